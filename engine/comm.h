@@ -1,0 +1,112 @@
+/* engine/comm.h - the comm interface: how ranks talk.
+ *
+ * A comm is one group of ranks (world, or a tp / pp / dp / embedding group made by tri_comm_split).
+ * Implementations: MPI over host buffers (comm_mpi.c), thread ranks in one process for the unit
+ * tests (comm_thread.c; Criterion forks, so tests never call MPI_Init), and NCCL over device
+ * buffers (cuda/). All collectives are blocking and in-order per comm; every call counts the
+ * payload bytes it sends, per operation kind, so tests compare traffic with the analytic volume.
+ *
+ * Byte counting convention (the "payload", as Megatron-LM and the ZeRO paper count volume):
+ * all_reduce counts numel * dtype size; reduce_scatter and all_gather count the full (unsharded)
+ * buffer; broadcast counts the buffer on every rank; p2p counts the bytes this rank sends. */
+#ifndef TRIDENT_ENGINE_COMM_H
+#define TRIDENT_ENGINE_COMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { TRI_REDUCE_SUM = 0, TRI_REDUCE_MAX = 1 } tri_reduce_op;
+
+typedef enum {
+    TRI_COMM_ALL_REDUCE = 0,
+    TRI_COMM_REDUCE_SCATTER,
+    TRI_COMM_ALL_GATHER,
+    TRI_COMM_BROADCAST,
+    TRI_COMM_P2P,
+    TRI_COMM_KINDS
+} tri_comm_kind;
+
+/* One half of a point-to-point exchange: send `t` to `peer`, or receive into `t` from `peer`. */
+typedef struct tri_p2p {
+    bool send;
+    int peer;        /* rank in this comm */
+    tri_tensor t;
+} tri_p2p;
+
+typedef struct tri_comm tri_comm;
+
+typedef struct tri_comm_ops {
+    const char *name;
+    int (*all_reduce)(tri_comm *c, tri_tensor x, tri_reduce_op op);
+    int (*reduce_scatter)(tri_comm *c, tri_tensor out, tri_tensor in);
+    int (*all_gather)(tri_comm *c, tri_tensor out, tri_tensor in);
+    int (*broadcast)(tri_comm *c, tri_tensor x, int root);
+    int (*p2p)(tri_comm *c, const tri_p2p *ops, int n);
+    int (*split)(tri_comm *c, int color, int key, tri_comm **out);
+    int (*barrier)(tri_comm *c);
+    void (*abort)(tri_comm *c, int code);
+    void (*destroy)(tri_comm *c);
+} tri_comm_ops;
+
+struct tri_comm {
+    const tri_comm_ops *ops;
+    void *impl;
+    int rank, size;
+    uint64_t bytes[TRI_COMM_KINDS];   /* payload bytes sent, per kind */
+    uint64_t calls[TRI_COMM_KINDS];   /* number of calls, per kind */
+};
+
+/* x (any shape, f32 or i32) = reduction over the group of every rank's x, in place. Ranks' values
+ * are combined in rank order on the thread comm (deterministic); MPI and NCCL choose their order. */
+int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op);
+/* out (n) = this rank's slice [rank*n, (rank+1)*n) of the sum over ranks of in (size*n). */
+int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in);
+/* out (size*n) = the ranks' in (n) concatenated in rank order. */
+int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in);
+/* x = root's x on every rank. */
+int tri_comm_broadcast(tri_comm *c, tri_tensor x, int root);
+/* Runs n sends and receives together; returns when all are complete. Messages between two ranks
+ * match in the order they were posted, so a send-forward/recv-backward pair needs no ordering trick. */
+int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n);
+/* Collective over c: ranks with the same color form a new comm ordered by key. color < 0 gives
+ * *out = NULL (the rank joins no group). */
+int tri_comm_split(tri_comm *c, int color, int key, tri_comm **out);
+int tri_comm_barrier(tri_comm *c);
+/* Stops every rank of the job (MPI_Abort), or wakes every thread rank with an error. */
+void tri_comm_abort(tri_comm *c, int code);
+void tri_comm_destroy(tri_comm *c);
+
+/* Total payload bytes of one kind, and resetting the counters. */
+uint64_t tri_comm_bytes(const tri_comm *c, tri_comm_kind kind);
+void tri_comm_reset_counters(tri_comm *c);
+const char *tri_comm_kind_name(tri_comm_kind kind);
+
+/* ---- implementations ---- */
+
+/* The MPI comm over `mpi_comm` (an MPI_Comm handle, duplicated inside); MPI must be initialised. */
+int tri_comm_mpi_create(tri_comm **out, const void *mpi_comm);
+
+/* Thread ranks: tri_thread_group_create makes a group of `size` ranks; each thread then calls
+ * tri_comm_thread_create(&c, group, rank). Blocking waits give up with TRI_ETIMEOUT after
+ * timeout_s seconds so a failing test cannot hang. */
+typedef struct tri_thread_group tri_thread_group;
+int tri_thread_group_create(tri_thread_group **out, int size, double timeout_s);
+void tri_thread_group_destroy(tri_thread_group *g);
+int tri_comm_thread_create(tri_comm **out, tri_thread_group *g, int rank);
+
+/* Runs fn(rank, size, comm, arg) on `size` threads, each with its own thread comm, and returns the
+ * first non-zero status (with that thread's message copied to the caller's thread). */
+typedef int (*tri_rank_fn)(int rank, int size, tri_comm *comm, void *arg);
+int tri_run_thread_ranks(int size, tri_rank_fn fn, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

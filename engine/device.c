@@ -1,0 +1,413 @@
+/* engine/device.c - the checked wrappers of the device interface (see device.h).
+ *
+ * Every wrapper verifies dtypes and shapes, records a message naming the op, the argument and the
+ * shapes on mismatch, then dispatches to the backend, which may assume valid arguments. */
+#include "engine/device.h"
+
+#include "engine/status.h"
+
+#include <stdlib.h>
+
+#define DESC(t, buf) tri_tensor_describe((t), (buf), sizeof(buf))
+
+static int need(const char *op, const char *arg, tri_tensor t, tri_dtype dtype)
+{
+    char b[96];
+    if (!tri_tensor_present(t))
+        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is missing", op, arg);
+    if (t.dtype != dtype)
+        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected dtype %s", op, arg, DESC(t, b),
+                       tri_dtype_name(dtype));
+    return TRI_OK;
+}
+
+static int need_numel(const char *op, const char *arg, tri_tensor t, int64_t numel)
+{
+    char b[96];
+    if (tri_tensor_numel(t) != numel)
+        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected %lld elements", op, arg,
+                       DESC(t, b), (long long)numel);
+    return TRI_OK;
+}
+
+/* t must be a matrix view (rows, cols) of the given sizes (any dims, rows = all but the last). */
+static int need_matrix(const char *op, const char *arg, tri_tensor t, int64_t rows, int64_t cols)
+{
+    char b[96];
+    if (tri_tensor_rows(t) != rows || tri_tensor_cols(t) != cols)
+        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected %lld rows of %lld", op, arg,
+                       DESC(t, b), (long long)rows, (long long)cols);
+    return TRI_OK;
+}
+
+static int unsupported(tri_device *d, const char *op)
+{
+    return TRI_ERR(TRI_ENOTSUP, "%s: not implemented by the %s backend", op, d->ops->name);
+}
+
+#define DISPATCH(d, fn, ...) ((d)->ops->fn ? (d)->ops->fn((d), __VA_ARGS__) : unsupported((d), #fn))
+
+/* ---- lifetime and memory ---- */
+
+void tri_device_destroy(tri_device *d)
+{
+    if (d && d->ops->destroy)
+        d->ops->destroy(d);
+}
+
+int tri_device_alloc(tri_device *d, void **ptr, size_t bytes)
+{
+    *ptr = NULL;
+    if (bytes == 0)
+        return TRI_OK;
+    return d->ops->alloc(d, ptr, bytes);
+}
+
+void tri_device_free(tri_device *d, void *ptr)
+{
+    if (ptr)
+        d->ops->free(d, ptr);
+}
+
+int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src)
+{
+    if (tri_tensor_bytes(src) == 0)
+        return TRI_OK;
+    return d->ops->copy_to_host(d, host, src.data, tri_tensor_bytes(src));
+}
+
+int tri_device_copy_from_host(tri_device *d, tri_tensor dst, const void *host)
+{
+    if (tri_tensor_bytes(dst) == 0)
+        return TRI_OK;
+    return d->ops->copy_from_host(d, dst.data, host, tri_tensor_bytes(dst));
+}
+
+int tri_device_sync(tri_device *d)
+{
+    return d->ops->sync(d);
+}
+
+/* ---- element-wise ---- */
+
+int tri_op_fill(tri_device *d, tri_tensor x, float value)
+{
+    int rc = need("fill", "x", x, TRI_F32);
+    return rc ? rc : DISPATCH(d, fill, x, value);
+}
+
+int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src)
+{
+    char a[96], b[96];
+    if (tri_tensor_bytes(dst) != tri_tensor_bytes(src) || dst.dtype != src.dtype)
+        return TRI_ERR(TRI_EINVAL, "copy: dst %s and src %s differ", DESC(dst, a), DESC(src, b));
+    if (tri_tensor_bytes(src) == 0 || dst.data == src.data)
+        return TRI_OK;
+    return d->ops->copy(d, dst.data, src.data, tri_tensor_bytes(src));
+}
+
+int tri_op_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
+{
+    int rc = need("add", "out", out, TRI_F32);
+    if (!rc) rc = need("add", "a", a, TRI_F32);
+    if (!rc) rc = need("add", "b", b, TRI_F32);
+    if (!rc) rc = need_numel("add", "a", a, tri_tensor_numel(out));
+    if (!rc) rc = need_numel("add", "b", b, tri_tensor_numel(out));
+    return rc ? rc : DISPATCH(d, add, out, a, b);
+}
+
+int tri_op_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
+{
+    int rc = need("axpy", "y", y, TRI_F32);
+    if (!rc) rc = need("axpy", "x", x, TRI_F32);
+    if (!rc) rc = need_numel("axpy", "x", x, tri_tensor_numel(y));
+    return rc ? rc : DISPATCH(d, axpy, y, alpha, x);
+}
+
+int tri_op_scale(tri_device *d, tri_tensor x, float s)
+{
+    int rc = need("scale", "x", x, TRI_F32);
+    return rc ? rc : DISPATCH(d, scale, x, s);
+}
+
+int tri_op_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
+{
+    int rc = need("sum_squares", "out", out, TRI_F32);
+    if (!rc) rc = need_numel("sum_squares", "out", out, 1);
+    if (!rc) rc = need("sum_squares", "x", x, TRI_F32);
+    return rc ? rc : DISPATCH(d, sum_squares, out, x);
+}
+
+int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
+{
+    int rc = need("count_nonfinite", "out", out, TRI_F32);
+    if (!rc) rc = need_numel("count_nonfinite", "out", out, 1);
+    if (!rc) rc = need("count_nonfinite", "x", x, TRI_F32);
+    return rc ? rc : DISPATCH(d, count_nonfinite, out, x);
+}
+
+/* ---- matmul ---- */
+
+int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
+                  bool trans_a, bool trans_b, float beta)
+{
+    int rc = need("matmul", "a", a, TRI_F32);
+    if (!rc) rc = need("matmul", "b", b, TRI_F32);
+    if (!rc) rc = need("matmul", "c", c, TRI_F32);
+    if (rc)
+        return rc;
+    int64_t M = trans_a ? tri_tensor_cols(a) : tri_tensor_rows(a);
+    int64_t K = trans_a ? tri_tensor_rows(a) : tri_tensor_cols(a);
+    int64_t Kb = trans_b ? tri_tensor_cols(b) : tri_tensor_rows(b);
+    int64_t N = trans_b ? tri_tensor_rows(b) : tri_tensor_cols(b);
+    if (K != Kb) {
+        char x[96], y[96];
+        return TRI_ERR(TRI_EINVAL, "matmul: inner dimensions differ: a %s%s, b %s%s", DESC(a, x),
+                       trans_a ? "^T" : "", DESC(b, y), trans_b ? "^T" : "");
+    }
+    rc = need_matrix("matmul", "c", c, M, N);
+    if (!rc && tri_tensor_present(bias)) {
+        rc = need("matmul", "bias", bias, TRI_F32);
+        if (!rc) rc = need_numel("matmul", "bias", bias, N);
+        if (!rc && beta != 0.0f)
+            rc = TRI_ERR(TRI_EINVAL, "matmul: a bias needs beta == 0 (got %g)", (double)beta);
+    }
+    if (rc || M == 0 || N == 0)
+        return rc;
+    return DISPATCH(d, matmul, c, a, b, bias, trans_a, trans_b, beta);
+}
+
+int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
+{
+    int rc = need("bias_backward", "dbias", dbias, TRI_F32);
+    if (!rc) rc = need("bias_backward", "dout", dout, TRI_F32);
+    if (!rc) rc = need_numel("bias_backward", "dbias", dbias, tri_tensor_cols(dout));
+    return rc ? rc : DISPATCH(d, bias_backward, dbias, dout);
+}
+
+/* ---- layernorm ---- */
+
+static int check_layernorm(const char *op, tri_tensor x, tri_tensor w, tri_tensor b,
+                           tri_tensor mean, tri_tensor rstd)
+{
+    int64_t N = tri_tensor_rows(x), C = tri_tensor_cols(x);
+    int rc = need(op, "inp", x, TRI_F32);
+    if (!rc) rc = need(op, "w", w, TRI_F32);
+    if (!rc) rc = need_numel(op, "w", w, C);
+    if (!rc) rc = need(op, "b", b, TRI_F32);
+    if (!rc) rc = need_numel(op, "b", b, C);
+    if (!rc) rc = need(op, "mean", mean, TRI_F32);
+    if (!rc) rc = need_numel(op, "mean", mean, N);
+    if (!rc) rc = need(op, "rstd", rstd, TRI_F32);
+    if (!rc) rc = need_numel(op, "rstd", rstd, N);
+    return rc;
+}
+
+int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                             tri_tensor inp, tri_tensor w, tri_tensor b)
+{
+    int rc = check_layernorm("layernorm_forward", inp, w, b, mean, rstd);
+    if (!rc) rc = need("layernorm_forward", "out", out, TRI_F32);
+    if (!rc) rc = need_matrix("layernorm_forward", "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
+    return rc ? rc : DISPATCH(d, layernorm_forward, out, mean, rstd, inp, w, b);
+}
+
+int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                              tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                              tri_tensor rstd)
+{
+    const char *op = "layernorm_backward";
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    int rc = check_layernorm(op, inp, w, dw, mean, rstd);
+    if (!rc) rc = need(op, "db", db, TRI_F32);
+    if (!rc) rc = need_numel(op, "db", db, C);
+    if (!rc) rc = need(op, "dinp", dinp, TRI_F32);
+    if (!rc) rc = need_matrix(op, "dinp", dinp, N, C);
+    if (!rc) rc = need(op, "dout", dout, TRI_F32);
+    if (!rc) rc = need_matrix(op, "dout", dout, N, C);
+    return rc ? rc : DISPATCH(d, layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd);
+}
+
+/* ---- attention ---- */
+
+static int check_attention(const char *op, tri_tensor out, tri_tensor att, tri_tensor qkv)
+{
+    char x[96], y[96];
+    int rc = need(op, "qkv", qkv, TRI_F32);
+    if (!rc) rc = need(op, "att", att, TRI_F32);
+    if (!rc) rc = need(op, "out", out, TRI_F32);
+    if (rc)
+        return rc;
+    if (qkv.ndim != 3 || att.ndim != 4 || qkv.shape[2] % 3 != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: qkv %s must be (B, T, 3*C_l), att %s (B, NH_l, T, T)", op,
+                       DESC(qkv, x), DESC(att, y));
+    int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = att.shape[1];
+    if (att.shape[0] != B || att.shape[2] != T || att.shape[3] != T || NH == 0 || C % NH != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: att %s does not match qkv %s (B, T, 3*C_l) with C_l %% NH_l == 0",
+                       op, DESC(att, x), DESC(qkv, y));
+    return need_matrix(op, "out", out, B * T, C);
+}
+
+int tri_op_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
+{
+    int rc = check_attention("attention_forward", out, att, qkv);
+    return rc ? rc : DISPATCH(d, attention_forward, out, att, qkv);
+}
+
+int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                              tri_tensor qkv, tri_tensor att)
+{
+    const char *op = "attention_backward";
+    int rc = check_attention(op, dout, att, qkv);
+    if (!rc) rc = need(op, "dqkv", dqkv, TRI_F32);
+    if (!rc) rc = need_numel(op, "dqkv", dqkv, tri_tensor_numel(qkv));
+    if (!rc) rc = need(op, "datt", datt, TRI_F32);
+    if (!rc) rc = need_numel(op, "datt", datt, tri_tensor_numel(att));
+    return rc ? rc : DISPATCH(d, attention_backward, dqkv, datt, dout, qkv, att);
+}
+
+/* ---- GELU ---- */
+
+int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
+{
+    int rc = need("gelu_forward", "inp", inp, TRI_F32);
+    if (!rc) rc = need("gelu_forward", "out", out, TRI_F32);
+    if (!rc) rc = need_numel("gelu_forward", "out", out, tri_tensor_numel(inp));
+    return rc ? rc : DISPATCH(d, gelu_forward, out, inp);
+}
+
+int tri_op_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
+{
+    int rc = need("gelu_backward", "inp", inp, TRI_F32);
+    if (!rc) rc = need("gelu_backward", "dinp", dinp, TRI_F32);
+    if (!rc) rc = need("gelu_backward", "dout", dout, TRI_F32);
+    if (!rc) rc = need_numel("gelu_backward", "dinp", dinp, tri_tensor_numel(inp));
+    if (!rc) rc = need_numel("gelu_backward", "dout", dout, tri_tensor_numel(inp));
+    return rc ? rc : DISPATCH(d, gelu_backward, dinp, inp, dout);
+}
+
+/* ---- embeddings ---- */
+
+int tri_op_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+                             int64_t vocab_start)
+{
+    const char *op = "embedding_forward";
+    int rc = need(op, "tokens", tokens, TRI_I32);
+    if (!rc) rc = need(op, "wte", wte, TRI_F32);
+    if (!rc) rc = need(op, "out", out, TRI_F32);
+    if (!rc) rc = need_matrix(op, "out", out, tri_tensor_numel(tokens), tri_tensor_cols(wte));
+    return rc ? rc : DISPATCH(d, embedding_forward, out, tokens, wte, vocab_start);
+}
+
+int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                              int64_t vocab_start)
+{
+    const char *op = "embedding_backward";
+    int rc = need(op, "tokens", tokens, TRI_I32);
+    if (!rc) rc = need(op, "dwte", dwte, TRI_F32);
+    if (!rc) rc = need(op, "dout", dout, TRI_F32);
+    if (!rc) rc = need_matrix(op, "dout", dout, tri_tensor_numel(tokens), tri_tensor_cols(dwte));
+    return rc ? rc : DISPATCH(d, embedding_backward, dwte, dout, tokens, vocab_start);
+}
+
+static int check_position(const char *op, tri_tensor x, tri_tensor wpe, int64_t T, int64_t row0)
+{
+    int rc = need(op, "x", x, TRI_F32);
+    if (!rc) rc = need(op, "wpe", wpe, TRI_F32);
+    if (rc)
+        return rc;
+    if (tri_tensor_cols(x) != tri_tensor_cols(wpe) || T <= 0 || T > tri_tensor_rows(wpe) || row0 < 0) {
+        char a[96], b[96];
+        return TRI_ERR(TRI_EINVAL, "%s: x %s, wpe %s, T %lld, row0 %lld do not fit", op, DESC(x, a),
+                       DESC(wpe, b), (long long)T, (long long)row0);
+    }
+    return TRI_OK;
+}
+
+int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+{
+    int rc = check_position("position_forward", out, wpe, T, row0);
+    return rc ? rc : DISPATCH(d, position_forward, out, wpe, T, row0);
+}
+
+int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0)
+{
+    int rc = check_position("position_backward", dout, dwpe, T, row0);
+    return rc ? rc : DISPATCH(d, position_backward, dwpe, dout, T, row0);
+}
+
+/* ---- cross-entropy ---- */
+
+static int check_ce(const char *op, tri_tensor logits, tri_tensor maxes, int64_t V_valid)
+{
+    int rc = need(op, "logits", logits, TRI_F32);
+    if (!rc) rc = need(op, "maxes", maxes, TRI_F32);
+    if (!rc) rc = need_numel(op, "maxes", maxes, tri_tensor_rows(logits));
+    if (!rc && (V_valid < 0 || V_valid > tri_tensor_cols(logits)))
+        rc = TRI_ERR(TRI_EINVAL, "%s: V_valid %lld outside [0, %lld]", op, (long long)V_valid,
+                     (long long)tri_tensor_cols(logits));
+    return rc;
+}
+
+int tri_op_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
+{
+    int rc = check_ce("ce_row_max", logits, maxes, V_valid);
+    return rc ? rc : DISPATCH(d, ce_row_max, maxes, logits, V_valid);
+}
+
+int tri_op_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                            tri_tensor targets, int64_t vocab_start, int64_t V_valid)
+{
+    const char *op = "ce_sumexp_target";
+    int rc = check_ce(op, logits, maxes, V_valid);
+    if (!rc) rc = need(op, "stats", stats, TRI_F32);
+    if (!rc) rc = need_matrix(op, "stats", stats, tri_tensor_rows(logits), 2);
+    if (!rc) rc = need(op, "targets", targets, TRI_I32);
+    if (!rc) rc = need_numel(op, "targets", targets, tri_tensor_rows(logits));
+    return rc ? rc : DISPATCH(d, ce_sumexp_target, stats, logits, maxes, targets, vocab_start, V_valid);
+}
+
+int tri_op_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats)
+{
+    int rc = need("ce_loss", "losses", losses, TRI_F32);
+    if (!rc) rc = need("ce_loss", "maxes", maxes, TRI_F32);
+    if (!rc) rc = need_numel("ce_loss", "maxes", maxes, tri_tensor_numel(losses));
+    if (!rc) rc = need("ce_loss", "stats", stats, TRI_F32);
+    if (!rc) rc = need_numel("ce_loss", "stats", stats, 2 * tri_tensor_numel(losses));
+    return rc ? rc : DISPATCH(d, ce_loss, losses, maxes, stats);
+}
+
+int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+                       tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
+                       float dloss)
+{
+    const char *op = "ce_backward";
+    int rc = check_ce(op, logits, maxes, V_valid);
+    if (!rc) rc = need(op, "dlogits", dlogits, TRI_F32);
+    if (!rc) rc = need_numel(op, "dlogits", dlogits, tri_tensor_numel(logits));
+    if (!rc) rc = need(op, "stats", stats, TRI_F32);
+    if (!rc) rc = need_matrix(op, "stats", stats, tri_tensor_rows(logits), 2);
+    if (!rc) rc = need(op, "targets", targets, TRI_I32);
+    if (!rc) rc = need_numel(op, "targets", targets, tri_tensor_rows(logits));
+    return rc ? rc
+              : DISPATCH(d, ce_backward, dlogits, logits, maxes, stats, targets, vocab_start, V_valid,
+                         dloss);
+}
+
+/* ---- optimizer ---- */
+
+int tri_op_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                 const tri_adamw_hparams *hp)
+{
+    int64_t n = tri_tensor_numel(param);
+    int rc = need("adamw", "param", param, TRI_F32);
+    if (!rc) rc = need("adamw", "grad", grad, TRI_F32);
+    if (!rc) rc = need("adamw", "m", m, TRI_F32);
+    if (!rc) rc = need("adamw", "v", v, TRI_F32);
+    if (!rc) rc = need_numel("adamw", "grad", grad, n);
+    if (!rc) rc = need_numel("adamw", "m", m, n);
+    if (!rc) rc = need_numel("adamw", "v", v, n);
+    if (!rc && hp->step < 1)
+        rc = TRI_ERR(TRI_EINVAL, "adamw: step must be >= 1 (got %lld)", (long long)hp->step);
+    return rc ? rc : DISPATCH(d, adamw, param, grad, m, v, hp);
+}

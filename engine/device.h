@@ -1,0 +1,199 @@
+/* engine/device.h - the device interface: where math runs.
+ *
+ * A backend (CPU here, CUDA in cuda/) fills a table of function pointers, after ggml's backend
+ * vtable. Callers use the tri_op_* wrappers below, which check shapes and dtypes once and then
+ * dispatch; backends may assume checked arguments. Ops on one device run in program order (the CPU
+ * backend synchronously, CUDA on one stream). Tensor data is device memory: the host reads it only
+ * through tri_device_copy_to_host. Parallel code (TP, PP, ZeRO, checkpoints) calls only these ops
+ * and the comm ops, so it is written once for every backend.
+ *
+ * Shapes use llm.c's letters: N rows (= B*T tokens, or a sequence shard of them), C channels,
+ * OC output channels, NH heads, HS = C/NH head size, V_l a vocab shard. "+=" marks ops that
+ * accumulate into their output (gradients accumulate over micro-batches). Every op returns
+ * TRI_OK or a negative status with a message (engine/status.h). */
+#ifndef TRIDENT_ENGINE_DEVICE_H
+#define TRIDENT_ENGINE_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tri_device tri_device;
+
+/* Hyper-parameters of one AdamW update (Loshchilov & Hutter 2019, decoupled weight decay). */
+typedef struct tri_adamw_hparams {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay;   /* 0 for parameters excluded from decay */
+    float grad_scale;     /* multiplies every gradient first (global-norm clipping) */
+    int64_t step;         /* 1-based, for bias correction */
+} tri_adamw_hparams;
+
+typedef struct tri_device_ops {
+    const char *name;
+    /* memory */
+    int (*alloc)(tri_device *d, void **ptr, size_t bytes);
+    void (*free)(tri_device *d, void *ptr);
+    int (*copy_to_host)(tri_device *d, void *host, const void *src, size_t bytes);
+    int (*copy_from_host)(tri_device *d, void *dst, const void *host, size_t bytes);
+    int (*copy)(tri_device *d, void *dst, const void *src, size_t bytes);
+    int (*sync)(tri_device *d);
+    void (*destroy)(tri_device *d);
+    /* element-wise and reductions */
+    int (*fill)(tri_device *d, tri_tensor x, float value);
+    int (*add)(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
+    int (*axpy)(tri_device *d, tri_tensor y, float alpha, tri_tensor x);
+    int (*scale)(tri_device *d, tri_tensor x, float s);
+    int (*sum_squares)(tri_device *d, tri_tensor out, tri_tensor x);
+    int (*count_nonfinite)(tri_device *d, tri_tensor out, tri_tensor x);
+    /* matmul */
+    int (*matmul)(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
+                  bool trans_a, bool trans_b, float beta);
+    int (*bias_backward)(tri_device *d, tri_tensor dbias, tri_tensor dout);
+    /* layers */
+    int (*layernorm_forward)(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                             tri_tensor inp, tri_tensor w, tri_tensor b);
+    int (*layernorm_backward)(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                              tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                              tri_tensor rstd);
+    int (*attention_forward)(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv);
+    int (*attention_backward)(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                              tri_tensor qkv, tri_tensor att);
+    int (*gelu_forward)(tri_device *d, tri_tensor out, tri_tensor inp);
+    int (*gelu_backward)(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
+    int (*embedding_forward)(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+                             int64_t vocab_start);
+    int (*embedding_backward)(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                              int64_t vocab_start);
+    int (*position_forward)(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0);
+    int (*position_backward)(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0);
+    int (*ce_row_max)(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid);
+    int (*ce_sumexp_target)(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                            tri_tensor targets, int64_t vocab_start, int64_t V_valid);
+    int (*ce_loss)(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats);
+    int (*ce_backward)(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+                       tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
+                       float dloss);
+    int (*adamw)(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                 const tri_adamw_hparams *hp);
+} tri_device_ops;
+
+struct tri_device {
+    const tri_device_ops *ops;
+    void *impl;              /* backend state */
+    int threads;             /* CPU: OpenMP/BLAS threads; CUDA: unused */
+    int ordinal;             /* CUDA device index; CPU: 0 */
+};
+
+/* The CPU backend: OpenBLAS sgemm for every matmul, OpenMP loops elsewhere, `threads` threads
+ * (0 = OpenMP's default). Returns TRI_ENOMEM on failure. */
+int tri_device_cpu_create(tri_device **out, int threads);
+
+/* Destroys any backend's device (NULL is ignored). */
+void tri_device_destroy(tri_device *d);
+
+/* ---- memory: sizes in bytes; pointers are device memory unless named host ---- */
+int tri_device_alloc(tri_device *d, void **ptr, size_t bytes);
+void tri_device_free(tri_device *d, void *ptr);
+int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src);
+int tri_device_copy_from_host(tri_device *d, tri_tensor dst, const void *host);
+int tri_device_sync(tri_device *d);
+
+/* ---- element-wise: any shape, same numel unless stated ---- */
+/* x[i] = value. */
+int tri_op_fill(tri_device *d, tri_tensor x, float value);
+/* dst = src (same numel and dtype). */
+int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src);
+/* out = a + b (out may alias a or b). */
+int tri_op_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
+/* y += alpha * x. */
+int tri_op_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x);
+/* x *= s. */
+int tri_op_scale(tri_device *d, tri_tensor x, float s);
+/* out(1) += sum_i x[i]^2, accumulated in double within the call (gradient norms). */
+int tri_op_sum_squares(tri_device *d, tri_tensor out, tri_tensor x);
+/* out(1) += number of NaN or Inf elements of x. */
+int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x);
+
+/* ---- matmul ----
+ * c(M,N) = op(a) @ op(b) + bias + beta * c, with op(a) (M,K), op(b) (K,N); a and b are seen as
+ * matrices (rows = all dims but the last). bias (N) is optional (absent: tri_tensor_none()) and
+ * allowed only with beta == 0. Linear layers keep weights (OC, C) as Megatron and llm.c do:
+ * forward out = inp @ w^T + b is tri_op_matmul(d, out, inp, w, b, false, true, 0). */
+int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
+                  bool trans_a, bool trans_b, float beta);
+/* dbias(OC) += column sums of dout(N, OC). */
+int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout);
+
+/* ---- layernorm (Ba et al. 2016), eps 1e-5 as GPT-2 ----
+ * out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) saved for backward. */
+int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                             tri_tensor inp, tri_tensor w, tri_tensor b);
+/* dinp(N,C) +=, dw(C) +=, db(C) += the gradients given dout(N,C). */
+int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                              tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                              tri_tensor rstd);
+
+/* ---- causal multi-head self-attention core (Vaswani et al. 2017, scale 1/sqrt(HS)) ----
+ * qkv(B,T,3*C_l) holds [q | k | v], each C_l = NH_l*HS wide, head h at columns h*HS of each part.
+ * att(B,NH_l,T,T) receives the softmax probabilities (saved for backward; entries above the
+ * diagonal are 0), out(B,T,C_l) the heads' outputs side by side. */
+int tri_op_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv);
+/* dqkv(B,T,3*C_l) = gradient given dout(B,T,C_l) (overwritten); datt(B,NH_l,T,T) is scratch. */
+int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                              tri_tensor qkv, tri_tensor att);
+
+/* ---- GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 ---- */
+int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp);
+/* dinp = gelu'(inp) * dout (overwritten; dinp may alias dout). */
+int tri_op_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
+
+/* ---- embeddings ----
+ * out(N,C) = wte[tokens[n] - vocab_start] for tokens inside this vocab shard wte(V_l,C), else 0
+ * (vocab-parallel embedding: the shards' outputs are summed over the TP group afterwards). */
+int tri_op_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+                             int64_t vocab_start);
+/* dwte(V_l,C) += dout rows of the tokens inside this shard. */
+int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                              int64_t vocab_start);
+/* out(N,C) += wpe[(row0 + n) % T]: row n of out is token row0 + n of a (B*T)-row batch. */
+int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0);
+/* dwpe(n_positions,C) row (row0 + n) % T += dout(N,C) row n. */
+int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
+                             int64_t row0);
+
+/* ---- softmax cross-entropy in vocab-parallel pieces (Megatron's VocabParallelCrossEntropy) ----
+ * logits(N,V_l) is a vocab shard starting at global id vocab_start; only its first V_valid
+ * columns are real tokens (the rest is vocab padding, kept out of the loss). Between the pieces
+ * the caller reduces maxes with MAX and stats with SUM over the tensor-parallel group. */
+/* maxes(N) = max over the valid columns (-FLT_MAX when V_valid == 0). */
+int tri_op_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid);
+/* stats(N,2): [0] = sum exp(logit - max) over valid columns, [1] = the target's logit if the target
+ * lies in this shard, else 0. targets(N) are global token ids (i32). */
+int tri_op_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                            tri_tensor targets, int64_t vocab_start, int64_t V_valid);
+/* losses(N) = log(sumexp) + max - target logit (from the reduced stats). */
+int tri_op_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats);
+/* dlogits(N,V_l) = dloss * (softmax - onehot(target)); padded columns 0. dlogits may alias logits
+ * (llm.c's fused classifier overwrites the logits with their gradient). */
+int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+                       tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
+                       float dloss);
+
+/* ---- optimizer ----
+ * One AdamW step on equal-length 1-d views (fp32): g = grad * grad_scale;
+ * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p). */
+int tri_op_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                 const tri_adamw_hparams *hp);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,177 @@
+/* engine/math.h - the per-element and per-row arithmetic of every device op, written once.
+ *
+ * These inline functions compile as C for the CPU backend and as __host__ __device__ functions for
+ * the CUDA backend (cuda/), so the CPU tests exercise the exact arithmetic the GPU kernels run.
+ * Rows are contiguous arrays; nothing here allocates or knows about threads. Formulas:
+ * GELU tanh form (Hendrycks & Gimpel 2016), layernorm (Ba et al. 2016, eps 1e-5 as GPT-2),
+ * AdamW (Loshchilov & Hutter 2019), bf16 round-to-nearest-even (as torch and CUDA's __float2bfloat16). */
+#ifndef TRIDENT_ENGINE_MATH_H
+#define TRIDENT_ENGINE_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define TRI_HD static inline __host__ __device__
+#else
+#define TRI_HD static inline
+#endif
+
+#define TRI_LN_EPS 1e-5f
+#define TRI_GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+
+/* ---- GELU ---- */
+TRI_HD float tri_gelu(float x)
+{
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + tanhf(TRI_GELU_K * (x + cube)));
+}
+
+/* d gelu(x) / dx */
+TRI_HD float tri_gelu_grad(float x)
+{
+    float cube = 0.044715f * x * x * x;
+    float tanh_arg = TRI_GELU_K * (x + cube);
+    float tanh_out = tanhf(tanh_arg);
+    float sech2 = 1.0f - tanh_out * tanh_out;
+    return 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * TRI_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* ---- layernorm over one row of C ---- */
+TRI_HD void tri_layernorm_row_forward(float *out, float *mean_out, float *rstd_out, const float *x,
+                                      const float *w, const float *b, int64_t C)
+{
+    float m = 0.0f;
+    for (int64_t i = 0; i < C; i++)
+        m += x[i];
+    m /= (float)C;
+    float var = 0.0f;
+    for (int64_t i = 0; i < C; i++) {
+        float dx = x[i] - m;
+        var += dx * dx;
+    }
+    var /= (float)C;
+    float s = 1.0f / sqrtf(var + TRI_LN_EPS);
+    for (int64_t i = 0; i < C; i++)
+        out[i] = (x[i] - m) * s * w[i] + b[i];
+    *mean_out = m;
+    *rstd_out = s;
+}
+
+/* dx += d layernorm / dx given dout for one row. dw and db are accumulated by the caller
+ * (their sums run over rows, which the backends order differently). */
+TRI_HD void tri_layernorm_row_backward_input(float *dx, const float *dout, const float *x,
+                                             const float *w, float mean, float rstd, int64_t C)
+{
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int64_t i = 0; i < C; i++) {
+        float norm = (x[i] - mean) * rstd;
+        float dnorm = w[i] * dout[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= (float)C;
+    dnorm_norm_mean /= (float)C;
+    for (int64_t i = 0; i < C; i++) {
+        float norm = (x[i] - mean) * rstd;
+        float dnorm = w[i] * dout[i];
+        dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd;
+    }
+}
+
+/* ---- causal softmax of one attention row: p[0..t] = softmax(s[0..t]), p[t+1..T) = 0 ---- */
+TRI_HD void tri_causal_softmax_row(float *p, const float *s, int64_t t, int64_t T)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j <= t; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    float sum = 0.0f;
+    for (int64_t j = 0; j <= t; j++) {
+        float e = expf(s[j] - mx);
+        p[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j <= t; j++)
+        p[j] *= inv;
+    for (int64_t j = t + 1; j < T; j++)
+        p[j] = 0.0f;
+}
+
+/* Softmax backward of one causal row: ds[j] = p[j] * (dp[j] - sum_k p[k] dp[k]), j <= t; 0 after. */
+TRI_HD void tri_causal_softmax_row_backward(float *ds, const float *p, const float *dp, int64_t t,
+                                            int64_t T)
+{
+    float dot = 0.0f;
+    for (int64_t j = 0; j <= t; j++)
+        dot += p[j] * dp[j];
+    for (int64_t j = 0; j <= t; j++)
+        ds[j] = p[j] * (dp[j] - dot);
+    for (int64_t j = t + 1; j < T; j++)
+        ds[j] = 0.0f;
+}
+
+/* ---- cross-entropy pieces over one row of a vocab shard ---- */
+TRI_HD float tri_ce_row_max(const float *logits, int64_t V_valid)
+{
+    float mx = -3.402823466e38f; /* -FLT_MAX: an empty shard must not turn the reduced max into -inf */
+    for (int64_t j = 0; j < V_valid; j++)
+        mx = logits[j] > mx ? logits[j] : mx;
+    return mx;
+}
+
+TRI_HD float tri_ce_row_sumexp(const float *logits, float mx, int64_t V_valid)
+{
+    float sum = 0.0f;
+    for (int64_t j = 0; j < V_valid; j++)
+        sum += expf(logits[j] - mx);
+    return sum;
+}
+
+TRI_HD float tri_ce_loss(float mx, float sumexp, float target_logit)
+{
+    return logf(sumexp) + mx - target_logit;
+}
+
+/* dlogit of column j (local) given the reduced max and sum-exp; `is_target` marks the label. */
+TRI_HD float tri_ce_dlogit(float logit, float mx, float sumexp, int is_target, float dloss)
+{
+    float p = expf(logit - mx) / sumexp;
+    return (p - (is_target ? 1.0f : 0.0f)) * dloss;
+}
+
+/* ---- AdamW on one element (Loshchilov & Hutter 2019, Algorithm 2) ----
+ * In torch.optim.AdamW's order of operations: decay first, then the Adam step.
+ * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. */
+TRI_HD void tri_adamw_element(float *p, float g, float *m, float *v, float lr, float beta1,
+                              float beta2, float eps, float wd, float bc1, float bc2)
+{
+    float mm = beta1 * *m + (1.0f - beta1) * g;
+    float vv = beta2 * *v + (1.0f - beta2) * g * g;
+    *m = mm;
+    *v = vv;
+    float pp = *p * (1.0f - lr * wd);
+    *p = pp - (lr / bc1) * mm / (sqrtf(vv) / sqrtf(bc2) + eps);
+}
+
+/* ---- bf16: the high 16 bits of an fp32, rounded to nearest even; NaN stays NaN ---- */
+TRI_HD uint16_t tri_float_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+TRI_HD float tri_bf16_to_float(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+#endif
