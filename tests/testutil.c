@@ -66,3 +66,98 @@ const char *tu_scratch_dir(const char *name)
         return NULL;
     return buf;
 }
+
+/* ---- record files ---- */
+
+#include <string.h>
+
+int tu_rec_write(FILE *f, const char *name, int ndim, const int64_t *shape, const double *data)
+{
+    uint32_t nlen = (uint32_t)strlen(name), nd = (uint32_t)ndim;
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        numel *= shape[i];
+    if (fwrite(&nlen, 4, 1, f) != 1 || fwrite(name, 1, nlen, f) != nlen || fwrite(&nd, 4, 1, f) != 1 ||
+        fwrite(shape, 8, (size_t)ndim, f) != (size_t)ndim ||
+        fwrite(data, 8, (size_t)numel, f) != (size_t)numel)
+        return -1;
+    return 0;
+}
+
+int tu_rec_write_f32(FILE *f, const char *name, int ndim, const int64_t *shape, const float *data)
+{
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        numel *= shape[i];
+    double *d = malloc((size_t)numel * sizeof *d);
+    if (!d)
+        return -1;
+    for (int64_t i = 0; i < numel; i++)
+        d[i] = data[i];
+    int rc = tu_rec_write(f, name, ndim, shape, d);
+    free(d);
+    return rc;
+}
+
+int tu_rec_read(const char *path, tu_records *out)
+{
+    out->n = 0;
+    out->r = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    int cap = 0, rc = 0;
+    uint32_t nlen;
+    while (fread(&nlen, 4, 1, f) == 1) {
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            out->r = realloc(out->r, (size_t)cap * sizeof *out->r);
+        }
+        tu_record *r = &out->r[out->n];
+        memset(r, 0, sizeof *r);
+        uint32_t nd = 0;
+        if (nlen >= sizeof r->name || fread(r->name, 1, nlen, f) != nlen || fread(&nd, 4, 1, f) != 1 ||
+            nd > 8 || fread(r->shape, 8, nd, f) != nd) {
+            rc = -1;
+            break;
+        }
+        r->ndim = (int)nd;
+        r->numel = 1;
+        for (uint32_t i = 0; i < nd; i++)
+            r->numel *= r->shape[i];
+        r->data = malloc((size_t)r->numel * sizeof *r->data);
+        if (!r->data || fread(r->data, 8, (size_t)r->numel, f) != (size_t)r->numel) {
+            free(r->data);
+            rc = -1;
+            break;
+        }
+        out->n++;
+    }
+    fclose(f);
+    return rc;
+}
+
+const tu_record *tu_rec_find(const tu_records *recs, const char *name)
+{
+    for (int i = 0; i < recs->n; i++)
+        if (strcmp(recs->r[i].name, name) == 0)
+            return &recs->r[i];
+    return NULL;
+}
+
+void tu_rec_free(tu_records *recs)
+{
+    for (int i = 0; i < recs->n; i++)
+        free(recs->r[i].data);
+    free(recs->r);
+    recs->r = NULL;
+    recs->n = 0;
+}
+
+int tu_run(const char *cmd)
+{
+    int st = system(cmd);
+    if (st == -1)
+        return -1;
+    return (st >> 8) & 0xff;
+}

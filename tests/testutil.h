@@ -18,3 +18,32 @@ const char *tu_binary_path(const char *rel);
 const char *tu_scratch_dir(const char *name);
 
 #endif
+
+/* ---- record files shared with tools/gpt2_torch_reference.py ----
+ * Records: u32 name length, name, u32 ndim, i64 shape[ndim], float64 data. */
+#include <stdio.h>
+
+int tu_rec_write(FILE *f, const char *name, int ndim, const int64_t *shape, const double *data);
+/* Writes float data (converted to float64). */
+int tu_rec_write_f32(FILE *f, const char *name, int ndim, const int64_t *shape, const float *data);
+
+typedef struct tu_record {
+    char name[128];
+    int ndim;
+    int64_t shape[8];
+    int64_t numel;
+    double *data;
+} tu_record;
+
+typedef struct tu_records {
+    int n;
+    tu_record *r;
+} tu_records;
+
+/* Reads every record of a file; returns 0 on success. */
+int tu_rec_read(const char *path, tu_records *out);
+const tu_record *tu_rec_find(const tu_records *recs, const char *name);
+void tu_rec_free(tu_records *recs);
+
+/* Runs a command line with /bin/sh; returns its exit status (or -1). */
+int tu_run(const char *cmd);

@@ -1,0 +1,145 @@
+/* engine/comm.c - checked, counted wrappers of the comm interface (see comm.h).
+ *
+ * Every wrapper checks its buffers, counts the payload bytes per kind, and dispatches. A group of
+ * one rank needs no implementation call for collectives: all-reduce and broadcast are identities,
+ * and reduce-scatter / all-gather are copies. */
+#include "engine/comm.h"
+
+#include <string.h>
+
+#include "engine/status.h"
+
+static int check_dtype(const char *op, tri_tensor t)
+{
+    if (t.dtype != TRI_F32 && t.dtype != TRI_I32)
+        return TRI_ERR(TRI_EINVAL, "comm %s: dtype %s not supported (f32 or i32)", op,
+                       tri_dtype_name(t.dtype));
+    return TRI_OK;
+}
+
+static void count(tri_comm *c, tri_comm_kind kind, size_t bytes)
+{
+    c->bytes[kind] += bytes;
+    c->calls[kind] += 1;
+}
+
+int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
+{
+    int rc = check_dtype("all_reduce", x);
+    if (rc)
+        return rc;
+    count(c, TRI_COMM_ALL_REDUCE, tri_tensor_bytes(x));
+    if (c->size == 1 || tri_tensor_numel(x) == 0)
+        return TRI_OK;
+    return c->ops->all_reduce(c, x, op);
+}
+
+int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    int rc = check_dtype("reduce_scatter", in);
+    if (rc)
+        return rc;
+    if (out.dtype != in.dtype || tri_tensor_numel(in) != tri_tensor_numel(out) * c->size)
+        return TRI_ERR(TRI_EINVAL, "comm reduce_scatter: in has %lld elements, out %lld, group size %d",
+                       (long long)tri_tensor_numel(in), (long long)tri_tensor_numel(out), c->size);
+    count(c, TRI_COMM_REDUCE_SCATTER, tri_tensor_bytes(in));
+    if (tri_tensor_numel(out) == 0)
+        return TRI_OK;
+    if (c->size == 1) {
+        if (out.data != in.data)
+            memmove(out.data, in.data, tri_tensor_bytes(out));
+        return TRI_OK;
+    }
+    return c->ops->reduce_scatter(c, out, in);
+}
+
+int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    int rc = check_dtype("all_gather", in);
+    if (rc)
+        return rc;
+    if (out.dtype != in.dtype || tri_tensor_numel(out) != tri_tensor_numel(in) * c->size)
+        return TRI_ERR(TRI_EINVAL, "comm all_gather: in has %lld elements, out %lld, group size %d",
+                       (long long)tri_tensor_numel(in), (long long)tri_tensor_numel(out), c->size);
+    count(c, TRI_COMM_ALL_GATHER, tri_tensor_bytes(out));
+    if (tri_tensor_numel(in) == 0)
+        return TRI_OK;
+    if (c->size == 1) {
+        if (out.data != in.data)
+            memmove(out.data, in.data, tri_tensor_bytes(in));
+        return TRI_OK;
+    }
+    return c->ops->all_gather(c, out, in);
+}
+
+int tri_comm_broadcast(tri_comm *c, tri_tensor x, int root)
+{
+    int rc = check_dtype("broadcast", x);
+    if (rc)
+        return rc;
+    if (root < 0 || root >= c->size)
+        return TRI_ERR(TRI_EINVAL, "comm broadcast: root %d outside group of %d", root, c->size);
+    count(c, TRI_COMM_BROADCAST, tri_tensor_bytes(x));
+    if (c->size == 1 || tri_tensor_numel(x) == 0)
+        return TRI_OK;
+    return c->ops->broadcast(c, x, root);
+}
+
+int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
+{
+    size_t sent = 0;
+    for (int i = 0; i < n; i++) {
+        int rc = check_dtype("p2p", ops[i].t);
+        if (rc)
+            return rc;
+        if (ops[i].peer < 0 || ops[i].peer >= c->size || ops[i].peer == c->rank)
+            return TRI_ERR(TRI_EINVAL, "comm p2p: peer %d invalid for rank %d of %d", ops[i].peer,
+                           c->rank, c->size);
+        if (ops[i].send)
+            sent += tri_tensor_bytes(ops[i].t);
+    }
+    if (n == 0)
+        return TRI_OK;
+    count(c, TRI_COMM_P2P, sent);
+    return c->ops->p2p(c, ops, n);
+}
+
+int tri_comm_split(tri_comm *c, int color, int key, tri_comm **out)
+{
+    *out = NULL;
+    return c->ops->split(c, color, key, out);
+}
+
+int tri_comm_barrier(tri_comm *c)
+{
+    return c->size == 1 ? TRI_OK : c->ops->barrier(c);
+}
+
+void tri_comm_abort(tri_comm *c, int code)
+{
+    c->ops->abort(c, code);
+}
+
+void tri_comm_destroy(tri_comm *c)
+{
+    if (c)
+        c->ops->destroy(c);
+}
+
+uint64_t tri_comm_bytes(const tri_comm *c, tri_comm_kind kind)
+{
+    return c->bytes[kind];
+}
+
+void tri_comm_reset_counters(tri_comm *c)
+{
+    memset(c->bytes, 0, sizeof c->bytes);
+    memset(c->calls, 0, sizeof c->calls);
+}
+
+const char *tri_comm_kind_name(tri_comm_kind kind)
+{
+    static const char *names[TRI_COMM_KINDS] = {"all_reduce", "reduce_scatter", "all_gather",
+                                                "broadcast", "p2p"};
+    return kind < TRI_COMM_KINDS ? names[kind] : "?";
+}

@@ -1,0 +1,195 @@
+/* engine/comm_mpi.c - the MPI comm over host buffers (Open MPI launches the ranks).
+ *
+ * Each tri_comm owns a duplicate of its MPI communicator with MPI_ERRORS_RETURN, so a failing
+ * call comes back as a status with MPI's own error string instead of killing the job. Batched p2p
+ * is a set of MPI_Isend / MPI_Irecv completed by one MPI_Waitall; MPI's non-overtaking rule
+ * matches messages between two ranks in the order they were posted. */
+#include "engine/comm.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/status.h"
+
+typedef struct mpi_comm {
+    MPI_Comm comm;
+} mpi_comm;
+
+static const tri_comm_ops mpi_ops;
+
+/* Records a failed MPI call with MPI's message; evaluates to TRI_ECOMM (or TRI_OK). */
+static int check_mpi(int err, const char *call, const char *file, int line)
+{
+    if (err == MPI_SUCCESS)
+        return TRI_OK;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, text, &len);
+    return tri_error_set(TRI_ECOMM, file, line, "%s failed: %s", call, text);
+}
+
+#define TRI_MPI(call) check_mpi((call), #call, __FILE__, __LINE__)
+
+static MPI_Comm comm_of(tri_comm *c)
+{
+    return ((mpi_comm *)c->impl)->comm;
+}
+
+static MPI_Datatype mpi_type(tri_dtype dtype)
+{
+    return dtype == TRI_I32 ? MPI_INT32_T : MPI_FLOAT;
+}
+
+static bool overlaps(const void *a, size_t an, const void *b, size_t bn)
+{
+    const char *x = a, *y = b;
+    return x < y + bn && y < x + an;
+}
+
+static int mpi_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
+{
+    return TRI_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data, (int)tri_tensor_numel(x), mpi_type(x.dtype),
+                                 op == TRI_REDUCE_SUM ? MPI_SUM : MPI_MAX, comm_of(c)));
+}
+
+static int mpi_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    int n = (int)tri_tensor_numel(out);
+    if (!overlaps(out.data, tri_tensor_bytes(out), in.data, tri_tensor_bytes(in)))
+        return TRI_MPI(MPI_Reduce_scatter_block(in.data, out.data, n, mpi_type(in.dtype), MPI_SUM,
+                                                comm_of(c)));
+    void *tmp = malloc(tri_tensor_bytes(out));
+    if (!tmp)
+        return TRI_ERR(TRI_ENOMEM, "mpi reduce_scatter: cannot allocate %zu bytes", tri_tensor_bytes(out));
+    int rc = TRI_MPI(MPI_Reduce_scatter_block(in.data, tmp, n, mpi_type(in.dtype), MPI_SUM, comm_of(c)));
+    if (!rc)
+        memcpy(out.data, tmp, tri_tensor_bytes(out));
+    free(tmp);
+    return rc;
+}
+
+static int mpi_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    int n = (int)tri_tensor_numel(in);
+    size_t part = tri_tensor_bytes(in);
+    char *mine = (char *)out.data + (size_t)c->rank * part;
+    if ((char *)in.data == mine)
+        return TRI_MPI(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, n,
+                                     mpi_type(in.dtype), comm_of(c)));
+    if (overlaps(out.data, tri_tensor_bytes(out), in.data, part)) {
+        memmove(mine, in.data, part);
+        return TRI_MPI(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, n,
+                                     mpi_type(in.dtype), comm_of(c)));
+    }
+    return TRI_MPI(MPI_Allgather(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype),
+                                 comm_of(c)));
+}
+
+static int mpi_broadcast(tri_comm *c, tri_tensor x, int root)
+{
+    return TRI_MPI(MPI_Bcast(x.data, (int)tri_tensor_numel(x), mpi_type(x.dtype), root, comm_of(c)));
+}
+
+static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
+{
+    MPI_Request *req = calloc((size_t)n, sizeof *req);
+    if (!req)
+        return TRI_ERR(TRI_ENOMEM, "mpi p2p: out of memory");
+    int rc = TRI_OK;
+    int posted = 0;
+    for (int i = 0; i < n && !rc; i++, posted++) {
+        const tri_p2p *o = &ops[i];
+        int count = (int)tri_tensor_numel(o->t);
+        if (o->send)
+            rc = TRI_MPI(MPI_Isend(o->t.data, count, mpi_type(o->t.dtype), o->peer, 0, comm_of(c), &req[i]));
+        else
+            rc = TRI_MPI(MPI_Irecv(o->t.data, count, mpi_type(o->t.dtype), o->peer, 0, comm_of(c), &req[i]));
+    }
+    if (!rc)
+        rc = TRI_MPI(MPI_Waitall(posted, req, MPI_STATUSES_IGNORE));
+    free(req);
+    return rc;
+}
+
+static int wrap(tri_comm **out, MPI_Comm comm)
+{
+    tri_comm *c = calloc(1, sizeof *c);
+    mpi_comm *mc = calloc(1, sizeof *mc);
+    if (!c || !mc) {
+        free(c);
+        free(mc);
+        return TRI_ERR(TRI_ENOMEM, "mpi comm: out of memory");
+    }
+    mc->comm = comm;
+    c->ops = &mpi_ops;
+    c->impl = mc;
+    int rc = TRI_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    if (!rc) rc = TRI_MPI(MPI_Comm_rank(comm, &c->rank));
+    if (!rc) rc = TRI_MPI(MPI_Comm_size(comm, &c->size));
+    if (rc) {
+        free(mc);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return TRI_OK;
+}
+
+static int mpi_split(tri_comm *c, int color, int key, tri_comm **out)
+{
+    MPI_Comm nc = MPI_COMM_NULL;
+    int rc = TRI_MPI(MPI_Comm_split(comm_of(c), color < 0 ? MPI_UNDEFINED : color, key, &nc));
+    if (rc || nc == MPI_COMM_NULL)
+        return rc;
+    rc = wrap(out, nc);
+    if (rc)
+        MPI_Comm_free(&nc);
+    return rc;
+}
+
+static int mpi_barrier(tri_comm *c)
+{
+    return TRI_MPI(MPI_Barrier(comm_of(c)));
+}
+
+static void mpi_abort(tri_comm *c, int code)
+{
+    MPI_Abort(comm_of(c), code ? code : 1);
+}
+
+static void mpi_destroy(tri_comm *c)
+{
+    mpi_comm *mc = c->impl;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+        MPI_Comm_free(&mc->comm);
+    free(mc);
+    free(c);
+}
+
+static const tri_comm_ops mpi_ops = {
+    .name = "mpi",
+    .all_reduce = mpi_all_reduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_gather = mpi_all_gather,
+    .broadcast = mpi_broadcast,
+    .p2p = mpi_p2p,
+    .split = mpi_split,
+    .barrier = mpi_barrier,
+    .abort = mpi_abort,
+    .destroy = mpi_destroy,
+};
+
+int tri_comm_mpi_create(tri_comm **out, const void *mpi_comm_handle)
+{
+    MPI_Comm dup = MPI_COMM_NULL;
+    int rc = TRI_MPI(MPI_Comm_dup(*(const MPI_Comm *)mpi_comm_handle, &dup));
+    if (rc)
+        return rc;
+    rc = wrap(out, dup);
+    if (rc)
+        MPI_Comm_free(&dup);
+    return rc;
+}

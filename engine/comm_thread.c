@@ -1,0 +1,501 @@
+/* engine/comm_thread.c - the thread-rank comm: N pthreads in one process act as N ranks.
+ *
+ * Criterion forks every test and must not call MPI_Init, so parallel algorithms are tested on
+ * thread ranks. A collective posts each rank's buffer pointer in a shared table, meets at a
+ * barrier, lets every rank compute its result from the others' buffers (summing in rank order, so
+ * results are deterministic), and meets again before anyone reuses a buffer. Point-to-point
+ * messages go through per-(sender, receiver) FIFO queues: a batch posts all its sends, completes
+ * all its receives by copying from matching posted sends, then waits until its own sends have been
+ * consumed (so send buffers may be reused on return). Every wait gives up after the group's timeout
+ * or when any rank aborts, so a failing test reports instead of hanging. */
+#include "engine/comm.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/status.h"
+
+typedef struct message {
+    struct message *next;
+    const void *buf;
+    size_t bytes;
+    int consumed;
+} message;
+
+/* State shared by the ranks of one group (the world or a split of it). */
+typedef struct shared {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int size;
+    double timeout_s;
+    int *aborted;                 /* the whole job's abort flag (owned by the thread group) */
+    int refs;                     /* ranks still holding this group */
+    /* barrier */
+    int arrived;
+    unsigned long generation;
+    /* collectives: each rank's posted pointers and scalar arguments */
+    void **inbuf;
+    void **outbuf;
+    int *ints;
+    void **ptrs;
+    /* p2p: queue[src * size + dst] */
+    message **queue;
+} shared;
+
+struct tri_thread_group {
+    int size;
+    double timeout_s;
+    int aborted;
+    shared *world;
+};
+
+typedef struct thread_comm {
+    shared *sh;
+} thread_comm;
+
+static const tri_comm_ops thread_ops;
+
+static int shared_create(shared **out, int size, double timeout_s, int *aborted)
+{
+    shared *s = calloc(1, sizeof *s);
+    if (!s)
+        return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
+    s->size = size;
+    s->timeout_s = timeout_s;
+    s->aborted = aborted;
+    s->refs = size;
+    s->inbuf = calloc((size_t)size, sizeof *s->inbuf);
+    s->outbuf = calloc((size_t)size, sizeof *s->outbuf);
+    s->ints = calloc((size_t)size * 2, sizeof *s->ints);
+    s->ptrs = calloc((size_t)size, sizeof *s->ptrs);
+    s->queue = calloc((size_t)size * (size_t)size, sizeof *s->queue);
+    if (!s->inbuf || !s->outbuf || !s->ints || !s->ptrs || !s->queue) {
+        free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->queue); free(s);
+        return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    *out = s;
+    return TRI_OK;
+}
+
+static void shared_release(shared *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int left = --s->refs;
+    pthread_mutex_unlock(&s->mu);
+    if (left > 0)
+        return;
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->queue);
+    free(s);
+}
+
+static struct timespec deadline(double seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    time_t whole = (time_t)seconds;
+    long frac = (long)((seconds - (double)whole) * 1e9);
+    ts.tv_sec += whole;
+    ts.tv_nsec += frac;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec += 1;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Waits on the group's condition (mutex held), in slices of 20 ms so that an abort raised on any
+ * group of the job (each group has its own condition variable) is seen promptly.
+ * TRI_ETIMEOUT / TRI_ECOMM (aborted) on failure. */
+static int wait_locked(shared *s, const struct timespec *until, const char *what)
+{
+    if (*s->aborted)
+        return TRI_ERR(TRI_ECOMM, "thread comm: %s interrupted: another rank aborted", what);
+    struct timespec slice = deadline(0.02);
+    bool last = slice.tv_sec > until->tv_sec ||
+                (slice.tv_sec == until->tv_sec && slice.tv_nsec >= until->tv_nsec);
+    int e = pthread_cond_timedwait(&s->cv, &s->mu, last ? until : &slice);
+    if (*s->aborted)
+        return TRI_ERR(TRI_ECOMM, "thread comm: %s interrupted: another rank aborted", what);
+    if (e == ETIMEDOUT && last)
+        return TRI_ERR(TRI_ETIMEOUT, "thread comm: %s timed out after %.0f s", what, s->timeout_s);
+    return TRI_OK;
+}
+
+static int barrier(shared *s, const char *what)
+{
+    struct timespec until = deadline(s->timeout_s);
+    pthread_mutex_lock(&s->mu);
+    unsigned long gen = s->generation;
+    int rc = TRI_OK;
+    if (++s->arrived == s->size) {
+        s->arrived = 0;
+        s->generation++;
+        pthread_cond_broadcast(&s->cv);
+    } else {
+        while (gen == s->generation && rc == TRI_OK)
+            rc = wait_locked(s, &until, what);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static shared *sh_of(tri_comm *c)
+{
+    return ((thread_comm *)c->impl)->sh;
+}
+
+static void reduce_into(void *dst, void *const *srcs, int n, int64_t count, tri_dtype dtype,
+                        tri_reduce_op op, int64_t offset)
+{
+    if (dtype == TRI_F32) {
+        float *d = dst;
+        for (int64_t i = 0; i < count; i++) {
+            float acc = ((const float *)srcs[0])[offset + i];
+            for (int r = 1; r < n; r++) {
+                float v = ((const float *)srcs[r])[offset + i];
+                acc = op == TRI_REDUCE_SUM ? acc + v : (v > acc ? v : acc);
+            }
+            d[i] = acc;
+        }
+    } else {
+        int32_t *d = dst;
+        for (int64_t i = 0; i < count; i++) {
+            int32_t acc = ((const int32_t *)srcs[0])[offset + i];
+            for (int r = 1; r < n; r++) {
+                int32_t v = ((const int32_t *)srcs[r])[offset + i];
+                acc = op == TRI_REDUCE_SUM ? acc + v : (v > acc ? v : acc);
+            }
+            d[i] = acc;
+        }
+    }
+}
+
+static int thread_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
+{
+    shared *s = sh_of(c);
+    size_t bytes = tri_tensor_bytes(x);
+    void *tmp = malloc(bytes);
+    if (!tmp)
+        return TRI_ERR(TRI_ENOMEM, "thread comm all_reduce: cannot allocate %zu bytes", bytes);
+    s->inbuf[c->rank] = x.data;
+    int rc = barrier(s, "all_reduce");
+    if (!rc) {
+        reduce_into(tmp, s->inbuf, s->size, tri_tensor_numel(x), x.dtype, op, 0);
+        rc = barrier(s, "all_reduce");
+    }
+    if (!rc)
+        memcpy(x.data, tmp, bytes);
+    free(tmp);
+    return rc;
+}
+
+static int thread_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    shared *s = sh_of(c);
+    int64_t n = tri_tensor_numel(out);
+    size_t bytes = tri_tensor_bytes(out);
+    void *tmp = malloc(bytes);
+    if (!tmp)
+        return TRI_ERR(TRI_ENOMEM, "thread comm reduce_scatter: cannot allocate %zu bytes", bytes);
+    s->inbuf[c->rank] = in.data;
+    int rc = barrier(s, "reduce_scatter");
+    if (!rc) {
+        reduce_into(tmp, s->inbuf, s->size, n, in.dtype, TRI_REDUCE_SUM, (int64_t)c->rank * n);
+        rc = barrier(s, "reduce_scatter");
+    }
+    if (!rc)
+        memcpy(out.data, tmp, bytes);
+    free(tmp);
+    return rc;
+}
+
+static int thread_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    shared *s = sh_of(c);
+    size_t part = tri_tensor_bytes(in);
+    s->inbuf[c->rank] = in.data;
+    s->outbuf[c->rank] = out.data;
+    int rc = barrier(s, "all_gather");
+    if (rc)
+        return rc;
+    /* Each rank writes its own part into every rank's output (out and in may overlap only at
+     * the writer's own slot, which memmove handles). */
+    for (int r = 0; r < s->size; r++)
+        memmove((char *)s->outbuf[r] + (size_t)c->rank * part, in.data, part);
+    return barrier(s, "all_gather");
+}
+
+static int thread_broadcast(tri_comm *c, tri_tensor x, int root)
+{
+    shared *s = sh_of(c);
+    s->inbuf[c->rank] = x.data;
+    int rc = barrier(s, "broadcast");
+    if (!rc && c->rank != root)
+        memcpy(x.data, s->inbuf[root], tri_tensor_bytes(x));
+    if (!rc)
+        rc = barrier(s, "broadcast");
+    return rc;
+}
+
+static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
+{
+    shared *s = sh_of(c);
+    int rc = TRI_OK;
+    message *mine = calloc((size_t)n, sizeof *mine);
+    if (!mine)
+        return TRI_ERR(TRI_ENOMEM, "thread comm p2p: out of memory");
+    struct timespec until = deadline(s->timeout_s);
+    pthread_mutex_lock(&s->mu);
+    /* post sends at the tail of queue[me -> peer] */
+    for (int i = 0; i < n; i++) {
+        if (!ops[i].send)
+            continue;
+        mine[i].buf = ops[i].t.data;
+        mine[i].bytes = tri_tensor_bytes(ops[i].t);
+        message **q = &s->queue[c->rank * s->size + ops[i].peer];
+        while (*q)
+            q = &(*q)->next;
+        *q = &mine[i];
+    }
+    pthread_cond_broadcast(&s->cv);
+    /* complete receives in order */
+    for (int i = 0; i < n && rc == TRI_OK; i++) {
+        if (ops[i].send)
+            continue;
+        message **q = &s->queue[ops[i].peer * s->size + c->rank];
+        while (!*q && rc == TRI_OK)
+            rc = wait_locked(s, &until, "p2p receive");
+        if (rc)
+            break;
+        message *m = *q;
+        if (m->bytes != tri_tensor_bytes(ops[i].t)) {
+            rc = TRI_ERR(TRI_ECOMM, "thread comm p2p: rank %d sent %zu bytes, rank %d expects %zu",
+                         ops[i].peer, m->bytes, c->rank, tri_tensor_bytes(ops[i].t));
+            break;
+        }
+        memcpy(ops[i].t.data, m->buf, m->bytes);
+        *q = m->next;
+        m->consumed = 1;
+        pthread_cond_broadcast(&s->cv);
+    }
+    /* wait until every send of this batch has been received */
+    for (int i = 0; i < n && rc == TRI_OK; i++)
+        while (ops[i].send && !mine[i].consumed && rc == TRI_OK)
+            rc = wait_locked(s, &until, "p2p send");
+    if (rc) {
+        /* unlink our unconsumed sends so no peer reads freed memory */
+        for (int i = 0; i < n; i++) {
+            if (!ops[i].send || mine[i].consumed)
+                continue;
+            message **q = &s->queue[c->rank * s->size + ops[i].peer];
+            while (*q && *q != &mine[i])
+                q = &(*q)->next;
+            if (*q)
+                *q = mine[i].next;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(mine);
+    return rc;
+}
+
+static int thread_barrier(tri_comm *c)
+{
+    return barrier(sh_of(c), "barrier");
+}
+
+static int wrap(tri_comm **out, shared *sh, int rank)
+{
+    tri_comm *c = calloc(1, sizeof *c);
+    thread_comm *tc = calloc(1, sizeof *tc);
+    if (!c || !tc) {
+        free(c);
+        free(tc);
+        return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
+    }
+    tc->sh = sh;
+    c->ops = &thread_ops;
+    c->impl = tc;
+    c->rank = rank;
+    c->size = sh->size;
+    *out = c;
+    return TRI_OK;
+}
+
+/* Split: every rank posts (color, key); the lowest rank of each color creates the new group's
+ * shared state and posts its pointer; members find their new rank by counting smaller keys. */
+static int thread_split(tri_comm *c, int color, int key, tri_comm **out)
+{
+    shared *s = sh_of(c);
+    s->ints[2 * c->rank] = color;
+    s->ints[2 * c->rank + 1] = key;
+    int rc = barrier(s, "split");
+    if (rc)
+        return rc;
+    int leader = -1, members = 0, my_rank = 0;
+    for (int r = 0; r < s->size; r++) {
+        if (color < 0 || s->ints[2 * r] != color)
+            continue;
+        if (leader < 0)
+            leader = r;
+        members++;
+        int k = s->ints[2 * r + 1];
+        if (k < key || (k == key && r < c->rank))
+            my_rank++;
+    }
+    shared *ns = NULL;
+    if (leader == c->rank)
+        rc = shared_create(&ns, members, s->timeout_s, s->aborted);
+    s->ptrs[c->rank] = ns;
+    int rc2 = barrier(s, "split");
+    if (rc || rc2)
+        return rc ? rc : rc2;
+    if (color >= 0) {
+        ns = s->ptrs[leader];
+        if (!ns)
+            rc = TRI_ERR(TRI_ENOMEM, "thread comm split: the group leader failed to allocate");
+        else
+            rc = wrap(out, ns, my_rank);
+    }
+    rc2 = barrier(s, "split");
+    return rc ? rc : rc2;
+}
+
+static void thread_abort(tri_comm *c, int code)
+{
+    shared *s = sh_of(c);
+    pthread_mutex_lock(&s->mu);
+    *s->aborted = code ? code : 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void thread_destroy(tri_comm *c)
+{
+    shared_release(sh_of(c));
+    free(c->impl);
+    free(c);
+}
+
+static const tri_comm_ops thread_ops = {
+    .name = "thread",
+    .all_reduce = thread_all_reduce,
+    .reduce_scatter = thread_reduce_scatter,
+    .all_gather = thread_all_gather,
+    .broadcast = thread_broadcast,
+    .p2p = thread_p2p,
+    .split = thread_split,
+    .barrier = thread_barrier,
+    .abort = thread_abort,
+    .destroy = thread_destroy,
+};
+
+int tri_thread_group_create(tri_thread_group **out, int size, double timeout_s)
+{
+    tri_thread_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
+    g->size = size;
+    g->timeout_s = timeout_s;
+    int rc = shared_create(&g->world, size, timeout_s, &g->aborted);
+    if (rc) {
+        free(g);
+        return rc;
+    }
+    g->world->refs = size + 1; /* the group itself holds one reference */
+    *out = g;
+    return TRI_OK;
+}
+
+void tri_thread_group_destroy(tri_thread_group *g)
+{
+    if (!g)
+        return;
+    shared_release(g->world);
+    free(g);
+}
+
+int tri_comm_thread_create(tri_comm **out, tri_thread_group *g, int rank)
+{
+    if (rank < 0 || rank >= g->size)
+        return TRI_ERR(TRI_EINVAL, "thread comm: rank %d outside group of %d", rank, g->size);
+    return wrap(out, g->world, rank);
+}
+
+/* ---- running a function on thread ranks ---- */
+
+typedef struct rank_job {
+    int rank, size;
+    tri_thread_group *group;
+    tri_rank_fn fn;
+    void *arg;
+    int rc;
+    char msg[2048];
+} rank_job;
+
+static void *rank_main(void *p)
+{
+    rank_job *j = p;
+    tri_comm *c = NULL;
+    j->rc = tri_comm_thread_create(&c, j->group, j->rank);
+    if (!j->rc)
+        j->rc = j->fn(j->rank, j->size, c, j->arg);
+    if (j->rc) {
+        snprintf(j->msg, sizeof j->msg, "rank %d: %s", j->rank, tri_error_message());
+        if (c)
+            thread_abort(c, j->rc); /* wake the other ranks instead of letting them time out */
+    }
+    if (c)
+        thread_destroy(c);
+    return NULL;
+}
+
+int tri_run_thread_ranks(int size, tri_rank_fn fn, void *arg)
+{
+    tri_thread_group *g = NULL;
+    int rc = tri_thread_group_create(&g, size, 120.0);
+    if (rc)
+        return rc;
+    rank_job *jobs = calloc((size_t)size, sizeof *jobs);
+    pthread_t *th = calloc((size_t)size, sizeof *th);
+    if (!jobs || !th) {
+        free(jobs);
+        free(th);
+        tri_thread_group_destroy(g);
+        return TRI_ERR(TRI_ENOMEM, "thread ranks: out of memory");
+    }
+    int started = 0;
+    for (int r = 0; r < size; r++) {
+        jobs[r] = (rank_job){.rank = r, .size = size, .group = g, .fn = fn, .arg = arg};
+        if (pthread_create(&th[r], NULL, rank_main, &jobs[r]) != 0) {
+            rc = TRI_ERR(TRI_ENOMEM, "thread ranks: cannot start thread %d", r);
+            g->aborted = 1;
+            break;
+        }
+        started++;
+    }
+    for (int r = 0; r < started; r++)
+        pthread_join(th[r], NULL);
+    /* report the first failure that is not merely a consequence of another rank's abort */
+    int first = -1;
+    for (int r = 0; r < started && !rc; r++)
+        if (jobs[r].rc && (first < 0 || jobs[first].rc == TRI_ECOMM))
+            first = r;
+    if (!rc && first >= 0) {
+        rc = jobs[first].rc;
+        tri_error_set(rc, __FILE__, __LINE__, "%s", jobs[first].msg);
+    }
+    free(jobs);
+    free(th);
+    tri_thread_group_destroy(g);
+    return rc;
+}

@@ -1,0 +1,86 @@
+/* engine/optimizer.c - AdamW over a flat-buffer range, gradient norm, LR schedule (see optimizer.h). */
+#include "engine/optimizer.h"
+
+#include <math.h>
+
+#include "engine/status.h"
+
+int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *cfg, int64_t lo,
+                       int64_t hi)
+{
+    o->cfg = *cfg;
+    o->lo = lo;
+    o->hi = hi;
+    o->step = 0;
+    int64_t n = hi - lo > 0 ? hi - lo : 1;
+    int rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->m, TRI_F32, 1, (int64_t[]){n});
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->v, TRI_F32, 1, (int64_t[]){n});
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, &o->scalar, TRI_F32, 1, (int64_t[]){1});
+    return rc;
+}
+
+int tri_optimizer_reset(tri_device *d, tri_optimizer *o)
+{
+    int rc = tri_op_fill(d, o->m, 0.0f);
+    if (!rc) rc = tri_op_fill(d, o->v, 0.0f);
+    o->step = 0;
+    return rc;
+}
+
+/* The overlap of parameter p with [lo, hi) as flat offsets; false when empty. */
+static bool overlap(const tri_param *p, int64_t lo, int64_t hi, int64_t *s, int64_t *e)
+{
+    *s = p->offset > lo ? p->offset : lo;
+    *e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    return *s < *e;
+}
+
+int tri_grad_sumsq(tri_device *d, const tri_param_layout *L, tri_tensor grads, int64_t lo, int64_t hi,
+                   tri_tensor scalar, double *sumsq)
+{
+    int rc = tri_op_fill(d, scalar, 0.0f);
+    for (int i = 0; i < L->n && !rc; i++) {
+        int64_t s, e;
+        if (L->params[i].count_in_norm && overlap(&L->params[i], lo, hi, &s, &e))
+            rc = tri_op_sum_squares(d, scalar, tri_tensor_range(grads, s, e - s));
+    }
+    float host = 0.0f;
+    if (!rc) rc = tri_device_copy_to_host(d, &host, scalar);
+    *sumsq = host;
+    return rc;
+}
+
+int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_param_layout *L, tri_tensor params,
+                       tri_tensor grads, float lr, float grad_scale)
+{
+    tri_adamw_hparams hp = {
+        .lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
+        .grad_scale = grad_scale, .step = o->step + 1,
+    };
+    int rc = TRI_OK;
+    for (int i = 0; i < L->n && !rc; i++) {
+        int64_t s, e;
+        if (!overlap(&L->params[i], o->lo, o->hi, &s, &e))
+            continue;
+        hp.weight_decay = L->params[i].spec.weight_decay ? o->cfg.weight_decay : 0.0f;
+        int64_t n = e - s;
+        rc = tri_op_adamw(d, tri_tensor_range(params, s, n), tri_tensor_range(grads, s, n),
+                          tri_tensor_range(o->m, s - o->lo, n), tri_tensor_range(o->v, s - o->lo, n), &hp);
+    }
+    if (!rc)
+        o->step++;
+    return rc;
+}
+
+float tri_lr_at(const tri_lr_schedule *s, int64_t iter)
+{
+    if (s->warmup_iters > 0 && iter <= s->warmup_iters)
+        return s->lr * (float)iter / (float)s->warmup_iters;
+    if (s->style == TRI_LR_CONSTANT)
+        return s->lr;
+    if (iter >= s->decay_iters)
+        return s->min_lr;
+    double ratio = (double)(iter - s->warmup_iters) / (double)(s->decay_iters - s->warmup_iters);
+    double coeff = s->style == TRI_LR_COSINE ? 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0) : 1.0 - ratio;
+    return s->min_lr + (float)(coeff * (s->lr - s->min_lr));
+}

@@ -1,0 +1,69 @@
+/* engine/train.h - one training step and evaluation over a stage, the process grid and a data source.
+ *
+ * A step runs the global batch's micro-batches through the stage (forward, then backward; the
+ * pipeline executor replaces this loop when there are several stages), then finishes the step:
+ * sums replicated gradients over TP under sequence parallelism, sums the tied embedding's gradient
+ * over the embedding group, averages gradients over data-parallel replicas, computes the global
+ * gradient norm (each parameter counted once), clips (Pascanu et al. 2013) and applies AdamW.
+ * The loss is the mean per-token cross-entropy over the global batch, identical on every rank. */
+#ifndef TRIDENT_ENGINE_TRAIN_H
+#define TRIDENT_ENGINE_TRAIN_H
+
+#include "engine/arena.h"
+#include "engine/grid.h"
+#include "engine/optimizer.h"
+#include "engine/stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where samples come from: fill(ctx, first, n, windows) writes samples [first, first + n) of the
+ * global sample stream as (n, T+1) token windows. */
+typedef struct tri_batch_source {
+    void *ctx;
+    int (*fill)(void *ctx, int64_t first, int64_t n, int32_t *windows);
+} tri_batch_source;
+
+typedef struct tri_step_config {
+    int n_micro;               /* micro-batches per step on each data-parallel replica */
+    bool sequence_parallel;
+    float clip_grad;           /* maximum global gradient norm; <= 0 disables clipping */
+} tri_step_config;
+
+typedef struct tri_step_result {
+    double loss;               /* mean token loss over the global batch */
+    double grad_norm;          /* global norm before clipping */
+    float lr;
+} tri_step_result;
+
+typedef struct tri_trainer {
+    tri_stage *stage;
+    const tri_grid *grid;
+    tri_device *dev;
+    tri_step_config cfg;
+    tri_optimizer opt;
+    tri_arena arena;           /* optimizer state */
+    int32_t *windows;          /* (B, T+1) host staging */
+} tri_trainer;
+
+/* Plans and allocates the optimizer state for the stage's parameters. */
+int tri_trainer_create(tri_trainer *t, tri_stage *stage, const tri_grid *grid, tri_device *dev,
+                       const tri_step_config *cfg, const tri_adamw_config *adamw);
+void tri_trainer_destroy(tri_trainer *t);
+
+/* Global batch size in samples: micro-batch size x micro-batches x dp. */
+int64_t tri_trainer_global_batch(const tri_trainer *t);
+
+/* Update number iter + 1 with learning rate lr on samples [iter * global, (iter + 1) * global). */
+int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
+                     tri_step_result *res);
+
+/* Mean token loss over n_batches global batches of src starting at sample 0 (no gradients). */
+int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches, double *loss);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,25 @@
+/* layers/attention.c - tensor-parallel causal self-attention sub-block (see attention.h). */
+#include "layers/attention.h"
+
+#include "layers/linear.h"
+
+int tri_attention_forward(const tri_tp *tp, tri_tensor y, tri_attention_acts *a, tri_tensor x,
+                          const tri_attention_weights *w, const tri_attention_scratch *s)
+{
+    int rc = tri_column_linear_forward(tp, a->qkv, x, s->full_a, w->qkv_w, w->qkv_b);
+    if (!rc) rc = tri_op_attention_forward(tp->dev, a->atty, a->att, a->qkv);
+    if (!rc) rc = tri_row_linear_forward(tp, y, a->atty, w->proj_w, w->proj_b, s->full_a);
+    return rc;
+}
+
+int tri_attention_backward(const tri_tp *tp, tri_tensor dx, const tri_attention_weights *g,
+                           tri_tensor dy, const tri_attention_acts *a, tri_tensor x,
+                           const tri_attention_weights *w, const tri_attention_scratch *s)
+{
+    int rc = tri_row_linear_backward(tp, s->datty, g->proj_w, g->proj_b, dy, s->full_a, a->atty,
+                                     w->proj_w);
+    if (!rc) rc = tri_op_attention_backward(tp->dev, s->dqkv, s->datt, s->datty, a->qkv, a->att);
+    if (!rc) rc = tri_column_linear_backward(tp, dx, g->qkv_w, g->qkv_b, s->dqkv, x, s->full_a,
+                                             s->full_b, w->qkv_w);
+    return rc;
+}

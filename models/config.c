@@ -1,0 +1,225 @@
+/* models/config.c - loading and validating GPT configs (see config.h). */
+#include "models/config.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/status.h"
+
+#define MAX_CONFIG_BYTES (1 << 20)
+
+/* Keys of Hugging Face's GPT2Config that describe things Trident does not vary, with the one value
+ * Trident computes (checked), or no check (NULL, e.g. bookkeeping such as architectures). */
+typedef struct known_key {
+    const char *key;
+    int type;             /* cJSON type flag, 0 = any */
+    const char *str_value;
+    double num_value;
+    int check;            /* 0 none, 1 number equals, 2 string equals, 3 bool true, 4 bool false or null */
+} known_key;
+
+static const known_key known_keys[] = {
+    {"model_type", cJSON_String, "gpt2", 0, 2},
+    {"activation_function", cJSON_String, "gelu_new", 0, 2},
+    {"layer_norm_epsilon", cJSON_Number, NULL, 1e-5, 1},
+    {"attn_pdrop", cJSON_Number, NULL, 0.0, 1},
+    {"embd_pdrop", cJSON_Number, NULL, 0.0, 1},
+    {"resid_pdrop", cJSON_Number, NULL, 0.0, 1},
+    {"summary_first_dropout", cJSON_Number, NULL, 0, 0},
+    {"tie_word_embeddings", 0, NULL, 0, 3},
+    {"scale_attn_weights", 0, NULL, 0, 3},
+    {"scale_attn_by_inverse_layer_idx", 0, NULL, 0, 4},
+    {"reorder_and_upcast_attn", 0, NULL, 0, 4},
+    {"add_cross_attention", 0, NULL, 0, 4},
+    {"n_inner", 0, NULL, 0, 0}, /* checked below: null or 4 * n_embd */
+    {"architectures", 0, NULL, 0, 0},
+    {"bos_token_id", cJSON_Number, NULL, 0, 0},
+    {"eos_token_id", cJSON_Number, NULL, 0, 0},
+    {"summary_activation", 0, NULL, 0, 0},
+    {"summary_proj_to_labels", 0, NULL, 0, 0},
+    {"summary_type", 0, NULL, 0, 0},
+    {"summary_use_proj", 0, NULL, 0, 0},
+    {"task_specific_params", 0, NULL, 0, 0},
+    {"torch_dtype", 0, NULL, 0, 0},
+    {"transformers_version", 0, NULL, 0, 0},
+    {"use_cache", 0, NULL, 0, 0},
+    {"_name_or_path", 0, NULL, 0, 0},
+    {"tokenizer_class", 0, NULL, 0, 0},
+    {"comment", 0, NULL, 0, 0},
+};
+
+static const char *required_keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
+
+static const char *value_text(const cJSON *item, char *buf, size_t cap)
+{
+    char *s = cJSON_PrintUnformatted(item);
+    snprintf(buf, cap, "%s", s ? s : "?");
+    if (strlen(buf) > 60)
+        strcpy(buf + 57, "...");
+    cJSON_free(s);
+    return buf;
+}
+
+/* A positive integer no larger than `max`. */
+static int get_int(const cJSON *root, const char *key, int max, int *out, const char *src)
+{
+    char v[96];
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!item)
+        return TRI_ERR(TRI_EINVAL, "%s: missing required key \"%s\" (a positive integer)", src, key);
+    if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble))
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, expected a positive integer", src, key,
+                       value_text(item, v, sizeof v));
+    if (item->valuedouble < 1 || item->valuedouble > max)
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, expected an integer in [1, %d]", src, key,
+                       value_text(item, v, sizeof v), max);
+    *out = (int)item->valuedouble;
+    return TRI_OK;
+}
+
+static int check_known(const cJSON *item, const known_key *k, const char *src)
+{
+    char v[96];
+    bool ok = true;
+    if (k->type && !(item->type & k->type))
+        ok = false;
+    else if (k->check == 1)
+        ok = cJSON_IsNumber(item) && fabs(item->valuedouble - k->num_value) <= 1e-12;
+    else if (k->check == 2)
+        ok = cJSON_IsString(item) && strcmp(item->valuestring, k->str_value) == 0;
+    else if (k->check == 3)
+        ok = cJSON_IsTrue(item);
+    else if (k->check == 4)
+        ok = cJSON_IsFalse(item) || cJSON_IsNull(item);
+    if (ok)
+        return TRI_OK;
+    const char *want = k->check == 1 ? "" : k->check == 2 ? k->str_value : k->check == 3 ? "true" : "false";
+    if (k->check == 1)
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's GPT computes only %g", src, k->key,
+                       value_text(item, v, sizeof v), k->num_value);
+    return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's GPT computes only %s%s%s", src,
+                   k->key, value_text(item, v, sizeof v), k->check == 2 ? "\"" : "", want,
+                   k->check == 2 ? "\"" : "");
+}
+
+static int check_keys(const cJSON *root, const char *src)
+{
+    for (const cJSON *item = root->child; item; item = item->next) {
+        bool found = false;
+        for (size_t i = 0; i < sizeof required_keys / sizeof *required_keys && !found; i++)
+            found = strcmp(item->string, required_keys[i]) == 0;
+        if (found || strcmp(item->string, "initializer_range") == 0 || strcmp(item->string, "n_ctx") == 0)
+            continue;
+        for (size_t i = 0; i < sizeof known_keys / sizeof *known_keys && !found; i++) {
+            if (strcmp(item->string, known_keys[i].key) == 0) {
+                int rc = check_known(item, &known_keys[i], src);
+                if (rc)
+                    return rc;
+                found = true;
+            }
+        }
+        if (!found)
+            return TRI_ERR(TRI_EINVAL, "%s: unknown key \"%s\" (GPT-2 config keys: n_layer, n_head, "
+                           "n_embd, vocab_size, n_positions, initializer_range, ...)", src, item->string);
+    }
+    return TRI_OK;
+}
+
+static int parse_root(tri_gpt_config *cfg, const cJSON *root, const char *src)
+{
+    char v[96];
+    if (!cJSON_IsObject(root))
+        return TRI_ERR(TRI_EINVAL, "%s: expected a JSON object at the top level", src);
+    int rc = check_keys(root, src);
+    if (!rc) rc = get_int(root, "n_layer", 100000, &cfg->n_layer, src);
+    if (!rc) rc = get_int(root, "n_head", 100000, &cfg->n_head, src);
+    if (!rc) rc = get_int(root, "n_embd", 1 << 20, &cfg->n_embd, src);
+    if (!rc) rc = get_int(root, "vocab_size", 65536, &cfg->vocab_size, src);
+    if (!rc) rc = get_int(root, "n_positions", 1 << 20, &cfg->n_positions, src);
+    if (rc)
+        return rc;
+    if (cfg->n_embd % cfg->n_head != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: \"n_embd\" %d is not divisible by \"n_head\" %d", src,
+                       cfg->n_embd, cfg->n_head);
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "n_ctx");
+    if (ctx && (!cJSON_IsNumber(ctx) || ctx->valuedouble != cfg->n_positions))
+        return TRI_ERR(TRI_EINVAL, "%s: \"n_ctx\" is %s, expected it to equal \"n_positions\" %d", src,
+                       value_text(ctx, v, sizeof v), cfg->n_positions);
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(root, "n_inner");
+    if (inner && !cJSON_IsNull(inner) && (!cJSON_IsNumber(inner) || inner->valuedouble != 4.0 * cfg->n_embd))
+        return TRI_ERR(TRI_EINVAL, "%s: \"n_inner\" is %s, expected null or 4 * n_embd = %d", src,
+                       value_text(inner, v, sizeof v), 4 * cfg->n_embd);
+    cfg->init_std = 0.02f;
+    const cJSON *std = cJSON_GetObjectItemCaseSensitive(root, "initializer_range");
+    if (std) {
+        if (!cJSON_IsNumber(std) || !(std->valuedouble > 0.0) || std->valuedouble > 1.0)
+            return TRI_ERR(TRI_EINVAL, "%s: \"initializer_range\" is %s, expected a number in (0, 1]",
+                           src, value_text(std, v, sizeof v));
+        cfg->init_std = (float)std->valuedouble;
+    }
+    return TRI_OK;
+}
+
+int tri_gpt_config_parse(tri_gpt_config *cfg, const char *json, const char *source)
+{
+    memset(cfg, 0, sizeof *cfg);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root) {
+        size_t at = end ? (size_t)(end - json) : 0;
+        return TRI_ERR(TRI_EINVAL, "%s: invalid JSON near byte %zu", source, at);
+    }
+    int rc = parse_root(cfg, root, source);
+    cJSON_Delete(root);
+    const char *base = strrchr(source, '/');
+    snprintf(cfg->name, sizeof cfg->name, "%s", base ? base + 1 : source);
+    char *dot = strrchr(cfg->name, '.');
+    if (dot && strcmp(dot, ".json") == 0)
+        *dot = '\0';
+    return rc;
+}
+
+int tri_gpt_config_load(tri_gpt_config *cfg, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return TRI_ERR(TRI_EIO, "cannot open model config %s: %s", path, strerror(errno));
+    char *buf = malloc(MAX_CONFIG_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return TRI_ERR(TRI_ENOMEM, "out of memory reading %s", path);
+    }
+    size_t n = fread(buf, 1, MAX_CONFIG_BYTES + 1, f);
+    int rd_err = ferror(f);
+    fclose(f);
+    int rc;
+    if (rd_err)
+        rc = TRI_ERR(TRI_EIO, "cannot read model config %s", path);
+    else if (n > MAX_CONFIG_BYTES)
+        rc = TRI_ERR(TRI_EINVAL, "%s: larger than %d bytes; not a model config", path, MAX_CONFIG_BYTES);
+    else if (memchr(buf, '\0', n))
+        rc = TRI_ERR(TRI_EINVAL, "%s: contains a NUL byte; not a JSON model config", path);
+    else {
+        buf[n] = '\0';
+        rc = tri_gpt_config_parse(cfg, buf, path);
+    }
+    free(buf);
+    return rc;
+}
+
+int64_t tri_gpt_padded_vocab(int64_t vocab_size, int tp)
+{
+    int64_t m = 128 * (int64_t)tp;
+    return (vocab_size + m - 1) / m * m;
+}
+
+int64_t tri_gpt_num_params(const tri_gpt_config *c)
+{
+    int64_t C = c->n_embd, L = c->n_layer;
+    int64_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+    return (int64_t)c->vocab_size * C + (int64_t)c->n_positions * C + L * block + 2 * C;
+}

@@ -1,0 +1,37 @@
+/* models/config.h - GPT model configs in Hugging Face GPT-2 config.json keys.
+ *
+ * Required keys: n_layer, n_head, n_embd, vocab_size, n_positions (positive integers, n_embd
+ * divisible by n_head). Optional: initializer_range (init std, default 0.02), n_ctx (must equal
+ * n_positions), and the other keys of Hugging Face's GPT2Config, accepted where Trident computes
+ * the same model (e.g. activation_function "gelu_new", layer_norm_epsilon 1e-5, dropout 0).
+ * Anything else is refused, naming the file, key and value. */
+#ifndef TRIDENT_MODELS_CONFIG_H
+#define TRIDENT_MODELS_CONFIG_H
+
+#include <stdint.h>
+
+typedef struct tri_gpt_config {
+    int n_layer;       /* L */
+    int n_head;        /* NH */
+    int n_embd;        /* C */
+    int vocab_size;    /* V (real tokens; the model pads it, see tri_gpt_padded_vocab) */
+    int n_positions;   /* maximum sequence length */
+    float init_std;    /* initializer_range */
+    char name[128];    /* the file's base name without .json, for logs */
+} tri_gpt_config;
+
+/* Reads and validates a config file. TRI_EIO when it cannot be read, TRI_EINVAL with a message
+ * naming the file, key and value otherwise. */
+int tri_gpt_config_load(tri_gpt_config *cfg, const char *path);
+
+/* Parses JSON text; `source` names it in messages. */
+int tri_gpt_config_parse(tri_gpt_config *cfg, const char *json, const char *source);
+
+/* The vocabulary padded to a multiple of 128 * tp (Megatron's --make-vocab-size-divisible-by 128),
+ * e.g. 50257 -> 50304 at tp = 1. The padding rows stay zero and are kept out of the loss. */
+int64_t tri_gpt_padded_vocab(int64_t vocab_size, int tp);
+
+/* Number of parameters of the unpadded model (weights counted once, tied LM head not again). */
+int64_t tri_gpt_num_params(const tri_gpt_config *cfg);
+
+#endif

@@ -1,0 +1,126 @@
+/* models/gpt.h - GPT-2 (Radford et al. 2019) as a pipeline stage with tensor parallelism.
+ *
+ * A stage holds blocks [layer_start, layer_end) of the model; the first stage also holds the token
+ * and position embeddings, the last the final layernorm and the LM head tied to the token embedding
+ * (a copy of wte when the first stage is another rank, kept equal through the embedding group).
+ * Written like llm.c's train_gpt2.c (one forward list, backward the list reversed, every buffer with
+ * its shape), with Megatron-LM's tensor-parallel layers from layers/. Shapes: B micro-batch size,
+ * T sequence length, N = B*T token rows, N_l = N/tp under sequence parallelism (else N), C n_embd,
+ * C_l = C/tp, NH_l = NH/tp, Vp the padded vocab, V_l = Vp/tp.
+ *
+ * Parameters, gradients and activations come from one arena planned before allocation
+ * (engine/arena.h). Parameter names are the checkpoint keys: wte, wpe, h.<i>.ln_1.w, h.<i>.ln_1.b,
+ * h.<i>.attn.c_attn.w (3, C, C), h.<i>.attn.c_attn.b (3, C), h.<i>.attn.c_proj.w, .b,
+ * h.<i>.ln_2.w, .b, h.<i>.mlp.c_fc.w (4C, C), .b, h.<i>.mlp.c_proj.w (C, 4C), .b, ln_f.w, ln_f.b.
+ * Weights are (out, in) as in Megatron; c_attn keeps q, k, v as its first dimension so that a
+ * tensor-parallel shard (split along dim 1) holds whole heads of each. */
+#ifndef TRIDENT_MODELS_GPT_H
+#define TRIDENT_MODELS_GPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/arena.h"
+#include "engine/comm.h"
+#include "engine/device.h"
+#include "engine/stage.h"
+#include "layers/attention.h"
+#include "layers/cross_entropy.h"
+#include "layers/mlp.h"
+#include "models/config.h"
+
+typedef struct tri_gpt_options {
+    int64_t B, T;              /* micro-batch size, sequence length (T <= n_positions) */
+    int n_slots;               /* activation slots: micro-batches in flight on this stage */
+    int layer_start, layer_end;/* this stage's blocks [start, end) */
+    bool first, last;          /* first / last pipeline stage */
+    bool sequence_parallel;
+    int dp, dp_rank;           /* data-parallel size and rank (ZeRO shard of the layout) */
+    uint64_t seed;             /* initialisation seed */
+} tri_gpt_options;
+
+typedef struct tri_gpt_block_weights {
+    tri_tensor ln1_w, ln1_b;       /* (C) */
+    tri_attention_weights attn;
+    tri_tensor ln2_w, ln2_b;       /* (C) */
+    tri_mlp_weights mlp;
+} tri_gpt_block_weights;
+
+/* Views of parameters (or of their gradients) in the flat buffer; absent ones have data NULL. */
+typedef struct tri_gpt_weights {
+    tri_tensor wte;                /* (V_l, C) */
+    tri_tensor wpe;                /* (n_positions, C) */
+    tri_gpt_block_weights *h;      /* this stage's blocks */
+    tri_tensor lnf_w, lnf_b;       /* (C) */
+} tri_gpt_weights;
+
+typedef struct tri_gpt_block_acts {
+    tri_tensor ln1, ln1_mean, ln1_rstd;   /* (N_l, C), (N_l), (N_l) */
+    tri_attention_acts attn;              /* qkv (B, T, 3C_l), att (B, NH_l, T, T), atty (B, T, C_l) */
+    tri_tensor res2;                      /* (N_l, C) residual after attention */
+    tri_tensor ln2, ln2_mean, ln2_rstd;   /* (N_l, C), (N_l), (N_l) */
+    tri_mlp_acts mlp;                     /* fch, fch_gelu (N, 4C_l) */
+    tri_tensor res3;                      /* (N_l, C) block output */
+} tri_gpt_block_acts;
+
+/* Everything one micro-batch keeps between its forward and its backward. */
+typedef struct tri_gpt_slot {
+    tri_tensor tokens, targets;           /* (N) i32 */
+    tri_tensor x_in;                      /* (N_l, C) stage input */
+    tri_gpt_block_acts *blocks;
+    tri_tensor lnf, lnf_mean, lnf_rstd;   /* last stage: (N_l, C), (N_l), (N_l) */
+    tri_tensor dlnf;                      /* last stage: (N_l, C) from the fused LM-head backward */
+    tri_tensor losses;                    /* last stage: (N) per-token losses */
+    tri_tensor grad_out;                  /* (N_l, C) gradient received from the next stage */
+    tri_tensor dres;                      /* (N_l, C) residual gradient; ends as the gradient sent back */
+} tri_gpt_slot;
+
+typedef struct tri_gpt {
+    tri_gpt_config cfg;
+    tri_gpt_options opt;
+    tri_device *dev;
+    tri_tp tp;
+    int64_t Vp, V_l, vocab_start;         /* padded vocab, its shard, the shard's first id */
+    int64_t N, N_l, C_l, NH_l;
+    int L_l;                              /* blocks on this stage */
+    tri_param_layout layout;
+    tri_arena arena;
+    tri_tensor params, grads;             /* flat (layout.padded_numel) */
+    tri_gpt_weights w, g;                 /* views of params and of grads */
+    tri_gpt_slot *slots;
+    /* scratch shared by all blocks and micro-batches */
+    tri_tensor tmp, dln;                  /* (N_l, C) */
+    tri_attention_scratch as;
+    tri_mlp_scratch ms;
+    tri_lm_head_scratch ls;
+    tri_stage stage;                      /* the engine's view of this model */
+} tri_gpt;
+
+/* Parameter descriptions of one stage, in flat-buffer order; *specs is malloc'd. */
+int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt,
+                        tri_param_spec **specs, int *n);
+
+/* Checks the options against the config and the TP size (no communication). TRI_EINVAL with a
+ * message naming the flag and values. */
+int tri_gpt_check(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt);
+
+/* Builds the stage on dev, with tensor parallelism over tp_comm (a one-rank comm without TP):
+ * plans and allocates every buffer, initialises the weights (normal(0, init_std); residual
+ * projections scaled by 1/sqrt(2 n_layer); layernorm ones/zeros; biases and vocab padding zero). */
+int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_options *opt,
+                   tri_device *dev, tri_comm *tp_comm);
+void tri_gpt_destroy(tri_gpt *m);
+
+/* Copies (B, T+1) token windows into a slot: inputs are the first T of each, targets the last T. */
+int tri_gpt_load_batch(tri_gpt *m, int slot, const int32_t *windows);
+/* See tri_stage.forward / backward. */
+int tri_gpt_forward(tri_gpt *m, int slot, bool train, float dloss);
+int tri_gpt_backward(tri_gpt *m, int slot);
+/* Sets every gradient to zero. */
+int tri_gpt_zero_grad(tri_gpt *m);
+
+/* Single-stage models only: logits (vocab_size floats, host) of token row `row` of the batch
+ * already loaded in slot 0, gathered over TP. Runs a forward without the loss. */
+int tri_gpt_logits_row(tri_gpt *m, int64_t row, float *logits);
+
+#endif

@@ -1,0 +1,98 @@
+/* partitioner/layout.c - parameter layout and ZeRO shard ranges (see layout.h). */
+#include "partitioner/layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/status.h"
+
+static int64_t round_up(int64_t x, int64_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+static int place(tri_param *p, const tri_param_spec *s, int tp, int tp_rank)
+{
+    p->spec = *s;
+    p->numel = 1;
+    p->tp_replicated = s->split_dim < 0 || tp == 1;
+    for (int d = 0; d < s->ndim; d++) {
+        p->local_shape[d] = s->shape[d];
+        p->global_offset[d] = 0;
+        if (d == s->split_dim) {
+            if (s->shape[d] % tp != 0)
+                return TRI_ERR(TRI_EINVAL, "parameter %s: dimension %d of size %lld is not divisible "
+                               "by tensor-model-parallel-size %d", s->name, d, (long long)s->shape[d], tp);
+            p->local_shape[d] = s->shape[d] / tp;
+            p->global_offset[d] = p->local_shape[d] * tp_rank;
+        }
+        p->numel *= p->local_shape[d];
+    }
+    /* Replicas count once in the global norm: TP replicas on tp rank 0 only, tied copies never. */
+    p->count_in_norm = !s->tied_copy && (!p->tp_replicated || tp_rank == 0 || tp == 1);
+    return TRI_OK;
+}
+
+int tri_layout_shard_segments(const tri_param_layout *L, int r, tri_segment *segs, int cap)
+{
+    int64_t lo = (int64_t)r * L->shard_numel, hi = lo + L->shard_numel;
+    int k = 0;
+    for (int i = 0; i < L->n; i++) {
+        int64_t a = L->params[i].offset, b = a + L->params[i].numel;
+        int64_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+        if (s >= e)
+            continue;
+        if (k < cap)
+            segs[k] = (tri_segment){.param = i, .start = s, .len = e - s};
+        k++;
+    }
+    return k;
+}
+
+int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, int tp, int tp_rank,
+                      int dp, int dp_rank)
+{
+    memset(L, 0, sizeof *L);
+    L->params = calloc((size_t)(n > 0 ? n : 1), sizeof *L->params);
+    L->segs = calloc((size_t)(n > 0 ? n : 1), sizeof *L->segs);
+    if (!L->params || !L->segs) {
+        tri_layout_destroy(L);
+        return TRI_ERR(TRI_ENOMEM, "layout: out of memory for %d parameters", n);
+    }
+    L->n = n;
+    L->dp = dp;
+    L->dp_rank = dp_rank;
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        int rc = place(&L->params[i], &specs[i], tp, tp_rank);
+        if (rc) {
+            tri_layout_destroy(L);
+            return rc;
+        }
+        L->params[i].offset = off;
+        L->numel += L->params[i].numel;
+        off = round_up(off + L->params[i].numel, TRI_LAYOUT_ALIGN);
+    }
+    L->padded_numel = round_up(off > 0 ? off : 1, (int64_t)dp * TRI_LAYOUT_ALIGN);
+    L->shard_numel = L->padded_numel / dp;
+    L->shard_start = (int64_t)dp_rank * L->shard_numel;
+    L->nseg = tri_layout_shard_segments(L, dp_rank, L->segs, n);
+    return TRI_OK;
+}
+
+void tri_layout_destroy(tri_param_layout *L)
+{
+    free(L->params);
+    free(L->segs);
+    L->params = NULL;
+    L->segs = NULL;
+    L->n = L->nseg = 0;
+}
+
+int tri_layout_find(const tri_param_layout *L, const char *name)
+{
+    for (int i = 0; i < L->n; i++)
+        if (strcmp(L->params[i].spec.name, name) == 0)
+            return i;
+    return -1;
+}

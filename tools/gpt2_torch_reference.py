@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""PyTorch reference for Trident's GPT-2: forward, backward and AdamW steps from given weights.
+
+Usage: gpt2_torch_reference.py IN.bin OUT.bin
+
+IN.bin (written by tests/test_gpt_torch.c) holds the model config, the AdamW settings, the learning
+rate of each step, the token windows of each step and every parameter under Trident's names and
+layouts (weights (out, in); c_attn as (3, C, C) = q, k, v rows). This script builds the same GPT-2
+(pre-LN blocks, GELU tanh form, causal attention, LM head tied to wte, vocab padding kept out of the
+loss) with torch operations in float64, so the reference is independent of Trident's code and more
+precise than the fp32 it checks. OUT.bin receives the logits and loss of step 0's batch, every
+parameter's gradient on that batch, and the loss before each of the AdamW steps (torch.optim.AdamW,
+decay on the parameters Trident decays, torch.nn.utils.clip_grad_norm_).
+
+File format (both files): records of
+  u32 name length, name bytes, u32 ndim, i64 shape[ndim], float64 data (C order), all little-endian.
+"""
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def read_records(path):
+    out = {}
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+    while pos < len(data):
+        (nlen,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        name = data[pos:pos + nlen].decode()
+        pos += nlen
+        (ndim,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        shape = struct.unpack_from("<%dq" % ndim, data, pos)
+        pos += 8 * ndim
+        count = int(np.prod(shape)) if ndim else 1
+        arr = np.frombuffer(data, dtype="<f8", count=count, offset=pos).reshape(shape)
+        pos += 8 * count
+        out[name] = arr.copy()
+    return out
+
+
+def write_records(path, records):
+    with open(path, "wb") as f:
+        for name, arr in records:
+            arr = np.ascontiguousarray(np.asarray(arr, dtype="<f8"))
+            f.write(struct.pack("<I", len(name)))
+            f.write(name.encode())
+            f.write(struct.pack("<I", arr.ndim))
+            f.write(struct.pack("<%dq" % arr.ndim, *arr.shape))
+            f.write(arr.tobytes())
+
+
+def gpt_forward(p, tokens, cfg):
+    """Logits (B, T, V) of the real vocabulary for tokens (B, T)."""
+    L, NH, C, V = cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"]
+    B, T = tokens.shape
+    hs = C // NH
+    x = p["wte"][tokens] + p["wpe"][:T]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(L):
+        h = "h.%d." % i
+        a = F.layer_norm(x, (C,), p[h + "ln_1.w"], p[h + "ln_1.b"], eps=1e-5)
+        qkv = F.linear(a, p[h + "attn.c_attn.w"].reshape(3 * C, C), p[h + "attn.c_attn.b"].reshape(3 * C))
+        q, k, v = qkv.split(C, dim=2)
+        q = q.view(B, T, NH, hs).transpose(1, 2)
+        k = k.view(B, T, NH, hs).transpose(1, 2)
+        v = v.view(B, T, NH, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / (hs ** 0.5)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, p[h + "attn.c_proj.w"], p[h + "attn.c_proj.b"])
+        m = F.layer_norm(x, (C,), p[h + "ln_2.w"], p[h + "ln_2.b"], eps=1e-5)
+        m = F.gelu(F.linear(m, p[h + "mlp.c_fc.w"], p[h + "mlp.c_fc.b"]), approximate="tanh")
+        x = x + F.linear(m, p[h + "mlp.c_proj.w"], p[h + "mlp.c_proj.b"])
+    x = F.layer_norm(x, (C,), p["ln_f.w"], p["ln_f.b"], eps=1e-5)
+    return x @ p["wte"][:V].t()
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: gpt2_torch_reference.py IN.bin OUT.bin")
+    rec = read_records(sys.argv[1])
+    meta = rec.pop("meta")
+    keys = ["n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "B", "T", "steps",
+            "beta1", "beta2", "eps", "weight_decay", "clip_grad"]
+    cfg = dict(zip(keys, meta.tolist()))
+    for k in ["n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "B", "T", "steps"]:
+        cfg[k] = int(cfg[k])
+    lrs = rec.pop("lrs")
+    windows = torch.from_numpy(rec.pop("windows").astype(np.int64))   # (steps, B, T+1)
+    decay_flags = rec.pop("decay")                                     # (n_params,) in order
+    names = [n for n in rec]                                           # file order = Trident order
+    torch.set_default_dtype(torch.float64)
+    params = {n: torch.tensor(rec[n], dtype=torch.float64, requires_grad=True) for n in names}
+
+    def loss_of(step):
+        tokens = windows[step, :, :-1]
+        targets = windows[step, :, 1:]
+        logits = gpt_forward(params, tokens, cfg)
+        return logits, F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1))
+
+    logits, loss = loss_of(0)
+    loss.backward()
+    out = [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()]))]
+    out += [("grad." + n, params[n].grad.numpy().copy()) for n in names]
+
+    groups = [
+        {"params": [params[n] for n, d in zip(names, decay_flags) if d], "weight_decay": cfg["weight_decay"]},
+        {"params": [params[n] for n, d in zip(names, decay_flags) if not d], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=float(lrs[0]), betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"])
+    losses = []
+    for step in range(cfg["steps"]):
+        opt.zero_grad()
+        _, loss = loss_of(step)
+        loss.backward()
+        losses.append(loss.item())
+        if cfg["clip_grad"] > 0:
+            torch.nn.utils.clip_grad_norm_([params[n] for n in names], cfg["clip_grad"])
+        for g in opt.param_groups:
+            g["lr"] = float(lrs[step])
+        opt.step()
+    out.append(("losses", np.array(losses)))
+    write_records(sys.argv[2], out)
+
+
+if __name__ == "__main__":
+    main()
