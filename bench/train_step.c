@@ -1,0 +1,211 @@
+/* bench/train_step.c - speed of a GPT training iteration against OpenBLAS sgemm, in one run.
+ *
+ * Runs full training iterations (forward, backward, AdamW) of a GPT (default GPT-2 124M,
+ * micro-batch 4, sequence 64) on random tokens, on tp thread ranks in this process, and reports
+ * ms/iter, tokens/s and achieved GFLOP/s (model FLOPs of Narayanan et al. 2021 eq. 3 / time).
+ * The baseline is measured in the same run: the exact list of GEMMs one iteration performs (every
+ * linear layer's forward, input-gradient and weight-gradient products and the LM head), timed
+ * with cblas_sgemm alone on the same threads. The printed ratio, achieved / sgemm GFLOP/s, is the
+ * share of BLAS speed the whole iteration keeps (everything that is not a GEMM costs the rest).
+ * With --compare-tp N it also runs tp = N (one thread per rank) against tp = 1 with one thread and
+ * prints the speedup and parallel efficiency. Not a test: no threshold here. */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/comm.h"
+#include "engine/device.h"
+#include "engine/grid.h"
+#include "engine/rng.h"
+#include "engine/status.h"
+#include "engine/train.h"
+#include "models/config.h"
+#include "models/gpt.h"
+#include "tools/cli/backend.h"
+#include "tools/cli/flags.h"
+
+typedef struct bench {
+    const char *config;
+    int B, T, iters, threads, compare_tp;
+    tri_gpt_config cfg;
+    /* results of one run */
+    int tp;
+    double ms_per_iter;
+} bench;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double model_flops(const tri_gpt_config *c, int64_t B, int64_t s)
+{
+    double l = c->n_layer, h = c->n_embd, V = c->vocab_size;
+    return 72.0 * (double)B * (double)s * l * h * h * (1.0 + (double)s / (6.0 * h) + V / (12.0 * l * h));
+}
+
+static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
+{
+    const bench *b = ctx;
+    for (int64_t i = 0; i < n * (b->T + 1); i++)
+        w[i] = (int32_t)(tri_rng_uniform(42, (uint64_t)first, (uint64_t)i) * b->cfg.vocab_size);
+    return TRI_OK;
+}
+
+/* One rank of a timed run: warm-up iteration, then `iters` timed ones. */
+static int run_rank(int rank, int size, tri_comm *world, void *arg)
+{
+    bench *b = arg;
+    tri_device *dev = NULL;
+    tri_grid grid;
+    tri_gpt *m = NULL;
+    tri_trainer tr;
+    tri_cli_set_threads(b->threads);
+    int rc = tri_cli_device_create("cpu", b->threads, &dev);
+    if (!rc) rc = tri_grid_create(&grid, world, b->tp, 1);
+    tri_gpt_options opt = {.B = b->B, .T = b->T, .n_slots = 1, .layer_end = b->cfg.n_layer,
+                           .first = true, .last = true, .dp = 1, .seed = 1};
+    if (!rc) rc = tri_gpt_create(&m, &b->cfg, &opt, dev, grid.tp_comm);
+    tri_step_config sc = {.n_micro = 1, .clip_grad = 1.0f};
+    tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    if (!rc) rc = tri_trainer_create(&tr, &m->stage, &grid, dev, &sc, &ac);
+    tri_batch_source src = {.ctx = b, .fill = fill_random};
+    tri_step_result res;
+    if (!rc) rc = tri_trainer_step(&tr, &src, 0, 1e-4f, &res);
+    double t0 = now_s();
+    for (int it = 1; it <= b->iters && !rc; it++)
+        rc = tri_trainer_step(&tr, &src, it, 1e-4f, &res);
+    if (!rc && rank == 0)
+        b->ms_per_iter = (now_s() - t0) * 1e3 / b->iters;
+    if (m) {
+        tri_trainer_destroy(&tr);
+        tri_gpt_destroy(m);
+        tri_grid_destroy(&grid);
+    }
+    tri_device_destroy(dev);
+    return rc;
+}
+
+typedef struct gemm_shape {
+    int M, N, K;
+    bool ta, tb;
+} gemm_shape;
+
+/* The GEMMs of one training iteration at tp = 1: per linear layer (N rows, in C_in, out C_out)
+ * the forward x w^T, the input gradient dy w and the weight gradient dy^T x. */
+static int iteration_gemms(const tri_gpt_config *c, int64_t N, gemm_shape *g)
+{
+    int C = c->n_embd, n = 0;
+    int V = (int)tri_gpt_padded_vocab(c->vocab_size, 1);
+    int layers[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    for (int l = 0; l < 5; l++) {
+        int in = l < 4 ? layers[l][0] : C, out = l < 4 ? layers[l][1] : V;
+        g[n++] = (gemm_shape){(int)N, out, in, false, true};   /* y = x w^T */
+        g[n++] = (gemm_shape){(int)N, in, out, false, false};  /* dx = dy w */
+        g[n++] = (gemm_shape){out, in, (int)N, true, false};   /* dw = dy^T x */
+    }
+    return n;
+}
+
+/* GFLOP/s of cblas_sgemm over one iteration's GEMM list (blocks repeated n_layer times). */
+static double sgemm_gflops(const bench *b)
+{
+    gemm_shape g[16];
+    int n = iteration_gemms(&b->cfg, (int64_t)b->B * b->T, g);
+    size_t most = 0;
+    for (int i = 0; i < n; i++) {
+        size_t sa = (size_t)g[i].M * g[i].K, sb = (size_t)g[i].K * g[i].N, sc = (size_t)g[i].M * g[i].N;
+        most = sa > most ? sa : most;
+        most = sb > most ? sb : most;
+        most = sc > most ? sc : most;
+    }
+    float *A = malloc(most * sizeof *A), *B = malloc(most * sizeof *B), *Cm = malloc(most * sizeof *Cm);
+    for (size_t i = 0; i < most; i++)
+        A[i] = B[i] = Cm[i] = 0.001f * (float)(i % 1000);
+    double flops = 0.0, secs = 0.0;
+    for (int rep = 0; rep < 2; rep++) { /* the first pass warms up, the second is timed */
+        flops = secs = 0.0;
+        for (int i = 0; i < n; i++) {
+            int times = i < 12 ? b->cfg.n_layer : 1;
+            const gemm_shape *s = &g[i];
+            int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+            double t0 = now_s();
+            for (int k = 0; k < times; k++)
+                cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans,
+                            s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, Cm, s->N);
+            secs += now_s() - t0;
+            flops += 2.0 * s->M * s->N * (double)s->K * times;
+        }
+    }
+    free(A);
+    free(B);
+    free(Cm);
+    return flops / secs / 1e9;
+}
+
+static int timed_run(bench *b, int tp, int threads)
+{
+    b->tp = tp;
+    b->threads = threads;
+    int rc = tri_run_thread_ranks(tp, run_rank, b);
+    if (rc)
+        fprintf(stderr, "bench_train_step: %s\n", tri_error_message());
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    bench b = {.config = "models/gpt2.json", .B = 4, .T = 64, .iters = 5, .threads = 2};
+    tri_flag flags[] = {
+        {"config", TRI_FLAG_STRING, &b.config, "model config", 0, 0, NULL, false},
+        {"micro-batch-size", TRI_FLAG_INT, &b.B, "sequences per iteration", 1, 1 << 16, NULL, false},
+        {"seq-length", TRI_FLAG_INT, &b.T, "sequence length", 1, 1 << 16, NULL, false},
+        {"iters", TRI_FLAG_INT, &b.iters, "timed iterations (after one warm-up)", 1, 1 << 20, NULL, false},
+        {"threads", TRI_FLAG_INT, &b.threads, "BLAS/OpenMP threads for the tp = 1 run", 1, 1024, NULL, false},
+        {"compare-tp", TRI_FLAG_INT, &b.compare_tp, "also run tp = N thread ranks (1 thread each) vs tp = 1 (1 thread)", 0, 64, NULL, false},
+    };
+    int nf = sizeof flags / sizeof *flags;
+    bool help = false;
+    int rc = tri_flags_parse(flags, nf, argc, argv, &help);
+    if (rc || help) {
+        if (rc)
+            fprintf(stderr, "bench_train_step: %s\n", tri_error_message());
+        tri_flags_usage(rc ? stderr : stdout, flags, nf, "bench_train_step",
+                        "Times GPT training iterations against OpenBLAS sgemm on the same GEMM shapes.");
+        return rc ? 2 : 0;
+    }
+    rc = tri_gpt_config_load(&b.cfg, b.config);
+    if (rc) {
+        fprintf(stderr, "bench_train_step: %s\n", tri_error_message());
+        return 1;
+    }
+    double flops = model_flops(&b.cfg, b.B, b.T);
+    int threads = b.threads;
+    if (timed_run(&b, 1, threads))
+        return 1;
+    tri_cli_set_threads(threads);
+    double base = sgemm_gflops(&b);
+    double achieved = flops / (b.ms_per_iter / 1e3) / 1e9;
+    printf("%s, micro-batch %d x seq %d, tp 1, %d threads:\n", b.cfg.name, b.B, b.T, threads);
+    printf("  %.1f ms/iter, %.0f tokens/s, %.1f GFLOP/s achieved (%.1f GFLOP model FLOPs per iteration)\n",
+           b.ms_per_iter, b.B * b.T / (b.ms_per_iter / 1e3), achieved, flops / 1e9);
+    printf("  OpenBLAS sgemm on the same GEMM shapes, same run: %.1f GFLOP/s\n", base);
+    printf("  ratio achieved / sgemm = %.3f (target >= 0.6)\n", achieved / base);
+    if (b.compare_tp > 1) {
+        if (timed_run(&b, 1, 1))
+            return 1;
+        double t1 = b.ms_per_iter;
+        if (timed_run(&b, b.compare_tp, 1))
+            return 1;
+        double tn = b.ms_per_iter;
+        printf("tensor parallelism, one thread per rank, thread ranks in one process:\n");
+        printf("  tp 1: %.1f ms/iter; tp %d: %.1f ms/iter; speedup %.2fx, parallel efficiency %.0f%%\n",
+               t1, b.compare_tp, tn, t1 / tn, 100.0 * t1 / tn / b.compare_tp);
+    }
+    return 0;
+}

@@ -1,0 +1,37 @@
+/* tools/cli/backend.c - device backends by name (see backend.h). */
+#include "tools/cli/backend.h"
+
+#include <omp.h>
+#include <string.h>
+
+#include "engine/status.h"
+
+#ifdef TRIDENT_CUDA
+#include "cuda/device_cuda.h"
+#endif
+
+extern void openblas_set_num_threads(int num_threads);
+
+void tri_cli_set_threads(int threads)
+{
+    if (threads <= 0)
+        return;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
+
+int tri_cli_device_create(const char *name, int threads, tri_device **out)
+{
+    *out = NULL;
+    if (strcmp(name, "cpu") == 0)
+        return tri_device_cpu_create(out, threads);
+    if (strcmp(name, "cuda") == 0) {
+#ifdef TRIDENT_CUDA
+        return tri_device_cuda_create(out, 0);
+#else
+        return TRI_ERR(TRI_ENOTSUP, "--device cuda: this build has no CUDA backend (nvcc was not found "
+                       "when it was configured)");
+#endif
+    }
+    return TRI_ERR(TRI_EINVAL, "--device %s: expected cpu or cuda", name);
+}

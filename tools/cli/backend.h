@@ -1,0 +1,18 @@
+/* tools/cli/backend.h - choosing a concrete device backend by name (tools and tests only).
+ *
+ * The one place where the build's CUDA switch (TRIDENT_CUDA, defined by CMake when nvcc is found)
+ * is tested, so the rest of Trident never names a backend. */
+#ifndef TRIDENT_TOOLS_CLI_BACKEND_H
+#define TRIDENT_TOOLS_CLI_BACKEND_H
+
+#include "engine/device.h"
+
+/* Creates the "cpu" (with `threads` OpenMP/BLAS threads, 0 = OpenMP's default) or "cuda" device.
+ * TRI_ENOTSUP when the build has no CUDA backend, TRI_EDEVICE when no GPU is usable; the message
+ * says which. */
+int tri_cli_device_create(const char *name, int threads, tri_device **out);
+
+/* Sets the process-wide OpenMP and OpenBLAS thread counts. */
+void tri_cli_set_threads(int threads);
+
+#endif

@@ -1,0 +1,509 @@
+/* tools/engine_train.c - trains a GPT with tensor, pipeline and data parallelism.
+ *
+ * Launched directly for one rank or with `mpirun -np N` (world = tp x pp x dp). Flags follow
+ * Megatron-LM's names. Every rank validates flags, config and data before any collective, so a bad
+ * input gives the same clear message on every rank and a non-zero exit, never a hang; after that a
+ * failure on any rank aborts all ranks. Progress goes to stdout on rank 0: the plan, one line per
+ * iteration (loss, lr, grad norm, ms/iter, tokens/s, achieved GFLOP/s by Narayanan et al. 2021
+ * eq. 3 without recomputation), validation loss at each eval interval, and a sample at the end.
+ * The same figures are appended as JSON lines to SAVE_DIR/metrics.jsonl. */
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/dataloader.h"
+#include "engine/device.h"
+#include "engine/grid.h"
+#include "engine/log.h"
+#include "engine/optimizer.h"
+#include "engine/rng.h"
+#include "engine/status.h"
+#include "engine/train.h"
+#include "models/config.h"
+#include "models/gpt.h"
+#include "models/tokenizer.h"
+#include "tools/cli/backend.h"
+#include "tools/cli/flags.h"
+
+
+typedef struct args {
+    const char *config, *train_data, *val_data, *save_dir, *device;
+    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style;
+    int tp, pp, micro_batch, seq_length, threads;
+    int64_t global_batch, train_iters, lr_warmup_iters, lr_decay_iters, seed;
+    float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
+    int eval_interval, eval_iters, log_interval, sample_length, sample_top_k;
+    float sample_temperature;
+    bool sequence_parallel, quiet;
+} args;
+
+typedef struct run {
+    args a;
+    tri_gpt_config cfg;
+    tri_comm *world;
+    tri_grid grid;
+    int dp, n_micro;
+    tri_device *dev;
+    tri_gpt *model;
+    tri_trainer trainer;
+    bool have_trainer;
+    tri_dataloader *train, *val;
+    tri_tokenizer *tok;
+    tri_lr_schedule lr;
+    FILE *metrics;
+} run;
+
+#define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
+#define CHOICE(name, dst, choices, help) {name, TRI_FLAG_CHOICE, dst, help, 0, 0, choices, false}
+
+static int make_flags(args *a, tri_flag *f)
+{
+    int n = 0;
+    f[n++] = (tri_flag)FLAG("config", TRI_FLAG_STRING, &a->config, "model config (Hugging Face GPT-2 keys), e.g. models/gpt2.json", 0, 0);
+    f[n++] = (tri_flag)FLAG("train-data", TRI_FLAG_STRING, &a->train_data, "training token file (llm.c format, from tools/tokenize)", 0, 0);
+    f[n++] = (tri_flag)FLAG("val-data", TRI_FLAG_STRING, &a->val_data, "validation token file", 0, 0);
+    f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &a->tp, "tensor-parallel size (tp)", 1, 4096);
+    f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &a->pp, "pipeline-parallel size (pp); dp = world / (tp * pp)", 1, 4096);
+    f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1)", 0, 0);
+    f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration (0: micro-batch-size x dp)", 0, 1e12);
+    f[n++] = (tri_flag)FLAG("seq-length", TRI_FLAG_INT, &a->seq_length, "sequence length (T), at most n_positions", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("train-iters", TRI_FLAG_INT64, &a->train_iters, "iterations (optimizer updates)", 0, 1e12);
+    f[n++] = (tri_flag)FLAG("lr", TRI_FLAG_FLOAT, &a->lr, "peak learning rate", 0, 10);
+    f[n++] = (tri_flag)FLAG("min-lr", TRI_FLAG_FLOAT, &a->min_lr, "learning rate at the end of the decay", 0, 10);
+    f[n++] = (tri_flag)FLAG("lr-warmup-iters", TRI_FLAG_INT64, &a->lr_warmup_iters, "linear warm-up iterations", 0, 1e12);
+    f[n++] = (tri_flag)FLAG("lr-decay-iters", TRI_FLAG_INT64, &a->lr_decay_iters, "iteration where the decay ends (0: train-iters)", 0, 1e12);
+    f[n++] = (tri_flag)CHOICE("lr-decay-style", &a->lr_decay_style, "cosine|linear|constant", "learning-rate decay after warm-up");
+    f[n++] = (tri_flag)FLAG("weight-decay", TRI_FLAG_FLOAT, &a->weight_decay, "AdamW weight decay (matrices only)", 0, 10);
+    f[n++] = (tri_flag)FLAG("adam-beta1", TRI_FLAG_FLOAT, &a->beta1, "AdamW beta1", 0, 0.999999);
+    f[n++] = (tri_flag)FLAG("adam-beta2", TRI_FLAG_FLOAT, &a->beta2, "AdamW beta2", 0, 0.999999);
+    f[n++] = (tri_flag)FLAG("adam-eps", TRI_FLAG_FLOAT, &a->eps, "AdamW epsilon", 1e-30, 1);
+    f[n++] = (tri_flag)FLAG("clip-grad", TRI_FLAG_FLOAT, &a->clip_grad, "clip the global gradient norm to this (0: off)", 0, 1e9);
+    f[n++] = (tri_flag)FLAG("seed", TRI_FLAG_INT64, &a->seed, "seed of initialisation, data order and sampling", 0, 9.2e18);
+    f[n++] = (tri_flag)FLAG("eval-interval", TRI_FLAG_INT, &a->eval_interval, "iterations between validation runs (0: only at the end)", 0, 1 << 30);
+    f[n++] = (tri_flag)FLAG("eval-iters", TRI_FLAG_INT, &a->eval_iters, "global batches per validation run", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("log-interval", TRI_FLAG_INT, &a->log_interval, "iterations between progress lines", 1, 1 << 30);
+    f[n++] = (tri_flag)FLAG("save-dir", TRI_FLAG_STRING, &a->save_dir, "run directory (metrics.jsonl)", 0, 0);
+    f[n++] = (tri_flag)CHOICE("tokenizer-type", &a->tokenizer_type, "ByteLevel|GPT2BPETokenizer", "tokenizer for the sample at the end");
+    f[n++] = (tri_flag)FLAG("vocab-file", TRI_FLAG_STRING, &a->vocab_file, "GPT-2 encoder.json", 0, 0);
+    f[n++] = (tri_flag)FLAG("merge-file", TRI_FLAG_STRING, &a->merge_file, "GPT-2 vocab.bpe", 0, 0);
+    f[n++] = (tri_flag)FLAG("sample-length", TRI_FLAG_INT, &a->sample_length, "tokens sampled at the end (0: none; at most seq-length - 1)", 0, 1 << 20);
+    f[n++] = (tri_flag)FLAG("sample-top-k", TRI_FLAG_INT, &a->sample_top_k, "top-k of the sampling", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("sample-temperature", TRI_FLAG_FLOAT, &a->sample_temperature, "sampling temperature", 1e-3, 100);
+    f[n++] = (tri_flag)CHOICE("device", &a->device, "cpu|cuda", "where the math runs");
+    f[n++] = (tri_flag)FLAG("threads", TRI_FLAG_INT, &a->threads, "CPU threads per rank (0: OMP_NUM_THREADS, else cores / ranks)", 0, 4096);
+    f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no per-iteration lines (summary only)", 0, 0);
+    return n;
+}
+
+static void defaults(args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->config = "models/gpt2-tiny-byte.json";
+    a->train_data = "data/fortunes_byte_train.bin";
+    a->val_data = "data/fortunes_byte_val.bin";
+    a->save_dir = "runs/latest";
+    a->device = "cpu";
+    a->tokenizer_type = "ByteLevel";
+    a->vocab_file = "data/gpt2/encoder.json";
+    a->merge_file = "data/gpt2/vocab.bpe";
+    a->lr_decay_style = "cosine";
+    a->tp = a->pp = 1;
+    a->micro_batch = 4;
+    a->seq_length = 64;
+    a->train_iters = 100;
+    a->lr = 6e-4f;
+    a->min_lr = 6e-5f;
+    a->lr_warmup_iters = 10;
+    a->weight_decay = 0.1f;
+    a->clip_grad = 1.0f;
+    a->beta1 = 0.9f;
+    a->beta2 = 0.95f;
+    a->eps = 1e-8f;
+    a->seed = 1234;
+    a->eval_interval = 50;
+    a->eval_iters = 10;
+    a->log_interval = 1;
+    a->sample_length = 128;
+    a->sample_top_k = 40;
+    a->sample_temperature = 1.0f;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Model FLOPs of one iteration (Narayanan et al. 2021, eq. 3 without recomputation):
+ * 72 B s l h^2 (1 + s / (6h) + V / (12 l h)) for B sequences of length s. */
+static double iteration_flops(const tri_gpt_config *c, int64_t B, int64_t s)
+{
+    double l = c->n_layer, h = c->n_embd, V = c->vocab_size;
+    return 72.0 * (double)B * (double)s * l * h * h * (1.0 + (double)s / (6.0 * h) + V / (12.0 * l * h));
+}
+
+/* ---- validation: no communication, so every rank reaches the same verdict ---- */
+
+static int validate(run *r)
+{
+    args *a = &r->a;
+    int rc = tri_grid_check(r->world->size, a->tp, a->pp, &r->dp);
+    if (!rc) rc = tri_gpt_config_load(&r->cfg, a->config);
+    if (rc)
+        return rc;
+    if (a->pp > 1)
+        return TRI_ERR(TRI_ENOTSUP, "--pipeline-model-parallel-size %d: pipeline parallelism is not "
+                       "available in this build yet", a->pp);
+    if (a->sequence_parallel && a->tp == 1)
+        return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1");
+    int64_t per_step = (int64_t)a->micro_batch * r->dp;
+    if (a->global_batch == 0)
+        a->global_batch = per_step;
+    if (a->global_batch % per_step != 0)
+        return TRI_ERR(TRI_EINVAL, "--global-batch-size %lld is not divisible by --micro-batch-size %d x "
+                       "data-parallel size %d = %lld", (long long)a->global_batch, a->micro_batch, r->dp,
+                       (long long)per_step);
+    r->n_micro = (int)(a->global_batch / per_step);
+    if (a->min_lr > a->lr)
+        return TRI_ERR(TRI_EINVAL, "--min-lr %g is larger than --lr %g", (double)a->min_lr, (double)a->lr);
+    if (a->lr_decay_iters == 0)
+        a->lr_decay_iters = a->train_iters;
+    if (a->lr_warmup_iters > a->lr_decay_iters && a->train_iters > 0)
+        return TRI_ERR(TRI_EINVAL, "--lr-warmup-iters %lld exceeds the decay end %lld",
+                       (long long)a->lr_warmup_iters, (long long)a->lr_decay_iters);
+    if (a->sample_length > a->seq_length - 1)
+        a->sample_length = a->seq_length - 1;
+    tri_gpt_options probe = {.B = a->micro_batch, .T = a->seq_length, .n_slots = 1,
+                             .layer_end = r->cfg.n_layer, .sequence_parallel = a->sequence_parallel};
+    rc = tri_gpt_check(&r->cfg, a->tp, &probe);
+    if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, a->seq_length, r->cfg.vocab_size,
+                                      (uint64_t)a->seed, true);
+    if (!rc) rc = tri_dataloader_open(&r->val, a->val_data, a->seq_length, r->cfg.vocab_size, 0, false);
+    if (rc)
+        return rc;
+    if (strcmp(a->tokenizer_type, "ByteLevel") == 0)
+        rc = tri_tokenizer_create_byte(&r->tok);
+    else
+        rc = tri_tokenizer_create_gpt2(&r->tok, a->vocab_file, a->merge_file);
+    if (!rc && tri_tokenizer_vocab_size(r->tok) != r->cfg.vocab_size)
+        rc = TRI_ERR(TRI_EINVAL, "--tokenizer-type %s has %d tokens but %s has vocab_size %d",
+                     a->tokenizer_type, tri_tokenizer_vocab_size(r->tok), a->config, r->cfg.vocab_size);
+    return rc;
+}
+
+/* ---- set-up: device, grid, model, optimizer ---- */
+
+static int make_device(run *r)
+{
+    int threads = r->a.threads;
+    if (threads == 0) {
+        const char *env = getenv("OMP_NUM_THREADS");
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = env && atoi(env) > 0 ? atoi(env) : (int)(cores / r->world->size > 0 ? cores / r->world->size : 1);
+    }
+    r->a.threads = threads;
+    tri_cli_set_threads(threads);
+    return tri_cli_device_create(r->a.device, threads, &r->dev);
+}
+
+static int setup(run *r)
+{
+    args *a = &r->a;
+    int rc = tri_grid_create(&r->grid, r->world, a->tp, a->pp);
+    if (rc)
+        return rc;
+    tri_log_set_rank(r->grid.world_rank, r->grid.tp_rank, r->grid.pp_rank, r->grid.dp_rank);
+    tri_gpt_options opt = {.B = a->micro_batch, .T = a->seq_length, .n_slots = 1, .layer_start = 0,
+                           .layer_end = r->cfg.n_layer, .first = true, .last = true,
+                           .sequence_parallel = a->sequence_parallel, .dp = r->dp,
+                           .dp_rank = r->grid.dp_rank, .seed = (uint64_t)a->seed};
+    rc = tri_gpt_create(&r->model, &r->cfg, &opt, r->dev, r->grid.tp_comm);
+    if (rc)
+        return rc;
+    tri_step_config sc = {.n_micro = r->n_micro, .sequence_parallel = a->sequence_parallel,
+                          .clip_grad = a->clip_grad};
+    tri_adamw_config ac = {.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
+                           .weight_decay = a->weight_decay};
+    rc = tri_trainer_create(&r->trainer, &r->model->stage, &r->grid, r->dev, &sc, &ac);
+    r->have_trainer = rc == TRI_OK;
+    r->lr = (tri_lr_schedule){.lr = a->lr, .min_lr = a->min_lr, .warmup_iters = a->lr_warmup_iters,
+                              .decay_iters = a->lr_decay_iters,
+                              .style = strcmp(a->lr_decay_style, "cosine") == 0   ? TRI_LR_COSINE
+                                       : strcmp(a->lr_decay_style, "linear") == 0 ? TRI_LR_LINEAR
+                                                                                  : TRI_LR_CONSTANT};
+    return rc;
+}
+
+static int open_metrics(run *r)
+{
+    if (r->grid.world_rank != 0)
+        return TRI_OK;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", r->a.save_dir);
+    if (strchr(r->a.save_dir, '\'') || system(cmd) != 0)
+        return TRI_ERR(TRI_EIO, "--save-dir %s: cannot create the directory", r->a.save_dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->a.save_dir);
+    r->metrics = fopen(path, "a");
+    if (!r->metrics)
+        return TRI_ERR(TRI_EIO, "cannot open %s: %s", path, strerror(errno));
+    return TRI_OK;
+}
+
+/* Appends one JSON line of name/value pairs (names NULL-terminated). */
+static void metric_line(run *r, const char *kind, int64_t iter, const char **names, const double *values)
+{
+    if (!r->metrics)
+        return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", kind);
+    cJSON_AddNumberToObject(o, "iter", (double)iter);
+    for (int i = 0; names[i]; i++)
+        cJSON_AddNumberToObject(o, names[i], values[i]);
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) {
+        fprintf(r->metrics, "%s\n", s);
+        fflush(r->metrics);
+    }
+    cJSON_free(s);
+    cJSON_Delete(o);
+}
+
+static void print_plan(run *r)
+{
+    const args *a = &r->a;
+    const tri_gpt *m = r->model;
+    tri_log_rank0("Trident: %s, %d layers, %d heads, n_embd %d, vocab %d (padded %lld), %.2fM parameters",
+                  r->cfg.name, r->cfg.n_layer, r->cfg.n_head, r->cfg.n_embd, r->cfg.vocab_size,
+                  (long long)m->Vp, (double)tri_gpt_num_params(&r->cfg) / 1e6);
+    tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s; micro-batch %d x seq %d, %d micro-batches, "
+                  "global batch %lld sequences (%lld tokens)", r->world->size, a->tp, a->pp, r->dp,
+                  a->sequence_parallel ? " (sequence parallel)" : "", a->micro_batch, a->seq_length,
+                  r->n_micro, (long long)a->global_batch, (long long)a->global_batch * a->seq_length);
+    tri_log_rank0("data: %s (%lld tokens), %s (%lld tokens); device %s, %d thread%s per rank",
+                  a->train_data, (long long)tri_dataloader_tokens(r->train), a->val_data,
+                  (long long)tri_dataloader_tokens(r->val), a->device, a->threads, a->threads == 1 ? "" : "s");
+    size_t total = 0;
+    char line[1024];
+    int used = snprintf(line, sizeof line, "memory per rank (planned):");
+    for (int k = 0; k < TRI_MEM_KINDS; k++) {
+        size_t b = m->arena.by_kind[k] + r->trainer.arena.by_kind[k];
+        total += b;
+        if (b && used < (int)sizeof line)
+            used += snprintf(line + used, sizeof line - (size_t)used, " %s %.1f MiB,", tri_mem_kind_name((tri_mem_kind)k),
+                             (double)b / 1048576.0);
+    }
+    tri_log_rank0("%s total %.1f MiB", line, (double)total / 1048576.0);
+}
+
+static int fill_batch(void *ctx, int64_t first, int64_t n, int32_t *windows)
+{
+    return tri_dataloader_fill(ctx, first, n, windows);
+}
+
+static int evaluate(run *r, int64_t iter)
+{
+    tri_batch_source src = {.ctx = r->val, .fill = fill_batch};
+    double loss = 0.0;
+    int rc = tri_trainer_eval(&r->trainer, &src, r->a.eval_iters, &loss);
+    if (rc)
+        return rc;
+    tri_log_rank0("validation at iteration %lld: loss %.4f (perplexity %.2f)", (long long)iter, loss, exp(loss));
+    metric_line(r, "eval", iter, (const char *[]){"val_loss", NULL}, (double[]){loss});
+    return TRI_OK;
+}
+
+static int train_loop(run *r)
+{
+    const args *a = &r->a;
+    tri_batch_source src = {.ctx = r->train, .fill = fill_batch};
+    double flops = iteration_flops(&r->cfg, a->global_batch, a->seq_length);
+    double t_start = now_s(), first_loss = NAN, last_loss = NAN;
+    for (int64_t it = 0; it < a->train_iters; it++) {
+        double t0 = now_s();
+        tri_step_result res;
+        int rc = tri_trainer_step(&r->trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
+        if (rc)
+            return tri_error_context(rc, "iteration %lld", (long long)it + 1);
+        double dt = now_s() - t0;
+        double tps = (double)(a->global_batch * a->seq_length) / dt;
+        if (it == 0)
+            first_loss = res.loss;
+        last_loss = res.loss;
+        if (!a->quiet && ((it + 1) % a->log_interval == 0 || it == 0))
+            tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms | %8.0f tok/s | "
+                          "%6.2f GFLOP/s", (long long)it + 1, (long long)a->train_iters, res.loss, (double)res.lr,
+                          res.grad_norm, dt * 1e3, tps, flops / dt / 1e9);
+        metric_line(r, "train", it + 1,
+                    (const char *[]){"loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", NULL},
+                    (double[]){res.loss, res.lr, res.grad_norm, dt * 1e3, tps, flops / dt / 1e9});
+        if (a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters) {
+            rc = evaluate(r, it + 1);
+            if (rc)
+                return rc;
+        }
+    }
+    double total = now_s() - t_start;
+    if (a->train_iters > 0)
+        tri_log_rank0("trained %lld iterations in %.1f s: loss %.4f -> %.4f (ln vocab = %.4f)",
+                      (long long)a->train_iters, total, first_loss, last_loss, log((double)r->cfg.vocab_size));
+    return evaluate(r, a->train_iters);
+}
+
+/* Top-k sampling (Fan et al. 2018) from logits (V floats) at a temperature; returns the id. */
+static int sample_top_k(const float *logits, int V, int k, float temperature, tri_rng *rng, int *id)
+{
+    k = k < V ? k : V;
+    int *top = malloc((size_t)k * sizeof *top);
+    double *p = malloc((size_t)k * sizeof *p);
+    if (!top || !p) {
+        free(top);
+        free(p);
+        return TRI_ERR(TRI_ENOMEM, "out of memory for sampling");
+    }
+    int n = 0; /* top[0..n) holds the largest logits so far, in decreasing order */
+    for (int i = 0; i < V; i++) {
+        if (n == k && logits[i] <= logits[top[k - 1]])
+            continue;
+        int pos = n < k ? n++ : k - 1;
+        for (; pos > 0 && logits[top[pos - 1]] < logits[i]; pos--)
+            top[pos] = top[pos - 1];
+        top[pos] = i;
+    }
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) {
+        p[j] = exp(((double)logits[top[j]] - (double)logits[top[0]]) / temperature);
+        sum += p[j];
+    }
+    double u = tri_rng_next_uniform(rng) * sum;
+    *id = top[n - 1];
+    for (int j = 0; j < n; j++) {
+        u -= p[j];
+        if (u <= 0) {
+            *id = top[j];
+            break;
+        }
+    }
+    free(top);
+    free(p);
+    return TRI_OK;
+}
+
+static int generate(run *r)
+{
+    const args *a = &r->a;
+    int64_t B = a->micro_batch, T = a->seq_length;
+    int V = r->cfg.vocab_size;
+    if (a->sample_length <= 0)
+        return TRI_OK;
+    int32_t *windows = calloc((size_t)(B * (T + 1)), sizeof *windows);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    if (!windows || !logits) {
+        free(windows);
+        free(logits);
+        return TRI_ERR(TRI_ENOMEM, "out of memory for sampling");
+    }
+    tri_rng rng;
+    tri_rng_init(&rng, (uint64_t)a->seed, 77);
+    windows[0] = tri_tokenizer_eod(r->tok);
+    tri_log_rank0("sample (top-k %d, temperature %.2f, %d tokens after an end-of-document token):",
+                  a->sample_top_k, (double)a->sample_temperature, a->sample_length);
+    int rc = TRI_OK;
+    for (int t = 1; t <= a->sample_length && !rc; t++) {
+        rc = tri_gpt_load_batch(r->model, 0, windows);
+        if (!rc) rc = tri_gpt_logits_row(r->model, t - 1, logits);
+        if (rc)
+            break;
+        int id = 0;
+        rc = sample_top_k(logits, V, a->sample_top_k, a->sample_temperature, &rng, &id);
+        if (rc)
+            break;
+        windows[t] = id;
+        const char *bytes = NULL;
+        size_t len = 0;
+        if (r->grid.world_rank == 0 && tri_tokenizer_decode_one(r->tok, id, &bytes, &len) == TRI_OK)
+            fwrite(bytes, 1, len, stdout);
+    }
+    if (r->grid.world_rank == 0)
+        printf("\n");
+    fflush(stdout);
+    free(windows);
+    free(logits);
+    return rc;
+}
+
+static void cleanup(run *r)
+{
+    if (r->have_trainer)
+        tri_trainer_destroy(&r->trainer);
+    tri_gpt_destroy(r->model);
+    tri_device_destroy(r->dev);
+    tri_grid_destroy(&r->grid);
+    tri_dataloader_close(r->train);
+    tri_dataloader_close(r->val);
+    tri_tokenizer_destroy(r->tok);
+    if (r->metrics)
+        fclose(r->metrics);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    run r;
+    memset(&r, 0, sizeof r);
+    defaults(&r.a);
+    tri_flag flags[64];
+    int nflags = make_flags(&r.a, flags);
+    bool help = false;
+    MPI_Comm comm_world = MPI_COMM_WORLD;
+    int rc = tri_comm_mpi_create(&r.world, &comm_world);
+    if (rc) {
+        fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    tri_log_set_rank(r.world->rank, 0, 0, 0);
+    rc = tri_flags_parse(flags, nflags, argc, argv, &help);
+    if (!rc && help) {
+        if (r.world->rank == 0)
+            tri_flags_usage(stdout, flags, nflags, "engine_train",
+                            "Trains a GPT with tensor, pipeline and data parallelism; launch with "
+                            "mpirun -np N for N = tp x pp x dp ranks.");
+        tri_comm_destroy(r.world);
+        MPI_Finalize();
+        return 0;
+    }
+    if (!rc) rc = validate(&r);
+    if (rc) {
+        /* every rank reached the same verdict without communicating: report and exit cleanly */
+        fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
+        cleanup(&r);
+        tri_comm_destroy(r.world);
+        MPI_Finalize();
+        return 1;
+    }
+    rc = make_device(&r);
+    if (!rc) rc = setup(&r);
+    if (!rc) rc = open_metrics(&r);
+    if (!rc) {
+        print_plan(&r);
+        rc = train_loop(&r);
+    }
+    if (!rc) rc = generate(&r);
+    if (rc) {
+        tri_log("engine_train: error: %s", tri_error_message());
+        tri_comm_abort(r.world, 1); /* no rank may be left waiting in a collective */
+    }
+    cleanup(&r);
+    tri_comm_destroy(r.world);
+    MPI_Finalize();
+    return rc ? 1 : 0;
+}

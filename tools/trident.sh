@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tools/trident.sh - the README's commands: install, build and then train | test | bench.
+#
+#   bash tools/trident.sh train [engine_train flags]   trains the default GPT on the fortunes text
+#   bash tools/trident.sh test                          runs every test (what CI runs)
+#   bash tools/trident.sh bench                         runs the benchmarks
+#   bash tools/trident.sh build                         installs and builds only
+#
+# The build goes to build/ (Release; the CUDA backend too when nvcc is found). Multi-rank runs use
+# Open MPI with one BLAS/OpenMP thread per rank; --oversubscribe lets more ranks than cores run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmd=${1:-}
+shift || true
+
+export PATH="$PATH:/usr/local/cuda/bin"
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+
+build() {
+  bash tools/install_deps.sh
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTRIDENT_WERROR=ON >/dev/null
+  cmake --build build -j "$(nproc)" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^-- ' || true
+  test -x build/bin/engine_train || { echo "trident: the build failed" >&2; exit 1; }
+}
+
+data() {
+  bash tools/prepare_fortunes.sh build/bin
+}
+
+case "$cmd" in
+  build)
+    build
+    ;;
+  train)
+    build
+    data
+    exec build/bin/engine_train --config models/gpt2-tiny-byte.json \
+      --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \
+      --micro-batch-size 16 --seq-length 128 --train-iters 600 --lr 2e-3 --min-lr 2e-4 \
+      --lr-warmup-iters 30 --eval-interval 100 --log-interval 10 --save-dir runs/default "$@"
+    ;;
+  test)
+    build
+    data
+    cd build
+    ctest --output-on-failure -j 2 -LE gpu
+    ctest --output-on-failure -L gpu
+    ;;
+  bench)
+    build
+    for b in build/bin/bench_*; do "$b" "$@"; done
+    ;;
+  *)
+    echo "usage: bash tools/trident.sh train|test|bench|build [flags]" >&2
+    exit 2
+    ;;
+esac
