@@ -305,14 +305,9 @@ static void print_plan(run *r)
     tri_log_rank0("%s total %.1f MiB", line, (double)total / 1048576.0);
 }
 
-static int fill_batch(void *ctx, int64_t first, int64_t n, int32_t *windows)
-{
-    return tri_dataloader_fill(ctx, first, n, windows);
-}
-
 static int evaluate(run *r, int64_t iter)
 {
-    tri_batch_source src = {.ctx = r->val, .fill = fill_batch};
+    tri_batch_source src = {.ctx = r->val, .fill = tri_dataloader_fill_ctx};
     double loss = 0.0;
     int rc = tri_trainer_eval(&r->trainer, &src, r->a.eval_iters, &loss);
     if (rc)
@@ -325,7 +320,7 @@ static int evaluate(run *r, int64_t iter)
 static int train_loop(run *r)
 {
     const args *a = &r->a;
-    tri_batch_source src = {.ctx = r->train, .fill = fill_batch};
+    tri_batch_source src = {.ctx = r->train, .fill = tri_dataloader_fill_ctx};
     double flops = iteration_flops(&r->cfg, a->global_batch, a->seq_length);
     double t_start = now_s(), first_loss = NAN, last_loss = NAN;
     for (int64_t it = 0; it < a->train_iters; it++) {
