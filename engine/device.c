@@ -101,7 +101,11 @@ int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src)
     char a[96], b[96];
     if (tri_tensor_bytes(dst) != tri_tensor_bytes(src) || dst.dtype != src.dtype)
         return TRI_ERR(TRI_EINVAL, "copy: dst %s and src %s differ", DESC(dst, a), DESC(src, b));
-    if (tri_tensor_bytes(src) == 0 || dst.data == src.data)
+    if (tri_tensor_bytes(src) == 0)
+        return TRI_OK;
+    if (!dst.data || !src.data)
+        return TRI_ERR(TRI_EINVAL, "copy: tensor '%s' is missing", dst.data ? "src" : "dst");
+    if (dst.data == src.data)
         return TRI_OK;
     return d->ops->copy(d, dst.data, src.data, tri_tensor_bytes(src));
 }
@@ -187,15 +191,16 @@ int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 
 /* ---- layernorm ---- */
 
+/* b_name: "b" in forward; backward passes dw in that place. */
 static int check_layernorm(const char *op, tri_tensor x, tri_tensor w, tri_tensor b,
-                           tri_tensor mean, tri_tensor rstd)
+                           const char *b_name, tri_tensor mean, tri_tensor rstd)
 {
     int64_t N = tri_tensor_rows(x), C = tri_tensor_cols(x);
     int rc = need(op, "inp", x, TRI_F32);
     if (!rc) rc = need(op, "w", w, TRI_F32);
     if (!rc) rc = need_numel(op, "w", w, C);
-    if (!rc) rc = need(op, "b", b, TRI_F32);
-    if (!rc) rc = need_numel(op, "b", b, C);
+    if (!rc) rc = need(op, b_name, b, TRI_F32);
+    if (!rc) rc = need_numel(op, b_name, b, C);
     if (!rc) rc = need(op, "mean", mean, TRI_F32);
     if (!rc) rc = need_numel(op, "mean", mean, N);
     if (!rc) rc = need(op, "rstd", rstd, TRI_F32);
@@ -206,7 +211,7 @@ static int check_layernorm(const char *op, tri_tensor x, tri_tensor w, tri_tenso
 int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
                              tri_tensor inp, tri_tensor w, tri_tensor b)
 {
-    int rc = check_layernorm("layernorm_forward", inp, w, b, mean, rstd);
+    int rc = check_layernorm("layernorm_forward", inp, w, b, "b", mean, rstd);
     if (!rc) rc = need("layernorm_forward", "out", out, TRI_F32);
     if (!rc) rc = need_matrix("layernorm_forward", "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
     return rc ? rc : DISPATCH(d, layernorm_forward, out, mean, rstd, inp, w, b);
@@ -218,7 +223,7 @@ int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri
 {
     const char *op = "layernorm_backward";
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
-    int rc = check_layernorm(op, inp, w, dw, mean, rstd);
+    int rc = check_layernorm(op, inp, w, dw, "dw", mean, rstd);
     if (!rc) rc = need(op, "db", db, TRI_F32);
     if (!rc) rc = need_numel(op, "db", db, C);
     if (!rc) rc = need(op, "dinp", dinp, TRI_F32);
@@ -230,12 +235,14 @@ int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri
 
 /* ---- attention ---- */
 
-static int check_attention(const char *op, tri_tensor out, tri_tensor att, tri_tensor qkv)
+/* out_name: "out" in forward; backward passes dout in that place. */
+static int check_attention(const char *op, tri_tensor out, const char *out_name, tri_tensor att,
+                           tri_tensor qkv)
 {
     char x[96], y[96];
     int rc = need(op, "qkv", qkv, TRI_F32);
     if (!rc) rc = need(op, "att", att, TRI_F32);
-    if (!rc) rc = need(op, "out", out, TRI_F32);
+    if (!rc) rc = need(op, out_name, out, TRI_F32);
     if (rc)
         return rc;
     if (qkv.ndim != 3 || att.ndim != 4 || qkv.shape[2] % 3 != 0)
@@ -245,12 +252,12 @@ static int check_attention(const char *op, tri_tensor out, tri_tensor att, tri_t
     if (att.shape[0] != B || att.shape[2] != T || att.shape[3] != T || NH == 0 || C % NH != 0)
         return TRI_ERR(TRI_EINVAL, "%s: att %s does not match qkv %s (B, T, 3*C_l) with C_l %% NH_l == 0",
                        op, DESC(att, x), DESC(qkv, y));
-    return need_matrix(op, "out", out, B * T, C);
+    return need_matrix(op, out_name, out, B * T, C);
 }
 
 int tri_op_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
 {
-    int rc = check_attention("attention_forward", out, att, qkv);
+    int rc = check_attention("attention_forward", out, "out", att, qkv);
     return rc ? rc : DISPATCH(d, attention_forward, out, att, qkv);
 }
 
@@ -258,7 +265,7 @@ int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, t
                               tri_tensor qkv, tri_tensor att)
 {
     const char *op = "attention_backward";
-    int rc = check_attention(op, dout, att, qkv);
+    int rc = check_attention(op, dout, "dout", att, qkv);
     if (!rc) rc = need(op, "dqkv", dqkv, TRI_F32);
     if (!rc) rc = need_numel(op, "dqkv", dqkv, tri_tensor_numel(qkv));
     if (!rc) rc = need(op, "datt", datt, TRI_F32);
@@ -310,29 +317,31 @@ int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, t
     return rc ? rc : DISPATCH(d, embedding_backward, dwte, dout, tokens, vocab_start);
 }
 
-static int check_position(const char *op, tri_tensor x, tri_tensor wpe, int64_t T, int64_t row0)
+/* x is out (forward) or dout (backward), wpe is wpe or dwpe: x_name and wpe_name say which. */
+static int check_position(const char *op, tri_tensor x, const char *x_name, tri_tensor wpe,
+                          const char *wpe_name, int64_t T, int64_t row0)
 {
-    int rc = need(op, "x", x, TRI_F32);
-    if (!rc) rc = need(op, "wpe", wpe, TRI_F32);
+    int rc = need(op, x_name, x, TRI_F32);
+    if (!rc) rc = need(op, wpe_name, wpe, TRI_F32);
     if (rc)
         return rc;
     if (tri_tensor_cols(x) != tri_tensor_cols(wpe) || T <= 0 || T > tri_tensor_rows(wpe) || row0 < 0) {
         char a[96], b[96];
-        return TRI_ERR(TRI_EINVAL, "%s: x %s, wpe %s, T %lld, row0 %lld do not fit", op, DESC(x, a),
-                       DESC(wpe, b), (long long)T, (long long)row0);
+        return TRI_ERR(TRI_EINVAL, "%s: %s %s, %s %s, T %lld, row0 %lld do not fit", op, x_name,
+                       DESC(x, a), wpe_name, DESC(wpe, b), (long long)T, (long long)row0);
     }
     return TRI_OK;
 }
 
 int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
 {
-    int rc = check_position("position_forward", out, wpe, T, row0);
+    int rc = check_position("position_forward", out, "out", wpe, "wpe", T, row0);
     return rc ? rc : DISPATCH(d, position_forward, out, wpe, T, row0);
 }
 
 int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0)
 {
-    int rc = check_position("position_backward", dout, dwpe, T, row0);
+    int rc = check_position("position_backward", dout, "dout", dwpe, "dwpe", T, row0);
     return rc ? rc : DISPATCH(d, position_backward, dwpe, dout, T, row0);
 }
 

@@ -158,8 +158,8 @@ static int cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, t
             memcpy(pc + i * N, pb, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
-    if (K == 0)
-        return beta == 0.0f ? cpu_fill(d, c, 0.0f) : TRI_OK;
+    if (K == 0) /* c = beta c (sgemm rejects lda 0, so it cannot be asked) */
+        return beta == 0.0f ? cpu_fill(d, c, 0.0f) : beta == 1.0f ? TRI_OK : cpu_scale(d, c, beta);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, 1.0f, fp(a), (int)tri_tensor_cols(a), fp(b),
                 (int)tri_tensor_cols(b), beta, pc, (int)N);

@@ -1,0 +1,184 @@
+/* tests/opsutil.c - helpers shared by the device-op suites (see opsutil.h). */
+#include "tests/opsutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/status.h"
+#include "tests/testutil.h"
+
+#define MAX_TRACKED 1024
+
+/* One tracked allocation: host memory (dev NULL), device memory, or a device (ptr NULL). */
+typedef struct tracked {
+    tri_device *dev;
+    void *ptr;
+} tracked;
+
+static tracked held[MAX_TRACKED];
+static int n_held;
+
+/* Helpers have no assertion library: a broken precondition ends the test process, which
+ * Criterion reports as a crashed (failed) test. */
+static void die(const char *what)
+{
+    fprintf(stderr, "opsutil: %s: %s\n", what, tri_error_message());
+    abort();
+}
+
+static void track(tri_device *dev, void *ptr)
+{
+    if (n_held == MAX_TRACKED)
+        die("too many tracked allocations");
+    held[n_held++] = (tracked){dev, ptr};
+}
+
+tri_device *ot_device(int threads)
+{
+    tri_device *d;
+    if (tri_device_cpu_create(&d, threads) != TRI_OK)
+        die("tri_device_cpu_create");
+    track(d, NULL);
+    return d;
+}
+
+tri_tensor ot_tensor(tri_device *d, tri_tensor shape, const void *host)
+{
+    tri_tensor t = shape;
+    if (tri_device_alloc(d, &t.data, tri_tensor_bytes(shape)) != TRI_OK)
+        die("tri_device_alloc");
+    track(d, t.data);
+    if (host && tri_device_copy_from_host(d, t, host) != TRI_OK)
+        die("tri_device_copy_from_host");
+    return t;
+}
+
+void ot_download(tri_device *d, void *host, tri_tensor t)
+{
+    if (tri_device_copy_to_host(d, host, t) != TRI_OK || tri_device_sync(d) != TRI_OK)
+        die("tri_device_copy_to_host");
+}
+
+static void *host_alloc(size_t bytes)
+{
+    void *p = calloc(bytes ? bytes : 1, 1);
+    if (!p)
+        die("calloc");
+    track(NULL, p);
+    return p;
+}
+
+float *ot_floats(size_t n)
+{
+    return host_alloc(n * sizeof(float));
+}
+
+double *ot_doubles(size_t n)
+{
+    return host_alloc(n * sizeof(double));
+}
+
+int32_t *ot_ints(size_t n)
+{
+    return host_alloc(n * sizeof(int32_t));
+}
+
+float *ot_read(tri_device *d, tri_tensor t)
+{
+    float *h = ot_floats((size_t)tri_tensor_numel(t));
+    ot_download(d, h, t);
+    return h;
+}
+
+float *ot_uniform(size_t n, float lo, float hi, uint64_t seed)
+{
+    float *x = ot_floats(n);
+    tu_fill_uniform(x, n, lo, hi, seed);
+    return x;
+}
+
+double *ot_widen(const float *x, size_t n)
+{
+    double *y = ot_doubles(n);
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i];
+    return y;
+}
+
+bool ot_close(const char *what, const float *got, const double *want, size_t n, double floor_frac,
+              double tol)
+{
+    double floor = floor_frac * sqrt(ot_dot(want, want, n) / (double)(n ? n : 1));
+    if (floor < 1e-30)
+        floor = 1e-30;
+    double err = tu_max_rel_err_d(got, want, n, floor);
+    bool ok = err <= tol;
+    if (!ok || getenv("TRIDENT_TEST_VERBOSE")) {
+        size_t worst = 0;
+        double worst_e = -1.0;
+        for (size_t i = 0; i < n; i++) {
+            double den = fabs(want[i]) > floor ? fabs(want[i]) : floor;
+            double e = fabs((double)got[i] - want[i]) / den;
+            if (isnan(e) || e > worst_e) {
+                worst = i;
+                worst_e = isnan(e) ? INFINITY : e;
+            }
+        }
+        fprintf(stderr,
+                "%s %-44s max err %.3e (tol %.0e, floor %.1e) worst [%zu] got %.9g want %.9g\n",
+                ok ? "ok  " : "FAIL", what, err, tol, floor, worst, n ? (double)got[worst] : 0.0,
+                n ? want[worst] : 0.0);
+    }
+    return ok;
+}
+
+bool ot_same_bits(const char *what, const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+            fprintf(stderr, "FAIL %s: element %zu differs: %.9g vs %.9g\n", what, i, (double)got[i],
+                    (double)want[i]);
+            return false;
+        }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        fprintf(stderr, "ok   %-44s %zu elements bit-identical\n", what, n);
+    return true;
+}
+
+double ot_dot(const double *a, const double *b, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void ot_fd_grad(double *grad, double *x, size_t n, ot_loss_fn loss, void *ctx)
+{
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + OT_FD_H;
+        double up = loss(ctx);
+        x[i] = x0 - OT_FD_H;
+        double down = loss(ctx);
+        x[i] = x0;
+        grad[i] = (up - down) / (2.0 * OT_FD_H);
+    }
+}
+
+void ot_teardown(void)
+{
+    /* memory first (newest first), devices last */
+    for (int i = n_held - 1; i >= 0; i--) {
+        if (held[i].dev && held[i].ptr)
+            tri_device_free(held[i].dev, held[i].ptr);
+        else if (!held[i].dev)
+            free(held[i].ptr);
+    }
+    for (int i = n_held - 1; i >= 0; i--)
+        if (held[i].dev && !held[i].ptr)
+            tri_device_destroy(held[i].dev);
+    n_held = 0;
+}

@@ -1,0 +1,366 @@
+/* tests/test_ops_errors.c - argument checking of every tri_op_* wrapper.
+ *
+ * Backends may assume checked arguments (engine/device.h), so a wrapper that lets a wrong dtype, a
+ * missing tensor or a wrong shape through becomes an out-of-bounds access in a kernel. And the
+ * message is what a user sees when a layer is wired wrongly, so it must start with the op's name
+ * and name the offending argument. For each wrapper: a wrong dtype, a missing tensor
+ * (tri_tensor_none(), or a view of a NULL pointer) and mismatched shapes must give TRI_EINVAL with
+ * "<op>: ..." naming the argument (tensor names are quoted: 'w'). Assertions are non-fatal
+ * (cr_expect) so one run lists every wrong wrapper. fill and scale accept any shape, so they have
+ * no shape case. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "engine/device.h"
+#include "tests/opsutil.h"
+
+TestSuite(ops_errors, .init = tri_error_clear, .fini = ot_teardown);
+
+/* Expects rc == TRI_EINVAL and a message "<op>: ...<arg>..."; clears the message for the next call
+ * (so a wrapper that fails without a message cannot pass on a stale one). */
+static void expect_einval(int rc, const char *op, const char *arg)
+{
+    const char *msg = tri_error_message();
+    size_t len = strlen(op);
+    cr_expect_eq(rc, TRI_EINVAL, "%s (%s): status %d (%s), expected EINVAL; message \"%s\"", op,
+                 arg, rc, tri_status_name(rc), msg);
+    cr_expect(strncmp(msg, op, len) == 0 && msg[len] == ':',
+              "%s (%s): message does not start with \"%s:\": \"%s\"", op, arg, op, msg);
+    cr_expect(strstr(msg, arg) != NULL, "%s: message does not name %s: \"%s\"", op, arg, msg);
+    tri_error_clear();
+}
+
+/* The valid call that each case changes one argument of must pass: so each rejection is due to
+ * the changed argument. */
+static void expect_ok(int rc, const char *op)
+{
+    cr_expect_eq(rc, TRI_OK, "%s: valid arguments rejected: %s", op, tri_error_message());
+    tri_error_clear();
+}
+
+/* Zero-filled device tensors of a given shape. */
+static tri_tensor f32(tri_device *d, tri_tensor shape)
+{
+    shape.dtype = TRI_F32;
+    return ot_tensor(d, shape, ot_floats((size_t)tri_tensor_numel(shape)));
+}
+
+static tri_tensor v1(tri_device *d, int64_t n)
+{
+    return f32(d, tri_tensor_1d(NULL, TRI_F32, n));
+}
+
+static tri_tensor m2(tri_device *d, int64_t r, int64_t c)
+{
+    return f32(d, tri_tensor_2d(NULL, TRI_F32, r, c));
+}
+
+static tri_tensor i32(tri_device *d, int64_t n)
+{
+    return ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, n), ot_ints((size_t)n));
+}
+
+/* The same memory seen as i32: a wrong dtype with the right size. */
+static tri_tensor as_i32(tri_tensor t)
+{
+    t.dtype = TRI_I32;
+    return t;
+}
+
+static tri_tensor as_f32(tri_tensor t)
+{
+    t.dtype = TRI_F32;
+    return t;
+}
+
+/* A view of the right shape with no memory behind it: also "missing". */
+static tri_tensor no_data(tri_tensor t)
+{
+    t.data = NULL;
+    return t;
+}
+
+static const int64_t N = 6, C = 4, OC = 5, V_l = 5;
+
+Test(ops_errors, elementwise_and_reductions)
+{
+    tri_device *d = ot_device(1);
+    tri_tensor x = m2(d, N, C), y = m2(d, N, C), other = v1(d, N * C + 1), one = v1(d, 1);
+    tri_tensor none = tri_tensor_none();
+
+    expect_ok(tri_op_fill(d, x, 1.0f), "fill");
+    expect_einval(tri_op_fill(d, as_i32(x), 1.0f), "fill", "'x'");
+    expect_einval(tri_op_fill(d, none, 1.0f), "fill", "'x'");
+
+    expect_ok(tri_op_copy(d, x, y), "copy");
+    expect_einval(tri_op_copy(d, as_i32(x), y), "copy", "dst");
+    expect_einval(tri_op_copy(d, none, y), "copy", "dst");
+    expect_einval(tri_op_copy(d, no_data(x), y), "copy", "dst");
+    expect_einval(tri_op_copy(d, x, no_data(y)), "copy", "src");
+    expect_einval(tri_op_copy(d, x, other), "copy", "src");
+
+    expect_ok(tri_op_add(d, x, x, y), "add");
+    expect_einval(tri_op_add(d, x, x, as_i32(y)), "add", "'b'");
+    expect_einval(tri_op_add(d, x, none, y), "add", "'a'");
+    expect_einval(tri_op_add(d, no_data(x), x, y), "add", "'out'");
+    expect_einval(tri_op_add(d, x, x, other), "add", "'b'");
+
+    expect_ok(tri_op_axpy(d, y, 2.0f, x), "axpy");
+    expect_einval(tri_op_axpy(d, y, 2.0f, as_i32(x)), "axpy", "'x'");
+    expect_einval(tri_op_axpy(d, none, 2.0f, x), "axpy", "'y'");
+    expect_einval(tri_op_axpy(d, y, 2.0f, other), "axpy", "'x'");
+
+    expect_ok(tri_op_scale(d, x, 2.0f), "scale");
+    expect_einval(tri_op_scale(d, as_i32(x), 2.0f), "scale", "'x'");
+    expect_einval(tri_op_scale(d, none, 2.0f), "scale", "'x'");
+
+    expect_ok(tri_op_sum_squares(d, one, x), "sum_squares");
+    expect_einval(tri_op_sum_squares(d, one, as_i32(x)), "sum_squares", "'x'");
+    expect_einval(tri_op_sum_squares(d, none, x), "sum_squares", "'out'");
+    expect_einval(tri_op_sum_squares(d, v1(d, 2), x), "sum_squares", "'out'");
+
+    expect_ok(tri_op_count_nonfinite(d, one, x), "count_nonfinite");
+    expect_einval(tri_op_count_nonfinite(d, as_i32(one), x), "count_nonfinite", "'out'");
+    expect_einval(tri_op_count_nonfinite(d, one, none), "count_nonfinite", "'x'");
+    expect_einval(tri_op_count_nonfinite(d, x, x), "count_nonfinite", "'out'");
+}
+
+Test(ops_errors, matmul_and_bias_backward)
+{
+    tri_device *d = ot_device(1);
+    tri_tensor inp = m2(d, N, C), w = m2(d, OC, C), out = m2(d, N, OC), bias = v1(d, OC);
+    tri_tensor none = tri_tensor_none();
+    const char *op = "matmul";
+
+    expect_ok(tri_op_matmul(d, out, inp, w, bias, false, true, 0.0f), op);
+    expect_einval(tri_op_matmul(d, out, inp, as_i32(w), bias, false, true, 0.0f), op, "'b'");
+    expect_einval(tri_op_matmul(d, out, inp, w, as_i32(bias), false, true, 0.0f), op, "'bias'");
+    expect_einval(tri_op_matmul(d, none, inp, w, bias, false, true, 0.0f), op, "'c'");
+    expect_einval(tri_op_matmul(d, out, no_data(inp), w, bias, false, true, 0.0f), op, "'a'");
+    expect_einval(tri_op_matmul(d, out, inp, w, bias, false, false, 0.0f), op, "inner dimensions");
+    expect_einval(tri_op_matmul(d, m2(d, N, C), inp, w, bias, false, true, 0.0f), op, "'c'");
+    expect_einval(tri_op_matmul(d, out, inp, w, v1(d, C), false, true, 0.0f), op, "'bias'");
+    expect_einval(tri_op_matmul(d, out, inp, w, bias, false, true, 1.0f), op, "bias");
+
+    op = "bias_backward";
+    expect_ok(tri_op_bias_backward(d, bias, out), op);
+    expect_einval(tri_op_bias_backward(d, bias, as_i32(out)), op, "'dout'");
+    expect_einval(tri_op_bias_backward(d, none, out), op, "'dbias'");
+    expect_einval(tri_op_bias_backward(d, v1(d, C), out), op, "'dbias'");
+}
+
+/* layernorm_backward with one argument replaced (the others valid). */
+typedef struct ln_args {
+    tri_tensor dinp, dw, db, dout, inp, w, mean, rstd;
+} ln_args;
+
+static int ln_backward(tri_device *d, ln_args a)
+{
+    return tri_op_layernorm_backward(d, a.dinp, a.dw, a.db, a.dout, a.inp, a.w, a.mean, a.rstd);
+}
+
+Test(ops_errors, layernorm)
+{
+    tri_device *d = ot_device(1);
+    tri_tensor inp = m2(d, N, C), out = m2(d, N, C), w = v1(d, C), b = v1(d, C), mean = v1(d, N);
+    tri_tensor rstd = v1(d, N), wide = m2(d, N, C + 1), tall = m2(d, N + 1, C);
+    tri_tensor none = tri_tensor_none();
+    const char *op = "layernorm_forward";
+
+    expect_ok(tri_op_layernorm_forward(d, out, mean, rstd, inp, w, b), op);
+    expect_einval(tri_op_layernorm_forward(d, out, mean, rstd, inp, as_i32(w), b), op, "'w'");
+    expect_einval(tri_op_layernorm_forward(d, as_i32(out), mean, rstd, inp, w, b), op, "'out'");
+    expect_einval(tri_op_layernorm_forward(d, out, mean, none, inp, w, b), op, "'rstd'");
+    expect_einval(tri_op_layernorm_forward(d, out, mean, rstd, no_data(inp), w, b), op, "'inp'");
+    expect_einval(tri_op_layernorm_forward(d, wide, mean, rstd, inp, w, b), op, "'out'");
+    expect_einval(tri_op_layernorm_forward(d, out, v1(d, N + 1), rstd, inp, w, b), op, "'mean'");
+    expect_einval(tri_op_layernorm_forward(d, out, mean, rstd, inp, w, v1(d, C + 1)), op, "'b'");
+
+    op = "layernorm_backward";
+    const ln_args ok = {m2(d, N, C), v1(d, C), v1(d, C), m2(d, N, C), inp, w, mean, rstd};
+    ln_args a = ok;
+    a.dout = as_i32(ok.dout);
+    expect_einval(ln_backward(d, a), op, "'dout'");
+    a = ok;
+    a.dw = as_i32(ok.dw);
+    expect_einval(ln_backward(d, a), op, "'dw'");
+    a = ok;
+    a.dw = none;
+    expect_einval(ln_backward(d, a), op, "'dw'");
+    a = ok;
+    a.db = none;
+    expect_einval(ln_backward(d, a), op, "'db'");
+    a = ok;
+    a.dinp = none;
+    expect_einval(ln_backward(d, a), op, "'dinp'");
+    a = ok;
+    a.dw = v1(d, C + 1);
+    expect_einval(ln_backward(d, a), op, "'dw'");
+    a = ok;
+    a.db = v1(d, 1);
+    expect_einval(ln_backward(d, a), op, "'db'");
+    a = ok;
+    a.dinp = tall;
+    expect_einval(ln_backward(d, a), op, "'dinp'");
+    a = ok;
+    a.dout = wide;
+    expect_einval(ln_backward(d, a), op, "'dout'");
+    expect_ok(ln_backward(d, ok), op);
+}
+
+Test(ops_errors, attention)
+{
+    tri_device *d = ot_device(1);
+    const int64_t B = 2, T = 3, NH = 2, CH = 4; /* CH: C_l, HS = 2 */
+    tri_tensor qkv = f32(d, tri_tensor_3d(NULL, TRI_F32, B, T, 3 * CH));
+    tri_tensor att = f32(d, tri_tensor_4d(NULL, TRI_F32, B, NH, T, T));
+    tri_tensor out = f32(d, tri_tensor_3d(NULL, TRI_F32, B, T, CH));
+    tri_tensor dqkv = f32(d, tri_tensor_3d(NULL, TRI_F32, B, T, 3 * CH));
+    tri_tensor datt = f32(d, tri_tensor_4d(NULL, TRI_F32, B, NH, T, T));
+    tri_tensor dout = f32(d, tri_tensor_3d(NULL, TRI_F32, B, T, CH));
+    /* att with a wrong T; att with NH_l = 3, which does not divide C_l = 4 */
+    tri_tensor att_long = f32(d, tri_tensor_4d(NULL, TRI_F32, B, NH, T, T + 1));
+    tri_tensor att_nh3 = f32(d, tri_tensor_4d(NULL, TRI_F32, B, 3, T, T));
+    tri_tensor wide = m2(d, B * T, CH + 1);
+    tri_tensor none = tri_tensor_none();
+    const char *op = "attention_forward";
+
+    expect_ok(tri_op_attention_forward(d, out, att, qkv), op);
+    expect_einval(tri_op_attention_forward(d, out, att, as_i32(qkv)), op, "'qkv'");
+    expect_einval(tri_op_attention_forward(d, out, none, qkv), op, "'att'");
+    expect_einval(tri_op_attention_forward(d, no_data(out), att, qkv), op, "'out'");
+    expect_einval(tri_op_attention_forward(d, out, att, m2(d, B * T, 3 * CH)), op, "qkv");
+    expect_einval(tri_op_attention_forward(d, out, att_long, qkv), op, "att");
+    expect_einval(tri_op_attention_forward(d, out, att_nh3, qkv), op, "att");
+    expect_einval(tri_op_attention_forward(d, wide, att, qkv), op, "'out'");
+
+    op = "attention_backward";
+    expect_ok(tri_op_attention_backward(d, dqkv, datt, dout, qkv, att), op);
+    expect_einval(tri_op_attention_backward(d, as_i32(dqkv), datt, dout, qkv, att), op, "'dqkv'");
+    expect_einval(tri_op_attention_backward(d, dqkv, datt, as_i32(dout), qkv, att), op, "'dout'");
+    expect_einval(tri_op_attention_backward(d, dqkv, none, dout, qkv, att), op, "'datt'");
+    expect_einval(tri_op_attention_backward(d, dqkv, datt, none, qkv, att), op, "'dout'");
+    expect_einval(tri_op_attention_backward(d, dqkv, datt, dout, qkv, none), op, "'att'");
+    expect_einval(tri_op_attention_backward(d, v1(d, 5), datt, dout, qkv, att), op, "'dqkv'");
+    expect_einval(tri_op_attention_backward(d, dqkv, v1(d, 5), dout, qkv, att), op, "'datt'");
+    expect_einval(tri_op_attention_backward(d, dqkv, datt, wide, qkv, att), op, "'dout'");
+}
+
+Test(ops_errors, gelu)
+{
+    tri_device *d = ot_device(1);
+    tri_tensor x = m2(d, N, C), y = m2(d, N, C), g = m2(d, N, C), short3 = v1(d, 3);
+    tri_tensor none = tri_tensor_none();
+    const char *op = "gelu_forward";
+
+    expect_ok(tri_op_gelu_forward(d, y, x), op);
+    expect_einval(tri_op_gelu_forward(d, y, as_i32(x)), op, "'inp'");
+    expect_einval(tri_op_gelu_forward(d, none, x), op, "'out'");
+    expect_einval(tri_op_gelu_forward(d, short3, x), op, "'out'");
+
+    op = "gelu_backward";
+    expect_ok(tri_op_gelu_backward(d, y, x, g), op);
+    expect_einval(tri_op_gelu_backward(d, y, x, as_i32(g)), op, "'dout'");
+    expect_einval(tri_op_gelu_backward(d, none, x, g), op, "'dinp'");
+    expect_einval(tri_op_gelu_backward(d, y, x, short3), op, "'dout'");
+    expect_einval(tri_op_gelu_backward(d, short3, x, g), op, "'dinp'");
+}
+
+Test(ops_errors, embeddings)
+{
+    tri_device *d = ot_device(1);
+    const int64_t n_pos = 8, T = 3;
+    tri_tensor tokens = i32(d, N), wte = m2(d, V_l, C), out = m2(d, N, C), dout = m2(d, N, C);
+    tri_tensor wpe = m2(d, n_pos, C), wide = m2(d, N, C + 1), none = tri_tensor_none();
+    const char *op = "embedding_forward";
+
+    expect_ok(tri_op_embedding_forward(d, out, tokens, wte, 0), op);
+    expect_einval(tri_op_embedding_forward(d, out, as_f32(tokens), wte, 0), op, "'tokens'");
+    expect_einval(tri_op_embedding_forward(d, out, tokens, none, 0), op, "'wte'");
+    expect_einval(tri_op_embedding_forward(d, wide, tokens, wte, 0), op, "'out'");
+    expect_einval(tri_op_embedding_forward(d, out, i32(d, N + 1), wte, 0), op, "'out'");
+
+    op = "embedding_backward";
+    expect_ok(tri_op_embedding_backward(d, wte, dout, tokens, 0), op);
+    expect_einval(tri_op_embedding_backward(d, wte, dout, as_f32(tokens), 0), op, "'tokens'");
+    expect_einval(tri_op_embedding_backward(d, none, dout, tokens, 0), op, "'dwte'");
+    expect_einval(tri_op_embedding_backward(d, wte, m2(d, N - 1, C), tokens, 0), op, "'dout'");
+
+    op = "position_forward";
+    expect_ok(tri_op_position_forward(d, out, wpe, T, 0), op);
+    expect_einval(tri_op_position_forward(d, as_i32(out), wpe, T, 0), op, "'out'");
+    expect_einval(tri_op_position_forward(d, out, none, T, 0), op, "'wpe'");
+    expect_einval(tri_op_position_forward(d, out, m2(d, n_pos, C + 1), T, 0), op, "wpe");
+    expect_einval(tri_op_position_forward(d, out, wpe, n_pos + 1, 0), op, "T 9");
+    expect_einval(tri_op_position_forward(d, out, wpe, T, -1), op, "row0 -1");
+
+    op = "position_backward";
+    expect_ok(tri_op_position_backward(d, wpe, dout, T, 0), op);
+    expect_einval(tri_op_position_backward(d, as_i32(wpe), dout, T, 0), op, "'dwpe'");
+    expect_einval(tri_op_position_backward(d, wpe, none, T, 0), op, "'dout'");
+    expect_einval(tri_op_position_backward(d, wpe, wide, T, 0), op, "dout");
+}
+
+Test(ops_errors, cross_entropy)
+{
+    tri_device *d = ot_device(1);
+    tri_tensor logits = m2(d, N, V_l), dlogits = m2(d, N, V_l), maxes = v1(d, N);
+    tri_tensor stats = m2(d, N, 2), targets = i32(d, N), losses = v1(d, N);
+    tri_tensor short_maxes = v1(d, N - 1), tall_stats = m2(d, N + 1, 2), none = tri_tensor_none();
+    const char *op = "ce_row_max";
+
+    expect_ok(tri_op_ce_row_max(d, maxes, logits, V_l), op);
+    expect_einval(tri_op_ce_row_max(d, maxes, as_i32(logits), V_l), op, "'logits'");
+    expect_einval(tri_op_ce_row_max(d, none, logits, V_l), op, "'maxes'");
+    expect_einval(tri_op_ce_row_max(d, short_maxes, logits, V_l), op, "'maxes'");
+    expect_einval(tri_op_ce_row_max(d, maxes, logits, V_l + 1), op, "V_valid");
+
+    op = "ce_sumexp_target";
+    expect_ok(tri_op_ce_sumexp_target(d, stats, logits, maxes, targets, 0, V_l), op);
+    expect_einval(tri_op_ce_sumexp_target(d, stats, logits, maxes, as_f32(targets), 0, V_l), op,
+                  "'targets'");
+    expect_einval(tri_op_ce_sumexp_target(d, none, logits, maxes, targets, 0, V_l), op, "'stats'");
+    expect_einval(tri_op_ce_sumexp_target(d, tall_stats, logits, maxes, targets, 0, V_l), op,
+                  "'stats'");
+    expect_einval(tri_op_ce_sumexp_target(d, stats, logits, maxes, i32(d, N - 1), 0, V_l), op,
+                  "'targets'");
+    expect_einval(tri_op_ce_sumexp_target(d, stats, logits, maxes, targets, 0, -1), op, "V_valid");
+
+    op = "ce_loss";
+    expect_ok(tri_op_ce_loss(d, losses, maxes, stats), op);
+    expect_einval(tri_op_ce_loss(d, as_i32(losses), maxes, stats), op, "'losses'");
+    expect_einval(tri_op_ce_loss(d, losses, maxes, none), op, "'stats'");
+    expect_einval(tri_op_ce_loss(d, losses, short_maxes, stats), op, "'maxes'");
+    expect_einval(tri_op_ce_loss(d, losses, maxes, v1(d, N)), op, "'stats'");
+
+    op = "ce_backward";
+    tri_tensor t = targets, wide = m2(d, N, V_l + 1);
+    expect_ok(tri_op_ce_backward(d, dlogits, logits, maxes, stats, t, 0, V_l, 1.0f), op);
+    expect_einval(tri_op_ce_backward(d, dlogits, logits, maxes, stats, as_f32(t), 0, V_l, 1.0f), op,
+                  "'targets'");
+    expect_einval(tri_op_ce_backward(d, none, logits, maxes, stats, t, 0, V_l, 1.0f), op,
+                  "'dlogits'");
+    expect_einval(tri_op_ce_backward(d, wide, logits, maxes, stats, t, 0, V_l, 1.0f), op,
+                  "'dlogits'");
+    expect_einval(tri_op_ce_backward(d, dlogits, logits, maxes, tall_stats, t, 0, V_l, 1.0f), op,
+                  "'stats'");
+    expect_einval(tri_op_ce_backward(d, dlogits, logits, maxes, stats, t, 0, V_l + 1, 1.0f), op,
+                  "V_valid");
+}
+
+Test(ops_errors, adamw)
+{
+    tri_device *d = ot_device(1);
+    const int64_t n = 7;
+    tri_tensor p = v1(d, n), g = v1(d, n), m = v1(d, n), v = v1(d, n), none = tri_tensor_none();
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                            .weight_decay = 0.1f, .grad_scale = 1.0f, .step = 1};
+
+    expect_ok(tri_op_adamw(d, p, g, m, v, &hp), "adamw");
+    expect_einval(tri_op_adamw(d, p, g, as_i32(m), v, &hp), "adamw", "'m'");
+    expect_einval(tri_op_adamw(d, p, g, m, none, &hp), "adamw", "'v'");
+    expect_einval(tri_op_adamw(d, p, v1(d, n + 1), m, v, &hp), "adamw", "'grad'");
+    expect_einval(tri_op_adamw(d, no_data(p), g, m, v, &hp), "adamw", "'param'");
+    hp.step = 0;
+    expect_einval(tri_op_adamw(d, p, g, m, v, &hp), "adamw", "step");
+}
