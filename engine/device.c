@@ -7,6 +7,8 @@
 #include "engine/status.h"
 
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #define DESC(t, buf) tri_tensor_describe((t), (buf), sizeof(buf))
 
@@ -45,14 +47,94 @@ static int unsupported(tri_device *d, const char *op)
     return TRI_ERR(TRI_ENOTSUP, "%s: not implemented by the %s backend", op, d->ops->name);
 }
 
-#define DISPATCH(d, fn, ...) ((d)->ops->fn ? (d)->ops->fn((d), __VA_ARGS__) : unsupported((d), #fn))
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Adds one timed call of op `name` (a string literal: slots compare by pointer, then by text). */
+static void profile_add(tri_device *d, const char *name, double seconds)
+{
+    tri_op_profile *p = d->profile;
+    for (int i = 0; i < TRI_PROFILE_SLOTS; i++) {
+        if (p->name[i] && p->name[i] != name && strcmp(p->name[i], name) != 0)
+            continue;
+        p->name[i] = name;
+        p->seconds[i] += seconds;
+        p->calls[i]++;
+        return;
+    }
+}
+
+/* Start time of the op being dispatched on this thread (set before the call by the comma
+ * operator in DISPATCH, which sequences it; function arguments alone would not). */
+static _Thread_local double op_t0;
+
+static double profile_start(tri_device *d)
+{
+    return d->profile ? now_s() : 0.0;
+}
+
+static int profile_end(tri_device *d, const char *name, int rc)
+{
+    if (d->profile) {
+        int s = d->ops->sync(d);
+        profile_add(d, name, now_s() - op_t0);
+        rc = rc ? rc : s;
+    }
+    return rc;
+}
+
+/* Calls the backend's op (timed when profiling), or reports that the backend lacks it. */
+#define DISPATCH(d, fn, ...)                                                                   \
+    ((d)->ops->fn ? (op_t0 = profile_start(d), profile_end((d), #fn, (d)->ops->fn((d), __VA_ARGS__))) \
+                  : unsupported((d), #fn))
 
 /* ---- lifetime and memory ---- */
 
 void tri_device_destroy(tri_device *d)
 {
-    if (d && d->ops->destroy)
+    if (!d)
+        return;
+    free(d->profile);
+    d->profile = NULL;
+    if (d->ops->destroy)
         d->ops->destroy(d);
+}
+
+int tri_device_profile_enable(tri_device *d)
+{
+    if (!d->profile)
+        d->profile = calloc(1, sizeof *d->profile);
+    return d->profile ? TRI_OK : TRI_ERR(TRI_ENOMEM, "out of memory for the op profile");
+}
+
+void tri_device_profile_report(const tri_device *d, FILE *f)
+{
+    const tri_op_profile *p = d->profile;
+    if (!p)
+        return;
+    int order[TRI_PROFILE_SLOTS], n = 0;
+    double total = 0.0;
+    for (int i = 0; i < TRI_PROFILE_SLOTS && p->name[i]; i++) {
+        order[n++] = i;
+        total += p->seconds[i];
+    }
+    for (int i = 1; i < n; i++) /* insertion sort by time, largest first */
+        for (int j = i; j > 0 && p->seconds[order[j]] > p->seconds[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    fprintf(f, "%-22s %10s %10s %7s\n", "op", "calls", "seconds", "share");
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        fprintf(f, "%-22s %10lld %10.3f %6.1f%%\n", p->name[i], (long long)p->calls[i], p->seconds[i],
+                total > 0 ? 100.0 * p->seconds[i] / total : 0.0);
+    }
+    fprintf(f, "%-22s %10s %10.3f\n", "total", "", total);
 }
 
 int tri_device_alloc(tri_device *d, void **ptr, size_t bytes)

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/tensor.h"
 
@@ -84,10 +85,20 @@ typedef struct tri_device_ops {
                  const tri_adamw_hparams *hp);
 } tri_device_ops;
 
+/* Per-op time and call counts, kept when profiling is on (tri_device_profile_enable). */
+#define TRI_PROFILE_SLOTS 48
+typedef struct tri_op_profile {
+    const char *name[TRI_PROFILE_SLOTS];
+    double seconds[TRI_PROFILE_SLOTS];
+    int64_t calls[TRI_PROFILE_SLOTS];
+} tri_op_profile;
+
 struct tri_device {
     const tri_device_ops *ops;
+    tri_op_profile *profile;  /* NULL unless profiling */
     void *impl;              /* backend state */
-    int threads;             /* CPU: OpenMP/BLAS threads; CUDA: unused */
+    int threads;             /* CPU: threads of the OpenMP loops (0: OpenMP's default). BLAS threads
+                                are process-wide: tools set them (tools/cli/backend.h). CUDA: unused */
     int ordinal;             /* CUDA device index; CPU: 0 */
 };
 
@@ -97,6 +108,12 @@ int tri_device_cpu_create(tri_device **out, int threads);
 
 /* Destroys any backend's device (NULL is ignored). */
 void tri_device_destroy(tri_device *d);
+
+/* Starts timing every op (synchronising the device after each, so times are exact but the device
+ * runs without overlap). TRI_ENOMEM on failure. */
+int tri_device_profile_enable(tri_device *d);
+/* Prints the ops by total time, with calls and share, to f. */
+void tri_device_profile_report(const tri_device *d, FILE *f);
 
 /* ---- memory: sizes in bytes; pointers are device memory unless named host ---- */
 int tri_device_alloc(tri_device *d, void **ptr, size_t bytes);
@@ -116,7 +133,8 @@ int tri_op_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
 int tri_op_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x);
 /* x *= s. */
 int tri_op_scale(tri_device *d, tri_tensor x, float s);
-/* out(1) += sum_i x[i]^2, accumulated in double within the call (gradient norms). */
+/* out(1) += sum_i x[i]^2, accumulated in double within the call, added to out in fp32
+ * (gradient norms). */
 int tri_op_sum_squares(tri_device *d, tri_tensor out, tri_tensor x);
 /* out(1) += number of NaN or Inf elements of x. */
 int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x);
@@ -124,7 +142,7 @@ int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x);
 /* ---- matmul ----
  * c(M,N) = op(a) @ op(b) + bias + beta * c, with op(a) (M,K), op(b) (K,N); a and b are seen as
  * matrices (rows = all dims but the last). bias (N) is optional (absent: tri_tensor_none()) and
- * allowed only with beta == 0. Linear layers keep weights (OC, C) as Megatron and llm.c do:
+ * allowed only with beta == 0. With beta == 0, c is write-only (NaN in c does not propagate). Linear layers keep weights (OC, C) as Megatron and llm.c do:
  * forward out = inp @ w^T + b is tri_op_matmul(d, out, inp, w, b, false, true, 0). */
 int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
                   bool trans_a, bool trans_b, float beta);

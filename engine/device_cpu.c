@@ -72,9 +72,9 @@ static void cpu_destroy(tri_device *d)
 
 static int cpu_fill(tri_device *d, tri_tensor x, float value)
 {
-    float *p = fp(x);
+    float *restrict p = fp(x);
     int64_t n = tri_tensor_numel(x);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
     for (int64_t i = 0; i < n; i++)
         p[i] = value;
     return TRI_OK;
@@ -112,7 +112,8 @@ static int cpu_scale(tri_device *d, tri_tensor x, float s)
     return TRI_OK;
 }
 
-/* Sums f(x[i]) in double over REDUCE_CHUNKS fixed chunks, then the chunks in order. */
+/* Sums x[i]^2 (squares) or !isfinite(x[i]) in double over REDUCE_CHUNKS fixed chunks, then the
+ * chunks in order. */
 static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
 {
     double part[REDUCE_CHUNKS];
@@ -120,9 +121,21 @@ static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
 #pragma omp parallel for num_threads(nthreads(d)) schedule(static)
     for (int c = 0; c < REDUCE_CHUNKS; c++) {
         int64_t lo = c * per, hi = lo + per < n ? lo + per : n;
+        double lane[8] = {0};
+        int64_t i = lo;
+        if (squares) {
+            for (; i + 8 <= hi; i += 8)
+                for (int k = 0; k < 8; k++)
+                    lane[k] += (double)x[i + k] * x[i + k];
+            for (; i < hi; i++)
+                lane[0] += (double)x[i] * x[i];
+        } else {
+            for (; i < hi; i++)
+                lane[0] += !isfinite(x[i]);
+        }
         double acc = 0.0;
-        for (int64_t i = lo; i < hi; i++)
-            acc += squares ? (double)x[i] * x[i] : (double)!isfinite(x[i]);
+        for (int k = 0; k < 8; k++)
+            acc += lane[k];
         part[c] = acc;
     }
     double total = 0.0;
@@ -283,7 +296,7 @@ static int cpu_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
     const float *x = fp(inp);
     float *o = fp(out);
     int64_t n = tri_tensor_numel(inp);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
     for (int64_t i = 0; i < n; i++)
         o[i] = tri_gelu(x[i]);
     return TRI_OK;
@@ -294,7 +307,7 @@ static int cpu_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri
     const float *x = fp(inp), *g = fp(dout);
     float *dx = fp(dinp);
     int64_t n = tri_tensor_numel(inp);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = tri_gelu_grad(x[i]) * g[i];
     return TRI_OK;
@@ -430,14 +443,15 @@ static int cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tenso
                      const tri_adamw_hparams *hp)
 {
     int64_t n = tri_tensor_numel(param);
-    float bc1 = 1.0f - powf(hp->beta1, (float)hp->step);
-    float bc2 = 1.0f - powf(hp->beta2, (float)hp->step);
-    float *p = fp(param), *pm = fp(m), *pv = fp(v);
-    const float *g = fp(grad);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    const float bc1 = 1.0f - powf(hp->beta1, (float)hp->step);
+    const float bc2 = 1.0f - powf(hp->beta2, (float)hp->step);
+    const float lr = hp->lr, b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, wd = hp->weight_decay;
+    const float gs = hp->grad_scale;
+    float *restrict p = fp(param), *restrict pm = fp(m), *restrict pv = fp(v);
+    const float *restrict g = fp(grad);
+#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        tri_adamw_element(p + i, g[i] * hp->grad_scale, pm + i, pv + i, hp->lr, hp->beta1, hp->beta2,
-                          hp->eps, hp->weight_decay, bc1, bc2);
+        tri_adamw_element(p + i, g[i] * gs, pm + i, pv + i, lr, b1, b2, eps, wd, bc1, bc2);
     return TRI_OK;
 }
 

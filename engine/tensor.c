@@ -92,8 +92,10 @@ int64_t tri_tensor_cols(tri_tensor t)
 
 int64_t tri_tensor_rows(tri_tensor t)
 {
-    int64_t c = tri_tensor_cols(t);
-    return c == 0 ? 0 : tri_tensor_numel(t) / c;
+    int64_t r = t.ndim == 0 ? 0 : 1;
+    for (int i = 0; i + 1 < t.ndim; i++)
+        r *= t.shape[i];
+    return r;
 }
 
 bool tri_tensor_same_shape(tri_tensor a, tri_tensor b)
