@@ -59,13 +59,15 @@ TRI_HD float tri_gelu(float x)
 }
 
 /* d gelu(x) / dx = s + 2 x s (1 - s) u', s = sigmoid(2u), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2);
- * equal to the tanh form's 0.5 (1 + t) + 0.5 x (1 - t^2) u' with t = 2s - 1. */
+ * equal to the tanh form's 0.5 (1 + t) + 0.5 x (1 - t^2) u' with t = 2s - 1. 1 - s is computed as
+ * e s (e = exp(-2u)), which does not cancel where s rounds to 1. */
 TRI_HD float tri_gelu_grad(float x)
 {
     float u = TRI_GELU_K * (x + 0.044715f * x * x * x);
     float du = TRI_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    float s = 1.0f / (1.0f + tri_expf(-2.0f * u));
-    return s + 2.0f * x * s * (1.0f - s) * du;
+    float e = tri_expf(-2.0f * u);
+    float s = 1.0f / (1.0f + e);
+    return s + 2.0f * x * (e * s) * s * du;
 }
 
 /* ---- layernorm over one row of C ---- */

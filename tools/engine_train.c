@@ -121,7 +121,7 @@ static void defaults(args *a)
     a->train_iters = 100;
     a->lr = 6e-4f;
     a->min_lr = 6e-5f;
-    a->lr_warmup_iters = 10;
+    a->lr_warmup_iters = 0;
     a->weight_decay = 0.1f;
     a->clip_grad = 1.0f;
     a->beta1 = 0.9f;
@@ -177,9 +177,10 @@ static int validate(run *r)
         return TRI_ERR(TRI_EINVAL, "--min-lr %g is larger than --lr %g", (double)a->min_lr, (double)a->lr);
     if (a->lr_decay_iters == 0)
         a->lr_decay_iters = a->train_iters;
-    if (a->lr_warmup_iters > a->lr_decay_iters && a->train_iters > 0)
-        return TRI_ERR(TRI_EINVAL, "--lr-warmup-iters %lld exceeds the decay end %lld",
-                       (long long)a->lr_warmup_iters, (long long)a->lr_decay_iters);
+    if (a->lr_warmup_iters >= a->lr_decay_iters && a->lr_warmup_iters > 0)
+        return TRI_ERR(TRI_EINVAL, "--lr-warmup-iters %lld must be below the end of the decay, %lld "
+                       "(--lr-decay-iters, else --train-iters)", (long long)a->lr_warmup_iters,
+                       (long long)a->lr_decay_iters);
     if (a->sample_length > a->seq_length - 1)
         a->sample_length = a->seq_length - 1;
     tri_gpt_options probe = {.B = a->micro_batch, .T = a->seq_length, .n_slots = 1,

@@ -18,11 +18,19 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 
+# build DIR TYPE: configures and builds one tree (-Werror); fails loudly.
+build_tree() {
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE="$2" -DTRIDENT_WERROR=ON >/dev/null
+  if ! cmake --build "$1" -j "$(nproc)" > "$1/build.log" 2>&1; then
+    grep -E "error|warning" "$1/build.log" | head -40 >&2
+    echo "trident: the $2 build in $1 failed (full log: $1/build.log)" >&2
+    exit 1
+  fi
+}
+
 build() {
   bash tools/install_deps.sh
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTRIDENT_WERROR=ON >/dev/null
-  cmake --build build -j "$(nproc)" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^-- ' || true
-  test -x build/bin/engine_train || { echo "trident: the build failed" >&2; exit 1; }
+  build_tree build Release
 }
 
 data() {
@@ -38,15 +46,16 @@ case "$cmd" in
     data
     exec build/bin/engine_train --config models/gpt2-tiny-byte.json \
       --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \
-      --micro-batch-size 16 --seq-length 128 --train-iters 600 --lr 2e-3 --min-lr 2e-4 \
+      --micro-batch-size 16 --seq-length 128 --train-iters 1000 --lr 2e-3 --min-lr 2e-4 \
       --lr-warmup-iters 30 --eval-interval 100 --log-interval 10 --save-dir runs/default "$@"
     ;;
   test)
     build
     data
-    cd build
-    ctest --output-on-failure -j 2 -LE gpu
-    ctest --output-on-failure -L gpu
+    (cd build && ctest --output-on-failure -j 2 -LE gpu && ctest --output-on-failure -L gpu)
+    # the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (Debug build)
+    build_tree build-asan Debug
+    (cd build-asan && ctest --output-on-failure -j 2 -LE gpu)
     ;;
   bench)
     build

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# tests/engine_train_errors.sh BUILD_DIR SOURCE_DIR - engine_train refuses bad input cleanly.
+#
+# Each case must exit non-zero, print one error line naming the file, field or value, and never
+# crash (no sanitizer report, no signal). Run against the Release and the ASan/UBSan builds.
+set -u
+build=$1
+src=$2
+bin="$build/bin/engine_train"
+tok="$build/bin/tokenize"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# fixtures: a tiny byte-level model and token files
+cat > "$tmp/tiny.json" <<'JSON'
+{"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}
+JSON
+head -c 20000 "$src/tools/trident.sh" > "$tmp/text.txt"
+"$tok" --input "$tmp/text.txt" --output-prefix "$tmp/t" --tokenizer-type ByteLevel --val-fraction 0 \
+  > /dev/null 2>&1 || { echo "FAIL: cannot build fixtures with $tok"; exit 1; }
+cp "$tmp/t_train.bin" "$tmp/good.bin"
+cp "$tmp/good.bin" "$tmp/magic.bin"
+printf '\x00\x00\x00\x00' | dd of="$tmp/magic.bin" bs=1 seek=0 conv=notrunc 2>/dev/null
+head -c 3000 "$tmp/good.bin" > "$tmp/truncated.bin"
+sed 's/"vocab_size": 257/"vocab_size": 100/' "$tmp/tiny.json" > "$tmp/v100.json"
+# text of bytes below 100 only, so its token file is valid for vocab_size 100
+tr -dc 'A-Z0-9 ' < "$tmp/text.txt" | head -c 4000 > "$tmp/upper.txt"
+tr 'a-z' 'A-Z' < "$tmp/text.txt" | tr -dc 'A-Z0-9 ' | head -c 4000 >> "$tmp/upper.txt"
+"$tok" --input "$tmp/upper.txt" --output-prefix "$tmp/u" --tokenizer-type ByteLevel --val-fraction 0 > /dev/null 2>&1
+
+common=(--train-iters 1 --eval-iters 1 --sample-length 0 --micro-batch-size 1 --seq-length 8
+        --save-dir "$tmp/run")
+
+# expect NAME TEXT [flags...]: fails unless the run exits non-zero with TEXT in its output and no crash
+expect() {
+  local name=$1 want=$2
+  shift 2
+  local out rc
+  out=$("$bin" "$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "FAIL $name: exit status 0"; failures=$((failures + 1))
+  elif [ $rc -ge 128 ] || grep -qE "Sanitizer|runtime error|Segmentation|core dumped" <<<"$out"; then
+    echo "FAIL $name: crashed (status $rc):"; echo "$out" | head -20; failures=$((failures + 1))
+  elif ! grep -qF -- "$want" <<<"$out"; then
+    echo "FAIL $name: expected '$want' in:"; echo "$out" | head -5; failures=$((failures + 1))
+  else
+    echo "ok   $name: $(grep -m1 'error' <<<"$out")"
+  fi
+}
+
+ok_data=(--train-data "$tmp/good.bin" --val-data "$tmp/good.bin")
+cfg=(--config "$tmp/tiny.json")
+
+# configs
+printf '{"n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/missing.json"
+printf '{"n_layer": -1, "n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/negative.json"
+printf '{"n_layer": 1, "n_head": 2.5, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/fraction.json"
+printf '{"n_layer": 1, "n_head": "two", "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/string.json"
+printf '{"n_layer": 1, "n_head": 2, "n_embd": 16' > "$tmp/broken.json"
+expect "config missing field"     "missing.json: missing required key \"n_layer\"" --config "$tmp/missing.json" "${ok_data[@]}" "${common[@]}"
+expect "config negative field"    "negative.json: \"n_layer\" is -1" --config "$tmp/negative.json" "${ok_data[@]}" "${common[@]}"
+expect "config non-integer field" "fraction.json: \"n_head\" is 2.5" --config "$tmp/fraction.json" "${ok_data[@]}" "${common[@]}"
+expect "config string field"      "string.json: \"n_head\" is \"two\"" --config "$tmp/string.json" "${ok_data[@]}" "${common[@]}"
+expect "config broken JSON"       "broken.json: invalid JSON" --config "$tmp/broken.json" "${ok_data[@]}" "${common[@]}"
+expect "config missing file"      "nope.json" --config "$tmp/nope.json" "${ok_data[@]}" "${common[@]}"
+# token files
+expect "tokens wrong magic"   "magic.bin" "${cfg[@]}" --train-data "$tmp/magic.bin" --val-data "$tmp/good.bin" "${common[@]}"
+expect "tokens truncated"     "truncated.bin" "${cfg[@]}" --train-data "$tmp/truncated.bin" --val-data "$tmp/good.bin" "${common[@]}"
+expect "tokens id >= vocab"   "vocab" --config "$tmp/v100.json" "${ok_data[@]}" "${common[@]}"
+expect "tokens missing file"  "absent.bin" "${cfg[@]}" --train-data "$tmp/absent.bin" --val-data "$tmp/good.bin" "${common[@]}"
+# flags
+expect "seq-length > n_positions" "--seq-length 32 must be in [1, n_positions = 16" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --seq-length 32
+expect "unknown flag"          "unknown flag --no-such-flag" "${cfg[@]}" "${ok_data[@]}" --no-such-flag 3
+expect "non-numeric value"     "--lr fast: expected a finite number" "${cfg[@]}" "${ok_data[@]}" --lr fast
+expect "negative batch"        "--micro-batch-size -2: expected a value in" "${cfg[@]}" "${ok_data[@]}" --micro-batch-size -2
+expect "min-lr above lr"       "--min-lr" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr 1e-4 --min-lr 1e-3
+expect "global batch divisibility" "--global-batch-size 3 is not divisible" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --micro-batch-size 2 --global-batch-size 3
+expect "tokenizer vs vocab"    "has vocab_size 100" --config "$tmp/v100.json" --train-data "$tmp/u_train.bin" --val-data "$tmp/u_train.bin" "${common[@]}" --tokenizer-type ByteLevel
+expect "sequence parallel without tp" "--sequence-parallel needs" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --sequence-parallel
+expect "warm-up past the decay" "--lr-warmup-iters 5 must be below the end of the decay, 1" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr-warmup-iters 5
+expect "bad choice"            "--lr-decay-style sideways: expected one of cosine|linear|constant" "${cfg[@]}" "${ok_data[@]}" --lr-decay-style sideways
+
+# and a good run completes
+out=$("$bin" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --train-iters 3 2>&1)
+if [ $? -ne 0 ] || ! grep -q "trained 3 iterations" <<<"$out"; then
+  echo "FAIL good run:"; echo "$out" | tail -5; failures=$((failures + 1))
+else
+  echo "ok   good run: $(grep 'trained' <<<"$out")"
+fi
+echo "engine_train_errors: $failures failure(s)"
+exit $((failures > 0))

@@ -1,0 +1,112 @@
+/* tests/test_config.c - model config parsing and validation (models/config.h).
+ *
+ * The shipped configs load with the published sizes and parameter counts; every malformed config
+ * is refused with a message naming the source, the key and the offending value. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "engine/status.h"
+#include "models/config.h"
+#include "tests/testutil.h"
+
+static void expect_refused(const char *json, int code, const char *must1, const char *must2)
+{
+    tri_gpt_config c;
+    int rc = tri_gpt_config_parse(&c, json, "cfg.json");
+    const char *msg = tri_error_message();
+    cr_expect_eq(rc, code, "config %s: status %d, expected %d (%s)", json, rc, code, msg);
+    cr_expect(strstr(msg, "cfg.json") != NULL, "message names the file: %s", msg);
+    cr_expect(strstr(msg, must1) != NULL, "message names '%s': %s", must1, msg);
+    if (must2)
+        cr_expect(strstr(msg, must2) != NULL, "message names '%s': %s", must2, msg);
+}
+
+#define BASE "\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32"
+
+Test(config, shipped_configs_load_with_published_sizes)
+{
+    struct { const char *file; int L, NH, C; double params_m; } want[] = {
+        {"models/gpt2.json", 12, 12, 768, 124.4}, {"models/gpt2-medium.json", 24, 16, 1024, 354.8},
+        {"models/gpt2-large.json", 36, 20, 1280, 774.0}, {"models/gpt2-xl.json", 48, 25, 1600, 1557.6},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        tri_gpt_config c;
+        int rc = tri_gpt_config_load(&c, tu_source_path(want[i].file));
+        cr_assert_eq(rc, TRI_OK, "%s: %s", want[i].file, tri_error_message());
+        cr_expect(c.n_layer == want[i].L && c.n_head == want[i].NH && c.n_embd == want[i].C);
+        cr_expect_eq(c.vocab_size, 50257);
+        double m = (double)tri_gpt_num_params(&c) / 1e6;
+        cr_expect(m > want[i].params_m - 0.1 && m < want[i].params_m + 0.1, "%s: %.1fM parameters",
+                  want[i].file, m);
+    }
+    const char *small[] = {"models/gpt2-tiny-byte.json", "models/gpt2-tiny-bpe.json"};
+    for (int i = 0; i < 2; i++) {
+        tri_gpt_config c;
+        cr_expect_eq(tri_gpt_config_load(&c, tu_source_path(small[i])), TRI_OK, "%s", tri_error_message());
+    }
+}
+
+Test(config, padded_vocab_is_a_multiple_of_128_tp)
+{
+    cr_expect_eq(tri_gpt_padded_vocab(50257, 1), 50304);
+    cr_expect_eq(tri_gpt_padded_vocab(50257, 2), 50432);
+    cr_expect_eq(tri_gpt_padded_vocab(257, 1), 384);
+    cr_expect_eq(tri_gpt_padded_vocab(256, 2), 256);
+}
+
+Test(config, missing_negative_and_non_integer_fields)
+{
+    expect_refused("{\"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32}",
+                   TRI_EINVAL, "n_layer", "missing");
+    expect_refused("{\"n_layer\": 2, \"n_head\": -4, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32}",
+                   TRI_EINVAL, "n_head", "-4");
+    expect_refused("{\"n_layer\": 2.5, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32}",
+                   TRI_EINVAL, "n_layer", "2.5");
+    expect_refused("{\"n_layer\": \"12\", \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32}",
+                   TRI_EINVAL, "n_layer", "\"12\"");
+    expect_refused("{\"n_layer\": 0, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32}",
+                   TRI_EINVAL, "n_layer", "0");
+    expect_refused("{\"n_layer\": 1e30, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32}",
+                   TRI_EINVAL, "n_layer", NULL);
+    expect_refused("{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 70000, \"n_positions\": 32}",
+                   TRI_EINVAL, "vocab_size", "70000");
+}
+
+Test(config, inconsistent_and_unknown_keys)
+{
+    expect_refused("{\"n_layer\": 2, \"n_head\": 5, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32}",
+                   TRI_EINVAL, "n_embd", "n_head");
+    expect_refused("{" BASE ", \"n_ctx\": 16}", TRI_EINVAL, "n_ctx", "16");
+    expect_refused("{" BASE ", \"n_inner\": 100}", TRI_EINVAL, "n_inner", "100");
+    expect_refused("{" BASE ", \"resid_pdrop\": 0.1}", TRI_EINVAL, "resid_pdrop", "0.1");
+    expect_refused("{" BASE ", \"activation_function\": \"relu\"}", TRI_EINVAL, "activation_function", "relu");
+    expect_refused("{" BASE ", \"n_layers\": 3}", TRI_EINVAL, "unknown key", "n_layers");
+    expect_refused("{" BASE ", \"initializer_range\": -1}", TRI_EINVAL, "initializer_range", "-1");
+    expect_refused("{" BASE ", \"tie_word_embeddings\": false}", TRI_EINVAL, "tie_word_embeddings", "false");
+}
+
+Test(config, malformed_json_and_files)
+{
+    expect_refused("{" BASE, TRI_EINVAL, "invalid JSON", NULL);
+    expect_refused("[1, 2]", TRI_EINVAL, "JSON object", NULL);
+    expect_refused("", TRI_EINVAL, "invalid JSON", NULL);
+    tri_gpt_config c;
+    cr_expect_eq(tri_gpt_config_load(&c, "/nonexistent/x.json"), TRI_EIO);
+    cr_expect(strstr(tri_error_message(), "/nonexistent/x.json") != NULL, "%s", tri_error_message());
+}
+
+Test(config, a_hugging_face_gpt2_config_json_loads)
+{
+    /* the keys of openai-community/gpt2's config.json with dropout set to 0 */
+    const char *hf = "{\"activation_function\": \"gelu_new\", \"architectures\": [\"GPT2LMHeadModel\"],"
+                     "\"attn_pdrop\": 0.0, \"bos_token_id\": 50256, \"embd_pdrop\": 0.0, \"eos_token_id\": 50256,"
+                     "\"initializer_range\": 0.02, \"layer_norm_epsilon\": 1e-05, \"model_type\": \"gpt2\","
+                     "\"n_ctx\": 1024, \"n_embd\": 768, \"n_head\": 12, \"n_layer\": 12, \"n_positions\": 1024,"
+                     "\"resid_pdrop\": 0.0, \"summary_activation\": null, \"summary_first_dropout\": 0.1,"
+                     "\"summary_proj_to_labels\": true, \"summary_type\": \"cls_index\", \"summary_use_proj\": true,"
+                     "\"task_specific_params\": {\"text-generation\": {\"do_sample\": true, \"max_length\": 50}},"
+                     "\"vocab_size\": 50257}";
+    tri_gpt_config c;
+    cr_expect_eq(tri_gpt_config_parse(&c, hf, "config.json"), TRI_OK, "%s", tri_error_message());
+    cr_expect_eq(c.n_layer, 12);
+}
