@@ -8,7 +8,8 @@
  *
  * Byte counting convention (the "payload", as Megatron-LM and the ZeRO paper count volume):
  * all_reduce counts numel * dtype size; reduce_scatter and all_gather count the full (unsharded)
- * buffer; broadcast counts the buffer on every rank; p2p counts the bytes this rank sends. */
+ * buffer; broadcast counts the buffer on every rank; p2p counts the bytes this rank sends. A group
+ * of one rank sends nothing and counts nothing. */
 #ifndef TRIDENT_ENGINE_COMM_H
 #define TRIDENT_ENGINE_COMM_H
 

@@ -116,14 +116,24 @@ static int grad_norm(tri_trainer *t, double *norm)
     return rc;
 }
 
+int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
+{
+    tri_stage *st = t->stage;
+    double loss_sum = 0.0;
+    int rc = tri_op_fill(t->dev, st->grads, 0.0f);
+    if (!rc) rc = run_microbatches(t, src, iter, &loss_sum);
+    if (!rc) rc = sync_grads(t);
+    if (!rc) rc = all_reduce_value(t, t->grid->dp_comm, &loss_sum);
+    *loss = loss_sum / (double)(st->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
+    return rc;
+}
+
 int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
                      tri_step_result *res)
 {
     tri_stage *st = t->stage;
-    double loss_sum = 0.0, norm = 0.0;
-    int rc = tri_op_fill(t->dev, st->grads, 0.0f);
-    if (!rc) rc = run_microbatches(t, src, iter, &loss_sum);
-    if (!rc) rc = sync_grads(t);
+    double norm = 0.0;
+    int rc = tri_trainer_gradients(t, src, iter, &res->loss);
     if (!rc) rc = grad_norm(t, &norm);
     if (rc)
         return rc;
@@ -132,8 +142,6 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
                        (long long)iter + 1, norm);
     float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
     rc = tri_optimizer_step(t->dev, &t->opt, st->layout, st->params, st->grads, lr, scale);
-    if (!rc) rc = all_reduce_value(t, t->grid->dp_comm, &loss_sum);
-    res->loss = loss_sum / (double)(st->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
     res->grad_norm = norm;
     res->lr = lr;
     return rc;

@@ -55,7 +55,14 @@ void tri_trainer_destroy(tri_trainer *t);
 /* Global batch size in samples: micro-batch size x micro-batches x dp. */
 int64_t tri_trainer_global_batch(const tri_trainer *t);
 
-/* Update number iter + 1 with learning rate lr on samples [iter * global, (iter + 1) * global). */
+/* The gradients of global batch `iter` (samples [iter * global, (iter + 1) * global)) in the
+ * stage's gradient buffer, complete for this rank's optimizer range: summed over TP for replicated
+ * parameters under SP, over the embedding group for the tied embedding, over data-parallel
+ * replicas. *loss = mean token loss of the global batch. */
+int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss);
+
+/* Update number iter + 1 with learning rate lr on global batch `iter`: gradients, global norm,
+ * clipping, AdamW. TRI_ENONFINITE (and no update) when the norm is not finite. */
 int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
                      tri_step_result *res);
 
