@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/status.h"
+#include "partitioner/transformer.h"
 
 #define MAX_CONFIG_BYTES (1 << 20)
 
@@ -213,8 +214,13 @@ int tri_gpt_config_load(tri_gpt_config *cfg, const char *path)
 
 int64_t tri_gpt_padded_vocab(int64_t vocab_size, int tp)
 {
-    int64_t m = 128 * (int64_t)tp;
-    return (vocab_size + m - 1) / m * m;
+    return tri_padded_vocab(vocab_size, tp);
+}
+
+tri_transformer tri_gpt_dims(const tri_gpt_config *c)
+{
+    return (tri_transformer){.n_layer = c->n_layer, .n_head = c->n_head, .n_embd = c->n_embd,
+                             .vocab_size = c->vocab_size, .n_positions = c->n_positions};
 }
 
 int64_t tri_gpt_num_params(const tri_gpt_config *c)

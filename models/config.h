@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "partitioner/transformer.h"
+
 typedef struct tri_gpt_config {
     int n_layer;       /* L */
     int n_head;        /* NH */
@@ -30,6 +32,9 @@ int tri_gpt_config_parse(tri_gpt_config *cfg, const char *json, const char *sour
 /* The vocabulary padded to a multiple of 128 * tp (Megatron's --make-vocab-size-divisible-by 128),
  * e.g. 50257 -> 50304 at tp = 1. The padding rows stay zero and are kept out of the loss. */
 int64_t tri_gpt_padded_vocab(int64_t vocab_size, int tp);
+
+/* The dimensions the partitioner plans with. */
+tri_transformer tri_gpt_dims(const tri_gpt_config *cfg);
 
 /* Number of parameters of the unpadded model (weights counted once, tied LM head not again). */
 int64_t tri_gpt_num_params(const tri_gpt_config *cfg);

@@ -96,3 +96,25 @@ int tri_layout_find(const tri_param_layout *L, const char *name)
             return i;
     return -1;
 }
+
+void tri_shard_place(const tri_param *p, int shard_rank, const float *shard, float *global)
+{
+    const tri_param_spec *s = &p->spec;
+    int64_t off[TRI_MAX_DIMS] = {0}, idx[TRI_MAX_DIMS] = {0};
+    if (s->split_dim >= 0)
+        off[s->split_dim] = p->local_shape[s->split_dim] * shard_rank;
+    /* copy row by row along the last dimension */
+    int last = s->ndim - 1;
+    int64_t row = p->local_shape[last], rows = p->numel / (row > 0 ? row : 1);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t g = 0;
+        for (int d = 0; d < s->ndim; d++)
+            g = g * s->shape[d] + off[d] + idx[d];
+        memcpy(global + g, shard + r * row, (size_t)row * sizeof *global);
+        for (int d = last - 1; d >= 0; d--) {
+            if (++idx[d] < p->local_shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+}

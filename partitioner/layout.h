@@ -26,4 +26,8 @@ int tri_layout_find(const tri_param_layout *L, const char *name);
  * written to segs (at most cap). */
 int tri_layout_shard_segments(const tri_param_layout *L, int r, tri_segment *segs, int cap);
 
+/* Copies the local shard of parameter p held by TP rank `shard_rank` (same local shape as p's) from
+ * `shard` into its place in the global tensor `global` (p->spec.shape, row-major). Host memory. */
+void tri_shard_place(const tri_param *p, int shard_rank, const float *shard, float *global);
+
 #endif

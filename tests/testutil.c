@@ -60,7 +60,7 @@ const char *tu_scratch_dir(const char *name)
     static _Thread_local char buf[4096];
     const char *base = getenv("TRIDENT_BINARY_DIR");
     snprintf(buf, sizeof buf, "%s/test-scratch/%s", base ? base : ".", name);
-    char cmd[4200];
+    char cmd[8300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", buf, buf);
     if (system(cmd) != 0)
         return NULL;
