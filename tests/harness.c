@@ -110,15 +110,29 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     return rc;
 }
 
-int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
-               const int32_t *windows, int steps, tu_result *out)
+static job make_job(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
+                    const int32_t *windows, int steps, tu_result *out)
 {
     memset(out, 0, sizeof *out);
     out->steps = steps;
     job j = {.cfg = cfg, .B = B, .T = T, .layout = *layout, .windows = windows, .steps = steps, .out = out};
     if (j.layout.n_micro < 1)
         j.layout.n_micro = 1;
+    return j;
+}
+
+int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
+               const int32_t *windows, int steps, tu_result *out)
+{
+    job j = make_job(cfg, B, T, layout, windows, steps, out);
     return tri_run_thread_ranks(layout->tp, run_rank, &j);
+}
+
+int tu_run_gpt_rank(tri_comm *world, const tri_gpt_config *cfg, int64_t B, int64_t T,
+                    const tu_layout *layout, const int32_t *windows, int steps, tu_result *out)
+{
+    job j = make_job(cfg, B, T, layout, windows, steps, out);
+    return run_rank(world->rank, world->size, world, &j);
 }
 
 void tu_result_free(tu_result *r)

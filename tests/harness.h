@@ -38,6 +38,10 @@ typedef struct tu_result {
  * status (the failing rank's message via tri_error_message). */
 int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
                const int32_t *windows, int steps, tu_result *out);
+/* The same run as one rank of an existing world comm (e.g. MPI): every rank of `world` calls it;
+ * results land on world rank 0. */
+int tu_run_gpt_rank(tri_comm *world, const tri_gpt_config *cfg, int64_t B, int64_t T,
+                    const tu_layout *layout, const int32_t *windows, int steps, tu_result *out);
 void tu_result_free(tu_result *r);
 const float *tu_result_grad(const tu_result *r, const char *name, int *index);
 
