@@ -1,0 +1,50 @@
+/* engine/schedule.c - names, printing and freeing of schedules (see schedule.h). */
+#include "engine/schedule.h"
+
+#include <stdlib.h>
+
+const char *tri_sched_kind_name(int kind)
+{
+    static const char *names[TRI_SCHED_KINDS] = {"RECV_ACT", "FWD", "SEND_ACT", "RECV_GRAD",
+                                                 "BWD", "SEND_GRAD", "BWD_INPUT", "BWD_WEIGHT"};
+    return kind >= 0 && kind < TRI_SCHED_KINDS ? names[kind] : "?";
+}
+
+/* Short form: F3 (forward of micro-batch 3), B3, I3 / W3 (zero-bubble halves); chunk as F3.1. */
+static void print_short(FILE *f, const tri_sched_op *op, int v)
+{
+    static const char letter[TRI_SCHED_KINDS] = {'r', 'F', 's', 'r', 'B', 's', 'I', 'W'};
+    if (tri_sched_is_comm(op->kind))
+        return;
+    if (v > 1)
+        fprintf(f, " %c%d.%d", letter[op->kind], op->mb, op->chunk);
+    else
+        fprintf(f, " %c%d", letter[op->kind], op->mb);
+}
+
+void tri_schedule_print(FILE *f, const tri_schedule *s, int verbose)
+{
+    fprintf(f, "schedule %s: pp %d, %d chunk%s per rank, %d micro-batches\n", s->name, s->pp, s->v,
+            s->v == 1 ? "" : "s", s->m);
+    for (int r = 0; r < s->pp; r++) {
+        fprintf(f, "rank %d:", r);
+        for (int i = 0; i < s->n_ops[r]; i++) {
+            const tri_sched_op *op = &s->ops[r][i];
+            if (verbose)
+                fprintf(f, " %s(%d,%d)", tri_sched_kind_name(op->kind), op->mb, op->chunk);
+            else
+                print_short(f, op, s->v);
+        }
+        fprintf(f, "\n");
+    }
+}
+
+void tri_schedule_free(tri_schedule *s)
+{
+    for (int r = 0; s->ops && r < s->pp; r++)
+        free(s->ops[r]);
+    free(s->ops);
+    free(s->n_ops);
+    s->ops = NULL;
+    s->n_ops = NULL;
+}

@@ -1,0 +1,76 @@
+/* engine/schedule.h - a pipeline schedule as data: one list of ops per pipeline rank.
+ *
+ * DESIGN.md §6: a generator (partitioner/schedule.h: GPipe, 1F1B, interleaved 1F1B) returns, for
+ * each pipeline rank, the ops it runs in order; the executor (engine/pipeline.h) interprets them,
+ * fusing runs of adjacent send/receive ops into one batched p2p exchange; a simulator runs all
+ * ranks' lists together before launch to prove that every send meets its receive (no deadlock),
+ * to count in-flight micro-batches and to compute the bubble.
+ *
+ * Model chunks: with v virtual stages per rank (interleaved 1F1B, Narayanan et al. 2021 §2.2),
+ * the model is cut into pp * v chunks; chunk c lives on pipeline rank c % pp as its local chunk
+ * c / pp. Without interleaving v = 1 and chunk = pipeline rank. An op names the micro-batch and
+ * the local chunk; the peer of a send or receive is the rank holding the neighbouring chunk. */
+#ifndef TRIDENT_ENGINE_SCHEDULE_H
+#define TRIDENT_ENGINE_SCHEDULE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TRI_SCHED_RECV_ACT = 0,  /* receive the input activation of (mb, chunk) from the previous chunk */
+    TRI_SCHED_FWD,           /* forward of (mb, chunk); the first chunk reads its tokens */
+    TRI_SCHED_SEND_ACT,      /* send the output activation of (mb, chunk) to the next chunk */
+    TRI_SCHED_RECV_GRAD,     /* receive the output gradient of (mb, chunk) from the next chunk */
+    TRI_SCHED_BWD,           /* backward of (mb, chunk): input and weight gradients */
+    TRI_SCHED_SEND_GRAD,     /* send the input gradient of (mb, chunk) to the previous chunk */
+    TRI_SCHED_BWD_INPUT,     /* zero-bubble split: input gradient only (Qi et al. 2023) */
+    TRI_SCHED_BWD_WEIGHT,    /* zero-bubble split: weight gradient only */
+    TRI_SCHED_KINDS
+} tri_sched_kind;
+
+typedef struct tri_sched_op {
+    int8_t kind;     /* tri_sched_kind */
+    int8_t chunk;    /* local model chunk on this rank, 0..v-1 */
+    int32_t mb;      /* micro-batch, 0..m-1 */
+} tri_sched_op;
+
+typedef struct tri_schedule {
+    char name[32];       /* "gpipe", "1f1b", "interleaved", ... */
+    int pp;              /* pipeline ranks */
+    int v;               /* model chunks per rank */
+    int m;               /* micro-batches per step */
+    int *n_ops;          /* per rank */
+    tri_sched_op **ops;  /* per rank, n_ops[r] ops */
+} tri_schedule;
+
+/* The global model chunk of local chunk `chunk` on pipeline rank `rank`. */
+static inline int tri_sched_global_chunk(const tri_schedule *s, int rank, int chunk)
+{
+    return chunk * s->pp + rank;
+}
+
+/* True for the ops that move data between ranks. */
+static inline int tri_sched_is_comm(int kind)
+{
+    return kind == TRI_SCHED_RECV_ACT || kind == TRI_SCHED_SEND_ACT || kind == TRI_SCHED_RECV_GRAD ||
+           kind == TRI_SCHED_SEND_GRAD;
+}
+
+/* "RECV_ACT", "FWD", ... */
+const char *tri_sched_kind_name(int kind);
+
+/* Prints every rank's op list, one rank per line ("rank 0: F0 S0 F1 ..."; long form with
+ * verbose != 0). */
+void tri_schedule_print(FILE *f, const tri_schedule *s, int verbose);
+
+void tri_schedule_free(tri_schedule *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
