@@ -48,3 +48,31 @@ void tri_schedule_free(tri_schedule *s)
     s->ops = NULL;
     s->n_ops = NULL;
 }
+
+int tri_sched_peer(const tri_schedule *s, int rank, const tri_sched_op *op)
+{
+    int gc = tri_sched_global_chunk(s, rank, op->chunk), chunks = s->pp * s->v;
+    int other;
+    switch (op->kind) {
+    case TRI_SCHED_RECV_ACT:
+    case TRI_SCHED_SEND_GRAD:
+        other = gc - 1;
+        break;
+    case TRI_SCHED_SEND_ACT:
+    case TRI_SCHED_RECV_GRAD:
+        other = gc + 1;
+        break;
+    default:
+        return -1;
+    }
+    return other < 0 || other >= chunks ? -1 : other % s->pp;
+}
+
+int tri_sched_batch_end(const tri_sched_op *ops, int n, int i)
+{
+    if (i >= n || !tri_sched_is_comm(ops[i].kind))
+        return i + 1;
+    while (i < n && tri_sched_is_comm(ops[i].kind))
+        i++;
+    return i;
+}

@@ -60,6 +60,22 @@ static inline int tri_sched_is_comm(int kind)
            kind == TRI_SCHED_SEND_GRAD;
 }
 
+/* The pipeline rank a comm op talks to: the holder of the previous chunk for RECV_ACT and
+ * SEND_GRAD, of the next chunk for SEND_ACT and RECV_GRAD; -1 when there is none (the first chunk
+ * receives no activation, the last sends none) or for compute ops. */
+int tri_sched_peer(const tri_schedule *s, int rank, const tri_sched_op *op);
+
+/* Message tag of a comm op: activations and gradients travel with different tags, so a pair of
+ * ranks may carry both (interleaved schedules wrap around) without mixing them up. */
+static inline int tri_sched_tag(int kind)
+{
+    return kind == TRI_SCHED_RECV_ACT || kind == TRI_SCHED_SEND_ACT ? 1 : 2;
+}
+
+/* The executor's fusion rule, shared with the simulator: the maximal run of consecutive comm ops
+ * starting at i forms one batched p2p exchange; returns the index after it (i + 1 for compute). */
+int tri_sched_batch_end(const tri_sched_op *ops, int n, int i);
+
 /* "RECV_ACT", "FWD", ... */
 const char *tri_sched_kind_name(int kind);
 
