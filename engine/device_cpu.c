@@ -112,31 +112,16 @@ static int cpu_scale(tri_device *d, tri_tensor x, float s)
     return TRI_OK;
 }
 
-/* Sums x[i]^2 (squares) or !isfinite(x[i]) in double over REDUCE_CHUNKS fixed chunks, then the
- * chunks in order. */
+/* Sums x[i]^2 (squares) or the non-finite x[i] over REDUCE_CHUNKS fixed chunks (each in double
+ * by engine/math.h's range sums, which the CUDA kernels share), then the chunks in order. */
 static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
 {
     double part[REDUCE_CHUNKS];
     int64_t per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS;
 #pragma omp parallel for num_threads(nthreads(d)) schedule(static)
     for (int c = 0; c < REDUCE_CHUNKS; c++) {
-        int64_t lo = c * per, hi = lo + per < n ? lo + per : n;
-        double lane[8] = {0};
-        int64_t i = lo;
-        if (squares) {
-            for (; i + 8 <= hi; i += 8)
-                for (int k = 0; k < 8; k++)
-                    lane[k] += (double)x[i + k] * x[i + k];
-            for (; i < hi; i++)
-                lane[0] += (double)x[i] * x[i];
-        } else {
-            for (; i < hi; i++)
-                lane[0] += !isfinite(x[i]);
-        }
-        double acc = 0.0;
-        for (int k = 0; k < 8; k++)
-            acc += lane[k];
-        part[c] = acc;
+        int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
+        part[c] = squares ? tri_sum_squares_range(x, lo, hi) : tri_count_nonfinite_range(x, lo, hi);
     }
     double total = 0.0;
     for (int c = 0; c < REDUCE_CHUNKS; c++)

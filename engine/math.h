@@ -195,6 +195,41 @@ TRI_HD float tri_ce_dlogit(float logit, float mx, float sumexp, int is_target, f
     return (p - (is_target ? 1.0f : 0.0f)) * dloss;
 }
 
+/* ---- reductions over a range of a flat buffer (gradient norm, non-finite check) ----
+ * In double, over TRI_LANES interleaved lanes combined in order: the CPU backend sums its fixed
+ * chunks with these, the CUDA kernels their chunks, so each chunk's sum is the same arithmetic. */
+TRI_HD int tri_isfinite(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x7f800000u) != 0x7f800000u;
+}
+
+/* sum of x[i]^2 for i in [lo, hi) */
+TRI_HD double tri_sum_squares_range(const float *x, int64_t lo, int64_t hi)
+{
+    double lane[TRI_LANES] = {0};
+    int64_t i = lo;
+    for (; i + TRI_LANES <= hi; i += TRI_LANES)
+        for (int k = 0; k < TRI_LANES; k++)
+            lane[k] += (double)x[i + k] * x[i + k];
+    for (; i < hi; i++)
+        lane[0] += (double)x[i] * x[i];
+    double acc = 0.0;
+    for (int k = 0; k < TRI_LANES; k++)
+        acc += lane[k];
+    return acc;
+}
+
+/* number of NaN or Inf among x[lo, hi) (exact in double up to 2^53) */
+TRI_HD double tri_count_nonfinite_range(const float *x, int64_t lo, int64_t hi)
+{
+    double n = 0.0;
+    for (int64_t i = lo; i < hi; i++)
+        n += tri_isfinite(x[i]) ? 0.0 : 1.0;
+    return n;
+}
+
 /* ---- AdamW on one element (Loshchilov & Hutter 2019, Algorithm 2) ----
  * In torch.optim.AdamW's order of operations: decay first, then the Adam step.
  * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. */

@@ -1,0 +1,51 @@
+/* cuda/kernels/crossentropy.kern.h - simple kernels of the vocab-parallel cross-entropy pieces
+ * (CUDA and C): one thread per row for the row statistics (engine/math.h's lane-wise row max and
+ * sum-exp, the CPU backend's arithmetic), one thread per element for the logit gradient. The
+ * gradient may overwrite the logits in place: each element is read before it is written. */
+#ifndef TRIDENT_CUDA_KERNELS_CROSSENTROPY_KERN_H
+#define TRIDENT_CUDA_KERNELS_CROSSENTROPY_KERN_H
+
+#include "cuda/kernels/shim.h"
+
+/* maxes[n] = max over the first V_valid logits of row n (of V_l) */
+TRI_KERNEL ce_row_max_kernel(float *maxes, const float *logits, int64_t N, int64_t V_l,
+                             int64_t V_valid)
+{
+    for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE)
+        maxes[n] = tri_ce_row_max(logits + n * V_l, V_valid);
+}
+
+/* stats[2n] = sum exp(logit - max) over valid columns; stats[2n+1] = target logit or 0 */
+TRI_KERNEL ce_sumexp_target_kernel(float *stats, const float *logits, const float *maxes,
+                                   const int32_t *targets, int64_t N, int64_t V_l,
+                                   int64_t vocab_start, int64_t V_valid)
+{
+    for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE) {
+        const float *row = logits + n * V_l;
+        int64_t r = (int64_t)targets[n] - vocab_start;
+        stats[2 * n] = tri_ce_row_sumexp(row, maxes[n], V_valid);
+        stats[2 * n + 1] = (r >= 0 && r < V_valid) ? row[r] : 0.0f;
+    }
+}
+
+/* losses[n] = log(sumexp) + max - target logit */
+TRI_KERNEL ce_loss_kernel(float *losses, const float *maxes, const float *stats, int64_t N)
+{
+    for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE)
+        losses[n] = tri_ce_loss(maxes[n], stats[2 * n], stats[2 * n + 1]);
+}
+
+/* dlogits(N,V_l) = dloss * (softmax - onehot) on valid columns, 0 on padding */
+TRI_KERNEL ce_backward_kernel(float *dlogits, const float *logits, const float *maxes,
+                              const float *stats, const int32_t *targets, int64_t N, int64_t V_l,
+                              int64_t vocab_start, int64_t V_valid, float dloss)
+{
+    for (int64_t i = TRI_GLOBAL_ID; i < N * V_l; i += TRI_GLOBAL_STRIDE) {
+        int64_t n = i / V_l, j = i % V_l;
+        int64_t r = (int64_t)targets[n] - vocab_start;
+        dlogits[i] = j < V_valid ? tri_ce_dlogit(logits[i], maxes[n], stats[2 * n], j == r, dloss)
+                                 : 0.0f;
+    }
+}
+
+#endif
