@@ -1,14 +1,198 @@
-/* cuda/device_cuda.cu - CUDA device creation and the no-GPU path.
+/* cuda/device_cuda.cu - the CUDA device: creation, memory, the stream, the ops table.
  *
- * Skeleton of the CUDA backend: device discovery with a clear message when no GPU is usable.
- * The ops table is filled in by the CUDA backend issue. */
+ * One compute stream per device (cudaStreamNonBlocking, so it never synchronises with the legacy
+ * default stream); every op is queued on it in program order, which is the interface's ordering
+ * rule, and the host waits only in copy_to_host, copy_from_host and sync. Memory comes from
+ * cudaMalloc in one call per arena (engine/arena.h plans the sizes; the backend never allocates
+ * behind an op's back: its own buffers, the cuBLASLt workspace and the reduction scratch, are made
+ * here once). Waiting polls the stream so that the NCCL comm can watch for asynchronous errors and
+ * time-outs meanwhile (tri_cuda_watch_add); without watches it is cudaStreamSynchronize.
+ *
+ * Every CUDA and cuBLASLt call goes through TRI_CUDA / TRI_CUBLAS, which record the failing call
+ * with the library's error name and message (engine/status.h); nothing here exits or aborts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/cuda_internal.h"
 #include "cuda/device_cuda.h"
 
-#include <cuda_runtime.h>
+extern "C" int tri_cuda_check(cudaError_t err, const char *call, const char *file, int line)
+{
+    if (err == cudaSuccess)
+        return TRI_OK;
+    int code = err == cudaErrorMemoryAllocation ? TRI_ENOMEM : TRI_EDEVICE;
+    return tri_error_set(code, file, line, "%s failed: %s: %s", call, cudaGetErrorName(err),
+                         cudaGetErrorString(err));
+}
 
-#include "engine/status.h"
+extern "C" int tri_cublas_check(cublasStatus_t st, const char *call, const char *file, int line)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return TRI_OK;
+    int code = st == CUBLAS_STATUS_ALLOC_FAILED ? TRI_ENOMEM : TRI_EDEVICE;
+    return tri_error_set(code, file, line, "%s failed: %s", call, cublasLtGetStatusString(st));
+}
 
-int tri_cuda_available(const char **why)
+/* ---- waiting, with watches ---- */
+
+extern "C" int tri_cuda_wait(tri_cuda *c)
+{
+    if (c->n_watch == 0)
+        return TRI_CUDA(cudaStreamSynchronize(c->stream));
+    for (long polls = 0;; polls++) {
+        cudaError_t e = cudaStreamQuery(c->stream);
+        if (e == cudaSuccess)
+            return TRI_OK;
+        if (e != cudaErrorNotReady)
+            return tri_cuda_check(e, "cudaStreamQuery (an earlier op failed)", __FILE__, __LINE__);
+        for (int i = 0; i < c->n_watch; i++) {
+            int rc = c->watch[i].fn(c->watch[i].ctx);
+            if (rc)
+                return rc;
+        }
+        /* spin briefly, then sleep 50 us between polls */
+        if (polls > 1000) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+extern "C" int tri_cuda_watch_add(tri_device *d, int (*fn)(void *ctx), void *ctx)
+{
+    tri_cuda *c = tri_cuda_of(d);
+    if (c->n_watch == TRI_CUDA_MAX_WATCHES)
+        return TRI_ERR(TRI_EINVAL, "cuda: more than %d watches on one device", TRI_CUDA_MAX_WATCHES);
+    c->watch[c->n_watch++] = (tri_cuda_watch){fn, ctx};
+    return TRI_OK;
+}
+
+extern "C" void tri_cuda_watch_remove(tri_device *d, void *ctx)
+{
+    tri_cuda *c = tri_cuda_of(d);
+    for (int i = 0; i < c->n_watch; i++)
+        if (c->watch[i].ctx == ctx) {
+            c->watch[i] = c->watch[--c->n_watch];
+            i--;
+        }
+}
+
+/* ---- memory ---- */
+
+static int cuda_alloc(tri_device *d, void **ptr, size_t bytes)
+{
+    cudaError_t e = cudaMalloc(ptr, bytes);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        return TRI_ERR(e == cudaErrorMemoryAllocation ? TRI_ENOMEM : TRI_EDEVICE,
+                       "cudaMalloc of %zu bytes on device %d failed: %s", bytes, d->ordinal, cudaGetErrorString(e));
+    }
+    return TRI_OK;
+}
+
+static void cuda_free(tri_device *d, void *ptr)
+{
+    cudaFree(ptr); /* synchronises the device; nothing to report to a void caller */
+}
+
+static int cuda_copy_to_host(tri_device *d, void *host, const void *src, size_t bytes)
+{
+    tri_cuda *c = tri_cuda_of(d);
+    int rc = TRI_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    return rc ? rc : tri_cuda_wait(c);
+}
+
+/* Waits too, so the host buffer may be reused at once whether it is pageable or pinned. */
+static int cuda_copy_from_host(tri_device *d, void *dst, const void *host, size_t bytes)
+{
+    tri_cuda *c = tri_cuda_of(d);
+    int rc = TRI_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
+    return rc ? rc : tri_cuda_wait(c);
+}
+
+/* memmove semantics: overlapping ranges go through the workspace in chunks, in the safe order. */
+static int cuda_copy(tri_device *d, void *dst, const void *src, size_t bytes)
+{
+    tri_cuda *c = tri_cuda_of(d);
+    char *to = (char *)dst;
+    const char *from = (const char *)src;
+    if (to + bytes <= from || from + bytes <= to)
+        return TRI_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    size_t chunk = c->workspace_bytes;
+    int rc = TRI_OK;
+    for (size_t done = 0; done < bytes && !rc; done += chunk) {
+        size_t n = bytes - done < chunk ? bytes - done : chunk;
+        size_t off = to < from ? done : bytes - done - n; /* forward when moving down, else backward */
+        rc = TRI_CUDA(cudaMemcpyAsync(c->workspace, from + off, n, cudaMemcpyDeviceToDevice, c->stream));
+        if (!rc) rc = TRI_CUDA(cudaMemcpyAsync(to + off, c->workspace, n, cudaMemcpyDeviceToDevice, c->stream));
+    }
+    return rc;
+}
+
+static int cuda_sync(tri_device *d)
+{
+    return tri_cuda_wait(tri_cuda_of(d));
+}
+
+static void release(tri_cuda *c)
+{
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    tri_cuda_gemm_cache_destroy(c->gemm);
+    cudaFree(c->workspace);
+    cudaFree(c->partials);
+    if (c->lt)
+        cublasLtDestroy(c->lt);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static void cuda_destroy(tri_device *d)
+{
+    release(tri_cuda_of(d));
+    free(d);
+}
+
+static const tri_device_ops cuda_ops = {
+    /* .name = */ "cuda",
+    /* .alloc = */ cuda_alloc,
+    /* .free = */ cuda_free,
+    /* .copy_to_host = */ cuda_copy_to_host,
+    /* .copy_from_host = */ cuda_copy_from_host,
+    /* .copy = */ cuda_copy,
+    /* .sync = */ cuda_sync,
+    /* .destroy = */ cuda_destroy,
+    /* .fill = */ tri_cuda_fill,
+    /* .add = */ tri_cuda_add,
+    /* .axpy = */ tri_cuda_axpy,
+    /* .scale = */ tri_cuda_scale,
+    /* .sum_squares = */ tri_cuda_sum_squares,
+    /* .count_nonfinite = */ tri_cuda_count_nonfinite,
+    /* .matmul = */ tri_cuda_matmul,
+    /* .bias_backward = */ tri_cuda_bias_backward,
+    /* .layernorm_forward = */ tri_cuda_layernorm_forward,
+    /* .layernorm_backward = */ tri_cuda_layernorm_backward,
+    /* .attention_forward = */ tri_cuda_attention_forward,
+    /* .attention_backward = */ tri_cuda_attention_backward,
+    /* .gelu_forward = */ tri_cuda_gelu_forward,
+    /* .gelu_backward = */ tri_cuda_gelu_backward,
+    /* .embedding_forward = */ tri_cuda_embedding_forward,
+    /* .embedding_backward = */ tri_cuda_embedding_backward,
+    /* .position_forward = */ tri_cuda_position_forward,
+    /* .position_backward = */ tri_cuda_position_backward,
+    /* .ce_row_max = */ tri_cuda_ce_row_max,
+    /* .ce_sumexp_target = */ tri_cuda_ce_sumexp_target,
+    /* .ce_loss = */ tri_cuda_ce_loss,
+    /* .ce_backward = */ tri_cuda_ce_backward,
+    /* .adamw = */ tri_cuda_adamw,
+};
+
+/* ---- discovery and creation ---- */
+
+extern "C" int tri_cuda_available(const char **why)
 {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -25,11 +209,73 @@ int tri_cuda_available(const char **why)
     return 1;
 }
 
-int tri_device_cuda_create(tri_device **out, int ordinal)
+extern "C" int tri_cuda_device_count(void)
+{
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+extern "C" bool tri_device_is_cuda(const tri_device *d)
+{
+    return d && d->ops == &cuda_ops;
+}
+
+extern "C" int tri_cuda_set_simple_kernels(tri_device *d, bool simple)
+{
+    if (!tri_device_is_cuda(d))
+        return TRI_ERR(TRI_EINVAL, "tri_cuda_set_simple_kernels: not a CUDA device");
+    tri_cuda_of(d)->simple = simple;
+    return TRI_OK;
+}
+
+extern "C" int tri_cuda_device_info(int ordinal, tri_cuda_info *info)
+{
+    memset(info, 0, sizeof *info);
+    cudaDeviceProp p;
+    int rc = TRI_CUDA(cudaGetDeviceProperties(&p, ordinal));
+    if (rc)
+        return rc;
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->major = p.major, info->minor = p.minor, info->sm_count = p.multiProcessorCount;
+    info->memory_bytes = p.totalGlobalMem;
+    int clock = 0;
+    if (cudaDeviceGetAttribute(&clock, cudaDevAttrClockRate, ordinal) == cudaSuccess)
+        info->clock_khz = clock;
+    return TRI_OK;
+}
+
+extern "C" int tri_device_cuda_create(tri_device **out, int ordinal)
 {
     const char *why = "";
     *out = NULL;
     if (!tri_cuda_available(&why))
         return TRI_ERR(TRI_EDEVICE, "no CUDA device: %s", why);
-    return TRI_ERR(TRI_ENOTSUP, "the CUDA backend's ops are not built yet (device %d)", ordinal);
+    int count = tri_cuda_device_count();
+    if (ordinal < 0 || ordinal >= count)
+        return TRI_ERR(TRI_EDEVICE, "CUDA device %d does not exist (this machine has %d)", ordinal, count);
+    tri_device *d = (tri_device *)calloc(1, sizeof *d);
+    tri_cuda *c = (tri_cuda *)calloc(1, sizeof *c);
+    if (!d || !c) {
+        free(d);
+        free(c);
+        return TRI_ERR(TRI_ENOMEM, "cuda: cannot allocate the device");
+    }
+    c->ordinal = ordinal;
+    c->workspace_bytes = TRI_CUDA_WORKSPACE_BYTES;
+    int rc = TRI_CUDA(cudaSetDevice(ordinal));
+    if (!rc) rc = TRI_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    if (!rc) rc = TRI_CUBLAS(cublasLtCreate(&c->lt));
+    if (!rc) rc = TRI_CUDA(cudaMalloc(&c->workspace, c->workspace_bytes));
+    if (!rc) rc = TRI_CUDA(cudaMalloc((void **)&c->partials, TRI_CUDA_MAX_PARTIALS * sizeof(double)));
+    if (!rc) rc = tri_cuda_gemm_cache_create(&c->gemm);
+    if (rc) {
+        release(c);
+        free(d);
+        return tri_error_context(rc, "creating CUDA device %d", ordinal);
+    }
+    d->ops = &cuda_ops;
+    d->impl = c;
+    d->ordinal = ordinal;
+    *out = d;
+    return TRI_OK;
 }

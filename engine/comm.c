@@ -26,6 +26,17 @@ static void count(tri_comm *c, tri_comm_kind kind, size_t bytes)
     c->calls[kind] += 1;
 }
 
+/* dst = src within this rank: the comm's own copy for device buffers, else memmove. */
+static int local_copy(tri_comm *c, void *dst, const void *src, size_t bytes)
+{
+    if (dst == src)
+        return TRI_OK;
+    if (c->ops->local_copy)
+        return c->ops->local_copy(c, dst, src, bytes);
+    memmove(dst, src, bytes);
+    return TRI_OK;
+}
+
 int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
 {
     int rc = check_dtype("all_reduce", x);
@@ -48,11 +59,8 @@ int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
     count(c, TRI_COMM_REDUCE_SCATTER, tri_tensor_bytes(in));
     if (tri_tensor_numel(out) == 0)
         return TRI_OK;
-    if (c->size == 1) {
-        if (out.data != in.data)
-            memmove(out.data, in.data, tri_tensor_bytes(out));
-        return TRI_OK;
-    }
+    if (c->size == 1)
+        return local_copy(c, out.data, in.data, tri_tensor_bytes(out));
     return c->ops->reduce_scatter(c, out, in);
 }
 
@@ -67,11 +75,8 @@ int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
     count(c, TRI_COMM_ALL_GATHER, tri_tensor_bytes(out));
     if (tri_tensor_numel(in) == 0)
         return TRI_OK;
-    if (c->size == 1) {
-        if (out.data != in.data)
-            memmove(out.data, in.data, tri_tensor_bytes(in));
-        return TRI_OK;
-    }
+    if (c->size == 1)
+        return local_copy(c, out.data, in.data, tri_tensor_bytes(in));
     return c->ops->all_gather(c, out, in);
 }
 

@@ -14,6 +14,7 @@
 #define TRIDENT_ENGINE_COMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/tensor.h"
@@ -53,6 +54,10 @@ typedef struct tri_comm_ops {
     int (*barrier)(tri_comm *c);
     void (*abort)(tri_comm *c, int code);
     void (*destroy)(tri_comm *c);
+    /* Optional: dst = src (bytes, non-overlapping or equal) within this rank's memory, used by the
+     * one-rank reduce_scatter / all_gather. NULL: memmove (host buffers). The NCCL comm, whose
+     * buffers are device memory, copies on the device. */
+    int (*local_copy)(tri_comm *c, void *dst, const void *src, size_t bytes);
 } tri_comm_ops;
 
 struct tri_comm {

@@ -48,6 +48,7 @@ typedef struct run {
     args a;
     tri_gpt_config cfg;
     tri_comm *world;
+    tri_comm *dev_world;     /* the device's world comm (NCCL for cuda), NULL: world serves */
     tri_grid grid;
     int dp, n_micro;
     tri_device *dev;
@@ -213,13 +214,28 @@ static int make_device(run *r)
     }
     r->a.threads = threads;
     tri_cli_set_threads(threads);
-    return tri_cli_device_create(r->a.device, threads, &r->dev);
+    int rc = tri_cli_device_create(r->a.device, threads, &r->dev);
+    if (!rc) rc = tri_cli_device_world(r->a.device, r->dev, &r->dev_world);
+    return rc;
+}
+
+/* Whether every rank made its device: a collective on the MPI world that every rank reaches, so a
+ * machine without a usable GPU gives one clear message and a clean exit, not an abort. */
+static int devices_agree(run *r, int rc)
+{
+    int32_t failed = rc != TRI_OK;
+    int arc = tri_comm_all_reduce(r->world, tri_tensor_1d(&failed, TRI_I32, 1), TRI_REDUCE_MAX);
+    if (arc)
+        return arc;
+    if (!rc && failed)
+        return TRI_ERR(TRI_EDEVICE, "--device %s could not be set up on another rank", r->a.device);
+    return rc;
 }
 
 static int setup(run *r)
 {
     args *a = &r->a;
-    int rc = tri_grid_create(&r->grid, r->world, a->tp, a->pp);
+    int rc = tri_grid_create(&r->grid, r->dev_world ? r->dev_world : r->world, a->tp, a->pp);
     if (rc)
         return rc;
     tri_log_set_rank(r->grid.world_rank, r->grid.tp_rank, r->grid.pp_rank, r->grid.dp_rank);
@@ -444,6 +460,7 @@ static void cleanup(run *r)
     tri_gpt_destroy(r->model);
     tri_device_destroy(r->dev);
     tri_grid_destroy(&r->grid);
+    tri_comm_destroy(r->dev_world);
     tri_dataloader_close(r->train);
     tri_dataloader_close(r->val);
     tri_tokenizer_destroy(r->tok);
@@ -486,8 +503,15 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 1;
     }
-    rc = make_device(&r);
-    if (!rc) rc = setup(&r);
+    rc = devices_agree(&r, make_device(&r));
+    if (rc) {
+        fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
+        cleanup(&r);
+        tri_comm_destroy(r.world);
+        MPI_Finalize();
+        return 1;
+    }
+    rc = setup(&r);
     if (!rc) rc = open_metrics(&r);
     if (!rc) {
         print_plan(&r);

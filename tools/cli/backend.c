@@ -7,7 +7,14 @@
 #include "engine/status.h"
 
 #ifdef TRIDENT_CUDA
+#include <mpi.h>
+
+#include "cuda/comm_nccl.h"
 #include "cuda/device_cuda.h"
+
+/* Seconds an NCCL operation may stay incomplete before its communicator is aborted (PyTorch's
+ * and NCCL watchdogs default to 10 minutes as well). */
+#define NCCL_TIMEOUT_S 600.0
 #endif
 
 extern void openblas_set_num_threads(int num_threads);
@@ -34,4 +41,16 @@ int tri_cli_device_create(const char *name, int threads, tri_device **out)
 #endif
     }
     return TRI_ERR(TRI_EINVAL, "--device %s: expected cpu or cuda", name);
+}
+
+int tri_cli_device_world(const char *name, tri_device *d, tri_comm **out)
+{
+    *out = NULL;
+#ifdef TRIDENT_CUDA
+    if (strcmp(name, "cuda") == 0) {
+        MPI_Comm world = MPI_COMM_WORLD;
+        return tri_comm_nccl_create(out, &world, d, NCCL_TIMEOUT_S);
+    }
+#endif
+    return TRI_OK;
 }

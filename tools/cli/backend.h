@@ -5,12 +5,18 @@
 #ifndef TRIDENT_TOOLS_CLI_BACKEND_H
 #define TRIDENT_TOOLS_CLI_BACKEND_H
 
+#include "engine/comm.h"
 #include "engine/device.h"
 
 /* Creates the "cpu" (with `threads` OpenMP/BLAS threads, 0 = OpenMP's default) or "cuda" device.
  * TRI_ENOTSUP when the build has no CUDA backend, TRI_EDEVICE when no GPU is usable; the message
  * says which. */
 int tri_cli_device_create(const char *name, int threads, tri_device **out);
+
+/* The world comm that matches device d of backend `name`, over MPI_COMM_WORLD (collective): for
+ * "cuda" an NCCL comm on d's GPU (its groups are NCCL communicators), for "cpu" *out = NULL: the
+ * caller's MPI comm, over host buffers, serves. MPI must be initialised. */
+int tri_cli_device_world(const char *name, tri_device *d, tri_comm **out);
 
 /* Sets the process-wide OpenMP and OpenBLAS thread counts. */
 void tri_cli_set_threads(int threads);
