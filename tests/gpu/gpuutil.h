@@ -1,0 +1,33 @@
+/* tests/gpu/gpuutil.h - what the GPU suites share: the skip rule and CUDA-vs-CPU comparisons.
+ *
+ * GPU tests (CTest label gpu) never pass silently without a GPU: each probes for a usable device
+ * first and, when there is none, prints why ("SKIP: ... CUDA driver version is insufficient ...")
+ * and exits with GPU_SKIP, which CTest's SKIP_RETURN_CODE reports as skipped. The Criterion suites
+ * probe in a child process, because Criterion forks every test and the CUDA runtime must not be
+ * initialised in the parent of a fork (NVIDIA, CUDA C++ Programming Guide: a child process cannot
+ * use the CUDA context of its parent). */
+#ifndef TRIDENT_TESTS_GPU_GPUUTIL_H
+#define TRIDENT_TESTS_GPU_GPUUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/device.h"
+
+#define GPU_SKIP 77
+
+/* Whether a CUDA device is usable, asked in a child process (leaves CUDA uninitialised here);
+ * why (cap bytes) receives the reason when not. */
+bool gpu_probe(char *why, size_t cap);
+
+/* Criterion main that skips (GPU_SKIP) without a usable GPU, else runs the suites. */
+int gpu_criterion_main(int argc, char **argv);
+
+/* Normalised error of got against want (n floats): max |got - want| / max |want| (max |want| floored
+ * at 1e-30). Prints it with TRIDENT_TEST_VERBOSE=1 or when above tol; returns whether <= tol. */
+bool gpu_close(const char *what, const float *got, const float *want, size_t n, double tol);
+
+/* Downloads a tensor of d to a tracked host array (tests/opsutil.h's ot_read). */
+float *gpu_read(tri_device *d, tri_tensor t);
+
+#endif

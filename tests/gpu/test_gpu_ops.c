@@ -1,0 +1,305 @@
+/* tests/gpu/test_gpu_ops.c - every device op on the CUDA backend against the CPU backend.
+ *
+ * Each op runs on both devices from the same random inputs (odd shapes: not multiples of a block,
+ * a warp or a cuBLASLt tile); outputs are compared by normalised error, max |cuda - cpu| / max |cpu|
+ * per tensor. fp32 tolerances: 1e-5 for everything. The CUDA side differs from the CPU only by FMA
+ * contraction (nvcc contracts, the C build does not) and, for the products, cuBLASLt's summation
+ * order; both are O(K * 2^-24) relative to the largest term, i.e. below 1e-5 for K <= 256 (these
+ * bounds are estimates: no GPU was available when they were written; a run with
+ * TRIDENT_TEST_VERBOSE=1 prints the measured errors). bf16 conversions and integer counts must be
+ * exact. Ops with two GPU forms (attention: cuBLASLt + row kernels, or the simple kernels) are run
+ * in both, so the faster form is checked against its simple twin as well as against the CPU.
+ * Without a usable GPU the suite exits with CTest's skip code, saying why (gpuutil.h). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "cuda/device_cuda.h"
+#include "engine/math.h"
+#include "tests/gpu/gpuutil.h"
+#include "tests/opsutil.h"
+
+#define TOL 1e-5
+
+static tri_device *gpu, *cpu;
+
+static void setup(void)
+{
+    cpu = ot_device(1);
+    cr_assert_eq(tri_device_cuda_create(&gpu, 0), TRI_OK, "%s", tri_error_message());
+}
+
+static void teardown(void)
+{
+    ot_teardown(); /* device memory first, then the CPU device */
+    tri_device_destroy(gpu);
+    gpu = NULL;
+}
+
+TestSuite(gpu_ops, .init = setup, .fini = teardown);
+
+int main(int argc, char **argv)
+{
+    return gpu_criterion_main(argc, argv);
+}
+
+/* One tensor on both devices. */
+typedef struct both {
+    tri_tensor c, g;
+} both;
+
+static both make(tri_tensor shape, const void *host)
+{
+    return (both){ot_tensor(cpu, shape, host), ot_tensor(gpu, shape, host)};
+}
+
+static both uniform(tri_tensor shape, float lo, float hi, uint64_t seed)
+{
+    return make(shape, ot_uniform((size_t)tri_tensor_numel(shape), lo, hi, seed));
+}
+
+static void cmp(const char *what, both t, double tol)
+{
+    size_t n = (size_t)tri_tensor_numel(t.c);
+    cr_assert(gpu_close(what, gpu_read(gpu, t.g), gpu_read(cpu, t.c), n, tol), "%s: CUDA differs from CPU", what);
+}
+
+#define BOTH(call_c, call_g)                                                                       \
+    do {                                                                                           \
+        cr_assert_eq((call_c), TRI_OK, "cpu: %s", tri_error_message());                           \
+        cr_assert_eq((call_g), TRI_OK, "cuda: %s", tri_error_message());                          \
+    } while (0)
+
+Test(gpu_ops, elementwise_and_copy)
+{
+    int64_t n = 100003;
+    both a = uniform(tri_tensor_1d(NULL, TRI_F32, n), -2, 2, 1), b = uniform(tri_tensor_1d(NULL, TRI_F32, n), -2, 2, 2);
+    BOTH(tri_op_add(cpu, a.c, a.c, b.c), tri_op_add(gpu, a.g, a.g, b.g));
+    cmp("add (out aliases a)", a, TOL);
+    BOTH(tri_op_axpy(cpu, a.c, -0.7f, b.c), tri_op_axpy(gpu, a.g, -0.7f, b.g));
+    cmp("axpy", a, TOL);
+    BOTH(tri_op_scale(cpu, a.c, 1.3f), tri_op_scale(gpu, a.g, 1.3f));
+    cmp("scale", a, TOL);
+    BOTH(tri_op_fill(cpu, b.c, -0.25f), tri_op_fill(gpu, b.g, -0.25f));
+    cmp("fill", b, 0.0);
+    /* copy with memmove semantics: overlapping views shifted both ways */
+    tri_tensor lo_c = tri_tensor_range(a.c, 0, n - 1001), hi_c = tri_tensor_range(a.c, 1001, n - 1001);
+    tri_tensor lo_g = tri_tensor_range(a.g, 0, n - 1001), hi_g = tri_tensor_range(a.g, 1001, n - 1001);
+    BOTH(tri_op_copy(cpu, hi_c, lo_c), tri_op_copy(gpu, hi_g, lo_g));
+    cmp("copy, overlapping upwards", a, 0.0);
+    BOTH(tri_op_copy(cpu, lo_c, hi_c), tri_op_copy(gpu, lo_g, hi_g));
+    cmp("copy, overlapping downwards", a, 0.0);
+}
+
+Test(gpu_ops, reductions)
+{
+    int64_t n = (1 << 20) + 3;
+    float *x = ot_uniform((size_t)n, -3, 3, 3);
+    x[17] = NAN, x[n - 1] = INFINITY, x[n / 2] = -INFINITY;
+    both t = make(tri_tensor_1d(NULL, TRI_F32, n), x);
+    both clean = uniform(tri_tensor_1d(NULL, TRI_F32, n), -3, 3, 4);
+    float start = 0.5f;
+    both s = make(tri_tensor_1d(NULL, TRI_F32, 1), &start), k = make(tri_tensor_1d(NULL, TRI_F32, 1), &start);
+    BOTH(tri_op_sum_squares(cpu, s.c, clean.c), tri_op_sum_squares(gpu, s.g, clean.g));
+    BOTH(tri_op_sum_squares(cpu, s.c, clean.c), tri_op_sum_squares(gpu, s.g, clean.g)); /* accumulates */
+    cmp("sum_squares (twice)", s, 1e-6);
+    BOTH(tri_op_count_nonfinite(cpu, k.c, t.c), tri_op_count_nonfinite(gpu, k.g, t.g));
+    cmp("count_nonfinite", k, 0.0);
+    cr_assert_eq(gpu_read(gpu, k.g)[0], 3.5f);
+}
+
+/* c (M,N) = op(a) op(b) [+ bias] [+ beta c] for one transpose combination. */
+static void matmul_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, uint64_t seed)
+{
+    char what[96];
+    tri_tensor as = ta ? tri_tensor_2d(NULL, TRI_F32, K, M) : tri_tensor_2d(NULL, TRI_F32, M, K);
+    tri_tensor bs = tb ? tri_tensor_2d(NULL, TRI_F32, N, K) : tri_tensor_2d(NULL, TRI_F32, K, N);
+    both a = uniform(as, -1, 1, seed), b = uniform(bs, -1, 1, seed + 1);
+    both bias = uniform(tri_tensor_1d(NULL, TRI_F32, N), -1, 1, seed + 2);
+    float *c0 = ot_uniform((size_t)(M * N), -1, 1, seed + 3);
+    c0[0] = NAN; /* beta == 0: c is write-only */
+    both c = make(tri_tensor_2d(NULL, TRI_F32, M, N), c0);
+    BOTH(tri_op_matmul(cpu, c.c, a.c, b.c, tri_tensor_none(), ta, tb, 0.0f),
+         tri_op_matmul(gpu, c.g, a.g, b.g, tri_tensor_none(), ta, tb, 0.0f));
+    snprintf(what, sizeof what, "matmul %c%c beta 0 over NaN", ta ? 'T' : 'N', tb ? 'T' : 'N');
+    cmp(what, c, TOL);
+    BOTH(tri_op_matmul(cpu, c.c, a.c, b.c, tri_tensor_none(), ta, tb, 0.5f),
+         tri_op_matmul(gpu, c.g, a.g, b.g, tri_tensor_none(), ta, tb, 0.5f));
+    snprintf(what, sizeof what, "matmul %c%c beta 0.5", ta ? 'T' : 'N', tb ? 'T' : 'N');
+    cmp(what, c, TOL);
+    BOTH(tri_op_matmul(cpu, c.c, a.c, b.c, bias.c, ta, tb, 0.0f), tri_op_matmul(gpu, c.g, a.g, b.g, bias.g, ta, tb, 0.0f));
+    snprintf(what, sizeof what, "matmul %c%c + bias (epilogue)", ta ? 'T' : 'N', tb ? 'T' : 'N');
+    cmp(what, c, TOL);
+}
+
+Test(gpu_ops, matmul_all_transposes_bias_beta)
+{
+    for (int t = 0; t < 4; t++) {
+        matmul_case(t & 1, t & 2, 37, 51, 70, 10 + (uint64_t)t);
+        matmul_case(t & 1, t & 2, 1, 257, 129, 20 + (uint64_t)t); /* one row */
+    }
+    /* a misaligned view (offset by one float) must not get a kernel assuming 16-byte alignment */
+    both big = uniform(tri_tensor_1d(NULL, TRI_F32, 1 + 33 * 64), -1, 1, 30);
+    both w = uniform(tri_tensor_2d(NULL, TRI_F32, 48, 64), -1, 1, 31);
+    both out = make(tri_tensor_2d(NULL, TRI_F32, 33, 48), NULL);
+    tri_tensor ac = tri_tensor_reshape(tri_tensor_range(big.c, 1, 33 * 64), 2, (int64_t[]){33, 64});
+    tri_tensor ag = tri_tensor_reshape(tri_tensor_range(big.g, 1, 33 * 64), 2, (int64_t[]){33, 64});
+    BOTH(tri_op_matmul(cpu, out.c, ac, w.c, tri_tensor_none(), false, true, 0.0f),
+         tri_op_matmul(gpu, out.g, ag, w.g, tri_tensor_none(), false, true, 0.0f));
+    cmp("matmul on a 4-byte-aligned view", out, TOL);
+    /* K == 0 */
+    both e = make(tri_tensor_2d(NULL, TRI_F32, 5, 1), NULL);
+    tri_tensor a0c = tri_tensor_2d(e.c.data, TRI_F32, 5, 0), a0g = tri_tensor_2d(e.g.data, TRI_F32, 5, 0);
+    tri_tensor b0c = tri_tensor_2d(e.c.data, TRI_F32, 0, 7), b0g = tri_tensor_2d(e.g.data, TRI_F32, 0, 7);
+    both c = uniform(tri_tensor_2d(NULL, TRI_F32, 5, 7), -1, 1, 32), bias = uniform(tri_tensor_1d(NULL, TRI_F32, 7), -1, 1, 33);
+    BOTH(tri_op_matmul(cpu, c.c, a0c, b0c, tri_tensor_none(), false, false, 0.5f),
+         tri_op_matmul(gpu, c.g, a0g, b0g, tri_tensor_none(), false, false, 0.5f));
+    cmp("matmul K = 0, beta 0.5", c, 0.0);
+    BOTH(tri_op_matmul(cpu, c.c, a0c, b0c, bias.c, false, false, 0.0f), tri_op_matmul(gpu, c.g, a0g, b0g, bias.g, false, false, 0.0f));
+    cmp("matmul K = 0 with bias", c, 0.0);
+}
+
+Test(gpu_ops, bias_backward)
+{
+    both dout = uniform(tri_tensor_2d(NULL, TRI_F32, 517, 301), -1, 1, 40);
+    both db = uniform(tri_tensor_1d(NULL, TRI_F32, 301), -1, 1, 41);
+    BOTH(tri_op_bias_backward(cpu, db.c, dout.c), tri_op_bias_backward(gpu, db.g, dout.g));
+    cmp("bias_backward (+=)", db, TOL);
+}
+
+Test(gpu_ops, layernorm)
+{
+    int64_t N = 333, C = 67;
+    tri_tensor nc = tri_tensor_2d(NULL, TRI_F32, N, C), vc = tri_tensor_1d(NULL, TRI_F32, C), vn = tri_tensor_1d(NULL, TRI_F32, N);
+    both x = uniform(nc, -2, 2, 50), w = uniform(vc, 0.5f, 1.5f, 51), b = uniform(vc, -0.5f, 0.5f, 52);
+    both out = make(nc, NULL), mean = make(vn, NULL), rstd = make(vn, NULL);
+    BOTH(tri_op_layernorm_forward(cpu, out.c, mean.c, rstd.c, x.c, w.c, b.c),
+         tri_op_layernorm_forward(gpu, out.g, mean.g, rstd.g, x.g, w.g, b.g));
+    cmp("layernorm_forward out", out, TOL);
+    cmp("layernorm_forward mean", mean, TOL);
+    cmp("layernorm_forward rstd", rstd, TOL);
+    both g = uniform(nc, -1, 1, 53), dx = uniform(nc, -1, 1, 54), dw = uniform(vc, -1, 1, 55), db = uniform(vc, -1, 1, 56);
+    BOTH(tri_op_layernorm_backward(cpu, dx.c, dw.c, db.c, g.c, x.c, w.c, mean.c, rstd.c),
+         tri_op_layernorm_backward(gpu, dx.g, dw.g, db.g, g.g, x.g, w.g, mean.g, rstd.g));
+    cmp("layernorm_backward dinp (+=)", dx, TOL);
+    cmp("layernorm_backward dw (+=)", dw, TOL);
+    cmp("layernorm_backward db (+=)", db, TOL);
+}
+
+static void attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, uint64_t seed)
+{
+    int64_t C = NH * HS;
+    tri_tensor qs = tri_tensor_3d(NULL, TRI_F32, B, T, 3 * C), as = tri_tensor_4d(NULL, TRI_F32, B, NH, T, T);
+    tri_tensor os = tri_tensor_3d(NULL, TRI_F32, B, T, C);
+    both qkv = uniform(qs, -1.5f, 1.5f, seed), g = uniform(os, -1, 1, seed + 1);
+    for (int simple = 0; simple < 2; simple++) {
+        char what[96];
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        both out = make(os, NULL), att = make(as, NULL), datt = make(as, NULL);
+        both dqkv = uniform(qs, -1, 1, seed + 2); /* overwritten */
+        BOTH(tri_op_attention_forward(cpu, out.c, att.c, qkv.c), tri_op_attention_forward(gpu, out.g, att.g, qkv.g));
+        snprintf(what, sizeof what, "attention_forward out (%s, T %lld)", simple ? "simple" : "cuBLASLt", (long long)T);
+        cmp(what, out, TOL);
+        snprintf(what, sizeof what, "attention_forward att (%s, T %lld)", simple ? "simple" : "cuBLASLt", (long long)T);
+        cmp(what, att, TOL);
+        BOTH(tri_op_attention_backward(cpu, dqkv.c, datt.c, g.c, qkv.c, att.c),
+             tri_op_attention_backward(gpu, dqkv.g, datt.g, g.g, qkv.g, att.g));
+        snprintf(what, sizeof what, "attention_backward dqkv (%s, T %lld)", simple ? "simple" : "cuBLASLt", (long long)T);
+        cmp(what, dqkv, TOL);
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, attention_both_forms)
+{
+    attention_case(2, 33, 3, 8, 60);
+    attention_case(1, 1, 2, 4, 61);
+    attention_case(3, 64, 4, 16, 62);
+}
+
+Test(gpu_ops, gelu)
+{
+    int64_t n = 70001;
+    both x = uniform(tri_tensor_1d(NULL, TRI_F32, n), -6, 6, 70), g = uniform(tri_tensor_1d(NULL, TRI_F32, n), -1, 1, 71);
+    both out = make(tri_tensor_1d(NULL, TRI_F32, n), NULL);
+    BOTH(tri_op_gelu_forward(cpu, out.c, x.c), tri_op_gelu_forward(gpu, out.g, x.g));
+    cmp("gelu_forward", out, TOL);
+    BOTH(tri_op_gelu_backward(cpu, g.c, x.c, g.c), tri_op_gelu_backward(gpu, g.g, x.g, g.g));
+    cmp("gelu_backward (in place)", g, TOL);
+}
+
+Test(gpu_ops, embeddings)
+{
+    int64_t N = 301, C = 67, V_l = 97, T = 43, vocab_start = 50;
+    int32_t *tok = ot_ints((size_t)N);
+    for (int64_t n = 0; n < N; n++)
+        tok[n] = (int32_t)((n * 37) % 200); /* below, inside (repeating) and above the shard */
+    both t = make(tri_tensor_1d(NULL, TRI_I32, N), tok);
+    both wte = uniform(tri_tensor_2d(NULL, TRI_F32, V_l, C), -1, 1, 80), wpe = uniform(tri_tensor_2d(NULL, TRI_F32, T, C), -1, 1, 81);
+    both out = make(tri_tensor_2d(NULL, TRI_F32, N, C), NULL), g = uniform(tri_tensor_2d(NULL, TRI_F32, N, C), -1, 1, 82);
+    both dwte = uniform(tri_tensor_2d(NULL, TRI_F32, V_l, C), -1, 1, 83), dwpe = uniform(tri_tensor_2d(NULL, TRI_F32, T, C), -1, 1, 84);
+    BOTH(tri_op_embedding_forward(cpu, out.c, t.c, wte.c, vocab_start), tri_op_embedding_forward(gpu, out.g, t.g, wte.g, vocab_start));
+    cmp("embedding_forward", out, 0.0);
+    BOTH(tri_op_position_forward(cpu, out.c, wpe.c, T, 5), tri_op_position_forward(gpu, out.g, wpe.g, T, 5));
+    cmp("position_forward (+=)", out, TOL);
+    BOTH(tri_op_embedding_backward(cpu, dwte.c, g.c, t.c, vocab_start), tri_op_embedding_backward(gpu, dwte.g, g.g, t.g, vocab_start));
+    cmp("embedding_backward (+=)", dwte, TOL);
+    BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, T, 5), tri_op_position_backward(gpu, dwpe.g, g.g, T, 5));
+    cmp("position_backward (+=)", dwpe, TOL);
+}
+
+Test(gpu_ops, cross_entropy)
+{
+    int64_t N = 77, V_l = 1031, V_valid = 1000, vocab_start = 500;
+    int32_t *tgt = ot_ints((size_t)N);
+    for (int64_t n = 0; n < N; n++)
+        tgt[n] = (int32_t)((n * 97) % 2000);
+    both t = make(tri_tensor_1d(NULL, TRI_I32, N), tgt);
+    both logits = uniform(tri_tensor_2d(NULL, TRI_F32, N, V_l), -10, 10, 90);
+    both maxes = make(tri_tensor_1d(NULL, TRI_F32, N), NULL), stats = make(tri_tensor_2d(NULL, TRI_F32, N, 2), NULL);
+    both losses = make(tri_tensor_1d(NULL, TRI_F32, N), NULL);
+    BOTH(tri_op_ce_row_max(cpu, maxes.c, logits.c, V_valid), tri_op_ce_row_max(gpu, maxes.g, logits.g, V_valid));
+    cmp("ce_row_max", maxes, 0.0);
+    BOTH(tri_op_ce_sumexp_target(cpu, stats.c, logits.c, maxes.c, t.c, vocab_start, V_valid),
+         tri_op_ce_sumexp_target(gpu, stats.g, logits.g, maxes.g, t.g, vocab_start, V_valid));
+    cmp("ce_sumexp_target", stats, TOL);
+    BOTH(tri_op_ce_loss(cpu, losses.c, maxes.c, stats.c), tri_op_ce_loss(gpu, losses.g, maxes.g, stats.g));
+    cmp("ce_loss", losses, TOL);
+    BOTH(tri_op_ce_backward(cpu, logits.c, logits.c, maxes.c, stats.c, t.c, vocab_start, V_valid, 0.01f),
+         tri_op_ce_backward(gpu, logits.g, logits.g, maxes.g, stats.g, t.g, vocab_start, V_valid, 0.01f));
+    cmp("ce_backward (in place)", logits, TOL);
+}
+
+Test(gpu_ops, adamw)
+{
+    int64_t n = 123457;
+    tri_tensor s = tri_tensor_1d(NULL, TRI_F32, n);
+    both p = uniform(s, -1, 1, 100), g = uniform(s, -1, 1, 101), m = uniform(s, -0.1f, 0.1f, 102), v = uniform(s, 0, 0.01f, 103);
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                            .grad_scale = 0.5f, .step = 7};
+    BOTH(tri_op_adamw(cpu, p.c, g.c, m.c, v.c, &hp), tri_op_adamw(gpu, p.g, g.g, m.g, v.g, &hp));
+    cmp("adamw param", p, TOL);
+    cmp("adamw m", m, TOL);
+    cmp("adamw v", v, TOL);
+}
+
+Test(gpu_ops, bf16_conversion_matches_math_h)
+{
+    int64_t n = 100001;
+    float *x = ot_uniform((size_t)n, -1e3f, 1e3f, 110);
+    x[0] = NAN, x[1] = INFINITY, x[2] = 1.0f + 1.0f / 256.0f, x[3] = -0.0f;
+    tri_tensor f = ot_tensor(gpu, tri_tensor_1d(NULL, TRI_F32, n), x);
+    tri_tensor h = ot_tensor(gpu, tri_tensor_1d(NULL, TRI_BF16, n), NULL);
+    tri_tensor back = ot_tensor(gpu, tri_tensor_1d(NULL, TRI_F32, n), NULL);
+    cr_assert_eq(tri_cuda_float_to_bf16(gpu, h, f), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_cuda_bf16_to_float(gpu, back, h), TRI_OK, "%s", tri_error_message());
+    uint16_t *hb = (uint16_t *)ot_floats((size_t)n);
+    float *fb = gpu_read(gpu, back);
+    cr_assert_eq(tri_device_copy_to_host(gpu, hb, h), TRI_OK);
+    for (int64_t i = 0; i < n; i++) {
+        cr_assert_eq(hb[i], tri_float_to_bf16(x[i]), "element %lld: %04x vs %04x", (long long)i, hb[i],
+                     tri_float_to_bf16(x[i]));
+        float want = tri_bf16_to_float(hb[i]);
+        cr_assert(memcmp(&fb[i], &want, sizeof want) == 0, "widening element %lld", (long long)i);
+    }
+}
