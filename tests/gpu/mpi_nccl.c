@@ -1,0 +1,194 @@
+/* tests/gpu/mpi_nccl.c - the NCCL comm against the MPI comm, under mpiexec (one GPU per rank).
+ *
+ * Every collective of the comm interface runs twice on the same per-rank inputs: on device buffers
+ * through the NCCL comm (cuda/comm_nccl.c) and on host buffers through the MPI comm
+ * (engine/comm_mpi.c). Results must agree: exactly for max, gathers, broadcast, p2p and integer
+ * sums; within 1e-6 normalised error for float sums (the two libraries may add the ranks in other
+ * orders). Also: in-place all-gather and reduce-scatter, batched p2p around a ring with two
+ * messages per pair (posting order), split into one-rank groups (the device-memory copy path),
+ * barrier, and the byte counters. Prints "N passed, N failed"; exits 77 (skip) with too few GPUs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/comm_nccl.h"
+#include "engine/comm.h"
+#include "engine/rng.h"
+#include "engine/status.h"
+#include "tests/gpu/mpi_common.h"
+
+static int passed, failed;
+
+static void check(int rank, bool ok, const char *what)
+{
+    if (ok)
+        passed++;
+    else {
+        failed++;
+        fprintf(stderr, "rank %d: FAIL %s (%s)\n", rank, what, tri_error_message());
+    }
+}
+
+static float *randoms(size_t n, uint64_t seed)
+{
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(2.0 * tri_rng_uniform(seed, 0, i) - 1.0);
+    return x;
+}
+
+/* Device copy of host data (n floats or ints). */
+static tri_tensor upload(tri_device *d, tri_dtype dt, size_t n, const void *host)
+{
+    tri_tensor t = tri_tensor_1d(NULL, dt, (int64_t)n);
+    if (tri_device_alloc(d, &t.data, tri_tensor_bytes(t)) || (host && tri_device_copy_from_host(d, t, host))) {
+        fprintf(stderr, "upload: %s\n", tri_error_message());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return t;
+}
+
+static bool same(tri_device *d, tri_tensor t, const void *want)
+{
+    void *got = malloc(tri_tensor_bytes(t));
+    bool ok = tri_device_copy_to_host(d, got, t) == TRI_OK && memcmp(got, want, tri_tensor_bytes(t)) == 0;
+    free(got);
+    tri_device_free(d, t.data);
+    return ok;
+}
+
+static bool near(tri_device *d, tri_tensor t, const float *want)
+{
+    size_t n = (size_t)tri_tensor_numel(t);
+    float *got = malloc(n * sizeof *got);
+    bool ok = tri_device_copy_to_host(d, got, t) == TRI_OK && gpu_close("nccl vs mpi", got, want, n, 1e-6);
+    free(got);
+    tri_device_free(d, t.data);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int skip = mpi_gpu_check(rank, size);
+    if (skip) {
+        MPI_Finalize();
+        return skip;
+    }
+    tri_device *dev = NULL;
+    tri_comm *nccl = NULL, *mpi = NULL;
+    MPI_Comm world = MPI_COMM_WORLD;
+    if (tri_device_cuda_create(&dev, rank) || tri_comm_nccl_create(&nccl, &world, dev, 60.0) ||
+        tri_comm_mpi_create(&mpi, &world)) {
+        fprintf(stderr, "rank %d: set-up failed: %s\n", rank, tri_error_message());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const size_t n = 100003;
+    float *x = randoms(n * (size_t)size, 100 + (uint64_t)rank);
+
+    /* all_reduce: float sum, float max, int sum */
+    {
+        float *h = malloc(n * sizeof *h);
+        memcpy(h, x, n * sizeof *h);
+        tri_tensor t = upload(dev, TRI_F32, n, x);
+        check(rank, tri_comm_all_reduce(nccl, t, TRI_REDUCE_SUM) == TRI_OK, "nccl all_reduce sum");
+        check(rank, tri_comm_all_reduce(mpi, tri_tensor_1d(h, TRI_F32, (int64_t)n), TRI_REDUCE_SUM) == TRI_OK, "mpi all_reduce");
+        check(rank, near(dev, t, h), "all_reduce sum f32");
+        memcpy(h, x, n * sizeof *h);
+        t = upload(dev, TRI_F32, n, x);
+        tri_comm_all_reduce(nccl, t, TRI_REDUCE_MAX);
+        tri_comm_all_reduce(mpi, tri_tensor_1d(h, TRI_F32, (int64_t)n), TRI_REDUCE_MAX);
+        check(rank, same(dev, t, h), "all_reduce max f32");
+        int32_t *k = malloc(n * sizeof *k);
+        for (size_t i = 0; i < n; i++)
+            k[i] = (int32_t)(i * 7 + (size_t)rank);
+        t = upload(dev, TRI_I32, n, k);
+        tri_comm_all_reduce(nccl, t, TRI_REDUCE_SUM);
+        tri_comm_all_reduce(mpi, tri_tensor_1d(k, TRI_I32, (int64_t)n), TRI_REDUCE_SUM);
+        check(rank, same(dev, t, k), "all_reduce sum i32");
+        free(k);
+        free(h);
+    }
+    /* reduce_scatter: separate buffers and in place (out = in's own slice) */
+    {
+        size_t total = n * (size_t)size;
+        float *h = malloc(n * sizeof *h);
+        tri_tensor in = upload(dev, TRI_F32, total, x), out = upload(dev, TRI_F32, n, NULL);
+        check(rank, tri_comm_reduce_scatter(nccl, out, in) == TRI_OK, "nccl reduce_scatter");
+        tri_comm_reduce_scatter(mpi, tri_tensor_1d(h, TRI_F32, (int64_t)n), tri_tensor_1d(x, TRI_F32, (int64_t)total));
+        check(rank, near(dev, out, h), "reduce_scatter");
+        tri_tensor mine = tri_tensor_range(in, (int64_t)((size_t)rank * n), (int64_t)n);
+        check(rank, tri_comm_reduce_scatter(nccl, mine, in) == TRI_OK, "nccl reduce_scatter in place");
+        float *got = malloc(n * sizeof *got);
+        check(rank, tri_device_copy_to_host(dev, got, mine) == TRI_OK && gpu_close("rs in place", got, h, n, 1e-6),
+              "reduce_scatter in place");
+        free(got);
+        tri_device_free(dev, in.data);
+        free(h);
+    }
+    /* all_gather: separate and in place; broadcast from the last rank */
+    {
+        size_t total = n * (size_t)size;
+        float *h = malloc(total * sizeof *h);
+        tri_tensor in = upload(dev, TRI_F32, n, x), out = upload(dev, TRI_F32, total, NULL);
+        check(rank, tri_comm_all_gather(nccl, out, in) == TRI_OK, "nccl all_gather");
+        tri_comm_all_gather(mpi, tri_tensor_1d(h, TRI_F32, (int64_t)total), tri_tensor_1d(x, TRI_F32, (int64_t)n));
+        check(rank, same(dev, out, h), "all_gather");
+        tri_device_free(dev, in.data);
+        out = upload(dev, TRI_F32, total, NULL);
+        tri_tensor mine = tri_tensor_range(out, (int64_t)((size_t)rank * n), (int64_t)n);
+        tri_device_copy_from_host(dev, mine, x);
+        check(rank, tri_comm_all_gather(nccl, out, mine) == TRI_OK, "nccl all_gather in place");
+        check(rank, same(dev, out, h), "all_gather in place");
+        tri_tensor b = upload(dev, TRI_F32, n, x);
+        memcpy(h, x, n * sizeof *h);
+        tri_comm_broadcast(nccl, b, size - 1);
+        tri_comm_broadcast(mpi, tri_tensor_1d(h, TRI_F32, (int64_t)n), size - 1);
+        check(rank, same(dev, b, h), "broadcast");
+        free(h);
+    }
+    /* batched p2p around a ring: two messages to the next rank, two from the previous, in one batch */
+    {
+        int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+        tri_tensor s1 = upload(dev, TRI_F32, n, x), s2 = upload(dev, TRI_F32, n / 2, x + n);
+        tri_tensor r1 = upload(dev, TRI_F32, n, NULL), r2 = upload(dev, TRI_F32, n / 2, NULL);
+        tri_p2p ops[4] = {{true, next, s1}, {false, prev, r1}, {true, next, s2}, {false, prev, r2}};
+        check(rank, tri_comm_p2p(nccl, ops, 4) == TRI_OK, "nccl p2p");
+        float *want = randoms(n * (size_t)size, 100 + (uint64_t)prev);
+        check(rank, same(dev, r1, want), "p2p first message");
+        check(rank, same(dev, r2, want + n), "p2p second message (posting order)");
+        free(want);
+        tri_device_free(dev, s1.data);
+        tri_device_free(dev, s2.data);
+    }
+    /* split into one-rank groups: collectives become local, on device memory */
+    {
+        tri_comm *solo = NULL;
+        check(rank, tri_comm_split(nccl, rank, 0, &solo) == TRI_OK && solo && solo->size == 1, "split");
+        if (solo) {
+            tri_tensor in = upload(dev, TRI_F32, n, x), out = upload(dev, TRI_F32, n, NULL);
+            check(rank, tri_comm_reduce_scatter(solo, out, in) == TRI_OK, "one-rank reduce_scatter");
+            check(rank, same(dev, out, x), "one-rank reduce_scatter copies on the device");
+            tri_device_free(dev, in.data);
+            tri_comm_destroy(solo);
+        }
+        check(rank, tri_comm_barrier(nccl) == TRI_OK, "barrier");
+        check(rank, tri_device_sync(dev) == TRI_OK, "device sync after the comm");
+    }
+    /* the wrappers count the same payload whatever the comm */
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        if (k != TRI_COMM_P2P)
+            check(rank, tri_comm_bytes(nccl, (tri_comm_kind)k) == tri_comm_bytes(mpi, (tri_comm_kind)k), "byte counters");
+    free(x);
+    int total_failed = mpi_total_failures(failed);
+    if (rank == 0)
+        printf("mpi_nccl: %d passed, %d failed\n", passed, total_failed);
+    tri_comm_destroy(nccl);
+    tri_comm_destroy(mpi);
+    tri_device_destroy(dev);
+    MPI_Finalize();
+    return total_failed ? 1 : 0;
+}
