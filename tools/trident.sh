@@ -4,6 +4,7 @@
 #   bash tools/trident.sh train [engine_train flags]   trains the default GPT on the fortunes text
 #   bash tools/trident.sh test                          runs every test (what CI runs)
 #   bash tools/trident.sh bench                         runs the benchmarks
+#   bash tools/trident.sh bench-cuda [flags]            GPT-2 124M..1.5B on the GPU(s): ms/iter, tokens/s, MFU
 #   bash tools/trident.sh build                         installs and builds only
 #
 # The build goes to build/ (Release; the CUDA backend too when nvcc is found). Multi-rank runs use
@@ -61,10 +62,17 @@ case "$cmd" in
     ;;
   bench)
     build
-    for b in build/bin/bench_*; do "$b" "$@"; done
+    for b in build/bin/bench_*; do
+      case "$b" in *bench_cuda_*) continue ;; esac
+      "$b" "$@"
+    done
+    ;;
+  bench-cuda)
+    build
+    exec build/bin/bench_cuda_train "$@"
     ;;
   *)
-    echo "usage: bash tools/trident.sh train|test|bench|build [flags]" >&2
+    echo "usage: bash tools/trident.sh train|test|bench|bench-cuda|build [flags]" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,232 @@
+/* bench/cuda/train_step_cuda.c - GPT-2 training speed on NVIDIA GPUs: ms/iter, tokens/s and MFU.
+ *
+ * One command on an H100 or H200 (or A100): `bash tools/trident.sh bench-cuda`, or
+ * build/bin/bench_cuda_train [--model gpt2-xl] [--micro-batch-size 4] ..., and for several GPUs
+ * `mpirun -np 8 build/bin/bench_cuda_train --tensor-model-parallel-size 8` (dp = ranks / tp).
+ * For each model (GPT-2 124M, 355M, 774M, 1.5B by default) it trains on random tokens through the
+ * same path as engine_train (GPT stage, trainer with clipping and AdamW, NCCL comm), runs warm-up
+ * iterations, times the next ones with the device synchronised at both ends, and prints ms/iter,
+ * tokens/s, achieved TFLOP/s (model FLOPs of Narayanan et al. 2021 eq. 3, without recomputation,
+ * the figure engine_train prints) and MFU = achieved / (GPUs x the card's dense peak).
+ *
+ * Peaks (dense, no sparsity), from NVIDIA's datasheets: H100 SXM5 fp32 67 TFLOP/s, bf16 989.4
+ * ("NVIDIA H100 Tensor Core GPU" datasheet, 2023); H100 PCIe 51 / 756; H100 NVL 60 / 835;
+ * H200 SXM the same compute as H100 SXM, 67 / 989 ("NVIDIA H200 Tensor Core GPU" datasheet,
+ * 2024); A100 SXM4/PCIe fp32 19.5, bf16 312 ("NVIDIA A100 Tensor Core GPU Architecture"
+ * whitepaper, 2020). Trident computes in fp32 today (cuBLASLt with CUBLAS_COMPUTE_32F, no TF32),
+ * so MFU is reported against the fp32 peak; the bf16 column shows what the same time would be
+ * against the bf16 peak mixed precision will target. --peak-tflops overrides the table (other
+ * cards). Without a usable GPU it prints why and exits with status 1. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/device_cuda.h"
+#include "engine/device.h"
+#include "engine/grid.h"
+#include "engine/rng.h"
+#include "engine/status.h"
+#include "engine/train.h"
+#include "models/config.h"
+#include "models/gpt.h"
+#include "tools/cli/backend.h"
+#include "tools/cli/flags.h"
+
+#ifndef TRIDENT_SOURCE_DIR
+#define TRIDENT_SOURCE_DIR "."
+#endif
+
+typedef struct peak {
+    const char *match;    /* substring of cudaDeviceProp.name */
+    double fp32, bf16;    /* dense TFLOP/s */
+} peak;
+
+/* First match wins: the specific names before the generic "H100". */
+static const peak PEAKS[] = {
+    {"H200", 67.0, 989.4},
+    {"H100 PCIe", 51.0, 756.0},
+    {"H100 NVL", 60.0, 835.0},
+    {"H100", 67.0, 989.4},
+    {"A100", 19.5, 312.0},
+};
+
+typedef struct bench {
+    const char *model, *models_dir;
+    int B, T, iters, warmup, tp;
+    float peak_tflops;
+    bool profile;
+} bench;
+
+typedef struct model_default {
+    const char *name;
+    int B; /* micro-batch that fits an 80 GB card in fp32 with AdamW at T = 1024 */
+} model_default;
+
+static const model_default MODELS[] = {{"gpt2", 8}, {"gpt2-medium", 4}, {"gpt2-large", 4}, {"gpt2-xl", 2}};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double model_flops(const tri_gpt_config *c, int64_t B, int64_t s)
+{
+    double l = c->n_layer, h = c->n_embd, V = c->vocab_size;
+    return 72.0 * (double)B * (double)s * l * h * h * (1.0 + (double)s / (6.0 * h) + V / (12.0 * l * h));
+}
+
+static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
+{
+    const bench *b = ctx;
+    for (int64_t i = 0; i < n * (b->T + 1); i++)
+        w[i] = (int32_t)(tri_rng_uniform(42, (uint64_t)first, (uint64_t)i) * 50257);
+    return TRI_OK;
+}
+
+static const peak *find_peak(const char *name)
+{
+    for (size_t i = 0; i < sizeof PEAKS / sizeof *PEAKS; i++)
+        if (strstr(name, PEAKS[i].match))
+            return &PEAKS[i];
+    return NULL;
+}
+
+/* Trains `model` on dev/world and prints one result line (rank 0). */
+static int run_model(const bench *b, const char *model, int B, tri_device *dev, tri_comm *world, const char *gpu)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.json", b->models_dir, model);
+    tri_gpt_config cfg;
+    int rc = tri_gpt_config_load(&cfg, path);
+    if (rc)
+        return rc;
+    if (b->T > cfg.n_positions)
+        return TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's n_positions %d", b->T, model, cfg.n_positions);
+    tri_grid grid;
+    tri_gpt *m = NULL;
+    tri_trainer tr;
+    bool have_tr = false;
+    rc = tri_grid_create(&grid, world, b->tp, 1);
+    if (rc)
+        return rc;
+    tri_gpt_options opt = {.B = B, .T = b->T, .n_slots = 1, .layer_end = cfg.n_layer, .first = true, .last = true,
+                           .dp = grid.dp, .dp_rank = grid.dp_rank, .seed = 1};
+    rc = tri_gpt_create(&m, &cfg, &opt, dev, grid.tp_comm);
+    tri_step_config sc = {.n_micro = 1, .clip_grad = 1.0f};
+    tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    if (!rc) rc = tri_trainer_create(&tr, &m->stage, &grid, dev, &sc, &ac);
+    have_tr = rc == TRI_OK;
+    tri_batch_source src = {.ctx = (void *)b, .fill = fill_random};
+    tri_step_result res;
+    for (int it = 0; it < b->warmup && !rc; it++)
+        rc = tri_trainer_step(&tr, &src, it, 1e-4f, &res);
+    if (!rc && b->profile && grid.world_rank == 0)
+        rc = tri_device_profile_enable(dev);
+    if (!rc) rc = tri_device_sync(dev);
+    double t0 = now_s();
+    for (int it = 0; it < b->iters && !rc; it++)
+        rc = tri_trainer_step(&tr, &src, b->warmup + it, 1e-4f, &res);
+    if (!rc) rc = tri_device_sync(dev);
+    double dt = (now_s() - t0) / b->iters;
+    if (!rc && grid.world_rank == 0) {
+        int gpus = world->size;
+        double tokens = (double)B * b->T * grid.dp;
+        double achieved = model_flops(&cfg, (int64_t)B * grid.dp, b->T) / dt / 1e12;
+        const peak *p = find_peak(gpu);
+        double fp32 = b->peak_tflops > 0 ? b->peak_tflops : p ? p->fp32 : 0.0, bf16 = p ? p->bf16 : 0.0;
+        printf("%-12s %6.0fM  B %2d x T %4d x dp %d | %9.1f ms/iter | %9.0f tok/s | %7.2f TFLOP/s | ", model,
+               (double)tri_gpt_num_params(&cfg) / 1e6, B, b->T, grid.dp, dt * 1e3, tokens / dt, achieved);
+        if (fp32 > 0)
+            printf("MFU %5.1f%% of fp32 peak", 100.0 * achieved / (gpus * fp32));
+        else
+            printf("MFU n/a (unknown card: pass --peak-tflops)");
+        if (bf16 > 0 && b->peak_tflops <= 0)
+            printf(" (%4.1f%% of bf16 peak)", 100.0 * achieved / (gpus * bf16));
+        printf(" | loss %.3f\n", res.loss);
+        if (b->profile)
+            tri_device_profile_report(dev, stdout);
+        fflush(stdout);
+    }
+    if (dev->profile) { /* the next model starts unprofiled */
+        free(dev->profile);
+        dev->profile = NULL;
+    }
+    if (have_tr)
+        tri_trainer_destroy(&tr);
+    tri_gpt_destroy(m);
+    tri_grid_destroy(&grid);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    bench b = {.model = "all", .models_dir = TRIDENT_SOURCE_DIR "/models", .B = 0, .T = 1024, .iters = 10,
+               .warmup = 3, .tp = 1};
+    tri_flag flags[] = {
+        {"model", TRI_FLAG_CHOICE, &b.model, "which GPT-2", 0, 0, "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl", false},
+        {"models-dir", TRI_FLAG_STRING, &b.models_dir, "folder of the model configs", 0, 0, NULL, false},
+        {"micro-batch-size", TRI_FLAG_INT, &b.B, "sequences per GPU (0: 8, 4, 4, 2 for 124M..1.5B)", 0, 1 << 16, NULL, false},
+        {"seq-length", TRI_FLAG_INT, &b.T, "sequence length", 1, 1 << 16, NULL, false},
+        {"iters", TRI_FLAG_INT, &b.iters, "timed iterations", 1, 1 << 20, NULL, false},
+        {"warmup", TRI_FLAG_INT, &b.warmup, "untimed iterations first", 0, 1 << 20, NULL, false},
+        {"tensor-model-parallel-size", TRI_FLAG_INT, &b.tp, "tensor-parallel size (ranks / tp = dp)", 1, 4096, NULL, false},
+        {"peak-tflops", TRI_FLAG_FLOAT, &b.peak_tflops, "dense fp32 peak per GPU for MFU (0: the built-in table)", 0, 1e6, NULL, false},
+        {"profile", TRI_FLAG_BOOL, &b.profile, "print time per device op of the timed iterations", 0, 0, NULL, false},
+    };
+    int nf = sizeof flags / sizeof *flags, rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    bool help = false;
+    int rc = tri_flags_parse(flags, nf, argc, argv, &help);
+    if (rc || help) {
+        if (rc && rank == 0)
+            fprintf(stderr, "bench_cuda_train: %s\n", tri_error_message());
+        if (rank == 0)
+            tri_flags_usage(rc ? stderr : stdout, flags, nf, "bench_cuda_train",
+                            "Times GPT-2 training on NVIDIA GPUs: ms/iter, tokens/s, MFU against the card's dense peak.");
+        MPI_Finalize();
+        return rc ? 2 : 0;
+    }
+    tri_device *dev = NULL;
+    tri_comm *world = NULL;
+    const char *why = "";
+    if (!tri_cuda_available(&why)) {
+        if (rank == 0)
+            fprintf(stderr, "bench_cuda_train: no usable CUDA device: %s\n", why);
+        MPI_Finalize();
+        return 1;
+    }
+    /* one GPU per rank of a node (ranks beyond the node's GPUs need CUDA_VISIBLE_DEVICES per rank) */
+    int ordinal = rank % tri_cuda_device_count();
+    tri_cuda_info info;
+    rc = tri_cuda_device_info(ordinal, &info);
+    if (!rc) rc = tri_device_cuda_create(&dev, ordinal);
+    const char *gpu = info.name;
+    if (!rc) rc = tri_cli_device_world("cuda", dev, &world);
+    if (!rc && rank == 0)
+        printf("bench_cuda_train: %d x %s (sm_%d%d, %d SMs, %.0f GiB), fp32 (cuBLASLt COMPUTE_32F), tp %d, "
+               "%d timed iterations after %d warm-up\n", size, gpu, info.major, info.minor, info.sm_count,
+               (double)info.memory_bytes / 1073741824.0, b.tp, b.iters, b.warmup);
+    for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS && !rc; i++) {
+        if (strcmp(b.model, "all") != 0 && strcmp(b.model, MODELS[i].name) != 0)
+            continue;
+        rc = run_model(&b, MODELS[i].name, b.B ? b.B : MODELS[i].B, dev, world, gpu);
+        if (rc)
+            tri_error_context(rc, "%s", MODELS[i].name);
+    }
+    if (rc) {
+        fprintf(stderr, "bench_cuda_train: error: %s%s\n", tri_error_message(),
+                rc == TRI_ENOMEM ? " (try a smaller --micro-batch-size)" : "");
+        if (world)
+            tri_comm_abort(world, 1);
+    }
+    tri_comm_destroy(world);
+    tri_device_destroy(dev);
+    MPI_Finalize();
+    return rc ? 1 : 0;
+}
