@@ -93,8 +93,8 @@ static channel *channel_of(const sim *S, int r, const tri_sched_op *op)
 {
     int pp = S->s->pp, peer = tri_sched_peer(S->s, r, op);
     int sender = is_send(op->kind) ? r : peer, receiver = is_send(op->kind) ? peer : r;
-    int dir = receiver == (sender + 1) % pp ? 0 : 1;
-    return &S->chans[(sender * 2 + dir) * 2 + tri_sched_tag(op->kind) - 1];
+    int dir = receiver == (sender + 1) % pp ? 0 : 1, tag = S->c->untagged ? 1 : tri_sched_tag(op->kind);
+    return &S->chans[(sender * 2 + dir) * 2 + tag - 1];
 }
 
 /* Records why the schedule cannot run; msg is the whole message. */
@@ -270,7 +270,8 @@ static int match(sim *S, op_ref snd, op_ref rcv)
     int ga = tri_sched_global_chunk(S->s, snd.rank, a->chunk);
     int gb = tri_sched_global_chunk(S->s, rcv.rank, b->chunk);
     int want = a->kind == TRI_SCHED_SEND_ACT ? ga + 1 : ga - 1;
-    if (a->mb != b->mb || gb != want) {
+    bool same_kind = (a->kind == TRI_SCHED_SEND_ACT) == (b->kind == TRI_SCHED_RECV_ACT);
+    if (!same_kind || a->mb != b->mb || gb != want) {
         char x[96], y[96], msg[512];
         snprintf(msg, sizeof msg, "order error: rank %d op %d %s (global chunk %d) is received by "
                  "rank %d op %d %s (global chunk %d), which expects micro-batch %d of global chunk %d",

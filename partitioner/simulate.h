@@ -11,8 +11,9 @@
  *    only when all of them have completed.
  *  - Rendezvous: a send completes when the peer's matching receive is posted, and a receive when
  *    the matching send is posted (no eager buffering, as with NCCL). Messages are matched in FIFO
- *    order per (sender, receiver, tag): the k-th send on that channel meets the k-th receive.
- *  - The matched receive must be of the same micro-batch and of the neighbouring global chunk
+ *    order per (sender, receiver, tag), or per (sender, receiver) with `untagged` (NCCL's p2p has
+ *    no tags): the k-th send on that channel meets the k-th receive, in list order.
+ *  - The matched receive must be of the same kind, micro-batch and the neighbouring global chunk
  *    (SEND_ACT of chunk g meets RECV_ACT of chunk g + 1, SEND_GRAD of g meets RECV_GRAD of g - 1),
  *    else the schedule has an order error.
  *  - Every op must find its inputs on its rank: FWD after its RECV_ACT (except on the first chunk),
@@ -30,6 +31,8 @@
 #ifndef TRIDENT_PARTITIONER_SIMULATE_H
 #define TRIDENT_PARTITIONER_SIMULATE_H
 
+#include <stdbool.h>
+
 #include "engine/schedule.h"
 
 #ifdef __cplusplus
@@ -43,6 +46,8 @@ typedef struct tri_sim_costs {
     double bwd_input;          /* BWD_INPUT (zero-bubble split) */
     double bwd_weight;         /* BWD_WEIGHT */
     double comm;               /* latency of one message, from both ends posted to arrival (may be 0) */
+    bool untagged;             /* match messages per (sender, receiver) only, ignoring tags, as NCCL's
+                                  p2p (which has no tags) would */
     const double *chunk_scale; /* NULL, or [pp * v] factors on the compute costs of each global chunk */
 } tri_sim_costs;
 

@@ -601,3 +601,41 @@ Test(schedule, largest_interleaved_is_quick, .timeout = 60)
     tri_sim_result_free(&res);
     tri_schedule_free(&s);
 }
+
+/* NCCL's p2p has no tags: messages between two ranks match in issue order whatever they carry.
+ * Only pp = 2 with v > 1 sends both activations and gradients from one rank to the other; every
+ * generator's order holds without tags too. Swapping the two sends of one of rank 0's exchanges
+ * is harmless with tags and an order error without. */
+Test(schedule, schedules_hold_without_tags)
+{
+    tri_sim_costs untagged = COSTS;
+    untagged.untagged = true;
+    const char *names[] = {"gpipe", "1f1b", "zb-h1", "interleaved"};
+    for (int k = 0; k < 4; k++)
+        for (int pp = 2; pp <= 4; pp++)
+            for (int v = 1; v <= (k == 3 ? 4 : 1); v++)
+                for (int m = pp; m <= 3 * pp; m += pp) {
+                    tri_schedule s;
+                    cr_assert_eq(tri_schedule_make(&s, names[k], pp, v, m), TRI_OK, "%s", tri_error_message());
+                    tri_sim_result res;
+                    simulate_ok(&s, &untagged, &res);
+                    tri_sim_result_free(&res);
+                    tri_schedule_free(&s);
+                }
+    tri_schedule s;
+    cr_assert_eq(tri_schedule_interleaved(&s, 2, 2, 4), TRI_OK);
+    int i = find_op(&s, 0, TRI_SCHED_SEND_GRAD, 0, 1);
+    cr_assert_eq(s.ops[0][i - 1].kind, TRI_SCHED_SEND_ACT, "an activation and a gradient in one exchange");
+    tri_sched_op t = s.ops[0][i];
+    s.ops[0][i] = s.ops[0][i - 1];
+    s.ops[0][i - 1] = t;
+    tri_sim_result res;
+    simulate_ok(&s, &COSTS, &res);
+    tri_sim_result_free(&res);
+    cr_expect_eq(tri_schedule_simulate(&s, &untagged, &res), TRI_EINVAL);
+    cr_expect_eq(res.verdict, TRI_SIM_ORDER, "%s", tri_error_message());
+    cr_expect(strstr(tri_error_message(), "SEND_GRAD(mb 0, chunk 1) (global chunk 2) is received by rank 1")
+              != NULL, "%s", tri_error_message());
+    tri_sim_result_free(&res);
+    tri_schedule_free(&s);
+}
