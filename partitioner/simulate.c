@@ -46,6 +46,10 @@ typedef struct rank_state {
     int in_flight;
     int *in_flight_chunk;   /* [v] */
     unsigned char *done;    /* [v * m] DONE_* flags of (chunk, mb) */
+    int slots;              /* activation slots held, over all chunks */
+    int *slots_chunk;       /* [v] */
+    unsigned char *held;    /* [v * m] (chunk, mb) holds a slot */
+    unsigned char *last_use;/* [n_ops]: the op is the last of its (chunk, mb) on this rank */
 } rank_state;
 
 typedef struct sim {
@@ -134,6 +138,21 @@ static int check_ops(sim *S)
     return TRI_OK;
 }
 
+/* Marks each rank's last op of every (chunk, mb) (the held flags serve as scratch). */
+static void mark_last_uses(sim *S)
+{
+    const tri_schedule *s = S->s;
+    for (int r = 0; r < s->pp; r++) {
+        rank_state *R = &S->ranks[r];
+        for (int i = s->n_ops[r] - 1; i >= 0; i--) {
+            unsigned char *seen = &R->held[s->ops[r][i].chunk * s->m + s->ops[r][i].mb];
+            R->last_use[i] = !*seen;
+            *seen = 1;
+        }
+        memset(R->held, 0, (size_t)s->v * (size_t)s->m);
+    }
+}
+
 /* Sizes every channel's lists from the schedule's sends and receives. */
 static int make_channels(sim *S)
 {
@@ -219,6 +238,32 @@ static void raise_peak(int *peak, int now)
     *peak = now > *peak ? now : *peak;
 }
 
+/* The executor's activation slots: a (chunk, mb) takes one at its first op on the rank and gives it
+ * back after its last; the ops of a comm batch all hold theirs until the batch completes. */
+static void take_slot(sim *S, int r, const tri_sched_op *op)
+{
+    rank_state *R = &S->ranks[r];
+    unsigned char *h = &R->held[op->chunk * S->s->m + op->mb];
+    if (*h)
+        return;
+    *h = 1;
+    R->slots++;
+    R->slots_chunk[op->chunk]++;
+    raise_peak(&S->out->peak_slots[r], R->slots);
+    raise_peak(&S->out->peak_slots_chunk[r * S->s->v + op->chunk], R->slots_chunk[op->chunk]);
+}
+
+static void give_slot(sim *S, int r, int i)
+{
+    rank_state *R = &S->ranks[r];
+    const tri_sched_op *op = &S->s->ops[r][i];
+    if (!R->last_use[i])
+        return;
+    R->held[op->chunk * S->s->m + op->mb] = 0;
+    R->slots--;
+    R->slots_chunk[op->chunk]--;
+}
+
 /* Checks that op i of rank r finds its inputs and runs once, records it and counts the
  * micro-batches in flight (a forward opens one, the backward's weight part closes it). */
 static int apply(sim *S, int r, int i)
@@ -242,6 +287,7 @@ static int apply(sim *S, int r, int i)
     R->in_flight_chunk[op->chunk] += delta;
     raise_peak(&S->out->peak_in_flight[r], R->in_flight);
     raise_peak(&S->out->peak_in_flight_chunk[r * s->v + op->chunk], R->in_flight_chunk[op->chunk]);
+    take_slot(S, r, op);
     return TRI_OK;
 }
 
@@ -314,6 +360,8 @@ static int advance(sim *S, int r)
         if (R->batch_end >= 0) {          /* a posted batch */
             if (R->pending > 0)
                 return TRI_OK;
+            for (int j = R->pc; j < R->batch_end; j++)
+                give_slot(S, r, j);
             R->time = R->batch_done;
             R->pc = R->batch_end;
             R->batch_end = -1;
@@ -327,6 +375,8 @@ static int advance(sim *S, int r)
             S->out->start[r][i] = R->time;
             S->out->end[r][i] = R->time += t;
             S->out->busy[r] += t;
+            if (!rc)
+                give_slot(S, r, i);
             R->pc++;
             continue;
         }
@@ -418,11 +468,14 @@ static int alloc_result(tri_sim_result *o, const tri_schedule *s)
     size_t pp = (size_t)s->pp;
     o->peak_in_flight = calloc(pp, sizeof *o->peak_in_flight);
     o->peak_in_flight_chunk = calloc(pp * (size_t)s->v, sizeof *o->peak_in_flight_chunk);
+    o->peak_slots = calloc(pp, sizeof *o->peak_slots);
+    o->peak_slots_chunk = calloc(pp * (size_t)s->v, sizeof *o->peak_slots_chunk);
     o->busy = calloc(pp, sizeof *o->busy);
     o->idle = calloc(pp, sizeof *o->idle);
     o->start = calloc(pp, sizeof *o->start);
     o->end = calloc(pp, sizeof *o->end);
-    if (!o->peak_in_flight || !o->peak_in_flight_chunk || !o->busy || !o->idle || !o->start || !o->end)
+    if (!o->peak_in_flight || !o->peak_in_flight_chunk || !o->peak_slots || !o->peak_slots_chunk || !o->busy ||
+        !o->idle || !o->start || !o->end)
         return TRI_ERR(TRI_ENOMEM, "schedule simulator: out of memory");
     for (int r = 0; r < s->pp; r++) {
         size_t n = (size_t)(s->n_ops[r] > 0 ? s->n_ops[r] : 1);
@@ -447,8 +500,11 @@ static int alloc_ranks(sim *S)
         rank_state *R = &S->ranks[r];
         R->batch_end = -1;
         R->in_flight_chunk = calloc((size_t)s->v, sizeof *R->in_flight_chunk);
+        R->slots_chunk = calloc((size_t)s->v, sizeof *R->slots_chunk);
         R->done = calloc((size_t)s->v * (size_t)s->m, 1);
-        if (!R->in_flight_chunk || !R->done)
+        R->held = calloc((size_t)s->v * (size_t)s->m, 1);
+        R->last_use = calloc((size_t)(s->n_ops[r] > 0 ? s->n_ops[r] : 1), 1);
+        if (!R->in_flight_chunk || !R->slots_chunk || !R->done || !R->held || !R->last_use)
             return TRI_ERR(TRI_ENOMEM, "schedule simulator: out of memory");
         S->stack[S->n_stack++] = r;
     }
@@ -459,7 +515,10 @@ static void free_sim(sim *S)
 {
     for (int r = 0; S->ranks && r < S->s->pp; r++) {
         free(S->ranks[r].in_flight_chunk);
+        free(S->ranks[r].slots_chunk);
         free(S->ranks[r].done);
+        free(S->ranks[r].held);
+        free(S->ranks[r].last_use);
     }
     free(S->ranks);
     free(S->stack);
@@ -502,6 +561,8 @@ int tri_schedule_simulate(const tri_schedule *s, const tri_sim_costs *c, tri_sim
         rc = check_ops(&S);
     if (!rc)
         rc = make_channels(&S);
+    if (!rc)
+        mark_last_uses(&S);
     while (!rc && S.n_stack > 0)
         rc = advance(&S, S.stack[--S.n_stack]);
     S.current = -1;
@@ -526,6 +587,8 @@ void tri_sim_result_free(tri_sim_result *r)
     free(r->end);
     free(r->peak_in_flight);
     free(r->peak_in_flight_chunk);
+    free(r->peak_slots);
+    free(r->peak_slots_chunk);
     free(r->busy);
     free(r->idle);
     memset(r, 0, sizeof *r);

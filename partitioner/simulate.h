@@ -64,6 +64,12 @@ typedef struct tri_sim_result {
     /* in flight: forwards done whose backward (its weight part, for split backwards) is not */
     int *peak_in_flight;       /* [pp]: the most at once, summed over the rank's chunks */
     int *peak_in_flight_chunk; /* [pp * v]: per (rank, local chunk), index rank * v + chunk */
+    /* activation slots the executor holds (DESIGN.md §7 sizes the arenas from these): a
+       (micro-batch, chunk) holds one from its first op on the rank to its last, and every op of a
+       comm batch holds its slot until the whole batch completes, so a fused SEND_GRAD(b) +
+       RECV_ACT(f) needs b's and f's slots at once: up to one more than in flight */
+    int *peak_slots;           /* [pp], summed over the rank's chunks */
+    int *peak_slots_chunk;     /* [pp * v] */
     /* timing (meaningful when verdict == TRI_SIM_OK) */
     double makespan;           /* when the last op ends; the step starts at 0 */
     double *busy;              /* [pp]: compute time of each rank */

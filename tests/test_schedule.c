@@ -101,9 +101,12 @@ Test(schedule, gpipe_every_size)
             }
             tri_sim_result res;
             simulate_ok(&s, &COSTS, &res);
-            for (int r = 0; r < pp; r++)
+            for (int r = 0; r < pp; r++) {
                 cr_expect_eq(res.peak_in_flight[r], m, "gpipe pp %d m %d rank %d: peak %d", pp, m, r,
                              res.peak_in_flight[r]);
+                cr_expect_eq(res.peak_slots[r], m, "gpipe pp %d m %d rank %d: %d slots", pp, m, r,
+                             res.peak_slots[r]);
+            }
             expect_bubble(&res, &s, (double)(pp - 1) / (m + pp - 1));
             cr_expect_float_eq(res.makespan, 3.0 * (m + pp - 1), 1e-9);
             tri_sim_result_free(&res);
@@ -135,6 +138,11 @@ Test(schedule, one_f_one_b_every_size)
                 cr_expect_eq(res.peak_in_flight[r], min_int(pp - r, m), "1f1b pp %d m %d rank %d: peak %d",
                              pp, m, r, res.peak_in_flight[r]);
                 cr_expect_eq(res.peak_in_flight_chunk[r], res.peak_in_flight[r]);
+                /* the executor holds one slot more where a steady-state send_backward_recv_forward
+                 * exchange holds the finished micro-batch and the next one together */
+                int slots = min_int(pp - r, m) + (r > 0 && m > pp - r);
+                cr_expect_eq(res.peak_slots[r], slots, "1f1b pp %d m %d rank %d: %d slots, expected %d", pp, m,
+                             r, res.peak_slots[r], slots);
             }
             expect_bubble(&res, &s, (double)(pp - 1) / (m + pp - 1));
             tri_sim_result_free(&res);
@@ -234,6 +242,11 @@ Test(schedule, interleaved_every_size)
                     int want = min_int(2 * (pp - r - 1) + (v - 1) * pp + 1, m * v);
                     cr_expect_eq(res.peak_in_flight[r], want, "interleaved pp %d v %d m %d rank %d: peak %d, "
                                  "expected %d", pp, v, m, r, res.peak_in_flight[r], want);
+                    /* receiving one step ahead holds the next micro-batch's slot too (on ranks that
+                     * receive activations) */
+                    int slots = pp == 1 || (v == 1 && r == 0) ? want : min_int(want + 1, m * v);
+                    cr_expect_eq(res.peak_slots[r], slots, "interleaved pp %d v %d m %d rank %d: %d slots, "
+                                 "expected %d", pp, v, m, r, res.peak_slots[r], slots);
                     int sum = 0, most = 0;
                     for (int c = 0; c < v; c++) {
                         int p = res.peak_in_flight_chunk[r * v + c];
@@ -266,9 +279,12 @@ Test(schedule, zb_h1_every_size)
             check_structure(&s, true);
             tri_sim_result res;
             simulate_ok(&s, &unit, &res);
-            for (int r = 0; r < pp; r++)
+            for (int r = 0; r < pp; r++) {
                 cr_expect_eq(res.peak_in_flight[r], min_int(pp, m), "zb-h1 pp %d m %d rank %d: peak %d", pp,
                              m, r, res.peak_in_flight[r]);
+                cr_expect_eq(res.peak_slots[r], min_int(pp, m), "zb-h1 pp %d m %d rank %d: %d slots", pp, m,
+                             r, res.peak_slots[r]);
+            }
             if (m >= pp) {
                 cr_expect_float_eq(res.makespan, 3.0 * m + pp - 1, 1e-9, "zb-h1 pp %d m %d: makespan %g",
                                    pp, m, res.makespan);
