@@ -24,6 +24,7 @@
 #include "engine/train.h"
 #include "models/config.h"
 #include "models/gpt.h"
+#include "models/gpt_rank.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 
@@ -64,17 +65,21 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     bench *b = arg;
     tri_device *dev = NULL;
     tri_grid grid;
-    tri_gpt *m = NULL;
+    tri_gpt_rank r;
     tri_trainer tr;
+    bool have_grid = false, have_model = false, have_trainer = false;
     tri_cli_set_threads(b->threads);
     int rc = tri_cli_device_create("cpu", b->threads, &dev);
     if (!rc) rc = tri_grid_create(&grid, world, b->tp, 1);
-    tri_gpt_options opt = {.B = b->B, .T = b->T, .n_slots = 1, .layer_end = b->cfg.n_layer,
-                           .first = true, .last = true, .dp = 1, .seed = 1};
-    if (!rc) rc = tri_gpt_create(&m, &b->cfg, &opt, dev, grid.tp_comm);
+    have_grid = rc == TRI_OK;
+    tri_gpt_run_options o = {.B = b->B, .T = b->T, .n_micro = 1, .first_stage_layers = -1,
+                             .last_stage_layers = -1, .seed = 1};
+    if (!rc) rc = tri_gpt_rank_create(&r, &b->cfg, &grid, &o, dev);
+    have_model = rc == TRI_OK;
     tri_step_config sc = {.n_micro = 1, .clip_grad = 1.0f};
     tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    if (!rc) rc = tri_trainer_create(&tr, &m->stage, &grid, dev, &sc, &ac);
+    if (!rc) rc = tri_trainer_create(&tr, r.stage, r.v, &grid, dev, &sc, &ac, &r.train, &r.eval);
+    have_trainer = rc == TRI_OK;
     tri_batch_source src = {.ctx = b, .fill = fill_random};
     tri_step_result res;
     if (!rc) rc = tri_trainer_step(&tr, &src, 0, 1e-4f, &res);
@@ -87,11 +92,12 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         b->ms_per_iter = (now_s() - t0) * 1e3 / b->iters;
     if (!rc && rank == 0 && b->profile)
         tri_device_profile_report(dev, stdout);
-    if (m) {
+    if (have_trainer)
         tri_trainer_destroy(&tr);
-        tri_gpt_destroy(m);
+    if (have_model)
+        tri_gpt_rank_destroy(&r);
+    if (have_grid)
         tri_grid_destroy(&grid);
-    }
     tri_device_destroy(dev);
     return rc;
 }

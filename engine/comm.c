@@ -103,6 +103,8 @@ int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
         if (ops[i].peer < 0 || ops[i].peer >= c->size || ops[i].peer == c->rank)
             return TRI_ERR(TRI_EINVAL, "comm p2p: peer %d invalid for rank %d of %d", ops[i].peer,
                            c->rank, c->size);
+        if (ops[i].tag < 0 || ops[i].tag > 1023)
+            return TRI_ERR(TRI_EINVAL, "comm p2p: tag %d outside [0, 1023]", ops[i].tag);
         if (ops[i].send)
             sent += tri_tensor_bytes(ops[i].t);
     }

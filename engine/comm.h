@@ -34,10 +34,12 @@ typedef enum {
     TRI_COMM_KINDS
 } tri_comm_kind;
 
-/* One half of a point-to-point exchange: send `t` to `peer`, or receive into `t` from `peer`. */
+/* One half of a point-to-point exchange: send `t` to `peer`, or receive into `t` from `peer`.
+ * Messages match by (sender, receiver, tag) in the order they were posted. */
 typedef struct tri_p2p {
     bool send;
     int peer;        /* rank in this comm */
+    int tag;         /* 0..1023 */
     tri_tensor t;
 } tri_p2p;
 

@@ -102,9 +102,9 @@ static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
         const tri_p2p *o = &ops[i];
         int count = (int)tri_tensor_numel(o->t);
         if (o->send)
-            rc = TRI_MPI(MPI_Isend(o->t.data, count, mpi_type(o->t.dtype), o->peer, 0, comm_of(c), &req[i]));
+            rc = TRI_MPI(MPI_Isend(o->t.data, count, mpi_type(o->t.dtype), o->peer, o->tag, comm_of(c), &req[i]));
         else
-            rc = TRI_MPI(MPI_Irecv(o->t.data, count, mpi_type(o->t.dtype), o->peer, 0, comm_of(c), &req[i]));
+            rc = TRI_MPI(MPI_Irecv(o->t.data, count, mpi_type(o->t.dtype), o->peer, o->tag, comm_of(c), &req[i]));
     }
     if (!rc)
         rc = TRI_MPI(MPI_Waitall(posted, req, MPI_STATUSES_IGNORE));

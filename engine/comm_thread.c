@@ -24,6 +24,7 @@ typedef struct message {
     struct message *next;
     const void *buf;
     size_t bytes;
+    int tag;
     int consumed;
 } message;
 
@@ -246,6 +247,15 @@ static int thread_broadcast(tri_comm *c, tri_tensor x, int root)
     return rc;
 }
 
+/* The link pointing at the oldest queued message with `tag`, or NULL. */
+static message **first_with_tag(message **q, int tag)
+{
+    for (; *q; q = &(*q)->next)
+        if ((*q)->tag == tag)
+            return q;
+    return NULL;
+}
+
 static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
 {
     shared *s = sh_of(c);
@@ -261,6 +271,7 @@ static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
             continue;
         mine[i].buf = ops[i].t.data;
         mine[i].bytes = tri_tensor_bytes(ops[i].t);
+        mine[i].tag = ops[i].tag;
         message **q = &s->queue[c->rank * s->size + ops[i].peer];
         while (*q)
             q = &(*q)->next;
@@ -271,8 +282,8 @@ static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
     for (int i = 0; i < n && rc == TRI_OK; i++) {
         if (ops[i].send)
             continue;
-        message **q = &s->queue[ops[i].peer * s->size + c->rank];
-        while (!*q && rc == TRI_OK)
+        message **q = NULL;
+        while (rc == TRI_OK && !(q = first_with_tag(&s->queue[ops[i].peer * s->size + c->rank], ops[i].tag)))
             rc = wait_locked(s, &until, "p2p receive");
         if (rc)
             break;

@@ -36,6 +36,8 @@ typedef struct tri_param_spec {
                                        stage): gradients are summed over the embedding group */
     bool tied_copy;                 /* the copy a non-owning stage holds (the LM head's wte on the
                                        last stage): left out of the gradient norm */
+    int global_index;               /* position in the whole model's parameter list (every stage
+                                       agrees), for layout-independent reductions */
 } tri_param_spec;
 
 /* A parameter as this rank holds it. */

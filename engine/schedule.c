@@ -2,6 +2,7 @@
 #include "engine/schedule.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 const char *tri_sched_kind_name(int kind)
 {
@@ -75,4 +76,51 @@ int tri_sched_batch_end(const tri_sched_op *ops, int n, int i)
     while (i < n && tri_sched_is_comm(ops[i].kind))
         i++;
     return i;
+}
+
+void tri_sched_last_uses(const tri_schedule *s, int rank, unsigned char *last_use)
+{
+    int n = s->n_ops[rank];
+    const tri_sched_op *ops = s->ops[rank];
+    unsigned char *seen = calloc((size_t)s->v * (size_t)s->m, 1);
+    memset(last_use, 0, (size_t)n);
+    for (int i = n - 1; i >= 0 && seen; i--) {
+        size_t key = (size_t)ops[i].chunk * (size_t)s->m + (size_t)ops[i].mb;
+        last_use[i] = !seen[key];
+        seen[key] = 1;
+    }
+    free(seen);
+}
+
+int tri_sched_slots_needed(const tri_schedule *s, int rank, int chunk)
+{
+    int n = s->n_ops[rank], alive = 0, peak = 0;
+    const tri_sched_op *ops = s->ops[rank];
+    unsigned char *last = malloc((size_t)(n > 0 ? n : 1));
+    unsigned char *open = calloc((size_t)s->m, 1);
+    if (!last || !open) {
+        free(last);
+        free(open);
+        return s->m; /* out of memory: the safe upper bound */
+    }
+    tri_sched_last_uses(s, rank, last);
+    /* in the executor's order: a batch takes all its slots, then releases its last uses */
+    for (int i = 0; i < n;) {
+        int end = tri_sched_batch_end(ops, n, i);
+        for (int j = i; j < end; j++)
+            if (ops[j].chunk == chunk && !open[ops[j].mb]) {
+                open[ops[j].mb] = 1;
+                alive++;
+                peak = alive > peak ? alive : peak;
+            }
+        for (int j = i; j < end; j++)
+            if (ops[j].chunk == chunk && last[j]) {
+                open[ops[j].mb] = 0;
+                alive--;
+            }
+        i = end;
+    }
+    free(last);
+    free(open);
+    return peak;
 }

@@ -76,6 +76,15 @@ static inline int tri_sched_tag(int kind)
  * starting at i forms one batched p2p exchange; returns the index after it (i + 1 for compute). */
 int tri_sched_batch_end(const tri_sched_op *ops, int n, int i);
 
+/* Activation slots local chunk `chunk` of `rank` needs: the most micro-batches alive at once,
+ * a micro-batch being alive from its first op on this chunk to its last (DESIGN.md §7: the plan
+ * sizes the arena from this, and the executor's measured peak must equal it). */
+int tri_sched_slots_needed(const tri_schedule *s, int rank, int chunk);
+
+/* For each op of `rank`, 1 when it is the last op touching its (chunk, mb), else 0 (last_use has
+ * n_ops[rank] entries): the executor frees the micro-batch's slot after it. */
+void tri_sched_last_uses(const tri_schedule *s, int rank, unsigned char *last_use);
+
 /* "RECV_ACT", "FWD", ... */
 const char *tri_sched_kind_name(int kind);
 

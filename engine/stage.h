@@ -33,6 +33,11 @@ typedef struct tri_stage {
     int64_t samples_per_mb;      /* B */
     const tri_param_layout *layout;
     tri_tensor params, grads;    /* the flat buffers (layout->padded_numel, f32) */
+    int n_global_params;         /* parameters of the whole model (tri_param_spec.global_index < it) */
+    /* Sets every gradient (and any private gradient accumulator) to zero before a step. */
+    int (*zero_grads)(void *self);
+    /* After the step's last backward, folds private accumulators into grads (see models). */
+    int (*finish_grads)(void *self);
     /* Copies one micro-batch of samples, (B, T+1) token windows on the host, into `slot`. */
     int (*load_batch)(void *self, int slot, const int32_t *windows);
     /* Forward of the micro-batch in `slot`. The last stage computes the per-token losses and, when

@@ -1,36 +1,62 @@
-/* engine/train.c - one training step and evaluation (see train.h). */
+/* engine/train.c - one training step and evaluation over a rank's model chunks (see train.h). */
 #include "engine/train.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/status.h"
 
-int tri_trainer_create(tri_trainer *t, tri_stage *stage, const tri_grid *grid, tri_device *dev,
-                       const tri_step_config *cfg, const tri_adamw_config *adamw)
+static int take_buffers(tri_trainer *t, const tri_adamw_config *adamw)
 {
-    t->stage = stage;
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc; c++)
+        rc = tri_optimizer_take(&t->opt[c], &t->arena, adamw, 0, t->chunks[c]->layout->padded_numel);
+    int64_t slots = (int64_t)t->chunks[0]->n_global_params * t->grid->tp;
+    if (!rc) rc = tri_arena_take(&t->arena, TRI_MEM_COMM, &t->norm_slots, TRI_F32, 1, (int64_t[]){slots});
+    if (!rc) rc = tri_arena_take(&t->arena, TRI_MEM_WORKSPACE, &t->scalar, TRI_F32, 1, (int64_t[]){1});
+    return rc;
+}
+
+int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tri_grid *grid,
+                       tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
+                       const tri_schedule *train_sched, const tri_schedule *eval_sched)
+{
+    memset(t, 0, sizeof *t);
+    if (v < 1 || v > TRI_MAX_CHUNKS)
+        return TRI_ERR(TRI_EINVAL, "trainer: %d model chunks per rank (1..%d)", v, TRI_MAX_CHUNKS);
+    if (cfg->n_micro < 1 || train_sched->m != cfg->n_micro || train_sched->v != v ||
+        eval_sched->v != v || train_sched->pp != grid->pp || eval_sched->pp != grid->pp)
+        return TRI_ERR(TRI_EINVAL, "trainer: schedule %s (pp %d, v %d, m %d) does not fit pp %d, v %d, "
+                       "%d micro-batches", train_sched->name, train_sched->pp, train_sched->v,
+                       train_sched->m, grid->pp, v, cfg->n_micro);
+    t->v = v;
+    memcpy(t->chunks, chunks, (size_t)v * sizeof *chunks);
     t->grid = grid;
     t->dev = dev;
     t->cfg = *cfg;
-    if (cfg->n_micro < 1)
-        return TRI_ERR(TRI_EINVAL, "a step needs at least one micro-batch (got %d)", cfg->n_micro);
-    if (grid->pp > 1)
-        return TRI_ERR(TRI_ENOTSUP, "pipeline parallelism needs the pipeline executor");
-    t->windows = malloc((size_t)(stage->samples_per_mb * stage->window) * sizeof *t->windows);
+    t->train_sched = train_sched;
+    t->eval_sched = eval_sched;
+    t->windows = malloc((size_t)(chunks[0]->samples_per_mb * chunks[0]->window) * sizeof *t->windows);
     if (!t->windows)
         return TRI_ERR(TRI_ENOMEM, "trainer: out of memory");
-    int64_t lo = 0, hi = stage->layout->padded_numel;
     tri_arena_plan(&t->arena);
-    int rc = tri_optimizer_take(&t->opt, &t->arena, adamw, lo, hi);
+    int rc = take_buffers(t, adamw);
     if (!rc) rc = tri_arena_commit(&t->arena, dev);
-    if (!rc) rc = tri_optimizer_take(&t->opt, &t->arena, adamw, lo, hi);
-    if (!rc) rc = tri_optimizer_reset(dev, &t->opt);
+    if (!rc) rc = take_buffers(t, adamw);
+    for (int c = 0; c < v && !rc; c++)
+        rc = tri_optimizer_reset(dev, &t->opt[c]);
+    if (!rc) rc = tri_pipeline_create(&t->train_pipe, train_sched, grid->pp_rank, grid->pp_comm, t->chunks);
+    if (!rc) rc = tri_pipeline_create(&t->eval_pipe, eval_sched, grid->pp_rank, grid->pp_comm, t->chunks);
     return rc;
 }
 
 void tri_trainer_destroy(tri_trainer *t)
 {
+    if (t->train_pipe.sched)
+        tri_pipeline_destroy(&t->train_pipe);
+    if (t->eval_pipe.sched)
+        tri_pipeline_destroy(&t->eval_pipe);
     tri_arena_release(&t->arena);
     free(t->windows);
     t->windows = NULL;
@@ -38,49 +64,57 @@ void tri_trainer_destroy(tri_trainer *t)
 
 int64_t tri_trainer_global_batch(const tri_trainer *t)
 {
-    return t->stage->samples_per_mb * t->cfg.n_micro * t->grid->dp;
+    return t->chunks[0]->samples_per_mb * t->cfg.n_micro * t->grid->dp;
 }
 
-/* First sample of micro-batch mb of this data-parallel rank in global batch `iter`. */
-static int64_t first_sample(const tri_trainer *t, int64_t iter, int mb)
+/* The executor's data callback: micro-batch mb of this replica is samples
+ * first_sample + mb * B ... (the replica's micro-batches are consecutive in the global batch). */
+static int load(void *ctx, int chunk, int mb, int slot)
 {
-    int64_t B = t->stage->samples_per_mb;
-    return iter * tri_trainer_global_batch(t) + ((int64_t)t->grid->dp_rank * t->cfg.n_micro + mb) * B;
+    tri_trainer *t = ctx;
+    tri_stage *st = t->chunks[chunk];
+    int64_t B = st->samples_per_mb;
+    int rc = t->src->fill(t->src->ctx, t->first_sample + (int64_t)mb * B, B, t->windows);
+    return rc ? rc : st->load_batch(st->self, slot, t->windows);
 }
 
-static int load(tri_trainer *t, const tri_batch_source *src, int64_t first, int slot)
+/* x = the sum of x over comm, through the device scalar (comms work on device memory). Values
+ * travel as fp32 and are rounded so in every layout, one rank or many. */
+static int all_reduce_value(tri_trainer *t, tri_comm *comm, double *x)
 {
-    int rc = src->fill(src->ctx, first, t->stage->samples_per_mb, t->windows);
-    return rc ? rc : t->stage->load_batch(t->stage->self, slot, t->windows);
-}
-
-/* Forward and backward of this replica's micro-batches; *loss_sum = sum of their token losses. */
-static int run_microbatches(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss_sum)
-{
-    tri_stage *st = t->stage;
-    float dloss = 1.0f / (float)(st->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
-    *loss_sum = 0.0;
-    int rc = TRI_OK;
-    for (int mb = 0; mb < t->cfg.n_micro && !rc; mb++) {
-        double s = 0.0;
-        rc = load(t, src, first_sample(t, iter, mb), 0);
-        if (!rc) rc = st->forward(st->self, 0, true, dloss);
-        if (!rc) rc = st->backward(st->self, 0);
-        if (!rc) rc = st->loss_sum(st->self, 0, &s);
-        *loss_sum += s;
-    }
+    float f = (float)*x;
+    *x = f;
+    if (comm->size == 1)
+        return TRI_OK;
+    int rc = tri_device_copy_from_host(t->dev, t->scalar, &f);
+    if (!rc) rc = tri_comm_all_reduce(comm, t->scalar, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(t->dev, &f, t->scalar);
+    *x = f;
     return rc;
 }
 
-/* Gradient reductions that make every rank's gradients complete for its optimizer range. */
-static int sync_grads(tri_trainer *t)
+/* x = the last pipeline stage's x on every stage (the loss lives there). */
+static int broadcast_from_last_stage(tri_trainer *t, double *x)
 {
-    const tri_param_layout *L = t->stage->layout;
-    tri_tensor grads = t->stage->grads;
-    int rc = TRI_OK;
+    float f = (float)*x;
+    *x = f;
+    if (t->grid->pp == 1)
+        return TRI_OK;
+    int rc = tri_device_copy_from_host(t->dev, t->scalar, &f);
+    if (!rc) rc = tri_comm_broadcast(t->grid->pp_comm, t->scalar, t->grid->pp - 1);
+    if (!rc) rc = tri_device_copy_to_host(t->dev, &f, t->scalar);
+    *x = f;
+    return rc;
+}
+
+/* Gradient reductions that make a chunk's gradients complete for its optimizer range. */
+static int sync_grads(tri_trainer *t, tri_stage *st)
+{
+    const tri_param_layout *L = st->layout;
+    int rc = st->finish_grads(st->self);
     for (int i = 0; i < L->n && !rc; i++) {
         const tri_param *p = &L->params[i];
-        tri_tensor g = tri_tensor_range(grads, p->offset, p->numel);
+        tri_tensor g = tri_tensor_range(st->grads, p->offset, p->numel);
         /* under SP each TP rank saw only its sequence shard: sum the replicated parameters' parts */
         if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1)
             rc = tri_comm_all_reduce(t->grid->tp_comm, g, TRI_REDUCE_SUM);
@@ -88,60 +122,79 @@ static int sync_grads(tri_trainer *t)
             rc = tri_comm_all_reduce(t->grid->embd_comm, g, TRI_REDUCE_SUM);
     }
     if (!rc && t->grid->dp > 1)
-        rc = tri_comm_all_reduce(t->grid->dp_comm, grads, TRI_REDUCE_SUM);
-    return rc;
-}
-
-/* x = the sum of x over comm, through the device scalar (comms work on device memory). */
-static int all_reduce_value(tri_trainer *t, tri_comm *comm, double *x)
-{
-    if (comm->size == 1)
-        return TRI_OK;
-    float f = (float)*x;
-    int rc = tri_device_copy_from_host(t->dev, t->opt.scalar, &f);
-    if (!rc) rc = tri_comm_all_reduce(comm, t->opt.scalar, TRI_REDUCE_SUM);
-    if (!rc) rc = tri_device_copy_to_host(t->dev, &f, t->opt.scalar);
-    *x = f;
-    return rc;
-}
-
-static int grad_norm(tri_trainer *t, double *norm)
-{
-    double sumsq = 0.0;
-    int rc = tri_grad_sumsq(t->dev, t->stage->layout, t->stage->grads, t->opt.lo, t->opt.hi,
-                            t->opt.scalar, &sumsq);
-    /* sum over the ranks of one model replica (tp x pp); every replica holds the same gradients */
-    if (!rc) rc = all_reduce_value(t, t->grid->mp_comm, &sumsq);
-    *norm = sqrt(sumsq);
+        rc = tri_comm_all_reduce(t->grid->dp_comm, st->grads, TRI_REDUCE_SUM);
     return rc;
 }
 
 int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
 {
-    tri_stage *st = t->stage;
     double loss_sum = 0.0;
-    int rc = tri_op_fill(t->dev, st->grads, 0.0f);
-    if (!rc) rc = run_microbatches(t, src, iter, &loss_sum);
-    if (!rc) rc = sync_grads(t);
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc; c++)
+        rc = t->chunks[c]->zero_grads(t->chunks[c]->self);
+    t->src = src;
+    t->first_sample = iter * tri_trainer_global_batch(t) +
+                      (int64_t)t->grid->dp_rank * t->cfg.n_micro * t->chunks[0]->samples_per_mb;
+    float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
+    tri_pipeline_io io = {.ctx = t, .load = load};
+    if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, &loss_sum);
+    for (int c = 0; c < t->v && !rc; c++)
+        rc = sync_grads(t, t->chunks[c]);
+    if (!rc) rc = broadcast_from_last_stage(t, &loss_sum);
     if (!rc) rc = all_reduce_value(t, t->grid->dp_comm, &loss_sum);
-    *loss = loss_sum / (double)(st->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
+    *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
+    return rc;
+}
+
+/* The sum of squares of each counted parameter lands in its own slot (global index x tp + tp
+ * rank); after the all-reduce over the model replica every slot holds exactly one rank's value
+ * (the others added zeros, which is exact), and the slots are summed in index order in double. */
+int tri_trainer_grad_norm(tri_trainer *t, double *norm)
+{
+    int64_t nslots = tri_tensor_numel(t->norm_slots);
+    float *slots = calloc((size_t)nslots, sizeof *slots);
+    if (!slots)
+        return TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the gradient norm");
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc; c++) {
+        const tri_stage *st = t->chunks[c];
+        for (int i = 0; i < st->layout->n && !rc; i++) {
+            const tri_param *p = &st->layout->params[i];
+            if (!p->count_in_norm)
+                continue;
+            double s = 0.0;
+            rc = tri_grad_sumsq(t->dev, st->layout, st->grads, p->offset, p->offset + p->numel,
+                                t->scalar, &s);
+            slots[(int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank] = (float)s;
+        }
+    }
+    if (!rc) rc = tri_device_copy_from_host(t->dev, t->norm_slots, slots);
+    if (!rc) rc = tri_comm_all_reduce(t->grid->mp_comm, t->norm_slots, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(t->dev, slots, t->norm_slots);
+    double sum = 0.0;
+    for (int64_t i = 0; i < nslots; i++)
+        sum += slots[i];
+    free(slots);
+    *norm = sqrt(sum);
     return rc;
 }
 
 int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
                      tri_step_result *res)
 {
-    tri_stage *st = t->stage;
     double norm = 0.0;
     int rc = tri_trainer_gradients(t, src, iter, &res->loss);
-    if (!rc) rc = grad_norm(t, &norm);
+    if (!rc) rc = tri_trainer_grad_norm(t, &norm);
     if (rc)
         return rc;
     if (!isfinite(norm))
         return TRI_ERR(TRI_ENONFINITE, "iteration %lld: the gradient norm is %g; no update applied",
                        (long long)iter + 1, norm);
     float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
-    rc = tri_optimizer_step(t->dev, &t->opt, st->layout, st->params, st->grads, lr, scale);
+    for (int c = 0; c < t->v && !rc; c++) {
+        tri_stage *st = t->chunks[c];
+        rc = tri_optimizer_step(t->dev, &t->opt[c], st->layout, st->params, st->grads, lr, scale);
+    }
     res->grad_norm = norm;
     res->lr = lr;
     return rc;
@@ -149,18 +202,19 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
 
 int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches, double *loss)
 {
-    tri_stage *st = t->stage;
+    int64_t m = t->eval_sched->m, B = t->chunks[0]->samples_per_mb;
+    tri_pipeline_io io = {.ctx = t, .load = load};
     double total = 0.0;
     int rc = TRI_OK;
-    int64_t B = st->samples_per_mb;
+    t->src = src;
     for (int k = 0; k < n_batches && !rc; k++) {
         double s = 0.0;
-        rc = load(t, src, ((int64_t)k * t->grid->dp + t->grid->dp_rank) * B, 0);
-        if (!rc) rc = st->forward(st->self, 0, false, 0.0f);
-        if (!rc) rc = st->loss_sum(st->self, 0, &s);
+        t->first_sample = ((int64_t)k * t->grid->dp + t->grid->dp_rank) * m * B;
+        rc = tri_pipeline_run(&t->eval_pipe, &io, false, 0.0f, &s);
         total += s;
     }
+    if (!rc) rc = broadcast_from_last_stage(t, &total);
     if (!rc) rc = all_reduce_value(t, t->grid->dp_comm, &total);
-    *loss = total / (double)(st->tokens_per_mb * (int64_t)n_batches * t->grid->dp);
+    *loss = total / (double)(t->chunks[0]->tokens_per_mb * m * (int64_t)n_batches * t->grid->dp);
     return rc;
 }

@@ -12,6 +12,8 @@
 #include "engine/arena.h"
 #include "engine/grid.h"
 #include "engine/optimizer.h"
+#include "engine/pipeline.h"
+#include "engine/schedule.h"
 #include "engine/stage.h"
 
 #ifdef __cplusplus
@@ -37,36 +39,55 @@ typedef struct tri_step_result {
     float lr;
 } tri_step_result;
 
+#define TRI_MAX_CHUNKS 16
+
+/* One rank's training state: its model chunks, their optimizers, the executor. */
 typedef struct tri_trainer {
-    tri_stage *stage;
+    int v;                               /* model chunks on this rank */
+    tri_stage *chunks[TRI_MAX_CHUNKS];
     const tri_grid *grid;
     tri_device *dev;
     tri_step_config cfg;
-    tri_optimizer opt;
-    tri_arena arena;           /* optimizer state */
-    int32_t *windows;          /* (B, T+1) host staging */
+    const tri_schedule *train_sched;     /* not owned */
+    const tri_schedule *eval_sched;      /* forward-only, m = eval micro-batches; not owned */
+    tri_pipeline train_pipe, eval_pipe;
+    tri_optimizer opt[TRI_MAX_CHUNKS];
+    tri_arena arena;                     /* optimizer state and reduction buffers */
+    tri_tensor norm_slots;               /* (n_global_params * tp) per-parameter sums of squares */
+    tri_tensor scalar;                   /* (1) */
+    int32_t *windows;                    /* (B, T+1) host staging */
+    const tri_batch_source *src;         /* data of the run in progress */
+    int64_t first_sample;                /* sample index of micro-batch 0 of this replica */
 } tri_trainer;
 
-/* Plans and allocates the optimizer state for the stage's parameters. */
-int tri_trainer_create(tri_trainer *t, tri_stage *stage, const tri_grid *grid, tri_device *dev,
-                       const tri_step_config *cfg, const tri_adamw_config *adamw);
+/* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
+ * training schedule and the forward-only evaluation schedule (both over the grid's pipeline
+ * group; train_sched->m must equal cfg->n_micro). */
+int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tri_grid *grid,
+                       tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
+                       const tri_schedule *train_sched, const tri_schedule *eval_sched);
 void tri_trainer_destroy(tri_trainer *t);
 
 /* Global batch size in samples: micro-batch size x micro-batches x dp. */
 int64_t tri_trainer_global_batch(const tri_trainer *t);
 
 /* The gradients of global batch `iter` (samples [iter * global, (iter + 1) * global)) in the
- * stage's gradient buffer, complete for this rank's optimizer range: summed over TP for replicated
- * parameters under SP, over the embedding group for the tied embedding, over data-parallel
- * replicas. *loss = mean token loss of the global batch. */
+ * chunks' gradient buffers, complete for this rank's optimizer ranges: summed over TP for
+ * replicated parameters under SP, over the embedding group for the tied embedding, over
+ * data-parallel replicas. *loss = mean token loss of the global batch, on every rank. */
 int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss);
+
+/* The global gradient norm: every parameter counted once, summed in the model's parameter order
+ * (the same value, to the bit, in every pipeline layout). */
+int tri_trainer_grad_norm(tri_trainer *t, double *norm);
 
 /* Update number iter + 1 with learning rate lr on global batch `iter`: gradients, global norm,
  * clipping, AdamW. TRI_ENONFINITE (and no update) when the norm is not finite. */
 int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
                      tri_step_result *res);
 
-/* Mean token loss over n_batches global batches of src starting at sample 0 (no gradients). */
+/* Mean token loss over n_batches global batches of src starting at sample 0 (no gradients); the
+ * evaluation schedule's m micro-batches make one global batch per replica. */
 int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches, double *loss);
 
 #ifdef __cplusplus

@@ -47,6 +47,35 @@ static int add_spec(spec_list *l, const char *name, int ndim, const int64_t *sha
 #define ADD(l, name, split, decay, init, std, ...) \
     add_spec((l), (name), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__), (split), (decay), (init), (std))
 
+/* Global order of the model's parameters: wte, wpe, the blocks' 12 each, ln_f.w, ln_f.b. */
+#define BLOCK_PARAMS 12
+
+int tri_gpt_num_param_tensors(const tri_gpt_config *cfg)
+{
+    return 4 + BLOCK_PARAMS * cfg->n_layer;
+}
+
+static int global_index(const tri_gpt_config *cfg, const char *name)
+{
+    static const char *block[BLOCK_PARAMS] = {"ln_1.w", "ln_1.b", "attn.c_attn.w", "attn.c_attn.b",
+                                              "attn.c_proj.w", "attn.c_proj.b", "ln_2.w", "ln_2.b",
+                                              "mlp.c_fc.w", "mlp.c_fc.b", "mlp.c_proj.w", "mlp.c_proj.b"};
+    if (strcmp(name, "wte") == 0)
+        return 0;
+    if (strcmp(name, "wpe") == 0)
+        return 1;
+    if (strcmp(name, "ln_f.w") == 0)
+        return 2 + BLOCK_PARAMS * cfg->n_layer;
+    if (strcmp(name, "ln_f.b") == 0)
+        return 3 + BLOCK_PARAMS * cfg->n_layer;
+    int layer = 0, used = 0;
+    if (sscanf(name, "h.%d.%n", &layer, &used) == 1 && used > 0)
+        for (int j = 0; j < BLOCK_PARAMS; j++)
+            if (strcmp(name + used, block[j]) == 0)
+                return 2 + BLOCK_PARAMS * layer + j;
+    return -1;
+}
+
 static int add_block_specs(spec_list *l, const tri_gpt_config *cfg, int i)
 {
     int64_t C = cfg->n_embd;
@@ -93,6 +122,11 @@ int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options
         rc = ADD(&l, "ln_f.w", -1, false, TRI_INIT_ONES, 0, C);
     if (!rc && opt->last)
         rc = ADD(&l, "ln_f.b", -1, false, TRI_INIT_ZEROS, 0, C);
+    for (int i = 0; i < l.n && !rc; i++) {
+        l.v[i].global_index = global_index(cfg, l.v[i].name);
+        if (l.v[i].global_index < 0)
+            rc = TRI_ERR(TRI_EINTERNAL, "gpt: parameter %s has no global index", l.v[i].name);
+    }
     if (rc) {
         free(l.v);
         return rc;
@@ -197,6 +231,9 @@ static int take_scratch(tri_gpt *m)
     }
     m->as.full_a = m->ms.full_a = m->ls.full_a = full_a;
     m->as.full_b = m->ms.full_b = m->ls.full_b = full_b;
+    m->lm_dwte = tri_tensor_none();
+    if (!rc && m->opt.first && m->opt.last)
+        rc = TAKE(m, TRI_MEM_GRADS, &m->lm_dwte, TRI_F32, m->V_l, C);
     if (!rc && m->opt.last) {
         rc = TAKE(m, K, &m->ls.logits, TRI_F32, N, m->V_l);
         if (!rc) rc = TAKE(m, K, &m->ls.maxes, TRI_F32, N);
@@ -311,6 +348,25 @@ static int stage_loss_sum(void *self, int slot, double *sum)
     return rc;
 }
 
+/* The LM head's share of wte's gradient: its own accumulator when the embedding is on this stage. */
+static tri_tensor lm_head_dwte(const tri_gpt *m)
+{
+    return tri_tensor_present(m->lm_dwte) ? m->lm_dwte : m->g.wte;
+}
+
+static int stage_zero_grads(void *self)
+{
+    return tri_gpt_zero_grad(self);
+}
+
+static int stage_finish_grads(void *self)
+{
+    tri_gpt *m = self;
+    if (!tri_tensor_present(m->lm_dwte))
+        return TRI_OK;
+    return tri_op_add(m->dev, m->g.wte, m->g.wte, m->lm_dwte);
+}
+
 static void bind_stage(tri_gpt *m)
 {
     tri_stage *st = &m->stage;
@@ -329,6 +385,9 @@ static void bind_stage(tri_gpt *m)
     st->backward = stage_backward;
     st->buffer = stage_buffer;
     st->loss_sum = stage_loss_sum;
+    st->zero_grads = stage_zero_grads;
+    st->finish_grads = stage_finish_grads;
+    st->n_global_params = tri_gpt_num_param_tensors(&m->cfg);
 }
 
 /* ---- creation ---- */
@@ -488,7 +547,7 @@ int tri_gpt_forward(tri_gpt *m, int slot, bool train, float dloss)
         return rc;
     rc = tri_op_layernorm_forward(m->dev, s->lnf, s->lnf_mean, s->lnf_rstd, res, m->w.lnf_w, m->w.lnf_b);
     if (!rc)
-        rc = tri_lm_head_loss(&m->tp, s->losses, train ? s->dlnf : tri_tensor_none(), m->g.wte, s->lnf,
+        rc = tri_lm_head_loss(&m->tp, s->losses, train ? s->dlnf : tri_tensor_none(), lm_head_dwte(m), s->lnf,
                               m->w.wte, s->targets, m->vocab_start, m->cfg.vocab_size, dloss, &m->ls);
     return rc;
 }
@@ -515,42 +574,36 @@ int tri_gpt_backward(tri_gpt *m, int slot)
 
 int tri_gpt_zero_grad(tri_gpt *m)
 {
-    return tri_op_fill(m->dev, m->grads, 0.0f);
+    int rc = tri_op_fill(m->dev, m->grads, 0.0f);
+    if (!rc && tri_tensor_present(m->lm_dwte))
+        rc = tri_op_fill(m->dev, m->lm_dwte, 0.0f);
+    return rc;
 }
 
-int tri_gpt_logits_row(tri_gpt *m, int64_t row, float *logits)
+int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits)
 {
-    if (!m->opt.first || !m->opt.last)
-        return TRI_ERR(TRI_ENOTSUP, "sampling needs the whole model on one pipeline stage");
+    if (!m->opt.last)
+        return TRI_ERR(TRI_EINVAL, "logits live on the last pipeline stage");
     if (row < 0 || row >= m->N)
-        return TRI_ERR(TRI_EINVAL, "sampling row %lld outside the %lld rows of a batch", (long long)row,
+        return TRI_ERR(TRI_EINVAL, "logits row %lld outside the %lld rows of a micro-batch", (long long)row,
                        (long long)m->N);
-    tri_gpt_slot *s = &m->slots[0];
-    tri_tensor res;
-    int rc = forward_blocks(m, s, &res);
-    if (!rc) rc = tri_op_layernorm_forward(m->dev, s->lnf, s->lnf_mean, s->lnf_rstd, res, m->w.lnf_w, m->w.lnf_b);
-    if (!rc) rc = tri_lm_head_logits(&m->tp, s->lnf, m->w.wte, &m->ls);
-    if (rc)
-        return rc;
-    /* this rank's V_l logits of the row, then all-gathered over TP in the flat tmp buffer */
-    int tp = tri_tp_size(&m->tp);
+    /* this rank's V_l logits of the row, all-gathered over TP into the start of the logits buffer
+     * after moving the row to the buffer's end, out of the way */
+    int tp = tri_tp_size(&m->tp), rc = TRI_OK;
     tri_tensor mine = tri_tensor_range(m->ls.logits, row * m->V_l, m->V_l);
     tri_tensor all = tri_tensor_range(m->ls.logits, 0, m->Vp);
     if (tp > 1) {
-        /* gather into the start of the logits buffer, after moving this row out of the way */
-        tri_tensor stage = tri_tensor_range(m->ls.logits, (m->N - 1) * m->V_l, m->V_l);
         if (m->N * m->V_l < m->Vp + m->V_l)
-            return TRI_ERR(TRI_ENOTSUP, "sampling under TP needs a micro-batch of at least %d rows", tp + 1);
+            return TRI_ERR(TRI_ENOTSUP, "reading logits under TP needs a micro-batch of at least %d rows", tp + 1);
+        tri_tensor stage = tri_tensor_range(m->ls.logits, (m->N - 1) * m->V_l, m->V_l);
         rc = tri_op_copy(m->dev, stage, mine);
         if (!rc) rc = tri_comm_all_gather(m->tp.comm, all, stage);
-        if (rc)
-            return rc;
         mine = all;
     }
     float *host = malloc((size_t)m->Vp * sizeof *host);
     if (!host)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory for logits");
-    rc = tri_device_copy_to_host(m->dev, host, tp > 1 ? all : mine);
+    if (!rc) rc = tri_device_copy_to_host(m->dev, host, tp > 1 ? all : mine);
     if (!rc)
         memcpy(logits, host, (size_t)m->cfg.vocab_size * sizeof *logits);
     free(host);

@@ -87,6 +87,10 @@ typedef struct tri_gpt {
     tri_arena arena;
     tri_tensor params, grads;             /* flat (layout.padded_numel) */
     tri_gpt_weights w, g;                 /* views of params and of grads */
+    tri_tensor lm_dwte;                   /* (V_l, C) when this stage holds both the embedding and the
+                                             LM head: the head's share of wte's gradient, added to
+                                             the embedding's after the step's last micro-batch, as the
+                                             embedding group's all-reduce adds the two stages' shares */
     tri_gpt_slot *slots;
     /* scratch shared by all blocks and micro-batches */
     tri_tensor tmp, dln;                  /* (N_l, C) */
@@ -95,6 +99,9 @@ typedef struct tri_gpt {
     tri_lm_head_scratch ls;
     tri_stage stage;                      /* the engine's view of this model */
 } tri_gpt;
+
+/* Number of parameter tensors of the whole model (global indices run 0..this-1). */
+int tri_gpt_num_param_tensors(const tri_gpt_config *cfg);
 
 /* Parameter descriptions of one stage, in flat-buffer order; *specs is malloc'd. */
 int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt,
@@ -119,8 +126,8 @@ int tri_gpt_backward(tri_gpt *m, int slot);
 /* Sets every gradient to zero. */
 int tri_gpt_zero_grad(tri_gpt *m);
 
-/* Single-stage models only: logits (vocab_size floats, host) of token row `row` of the batch
- * already loaded in slot 0, gathered over TP. Runs a forward without the loss. */
-int tri_gpt_logits_row(tri_gpt *m, int64_t row, float *logits);
+/* Last stage only, after a forward without training: logits (vocab_size floats, host) of token
+ * row `row` of that micro-batch, gathered over TP (collective over the TP group). */
+int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits);
 
 #endif

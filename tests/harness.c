@@ -1,6 +1,7 @@
-/* tests/harness.c - a small GPT in any layout on thread ranks (see harness.h). */
+/* tests/harness.c - a small GPT in any layout (see harness.h). */
 #include "tests/harness.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "engine/status.h"
 #include "engine/train.h"
 #include "models/gpt.h"
+#include "models/gpt_rank.h"
 #include "partitioner/layout.h"
 
 typedef struct job {
@@ -29,38 +31,122 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
     return TRI_OK;
 }
 
-/* Gathers every parameter's gradient over TP into global tensors on rank 0 of the world. */
-static int gather_grads(tri_gpt *m, const tri_grid *g, tu_result *out)
+/* The chunk of this rank holding global parameter `gi` (not a tied copy), or -1. */
+static int holder(const tri_gpt_rank *r, int gi, int *param)
 {
-    int rc = TRI_OK;
-    for (int i = 0; i < m->layout.n && !rc; i++) {
-        const tri_param *p = &m->layout.params[i];
-        tri_tensor all;
-        float *host = NULL;
+    for (int c = 0; c < r->v; c++) {
+        const tri_param_layout *L = &r->chunk[c]->layout;
+        for (int i = 0; i < L->n; i++)
+            if (L->params[i].spec.global_index == gi && !L->params[i].spec.tied_copy) {
+                *param = i;
+                return c;
+            }
+    }
+    return -1;
+}
+
+/* Gathers global parameter gi from `flat` buffers (params or grads) to world rank 0: its holder
+ * stage all-gathers the TP shards and places them, then broadcasts over the world from the
+ * holder's (tp 0, dp 0) rank; *dst (malloc'd) receives it on world rank 0. */
+static int collect(const tri_gpt_rank *r, const tri_grid *g, int gi, bool grads, const tri_param_spec *spec,
+                   float **dst)
+{
+    int64_t global = 1;
+    for (int d = 0; d < spec->ndim; d++)
+        global *= spec->shape[d];
+    int pi = -1, c = holder(r, gi, &pi);
+    /* the holder stage: the pipeline rank whose chunks hold it (one stage; vote by all-reduce) */
+    int32_t stage = c >= 0 ? g->pp_rank : -1;
+    tri_device *dev = r->chunk[0]->dev;
+    tri_tensor vote = {0}, buf = {0};
+    int rc = tri_device_alloc(dev, &vote.data, sizeof(int32_t));
+    vote = tri_tensor_1d(vote.data, TRI_I32, 1);
+    if (!rc) rc = tri_device_copy_from_host(dev, vote, &stage);
+    if (!rc) rc = tri_comm_all_reduce(g->world, vote, TRI_REDUCE_MAX);
+    if (!rc) rc = tri_device_copy_to_host(dev, &stage, vote);
+    tri_device_free(dev, vote.data);
+    float *global_host = calloc((size_t)global, sizeof *global_host);
+    if (!global_host)
+        return TRI_ERR(TRI_ENOMEM, "harness: no memory");
+    if (!rc && c >= 0) {
+        const tri_param *p = &r->chunk[c]->layout.params[pi];
+        tri_tensor flat = grads ? r->chunk[c]->grads : r->chunk[c]->params;
         int64_t total = p->numel * g->tp;
-        rc = tri_device_alloc(m->dev, &all.data, (size_t)total * sizeof(float));
-        all = tri_tensor_1d(all.data, TRI_F32, total);
-        if (!rc) rc = tri_comm_all_gather(g->tp_comm, all, tri_param_view(p, m->grads));
-        if (!rc && g->world_rank == 0) {
-            host = malloc((size_t)total * sizeof *host);
-            rc = host ? tri_device_copy_to_host(m->dev, host, all) : TRI_ERR(TRI_ENOMEM, "harness: no memory");
-        }
-        if (!rc && g->world_rank == 0) {
-            int64_t global = 1;
-            for (int d = 0; d < p->spec.ndim; d++)
-                global *= p->spec.shape[d];
-            float *dst = calloc((size_t)global, sizeof *dst);
-            for (int r = 0; r < (p->tp_replicated ? 1 : g->tp); r++)
-                tri_shard_place(p, r, host + r * p->numel, dst);
-            snprintf(out->names[i], sizeof out->names[i], "%s", p->spec.name);
-            out->numel[i] = global;
-            out->rows[i] = p->spec.shape[0];
-            out->cols[i] = global / p->spec.shape[0];
-            out->grads[i] = dst;
-            out->n = i + 1;
-        }
+        float *host = malloc((size_t)total * sizeof *host);
+        rc = tri_device_alloc(dev, &buf.data, (size_t)total * sizeof(float));
+        buf = tri_tensor_1d(buf.data, TRI_F32, total);
+        if (!rc) rc = tri_comm_all_gather(g->tp_comm, buf, tri_param_view(p, flat));
+        if (!rc) rc = tri_device_copy_to_host(dev, host, buf);
+        for (int k = 0; !rc && k < (p->tp_replicated ? 1 : g->tp); k++)
+            tri_shard_place(p, k, host + k * p->numel, global_host);
+        tri_device_free(dev, buf.data);
         free(host);
-        tri_device_free(m->dev, all.data);
+    }
+    /* broadcast the global tensor from the holder stage's first rank */
+    int root = tri_grid_world_rank(g->tp, g->dp, 0, 0, stage);
+    if (!rc) rc = tri_device_alloc(dev, &buf.data, (size_t)global * sizeof(float));
+    buf = tri_tensor_1d(buf.data, TRI_F32, global);
+    if (!rc) rc = tri_device_copy_from_host(dev, buf, global_host);
+    if (!rc) rc = tri_comm_broadcast(g->world, buf, root);
+    if (!rc) rc = tri_device_copy_to_host(dev, global_host, buf);
+    tri_device_free(dev, buf.data);
+    if (rc || g->world_rank != 0) {
+        free(global_host);
+        global_host = NULL;
+    }
+    *dst = global_host;
+    return rc;
+}
+
+static int collect_all(const tri_gpt_rank *r, const tri_grid *g, const tri_gpt_config *cfg, bool grads,
+                       tu_result *out)
+{
+    tri_param_spec *specs = NULL;
+    int n = 0;
+    tri_gpt_options all = {.layer_start = 0, .layer_end = cfg->n_layer, .first = true, .last = true};
+    int rc = tri_gpt_param_specs(cfg, g->tp, &all, &specs, &n);
+    for (int i = 0; i < n && !rc; i++) {
+        float *t = NULL;
+        rc = collect(r, g, specs[i].global_index, grads, &specs[i], &t);
+        if (rc || g->world_rank != 0)
+            continue;
+        int k = specs[i].global_index;
+        snprintf(out->names[k], sizeof out->names[k], "%s", specs[i].name);
+        out->numel[k] = 1;
+        for (int d = 0; d < specs[i].ndim; d++)
+            out->numel[k] *= specs[i].shape[d];
+        out->rows[k] = specs[i].shape[0];
+        out->cols[k] = out->numel[k] / specs[i].shape[0];
+        if (grads)
+            out->grads[k] = t;
+        else
+            out->weights[k] = t;
+        out->n = n;
+    }
+    free(specs);
+    return rc;
+}
+
+/* Per pipeline rank, the executor's measured peak and the schedule's planned in-flight count
+ * (summed over the rank's chunks), to world rank 0 by a max all-reduce. */
+static int collect_in_flight(const tri_gpt_rank *r, const tri_trainer *t, const tri_grid *g, tu_result *out)
+{
+    int32_t v[2 * TU_MAX_PP] = {0};
+    for (int c = 0; c < r->v; c++) {
+        v[g->pp_rank] += t->train_pipe.peak[c];
+        v[TU_MAX_PP + g->pp_rank] += tri_sched_slots_needed(&r->train, g->pp_rank, c);
+    }
+    tri_device *dev = r->chunk[0]->dev;
+    tri_tensor buf = {0};
+    int rc = tri_device_alloc(dev, &buf.data, sizeof v);
+    buf = tri_tensor_1d(buf.data, TRI_I32, 2 * TU_MAX_PP);
+    if (!rc) rc = tri_device_copy_from_host(dev, buf, v);
+    if (!rc) rc = tri_comm_all_reduce(g->world, buf, TRI_REDUCE_MAX);
+    if (!rc) rc = tri_device_copy_to_host(dev, v, buf);
+    tri_device_free(dev, buf.data);
+    for (int p = 0; p < TU_MAX_PP; p++) {
+        out->peak_in_flight[p] = v[p];
+        out->planned_in_flight[p] = v[TU_MAX_PP + p];
     }
     return rc;
 }
@@ -70,20 +156,21 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     job *j = arg;
     tri_device *dev = NULL;
     tri_grid grid;
-    tri_gpt *m = NULL;
+    tri_gpt_rank r;
     tri_trainer tr;
-    bool have_grid = false, have_trainer = false;
+    bool have_grid = false, have_model = false, have_trainer = false;
     int rc = tri_device_cpu_create(&dev, 1);
-    if (!rc) rc = tri_grid_create(&grid, world, j->layout.tp, 1);
+    if (!rc) rc = tri_grid_create(&grid, world, j->layout.tp, j->layout.pp);
     have_grid = rc == TRI_OK;
-    tri_gpt_options opt = {.B = j->B, .T = j->T, .n_slots = 1, .layer_end = j->cfg->n_layer,
-                           .first = true, .last = true, .sequence_parallel = j->layout.sp,
-                           .dp = have_grid ? grid.dp : 1, .dp_rank = have_grid ? grid.dp_rank : 0,
-                           .seed = 1234};
-    if (!rc) rc = tri_gpt_create(&m, j->cfg, &opt, dev, grid.tp_comm);
+    tri_gpt_run_options o = {.B = j->B, .T = j->T, .n_micro = j->layout.n_micro,
+                             .sequence_parallel = j->layout.sp, .schedule = j->layout.schedule,
+                             .layers_per_virtual_stage = j->layout.layers_per_virtual_stage,
+                             .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1234};
+    if (!rc) rc = tri_gpt_rank_create(&r, j->cfg, &grid, &o, dev);
+    have_model = rc == TRI_OK;
     tri_step_config sc = {.n_micro = j->layout.n_micro, .sequence_parallel = j->layout.sp, .clip_grad = 1.0f};
     tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    if (!rc) rc = tri_trainer_create(&tr, &m->stage, &grid, dev, &sc, &ac);
+    if (!rc) rc = tri_trainer_create(&tr, r.stage, r.v, &grid, dev, &sc, &ac, &r.train, &r.eval);
     have_trainer = rc == TRI_OK;
     tri_batch_source src = {.ctx = j, .fill = fill};
     if (!rc) {
@@ -92,7 +179,9 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         if (grid.world_rank == 0)
             memcpy(j->out->tp_bytes, grid.tp_comm->bytes, sizeof j->out->tp_bytes);
     }
-    if (!rc) rc = gather_grads(m, &grid, j->out);
+    if (!rc) rc = tri_trainer_grad_norm(&tr, &j->out->grad_norm);
+    if (!rc) rc = collect_all(&r, &grid, j->cfg, true, j->out);
+    if (!rc) rc = collect_in_flight(&r, &tr, &grid, j->out);
     for (int s = 0; s < j->steps && !rc; s++) {
         tri_step_result res;
         rc = tri_trainer_step(&tr, &src, s, 1e-3f, &res);
@@ -101,9 +190,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
             j->out->norms[s] = res.grad_norm;
         }
     }
+    if (!rc) rc = collect_all(&r, &grid, j->cfg, false, j->out);
     if (have_trainer)
         tri_trainer_destroy(&tr);
-    tri_gpt_destroy(m);
+    if (have_model)
+        tri_gpt_rank_destroy(&r);
     if (have_grid)
         tri_grid_destroy(&grid);
     tri_device_destroy(dev);
@@ -118,6 +209,12 @@ static job make_job(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_la
     job j = {.cfg = cfg, .B = B, .T = T, .layout = *layout, .windows = windows, .steps = steps, .out = out};
     if (j.layout.n_micro < 1)
         j.layout.n_micro = 1;
+    if (j.layout.pp < 1)
+        j.layout.pp = 1;
+    if (j.layout.tp < 1)
+        j.layout.tp = 1;
+    if (j.layout.dp < 1)
+        j.layout.dp = 1;
     return j;
 }
 
@@ -125,7 +222,7 @@ int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout 
                const int32_t *windows, int steps, tu_result *out)
 {
     job j = make_job(cfg, B, T, layout, windows, steps, out);
-    return tri_run_thread_ranks(layout->tp, run_rank, &j);
+    return tri_run_thread_ranks(j.layout.tp * j.layout.pp * j.layout.dp, run_rank, &j);
 }
 
 int tu_run_gpt_rank(tri_comm *world, const tri_gpt_config *cfg, int64_t B, int64_t T,
@@ -137,8 +234,10 @@ int tu_run_gpt_rank(tri_comm *world, const tri_gpt_config *cfg, int64_t B, int64
 
 void tu_result_free(tu_result *r)
 {
-    for (int i = 0; i < r->n; i++)
+    for (int i = 0; i < r->n; i++) {
         free(r->grads[i]);
+        free(r->weights[i]);
+    }
     r->n = 0;
 }
 
@@ -155,7 +254,7 @@ const float *tu_result_grad(const tu_result *r, const char *name, int *index)
 
 tri_gpt_config tu_tiny_config(void)
 {
-    tri_gpt_config c = {.n_layer = 2, .n_head = 12, .n_embd = 48, .vocab_size = 100,
+    tri_gpt_config c = {.n_layer = 4, .n_head = 12, .n_embd = 48, .vocab_size = 100,
                         .n_positions = 16, .init_std = 0.02f};
     snprintf(c.name, sizeof c.name, "tiny-test");
     return c;
@@ -172,4 +271,14 @@ int32_t *tu_make_windows(int64_t n, int64_t T, int V, uint64_t seed)
             w[i] = (w[i - 1] * 7 + 3) % V;
     }
     return w;
+}
+
+double tu_tensor_rel(const float *a, const float *b, int64_t n)
+{
+    double diff = 0.0, ref = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+        ref = fmax(ref, fabs((double)b[i]));
+    }
+    return ref > 0 ? diff / ref : diff;
 }

@@ -1,6 +1,8 @@
-/* tests/harness.h - runs a small GPT in any layout on thread ranks and collects what the parallel
- * equivalence tests compare: the losses of a few AdamW steps, the first step's gradients gathered
- * into global tensors, and the comm traffic of that step. */
+/* tests/harness.h - runs a small GPT in any layout and collects what the parallel equivalence
+ * tests compare: the losses of a few AdamW steps, the first step's gradients and the final weights
+ * gathered into global tensors, each stage's peak of in-flight micro-batches, and the comm traffic
+ * of the first step. Runs on thread ranks (tu_run_gpt) or as one rank of any world comm, e.g. MPI
+ * (tu_run_gpt_rank). */
 #ifndef TRIDENT_TESTS_HARNESS_H
 #define TRIDENT_TESTS_HARNESS_H
 
@@ -12,42 +14,52 @@
 
 #define TU_MAX_PARAMS 128
 #define TU_MAX_STEPS 64
+#define TU_MAX_PP 16
 
 typedef struct tu_layout {
-    int tp;
+    int tp, pp;                /* dp = world / (tp * pp) */
+    int dp;                    /* 0 or 1: no data parallelism */
     bool sp;
     int n_micro;               /* micro-batches per step and replica (>= 1) */
+    const char *schedule;      /* NULL: 1f1b */
+    int layers_per_virtual_stage;
 } tu_layout;
 
 typedef struct tu_result {
     double grad_loss;                       /* loss of the gradient-only pass on batch 0 */
+    double grad_norm;                       /* its global gradient norm */
     int steps;
     double losses[TU_MAX_STEPS];            /* loss before each update */
     double norms[TU_MAX_STEPS];             /* gradient norm of each update */
-    int n;                                  /* parameters */
+    int n;                                  /* parameters, in the model's global order */
     char names[TU_MAX_PARAMS][64];
     int64_t numel[TU_MAX_PARAMS];           /* global elements (padded vocab for wte) */
     int64_t rows[TU_MAX_PARAMS], cols[TU_MAX_PARAMS];  /* global shape as (dim 0, the rest) */
     float *grads[TU_MAX_PARAMS];            /* batch 0's gradients, global tensors */
-    uint64_t tp_bytes[TRI_COMM_KINDS];      /* TP traffic of rank 0 during the gradient pass */
+    float *weights[TU_MAX_PARAMS];          /* the weights after the last step, global tensors */
+    int peak_in_flight[TU_MAX_PP];          /* per pipeline rank, measured by the executor (sum over chunks) */
+    int planned_in_flight[TU_MAX_PP];       /* per pipeline rank, the schedule's need (sum over chunks) */
+    uint64_t tp_bytes[TRI_COMM_KINDS];      /* TP traffic of world rank 0 during the gradient pass */
 } tu_result;
 
 /* Trains `steps` AdamW steps of cfg (micro-batch B, sequence T) in `layout` on thread ranks from
- * the same initial weights (seed 1234), after one gradient-only pass on batch 0. windows holds
- * (steps * B * n_micro, T + 1) tokens: global batch k is rows [k * B * n_micro, ...). Returns a
- * status (the failing rank's message via tri_error_message). */
+ * the same initial weights (seed 1234), after one gradient-only pass on batch 0. windows holds the
+ * token windows of every global batch, (steps * global batch, T + 1); global batch k is rows
+ * [k * B * n_micro * dp, ...). Returns a status (the failing rank's message via tri_error_message). */
 int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
                const int32_t *windows, int steps, tu_result *out);
-/* The same run as one rank of an existing world comm (e.g. MPI): every rank of `world` calls it;
- * results land on world rank 0. */
+/* The same as one rank of an existing world comm (every rank calls it; results on world rank 0). */
 int tu_run_gpt_rank(tri_comm *world, const tri_gpt_config *cfg, int64_t B, int64_t T,
                     const tu_layout *layout, const int32_t *windows, int steps, tu_result *out);
 void tu_result_free(tu_result *r);
 const float *tu_result_grad(const tu_result *r, const char *name, int *index);
 
-/* A small config for parallel tests: 2 layers, 12 heads, n_embd 48, vocab 100, 16 positions. */
+/* A small config for parallel tests: 4 layers, 12 heads, n_embd 48, vocab 100, 16 positions. */
 tri_gpt_config tu_tiny_config(void);
 /* Deterministic learnable token windows (n, T + 1) for vocab V. Caller frees. */
 int32_t *tu_make_windows(int64_t n, int64_t T, int V, uint64_t seed);
+
+/* max |a - b| / max |b| over n elements */
+double tu_tensor_rel(const float *a, const float *b, int64_t n);
 
 #endif

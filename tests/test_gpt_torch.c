@@ -18,6 +18,8 @@
 #include "engine/status.h"
 #include "engine/train.h"
 #include "models/gpt.h"
+#include "partitioner/schedule.h"
+#include "partitioner/schedule_forward.h"
 #include "tests/testutil.h"
 
 #define STEPS 10
@@ -130,9 +132,10 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
     cr_expect_lt(fabs(loss - ref_loss) / ref_loss, 1e-5, "loss %g vs %g", loss, ref_loss);
 
     /* backward: every parameter's gradient */
-    cr_assert_eq(tri_gpt_zero_grad(m), TRI_OK);
+    cr_assert_eq(m->stage.zero_grads(m), TRI_OK);
     cr_assert_eq(tri_gpt_forward(m, 0, true, 1.0f / (float)N), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tri_gpt_backward(m, 0), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(m->stage.finish_grads(m), TRI_OK);
     double worst_grad = 0.0;
     for (int i = 0; i < m->layout.n; i++) {
         const tri_param *p = &m->layout.params[i];
@@ -151,9 +154,13 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
 
     /* ten AdamW steps through the trainer: losses before each update */
     tri_trainer tr;
+    tri_schedule train_sched, eval_sched;
+    cr_assert_eq(tri_schedule_1f1b(&train_sched, 1, 1), TRI_OK);
+    cr_assert_eq(tri_schedule_forward_only(&eval_sched, 1, 1, 1), TRI_OK);
     tri_step_config sc = {.n_micro = 1, .clip_grad = c->clip};
-    cr_assert_eq(tri_trainer_create(&tr, &m->stage, &grid, dev, &sc, &c->adamw), TRI_OK, "%s",
-                 tri_error_message());
+    tri_stage *chunks[1] = {&m->stage};
+    cr_assert_eq(tri_trainer_create(&tr, chunks, 1, &grid, dev, &sc, &c->adamw, &train_sched, &eval_sched),
+                 TRI_OK, "%s", tri_error_message());
     tri_batch_source src = {.ctx = c, .fill = fill_from_windows};
     const tu_record *rs = tu_rec_find(&ref, "losses");
     cr_assert(rs && rs->numel == STEPS);
@@ -170,6 +177,8 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
     cr_expect_lt(rs->data[STEPS - 1], rs->data[0] - 0.05, "the loss should fall over the steps");
     cr_log_info("AdamW steps: max relative loss difference %.3g", worst_step);
     tri_trainer_destroy(&tr);
+    tri_schedule_free(&train_sched);
+    tri_schedule_free(&eval_sched);
     tu_rec_free(&ref);
     tri_gpt_destroy(m);
     tri_grid_destroy(&grid);

@@ -28,6 +28,7 @@
 #include "engine/train.h"
 #include "models/config.h"
 #include "models/gpt.h"
+#include "models/gpt_rank.h"
 #include "models/tokenizer.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
@@ -35,8 +36,9 @@
 
 typedef struct args {
     const char *config, *train_data, *val_data, *save_dir, *device;
-    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style;
+    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *schedule;
     int tp, pp, micro_batch, seq_length, threads;
+    int layers_per_virtual_stage, first_stage_layers, last_stage_layers;
     int64_t global_batch, train_iters, lr_warmup_iters, lr_decay_iters, seed;
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k;
@@ -52,7 +54,9 @@ typedef struct run {
     tri_grid grid;
     int dp, n_micro;
     tri_device *dev;
-    tri_gpt *model;
+    tri_gpt_run_options ropt;
+    tri_gpt_rank model;
+    bool have_model;
     tri_trainer trainer;
     bool have_trainer;
     tri_dataloader *train, *val;
@@ -72,6 +76,10 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("val-data", TRI_FLAG_STRING, &a->val_data, "validation token file", 0, 0);
     f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &a->tp, "tensor-parallel size (tp)", 1, 4096);
     f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &a->pp, "pipeline-parallel size (pp); dp = world / (tp * pp)", 1, 4096);
+    f[n++] = (tri_flag)CHOICE("pipeline-schedule", &a->schedule, "1f1b|gpipe|interleaved", "pipeline schedule (Narayanan et al. 2021)");
+    f[n++] = (tri_flag)FLAG("num-layers-per-virtual-pipeline-stage", TRI_FLAG_INT, &a->layers_per_virtual_stage, "layers per model chunk with --pipeline-schedule interleaved", 0, 1 << 20);
+    f[n++] = (tri_flag)FLAG("decoder-first-pipeline-num-layers", TRI_FLAG_INT, &a->first_stage_layers, "layers of the first pipeline stage (-1: balanced)", -1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &a->last_stage_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration (0: micro-batch-size x dp)", 0, 1e12);
@@ -116,6 +124,8 @@ static void defaults(args *a)
     a->vocab_file = "data/gpt2/encoder.json";
     a->merge_file = "data/gpt2/vocab.bpe";
     a->lr_decay_style = "cosine";
+    a->schedule = "1f1b";
+    a->first_stage_layers = a->last_stage_layers = -1;
     a->tp = a->pp = 1;
     a->micro_batch = 4;
     a->seq_length = 64;
@@ -161,9 +171,6 @@ static int validate(run *r)
     if (!rc) rc = tri_gpt_config_load(&r->cfg, a->config);
     if (rc)
         return rc;
-    if (a->pp > 1)
-        return TRI_ERR(TRI_ENOTSUP, "--pipeline-model-parallel-size %d: pipeline parallelism is not "
-                       "available in this build yet", a->pp);
     if (a->sequence_parallel && a->tp == 1)
         return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     int64_t per_step = (int64_t)a->micro_batch * r->dp;
@@ -184,9 +191,12 @@ static int validate(run *r)
                        (long long)a->lr_decay_iters);
     if (a->sample_length > a->seq_length - 1)
         a->sample_length = a->seq_length - 1;
-    tri_gpt_options probe = {.B = a->micro_batch, .T = a->seq_length, .n_slots = 1,
-                             .layer_end = r->cfg.n_layer, .sequence_parallel = a->sequence_parallel};
-    rc = tri_gpt_check(&r->cfg, a->tp, &probe);
+    r->ropt = (tri_gpt_run_options){.B = a->micro_batch, .T = a->seq_length, .n_micro = r->n_micro,
+                                    .sequence_parallel = a->sequence_parallel, .schedule = a->schedule,
+                                    .layers_per_virtual_stage = a->layers_per_virtual_stage,
+                                    .first_stage_layers = a->first_stage_layers,
+                                    .last_stage_layers = a->last_stage_layers, .seed = (uint64_t)a->seed};
+    rc = tri_gpt_rank_check(&r->cfg, a->tp, a->pp, r->dp, &r->ropt);
     if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, a->seq_length, r->cfg.vocab_size,
                                       (uint64_t)a->seed, true);
     if (!rc) rc = tri_dataloader_open(&r->val, a->val_data, a->seq_length, r->cfg.vocab_size, 0, false);
@@ -239,18 +249,16 @@ static int setup(run *r)
     if (rc)
         return rc;
     tri_log_set_rank(r->grid.world_rank, r->grid.tp_rank, r->grid.pp_rank, r->grid.dp_rank);
-    tri_gpt_options opt = {.B = a->micro_batch, .T = a->seq_length, .n_slots = 1, .layer_start = 0,
-                           .layer_end = r->cfg.n_layer, .first = true, .last = true,
-                           .sequence_parallel = a->sequence_parallel, .dp = r->dp,
-                           .dp_rank = r->grid.dp_rank, .seed = (uint64_t)a->seed};
-    rc = tri_gpt_create(&r->model, &r->cfg, &opt, r->dev, r->grid.tp_comm);
+    rc = tri_gpt_rank_create(&r->model, &r->cfg, &r->grid, &r->ropt, r->dev);
     if (rc)
         return rc;
+    r->have_model = true;
     tri_step_config sc = {.n_micro = r->n_micro, .sequence_parallel = a->sequence_parallel,
                           .clip_grad = a->clip_grad};
     tri_adamw_config ac = {.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
                            .weight_decay = a->weight_decay};
-    rc = tri_trainer_create(&r->trainer, &r->model->stage, &r->grid, r->dev, &sc, &ac);
+    rc = tri_trainer_create(&r->trainer, r->model.stage, r->model.v, &r->grid, r->dev, &sc, &ac,
+                            &r->model.train, &r->model.eval);
     r->have_trainer = rc == TRI_OK;
     r->lr = (tri_lr_schedule){.lr = a->lr, .min_lr = a->min_lr, .warmup_iters = a->lr_warmup_iters,
                               .decay_iters = a->lr_decay_iters,
@@ -298,26 +306,30 @@ static void metric_line(run *r, const char *kind, int64_t iter, const char **nam
 static void print_plan(run *r)
 {
     const args *a = &r->a;
-    const tri_gpt *m = r->model;
     tri_log_rank0("Trident: %s, %d layers, %d heads, n_embd %d, vocab %d (padded %lld), %.2fM parameters",
                   r->cfg.name, r->cfg.n_layer, r->cfg.n_head, r->cfg.n_embd, r->cfg.vocab_size,
-                  (long long)m->Vp, (double)tri_gpt_num_params(&r->cfg) / 1e6);
-    tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s; micro-batch %d x seq %d, %d micro-batches, "
-                  "global batch %lld sequences (%lld tokens)", r->world->size, a->tp, a->pp, r->dp,
+                  (long long)tri_gpt_padded_vocab(r->cfg.vocab_size, a->tp),
+                  (double)tri_gpt_num_params(&r->cfg) / 1e6);
+    tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s; micro-batch %d x seq %d, %d micro-batches "
+                  "(%s), global batch %lld sequences (%lld tokens)", r->world->size, a->tp, a->pp, r->dp,
                   a->sequence_parallel ? " (sequence parallel)" : "", a->micro_batch, a->seq_length,
-                  r->n_micro, (long long)a->global_batch, (long long)a->global_batch * a->seq_length);
+                  r->n_micro, r->model.train.name, (long long)a->global_batch,
+                  (long long)a->global_batch * a->seq_length);
+    if (r->grid.world_rank == 0)
+        tri_stage_plan_print(stdout, &r->model.plan);
     tri_log_rank0("data: %s (%lld tokens), %s (%lld tokens); device %s, %d thread%s per rank",
                   a->train_data, (long long)tri_dataloader_tokens(r->train), a->val_data,
                   (long long)tri_dataloader_tokens(r->val), a->device, a->threads, a->threads == 1 ? "" : "s");
-    size_t total = 0;
+    size_t bytes[TRI_MEM_KINDS], total = 0;
+    tri_gpt_rank_memory(&r->model, bytes);
     char line[1024];
-    int used = snprintf(line, sizeof line, "memory per rank (planned):");
+    int used = snprintf(line, sizeof line, "memory of rank 0 (planned):");
     for (int k = 0; k < TRI_MEM_KINDS; k++) {
-        size_t b = m->arena.by_kind[k] + r->trainer.arena.by_kind[k];
+        size_t b = bytes[k] + r->trainer.arena.by_kind[k];
         total += b;
         if (b && used < (int)sizeof line)
-            used += snprintf(line + used, sizeof line - (size_t)used, " %s %.1f MiB,", tri_mem_kind_name((tri_mem_kind)k),
-                             (double)b / 1048576.0);
+            used += snprintf(line + used, sizeof line - (size_t)used, " %s %.1f MiB,",
+                             tri_mem_kind_name((tri_mem_kind)k), (double)b / 1048576.0);
     }
     tri_log_rank0("%s total %.1f MiB", line, (double)total / 1048576.0);
 }
@@ -410,6 +422,23 @@ static int sample_top_k(const float *logits, int V, int k, float temperature, tr
     return TRI_OK;
 }
 
+/* The id sampled on the last pipeline stage, on every rank of the pipeline. */
+static int share_token(run *r, int *id)
+{
+    if (r->grid.pp == 1)
+        return TRI_OK;
+    tri_tensor t = {0};
+    int rc = tri_device_alloc(r->dev, &t.data, sizeof(int32_t));
+    t = tri_tensor_1d(t.data, TRI_I32, 1);
+    int32_t v = *id;
+    if (!rc) rc = tri_device_copy_from_host(r->dev, t, &v);
+    if (!rc) rc = tri_comm_broadcast(r->grid.pp_comm, t, r->grid.pp - 1);
+    if (!rc) rc = tri_device_copy_to_host(r->dev, &v, t);
+    tri_device_free(r->dev, t.data);
+    *id = v;
+    return rc;
+}
+
 static int generate(run *r)
 {
     const args *a = &r->a;
@@ -431,12 +460,12 @@ static int generate(run *r)
                   a->sample_top_k, (double)a->sample_temperature, a->sample_length);
     int rc = TRI_OK;
     for (int t = 1; t <= a->sample_length && !rc; t++) {
-        rc = tri_gpt_load_batch(r->model, 0, windows);
-        if (!rc) rc = tri_gpt_logits_row(r->model, t - 1, logits);
-        if (rc)
-            break;
+        bool have = false;
         int id = 0;
-        rc = sample_top_k(logits, V, a->sample_top_k, a->sample_temperature, &rng, &id);
+        rc = tri_gpt_rank_logits(&r->model, windows, t - 1, logits, &have);
+        if (!rc && have)
+            rc = sample_top_k(logits, V, a->sample_top_k, a->sample_temperature, &rng, &id);
+        if (!rc) rc = share_token(r, &id);
         if (rc)
             break;
         windows[t] = id;
@@ -457,7 +486,8 @@ static void cleanup(run *r)
 {
     if (r->have_trainer)
         tri_trainer_destroy(&r->trainer);
-    tri_gpt_destroy(r->model);
+    if (r->have_model)
+        tri_gpt_rank_destroy(&r->model);
     tri_device_destroy(r->dev);
     tri_grid_destroy(&r->grid);
     tri_comm_destroy(r->dev_world);

@@ -31,6 +31,7 @@
 #include "engine/train.h"
 #include "models/config.h"
 #include "models/gpt.h"
+#include "models/gpt_rank.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 
@@ -107,18 +108,19 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     if (b->T > cfg.n_positions)
         return TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's n_positions %d", b->T, model, cfg.n_positions);
     tri_grid grid;
-    tri_gpt *m = NULL;
+    tri_gpt_rank m;
     tri_trainer tr;
-    bool have_tr = false;
+    bool have_tr = false, have_m = false;
     rc = tri_grid_create(&grid, world, b->tp, 1);
     if (rc)
         return rc;
-    tri_gpt_options opt = {.B = B, .T = b->T, .n_slots = 1, .layer_end = cfg.n_layer, .first = true, .last = true,
-                           .dp = grid.dp, .dp_rank = grid.dp_rank, .seed = 1};
-    rc = tri_gpt_create(&m, &cfg, &opt, dev, grid.tp_comm);
+    tri_gpt_run_options o = {.B = B, .T = b->T, .n_micro = 1, .first_stage_layers = -1,
+                             .last_stage_layers = -1, .seed = 1};
+    rc = tri_gpt_rank_create(&m, &cfg, &grid, &o, dev);
+    have_m = rc == TRI_OK;
     tri_step_config sc = {.n_micro = 1, .clip_grad = 1.0f};
     tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    if (!rc) rc = tri_trainer_create(&tr, &m->stage, &grid, dev, &sc, &ac);
+    if (!rc) rc = tri_trainer_create(&tr, m.stage, m.v, &grid, dev, &sc, &ac, &m.train, &m.eval);
     have_tr = rc == TRI_OK;
     tri_batch_source src = {.ctx = (void *)b, .fill = fill_random};
     tri_step_result res;
@@ -157,7 +159,8 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     }
     if (have_tr)
         tri_trainer_destroy(&tr);
-    tri_gpt_destroy(m);
+    if (have_m)
+        tri_gpt_rank_destroy(&m);
     tri_grid_destroy(&grid);
     return rc;
 }

@@ -19,6 +19,7 @@
 #include "engine/status.h"
 #include "engine/train.h"
 #include "models/gpt.h"
+#include "models/gpt_rank.h"
 #include "tests/gpu/mpi_common.h"
 
 #define STEPS 3
@@ -49,18 +50,19 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
 static int train(tri_device *dev, tri_comm *world, int tp, bool sp, int n_micro, result *res)
 {
     tri_grid grid;
-    tri_gpt *m = NULL;
+    tri_gpt_rank m;
     tri_trainer tr;
-    bool have_tr = false;
+    bool have_tr = false, have_m = false;
     int rc = tri_grid_create(&grid, world, tp, 1);
     if (rc)
         return rc;
-    tri_gpt_options opt = {.B = B, .T = T, .n_slots = 1, .layer_end = CFG.n_layer, .first = true, .last = true,
-                           .sequence_parallel = sp, .dp = grid.dp, .dp_rank = grid.dp_rank, .seed = 1234};
-    rc = tri_gpt_create(&m, &CFG, &opt, dev, grid.tp_comm);
+    tri_gpt_run_options o = {.B = B, .T = T, .n_micro = n_micro, .sequence_parallel = sp,
+                             .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1234};
+    rc = tri_gpt_rank_create(&m, &CFG, &grid, &o, dev);
+    have_m = rc == TRI_OK;
     tri_step_config sc = {.n_micro = n_micro, .sequence_parallel = sp, .clip_grad = 1.0f};
     tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    if (!rc) rc = tri_trainer_create(&tr, &m->stage, &grid, dev, &sc, &ac);
+    if (!rc) rc = tri_trainer_create(&tr, m.stage, m.v, &grid, dev, &sc, &ac, &m.train, &m.eval);
     have_tr = rc == TRI_OK;
     tri_batch_source src = {.ctx = NULL, .fill = fill};
     for (int k = 0; k < STEPS && !rc; k++) {
@@ -71,7 +73,8 @@ static int train(tri_device *dev, tri_comm *world, int tp, bool sp, int n_micro,
     }
     if (have_tr)
         tri_trainer_destroy(&tr);
-    tri_gpt_destroy(m);
+    if (have_m)
+        tri_gpt_rank_destroy(&m);
     tri_grid_destroy(&grid);
     return rc;
 }

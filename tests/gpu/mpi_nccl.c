@@ -155,7 +155,7 @@ int main(int argc, char **argv)
         int next = (rank + 1) % size, prev = (rank + size - 1) % size;
         tri_tensor s1 = upload(dev, TRI_F32, n, x), s2 = upload(dev, TRI_F32, n / 2, x + n);
         tri_tensor r1 = upload(dev, TRI_F32, n, NULL), r2 = upload(dev, TRI_F32, n / 2, NULL);
-        tri_p2p ops[4] = {{true, next, s1}, {false, prev, r1}, {true, next, s2}, {false, prev, r2}};
+        tri_p2p ops[4] = {{true, next, 0, s1}, {false, prev, 0, r1}, {true, next, 0, s2}, {false, prev, 0, r2}};
         check(rank, tri_comm_p2p(nccl, ops, 4) == TRI_OK, "nccl p2p");
         float *want = randoms(n * (size_t)size, 100 + (uint64_t)prev);
         check(rank, same(dev, r1, want), "p2p first message");

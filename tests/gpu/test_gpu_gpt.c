@@ -16,6 +16,8 @@
 #include "engine/rng.h"
 #include "engine/train.h"
 #include "models/gpt.h"
+#include "partitioner/schedule.h"
+#include "partitioner/schedule_forward.h"
 #include "tests/gpu/gpuutil.h"
 #include "tests/opsutil.h"
 
@@ -58,7 +60,7 @@ static void run_on(run *r, tri_device *dev)
     cr_assert_eq(tri_gpt_create(&m, &r->cfg, &opt, dev, grid.tp_comm), TRI_OK, "%s", tri_error_message());
     /* forward and backward of the first batch */
     cr_assert_eq(tri_gpt_load_batch(m, 0, r->windows), TRI_OK);
-    cr_assert_eq(tri_gpt_zero_grad(m), TRI_OK);
+    cr_assert_eq(m->stage.zero_grads(m), TRI_OK);
     cr_assert_eq(tri_gpt_forward(m, 0, false, 0.0f), TRI_OK, "%s", tri_error_message());
     r->n_logits = tri_tensor_numel(m->ls.logits);
     r->logits = ot_floats((size_t)r->n_logits);
@@ -67,6 +69,7 @@ static void run_on(run *r, tri_device *dev)
     float dloss = 1.0f / (float)(r->B * r->T);
     cr_assert_eq(tri_gpt_forward(m, 0, true, dloss), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tri_gpt_backward(m, 0), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(m->stage.finish_grads(m), TRI_OK);
     r->n_params = tri_tensor_numel(m->stage.grads);
     r->grads = ot_floats((size_t)r->n_params);
     cr_assert_eq(tri_device_copy_to_host(dev, r->grads, m->stage.grads), TRI_OK);
@@ -77,7 +80,12 @@ static void run_on(run *r, tri_device *dev)
     tri_trainer tr;
     tri_step_config sc = {.n_micro = 1, .clip_grad = 1.0f};
     tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    cr_assert_eq(tri_trainer_create(&tr, &m->stage, &grid, dev, &sc, &ac), TRI_OK, "%s", tri_error_message());
+    tri_schedule train_sched, eval_sched;
+    cr_assert_eq(tri_schedule_1f1b(&train_sched, 1, 1), TRI_OK);
+    cr_assert_eq(tri_schedule_forward_only(&eval_sched, 1, 1, 1), TRI_OK);
+    tri_stage *chunks[1] = {&m->stage};
+    cr_assert_eq(tri_trainer_create(&tr, chunks, 1, &grid, dev, &sc, &ac, &train_sched, &eval_sched), TRI_OK,
+                 "%s", tri_error_message());
     tri_batch_source src = {.ctx = r, .fill = fill};
     for (int k = 0; k < STEPS; k++) {
         tri_step_result res;
@@ -87,6 +95,8 @@ static void run_on(run *r, tri_device *dev)
     r->params = ot_floats((size_t)r->n_params);
     cr_assert_eq(tri_device_copy_to_host(dev, r->params, m->stage.params), TRI_OK);
     tri_trainer_destroy(&tr);
+    tri_schedule_free(&train_sched);
+    tri_schedule_free(&eval_sched);
     tri_gpt_destroy(m);
     tri_grid_destroy(&grid);
     tri_comm_destroy(world);

@@ -1,0 +1,58 @@
+/* engine/pipeline.h - the pipeline executor: runs one rank's op list of a schedule.
+ *
+ * DESIGN.md §6: the schedule is data; this interprets it. Each maximal run of adjacent send and
+ * receive ops becomes one batched p2p exchange on the pipeline group (so send-forward/recv-backward
+ * is one exchange and needs no even/odd ordering trick); FWD and BWD call the stage interface of
+ * the local model chunk. A micro-batch takes an activation slot of its chunk at its first op and
+ * gives it back after its last op on this rank, so the stage holds activations for exactly the
+ * micro-batches in flight; the executor records the peak it saw per chunk. */
+#ifndef TRIDENT_ENGINE_PIPELINE_H
+#define TRIDENT_ENGINE_PIPELINE_H
+
+#include <stdbool.h>
+
+#include "engine/comm.h"
+#include "engine/schedule.h"
+#include "engine/stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where micro-batches come from: load(ctx, chunk, mb, slot) puts micro-batch mb's tokens and
+ * targets into `slot` of local chunk `chunk` (called for the first and the last model chunk). */
+typedef struct tri_pipeline_io {
+    void *ctx;
+    int (*load)(void *ctx, int chunk, int mb, int slot);
+} tri_pipeline_io;
+
+typedef struct tri_pipeline {
+    const tri_schedule *sched;
+    int rank;                  /* pipeline rank */
+    tri_comm *pp_comm;         /* ranked by pipeline rank */
+    tri_stage **chunks;        /* the rank's sched->v model chunks, by local index */
+    unsigned char *last_use;   /* per op: frees its micro-batch's slot */
+    int *slot;                 /* [chunk * m + mb]: slot in use, or -1 */
+    int *in_use, *peak;        /* per chunk: slots in use now, and the most seen */
+    unsigned char **busy;      /* per chunk: which slots are taken */
+    tri_p2p *batch;            /* scratch for one p2p exchange */
+} tri_pipeline;
+
+/* Prepares to run rank `rank`'s ops of s over pp_comm with the given chunks (sched->v of them).
+ * TRI_EINVAL when a chunk has fewer activation slots than the schedule needs. */
+int tri_pipeline_create(tri_pipeline *p, const tri_schedule *s, int rank, tri_comm *pp_comm,
+                        tri_stage **chunks);
+
+/* Runs the ops once. train: forward with the fused loss backward (scaled by dloss) and backward;
+ * otherwise the schedule must be forward-only. *loss_sum = sum of the token losses of every
+ * micro-batch, in micro-batch order, on the rank holding the last chunk (0 elsewhere). */
+int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, float dloss,
+                     double *loss_sum);
+
+void tri_pipeline_destroy(tri_pipeline *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,161 @@
+/* models/gpt_rank.c - one rank's chunks, schedules and sampling pipeline (see gpt_rank.h). */
+#include "models/gpt_rank.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/status.h"
+#include "partitioner/schedule.h"
+#include "partitioner/schedule_forward.h"
+
+static const char *schedule_name(const tri_gpt_run_options *o)
+{
+    return o->schedule ? o->schedule : "1f1b";
+}
+
+static bool interleaved(const tri_gpt_run_options *o)
+{
+    return strcmp(schedule_name(o), "interleaved") == 0;
+}
+
+/* Model chunks per rank: L / (pp * layers per virtual stage) when interleaving, else 1. */
+static int chunks_per_rank(const tri_gpt_config *cfg, int pp, const tri_gpt_run_options *o, int *v)
+{
+    *v = 1;
+    if (!interleaved(o))
+        return TRI_OK;
+    int rc = tri_stage_virtual_size(cfg->n_layer, pp, o->layers_per_virtual_stage, v);
+    if (rc)
+        return rc;
+    if (*v < 2)
+        return TRI_ERR(TRI_EINVAL, "--num-layers-per-virtual-pipeline-stage %d gives %d model chunk per "
+                       "rank; interleaving needs at least 2 (n_layer %d, pipeline size %d)",
+                       o->layers_per_virtual_stage, *v, cfg->n_layer, pp);
+    if (*v > TRI_MAX_CHUNKS)
+        return TRI_ERR(TRI_EINVAL, "%d model chunks per rank; at most %d", *v, TRI_MAX_CHUNKS);
+    return TRI_OK;
+}
+
+static int make_plan(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o,
+                     tri_stage_plan *plan)
+{
+    tri_stage_options so = {.v = 1, .first_layers = o->first_stage_layers, .last_layers = o->last_stage_layers};
+    int rc = chunks_per_rank(cfg, pp, o, &so.v);
+    if (rc)
+        return rc;
+    tri_transformer dims = tri_gpt_dims(cfg);
+    tri_layout_shape shape = {.tp = tp, .pp = pp, .dp = dp, .sequence_parallel = o->sequence_parallel,
+                              .B = o->B, .T = o->T, .n_micro = o->n_micro};
+    return tri_stage_split(plan, &dims, &shape, &so);
+}
+
+static int make_train_schedule(tri_schedule *s, int pp, int v, const tri_gpt_run_options *o)
+{
+    return tri_schedule_make(s, schedule_name(o), pp, v, o->n_micro);
+}
+
+int tri_gpt_rank_check(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o)
+{
+    tri_gpt_options probe = {.B = o->B, .T = o->T, .n_slots = 1, .layer_end = cfg->n_layer,
+                             .sequence_parallel = o->sequence_parallel};
+    int rc = tri_gpt_check(cfg, tp, &probe);
+    if (rc)
+        return rc;
+    if (o->n_micro < 1)
+        return TRI_ERR(TRI_EINVAL, "a step needs at least one micro-batch (got %d)", o->n_micro);
+    tri_stage_plan plan;
+    rc = make_plan(cfg, tp, pp, dp, o, &plan);
+    if (rc)
+        return rc;
+    tri_schedule s;
+    rc = make_train_schedule(&s, pp, plan.v, o);
+    tri_stage_plan_free(&plan);
+    if (rc)
+        return rc;
+    tri_schedule_free(&s);
+    return TRI_OK;
+}
+
+static int create_chunks(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_grid *g,
+                         const tri_gpt_run_options *o, tri_device *dev)
+{
+    int rc = TRI_OK;
+    for (int c = 0; c < r->v && !rc; c++) {
+        const tri_stage_place *pl = &r->plan.chunks[tri_sched_global_chunk(&r->train, g->pp_rank, c)];
+        int slots = tri_sched_slots_needed(&r->train, g->pp_rank, c);
+        int eval_slots = tri_sched_slots_needed(&r->eval, g->pp_rank, c);
+        tri_gpt_options opt = {.B = o->B, .T = o->T, .n_slots = slots > eval_slots ? slots : eval_slots,
+                               .layer_start = pl->layer_start, .layer_end = pl->layer_end,
+                               .first = pl->first, .last = pl->last,
+                               .sequence_parallel = o->sequence_parallel, .dp = g->dp,
+                               .dp_rank = g->dp_rank, .seed = o->seed};
+        if (opt.n_slots < 1)
+            opt.n_slots = 1;
+        rc = tri_gpt_create(&r->chunk[c], cfg, &opt, dev, g->tp_comm);
+        if (!rc)
+            r->stage[c] = &r->chunk[c]->stage;
+    }
+    return rc;
+}
+
+int tri_gpt_rank_create(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_grid *g,
+                        const tri_gpt_run_options *o, tri_device *dev)
+{
+    memset(r, 0, sizeof *r);
+    r->grid = g;
+    int rc = make_plan(cfg, g->tp, g->pp, g->dp, o, &r->plan);
+    if (rc)
+        return rc;
+    r->v = r->plan.v;
+    int eval_m = o->eval_micro > 0 ? o->eval_micro : o->n_micro;
+    rc = make_train_schedule(&r->train, g->pp, r->v, o);
+    if (!rc) rc = tri_schedule_forward_only(&r->eval, g->pp, r->v, eval_m);
+    if (!rc) rc = tri_schedule_forward_only(&r->sample, g->pp, r->v, 1);
+    if (!rc) rc = create_chunks(r, cfg, g, o, dev);
+    if (!rc) rc = tri_pipeline_create(&r->sample_pipe, &r->sample, g->pp_rank, g->pp_comm, r->stage);
+    if (rc)
+        tri_gpt_rank_destroy(r);
+    return rc;
+}
+
+void tri_gpt_rank_destroy(tri_gpt_rank *r)
+{
+    if (r->sample_pipe.sched)
+        tri_pipeline_destroy(&r->sample_pipe);
+    for (int c = 0; c < TRI_MAX_CHUNKS; c++)
+        tri_gpt_destroy(r->chunk[c]);
+    tri_schedule_free(&r->train);
+    tri_schedule_free(&r->eval);
+    tri_schedule_free(&r->sample);
+    tri_stage_plan_free(&r->plan);
+    memset(r, 0, sizeof *r);
+}
+
+static int load_sample(void *ctx, int chunk, int mb, int slot)
+{
+    tri_gpt_rank *r = ctx;
+    return tri_gpt_load_batch(r->chunk[chunk], slot, r->sample_windows);
+}
+
+int tri_gpt_rank_logits(tri_gpt_rank *r, const int32_t *windows, int64_t row, float *logits, bool *have)
+{
+    tri_pipeline_io io = {.ctx = r, .load = load_sample};
+    double loss = 0.0;
+    r->sample_windows = windows;
+    *have = false;
+    int rc = tri_pipeline_run(&r->sample_pipe, &io, false, 0.0f, &loss);
+    for (int c = 0; c < r->v && !rc; c++)
+        if (r->chunk[c]->opt.last) {
+            rc = tri_gpt_read_logits_row(r->chunk[c], row, logits);
+            *have = rc == TRI_OK;
+        }
+    return rc;
+}
+
+void tri_gpt_rank_memory(const tri_gpt_rank *r, size_t bytes[TRI_MEM_KINDS])
+{
+    memset(bytes, 0, TRI_MEM_KINDS * sizeof *bytes);
+    for (int c = 0; c < r->v; c++)
+        for (int k = 0; k < TRI_MEM_KINDS; k++)
+            bytes[k] += r->chunk[c]->arena.by_kind[k];
+}

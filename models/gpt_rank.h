@@ -1,0 +1,60 @@
+/* models/gpt_rank.h - everything one rank needs to train a GPT in a (tp, pp, dp) layout.
+ *
+ * From the config, the process grid and the run options: the stage placement of the whole model
+ * (partitioner/stages.h), this rank's model chunks (one tri_gpt per chunk; v > 1 with the
+ * interleaved schedule), the training schedule, the forward-only schedules for evaluation and
+ * sampling, and a pipeline for sampling. Each chunk gets exactly as many activation slots as the
+ * schedules keep micro-batches in flight on it (DESIGN.md §7). */
+#ifndef TRIDENT_MODELS_GPT_RANK_H
+#define TRIDENT_MODELS_GPT_RANK_H
+
+#include "engine/grid.h"
+#include "engine/pipeline.h"
+#include "engine/schedule.h"
+#include "engine/train.h"
+#include "models/gpt.h"
+#include "partitioner/stages.h"
+
+typedef struct tri_gpt_run_options {
+    int64_t B, T;                 /* micro-batch size, sequence length */
+    int n_micro;                  /* micro-batches per step and data-parallel replica */
+    int eval_micro;               /* micro-batches per evaluation batch (0: n_micro) */
+    bool sequence_parallel;
+    const char *schedule;         /* "1f1b" (NULL: 1f1b), "gpipe", "interleaved" */
+    int layers_per_virtual_stage; /* interleaved: layers per model chunk */
+    int first_stage_layers;       /* --decoder-first-pipeline-num-layers, -1: balanced */
+    int last_stage_layers;        /* --decoder-last-pipeline-num-layers, -1: balanced */
+    uint64_t seed;
+} tri_gpt_run_options;
+
+typedef struct tri_gpt_rank {
+    int v;                               /* model chunks on this rank */
+    tri_gpt *chunk[TRI_MAX_CHUNKS];
+    tri_stage *stage[TRI_MAX_CHUNKS];
+    tri_stage_plan plan;                 /* placement of the whole model */
+    tri_schedule train, eval, sample;    /* sample: forward-only, one micro-batch */
+    tri_pipeline sample_pipe;
+    const tri_grid *grid;
+    const int32_t *sample_windows;       /* what the sampling pipeline loads */
+} tri_gpt_rank;
+
+/* Checks the options for a tp x pp x dp layout without communication, so every rank reaches the
+ * same verdict: the model's divisibility by tp, the stage split, the schedule's constraints.
+ * TRI_EINVAL with a message naming the flags and values. */
+int tri_gpt_rank_check(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o);
+
+/* Builds this rank's chunks on dev (collective only through tri_gpt_create's initialisation, which
+ * needs none) and the schedules. */
+int tri_gpt_rank_create(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_grid *g,
+                        const tri_gpt_run_options *o, tri_device *dev);
+void tri_gpt_rank_destroy(tri_gpt_rank *r);
+
+/* Runs one forward of `windows` ((B, T+1) tokens, host) through the pipeline; on ranks holding the
+ * last chunk *have is set and logits (vocab_size floats) receives the logits of token row `row`,
+ * gathered over TP. Collective over the model replica. */
+int tri_gpt_rank_logits(tri_gpt_rank *r, const int32_t *windows, int64_t row, float *logits, bool *have);
+
+/* Bytes of the plan per memory category on this rank, summed over chunks. */
+void tri_gpt_rank_memory(const tri_gpt_rank *r, size_t bytes[TRI_MEM_KINDS]);
+
+#endif
