@@ -37,8 +37,9 @@ typedef struct tu_result {
     int64_t rows[TU_MAX_PARAMS], cols[TU_MAX_PARAMS];  /* global shape as (dim 0, the rest) */
     float *grads[TU_MAX_PARAMS];            /* batch 0's gradients, global tensors */
     float *weights[TU_MAX_PARAMS];          /* the weights after the last step, global tensors */
-    int peak_in_flight[TU_MAX_PP];          /* per pipeline rank, measured by the executor (sum over chunks) */
-    int planned_in_flight[TU_MAX_PP];       /* per pipeline rank, the schedule's need (sum over chunks) */
+    int peak_in_flight[TU_MAX_PP];          /* per pipeline rank, activation slots the executor held at
+                                               peak, summed over the rank's chunks */
+    int planned_in_flight[TU_MAX_PP];       /* per pipeline rank, the slots planned (sum over chunks) */
     uint64_t tp_bytes[TRI_COMM_KINDS];      /* TP traffic of world rank 0 during the gradient pass */
 } tu_result;
 
