@@ -42,6 +42,8 @@ int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
     int rc = check_dtype("all_reduce", x);
     if (rc)
         return rc;
+    if (op != TRI_REDUCE_SUM && op != TRI_REDUCE_MAX)
+        return TRI_ERR(TRI_EINVAL, "comm all_reduce: reduce op %d unknown (sum or max)", (int)op);
     count(c, TRI_COMM_ALL_REDUCE, tri_tensor_bytes(x));
     if (c->size == 1 || tri_tensor_numel(x) == 0)
         return TRI_OK;
@@ -96,6 +98,8 @@ int tri_comm_broadcast(tri_comm *c, tri_tensor x, int root)
 int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
 {
     size_t sent = 0;
+    if (n < 0 || (n > 0 && !ops))
+        return TRI_ERR(TRI_EINVAL, "comm p2p: a batch of %d ops%s", n, n > 0 ? " without the ops" : "");
     for (int i = 0; i < n; i++) {
         int rc = check_dtype("p2p", ops[i].t);
         if (rc)
