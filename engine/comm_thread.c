@@ -11,9 +11,10 @@
 #include "engine/comm.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,7 +35,7 @@ typedef struct shared {
     pthread_cond_t cv;
     int size;
     double timeout_s;
-    int *aborted;                 /* the whole job's abort flag (owned by the thread group) */
+    tri_thread_group *group;      /* the whole job: its abort flag */
     int refs;                     /* ranks still holding this group */
     /* barrier */
     int arrived;
@@ -51,7 +52,9 @@ typedef struct shared {
 struct tri_thread_group {
     int size;
     double timeout_s;
-    int aborted;
+    /* The first abort's code, 0 while none. Atomic: each group of the job has its own mutex, and
+     * every group's waits read the flag. */
+    atomic_int aborted;
     shared *world;
 };
 
@@ -61,14 +64,14 @@ typedef struct thread_comm {
 
 static const tri_comm_ops thread_ops;
 
-static int shared_create(shared **out, int size, double timeout_s, int *aborted)
+static int shared_create(shared **out, int size, double timeout_s, tri_thread_group *group)
 {
     shared *s = calloc(1, sizeof *s);
     if (!s)
         return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
     s->size = size;
     s->timeout_s = timeout_s;
-    s->aborted = aborted;
+    s->group = group;
     s->refs = size;
     s->inbuf = calloc((size_t)size, sizeof *s->inbuf);
     s->outbuf = calloc((size_t)size, sizeof *s->outbuf);
@@ -118,13 +121,13 @@ static struct timespec deadline(double seconds)
  * TRI_ETIMEOUT / TRI_ECOMM (aborted) on failure. */
 static int wait_locked(shared *s, const struct timespec *until, const char *what)
 {
-    if (*s->aborted)
+    if (atomic_load(&s->group->aborted))
         return TRI_ERR(TRI_ECOMM, "thread comm: %s interrupted: another rank aborted", what);
     struct timespec slice = deadline(0.02);
     bool last = slice.tv_sec > until->tv_sec ||
                 (slice.tv_sec == until->tv_sec && slice.tv_nsec >= until->tv_nsec);
     int e = pthread_cond_timedwait(&s->cv, &s->mu, last ? until : &slice);
-    if (*s->aborted)
+    if (atomic_load(&s->group->aborted))
         return TRI_ERR(TRI_ECOMM, "thread comm: %s interrupted: another rank aborted", what);
     if (e == ETIMEDOUT && last)
         return TRI_ERR(TRI_ETIMEOUT, "thread comm: %s timed out after %.0f s", what, s->timeout_s);
@@ -365,7 +368,7 @@ static int thread_split(tri_comm *c, int color, int key, tri_comm **out)
     }
     shared *ns = NULL;
     if (leader == c->rank)
-        rc = shared_create(&ns, members, s->timeout_s, s->aborted);
+        rc = shared_create(&ns, members, s->timeout_s, s->group);
     s->ptrs[c->rank] = ns;
     int rc2 = barrier(s, "split");
     if (rc || rc2)
@@ -381,11 +384,14 @@ static int thread_split(tri_comm *c, int color, int key, tri_comm **out)
     return rc ? rc : rc2;
 }
 
+/* Raises the job's abort flag (the first abort's code is kept) and wakes this group's waiters;
+ * waiters in other groups see the flag within a 20 ms wait slice. */
 static void thread_abort(tri_comm *c, int code)
 {
     shared *s = sh_of(c);
+    int none = 0;
+    atomic_compare_exchange_strong(&s->group->aborted, &none, code ? code : 1);
     pthread_mutex_lock(&s->mu);
-    *s->aborted = code ? code : 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -417,7 +423,8 @@ int tri_thread_group_create(tri_thread_group **out, int size, double timeout_s)
         return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
     g->size = size;
     g->timeout_s = timeout_s;
-    int rc = shared_create(&g->world, size, timeout_s, &g->aborted);
+    atomic_init(&g->aborted, 0);
+    int rc = shared_create(&g->world, size, timeout_s, g);
     if (rc) {
         free(g);
         return rc;
@@ -489,7 +496,7 @@ int tri_run_thread_ranks(int size, tri_rank_fn fn, void *arg)
         jobs[r] = (rank_job){.rank = r, .size = size, .group = g, .fn = fn, .arg = arg};
         if (pthread_create(&th[r], NULL, rank_main, &jobs[r]) != 0) {
             rc = TRI_ERR(TRI_ENOMEM, "thread ranks: cannot start thread %d", r);
-            g->aborted = 1;
+            atomic_store(&g->aborted, TRI_ENOMEM);
             break;
         }
         started++;
