@@ -52,14 +52,16 @@ typedef struct shared {
 struct tri_thread_group {
     int size;
     double timeout_s;
-    /* The first abort's code, 0 while none. Atomic: each group of the job has its own mutex, and
-     * every group's waits read the flag. */
+    /* The first abort's code (0 while none) and the world rank that raised it (-1). Atomic: each
+     * group of the job has its own mutex, and every group's waits read the flag. */
     atomic_int aborted;
+    atomic_int origin;
     shared *world;
 };
 
 typedef struct thread_comm {
     shared *sh;
+    int world_rank;
 } thread_comm;
 
 static const tri_comm_ops thread_ops;
@@ -327,7 +329,7 @@ static int thread_barrier(tri_comm *c)
     return barrier(sh_of(c), "barrier");
 }
 
-static int wrap(tri_comm **out, shared *sh, int rank)
+static int wrap(tri_comm **out, shared *sh, int rank, int world_rank)
 {
     tri_comm *c = calloc(1, sizeof *c);
     thread_comm *tc = calloc(1, sizeof *tc);
@@ -337,6 +339,7 @@ static int wrap(tri_comm **out, shared *sh, int rank)
         return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
     }
     tc->sh = sh;
+    tc->world_rank = world_rank;
     c->ops = &thread_ops;
     c->impl = tc;
     c->rank = rank;
@@ -378,19 +381,21 @@ static int thread_split(tri_comm *c, int color, int key, tri_comm **out)
         if (!ns)
             rc = TRI_ERR(TRI_ENOMEM, "thread comm split: the group leader failed to allocate");
         else
-            rc = wrap(out, ns, my_rank);
+            rc = wrap(out, ns, my_rank, ((thread_comm *)c->impl)->world_rank);
     }
     rc2 = barrier(s, "split");
     return rc ? rc : rc2;
 }
 
-/* Raises the job's abort flag (the first abort's code is kept) and wakes this group's waiters;
- * waiters in other groups see the flag within a 20 ms wait slice. */
+/* Raises the job's abort flag (the first abort's code and rank are kept) and wakes this group's
+ * waiters; waiters in other groups see the flag within a 20 ms wait slice. */
 static void thread_abort(tri_comm *c, int code)
 {
-    shared *s = sh_of(c);
+    thread_comm *tc = c->impl;
+    shared *s = tc->sh;
     int none = 0;
-    atomic_compare_exchange_strong(&s->group->aborted, &none, code ? code : 1);
+    if (atomic_compare_exchange_strong(&s->group->aborted, &none, code ? code : 1))
+        atomic_store(&s->group->origin, tc->world_rank);
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -424,6 +429,7 @@ int tri_thread_group_create(tri_thread_group **out, int size, double timeout_s)
     g->size = size;
     g->timeout_s = timeout_s;
     atomic_init(&g->aborted, 0);
+    atomic_init(&g->origin, -1);
     int rc = shared_create(&g->world, size, timeout_s, g);
     if (rc) {
         free(g);
@@ -446,7 +452,7 @@ int tri_comm_thread_create(tri_comm **out, tri_thread_group *g, int rank)
 {
     if (rank < 0 || rank >= g->size)
         return TRI_ERR(TRI_EINVAL, "thread comm: rank %d outside group of %d", rank, g->size);
-    return wrap(out, g->world, rank);
+    return wrap(out, g->world, rank, rank);
 }
 
 /* ---- running a function on thread ranks ---- */
@@ -503,10 +509,14 @@ int tri_run_thread_ranks(int size, tri_rank_fn fn, void *arg)
     }
     for (int r = 0; r < started; r++)
         pthread_join(th[r], NULL);
-    /* report the first failure that is not merely a consequence of another rank's abort */
-    int first = -1;
-    for (int r = 0; r < started && !rc; r++)
-        if (jobs[r].rc && (first < 0 || jobs[first].rc == TRI_ECOMM))
+    /* Report the failure that came first: the rank that aborted the job (a failing rank aborts as
+     * it returns), not a rank it woke with TRI_ECOMM. The status alone cannot tell them apart, since
+     * a rank may fail with TRI_ECOMM itself. Without an aborting rank, the lowest failing one. */
+    int origin = atomic_load(&g->origin), first = -1;
+    if (origin >= 0 && origin < started && jobs[origin].rc)
+        first = origin;
+    for (int r = 0; r < started && first < 0; r++)
+        if (jobs[r].rc)
             first = r;
     if (!rc && first >= 0) {
         rc = jobs[first].rc;
