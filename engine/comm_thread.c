@@ -5,9 +5,10 @@
  * barrier, lets every rank compute its result from the others' buffers (summing in rank order, so
  * results are deterministic), and meets again before anyone reuses a buffer. Point-to-point
  * messages go through per-(sender, receiver) FIFO queues: a batch posts all its sends, completes
- * all its receives by copying from matching posted sends, then waits until its own sends have been
- * consumed (so send buffers may be reused on return). Every wait gives up after the group's timeout
- * or when any rank aborts, so a failing test reports instead of hanging. */
+ * all its receives by copying from matching posted sends (a receive of the wrong size takes the
+ * message and fails, as in MPI), then waits until its own sends have been consumed (so send
+ * buffers may be reused on return). Every wait gives up after the group's timeout or when any rank
+ * aborts, so a failing test reports instead of hanging. */
 #include "engine/comm.h"
 
 #include <errno.h>
@@ -283,7 +284,10 @@ static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
         *q = &mine[i];
     }
     pthread_cond_broadcast(&s->cv);
-    /* complete receives in order */
+    /* Complete receives in order. A receive whose size differs from the message is an error, but
+     * it still takes the message (as an MPI receive does), so the sender completes and later
+     * messages between the pair keep matching in order. */
+    int mismatch = TRI_OK;
     for (int i = 0; i < n && rc == TRI_OK; i++) {
         if (ops[i].send)
             continue;
@@ -293,12 +297,12 @@ static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
         if (rc)
             break;
         message *m = *q;
-        if (m->bytes != tri_tensor_bytes(ops[i].t)) {
-            rc = TRI_ERR(TRI_ECOMM, "thread comm p2p: rank %d sent %zu bytes, rank %d expects %zu",
-                         ops[i].peer, m->bytes, c->rank, tri_tensor_bytes(ops[i].t));
-            break;
-        }
-        memcpy(ops[i].t.data, m->buf, m->bytes);
+        if (m->bytes == tri_tensor_bytes(ops[i].t))
+            memcpy(ops[i].t.data, m->buf, m->bytes);
+        else if (!mismatch)
+            mismatch = TRI_ERR(TRI_ECOMM, "thread comm p2p: rank %d sent %zu bytes, rank %d expects %zu "
+                               "(tag %d)", ops[i].peer, m->bytes, c->rank, tri_tensor_bytes(ops[i].t),
+                               ops[i].tag);
         *q = m->next;
         m->consumed = 1;
         pthread_cond_broadcast(&s->cv);
@@ -321,7 +325,7 @@ static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
     }
     pthread_mutex_unlock(&s->mu);
     free(mine);
-    return rc;
+    return rc ? rc : mismatch;
 }
 
 static int thread_barrier(tri_comm *c)
