@@ -2,13 +2,14 @@
  *
  * Criterion forks every test and must not call MPI_Init, so parallel algorithms are tested on
  * thread ranks. A collective posts each rank's buffer pointer in a shared table, meets at a
- * barrier, lets every rank compute its result from the others' buffers (summing in rank order, so
- * results are deterministic), and meets again before anyone reuses a buffer. Point-to-point
- * messages go through per-(sender, receiver) FIFO queues: a batch posts all its sends, completes
- * all its receives by copying from matching posted sends (a receive of the wrong size takes the
- * message and fails, as in MPI), then waits until its own sends have been consumed (so send
- * buffers may be reused on return). Every wait gives up after the group's timeout or when any rank
- * aborts, so a failing test reports instead of hanging. */
+ * barrier, checks that every rank made the same call (kind, size, dtype, op, root: a mismatch is
+ * TRI_EINVAL on every rank, where MPI would misbehave silently), lets every rank compute its result
+ * from the others' buffers (summing in rank order, so results are deterministic), and meets again
+ * before anyone reuses a buffer. Point-to-point messages go through per-(sender, receiver) FIFO
+ * queues: a batch posts all its sends, completes all its receives by copying from matching posted
+ * sends (a receive of the wrong size takes the message and fails, as in MPI), then waits until its
+ * own sends have been consumed (so send buffers may be reused on return). Every wait gives up after
+ * the group's timeout or when any rank aborts, so a failing test reports instead of hanging. */
 #include "engine/comm.h"
 
 #include <errno.h>
@@ -30,6 +31,18 @@ typedef struct message {
     int consumed;
 } message;
 
+/* One rank's collective call, posted so that every rank can check they all made the same one. */
+typedef enum {
+    CALL_ALL_REDUCE, CALL_REDUCE_SCATTER, CALL_ALL_GATHER, CALL_BROADCAST, CALL_BARRIER, CALL_SPLIT
+} call_kind;
+
+typedef struct call {
+    call_kind kind;
+    tri_dtype dtype;
+    int64_t numel;                /* all_reduce, broadcast: x; reduce_scatter: out; all_gather: in */
+    int arg;                      /* the reduce op, or the broadcast root */
+} call;
+
 /* State shared by the ranks of one group (the world or a split of it). */
 typedef struct shared {
     pthread_mutex_t mu;
@@ -41,7 +54,9 @@ typedef struct shared {
     /* barrier */
     int arrived;
     unsigned long generation;
-    /* collectives: each rank's posted pointers and scalar arguments */
+    /* collectives: each rank's call (two tables, used by turns; see enter), posted pointers and
+     * scalar arguments */
+    call *calls;
     void **inbuf;
     void **outbuf;
     int *ints;
@@ -63,6 +78,7 @@ struct tri_thread_group {
 typedef struct thread_comm {
     shared *sh;
     int world_rank;
+    unsigned long entered;        /* collectives this rank has entered on this comm */
 } thread_comm;
 
 static const tri_comm_ops thread_ops;
@@ -76,13 +92,15 @@ static int shared_create(shared **out, int size, double timeout_s, tri_thread_gr
     s->timeout_s = timeout_s;
     s->group = group;
     s->refs = size;
+    s->calls = calloc((size_t)size * 2, sizeof *s->calls);
     s->inbuf = calloc((size_t)size, sizeof *s->inbuf);
     s->outbuf = calloc((size_t)size, sizeof *s->outbuf);
     s->ints = calloc((size_t)size * 2, sizeof *s->ints);
     s->ptrs = calloc((size_t)size, sizeof *s->ptrs);
     s->queue = calloc((size_t)size * (size_t)size, sizeof *s->queue);
-    if (!s->inbuf || !s->outbuf || !s->ints || !s->ptrs || !s->queue) {
-        free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->queue); free(s);
+    if (!s->calls || !s->inbuf || !s->outbuf || !s->ints || !s->ptrs || !s->queue) {
+        free(s->calls); free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->queue);
+        free(s);
         return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
@@ -100,7 +118,7 @@ static void shared_release(shared *s)
         return;
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->queue);
+    free(s->calls); free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->queue);
     free(s);
 }
 
@@ -160,6 +178,60 @@ static shared *sh_of(tri_comm *c)
     return ((thread_comm *)c->impl)->sh;
 }
 
+static const char *call_name(call_kind kind)
+{
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
+                                  "split"};
+    return names[kind];
+}
+
+static bool same_call(const call *a, const call *b)
+{
+    return a->kind == b->kind && a->dtype == b->dtype && a->numel == b->numel && a->arg == b->arg;
+}
+
+static void describe(const call *k, char *buf, size_t cap)
+{
+    const char *dt = tri_dtype_name(k->dtype);
+    long long n = (long long)k->numel;
+    switch (k->kind) {
+    case CALL_ALL_REDUCE:
+        snprintf(buf, cap, "all_reduce of %lld %s (%s)", n, dt, k->arg == TRI_REDUCE_SUM ? "sum" : "max");
+        break;
+    case CALL_REDUCE_SCATTER: snprintf(buf, cap, "reduce_scatter to %lld %s per rank", n, dt); break;
+    case CALL_ALL_GATHER: snprintf(buf, cap, "all_gather of %lld %s per rank", n, dt); break;
+    case CALL_BROADCAST: snprintf(buf, cap, "broadcast of %lld %s from root %d", n, dt, k->arg); break;
+    default: snprintf(buf, cap, "%s", call_name(k->kind)); break;
+    }
+}
+
+/* Enters a collective: posts this rank's call, meets the group, and checks that every rank made the
+ * same call, so a rank passing another size, dtype, op or root, or calling another collective, gets
+ * TRI_EINVAL (on every rank, as they all read the same table) instead of reading past a buffer or
+ * pairing its barriers with another call's. The two call tables are used by turns: a rank may post
+ * its next call while others still read this one, but cannot get two calls ahead, since that takes
+ * every rank through the next call's barrier. */
+static int enter(tri_comm *c, call mine)
+{
+    thread_comm *tc = c->impl;
+    shared *s = tc->sh;
+    call *table = s->calls + (size_t)(tc->entered++ % 2) * (size_t)s->size;
+    table[c->rank] = mine;
+    const char *what = call_name(mine.kind);
+    int rc = barrier(s, what);
+    if (rc)
+        return rc;
+    for (int r = 1; r < s->size; r++)
+        if (!same_call(&table[r], &table[0])) {
+            char first[128], other[128];
+            describe(&table[0], first, sizeof first);
+            describe(&table[r], other, sizeof other);
+            return TRI_ERR(TRI_EINVAL, "thread comm %s: ranks disagree: rank 0 called %s, rank %d %s", what,
+                           first, r, other);
+        }
+    return TRI_OK;
+}
+
 static void reduce_into(void *dst, void *const *srcs, int n, int64_t count, tri_dtype dtype,
                         tri_reduce_op op, int64_t offset)
 {
@@ -194,7 +266,7 @@ static int thread_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
     if (!tmp)
         return TRI_ERR(TRI_ENOMEM, "thread comm all_reduce: cannot allocate %zu bytes", bytes);
     s->inbuf[c->rank] = x.data;
-    int rc = barrier(s, "all_reduce");
+    int rc = enter(c, (call){CALL_ALL_REDUCE, x.dtype, tri_tensor_numel(x), (int)op});
     if (!rc) {
         reduce_into(tmp, s->inbuf, s->size, tri_tensor_numel(x), x.dtype, op, 0);
         rc = barrier(s, "all_reduce");
@@ -214,7 +286,7 @@ static int thread_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
     if (!tmp)
         return TRI_ERR(TRI_ENOMEM, "thread comm reduce_scatter: cannot allocate %zu bytes", bytes);
     s->inbuf[c->rank] = in.data;
-    int rc = barrier(s, "reduce_scatter");
+    int rc = enter(c, (call){CALL_REDUCE_SCATTER, in.dtype, n, 0});
     if (!rc) {
         reduce_into(tmp, s->inbuf, s->size, n, in.dtype, TRI_REDUCE_SUM, (int64_t)c->rank * n);
         rc = barrier(s, "reduce_scatter");
@@ -231,7 +303,7 @@ static int thread_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
     size_t part = tri_tensor_bytes(in);
     s->inbuf[c->rank] = in.data;
     s->outbuf[c->rank] = out.data;
-    int rc = barrier(s, "all_gather");
+    int rc = enter(c, (call){CALL_ALL_GATHER, in.dtype, tri_tensor_numel(in), 0});
     if (rc)
         return rc;
     /* Each rank writes its own part into every rank's output (out and in may overlap only at
@@ -245,7 +317,7 @@ static int thread_broadcast(tri_comm *c, tri_tensor x, int root)
 {
     shared *s = sh_of(c);
     s->inbuf[c->rank] = x.data;
-    int rc = barrier(s, "broadcast");
+    int rc = enter(c, (call){CALL_BROADCAST, x.dtype, tri_tensor_numel(x), root});
     if (!rc && c->rank != root)
         memcpy(x.data, s->inbuf[root], tri_tensor_bytes(x));
     if (!rc)
@@ -330,7 +402,7 @@ static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
 
 static int thread_barrier(tri_comm *c)
 {
-    return barrier(sh_of(c), "barrier");
+    return enter(c, (call){CALL_BARRIER, TRI_F32, 0, 0});
 }
 
 static int wrap(tri_comm **out, shared *sh, int rank, int world_rank)
@@ -359,7 +431,7 @@ static int thread_split(tri_comm *c, int color, int key, tri_comm **out)
     shared *s = sh_of(c);
     s->ints[2 * c->rank] = color;
     s->ints[2 * c->rank + 1] = key;
-    int rc = barrier(s, "split");
+    int rc = enter(c, (call){CALL_SPLIT, TRI_F32, 0, 0});
     if (rc)
         return rc;
     int leader = -1, members = 0, my_rank = 0;
