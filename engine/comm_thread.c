@@ -50,7 +50,7 @@ typedef struct shared {
     int size;
     double timeout_s;
     tri_thread_group *group;      /* the whole job: its abort flag */
-    int refs;                     /* ranks still holding this group */
+    int refs;                     /* comms holding this group (and the thread group, for the world) */
     /* barrier */
     int arrived;
     unsigned long generation;
@@ -511,7 +511,7 @@ int tri_thread_group_create(tri_thread_group **out, int size, double timeout_s)
         free(g);
         return rc;
     }
-    g->world->refs = size + 1; /* the group itself holds one reference */
+    g->world->refs = 1; /* the thread group's; each comm made of it adds one */
     *out = g;
     return TRI_OK;
 }
@@ -528,7 +528,14 @@ int tri_comm_thread_create(tri_comm **out, tri_thread_group *g, int rank)
 {
     if (rank < 0 || rank >= g->size)
         return TRI_ERR(TRI_EINVAL, "thread comm: rank %d outside group of %d", rank, g->size);
-    return wrap(out, g->world, rank, rank);
+    shared *w = g->world;
+    pthread_mutex_lock(&w->mu);
+    w->refs++;
+    pthread_mutex_unlock(&w->mu);
+    int rc = wrap(out, w, rank, rank);
+    if (rc)
+        shared_release(w);
+    return rc;
 }
 
 /* ---- running a function on thread ranks ---- */
