@@ -3,9 +3,12 @@
  * Each tri_comm owns a duplicate of its MPI communicator with MPI_ERRORS_RETURN, so a failing
  * call comes back as a status with MPI's own error string instead of killing the job. Batched p2p
  * is a set of MPI_Isend / MPI_Irecv completed by one MPI_Waitall; MPI's non-overtaking rule
- * matches messages between two ranks in the order they were posted. */
+ * matches messages between two ranks in the order they were posted. A receive must get exactly the
+ * size it posted (MPI itself only refuses a message larger than the buffer). MPI counts are int:
+ * larger tensors are refused, not wrapped. */
 #include "engine/comm.h"
 
+#include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +44,18 @@ static MPI_Datatype mpi_type(tri_dtype dtype)
     return dtype == TRI_I32 ? MPI_INT32_T : MPI_FLOAT;
 }
 
+/* t's element count as an MPI count; TRI_EINVAL above INT_MAX, which a cast would wrap
+ * (2^32 + 3 elements would move 3). */
+static int count_of(tri_tensor t, const char *op, int *count)
+{
+    int64_t n = tri_tensor_numel(t);
+    if (n > INT_MAX)
+        return TRI_ERR(TRI_EINVAL, "mpi %s: %lld elements exceed MPI's int count limit %d", op, (long long)n,
+                       INT_MAX);
+    *count = (int)n;
+    return TRI_OK;
+}
+
 static bool overlaps(const void *a, size_t an, const void *b, size_t bn)
 {
     const char *x = a, *y = b;
@@ -49,20 +64,25 @@ static bool overlaps(const void *a, size_t an, const void *b, size_t bn)
 
 static int mpi_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
 {
-    return TRI_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data, (int)tri_tensor_numel(x), mpi_type(x.dtype),
+    int n = 0, rc = count_of(x, "all_reduce", &n);
+    if (rc)
+        return rc;
+    return TRI_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data, n, mpi_type(x.dtype),
                                  op == TRI_REDUCE_SUM ? MPI_SUM : MPI_MAX, comm_of(c)));
 }
 
 static int mpi_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
 {
-    int n = (int)tri_tensor_numel(out);
+    int n = 0, rc = count_of(out, "reduce_scatter", &n);
+    if (rc)
+        return rc;
     if (!overlaps(out.data, tri_tensor_bytes(out), in.data, tri_tensor_bytes(in)))
         return TRI_MPI(MPI_Reduce_scatter_block(in.data, out.data, n, mpi_type(in.dtype), MPI_SUM,
                                                 comm_of(c)));
     void *tmp = malloc(tri_tensor_bytes(out));
     if (!tmp)
         return TRI_ERR(TRI_ENOMEM, "mpi reduce_scatter: cannot allocate %zu bytes", tri_tensor_bytes(out));
-    int rc = TRI_MPI(MPI_Reduce_scatter_block(in.data, tmp, n, mpi_type(in.dtype), MPI_SUM, comm_of(c)));
+    rc = TRI_MPI(MPI_Reduce_scatter_block(in.data, tmp, n, mpi_type(in.dtype), MPI_SUM, comm_of(c)));
     if (!rc)
         memcpy(out.data, tmp, tri_tensor_bytes(out));
     free(tmp);
@@ -71,7 +91,9 @@ static int mpi_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
 
 static int mpi_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
 {
-    int n = (int)tri_tensor_numel(in);
+    int n = 0, rc = count_of(in, "all_gather", &n);
+    if (rc)
+        return rc;
     size_t part = tri_tensor_bytes(in);
     char *mine = (char *)out.data + (size_t)c->rank * part;
     if ((char *)in.data == mine)
@@ -88,27 +110,65 @@ static int mpi_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
 
 static int mpi_broadcast(tri_comm *c, tri_tensor x, int root)
 {
-    return TRI_MPI(MPI_Bcast(x.data, (int)tri_tensor_numel(x), mpi_type(x.dtype), root, comm_of(c)));
+    int n = 0, rc = count_of(x, "broadcast", &n);
+    if (rc)
+        return rc;
+    return TRI_MPI(MPI_Bcast(x.data, n, mpi_type(x.dtype), root, comm_of(c)));
+}
+
+/* The status of a completed batch: the first request MPI failed (a message larger than its
+ * receive is MPI_ERR_TRUNCATE), else the first receive that got fewer elements than it posted. */
+static int p2p_verdict(tri_comm *c, const tri_p2p *ops, const int *counts, MPI_Status *st, int n, int err)
+{
+    for (int i = 0; i < n && err == MPI_ERR_IN_STATUS; i++) {
+        int e = st[i].MPI_ERROR, cls = 0;
+        if (e == MPI_SUCCESS || e == MPI_ERR_PENDING)
+            continue;
+        MPI_Error_class(e, &cls);
+        if (cls == MPI_ERR_TRUNCATE)
+            return TRI_ERR(TRI_ECOMM, "mpi p2p: rank %d sent more than the %d %s elements rank %d expects "
+                           "(tag %d)", ops[i].peer, counts[i], tri_dtype_name(ops[i].t.dtype), c->rank,
+                           ops[i].tag);
+        return tri_error_context(check_mpi(e, ops[i].send ? "MPI_Isend" : "MPI_Irecv", __FILE__, __LINE__),
+                                 "mpi p2p with rank %d", ops[i].peer);
+    }
+    if (err != MPI_SUCCESS)
+        return check_mpi(err, "MPI_Waitall", __FILE__, __LINE__);
+    for (int i = 0; i < n; i++) {
+        int got = 0;
+        if (ops[i].send)
+            continue;
+        MPI_Get_count(&st[i], mpi_type(ops[i].t.dtype), &got);
+        if (got != counts[i])
+            return TRI_ERR(TRI_ECOMM, "mpi p2p: rank %d sent %d %s elements, rank %d expects %d (tag %d)",
+                           ops[i].peer, got, tri_dtype_name(ops[i].t.dtype), c->rank, counts[i], ops[i].tag);
+    }
+    return TRI_OK;
 }
 
 static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
 {
     MPI_Request *req = calloc((size_t)n, sizeof *req);
-    if (!req)
-        return TRI_ERR(TRI_ENOMEM, "mpi p2p: out of memory");
-    int rc = TRI_OK;
+    MPI_Status *st = calloc((size_t)n, sizeof *st);
+    int *counts = calloc((size_t)n, sizeof *counts);
+    int rc = req && st && counts ? TRI_OK : TRI_ERR(TRI_ENOMEM, "mpi p2p: out of memory");
+    for (int i = 0; i < n && !rc; i++) /* every count is checked before anything is posted */
+        rc = count_of(ops[i].t, "p2p", &counts[i]);
     int posted = 0;
-    for (int i = 0; i < n && !rc; i++, posted++) {
-        const tri_p2p *o = &ops[i];
-        int count = (int)tri_tensor_numel(o->t);
+    for (; posted < n && !rc; posted++) {
+        const tri_p2p *o = &ops[posted];
         if (o->send)
-            rc = TRI_MPI(MPI_Isend(o->t.data, count, mpi_type(o->t.dtype), o->peer, o->tag, comm_of(c), &req[i]));
+            rc = TRI_MPI(MPI_Isend(o->t.data, counts[posted], mpi_type(o->t.dtype), o->peer, o->tag,
+                                   comm_of(c), &req[posted]));
         else
-            rc = TRI_MPI(MPI_Irecv(o->t.data, count, mpi_type(o->t.dtype), o->peer, o->tag, comm_of(c), &req[i]));
+            rc = TRI_MPI(MPI_Irecv(o->t.data, counts[posted], mpi_type(o->t.dtype), o->peer, o->tag,
+                                   comm_of(c), &req[posted]));
     }
     if (!rc)
-        rc = TRI_MPI(MPI_Waitall(posted, req, MPI_STATUSES_IGNORE));
+        rc = p2p_verdict(c, ops, counts, st, n, MPI_Waitall(n, req, st));
     free(req);
+    free(st);
+    free(counts);
     return rc;
 }
 
