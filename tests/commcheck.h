@@ -1,0 +1,82 @@
+/* tests/commcheck.h - comm semantics checks written once, run on every comm implementation.
+ *
+ * The same checks run on thread ranks in the Criterion suite (tests/test_comm.c) and on Open MPI
+ * ranks in the mpiexec program (tests/mpi/comm_mpi.c), so both comms are held to one contract:
+ * engine/comm.h's semantics and byte-counting convention, and the process grid of engine/grid.h.
+ *
+ * Every check is collective over the comm it gets (every rank calls it, with the same arguments)
+ * and works for any group size (p2p checks do nothing on one rank). It returns TRI_OK, or
+ * TRI_EINTERNAL when a result was wrong, the message naming the check, the rank and the first wrong
+ * value: a wrong value does not stop the check, which goes on with the same sequence of calls, so
+ * the ranks are still in step and the caller may run the next check. Any other status is a comm
+ * call that failed unexpectedly (or a group missing on this rank): the other ranks may be blocked,
+ * and the caller must abort them (tri_run_thread_ranks does; the MPI program calls MPI_Abort).
+ * Values are small integers, exact in f32 whatever order a comm sums in (MPI picks its own).
+ * The implementation: commcheck.c (collectives, barrier, counters, argument checks),
+ * commcheck_p2p.c, commcheck_groups.c (split, grid), commcheck_util.h (shared helpers). */
+#ifndef TRIDENT_TESTS_COMMCHECK_H
+#define TRIDENT_TESTS_COMMCHECK_H
+
+#include "engine/comm.h"
+
+typedef int (*cc_check_fn)(tri_comm *c);
+
+typedef struct cc_check {
+    const char *name;
+    cc_check_fn fn;
+} cc_check;
+
+/* all_reduce SUM and MAX, f32 and i32, several shapes including an empty one; in place, nothing
+ * outside the tensor written, one call of numel * 4 bytes counted. (In every check, a group of one
+ * rank counts nothing: comm.h.) */
+int cc_all_reduce(tri_comm *c);
+/* Each rank gets its slice of the sum; `in` is left unchanged; `out` may alias this rank's slice
+ * of `in`; size * n * 4 bytes counted. */
+int cc_reduce_scatter(tri_comm *c);
+/* The ranks' parts concatenated in rank order, also when `in` is this rank's slot of `out`;
+ * size * n * 4 bytes counted. */
+int cc_all_gather(tri_comm *c);
+/* From every root, both dtypes; n * 4 bytes counted on every rank. */
+int cc_broadcast(tri_comm *c);
+/* One batch per rank: send to next, receive from previous (odd ranks post the receive first). */
+int cc_p2p_ring(tri_comm *c);
+/* Several messages between the same pair, of equal and different sizes, in both directions within
+ * one batch: they match in posting order. */
+int cc_p2p_fifo(tri_comm *c);
+/* Messages match by (sender, receiver, tag): a receive takes the oldest message with its tag, so
+ * a later message with another tag can overtake; tags 0 and 1023 (the bounds) work. */
+int cc_p2p_tags(tri_comm *c);
+/* The ranks as pipeline stages: each batch sends activations forward and gradients backward and
+ * receives both, the way the 1F1B steady state does, for three micro-batches. */
+int cc_p2p_pipeline(tri_comm *c);
+/* A receive larger or smaller than the message: the receiver gets TRI_ECOMM naming p2p, the sender
+ * completes, and the pair can go on exchanging messages. */
+int cc_p2p_mismatch(tri_comm *c);
+/* Colors and keys, reversed keys, equal keys (parent order), color < 0 (NULL), nested splits, and a
+ * split of a one-rank comm: sizes, ranks and members (gathered through the new comm). */
+int cc_split(tri_comm *c);
+/* Ranks leave a barrier only after the last one, which arrives 300 ms late, has entered (300 ms of
+ * run time on groups of 2 or more). */
+int cc_barrier(tri_comm *c);
+/* The counters against hand-computed payloads (zero on one rank), tri_comm_bytes, reset and kind
+ * names. */
+int cc_counters(tri_comm *c);
+/* Wrapper argument checks: size mismatches, bad root, bad peer, a tag outside [0, 1023], bf16, a bad
+ * reduce op, a negative batch size: TRI_EINVAL naming the op, nothing counted. Local: no rank
+ * communicates. */
+int cc_arg_checks(tri_comm *c);
+
+/* Every check above, in that order. */
+extern const cc_check cc_checks[];
+extern const int cc_n_checks;
+
+/* tri_grid_create(world, tp, pp): coordinates from Megatron's order (derived here by enumeration,
+ * not by the grid's formula), every group's size, this rank's rank in it and its members in order;
+ * the embedding group holds the first and last stage of each pipeline and is NULL on middle
+ * stages. */
+int cc_grid(tri_comm *world, int tp, int pp);
+/* cc_grid for every (tp, pp) with tp * pp dividing the world size, and TRI_EINVAL (no group made)
+ * for layouts that do not divide it. */
+int cc_grid_layouts(tri_comm *world);
+
+#endif
