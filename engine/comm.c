@@ -20,6 +20,7 @@ static int check_dtype(const char *op, tri_tensor t)
 /* Counts a call's payload; a group of one rank sends nothing and counts nothing. */
 static void count(tri_comm *c, tri_comm_kind kind, size_t bytes)
 {
+    c->seq++;
     if (c->size == 1)
         return;
     c->bytes[kind] += bytes;
@@ -138,6 +139,11 @@ void tri_comm_destroy(tri_comm *c)
 {
     if (c)
         c->ops->destroy(c);
+}
+
+void tri_comm_set_timeout(tri_comm *c, double seconds)
+{
+    c->timeout_s = seconds > 0 ? seconds : 0;
 }
 
 uint64_t tri_comm_bytes(const tri_comm *c, tri_comm_kind kind)

@@ -68,6 +68,8 @@ struct tri_comm {
     int rank, size;
     uint64_t bytes[TRI_COMM_KINDS];   /* payload bytes sent, per kind */
     uint64_t calls[TRI_COMM_KINDS];   /* number of calls, per kind */
+    uint64_t seq;                     /* operations started on this comm (names a stuck one) */
+    double timeout_s;                 /* a wait longer than this fails with TRI_ETIMEOUT (0: never) */
 };
 
 /* x (any shape, f32 or i32) = reduction over the group of every rank's x, in place. Ranks' values
@@ -89,6 +91,10 @@ int tri_comm_barrier(tri_comm *c);
 /* Stops every rank of the job (MPI_Abort), or wakes every thread rank with an error. */
 void tri_comm_abort(tri_comm *c, int code);
 void tri_comm_destroy(tri_comm *c);
+
+/* Sets how long a wait may take before it fails with TRI_ETIMEOUT, naming the operation and its
+ * sequence number (0: wait forever). The MPI comm polls; the thread comm has its group's timeout. */
+void tri_comm_set_timeout(tri_comm *c, double seconds);
 
 /* Total payload bytes of one kind, and resetting the counters. */
 uint64_t tri_comm_bytes(const tri_comm *c, tri_comm_kind kind);

@@ -36,6 +36,8 @@ typedef struct tri_pipeline {
     int *in_use, *peak;        /* per chunk: slots in use now, and the most seen */
     unsigned char **busy;      /* per chunk: which slots are taken */
     tri_p2p *batch;            /* scratch for one p2p exchange */
+    /* time of the last run (seconds, wall clock): computing (FWD/BWD ops) and in all */
+    double busy_s, total_s;
 } tri_pipeline;
 
 /* Prepares to run rank `rank`'s ops of s over pp_comm with the given chunks (sched->v of them).

@@ -38,6 +38,20 @@ for extra in "" "--sequence-parallel"; do
   fi
 done
 
+# pipeline: tp 2 x pp 2 (4 ranks) on the same global batch of 4 sequences in micro-batches of 2
+for schedule in 1f1b gpipe; do
+  out=$(mpirun "${mpirun_flags[@]}" -np 4 "$bin" "${run[@]}" --tensor-model-parallel-size 2 \
+        --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 4 --pipeline-schedule $schedule 2>&1)
+  rc=$?
+  got=$(first_loss "$out")
+  if [ $rc -ne 0 ] || ! grep -q "trained 3 iterations" <<<"$out" || [ "$got" != "$want" ]; then
+    echo "FAIL tp=2 pp=2 $schedule: status $rc, first loss '$got' (tp=1: $want)"; echo "$out" | tail -8
+    failures=$((failures + 1))
+  else
+    echo "ok   tp=2 pp=2 $schedule: first loss $got = tp=1's; $(grep -c '^  stage' <<<"$out") stages placed"
+  fi
+done
+
 # refuse NAME NP TEXT [flags]: every rank prints TEXT, the job exits non-zero, quickly
 refuse() {
   local name=$1 np=$2 want=$3
@@ -60,5 +74,9 @@ refuse "n_head not divisible" 2 "n_head 3 of nh3 is not divisible by --tensor-mo
 # (n_embd not divisible by tp cannot occur once n_head divides both n_embd and tp; the config check
 #  refuses n_embd % n_head != 0 first)
 refuse "seq-length with SP" 2 "--sequence-parallel needs --seq-length 31 divisible by --tensor-model-parallel-size 2" --tensor-model-parallel-size 2 --sequence-parallel --seq-length 31
+refuse "n_layer < pp" 8 "is less than --pipeline-model-parallel-size 8" --pipeline-model-parallel-size 8
+refuse "global batch not divisible" 2 "--global-batch-size 6 is not divisible by --micro-batch-size 4 x data-parallel size 2" --global-batch-size 6
+refuse "interleaved layers not divisible" 2 "not divisible by --pipeline-model-parallel-size 2 x --num-layers-per-virtual-pipeline-stage 3" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 3 --global-batch-size 8
+refuse "interleaved micro-batches" 2 "is not a multiple of" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 12
 echo "engine_train_mpi: $failures failure(s)"
 exit $((failures > 0))

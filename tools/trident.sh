@@ -45,11 +45,12 @@ case "$cmd" in
   train)
     build
     data
-    # 2 ranks: tensor parallelism 2, one thread each
-    exec mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
-      build/bin/engine_train --tensor-model-parallel-size 2 --config models/gpt2-tiny-byte.json \
+    # 4 ranks: tensor parallelism 2 x pipeline parallelism 2 (1F1B, 4 micro-batches), one thread each
+    exec mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 \
+      build/bin/engine_train --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+      --config models/gpt2-tiny-byte.json \
       --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \
-      --micro-batch-size 16 --seq-length 128 --train-iters 1000 --lr 2e-3 --min-lr 2e-4 \
+      --micro-batch-size 4 --global-batch-size 16 --seq-length 128 --train-iters 1000 --lr 2e-3 --min-lr 2e-4 \
       --lr-warmup-iters 30 --eval-interval 100 --log-interval 10 --save-dir runs/default "$@"
     ;;
   test)
