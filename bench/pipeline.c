@@ -158,14 +158,15 @@ static int bubbles(bench *b)
             snprintf(simulated + strlen(simulated), sizeof simulated - strlen(simulated), " %.3f", sim_idle[r]);
         }
         double p = cases[k].p, m = cases[k].m, v = cases[k].v;
-        printf("%-12s %2d %2d %2d | %-36s | %-27s (%.3f) | %.3f\n", cases[k].schedule, cases[k].p, cases[k].m,
-               cases[k].v, meas, simulated, sim, (p - 1) / (v * m + p - 1));
+        printf("%-12s %2d %2d %2d | %-36s | %-27s (%.3f) | %.3f | %.0f ms/iter\n", cases[k].schedule, cases[k].p,
+               cases[k].m, cases[k].v, meas, simulated, sim, (p - 1) / (v * m + p - 1), 1e3 * b->seconds / b->iters);
     }
     return 0;
 }
 
 int main(int argc, char **argv)
 {
+    tri_cli_passive_openmp(argv);
     bench b = {.config = "models/gpt2-tiny-byte.json", .B = 4, .T = 128, .iters = 3};
     tri_flag flags[] = {
         {"config", TRI_FLAG_STRING, &b.config, "model config (n_layer divisible by 8 for every case)", 0, 0, NULL, false},

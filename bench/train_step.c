@@ -173,6 +173,7 @@ static int timed_run(bench *b, int tp, int threads)
 
 int main(int argc, char **argv)
 {
+    tri_cli_passive_openmp(argv);
     bench b = {.config = "models/gpt2.json", .B = 4, .T = 64, .iters = 5, .threads = 2};
     tri_flag flags[] = {
         {"config", TRI_FLAG_STRING, &b.config, "model config", 0, 0, NULL, false},

@@ -500,6 +500,7 @@ static void cleanup(run *r)
 
 int main(int argc, char **argv)
 {
+    tri_cli_passive_openmp(argv);
     MPI_Init(&argc, &argv);
     run r;
     memset(&r, 0, sizeof r);

@@ -24,6 +24,7 @@
 #include "engine/status.h"
 #include "engine/token_file.h"
 #include "models/tokenizer.h"
+#include "tools/cli/backend.h"
 
 /* Inputs at least this large get a progress bar on a terminal; ... */
 #define PROGRESS_TTY_BYTES (1u << 20)
@@ -488,6 +489,7 @@ static int run_decode(const options *o, const tri_tokenizer *tok)
 
 int main(int argc, char **argv)
 {
+    tri_cli_passive_openmp(argv);
     options o;
     int status = parse_args(argc, argv, &o);
     if (status != 0)

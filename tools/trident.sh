@@ -15,6 +15,7 @@ cmd=${1:-}
 shift || true
 
 export PATH="$PATH:/usr/local/cuda/bin"
+export OMP_WAIT_POLICY=PASSIVE   # OpenMP loops must not busy-wait beside OpenBLAS's threads
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
@@ -46,7 +47,7 @@ case "$cmd" in
     build
     data
     # 4 ranks: tensor parallelism 2 x pipeline parallelism 2 (1F1B, 4 micro-batches), one thread each
-    exec mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 \
+    exec mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
       build/bin/engine_train --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
       --config models/gpt2-tiny-byte.json \
       --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \

@@ -167,6 +167,7 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
 
 int main(int argc, char **argv)
 {
+    tri_cli_passive_openmp(argv);
     MPI_Init(&argc, &argv);
     bench b = {.model = "all", .models_dir = TRIDENT_SOURCE_DIR "/models", .B = 0, .T = 1024, .iters = 10,
                .warmup = 3, .tp = 1};

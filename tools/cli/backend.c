@@ -2,7 +2,9 @@
 #include "tools/cli/backend.h"
 
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/status.h"
 
@@ -18,6 +20,14 @@
 #endif
 
 extern void openblas_set_num_threads(int num_threads);
+
+void tri_cli_passive_openmp(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY"))
+        return;
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv); /* returns only on failure: carry on with OpenMP's default */
+}
 
 void tri_cli_set_threads(int threads)
 {

@@ -18,6 +18,11 @@ int tri_cli_device_create(const char *name, int threads, tri_device **out);
  * caller's MPI comm, over host buffers, serves. MPI must be initialised. */
 int tri_cli_device_world(const char *name, tri_device *d, tri_comm **out);
 
+/* OpenMP threads that busy-wait between loops take the cores from OpenBLAS's threads; libgomp reads
+ * OMP_WAIT_POLICY only when it loads, so when it is unset this sets it to PASSIVE and re-executes
+ * the program (same arguments, same process) before anything else runs. Call first in main. */
+void tri_cli_passive_openmp(char **argv);
+
 /* Sets the process-wide OpenMP and OpenBLAS thread counts. */
 void tri_cli_set_threads(int threads);
 
