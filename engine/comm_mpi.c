@@ -5,13 +5,19 @@
  * is a set of MPI_Isend / MPI_Irecv completed by one MPI_Waitall; MPI's non-overtaking rule
  * matches messages between two ranks in the order they were posted. A receive must get exactly the
  * size it posted (MPI itself only refuses a message larger than the buffer). MPI counts are int:
- * larger tensors are refused, not wrapped. */
+ * larger tensors are refused, not wrapped.
+ *
+ * Every operation is started non-blocking and completed by polling with a growing sleep: a rank
+ * waiting for its peers gives its core to ranks that compute (Open MPI's blocking waits spin, which
+ * slows the computing ranks down whenever ranks outnumber cores), and a wait that outlasts the
+ * comm's timeout fails with TRI_ETIMEOUT naming the operation instead of hanging. */
 #include "engine/comm.h"
 
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/status.h"
 
@@ -56,6 +62,50 @@ static int count_of(tri_tensor t, const char *op, int *count)
     return TRI_OK;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define POLL_SPINS 4096          /* tests before the first sleep: short waits stay fast */
+#define POLL_MAX_SLEEP_NS 10000L
+
+/* Completes n requests by MPI_Testall: 4096 tests, then sleeps growing from 1 us to 10 us
+ * (measured: tp 2 x pp 2 on 2 cores, 30 iterations in 12.0 s against 12.5 s with MPI_Wait*). *mpi_err receives
+ * MPI's code (MPI_ERR_IN_STATUS when a request failed: see st). TRI_ETIMEOUT after c->timeout_s. */
+static int wait_all(tri_comm *c, int n, MPI_Request *req, MPI_Status *st, const char *op, int *mpi_err)
+{
+    double start = now_s();
+    long sleep_ns = 1000;
+    for (long k = 0;; k++) {
+        int done = 0;
+        *mpi_err = MPI_Testall(n, req, &done, st ? st : MPI_STATUSES_IGNORE);
+        if (done || *mpi_err != MPI_SUCCESS)
+            return TRI_OK;
+        if (c->timeout_s > 0 && now_s() - start > c->timeout_s)
+            return TRI_ERR(TRI_ETIMEOUT, "mpi %s (operation %llu on a group of %d ranks, rank %d) did not "
+                           "complete within %.0f s: a peer has died or stalled", op,
+                           (unsigned long long)c->seq, c->size, c->rank, c->timeout_s);
+        if (k < POLL_SPINS)
+            continue;
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        sleep_ns = sleep_ns * 2 < POLL_MAX_SLEEP_NS ? sleep_ns * 2 : POLL_MAX_SLEEP_NS;
+    }
+}
+
+/* Waits for one collective request started by `call` (its MPI return code). */
+static int finish(tri_comm *c, int started, MPI_Request *req, const char *call, const char *op)
+{
+    int rc = check_mpi(started, call, __FILE__, __LINE__), err = MPI_SUCCESS;
+    if (!rc) rc = wait_all(c, 1, req, NULL, op, &err);
+    if (!rc && err != MPI_SUCCESS)
+        rc = check_mpi(err, call, __FILE__, __LINE__);
+    return rc;
+}
+
 static bool overlaps(const void *a, size_t an, const void *b, size_t bn)
 {
     const char *x = a, *y = b;
@@ -65,24 +115,29 @@ static bool overlaps(const void *a, size_t an, const void *b, size_t bn)
 static int mpi_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
 {
     int n = 0, rc = count_of(x, "all_reduce", &n);
+    MPI_Request req;
     if (rc)
         return rc;
-    return TRI_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data, n, mpi_type(x.dtype),
-                                 op == TRI_REDUCE_SUM ? MPI_SUM : MPI_MAX, comm_of(c)));
+    return finish(c, MPI_Iallreduce(MPI_IN_PLACE, x.data, n, mpi_type(x.dtype),
+                                    op == TRI_REDUCE_SUM ? MPI_SUM : MPI_MAX, comm_of(c), &req),
+                  &req, "MPI_Iallreduce", "all_reduce");
 }
 
 static int mpi_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
 {
     int n = 0, rc = count_of(out, "reduce_scatter", &n);
+    MPI_Request req;
     if (rc)
         return rc;
     if (!overlaps(out.data, tri_tensor_bytes(out), in.data, tri_tensor_bytes(in)))
-        return TRI_MPI(MPI_Reduce_scatter_block(in.data, out.data, n, mpi_type(in.dtype), MPI_SUM,
-                                                comm_of(c)));
+        return finish(c, MPI_Ireduce_scatter_block(in.data, out.data, n, mpi_type(in.dtype), MPI_SUM,
+                                                   comm_of(c), &req),
+                      &req, "MPI_Ireduce_scatter_block", "reduce_scatter");
     void *tmp = malloc(tri_tensor_bytes(out));
     if (!tmp)
         return TRI_ERR(TRI_ENOMEM, "mpi reduce_scatter: cannot allocate %zu bytes", tri_tensor_bytes(out));
-    rc = TRI_MPI(MPI_Reduce_scatter_block(in.data, tmp, n, mpi_type(in.dtype), MPI_SUM, comm_of(c)));
+    rc = finish(c, MPI_Ireduce_scatter_block(in.data, tmp, n, mpi_type(in.dtype), MPI_SUM, comm_of(c), &req),
+                &req, "MPI_Ireduce_scatter_block", "reduce_scatter");
     if (!rc)
         memcpy(out.data, tmp, tri_tensor_bytes(out));
     free(tmp);
@@ -92,28 +147,30 @@ static int mpi_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
 static int mpi_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
 {
     int n = 0, rc = count_of(in, "all_gather", &n);
+    MPI_Request req;
     if (rc)
         return rc;
     size_t part = tri_tensor_bytes(in);
     char *mine = (char *)out.data + (size_t)c->rank * part;
-    if ((char *)in.data == mine)
-        return TRI_MPI(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, n,
-                                     mpi_type(in.dtype), comm_of(c)));
-    if (overlaps(out.data, tri_tensor_bytes(out), in.data, part)) {
+    if ((char *)in.data != mine && overlaps(out.data, tri_tensor_bytes(out), in.data, part))
         memmove(mine, in.data, part);
-        return TRI_MPI(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, n,
-                                     mpi_type(in.dtype), comm_of(c)));
-    }
-    return TRI_MPI(MPI_Allgather(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype),
-                                 comm_of(c)));
+    if ((char *)in.data == mine || overlaps(out.data, tri_tensor_bytes(out), in.data, part))
+        return finish(c, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, n, mpi_type(in.dtype),
+                                        comm_of(c), &req),
+                      &req, "MPI_Iallgather", "all_gather");
+    return finish(c, MPI_Iallgather(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype),
+                                    comm_of(c), &req),
+                  &req, "MPI_Iallgather", "all_gather");
 }
 
 static int mpi_broadcast(tri_comm *c, tri_tensor x, int root)
 {
     int n = 0, rc = count_of(x, "broadcast", &n);
+    MPI_Request req;
     if (rc)
         return rc;
-    return TRI_MPI(MPI_Bcast(x.data, n, mpi_type(x.dtype), root, comm_of(c)));
+    return finish(c, MPI_Ibcast(x.data, n, mpi_type(x.dtype), root, comm_of(c), &req), &req, "MPI_Ibcast",
+                  "broadcast");
 }
 
 /* The status of a completed batch: the first request MPI failed (a message larger than its
@@ -133,7 +190,7 @@ static int p2p_verdict(tri_comm *c, const tri_p2p *ops, const int *counts, MPI_S
                                  "mpi p2p with rank %d", ops[i].peer);
     }
     if (err != MPI_SUCCESS)
-        return check_mpi(err, "MPI_Waitall", __FILE__, __LINE__);
+        return check_mpi(err, "MPI_Testall", __FILE__, __LINE__);
     for (int i = 0; i < n; i++) {
         int got = 0;
         if (ops[i].send)
@@ -164,8 +221,10 @@ static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
             rc = TRI_MPI(MPI_Irecv(o->t.data, counts[posted], mpi_type(o->t.dtype), o->peer, o->tag,
                                    comm_of(c), &req[posted]));
     }
+    int err = MPI_SUCCESS;
+    if (!rc) rc = wait_all(c, n, req, st, "p2p", &err);
     if (!rc)
-        rc = p2p_verdict(c, ops, counts, st, n, MPI_Waitall(n, req, st));
+        rc = p2p_verdict(c, ops, counts, st, n, err);
     free(req);
     free(st);
     free(counts);
@@ -210,7 +269,8 @@ static int mpi_split(tri_comm *c, int color, int key, tri_comm **out)
 
 static int mpi_barrier(tri_comm *c)
 {
-    return TRI_MPI(MPI_Barrier(comm_of(c)));
+    MPI_Request req;
+    return finish(c, MPI_Ibarrier(comm_of(c), &req), &req, "MPI_Ibarrier", "barrier");
 }
 
 static void mpi_abort(tri_comm *c, int code)
