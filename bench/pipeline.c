@@ -60,43 +60,36 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     bench *b = arg;
     tri_device *dev = NULL;
-    tri_grid grid;
-    tri_gpt_rank r;
-    tri_trainer tr;
-    bool have_grid = false, have_model = false, have_trainer = false;
+    tri_gpt_session ss;
+    tri_gpt_session_options o = {
+        .tp = b->tp, .pp = b->pp, .clip_grad = 1.0f,
+        .run = {.B = b->B, .T = b->T, .n_micro = b->m, .schedule = b->schedule,
+                .layers_per_virtual_stage = b->v > 1 ? b->cfg.n_layer / (b->pp * b->v) : 0,
+                .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1},
+        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+    };
     int rc = tri_cli_device_create("cpu", 1, &dev);
-    if (!rc) rc = tri_grid_create(&grid, world, b->tp, b->pp);
-    have_grid = rc == TRI_OK;
-    tri_gpt_run_options o = {.B = b->B, .T = b->T, .n_micro = b->m, .schedule = b->schedule,
-                             .layers_per_virtual_stage = b->v > 1 ? b->cfg.n_layer / (b->pp * b->v) : 0,
-                             .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1};
-    if (!rc) rc = tri_gpt_rank_create(&r, &b->cfg, &grid, &o, dev);
-    have_model = rc == TRI_OK;
-    tri_step_config sc = {.n_micro = b->m, .clip_grad = 1.0f};
-    tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    if (!rc) rc = tri_trainer_create(&tr, r.stage, r.v, &grid, dev, &sc, &ac, &r.train, &r.eval);
-    have_trainer = rc == TRI_OK;
+    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &b->cfg, &o);
+    if (rc) {
+        tri_device_destroy(dev);
+        return rc;
+    }
     tri_batch_source src = {.ctx = b, .fill = fill_random};
     tri_step_result res;
-    if (!rc) rc = tri_trainer_step(&tr, &src, 0, 1e-4f, &res);
+    rc = tri_trainer_step(&ss.trainer, &src, 0, 1e-4f, &res);
     if (!rc && rank == 0)
-        for (int c = 0; c < r.plan.n_chunks && c < MAX_RANKS * 4; c++)
-            b->chunk_flops[c] = r.plan.costs[c].flops;
+        for (int c = 0; c < ss.model.plan.n_chunks && c < MAX_RANKS * 4; c++)
+            b->chunk_flops[c] = ss.model.plan.costs[c].flops;
     b->busy[rank] = b->total[rank] = 0.0;
     double t0 = now_s();
     for (int it = 1; it <= b->iters && !rc; it++) {
-        rc = tri_trainer_step(&tr, &src, it, 1e-4f, &res);
-        b->busy[rank] += tr.train_pipe.busy_s;
-        b->total[rank] += tr.train_pipe.total_s;
+        rc = tri_trainer_step(&ss.trainer, &src, it, 1e-4f, &res);
+        b->busy[rank] += ss.trainer.train_pipe.busy_s;
+        b->total[rank] += ss.trainer.train_pipe.total_s;
     }
     if (!rc && rank == 0)
         b->seconds = now_s() - t0;
-    if (have_trainer)
-        tri_trainer_destroy(&tr);
-    if (have_model)
-        tri_gpt_rank_destroy(&r);
-    if (have_grid)
-        tri_grid_destroy(&grid);
+    tri_gpt_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }

@@ -159,3 +159,32 @@ void tri_gpt_rank_memory(const tri_gpt_rank *r, size_t bytes[TRI_MEM_KINDS])
         for (int k = 0; k < TRI_MEM_KINDS; k++)
             bytes[k] += r->chunk[c]->arena.by_kind[k];
 }
+
+int tri_gpt_session_create(tri_gpt_session *s, tri_comm *world, tri_device *dev, const tri_gpt_config *cfg,
+                           const tri_gpt_session_options *o)
+{
+    memset(s, 0, sizeof *s);
+    int rc = tri_grid_create(&s->grid, world, o->tp, o->pp);
+    s->have_grid = rc == TRI_OK;
+    if (!rc) rc = tri_gpt_rank_create(&s->model, cfg, &s->grid, &o->run, dev);
+    s->have_model = s->have_grid && rc == TRI_OK;
+    tri_step_config sc = {.n_micro = o->run.n_micro, .sequence_parallel = o->run.sequence_parallel,
+                          .clip_grad = o->clip_grad};
+    if (!rc) rc = tri_trainer_create(&s->trainer, s->model.stage, s->model.v, &s->grid, dev, &sc, &o->adamw,
+                                     &s->model.train, &s->model.eval);
+    s->have_trainer = s->have_model && rc == TRI_OK;
+    if (rc)
+        tri_gpt_session_destroy(s);
+    return rc;
+}
+
+void tri_gpt_session_destroy(tri_gpt_session *s)
+{
+    if (s->have_trainer)
+        tri_trainer_destroy(&s->trainer);
+    if (s->have_model)
+        tri_gpt_rank_destroy(&s->model);
+    if (s->have_grid)
+        tri_grid_destroy(&s->grid);
+    s->have_trainer = s->have_model = s->have_grid = false;
+}

@@ -57,4 +57,25 @@ int tri_gpt_rank_logits(tri_gpt_rank *r, const int32_t *windows, int64_t row, fl
 /* Bytes of the plan per memory category on this rank, summed over chunks. */
 void tri_gpt_rank_memory(const tri_gpt_rank *r, size_t bytes[TRI_MEM_KINDS]);
 
+/* One rank's whole training set-up: the process grid, its model chunks and the trainer. */
+typedef struct tri_gpt_session {
+    tri_grid grid;
+    tri_gpt_rank model;
+    tri_trainer trainer;
+    bool have_grid, have_model, have_trainer;
+} tri_gpt_session;
+
+typedef struct tri_gpt_session_options {
+    int tp, pp;                  /* dp = world size / (tp * pp) */
+    tri_gpt_run_options run;     /* n_micro is taken from here for the step too */
+    float clip_grad;             /* maximum global gradient norm; <= 0 disables clipping */
+    tri_adamw_config adamw;
+} tri_gpt_session_options;
+
+/* Builds the grid over world (collective), this rank's chunks on dev and the trainer. On failure
+ * everything built so far is released. */
+int tri_gpt_session_create(tri_gpt_session *s, tri_comm *world, tri_device *dev, const tri_gpt_config *cfg,
+                           const tri_gpt_session_options *o);
+void tri_gpt_session_destroy(tri_gpt_session *s);
+
 #endif

@@ -155,48 +155,40 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     job *j = arg;
     tri_device *dev = NULL;
-    tri_grid grid;
-    tri_gpt_rank r;
-    tri_trainer tr;
-    bool have_grid = false, have_model = false, have_trainer = false;
+    tri_gpt_session ss;
+    tri_gpt_session_options o = {
+        .tp = j->layout.tp, .pp = j->layout.pp, .clip_grad = 1.0f,
+        .run = {.B = j->B, .T = j->T, .n_micro = j->layout.n_micro, .sequence_parallel = j->layout.sp,
+                .schedule = j->layout.schedule, .layers_per_virtual_stage = j->layout.layers_per_virtual_stage,
+                .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1234},
+        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+    };
     int rc = tri_device_cpu_create(&dev, 1);
-    if (!rc) rc = tri_grid_create(&grid, world, j->layout.tp, j->layout.pp);
-    have_grid = rc == TRI_OK;
-    tri_gpt_run_options o = {.B = j->B, .T = j->T, .n_micro = j->layout.n_micro,
-                             .sequence_parallel = j->layout.sp, .schedule = j->layout.schedule,
-                             .layers_per_virtual_stage = j->layout.layers_per_virtual_stage,
-                             .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1234};
-    if (!rc) rc = tri_gpt_rank_create(&r, j->cfg, &grid, &o, dev);
-    have_model = rc == TRI_OK;
-    tri_step_config sc = {.n_micro = j->layout.n_micro, .sequence_parallel = j->layout.sp, .clip_grad = 1.0f};
-    tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    if (!rc) rc = tri_trainer_create(&tr, r.stage, r.v, &grid, dev, &sc, &ac, &r.train, &r.eval);
-    have_trainer = rc == TRI_OK;
-    tri_batch_source src = {.ctx = j, .fill = fill};
-    if (!rc) {
-        tri_comm_reset_counters(grid.tp_comm);
-        rc = tri_trainer_gradients(&tr, &src, 0, &j->out->grad_loss);
-        if (grid.world_rank == 0)
-            memcpy(j->out->tp_bytes, grid.tp_comm->bytes, sizeof j->out->tp_bytes);
+    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, j->cfg, &o);
+    if (rc) {
+        tri_device_destroy(dev);
+        return rc;
     }
-    if (!rc) rc = tri_trainer_grad_norm(&tr, &j->out->grad_norm);
-    if (!rc) rc = collect_all(&r, &grid, j->cfg, true, j->out);
-    if (!rc) rc = collect_in_flight(&r, &tr, &grid, j->out);
+    tri_grid *grid = &ss.grid;
+    tri_trainer *tr = &ss.trainer;
+    tri_batch_source src = {.ctx = j, .fill = fill};
+    tri_comm_reset_counters(grid->tp_comm);
+    rc = tri_trainer_gradients(tr, &src, 0, &j->out->grad_loss);
+    if (grid->world_rank == 0)
+        memcpy(j->out->tp_bytes, grid->tp_comm->bytes, sizeof j->out->tp_bytes);
+    if (!rc) rc = tri_trainer_grad_norm(tr, &j->out->grad_norm);
+    if (!rc) rc = collect_all(&ss.model, grid, j->cfg, true, j->out);
+    if (!rc) rc = collect_in_flight(&ss.model, tr, grid, j->out);
     for (int s = 0; s < j->steps && !rc; s++) {
         tri_step_result res;
-        rc = tri_trainer_step(&tr, &src, s, 1e-3f, &res);
-        if (!rc && grid.world_rank == 0) {
+        rc = tri_trainer_step(tr, &src, s, 1e-3f, &res);
+        if (!rc && grid->world_rank == 0) {
             j->out->losses[s] = res.loss;
             j->out->norms[s] = res.grad_norm;
         }
     }
-    if (!rc) rc = collect_all(&r, &grid, j->cfg, false, j->out);
-    if (have_trainer)
-        tri_trainer_destroy(&tr);
-    if (have_model)
-        tri_gpt_rank_destroy(&r);
-    if (have_grid)
-        tri_grid_destroy(&grid);
+    if (!rc) rc = collect_all(&ss.model, grid, j->cfg, false, j->out);
+    tri_gpt_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }

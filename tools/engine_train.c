@@ -51,14 +51,10 @@ typedef struct run {
     tri_gpt_config cfg;
     tri_comm *world;
     tri_comm *dev_world;     /* the device's world comm (NCCL for cuda), NULL: world serves */
-    tri_grid grid;
     int dp, n_micro;
     tri_device *dev;
-    tri_gpt_run_options ropt;
-    tri_gpt_rank model;
-    bool have_model;
-    tri_trainer trainer;
-    bool have_trainer;
+    tri_gpt_session_options sopt;
+    tri_gpt_session ss;
     tri_dataloader *train, *val;
     tri_tokenizer *tok;
     tri_lr_schedule lr;
@@ -191,12 +187,12 @@ static int validate(run *r)
                        (long long)a->lr_decay_iters);
     if (a->sample_length > a->seq_length - 1)
         a->sample_length = a->seq_length - 1;
-    r->ropt = (tri_gpt_run_options){.B = a->micro_batch, .T = a->seq_length, .n_micro = r->n_micro,
+    r->sopt.run = (tri_gpt_run_options){.B = a->micro_batch, .T = a->seq_length, .n_micro = r->n_micro,
                                     .sequence_parallel = a->sequence_parallel, .schedule = a->schedule,
                                     .layers_per_virtual_stage = a->layers_per_virtual_stage,
                                     .first_stage_layers = a->first_stage_layers,
                                     .last_stage_layers = a->last_stage_layers, .seed = (uint64_t)a->seed};
-    rc = tri_gpt_rank_check(&r->cfg, a->tp, a->pp, r->dp, &r->ropt);
+    rc = tri_gpt_rank_check(&r->cfg, a->tp, a->pp, r->dp, &r->sopt.run);
     if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, a->seq_length, r->cfg.vocab_size,
                                       (uint64_t)a->seed, true);
     if (!rc) rc = tri_dataloader_open(&r->val, a->val_data, a->seq_length, r->cfg.vocab_size, 0, false);
@@ -245,32 +241,27 @@ static int devices_agree(run *r, int rc)
 static int setup(run *r)
 {
     args *a = &r->a;
-    int rc = tri_grid_create(&r->grid, r->dev_world ? r->dev_world : r->world, a->tp, a->pp);
+    r->sopt.tp = a->tp;
+    r->sopt.pp = a->pp;
+    r->sopt.clip_grad = a->clip_grad;
+    r->sopt.adamw = (tri_adamw_config){.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
+                                       .weight_decay = a->weight_decay};
+    tri_comm *world = r->dev_world ? r->dev_world : r->world;
+    int rc = tri_gpt_session_create(&r->ss, world, r->dev, &r->cfg, &r->sopt);
     if (rc)
         return rc;
-    tri_log_set_rank(r->grid.world_rank, r->grid.tp_rank, r->grid.pp_rank, r->grid.dp_rank);
-    rc = tri_gpt_rank_create(&r->model, &r->cfg, &r->grid, &r->ropt, r->dev);
-    if (rc)
-        return rc;
-    r->have_model = true;
-    tri_step_config sc = {.n_micro = r->n_micro, .sequence_parallel = a->sequence_parallel,
-                          .clip_grad = a->clip_grad};
-    tri_adamw_config ac = {.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
-                           .weight_decay = a->weight_decay};
-    rc = tri_trainer_create(&r->trainer, r->model.stage, r->model.v, &r->grid, r->dev, &sc, &ac,
-                            &r->model.train, &r->model.eval);
-    r->have_trainer = rc == TRI_OK;
+    tri_log_set_rank(r->ss.grid.world_rank, r->ss.grid.tp_rank, r->ss.grid.pp_rank, r->ss.grid.dp_rank);
     r->lr = (tri_lr_schedule){.lr = a->lr, .min_lr = a->min_lr, .warmup_iters = a->lr_warmup_iters,
                               .decay_iters = a->lr_decay_iters,
                               .style = strcmp(a->lr_decay_style, "cosine") == 0   ? TRI_LR_COSINE
                                        : strcmp(a->lr_decay_style, "linear") == 0 ? TRI_LR_LINEAR
                                                                                   : TRI_LR_CONSTANT};
-    return rc;
+    return TRI_OK;
 }
 
 static int open_metrics(run *r)
 {
-    if (r->grid.world_rank != 0)
+    if (r->ss.grid.world_rank != 0)
         return TRI_OK;
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", r->a.save_dir);
@@ -313,19 +304,19 @@ static void print_plan(run *r)
     tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s; micro-batch %d x seq %d, %d micro-batches "
                   "(%s), global batch %lld sequences (%lld tokens)", r->world->size, a->tp, a->pp, r->dp,
                   a->sequence_parallel ? " (sequence parallel)" : "", a->micro_batch, a->seq_length,
-                  r->n_micro, r->model.train.name, (long long)a->global_batch,
+                  r->n_micro, r->ss.model.train.name, (long long)a->global_batch,
                   (long long)a->global_batch * a->seq_length);
-    if (r->grid.world_rank == 0)
-        tri_stage_plan_print(stdout, &r->model.plan);
+    if (r->ss.grid.world_rank == 0)
+        tri_stage_plan_print(stdout, &r->ss.model.plan);
     tri_log_rank0("data: %s (%lld tokens), %s (%lld tokens); device %s, %d thread%s per rank",
                   a->train_data, (long long)tri_dataloader_tokens(r->train), a->val_data,
                   (long long)tri_dataloader_tokens(r->val), a->device, a->threads, a->threads == 1 ? "" : "s");
     size_t bytes[TRI_MEM_KINDS], total = 0;
-    tri_gpt_rank_memory(&r->model, bytes);
+    tri_gpt_rank_memory(&r->ss.model, bytes);
     char line[1024];
     int used = snprintf(line, sizeof line, "memory of rank 0 (planned):");
     for (int k = 0; k < TRI_MEM_KINDS; k++) {
-        size_t b = bytes[k] + r->trainer.arena.by_kind[k];
+        size_t b = bytes[k] + r->ss.trainer.arena.by_kind[k];
         total += b;
         if (b && used < (int)sizeof line)
             used += snprintf(line + used, sizeof line - (size_t)used, " %s %.1f MiB,",
@@ -338,7 +329,7 @@ static int evaluate(run *r, int64_t iter)
 {
     tri_batch_source src = {.ctx = r->val, .fill = tri_dataloader_fill_ctx};
     double loss = 0.0;
-    int rc = tri_trainer_eval(&r->trainer, &src, r->a.eval_iters, &loss);
+    int rc = tri_trainer_eval(&r->ss.trainer, &src, r->a.eval_iters, &loss);
     if (rc)
         return rc;
     tri_log_rank0("validation at iteration %lld: loss %.4f (perplexity %.2f)", (long long)iter, loss, exp(loss));
@@ -355,7 +346,7 @@ static int train_loop(run *r)
     for (int64_t it = 0; it < a->train_iters; it++) {
         double t0 = now_s();
         tri_step_result res;
-        int rc = tri_trainer_step(&r->trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
+        int rc = tri_trainer_step(&r->ss.trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
         if (rc)
             return tri_error_context(rc, "iteration %lld", (long long)it + 1);
         double dt = now_s() - t0;
@@ -425,14 +416,14 @@ static int sample_top_k(const float *logits, int V, int k, float temperature, tr
 /* The id sampled on the last pipeline stage, on every rank of the pipeline. */
 static int share_token(run *r, int *id)
 {
-    if (r->grid.pp == 1)
+    if (r->ss.grid.pp == 1)
         return TRI_OK;
     tri_tensor t = {0};
     int rc = tri_device_alloc(r->dev, &t.data, sizeof(int32_t));
     t = tri_tensor_1d(t.data, TRI_I32, 1);
     int32_t v = *id;
     if (!rc) rc = tri_device_copy_from_host(r->dev, t, &v);
-    if (!rc) rc = tri_comm_broadcast(r->grid.pp_comm, t, r->grid.pp - 1);
+    if (!rc) rc = tri_comm_broadcast(r->ss.grid.pp_comm, t, r->ss.grid.pp - 1);
     if (!rc) rc = tri_device_copy_to_host(r->dev, &v, t);
     tri_device_free(r->dev, t.data);
     *id = v;
@@ -462,7 +453,7 @@ static int generate(run *r)
     for (int t = 1; t <= a->sample_length && !rc; t++) {
         bool have = false;
         int id = 0;
-        rc = tri_gpt_rank_logits(&r->model, windows, t - 1, logits, &have);
+        rc = tri_gpt_rank_logits(&r->ss.model, windows, t - 1, logits, &have);
         if (!rc && have)
             rc = sample_top_k(logits, V, a->sample_top_k, a->sample_temperature, &rng, &id);
         if (!rc) rc = share_token(r, &id);
@@ -471,10 +462,10 @@ static int generate(run *r)
         windows[t] = id;
         const char *bytes = NULL;
         size_t len = 0;
-        if (r->grid.world_rank == 0 && tri_tokenizer_decode_one(r->tok, id, &bytes, &len) == TRI_OK)
+        if (r->ss.grid.world_rank == 0 && tri_tokenizer_decode_one(r->tok, id, &bytes, &len) == TRI_OK)
             fwrite(bytes, 1, len, stdout);
     }
-    if (r->grid.world_rank == 0)
+    if (r->ss.grid.world_rank == 0)
         printf("\n");
     fflush(stdout);
     free(windows);
@@ -484,13 +475,9 @@ static int generate(run *r)
 
 static void cleanup(run *r)
 {
-    if (r->have_trainer)
-        tri_trainer_destroy(&r->trainer);
-    if (r->have_model)
-        tri_gpt_rank_destroy(&r->model);
-    tri_device_destroy(r->dev);
-    tri_grid_destroy(&r->grid);
+    tri_gpt_session_destroy(&r->ss);
     tri_comm_destroy(r->dev_world);
+    tri_device_destroy(r->dev);
     tri_dataloader_close(r->train);
     tri_dataloader_close(r->val);
     tri_tokenizer_destroy(r->tok);

@@ -107,31 +107,27 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
         return rc;
     if (b->T > cfg.n_positions)
         return TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's n_positions %d", b->T, model, cfg.n_positions);
-    tri_grid grid;
-    tri_gpt_rank m;
-    tri_trainer tr;
-    bool have_tr = false, have_m = false;
-    rc = tri_grid_create(&grid, world, b->tp, 1);
+    tri_gpt_session ss;
+    tri_gpt_session_options o = {
+        .tp = b->tp, .pp = 1, .clip_grad = 1.0f,
+        .run = {.B = B, .T = b->T, .n_micro = 1, .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1},
+        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+    };
+    rc = tri_gpt_session_create(&ss, world, dev, &cfg, &o);
     if (rc)
         return rc;
-    tri_gpt_run_options o = {.B = B, .T = b->T, .n_micro = 1, .first_stage_layers = -1,
-                             .last_stage_layers = -1, .seed = 1};
-    rc = tri_gpt_rank_create(&m, &cfg, &grid, &o, dev);
-    have_m = rc == TRI_OK;
-    tri_step_config sc = {.n_micro = 1, .clip_grad = 1.0f};
-    tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    if (!rc) rc = tri_trainer_create(&tr, m.stage, m.v, &grid, dev, &sc, &ac, &m.train, &m.eval);
-    have_tr = rc == TRI_OK;
+    tri_grid grid = ss.grid;
+    tri_trainer *tr = &ss.trainer;
     tri_batch_source src = {.ctx = (void *)b, .fill = fill_random};
     tri_step_result res;
     for (int it = 0; it < b->warmup && !rc; it++)
-        rc = tri_trainer_step(&tr, &src, it, 1e-4f, &res);
+        rc = tri_trainer_step(tr, &src, it, 1e-4f, &res);
     if (!rc && b->profile && grid.world_rank == 0)
         rc = tri_device_profile_enable(dev);
     if (!rc) rc = tri_device_sync(dev);
     double t0 = now_s();
     for (int it = 0; it < b->iters && !rc; it++)
-        rc = tri_trainer_step(&tr, &src, b->warmup + it, 1e-4f, &res);
+        rc = tri_trainer_step(tr, &src, b->warmup + it, 1e-4f, &res);
     if (!rc) rc = tri_device_sync(dev);
     double dt = (now_s() - t0) / b->iters;
     if (!rc && grid.world_rank == 0) {
@@ -157,11 +153,7 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
         free(dev->profile);
         dev->profile = NULL;
     }
-    if (have_tr)
-        tri_trainer_destroy(&tr);
-    if (have_m)
-        tri_gpt_rank_destroy(&m);
-    tri_grid_destroy(&grid);
+    tri_gpt_session_destroy(&ss);
     return rc;
 }
 

@@ -49,33 +49,22 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
 /* Trains STEPS steps on `world` with tensor-parallel size tp (dp = the rest), n_micro micro-batches. */
 static int train(tri_device *dev, tri_comm *world, int tp, bool sp, int n_micro, result *res)
 {
-    tri_grid grid;
-    tri_gpt_rank m;
-    tri_trainer tr;
-    bool have_tr = false, have_m = false;
-    int rc = tri_grid_create(&grid, world, tp, 1);
-    if (rc)
-        return rc;
-    tri_gpt_run_options o = {.B = B, .T = T, .n_micro = n_micro, .sequence_parallel = sp,
-                             .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1234};
-    rc = tri_gpt_rank_create(&m, &CFG, &grid, &o, dev);
-    have_m = rc == TRI_OK;
-    tri_step_config sc = {.n_micro = n_micro, .sequence_parallel = sp, .clip_grad = 1.0f};
-    tri_adamw_config ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    if (!rc) rc = tri_trainer_create(&tr, m.stage, m.v, &grid, dev, &sc, &ac, &m.train, &m.eval);
-    have_tr = rc == TRI_OK;
+    tri_gpt_session ss;
+    tri_gpt_session_options o = {
+        .tp = tp, .pp = 1, .clip_grad = 1.0f,
+        .run = {.B = B, .T = T, .n_micro = n_micro, .sequence_parallel = sp, .first_stage_layers = -1,
+                .last_stage_layers = -1, .seed = 1234},
+        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+    };
+    int rc = tri_gpt_session_create(&ss, world, dev, &CFG, &o);
     tri_batch_source src = {.ctx = NULL, .fill = fill};
     for (int k = 0; k < STEPS && !rc; k++) {
         tri_step_result r;
-        rc = tri_trainer_step(&tr, &src, k, 1e-3f, &r);
+        rc = tri_trainer_step(&ss.trainer, &src, k, 1e-3f, &r);
         res->loss[k] = r.loss;
         res->norm[k] = r.grad_norm;
     }
-    if (have_tr)
-        tri_trainer_destroy(&tr);
-    if (have_m)
-        tri_gpt_rank_destroy(&m);
-    tri_grid_destroy(&grid);
+    tri_gpt_session_destroy(&ss);
     return rc;
 }
 
