@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine/comm.h"
+#include "engine/clock.h"
 #include "engine/grid.h"
 #include "engine/rng.h"
 #include "engine/status.h"
@@ -40,13 +40,6 @@ typedef struct bench {
     double seconds;                            /* wall time of the timed iterations (rank 0) */
     double chunk_flops[MAX_RANKS * 4];         /* the stage plan's FLOPs per chunk */
 } bench;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 {
@@ -81,14 +74,14 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         for (int c = 0; c < ss.model.plan.n_chunks && c < MAX_RANKS * 4; c++)
             b->chunk_flops[c] = ss.model.plan.costs[c].flops;
     b->busy[rank] = b->total[rank] = 0.0;
-    double t0 = now_s();
+    double t0 = tri_now_s();
     for (int it = 1; it <= b->iters && !rc; it++) {
         rc = tri_trainer_step(&ss.trainer, &src, it, 1e-4f, &res);
         b->busy[rank] += ss.trainer.train_pipe.busy_s;
         b->total[rank] += ss.trainer.train_pipe.total_s;
     }
     if (!rc && rank == 0)
-        b->seconds = now_s() - t0;
+        b->seconds = tri_now_s() - t0;
     tri_gpt_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;

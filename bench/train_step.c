@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/comm.h"
+#include "engine/clock.h"
 #include "engine/device.h"
 #include "engine/grid.h"
 #include "engine/rng.h"
@@ -27,6 +27,7 @@
 #include "models/gpt_rank.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "partitioner/flops.h"
 
 typedef struct bench {
     const char *config;
@@ -37,19 +38,6 @@ typedef struct bench {
     int tp;
     double ms_per_iter;
 } bench;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double model_flops(const tri_gpt_config *c, int64_t B, int64_t s)
-{
-    double l = c->n_layer, h = c->n_embd, V = c->vocab_size;
-    return 72.0 * (double)B * (double)s * l * h * h * (1.0 + (double)s / (6.0 * h) + V / (12.0 * l * h));
-}
 
 static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 {
@@ -82,11 +70,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     rc = tri_trainer_step(&ss.trainer, &src, 0, 1e-4f, &res);
     if (!rc && b->profile && rank == 0)
         rc = tri_device_profile_enable(dev);
-    double t0 = now_s();
+    double t0 = tri_now_s();
     for (int it = 1; it <= b->iters && !rc; it++)
         rc = tri_trainer_step(&ss.trainer, &src, it, 1e-4f, &res);
     if (!rc && rank == 0)
-        b->ms_per_iter = (now_s() - t0) * 1e3 / b->iters;
+        b->ms_per_iter = (tri_now_s() - t0) * 1e3 / b->iters;
     if (!rc && rank == 0 && b->profile)
         tri_device_profile_report(dev, stdout);
     tri_gpt_session_destroy(&ss);
@@ -137,11 +125,11 @@ static double sgemm_gflops(const bench *b)
             int times = i < 12 ? b->cfg.n_layer : 1;
             const gemm_shape *s = &g[i];
             int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
-            double t0 = now_s();
+            double t0 = tri_now_s();
             for (int k = 0; k < times; k++)
                 cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans,
                             s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, Cm, s->N);
-            secs += now_s() - t0;
+            secs += tri_now_s() - t0;
             flops += 2.0 * s->M * s->N * (double)s->K * times;
         }
         if (rep > 0 && flops / secs / 1e9 > best)
@@ -191,7 +179,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_train_step: %s\n", tri_error_message());
         return 1;
     }
-    double flops = model_flops(&b.cfg, b.B, b.T);
+    tri_transformer dims = tri_gpt_dims(&b.cfg);
+    double flops = tri_iteration_flops(&dims, b.B, b.T, false);
     int threads = b.threads;
     if (timed_run(&b, 1, threads))
         return 1;

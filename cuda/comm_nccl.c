@@ -16,6 +16,7 @@
  *
  * Every NCCL, CUDA and MPI return code is checked and recorded with the failing call's text. */
 #include "cuda/comm_nccl.h"
+#include "engine/clock.h"
 
 #include <mpi.h>
 #include <nccl.h>
@@ -40,13 +41,6 @@ typedef struct nccl_impl {
 
 static const tri_comm_ops nccl_ops;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void pause_us(long us)
 {
     struct timespec ts = {0, us * 1000};
@@ -70,9 +64,9 @@ static void abort_comm(nccl_impl *n)
  * the caller aborts or keeps it on other errors) and gives TRI_ETIMEOUT. */
 static int settle(nccl_impl *n, ncclComm_t comm, ncclResult_t r, const char *call, const char *file, int line)
 {
-    double t0 = now_s();
+    double t0 = tri_now_s();
     for (long polls = 0; r == ncclInProgress; polls++) {
-        if (now_s() - t0 > n->timeout_s) {
+        if (tri_now_s() - t0 > n->timeout_s) {
             if (comm)
                 ncclCommAbort(comm);
             if (comm == n->comm)
@@ -128,7 +122,7 @@ static int watch(void *ctx)
     if (n->pending_since > 0) {
         if (cudaEventQuery(n->done) == cudaSuccess)
             n->pending_since = 0;
-        else if (now_s() - n->pending_since > n->timeout_s) {
+        else if (tri_now_s() - n->pending_since > n->timeout_s) {
             abort_comm(n);
             return TRI_ERR(TRI_ETIMEOUT, "an NCCL operation did not complete within %g s (a peer is missing "
                            "or hung); communicator aborted", n->timeout_s);
@@ -154,7 +148,7 @@ static int end(nccl_impl *n, int rc)
     if (rc)
         return rc;
     if (n->pending_since == 0 || cudaEventQuery(n->done) == cudaSuccess)
-        n->pending_since = now_s();
+        n->pending_since = tri_now_s();
     rc = TRI_CUDA(cudaEventRecord(n->done, n->stream));
     if (!rc) rc = TRI_CUDA(cudaStreamWaitEvent(n->compute, n->done, 0));
     return rc;

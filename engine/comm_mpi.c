@@ -12,6 +12,7 @@
  * slows the computing ranks down whenever ranks outnumber cores), and a wait that outlasts the
  * comm's timeout fails with TRI_ETIMEOUT naming the operation instead of hanging. */
 #include "engine/comm.h"
+#include "engine/clock.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -62,13 +63,6 @@ static int count_of(tri_tensor t, const char *op, int *count)
     return TRI_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define POLL_SPINS 4096          /* tests before the first sleep: short waits stay fast */
 #define POLL_MAX_SLEEP_NS 10000L
 
@@ -77,14 +71,14 @@ static double now_s(void)
  * MPI's code (MPI_ERR_IN_STATUS when a request failed: see st). TRI_ETIMEOUT after c->timeout_s. */
 static int wait_all(tri_comm *c, int n, MPI_Request *req, MPI_Status *st, const char *op, int *mpi_err)
 {
-    double start = now_s();
+    double start = tri_now_s();
     long sleep_ns = 1000;
     for (long k = 0;; k++) {
         int done = 0;
         *mpi_err = MPI_Testall(n, req, &done, st ? st : MPI_STATUSES_IGNORE);
         if (done || *mpi_err != MPI_SUCCESS)
             return TRI_OK;
-        if (c->timeout_s > 0 && now_s() - start > c->timeout_s)
+        if (c->timeout_s > 0 && tri_now_s() - start > c->timeout_s)
             return TRI_ERR(TRI_ETIMEOUT, "mpi %s (operation %llu on a group of %d ranks, rank %d) did not "
                            "complete within %.0f s: a peer has died or stalled", op,
                            (unsigned long long)c->seq, c->size, c->rank, c->timeout_s);

@@ -3,12 +3,12 @@
  * Every wrapper verifies dtypes and shapes, records a message naming the op, the argument and the
  * shapes on mismatch, then dispatches to the backend, which may assume valid arguments. */
 #include "engine/device.h"
+#include "engine/clock.h"
 
 #include "engine/status.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define DESC(t, buf) tri_tensor_describe((t), (buf), sizeof(buf))
 
@@ -47,13 +47,6 @@ static int unsupported(tri_device *d, const char *op)
     return TRI_ERR(TRI_ENOTSUP, "%s: not implemented by the %s backend", op, d->ops->name);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Adds one timed call of op `name` (a string literal: slots compare by pointer, then by text). */
 static void profile_add(tri_device *d, const char *name, double seconds)
 {
@@ -74,14 +67,14 @@ static _Thread_local double op_t0;
 
 static double profile_start(tri_device *d)
 {
-    return d->profile ? now_s() : 0.0;
+    return d->profile ? tri_now_s() : 0.0;
 }
 
 static int profile_end(tri_device *d, const char *name, int rc)
 {
     if (d->profile) {
         int s = d->ops->sync(d);
-        profile_add(d, name, now_s() - op_t0);
+        profile_add(d, name, tri_now_s() - op_t0);
         rc = rc ? rc : s;
     }
     return rc;

@@ -1,9 +1,9 @@
 /* engine/pipeline.c - the pipeline executor (see pipeline.h). */
 #include "engine/pipeline.h"
+#include "engine/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/status.h"
 
@@ -54,13 +54,6 @@ void tri_pipeline_destroy(tri_pipeline *p)
     free(p->peak);
     free(p->batch);
     memset(p, 0, sizeof *p);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The slot of (chunk, mb), taking a free one at the micro-batch's first op on this rank. */
@@ -161,15 +154,15 @@ int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, flo
         p->slot[k] = -1;
     *loss_sum = 0.0;
     p->busy_s = 0.0;
-    double t_run = now_s();
+    double t_run = tri_now_s();
     for (int i = 0; i < n && !rc;) {
         int end = tri_sched_batch_end(ops, n, i);
         if (tri_sched_is_comm(ops[i].kind)) {
             rc = exchange(p, ops, i, end);
         } else {
-            double t0 = now_s();
+            double t0 = tri_now_s();
             rc = compute(p, io, &ops[i], train, dloss, loss_sum);
-            p->busy_s += now_s() - t0;
+            p->busy_s += tri_now_s() - t0;
         }
         for (int j = i; j < end && !rc; j++)
             if (p->last_use[j])
@@ -179,6 +172,6 @@ int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, flo
                                    i, tri_sched_kind_name(ops[i].kind), ops[i].mb, ops[i].chunk);
         i = end;
     }
-    p->total_s = now_s() - t_run;
+    p->total_s = tri_now_s() - t_run;
     return rc;
 }

@@ -2,6 +2,7 @@
  * argument checks, and the list of all checks (see commcheck.h; p2p in commcheck_p2p.c, split and
  * grid in commcheck_groups.c). */
 #include "tests/commcheck.h"
+#include "engine/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,13 +186,6 @@ int cc_broadcast(tri_comm *c)
 
 /* ---- barrier ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int cc_barrier(tri_comm *c)
 {
     /* After a first barrier, the last rank arrives 300 ms late at a second one; everyone else must
@@ -202,13 +196,13 @@ int cc_barrier(tri_comm *c)
     int rc = tri_comm_barrier(c);
     if (rc || c->size == 1)
         return cc_verdict_end(&v, rc);
-    double t0 = now_s();
+    double t0 = tri_now_s();
     if (c->rank == c->size - 1) {
         struct timespec ts = {0, (long)(late * 1e9)};
         nanosleep(&ts, NULL);
     }
     rc = tri_comm_barrier(c);
-    double waited = now_s() - t0;
+    double waited = tri_now_s() - t0;
     if (!rc && c->rank != c->size - 1 && waited < min_wait)
         cc_fail(&v, "left the barrier after %.3f s, before the last rank arrived (%.1f s late)", waited,
                 late);

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "engine/comm.h"
+#include "engine/clock.h"
 #include "engine/grid.h"
 #include "engine/status.h"
 #include "tests/commcheck.h"
@@ -47,13 +48,6 @@ static void no_leaks(void) {}
 TestSuite(comm, .fini = no_leaks);
 
 /* ---- helpers ---- */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void sleep_s(double s)
 {
@@ -281,7 +275,7 @@ static int run_one_fails(int rank, int size, tri_comm *c, void *arg)
         tri_comm_destroy(pair);
         return TRI_ERR(a->fail_code, "rank %d gives up on purpose", rank);
     }
-    double t0 = now_s();
+    double t0 = tri_now_s();
     float x[3] = {1, 2, 3};
     tri_p2p recv = {.send = false, .peer = a->failing, .t = tri_tensor_1d(x, TRI_F32, 3)};
     switch (rank) {
@@ -290,7 +284,7 @@ static int run_one_fails(int rank, int size, tri_comm *c, void *arg)
     case 2: rc = a->failing == 3 ? tri_comm_p2p(c, &recv, 1) : tri_comm_barrier(pair); break;
     default: rc = tri_comm_barrier(c); break;
     }
-    a->waited[rank] = now_s() - t0;
+    a->waited[rank] = tri_now_s() - t0;
     a->rc[rank] = rc;
     tri_comm_destroy(pair);
     return rc;
@@ -299,9 +293,9 @@ static int run_one_fails(int rank, int size, tri_comm *c, void *arg)
 static void expect_woken(int failing, int code)
 {
     fail_arg a = {.failing = failing, .fail_code = code};
-    double t0 = now_s();
+    double t0 = tri_now_s();
     int rc = tri_run_thread_ranks(FAIL_RANKS, run_one_fails, &a);
-    double total = now_s() - t0;
+    double total = tri_now_s() - t0;
     cr_assert_eq(rc, code, "rank %d failed with %s, tri_run_thread_ranks returned %s: %s", failing,
                  tri_status_name(code), tri_status_name(rc), tri_error_message());
     char want[64];
@@ -337,9 +331,9 @@ Test(comm, timeout_when_a_rank_never_joins)
     tri_comm *c = NULL;
     cr_assert_eq(tri_thread_group_create(&g, 3, 0.25), TRI_OK);
     cr_assert_eq(tri_comm_thread_create(&c, g, 0), TRI_OK); /* ranks 1 and 2 never show up */
-    double t0 = now_s();
+    double t0 = tri_now_s();
     int rc = tri_comm_barrier(c);
-    double waited = now_s() - t0;
+    double waited = tri_now_s() - t0;
     cr_assert_eq(rc, TRI_ETIMEOUT, "%s: %s", tri_status_name(rc), tri_error_message());
     cr_assert(strstr(tri_error_message(), "barrier timed out"), "%s", tri_error_message());
     cr_assert(waited >= 0.2 && waited < 1.5, "gave up after %.2f s with a 0.25 s timeout", waited);

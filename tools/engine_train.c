@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine/dataloader.h"
+#include "engine/clock.h"
 #include "engine/device.h"
 #include "engine/grid.h"
 #include "engine/log.h"
@@ -32,6 +32,7 @@
 #include "models/tokenizer.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "partitioner/flops.h"
 
 
 typedef struct args {
@@ -143,21 +144,8 @@ static void defaults(args *a)
     a->sample_temperature = 1.0f;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Model FLOPs of one iteration (Narayanan et al. 2021, eq. 3 without recomputation):
  * 72 B s l h^2 (1 + s / (6h) + V / (12 l h)) for B sequences of length s. */
-static double iteration_flops(const tri_gpt_config *c, int64_t B, int64_t s)
-{
-    double l = c->n_layer, h = c->n_embd, V = c->vocab_size;
-    return 72.0 * (double)B * (double)s * l * h * h * (1.0 + (double)s / (6.0 * h) + V / (12.0 * l * h));
-}
-
 /* ---- validation: no communication, so every rank reaches the same verdict ---- */
 
 static int validate(run *r)
@@ -341,15 +329,16 @@ static int train_loop(run *r)
 {
     const args *a = &r->a;
     tri_batch_source src = {.ctx = r->train, .fill = tri_dataloader_fill_ctx};
-    double flops = iteration_flops(&r->cfg, a->global_batch, a->seq_length);
-    double t_start = now_s(), first_loss = NAN, last_loss = NAN;
+    tri_transformer dims = tri_gpt_dims(&r->cfg);
+    double flops = tri_iteration_flops(&dims, a->global_batch, a->seq_length, false);
+    double t_start = tri_now_s(), first_loss = NAN, last_loss = NAN;
     for (int64_t it = 0; it < a->train_iters; it++) {
-        double t0 = now_s();
+        double t0 = tri_now_s();
         tri_step_result res;
         int rc = tri_trainer_step(&r->ss.trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
         if (rc)
             return tri_error_context(rc, "iteration %lld", (long long)it + 1);
-        double dt = now_s() - t0;
+        double dt = tri_now_s() - t0;
         double tps = (double)(a->global_batch * a->seq_length) / dt;
         if (it == 0)
             first_loss = res.loss;
@@ -367,7 +356,7 @@ static int train_loop(run *r)
                 return rc;
         }
     }
-    double total = now_s() - t_start;
+    double total = tri_now_s() - t_start;
     if (a->train_iters > 0)
         tri_log_rank0("trained %lld iterations in %.1f s: loss %.4f -> %.4f (ln vocab = %.4f)",
                       (long long)a->train_iters, total, first_loss, last_loss, log((double)r->cfg.vocab_size));

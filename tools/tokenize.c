@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/status.h"
+#include "engine/clock.h"
 #include "engine/token_file.h"
 #include "models/tokenizer.h"
 #include "tools/cli/backend.h"
@@ -97,13 +98,6 @@ static int fail(const char *fmt, ...)
     fprintf(stderr, "\n");
     va_end(ap);
     return 1;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ---- arguments ---- */
@@ -330,7 +324,7 @@ static void progress_start(progress *p, size_t total)
     p->on = (p->tty && total >= PROGRESS_TTY_BYTES) || total >= PROGRESS_LOG_BYTES;
     p->total = total;
     p->done = 0;
-    p->start = p->last = now_seconds();
+    p->start = p->last = tri_now_s();
 }
 
 static void progress_draw(const progress *p, double t)
@@ -354,7 +348,7 @@ static void progress_add(progress *p, size_t bytes)
     p->done += bytes;
     if (!p->on)
         return;
-    double t = now_seconds();
+    double t = tri_now_s();
     if (t - p->last >= (p->tty ? 0.2 : 5.0)) {
         p->last = t;
         progress_draw(p, t);
@@ -365,7 +359,7 @@ static void progress_end(progress *p)
 {
     if (!p->on)
         return;
-    progress_draw(p, now_seconds());
+    progress_draw(p, tri_now_s());
     if (p->tty)
         fputc('\n', stderr);
 }
@@ -419,7 +413,7 @@ static int encode_splits(const options *o, tri_tokenizer *tok, const doc_list *d
     char train[4096], val[4096];
     int64_t n_train_tok = 0, n_val_tok = 0;
     progress prog;
-    double t0 = now_seconds();
+    double t0 = tri_now_s();
     progress_start(&prog, bytes);
     snprintf(train, sizeof train, "%s_train.bin", o->output_prefix);
     snprintf(val, sizeof val, "%s_val.bin", o->output_prefix);
@@ -430,7 +424,7 @@ static int encode_splits(const options *o, tri_tokenizer *tok, const doc_list *d
     progress_end(&prog);
     if (rc != TRI_OK)
         return rc;
-    double dt = now_seconds() - t0;
+    double dt = tri_now_s() - t0;
     printf("tokenize: wrote %s: %lld tokens\n", train, (long long)n_train_tok);
     if (n_val > 0)
         printf("tokenize: wrote %s: %lld tokens\n", val, (long long)n_val_tok);

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "cuda/device_cuda.h"
+#include "engine/clock.h"
 #include "engine/device.h"
 #include "engine/grid.h"
 #include "engine/rng.h"
@@ -34,6 +35,7 @@
 #include "models/gpt_rank.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "partitioner/flops.h"
 
 #ifndef TRIDENT_SOURCE_DIR
 #define TRIDENT_SOURCE_DIR "."
@@ -66,19 +68,6 @@ typedef struct model_default {
 } model_default;
 
 static const model_default MODELS[] = {{"gpt2", 8}, {"gpt2-medium", 4}, {"gpt2-large", 4}, {"gpt2-xl", 2}};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double model_flops(const tri_gpt_config *c, int64_t B, int64_t s)
-{
-    double l = c->n_layer, h = c->n_embd, V = c->vocab_size;
-    return 72.0 * (double)B * (double)s * l * h * h * (1.0 + (double)s / (6.0 * h) + V / (12.0 * l * h));
-}
 
 static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 {
@@ -125,15 +114,16 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     if (!rc && b->profile && grid.world_rank == 0)
         rc = tri_device_profile_enable(dev);
     if (!rc) rc = tri_device_sync(dev);
-    double t0 = now_s();
+    double t0 = tri_now_s();
     for (int it = 0; it < b->iters && !rc; it++)
         rc = tri_trainer_step(tr, &src, b->warmup + it, 1e-4f, &res);
     if (!rc) rc = tri_device_sync(dev);
-    double dt = (now_s() - t0) / b->iters;
+    double dt = (tri_now_s() - t0) / b->iters;
     if (!rc && grid.world_rank == 0) {
         int gpus = world->size;
         double tokens = (double)B * b->T * grid.dp;
-        double achieved = model_flops(&cfg, (int64_t)B * grid.dp, b->T) / dt / 1e12;
+        tri_transformer dims = tri_gpt_dims(&cfg);
+        double achieved = tri_iteration_flops(&dims, (int64_t)B * grid.dp, b->T, false) / dt / 1e12;
         const peak *p = find_peak(gpu);
         double fp32 = b->peak_tflops > 0 ? b->peak_tflops : p ? p->fp32 : 0.0, bf16 = p ? p->bf16 : 0.0;
         printf("%-12s %6.0fM  B %2d x T %4d x dp %d | %9.1f ms/iter | %9.0f tok/s | %7.2f TFLOP/s | ", model,
