@@ -93,6 +93,8 @@ void tri_device_destroy(tri_device *d)
         return;
     free(d->profile);
     d->profile = NULL;
+    free(d->records);
+    d->records = NULL;
     if (d->ops->destroy)
         d->ops->destroy(d);
 }
@@ -130,18 +132,52 @@ void tri_device_profile_report(const tri_device *d, FILE *f)
     fprintf(f, "%-22s %10s %10.3f\n", "total", "", total);
 }
 
+static int remember(tri_device *d, void *ptr, size_t bytes)
+{
+    if (d->n_records == d->cap_records) {
+        int cap = d->cap_records ? 2 * d->cap_records : 32;
+        tri_alloc_record *r = realloc(d->records, (size_t)cap * sizeof *r);
+        if (!r)
+            return TRI_ERR(TRI_ENOMEM, "device: out of memory for allocation records");
+        d->records = r;
+        d->cap_records = cap;
+    }
+    d->records[d->n_records++] = (tri_alloc_record){ptr, bytes};
+    d->allocated_bytes += bytes;
+    if (d->allocated_bytes > d->peak_bytes)
+        d->peak_bytes = d->allocated_bytes;
+    return TRI_OK;
+}
+
+static void forget(tri_device *d, void *ptr)
+{
+    for (int i = d->n_records - 1; i >= 0; i--)
+        if (d->records[i].ptr == ptr) {
+            d->allocated_bytes -= d->records[i].bytes;
+            d->records[i] = d->records[--d->n_records];
+            return;
+        }
+}
+
 int tri_device_alloc(tri_device *d, void **ptr, size_t bytes)
 {
     *ptr = NULL;
     if (bytes == 0)
         return TRI_OK;
-    return d->ops->alloc(d, ptr, bytes);
+    int rc = d->ops->alloc(d, ptr, bytes);
+    if (!rc && (rc = remember(d, *ptr, bytes)) != TRI_OK) {
+        d->ops->free(d, *ptr);
+        *ptr = NULL;
+    }
+    return rc;
 }
 
 void tri_device_free(tri_device *d, void *ptr)
 {
-    if (ptr)
-        d->ops->free(d, ptr);
+    if (!ptr)
+        return;
+    forget(d, ptr);
+    d->ops->free(d, ptr);
 }
 
 int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src)

@@ -93,9 +93,19 @@ typedef struct tri_op_profile {
     int64_t calls[TRI_PROFILE_SLOTS];
 } tri_op_profile;
 
+/* What tri_device_alloc has handed out, for the measured memory peak. */
+typedef struct tri_alloc_record {
+    void *ptr;
+    size_t bytes;
+} tri_alloc_record;
+
 struct tri_device {
     const tri_device_ops *ops;
     tri_op_profile *profile;  /* NULL unless profiling */
+    size_t allocated_bytes;   /* live device memory from tri_device_alloc */
+    size_t peak_bytes;        /* the most that was live at once */
+    tri_alloc_record *records;
+    int n_records, cap_records;
     void *impl;              /* backend state */
     int threads;             /* CPU: threads of the OpenMP loops (0: OpenMP's default). BLAS threads
                                 are process-wide: tools set them (tools/cli/backend.h). CUDA: unused */
@@ -115,7 +125,9 @@ int tri_device_profile_enable(tri_device *d);
 /* Prints the ops by total time, with calls and share, to f. */
 void tri_device_profile_report(const tri_device *d, FILE *f);
 
-/* ---- memory: sizes in bytes; pointers are device memory unless named host ---- */
+/* ---- memory: sizes in bytes; pointers are device memory unless named host ----
+ * The device counts live bytes and their peak (allocated_bytes, peak_bytes): every device buffer
+ * comes from tri_device_alloc, so the peak is the measured figure the memory plan predicts. */
 int tri_device_alloc(tri_device *d, void **ptr, size_t bytes);
 void tri_device_free(tri_device *d, void *ptr);
 int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src);

@@ -7,15 +7,44 @@
 
 #include "engine/status.h"
 
-static int take_buffers(tri_trainer *t, const tri_adamw_config *adamw)
+/* The trainer's buffers, taken from arena a (planning or real): per chunk the optimizer state of
+ * its range, the gradient-norm slots and a scalar. Shared by tri_trainer_create and the planner. */
+static int take_buffers(tri_arena *a, tri_optimizer *opt, const tri_param_layout *const *layouts, int v,
+                        int n_global_params, int tp, const tri_adamw_config *adamw, tri_tensor *norm_slots,
+                        tri_tensor *scalar)
 {
     int rc = TRI_OK;
-    for (int c = 0; c < t->v && !rc; c++)
-        rc = tri_optimizer_take(&t->opt[c], &t->arena, adamw, 0, t->chunks[c]->layout->padded_numel);
-    int64_t slots = (int64_t)t->chunks[0]->n_global_params * t->grid->tp;
-    if (!rc) rc = tri_arena_take(&t->arena, TRI_MEM_COMM, &t->norm_slots, TRI_F32, 1, (int64_t[]){slots});
-    if (!rc) rc = tri_arena_take(&t->arena, TRI_MEM_WORKSPACE, &t->scalar, TRI_F32, 1, (int64_t[]){1});
+    for (int c = 0; c < v && !rc; c++)
+        rc = tri_optimizer_take(&opt[c], a, adamw, 0, layouts[c]->padded_numel);
+    int64_t slots = (int64_t)n_global_params * tp;
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, norm_slots, TRI_F32, 1, (int64_t[]){slots});
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, scalar, TRI_F32, 1, (int64_t[]){1});
     return rc;
+}
+
+int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global_params, int tp,
+                     size_t bytes[TRI_MEM_KINDS])
+{
+    tri_arena a;
+    tri_optimizer opt[TRI_MAX_CHUNKS];
+    tri_tensor norm_slots, scalar;
+    tri_adamw_config none = {0};
+    if (v < 1 || v > TRI_MAX_CHUNKS)
+        return TRI_ERR(TRI_EINVAL, "trainer: %d model chunks per rank (1..%d)", v, TRI_MAX_CHUNKS);
+    tri_arena_plan(&a);
+    int rc = take_buffers(&a, opt, layouts, v, n_global_params, tp, &none, &norm_slots, &scalar);
+    if (!rc)
+        memcpy(bytes, a.by_kind, TRI_MEM_KINDS * sizeof *bytes);
+    return rc;
+}
+
+static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
+{
+    const tri_param_layout *layouts[TRI_MAX_CHUNKS];
+    for (int c = 0; c < t->v; c++)
+        layouts[c] = t->chunks[c]->layout;
+    return take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp, adamw,
+                        &t->norm_slots, &t->scalar);
 }
 
 int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tri_grid *grid,
@@ -41,9 +70,9 @@ int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tr
     if (!t->windows)
         return TRI_ERR(TRI_ENOMEM, "trainer: out of memory");
     tri_arena_plan(&t->arena);
-    int rc = take_buffers(t, adamw);
+    int rc = take_trainer_buffers(t, adamw);
     if (!rc) rc = tri_arena_commit(&t->arena, dev);
-    if (!rc) rc = take_buffers(t, adamw);
+    if (!rc) rc = take_trainer_buffers(t, adamw);
     for (int c = 0; c < v && !rc; c++)
         rc = tri_optimizer_reset(dev, &t->opt[c]);
     if (!rc) rc = tri_pipeline_create(&t->train_pipe, train_sched, grid->pp_rank, grid->pp_comm, t->chunks);

@@ -392,6 +392,7 @@ static void bind_stage(tri_gpt *m)
 
 /* ---- creation ---- */
 
+/* Sizes every buffer (dev NULL: planning only, nothing allocated) or builds the stage. */
 static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *opt,
                  tri_device *dev, tri_comm *tp_comm)
 {
@@ -433,7 +434,9 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *o
     }
     tri_arena_plan(&m->arena);
     rc = take_all(m);
-    if (!rc) rc = tri_arena_commit(&m->arena, dev);
+    if (rc || !dev)
+        return rc;
+    rc = tri_arena_commit(&m->arena, dev);
     if (!rc) rc = take_all(m);
     if (rc)
         return rc;
@@ -457,6 +460,20 @@ int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_optio
     }
     *out = m;
     return TRI_OK;
+}
+
+int tri_gpt_plan(const tri_gpt_config *cfg, const tri_gpt_options *opt, int tp, int tp_rank,
+                 size_t bytes[TRI_MEM_KINDS])
+{
+    tri_comm group = {.rank = tp_rank, .size = tp}; /* sizes only: planning sends nothing */
+    tri_gpt *m = calloc(1, sizeof *m);
+    if (!m)
+        return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
+    int rc = setup(m, cfg, opt, NULL, &group);
+    if (!rc)
+        memcpy(bytes, m->arena.by_kind, TRI_MEM_KINDS * sizeof *bytes);
+    tri_gpt_destroy(m);
+    return rc;
 }
 
 void tri_gpt_destroy(tri_gpt *m)

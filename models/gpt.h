@@ -118,6 +118,12 @@ int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_optio
                    tri_device *dev, tri_comm *tp_comm);
 void tri_gpt_destroy(tri_gpt *m);
 
+/* The bytes per memory category the stage would allocate on TP rank tp_rank of tp (the very plan
+ * tri_gpt_create allocates), without allocating or communicating: for the partitioner's memory
+ * prediction of any layout on any machine. */
+int tri_gpt_plan(const tri_gpt_config *cfg, const tri_gpt_options *opt, int tp, int tp_rank,
+                 size_t bytes[TRI_MEM_KINDS]);
+
 /* Copies (B, T+1) token windows into a slot: inputs are the first T of each, targets the last T. */
 int tri_gpt_load_batch(tri_gpt *m, int slot, const int32_t *windows);
 /* See tri_stage.forward / backward. */

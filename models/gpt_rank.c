@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/status.h"
+#include "partitioner/layout.h"
 #include "partitioner/schedule.h"
 #include "partitioner/schedule_forward.h"
 
@@ -76,21 +77,37 @@ int tri_gpt_rank_check(const tri_gpt_config *cfg, int tp, int pp, int dp, const 
     return TRI_OK;
 }
 
+/* The options of local chunk c on pipeline rank pp_rank: its layers and its activation slots. */
+static tri_gpt_options chunk_options(const tri_gpt_rank *r, const tri_gpt_run_options *o, int dp,
+                                     int pp_rank, int dp_rank, int c)
+{
+    const tri_stage_place *pl = &r->plan.chunks[tri_sched_global_chunk(&r->train, pp_rank, c)];
+    int slots = tri_sched_slots_needed(&r->train, pp_rank, c);
+    int eval_slots = tri_sched_slots_needed(&r->eval, pp_rank, c);
+    tri_gpt_options opt = {.B = o->B, .T = o->T, .n_slots = slots > eval_slots ? slots : eval_slots,
+                           .layer_start = pl->layer_start, .layer_end = pl->layer_end,
+                           .first = pl->first, .last = pl->last, .sequence_parallel = o->sequence_parallel,
+                           .dp = dp, .dp_rank = dp_rank, .seed = o->seed};
+    if (opt.n_slots < 1)
+        opt.n_slots = 1;
+    return opt;
+}
+
+static int make_schedules(tri_gpt_rank *r, int pp, const tri_gpt_run_options *o)
+{
+    int eval_m = o->eval_micro > 0 ? o->eval_micro : o->n_micro;
+    int rc = make_train_schedule(&r->train, pp, r->v, o);
+    if (!rc) rc = tri_schedule_forward_only(&r->eval, pp, r->v, eval_m);
+    if (!rc) rc = tri_schedule_forward_only(&r->sample, pp, r->v, 1);
+    return rc;
+}
+
 static int create_chunks(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_grid *g,
                          const tri_gpt_run_options *o, tri_device *dev)
 {
     int rc = TRI_OK;
     for (int c = 0; c < r->v && !rc; c++) {
-        const tri_stage_place *pl = &r->plan.chunks[tri_sched_global_chunk(&r->train, g->pp_rank, c)];
-        int slots = tri_sched_slots_needed(&r->train, g->pp_rank, c);
-        int eval_slots = tri_sched_slots_needed(&r->eval, g->pp_rank, c);
-        tri_gpt_options opt = {.B = o->B, .T = o->T, .n_slots = slots > eval_slots ? slots : eval_slots,
-                               .layer_start = pl->layer_start, .layer_end = pl->layer_end,
-                               .first = pl->first, .last = pl->last,
-                               .sequence_parallel = o->sequence_parallel, .dp = g->dp,
-                               .dp_rank = g->dp_rank, .seed = o->seed};
-        if (opt.n_slots < 1)
-            opt.n_slots = 1;
+        tri_gpt_options opt = chunk_options(r, o, g->dp, g->pp_rank, g->dp_rank, c);
         rc = tri_gpt_create(&r->chunk[c], cfg, &opt, dev, g->tp_comm);
         if (!rc)
             r->stage[c] = &r->chunk[c]->stage;
@@ -107,10 +124,7 @@ int tri_gpt_rank_create(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_gr
     if (rc)
         return rc;
     r->v = r->plan.v;
-    int eval_m = o->eval_micro > 0 ? o->eval_micro : o->n_micro;
-    rc = make_train_schedule(&r->train, g->pp, r->v, o);
-    if (!rc) rc = tri_schedule_forward_only(&r->eval, g->pp, r->v, eval_m);
-    if (!rc) rc = tri_schedule_forward_only(&r->sample, g->pp, r->v, 1);
+    rc = make_schedules(r, g->pp, o);
     if (!rc) rc = create_chunks(r, cfg, g, o, dev);
     if (!rc) rc = tri_pipeline_create(&r->sample_pipe, &r->sample, g->pp_rank, g->pp_comm, r->stage);
     if (rc)
@@ -187,4 +201,42 @@ void tri_gpt_session_destroy(tri_gpt_session *s)
     if (s->have_grid)
         tri_grid_destroy(&s->grid);
     s->have_trainer = s->have_model = s->have_grid = false;
+}
+
+int tri_gpt_rank_plan(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o,
+                      int tp_rank, int pp_rank, int dp_rank, size_t bytes[TRI_MEM_KINDS])
+{
+    tri_gpt_rank r;
+    memset(&r, 0, sizeof r);
+    memset(bytes, 0, TRI_MEM_KINDS * sizeof *bytes);
+    int rc = make_plan(cfg, tp, pp, dp, o, &r.plan);
+    if (rc)
+        return rc;
+    r.v = r.plan.v;
+    rc = make_schedules(&r, pp, o);
+    tri_param_layout layouts[TRI_MAX_CHUNKS];
+    const tri_param_layout *lp[TRI_MAX_CHUNKS];
+    int made = 0;
+    for (int c = 0; c < r.v && !rc; c++) {
+        tri_gpt_options opt = chunk_options(&r, o, dp, pp_rank, dp_rank, c);
+        size_t chunk[TRI_MEM_KINDS];
+        rc = tri_gpt_plan(cfg, &opt, tp, tp_rank, chunk);
+        for (int k = 0; k < TRI_MEM_KINDS && !rc; k++)
+            bytes[k] += chunk[k];
+        tri_param_spec *specs = NULL;
+        int n = 0;
+        if (!rc) rc = tri_gpt_param_specs(cfg, tp, &opt, &specs, &n);
+        if (!rc) rc = tri_layout_create(&layouts[c], specs, n, tp, tp_rank, dp, dp_rank);
+        free(specs);
+        if (!rc)
+            lp[made++] = &layouts[c];
+    }
+    size_t trainer[TRI_MEM_KINDS];
+    if (!rc) rc = tri_trainer_plan(lp, r.v, tri_gpt_num_param_tensors(cfg), tp, trainer);
+    for (int k = 0; k < TRI_MEM_KINDS && !rc; k++)
+        bytes[k] += trainer[k];
+    for (int c = 0; c < made; c++)
+        tri_layout_destroy(&layouts[c]);
+    tri_gpt_rank_destroy(&r);
+    return rc;
 }

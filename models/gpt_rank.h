@@ -57,6 +57,12 @@ int tri_gpt_rank_logits(tri_gpt_rank *r, const int32_t *windows, int64_t row, fl
 /* Bytes of the plan per memory category on this rank, summed over chunks. */
 void tri_gpt_rank_memory(const tri_gpt_rank *r, size_t bytes[TRI_MEM_KINDS]);
 
+/* The bytes per memory category that world rank (tp_rank, pp_rank, dp_rank) of a tp x pp x dp
+ * layout would allocate for its model chunks and its trainer (the same plan tri_gpt_session_create
+ * allocates), computed without allocating or communicating: the partitioner's memory prediction. */
+int tri_gpt_rank_plan(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o,
+                      int tp_rank, int pp_rank, int dp_rank, size_t bytes[TRI_MEM_KINDS]);
+
 /* One rank's whole training set-up: the process grid, its model chunks and the trainer. */
 typedef struct tri_gpt_session {
     tri_grid grid;

@@ -299,18 +299,25 @@ static void print_plan(run *r)
     tri_log_rank0("data: %s (%lld tokens), %s (%lld tokens); device %s, %d thread%s per rank",
                   a->train_data, (long long)tri_dataloader_tokens(r->train), a->val_data,
                   (long long)tri_dataloader_tokens(r->val), a->device, a->threads, a->threads == 1 ? "" : "s");
+}
+
+/* Every rank's planned bytes by category beside the device's measured peak (DESIGN.md §7). */
+static void print_memory(run *r)
+{
     size_t bytes[TRI_MEM_KINDS], total = 0;
     tri_gpt_rank_memory(&r->ss.model, bytes);
     char line[1024];
-    int used = snprintf(line, sizeof line, "memory of rank 0 (planned):");
+    int used = snprintf(line, sizeof line, "memory planned:");
     for (int k = 0; k < TRI_MEM_KINDS; k++) {
         size_t b = bytes[k] + r->ss.trainer.arena.by_kind[k];
         total += b;
         if (b && used < (int)sizeof line)
-            used += snprintf(line + used, sizeof line - (size_t)used, " %s %.1f MiB,",
+            used += snprintf(line + used, sizeof line - (size_t)used, " %s %.2f MiB,",
                              tri_mem_kind_name((tri_mem_kind)k), (double)b / 1048576.0);
     }
-    tri_log_rank0("%s total %.1f MiB", line, (double)total / 1048576.0);
+    tri_log("%s total %.2f MiB; measured peak %.2f MiB (%+.1f%%)", line, (double)total / 1048576.0,
+            (double)r->dev->peak_bytes / 1048576.0,
+            total ? 100.0 * ((double)r->dev->peak_bytes - (double)total) / (double)total : 0.0);
 }
 
 static int evaluate(run *r, int64_t iter)
@@ -340,8 +347,10 @@ static int train_loop(run *r)
             return tri_error_context(rc, "iteration %lld", (long long)it + 1);
         double dt = tri_now_s() - t0;
         double tps = (double)(a->global_batch * a->seq_length) / dt;
-        if (it == 0)
+        if (it == 0) {
             first_loss = res.loss;
+            print_memory(r);
+        }
         last_loss = res.loss;
         if (!a->quiet && ((it + 1) % a->log_interval == 0 || it == 0))
             tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms | %8.0f tok/s | "
