@@ -24,6 +24,7 @@ typedef struct tri_gpt_run_options {
     int layers_per_virtual_stage; /* interleaved: layers per model chunk */
     int first_stage_layers;       /* --decoder-first-pipeline-num-layers, -1: balanced */
     int last_stage_layers;        /* --decoder-last-pipeline-num-layers, -1: balanced */
+    int zero_stage;               /* 0..3 (Rajbhandari et al. 2020) */
     uint64_t seed;
 } tri_gpt_run_options;
 
