@@ -38,6 +38,7 @@ typedef struct tri_param_spec {
                                        last stage): left out of the gradient norm */
     int global_index;               /* position in the whole model's parameter list (every stage
                                        agrees), for layout-independent reductions */
+    int unit;                       /* the unit it belongs to (non-decreasing in a stage's list) */
 } tri_param_spec;
 
 /* A parameter as this rank holds it. */
@@ -51,28 +52,37 @@ typedef struct tri_param {
     bool count_in_norm;                   /* this rank adds it to the global gradient norm */
 } tri_param;
 
-/* A piece [start, start + len) of the flat buffers inside one parameter. */
-typedef struct tri_segment {
-    int param;
-    int64_t start, len;
-} tri_segment;
+/* A unit: consecutive parameters that are reduced, gathered and sharded together (the embedding,
+ * one block, the final layernorm and LM head): the bucket of ZeRO-2's gradient reduce-scatter and
+ * the granularity of ZeRO-3's parameter gather (Rajbhandari et al. 2020; FSDP's flat units). */
+typedef struct tri_param_unit {
+    int first, count;          /* parameters [first, first + count) */
+    int64_t start, len;        /* flat range; len is a multiple of dp * TRI_LAYOUT_ALIGN */
+} tri_param_unit;
 
 #define TRI_LAYOUT_ALIGN 64 /* elements: every parameter's flat offset is a multiple of this */
 
 /* The parameters of one stage as one rank holds them, filled by partitioner/layout.h: offsets in
- * one flat parameter buffer and one flat gradient buffer, padded to a multiple of
- * dp * TRI_LAYOUT_ALIGN, and this dp rank's ZeRO shard as (parameter, range) segments. */
+ * one flat parameter buffer and one flat gradient buffer, cut into units, each padded to a
+ * multiple of dp * TRI_LAYOUT_ALIGN so that every data-parallel rank owns an equal, aligned slice
+ * of every unit (its ZeRO shard). Shards ignore tensor boundaries, as in Megatron-LM's distributed
+ * optimizer, so no tensor must divide by dp. */
 typedef struct tri_param_layout {
     int n;
     tri_param *params;
-    int64_t numel;          /* local parameter elements (without alignment padding) */
-    int64_t padded_numel;   /* length of the flat buffers */
+    int n_units;
+    tri_param_unit *units;
+    int64_t numel;          /* local parameter elements (without padding) */
+    int64_t padded_numel;   /* length of the flat buffers: the sum of the units' lengths */
     int dp, dp_rank;
-    int64_t shard_start;    /* this dp rank's ZeRO shard of the flat buffers */
-    int64_t shard_numel;    /* = padded_numel / dp */
-    int nseg;
-    tri_segment *segs;      /* the parameters' pieces inside the shard, in flat order */
+    int64_t shard_numel;    /* elements each dp rank owns: padded_numel / dp */
 } tri_param_layout;
+
+/* Data-parallel rank r's slice of unit u: [tri_unit_slice(u, dp, r), + u->len / dp). */
+static inline int64_t tri_unit_slice(const tri_param_unit *u, int dp, int r)
+{
+    return u->start + (int64_t)r * (u->len / dp);
+}
 
 /* Fills `host` (the local shard, param->numel floats) with the parameter's initial values. Element
  * values depend only on (seed, name, global index), so every layout starts from the same global

@@ -100,28 +100,56 @@ static int add_block_specs(spec_list *l, const tri_gpt_config *cfg, int i)
     return rc;
 }
 
+/* wte: the embedding's table, or (on a last stage without the embedding) the LM head's copy. */
+static int add_wte(spec_list *l, const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt)
+{
+    int64_t C = cfg->n_embd, Vp = tri_gpt_padded_vocab(cfg->vocab_size, tp);
+    int rc = ADD(l, "wte", 0, true, TRI_INIT_NORMAL, cfg->init_std, Vp, C);
+    if (!rc) {
+        l->v[l->n - 1].init_rows = cfg->vocab_size;       /* padding rows stay zero */
+        l->v[l->n - 1].tied = !(opt->first && opt->last); /* wte on two pipeline stages */
+        l->v[l->n - 1].tied_copy = !opt->first;           /* the LM head's copy on the last stage */
+    }
+    return rc;
+}
+
+/* Gives the specs added since the last call (from *done on) the next unit number. */
+static void close_unit(spec_list *l, int *done, int *unit)
+{
+    for (; *done < l->n; (*done)++)
+        l->v[*done].unit = *unit;
+    (*unit)++;
+}
+
+/* Units, numbered in the stage's order: wte and wpe (first stage) one each, then one per block,
+ * then ln_f and, on a last stage without the embedding, the LM head's copy of wte. wte is a unit
+ * of its own on both stages, so both cut it into the same data-parallel slices and the tied
+ * gradient can be summed over the embedding group slice by slice (ZeRO-2/3). */
 int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt,
                         tri_param_spec **specs, int *n)
 {
     spec_list l = {0};
-    int64_t C = cfg->n_embd, Vp = tri_gpt_padded_vocab(cfg->vocab_size, tp);
-    int rc = TRI_OK;
-    if (opt->first || opt->last) {
-        rc = ADD(&l, "wte", 0, true, TRI_INIT_NORMAL, cfg->init_std, Vp, C);
-        if (!rc) {
-            l.v[l.n - 1].init_rows = cfg->vocab_size;      /* padding rows stay zero */
-            l.v[l.n - 1].tied = !(opt->first && opt->last); /* wte on two pipeline stages */
-            l.v[l.n - 1].tied_copy = !opt->first;          /* the LM head's copy on the last stage */
+    int64_t C = cfg->n_embd;
+    int L_l = opt->layer_end - opt->layer_start, rc = TRI_OK, unit = 0, done = 0;
+    if (opt->first) {
+        rc = add_wte(&l, cfg, tp, opt);
+        close_unit(&l, &done, &unit);
+        if (!rc) rc = ADD(&l, "wpe", -1, true, TRI_INIT_NORMAL, cfg->init_std, cfg->n_positions, C);
+        close_unit(&l, &done, &unit);
+    }
+    for (int k = 0; k < L_l && !rc; k++) {
+        rc = add_block_specs(&l, cfg, opt->layer_start + k);
+        close_unit(&l, &done, &unit);
+    }
+    if (!rc && opt->last) {
+        rc = ADD(&l, "ln_f.w", -1, false, TRI_INIT_ONES, 0, C);
+        if (!rc) rc = ADD(&l, "ln_f.b", -1, false, TRI_INIT_ZEROS, 0, C);
+        close_unit(&l, &done, &unit);
+        if (!rc && !opt->first) {
+            rc = add_wte(&l, cfg, tp, opt);
+            close_unit(&l, &done, &unit);
         }
     }
-    if (!rc && opt->first)
-        rc = ADD(&l, "wpe", -1, true, TRI_INIT_NORMAL, cfg->init_std, cfg->n_positions, C);
-    for (int i = opt->layer_start; i < opt->layer_end && !rc; i++)
-        rc = add_block_specs(&l, cfg, i);
-    if (!rc && opt->last)
-        rc = ADD(&l, "ln_f.w", -1, false, TRI_INIT_ONES, 0, C);
-    if (!rc && opt->last)
-        rc = ADD(&l, "ln_f.b", -1, false, TRI_INIT_ZEROS, 0, C);
     for (int i = 0; i < l.n && !rc; i++) {
         l.v[i].global_index = global_index(cfg, l.v[i].name);
         if (l.v[i].global_index < 0)

@@ -33,20 +33,12 @@ static int place(tri_param *p, const tri_param_spec *s, int tp, int tp_rank)
     return TRI_OK;
 }
 
-int tri_layout_shard_segments(const tri_param_layout *L, int r, tri_segment *segs, int cap)
+int tri_layout_unit_of(const tri_param_layout *L, int64_t at)
 {
-    int64_t lo = (int64_t)r * L->shard_numel, hi = lo + L->shard_numel;
-    int k = 0;
-    for (int i = 0; i < L->n; i++) {
-        int64_t a = L->params[i].offset, b = a + L->params[i].numel;
-        int64_t s = a > lo ? a : lo, e = b < hi ? b : hi;
-        if (s >= e)
-            continue;
-        if (k < cap)
-            segs[k] = (tri_segment){.param = i, .start = s, .len = e - s};
-        k++;
-    }
-    return k;
+    for (int u = 0; u < L->n_units; u++)
+        if (at >= L->units[u].start && at < L->units[u].start + L->units[u].len)
+            return u;
+    return -1;
 }
 
 int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, int tp, int tp_rank,
@@ -54,39 +46,54 @@ int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, i
 {
     memset(L, 0, sizeof *L);
     L->params = calloc((size_t)(n > 0 ? n : 1), sizeof *L->params);
-    L->segs = calloc((size_t)(n > 0 ? n : 1), sizeof *L->segs);
-    if (!L->params || !L->segs) {
+    L->units = calloc((size_t)(n > 0 ? n : 1), sizeof *L->units);
+    if (!L->params || !L->units) {
         tri_layout_destroy(L);
         return TRI_ERR(TRI_ENOMEM, "layout: out of memory for %d parameters", n);
     }
     L->n = n;
     L->dp = dp;
     L->dp_rank = dp_rank;
-    int64_t off = 0;
+    int64_t off = 0, unit_align = (int64_t)dp * TRI_LAYOUT_ALIGN;
     for (int i = 0; i < n; i++) {
         int rc = place(&L->params[i], &specs[i], tp, tp_rank);
+        if (!rc && i > 0 && specs[i].unit < specs[i - 1].unit)
+            rc = TRI_ERR(TRI_EINVAL, "layout: parameter %s is in unit %d after unit %d", specs[i].name,
+                         specs[i].unit, specs[i - 1].unit);
         if (rc) {
             tri_layout_destroy(L);
             return rc;
         }
+        if (i == 0 || specs[i].unit != specs[i - 1].unit) {
+            if (L->n_units > 0) { /* close the previous unit */
+                tri_param_unit *u = &L->units[L->n_units - 1];
+                u->len = round_up(off - u->start, unit_align);
+                off = u->start + u->len;
+            }
+            L->units[L->n_units++] = (tri_param_unit){.first = i, .start = off};
+        }
+        L->units[L->n_units - 1].count++;
         L->params[i].offset = off;
         L->numel += L->params[i].numel;
         off = round_up(off + L->params[i].numel, TRI_LAYOUT_ALIGN);
     }
-    L->padded_numel = round_up(off > 0 ? off : 1, (int64_t)dp * TRI_LAYOUT_ALIGN);
-    L->shard_numel = L->padded_numel / dp;
-    L->shard_start = (int64_t)dp_rank * L->shard_numel;
-    L->nseg = tri_layout_shard_segments(L, dp_rank, L->segs, n);
+    if (L->n_units > 0) {
+        tri_param_unit *u = &L->units[L->n_units - 1];
+        u->len = round_up(off - u->start, unit_align);
+        off = u->start + u->len;
+    }
+    L->padded_numel = off;
+    L->shard_numel = off / dp;
     return TRI_OK;
 }
 
 void tri_layout_destroy(tri_param_layout *L)
 {
     free(L->params);
-    free(L->segs);
+    free(L->units);
     L->params = NULL;
-    L->segs = NULL;
-    L->n = L->nseg = 0;
+    L->units = NULL;
+    L->n = L->n_units = 0;
 }
 
 int tri_layout_find(const tri_param_layout *L, const char *name)

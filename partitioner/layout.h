@@ -1,11 +1,10 @@
 /* partitioner/layout.h - where each parameter of a stage lives on one rank.
  *
- * From the parameter descriptions of a stage and the rank's (tp, dp) coordinates: local shapes,
- * global offsets of TP shards, offsets in one flat parameter buffer and one flat gradient buffer
- * (each parameter aligned to TRI_LAYOUT_ALIGN elements, the total padded to a multiple of
- * dp * TRI_LAYOUT_ALIGN), and this dp rank's ZeRO shard as (parameter, range) segments. Shards
- * ignore tensor boundaries, as in Megatron-LM's distributed optimizer, so no tensor must divide by
- * dp. Pure planning: no device, no comm. */
+ * From the parameter descriptions of a stage (each naming its unit) and the rank's (tp, dp)
+ * coordinates: local shapes, global offsets of TP shards, offsets in one flat parameter buffer and
+ * one flat gradient buffer (each parameter aligned to TRI_LAYOUT_ALIGN elements), grouped into
+ * units padded to a multiple of dp * TRI_LAYOUT_ALIGN, each data-parallel rank owning an equal
+ * slice of every unit. Pure planning: no device, no comm. */
 #ifndef TRIDENT_PARTITIONER_LAYOUT_H
 #define TRIDENT_PARTITIONER_LAYOUT_H
 
@@ -14,7 +13,8 @@
 /* tri_param_layout is declared in engine/param.h (the optimizer walks it); this module fills it. */
 
 /* Lays out n specs for rank (tp_rank of tp, dp_rank of dp). TRI_EINVAL when a split dimension does
- * not divide by tp (the message names the parameter and sizes), TRI_ENOMEM on allocation failure. */
+ * not divide by tp (the message names the parameter and sizes) or the specs' units decrease,
+ * TRI_ENOMEM on allocation failure. */
 int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, int tp, int tp_rank,
                       int dp, int dp_rank);
 void tri_layout_destroy(tri_param_layout *L);
@@ -22,9 +22,8 @@ void tri_layout_destroy(tri_param_layout *L);
 /* Index of the parameter called `name`, or -1. */
 int tri_layout_find(const tri_param_layout *L, const char *name);
 
-/* The segments of dp rank r's shard (for any r; the layout stores only its own). Returns the number
- * written to segs (at most cap). */
-int tri_layout_shard_segments(const tri_param_layout *L, int r, tri_segment *segs, int cap);
+/* The unit holding flat offset `at` (-1 when outside the buffers). */
+int tri_layout_unit_of(const tri_param_layout *L, int64_t at);
 
 /* Copies the local shard of parameter p held by TP rank `shard_rank` (same local shape as p's) from
  * `shard` into its place in the global tensor `global` (p->spec.shape, row-major). Host memory. */
