@@ -5,14 +5,11 @@
 
 #include "engine/status.h"
 
-int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *cfg, int64_t lo,
-                       int64_t hi)
+int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *cfg, int64_t owned)
 {
     o->cfg = *cfg;
-    o->lo = lo;
-    o->hi = hi;
     o->step = 0;
-    int64_t n = hi - lo > 0 ? hi - lo : 1;
+    int64_t n = owned > 0 ? owned : 1;
     int rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->m, TRI_F32, 1, (int64_t[]){n});
     if (!rc) rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->v, TRI_F32, 1, (int64_t[]){n});
     if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, &o->scalar, TRI_F32, 1, (int64_t[]){1});
@@ -27,45 +24,67 @@ int tri_optimizer_reset(tri_device *d, tri_optimizer *o)
     return rc;
 }
 
-/* The overlap of parameter p with [lo, hi) as flat offsets; false when empty. */
-static bool overlap(const tri_param *p, int64_t lo, int64_t hi, int64_t *s, int64_t *e)
+int tri_param_owned_pieces(const tri_zero *z, const tri_param *p,
+                           int (*fn)(void *ctx, int64_t start, int64_t len), void *ctx)
 {
-    *s = p->offset > lo ? p->offset : lo;
-    *e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    return *s < *e;
+    int rc = TRI_OK;
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t start, len, local;
+        tri_zero_owned(z, k, &start, &len, &local);
+        int64_t s = p->offset > start ? p->offset : start;
+        int64_t e = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
+        if (s < e)
+            rc = fn(ctx, s, e - s);
+    }
+    return rc;
 }
 
-int tri_grad_sumsq(tri_device *d, const tri_param_layout *L, tri_tensor grads, int64_t lo, int64_t hi,
-                   tri_tensor scalar, double *sumsq)
+typedef struct sumsq_ctx {
+    tri_device *d;
+    const tri_zero *z;
+    tri_tensor scalar;
+} sumsq_ctx;
+
+static int add_sumsq(void *ctx, int64_t start, int64_t len)
 {
+    sumsq_ctx *c = ctx;
+    return tri_op_sum_squares(c->d, c->scalar, tri_zero_owned_grads(c->z, start, len));
+}
+
+int tri_param_grad_sumsq(tri_device *d, const tri_zero *z, const tri_param *p, tri_tensor scalar,
+                         double *sumsq)
+{
+    sumsq_ctx c = {d, z, scalar};
     int rc = tri_op_fill(d, scalar, 0.0f);
-    for (int i = 0; i < L->n && !rc; i++) {
-        int64_t s, e;
-        if (L->params[i].count_in_norm && overlap(&L->params[i], lo, hi, &s, &e))
-            rc = tri_op_sum_squares(d, scalar, tri_tensor_range(grads, s, e - s));
-    }
+    if (!rc) rc = tri_param_owned_pieces(z, p, add_sumsq, &c);
     float host = 0.0f;
     if (!rc) rc = tri_device_copy_to_host(d, &host, scalar);
     *sumsq = host;
     return rc;
 }
 
-int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_param_layout *L, tri_tensor params,
-                       tri_tensor grads, float lr, float grad_scale)
+int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale)
 {
     tri_adamw_hparams hp = {
         .lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
         .grad_scale = grad_scale, .step = o->step + 1,
     };
+    const tri_param_layout *L = z->L;
     int rc = TRI_OK;
-    for (int i = 0; i < L->n && !rc; i++) {
-        int64_t s, e;
-        if (!overlap(&L->params[i], o->lo, o->hi, &s, &e))
-            continue;
-        hp.weight_decay = L->params[i].spec.weight_decay ? o->cfg.weight_decay : 0.0f;
-        int64_t n = e - s;
-        rc = tri_op_adamw(d, tri_tensor_range(params, s, n), tri_tensor_range(grads, s, n),
-                          tri_tensor_range(o->m, s - o->lo, n), tri_tensor_range(o->v, s - o->lo, n), &hp);
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t start, len, local;
+        tri_zero_owned(z, k, &start, &len, &local);
+        for (int i = 0; i < L->n && !rc; i++) {
+            const tri_param *p = &L->params[i];
+            int64_t s = p->offset > start ? p->offset : start;
+            int64_t e = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
+            if (s >= e)
+                continue;
+            hp.weight_decay = p->spec.weight_decay ? o->cfg.weight_decay : 0.0f;
+            int64_t at = local + (s - start);
+            rc = tri_op_adamw(d, tri_zero_owned_params(z, s, e - s), tri_zero_owned_grads(z, s, e - s),
+                              tri_tensor_range(o->m, at, e - s), tri_tensor_range(o->v, at, e - s), &hp);
+        }
     }
     if (!rc)
         o->step++;

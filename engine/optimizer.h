@@ -1,9 +1,9 @@
-/* engine/optimizer.h - AdamW over a range of a stage's flat buffers, the global gradient norm, and
- * the learning-rate schedule.
+/* engine/optimizer.h - AdamW over the parameters a rank owns, the gradient norm's pieces, and the
+ * learning-rate schedule.
  *
- * The optimizer owns Adam's m and v for one contiguous range [lo, hi) of the flat buffers: the
- * whole buffer without ZeRO, this data-parallel rank's shard with it (Rajbhandari et al. 2020).
- * It walks the parameters overlapping the range (shards ignore tensor boundaries) and applies each
+ * The optimizer keeps Adam's m and v for what this rank owns under ZeRO (engine/zero.h): the whole
+ * stage without ZeRO, its slice of every unit with it (Rajbhandari et al. 2020). It walks the
+ * parameters overlapping each owned range (shards ignore tensor boundaries) and applies each
  * parameter's own weight decay. AdamW: Loshchilov & Hutter 2019; clipping by global norm:
  * Pascanu et al. 2013; warm-up + cosine decay as Megatron-LM's OptimizerParamScheduler. */
 #ifndef TRIDENT_ENGINE_OPTIMIZER_H
@@ -12,6 +12,7 @@
 #include "engine/arena.h"
 #include "engine/device.h"
 #include "engine/param.h"
+#include "engine/zero.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,26 +25,28 @@ typedef struct tri_adamw_config {
 
 typedef struct tri_optimizer {
     tri_adamw_config cfg;
-    int64_t lo, hi;           /* the range of the flat buffers this optimizer updates */
-    tri_tensor m, v;          /* (hi - lo) f32 */
+    tri_tensor m, v;          /* (tri_zero_owned_numel) f32, by the owned ranges' local offsets */
     tri_tensor scalar;        /* (1) f32 scratch for reductions */
     int64_t step;             /* updates done */
 } tri_optimizer;
 
-/* Takes m, v and scratch for the range [lo, hi) from an arena (planned like every buffer). */
-int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *cfg, int64_t lo,
-                       int64_t hi);
+/* Takes m, v and scratch for `owned` elements from an arena (planned like every buffer). */
+int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *cfg, int64_t owned);
 /* Zeroes the state (after the arena is committed). */
 int tri_optimizer_reset(tri_device *d, tri_optimizer *o);
 
-/* *sumsq = sum of squared gradients of the parameters in [lo, hi) that this rank counts in the
- * global norm (tri_param.count_in_norm). The caller sums it over the ranks holding other parts. */
-int tri_grad_sumsq(tri_device *d, const tri_param_layout *L, tri_tensor grads, int64_t lo, int64_t hi,
-                   tri_tensor scalar, double *sumsq);
+/* *sumsq = sum of squares of parameter p's gradients over the pieces this rank owns (complete
+ * gradients, after tri_zero_reduce_grads). The caller adds it to the global norm if p counts. */
+int tri_param_grad_sumsq(tri_device *d, const tri_zero *z, const tri_param *p, tri_tensor scalar,
+                         double *sumsq);
 
-/* One AdamW update of the range, gradients first multiplied by grad_scale (clipping). */
-int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_param_layout *L, tri_tensor params,
-                       tri_tensor grads, float lr, float grad_scale);
+/* One AdamW update of every owned range, gradients first multiplied by grad_scale (clipping). */
+int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale);
+
+/* Calls fn(ctx, start, len) for each piece of parameter p this rank owns (flat offsets), in
+ * order; stops at the first non-zero status and returns it. */
+int tri_param_owned_pieces(const tri_zero *z, const tri_param *p,
+                           int (*fn)(void *ctx, int64_t start, int64_t len), void *ctx);
 
 typedef enum { TRI_LR_COSINE = 0, TRI_LR_LINEAR, TRI_LR_CONSTANT } tri_lr_style;
 

@@ -12,6 +12,7 @@
 
 #include "engine/param.h"
 #include "engine/tensor.h"
+#include "engine/zero.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,7 +33,7 @@ typedef struct tri_stage {
     int64_t window;              /* T + 1: tokens per sample read from the data */
     int64_t samples_per_mb;      /* B */
     const tri_param_layout *layout;
-    tri_tensor params, grads;    /* the flat buffers (layout->padded_numel, f32) */
+    tri_zero *zero;              /* where the parameters and gradients live (engine/zero.h) */
     int n_global_params;         /* parameters of the whole model (tri_param_spec.global_index < it) */
     /* Sets every gradient (and any private gradient accumulator) to zero before a step. */
     int (*zero_grads)(void *self);

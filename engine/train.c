@@ -7,32 +7,44 @@
 
 #include "engine/status.h"
 
+/* Elements of optimizer state a rank keeps for a stage: all of it without ZeRO, its shard with. */
+static int64_t owned_numel(const tri_param_layout *L, int zero_stage)
+{
+    return zero_stage == 0 ? L->padded_numel : L->shard_numel;
+}
+
+/* Gradient-norm slots: one per (global parameter, TP rank), and per DP rank when ZeRO shards. */
+static int64_t norm_slots(int n_global_params, int tp, int dp, int zero_stage)
+{
+    return (int64_t)n_global_params * tp * (zero_stage > 0 ? dp : 1);
+}
+
 /* The trainer's buffers, taken from arena a (planning or real): per chunk the optimizer state of
- * its range, the gradient-norm slots and a scalar. Shared by tri_trainer_create and the planner. */
+ * what it owns, the gradient-norm slots and a scalar. Shared by tri_trainer_create and the planner. */
 static int take_buffers(tri_arena *a, tri_optimizer *opt, const tri_param_layout *const *layouts, int v,
-                        int n_global_params, int tp, const tri_adamw_config *adamw, tri_tensor *norm_slots,
-                        tri_tensor *scalar)
+                        int n_global_params, int tp, int zero_stage, const tri_adamw_config *adamw,
+                        tri_tensor *slots, tri_tensor *scalar)
 {
     int rc = TRI_OK;
     for (int c = 0; c < v && !rc; c++)
-        rc = tri_optimizer_take(&opt[c], a, adamw, 0, layouts[c]->padded_numel);
-    int64_t slots = (int64_t)n_global_params * tp;
-    if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, norm_slots, TRI_F32, 1, (int64_t[]){slots});
+        rc = tri_optimizer_take(&opt[c], a, adamw, owned_numel(layouts[c], zero_stage));
+    int64_t n = norm_slots(n_global_params, tp, layouts[0]->dp, zero_stage);
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, slots, TRI_F32, 1, (int64_t[]){n});
     if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, scalar, TRI_F32, 1, (int64_t[]){1});
     return rc;
 }
 
 int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global_params, int tp,
-                     size_t bytes[TRI_MEM_KINDS])
+                     int zero_stage, size_t bytes[TRI_MEM_KINDS])
 {
     tri_arena a;
     tri_optimizer opt[TRI_MAX_CHUNKS];
-    tri_tensor norm_slots, scalar;
+    tri_tensor slots, scalar;
     tri_adamw_config none = {0};
     if (v < 1 || v > TRI_MAX_CHUNKS)
         return TRI_ERR(TRI_EINVAL, "trainer: %d model chunks per rank (1..%d)", v, TRI_MAX_CHUNKS);
     tri_arena_plan(&a);
-    int rc = take_buffers(&a, opt, layouts, v, n_global_params, tp, &none, &norm_slots, &scalar);
+    int rc = take_buffers(&a, opt, layouts, v, n_global_params, tp, zero_stage, &none, &slots, &scalar);
     if (!rc)
         memcpy(bytes, a.by_kind, TRI_MEM_KINDS * sizeof *bytes);
     return rc;
@@ -43,8 +55,8 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
     const tri_param_layout *layouts[TRI_MAX_CHUNKS];
     for (int c = 0; c < t->v; c++)
         layouts[c] = t->chunks[c]->layout;
-    return take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp, adamw,
-                        &t->norm_slots, &t->scalar);
+    return take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp,
+                        t->chunks[0]->zero->stage, adamw, &t->norm_slots, &t->scalar);
 }
 
 int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tri_grid *grid,
@@ -136,22 +148,37 @@ static int broadcast_from_last_stage(tri_trainer *t, double *x)
     return rc;
 }
 
-/* Gradient reductions that make a chunk's gradients complete for its optimizer range. */
+typedef struct reduce_ctx {
+    tri_comm *comm;
+    const tri_zero *z;
+} reduce_ctx;
+
+static int all_reduce_piece(void *ctx, int64_t start, int64_t len)
+{
+    reduce_ctx *c = ctx;
+    return tri_comm_all_reduce(c->comm, tri_zero_owned_grads(c->z, start, len), TRI_REDUCE_SUM);
+}
+
+/* Gradient reductions that make a chunk's owned gradients complete: over data-parallel replicas
+ * (ZeRO: all-reduce, or reduce-scatter into the owned slices), then, on the owned pieces, over TP
+ * for the replicated parameters under SP and over the embedding group for the tied embedding. */
 static int sync_grads(tri_trainer *t, tri_stage *st)
 {
     const tri_param_layout *L = st->layout;
     int rc = st->finish_grads(st->self);
+    if (!rc) rc = tri_zero_reduce_grads(st->zero);
     for (int i = 0; i < L->n && !rc; i++) {
         const tri_param *p = &L->params[i];
-        tri_tensor g = tri_tensor_range(st->grads, p->offset, p->numel);
         /* under SP each TP rank saw only its sequence shard: sum the replicated parameters' parts */
-        if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1)
-            rc = tri_comm_all_reduce(t->grid->tp_comm, g, TRI_REDUCE_SUM);
-        if (!rc && p->spec.tied && t->grid->embd_comm)
-            rc = tri_comm_all_reduce(t->grid->embd_comm, g, TRI_REDUCE_SUM);
+        if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1) {
+            reduce_ctx c = {t->grid->tp_comm, st->zero};
+            rc = tri_param_owned_pieces(st->zero, p, all_reduce_piece, &c);
+        }
+        if (!rc && p->spec.tied && t->grid->embd_comm) {
+            reduce_ctx c = {t->grid->embd_comm, st->zero};
+            rc = tri_param_owned_pieces(st->zero, p, all_reduce_piece, &c);
+        }
     }
-    if (!rc && t->grid->dp > 1)
-        rc = tri_comm_all_reduce(t->grid->dp_comm, st->grads, TRI_REDUCE_SUM);
     return rc;
 }
 
@@ -175,12 +202,14 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
     return rc;
 }
 
-/* The sum of squares of each counted parameter lands in its own slot (global index x tp + tp
- * rank); after the all-reduce over the model replica every slot holds exactly one rank's value
- * (the others added zeros, which is exact), and the slots are summed in index order in double. */
+/* The sum of squares of each counted parameter (over the pieces this rank owns) lands in its own
+ * slot (global index, TP rank, and DP rank when ZeRO shards); after the all-reduce over the ranks
+ * holding pieces every slot holds exactly one rank's value (the others added zeros, which is exact),
+ * and the slots are summed in index order in double. */
 int tri_trainer_grad_norm(tri_trainer *t, double *norm)
 {
     int64_t nslots = tri_tensor_numel(t->norm_slots);
+    int stage = t->chunks[0]->zero->stage, dp = stage > 0 ? t->grid->dp : 1;
     float *slots = calloc((size_t)nslots, sizeof *slots);
     if (!slots)
         return TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the gradient norm");
@@ -192,13 +221,15 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
             if (!p->count_in_norm)
                 continue;
             double s = 0.0;
-            rc = tri_grad_sumsq(t->dev, st->layout, st->grads, p->offset, p->offset + p->numel,
-                                t->scalar, &s);
-            slots[(int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank] = (float)s;
+            rc = tri_param_grad_sumsq(t->dev, st->zero, p, t->scalar, &s);
+            int64_t slot = ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp +
+                           (stage > 0 ? t->grid->dp_rank : 0);
+            slots[slot] = (float)s;
         }
     }
+    tri_comm *over = stage > 0 ? t->grid->world : t->grid->mp_comm;
     if (!rc) rc = tri_device_copy_from_host(t->dev, t->norm_slots, slots);
-    if (!rc) rc = tri_comm_all_reduce(t->grid->mp_comm, t->norm_slots, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_comm_all_reduce(over, t->norm_slots, TRI_REDUCE_SUM);
     if (!rc) rc = tri_device_copy_to_host(t->dev, slots, t->norm_slots);
     double sum = 0.0;
     for (int64_t i = 0; i < nslots; i++)
@@ -221,8 +252,8 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
                        (long long)iter + 1, norm);
     float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
     for (int c = 0; c < t->v && !rc; c++) {
-        tri_stage *st = t->chunks[c];
-        rc = tri_optimizer_step(t->dev, &t->opt[c], st->layout, st->params, st->grads, lr, scale);
+        rc = tri_optimizer_step(t->dev, &t->opt[c], t->chunks[c]->zero, lr, scale);
+        if (!rc) rc = tri_zero_gather_params(t->chunks[c]->zero);
     }
     res->grad_norm = norm;
     res->lr = lr;

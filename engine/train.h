@@ -69,9 +69,10 @@ int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tr
 void tri_trainer_destroy(tri_trainer *t);
 
 /* The bytes per memory category tri_trainer_create would allocate for chunks with these layouts
- * (n_global_params parameters in the model, tensor-parallel size tp), without allocating. */
+ * (n_global_params parameters in the model, tensor-parallel size tp, ZeRO stage zero_stage),
+ * without allocating. */
 int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global_params, int tp,
-                     size_t bytes[TRI_MEM_KINDS]);
+                     int zero_stage, size_t bytes[TRI_MEM_KINDS]);
 
 /* Global batch size in samples: micro-batch size x micro-batches x dp. */
 int64_t tri_trainer_global_batch(const tri_trainer *t);

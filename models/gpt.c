@@ -8,6 +8,7 @@
 
 #include "engine/status.h"
 #include "layers/embedding.h"
+#include "engine/optimizer.h"
 #include "partitioner/layout.h"
 
 /* ---- parameter descriptions ---- */
@@ -260,7 +261,9 @@ static int take_scratch(tri_gpt *m)
     m->as.full_a = m->ms.full_a = m->ls.full_a = full_a;
     m->as.full_b = m->ms.full_b = m->ls.full_b = full_b;
     m->lm_dwte = tri_tensor_none();
-    if (!rc && m->opt.first && m->opt.last)
+    /* ZeRO 0-1 keep whole gradients: the LM head's share of wte gets its own accumulator (see
+     * gpt.h); ZeRO 2-3 reduce the head's share from wte's bucket after each forward instead */
+    if (!rc && m->opt.first && m->opt.last && m->opt.zero_stage < 2)
         rc = TAKE(m, TRI_MEM_GRADS, &m->lm_dwte, TRI_F32, m->V_l, C);
     if (!rc && m->opt.last) {
         rc = TAKE(m, K, &m->ls.logits, TRI_F32, N, m->V_l);
@@ -272,63 +275,120 @@ static int take_scratch(tri_gpt *m)
 
 static int take_all(tri_gpt *m)
 {
-    int64_t P = m->layout.padded_numel;
-    int rc = TAKE(m, TRI_MEM_PARAMS, &m->params, TRI_F32, P);
-    if (!rc) rc = TAKE(m, TRI_MEM_GRADS, &m->grads, TRI_F32, P);
+    int rc = tri_zero_take(&m->zero, &m->arena, &m->layout, m->opt.zero_stage);
     for (int s = 0; s < m->opt.n_slots && !rc; s++)
         rc = take_slot(m, &m->slots[s]);
     if (!rc) rc = take_scratch(m);
     return rc;
 }
 
-/* ---- parameter views ---- */
+/* ---- parameter views: each parameter's tensor in w (values) and g (gradients) ---- */
 
-static tri_tensor view(const tri_gpt *m, tri_tensor flat, const char *name)
-{
-    int i = tri_layout_find(&m->layout, name);
-    return i < 0 ? tri_tensor_none() : tri_param_view(&m->layout.params[i], flat);
-}
-
-static void bind_weights(const tri_gpt *m, tri_gpt_weights *w, tri_tensor flat)
+/* Points wslot[i] / gslot[i] at the fields of m->w / m->g that hold parameter i. */
+static void map_slots(tri_gpt *m)
 {
     char n[TRI_PARAM_NAME_MAX];
-    w->wte = view(m, flat, "wte");
-    w->wpe = view(m, flat, "wpe");
-    w->lnf_w = view(m, flat, "ln_f.w");
-    w->lnf_b = view(m, flat, "ln_f.b");
-    for (int l = 0; l < m->L_l; l++) {
-        int i = m->opt.layer_start + l;
-        tri_gpt_block_weights *b = &w->h[l];
-#define V(suffix) (snprintf(n, sizeof n, "h.%d.%s", i, suffix), view(m, flat, n))
-        b->ln1_w = V("ln_1.w");
-        b->ln1_b = V("ln_1.b");
-        b->attn.qkv_w = V("attn.c_attn.w");
-        b->attn.qkv_b = V("attn.c_attn.b");
-        b->attn.proj_w = V("attn.c_proj.w");
-        b->attn.proj_b = V("attn.c_proj.b");
-        b->ln2_w = V("ln_2.w");
-        b->ln2_b = V("ln_2.b");
-        b->mlp.fc_w = V("mlp.c_fc.w");
-        b->mlp.fc_b = V("mlp.c_fc.b");
-        b->mlp.proj_w = V("mlp.c_proj.w");
-        b->mlp.proj_b = V("mlp.c_proj.b");
-#undef V
+    const char *fixed[] = {"wte", "wpe", "ln_f.w", "ln_f.b"};
+    tri_tensor *wf[] = {&m->w.wte, &m->w.wpe, &m->w.lnf_w, &m->w.lnf_b};
+    tri_tensor *gf[] = {&m->g.wte, &m->g.wpe, &m->g.lnf_w, &m->g.lnf_b};
+    for (int k = 0; k < 4; k++) {
+        int i = tri_layout_find(&m->layout, fixed[k]);
+        if (i >= 0) {
+            m->wslot[i] = wf[k];
+            m->gslot[i] = gf[k];
+        }
     }
+    for (int l = 0; l < m->L_l; l++) {
+        tri_gpt_block_weights *w = &m->w.h[l], *g = &m->g.h[l];
+        struct { const char *suffix; tri_tensor *w, *g; } fields[] = {
+            {"ln_1.w", &w->ln1_w, &g->ln1_w}, {"ln_1.b", &w->ln1_b, &g->ln1_b},
+            {"attn.c_attn.w", &w->attn.qkv_w, &g->attn.qkv_w}, {"attn.c_attn.b", &w->attn.qkv_b, &g->attn.qkv_b},
+            {"attn.c_proj.w", &w->attn.proj_w, &g->attn.proj_w}, {"attn.c_proj.b", &w->attn.proj_b, &g->attn.proj_b},
+            {"ln_2.w", &w->ln2_w, &g->ln2_w}, {"ln_2.b", &w->ln2_b, &g->ln2_b},
+            {"mlp.c_fc.w", &w->mlp.fc_w, &g->mlp.fc_w}, {"mlp.c_fc.b", &w->mlp.fc_b, &g->mlp.fc_b},
+            {"mlp.c_proj.w", &w->mlp.proj_w, &g->mlp.proj_w}, {"mlp.c_proj.b", &w->mlp.proj_b, &g->mlp.proj_b},
+        };
+        for (size_t f = 0; f < sizeof fields / sizeof *fields; f++) {
+            snprintf(n, sizeof n, "h.%d.%s", m->opt.layer_start + l, fields[f].suffix);
+            int i = tri_layout_find(&m->layout, n);
+            if (i >= 0) {
+                m->wslot[i] = fields[f].w;
+                m->gslot[i] = fields[f].g;
+            }
+        }
+    }
+    m->unit_wte = m->unit_wpe = m->unit_block0 = m->unit_lnf = -1;
+    int i;
+    if ((i = tri_layout_find(&m->layout, "wte")) >= 0) m->unit_wte = m->layout.params[i].spec.unit;
+    if ((i = tri_layout_find(&m->layout, "wpe")) >= 0) m->unit_wpe = m->layout.params[i].spec.unit;
+    if ((i = tri_layout_find(&m->layout, "ln_f.w")) >= 0) m->unit_lnf = m->layout.params[i].spec.unit;
+    snprintf(n, sizeof n, "h.%d.ln_1.w", m->opt.layer_start);
+    if ((i = tri_layout_find(&m->layout, n)) >= 0) m->unit_block0 = m->layout.params[i].spec.unit;
+}
+
+/* Views of unit u's parameters in pflat (and gradients in gflat, when present), u's flat layout. */
+static void bind_unit(tri_gpt *m, int u, tri_tensor pflat, tri_tensor gflat)
+{
+    const tri_param_unit *unit = &m->layout.units[u];
+    for (int i = unit->first; i < unit->first + unit->count; i++) {
+        const tri_param *p = &m->layout.params[i];
+        tri_tensor at = tri_tensor_range(pflat, p->offset - unit->start, p->numel);
+        *m->wslot[i] = tri_tensor_reshape(at, p->spec.ndim, p->local_shape);
+        if (tri_tensor_present(gflat)) {
+            at = tri_tensor_range(gflat, p->offset - unit->start, p->numel);
+            *m->gslot[i] = tri_tensor_reshape(at, p->spec.ndim, p->local_shape);
+        }
+    }
+}
+
+/* Makes unit u's parameters (and with grads its gradient buffer) usable through m->w / m->g. */
+static int use_unit(tri_gpt *m, int u, bool grads)
+{
+    tri_tensor p, g = tri_tensor_none();
+    int rc = tri_zero_params(&m->zero, u, &p);
+    if (!rc && grads && (rc = tri_zero_grads(&m->zero, u, &g)) != TRI_OK)
+        tri_zero_release_params(&m->zero, u);
+    if (!rc)
+        bind_unit(m, u, p, g);
+    return rc;
+}
+
+/* Done with unit u for this pass: its gradients (when taken) are complete, its parameters released. */
+static int done_unit(tri_gpt *m, int u, bool grads)
+{
+    int rc = grads ? tri_zero_grads_done(&m->zero, u) : TRI_OK;
+    tri_zero_release_params(&m->zero, u);
+    return rc;
+}
+
+/* Fills unit u's parameters with their initial values: the whole unit on stages 0-2, this rank's
+ * slice on stage 3. */
+static int init_unit(tri_gpt *m, int u)
+{
+    const tri_param_unit *unit = &m->layout.units[u];
+    float *host = calloc((size_t)unit->len, sizeof *host);
+    if (!host)
+        return TRI_ERR(TRI_ENOMEM, "gpt: out of memory initialising unit %d", u);
+    for (int i = unit->first; i < unit->first + unit->count; i++)
+        tri_param_init_host(&m->layout.params[i], m->opt.seed, host + (m->layout.params[i].offset - unit->start));
+    int64_t start, len, local;
+    tri_zero_owned(&m->zero, u, &start, &len, &local);
+    int rc;
+    if (m->zero.stage < 3)
+        rc = tri_device_copy_from_host(m->dev, tri_tensor_range(m->zero.params, unit->start, unit->len), host);
+    else
+        rc = tri_device_copy_from_host(m->dev, tri_zero_owned_params(&m->zero, start, len),
+                                       host + (start - unit->start));
+    free(host);
+    return rc;
 }
 
 static int init_params(tri_gpt *m)
 {
-    int rc = tri_op_fill(m->dev, m->params, 0.0f);
-    for (int i = 0; i < m->layout.n && !rc; i++) {
-        const tri_param *p = &m->layout.params[i];
-        float *host = malloc((size_t)p->numel * sizeof *host);
-        if (!host)
-            return TRI_ERR(TRI_ENOMEM, "gpt: out of memory initialising %s", p->spec.name);
-        tri_param_init_host(p, m->opt.seed, host);
-        rc = tri_device_copy_from_host(m->dev, tri_param_view(p, m->params), host);
-        free(host);
-    }
-    return rc ? rc : tri_op_fill(m->dev, m->grads, 0.0f);
+    int rc = TRI_OK;
+    for (int u = 0; u < m->layout.n_units && !rc; u++)
+        rc = init_unit(m, u);
+    return rc ? rc : tri_gpt_zero_grad(m);
 }
 
 /* ---- the stage interface ---- */
@@ -376,23 +436,22 @@ static int stage_loss_sum(void *self, int slot, double *sum)
     return rc;
 }
 
-/* The LM head's share of wte's gradient: its own accumulator when the embedding is on this stage. */
-static tri_tensor lm_head_dwte(const tri_gpt *m)
-{
-    return tri_tensor_present(m->lm_dwte) ? m->lm_dwte : m->g.wte;
-}
-
 static int stage_zero_grads(void *self)
 {
     return tri_gpt_zero_grad(self);
 }
 
+/* ZeRO 0-1 with the embedding and the LM head on this stage: wte's gradient = the embedding's
+ * share + the LM head's, added once per step as the embedding group adds two stages' shares. */
 static int stage_finish_grads(void *self)
 {
     tri_gpt *m = self;
     if (!tri_tensor_present(m->lm_dwte))
         return TRI_OK;
-    return tri_op_add(m->dev, m->g.wte, m->g.wte, m->lm_dwte);
+    int rc = use_unit(m, m->unit_wte, true);
+    if (!rc) rc = tri_op_add(m->dev, m->g.wte, m->g.wte, m->lm_dwte);
+    int rc2 = done_unit(m, m->unit_wte, true);
+    return rc ? rc : rc2;
 }
 
 static void bind_stage(tri_gpt *m)
@@ -406,8 +465,7 @@ static void bind_stage(tri_gpt *m)
     st->window = m->opt.T + 1;
     st->samples_per_mb = m->opt.B;
     st->layout = &m->layout;
-    st->params = m->params;
-    st->grads = m->grads;
+    st->zero = &m->zero;
     st->load_batch = stage_load_batch;
     st->forward = stage_forward;
     st->backward = stage_backward;
@@ -422,7 +480,7 @@ static void bind_stage(tri_gpt *m)
 
 /* Sizes every buffer (dev NULL: planning only, nothing allocated) or builds the stage. */
 static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *opt,
-                 tri_device *dev, tri_comm *tp_comm)
+                 tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
     int tp = tp_comm->size, tp_rank = tp_comm->rank;
     int rc = tri_gpt_check(cfg, tp, opt);
@@ -453,8 +511,11 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *o
     m->w.h = calloc((size_t)m->L_l + 1, sizeof *m->w.h);
     m->g.h = calloc((size_t)m->L_l + 1, sizeof *m->g.h);
     m->slots = calloc((size_t)opt->n_slots, sizeof *m->slots);
-    if (!m->w.h || !m->g.h || !m->slots)
+    m->wslot = calloc((size_t)m->layout.n + 1, sizeof *m->wslot);
+    m->gslot = calloc((size_t)m->layout.n + 1, sizeof *m->gslot);
+    if (!m->w.h || !m->g.h || !m->slots || !m->wslot || !m->gslot)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
+    map_slots(m);
     for (int s = 0; s < opt->n_slots; s++) {
         m->slots[s].blocks = calloc((size_t)m->L_l + 1, sizeof *m->slots[s].blocks);
         if (!m->slots[s].blocks)
@@ -468,20 +529,19 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *o
     if (!rc) rc = take_all(m);
     if (rc)
         return rc;
-    bind_weights(m, &m->w, m->params);
-    bind_weights(m, &m->g, m->grads);
+    tri_zero_bind(&m->zero, dev, dp_comm);
     bind_stage(m);
     return init_params(m);
 }
 
 int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_options *opt,
-                   tri_device *dev, tri_comm *tp_comm)
+                   tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
     *out = NULL;
     tri_gpt *m = calloc(1, sizeof *m);
     if (!m)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
-    int rc = setup(m, cfg, opt, dev, tp_comm);
+    int rc = setup(m, cfg, opt, dev, tp_comm, dp_comm);
     if (rc) {
         tri_gpt_destroy(m);
         return rc;
@@ -497,7 +557,7 @@ int tri_gpt_plan(const tri_gpt_config *cfg, const tri_gpt_options *opt, int tp, 
     tri_gpt *m = calloc(1, sizeof *m);
     if (!m)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
-    int rc = setup(m, cfg, opt, NULL, &group);
+    int rc = setup(m, cfg, opt, NULL, &group, NULL);
     if (!rc)
         memcpy(bytes, m->arena.by_kind, TRI_MEM_KINDS * sizeof *bytes);
     tri_gpt_destroy(m);
@@ -514,6 +574,9 @@ void tri_gpt_destroy(tri_gpt *m)
     free(m->slots);
     free(m->w.h);
     free(m->g.h);
+    free(m->wslot);
+    free(m->gslot);
+    tri_zero_destroy(&m->zero);
     tri_layout_destroy(&m->layout);
     free(m);
 }
@@ -574,12 +637,46 @@ static tri_tensor block_input(const tri_gpt_slot *s, int l)
 static int forward_blocks(tri_gpt *m, tri_gpt_slot *s, tri_tensor *res)
 {
     int rc = TRI_OK;
-    if (m->opt.first)
-        rc = tri_embedding_forward(&m->tp, s->x_in, s->tokens, m->w.wte, m->w.wpe, m->vocab_start,
-                                   m->opt.T, m->ls.full_a);
-    for (int l = 0; l < m->L_l && !rc; l++)
+    if (m->opt.first) {
+        rc = use_unit(m, m->unit_wte, false);
+        if (!rc) {
+            rc = use_unit(m, m->unit_wpe, false);
+            if (!rc) rc = tri_embedding_forward(&m->tp, s->x_in, s->tokens, m->w.wte, m->w.wpe, m->vocab_start,
+                                                m->opt.T, m->ls.full_a);
+            tri_zero_release_params(&m->zero, m->unit_wpe);
+            tri_zero_release_params(&m->zero, m->unit_wte);
+        }
+    }
+    for (int l = 0; l < m->L_l && !rc; l++) {
+        rc = use_unit(m, m->unit_block0 + l, false);
+        if (rc)
+            break;
         rc = block_forward(m, l, &s->blocks[l], block_input(s, l));
+        tri_zero_release_params(&m->zero, m->unit_block0 + l);
+    }
     *res = block_input(s, m->L_l);
+    return rc;
+}
+
+/* The last stage's head: final layernorm, LM head and loss (when training, with the head's
+ * backward, its wte gradient going to the private accumulator or to wte's unit). */
+static int forward_head(tri_gpt *m, tri_gpt_slot *s, tri_tensor res, bool train, float dloss)
+{
+    bool head_grads = train && !tri_tensor_present(m->lm_dwte);
+    int rc = use_unit(m, m->unit_lnf, false);
+    if (rc)
+        return rc;
+    rc = use_unit(m, m->unit_wte, head_grads);
+    if (!rc) {
+        rc = tri_op_layernorm_forward(m->dev, s->lnf, s->lnf_mean, s->lnf_rstd, res, m->w.lnf_w, m->w.lnf_b);
+        tri_tensor dwte = tri_tensor_present(m->lm_dwte) ? m->lm_dwte : m->g.wte;
+        if (!rc)
+            rc = tri_lm_head_loss(&m->tp, s->losses, train ? s->dlnf : tri_tensor_none(), dwte, s->lnf, m->w.wte,
+                                  s->targets, m->vocab_start, m->cfg.vocab_size, dloss, &m->ls);
+        int rc2 = done_unit(m, m->unit_wte, head_grads);
+        rc = rc ? rc : rc2;
+    }
+    tri_zero_release_params(&m->zero, m->unit_lnf);
     return rc;
 }
 
@@ -590,39 +687,116 @@ int tri_gpt_forward(tri_gpt *m, int slot, bool train, float dloss)
     int rc = forward_blocks(m, s, &res);
     if (rc || !m->opt.last)
         return rc;
-    rc = tri_op_layernorm_forward(m->dev, s->lnf, s->lnf_mean, s->lnf_rstd, res, m->w.lnf_w, m->w.lnf_b);
-    if (!rc)
-        rc = tri_lm_head_loss(&m->tp, s->losses, train ? s->dlnf : tri_tensor_none(), lm_head_dwte(m), s->lnf,
-                              m->w.wte, s->targets, m->vocab_start, m->cfg.vocab_size, dloss, &m->ls);
-    return rc;
+    return forward_head(m, s, res, train, dloss);
+}
+
+static int backward_head(tri_gpt *m, tri_gpt_slot *s)
+{
+    int rc = tri_op_fill(m->dev, s->dres, 0.0f);
+    if (!rc) rc = use_unit(m, m->unit_lnf, true);
+    if (rc)
+        return rc;
+    rc = tri_op_layernorm_backward(m->dev, s->dres, m->g.lnf_w, m->g.lnf_b, s->dlnf, block_input(s, m->L_l),
+                                   m->w.lnf_w, s->lnf_mean, s->lnf_rstd);
+    int rc2 = done_unit(m, m->unit_lnf, true);
+    return rc ? rc : rc2;
+}
+
+static int backward_embedding(tri_gpt *m, tri_gpt_slot *s)
+{
+    int rc = use_unit(m, m->unit_wte, true);
+    if (rc)
+        return rc;
+    rc = use_unit(m, m->unit_wpe, true);
+    if (!rc) {
+        rc = tri_embedding_backward(&m->tp, m->g.wte, m->g.wpe, s->dres, s->tokens, m->vocab_start, m->opt.T,
+                                    m->ls.full_a);
+        int rc2 = done_unit(m, m->unit_wpe, true);
+        rc = rc ? rc : rc2;
+    }
+    int rc3 = done_unit(m, m->unit_wte, true);
+    return rc ? rc : rc3;
 }
 
 int tri_gpt_backward(tri_gpt *m, int slot)
 {
     tri_gpt_slot *s = &m->slots[slot];
-    tri_device *d = m->dev;
-    int rc;
-    if (m->opt.last) {
-        rc = tri_op_fill(d, s->dres, 0.0f);
-        if (!rc) rc = tri_op_layernorm_backward(d, s->dres, m->g.lnf_w, m->g.lnf_b, s->dlnf,
-                                                block_input(s, m->L_l), m->w.lnf_w, s->lnf_mean, s->lnf_rstd);
-    } else {
-        rc = tri_op_copy(d, s->dres, s->grad_out);
-    }
-    for (int l = m->L_l - 1; l >= 0 && !rc; l--)
+    int rc = m->opt.last ? backward_head(m, s) : tri_op_copy(m->dev, s->dres, s->grad_out);
+    for (int l = m->L_l - 1; l >= 0 && !rc; l--) {
+        rc = use_unit(m, m->unit_block0 + l, true);
+        if (rc)
+            break;
         rc = block_backward(m, l, &s->blocks[l], block_input(s, l), s->dres);
+        int rc2 = done_unit(m, m->unit_block0 + l, true);
+        rc = rc ? rc : rc2;
+    }
     if (!rc && m->opt.first)
-        rc = tri_embedding_backward(&m->tp, m->g.wte, m->g.wpe, s->dres, s->tokens, m->vocab_start,
-                                    m->opt.T, m->ls.full_a);
+        rc = backward_embedding(m, s);
     return rc;
 }
 
 int tri_gpt_zero_grad(tri_gpt *m)
 {
-    int rc = tri_op_fill(m->dev, m->grads, 0.0f);
+    int rc = tri_zero_zero_grads(&m->zero);
     if (!rc && tri_tensor_present(m->lm_dwte))
         rc = tri_op_fill(m->dev, m->lm_dwte, 0.0f);
     return rc;
+}
+
+typedef struct piece_ctx {
+    tri_gpt *m;
+    const tri_param *p;
+    tri_tensor dst;         /* (numel) device, the parameter's local tensor */
+    bool grads;
+    const float *host;      /* write: the values */
+} piece_ctx;
+
+static int copy_owned_piece(void *ctx, int64_t start, int64_t len)
+{
+    piece_ctx *c = ctx;
+    tri_tensor src = c->grads ? tri_zero_owned_grads(&c->m->zero, start, len)
+                              : tri_zero_owned_params(&c->m->zero, start, len);
+    return tri_op_copy(c->m->dev, tri_tensor_range(c->dst, start - c->p->offset, len), src);
+}
+
+int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host)
+{
+    const tri_param *p = &m->layout.params[i];
+    tri_zero *z = &m->zero;
+    /* whole on every dp rank: stage 0 gradients; stage 0-2 parameters */
+    bool whole = grads ? z->stage == 0 : z->stage < 3;
+    if (whole) {
+        tri_tensor src = grads ? tri_tensor_range(z->grads, p->offset, p->numel)
+                               : tri_tensor_range(z->params, p->offset, p->numel);
+        return tri_device_copy_to_host(m->dev, host, src);
+    }
+    /* sharded: each dp rank contributes the pieces it owns, the others are zero, summed over dp */
+    tri_tensor buf = {0};
+    int rc = tri_device_alloc(m->dev, &buf.data, (size_t)p->numel * sizeof(float));
+    buf = tri_tensor_1d(buf.data, TRI_F32, p->numel);
+    piece_ctx c = {.m = m, .p = p, .dst = buf, .grads = grads};
+    if (!rc) rc = tri_op_fill(m->dev, buf, 0.0f);
+    if (!rc) rc = tri_param_owned_pieces(z, p, copy_owned_piece, &c);
+    if (!rc) rc = tri_comm_all_reduce(z->dp, buf, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(m->dev, host, buf);
+    tri_device_free(m->dev, buf.data);
+    return rc;
+}
+
+static int write_owned_piece(void *ctx, int64_t start, int64_t len)
+{
+    piece_ctx *c = ctx;
+    return tri_device_copy_from_host(c->m->dev, tri_zero_owned_params(&c->m->zero, start, len),
+                                     c->host + (start - c->p->offset));
+}
+
+int tri_gpt_write_param(tri_gpt *m, int i, const float *host)
+{
+    const tri_param *p = &m->layout.params[i];
+    if (m->zero.stage < 3)
+        return tri_device_copy_from_host(m->dev, tri_tensor_range(m->zero.params, p->offset, p->numel), host);
+    piece_ctx c = {.m = m, .p = p, .host = host};
+    return tri_param_owned_pieces(&m->zero, p, write_owned_piece, &c);
 }
 
 int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits)
@@ -653,4 +827,26 @@ int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits)
         memcpy(logits, host, (size_t)m->cfg.vocab_size * sizeof *logits);
     free(host);
     return rc;
+}
+
+void tri_gpt_unit_uses(const tri_gpt *m, tri_unit_uses *out)
+{
+    for (int u = 0; u < m->layout.n_units; u++) {
+        /* a block: read forward, read and written backward */
+        out[u] = (tri_unit_uses){.len = m->layout.units[u].len, .fwd_reads = 1, .bwd_reads = 1, .bwd_writes = 1};
+        if (u == m->unit_wte) {
+            /* the embedding reads it forward and writes it backward; the LM head reads it forward and
+             * writes it in the same pass (its backward is fused into the forward) */
+            out[u] = (tri_unit_uses){.len = out[u].len};
+            if (m->opt.first) {
+                out[u].fwd_reads++;
+                out[u].bwd_reads++;
+                out[u].bwd_writes++;
+            }
+            if (m->opt.last) {
+                out[u].fwd_reads++;
+                out[u].fwd_writes += !tri_tensor_present(m->lm_dwte);
+            }
+        }
+    }
 }

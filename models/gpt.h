@@ -24,10 +24,12 @@
 #include "engine/comm.h"
 #include "engine/device.h"
 #include "engine/stage.h"
+#include "engine/zero.h"
 #include "layers/attention.h"
 #include "layers/cross_entropy.h"
 #include "layers/mlp.h"
 #include "models/config.h"
+#include "partitioner/traffic.h"
 
 typedef struct tri_gpt_options {
     int64_t B, T;              /* micro-batch size, sequence length (T <= n_positions) */
@@ -36,6 +38,7 @@ typedef struct tri_gpt_options {
     bool first, last;          /* first / last pipeline stage */
     bool sequence_parallel;
     int dp, dp_rank;           /* data-parallel size and rank (ZeRO shard of the layout) */
+    int zero_stage;            /* 0..3 (engine/zero.h) */
     uint64_t seed;             /* initialisation seed */
 } tri_gpt_options;
 
@@ -85,8 +88,10 @@ typedef struct tri_gpt {
     int L_l;                              /* blocks on this stage */
     tri_param_layout layout;
     tri_arena arena;
-    tri_tensor params, grads;             /* flat (layout.padded_numel) */
-    tri_gpt_weights w, g;                 /* views of params and of grads */
+    tri_zero zero;                        /* the parameters, gradients and their data-parallel shards */
+    int unit_wte, unit_wpe, unit_block0, unit_lnf;  /* unit numbers (-1: not on this stage) */
+    tri_gpt_weights w, g;                 /* views of the units in use: parameters and gradients */
+    tri_tensor **wslot, **gslot;          /* per parameter: its view in w and in g */
     tri_tensor lm_dwte;                   /* (V_l, C) when this stage holds both the embedding and the
                                              LM head: the head's share of wte's gradient, added to
                                              the embedding's after the step's last micro-batch, as the
@@ -111,11 +116,12 @@ int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options
  * message naming the flag and values. */
 int tri_gpt_check(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt);
 
-/* Builds the stage on dev, with tensor parallelism over tp_comm (a one-rank comm without TP):
+/* Builds the stage on dev, with tensor parallelism over tp_comm and data parallelism (ZeRO) over
+ * dp_comm (one-rank comms without them):
  * plans and allocates every buffer, initialises the weights (normal(0, init_std); residual
  * projections scaled by 1/sqrt(2 n_layer); layernorm ones/zeros; biases and vocab padding zero). */
 int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_options *opt,
-                   tri_device *dev, tri_comm *tp_comm);
+                   tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
 void tri_gpt_destroy(tri_gpt *m);
 
 /* The bytes per memory category the stage would allocate on TP rank tp_rank of tp (the very plan
@@ -131,6 +137,17 @@ int tri_gpt_forward(tri_gpt *m, int slot, bool train, float dloss);
 int tri_gpt_backward(tri_gpt *m, int slot);
 /* Sets every gradient to zero. */
 int tri_gpt_zero_grad(tri_gpt *m);
+
+/* How one micro-batch's forward and backward use each unit of the stage (out[u] for every unit):
+ * the traffic model's input (partitioner/traffic.h). */
+void tri_gpt_unit_uses(const tri_gpt *m, tri_unit_uses *out);
+
+/* The local (TP-shard) values of parameter i of the layout, or of its complete gradients (after the
+ * step's reductions), into host (numel floats), at any ZeRO stage: the pieces other data-parallel
+ * ranks own are summed in over the dp group, so every dp rank must call it (collective over dp). */
+int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host);
+/* Writes parameter i's local values from host (every dp rank calls it with the same values). */
+int tri_gpt_write_param(tri_gpt *m, int i, const float *host);
 
 /* Last stage only, after a forward without training: logits (vocab_size floats, host) of token
  * row `row` of that micro-batch, gathered over TP (collective over the TP group). */

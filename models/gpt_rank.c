@@ -87,7 +87,7 @@ static tri_gpt_options chunk_options(const tri_gpt_rank *r, const tri_gpt_run_op
     tri_gpt_options opt = {.B = o->B, .T = o->T, .n_slots = slots > eval_slots ? slots : eval_slots,
                            .layer_start = pl->layer_start, .layer_end = pl->layer_end,
                            .first = pl->first, .last = pl->last, .sequence_parallel = o->sequence_parallel,
-                           .dp = dp, .dp_rank = dp_rank, .seed = o->seed};
+                           .dp = dp, .dp_rank = dp_rank, .zero_stage = o->zero_stage, .seed = o->seed};
     if (opt.n_slots < 1)
         opt.n_slots = 1;
     return opt;
@@ -108,7 +108,7 @@ static int create_chunks(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_g
     int rc = TRI_OK;
     for (int c = 0; c < r->v && !rc; c++) {
         tri_gpt_options opt = chunk_options(r, o, g->dp, g->pp_rank, g->dp_rank, c);
-        rc = tri_gpt_create(&r->chunk[c], cfg, &opt, dev, g->tp_comm);
+        rc = tri_gpt_create(&r->chunk[c], cfg, &opt, dev, g->tp_comm, g->dp_comm);
         if (!rc)
             r->stage[c] = &r->chunk[c]->stage;
     }
@@ -232,7 +232,7 @@ int tri_gpt_rank_plan(const tri_gpt_config *cfg, int tp, int pp, int dp, const t
             lp[made++] = &layouts[c];
     }
     size_t trainer[TRI_MEM_KINDS];
-    if (!rc) rc = tri_trainer_plan(lp, r.v, tri_gpt_num_param_tensors(cfg), tp, trainer);
+    if (!rc) rc = tri_trainer_plan(lp, r.v, tri_gpt_num_param_tensors(cfg), tp, o->zero_stage, trainer);
     for (int k = 0; k < TRI_MEM_KINDS && !rc; k++)
         bytes[k] += trainer[k];
     for (int c = 0; c < made; c++)

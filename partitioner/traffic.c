@@ -53,3 +53,26 @@ void tri_tp_step_traffic(const tri_transformer *m, const tri_layout_shape *l, co
     }
     *ar += replicated_numel(m, s) * f;              /* once per step: replicated gradients */
 }
+
+void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
+                         uint64_t bytes[TRI_COMM_KINDS])
+{
+    memset(bytes, 0, TRI_COMM_KINDS * sizeof *bytes);
+    if (dp == 1)
+        return;
+    const uint64_t f = 4, mb = (uint64_t)n_micro;
+    uint64_t *ar = &bytes[TRI_COMM_ALL_REDUCE], *rs = &bytes[TRI_COMM_REDUCE_SCATTER];
+    uint64_t *ag = &bytes[TRI_COMM_ALL_GATHER];
+    *ar += f; /* the step's loss */
+    for (int u = 0; u < n; u++) {
+        uint64_t len = (uint64_t)units[u].len * f;
+        uint64_t writes = (uint64_t)(units[u].fwd_writes + units[u].bwd_writes);
+        uint64_t reads = (uint64_t)(units[u].fwd_reads + units[u].bwd_reads);
+        switch (zero_stage) {
+        case 0: *ar += len; break;
+        case 1: *rs += len; *ag += len; break;
+        case 2: *rs += mb * writes * len; *ag += len; break;
+        default: *rs += mb * writes * len; *ag += mb * reads * len; break;
+        }
+    }
+}

@@ -22,4 +22,23 @@
 void tri_tp_step_traffic(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s,
                          uint64_t bytes[TRI_COMM_KINDS]);
 
+/* How a pass of one micro-batch uses a unit of parameters: how often its parameters are read and its
+ * gradients written in the forward and in the backward (the model knows: tri_gpt_unit_uses). */
+typedef struct tri_unit_uses {
+    int64_t len;                 /* the unit's elements in the flat buffers (padded) */
+    int fwd_reads, fwd_writes;   /* e.g. a block: 1, 0; wte on a one-stage model: 2, 1 (embedding, LM head) */
+    int bwd_reads, bwd_writes;   /* e.g. a block: 1, 1 */
+} tri_unit_uses;
+
+/* bytes[kind] = data-parallel traffic of one training step on one rank's group (the ZeRO paper's
+ * volumes, Rajbhandari et al. 2020 §7, as payload), for n units of 4-byte values, n_micro
+ * micro-batches per step: ZeRO 0 all-reduces the gradients (P = sum of unit lengths); ZeRO 1
+ * reduce-scatters them and all-gathers the updated parameters once per step; ZeRO 2 reduce-scatters
+ * a unit's gradient bucket after every pass that writes it and all-gathers the parameters once;
+ * ZeRO 3 also all-gathers a unit's parameters for every read (no all-gather after the update).
+ * For blocks ZeRO 0-2 move 2P per step and ZeRO 3 3P: the paper's 1.5x. The loss all-reduce
+ * (4 bytes per step) is included. */
+void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
+                         uint64_t bytes[TRI_COMM_KINDS]);
+
 #endif

@@ -70,12 +70,18 @@ static int collect(const tri_gpt_rank *r, const tri_grid *g, int gi, bool grads,
         return TRI_ERR(TRI_ENOMEM, "harness: no memory");
     if (!rc && c >= 0) {
         const tri_param *p = &r->chunk[c]->layout.params[pi];
-        tri_tensor flat = grads ? r->chunk[c]->grads : r->chunk[c]->params;
         int64_t total = p->numel * g->tp;
         float *host = malloc((size_t)total * sizeof *host);
+        tri_tensor mine = {0};
         rc = tri_device_alloc(dev, &buf.data, (size_t)total * sizeof(float));
         buf = tri_tensor_1d(buf.data, TRI_F32, total);
-        if (!rc) rc = tri_comm_all_gather(g->tp_comm, buf, tri_param_view(p, flat));
+        /* the local tensor at any ZeRO stage (collective over dp), then its TP shards */
+        if (!rc) rc = tri_gpt_read_param(r->chunk[c], pi, grads, host);
+        if (!rc) rc = tri_device_alloc(dev, &mine.data, (size_t)p->numel * sizeof(float));
+        mine = tri_tensor_1d(mine.data, TRI_F32, p->numel);
+        if (!rc) rc = tri_device_copy_from_host(dev, mine, host);
+        if (!rc) rc = tri_comm_all_gather(g->tp_comm, buf, mine);
+        tri_device_free(dev, mine.data);
         if (!rc) rc = tri_device_copy_to_host(dev, host, buf);
         for (int k = 0; !rc && k < (p->tp_replicated ? 1 : g->tp); k++)
             tri_shard_place(p, k, host + k * p->numel, global_host);
@@ -151,6 +157,24 @@ static int collect_in_flight(const tri_gpt_rank *r, const tri_trainer *t, const 
     return rc;
 }
 
+/* World rank 0's optimizer bytes, owned elements and analytic DP traffic of a step. */
+static void record_zero(tri_gpt_session *ss, job *j)
+{
+    tri_unit_uses uses[512];
+    int n = 0;
+    j->out->optimizer_bytes = ss->trainer.arena.by_kind[TRI_MEM_OPTIMIZER];
+    j->out->owned_elements = 0;
+    for (int c = 0; c < ss->model.v; c++) {
+        const tri_gpt *m = ss->model.chunk[c];
+        j->out->owned_elements += tri_zero_owned_numel(&m->zero);
+        if (n + m->layout.n_units <= 512) {
+            tri_gpt_unit_uses(m, uses + n);
+            n += m->layout.n_units;
+        }
+    }
+    tri_dp_step_traffic(uses, n, j->layout.zero, j->layout.n_micro, ss->grid.dp, j->out->dp_expected);
+}
+
 static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     job *j = arg;
@@ -160,7 +184,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         .tp = j->layout.tp, .pp = j->layout.pp, .clip_grad = 1.0f,
         .run = {.B = j->B, .T = j->T, .n_micro = j->layout.n_micro, .sequence_parallel = j->layout.sp,
                 .schedule = j->layout.schedule, .layers_per_virtual_stage = j->layout.layers_per_virtual_stage,
-                .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1234},
+                .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->layout.zero, .seed = 1234},
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
     };
     int rc = tri_device_cpu_create(&dev, 1);
@@ -181,12 +205,17 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (!rc) rc = collect_in_flight(&ss.model, tr, grid, j->out);
     for (int s = 0; s < j->steps && !rc; s++) {
         tri_step_result res;
+        tri_comm_reset_counters(grid->dp_comm);
         rc = tri_trainer_step(tr, &src, s, 1e-3f, &res);
         if (!rc && grid->world_rank == 0) {
             j->out->losses[s] = res.loss;
             j->out->norms[s] = res.grad_norm;
+            if (s == 0)
+                memcpy(j->out->dp_bytes, grid->dp_comm->bytes, sizeof j->out->dp_bytes);
         }
     }
+    if (!rc && grid->world_rank == 0)
+        record_zero(&ss, j);
     if (!rc) rc = collect_all(&ss.model, grid, j->cfg, false, j->out);
     tri_gpt_session_destroy(&ss);
     tri_device_destroy(dev);

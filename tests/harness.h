@@ -23,6 +23,7 @@ typedef struct tu_layout {
     int n_micro;               /* micro-batches per step and replica (>= 1) */
     const char *schedule;      /* NULL: 1f1b */
     int layers_per_virtual_stage;
+    int zero;                  /* ZeRO stage */
 } tu_layout;
 
 typedef struct tu_result {
@@ -41,6 +42,10 @@ typedef struct tu_result {
                                                peak, summed over the rank's chunks */
     int planned_in_flight[TU_MAX_PP];       /* per pipeline rank, the slots planned (sum over chunks) */
     uint64_t tp_bytes[TRI_COMM_KINDS];      /* TP traffic of world rank 0 during the gradient pass */
+    uint64_t dp_bytes[TRI_COMM_KINDS];      /* DP traffic of world rank 0 during the first step */
+    uint64_t dp_expected[TRI_COMM_KINDS];   /* partitioner/traffic.h's figure for it */
+    size_t optimizer_bytes;                 /* world rank 0's optimizer state */
+    int64_t owned_elements;                 /* world rank 0's owned elements, summed over its chunks */
 } tu_result;
 
 /* Trains `steps` AdamW steps of cfg (micro-batch B, sequence T) in `layout` on thread ranks from

@@ -70,7 +70,7 @@ static void write_input(const torch_case *c, tri_gpt *m, const char *path)
     for (int i = 0; i < m->layout.n; i++) {
         const tri_param *p = &m->layout.params[i];
         float *host = malloc((size_t)p->numel * sizeof *host);
-        cr_assert_eq(tri_device_copy_to_host(m->dev, host, tri_param_view(p, m->params)), TRI_OK);
+        cr_assert_eq(tri_gpt_read_param(m, i, false, host), TRI_OK);
         cr_assert_eq(tu_rec_write_f32(f, p->spec.name, p->spec.ndim, p->local_shape, host), 0);
         free(host);
     }
@@ -99,7 +99,8 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
                            .layer_end = c->cfg.n_layer, .first = true, .last = true, .dp = 1,
                            .seed = 1234};
     tri_gpt *m = NULL;
-    cr_assert_eq(tri_gpt_create(&m, &c->cfg, &opt, dev, grid.tp_comm), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_gpt_create(&m, &c->cfg, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s",
+                 tri_error_message());
 
     char in[4200], out[4200], cmd[13000];
     snprintf(in, sizeof in, "%s/in.bin", c->dir);
@@ -144,7 +145,7 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
         const tu_record *rg = tu_rec_find(&ref, key);
         cr_assert(rg && rg->numel == p->numel, "reference gradient %s missing", key);
         float *g = malloc((size_t)p->numel * sizeof *g);
-        cr_assert_eq(tri_device_copy_to_host(dev, g, tri_param_view(p, m->grads)), TRI_OK);
+        cr_assert_eq(tri_gpt_read_param(m, i, true, g), TRI_OK);
         double e = tensor_rel_err(g, rg->data, p->numel);
         worst_grad = fmax(worst_grad, e);
         cr_expect_lt(e, 1e-4, "gradient of %s differs from PyTorch: %g", p->spec.name, e);

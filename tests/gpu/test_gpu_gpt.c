@@ -57,7 +57,7 @@ static void run_on(run *r, tri_device *dev)
     tri_gpt_options opt = {.B = r->B, .T = r->T, .n_slots = 1, .layer_end = r->cfg.n_layer, .first = true,
                            .last = true, .dp = 1, .seed = 1234};
     tri_gpt *m = NULL;
-    cr_assert_eq(tri_gpt_create(&m, &r->cfg, &opt, dev, grid.tp_comm), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_gpt_create(&m, &r->cfg, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s", tri_error_message());
     /* forward and backward of the first batch */
     cr_assert_eq(tri_gpt_load_batch(m, 0, r->windows), TRI_OK);
     cr_assert_eq(m->stage.zero_grads(m), TRI_OK);
@@ -70,9 +70,9 @@ static void run_on(run *r, tri_device *dev)
     cr_assert_eq(tri_gpt_forward(m, 0, true, dloss), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tri_gpt_backward(m, 0), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(m->stage.finish_grads(m), TRI_OK);
-    r->n_params = tri_tensor_numel(m->stage.grads);
+    r->n_params = tri_tensor_numel(m->zero.grads);
     r->grads = ot_floats((size_t)r->n_params);
-    cr_assert_eq(tri_device_copy_to_host(dev, r->grads, m->stage.grads), TRI_OK);
+    cr_assert_eq(tri_device_copy_to_host(dev, r->grads, m->zero.grads), TRI_OK);
     double s = 0.0;
     cr_assert_eq(m->stage.loss_sum(m->stage.self, 0, &s), TRI_OK);
     r->loss0 = s / (double)(r->B * r->T);
@@ -93,7 +93,7 @@ static void run_on(run *r, tri_device *dev)
         r->losses[k] = res.loss;
     }
     r->params = ot_floats((size_t)r->n_params);
-    cr_assert_eq(tri_device_copy_to_host(dev, r->params, m->stage.params), TRI_OK);
+    cr_assert_eq(tri_device_copy_to_host(dev, r->params, m->zero.params), TRI_OK);
     tri_trainer_destroy(&tr);
     tri_schedule_free(&train_sched);
     tri_schedule_free(&eval_sched);

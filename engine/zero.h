@@ -1,0 +1,106 @@
+/* engine/zero.h - ZeRO: where a stage's parameters, gradients and optimizer state live, and how
+ * they are reduced and gathered over data parallelism (Rajbhandari et al. 2020, stages 0-3).
+ *
+ * The stage's flat buffers are cut into units (engine/param.h); data-parallel rank r owns the same
+ * equal slice of every unit. The model asks for a unit's parameters and gradient buffer around each
+ * use (tri_zero_params / tri_zero_grads) and says when it has finished writing a unit's gradients
+ * (tri_zero_grads_done); the trainer reduces, updates and gathers around the step:
+ *
+ *   stage 0  full parameters, full gradients; gradients all-reduced at the end of the step.
+ *   stage 1  full parameters, full gradients; each unit's gradients reduce-scattered at the end of
+ *            the step, AdamW on the owned slices, each unit's parameters all-gathered after it.
+ *   stage 2  full parameters; gradients live only as the owned slices: a unit's gradient bucket is
+ *            reduce-scattered into them as soon as a pass has finished writing it, and released.
+ *   stage 3  as stage 2, and the parameters live only as the owned slices: a unit is all-gathered
+ *            into a buffer just before use and released after.
+ *
+ * Whole-unit buffers (stage 3's gathered parameters, stage 2-3's gradient buckets) come from a
+ * pool of two buffers sized for the largest block, plus a buffer of its own for any larger unit
+ * (the embedding): the largest unit must exist whole while it is used, as in FSDP. */
+#ifndef TRIDENT_ENGINE_ZERO_H
+#define TRIDENT_ENGINE_ZERO_H
+
+#include <stdbool.h>
+
+#include "engine/arena.h"
+#include "engine/comm.h"
+#include "engine/device.h"
+#include "engine/param.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TRI_ZERO_POOL 2  /* shared whole-unit buffers per kind */
+
+typedef struct tri_zero_buffer {
+    tri_tensor t;        /* (len) */
+    int unit;            /* the unit it holds, -1 when free */
+    int refs;            /* users of the held unit */
+} tri_zero_buffer;
+
+typedef struct tri_zero {
+    int stage;                   /* 0..3 */
+    const tri_param_layout *L;
+    tri_device *dev;
+    tri_comm *dp;                /* the data-parallel group (NULL while planning) */
+    int64_t *slice_offset;       /* per unit: where its owned slice starts in the shard buffers */
+    /* parameters */
+    tri_tensor params;           /* stages 0-2: (padded_numel) the whole local stage */
+    tri_tensor param_shard;      /* stage 3: (shard_numel) the owned slices, unit after unit */
+    /* gradients */
+    tri_tensor grads;            /* stages 0-1: (padded_numel) */
+    tri_tensor grad_shard;       /* stages 2-3: (shard_numel) */
+    tri_tensor reduce_tmp;       /* stages 2-3: (largest unit / dp) one reduce-scatter's result */
+    /* whole-unit buffers: [0, TRI_ZERO_POOL) shared, then one per unit larger than the shared ones */
+    int n_param_bufs, n_grad_bufs;
+    tri_zero_buffer *param_bufs, *grad_bufs;
+    int64_t pool_len;            /* length of the shared buffers */
+} tri_zero;
+
+/* Takes the stage's buffers for ZeRO `stage` from arena a (planning or real: called twice like
+ * every take). TRI_EINVAL for a stage outside 0..3, TRI_ENOMEM. */
+int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, int stage);
+/* After the arena is committed: the device and the data-parallel group to work with. */
+void tri_zero_bind(tri_zero *z, tri_device *dev, tri_comm *dp);
+void tri_zero_destroy(tri_zero *z);
+
+/* Unit u's parameters as one flat view of u->len elements, valid until released. Stage 3
+ * all-gathers the owned slices into a whole-unit buffer (a unit in use by another caller is shared). */
+int tri_zero_params(tri_zero *z, int unit, tri_tensor *flat);
+void tri_zero_release_params(tri_zero *z, int unit);
+
+/* Unit u's gradients as one flat view to accumulate into. Stages 2-3: a zeroed bucket (shared by
+ * concurrent users of the same unit). */
+int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat);
+/* The caller has finished writing unit u's gradients for this pass. Stages 2-3: the bucket is
+ * reduce-scattered over dp, this rank's slice added to its owned gradients, the bucket released
+ * once its last user is done. Stages 0-1: nothing. */
+int tri_zero_grads_done(tri_zero *z, int unit);
+
+/* Zeroes every gradient this rank keeps (start of a step). */
+int tri_zero_zero_grads(tri_zero *z);
+/* End of a step's backward: stage 0 all-reduces the gradients, stage 1 reduce-scatters every unit
+ * (in place: each rank's slice of the buffer receives the sum); stages 2-3 have done it per bucket. */
+int tri_zero_reduce_grads(tri_zero *z);
+/* After the optimizer updated the owned slices: stages 1-2 all-gather every unit's parameters. */
+int tri_zero_gather_params(tri_zero *z);
+
+/* ---- what this rank owns ----
+ * The owned ranges, one per unit: stage 0 owns every unit whole, stages 1-3 their slices. For
+ * each: its flat range [start, start + len) in the stage's buffers and where it sits in the
+ * rank's optimizer state [local, local + len). */
+int tri_zero_n_owned(const tri_zero *z);
+void tri_zero_owned(const tri_zero *z, int k, int64_t *start, int64_t *len, int64_t *local);
+/* Elements of optimizer state this rank keeps (padded_numel at stage 0, shard_numel above). */
+int64_t tri_zero_owned_numel(const tri_zero *z);
+/* The owned piece [start, start + len) (flat offsets) of the parameters and of the complete
+ * gradients (after tri_zero_reduce_grads), as 1-d views. */
+tri_tensor tri_zero_owned_params(const tri_zero *z, int64_t start, int64_t len);
+tri_tensor tri_zero_owned_grads(const tri_zero *z, int64_t start, int64_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
