@@ -454,6 +454,16 @@ static int stage_finish_grads(void *self)
     return rc ? rc : rc2;
 }
 
+static int stage_read_param(void *self, int i, bool grads, float *host)
+{
+    return tri_gpt_read_param(self, i, grads, host);
+}
+
+static int stage_write_param(void *self, int i, const float *host)
+{
+    return tri_gpt_write_param(self, i, host);
+}
+
 static void bind_stage(tri_gpt *m)
 {
     tri_stage *st = &m->stage;
@@ -473,6 +483,8 @@ static void bind_stage(tri_gpt *m)
     st->loss_sum = stage_loss_sum;
     st->zero_grads = stage_zero_grads;
     st->finish_grads = stage_finish_grads;
+    st->read_param = stage_read_param;
+    st->write_param = stage_write_param;
     st->n_global_params = tri_gpt_num_param_tensors(&m->cfg);
 }
 
