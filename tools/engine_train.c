@@ -39,7 +39,7 @@ typedef struct args {
     const char *config, *train_data, *val_data, *save_dir, *device;
     const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *schedule;
     int tp, pp, micro_batch, seq_length, threads;
-    int layers_per_virtual_stage, first_stage_layers, last_stage_layers;
+    int layers_per_virtual_stage, first_stage_layers, last_stage_layers, zero_stage;
     int64_t global_batch, train_iters, lr_warmup_iters, lr_decay_iters, seed;
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k;
@@ -77,6 +77,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("num-layers-per-virtual-pipeline-stage", TRI_FLAG_INT, &a->layers_per_virtual_stage, "layers per model chunk with --pipeline-schedule interleaved", 0, 1 << 20);
     f[n++] = (tri_flag)FLAG("decoder-first-pipeline-num-layers", TRI_FLAG_INT, &a->first_stage_layers, "layers of the first pipeline stage (-1: balanced)", -1, 1 << 20);
     f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &a->last_stage_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero_stage, "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over data-parallel ranks", 0, 3);
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration (0: micro-batch-size x dp)", 0, 1e12);
@@ -179,7 +180,8 @@ static int validate(run *r)
                                     .sequence_parallel = a->sequence_parallel, .schedule = a->schedule,
                                     .layers_per_virtual_stage = a->layers_per_virtual_stage,
                                     .first_stage_layers = a->first_stage_layers,
-                                    .last_stage_layers = a->last_stage_layers, .seed = (uint64_t)a->seed};
+                                    .last_stage_layers = a->last_stage_layers, .zero_stage = a->zero_stage,
+                                    .seed = (uint64_t)a->seed};
     rc = tri_gpt_rank_check(&r->cfg, a->tp, a->pp, r->dp, &r->sopt.run);
     if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, a->seq_length, r->cfg.vocab_size,
                                       (uint64_t)a->seed, true);
@@ -289,9 +291,9 @@ static void print_plan(run *r)
                   r->cfg.name, r->cfg.n_layer, r->cfg.n_head, r->cfg.n_embd, r->cfg.vocab_size,
                   (long long)tri_gpt_padded_vocab(r->cfg.vocab_size, a->tp),
                   (double)tri_gpt_num_params(&r->cfg) / 1e6);
-    tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s; micro-batch %d x seq %d, %d micro-batches "
-                  "(%s), global batch %lld sequences (%lld tokens)", r->world->size, a->tp, a->pp, r->dp,
-                  a->sequence_parallel ? " (sequence parallel)" : "", a->micro_batch, a->seq_length,
+    tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s, ZeRO stage %d; micro-batch %d x seq %d, %d "
+                  "micro-batches (%s), global batch %lld sequences (%lld tokens)", r->world->size, a->tp, a->pp,
+                  r->dp, a->sequence_parallel ? " (sequence parallel)" : "", a->zero_stage, a->micro_batch, a->seq_length,
                   r->n_micro, r->ss.model.train.name, (long long)a->global_batch,
                   (long long)a->global_batch * a->seq_length);
     if (r->ss.grid.world_rank == 0)
