@@ -202,15 +202,26 @@ int tri_gpt_check(const tri_gpt_config *cfg, int tp, const tri_gpt_options *o)
 #define TAKE(m, kind, t, dtype, ...) \
     tri_arena_take(&(m)->arena, (kind), (t), (dtype), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__))
 
-static int take_block_acts(tri_gpt *m, tri_gpt_block_acts *a)
+/* One block's activations: every buffer when `all`, else only what recomputation keeps per slot
+ * (full: the block's output res3; selective: all but the attention softmax), the rest shared. */
+static int take_block_acts(tri_gpt *m, tri_gpt_block_acts *a, bool all)
 {
     int64_t B = m->opt.B, T = m->opt.T, C = m->cfg.n_embd, N = m->N, N_l = m->N_l;
     const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
-    int rc = TAKE(m, K, &a->ln1, TRI_F32, N_l, C);
+    tri_recompute rec = all ? TRI_RECOMPUTE_NONE : m->opt.recompute;
+    int rc = TRI_OK;
+    if (rec == TRI_RECOMPUTE_FULL) {
+        *a = m->shared;
+        return TAKE(m, K, &a->res3, TRI_F32, N_l, C);
+    }
+    rc = TAKE(m, K, &a->ln1, TRI_F32, N_l, C);
     if (!rc) rc = TAKE(m, K, &a->ln1_mean, TRI_F32, N_l);
     if (!rc) rc = TAKE(m, K, &a->ln1_rstd, TRI_F32, N_l);
     if (!rc) rc = TAKE(m, K, &a->attn.qkv, TRI_F32, B, T, 3 * m->C_l);
-    if (!rc) rc = TAKE(m, K, &a->attn.att, TRI_F32, B, m->NH_l, T, T);
+    if (rec == TRI_RECOMPUTE_SELECTIVE)
+        a->attn.att = m->shared.attn.att;
+    else if (!rc)
+        rc = TAKE(m, K, &a->attn.att, TRI_F32, B, m->NH_l, T, T);
     if (!rc) rc = TAKE(m, K, &a->attn.atty, TRI_F32, B, T, m->C_l);
     if (!rc) rc = TAKE(m, K, &a->res2, TRI_F32, N_l, C);
     if (!rc) rc = TAKE(m, K, &a->ln2, TRI_F32, N_l, C);
@@ -222,6 +233,19 @@ static int take_block_acts(tri_gpt *m, tri_gpt_block_acts *a)
     return rc;
 }
 
+/* The buffers recomputation rebuilds, one set for all blocks and slots: a whole block's worth for
+ * full recomputation (its res3 is never used: each slot keeps its own), the softmax for selective. */
+static int take_shared_acts(tri_gpt *m)
+{
+    int64_t B = m->opt.B, T = m->opt.T;
+    memset(&m->shared, 0, sizeof m->shared);
+    if (m->opt.recompute == TRI_RECOMPUTE_FULL && m->L_l > 0)
+        return take_block_acts(m, &m->shared, true);
+    if (m->opt.recompute == TRI_RECOMPUTE_SELECTIVE && m->L_l > 0)
+        return TAKE(m, TRI_MEM_ACTIVATIONS, &m->shared.attn.att, TRI_F32, B, m->NH_l, T, T);
+    return TRI_OK;
+}
+
 static int take_slot(tri_gpt *m, tri_gpt_slot *s)
 {
     int64_t C = m->cfg.n_embd, N = m->N, N_l = m->N_l;
@@ -230,7 +254,7 @@ static int take_slot(tri_gpt *m, tri_gpt_slot *s)
     if (!rc) rc = TAKE(m, K, &s->targets, TRI_I32, N);
     if (!rc) rc = TAKE(m, K, &s->x_in, TRI_F32, N_l, C);
     for (int l = 0; l < m->L_l && !rc; l++)
-        rc = take_block_acts(m, &s->blocks[l]);
+        rc = take_block_acts(m, &s->blocks[l], false);
     if (!rc && m->opt.last) {
         rc = TAKE(m, K, &s->lnf, TRI_F32, N_l, C);
         if (!rc) rc = TAKE(m, K, &s->lnf_mean, TRI_F32, N_l);
@@ -276,6 +300,7 @@ static int take_scratch(tri_gpt *m)
 static int take_all(tri_gpt *m)
 {
     int rc = tri_zero_take(&m->zero, &m->arena, &m->layout, m->opt.zero_stage);
+    if (!rc) rc = take_shared_acts(m);
     for (int s = 0; s < m->opt.n_slots && !rc; s++)
         rc = take_slot(m, &m->slots[s]);
     if (!rc) rc = take_scratch(m);
@@ -626,12 +651,28 @@ static int block_forward(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor x)
     return rc;
 }
 
+/* Rebuilds what recomputation dropped from block l's activations: the whole block (writing the
+ * same values, bit for bit, as its forward did) or the attention softmax. */
+static int recompute_block(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor x)
+{
+    if (m->opt.recompute == TRI_RECOMPUTE_FULL) {
+        tri_gpt_block_acts work = m->shared;  /* res3 into the shared buffer: the slot's stays as it is */
+        *a = work;
+        return block_forward(m, l, a, x);
+    }
+    if (m->opt.recompute == TRI_RECOMPUTE_SELECTIVE)
+        return tri_op_attention_forward(m->dev, a->attn.atty, a->attn.att, a->attn.qkv);
+    return TRI_OK;
+}
+
 /* dres (N_l, C) holds d res3 on entry and d x on return (the residual stream's gradient). */
-static int block_backward(tri_gpt *m, int l, const tri_gpt_block_acts *a, tri_tensor x, tri_tensor dres)
+static int block_backward(tri_gpt *m, int l, const tri_gpt_block_acts *kept, tri_tensor x, tri_tensor dres)
 {
     const tri_gpt_block_weights *w = &m->w.h[l], *g = &m->g.h[l];
     tri_device *d = m->dev;
-    int rc = tri_mlp_backward(&m->tp, m->dln, &g->mlp, dres, &a->mlp, a->ln2, &w->mlp, &m->ms);
+    tri_gpt_block_acts acts = *kept, *a = &acts;
+    int rc = recompute_block(m, l, a, x);
+    if (!rc) rc = tri_mlp_backward(&m->tp, m->dln, &g->mlp, dres, &a->mlp, a->ln2, &w->mlp, &m->ms);
     if (!rc) rc = tri_op_layernorm_backward(d, dres, g->ln2_w, g->ln2_b, m->dln, a->res2, w->ln2_w,
                                             a->ln2_mean, a->ln2_rstd);
     if (!rc) rc = tri_attention_backward(&m->tp, m->dln, &g->attn, dres, &a->attn, a->ln1, &w->attn, &m->as);

@@ -31,6 +31,12 @@
 #include "models/config.h"
 #include "partitioner/traffic.h"
 
+/* Activation recomputation (Korthikanti et al. 2022): none keeps every block's activations per
+ * micro-batch; selective drops the attention core's (B, NH_l, T, T) softmax and recomputes it from
+ * q, k, v before the block's backward; full keeps only each block's output and recomputes the
+ * whole block (its TP communication included) before its backward. */
+typedef enum { TRI_RECOMPUTE_NONE = 0, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL } tri_recompute;
+
 typedef struct tri_gpt_options {
     int64_t B, T;              /* micro-batch size, sequence length (T <= n_positions) */
     int n_slots;               /* activation slots: micro-batches in flight on this stage */
@@ -39,6 +45,7 @@ typedef struct tri_gpt_options {
     bool sequence_parallel;
     int dp, dp_rank;           /* data-parallel size and rank (ZeRO shard of the layout) */
     int zero_stage;            /* 0..3 (engine/zero.h) */
+    tri_recompute recompute;   /* activation recomputation (Korthikanti et al. 2022) */
     uint64_t seed;             /* initialisation seed */
 } tri_gpt_options;
 
@@ -99,6 +106,8 @@ typedef struct tri_gpt {
     tri_gpt_slot *slots;
     /* scratch shared by all blocks and micro-batches */
     tri_tensor tmp, dln;                  /* (N_l, C) */
+    tri_gpt_block_acts shared;            /* recomputation: the block activations all slots and
+                                             blocks share (full: all but res3; selective: att) */
     tri_attention_scratch as;
     tri_mlp_scratch ms;
     tri_lm_head_scratch ls;

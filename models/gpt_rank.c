@@ -87,7 +87,8 @@ static tri_gpt_options chunk_options(const tri_gpt_rank *r, const tri_gpt_run_op
     tri_gpt_options opt = {.B = o->B, .T = o->T, .n_slots = slots > eval_slots ? slots : eval_slots,
                            .layer_start = pl->layer_start, .layer_end = pl->layer_end,
                            .first = pl->first, .last = pl->last, .sequence_parallel = o->sequence_parallel,
-                           .dp = dp, .dp_rank = dp_rank, .zero_stage = o->zero_stage, .seed = o->seed};
+                           .dp = dp, .dp_rank = dp_rank, .zero_stage = o->zero_stage,
+                           .recompute = o->recompute, .seed = o->seed};
     if (opt.n_slots < 1)
         opt.n_slots = 1;
     return opt;

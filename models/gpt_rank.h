@@ -25,6 +25,7 @@ typedef struct tri_gpt_run_options {
     int first_stage_layers;       /* --decoder-first-pipeline-num-layers, -1: balanced */
     int last_stage_layers;        /* --decoder-last-pipeline-num-layers, -1: balanced */
     int zero_stage;               /* 0..3 (Rajbhandari et al. 2020) */
+    tri_recompute recompute;      /* --recompute-granularity (Korthikanti et al. 2022) */
     uint64_t seed;
 } tri_gpt_run_options;
 

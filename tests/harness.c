@@ -163,6 +163,9 @@ static void record_zero(tri_gpt_session *ss, job *j)
     tri_unit_uses uses[512];
     int n = 0;
     j->out->optimizer_bytes = ss->trainer.arena.by_kind[TRI_MEM_OPTIMIZER];
+    size_t model[TRI_MEM_KINDS];
+    tri_gpt_rank_memory(&ss->model, model);
+    j->out->activation_bytes = model[TRI_MEM_ACTIVATIONS];
     j->out->owned_elements = 0;
     for (int c = 0; c < ss->model.v; c++) {
         const tri_gpt *m = ss->model.chunk[c];
@@ -184,7 +187,8 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         .tp = j->layout.tp, .pp = j->layout.pp, .clip_grad = 1.0f,
         .run = {.B = j->B, .T = j->T, .n_micro = j->layout.n_micro, .sequence_parallel = j->layout.sp,
                 .schedule = j->layout.schedule, .layers_per_virtual_stage = j->layout.layers_per_virtual_stage,
-                .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->layout.zero, .seed = 1234},
+                .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->layout.zero,
+                .recompute = (tri_recompute)j->layout.recompute, .seed = 1234},
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
     };
     int rc = tri_device_cpu_create(&dev, 1);

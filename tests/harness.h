@@ -24,6 +24,7 @@ typedef struct tu_layout {
     const char *schedule;      /* NULL: 1f1b */
     int layers_per_virtual_stage;
     int zero;                  /* ZeRO stage */
+    int recompute;             /* tri_recompute */
 } tu_layout;
 
 typedef struct tu_result {
@@ -45,6 +46,7 @@ typedef struct tu_result {
     uint64_t dp_bytes[TRI_COMM_KINDS];      /* DP traffic of world rank 0 during the first step */
     uint64_t dp_expected[TRI_COMM_KINDS];   /* partitioner/traffic.h's figure for it */
     size_t optimizer_bytes;                 /* world rank 0's optimizer state */
+    size_t activation_bytes;                /* world rank 0's planned activations */
     int64_t owned_elements;                 /* world rank 0's owned elements, summed over its chunks */
 } tu_result;
 

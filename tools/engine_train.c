@@ -37,7 +37,7 @@
 
 typedef struct args {
     const char *config, *train_data, *val_data, *save_dir, *device;
-    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *schedule;
+    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *schedule, *recompute;
     int tp, pp, micro_batch, seq_length, threads;
     int layers_per_virtual_stage, first_stage_layers, last_stage_layers, zero_stage;
     int64_t global_batch, train_iters, lr_warmup_iters, lr_decay_iters, seed;
@@ -78,6 +78,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("decoder-first-pipeline-num-layers", TRI_FLAG_INT, &a->first_stage_layers, "layers of the first pipeline stage (-1: balanced)", -1, 1 << 20);
     f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &a->last_stage_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
     f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero_stage, "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over data-parallel ranks", 0, 3);
+    f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022): selective drops the attention softmax, full keeps only block outputs");
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration (0: micro-batch-size x dp)", 0, 1e12);
@@ -123,6 +124,7 @@ static void defaults(args *a)
     a->merge_file = "data/gpt2/vocab.bpe";
     a->lr_decay_style = "cosine";
     a->schedule = "1f1b";
+    a->recompute = "none";
     a->first_stage_layers = a->last_stage_layers = -1;
     a->tp = a->pp = 1;
     a->micro_batch = 4;
@@ -181,6 +183,9 @@ static int validate(run *r)
                                     .layers_per_virtual_stage = a->layers_per_virtual_stage,
                                     .first_stage_layers = a->first_stage_layers,
                                     .last_stage_layers = a->last_stage_layers, .zero_stage = a->zero_stage,
+                                    .recompute = strcmp(a->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
+                                                 : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
+                                                                                          : TRI_RECOMPUTE_NONE,
                                     .seed = (uint64_t)a->seed};
     rc = tri_gpt_rank_check(&r->cfg, a->tp, a->pp, r->dp, &r->sopt.run);
     if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, a->seq_length, r->cfg.vocab_size,
