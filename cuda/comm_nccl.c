@@ -102,7 +102,7 @@ static int check_mpi(int err, const char *call, const char *file, int line)
 
 static ncclDataType_t nccl_type(tri_dtype dtype)
 {
-    return dtype == TRI_I32 ? ncclInt32 : ncclFloat32;
+    return dtype == TRI_I32 ? ncclInt32 : dtype == TRI_I64 ? ncclInt64 : ncclFloat32;
 }
 
 /* ---- watching: asynchronous errors and time-outs, checked while the device waits ---- */

@@ -86,6 +86,10 @@ int tri_cuda_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
 int tri_cuda_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x);
 int tri_cuda_scale(tri_device *d, tri_tensor x, float s);
 int tri_cuda_sum_squares(tri_device *d, tri_tensor out, tri_tensor x);
+int tri_cuda_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad);
+int tri_cuda_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
+int tri_cuda_add_i64(tri_device *d, tri_tensor y, tri_tensor x);
+int tri_cuda_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad);
 int tri_cuda_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x);
 int tri_cuda_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
                     bool trans_a, bool trans_b, float beta);

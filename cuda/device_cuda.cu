@@ -188,6 +188,10 @@ static const tri_device_ops cuda_ops = {
     /* .ce_loss = */ tri_cuda_ce_loss,
     /* .ce_backward = */ tri_cuda_ce_backward,
     /* .adamw = */ tri_cuda_adamw,
+    /* .fixed_accumulate = */ tri_cuda_fixed_accumulate,
+    /* .fixed_to_float = */ tri_cuda_fixed_to_float,
+    /* .add_i64 = */ tri_cuda_add_i64,
+    /* .fixed_sum_squares = */ tri_cuda_fixed_sum_squares,
 };
 
 /* ---- discovery and creation ---- */

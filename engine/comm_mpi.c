@@ -48,7 +48,7 @@ static MPI_Comm comm_of(tri_comm *c)
 
 static MPI_Datatype mpi_type(tri_dtype dtype)
 {
-    return dtype == TRI_I32 ? MPI_INT32_T : MPI_FLOAT;
+    return dtype == TRI_I32 ? MPI_INT32_T : dtype == TRI_I64 ? MPI_INT64_T : MPI_FLOAT;
 }
 
 /* t's element count as an MPI count; TRI_EINVAL above INT_MAX, which a cast would wrap

@@ -232,31 +232,31 @@ static int enter(tri_comm *c, call mine)
     return TRI_OK;
 }
 
+/* d[i] = the reduction over n sources of element offset + i, in rank order (deterministic). */
+#define REDUCE_TYPED(type)                                                              \
+    do {                                                                                \
+        type *d = dst;                                                                  \
+        for (int64_t i = 0; i < count; i++) {                                           \
+            type acc = ((const type *)srcs[0])[offset + i];                             \
+            for (int r = 1; r < n; r++) {                                               \
+                type v = ((const type *)srcs[r])[offset + i];                           \
+                acc = op == TRI_REDUCE_SUM ? acc + v : (v > acc ? v : acc);             \
+            }                                                                           \
+            d[i] = acc;                                                                 \
+        }                                                                               \
+    } while (0)
+
 static void reduce_into(void *dst, void *const *srcs, int n, int64_t count, tri_dtype dtype,
                         tri_reduce_op op, int64_t offset)
 {
-    if (dtype == TRI_F32) {
-        float *d = dst;
-        for (int64_t i = 0; i < count; i++) {
-            float acc = ((const float *)srcs[0])[offset + i];
-            for (int r = 1; r < n; r++) {
-                float v = ((const float *)srcs[r])[offset + i];
-                acc = op == TRI_REDUCE_SUM ? acc + v : (v > acc ? v : acc);
-            }
-            d[i] = acc;
-        }
-    } else {
-        int32_t *d = dst;
-        for (int64_t i = 0; i < count; i++) {
-            int32_t acc = ((const int32_t *)srcs[0])[offset + i];
-            for (int r = 1; r < n; r++) {
-                int32_t v = ((const int32_t *)srcs[r])[offset + i];
-                acc = op == TRI_REDUCE_SUM ? acc + v : (v > acc ? v : acc);
-            }
-            d[i] = acc;
-        }
-    }
+    if (dtype == TRI_F32)
+        REDUCE_TYPED(float);
+    else if (dtype == TRI_I64)
+        REDUCE_TYPED(int64_t);
+    else
+        REDUCE_TYPED(int32_t);
 }
+#undef REDUCE_TYPED
 
 static int thread_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
 {

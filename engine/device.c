@@ -7,6 +7,7 @@
 
 #include "engine/status.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,6 +206,16 @@ int tri_op_fill(tri_device *d, tri_tensor x, float value)
 {
     int rc = need("fill", "x", x, TRI_F32);
     return rc ? rc : DISPATCH(d, fill, x, value);
+}
+
+int tri_op_zero(tri_device *d, tri_tensor x)
+{
+    size_t bytes = tri_tensor_bytes(x);
+    if (!x.data || bytes == 0)
+        return TRI_OK;
+    if (bytes % sizeof(float) != 0)
+        return TRI_ERR(TRI_EINVAL, "zero: %zu bytes is not a whole number of 4-byte words", bytes);
+    return DISPATCH(d, fill, tri_tensor_1d(x.data, TRI_F32, (int64_t)(bytes / sizeof(float))), 0.0f);
 }
 
 int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src)
@@ -530,4 +541,64 @@ int tri_op_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m,
     if (!rc && hp->step < 1)
         rc = TRI_ERR(TRI_EINVAL, "adamw: step must be >= 1 (got %lld)", (long long)hp->step);
     return rc ? rc : DISPATCH(d, adamw, param, grad, m, v, hp);
+}
+
+/* ---- fixed point ---- */
+
+int tri_op_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
+{
+    const char *op = "fixed_accumulate";
+    int rc = need(op, "acc", acc, TRI_I64);
+    if (!rc) rc = need(op, "x", x, TRI_F32);
+    if (!rc) rc = need_numel(op, "x", x, tri_tensor_numel(acc));
+    if (!rc) rc = need(op, "bad", bad, TRI_F32);
+    if (!rc) rc = need_numel(op, "bad", bad, 1);
+    if (!rc && (bits < 0 || bits > 60))
+        rc = TRI_ERR(TRI_EINVAL, "%s: %d fraction bits outside [0, 60]", op, bits);
+    return rc ? rc : DISPATCH(d, fixed_accumulate, acc, x, bits, bad);
+}
+
+int tri_op_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
+{
+    int rc = need("fixed_to_float", "out", out, TRI_F32);
+    if (!rc) rc = need("fixed_to_float", "acc", acc, TRI_I64);
+    if (!rc) rc = need_numel("fixed_to_float", "acc", acc, tri_tensor_numel(out));
+    return rc ? rc : DISPATCH(d, fixed_to_float, out, acc, bits);
+}
+
+int tri_op_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
+{
+    int rc = need("add_i64", "y", y, TRI_I64);
+    if (!rc) rc = need("add_i64", "x", x, TRI_I64);
+    if (!rc) rc = need_numel("add_i64", "x", x, tri_tensor_numel(y));
+    return rc ? rc : DISPATCH(d, add_i64, y, x);
+}
+
+int tri_op_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
+{
+    const char *op = "fixed_sum_squares";
+    int rc = need(op, "limbs", limbs, TRI_I64);
+    if (!rc) rc = need_numel(op, "limbs", limbs, 6);
+    if (!rc) rc = need(op, "x", x, TRI_F32);
+    if (!rc) rc = need(op, "bad", bad, TRI_F32);
+    if (!rc) rc = need_numel(op, "bad", bad, 1);
+    if (!rc && (bits < 0 || bits > 60))
+        rc = TRI_ERR(TRI_EINVAL, "%s: %d fraction bits outside [0, 60]", op, bits);
+    return rc ? rc : DISPATCH(d, fixed_sum_squares, limbs, x, bits, bad);
+}
+
+double tri_fixed_limbs_value(const int64_t limbs[6], int scale)
+{
+    /* carry exactly first: the same integer split differently over the limbs (by how ranks and
+     * calls divided the work) must give the same double */
+    int64_t l[6];
+    memcpy(l, limbs, sizeof l);
+    for (int k = 0; k < 5; k++) {
+        l[k + 1] += l[k] >> 32;
+        l[k] &= 0xffffffff;
+    }
+    double v = 0.0;
+    for (int k = 5; k >= 0; k--)
+        v = v * 4294967296.0 + (double)l[k];
+    return ldexp(v, -scale);
 }

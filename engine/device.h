@@ -83,6 +83,11 @@ typedef struct tri_device_ops {
                        float dloss);
     int (*adamw)(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                  const tri_adamw_hparams *hp);
+    /* fixed point (deterministic mode) */
+    int (*fixed_accumulate)(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad);
+    int (*fixed_to_float)(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
+    int (*add_i64)(tri_device *d, tri_tensor y, tri_tensor x);
+    int (*fixed_sum_squares)(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad);
 } tri_device_ops;
 
 /* Per-op time and call counts, kept when profiling is on (tri_device_profile_enable). */
@@ -137,6 +142,8 @@ int tri_device_sync(tri_device *d);
 /* ---- element-wise: any shape, same numel unless stated ---- */
 /* x[i] = value. */
 int tri_op_fill(tri_device *d, tri_tensor x, float value);
+/* Every byte of x set to zero, any dtype (0.0f and integer 0 are both all-zero bits). */
+int tri_op_zero(tri_device *d, tri_tensor x);
 /* dst = src (same numel and dtype). */
 int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src);
 /* out = a + b (out may alias a or b). */
@@ -221,6 +228,23 @@ int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p). */
 int tri_op_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                  const tri_adamw_hparams *hp);
+
+/* ---- fixed point: exact sums in any order (deterministic mode; engine/math.h) ----
+ * acc(n) i64 += round(x(n) * 2^bits); elements not representable (NaN, Inf, |x| >= 2^(62 - bits))
+ * are not added and counted into bad(1) f32. */
+int tri_op_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad);
+/* out(n) f32 = acc(n) * 2^-bits. */
+int tri_op_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
+/* y(n) i64 += x(n) i64 (exact). */
+int tri_op_add_i64(tri_device *d, tri_tensor y, tri_tensor x);
+/* limbs(6) i64, limb k += bits [32k, 32k + 32) of the exact sum of round(x[i] * 2^bits)^2 (a
+ * 192-bit integer): limbs add without carries, so sums over calls and ranks stay exact and
+ * independent of how x is split; tri_fixed_limbs_value reads them. Elements not representable
+ * are counted into bad(1) f32. */
+int tri_op_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad);
+/* The value of 6 limbs (each a non-negative sum of 32-bit pieces) as a double, scaled by 2^-scale:
+ * carries are propagated exactly first, so equal integers give equal doubles however split. */
+double tri_fixed_limbs_value(const int64_t limbs[6], int scale);
 
 #ifdef __cplusplus
 }

@@ -440,6 +440,67 @@ static int cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tenso
     return TRI_OK;
 }
 
+/* ---- fixed point ---- */
+
+static int cpu_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
+{
+    int64_t n = tri_tensor_numel(x), count = 0;
+    int64_t *a = acc.data;
+    const float *px = fp(x);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static) reduction(+ : count)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v;
+        if (tri_fixed_from_float(px[i], bits, &v))
+            a[i] += v;
+        else
+            count++;
+    }
+    fp(bad)[0] += (float)count;
+    return TRI_OK;
+}
+
+static int cpu_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
+{
+    int64_t n = tri_tensor_numel(out);
+    const int64_t *a = acc.data;
+    float *o = fp(out);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        o[i] = tri_fixed_to_float(a[i], bits);
+    return TRI_OK;
+}
+
+static int cpu_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
+{
+    int64_t n = tri_tensor_numel(y);
+    int64_t *py = y.data;
+    const int64_t *px = x.data;
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        py[i] += px[i];
+    return TRI_OK;
+}
+
+/* Exact: chunk sums as 192-bit integers, added into the limbs in any order. */
+static int cpu_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
+{
+    int64_t n = tri_tensor_numel(x), per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS, count = 0;
+    uint64_t w[REDUCE_CHUNKS][3];
+    const float *px = fp(x);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static) reduction(+ : count)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
+        w[c][0] = w[c][1] = w[c][2] = 0;
+        count += tri_fixed_sum_squares_range(px, bits, lo, hi, w[c]);
+    }
+    int64_t *l = limbs.data;
+    for (int c = 0; c < REDUCE_CHUNKS; c++)
+        for (int k = 0; k < 6; k++)
+            l[k] += (int64_t)((w[c][k / 2] >> (32 * (k % 2))) & 0xffffffffu);
+    fp(bad)[0] += (float)count;
+    return TRI_OK;
+}
+
 static const tri_device_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -472,6 +533,10 @@ static const tri_device_ops cpu_ops = {
     .ce_loss = cpu_ce_loss,
     .ce_backward = cpu_ce_backward,
     .adamw = cpu_adamw,
+    .fixed_accumulate = cpu_fixed_accumulate,
+    .fixed_to_float = cpu_fixed_to_float,
+    .add_i64 = cpu_add_i64,
+    .fixed_sum_squares = cpu_fixed_sum_squares,
 };
 
 int tri_device_cpu_create(tri_device **out, int threads)

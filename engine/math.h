@@ -263,4 +263,52 @@ TRI_HD float tri_bf16_to_float(uint16_t h)
     return f;
 }
 
+/* ---- fixed point: exact, order-independent sums (deterministic mode) ----
+ * A gradient contribution x becomes round(x * 2^bits) as an int64; integer sums are exact, so any
+ * grouping of them (micro-batches, data-parallel ranks, ZeRO shards) gives the same bits. */
+#define TRI_FIXED_LIMIT 4611686018427387904.0 /* 2^62: headroom for sums of up to 2 values */
+
+/* *out = round(x * 2^bits); returns 0 (and *out = 0) when x is not finite or out of range. */
+TRI_HD int tri_fixed_from_float(float x, int bits, int64_t *out)
+{
+    double v = ldexp((double)x, bits);
+    if (!(v > -TRI_FIXED_LIMIT && v < TRI_FIXED_LIMIT)) {
+        *out = 0;
+        return 0;
+    }
+    *out = (int64_t)llrint(v);
+    return 1;
+}
+
+TRI_HD float tri_fixed_to_float(int64_t a, int bits)
+{
+    return (float)ldexp((double)a, -bits);
+}
+
+/* w (192-bit unsigned, little-endian words) += the exact sum of round(x[i] * 2^bits)^2 over
+ * [lo, hi); returns how many elements were not representable (left out). */
+TRI_HD int64_t tri_fixed_sum_squares_range(const float *x, int bits, int64_t lo, int64_t hi, uint64_t w[3])
+{
+    int64_t bad = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t a;
+        if (!tri_fixed_from_float(x[i], bits, &a)) {
+            bad++;
+            continue;
+        }
+        uint64_t m = a < 0 ? (uint64_t)0 - (uint64_t)a : (uint64_t)a;
+        unsigned __int128 sq = (unsigned __int128)m * m;
+        uint64_t lo64 = (uint64_t)sq, hi64 = (uint64_t)(sq >> 64);
+        uint64_t s0 = w[0] + lo64;
+        uint64_t c0 = s0 < lo64;
+        uint64_t s1 = w[1] + hi64 + c0;
+        uint64_t c1 = s1 < hi64 || (c0 && s1 == hi64);
+        w[0] = s0;
+        w[1] = s1;
+        w[2] += c1;
+    }
+    return bad;
+}
+
 #endif
+

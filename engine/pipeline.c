@@ -2,6 +2,7 @@
 #include "engine/pipeline.h"
 #include "engine/clock.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,7 +119,7 @@ static int exchange(tri_pipeline *p, const tri_sched_op *ops, int i, int end)
 }
 
 static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_op *op, bool train,
-                   float dloss, double *loss_sum)
+                   float dloss, int64_t *loss_fixed)
 {
     tri_stage *st = p->chunks[op->chunk];
     int slot = 0, rc = acquire(p, op, &slot);
@@ -131,7 +132,7 @@ static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_o
         if (!rc && st->last) {
             double s = 0.0;
             rc = st->loss_sum(st->self, slot, &s);
-            *loss_sum += s;
+            *loss_fixed += (int64_t)llrint(ldexp(s, TRI_LOSS_BITS));
         }
         return rc;
     }
@@ -145,14 +146,14 @@ static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_o
 }
 
 int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, float dloss,
-                     double *loss_sum)
+                     int64_t *loss_fixed)
 {
     const tri_schedule *s = p->sched;
     const tri_sched_op *ops = s->ops[p->rank];
     int n = s->n_ops[p->rank], rc = TRI_OK;
     for (int k = 0; k < s->v * s->m; k++)
         p->slot[k] = -1;
-    *loss_sum = 0.0;
+    *loss_fixed = 0;
     p->busy_s = 0.0;
     double t_run = tri_now_s();
     for (int i = 0; i < n && !rc;) {
@@ -161,7 +162,7 @@ int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, flo
             rc = exchange(p, ops, i, end);
         } else {
             double t0 = tri_now_s();
-            rc = compute(p, io, &ops[i], train, dloss, loss_sum);
+            rc = compute(p, io, &ops[i], train, dloss, loss_fixed);
             p->busy_s += tri_now_s() - t0;
         }
         for (int j = i; j < end && !rc; j++)

@@ -45,11 +45,14 @@ typedef struct tri_pipeline {
 int tri_pipeline_create(tri_pipeline *p, const tri_schedule *s, int rank, tri_comm *pp_comm,
                         tri_stage **chunks);
 
+#define TRI_LOSS_BITS 32 /* loss sums in 2^-32 units: exact to add in any grouping */
+
 /* Runs the ops once. train: forward with the fused loss backward (scaled by dloss) and backward;
- * otherwise the schedule must be forward-only. *loss_sum = sum of the token losses of every
- * micro-batch, in micro-batch order, on the rank holding the last chunk (0 elsewhere). */
+ * otherwise the schedule must be forward-only. *loss_fixed = the sum over micro-batches of each
+ * micro-batch's token-loss sum rounded to 2^-TRI_LOSS_BITS, on the rank holding the last chunk
+ * (0 elsewhere): integers, so replicas' sums add exactly, in any order. */
 int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, float dloss,
-                     double *loss_sum);
+                     int64_t *loss_fixed);
 
 void tri_pipeline_destroy(tri_pipeline *p);
 

@@ -56,6 +56,7 @@ size_t tri_dtype_size(tri_dtype dtype)
     case TRI_F32: return 4;
     case TRI_BF16: return 2;
     case TRI_I32: return 4;
+    case TRI_I64: return 8;
     }
     return 0;
 }
@@ -66,6 +67,7 @@ const char *tri_dtype_name(tri_dtype dtype)
     case TRI_F32: return "f32";
     case TRI_BF16: return "bf16";
     case TRI_I32: return "i32";
+    case TRI_I64: return "i64";
     }
     return "?";
 }

@@ -16,7 +16,7 @@ extern "C" {
 
 #define TRI_MAX_DIMS 4
 
-typedef enum { TRI_F32 = 0, TRI_BF16 = 1, TRI_I32 = 2 } tri_dtype;
+typedef enum { TRI_F32 = 0, TRI_BF16 = 1, TRI_I32 = 2, TRI_I64 = 3 } tri_dtype;
 
 typedef struct tri_tensor {
     void *data;                      /* device memory; NULL for an absent optional tensor */

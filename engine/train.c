@@ -23,7 +23,7 @@ static int64_t norm_slots(int n_global_params, int tp, int dp, int zero_stage)
  * what it owns, the gradient-norm slots and a scalar. Shared by tri_trainer_create and the planner. */
 static int take_buffers(tri_arena *a, tri_optimizer *opt, const tri_param_layout *const *layouts, int v,
                         int n_global_params, int tp, int zero_stage, const tri_adamw_config *adamw,
-                        tri_tensor *slots, tri_tensor *scalar)
+                        tri_tensor *slots, tri_tensor *scalar, tri_tensor *fixed)
 {
     int rc = TRI_OK;
     for (int c = 0; c < v && !rc; c++)
@@ -31,6 +31,8 @@ static int take_buffers(tri_arena *a, tri_optimizer *opt, const tri_param_layout
     int64_t n = norm_slots(n_global_params, tp, layouts[0]->dp, zero_stage);
     if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, slots, TRI_F32, 1, (int64_t[]){n});
     if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, scalar, TRI_F32, 1, (int64_t[]){1});
+    /* the loss (1) and, in deterministic mode, the gradient norm's limbs (6), as int64 */
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, fixed, TRI_I64, 1, (int64_t[]){8});
     return rc;
 }
 
@@ -39,12 +41,12 @@ int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global
 {
     tri_arena a;
     tri_optimizer opt[TRI_MAX_CHUNKS];
-    tri_tensor slots, scalar;
+    tri_tensor slots, scalar, fixed;
     tri_adamw_config none = {0};
     if (v < 1 || v > TRI_MAX_CHUNKS)
         return TRI_ERR(TRI_EINVAL, "trainer: %d model chunks per rank (1..%d)", v, TRI_MAX_CHUNKS);
     tri_arena_plan(&a);
-    int rc = take_buffers(&a, opt, layouts, v, n_global_params, tp, zero_stage, &none, &slots, &scalar);
+    int rc = take_buffers(&a, opt, layouts, v, n_global_params, tp, zero_stage, &none, &slots, &scalar, &fixed);
     if (!rc)
         memcpy(bytes, a.by_kind, TRI_MEM_KINDS * sizeof *bytes);
     return rc;
@@ -56,7 +58,7 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
     for (int c = 0; c < t->v; c++)
         layouts[c] = t->chunks[c]->layout;
     return take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp,
-                        t->chunks[0]->zero->stage, adamw, &t->norm_slots, &t->scalar);
+                        t->chunks[0]->zero->stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed);
 }
 
 int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tri_grid *grid,
@@ -119,32 +121,17 @@ static int load(void *ctx, int chunk, int mb, int slot)
     return rc ? rc : st->load_batch(st->self, slot, t->windows);
 }
 
-/* x = the sum of x over comm, through the device scalar (comms work on device memory). Values
- * travel as fp32 and are rounded so in every layout, one rank or many. */
-static int all_reduce_value(tri_trainer *t, tri_comm *comm, double *x)
+/* The loss sum (fixed point, engine/pipeline.h) of the last stage's micro-batches, broadcast to
+ * every stage and summed over data-parallel replicas: exact integer arithmetic, so the loss is the
+ * same bits in every layout. Returns the sum in loss units. */
+static int share_loss(tri_trainer *t, int64_t fixed, double *sum)
 {
-    float f = (float)*x;
-    *x = f;
-    if (comm->size == 1)
-        return TRI_OK;
-    int rc = tri_device_copy_from_host(t->dev, t->scalar, &f);
-    if (!rc) rc = tri_comm_all_reduce(comm, t->scalar, TRI_REDUCE_SUM);
-    if (!rc) rc = tri_device_copy_to_host(t->dev, &f, t->scalar);
-    *x = f;
-    return rc;
-}
-
-/* x = the last pipeline stage's x on every stage (the loss lives there). */
-static int broadcast_from_last_stage(tri_trainer *t, double *x)
-{
-    float f = (float)*x;
-    *x = f;
-    if (t->grid->pp == 1)
-        return TRI_OK;
-    int rc = tri_device_copy_from_host(t->dev, t->scalar, &f);
-    if (!rc) rc = tri_comm_broadcast(t->grid->pp_comm, t->scalar, t->grid->pp - 1);
-    if (!rc) rc = tri_device_copy_to_host(t->dev, &f, t->scalar);
-    *x = f;
+    tri_tensor v = tri_tensor_range(t->loss_fixed, 0, 1);
+    int rc = tri_device_copy_from_host(t->dev, v, &fixed);
+    if (!rc && t->grid->pp > 1) rc = tri_comm_broadcast(t->grid->pp_comm, v, t->grid->pp - 1);
+    if (!rc && t->grid->dp > 1) rc = tri_comm_all_reduce(t->grid->dp_comm, v, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(t->dev, &fixed, v);
+    *sum = ldexp((double)fixed, -TRI_LOSS_BITS);
     return rc;
 }
 
@@ -156,12 +143,13 @@ typedef struct reduce_ctx {
 static int all_reduce_piece(void *ctx, int64_t start, int64_t len)
 {
     reduce_ctx *c = ctx;
-    return tri_comm_all_reduce(c->comm, tri_zero_owned_grads(c->z, start, len), TRI_REDUCE_SUM);
+    return tri_comm_all_reduce(c->comm, tri_zero_owned_sums(c->z, start, len), TRI_REDUCE_SUM);
 }
 
 /* Gradient reductions that make a chunk's owned gradients complete: over data-parallel replicas
  * (ZeRO: all-reduce, or reduce-scatter into the owned slices), then, on the owned pieces, over TP
- * for the replicated parameters under SP and over the embedding group for the tied embedding. */
+ * for the replicated parameters under SP and over the embedding group for the tied embedding
+ * (in deterministic mode on the exact integer sums, converted to fp32 after all of them). */
 static int sync_grads(tri_trainer *t, tri_stage *st)
 {
     const tri_param_layout *L = st->layout;
@@ -179,12 +167,13 @@ static int sync_grads(tri_trainer *t, tri_stage *st)
             rc = tri_param_owned_pieces(st->zero, p, all_reduce_piece, &c);
         }
     }
-    return rc;
+    return rc ? rc : tri_zero_finish_grads(st->zero);
 }
 
 int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
 {
     double loss_sum = 0.0;
+    int64_t loss_fixed = 0;
     int rc = TRI_OK;
     for (int c = 0; c < t->v && !rc; c++)
         rc = t->chunks[c]->zero_grads(t->chunks[c]->self);
@@ -193,11 +182,10 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
                       (int64_t)t->grid->dp_rank * t->cfg.n_micro * t->chunks[0]->samples_per_mb;
     float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
     tri_pipeline_io io = {.ctx = t, .load = load};
-    if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, &loss_sum);
+    if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, &loss_fixed);
     for (int c = 0; c < t->v && !rc; c++)
         rc = sync_grads(t, t->chunks[c]);
-    if (!rc) rc = broadcast_from_last_stage(t, &loss_sum);
-    if (!rc) rc = all_reduce_value(t, t->grid->dp_comm, &loss_sum);
+    if (!rc) rc = share_loss(t, loss_fixed, &loss_sum);
     *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
     return rc;
 }
@@ -206,8 +194,44 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
  * slot (global index, TP rank, and DP rank when ZeRO shards); after the all-reduce over the ranks
  * holding pieces every slot holds exactly one rank's value (the others added zeros, which is exact),
  * and the slots are summed in index order in double. */
+typedef struct limbs_ctx {
+    tri_trainer *t;
+    const tri_zero *z;
+    tri_tensor limbs;
+} limbs_ctx;
+
+static int add_limbs(void *ctx, int64_t start, int64_t len)
+{
+    limbs_ctx *c = ctx;
+    return tri_op_fixed_sum_squares(c->t->dev, c->limbs, tri_zero_owned_grads(c->z, start, len), TRI_FIXED_BITS,
+                                    c->z->bad);
+}
+
+/* Deterministic mode: the squares of the gradients (rounded to 2^-TRI_FIXED_BITS) summed exactly as
+ * a multi-limb integer, so the norm does not depend on how ZeRO cut the gradients or on the order. */
+static int grad_norm_exact(tri_trainer *t, double *norm)
+{
+    tri_tensor limbs = tri_tensor_range(t->loss_fixed, 2, 6);
+    int rc = tri_op_zero(t->dev, limbs);
+    for (int c = 0; c < t->v && !rc; c++) {
+        const tri_stage *st = t->chunks[c];
+        limbs_ctx ctx = {t, st->zero, limbs};
+        for (int i = 0; i < st->layout->n && !rc; i++)
+            if (st->layout->params[i].count_in_norm)
+                rc = tri_param_owned_pieces(st->zero, &st->layout->params[i], add_limbs, &ctx);
+    }
+    tri_comm *over = t->chunks[0]->zero->stage > 0 ? t->grid->world : t->grid->mp_comm;
+    int64_t host[6] = {0};
+    if (!rc) rc = tri_comm_all_reduce(over, limbs, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(t->dev, host, limbs);
+    *norm = sqrt(tri_fixed_limbs_value(host, 2 * TRI_FIXED_BITS));
+    return rc;
+}
+
 int tri_trainer_grad_norm(tri_trainer *t, double *norm)
 {
+    if (t->chunks[0]->zero->deterministic)
+        return grad_norm_exact(t, norm);
     int64_t nslots = tri_tensor_numel(t->norm_slots);
     int stage = t->chunks[0]->zero->stage, dp = stage > 0 ? t->grid->dp : 1;
     float *slots = calloc((size_t)nslots, sizeof *slots);
@@ -265,16 +289,16 @@ int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches,
     int64_t m = t->eval_sched->m, B = t->chunks[0]->samples_per_mb;
     tri_pipeline_io io = {.ctx = t, .load = load};
     double total = 0.0;
+    int64_t fixed = 0;
     int rc = TRI_OK;
     t->src = src;
     for (int k = 0; k < n_batches && !rc; k++) {
-        double s = 0.0;
+        int64_t s = 0;
         t->first_sample = ((int64_t)k * t->grid->dp + t->grid->dp_rank) * m * B;
         rc = tri_pipeline_run(&t->eval_pipe, &io, false, 0.0f, &s);
-        total += s;
+        fixed += s;
     }
-    if (!rc) rc = broadcast_from_last_stage(t, &total);
-    if (!rc) rc = all_reduce_value(t, t->grid->dp_comm, &total);
+    if (!rc) rc = share_loss(t, fixed, &total);
     *loss = total / (double)(t->chunks[0]->tokens_per_mb * m * (int64_t)n_batches * t->grid->dp);
     return rc;
 }

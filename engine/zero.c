@@ -71,11 +71,34 @@ static int64_t pool_length(const tri_param_layout *L)
     return pool > 0 ? pool : largest;
 }
 
-int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, int stage)
+static int take_1d_i64(tri_arena *a, tri_mem_kind kind, tri_tensor *t, int64_t n)
+{
+    return tri_arena_take(a, kind, t, TRI_I64, 1, (int64_t[]){n > 0 ? n : 1});
+}
+
+/* Deterministic mode's extra buffers: the int64 sums, and for stages 2-3 an int64 bucket and
+ * reduce-scatter result. */
+static int take_fixed(tri_zero *z, tri_arena *a, int64_t largest_slice)
+{
+    const tri_param_layout *L = z->L;
+    int64_t largest = 0;
+    for (int u = 0; u < L->n_units; u++)
+        largest = L->units[u].len > largest ? L->units[u].len : largest;
+    int rc = take_1d_i64(a, TRI_MEM_GRADS, &z->acc, z->stage < 2 ? L->padded_numel : L->shard_numel);
+    if (!rc && z->stage >= 2) {
+        rc = take_1d_i64(a, TRI_MEM_COMM, &z->acc_bucket, largest);
+        if (!rc) rc = take_1d_i64(a, TRI_MEM_COMM, &z->acc_tmp, largest_slice);
+    }
+    if (!rc) rc = take_1d(a, TRI_MEM_WORKSPACE, &z->bad, 1);
+    return rc;
+}
+
+int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, int stage, bool deterministic)
 {
     if (stage < 0 || stage > 3)
         return TRI_ERR(TRI_EINVAL, "--zero-stage %d: expected 0, 1, 2 or 3", stage);
     z->stage = stage;
+    z->deterministic = deterministic;
     z->L = L;
     if (!z->slice_offset) {
         z->slice_offset = calloc((size_t)(L->n_units > 0 ? L->n_units : 1), sizeof *z->slice_offset);
@@ -90,14 +113,17 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, int stag
     }
     z->pool_len = pool_length(L);
     z->params = z->param_shard = z->grads = z->grad_shard = z->reduce_tmp = tri_tensor_none();
+    z->acc = z->acc_bucket = z->acc_tmp = z->bad = tri_tensor_none();
     int rc = stage < 3 ? take_1d(a, TRI_MEM_PARAMS, &z->params, L->padded_numel)
                        : take_1d(a, TRI_MEM_PARAMS, &z->param_shard, L->shard_numel);
     if (!rc) rc = stage < 2 ? take_1d(a, TRI_MEM_GRADS, &z->grads, L->padded_numel)
                             : take_1d(a, TRI_MEM_GRADS, &z->grad_shard, L->shard_numel);
-    if (!rc && stage >= 2) {
+    if (!rc && stage >= 2 && !deterministic)
         rc = take_1d(a, TRI_MEM_COMM, &z->reduce_tmp, largest_slice);
-        if (!rc) rc = take_unit_buffers(z, a, TRI_MEM_GRADS, &z->grad_bufs, &z->n_grad_bufs);
-    }
+    if (!rc && (stage >= 2 || deterministic))
+        rc = take_unit_buffers(z, a, TRI_MEM_GRADS, &z->grad_bufs, &z->n_grad_bufs);
+    if (!rc && deterministic)
+        rc = take_fixed(z, a, largest_slice);
     if (!rc && stage == 3)
         rc = take_unit_buffers(z, a, TRI_MEM_PARAMS, &z->param_bufs, &z->n_param_bufs);
     return rc;
@@ -184,10 +210,16 @@ void tri_zero_release_params(tri_zero *z, int unit)
 
 /* ---- gradients ---- */
 
+/* Whether gradients go through buckets: always in deterministic mode, else from stage 2 on. */
+static bool bucketed(const tri_zero *z)
+{
+    return z->deterministic || z->stage >= 2;
+}
+
 int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat)
 {
     const tri_param_unit *u = &z->L->units[unit];
-    if (z->stage < 2) {
+    if (!bucketed(z)) {
         *flat = tri_tensor_range(z->grads, u->start, u->len);
         return TRI_OK;
     }
@@ -207,9 +239,25 @@ int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat)
     return rc;
 }
 
+/* Deterministic mode: the bucket of unit u in fixed point, added exactly to this rank's sums. */
+static int add_bucket_fixed(tri_zero *z, int unit, tri_tensor bucket)
+{
+    const tri_param_unit *u = &z->L->units[unit];
+    if (z->stage < 2)
+        return tri_op_fixed_accumulate(z->dev, tri_tensor_range(z->acc, u->start, u->len), bucket, TRI_FIXED_BITS,
+                                       z->bad);
+    int64_t n = slice_len(z, unit);
+    tri_tensor fixed = tri_tensor_range(z->acc_bucket, 0, u->len), tmp = tri_tensor_range(z->acc_tmp, 0, n);
+    int rc = tri_op_zero(z->dev, fixed);
+    if (!rc) rc = tri_op_fixed_accumulate(z->dev, fixed, bucket, TRI_FIXED_BITS, z->bad);
+    if (!rc) rc = tri_comm_reduce_scatter(z->dp, tmp, fixed);
+    if (!rc) rc = tri_op_add_i64(z->dev, tri_tensor_range(z->acc, z->slice_offset[unit], n), tmp);
+    return rc;
+}
+
 int tri_zero_grads_done(tri_zero *z, int unit)
 {
-    if (z->stage < 2)
+    if (!bucketed(z))
         return TRI_OK;
     tri_zero_buffer *b = held(z->grad_bufs, z->n_grad_bufs, unit);
     if (!b)
@@ -219,21 +267,68 @@ int tri_zero_grads_done(tri_zero *z, int unit)
         return TRI_OK;
     }
     int64_t len = z->L->units[unit].len, n = slice_len(z, unit);
-    tri_tensor tmp = tri_tensor_range(z->reduce_tmp, 0, n);
-    int rc = tri_comm_reduce_scatter(z->dp, tmp, tri_tensor_range(b->t, 0, len));
-    if (!rc) rc = tri_op_axpy(z->dev, tri_tensor_range(z->grad_shard, z->slice_offset[unit], n), 1.0f, tmp);
+    tri_tensor bucket = tri_tensor_range(b->t, 0, len);
+    int rc;
+    if (z->deterministic) {
+        rc = add_bucket_fixed(z, unit, bucket);
+    } else {
+        tri_tensor tmp = tri_tensor_range(z->reduce_tmp, 0, n);
+        rc = tri_comm_reduce_scatter(z->dp, tmp, bucket);
+        if (!rc) rc = tri_op_axpy(z->dev, tri_tensor_range(z->grad_shard, z->slice_offset[unit], n), 1.0f, tmp);
+    }
     release(z->grad_bufs, z->n_grad_bufs, unit);
     return rc;
 }
 
 int tri_zero_zero_grads(tri_zero *z)
 {
-    return tri_op_fill(z->dev, z->stage < 2 ? z->grads : z->grad_shard, 0.0f);
+    int rc = tri_op_fill(z->dev, z->stage < 2 ? z->grads : z->grad_shard, 0.0f);
+    if (!rc && z->deterministic) {
+        rc = tri_op_zero(z->dev, z->acc);
+        if (!rc) rc = tri_op_fill(z->dev, z->bad, 0.0f);
+    }
+    return rc;
+}
+
+/* Deterministic mode: the exact sums reduced over dp (all-reduce at stage 0, reduce-scatter into the
+ * owned slices at stage 1; stages 2-3 did it per bucket). */
+static int reduce_grads_fixed(tri_zero *z)
+{
+    int rc = TRI_OK;
+    if (z->stage == 0)
+        rc = tri_comm_all_reduce(z->dp, z->acc, TRI_REDUCE_SUM);
+    for (int u = 0; z->stage == 1 && u < z->L->n_units && !rc; u++) {
+        const tri_param_unit *unit = &z->L->units[u];
+        rc = tri_comm_reduce_scatter(z->dp, tri_tensor_range(z->acc, owned_start(z, u), slice_len(z, u)),
+                                     tri_tensor_range(z->acc, unit->start, unit->len));
+    }
+    return rc;
+}
+
+int tri_zero_finish_grads(tri_zero *z)
+{
+    int rc = TRI_OK;
+    if (!z->deterministic)
+        return rc;
+    for (int u = 0; u < z->L->n_units && !rc; u++) {
+        int64_t start, len, local;
+        tri_zero_owned(z, u, &start, &len, &local);
+        rc = tri_op_fixed_to_float(z->dev, tri_zero_owned_grads(z, start, len), tri_zero_owned_sums(z, start, len),
+                                   TRI_FIXED_BITS);
+    }
+    float bad = 0.0f;
+    if (!rc) rc = tri_device_copy_to_host(z->dev, &bad, z->bad);
+    if (!rc && bad > 0)
+        rc = TRI_ERR(TRI_ENONFINITE, "deterministic mode: %.0f gradient contributions were not finite or beyond "
+                     "the fixed-point range |g| < 2^%d", (double)bad, 62 - TRI_FIXED_BITS);
+    return rc;
 }
 
 int tri_zero_reduce_grads(tri_zero *z)
 {
     int rc = TRI_OK;
+    if (z->deterministic)
+        return reduce_grads_fixed(z);
     if (z->stage == 0 && z->dp->size > 1)
         return tri_comm_all_reduce(z->dp, z->grads, TRI_REDUCE_SUM);
     for (int u = 0; z->stage == 1 && u < z->L->n_units && !rc; u++) {
@@ -292,4 +387,11 @@ tri_tensor tri_zero_owned_grads(const tri_zero *z, int64_t start, int64_t len)
     if (z->stage < 2)
         return tri_tensor_range(z->grads, start, len);
     return tri_tensor_range(z->grad_shard, local_of(z, start), len);
+}
+
+tri_tensor tri_zero_owned_sums(const tri_zero *z, int64_t start, int64_t len)
+{
+    if (!z->deterministic)
+        return tri_zero_owned_grads(z, start, len);
+    return tri_tensor_range(z->acc, z->stage < 2 ? start : local_of(z, start), len);
 }

@@ -14,6 +14,13 @@
  *   stage 3  as stage 2, and the parameters live only as the owned slices: a unit is all-gathered
  *            into a buffer just before use and released after.
  *
+ * Deterministic mode: every pass writes its gradients into a bucket (at any stage), which is then
+ * converted to fixed point (int64, 2^-TRI_FIXED_BITS units, engine/math.h) and added exactly:
+ * into the whole stage's int64 sums at stages 0-1, or reduce-scattered as int64 into the owned
+ * slices at stages 2-3. Integer sums do not depend on their order or grouping, so the gradients are
+ * the same bits in every layout that differs in pp, dp, ZeRO stage or micro-batch count, and from
+ * run to run; they become fp32 once, at the end of the step.
+ *
  * Whole-unit buffers (stage 3's gathered parameters, stage 2-3's gradient buckets) come from a
  * pool of two buffers sized for the largest block, plus a buffer of its own for any larger unit
  * (the embedding): the largest unit must exist whole while it is used, as in FSDP. */
@@ -31,7 +38,8 @@
 extern "C" {
 #endif
 
-#define TRI_ZERO_POOL 2  /* shared whole-unit buffers per kind */
+#define TRI_ZERO_POOL 2    /* shared whole-unit buffers per kind */
+#define TRI_FIXED_BITS 44  /* deterministic mode: gradients in 2^-44 units, |g| < 2^18 */
 
 typedef struct tri_zero_buffer {
     tri_tensor t;        /* (len) */
@@ -41,6 +49,7 @@ typedef struct tri_zero_buffer {
 
 typedef struct tri_zero {
     int stage;                   /* 0..3 */
+    bool deterministic;          /* exact fixed-point gradient sums (see the top comment) */
     const tri_param_layout *L;
     tri_device *dev;
     tri_comm *dp;                /* the data-parallel group (NULL while planning) */
@@ -56,11 +65,16 @@ typedef struct tri_zero {
     int n_param_bufs, n_grad_bufs;
     tri_zero_buffer *param_bufs, *grad_bufs;
     int64_t pool_len;            /* length of the shared buffers */
+    /* deterministic mode */
+    tri_tensor acc;              /* i64 exact sums: (padded_numel) at stages 0-1, (shard_numel) above */
+    tri_tensor acc_bucket;       /* stages 2-3: i64 (largest unit) a bucket in fixed point */
+    tri_tensor acc_tmp;          /* stages 2-3: i64 (largest unit / dp) one reduce-scatter's result */
+    tri_tensor bad;              /* f32 (1): contributions outside the fixed-point range */
 } tri_zero;
 
 /* Takes the stage's buffers for ZeRO `stage` from arena a (planning or real: called twice like
  * every take). TRI_EINVAL for a stage outside 0..3, TRI_ENOMEM. */
-int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, int stage);
+int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, int stage, bool deterministic);
 /* After the arena is committed: the device and the data-parallel group to work with. */
 void tri_zero_bind(tri_zero *z, tri_device *dev, tri_comm *dp);
 void tri_zero_destroy(tri_zero *z);
@@ -81,8 +95,14 @@ int tri_zero_grads_done(tri_zero *z, int unit);
 /* Zeroes every gradient this rank keeps (start of a step). */
 int tri_zero_zero_grads(tri_zero *z);
 /* End of a step's backward: stage 0 all-reduces the gradients, stage 1 reduce-scatters every unit
- * (in place: each rank's slice of the buffer receives the sum); stages 2-3 have done it per bucket. */
+ * (in place: each rank's slice of the buffer receives the sum); stages 2-3 have done it per bucket.
+ * Deterministic mode reduces the exact int64 sums the same way. Other reductions of owned pieces
+ * (TP for replicated parameters under SP, the tied embedding) follow, on tri_zero_owned_sums. */
 int tri_zero_reduce_grads(tri_zero *z);
+/* Deterministic mode: converts the owned exact sums to the fp32 gradients the optimizer reads;
+ * TRI_ENONFINITE when a contribution was not finite or outside the fixed-point range. Otherwise
+ * nothing. */
+int tri_zero_finish_grads(tri_zero *z);
 /* After the optimizer updated the owned slices: stages 1-2 all-gather every unit's parameters. */
 int tri_zero_gather_params(tri_zero *z);
 
@@ -98,6 +118,9 @@ int64_t tri_zero_owned_numel(const tri_zero *z);
  * gradients (after tri_zero_reduce_grads), as 1-d views. */
 tri_tensor tri_zero_owned_params(const tri_zero *z, int64_t start, int64_t len);
 tri_tensor tri_zero_owned_grads(const tri_zero *z, int64_t start, int64_t len);
+/* What further gradient reductions of an owned piece act on before tri_zero_finish_grads: the
+ * int64 exact sums in deterministic mode, else the fp32 gradients. */
+tri_tensor tri_zero_owned_sums(const tri_zero *z, int64_t start, int64_t len);
 
 #ifdef __cplusplus
 }

@@ -287,7 +287,7 @@ static int take_scratch(tri_gpt *m)
     m->lm_dwte = tri_tensor_none();
     /* ZeRO 0-1 keep whole gradients: the LM head's share of wte gets its own accumulator (see
      * gpt.h); ZeRO 2-3 reduce the head's share from wte's bucket after each forward instead */
-    if (!rc && m->opt.first && m->opt.last && m->opt.zero_stage < 2)
+    if (!rc && m->opt.first && m->opt.last && m->opt.zero_stage < 2 && !m->opt.deterministic)
         rc = TAKE(m, TRI_MEM_GRADS, &m->lm_dwte, TRI_F32, m->V_l, C);
     if (!rc && m->opt.last) {
         rc = TAKE(m, K, &m->ls.logits, TRI_F32, N, m->V_l);
@@ -299,7 +299,7 @@ static int take_scratch(tri_gpt *m)
 
 static int take_all(tri_gpt *m)
 {
-    int rc = tri_zero_take(&m->zero, &m->arena, &m->layout, m->opt.zero_stage);
+    int rc = tri_zero_take(&m->zero, &m->arena, &m->layout, m->opt.zero_stage, m->opt.deterministic);
     if (!rc) rc = take_shared_acts(m);
     for (int s = 0; s < m->opt.n_slots && !rc; s++)
         rc = take_slot(m, &m->slots[s]);

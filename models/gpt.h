@@ -46,6 +46,7 @@ typedef struct tri_gpt_options {
     int dp, dp_rank;           /* data-parallel size and rank (ZeRO shard of the layout) */
     int zero_stage;            /* 0..3 (engine/zero.h) */
     tri_recompute recompute;   /* activation recomputation (Korthikanti et al. 2022) */
+    bool deterministic;        /* exact fixed-point gradient sums (engine/zero.h) */
     uint64_t seed;             /* initialisation seed */
 } tri_gpt_options;
 

@@ -88,7 +88,7 @@ static tri_gpt_options chunk_options(const tri_gpt_rank *r, const tri_gpt_run_op
                            .layer_start = pl->layer_start, .layer_end = pl->layer_end,
                            .first = pl->first, .last = pl->last, .sequence_parallel = o->sequence_parallel,
                            .dp = dp, .dp_rank = dp_rank, .zero_stage = o->zero_stage,
-                           .recompute = o->recompute, .seed = o->seed};
+                           .recompute = o->recompute, .deterministic = o->deterministic, .seed = o->seed};
     if (opt.n_slots < 1)
         opt.n_slots = 1;
     return opt;
@@ -155,7 +155,7 @@ static int load_sample(void *ctx, int chunk, int mb, int slot)
 int tri_gpt_rank_logits(tri_gpt_rank *r, const int32_t *windows, int64_t row, float *logits, bool *have)
 {
     tri_pipeline_io io = {.ctx = r, .load = load_sample};
-    double loss = 0.0;
+    int64_t loss = 0;
     r->sample_windows = windows;
     *have = false;
     int rc = tri_pipeline_run(&r->sample_pipe, &io, false, 0.0f, &loss);

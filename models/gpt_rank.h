@@ -26,6 +26,7 @@ typedef struct tri_gpt_run_options {
     int last_stage_layers;        /* --decoder-last-pipeline-num-layers, -1: balanced */
     int zero_stage;               /* 0..3 (Rajbhandari et al. 2020) */
     tri_recompute recompute;      /* --recompute-granularity (Korthikanti et al. 2022) */
+    bool deterministic;           /* --deterministic: bit-identical across layouts (engine/zero.h) */
     uint64_t seed;
 } tri_gpt_run_options;
 

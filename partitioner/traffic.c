@@ -63,7 +63,7 @@ void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int 
     const uint64_t f = 4, mb = (uint64_t)n_micro;
     uint64_t *ar = &bytes[TRI_COMM_ALL_REDUCE], *rs = &bytes[TRI_COMM_REDUCE_SCATTER];
     uint64_t *ag = &bytes[TRI_COMM_ALL_GATHER];
-    *ar += f; /* the step's loss */
+    *ar += 8; /* the step's loss: an int64 in fixed point (engine/pipeline.h) */
     for (int u = 0; u < n; u++) {
         uint64_t len = (uint64_t)units[u].len * f;
         uint64_t writes = (uint64_t)(units[u].fwd_writes + units[u].bwd_writes);

@@ -37,7 +37,7 @@ typedef struct tri_unit_uses {
  * a unit's gradient bucket after every pass that writes it and all-gathers the parameters once;
  * ZeRO 3 also all-gathers a unit's parameters for every read (no all-gather after the update).
  * For blocks ZeRO 0-2 move 2P per step and ZeRO 3 3P: the paper's 1.5x. The loss all-reduce
- * (4 bytes per step) is included. */
+ * (an 8-byte integer per step) is included. */
 void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
                          uint64_t bytes[TRI_COMM_KINDS]);
 

@@ -188,7 +188,8 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         .run = {.B = j->B, .T = j->T, .n_micro = j->layout.n_micro, .sequence_parallel = j->layout.sp,
                 .schedule = j->layout.schedule, .layers_per_virtual_stage = j->layout.layers_per_virtual_stage,
                 .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->layout.zero,
-                .recompute = (tri_recompute)j->layout.recompute, .seed = 1234},
+                .recompute = (tri_recompute)j->layout.recompute, .deterministic = j->layout.deterministic,
+                .seed = 1234},
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
     };
     int rc = tri_device_cpu_create(&dev, 1);

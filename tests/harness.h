@@ -25,6 +25,7 @@ typedef struct tu_layout {
     int layers_per_virtual_stage;
     int zero;                  /* ZeRO stage */
     int recompute;             /* tri_recompute */
+    bool deterministic;
 } tu_layout;
 
 typedef struct tu_result {
