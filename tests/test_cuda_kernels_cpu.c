@@ -30,6 +30,7 @@
 #include "cuda/kernels/crossentropy.kern.h"
 #include "cuda/kernels/elementwise.kern.h"
 #include "cuda/kernels/embedding.kern.h"
+#include "cuda/kernels/fixed.kern.h"
 #include "cuda/kernels/gelu.kern.h"
 #include "cuda/kernels/layernorm.kern.h"
 #include "cuda/kernels/matmul.kern.h"
@@ -194,6 +195,96 @@ Test(cuda_kernels_cpu, sum_squares_and_count_nonfinite)
                 cr_assert_eq(*out_bad, want_bad, "count_nonfinite: %g vs %g", (double)*out_bad, (double)want_bad);
                 cr_assert_eq(*out_bad, start + (n == 1 ? 1.0f : 3.0f));
                 check_guards_and_free("reduce");
+            }
+        }
+    }
+}
+
+/* ---- fixed point (deterministic mode): integer results, so bit-identical for any chunking ---- */
+
+/* Values including NaN, Inf and out-of-range ones (|x| >= 2^(62 - 44) = 262144). */
+static float *fixed_inputs(int64_t n, uint64_t seed)
+{
+    float *x = ot_uniform((size_t)n, -3.0f, 3.0f, seed);
+    for (int64_t i = 0; i < n; i += 5)
+        x[i] = ldexpf(x[i], -45); /* rounding to 2^-44 matters */
+    x[n / 2] = NAN;
+    if (n > 2) {
+        x[1] = 3e5f;
+        x[n - 1] = -INFINITY;
+    }
+    return x;
+}
+
+Test(cuda_kernels_cpu, fixed_point)
+{
+    tri_device *d = cpu();
+    const int bits = 44;
+    for (size_t z = 0; z < N_SIZES; z++) {
+        int64_t n = SIZES[z];
+        float *x = fixed_inputs(n, 50 + z);
+        int64_t *acc0 = (int64_t *)ot_ints(2 * (size_t)n), *want = (int64_t *)ot_ints(2 * (size_t)n); /* n int64s */
+        for (int64_t i = 0; i < n; i++)
+            acc0[i] = (int64_t)(i * 1000003) - 77;
+        shape s[N_SHAPES];
+        shapes_for(n, s);
+        for (int k = 0; k < N_SHAPES; k++) {
+            /* accumulate (and its bad count through the partials), then to_float, then add_i64 */
+            int64_t chunk = (n + 63) / 64, n_chunks = (n + chunk - 1) / chunk;
+            float start = 1.0f, want_bad = start;
+            int64_t *acc = gbuf((size_t)n * sizeof *acc, acc0);
+            float *gx = gfloats((size_t)n, x), *bad = gfloats(1, &start);
+            double *partial = gbuf((size_t)n_chunks * sizeof(double), NULL);
+            TRI_LAUNCH(fixed_accumulate_kernel, s[k].grid, s[k].block, acc, gx, bits, n);
+            TRI_LAUNCH(fixed_bad_partial_kernel, s[k].grid, s[k].block, partial, gx, bits, n, chunk, n_chunks);
+            TRI_LAUNCH(fixed_bad_finish_kernel, s[k].grid, s[k].block, bad, partial, n_chunks);
+            memcpy(want, acc0, (size_t)n * sizeof *want);
+            cr_assert_eq(tri_op_fixed_accumulate(d, tri_tensor_1d(want, TRI_I64, n), tri_tensor_1d(x, TRI_F32, n),
+                                                 bits, tri_tensor_1d(&want_bad, TRI_F32, 1)), TRI_OK);
+            cr_assert_eq(memcmp(acc, want, (size_t)n * sizeof *acc), 0, "fixed_accumulate_kernel differs, n %lld",
+                         (long long)n);
+            cr_assert_eq(*bad, want_bad, "fixed bad count %g vs %g", (double)*bad, (double)want_bad);
+            cr_assert_eq(*bad, start + (n > 2 ? 3.0f : 1.0f));
+
+            float *out = gfloats((size_t)n, NULL), *want_out = ot_floats((size_t)n);
+            TRI_LAUNCH(fixed_to_float_kernel, s[k].grid, s[k].block, out, acc, bits, n);
+            cr_assert_eq(tri_op_fixed_to_float(d, tri_tensor_1d(want_out, TRI_F32, n), tri_tensor_1d(want, TRI_I64, n),
+                                               bits), TRI_OK);
+            same_bits("fixed_to_float_kernel", out, want_out, (size_t)n);
+
+            const int64_t *other = gbuf((size_t)n * sizeof *acc, acc0);
+            TRI_LAUNCH(add_i64_kernel, s[k].grid, s[k].block, acc, other, n);
+            cr_assert_eq(tri_op_add_i64(d, tri_tensor_1d(want, TRI_I64, n), tri_tensor_1d(acc0, TRI_I64, n)), TRI_OK);
+            cr_assert_eq(memcmp(acc, want, (size_t)n * sizeof *acc), 0, "add_i64_kernel differs, n %lld", (long long)n);
+            check_guards_and_free("fixed element-wise");
+        }
+        /* sum of squares: the CPU backend's 64 chunks give identical limbs; other chunkings the
+         * same integer (same reading after carrying) */
+        int64_t want_limbs[6] = {1, 2, 3, 4, 5, 6};
+        float want_bad = 0.0f;
+        cr_assert_eq(tri_op_fixed_sum_squares(d, tri_tensor_1d(want_limbs, TRI_I64, 6), tri_tensor_1d(x, TRI_F32, n),
+                                              bits, tri_tensor_1d(&want_bad, TRI_F32, 1)), TRI_OK);
+        int64_t chunks[] = {(n + 63) / 64, 1000, 7};
+        for (int c = 0; c < 3; c++) {
+            int64_t chunk = chunks[c], n_chunks = (n + chunk - 1) / chunk;
+            shape s2[N_SHAPES];
+            shapes_for(n_chunks, s2);
+            for (int k = 0; k < N_SHAPES; k++) {
+                const int64_t init[6] = {1, 2, 3, 4, 5, 6};
+                float zero = 0.0f;
+                int64_t *limbs = gbuf(sizeof init, init);
+                float *bad = gfloats(1, &zero), *gx = gfloats((size_t)n, x);
+                uint64_t *words = gbuf((size_t)n_chunks * 4 * sizeof(uint64_t), NULL);
+                TRI_LAUNCH(fixed_sumsq_partial_kernel, s2[k].grid, s2[k].block, words, gx, bits, n, chunk, n_chunks);
+                TRI_LAUNCH(fixed_sumsq_finish_kernel, s2[k].grid, s2[k].block, limbs, bad, words, n_chunks);
+                if (c == 0)
+                    cr_assert_eq(memcmp(limbs, want_limbs, sizeof init), 0, "fixed_sumsq limbs differ, n %lld",
+                                 (long long)n);
+                double got_v = tri_fixed_limbs_value(limbs, 2 * bits), want_v = tri_fixed_limbs_value(want_limbs, 2 * bits);
+                cr_assert_eq(memcmp(&got_v, &want_v, sizeof got_v), 0, "fixed_sumsq chunk %lld: %.17g vs %.17g",
+                             (long long)chunk, got_v, want_v);
+                cr_assert_eq(*bad, want_bad, "fixed_sumsq bad %g vs %g", (double)*bad, (double)want_bad);
+                check_guards_and_free("fixed sum of squares");
             }
         }
     }
