@@ -2,7 +2,7 @@
 # tests/engine_train_mpi.sh BUILD_DIR SOURCE_DIR - engine_train under mpirun with tensor parallelism.
 #
 # A tp = 2 run (and tp = 2 with sequence parallelism) trains and reports the same first loss as
-# tp = 1; layouts the model or world size cannot take are refused by every rank with the same
+# tp = 1; with --deterministic-mode runs differing in pp, dp and ZeRO stage log identical numbers; layouts the model or world size cannot take are refused by every rank with the same
 # message and a non-zero exit, before any collective, within a few seconds (no rank hangs).
 set -u
 build=$1
@@ -51,6 +51,35 @@ for schedule in 1f1b gpipe; do
     echo "ok   tp=2 pp=2 $schedule: first loss $got = tp=1's; $(grep -c '^  stage' <<<"$out") stages placed"
   fi
 done
+
+# deterministic mode: runs that differ in pp, dp and ZeRO stage log the same losses and grad norms
+# to the last bit (metrics.jsonl holds them at full double precision): 1 rank = pp2 x dp2 ZeRO-3,
+# and tp2 = tp2 x pp2 x dp2 ZeRO-3 (tp changes how each matmul splits its sums, so tp runs are
+# compared with a tp run of the same size)
+det=(--config models/gpt2-tiny-byte.json --micro-batch-size 2 --seq-length 32 --train-iters 3
+     --global-batch-size 8 --eval-iters 1 --sample-length 0 --deterministic-mode)
+numbers() { grep -oE '"(iter|loss|val_loss|grad_norm)":[-0-9.e+]+' "$1/metrics.jsonl" | tr '\n' ' '; }
+det_run() { # NAME NP FLAGS...
+  local name=$1 np=$2
+  shift 2
+  mpirun "${mpirun_flags[@]}" -np "$np" "$bin" "${det[@]}" --save-dir "$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 ||
+    { echo "FAIL deterministic $name: status $?"; tail -5 "$tmp/$name.log"; failures=$((failures + 1)); }
+}
+det_same() { # A B
+  local a b
+  a=$(numbers "$tmp/$1"); b=$(numbers "$tmp/$2")
+  if [ -z "$a" ] || [ "$a" != "$b" ]; then
+    echo "FAIL deterministic: $1 and $2 differ"; echo "  $1: $a"; echo "  $2: $b"; failures=$((failures + 1))
+  else
+    echo "ok   deterministic: $1 and $2 log identical numbers: $a"
+  fi
+}
+det_run one 1
+det_run pp2dp2z3 4 --pipeline-model-parallel-size 2 --zero-stage 3
+det_run tp2 2 --tensor-model-parallel-size 2
+det_run tp2pp2dp2z3 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 3
+det_same one pp2dp2z3
+det_same tp2 tp2pp2dp2z3
 
 # refuse NAME NP TEXT [flags]: every rank prints TEXT, the job exits non-zero, quickly
 refuse() {

@@ -44,7 +44,7 @@ typedef struct args {
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k;
     float sample_temperature;
-    bool sequence_parallel, quiet;
+    bool sequence_parallel, deterministic, quiet;
 } args;
 
 typedef struct run {
@@ -79,6 +79,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &a->last_stage_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
     f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero_stage, "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over data-parallel ranks", 0, 3);
     f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022): selective drops the attention softmax, full keeps only block outputs");
+    f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "sum gradients, norms and losses in exact fixed point: bit-identical results for every pp, dp, ZeRO stage, micro-batch count and rerun at a given tp", 0, 0);
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration (0: micro-batch-size x dp)", 0, 1e12);
@@ -183,6 +184,7 @@ static int validate(run *r)
                                     .layers_per_virtual_stage = a->layers_per_virtual_stage,
                                     .first_stage_layers = a->first_stage_layers,
                                     .last_stage_layers = a->last_stage_layers, .zero_stage = a->zero_stage,
+                                    .deterministic = a->deterministic,
                                     .recompute = strcmp(a->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
                                                  : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
                                                                                           : TRI_RECOMPUTE_NONE,
