@@ -9,9 +9,10 @@
  * Ordering against compute (DESIGN.md: ops on one device run in program order): each operation
  * records an event on the device's compute stream that the communication stream waits for, runs on
  * the communication stream, and records an event there that the compute stream waits for. The host
- * never blocks in a collective; the device sees the comm exactly where the program put it. (Real
- * compute/communication overlap for ZeRO needs a split start/wait in the comm interface: the issue
- * note proposes it.) Batched p2p is ncclSend/ncclRecv inside ncclGroupStart/ncclGroupEnd, which
+ * never blocks in a collective; the device sees the comm exactly where the program put it. The
+ * non-blocking collectives (tri_comm_*_start) record their own event instead, which the compute
+ * stream waits for only at tri_comm_wait: ZeRO's reduce-scatters and all-gathers then run on the
+ * communication stream while the compute stream goes on. Batched p2p is ncclSend/ncclRecv inside ncclGroupStart/ncclGroupEnd, which
  * NCCL runs concurrently; messages between two ranks match in posting order.
  *
  * Every NCCL, CUDA and MPI return code is checked and recorded with the failing call's text. */
@@ -238,6 +239,79 @@ static int nccl_p2p(tri_comm *c, const tri_p2p *ops, int count)
     return end(n, rc ? rc : rc_end);
 }
 
+/* ---- non-blocking collectives: the compute stream waits for the operation's own event only at
+ * tri_comm_wait, so the device computes while NCCL communicates ---- */
+
+typedef struct nccl_request {
+    cudaEvent_t done;
+} nccl_request;
+
+/* Enqueues a checked collective on the communication stream (after begin). */
+static int enqueue(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor in, tri_reduce_op op)
+{
+    nccl_impl *n = impl_of(c);
+    if (kind == TRI_COMM_ALL_REDUCE)
+        return TRI_NCCL(n, ncclAllReduce(out.data, out.data, (size_t)tri_tensor_numel(out), nccl_type(out.dtype),
+                                         op == TRI_REDUCE_SUM ? ncclSum : ncclMax, n->comm, n->stream));
+    if (kind == TRI_COMM_REDUCE_SCATTER)
+        return TRI_NCCL(n, ncclReduceScatter(in.data, out.data, (size_t)tri_tensor_numel(out), nccl_type(in.dtype),
+                                             ncclSum, n->comm, n->stream));
+    return TRI_NCCL(n, ncclAllGather(in.data, out.data, (size_t)tri_tensor_numel(in), nccl_type(in.dtype), n->comm,
+                                     n->stream));
+}
+
+static int nccl_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor in, tri_reduce_op op,
+                      void **handle)
+{
+    nccl_impl *n = impl_of(c);
+    size_t part = tri_tensor_bytes(kind == TRI_COMM_ALL_GATHER ? in : out);
+    char *mine = (char *)(kind == TRI_COMM_ALL_GATHER ? out.data : in.data) + (size_t)c->rank * part;
+    void *own = kind == TRI_COMM_ALL_GATHER ? in.data : out.data;
+    bool awkward = kind != TRI_COMM_ALL_REDUCE && (char *)own != mine &&
+                   overlaps(out.data, tri_tensor_bytes(out), in.data, tri_tensor_bytes(in));
+    if (awkward) /* overlapping but not in place: the blocking path's staging, completed now */
+        return kind == TRI_COMM_REDUCE_SCATTER ? nccl_reduce_scatter(c, out, in) : nccl_all_gather(c, out, in);
+    nccl_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return TRI_ERR(TRI_ENOMEM, "nccl %s: out of memory", tri_comm_kind_name(kind));
+    int rc = TRI_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    if (!rc) rc = begin(n);
+    if (!rc) rc = enqueue(c, kind, out, in, op);
+    if (!rc) rc = TRI_CUDA(cudaEventRecord(r->done, n->stream));
+    if (!rc && n->pending_since == 0)
+        n->pending_since = tri_now_s();
+    if (rc) {
+        if (r->done)
+            cudaEventDestroy(r->done);
+        free(r);
+        return rc;
+    }
+    *handle = r;
+    return TRI_OK;
+}
+
+static int nccl_wait(tri_comm *c, void *handle)
+{
+    nccl_request *r = handle;
+    int rc = TRI_CUDA(cudaStreamWaitEvent(impl_of(c)->compute, r->done, 0));
+    cudaEventDestroy(r->done); /* released once the recorded work completes */
+    free(r);
+    return rc;
+}
+
+static int nccl_test(tri_comm *c, void *handle, bool *done)
+{
+    nccl_request *r = handle;
+    cudaError_t e = cudaEventQuery(r->done);
+    *done = e != cudaErrorNotReady;
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+        int rc = tri_cuda_check(e, "cudaEventQuery (NCCL operation)", __FILE__, __LINE__);
+        nccl_wait(c, handle);
+        return rc;
+    }
+    return *done ? nccl_wait(c, handle) : watch(impl_of(c));
+}
+
 static int nccl_local_copy(tri_comm *c, void *dst, const void *src, size_t bytes)
 {
     nccl_impl *n = impl_of(c);
@@ -373,6 +447,9 @@ static const tri_comm_ops nccl_ops = {
     .abort = nccl_abort,
     .destroy = nccl_destroy,
     .local_copy = nccl_local_copy,
+    .start = nccl_start,
+    .wait = nccl_wait,
+    .test = nccl_test,
 };
 
 int tri_comm_nccl_create(tri_comm **out, const void *mpi_comm, tri_device *dev, double timeout_s)

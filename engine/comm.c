@@ -2,7 +2,8 @@
  *
  * Every wrapper checks its buffers, counts the payload bytes per kind, and dispatches. A group of
  * one rank needs no implementation call for collectives: all-reduce and broadcast are identities,
- * and reduce-scatter / all-gather are copies. */
+ * and reduce-scatter / all-gather are copies. The non-blocking forms share the checks and run the
+ * blocking call at the start when the implementation has no start (or nothing is to be sent). */
 #include "engine/comm.h"
 
 #include <string.h>
@@ -38,7 +39,8 @@ static int local_copy(tri_comm *c, void *dst, const void *src, size_t bytes)
     return TRI_OK;
 }
 
-int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
+/* Checks and counts an all-reduce; *skip when there is nothing to send. */
+static int prepare_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op, bool *skip)
 {
     int rc = check_dtype("all_reduce", x);
     if (rc)
@@ -46,12 +48,12 @@ int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
     if (op != TRI_REDUCE_SUM && op != TRI_REDUCE_MAX)
         return TRI_ERR(TRI_EINVAL, "comm all_reduce: reduce op %d unknown (sum or max)", (int)op);
     count(c, TRI_COMM_ALL_REDUCE, tri_tensor_bytes(x));
-    if (c->size == 1 || tri_tensor_numel(x) == 0)
-        return TRI_OK;
-    return c->ops->all_reduce(c, x, op);
+    *skip = c->size == 1 || tri_tensor_numel(x) == 0;
+    return TRI_OK;
 }
 
-int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
+/* Checks and counts a reduce-scatter; *skip when nothing is sent (a one-rank group copies). */
+static int prepare_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in, bool *skip)
 {
     int rc = check_dtype("reduce_scatter", in);
     if (rc)
@@ -60,14 +62,14 @@ int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
         return TRI_ERR(TRI_EINVAL, "comm reduce_scatter: in has %lld elements, out %lld, group size %d",
                        (long long)tri_tensor_numel(in), (long long)tri_tensor_numel(out), c->size);
     count(c, TRI_COMM_REDUCE_SCATTER, tri_tensor_bytes(in));
-    if (tri_tensor_numel(out) == 0)
-        return TRI_OK;
-    if (c->size == 1)
+    *skip = tri_tensor_numel(out) == 0 || c->size == 1;
+    if (tri_tensor_numel(out) > 0 && c->size == 1)
         return local_copy(c, out.data, in.data, tri_tensor_bytes(out));
-    return c->ops->reduce_scatter(c, out, in);
+    return TRI_OK;
 }
 
-int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
+/* Checks and counts an all-gather; *skip when nothing is sent (a one-rank group copies). */
+static int prepare_all_gather(tri_comm *c, tri_tensor out, tri_tensor in, bool *skip)
 {
     int rc = check_dtype("all_gather", in);
     if (rc)
@@ -76,11 +78,102 @@ int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
         return TRI_ERR(TRI_EINVAL, "comm all_gather: in has %lld elements, out %lld, group size %d",
                        (long long)tri_tensor_numel(in), (long long)tri_tensor_numel(out), c->size);
     count(c, TRI_COMM_ALL_GATHER, tri_tensor_bytes(out));
-    if (tri_tensor_numel(in) == 0)
-        return TRI_OK;
-    if (c->size == 1)
+    *skip = tri_tensor_numel(in) == 0 || c->size == 1;
+    if (tri_tensor_numel(in) > 0 && c->size == 1)
         return local_copy(c, out.data, in.data, tri_tensor_bytes(in));
-    return c->ops->all_gather(c, out, in);
+    return TRI_OK;
+}
+
+int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
+{
+    bool skip = false;
+    int rc = prepare_all_reduce(c, x, op, &skip);
+    return rc || skip ? rc : c->ops->all_reduce(c, x, op);
+}
+
+int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    bool skip = false;
+    int rc = prepare_reduce_scatter(c, out, in, &skip);
+    return rc || skip ? rc : c->ops->reduce_scatter(c, out, in);
+}
+
+int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    bool skip = false;
+    int rc = prepare_all_gather(c, out, in, &skip);
+    return rc || skip ? rc : c->ops->all_gather(c, out, in);
+}
+
+/* ---- non-blocking ---- */
+
+/* Starts a checked collective: through the implementation's start, or blocking when it has none. */
+static int start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor in, tri_reduce_op op,
+                 tri_comm_request *req)
+{
+    if (!c->ops->start) {
+        switch (kind) {
+        case TRI_COMM_ALL_REDUCE: return c->ops->all_reduce(c, out, op);
+        case TRI_COMM_REDUCE_SCATTER: return c->ops->reduce_scatter(c, out, in);
+        default: return c->ops->all_gather(c, out, in);
+        }
+    }
+    int rc = c->ops->start(c, kind, out, in, op, &req->handle);
+    if (!rc && req->handle) {
+        req->c = c;
+        req->seq = c->seq;
+    }
+    return rc;
+}
+
+int tri_comm_all_reduce_start(tri_comm *c, tri_tensor x, tri_reduce_op op, tri_comm_request *req)
+{
+    bool skip = false;
+    *req = (tri_comm_request){0};
+    int rc = prepare_all_reduce(c, x, op, &skip);
+    return rc || skip ? rc : start(c, TRI_COMM_ALL_REDUCE, x, x, op, req);
+}
+
+int tri_comm_reduce_scatter_start(tri_comm *c, tri_tensor out, tri_tensor in, tri_comm_request *req)
+{
+    bool skip = false;
+    *req = (tri_comm_request){0};
+    int rc = prepare_reduce_scatter(c, out, in, &skip);
+    return rc || skip ? rc : start(c, TRI_COMM_REDUCE_SCATTER, out, in, TRI_REDUCE_SUM, req);
+}
+
+int tri_comm_all_gather_start(tri_comm *c, tri_tensor out, tri_tensor in, tri_comm_request *req)
+{
+    bool skip = false;
+    *req = (tri_comm_request){0};
+    int rc = prepare_all_gather(c, out, in, &skip);
+    return rc || skip ? rc : start(c, TRI_COMM_ALL_GATHER, out, in, TRI_REDUCE_SUM, req);
+}
+
+int tri_comm_wait(tri_comm_request *req)
+{
+    if (!req->c)
+        return TRI_OK;
+    tri_comm *c = req->c;
+    void *handle = req->handle;
+    *req = (tri_comm_request){0};
+    return c->ops->wait(c, handle);
+}
+
+int tri_comm_test(tri_comm_request *req, bool *done)
+{
+    *done = true;
+    if (!req->c)
+        return TRI_OK;
+    int rc = req->c->ops->test(req->c, req->handle, done);
+    if (rc || *done) /* a failed test has already freed the handle */
+        *req = (tri_comm_request){0};
+    return rc;
+}
+
+bool tri_comm_pending(const tri_comm_request *req)
+{
+    return req->c != NULL;
 }
 
 int tri_comm_broadcast(tri_comm *c, tri_tensor x, int root)

@@ -3,8 +3,11 @@
  * A comm is one group of ranks (world, or a tp / pp / dp / embedding group made by tri_comm_split).
  * Implementations: MPI over host buffers (comm_mpi.c), thread ranks in one process for the unit
  * tests (comm_thread.c; Criterion forks, so tests never call MPI_Init), and NCCL over device
- * buffers (cuda/). All collectives are blocking and in-order per comm; every call counts the
- * payload bytes it sends, per operation kind, so tests compare traffic with the analytic volume.
+ * buffers (cuda/). Collectives are in-order per comm: every rank starts them in the same order.
+ * Each is blocking, or split into a start and a wait (tri_comm_*_start, tri_comm_wait) so that
+ * ZeRO overlaps its reduce-scatters and all-gathers with compute (MPI's non-blocking collectives,
+ * MPI 3.1 §5.12; NCCL on its own stream). Every call counts the payload bytes it sends, per
+ * operation kind, so tests compare traffic with the analytic volume.
  *
  * Byte counting convention (the "payload", as Megatron-LM and the ZeRO paper count volume):
  * all_reduce counts numel * dtype size; reduce_scatter and all_gather count the full (unsharded)
@@ -45,6 +48,14 @@ typedef struct tri_p2p {
 
 typedef struct tri_comm tri_comm;
 
+/* A collective in flight, from tri_comm_*_start to tri_comm_wait. Until the wait, the operation's
+ * buffers belong to the comm: the output must not be read nor the input written. */
+typedef struct tri_comm_request {
+    tri_comm *c;       /* NULL: nothing in flight */
+    void *handle;      /* the implementation's; NULL when the operation completed at its start */
+    uint64_t seq;      /* the operation's number on its comm (names it in a time-out) */
+} tri_comm_request;
+
 typedef struct tri_comm_ops {
     const char *name;
     int (*all_reduce)(tri_comm *c, tri_tensor x, tri_reduce_op op);
@@ -60,6 +71,14 @@ typedef struct tri_comm_ops {
      * one-rank reduce_scatter / all_gather. NULL: memmove (host buffers). The NCCL comm, whose
      * buffers are device memory, copies on the device. */
     int (*local_copy)(tri_comm *c, void *dst, const void *src, size_t bytes);
+    /* Optional non-blocking collectives: start one of all_reduce (out = in = x), reduce_scatter or
+     * all_gather (the checked arguments of the blocking call), giving a handle that wait completes
+     * (and frees, on error too) and test polls. NULL: the wrappers run the blocking call at the
+     * start (the thread comm, whose ranks are threads that reach the same point anyway). */
+    int (*start)(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor in, tri_reduce_op op,
+                 void **handle);
+    int (*wait)(tri_comm *c, void *handle);
+    int (*test)(tri_comm *c, void *handle, bool *done);
 } tri_comm_ops;
 
 struct tri_comm {
@@ -75,12 +94,32 @@ struct tri_comm {
 /* x (any shape, f32 or i32) = reduction over the group of every rank's x, in place. Ranks' values
  * are combined in rank order on the thread comm (deterministic); MPI and NCCL choose their order. */
 int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op);
-/* out (n) = this rank's slice [rank*n, (rank+1)*n) of the sum over ranks of in (size*n). */
+/* out (n) = this rank's slice [rank*n, (rank+1)*n) of the sum over ranks of in (size*n). in is
+ * left unchanged, except when out overlaps it (e.g. out is this rank's own slice of in): then the
+ * rest of in is undefined afterwards. */
 int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in);
 /* out (size*n) = the ranks' in (n) concatenated in rank order. */
 int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in);
 /* x = root's x on every rank. */
 int tri_comm_broadcast(tri_comm *c, tri_tensor x, int root);
+/* Non-blocking forms of the three collectives above: same arguments, checks and byte counts; the
+ * operation runs while the caller computes and is complete after tri_comm_wait(req). Every rank
+ * must start a comm's collectives in the same order (blocking ones included); several may be in
+ * flight at once and be waited for in any order. *req is cleared first, so waiting on the request
+ * of a failed start is harmless. */
+int tri_comm_all_reduce_start(tri_comm *c, tri_tensor x, tri_reduce_op op, tri_comm_request *req);
+int tri_comm_reduce_scatter_start(tri_comm *c, tri_tensor out, tri_tensor in, tri_comm_request *req);
+int tri_comm_all_gather_start(tri_comm *c, tri_tensor out, tri_tensor in, tri_comm_request *req);
+/* Completes req (nothing to do when none is in flight) and clears it; TRI_ETIMEOUT after the
+ * comm's timeout, naming the operation. */
+int tri_comm_wait(tri_comm_request *req);
+/* *done = whether req has completed (then it is cleared, as by tri_comm_wait). Also advances it:
+ * MPI progresses non-blocking collectives only inside MPI calls, so a rank that computes between
+ * a start and its wait should test now and then. */
+int tri_comm_test(tri_comm_request *req, bool *done);
+/* Whether req is in flight. */
+bool tri_comm_pending(const tri_comm_request *req);
+
 /* Runs n sends and receives together; returns when all are complete. Messages between two ranks
  * match in the order they were posted, so a send-forward/recv-backward pair needs no ordering trick. */
 int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n);

@@ -7,10 +7,12 @@
  * size it posted (MPI itself only refuses a message larger than the buffer). MPI counts are int:
  * larger tensors are refused, not wrapped.
  *
- * Every operation is started non-blocking and completed by polling with a growing sleep: a rank
- * waiting for its peers gives its core to ranks that compute (Open MPI's blocking waits spin, which
- * slows the computing ranks down whenever ranks outnumber cores), and a wait that outlasts the
- * comm's timeout fails with TRI_ETIMEOUT naming the operation instead of hanging. */
+ * Every operation is started non-blocking (MPI 3.1 §5.12) and completed by polling with a growing
+ * sleep: a rank waiting for its peers gives its core to ranks that compute (Open MPI's blocking
+ * waits spin, which slows the computing ranks down whenever ranks outnumber cores), and a wait that
+ * outlasts the comm's timeout fails with TRI_ETIMEOUT naming the operation instead of hanging.
+ * Reduce-scatter, all-gather and all-reduce can also be left in flight (tri_comm_*_start) and
+ * completed later by the same polling wait. */
 #include "engine/comm.h"
 #include "engine/clock.h"
 
@@ -68,8 +70,10 @@ static int count_of(tri_tensor t, const char *op, int *count)
 
 /* Completes n requests by MPI_Testall: 4096 tests, then sleeps growing from 1 us to 10 us
  * (measured: tp 2 x pp 2 on 2 cores, 30 iterations in 12.0 s against 12.5 s with MPI_Wait*). *mpi_err receives
- * MPI's code (MPI_ERR_IN_STATUS when a request failed: see st). TRI_ETIMEOUT after c->timeout_s. */
-static int wait_all(tri_comm *c, int n, MPI_Request *req, MPI_Status *st, const char *op, int *mpi_err)
+ * MPI's code (MPI_ERR_IN_STATUS when a request failed: see st). TRI_ETIMEOUT after c->timeout_s,
+ * naming operation number `seq`. */
+static int wait_all(tri_comm *c, int n, MPI_Request *req, MPI_Status *st, const char *op, uint64_t seq,
+                    int *mpi_err)
 {
     double start = tri_now_s();
     long sleep_ns = 1000;
@@ -81,7 +85,7 @@ static int wait_all(tri_comm *c, int n, MPI_Request *req, MPI_Status *st, const 
         if (c->timeout_s > 0 && tri_now_s() - start > c->timeout_s)
             return TRI_ERR(TRI_ETIMEOUT, "mpi %s (operation %llu on a group of %d ranks, rank %d) did not "
                            "complete within %.0f s: a peer has died or stalled", op,
-                           (unsigned long long)c->seq, c->size, c->rank, c->timeout_s);
+                           (unsigned long long)seq, c->size, c->rank, c->timeout_s);
         if (k < POLL_SPINS)
             continue;
         struct timespec ts = {0, sleep_ns};
@@ -90,71 +94,135 @@ static int wait_all(tri_comm *c, int n, MPI_Request *req, MPI_Status *st, const 
     }
 }
 
-/* Waits for one collective request started by `call` (its MPI return code). */
-static int finish(tri_comm *c, int started, MPI_Request *req, const char *call, const char *op)
-{
-    int rc = check_mpi(started, call, __FILE__, __LINE__), err = MPI_SUCCESS;
-    if (!rc) rc = wait_all(c, 1, req, NULL, op, &err);
-    if (!rc && err != MPI_SUCCESS)
-        rc = check_mpi(err, call, __FILE__, __LINE__);
-    return rc;
-}
-
 static bool overlaps(const void *a, size_t an, const void *b, size_t bn)
 {
     const char *x = a, *y = b;
     return x < y + bn && y < x + an;
 }
 
-static int mpi_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
-{
-    int n = 0, rc = count_of(x, "all_reduce", &n);
+/* ---- collectives: started non-blocking, completed by polling (blocking = start + wait) ---- */
+
+/* A collective in flight. A reduce-scatter whose output overlaps its input runs in place in the
+ * input (MPI_IN_PLACE leaves the rank's result at the start of the buffer) and moves its result to
+ * the output on completion. */
+typedef struct mpi_request {
     MPI_Request req;
+    const char *call, *op;
+    uint64_t seq;
+    void *move_dst;
+    const void *move_src;
+    size_t move_bytes;
+} mpi_request;
+
+/* The verdict of a completed request (MPI's code err); moves the result and frees the request. */
+static int complete(mpi_request *r, int err)
+{
+    int rc = check_mpi(err, r->call, __FILE__, __LINE__);
+    if (!rc && r->move_bytes)
+        memmove(r->move_dst, r->move_src, r->move_bytes);
+    free(r);
+    return rc;
+}
+
+static int mpi_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor in, tri_reduce_op op,
+                     void **handle)
+{
+    int n = 0, started = MPI_SUCCESS;
+    const char *name = tri_comm_kind_name(kind);
+    int rc = count_of(kind == TRI_COMM_ALL_GATHER ? in : out, name, &n);
+    mpi_request *r = rc ? NULL : calloc(1, sizeof *r);
+    if (!rc && !r)
+        rc = TRI_ERR(TRI_ENOMEM, "mpi %s: out of memory", name);
     if (rc)
         return rc;
-    return finish(c, MPI_Iallreduce(MPI_IN_PLACE, x.data, n, mpi_type(x.dtype),
-                                    op == TRI_REDUCE_SUM ? MPI_SUM : MPI_MAX, comm_of(c), &req),
-                  &req, "MPI_Iallreduce", "all_reduce");
+    r->op = name;
+    r->seq = c->seq;
+    MPI_Datatype type = mpi_type(in.dtype);
+    if (kind == TRI_COMM_ALL_REDUCE) {
+        r->call = "MPI_Iallreduce";
+        started = MPI_Iallreduce(MPI_IN_PLACE, out.data, n, type, op == TRI_REDUCE_SUM ? MPI_SUM : MPI_MAX,
+                                 comm_of(c), &r->req);
+    } else if (kind == TRI_COMM_REDUCE_SCATTER) {
+        r->call = "MPI_Ireduce_scatter_block";
+        if (overlaps(out.data, tri_tensor_bytes(out), in.data, tri_tensor_bytes(in))) {
+            r->move_dst = out.data;
+            r->move_src = in.data;
+            r->move_bytes = tri_tensor_bytes(out);
+            started = MPI_Ireduce_scatter_block(MPI_IN_PLACE, in.data, n, type, MPI_SUM, comm_of(c), &r->req);
+        } else {
+            started = MPI_Ireduce_scatter_block(in.data, out.data, n, type, MPI_SUM, comm_of(c), &r->req);
+        }
+    } else {
+        r->call = "MPI_Iallgather";
+        size_t part = tri_tensor_bytes(in);
+        char *mine = (char *)out.data + (size_t)c->rank * part;
+        bool overlap = overlaps(out.data, tri_tensor_bytes(out), in.data, part);
+        if ((char *)in.data != mine && overlap)
+            memmove(mine, in.data, part);
+        if ((char *)in.data == mine || overlap)
+            started = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, n, type, comm_of(c), &r->req);
+        else
+            started = MPI_Iallgather(in.data, n, type, out.data, n, type, comm_of(c), &r->req);
+    }
+    if (started != MPI_SUCCESS) {
+        rc = check_mpi(started, r->call, __FILE__, __LINE__);
+        free(r);
+        return rc;
+    }
+    *handle = r;
+    return TRI_OK;
+}
+
+static int mpi_wait(tri_comm *c, void *handle)
+{
+    mpi_request *r = handle;
+    int err = MPI_SUCCESS, rc = wait_all(c, 1, &r->req, NULL, r->op, r->seq, &err);
+    if (rc) {
+        free(r); /* the job is being torn down: the MPI request is abandoned */
+        return rc;
+    }
+    return complete(r, err);
+}
+
+static int mpi_test(tri_comm *c, void *handle, bool *done)
+{
+    (void)c;
+    mpi_request *r = handle;
+    int flag = 0, err = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+    *done = flag || err != MPI_SUCCESS;
+    return *done ? complete(r, err) : TRI_OK;
+}
+
+static int blocking(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor in, tri_reduce_op op)
+{
+    void *handle = NULL;
+    int rc = mpi_start(c, kind, out, in, op, &handle);
+    return rc ? rc : mpi_wait(c, handle);
+}
+
+static int mpi_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
+{
+    return blocking(c, TRI_COMM_ALL_REDUCE, x, x, op);
 }
 
 static int mpi_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
 {
-    int n = 0, rc = count_of(out, "reduce_scatter", &n);
-    MPI_Request req;
-    if (rc)
-        return rc;
-    if (!overlaps(out.data, tri_tensor_bytes(out), in.data, tri_tensor_bytes(in)))
-        return finish(c, MPI_Ireduce_scatter_block(in.data, out.data, n, mpi_type(in.dtype), MPI_SUM,
-                                                   comm_of(c), &req),
-                      &req, "MPI_Ireduce_scatter_block", "reduce_scatter");
-    void *tmp = malloc(tri_tensor_bytes(out));
-    if (!tmp)
-        return TRI_ERR(TRI_ENOMEM, "mpi reduce_scatter: cannot allocate %zu bytes", tri_tensor_bytes(out));
-    rc = finish(c, MPI_Ireduce_scatter_block(in.data, tmp, n, mpi_type(in.dtype), MPI_SUM, comm_of(c), &req),
-                &req, "MPI_Ireduce_scatter_block", "reduce_scatter");
-    if (!rc)
-        memcpy(out.data, tmp, tri_tensor_bytes(out));
-    free(tmp);
-    return rc;
+    return blocking(c, TRI_COMM_REDUCE_SCATTER, out, in, TRI_REDUCE_SUM);
 }
 
 static int mpi_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
 {
-    int n = 0, rc = count_of(in, "all_gather", &n);
-    MPI_Request req;
-    if (rc)
-        return rc;
-    size_t part = tri_tensor_bytes(in);
-    char *mine = (char *)out.data + (size_t)c->rank * part;
-    if ((char *)in.data != mine && overlaps(out.data, tri_tensor_bytes(out), in.data, part))
-        memmove(mine, in.data, part);
-    if ((char *)in.data == mine || overlaps(out.data, tri_tensor_bytes(out), in.data, part))
-        return finish(c, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, n, mpi_type(in.dtype),
-                                        comm_of(c), &req),
-                      &req, "MPI_Iallgather", "all_gather");
-    return finish(c, MPI_Iallgather(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype),
-                                    comm_of(c), &req),
-                  &req, "MPI_Iallgather", "all_gather");
+    return blocking(c, TRI_COMM_ALL_GATHER, out, in, TRI_REDUCE_SUM);
+}
+
+/* Waits for one request started by `call` (its MPI return code): broadcast and barrier. */
+static int finish(tri_comm *c, int started, MPI_Request *req, const char *call, const char *op)
+{
+    int rc = check_mpi(started, call, __FILE__, __LINE__), err = MPI_SUCCESS;
+    if (!rc) rc = wait_all(c, 1, req, NULL, op, c->seq, &err);
+    if (!rc && err != MPI_SUCCESS)
+        rc = check_mpi(err, call, __FILE__, __LINE__);
+    return rc;
 }
 
 static int mpi_broadcast(tri_comm *c, tri_tensor x, int root)
@@ -216,7 +284,7 @@ static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
                                    comm_of(c), &req[posted]));
     }
     int err = MPI_SUCCESS;
-    if (!rc) rc = wait_all(c, n, req, st, "p2p", &err);
+    if (!rc) rc = wait_all(c, n, req, st, "p2p", c->seq, &err);
     if (!rc)
         rc = p2p_verdict(c, ops, counts, st, n, err);
     free(req);
@@ -294,6 +362,9 @@ static const tri_comm_ops mpi_ops = {
     .barrier = mpi_barrier,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
+    .start = mpi_start,
+    .wait = mpi_wait,
+    .test = mpi_test,
 };
 
 int tri_comm_mpi_create(tri_comm **out, const void *mpi_comm_handle)

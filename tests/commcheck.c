@@ -342,5 +342,6 @@ const cc_check cc_checks[] = {
     {"barrier", cc_barrier},
     {"counters", cc_counters},
     {"arg_checks", cc_arg_checks},
+    {"nonblocking", cc_nonblocking},
 };
 const int cc_n_checks = (int)(sizeof cc_checks / sizeof cc_checks[0]);

@@ -13,7 +13,8 @@
  * and the caller must abort them (tri_run_thread_ranks does; the MPI program calls MPI_Abort).
  * Values are small integers, exact in f32 whatever order a comm sums in (MPI picks its own).
  * The implementation: commcheck.c (collectives, barrier, counters, argument checks),
- * commcheck_p2p.c, commcheck_groups.c (split, grid), commcheck_util.h (shared helpers). */
+ * commcheck_p2p.c, commcheck_groups.c (split, grid), commcheck_async.c (non-blocking collectives),
+ * commcheck_util.h (shared helpers). */
 #ifndef TRIDENT_TESTS_COMMCHECK_H
 #define TRIDENT_TESTS_COMMCHECK_H
 
@@ -65,6 +66,11 @@ int cc_counters(tri_comm *c);
  * reduce op, a negative batch size: TRI_EINVAL naming the op, nothing counted. Local: no rank
  * communicates. */
 int cc_arg_checks(tri_comm *c);
+
+/* Reduce-scatter (separate and in place), all-gather and all-reduce started together with a
+ * blocking all-reduce among them, completed by test and by waits in another order: exact sums,
+ * bytes counted at the start, requests cleared (commcheck_async.c). */
+int cc_nonblocking(tri_comm *c);
 
 /* Every check above, in that order. */
 extern const cc_check cc_checks[];

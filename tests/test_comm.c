@@ -97,6 +97,7 @@ Test(comm, split) { check_all_sizes(cc_split, "split"); }
 Test(comm, barrier_waits) { check_all_sizes(cc_barrier, "barrier"); }
 Test(comm, counters) { check_all_sizes(cc_counters, "counters"); }
 Test(comm, arg_checks) { check_all_sizes(cc_arg_checks, "argument checks"); }
+Test(comm, nonblocking) { check_all_sizes(cc_nonblocking, "non-blocking collectives"); }
 
 static int run_grid_layouts(int rank, int size, tri_comm *c, void *arg)
 {
