@@ -21,6 +21,17 @@
  * the same bits in every layout that differs in pp, dp, ZeRO stage or micro-batch count, and from
  * run to run; they become fp32 once, at the end of the step.
  *
+ * Overlap (Megatron-LM's --overlap-grad-reduce and --overlap-param-gather; Rajbhandari et al.
+ * 2020 §7): with overlap_grad_reduce a reduction is started non-blocking (engine/comm.h) where it
+ * would otherwise block - a stage 2-3 bucket as soon as a pass has written it, a stage 0-1 unit as
+ * soon as its last pass of the step has - and completed at the latest in tri_zero_reduce_grads, in
+ * the order started (so the owned sums are added in the same order as without overlap: the same
+ * bits). With overlap_param_gather, stages 1-2 start every unit's all-gather after the update and
+ * wait for each unit only at its first use in the next forward; stage 3 records the order of the
+ * first step's all-gathers and afterwards starts each one while the previous unit is in use
+ * (prefetch, as DeepSpeed's ZeRO-3 traces its modules). Every operation moves the same bytes as
+ * without overlap; buffers in flight belong to the comm until completed.
+ *
  * Whole-unit buffers (stage 3's gathered parameters, stage 2-3's gradient buckets) come from a
  * pool of two buffers sized for the largest block, plus a buffer of its own for any larger unit
  * (the embedding): the largest unit must exist whole while it is used, as in FSDP. */
@@ -44,12 +55,27 @@ extern "C" {
 typedef struct tri_zero_buffer {
     tri_tensor t;        /* (len) */
     int unit;            /* the unit it holds, -1 when free */
-    int refs;            /* users of the held unit */
+    int refs;            /* users of the held unit (0 with unit >= 0: prefetched or reducing) */
+    bool prefetched;     /* parameters: all-gathered ahead of use (overlap), not used yet */
+    bool reducing;       /* gradients: its reduce-scatter is in flight (overlap) */
+    uint64_t ticket;     /* gradients: when the reduction started (they complete in that order) */
+    tri_comm_request req;
+    tri_tensor tmp;      /* gradients: (len / dp) the reduce-scatter's result (i64 when deterministic) */
+    tri_tensor fixed;    /* deterministic gradients: i64 (len) the bucket in fixed point */
 } tri_zero_buffer;
+
+/* What tri_zero_take builds. */
+typedef struct tri_zero_options {
+    int stage;                   /* 0..3 */
+    bool deterministic;          /* exact fixed-point gradient sums (see the top comment) */
+    bool overlap_grad_reduce;    /* --overlap-grad-reduce (see the top comment) */
+    bool overlap_param_gather;   /* --overlap-param-gather */
+} tri_zero_options;
 
 typedef struct tri_zero {
     int stage;                   /* 0..3 */
-    bool deterministic;          /* exact fixed-point gradient sums (see the top comment) */
+    bool deterministic;
+    bool overlap_grad_reduce, overlap_param_gather;
     const tri_param_layout *L;
     tri_device *dev;
     tri_comm *dp;                /* the data-parallel group (NULL while planning) */
@@ -60,24 +86,45 @@ typedef struct tri_zero {
     /* gradients */
     tri_tensor grads;            /* stages 0-1: (padded_numel) */
     tri_tensor grad_shard;       /* stages 2-3: (shard_numel) */
-    tri_tensor reduce_tmp;       /* stages 2-3: (largest unit / dp) one reduce-scatter's result */
+    tri_tensor reduce_tmp;       /* stages 2-3 without overlap: (largest unit / dp) a reduce-scatter's result */
     /* whole-unit buffers: [0, TRI_ZERO_POOL) shared, then one per unit larger than the shared ones */
     int n_param_bufs, n_grad_bufs;
     tri_zero_buffer *param_bufs, *grad_bufs;
     int64_t pool_len;            /* length of the shared buffers */
     /* deterministic mode */
     tri_tensor acc;              /* i64 exact sums: (padded_numel) at stages 0-1, (shard_numel) above */
-    tri_tensor acc_bucket;       /* stages 2-3: i64 (largest unit) a bucket in fixed point */
-    tri_tensor acc_tmp;          /* stages 2-3: i64 (largest unit / dp) one reduce-scatter's result */
+    tri_tensor acc_bucket;       /* stages 2-3 without overlap: i64 (largest unit) a bucket in fixed point */
+    tri_tensor acc_tmp;          /* stages 2-3 without overlap: i64 (largest unit / dp) a reduce-scatter's result */
     tri_tensor bad;              /* f32 (1): contributions outside the fixed-point range */
+    /* overlap: what is in flight */
+    tri_comm_request *grad_req;  /* per unit: stages 0-1, its gradient reduction */
+    tri_comm_request *param_req; /* per unit: stages 1-2, its parameter all-gather */
+    int *grad_calls;             /* per unit: tri_zero_grads_done calls so far this step */
+    int *grad_calls_per_step;    /* per unit: the calls that complete its gradient (0: unknown) */
+    bool *grad_started;          /* per unit: its reduction has started this step */
+    uint64_t next_ticket;
+    /* stage 3 prefetch: the order of the first step's all-gathers, replayed one ahead */
+    int *trace;
+    int n_trace, trace_cap, trace_pos;
+    bool in_step, trace_ready, trace_ok;
+    /* what overlap did, for tests and logs: operations started non-blocking, prefetches used */
+    uint64_t started_grad_reductions, started_param_gathers, prefetches_used;
 } tri_zero;
 
-/* Takes the stage's buffers for ZeRO `stage` from arena a (planning or real: called twice like
- * every take). TRI_EINVAL for a stage outside 0..3, TRI_ENOMEM. */
-int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, int stage, bool deterministic);
+/* Takes the stage's buffers for o->stage from arena a (planning or real: called twice like every
+ * take). TRI_EINVAL for a stage outside 0..3, TRI_ENOMEM. */
+int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tri_zero_options *o);
 /* After the arena is committed: the device and the data-parallel group to work with. */
 void tri_zero_bind(tri_zero *z, tri_device *dev, tri_comm *dp);
+/* Completes whatever is in flight (ignoring errors), then frees the bookkeeping. */
 void tri_zero_destroy(tri_zero *z);
+/* With --overlap-grad-reduce at stages 0-1: unit u's gradient is complete after `calls`
+ * tri_zero_grads_done calls in a step (passes writing it x micro-batches, from the model), so its
+ * reduction starts then. Units left unknown (0) are reduced in tri_zero_reduce_grads. */
+void tri_zero_expect_grads(tri_zero *z, int unit, int calls);
+/* Completes every operation in flight and drops prefetched parameters: before reading or writing
+ * the buffers directly (tri_zero_owned_*, checkpoints). */
+int tri_zero_sync(tri_zero *z);
 
 /* Unit u's parameters as one flat view of u->len elements, valid until released. Stage 3
  * all-gathers the owned slices into a whole-unit buffer (a unit in use by another caller is shared). */

@@ -297,9 +297,29 @@ static int take_scratch(tri_gpt *m)
     return rc;
 }
 
+/* When each unit's gradient is complete in a step: the passes writing it per micro-batch (wte
+ * also once more when the LM head's private accumulator is added in stage_finish_grads). */
+static int expect_grads(tri_gpt *m)
+{
+    tri_unit_uses *uses = calloc((size_t)(m->layout.n_units > 0 ? m->layout.n_units : 1), sizeof *uses);
+    if (!uses)
+        return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
+    tri_gpt_unit_uses(m, uses);
+    for (int u = 0; u < m->layout.n_units; u++) {
+        int calls = m->opt.n_micro * (uses[u].fwd_writes + uses[u].bwd_writes);
+        calls += u == m->unit_wte && tri_tensor_present(m->lm_dwte);
+        tri_zero_expect_grads(&m->zero, u, m->opt.n_micro > 0 ? calls : 0);
+    }
+    free(uses);
+    return TRI_OK;
+}
+
 static int take_all(tri_gpt *m)
 {
-    int rc = tri_zero_take(&m->zero, &m->arena, &m->layout, m->opt.zero_stage, m->opt.deterministic);
+    tri_zero_options zo = {.stage = m->opt.zero_stage, .deterministic = m->opt.deterministic,
+                           .overlap_grad_reduce = m->opt.overlap_grad_reduce,
+                           .overlap_param_gather = m->opt.overlap_param_gather};
+    int rc = tri_zero_take(&m->zero, &m->arena, &m->layout, &zo);
     if (!rc) rc = take_shared_acts(m);
     for (int s = 0; s < m->opt.n_slots && !rc; s++)
         rc = take_slot(m, &m->slots[s]);
@@ -567,8 +587,9 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *o
     if (rc)
         return rc;
     tri_zero_bind(&m->zero, dev, dp_comm);
+    rc = expect_grads(m);
     bind_stage(m);
-    return init_params(m);
+    return rc ? rc : init_params(m);
 }
 
 int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_options *opt,
@@ -818,6 +839,9 @@ int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host)
     tri_zero *z = &m->zero;
     /* whole on every dp rank: stage 0 gradients; stage 0-2 parameters */
     bool whole = grads ? z->stage == 0 : z->stage < 3;
+    int rc = tri_zero_sync(z);
+    if (rc)
+        return rc;
     if (whole) {
         tri_tensor src = grads ? tri_tensor_range(z->grads, p->offset, p->numel)
                                : tri_tensor_range(z->params, p->offset, p->numel);
@@ -825,7 +849,7 @@ int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host)
     }
     /* sharded: each dp rank contributes the pieces it owns, the others are zero, summed over dp */
     tri_tensor buf = {0};
-    int rc = tri_device_alloc(m->dev, &buf.data, (size_t)p->numel * sizeof(float));
+    rc = tri_device_alloc(m->dev, &buf.data, (size_t)p->numel * sizeof(float));
     buf = tri_tensor_1d(buf.data, TRI_F32, p->numel);
     piece_ctx c = {.m = m, .p = p, .dst = buf, .grads = grads};
     if (!rc) rc = tri_op_fill(m->dev, buf, 0.0f);
@@ -846,6 +870,9 @@ static int write_owned_piece(void *ctx, int64_t start, int64_t len)
 int tri_gpt_write_param(tri_gpt *m, int i, const float *host)
 {
     const tri_param *p = &m->layout.params[i];
+    int rc = tri_zero_sync(&m->zero);
+    if (rc)
+        return rc;
     if (m->zero.stage < 3)
         return tri_device_copy_from_host(m->dev, tri_tensor_range(m->zero.params, p->offset, p->numel), host);
     piece_ctx c = {.m = m, .p = p, .host = host};

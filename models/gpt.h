@@ -47,6 +47,9 @@ typedef struct tri_gpt_options {
     int zero_stage;            /* 0..3 (engine/zero.h) */
     tri_recompute recompute;   /* activation recomputation (Korthikanti et al. 2022) */
     bool deterministic;        /* exact fixed-point gradient sums (engine/zero.h) */
+    bool overlap_grad_reduce;  /* reductions started during the backward (engine/zero.h) */
+    bool overlap_param_gather; /* all-gathers overlapped with the forward (engine/zero.h) */
+    int n_micro;               /* micro-batches per step (when a unit's gradient is complete) */
     uint64_t seed;             /* initialisation seed */
 } tri_gpt_options;
 

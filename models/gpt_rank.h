@@ -27,6 +27,8 @@ typedef struct tri_gpt_run_options {
     int zero_stage;               /* 0..3 (Rajbhandari et al. 2020) */
     tri_recompute recompute;      /* --recompute-granularity (Korthikanti et al. 2022) */
     bool deterministic;           /* --deterministic: bit-identical across layouts (engine/zero.h) */
+    bool overlap_grad_reduce;     /* --overlap-grad-reduce (engine/zero.h) */
+    bool overlap_param_gather;    /* --overlap-param-gather */
     uint64_t seed;
 } tri_gpt_run_options;
 

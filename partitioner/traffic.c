@@ -57,22 +57,28 @@ void tri_tp_step_traffic(const tri_transformer *m, const tri_layout_shape *l, co
 void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
                          uint64_t bytes[TRI_COMM_KINDS])
 {
+    tri_dp_step_traffic_sized(units, n, zero_stage, n_micro, dp, 4, bytes);
+}
+
+void tri_dp_step_traffic_sized(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
+                               int grad_bytes, uint64_t bytes[TRI_COMM_KINDS])
+{
     memset(bytes, 0, TRI_COMM_KINDS * sizeof *bytes);
     if (dp == 1)
         return;
-    const uint64_t f = 4, mb = (uint64_t)n_micro;
+    const uint64_t f = 4, g = (uint64_t)grad_bytes, mb = (uint64_t)n_micro;
     uint64_t *ar = &bytes[TRI_COMM_ALL_REDUCE], *rs = &bytes[TRI_COMM_REDUCE_SCATTER];
     uint64_t *ag = &bytes[TRI_COMM_ALL_GATHER];
     *ar += 8; /* the step's loss: an int64 in fixed point (engine/pipeline.h) */
     for (int u = 0; u < n; u++) {
-        uint64_t len = (uint64_t)units[u].len * f;
+        uint64_t len = (uint64_t)units[u].len * f, glen = (uint64_t)units[u].len * g;
         uint64_t writes = (uint64_t)(units[u].fwd_writes + units[u].bwd_writes);
         uint64_t reads = (uint64_t)(units[u].fwd_reads + units[u].bwd_reads);
         switch (zero_stage) {
-        case 0: *ar += len; break;
-        case 1: *rs += len; *ag += len; break;
-        case 2: *rs += mb * writes * len; *ag += len; break;
-        default: *rs += mb * writes * len; *ag += mb * reads * len; break;
+        case 0: *ar += glen; break;
+        case 1: *rs += glen; *ag += len; break;
+        case 2: *rs += mb * writes * glen; *ag += len; break;
+        default: *rs += mb * writes * glen; *ag += mb * reads * len; break;
         }
     }
 }

@@ -40,5 +40,9 @@ typedef struct tri_unit_uses {
  * (an 8-byte integer per step) is included. */
 void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
                          uint64_t bytes[TRI_COMM_KINDS]);
+/* The same with gradients of grad_bytes per value: deterministic mode reduces int64 fixed-point
+ * sums (8), doubling the gradient traffic; parameters stay fp32. */
+void tri_dp_step_traffic_sized(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
+                               int grad_bytes, uint64_t bytes[TRI_COMM_KINDS]);
 
 #endif

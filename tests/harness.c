@@ -170,12 +170,15 @@ static void record_zero(tri_gpt_session *ss, job *j)
     for (int c = 0; c < ss->model.v; c++) {
         const tri_gpt *m = ss->model.chunk[c];
         j->out->owned_elements += tri_zero_owned_numel(&m->zero);
+        j->out->overlap_started += m->zero.started_grad_reductions + m->zero.started_param_gathers;
+        j->out->prefetches_used += m->zero.prefetches_used;
         if (n + m->layout.n_units <= 512) {
             tri_gpt_unit_uses(m, uses + n);
             n += m->layout.n_units;
         }
     }
-    tri_dp_step_traffic(uses, n, j->layout.zero, j->layout.n_micro, ss->grid.dp, j->out->dp_expected);
+    tri_dp_step_traffic_sized(uses, n, j->layout.zero, j->layout.n_micro, ss->grid.dp,
+                              j->layout.deterministic ? 8 : 4, j->out->dp_expected);
 }
 
 static int run_rank(int rank, int size, tri_comm *world, void *arg)
@@ -189,6 +192,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
                 .schedule = j->layout.schedule, .layers_per_virtual_stage = j->layout.layers_per_virtual_stage,
                 .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->layout.zero,
                 .recompute = (tri_recompute)j->layout.recompute, .deterministic = j->layout.deterministic,
+                .overlap_grad_reduce = j->layout.overlap, .overlap_param_gather = j->layout.overlap,
                 .seed = 1234},
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
     };

@@ -26,6 +26,7 @@ typedef struct tu_layout {
     int zero;                  /* ZeRO stage */
     int recompute;             /* tri_recompute */
     bool deterministic;
+    bool overlap;              /* --overlap-grad-reduce and --overlap-param-gather */
 } tu_layout;
 
 typedef struct tu_result {
@@ -49,6 +50,8 @@ typedef struct tu_result {
     size_t optimizer_bytes;                 /* world rank 0's optimizer state */
     size_t activation_bytes;                /* world rank 0's planned activations */
     int64_t owned_elements;                 /* world rank 0's owned elements, summed over its chunks */
+    uint64_t overlap_started;               /* world rank 0's reductions and gathers started non-blocking */
+    uint64_t prefetches_used;               /* world rank 0's stage 3 all-gathers started ahead and used */
 } tu_result;
 
 /* Trains `steps` AdamW steps of cfg (micro-batch B, sequence T) in `layout` on thread ranks from

@@ -59,6 +59,9 @@ Test(deterministic, every_layout_trains_the_same_bits, .timeout = 600)
         {"dp8 zero3", {.tp = 1, .pp = 1, .dp = 8, .zero = 3, .deterministic = true}},
         {"pp2 dp2 zero3", {.tp = 1, .pp = 2, .dp = 2, .zero = 3, .deterministic = true}},
         {"pp4 dp2 zero1", {.tp = 1, .pp = 4, .dp = 2, .zero = 1, .deterministic = true}},
+        {"dp2 zero0 overlap", {.tp = 1, .pp = 1, .dp = 2, .zero = 0, .deterministic = true, .overlap = true}},
+        {"pp2 dp2 zero2 overlap", {.tp = 1, .pp = 2, .dp = 2, .zero = 2, .deterministic = true, .overlap = true}},
+        {"dp4 zero3 overlap", {.tp = 1, .pp = 1, .dp = 4, .zero = 3, .deterministic = true, .overlap = true}},
     };
     tu_result ref, again, got;
     run(&base, &ref, w);
@@ -78,7 +81,7 @@ Test(deterministic, every_layout_trains_the_same_bits, .timeout = 600)
     for (int s = 0; s < STEPS; s++)
         worst = fmax(worst, fabs(got.losses[s] - ref.losses[s]) / got.losses[s]);
     cr_expect_lt(worst, 1e-5, "deterministic mode moves the loss by %g relative", worst);
-    cr_log_info("%zu layouts (pp 1-4 with GPipe/1F1B/interleaved, dp 1-8, ZeRO 0-3, 1-8 micro-batches) and a "
+    cr_log_info("%zu layouts (pp 1-4 with GPipe/1F1B/interleaved, dp 1-8, ZeRO 0-3, 1-8 micro-batches, with and without overlap) and a "
                 "repeat: losses, gradient norms and weights bit-identical over %d steps; vs the ordinary mode the "
                 "loss differs by at most %.2g relative", sizeof layouts / sizeof *layouts + 1, STEPS, worst);
     tu_result_free(&got);

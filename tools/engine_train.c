@@ -44,7 +44,7 @@ typedef struct args {
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k;
     float sample_temperature;
-    bool sequence_parallel, deterministic, quiet;
+    bool sequence_parallel, deterministic, overlap_grad_reduce, overlap_param_gather, quiet;
 } args;
 
 typedef struct run {
@@ -79,6 +79,9 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &a->last_stage_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
     f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero_stage, "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over data-parallel ranks", 0, 3);
     f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022): selective drops the attention softmax, full keeps only block outputs");
+    f[n++] = (tri_flag)FLAG("overlap-grad-reduce", TRI_FLAG_BOOL, &a->overlap_grad_reduce, "start each gradient reduce-scatter/all-reduce during the backward, as soon as its bucket is complete (non-blocking collectives)", 0, 0);
+    f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &a->overlap_param_gather, "overlap parameter all-gathers with the forward: after the update (ZeRO 1-2), one unit ahead (ZeRO 3)", 0, 0);
+    f[n++] = (tri_flag)FLAG("deterministic", TRI_FLAG_BOOL, &a->deterministic, "same as --deterministic-mode", 0, 0);
     f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "sum gradients, norms and losses in exact fixed point: bit-identical results for every pp, dp, ZeRO stage, micro-batch count and rerun at a given tp", 0, 0);
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
@@ -185,6 +188,8 @@ static int validate(run *r)
                                     .first_stage_layers = a->first_stage_layers,
                                     .last_stage_layers = a->last_stage_layers, .zero_stage = a->zero_stage,
                                     .deterministic = a->deterministic,
+                                    .overlap_grad_reduce = a->overlap_grad_reduce,
+                                    .overlap_param_gather = a->overlap_param_gather,
                                     .recompute = strcmp(a->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
                                                  : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
                                                                                           : TRI_RECOMPUTE_NONE,
@@ -303,6 +308,10 @@ static void print_plan(run *r)
                   r->dp, a->sequence_parallel ? " (sequence parallel)" : "", a->zero_stage, a->micro_batch, a->seq_length,
                   r->n_micro, r->ss.model.train.name, (long long)a->global_batch,
                   (long long)a->global_batch * a->seq_length);
+    if (a->overlap_grad_reduce || a->overlap_param_gather || a->deterministic)
+        tri_log_rank0("options:%s%s%s", a->overlap_grad_reduce ? " overlapped gradient reduction;" : "",
+                      a->overlap_param_gather ? " overlapped parameter all-gather;" : "",
+                      a->deterministic ? " deterministic (exact fixed-point gradient sums);" : "");
     if (r->ss.grid.world_rank == 0)
         tri_stage_plan_print(stdout, &r->ss.model.plan);
     tri_log_rank0("data: %s (%lld tokens), %s (%lld tokens); device %s, %d thread%s per rank",

@@ -1,12 +1,16 @@
-/* tests/mpi/parallel_equivalence.c - tensor and pipeline parallelism over real MPI.
+/* tests/mpi/parallel_equivalence.c - tensor, pipeline and data parallelism over real MPI.
  *
- * Run under `mpiexec -n TP*PP parallel_equivalence --tp TP [--sp] [--schedule S]`: the ranks train
- * a GPT (8 layers) at tensor-parallel size TP and pipeline size PP over the MPI comm; world rank 0
- * also runs references in-process on thread ranks. Against one rank (tp = pp = 1), as
+ * Run under `mpiexec -n TP*PP*DP parallel_equivalence --tp TP [--pp PP] [--sp] [--schedule S]
+ * [--zero Z] [--overlap] [--deterministic]` (PP defaults to world / TP, so DP to 1): the ranks train
+ * a GPT (8 layers) over the MPI comm, with the same global batch whatever DP is; world rank 0 also
+ * runs references in-process on thread ranks. Against one rank (tp = pp = dp = 1), as
  * tests/test_tp.c checks on thread ranks: loss and every gathered gradient within 1e-5 relative,
- * the step losses within 1e-4, the TP byte counters equal to the analytic traffic (one stage).
- * Against pp = 1 at the same TP (tests/test_pp.c): losses, gradients and final weights
- * bit-identical. Exits 0 only if every check passes. */
+ * the step losses within 1e-4, the TP byte counters equal to the analytic traffic (one stage), the
+ * DP byte counters equal to partitioner/traffic.h's. Against pp = 1 at the same TP (tests/test_pp.c,
+ * dp = 1): losses, gradients and final weights bit-identical. With --deterministic, bit-identical to
+ * the deterministic run at tp = TP, pp = dp = 1 whatever PP, DP and ZeRO stage (tests/test_deterministic.c).
+ * With --overlap the ZeRO reductions and all-gathers are really in flight while the ranks compute
+ * (MPI non-blocking collectives), unlike on thread ranks. Exits 0 only if every check passes. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -21,8 +25,8 @@
 enum { B = 2, T = 12, STEPS = 6, MICRO = 4 };
 
 typedef struct opts {
-    int tp;
-    bool sp;
+    int tp, pp, zero;
+    bool sp, overlap, deterministic;
     const char *schedule;
 } opts;
 
@@ -56,20 +60,35 @@ static int compare_close(const tri_gpt_config *cfg, const tu_result *ref, const 
     return bad;
 }
 
+static int compare_dp_traffic(const tu_result *got)
+{
+    int bad = 0;
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        if (got->dp_bytes[k] != got->dp_expected[k]) {
+            printf("FAIL DP %s moved %llu bytes, analytic %llu\n", tri_comm_kind_name((tri_comm_kind)k),
+                   (unsigned long long)got->dp_bytes[k], (unsigned long long)got->dp_expected[k]);
+            bad++;
+        }
+    printf("DP bytes %s analytic; rank 0 started %llu operations non-blocking, used %llu prefetches\n",
+           bad ? "differ from" : "=", (unsigned long long)got->overlap_started,
+           (unsigned long long)got->prefetches_used);
+    return bad;
+}
+
 static int compare_identical(const tu_result *ref, const tu_result *got)
 {
     int bad = 0;
     if (memcmp(&got->grad_loss, &ref->grad_loss, sizeof(double)) || memcmp(got->losses, ref->losses, sizeof got->losses)) {
-        printf("FAIL losses differ from pp = 1's\n");
+        printf("FAIL losses differ from pp = dp = 1's\n");
         bad++;
     }
     for (int i = 0; i < ref->n; i++)
         if (memcmp(got->grads[i], ref->grads[i], (size_t)ref->numel[i] * sizeof(float)) ||
             memcmp(got->weights[i], ref->weights[i], (size_t)ref->numel[i] * sizeof(float))) {
-            printf("FAIL %s: gradient or final weights differ from pp = 1's\n", ref->names[i]);
+            printf("FAIL %s: gradient or final weights differ from pp = dp = 1's\n", ref->names[i]);
             bad++;
         }
-    printf("vs pp = 1 at the same tp: %s\n", bad ? "DIFFERENT" : "losses, gradients and weights bit-identical");
+    printf("vs pp = dp = 1 at the same tp: %s\n", bad ? "DIFFERENT" : "losses, gradients and weights bit-identical");
     return bad;
 }
 
@@ -98,6 +117,14 @@ static int parse(int argc, char **argv, opts *o)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--tp") == 0 && i + 1 < argc)
             o->tp = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--pp") == 0 && i + 1 < argc)
+            o->pp = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--zero") == 0 && i + 1 < argc)
+            o->zero = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--overlap") == 0)
+            o->overlap = true;
+        else if (strcmp(argv[i], "--deterministic") == 0)
+            o->deterministic = true;
         else if (strcmp(argv[i], "--sp") == 0)
             o->sp = true;
         else if (strcmp(argv[i], "--schedule") == 0 && i + 1 < argc)
@@ -105,7 +132,7 @@ static int parse(int argc, char **argv, opts *o)
         else
             return -1;
     }
-    return o->tp >= 1 ? 0 : -1;
+    return o->tp >= 1 && o->pp >= 0 && o->zero >= 0 && o->zero <= 3 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -115,16 +142,24 @@ int main(int argc, char **argv)
     MPI_Comm mw = MPI_COMM_WORLD;
     tri_comm *world = NULL;
     if (parse(argc, argv, &o) || tri_comm_mpi_create(&world, &mw)) {
-        fprintf(stderr, "usage: mpiexec -n TP*PP parallel_equivalence --tp TP [--sp] [--schedule S]\n");
+        fprintf(stderr, "usage: mpiexec -n TP*PP*DP parallel_equivalence --tp TP [--pp PP] [--sp] [--schedule S] "
+                        "[--zero Z] [--overlap] [--deterministic]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    int pp = world->size / o.tp, bad = 0;
+    int pp = o.pp > 0 ? o.pp : world->size / o.tp, dp = world->size / (o.tp * pp), bad = 0;
+    if (o.tp * pp * dp != world->size || MICRO % dp) {
+        fprintf(stderr, "parallel_equivalence: %d ranks is not tp %d x pp %d x dp (dividing %d)\n", world->size, o.tp,
+                pp, MICRO);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     tri_gpt_config cfg = tu_tiny_config();
     cfg.n_layer = 8;
     int32_t *w = tu_make_windows((int64_t)STEPS * B * MICRO, T, cfg.vocab_size, 17);
-    tu_layout lay = {.tp = o.tp, .pp = pp, .sp = o.sp, .n_micro = MICRO, .schedule = o.schedule,
-                     .layers_per_virtual_stage = strcmp(o.schedule, "interleaved") == 0 ? cfg.n_layer / (2 * pp) : 0};
-    tu_layout one = {.tp = 1, .pp = 1, .n_micro = MICRO}, same_tp = {.tp = o.tp, .pp = 1, .sp = o.sp, .n_micro = MICRO};
+    tu_layout lay = {.tp = o.tp, .pp = pp, .dp = dp, .sp = o.sp, .n_micro = MICRO / dp, .schedule = o.schedule,
+                     .layers_per_virtual_stage = strcmp(o.schedule, "interleaved") == 0 ? cfg.n_layer / (2 * pp) : 0,
+                     .zero = o.zero, .overlap = o.overlap, .deterministic = o.deterministic};
+    tu_layout one = {.tp = 1, .pp = 1, .n_micro = MICRO};
+    tu_layout same_tp = {.tp = o.tp, .pp = 1, .sp = o.sp, .n_micro = MICRO, .deterministic = o.deterministic};
     tu_result ref1, ref_tp, got;
     memset(&ref1, 0, sizeof ref1);
     memset(&ref_tp, 0, sizeof ref_tp);
@@ -133,16 +168,19 @@ int main(int argc, char **argv)
         bad++;
     }
     if (world->rank == 0 && !bad) {
-        printf("tp=%d pp=%d%s %s over MPI:\n", o.tp, pp, o.sp ? " sp" : "", o.schedule);
+        printf("tp=%d pp=%d dp=%d%s %s ZeRO-%d%s%s over MPI:\n", o.tp, pp, dp, o.sp ? " sp" : "", o.schedule, o.zero,
+               o.overlap ? " overlap" : "", o.deterministic ? " deterministic" : "");
         if (tu_run_gpt(&cfg, B, T, &one, w, STEPS, &ref1) || tu_run_gpt(&cfg, B, T, &same_tp, w, STEPS, &ref_tp)) {
             printf("FAIL a reference run: %s\n", tri_error_message());
             bad++;
         } else {
             bad += compare_close(&cfg, &ref1, &got);
-            if (pp > 1)
+            if ((pp > 1 && dp == 1) || o.deterministic)
                 bad += compare_identical(&ref_tp, &got);
-            else
+            if (pp == 1 && dp == 1)
                 bad += compare_traffic(&cfg, &lay, &got);
+            if (dp > 1)
+                bad += compare_dp_traffic(&got);
         }
     }
     int all = 0;
