@@ -13,23 +13,49 @@
 
 /* ---- agreement: every rank returns the same verdict ---- */
 
+/* x (n int32 values) combined over the world with op, through device memory. */
+static int reduce_i32(tri_trainer *t, int32_t *x, int64_t n, tri_reduce_op op, int root)
+{
+    tri_tensor buf = {0};
+    int rc = tri_device_alloc(t->dev, &buf.data, (size_t)n * sizeof(int32_t));
+    buf = tri_tensor_1d(buf.data, TRI_I32, n);
+    if (!rc) rc = tri_device_copy_from_host(t->dev, buf, x);
+    if (!rc) rc = root < 0 ? tri_comm_all_reduce(t->grid->world, buf, op) : tri_comm_broadcast(t->grid->world, buf, root);
+    if (!rc) rc = tri_device_copy_to_host(t->dev, x, buf);
+    tri_device_free(t->dev, buf.data);
+    return rc;
+}
+
+#define AGREE_MSG 512
+
 int tri_ckpt_agree(tri_trainer *t, int rc)
 {
-    int32_t failed = rc != TRI_OK;
-    tri_tensor flag = {0};
-    int arc = tri_device_alloc(t->dev, &flag.data, sizeof(int32_t));
-    flag = tri_tensor_1d(flag.data, TRI_I32, 1);
-    if (!arc) arc = tri_device_copy_from_host(t->dev, flag, &failed);
-    if (!arc) arc = tri_comm_all_reduce(t->grid->world, flag, TRI_REDUCE_MAX);
-    if (!arc) arc = tri_device_copy_to_host(t->dev, &failed, flag);
-    tri_device_free(t->dev, flag.data);
+    /* the lowest failing rank, then its status and message to every rank */
+    int size = t->grid->world_size;
+    int32_t code = rc ? size - t->grid->world_rank : 0; /* the max names the lowest failing rank */
+    int arc = reduce_i32(t, &code, 1, TRI_REDUCE_MAX, -1);
+    if (arc)
+        return rc ? rc : arc;
+    if (code == 0)
+        return TRI_OK;
+    int first = size - code;
+    int32_t msg[AGREE_MSG + 1] = {0};
+    if (first == t->grid->world_rank) {
+        const char *text = tri_error_message();
+        msg[0] = rc;
+        for (int i = 0; i < AGREE_MSG - 1 && text[i]; i++)
+            msg[i + 1] = (unsigned char)text[i];
+    }
+    arc = reduce_i32(t, msg, AGREE_MSG + 1, TRI_REDUCE_MAX, first);
     if (rc)
         return rc;
     if (arc)
         return arc;
-    if (failed)
-        return TRI_ERR(TRI_EIO, "checkpoint: another rank failed (its message names the file)");
-    return TRI_OK;
+    char text[AGREE_MSG];
+    for (int i = 0; i < AGREE_MSG; i++)
+        text[i] = (char)msg[i + 1];
+    text[AGREE_MSG - 1] = '\0';
+    return tri_error_set(msg[0] < 0 ? msg[0] : TRI_EIO, __FILE__, __LINE__, "on rank %d: %s", first, text);
 }
 
 
