@@ -53,7 +53,9 @@ int tri_gpt_ckpt_resume(tri_gpt_session *s, const tri_gpt_config *cfg, const cha
     bool open = rc == TRI_OK;
     if (!rc) rc = tri_gpt_config_to_json(cfg, &json);
     if (!rc) rc = tri_ckpt_check_config(&r.m, json, r.dir);
-    if (!rc) rc = tri_ckpt_check_resume(&r.m, &cur, r.dir);
+    /* a step-0 checkpoint (imported weights) starts a new run: its run settings do not bind */
+    if (!rc && (r.m.iteration > 0 || r.m.optimizer_step > 0))
+        rc = tri_ckpt_check_resume(&r.m, &cur, r.dir);
     rc = tri_ckpt_agree(&s->trainer, rc);
     if (!rc) rc = tri_ckpt_load(&s->trainer, &r);
     if (!rc)

@@ -21,7 +21,8 @@ int tri_gpt_ckpt_save(tri_gpt_session *s, const tri_gpt_config *cfg, const char 
 
 /* Loads `path` (a step directory, or a run directory's latest step) into the session, whatever
  * layout wrote it, after refusing another model's checkpoint or one whose seed, batch, sequence
- * length, LR schedule or AdamW settings differ from this run's. *iteration = the updates the
+ * length, LR schedule or AdamW settings differ from this run's (except at step 0: imported weights
+ * start a new run with any settings). *iteration = the updates the
  * checkpoint had done (the next iteration's index). Collective: every rank returns the same
  * status. */
 int tri_gpt_ckpt_resume(tri_gpt_session *s, const tri_gpt_config *cfg, const char *path,
