@@ -84,6 +84,7 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
     cJSON_AddNumberToObject(layout, "virtual_chunks", r->v);
     cJSON_AddStringToObject(layout, "schedule", r->schedule);
     cJSON_AddBoolToObject(layout, "sequence_parallel", r->sequence_parallel);
+    cJSON_AddBoolToObject(layout, "deterministic", r->deterministic);
     cJSON *batch = cJSON_AddObjectToObject(root, "batch");
     cJSON_AddNumberToObject(batch, "micro_batch", (double)r->micro_batch);
     cJSON_AddNumberToObject(batch, "global_batch", (double)r->global_batch);
@@ -362,6 +363,11 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
         rc = bad(p, "sequence_parallel", "must be true or false");
     if (!rc)
         r->sequence_parallel = cJSON_IsTrue(sp);
+    const cJSON *det = rc ? NULL : get(p, layout, "deterministic", &rc);
+    if (!rc && !cJSON_IsBool(det))
+        rc = bad(p, "deterministic", "must be true or false");
+    if (!rc)
+        r->deterministic = cJSON_IsTrue(det);
     get_i64(p, batch, "micro_batch", 1, MAX_DIM, &r->micro_batch, &rc);
     get_i64(p, batch, "global_batch", 1, MAX_DIM, &r->global_batch, &rc);
     get_i64(p, batch, "seq_length", 1, MAX_DIM, &r->seq_length, &rc);

@@ -61,6 +61,7 @@ typedef struct tri_ckpt_run {
     int tp, pp, dp, zero_stage, v;  /* layout; v = model chunks per pipeline rank */
     char schedule[32];
     bool sequence_parallel;
+    bool deterministic;             /* exact fixed-point sums: bit-identical across pp, dp, ZeRO */
     int64_t micro_batch, global_batch, seq_length;
     uint64_t seed;                  /* initialisation and data order are pure functions of it */
     tri_lr_schedule lr;

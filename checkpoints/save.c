@@ -77,6 +77,7 @@ void tri_ckpt_run_of(const tri_trainer *t, uint64_t seed, const tri_lr_schedule 
     run->v = t->v;
     snprintf(run->schedule, sizeof run->schedule, "%s", t->train_sched->name);
     run->sequence_parallel = t->cfg.sequence_parallel;
+    run->deterministic = t->chunks[0]->zero->deterministic;
     run->micro_batch = t->chunks[0]->samples_per_mb;
     run->global_batch = tri_trainer_global_batch(t);
     run->seq_length = t->chunks[0]->window - 1;

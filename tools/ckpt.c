@@ -105,9 +105,9 @@ static int inspect(const char *path)
     printf("model %s: %s\n", m->model_name, m->config_json);
     printf("iteration %lld, consumed samples %lld, optimizer step %lld\n", (long long)m->iteration,
            (long long)m->consumed_samples, (long long)m->optimizer_step);
-    printf("layout: tp %d x pp %d x dp %d, ZeRO %d, schedule %s (%d chunk%s per rank)%s\n", run->tp, run->pp, run->dp,
-           run->zero_stage, run->schedule, run->v, run->v == 1 ? "" : "s",
-           run->sequence_parallel ? ", sequence parallel" : "");
+    printf("layout: tp %d x pp %d x dp %d, ZeRO %d, schedule %s (%d chunk%s per rank)%s%s\n", run->tp, run->pp,
+           run->dp, run->zero_stage, run->schedule, run->v, run->v == 1 ? "" : "s",
+           run->sequence_parallel ? ", sequence parallel" : "", run->deterministic ? ", deterministic mode" : "");
     printf("batch: micro %lld, global %lld, sequence %lld; seed %llu (counter-based RNG: no other state)\n",
            (long long)run->micro_batch, (long long)run->global_batch, (long long)run->seq_length,
            (unsigned long long)run->seed);
