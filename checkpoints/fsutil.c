@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,21 +88,27 @@ int tri_fs_read_small(const char *path, size_t max, char **data, size_t *n)
     FILE *f = fopen(path, "rb");
     if (!f)
         return TRI_ERR(TRI_EIO, "cannot open %s: %s", path, strerror(errno));
-    char *buf = malloc(max + 2);
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return TRI_ERR(TRI_EIO, "%s is not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max) {
+        fclose(f);
+        return TRI_ERR(TRI_ECORRUPT, "%s is larger than %zu bytes: not a file Trident wrote", path, max);
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
     if (!buf) {
         fclose(f);
         return TRI_ERR(TRI_ENOMEM, "out of memory reading %s", path);
     }
-    size_t got = fread(buf, 1, max + 1, f);
-    bool err = ferror(f);
+    size_t got = fread(buf, 1, size, f);
+    bool err = ferror(f) || got != size;
     fclose(f);
     if (err) {
         free(buf);
         return TRI_ERR(TRI_EIO, "error reading %s", path);
-    }
-    if (got > max) {
-        free(buf);
-        return TRI_ERR(TRI_ECORRUPT, "%s is larger than %zu bytes: not a file Trident wrote", path, max);
     }
     buf[got] = '\0';
     *data = buf;

@@ -366,7 +366,7 @@ static int tidy(const char *save_dir, int64_t iteration, int keep)
         const char *dot = strchr(e->d_name, '.');
         if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof base)
             continue;
-        snprintf(base, sizeof base, "%s", e->d_name);
+        memcpy(base, e->d_name, strlen(e->d_name) + 1); /* fits: checked above */
         if (dot)
             base[dot - e->d_name] = '\0';
         int64_t it = tri_ckpt_parse_step_name(base);
