@@ -229,3 +229,17 @@ int64_t tri_gpt_num_params(const tri_gpt_config *c)
     int64_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
     return (int64_t)c->vocab_size * C + (int64_t)c->n_positions * C + L * block + 2 * C;
 }
+
+int tri_gpt_config_to_json(const tri_gpt_config *c, char **json)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_type", "gpt2");
+    cJSON_AddNumberToObject(o, "n_layer", c->n_layer);
+    cJSON_AddNumberToObject(o, "n_head", c->n_head);
+    cJSON_AddNumberToObject(o, "n_embd", c->n_embd);
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "n_positions", c->n_positions);
+    *json = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return *json ? TRI_OK : TRI_ERR(TRI_ENOMEM, "config: out of memory rendering %s", c->name);
+}

@@ -6,7 +6,9 @@
  * failure on any rank aborts all ranks. Progress goes to stdout on rank 0: the plan, one line per
  * iteration (loss, lr, grad norm, ms/iter, tokens/s, achieved GFLOP/s by Narayanan et al. 2021
  * eq. 3 without recomputation), validation loss at each eval interval, and a sample at the end.
- * The same figures are appended as JSON lines to SAVE_DIR/metrics.jsonl. */
+ * The same figures are appended as JSON lines to SAVE_DIR/metrics.jsonl. With --save-interval N a
+ * checkpoint is saved to SAVE_DIR/iter_<N>/ every N iterations and at the end; --load DIR resumes
+ * from DIR's latest checkpoint (any layout) and trains on to --train-iters (checkpoints/). */
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -32,17 +34,18 @@
 #include "models/tokenizer.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/gpt_checkpoint.h"
 #include "partitioner/flops.h"
 
 
 typedef struct args {
     const char *config, *train_data, *val_data, *save_dir, *device;
-    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *schedule, *recompute;
+    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *schedule, *recompute, *load;
     int tp, pp, micro_batch, seq_length, threads;
     int layers_per_virtual_stage, first_stage_layers, last_stage_layers, zero_stage;
     int64_t global_batch, train_iters, lr_warmup_iters, lr_decay_iters, seed;
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
-    int eval_interval, eval_iters, log_interval, sample_length, sample_top_k;
+    int eval_interval, eval_iters, log_interval, sample_length, sample_top_k, save_interval, keep_last;
     float sample_temperature;
     bool sequence_parallel, deterministic, overlap_grad_reduce, overlap_param_gather, quiet;
 } args;
@@ -60,6 +63,7 @@ typedef struct run {
     tri_tokenizer *tok;
     tri_lr_schedule lr;
     FILE *metrics;
+    int64_t start_iter;      /* the first iteration to run: 0, or the loaded checkpoint's */
 } run;
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
@@ -102,7 +106,10 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("eval-interval", TRI_FLAG_INT, &a->eval_interval, "iterations between validation runs (0: only at the end)", 0, 1 << 30);
     f[n++] = (tri_flag)FLAG("eval-iters", TRI_FLAG_INT, &a->eval_iters, "global batches per validation run", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("log-interval", TRI_FLAG_INT, &a->log_interval, "iterations between progress lines", 1, 1 << 30);
-    f[n++] = (tri_flag)FLAG("save-dir", TRI_FLAG_STRING, &a->save_dir, "run directory (metrics.jsonl)", 0, 0);
+    f[n++] = (tri_flag)FLAG("save-dir", TRI_FLAG_STRING, &a->save_dir, "run directory (metrics.jsonl, checkpoints iter_<N>/ and latest)", 0, 0);
+    f[n++] = (tri_flag)FLAG("save-interval", TRI_FLAG_INT, &a->save_interval, "save a checkpoint every N iterations and at the end (0: never)", 0, 1 << 30);
+    f[n++] = (tri_flag)FLAG("keep-last", TRI_FLAG_INT, &a->keep_last, "checkpoints kept in --save-dir (0: all)", 0, 1 << 30);
+    f[n++] = (tri_flag)FLAG("load", TRI_FLAG_STRING, &a->load, "resume from this run directory's latest checkpoint (or a step directory), in any layout; --train-iters stays the total", 0, 0);
     f[n++] = (tri_flag)CHOICE("tokenizer-type", &a->tokenizer_type, "ByteLevel|GPT2BPETokenizer", "tokenizer for the sample at the end");
     f[n++] = (tri_flag)FLAG("vocab-file", TRI_FLAG_STRING, &a->vocab_file, "GPT-2 encoder.json", 0, 0);
     f[n++] = (tri_flag)FLAG("merge-file", TRI_FLAG_STRING, &a->merge_file, "GPT-2 vocab.bpe", 0, 0);
@@ -350,6 +357,37 @@ static int evaluate(run *r, int64_t iter)
     return TRI_OK;
 }
 
+/* ---- checkpoints (checkpoints/, through tools/cli/gpt_checkpoint.h) ---- */
+
+static tri_gpt_ckpt_run ckpt_run(const run *r)
+{
+    return (tri_gpt_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last};
+}
+
+static int save_checkpoint(run *r, int64_t iteration)
+{
+    tri_gpt_ckpt_run cr = ckpt_run(r);
+    double t0 = tri_now_s();
+    int rc = tri_gpt_ckpt_save(&r->ss, &r->cfg, r->a.save_dir, &cr, iteration);
+    if (!rc)
+        tri_log_rank0("saved checkpoint %s/iter_%07lld in %.2f s", r->a.save_dir, (long long)iteration,
+                      tri_now_s() - t0);
+    return rc;
+}
+
+static int load_checkpoint(run *r)
+{
+    if (!r->a.load)
+        return TRI_OK;
+    tri_gpt_ckpt_run cr = ckpt_run(r);
+    double t0 = tri_now_s();
+    int rc = tri_gpt_ckpt_resume(&r->ss, &r->cfg, r->a.load, &cr, &r->start_iter);
+    if (!rc)
+        tri_log_rank0("resumed from %s at iteration %lld in %.2f s", r->a.load, (long long)r->start_iter,
+                      tri_now_s() - t0);
+    return rc;
+}
+
 static int train_loop(run *r)
 {
     const args *a = &r->a;
@@ -357,7 +395,7 @@ static int train_loop(run *r)
     tri_transformer dims = tri_gpt_dims(&r->cfg);
     double flops = tri_iteration_flops(&dims, a->global_batch, a->seq_length, false);
     double t_start = tri_now_s(), first_loss = NAN, last_loss = NAN;
-    for (int64_t it = 0; it < a->train_iters; it++) {
+    for (int64_t it = r->start_iter; it < a->train_iters; it++) {
         double t0 = tri_now_s();
         tri_step_result res;
         int rc = tri_trainer_step(&r->ss.trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
@@ -365,12 +403,12 @@ static int train_loop(run *r)
             return tri_error_context(rc, "iteration %lld", (long long)it + 1);
         double dt = tri_now_s() - t0;
         double tps = (double)(a->global_batch * a->seq_length) / dt;
-        if (it == 0) {
+        if (it == r->start_iter) {
             first_loss = res.loss;
             print_memory(r);
         }
         last_loss = res.loss;
-        if (!a->quiet && ((it + 1) % a->log_interval == 0 || it == 0))
+        if (!a->quiet && ((it + 1) % a->log_interval == 0 || it == r->start_iter))
             tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms | %8.0f tok/s | "
                           "%6.2f GFLOP/s", (long long)it + 1, (long long)a->train_iters, res.loss, (double)res.lr,
                           res.grad_norm, dt * 1e3, tps, flops / dt / 1e9);
@@ -382,11 +420,17 @@ static int train_loop(run *r)
             if (rc)
                 return rc;
         }
+        if (a->save_interval > 0 && ((it + 1) % a->save_interval == 0 || it + 1 == a->train_iters)) {
+            rc = save_checkpoint(r, it + 1);
+            if (rc)
+                return rc;
+        }
     }
     double total = tri_now_s() - t_start;
-    if (a->train_iters > 0)
+    if (a->train_iters > r->start_iter)
         tri_log_rank0("trained %lld iterations in %.1f s: loss %.4f -> %.4f (ln vocab = %.4f)",
-                      (long long)a->train_iters, total, first_loss, last_loss, log((double)r->cfg.vocab_size));
+                      (long long)(a->train_iters - r->start_iter), total, first_loss, last_loss,
+                      log((double)r->cfg.vocab_size));
     return evaluate(r, a->train_iters);
 }
 
@@ -547,6 +591,7 @@ int main(int argc, char **argv)
     }
     rc = setup(&r);
     if (!rc) rc = open_metrics(&r);
+    if (!rc) rc = load_checkpoint(&r);
     if (!rc) {
         print_plan(&r);
         rc = train_loop(&r);

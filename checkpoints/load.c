@@ -1,0 +1,170 @@
+/* checkpoints/load.c - loading a checkpoint into a trainer of any layout (see checkpoint.h).
+ *
+ * Each rank assembles, for every parameter of its chunks, the box its TP shard covers from the
+ * stored pieces that overlap it (checkpoints/reader.h), whatever tp, pp and dp wrote them; the
+ * vocabulary padding of wte is zero. The moments are assembled the same way over the whole local
+ * shard, then the ranges this rank owns under its ZeRO stage are copied into its optimizer. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/checkpoint.h"
+#include "engine/status.h"
+
+static tri_box shard_box(const tri_param *p)
+{
+    tri_box b = {.ndim = p->spec.ndim};
+    for (int d = 0; d < b.ndim; d++) {
+        b.off[d] = p->global_offset[d];
+        b.shape[d] = p->local_shape[d];
+    }
+    return b;
+}
+
+/* The checkpoint's tensor for p must have p's logical shape. */
+static int check_shape(const tri_ckpt_reader *r, const tri_param *p)
+{
+    int t = tri_manifest_tensor(&r->m, p->spec.name);
+    if (t < 0)
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s holds no tensor %s: it was written for another model",
+                       r->dir, p->spec.name);
+    int64_t want[TRI_MAX_DIMS];
+    tri_ckpt_logical_shape(&p->spec, want);
+    const tri_ckpt_tensor *ten = &r->m.tensors[t];
+    bool same = ten->ndim == p->spec.ndim;
+    for (int d = 0; same && d < ten->ndim; d++)
+        same = ten->shape[d] == want[d];
+    if (!same) {
+        char a[96] = "", b[96] = "";
+        for (int d = 0; d < ten->ndim; d++)
+            snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? " x " : "", (long long)ten->shape[d]);
+        for (int d = 0; d < p->spec.ndim; d++)
+            snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? " x " : "", (long long)want[d]);
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s: tensor %s is %s; this model's is %s: it was written for "
+                       "another model", r->dir, p->spec.name, a, b);
+    }
+    return TRI_OK;
+}
+
+/* Copies the owned ranges of parameter p from its local-shard moments into optimizer o. */
+static int put_moments(tri_trainer *t, int c, const tri_param *p, const float *m, const float *v)
+{
+    const tri_zero *z = t->chunks[c]->zero;
+    int rc = TRI_OK;
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t start, len, local;
+        tri_zero_owned(z, k, &start, &len, &local);
+        int64_t s = p->offset > start ? p->offset : start;
+        int64_t e = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
+        if (s >= e)
+            continue;
+        int64_t at = local + (s - start);
+        rc = tri_device_copy_from_host(t->dev, tri_tensor_range(t->opt[c].m, at, e - s), m + (s - p->offset));
+        if (!rc) rc = tri_device_copy_from_host(t->dev, tri_tensor_range(t->opt[c].v, at, e - s), v + (s - p->offset));
+    }
+    return rc;
+}
+
+static int load_param(tri_trainer *t, tri_ckpt_reader *r, int c, int i)
+{
+    tri_stage *st = t->chunks[c];
+    const tri_param *p = &st->layout->params[i];
+    tri_box box = shard_box(p);
+    float *w = malloc((size_t)p->numel * sizeof *w);
+    float *m = malloc((size_t)p->numel * sizeof *m);
+    float *v = malloc((size_t)p->numel * sizeof *v);
+    int rc = w && m && v ? check_shape(r, p) : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+    if (!rc) rc = tri_ckpt_read_box(r, NULL, p->spec.name, &box, w);
+    if (!rc) rc = st->write_param(st->self, i, w);
+    if (!rc) rc = tri_ckpt_read_box(r, TRI_CKPT_EXP_AVG, p->spec.name, &box, m);
+    if (!rc) rc = tri_ckpt_read_box(r, TRI_CKPT_EXP_AVG_SQ, p->spec.name, &box, v);
+    if (!rc) rc = put_moments(t, c, p, m, v);
+    free(w);
+    free(m);
+    free(v);
+    return rc;
+}
+
+
+int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r)
+{
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc; c++)
+        for (int i = 0; i < t->chunks[c]->layout->n && !rc; i++)
+            rc = load_param(t, r, c, i);
+    for (int c = 0; c < t->v && !rc; c++)
+        t->opt[c].step = r->m.optimizer_step;
+    return tri_ckpt_agree(t, rc);
+}
+
+static int differs_f(const char *dir, const char *field, double saved, double cur)
+{
+    return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with %s %.9g; this run has %.9g (resume with the same "
+                   "value)", dir, field, saved, cur);
+}
+
+int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, const char *dir)
+{
+    const tri_ckpt_run *a = &s->run;
+    if (a->seed != cur->seed)
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --seed %llu; this run has %llu (initialisation "
+                       "and data order follow the seed)", dir, (unsigned long long)a->seed,
+                       (unsigned long long)cur->seed);
+    if (a->global_batch != cur->global_batch)
+        return differs_f(dir, "--global-batch-size", (double)a->global_batch, (double)cur->global_batch);
+    if (a->seq_length != cur->seq_length)
+        return differs_f(dir, "--seq-length", (double)a->seq_length, (double)cur->seq_length);
+    if (a->lr.lr != cur->lr.lr)
+        return differs_f(dir, "--lr", a->lr.lr, cur->lr.lr);
+    if (a->lr.min_lr != cur->lr.min_lr)
+        return differs_f(dir, "--min-lr", a->lr.min_lr, cur->lr.min_lr);
+    if (a->lr.warmup_iters != cur->lr.warmup_iters)
+        return differs_f(dir, "--lr-warmup-iters", (double)a->lr.warmup_iters, (double)cur->lr.warmup_iters);
+    if (a->lr.decay_iters != cur->lr.decay_iters)
+        return differs_f(dir, "--lr-decay-iters (default: --train-iters)", (double)a->lr.decay_iters,
+                         (double)cur->lr.decay_iters);
+    if (a->lr.style != cur->lr.style)
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --lr-decay-style %s; this run has %s", dir,
+                       tri_ckpt_lr_style_name(a->lr.style), tri_ckpt_lr_style_name(cur->lr.style));
+    if (a->adamw.beta1 != cur->adamw.beta1)
+        return differs_f(dir, "--adam-beta1", a->adamw.beta1, cur->adamw.beta1);
+    if (a->adamw.beta2 != cur->adamw.beta2)
+        return differs_f(dir, "--adam-beta2", a->adamw.beta2, cur->adamw.beta2);
+    if (a->adamw.eps != cur->adamw.eps)
+        return differs_f(dir, "--adam-eps", a->adamw.eps, cur->adamw.eps);
+    if (a->adamw.weight_decay != cur->adamw.weight_decay)
+        return differs_f(dir, "--weight-decay", a->adamw.weight_decay, cur->adamw.weight_decay);
+    if (a->clip_grad != cur->clip_grad)
+        return differs_f(dir, "--clip-grad", a->clip_grad, cur->clip_grad);
+    return TRI_OK;
+}
+
+int tri_ckpt_check_config(const tri_ckpt_manifest *saved, const char *config_json, const char *dir)
+{
+    cJSON *a = cJSON_Parse(saved->config_json ? saved->config_json : "{}");
+    cJSON *b = cJSON_Parse(config_json ? config_json : "{}");
+    int rc = TRI_OK;
+    if (!a || !b) {
+        rc = TRI_ERR(TRI_EINVAL, "checkpoint %s: a model config is not valid JSON", dir);
+    } else if (!cJSON_Compare(a, b, true)) {
+        const cJSON *x = NULL, *key = NULL;
+        for (x = b->child; x && !key; x = x->next) /* a key of this model that differs or is absent */
+            if (!cJSON_Compare(x, cJSON_GetObjectItemCaseSensitive(a, x->string), true))
+                key = x;
+        for (x = a->child; x && !key; x = x->next) /* a key only the checkpoint has */
+            if (!cJSON_GetObjectItemCaseSensitive(b, x->string))
+                key = x;
+        const char *k = key && key->string ? key->string : "?";
+        char *sa = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(a, k));
+        char *sb = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(b, k));
+        rc = TRI_ERR(TRI_EINVAL, "checkpoint %s was written for another model: config key %s is %s there and "
+                     "%s here", dir, k, sa ? sa : "absent", sb ? sb : "absent");
+        cJSON_free(sa);
+        cJSON_free(sb);
+    }
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    return rc;
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# tests/ckpt_cli.sh BUILD_DIR SOURCE_DIR - checkpoints through the command-line tools.
+#
+# engine_train at tp 2 x pp 2 (mpirun, 4 ranks) saves every 3 of 6 iterations. Resumed from
+# iteration 3 in the same layout it logs the very same losses for iterations 4-6; resumed at tp 1 x
+# dp 2 after `ckpt reshard` within 1e-5 (resharding on load: tests/test_checkpoint.c). `ckpt inspect` shows
+# every file and tensor verified; `ckpt merge` equals h5py's view of the virtual-dataset index;
+# `ckpt export --format safetensors` is read back by hand with numpy; an llm.c model file goes
+# through `ckpt import` and `ckpt export --format llmc` bit for bit and fine-tunes; a flipped byte
+# makes engine_train --load refuse on every rank with the file's name, without hanging.
+set -u
+build=$1
+src=$(cd "$2" && pwd)
+bin="$build/bin"
+py=/usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader --timeout 120 -x OMP_NUM_THREADS=1)
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  mpirun+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+cd "$src"
+[ -f data/fortunes_byte_train.bin ] || { echo "FAIL: data/fortunes_byte_*.bin missing (tools/prepare_fortunes.sh)"; exit 1; }
+run=("$bin/engine_train" --config models/gpt2-tiny-byte.json --micro-batch-size 2 --global-batch-size 4
+     --seq-length 32 --train-iters 6 --eval-iters 1 --sample-length 0 --quiet)
+
+# losses of iterations 4-6 from a run directory's metrics.jsonl, one per line
+losses() { $py -c "
+import json,sys
+for l in open(sys.argv[1]):
+    o=json.loads(l)
+    if o['kind']=='train' and o['iter']>3: print(repr(o['loss']))" "$1/metrics.jsonl"; }
+close() { $py -c "
+import sys
+a=[float(x) for x in open(sys.argv[1])]; b=[float(x) for x in open(sys.argv[2])]
+assert len(a)==len(b)==3, (a, b)
+d=max(abs(x-y)/abs(y) for x,y in zip(a,b)); print('%.3g' % d); sys.exit(0 if d<=1e-5 else 1)" "$1" "$2"; }
+
+out=$("${mpirun[@]}" -np 4 "${run[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+      --save-dir "$tmp/a" --save-interval 3 2>&1) || { echo "$out" | tail -5; fail "the saving run"; }
+losses "$tmp/a" > "$tmp/a.losses"
+[ "$(cat "$tmp/a/latest" 2>/dev/null)" = iter_0000006 ] || fail "latest is not iter_0000006"
+
+# same layout, from iteration 3: bit-identical losses (metrics hold every digit)
+mkdir -p "$tmp/b" && echo iter_0000003 > "$tmp/b/latest" && cp -r "$tmp/a/iter_0000003" "$tmp/b/"
+out=$("${mpirun[@]}" -np 4 "${run[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+      --save-dir "$tmp/b" --load "$tmp/b" 2>&1) || { echo "$out" | tail -5; fail "resume in the same layout"; }
+losses "$tmp/b" > "$tmp/b.losses"
+if cmp -s "$tmp/a.losses" "$tmp/b.losses" && [ -s "$tmp/b.losses" ]; then
+  echo "ok   resume at tp 2 x pp 2: losses of iterations 4-6 bit-identical"
+else
+  fail "resume at tp 2 x pp 2: $(tr '\n' ' ' < "$tmp/b.losses") vs $(tr '\n' ' ' < "$tmp/a.losses")"
+fi
+
+# another layout, offline: ckpt reshard to tp 1 x dp 2 (ZeRO 1), resumed under mpirun
+"$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 \
+  --zero-stage 1 "$tmp/a/iter_0000003" "$tmp/c" > "$tmp/reshard.log" 2>&1 || { cat "$tmp/reshard.log"; fail "ckpt reshard"; }
+out=$("${mpirun[@]}" -np 2 "${run[@]}" --save-dir "$tmp/c" --load "$tmp/c" 2>&1) || { echo "$out" | tail -5; fail "resume after reshard"; }
+losses "$tmp/c" > "$tmp/c.losses"
+d=$(close "$tmp/c.losses" "$tmp/a.losses") && echo "ok   ckpt reshard to tp 1 x dp 2, ZeRO 1: losses within $d" \
+  || fail "after ckpt reshard: losses differ by $d"
+
+# inspect, merge, index, safetensors
+"$bin/ckpt" inspect "$tmp/a" > "$tmp/inspect.txt" 2>&1 || { cat "$tmp/inspect.txt"; fail "ckpt inspect"; }
+n_ok=$(grep -c " ok$" "$tmp/inspect.txt")
+grep -q "layout: tp 2 x pp 2 x dp 1" "$tmp/inspect.txt" && [ "$n_ok" -eq 61 ] \
+  && echo "ok   ckpt inspect: 9 files and 52 tensors verified" || fail "ckpt inspect: $n_ok lines ok (expected 61)"
+"$bin/ckpt" merge --quiet "$tmp/a" "$tmp/merged.h5" || fail "ckpt merge"
+(cd / && $py "$src/tests/ckpt_check.py" vds "$tmp/a/iter_0000006/index.h5" "$tmp/merged.h5") || fail "virtual-dataset index"
+"$bin/ckpt" export --quiet --format safetensors "$tmp/a" "$tmp/model.safetensors" || fail "ckpt export safetensors"
+$py "$src/tests/ckpt_check.py" safetensors "$tmp/model.safetensors" "$tmp/merged.h5" || fail "safetensors read back"
+
+# llm.c: import -> export bit for bit, then fine-tune the imported weights
+$py "$src/tests/ckpt_check.py" write-llmc "$tmp/gpt2.bin" 257 2 4 32 64 > /dev/null
+"$bin/ckpt" import --format llmc "$tmp/gpt2.bin" "$tmp/imported" 2> "$tmp/import.log" || { cat "$tmp/import.log"; fail "ckpt import"; }
+"$bin/ckpt" export --quiet --format llmc "$tmp/imported" "$tmp/gpt2_again.bin" || fail "ckpt export llmc"
+cmp "$tmp/gpt2.bin" "$tmp/gpt2_again.bin" && echo "ok   llm.c file -> ckpt import -> ckpt export: bit for bit ($(stat -c %s "$tmp/gpt2.bin") bytes)" \
+  || fail "llm.c round trip differs"
+out=$("$bin/engine_train" --config "$tmp/imported/config.json" --load "$tmp/imported" --save-dir "$tmp/imported" \
+      --train-iters 2 --seq-length 32 --eval-iters 1 --sample-length 0 --threads 1 2>&1)
+grep -q "resumed from .* at iteration 0" <<<"$out" && grep -q "trained 2 iterations" <<<"$out" \
+  && echo "ok   fine-tuned the imported llm.c weights" || { echo "$out" | tail -5; fail "fine-tuning imported weights"; }
+
+# a flipped byte: every rank refuses, naming the file
+f="$tmp/b/iter_0000003/model_tp01_pp01.h5"
+$py -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=0xFF; open(p,'wb').write(b)" "$f"
+start=$(date +%s)
+out=$("${mpirun[@]}" -np 4 "${run[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+      --save-dir "$tmp/e" --load "$tmp/b" 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && grep -q "model_tp01_pp01.h5: SHA-256" <<<"$out" && [ $(( $(date +%s) - start )) -lt 60 ]; then
+  echo "ok   a flipped byte: refused (exit $rc) naming model_tp01_pp01.h5"
+else
+  echo "$out" | tail -5; fail "a flipped byte was not refused cleanly (exit $rc)"
+fi
+
+echo "ckpt_cli: $failures failure(s)"
+[ $failures -eq 0 ]

@@ -1,0 +1,94 @@
+/* tests/ckpt_harness.c - train, save and resume a small GPT on thread ranks (see ckpt_harness.h). */
+#include "tests/ckpt_harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoints/fsutil.h"
+#include "engine/device.h"
+#include "engine/log.h"
+#include "engine/status.h"
+#include "models/gpt_rank.h"
+#include "tools/cli/gpt_checkpoint.h"
+
+static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
+{
+    const tu_ckpt_run *r = ctx;
+    if (first + n > TU_CKPT_TOTAL * r->global_batch)
+        return TRI_ERR(TRI_EINVAL, "ckpt harness: samples [%lld, %lld) past the prepared windows", (long long)first,
+                       (long long)(first + n));
+    memcpy(w, r->windows + first * (r->T + 1), (size_t)(n * (r->T + 1)) * sizeof *w);
+    return TRI_OK;
+}
+
+static int run_rank(int rank, int size, tri_comm *world, void *arg)
+{
+    tu_ckpt_run *r = arg;
+    const tu_layout *l = &r->layout;
+    int dp = size / (l->tp * l->pp);
+    tri_device *dev = NULL;
+    tri_gpt_session ss;
+    tri_gpt_session_options o = {
+        .tp = l->tp, .pp = l->pp, .clip_grad = 1.0f,
+        .run = {.B = r->B, .T = r->T, .n_micro = (int)(r->global_batch / (r->B * dp)), .sequence_parallel = l->sp,
+                .schedule = l->schedule, .layers_per_virtual_stage = l->layers_per_virtual_stage,
+                .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = l->zero,
+                .deterministic = l->deterministic,
+                .seed = r->seed ? r->seed : 1234},
+        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+    };
+    tri_gpt_ckpt_run cr = {.seed = o.run.seed, .keep_last = r->keep_last,
+                           .lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 2, .decay_iters = TU_CKPT_TOTAL,
+                                  .style = TRI_LR_COSINE}};
+    tri_log_set_quiet(true);
+    int rc = tri_device_cpu_create(&dev, 1);
+    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, r->cfg, &o);
+    if (rc) {
+        tri_device_destroy(dev);
+        return rc;
+    }
+    int64_t it = 0;
+    if (r->load)
+        rc = tri_gpt_ckpt_resume(&ss, r->cfg, r->load, &cr, &it);
+    if (rank == 0)
+        r->start = it;
+    tri_batch_source src = {.ctx = r, .fill = fill};
+    for (; it < r->until && !rc; it++) {
+        tri_step_result res;
+        rc = tri_trainer_step(&ss.trainer, &src, it, tri_lr_at(&cr.lr, it + 1), &res);
+        if (!rc && rank == 0 && it - r->start < TU_MAX_STEPS)
+            r->losses[it - r->start] = res.loss;
+        bool due = r->save_interval > 0 && (it + 1) % r->save_interval == 0;
+        if (!rc && r->save_dir && (due || it + 1 == r->until))
+            rc = tri_gpt_ckpt_save(&ss, r->cfg, r->save_dir, &cr, it + 1);
+    }
+    tri_gpt_session_destroy(&ss);
+    tri_device_destroy(dev);
+    return rc;
+}
+
+int tu_ckpt_train(tu_ckpt_run *r)
+{
+    tu_layout *l = &r->layout;
+    if (l->tp < 1)
+        l->tp = 1;
+    if (l->pp < 1)
+        l->pp = 1;
+    if (l->dp < 1)
+        l->dp = 1;
+    memset(r->losses, 0, sizeof r->losses);
+    r->start = 0;
+    return tri_run_thread_ranks(l->tp * l->pp * l->dp, run_rank, r);
+}
+
+char *tu_ckpt_tmpdir(const char *tag)
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *path = malloc(4096);
+    snprintf(path, 4096, "%s/trident-%s-%d", base, tag, (int)getpid());
+    tri_fs_remove_tree(path);
+    tri_fs_mkdir_p(path);
+    return path;
+}

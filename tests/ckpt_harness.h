@@ -1,0 +1,36 @@
+/* tests/ckpt_harness.h - a small GPT trained on thread ranks in any layout, from its initial
+ * weights or from a checkpoint, saving checkpoints on the way: what the checkpoint tests resume,
+ * corrupt and kill. */
+#ifndef TRIDENT_TESTS_CKPT_HARNESS_H
+#define TRIDENT_TESTS_CKPT_HARNESS_H
+
+#include <stdint.h>
+
+#include "tests/harness.h"
+
+#define TU_CKPT_TOTAL 20 /* the LR schedule's decay length: every run belongs to one 20-step run */
+
+typedef struct tu_ckpt_run {
+    const tri_gpt_config *cfg;
+    int64_t B, T;                 /* micro-batch size, sequence length */
+    tu_layout layout;             /* n_micro is derived: global batch / (B * dp) */
+    int64_t global_batch;
+    const int32_t *windows;       /* (TU_CKPT_TOTAL * global_batch, T + 1) token windows */
+    uint64_t seed;                /* 0: 1234 */
+    const char *load;             /* NULL: start from the initial weights; else a run or step dir */
+    int64_t until;                /* train up to this iteration (total) */
+    const char *save_dir;         /* NULL: no checkpoints */
+    int save_interval;            /* save at multiples of it and at `until` (0: only at `until`) */
+    int keep_last;
+    /* results */
+    int64_t start;                /* the first iteration run (0, or the checkpoint's) */
+    double losses[TU_MAX_STEPS];  /* losses[k]: loss of iteration start + k + 1 */
+} tu_ckpt_run;
+
+/* Runs r on thread ranks; a status (the failing rank's message via tri_error_message). */
+int tu_ckpt_train(tu_ckpt_run *r);
+
+/* A fresh empty directory under TMPDIR (or /tmp) named after tag; caller frees the string. */
+char *tu_ckpt_tmpdir(const char *tag);
+
+#endif

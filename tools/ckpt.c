@@ -1,0 +1,461 @@
+/* tools/ckpt.c - inspects and converts Trident checkpoints, offline on one CPU process.
+ *
+ *   ckpt inspect DIR             the latest step of a run directory (or a step directory): metadata,
+ *                                layout, every file's SHA-256 status, every tensor's shape, dtype,
+ *                                norms of weights and Adam moments, and checksum status
+ *   ckpt reshard --tensor-model-parallel-size T --pipeline-model-parallel-size P
+ *                --data-parallel-size D [--zero-stage Z] SRC OUT
+ *                                SRC rewritten for another layout as the run directory OUT (the
+ *                                T x P x D ranks run as threads of this process: each loads its
+ *                                shard from SRC exactly as a resumed run would, then they save)
+ *   ckpt merge SRC OUT.h5        one HDF5 file with full tensors (weights, exp_avg/, exp_avg_sq/)
+ *   ckpt export --format safetensors|llmc SRC OUT
+ *                                Hugging Face GPT-2 names and Conv1D layout, or llm.c's model file
+ *   ckpt import --format llmc GPT2.bin OUT
+ *                                llm.c's GPT-2 weights as step 0 of run directory OUT (with OUT/
+ *                                config.json), to fine-tune with engine_train --config OUT/config.json
+ *                                --load OUT
+ *
+ * Long conversions print a progress bar on stderr. Errors name the file and the tensor. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoints/fsutil.h"
+#include "checkpoints/h5.h"
+#include "checkpoints/reader.h"
+#include "engine/clock.h"
+#include "engine/device.h"
+#include "engine/log.h"
+#include "engine/status.h"
+#include "models/gpt.h"
+#include "tools/cli/backend.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/gpt_checkpoint.h"
+#include "tools/cli/gpt_formats.h"
+
+typedef struct args {
+    int tp, pp, dp, zero;
+    const char *format, *schedule;
+    int64_t seed;
+    bool quiet;
+} args;
+
+#define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
+
+/* ---- progress bar (stderr) ---- */
+
+static bool quiet_progress;
+
+static void progress(void *ctx, const char *what, int64_t done, int64_t total)
+{
+    (void)ctx;
+    if (quiet_progress || total <= 0 || !isatty(2))
+        return;
+    int width = 40, fill = (int)(width * done / total);
+    char bar[48];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stderr, "\r%-8s [%s] %3d%%", what, bar, (int)(100 * done / total));
+    if (done >= total)
+        fprintf(stderr, "\n");
+    fflush(stderr);
+}
+
+/* ---- inspect ---- */
+
+static double norm_of(const float *x, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)x[i];
+    return sqrt(s);
+}
+
+static void shape_text(const tri_ckpt_tensor *t, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (int d = 0; d < t->ndim; d++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%lld", d ? " x " : "", (long long)t->shape[d]);
+}
+
+/* Whether every file holding a piece of tensor t verified. */
+static bool tensor_verified(const tri_ckpt_reader *r, int t, const int *file_rc)
+{
+    for (int f = 0; f < r->m.n_files; f++)
+        for (int k = 0; k < r->m.files[f].n_pieces; k++)
+            if (r->m.files[f].pieces[k].tensor == t && file_rc[f] != TRI_OK)
+                return false;
+    return true;
+}
+
+static int inspect(const char *path)
+{
+    tri_ckpt_reader r;
+    int rc = tri_ckpt_reader_open(&r, path);
+    if (rc)
+        return rc;
+    const tri_ckpt_manifest *m = &r.m;
+    const tri_ckpt_run *run = &m->run;
+    printf("checkpoint %s\n", r.dir);
+    printf("format %s version %d, written by Trident %s\n", TRI_CKPT_FORMAT, m->format_version, m->trident_version);
+    printf("model %s: %s\n", m->model_name, m->config_json);
+    printf("iteration %lld, consumed samples %lld, optimizer step %lld\n", (long long)m->iteration,
+           (long long)m->consumed_samples, (long long)m->optimizer_step);
+    printf("layout: tp %d x pp %d x dp %d, ZeRO %d, schedule %s (%d chunk%s per rank)%s%s\n", run->tp, run->pp,
+           run->dp, run->zero_stage, run->schedule, run->v, run->v == 1 ? "" : "s",
+           run->sequence_parallel ? ", sequence parallel" : "", run->deterministic ? ", deterministic mode" : "");
+    printf("batch: micro %lld, global %lld, sequence %lld; seed %llu (counter-based RNG: no other state)\n",
+           (long long)run->micro_batch, (long long)run->global_batch, (long long)run->seq_length,
+           (unsigned long long)run->seed);
+    printf("lr: %s from %g to %g, warm-up %lld, decay until %lld; AdamW beta1 %g beta2 %g eps %g weight decay %g, "
+           "clip %g\n", tri_ckpt_lr_style_name(run->lr.style), (double)run->lr.lr, (double)run->lr.min_lr,
+           (long long)run->lr.warmup_iters, (long long)run->lr.decay_iters, (double)run->adamw.beta1,
+           (double)run->adamw.beta2, (double)run->adamw.eps, (double)run->adamw.weight_decay, (double)run->clip_grad);
+    int *file_rc = calloc((size_t)m->n_files, sizeof *file_rc);
+    int64_t total = 0, done = 0, bad = 0;
+    for (int f = 0; f < m->n_files; f++)
+        total += m->files[f].bytes;
+    printf("files:\n");
+    for (int f = 0; f < m->n_files; f++) {
+        const tri_ckpt_file *x = &m->files[f];
+        file_rc[f] = tri_ckpt_reader_verify(&r, f);
+        done += x->bytes;
+        progress(NULL, "verify", done, total);
+        char where[64] = "";
+        if (x->kind == TRI_CKPT_MODEL)
+            snprintf(where, sizeof where, "tp %d pp %d", x->tp_rank, x->pp_rank);
+        else if (x->kind == TRI_CKPT_OPTIM)
+            snprintf(where, sizeof where, "tp %d pp %d dp %d", x->tp_rank, x->pp_rank, x->dp_rank);
+        printf("  %-28s %-9s %-18s %10.2f MiB  %3d pieces  sha256 %s\n", x->name,
+               x->kind == TRI_CKPT_MODEL ? "model" : x->kind == TRI_CKPT_OPTIM ? "optimizer" : "index", where,
+               (double)x->bytes / 1048576.0, x->n_pieces, file_rc[f] ? "MISMATCH" : "ok");
+        if (file_rc[f]) {
+            printf("    %s\n", tri_error_message());
+            bad++;
+        }
+    }
+    printf("tensors (%d):\n  %-22s %-16s %-8s %12s %12s %12s  %s\n", m->n_tensors, "name", "shape", "dtype", "norm",
+           "exp_avg", "exp_avg_sq", "checksum");
+    const char *groups[3] = {NULL, TRI_CKPT_EXP_AVG, TRI_CKPT_EXP_AVG_SQ};
+    for (int t = 0; t < m->n_tensors; t++) {
+        const tri_ckpt_tensor *x = &m->tensors[t];
+        char shape[64];
+        double norms[3] = {NAN, NAN, NAN};
+        shape_text(x, shape, sizeof shape);
+        bool ok = tensor_verified(&r, t, file_rc);
+        int64_t n = 1;
+        for (int d = 0; d < x->ndim; d++)
+            n *= x->shape[d];
+        for (int g = 0; g < 3 && ok; g++) {
+            float *data = NULL;
+            int trc = tri_ckpt_read_tensor(&r, groups[g], x->name, &data);
+            if (trc) {
+                printf("    %s\n", tri_error_message());
+                ok = false;
+                break;
+            }
+            norms[g] = norm_of(data, n);
+            free(data);
+        }
+        printf("  %-22s %-16s %-8s %12.6g %12.6g %12.6g  %s\n", x->name, shape, "float32", norms[0], norms[1],
+               norms[2], ok ? "ok" : "FAILED");
+        bad += !ok;
+    }
+    free(file_rc);
+    tri_ckpt_reader_close(&r);
+    if (bad)
+        return TRI_ERR(TRI_ECORRUPT, "%s: %lld files or tensors failed verification", path, (long long)bad);
+    return TRI_OK;
+}
+
+/* ---- merge: one HDF5 file with full tensors ---- */
+
+static int merge(const char *src, const char *out)
+{
+    tri_ckpt_reader r;
+    int rc = tri_ckpt_reader_open(&r, src);
+    if (rc)
+        return rc;
+    hid_t f = -1;
+    rc = tri_h5_create(out, &f);
+    char *json = NULL;
+    if (!rc) rc = tri_manifest_render(&r.m, &json);
+    if (!rc) rc = tri_h5_attr_str(f, out, "/", "manifest", json);
+    free(json);
+    const char *groups[3] = {NULL, TRI_CKPT_EXP_AVG, TRI_CKPT_EXP_AVG_SQ};
+    for (int t = 0; t < r.m.n_tensors && !rc; t++) {
+        const tri_ckpt_tensor *x = &r.m.tensors[t];
+        for (int g = 0; g < 3 && !rc; g++) {
+            float *data = NULL;
+            char name[TRI_PARAM_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s%s%s", groups[g] ? groups[g] : "", groups[g] ? "/" : "", x->name);
+            rc = tri_ckpt_read_tensor(&r, groups[g], x->name, &data);
+            if (!rc) rc = tri_h5_write_f32(f, out, name, x->ndim, x->shape, data, NULL);
+            free(data);
+        }
+        progress(NULL, "merge", t + 1, r.m.n_tensors);
+    }
+    int crc = f >= 0 ? tri_h5_close(f, out) : TRI_OK;
+    tri_ckpt_reader_close(&r);
+    return rc ? rc : crc;
+}
+
+/* ---- export ---- */
+
+static int config_of(const tri_ckpt_manifest *m, tri_gpt_config *cfg, const char *dir)
+{
+    int rc = tri_gpt_config_parse(cfg, m->config_json, dir);
+    if (!rc)
+        snprintf(cfg->name, sizeof cfg->name, "%s", m->model_name);
+    return rc;
+}
+
+static int export_weights(const char *format, const char *src, const char *out)
+{
+    tri_ckpt_reader r;
+    tri_gpt_config cfg;
+    int rc = tri_ckpt_reader_open(&r, src);
+    if (rc)
+        return rc;
+    r.progress = progress;
+    rc = tri_ckpt_reader_verify_all(&r);
+    if (!rc) rc = config_of(&r.m, &cfg, r.dir);
+    if (!rc)
+        rc = strcmp(format, "safetensors") == 0 ? tri_export_safetensors(&r, &cfg, out) : tri_export_llmc(&r, &cfg, out);
+    tri_ckpt_reader_close(&r);
+    return rc;
+}
+
+/* ---- reshard and import: T x P x D thread ranks of this process, each a session ---- */
+
+typedef struct job {
+    tri_gpt_config cfg;
+    tri_ckpt_manifest src;      /* the source's manifest (run settings), NULL files */
+    const char *load;           /* reshard: the source; NULL for import */
+    const tri_llmc_model *llmc; /* import: the weights */
+    const char *out;
+    int tp, pp, zero;
+    const char *schedule;
+    int64_t micro;
+    uint64_t seed;
+} job;
+
+/* Import: the llm.c tensors into this rank's parameters (tp 1, pp 1: whole tensors; wte's padding
+ * rows zero). */
+static int write_llmc(tri_gpt_session *s, const tri_llmc_model *m)
+{
+    tri_gpt *g = s->model.chunk[0];
+    int rc = TRI_OK;
+    for (int i = 0; i < g->layout.n && !rc; i++) {
+        const tri_param *p = &g->layout.params[i];
+        int k = -1;
+        for (int j = 0; j < m->n; j++)
+            if (strcmp(m->names[j], p->spec.name) == 0)
+                k = j;
+        if (k < 0)
+            return TRI_ERR(TRI_EINVAL, "llm.c file: no tensor for %s", p->spec.name);
+        float *host = calloc((size_t)p->numel, sizeof *host);
+        if (!host)
+            return TRI_ERR(TRI_ENOMEM, "import: out of memory for %s", p->spec.name);
+        int64_t shape[TRI_MAX_DIMS], n = 1;
+        tri_ckpt_logical_shape(&p->spec, shape);
+        for (int d = 0; d < p->spec.ndim; d++)
+            n *= shape[d];
+        memcpy(host, m->data[k], (size_t)n * sizeof *host);
+        rc = g->stage.write_param(g, i, host);
+        free(host);
+    }
+    return rc;
+}
+
+static int run_rank(int rank, int size, tri_comm *world, void *arg)
+{
+    job *j = arg;
+    const tri_ckpt_run *sr = &j->src.run;
+    int dp = size / (j->tp * j->pp);
+    int64_t micro = j->micro, global = sr->global_batch;
+    tri_gpt_session_options o = {
+        .tp = j->tp, .pp = j->pp, .clip_grad = sr->clip_grad, .adamw = sr->adamw,
+        .run = {.B = micro, .T = sr->seq_length, .n_micro = (int)(global / (micro * dp)), .schedule = j->schedule,
+                .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->zero, .seed = sr->seed},
+    };
+    tri_gpt_ckpt_run cr = {.seed = sr->seed, .lr = sr->lr};
+    tri_device *dev = NULL;
+    tri_gpt_session s;
+    if (rank != 0)
+        tri_log_set_quiet(true);
+    int rc = tri_device_cpu_create(&dev, 1);
+    if (!rc) rc = tri_gpt_session_create(&s, world, dev, &j->cfg, &o);
+    if (rc) {
+        tri_device_destroy(dev);
+        return rc;
+    }
+    int64_t iteration = 0;
+    double t0 = tri_now_s();
+    if (j->load)
+        rc = tri_gpt_ckpt_resume(&s, &j->cfg, j->load, &cr, &iteration);
+    else
+        rc = write_llmc(&s, j->llmc);
+    if (!rc && rank == 0)
+        fprintf(stderr, "%s in %.2f s; saving\n", j->load ? "loaded" : "imported", tri_now_s() - t0);
+    if (!rc) rc = tri_gpt_ckpt_save(&s, &j->cfg, j->out, &cr, iteration);
+    tri_gpt_session_destroy(&s);
+    tri_device_destroy(dev);
+    return rc;
+}
+
+static int reshard(const args *a, const char *src, const char *out)
+{
+    tri_ckpt_reader r;
+    int rc = tri_ckpt_reader_open(&r, src);
+    if (rc)
+        return rc;
+    r.progress = progress;
+    job j = {.load = src, .out = out, .tp = a->tp, .pp = a->pp, .zero = a->zero, .schedule = a->schedule};
+    rc = tri_ckpt_reader_verify_all(&r);
+    if (!rc) rc = config_of(&r.m, &j.cfg, r.dir);
+    j.src = r.m;
+    j.src.files = NULL;
+    j.src.n_files = 0;
+    j.src.tensors = NULL;
+    j.src.n_tensors = 0;
+    j.src.config_json = NULL;
+    if (j.zero < 0)
+        j.zero = r.m.run.zero_stage;
+    tri_ckpt_reader_close(&r);
+    if (rc)
+        return rc;
+    int64_t global = j.src.run.global_batch;
+    if (global % a->dp != 0)
+        return TRI_ERR(TRI_EINVAL, "--data-parallel-size %d does not divide the checkpoint's global batch %lld",
+                       a->dp, (long long)global);
+    j.micro = global % (j.src.run.micro_batch * a->dp) == 0 ? j.src.run.micro_batch : 1;
+    tri_gpt_run_options probe = {.B = j.micro, .T = j.src.run.seq_length, .n_micro = (int)(global / (j.micro * a->dp)),
+                                 .schedule = j.schedule, .first_stage_layers = -1, .last_stage_layers = -1,
+                                 .zero_stage = j.zero};
+    rc = tri_gpt_rank_check(&j.cfg, a->tp, a->pp, a->dp, &probe);
+    if (rc)
+        return rc;
+    fprintf(stderr, "resharding %s (tp %d x pp %d x dp %d, ZeRO %d) to tp %d x pp %d x dp %d, ZeRO %d on %d thread "
+            "ranks\n", src, j.src.run.tp, j.src.run.pp, j.src.run.dp, j.src.run.zero_stage, a->tp, a->pp, a->dp,
+            j.zero, a->tp * a->pp * a->dp);
+    return tri_run_thread_ranks(a->tp * a->pp * a->dp, run_rank, &j);
+}
+
+static int import_llmc(const args *a, const char *bin, const char *out)
+{
+    tri_llmc_model m;
+    int rc = tri_llmc_read(bin, &m);
+    if (rc)
+        return rc;
+    job j = {.cfg = m.cfg, .llmc = &m, .out = out, .tp = 1, .pp = 1, .zero = 0, .micro = 1};
+    j.src.run = (tri_ckpt_run){.global_batch = 1, .micro_batch = 1, .seq_length = 1, .seed = (uint64_t)a->seed,
+                               .clip_grad = 1.0f,
+                               .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+                               .lr = {.lr = 6e-4f, .min_lr = 6e-5f, .decay_iters = 1, .style = TRI_LR_COSINE}};
+    fprintf(stderr, "%s: llm.c version %d, %d layers, %d heads, n_embd %d, vocab %d (padded %d), %d positions\n", bin,
+            m.version, m.cfg.n_layer, m.cfg.n_head, m.cfg.n_embd, m.cfg.vocab_size, m.padded_vocab,
+            m.cfg.n_positions);
+    rc = tri_run_thread_ranks(1, run_rank, &j);
+    char *json = NULL;
+    char path[TRI_CKPT_PATH_MAX];
+    if (!rc) rc = tri_gpt_config_to_json(&m.cfg, &json);
+    if (!rc) rc = tri_fs_join(path, sizeof path, out, "config.json");
+    if (!rc) {
+        FILE *f = fopen(path, "w");
+        rc = f && fprintf(f, "%s\n", json) > 0 ? TRI_OK : TRI_ERR(TRI_EIO, "cannot write %s", path);
+        if (f)
+            fclose(f);
+    }
+    free(json);
+    tri_llmc_free(&m);
+    return rc;
+}
+
+/* ---- command line ---- */
+
+static int make_flags(args *a, tri_flag *f)
+{
+    int n = 0;
+    f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &a->tp, "reshard: tensor-parallel size", 1, 4096);
+    f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &a->pp, "reshard: pipeline-parallel size", 1, 4096);
+    f[n++] = (tri_flag)FLAG("data-parallel-size", TRI_FLAG_INT, &a->dp, "reshard: data-parallel size", 1, 4096);
+    f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero, "reshard: ZeRO stage (-1: the checkpoint's)", -1, 3);
+    f[n++] = (tri_flag)((tri_flag){"pipeline-schedule", TRI_FLAG_CHOICE, &a->schedule, "reshard: pipeline schedule",
+                                   0, 0, "1f1b|gpipe", false});
+    f[n++] = (tri_flag)((tri_flag){"format", TRI_FLAG_CHOICE, &a->format, "export/import: file format", 0, 0,
+                                   "safetensors|llmc", false});
+    f[n++] = (tri_flag)FLAG("seed", TRI_FLAG_INT64, &a->seed, "import: the seed recorded for the run", 0, 9.2e18);
+    f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no progress bars", 0, 0);
+    return n;
+}
+
+static const char *usage_text =
+    "Inspects and converts Trident checkpoints, offline on one CPU process.\n"
+    "  ckpt inspect DIR                      metadata, files and tensors of DIR's latest step (or step DIR)\n"
+    "  ckpt reshard --tensor-model-parallel-size T --pipeline-model-parallel-size P --data-parallel-size D SRC OUT\n"
+    "  ckpt merge SRC OUT.h5                 one HDF5 file with the full tensors\n"
+    "  ckpt export --format safetensors|llmc SRC OUT\n"
+    "  ckpt import --format llmc GPT2.bin OUT (llm.c weights as step 0 of run directory OUT)";
+
+int main(int argc, char **argv)
+{
+    tri_cli_passive_openmp(argv);
+    args a = {.tp = 1, .pp = 1, .dp = 1, .zero = -1, .format = "safetensors", .schedule = "1f1b", .seed = 1234};
+    tri_flag flags[16];
+    int nflags = make_flags(&a, flags);
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        tri_flags_usage(stdout, flags, nflags, "ckpt COMMAND", usage_text);
+        return argc < 2 ? 2 : 0;
+    }
+    /* positionals apart from flags (a flag that takes a value consumes the next word) */
+    const char *cmd = argv[1], *pos[4] = {0};
+    char *fargv[64] = {argv[0]};
+    int fargc = 1, npos = 0;
+    for (int i = 2; i < argc && fargc < 62; i++) {
+        if (argv[i][0] == '-' && argv[i][1]) {
+            fargv[fargc++] = argv[i];
+            const char *name = argv[i] + strspn(argv[i], "-");
+            const tri_flag *f = tri_flags_find(flags, nflags, name);
+            if (f && f->kind != TRI_FLAG_BOOL && !strchr(argv[i], '=') && i + 1 < argc)
+                fargv[fargc++] = argv[++i];
+        } else if (npos < 4) {
+            pos[npos++] = argv[i];
+        }
+    }
+    bool help = false;
+    int rc = tri_flags_parse(flags, nflags, fargc, fargv, &help);
+    if (!rc && help) {
+        tri_flags_usage(stdout, flags, nflags, "ckpt COMMAND", usage_text);
+        return 0;
+    }
+    quiet_progress = a.quiet;
+    tri_cli_set_threads(1);
+    int need = strcmp(cmd, "inspect") == 0 ? 1 : 2;
+    if (!rc && npos != need)
+        rc = TRI_ERR(TRI_EINVAL, "ckpt %s takes %d path%s, got %d (see ckpt -h)", cmd, need, need == 1 ? "" : "s", npos);
+    if (!rc) {
+        if (strcmp(cmd, "inspect") == 0)
+            rc = inspect(pos[0]);
+        else if (strcmp(cmd, "merge") == 0)
+            rc = merge(pos[0], pos[1]);
+        else if (strcmp(cmd, "export") == 0)
+            rc = export_weights(a.format, pos[0], pos[1]);
+        else if (strcmp(cmd, "reshard") == 0)
+            rc = reshard(&a, pos[0], pos[1]);
+        else if (strcmp(cmd, "import") == 0)
+            rc = strcmp(a.format, "llmc") == 0 ? import_llmc(&a, pos[0], pos[1])
+                                               : TRI_ERR(TRI_EINVAL, "ckpt import reads --format llmc files");
+        else
+            rc = TRI_ERR(TRI_EINVAL, "unknown command '%s' (inspect, reshard, merge, export, import)", cmd);
+    }
+    if (rc) {
+        fprintf(stderr, "ckpt %s: error: %s\n", cmd, tri_error_message());
+        return 1;
+    }
+    return 0;
+}

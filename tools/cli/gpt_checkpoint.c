@@ -1,0 +1,67 @@
+/* tools/cli/gpt_checkpoint.c - GPT sessions to and from checkpoints (see gpt_checkpoint.h). */
+#include "tools/cli/gpt_checkpoint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/status.h"
+#include "models/gpt.h"
+
+int tri_gpt_ckpt_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n)
+{
+    tri_gpt_options all = {.layer_start = 0, .layer_end = cfg->n_layer, .first = true, .last = true};
+    int rc = tri_gpt_param_specs(cfg, tp, &all, specs, n);
+    if (rc)
+        return rc;
+    /* the model's global order */
+    tri_param_spec *v = *specs;
+    for (int i = 1; i < *n; i++)
+        for (int j = i; j > 0 && v[j - 1].global_index > v[j].global_index; j--) {
+            tri_param_spec tmp = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = tmp;
+        }
+    return TRI_OK;
+}
+
+int tri_gpt_ckpt_save(tri_gpt_session *s, const tri_gpt_config *cfg, const char *save_dir,
+                      const tri_gpt_ckpt_run *run, int64_t iteration)
+{
+    tri_param_spec *specs = NULL;
+    char *json = NULL;
+    int n = 0;
+    int rc = tri_gpt_ckpt_specs(cfg, s->grid.tp, &specs, &n);
+    if (!rc) rc = tri_gpt_config_to_json(cfg, &json);
+    tri_ckpt_save_info info = {.config_json = json, .model_name = cfg->name, .specs = specs, .n_specs = n,
+                               .seed = run->seed, .lr = run->lr, .iteration = iteration,
+                               .keep_last = run->keep_last};
+    /* every rank computed the same inputs without communicating; a failure here is everyone's */
+    if (!rc) rc = tri_ckpt_save(&s->trainer, save_dir, &info);
+    free(specs);
+    free(json);
+    return rc;
+}
+
+int tri_gpt_ckpt_resume(tri_gpt_session *s, const tri_gpt_config *cfg, const char *path,
+                        const tri_gpt_ckpt_run *run, int64_t *iteration)
+{
+    tri_ckpt_reader r;
+    char *json = NULL;
+    tri_ckpt_run cur;
+    tri_ckpt_run_of(&s->trainer, run->seed, &run->lr, &cur);
+    int rc = tri_ckpt_reader_open(&r, path);
+    bool open = rc == TRI_OK;
+    if (!rc) rc = tri_gpt_config_to_json(cfg, &json);
+    if (!rc) rc = tri_ckpt_check_config(&r.m, json, r.dir);
+    /* a step-0 checkpoint (imported weights) starts a new run: its run settings do not bind */
+    if (!rc && (r.m.iteration > 0 || r.m.optimizer_step > 0))
+        rc = tri_ckpt_check_resume(&r.m, &cur, r.dir);
+    rc = tri_ckpt_agree(&s->trainer, rc);
+    if (!rc) rc = tri_ckpt_load(&s->trainer, &r);
+    if (!rc)
+        *iteration = r.m.iteration;
+    free(json);
+    if (open)
+        tri_ckpt_reader_close(&r);
+    return rc;
+}

@@ -1,0 +1,35 @@
+/* tools/cli/gpt_checkpoint.h - saving and resuming a GPT training session: the glue between the
+ * model (models/: its config and parameter list) and the model-agnostic checkpoints/ library,
+ * shared by engine_train, the ckpt tool and the tests. */
+#ifndef TRIDENT_TOOLS_CLI_GPT_CHECKPOINT_H
+#define TRIDENT_TOOLS_CLI_GPT_CHECKPOINT_H
+
+#include "checkpoints/checkpoint.h"
+#include "models/config.h"
+#include "models/gpt_rank.h"
+
+/* What identifies the run beyond the session: seed and learning-rate schedule. */
+typedef struct tri_gpt_ckpt_run {
+    uint64_t seed;
+    tri_lr_schedule lr;
+    int keep_last;                   /* --keep-last: steps kept after a save (0: all) */
+} tri_gpt_ckpt_run;
+
+/* Saves the session as step `iteration` of save_dir (collective over the session's world). */
+int tri_gpt_ckpt_save(tri_gpt_session *s, const tri_gpt_config *cfg, const char *save_dir,
+                      const tri_gpt_ckpt_run *run, int64_t iteration);
+
+/* Loads `path` (a step directory, or a run directory's latest step) into the session, whatever
+ * layout wrote it, after refusing another model's checkpoint or one whose seed, batch, sequence
+ * length, LR schedule or AdamW settings differ from this run's (except at step 0: imported weights
+ * start a new run with any settings). *iteration = the updates the
+ * checkpoint had done (the next iteration's index). Collective: every rank returns the same
+ * status. */
+int tri_gpt_ckpt_resume(tri_gpt_session *s, const tri_gpt_config *cfg, const char *path,
+                        const tri_gpt_ckpt_run *run, int64_t *iteration);
+
+/* Every parameter of the whole model (all layers, embedding and head) at TP size tp, in the
+ * model's global order; *specs is malloc'd. */
+int tri_gpt_ckpt_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n);
+
+#endif
