@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/math.h"
 #include "engine/status.h"
 
 typedef struct message {
@@ -233,30 +234,33 @@ static int enter(tri_comm *c, call mine)
 }
 
 /* d[i] = the reduction over n sources of element offset + i, in rank order (deterministic). */
-#define REDUCE_TYPED(type)                                                              \
+#define REDUCE_TYPED(type, add)                                                         \
     do {                                                                                \
         type *d = dst;                                                                  \
         for (int64_t i = 0; i < count; i++) {                                           \
             type acc = ((const type *)srcs[0])[offset + i];                             \
             for (int r = 1; r < n; r++) {                                               \
                 type v = ((const type *)srcs[r])[offset + i];                           \
-                acc = op == TRI_REDUCE_SUM ? acc + v : (v > acc ? v : acc);             \
+                acc = op == TRI_REDUCE_SUM ? add(acc, v) : (v > acc ? v : acc);         \
             }                                                                           \
             d[i] = acc;                                                                 \
         }                                                                               \
     } while (0)
 
+#define PLAIN_ADD(a, b) ((a) + (b))
+
 static void reduce_into(void *dst, void *const *srcs, int n, int64_t count, tri_dtype dtype,
                         tri_reduce_op op, int64_t offset)
 {
     if (dtype == TRI_F32)
-        REDUCE_TYPED(float);
+        REDUCE_TYPED(float, PLAIN_ADD);
     else if (dtype == TRI_I64)
-        REDUCE_TYPED(int64_t);
+        REDUCE_TYPED(int64_t, tri_fixed_add); /* fixed point wraps mod 2^64 */
     else
-        REDUCE_TYPED(int32_t);
+        REDUCE_TYPED(int32_t, PLAIN_ADD);
 }
 #undef REDUCE_TYPED
+#undef PLAIN_ADD
 
 static int thread_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
 {

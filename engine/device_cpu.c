@@ -451,7 +451,7 @@ static int cpu_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int
     for (int64_t i = 0; i < n; i++) {
         int64_t v;
         if (tri_fixed_from_float(px[i], bits, &v))
-            a[i] += v;
+            a[i] = tri_fixed_add(a[i], v);
         else
             count++;
     }
@@ -477,7 +477,7 @@ static int cpu_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
     const int64_t *px = x.data;
 #pragma omp parallel for num_threads(nthreads(d)) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        py[i] += px[i];
+        py[i] = tri_fixed_add(py[i], px[i]);
     return TRI_OK;
 }
 

@@ -280,6 +280,13 @@ TRI_HD int tri_fixed_from_float(float x, int bits, int64_t *out)
     return 1;
 }
 
+/* a + b modulo 2^64 (two's complement). Modular sums are associative, so any grouping still gives
+ * the same bits; only a final sum beyond int64 range is wrong, and there each term is < 2^62. */
+TRI_HD int64_t tri_fixed_add(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
 TRI_HD float tri_fixed_to_float(int64_t a, int bits)
 {
     return (float)ldexp((double)a, -bits);

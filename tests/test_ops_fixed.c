@@ -95,7 +95,7 @@ Test(ops_fixed, accumulate_rounds_half_even_and_counts_unrepresentable)
         for (size_t i = 0; i < n; i++) {
             int64_t want = acc0[i];
             if (representable(x[i], BITS))
-                want += 2 * round_half_even(ldexp((double)x[i], BITS));
+                want = tri_fixed_add(want, tri_fixed_add(round_half_even(ldexp((double)x[i], BITS)), round_half_even(ldexp((double)x[i], BITS))));
             else
                 nbad++;
             cr_assert_eq(got[i], want, "threads %d element %zu (x = %a): got %lld want %lld",
@@ -260,7 +260,7 @@ Test(ops_fixed, to_float_rounds_once)
     int64_t *a = (int64_t *)ot_ints(2 * n);
     float *r = ot_uniform(n, -1.0f, 1.0f, 31);
     for (size_t i = 0; i < n; i++)
-        a[i] = (int64_t)((double)r[i] * ldexp(1.0, 20 + (int)(i % 40))) * 2654435761 % ((int64_t)1 << 61);
+        a[i] = (int64_t)(((uint64_t)(int64_t)((double)r[i] * ldexp(1.0, 20 + (int)(i % 40))) * 2654435761u) % ((uint64_t)1 << 61)) - ((int64_t)1 << 60);
     a[0] = 0;
     a[1] = 1;
     a[2] = -1;

@@ -16,7 +16,7 @@ TRI_KERNEL fixed_accumulate_kernel(int64_t *acc, const float *x, int bits, int64
     for (int64_t i = TRI_GLOBAL_ID; i < n; i += TRI_GLOBAL_STRIDE) {
         int64_t v;
         if (tri_fixed_from_float(x[i], bits, &v))
-            acc[i] += v;
+            acc[i] = tri_fixed_add(acc[i], v);
     }
 }
 
@@ -56,7 +56,7 @@ TRI_KERNEL fixed_to_float_kernel(float *out, const int64_t *acc, int bits, int64
 TRI_KERNEL add_i64_kernel(int64_t *y, const int64_t *x, int64_t n)
 {
     for (int64_t i = TRI_GLOBAL_ID; i < n; i += TRI_GLOBAL_STRIDE)
-        y[i] += x[i];
+        y[i] = tri_fixed_add(y[i], x[i]);
 }
 
 /* words[4c .. 4c+3] = chunk c's exact sum of squares (3 words) and its unrepresentable count */
