@@ -3,6 +3,7 @@
 #include "tools/cli/partitioner_report.h"
 
 #include <cJSON.h>
+#include <math.h>
 #include <string.h>
 
 #include "engine/status.h"
@@ -116,9 +117,9 @@ static void print_memory(FILE *f, const tri_preview *p)
         double worst_off = 0.0;
         for (int r = 0; r < p->pp; r++) {
             double off = (p->model_total[r] - p->total[r]) / p->total[r];
-            worst_off = off * off > worst_off * worst_off ? off : worst_off;
+            worst_off = fabs(off) > worst_off ? fabs(off) : worst_off;
         }
-        fprintf(f, "  (the formulas of partitioner/memory_model.h give totals within %+.1f%% of the engine's plan)\n",
+        fprintf(f, "  (the formulas of partitioner/memory_model.h give totals within %.2f%% of the engine's plan)\n",
                 100.0 * worst_off);
     }
 }
@@ -130,7 +131,7 @@ static void print_time(FILE *f, const tri_preview *p, const tri_report_info *in)
     const tri_train_layout *l = &p->layout;
     double T = t->iteration_s;
     double closed = (p->pp - 1.0) / (l->v * (double)l->n_micro + p->pp - 1.0);
-    fprintf(f, "\ntime per iteration (predicted; stage %d is the busiest): %.4g s\n", t->busiest_rank, T);
+    fprintf(f, "\ntime per iteration (predicted; stage %d is the busiest): %#.4g s\n", t->busiest_rank, T);
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  matmuls at %.1f%% of %.4g TFLOP/s, elementwise at %.0f%% of %.4g GB/s\n",
             "compute", t->compute_s, 100 * t->compute_s / T, 100 * c->eff.gemm,
             tri_cluster_peak(c, l->precision) / 1e12, 100 * c->eff.memory, tri_cluster_mem_bw(c) / 1e9);
