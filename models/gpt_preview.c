@@ -13,7 +13,8 @@ tri_gpt_run_options tri_gpt_run_options_of(const tri_gpt_config *cfg, const tri_
                              .sequence_parallel = l->sequence_parallel, .schedule = l->schedule,
                              .layers_per_virtual_stage = l->v > 1 ? cfg->n_layer / (l->pp * l->v) : 0,
                              .first_stage_layers = l->first_layers, .last_stage_layers = l->last_layers,
-                             .zero_stage = l->zero_stage, .recompute = l->recompute, .seed = 0};
+                             .zero_stage = l->zero_stage, .recompute = l->recompute,
+                             .deterministic = l->deterministic, .seed = 0};
     return o;
 }
 

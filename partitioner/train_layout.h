@@ -34,6 +34,8 @@ typedef struct tri_train_layout {
     tri_precision precision;
     const char *schedule;      /* "1f1b", "gpipe", "interleaved", "zb-h1" */
     int first_layers, last_layers; /* Megatron-LM's first/last stage overrides, -1: balanced */
+    bool deterministic;        /* the engine's fixed-point gradient sums (engine/zero.h): its plan
+                                  counts their buffers, the formulas do not */
 } tri_train_layout;
 
 /* The shape the stage split and the traffic functions take. */

@@ -37,7 +37,7 @@ typedef struct args {
     int num_gpus, gpus_per_node, cpu_cores, tp, pp, per_chunk, first_layers, last_layers;
     int micro_batch, seq_length, zero_stage, top, max_tp, max_micro_batch;
     int64_t global_batch;
-    bool sequence_parallel, bf16, json, search;
+    bool sequence_parallel, bf16, deterministic, json, search;
     float gemm, memory, intra, inter, tp_exposed, dp_exposed;
 } args;
 
@@ -66,6 +66,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022)");
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "sequence parallelism (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision (GPUs; the engine runs fp32 today)", 0, 0);
+    f[n++] = (tri_flag)FLAG("deterministic", TRI_FLAG_BOOL, &a->deterministic, "deterministic mode: fixed-point gradient sums (engine/zero.h; the engine's plan counts their buffers)", 0, 0);
     f[n++] = (tri_flag)FLAG("json", TRI_FLAG_BOOL, &a->json, "print one JSON object instead of text", 0, 0);
     f[n++] = (tri_flag)FLAG("timeline", TRI_FLAG_STRING, &a->timeline, "write the simulated schedule as an SVG picture to this file", 0, 0);
     f[n++] = (tri_flag)FLAG("search", TRI_FLAG_BOOL, &a->search, "rank every layout that fits by predicted throughput", 0, 0);
@@ -131,7 +132,7 @@ static tri_layout_request make_request(const args *a, const tri_hardware *hw, co
                      : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
                                                               : TRI_RECOMPUTE_NONE,
         .precision = a->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .cpu = hw->cpu,
-        .first_layers = a->first_layers, .last_layers = a->last_layers};
+        .first_layers = a->first_layers, .last_layers = a->last_layers, .deterministic = a->deterministic};
     return r;
 }
 

@@ -119,8 +119,8 @@ static void print_memory(FILE *f, const tri_preview *p)
             double off = (p->model_total[r] - p->total[r]) / p->total[r];
             worst_off = fabs(off) > worst_off ? fabs(off) : worst_off;
         }
-        fprintf(f, "  (the formulas of partitioner/memory_model.h give totals within %.2f%% of the engine's plan)\n",
-                100.0 * worst_off);
+        fprintf(f, "  (the formulas of partitioner/memory_model.h give totals within %.2f%% of the engine's plan%s)\n",
+                100.0 * worst_off, p->layout.deterministic ? "; they leave out deterministic mode's buffers" : "");
     }
 }
 
