@@ -66,7 +66,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022)");
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "sequence parallelism (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision (GPUs; the engine runs fp32 today)", 0, 0);
-    f[n++] = (tri_flag)FLAG("deterministic", TRI_FLAG_BOOL, &a->deterministic, "deterministic mode: fixed-point gradient sums (engine/zero.h; the engine's plan counts their buffers)", 0, 0);
+    f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "deterministic mode: fixed-point gradient sums (engine/zero.h; the engine's plan counts their buffers)", 0, 0);
     f[n++] = (tri_flag)FLAG("json", TRI_FLAG_BOOL, &a->json, "print one JSON object instead of text", 0, 0);
     f[n++] = (tri_flag)FLAG("timeline", TRI_FLAG_STRING, &a->timeline, "write the simulated schedule as an SVG picture to this file", 0, 0);
     f[n++] = (tri_flag)FLAG("search", TRI_FLAG_BOOL, &a->search, "rank every layout that fits by predicted throughput", 0, 0);
