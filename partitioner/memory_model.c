@@ -190,7 +190,7 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
         bytes[TRI_MEM_OPTIMIZER] += opt;
         if (z >= 2 && l->dp > 1)
             bytes[TRI_MEM_COMM] += e * largest / dp;   /* one reduce-scatter's result */
-        if (!bf16 && place->first && place->last && z < 2)
+        if (!bf16 && place->first && place->last && z < 2 && !l->deterministic)
             bytes[TRI_MEM_GRADS] += 4.0 * d.V_l * d.h; /* the LM head's own share of wte's gradient */
         bytes[TRI_MEM_ACTIVATIONS] += in_flight[c] * tri_mem_chunk_activations(m, l, place);
         if (place->layer_end > place->layer_start)

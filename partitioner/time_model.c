@@ -74,7 +74,7 @@ double tri_time_rank_params(const tri_transformer *m, const tri_train_layout *l,
  * reports them (models/gpt.c, tri_gpt_unit_uses): a block, wpe and ln_f are read forward, read and
  * written backward; wte is read forward by the embedding and by the LM head, read and written
  * backward by the embedding, and written in the LM head's fused forward unless the head keeps its
- * own gradient (one chunk, ZeRO 0-1). *n units into a malloc'd array, or NULL. */
+ * own gradient (one chunk, ZeRO 0-1, not deterministic). *n units into a malloc'd array, or NULL. */
 static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
                                  int r, int *n)
 {
@@ -100,7 +100,7 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
             }
             if (pl->last) {
                 wte.fwd_reads++;
-                wte.fwd_writes += !(pl->first && l->zero_stage < 2);
+                wte.fwd_writes += !(pl->first && l->zero_stage < 2 && !l->deterministic);
             }
             u[(*n)++] = wte;
         }
