@@ -14,7 +14,8 @@ tri_gpt_run_options tri_gpt_run_options_of(const tri_gpt_config *cfg, const tri_
                              .layers_per_virtual_stage = l->v > 1 ? cfg->n_layer / (l->pp * l->v) : 0,
                              .first_stage_layers = l->first_layers, .last_stage_layers = l->last_layers,
                              .zero_stage = l->zero_stage, .recompute = l->recompute,
-                             .deterministic = l->deterministic, .seed = 0};
+                             .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap_grad_reduce,
+                             .overlap_param_gather = l->overlap_param_gather, .seed = 0};
     return o;
 }
 

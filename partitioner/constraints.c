@@ -188,6 +188,8 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
                               .B = r->micro_batch, .T = r->seq_length, .global_batch = r->global_batch,
                               .n_micro = n_micro, .zero_stage = r->zero_stage, .recompute = r->recompute,
                               .precision = r->precision, .schedule = sched, .first_layers = r->first_layers,
-                              .last_layers = r->last_layers, .deterministic = r->deterministic};
+                              .last_layers = r->last_layers, .deterministic = r->deterministic,
+                              .overlap_grad_reduce = r->overlap_grad_reduce,
+                              .overlap_param_gather = r->overlap_param_gather};
     return TRI_OK;
 }

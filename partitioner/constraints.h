@@ -38,7 +38,8 @@ typedef struct tri_layout_request {
     tri_precision precision;
     bool cpu;                       /* the cpu preset (fp32 only) */
     int first_layers, last_layers;  /* -1: balanced */
-    bool deterministic;             /* engine_train --deterministic */
+    bool deterministic;             /* engine_train --deterministic-mode */
+    bool overlap_grad_reduce, overlap_param_gather;
 } tri_layout_request;
 
 /* Checks r against model m and fills *out. TRI_EINVAL with a message naming the flag, the value,

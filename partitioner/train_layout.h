@@ -36,6 +36,9 @@ typedef struct tri_train_layout {
     int first_layers, last_layers; /* Megatron-LM's first/last stage overrides, -1: balanced */
     bool deterministic;        /* the engine's fixed-point gradient sums (engine/zero.h): its plan
                                   counts their buffers, the formulas do not */
+    bool overlap_grad_reduce;  /* Megatron-LM's --overlap-grad-reduce / --overlap-param-gather: the */
+    bool overlap_param_gather; /* engine's plan counts their buffers; the time model takes the share
+                                  of DP communication left exposed from tri_efficiency.dp_exposed */
 } tri_train_layout;
 
 /* The shape the stage split and the traffic functions take. */

@@ -37,13 +37,13 @@ typedef struct args {
     int num_gpus, gpus_per_node, cpu_cores, tp, pp, per_chunk, first_layers, last_layers;
     int micro_batch, seq_length, zero_stage, top, max_tp, max_micro_batch;
     int64_t global_batch;
-    bool sequence_parallel, bf16, deterministic, json, search;
+    bool sequence_parallel, bf16, deterministic, overlap_grad_reduce, overlap_param_gather, json, search;
     float gemm, memory, intra, inter, tp_exposed, dp_exposed;
 } args;
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
 #define CHOICE(name, dst, choices, help) {name, TRI_FLAG_CHOICE, dst, help, 0, 0, choices, false}
-#define N_FLAGS 40
+#define N_FLAGS 48
 
 static int make_flags(args *a, tri_flag *f)
 {
@@ -67,6 +67,8 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "sequence parallelism (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision (GPUs; the engine runs fp32 today)", 0, 0);
     f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "deterministic mode: fixed-point gradient sums (engine/zero.h; the engine's plan counts their buffers)", 0, 0);
+    f[n++] = (tri_flag)FLAG("overlap-grad-reduce", TRI_FLAG_BOOL, &a->overlap_grad_reduce, "engine_train's overlapped gradient reduction (memory from the engine's plan; set --dp-comm-exposed for its time)", 0, 0);
+    f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &a->overlap_param_gather, "engine_train's overlapped parameter all-gather (as --overlap-grad-reduce)", 0, 0);
     f[n++] = (tri_flag)FLAG("json", TRI_FLAG_BOOL, &a->json, "print one JSON object instead of text", 0, 0);
     f[n++] = (tri_flag)FLAG("timeline", TRI_FLAG_STRING, &a->timeline, "write the simulated schedule as an SVG picture to this file", 0, 0);
     f[n++] = (tri_flag)FLAG("search", TRI_FLAG_BOOL, &a->search, "rank every layout that fits by predicted throughput", 0, 0);
@@ -132,7 +134,8 @@ static tri_layout_request make_request(const args *a, const tri_hardware *hw, co
                      : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
                                                               : TRI_RECOMPUTE_NONE,
         .precision = a->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .cpu = hw->cpu,
-        .first_layers = a->first_layers, .last_layers = a->last_layers, .deterministic = a->deterministic};
+        .first_layers = a->first_layers, .last_layers = a->last_layers, .deterministic = a->deterministic,
+        .overlap_grad_reduce = a->overlap_grad_reduce, .overlap_param_gather = a->overlap_param_gather};
     return r;
 }
 

@@ -119,8 +119,9 @@ static void print_memory(FILE *f, const tri_preview *p)
             double off = (p->model_total[r] - p->total[r]) / p->total[r];
             worst_off = fabs(off) > worst_off ? fabs(off) : worst_off;
         }
+        bool extra = p->layout.deterministic || p->layout.overlap_grad_reduce || p->layout.overlap_param_gather;
         fprintf(f, "  (the formulas of partitioner/memory_model.h give totals within %.2f%% of the engine's plan%s)\n",
-                100.0 * worst_off, p->layout.deterministic ? "; they leave out deterministic mode's buffers" : "");
+                100.0 * worst_off, extra ? "; they leave out the deterministic / overlap buffers" : "");
     }
 }
 
@@ -146,6 +147,8 @@ static void print_time(FILE *f, const tri_preview *p, const tri_report_info *in)
             100 * c->eff.dp_exposed);
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  AdamW over the rank's shard\n", "optimizer", t->optimizer_s,
             100 * t->optimizer_s / T);
+    if ((l->overlap_grad_reduce || l->overlap_param_gather) && c->eff.dp_exposed >= 1.0)
+        fprintf(f, "  note: DP overlap is not modelled in time: --dp-comm-exposed sets the share left exposed\n");
     fprintf(f, "throughput: %.0f tokens/s; %.4g model TFLOP/s per %s; MFU %.1f%% (HFU %.1f%%)\n", t->tokens_per_s,
             t->model_tflops_per_gpu, c->hw->cpu ? "rank" : "GPU", 100 * t->mfu, 100 * t->hfu);
     fprintf(f, "FLOPs per iteration: %.4g model (Narayanan et al. 2021 eq. 3), %.4g executed with recompute %s\n",
