@@ -29,13 +29,14 @@
 #include "layers/cross_entropy.h"
 #include "layers/mlp.h"
 #include "models/config.h"
+#include "partitioner/train_layout.h"
 #include "partitioner/traffic.h"
 
-/* Activation recomputation (Korthikanti et al. 2022): none keeps every block's activations per
- * micro-batch; selective drops the attention core's (B, NH_l, T, T) softmax and recomputes it from
- * q, k, v before the block's backward; full keeps only each block's output and recomputes the
- * whole block (its TP communication included) before its backward. */
-typedef enum { TRI_RECOMPUTE_NONE = 0, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL } tri_recompute;
+/* Activation recomputation (Korthikanti et al. 2022; tri_recompute, partitioner/train_layout.h):
+ * none keeps every block's activations per micro-batch; selective drops the attention core's
+ * (B, NH_l, T, T) softmax and recomputes it from q, k, v before the block's backward; full keeps only
+ * each block's output and recomputes the whole block (its TP communication included) before its
+ * backward. */
 
 typedef struct tri_gpt_options {
     int64_t B, T;              /* micro-batch size, sequence length (T <= n_positions) */

@@ -5,16 +5,31 @@
  * s through l layers of hidden size h and a vocabulary of V, counting the forward and the backward
  * (2x the forward) of every matmul including attention's and the LM head; with full activation
  * recomputation the forward runs twice: 96 B s l h^2 (1 + s / (6h) + V / (16 l h)). Model FLOPs
- * (not hardware FLOPs) are what achieved TFLOP/s and MFU divide. */
+ * (not hardware FLOPs) are what achieved TFLOP/s and MFU divide.
+ *
+ * Hardware FLOPs (what the device executes) add the recomputation: full recomputation the blocks'
+ * forward again (the 96 formula: the LM head is not recomputed), selective recomputation
+ * (Korthikanti et al. 2022 §5) the attention core's forward, QK^T and softmax x V: 4 B s^2 h per
+ * layer. (Korthikanti's HFU figures count 12 B s^2 h per layer for it, the attention core's forward
+ * and backward; docs/partitioner-validation.md compares both.) */
 #ifndef TRIDENT_PARTITIONER_FLOPS_H
 #define TRIDENT_PARTITIONER_FLOPS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "partitioner/train_layout.h"
 #include "partitioner/transformer.h"
 
 /* FLOPs of one iteration over B sequences of length s (recompute: full activation recomputation). */
 double tri_iteration_flops(const tri_transformer *m, int64_t B, int64_t s, bool recompute);
+
+/* FLOPs the devices execute in one iteration over B sequences of length s with recomputation r:
+ * model FLOPs (eq. 3) plus the recomputed forward work (see the top comment). */
+double tri_iteration_hw_flops(const tri_transformer *m, int64_t B, int64_t s, tri_recompute r);
+
+/* Forward FLOPs one block recomputes for one micro-batch of B x s on one of tp ranks:
+ * full 24 B s h^2 + 4 B s^2 h, selective 4 B s^2 h, none 0 (all divided by tp). */
+double tri_block_recompute_flops(const tri_transformer *m, int64_t B, int64_t s, int tp, tri_recompute r);
 
 #endif

@@ -21,37 +21,67 @@ static uint64_t replicated_numel(const tri_transformer *m, const tri_stage_place
     return n;
 }
 
+void tri_tp_microbatch_traffic(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s,
+                               int elem, uint64_t fwd[TRI_COMM_KINDS], uint64_t bwd[TRI_COMM_KINDS])
+{
+    memset(fwd, 0, TRI_COMM_KINDS * sizeof *fwd);
+    memset(bwd, 0, TRI_COMM_KINDS * sizeof *bwd);
+    if (l->tp == 1)
+        return;
+    const uint64_t N = (uint64_t)(l->B * l->T), C = (uint64_t)m->n_embd;
+    const uint64_t act = N * C * (uint64_t)elem, stats = 3 * N * 4;  /* loss statistics stay fp32 */
+    uint64_t layers = (uint64_t)(s->layer_end - s->layer_start);
+    const int AR = TRI_COMM_ALL_REDUCE, RS = TRI_COMM_REDUCE_SCATTER, AG = TRI_COMM_ALL_GATHER;
+    if (!l->sequence_parallel) {
+        fwd[AR] += layers * 2 * act;                /* row-parallel outputs */
+        bwd[AR] += layers * 2 * act;                /* column-parallel input gradients */
+        if (s->first)
+            fwd[AR] += act;                         /* embedding output */
+        if (s->last) {
+            fwd[AR] += stats;                       /* max, sum-exp + target */
+            bwd[AR] += act;                         /* LM-head input gradient */
+        }
+        return;
+    }
+    fwd[AG] += layers * 2 * act;  /* the two column-parallel inputs */
+    fwd[RS] += layers * 2 * act;  /* the two row-parallel outputs */
+    bwd[AG] += layers * 4 * act;  /* 2 output gradients, 2 inputs re-gathered for dW */
+    bwd[RS] += layers * 2 * act;  /* 2 input gradients */
+    if (s->first) {
+        fwd[RS] += act;                             /* embedding output */
+        bwd[AG] += act;                             /* its gradient, gathered for the lookup rows */
+    }
+    if (s->last) {
+        fwd[AG] += act;                             /* LM-head input */
+        bwd[AG] += act;                             /* LM-head input again, for dW */
+        bwd[RS] += act;                             /* LM-head input gradient */
+        fwd[AR] += stats;                           /* max, sum-exp + target */
+    }
+}
+
+uint64_t tri_tp_step_fixed_traffic(const tri_transformer *m, const tri_layout_shape *l,
+                                   const tri_stage_place *s, int elem)
+{
+    if (l->tp == 1 || !l->sequence_parallel)
+        return 0;
+    return replicated_numel(m, s) * (uint64_t)elem;
+}
+
 void tri_tp_step_traffic(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s,
                          uint64_t bytes[TRI_COMM_KINDS])
 {
-    memset(bytes, 0, TRI_COMM_KINDS * sizeof *bytes);
-    if (l->tp == 1)
-        return;
-    const uint64_t f = 4, N = (uint64_t)(l->B * l->T), C = (uint64_t)m->n_embd;
-    const uint64_t act = N * C * f, mb = (uint64_t)l->n_micro;
-    uint64_t layers = (uint64_t)(s->layer_end - s->layer_start);
-    uint64_t *ar = &bytes[TRI_COMM_ALL_REDUCE], *rs = &bytes[TRI_COMM_REDUCE_SCATTER];
-    uint64_t *ag = &bytes[TRI_COMM_ALL_GATHER];
-    if (!l->sequence_parallel) {
-        *ar += mb * layers * 4 * act;               /* 2 forward (row-parallel outputs), 2 backward */
-        if (s->first)
-            *ar += mb * act;                        /* embedding output */
-        if (s->last)
-            *ar += mb * (act + 3 * N * f);          /* LM-head input gradient; max, sum-exp + target */
-        return;
-    }
-    *ag += mb * layers * 6 * act;  /* forward: 2 inputs; backward: 2 output grads, 2 re-gathered inputs */
-    *rs += mb * layers * 4 * act;  /* forward: 2 outputs; backward: 2 input grads */
-    if (s->first) {
-        *rs += mb * act;                            /* embedding output */
-        *ag += mb * act;                            /* its gradient, gathered for the lookup rows */
-    }
-    if (s->last) {
-        *ag += mb * 2 * act;                        /* LM-head input, forward and for dW */
-        *rs += mb * act;                            /* LM-head input gradient */
-        *ar += mb * 3 * N * f;                      /* max, sum-exp + target */
-    }
-    *ar += replicated_numel(m, s) * f;              /* once per step: replicated gradients */
+    uint64_t fwd[TRI_COMM_KINDS], bwd[TRI_COMM_KINDS];
+    tri_tp_microbatch_traffic(m, l, s, 4, fwd, bwd);
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        bytes[k] = (uint64_t)l->n_micro * (fwd[k] + bwd[k]);
+    bytes[TRI_COMM_ALL_REDUCE] += tri_tp_step_fixed_traffic(m, l, s, 4);
+}
+
+uint64_t tri_pp_message_bytes(const tri_transformer *m, const tri_layout_shape *l, int elem)
+{
+    uint64_t N = (uint64_t)(l->B * l->T), C = (uint64_t)m->n_embd;
+    uint64_t N_l = l->sequence_parallel && l->tp > 1 ? N / (uint64_t)l->tp : N;
+    return N_l * C * (uint64_t)elem;
 }
 
 void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,

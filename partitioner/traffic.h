@@ -1,26 +1,47 @@
 /* partitioner/traffic.h - communication volume of one training step, by group and kind.
  *
  * Counted in the payload convention of engine/comm.h (all-reduce: the buffer; reduce-scatter and
- * all-gather: the full buffer; p2p: bytes sent), for fp32 activations, so that the comm byte
- * counters of a run can be checked against these numbers exactly.
+ * all-gather: the full buffer; p2p: bytes sent), so that the comm byte counters of a run can be
+ * checked against these numbers exactly (fp32: tri_tp_step_traffic), and the time model can turn
+ * them into seconds (partitioner/hardware.h, tri_collective_seconds).
  *
  * Tensor parallelism (Shoeybi et al. 2019 §3; per micro-batch, N = B*T token rows, C = n_embd,
- * 4-byte values): each block all-reduces N*C twice forward (attention and MLP outputs, row-parallel)
- * and twice backward (their inputs' gradients, column-parallel); the first stage all-reduces the
- * vocab-parallel embedding's output, the last stage all-reduces the LM head's input gradient and the
- * loss's row max (N) and sum-exp/target logit (2N). With sequence parallelism (Korthikanti et al.
- * 2022 §4.2.2) each all-reduce becomes a reduce-scatter forward and an all-gather backward, plus
- * the all-gathers that re-gather column-parallel inputs for the weight gradients, and once per step
- * the replicated parameters' gradients are all-reduced. */
+ * e-byte activation values): each block all-reduces N*C twice forward (attention and MLP outputs,
+ * row-parallel) and twice backward (their inputs' gradients, column-parallel); the first stage
+ * all-reduces the vocab-parallel embedding's output, the last stage all-reduces the LM head's input
+ * gradient and the loss's row max (N) and sum-exp/target logit (2N, always fp32). With sequence
+ * parallelism (Korthikanti et al. 2022 §4.2.2) each all-reduce becomes a reduce-scatter forward and
+ * an all-gather backward, plus the all-gathers that re-gather column-parallel inputs for the weight
+ * gradients, and once per step the replicated parameters' gradients are all-reduced.
+ *
+ * Pipeline parallelism: one message per micro-batch and stage boundary each way, the boundary
+ * activation (N_l x C values, N_l = N/tp under sequence parallelism, as the engine sends it) forward
+ * and its gradient backward (Narayanan et al. 2021 §4.1: B*s*h per boundary).
+ *
+ * Data parallelism: tri_dp_step_traffic below, per unit of parameters and how a pass uses it
+ * (Rajbhandari et al. 2020 §7). */
 #ifndef TRIDENT_PARTITIONER_TRAFFIC_H
 #define TRIDENT_PARTITIONER_TRAFFIC_H
 
 #include "engine/comm.h"
 #include "partitioner/transformer.h"
 
-/* bytes[kind] = tensor-parallel traffic of one training step of the stage on one rank. */
+/* bytes[kind] = tensor-parallel traffic of one training step of the stage on one rank, fp32. */
 void tri_tp_step_traffic(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s,
                          uint64_t bytes[TRI_COMM_KINDS]);
+
+/* Tensor-parallel traffic of ONE micro-batch through stage s on one rank, forward and backward
+ * apart, with `elem` bytes per activation value (4 fp32, 2 bf16). */
+void tri_tp_microbatch_traffic(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s,
+                               int elem, uint64_t fwd[TRI_COMM_KINDS], uint64_t bwd[TRI_COMM_KINDS]);
+
+/* All-reduce bytes once per step for the replicated parameters' gradients under sequence
+ * parallelism (`elem` bytes per gradient value); 0 without it or with tp = 1. */
+uint64_t tri_tp_step_fixed_traffic(const tri_transformer *m, const tri_layout_shape *l,
+                                   const tri_stage_place *s, int elem);
+
+/* Bytes of one pipeline message (an activation or its gradient at a stage boundary). */
+uint64_t tri_pp_message_bytes(const tri_transformer *m, const tri_layout_shape *l, int elem);
 
 /* How a pass of one micro-batch uses a unit of parameters: how often its parameters are read and its
  * gradients written in the forward and in the backward (the model knows: tri_gpt_unit_uses). */

@@ -30,6 +30,7 @@
 #include "engine/train.h"
 #include "models/config.h"
 #include "models/gpt.h"
+#include "models/gpt_preview.h"
 #include "models/gpt_rank.h"
 #include "models/tokenizer.h"
 #include "tools/cli/backend.h"
@@ -319,8 +320,12 @@ static void print_plan(run *r)
         tri_log_rank0("options:%s%s%s", a->overlap_grad_reduce ? " overlapped gradient reduction;" : "",
                       a->overlap_param_gather ? " overlapped parameter all-gather;" : "",
                       a->deterministic ? " deterministic (exact fixed-point gradient sums);" : "");
-    if (r->ss.grid.world_rank == 0)
+    if (r->ss.grid.world_rank == 0) {
         tri_stage_plan_print(stdout, &r->ss.model.plan);
+        /* the per-stage plan, as `partitioner` prints it (models/gpt_preview.h: one code path) */
+        if (tri_gpt_print_stage_memory(stdout, &r->cfg, a->tp, a->pp, r->dp, &r->sopt.run) != TRI_OK)
+            tri_log("engine_train: warning: %s", tri_error_message());
+    }
     tri_log_rank0("data: %s (%lld tokens), %s (%lld tokens); device %s, %d thread%s per rank",
                   a->train_data, (long long)tri_dataloader_tokens(r->train), a->val_data,
                   (long long)tri_dataloader_tokens(r->val), a->device, a->threads, a->threads == 1 ? "" : "s");

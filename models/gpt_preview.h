@@ -1,0 +1,26 @@
+/* models/gpt_preview.h - the engine's memory plan of a GPT, as the partitioner uses it.
+ *
+ * One code path (DESIGN.md §7): the partitioner CLI's memory figures for layouts the engine runs
+ * (fp32, with any ZeRO stage and recomputation) and the plan engine_train prints at start both come from
+ * tri_gpt_rank_plan, the very plan the engine allocates, through these functions. */
+#ifndef TRIDENT_MODELS_GPT_PREVIEW_H
+#define TRIDENT_MODELS_GPT_PREVIEW_H
+
+#include <stdio.h>
+
+#include "models/gpt_rank.h"
+#include "partitioner/train_layout.h"
+
+/* The engine's run options for a partitioner layout (seed 0; the plan does not depend on it). */
+tri_gpt_run_options tri_gpt_run_options_of(const tri_gpt_config *cfg, const tri_train_layout *l);
+
+/* A partitioner/preview.h tri_engine_plan_fn: ctx is the const tri_gpt_config *. Bytes per category
+ * of pipeline rank pp_rank (TP rank 0, DP rank 0). */
+int tri_gpt_preview_plan(void *ctx, const tri_train_layout *l, int pp_rank, size_t bytes[TRI_MEM_KINDS]);
+
+/* Prints the engine's planned memory of every pipeline stage of a tp x pp x dp layout as
+ * partitioner/memory_table.h's table (what engine_train prints at start). */
+int tri_gpt_print_stage_memory(FILE *f, const tri_gpt_config *cfg, int tp, int pp, int dp,
+                               const tri_gpt_run_options *o);
+
+#endif

@@ -1,0 +1,195 @@
+/* partitioner/constraints.c - layout rules and nearest valid values (see constraints.h). */
+#include "partitioner/constraints.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/status.h"
+
+/* Search limit for nearest values: far enough for any realistic size, bounded work. */
+#define NEAREST_SPAN 1000000
+
+void tri_nearest_valid(int64_t x, int64_t lo, int64_t hi, bool (*ok)(int64_t v, const void *ctx),
+                       const void *ctx, char *buf, int cap)
+{
+    int64_t below = -1, above = -1;
+    for (int64_t v = x - 1; v >= lo && v >= x - NEAREST_SPAN; v--)
+        if (ok(v, ctx)) {
+            below = v;
+            break;
+        }
+    for (int64_t v = x + 1; v <= hi && v <= x + NEAREST_SPAN; v++)
+        if (ok(v, ctx)) {
+            above = v;
+            break;
+        }
+    if (below >= 0 && above >= 0)
+        snprintf(buf, (size_t)cap, "%lld, %lld", (long long)below, (long long)above);
+    else if (below >= 0 || above >= 0)
+        snprintf(buf, (size_t)cap, "%lld", (long long)(below >= 0 ? below : above));
+    else
+        snprintf(buf, (size_t)cap, "none");
+}
+
+typedef struct ctx {
+    const tri_transformer *m;
+    const tri_layout_request *r;
+    int64_t a, b;  /* rule-specific numbers */
+} ctx;
+
+static bool divides_heads(int64_t tp, const void *p)
+{
+    const ctx *c = p;
+    return c->m->n_head % tp == 0 && c->r->num_gpus % tp == 0;
+}
+
+static bool pp_ok(int64_t pp, const void *p)
+{
+    const ctx *c = p;
+    return c->r->num_gpus % (c->r->tp * pp) == 0 && pp <= c->m->n_layer;
+}
+
+static bool multiple_of_a(int64_t v, const void *p)
+{
+    return v % ((const ctx *)p)->a == 0;
+}
+
+static bool divides_a(int64_t v, const void *p)
+{
+    return ((const ctx *)p)->a % v == 0;
+}
+
+/* Layers per virtual stage k: n_layer divisible by pp k, at least 2 chunks per rank. */
+static bool per_chunk_ok(int64_t k, const void *p)
+{
+    const ctx *c = p;
+    int64_t pp = c->r->pp, L = c->m->n_layer;
+    return L % (pp * k) == 0 && L / (pp * k) >= 2;
+}
+
+static int check_tp_pp(const tri_transformer *m, const tri_layout_request *r, ctx *cx, char *near, int cap)
+{
+    if (r->num_gpus < 1)
+        return TRI_ERR(TRI_EINVAL, "--num-gpus %d: must be >= 1", r->num_gpus);
+    if (r->tp < 1 || r->pp < 1)
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d and --pipeline-model-parallel-size %d "
+                       "must be >= 1", r->tp, r->pp);
+    if (m->n_head % r->tp != 0) {
+        tri_nearest_valid(r->tp, 1, m->n_head, divides_heads, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d does not divide n_head %lld (attention "
+                       "heads are split evenly over the tensor-parallel ranks); nearest valid: %s", r->tp,
+                       (long long)m->n_head, near);
+    }
+    if (r->num_gpus % r->tp != 0) {
+        tri_nearest_valid(r->tp, 1, r->num_gpus, divides_heads, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d does not divide --num-gpus %d; nearest "
+                       "valid: %s", r->tp, r->num_gpus, near);
+    }
+    if (r->pp > m->n_layer) {
+        tri_nearest_valid(r->pp, 1, m->n_layer, pp_ok, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--pipeline-model-parallel-size %d exceeds n_layer %lld (every stage needs "
+                       "at least one layer); nearest valid: %s", r->pp, (long long)m->n_layer, near);
+    }
+    if (r->num_gpus % (r->tp * r->pp) != 0) {
+        tri_nearest_valid(r->pp, 1, m->n_layer, pp_ok, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d = %d "
+                       "does not divide --num-gpus %d (data-parallel size = num-gpus / (tp x pp)); nearest "
+                       "valid pipeline sizes: %s", r->tp, r->pp, r->tp * r->pp, r->num_gpus, near);
+    }
+    return TRI_OK;
+}
+
+static int check_batch(const tri_transformer *m, const tri_layout_request *r, int dp, ctx *cx, char *near,
+                       int cap)
+{
+    if (r->seq_length < 1 || r->seq_length > m->n_positions)
+        return TRI_ERR(TRI_EINVAL, "--seq-length %lld: must be in [1, n_positions %lld]; nearest valid: %lld",
+                       (long long)r->seq_length, (long long)m->n_positions,
+                       (long long)(r->seq_length < 1 ? 1 : m->n_positions));
+    if (r->micro_batch < 1)
+        return TRI_ERR(TRI_EINVAL, "--micro-batch-size %lld: must be >= 1", (long long)r->micro_batch);
+    int64_t per = r->micro_batch * dp;
+    if (r->global_batch < 1 || r->global_batch % per != 0) {
+        cx->a = per;
+        tri_nearest_valid(r->global_batch, per, INT64_MAX / 2, multiple_of_a, cx, near, cap);
+        char mb[160] = "";
+        if (r->global_batch >= dp && r->global_batch % dp == 0) {
+            cx->a = r->global_batch / dp;
+            tri_nearest_valid(r->micro_batch, 1, cx->a, divides_a, cx, mb, sizeof mb);
+        }
+        return TRI_ERR(TRI_EINVAL, "--global-batch-size %lld is not a multiple of --micro-batch-size %lld x "
+                       "data-parallel size %d = %lld; nearest valid global batch sizes: %s%s%s",
+                       (long long)r->global_batch, (long long)r->micro_batch, dp, (long long)per, near,
+                       mb[0] ? "; or micro-batch sizes: " : "", mb);
+    }
+    return TRI_OK;
+}
+
+static int check_schedule(const tri_transformer *m, const tri_layout_request *r, const char *sched, int n_micro,
+                          int dp, ctx *cx, char *near, int cap, int *v)
+{
+    *v = 1;
+    bool inter = strcmp(sched, "interleaved") == 0;
+    if (!inter && strcmp(sched, "1f1b") != 0 && strcmp(sched, "gpipe") != 0 && strcmp(sched, "zb-h1") != 0)
+        return TRI_ERR(TRI_EINVAL, "--pipeline-schedule %s: expected 1f1b, gpipe, interleaved or zb-h1", sched);
+    if (!inter && r->layers_per_virtual_stage > 0)
+        return TRI_ERR(TRI_EINVAL, "--num-layers-per-virtual-pipeline-stage %d needs --pipeline-schedule "
+                       "interleaved (got %s)", r->layers_per_virtual_stage, sched);
+    if (!inter)
+        return TRI_OK;
+    if (r->pp < 2)
+        return TRI_ERR(TRI_EINVAL, "the interleaved schedule needs --pipeline-model-parallel-size > 1 (got %d)",
+                       r->pp);
+    int k = r->layers_per_virtual_stage;
+    if (k < 1 || !per_chunk_ok(k, cx)) {
+        tri_nearest_valid(k, 1, m->n_layer, per_chunk_ok, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--num-layers-per-virtual-pipeline-stage %d: n_layer %lld must divide by "
+                       "--pipeline-model-parallel-size %d x it with at least 2 model chunks per rank; nearest "
+                       "valid: %s", k, (long long)m->n_layer, r->pp, near);
+    }
+    *v = (int)(m->n_layer / ((int64_t)r->pp * k));
+    if (n_micro % r->pp != 0) {
+        cx->a = r->micro_batch * dp * r->pp;
+        tri_nearest_valid(r->global_batch, cx->a, INT64_MAX / 2, multiple_of_a, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "the interleaved schedule needs the micro-batches per replica (%d = "
+                       "--global-batch-size %lld / (--micro-batch-size %lld x dp %d)) to be a multiple of "
+                       "--pipeline-model-parallel-size %d; nearest valid global batch sizes: %s", n_micro,
+                       (long long)r->global_batch, (long long)r->micro_batch, dp, r->pp, near);
+    }
+    return TRI_OK;
+}
+
+int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tri_train_layout *out)
+{
+    memset(out, 0, sizeof *out);
+    char near[160];
+    ctx cx = {.m = m, .r = r};
+    int rc = check_tp_pp(m, r, &cx, near, sizeof near);
+    if (rc)
+        return rc;
+    int dp = r->num_gpus / (r->tp * r->pp);
+    rc = check_batch(m, r, dp, &cx, near, sizeof near);
+    if (rc)
+        return rc;
+    if (r->sequence_parallel && r->tp == 1)
+        return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1 (got 1)");
+    if (r->zero_stage < 0 || r->zero_stage > 3)
+        return TRI_ERR(TRI_EINVAL, "--zero-stage %d: expected 0, 1, 2 or 3", r->zero_stage);
+    if (r->cpu && r->precision == TRI_PRECISION_BF16)
+        return TRI_ERR(TRI_EINVAL, "--bf16 is not available with --hardware cpu (the CPU backend computes in "
+                       "fp32); drop --bf16");
+    int n_micro = (int)(r->global_batch / (r->micro_batch * dp));
+    const char *sched = r->schedule ? r->schedule : r->layers_per_virtual_stage > 0 ? "interleaved" : "1f1b";
+    int v = 1;
+    rc = check_schedule(m, r, sched, n_micro, dp, &cx, near, sizeof near, &v);
+    if (rc)
+        return rc;
+    *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .v = v, .sequence_parallel = r->sequence_parallel,
+                              .B = r->micro_batch, .T = r->seq_length, .global_batch = r->global_batch,
+                              .n_micro = n_micro, .zero_stage = r->zero_stage, .recompute = r->recompute,
+                              .precision = r->precision, .schedule = sched, .first_layers = r->first_layers,
+                              .last_layers = r->last_layers, .deterministic = r->deterministic,
+                              .overlap_grad_reduce = r->overlap_grad_reduce,
+                              .overlap_param_gather = r->overlap_param_gather};
+    return TRI_OK;
+}

@@ -1,0 +1,58 @@
+/* partitioner/constraints.h - from what a user asks to a layout that can run, or a message naming
+ * the constraint that fails and the nearest values that satisfy it.
+ *
+ * The rules (Megatron-LM's, which Trident's engine shares; flags by Megatron-LM's names):
+ *   tensor-model-parallel-size divides n_head (heads split evenly; n_embd then divides too);
+ *   tensor x pipeline-model-parallel-size divides num-gpus (dp = num-gpus / (tp x pp));
+ *   pipeline-model-parallel-size <= n_layer (every stage holds a block);
+ *   seq-length <= n_positions;
+ *   sequence-parallel needs tp > 1;
+ *   global-batch-size is a multiple of micro-batch-size x dp (n_micro micro-batches per replica);
+ *   interleaving (--num-layers-per-virtual-pipeline-stage k): n_layer divisible by pp x k with
+ *     v = n_layer / (pp k) >= 2 chunks per rank, pp > 1, and n_micro a multiple of pp;
+ *   zb-h1 and gpipe take no interleaving; bf16 is not available on the cpu preset.
+ * For a number that fails, the message lists the closest valid numbers below and above it, e.g.
+ * "--tensor-model-parallel-size 5 does not divide n_head 12 (heads are split evenly); nearest
+ * valid: 4, 6". */
+#ifndef TRIDENT_PARTITIONER_CONSTRAINTS_H
+#define TRIDENT_PARTITIONER_CONSTRAINTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "partitioner/train_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tri_layout_request {
+    int num_gpus;
+    int tp, pp;
+    int layers_per_virtual_stage;   /* 0: no interleaving */
+    int64_t micro_batch, global_batch, seq_length;
+    bool sequence_parallel;
+    int zero_stage;
+    const char *schedule;           /* NULL: "interleaved" with layers_per_virtual_stage, else "1f1b" */
+    tri_recompute recompute;
+    tri_precision precision;
+    bool cpu;                       /* the cpu preset (fp32 only) */
+    int first_layers, last_layers;  /* -1: balanced */
+    bool deterministic;             /* engine_train --deterministic-mode */
+    bool overlap_grad_reduce, overlap_param_gather;
+} tri_layout_request;
+
+/* Checks r against model m and fills *out. TRI_EINVAL with a message naming the flag, the value,
+ * the rule and the nearest valid values. */
+int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tri_train_layout *out);
+
+/* Writes into buf (cap bytes) the nearest integers below and above x in [lo, hi] for which ok(v,
+ * ctx) holds, as "a, b" (or one of them, or "none"). */
+void tri_nearest_valid(int64_t x, int64_t lo, int64_t hi, bool (*ok)(int64_t v, const void *ctx),
+                       const void *ctx, char *buf, int cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,54 @@
+/* partitioner/search.h - which layouts of a model fit a cluster, fastest first.
+ *
+ * Enumerates tensor-parallel sizes (divisors of n_head and of the GPU count, at most max_tp),
+ * pipeline sizes (the rest's divisors up to n_layer), data-parallel size (what is left),
+ * micro-batch sizes (divisors of the per-replica batch up to max_micro_batch), the schedule (1F1B,
+ * and interleaved 1F1B with every v that divides the layers, up to max_v), ZeRO stages 0-3 (with
+ * dp > 1), recomputation none / selective / full and sequence parallelism (tp > 1). Every candidate
+ * passes partitioner/constraints.h's rules. Screening is by formulas (memory_model.h with
+ * closed-form in-flight counts, within a 10% margin, and time_model.h's closed-form bubble); the
+ * best screened candidates (20 per result asked for, at least 200) are then previewed exactly (partitioner/preview.h: the engine's plan
+ * where it applies, the simulated schedule) and ranked by predicted tokens/s. */
+#ifndef TRIDENT_PARTITIONER_SEARCH_H
+#define TRIDENT_PARTITIONER_SEARCH_H
+
+#include "partitioner/constraints.h"
+#include "partitioner/preview.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tri_search_space {
+    tri_layout_request base;   /* num_gpus, global_batch, seq_length, precision, cpu are kept */
+    int max_tp;                /* largest tensor-parallel size (usually GPUs per node) */
+    int64_t max_micro_batch;
+    int max_v;                 /* largest number of model chunks per rank */
+} tri_search_space;
+
+typedef struct tri_search_entry {
+    tri_train_layout layout;
+    tri_time_result time;      /* simulated */
+    double max_bytes;          /* the fullest pipeline rank */
+    bool from_engine_plan;
+} tri_search_entry;
+
+typedef struct tri_search_stats {
+    long considered;           /* candidate layouts enumerated */
+    long valid;                /* passing the layout rules */
+    long screened;             /* fitting by the formulas (10% margin) */
+    long previewed;            /* previewed exactly */
+    long fit;                  /* of those, fitting exactly */
+} tri_search_stats;
+
+/* Fills best[0..*n_found) (at most n_best) with the fastest fitting layouts of m on c, fastest
+ * first. engine_plan / ctx as for tri_preview_create. TRI_ENOMEM, or an error of the preview. */
+int tri_search_layouts(const tri_transformer *m, const tri_cluster *c, const tri_search_space *space,
+                       tri_engine_plan_fn engine_plan, void *ctx, tri_search_entry *best, int n_best, int *n_found,
+                       tri_search_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,356 @@
+/* partitioner/time_model.c - predicted iteration time (see time_model.h). */
+#include "partitioner/time_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/status.h"
+#include "partitioner/flops.h"
+#include "partitioner/memory_model.h"
+#include "partitioner/traffic.h"
+
+/* Bandwidth, bytes/s, of a group whose ranks are `stride` apart in world rank, `size` of them. */
+static double group_bw(const tri_cluster *c, int stride, int size, bool *inter)
+{
+    *inter = (double)stride * size > c->gpus_per_node && size > 1;
+    return *inter ? c->hw->inter_bw * c->eff.inter : c->hw->intra_bw * c->eff.intra;
+}
+
+static double comm_seconds(const uint64_t bytes[TRI_COMM_KINDS], int n, double bw)
+{
+    double t = 0.0;
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        t += tri_collective_seconds(k, (double)bytes[k], n, bw);
+    return t;
+}
+
+static double sum_bytes(const uint64_t bytes[TRI_COMM_KINDS])
+{
+    double t = 0.0;
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        t += (double)bytes[k];
+    return t;
+}
+
+tri_chunk_time tri_time_chunk(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                              const tri_stage_plan *plan, int g)
+{
+    tri_chunk_time t;
+    const tri_stage_place *place = &plan->chunks[g];
+    double layers = place->layer_end - place->layer_start;
+    double flop_rate = tri_cluster_peak(c, l->precision) * c->eff.gemm;
+    double mem_rate = tri_cluster_mem_bw(c) * c->eff.memory;
+    double F = plan->costs[g].flops;
+    double R = layers * tri_block_recompute_flops(m, l->B, l->T, l->tp, l->recompute);
+    /* elementwise traffic: the activations kept without recomputation, moved 4x (6x with full) */
+    tri_train_layout kept = *l;
+    kept.recompute = TRI_RECOMPUTE_NONE;
+    double A = tri_mem_chunk_activations(m, &kept, place);
+    double bwd_moves = l->recompute == TRI_RECOMPUTE_FULL ? 4.0 : 2.0;
+    t.fwd_compute = F / 3.0 / flop_rate + 2.0 * A / mem_rate;
+    t.bwd_compute = (2.0 * F / 3.0 + R) / flop_rate + bwd_moves * A / mem_rate;
+    uint64_t fwd[TRI_COMM_KINDS], bwd[TRI_COMM_KINDS];
+    tri_layout_shape shape = tri_train_layout_shape(l);
+    tri_tp_microbatch_traffic(m, &shape, place, tri_precision_bytes(l->precision), fwd, bwd);
+    bool inter;
+    double bw = group_bw(c, 1, l->tp, &inter);
+    t.fwd_tp = c->eff.tp_exposed * comm_seconds(fwd, l->tp, bw);
+    t.bwd_tp = c->eff.tp_exposed * comm_seconds(bwd, l->tp, bw);
+    if (l->recompute == TRI_RECOMPUTE_FULL)
+        t.bwd_tp += t.fwd_tp;
+    return t;
+}
+
+double tri_time_rank_params(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
+                            int r)
+{
+    double n = 0.0;
+    for (int c = 0; c < plan->v; c++)
+        n += tri_mem_chunk_params(m, l, &plan->chunks[c * plan->pp + r], plan->n_chunks);
+    return n;
+}
+
+/* The units of parameters of rank r's chunks and how a pass uses them, as the engine's model
+ * reports them (models/gpt.c, tri_gpt_unit_uses): a block, wpe and ln_f are read forward, read and
+ * written backward; wte is read forward by the embedding and by the LM head, read and written
+ * backward by the embedding, and written in the LM head's fused forward unless the head keeps its
+ * own gradient (one chunk, ZeRO 0-1, not deterministic). *n units into a malloc'd array, or NULL. */
+static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
+                                 int r, int *n)
+{
+    int cap = 0;
+    for (int c = 0; c < plan->v; c++) {
+        const tri_stage_place *pl = &plan->chunks[c * plan->pp + r];
+        cap += pl->layer_end - pl->layer_start + 4;
+    }
+    tri_unit_uses *u = malloc((size_t)cap * sizeof *u);
+    *n = 0;
+    if (!u)
+        return NULL;
+    double h = (double)m->n_embd, t = l->tp, V_l = (double)tri_padded_vocab(m->vocab_size, l->tp) / t;
+    const tri_unit_uses plain = {.fwd_reads = 1, .bwd_reads = 1, .bwd_writes = 1};
+    for (int c = 0; c < plan->v; c++) {
+        const tri_stage_place *pl = &plan->chunks[c * plan->pp + r];
+        if (pl->first || (pl->last && plan->n_chunks > 1)) {
+            tri_unit_uses wte = {.len = (int64_t)(V_l * h)};
+            if (pl->first) {
+                wte.fwd_reads++;
+                wte.bwd_reads++;
+                wte.bwd_writes++;
+            }
+            if (pl->last) {
+                wte.fwd_reads++;
+                wte.fwd_writes += !(pl->first && l->zero_stage < 2 && !l->deterministic);
+            }
+            u[(*n)++] = wte;
+        }
+        if (pl->first) {
+            u[*n] = plain;
+            u[(*n)++].len = (int64_t)((double)m->n_positions * h);
+        }
+        for (int b = pl->layer_start; b < pl->layer_end; b++) {
+            u[*n] = plain;
+            u[(*n)++].len = (int64_t)((12.0 * h * h + 7.0 * h) / t + 6.0 * h);
+        }
+        if (pl->last) {
+            u[*n] = plain;
+            u[(*n)++].len = (int64_t)(2.0 * h);
+        }
+    }
+    return u;
+}
+
+int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
+                        double bytes[TRI_COMM_KINDS])
+{
+    int n_units = 0;
+    tri_unit_uses *units = rank_units(m, l, plan, r, &n_units);
+    if (!units)
+        return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
+    uint64_t b[TRI_COMM_KINDS];
+    tri_dp_step_traffic(units, n_units, l->zero_stage, l->n_micro, l->dp, b);
+    free(units);
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        bytes[k] = (double)b[k] * tri_precision_bytes(l->precision) / 4.0;   /* counted in 4-byte values */
+    return TRI_OK;
+}
+
+/* Per-step work after the pipeline on rank r: data-parallel traffic, the replicated gradients' TP
+ * all-reduce, the optimizer. */
+static int per_step(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                    const tri_stage_plan *plan, int r, tri_time_result *out)
+{
+    double psi = tri_time_rank_params(m, l, plan, r), dp_bytes[TRI_COMM_KINDS];
+    int e = tri_precision_bytes(l->precision);
+    int rc = tri_time_dp_traffic(m, l, plan, r, dp_bytes);
+    if (rc)
+        return rc;
+    double bw = group_bw(c, l->tp, l->dp, &out->dp_inter_node), t = 0.0;
+    out->dp_bytes = 0.0;
+    for (int k = 0; k < TRI_COMM_KINDS; k++) {
+        t += tri_collective_seconds(k, dp_bytes[k], l->dp, bw);
+        out->dp_bytes += dp_bytes[k];
+    }
+    out->dp_s = c->eff.dp_exposed * t;
+    tri_layout_shape shape = tri_train_layout_shape(l);
+    bool inter;
+    double tp_bw = group_bw(c, 1, l->tp, &inter);
+    for (int k = 0; k < plan->v; k++) {
+        uint64_t fixed = tri_tp_step_fixed_traffic(m, &shape, &plan->chunks[k * plan->pp + r], e);
+        out->tp_s += c->eff.tp_exposed * tri_collective_seconds(TRI_COMM_ALL_REDUCE, (double)fixed, l->tp, tp_bw);
+        out->tp_bytes += (double)fixed;
+    }
+    double shard = psi / (l->zero_stage >= 1 ? l->dp : 1);
+    out->optimizer_s = 28.0 * shard / (tri_cluster_mem_bw(c) * c->eff.memory);
+    return TRI_OK;
+}
+
+static void throughput(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                       tri_time_result *out)
+{
+    out->iteration_s = out->compute_s + out->tp_s + out->bubble_s + out->pp_s + out->dp_s + out->optimizer_s;
+    out->model_flops = tri_iteration_flops(m, l->global_batch, l->T, false);
+    out->hw_flops = tri_iteration_hw_flops(m, l->global_batch, l->T, l->recompute);
+    double peak = tri_cluster_peak(c, l->precision);
+    out->tokens_per_s = (double)l->global_batch * (double)l->T / out->iteration_s;
+    out->model_tflops_per_gpu = out->model_flops / out->iteration_s / c->num_gpus / 1e12;
+    out->mfu = out->model_tflops_per_gpu * 1e12 / peak;
+    out->hfu = out->hw_flops / out->iteration_s / c->num_gpus / peak;
+}
+
+/* Fills the per-chunk times, their means and the pipeline-message time. */
+static int chunk_times(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                       const tri_stage_plan *plan, tri_chunk_time **times, tri_time_result *out)
+{
+    int n = plan->n_chunks;
+    *times = malloc((size_t)n * sizeof **times);
+    if (!*times)
+        return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
+    out->fwd_s = out->bwd_s = 0.0;
+    for (int g = 0; g < n; g++) {
+        (*times)[g] = tri_time_chunk(m, l, c, plan, g);
+        out->fwd_s += ((*times)[g].fwd_compute + (*times)[g].fwd_tp) / n;
+        out->bwd_s += ((*times)[g].bwd_compute + (*times)[g].bwd_tp) / n;
+    }
+    tri_layout_shape shape = tri_train_layout_shape(l);
+    double bytes = (double)tri_pp_message_bytes(m, &shape, tri_precision_bytes(l->precision));
+    out->pp_inter_node = l->pp > 1 && (double)l->tp * l->dp * l->pp > c->gpus_per_node;
+    double bw = out->pp_inter_node ? c->hw->inter_bw * c->eff.inter : c->hw->intra_bw * c->eff.intra;
+    out->p2p_message_s = l->pp > 1 ? bytes / bw : 0.0;
+    out->pp_bytes = l->pp > 1 ? 2.0 * bytes * l->n_micro * plan->v : 0.0;
+    bool inter;
+    group_bw(c, 1, l->tp, &inter);
+    out->tp_inter_node = inter;
+    return TRI_OK;
+}
+
+/* Compute and TP time of pipeline rank r per iteration, from the exact chunk times. */
+static void rank_split(const tri_stage_plan *plan, const tri_chunk_time *times, int m_micro, int r,
+                       double *compute, double *tp)
+{
+    *compute = *tp = 0.0;
+    for (int c = 0; c < plan->v; c++) {
+        const tri_chunk_time *t = &times[c * plan->pp + r];
+        *compute += m_micro * (t->fwd_compute + t->bwd_compute);
+        *tp += m_micro * (t->fwd_tp + t->bwd_tp);
+    }
+}
+
+static void tp_bytes_of_rank(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
+                             int r, tri_time_result *out)
+{
+    tri_layout_shape shape = tri_train_layout_shape(l);
+    for (int c = 0; c < plan->v; c++) {
+        uint64_t fwd[TRI_COMM_KINDS], bwd[TRI_COMM_KINDS];
+        tri_tp_microbatch_traffic(m, &shape, &plan->chunks[c * plan->pp + r], tri_precision_bytes(l->precision),
+                                  fwd, bwd);
+        double again = l->recompute == TRI_RECOMPUTE_FULL ? sum_bytes(fwd) : 0.0;  /* recomputed forward */
+        out->tp_bytes += l->n_micro * (sum_bytes(fwd) + sum_bytes(bwd) + again);
+    }
+}
+
+int tri_time_model_run(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                       const tri_stage_plan *plan, const tri_schedule *s, tri_time_result *out,
+                       tri_sim_result *sim)
+{
+    memset(out, 0, sizeof *out);
+    if (sim)
+        memset(sim, 0, sizeof *sim);
+    tri_chunk_time *times = NULL;
+    int rc = chunk_times(m, l, c, plan, &times, out);
+    if (rc)
+        return rc;
+    int n = plan->n_chunks;
+    double *scale = malloc((size_t)n * sizeof *scale);
+    if (!scale) {
+        free(times);
+        return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
+    }
+    double mean = out->fwd_s + out->bwd_s;
+    for (int g = 0; g < n; g++)
+        scale[g] = mean > 0 ? (times[g].fwd_compute + times[g].fwd_tp + times[g].bwd_compute + times[g].bwd_tp) / mean
+                            : 1.0;
+    tri_sim_costs costs = {.fwd = out->fwd_s, .bwd = out->bwd_s, .bwd_input = out->bwd_s / 2,
+                           .bwd_weight = out->bwd_s / 2, .comm = 0.0, .chunk_scale = scale};
+    tri_sim_result quiet = {0}, timed = {0};
+    rc = tri_schedule_simulate(s, &costs, &quiet);
+    if (!rc) {
+        costs.comm = out->p2p_message_s;
+        rc = tri_schedule_simulate(s, &costs, &timed);
+    }
+    if (!rc) {
+        int r_max = 0;
+        for (int r = 1; r < plan->pp; r++)
+            if (timed.busy[r] > timed.busy[r_max])
+                r_max = r;
+        double compute, tp;
+        rank_split(plan, times, l->n_micro, r_max, &compute, &tp);
+        double busy = timed.busy[r_max], exact = compute + tp;
+        out->busiest_rank = r_max;
+        out->compute_s = exact > 0 ? busy * compute / exact : 0.0;
+        out->tp_s = exact > 0 ? busy * tp / exact : 0.0;
+        out->makespan_no_comm_s = quiet.makespan;
+        out->makespan_s = timed.makespan;
+        out->bubble_s = quiet.makespan > busy ? quiet.makespan - busy : 0.0;
+        out->pp_s = timed.makespan > quiet.makespan ? timed.makespan - quiet.makespan : 0.0;
+        out->bubble_fraction = timed.bubble;
+        out->simulated = true;
+        tp_bytes_of_rank(m, l, plan, r_max, out);
+        rc = per_step(m, l, c, plan, r_max, out);
+        throughput(m, l, c, out);
+    }
+    if (!rc && sim)
+        *sim = timed;     /* the caller frees it */
+    else
+        tri_sim_result_free(&timed);
+    tri_sim_result_free(&quiet);
+    free(scale);
+    free(times);
+    return rc;
+}
+
+void tri_time_model_quick(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                          const tri_stage_plan *plan, tri_time_result *out)
+{
+    memset(out, 0, sizeof *out);
+    tri_chunk_time *times = NULL;
+    if (chunk_times(m, l, c, plan, &times, out))
+        return;
+    int r_max = 0;
+    double best = -1.0, compute = 0.0, tp = 0.0;
+    for (int r = 0; r < plan->pp; r++) {
+        double cr, tr;
+        rank_split(plan, times, l->n_micro, r, &cr, &tr);
+        if (cr + tr > best) {
+            best = cr + tr;
+            r_max = r;
+            compute = cr;
+            tp = tr;
+        }
+    }
+    double pair = out->fwd_s + out->bwd_s, p = plan->pp;
+    out->busiest_rank = r_max;
+    out->compute_s = compute;
+    out->tp_s = tp;
+    if (l->schedule && strcmp(l->schedule, "zb-h1") == 0)
+        out->bubble_s = (p - 1.0) * (out->fwd_s + out->bwd_s / 2);
+    else
+        out->bubble_s = (p - 1.0) / plan->v * pair;
+    out->pp_s = 2.0 * (p - 1.0) * out->p2p_message_s;
+    out->bubble_fraction = out->bubble_s / (out->bubble_s + compute + tp);
+    tp_bytes_of_rank(m, l, plan, r_max, out);
+    if (per_step(m, l, c, plan, r_max, out) != TRI_OK)
+        out->dp_s = 1e300;   /* out of memory: rank it last */
+    throughput(m, l, c, out);
+    free(times);
+}
+
+int tri_time_model_calibrate_gemm(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                                  const tri_stage_plan *plan, const tri_schedule *s, double measured_s,
+                                  double *gemm)
+{
+    tri_cluster probe = *c;
+    tri_time_result t;
+    probe.eff.gemm = 1.0;
+    int rc = tri_time_model_run(m, l, &probe, plan, s, &t, NULL);
+    if (rc)
+        return rc;
+    if (t.iteration_s > measured_s)
+        return TRI_ERR(TRI_EINVAL, "a measured iteration of %.4g s is faster than the model allows even at 100%% "
+                       "of the peak (%.4g s): check --hardware, --num-gpus, --gpus-per-node and the layout flags",
+                       measured_s, t.iteration_s);
+    double lo = 1e-6, hi = 1.0;
+    for (int i = 0; i < 60; i++) {
+        double mid = 0.5 * (lo + hi);
+        probe.eff.gemm = mid;
+        rc = tri_time_model_run(m, l, &probe, plan, s, &t, NULL);
+        if (rc)
+            return rc;
+        if (t.iteration_s > measured_s)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *gemm = 0.5 * (lo + hi);
+    return TRI_OK;
+}

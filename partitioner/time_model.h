@@ -1,0 +1,108 @@
+/* partitioner/time_model.h - predicted time of one training iteration, and where it goes.
+ *
+ * Per micro-batch and model chunk g on one TP rank (Narayanan et al. 2021 §3 for the structure):
+ *   matmuls   the chunk's training FLOPs F_g (partitioner/stages.h: 3 (24 B s h^2 + 4 B s^2 h)/t a
+ *             block, the LM head and embedding; forward F_g / 3, backward 2 F_g / 3) plus the
+ *             recomputed forward (partitioner/flops.h), at peak x gemm fraction;
+ *   memory    elementwise work, modelled as moving each activation byte the chunk would keep
+ *             without recomputation (partitioner/memory_model.h) four times, twice forward (written,
+ *             read) and twice backward (read, gradient written), and twice more when full
+ *             recomputation reruns the forward, at memory bandwidth x memory fraction;
+ *   TP comm   partitioner/traffic.h's bytes per micro-batch, forward and backward (the forward's
+ *             again under full recomputation), as ring collectives over the TP group (NVLink when it
+ *             fits in a node, else InfiniBand), times the exposed share.
+ * These give each chunk's forward and backward op time. The pipeline schedule is then simulated
+ * (partitioner/simulate.h) with the mean forward and backward and each chunk's total as its
+ * chunk_scale, once without and once with the p2p message time (tri_pp_message_bytes over
+ * NVLink, or InfiniBand when the pipeline spans nodes). For the busiest pipeline rank:
+ *   compute + TP  its busy time, split by the shares above;
+ *   bubble        the simulated makespan without message time minus its busy time;
+ *   PP            what the message time adds to the makespan;
+ * and after the pipeline, once per step:
+ *   DP            partitioner/traffic.h's ZeRO traffic for the rank's parameters as ring
+ *                 collectives over the data-parallel group, times the exposed share, plus the
+ *                 replicated gradients' TP all-reduce under sequence parallelism;
+ *   optimizer     AdamW streams 28 bytes per parameter of its shard (4 reads and 3 writes of 4
+ *                 bytes, ../shared/NOTES.md) at memory bandwidth x memory fraction.
+ * The iteration time is their sum. Throughput: tokens/s = global batch x s / time; model TFLOP/s
+ * per GPU = eq. 3 FLOPs (no recomputation) / time / GPUs; MFU = that / the dense peak (PaLM,
+ * Chowdhery et al. 2022, App. B); HFU counts the recomputed FLOPs too. */
+#ifndef TRIDENT_PARTITIONER_TIME_MODEL_H
+#define TRIDENT_PARTITIONER_TIME_MODEL_H
+
+#include <stdbool.h>
+
+#include "engine/comm.h"
+#include "engine/schedule.h"
+#include "partitioner/hardware.h"
+#include "partitioner/simulate.h"
+#include "partitioner/stages.h"
+#include "partitioner/train_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What one micro-batch costs in one global chunk, in seconds. */
+typedef struct tri_chunk_time {
+    double fwd_compute, bwd_compute;   /* matmuls and elementwise work (bwd: with recomputation) */
+    double fwd_tp, bwd_tp;             /* exposed tensor-parallel communication */
+} tri_chunk_time;
+
+typedef struct tri_time_result {
+    double iteration_s;
+    /* the iteration split for the busiest pipeline rank (they sum to iteration_s) */
+    double compute_s, tp_s, bubble_s, pp_s, dp_s, optimizer_s;
+    int busiest_rank;
+    double bubble_fraction;        /* the simulator's 1 - sum(busy) / (pp x makespan), with messages */
+    double makespan_s, makespan_no_comm_s;
+    double fwd_s, bwd_s;           /* mean op time per (micro-batch, chunk) given to the simulator */
+    double p2p_message_s;          /* one pipeline message */
+    double model_flops, hw_flops;  /* per iteration, all GPUs */
+    double tokens_per_s, model_tflops_per_gpu, mfu, hfu;
+    double tp_bytes, pp_bytes, dp_bytes;  /* per step, on the busiest rank */
+    bool tp_inter_node, pp_inter_node, dp_inter_node;
+    bool simulated;                /* false: the closed-form bubble (tri_time_model_quick) */
+} tri_time_result;
+
+/* The per-micro-batch op times of global chunk g under plan (see the top comment). */
+tri_chunk_time tri_time_chunk(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                              const tri_stage_plan *plan, int g);
+
+/* Predicts one iteration of schedule s (tri_schedule_make for l) under plan on cluster c.
+ * When sim is not NULL it receives the simulation with message times (free with
+ * tri_sim_result_free; for the timeline). TRI_EINVAL when the schedule cannot run,
+ * TRI_ENOMEM. */
+int tri_time_model_run(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                       const tri_stage_plan *plan, const tri_schedule *s, tri_time_result *out,
+                       tri_sim_result *sim);
+
+/* The same without simulating: the bubble of the busiest rank in closed form, (p - 1) / v op
+ * pairs of the mean chunk (ZB-H1: (p - 1) (T_F + T_B - T_W)), messages on the critical path
+ * 2 (p - 1). For ranking many layouts quickly (partitioner/search.h). */
+void tri_time_model_quick(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                          const tri_stage_plan *plan, tri_time_result *out);
+
+/* The gemm fraction (c->eff.gemm, else unchanged) for which schedule s of layout l predicts an
+ * iteration of measured_s seconds, by bisection over (0, 1] (the predicted time falls as the
+ * fraction grows): what `partitioner --calibrate` sets from a measured run. TRI_EINVAL when even
+ * 100% of peak is slower than measured_s (the message gives the fastest possible time). */
+int tri_time_model_calibrate_gemm(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                                  const tri_stage_plan *plan, const tri_schedule *s, double measured_s,
+                                  double *gemm);
+
+/* bytes[kind] of data-parallel traffic in one step on pipeline rank r: partitioner/traffic.h's
+ * tri_dp_step_traffic (the engine's own count) over the rank's units of parameters as the engine
+ * uses them (models/gpt.c, tri_gpt_unit_uses), in the layout's precision. TRI_ENOMEM. */
+int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
+                        double bytes[TRI_COMM_KINDS]);
+
+/* Parameter elements on pipeline rank r (all its chunks) on one TP rank. */
+double tri_time_rank_params(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
+                            int r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# tests/partitioner_cli.sh BUILD_DIR SOURCE_DIR - the partitioner CLI end to end.
+#
+# The default preview (the README's CPU run) prints every section and takes its memory from the
+# engine's plan; --json is one valid JSON object with the documented keys and the same figures;
+# GPT-3 175B on 1024 H100s fits with bf16 + selective recomputation; --timeline writes an SVG that
+# an SVG renderer (rsvg-convert or ImageMagick, when installed) turns into a PNG; --calibrate
+# reads an engine_train metrics.jsonl and makes the prediction match the measured time; --search
+# prints ten ranked layouts; bad input exits 1 with one message naming the rule and the nearest
+# valid values. Needs python3 (JSON checks).
+set -u
+build=$1
+src=$2
+bin="$build/bin/partitioner"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+cd "$src"
+
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+ok() { echo "ok   $*"; }
+
+# contains NAME TEXT FILE
+contains() {
+  if grep -qF -- "$2" "$3"; then ok "$1"; else fail "$1: expected '$2' in:"; head -40 "$3"; fi
+}
+
+# ---- the default preview ----
+if "$bin" > "$tmp/default.txt" 2>&1; then ok "default preview exits 0"; else fail "default preview"; cat "$tmp/default.txt"; fi
+contains "stage table" "stage placement" "$tmp/default.txt"
+contains "stage rows with nodes" "0     0-1 +emb" "$tmp/default.txt"
+contains "memory table from the engine's plan" "memory per GPU by category (the engine's plan" "$tmp/default.txt"
+contains "fits" "every stage fits" "$tmp/default.txt"
+contains "time split" "TP comm" "$tmp/default.txt"
+contains "bubble" "simulated bubble" "$tmp/default.txt"
+contains "throughput" "MFU" "$tmp/default.txt"
+
+# ---- JSON ----
+"$bin" --json > "$tmp/default.json" 2>&1 || fail "--json exits non-zero"
+python3 - "$tmp/default.json" <<'PY' && ok "--json: keys and figures" || fail "--json: see above"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["memory_source"] == "engine_plan", o["memory_source"]
+assert o["fits"] is True
+assert len(o["stages"]) == 2
+for s in o["stages"]:
+    m = s["memory_bytes"]
+    parts = sum(m[k] for k in ("parameters", "gradients", "optimizer", "activations", "communication", "workspace"))
+    assert abs(parts - m["total"]) < 1, (parts, m["total"])
+    assert abs(s["memory_formula_bytes"]["total"] / m["total"] - 1) < 0.05
+t = o["iteration_time_s"]
+assert t > 0
+parts = o["compute_s"] + o["tp_comm_s"] + o["bubble_s"] + o["pp_comm_s"] + o["dp_comm_s"] + o["optimizer_s"]
+assert abs(parts - t) < 1e-9 * t, (parts, t)
+assert abs(o["tokens_per_s"] - 16 * 128 / t) < 1e-6 * o["tokens_per_s"]
+assert 0 < o["mfu"] < 1
+assert o["model_flops_per_iteration"] == o["hardware_flops_per_iteration"]
+PY
+
+# ---- GPT-3 175B on 1024 H100s ----
+gpt3=(--config models/gpt3-175b.json --num-gpus 1024 --gpus-per-node 8 --hardware h100-sxm
+      --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 6
+      --micro-batch-size 1 --global-batch-size 1536 --seq-length 2048 --zero-stage 1
+      --recompute-granularity selective --sequence-parallel --bf16)
+"$bin" "${gpt3[@]}" --json --timeline "$tmp/gpt3.svg" > "$tmp/gpt3.json" 2>&1 || fail "GPT-3 preview"
+python3 - "$tmp/gpt3.json" <<'PY' && ok "GPT-3 175B on 1024 H100s: fits, formulas, MFU in range" || fail "GPT-3 JSON"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["memory_source"] == "formulas"
+assert o["fits"] is True
+assert o["layout"]["data_parallel_size"] == 16 and o["layout"]["virtual_pipeline_chunks"] == 2
+assert 0.3 < o["mfu"] < 0.6, o["mfu"]
+# Narayanan et al. 2021 eq. 3 for 1536 x 2048 tokens
+l, h, V, B, s = 96, 12288, 50257, 1536, 2048
+F = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+assert abs(o["model_flops_per_iteration"] / F - 1) < 1e-9
+PY
+
+# ---- the timeline ----
+if head -c 5 "$tmp/gpt3.svg" | grep -q "<?xml" && tail -1 "$tmp/gpt3.svg" | grep -q "</svg>"; then
+  ok "--timeline writes an SVG document"
+else
+  fail "--timeline: not an SVG document"
+fi
+"$bin" --timeline "$tmp/cpu.svg" > /dev/null 2>&1 || fail "--timeline (default run)"
+if command -v rsvg-convert > /dev/null; then render=(rsvg-convert -o); elif command -v convert > /dev/null; then render=(convert_to); fi
+convert_to() { convert "$2" "$1"; }
+if [ "${render[*]:-}" = "" ]; then
+  echo "skip rendering: neither rsvg-convert nor ImageMagick is installed"
+elif "${render[@]}" "$tmp/cpu.png" "$tmp/cpu.svg" 2> "$tmp/render.err" && [ -s "$tmp/cpu.png" ]; then
+  ok "the SVG renders to a PNG ($(stat -c %s "$tmp/cpu.png") bytes)"
+else
+  fail "the SVG does not render:"; cat "$tmp/render.err"
+fi
+
+# ---- calibration from a metrics.jsonl ----
+python3 - "$tmp/default.json" "$tmp/metrics.jsonl" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))
+F = o["model_flops_per_iteration"]
+with open(sys.argv[2], "w") as f:
+    # an older run, then the run calibrated on: its first iteration is a warm-up, median 0.8 s
+    f.write(json.dumps({"kind": "train", "iter": 1, "ms": 5000.0, "tokens_per_s": 1.0, "gflops": 1.0}) + "\n")
+    for i, ms in enumerate([3000.0, 790.0, 800.0, 810.0, 805.0, 795.0], start=1):
+        s = ms / 1e3
+        f.write(json.dumps({"kind": "train", "iter": i, "loss": 3.0, "ms": ms, "tokens_per_s": 2048 / s,
+                            "gflops": F / s / 1e9}) + "\n")
+    f.write(json.dumps({"kind": "eval", "iter": 6, "val_loss": 2.9}) + "\n")
+PY
+"$bin" --calibrate "$tmp/metrics.jsonl" --json > "$tmp/cal.json" 2>&1 || { fail "--calibrate"; cat "$tmp/cal.json"; }
+python3 - "$tmp/cal.json" <<'PY' && ok "--calibrate: the prediction matches the measured median" || fail "--calibrate"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert abs(o["iteration_time_s"] / 0.8 - 1) < 1e-3, o["iteration_time_s"]
+assert "calibrated from" in o["efficiency"]["gemm_source"]
+PY
+
+# ---- search ----
+"$bin" --search > "$tmp/search.txt" 2>&1 || fail "--search"
+rows=$(grep -cE '^[0-9]+ ' "$tmp/search.txt")
+if [ "$rows" -eq 10 ]; then ok "--search prints the top ten"; else fail "--search printed $rows rows:"; cat "$tmp/search.txt"; fi
+
+# ---- bad input ----
+# expect NAME TEXT [flags...]: exit status 1, TEXT in the one error line, nothing on stdout
+expect() {
+  local name=$1 want=$2
+  shift 2
+  local rc
+  "$bin" "$@" > "$tmp/out" 2> "$tmp/err"
+  rc=$?
+  if [ $rc -ne 1 ]; then
+    fail "$name: exit status $rc"; cat "$tmp/err"
+  elif ! grep -qF -- "$want" "$tmp/err"; then
+    fail "$name: expected '$want' in:"; cat "$tmp/err"
+  elif [ -s "$tmp/out" ] || [ "$(wc -l < "$tmp/err")" -ne 1 ]; then
+    fail "$name: expected one error line and no output"; cat "$tmp/out" "$tmp/err"
+  else
+    ok "$name: $(cat "$tmp/err")"
+  fi
+}
+expect "tp not dividing the heads" "does not divide n_head 4 (attention heads are split evenly over the tensor-parallel ranks); nearest valid: 2, 4" \
+  --tensor-model-parallel-size 3 --num-gpus 12
+expect "tp x pp not dividing the GPUs" "nearest valid pipeline sizes: 2" --pipeline-model-parallel-size 3
+expect "global batch" "nearest valid global batch sizes: 8, 12" --global-batch-size 10
+expect "interleaving" "nearest valid: 1" --num-layers-per-virtual-pipeline-stage 2
+expect "sequence length" "--seq-length 512: must be in [1, n_positions 256]; nearest valid: 256" --seq-length 512
+expect "unknown hardware" "--hardware v100: expected one of h100-sxm|h200|a100-80gb|cpu" --hardware v100
+expect "bf16 on the cpu" "--bf16 is not available with --hardware cpu" --bf16
+expect "missing config" "models/none.json" --config models/none.json
+expect "metrics of another run" "pass the measured run's layout flags" --calibrate "$tmp/metrics.jsonl" --global-batch-size 32
+echo '{"kind": "train", "iter": 1}' > "$tmp/bad.jsonl"
+expect "metrics without times" "bad.jsonl:1: a train line needs positive \"ms\"" --calibrate "$tmp/bad.jsonl"
+
+if [ $failures -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all partitioner CLI checks passed"

@@ -1,0 +1,148 @@
+/* tests/test_partitioner_memory.c - the partitioner's memory prediction against measured peaks.
+ *
+ * For 17 layouts of the small byte-level GPT (tp 1-4, pp 1-4, GPipe / 1F1B / interleaved,
+ * sequence parallelism, data parallelism, ZeRO stages 0-3, selective and full recomputation, the
+ * deterministic mode), the prediction is made exactly as the
+ * partitioner CLI makes it (tri_preview_create with the engine's plan, models/gpt_preview.h), then
+ * every rank trains two steps on thread ranks and its device's measured peak (dev->peak_bytes) must
+ * be within 5% of its stage's predicted total, and within 5% of the formulas' total
+ * (partitioner/memory_model.h) too (but for the deterministic mode, whose fixed-point buffers the
+ * formulas leave out). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/status.h"
+#include "models/config.h"
+#include "models/gpt_preview.h"
+#include "partitioner/constraints.h"
+#include "partitioner/preview.h"
+#include "tests/harness.h"
+
+#define MAX_PP 8
+
+typedef struct mem_case {
+    tri_gpt_config cfg;
+    tri_train_layout l;
+    double predicted[MAX_PP], formulas[MAX_PP];
+    double worst_plan, worst_formula;   /* largest |measured / predicted - 1| over ranks */
+    char failure[512];
+} mem_case;
+
+static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
+{
+    const mem_case *c = ctx;
+    for (int64_t i = 0; i < n * (c->l.T + 1); i++)
+        w[i] = (int32_t)((first * 31 + i * 7) % 250);
+    return TRI_OK;
+}
+
+static int run_rank(int rank, int size, tri_comm *world, void *arg)
+{
+    mem_case *c = arg;
+    tri_device *dev = NULL;
+    tri_gpt_session ss;
+    tri_gpt_session_options o = {
+        .tp = c->l.tp, .pp = c->l.pp, .clip_grad = 1.0f, .run = tri_gpt_run_options_of(&c->cfg, &c->l),
+        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+    };
+    o.run.seed = 1;
+    int rc = tri_device_cpu_create(&dev, 1);
+    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &c->cfg, &o);
+    if (rc) {
+        tri_device_destroy(dev);
+        return rc;
+    }
+    tri_batch_source src = {.ctx = c, .fill = fill};
+    for (int s = 0; s < 2 && !rc; s++) {
+        tri_step_result res;
+        rc = tri_trainer_step(&ss.trainer, &src, s, 1e-3f, &res);
+    }
+    int r = ss.grid.pp_rank;
+    double measured = (double)dev->peak_bytes;
+    double off_plan = measured / c->predicted[r] - 1, off_formula = measured / c->formulas[r] - 1;
+    bool formula_bad = fabs(off_formula) > 0.05 && !c->l.deterministic;  /* formulas leave its buffers out */
+    if (!rc && (fabs(off_plan) > 0.05 || formula_bad) && !c->failure[0])
+        snprintf(c->failure, sizeof c->failure, "rank %d (stage %d): measured peak %.0f bytes, predicted %.0f "
+                 "(%+.2f%%), formulas %.0f (%+.2f%%)", rank, r, measured, c->predicted[r], 100 * off_plan,
+                 c->formulas[r], 100 * off_formula);
+    /* ranks run as threads: a racy max is fine for a report, the check above is per rank */
+    if (fabs(off_plan) > c->worst_plan)
+        c->worst_plan = fabs(off_plan);
+    if (fabs(off_formula) > c->worst_formula)
+        c->worst_formula = fabs(off_formula);
+    tri_gpt_session_destroy(&ss);
+    tri_device_destroy(dev);
+    return rc;
+}
+
+static void check_d(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int B, int T, int m, int zero,
+                    tri_recompute rec, bool deterministic)
+{
+    static mem_case c;
+    memset(&c, 0, sizeof c);
+    const char *src = getenv("TRIDENT_SOURCE_DIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/gpt2-tiny-byte.json", src ? src : ".");
+    int rc = tri_gpt_config_load(&c.cfg, path);
+    cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
+    tri_transformer dims = tri_gpt_dims(&c.cfg);
+    tri_layout_request req = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .layers_per_virtual_stage = per_chunk,
+                              .micro_batch = B, .global_batch = (int64_t)B * m * dp, .seq_length = T,
+                              .sequence_parallel = sp, .zero_stage = zero, .schedule = schedule, .recompute = rec,
+                              .deterministic = deterministic, .cpu = true,
+                              .first_layers = -1, .last_layers = -1};
+    rc = tri_layout_resolve(&dims, &req, &c.l);
+    cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
+    const tri_hardware *hw = tri_hardware_find("cpu");
+    tri_cluster cl = {.hw = hw, .num_gpus = tp * pp * dp, .gpus_per_node = tp * pp * dp, .cpu_cores = 2, .eff = hw->eff};
+    tri_preview p;
+    rc = tri_preview_create(&p, &dims, &c.l, &cl, tri_gpt_preview_plan, &c.cfg);
+    cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
+    cr_assert(p.from_engine_plan, "fp32 layouts take the engine's plan");
+    for (int r = 0; r < pp; r++) {
+        c.predicted[r] = p.total[r];
+        c.formulas[r] = p.model_total[r];
+    }
+    tri_preview_destroy(&p);
+    rc = tri_run_thread_ranks(tp * pp * dp, run_rank, &c);
+    cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
+    cr_expect(!c.failure[0], "tp %d pp %d dp %d %s v %d sp %d zero %d recompute %s: %s", tp, pp, dp, schedule, c.l.v,
+              sp, zero, tri_recompute_name(rec), c.failure);
+    cr_log_info("tp %d pp %d dp %d %s v %d sp %d zero %d recompute %s B %d T %d m %d: measured peak vs prediction "
+                "within %.2f%%, vs formulas within %.2f%%", tp, pp, dp, schedule, c.l.v, sp, zero,
+                tri_recompute_name(rec), B, T, m, 100 * c.worst_plan, 100 * c.worst_formula);
+}
+
+static void check_r(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int B, int T, int m, int zero,
+                    tri_recompute rec)
+{
+    check_d(tp, pp, dp, sp, schedule, per_chunk, B, T, m, zero, rec, false);
+}
+
+static void check(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int B, int T, int m, int zero)
+{
+    check_r(tp, pp, dp, sp, schedule, per_chunk, B, T, m, zero, TRI_RECOMPUTE_NONE);
+}
+
+Test(partitioner_memory, one_rank) { check(1, 1, 1, false, "1f1b", 0, 4, 64, 1, 0); }
+Test(partitioner_memory, tp2) { check(2, 1, 1, false, "1f1b", 0, 4, 64, 2, 0); }
+Test(partitioner_memory, tp4_sp) { check(4, 1, 1, true, "1f1b", 0, 2, 128, 2, 0); }
+Test(partitioner_memory, pp2_1f1b) { check(1, 2, 1, false, "1f1b", 0, 2, 64, 4, 0); }
+Test(partitioner_memory, pp2_gpipe) { check(1, 2, 1, false, "gpipe", 0, 2, 64, 4, 0); }
+Test(partitioner_memory, pp4_1f1b) { check(1, 4, 1, false, "1f1b", 0, 2, 32, 8, 0); }
+Test(partitioner_memory, pp2_interleaved) { check(1, 2, 1, false, "interleaved", 1, 2, 64, 4, 0); }
+Test(partitioner_memory, tp2_pp2_default_run) { check(2, 2, 1, false, "1f1b", 0, 4, 128, 4, 0); }
+Test(partitioner_memory, tp2_pp2_sp) { check(2, 2, 1, true, "1f1b", 0, 2, 64, 4, 0); }
+Test(partitioner_memory, dp2) { check(1, 1, 2, false, "1f1b", 0, 4, 64, 2, 0); }
+Test(partitioner_memory, tp2_pp2_dp2) { check(2, 2, 2, false, "1f1b", 0, 2, 64, 2, 0); }
+Test(partitioner_memory, dp2_zero1) { check(1, 1, 2, false, "1f1b", 0, 4, 64, 2, 1); }
+Test(partitioner_memory, pp2_dp2_zero2) { check(1, 2, 2, false, "1f1b", 0, 2, 64, 4, 2); }
+Test(partitioner_memory, tp2_dp2_zero3) { check(2, 1, 2, false, "1f1b", 0, 2, 64, 2, 3); }
+Test(partitioner_memory, pp2_selective) { check_r(1, 2, 1, false, "1f1b", 0, 2, 128, 4, 0, TRI_RECOMPUTE_SELECTIVE); }
+Test(partitioner_memory, tp2_pp2_sp_full) { check_r(2, 2, 1, true, "1f1b", 0, 2, 128, 4, 0, TRI_RECOMPUTE_FULL); }
+Test(partitioner_memory, dp2_zero1_deterministic)
+{
+    check_d(1, 2, 2, false, "1f1b", 0, 2, 64, 4, 1, TRI_RECOMPUTE_NONE, true);
+}

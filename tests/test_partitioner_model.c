@@ -1,0 +1,181 @@
+/* tests/test_partitioner_model.c - the memory formulas against the engine's plan and the papers.
+ *
+ * partitioner/memory_model.h predicts what the engine cannot plan (bf16, recomputation); for fp32
+ * layouts it must agree with the engine's own plan (tri_gpt_rank_plan, the bytes the engine
+ * allocates) so the two cannot drift apart silently: here, per pipeline rank, the total within 5%
+ * and every category within 5% (or within 1% of the total for tiny categories), over GPT-2 124M
+ * and the small byte-level GPT in a range of (tp, pp, schedule, v, sequence parallelism, dp)
+ * layouts, with every ZeRO stage and both kinds of recomputation.
+ * The published model-state example of Rajbhandari et al. 2020 (Figure 1: 7.5B parameters, 64-way
+ * data parallelism: 120, 31.4, 16.6 and 1.9 GB) and the structure of Korthikanti et al. 2022's
+ * Table 2 are checked too. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/status.h"
+#include "models/config.h"
+#include "models/gpt_preview.h"
+#include "partitioner/constraints.h"
+#include "partitioner/memory_model.h"
+#include "partitioner/preview.h"
+
+static tri_gpt_config load(const char *name)
+{
+    char path[512];
+    const char *src = getenv("TRIDENT_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/models/%s.json", src ? src : ".", name);
+    tri_gpt_config cfg;
+    int rc = tri_gpt_config_load(&cfg, path);
+    cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
+    return cfg;
+}
+
+static tri_cluster cpu_cluster(int n)
+{
+    return (tri_cluster){.hw = tri_hardware_find("cpu"), .num_gpus = n, .gpus_per_node = n, .cpu_cores = 2,
+                         .eff = tri_hardware_find("cpu")->eff};
+}
+
+/* Resolves a layout for cfg on tp x pp x dp ranks. */
+static tri_train_layout layout_r(const tri_gpt_config *cfg, int tp, int pp, int dp, bool sp, int per_chunk,
+                                 int64_t B, int64_t T, int n_micro, int zero, tri_recompute rec)
+{
+    tri_transformer m = tri_gpt_dims(cfg);
+    tri_layout_request r = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .layers_per_virtual_stage = per_chunk,
+                            .micro_batch = B, .global_batch = B * n_micro * dp, .seq_length = T,
+                            .sequence_parallel = sp, .zero_stage = zero, .recompute = rec, .cpu = true,
+                            .first_layers = -1, .last_layers = -1};
+    tri_train_layout l;
+    int rc = tri_layout_resolve(&m, &r, &l);
+    cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
+    return l;
+}
+
+static tri_train_layout layout(const tri_gpt_config *cfg, int tp, int pp, int dp, bool sp, int per_chunk,
+                               int64_t B, int64_t T, int n_micro, int zero)
+{
+    return layout_r(cfg, tp, pp, dp, sp, per_chunk, B, T, n_micro, zero, TRI_RECOMPUTE_NONE);
+}
+
+static const char *kinds[TRI_MEM_KINDS] = {"params", "grads", "optimizer", "activations", "comm", "workspace"};
+
+/* Formulas vs the engine's plan on every pipeline rank. */
+static bool agree(const tri_gpt_config *cfg, const tri_train_layout *l)
+{
+    tri_transformer m = tri_gpt_dims(cfg);
+    tri_cluster c = cpu_cluster(l->tp * l->pp * l->dp);
+    tri_preview p;
+    int rc = tri_preview_create(&p, &m, l, &c, tri_gpt_preview_plan, (void *)cfg);
+    cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
+    cr_assert(p.from_engine_plan);
+    bool compared = true;
+    for (int r = 0; r < p.pp; r++) {
+        double off = (p.model_total[r] - p.total[r]) / p.total[r];
+        compared = compared && fabs(off) <= 0.05;
+        cr_expect(fabs(off) <= 0.05, "%s tp %d pp %d v %d dp %d sp %d zero %d recompute %s stage %d: formulas %.0f "
+                  "bytes, engine plan %.0f (%+.2f%%)", cfg->name, l->tp, l->pp, l->v, l->dp, l->sequence_parallel,
+                  l->zero_stage, tri_recompute_name(l->recompute), r, p.model_total[r], p.total[r], 100 * off);
+        for (int k = 0; k < TRI_MEM_KINDS; k++) {
+            double d = fabs(p.model_mem[r][k] - p.mem[r][k]);
+            cr_expect(d <= 0.05 * p.mem[r][k] || d <= 0.01 * p.total[r],
+                      "%s tp %d pp %d v %d dp %d sp %d zero %d recompute %s stage %d %s: formulas %.0f, engine plan "
+                      "%.0f", cfg->name, l->tp, l->pp, l->v, l->dp, l->sequence_parallel, l->zero_stage,
+                      tri_recompute_name(l->recompute), r, kinds[k], p.model_mem[r][k], p.mem[r][k]);
+        }
+    }
+    tri_preview_destroy(&p);
+    return compared;
+}
+
+Test(partitioner_model, fp32_formulas_agree_with_the_engine_plan_gpt2)
+{
+    tri_gpt_config cfg = load("gpt2");
+    struct { int tp, pp, dp; bool sp; int per_chunk, B, T, m; } cases[] = {
+        {1, 1, 1, false, 0, 4, 64, 1},  {2, 1, 1, false, 0, 4, 64, 2},  {4, 1, 1, true, 0, 4, 128, 2},
+        {1, 2, 1, false, 0, 4, 64, 4},  {1, 4, 1, false, 0, 2, 256, 8}, {2, 2, 1, true, 0, 4, 64, 4},
+        {1, 2, 1, false, 3, 4, 64, 4},  {2, 3, 1, false, 2, 2, 128, 6}, {1, 1, 4, false, 0, 8, 1024, 2},
+        {2, 2, 2, false, 0, 1, 1024, 8}, {4, 4, 1, true, 0, 1, 1024, 16}, {1, 12, 1, false, 0, 4, 64, 12},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tri_train_layout l = layout(&cfg, cases[i].tp, cases[i].pp, cases[i].dp, cases[i].sp, cases[i].per_chunk,
+                                    cases[i].B, cases[i].T, cases[i].m, 0);
+        cr_assert(agree(&cfg, &l));
+    }
+}
+
+Test(partitioner_model, fp32_formulas_agree_with_the_engine_plan_tiny)
+{
+    tri_gpt_config cfg = load("gpt2-tiny-byte");
+    struct { int tp, pp, dp; bool sp; int per_chunk, B, T, m; const char *sched; } cases[] = {
+        {2, 2, 1, false, 0, 4, 128, 4, NULL}, {1, 4, 1, false, 0, 4, 128, 4, NULL}, {4, 1, 1, true, 0, 8, 256, 1, NULL},
+        {1, 2, 1, false, 1, 4, 64, 4, NULL},  {2, 1, 2, true, 0, 2, 128, 2, NULL},  {1, 1, 1, false, 0, 16, 256, 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tri_train_layout l = layout(&cfg, cases[i].tp, cases[i].pp, cases[i].dp, cases[i].sp, cases[i].per_chunk,
+                                    cases[i].B, cases[i].T, cases[i].m, 0);
+        cr_assert(agree(&cfg, &l));
+    }
+}
+
+Test(partitioner_model, zero_stages_and_recomputation_agree_with_the_engine_plan)
+{
+    const char *names[2] = {"gpt2", "gpt2-tiny-byte"};
+    for (int i = 0; i < 2; i++) {
+        tri_gpt_config cfg = load(names[i]);
+        for (int z = 0; z <= 3; z++)
+            for (int rec = 0; rec < 3; rec++) {
+                tri_train_layout l = layout_r(&cfg, 2, 2, 4, z % 2 == 1, 0, 2, 128, 4, z, (tri_recompute)rec);
+                cr_expect(agree(&cfg, &l));
+                l = layout_r(&cfg, 1, 1, 2, false, 0, 4, 64, 2, z, (tri_recompute)rec);
+                cr_expect(agree(&cfg, &l));
+            }
+    }
+}
+
+/* Rajbhandari et al. 2020, Figure 1: model states per device for Psi = 7.5B, N_d = 64, K = 12. */
+Test(partitioner_model, zero_model_states_match_the_paper)
+{
+    const double psi = 7.5e9, want[4] = {120e9, 31.4e9, 16.6e9, 1.9e9};
+    for (int z = 0; z <= 3; z++) {
+        double p, g, o;
+        tri_mem_model_states(psi, 64, z, TRI_PRECISION_BF16, &p, &g, &o);
+        double total = p + g + o;
+        cr_expect(fabs(total - want[z]) <= 0.05e9, "ZeRO %d: %.3g GB, the paper %.3g GB", z, total / 1e9,
+                  want[z] / 1e9);
+    }
+    double p, g, o;
+    tri_mem_model_states(1e9, 8, 0, TRI_PRECISION_FP32, &p, &g, &o);
+    cr_expect_eq(p + g + o, 16e9, "fp32 AdamW: 4 + 4 + 8 bytes per parameter");
+}
+
+/* Korthikanti et al. 2022 Table 2, per layer, bf16: s b h (34 + 5 a s / h) without parallelism;
+ * with tensor parallelism s b h (10 + 24/t + 5 a s / (h t)); with sequence parallelism s b h / t
+ * (34 + 5 a s / h); selective recomputation drops the 5 a s / h term; full keeps 2 s b h. */
+Test(partitioner_model, activation_formulas_follow_korthikanti_table_2)
+{
+    tri_transformer m = {.n_layer = 96, .n_head = 96, .n_embd = 12288, .vocab_size = 51200, .n_positions = 2048};
+    double s = 2048, b = 1, h = 12288, a = 96, sbh = s * b * h;
+    tri_train_layout l = {.tp = 1, .pp = 1, .dp = 1, .v = 1, .B = 1, .T = 2048, .precision = TRI_PRECISION_BF16};
+    cr_expect_float_eq(tri_mem_block_activations(&m, &l), sbh * (34 + 5 * a * s / h), 1e-9);
+    l.tp = 8;
+    cr_expect_float_eq(tri_mem_block_activations(&m, &l), sbh * (10 + 24.0 / 8 + 5 * a * s / (h * 8)), 1e-9);
+    l.sequence_parallel = true;
+    cr_expect_float_eq(tri_mem_block_activations(&m, &l), sbh / 8 * (34 + 5 * a * s / h), 1e-9);
+    l.recompute = TRI_RECOMPUTE_SELECTIVE;
+    cr_expect_float_eq(tri_mem_block_activations(&m, &l), sbh / 8 * 34, 1e-9);
+    l.recompute = TRI_RECOMPUTE_FULL;
+    cr_expect_float_eq(tri_mem_block_activations(&m, &l), 2 * sbh / 8, 1e-9);
+    /* GPT-3 175B, t 8: sequence parallelism + selective recomputation keep 34 s b h / t = 107 MB a
+     * layer, (10 + 24/8 + 5 a s / (8 h)) / (34 / 8) = 5.4x less than tensor parallelism alone (the
+     * paper's "5x") */
+    l.recompute = TRI_RECOMPUTE_NONE;
+    l.sequence_parallel = false;
+    double tp_only = tri_mem_block_activations(&m, &l);
+    l.sequence_parallel = true;
+    l.recompute = TRI_RECOMPUTE_SELECTIVE;
+    cr_expect_float_eq(tri_mem_block_activations(&m, &l), 34 * sbh / 8, 1e-9);
+    cr_expect(fabs(tp_only / tri_mem_block_activations(&m, &l) - 23.0 / 4.25) < 1e-9, "reduction %.3f",
+              tp_only / tri_mem_block_activations(&m, &l));
+}

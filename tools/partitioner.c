@@ -1,0 +1,278 @@
+/* tools/partitioner.c - preview a GPT's placement, memory and step time on any cluster before
+ * booking it, and search for the layouts that fit, fastest first.
+ *
+ *   partitioner --config models/gpt3-175b.json --num-gpus 1024 --hardware h100-sxm \
+ *       --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --micro-batch-size 1 \
+ *       --global-batch-size 1536 --seq-length 2048 --bf16 --sequence-parallel [--json]
+ *       [--timeline schedule.svg] [--search] [--calibrate runs/x/metrics.jsonl]
+ *
+ * Prints the stage table (stage, layers, ranks, nodes), the memory per GPU by category for every
+ * stage and whether it fits, the predicted iteration split into compute, exposed TP / PP / DP
+ * communication, bubble and optimizer, and tokens/s, model TFLOP/s per GPU and MFU
+ * (tools/cli/partitioner_report.h). Memory of layouts the engine runs (fp32) is
+ * the engine's own plan (models/gpt_preview.h), everything else comes from the formulas of
+ * partitioner/memory_model.h; the output says which. The time model is partitioner/time_model.h.
+ * Flags take Megatron-LM's names where Megatron-LM has one. Exit status 1 with one message naming
+ * the flag and the nearest valid values on bad input (partitioner/constraints.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/status.h"
+#include "models/config.h"
+#include "models/gpt_preview.h"
+#include "partitioner/constraints.h"
+#include "partitioner/flops.h"
+#include "partitioner/preview.h"
+#include "partitioner/schedule.h"
+#include "partitioner/search.h"
+#include "partitioner/timeline_svg.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/metrics.h"
+#include "tools/cli/partitioner_report.h"
+
+typedef struct args {
+    const char *config, *hardware, *schedule, *recompute, *timeline, *calibrate;
+    int num_gpus, gpus_per_node, cpu_cores, tp, pp, per_chunk, first_layers, last_layers;
+    int micro_batch, seq_length, zero_stage, top, max_tp, max_micro_batch;
+    int64_t global_batch;
+    bool sequence_parallel, bf16, deterministic, overlap_grad_reduce, overlap_param_gather, json, search;
+    float gemm, memory, intra, inter, tp_exposed, dp_exposed;
+} args;
+
+#define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
+#define CHOICE(name, dst, choices, help) {name, TRI_FLAG_CHOICE, dst, help, 0, 0, choices, false}
+#define N_FLAGS 48
+
+static int make_flags(args *a, tri_flag *f)
+{
+    int n = 0;
+    f[n++] = (tri_flag)FLAG("config", TRI_FLAG_STRING, &a->config, "model config (Hugging Face GPT-2 keys), e.g. models/gpt3-175b.json", 0, 0);
+    f[n++] = (tri_flag)FLAG("num-gpus", TRI_FLAG_INT, &a->num_gpus, "devices (ranks) in the cluster", 1, 1 << 24);
+    f[n++] = (tri_flag)FLAG("gpus-per-node", TRI_FLAG_INT, &a->gpus_per_node, "devices per node (0: the preset's; cpu: all ranks on this machine)", 0, 4096);
+    f[n++] = (tri_flag)CHOICE("hardware", &a->hardware, "h100-sxm|h200|a100-80gb|cpu", "device preset (partitioner/hardware.c lists the sources)");
+    f[n++] = (tri_flag)FLAG("cpu-cores", TRI_FLAG_INT, &a->cpu_cores, "cpu: cores per node (0: this machine's)", 0, 1 << 16);
+    f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &a->tp, "tensor-parallel size (tp)", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &a->pp, "pipeline-parallel size (pp); dp = num-gpus / (tp x pp)", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("num-layers-per-virtual-pipeline-stage", TRI_FLAG_INT, &a->per_chunk, "layers per model chunk: interleaved 1F1B (0: none)", 0, 1 << 20);
+    f[n++] = (tri_flag)CHOICE("pipeline-schedule", &a->schedule, "1f1b|gpipe|interleaved|zb-h1", "pipeline schedule (interleaved when --num-layers-per-virtual-pipeline-stage is given)");
+    f[n++] = (tri_flag)FLAG("decoder-first-pipeline-num-layers", TRI_FLAG_INT, &a->first_layers, "layers of the first pipeline stage (-1: balanced)", -1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &a->last_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration", 1, 1e12);
+    f[n++] = (tri_flag)FLAG("seq-length", TRI_FLAG_INT, &a->seq_length, "sequence length, at most n_positions", 1, 1 << 24);
+    f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero_stage, "ZeRO stage 0-3 (Rajbhandari et al. 2020)", 0, 3);
+    f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022)");
+    f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "sequence parallelism (needs tp > 1)", 0, 0);
+    f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision (GPUs; the engine runs fp32 today)", 0, 0);
+    f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "deterministic mode: fixed-point gradient sums (engine/zero.h; the engine's plan counts their buffers)", 0, 0);
+    f[n++] = (tri_flag)FLAG("overlap-grad-reduce", TRI_FLAG_BOOL, &a->overlap_grad_reduce, "engine_train's overlapped gradient reduction (memory from the engine's plan; set --dp-comm-exposed for its time)", 0, 0);
+    f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &a->overlap_param_gather, "engine_train's overlapped parameter all-gather (as --overlap-grad-reduce)", 0, 0);
+    f[n++] = (tri_flag)FLAG("json", TRI_FLAG_BOOL, &a->json, "print one JSON object instead of text", 0, 0);
+    f[n++] = (tri_flag)FLAG("timeline", TRI_FLAG_STRING, &a->timeline, "write the simulated schedule as an SVG picture to this file", 0, 0);
+    f[n++] = (tri_flag)FLAG("search", TRI_FLAG_BOOL, &a->search, "rank every layout that fits by predicted throughput", 0, 0);
+    f[n++] = (tri_flag)FLAG("top", TRI_FLAG_INT, &a->top, "--search: layouts printed", 1, 1000);
+    f[n++] = (tri_flag)FLAG("search-max-tp", TRI_FLAG_INT, &a->max_tp, "--search: largest tp (0: GPUs per node)", 0, 1 << 20);
+    f[n++] = (tri_flag)FLAG("search-max-micro-batch", TRI_FLAG_INT, &a->max_micro_batch, "--search: largest micro-batch size", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("calibrate", TRI_FLAG_STRING, &a->calibrate, "engine_train metrics.jsonl of a run of this layout: sets the gemm fraction", 0, 0);
+    f[n++] = (tri_flag)FLAG("gemm-efficiency", TRI_FLAG_FLOAT, &a->gemm, "fraction of the dense peak the matmuls reach (default: the preset's)", 1e-6, 1);
+    f[n++] = (tri_flag)FLAG("memory-efficiency", TRI_FLAG_FLOAT, &a->memory, "fraction of memory bandwidth elementwise work reaches", 1e-6, 1);
+    f[n++] = (tri_flag)FLAG("intra-node-efficiency", TRI_FLAG_FLOAT, &a->intra, "fraction of NVLink bandwidth collectives reach", 1e-6, 1);
+    f[n++] = (tri_flag)FLAG("inter-node-efficiency", TRI_FLAG_FLOAT, &a->inter, "fraction of InfiniBand bandwidth collectives reach", 1e-6, 1);
+    f[n++] = (tri_flag)FLAG("tp-comm-exposed", TRI_FLAG_FLOAT, &a->tp_exposed, "share of TP communication not overlapped", 0, 1);
+    f[n++] = (tri_flag)FLAG("dp-comm-exposed", TRI_FLAG_FLOAT, &a->dp_exposed, "share of data-parallel communication not overlapped", 0, 1);
+    return n;
+}
+
+/* The README's default CPU run: gpt2-tiny-byte, tp 2 x pp 2 on 4 ranks, micro-batch 4, global 16. */
+static void defaults(args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->config = "models/gpt2-tiny-byte.json";
+    a->hardware = "cpu";
+    a->recompute = "none";
+    a->num_gpus = 4;
+    a->tp = a->pp = 2;
+    a->first_layers = a->last_layers = -1;
+    a->micro_batch = 4;
+    a->global_batch = 16;
+    a->seq_length = 128;
+    a->top = 10;
+    a->max_micro_batch = 16;
+}
+
+static bool seen(const tri_flag *f, int n, const char *name)
+{
+    const tri_flag *x = tri_flags_find(f, n, name);
+    return x && x->seen;
+}
+
+static tri_cluster make_cluster(const args *a, const tri_flag *f, int nf, const tri_hardware *hw)
+{
+    tri_cluster c = {.hw = hw, .num_gpus = a->num_gpus, .eff = hw->eff};
+    c.gpus_per_node = a->gpus_per_node > 0 ? a->gpus_per_node : hw->cpu ? a->num_gpus : hw->gpus_per_node;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    c.cpu_cores = a->cpu_cores > 0 ? a->cpu_cores : cores > 0 ? (int)cores : 1;
+    if (seen(f, nf, "gemm-efficiency")) c.eff.gemm = a->gemm;
+    if (seen(f, nf, "memory-efficiency")) c.eff.memory = a->memory;
+    if (seen(f, nf, "intra-node-efficiency")) c.eff.intra = a->intra;
+    if (seen(f, nf, "inter-node-efficiency")) c.eff.inter = a->inter;
+    if (seen(f, nf, "tp-comm-exposed")) c.eff.tp_exposed = a->tp_exposed;
+    if (seen(f, nf, "dp-comm-exposed")) c.eff.dp_exposed = a->dp_exposed;
+    return c;
+}
+
+static tri_layout_request make_request(const args *a, const tri_hardware *hw, const tri_flag *f, int nf)
+{
+    tri_layout_request r = {
+        .num_gpus = a->num_gpus, .tp = a->tp, .pp = a->pp, .layers_per_virtual_stage = a->per_chunk,
+        .micro_batch = a->micro_batch, .global_batch = a->global_batch, .seq_length = a->seq_length,
+        .sequence_parallel = a->sequence_parallel, .zero_stage = a->zero_stage,
+        .schedule = seen(f, nf, "pipeline-schedule") ? a->schedule : NULL,
+        .recompute = strcmp(a->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
+                     : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
+                                                              : TRI_RECOMPUTE_NONE,
+        .precision = a->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .cpu = hw->cpu,
+        .first_layers = a->first_layers, .last_layers = a->last_layers, .deterministic = a->deterministic,
+        .overlap_grad_reduce = a->overlap_grad_reduce, .overlap_param_gather = a->overlap_param_gather};
+    return r;
+}
+
+/* Sets c->eff.gemm from the last run in a->calibrate, which must be a run of this layout. */
+static int calibrate(const args *a, const tri_transformer *m, const tri_train_layout *l, tri_cluster *c,
+                     char *source, size_t cap)
+{
+    tri_run_metrics rm;
+    int rc = tri_metrics_read(a->calibrate, &rm);
+    if (rc)
+        return rc;
+    double tokens = (double)l->global_batch * (double)l->T;
+    if (rm.tokens_per_iter < 0.99 * tokens || rm.tokens_per_iter > 1.01 * tokens)
+        return TRI_ERR(TRI_EINVAL, "--calibrate %s: the run moved %.0f tokens per iteration, the flags give %.0f "
+                       "(--global-batch-size %lld x --seq-length %lld): pass the measured run's layout flags",
+                       a->calibrate, rm.tokens_per_iter, tokens, (long long)l->global_batch, (long long)l->T);
+    double flops = tri_iteration_flops(m, l->global_batch, l->T, false);
+    if (rm.flops_per_iter < 0.99 * flops || rm.flops_per_iter > 1.01 * flops)
+        return TRI_ERR(TRI_EINVAL, "--calibrate %s: the run counted %.4g FLOPs per iteration, this model %.4g: pass "
+                       "the measured run's --config", a->calibrate, rm.flops_per_iter, flops);
+    tri_stage_plan plan;
+    tri_schedule s = {0};
+    tri_layout_shape shape = tri_train_layout_shape(l);
+    tri_stage_options so = {.v = l->v, .first_layers = l->first_layers, .last_layers = l->last_layers};
+    rc = tri_stage_split(&plan, m, &shape, &so);
+    if (rc)
+        return rc;
+    rc = tri_schedule_make(&s, l->schedule, l->pp, l->v, l->n_micro);
+    double gemm = c->eff.gemm;
+    if (!rc) rc = tri_time_model_calibrate_gemm(m, l, c, &plan, &s, rm.median_s, &gemm);
+    tri_schedule_free(&s);
+    tri_stage_plan_free(&plan);
+    if (rc)
+        return tri_error_context(rc, "--calibrate %s", a->calibrate);
+    c->eff.gemm = gemm;
+    snprintf(source, cap, "calibrated from %s: median of %d iterations, %.4g s", a->calibrate, rm.iterations,
+             rm.median_s);
+    return TRI_OK;
+}
+
+static int write_timeline(const char *path, const tri_preview *p, const char *model_name)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return TRI_ERR(TRI_EIO, "--timeline %s: cannot create the file", path);
+    char title[256];
+    snprintf(title, sizeof title, "%s: %s, tp %d x pp %d x dp %d, %d micro-batches, predicted %#.4g s per iteration",
+             model_name, p->sched.name, p->layout.tp, p->layout.pp, p->layout.dp, p->layout.n_micro,
+             p->time.iteration_s);
+    int rc = tri_timeline_svg(f, &p->sched, &p->sim, title);
+    if (fclose(f) != 0 && !rc)
+        rc = TRI_ERR(TRI_EIO, "--timeline %s: write failed", path);
+    return rc;
+}
+
+static int search(const args *a, const tri_gpt_config *cfg, const tri_transformer *m, const tri_cluster *c,
+                  const tri_layout_request *req, const tri_report_info *info)
+{
+    tri_search_space space = {.base = *req, .max_tp = a->max_tp > 0 ? a->max_tp : c->gpus_per_node,
+                              .max_micro_batch = a->max_micro_batch, .max_v = 8};
+    tri_search_entry *best = calloc((size_t)a->top, sizeof *best);
+    if (!best)
+        return TRI_ERR(TRI_ENOMEM, "out of memory");
+    int n = 0;
+    tri_search_stats st;
+    int rc = tri_search_layouts(m, c, &space, tri_gpt_preview_plan, (void *)cfg, best, a->top, &n, &st);
+    if (!rc && a->json)
+        rc = tri_report_search_json(stdout, best, n, &st, c, info);
+    else if (!rc)
+        tri_report_search_text(stdout, best, n, &st, c, info);
+    free(best);
+    return rc;
+}
+
+static int run(args *a, tri_flag *flags, int nf)
+{
+    tri_gpt_config cfg;
+    int rc = tri_gpt_config_load(&cfg, a->config);
+    if (rc)
+        return rc;
+    const tri_hardware *hw = tri_hardware_find(a->hardware);
+    tri_transformer m = tri_gpt_dims(&cfg);
+    tri_cluster c = make_cluster(a, flags, nf, hw);
+    char gemm_source[512];
+    if (seen(flags, nf, "gemm-efficiency"))
+        snprintf(gemm_source, sizeof gemm_source, "--gemm-efficiency");
+    else if (hw->cpu)
+        snprintf(gemm_source, sizeof gemm_source, "preset: calibrated on this machine's default engine_train run");
+    else
+        snprintf(gemm_source, sizeof gemm_source, "preset: MAMF %.3f x %.3f calibrated once on Korthikanti et al. "
+                 "2022's GPT-3 175B run", hw->mamf, TRI_GEMM_TRANSFORMER_FACTOR);
+    tri_report_info info = {.model_name = cfg.name, .n_params = (double)tri_gpt_num_params(&cfg),
+                            .gemm_source = gemm_source};
+    tri_layout_request req = make_request(a, hw, flags, nf);
+    if (a->search)
+        return search(a, &cfg, &m, &c, &req, &info);
+    tri_train_layout l;
+    rc = tri_layout_resolve(&m, &req, &l);
+    if (!rc && a->calibrate)
+        rc = calibrate(a, &m, &l, &c, gemm_source, sizeof gemm_source);
+    if (rc)
+        return rc;
+    tri_preview p;
+    rc = tri_preview_create(&p, &m, &l, &c, tri_gpt_preview_plan, &cfg);
+    if (rc)
+        return rc;
+    if (a->json)
+        rc = tri_report_json(stdout, &p, &info);
+    else
+        tri_report_text(stdout, &p, &info);
+    if (!rc && a->timeline) {
+        rc = write_timeline(a->timeline, &p, cfg.name);
+        if (!rc && !a->json)
+            printf("timeline: %s\n", a->timeline);
+    }
+    tri_preview_destroy(&p);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    args a;
+    defaults(&a);
+    tri_flag flags[N_FLAGS];
+    int nf = make_flags(&a, flags);
+    bool help = false;
+    int rc = tri_flags_parse(flags, nf, argc, argv, &help);
+    if (!rc && help) {
+        tri_flags_usage(stdout, flags, nf, "partitioner",
+                        "Previews placement, memory per GPU and step time of a GPT layout on a cluster, or searches "
+                        "the layouts that fit (--search). Defaults: the README's CPU run.");
+        return 0;
+    }
+    if (!rc) rc = run(&a, flags, nf);
+    if (rc) {
+        fprintf(stderr, "partitioner: error: %s\n", tri_error_message());
+        return 1;
+    }
+    return 0;
+}
