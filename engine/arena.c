@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "engine/checked.h"
 #include "engine/status.h"
 
 void tri_arena_plan(tri_arena *a)
@@ -26,14 +27,15 @@ int tri_arena_commit(tri_arena *a, tri_device *d)
 int tri_arena_take(tri_arena *a, tri_mem_kind kind, tri_tensor *t, tri_dtype dtype, int ndim,
                    const int64_t *shape)
 {
-    size_t bytes = tri_dtype_size(dtype);
+    size_t bytes = tri_dtype_size(dtype), padded = 0, used = 0;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0 || (shape[i] > 0 && bytes > SIZE_MAX / (size_t)shape[i]))
+        if (shape[i] < 0 || !tri_mul_size(bytes, (size_t)shape[i], &bytes))
             return TRI_ERR(TRI_ENOMEM, "arena: tensor size overflows (dim %d = %lld)", i,
                            (long long)shape[i]);
-        bytes *= (size_t)shape[i];
     }
-    size_t padded = (bytes + TRI_ARENA_ALIGN - 1) / TRI_ARENA_ALIGN * TRI_ARENA_ALIGN;
+    if (!tri_add_size(bytes, TRI_ARENA_ALIGN - 1, &padded) || !tri_add_size(a->used, padded, &used))
+        return TRI_ERR(TRI_ENOMEM, "arena: %zu bytes after %zu overflow the address space", bytes, a->used);
+    padded = padded / TRI_ARENA_ALIGN * TRI_ARENA_ALIGN;
     if (a->base && a->used + padded > a->cap)
         return TRI_ERR(TRI_ENOMEM, "arena: %zu bytes requested with %zu of %zu left (plan mismatch)",
                        padded, a->cap - a->used, a->cap);

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "engine/clock.h"
 #include "engine/status.h"
 
 static int check_dtype(const char *op, tri_tensor t)
@@ -84,25 +85,41 @@ static int prepare_all_gather(tri_comm *c, tri_tensor out, tri_tensor in, bool *
     return TRI_OK;
 }
 
+/* Adds the seconds since t0 to kind's wall-time account; returns rc. */
+static int timed(tri_comm *c, tri_comm_kind kind, double t0, int rc)
+{
+    c->seconds[kind] += tri_now_s() - t0;
+    return rc;
+}
+
 int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
 {
     bool skip = false;
     int rc = prepare_all_reduce(c, x, op, &skip);
-    return rc || skip ? rc : c->ops->all_reduce(c, x, op);
+    if (rc || skip)
+        return rc;
+    double t0 = tri_now_s();
+    return timed(c, TRI_COMM_ALL_REDUCE, t0, c->ops->all_reduce(c, x, op));
 }
 
 int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
 {
     bool skip = false;
     int rc = prepare_reduce_scatter(c, out, in, &skip);
-    return rc || skip ? rc : c->ops->reduce_scatter(c, out, in);
+    if (rc || skip)
+        return rc;
+    double t0 = tri_now_s();
+    return timed(c, TRI_COMM_REDUCE_SCATTER, t0, c->ops->reduce_scatter(c, out, in));
 }
 
 int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
 {
     bool skip = false;
     int rc = prepare_all_gather(c, out, in, &skip);
-    return rc || skip ? rc : c->ops->all_gather(c, out, in);
+    if (rc || skip)
+        return rc;
+    double t0 = tri_now_s();
+    return timed(c, TRI_COMM_ALL_GATHER, t0, c->ops->all_gather(c, out, in));
 }
 
 /* ---- non-blocking ---- */
@@ -111,19 +128,21 @@ int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
 static int start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor in, tri_reduce_op op,
                  tri_comm_request *req)
 {
+    double t0 = tri_now_s();
     if (!c->ops->start) {
         switch (kind) {
-        case TRI_COMM_ALL_REDUCE: return c->ops->all_reduce(c, out, op);
-        case TRI_COMM_REDUCE_SCATTER: return c->ops->reduce_scatter(c, out, in);
-        default: return c->ops->all_gather(c, out, in);
+        case TRI_COMM_ALL_REDUCE: return timed(c, kind, t0, c->ops->all_reduce(c, out, op));
+        case TRI_COMM_REDUCE_SCATTER: return timed(c, kind, t0, c->ops->reduce_scatter(c, out, in));
+        default: return timed(c, kind, t0, c->ops->all_gather(c, out, in));
         }
     }
     int rc = c->ops->start(c, kind, out, in, op, &req->handle);
     if (!rc && req->handle) {
         req->c = c;
         req->seq = c->seq;
+        req->kind = kind;
     }
-    return rc;
+    return timed(c, kind, t0, rc);
 }
 
 int tri_comm_all_reduce_start(tri_comm *c, tri_tensor x, tri_reduce_op op, tri_comm_request *req)
@@ -156,8 +175,10 @@ int tri_comm_wait(tri_comm_request *req)
         return TRI_OK;
     tri_comm *c = req->c;
     void *handle = req->handle;
+    tri_comm_kind kind = req->kind;
     *req = (tri_comm_request){0};
-    return c->ops->wait(c, handle);
+    double t0 = tri_now_s();
+    return timed(c, kind, t0, c->ops->wait(c, handle));
 }
 
 int tri_comm_test(tri_comm_request *req, bool *done)
@@ -186,7 +207,8 @@ int tri_comm_broadcast(tri_comm *c, tri_tensor x, int root)
     count(c, TRI_COMM_BROADCAST, tri_tensor_bytes(x));
     if (c->size == 1 || tri_tensor_numel(x) == 0)
         return TRI_OK;
-    return c->ops->broadcast(c, x, root);
+    double t0 = tri_now_s();
+    return timed(c, TRI_COMM_BROADCAST, t0, c->ops->broadcast(c, x, root));
 }
 
 int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
@@ -209,7 +231,8 @@ int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
     if (n == 0)
         return TRI_OK;
     count(c, TRI_COMM_P2P, sent);
-    return c->ops->p2p(c, ops, n);
+    double t0 = tri_now_s();
+    return timed(c, TRI_COMM_P2P, t0, c->ops->p2p(c, ops, n));
 }
 
 int tri_comm_split(tri_comm *c, int color, int key, tri_comm **out)
@@ -248,6 +271,19 @@ void tri_comm_reset_counters(tri_comm *c)
 {
     memset(c->bytes, 0, sizeof c->bytes);
     memset(c->calls, 0, sizeof c->calls);
+    memset(c->seconds, 0, sizeof c->seconds);
+}
+
+double tri_comm_seconds(const tri_comm *c, tri_comm_kind kind)
+{
+    if (!c)
+        return 0.0;
+    if (kind < TRI_COMM_KINDS)
+        return c->seconds[kind];
+    double s = 0.0;
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        s += c->seconds[k];
+    return s;
 }
 
 const char *tri_comm_kind_name(tri_comm_kind kind)

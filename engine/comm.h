@@ -12,7 +12,11 @@
  * Byte counting convention (the "payload", as Megatron-LM and the ZeRO paper count volume):
  * all_reduce counts numel * dtype size; reduce_scatter and all_gather count the full (unsharded)
  * buffer; broadcast counts the buffer on every rank; p2p counts the bytes this rank sends. A group
- * of one rank sends nothing and counts nothing. */
+ * of one rank sends nothing and counts nothing.
+ *
+ * Every call also adds the wall time this rank spent blocked in it (seconds, per kind): the whole
+ * blocking call, or the start plus the wait of a non-blocking one (time overlapped with compute
+ * between them is not counted). engine_train splits its step time with these (engine/step_time.h). */
 #ifndef TRIDENT_ENGINE_COMM_H
 #define TRIDENT_ENGINE_COMM_H
 
@@ -54,6 +58,7 @@ typedef struct tri_comm_request {
     tri_comm *c;       /* NULL: nothing in flight */
     void *handle;      /* the implementation's; NULL when the operation completed at its start */
     uint64_t seq;      /* the operation's number on its comm (names it in a time-out) */
+    tri_comm_kind kind; /* what it is, for the wall-time account */
 } tri_comm_request;
 
 typedef struct tri_comm_ops {
@@ -87,6 +92,7 @@ struct tri_comm {
     int rank, size;
     uint64_t bytes[TRI_COMM_KINDS];   /* payload bytes sent, per kind */
     uint64_t calls[TRI_COMM_KINDS];   /* number of calls, per kind */
+    double seconds[TRI_COMM_KINDS];   /* wall seconds blocked in calls, per kind (see above) */
     uint64_t seq;                     /* operations started on this comm (names a stuck one) */
     double timeout_s;                 /* a wait longer than this fails with TRI_ETIMEOUT (0: never) */
 };
@@ -135,8 +141,11 @@ void tri_comm_destroy(tri_comm *c);
  * sequence number (0: wait forever). The MPI comm polls; the thread comm has its group's timeout. */
 void tri_comm_set_timeout(tri_comm *c, double seconds);
 
-/* Total payload bytes of one kind, and resetting the counters. */
+/* Total payload bytes of one kind, and resetting the counters (bytes, calls and seconds). */
 uint64_t tri_comm_bytes(const tri_comm *c, tri_comm_kind kind);
+/* Wall seconds this rank spent blocked in calls of one kind (all kinds: TRI_COMM_KINDS); 0 for
+ * NULL. */
+double tri_comm_seconds(const tri_comm *c, tri_comm_kind kind);
 void tri_comm_reset_counters(tri_comm *c);
 const char *tri_comm_kind_name(tri_comm_kind kind);
 

@@ -36,6 +36,9 @@
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/gpt_checkpoint.h"
+#include "tools/cli/train_metrics.h"
+#include "tools/cli/validate.h"
+#include "engine/step_time.h"
 #include "partitioner/flops.h"
 
 
@@ -47,7 +50,7 @@ typedef struct args {
     int64_t global_batch, train_iters, lr_warmup_iters, lr_decay_iters, seed;
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k, save_interval, keep_last;
-    float sample_temperature;
+    float sample_temperature, memory_budget_gb, peak_gflops;
     bool sequence_parallel, deterministic, overlap_grad_reduce, overlap_param_gather, quiet;
 } args;
 
@@ -119,6 +122,8 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("sample-temperature", TRI_FLAG_FLOAT, &a->sample_temperature, "sampling temperature", 1e-3, 100);
     f[n++] = (tri_flag)CHOICE("device", &a->device, "cpu|cuda", "where the math runs");
     f[n++] = (tri_flag)FLAG("threads", TRI_FLAG_INT, &a->threads, "CPU threads per rank (0: OMP_NUM_THREADS, else cores / ranks)", 0, 4096);
+    f[n++] = (tri_flag)FLAG("memory-budget-gb", TRI_FLAG_FLOAT, &a->memory_budget_gb, "refuse layouts whose planned memory per rank exceeds this many GiB (0: the machine's physical memory)", 0, 1e9);
+    f[n++] = (tri_flag)FLAG("peak-gflops", TRI_FLAG_FLOAT, &a->peak_gflops, "peak GFLOP/s of one rank, the denominator of MFU (0: 100 per CPU thread, measured OpenBLAS sgemm here)", 0, 1e9);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no per-iteration lines (summary only)", 0, 0);
     return n;
 }
@@ -173,6 +178,10 @@ static int validate(run *r)
     if (a->sequence_parallel && a->tp == 1)
         return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     int64_t per_step = (int64_t)a->micro_batch * r->dp;
+    if (a->micro_batch > 0 && a->seq_length > 0 && (int64_t)a->micro_batch * a->seq_length > (1LL << 31))
+        return TRI_ERR(TRI_EINVAL, "--micro-batch-size %d x --seq-length %d = %lld tokens per micro-batch, "
+                       "expected at most 2^31", a->micro_batch, a->seq_length,
+                       (long long)a->micro_batch * a->seq_length);
     if (a->global_batch == 0)
         a->global_batch = per_step;
     if (a->global_batch % per_step != 0)
@@ -215,6 +224,18 @@ static int validate(run *r)
     if (!rc && tri_tokenizer_vocab_size(r->tok) != r->cfg.vocab_size)
         rc = TRI_ERR(TRI_EINVAL, "--tokenizer-type %s has %d tokens but %s has vocab_size %d",
                      a->tokenizer_type, tri_tokenizer_vocab_size(r->tok), a->config, r->cfg.vocab_size);
+    return rc;
+}
+
+/* The checks of tools/cli/validate.h: overflowing sizes, the memory plan against the budget, and
+ * the directories the run reads and writes. No communication. */
+static int validate_resources(run *r)
+{
+    const args *a = &r->a;
+    int rc = tri_cli_check_sizes(&r->cfg, a->config, a->global_batch, a->seq_length, a->train_iters);
+    if (!rc) rc = tri_cli_check_output_dir("save-dir", a->save_dir);
+    if (!rc && a->load) rc = tri_cli_check_input_path("load", a->load);
+    if (!rc) rc = tri_cli_check_memory(&r->cfg, a->tp, a->pp, r->dp, &r->sopt.run, a->memory_budget_gb);
     return rc;
 }
 
@@ -393,6 +414,33 @@ static int load_checkpoint(run *r)
     return rc;
 }
 
+/* The observability account of the run (tools/cli/train_metrics.h); MFU against --peak-gflops per
+ * rank, by default 100 GFLOP/s per CPU thread (OpenBLAS sgemm on one core, ../shared/NOTES.md). */
+static int start_metrics(run *r, tri_train_metrics *tm)
+{
+    double peak = r->a.peak_gflops > 0 ? r->a.peak_gflops
+                  : strcmp(r->a.device, "cpu") == 0 ? 100.0 * r->a.threads : 0.0;
+    return tri_train_metrics_init(tm, r->metrics, r->world, peak, r->start_iter, r->a.train_iters);
+}
+
+/* One progress line on rank 0: the figures, the time split, the ETA, and the straggler when the
+ * slowest rank computed over 25% longer than the median. */
+static void log_iteration(run *r, const tri_train_metrics *tm, int64_t iter, const tri_step_result *res,
+                          const tri_step_time *t, double tps, double gflops)
+{
+    char eta[32];
+    tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms (compute %.0f%%, tp %.0f%%, "
+                  "pp %.0f%%, bubble %.0f%%, dp %.0f%%) | %8.0f tok/s | %6.2f GFLOP/s | ETA %s", (long long)iter,
+                  (long long)r->a.train_iters, res->loss, (double)res->lr, res->grad_norm, t->step_s * 1e3,
+                  100 * t->compute_s / t->step_s, 100 * t->tp_s / t->step_s, 100 * t->pp_s / t->step_s,
+                  100 * t->bubble_s / t->step_s, 100 * (t->dp_s + t->other_s) / t->step_s, tps, gflops,
+                  tri_format_duration(tri_train_metrics_eta(tm, iter), eta, sizeof eta));
+    if (r->world->size > 1 && tm->straggler_rank >= 0 && tm->straggler_compute_s > 1.25 * tm->median_compute_s)
+        tri_log_rank0("straggler: rank %d computed %.1f ms over the last interval, median %.1f ms (+%.0f%%)",
+                      tm->straggler_rank, tm->straggler_compute_s * 1e3, tm->median_compute_s * 1e3,
+                      100.0 * (tm->straggler_compute_s / tm->median_compute_s - 1.0));
+}
+
 static int train_loop(run *r)
 {
     const args *a = &r->a;
@@ -400,37 +448,39 @@ static int train_loop(run *r)
     tri_transformer dims = tri_gpt_dims(&r->cfg);
     double flops = tri_iteration_flops(&dims, a->global_batch, a->seq_length, false);
     double t_start = tri_now_s(), first_loss = NAN, last_loss = NAN;
-    for (int64_t it = r->start_iter; it < a->train_iters; it++) {
+    tri_train_metrics tm;
+    int rc = start_metrics(r, &tm);
+    for (int64_t it = r->start_iter; it < a->train_iters && !rc; it++) {
         double t0 = tri_now_s();
+        tri_step_time before = tri_step_time_snapshot(&r->ss.grid);
         tri_step_result res;
-        int rc = tri_trainer_step(&r->ss.trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
-        if (rc)
-            return tri_error_context(rc, "iteration %lld", (long long)it + 1);
+        rc = tri_trainer_step(&r->ss.trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
+        if (rc) {
+            rc = tri_error_context(rc, "iteration %lld", (long long)it + 1);
+            break;
+        }
         double dt = tri_now_s() - t0;
+        tri_step_time after = tri_step_time_snapshot(&r->ss.grid);
+        tri_step_time split = tri_step_time_split(&before, &after, dt);
         double tps = (double)(a->global_batch * a->seq_length) / dt;
         if (it == r->start_iter) {
             first_loss = res.loss;
             print_memory(r);
         }
         last_loss = res.loss;
-        if (!a->quiet && ((it + 1) % a->log_interval == 0 || it == r->start_iter))
-            tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms | %8.0f tok/s | "
-                          "%6.2f GFLOP/s", (long long)it + 1, (long long)a->train_iters, res.loss, (double)res.lr,
-                          res.grad_norm, dt * 1e3, tps, flops / dt / 1e9);
-        metric_line(r, "train", it + 1,
-                    (const char *[]){"loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", NULL},
-                    (double[]){res.loss, res.lr, res.grad_norm, dt * 1e3, tps, flops / dt / 1e9});
-        if (a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters) {
+        bool log_now = (it + 1) % a->log_interval == 0 || it == r->start_iter || it + 1 == a->train_iters;
+        rc = tri_train_metrics_step(&tm, it + 1, res.loss, res.lr, res.grad_norm, &split, flops,
+                                    (double)(a->global_batch * a->seq_length), r->dev->peak_bytes, log_now);
+        if (!rc && !a->quiet && log_now)
+            log_iteration(r, &tm, it + 1, &res, &split, tps, flops / dt / 1e9);
+        if (!rc && a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters)
             rc = evaluate(r, it + 1);
-            if (rc)
-                return rc;
-        }
-        if (a->save_interval > 0 && ((it + 1) % a->save_interval == 0 || it + 1 == a->train_iters)) {
+        if (!rc && a->save_interval > 0 && ((it + 1) % a->save_interval == 0 || it + 1 == a->train_iters))
             rc = save_checkpoint(r, it + 1);
-            if (rc)
-                return rc;
-        }
     }
+    tri_train_metrics_free(&tm);
+    if (rc)
+        return rc;
     double total = tri_now_s() - t_start;
     if (a->train_iters > r->start_iter)
         tri_log_rank0("trained %lld iterations in %.1f s: loss %.4f -> %.4f (ln vocab = %.4f)",
@@ -578,9 +628,13 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!rc) rc = validate(&r);
+    if (!rc) rc = validate_resources(&r);
     if (rc) {
-        /* every rank reached the same verdict without communicating: report and exit cleanly */
-        fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
+        /* every rank reached the same verdict without communicating: rank 0 reports it once, every
+         * rank exits cleanly (a rank that failed alone, e.g. on its own node's files, still makes
+         * mpirun end the job) */
+        if (r.world->rank == 0 || r.world->size == 1)
+            fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
         cleanup(&r);
         tri_comm_destroy(r.world);
         MPI_Finalize();
