@@ -12,7 +12,8 @@ int tri_grid_check(int world_size, int tp, int pp, int *dp)
                        "(%d) must be >= 1", tp, pp);
     if (world_size % (tp * pp) != 0)
         return TRI_ERR(TRI_EINVAL, "world size %d is not divisible by tensor-model-parallel-size %d x "
-                       "pipeline-model-parallel-size %d = %d", world_size, tp, pp, tp * pp);
+                       "pipeline-model-parallel-size %d = %d (expected mpirun -np a multiple of %d)", world_size, tp, pp,
+                       tp * pp, tp * pp);
     *dp = world_size / (tp * pp);
     return TRI_OK;
 }

@@ -75,13 +75,77 @@ expect "tokens missing file"  "absent.bin" "${cfg[@]}" --train-data "$tmp/absent
 expect "seq-length > n_positions" "--seq-length 32 must be in [1, n_positions = 16" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --seq-length 32
 expect "unknown flag"          "unknown flag --no-such-flag" "${cfg[@]}" "${ok_data[@]}" --no-such-flag 3
 expect "non-numeric value"     "--lr fast: expected a finite number" "${cfg[@]}" "${ok_data[@]}" --lr fast
-expect "negative batch"        "--micro-batch-size -2: expected a value in" "${cfg[@]}" "${ok_data[@]}" --micro-batch-size -2
+expect "negative batch"        "--micro-batch-size -2: expected an integer in" "${cfg[@]}" "${ok_data[@]}" --micro-batch-size -2
 expect "min-lr above lr"       "--min-lr" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr 1e-4 --min-lr 1e-3
 expect "global batch divisibility" "--global-batch-size 3 is not divisible" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --micro-batch-size 2 --global-batch-size 3
 expect "tokenizer vs vocab"    "has vocab_size 100" --config "$tmp/v100.json" --train-data "$tmp/u_train.bin" --val-data "$tmp/u_train.bin" "${common[@]}" --tokenizer-type ByteLevel
 expect "sequence parallel without tp" "--sequence-parallel needs" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --sequence-parallel
 expect "warm-up past the decay" "--lr-warmup-iters 5 must be below the end of the decay, 1" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr-warmup-iters 5
 expect "bad choice"            "--lr-decay-style sideways: expected one of cosine|linear|constant" "${cfg[@]}" "${ok_data[@]}" --lr-decay-style sideways
+
+# ---- the table of bad inputs (tests/bad_inputs.tsv): each refused before any collective, with one
+# error line holding the expected text, no crash, nothing started (no plan printed). Multi-rank
+# rows run under mpirun and must also end quickly (no rank left waiting). ----
+printf '{"n_layer": 2, "n_head": 3, "n_embd": 48, "vocab_size": 257, "n_positions": 16}' > "$tmp/nh3.json"
+mpirun_flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 60 -x OMP_NUM_THREADS=1)
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
+  [ -n "${!v:-}" ] && mpirun_flags+=(-x "$v")
+done
+[ -n "${ASAN_OPTIONS:-}" ] && mpirun_flags+=(--mca mca_base_component_disable_dlclose 1)
+tiny=(--config "$tmp/tiny2.json")
+printf '{"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/tiny2.json"
+table_cases=0
+# run_row N NAME RANKS WANT CONFIG FLAGS: runs one row into $tmp/row.N.{out,rc,s}
+run_row() {
+  local n=$1 ranks=$3 config=$5 flagtext=$6 start=$SECONDS
+  local -a extra=() launch=() cfgflag=("${tiny[@]}")
+  if [ "$config" != "-" ]; then
+    printf '%s' "$config" > "$tmp/case$n.json"
+    cfgflag=(--config "$tmp/case$n.json")
+  fi
+  eval "extra=($flagtext)"
+  [ "$ranks" -gt 1 ] && launch=(mpirun "${mpirun_flags[@]}" -np "$ranks")
+  "${launch[@]}" "$bin" "${cfgflag[@]}" "${ok_data[@]}" "${common[@]}" --save-dir "$tmp/run$n" "${extra[@]}" \
+    > "$tmp/row.$n.out" 2>&1
+  echo $? > "$tmp/row.$n.rc"
+  echo $((SECONDS - start)) > "$tmp/row.$n.s"
+}
+# check_row N NAME RANKS WANT: one error line holding WANT, non-zero exit, no crash, nothing started
+check_row() {
+  local n=$1 name=$2 ranks=$3 want=${4//\$tmp/$tmp} out rc secs n_err
+  out=$(cat "$tmp/row.$n.out"); rc=$(cat "$tmp/row.$n.rc"); secs=$(cat "$tmp/row.$n.s")
+  table_cases=$((table_cases + 1))
+  n_err=$(grep -c "engine_train: error" <<<"$out")
+  if [ "$rc" -eq 0 ]; then
+    echo "FAIL table $name: exit status 0"; failures=$((failures + 1))
+  elif grep -qE "Sanitizer|runtime error|Segmentation|core dumped|signal [0-9]" <<<"$out" || { [ "$ranks" -eq 1 ] && [ "$rc" -ge 128 ]; }; then
+    echo "FAIL table $name: crashed (status $rc):"; echo "$out" | head -20; failures=$((failures + 1))
+  elif [ "$n_err" -ne 1 ] || ! grep "engine_train: error" <<<"$out" | grep -qF -- "$want"; then
+    echo "FAIL table $name: expected one error line with '$want', got $n_err:"; echo "$out" | head -6
+    failures=$((failures + 1))
+  elif grep -q "^Trident:\|layout:" <<<"$out" || [ "$secs" -gt 60 ]; then
+    echo "FAIL table $name: started or slow ($secs s):"; echo "$out" | head -6; failures=$((failures + 1))
+  else
+    echo "ok   table $name ($ranks rank$([ "$ranks" -gt 1 ] && echo s), $secs s): $(grep -m1 'engine_train: error' <<<"$out")"
+  fi
+}
+rows=()
+while IFS= read -r line; do
+  case $line in ''|'#'*) continue ;; esac
+  rows+=("$line")
+done < "$src/tests/bad_inputs.tsv"
+# most of a refused run is MPI start-up: run 4 rows at a time, then check them in order
+for i in "${!rows[@]}"; do
+  IFS=$'\t' read -r name ranks want config flagtext <<<"${rows[$i]}"
+  run_row "$i" "$name" "$ranks" "$want" "$config" "$flagtext" &
+  while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n; done
+done
+wait
+for i in "${!rows[@]}"; do
+  IFS=$'\t' read -r name ranks want config flagtext <<<"${rows[$i]}"
+  check_row "$i" "$name" "$ranks" "$want"
+done
+echo "bad inputs table: $table_cases cases"
 
 # --device cuda: trains where a GPU is usable; elsewhere one clear error line, exit 1, no crash
 out=$("$bin" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --device cuda 2>&1)

@@ -175,6 +175,9 @@ static int validate(run *r)
     if (!rc) rc = tri_gpt_config_load(&r->cfg, a->config);
     if (rc)
         return rc;
+    if (a->layers_per_virtual_stage > 0 && strcmp(a->schedule, "interleaved") != 0)
+        return TRI_ERR(TRI_EINVAL, "--num-layers-per-virtual-pipeline-stage %d needs --pipeline-schedule "
+                       "interleaved (got %s)", a->layers_per_virtual_stage, a->schedule);
     if (a->sequence_parallel && a->tp == 1)
         return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     int64_t per_step = (int64_t)a->micro_batch * r->dp;
@@ -188,6 +191,10 @@ static int validate(run *r)
         return TRI_ERR(TRI_EINVAL, "--global-batch-size %lld is not divisible by --micro-batch-size %d x "
                        "data-parallel size %d = %lld", (long long)a->global_batch, a->micro_batch, r->dp,
                        (long long)per_step);
+    if (a->global_batch / per_step > (1 << 20))
+        return TRI_ERR(TRI_EINVAL, "--global-batch-size %lld / (--micro-batch-size %d x data-parallel size %d) = "
+                       "%lld micro-batches, expected at most %d", (long long)a->global_batch, a->micro_batch,
+                       r->dp, (long long)(a->global_batch / per_step), 1 << 20);
     r->n_micro = (int)(a->global_batch / per_step);
     if (a->min_lr > a->lr)
         return TRI_ERR(TRI_EINVAL, "--min-lr %g is larger than --lr %g", (double)a->min_lr, (double)a->lr);

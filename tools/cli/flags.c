@@ -16,6 +16,8 @@ static bool has_range(const tri_flag *f)
 
 static int out_of_range(const tri_flag *f, const char *text)
 {
+    if (f->kind == TRI_FLAG_INT || f->kind == TRI_FLAG_INT64)
+        return TRI_ERR(TRI_EINVAL, "--%s %s: expected an integer in [%.0f, %.0f]", f->name, text, f->min, f->max);
     return TRI_ERR(TRI_EINVAL, "--%s %s: expected a value in [%g, %g]", f->name, text, f->min, f->max);
 }
 
@@ -24,6 +26,9 @@ static int parse_integer(const tri_flag *f, const char *text, long long *out)
     char *end = NULL;
     errno = 0;
     long long v = strtoll(text, &end, 10);
+    if (errno == ERANGE)
+        return TRI_ERR(TRI_EINVAL, "--%s %s: does not fit in 64 bits; expected an integer in [%.0f, %.0f]",
+                       f->name, text, f->min, f->max);
     if (errno || end == text || *end != '\0')
         return TRI_ERR(TRI_EINVAL, "--%s %s: expected an integer", f->name, text);
     if (has_range(f) && (v < f->min || v > f->max))
@@ -91,6 +96,31 @@ static int set_value(tri_flag *f, const char *text)
     return rc;
 }
 
+/* getopt_long accepts unambiguous prefixes ("--zero" for "--zero-stage"); a typo must not pick a
+ * flag silently, so the name given must be the flag's whole name. */
+static int check_full_name(const tri_flag *f, char **argv, int next)
+{
+    for (int i = next - 1; i >= 1 && i >= next - 2; i--) {
+        const char *a = argv[i];
+        if (a[0] != '-' || a[1] != '-')
+            continue;
+        size_t len = strcspn(a + 2, "=");
+        if (len == strlen(f->name) && strncmp(a + 2, f->name, len) == 0)
+            return TRI_OK;
+        return TRI_ERR(TRI_EINVAL, "unknown flag %.*s (did you mean --%s? see -h)", (int)len + 2, a, f->name);
+    }
+    return TRI_OK;
+}
+
+/* The argv element holding the unknown one-letter flag c: getopt leaves optind on it while letters
+ * remain after c, and moves past it after its last letter. */
+static const char *short_flag_arg(int argc, char **argv, int c)
+{
+    if (optind < argc && argv[optind][0] == '-' && argv[optind][1] != '-' && strchr(argv[optind], c))
+        return argv[optind];
+    return argv[optind - 1];
+}
+
 int tri_flags_parse(tri_flag *flags, int n, int argc, char **argv, bool *help)
 {
     struct option *longs = calloc((size_t)n + 2, sizeof *longs);
@@ -109,9 +139,12 @@ int tri_flags_parse(tri_flag *flags, int n, int argc, char **argv, bool *help)
             *help = true;
         else if (c == ':')
             rc = TRI_ERR(TRI_EINVAL, "%s needs a value", argv[optind - 1]);
+        else if (c == '?' && optopt > 0 && optopt < 1000)  /* an unknown one-letter flag */
+            rc = TRI_ERR(TRI_EINVAL, "unknown flag -%c in '%s' (flags take the form --name value; see -h)",
+                         optopt, short_flag_arg(argc, argv, optopt));
         else if (c == '?')
             rc = TRI_ERR(TRI_EINVAL, "unknown flag %s (see -h)", argv[optind - 1]);
-        else
+        else if (!(rc = check_full_name(&flags[c - 1000], argv, optind)))
             rc = set_value(&flags[c - 1000], optarg ? optarg : "");
     }
     if (!rc && optind < argc)

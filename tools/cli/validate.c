@@ -51,8 +51,8 @@ int tri_cli_check_memory(const tri_gpt_config *cfg, int tp, int pp, int dp, cons
             total += (double)b[k];
         total /= 1073741824.0;
         if (total > budget)
-            return TRI_ERR(TRI_EINVAL, "pipeline stage %d of %s needs %.2f GiB per rank (tp %d x pp %d x dp %d, "
-                           "ZeRO stage %d, micro-batch %lld x seq %lld), more than the %s of %.2f GiB; "
+            return TRI_ERR(TRI_EINVAL, "pipeline stage %d of %s needs %.3g GiB per rank (tp %d x pp %d x dp %d, "
+                           "ZeRO stage %d, micro-batch %lld x seq %lld), more than the %s of %.3g GiB; "
                            "expected a layout within it: more tp/pp/dp, a ZeRO stage, recomputation or "
                            "a smaller micro-batch", s, cfg->name, total, tp, pp, dp, o->zero_stage,
                            (long long)o->B, (long long)o->T,
@@ -79,7 +79,9 @@ int tri_cli_check_output_dir(const char *flag, const char *dir)
                 return TRI_ERR(TRI_EIO, "--%s %s: directory %s is not writable", flag, dir, path);
             return TRI_OK;
         }
-        if (errno != ENOENT)
+        if (errno == ENOTDIR) {
+            /* a component is a file: walk up to it and report it */
+        } else if (errno != ENOENT)
             return TRI_ERR(TRI_EIO, "--%s %s: %s: %s", flag, dir, path, strerror(errno));
         char *slash = strrchr(path, '/');
         while (slash && slash > path && slash[1] == '\0') { /* trailing slashes */
