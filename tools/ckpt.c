@@ -33,6 +33,7 @@
 #include "models/gpt.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/train_metrics.h"
 #include "tools/cli/gpt_checkpoint.h"
 #include "tools/cli/gpt_formats.h"
 
@@ -49,17 +50,28 @@ typedef struct args {
 
 static bool quiet_progress;
 
+/* A bar with the elapsed time and the ETA at the pace so far (the clock restarts with each new
+ * phase, e.g. verify, then load). */
 static void progress(void *ctx, const char *what, int64_t done, int64_t total)
 {
+    static const char *phase;
+    static double t_start;
     (void)ctx;
     if (quiet_progress || total <= 0 || !isatty(2))
         return;
+    if (!phase || strcmp(phase, what) != 0) {
+        phase = what;
+        t_start = tri_now_s();
+    }
     int width = 40, fill = (int)(width * done / total);
-    char bar[48];
+    char bar[48], el[32], eta[32];
     for (int i = 0; i < width; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
-    fprintf(stderr, "\r%-8s [%s] %3d%%", what, bar, (int)(100 * done / total));
+    double elapsed = tri_now_s() - t_start;
+    fprintf(stderr, "\r%-8s [%s] %3d%% %s, ETA %s  ", what, bar, (int)(100 * done / total),
+            tri_format_duration(elapsed, el, sizeof el),
+            done > 0 ? tri_format_duration(elapsed / (double)done * (double)(total - done), eta, sizeof eta) : "?");
     if (done >= total)
         fprintf(stderr, "\n");
     fflush(stderr);

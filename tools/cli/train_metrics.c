@@ -54,21 +54,6 @@ const char *tri_format_duration(double s, char *buf, size_t cap)
     return buf;
 }
 
-void tri_progress(FILE *f, const char *label, int64_t done, int64_t total, double t_start, double *last_s)
-{
-    double now = tri_now_s();
-    if (done < total && now - *last_s < 2.0)
-        return;
-    *last_s = now;
-    double elapsed = now - t_start;
-    double eta = done > 0 ? elapsed / (double)done * (double)(total - done) : -1.0;
-    char e[32], r[32];
-    fprintf(f, "%s: %lld/%lld (%.0f%%), %s elapsed, ETA %s\n", label, (long long)done, (long long)total,
-            total > 0 ? 100.0 * (double)done / (double)total : 100.0, tri_format_duration(elapsed, e, sizeof e),
-            done > 0 ? tri_format_duration(eta, r, sizeof r) : "?");
-    fflush(f);
-}
-
 static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

@@ -55,8 +55,4 @@ double tri_train_metrics_eta(const tri_train_metrics *m, int64_t iter);
 /* Formats seconds as "1h02m03s", "2m03s" or "3.4s" into buf. */
 const char *tri_format_duration(double seconds, char *buf, size_t cap);
 
-/* Prints a progress line "label: done/total (pct%), elapsed, ETA" to f at most every 2 s (and at
- * done == total); *last_s holds the time of the last print (start it at 0). For long tools. */
-void tri_progress(FILE *f, const char *label, int64_t done, int64_t total, double t_start, double *last_s);
-
 #endif

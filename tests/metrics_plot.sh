@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# tests/metrics_plot.sh BUILD_DIR SOURCE_DIR - engine_train's observability on real MPI ranks.
+#
+# Two short runs (4 ranks tp 2 x pp 2; 2 ranks dp 2 with ZeRO 1) must write a metrics.jsonl whose
+# every train line has every field with a sane value: loss, lr, grad norm, tokens/s, MFU in (0, 1],
+# memory, a time split (compute, tp, pp, bubble, dp, other) that sums to the step time, the group
+# the layout uses taking time (tp and bubble in the first run, dp in the second), per-rank compute,
+# wait and memory arrays of the world size with a straggler rank inside it; the log lines carry an
+# ETA. Then tools/plot.sh must turn the file into a valid PNG (signature, IHDR size, > 10 KB).
+set -u
+build=$1
+src=$2
+bin="$build/bin/engine_train"
+tok="$build/bin/tokenize"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpirun_flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 180 -x OMP_NUM_THREADS=1)
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  mpirun_flags+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+
+printf '{"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 257, "n_positions": 32}' > "$tmp/tiny.json"
+head -c 30000 "$src/README.md" > "$tmp/text.txt"
+"$tok" --input "$tmp/text.txt" --output-prefix "$tmp/t" --tokenizer-type ByteLevel --val-fraction 0 \
+  > /dev/null 2>&1 || { echo "FAIL: cannot tokenize fixtures"; exit 1; }
+run=(--config "$tmp/tiny.json" --train-data "$tmp/t_train.bin" --val-data "$tmp/t_train.bin" --train-iters 6
+     --eval-interval 3 --eval-iters 1 --sample-length 0 --micro-batch-size 2 --seq-length 16 --log-interval 2)
+
+train() { # NAME NP FLAGS...
+  local name=$1 np=$2
+  shift 2
+  if ! mpirun "${mpirun_flags[@]}" -np "$np" "$bin" "${run[@]}" --save-dir "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1; then
+    fail "$name: engine_train failed:"; tail -5 "$tmp/$name.log"; return 1
+  fi
+  grep -q "ETA" "$tmp/$name.log" || fail "$name: no ETA on the log lines"
+  echo "ok   $name: trained ($(grep -c '"kind":"train"' "$tmp/$name/metrics.jsonl") metrics lines)"
+}
+
+check() { # NAME WORLD BUSY_FIELDS...: python checks every train line
+  local name=$1 world=$2
+  shift 2
+  python3 - "$tmp/$name/metrics.jsonl" "$world" "$@" <<'PY' || fail "$name: metrics check"
+import json, math, sys
+path, world, busy = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+lines = [json.loads(l) for l in open(path) if l.strip()]
+train = [l for l in lines if l["kind"] == "train"]
+evals = [l for l in lines if l["kind"] == "eval"]
+errors = []
+need = ["iter", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", "mfu", "step_s", "compute_s",
+        "tp_s", "pp_s", "bubble_s", "dp_s", "other_s", "mem_mib", "eta_s"]
+parts = ["compute_s", "tp_s", "pp_s", "bubble_s", "dp_s", "other_s"]
+if [l["iter"] for l in train] != list(range(1, 7)):
+    errors.append("iterations %s, expected 1..6" % [l["iter"] for l in train])
+if not evals or not all(math.isfinite(e["val_loss"]) and e["val_loss"] > 0 for e in evals):
+    errors.append("no sane eval line")
+busy_total = {f: 0.0 for f in busy}
+gathered = 0
+for l in train:
+    missing = [k for k in need if k not in l]
+    if missing:
+        errors.append("iter %s lacks %s" % (l.get("iter"), missing)); continue
+    if not (0 < l["loss"] < 20 and 0 < l["lr"] < 1 and 0 < l["grad_norm"] < 1e4):
+        errors.append("iter %d: loss/lr/grad_norm %g %g %g" % (l["iter"], l["loss"], l["lr"], l["grad_norm"]))
+    if not (l["tokens_per_s"] > 0 and l["gflops"] > 0 and 0 < l["mfu"] <= 1 and l["mem_mib"] > 0 and l["eta_s"] >= 0):
+        errors.append("iter %d: throughput/mfu/memory/eta %g %g %g %g" % (l["iter"], l["tokens_per_s"], l["mfu"], l["mem_mib"], l["eta_s"]))
+    if abs(l["ms"] / 1e3 - l["step_s"]) > 1e-6 or any(l[p] < 0 for p in parts):
+        errors.append("iter %d: ms %g vs step_s %g, or a negative part" % (l["iter"], l["ms"], l["step_s"]))
+    total = sum(l[p] for p in parts)
+    if abs(total - l["step_s"]) > 0.02 * l["step_s"]:
+        errors.append("iter %d: the split sums to %g s, the step took %g s" % (l["iter"], total, l["step_s"]))
+    for f in busy:
+        busy_total[f] += l[f]
+    if "ranks" in l:
+        gathered += 1
+        r = l["ranks"]
+        if any(len(r[k]) != world for k in ("compute_s", "wait_s", "mem_mib")):
+            errors.append("iter %d: per-rank arrays are not of %d ranks" % (l["iter"], world))
+        elif not (0 <= l["straggler_rank"] < world and l["straggler_compute_s"] == max(r["compute_s"])
+                  and min(r["mem_mib"]) > 0 and all(c > 0 for c in r["compute_s"])):
+            errors.append("iter %d: straggler %s of %s" % (l["iter"], l["straggler_rank"], r))
+if gathered < 3:  # iterations 1, 2, 4, 6 at --log-interval 2
+    errors.append("only %d lines carry the per-rank figures" % gathered)
+for f, t in busy_total.items():
+    if not t > 0:
+        errors.append("%s is 0 in every iteration, expected time in it for this layout" % f)
+for e in errors:
+    print("  " + e)
+print("ok   %s: %d train lines, fields %s; busy %s" % (path.split("/")[-2], len(train), " ".join(need),
+      {f: round(t, 4) for f, t in busy_total.items()}) if not errors else "  %d problem(s)" % len(errors))
+sys.exit(1 if errors else 0)
+PY
+}
+
+train tp2pp2 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --global-batch-size 4 &&
+  check tp2pp2 4 tp_s bubble_s
+train dp2 2 --zero-stage 1 && check dp2 2 dp_s
+grep -q "straggler\|ETA" "$tmp/tp2pp2.log" && echo "ok   log: $(grep -m1 'iter      2/' "$tmp/tp2pp2.log")"
+
+# the plot tool: a real PNG (signature, IHDR chunk, width x height) of some size
+if bash "$src/tools/plot.sh" "$tmp/tp2pp2" "$tmp/plot.png" > "$tmp/plot.log" 2>&1; then
+  python3 - "$tmp/plot.png" <<'PY' || fail "plot: not a valid PNG"
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n", "signature"
+assert data[12:16] == b"IHDR", "IHDR"
+w, h = struct.unpack(">II", data[16:24])
+assert w >= 800 and h >= 600 and len(data) > 10000 and data[-8:-4] == b"IEND", (w, h, len(data))
+print("ok   plot: %dx%d PNG, %d bytes" % (w, h, len(data)))
+PY
+else
+  fail "plot:"; cat "$tmp/plot.log"
+fi
+# and it refuses a file without training lines
+echo '{"kind":"eval","iter":1,"val_loss":3}' > "$tmp/empty.jsonl"
+bash "$src/tools/plot.sh" "$tmp/empty.jsonl" "$tmp/x.png" > "$tmp/empty.log" 2>&1 && fail "plot accepted a file without train lines"
+grep -q "holds no" "$tmp/empty.log" && echo "ok   plot refuses: $(cat "$tmp/empty.log")"
+echo "metrics_plot: $failures failure(s)"
+exit $((failures > 0))
