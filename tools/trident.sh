@@ -6,6 +6,7 @@
 #   bash tools/trident.sh bench                         runs the benchmarks
 #   bash tools/trident.sh bench-cuda [flags]            GPT-2 124M..1.5B on the GPU(s): ms/iter, tokens/s, MFU
 #   bash tools/trident.sh build                         installs and builds only
+#   bash tools/trident.sh valgrind                      a 4-rank tiny training under valgrind memcheck
 #
 # The build goes to build/ (Release; the CUDA backend too when nvcc is found). Multi-rank runs use
 # Open MPI with one BLAS/OpenMP thread per rank; --oversubscribe lets more ranks than cores run.
@@ -59,9 +60,14 @@ case "$cmd" in
     build
     data
     (cd build && ctest --output-on-failure -j 2 -LE gpu && ctest --output-on-failure -L gpu)
-    # the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (Debug build)
+    # the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (Debug build); the fuzz
+    # label's harnesses carry their own sanitizers and already ran above
     build_tree build-asan Debug
-    (cd build-asan && ctest --output-on-failure -j 2 -LE gpu)
+    (cd build-asan && ctest --output-on-failure -j 2 -LE 'gpu|fuzz')
+    ;;
+  valgrind)
+    bash tools/install_deps.sh
+    exec bash tools/valgrind_4rank.sh "$@"
     ;;
   bench)
     build
@@ -75,7 +81,7 @@ case "$cmd" in
     exec build/bin/bench_cuda_train "$@"
     ;;
   *)
-    echo "usage: bash tools/trident.sh train|test|bench|bench-cuda|build [flags]" >&2
+    echo "usage: bash tools/trident.sh train|test|bench|bench-cuda|build|valgrind [flags]" >&2
     exit 2
     ;;
 esac
