@@ -9,6 +9,8 @@ src=$2
 bin="$build/bin/engine_train"
 tok="$build/bin/tokenize"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+# one-rank runs start without an orted (faster start-up; they never spawn)
+export OMPI_MCA_ess_singleton_isolated=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0

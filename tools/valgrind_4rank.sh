@@ -7,8 +7,11 @@
 # kernels (OPENBLAS_CORETYPE). The only suppressions are the ones ../shared/NOTES.md measured:
 # Open MPI's /usr/share/openmpi/openmpi-valgrind.supp plus one for libpmix's writev. Each rank
 # writes BUILD_DIR/valgrind/rank.<pid>.log; the script prints each rank's ERROR SUMMARY and exits
-# non-zero when any rank reports an error (--error-exitcode) or training fails. Leaks are checked
-# as "definite" only (Open MPI keeps reachable memory until exit). Takes a few minutes.
+# non-zero when any rank reports a memory error (invalid read/write, uninitialised value, bad free:
+# --error-exitcode) or training fails. Leaks: Open MPI 4.1.4 itself loses ~19 KB per rank definitely
+# inside MPI_Init/MPI_Finalize (measured here; the NOTES.md suppressions do not cover leaks), so a
+# definite leak fails the run only when no Open MPI frame (libmpi, libopen-pal/-rte, PMIx, hwloc,
+# an mca component) is on its allocation stack, i.e. when it is ours. Takes a few minutes.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-valgrind}
@@ -38,7 +41,7 @@ start=$SECONDS
 status=0
 mpirun --oversubscribe --bind-to none --mca btl self,vader --timeout 1800 -np 4 \
   -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x OPENBLAS_CORETYPE=Haswell -x OMP_WAIT_POLICY=PASSIVE \
-  valgrind --error-exitcode=3 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+  valgrind --num-callers=40 --error-exitcode=3 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=none \
     --suppressions=/usr/share/openmpi/openmpi-valgrind.supp --suppressions="$out/pmix.supp" \
     --log-file="$out/rank.%p.log" \
   "$build/bin/engine_train" --config "$out/tiny.json" --train-data "$out/t_train.bin" --val-data "$out/t_train.bin" \
@@ -50,8 +53,19 @@ for f in "$out"/rank.*.log; do
 done
 errors=$(grep -h 'ERROR SUMMARY' "$out"/rank.*.log | awk '{s += $4} END {print s + 0}')
 ranks=$(grep -l 'ERROR SUMMARY' "$out"/rank.*.log | wc -l)
-echo "valgrind_4rank: $ranks rank(s) checked, $errors error(s), training status $status, $((SECONDS - start)) s"
-if [ "$status" -ne 0 ] || [ "$errors" -ne 0 ] || [ "$ranks" -ne 4 ]; then
+# definite leaks by owner: a record is Open MPI's when any frame of its stack is
+awk '/definitely lost in loss record/ {rec = $0; buf = ""; on = 1; next}
+     on && /^==[0-9]+== $/ {
+       if (buf ~ /libmpi|libopen-pal|libopen-rte|libpmix|libhwloc|libevent|ompi_|orte_|opal_|PMPI_|mca_/) mpi++
+       else { ours++; print rec buf > "/dev/stderr" }
+       on = 0; next }
+     on {buf = buf "\n" $0}
+     END {printf "%d %d\n", ours + 0, mpi + 0}' "$out"/rank.*.log > "$out/leaks.txt" 2> "$out/our_leaks.txt"
+read -r our_leaks mpi_leaks < "$out/leaks.txt"
+echo "valgrind_4rank: $ranks rank(s) checked, $errors memory error(s), $our_leaks definite leak(s) of ours" \
+     "($mpi_leaks inside Open MPI), training status $status, $((SECONDS - start)) s"
+[ "$our_leaks" -eq 0 ] || head -40 "$out/our_leaks.txt"
+if [ "$status" -ne 0 ] || [ "$errors" -ne 0 ] || [ "$ranks" -ne 4 ] || [ "$our_leaks" -ne 0 ]; then
   tail -5 "$out/train.log"
   exit 1
 fi

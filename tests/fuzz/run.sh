@@ -75,8 +75,10 @@ for t in "${targets[@]}"; do
   log="$out/fuzz_$t.log"
   maxlen=4096
   [ "$t" = ckpt ] && maxlen=32768
+  dict=()
+  [ -f "$src/tests/fuzz/$t.dict" ] && dict=(-dict="$src/tests/fuzz/$t.dict")
   if (cd "$src" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 TRIDENT_FUZZ_BPE_DIR="$src/data/gpt2" \
-        "$bin" "${limit[@]}" -max_len=$maxlen -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        "$bin" "${limit[@]}" "${dict[@]}" -max_len=$maxlen -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$out/crash-$t-" "$out/corpus/$t" "$src/tests/fuzz/corpus/$t" > "$log" 2>&1); then
     execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
     echo "fuzz $t: ok, ${execs:-?} executions, no crash"
