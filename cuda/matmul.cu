@@ -89,6 +89,13 @@ static uint32_t alignment(const void *p)
     return a;
 }
 
+/* a, lowered to the alignment of a batch stride of `stride` floats (the later members' starts). */
+static uint32_t min_align(uint32_t a, int64_t stride)
+{
+    uint32_t s = alignment((const void *)(uintptr_t)((uint64_t)stride * sizeof(float)));
+    return stride == 0 || a < s ? a : s;
+}
+
 static int layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols, int64_t ld, int32_t batch,
                   int64_t stride)
 {
@@ -166,6 +173,10 @@ static int plan_for(tri_cuda *c, const tri_cuda_gemm_args *g, gemm_plan **out)
         k.stride_a = g->stride_a, k.stride_b = g->stride_b, k.stride_c = g->stride_c;
     k.trans_a = g->trans_a, k.trans_b = g->trans_b, k.has_bias = g->bias != NULL;
     k.align_a = alignment(g->a), k.align_b = alignment(g->b), k.align_c = alignment(g->c);
+    if (g->batch > 1) { /* every batch member's start counts: base + i * stride elements */
+        k.align_a = min_align(k.align_a, g->stride_a), k.align_b = min_align(k.align_b, g->stride_b);
+        k.align_c = min_align(k.align_c, g->stride_c);
+    }
     k.align_bias = g->bias ? alignment(g->bias) : 0;
     k.dtype = CUDA_R_32F;
     tri_cuda_gemm_cache *cache = c->gemm;

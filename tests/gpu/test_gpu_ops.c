@@ -223,6 +223,7 @@ Test(gpu_ops, attention_both_forms)
     attention_case(2, 33, 3, 8, 60);
     attention_case(1, 1, 2, 4, 61);
     attention_case(3, 64, 4, 16, 62);
+    attention_case(2, 17, 3, 5, 63); /* HS 5: head starts 20 bytes apart, below cuBLASLt's 16-byte kernels */
 }
 
 Test(gpu_ops, gelu)
