@@ -39,7 +39,7 @@
 
 typedef struct bench {
     const char *config;
-    int B, T, iters, n_micro;
+    int B, T, iters, n_micro, only_stage;
     float budget_gb;
     bool step_time;
     tri_gpt_config cfg;
@@ -182,6 +182,8 @@ static int step_times(bench *b, int argc, char **argv)
                "no overlap", "overlap", "speed-up (no overlap / overlap)");
     for (int stage = 0; stage <= 3 && !rc; stage++) {
         double ms[2] = {0, 0};
+        if (b->only_stage >= 0 && stage != b->only_stage)
+            continue;
         for (int ov = 0; ov < 2 && !rc; ov++) {
             b->zero = stage;
             b->overlap = ov == 1;
@@ -202,7 +204,7 @@ static int step_times(bench *b, int argc, char **argv)
 int main(int argc, char **argv)
 {
     tri_cli_passive_openmp(argv);
-    bench b = {.config = "models/gpt2.json", .B = 1, .T = 64, .iters = 2, .n_micro = 2, .budget_gb = 6.0};
+    bench b = {.config = "models/gpt2.json", .B = 1, .T = 64, .iters = 2, .n_micro = 2, .budget_gb = 6.0, .only_stage = -1};
     tri_flag flags[] = {
         {"config", TRI_FLAG_STRING, &b.config, "model config", 0, 0, NULL, false},
         {"micro-batch-size", TRI_FLAG_INT, &b.B, "sequences per micro-batch", 1, 1 << 16, NULL, false},
@@ -213,6 +215,7 @@ int main(int argc, char **argv)
         {"step-time", TRI_FLAG_BOOL, &b.step_time, "part 2 instead: step time with and without overlap (run "
          "under mpirun -np DP)", 0, 0, NULL, false},
         {"iters", TRI_FLAG_INT, &b.iters, "part 2: timed steps per case", 1, 1 << 20, NULL, false},
+        {"zero-stage", TRI_FLAG_INT, &b.only_stage, "part 2: only this ZeRO stage (-1: all)", -1, 3, NULL, false},
     };
     int nf = sizeof flags / sizeof *flags;
     bool help = false;

@@ -101,9 +101,17 @@ static int check_mpi(int err, const char *call, const char *file, int line)
 
 #define TRI_MPI(call) check_mpi((call), #call, __FILE__, __LINE__)
 
+/* NCCL's element type for a Trident dtype: bf16 tensors (mixed precision) travel and reduce as
+ * ncclBfloat16, the fixed-point sums of deterministic mode as ncclInt64. */
 static ncclDataType_t nccl_type(tri_dtype dtype)
 {
-    return dtype == TRI_I32 ? ncclInt32 : dtype == TRI_I64 ? ncclInt64 : ncclFloat32;
+    switch (dtype) {
+    case TRI_I32: return ncclInt32;
+    case TRI_I64: return ncclInt64;
+    case TRI_BF16: return ncclBfloat16;
+    case TRI_F32: break;
+    }
+    return ncclFloat32;
 }
 
 /* ---- watching: asynchronous errors and time-outs, checked while the device waits ---- */
@@ -278,8 +286,11 @@ static int nccl_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tenso
     if (!rc) rc = begin(n);
     if (!rc) rc = enqueue(c, kind, out, in, op);
     if (!rc) rc = TRI_CUDA(cudaEventRecord(r->done, n->stream));
-    if (!rc && n->pending_since == 0)
+    /* n->done marks the comm stream's last operation, so the watch's time-out covers this one too
+     * (the compute stream does not wait for it: only tri_comm_wait orders it before later ops) */
+    if (!rc && (n->pending_since == 0 || cudaEventQuery(n->done) == cudaSuccess))
         n->pending_since = tri_now_s();
+    if (!rc) rc = TRI_CUDA(cudaEventRecord(n->done, n->stream));
     if (rc) {
         if (r->done)
             cudaEventDestroy(r->done);

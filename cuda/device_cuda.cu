@@ -194,6 +194,13 @@ static const tri_device_ops cuda_ops = {
     /* .fixed_sum_squares = */ tri_cuda_fixed_sum_squares,
 };
 
+/* The table is positional (C++17 has no designated initializers), so an op added to
+ * engine/device.h and forgotten here would be a silent NULL entry: the build fails instead until
+ * the count, and the table, are updated together (name + 34 ops). */
+#define TRI_CUDA_OPS_ENTRIES 35
+static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
+              "engine/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
+
 /* ---- discovery and creation ---- */
 
 extern "C" int tri_cuda_available(const char **why)

@@ -15,8 +15,11 @@
  * transposes, strides, batch, bias presence and pointer alignment class (the heuristic must not
  * pick kernels that assume more alignment than a view such as one head's columns has) and kept in
  * a small cache; later calls only set the bias pointer and call cublasLtMatmul on the device's
- * stream with its 32 MiB workspace. The GELU epilogue is not used: the device interface keeps GELU
- * a separate op (engine/math.h's arithmetic), see the issue note. */
+ * stream with its 32 MiB workspace. The bias epilogue is used only for a bias aligned to 16 bytes
+ * (below). The GELU epilogues (CUBLASLT_EPILOGUE_GELU_BIAS, GELU_AUX_BIAS) are not used: cuBLASLt's
+ * GELU is its own arithmetic, not engine/math.h's tri_gelu, so the fused form would break the one
+ * source of the math that the CPU suite checks, and the device interface keeps GELU a separate op
+ * (docs/cuda-correctness.md). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +27,11 @@
 #include "cuda/launch.cuh"
 
 #define MAX_PLANS 128
+/* Bytes of alignment the bias epilogue's vector gets: there is no heuristic preference for the bias
+ * pointer (only A, B, C and D have CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), and kernels load the
+ * vector in 16-byte pieces, so a less aligned bias (a view into a flat parameter buffer at an odd
+ * offset) takes the unfused path: bias_broadcast_kernel, then the product with beta 1. */
+#define BIAS_EPILOGUE_ALIGN 16
 
 typedef struct gemm_key {
     int64_t M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c;
@@ -79,6 +87,13 @@ static uint32_t alignment(const void *p)
     while (a > 4 && u % a != 0)
         a /= 2;
     return a;
+}
+
+/* a, lowered to the alignment of a batch stride of `stride` floats (the later members' starts). */
+static uint32_t min_align(uint32_t a, int64_t stride)
+{
+    uint32_t s = alignment((const void *)(uintptr_t)((uint64_t)stride * sizeof(float)));
+    return stride == 0 || a < s ? a : s;
 }
 
 static int layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols, int64_t ld, int32_t batch,
@@ -158,6 +173,10 @@ static int plan_for(tri_cuda *c, const tri_cuda_gemm_args *g, gemm_plan **out)
         k.stride_a = g->stride_a, k.stride_b = g->stride_b, k.stride_c = g->stride_c;
     k.trans_a = g->trans_a, k.trans_b = g->trans_b, k.has_bias = g->bias != NULL;
     k.align_a = alignment(g->a), k.align_b = alignment(g->b), k.align_c = alignment(g->c);
+    if (g->batch > 1) { /* every batch member's start counts: base + i * stride elements */
+        k.align_a = min_align(k.align_a, g->stride_a), k.align_b = min_align(k.align_b, g->stride_b);
+        k.align_c = min_align(k.align_c, g->stride_c);
+    }
     k.align_bias = g->bias ? alignment(g->bias) : 0;
     k.dtype = CUDA_R_32F;
     tri_cuda_gemm_cache *cache = c->gemm;
@@ -213,6 +232,13 @@ extern "C" int tri_cuda_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_te
     g.a = tri_fp(a), g.b = tri_fp(b), g.c = tri_fp(c), g.bias = has_bias ? tri_fp(bias) : NULL;
     g.lda = tri_tensor_cols(a), g.ldb = tri_tensor_cols(b), g.ldc = N;
     g.batch = 1, g.alpha = 1.0f, g.beta = beta;
+    if (has_bias && alignment(g.bias) < BIAS_EPILOGUE_ALIGN) {
+        /* a view too little aligned for the epilogue: c = bias rows, then c = a b + 1 c (the CPU
+         * backend's order of operations) */
+        int rc = TRI_CUDA_LAUNCH_N(bias_broadcast_kernel, M * N, cu->stream, tri_fp(c), tri_fp(bias), M, N);
+        g.bias = NULL, g.beta = 1.0f;
+        return rc ? rc : tri_cuda_gemm(cu, &g);
+    }
     return tri_cuda_gemm(cu, &g);
 }
 

@@ -626,6 +626,7 @@ void tri_gpt_destroy(tri_gpt *m)
 {
     if (!m)
         return;
+    tri_zero_destroy(&m->zero); /* first: waits for collectives still in flight on arena buffers */
     tri_arena_release(&m->arena);
     for (int s = 0; m->slots && s < m->opt.n_slots; s++)
         free(m->slots[s].blocks);
@@ -634,7 +635,6 @@ void tri_gpt_destroy(tri_gpt *m)
     free(m->g.h);
     free(m->wslot);
     free(m->gslot);
-    tri_zero_destroy(&m->zero);
     tri_layout_destroy(&m->layout);
     free(m);
 }

@@ -258,22 +258,27 @@ static int make_device(run *r)
     }
     r->a.threads = threads;
     tri_cli_set_threads(threads);
-    int rc = tri_cli_device_create(r->a.device, threads, &r->dev);
-    if (!rc) rc = tri_cli_device_world(r->a.device, r->dev, &r->dev_world);
-    return rc;
+    return tri_cli_device_create(r->a.device, threads, &r->dev);
 }
 
-/* Whether every rank made its device: a collective on the MPI world that every rank reaches, so a
- * machine without a usable GPU gives one clear message and a clean exit, not an abort. */
-static int devices_agree(run *r, int rc)
+/* Whether every rank succeeded (rc on this rank): a collective on the MPI world that every rank
+ * reaches, so a machine without a usable GPU gives a clean exit, not an abort or a hang in the next
+ * collective. *report is set on the lowest failing rank only, so the job prints one message. */
+static int devices_agree(run *r, int rc, bool *report)
 {
-    int32_t failed = rc != TRI_OK;
-    int arc = tri_comm_all_reduce(r->world, tri_tensor_1d(&failed, TRI_I32, 1), TRI_REDUCE_MAX);
-    if (arc)
+    /* max over ranks of (size - rank) for failing ranks: the lowest failing rank, 0 if none */
+    int32_t lowest = rc != TRI_OK ? r->world->size - r->world->rank : 0;
+    *report = false;
+    int arc = tri_comm_all_reduce(r->world, tri_tensor_1d(&lowest, TRI_I32, 1), TRI_REDUCE_MAX);
+    if (arc) {
+        *report = true;
         return arc;
-    if (!rc && failed)
-        return TRI_ERR(TRI_EDEVICE, "--device %s could not be set up on another rank", r->a.device);
-    return rc;
+    }
+    if (lowest == 0)
+        return TRI_OK;
+    *report = r->world->size - lowest == r->world->rank;
+    return rc ? rc : TRI_ERR(TRI_EDEVICE, "--device %s could not be set up on rank %d", r->a.device,
+                             r->world->size - lowest);
 }
 
 static int setup(run *r)
@@ -647,9 +652,13 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 1;
     }
-    rc = devices_agree(&r, make_device(&r));
+    /* the device, then its world comm (NCCL for cuda: collective), each agreed on by every rank */
+    bool report = false;
+    rc = devices_agree(&r, make_device(&r), &report);
+    if (!rc) rc = devices_agree(&r, tri_cli_device_world(r.a.device, r.dev, &r.dev_world), &report);
     if (rc) {
-        fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
+        if (report)
+            fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
         cleanup(&r);
         tri_comm_destroy(r.world);
         MPI_Finalize();

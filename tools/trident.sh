@@ -75,6 +75,9 @@ case "$cmd" in
       case "$b" in *bench_cuda_*) continue ;; esac
       "$b" "$@"
     done
+    # ZeRO step time with and without overlap needs real MPI ranks (non-blocking collectives)
+    mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
+      build/bin/bench_zero --step-time
     ;;
   bench-cuda)
     build

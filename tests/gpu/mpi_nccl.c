@@ -6,7 +6,8 @@
  * sums; within 1e-6 normalised error for float sums (the two libraries may add the ranks in other
  * orders). Also: in-place all-gather and reduce-scatter, batched p2p around a ring with two
  * messages per pair (posting order), split into one-rank groups (the device-memory copy path),
- * barrier, and the byte counters. Prints "N passed, N failed"; exits 77 (skip) with too few GPUs. */
+ * barrier, the non-blocking collectives (start / test / wait, several in flight, waited for out of
+ * order, with compute queued meanwhile), int64 sums (deterministic mode), and the byte counters. Prints "N passed, N failed"; exits 77 (skip) with too few GPUs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,52 @@ int main(int argc, char **argv)
         }
         check(rank, tri_comm_barrier(nccl) == TRI_OK, "barrier");
         check(rank, tri_device_sync(dev) == TRI_OK, "device sync after the comm");
+    }
+    /* non-blocking collectives (tri_comm_*_start / wait / test, ZeRO's overlap): three in flight at
+     * once, waited for out of order, with a kernel queued on the compute stream meanwhile */
+    {
+        size_t total = n * (size_t)size;
+        float *h_ar = malloc(n * sizeof *h_ar), *h_rs = malloc(n * sizeof *h_rs), *h_ag = malloc(total * sizeof *h_ag);
+        memcpy(h_ar, x, n * sizeof *h_ar);
+        tri_tensor ar = upload(dev, TRI_F32, n, x), rs_in = upload(dev, TRI_F32, total, x);
+        tri_tensor rs_out = upload(dev, TRI_F32, n, NULL), ag_in = upload(dev, TRI_F32, n, x);
+        tri_tensor ag_out = upload(dev, TRI_F32, total, NULL), busy = upload(dev, TRI_F32, n, x);
+        tri_comm_request q[3];
+        check(rank, tri_comm_all_reduce_start(nccl, ar, TRI_REDUCE_SUM, &q[0]) == TRI_OK, "nccl all_reduce_start");
+        check(rank, tri_comm_reduce_scatter_start(nccl, rs_out, rs_in, &q[1]) == TRI_OK, "nccl reduce_scatter_start");
+        check(rank, tri_comm_all_gather_start(nccl, ag_out, ag_in, &q[2]) == TRI_OK, "nccl all_gather_start");
+        check(rank, tri_op_scale(dev, busy, 2.0f) == TRI_OK, "compute while the comm runs");
+        bool done = false;
+        check(rank, tri_comm_test(&q[1], &done) == TRI_OK, "nccl test");
+        check(rank, (done ? TRI_OK : tri_comm_wait(&q[1])) == TRI_OK && !tri_comm_pending(&q[1]), "nccl wait (reduce_scatter)");
+        check(rank, tri_comm_wait(&q[2]) == TRI_OK, "nccl wait (all_gather)");
+        check(rank, tri_comm_wait(&q[0]) == TRI_OK, "nccl wait (all_reduce)");
+        tri_comm_request m[3];
+        tri_comm_all_reduce_start(mpi, tri_tensor_1d(h_ar, TRI_F32, (int64_t)n), TRI_REDUCE_SUM, &m[0]);
+        tri_comm_reduce_scatter_start(mpi, tri_tensor_1d(h_rs, TRI_F32, (int64_t)n), tri_tensor_1d(x, TRI_F32, (int64_t)total), &m[1]);
+        tri_comm_all_gather_start(mpi, tri_tensor_1d(h_ag, TRI_F32, (int64_t)total), tri_tensor_1d(x, TRI_F32, (int64_t)n), &m[2]);
+        for (int k = 0; k < 3; k++)
+            tri_comm_wait(&m[k]);
+        check(rank, near(dev, ar, h_ar), "all_reduce_start result");
+        check(rank, near(dev, rs_out, h_rs), "reduce_scatter_start result");
+        check(rank, same(dev, ag_out, h_ag), "all_gather_start result");
+        tri_device_free(dev, rs_in.data);
+        tri_device_free(dev, ag_in.data);
+        tri_device_free(dev, busy.data);
+        free(h_ar);
+        free(h_rs);
+        free(h_ag);
+    }
+    /* int64 sums: the fixed-point gradients of deterministic mode, exact */
+    {
+        int64_t *k = malloc(n * sizeof *k);
+        for (size_t i = 0; i < n; i++)
+            k[i] = ((int64_t)1 << 40) * (int64_t)(rank + 1) - (int64_t)(i * 977);
+        tri_tensor t = upload(dev, TRI_I64, n, k);
+        check(rank, tri_comm_all_reduce(nccl, t, TRI_REDUCE_SUM) == TRI_OK, "nccl all_reduce i64");
+        tri_comm_all_reduce(mpi, tri_tensor_1d(k, TRI_I64, (int64_t)n), TRI_REDUCE_SUM);
+        check(rank, same(dev, t, k), "all_reduce sum i64");
+        free(k);
     }
     /* the wrappers count the same payload whatever the comm */
     for (int k = 0; k < TRI_COMM_KINDS; k++)

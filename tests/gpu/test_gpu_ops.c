@@ -6,8 +6,8 @@
  * contraction (nvcc contracts, the C build does not) and, for the products, cuBLASLt's summation
  * order; both are O(K * 2^-24) relative to the largest term, i.e. below 1e-5 for K <= 256 (these
  * bounds are estimates: no GPU was available when they were written; a run with
- * TRIDENT_TEST_VERBOSE=1 prints the measured errors). bf16 conversions and integer counts must be
- * exact. Ops with two GPU forms (attention: cuBLASLt + row kernels, or the simple kernels) are run
+ * TRIDENT_TEST_VERBOSE=1 prints the measured errors). bf16 conversions, integer counts and the
+ * fixed-point ops of deterministic mode must be exact (bit for bit). Ops with two GPU forms (attention: cuBLASLt + row kernels, or the simple kernels) are run
  * in both, so the faster form is checked against its simple twin as well as against the CPU.
  * Without a usable GPU the suite exits with CTest's skip code, saying why (gpuutil.h). */
 #include <criterion/criterion.h>
@@ -82,6 +82,9 @@ Test(gpu_ops, elementwise_and_copy)
     cmp("scale", a, TOL);
     BOTH(tri_op_fill(cpu, b.c, -0.25f), tri_op_fill(gpu, b.g, -0.25f));
     cmp("fill", b, 0.0);
+    both z = uniform(tri_tensor_1d(NULL, TRI_F32, 1001), -1, 1, 5);
+    BOTH(tri_op_zero(cpu, z.c), tri_op_zero(gpu, z.g));
+    cmp("zero (fill with 0)", z, 0.0);
     /* copy with memmove semantics: overlapping views shifted both ways */
     tri_tensor lo_c = tri_tensor_range(a.c, 0, n - 1001), hi_c = tri_tensor_range(a.c, 1001, n - 1001);
     tri_tensor lo_g = tri_tensor_range(a.g, 0, n - 1001), hi_g = tri_tensor_range(a.g, 1001, n - 1001);
@@ -147,6 +150,11 @@ Test(gpu_ops, matmul_all_transposes_bias_beta)
     BOTH(tri_op_matmul(cpu, out.c, ac, w.c, tri_tensor_none(), false, true, 0.0f),
          tri_op_matmul(gpu, out.g, ag, w.g, tri_tensor_none(), false, true, 0.0f));
     cmp("matmul on a 4-byte-aligned view", out, TOL);
+    /* a bias at a 4-byte offset takes the unfused path (bias rows, then the product with beta 1) */
+    both bias_buf = uniform(tri_tensor_1d(NULL, TRI_F32, 1 + 48), -1, 1, 34);
+    tri_tensor bc = tri_tensor_range(bias_buf.c, 1, 48), bg = tri_tensor_range(bias_buf.g, 1, 48);
+    BOTH(tri_op_matmul(cpu, out.c, ac, w.c, bc, false, true, 0.0f), tri_op_matmul(gpu, out.g, ag, w.g, bg, false, true, 0.0f));
+    cmp("matmul + bias at a 4-byte-aligned view", out, TOL);
     /* K == 0 */
     both e = make(tri_tensor_2d(NULL, TRI_F32, 5, 1), NULL);
     tri_tensor a0c = tri_tensor_2d(e.c.data, TRI_F32, 5, 0), a0g = tri_tensor_2d(e.g.data, TRI_F32, 5, 0);
@@ -215,6 +223,7 @@ Test(gpu_ops, attention_both_forms)
     attention_case(2, 33, 3, 8, 60);
     attention_case(1, 1, 2, 4, 61);
     attention_case(3, 64, 4, 16, 62);
+    attention_case(2, 17, 3, 5, 63); /* HS 5: head starts 20 bytes apart, below cuBLASLt's 16-byte kernels */
 }
 
 Test(gpu_ops, gelu)
@@ -302,4 +311,58 @@ Test(gpu_ops, bf16_conversion_matches_math_h)
         float want = tri_bf16_to_float(hb[i]);
         cr_assert(memcmp(&fb[i], &want, sizeof want) == 0, "widening element %lld", (long long)i);
     }
+}
+
+/* ---- fixed point (deterministic mode): integers, so CUDA and CPU must agree bit for bit ---- */
+
+static tri_tensor i64_on(tri_device *d, int64_t n, const int64_t *host)
+{
+    return ot_tensor(d, tri_tensor_1d(NULL, TRI_I64, n), host);
+}
+
+static void same_i64(const char *what, tri_tensor g, tri_tensor c, int64_t n)
+{
+    int64_t *a = (int64_t *)ot_ints((size_t)(2 * n)), *b = (int64_t *)ot_ints((size_t)(2 * n));
+    cr_assert_eq(tri_device_copy_to_host(gpu, a, g), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_device_copy_to_host(cpu, b, c), TRI_OK, "%s", tri_error_message());
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(a[i], b[i], "%s: element %lld: CUDA %lld, CPU %lld", what, (long long)i, (long long)a[i],
+                     (long long)b[i]);
+}
+
+Test(gpu_ops, fixed_point_exact)
+{
+    const int bits = 32;
+    int64_t n = (1 << 18) + 7; /* several reduction chunks, the last one short */
+    float *x = ot_uniform((size_t)n, -8, 8, 120);
+    x[3] = NAN, x[5] = INFINITY, x[n - 2] = 1e30f; /* not representable: counted in bad */
+    both tx = make(tri_tensor_1d(NULL, TRI_F32, n), x);
+    int64_t *acc0 = (int64_t *)ot_ints((size_t)(2 * n));
+    float *r = ot_uniform((size_t)n, -1, 1, 121);
+    for (int64_t i = 0; i < n; i++)
+        acc0[i] = (int64_t)(r[i] * 1e15);
+    tri_tensor acc_c = i64_on(cpu, n, acc0), acc_g = i64_on(gpu, n, acc0);
+    float bad0 = 1.0f;
+    both bad = make(tri_tensor_1d(NULL, TRI_F32, 1), &bad0);
+    BOTH(tri_op_fixed_accumulate(cpu, acc_c, tx.c, bits, bad.c), tri_op_fixed_accumulate(gpu, acc_g, tx.g, bits, bad.g));
+    BOTH(tri_op_fixed_accumulate(cpu, acc_c, tx.c, bits, bad.c), tri_op_fixed_accumulate(gpu, acc_g, tx.g, bits, bad.g));
+    same_i64("fixed_accumulate (twice)", acc_g, acc_c, n);
+    cmp("fixed_accumulate bad count", bad, 0.0);
+    cr_assert_eq(gpu_read(gpu, bad.g)[0], 7.0f, "bad count: 1 + 2 x 3 unrepresentable");
+    both out = make(tri_tensor_1d(NULL, TRI_F32, n), NULL);
+    BOTH(tri_op_fixed_to_float(cpu, out.c, acc_c, bits), tri_op_fixed_to_float(gpu, out.g, acc_g, bits));
+    cr_assert(ot_same_bits("fixed_to_float", gpu_read(gpu, out.g), gpu_read(cpu, out.c), (size_t)n));
+    tri_tensor y_c = i64_on(cpu, n, acc0), y_g = i64_on(gpu, n, acc0);
+    BOTH(tri_op_add_i64(cpu, y_c, acc_c), tri_op_add_i64(gpu, y_g, acc_g));
+    same_i64("add_i64", y_g, y_c, n);
+    /* sum of squares: limbs may split the same integer differently (chunking), the value may not */
+    int64_t limbs0[6] = {5, 0, 0, 0, 0, 0};
+    tri_tensor l_c = i64_on(cpu, 6, limbs0), l_g = i64_on(gpu, 6, limbs0);
+    BOTH(tri_op_fixed_sum_squares(cpu, l_c, tx.c, bits, bad.c), tri_op_fixed_sum_squares(gpu, l_g, tx.g, bits, bad.g));
+    int64_t lc[6], lg[6];
+    cr_assert_eq(tri_device_copy_to_host(cpu, lc, l_c), TRI_OK);
+    cr_assert_eq(tri_device_copy_to_host(gpu, lg, l_g), TRI_OK);
+    double vc = tri_fixed_limbs_value(lc, 2 * bits), vg = tri_fixed_limbs_value(lg, 2 * bits);
+    cr_assert(memcmp(&vc, &vg, sizeof vc) == 0, "fixed_sum_squares: CUDA %.17g, CPU %.17g", vg, vc);
+    cmp("fixed_sum_squares bad count", bad, 0.0);
 }

@@ -17,6 +17,24 @@
 /* Seconds an NCCL operation may stay incomplete before its communicator is aborted (PyTorch's
  * and NCCL watchdogs default to 10 minutes as well). */
 #define NCCL_TIMEOUT_S 600.0
+
+/* This process's rank among the MPI ranks on its node (0 without MPI): the GPU it takes, so the
+ * ranks of a node use distinct GPUs as NCCL requires. Collective over MPI_COMM_WORLD when MPI is
+ * initialised (every rank creates its device). */
+static int local_rank(int *out)
+{
+    int init = 0;
+    *out = 0;
+    MPI_Initialized(&init);
+    if (!init)
+        return TRI_OK;
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+        return TRI_ERR(TRI_ECOMM, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed: cannot tell the node-local rank");
+    MPI_Comm_rank(node, out);
+    MPI_Comm_free(&node);
+    return TRI_OK;
+}
 #endif
 
 extern void openblas_set_num_threads(int num_threads);
@@ -44,7 +62,11 @@ int tri_cli_device_create(const char *name, int threads, tri_device **out)
         return tri_device_cpu_create(out, threads);
     if (strcmp(name, "cuda") == 0) {
 #ifdef TRIDENT_CUDA
-        return tri_device_cuda_create(out, 0);
+        int ordinal = 0, rc = local_rank(&ordinal), count = tri_cuda_device_count();
+        if (rc)
+            return rc;
+        /* without a usable GPU, creation reports why ("no CUDA device: ...") */
+        return tri_device_cuda_create(out, count > 0 ? ordinal % count : 0);
 #else
         return TRI_ERR(TRI_ENOTSUP, "--device cuda: this build has no CUDA backend (nvcc was not found "
                        "when it was configured)");

@@ -9,6 +9,8 @@
 #include "engine/device.h"
 
 /* Creates the "cpu" (with `threads` OpenMP/BLAS threads, 0 = OpenMP's default) or "cuda" device.
+ * "cuda" takes GPU (node-local MPI rank % GPUs on the node), so the ranks of a node get distinct
+ * GPUs; with MPI initialised every rank must call it (the node-local rank is found collectively).
  * TRI_ENOTSUP when the build has no CUDA backend, TRI_EDEVICE when no GPU is usable; the message
  * says which. */
 int tri_cli_device_create(const char *name, int threads, tri_device **out);
