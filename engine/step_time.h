@@ -10,7 +10,10 @@
  *   dp_s     blocked in the data-parallel group (gradient reduce-scatter/all-reduce, ZeRO gathers)
  *   other_s  the model-parallel, embedding and world groups (gradient norm, tied embedding)
  *   compute_s the rest of the step: step_s - all of the above (never negative)
- * so compute_s + tp_s + pp_s + bubble_s + dp_s + other_s == step_s. All values are seconds. */
+ * so compute_s + tp_s + pp_s + bubble_s + dp_s + other_s == step_s. All values are seconds.
+ * Measured on the host: with the MPI and thread comms a blocked call is the wait itself; with NCCL,
+ * which enqueues on a stream, the wait shows where the host next synchronises (the device's
+ * time split then needs CUDA events, not done here). */
 #ifndef TRIDENT_ENGINE_STEP_TIME_H
 #define TRIDENT_ENGINE_STEP_TIME_H
 

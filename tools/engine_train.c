@@ -122,7 +122,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("sample-temperature", TRI_FLAG_FLOAT, &a->sample_temperature, "sampling temperature", 1e-3, 100);
     f[n++] = (tri_flag)CHOICE("device", &a->device, "cpu|cuda", "where the math runs");
     f[n++] = (tri_flag)FLAG("threads", TRI_FLAG_INT, &a->threads, "CPU threads per rank (0: OMP_NUM_THREADS, else cores / ranks)", 0, 4096);
-    f[n++] = (tri_flag)FLAG("memory-budget-gb", TRI_FLAG_FLOAT, &a->memory_budget_gb, "refuse layouts whose planned memory per rank exceeds this many GiB (0: the machine's physical memory)", 0, 1e9);
+    f[n++] = (tri_flag)FLAG("memory-budget-gb", TRI_FLAG_FLOAT, &a->memory_budget_gb, "refuse layouts whose planned memory per rank exceeds this many GiB (0: on cpu the machine's physical memory, on cuda no check)", 0, 1e9);
     f[n++] = (tri_flag)FLAG("peak-gflops", TRI_FLAG_FLOAT, &a->peak_gflops, "peak GFLOP/s of one rank, the denominator of MFU (0: 100 per CPU thread, measured OpenBLAS sgemm here)", 0, 1e9);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no per-iteration lines (summary only)", 0, 0);
     return n;
@@ -242,7 +242,10 @@ static int validate_resources(run *r)
     int rc = tri_cli_check_sizes(&r->cfg, a->config, a->global_batch, a->seq_length, a->train_iters);
     if (!rc) rc = tri_cli_check_output_dir("save-dir", a->save_dir);
     if (!rc && a->load) rc = tri_cli_check_input_path("load", a->load);
-    if (!rc) rc = tri_cli_check_memory(&r->cfg, a->tp, a->pp, r->dp, &r->sopt.run, a->memory_budget_gb);
+    /* by default a CPU rank's plan is held to the machine's memory; a GPU's size is unknown until
+     * the device is made, after this point, so there only --memory-budget-gb applies */
+    if (!rc && (a->memory_budget_gb > 0 || strcmp(a->device, "cpu") == 0))
+        rc = tri_cli_check_memory(&r->cfg, a->tp, a->pp, r->dp, &r->sopt.run, a->memory_budget_gb);
     return rc;
 }
 
