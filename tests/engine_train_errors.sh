@@ -2,7 +2,10 @@
 # tests/engine_train_errors.sh BUILD_DIR SOURCE_DIR - engine_train refuses bad input cleanly.
 #
 # Each case must exit non-zero, print one error line naming the file, field or value, and never
-# crash (no sanitizer report, no signal). Run against the Release and the ASan/UBSan builds.
+# crash (no sanitizer report, no signal). Run against the Release and the ASan/UBSan builds. The
+# cases written out below come first; then the table tests/bad_inputs.tsv (90 rows, 12 of them
+# under mpirun with 2-4 ranks), each of which must also be refused before anything starts (no plan
+# printed) within 60 s.
 set -u
 build=$1
 src=$2
