@@ -1,14 +1,16 @@
 /* tools/engine_train.c - trains a GPT with tensor, pipeline and data parallelism.
  *
  * Launched directly for one rank or with `mpirun -np N` (world = tp x pp x dp). Flags follow
- * Megatron-LM's names. Every rank validates flags, config and data before any collective, so a bad
- * input gives the same clear message on every rank and a non-zero exit, never a hang; after that a
- * failure on any rank aborts all ranks. Progress goes to stdout on rank 0: the plan, one line per
- * iteration (loss, lr, grad norm, ms/iter, tokens/s, achieved GFLOP/s by Narayanan et al. 2021
- * eq. 3 without recomputation), validation loss at each eval interval, and a sample at the end.
- * The same figures are appended as JSON lines to SAVE_DIR/metrics.jsonl. With --save-interval N a
- * checkpoint is saved to SAVE_DIR/iter_<N>/ every N iterations and at the end; --load DIR resumes
- * from DIR's latest checkpoint (any layout) and trains on to --train-iters (checkpoints/). */
+ * Megatron-LM's names. Every rank validates flags, config, data and the memory plan before any
+ * collective (tools/cli/validate.h), so a bad input gives one clear message (from rank 0) and a
+ * non-zero exit on every rank, never a hang; after that a failure on any rank aborts all ranks.
+ * Progress goes to stdout on rank 0: the plan, one line per iteration (loss, lr, grad norm,
+ * ms/iter with its split into compute and communication, tokens/s, achieved GFLOP/s by Narayanan
+ * et al. 2021 eq. 3 without recomputation, ETA), validation loss at each eval interval, and a
+ * sample at the end. The same figures, per-rank times and the straggler are appended as JSON lines
+ * to SAVE_DIR/metrics.jsonl (tools/cli/train_metrics.h). With --save-interval N a checkpoint is
+ * saved to SAVE_DIR/iter_<N>/ every N iterations and at the end; --load DIR resumes from DIR's
+ * latest checkpoint (any layout) and trains on to --train-iters (checkpoints/). */
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
