@@ -3,6 +3,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,7 +158,8 @@ static int parse_root(tri_gpt_config *cfg, const cJSON *root, const char *src)
     cfg->init_std = 0.02f;
     const cJSON *std = cJSON_GetObjectItemCaseSensitive(root, "initializer_range");
     if (std) {
-        if (!cJSON_IsNumber(std) || !(std->valuedouble > 0.0) || std->valuedouble > 1.0)
+        /* checked as the float it becomes: 1e-300 > 0 in double but is 0 as a float */
+        if (!cJSON_IsNumber(std) || !((float)std->valuedouble >= FLT_MIN) || std->valuedouble > 1.0)
             return TRI_ERR(TRI_EINVAL, "%s: \"initializer_range\" is %s, expected a number in (0, 1]",
                            src, value_text(std, v, sizeof v));
         cfg->init_std = (float)std->valuedouble;

@@ -82,6 +82,8 @@ Test(config, inconsistent_and_unknown_keys)
     expect_refused("{" BASE ", \"activation_function\": \"relu\"}", TRI_EINVAL, "activation_function", "relu");
     expect_refused("{" BASE ", \"n_layers\": 3}", TRI_EINVAL, "unknown key", "n_layers");
     expect_refused("{" BASE ", \"initializer_range\": -1}", TRI_EINVAL, "initializer_range", "-1");
+    /* found by fuzzing: positive as a double, 0 as a float */
+    expect_refused("{" BASE ", \"initializer_range\": 1e-300}", TRI_EINVAL, "initializer_range", "1e-300");
     expect_refused("{" BASE ", \"tie_word_embeddings\": false}", TRI_EINVAL, "tie_word_embeddings", "false");
 }
 
