@@ -177,13 +177,14 @@ int tri_identity_agree(tri_comm *world, const char *what, const char *canonical)
         return TRI_ERR(TRI_ENOMEM, "identity check: out of memory for %d ranks", size);
     }
     int rc = tri_comm_all_gather(world, tri_tensor_1d(all, TRI_I64, size), tri_tensor_1d(&mine, TRI_I64, 1));
-    int n_diff = 0;
+    int n_diff = 0, first = 0;
     char ranks[200] = "";
     size_t used = 0;
     for (int r = 1; r < size && !rc; r++) {
         if (all[r] == all[0])
             continue;
-        n_diff++;
+        if (n_diff++ == 0)
+            first = r;
         if (used + 16 < sizeof ranks)
             used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d", used ? ", " : "", r);
     }
@@ -197,10 +198,10 @@ int tri_identity_agree(tri_comm *world, const char *what, const char *canonical)
             ((char *)text)[IDENTITY_TEXT - 1] = '\0';
             if (all[world->rank] != all[0])
                 first_difference(canonical, (const char *)text, detail, sizeof detail);
-            rc = TRI_ERR(TRI_EINVAL, "the ranks disagree on the %s: rank%s %s differ%s from rank 0 (hash %016llx "
-                         "vs %016llx)%s%s", what, n_diff > 1 ? "s" : "", ranks, n_diff > 1 ? "" : "s",
-                         (unsigned long long)all[world->rank == 0 ? (ranks[0] ? atoi(ranks) : 0) : world->rank],
-                         (unsigned long long)all[0], detail[0] ? "; this rank has " : "", detail);
+            rc = TRI_ERR(TRI_EINVAL, "the ranks disagree on the %s: rank%s %s differ%s from rank 0 (hash %016llx on "
+                         "rank %d, %016llx on rank 0)%s%s", what, n_diff > 1 ? "s" : "", ranks, n_diff > 1 ? "" : "s",
+                         (unsigned long long)all[first], first, (unsigned long long)all[0],
+                         detail[0] ? "; this rank has " : "", detail);
         }
     }
     free(all);

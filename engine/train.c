@@ -183,8 +183,6 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
     t->first_sample = iter * tri_trainer_global_batch(t) +
                       (int64_t)t->grid->dp_rank * t->cfg.n_micro * t->chunks[0]->samples_per_mb;
     float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
-    if (t->guard && t->guard->inject_nan_rank == t->grid->world_rank && t->guard->inject_nan_iter == iter + 1)
-        dloss = NAN; /* test hook: this rank's backward produces NaN gradients */
     tri_pipeline_io io = {.ctx = t, .load = load};
     if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, &loss_fixed);
     for (int c = 0; c < t->v && !rc; c++) {
@@ -196,6 +194,17 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
             tri_error_clear();
             rc = TRI_OK;
         }
+    }
+    if (!rc && t->guard && t->guard->inject_nan_rank == t->grid->world_rank &&
+        t->guard->inject_nan_iter == iter + 1) {
+        /* test hook: a NaN in this rank's first owned gradient, after every reduction, as a faulty
+         * device would leave it */
+        float nan = NAN;
+        const tri_zero *z = t->chunks[0]->zero;
+        int64_t start, len, local;
+        tri_zero_owned(z, 0, &start, &len, &local);
+        if (len > 0)
+            rc = tri_device_copy_from_host(t->dev, tri_zero_owned_grads(z, start, 1), &nan);
     }
     if (!rc) rc = share_loss(t, loss_fixed, &loss_sum);
     *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
@@ -234,6 +243,12 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
     }
     tri_comm *over = t->chunks[0]->zero->stage > 0 ? t->grid->world : t->grid->mp_comm;
     int64_t host[6] = {0};
+    for (int c = 0; c < t->v && !rc; c++) { /* squares of non-finite gradients are counted in bad */
+        float bad = 0.0f;
+        rc = tri_device_copy_to_host(t->dev, &bad, t->chunks[c]->zero->bad);
+        if (bad > 0)
+            t->local_bad = true;
+    }
     if (!rc) rc = tri_comm_all_reduce(over, limbs, TRI_REDUCE_SUM);
     if (!rc) rc = tri_device_copy_to_host(t->dev, host, limbs);
     *norm = sqrt(tri_fixed_limbs_value(host, 2 * TRI_FIXED_BITS));

@@ -478,42 +478,44 @@ static int train_loop(run *r)
         int rc = tri_trainer_step(&r->ss.trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
         r->agreed = rc == TRI_ENONFINITE; /* decided alike on every rank */
         if (rc)
-            return tri_error_context(rc, "iteration %lld", (long long)it + 1);
-        if (res.action != TRI_STEP_APPLY)
-            log_skip(r, it + 1, &res);
-        if (res.stop) {
-            int sig = tri_cli_stop_signal();
-            tri_log_rank0("stop requested (%s) at iteration %lld: saving a checkpoint and exiting",
-                          sig ? (sig == SIGINT ? "SIGINT" : "SIGTERM") : "signal on another rank", (long long)it + 1);
-            r->stopped = true;
-            return save_checkpoint(r, it + 1);
-        }
-        if (res.action != TRI_STEP_APPLY)
-            continue;
+            return rc == TRI_ENONFINITE ? rc : tri_error_context(rc, "iteration %lld", (long long)it + 1);
         double dt = tri_now_s() - t0;
         double tps = (double)(a->global_batch * a->seq_length) / dt;
-        if (it == r->start_iter) {
-            first_loss = res.loss;
-            print_memory(r);
+        if (res.action != TRI_STEP_APPLY) {
+            log_skip(r, it + 1, &res);
+        } else {
+            if (it == r->start_iter) {
+                first_loss = res.loss;
+                print_memory(r);
+            }
+            last_loss = res.loss;
+            if (!a->quiet && ((it + 1) % a->log_interval == 0 || it == r->start_iter))
+                tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms | %8.0f tok/s | "
+                              "%6.2f GFLOP/s", (long long)it + 1, (long long)a->train_iters, res.loss, (double)res.lr,
+                              res.grad_norm, dt * 1e3, tps, flops / dt / 1e9);
+            metric_line(r, "train", it + 1,
+                        (const char *[]){"loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", NULL},
+                        (double[]){res.loss, res.lr, res.grad_norm, dt * 1e3, tps, flops / dt / 1e9});
         }
-        last_loss = res.loss;
-        if (!a->quiet && ((it + 1) % a->log_interval == 0 || it == r->start_iter))
-            tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms | %8.0f tok/s | "
-                          "%6.2f GFLOP/s", (long long)it + 1, (long long)a->train_iters, res.loss, (double)res.lr,
-                          res.grad_norm, dt * 1e3, tps, flops / dt / 1e9);
-        metric_line(r, "train", it + 1,
-                    (const char *[]){"loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", NULL},
-                    (double[]){res.loss, res.lr, res.grad_norm, dt * 1e3, tps, flops / dt / 1e9});
-        if (a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters) {
+        if (!res.stop && a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters) {
             tri_comm_set_phase(r->world, "eval", it + 1);
             rc = evaluate(r, it + 1);
             if (rc)
                 return rc;
         }
-        if (a->save_interval > 0 && ((it + 1) % a->save_interval == 0 || it + 1 == a->train_iters)) {
+        bool saved = a->save_interval > 0 && ((it + 1) % a->save_interval == 0 || it + 1 == a->train_iters);
+        if (saved || res.stop) {
             rc = save_checkpoint(r, it + 1);
             if (rc)
                 return rc;
+        }
+        if (res.stop) {
+            int sig = tri_cli_stop_signal();
+            tri_log_rank0("stopped at iteration %lld on a stop request (%s): checkpoint saved; resume with --load %s",
+                          (long long)it + 1, sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal to another rank",
+                          a->save_dir);
+            r->stopped = true;
+            return TRI_OK;
         }
     }
     double total = tri_now_s() - t_start;

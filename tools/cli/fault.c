@@ -30,6 +30,7 @@ void tri_cli_stop_signals_install(void)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards SIGUSR1 to every rank at once */
 }
 
 int tri_cli_stop_signal(void)

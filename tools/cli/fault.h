@@ -13,11 +13,13 @@
 #include "engine/fault.h"
 #include "tools/cli/flags.h"
 
-/* Installs the SIGTERM and SIGINT handlers (the first signal sets the stop flag; a second SIGINT
- * restores the default action, so a second Ctrl-C kills). */
+/* Installs the SIGTERM, SIGINT and SIGUSR1 handlers (the first signal sets the stop flag; a second
+ * SIGINT restores the default action, so a second Ctrl-C kills). Open MPI's mpirun forwards SIGUSR1
+ * to every rank at once, but answers its own SIGTERM by signalling the ranks only after
+ * odls_base_sigkill_timeout (1 s) and killing them 1 s later. */
 void tri_cli_stop_signals_install(void);
 
-/* The signal that asked to stop (SIGTERM, SIGINT), or 0. */
+/* The signal that asked to stop (SIGTERM, SIGINT, SIGUSR1), or 0. */
 int tri_cli_stop_signal(void);
 
 /* Test-only fault injection, from environment variables (absent: none; not in --help):
