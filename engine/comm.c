@@ -239,6 +239,11 @@ void tri_comm_set_phase(tri_comm *c, const char *phase, int64_t iteration)
     w->iteration = iteration;
 }
 
+void tri_comm_set_alert(tri_comm *c, const volatile sig_atomic_t *alert)
+{
+    watch_of(c)->alert = alert;
+}
+
 const tri_comm_watch *tri_comm_phase(tri_comm *c)
 {
     return watch_of(c);

@@ -16,6 +16,7 @@
 #ifndef TRIDENT_ENGINE_COMM_H
 #define TRIDENT_ENGINE_COMM_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +55,10 @@ typedef struct tri_comm tri_comm;
 typedef struct tri_comm_watch {
     char phase[16];      /* "" until set */
     int64_t iteration;   /* 0: none */
+    /* Optional: a stop flag a signal handler sets (not owned). While it is set, a wait that lasts
+     * more than a moment probes its peers once and logs the ranks that do not answer, because a
+     * launcher that kills the job (mpirun when a rank died) signals before it kills. */
+    const volatile sig_atomic_t *alert;
 } tri_comm_watch;
 
 /* A collective in flight, from tri_comm_*_start to tri_comm_wait. Until the wait, the operation's
@@ -148,6 +153,8 @@ void tri_comm_set_timeout(tri_comm *c, double seconds);
 /* Records the phase ("init", "step", "checkpoint", ...; at most 15 characters) and iteration that
  * a failure of any collective on c, or on a group split from c afterwards, names. */
 void tri_comm_set_phase(tri_comm *c, const char *phase, int64_t iteration);
+/* Sets the stop flag the waits of c and its splits watch (see tri_comm_watch; NULL: none). */
+void tri_comm_set_alert(tri_comm *c, const volatile sig_atomic_t *alert);
 /* The phase and iteration set on c (or on the comm it was split from). */
 const tri_comm_watch *tri_comm_phase(tri_comm *c);
 

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "engine/comm_mpi_health.h"
+#include "engine/log.h"
 #include "engine/status.h"
 
 typedef struct mpi_comm {
@@ -72,6 +73,8 @@ static int count_of(tri_tensor t, const char *op, int *count)
 #define POLL_SPINS 4096          /* tests before the first sleep: short waits stay fast */
 #define POLL_MAX_SLEEP_NS 10000L
 #define PROBE_GRACE_S 1.5        /* how long a timed-out wait waits for the peers' liveness answers */
+#define ALERT_AFTER_S 0.2        /* a wait this long after a stop signal probes once ... */
+#define ALERT_GRACE_S 0.5        /* ... for this long (mpirun kills 1 s after its SIGTERM) */
 
 /* "phase step, iteration 12" from the comm's watch (or "" when no phase was set). */
 static void where(tri_comm *c, char *buf, size_t n)
@@ -119,6 +122,28 @@ static int timed_out(tri_comm *c, const char *op, uint64_t seq)
     return TRI_ERR(TRI_ETIMEOUT, "%s", text);
 }
 
+/* A stop signal arrived while this wait lasts: the launcher may be about to kill the job because a
+ * rank died, so the ranks that do not answer a short probe are logged now (the wait goes on). */
+static void alert_probe(tri_comm *c, const char *op, uint64_t seq)
+{
+    tri_mpi_health *h = ((mpi_comm *)c->impl)->health;
+    char at[96], members[160] = "", failed[256] = "";
+    int missing = tri_mpi_health_probe(h, ALERT_GRACE_S);
+    if (missing == 0)
+        return;
+    size_t used = 0;
+    for (int r = 0; r < h->size && used < sizeof failed; r++)
+        if (!h->alive[r]) {
+            int w = snprintf(failed + used, sizeof failed - used, "%s%d", used ? ", " : "", r);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    where(c, at, sizeof at);
+    tri_mpi_health_members(h, ((mpi_comm *)c->impl)->comm, members, sizeof members);
+    tri_log("engine: stop signal during a wait: rank%s %s did not answer a liveness probe within %.1f s (dead, "
+            "stalled or computing); rank %d waits in mpi %s, collective #%llu on the group of world ranks %s, in %s",
+            missing > 1 ? "s" : "", failed, ALERT_GRACE_S, h->rank, op, (unsigned long long)seq, members, at);
+}
+
 /* A verdict another rank sent while this one waited for operation `seq`. */
 static int noticed(tri_comm *c, const char *op, uint64_t seq)
 {
@@ -140,6 +165,8 @@ static int wait_all(tri_comm *c, int n, MPI_Request *req, MPI_Status *st, const 
     double start = tri_now_s();
     long sleep_ns = 1000;
     tri_mpi_health *h = ((mpi_comm *)c->impl)->health;
+    const tri_comm_watch *watch = tri_comm_phase(c);
+    double alert_since = 0.0;
     for (long k = 0;; k++) {
         int done = 0;
         *mpi_err = MPI_Testall(n, req, &done, st ? st : MPI_STATUSES_IGNORE);
@@ -149,6 +176,16 @@ static int wait_all(tri_comm *c, int n, MPI_Request *req, MPI_Status *st, const 
             tri_mpi_health_service(h); /* answer probes; a peer's verdict ends this wait too */
             if (h->notice[0])
                 return noticed(c, op, seq);
+            if (watch->alert && *watch->alert && alert_since >= 0) {
+                double now = tri_now_s();
+                if (alert_since == 0.0)
+                    alert_since = now;
+                else if (now - alert_since > ALERT_AFTER_S && !h->alerted) {
+                    h->alerted = true; /* once per run: the probe costs ALERT_GRACE_S when a rank is gone */
+                    alert_probe(c, op, seq);
+                    alert_since = -1.0;
+                }
+            }
         }
         if (c->timeout_s > 0 && (k & 255) == 0 && tri_now_s() - start > c->timeout_s)
             return timed_out(c, op, seq);

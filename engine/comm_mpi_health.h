@@ -25,6 +25,7 @@ typedef struct tri_mpi_health {
     bool *alive;            /* (size) answered the current round */
     tri_mpi_send *sends;    /* messages not yet completed by MPI */
     char notice[768];       /* the first verdict received from another rank ("" none) */
+    bool alerted;           /* a stop signal's probe ran (tri_comm_watch.alert) */
 } tri_mpi_health;
 
 /* Duplicates comm for the probes. */

@@ -660,6 +660,7 @@ int main(int argc, char **argv)
     r.nflags = nflags;
     tri_comm_set_phase(r.world, "init", 0);
     tri_cli_stop_signals_install();
+    tri_comm_set_alert(r.world, tri_cli_stop_flag());
     rc = tri_flags_parse(flags, nflags, argc, argv, &help);
     if (!rc) rc = tri_cli_injection_read(&r.inject);
     if (!rc) rc = tri_step_guard_init(&r.guard, r.a.skip_nonfinite, r.a.spike_zscore, r.a.spike_window);

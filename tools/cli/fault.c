@@ -33,6 +33,11 @@ void tri_cli_stop_signals_install(void)
     sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards SIGUSR1 to every rank at once */
 }
 
+const volatile sig_atomic_t *tri_cli_stop_flag(void)
+{
+    return &stop_signal;
+}
+
 int tri_cli_stop_signal(void)
 {
     return (int)stop_signal;

@@ -7,6 +7,7 @@
 #ifndef TRIDENT_TOOLS_CLI_FAULT_H
 #define TRIDENT_TOOLS_CLI_FAULT_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -18,6 +19,9 @@
  * to every rank at once, but answers its own SIGTERM by signalling the ranks only after
  * odls_base_sigkill_timeout (1 s) and killing them 1 s later. */
 void tri_cli_stop_signals_install(void);
+
+/* The stop flag itself, for tri_comm_set_alert. */
+const volatile sig_atomic_t *tri_cli_stop_flag(void);
 
 /* The signal that asked to stop (SIGTERM, SIGINT, SIGUSR1), or 0. */
 int tri_cli_stop_signal(void);
