@@ -196,7 +196,7 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
         }
     }
     if (!rc && t->guard && t->guard->inject_nan_rank == t->grid->world_rank &&
-        t->guard->inject_nan_iter == iter + 1) {
+        iter + 1 >= t->guard->inject_nan_iter && iter + 1 < t->guard->inject_nan_iter + t->guard->inject_nan_count) {
         /* test hook: a NaN in this rank's first owned gradient, after every reduction, as a faulty
          * device would leave it */
         float nan = NAN;

@@ -667,6 +667,7 @@ int main(int argc, char **argv)
     tri_comm_set_timeout(r.world, r.a.comm_timeout);
     r.guard.inject_nan_rank = r.inject.nan_rank;
     r.guard.inject_nan_iter = r.inject.nan_iter;
+    r.guard.inject_nan_count = r.inject.nan_count;
     if (!rc && help) {
         if (r.world->rank == 0)
             tri_flags_usage(stdout, flags, nflags, "engine_train",

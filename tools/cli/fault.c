@@ -43,32 +43,46 @@ int tri_cli_stop_signal(void)
     return (int)stop_signal;
 }
 
-/* Parses "A:B[:C]" from env var `name` into up to 3 numbers; want = how many are required. */
-static int parse_env(const char *name, int want, double *v)
+/* Parses env var `name`, lo..hi numbers >= 0 separated by ':' (e.g. "RANK:ITER"), into v. Returns
+ * how many (0: absent), or TRI_EINVAL naming the variable and the expected form. */
+static int parse_env(const char *name, int lo, int hi, const char *form, double *v)
 {
     const char *s = getenv(name);
     if (!s || !*s)
         return 0;
-    char rest[8] = "";
-    int got = sscanf(s, "%lf:%lf:%lf%7s", &v[0], &v[1], &v[2], rest);
-    if (got != want || rest[0] || v[0] < 0 || (want > 1 && v[1] < 1) || (want > 2 && v[2] < 0))
-        return TRI_ERR(TRI_EINVAL, "%s=%s: expected %s", name, s,
-                       want == 1 ? "RANK" : want == 2 ? "RANK:ITERATION" : "RANK:ITERATION:SECONDS");
-    return 1;
+    const char *p = s;
+    int n = 0;
+    for (;;) {
+        char *end = NULL;
+        double x = strtod(p, &end);
+        if (end == p || n == hi || !(x >= 0))
+            return TRI_ERR(TRI_EINVAL, "%s=%s: expected %s", name, s, form);
+        v[n++] = x;
+        if (*end == '\0')
+            break;
+        if (*end != ':')
+            return TRI_ERR(TRI_EINVAL, "%s=%s: expected %s", name, s, form);
+        p = end + 1;
+    }
+    if (n < lo)
+        return TRI_ERR(TRI_EINVAL, "%s=%s: expected %s", name, s, form);
+    return n;
 }
 
 int tri_cli_injection_read(tri_cli_injection *inj)
 {
     double v[3] = {0, 0, 0};
     *inj = (tri_cli_injection){.nan_rank = -1, .stall_rank = -1, .identity_rank = -1};
-    int rc = parse_env("TRIDENT_INJECT_NAN", 2, v);
+    v[2] = 1;
+    int rc = parse_env("TRIDENT_INJECT_NAN", 2, 3, "RANK:ITERATION[:COUNT]", v);
     if (rc < 0)
         return rc;
     if (rc) {
         inj->nan_rank = (int)v[0];
         inj->nan_iter = (int64_t)v[1];
+        inj->nan_count = (int64_t)v[2];
     }
-    rc = parse_env("TRIDENT_INJECT_STALL", 3, v);
+    rc = parse_env("TRIDENT_INJECT_STALL", 3, 3, "RANK:ITERATION:SECONDS", v);
     if (rc < 0)
         return rc;
     if (rc) {
@@ -76,7 +90,7 @@ int tri_cli_injection_read(tri_cli_injection *inj)
         inj->stall_iter = (int64_t)v[1];
         inj->stall_s = v[2];
     }
-    rc = parse_env("TRIDENT_INJECT_IDENTITY", 1, v);
+    rc = parse_env("TRIDENT_INJECT_IDENTITY", 1, 1, "RANK", v);
     if (rc < 0)
         return rc;
     if (rc)

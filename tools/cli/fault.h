@@ -27,13 +27,14 @@ const volatile sig_atomic_t *tri_cli_stop_flag(void);
 int tri_cli_stop_signal(void);
 
 /* Test-only fault injection, from environment variables (absent: none; not in --help):
- *   TRIDENT_INJECT_NAN="RANK:ITER"        world rank RANK's backward of iteration ITER gets NaN
+ *   TRIDENT_INJECT_NAN="RANK:ITER[:N]"    world rank RANK's gradients get a NaN at iterations ITER ..
+ *                                         ITER + N - 1 (N = 1 by default)
  *   TRIDENT_INJECT_STALL="RANK:ITER:SEC"  world rank RANK sleeps SEC seconds before iteration ITER
  *   TRIDENT_INJECT_IDENTITY="RANK"        world rank RANK's run-identity text gets an extra line
  * TRI_EINVAL names a malformed value. */
 typedef struct tri_cli_injection {
     int nan_rank, stall_rank, identity_rank;  /* -1: none */
-    int64_t nan_iter, stall_iter;
+    int64_t nan_iter, nan_count, stall_iter;
     double stall_s;
 } tri_cli_injection;
 
