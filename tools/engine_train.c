@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/dataloader.h"
@@ -683,7 +684,7 @@ int main(int argc, char **argv)
         /* every rank reached the same verdict (without communicating, or agreed): report, exit cleanly */
         fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
         if (rc == TRI_ETIMEOUT) {
-            sleep(1);
+            nanosleep(&(struct timespec){0, 500000000L}, NULL);
             tri_comm_abort(r.world, 1);
         }
         cleanup(&r);
@@ -714,8 +715,8 @@ int main(int argc, char **argv)
     if (rc) {
         tri_log("engine_train: error: %s", tri_error_message());
         if (!r.agreed) {
-            if (rc == TRI_ETIMEOUT)
-                sleep(1); /* the ranks this one notified print their own message before the abort */
+            if (rc == TRI_ETIMEOUT) /* the ranks this one notified print their own message first */
+                nanosleep(&(struct timespec){0, 500000000L}, NULL);
             tri_comm_abort(r.world, 1); /* no rank may be left waiting in a collective */
         }
     }
