@@ -72,7 +72,7 @@ static int count_of(tri_tensor t, const char *op, int *count)
 
 #define POLL_SPINS 4096          /* tests before the first sleep: short waits stay fast */
 #define POLL_MAX_SLEEP_NS 10000L
-#define PROBE_GRACE_S 1.5        /* how long a timed-out wait waits for the peers' liveness answers */
+#define PROBE_GRACE_S 1.0        /* how long a timed-out wait waits for the peers' liveness answers */
 #define ALERT_AFTER_S 0.05       /* a wait this long after a stop signal probes once ... */
 #define ALERT_GRACE_S 0.4        /* ... for this long (mpirun kills 1 s after its SIGTERM) */
 

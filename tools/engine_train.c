@@ -684,7 +684,7 @@ int main(int argc, char **argv)
         /* every rank reached the same verdict (without communicating, or agreed): report, exit cleanly */
         fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
         if (rc == TRI_ETIMEOUT) {
-            nanosleep(&(struct timespec){0, 500000000L}, NULL);
+            nanosleep(&(struct timespec){0, 300000000L}, NULL);
             tri_comm_abort(r.world, 1);
         }
         cleanup(&r);
@@ -716,7 +716,7 @@ int main(int argc, char **argv)
         tri_log("engine_train: error: %s", tri_error_message());
         if (!r.agreed) {
             if (rc == TRI_ETIMEOUT) /* the ranks this one notified print their own message first */
-                nanosleep(&(struct timespec){0, 500000000L}, NULL);
+                nanosleep(&(struct timespec){0, 300000000L}, NULL);
             tri_comm_abort(r.world, 1); /* no rank may be left waiting in a collective */
         }
     }
