@@ -94,5 +94,9 @@ if [ $rc -eq 0 ] || [ "$n" -ne 4 ]; then
 else
   echo "ok   identity perturbed on rank $r: 4 of 4 ranks refused: '$want'"
 fi
+# no sanitizer report in any rank's output (the ASan/UBSan build), also where a failure is expected
+if grep -lE "runtime error:|ERROR: (Address|Leak)Sanitizer" "$tmp"/*.log 2>/dev/null; then
+  echo "FAIL: sanitizer report in the logs above"; failures=$((failures + 1))
+fi
 echo "nonfinite_identity: $failures failure(s)"
 exit $((failures > 0))

@@ -25,7 +25,7 @@ failures=0
 seed=${FAULT_SEED:-$RANDOM}
 RANDOM=$seed
 echo "random seed $seed (FAULT_SEED=$seed reproduces the choices)"
-iters=150
+iters=100
 run=(--config "$tmp/tiny.json" --micro-batch-size 2 --seq-length 16 --train-iters $iters --eval-interval 0
      --eval-iters 1 --sample-length 0 --quiet --tensor-model-parallel-size 2 --zero-stage 1 --comm-timeout 30)
 numbers() { grep '"train"' "$1/metrics.jsonl" | grep -oE '"(iter|loss|grad_norm)":[-0-9.e+]+' | paste -sd' '; }
@@ -45,7 +45,7 @@ pid_of_rank() {
 preempt() {
   local name=$1 how=$2 dir="$tmp/$1"
   mpirun "${flags[@]}" -np 4 "$bin" "${run[@]}" --save-dir "$dir" > "$dir.log" 2>&1 &
-  local mp=$! at=$((5 + RANDOM % 60)) n=0 k=0
+  local mp=$! at=$((5 + RANDOM % 45)) n=0 k=0
   while [ "$n" -lt $at ] && kill -0 $mp 2>/dev/null && [ $k -lt 1200 ]; do
     n=$(cat "$dir/metrics.jsonl" 2>/dev/null | grep -c '"train"'); sleep 0.05; k=$((k + 1))
   done
@@ -78,5 +78,9 @@ preempt() {
 preempt term_one_rank one-rank-term
 preempt int_all_ranks all-ranks-int
 preempt usr1_mpirun mpirun-usr1
+# no sanitizer report in any rank's output (the ASan/UBSan build), also where a failure is expected
+if grep -lE "runtime error:|ERROR: (Address|Leak)Sanitizer" "$tmp"/*.log 2>/dev/null; then
+  echo "FAIL: sanitizer report in the logs above"; failures=$((failures + 1))
+fi
 echo "preemption: $failures failure(s)"
 exit $((failures > 0))

@@ -109,5 +109,9 @@ fault kill4_recovery 4 KILL recovery --tensor-model-parallel-size 2 --pipeline-m
 fault stop4 4 STOP default --pipeline-model-parallel-size 2 --zero-stage 1 --global-batch-size 4
 fault stop8 8 STOP default --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1 --global-batch-size 4
 fault kill8_default 8 KILL default --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --global-batch-size 4
+# no sanitizer report in any rank's output (the ASan/UBSan build), also where a failure is expected
+if grep -lE "runtime error:|ERROR: (Address|Leak)Sanitizer" "$tmp"/*/log 2>/dev/null; then
+  echo "FAIL: sanitizer report in the logs above"; failures=$((failures + 1))
+fi
 echo "rank_failure: $failures failure(s)"
 exit $((failures > 0))
