@@ -77,7 +77,9 @@ fault() {
   local iters msg ok=1 why=""
   iters=$(grep -c '"train"' "$dir/run/metrics.jsonl")
   if [ "$mode" = recovery ]; then
-    grep -q "MPI_ABORT was invoked" "$dir/log" || { ok=0; why+=" no rank called MPI_Abort;"; }
+    # mpirun's status means nothing here (see above); each survivor's "engine_train: error:" line
+    # (checked below) is printed right before it aborts with status 1
+    :
   else
     [ $rc -ne 0 ] || { ok=0; why+=" exit status 0;"; }
   fi
