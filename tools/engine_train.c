@@ -429,7 +429,8 @@ static int identity_agree(run *r)
     snprintf(extra, sizeof extra, "model=%s\nlayout=tp %d x pp %d x dp %d, %d micro-batches\ntrain_tokens=%lld\n"
              "val_tokens=%lld\n%s", json, r->a.tp, r->a.pp, r->dp, r->n_micro,
              (long long)tri_dataloader_tokens(r->train), (long long)tri_dataloader_tokens(r->val),
-             r->inject.identity_rank == r->world->rank ? "test_injection=identity\n" : "");
+             r->inject.identity_rank == r->world->rank && r->inject.identity_which == 1 ? "test_injection=identity\n"
+                                                                                      : "");
     free(json);
     /* flags that may differ per rank without changing the run */
     rc = tri_cli_identity_text(r->flags, r->nflags, "threads|quiet|comm-timeout", r->world->size, extra, &text);
@@ -439,11 +440,26 @@ static int identity_agree(run *r)
     return rc;
 }
 
-/* On resume: every rank loaded the same checkpoint step. */
+/* On resume: every rank loaded the same checkpoint step, identified by its iteration and the SHA-256
+ * of its manifest (which holds every file's checksum) as this rank reads it. */
 static int resume_agree(run *r)
 {
-    char text[4400];
-    snprintf(text, sizeof text, "load=%s\niteration=%lld\n", r->a.load, (long long)r->start_iter);
+    char text[4400], path[4200], sha[65] = "unreadable";
+    for (int k = 0; k < 2; k++) { /* --load names the step directory, or the run directory */
+        if (k == 0)
+            snprintf(path, sizeof path, "%s/manifest.sha256", r->a.load);
+        else
+            snprintf(path, sizeof path, "%s/iter_%07lld/manifest.sha256", r->a.load, (long long)r->start_iter);
+        FILE *f = fopen(path, "r");
+        int got = f ? fscanf(f, "%64s", sha) : 0;
+        if (f)
+            fclose(f);
+        if (got == 1)
+            break;
+    }
+    snprintf(text, sizeof text, "iteration=%lld\nmanifest_sha256=%s\n%s", (long long)r->start_iter, sha,
+             r->inject.identity_rank == r->world->rank && r->inject.identity_which == 2 ? "test_injection=identity\n"
+                                                                                         : "");
     int rc = tri_identity_agree(r->world, "checkpoint loaded", text);
     r->agreed = rc != TRI_OK;
     return rc;

@@ -6,8 +6,9 @@
 # naming the iteration and the rank; with --skip-nonfinite K the step is skipped on every rank (a
 # "skip" line in metrics.jsonl, no "train" line) and training goes on, until more than K in a row.
 # Identity: ranks launched with different flags (MPMD: `mpirun -np 2 prog : -np 2 prog --lr ...`) or
-# a rank whose identity text is perturbed (TRIDENT_INJECT_IDENTITY=RANK) are refused by every rank
-# before training, naming the differing ranks (and, on those ranks, the differing line).
+# a rank whose identity text is perturbed (TRIDENT_INJECT_IDENTITY=RANK[:2 on resume]) are refused by
+# every rank before training, naming the differing ranks (and, on those ranks, the differing line);
+# on resume the ranks compare the iteration and manifest SHA-256 of the checkpoint they loaded.
 set -u
 build=$1
 src=$2
@@ -94,6 +95,21 @@ if [ $rc -eq 0 ] || [ "$n" -ne 4 ]; then
 else
   echo "ok   identity perturbed on rank $r: 4 of 4 ranks refused: '$want'"
 fi
+# 6. identity on resume: every rank must have loaded the same step (iteration, manifest SHA-256)
+d="$tmp/resume"
+mpirun "${flags[@]}" -np 4 "$bin" "${run[@]}" --save-interval 4 --save-dir "$d" > "$d.log" 2>&1 ||
+  fail "resume fixture: status $?" "$d.log"
+r=$((RANDOM % 4))
+TRIDENT_INJECT_IDENTITY=$r:2 mpirun "${flags[@]}" -x TRIDENT_INJECT_IDENTITY -np 4 "$bin" "${run[@]}" \
+  --save-dir "$d.2" --load "$d/iter_0000004" > "$d.2.log" 2>&1
+rc=$? want="the ranks disagree on the checkpoint loaded: rank"
+n=$(grep -cE "$want ($r differs|[0-9, ]+ differ) from rank 0" "$d.2.log")
+if [ $rc -eq 0 ] || [ "$n" -ne 4 ] || grep -qs '"train"' "$d.2/metrics.jsonl"; then
+  fail "identity perturbed on resume on rank $r: status $rc, $n of 4 ranks refused" "$d.2.log"
+else
+  echo "ok   identity perturbed on resume on rank $r: 4 of 4 ranks refused before training: '$(grep -m1 -oE "$want.*from rank 0" "$d.2.log")'"
+fi
+
 # no sanitizer report in any rank's output (the ASan/UBSan build), also where a failure is expected
 if grep -lE "runtime error:|ERROR: (Address|Leak)Sanitizer" "$tmp"/*.log 2>/dev/null; then
   echo "FAIL: sanitizer report in the logs above"; failures=$((failures + 1))

@@ -90,11 +90,14 @@ int tri_cli_injection_read(tri_cli_injection *inj)
         inj->stall_iter = (int64_t)v[1];
         inj->stall_s = v[2];
     }
-    rc = parse_env("TRIDENT_INJECT_IDENTITY", 1, 1, "RANK", v);
+    v[1] = 1;
+    rc = parse_env("TRIDENT_INJECT_IDENTITY", 1, 2, "RANK[:1 at start|:2 on resume]", v);
     if (rc < 0)
         return rc;
-    if (rc)
+    if (rc) {
         inj->identity_rank = (int)v[0];
+        inj->identity_which = (int)v[1];
+    }
     return TRI_OK;
 }
 

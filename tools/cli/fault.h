@@ -30,10 +30,12 @@ int tri_cli_stop_signal(void);
  *   TRIDENT_INJECT_NAN="RANK:ITER[:N]"    world rank RANK's gradients get a NaN at iterations ITER ..
  *                                         ITER + N - 1 (N = 1 by default)
  *   TRIDENT_INJECT_STALL="RANK:ITER:SEC"  world rank RANK sleeps SEC seconds before iteration ITER
- *   TRIDENT_INJECT_IDENTITY="RANK"        world rank RANK's run-identity text gets an extra line
+ *   TRIDENT_INJECT_IDENTITY="RANK[:W]"    world rank RANK's identity text gets an extra line: at
+ *                                         start (W = 1, the default) or on resume (W = 2)
  * TRI_EINVAL names a malformed value. */
 typedef struct tri_cli_injection {
     int nan_rank, stall_rank, identity_rank;  /* -1: none */
+    int identity_which;                       /* 1: the start check, 2: the resume check */
     int64_t nan_iter, nan_count, stall_iter;
     double stall_s;
 } tri_cli_injection;
