@@ -436,7 +436,7 @@ static int identity_agree(run *r)
     rc = tri_cli_identity_text(r->flags, r->nflags, "threads|quiet|comm-timeout", r->world->size, extra, &text);
     if (!rc) rc = tri_identity_agree(r->world, "flags, model config, layout and data", text);
     free(text);
-    r->agreed = rc != TRI_OK;
+    r->agreed = rc == TRI_EINVAL; /* a mismatch every rank saw; not a failed collective */
     return rc;
 }
 
@@ -461,7 +461,7 @@ static int resume_agree(run *r)
              r->inject.identity_rank == r->world->rank && r->inject.identity_which == 2 ? "test_injection=identity\n"
                                                                                          : "");
     int rc = tri_identity_agree(r->world, "checkpoint loaded", text);
-    r->agreed = rc != TRI_OK;
+    r->agreed = rc == TRI_EINVAL; /* a mismatch every rank saw; not a failed collective */
     return rc;
 }
 
@@ -529,7 +529,11 @@ static int train_loop(run *r)
         if (res.stop) {
             int sig = tri_cli_stop_signal();
             tri_log_rank0("stopped at iteration %lld on a stop request (%s): checkpoint saved; resume with --load %s",
-                          (long long)it + 1, sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal to another rank",
+                          (long long)it + 1,
+                          sig == SIGINT    ? "SIGINT"
+                          : sig == SIGTERM ? "SIGTERM"
+                          : sig == SIGUSR1 ? "SIGUSR1"
+                                           : "a signal to another rank",
                           a->save_dir);
             r->stopped = true;
             return TRI_OK;
