@@ -6,6 +6,7 @@
  * blocking call at the start when the implementation has no start (or nothing is to be sent). */
 #include "engine/comm.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/clock.h"
@@ -235,14 +236,45 @@ int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
     return timed(c, TRI_COMM_P2P, t0, c->ops->p2p(c, ops, n));
 }
 
+static tri_comm_watch *watch_of(tri_comm *c)
+{
+    if (!c->watch)
+        c->watch = &c->own_watch;
+    return c->watch;
+}
+
 int tri_comm_split(tri_comm *c, int color, int key, tri_comm **out)
 {
     *out = NULL;
-    return c->ops->split(c, color, key, out);
+    c->seq++; /* a split is a collective over c too */
+    int rc = c->ops->split(c, color, key, out);
+    if (!rc && *out) {
+        (*out)->timeout_s = c->timeout_s;
+        (*out)->watch = watch_of(c);
+    }
+    return rc;
+}
+
+void tri_comm_set_phase(tri_comm *c, const char *phase, int64_t iteration)
+{
+    tri_comm_watch *w = watch_of(c);
+    snprintf(w->phase, sizeof w->phase, "%s", phase ? phase : "");
+    w->iteration = iteration;
+}
+
+void tri_comm_set_alert(tri_comm *c, const volatile sig_atomic_t *alert)
+{
+    watch_of(c)->alert = alert;
+}
+
+const tri_comm_watch *tri_comm_phase(tri_comm *c)
+{
+    return watch_of(c);
 }
 
 int tri_comm_barrier(tri_comm *c)
 {
+    c->seq++;
     return c->size == 1 ? TRI_OK : c->ops->barrier(c);
 }
 

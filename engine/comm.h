@@ -20,6 +20,7 @@
 #ifndef TRIDENT_ENGINE_COMM_H
 #define TRIDENT_ENGINE_COMM_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +52,18 @@ typedef struct tri_p2p {
 } tri_p2p;
 
 typedef struct tri_comm tri_comm;
+
+/* What a failure message names beyond the operation: the phase of the run ("init", "step",
+ * "checkpoint", ...) and the iteration in progress, set by the trainer and shared by a comm and every
+ * group split from it. */
+typedef struct tri_comm_watch {
+    char phase[16];      /* "" until set */
+    int64_t iteration;   /* 0: none */
+    /* Optional: a stop flag a signal handler sets (not owned). While it is set, a wait that lasts
+     * more than a moment probes its peers once and logs the ranks that do not answer, because a
+     * launcher that kills the job (mpirun when a rank died) signals before it kills. */
+    const volatile sig_atomic_t *alert;
+} tri_comm_watch;
 
 /* A collective in flight, from tri_comm_*_start to tri_comm_wait. Until the wait, the operation's
  * buffers belong to the comm: the output must not be read nor the input written. */
@@ -95,6 +108,8 @@ struct tri_comm {
     double seconds[TRI_COMM_KINDS];   /* wall seconds blocked in calls, per kind (see above) */
     uint64_t seq;                     /* operations started on this comm (names a stuck one) */
     double timeout_s;                 /* a wait longer than this fails with TRI_ETIMEOUT (0: never) */
+    tri_comm_watch *watch;            /* phase and iteration (NULL: own_watch); shared with splits */
+    tri_comm_watch own_watch;
 };
 
 /* x (any shape, f32 or i32) = reduction over the group of every rank's x, in place. Ranks' values
@@ -130,7 +145,7 @@ bool tri_comm_pending(const tri_comm_request *req);
  * match in the order they were posted, so a send-forward/recv-backward pair needs no ordering trick. */
 int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n);
 /* Collective over c: ranks with the same color form a new comm ordered by key. color < 0 gives
- * *out = NULL (the rank joins no group). */
+ * *out = NULL (the rank joins no group). The new comm inherits c's timeout and phase. */
 int tri_comm_split(tri_comm *c, int color, int key, tri_comm **out);
 int tri_comm_barrier(tri_comm *c);
 /* Stops every rank of the job (MPI_Abort), or wakes every thread rank with an error. */
@@ -140,6 +155,14 @@ void tri_comm_destroy(tri_comm *c);
 /* Sets how long a wait may take before it fails with TRI_ETIMEOUT, naming the operation and its
  * sequence number (0: wait forever). The MPI comm polls; the thread comm has its group's timeout. */
 void tri_comm_set_timeout(tri_comm *c, double seconds);
+
+/* Records the phase ("init", "step", "checkpoint", ...; at most 15 characters) and iteration that
+ * a failure of any collective on c, or on a group split from c afterwards, names. */
+void tri_comm_set_phase(tri_comm *c, const char *phase, int64_t iteration);
+/* Sets the stop flag the waits of c and its splits watch (see tri_comm_watch; NULL: none). */
+void tri_comm_set_alert(tri_comm *c, const volatile sig_atomic_t *alert);
+/* The phase and iteration set on c (or on the comm it was split from). */
+const tri_comm_watch *tri_comm_phase(tri_comm *c);
 
 /* Total payload bytes of one kind, and resetting the counters (bytes, calls and seconds). */
 uint64_t tri_comm_bytes(const tri_comm *c, tri_comm_kind kind);
@@ -151,7 +174,11 @@ const char *tri_comm_kind_name(tri_comm_kind kind);
 
 /* ---- implementations ---- */
 
-/* The MPI comm over `mpi_comm` (an MPI_Comm handle, duplicated inside); MPI must be initialised. */
+/* The MPI comm over `mpi_comm` (an MPI_Comm handle, duplicated inside); MPI must be initialised.
+ * A second duplicate carries liveness probes: a wait that times out asks every rank of mpi_comm
+ * whether it is alive (ranks answer from inside their own waits), names the ranks that did not
+ * answer within a grace period, and sends that verdict to the others, whose waits then fail with
+ * the same message (engine/comm_mpi.c). */
 int tri_comm_mpi_create(tri_comm **out, const void *mpi_comm);
 
 /* Thread ranks: tri_thread_group_create makes a group of `size` ranks; each thread then calls

@@ -2,6 +2,7 @@
 #include "engine/train.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,7 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
     double loss_sum = 0.0;
     int64_t loss_fixed = 0;
     int rc = TRI_OK;
+    t->local_bad = false;
     for (int c = 0; c < t->v && !rc; c++)
         rc = t->chunks[c]->zero_grads(t->chunks[c]->self);
     t->src = src;
@@ -183,8 +185,27 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
     float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
     tri_pipeline_io io = {.ctx = t, .load = load};
     if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, &loss_fixed);
-    for (int c = 0; c < t->v && !rc; c++)
+    for (int c = 0; c < t->v && !rc; c++) {
         rc = sync_grads(t, t->chunks[c]);
+        if (rc == TRI_ENONFINITE && t->guard) {
+            /* deterministic mode found non-finite contributions on this rank: the guard's agreement
+             * decides for every rank, so this rank goes on through the same collectives */
+            t->local_bad = true;
+            tri_error_clear();
+            rc = TRI_OK;
+        }
+    }
+    if (!rc && t->guard && t->guard->inject_nan_rank == t->grid->world_rank &&
+        iter + 1 >= t->guard->inject_nan_iter && iter + 1 < t->guard->inject_nan_iter + t->guard->inject_nan_count) {
+        /* test hook: a NaN in this rank's first owned gradient, after every reduction, as a faulty
+         * device would leave it */
+        float nan = NAN;
+        const tri_zero *z = t->chunks[0]->zero;
+        int64_t start, len, local;
+        tri_zero_owned(z, 0, &start, &len, &local);
+        if (len > 0)
+            rc = tri_device_copy_from_host(t->dev, tri_zero_owned_grads(z, start, 1), &nan);
+    }
     if (!rc) rc = share_loss(t, loss_fixed, &loss_sum);
     *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
     return rc;
@@ -222,6 +243,12 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
     }
     tri_comm *over = t->chunks[0]->zero->stage > 0 ? t->grid->world : t->grid->mp_comm;
     int64_t host[6] = {0};
+    for (int c = 0; c < t->v && !rc; c++) { /* squares of non-finite gradients are counted in bad */
+        float bad = 0.0f;
+        rc = tri_device_copy_to_host(t->dev, &bad, t->chunks[c]->zero->bad);
+        if (bad > 0)
+            t->local_bad = true;
+    }
     if (!rc) rc = tri_comm_all_reduce(over, limbs, TRI_REDUCE_SUM);
     if (!rc) rc = tri_device_copy_to_host(t->dev, host, limbs);
     *norm = sqrt(tri_fixed_limbs_value(host, 2 * TRI_FIXED_BITS));
@@ -246,6 +273,8 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
                 continue;
             double s = 0.0;
             rc = tri_param_grad_sumsq(t->dev, st->zero, p, t->scalar, &s);
+            if (!isfinite(s))
+                t->local_bad = true;
             int64_t slot = ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp +
                            (stage > 0 ? t->grid->dp_rank : 0);
             slots[slot] = (float)s;
@@ -271,16 +300,37 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     if (!rc) rc = tri_trainer_grad_norm(t, &norm);
     if (rc)
         return rc;
-    if (!isfinite(norm))
+    res->grad_norm = norm;
+    res->lr = lr;
+    res->action = TRI_STEP_APPLY;
+    res->stop = false;
+    if (t->guard) {
+        tri_step_verdict v;
+        rc = tri_step_guard_agree(t->guard, t->grid->world, t->dev, t->local_bad, &v);
+        if (!rc && !isfinite(norm) && v.n_bad == 0) { /* finite parts whose squares overflowed */
+            v.n_bad = t->grid->world_size;
+            snprintf(v.bad_ranks, sizeof v.bad_ranks, "all (the global gradient norm is %g)", norm);
+        }
+        if (!rc) rc = tri_step_guard_decide(t->guard, iter + 1, res->loss, &v, &res->action);
+        if (rc)
+            return rc;
+        res->stop = v.stop;
+        if (res->action != TRI_STEP_APPLY) {
+            /* no update; the parameters are gathered again, unchanged, so ZeRO's in-flight state is
+             * the same as after an update */
+            for (int c = 0; c < t->v && !rc; c++)
+                rc = tri_zero_gather_params(t->chunks[c]->zero);
+            return rc;
+        }
+    } else if (!isfinite(norm)) {
         return TRI_ERR(TRI_ENONFINITE, "iteration %lld: the gradient norm is %g; no update applied",
                        (long long)iter + 1, norm);
+    }
     float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
     for (int c = 0; c < t->v && !rc; c++) {
         rc = tri_optimizer_step(t->dev, &t->opt[c], t->chunks[c]->zero, lr, scale);
         if (!rc) rc = tri_zero_gather_params(t->chunks[c]->zero);
     }
-    res->grad_norm = norm;
-    res->lr = lr;
     return rc;
 }
 

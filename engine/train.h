@@ -10,6 +10,7 @@
 #define TRIDENT_ENGINE_TRAIN_H
 
 #include "engine/arena.h"
+#include "engine/fault.h"
 #include "engine/grid.h"
 #include "engine/optimizer.h"
 #include "engine/pipeline.h"
@@ -37,6 +38,8 @@ typedef struct tri_step_result {
     double loss;               /* mean token loss over the global batch */
     double grad_norm;          /* global norm before clipping */
     float lr;
+    tri_step_action action;    /* applied, or skipped (with a guard): the same on every rank */
+    bool stop;                 /* with a guard: some rank asked to stop after this step */
 } tri_step_result;
 
 #define TRI_MAX_CHUNKS 16
@@ -59,6 +62,8 @@ typedef struct tri_trainer {
     int32_t *windows;                    /* (B, T+1) host staging */
     const tri_batch_source *src;         /* data of the run in progress */
     int64_t first_sample;                /* sample index of micro-batch 0 of this replica */
+    tri_step_guard *guard;               /* optional (not owned): agreed non-finite / stop checks */
+    bool local_bad;                      /* this rank's gradients of the current step were not finite */
 } tri_trainer;
 
 /* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
@@ -89,7 +94,10 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
 int tri_trainer_grad_norm(tri_trainer *t, double *norm);
 
 /* Update number iter + 1 with learning rate lr on global batch `iter`: gradients, global norm,
- * clipping, AdamW. TRI_ENONFINITE (and no update) when the norm is not finite. */
+ * clipping, AdamW. Without a guard: TRI_ENONFINITE (and no update) when the norm is not finite.
+ * With t->guard set: every rank's non-finite flag and stop request are agreed over the world before
+ * the update (engine/fault.h), so every rank applies or skips the update alike (res->action), fails
+ * alike with TRI_ENONFINITE naming the iteration and the ranks, and reports the stop alike. */
 int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
                      tri_step_result *res);
 

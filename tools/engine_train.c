@@ -14,16 +14,19 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/dataloader.h"
 #include "engine/clock.h"
 #include "engine/device.h"
+#include "engine/fault.h"
 #include "engine/grid.h"
 #include "engine/log.h"
 #include "engine/optimizer.h"
@@ -36,6 +39,7 @@
 #include "models/gpt_rank.h"
 #include "models/tokenizer.h"
 #include "tools/cli/backend.h"
+#include "tools/cli/fault.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/gpt_checkpoint.h"
 #include "tools/cli/train_metrics.h"
@@ -53,6 +57,8 @@ typedef struct args {
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k, save_interval, keep_last;
     float sample_temperature, memory_budget_gb, peak_gflops;
+    float comm_timeout, spike_zscore;           /* faults: see tools/cli/fault.h, engine/fault.h */
+    int skip_nonfinite, spike_window;
     bool sequence_parallel, deterministic, overlap_grad_reduce, overlap_param_gather, quiet;
 } args;
 
@@ -70,7 +76,15 @@ typedef struct run {
     tri_lr_schedule lr;
     FILE *metrics;
     int64_t start_iter;      /* the first iteration to run: 0, or the loaded checkpoint's */
+    tri_step_guard guard;    /* agreed non-finite / stop checks at every step (engine/fault.h) */
+    tri_cli_injection inject;
+    bool stopped;            /* stopped early on SIGTERM/SIGINT, after saving a checkpoint */
+    bool agreed;             /* the error was agreed by every rank: exit without MPI_Abort */
+    const tri_flag *flags;   /* the flag table, for the run-identity text */
+    int nflags;
 } run;
+
+static int resume_agree(run *r);
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
 #define CHOICE(name, dst, choices, help) {name, TRI_FLAG_CHOICE, dst, help, 0, 0, choices, false}
@@ -126,6 +140,10 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("threads", TRI_FLAG_INT, &a->threads, "CPU threads per rank (0: OMP_NUM_THREADS, else cores / ranks)", 0, 4096);
     f[n++] = (tri_flag)FLAG("memory-budget-gb", TRI_FLAG_FLOAT, &a->memory_budget_gb, "refuse layouts whose planned memory per rank exceeds this many GiB (0: on cpu the machine's physical memory, on cuda no check)", 0, 1e9);
     f[n++] = (tri_flag)FLAG("peak-gflops", TRI_FLAG_FLOAT, &a->peak_gflops, "peak GFLOP/s of one rank, the denominator of MFU (0: 100 per CPU thread, measured OpenBLAS sgemm here)", 0, 1e9);
+    f[n++] = (tri_flag)FLAG("comm-timeout", TRI_FLAG_FLOAT, &a->comm_timeout, "seconds a rank waits in one collective before it names the ranks that do not answer (dead or stalled) and every rank exits non-zero (0: wait forever)", 0, 1e7);
+    f[n++] = (tri_flag)FLAG("skip-nonfinite", TRI_FLAG_INT, &a->skip_nonfinite, "skip up to K steps in a row whose loss or gradients are not finite on some rank (no update on any rank); the next one stops the run (0: stop at the first)", 0, 1 << 30);
+    f[n++] = (tri_flag)FLAG("skip-loss-spike-zscore", TRI_FLAG_FLOAT, &a->spike_zscore, "skip the update of a step whose loss is more than Z standard deviations above the mean of the last --loss-spike-window losses (0: off)", 0, 1e6);
+    f[n++] = (tri_flag)FLAG("loss-spike-window", TRI_FLAG_INT, &a->spike_window, "losses of applied steps the spike z-score is measured against", 2, 1 << 20);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no per-iteration lines (summary only)", 0, 0);
     return n;
 }
@@ -164,6 +182,8 @@ static void defaults(args *a)
     a->sample_length = 128;
     a->sample_top_k = 40;
     a->sample_temperature = 1.0f;
+    a->comm_timeout = 300.0f;
+    a->spike_window = 50;
 }
 
 /* Model FLOPs of one iteration (Narayanan et al. 2021, eq. 3 without recomputation):
@@ -411,6 +431,7 @@ static int save_checkpoint(run *r, int64_t iteration)
 {
     tri_gpt_ckpt_run cr = ckpt_run(r);
     double t0 = tri_now_s();
+    tri_comm_set_phase(r->world, "checkpoint", iteration);
     int rc = tri_gpt_ckpt_save(&r->ss, &r->cfg, r->a.save_dir, &cr, iteration);
     if (!rc)
         tri_log_rank0("saved checkpoint %s/iter_%07lld in %.2f s", r->a.save_dir, (long long)iteration,
@@ -424,7 +445,9 @@ static int load_checkpoint(run *r)
         return TRI_OK;
     tri_gpt_ckpt_run cr = ckpt_run(r);
     double t0 = tri_now_s();
+    tri_comm_set_phase(r->world, "checkpoint", 0);
     int rc = tri_gpt_ckpt_resume(&r->ss, &r->cfg, r->a.load, &cr, &r->start_iter);
+    if (!rc) rc = resume_agree(r);
     if (!rc)
         tri_log_rank0("resumed from %s at iteration %lld in %.2f s", r->a.load, (long long)r->start_iter,
                       tri_now_s() - t0);
@@ -458,6 +481,69 @@ static void log_iteration(run *r, const tri_train_metrics *tm, int64_t iter, con
                       100.0 * (tm->straggler_compute_s / tm->median_compute_s - 1.0));
 }
 
+/* ---- faults (engine/fault.h, tools/cli/fault.h) ---- */
+
+/* Every rank has the same flags, model, layout and data (an MPMD launch or a node with another
+ * config file would otherwise train garbage or hang): a hash of the canonical text, compared. */
+static int identity_agree(run *r)
+{
+    char extra[1024], *json = NULL, *text = NULL;
+    int rc = tri_gpt_config_to_json(&r->cfg, &json);
+    if (rc)
+        return rc;
+    snprintf(extra, sizeof extra, "model=%s\nlayout=tp %d x pp %d x dp %d, %d micro-batches\ntrain_tokens=%lld\n"
+             "val_tokens=%lld\n%s", json, r->a.tp, r->a.pp, r->dp, r->n_micro,
+             (long long)tri_dataloader_tokens(r->train), (long long)tri_dataloader_tokens(r->val),
+             r->inject.identity_rank == r->world->rank && r->inject.identity_which == 1 ? "test_injection=identity\n"
+                                                                                      : "");
+    free(json);
+    /* flags that may differ per rank without changing the run */
+    rc = tri_cli_identity_text(r->flags, r->nflags, "threads|quiet|comm-timeout", r->world->size, extra, &text);
+    if (!rc) rc = tri_identity_agree(r->world, "flags, model config, layout and data", text);
+    free(text);
+    r->agreed = rc == TRI_EINVAL; /* a mismatch every rank saw; not a failed collective */
+    return rc;
+}
+
+/* On resume: every rank loaded the same checkpoint step, identified by its iteration and the SHA-256
+ * of its manifest (which holds every file's checksum) as this rank reads it. */
+static int resume_agree(run *r)
+{
+    char text[4400], path[4200], sha[65] = "unreadable";
+    for (int k = 0; k < 2; k++) { /* --load names the step directory, or the run directory */
+        if (k == 0)
+            snprintf(path, sizeof path, "%s/manifest.sha256", r->a.load);
+        else
+            snprintf(path, sizeof path, "%s/iter_%07lld/manifest.sha256", r->a.load, (long long)r->start_iter);
+        FILE *f = fopen(path, "r");
+        int got = f ? fscanf(f, "%64s", sha) : 0;
+        if (f)
+            fclose(f);
+        if (got == 1)
+            break;
+    }
+    snprintf(text, sizeof text, "iteration=%lld\nmanifest_sha256=%s\n%s", (long long)r->start_iter, sha,
+             r->inject.identity_rank == r->world->rank && r->inject.identity_which == 2 ? "test_injection=identity\n"
+                                                                                         : "");
+    int rc = tri_identity_agree(r->world, "checkpoint loaded", text);
+    r->agreed = rc == TRI_EINVAL; /* a mismatch every rank saw; not a failed collective */
+    return rc;
+}
+
+/* A skipped step: logged on rank 0 and counted in metrics.jsonl (kind "skip"). */
+static void log_skip(run *r, int64_t iter, const tri_step_result *res)
+{
+    bool spike = res->action == TRI_STEP_SKIP_SPIKE;
+    tri_log_rank0("iter %6lld/%lld | skipped (%s): loss %.4f, grad norm %.3f; %lld non-finite and %lld loss-spike "
+                  "steps skipped so far", (long long)iter, (long long)r->a.train_iters,
+                  spike ? "loss spike" : "non-finite loss or gradients", res->loss, res->grad_norm,
+                  (long long)r->guard.skipped_nonfinite, (long long)r->guard.skipped_spikes);
+    metric_line(r, "skip", iter,
+                (const char *[]){"nonfinite", "spike", "skipped_nonfinite", "skipped_spikes", NULL},
+                (double[]){spike ? 0 : 1, spike ? 1 : 0, (double)r->guard.skipped_nonfinite,
+                           (double)r->guard.skipped_spikes});
+}
+
 static int train_loop(run *r)
 {
     const args *a = &r->a;
@@ -471,29 +557,55 @@ static int train_loop(run *r)
         double t0 = tri_now_s();
         tri_step_time before = tri_step_time_snapshot(&r->ss.grid);
         tri_step_result res;
+        tri_comm_set_phase(r->world, "step", it + 1);
+        tri_cli_injection_stall(&r->inject, r->ss.grid.world_rank, it + 1);
+        r->guard.stop_requested = tri_cli_stop_signal() != 0;
         rc = tri_trainer_step(&r->ss.trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
+        r->agreed = rc == TRI_ENONFINITE; /* decided alike on every rank */
         if (rc) {
-            rc = tri_error_context(rc, "iteration %lld", (long long)it + 1);
+            if (rc != TRI_ENONFINITE)
+                rc = tri_error_context(rc, "iteration %lld", (long long)it + 1);
             break;
         }
         double dt = tri_now_s() - t0;
         tri_step_time after = tri_step_time_snapshot(&r->ss.grid);
         tri_step_time split = tri_step_time_split(&before, &after, dt);
         double tps = (double)(a->global_batch * a->seq_length) / dt;
-        if (it == r->start_iter) {
-            first_loss = res.loss;
-            print_memory(r);
-        }
-        last_loss = res.loss;
         bool log_now = (it + 1) % a->log_interval == 0 || it == r->start_iter || it + 1 == a->train_iters;
-        rc = tri_train_metrics_step(&tm, it + 1, res.loss, res.lr, res.grad_norm, &split, flops,
-                                    (double)(a->global_batch * a->seq_length), r->dev->peak_bytes, log_now);
-        if (!rc && !a->quiet && log_now)
-            log_iteration(r, &tm, it + 1, &res, &split, tps, flops / dt / 1e9);
-        if (!rc && a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters)
+        if (res.action != TRI_STEP_APPLY) {
+            log_skip(r, it + 1, &res);
+        } else {
+            if (it == r->start_iter) {
+                first_loss = res.loss;
+                print_memory(r);
+            }
+            last_loss = res.loss;
+            /* the same on every rank (skips are agreed): its per-rank exchange is a collective */
+            rc = tri_train_metrics_step(&tm, it + 1, res.loss, res.lr, res.grad_norm, &split, flops,
+                                        (double)(a->global_batch * a->seq_length), r->dev->peak_bytes, log_now);
+            if (!rc && !a->quiet && log_now)
+                log_iteration(r, &tm, it + 1, &res, &split, tps, flops / dt / 1e9);
+        }
+        if (!rc && !res.stop && a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters) {
+            tri_comm_set_phase(r->world, "eval", it + 1);
             rc = evaluate(r, it + 1);
-        if (!rc && a->save_interval > 0 && ((it + 1) % a->save_interval == 0 || it + 1 == a->train_iters))
+        }
+        bool save = a->save_interval > 0 && ((it + 1) % a->save_interval == 0 || it + 1 == a->train_iters);
+        if (!rc && (save || res.stop))
             rc = save_checkpoint(r, it + 1);
+        if (!rc && res.stop) {
+            int sig = tri_cli_stop_signal();
+            tri_log_rank0("stopped at iteration %lld on a stop request (%s): checkpoint saved; resume with --load %s",
+                          (long long)it + 1,
+                          sig == SIGINT    ? "SIGINT"
+                          : sig == SIGTERM ? "SIGTERM"
+                          : sig == SIGUSR1 ? "SIGUSR1"
+                                           : "a signal to another rank",
+                          a->save_dir);
+            r->stopped = true;
+            tri_train_metrics_free(&tm);
+            return TRI_OK;
+        }
     }
     tri_train_metrics_free(&tm);
     if (rc)
@@ -503,6 +615,7 @@ static int train_loop(run *r)
         tri_log_rank0("trained %lld iterations in %.1f s: loss %.4f -> %.4f (ln vocab = %.4f)",
                       (long long)(a->train_iters - r->start_iter), total, first_loss, last_loss,
                       log((double)r->cfg.vocab_size));
+    tri_comm_set_phase(r->world, "eval", a->train_iters);
     return evaluate(r, a->train_iters);
 }
 
@@ -607,6 +720,7 @@ static int generate(run *r)
 
 static void cleanup(run *r)
 {
+    tri_step_guard_destroy(&r->guard);
     tri_gpt_session_destroy(&r->ss);
     tri_comm_destroy(r->dev_world);
     tri_device_destroy(r->dev);
@@ -634,7 +748,18 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     tri_log_set_rank(r.world->rank, 0, 0, 0);
+    r.flags = flags;
+    r.nflags = nflags;
+    tri_comm_set_phase(r.world, "init", 0);
+    tri_cli_stop_signals_install();
+    tri_comm_set_alert(r.world, tri_cli_stop_flag());
     rc = tri_flags_parse(flags, nflags, argc, argv, &help);
+    if (!rc) rc = tri_cli_injection_read(&r.inject);
+    if (!rc) rc = tri_step_guard_init(&r.guard, r.a.skip_nonfinite, r.a.spike_zscore, r.a.spike_window);
+    tri_comm_set_timeout(r.world, r.a.comm_timeout);
+    r.guard.inject_nan_rank = r.inject.nan_rank;
+    r.guard.inject_nan_iter = r.inject.nan_iter;
+    r.guard.inject_nan_count = r.inject.nan_count;
     if (!rc && help) {
         if (r.world->rank == 0)
             tri_flags_usage(stdout, flags, nflags, "engine_train",
@@ -646,12 +771,18 @@ int main(int argc, char **argv)
     }
     if (!rc) rc = validate(&r);
     if (!rc) rc = validate_resources(&r);
+    bool validated = !rc;
+    if (!rc) rc = identity_agree(&r);
     if (rc) {
-        /* every rank reached the same verdict without communicating: rank 0 reports it once, every
-         * rank exits cleanly (a rank that failed alone, e.g. on its own node's files, still makes
-         * mpirun end the job) */
-        if (r.world->rank == 0 || r.world->size == 1)
+        /* A refused config or flag: every rank reached the same verdict without communicating, so
+         * rank 0 reports it once (a rank that failed alone, e.g. on its own node's files, still makes
+         * mpirun end the job). A failed identity agreement: every rank says what it saw. */
+        if (validated || r.world->rank == 0 || r.world->size == 1)
             fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
+        if (rc == TRI_ETIMEOUT) {
+            nanosleep(&(struct timespec){0, 300000000L}, NULL);
+            tri_comm_abort(r.world, 1);
+        }
         cleanup(&r);
         tri_comm_destroy(r.world);
         MPI_Finalize();
@@ -670,16 +801,24 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = setup(&r);
+    if (!rc) r.ss.trainer.guard = &r.guard;
     if (!rc) rc = open_metrics(&r);
     if (!rc) rc = load_checkpoint(&r);
     if (!rc) {
         print_plan(&r);
         rc = train_loop(&r);
     }
-    if (!rc) rc = generate(&r);
+    if (!rc && !r.stopped) {
+        tri_comm_set_phase(r.world, "sample", 0);
+        rc = generate(&r);
+    }
     if (rc) {
         tri_log("engine_train: error: %s", tri_error_message());
-        tri_comm_abort(r.world, 1); /* no rank may be left waiting in a collective */
+        if (!r.agreed) {
+            if (rc == TRI_ETIMEOUT) /* the ranks this one notified print their own message first */
+                nanosleep(&(struct timespec){0, 300000000L}, NULL);
+            tri_comm_abort(r.world, 1); /* no rank may be left waiting in a collective */
+        }
     }
     cleanup(&r);
     tri_comm_destroy(r.world);
