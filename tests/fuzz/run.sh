@@ -10,7 +10,7 @@
 # library sources it exercises, so coverage and sanitizers reach our code. It starts from the seed
 # corpus tests/fuzz/corpus/<target>/ (read-only) and keeps what it finds in DIR/corpus/<target>.
 # Exits non-zero on a build failure or a crash (the reproducer is written to DIR/crash-*).
-# Default: 20 s per target, DIR = build-fuzz. FUZZ_DETECT_LEAKS=0 turns LeakSanitizer off (for the
+# Default: 20 s per target, DIR = build-fuzz. FUZZ_SEED=N fixes libFuzzer's seed (0: random). FUZZ_DETECT_LEAKS=0 turns LeakSanitizer off (for the
 # HDF5 mode, where libhdf5 leaks on corrupt object headers). Needs clang 14 with libclang_rt.fuzzer.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -79,7 +79,7 @@ for t in "${targets[@]}"; do
   dict=()
   [ -f "$src/tests/fuzz/$t.dict" ] && dict=(-dict="$src/tests/fuzz/$t.dict")
   if (cd "$src" && ASAN_OPTIONS=detect_leaks=${FUZZ_DETECT_LEAKS:-1}:abort_on_error=0 TRIDENT_FUZZ_BPE_DIR="$src/data/gpt2" \
-        "$bin" "${limit[@]}" "${dict[@]}" -max_len=$maxlen -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        "$bin" "${limit[@]}" -seed="${FUZZ_SEED:-0}" "${dict[@]}" -max_len=$maxlen -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$out/crash-$t-" "$out/corpus/$t" "$src/tests/fuzz/corpus/$t" > "$log" 2>&1); then
     execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
     echo "fuzz $t: ok, ${execs:-?} executions, no crash"
