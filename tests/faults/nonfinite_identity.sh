@@ -10,23 +10,8 @@
 # every rank before training, naming the differing ranks (and, on those ranks, the differing line);
 # on resume the ranks compare the iteration and manifest SHA-256 of the checkpoint they loaded.
 set -u
-build=$1
-src=$2
-bin="$build/bin/engine_train"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 120 -x OMP_NUM_THREADS=1)
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  flags+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src"
-[ -f data/fortunes_byte_train.bin ] || { echo "FAIL: data/fortunes_byte_*.bin missing (tools/prepare_fortunes.sh)"; exit 1; }
-printf '{"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 257, "n_positions": 32}' > "$tmp/tiny.json"
-failures=0
-seed=${FAULT_SEED:-$RANDOM}
-RANDOM=$seed
-echo "random seed $seed (FAULT_SEED=$seed reproduces the choices)"
+# shellcheck source=tests/faults/common.sh
+source "$(dirname "$0")/common.sh"
 run=(--config "$tmp/tiny.json" --micro-batch-size 2 --seq-length 16 --train-iters 12 --eval-interval 0
      --eval-iters 1 --sample-length 0 --quiet --comm-timeout 30)
 layout=(--pipeline-model-parallel-size 2 --zero-stage 1)

@@ -8,23 +8,8 @@
 # the run resumed with --load must log the same loss and gradient norm at every iteration (to the
 # last bit, as metrics.jsonl prints them) as an uninterrupted run.
 set -u
-build=$1
-src=$2
-bin="$build/bin/engine_train"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 120 -x OMP_NUM_THREADS=1)
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  flags+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src"
-[ -f data/fortunes_byte_train.bin ] || { echo "FAIL: data/fortunes_byte_*.bin missing (tools/prepare_fortunes.sh)"; exit 1; }
-printf '{"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 257, "n_positions": 32}' > "$tmp/tiny.json"
-failures=0
-seed=${FAULT_SEED:-$RANDOM}
-RANDOM=$seed
-echo "random seed $seed (FAULT_SEED=$seed reproduces the choices)"
+# shellcheck source=tests/faults/common.sh
+source "$(dirname "$0")/common.sh"
 iters=100
 run=(--config "$tmp/tiny.json" --micro-batch-size 2 --seq-length 16 --train-iters $iters --eval-interval 0
      --eval-iters 1 --sample-length 0 --quiet --tensor-model-parallel-size 2 --zero-stage 1 --comm-timeout 30)
@@ -33,13 +18,6 @@ numbers() { grep '"train"' "$1/metrics.jsonl" | grep -oE '"(iter|loss|grad_norm)
 mpirun "${flags[@]}" -np 4 "$bin" "${run[@]}" --save-dir "$tmp/full" > "$tmp/full.log" 2>&1 ||
   { echo "FAIL: uninterrupted run"; tail -5 "$tmp/full.log"; exit 1; }
 want=$(numbers "$tmp/full")
-
-pid_of_rank() {
-  local p
-  for p in $(pgrep -P "$1"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
-  done
-}
 
 # preempt NAME HOW: HOW is one-rank-term, all-ranks-int or mpirun-usr1
 preempt() {

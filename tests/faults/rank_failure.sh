@@ -14,35 +14,12 @@
 #     recovery mode, measured; the ranks' abort is checked instead).
 # Prints the measured exit time of every case.
 set -u
-build=$1
-src=$2
-bin="$build/bin/engine_train"
 T=3                 # --comm-timeout (s)
 bound=$((T + 5))
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 120 --tag-output -x OMP_NUM_THREADS=1)
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  flags+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src"
-[ -f data/fortunes_byte_train.bin ] || { echo "FAIL: data/fortunes_byte_*.bin missing (tools/prepare_fortunes.sh)"; exit 1; }
-printf '{"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 257, "n_positions": 32}' > "$tmp/tiny.json"
-failures=0
-seed=${FAULT_SEED:-$RANDOM}
-RANDOM=$seed
-echo "random seed $seed (FAULT_SEED=$seed reproduces the choices)"
+fault_mpirun_flags=(--tag-output)
+# shellcheck source=tests/faults/common.sh
+source "$(dirname "$0")/common.sh"
 
-# pid_of_rank MPIRUN_PID RANK: the pid of that world rank (from its environment)
-pid_of_rank() {
-  local p
-  for p in $(pgrep -P "$1"); do
-    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$p"; return
-    fi
-  done
-}
 
 # fault NAME NP SIGNAL MODE LAYOUT...: MODE is recovery (survivors must report) or default (mpirun kills)
 fault() {
