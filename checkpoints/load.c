@@ -54,15 +54,11 @@ static int put_moments(tri_trainer *t, int c, const tri_param *p, const float *m
     const tri_zero *z = t->chunks[c]->zero;
     int rc = TRI_OK;
     for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
-        int64_t start, len, local;
-        tri_zero_owned(z, k, &start, &len, &local);
-        int64_t s = p->offset > start ? p->offset : start;
-        int64_t e = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
-        if (s >= e)
+        int64_t s, n, at;
+        if (!tri_zero_owned_piece(z, k, p, &s, &n, &at))
             continue;
-        int64_t at = local + (s - start);
-        rc = tri_device_copy_from_host(t->dev, tri_tensor_range(t->opt[c].m, at, e - s), m + (s - p->offset));
-        if (!rc) rc = tri_device_copy_from_host(t->dev, tri_tensor_range(t->opt[c].v, at, e - s), v + (s - p->offset));
+        rc = tri_device_copy_from_host(t->dev, tri_tensor_range(t->opt[c].m, at, n), m + (s - p->offset));
+        if (!rc) rc = tri_device_copy_from_host(t->dev, tri_tensor_range(t->opt[c].v, at, n), v + (s - p->offset));
     }
     return rc;
 }

@@ -217,22 +217,19 @@ static int write_optim(tri_trainer *t, const tri_ckpt_manifest *m, const char *p
         const tri_zero *z = t->chunks[c]->zero;
         const tri_param_layout *L = t->chunks[c]->layout;
         for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
-            int64_t start, len, local;
-            tri_zero_owned(z, k, &start, &len, &local);
             for (int i = 0; i < L->n && !rc; i++) {
                 const tri_param *p = &L->params[i];
-                int64_t s = p->offset > start ? p->offset : start;
-                int64_t e = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
-                if (s >= e || !stores(t, p))
+                int64_t s, n, at;
+                if (!tri_zero_owned_piece(z, k, p, &s, &n, &at) || !stores(t, p))
                     continue;
                 int tensor = -1;
-                float *buf = malloc((size_t)(e - s) * sizeof *buf);
+                float *buf = malloc((size_t)n * sizeof *buf);
                 rc = buf ? tensor_of(m, p, &tensor) : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory");
                 const int64_t *gshape = rc ? NULL : m->tensors[tensor].shape;
-                int64_t at = local + (s - start), lo = s - p->offset, hi = e - p->offset;
-                if (!rc) rc = tri_device_copy_to_host(t->dev, buf, tri_tensor_range(t->opt[c].m, at, e - s));
+                int64_t lo = s - p->offset, hi = lo + n;
+                if (!rc) rc = tri_device_copy_to_host(t->dev, buf, tri_tensor_range(t->opt[c].m, at, n));
                 if (!rc) rc = write_moment_piece(f, path, TRI_CKPT_EXP_AVG, p, buf, lo, hi, gshape);
-                if (!rc) rc = tri_device_copy_to_host(t->dev, buf, tri_tensor_range(t->opt[c].v, at, e - s));
+                if (!rc) rc = tri_device_copy_to_host(t->dev, buf, tri_tensor_range(t->opt[c].v, at, n));
                 if (!rc) rc = write_moment_piece(f, path, TRI_CKPT_EXP_AVG_SQ, p, buf, lo, hi, gshape);
                 tri_box box = shard_box(p);
                 if (!rc) rc = add_piece(entry, tensor, &box, lo, hi);

@@ -29,12 +29,9 @@ int tri_param_owned_pieces(const tri_zero *z, const tri_param *p,
 {
     int rc = TRI_OK;
     for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
-        int64_t start, len, local;
-        tri_zero_owned(z, k, &start, &len, &local);
-        int64_t s = p->offset > start ? p->offset : start;
-        int64_t e = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
-        if (s < e)
-            rc = fn(ctx, s, e - s);
+        int64_t s, n, at;
+        if (tri_zero_owned_piece(z, k, p, &s, &n, &at))
+            rc = fn(ctx, s, n);
     }
     return rc;
 }
@@ -71,21 +68,16 @@ int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float
     };
     const tri_param_layout *L = z->L;
     int rc = TRI_OK;
-    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
-        int64_t start, len, local;
-        tri_zero_owned(z, k, &start, &len, &local);
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++)
         for (int i = 0; i < L->n && !rc; i++) {
             const tri_param *p = &L->params[i];
-            int64_t s = p->offset > start ? p->offset : start;
-            int64_t e = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
-            if (s >= e)
+            int64_t s, n, at;
+            if (!tri_zero_owned_piece(z, k, p, &s, &n, &at))
                 continue;
             hp.weight_decay = p->spec.weight_decay ? o->cfg.weight_decay : 0.0f;
-            int64_t at = local + (s - start);
-            rc = tri_op_adamw(d, tri_zero_owned_params(z, s, e - s), tri_zero_owned_grads(z, s, e - s),
-                              tri_tensor_range(o->m, at, e - s), tri_tensor_range(o->v, at, e - s), &hp);
+            rc = tri_op_adamw(d, tri_zero_owned_params(z, s, n), tri_zero_owned_grads(z, s, n),
+                              tri_tensor_range(o->m, at, n), tri_tensor_range(o->v, at, n), &hp);
         }
-    }
     if (!rc)
         o->step++;
     return rc;

@@ -665,6 +665,18 @@ void tri_zero_owned(const tri_zero *z, int k, int64_t *start, int64_t *len, int6
     *local = z->slice_offset[k];
 }
 
+bool tri_zero_owned_piece(const tri_zero *z, int k, const tri_param *p, int64_t *s, int64_t *n, int64_t *at)
+{
+    int64_t start, len, local;
+    tri_zero_owned(z, k, &start, &len, &local);
+    int64_t lo = p->offset > start ? p->offset : start;
+    int64_t hi = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
+    *s = lo;
+    *n = hi > lo ? hi - lo : 0;
+    *at = local + (lo - start);
+    return hi > lo;
+}
+
 int64_t tri_zero_owned_numel(const tri_zero *z)
 {
     return z->stage == 0 ? z->L->padded_numel : z->L->shard_numel;

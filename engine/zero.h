@@ -159,6 +159,9 @@ int tri_zero_gather_params(tri_zero *z);
  * rank's optimizer state [local, local + len). */
 int tri_zero_n_owned(const tri_zero *z);
 void tri_zero_owned(const tri_zero *z, int k, int64_t *start, int64_t *len, int64_t *local);
+/* The part of parameter p inside owned range k: flat offsets [*s, *s + *n) of the stage's buffers,
+ * at [*at, *at + *n) of the rank's optimizer state. Returns false (and *n = 0) when they do not meet. */
+bool tri_zero_owned_piece(const tri_zero *z, int k, const tri_param *p, int64_t *s, int64_t *n, int64_t *at);
 /* Elements of optimizer state this rank keeps (padded_numel at stage 0, shard_numel above). */
 int64_t tri_zero_owned_numel(const tri_zero *z);
 /* The owned piece [start, start + len) (flat offsets) of the parameters and of the complete
