@@ -263,6 +263,30 @@ TRI_HD float tri_bf16_to_float(uint16_t h)
     return f;
 }
 
+/* ---- storage of floating tensors: fp32 or bf16, computed in fp32 ----
+ * Mixed precision (Micikevicius et al. 2018; bf16 as Megatron-LM's --bf16) stores activations and
+ * weights as bf16 and computes in fp32: an op widens every element it reads (exact) and rounds
+ * every element it writes to nearest even. `bf16` says how the array is stored: 0 fp32, 1 bf16
+ * (raw bits as uint16_t). Kernels take one such flag per floating argument. */
+TRI_HD float tri_load(const void *p, int bf16, int64_t i)
+{
+    return bf16 ? tri_bf16_to_float(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+TRI_HD void tri_store(void *p, int bf16, int64_t i, float v)
+{
+    if (bf16)
+        ((uint16_t *)p)[i] = tri_float_to_bf16(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+/* The value bf16 storage keeps of x (x rounded to bf16 and widened back). */
+TRI_HD float tri_round_bf16(float x)
+{
+    return tri_bf16_to_float(tri_float_to_bf16(x));
+}
+
 /* ---- fixed point: exact, order-independent sums (deterministic mode) ----
  * A gradient contribution x becomes round(x * 2^bits) as an int64; integer sums are exact, so any
  * grouping of them (micro-batches, data-parallel ranks, ZeRO shards) gives the same bits. */
