@@ -1,7 +1,6 @@
-/* cuda/convert.cu - fp32 <-> bf16 conversion on the GPU, for bf16 mixed precision (the device
- * interface has no conversion op yet; tools and tests reach these through cuda/device_cuda.h).
- * The simple kernels of cuda/kernels/convert.kern.h: engine/math.h's round-to-nearest-even, tested
- * on the CPU against known values and the scalar functions. */
+/* cuda/convert.cu - fp32 <-> bf16 conversion on the GPU, for bf16 mixed precision: the device op
+ * `convert` through the simple kernels of cuda/kernels/convert.kern.h, engine/math.h's
+ * round-to-nearest-even, tested on the CPU against known values and the scalar functions. */
 #include "cuda/device_cuda.h"
 #include "cuda/kernels/convert.kern.h"
 #include "cuda/launch.cuh"
@@ -33,4 +32,11 @@ extern "C" int tri_cuda_bf16_to_float(tri_device *d, tri_tensor out, tri_tensor 
         return rc;
     return TRI_CUDA_LAUNCH_N(bf16_to_float_kernel, n, tri_cuda_of(d)->stream, (float *)out.data,
                              (const uint16_t *)in.data, n);
+}
+
+/* The device op convert (engine/device.h): dst = src in dst's dtype; the wrapper has checked the
+ * dtypes are fp32/bf16 and differ. */
+extern "C" int tri_cuda_convert(tri_device *d, tri_tensor dst, tri_tensor src)
+{
+    return dst.dtype == TRI_BF16 ? tri_cuda_float_to_bf16(d, dst, src) : tri_cuda_bf16_to_float(d, dst, src);
 }

@@ -192,12 +192,13 @@ static const tri_device_ops cuda_ops = {
     /* .fixed_to_float = */ tri_cuda_fixed_to_float,
     /* .add_i64 = */ tri_cuda_add_i64,
     /* .fixed_sum_squares = */ tri_cuda_fixed_sum_squares,
+    /* .convert = */ tri_cuda_convert,
 };
 
 /* The table is positional (C++17 has no designated initializers), so an op added to
  * engine/device.h and forgotten here would be a silent NULL entry: the build fails instead until
- * the count, and the table, are updated together (name + 34 ops). */
-#define TRI_CUDA_OPS_ENTRIES 35
+ * the count, and the table, are updated together (name + 35 ops). */
+#define TRI_CUDA_OPS_ENTRIES 36
 static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
               "engine/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
 

@@ -40,6 +40,8 @@ int tri_cuda_set_simple_kernels(tri_device *d, bool simple);
  * stream like the ops. TRI_EINVAL on dtype or size mismatch. */
 int tri_cuda_float_to_bf16(tri_device *d, tri_tensor out, tri_tensor in);
 int tri_cuda_bf16_to_float(tri_device *d, tri_tensor out, tri_tensor in);
+/* The convert op: whichever of the two dst and src dtypes ask for. */
+int tri_cuda_convert(tri_device *d, tri_tensor dst, tri_tensor src);
 
 /* Facts about device `ordinal` for reports (name, compute capability, SMs, memory, clock). */
 typedef struct tri_cuda_info {

@@ -24,6 +24,17 @@ static int need(const char *op, const char *arg, tri_tensor t, tri_dtype dtype)
     return TRI_OK;
 }
 
+/* t must be present and floating: fp32 or bf16 (device.h's precision rule). */
+static int need_float(const char *op, const char *arg, tri_tensor t)
+{
+    char b[96];
+    if (!tri_tensor_present(t))
+        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is missing", op, arg);
+    if (t.dtype != TRI_F32 && t.dtype != TRI_BF16)
+        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected dtype f32 or bf16", op, arg, DESC(t, b));
+    return TRI_OK;
+}
+
 static int need_numel(const char *op, const char *arg, tri_tensor t, int64_t numel)
 {
     char b[96];
@@ -85,6 +96,82 @@ static int profile_end(tri_device *d, const char *name, int rc)
 #define DISPATCH(d, fn, ...)                                                                   \
     ((d)->ops->fn ? (op_t0 = profile_start(d), profile_end((d), #fn, (d)->ops->fn((d), __VA_ARGS__))) \
                   : unsupported((d), #fn))
+
+/* ---- bf16 on a backend that computes in fp32 only ----
+ * The wrappers give such a backend (device->native_bf16 false) an fp32 copy of every bf16
+ * argument, run the op, and round the arguments the op writes back into their bf16 storage: the
+ * precision rule of device.h, with the backend's own fp32 arithmetic. The copies come from the
+ * backend's allocator directly (transient scratch, outside the planned and measured memory).
+ * Arguments with the same data pointer share one copy, so the aliasing an op allows (ce_backward's
+ * dlogits = logits, gelu_backward's dinp = dout, add's out = a) holds for the copies too. */
+#define WIDEN_MAX 8
+
+typedef struct widen {
+    tri_device *d;
+    int rc;
+    int n;
+    struct {
+        tri_tensor orig;   /* the caller's bf16 tensor */
+        void *wide;        /* its fp32 copy */
+        bool written;      /* rounded back after the op */
+    } arg[WIDEN_MAX];
+} widen;
+
+static widen widen_start(tri_device *d, int rc)
+{
+    widen w = {.d = d, .rc = rc};
+    return w;
+}
+
+/* Points *t at an fp32 copy when it is bf16 (and the backend is not native); `writes` when the op
+ * writes it. */
+static void wide(widen *w, tri_tensor *t, bool writes)
+{
+    if (w->rc || w->d->native_bf16 || !tri_tensor_present(*t) || t->dtype != TRI_BF16)
+        return;
+    for (int i = 0; i < w->n; i++)
+        if (w->arg[i].orig.data == t->data) {
+            w->arg[i].written |= writes;
+            t->data = w->arg[i].wide;
+            t->dtype = TRI_F32;
+            return;
+        }
+    if (w->n == WIDEN_MAX) {
+        w->rc = TRI_ERR(TRI_EINTERNAL, "widen: more than %d bf16 arguments", WIDEN_MAX);
+        return;
+    }
+    int64_t n = tri_tensor_numel(*t);
+    tri_tensor f = *t;
+    f.dtype = TRI_F32;
+    w->rc = w->d->ops->alloc(w->d, &f.data, (size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!w->rc)
+        w->rc = w->d->ops->convert(w->d, f, *t);
+    if (w->rc) {
+        if (f.data)
+            w->d->ops->free(w->d, f.data);
+        return;
+    }
+    w->arg[w->n].orig = *t;
+    w->arg[w->n].wide = f.data;
+    w->arg[w->n].written = writes;
+    w->n++;
+    *t = f;
+}
+
+/* After the op (status rc): rounds the written copies back, frees every copy; returns the status. */
+static int widen_end(widen *w, int rc)
+{
+    rc = w->rc ? w->rc : rc;
+    for (int i = 0; i < w->n; i++) {
+        tri_tensor f = w->arg[i].orig;
+        f.data = w->arg[i].wide;
+        f.dtype = TRI_F32;
+        if (!rc && w->arg[i].written)
+            rc = w->d->ops->convert(w->d, w->arg[i].orig, f);
+        w->d->ops->free(w->d, w->arg[i].wide);
+    }
+    return rc;
+}
 
 /* ---- lifetime and memory ---- */
 
@@ -204,8 +291,9 @@ int tri_device_sync(tri_device *d)
 
 int tri_op_fill(tri_device *d, tri_tensor x, float value)
 {
-    int rc = need("fill", "x", x, TRI_F32);
-    return rc ? rc : DISPATCH(d, fill, x, value);
+    widen w = widen_start(d, need_float("fill", "x", x));
+    wide(&w, &x, true);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, fill, x, value));
 }
 
 int tri_op_zero(tri_device *d, tri_tensor x)
@@ -213,8 +301,8 @@ int tri_op_zero(tri_device *d, tri_tensor x)
     size_t bytes = tri_tensor_bytes(x);
     if (!x.data || bytes == 0)
         return TRI_OK;
-    if (bytes % sizeof(float) != 0)
-        return TRI_ERR(TRI_EINVAL, "zero: %zu bytes is not a whole number of 4-byte words", bytes);
+    if (bytes % sizeof(float) != 0) /* an odd number of bf16 */
+        return tri_op_fill(d, tri_tensor_1d(x.data, TRI_BF16, (int64_t)(bytes / 2)), 0.0f);
     return DISPATCH(d, fill, tri_tensor_1d(x.data, TRI_F32, (int64_t)(bytes / sizeof(float))), 0.0f);
 }
 
@@ -232,44 +320,68 @@ int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src)
     return d->ops->copy(d, dst.data, src.data, tri_tensor_bytes(src));
 }
 
+int tri_op_convert(tri_device *d, tri_tensor dst, tri_tensor src)
+{
+    int rc = need_float("convert", "dst", dst);
+    if (!rc) rc = need_float("convert", "src", src);
+    if (!rc) rc = need_numel("convert", "src", src, tri_tensor_numel(dst));
+    if (rc || tri_tensor_numel(src) == 0)
+        return rc;
+    if (dst.dtype == src.dtype)
+        return tri_op_copy(d, dst, src);
+    return DISPATCH(d, convert, dst, src);
+}
+
 int tri_op_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
 {
-    int rc = need("add", "out", out, TRI_F32);
-    if (!rc) rc = need("add", "a", a, TRI_F32);
-    if (!rc) rc = need("add", "b", b, TRI_F32);
+    int rc = need_float("add", "out", out);
+    if (!rc) rc = need_float("add", "a", a);
+    if (!rc) rc = need_float("add", "b", b);
     if (!rc) rc = need_numel("add", "a", a, tri_tensor_numel(out));
     if (!rc) rc = need_numel("add", "b", b, tri_tensor_numel(out));
-    return rc ? rc : DISPATCH(d, add, out, a, b);
+    widen w = widen_start(d, rc);
+    wide(&w, &out, true);
+    wide(&w, &a, false);
+    wide(&w, &b, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, add, out, a, b));
 }
 
 int tri_op_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
 {
-    int rc = need("axpy", "y", y, TRI_F32);
-    if (!rc) rc = need("axpy", "x", x, TRI_F32);
+    int rc = need_float("axpy", "y", y);
+    if (!rc) rc = need_float("axpy", "x", x);
     if (!rc) rc = need_numel("axpy", "x", x, tri_tensor_numel(y));
-    return rc ? rc : DISPATCH(d, axpy, y, alpha, x);
+    widen w = widen_start(d, rc);
+    wide(&w, &y, true);
+    wide(&w, &x, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, axpy, y, alpha, x));
 }
 
 int tri_op_scale(tri_device *d, tri_tensor x, float s)
 {
-    int rc = need("scale", "x", x, TRI_F32);
-    return rc ? rc : DISPATCH(d, scale, x, s);
+    widen w = widen_start(d, need_float("scale", "x", x));
+    wide(&w, &x, true);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, scale, x, s));
 }
 
 int tri_op_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
 {
     int rc = need("sum_squares", "out", out, TRI_F32);
     if (!rc) rc = need_numel("sum_squares", "out", out, 1);
-    if (!rc) rc = need("sum_squares", "x", x, TRI_F32);
-    return rc ? rc : DISPATCH(d, sum_squares, out, x);
+    if (!rc) rc = need_float("sum_squares", "x", x);
+    widen w = widen_start(d, rc);
+    wide(&w, &x, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, sum_squares, out, x));
 }
 
 int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
 {
     int rc = need("count_nonfinite", "out", out, TRI_F32);
     if (!rc) rc = need_numel("count_nonfinite", "out", out, 1);
-    if (!rc) rc = need("count_nonfinite", "x", x, TRI_F32);
-    return rc ? rc : DISPATCH(d, count_nonfinite, out, x);
+    if (!rc) rc = need_float("count_nonfinite", "x", x);
+    widen w = widen_start(d, rc);
+    wide(&w, &x, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, count_nonfinite, out, x));
 }
 
 /* ---- matmul ---- */
@@ -277,9 +389,12 @@ int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
 int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
                   bool trans_a, bool trans_b, float beta)
 {
-    int rc = need("matmul", "a", a, TRI_F32);
-    if (!rc) rc = need("matmul", "b", b, TRI_F32);
-    if (!rc) rc = need("matmul", "c", c, TRI_F32);
+    char x[96], y[96];
+    int rc = need_float("matmul", "a", a);
+    if (!rc) rc = need_float("matmul", "b", b);
+    if (!rc) rc = need_float("matmul", "c", c);
+    if (!rc && a.dtype != b.dtype)
+        rc = TRI_ERR(TRI_EINVAL, "matmul: a %s and b %s must share a dtype", DESC(a, x), DESC(b, y));
     if (rc)
         return rc;
     int64_t M = trans_a ? tri_tensor_cols(a) : tri_tensor_rows(a);
@@ -287,28 +402,35 @@ int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_t
     int64_t Kb = trans_b ? tri_tensor_cols(b) : tri_tensor_rows(b);
     int64_t N = trans_b ? tri_tensor_rows(b) : tri_tensor_cols(b);
     if (K != Kb) {
-        char x[96], y[96];
         return TRI_ERR(TRI_EINVAL, "matmul: inner dimensions differ: a %s%s, b %s%s", DESC(a, x),
                        trans_a ? "^T" : "", DESC(b, y), trans_b ? "^T" : "");
     }
     rc = need_matrix("matmul", "c", c, M, N);
     if (!rc && tri_tensor_present(bias)) {
-        rc = need("matmul", "bias", bias, TRI_F32);
+        rc = need("matmul", "bias", bias, c.dtype);
         if (!rc) rc = need_numel("matmul", "bias", bias, N);
         if (!rc && beta != 0.0f)
             rc = TRI_ERR(TRI_EINVAL, "matmul: a bias needs beta == 0 (got %g)", (double)beta);
     }
     if (rc || M == 0 || N == 0)
         return rc;
-    return DISPATCH(d, matmul, c, a, b, bias, trans_a, trans_b, beta);
+    widen w = widen_start(d, rc);
+    wide(&w, &c, true);
+    wide(&w, &a, false);
+    wide(&w, &b, false);
+    wide(&w, &bias, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, matmul, c, a, b, bias, trans_a, trans_b, beta));
 }
 
 int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 {
-    int rc = need("bias_backward", "dbias", dbias, TRI_F32);
-    if (!rc) rc = need("bias_backward", "dout", dout, TRI_F32);
+    int rc = need_float("bias_backward", "dbias", dbias);
+    if (!rc) rc = need_float("bias_backward", "dout", dout);
     if (!rc) rc = need_numel("bias_backward", "dbias", dbias, tri_tensor_cols(dout));
-    return rc ? rc : DISPATCH(d, bias_backward, dbias, dout);
+    widen w = widen_start(d, rc);
+    wide(&w, &dbias, true);
+    wide(&w, &dout, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, bias_backward, dbias, dout));
 }
 
 /* ---- layernorm ---- */
@@ -318,10 +440,10 @@ static int check_layernorm(const char *op, tri_tensor x, tri_tensor w, tri_tenso
                            const char *b_name, tri_tensor mean, tri_tensor rstd)
 {
     int64_t N = tri_tensor_rows(x), C = tri_tensor_cols(x);
-    int rc = need(op, "inp", x, TRI_F32);
-    if (!rc) rc = need(op, "w", w, TRI_F32);
+    int rc = need_float(op, "inp", x);
+    if (!rc) rc = need_float(op, "w", w);
     if (!rc) rc = need_numel(op, "w", w, C);
-    if (!rc) rc = need(op, b_name, b, TRI_F32);
+    if (!rc) rc = need_float(op, b_name, b);
     if (!rc) rc = need_numel(op, b_name, b, C);
     if (!rc) rc = need(op, "mean", mean, TRI_F32);
     if (!rc) rc = need_numel(op, "mean", mean, N);
@@ -334,9 +456,14 @@ int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri
                              tri_tensor inp, tri_tensor w, tri_tensor b)
 {
     int rc = check_layernorm("layernorm_forward", inp, w, b, "b", mean, rstd);
-    if (!rc) rc = need("layernorm_forward", "out", out, TRI_F32);
+    if (!rc) rc = need_float("layernorm_forward", "out", out);
     if (!rc) rc = need_matrix("layernorm_forward", "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
-    return rc ? rc : DISPATCH(d, layernorm_forward, out, mean, rstd, inp, w, b);
+    widen wd = widen_start(d, rc);
+    wide(&wd, &out, true);
+    wide(&wd, &inp, false);
+    wide(&wd, &w, false);
+    wide(&wd, &b, false);
+    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, layernorm_forward, out, mean, rstd, inp, w, b));
 }
 
 int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
@@ -346,13 +473,20 @@ int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri
     const char *op = "layernorm_backward";
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
     int rc = check_layernorm(op, inp, w, dw, "dw", mean, rstd);
-    if (!rc) rc = need(op, "db", db, TRI_F32);
+    if (!rc) rc = need_float(op, "db", db);
     if (!rc) rc = need_numel(op, "db", db, C);
-    if (!rc) rc = need(op, "dinp", dinp, TRI_F32);
+    if (!rc) rc = need_float(op, "dinp", dinp);
     if (!rc) rc = need_matrix(op, "dinp", dinp, N, C);
-    if (!rc) rc = need(op, "dout", dout, TRI_F32);
+    if (!rc) rc = need_float(op, "dout", dout);
     if (!rc) rc = need_matrix(op, "dout", dout, N, C);
-    return rc ? rc : DISPATCH(d, layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd);
+    widen wd = widen_start(d, rc);
+    wide(&wd, &dinp, true);
+    wide(&wd, &dw, true);
+    wide(&wd, &db, true);
+    wide(&wd, &dout, false);
+    wide(&wd, &inp, false);
+    wide(&wd, &w, false);
+    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd));
 }
 
 /* ---- attention ---- */
@@ -362,9 +496,9 @@ static int check_attention(const char *op, tri_tensor out, const char *out_name,
                            tri_tensor qkv)
 {
     char x[96], y[96];
-    int rc = need(op, "qkv", qkv, TRI_F32);
-    if (!rc) rc = need(op, "att", att, TRI_F32);
-    if (!rc) rc = need(op, out_name, out, TRI_F32);
+    int rc = need_float(op, "qkv", qkv);
+    if (!rc) rc = need_float(op, "att", att);
+    if (!rc) rc = need_float(op, out_name, out);
     if (rc)
         return rc;
     if (qkv.ndim != 3 || att.ndim != 4 || qkv.shape[2] % 3 != 0)
@@ -379,8 +513,11 @@ static int check_attention(const char *op, tri_tensor out, const char *out_name,
 
 int tri_op_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
 {
-    int rc = check_attention("attention_forward", out, "out", att, qkv);
-    return rc ? rc : DISPATCH(d, attention_forward, out, att, qkv);
+    widen w = widen_start(d, check_attention("attention_forward", out, "out", att, qkv));
+    wide(&w, &out, true);
+    wide(&w, &att, true);
+    wide(&w, &qkv, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, attention_forward, out, att, qkv));
 }
 
 int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
@@ -388,31 +525,44 @@ int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, t
 {
     const char *op = "attention_backward";
     int rc = check_attention(op, dout, "dout", att, qkv);
-    if (!rc) rc = need(op, "dqkv", dqkv, TRI_F32);
+    if (!rc) rc = need_float(op, "dqkv", dqkv);
     if (!rc) rc = need_numel(op, "dqkv", dqkv, tri_tensor_numel(qkv));
-    if (!rc) rc = need(op, "datt", datt, TRI_F32);
+    if (!rc) rc = need_float(op, "datt", datt);
     if (!rc) rc = need_numel(op, "datt", datt, tri_tensor_numel(att));
-    return rc ? rc : DISPATCH(d, attention_backward, dqkv, datt, dout, qkv, att);
+    widen w = widen_start(d, rc);
+    wide(&w, &dqkv, true);
+    wide(&w, &datt, true);
+    wide(&w, &dout, false);
+    wide(&w, &qkv, false);
+    wide(&w, &att, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, attention_backward, dqkv, datt, dout, qkv, att));
 }
 
 /* ---- GELU ---- */
 
 int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
 {
-    int rc = need("gelu_forward", "inp", inp, TRI_F32);
-    if (!rc) rc = need("gelu_forward", "out", out, TRI_F32);
+    int rc = need_float("gelu_forward", "inp", inp);
+    if (!rc) rc = need_float("gelu_forward", "out", out);
     if (!rc) rc = need_numel("gelu_forward", "out", out, tri_tensor_numel(inp));
-    return rc ? rc : DISPATCH(d, gelu_forward, out, inp);
+    widen w = widen_start(d, rc);
+    wide(&w, &out, true);
+    wide(&w, &inp, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, gelu_forward, out, inp));
 }
 
 int tri_op_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
 {
-    int rc = need("gelu_backward", "inp", inp, TRI_F32);
-    if (!rc) rc = need("gelu_backward", "dinp", dinp, TRI_F32);
-    if (!rc) rc = need("gelu_backward", "dout", dout, TRI_F32);
+    int rc = need_float("gelu_backward", "inp", inp);
+    if (!rc) rc = need_float("gelu_backward", "dinp", dinp);
+    if (!rc) rc = need_float("gelu_backward", "dout", dout);
     if (!rc) rc = need_numel("gelu_backward", "dinp", dinp, tri_tensor_numel(inp));
     if (!rc) rc = need_numel("gelu_backward", "dout", dout, tri_tensor_numel(inp));
-    return rc ? rc : DISPATCH(d, gelu_backward, dinp, inp, dout);
+    widen w = widen_start(d, rc);
+    wide(&w, &dinp, true);
+    wide(&w, &inp, false);
+    wide(&w, &dout, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, gelu_backward, dinp, inp, dout));
 }
 
 /* ---- embeddings ---- */
@@ -422,10 +572,13 @@ int tri_op_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, t
 {
     const char *op = "embedding_forward";
     int rc = need(op, "tokens", tokens, TRI_I32);
-    if (!rc) rc = need(op, "wte", wte, TRI_F32);
-    if (!rc) rc = need(op, "out", out, TRI_F32);
+    if (!rc) rc = need_float(op, "wte", wte);
+    if (!rc) rc = need_float(op, "out", out);
     if (!rc) rc = need_matrix(op, "out", out, tri_tensor_numel(tokens), tri_tensor_cols(wte));
-    return rc ? rc : DISPATCH(d, embedding_forward, out, tokens, wte, vocab_start);
+    widen w = widen_start(d, rc);
+    wide(&w, &out, true);
+    wide(&w, &wte, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, embedding_forward, out, tokens, wte, vocab_start));
 }
 
 int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
@@ -433,18 +586,21 @@ int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, t
 {
     const char *op = "embedding_backward";
     int rc = need(op, "tokens", tokens, TRI_I32);
-    if (!rc) rc = need(op, "dwte", dwte, TRI_F32);
-    if (!rc) rc = need(op, "dout", dout, TRI_F32);
+    if (!rc) rc = need_float(op, "dwte", dwte);
+    if (!rc) rc = need_float(op, "dout", dout);
     if (!rc) rc = need_matrix(op, "dout", dout, tri_tensor_numel(tokens), tri_tensor_cols(dwte));
-    return rc ? rc : DISPATCH(d, embedding_backward, dwte, dout, tokens, vocab_start);
+    widen w = widen_start(d, rc);
+    wide(&w, &dwte, true);
+    wide(&w, &dout, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, embedding_backward, dwte, dout, tokens, vocab_start));
 }
 
 /* x is out (forward) or dout (backward), wpe is wpe or dwpe: x_name and wpe_name say which. */
 static int check_position(const char *op, tri_tensor x, const char *x_name, tri_tensor wpe,
                           const char *wpe_name, int64_t T, int64_t row0)
 {
-    int rc = need(op, x_name, x, TRI_F32);
-    if (!rc) rc = need(op, wpe_name, wpe, TRI_F32);
+    int rc = need_float(op, x_name, x);
+    if (!rc) rc = need_float(op, wpe_name, wpe);
     if (rc)
         return rc;
     if (tri_tensor_cols(x) != tri_tensor_cols(wpe) || T <= 0 || T > tri_tensor_rows(wpe) || row0 < 0) {
@@ -457,21 +613,25 @@ static int check_position(const char *op, tri_tensor x, const char *x_name, tri_
 
 int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
 {
-    int rc = check_position("position_forward", out, "out", wpe, "wpe", T, row0);
-    return rc ? rc : DISPATCH(d, position_forward, out, wpe, T, row0);
+    widen w = widen_start(d, check_position("position_forward", out, "out", wpe, "wpe", T, row0));
+    wide(&w, &out, true);
+    wide(&w, &wpe, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, position_forward, out, wpe, T, row0));
 }
 
 int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0)
 {
-    int rc = check_position("position_backward", dout, "dout", dwpe, "dwpe", T, row0);
-    return rc ? rc : DISPATCH(d, position_backward, dwpe, dout, T, row0);
+    widen w = widen_start(d, check_position("position_backward", dout, "dout", dwpe, "dwpe", T, row0));
+    wide(&w, &dwpe, true);
+    wide(&w, &dout, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, position_backward, dwpe, dout, T, row0));
 }
 
 /* ---- cross-entropy ---- */
 
 static int check_ce(const char *op, tri_tensor logits, tri_tensor maxes, int64_t V_valid)
 {
-    int rc = need(op, "logits", logits, TRI_F32);
+    int rc = need_float(op, "logits", logits);
     if (!rc) rc = need(op, "maxes", maxes, TRI_F32);
     if (!rc) rc = need_numel(op, "maxes", maxes, tri_tensor_rows(logits));
     if (!rc && (V_valid < 0 || V_valid > tri_tensor_cols(logits)))
@@ -482,8 +642,9 @@ static int check_ce(const char *op, tri_tensor logits, tri_tensor maxes, int64_t
 
 int tri_op_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
 {
-    int rc = check_ce("ce_row_max", logits, maxes, V_valid);
-    return rc ? rc : DISPATCH(d, ce_row_max, maxes, logits, V_valid);
+    widen w = widen_start(d, check_ce("ce_row_max", logits, maxes, V_valid));
+    wide(&w, &logits, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, ce_row_max, maxes, logits, V_valid));
 }
 
 int tri_op_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
@@ -495,7 +656,9 @@ int tri_op_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, 
     if (!rc) rc = need_matrix(op, "stats", stats, tri_tensor_rows(logits), 2);
     if (!rc) rc = need(op, "targets", targets, TRI_I32);
     if (!rc) rc = need_numel(op, "targets", targets, tri_tensor_rows(logits));
-    return rc ? rc : DISPATCH(d, ce_sumexp_target, stats, logits, maxes, targets, vocab_start, V_valid);
+    widen w = widen_start(d, rc);
+    wide(&w, &logits, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, ce_sumexp_target, stats, logits, maxes, targets, vocab_start, V_valid));
 }
 
 int tri_op_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats)
@@ -514,15 +677,18 @@ int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri
 {
     const char *op = "ce_backward";
     int rc = check_ce(op, logits, maxes, V_valid);
-    if (!rc) rc = need(op, "dlogits", dlogits, TRI_F32);
+    if (!rc) rc = need_float(op, "dlogits", dlogits);
     if (!rc) rc = need_numel(op, "dlogits", dlogits, tri_tensor_numel(logits));
     if (!rc) rc = need(op, "stats", stats, TRI_F32);
     if (!rc) rc = need_matrix(op, "stats", stats, tri_tensor_rows(logits), 2);
     if (!rc) rc = need(op, "targets", targets, TRI_I32);
     if (!rc) rc = need_numel(op, "targets", targets, tri_tensor_rows(logits));
-    return rc ? rc
-              : DISPATCH(d, ce_backward, dlogits, logits, maxes, stats, targets, vocab_start, V_valid,
-                         dloss);
+    widen w = widen_start(d, rc);
+    wide(&w, &dlogits, true);
+    wide(&w, &logits, false);
+    return widen_end(&w, w.rc ? 0
+                                : DISPATCH(d, ce_backward, dlogits, logits, maxes, stats, targets, vocab_start,
+                                           V_valid, dloss));
 }
 
 /* ---- optimizer ---- */

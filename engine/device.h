@@ -10,7 +10,18 @@
  * Shapes use llm.c's letters: N rows (= B*T tokens, or a sequence shard of them), C channels,
  * OC output channels, NH heads, HS = C/NH head size, V_l a vocab shard. "+=" marks ops that
  * accumulate into their output (gradients accumulate over micro-batches). Every op returns
- * TRI_OK or a negative status with a message (engine/status.h). */
+ * TRI_OK or a negative status with a message (engine/status.h).
+ *
+ * Precision (bf16 mixed precision, Micikevicius et al. 2018; Megatron-LM's --bf16): every floating
+ * argument may be fp32 or bf16, each independently, unless its comment says f32 - layernorm's
+ * mean/rstd, cross-entropy's maxes/stats/losses, the outputs of sum_squares and count_nonfinite,
+ * every AdamW argument (master weights, gradients and moments stay fp32) and the fixed-point ops.
+ * matmul's a and b share a dtype and its bias has c's. An op computes in fp32 whatever the storage:
+ * it widens each element it reads (exactly) and rounds each element it writes to nearest even
+ * (engine/math.h tri_load / tri_store); an accumulating op (+=) reads its output the same way.
+ * A backend without native bf16 (device->native_bf16 false: the CPU backend) gets these semantics
+ * from the wrappers, which hand it fp32 copies of the bf16 arguments and round the written ones
+ * back, so the CPU backend is the reference the CUDA kernels are compared with. */
 #ifndef TRIDENT_ENGINE_DEVICE_H
 #define TRIDENT_ENGINE_DEVICE_H
 
@@ -88,6 +99,8 @@ typedef struct tri_device_ops {
     int (*fixed_to_float)(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
     int (*add_i64)(tri_device *d, tri_tensor y, tri_tensor x);
     int (*fixed_sum_squares)(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad);
+    /* precision */
+    int (*convert)(tri_device *d, tri_tensor dst, tri_tensor src);
 } tri_device_ops;
 
 /* Per-op time and call counts, kept when profiling is on (tri_device_profile_enable). */
@@ -115,6 +128,8 @@ struct tri_device {
     int threads;             /* CPU: threads of the OpenMP loops (0: OpenMP's default). BLAS threads
                                 are process-wide: tools set them (tools/cli/backend.h). CUDA: unused */
     int ordinal;             /* CUDA device index; CPU: 0 */
+    bool native_bf16;        /* the backend's ops read and write bf16 themselves; otherwise the
+                                wrappers widen bf16 arguments to fp32 copies around each op */
 };
 
 /* The CPU backend: OpenBLAS sgemm for every matmul, OpenMP loops elsewhere, `threads` threads
@@ -146,6 +161,9 @@ int tri_op_fill(tri_device *d, tri_tensor x, float value);
 int tri_op_zero(tri_device *d, tri_tensor x);
 /* dst = src (same numel and dtype). */
 int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src);
+/* dst = src converted to dst's dtype (same numel; fp32 or bf16 each): bf16 -> fp32 is exact,
+ * fp32 -> bf16 rounds to nearest even (NaN stays NaN), equal dtypes copy. */
+int tri_op_convert(tri_device *d, tri_tensor dst, tri_tensor src);
 /* out = a + b (out may alias a or b). */
 int tri_op_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
 /* y += alpha * x. */

@@ -501,6 +501,17 @@ static int cpu_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, 
     return TRI_OK;
 }
 
+/* dst = src in dst's dtype: fp32 <-> bf16 through engine/math.h's widening and rounding. */
+static int cpu_convert(tri_device *d, tri_tensor dst, tri_tensor src)
+{
+    int64_t n = tri_tensor_numel(src);
+    int dst_bf16 = dst.dtype == TRI_BF16, src_bf16 = src.dtype == TRI_BF16;
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        tri_store(dst.data, dst_bf16, i, tri_load(src.data, src_bf16, i));
+    return TRI_OK;
+}
+
 static const tri_device_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -537,6 +548,7 @@ static const tri_device_ops cpu_ops = {
     .fixed_to_float = cpu_fixed_to_float,
     .add_i64 = cpu_add_i64,
     .fixed_sum_squares = cpu_fixed_sum_squares,
+    .convert = cpu_convert,
 };
 
 int tri_device_cpu_create(tri_device **out, int threads)
