@@ -14,7 +14,7 @@
 
 static int check_dtype(const char *op, tri_tensor t)
 {
-    if (t.dtype != TRI_F32 && t.dtype != TRI_I32 && t.dtype != TRI_I64)
+    if (t.dtype != TRI_F32 && t.dtype != TRI_BF16 && t.dtype != TRI_I32 && t.dtype != TRI_I64)
         return TRI_ERR(TRI_EINVAL, "comm %s: dtype %s not supported (f32, i32 or i64)", op,
                        tri_dtype_name(t.dtype));
     return TRI_OK;

@@ -78,6 +78,7 @@ int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float
             rc = tri_op_adamw(d, tri_zero_owned_params(z, s, n), tri_zero_owned_grads(z, s, n),
                               tri_tensor_range(o->m, at, n), tri_tensor_range(o->v, at, n), &hp);
         }
+    if (!rc) rc = tri_zero_publish_owned(z); /* bf16: master weights rounded into the model's */
     if (!rc)
         o->step++;
     return rc;

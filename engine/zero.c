@@ -32,6 +32,12 @@ static int take_1d(tri_arena *a, tri_mem_kind kind, tri_tensor *t, int64_t n)
     return tri_arena_take(a, kind, t, TRI_F32, 1, (int64_t[]){n > 0 ? n : 1});
 }
 
+/* A 1-d buffer of the model's parameter dtype (bf16 with mixed precision, else fp32). */
+static int take_1d_model(tri_zero *z, tri_arena *a, tri_mem_kind kind, tri_tensor *t, int64_t n)
+{
+    return tri_arena_take(a, kind, t, z->bf16 ? TRI_BF16 : TRI_F32, 1, (int64_t[]){n > 0 ? n : 1});
+}
+
 static int take_1d_i64(tri_arena *a, tri_mem_kind kind, tri_tensor *t, int64_t n)
 {
     return tri_arena_take(a, kind, t, TRI_I64, 1, (int64_t[]){n > 0 ? n : 1});
@@ -52,11 +58,12 @@ static int take_unit_buffers(tri_zero *z, tri_arena *a, tri_mem_kind kind, tri_z
     }
     *n = TRI_ZERO_POOL + big;
     int rc = TRI_OK, k = 0;
+    tri_dtype dtype = kind == TRI_MEM_PARAMS && z->bf16 ? TRI_BF16 : TRI_F32;
     for (; k < TRI_ZERO_POOL && !rc; k++)
-        rc = take_1d(a, kind, &(*bufs)[k].t, z->pool_len);
+        rc = tri_arena_take(a, kind, &(*bufs)[k].t, dtype, 1, (int64_t[]){z->pool_len > 0 ? z->pool_len : 1});
     for (int u = 0; u < L->n_units && !rc; u++)
         if (L->units[u].len > z->pool_len)
-            rc = take_1d(a, kind, &(*bufs)[k++].t, L->units[u].len);
+            rc = tri_arena_take(a, kind, &(*bufs)[k++].t, dtype, 1, (int64_t[]){L->units[u].len});
     for (int i = 0; i < *n; i++) {
         (*bufs)[i].unit = -1;
         (*bufs)[i].refs = 0;
@@ -146,6 +153,7 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     z->deterministic = o->deterministic;
     z->overlap_grad_reduce = o->overlap_grad_reduce;
     z->overlap_param_gather = o->overlap_param_gather;
+    z->bf16 = o->bf16;
     z->L = L;
     int rc = alloc_tracking(z);
     if (rc)
@@ -158,10 +166,12 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     }
     z->pool_len = pool_length(L);
     z->params = z->param_shard = z->grads = z->grad_shard = z->reduce_tmp = tri_tensor_none();
-    z->acc = z->acc_bucket = z->acc_tmp = z->bad = tri_tensor_none();
+    z->acc = z->acc_bucket = z->acc_tmp = z->bad = z->master = tri_tensor_none();
     int stage = o->stage;
-    rc = stage < 3 ? take_1d(a, TRI_MEM_PARAMS, &z->params, L->padded_numel)
-                   : take_1d(a, TRI_MEM_PARAMS, &z->param_shard, L->shard_numel);
+    rc = stage < 3 ? take_1d_model(z, a, TRI_MEM_PARAMS, &z->params, L->padded_numel)
+                   : take_1d_model(z, a, TRI_MEM_PARAMS, &z->param_shard, L->shard_numel);
+    if (!rc && z->bf16) /* fp32 master weights: optimizer state, sharded from stage 1 */
+        rc = take_1d(a, TRI_MEM_OPTIMIZER, &z->master, stage == 0 ? L->padded_numel : L->shard_numel);
     if (!rc) rc = stage < 2 ? take_1d(a, TRI_MEM_GRADS, &z->grads, L->padded_numel)
                             : take_1d(a, TRI_MEM_GRADS, &z->grad_shard, L->shard_numel);
     if (!rc && (stage >= 2 || z->deterministic))
@@ -684,9 +694,27 @@ int64_t tri_zero_owned_numel(const tri_zero *z)
 
 tri_tensor tri_zero_owned_params(const tri_zero *z, int64_t start, int64_t len)
 {
+    if (z->bf16)
+        return tri_tensor_range(z->master, z->stage == 0 ? start : local_of(z, start), len);
+    return tri_zero_owned_model(z, start, len);
+}
+
+tri_tensor tri_zero_owned_model(const tri_zero *z, int64_t start, int64_t len)
+{
     if (z->stage < 3)
         return tri_tensor_range(z->params, start, len);
     return tri_tensor_range(z->param_shard, local_of(z, start), len);
+}
+
+int tri_zero_publish_owned(const tri_zero *z)
+{
+    int rc = TRI_OK;
+    for (int k = 0; z->bf16 && k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t start, len, local;
+        tri_zero_owned(z, k, &start, &len, &local);
+        rc = tri_op_convert(z->dev, tri_zero_owned_model(z, start, len), tri_zero_owned_params(z, start, len));
+    }
+    return rc;
 }
 
 tri_tensor tri_zero_owned_grads(const tri_zero *z, int64_t start, int64_t len)

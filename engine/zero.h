@@ -32,6 +32,15 @@
  * (prefetch, as DeepSpeed's ZeRO-3 traces its modules). Every operation moves the same bytes as
  * without overlap; buffers in flight belong to the comm until completed.
  *
+ * Mixed precision (bf16, Megatron-LM's --bf16 with its fp32 main parameters and gradients;
+ * Micikevicius et al. 2018): the parameters above (whole, shard and gathered buffers) are bf16,
+ * what the forward and backward read; the gradients stay fp32; and the fp32 master weights live
+ * with the optimizer state, over the owned ranges (whole at stage 0, the shard above). The
+ * optimizer updates the master weights (tri_zero_owned_params) and tri_zero_publish_owned rounds
+ * them into the owned bf16 parameters, which stages 1-2 then all-gather (half the bytes of fp32).
+ * Per parameter: 2 + 4 + 12 bytes at stage 0, 2 + 4 + 12/dp at stage 1, 2 + (4 + 12)/dp at stage
+ * 2, (2 + 4 + 12)/dp at stage 3 (plus the whole-unit buffers).
+ *
  * Whole-unit buffers (stage 3's gathered parameters, stage 2-3's gradient buckets) come from a
  * pool of two buffers sized for the largest block, plus a buffer of its own for any larger unit
  * (the embedding): the largest unit must exist whole while it is used, as in FSDP. */
@@ -70,12 +79,14 @@ typedef struct tri_zero_options {
     bool deterministic;          /* exact fixed-point gradient sums (see the top comment) */
     bool overlap_grad_reduce;    /* --overlap-grad-reduce (see the top comment) */
     bool overlap_param_gather;   /* --overlap-param-gather */
+    bool bf16;                   /* --bf16: bf16 parameters, fp32 master weights (see the top comment) */
 } tri_zero_options;
 
 typedef struct tri_zero {
     int stage;                   /* 0..3 */
     bool deterministic;
     bool overlap_grad_reduce, overlap_param_gather;
+    bool bf16;                   /* params bf16, master fp32 */
     const tri_param_layout *L;
     tri_device *dev;
     tri_comm *dp;                /* the data-parallel group (NULL while planning) */
@@ -83,6 +94,8 @@ typedef struct tri_zero {
     /* parameters */
     tri_tensor params;           /* stages 0-2: (padded_numel) the whole local stage */
     tri_tensor param_shard;      /* stage 3: (shard_numel) the owned slices, unit after unit */
+    tri_tensor master;           /* bf16: f32 (tri_zero_owned_numel) master weights, laid out as the
+                                    optimizer state; else absent */
     /* gradients */
     tri_tensor grads;            /* stages 0-1: (padded_numel) */
     tri_tensor grad_shard;       /* stages 2-3: (shard_numel) */
@@ -164,9 +177,16 @@ void tri_zero_owned(const tri_zero *z, int k, int64_t *start, int64_t *len, int6
 bool tri_zero_owned_piece(const tri_zero *z, int k, const tri_param *p, int64_t *s, int64_t *n, int64_t *at);
 /* Elements of optimizer state this rank keeps (padded_numel at stage 0, shard_numel above). */
 int64_t tri_zero_owned_numel(const tri_zero *z);
-/* The owned piece [start, start + len) (flat offsets) of the parameters and of the complete
- * gradients (after tri_zero_reduce_grads), as 1-d views. */
+/* The owned piece [start, start + len) (flat offsets) of the parameters the optimizer updates
+ * (fp32: the master weights with bf16) and of the complete gradients (after
+ * tri_zero_reduce_grads), as 1-d views. */
 tri_tensor tri_zero_owned_params(const tri_zero *z, int64_t start, int64_t len);
+/* The same piece of the parameters the model reads (bf16 with mixed precision; else the same
+ * view as tri_zero_owned_params). */
+tri_tensor tri_zero_owned_model(const tri_zero *z, int64_t start, int64_t len);
+/* bf16: rounds every owned master range into the model's parameters (after an update or a write
+ * of the master weights; stages 1-2 then all-gather them). fp32: nothing. */
+int tri_zero_publish_owned(const tri_zero *z);
 tri_tensor tri_zero_owned_grads(const tri_zero *z, int64_t start, int64_t len);
 /* What further gradient reductions of an owned piece act on before tri_zero_finish_grads: the
  * int64 exact sums in deterministic mode, else the fp32 gradients. */

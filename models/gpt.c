@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/math.h"
 #include "engine/status.h"
 #include "layers/embedding.h"
 #include "engine/optimizer.h"
@@ -199,6 +200,10 @@ int tri_gpt_check(const tri_gpt_config *cfg, int tp, const tri_gpt_options *o)
 
 /* ---- buffers: planned, then taken again for real (engine/arena.h) ---- */
 
+/* Activations (and their gradients) are bf16 under mixed precision; statistics (layernorm mean and
+ * rstd, losses, cross-entropy maxes and sums) and gradients of parameters stay fp32. */
+#define ACT(m) ((m)->opt.bf16 ? TRI_BF16 : TRI_F32)
+
 #define TAKE(m, kind, t, dtype, ...) \
     tri_arena_take(&(m)->arena, (kind), (t), (dtype), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__))
 
@@ -212,24 +217,24 @@ static int take_block_acts(tri_gpt *m, tri_gpt_block_acts *a, bool all)
     int rc = TRI_OK;
     if (rec == TRI_RECOMPUTE_FULL) {
         *a = m->shared;
-        return TAKE(m, K, &a->res3, TRI_F32, N_l, C);
+        return TAKE(m, K, &a->res3, ACT(m), N_l, C);
     }
-    rc = TAKE(m, K, &a->ln1, TRI_F32, N_l, C);
+    rc = TAKE(m, K, &a->ln1, ACT(m), N_l, C);
     if (!rc) rc = TAKE(m, K, &a->ln1_mean, TRI_F32, N_l);
     if (!rc) rc = TAKE(m, K, &a->ln1_rstd, TRI_F32, N_l);
-    if (!rc) rc = TAKE(m, K, &a->attn.qkv, TRI_F32, B, T, 3 * m->C_l);
+    if (!rc) rc = TAKE(m, K, &a->attn.qkv, ACT(m), B, T, 3 * m->C_l);
     if (rec == TRI_RECOMPUTE_SELECTIVE)
         a->attn.att = m->shared.attn.att;
     else if (!rc)
-        rc = TAKE(m, K, &a->attn.att, TRI_F32, B, m->NH_l, T, T);
-    if (!rc) rc = TAKE(m, K, &a->attn.atty, TRI_F32, B, T, m->C_l);
-    if (!rc) rc = TAKE(m, K, &a->res2, TRI_F32, N_l, C);
-    if (!rc) rc = TAKE(m, K, &a->ln2, TRI_F32, N_l, C);
+        rc = TAKE(m, K, &a->attn.att, ACT(m), B, m->NH_l, T, T);
+    if (!rc) rc = TAKE(m, K, &a->attn.atty, ACT(m), B, T, m->C_l);
+    if (!rc) rc = TAKE(m, K, &a->res2, ACT(m), N_l, C);
+    if (!rc) rc = TAKE(m, K, &a->ln2, ACT(m), N_l, C);
     if (!rc) rc = TAKE(m, K, &a->ln2_mean, TRI_F32, N_l);
     if (!rc) rc = TAKE(m, K, &a->ln2_rstd, TRI_F32, N_l);
-    if (!rc) rc = TAKE(m, K, &a->mlp.fch, TRI_F32, N, 4 * m->C_l);
-    if (!rc) rc = TAKE(m, K, &a->mlp.fch_gelu, TRI_F32, N, 4 * m->C_l);
-    if (!rc) rc = TAKE(m, K, &a->res3, TRI_F32, N_l, C);
+    if (!rc) rc = TAKE(m, K, &a->mlp.fch, ACT(m), N, 4 * m->C_l);
+    if (!rc) rc = TAKE(m, K, &a->mlp.fch_gelu, ACT(m), N, 4 * m->C_l);
+    if (!rc) rc = TAKE(m, K, &a->res3, ACT(m), N_l, C);
     return rc;
 }
 
@@ -242,7 +247,7 @@ static int take_shared_acts(tri_gpt *m)
     if (m->opt.recompute == TRI_RECOMPUTE_FULL && m->L_l > 0)
         return take_block_acts(m, &m->shared, true);
     if (m->opt.recompute == TRI_RECOMPUTE_SELECTIVE && m->L_l > 0)
-        return TAKE(m, TRI_MEM_ACTIVATIONS, &m->shared.attn.att, TRI_F32, B, m->NH_l, T, T);
+        return TAKE(m, TRI_MEM_ACTIVATIONS, &m->shared.attn.att, ACT(m), B, m->NH_l, T, T);
     return TRI_OK;
 }
 
@@ -252,18 +257,18 @@ static int take_slot(tri_gpt *m, tri_gpt_slot *s)
     const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
     int rc = TAKE(m, K, &s->tokens, TRI_I32, N);
     if (!rc) rc = TAKE(m, K, &s->targets, TRI_I32, N);
-    if (!rc) rc = TAKE(m, K, &s->x_in, TRI_F32, N_l, C);
+    if (!rc) rc = TAKE(m, K, &s->x_in, ACT(m), N_l, C);
     for (int l = 0; l < m->L_l && !rc; l++)
         rc = take_block_acts(m, &s->blocks[l], false);
     if (!rc && m->opt.last) {
-        rc = TAKE(m, K, &s->lnf, TRI_F32, N_l, C);
+        rc = TAKE(m, K, &s->lnf, ACT(m), N_l, C);
         if (!rc) rc = TAKE(m, K, &s->lnf_mean, TRI_F32, N_l);
         if (!rc) rc = TAKE(m, K, &s->lnf_rstd, TRI_F32, N_l);
-        if (!rc) rc = TAKE(m, K, &s->dlnf, TRI_F32, N_l, C);
+        if (!rc) rc = TAKE(m, K, &s->dlnf, ACT(m), N_l, C);
         if (!rc) rc = TAKE(m, K, &s->losses, TRI_F32, N);
     }
-    if (!rc && !m->opt.last) rc = TAKE(m, TRI_MEM_COMM, &s->grad_out, TRI_F32, N_l, C);
-    if (!rc) rc = TAKE(m, K, &s->dres, TRI_F32, N_l, C);
+    if (!rc && !m->opt.last) rc = TAKE(m, TRI_MEM_COMM, &s->grad_out, ACT(m), N_l, C);
+    if (!rc) rc = TAKE(m, K, &s->dres, ACT(m), N_l, C);
     return rc;
 }
 
@@ -271,16 +276,16 @@ static int take_scratch(tri_gpt *m)
 {
     int64_t B = m->opt.B, T = m->opt.T, C = m->cfg.n_embd, N = m->N, N_l = m->N_l;
     const tri_mem_kind K = TRI_MEM_WORKSPACE;
-    int rc = TAKE(m, K, &m->tmp, TRI_F32, N_l, C);
-    if (!rc) rc = TAKE(m, K, &m->dln, TRI_F32, N_l, C);
-    if (!rc) rc = TAKE(m, K, &m->as.dqkv, TRI_F32, B, T, 3 * m->C_l);
-    if (!rc) rc = TAKE(m, K, &m->as.datt, TRI_F32, B, m->NH_l, T, T);
-    if (!rc) rc = TAKE(m, K, &m->as.datty, TRI_F32, B, T, m->C_l);
-    if (!rc) rc = TAKE(m, K, &m->ms.dh, TRI_F32, N, 4 * m->C_l);
+    int rc = TAKE(m, K, &m->tmp, ACT(m), N_l, C);
+    if (!rc) rc = TAKE(m, K, &m->dln, ACT(m), N_l, C);
+    if (!rc) rc = TAKE(m, K, &m->as.dqkv, ACT(m), B, T, 3 * m->C_l);
+    if (!rc) rc = TAKE(m, K, &m->as.datt, ACT(m), B, m->NH_l, T, T);
+    if (!rc) rc = TAKE(m, K, &m->as.datty, ACT(m), B, T, m->C_l);
+    if (!rc) rc = TAKE(m, K, &m->ms.dh, ACT(m), N, 4 * m->C_l);
     tri_tensor full_a = tri_tensor_none(), full_b = tri_tensor_none();
     if (!rc && m->tp.sp && tri_tp_size(&m->tp) > 1) {
-        rc = TAKE(m, TRI_MEM_COMM, &full_a, TRI_F32, N, C);
-        if (!rc) rc = TAKE(m, TRI_MEM_COMM, &full_b, TRI_F32, N, C);
+        rc = TAKE(m, TRI_MEM_COMM, &full_a, ACT(m), N, C);
+        if (!rc) rc = TAKE(m, TRI_MEM_COMM, &full_b, ACT(m), N, C);
     }
     m->as.full_a = m->ms.full_a = m->ls.full_a = full_a;
     m->as.full_b = m->ms.full_b = m->ls.full_b = full_b;
@@ -290,7 +295,7 @@ static int take_scratch(tri_gpt *m)
     if (!rc && m->opt.first && m->opt.last && m->opt.zero_stage < 2 && !m->opt.deterministic)
         rc = TAKE(m, TRI_MEM_GRADS, &m->lm_dwte, TRI_F32, m->V_l, C);
     if (!rc && m->opt.last) {
-        rc = TAKE(m, K, &m->ls.logits, TRI_F32, N, m->V_l);
+        rc = TAKE(m, K, &m->ls.logits, ACT(m), N, m->V_l);
         if (!rc) rc = TAKE(m, K, &m->ls.maxes, TRI_F32, N);
         if (!rc) rc = TAKE(m, K, &m->ls.stats, TRI_F32, N, 2);
     }
@@ -318,7 +323,7 @@ static int take_all(tri_gpt *m)
 {
     tri_zero_options zo = {.stage = m->opt.zero_stage, .deterministic = m->opt.deterministic,
                            .overlap_grad_reduce = m->opt.overlap_grad_reduce,
-                           .overlap_param_gather = m->opt.overlap_param_gather};
+                           .overlap_param_gather = m->opt.overlap_param_gather, .bf16 = m->opt.bf16};
     int rc = tri_zero_take(&m->zero, &m->arena, &m->layout, &zo);
     if (!rc) rc = take_shared_acts(m);
     for (int s = 0; s < m->opt.n_slots && !rc; s++)
@@ -416,6 +421,13 @@ static int init_unit(tri_gpt *m, int u)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory initialising unit %d", u);
     for (int i = unit->first; i < unit->first + unit->count; i++)
         tri_param_init_host(&m->layout.params[i], m->opt.seed, host + (m->layout.params[i].offset - unit->start));
+    if (m->opt.bf16) { /* master weights and their bf16 rounding, parameter by parameter */
+        int rc = TRI_OK;
+        for (int i = unit->first; i < unit->first + unit->count && !rc; i++)
+            rc = tri_gpt_write_param(m, i, host + (m->layout.params[i].offset - unit->start));
+        free(host);
+        return rc;
+    }
     int64_t start, len, local;
     tri_zero_owned(&m->zero, u, &start, &len, &local);
     int rc;
@@ -837,14 +849,15 @@ int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host)
 {
     const tri_param *p = &m->layout.params[i];
     tri_zero *z = &m->zero;
-    /* whole on every dp rank: stage 0 gradients; stage 0-2 parameters */
-    bool whole = grads ? z->stage == 0 : z->stage < 3;
+    /* whole on every dp rank: stage 0 gradients; stage 0-2 parameters (stage 0's fp32 master
+     * weights with bf16, whose master weights are sharded from stage 1) */
+    bool whole = grads || z->bf16 ? z->stage == 0 : z->stage < 3;
     int rc = tri_zero_sync(z);
     if (rc)
         return rc;
     if (whole) {
         tri_tensor src = grads ? tri_tensor_range(z->grads, p->offset, p->numel)
-                               : tri_tensor_range(z->params, p->offset, p->numel);
+                               : tri_zero_owned_params(z, p->offset, p->numel);
         return tri_device_copy_to_host(m->dev, host, src);
     }
     /* sharded: each dp rank contributes the pieces it owns, the others are zero, summed over dp */
@@ -860,11 +873,31 @@ int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host)
     return rc;
 }
 
+/* Writes the owned piece of the parameter values (the master weights with bf16, rounded into the
+ * model's bf16 piece too). */
 static int write_owned_piece(void *ctx, int64_t start, int64_t len)
 {
     piece_ctx *c = ctx;
-    return tri_device_copy_from_host(c->m->dev, tri_zero_owned_params(&c->m->zero, start, len),
-                                     c->host + (start - c->p->offset));
+    tri_zero *z = &c->m->zero;
+    int rc = tri_device_copy_from_host(c->m->dev, tri_zero_owned_params(z, start, len), c->host + (start - c->p->offset));
+    if (!rc && z->bf16)
+        rc = tri_op_convert(c->m->dev, tri_zero_owned_model(z, start, len), tri_zero_owned_params(z, start, len));
+    return rc;
+}
+
+/* bf16 at stages 1-2: the whole parameter's bf16 values (every rank holds them), rounded from host
+ * through an fp32 device buffer. */
+static int write_whole_bf16(tri_gpt *m, const tri_param *p, const float *host)
+{
+    tri_tensor buf = {0};
+    int rc = tri_device_alloc(m->dev, &buf.data, (size_t)p->numel * sizeof(float));
+    if (rc)
+        return rc;
+    buf = tri_tensor_1d(buf.data, TRI_F32, p->numel);
+    rc = tri_device_copy_from_host(m->dev, buf, host);
+    if (!rc) rc = tri_op_convert(m->dev, tri_tensor_range(m->zero.params, p->offset, p->numel), buf);
+    tri_device_free(m->dev, buf.data);
+    return rc;
 }
 
 int tri_gpt_write_param(tri_gpt *m, int i, const float *host)
@@ -873,10 +906,13 @@ int tri_gpt_write_param(tri_gpt *m, int i, const float *host)
     int rc = tri_zero_sync(&m->zero);
     if (rc)
         return rc;
-    if (m->zero.stage < 3)
+    if (m->zero.stage < 3 && !m->zero.bf16)
         return tri_device_copy_from_host(m->dev, tri_tensor_range(m->zero.params, p->offset, p->numel), host);
     piece_ctx c = {.m = m, .p = p, .host = host};
-    return tri_param_owned_pieces(&m->zero, p, write_owned_piece, &c);
+    rc = tri_param_owned_pieces(&m->zero, p, write_owned_piece, &c);
+    if (!rc && m->zero.bf16 && (m->zero.stage == 1 || m->zero.stage == 2))
+        rc = write_whole_bf16(m, p, host);
+    return rc;
 }
 
 int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits)
@@ -902,7 +938,16 @@ int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits)
     float *host = malloc((size_t)m->Vp * sizeof *host);
     if (!host)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory for logits");
-    if (!rc) rc = tri_device_copy_to_host(m->dev, host, tp > 1 ? all : mine);
+    tri_tensor src = tp > 1 ? all : mine;
+    if (!rc && src.dtype == TRI_BF16) { /* bf16 logits: read raw, widened on the host */
+        uint16_t *raw = malloc((size_t)tri_tensor_numel(src) * sizeof *raw);
+        rc = raw ? tri_device_copy_to_host(m->dev, raw, src) : TRI_ERR(TRI_ENOMEM, "gpt: out of memory for logits");
+        for (int64_t v = 0; !rc && v < tri_tensor_numel(src); v++)
+            host[v] = tri_bf16_to_float(raw[v]);
+        free(raw);
+    } else if (!rc) {
+        rc = tri_device_copy_to_host(m->dev, host, src);
+    }
     if (!rc)
         memcpy(logits, host, (size_t)m->cfg.vocab_size * sizeof *logits);
     free(host);

@@ -50,6 +50,8 @@ typedef struct tri_gpt_options {
     bool deterministic;        /* exact fixed-point gradient sums (engine/zero.h) */
     bool overlap_grad_reduce;  /* reductions started during the backward (engine/zero.h) */
     bool overlap_param_gather; /* all-gathers overlapped with the forward (engine/zero.h) */
+    bool bf16;                 /* mixed precision: bf16 weights and activations, fp32 gradients,
+                                  master weights and optimizer state (engine/zero.h) */
     int n_micro;               /* micro-batches per step (when a unit's gradient is complete) */
     uint64_t seed;             /* initialisation seed */
 } tri_gpt_options;

@@ -15,7 +15,8 @@ tri_gpt_run_options tri_gpt_run_options_of(const tri_gpt_config *cfg, const tri_
                              .first_stage_layers = l->first_layers, .last_stage_layers = l->last_layers,
                              .zero_stage = l->zero_stage, .recompute = l->recompute,
                              .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap_grad_reduce,
-                             .overlap_param_gather = l->overlap_param_gather, .seed = 0};
+                             .overlap_param_gather = l->overlap_param_gather,
+                             .bf16 = l->precision == TRI_PRECISION_BF16, .seed = 0};
     return o;
 }
 

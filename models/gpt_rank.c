@@ -90,8 +90,8 @@ static tri_gpt_options chunk_options(const tri_gpt_rank *r, const tri_gpt_run_op
                            .dp = dp, .dp_rank = dp_rank, .zero_stage = o->zero_stage,
                            .recompute = o->recompute, .deterministic = o->deterministic,
                            .overlap_grad_reduce = o->overlap_grad_reduce,
-                           .overlap_param_gather = o->overlap_param_gather, .n_micro = o->n_micro,
-                           .seed = o->seed};
+                           .overlap_param_gather = o->overlap_param_gather, .bf16 = o->bf16,
+                           .n_micro = o->n_micro, .seed = o->seed};
     if (opt.n_slots < 1)
         opt.n_slots = 1;
     return opt;

@@ -29,6 +29,7 @@ typedef struct tri_gpt_run_options {
     bool deterministic;           /* --deterministic: bit-identical across layouts (engine/zero.h) */
     bool overlap_grad_reduce;     /* --overlap-grad-reduce (engine/zero.h) */
     bool overlap_param_gather;    /* --overlap-param-gather */
+    bool bf16;                    /* --bf16: mixed precision (models/gpt.h) */
     uint64_t seed;
 } tri_gpt_run_options;
 

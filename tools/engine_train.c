@@ -59,7 +59,7 @@ typedef struct args {
     float sample_temperature, memory_budget_gb, peak_gflops;
     float comm_timeout, spike_zscore;           /* faults: see tools/cli/fault.h, engine/fault.h */
     int skip_nonfinite, spike_window;
-    bool sequence_parallel, deterministic, overlap_grad_reduce, overlap_param_gather, quiet;
+    bool sequence_parallel, deterministic, overlap_grad_reduce, overlap_param_gather, bf16, quiet;
 } args;
 
 typedef struct run {
@@ -107,6 +107,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &a->overlap_param_gather, "overlap parameter all-gathers with the forward: after the update (ZeRO 1-2), one unit ahead (ZeRO 3)", 0, 0);
     f[n++] = (tri_flag)FLAG("deterministic", TRI_FLAG_BOOL, &a->deterministic, "same as --deterministic-mode", 0, 0);
     f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "sum gradients, norms and losses in exact fixed point: bit-identical results for every pp, dp, ZeRO stage, micro-batch count and rerun at a given tp", 0, 0);
+    f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision: bf16 weights and activations computed in fp32, fp32 gradients, master weights and AdamW moments (in the ZeRO shard)", 0, 0);
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1)", 0, 0);
     f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration (0: micro-batch-size x dp)", 0, 1e12);
@@ -235,7 +236,7 @@ static int validate(run *r)
                                     .last_stage_layers = a->last_stage_layers, .zero_stage = a->zero_stage,
                                     .deterministic = a->deterministic,
                                     .overlap_grad_reduce = a->overlap_grad_reduce,
-                                    .overlap_param_gather = a->overlap_param_gather,
+                                    .overlap_param_gather = a->overlap_param_gather, .bf16 = a->bf16,
                                     .recompute = strcmp(a->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
                                                  : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
                                                                                           : TRI_RECOMPUTE_NONE,
@@ -374,10 +375,11 @@ static void print_plan(run *r)
                   r->dp, a->sequence_parallel ? " (sequence parallel)" : "", a->zero_stage, a->micro_batch, a->seq_length,
                   r->n_micro, r->ss.model.train.name, (long long)a->global_batch,
                   (long long)a->global_batch * a->seq_length);
-    if (a->overlap_grad_reduce || a->overlap_param_gather || a->deterministic)
-        tri_log_rank0("options:%s%s%s", a->overlap_grad_reduce ? " overlapped gradient reduction;" : "",
+    if (a->overlap_grad_reduce || a->overlap_param_gather || a->deterministic || a->bf16)
+        tri_log_rank0("options:%s%s%s%s", a->overlap_grad_reduce ? " overlapped gradient reduction;" : "",
                       a->overlap_param_gather ? " overlapped parameter all-gather;" : "",
-                      a->deterministic ? " deterministic (exact fixed-point gradient sums);" : "");
+                      a->deterministic ? " deterministic (exact fixed-point gradient sums);" : "",
+                      a->bf16 ? " bf16 mixed precision (fp32 gradients, master weights and moments);" : "");
     if (r->ss.grid.world_rank == 0) {
         tri_stage_plan_print(stdout, &r->ss.model.plan);
         /* the per-stage plan, as `partitioner` prints it (models/gpt_preview.h: one code path) */
