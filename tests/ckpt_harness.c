@@ -35,7 +35,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         .run = {.B = r->B, .T = r->T, .n_micro = (int)(r->global_batch / (r->B * dp)), .sequence_parallel = l->sp,
                 .schedule = l->schedule, .layers_per_virtual_stage = l->layers_per_virtual_stage,
                 .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = l->zero,
-                .deterministic = l->deterministic,
+                .deterministic = l->deterministic, .bf16 = l->bf16,
                 .seed = r->seed ? r->seed : 1234},
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
     };

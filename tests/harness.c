@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/device.h"
+#include "engine/math.h"
 #include "engine/grid.h"
 #include "engine/rng.h"
 #include "engine/status.h"
@@ -157,6 +158,44 @@ static int collect_in_flight(const tri_gpt_rank *r, const tri_trainer *t, const 
     return rc;
 }
 
+/* bf16: compares every owned range's bf16 parameters with its rounded fp32 master weights on this
+ * rank; counts (compared, differing) summed over the world into out on world rank 0. */
+static int check_bf16_params(const tri_gpt_rank *r, const tri_grid *g, tu_result *out)
+{
+    int64_t counts[2] = {0, 0};
+    int rc = TRI_OK;
+    for (int c = 0; c < r->v && !rc; c++) {
+        tri_zero *z = &r->chunk[c]->zero;
+        rc = tri_zero_sync(z);
+        for (int k = 0; k < tri_zero_n_owned(z) && !rc && z->bf16; k++) {
+            int64_t start, len, local;
+            tri_zero_owned(z, k, &start, &len, &local);
+            float *master = malloc((size_t)(len > 0 ? len : 1) * sizeof *master);
+            uint16_t *model = malloc((size_t)(len > 0 ? len : 1) * sizeof *model);
+            if (!master || !model)
+                rc = TRI_ERR(TRI_ENOMEM, "harness: out of memory");
+            if (!rc) rc = tri_device_copy_to_host(z->dev, master, tri_zero_owned_params(z, start, len));
+            if (!rc) rc = tri_device_copy_to_host(z->dev, model, tri_zero_owned_model(z, start, len));
+            for (int64_t i = 0; i < len && !rc; i++)
+                counts[1] += model[i] != tri_float_to_bf16(master[i]);
+            counts[0] += len;
+            free(master);
+            free(model);
+        }
+    }
+    tri_device *dev = r->chunk[0]->dev;
+    tri_tensor buf = {0};
+    if (!rc) rc = tri_device_alloc(dev, &buf.data, sizeof counts);
+    buf = tri_tensor_1d(buf.data, TRI_I64, 2);
+    if (!rc) rc = tri_device_copy_from_host(dev, buf, counts);
+    if (!rc) rc = tri_comm_all_reduce(g->world, buf, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(dev, counts, buf);
+    tri_device_free(dev, buf.data);
+    out->bf16_checked = counts[0];
+    out->bf16_stale = counts[1];
+    return rc;
+}
+
 /* World rank 0's optimizer bytes, owned elements and analytic DP traffic of a step. */
 static void record_zero(tri_gpt_session *ss, job *j)
 {
@@ -193,7 +232,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
                 .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->layout.zero,
                 .recompute = (tri_recompute)j->layout.recompute, .deterministic = j->layout.deterministic,
                 .overlap_grad_reduce = j->layout.overlap, .overlap_param_gather = j->layout.overlap,
-                .seed = 1234},
+                .bf16 = j->layout.bf16, .seed = 1234},
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
     };
     int rc = tri_device_cpu_create(&dev, 1);
@@ -225,6 +264,8 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     }
     if (!rc && grid->world_rank == 0)
         record_zero(&ss, j);
+    if (!rc && j->layout.bf16)
+        rc = check_bf16_params(&ss.model, grid, j->out);
     if (!rc) rc = collect_all(&ss.model, grid, j->cfg, false, j->out);
     tri_gpt_session_destroy(&ss);
     tri_device_destroy(dev);

@@ -27,6 +27,7 @@ typedef struct tu_layout {
     int recompute;             /* tri_recompute */
     bool deterministic;
     bool overlap;              /* --overlap-grad-reduce and --overlap-param-gather */
+    bool bf16;                 /* --bf16 mixed precision */
 } tu_layout;
 
 typedef struct tu_result {
@@ -52,6 +53,9 @@ typedef struct tu_result {
     int64_t owned_elements;                 /* world rank 0's owned elements, summed over its chunks */
     uint64_t overlap_started;               /* world rank 0's reductions and gathers started non-blocking */
     uint64_t prefetches_used;               /* world rank 0's stage 3 all-gathers started ahead and used */
+    int64_t bf16_checked;                   /* bf16: owned parameter elements compared, all ranks */
+    int64_t bf16_stale;                     /* of them, bf16 parameters not equal to their rounded
+                                               fp32 master weight after the last step */
 } tu_result;
 
 /* Trains `steps` AdamW steps of cfg (micro-batch B, sequence T) in `layout` on thread ranks from

@@ -9,7 +9,11 @@
  * within 1e-3 (max |a - b| / max |b| per tensor; measured ~3e-5). In deterministic mode (exact
  * fixed-point sums: bit-identical for every pp, dp and ZeRO stage at a given tp) the resumed runs at
  * (2,1,4) ZeRO 3, (2,4,1) and (2,1,1) are bit-identical to the uninterrupted one: losses, weights and
- * moments. */
+ * moments.
+ *
+ * With --bf16 the checkpoint holds the fp32 master weights (the model's bf16 weights are their
+ * rounding) and the fp32 moments: resumed in the same layout, and in deterministic mode in another
+ * pp/dp/ZeRO layout, the run is bit-identical; a bf16 checkpoint also resumes as an fp32 run. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -167,6 +171,69 @@ Test(checkpoint, resume_deterministic_bit_identical, .timeout = 300)
         cr_log_info("deterministic resume %s from (2,2,2) ZeRO 1: losses %s, final weights and moments %s",
                     cases[c].name, same ? "bit-identical" : "DIFFER", d.identical ? "bit-identical" : "DIFFER");
     }
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
+
+/* Trains from step10 in layout l up to TU_CKPT_TOTAL into dir/name; true when the losses and the
+ * final weights and moments are bit-identical to the uninterrupted run's. */
+static bool resume_identical(const tri_gpt_config *cfg, const int32_t *w, const char *dir, const char *name,
+                             tu_layout l, const char *step10, const tu_ckpt_run *ref, const char *ref_final)
+{
+    char out[4300], final[4400];
+    snprintf(out, sizeof out, "%s/%s", dir, name);
+    tu_ckpt_run r = base_run(cfg, w);
+    r.layout = l;
+    r.load = step10;
+    r.until = TU_CKPT_TOTAL;
+    r.save_dir = out;
+    cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "%s: %s", name, tri_error_message());
+    bool same = true;
+    for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
+        same = same && r.losses[k] == ref->losses[HALF + k];
+    snprintf(final, sizeof final, "%s/iter_%07d", out, TU_CKPT_TOTAL);
+    diff d = compare(final, ref_final);
+    cr_log_info("bf16 resume %s: losses %s, final weights and moments %s (%.3g, %.3g)", name,
+                same ? "bit-identical" : "DIFFER", d.identical ? "bit-identical" : "DIFFER", d.weights, d.moments);
+    return same && d.identical;
+}
+
+Test(checkpoint, resume_bf16, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 8);
+    char *dir = tu_ckpt_tmpdir("resume-bf16");
+    char ref_dir[4200], step10[4300], ref_final[4300];
+    snprintf(ref_dir, sizeof ref_dir, "%s/uninterrupted", dir);
+    snprintf(step10, sizeof step10, "%s/iter_%07d", ref_dir, HALF);
+    snprintf(ref_final, sizeof ref_final, "%s/iter_%07d", ref_dir, TU_CKPT_TOTAL);
+    tu_layout base = {.tp = 2, .pp = 2, .dp = 2, .zero = 1, .deterministic = true, .bf16 = true};
+    tu_ckpt_run ref = base_run(&cfg, w);
+    ref.layout = base;
+    ref.until = TU_CKPT_TOTAL;
+    ref.save_dir = ref_dir;
+    ref.save_interval = HALF;
+    cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted bf16 run: %s", tri_error_message());
+
+    cr_expect(resume_identical(&cfg, w, dir, "same-layout", base, step10, &ref, ref_final),
+              "bf16 resumed in the same layout is not bit-identical");
+    tu_layout other = {.tp = 2, .pp = 1, .dp = 4, .zero = 3, .deterministic = true, .bf16 = true};
+    cr_expect(resume_identical(&cfg, w, dir, "(2,1,4)-zero3", other, step10, &ref, ref_final),
+              "deterministic bf16 resumed at (2,1,4) ZeRO 3 is not bit-identical");
+
+    /* the same checkpoint as an fp32 run: its master weights load exactly, the run continues */
+    tu_ckpt_run fp = base_run(&cfg, w);
+    fp.layout = base;
+    fp.layout.bf16 = false;
+    fp.load = step10;
+    fp.until = TU_CKPT_TOTAL;
+    cr_assert_eq(tu_ckpt_train(&fp), TRI_OK, "fp32 from a bf16 checkpoint: %s", tri_error_message());
+    double worst = 0.0;
+    for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
+        worst = fmax(worst, fabs(fp.losses[k] - ref.losses[HALF + k]) / ref.losses[HALF + k]);
+    cr_expect_lt(worst, 2e-3, "fp32 resumed from bf16: losses differ by %g from the bf16 run's", worst);
+    cr_log_info("fp32 resumed from the bf16 checkpoint: losses within %.3g of the bf16 run", worst);
     tri_fs_remove_tree(dir);
     free(dir);
     free(w);

@@ -13,10 +13,11 @@
  * ("NVIDIA H100 Tensor Core GPU" datasheet, 2023); H100 PCIe 51 / 756; H100 NVL 60 / 835;
  * H200 SXM the same compute as H100 SXM, 67 / 989 ("NVIDIA H200 Tensor Core GPU" datasheet,
  * 2024); A100 SXM4/PCIe fp32 19.5, bf16 312 ("NVIDIA A100 Tensor Core GPU Architecture"
- * whitepaper, 2020). Trident computes in fp32 today (cuBLASLt with CUBLAS_COMPUTE_32F, no TF32),
- * so MFU is reported against the fp32 peak; the bf16 column shows what the same time would be
- * against the bf16 peak mixed precision will target. --peak-tflops overrides the table (other
- * cards). Without a usable GPU it prints why and exits with status 1. */
+ * whitepaper, 2020). By default Trident computes in fp32 (cuBLASLt with CUBLAS_COMPUTE_32F, no TF32),
+ * and MFU is against the fp32 peak, with the bf16 peak's figure beside it; with --bf16 (bf16
+ * weights and activations, bf16 cuBLASLt GEMMs accumulating in fp32, fp32 master weights; the
+ * engine_train flag) MFU is against the bf16 peak. --peak-tflops overrides the table (other cards,
+ * in the run's precision). Without a usable GPU it prints why and exits with status 1. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,7 @@ typedef struct bench {
     const char *model, *models_dir;
     int B, T, iters, warmup, tp;
     float peak_tflops;
-    bool profile;
+    bool profile, bf16;
 } bench;
 
 typedef struct model_default {
@@ -99,7 +100,8 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     tri_gpt_session ss;
     tri_gpt_session_options o = {
         .tp = b->tp, .pp = 1, .clip_grad = 1.0f,
-        .run = {.B = B, .T = b->T, .n_micro = 1, .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1},
+        .run = {.B = B, .T = b->T, .n_micro = 1, .first_stage_layers = -1, .last_stage_layers = -1,
+                .bf16 = b->bf16, .seed = 1},
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
     };
     rc = tri_gpt_session_create(&ss, world, dev, &cfg, &o);
@@ -125,14 +127,16 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
         tri_transformer dims = tri_gpt_dims(&cfg);
         double achieved = tri_iteration_flops(&dims, (int64_t)B * grid.dp, b->T, false) / dt / 1e12;
         const peak *p = find_peak(gpu);
-        double fp32 = b->peak_tflops > 0 ? b->peak_tflops : p ? p->fp32 : 0.0, bf16 = p ? p->bf16 : 0.0;
-        printf("%-12s %6.0fM  B %2d x T %4d x dp %d | %9.1f ms/iter | %9.0f tok/s | %7.2f TFLOP/s | ", model,
-               (double)tri_gpt_num_params(&cfg) / 1e6, B, b->T, grid.dp, dt * 1e3, tokens / dt, achieved);
-        if (fp32 > 0)
-            printf("MFU %5.1f%% of fp32 peak", 100.0 * achieved / (gpus * fp32));
+        double table = p ? (b->bf16 ? p->bf16 : p->fp32) : 0.0;
+        double own = b->peak_tflops > 0 ? b->peak_tflops : table, bf16 = p ? p->bf16 : 0.0;
+        const char *prec = b->bf16 ? "bf16" : "fp32";
+        printf("%-12s %6.0fM  %s B %2d x T %4d x dp %d | %9.1f ms/iter | %9.0f tok/s | %7.2f TFLOP/s | ", model,
+               (double)tri_gpt_num_params(&cfg) / 1e6, prec, B, b->T, grid.dp, dt * 1e3, tokens / dt, achieved);
+        if (own > 0)
+            printf("MFU %5.1f%% of %s peak", 100.0 * achieved / (gpus * own), prec);
         else
             printf("MFU n/a (unknown card: pass --peak-tflops)");
-        if (bf16 > 0 && b->peak_tflops <= 0)
+        if (!b->bf16 && bf16 > 0 && b->peak_tflops <= 0)
             printf(" (%4.1f%% of bf16 peak)", 100.0 * achieved / (gpus * bf16));
         printf(" | loss %.3f\n", res.loss);
         if (b->profile)
@@ -161,7 +165,8 @@ int main(int argc, char **argv)
         {"iters", TRI_FLAG_INT, &b.iters, "timed iterations", 1, 1 << 20, NULL, false},
         {"warmup", TRI_FLAG_INT, &b.warmup, "untimed iterations first", 0, 1 << 20, NULL, false},
         {"tensor-model-parallel-size", TRI_FLAG_INT, &b.tp, "tensor-parallel size (ranks / tp = dp)", 1, 4096, NULL, false},
-        {"peak-tflops", TRI_FLAG_FLOAT, &b.peak_tflops, "dense fp32 peak per GPU for MFU (0: the built-in table)", 0, 1e6, NULL, false},
+        {"peak-tflops", TRI_FLAG_FLOAT, &b.peak_tflops, "dense peak per GPU in the run's precision for MFU (0: the built-in table)", 0, 1e6, NULL, false},
+        {"bf16", TRI_FLAG_BOOL, &b.bf16, "bf16 mixed precision (engine_train --bf16); MFU against the bf16 peak", 0, 0, NULL, false},
         {"profile", TRI_FLAG_BOOL, &b.profile, "print time per device op of the timed iterations", 0, 0, NULL, false},
     };
     int nf = sizeof flags / sizeof *flags, rank = 0, size = 1;
