@@ -62,9 +62,9 @@ int cc_barrier(tri_comm *c);
 /* The counters against hand-computed payloads (zero on one rank), tri_comm_bytes, reset and kind
  * names. */
 int cc_counters(tri_comm *c);
-/* Wrapper argument checks: size mismatches, bad root, bad peer, a tag outside [0, 1023], bf16, a bad
- * reduce op, a negative batch size: TRI_EINVAL naming the op, nothing counted. Local: no rank
- * communicates. */
+/* Wrapper argument checks: size mismatches, bad root, bad peer, a tag outside [0, 1023], a dtype
+ * outside tri_dtype, a bad reduce op, a negative batch size: TRI_EINVAL naming the op, nothing
+ * counted. Local: no rank communicates. */
 int cc_arg_checks(tri_comm *c);
 
 /* Reduce-scatter (separate and in place), all-gather and all-reduce started together with a
