@@ -343,5 +343,11 @@ const cc_check cc_checks[] = {
     {"counters", cc_counters},
     {"arg_checks", cc_arg_checks},
     {"nonblocking", cc_nonblocking},
+    {"bf16_all_reduce", cc_bf16_all_reduce},
+    {"bf16_reduce_scatter", cc_bf16_reduce_scatter},
+    {"bf16_all_gather", cc_bf16_all_gather},
+    {"bf16_broadcast", cc_bf16_broadcast},
+    {"bf16_p2p", cc_bf16_p2p},
+    {"bf16_nonblocking", cc_bf16_nonblocking},
 };
 const int cc_n_checks = (int)(sizeof cc_checks / sizeof cc_checks[0]);
