@@ -12,11 +12,12 @@
 #include "engine/clock.h"
 #include "engine/status.h"
 
+/* Every comm carries the four dtypes of engine/tensor.h; bf16 (raw bits) counts 2 bytes an element. */
 static int check_dtype(const char *op, tri_tensor t)
 {
     if (t.dtype != TRI_F32 && t.dtype != TRI_BF16 && t.dtype != TRI_I32 && t.dtype != TRI_I64)
-        return TRI_ERR(TRI_EINVAL, "comm %s: dtype %s not supported (f32, i32 or i64)", op,
-                       tri_dtype_name(t.dtype));
+        return TRI_ERR(TRI_EINVAL, "comm %s: dtype %s (%d) not supported (f32, bf16, i32 or i64)", op,
+                       tri_dtype_name(t.dtype), (int)t.dtype);
     return TRI_OK;
 }
 

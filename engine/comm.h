@@ -9,6 +9,20 @@
  * MPI 3.1 §5.12; NCCL on its own stream). Every call counts the payload bytes it sends, per
  * operation kind, so tests compare traffic with the analytic volume.
  *
+ * Dtypes: every call carries f32, bf16, i32 or i64 (engine/tensor.h; anything else is TRI_EINVAL).
+ * bf16 tensors (mixed precision: raw bits, engine/math.h) move at 2 bytes an element, so their
+ * traffic and their byte counts are half those of f32. A bf16 MAX is exact (the result is one of
+ * the ranks' values). A bf16 SUM widens every value exactly to fp32, adds in fp32 and rounds to bf16
+ * (nearest even, tri_float_to_bf16):
+ * - thread comm: over the ranks in rank order, rounded once at the end, so the result is the bf16
+ *   of the sequential fp32 sum, bit for bit (deterministic);
+ * - MPI comm: MPI combines two buffers at a time with a user-defined op (widen both, add in fp32,
+ *   round), so every combine rounds to bf16, in the order MPI's algorithm picks;
+ * - NCCL comm: ncclBfloat16, in NCCL's order.
+ * All are within bf16 rounding of the exact sum - the thread comm's within one rounding (plus fp32's
+ * far smaller error), MPI's within one per combine, about 2^-8 * (size - 1) * sum_r |x_r| - but two
+ * comms (or two MPI algorithms) may differ in the last bits of a bf16 sum.
+ *
  * Byte counting convention (the "payload", as Megatron-LM and the ZeRO paper count volume):
  * all_reduce counts numel * dtype size; reduce_scatter and all_gather count the full (unsharded)
  * buffer; broadcast counts the buffer on every rank; p2p counts the bytes this rank sends. A group
@@ -112,12 +126,13 @@ struct tri_comm {
     tri_comm_watch own_watch;
 };
 
-/* x (any shape, f32 or i32) = reduction over the group of every rank's x, in place. Ranks' values
- * are combined in rank order on the thread comm (deterministic); MPI and NCCL choose their order. */
+/* x (any shape, any dtype above) = reduction over the group of every rank's x, in place. Ranks'
+ * values are combined in rank order on the thread comm (deterministic); MPI and NCCL choose their
+ * order. i64 sums wrap modulo 2^64 (the fixed-point sums of deterministic mode); bf16: see above. */
 int tri_comm_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op);
-/* out (n) = this rank's slice [rank*n, (rank+1)*n) of the sum over ranks of in (size*n). in is
- * left unchanged, except when out overlaps it (e.g. out is this rank's own slice of in): then the
- * rest of in is undefined afterwards. */
+/* out (n) = this rank's slice [rank*n, (rank+1)*n) of the sum over ranks of in (size*n), summed as
+ * all_reduce sums its dtype. in is left unchanged, except when out overlaps it (e.g. out is this
+ * rank's own slice of in): then the rest of in is undefined afterwards. */
 int tri_comm_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in);
 /* out (size*n) = the ranks' in (n) concatenated in rank order. */
 int tri_comm_all_gather(tri_comm *c, tri_tensor out, tri_tensor in);

@@ -7,6 +7,14 @@
  * size it posted (MPI itself only refuses a message larger than the buffer). MPI counts are int:
  * larger tensors are refused, not wrapped.
  *
+ * bf16 tensors travel as a committed datatype of one MPI_UINT16_T (raw bits; endianness converted
+ * like any integer) and reduce with user-defined, commutative MPI ops: the sum widens both operands
+ * exactly, adds in fp32 and rounds to bf16 (nearest even), the max keeps the larger value's bits.
+ * MPI combines two buffers at a time, so a bf16 sum rounds at each combine and may differ in the last
+ * bit from the thread comm's rank-order fp32 sum (engine/comm.h). The type and ops belong to each
+ * comm (its impl, made in wrap and freed by destroy): no process-wide state, nothing shared between
+ * comms to count references of.
+ *
  * Every operation is started non-blocking (MPI 3.1 §5.12) and completed by polling with a growing
  * sleep: a rank waiting for its peers gives its core to ranks that compute (Open MPI's blocking
  * waits spin, which slows the computing ranks down whenever ranks outnumber cores), and a wait that
@@ -25,12 +33,15 @@
 
 #include "engine/comm_mpi_health.h"
 #include "engine/log.h"
+#include "engine/math.h"
 #include "engine/status.h"
 
 typedef struct mpi_comm {
     MPI_Comm comm;
     tri_mpi_health *health;    /* shared by the world comm and its splits; NULL: no probes */
     bool owns_health;          /* the world comm (tri_comm_mpi_create) frees it */
+    MPI_Datatype bf16;         /* one bf16 element (MPI_DATATYPE_NULL until made) */
+    MPI_Op bf16_sum, bf16_max; /* its reductions (MPI_OP_NULL until made) */
 } mpi_comm;
 
 static const tri_comm_ops mpi_ops;
@@ -53,9 +64,74 @@ static MPI_Comm comm_of(tri_comm *c)
     return ((mpi_comm *)c->impl)->comm;
 }
 
-static MPI_Datatype mpi_type(tri_dtype dtype)
+/* ---- dtypes and reductions ---- */
+
+/* MPI's element type for a Trident dtype (comm.c has refused any other). */
+static MPI_Datatype mpi_type(tri_comm *c, tri_dtype dtype)
 {
-    return dtype == TRI_I32 ? MPI_INT32_T : dtype == TRI_I64 ? MPI_INT64_T : MPI_FLOAT;
+    switch (dtype) {
+    case TRI_BF16: return ((mpi_comm *)c->impl)->bf16;
+    case TRI_I32: return MPI_INT32_T;
+    case TRI_I64: return MPI_INT64_T;
+    case TRI_F32: break;
+    }
+    return MPI_FLOAT;
+}
+
+/* The MPI op reducing `dtype` by `op`: MPI's own, or this comm's bf16 ops. */
+static MPI_Op mpi_op(tri_comm *c, tri_dtype dtype, tri_reduce_op op)
+{
+    if (dtype == TRI_BF16) {
+        mpi_comm *mc = c->impl;
+        return op == TRI_REDUCE_SUM ? mc->bf16_sum : mc->bf16_max;
+    }
+    return op == TRI_REDUCE_SUM ? MPI_SUM : MPI_MAX;
+}
+
+/* inout[i] = bf16(float(in[i]) + float(inout[i])): widened exactly, added in fp32, rounded to
+ * nearest even. *len counts elements of the comm's bf16 type (one uint16 each). */
+static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = tri_float_to_bf16(tri_bf16_to_float(a[i]) + tri_bf16_to_float(b[i]));
+}
+
+/* inout[i] = the larger of in[i] and inout[i], its bits unchanged (exact). */
+static void bf16_max_op(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        if (tri_bf16_to_float(a[i]) > tri_bf16_to_float(b[i]))
+            b[i] = a[i];
+}
+
+/* Makes this comm's bf16 datatype (committed) and its sum and max ops; free_bf16 frees what was
+ * made, also after a failure here. */
+static int make_bf16(mpi_comm *mc)
+{
+    int rc = TRI_MPI(MPI_Type_contiguous(1, MPI_UINT16_T, &mc->bf16));
+    if (!rc) rc = TRI_MPI(MPI_Type_commit(&mc->bf16));
+    if (!rc) rc = TRI_MPI(MPI_Type_set_name(mc->bf16, "trident_bf16"));
+    if (!rc) rc = TRI_MPI(MPI_Op_create(bf16_sum_op, 1, &mc->bf16_sum));
+    if (!rc) rc = TRI_MPI(MPI_Op_create(bf16_max_op, 1, &mc->bf16_max));
+    return rc ? tri_error_context(rc, "mpi comm: making the bf16 datatype and reductions") : TRI_OK;
+}
+
+/* Frees this comm's bf16 datatype and ops (MPI must not be finalized). Operations still in flight
+ * that use them (an abandoned wait) keep them alive inside MPI until they complete. */
+static void free_bf16(mpi_comm *mc)
+{
+    if (mc->bf16_max != MPI_OP_NULL)
+        MPI_Op_free(&mc->bf16_max);
+    if (mc->bf16_sum != MPI_OP_NULL)
+        MPI_Op_free(&mc->bf16_sum);
+    if (mc->bf16 != MPI_DATATYPE_NULL)
+        MPI_Type_free(&mc->bf16);
 }
 
 /* t's element count as an MPI count; TRI_EINVAL above INT_MAX, which a cast would wrap
@@ -240,20 +316,20 @@ static int mpi_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor
         return rc;
     r->op = name;
     r->seq = c->seq;
-    MPI_Datatype type = mpi_type(in.dtype);
+    MPI_Datatype type = mpi_type(c, in.dtype);
+    MPI_Op reduce = mpi_op(c, in.dtype, kind == TRI_COMM_ALL_REDUCE ? op : TRI_REDUCE_SUM);
     if (kind == TRI_COMM_ALL_REDUCE) {
         r->call = "MPI_Iallreduce";
-        started = MPI_Iallreduce(MPI_IN_PLACE, out.data, n, type, op == TRI_REDUCE_SUM ? MPI_SUM : MPI_MAX,
-                                 comm_of(c), &r->req);
+        started = MPI_Iallreduce(MPI_IN_PLACE, out.data, n, type, reduce, comm_of(c), &r->req);
     } else if (kind == TRI_COMM_REDUCE_SCATTER) {
         r->call = "MPI_Ireduce_scatter_block";
         if (overlaps(out.data, tri_tensor_bytes(out), in.data, tri_tensor_bytes(in))) {
             r->move_dst = out.data;
             r->move_src = in.data;
             r->move_bytes = tri_tensor_bytes(out);
-            started = MPI_Ireduce_scatter_block(MPI_IN_PLACE, in.data, n, type, MPI_SUM, comm_of(c), &r->req);
+            started = MPI_Ireduce_scatter_block(MPI_IN_PLACE, in.data, n, type, reduce, comm_of(c), &r->req);
         } else {
-            started = MPI_Ireduce_scatter_block(in.data, out.data, n, type, MPI_SUM, comm_of(c), &r->req);
+            started = MPI_Ireduce_scatter_block(in.data, out.data, n, type, reduce, comm_of(c), &r->req);
         }
     } else {
         r->call = "MPI_Iallgather";
@@ -334,7 +410,7 @@ static int mpi_broadcast(tri_comm *c, tri_tensor x, int root)
     MPI_Request req;
     if (rc)
         return rc;
-    return finish(c, MPI_Ibcast(x.data, n, mpi_type(x.dtype), root, comm_of(c), &req), &req, "MPI_Ibcast",
+    return finish(c, MPI_Ibcast(x.data, n, mpi_type(c, x.dtype), root, comm_of(c), &req), &req, "MPI_Ibcast",
                   "broadcast");
 }
 
@@ -360,7 +436,7 @@ static int p2p_verdict(tri_comm *c, const tri_p2p *ops, const int *counts, MPI_S
         int got = 0;
         if (ops[i].send)
             continue;
-        MPI_Get_count(&st[i], mpi_type(ops[i].t.dtype), &got);
+        MPI_Get_count(&st[i], mpi_type(c, ops[i].t.dtype), &got);
         if (got != counts[i])
             return TRI_ERR(TRI_ECOMM, "mpi p2p: rank %d sent %d %s elements, rank %d expects %d (tag %d)",
                            ops[i].peer, got, tri_dtype_name(ops[i].t.dtype), c->rank, counts[i], ops[i].tag);
@@ -380,10 +456,10 @@ static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
     for (; posted < n && !rc; posted++) {
         const tri_p2p *o = &ops[posted];
         if (o->send)
-            rc = TRI_MPI(MPI_Isend(o->t.data, counts[posted], mpi_type(o->t.dtype), o->peer, o->tag,
+            rc = TRI_MPI(MPI_Isend(o->t.data, counts[posted], mpi_type(c, o->t.dtype), o->peer, o->tag,
                                    comm_of(c), &req[posted]));
         else
-            rc = TRI_MPI(MPI_Irecv(o->t.data, counts[posted], mpi_type(o->t.dtype), o->peer, o->tag,
+            rc = TRI_MPI(MPI_Irecv(o->t.data, counts[posted], mpi_type(c, o->t.dtype), o->peer, o->tag,
                                    comm_of(c), &req[posted]));
     }
     int err = MPI_SUCCESS;
@@ -407,12 +483,16 @@ static int wrap(tri_comm **out, MPI_Comm comm, tri_mpi_health *health)
     }
     mc->comm = comm;
     mc->health = health;
+    mc->bf16 = MPI_DATATYPE_NULL;
+    mc->bf16_sum = mc->bf16_max = MPI_OP_NULL;
     c->ops = &mpi_ops;
     c->impl = mc;
     int rc = TRI_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     if (!rc) rc = TRI_MPI(MPI_Comm_rank(comm, &c->rank));
     if (!rc) rc = TRI_MPI(MPI_Comm_size(comm, &c->size));
+    if (!rc) rc = make_bf16(mc);
     if (rc) {
+        free_bf16(mc);
         free(mc);
         free(c);
         return rc;
@@ -449,8 +529,10 @@ static void mpi_destroy(tri_comm *c)
     mpi_comm *mc = c->impl;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized)
+    if (!finalized) {
         MPI_Comm_free(&mc->comm);
+        free_bf16(mc);
+    }
     if (mc->owns_health)
         tri_mpi_health_destroy(mc->health);
     free(mc);

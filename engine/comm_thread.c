@@ -4,12 +4,13 @@
  * thread ranks. A collective posts each rank's buffer pointer in a shared table, meets at a
  * barrier, checks that every rank made the same call (kind, size, dtype, op, root: a mismatch is
  * TRI_EINVAL on every rank, where MPI would misbehave silently), lets every rank compute its result
- * from the others' buffers (summing in rank order, so results are deterministic), and meets again
- * before anyone reuses a buffer. Point-to-point messages go through per-(sender, receiver) FIFO
- * queues: a batch posts all its sends, completes all its receives by copying from matching posted
- * sends (a receive of the wrong size takes the message and fails, as in MPI), then waits until its
- * own sends have been consumed (so send buffers may be reused on return). Every wait gives up after
- * the group's timeout or when any rank aborts, so a failing test reports instead of hanging. */
+ * from the others' buffers (summing in rank order, so results are deterministic; bf16 sums in fp32,
+ * rounded once), and meets again before anyone reuses a buffer. Point-to-point messages go through
+ * per-(sender, receiver) FIFO queues: a batch posts all its sends, completes all its receives by
+ * copying from matching posted sends (a receive of the wrong size takes the message and fails, as in
+ * MPI), then waits until its own sends have been consumed (so send buffers may be reused on return).
+ * Every wait gives up after the group's timeout or when any rank aborts, so a failing test reports
+ * instead of hanging. */
 #include "engine/comm.h"
 
 #include <errno.h>
@@ -249,11 +250,36 @@ static int enter(tri_comm *c, call mine)
 
 #define PLAIN_ADD(a, b) ((a) + (b))
 
+/* The bf16 form (comm.h): a sum widens each rank's value exactly, adds in fp32 in rank order and
+ * rounds once to bf16 at the end; a max keeps the bits of the largest value (exact; the first of
+ * equal ones). */
+static void reduce_bf16(uint16_t *d, void *const *srcs, int n, int64_t count, tri_reduce_op op,
+                        int64_t offset)
+{
+    for (int64_t i = 0; i < count; i++) {
+        uint16_t best = ((const uint16_t *)srcs[0])[offset + i];
+        float acc = tri_bf16_to_float(best);
+        for (int r = 1; r < n; r++) {
+            uint16_t h = ((const uint16_t *)srcs[r])[offset + i];
+            float v = tri_bf16_to_float(h);
+            if (op == TRI_REDUCE_SUM) {
+                acc += v;
+            } else if (v > acc) {
+                acc = v;
+                best = h;
+            }
+        }
+        d[i] = op == TRI_REDUCE_SUM ? tri_float_to_bf16(acc) : best;
+    }
+}
+
 static void reduce_into(void *dst, void *const *srcs, int n, int64_t count, tri_dtype dtype,
                         tri_reduce_op op, int64_t offset)
 {
     if (dtype == TRI_F32)
         REDUCE_TYPED(float, PLAIN_ADD);
+    else if (dtype == TRI_BF16)
+        reduce_bf16(dst, srcs, n, count, op, offset);
     else if (dtype == TRI_I64)
         REDUCE_TYPED(int64_t, tri_fixed_add); /* fixed point wraps mod 2^64 */
     else

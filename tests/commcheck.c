@@ -290,16 +290,16 @@ int cc_arg_checks(tri_comm *c)
     cc_verdict v = cc_verdict_start("argument checks", c);
     int s = c->size, rank = c->rank;
     float f[2 * 8 + 2] = {0};
-    uint16_t h[8] = {0};
     int32_t k[2 * 8] = {0};
     if (s > 8)
         return TRI_OK; /* the buffers above are sized for groups of up to 8 */
     tri_tensor f2 = tri_tensor_1d(f, TRI_F32, 2), f2s = tri_tensor_1d(f, TRI_F32, 2 * s);
     tri_tensor f2s1 = tri_tensor_1d(f, TRI_F32, 2 * s + 1), k2 = tri_tensor_1d(k, TRI_I32, 2);
     tri_tensor k2s = tri_tensor_1d(k, TRI_I32, 2 * s);
-    tri_tensor bf1 = tri_tensor_1d(h, TRI_BF16, 1), bfs = tri_tensor_1d(h, TRI_BF16, s);
+    /* a dtype value outside tri_dtype (a corrupt or uninitialised tensor) */
+    tri_tensor u1 = tri_tensor_1d(f, (tri_dtype)7, 1), us = tri_tensor_1d(f, (tri_dtype)7, s);
     tri_p2p bad_peers[3] = {cc_send_to(-1, f2), cc_recv_from(s, f2), cc_send_to(rank, f2)};
-    tri_p2p bf_op = cc_send_to((rank + 1) % s, bf1);
+    tri_p2p u_op = cc_send_to((rank + 1) % s, u1);
     cc_snapshot before = cc_snap(c);
     einval(&v, tri_comm_reduce_scatter(c, f2, f2s1), "reduce_scatter", "with in != size * out");
     einval(&v, tri_comm_reduce_scatter(c, k2, f2s), "reduce_scatter", "with an i32 out and an f32 in");
@@ -316,12 +316,12 @@ int cc_arg_checks(tri_comm *c)
         for (int i = 0; i < 2; i++)
             einval(&v, tri_comm_p2p(c, &bad_tags[i], 1), "p2p", "with a tag outside [0, 1023]");
     }
-    einval(&v, tri_comm_all_reduce(c, bf1, TRI_REDUCE_SUM), "all_reduce", "of bf16");
-    einval(&v, tri_comm_reduce_scatter(c, bf1, bfs), "reduce_scatter", "of bf16");
-    einval(&v, tri_comm_all_gather(c, bfs, bf1), "all_gather", "of bf16");
-    einval(&v, tri_comm_broadcast(c, bf1, 0), "broadcast", "of bf16");
+    einval(&v, tri_comm_all_reduce(c, u1, TRI_REDUCE_SUM), "all_reduce", "of dtype 7");
+    einval(&v, tri_comm_reduce_scatter(c, u1, us), "reduce_scatter", "of dtype 7");
+    einval(&v, tri_comm_all_gather(c, us, u1), "all_gather", "of dtype 7");
+    einval(&v, tri_comm_broadcast(c, u1, 0), "broadcast", "of dtype 7");
     if (s > 1)
-        einval(&v, tri_comm_p2p(c, &bf_op, 1), "p2p", "of bf16");
+        einval(&v, tri_comm_p2p(c, &u_op, 1), "p2p", "of dtype 7");
     einval(&v, tri_comm_all_reduce(c, f2, (tri_reduce_op)7), "all_reduce", "with reduce op 7");
     einval(&v, tri_comm_p2p(c, bad_peers, -1), "p2p", "batch of -1 ops");
     cc_expect_counted(&v, c, &before, TRI_COMM_KINDS, 0, 0, "rejected calls");
@@ -343,5 +343,11 @@ const cc_check cc_checks[] = {
     {"counters", cc_counters},
     {"arg_checks", cc_arg_checks},
     {"nonblocking", cc_nonblocking},
+    {"bf16_all_reduce", cc_bf16_all_reduce},
+    {"bf16_reduce_scatter", cc_bf16_reduce_scatter},
+    {"bf16_all_gather", cc_bf16_all_gather},
+    {"bf16_broadcast", cc_bf16_broadcast},
+    {"bf16_p2p", cc_bf16_p2p},
+    {"bf16_nonblocking", cc_bf16_nonblocking},
 };
 const int cc_n_checks = (int)(sizeof cc_checks / sizeof cc_checks[0]);

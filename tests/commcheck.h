@@ -11,10 +11,11 @@
  * the ranks are still in step and the caller may run the next check. Any other status is a comm
  * call that failed unexpectedly (or a group missing on this rank): the other ranks may be blocked,
  * and the caller must abort them (tri_run_thread_ranks does; the MPI program calls MPI_Abort).
- * Values are small integers, exact in f32 whatever order a comm sums in (MPI picks its own).
+ * Values are small integers, exact in f32 whatever order a comm sums in (MPI picks its own); the
+ * bf16 checks add values whose sums need rounding, with a bound every comm meets.
  * The implementation: commcheck.c (collectives, barrier, counters, argument checks),
  * commcheck_p2p.c, commcheck_groups.c (split, grid), commcheck_async.c (non-blocking collectives),
- * commcheck_util.h (shared helpers). */
+ * commcheck_bf16.c (bf16 tensors), commcheck_util.h (shared helpers). */
 #ifndef TRIDENT_TESTS_COMMCHECK_H
 #define TRIDENT_TESTS_COMMCHECK_H
 
@@ -62,15 +63,31 @@ int cc_barrier(tri_comm *c);
 /* The counters against hand-computed payloads (zero on one rank), tri_comm_bytes, reset and kind
  * names. */
 int cc_counters(tri_comm *c);
-/* Wrapper argument checks: size mismatches, bad root, bad peer, a tag outside [0, 1023], bf16, a bad
- * reduce op, a negative batch size: TRI_EINVAL naming the op, nothing counted. Local: no rank
- * communicates. */
+/* Wrapper argument checks: size mismatches, bad root, bad peer, a tag outside [0, 1023], a dtype
+ * outside tri_dtype, a bad reduce op, a negative batch size: TRI_EINVAL naming the op, nothing
+ * counted. Local: no rank communicates. */
 int cc_arg_checks(tri_comm *c);
 
 /* Reduce-scatter (separate and in place), all-gather and all-reduce started together with a
  * blocking all-reduce among them, completed by test and by waits in another order: exact sums,
  * bytes counted at the start, requests cleared (commcheck_async.c). */
 int cc_nonblocking(tri_comm *c);
+
+/* bf16 tensors (commcheck_bf16.c; engine/comm.h "Dtypes"), each counting numel * 2 bytes as its
+ * kind prescribes. all_reduce: small-integer sums exact, sums that need rounding within bf16
+ * rounding of the exact sum (and exactly the rounded sum on groups of 1 or 2), max exact, several
+ * shapes including an empty one. reduce_scatter: the same sums, separate and in place, `in` left
+ * unchanged. all_gather and broadcast: any 16 bits (NaNs included) moved unchanged. */
+int cc_bf16_all_reduce(tri_comm *c);
+int cc_bf16_reduce_scatter(tri_comm *c);
+int cc_bf16_all_gather(tri_comm *c);
+int cc_bf16_broadcast(tri_comm *c);
+/* A ring whose batches carry a 37-element bf16 message beside an f32 one; receives of 3 and 5
+ * elements for messages of 5 and 3 fail with TRI_ECOMM naming the sender, and the pair goes on. */
+int cc_bf16_p2p(tri_comm *c);
+/* bf16 all-reduces (sum and max), an in-place reduce-scatter and all-gather left in flight with a
+ * blocking bf16 all-reduce among them, completed by test and by waits in reverse. */
+int cc_bf16_nonblocking(tri_comm *c);
 
 /* Every check above, in that order. */
 extern const cc_check cc_checks[];

@@ -6,7 +6,8 @@
  * ranks, and the grid on 1 to 8 ranks (every (tp, pp) dividing the world). The rest is what only
  * the thread comm promises or needs:
  * - rank-order determinism: sums are bit-identical to a sequential sum in rank order, on values
- *   chosen so that another order gives different bits (checked here, so the test has teeth);
+ *   chosen so that another order gives different bits (checked here, so the test has teeth); bf16
+ *   sums are the sequential fp32 sum rounded once, where rounding at every step would differ;
  * - a rank that fails makes tri_run_thread_ranks return its status and message, and wakes the
  *   ranks blocked in collectives (also in groups the failing rank is not part of) within a second;
  * - a group with a short timeout gives TRI_ETIMEOUT when a rank never joins;
@@ -15,6 +16,7 @@
  * Checks inside rank threads never call cr_assert (Criterion's asserts belong to the test's main
  * thread); they return a status with a message, and the test asserts on it. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@
 #include "engine/comm.h"
 #include "engine/clock.h"
 #include "engine/grid.h"
+#include "engine/math.h"
 #include "engine/status.h"
 #include "tests/commcheck.h"
 #include "tests/testutil.h"
@@ -98,6 +101,12 @@ Test(comm, barrier_waits) { check_all_sizes(cc_barrier, "barrier"); }
 Test(comm, counters) { check_all_sizes(cc_counters, "counters"); }
 Test(comm, arg_checks) { check_all_sizes(cc_arg_checks, "argument checks"); }
 Test(comm, nonblocking) { check_all_sizes(cc_nonblocking, "non-blocking collectives"); }
+Test(comm, bf16_all_reduce) { check_all_sizes(cc_bf16_all_reduce, "bf16 all_reduce"); }
+Test(comm, bf16_reduce_scatter) { check_all_sizes(cc_bf16_reduce_scatter, "bf16 reduce_scatter"); }
+Test(comm, bf16_all_gather) { check_all_sizes(cc_bf16_all_gather, "bf16 all_gather"); }
+Test(comm, bf16_broadcast) { check_all_sizes(cc_bf16_broadcast, "bf16 broadcast"); }
+Test(comm, bf16_p2p) { check_all_sizes(cc_bf16_p2p, "bf16 p2p"); }
+Test(comm, bf16_nonblocking) { check_all_sizes(cc_bf16_nonblocking, "bf16 non-blocking collectives"); }
 
 static int run_grid_layouts(int rank, int size, tri_comm *c, void *arg)
 {
@@ -211,6 +220,99 @@ Test(comm, sums_in_rank_order)
             cr_assert_gt(differ, 0, "inputs on %d ranks sum to the same bits in any order", size);
         }
         run_ok(size, run_order, &a, "rank-order sums");
+    }
+}
+
+/* ---- bf16 sums: widened, added in fp32 in rank order, rounded once (engine/comm.h) ---- */
+
+enum { BF16_N = 120 };
+
+typedef struct bf16_arg {
+    uint16_t x[ORDER_MAX_RANKS][BF16_N]; /* rank r's input (bf16 bits) */
+    uint16_t want[BF16_N];               /* bf16 of the fp32 sum x[0] + x[1] + ... in rank order */
+    double exact[BF16_N];                /* the exact sum (exact in double) */
+    double mag[BF16_N];                  /* sum of |x[r]| */
+} bf16_arg;
+
+/* Values of both signs with bf16's 8 significant bits: the first half of magnitude 2^-6..2^7, where
+ * every fp32 partial sum is exact (24 bits span them), so the reference is the correctly rounded
+ * exact sum; the second half over 2^-20..2^21, where fp32 sums round too and rank order matters. */
+static void bf16_inputs(bf16_arg *a, int size)
+{
+    float u[BF16_N];
+    for (int r = 0; r < size; r++) {
+        tu_fill_uniform(u, BF16_N, -2.0f, 2.0f, 2000 + (uint64_t)r);
+        for (int i = 0; i < BF16_N; i++) {
+            bool wide = i >= BF16_N / 2;
+            int e = (i * 7 + r * 13) % (wide ? 41 : 13) - (wide ? 20 : 6);
+            float m = 1.0f + fabsf(u[i]) / 2.0f; /* [1, 2), the sign of u */
+            a->x[r][i] = tri_float_to_bf16(ldexpf(copysignf(m, u[i]), e));
+        }
+    }
+    for (int i = 0; i < BF16_N; i++) {
+        float acc = 0.0f;
+        a->exact[i] = a->mag[i] = 0.0;
+        for (int r = 0; r < size; r++) {
+            float x = tri_bf16_to_float(a->x[r][i]);
+            acc += x;
+            a->exact[i] += x;
+            a->mag[i] += fabs(x);
+        }
+        a->want[i] = tri_float_to_bf16(acc);
+    }
+}
+
+static int bf16_bits_equal(const uint16_t *got, const uint16_t *want, int n, const char *what, int rank)
+{
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i])
+            return TRI_ERR(TRI_EINTERNAL, "%s: rank %d element %d is 0x%04x (%a), the rank-order fp32 sum "
+                           "rounded once 0x%04x (%a)", what, rank, i, got[i], (double)tri_bf16_to_float(got[i]),
+                           want[i], (double)tri_bf16_to_float(want[i]));
+    return TRI_OK;
+}
+
+static int run_bf16_order(int rank, int size, tri_comm *c, void *arg)
+{
+    const bf16_arg *a = arg;
+    uint16_t x[BF16_N], in[BF16_N], part[BF16_N];
+    memcpy(x, a->x[rank], sizeof x);
+    int rc = tri_comm_all_reduce(c, tri_tensor_1d(x, TRI_BF16, BF16_N), TRI_REDUCE_SUM);
+    if (!rc)
+        rc = bf16_bits_equal(x, a->want, BF16_N, "bf16 all_reduce", rank);
+    int n = BF16_N / size;
+    memcpy(in, a->x[rank], sizeof in);
+    if (!rc)
+        rc = tri_comm_reduce_scatter(c, tri_tensor_1d(part, TRI_BF16, n), tri_tensor_1d(in, TRI_BF16, n * size));
+    if (!rc)
+        rc = bf16_bits_equal(part, &a->want[rank * n], n, "bf16 reduce_scatter", rank);
+    return rc;
+}
+
+Test(comm, bf16_sums_in_rank_order)
+{
+    static bf16_arg a;
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        int size = sizes[s];
+        bf16_inputs(&a, size);
+        int stepwise_differs = 0;
+        for (int i = 0; i < BF16_N; i++) {
+            /* the reference against the naive one, the exact sum rounded: equal where fp32 sums are
+             * exact, and within one bf16 rounding (2^-8) plus fp32's error everywhere */
+            double ref = tri_bf16_to_float(a.want[i]);
+            if (i < BF16_N / 2)
+                cr_assert_eq(a.want[i], tri_float_to_bf16((float)a.exact[i]), "%d ranks, element %d", size, i);
+            cr_assert_leq(fabs(ref - a.exact[i]), ldexp(fabs(a.exact[i]), -8) + ldexp(a.mag[i], -24) * size,
+                          "%d ranks, element %d: %a against the exact %a", size, i, ref, a.exact[i]);
+            /* rounding to bf16 after every add (as MPI's pairwise combines do) */
+            uint16_t step = a.x[0][i];
+            for (int r = 1; r < size; r++)
+                step = tri_float_to_bf16(tri_bf16_to_float(step) + tri_bf16_to_float(a.x[r][i]));
+            stepwise_differs += step != a.want[i];
+        }
+        if (size >= 3) /* or this would not tell one rounding from many */
+            cr_assert_gt(stepwise_differs, 0, "inputs on %d ranks sum alike rounded once or at every step", size);
+        run_ok(size, run_bf16_order, &a, "bf16 rank-order sums");
     }
 }
 

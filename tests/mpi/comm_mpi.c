@@ -2,7 +2,8 @@
  *
  * tests/test_comm.c holds the thread comm to engine/comm.h's contract; this program holds the MPI
  * comm (tri_comm_mpi_create over MPI_COMM_WORLD) to the same one, with the same checks
- * (tests/commcheck.c): collectives, batched p2p, split, barrier, byte counters, argument checks,
+ * (tests/commcheck*.c): collectives, batched p2p, split, barrier, byte counters, argument checks,
+ * bf16 tensors (sums through the comm's own MPI datatype and user-defined ops),
  * and tri_grid_create for every (tp, pp) dividing the world. It adds what only the MPI comm has to
  * get right: element counts above INT_MAX (MPI counts are int) are refused, not truncated.
  *
@@ -126,7 +127,7 @@ int main(int argc, char **argv)
         failed += any;
         ran++;
         if (rank == 0)
-            printf("comm_mpi: %-14s %s on %d ranks (%.2f s)\n", checks[i].name, any ? "FAIL" : "ok", size,
+            printf("comm_mpi: %-19s %s on %d ranks (%.2f s)\n", checks[i].name, any ? "FAIL" : "ok", size,
                    MPI_Wtime() - t0);
     }
     if (rank == 0)
