@@ -127,15 +127,18 @@ static void close_to_one_rank(int tp, int pp, int dp, int zero, bool sp, diff bo
     diff d = run_pair(&lay, &one, name);
     cr_expect_leq(d.loss, bound.loss, "%s: losses differ by %g", name, d.loss);
     cr_expect_leq(d.grad, bound.grad, "%s: gradients differ by %g", name, d.grad);
-    cr_expect_leq(d.weight, bound.weight, "%s: weights differ by %g", name, d.weight);
+    if (isfinite(bound.weight))
+        cr_expect_leq(d.weight, bound.weight, "%s: weights differ by %g", name, d.weight);
 }
 
 /* Data parallelism changes only the order of the fp32 gradient sums (1e-7 relative per value);
  * a master weight that moved by such an amount can round to the neighbouring bf16 (2^-8 relative),
  * hence the weights' wider bound. */
 static const diff DP = {.loss = 1e-4, .grad = 1e-5, .weight = 1e-3};
-/* Tensor parallelism rounds each rank's partial sums to bf16 before adding them: bf16 noise. */
-static const diff TP = {.loss = 2e-3, .grad = 5e-2, .weight = 5e-2};
+/* Tensor parallelism rounds each rank's partial sums to bf16 before adding them: bf16 noise in
+ * the losses (measured 1e-4) and gradients (1.2e-2). The final weights are not bounded, for the
+ * reason tracks_fp32 gives (AdamW moves a near-zero-gradient bias by +-lr either way). */
+static const diff TP = {.loss = 1e-3, .grad = 5e-2, .weight = INFINITY};
 
 Test(bf16, dp2_zero0, .timeout = 120) { close_to_one_rank(1, 1, 2, 0, false, DP); }
 Test(bf16, dp2_zero1, .timeout = 120) { close_to_one_rank(1, 1, 2, 1, false, DP); }
