@@ -11,7 +11,14 @@
  * The full T x T products include the masked upper triangle (the softmax zeroes it), as the CPU
  * backend does. With the device's simple switch on, the whole op runs instead as the simple kernels
  * (plain loops per (b, h, t) row), which the CPU suite checks against the CPU backend and the GPU
- * suite checks against this path. A fused (flash) kernel would follow as a third twin. */
+ * suite checks against this path. A fused (flash) kernel would follow as a third twin.
+ *
+ * bf16 (engine/device.h "Precision"): the products take bf16 operands when the tensors are bf16
+ * (cuBLASLt CUDA_R_16BF A/B, fp32 accumulation, C/D in the output's dtype). cuBLASLt multiplies two
+ * operands of one type only, so when the tensors that meet in a product differ in dtype (att and
+ * qkv forward; dout, att, datt and qkv backward) the op runs its simple kernels instead, which take
+ * every mix. As in the simple kernels, a bf16 att or datt holds the scores and d probabilities
+ * rounded to bf16 between the products and the softmax. */
 #include <math.h>
 #include <string.h>
 
@@ -32,18 +39,33 @@ static att_dims dims_of(tri_tensor qkv, tri_tensor att)
     return a;
 }
 
-/* One product per head of sequence b: c_h = alpha op(a_h) op(b_h) with head strides. */
+/* Element e of tensor t (fp32 or bf16): a head's or a sequence's start. */
+static void *at(tri_tensor t, int64_t e)
+{
+    return tri_at(t.data, tri_is_bf16(t), e);
+}
+
+/* One product per head of sequence b: c_h = alpha op(a_h) op(b_h) with head strides; a and b share
+ * a dtype (ab), c has its own. */
 static int heads_gemm(tri_cuda *cu, const att_dims *d, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
-                      const float *a, int64_t lda, int64_t sa, const float *b, int64_t ldb, int64_t sb,
-                      float *c, int64_t ldc, int64_t sc, float alpha)
+                      tri_tensor ab, const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb,
+                      tri_tensor ct, void *c, int64_t ldc, int64_t sc, float alpha)
 {
     tri_cuda_gemm_args g;
     memset(&g, 0, sizeof g);
     g.M = M, g.N = N, g.K = K, g.trans_a = ta, g.trans_b = tb;
+    g.ab_bf16 = tri_is_bf16(ab), g.c_bf16 = tri_is_bf16(ct);
     g.a = a, g.lda = lda, g.stride_a = sa, g.b = b, g.ldb = ldb, g.stride_b = sb;
     g.c = c, g.ldc = ldc, g.stride_c = sc;
     g.batch = (int)d->NH, g.alpha = alpha, g.beta = 0.0f;
     return tri_cuda_gemm(cu, &g);
+}
+
+static int simple_forward(tri_cuda *cu, const att_dims *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
+{
+    return TRI_CUDA_LAUNCH_N(attention_forward_kernel, d->B * d->NH * d->T, cu->stream, tri_data(out),
+                             tri_is_bf16(out), tri_data(att), tri_is_bf16(att), tri_data(qkv), tri_is_bf16(qkv),
+                             d->B, d->T, d->C, d->NH);
 }
 
 extern "C" int tri_cuda_attention_forward(tri_device *dev, tri_tensor out, tri_tensor att, tri_tensor qkv)
@@ -51,21 +73,34 @@ extern "C" int tri_cuda_attention_forward(tri_device *dev, tri_tensor out, tri_t
     tri_cuda *cu = tri_cuda_of(dev);
     att_dims d = dims_of(qkv, att);
     int64_t T = d.T, C = d.C, HS = d.HS, rows = d.B * d.NH * T;
-    if (cu->simple)
-        return TRI_CUDA_LAUNCH_N(attention_forward_kernel, rows, cu->stream, tri_fp(out), tri_fp(att),
-                                 tri_fp(qkv), d.B, T, C, d.NH);
+    if (cu->simple || att.dtype != qkv.dtype) /* att v needs one operand type */
+        return simple_forward(cu, &d, out, att, qkv);
     int rc = TRI_OK;
     for (int64_t b = 0; b < d.B && !rc; b++) {
-        const float *q = tri_fp(qkv) + b * T * 3 * C, *k = q + C;
-        rc = heads_gemm(cu, &d, T, T, HS, false, true, q, 3 * C, HS, k, 3 * C, HS,
-                        tri_fp(att) + b * d.NH * T * T, T, T * T, d.scale);
+        int64_t q = b * T * 3 * C, k = q + C;
+        rc = heads_gemm(cu, &d, T, T, HS, false, true, qkv, at(qkv, q), 3 * C, HS, at(qkv, k), 3 * C, HS, att,
+                        at(att, b * d.NH * T * T), T, T * T, d.scale);
     }
-    if (!rc) rc = TRI_CUDA_LAUNCH_N(causal_softmax_kernel, rows, cu->stream, tri_fp(att), rows, T);
+    if (!rc) rc = TRI_CUDA_LAUNCH_N(causal_softmax_kernel, rows, cu->stream, tri_data(att), tri_is_bf16(att), rows, T);
     for (int64_t b = 0; b < d.B && !rc; b++) {
-        const float *v = tri_fp(qkv) + b * T * 3 * C + 2 * C;
-        rc = heads_gemm(cu, &d, T, HS, T, false, false, tri_fp(att) + b * d.NH * T * T, T, T * T, v, 3 * C, HS,
-                        tri_fp(out) + b * T * C, C, HS, 1.0f);
+        int64_t v = b * T * 3 * C + 2 * C;
+        rc = heads_gemm(cu, &d, T, HS, T, false, false, att, at(att, b * d.NH * T * T), T, T * T, at(qkv, v), 3 * C,
+                        HS, out, at(out, b * T * C), C, HS, 1.0f);
     }
+    return rc;
+}
+
+static int simple_backward(tri_cuda *cu, const att_dims *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                           tri_tensor qkv, tri_tensor att)
+{
+    int64_t rows = d->B * d->NH * d->T;
+    int rc = TRI_CUDA_LAUNCH_N(attention_backward_rows_kernel, rows, cu->stream, tri_data(dqkv), tri_is_bf16(dqkv),
+                               tri_data(datt), tri_is_bf16(datt), tri_data(dout), tri_is_bf16(dout), tri_data(qkv),
+                               tri_is_bf16(qkv), tri_data(att), tri_is_bf16(att), d->B, d->T, d->C, d->NH);
+    if (!rc) rc = TRI_CUDA_LAUNCH_N(attention_backward_cols_kernel, rows, cu->stream, tri_data(dqkv),
+                                    tri_is_bf16(dqkv), tri_data(datt), tri_is_bf16(datt), tri_data(dout),
+                                    tri_is_bf16(dout), tri_data(qkv), tri_is_bf16(qkv), tri_data(att),
+                                    tri_is_bf16(att), d->B, d->T, d->C, d->NH);
     return rc;
 }
 
@@ -75,29 +110,26 @@ extern "C" int tri_cuda_attention_backward(tri_device *dev, tri_tensor dqkv, tri
     tri_cuda *cu = tri_cuda_of(dev);
     att_dims d = dims_of(qkv, att);
     int64_t T = d.T, C = d.C, HS = d.HS, rows = d.B * d.NH * T, TT = T * T;
-    if (cu->simple) {
-        int rc = TRI_CUDA_LAUNCH_N(attention_backward_rows_kernel, rows, cu->stream, tri_fp(dqkv), tri_fp(datt),
-                                   tri_fp(dout), tri_fp(qkv), tri_fp(att), d.B, T, C, d.NH);
-        if (!rc) rc = TRI_CUDA_LAUNCH_N(attention_backward_cols_kernel, rows, cu->stream, tri_fp(dqkv),
-                                        tri_fp(datt), tri_fp(dout), tri_fp(qkv), tri_fp(att), d.B, T, C, d.NH);
-        return rc;
-    }
+    /* dout v^T, att^T dout, ds k and ds^T q each need one operand type */
+    bool one_type = dout.dtype == qkv.dtype && att.dtype == qkv.dtype && datt.dtype == qkv.dtype;
+    if (cu->simple || !one_type)
+        return simple_backward(cu, &d, dqkv, datt, dout, qkv, att);
     int rc = TRI_OK;
     for (int64_t b = 0; b < d.B && !rc; b++) {
-        const float *v = tri_fp(qkv) + b * T * 3 * C + 2 * C, *g = tri_fp(dout) + b * T * C;
-        const float *a = tri_fp(att) + b * d.NH * TT;
-        float *da = tri_fp(datt) + b * d.NH * TT, *dv = tri_fp(dqkv) + b * T * 3 * C + 2 * C;
-        rc = heads_gemm(cu, &d, T, T, HS, false, true, g, C, HS, v, 3 * C, HS, da, T, TT, 1.0f);
-        if (!rc) rc = heads_gemm(cu, &d, T, HS, T, true, false, a, T, TT, g, C, HS, dv, 3 * C, HS, 1.0f);
+        int64_t v = b * T * 3 * C + 2 * C, g = b * T * C, a = b * d.NH * TT;
+        rc = heads_gemm(cu, &d, T, T, HS, false, true, dout, at(dout, g), C, HS, at(qkv, v), 3 * C, HS, datt,
+                        at(datt, a), T, TT, 1.0f);
+        if (!rc) rc = heads_gemm(cu, &d, T, HS, T, true, false, att, at(att, a), T, TT, at(dout, g), C, HS, dqkv,
+                                 at(dqkv, v), 3 * C, HS, 1.0f);
     }
-    if (!rc) rc = TRI_CUDA_LAUNCH_N(causal_softmax_backward_kernel, rows, cu->stream, tri_fp(datt),
-                                    tri_fp(att), rows, T);
+    if (!rc) rc = TRI_CUDA_LAUNCH_N(causal_softmax_backward_kernel, rows, cu->stream, tri_data(datt),
+                                    tri_is_bf16(datt), tri_data(att), tri_is_bf16(att), rows, T);
     for (int64_t b = 0; b < d.B && !rc; b++) {
-        const float *q = tri_fp(qkv) + b * T * 3 * C, *k = q + C;
-        const float *ds = tri_fp(datt) + b * d.NH * TT;
-        float *dq = tri_fp(dqkv) + b * T * 3 * C, *dk = dq + C;
-        rc = heads_gemm(cu, &d, T, HS, T, false, false, ds, T, TT, k, 3 * C, HS, dq, 3 * C, HS, d.scale);
-        if (!rc) rc = heads_gemm(cu, &d, T, HS, T, true, false, ds, T, TT, q, 3 * C, HS, dk, 3 * C, HS, d.scale);
+        int64_t q = b * T * 3 * C, k = q + C, ds = b * d.NH * TT;
+        rc = heads_gemm(cu, &d, T, HS, T, false, false, datt, at(datt, ds), T, TT, at(qkv, k), 3 * C, HS, dqkv,
+                        at(dqkv, q), 3 * C, HS, d.scale);
+        if (!rc) rc = heads_gemm(cu, &d, T, HS, T, true, false, datt, at(datt, ds), T, TT, at(qkv, q), 3 * C, HS,
+                                 dqkv, at(dqkv, k), 3 * C, HS, d.scale);
     }
     return rc;
 }

@@ -64,13 +64,15 @@ int tri_cuda_watch_add(tri_device *d, int (*fn)(void *ctx), void *ctx);
 void tri_cuda_watch_remove(tri_device *d, void *ctx);
 
 /* cuBLASLt, row-major: c = alpha op(a) op(b) + beta c (+ bias(N) when bias != NULL, beta 0), batch
- * matrices at the given element strides; lda/ldb/ldc are row strides in elements (matmul.cu). */
+ * matrices at the given element strides; lda/ldb/ldc are row strides in elements (matmul.cu).
+ * a and b are bf16 when ab_bf16 (else fp32), c and the bias bf16 when c_bf16; fp32 accumulation. */
 typedef struct tri_cuda_gemm_args {
     int64_t M, N, K;
     bool trans_a, trans_b;
-    const float *a, *b;
-    float *c;
-    const float *bias;
+    bool ab_bf16, c_bf16;
+    const void *a, *b;
+    void *c;
+    const void *bias;
     int64_t lda, ldb, ldc;
     int64_t stride_a, stride_b, stride_c; /* elements between batch matrices */
     int batch;

@@ -288,6 +288,9 @@ extern "C" int tri_device_cuda_create(tri_device **out, int ordinal)
     d->ops = &cuda_ops;
     d->impl = c;
     d->ordinal = ordinal;
+    /* every op reads and writes bf16 arguments itself (kernels through tri_load / tri_store, cuBLASLt
+     * with CUDA_R_16BF), so the wrappers pass bf16 tensors through instead of widening them */
+    d->native_bf16 = true;
     *out = d;
     return TRI_OK;
 }

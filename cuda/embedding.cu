@@ -3,7 +3,8 @@
  * The simple kernels of cuda/kernels/embedding.kern.h, tested on the CPU against the CPU backend:
  * forward ops one thread per element (coalesced rows); backward ops one thread per column walking
  * the rows in order, which makes the parameter gradients deterministic and equal to the CPU
- * backend's without atomics (tokens repeat, so rows cannot be given to threads). */
+ * backend's without atomics (tokens repeat, so rows cannot be given to threads). Every floating
+ * tensor is fp32 or bf16 as its dtype says. */
 #include "cuda/kernels/embedding.kern.h"
 #include "cuda/launch.cuh"
 
@@ -11,30 +12,30 @@ extern "C" int tri_cuda_embedding_forward(tri_device *d, tri_tensor out, tri_ten
                                           tri_tensor wte, int64_t vocab_start)
 {
     int64_t N = tri_tensor_numel(tokens), C = tri_tensor_cols(wte), V_l = tri_tensor_rows(wte);
-    return TRI_CUDA_LAUNCH_N(embedding_forward_kernel, N * C, tri_cuda_of(d)->stream, tri_fp(out),
-                             tri_ip(tokens), tri_fp(wte), N, C, V_l, vocab_start);
+    return TRI_CUDA_LAUNCH_N(embedding_forward_kernel, N * C, tri_cuda_of(d)->stream, tri_data(out),
+                             tri_is_bf16(out), tri_ip(tokens), tri_data(wte), tri_is_bf16(wte), N, C, V_l, vocab_start);
 }
 
 extern "C" int tri_cuda_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout,
                                            tri_tensor tokens, int64_t vocab_start)
 {
     int64_t N = tri_tensor_numel(tokens), C = tri_tensor_cols(dwte), V_l = tri_tensor_rows(dwte);
-    return TRI_CUDA_LAUNCH_N(embedding_backward_kernel, C, tri_cuda_of(d)->stream, tri_fp(dwte),
-                             tri_fp(dout), tri_ip(tokens), N, C, V_l, vocab_start);
+    return TRI_CUDA_LAUNCH_N(embedding_backward_kernel, C, tri_cuda_of(d)->stream, tri_data(dwte), tri_is_bf16(dwte),
+                             tri_data(dout), tri_is_bf16(dout), tri_ip(tokens), N, C, V_l, vocab_start);
 }
 
 extern "C" int tri_cuda_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T,
                                          int64_t row0)
 {
     int64_t N = tri_tensor_rows(out), C = tri_tensor_cols(out);
-    return TRI_CUDA_LAUNCH_N(position_forward_kernel, N * C, tri_cuda_of(d)->stream, tri_fp(out),
-                             tri_fp(wpe), N, C, T, row0);
+    return TRI_CUDA_LAUNCH_N(position_forward_kernel, N * C, tri_cuda_of(d)->stream, tri_data(out),
+                             tri_is_bf16(out), tri_data(wpe), tri_is_bf16(wpe), N, C, T, row0);
 }
 
 extern "C" int tri_cuda_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
                                           int64_t row0)
 {
     int64_t N = tri_tensor_rows(dout), C = tri_tensor_cols(dout);
-    return TRI_CUDA_LAUNCH_N(position_backward_kernel, C, tri_cuda_of(d)->stream, tri_fp(dwpe),
-                             tri_fp(dout), N, C, T, row0);
+    return TRI_CUDA_LAUNCH_N(position_backward_kernel, C, tri_cuda_of(d)->stream, tri_data(dwpe),
+                             tri_is_bf16(dwpe), tri_data(dout), tri_is_bf16(dout), N, C, T, row0);
 }

@@ -18,9 +18,21 @@
 #define TRI_CUDA_LAUNCH_N(kernel, n, stream, ...)                                                  \
     TRI_CUDA_LAUNCH(kernel, tri_grid_for((n), TRI_BLOCK), TRI_BLOCK, stream, __VA_ARGS__)
 
+/* An argument the interface keeps fp32 (mean, rstd, statistics, AdamW, fixed point). */
 static inline float *tri_fp(tri_tensor t)
 {
     return (float *)t.data;
+}
+
+/* A floating argument as the kernels take it: the data and its storage flag (1 bf16, 0 fp32). */
+static inline void *tri_data(tri_tensor t)
+{
+    return t.data;
+}
+
+static inline int tri_is_bf16(tri_tensor t)
+{
+    return t.dtype == TRI_BF16;
 }
 
 static inline const int32_t *tri_ip(tri_tensor t)

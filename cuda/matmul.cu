@@ -11,11 +11,22 @@
  * Compute type CUBLAS_COMPUTE_32F (true fp32, no TF32), alpha and beta on the host. With beta == 0
  * cuBLASLt, like BLAS, does not read C, so NaN in C does not propagate (the GPU suite checks it).
  *
+ * bf16 mixed precision (engine/device.h "Precision"): A and B are CUDA_R_16BF when our a and b are
+ * bf16 (they share a dtype), else CUDA_R_32F; C = D are CUDA_R_16BF or CUDA_R_32F as c is, each
+ * independently; the compute type stays CUBLAS_COMPUTE_32F with scale type CUDA_R_32F (fp32 alpha,
+ * beta and accumulation; D is rounded once at the end). Both bf16 forms, bf16 x bf16 -> bf16 and
+ * bf16 x bf16 -> fp32 (a weight gradient kept fp32), are in cublasLtMatmul's table of supported
+ * type combinations for CUBLAS_COMPUTE_32F. The bias vector's type is D's (cublasLt.h,
+ * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: "Bias vector elements are the same type as the elements of
+ * output matrix (Dtype)", default -1); it is set explicitly to D's type, and the interface gives the
+ * bias c's dtype. Alignments are in bytes, so a bf16 view may be only 2-byte aligned (a head of odd
+ * HS); the heuristic is told so, and strides count elements of each matrix's own size.
+ *
  * A plan (descriptors, layouts and the heuristic's first algorithm) is made once per shape,
- * transposes, strides, batch, bias presence and pointer alignment class (the heuristic must not
- * pick kernels that assume more alignment than a view such as one head's columns has) and kept in
- * a small cache; later calls only set the bias pointer and call cublasLtMatmul on the device's
- * stream with its 32 MiB workspace. The bias epilogue is used only for a bias aligned to 16 bytes
+ * transposes, strides, batch, bias presence, data types and pointer alignment class (the heuristic
+ * must not pick kernels that assume more alignment than a view such as one head's columns has) and
+ * kept in a small cache; later calls only set the bias pointer and call cublasLtMatmul on the
+ * device's stream with its 32 MiB workspace. The bias epilogue is used only for a bias aligned to 16 bytes
  * (below). The GELU epilogues (CUBLASLT_EPILOGUE_GELU_BIAS, GELU_AUX_BIAS) are not used: cuBLASLt's
  * GELU is its own arithmetic, not engine/math.h's tri_gelu, so the fused form would break the one
  * source of the math that the CPU suite checks, and the device interface keeps GELU a separate op
@@ -37,8 +48,7 @@ typedef struct gemm_key {
     int64_t M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c;
     int32_t batch, trans_a, trans_b, has_bias;
     uint32_t align_a, align_b, align_c, align_bias;
-    int32_t dtype; /* cudaDataType of a, b, c (CUDA_R_32F today; bf16 later) */
-    int32_t pad;
+    int32_t type_ab, type_c; /* cudaDataType of a and b, of c, d and the bias */
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -79,27 +89,34 @@ extern "C" void tri_cuda_gemm_cache_destroy(tri_cuda_gemm_cache *cache)
     free(cache);
 }
 
-/* Largest power of two (4..256 bytes) dividing the address: cuBLASLt's alignment preference. */
+/* Largest power of two (2..256 bytes) dividing the address: cuBLASLt's alignment preference. Every
+ * element is at least 2-byte aligned (bf16), fp32 ones 4-byte. */
 static uint32_t alignment(const void *p)
 {
     uintptr_t u = (uintptr_t)p;
     uint32_t a = 256;
-    while (a > 4 && u % a != 0)
+    while (a > 2 && u % a != 0)
         a /= 2;
     return a;
 }
 
-/* a, lowered to the alignment of a batch stride of `stride` floats (the later members' starts). */
-static uint32_t min_align(uint32_t a, int64_t stride)
+/* a, lowered to the alignment of a batch stride of `stride` elements of `elem` bytes (the later
+ * members' starts). */
+static uint32_t min_align(uint32_t a, int64_t stride, size_t elem)
 {
-    uint32_t s = alignment((const void *)(uintptr_t)((uint64_t)stride * sizeof(float)));
+    uint32_t s = alignment((const void *)(uintptr_t)((uint64_t)stride * elem));
     return stride == 0 || a < s ? a : s;
 }
 
-static int layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols, int64_t ld, int32_t batch,
-                  int64_t stride)
+static cudaDataType_t type_of(bool bf16)
 {
-    int rc = TRI_CUBLAS(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld));
+    return bf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static int layout(cublasLtMatrixLayout_t *l, int32_t type, uint64_t rows, uint64_t cols, int64_t ld,
+                  int32_t batch, int64_t stride)
+{
+    int rc = TRI_CUBLAS(cublasLtMatrixLayoutCreate(l, (cudaDataType_t)type, rows, cols, ld));
     if (!rc && batch > 1) {
         rc = TRI_CUBLAS(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
                                                          sizeof batch));
@@ -119,7 +136,7 @@ static int plan_make(tri_cuda *c, gemm_plan *p, const gemm_key *k, const tri_cud
 {
     int32_t op_a = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our b */
     int32_t op_b = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int rc = TRI_CUBLAS(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    int rc = TRI_CUBLAS(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); /* scale fp32 */
     if (!rc) rc = TRI_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     if (!rc) rc = TRI_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
     if (!rc && k->has_bias) {
@@ -128,13 +145,16 @@ static int plan_make(tri_cuda *c, gemm_plan *p, const gemm_key *k, const tri_cud
                                                        sizeof epilogue));
         if (!rc) rc = TRI_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                 &g->bias, sizeof g->bias));
+        int32_t bias_type = k->type_c; /* D's type */
+        if (!rc) rc = TRI_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                                &bias_type, sizeof bias_type));
     }
     /* column-major shapes: A = op(b)^T-source (N x K when not transposed), B = a's view, C = N x M */
-    if (!rc) rc = layout(&p->la, (uint64_t)(k->trans_b ? k->K : k->N), (uint64_t)(k->trans_b ? k->N : k->K),
-                         k->ldb, k->batch, k->stride_b);
-    if (!rc) rc = layout(&p->lb, (uint64_t)(k->trans_a ? k->M : k->K), (uint64_t)(k->trans_a ? k->K : k->M),
-                         k->lda, k->batch, k->stride_a);
-    if (!rc) rc = layout(&p->lc, (uint64_t)k->N, (uint64_t)k->M, k->ldc, k->batch, k->stride_c);
+    if (!rc) rc = layout(&p->la, k->type_ab, (uint64_t)(k->trans_b ? k->K : k->N),
+                         (uint64_t)(k->trans_b ? k->N : k->K), k->ldb, k->batch, k->stride_b);
+    if (!rc) rc = layout(&p->lb, k->type_ab, (uint64_t)(k->trans_a ? k->M : k->K),
+                         (uint64_t)(k->trans_a ? k->K : k->M), k->lda, k->batch, k->stride_a);
+    if (!rc) rc = layout(&p->lc, k->type_c, (uint64_t)k->N, (uint64_t)k->M, k->ldc, k->batch, k->stride_c);
     if (rc)
         return rc;
     cublasLtMatmulPreference_t pref = NULL;
@@ -155,8 +175,10 @@ static int plan_make(tri_cuda *c, gemm_plan *p, const gemm_key *k, const tri_cud
         cublasLtMatmulPreferenceDestroy(pref);
     if (!rc && found == 0)
         rc = TRI_ERR(TRI_EDEVICE, "cuBLASLt found no algorithm for (%lld x %lld) = op(%lld x %lld) op(%lld x %lld), "
-                     "batch %d", (long long)k->M, (long long)k->N, (long long)k->M, (long long)k->K,
-                     (long long)k->K, (long long)k->N, (int)k->batch);
+                     "batch %d, %s inputs, %s output, alignments %u/%u/%u bytes", (long long)k->M, (long long)k->N,
+                     (long long)k->M, (long long)k->K, (long long)k->K, (long long)k->N, (int)k->batch,
+                     k->type_ab == CUDA_R_16BF ? "bf16" : "fp32", k->type_c == CUDA_R_16BF ? "bf16" : "fp32",
+                     k->align_a, k->align_b, k->align_c);
     if (!rc)
         p->algo = result.algo;
     return rc;
@@ -172,13 +194,14 @@ static int plan_for(tri_cuda *c, const tri_cuda_gemm_args *g, gemm_plan **out)
     if (g->batch > 1)
         k.stride_a = g->stride_a, k.stride_b = g->stride_b, k.stride_c = g->stride_c;
     k.trans_a = g->trans_a, k.trans_b = g->trans_b, k.has_bias = g->bias != NULL;
+    size_t ab_size = g->ab_bf16 ? 2 : 4, c_size = g->c_bf16 ? 2 : 4;
     k.align_a = alignment(g->a), k.align_b = alignment(g->b), k.align_c = alignment(g->c);
     if (g->batch > 1) { /* every batch member's start counts: base + i * stride elements */
-        k.align_a = min_align(k.align_a, g->stride_a), k.align_b = min_align(k.align_b, g->stride_b);
-        k.align_c = min_align(k.align_c, g->stride_c);
+        k.align_a = min_align(k.align_a, g->stride_a, ab_size), k.align_b = min_align(k.align_b, g->stride_b, ab_size);
+        k.align_c = min_align(k.align_c, g->stride_c, c_size);
     }
     k.align_bias = g->bias ? alignment(g->bias) : 0;
-    k.dtype = CUDA_R_32F;
+    k.type_ab = type_of(g->ab_bf16), k.type_c = type_of(g->c_bf16);
     tri_cuda_gemm_cache *cache = c->gemm;
     for (int i = 0; i < MAX_PLANS; i++)
         if (cache->plans[i].used && memcmp(&cache->plans[i].key, &k, sizeof k) == 0) {
@@ -223,19 +246,24 @@ extern "C" int tri_cuda_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_te
     bool has_bias = tri_tensor_present(bias);
     if (K == 0) { /* no product: c = bias, or beta c (0 when beta == 0) */
         if (has_bias)
-            return TRI_CUDA_LAUNCH_N(bias_broadcast_kernel, M * N, cu->stream, tri_fp(c), tri_fp(bias), M, N);
-        return beta == 1.0f ? TRI_OK : TRI_CUDA_LAUNCH_N(matmul_scale_kernel, M * N, cu->stream, tri_fp(c), beta, M * N);
+            return TRI_CUDA_LAUNCH_N(bias_broadcast_kernel, M * N, cu->stream, tri_data(c), tri_is_bf16(c),
+                                     tri_data(bias), tri_is_bf16(bias), M, N);
+        return beta == 1.0f ? TRI_OK
+                            : TRI_CUDA_LAUNCH_N(matmul_scale_kernel, M * N, cu->stream, tri_data(c), tri_is_bf16(c),
+                                                beta, M * N);
     }
     tri_cuda_gemm_args g;
     memset(&g, 0, sizeof g);
     g.M = M, g.N = N, g.K = K, g.trans_a = trans_a, g.trans_b = trans_b;
-    g.a = tri_fp(a), g.b = tri_fp(b), g.c = tri_fp(c), g.bias = has_bias ? tri_fp(bias) : NULL;
+    g.ab_bf16 = tri_is_bf16(a), g.c_bf16 = tri_is_bf16(c); /* the wrapper checked b's and bias's dtypes */
+    g.a = a.data, g.b = b.data, g.c = c.data, g.bias = has_bias ? bias.data : NULL;
     g.lda = tri_tensor_cols(a), g.ldb = tri_tensor_cols(b), g.ldc = N;
     g.batch = 1, g.alpha = 1.0f, g.beta = beta;
     if (has_bias && alignment(g.bias) < BIAS_EPILOGUE_ALIGN) {
         /* a view too little aligned for the epilogue: c = bias rows, then c = a b + 1 c (the CPU
-         * backend's order of operations) */
-        int rc = TRI_CUDA_LAUNCH_N(bias_broadcast_kernel, M * N, cu->stream, tri_fp(c), tri_fp(bias), M, N);
+         * backend's order of operations; a bf16 c holds the bf16 bias exactly) */
+        int rc = TRI_CUDA_LAUNCH_N(bias_broadcast_kernel, M * N, cu->stream, tri_data(c), tri_is_bf16(c),
+                                   tri_data(bias), tri_is_bf16(bias), M, N);
         g.bias = NULL, g.beta = 1.0f;
         return rc ? rc : tri_cuda_gemm(cu, &g);
     }
@@ -245,5 +273,6 @@ extern "C" int tri_cuda_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_te
 extern "C" int tri_cuda_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 {
     int64_t N = tri_tensor_rows(dout), OC = tri_tensor_cols(dout);
-    return TRI_CUDA_LAUNCH_N(bias_backward_kernel, OC, tri_cuda_of(d)->stream, tri_fp(dbias), tri_fp(dout), N, OC);
+    return TRI_CUDA_LAUNCH_N(bias_backward_kernel, OC, tri_cuda_of(d)->stream, tri_data(dbias), tri_is_bf16(dbias),
+                             tri_data(dout), tri_is_bf16(dout), N, OC);
 }

@@ -5,7 +5,8 @@
  * 4096 elements and large enough that the chunks fit the buffer (TRI_CUDA_MAX_PARTIALS), so a
  * 124M-element gradient uses ~30k threads; the result depends only on n (deterministic, no
  * atomics) and each chunk's arithmetic is engine/math.h's, as in the CPU backend, which uses 64
- * chunks: the two agree to double rounding before the final float rounding. */
+ * chunks: the two agree to double rounding before the final float rounding. x is fp32 or bf16
+ * (widened exactly), out fp32. */
 #include "cuda/kernels/reduce.kern.h"
 #include "cuda/launch.cuh"
 
@@ -19,9 +20,9 @@ static int reduce(tri_device *d, tri_tensor out, tri_tensor x, bool squares)
     chunk = chunk < MIN_CHUNK ? MIN_CHUNK : chunk;
     int64_t n_chunks = (n + chunk - 1) / chunk;
     int rc = squares ? TRI_CUDA_LAUNCH_N(sum_squares_partial_kernel, n_chunks, c->stream, c->partials,
-                                         tri_fp(x), n, chunk, n_chunks)
+                                         tri_data(x), tri_is_bf16(x), n, chunk, n_chunks)
                      : TRI_CUDA_LAUNCH_N(count_nonfinite_partial_kernel, n_chunks, c->stream,
-                                         c->partials, tri_fp(x), n, chunk, n_chunks);
+                                         c->partials, tri_data(x), tri_is_bf16(x), n, chunk, n_chunks);
     if (!rc) rc = TRI_CUDA_LAUNCH(reduce_finish_kernel, 1, 1, c->stream, tri_fp(out), c->partials, n_chunks);
     return rc;
 }

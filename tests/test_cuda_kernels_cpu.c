@@ -14,13 +14,27 @@
  * writes), and outputs start as NaN where the op overwrites them, or as random values where it
  * accumulates.
  *
+ * Precision (engine/device.h): every floating argument of a kernel may be fp32 or bf16. Each op
+ * runs all-fp32, all-bf16 and mixed (e.g. bf16 inputs into an fp32 gradient); the CPU backend gets
+ * the same tensors with the same dtypes, and its wrappers widen the bf16 ones to fp32 copies, run
+ * the fp32 op and round the outputs once, which is the reference.
+ *
  * Expected agreement: the kernels call the same engine/math.h functions as the CPU backend, in the
  * same order per element, row and column, and this file is compiled with the same flags (no FMA
- * contraction in ISO C mode), so results must be bit-identical, except attention, where the CPU
- * backend multiplies with sgemm (other summation order): relative 1e-5 with a floor of 1/10 of the
- * RMS (measured at most 3.9e-6, dk of the 17-token case, with TRIDENT_TEST_VERBOSE=1). */
+ * contraction in ISO C mode), so results must be bit-identical, fp32 or bf16, except:
+ * - attention, where the CPU backend multiplies with sgemm (other summation order): relative 1e-5
+ *   with a floor of 1/10 of the RMS for fp32 results (measured at most 2.8e-6, with
+ *   TRIDENT_TEST_VERBOSE=1). A bf16 result may round that difference the other way: one bf16 ulp,
+ *   normalised error (max |diff| / max |want|) 2^-7 (measured 0: no rounding flipped). With a bf16
+ *   att (forward) or datt (backward) the kernels also round the scores, exponentials and d
+ *   probabilities between their passes, which the CPU's fp32 copies do not: normalised 1e-2
+ *   (measured at most 5.9e-3, forward out; 5.4e-3 dscores, 3.9e-3 att, 2.9e-3 dqkv);
+ * - embedding_backward into a bf16 dwte: a token that repeats in the batch rounds the gradient at
+ *   every repeat, the CPU backend once: normalised 1e-2 (measured at most 6.1e-3).
+ * Everything else, every dtype mix included, is bit-identical. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +56,9 @@
 TestSuite(cuda_kernels_cpu, .fini = ot_teardown);
 
 #define ATT_TOL 1e-5
+#define ATT_TOL_BF16 7.8125e-3 /* 2^-7 */
+#define ATT_TOL_BF16_ROUNDED 1e-2
+#define EMB_TOL_BF16 1e-2
 #define FLOOR 0.1
 
 /* ---- launch shapes ---- */
@@ -117,89 +134,192 @@ static void same_bits(const char *what, const float *got, const float *want, siz
     cr_assert(ot_same_bits(what, got, want, n), "%s differs from the CPU backend", what);
 }
 
+/* ---- storage: fp32 (bf16 flag 0) or bf16 (1) arrays, as the kernels take them ---- */
+
+static tri_dtype dt(int bf16)
+{
+    return bf16 ? TRI_BF16 : TRI_F32;
+}
+
+static size_t esize(int bf16)
+{
+    return bf16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+/* A tracked host array holding x (n values) in the given storage: bf16 rounds to nearest even. */
+static void *host_as(const float *x, size_t n, int bf16)
+{
+    void *p = ot_floats(n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        tri_store(p, bf16, (int64_t)i, x[i]);
+    return p;
+}
+
+/* A tracked host copy of n elements of a typed array. */
+static void *host_copy(const void *p, size_t n, int bf16)
+{
+    void *q = ot_floats(n ? n : 1);
+    memcpy(q, p, n * esize(bf16));
+    return q;
+}
+
+/* A guarded buffer of n elements of the storage, from init (same storage) or NaN-filled. */
+static void *gtyped(size_t n, int bf16, const void *init)
+{
+    return gbuf(n * esize(bf16), init); /* 0xFF bytes: NaN in fp32 and in bf16 */
+}
+
+/* got and want (n elements of one storage) hold the same bits. */
+static void same_typed(const char *what, const void *got, const void *want, size_t n, int bf16)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *g = (const char *)got + i * esize(bf16), *w = (const char *)want + i * esize(bf16);
+        cr_assert(memcmp(g, w, esize(bf16)) == 0, "%s (%s): element %zu differs from the CPU backend: %.9g vs %.9g",
+                  what, bf16 ? "bf16" : "fp32", i, (double)tri_load(got, bf16, (int64_t)i),
+                  (double)tri_load(want, bf16, (int64_t)i));
+    }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        fprintf(stderr, "ok   %-48s %-4s %zu elements bit-identical\n", what, bf16 ? "bf16" : "fp32", n);
+}
+
+/* For typed arrays (no allocation: the suite compares many times), one of two errors <= tol:
+ * relative, max_i |got_i - want_i| / max(|want_i|, FLOOR * RMS(want)) as ot_close (fp32 results);
+ * or normalised, max_i |got_i - want_i| / max_i |want_i| as the GPU suites (results that bf16
+ * rounding separates from the reference: relative to small elements a bf16 ulp is large, relative
+ * to the tensor's scale it is 2^-8). Prints both on failure, and always with TRIDENT_TEST_VERBOSE. */
+static void close_typed(const char *what, const void *got, const void *want, size_t n, int bf16, double tol,
+                        bool normalised)
+{
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double w = tri_load(want, bf16, (int64_t)i);
+        ss += w * w;
+    }
+    double floor = FLOOR * sqrt(ss / (double)(n ? n : 1)), err = 0.0, diff = 0.0, top = 0.0;
+    floor = floor < 1e-30 ? 1e-30 : floor;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double g = tri_load(got, bf16, (int64_t)i), w = tri_load(want, bf16, (int64_t)i);
+        double e = fabs(g - w) / (fabs(w) > floor ? fabs(w) : floor);
+        e = isnan(e) ? INFINITY : e;
+        diff = fabs(g - w) > diff ? fabs(g - w) : diff;
+        top = fabs(w) > top ? fabs(w) : top;
+        if (e > err) {
+            err = e;
+            worst = i;
+        }
+    }
+    double norm = diff / (top > 0 ? top : 1e-30), checked = normalised ? norm : err;
+    if (checked > tol || getenv("TRIDENT_TEST_VERBOSE"))
+        fprintf(stderr, "%s %-48s %-4s relative %.3e normalised %.3e (%s tol %.1e) worst [%zu] got %.9g want %.9g\n",
+                checked <= tol ? "ok  " : "FAIL", what, bf16 ? "bf16" : "fp32", err, norm,
+                normalised ? "normalised" : "relative", tol, worst,
+                n ? (double)tri_load(got, bf16, (int64_t)worst) : 0.0,
+                n ? (double)tri_load(want, bf16, (int64_t)worst) : 0.0);
+    cr_assert(checked <= tol, "%s differs from the CPU backend beyond %g", what, tol);
+}
+
 /* ---- element-wise ---- */
 
 static const int64_t SIZES[] = {1, 255, 1001, 4099};
 #define N_SIZES (sizeof SIZES / sizeof *SIZES)
 
-Test(cuda_kernels_cpu, elementwise)
+/* Storage of the element-wise ops' arguments: o is x of fill, out and a of add (aliased), y of
+ * axpy and x of scale; b is add's b and axpy's x. */
+typedef struct ew_prec {
+    int o, b;
+} ew_prec;
+
+static void elementwise_case(tri_device *d, int64_t n, size_t z, ew_prec p)
 {
-    tri_device *d = cpu();
-    for (size_t z = 0; z < N_SIZES; z++) {
-        int64_t n = SIZES[z];
-        float *a = ot_uniform((size_t)n, -2.0f, 2.0f, 10 + z), *b = ot_uniform((size_t)n, -2.0f, 2.0f, 20 + z);
-        float *want = ot_floats((size_t)n);
-        shape s[N_SHAPES];
-        shapes_for(n, s);
-        for (int k = 0; k < N_SHAPES; k++) {
-            /* fill */
-            float *x = gfloats((size_t)n, NULL);
-            TRI_LAUNCH(fill_kernel, s[k].grid, s[k].block, x, 0.625f, n);
-            memcpy(want, a, (size_t)n * sizeof *want);
-            cr_assert_eq(tri_op_fill(d, tri_tensor_1d(want, TRI_F32, n), 0.625f), TRI_OK);
-            same_bits("fill_kernel", x, want, (size_t)n);
-            /* add, out aliasing a */
-            float *o = gfloats((size_t)n, a);
-            float *y = gfloats((size_t)n, b);
-            TRI_LAUNCH(add_kernel, s[k].grid, s[k].block, o, o, y, n);
-            cr_assert_eq(tri_op_add(d, tri_tensor_1d(want, TRI_F32, n), tri_tensor_1d(a, TRI_F32, n),
-                                    tri_tensor_1d(b, TRI_F32, n)), TRI_OK);
-            same_bits("add_kernel", o, want, (size_t)n);
-            /* axpy and scale on the result */
-            TRI_LAUNCH(axpy_kernel, s[k].grid, s[k].block, o, -0.3f, y, n);
-            cr_assert_eq(tri_op_axpy(d, tri_tensor_1d(want, TRI_F32, n), -0.3f, tri_tensor_1d(b, TRI_F32, n)), TRI_OK);
-            same_bits("axpy_kernel", o, want, (size_t)n);
-            TRI_LAUNCH(scale_kernel, s[k].grid, s[k].block, o, 1.7f, n);
-            cr_assert_eq(tri_op_scale(d, tri_tensor_1d(want, TRI_F32, n), 1.7f), TRI_OK);
-            same_bits("scale_kernel", o, want, (size_t)n);
-            check_guards_and_free("elementwise");
-        }
+    float *a = ot_uniform((size_t)n, -2.0f, 2.0f, 10 + z), *b = ot_uniform((size_t)n, -2.0f, 2.0f, 20 + z);
+    void *ha = host_as(a, (size_t)n, p.o), *hb = host_as(b, (size_t)n, p.b);
+    void *want = host_copy(ha, (size_t)n, p.o);
+    tri_tensor tw = tri_tensor_1d(want, dt(p.o), n), tb = tri_tensor_1d(hb, dt(p.b), n);
+    shape s[N_SHAPES];
+    shapes_for(n, s);
+    for (int k = 0; k < N_SHAPES; k++) {
+        /* fill */
+        void *x = gtyped((size_t)n, p.o, NULL);
+        TRI_LAUNCH(fill_kernel, s[k].grid, s[k].block, x, p.o, 0.625f, n);
+        memcpy(want, ha, (size_t)n * esize(p.o));
+        cr_assert_eq(tri_op_fill(d, tw, 0.625f), TRI_OK);
+        same_typed("fill_kernel", x, want, (size_t)n, p.o);
+        /* add, out aliasing a (in both) */
+        void *o = gtyped((size_t)n, p.o, ha);
+        const void *y = gtyped((size_t)n, p.b, hb);
+        TRI_LAUNCH(add_kernel, s[k].grid, s[k].block, o, p.o, o, p.o, y, p.b, n);
+        memcpy(want, ha, (size_t)n * esize(p.o));
+        cr_assert_eq(tri_op_add(d, tw, tw, tb), TRI_OK, "%s", tri_error_message());
+        same_typed("add_kernel", o, want, (size_t)n, p.o);
+        /* axpy and scale on the result */
+        TRI_LAUNCH(axpy_kernel, s[k].grid, s[k].block, o, p.o, -0.3f, y, p.b, n);
+        cr_assert_eq(tri_op_axpy(d, tw, -0.3f, tb), TRI_OK);
+        same_typed("axpy_kernel", o, want, (size_t)n, p.o);
+        TRI_LAUNCH(scale_kernel, s[k].grid, s[k].block, o, p.o, 1.7f, n);
+        cr_assert_eq(tri_op_scale(d, tw, 1.7f), TRI_OK);
+        same_typed("scale_kernel", o, want, (size_t)n, p.o);
+        check_guards_and_free("elementwise");
     }
 }
 
-/* ---- reductions ---- */
+Test(cuda_kernels_cpu, elementwise)
+{
+    tri_device *d = cpu();
+    const ew_prec precs[] = {{0, 0}, {1, 1}, {1, 0}, {0, 1}}; /* fp32, bf16, two mixes */
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (size_t z = 0; z < N_SIZES; z++)
+            elementwise_case(d, SIZES[z], z, precs[q]);
+}
+
+/* ---- reductions: x fp32 or bf16, out fp32 ---- */
+
+static void reductions_case(tri_device *d, int64_t n, int z, int xb)
+{
+    float *xf = ot_uniform((size_t)n, -3.0f, 3.0f, 30 + (uint64_t)z);
+    float *badf = ot_uniform((size_t)n, -3.0f, 3.0f, 40 + (uint64_t)z);
+    badf[n / 2] = NAN;
+    badf[n - 1] = INFINITY;
+    badf[0] = -INFINITY;
+    void *x = host_as(xf, (size_t)n, xb), *bad = host_as(badf, (size_t)n, xb);
+    /* the CPU backend's 64 chunks give its exact result; other chunk sizes agree closely */
+    int64_t chunks[] = {(n + 63) / 64, 1000, 7};
+    for (int c = 0; c < 3; c++) {
+        int64_t chunk = chunks[c], n_chunks = (n + chunk - 1) / chunk;
+        shape s[N_SHAPES];
+        shapes_for(n_chunks, s);
+        for (int k = 0; k < N_SHAPES; k++) {
+            float start = 0.25f, want = start, want_bad = start;
+            float *out = gfloats(1, &start), *out_bad = gfloats(1, &start);
+            double *partial = gbuf((size_t)n_chunks * sizeof(double), NULL);
+            const void *gx = gtyped((size_t)n, xb, x), *gbad = gtyped((size_t)n, xb, bad);
+            TRI_LAUNCH(sum_squares_partial_kernel, s[k].grid, s[k].block, partial, gx, xb, n, chunk, n_chunks);
+            TRI_LAUNCH(reduce_finish_kernel, s[k].grid, s[k].block, out, partial, n_chunks);
+            TRI_LAUNCH(count_nonfinite_partial_kernel, s[k].grid, s[k].block, partial, gbad, xb, n, chunk, n_chunks);
+            TRI_LAUNCH(reduce_finish_kernel, s[k].grid, s[k].block, out_bad, partial, n_chunks);
+            cr_assert_eq(tri_op_sum_squares(d, tri_tensor_1d(&want, TRI_F32, 1), tri_tensor_1d(x, dt(xb), n)), TRI_OK);
+            cr_assert_eq(tri_op_count_nonfinite(d, tri_tensor_1d(&want_bad, TRI_F32, 1), tri_tensor_1d(bad, dt(xb), n)),
+                         TRI_OK);
+            if (c == 0)
+                same_bits("sum_squares kernels, 64 chunks", out, &want, 1);
+            else
+                cr_assert_leq(fabs((double)*out - want), 2.5e-7 * want, "sum_squares chunk %lld: %.9g vs %.9g",
+                              (long long)chunk, (double)*out, (double)want);
+            cr_assert_eq(*out_bad, want_bad, "count_nonfinite: %g vs %g", (double)*out_bad, (double)want_bad);
+            cr_assert_eq(*out_bad, start + (n == 1 ? 1.0f : 3.0f));
+            check_guards_and_free("reduce");
+        }
+    }
+}
 
 Test(cuda_kernels_cpu, sum_squares_and_count_nonfinite)
 {
     tri_device *d = cpu();
     const int64_t sizes[] = {1, 63, 1001, 100003};
-    for (int z = 0; z < 4; z++) {
-        int64_t n = sizes[z];
-        float *x = ot_uniform((size_t)n, -3.0f, 3.0f, 30 + (uint64_t)z);
-        float *bad = ot_uniform((size_t)n, -3.0f, 3.0f, 40 + (uint64_t)z);
-        bad[n / 2] = NAN;
-        bad[n - 1] = INFINITY;
-        bad[0] = -INFINITY;
-        /* the CPU backend's 64 chunks give its exact result; other chunk sizes agree closely */
-        int64_t chunks[] = {(n + 63) / 64, 1000, 7};
-        for (int c = 0; c < 3; c++) {
-            int64_t chunk = chunks[c], n_chunks = (n + chunk - 1) / chunk;
-            shape s[N_SHAPES];
-            shapes_for(n_chunks, s);
-            for (int k = 0; k < N_SHAPES; k++) {
-                float start = 0.25f, want = start, want_bad = start;
-                float *out = gfloats(1, &start), *out_bad = gfloats(1, &start);
-                double *partial = gbuf((size_t)n_chunks * sizeof(double), NULL);
-                const float *gx = gfloats((size_t)n, x), *gbad = gfloats((size_t)n, bad);
-                TRI_LAUNCH(sum_squares_partial_kernel, s[k].grid, s[k].block, partial, gx, n, chunk, n_chunks);
-                TRI_LAUNCH(reduce_finish_kernel, s[k].grid, s[k].block, out, partial, n_chunks);
-                TRI_LAUNCH(count_nonfinite_partial_kernel, s[k].grid, s[k].block, partial, gbad, n, chunk, n_chunks);
-                TRI_LAUNCH(reduce_finish_kernel, s[k].grid, s[k].block, out_bad, partial, n_chunks);
-                cr_assert_eq(tri_op_sum_squares(d, tri_tensor_1d(&want, TRI_F32, 1), tri_tensor_1d(x, TRI_F32, n)), TRI_OK);
-                cr_assert_eq(tri_op_count_nonfinite(d, tri_tensor_1d(&want_bad, TRI_F32, 1), tri_tensor_1d(bad, TRI_F32, n)), TRI_OK);
-                if (c == 0)
-                    same_bits("sum_squares kernels, 64 chunks", out, &want, 1);
-                else
-                    cr_assert_leq(fabs((double)*out - want), 2.5e-7 * want, "sum_squares chunk %lld: %.9g vs %.9g",
-                                  (long long)chunk, (double)*out, (double)want);
-                cr_assert_eq(*out_bad, want_bad, "count_nonfinite: %g vs %g", (double)*out_bad, (double)want_bad);
-                cr_assert_eq(*out_bad, start + (n == 1 ? 1.0f : 3.0f));
-                check_guards_and_free("reduce");
-            }
-        }
-    }
+    for (int xb = 0; xb < 2; xb++)
+        for (int z = 0; z < 4; z++)
+            reductions_case(d, sizes[z], z, xb);
 }
-
 /* ---- fixed point (deterministic mode): integer results, so bit-identical for any chunking ---- */
 
 /* Values including NaN, Inf and out-of-range ones (|x| >= 2^(62 - 44) = 262144). */
@@ -290,288 +410,383 @@ Test(cuda_kernels_cpu, fixed_point)
     }
 }
 
-/* ---- matmul family: bias backward and the K == 0 cases ---- */
+
+/* ---- matmul family: bias backward and the K == 0 cases ----
+ * Storage: c is dbias, matmul's c and its bias (the bias has c's dtype); g is dout and matmul's a, b. */
+
+typedef struct mm_prec {
+    int c, g;
+} mm_prec;
+
+static void matmul_family_case(tri_device *d, int64_t N, int64_t OC, int z, mm_prec p)
+{
+    size_t nc = (size_t)(N * OC);
+    void *dout = host_as(ot_uniform(nc, -1.0f, 1.0f, 50 + (uint64_t)z), nc, p.g);
+    void *db0 = host_as(ot_uniform((size_t)OC, -1.0f, 1.0f, 60 + (uint64_t)z), (size_t)OC, p.c);
+    void *c0 = host_as(ot_uniform(nc, -1.0f, 1.0f, 70 + (uint64_t)z), nc, p.c);
+    tri_store(c0, p.c, 0, NAN); /* beta == 0: c is write-only */
+    void *want = ot_floats(nc);
+    float empty[1];
+    tri_tensor a0 = tri_tensor_2d(empty, dt(p.g), N, 0), b0 = tri_tensor_2d(empty, dt(p.g), 0, OC);
+    shape s[N_SHAPES];
+    shapes_for(OC, s);
+    for (int k = 0; k < N_SHAPES; k++) {
+        void *db = gtyped((size_t)OC, p.c, db0);
+        const void *kd = gtyped(nc, p.g, dout);
+        TRI_LAUNCH(bias_backward_kernel, s[k].grid, s[k].block, db, p.c, kd, p.g, N, OC);
+        memcpy(want, db0, (size_t)OC * esize(p.c));
+        cr_assert_eq(tri_op_bias_backward(d, tri_tensor_1d(want, dt(p.c), OC), tri_tensor_2d(dout, dt(p.g), N, OC)),
+                     TRI_OK);
+        same_typed("bias_backward_kernel", db, want, (size_t)OC, p.c);
+        /* matmul with K == 0: c = beta c (0 for beta 0), or the bias */
+        float betas[] = {0.0f, 0.5f};
+        for (int bi = 0; bi < 2; bi++) {
+            void *c = gtyped(nc, p.c, c0);
+            memcpy(want, c0, nc * esize(p.c));
+            TRI_LAUNCH(matmul_scale_kernel, s[k].grid, s[k].block, c, p.c, betas[bi], N * OC);
+            cr_assert_eq(tri_op_matmul(d, tri_tensor_2d(want, dt(p.c), N, OC), a0, b0, tri_tensor_none(), false,
+                                       false, betas[bi]), TRI_OK);
+            same_typed("matmul_scale_kernel", c, want, nc, p.c);
+        }
+        void *c = gtyped(nc, p.c, NULL);
+        const void *kbias = gtyped((size_t)OC, p.c, db0);
+        TRI_LAUNCH(bias_broadcast_kernel, s[k].grid, s[k].block, c, p.c, kbias, p.c, N, OC);
+        cr_assert_eq(tri_op_matmul(d, tri_tensor_2d(want, dt(p.c), N, OC), a0, b0,
+                                   tri_tensor_1d(db0, dt(p.c), OC), false, false, 0.0f), TRI_OK);
+        same_typed("bias_broadcast_kernel", c, want, nc, p.c);
+        check_guards_and_free("matmul family");
+    }
+}
 
 Test(cuda_kernels_cpu, bias_backward_and_k0)
 {
     tri_device *d = cpu();
     const int64_t dims[][2] = {{1, 1}, {1, 300}, {37, 5}, {129, 257}};
-    for (int z = 0; z < 4; z++) {
-        int64_t N = dims[z][0], OC = dims[z][1];
-        float *dout = ot_uniform((size_t)(N * OC), -1.0f, 1.0f, 50 + (uint64_t)z);
-        float *db0 = ot_uniform((size_t)OC, -1.0f, 1.0f, 60 + (uint64_t)z);
-        float *c0 = ot_uniform((size_t)(N * OC), -1.0f, 1.0f, 70 + (uint64_t)z);
-        float *want = ot_floats((size_t)(N * OC));
-        shape s[N_SHAPES];
-        shapes_for(OC, s);
-        for (int k = 0; k < N_SHAPES; k++) {
-            float *db = gfloats((size_t)OC, db0);
-            const float *kd = gfloats((size_t)(N * OC), dout);
-            TRI_LAUNCH(bias_backward_kernel, s[k].grid, s[k].block, db, kd, N, OC);
-            memcpy(want, db0, (size_t)OC * sizeof *want);
-            cr_assert_eq(tri_op_bias_backward(d, tri_tensor_1d(want, TRI_F32, OC), tri_tensor_2d(dout, TRI_F32, N, OC)), TRI_OK);
-            same_bits("bias_backward_kernel", db, want, (size_t)OC);
-            /* matmul with K == 0: c = beta c (0 for beta 0), or the bias */
-            float empty[1];
-            tri_tensor a0 = tri_tensor_2d(empty, TRI_F32, N, 0), b0 = tri_tensor_2d(empty, TRI_F32, 0, OC);
-            float betas[] = {0.0f, 0.5f};
-            for (int bi = 0; bi < 2; bi++) {
-                float *c = gfloats((size_t)(N * OC), c0);
-                c[0] = NAN;
-                memcpy(want, c, (size_t)(N * OC) * sizeof *want);
-                TRI_LAUNCH(matmul_scale_kernel, s[k].grid, s[k].block, c, betas[bi], N * OC);
-                cr_assert_eq(tri_op_matmul(d, tri_tensor_2d(want, TRI_F32, N, OC), a0, b0, tri_tensor_none(), false,
-                                           false, betas[bi]), TRI_OK);
-                same_bits("matmul_scale_kernel", c, want, (size_t)(N * OC));
-            }
-            float *c = gfloats((size_t)(N * OC), NULL);
-            const float *kbias = gfloats((size_t)OC, db0);
-            TRI_LAUNCH(bias_broadcast_kernel, s[k].grid, s[k].block, c, kbias, N, OC);
-            cr_assert_eq(tri_op_matmul(d, tri_tensor_2d(want, TRI_F32, N, OC), a0, b0, tri_tensor_1d(db0, TRI_F32, OC),
-                                       false, false, 0.0f), TRI_OK);
-            same_bits("bias_broadcast_kernel", c, want, (size_t)(N * OC));
-            check_guards_and_free("matmul family");
-        }
-    }
+    const mm_prec precs[] = {{0, 0}, {1, 1}, {0, 1}}; /* fp32, bf16, fp32 dbias from bf16 dout */
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (int z = 0; z < 4; z++)
+            matmul_family_case(d, dims[z][0], dims[z][1], z, precs[q]);
 }
 
-/* ---- layernorm ---- */
+/* ---- layernorm: mean and rstd fp32, every other argument fp32 or bf16 ---- */
+
+typedef struct ln_prec {
+    int inp, w, b, out, dout, dinp, dw, db;
+} ln_prec;
+
+static void layernorm_case(tri_device *d, int64_t N, int64_t C, int z, ln_prec p)
+{
+    size_t nc = (size_t)N * (size_t)C, c = (size_t)C;
+    void *x = host_as(ot_uniform(nc, -2.0f, 2.0f, 80 + (uint64_t)z), nc, p.inp);
+    void *w = host_as(ot_uniform(c, 0.5f, 1.5f, 81), c, p.w), *b = host_as(ot_uniform(c, -0.5f, 0.5f, 82), c, p.b);
+    void *g = host_as(ot_uniform(nc, -1.0f, 1.0f, 83), nc, p.dout);
+    void *dx0 = host_as(ot_uniform(nc, -1.0f, 1.0f, 84), nc, p.dinp);
+    void *dw0 = host_as(ot_uniform(c, -1.0f, 1.0f, 85), c, p.dw), *db0 = host_as(ot_uniform(c, -1.0f, 1.0f, 86), c, p.db);
+    /* CPU reference: forward, then backward accumulating into dx0, dw0, db0 copies */
+    void *out = ot_floats(nc), *dx = host_copy(dx0, nc, p.dinp), *dw = host_copy(dw0, c, p.dw);
+    void *db = host_copy(db0, c, p.db);
+    float *mean = ot_floats((size_t)N), *rstd = ot_floats((size_t)N);
+    tri_tensor tx = tri_tensor_2d(x, dt(p.inp), N, C), tw = tri_tensor_1d(w, dt(p.w), C);
+    tri_tensor tm = tri_tensor_1d(mean, TRI_F32, N), tr = tri_tensor_1d(rstd, TRI_F32, N);
+    cr_assert_eq(tri_op_layernorm_forward(d, tri_tensor_2d(out, dt(p.out), N, C), tm, tr, tx, tw,
+                                          tri_tensor_1d(b, dt(p.b), C)), TRI_OK);
+    cr_assert_eq(tri_op_layernorm_backward(d, tri_tensor_2d(dx, dt(p.dinp), N, C), tri_tensor_1d(dw, dt(p.dw), C),
+                                           tri_tensor_1d(db, dt(p.db), C), tri_tensor_2d(g, dt(p.dout), N, C), tx, tw,
+                                           tm, tr), TRI_OK);
+    shape rows[N_SHAPES], cols[N_SHAPES];
+    shapes_for(N, rows);
+    shapes_for(C, cols);
+    for (int k = 0; k < N_SHAPES; k++) {
+        void *ko = gtyped(nc, p.out, NULL);
+        float *km = gfloats((size_t)N, NULL), *kr = gfloats((size_t)N, NULL);
+        const void *kx = gtyped(nc, p.inp, x), *kw = gtyped(c, p.w, w), *kb = gtyped(c, p.b, b);
+        const void *kg = gtyped(nc, p.dout, g);
+        void *kdx = gtyped(nc, p.dinp, dx0), *kdw = gtyped(c, p.dw, dw0), *kdb = gtyped(c, p.db, db0);
+        TRI_LAUNCH(layernorm_forward_kernel, rows[k].grid, rows[k].block, ko, p.out, km, kr, kx, p.inp, kw, p.w, kb,
+                   p.b, N, C);
+        same_typed("layernorm_forward_kernel out", ko, out, nc, p.out);
+        same_bits("layernorm_forward_kernel mean", km, mean, (size_t)N);
+        same_bits("layernorm_forward_kernel rstd", kr, rstd, (size_t)N);
+        TRI_LAUNCH(layernorm_backward_input_kernel, rows[k].grid, rows[k].block, kdx, p.dinp, kg, p.dout, kx, p.inp,
+                   kw, p.w, km, kr, N, C);
+        TRI_LAUNCH(layernorm_backward_params_kernel, cols[k].grid, cols[k].block, kdw, p.dw, kdb, p.db, kg, p.dout,
+                   kx, p.inp, km, kr, N, C);
+        same_typed("layernorm_backward_input_kernel", kdx, dx, nc, p.dinp);
+        same_typed("layernorm_backward_params_kernel dw", kdw, dw, c, p.dw);
+        same_typed("layernorm_backward_params_kernel db", kdb, db, c, p.db);
+        check_guards_and_free("layernorm");
+    }
+}
 
 Test(cuda_kernels_cpu, layernorm)
 {
     tri_device *d = cpu();
     const int64_t dims[][2] = {{1, 7}, {5, 1}, {33, 67}, {300, 40}};
-    for (int z = 0; z < 4; z++) {
-        int64_t N = dims[z][0], C = dims[z][1];
-        size_t nc = (size_t)(N * C);
-        float *x = ot_uniform(nc, -2.0f, 2.0f, 80 + (uint64_t)z), *w = ot_uniform((size_t)C, 0.5f, 1.5f, 81);
-        float *b = ot_uniform((size_t)C, -0.5f, 0.5f, 82), *g = ot_uniform(nc, -1.0f, 1.0f, 83);
-        float *dx0 = ot_uniform(nc, -1.0f, 1.0f, 84), *dw0 = ot_uniform((size_t)C, -1.0f, 1.0f, 85);
-        float *db0 = ot_uniform((size_t)C, -1.0f, 1.0f, 86);
-        /* CPU reference: forward, then backward accumulating into dx0, dw0, db0 copies */
-        float *out = ot_floats(nc), *mean = ot_floats((size_t)N), *rstd = ot_floats((size_t)N);
-        float *dx = ot_floats(nc), *dw = ot_floats((size_t)C), *db = ot_floats((size_t)C);
-        memcpy(dx, dx0, nc * sizeof *dx);
-        memcpy(dw, dw0, (size_t)C * sizeof *dw);
-        memcpy(db, db0, (size_t)C * sizeof *db);
-        tri_tensor tx = tri_tensor_2d(x, TRI_F32, N, C), tw = tri_tensor_1d(w, TRI_F32, C);
-        tri_tensor tm = tri_tensor_1d(mean, TRI_F32, N), tr = tri_tensor_1d(rstd, TRI_F32, N);
-        cr_assert_eq(tri_op_layernorm_forward(d, tri_tensor_2d(out, TRI_F32, N, C), tm, tr, tx, tw,
-                                              tri_tensor_1d(b, TRI_F32, C)), TRI_OK);
-        cr_assert_eq(tri_op_layernorm_backward(d, tri_tensor_2d(dx, TRI_F32, N, C), tri_tensor_1d(dw, TRI_F32, C),
-                                               tri_tensor_1d(db, TRI_F32, C), tri_tensor_2d(g, TRI_F32, N, C), tx,
-                                               tw, tm, tr), TRI_OK);
-        for (int k = 0; k < N_SHAPES; k++) {
-            shape rows[N_SHAPES], cols[N_SHAPES];
-            shapes_for(N, rows);
-            shapes_for(C, cols);
-            float *ko = gfloats(nc, NULL), *km = gfloats((size_t)N, NULL), *kr = gfloats((size_t)N, NULL);
-            const float *kx = gfloats(nc, x), *kw = gfloats((size_t)C, w), *kb = gfloats((size_t)C, b);
-            const float *kg = gfloats(nc, g);
-            float *kdx = gfloats(nc, dx0), *kdw = gfloats((size_t)C, dw0), *kdb = gfloats((size_t)C, db0);
-            TRI_LAUNCH(layernorm_forward_kernel, rows[k].grid, rows[k].block, ko, km, kr, kx, kw, kb, N, C);
-            same_bits("layernorm_forward_kernel out", ko, out, nc);
-            same_bits("layernorm_forward_kernel mean", km, mean, (size_t)N);
-            same_bits("layernorm_forward_kernel rstd", kr, rstd, (size_t)N);
-            TRI_LAUNCH(layernorm_backward_input_kernel, rows[k].grid, rows[k].block, kdx, kg, kx, kw, km, kr, N, C);
-            TRI_LAUNCH(layernorm_backward_params_kernel, cols[k].grid, cols[k].block, kdw, kdb, kg, kx, km, kr, N, C);
-            same_bits("layernorm_backward_input_kernel", kdx, dx, nc);
-            same_bits("layernorm_backward_params_kernel dw", kdw, dw, (size_t)C);
-            same_bits("layernorm_backward_params_kernel db", kdb, db, (size_t)C);
-            check_guards_and_free("layernorm");
-        }
-    }
+    const ln_prec precs[] = {
+        {0, 0, 0, 0, 0, 0, 0, 0},
+        {1, 1, 1, 1, 1, 1, 1, 1},
+        {1, 1, 1, 1, 1, 1, 0, 0}, /* bf16 activations and weights, fp32 dw / db */
+        {1, 0, 0, 0, 1, 0, 1, 0}, /* an arbitrary mix */
+    };
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (int z = 0; z < 4; z++)
+            layernorm_case(d, dims[z][0], dims[z][1], z, precs[q]);
 }
 
 /* ---- attention ---- */
 
-static void close_to(const char *what, const float *got, const float *want, size_t n)
+typedef struct att_prec {
+    int qkv, att, out, dout, dqkv, datt;
+} att_prec;
+
+/* Compares one attention output: fp32 results differ from sgemm's order only (relative ATT_TOL); a
+ * bf16 result may round that difference the other way (normalised ATT_TOL_BF16); bf16
+ * intermediates (att forward, datt backward) are rounded between the kernels' passes, where the
+ * CPU backend keeps fp32 copies (normalised ATT_TOL_BF16_ROUNDED). */
+static void att_close(const char *what, const void *got, const void *want, size_t n, int out_bf16, int rounded)
 {
-    double *w = ot_widen(want, n);
-    cr_assert(ot_close(what, got, w, n, FLOOR, ATT_TOL), "%s differs from the CPU backend", what);
+    if (rounded)
+        close_typed(what, got, want, n, out_bf16, ATT_TOL_BF16_ROUNDED, true);
+    else if (out_bf16)
+        close_typed(what, got, want, n, out_bf16, ATT_TOL_BF16, true);
+    else
+        close_typed(what, got, want, n, out_bf16, ATT_TOL, false);
+}
+
+/* dst[r*T + j] = scale * sum_i x[row t of (b, h), part px] . y[row j, part py], HS = 4 */
+static void head_products(float *dst, const void *x, int xb, int64_t ldx, int64_t offx, const void *y, int yb,
+                          int64_t ldy, int64_t offy, int64_t B, int64_t T, int64_t NH, float scale)
+{
+    for (int64_t r = 0; r < B * NH * T; r++) {
+        int64_t t = r % T, bh = r / T, b = bh / NH, h = bh % NH;
+        for (int64_t j = 0; j < T; j++) {
+            float sdot = 0.0f;
+            for (int64_t i = 0; i < 4; i++)
+                sdot += tri_load(x, xb, (b * T + t) * ldx + offx + h * 4 + i) *
+                        tri_load(y, yb, (b * T + j) * ldy + offy + h * 4 + i);
+            dst[r * T + j] = sdot * scale;
+        }
+    }
+}
+
+static void attention_case(tri_device *d, int64_t B, int64_t T, int64_t NH, int z, att_prec p)
+{
+    int64_t C = NH * 4;
+    size_t nqkv = (size_t)(B * T * 3 * C), natt = (size_t)(B * NH * T * T), nout = (size_t)(B * T * C);
+    void *qkv = host_as(ot_uniform(nqkv, -1.5f, 1.5f, 90 + (uint64_t)z), nqkv, p.qkv);
+    void *g = host_as(ot_uniform(nout, -1.0f, 1.0f, 91), nout, p.dout);
+    void *out = ot_floats(nout), *att = ot_floats(natt), *dqkv = ot_floats(nqkv), *datt = ot_floats(natt);
+    tri_tensor tq = tri_tensor_3d(qkv, dt(p.qkv), B, T, 3 * C), ta = tri_tensor_4d(att, dt(p.att), B, NH, T, T);
+    cr_assert_eq(tri_op_attention_forward(d, tri_tensor_3d(out, dt(p.out), B, T, C), ta, tq), TRI_OK);
+    cr_assert_eq(tri_op_attention_backward(d, tri_tensor_3d(dqkv, dt(p.dqkv), B, T, 3 * C),
+                                           tri_tensor_4d(datt, dt(p.datt), B, NH, T, T),
+                                           tri_tensor_3d(g, dt(p.dout), B, T, C), tq, ta), TRI_OK);
+    int64_t rows = B * NH * T;
+    /* the row pieces' inputs: scores q k^T / sqrt(4) and d probabilities dout v^T, in fp32 */
+    float *scores = ot_floats(natt), *dprobs = ot_floats(natt);
+    head_products(scores, qkv, p.qkv, 3 * C, 0, qkv, p.qkv, 3 * C, C, B, T, NH, 0.5f);
+    head_products(dprobs, g, p.dout, C, 0, qkv, p.qkv, 3 * C, 2 * C, B, T, NH, 1.0f);
+    void *scores_as = host_as(scores, natt, p.att), *dprobs_as = host_as(dprobs, natt, p.datt);
+    shape s[N_SHAPES];
+    shapes_for(rows, s);
+    for (int k = 0; k < N_SHAPES; k++) {
+        /* the whole op in the simple form; backward from the CPU's att, so each pass is checked alone */
+        const void *kq = gtyped(nqkv, p.qkv, qkv), *kg = gtyped(nout, p.dout, g), *katt = gtyped(natt, p.att, att);
+        void *ko = gtyped(nout, p.out, NULL), *ka = gtyped(natt, p.att, NULL);
+        void *kdq = gtyped(nqkv, p.dqkv, NULL), *kda = gtyped(natt, p.datt, NULL);
+        TRI_LAUNCH(attention_forward_kernel, s[k].grid, s[k].block, ko, p.out, ka, p.att, kq, p.qkv, B, T, C, NH);
+        att_close("attention_forward_kernel out", ko, out, nout, p.out, p.att);
+        att_close("attention_forward_kernel att", ka, att, natt, p.att, p.att);
+        TRI_LAUNCH(attention_backward_rows_kernel, s[k].grid, s[k].block, kdq, p.dqkv, kda, p.datt, kg, p.dout, kq,
+                   p.qkv, katt, p.att, B, T, C, NH);
+        TRI_LAUNCH(attention_backward_cols_kernel, s[k].grid, s[k].block, kdq, p.dqkv, kda, p.datt, kg, p.dout, kq,
+                   p.qkv, katt, p.att, B, T, C, NH);
+        att_close("attention_backward kernels dqkv", kdq, dqkv, nqkv, p.dqkv, p.datt);
+        att_close("attention_backward kernels dscores", kda, datt, natt, p.datt, p.datt);
+        /* the row pieces the cuBLASLt path runs, on the scores and d probabilities in att's and
+         * datt's storage */
+        void *ks = gtyped(natt, p.att, scores_as);
+        TRI_LAUNCH(causal_softmax_kernel, s[k].grid, s[k].block, ks, p.att, rows, T);
+        att_close("causal_softmax_kernel", ks, att, natt, p.att, p.att);
+        void *kdp = gtyped(natt, p.datt, dprobs_as);
+        TRI_LAUNCH(causal_softmax_backward_kernel, s[k].grid, s[k].block, kdp, p.datt, katt, p.att, rows, T);
+        att_close("causal_softmax_backward_kernel", kdp, datt, natt, p.datt, p.datt);
+        check_guards_and_free("attention");
+    }
 }
 
 Test(cuda_kernels_cpu, attention)
 {
     tri_device *d = cpu();
     const int64_t dims[][3] = {{1, 1, 1}, {1, 5, 3}, {2, 7, 2}, {3, 17, 4}}; /* B, T, NH; HS = 4 */
-    for (int z = 0; z < 4; z++) {
-        int64_t B = dims[z][0], T = dims[z][1], NH = dims[z][2], C = NH * 4;
-        size_t nqkv = (size_t)(B * T * 3 * C), natt = (size_t)(B * NH * T * T), nout = (size_t)(B * T * C);
-        float *qkv = ot_uniform(nqkv, -1.5f, 1.5f, 90 + (uint64_t)z), *g = ot_uniform(nout, -1.0f, 1.0f, 91);
-        float *out = ot_floats(nout), *att = ot_floats(natt), *dqkv = ot_floats(nqkv), *datt = ot_floats(natt);
-        tri_tensor tq = tri_tensor_3d(qkv, TRI_F32, B, T, 3 * C), ta = tri_tensor_4d(att, TRI_F32, B, NH, T, T);
-        cr_assert_eq(tri_op_attention_forward(d, tri_tensor_3d(out, TRI_F32, B, T, C), ta, tq), TRI_OK);
-        cr_assert_eq(tri_op_attention_backward(d, tri_tensor_3d(dqkv, TRI_F32, B, T, 3 * C),
-                                               tri_tensor_4d(datt, TRI_F32, B, NH, T, T),
-                                               tri_tensor_3d(g, TRI_F32, B, T, C), tq, ta), TRI_OK);
-        int64_t rows = B * NH * T;
-        shape s[N_SHAPES];
-        shapes_for(rows, s);
-        for (int k = 0; k < N_SHAPES; k++) {
-            /* the whole op in the simple form */
-            const float *kq = gfloats(nqkv, qkv), *kg = gfloats(nout, g);
-            float *ko = gfloats(nout, NULL), *ka = gfloats(natt, NULL);
-            float *kdq = gfloats(nqkv, NULL), *kda = gfloats(natt, NULL);
-            TRI_LAUNCH(attention_forward_kernel, s[k].grid, s[k].block, ko, ka, kq, B, T, C, NH);
-            close_to("attention_forward_kernel out", ko, out, nout);
-            close_to("attention_forward_kernel att", ka, att, natt);
-            TRI_LAUNCH(attention_backward_rows_kernel, s[k].grid, s[k].block, kdq, kda, kg, kq, ka, B, T, C, NH);
-            TRI_LAUNCH(attention_backward_cols_kernel, s[k].grid, s[k].block, kdq, kda, kg, kq, ka, B, T, C, NH);
-            close_to("attention_backward kernels dqkv", kdq, dqkv, nqkv);
-            close_to("attention_backward kernels dscores", kda, datt, natt);
-            /* the row pieces the cuBLASLt path runs, on the CPU backend's scores */
-            float *scores = gfloats(natt, NULL);
-            for (int64_t r = 0; r < rows; r++) {
-                int64_t t = r % T, bh = r / T, b = bh / NH, h = bh % NH;
-                for (int64_t j = 0; j < T; j++) {
-                    float sdot = 0.0f;
-                    for (int64_t i = 0; i < 4; i++)
-                        sdot += qkv[(b * T + t) * 3 * C + h * 4 + i] * qkv[(b * T + j) * 3 * C + C + h * 4 + i];
-                    scores[r * T + j] = sdot * 0.5f; /* 1 / sqrt(HS = 4) */
-                }
-            }
-            TRI_LAUNCH(causal_softmax_kernel, s[k].grid, s[k].block, scores, rows, T);
-            close_to("causal_softmax_kernel", scores, att, natt);
-            /* softmax backward from dprobs = dout v^T of the CPU's probabilities */
-            float *dp = gfloats(natt, NULL);
-            for (int64_t r = 0; r < rows; r++) {
-                int64_t t = r % T, bh = r / T, b = bh / NH, h = bh % NH;
-                for (int64_t j = 0; j < T; j++) {
-                    float sdot = 0.0f;
-                    for (int64_t i = 0; i < 4; i++)
-                        sdot += g[(b * T + t) * C + h * 4 + i] * qkv[(b * T + j) * 3 * C + 2 * C + h * 4 + i];
-                    dp[r * T + j] = sdot;
-                }
-            }
-            const float *katt = gfloats(natt, att);
-            TRI_LAUNCH(causal_softmax_backward_kernel, s[k].grid, s[k].block, dp, katt, rows, T);
-            close_to("causal_softmax_backward_kernel", dp, datt, natt);
-            check_guards_and_free("attention");
-        }
-    }
+    const att_prec precs[] = {
+        {0, 0, 0, 0, 0, 0},
+        {1, 1, 1, 1, 1, 1},
+        {1, 0, 1, 1, 0, 0}, /* bf16 activations, fp32 probabilities and dqkv */
+        {0, 1, 0, 0, 1, 1}, /* bf16 probabilities and gradients from fp32 activations */
+    };
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (int z = 0; z < 4; z++)
+            attention_case(d, dims[z][0], dims[z][1], dims[z][2], z, precs[q]);
 }
 
 /* ---- GELU ---- */
 
-Test(cuda_kernels_cpu, gelu)
+typedef struct gelu_prec {
+    int inp, out, g; /* g: dout, overwritten in place by dinp */
+} gelu_prec;
+
+static void gelu_case(tri_device *d, int64_t n, size_t z, gelu_prec p)
 {
-    tri_device *d = cpu();
-    for (size_t z = 0; z < N_SIZES; z++) {
-        int64_t n = SIZES[z];
-        float *x = ot_uniform((size_t)n, -6.0f, 6.0f, 100 + z), *g = ot_uniform((size_t)n, -1.0f, 1.0f, 101 + z);
-        float *out = ot_floats((size_t)n), *dx = ot_floats((size_t)n);
-        cr_assert_eq(tri_op_gelu_forward(d, tri_tensor_1d(out, TRI_F32, n), tri_tensor_1d(x, TRI_F32, n)), TRI_OK);
-        cr_assert_eq(tri_op_gelu_backward(d, tri_tensor_1d(dx, TRI_F32, n), tri_tensor_1d(x, TRI_F32, n),
-                                          tri_tensor_1d(g, TRI_F32, n)), TRI_OK);
-        shape s[N_SHAPES];
-        shapes_for(n, s);
-        for (int k = 0; k < N_SHAPES; k++) {
-            float *ko = gfloats((size_t)n, NULL);
-            const float *kx = gfloats((size_t)n, x);
-            float *kg = gfloats((size_t)n, g);
-            TRI_LAUNCH(gelu_forward_kernel, s[k].grid, s[k].block, ko, kx, n);
-            same_bits("gelu_forward_kernel", ko, out, (size_t)n);
-            TRI_LAUNCH(gelu_backward_kernel, s[k].grid, s[k].block, kg, kx, kg, n); /* in place */
-            same_bits("gelu_backward_kernel", kg, dx, (size_t)n);
-            check_guards_and_free("gelu");
-        }
+    void *x = host_as(ot_uniform((size_t)n, -6.0f, 6.0f, 100 + z), (size_t)n, p.inp);
+    void *g = host_as(ot_uniform((size_t)n, -1.0f, 1.0f, 101 + z), (size_t)n, p.g);
+    void *out = ot_floats((size_t)n), *dx = host_copy(g, (size_t)n, p.g);
+    tri_tensor tx = tri_tensor_1d(x, dt(p.inp), n), tdx = tri_tensor_1d(dx, dt(p.g), n);
+    cr_assert_eq(tri_op_gelu_forward(d, tri_tensor_1d(out, dt(p.out), n), tx), TRI_OK);
+    cr_assert_eq(tri_op_gelu_backward(d, tdx, tx, tdx), TRI_OK); /* in place */
+    shape s[N_SHAPES];
+    shapes_for(n, s);
+    for (int k = 0; k < N_SHAPES; k++) {
+        void *ko = gtyped((size_t)n, p.out, NULL), *kg = gtyped((size_t)n, p.g, g);
+        const void *kx = gtyped((size_t)n, p.inp, x);
+        TRI_LAUNCH(gelu_forward_kernel, s[k].grid, s[k].block, ko, p.out, kx, p.inp, n);
+        same_typed("gelu_forward_kernel", ko, out, (size_t)n, p.out);
+        TRI_LAUNCH(gelu_backward_kernel, s[k].grid, s[k].block, kg, p.g, kx, p.inp, kg, p.g, n); /* in place */
+        same_typed("gelu_backward_kernel", kg, dx, (size_t)n, p.g);
+        check_guards_and_free("gelu");
     }
 }
 
+Test(cuda_kernels_cpu, gelu)
+{
+    tri_device *d = cpu();
+    const gelu_prec precs[] = {{0, 0, 0}, {1, 1, 1}, {1, 0, 0}, {0, 1, 1}};
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (size_t z = 0; z < N_SIZES; z++)
+            gelu_case(d, SIZES[z], z, precs[q]);
+}
+
 /* ---- embeddings ---- */
+
+typedef struct emb_prec {
+    int wte, out, dwte, dout, wpe, pout, dwpe; /* pout: position_forward's out (+=) */
+} emb_prec;
+
+static void embeddings_case(tri_device *d, const int64_t dims[4], int z, emb_prec p)
+{
+    int64_t N = dims[0], C = dims[1], V_l = dims[2], T = dims[3];
+    int64_t vocab_start = 3, row0 = z == 2 ? 5 : 0;
+    size_t nc = (size_t)(N * C), vc = (size_t)(V_l * C), tc = (size_t)(T * C);
+    int32_t *tok = ot_ints((size_t)N);
+    for (int64_t n = 0; n < N; n++) /* ids below, inside (repeating) and above the shard */
+        tok[n] = (int32_t)((n * 7) % (V_l + 6));
+    void *wte = host_as(ot_uniform(vc, -1.0f, 1.0f, 110), vc, p.wte);
+    void *wpe = host_as(ot_uniform(tc, -1.0f, 1.0f, 111), tc, p.wpe);
+    void *g = host_as(ot_uniform(nc, -1.0f, 1.0f, 112), nc, p.dout);
+    void *o0 = host_as(ot_uniform(nc, -1.0f, 1.0f, 113), nc, p.pout);
+    void *dwte0 = host_as(ot_uniform(vc, -1.0f, 1.0f, 114), vc, p.dwte);
+    void *dwpe0 = host_as(ot_uniform(tc, -1.0f, 1.0f, 115), tc, p.dwpe);
+    void *out = ot_floats(nc), *pout = host_copy(o0, nc, p.pout), *dwte = host_copy(dwte0, vc, p.dwte);
+    void *dwpe = host_copy(dwpe0, tc, p.dwpe);
+    tri_tensor tt = tri_tensor_1d(tok, TRI_I32, N), tg = tri_tensor_2d(g, dt(p.dout), N, C);
+    cr_assert_eq(tri_op_embedding_forward(d, tri_tensor_2d(out, dt(p.out), N, C), tt,
+                                          tri_tensor_2d(wte, dt(p.wte), V_l, C), vocab_start), TRI_OK);
+    cr_assert_eq(tri_op_embedding_backward(d, tri_tensor_2d(dwte, dt(p.dwte), V_l, C), tg, tt, vocab_start), TRI_OK);
+    cr_assert_eq(tri_op_position_forward(d, tri_tensor_2d(pout, dt(p.pout), N, C),
+                                         tri_tensor_2d(wpe, dt(p.wpe), T, C), T, row0), TRI_OK);
+    cr_assert_eq(tri_op_position_backward(d, tri_tensor_2d(dwpe, dt(p.dwpe), T, C), tg, T, row0), TRI_OK);
+    shape el[N_SHAPES], cols[N_SHAPES];
+    shapes_for(N * C, el);
+    shapes_for(C, cols);
+    for (int k = 0; k < N_SHAPES; k++) {
+        const int32_t *kt = gbuf((size_t)N * sizeof(int32_t), tok);
+        const void *kg = gtyped(nc, p.dout, g), *kwte = gtyped(vc, p.wte, wte), *kwpe = gtyped(tc, p.wpe, wpe);
+        void *ko = gtyped(nc, p.out, NULL), *kp = gtyped(nc, p.pout, o0);
+        void *kdwte = gtyped(vc, p.dwte, dwte0), *kdwpe = gtyped(tc, p.dwpe, dwpe0);
+        TRI_LAUNCH(embedding_forward_kernel, el[k].grid, el[k].block, ko, p.out, kt, kwte, p.wte, N, C, V_l,
+                   vocab_start);
+        same_typed("embedding_forward_kernel", ko, out, nc, p.out);
+        TRI_LAUNCH(embedding_backward_kernel, cols[k].grid, cols[k].block, kdwte, p.dwte, kg, p.dout, kt, N, C, V_l,
+                   vocab_start);
+        if (p.dwte) /* repeated tokens round a bf16 dwte at every repeat (the CPU backend: once) */
+            close_typed("embedding_backward_kernel", kdwte, dwte, vc, p.dwte, EMB_TOL_BF16, true);
+        else
+            same_typed("embedding_backward_kernel", kdwte, dwte, vc, p.dwte);
+        TRI_LAUNCH(position_forward_kernel, el[k].grid, el[k].block, kp, p.pout, kwpe, p.wpe, N, C, T, row0);
+        same_typed("position_forward_kernel", kp, pout, nc, p.pout);
+        TRI_LAUNCH(position_backward_kernel, cols[k].grid, cols[k].block, kdwpe, p.dwpe, kg, p.dout, N, C, T, row0);
+        same_typed("position_backward_kernel", kdwpe, dwpe, tc, p.dwpe);
+        check_guards_and_free("embeddings");
+    }
+}
 
 Test(cuda_kernels_cpu, embeddings)
 {
     tri_device *d = cpu();
     const int64_t dims[][4] = {{1, 1, 5, 1}, {7, 3, 11, 4}, {40, 33, 20, 8}}; /* N, C, V_l, T */
-    for (int z = 0; z < 3; z++) {
-        int64_t N = dims[z][0], C = dims[z][1], V_l = dims[z][2], T = dims[z][3];
-        int64_t vocab_start = 3, row0 = z == 2 ? 5 : 0;
-        size_t nc = (size_t)(N * C), vc = (size_t)(V_l * C);
-        int32_t *tok = ot_ints((size_t)N);
-        for (int64_t n = 0; n < N; n++) /* ids below, inside (repeating) and above the shard */
-            tok[n] = (int32_t)((n * 7) % (V_l + 6));
-        float *wte = ot_uniform(vc, -1.0f, 1.0f, 110), *wpe = ot_uniform((size_t)(T * C), -1.0f, 1.0f, 111);
-        float *g = ot_uniform(nc, -1.0f, 1.0f, 112), *o0 = ot_uniform(nc, -1.0f, 1.0f, 113);
-        float *dwte0 = ot_uniform(vc, -1.0f, 1.0f, 114), *dwpe0 = ot_uniform((size_t)(T * C), -1.0f, 1.0f, 115);
-        float *out = ot_floats(nc), *pout = ot_floats(nc), *dwte = ot_floats(vc), *dwpe = ot_floats((size_t)(T * C));
-        memcpy(pout, o0, nc * sizeof *pout);
-        memcpy(dwte, dwte0, vc * sizeof *dwte);
-        memcpy(dwpe, dwpe0, (size_t)(T * C) * sizeof *dwpe);
-        tri_tensor tt = tri_tensor_1d(tok, TRI_I32, N), tg = tri_tensor_2d(g, TRI_F32, N, C);
-        cr_assert_eq(tri_op_embedding_forward(d, tri_tensor_2d(out, TRI_F32, N, C), tt,
-                                              tri_tensor_2d(wte, TRI_F32, V_l, C), vocab_start), TRI_OK);
-        cr_assert_eq(tri_op_embedding_backward(d, tri_tensor_2d(dwte, TRI_F32, V_l, C), tg, tt, vocab_start), TRI_OK);
-        cr_assert_eq(tri_op_position_forward(d, tri_tensor_2d(pout, TRI_F32, N, C), tri_tensor_2d(wpe, TRI_F32, T, C),
-                                             T, row0), TRI_OK);
-        cr_assert_eq(tri_op_position_backward(d, tri_tensor_2d(dwpe, TRI_F32, T, C), tg, T, row0), TRI_OK);
-        shape el[N_SHAPES], cols[N_SHAPES];
-        shapes_for(N * C, el);
-        shapes_for(C, cols);
-        for (int k = 0; k < N_SHAPES; k++) {
-            const int32_t *kt = gbuf((size_t)N * sizeof(int32_t), tok);
-            const float *kg = gfloats(nc, g);
-            float *ko = gfloats(nc, NULL), *kp = gfloats(nc, o0);
-            float *kdwte = gfloats(vc, dwte0), *kdwpe = gfloats((size_t)(T * C), dwpe0);
-            const float *kwte = gfloats(vc, wte), *kwpe = gfloats((size_t)(T * C), wpe);
-            TRI_LAUNCH(embedding_forward_kernel, el[k].grid, el[k].block, ko, kt, kwte, N, C, V_l, vocab_start);
-            same_bits("embedding_forward_kernel", ko, out, nc);
-            TRI_LAUNCH(embedding_backward_kernel, cols[k].grid, cols[k].block, kdwte, kg, kt, N, C, V_l, vocab_start);
-            same_bits("embedding_backward_kernel", kdwte, dwte, vc);
-            TRI_LAUNCH(position_forward_kernel, el[k].grid, el[k].block, kp, kwpe, N, C, T, row0);
-            same_bits("position_forward_kernel", kp, pout, nc);
-            TRI_LAUNCH(position_backward_kernel, cols[k].grid, cols[k].block, kdwpe, kg, N, C, T, row0);
-            same_bits("position_backward_kernel", kdwpe, dwpe, (size_t)(T * C));
-            check_guards_and_free("embeddings");
-        }
-    }
+    const emb_prec precs[] = {
+        {0, 0, 0, 0, 0, 0, 0},
+        {1, 1, 1, 1, 1, 1, 1},
+        {1, 1, 0, 1, 1, 1, 0}, /* bf16 weights and activations, fp32 gradients of the tables */
+    };
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (int z = 0; z < 3; z++)
+            embeddings_case(d, dims[z], z, precs[q]);
 }
 
-/* ---- cross-entropy ---- */
+/* ---- cross-entropy: logits and dlogits fp32 or bf16; maxes, stats, losses fp32 ---- */
+
+static void cross_entropy_case(tri_device *d, const int64_t dims[3], int z, int lb, int db)
+{
+    int64_t N = dims[0], V_l = dims[1], V_valid = dims[2], vocab_start = 2;
+    size_t nv = (size_t)(N * V_l);
+    bool in_place = lb == db; /* in place as llm.c's fused classifier, or into a separate dlogits */
+    void *logits = host_as(ot_uniform(nv, -8.0f, 8.0f, 120 + (uint64_t)z), nv, lb);
+    int32_t *tgt = ot_ints((size_t)N);
+    for (int64_t n = 0; n < N; n++) /* targets below, inside and past the valid columns */
+        tgt[n] = (int32_t)((n * 5) % (V_l + 4));
+    float *maxes = ot_floats((size_t)N), *stats = ot_floats((size_t)(2 * N)), *losses = ot_floats((size_t)N);
+    void *dl = in_place ? host_copy(logits, nv, lb) : ot_floats(nv);
+    tri_tensor tl = tri_tensor_2d(in_place ? dl : logits, dt(lb), N, V_l), tm = tri_tensor_1d(maxes, TRI_F32, N);
+    tri_tensor ts = tri_tensor_2d(stats, TRI_F32, N, 2), tt = tri_tensor_1d(tgt, TRI_I32, N);
+    cr_assert_eq(tri_op_ce_row_max(d, tm, tl, V_valid), TRI_OK);
+    cr_assert_eq(tri_op_ce_sumexp_target(d, ts, tl, tm, tt, vocab_start, V_valid), TRI_OK);
+    if (V_valid > 0)
+        cr_assert_eq(tri_op_ce_loss(d, tri_tensor_1d(losses, TRI_F32, N), tm, ts), TRI_OK);
+    cr_assert_eq(tri_op_ce_backward(d, tri_tensor_2d(dl, dt(db), N, V_l), tl, tm, ts, tt, vocab_start, V_valid,
+                                    0.125f), TRI_OK);
+    shape rows[N_SHAPES], el[N_SHAPES];
+    shapes_for(N, rows);
+    shapes_for(N * V_l, el);
+    for (int k = 0; k < N_SHAPES; k++) {
+        void *kl = gtyped(nv, lb, logits);
+        void *kdl = in_place ? kl : gtyped(nv, db, NULL);
+        const int32_t *kt = gbuf((size_t)N * sizeof(int32_t), tgt);
+        float *km = gfloats((size_t)N, NULL), *ks = gfloats((size_t)(2 * N), NULL), *kloss = gfloats((size_t)N, NULL);
+        TRI_LAUNCH(ce_row_max_kernel, rows[k].grid, rows[k].block, km, kl, lb, N, V_l, V_valid);
+        same_bits("ce_row_max_kernel", km, maxes, (size_t)N);
+        TRI_LAUNCH(ce_sumexp_target_kernel, rows[k].grid, rows[k].block, ks, kl, lb, km, kt, N, V_l, vocab_start,
+                   V_valid);
+        same_bits("ce_sumexp_target_kernel", ks, stats, (size_t)(2 * N));
+        if (V_valid > 0) {
+            TRI_LAUNCH(ce_loss_kernel, rows[k].grid, rows[k].block, kloss, km, ks, N);
+            same_bits("ce_loss_kernel", kloss, losses, (size_t)N);
+        }
+        TRI_LAUNCH(ce_backward_kernel, el[k].grid, el[k].block, kdl, db, kl, lb, km, ks, kt, N, V_l, vocab_start,
+                   V_valid, 0.125f);
+        same_typed("ce_backward_kernel", kdl, dl, nv, db);
+        check_guards_and_free("cross-entropy");
+    }
+}
 
 Test(cuda_kernels_cpu, cross_entropy)
 {
     tri_device *d = cpu();
     const int64_t dims[][3] = {{1, 9, 9}, {5, 13, 10}, {37, 300, 257}, {3, 16, 0}}; /* N, V_l, V_valid */
-    for (int z = 0; z < 4; z++) {
-        int64_t N = dims[z][0], V_l = dims[z][1], V_valid = dims[z][2], vocab_start = 2;
-        size_t nv = (size_t)(N * V_l);
-        float *logits = ot_uniform(nv, -8.0f, 8.0f, 120 + (uint64_t)z);
-        int32_t *tgt = ot_ints((size_t)N);
-        for (int64_t n = 0; n < N; n++) /* targets below, inside and past the valid columns */
-            tgt[n] = (int32_t)((n * 5) % (V_l + 4));
-        float *maxes = ot_floats((size_t)N), *stats = ot_floats((size_t)(2 * N)), *losses = ot_floats((size_t)N);
-        float *dl = ot_floats(nv);
-        tri_tensor tl = tri_tensor_2d(logits, TRI_F32, N, V_l), tm = tri_tensor_1d(maxes, TRI_F32, N);
-        tri_tensor ts = tri_tensor_2d(stats, TRI_F32, N, 2), tt = tri_tensor_1d(tgt, TRI_I32, N);
-        cr_assert_eq(tri_op_ce_row_max(d, tm, tl, V_valid), TRI_OK);
-        cr_assert_eq(tri_op_ce_sumexp_target(d, ts, tl, tm, tt, vocab_start, V_valid), TRI_OK);
-        if (V_valid > 0)
-            cr_assert_eq(tri_op_ce_loss(d, tri_tensor_1d(losses, TRI_F32, N), tm, ts), TRI_OK);
-        cr_assert_eq(tri_op_ce_backward(d, tri_tensor_2d(dl, TRI_F32, N, V_l), tl, tm, ts, tt, vocab_start, V_valid,
-                                        0.125f), TRI_OK);
-        shape rows[N_SHAPES], el[N_SHAPES];
-        shapes_for(N, rows);
-        shapes_for(N * V_l, el);
-        for (int k = 0; k < N_SHAPES; k++) {
-            float *kl = gfloats(nv, logits);
-            const int32_t *kt = gbuf((size_t)N * sizeof(int32_t), tgt);
-            float *km = gfloats((size_t)N, NULL), *ks = gfloats((size_t)(2 * N), NULL), *kloss = gfloats((size_t)N, NULL);
-            TRI_LAUNCH(ce_row_max_kernel, rows[k].grid, rows[k].block, km, kl, N, V_l, V_valid);
-            same_bits("ce_row_max_kernel", km, maxes, (size_t)N);
-            TRI_LAUNCH(ce_sumexp_target_kernel, rows[k].grid, rows[k].block, ks, kl, km, kt, N, V_l, vocab_start, V_valid);
-            same_bits("ce_sumexp_target_kernel", ks, stats, (size_t)(2 * N));
-            if (V_valid > 0) {
-                TRI_LAUNCH(ce_loss_kernel, rows[k].grid, rows[k].block, kloss, km, ks, N);
-                same_bits("ce_loss_kernel", kloss, losses, (size_t)N);
-            }
-            TRI_LAUNCH(ce_backward_kernel, el[k].grid, el[k].block, kl, kl, km, ks, kt, N, V_l, vocab_start, V_valid,
-                       0.125f); /* in place, as llm.c's fused classifier */
-            same_bits("ce_backward_kernel", kl, dl, nv);
-            check_guards_and_free("cross-entropy");
-        }
-    }
+    const int precs[][2] = {{0, 0}, {1, 1}, {1, 0}}; /* logits, dlogits: in place fp32, in place bf16, bf16 -> fp32 */
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (int z = 0; z < 4; z++)
+            cross_entropy_case(d, dims[z], z, precs[q][0], precs[q][1]);
 }
 
 /* ---- AdamW ---- */

@@ -1,30 +1,32 @@
 /* cuda/kernels/crossentropy.kern.h - simple kernels of the vocab-parallel cross-entropy pieces
  * (CUDA and C): one thread per row for the row statistics (engine/math.h's lane-wise row max and
  * sum-exp, the CPU backend's arithmetic), one thread per element for the logit gradient. The
- * gradient may overwrite the logits in place: each element is read before it is written. */
+ * gradient may overwrite the logits in place (same dtype): each element is read before it is
+ * written. logits and dlogits are fp32 or bf16 (their `_bf16` flags); maxes, stats and losses are
+ * fp32. */
 #ifndef TRIDENT_CUDA_KERNELS_CROSSENTROPY_KERN_H
 #define TRIDENT_CUDA_KERNELS_CROSSENTROPY_KERN_H
 
 #include "cuda/kernels/shim.h"
 
 /* maxes[n] = max over the first V_valid logits of row n (of V_l) */
-TRI_KERNEL ce_row_max_kernel(float *maxes, const float *logits, int64_t N, int64_t V_l,
+TRI_KERNEL ce_row_max_kernel(float *maxes, const void *logits, int logits_bf16, int64_t N, int64_t V_l,
                              int64_t V_valid)
 {
     for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE)
-        maxes[n] = tri_ce_row_max(logits + n * V_l, V_valid);
+        maxes[n] = tri_ce_row_max_mixed(tri_at(logits, logits_bf16, n * V_l), logits_bf16, V_valid);
 }
 
 /* stats[2n] = sum exp(logit - max) over valid columns; stats[2n+1] = target logit or 0 */
-TRI_KERNEL ce_sumexp_target_kernel(float *stats, const float *logits, const float *maxes,
-                                   const int32_t *targets, int64_t N, int64_t V_l,
-                                   int64_t vocab_start, int64_t V_valid)
+TRI_KERNEL ce_sumexp_target_kernel(float *stats, const void *logits, int logits_bf16, const float *maxes,
+                                   const int32_t *targets, int64_t N, int64_t V_l, int64_t vocab_start,
+                                   int64_t V_valid)
 {
     for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE) {
-        const float *row = logits + n * V_l;
+        const void *row = tri_at(logits, logits_bf16, n * V_l);
         int64_t r = (int64_t)targets[n] - vocab_start;
-        stats[2 * n] = tri_ce_row_sumexp(row, maxes[n], V_valid);
-        stats[2 * n + 1] = (r >= 0 && r < V_valid) ? row[r] : 0.0f;
+        stats[2 * n] = tri_ce_row_sumexp_mixed(row, logits_bf16, maxes[n], V_valid);
+        stats[2 * n + 1] = (r >= 0 && r < V_valid) ? tri_load(row, logits_bf16, r) : 0.0f;
     }
 }
 
@@ -36,15 +38,16 @@ TRI_KERNEL ce_loss_kernel(float *losses, const float *maxes, const float *stats,
 }
 
 /* dlogits(N,V_l) = dloss * (softmax - onehot) on valid columns, 0 on padding */
-TRI_KERNEL ce_backward_kernel(float *dlogits, const float *logits, const float *maxes,
-                              const float *stats, const int32_t *targets, int64_t N, int64_t V_l,
-                              int64_t vocab_start, int64_t V_valid, float dloss)
+TRI_KERNEL ce_backward_kernel(void *dlogits, int dlogits_bf16, const void *logits, int logits_bf16,
+                              const float *maxes, const float *stats, const int32_t *targets, int64_t N,
+                              int64_t V_l, int64_t vocab_start, int64_t V_valid, float dloss)
 {
     for (int64_t i = TRI_GLOBAL_ID; i < N * V_l; i += TRI_GLOBAL_STRIDE) {
         int64_t n = i / V_l, j = i % V_l;
         int64_t r = (int64_t)targets[n] - vocab_start;
-        dlogits[i] = j < V_valid ? tri_ce_dlogit(logits[i], maxes[n], stats[2 * n], j == r, dloss)
-                                 : 0.0f;
+        tri_store(dlogits, dlogits_bf16, i,
+                  j < V_valid ? tri_ce_dlogit(tri_load(logits, logits_bf16, i), maxes[n], stats[2 * n], j == r, dloss)
+                              : 0.0f);
     }
 }
 

@@ -2,45 +2,53 @@
  *
  * Forward and the input gradient: one thread per row calling engine/math.h's row functions, as the
  * CPU backend does. The parameter gradients dw, db: one thread per column summing the rows in
- * order into float accumulators that start from dw, db (the CPU backend's column loop, bit for
- * bit), so the result is deterministic and needs no atomics. */
+ * order into float accumulators that start from dw, db and are stored once (the CPU backend's
+ * column loop, bit for bit), so the result is deterministic and needs no atomics. out, inp, w, b,
+ * dout, dinp, dw and db are each fp32 or bf16 (their `_bf16` flags); mean and rstd are fp32. Every
+ * output element is written once from fp32 values, so a bf16 result is the CPU backend's fp32
+ * result rounded once. */
 #ifndef TRIDENT_CUDA_KERNELS_LAYERNORM_KERN_H
 #define TRIDENT_CUDA_KERNELS_LAYERNORM_KERN_H
 
 #include "cuda/kernels/shim.h"
 
 /* out(N,C) = layernorm(inp) * w + b per row; mean(N), rstd(N) saved */
-TRI_KERNEL layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                    const float *w, const float *b, int64_t N, int64_t C)
+TRI_KERNEL layernorm_forward_kernel(void *out, int out_bf16, float *mean, float *rstd, const void *inp,
+                                    int inp_bf16, const void *w, int w_bf16, const void *b, int b_bf16,
+                                    int64_t N, int64_t C)
 {
     for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE)
-        tri_layernorm_row_forward(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C);
+        tri_layernorm_row_forward_mixed(tri_at(out, out_bf16, n * C), out_bf16, mean + n, rstd + n,
+                                        tri_at(inp, inp_bf16, n * C), inp_bf16, w, w_bf16, b, b_bf16, C);
 }
 
 /* dinp(N,C) += the input gradient, one row per thread */
-TRI_KERNEL layernorm_backward_input_kernel(float *dinp, const float *dout, const float *inp,
-                                           const float *w, const float *mean, const float *rstd,
-                                           int64_t N, int64_t C)
+TRI_KERNEL layernorm_backward_input_kernel(void *dinp, int dinp_bf16, const void *dout, int dout_bf16,
+                                           const void *inp, int inp_bf16, const void *w, int w_bf16,
+                                           const float *mean, const float *rstd, int64_t N, int64_t C)
 {
     for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE)
-        tri_layernorm_row_backward_input(dinp + n * C, dout + n * C, inp + n * C, w, mean[n],
-                                         rstd[n], C);
+        tri_layernorm_row_backward_input_mixed(tri_at(dinp, dinp_bf16, n * C), dinp_bf16,
+                                               tri_at(dout, dout_bf16, n * C), dout_bf16,
+                                               tri_at(inp, inp_bf16, n * C), inp_bf16, w, w_bf16, mean[n],
+                                               rstd[n], C);
 }
 
 /* dw[j] += sum_n norm[n,j] * dout[n,j], db[j] += sum_n dout[n,j], one column per thread */
-TRI_KERNEL layernorm_backward_params_kernel(float *dw, float *db, const float *dout,
-                                            const float *inp, const float *mean, const float *rstd,
-                                            int64_t N, int64_t C)
+TRI_KERNEL layernorm_backward_params_kernel(void *dw, int dw_bf16, void *db, int db_bf16, const void *dout,
+                                            int dout_bf16, const void *inp, int inp_bf16, const float *mean,
+                                            const float *rstd, int64_t N, int64_t C)
 {
     for (int64_t j = TRI_GLOBAL_ID; j < C; j += TRI_GLOBAL_STRIDE) {
-        float aw = dw[j], ab = db[j];
+        float aw = tri_load(dw, dw_bf16, j), ab = tri_load(db, db_bf16, j);
         for (int64_t n = 0; n < N; n++) {
-            float norm = (inp[n * C + j] - mean[n]) * rstd[n];
-            aw += norm * dout[n * C + j];
-            ab += dout[n * C + j];
+            float norm = (tri_load(inp, inp_bf16, n * C + j) - mean[n]) * rstd[n];
+            float g = tri_load(dout, dout_bf16, n * C + j);
+            aw += norm * g;
+            ab += g;
         }
-        dw[j] = aw;
-        db[j] = ab;
+        tri_store(dw, dw_bf16, j, aw);
+        tri_store(db, db_bf16, j, ab);
     }
 }
 

@@ -11,9 +11,14 @@
  * loop before the next starts: a simple kernel may therefore not depend on another thread of the
  * same launch (none does; dependent passes are separate launches, ordered like a CUDA stream).
  *
- * Kernels work on fp32 storage today. The element type is the one thing bf16 mixed precision will
- * change: loads and stores then go through tri_bf16_to_float / tri_float_to_bf16 (engine/math.h),
- * while the arithmetic (always fp32) stays in the same math.h functions. */
+ * Storage and arithmetic (bf16 mixed precision, engine/device.h "Precision"): a kernel takes each
+ * floating array as `void *` / `const void *` plus an `int x_bf16` flag (0 fp32, 1 bf16 raw bits)
+ * and reads and writes its elements only through engine/math.h's tri_load / tri_store (tri_at for
+ * a row's start), so it computes in fp32 whatever the storage: every element read is widened
+ * exactly, every element written is rounded to nearest even. The arithmetic is the same math.h
+ * functions in the same order as for fp32, so an output element written once from fp32 values is
+ * the CPU backend's widened result bit for bit. Arrays the interface keeps fp32 (layernorm's mean
+ * and rstd, the cross-entropy statistics, reduction outputs, AdamW, fixed point) stay `float *`. */
 #ifndef TRIDENT_CUDA_KERNELS_SHIM_H
 #define TRIDENT_CUDA_KERNELS_SHIM_H
 

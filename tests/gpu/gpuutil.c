@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cuda/device_cuda.h"
+#include "engine/math.h"
 #include "tests/opsutil.h"
 
 bool gpu_probe(char *why, size_t cap)
@@ -86,5 +87,12 @@ bool gpu_close(const char *what, const float *got, const float *want, size_t n, 
 
 float *gpu_read(tri_device *d, tri_tensor t)
 {
-    return ot_read(d, t);
+    float *f = ot_read(d, t); /* raw bytes: bf16 fills the first half */
+    if (t.dtype != TRI_BF16)
+        return f;
+    size_t n = (size_t)tri_tensor_numel(t);
+    float *w = ot_floats(n);
+    for (size_t i = 0; i < n; i++)
+        w[i] = tri_load(f, 1, (int64_t)i);
+    return w;
 }

@@ -27,7 +27,8 @@ int gpu_criterion_main(int argc, char **argv);
  * at 1e-30). Prints it with TRIDENT_TEST_VERBOSE=1 or when above tol; returns whether <= tol. */
 bool gpu_close(const char *what, const float *got, const float *want, size_t n, double tol);
 
-/* Downloads a tensor of d to a tracked host array (tests/opsutil.h's ot_read). */
+/* Downloads a tensor of d to a tracked host array (tests/opsutil.h's ot_read); a bf16 tensor is
+ * widened to floats (exact), so fp32 and bf16 results compare alike. */
 float *gpu_read(tri_device *d, tri_tensor t);
 
 #endif

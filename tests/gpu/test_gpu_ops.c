@@ -9,6 +9,16 @@
  * TRIDENT_TEST_VERBOSE=1 prints the measured errors). bf16 conversions, integer counts and the
  * fixed-point ops of deterministic mode must be exact (bit for bit). Ops with two GPU forms (attention: cuBLASLt + row kernels, or the simple kernels) are run
  * in both, so the faster form is checked against its simple twin as well as against the CPU.
+ *
+ * bf16 mixed precision (the *_bf16 tests): the same ops with bf16 tensors, all-bf16 and mixed (bf16
+ * inputs into fp32 gradients), the CPU backend widening them (engine/device.c) as the reference.
+ * A bf16 result is the fp32 result rounded once, so where the fp32 results differ by FMA or
+ * summation order the bf16 ones differ by at most one bf16 ulp: normalised error BF16_TOL 1e-2
+ * (2^-7 is one ulp's worst case). Attention with a bf16 att also rounds the scores between the
+ * products and the softmax (the CPU's widened copies do not): ATT_BF16_TOL 2e-2 (the CPU run of
+ * the simple kernels measured 5.9e-3; cuBLASLt's order adds to it). Results kept fp32 (statistics,
+ * fp32 gradients from bf16 inputs) keep the fp32 tolerances; integer ones stay exact. These bounds
+ * are estimates like the fp32 ones (no GPU when written).
  * Without a usable GPU the suite exits with CTest's skip code, saying why (gpuutil.h). */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -20,6 +30,8 @@
 #include "tests/opsutil.h"
 
 #define TOL 1e-5
+#define BF16_TOL 1e-2
+#define ATT_BF16_TOL 2e-2
 
 static tri_device *gpu, *cpu;
 
@@ -56,6 +68,25 @@ static both make(tri_tensor shape, const void *host)
 static both uniform(tri_tensor shape, float lo, float hi, uint64_t seed)
 {
     return make(shape, ot_uniform((size_t)tri_tensor_numel(shape), lo, hi, seed));
+}
+
+/* A tensor of `shape` on both devices stored bf16 (1) or fp32 (0), from fp32 host values (rounded
+ * to nearest even for bf16; NULL leaves it uninitialised). */
+static both make_as(tri_tensor shape, const float *host, int bf16)
+{
+    shape.dtype = bf16 ? TRI_BF16 : TRI_F32;
+    if (!host || !bf16)
+        return make(shape, host);
+    size_t n = (size_t)tri_tensor_numel(shape);
+    uint16_t *h = (uint16_t *)ot_floats(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = tri_float_to_bf16(host[i]);
+    return make(shape, h);
+}
+
+static both uniform_as(tri_tensor shape, float lo, float hi, uint64_t seed, int bf16)
+{
+    return make_as(shape, ot_uniform((size_t)tri_tensor_numel(shape), lo, hi, seed), bf16);
 }
 
 static void cmp(const char *what, both t, double tol)
@@ -365,4 +396,249 @@ Test(gpu_ops, fixed_point_exact)
     double vc = tri_fixed_limbs_value(lc, 2 * bits), vg = tri_fixed_limbs_value(lg, 2 * bits);
     cr_assert(memcmp(&vc, &vg, sizeof vc) == 0, "fixed_sum_squares: CUDA %.17g, CPU %.17g", vg, vc);
     cmp("fixed_sum_squares bad count", bad, 0.0);
+}
+
+/* ---- bf16 mixed precision: every op with bf16 tensors (and mixes) against the CPU's widened path ---- */
+
+static tri_tensor v1(int64_t n)
+{
+    return tri_tensor_1d(NULL, TRI_F32, n);
+}
+
+static tri_tensor m2(int64_t r, int64_t c)
+{
+    return tri_tensor_2d(NULL, TRI_F32, r, c);
+}
+
+Test(gpu_ops, elementwise_bf16)
+{
+    int64_t n = 100003;
+    for (int mix = 0; mix < 2; mix++) { /* all bf16; fp32 y and out with bf16 x and b */
+        both a = uniform_as(v1(n), -2, 2, 1, !mix), b = uniform_as(v1(n), -2, 2, 2, 1);
+        BOTH(tri_op_add(cpu, a.c, a.c, b.c), tri_op_add(gpu, a.g, a.g, b.g));
+        cmp(mix ? "add fp32 + bf16" : "add bf16", a, mix ? TOL : BF16_TOL);
+        BOTH(tri_op_axpy(cpu, a.c, -0.7f, b.c), tri_op_axpy(gpu, a.g, -0.7f, b.g));
+        cmp(mix ? "axpy fp32 += bf16" : "axpy bf16", a, mix ? TOL : BF16_TOL);
+        BOTH(tri_op_scale(cpu, b.c, 1.3f), tri_op_scale(gpu, b.g, 1.3f));
+        cmp("scale bf16", b, 0.0); /* one rounded product: no FMA to differ by */
+        BOTH(tri_op_fill(cpu, b.c, -0.3f), tri_op_fill(gpu, b.g, -0.3f));
+        cmp("fill bf16", b, 0.0);
+    }
+    /* odd bf16 count: tri_op_zero fills bf16 */
+    both z = uniform_as(v1(1001), -1, 1, 5, 1);
+    BOTH(tri_op_zero(cpu, z.c), tri_op_zero(gpu, z.g));
+    cmp("zero bf16 (odd count)", z, 0.0);
+    /* convert both ways */
+    both f = uniform(v1(n), -3, 3, 6), h = make_as(v1(n), NULL, 1), back = make(v1(n), NULL);
+    BOTH(tri_op_convert(cpu, h.c, f.c), tri_op_convert(gpu, h.g, f.g));
+    cmp("convert fp32 -> bf16", h, 0.0);
+    BOTH(tri_op_convert(cpu, back.c, h.c), tri_op_convert(gpu, back.g, h.g));
+    cmp("convert bf16 -> fp32", back, 0.0);
+}
+
+Test(gpu_ops, reductions_bf16)
+{
+    int64_t n = (1 << 20) + 3;
+    float *x = ot_uniform((size_t)n, -3, 3, 3);
+    x[17] = NAN, x[n - 1] = INFINITY, x[n / 2] = -INFINITY;
+    both t = make_as(v1(n), x, 1), clean = uniform_as(v1(n), -3, 3, 4, 1);
+    float start = 0.5f;
+    both s = make(v1(1), &start), k = make(v1(1), &start);
+    BOTH(tri_op_sum_squares(cpu, s.c, clean.c), tri_op_sum_squares(gpu, s.g, clean.g));
+    cmp("sum_squares of bf16 (fp32 out)", s, 1e-6);
+    BOTH(tri_op_count_nonfinite(cpu, k.c, t.c), tri_op_count_nonfinite(gpu, k.g, t.g));
+    cmp("count_nonfinite of bf16", k, 0.0);
+    cr_assert_eq(gpu_read(gpu, k.g)[0], 3.5f);
+}
+
+/* bf16 a, b through cuBLASLt (CUDA_R_16BF A/B, CUBLAS_COMPUTE_32F) into a c of dtype c_bf16. */
+static void matmul_bf16_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int c_bf16, uint64_t seed)
+{
+    char what[128];
+    const char *ct = c_bf16 ? "bf16" : "fp32";
+    double tol = c_bf16 ? BF16_TOL : TOL;
+    both a = uniform_as(ta ? m2(K, M) : m2(M, K), -1, 1, seed, 1), b = uniform_as(tb ? m2(N, K) : m2(K, N), -1, 1, seed + 1, 1);
+    both bias = uniform_as(v1(N), -1, 1, seed + 2, c_bf16);
+    float *c0 = ot_uniform((size_t)(M * N), -1, 1, seed + 3);
+    c0[0] = NAN; /* beta == 0: c is write-only */
+    both c = make_as(m2(M, N), c0, c_bf16);
+    BOTH(tri_op_matmul(cpu, c.c, a.c, b.c, tri_tensor_none(), ta, tb, 0.0f),
+         tri_op_matmul(gpu, c.g, a.g, b.g, tri_tensor_none(), ta, tb, 0.0f));
+    snprintf(what, sizeof what, "matmul bf16 %c%c -> %s, beta 0 over NaN", ta ? 'T' : 'N', tb ? 'T' : 'N', ct);
+    cmp(what, c, tol);
+    BOTH(tri_op_matmul(cpu, c.c, a.c, b.c, tri_tensor_none(), ta, tb, 1.0f),
+         tri_op_matmul(gpu, c.g, a.g, b.g, tri_tensor_none(), ta, tb, 1.0f));
+    snprintf(what, sizeof what, "matmul bf16 %c%c -> %s, beta 1 (+=)", ta ? 'T' : 'N', tb ? 'T' : 'N', ct);
+    cmp(what, c, tol);
+    BOTH(tri_op_matmul(cpu, c.c, a.c, b.c, bias.c, ta, tb, 0.0f), tri_op_matmul(gpu, c.g, a.g, b.g, bias.g, ta, tb, 0.0f));
+    snprintf(what, sizeof what, "matmul bf16 %c%c -> %s + %s bias (epilogue)", ta ? 'T' : 'N', tb ? 'T' : 'N', ct, ct);
+    cmp(what, c, tol);
+}
+
+Test(gpu_ops, matmul_bf16_cublaslt)
+{
+    for (int t = 0; t < 4; t++)
+        for (int cb = 0; cb < 2; cb++) {
+            matmul_bf16_case(t & 1, t & 2, 37, 51, 70, cb, 200 + (uint64_t)t);
+            matmul_bf16_case(t & 1, t & 2, 64, 128, 256, cb, 210 + (uint64_t)t); /* tensor-core friendly */
+        }
+    /* a view starting one bf16 (2 bytes) into its buffer, and a bias 2 bytes off (unfused path) */
+    both big = uniform_as(v1(1 + 33 * 64), -1, 1, 220, 1), w = uniform_as(m2(48, 64), -1, 1, 221, 1);
+    both out = make_as(m2(33, 48), NULL, 1), bias_buf = uniform_as(v1(1 + 48), -1, 1, 222, 1);
+    tri_tensor ac = tri_tensor_reshape(tri_tensor_range(big.c, 1, 33 * 64), 2, (int64_t[]){33, 64});
+    tri_tensor ag = tri_tensor_reshape(tri_tensor_range(big.g, 1, 33 * 64), 2, (int64_t[]){33, 64});
+    BOTH(tri_op_matmul(cpu, out.c, ac, w.c, tri_tensor_none(), false, true, 0.0f),
+         tri_op_matmul(gpu, out.g, ag, w.g, tri_tensor_none(), false, true, 0.0f));
+    cmp("matmul bf16 on a 2-byte-aligned view", out, BF16_TOL);
+    tri_tensor bc = tri_tensor_range(bias_buf.c, 1, 48), bg = tri_tensor_range(bias_buf.g, 1, 48);
+    BOTH(tri_op_matmul(cpu, out.c, ac, w.c, bc, false, true, 0.0f), tri_op_matmul(gpu, out.g, ag, w.g, bg, false, true, 0.0f));
+    cmp("matmul bf16 + bias at a 2-byte-aligned view", out, BF16_TOL);
+    /* K == 0 with a bf16 c and bias */
+    both e = make_as(m2(5, 1), NULL, 1), c = uniform_as(m2(5, 7), -1, 1, 223, 1), bias = uniform_as(v1(7), -1, 1, 224, 1);
+    tri_tensor a0c = tri_tensor_2d(e.c.data, TRI_BF16, 5, 0), a0g = tri_tensor_2d(e.g.data, TRI_BF16, 5, 0);
+    tri_tensor b0c = tri_tensor_2d(e.c.data, TRI_BF16, 0, 7), b0g = tri_tensor_2d(e.g.data, TRI_BF16, 0, 7);
+    BOTH(tri_op_matmul(cpu, c.c, a0c, b0c, tri_tensor_none(), false, false, 0.5f),
+         tri_op_matmul(gpu, c.g, a0g, b0g, tri_tensor_none(), false, false, 0.5f));
+    cmp("matmul bf16 K = 0, beta 0.5", c, 0.0);
+    BOTH(tri_op_matmul(cpu, c.c, a0c, b0c, bias.c, false, false, 0.0f), tri_op_matmul(gpu, c.g, a0g, b0g, bias.g, false, false, 0.0f));
+    cmp("matmul bf16 K = 0 with bias", c, 0.0);
+}
+
+Test(gpu_ops, bias_backward_bf16)
+{
+    both dout = uniform_as(m2(517, 301), -1, 1, 40, 1);
+    for (int db_bf16 = 0; db_bf16 < 2; db_bf16++) {
+        both db = uniform_as(v1(301), -1, 1, 41, db_bf16);
+        BOTH(tri_op_bias_backward(cpu, db.c, dout.c), tri_op_bias_backward(gpu, db.g, dout.g));
+        cmp(db_bf16 ? "bias_backward bf16 (+=)" : "bias_backward fp32 += bf16 dout", db, db_bf16 ? BF16_TOL : TOL);
+    }
+}
+
+Test(gpu_ops, layernorm_bf16)
+{
+    int64_t N = 333, C = 67;
+    both x = uniform_as(m2(N, C), -2, 2, 50, 1), w = uniform_as(v1(C), 0.5f, 1.5f, 51, 1);
+    both b = uniform_as(v1(C), -0.5f, 0.5f, 52, 1);
+    both out = make_as(m2(N, C), NULL, 1), mean = make(v1(N), NULL), rstd = make(v1(N), NULL);
+    BOTH(tri_op_layernorm_forward(cpu, out.c, mean.c, rstd.c, x.c, w.c, b.c),
+         tri_op_layernorm_forward(gpu, out.g, mean.g, rstd.g, x.g, w.g, b.g));
+    cmp("layernorm_forward bf16 out", out, BF16_TOL);
+    cmp("layernorm_forward mean of bf16 (fp32)", mean, TOL);
+    cmp("layernorm_forward rstd of bf16 (fp32)", rstd, TOL);
+    /* bf16 activations, fp32 parameter gradients (the mixed-precision layout) */
+    both g = uniform_as(m2(N, C), -1, 1, 53, 1), dx = uniform_as(m2(N, C), -1, 1, 54, 1);
+    both dw = uniform_as(v1(C), -1, 1, 55, 0), db = uniform_as(v1(C), -1, 1, 56, 0);
+    BOTH(tri_op_layernorm_backward(cpu, dx.c, dw.c, db.c, g.c, x.c, w.c, mean.c, rstd.c),
+         tri_op_layernorm_backward(gpu, dx.g, dw.g, db.g, g.g, x.g, w.g, mean.g, rstd.g));
+    cmp("layernorm_backward bf16 dinp (+=)", dx, BF16_TOL);
+    cmp("layernorm_backward fp32 dw (+=) from bf16", dw, TOL);
+    cmp("layernorm_backward fp32 db (+=) from bf16", db, TOL);
+}
+
+/* Attention with qkv, out, dout, dqkv bf16 and att, datt in att_bf16: both forms when att is bf16
+ * (one operand type: cuBLASLt), the simple kernels' fallback when it is fp32. */
+static void attention_bf16_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int att_bf16, uint64_t seed)
+{
+    int64_t C = NH * HS;
+    tri_tensor qs = tri_tensor_3d(NULL, TRI_F32, B, T, 3 * C), as = tri_tensor_4d(NULL, TRI_F32, B, NH, T, T);
+    tri_tensor os = tri_tensor_3d(NULL, TRI_F32, B, T, C);
+    both qkv = uniform_as(qs, -1.5f, 1.5f, seed, 1), g = uniform_as(os, -1, 1, seed + 1, 1);
+    float *simple_out = NULL;
+    for (int simple = 0; simple < 2; simple++) {
+        char what[128];
+        const char *form = simple ? "simple" : att_bf16 ? "cuBLASLt" : "fallback";
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        both out = make_as(os, NULL, 1), att = make_as(as, NULL, att_bf16), datt = make_as(as, NULL, att_bf16);
+        both dqkv = uniform_as(qs, -1, 1, seed + 2, 1); /* overwritten */
+        BOTH(tri_op_attention_forward(cpu, out.c, att.c, qkv.c), tri_op_attention_forward(gpu, out.g, att.g, qkv.g));
+        snprintf(what, sizeof what, "attention_forward bf16 out (%s, att %s, T %lld)", form, att_bf16 ? "bf16" : "fp32",
+                 (long long)T);
+        cmp(what, out, att_bf16 ? ATT_BF16_TOL : BF16_TOL);
+        snprintf(what, sizeof what, "attention_forward att (%s, %s, T %lld)", form, att_bf16 ? "bf16" : "fp32", (long long)T);
+        cmp(what, att, att_bf16 ? ATT_BF16_TOL : TOL);
+        BOTH(tri_op_attention_backward(cpu, dqkv.c, datt.c, g.c, qkv.c, att.c),
+             tri_op_attention_backward(gpu, dqkv.g, datt.g, g.g, qkv.g, att.g));
+        snprintf(what, sizeof what, "attention_backward bf16 dqkv (%s, att %s, T %lld)", form, att_bf16 ? "bf16" : "fp32",
+                 (long long)T);
+        cmp(what, dqkv, att_bf16 ? ATT_BF16_TOL : BF16_TOL);
+        /* the two GPU forms against each other */
+        float *o = gpu_read(gpu, out.g);
+        if (!simple)
+            simple_out = o;
+        else
+            cr_assert(gpu_close("attention_forward bf16: cuBLASLt form vs simple form", simple_out, o,
+                                (size_t)tri_tensor_numel(os), ATT_BF16_TOL));
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, attention_bf16)
+{
+    attention_bf16_case(2, 33, 3, 8, 1, 260);
+    attention_bf16_case(1, 1, 2, 4, 1, 261);
+    attention_bf16_case(3, 64, 4, 16, 1, 262);
+    attention_bf16_case(2, 17, 3, 5, 1, 263); /* HS 5: heads 10 bytes apart, 2-byte-aligned bf16 operands */
+    attention_bf16_case(2, 33, 3, 8, 0, 264); /* fp32 att with bf16 qkv: the simple kernels take the mix */
+}
+
+Test(gpu_ops, gelu_bf16)
+{
+    int64_t n = 70001;
+    both x = uniform_as(v1(n), -6, 6, 70, 1), g = uniform_as(v1(n), -1, 1, 71, 1);
+    both out = make_as(v1(n), NULL, 1), out32 = make(v1(n), NULL);
+    BOTH(tri_op_gelu_forward(cpu, out.c, x.c), tri_op_gelu_forward(gpu, out.g, x.g));
+    cmp("gelu_forward bf16", out, BF16_TOL);
+    BOTH(tri_op_gelu_forward(cpu, out32.c, x.c), tri_op_gelu_forward(gpu, out32.g, x.g));
+    cmp("gelu_forward bf16 -> fp32", out32, TOL);
+    BOTH(tri_op_gelu_backward(cpu, g.c, x.c, g.c), tri_op_gelu_backward(gpu, g.g, x.g, g.g));
+    cmp("gelu_backward bf16 (in place)", g, BF16_TOL);
+}
+
+Test(gpu_ops, embeddings_bf16)
+{
+    int64_t N = 301, C = 67, V_l = 97, T = 43, vocab_start = 50;
+    int32_t *tok = ot_ints((size_t)N);
+    for (int64_t n = 0; n < N; n++)
+        tok[n] = (int32_t)((n * 37) % 200); /* below, inside (repeating) and above the shard */
+    both t = make(tri_tensor_1d(NULL, TRI_I32, N), tok);
+    both wte = uniform_as(m2(V_l, C), -1, 1, 80, 1), wpe = uniform_as(m2(T, C), -1, 1, 81, 1);
+    both out = make_as(m2(N, C), NULL, 1), g = uniform_as(m2(N, C), -1, 1, 82, 1);
+    BOTH(tri_op_embedding_forward(cpu, out.c, t.c, wte.c, vocab_start), tri_op_embedding_forward(gpu, out.g, t.g, wte.g, vocab_start));
+    cmp("embedding_forward bf16", out, 0.0);
+    BOTH(tri_op_position_forward(cpu, out.c, wpe.c, T, 5), tri_op_position_forward(gpu, out.g, wpe.g, T, 5));
+    cmp("position_forward bf16 (+=)", out, BF16_TOL);
+    for (int grad_bf16 = 0; grad_bf16 < 2; grad_bf16++) {
+        both dwte = uniform_as(m2(V_l, C), -1, 1, 83, grad_bf16), dwpe = uniform_as(m2(T, C), -1, 1, 84, grad_bf16);
+        BOTH(tri_op_embedding_backward(cpu, dwte.c, g.c, t.c, vocab_start),
+             tri_op_embedding_backward(gpu, dwte.g, g.g, t.g, vocab_start));
+        cmp(grad_bf16 ? "embedding_backward bf16 (+=, rounds per repeat)" : "embedding_backward fp32 += bf16", dwte,
+            grad_bf16 ? BF16_TOL : TOL);
+        BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, T, 5), tri_op_position_backward(gpu, dwpe.g, g.g, T, 5));
+        cmp(grad_bf16 ? "position_backward bf16 (+=)" : "position_backward fp32 += bf16", dwpe, grad_bf16 ? BF16_TOL : TOL);
+    }
+}
+
+Test(gpu_ops, cross_entropy_bf16)
+{
+    int64_t N = 77, V_l = 1031, V_valid = 1000, vocab_start = 500;
+    int32_t *tgt = ot_ints((size_t)N);
+    for (int64_t n = 0; n < N; n++)
+        tgt[n] = (int32_t)((n * 97) % 2000);
+    both t = make(tri_tensor_1d(NULL, TRI_I32, N), tgt);
+    both logits = uniform_as(m2(N, V_l), -10, 10, 90, 1);
+    both maxes = make(v1(N), NULL), stats = make(m2(N, 2), NULL), losses = make(v1(N), NULL);
+    BOTH(tri_op_ce_row_max(cpu, maxes.c, logits.c, V_valid), tri_op_ce_row_max(gpu, maxes.g, logits.g, V_valid));
+    cmp("ce_row_max of bf16", maxes, 0.0);
+    BOTH(tri_op_ce_sumexp_target(cpu, stats.c, logits.c, maxes.c, t.c, vocab_start, V_valid),
+         tri_op_ce_sumexp_target(gpu, stats.g, logits.g, maxes.g, t.g, vocab_start, V_valid));
+    cmp("ce_sumexp_target of bf16 (fp32)", stats, TOL);
+    BOTH(tri_op_ce_loss(cpu, losses.c, maxes.c, stats.c), tri_op_ce_loss(gpu, losses.g, maxes.g, stats.g));
+    cmp("ce_loss of bf16 (fp32)", losses, TOL);
+    both dl32 = make(m2(N, V_l), NULL);
+    BOTH(tri_op_ce_backward(cpu, dl32.c, logits.c, maxes.c, stats.c, t.c, vocab_start, V_valid, 0.01f),
+         tri_op_ce_backward(gpu, dl32.g, logits.g, maxes.g, stats.g, t.g, vocab_start, V_valid, 0.01f));
+    cmp("ce_backward bf16 -> fp32", dl32, TOL);
+    BOTH(tri_op_ce_backward(cpu, logits.c, logits.c, maxes.c, stats.c, t.c, vocab_start, V_valid, 0.01f),
+         tri_op_ce_backward(gpu, logits.g, logits.g, maxes.g, stats.g, t.g, vocab_start, V_valid, 0.01f));
+    cmp("ce_backward bf16 (in place)", logits, BF16_TOL);
 }
