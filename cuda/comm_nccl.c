@@ -35,7 +35,9 @@ typedef struct nccl_impl {
     cudaStream_t stream;      /* this comm's communication stream */
     cudaEvent_t ready, done;  /* compute -> comm, comm -> compute */
     int32_t *scratch;         /* one device int for the barrier */
-    double timeout_s;
+    const tri_comm *self;     /* the comm this implements (NULL while creating): its timeout_s, which
+                                 tri_comm_set_timeout sets, bounds every wait */
+    double timeout_s;         /* the bound while self is NULL */
     double pending_since;     /* when the oldest possibly unfinished operation was queued; 0: none */
     bool aborted, watching;
 } nccl_impl;
@@ -53,6 +55,12 @@ static nccl_impl *impl_of(tri_comm *c)
     return (nccl_impl *)c->impl;
 }
 
+/* Seconds an operation may stay incomplete (0: no limit). */
+static double limit(const nccl_impl *n)
+{
+    return n->self ? n->self->timeout_s : n->timeout_s;
+}
+
 static void abort_comm(nccl_impl *n)
 {
     if (!n->aborted && n->comm)
@@ -67,13 +75,13 @@ static int settle(nccl_impl *n, ncclComm_t comm, ncclResult_t r, const char *cal
 {
     double t0 = tri_now_s();
     for (long polls = 0; r == ncclInProgress; polls++) {
-        if (tri_now_s() - t0 > n->timeout_s) {
+        if (limit(n) > 0 && tri_now_s() - t0 > limit(n)) {
             if (comm)
                 ncclCommAbort(comm);
             if (comm == n->comm)
                 n->aborted = true;
             return tri_error_set(TRI_ETIMEOUT, file, line, "%s: still in progress after %g s (a rank is missing "
-                                 "or hung); NCCL communicator aborted", call, n->timeout_s);
+                                 "or hung); NCCL communicator aborted", call, limit(n));
         }
         if (polls > 100)
             pause_us(100);
@@ -131,10 +139,10 @@ static int watch(void *ctx)
     if (n->pending_since > 0) {
         if (cudaEventQuery(n->done) == cudaSuccess)
             n->pending_since = 0;
-        else if (tri_now_s() - n->pending_since > n->timeout_s) {
+        else if (limit(n) > 0 && tri_now_s() - n->pending_since > limit(n)) {
             abort_comm(n);
             return TRI_ERR(TRI_ETIMEOUT, "an NCCL operation did not complete within %g s (a peer is missing "
-                           "or hung); communicator aborted", n->timeout_s);
+                           "or hung); communicator aborted", limit(n));
         }
     }
     return TRI_OK;
@@ -407,6 +415,8 @@ static int wrap(tri_comm **out, ncclComm_t comm, tri_device *dev, double timeout
     n->dev = dev;
     n->compute = tri_cuda_of(dev)->stream;
     n->timeout_s = timeout_s;
+    n->self = c;
+    c->timeout_s = timeout_s;
     int rc = TRI_NCCL(n, ncclCommUserRank(comm, &c->rank));
     if (!rc) rc = TRI_NCCL(n, ncclCommCount(comm, &c->size));
     if (!rc) rc = TRI_CUDA(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
@@ -443,7 +453,7 @@ static int nccl_split(tri_comm *c, int color, int key, tri_comm **out)
         rc = settle(n, n->comm, r, "ncclCommSplit (parent)", __FILE__, __LINE__);
     if (rc || !nc)
         return rc;
-    return wrap(out, nc, n->dev, n->timeout_s);
+    return wrap(out, nc, n->dev, limit(n));
 }
 
 static const tri_comm_ops nccl_ops = {

@@ -20,7 +20,7 @@ extern "C" {
  * dev's memory. Operations are queued on a communication stream ordered after dev's earlier ops
  * and before its later ones by events; a wait on dev (copy_to_host, sync) also watches the comm:
  * an asynchronous NCCL error (ncclCommGetAsyncError) or an operation not complete after timeout_s
- * seconds aborts the communicator (ncclCommAbort) and fails the wait with TRI_ECOMM / TRI_ETIMEOUT
+ * seconds (0: no limit; the comm's tri_comm_set_timeout changes it) aborts the communicator (ncclCommAbort) and fails the wait with TRI_ECOMM / TRI_ETIMEOUT
  * instead of hanging. tri_comm_abort aborts the communicator, then the MPI job. */
 int tri_comm_nccl_create(tri_comm **out, const void *mpi_comm, tri_device *dev, double timeout_s);
 

@@ -793,7 +793,7 @@ int main(int argc, char **argv)
     /* the device, then its world comm (NCCL for cuda: collective), each agreed on by every rank */
     bool report = false;
     rc = devices_agree(&r, make_device(&r), &report);
-    if (!rc) rc = devices_agree(&r, tri_cli_device_world(r.a.device, r.dev, &r.dev_world), &report);
+    if (!rc) rc = devices_agree(&r, tri_cli_device_world(r.a.device, r.dev, r.a.comm_timeout, &r.dev_world), &report);
     if (rc) {
         if (report)
             fprintf(stderr, "engine_train: error: %s\n", tri_error_message());

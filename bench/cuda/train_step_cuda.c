@@ -198,7 +198,7 @@ int main(int argc, char **argv)
     rc = tri_cuda_device_info(ordinal, &info);
     if (!rc) rc = tri_device_cuda_create(&dev, ordinal);
     const char *gpu = info.name;
-    if (!rc) rc = tri_cli_device_world("cuda", dev, &world);
+    if (!rc) rc = tri_cli_device_world("cuda", dev, 600.0 /* NCCL's and PyTorch's watchdog default */, &world);
     if (!rc && rank == 0)
         printf("bench_cuda_train: %d x %s (sm_%d%d, %d SMs, %.0f GiB), fp32 (cuBLASLt COMPUTE_32F), tp %d, "
                "%d timed iterations after %d warm-up\n", size, gpu, info.major, info.minor, info.sm_count,

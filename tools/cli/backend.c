@@ -14,10 +14,6 @@
 #include "cuda/comm_nccl.h"
 #include "cuda/device_cuda.h"
 
-/* Seconds an NCCL operation may stay incomplete before its communicator is aborted (PyTorch's
- * and NCCL watchdogs default to 10 minutes as well). */
-#define NCCL_TIMEOUT_S 600.0
-
 /* This process's rank among the MPI ranks on its node (0 without MPI): the GPU it takes, so the
  * ranks of a node use distinct GPUs as NCCL requires. Collective over MPI_COMM_WORLD when MPI is
  * initialised (every rank creates its device). */
@@ -75,13 +71,13 @@ int tri_cli_device_create(const char *name, int threads, tri_device **out)
     return TRI_ERR(TRI_EINVAL, "--device %s: expected cpu or cuda", name);
 }
 
-int tri_cli_device_world(const char *name, tri_device *d, tri_comm **out)
+int tri_cli_device_world(const char *name, tri_device *d, double timeout_s, tri_comm **out)
 {
     *out = NULL;
 #ifdef TRIDENT_CUDA
     if (strcmp(name, "cuda") == 0) {
         MPI_Comm world = MPI_COMM_WORLD;
-        return tri_comm_nccl_create(out, &world, d, NCCL_TIMEOUT_S);
+        return tri_comm_nccl_create(out, &world, d, timeout_s);
     }
 #endif
     return TRI_OK;

@@ -16,9 +16,10 @@
 int tri_cli_device_create(const char *name, int threads, tri_device **out);
 
 /* The world comm that matches device d of backend `name`, over MPI_COMM_WORLD (collective): for
- * "cuda" an NCCL comm on d's GPU (its groups are NCCL communicators), for "cpu" *out = NULL: the
+ * "cuda" an NCCL comm on d's GPU (its groups are NCCL communicators) whose operations fail after
+ * timeout_s seconds (engine_train's --comm-timeout; 0: wait forever), for "cpu" *out = NULL: the
  * caller's MPI comm, over host buffers, serves. MPI must be initialised. */
-int tri_cli_device_world(const char *name, tri_device *d, tri_comm **out);
+int tri_cli_device_world(const char *name, tri_device *d, double timeout_s, tri_comm **out);
 
 /* OpenMP threads that busy-wait between loops take the cores from OpenBLAS's threads; libgomp reads
  * OMP_WAIT_POLICY only when it loads, so when it is unset this sets it to PASSIVE and re-executes
