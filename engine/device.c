@@ -8,6 +8,7 @@
 #include "engine/status.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -301,7 +302,9 @@ int tri_op_zero(tri_device *d, tri_tensor x)
     size_t bytes = tri_tensor_bytes(x);
     if (!x.data || bytes == 0)
         return TRI_OK;
-    if (bytes % sizeof(float) != 0) /* an odd number of bf16 */
+    /* a bf16 view that is not a whole number of aligned floats (an odd length, or an odd offset
+     * into a bf16 buffer): a float store there is misaligned (UB, and a fault on CUDA) */
+    if (bytes % sizeof(float) != 0 || (uintptr_t)x.data % sizeof(float) != 0)
         return tri_op_fill(d, tri_tensor_1d(x.data, TRI_BF16, (int64_t)(bytes / 2)), 0.0f);
     return DISPATCH(d, fill, tri_tensor_1d(x.data, TRI_F32, (int64_t)(bytes / sizeof(float))), 0.0f);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/math.h"
 #include "engine/status.h"
 #include "tests/testutil.h"
 
@@ -85,11 +86,48 @@ int32_t *ot_ints(size_t n)
     return host_alloc(n * sizeof(int32_t));
 }
 
-float *ot_read(tri_device *d, tri_tensor t)
+uint16_t *ot_read_bits(tri_device *d, tri_tensor t)
 {
-    float *h = ot_floats((size_t)tri_tensor_numel(t));
+    uint16_t *h = host_alloc((size_t)tri_tensor_numel(t) * sizeof(uint16_t));
     ot_download(d, h, t);
     return h;
+}
+
+float *ot_read(tri_device *d, tri_tensor t)
+{
+    size_t n = (size_t)tri_tensor_numel(t);
+    float *h = ot_floats(n);
+    if (t.dtype != TRI_BF16) {
+        ot_download(d, h, t);
+        return h;
+    }
+    uint16_t *bits = ot_read_bits(d, t);
+    for (size_t i = 0; i < n; i++)
+        h[i] = tri_bf16_to_float(bits[i]);
+    return h;
+}
+
+tri_tensor ot_tensor_as(tri_device *d, tri_dtype dtype, tri_tensor shape, const float *host)
+{
+    size_t n = (size_t)tri_tensor_numel(shape);
+    float *x = ot_floats(n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = host ? host[i] : NAN;
+    shape.dtype = dtype;
+    if (dtype != TRI_BF16)
+        return ot_tensor(d, shape, x);
+    uint16_t *bits = host_alloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        bits[i] = tri_float_to_bf16(x[i]);
+    return ot_tensor(d, shape, bits);
+}
+
+float *ot_bf16_uniform(size_t n, float lo, float hi, uint64_t seed)
+{
+    float *x = ot_uniform(n, lo, hi, seed);
+    for (size_t i = 0; i < n; i++)
+        x[i] = tri_round_bf16(x[i]);
+    return x;
 }
 
 float *ot_uniform(size_t n, float lo, float hi, uint64_t seed)

@@ -32,8 +32,17 @@ tri_device *ot_device(int threads);
 tri_tensor ot_tensor(tri_device *d, tri_tensor shape, const void *host);
 /* host <- t (all of it). */
 void ot_download(tri_device *d, void *host, tri_tensor t);
-/* A device copy of t's contents read back as floats into a tracked host array. */
+/* A device copy of t's contents read back as floats into a tracked host array (bf16 widened). */
 float *ot_read(tri_device *d, tri_tensor t);
+
+/* ---- bf16 storage (engine/device.h "Precision") ---- */
+/* Device memory for `shape` stored as `dtype` (f32 or bf16) holding the floats `host`, rounded to
+ * nearest even when bf16; host NULL fills NaN (so an output the op must overwrite fails if not). */
+tri_tensor ot_tensor_as(tri_device *d, tri_dtype dtype, tri_tensor shape, const float *host);
+/* The raw bits of a bf16 tensor, in a tracked host array. */
+uint16_t *ot_read_bits(tri_device *d, tri_tensor t);
+/* Tracked n uniform values in [lo, hi) rounded to bf16: inputs every floating dtype holds exactly. */
+float *ot_bf16_uniform(size_t n, float lo, float hi, uint64_t seed);
 
 /* Tracked zeroed host arrays. */
 float *ot_floats(size_t n);
