@@ -144,6 +144,7 @@ static void wide(widen *w, tri_tensor *t, bool writes)
     int64_t n = tri_tensor_numel(*t);
     tri_tensor f = *t;
     f.dtype = TRI_F32;
+    f.data = NULL; /* the error path frees only what alloc gave */
     w->rc = w->d->ops->alloc(w->d, &f.data, (size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!w->rc)
         w->rc = w->d->ops->convert(w->d, f, *t);
