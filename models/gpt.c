@@ -443,6 +443,14 @@ static int init_unit(tri_gpt *m, int u)
 static int init_params(tri_gpt *m)
 {
     int rc = TRI_OK;
+    /* bf16 writes parameter by parameter (init_unit): zero the master weights and the model's
+     * parameters first, so the units' padding holds zeros as the fp32 path's whole-unit copies give
+     * (else the optimizer updates and publishes uninitialised padding) */
+    if (m->opt.bf16) {
+        tri_zero *z = &m->zero;
+        rc = tri_op_zero(m->dev, z->master);
+        if (!rc) rc = tri_op_zero(m->dev, z->stage < 3 ? z->params : z->param_shard);
+    }
     for (int u = 0; u < m->layout.n_units && !rc; u++)
         rc = init_unit(m, u);
     return rc ? rc : tri_gpt_zero_grad(m);
