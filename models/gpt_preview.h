@@ -1,8 +1,8 @@
 /* models/gpt_preview.h - the engine's memory plan of a GPT, as the partitioner uses it.
  *
- * One code path (DESIGN.md §7): the partitioner CLI's memory figures for layouts the engine runs
- * (fp32, with any ZeRO stage and recomputation) and the plan engine_train prints at start both come from
- * tri_gpt_rank_plan, the very plan the engine allocates, through these functions. */
+ * One code path (DESIGN.md §7): the partitioner CLI's memory figures (fp32 or bf16 mixed
+ * precision, any ZeRO stage and recomputation) and the plan engine_train prints at start both come
+ * from tri_gpt_rank_plan, the very plan the engine allocates, through these functions. */
 #ifndef TRIDENT_MODELS_GPT_PREVIEW_H
 #define TRIDENT_MODELS_GPT_PREVIEW_H
 

@@ -175,9 +175,6 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
         return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1 (got 1)");
     if (r->zero_stage < 0 || r->zero_stage > 3)
         return TRI_ERR(TRI_EINVAL, "--zero-stage %d: expected 0, 1, 2 or 3", r->zero_stage);
-    if (r->cpu && r->precision == TRI_PRECISION_BF16)
-        return TRI_ERR(TRI_EINVAL, "--bf16 is not available with --hardware cpu (the CPU backend computes in "
-                       "fp32); drop --bf16");
     int n_micro = (int)(r->global_batch / (r->micro_batch * dp));
     const char *sched = r->schedule ? r->schedule : r->layers_per_virtual_stage > 0 ? "interleaved" : "1f1b";
     int v = 1;

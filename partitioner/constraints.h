@@ -10,7 +10,8 @@
  *   global-batch-size is a multiple of micro-batch-size x dp (n_micro micro-batches per replica);
  *   interleaving (--num-layers-per-virtual-pipeline-stage k): n_layer divisible by pp x k with
  *     v = n_layer / (pp k) >= 2 chunks per rank, pp > 1, and n_micro a multiple of pp;
- *   zb-h1 and gpipe take no interleaving; bf16 is not available on the cpu preset.
+ *   zb-h1 and gpipe take no interleaving (bf16 runs on every preset: the CPU backend computes it
+ *   in fp32).
  * For a number that fails, the message lists the closest valid numbers below and above it, e.g.
  * "--tensor-model-parallel-size 5 does not divide n_head 12 (heads are split evenly); nearest
  * valid: 4, 6". */

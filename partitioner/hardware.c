@@ -56,9 +56,11 @@ static const tri_hardware presets[] = {
      * several machines, 100 Gb/s Ethernet (inter, assumed). gemm 0.506: `partitioner --calibrate`
      * on the README's default engine_train run (tp 2 x pp 2, 4 single-thread ranks on 2 cores,
      * 1000 iterations, median 0.502 s; docs/partitioner-validation.md). The cores are shared with
-     * other work here: the same run's median has ranged 0.42-0.69 s. */
+     * other work here: the same run's median has ranged 0.42-0.69 s. bf16 mixed precision runs
+     * on the CPU backend by computing in fp32 (bf16 storage widened around each op, engine/device.h
+     * "Precision"), so its peak is the fp32 one. */
     {.name = "cpu", .description = "this machine's CPU (fp32, OpenBLAS; per-core peak from NOTES.md)",
-     .peak_bf16 = 0, .peak_fp32 = 115e9, .memory_bytes = 24 * GIB, .reserve_bytes = 1 * GIB,
+     .peak_bf16 = 115e9, .peak_fp32 = 115e9, .memory_bytes = 24 * GIB, .reserve_bytes = 1 * GIB,
      .mem_bw = 53 * GB, .intra_bw = 10 * GB, .inter_bw = 12.5 * GB, .gpus_per_node = 2, .cpu = true,
      .mamf = 0,
      .eff = {.gemm = 0.506, .memory = 1.0, .intra = 1.0, .inter = 1.0, .tp_exposed = 1.0, .dp_exposed = 1.0}},

@@ -23,40 +23,35 @@ static dims get_dims(const tri_transformer *m, const tri_train_layout *l)
     return d;
 }
 
+/* Bytes of one parameter value, activation or activation gradient: 2 under bf16 mixed precision
+ * (models/gpt.c's ACT dtype, engine/zero.c's model parameters), else 4. */
+static double elem_bytes(const tri_train_layout *l)
+{
+    return (double)tri_precision_bytes(l->precision);
+}
+
 double tri_mem_block_activations(const tri_transformer *m, const tri_train_layout *l)
 {
     dims d = get_dims(m, l);
-    double sbh = d.s * d.b * d.h, scores = d.a * d.s * d.s * d.b / d.t;
-    if (l->precision == TRI_PRECISION_BF16) {
-        if (l->recompute == TRI_RECOMPUTE_FULL)
-            return 2.0 * sbh / d.t_sp;
-        double rest = d.t_sp > 1 ? sbh * 34.0 / d.t : sbh * (10.0 + 24.0 / d.t);
-        return rest + (l->recompute == TRI_RECOMPUTE_SELECTIVE ? 0.0 : 5.0 * scores);
-    }
+    double e = elem_bytes(l), scores = d.a * d.s * d.s * d.b / d.t;
     if (l->recompute == TRI_RECOMPUTE_FULL)
-        return 4.0 * d.N_l * d.h;
-    double kept = 4.0 * d.N_l * d.h + 4.0 * d.N_l + 12.0 * d.N * d.h / d.t;
+        return e * d.N_l * d.h;                            /* res3 */
+    /* ln1, res2, ln2, res3; qkv, atty, fch, fch_gelu; the fp32 mean and rstd of ln1 and ln2 */
+    double kept = e * (4.0 * d.N_l * d.h + 12.0 * d.N * d.h / d.t) + 4.0 * 4.0 * d.N_l;
     if (l->recompute == TRI_RECOMPUTE_NONE)
-        kept += scores;
-    return 4.0 * kept;
+        kept += e * scores;                                /* the softmax probabilities */
+    return kept;
 }
 
 double tri_mem_chunk_activations(const tri_transformer *m, const tri_train_layout *l,
                                  const tri_stage_place *place)
 {
     dims d = get_dims(m, l);
+    double e = elem_bytes(l);
     double bytes = (place->layer_end - place->layer_start) * tri_mem_block_activations(m, l);
-    if (l->precision == TRI_PRECISION_BF16) {
-        double sbh_sp = d.s * d.b * d.h / d.t_sp;
-        if (place->first)
-            bytes += sbh_sp;                              /* embedding dropout mask */
-        if (place->last)
-            bytes += 4.0 * sbh_sp + 4.0 * d.N * d.V_l;    /* ln_f and head inputs, fp32 logits */
-        return bytes;
-    }
-    bytes += 4.0 * (2.0 * d.N + 2.0 * d.N_l * d.h);       /* tokens, targets, x_in, dres */
-    if (place->last)
-        bytes += 4.0 * (2.0 * d.N_l * d.h + 2.0 * d.N_l + d.N);  /* lnf, dlnf, stats, losses */
+    bytes += 4.0 * 2.0 * d.N + e * 2.0 * d.N_l * d.h;     /* int32 tokens and targets; x_in, dres */
+    if (place->last)                                       /* lnf, dlnf; fp32 lnf statistics, losses */
+        bytes += e * 2.0 * d.N_l * d.h + 4.0 * (2.0 * d.N_l + d.N);
     return bytes;
 }
 
@@ -72,33 +67,36 @@ double tri_mem_chunk_params(const tri_transformer *m, const tri_train_layout *l,
     return n;
 }
 
-/* Communication buffers and workspace of one chunk, holding `slots` micro-batches. */
+/* Communication buffers and workspace of one chunk, holding `slots` micro-batches
+ * (models/gpt.c take_slot and take_scratch). */
 static void chunk_buffers(const tri_transformer *m, const tri_train_layout *l, const tri_stage_place *place,
                           int slots, double *comm, double *work)
 {
     dims d = get_dims(m, l);
-    double layers = place->layer_end - place->layer_start;
+    double e = elem_bytes(l);
     bool sp = d.t_sp > 1;
-    if (l->precision == TRI_PRECISION_BF16) {
-        double sbh = d.s * d.b * d.h;
-        *comm = 2.0 * 2.0 * sbh / d.t_sp + (sp ? 2.0 * sbh : 0.0);
-        *work = layers > 0 ? 2.0 * d.a * d.s * d.s * d.b / d.t + 8.0 * sbh / d.t : 0.0;
-        return;
-    }
-    *comm = (place->last ? 0.0 : 4.0 * slots * d.N_l * d.h) + (sp ? 2.0 * 4.0 * d.N * d.h : 0.0);
+    /* grad_out per slot but on the last chunk; full_a and full_b under sequence parallelism */
+    *comm = (place->last ? 0.0 : e * slots * d.N_l * d.h) + (sp ? 2.0 * e * d.N * d.h : 0.0);
     /* tmp and dln (N_l x h), dqkv, datty and the MLP's dh (8 N h / t), the scores' gradient */
-    *work = 4.0 * (2.0 * d.N_l * d.h + 8.0 * d.N * d.h / d.t + d.b * d.a / d.t * d.s * d.s);
-    if (place->last)
-        *work += 4.0 * (d.N * d.V_l + 3.0 * d.N);          /* logits, row maxes, loss statistics */
+    *work = e * (2.0 * d.N_l * d.h + 8.0 * d.N * d.h / d.t + d.b * d.a / d.t * d.s * d.s);
+    if (place->last)   /* logits (e bytes); fp32 row maxes and loss statistics */
+        *work += e * d.N * d.V_l + 4.0 * 3.0 * d.N;
 }
 
+/* Model states: the parameters are e bytes (bf16 under mixed precision), the gradients fp32 in both
+ * precisions and the optimizer 8 bytes of AdamW m and v, plus the 4-byte fp32 master weights under
+ * mixed precision (engine/zero.h "Mixed precision", engine/zero.c tri_zero_take). That is Megatron-
+ * LM's bf16 (its docs/api-guide/dist_optimizer.md table, "bf16 parameters, fp32 gradients": 18
+ * bytes a parameter, 6 + 12/d with the distributed optimizer), not the ZeRO paper's 2 + 2 + 12, whose
+ * gradients are fp16: Megatron-LM accumulates and all-reduces gradients in fp32 under --bf16
+ * (accumulate_allreduce_grads_in_fp32), and so does the engine. */
 void tri_mem_model_states(double psi, int dp, int zero, tri_precision p, double *params, double *grads,
                           double *optimizer)
 {
     bool bf16 = p == TRI_PRECISION_BF16;
     double n = dp > 1 ? dp : 1;
     *params = (bf16 ? 2.0 : 4.0) * psi / (zero >= 3 ? n : 1.0);
-    *grads = (bf16 ? 2.0 : 4.0) * psi / (zero >= 2 ? n : 1.0);
+    *grads = 4.0 * psi / (zero >= 2 ? n : 1.0);
     *optimizer = (bf16 ? 12.0 : 8.0) * psi / (zero >= 1 ? n : 1.0);
 }
 
@@ -167,7 +165,7 @@ static double recompute_buffer(const tri_transformer *m, const tri_train_layout 
     if (l->recompute == TRI_RECOMPUTE_FULL)
         return tri_mem_block_activations(m, &all);
     if (l->recompute == TRI_RECOMPUTE_SELECTIVE)
-        return (l->precision == TRI_PRECISION_BF16 ? 5.0 : 4.0) * scores;
+        return elem_bytes(l) * scores;
     return 0.0;
 }
 
@@ -176,22 +174,24 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
 {
     memset(bytes, 0, TRI_MEM_KINDS * sizeof *bytes);
     dims d = get_dims(m, l);
-    bool bf16 = l->precision == TRI_PRECISION_BF16;
-    double e = bf16 ? 2.0 : 4.0, dp = l->dp > 1 ? l->dp : 1;
+    double e = elem_bytes(l), dp = l->dp > 1 ? l->dp : 1;
     int z = l->zero_stage;
+    bool sharded = l->dp > 1;
     for (int c = 0; c < plan->v; c++) {
         const tri_stage_place *place = &plan->chunks[c * plan->pp + pp_rank];
         double psi = tri_mem_chunk_params(m, l, place, plan->n_chunks);
         double params, grads, opt, largest;
         tri_mem_model_states(psi, l->dp, z, l->precision, &params, &grads, &opt);
-        double buffers = e * unit_buffers(m, l, place, plan->n_chunks, &largest);
-        bytes[TRI_MEM_PARAMS] += params + (z >= 3 && l->dp > 1 ? buffers : 0.0);
-        bytes[TRI_MEM_GRADS] += grads + (z >= 2 && l->dp > 1 ? buffers : 0.0);
+        double units = unit_buffers(m, l, place, plan->n_chunks, &largest);
+        /* gathered parameters are the model's dtype, gradient buckets and their reduce-scatter
+         * result fp32 (engine/zero.c take_unit_buffers, take_reduce_buffers) */
+        bytes[TRI_MEM_PARAMS] += params + (z >= 3 && sharded ? e * units : 0.0);
+        bytes[TRI_MEM_GRADS] += grads + (z >= 2 && sharded ? 4.0 * units : 0.0);
         bytes[TRI_MEM_OPTIMIZER] += opt;
-        if (z >= 2 && l->dp > 1)
-            bytes[TRI_MEM_COMM] += e * largest / dp;   /* one reduce-scatter's result */
-        if (!bf16 && place->first && place->last && z < 2 && !l->deterministic)
-            bytes[TRI_MEM_GRADS] += 4.0 * d.V_l * d.h; /* the LM head's own share of wte's gradient */
+        if (z >= 2 && sharded)
+            bytes[TRI_MEM_COMM] += 4.0 * largest / dp;
+        if (place->first && place->last && z < 2 && !l->deterministic)
+            bytes[TRI_MEM_GRADS] += 4.0 * d.V_l * d.h; /* the LM head's own fp32 share of wte's gradient */
         bytes[TRI_MEM_ACTIVATIONS] += in_flight[c] * tri_mem_chunk_activations(m, l, place);
         if (place->layer_end > place->layer_start)
             bytes[TRI_MEM_ACTIVATIONS] += recompute_buffer(m, l);
@@ -200,7 +200,7 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
         bytes[TRI_MEM_COMM] += comm;
         bytes[TRI_MEM_WORKSPACE] += work;
     }
-    if (!bf16) /* the trainer's gradient-norm slots: per global parameter tensor, TP rank (and DP rank
-                  when ZeRO shards) */
-        bytes[TRI_MEM_COMM] += 4.0 * (12.0 * (double)m->n_layer + 4.0) * l->tp * (z > 0 ? dp : 1.0);
+    /* the trainer's fp32 gradient-norm slots: per global parameter tensor, TP rank (and DP rank when
+       ZeRO shards) */
+    bytes[TRI_MEM_COMM] += 4.0 * (12.0 * (double)m->n_layer + 4.0) * l->tp * (z > 0 ? dp : 1.0);
 }

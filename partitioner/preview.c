@@ -9,16 +9,8 @@
 #include "partitioner/schedule.h"
 #include "partitioner/schedule_forward.h"
 
-int tri_preview_chunk_in_flight(const tri_train_layout *l, const tri_schedule *train, const tri_sim_result *sim,
-                                int r, int *in_flight)
+int tri_preview_chunk_in_flight(const tri_train_layout *l, const tri_schedule *train, int r, int *in_flight)
 {
-    if (l->precision == TRI_PRECISION_BF16) {
-        for (int c = 0; c < train->v; c++) {
-            int n = sim->peak_in_flight_chunk[r * train->v + c];
-            in_flight[c] = n > 0 ? n : 1;
-        }
-        return TRI_OK;
-    }
     /* the engine's rule (models/gpt_rank.c): slots for the training and evaluation schedules */
     tri_schedule eval;
     int rc = tri_schedule_forward_only(&eval, train->pp, train->v, l->n_micro);
@@ -80,7 +72,7 @@ int tri_preview_create(tri_preview *p, const tri_transformer *m, const tri_train
     if (!rc && !chunk)
         rc = TRI_ERR(TRI_ENOMEM, "preview: out of memory");
     for (int r = 0; r < l->pp && !rc; r++) {
-        rc = tri_preview_chunk_in_flight(l, &p->sched, &p->sim, r, chunk);
+        rc = tri_preview_chunk_in_flight(l, &p->sched, r, chunk);
         if (rc)
             break;
         for (int k = 0; k < l->v; k++)
@@ -89,7 +81,7 @@ int tri_preview_create(tri_preview *p, const tri_transformer *m, const tri_train
         memcpy(p->mem[r], p->model_mem[r], sizeof p->mem[r]);
     }
     free(chunk);
-    if (!rc && engine_plan && l->precision == TRI_PRECISION_FP32)
+    if (!rc && engine_plan) /* the engine plans every layout it runs: fp32 and bf16 alike */
         rc = engine_memory(p, engine_plan, ctx);
     if (rc) {
         tri_preview_destroy(p);

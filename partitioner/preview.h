@@ -7,14 +7,14 @@
  *
  * Memory comes from one of two places, and the preview says which:
  *   the engine's own plan, when the caller passes one (models/gpt_preview.h passes
- *     tri_gpt_rank_plan) and the layout is what the engine runs (fp32, any ZeRO stage and
- *     recomputation): the exact bytes the engine allocates, computed without allocating;
- *   the formulas of partitioner/memory_model.h (Korthikanti et al. 2022, Rajbhandari et al. 2020)
- *     otherwise: bf16 mixed precision (not in the engine yet), or no engine plan given.
+ *     tri_gpt_rank_plan): the exact bytes the engine allocates, computed without allocating, for
+ *     every layout the engine runs (fp32 and bf16 mixed precision, any ZeRO stage and
+ *     recomputation);
+ *   the formulas of partitioner/memory_model.h (the same buffers in closed form) when no engine
+ *     plan is given.
  * The formulas are computed in every case (model_mem) so the two can be compared. Micro-batches in
- * flight: the engine's activation slots (the executor's rule, tri_sched_slots_needed over the
- * training and evaluation schedules) for fp32, the simulator's peak in-flight micro-batches for
- * bf16 (Megatron-LM keeps exactly those). Pure planning: no device, no comm. */
+ * flight, in both: the engine's activation slots (the executor's rule, tri_sched_slots_needed over
+ * the training and evaluation schedules). Pure planning: no device, no comm. */
 #ifndef TRIDENT_PARTITIONER_PREVIEW_H
 #define TRIDENT_PARTITIONER_PREVIEW_H
 
@@ -67,9 +67,9 @@ void tri_preview_destroy(tri_preview *p);
 /* The world ranks and nodes of pipeline rank r: ranks [*lo, *hi], nodes [*node_lo, *node_hi]. */
 void tri_preview_stage_ranks(const tri_preview *p, int r, int *lo, int *hi, int *node_lo, int *node_hi);
 
-/* Micro-batches each local chunk of rank r keeps (in_flight[c], c < v) under layout l. */
-int tri_preview_chunk_in_flight(const tri_train_layout *l, const tri_schedule *train, const tri_sim_result *sim,
-                                int r, int *in_flight);
+/* Micro-batches each local chunk of rank r keeps (in_flight[c], c < v) under layout l: the engine's
+ * activation slots for training schedule train and the evaluation schedule. */
+int tri_preview_chunk_in_flight(const tri_train_layout *l, const tri_schedule *train, int r, int *in_flight);
 
 #ifdef __cplusplus
 }

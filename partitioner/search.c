@@ -29,7 +29,8 @@ static void pool_offer(pool *p, const tri_train_layout *l, const tri_time_result
 
 /* Micro-batches rank r keeps in flight in each local chunk, in closed form (schedule.h): 1F1B
  * min(pp - r, m), interleaved min(w + 1, m v) over its v chunks, w = min(2 (pp - r - 1) + (v - 1) pp,
- * m v); the engine's executor may hold one more slot. */
+ * m v); the engine's executor may hold one more slot. The engine plans and runs both precisions
+ * with the same slots (partitioner/preview.h), so bf16 counts that slot too. */
 static void in_flight_closed(const tri_train_layout *l, int r, int *chunk)
 {
     int m = l->n_micro, pp = l->pp, v = l->v, total;
@@ -40,7 +41,7 @@ static void in_flight_closed(const tri_train_layout *l, int r, int *chunk)
     } else {
         total = pp - r < m ? pp - r : m;
     }
-    if (l->precision == TRI_PRECISION_FP32 && pp > 1)
+    if (pp > 1)
         total += 1;
     for (int c = 0; c < v; c++)
         chunk[c] = (total + v - 1) / v;

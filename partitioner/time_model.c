@@ -128,11 +128,23 @@ int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, con
     if (!units)
         return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
     uint64_t b[TRI_COMM_KINDS];
-    tri_dp_step_traffic(units, n_units, l->zero_stage, l->n_micro, l->dp, b);
+    /* gradients are reduced as fp32 in both precisions, parameters gathered in the model's dtype
+       (bf16: 2 bytes; engine/zero.c, partitioner/traffic.h) */
+    tri_dp_step_traffic_sized(units, n_units, l->zero_stage, l->n_micro, l->dp, 4,
+                              tri_precision_bytes(l->precision), b);
     free(units);
     for (int k = 0; k < TRI_COMM_KINDS; k++)
-        bytes[k] = (double)b[k] * tri_precision_bytes(l->precision) / 4.0;   /* counted in 4-byte values */
+        bytes[k] = (double)b[k];
     return TRI_OK;
+}
+
+/* Bytes the optimizer step streams per parameter of the shard (time_model.h). */
+static double optimizer_bytes_per_param(tri_precision p)
+{
+    /* AdamW reads the weight, gradient, m and v and writes the weight, m and v (7 x 4 bytes); under
+       bf16 mixed precision the weight is the fp32 master copy, which tri_zero_publish_owned then
+       reads again (4) to write its bf16 rounding (2) into the model's parameters (engine/zero.c) */
+    return p == TRI_PRECISION_BF16 ? 28.0 + 4.0 + 2.0 : 28.0;
 }
 
 /* Per-step work after the pipeline on rank r: data-parallel traffic, the replicated gradients' TP
@@ -141,7 +153,6 @@ static int per_step(const tri_transformer *m, const tri_train_layout *l, const t
                     const tri_stage_plan *plan, int r, tri_time_result *out)
 {
     double psi = tri_time_rank_params(m, l, plan, r), dp_bytes[TRI_COMM_KINDS];
-    int e = tri_precision_bytes(l->precision);
     int rc = tri_time_dp_traffic(m, l, plan, r, dp_bytes);
     if (rc)
         return rc;
@@ -155,13 +166,13 @@ static int per_step(const tri_transformer *m, const tri_train_layout *l, const t
     tri_layout_shape shape = tri_train_layout_shape(l);
     bool inter;
     double tp_bw = group_bw(c, 1, l->tp, &inter);
-    for (int k = 0; k < plan->v; k++) {
-        uint64_t fixed = tri_tp_step_fixed_traffic(m, &shape, &plan->chunks[k * plan->pp + r], e);
+    for (int k = 0; k < plan->v; k++) {   /* the replicated gradients are fp32 in both precisions */
+        uint64_t fixed = tri_tp_step_fixed_traffic(m, &shape, &plan->chunks[k * plan->pp + r], 4);
         out->tp_s += c->eff.tp_exposed * tri_collective_seconds(TRI_COMM_ALL_REDUCE, (double)fixed, l->tp, tp_bw);
         out->tp_bytes += (double)fixed;
     }
     double shard = psi / (l->zero_stage >= 1 ? l->dp : 1);
-    out->optimizer_s = 28.0 * shard / (tri_cluster_mem_bw(c) * c->eff.memory);
+    out->optimizer_s = optimizer_bytes_per_param(l->precision) * shard / (tri_cluster_mem_bw(c) * c->eff.memory);
     return TRI_OK;
 }
 

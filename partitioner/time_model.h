@@ -20,10 +20,13 @@
  *   PP            what the message time adds to the makespan;
  * and after the pipeline, once per step:
  *   DP            partitioner/traffic.h's ZeRO traffic for the rank's parameters as ring
- *                 collectives over the data-parallel group, times the exposed share, plus the
- *                 replicated gradients' TP all-reduce under sequence parallelism;
+ *                 collectives over the data-parallel group (gradients fp32, parameters in the
+ *                 model's dtype: bf16 under mixed precision), times the exposed share, plus the
+ *                 replicated gradients' TP all-reduce under sequence parallelism (fp32);
  *   optimizer     AdamW streams 28 bytes per parameter of its shard (4 reads and 3 writes of 4
- *                 bytes, ../shared/NOTES.md) at memory bandwidth x memory fraction.
+ *                 bytes, ../shared/NOTES.md), 34 under bf16 mixed precision (the fp32 master weight
+ *                 read again and rounded into the bf16 parameter), at memory bandwidth x memory
+ *                 fraction.
  * The iteration time is their sum. Throughput: tokens/s = global batch x s / time; model TFLOP/s
  * per GPU = eq. 3 FLOPs (no recomputation) / time / GPUs; MFU = that / the dense peak (PaLM,
  * Chowdhery et al. 2022, App. B); HFU counts the recomputed FLOPs too. */
@@ -93,7 +96,8 @@ int tri_time_model_calibrate_gemm(const tri_transformer *m, const tri_train_layo
 
 /* bytes[kind] of data-parallel traffic in one step on pipeline rank r: partitioner/traffic.h's
  * tri_dp_step_traffic (the engine's own count) over the rank's units of parameters as the engine
- * uses them (models/gpt.c, tri_gpt_unit_uses), in the layout's precision. TRI_ENOMEM. */
+ * uses them (models/gpt.c, tri_gpt_unit_uses): fp32 gradients, parameters in the layout's
+ * precision. TRI_ENOMEM. */
 int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
                         double bytes[TRI_COMM_KINDS]);
 

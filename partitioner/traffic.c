@@ -87,16 +87,16 @@ uint64_t tri_pp_message_bytes(const tri_transformer *m, const tri_layout_shape *
 void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
                          uint64_t bytes[TRI_COMM_KINDS])
 {
-    tri_dp_step_traffic_sized(units, n, zero_stage, n_micro, dp, 4, bytes);
+    tri_dp_step_traffic_sized(units, n, zero_stage, n_micro, dp, 4, 4, bytes);
 }
 
 void tri_dp_step_traffic_sized(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
-                               int grad_bytes, uint64_t bytes[TRI_COMM_KINDS])
+                               int grad_bytes, int param_bytes, uint64_t bytes[TRI_COMM_KINDS])
 {
     memset(bytes, 0, TRI_COMM_KINDS * sizeof *bytes);
     if (dp == 1)
         return;
-    const uint64_t f = 4, g = (uint64_t)grad_bytes, mb = (uint64_t)n_micro;
+    const uint64_t f = (uint64_t)param_bytes, g = (uint64_t)grad_bytes, mb = (uint64_t)n_micro;
     uint64_t *ar = &bytes[TRI_COMM_ALL_REDUCE], *rs = &bytes[TRI_COMM_REDUCE_SCATTER];
     uint64_t *ag = &bytes[TRI_COMM_ALL_GATHER];
     *ar += 8; /* the step's loss: an int64 in fixed point (engine/pipeline.h) */

@@ -19,7 +19,12 @@
  * and its gradient backward (Narayanan et al. 2021 §4.1: B*s*h per boundary).
  *
  * Data parallelism: tri_dp_step_traffic below, per unit of parameters and how a pass uses it
- * (Rajbhandari et al. 2020 §7). */
+ * (Rajbhandari et al. 2020 §7).
+ *
+ * bf16 mixed precision (engine/zero.h, models/gpt.c): activations and their gradients are bf16, so
+ * TP and PP messages take elem = 2 (the loss statistics stay fp32); parameter gradients stay fp32,
+ * so the replicated gradients' all-reduce under sequence parallelism and the DP gradient reductions
+ * move 4 bytes a value, while the DP parameter all-gathers move the bf16 parameters (2). */
 #ifndef TRIDENT_PARTITIONER_TRAFFIC_H
 #define TRIDENT_PARTITIONER_TRAFFIC_H
 
@@ -36,7 +41,8 @@ void tri_tp_microbatch_traffic(const tri_transformer *m, const tri_layout_shape 
                                int elem, uint64_t fwd[TRI_COMM_KINDS], uint64_t bwd[TRI_COMM_KINDS]);
 
 /* All-reduce bytes once per step for the replicated parameters' gradients under sequence
- * parallelism (`elem` bytes per gradient value); 0 without it or with tp = 1. */
+ * parallelism (`elem` bytes per gradient value: 4, as gradients are fp32 in both precisions); 0
+ * without it or with tp = 1. */
 uint64_t tri_tp_step_fixed_traffic(const tri_transformer *m, const tri_layout_shape *l,
                                    const tri_stage_place *s, int elem);
 
@@ -52,7 +58,7 @@ typedef struct tri_unit_uses {
 } tri_unit_uses;
 
 /* bytes[kind] = data-parallel traffic of one training step on one rank's group (the ZeRO paper's
- * volumes, Rajbhandari et al. 2020 §7, as payload), for n units of 4-byte values, n_micro
+ * volumes, Rajbhandari et al. 2020 §7, as payload), for n units of fp32 values, n_micro
  * micro-batches per step: ZeRO 0 all-reduces the gradients (P = sum of unit lengths); ZeRO 1
  * reduce-scatters them and all-gathers the updated parameters once per step; ZeRO 2 reduce-scatters
  * a unit's gradient bucket after every pass that writes it and all-gathers the parameters once;
@@ -61,9 +67,13 @@ typedef struct tri_unit_uses {
  * (an 8-byte integer per step) is included. */
 void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
                          uint64_t bytes[TRI_COMM_KINDS]);
-/* The same with gradients of grad_bytes per value: deterministic mode reduces int64 fixed-point
- * sums (8), doubling the gradient traffic; parameters stay fp32. */
+/* The same with gradients of grad_bytes and parameters of param_bytes per value (engine/zero.c):
+ * gradients are reduced as fp32 (4) in both precisions - bf16 mixed precision keeps fp32 gradients
+ * (engine/zero.h), as Megatron-LM's --bf16 reduces its fp32 main gradients - or as int64
+ * fixed-point sums (8) in deterministic mode, doubling the gradient traffic; parameters are
+ * all-gathered (after the update at ZeRO 1-2, before each use at ZeRO 3) in the model's dtype:
+ * fp32 (4) or bf16 (2) under mixed precision. */
 void tri_dp_step_traffic_sized(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
-                               int grad_bytes, uint64_t bytes[TRI_COMM_KINDS]);
+                               int grad_bytes, int param_bytes, uint64_t bytes[TRI_COMM_KINDS]);
 
 #endif

@@ -3,9 +3,9 @@
  * The parallel sizes and batch shape (tri_layout_shape), the pipeline schedule and its model
  * chunks per rank, the ZeRO stage (Rajbhandari et al. 2020), activation recomputation (Korthikanti
  * et al. 2022: none, selective = the attention core, full = every layer from its input) and the
- * precision: fp32 (what Trident's engine runs today) or bf16 mixed precision (Micikevicius et al.
- * 2018; Megatron-LM's --bf16: bf16 weights, gradients and activations, an fp32 master copy and
- * fp32 AdamW moments). The memory model, the time model and the layout search all read this. */
+ * precision: fp32 or bf16 mixed precision (Micikevicius et al. 2018; engine_train --bf16, as
+ * Megatron-LM's --bf16: bf16 weights and activations, fp32 gradients, an fp32 master copy and fp32
+ * AdamW moments; engine/zero.h). The memory model, the time model and the layout search all read this. */
 #ifndef TRIDENT_PARTITIONER_TRAIN_LAYOUT_H
 #define TRIDENT_PARTITIONER_TRAIN_LAYOUT_H
 

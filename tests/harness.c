@@ -217,7 +217,7 @@ static void record_zero(tri_gpt_session *ss, job *j)
         }
     }
     tri_dp_step_traffic_sized(uses, n, j->layout.zero, j->layout.n_micro, ss->grid.dp,
-                              j->layout.deterministic ? 8 : 4, j->out->dp_expected);
+                              j->layout.deterministic ? 8 : 4, j->layout.bf16 ? 2 : 4, j->out->dp_expected);
 }
 
 static int run_rank(int rank, int size, tri_comm *world, void *arg)

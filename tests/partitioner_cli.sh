@@ -3,7 +3,8 @@
 #
 # The default preview (the README's CPU run) prints every section and takes its memory from the
 # engine's plan; --json is one valid JSON object with the documented keys and the same figures;
-# GPT-3 175B on 1024 H100s fits with bf16 + selective recomputation; --timeline writes an SVG that
+# --bf16 takes the engine's plan too, on the cpu preset (computed in fp32) as on GPUs; GPT-3 175B
+# on 1024 H100s fits with bf16 + selective recomputation; --timeline writes an SVG that
 # an SVG renderer (rsvg-convert or ImageMagick, when installed) turns into a PNG; --calibrate
 # reads an engine_train metrics.jsonl and makes the prediction match the measured time; --search
 # prints ten ranked layouts; bad input exits 1 with one message naming the rule and the nearest
@@ -57,17 +58,36 @@ assert 0 < o["mfu"] < 1
 assert o["model_flops_per_iteration"] == o["hardware_flops_per_iteration"]
 PY
 
+# ---- bf16 mixed precision on the cpu preset (engine_train --bf16) ----
+"$bin" --bf16 --json > "$tmp/bf16.json" 2>&1 || { fail "--bf16 on the cpu preset"; cat "$tmp/bf16.json"; }
+python3 - "$tmp/default.json" "$tmp/bf16.json" <<'PY' && ok "--bf16 on the cpu: the engine's plan, 2 + 4 + 12 bytes a parameter" || fail "--bf16 JSON"
+import json, sys
+f, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert b["layout"]["precision"] == "bf16" and b["memory_source"] == "engine_plan", b["memory_source"]
+assert b["fits"] is True
+for sf, sb in zip(f["stages"], b["stages"]):
+    mf, mb = sf["memory_bytes"], sb["memory_bytes"]
+    assert abs(sb["memory_formula_bytes"]["total"] / mb["total"] - 1) < 0.05
+    assert mb["activations"] < 0.6 * mf["activations"], (mb["activations"], mf["activations"])
+    # bf16 weights, fp32 gradients, fp32 master weights + AdamW m, v: 2 + 4 + 12 bytes against 4 + 4 + 8
+    assert abs(mb["parameters"] / mf["parameters"] - 0.5) < 0.01, (mb["parameters"], mf["parameters"])
+    assert abs(mb["gradients"] / mf["gradients"] - 1) < 0.01, (mb["gradients"], mf["gradients"])
+    assert abs(mb["optimizer"] / mf["optimizer"] - 1.5) < 0.01, (mb["optimizer"], mf["optimizer"])
+PY
+
 # ---- GPT-3 175B on 1024 H100s ----
 gpt3=(--config models/gpt3-175b.json --num-gpus 1024 --gpus-per-node 8 --hardware h100-sxm
       --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 6
       --micro-batch-size 1 --global-batch-size 1536 --seq-length 2048 --zero-stage 1
       --recompute-granularity selective --sequence-parallel --bf16)
 "$bin" "${gpt3[@]}" --json --timeline "$tmp/gpt3.svg" > "$tmp/gpt3.json" 2>&1 || fail "GPT-3 preview"
-python3 - "$tmp/gpt3.json" <<'PY' && ok "GPT-3 175B on 1024 H100s: fits, formulas, MFU in range" || fail "GPT-3 JSON"
+python3 - "$tmp/gpt3.json" <<'PY' && ok "GPT-3 175B on 1024 H100s: fits, the engine's plan (formulas within 5%), MFU in range" || fail "GPT-3 JSON"
 import json, sys
 o = json.load(open(sys.argv[1]))
-assert o["memory_source"] == "formulas"
+assert o["memory_source"] == "engine_plan", o["memory_source"]
 assert o["fits"] is True
+for s in o["stages"]:
+    assert abs(s["memory_formula_bytes"]["total"] / s["memory_bytes"]["total"] - 1) < 0.05
 assert o["layout"]["data_parallel_size"] == 16 and o["layout"]["virtual_pipeline_chunks"] == 2
 assert 0.3 < o["mfu"] < 0.6, o["mfu"]
 # Narayanan et al. 2021 eq. 3 for 1536 x 2048 tokens
@@ -145,7 +165,6 @@ expect "global batch" "nearest valid global batch sizes: 8, 12" --global-batch-s
 expect "interleaving" "nearest valid: 1" --num-layers-per-virtual-pipeline-stage 2
 expect "sequence length" "--seq-length 512: must be in [1, n_positions 256]; nearest valid: 256" --seq-length 512
 expect "unknown hardware" "--hardware v100: expected one of h100-sxm|h200|a100-80gb|cpu" --hardware v100
-expect "bf16 on the cpu" "--bf16 is not available with --hardware cpu" --bf16
 expect "missing config" "models/none.json" --config models/none.json
 expect "metrics of another run" "pass the measured run's layout flags" --calibrate "$tmp/metrics.jsonl" --global-batch-size 32
 echo '{"kind": "train", "iter": 1}' > "$tmp/bad.jsonl"

@@ -1,6 +1,8 @@
 /* tests/test_memory_plan.c - memory is planned, not discovered (DESIGN.md §7).
  *
- * For sixteen layouts (tp, pp, schedule, interleaving, sequence parallelism, data parallelism, ZeRO),
+ * For sixteen fp32 layouts (tp, pp, schedule, interleaving, sequence parallelism, data parallelism,
+ * ZeRO) and seven bf16 mixed-precision ones (engine_train --bf16: bf16 parameters and activations,
+ * fp32 gradients and master weights; tp, pp, sequence parallelism, ZeRO 0-3, interleaving),
  * every rank builds its training set-up on thread ranks and checks that
  *  - the planner's prediction for its coordinates (tri_gpt_rank_plan, which allocates nothing)
  *    equals, category by category, what its arenas allocated, and
@@ -21,6 +23,7 @@ typedef struct mem_case {
     int per_chunk;
     int micro;
     int zero;
+    bool bf16;
     tri_gpt_config cfg;
     char failure[512];
 } mem_case;
@@ -41,7 +44,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         .tp = c->tp, .pp = c->pp, .clip_grad = 1.0f,
         .run = {.B = 2, .T = 8, .n_micro = c->micro, .sequence_parallel = c->sp, .schedule = c->schedule,
                 .layers_per_virtual_stage = c->per_chunk, .first_stage_layers = -1, .last_stage_layers = -1,
-                .zero_stage = c->zero, .seed = 1},
+                .zero_stage = c->zero, .bf16 = c->bf16, .seed = 1},
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
     };
     int rc = tri_device_cpu_create(&dev, 1);
@@ -75,14 +78,26 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     return rc;
 }
 
-static void check_zero(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro, int zero)
+static void check_precision(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro,
+                            int zero, bool bf16)
 {
     mem_case c = {.tp = tp, .pp = pp, .dp = dp, .sp = sp, .schedule = schedule, .per_chunk = per_chunk,
-                  .micro = micro, .zero = zero, .cfg = tu_tiny_config()};
+                  .micro = micro, .zero = zero, .bf16 = bf16, .cfg = tu_tiny_config()};
     c.cfg.n_layer = 8;
     int rc = tri_run_thread_ranks(tp * pp * dp, run_rank, &c);
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
-    cr_expect(!c.failure[0], "tp %d pp %d dp %d %s ZeRO %d: %s", tp, pp, dp, schedule, zero, c.failure);
+    cr_expect(!c.failure[0], "%s tp %d pp %d dp %d %s ZeRO %d: %s", bf16 ? "bf16" : "fp32", tp, pp, dp, schedule,
+              zero, c.failure);
+}
+
+static void check_zero(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro, int zero)
+{
+    check_precision(tp, pp, dp, sp, schedule, per_chunk, micro, zero, false);
+}
+
+static void check_bf16(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro, int zero)
+{
+    check_precision(tp, pp, dp, sp, schedule, per_chunk, micro, zero, true);
 }
 
 static void check(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro)
@@ -106,3 +121,10 @@ Test(memory_plan, dp2_zero1) { check_zero(1, 1, 2, false, "1f1b", 0, 2, 1); }
 Test(memory_plan, dp2_zero2) { check_zero(1, 1, 2, false, "1f1b", 0, 2, 2); }
 Test(memory_plan, dp4_zero3) { check_zero(1, 1, 4, false, "1f1b", 0, 2, 3); }
 Test(memory_plan, tp2_pp2_dp2_zero3) { check_zero(2, 2, 2, false, "1f1b", 0, 2, 3); }
+Test(memory_plan, bf16_one_rank) { check_bf16(1, 1, 1, false, "1f1b", 0, 1, 0); }
+Test(memory_plan, bf16_tp2_pp2) { check_bf16(2, 2, 1, false, "1f1b", 0, 4, 0); }
+Test(memory_plan, bf16_tp2_sp) { check_bf16(2, 1, 1, true, "1f1b", 0, 2, 0); }
+Test(memory_plan, bf16_pp2_interleaved) { check_bf16(1, 2, 1, false, "interleaved", 2, 4, 0); }
+Test(memory_plan, bf16_dp2_zero1) { check_bf16(1, 1, 2, false, "1f1b", 0, 2, 1); }
+Test(memory_plan, bf16_dp2_zero2) { check_bf16(1, 1, 2, false, "1f1b", 0, 2, 2); }
+Test(memory_plan, bf16_tp2_pp2_dp2_zero3) { check_bf16(2, 2, 2, false, "1f1b", 0, 2, 3); }

@@ -69,20 +69,24 @@ static void preview(tri_preview *p, const tri_transformer *m, tri_cluster c, int
                     int64_t mb, int64_t gb, int64_t T, int zero, tri_recompute rec, const char *sched);
 static tri_cluster h100(int gpus);
 
-/* A middle pipeline stage holds only blocks (P parameters, e bytes each): ZeRO 0 all-reduces e P
- * (plus the step's loss, a few bytes), ZeRO 1 reduce-scatters and all-gathers them
+/* A middle pipeline stage holds only blocks (P parameters): ZeRO 0 all-reduces the gradients
+ * (plus the step's loss, a few bytes), ZeRO 1 reduce-scatters them and all-gathers the parameters
  * once, ZeRO 2 reduce-scatters every micro-batch's gradients, ZeRO 3 also all-gathers the
- * parameters before each forward and backward (Rajbhandari et al. 2020 §7: 1.5x ZeRO 0-2). */
+ * parameters before each forward and backward (Rajbhandari et al. 2020 §7: 1.5x ZeRO 0-2 in one
+ * precision). Under bf16 mixed precision the gradients are fp32 (g = 4 bytes) and the parameters
+ * bf16 (e = 2; engine/zero.h), as Megatron-LM reduces fp32 main gradients and gathers bf16
+ * parameters. */
 Test(partitioner, dp_traffic_follows_the_zero_stages)
 {
-    const double m = 4, e = 2;  /* micro-batches per step; bf16 bytes */
+    const double m = 4, g = 4, e = 2;  /* micro-batches per step; fp32 gradient, bf16 parameter bytes */
     for (int z = 0; z <= 3; z++) {
         tri_preview p;
         preview(&p, &WIDE, h100(6), 1, 3, 0, 1, 8, 512, z, TRI_RECOMPUTE_NONE, NULL);
         cr_assert_eq(p.layout.dp, 2);
+        cr_assert_eq(p.layout.precision, TRI_PRECISION_BF16);
         const tri_stage_place *mid = &p.plan.chunks[1];
         double P = (mid->layer_end - mid->layer_start) * (12.0 * 1024 * 1024 + 13.0 * 1024);
-        const double want[4] = {e * P, 2 * e * P, (m + 1) * e * P, 3 * m * e * P};
+        const double want[4] = {g * P, (g + e) * P, (m * g + e) * P, m * g * P + 2 * m * e * P};
         double b[TRI_COMM_KINDS], total = 0.0;
         cr_assert_eq(tri_time_dp_traffic(&p.model, &p.layout, &p.plan, 1, b), TRI_OK);
         for (int k = 0; k < TRI_COMM_KINDS; k++)
@@ -90,7 +94,9 @@ Test(partitioner, dp_traffic_follows_the_zero_stages)
         cr_expect(total >= want[z] && total <= want[z] + 16, "ZeRO %d: %.0f bytes, expected %.0f + the loss", z, total,
                   want[z]);
         if (z == 0)
-            cr_expect(b[TRI_COMM_ALL_REDUCE] >= e * P && b[TRI_COMM_ALL_REDUCE] <= e * P + 16);
+            cr_expect(b[TRI_COMM_ALL_REDUCE] >= g * P && b[TRI_COMM_ALL_REDUCE] <= g * P + 16);
+        if (z >= 1)
+            cr_expect_float_eq(b[TRI_COMM_REDUCE_SCATTER], (z == 1 ? 1 : m) * g * P, 1e-12 * P);
         if (z == 3)
             cr_expect_float_eq(b[TRI_COMM_ALL_GATHER], 2 * m * e * P, 1e-12 * P);
         tri_preview_destroy(&p);
@@ -118,6 +124,8 @@ Test(partitioner, presets_and_ring_times)
     cr_expect_eq(a->inter_bw, 25e9);
     tri_cluster cl = {.hw = c, .num_gpus = 4, .gpus_per_node = 4, .cpu_cores = 2, .eff = c->eff};
     cr_expect_float_eq(tri_cluster_peak(&cl, TRI_PRECISION_FP32), 115e9 * 2 / 4, 1);
+    /* the CPU backend computes bf16 in fp32: the same peak */
+    cr_expect_float_eq(tri_cluster_peak(&cl, TRI_PRECISION_BF16), tri_cluster_peak(&cl, TRI_PRECISION_FP32), 1);
     cr_expect_float_eq(tri_cluster_usable_bytes(&cl), (24.0 - 1.0) * 1073741824.0 / 4, 1);
     cr_expect_float_eq(tri_collective_seconds(TRI_COMM_ALL_REDUCE, 1e9, 8, 1e9), 1.75, 1e-12);
     cr_expect_float_eq(tri_collective_seconds(TRI_COMM_REDUCE_SCATTER, 1e9, 8, 1e9), 0.875, 1e-12);
@@ -162,12 +170,13 @@ Test(partitioner, bad_layouts_name_the_rule_and_the_nearest_valid_values)
     r = request(1, 1, 1, 1, 1);
     r.sequence_parallel = true;
     refused(&GPT2, r, "--sequence-parallel needs --tensor-model-parallel-size > 1", "(got 1)");
+    /* valid ones: bf16 on the cpu preset (the CPU backend computes bf16 in fp32) */
+    tri_train_layout l;
     r = request(1, 1, 1, 1, 1);
     r.cpu = true;
     r.precision = TRI_PRECISION_BF16;
-    refused(&GPT2, r, "--bf16 is not available with --hardware cpu", "drop --bf16");
-    /* a valid one */
-    tri_train_layout l;
+    cr_assert_eq(tri_layout_resolve(&GPT2, &r, &l), TRI_OK, "%s", tri_error_message());
+    cr_expect_eq(l.precision, TRI_PRECISION_BF16);
     r = request(64, 4, 2, 2, 64);
     r.layers_per_virtual_stage = 3;
     cr_assert_eq(tri_layout_resolve(&GPT2, &r, &l), TRI_OK, "%s", tri_error_message());
@@ -242,6 +251,33 @@ Test(partitioner, recomputation_data_parallelism_and_links)
     tri_preview_destroy(&none);
     tri_preview_destroy(&z0);
     tri_preview_destroy(&z3);
+}
+
+/* bf16 mixed precision as the engine runs it, on the cpu preset (computed in fp32: the fp32 peak):
+ * the pipeline messages are bf16 (half), the TP activations too (the loss statistics stay fp32), the
+ * optimizer streams 34 bytes a parameter instead of 28 (the fp32 master weight read again and
+ * rounded into the bf16 parameter). */
+Test(partitioner, bf16_time_model_follows_the_engine)
+{
+    const tri_hardware *hw = tri_hardware_find("cpu");
+    tri_cluster c = {.hw = hw, .num_gpus = 4, .gpus_per_node = 4, .cpu_cores = 2, .eff = hw->eff};
+    tri_preview p[2];
+    for (int prec = 0; prec < 2; prec++) {
+        tri_layout_request r = {.num_gpus = 4, .tp = 2, .pp = 2, .micro_batch = 4, .global_batch = 16,
+                                .seq_length = 128, .cpu = true, .precision = (tri_precision)prec,
+                                .first_layers = -1, .last_layers = -1};
+        tri_train_layout l;
+        cr_assert_eq(tri_layout_resolve(&TINY, &r, &l), TRI_OK, "%s", tri_error_message());
+        cr_assert_eq(tri_preview_create(&p[prec], &TINY, &l, &c, NULL, NULL), TRI_OK, "%s", tri_error_message());
+    }
+    const tri_time_result *f = &p[TRI_PRECISION_FP32].time, *b = &p[TRI_PRECISION_BF16].time;
+    cr_expect_float_eq(b->optimizer_s / f->optimizer_s, 34.0 / 28.0, 1e-9);
+    cr_expect_float_eq(b->p2p_message_s / f->p2p_message_s, 0.5, 1e-9);
+    cr_expect(b->tp_bytes < 0.51 * f->tp_bytes && b->tp_bytes > 0.5 * f->tp_bytes, "TP bytes %g vs %g", b->tp_bytes,
+              f->tp_bytes);
+    cr_expect(b->iteration_s < f->iteration_s);
+    tri_preview_destroy(&p[0]);
+    tri_preview_destroy(&p[1]);
 }
 
 Test(partitioner, calibration_inverts_the_time_model)

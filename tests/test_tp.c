@@ -96,3 +96,41 @@ Test(tp, tp3_matches_one_rank, .timeout = 120) { check_layout(3, false); }
 Test(tp, tp3_sequence_parallel_matches_one_rank, .timeout = 120) { check_layout(3, true); }
 Test(tp, tp4_matches_one_rank, .timeout = 120) { check_layout(4, false); }
 Test(tp, tp4_sequence_parallel_matches_one_rank, .timeout = 120) { check_layout(4, true); }
+
+/* bf16 mixed precision: the activations the TP group reduces and gathers are bf16 (2 bytes), the
+ * loss statistics and, under sequence parallelism, the replicated parameters' gradients stay fp32:
+ * the byte counters equal partitioner/traffic.h's per-micro-batch traffic with elem = 2 plus the
+ * fp32 fixed part (what the partitioner's time model charges). */
+static void check_bf16_traffic(int tp, bool sp)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows(B, T, cfg.vocab_size, 7);
+    tu_layout lay = {.tp = tp, .sp = sp, .bf16 = true};
+    tu_result got;
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &lay, w, 1, &got), TRI_OK, "bf16 tp=%d sp=%d: %s", tp, sp,
+                 tri_error_message());
+    tri_transformer dims = tri_gpt_dims(&cfg);
+    tri_layout_shape shape = {.tp = tp, .pp = 1, .dp = 1, .sequence_parallel = sp, .B = (int64_t)B, .T = (int64_t)T,
+                              .n_micro = 1};
+    tri_stage_place place = {.layer_start = 0, .layer_end = cfg.n_layer, .first = true, .last = true};
+    uint64_t fwd[TRI_COMM_KINDS], bwd[TRI_COMM_KINDS];
+    tri_tp_microbatch_traffic(&dims, &shape, &place, 2, fwd, bwd);
+    for (int k = 0; k < TRI_COMM_KINDS; k++) {
+        uint64_t want = fwd[k] + bwd[k];
+        if (k == TRI_COMM_ALL_REDUCE)
+            want += tri_tp_step_fixed_traffic(&dims, &shape, &place, 4);
+        cr_expect_eq(got.tp_bytes[k], want, "bf16 tp=%d sp=%d: %s moved %llu bytes, analytic %llu", tp, sp,
+                     tri_comm_kind_name((tri_comm_kind)k), (unsigned long long)got.tp_bytes[k],
+                     (unsigned long long)want);
+    }
+    cr_expect(isfinite(got.grad_loss) && got.grad_loss > 0, "bf16 tp=%d sp=%d: loss %g", tp, sp, got.grad_loss);
+    cr_log_info("bf16 tp=%d sp=%d: TP bytes all-reduce %llu, reduce-scatter %llu, all-gather %llu (= analytic)", tp,
+                sp, (unsigned long long)got.tp_bytes[TRI_COMM_ALL_REDUCE],
+                (unsigned long long)got.tp_bytes[TRI_COMM_REDUCE_SCATTER],
+                (unsigned long long)got.tp_bytes[TRI_COMM_ALL_GATHER]);
+    tu_result_free(&got);
+    free(w);
+}
+
+Test(tp, bf16_tp2_traffic, .timeout = 120) { check_bf16_traffic(2, false); }
+Test(tp, bf16_tp2_sequence_parallel_traffic, .timeout = 120) { check_bf16_traffic(2, true); }

@@ -135,3 +135,37 @@ Test(zero, overlap_dp2_zero2, .timeout = 120) { check_overlap(2, 1, 1, 2, 2); }
 Test(zero, overlap_dp2_zero3, .timeout = 120) { check_overlap(2, 1, 1, 3, 2); }
 Test(zero, overlap_tp2_pp2_dp2_zero1, .timeout = 200) { check_overlap(2, 2, 2, 1, 4); }
 Test(zero, overlap_tp2_pp2_dp2_zero3, .timeout = 200) { check_overlap(2, 2, 2, 3, 4); }
+
+/* bf16 mixed precision (engine/zero.h): the gradients stay fp32, so the reductions move 4 bytes a
+ * value as in fp32, while the parameters are all-gathered as bf16 (2 bytes): the data-parallel
+ * group moves exactly partitioner/traffic.h's figure with those sizes (what the partitioner's time
+ * model charges, partitioner/time_model.c). */
+static void check_bf16_traffic(int dp, int tp, int pp, int zero)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    cfg.n_layer = 8;
+    int32_t *w = tu_make_windows(GLOBAL, T, cfg.vocab_size, 17);
+    tu_layout lay = {.tp = tp, .pp = pp, .dp = dp, .zero = zero, .n_micro = GLOBAL / (B * dp), .bf16 = true};
+    tu_result got;
+    char name[64];
+    snprintf(name, sizeof name, "bf16 dp=%d tp=%d pp=%d zero=%d", dp, tp, pp, zero);
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &lay, w, 1, &got), TRI_OK, "%s: %s", name, tri_error_message());
+    cr_expect(isfinite(got.losses[0]) && got.losses[0] > 0, "%s: loss %g", name, got.losses[0]);
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        cr_expect_eq(got.dp_bytes[k], got.dp_expected[k], "%s: DP %s moved %llu bytes, analytic %llu", name,
+                     tri_comm_kind_name((tri_comm_kind)k), (unsigned long long)got.dp_bytes[k],
+                     (unsigned long long)got.dp_expected[k]);
+    cr_log_info("%s: DP bytes all-reduce %llu reduce-scatter %llu all-gather %llu (= analytic: fp32 gradients, bf16 "
+                "parameters)", name, (unsigned long long)got.dp_bytes[TRI_COMM_ALL_REDUCE],
+                (unsigned long long)got.dp_bytes[TRI_COMM_REDUCE_SCATTER],
+                (unsigned long long)got.dp_bytes[TRI_COMM_ALL_GATHER]);
+    tu_result_free(&got);
+    free(w);
+}
+
+Test(zero, bf16_traffic_dp2_zero0, .timeout = 120) { check_bf16_traffic(2, 1, 1, 0); }
+Test(zero, bf16_traffic_dp2_zero1, .timeout = 120) { check_bf16_traffic(2, 1, 1, 1); }
+Test(zero, bf16_traffic_dp2_zero2, .timeout = 120) { check_bf16_traffic(2, 1, 1, 2); }
+Test(zero, bf16_traffic_dp2_zero3, .timeout = 120) { check_bf16_traffic(2, 1, 1, 3); }
+Test(zero, bf16_traffic_tp2_pp2_dp2_zero1, .timeout = 200) { check_bf16_traffic(2, 2, 2, 1); }
+Test(zero, bf16_traffic_tp2_pp2_dp2_zero3, .timeout = 200) { check_bf16_traffic(2, 2, 2, 3); }

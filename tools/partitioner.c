@@ -9,9 +9,9 @@
  * Prints the stage table (stage, layers, ranks, nodes), the memory per GPU by category for every
  * stage and whether it fits, the predicted iteration split into compute, exposed TP / PP / DP
  * communication, bubble and optimizer, and tokens/s, model TFLOP/s per GPU and MFU
- * (tools/cli/partitioner_report.h). Memory of layouts the engine runs (fp32) is
- * the engine's own plan (models/gpt_preview.h), everything else comes from the formulas of
- * partitioner/memory_model.h; the output says which. The time model is partitioner/time_model.h.
+ * (tools/cli/partitioner_report.h). Memory is the engine's own plan (models/gpt_preview.h) for
+ * every layout, fp32 or bf16 mixed precision; the formulas of partitioner/memory_model.h screen
+ * the search and are printed beside it for comparison. The time model is partitioner/time_model.h.
  * Flags take Megatron-LM's names where Megatron-LM has one. Exit status 1 with one message naming
  * the flag and the nearest valid values on bad input (partitioner/constraints.h). */
 #include <stdio.h>
@@ -65,7 +65,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero_stage, "ZeRO stage 0-3 (Rajbhandari et al. 2020)", 0, 3);
     f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022)");
     f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "sequence parallelism (needs tp > 1)", 0, 0);
-    f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision (GPUs; the engine runs fp32 today)", 0, 0);
+    f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision as engine_train --bf16 runs it: bf16 weights and activations, fp32 gradients, master weights and AdamW moments (cpu: computed in fp32)", 0, 0);
     f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "deterministic mode: fixed-point gradient sums (engine/zero.h; the engine's plan counts their buffers)", 0, 0);
     f[n++] = (tri_flag)FLAG("overlap-grad-reduce", TRI_FLAG_BOOL, &a->overlap_grad_reduce, "engine_train's overlapped gradient reduction (memory from the engine's plan; set --dp-comm-exposed for its time)", 0, 0);
     f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &a->overlap_param_gather, "engine_train's overlapped parameter all-gather (as --overlap-grad-reduce)", 0, 0);

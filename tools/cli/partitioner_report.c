@@ -47,7 +47,7 @@ static const char *memory_source(const tri_preview *p)
     if (p->from_engine_plan)
         return "the engine's plan, tri_gpt_rank_plan: the bytes engine_train allocates; TP rank 0, DP rank 0";
     if (p->layout.precision == TRI_PRECISION_BF16)
-        return "formulas: Korthikanti et al. 2022 activations, Rajbhandari et al. 2020 model states; bf16";
+        return "formulas: partitioner/memory_model.h, bf16";
     return "formulas: partitioner/memory_model.h, fp32";
 }
 
