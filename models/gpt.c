@@ -881,19 +881,19 @@ int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host)
     return rc;
 }
 
-/* Writes the owned piece of the parameter values (the master weights with bf16, rounded into the
- * model's bf16 piece too). */
+/* Writes the owned piece of the parameter values (the master weights with bf16; at stage 3 also
+ * rounded into the model's bf16 shard, which holds nothing else of the parameter). */
 static int write_owned_piece(void *ctx, int64_t start, int64_t len)
 {
     piece_ctx *c = ctx;
     tri_zero *z = &c->m->zero;
     int rc = tri_device_copy_from_host(c->m->dev, tri_zero_owned_params(z, start, len), c->host + (start - c->p->offset));
-    if (!rc && z->bf16)
+    if (!rc && z->bf16 && z->stage == 3)
         rc = tri_op_convert(c->m->dev, tri_zero_owned_model(z, start, len), tri_zero_owned_params(z, start, len));
     return rc;
 }
 
-/* bf16 at stages 1-2: the whole parameter's bf16 values (every rank holds them), rounded from host
+/* bf16 at stages 0-2: the whole parameter's bf16 values (every rank holds them), rounded from host
  * through an fp32 device buffer. */
 static int write_whole_bf16(tri_gpt *m, const tri_param *p, const float *host)
 {
@@ -918,7 +918,7 @@ int tri_gpt_write_param(tri_gpt *m, int i, const float *host)
         return tri_device_copy_from_host(m->dev, tri_tensor_range(m->zero.params, p->offset, p->numel), host);
     piece_ctx c = {.m = m, .p = p, .host = host};
     rc = tri_param_owned_pieces(&m->zero, p, write_owned_piece, &c);
-    if (!rc && m->zero.bf16 && (m->zero.stage == 1 || m->zero.stage == 2))
+    if (!rc && m->zero.bf16 && m->zero.stage < 3)
         rc = write_whole_bf16(m, p, host);
     return rc;
 }
