@@ -39,6 +39,28 @@ float *ot_read(tri_device *d, tri_tensor t);
 /* Device memory for `shape` stored as `dtype` (f32 or bf16) holding the floats `host`, rounded to
  * nearest even when bf16; host NULL fills NaN (so an output the op must overwrite fails if not). */
 tri_tensor ot_tensor_as(tri_device *d, tri_dtype dtype, tri_tensor shape, const float *host);
+/* ot_tensor_as in bf16 and in f32. */
+static inline tri_tensor ot_put_bf16(tri_device *d, tri_tensor shape, const float *host)
+{
+    return ot_tensor_as(d, TRI_BF16, shape, host);
+}
+
+static inline tri_tensor ot_put_f32(tri_device *d, tri_tensor shape, const float *host)
+{
+    return ot_tensor_as(d, TRI_F32, shape, host);
+}
+
+/* Shapes for ot_tensor_as (its dtype argument decides the storage): a vector, a matrix. */
+static inline tri_tensor ot_v1(int64_t n)
+{
+    return tri_tensor_1d(NULL, TRI_F32, n);
+}
+
+static inline tri_tensor ot_m2(int64_t r, int64_t c)
+{
+    return tri_tensor_2d(NULL, TRI_F32, r, c);
+}
+
 /* The raw bits of a bf16 tensor, in a tracked host array. */
 uint16_t *ot_read_bits(tri_device *d, tri_tensor t);
 /* Tracked n uniform values in [lo, hi) rounded to bf16: inputs every floating dtype holds exactly. */

@@ -48,26 +48,6 @@ TestSuite(ops_bf16, .fini = ot_teardown);
 
 /* ---- tensors ---- */
 
-/* Device tensors holding host floats (NULL: NaN), stored as bf16 (rounded) or f32. */
-static tri_tensor put_bf16(tri_device *d, tri_tensor shape, const float *host)
-{
-    return ot_tensor_as(d, TRI_BF16, shape, host);
-}
-
-static tri_tensor put_f32(tri_device *d, tri_tensor shape, const float *host)
-{
-    return ot_tensor_as(d, TRI_F32, shape, host);
-}
-
-static tri_tensor v1(int64_t n)
-{
-    return tri_tensor_1d(NULL, TRI_F32, n);
-}
-
-static tri_tensor m2(int64_t r, int64_t c)
-{
-    return tri_tensor_2d(NULL, TRI_F32, r, c);
-}
 
 static tri_tensor i32_tensor(tri_device *d, const int32_t *ids, int64_t n)
 {
@@ -315,8 +295,8 @@ Test(ops_bf16, add_axpy_scale)
     float *a = ot_bf16_uniform((size_t)n, -1.0f, 1.0f, 40),
           *b = ot_bf16_uniform((size_t)n, -1.0f, 1.0f, 41);
     double *want = ot_doubles((size_t)n);
-    tri_tensor ta = put_bf16(d, v1(n), a), tb = put_bf16(d, v1(n), b),
-               out = put_bf16(d, m2(7, 143), NULL);
+    tri_tensor ta = ot_put_bf16(d, ot_v1(n), a), tb = ot_put_bf16(d, ot_v1(n), b),
+               out = ot_put_bf16(d, ot_m2(7, 143), NULL);
 
     for (int64_t i = 0; i < n; i++)
         want[i] = (double)a[i] + b[i];
@@ -328,7 +308,7 @@ Test(ops_bf16, add_axpy_scale)
 
     for (int64_t i = 0; i < n; i++)
         want[i] = (double)b[i] + (double)alpha * a[i];
-    tri_tensor y = put_bf16(d, v1(n), b), x = put_bf16(d, v1(n), a);
+    tri_tensor y = ot_put_bf16(d, ot_v1(n), b), x = ot_put_bf16(d, ot_v1(n), a);
     cr_assert_eq(tri_op_axpy(d, y, alpha, x), TRI_OK);
     cr_assert(within_ulps("bf16 axpy", ot_read(d, y), want, (size_t)n, ULP_TOL));
 
@@ -349,7 +329,7 @@ Test(ops_bf16, sum_squares_and_count_nonfinite)
     for (int64_t i = 0; i < n; i++)
         want += (double)x[i] * x[i];
     float init = 0.5f, got;
-    tri_tensor tx = put_bf16(d, v1(n), x), out = put_f32(d, v1(1), &init);
+    tri_tensor tx = ot_put_bf16(d, ot_v1(n), x), out = ot_put_f32(d, ot_v1(1), &init);
     cr_assert_eq(tri_op_sum_squares(d, out, tx), TRI_OK);
     ot_download(d, &got, out);
     cr_assert(ot_close("bf16 sum_squares (+= f32)", &got, &want, 1, 0.0, 2e-7));
@@ -364,7 +344,7 @@ Test(ops_bf16, sum_squares_and_count_nonfinite)
     bits[9001] = 0x7f7f; /* the largest finite bf16 */
     float two = 2.0f;
     tx = ot_tensor(d, tri_tensor_1d(NULL, TRI_BF16, n), bits);
-    out = put_f32(d, v1(1), &two);
+    out = ot_put_f32(d, ot_v1(1), &two);
     cr_assert_eq(tri_op_count_nonfinite(d, out, tx), TRI_OK);
     ot_download(d, &got, out);
     cr_assert_eq(got, 6.0f, "count_nonfinite of bf16: %g, want 2 + 4", (double)got);
@@ -379,12 +359,12 @@ typedef struct mm_shape {
 
 static tri_tensor a_shape(mm_shape s)
 {
-    return s.ta ? m2(s.K, s.M) : m2(s.M, s.K);
+    return s.ta ? ot_m2(s.K, s.M) : ot_m2(s.M, s.K);
 }
 
 static tri_tensor b_shape(mm_shape s)
 {
-    return s.tb ? m2(s.N, s.K) : m2(s.K, s.N);
+    return s.tb ? ot_m2(s.N, s.K) : ot_m2(s.K, s.N);
 }
 
 /* c(M,N) in c_dtype = op(a) op(b) [+ bias] [+ beta c0] with a and b in ab_dtype: the device result
@@ -398,8 +378,8 @@ static float *run_matmul(tri_device *d, mm_shape s, tri_dtype ab_dtype, tri_dtyp
     float *c0 = ot_bf16_uniform((size_t)(s.M * s.N), -4.0f, 4.0f, seed + 3);
     tri_tensor ta = ot_tensor_as(d, ab_dtype, a_shape(s), a),
                tb = ot_tensor_as(d, ab_dtype, b_shape(s), b);
-    tri_tensor tbias = with_bias ? ot_tensor_as(d, c_dtype, v1(s.N), bias) : tri_tensor_none();
-    tri_tensor tc = ot_tensor_as(d, c_dtype, m2(s.M, s.N), beta != 0.0f ? c0 : NULL);
+    tri_tensor tbias = with_bias ? ot_tensor_as(d, c_dtype, ot_v1(s.N), bias) : tri_tensor_none();
+    tri_tensor tc = ot_tensor_as(d, c_dtype, ot_m2(s.M, s.N), beta != 0.0f ? c0 : NULL);
     cr_assert_eq(tri_op_matmul(d, tc, ta, tb, tbias, s.ta, s.tb, beta), TRI_OK, "%s",
                  tri_error_message());
     *want = matmul_ref(a, b, bias, beta, c0, s.M, s.N, s.K, s.ta, s.tb);
@@ -435,8 +415,8 @@ Test(ops_bf16, bias_backward)
     for (int64_t n = 0; n < N; n++)
         for (int64_t j = 0; j < OC; j++)
             want[j] += dout[n * OC + j];
-    tri_tensor tdb = put_bf16(d, v1(OC), db0);
-    cr_assert_eq(tri_op_bias_backward(d, tdb, put_bf16(d, m2(N, OC), dout)), TRI_OK);
+    tri_tensor tdb = ot_put_bf16(d, ot_v1(OC), db0);
+    cr_assert_eq(tri_op_bias_backward(d, tdb, ot_put_bf16(d, ot_m2(N, OC), dout)), TRI_OK);
     cr_assert(within_norm("bf16 bias_backward (+=)", ot_read(d, tdb), want, (size_t)OC, NORM_TOL));
 }
 
@@ -454,9 +434,9 @@ Test(ops_bf16, layernorm_forward_backward)
     float *dinp0 = ot_bf16_uniform(nx, -1.0f, 1.0f, 304),
           *dw0 = ot_bf16_uniform((size_t)C, -1.0f, 1.0f, 305);
     float *db0 = ot_bf16_uniform((size_t)C, -1.0f, 1.0f, 306);
-    tri_tensor tinp = put_bf16(d, m2(N, C), inp), tw = put_bf16(d, v1(C), w), tb = put_bf16(d, v1(C), b);
-    tri_tensor tout = put_bf16(d, m2(N, C), NULL);
-    tri_tensor tmean = put_f32(d, v1(N), NULL), trstd = put_f32(d, v1(N), NULL);
+    tri_tensor tinp = ot_put_bf16(d, ot_m2(N, C), inp), tw = ot_put_bf16(d, ot_v1(C), w), tb = ot_put_bf16(d, ot_v1(C), b);
+    tri_tensor tout = ot_put_bf16(d, ot_m2(N, C), NULL);
+    tri_tensor tmean = ot_put_f32(d, ot_v1(N), NULL), trstd = ot_put_f32(d, ot_v1(N), NULL);
     cr_assert_eq(tri_op_layernorm_forward(d, tout, tmean, trstd, tinp, tw, tb), TRI_OK);
     double *out = ot_doubles(nx), *mean = ot_doubles((size_t)N), *rstd = ot_doubles((size_t)N);
     layernorm_forward_ref(out, mean, rstd, inp, w, b, N, C);
@@ -465,9 +445,9 @@ Test(ops_bf16, layernorm_forward_backward)
     cr_assert(ot_close("bf16 layernorm fwd mean (f32)", gmean, mean, (size_t)N, FLOOR, F32_TOL));
     cr_assert(ot_close("bf16 layernorm fwd rstd (f32)", grstd, rstd, (size_t)N, FLOOR, F32_TOL));
 
-    tri_tensor tdinp = put_bf16(d, m2(N, C), dinp0), tdw = put_bf16(d, v1(C), dw0),
-               tdb = put_bf16(d, v1(C), db0);
-    cr_assert_eq(tri_op_layernorm_backward(d, tdinp, tdw, tdb, put_bf16(d, m2(N, C), dout), tinp, tw,
+    tri_tensor tdinp = ot_put_bf16(d, ot_m2(N, C), dinp0), tdw = ot_put_bf16(d, ot_v1(C), dw0),
+               tdb = ot_put_bf16(d, ot_v1(C), db0);
+    cr_assert_eq(tri_op_layernorm_backward(d, tdinp, tdw, tdb, ot_put_bf16(d, ot_m2(N, C), dout), tinp, tw,
                                            tmean, trstd),
                  TRI_OK);
     double *dinp = ot_widen(dinp0, nx), *dw = ot_widen(dw0, (size_t)C), *db = ot_widen(db0, (size_t)C);
@@ -504,9 +484,9 @@ Test(ops_bf16, attention_forward_backward)
            natt = (size_t)(a.B * a.NH * a.T * a.T);
     float *qkv = ot_bf16_uniform(nqkv, -2.0f, 2.0f, 400),
           *dout = ot_bf16_uniform(nout, -1.0f, 1.0f, 401);
-    tri_tensor tqkv = put_bf16(d, tri_tensor_3d(NULL, TRI_F32, a.B, a.T, 3 * C), qkv);
-    tri_tensor tout = put_bf16(d, tri_tensor_3d(NULL, TRI_F32, a.B, a.T, C), NULL);
-    tri_tensor tatt = put_bf16(d, tri_tensor_4d(NULL, TRI_F32, a.B, a.NH, a.T, a.T), NULL);
+    tri_tensor tqkv = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, a.B, a.T, 3 * C), qkv);
+    tri_tensor tout = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, a.B, a.T, C), NULL);
+    tri_tensor tatt = ot_put_bf16(d, tri_tensor_4d(NULL, TRI_F32, a.B, a.NH, a.T, a.T), NULL);
     cr_assert_eq(tri_op_attention_forward(d, tout, tatt, tqkv), TRI_OK);
     double *out = ot_doubles(nout), *att = ot_doubles(natt);
     attention_forward_ref(out, att, qkv, a);
@@ -515,9 +495,9 @@ Test(ops_bf16, attention_forward_backward)
     cr_assert(within_norm("bf16 attention fwd att", gatt, att, natt, NORM_TOL));
 
     /* backward from the saved (bf16) probabilities; dqkv and datt start NaN */
-    tri_tensor tdqkv = put_bf16(d, tri_tensor_3d(NULL, TRI_F32, a.B, a.T, 3 * C), NULL);
-    tri_tensor tdatt = put_bf16(d, tri_tensor_4d(NULL, TRI_F32, a.B, a.NH, a.T, a.T), NULL);
-    tri_tensor tdout = put_bf16(d, tri_tensor_3d(NULL, TRI_F32, a.B, a.T, C), dout);
+    tri_tensor tdqkv = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, a.B, a.T, 3 * C), NULL);
+    tri_tensor tdatt = ot_put_bf16(d, tri_tensor_4d(NULL, TRI_F32, a.B, a.NH, a.T, a.T), NULL);
+    tri_tensor tdout = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, a.B, a.T, C), dout);
     cr_assert_eq(tri_op_attention_backward(d, tdqkv, tdatt, tdout, tqkv, tatt), TRI_OK);
     double *dqkv = ot_doubles(nqkv);
     attention_backward_ref(dqkv, dout, qkv, gatt, a);
@@ -537,11 +517,11 @@ Test(ops_bf16, gelu_forward_backward)
         y[i] = gelu_d(x[i]);
         dx[i] = gelu_grad_d(x[i]) * dout[i];
     }
-    tri_tensor tx = put_bf16(d, v1(n), x), ty = put_bf16(d, v1(n), NULL);
+    tri_tensor tx = ot_put_bf16(d, ot_v1(n), x), ty = ot_put_bf16(d, ot_v1(n), NULL);
     cr_assert_eq(tri_op_gelu_forward(d, ty, tx), TRI_OK);
     cr_assert(within_ulps("bf16 gelu fwd", ot_read(d, ty), y, (size_t)n, ULP_TOL));
 
-    tri_tensor tdout = put_bf16(d, v1(n), dout), tdx = put_bf16(d, v1(n), NULL);
+    tri_tensor tdout = ot_put_bf16(d, ot_v1(n), dout), tdx = ot_put_bf16(d, ot_v1(n), NULL);
     cr_assert_eq(tri_op_gelu_backward(d, tdx, tx, tdout), TRI_OK);
     uint16_t *bits = ot_read_bits(d, tdx);
     cr_assert(within_ulps("bf16 gelu bwd", ot_read(d, tdx), dx, (size_t)n, ULP_TOL));
@@ -570,13 +550,13 @@ Test(ops_bf16, embedding_forward_backward)
             dwte[r * C + j] += dout[n * C + j];
         }
     }
-    tri_tensor tokens = i32_tensor(d, shard_tokens, N), tout = put_bf16(d, m2(N, C), NULL);
-    cr_assert_eq(tri_op_embedding_forward(d, tout, tokens, put_bf16(d, m2(V_l, C), wte), vocab_start),
+    tri_tensor tokens = i32_tensor(d, shard_tokens, N), tout = ot_put_bf16(d, ot_m2(N, C), NULL);
+    cr_assert_eq(tri_op_embedding_forward(d, tout, tokens, ot_put_bf16(d, ot_m2(V_l, C), wte), vocab_start),
                  TRI_OK);
     cr_assert(within_ulps("bf16 embedding fwd (a copy)", ot_read(d, tout), out, no, 0));
 
-    tri_tensor tdwte = put_bf16(d, m2(V_l, C), dwte0);
-    cr_assert_eq(tri_op_embedding_backward(d, tdwte, put_bf16(d, m2(N, C), dout), tokens, vocab_start),
+    tri_tensor tdwte = ot_put_bf16(d, ot_m2(V_l, C), dwte0);
+    cr_assert_eq(tri_op_embedding_backward(d, tdwte, ot_put_bf16(d, ot_m2(N, C), dout), tokens, vocab_start),
                  TRI_OK);
     cr_assert(within_norm("bf16 embedding bwd (+=)", ot_read(d, tdwte), dwte, nw, NORM_TOL));
 }
@@ -596,10 +576,10 @@ Test(ops_bf16, position_forward_backward)
             out[n * C + j] += wpe[((row0 + n) % T) * C + j];
             dwpe[((row0 + n) % T) * C + j] += dout[n * C + j];
         }
-    tri_tensor tout = put_bf16(d, m2(N, C), out0), tdwpe = put_bf16(d, m2(P, C), dwpe0);
-    cr_assert_eq(tri_op_position_forward(d, tout, put_bf16(d, m2(P, C), wpe), T, row0), TRI_OK);
+    tri_tensor tout = ot_put_bf16(d, ot_m2(N, C), out0), tdwpe = ot_put_bf16(d, ot_m2(P, C), dwpe0);
+    cr_assert_eq(tri_op_position_forward(d, tout, ot_put_bf16(d, ot_m2(P, C), wpe), T, row0), TRI_OK);
     cr_assert(within_ulps("bf16 position fwd (+=)", ot_read(d, tout), out, no, ULP_TOL));
-    cr_assert_eq(tri_op_position_backward(d, tdwpe, put_bf16(d, m2(N, C), dout), T, row0), TRI_OK);
+    cr_assert_eq(tri_op_position_backward(d, tdwpe, ot_put_bf16(d, ot_m2(N, C), dout), T, row0), TRI_OK);
     cr_assert(within_norm("bf16 position bwd (+=)", ot_read(d, tdwpe), dwpe, nw, NORM_TOL));
 }
 
@@ -623,9 +603,9 @@ Test(ops_bf16, cross_entropy_pieces)
         for (int64_t j = V_valid; j < V_l; j++)
             logits[n * V_l + j] = 50.0f;
     }
-    tri_tensor tl = put_bf16(d, m2(N, V_l), logits), tt = i32_tensor(d, targets, N);
-    tri_tensor tmax = put_f32(d, v1(N), NULL), tstats = put_f32(d, m2(N, 2), NULL);
-    tri_tensor tdl = put_bf16(d, m2(N, V_l), NULL);
+    tri_tensor tl = ot_put_bf16(d, ot_m2(N, V_l), logits), tt = i32_tensor(d, targets, N);
+    tri_tensor tmax = ot_put_f32(d, ot_v1(N), NULL), tstats = ot_put_f32(d, ot_m2(N, 2), NULL);
+    tri_tensor tdl = ot_put_bf16(d, ot_m2(N, V_l), NULL);
     cr_assert_eq(tri_op_ce_row_max(d, tmax, tl, V_valid), TRI_OK);
     cr_assert_eq(tri_op_ce_sumexp_target(d, tstats, tl, tmax, tt, vocab_start, V_valid), TRI_OK);
     cr_assert_eq(tri_op_ce_backward(d, tdl, tl, tmax, tstats, tt, vocab_start, V_valid, dloss), TRI_OK);
@@ -698,11 +678,11 @@ Test(ops_bf16, mixed_layernorm_backward_f32_param_grads)
         mean[n] = 3.0f + 0.01f * (float)n;
         rstd[n] = 0.9f - 0.02f * (float)n;
     }
-    tri_tensor tdinp = put_bf16(d, m2(N, C), dinp0), tdw = put_f32(d, v1(C), dw0),
-               tdb = put_f32(d, v1(C), db0);
-    cr_assert_eq(tri_op_layernorm_backward(d, tdinp, tdw, tdb, put_bf16(d, m2(N, C), dout),
-                                           put_bf16(d, m2(N, C), inp), put_bf16(d, v1(C), w),
-                                           put_f32(d, v1(N), mean), put_f32(d, v1(N), rstd)),
+    tri_tensor tdinp = ot_put_bf16(d, ot_m2(N, C), dinp0), tdw = ot_put_f32(d, ot_v1(C), dw0),
+               tdb = ot_put_f32(d, ot_v1(C), db0);
+    cr_assert_eq(tri_op_layernorm_backward(d, tdinp, tdw, tdb, ot_put_bf16(d, ot_m2(N, C), dout),
+                                           ot_put_bf16(d, ot_m2(N, C), inp), ot_put_bf16(d, ot_v1(C), w),
+                                           ot_put_f32(d, ot_v1(N), mean), ot_put_f32(d, ot_v1(N), rstd)),
                  TRI_OK, "%s", tri_error_message());
     double *dinp = ot_widen(dinp0, nx), *dw = ot_widen(dw0, (size_t)C), *db = ot_widen(db0, (size_t)C);
     layernorm_backward_ref(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
@@ -727,8 +707,8 @@ Test(ops_bf16, mixed_embedding_backward_into_f32)
         for (int64_t j = 0; j < C && r >= 0 && r < V_l; j++)
             want[r * C + j] += dout[n * C + j];
     }
-    tri_tensor tdwte = put_f32(d, m2(V_l, C), dwte0);
-    cr_assert_eq(tri_op_embedding_backward(d, tdwte, put_bf16(d, m2(N, C), dout),
+    tri_tensor tdwte = ot_put_f32(d, ot_m2(V_l, C), dwte0);
+    cr_assert_eq(tri_op_embedding_backward(d, tdwte, ot_put_bf16(d, ot_m2(N, C), dout),
                                            i32_tensor(d, shard_tokens, N), vocab_start),
                  TRI_OK);
     cr_assert(
@@ -746,8 +726,8 @@ Test(ops_bf16, mixed_add_f32_out)
     float *want = ot_floats((size_t)n);
     for (int64_t i = 0; i < n; i++)
         want[i] = a[i] + b[i];
-    tri_tensor out = put_f32(d, v1(n), NULL);
-    cr_assert_eq(tri_op_add(d, out, put_bf16(d, v1(n), a), put_bf16(d, v1(n), b)), TRI_OK);
+    tri_tensor out = ot_put_f32(d, ot_v1(n), NULL);
+    cr_assert_eq(tri_op_add(d, out, ot_put_bf16(d, ot_v1(n), a), ot_put_bf16(d, ot_v1(n), b)), TRI_OK);
     cr_assert(ot_same_bits("add f32 = bf16 + bf16", ot_read(d, out), want, (size_t)n));
 }
 
@@ -765,8 +745,8 @@ Test(ops_bf16, gelu_backward_against_finite_differences)
     double *want = ot_doubles((size_t)n);
     for (int64_t i = 0; i < n; i++)
         want[i] = (gelu_d(x[i] + OT_FD_H) - gelu_d(x[i] - OT_FD_H)) / (2.0 * OT_FD_H) * dout[i];
-    tri_tensor tdx = put_bf16(d, v1(n), NULL);
-    cr_assert_eq(tri_op_gelu_backward(d, tdx, put_bf16(d, v1(n), x), put_bf16(d, v1(n), dout)), TRI_OK);
+    tri_tensor tdx = ot_put_bf16(d, ot_v1(n), NULL);
+    cr_assert_eq(tri_op_gelu_backward(d, tdx, ot_put_bf16(d, ot_v1(n), x), ot_put_bf16(d, ot_v1(n), dout)), TRI_OK);
     cr_assert(
         within_ulps("bf16 gelu bwd vs finite differences", ot_read(d, tdx), want, (size_t)n, ULP_TOL));
 }

@@ -37,26 +37,6 @@ static uint32_t bits_of(float f)
     return u;
 }
 
-/* Device tensors holding host floats (NULL: NaN), stored as bf16 (rounded) or f32. */
-static tri_tensor put_bf16(tri_device *d, tri_tensor shape, const float *host)
-{
-    return ot_tensor_as(d, TRI_BF16, shape, host);
-}
-
-static tri_tensor put_f32(tri_device *d, tri_tensor shape, const float *host)
-{
-    return ot_tensor_as(d, TRI_F32, shape, host);
-}
-
-static tri_tensor v1(int64_t n)
-{
-    return tri_tensor_1d(NULL, TRI_F32, n);
-}
-
-static tri_tensor m2(int64_t r, int64_t c)
-{
-    return tri_tensor_2d(NULL, TRI_F32, r, c);
-}
 
 /* ---- tri_op_convert ---- */
 
@@ -105,7 +85,7 @@ Test(ops_bf16_semantics, convert_fp32_to_bf16_rounds_to_nearest_even)
         x[i] = from_bits(rounding_cases[i].f32);
     for (size_t i = 0; i < nn; i++)
         x[nr + i] = from_bits(nan_cases[i]);
-    tri_tensor src = put_f32(d, v1((int64_t)n), x), dst = put_bf16(d, v1((int64_t)n), NULL);
+    tri_tensor src = ot_put_f32(d, ot_v1((int64_t)n), x), dst = ot_put_bf16(d, ot_v1((int64_t)n), NULL);
     cr_assert_eq(tri_op_convert(d, dst, src), TRI_OK, "%s", tri_error_message());
     uint16_t *got = ot_read_bits(d, dst);
     for (size_t i = 0; i < nr; i++) {
@@ -131,7 +111,7 @@ Test(ops_bf16_semantics, convert_fp32_to_bf16_random_bits_match_math_h)
     float *x = ot_floats(n);
     for (size_t i = 0; i < n; i++)
         x[i] = from_bits((uint32_t)tri_rng_hash64(0xbf16 + i));
-    tri_tensor src = put_f32(d, v1((int64_t)n), x), dst = put_bf16(d, v1((int64_t)n), NULL);
+    tri_tensor src = ot_put_f32(d, ot_v1((int64_t)n), x), dst = ot_put_bf16(d, ot_v1((int64_t)n), NULL);
     cr_assert_eq(tri_op_convert(d, dst, src), TRI_OK);
     uint16_t *got = ot_read_bits(d, dst);
     for (size_t i = 0; i < n; i++)
@@ -149,7 +129,7 @@ Test(ops_bf16_semantics, convert_bf16_to_fp32_is_exact)
     for (int64_t i = 0; i < n; i++)
         all[i] = (uint16_t)i;
     tri_tensor h = ot_tensor(d, tri_tensor_1d(NULL, TRI_BF16, n), all);
-    tri_tensor f = put_f32(d, v1(n), NULL), back = put_bf16(d, v1(n), NULL);
+    tri_tensor f = ot_put_f32(d, ot_v1(n), NULL), back = ot_put_bf16(d, ot_v1(n), NULL);
     cr_assert_eq(tri_op_convert(d, f, h), TRI_OK);
     float *wide = ot_read(d, f);
     for (int64_t i = 0; i < n; i++)
@@ -172,18 +152,18 @@ Test(ops_bf16_semantics, convert_same_dtype_copies)
     const int64_t n = 9;
     float *x = ot_uniform((size_t)n, -3.0f, 3.0f, 10);
     x[2] = from_bits(0x7f800001); /* a signalling NaN: a value copy could quiet it */
-    tri_tensor f1 = put_f32(d, v1(n), x), f2 = put_f32(d, v1(n), NULL);
+    tri_tensor f1 = ot_put_f32(d, ot_v1(n), x), f2 = ot_put_f32(d, ot_v1(n), NULL);
     cr_assert_eq(tri_op_convert(d, f2, f1), TRI_OK);
     cr_assert(ot_same_bits("convert f32 -> f32", ot_read(d, f2), x, (size_t)n));
 
     uint16_t bits[9] = {0x3f80, 0x7f81, 0xffc1, 0x0001, 0x8000, 0x7f80, 0x4049, 0xc2c8, 0x0000}, got[9];
     tri_tensor h1 = ot_tensor(d, tri_tensor_1d(NULL, TRI_BF16, n), bits);
-    tri_tensor h2 = put_bf16(d, tri_tensor_3d(NULL, TRI_BF16, 1, 3, 3), NULL); /* any shape of n */
+    tri_tensor h2 = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_BF16, 1, 3, 3), NULL); /* any shape of n */
     cr_assert_eq(tri_op_convert(d, h2, h1), TRI_OK);
     ot_download(d, got, h2);
     cr_assert_arr_eq(got, bits, sizeof bits);
 
-    cr_assert_eq(tri_op_convert(d, put_bf16(d, v1(n + 1), NULL), f1), TRI_EINVAL);
+    cr_assert_eq(tri_op_convert(d, ot_put_bf16(d, ot_v1(n + 1), NULL), f1), TRI_EINVAL);
     cr_assert_eq(tri_op_convert(d, ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, n), NULL), f1), TRI_EINVAL);
 }
 
@@ -195,13 +175,13 @@ Test(ops_bf16_semantics, zero_odd_length_and_odd_offset)
 {
     tri_device *d = ot_device(1);
     float *x = ot_bf16_uniform(9, 1.0f, 2.0f, 20);
-    tri_tensor t = put_bf16(d, v1(9), x);
+    tri_tensor t = ot_put_bf16(d, ot_v1(9), x);
     cr_assert_eq(tri_op_zero(d, tri_tensor_range(t, 0, 7)), TRI_OK, "%s", tri_error_message());
     uint16_t *got = ot_read_bits(d, t);
     for (int i = 0; i < 9; i++)
         cr_assert_eq(got[i], i < 7 ? 0 : tri_float_to_bf16(x[i]), "element %d: 0x%04x", i, got[i]);
 
-    t = put_bf16(d, v1(9), x);
+    t = ot_put_bf16(d, ot_v1(9), x);
     cr_assert_eq(tri_op_zero(d, tri_tensor_range(t, 1, 6)), TRI_OK, "%s", tri_error_message());
     got = ot_read_bits(d, t);
     for (int i = 0; i < 9; i++)
@@ -214,7 +194,7 @@ Test(ops_bf16_semantics, fill)
 {
     tri_device *d = ot_device(1);
     const int64_t n = 1001;
-    tri_tensor x = put_bf16(d, v1(n), ot_bf16_uniform((size_t)n, -1.0f, 1.0f, 30));
+    tri_tensor x = ot_put_bf16(d, ot_v1(n), ot_bf16_uniform((size_t)n, -1.0f, 1.0f, 30));
     static const float values[] = {0.1f, -0.0f, 3.0e38f, -7.0f};
     for (size_t k = 0; k < sizeof values / sizeof *values; k++) {
         cr_assert_eq(tri_op_fill(d, x, values[k]), TRI_OK);
@@ -263,7 +243,7 @@ static void check_exact(tri_device *d, const exact_case *c, uint64_t seed)
         }
         float *x = ot_bf16_uniform(n, -2.0f, 2.0f, seed + (uint64_t)i);
         lo[i] = ot_tensor_as(d, c->kind[i] == F32_ONLY ? TRI_F32 : TRI_BF16, c->shape[i], x);
-        hi[i] = put_f32(d, c->shape[i], x);
+        hi[i] = ot_put_f32(d, c->shape[i], x);
     }
     cr_assert_eq(c->call(d, lo), TRI_OK, "%s (bf16): %s", c->name, tri_error_message());
     cr_assert_eq(c->call(d, hi), TRI_OK, "%s (fp32): %s", c->name, tri_error_message());
@@ -345,11 +325,11 @@ Test(ops_bf16_semantics, bf16_result_is_rounded_fp32_result)
 {
     tri_device *d = ot_device(1);
     const int64_t N = 6, C = 67, OC = 9, B = 2, T = 3, NH = 3, HS = 4, CA = NH * HS;
-    tri_tensor x = m2(N, C), c1 = v1(C), n1 = v1(N), w = m2(OC, C), o = m2(N, OC), oc = v1(OC);
+    tri_tensor x = ot_m2(N, C), c1 = ot_v1(C), n1 = ot_v1(N), w = ot_m2(OC, C), o = ot_m2(N, OC), oc = ot_v1(OC);
     tri_tensor qkv = tri_tensor_3d(NULL, TRI_F32, B, T, 3 * CA),
                att = tri_tensor_4d(NULL, TRI_F32, B, NH, T, T);
     tri_tensor ao = tri_tensor_3d(NULL, TRI_F32, B, T, CA), ids = tri_tensor_1d(NULL, TRI_I32, N);
-    tri_tensor logits = m2(N, EXACT_VOCAB + 2), stats = m2(N, 2), wte = m2(EXACT_VOCAB, C);
+    tri_tensor logits = ot_m2(N, EXACT_VOCAB + 2), stats = ot_m2(N, 2), wte = ot_m2(EXACT_VOCAB, C);
     const exact_case cases[] = {
         {"add", call_add, 3, {x, x, x}, {0}, {true}},
         {"axpy", call_axpy, 2, {x, x}, {0}, {true}},
@@ -401,9 +381,9 @@ Test(ops_bf16_semantics, error_integer_where_float_expected)
 {
     tri_device *d = ot_device(1);
     const int64_t N = 4, C = 8;
-    tri_tensor x = put_bf16(d, m2(N, C), NULL), y = put_f32(d, m2(N, C), NULL),
-               c1 = put_bf16(d, v1(C), NULL);
-    tri_tensor n1 = put_f32(d, v1(N), NULL);
+    tri_tensor x = ot_put_bf16(d, ot_m2(N, C), NULL), y = ot_put_f32(d, ot_m2(N, C), NULL),
+               c1 = ot_put_bf16(d, ot_v1(C), NULL);
+    tri_tensor n1 = ot_put_f32(d, ot_v1(N), NULL);
     EXPECT_REFUSED(tri_op_gelu_forward(d, x, as_i32(y)), "gelu_forward", "'inp'", "f32 or bf16");
     EXPECT_REFUSED(tri_op_add(d, y, x, as_i32(x)), "add", "'b'", "f32 or bf16");
     EXPECT_REFUSED(tri_op_layernorm_forward(d, x, n1, n1, x, as_i32(c1), c1), "layernorm_forward", "'w'",
@@ -416,8 +396,8 @@ Test(ops_bf16_semantics, error_integer_where_float_expected)
 Test(ops_bf16_semantics, error_matmul_a_and_b_dtypes_differ)
 {
     tri_device *d = ot_device(1);
-    tri_tensor a = put_bf16(d, m2(4, 8), NULL), b = put_f32(d, m2(5, 8), NULL),
-               c = put_f32(d, m2(4, 5), NULL);
+    tri_tensor a = ot_put_bf16(d, ot_m2(4, 8), NULL), b = ot_put_f32(d, ot_m2(5, 8), NULL),
+               c = ot_put_f32(d, ot_m2(4, 5), NULL);
     EXPECT_REFUSED(tri_op_matmul(d, c, a, b, tri_tensor_none(), false, true, 0.0f), "matmul",
                    "a (4, 8) bf16", "b (5, 8) f32", "share a dtype");
 }
@@ -426,12 +406,12 @@ Test(ops_bf16_semantics, error_matmul_a_and_b_dtypes_differ)
 Test(ops_bf16_semantics, error_bias_dtype_differs_from_c)
 {
     tri_device *d = ot_device(1);
-    tri_tensor a = put_bf16(d, m2(4, 8), NULL), b = put_bf16(d, m2(5, 8), NULL),
-               c = put_bf16(d, m2(4, 5), NULL);
-    tri_tensor bias32 = put_f32(d, v1(5), NULL), bias16 = put_bf16(d, v1(5), NULL);
+    tri_tensor a = ot_put_bf16(d, ot_m2(4, 8), NULL), b = ot_put_bf16(d, ot_m2(5, 8), NULL),
+               c = ot_put_bf16(d, ot_m2(4, 5), NULL);
+    tri_tensor bias32 = ot_put_f32(d, ot_v1(5), NULL), bias16 = ot_put_bf16(d, ot_v1(5), NULL);
     EXPECT_REFUSED(tri_op_matmul(d, c, a, b, bias32, false, true, 0.0f), "matmul", "'bias'", "f32",
                    "expected dtype bf16");
-    c = put_f32(d, m2(4, 5), NULL);
+    c = ot_put_f32(d, ot_m2(4, 5), NULL);
     EXPECT_REFUSED(tri_op_matmul(d, c, a, b, bias16, false, true, 0.0f), "matmul", "'bias'", "bf16",
                    "expected dtype f32");
 }
@@ -441,7 +421,7 @@ Test(ops_bf16_semantics, error_adamw_refuses_bf16)
 {
     tri_device *d = ot_device(1);
     const int64_t n = 8;
-    tri_tensor p16 = put_bf16(d, v1(n), NULL), f = put_f32(d, v1(n), NULL), g = put_f32(d, v1(n), NULL);
+    tri_tensor p16 = ot_put_bf16(d, ot_v1(n), NULL), f = ot_put_f32(d, ot_v1(n), NULL), g = ot_put_f32(d, ot_v1(n), NULL);
     tri_adamw_hparams hp = {
         .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .step = 1};
     EXPECT_REFUSED(tri_op_adamw(d, p16, g, f, f, &hp), "adamw", "'param'", "bf16", "expected dtype f32");
@@ -453,9 +433,9 @@ Test(ops_bf16_semantics, error_f32_only_arguments_refuse_bf16)
 {
     tri_device *d = ot_device(1);
     const int64_t N = 4, C = 8;
-    tri_tensor x = put_bf16(d, m2(N, C), NULL), c1 = put_bf16(d, v1(C), NULL),
-               n16 = put_bf16(d, v1(N), NULL);
-    tri_tensor n32 = put_f32(d, v1(N), NULL), one16 = put_bf16(d, v1(1), NULL);
+    tri_tensor x = ot_put_bf16(d, ot_m2(N, C), NULL), c1 = ot_put_bf16(d, ot_v1(C), NULL),
+               n16 = ot_put_bf16(d, ot_v1(N), NULL);
+    tri_tensor n32 = ot_put_f32(d, ot_v1(N), NULL), one16 = ot_put_bf16(d, ot_v1(1), NULL);
     tri_tensor tt = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, N), ot_ints((size_t)N));
     EXPECT_REFUSED(tri_op_layernorm_forward(d, x, n16, n32, x, c1, c1), "layernorm_forward", "'mean'",
                    "expected dtype f32");
@@ -465,6 +445,6 @@ Test(ops_bf16_semantics, error_f32_only_arguments_refuse_bf16)
     EXPECT_REFUSED(tri_op_count_nonfinite(d, one16, x), "count_nonfinite", "'out'",
                    "expected dtype f32");
     EXPECT_REFUSED(tri_op_ce_row_max(d, n16, x, C), "ce_row_max", "'maxes'", "expected dtype f32");
-    EXPECT_REFUSED(tri_op_ce_sumexp_target(d, put_bf16(d, m2(N, 2), NULL), x, n32, tt, 0, C),
+    EXPECT_REFUSED(tri_op_ce_sumexp_target(d, ot_put_bf16(d, ot_m2(N, 2), NULL), x, n32, tt, 0, C),
                    "ce_sumexp_target", "'stats'", "expected dtype f32");
 }
