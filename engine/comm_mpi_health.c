@@ -11,7 +11,7 @@
 #include "engine/clock.h"
 #include "engine/status.h"
 
-enum { TAG_PROBE = 1, TAG_ALIVE = 2, TAG_NOTICE = 3 };
+enum { TAG_PROBE = 1, TAG_ALIVE = 2, TAG_NOTICE = 3, TAG_ACK = 4 };
 
 #define NOTICE_BYTES 768
 
@@ -34,6 +34,7 @@ int tri_mpi_health_create(tri_mpi_health **out, MPI_Comm comm)
         MPI_Comm_size(h->comm, &h->size);
         MPI_Comm_group(h->comm, &h->group);
         h->alive = calloc((size_t)h->size, sizeof *h->alive);
+        h->notifier = -1;
     }
     if (err != MPI_SUCCESS || !h->alive) {
         if (err == MPI_SUCCESS) {
@@ -124,6 +125,9 @@ void tri_mpi_health_service(tri_mpi_health *h)
         } else if (st.MPI_TAG == TAG_NOTICE && !h->notice[0]) {
             buf[NOTICE_BYTES - 1] = '\0';
             snprintf(h->notice, sizeof h->notice, "%s", buf[0] ? buf : "a peer reported a failure");
+            h->notifier = st.MPI_SOURCE;
+        } else if (st.MPI_TAG == TAG_ACK) {
+            h->acks++;
         }
     }
     reap(h, false);
@@ -159,8 +163,30 @@ void tri_mpi_health_notify(tri_mpi_health *h, const char *text)
     memcpy(buf, text, (size_t)bytes);
     buf[bytes - 1] = '\0';
     for (int r = 0; r < h->size; r++)
-        if (r != h->rank && h->alive[r])
+        if (r != h->rank && h->alive[r]) {
             send(h, r, TAG_NOTICE, buf, bytes);
+            h->notified++;
+        }
+}
+
+void tri_mpi_health_before_abort(tri_mpi_health *h, double wait_s)
+{
+    tri_mpi_health_service(h); /* a verdict or acknowledgements that arrived meanwhile */
+    bool notified = h->notifier >= 0;
+    if (notified) {
+        int32_t none = 0;
+        send(h, h->notifier, TAG_ACK, &none, (int)sizeof none);
+    }
+    if (!notified && h->notified == 0)
+        return;
+    /* the detector waits for every acknowledgement; a notified rank lingers for the detector's
+     * abort (its own follows if the detector is gone) */
+    double start = tri_now_s();
+    while (tri_now_s() - start < wait_s && (h->notified == 0 || h->acks < h->notified)) {
+        struct timespec ts = {0, 1000000L}; /* 1 ms */
+        nanosleep(&ts, NULL);
+        tri_mpi_health_service(h);
+    }
 }
 
 void tri_mpi_health_members(tri_mpi_health *h, MPI_Comm comm, char *buf, size_t n)

@@ -8,7 +8,13 @@
  * that did not answer (dead, stopped, or computing for longer than the grace period without
  * entering a wait) and sends the verdict to the ranks that answered; their waits then fail with it
  * at once instead of each waiting out its own timeout. Sends are non-blocking and never waited for
- * (a dead rank's messages would never complete); their buffers are freed once MPI completes them. */
+ * (a dead rank's messages would never complete); their buffers are freed once MPI completes them.
+ *
+ * Aborting (tri_mpi_health_before_abort): MPI_Abort on any rank ends every rank, so the first abort
+ * would cut off the others' reports. A notified rank therefore acknowledges the verdict (ACK) once
+ * it has reported and waits for the detector to abort; the detector waits for the acknowledgements
+ * of the ranks it notified. Both waits are bounded, so a rank that dies meanwhile delays the end by
+ * at most ACK_WAIT_S. */
 #ifndef TRIDENT_ENGINE_COMM_MPI_HEALTH_H
 #define TRIDENT_ENGINE_COMM_MPI_HEALTH_H
 
@@ -25,6 +31,8 @@ typedef struct tri_mpi_health {
     bool *alive;            /* (size) answered the current round */
     tri_mpi_send *sends;    /* messages not yet completed by MPI */
     char notice[768];       /* the first verdict received from another rank ("" none) */
+    int notifier;           /* the rank that sent it (-1: none) */
+    int notified, acks;     /* ranks this one sent its verdict to; acknowledgements received */
     bool alerted;           /* a stop signal's probe ran (tri_comm_watch.alert) */
 } tri_mpi_health;
 
@@ -42,6 +50,11 @@ int tri_mpi_health_probe(tri_mpi_health *h, double grace_s);
 
 /* Sends the verdict text to every rank that answered the last probe. */
 void tri_mpi_health_notify(tri_mpi_health *h, const char *text);
+
+/* Before MPI_Abort: acknowledges a received verdict to its sender, then waits (answering probes)
+ * until every rank this one notified has acknowledged (the detector), or until the detector has
+ * aborted the job (a notified rank), each at most wait_s. Returns at once when neither applies. */
+void tri_mpi_health_before_abort(tri_mpi_health *h, double wait_s);
 
 /* World ranks of comm's members as text ("0, 2, 4" or "0-3"), at most n bytes. */
 void tri_mpi_health_members(tri_mpi_health *h, MPI_Comm comm, char *buf, size_t n);

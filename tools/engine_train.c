@@ -781,10 +781,8 @@ int main(int argc, char **argv)
          * mpirun end the job). A failed identity agreement: every rank says what it saw. */
         if (validated || r.world->rank == 0 || r.world->size == 1)
             fprintf(stderr, "engine_train: error: %s\n", tri_error_message());
-        if (rc == TRI_ETIMEOUT) {
-            nanosleep(&(struct timespec){0, 300000000L}, NULL);
+        if (rc == TRI_ETIMEOUT)
             tri_comm_abort(r.world, 1);
-        }
         cleanup(&r);
         tri_comm_destroy(r.world);
         MPI_Finalize();
@@ -816,11 +814,9 @@ int main(int argc, char **argv)
     }
     if (rc) {
         tri_log("engine_train: error: %s", tri_error_message());
-        if (!r.agreed) {
-            if (rc == TRI_ETIMEOUT) /* the ranks this one notified print their own message first */
-                nanosleep(&(struct timespec){0, 300000000L}, NULL);
-            tri_comm_abort(r.world, 1); /* no rank may be left waiting in a collective */
-        }
+        if (!r.agreed) /* no rank may be left waiting in a collective; the MPI comm lets the ranks a
+                          timeout verdict reached report it first (engine/comm_mpi_health.h) */
+            tri_comm_abort(r.world, 1);
     }
     cleanup(&r);
     tri_comm_destroy(r.world);
