@@ -110,8 +110,10 @@ run_row() {
   fi
   eval "extra=($flagtext)"
   [ "$ranks" -gt 1 ] && launch=(mpirun "${mpirun_flags[@]}" -np "$ranks")
-  "${launch[@]}" "$bin" "${cfgflag[@]}" "${ok_data[@]}" "${common[@]}" --save-dir "$tmp/run$n" "${extra[@]}" \
-    > "$tmp/row.$n.out" 2>&1
+  # rows run side by side: each its own Open MPI session directory (singletons all use job family
+  # 0, and two creating /tmp/ompi.<host>.<uid>/jf.0 at once fail with "File exists")
+  OMPI_MCA_orte_tmpdir_base="$tmp/o$n" "${launch[@]}" "$bin" "${cfgflag[@]}" "${ok_data[@]}" "${common[@]}" \
+    --save-dir "$tmp/run$n" "${extra[@]}" > "$tmp/row.$n.out" 2>&1
   echo $? > "$tmp/row.$n.rc"
   echo $((SECONDS - start)) > "$tmp/row.$n.s"
 }
