@@ -163,9 +163,9 @@ int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n);
  * *out = NULL (the rank joins no group). The new comm inherits c's timeout and phase. */
 int tri_comm_split(tri_comm *c, int color, int key, tri_comm **out);
 int tri_comm_barrier(tri_comm *c);
-/* Stops every rank of the job (MPI_Abort), or wakes every thread rank with an error. The MPI comm
- * first waits (at most 2 s) until the ranks its timeout verdict reached have reported it, or, on a
- * rank the verdict reached, acknowledges it and waits for the detecting rank's abort. */
+/* Stops every rank of the job (MPI_Abort), or wakes every thread rank with an error. On a rank that
+ * sent or received a timeout verdict the MPI comm first sleeps 1 s, so the ranks the verdict reached
+ * can report it before the first abort ends them all. */
 void tri_comm_abort(tri_comm *c, int code);
 void tri_comm_destroy(tri_comm *c);
 

@@ -151,7 +151,7 @@ static int count_of(tri_tensor t, const char *op, int *count)
 #define PROBE_GRACE_S 1.0        /* how long a timed-out wait waits for the peers' liveness answers */
 #define ALERT_AFTER_S 0.05       /* a wait this long after a stop signal probes once ... */
 #define ALERT_GRACE_S 0.4        /* ... for this long (mpirun kills 1 s after its SIGTERM) */
-#define ACK_WAIT_S 2.0           /* before aborting: the longest wait for the verdict's acknowledgements */
+#define VERDICT_LINGER_S 1         /* before aborting, for the ranks a verdict reached to report it */
 
 /* "phase step, iteration 12" from the comm's watch (or "" when no phase was set). */
 static void where(tri_comm *c, char *buf, size_t n)
@@ -520,12 +520,13 @@ static int mpi_barrier(tri_comm *c)
     return finish(c, MPI_Ibarrier(comm_of(c), &req), &req, "MPI_Ibarrier", "barrier");
 }
 
-/* Lets the ranks a verdict reached report it before the abort ends them all (comm_mpi_health.h). */
+/* Lets the ranks a verdict reached report it before the abort ends them all (comm_mpi_health.h):
+ * a sleep with no MPI call, as the failed collective may still complete into a freed buffer. */
 static void mpi_abort(tri_comm *c, int code)
 {
     tri_mpi_health *h = ((mpi_comm *)c->impl)->health;
-    if (h)
-        tri_mpi_health_before_abort(h, ACK_WAIT_S);
+    if (h && tri_mpi_health_in_verdict(h))
+        nanosleep(&(struct timespec){VERDICT_LINGER_S, 0}, NULL);
     MPI_Abort(comm_of(c), code ? code : 1);
 }
 

@@ -11,7 +11,7 @@
 #include "engine/clock.h"
 #include "engine/status.h"
 
-enum { TAG_PROBE = 1, TAG_ALIVE = 2, TAG_NOTICE = 3, TAG_ACK = 4, TAG_DONE = 5 };
+enum { TAG_PROBE = 1, TAG_ALIVE = 2, TAG_NOTICE = 3 };
 
 #define NOTICE_BYTES 768
 
@@ -34,15 +34,12 @@ int tri_mpi_health_create(tri_mpi_health **out, MPI_Comm comm)
         MPI_Comm_size(h->comm, &h->size);
         MPI_Comm_group(h->comm, &h->group);
         h->alive = calloc((size_t)h->size, sizeof *h->alive);
-        h->notifier = calloc((size_t)h->size, sizeof *h->notifier);
     }
-    if (err != MPI_SUCCESS || !h->alive || !h->notifier) {
+    if (err != MPI_SUCCESS || !h->alive) {
         if (err == MPI_SUCCESS) {
             MPI_Group_free(&h->group);
             MPI_Comm_free(&h->comm);
         }
-        free(h->alive);
-        free(h->notifier);
         free(h);
         return TRI_ERR(err == MPI_SUCCESS ? TRI_ENOMEM : TRI_ECOMM, "mpi health: cannot duplicate the world "
                        "communicator for liveness probes");
@@ -85,21 +82,7 @@ void tri_mpi_health_destroy(tri_mpi_health *h)
         MPI_Comm_free(&h->comm);
     }
     free(h->alive);
-    free(h->notifier);
     free(h);
-}
-
-static void send(tri_mpi_health *h, int to, int tag, const void *data, int bytes);
-
-/* Acknowledges the verdicts received and not yet acknowledged (this rank has reported). */
-static void acknowledge(tri_mpi_health *h)
-{
-    int32_t none = 0;
-    for (int r = 0; r < h->size; r++)
-        if (h->notifier[r] == 1) {
-            send(h, r, TAG_ACK, &none, (int)sizeof none);
-            h->notifier[r] = 2;
-        }
 }
 
 /* Starts sending `bytes` of data to rank `to` with `tag`; silently dropped if MPI refuses. */
@@ -138,19 +121,9 @@ void tri_mpi_health_service(tri_mpi_health *h)
         } else if (st.MPI_TAG == TAG_ALIVE) {
             if (round == h->round && st.MPI_SOURCE >= 0 && st.MPI_SOURCE < h->size)
                 h->alive[st.MPI_SOURCE] = true;
-        } else if (st.MPI_TAG == TAG_NOTICE) {
+        } else if (st.MPI_TAG == TAG_NOTICE && !h->notice[0]) {
             buf[NOTICE_BYTES - 1] = '\0';
-            if (!h->notice[0])
-                snprintf(h->notice, sizeof h->notice, "%s", buf[0] ? buf : "a peer reported a failure");
-            if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < h->size && !h->notifier[st.MPI_SOURCE])
-                h->notifier[st.MPI_SOURCE] = 1;
-            h->noticed = true;
-            if (h->aborting) /* reported already: a later detector is acknowledged at once */
-                acknowledge(h);
-        } else if (st.MPI_TAG == TAG_ACK) {
-            h->acks++;
-        } else if (st.MPI_TAG == TAG_DONE) {
-            h->released = true;
+            snprintf(h->notice, sizeof h->notice, "%s", buf[0] ? buf : "a peer reported a failure");
         }
     }
     reap(h, false);
@@ -186,47 +159,14 @@ void tri_mpi_health_notify(tri_mpi_health *h, const char *text)
     memcpy(buf, text, (size_t)bytes);
     buf[bytes - 1] = '\0';
     for (int r = 0; r < h->size; r++)
-        if (r != h->rank && h->alive[r]) {
+        if (r != h->rank && h->alive[r])
             send(h, r, TAG_NOTICE, buf, bytes);
-            h->notified++;
-        }
+    h->notified = true;
 }
 
-/* Services messages until done(h) or wait_s has passed. */
-static void wait_until(tri_mpi_health *h, double wait_s, bool (*done)(const tri_mpi_health *h))
+bool tri_mpi_health_in_verdict(const tri_mpi_health *h)
 {
-    double start = tri_now_s();
-    while (!done(h) && tri_now_s() - start < wait_s) {
-        struct timespec ts = {0, 1000000L}; /* 1 ms */
-        nanosleep(&ts, NULL);
-        tri_mpi_health_service(h);
-    }
-}
-
-static bool all_acked(const tri_mpi_health *h)
-{
-    return h->acks >= h->notified;
-}
-
-static bool released(const tri_mpi_health *h)
-{
-    return h->released;
-}
-
-void tri_mpi_health_before_abort(tri_mpi_health *h, double wait_s)
-{
-    int32_t none = 0;
-    h->aborting = true;
-    tri_mpi_health_service(h); /* verdicts (acknowledged) and acknowledgements that arrived meanwhile */
-    acknowledge(h);            /* this rank has reported: to every detector */
-    if (h->notified > 0) { /* a detector: every notified rank has reported, then releases them */
-        wait_until(h, wait_s, all_acked);
-        for (int r = 0; r < h->size; r++)
-            if (r != h->rank && h->alive[r])
-                send(h, r, TAG_DONE, &none, (int)sizeof none);
-    }
-    if (h->noticed) /* the others may not have reported yet: a detector says when */
-        wait_until(h, wait_s, released);
+    return h->notified || h->notice[0];
 }
 
 void tri_mpi_health_members(tri_mpi_health *h, MPI_Comm comm, char *buf, size_t n)

@@ -10,12 +10,12 @@
  * at once instead of each waiting out its own timeout. Sends are non-blocking and never waited for
  * (a dead rank's messages would never complete); their buffers are freed once MPI completes them.
  *
- * Aborting (tri_mpi_health_before_abort): MPI_Abort on any rank ends every rank, so the first abort
- * would cut off the others' reports. A notified rank therefore acknowledges the verdict (ACK) once
- * it has reported and waits; the detector waits for the acknowledgements of the ranks it notified,
- * then releases them (DONE) and every rank aborts. Under Open MPI's recovery mode an abort ends
- * only its own rank, which is why the release is a message. Both waits are bounded, so a rank that
- * dies meanwhile delays the end by at most the wait given. */
+ * Aborting: MPI_Abort on any rank ends every rank, so the first abort could cut off the reports of
+ * the ranks a verdict reached. A rank that sent or received a verdict therefore lingers before its
+ * abort (tri_mpi_health_in_verdict). The linger is a plain sleep, not an exchange of
+ * acknowledgements: the collective that failed stays posted, its buffer may already be freed by
+ * the caller, and any MPI progress after the failure could complete it into freed memory
+ * (AddressSanitizer showed it while an acknowledgement protocol ran). */
 #ifndef TRIDENT_ENGINE_COMM_MPI_HEALTH_H
 #define TRIDENT_ENGINE_COMM_MPI_HEALTH_H
 
@@ -32,12 +32,7 @@ typedef struct tri_mpi_health {
     bool *alive;            /* (size) answered the current round */
     tri_mpi_send *sends;    /* messages not yet completed by MPI */
     char notice[768];       /* the first verdict received from another rank ("" none) */
-    char *notifier;         /* (size) per rank: 0, 1 it sent this one a verdict (several may detect),
-                               2 that verdict is acknowledged */
-    bool noticed;           /* any verdict received */
-    bool aborting;          /* in tri_mpi_health_before_abort: verdicts are acknowledged on arrival */
-    int notified, acks;     /* ranks this one sent its verdict to; acknowledgements received */
-    bool released;          /* a detector has every acknowledgement (DONE): abort now */
+    bool notified;          /* this rank sent a verdict */
     bool alerted;           /* a stop signal's probe ran (tri_comm_watch.alert) */
 } tri_mpi_health;
 
@@ -56,10 +51,8 @@ int tri_mpi_health_probe(tri_mpi_health *h, double grace_s);
 /* Sends the verdict text to every rank that answered the last probe. */
 void tri_mpi_health_notify(tri_mpi_health *h, const char *text);
 
-/* Before MPI_Abort: acknowledges a received verdict to its sender; as a detector waits (answering
- * probes) until every rank it notified has acknowledged, then releases them; as a notified rank
- * waits for that release. Each wait at most wait_s; returns at once when neither applies. */
-void tri_mpi_health_before_abort(tri_mpi_health *h, double wait_s);
+/* This rank sent or received a verdict (it lingers before aborting). */
+bool tri_mpi_health_in_verdict(const tri_mpi_health *h);
 
 /* World ranks of comm's members as text ("0, 2, 4" or "0-3"), at most n bytes. */
 void tri_mpi_health_members(tri_mpi_health *h, MPI_Comm comm, char *buf, size_t n);
