@@ -130,6 +130,29 @@ Test(checkpoint, resume_in_five_layouts, .timeout = 300)
     free(w);
 }
 
+/* Trains from step10 in layout l up to TU_CKPT_TOTAL into dir/name; true when the losses and the
+ * final weights and moments are bit-identical to the uninterrupted run's. */
+static bool resume_identical(const tri_gpt_config *cfg, const int32_t *w, const char *dir, const char *name,
+                             tu_layout l, const char *step10, const tu_ckpt_run *ref, const char *ref_final)
+{
+    char out[4300], final[4400];
+    snprintf(out, sizeof out, "%s/%s", dir, name);
+    tu_ckpt_run r = base_run(cfg, w);
+    r.layout = l;
+    r.load = step10;
+    r.until = TU_CKPT_TOTAL;
+    r.save_dir = out;
+    cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "%s: %s", name, tri_error_message());
+    bool same = true;
+    for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
+        same = same && r.losses[k] == ref->losses[HALF + k];
+    snprintf(final, sizeof final, "%s/iter_%07d", out, TU_CKPT_TOTAL);
+    diff d = compare(final, ref_final);
+    cr_log_info("resume %s: losses %s, final weights and moments %s (%.3g, %.3g)", name,
+                same ? "bit-identical" : "DIFFER", d.identical ? "bit-identical" : "DIFFER", d.weights, d.moments);
+    return same && d.identical;
+}
+
 Test(checkpoint, resume_deterministic_bit_identical, .timeout = 300)
 {
     tri_gpt_config cfg = tu_tiny_config();
@@ -151,52 +174,14 @@ Test(checkpoint, resume_deterministic_bit_identical, .timeout = 300)
         {{.tp = 2, .pp = 1, .dp = 1, .zero = 0, .deterministic = true}, "(2,1,1)"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char out[4300];
-        snprintf(out, sizeof out, "%s/resumed%zu", dir, c);
-        tu_ckpt_run r = base_run(&cfg, w);
-        r.layout = cases[c].l;
-        r.load = step10;
-        r.until = TU_CKPT_TOTAL;
-        r.save_dir = out;
-        cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "%s: %s", cases[c].name, tri_error_message());
-        bool same = true;
-        for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
-            same = same && r.losses[k] == ref.losses[HALF + k];
-        char final[4400];
-        snprintf(final, sizeof final, "%s/iter_%07d", out, TU_CKPT_TOTAL);
-        diff d = compare(final, ref_final);
-        cr_expect(same, "deterministic %s: the resumed losses are not bit-identical", cases[c].name);
-        cr_expect(d.identical, "deterministic %s: final weights/moments differ (%.3g, %.3g)", cases[c].name,
-                  d.weights, d.moments);
-        cr_log_info("deterministic resume %s from (2,2,2) ZeRO 1: losses %s, final weights and moments %s",
-                    cases[c].name, same ? "bit-identical" : "DIFFER", d.identical ? "bit-identical" : "DIFFER");
+        char name[64];
+        snprintf(name, sizeof name, "deterministic %s from (2,2,2) ZeRO 1", cases[c].name);
+        cr_expect(resume_identical(&cfg, w, dir, name, cases[c].l, step10, &ref, ref_final),
+                  "%s: the resumed losses, weights or moments are not bit-identical", name);
     }
     tri_fs_remove_tree(dir);
     free(dir);
     free(w);
-}
-
-/* Trains from step10 in layout l up to TU_CKPT_TOTAL into dir/name; true when the losses and the
- * final weights and moments are bit-identical to the uninterrupted run's. */
-static bool resume_identical(const tri_gpt_config *cfg, const int32_t *w, const char *dir, const char *name,
-                             tu_layout l, const char *step10, const tu_ckpt_run *ref, const char *ref_final)
-{
-    char out[4300], final[4400];
-    snprintf(out, sizeof out, "%s/%s", dir, name);
-    tu_ckpt_run r = base_run(cfg, w);
-    r.layout = l;
-    r.load = step10;
-    r.until = TU_CKPT_TOTAL;
-    r.save_dir = out;
-    cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "%s: %s", name, tri_error_message());
-    bool same = true;
-    for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
-        same = same && r.losses[k] == ref->losses[HALF + k];
-    snprintf(final, sizeof final, "%s/iter_%07d", out, TU_CKPT_TOTAL);
-    diff d = compare(final, ref_final);
-    cr_log_info("bf16 resume %s: losses %s, final weights and moments %s (%.3g, %.3g)", name,
-                same ? "bit-identical" : "DIFFER", d.identical ? "bit-identical" : "DIFFER", d.weights, d.moments);
-    return same && d.identical;
 }
 
 Test(checkpoint, resume_bf16, .timeout = 300)
@@ -216,10 +201,10 @@ Test(checkpoint, resume_bf16, .timeout = 300)
     ref.save_interval = HALF;
     cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted bf16 run: %s", tri_error_message());
 
-    cr_expect(resume_identical(&cfg, w, dir, "same-layout", base, step10, &ref, ref_final),
+    cr_expect(resume_identical(&cfg, w, dir, "bf16 same layout", base, step10, &ref, ref_final),
               "bf16 resumed in the same layout is not bit-identical");
     tu_layout other = {.tp = 2, .pp = 1, .dp = 4, .zero = 3, .deterministic = true, .bf16 = true};
-    cr_expect(resume_identical(&cfg, w, dir, "(2,1,4)-zero3", other, step10, &ref, ref_final),
+    cr_expect(resume_identical(&cfg, w, dir, "bf16 deterministic (2,1,4) ZeRO 3", other, step10, &ref, ref_final),
               "deterministic bf16 resumed at (2,1,4) ZeRO 3 is not bit-identical");
 
     /* the same checkpoint as an fp32 run: its master weights load exactly, the run continues */
