@@ -19,7 +19,9 @@
  *
  * A save writes SAVE_DIR/iter_N.tmp, fsyncs every file, writes the manifest last, renames the
  * directory into place and only then replaces `latest`; --keep-last K removes older steps after
- * that. A process killed at any moment leaves `latest` naming a complete step. */
+ * that. A process killed at any moment leaves `latest` naming a complete step. The steps of a save
+ * (checkpoints/save_steps.h) are shared with the asynchronous save (checkpoints/async_save.h), which
+ * blocks training only for the copy to host memory (checkpoints/snapshot.h). */
 #ifndef TRIDENT_CHECKPOINTS_CHECKPOINT_H
 #define TRIDENT_CHECKPOINTS_CHECKPOINT_H
 
@@ -50,10 +52,20 @@ int tri_ckpt_save(tri_trainer *t, const char *save_dir, const tri_ckpt_save_info
 /* The run settings of the trainer as a checkpoint records them. */
 void tri_ckpt_run_of(const tri_trainer *t, uint64_t seed, const tri_lr_schedule *lr, tri_ckpt_run *run);
 
+/* Where a resumed run's learning-rate schedule (peak and minimum lr, warm-up and decay iterations,
+ * decay style) comes from: Megatron-LM's --use-checkpoint-opt_param-scheduler and
+ * --override-opt_param-scheduler. By default a changed schedule is refused, never taken silently. */
+typedef enum tri_lr_source {
+    TRI_LR_SAME = 0,        /* the run's flags, which must equal the checkpoint's */
+    TRI_LR_CHECKPOINT,      /* the checkpoint's, whatever the flags say */
+    TRI_LR_FLAGS,           /* the run's flags, whatever the checkpoint says */
+} tri_lr_source;
+
 /* Refuses to resume run `cur` from a checkpoint of run `saved` when they disagree on what fixes
- * the continuation: seed, global batch, sequence length, LR schedule, AdamW settings, clipping
- * (TRI_EINVAL naming the field and both values; the layout may differ). */
-int tri_ckpt_check_resume(const tri_ckpt_manifest *saved, const tri_ckpt_run *cur, const char *dir);
+ * the continuation: seed, global batch, sequence length, the LR schedule (only with TRI_LR_SAME),
+ * AdamW settings, clipping (TRI_EINVAL naming the field and both values; the layout may differ). */
+int tri_ckpt_check_resume(const tri_ckpt_manifest *saved, const tri_ckpt_run *cur, tri_lr_source lr_source,
+                          const char *dir);
 
 /* Refuses a checkpoint of another model: its config object must equal config_json (same keys and
  * values). TRI_EINVAL naming the first differing key and both values. */

@@ -101,7 +101,37 @@ static int differs_f(const char *dir, const char *field, double saved, double cu
                    "value)", dir, field, saved, cur);
 }
 
-int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, const char *dir)
+/* A learning-rate schedule setting that differs: refused, naming Megatron's two ways to choose. */
+static int lr_differs(const char *dir, const char *field, double saved, double cur)
+{
+    return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with %s %.9g; this run has %.9g: the learning-rate "
+                   "schedule changed (resume with the same value, or choose: --use-checkpoint-opt_param-scheduler "
+                   "keeps the checkpoint's schedule, --override-opt_param-scheduler takes this run's flags)", dir,
+                   field, saved, cur);
+}
+
+/* The learning-rate schedule fields, with TRI_LR_SAME. */
+static int check_lr(const tri_lr_schedule *a, const tri_lr_schedule *cur, const char *dir)
+{
+    if (a->lr != cur->lr)
+        return lr_differs(dir, "--lr", a->lr, cur->lr);
+    if (a->min_lr != cur->min_lr)
+        return lr_differs(dir, "--min-lr", a->min_lr, cur->min_lr);
+    if (a->warmup_iters != cur->warmup_iters)
+        return lr_differs(dir, "--lr-warmup-iters", (double)a->warmup_iters, (double)cur->warmup_iters);
+    if (a->decay_iters != cur->decay_iters)
+        return lr_differs(dir, "--lr-decay-iters (default: --train-iters)", (double)a->decay_iters,
+                          (double)cur->decay_iters);
+    if (a->style != cur->style)
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --lr-decay-style %s; this run has %s: the "
+                       "learning-rate schedule changed (--use-checkpoint-opt_param-scheduler keeps the checkpoint's "
+                       "schedule, --override-opt_param-scheduler takes this run's flags)", dir,
+                       tri_ckpt_lr_style_name(a->style), tri_ckpt_lr_style_name(cur->style));
+    return TRI_OK;
+}
+
+int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, tri_lr_source lr_source,
+                          const char *dir)
 {
     const tri_ckpt_run *a = &s->run;
     if (a->seed != cur->seed)
@@ -112,18 +142,11 @@ int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, c
         return differs_f(dir, "--global-batch-size", (double)a->global_batch, (double)cur->global_batch);
     if (a->seq_length != cur->seq_length)
         return differs_f(dir, "--seq-length", (double)a->seq_length, (double)cur->seq_length);
-    if (a->lr.lr != cur->lr.lr)
-        return differs_f(dir, "--lr", a->lr.lr, cur->lr.lr);
-    if (a->lr.min_lr != cur->lr.min_lr)
-        return differs_f(dir, "--min-lr", a->lr.min_lr, cur->lr.min_lr);
-    if (a->lr.warmup_iters != cur->lr.warmup_iters)
-        return differs_f(dir, "--lr-warmup-iters", (double)a->lr.warmup_iters, (double)cur->lr.warmup_iters);
-    if (a->lr.decay_iters != cur->lr.decay_iters)
-        return differs_f(dir, "--lr-decay-iters (default: --train-iters)", (double)a->lr.decay_iters,
-                         (double)cur->lr.decay_iters);
-    if (a->lr.style != cur->lr.style)
-        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --lr-decay-style %s; this run has %s", dir,
-                       tri_ckpt_lr_style_name(a->lr.style), tri_ckpt_lr_style_name(cur->lr.style));
+    if (lr_source == TRI_LR_SAME) {
+        int rc = check_lr(&a->lr, &cur->lr, dir);
+        if (rc)
+            return rc;
+    }
     if (a->adamw.beta1 != cur->adamw.beta1)
         return differs_f(dir, "--adam-beta1", a->adamw.beta1, cur->adamw.beta1);
     if (a->adamw.beta2 != cur->adamw.beta2)

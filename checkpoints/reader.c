@@ -1,6 +1,8 @@
 /* checkpoints/reader.c - verified reads of a checkpoint step (see reader.h). */
 #include "checkpoints/reader.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +67,49 @@ int tri_ckpt_resolve(const char *path, char *step_dir, size_t cap)
     rc = tri_fs_join(step_dir, cap, path, text);
     free(text);
     return rc;
+}
+
+int tri_ckpt_probe(const char *path, bool *found)
+{
+    char probe[TRI_CKPT_PATH_MAX];
+    *found = false;
+    if (!tri_fs_exists(path))
+        return TRI_OK;
+    if (!tri_fs_is_dir(path))
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s: not a directory (expected a run directory or a step "
+                       "directory)", path);
+    const char *markers[2] = {TRI_CKPT_MANIFEST_SUM, TRI_CKPT_LATEST};
+    for (int k = 0; k < 2; k++) {
+        int rc = tri_fs_join(probe, sizeof probe, path, markers[k]);
+        if (rc)
+            return rc;
+        if (tri_fs_exists(probe)) {
+            *found = true;
+            return TRI_OK;
+        }
+    }
+    /* no `latest`: complete step directories (renamed into place, so holding a manifest) there? */
+    DIR *d = opendir(path);
+    if (!d)
+        return TRI_ERR(TRI_EIO, "cannot list %s: %s", path, strerror(errno));
+    int64_t newest = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t it = tri_ckpt_parse_step_name(e->d_name);
+        char step[TRI_CKPT_PATH_MAX];
+        if (it > newest && tri_fs_join(step, sizeof step, path, e->d_name) == TRI_OK &&
+            tri_fs_join(probe, sizeof probe, step, TRI_CKPT_MANIFEST_SUM) == TRI_OK && tri_fs_exists(probe))
+            newest = it;
+    }
+    closedir(d);
+    if (newest >= 0) {
+        char name[64];
+        tri_ckpt_step_name(newest, name, sizeof name);
+        return TRI_ERR(TRI_EINVAL, "%s has complete checkpoint steps (the newest %s) but no '%s' file (a save "
+                       "was stopped before it named its step); load one by name, e.g. %s/%s", path, name,
+                       TRI_CKPT_LATEST, path, name);
+    }
+    return TRI_OK;
 }
 
 int tri_ckpt_reader_open(tri_ckpt_reader *r, const char *path)

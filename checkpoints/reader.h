@@ -40,6 +40,16 @@ typedef struct tri_ckpt_reader {
  * the checkpoint never leaves the directory). TRI_EINVAL / TRI_ECORRUPT naming the path. */
 int tri_ckpt_resolve(const char *path, char *step_dir, size_t cap);
 
+/* Whether `path` (what --load names) holds a checkpoint to resume: *found = true for a step
+ * directory or a run directory with a `latest` file (tri_ckpt_resolve then reads it, refusing a
+ * broken one); *found = false when there is nothing to resume yet: path does not exist, or is a
+ * directory with no `latest` and no complete step directory (an interrupted first save's
+ * iter_N.tmp, metrics and logs do not count). A run directory holding complete step directories
+ * but no `latest` (a first save killed between its rename and `latest`) is refused (TRI_EINVAL
+ * naming the newest step, to be loaded by name): starting afresh there would later replace it.
+ * TRI_EINVAL also when path exists but is not a directory. */
+int tri_ckpt_probe(const char *path, bool *found);
+
 /* "iter_%07lld" and its inverse (-1 when name is not exactly "iter_<1..18 digits>"). */
 void tri_ckpt_step_name(int64_t iteration, char *out, size_t cap);
 int64_t tri_ckpt_parse_step_name(const char *name);

@@ -97,6 +97,22 @@ static void cuda_free(tri_device *d, void *ptr)
     cudaFree(ptr); /* synchronises the device; nothing to report to a void caller */
 }
 
+/* Page-locked host memory: device-to-host copies into it run at full bandwidth. */
+static int cuda_host_alloc(tri_device *d, void **ptr, size_t bytes)
+{
+    cudaError_t e = cudaMallocHost(ptr, bytes);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        return TRI_ERR(TRI_ENOMEM, "cudaMallocHost of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+    }
+    return TRI_OK;
+}
+
+static void cuda_host_free(tri_device *d, void *ptr)
+{
+    cudaFreeHost(ptr);
+}
+
 static int cuda_copy_to_host(tri_device *d, void *host, const void *src, size_t bytes)
 {
     tri_cuda *c = tri_cuda_of(d);
@@ -193,12 +209,14 @@ static const tri_device_ops cuda_ops = {
     /* .add_i64 = */ tri_cuda_add_i64,
     /* .fixed_sum_squares = */ tri_cuda_fixed_sum_squares,
     /* .convert = */ tri_cuda_convert,
+    /* .host_alloc = */ cuda_host_alloc,
+    /* .host_free = */ cuda_host_free,
 };
 
 /* The table is positional (C++17 has no designated initializers), so an op added to
  * engine/device.h and forgotten here would be a silent NULL entry: the build fails instead until
- * the count, and the table, are updated together (name + 35 ops). */
-#define TRI_CUDA_OPS_ENTRIES 36
+ * the count, and the table, are updated together (name + 37 ops). */
+#define TRI_CUDA_OPS_ENTRIES 38
 static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
               "engine/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
 

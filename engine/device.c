@@ -270,6 +270,18 @@ void tri_device_free(tri_device *d, void *ptr)
     d->ops->free(d, ptr);
 }
 
+int tri_device_host_alloc(tri_device *d, void **ptr, size_t bytes)
+{
+    *ptr = NULL;
+    return bytes == 0 ? TRI_OK : d->ops->host_alloc(d, ptr, bytes);
+}
+
+void tri_device_host_free(tri_device *d, void *ptr)
+{
+    if (ptr)
+        d->ops->host_free(d, ptr);
+}
+
 int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src)
 {
     if (tri_tensor_bytes(src) == 0)

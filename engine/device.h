@@ -101,6 +101,9 @@ typedef struct tri_device_ops {
     int (*fixed_sum_squares)(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad);
     /* precision */
     int (*convert)(tri_device *d, tri_tensor dst, tri_tensor src);
+    /* host staging memory (CUDA: page-locked, so copies to it run at full bandwidth) */
+    int (*host_alloc)(tri_device *d, void **ptr, size_t bytes);
+    void (*host_free)(tri_device *d, void *ptr);
 } tri_device_ops;
 
 /* Per-op time and call counts, kept when profiling is on (tri_device_profile_enable). */
@@ -153,6 +156,11 @@ void tri_device_free(tri_device *d, void *ptr);
 int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src);
 int tri_device_copy_from_host(tri_device *d, tri_tensor dst, const void *host);
 int tri_device_sync(tri_device *d);
+/* Host memory for staging device data (asynchronous checkpoints): plain on the CPU, page-locked
+ * (pinned) on CUDA. Not device memory: outside the planned and measured peak. TRI_ENOMEM on
+ * failure; bytes 0 gives NULL. Free with tri_device_host_free (NULL is ignored). */
+int tri_device_host_alloc(tri_device *d, void **ptr, size_t bytes);
+void tri_device_host_free(tri_device *d, void *ptr);
 
 /* ---- element-wise: any shape, same numel unless stated ---- */
 /* x[i] = value. */

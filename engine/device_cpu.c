@@ -549,6 +549,8 @@ static const tri_device_ops cpu_ops = {
     .add_i64 = cpu_add_i64,
     .fixed_sum_squares = cpu_fixed_sum_squares,
     .convert = cpu_convert,
+    .host_alloc = cpu_alloc, /* host memory is the device's own */
+    .host_free = cpu_free,
 };
 
 int tri_device_cpu_create(tri_device **out, int threads)

@@ -50,6 +50,12 @@ void tri_error_clear(void)
     msg[0] = '\0';
 }
 
+int tri_error_restore(int code, const char *text)
+{
+    snprintf(msg, MSG_CAP, "%s", text);
+    return code;
+}
+
 const char *tri_status_name(int code)
 {
     switch (code) {

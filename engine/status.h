@@ -48,6 +48,10 @@ const char *tri_status_name(int code);
 
 void tri_error_clear(void);
 
+/* Sets this thread's message to text as it is (a message carried over from another thread, which
+ * already names its file and line) and returns code. */
+int tri_error_restore(int code, const char *text);
+
 #define TRI_ERR(code, ...) tri_error_set((code), __FILE__, __LINE__, __VA_ARGS__)
 
 #ifdef __cplusplus

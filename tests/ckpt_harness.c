@@ -50,7 +50,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         return rc;
     }
     int64_t it = 0;
-    if (r->load)
+    tri_ckpt_async *saver = NULL;
+    tri_ckpt_async_report done;
+    if (r->async_save)
+        rc = tri_ckpt_async_create(&saver, &ss.trainer);
+    if (!rc && r->load)
         rc = tri_gpt_ckpt_resume(&ss, r->cfg, r->load, &cr, &it);
     if (rank == 0)
         r->start = it;
@@ -60,10 +64,16 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         rc = tri_trainer_step(&ss.trainer, &src, it, tri_lr_at(&cr.lr, it + 1), &res);
         if (!rc && rank == 0 && it - r->start < TU_MAX_STEPS)
             r->losses[it - r->start] = res.loss;
+        if (!rc && saver)
+            rc = tri_ckpt_async_poll(saver, &done);
         bool due = r->save_interval > 0 && (it + 1) % r->save_interval == 0;
         if (!rc && r->save_dir && (due || it + 1 == r->until))
-            rc = tri_gpt_ckpt_save(&ss, r->cfg, r->save_dir, &cr, it + 1);
+            rc = saver ? tri_gpt_ckpt_save_async(&ss, saver, r->cfg, r->save_dir, &cr, it + 1, &done)
+                       : tri_gpt_ckpt_save(&ss, r->cfg, r->save_dir, &cr, it + 1);
     }
+    if (!rc && saver)
+        rc = tri_ckpt_async_wait(saver, &done);
+    tri_ckpt_async_destroy(saver);
     tri_gpt_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;

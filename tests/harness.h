@@ -78,4 +78,20 @@ int32_t *tu_make_windows(int64_t n, int64_t T, int V, uint64_t seed);
 /* max |a - b| / max |b| over n elements */
 double tu_tensor_rel(const float *a, const float *b, int64_t n);
 
+/* The most two runs' weights can drift apart, per element, over updates first..last (1-based
+ * AdamW step numbers) at learning rate lr, from the same state, whatever their gradients: the
+ * bound for weights after steps in non-deterministic layouts, where a sum's order (and so a
+ * near-zero gradient's sign) differs. AdamW's step |m_hat / (sqrt(v_hat) + eps)| is at most
+ *   K_t = (1 - b1) sqrt(1 - b2^t) / ((1 - b1^t) sqrt(1 - b2)) * sqrt(sum_{k<t} (b1^2 / b2)^k)
+ * (Cauchy-Schwarz between m_t = (1 - b1) sum_i b1^(t-i) g_i and v_t = (1 - b2) sum_i b2^(t-i) g_i^2,
+ * for b1^2 < b2; K_1 = 1), and decoupled weight decay only shrinks a difference, so two runs end
+ * within 2 lr sum_t K_t of each other, plus fp32 rounding: 2^-20 of that, and per step 4 roundings
+ * of 2^-24 |w| (decay and update, in each run) with |w| <= max_abs. */
+double tu_adamw_drift_bound(double lr, double beta1, double beta2, int64_t first, int64_t last, double max_abs);
+
+/* max over elements of |a - b| / tu_adamw_drift_bound(...) for n elements: <= 1 when a and b are
+ * within what AdamW can explain. */
+double tu_adamw_drift_ratio(const float *a, const float *b, int64_t n, double lr, double beta1, double beta2,
+                            int64_t first, int64_t last);
+
 #endif

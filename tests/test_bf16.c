@@ -26,7 +26,13 @@ typedef struct diff {
     double loss;   /* max relative difference of the step losses */
     double grad;   /* max over tensors of max |a - b| / max |b| of the first gradients */
     double weight; /* the same for the weights after the last step */
+    double drift;  /* max over elements of the weights' |a - b| / what AdamW can explain (harness.h) */
 } diff;
+
+/* the harness's AdamW: lr 1e-3, beta1 0.9, beta2 0.95, updates 1..STEPS */
+#define LR 1e-3
+#define BETA1 0.9
+#define BETA2 0.95
 
 static int64_t real_numel(const tri_gpt_config *cfg, const tu_result *r, int i)
 {
@@ -41,6 +47,8 @@ static diff compare(const tri_gpt_config *cfg, const tu_result *got, const tu_re
     for (int i = 0; i < ref->n; i++) {
         d.grad = fmax(d.grad, tu_tensor_rel(got->grads[i], ref->grads[i], real_numel(cfg, ref, i)));
         d.weight = fmax(d.weight, tu_tensor_rel(got->weights[i], ref->weights[i], real_numel(cfg, ref, i)));
+        d.drift = fmax(d.drift, tu_adamw_drift_ratio(got->weights[i], ref->weights[i], real_numel(cfg, ref, i), LR,
+                                                     BETA1, BETA2, 1, STEPS));
     }
     return d;
 }
@@ -70,8 +78,8 @@ static diff run_pair(const tu_layout *lay, const tu_layout *one, const char *nam
     diff d = compare(&cfg, &got, &ref);
     if (lay->bf16)
         expect_published(&got, name);
-    cr_log_info("%s: losses %.3g, first gradients %.3g, final weights %.3g (max relative)", name, d.loss, d.grad,
-                d.weight);
+    cr_log_info("%s: losses %.3g, first gradients %.3g, final weights %.3g (max relative), %.3g of AdamW's drift "
+                "bound", name, d.loss, d.grad, d.weight, d.drift);
     tu_result_free(&ref);
     tu_result_free(&got);
     free(w);
@@ -91,9 +99,8 @@ Test(bf16, tracks_fp32, .timeout = 120)
     diff d = run_pair(&bf, &fp, "bf16 vs fp32, one rank");
     /* every stored value carries a relative rounding of up to 2^-9 (about 2e-3); the loss averages
      * many of them, a gradient element accumulates them through the layers. The final weights are
-     * only logged: AdamW's update m / sqrt(v) has magnitude lr whatever the gradient's size, so a
-     * bias whose gradient is near 0 moves by +-lr in either precision, a 100% difference of a tiny
-     * value; the losses after those updates are what matters. */
+     * held to what AdamW can explain (close_to_one_rank says why nothing tighter holds). */
+    cr_expect_leq(d.drift, 1.0, "bf16 weights differ from fp32's by %g of what AdamW can move them", d.drift);
     cr_expect_lt(d.loss, 2e-3, "bf16 losses differ from fp32 by %g", d.loss);
     cr_expect_gt(d.loss, 0.0, "bf16 gave the fp32 losses exactly: bf16 storage is not in effect");
     cr_expect_lt(d.grad, 5e-2, "bf16 first gradients differ from fp32 by %g", d.grad);
@@ -118,7 +125,13 @@ Test(bf16, deterministic_dp2_zero1, .timeout = 120) { bit_identical(1, 1, 2, 1, 
 Test(bf16, deterministic_dp2_zero3, .timeout = 120) { bit_identical(1, 1, 2, 3, true); }
 Test(bf16, deterministic_pp2_dp2_zero2, .timeout = 120) { bit_identical(1, 2, 2, 2, true); }
 
-/* Against one rank, within the bounds given: losses, first gradients, final weights. */
+/* Against one rank: losses and first gradients within the bounds given; the final weights within
+ * what AdamW can move two runs apart (tu_adamw_drift_bound). A relative bound on the weights cannot
+ * hold on every machine: AdamW's update m / sqrt(v) has magnitude lr whatever the gradient's size, so
+ * an element whose gradient is zero in exact arithmetic (the key bias: softmax ignores a shift shared
+ * by every key) moves by +-lr in the direction its rounding noise takes, and that noise follows the
+ * summation order of the BLAS kernels the CPU picks (measured: 1.4e-5 relative under OpenBLAS's
+ * Cooperlake kernels, 0.28 under its SkylakeX kernels, for the same layout). */
 static void close_to_one_rank(int tp, int pp, int dp, int zero, bool sp, diff bound)
 {
     char name[96];
@@ -127,18 +140,17 @@ static void close_to_one_rank(int tp, int pp, int dp, int zero, bool sp, diff bo
     diff d = run_pair(&lay, &one, name);
     cr_expect_leq(d.loss, bound.loss, "%s: losses differ by %g", name, d.loss);
     cr_expect_leq(d.grad, bound.grad, "%s: gradients differ by %g", name, d.grad);
-    if (isfinite(bound.weight))
-        cr_expect_leq(d.weight, bound.weight, "%s: weights differ by %g", name, d.weight);
+    cr_expect_leq(d.drift, 1.0, "%s: weights differ by %g of what AdamW can move them", name, d.drift);
 }
 
-/* Data parallelism changes only the order of the fp32 gradient sums (1e-7 relative per value);
- * a master weight that moved by such an amount can round to the neighbouring bf16 (2^-8 relative),
- * hence the weights' wider bound. */
-static const diff DP = {.loss = 1e-4, .grad = 1e-5, .weight = 1e-3};
+/* Data parallelism changes only the order of the fp32 gradient sums: the first gradients differ by
+ * the rounding of a sum of 8 micro-batches' contributions (measured 3e-7 to 5e-7 under OpenBLAS's
+ * Cooperlake, SkylakeX, Haswell, Zen and Sandybridge kernels); the losses after the updates by what
+ * the weights' drift makes of them (measured at most 3.1e-5 under the same five kernel sets). */
+static const diff DP = {.loss = 1e-4, .grad = 1e-5};
 /* Tensor parallelism rounds each rank's partial sums to bf16 before adding them: bf16 noise in
- * the losses (measured 1e-4) and gradients (1.2e-2). The final weights are not bounded, for the
- * reason tracks_fp32 gives (AdamW moves a near-zero-gradient bias by +-lr either way). */
-static const diff TP = {.loss = 1e-3, .grad = 5e-2, .weight = INFINITY};
+ * the losses (measured 1.0e-4 to 1.4e-4 under the five kernel sets) and gradients (1.2e-2). */
+static const diff TP = {.loss = 1e-3, .grad = 5e-2};
 
 Test(bf16, dp2_zero0, .timeout = 120) { close_to_one_rank(1, 1, 2, 0, false, DP); }
 Test(bf16, dp2_zero1, .timeout = 120) { close_to_one_rank(1, 1, 2, 1, false, DP); }

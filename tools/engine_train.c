@@ -59,7 +59,10 @@ typedef struct args {
     float sample_temperature, memory_budget_gb, peak_gflops;
     float comm_timeout, spike_zscore;           /* faults: see tools/cli/fault.h, engine/fault.h */
     int skip_nonfinite, spike_window;
+    int exit_interval;                          /* Megatron-LM's --exit-interval, --exit-duration-in-mins */
+    float exit_duration_mins;
     bool sequence_parallel, deterministic, overlap_grad_reduce, overlap_param_gather, bf16, quiet;
+    bool exit_on_missing_checkpoint, override_scheduler, use_checkpoint_scheduler, async_save;
 } args;
 
 typedef struct run {
@@ -76,9 +79,12 @@ typedef struct run {
     tri_lr_schedule lr;
     FILE *metrics;
     int64_t start_iter;      /* the first iteration to run: 0, or the loaded checkpoint's */
+    bool load_found;         /* --load names a checkpoint (else: no checkpoint yet, start afresh) */
+    tri_ckpt_async *saver;   /* --async-save: the background checkpoint writer */
     tri_step_guard guard;    /* agreed non-finite / stop checks at every step (engine/fault.h) */
     tri_cli_injection inject;
-    bool stopped;            /* stopped early on SIGTERM/SIGINT, after saving a checkpoint */
+    bool stopped;            /* stopped early (a signal, --exit-interval/-duration), after saving a checkpoint */
+    double started;          /* tri_now_s() at start-up, for --exit-duration-in-mins */
     bool agreed;             /* the error was agreed by every rank: exit without MPI_Abort */
     const tri_flag *flags;   /* the flag table, for the run-identity text */
     int nflags;
@@ -130,10 +136,16 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("save-dir", TRI_FLAG_STRING, &a->save_dir, "run directory (metrics.jsonl, checkpoints iter_<N>/ and latest)", 0, 0);
     f[n++] = (tri_flag)FLAG("save-interval", TRI_FLAG_INT, &a->save_interval, "save a checkpoint every N iterations and at the end (0: never)", 0, 1 << 30);
     f[n++] = (tri_flag)FLAG("keep-last", TRI_FLAG_INT, &a->keep_last, "checkpoints kept in --save-dir (0: all)", 0, 1 << 30);
-    f[n++] = (tri_flag)FLAG("load", TRI_FLAG_STRING, &a->load, "resume from this run directory's latest checkpoint (or a step directory), in any layout; --train-iters stays the total", 0, 0);
-    f[n++] = (tri_flag)CHOICE("tokenizer-type", &a->tokenizer_type, "ByteLevel|GPT2BPETokenizer", "tokenizer for the sample at the end");
-    f[n++] = (tri_flag)FLAG("vocab-file", TRI_FLAG_STRING, &a->vocab_file, "GPT-2 encoder.json", 0, 0);
-    f[n++] = (tri_flag)FLAG("merge-file", TRI_FLAG_STRING, &a->merge_file, "GPT-2 vocab.bpe", 0, 0);
+    f[n++] = (tri_flag)FLAG("exit-interval", TRI_FLAG_INT, &a->exit_interval, "save a checkpoint and exit (status 0) after an iteration divisible by N, before --train-iters (0: off); the same command with --load resumes", 0, 1 << 30);
+    f[n++] = (tri_flag)FLAG("exit-duration-in-mins", TRI_FLAG_FLOAT, &a->exit_duration_mins, "save a checkpoint and exit (status 0) after the first iteration that ends past this many minutes since start-up (e.g. a little under a Slurm time limit; 0: off)", 0, 1e9);
+    f[n++] = (tri_flag)FLAG("async-save", TRI_FLAG_BOOL, &a->async_save, "write checkpoints in the background: the loop is blocked only while each rank copies its shards to host memory (pinned on GPUs); the same guarantees as a synchronous save, at most one save in flight", 0, 0);
+    f[n++] = (tri_flag)FLAG("load", TRI_FLAG_STRING, &a->load, "resume from this run directory's latest checkpoint (or a step directory), in any layout; --train-iters stays the total. With no checkpoint there yet, start from scratch with a warning (one job script for the first start and every restart)", 0, 0);
+    f[n++] = (tri_flag)FLAG("exit-on-missing-checkpoint", TRI_FLAG_BOOL, &a->exit_on_missing_checkpoint, "refuse to start when --load holds no checkpoint", 0, 0);
+    f[n++] = (tri_flag)FLAG("use-checkpoint-opt_param-scheduler", TRI_FLAG_BOOL, &a->use_checkpoint_scheduler, "on resume, take the learning-rate schedule (--lr, --min-lr, warm-up, decay iterations and style) from the checkpoint, whatever the flags say", 0, 0);
+    f[n++] = (tri_flag)FLAG("override-opt_param-scheduler", TRI_FLAG_BOOL, &a->override_scheduler, "on resume, take the learning-rate schedule from the flags even where the checkpoint's differs (e.g. a larger --train-iters); without either flag a changed schedule is refused", 0, 0);
+    f[n++] = (tri_flag)CHOICE("tokenizer-type", &a->tokenizer_type, "ByteLevel|GPT2BPETokenizer", "tokenizer of the sample at the end (not loaded with --sample-length 0)");
+    f[n++] = (tri_flag)FLAG("vocab-file", TRI_FLAG_STRING, &a->vocab_file, "GPT-2 encoder.json (read only when sampling)", 0, 0);
+    f[n++] = (tri_flag)FLAG("merge-file", TRI_FLAG_STRING, &a->merge_file, "GPT-2 vocab.bpe (read only when sampling)", 0, 0);
     f[n++] = (tri_flag)FLAG("sample-length", TRI_FLAG_INT, &a->sample_length, "tokens sampled at the end (0: none; at most seq-length - 1)", 0, 1 << 20);
     f[n++] = (tri_flag)FLAG("sample-top-k", TRI_FLAG_INT, &a->sample_top_k, "top-k of the sampling", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("sample-temperature", TRI_FLAG_FLOAT, &a->sample_temperature, "sampling temperature", 1e-3, 100);
@@ -201,6 +213,9 @@ static int validate(run *r)
     if (a->layers_per_virtual_stage > 0 && strcmp(a->schedule, "interleaved") != 0)
         return TRI_ERR(TRI_EINVAL, "--num-layers-per-virtual-pipeline-stage %d needs --pipeline-schedule "
                        "interleaved (got %s)", a->layers_per_virtual_stage, a->schedule);
+    if (a->override_scheduler && a->use_checkpoint_scheduler)
+        return TRI_ERR(TRI_EINVAL, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler "
+                       "exclude each other: the learning-rate schedule comes from the flags or from the checkpoint");
     if (a->sequence_parallel && a->tp == 1)
         return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     int64_t per_step = (int64_t)a->micro_batch * r->dp;
@@ -245,7 +260,8 @@ static int validate(run *r)
     if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, a->seq_length, r->cfg.vocab_size,
                                       (uint64_t)a->seed, true);
     if (!rc) rc = tri_dataloader_open(&r->val, a->val_data, a->seq_length, r->cfg.vocab_size, 0, false);
-    if (rc)
+    /* the tokenizer only decodes the sample at the end: without one, its files are not needed */
+    if (rc || a->sample_length == 0)
         return rc;
     if (strcmp(a->tokenizer_type, "ByteLevel") == 0)
         rc = tri_tokenizer_create_byte(&r->tok);
@@ -257,6 +273,19 @@ static int validate(run *r)
     return rc;
 }
 
+/* Whether --load holds a checkpoint (r->load_found). None yet is a fresh start, unless
+ * --exit-on-missing-checkpoint (Megatron-LM's flag) asks for the refusal. */
+static int probe_load(run *r)
+{
+    int rc = tri_ckpt_probe(r->a.load, &r->load_found);
+    if (rc)
+        return tri_error_context(rc, "--load %s", r->a.load);
+    if (!r->load_found && r->a.exit_on_missing_checkpoint)
+        return TRI_ERR(TRI_EINVAL, "--load %s: no checkpoint there (no '%s' file and no step directory) and "
+                       "--exit-on-missing-checkpoint is set", r->a.load, TRI_CKPT_LATEST);
+    return TRI_OK;
+}
+
 /* The checks of tools/cli/validate.h: overflowing sizes, the memory plan against the budget, and
  * the directories the run reads and writes. No communication. */
 static int validate_resources(run *r)
@@ -264,7 +293,7 @@ static int validate_resources(run *r)
     const args *a = &r->a;
     int rc = tri_cli_check_sizes(&r->cfg, a->config, a->global_batch, a->seq_length, a->train_iters);
     if (!rc) rc = tri_cli_check_output_dir("save-dir", a->save_dir);
-    if (!rc && a->load) rc = tri_cli_check_input_path("load", a->load);
+    if (!rc && a->load) rc = probe_load(r);
     /* by default a CPU rank's plan is held to the machine's memory; a GPU's size is unknown until
      * the device is made, after this point, so there only --memory-budget-gb applies */
     if (!rc && (a->memory_budget_gb > 0 || strcmp(a->device, "cpu") == 0))
@@ -426,18 +455,71 @@ static int evaluate(run *r, int64_t iter)
 
 static tri_gpt_ckpt_run ckpt_run(const run *r)
 {
-    return (tri_gpt_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last};
+    return (tri_gpt_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last,
+                              .lr_source = r->a.use_checkpoint_scheduler ? TRI_LR_CHECKPOINT
+                                           : r->a.override_scheduler     ? TRI_LR_FLAGS
+                                                                         : TRI_LR_SAME};
 }
 
+/* A completed save: one log line and a metrics line with the time the training loop was blocked
+ * for it (all of it for a synchronous save; the host copy, polls and waits for an asynchronous one). */
+static void report_save(run *r, int64_t iteration, double blocked_s, double total_s, bool async)
+{
+    if (async)
+        tri_log_rank0("saved checkpoint %s/iter_%07lld in %.2f s in the background; the training loop was blocked "
+                      "%.3f s", r->a.save_dir, (long long)iteration, total_s, blocked_s);
+    else
+        tri_log_rank0("saved checkpoint %s/iter_%07lld in %.2f s", r->a.save_dir, (long long)iteration, total_s);
+    metric_line(r, "save", iteration, (const char *[]){"blocked_s", "total_s", "async", NULL},
+                (double[]){blocked_s, total_s, async ? 1 : 0});
+}
+
+static void report_async(run *r, const tri_ckpt_async_report *done)
+{
+    if (done->completed)
+        report_save(r, done->iteration, done->blocked_s, done->total_s, true);
+}
+
+/* Saves step `iteration`: synchronously, or (--async-save) starts a background save after waiting
+ * for the one in flight. */
 static int save_checkpoint(run *r, int64_t iteration)
 {
     tri_gpt_ckpt_run cr = ckpt_run(r);
     double t0 = tri_now_s();
     tri_comm_set_phase(r->world, "checkpoint", iteration);
+    if (r->saver) {
+        tri_ckpt_async_report prev;
+        int rc = tri_gpt_ckpt_save_async(&r->ss, r->saver, &r->cfg, r->a.save_dir, &cr, iteration, &prev);
+        report_async(r, &prev);
+        return rc;
+    }
     int rc = tri_gpt_ckpt_save(&r->ss, &r->cfg, r->a.save_dir, &cr, iteration);
     if (!rc)
-        tri_log_rank0("saved checkpoint %s/iter_%07lld in %.2f s", r->a.save_dir, (long long)iteration,
-                      tri_now_s() - t0);
+        report_save(r, iteration, tri_now_s() - t0, tri_now_s() - t0, false);
+    return rc;
+}
+
+/* --async-save: advances the save in flight (collective; nothing when none is). */
+static int poll_checkpoint(run *r, int64_t iteration)
+{
+    if (!r->saver || !tri_ckpt_async_busy(r->saver))
+        return TRI_OK;
+    tri_ckpt_async_report done;
+    tri_comm_set_phase(r->world, "checkpoint", iteration);
+    int rc = tri_ckpt_async_poll(r->saver, &done);
+    report_async(r, &done);
+    return rc;
+}
+
+/* --async-save: waits for the save in flight to be published (the end of training, a stop). */
+static int finish_checkpoint(run *r, int64_t iteration)
+{
+    if (!r->saver || !tri_ckpt_async_busy(r->saver))
+        return TRI_OK;
+    tri_ckpt_async_report done;
+    tri_comm_set_phase(r->world, "checkpoint", iteration);
+    int rc = tri_ckpt_async_wait(r->saver, &done);
+    report_async(r, &done);
     return rc;
 }
 
@@ -445,11 +527,23 @@ static int load_checkpoint(run *r)
 {
     if (!r->a.load)
         return TRI_OK;
+    if (!r->load_found) { /* every rank saw the same (identity_agree) */
+        tri_log_rank0("engine_train: warning: --load %s holds no checkpoint yet (no '%s' file); starting from "
+                      "scratch (--exit-on-missing-checkpoint refuses instead)", r->a.load, TRI_CKPT_LATEST);
+        return TRI_OK;
+    }
     tri_gpt_ckpt_run cr = ckpt_run(r);
     double t0 = tri_now_s();
     tri_comm_set_phase(r->world, "checkpoint", 0);
     int rc = tri_gpt_ckpt_resume(&r->ss, &r->cfg, r->a.load, &cr, &r->start_iter);
     if (!rc) rc = resume_agree(r);
+    if (!rc && r->a.use_checkpoint_scheduler) {
+        r->lr = cr.lr;
+        tri_log_rank0("learning-rate schedule from the checkpoint (--use-checkpoint-opt_param-scheduler): lr %g, "
+                      "min lr %g, warm-up %lld, decay to iteration %lld (%s)", (double)r->lr.lr,
+                      (double)r->lr.min_lr, (long long)r->lr.warmup_iters, (long long)r->lr.decay_iters,
+                      tri_ckpt_lr_style_name(r->lr.style));
+    }
     if (!rc)
         tri_log_rank0("resumed from %s at iteration %lld in %.2f s", r->a.load, (long long)r->start_iter,
                       tri_now_s() - t0);
@@ -494,8 +588,9 @@ static int identity_agree(run *r)
     if (rc)
         return rc;
     snprintf(extra, sizeof extra, "model=%s\nlayout=tp %d x pp %d x dp %d, %d micro-batches\ntrain_tokens=%lld\n"
-             "val_tokens=%lld\n%s", json, r->a.tp, r->a.pp, r->dp, r->n_micro,
+             "val_tokens=%lld\ncheckpoint_to_load=%s\n%s", json, r->a.tp, r->a.pp, r->dp, r->n_micro,
              (long long)tri_dataloader_tokens(r->train), (long long)tri_dataloader_tokens(r->val),
+             !r->a.load ? "no --load" : r->load_found ? "found" : "none yet",
              r->inject.identity_rank == r->world->rank && r->inject.identity_which == 1 ? "test_injection=identity\n"
                                                                                       : "");
     free(json);
@@ -546,6 +641,12 @@ static void log_skip(run *r, int64_t iter, const tri_step_result *res)
                            (double)r->guard.skipped_spikes});
 }
 
+/* --exit-duration-in-mins has passed since start-up. */
+static bool out_of_time(const run *r)
+{
+    return r->a.exit_duration_mins > 0 && tri_now_s() - r->started >= 60.0 * r->a.exit_duration_mins;
+}
+
 static int train_loop(run *r)
 {
     const args *a = &r->a;
@@ -561,7 +662,8 @@ static int train_loop(run *r)
         tri_step_result res;
         tri_comm_set_phase(r->world, "step", it + 1);
         tri_cli_injection_stall(&r->inject, r->ss.grid.world_rank, it + 1);
-        r->guard.stop_requested = tri_cli_stop_signal() != 0;
+        /* a stop requested on any rank stops every rank after this step (agreed in the step) */
+        r->guard.stop_requested = tri_cli_stop_signal() != 0 || out_of_time(r);
         rc = tri_trainer_step(&r->ss.trainer, &src, it, tri_lr_at(&r->lr, it + 1), &res);
         r->agreed = rc == TRI_ENONFINITE; /* decided alike on every rank */
         if (rc) {
@@ -588,21 +690,27 @@ static int train_loop(run *r)
             if (!rc && !a->quiet && log_now)
                 log_iteration(r, &tm, it + 1, &res, &split, tps, flops / dt / 1e9);
         }
+        if (!rc) rc = poll_checkpoint(r, it + 1);
         if (!rc && !res.stop && a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters) {
             tri_comm_set_phase(r->world, "eval", it + 1);
             rc = evaluate(r, it + 1);
         }
         bool save = a->save_interval > 0 && ((it + 1) % a->save_interval == 0 || it + 1 == a->train_iters);
-        if (!rc && (save || res.stop))
+        bool exit_now = res.stop || (a->exit_interval > 0 && (it + 1) % a->exit_interval == 0 && it + 1 < a->train_iters);
+        if (!rc && (save || exit_now))
             rc = save_checkpoint(r, it + 1);
-        if (!rc && res.stop) {
+        if (!rc && exit_now)
+            rc = finish_checkpoint(r, it + 1);
+        if (!rc && exit_now) {
             int sig = tri_cli_stop_signal();
             tri_log_rank0("stopped at iteration %lld on a stop request (%s): checkpoint saved; resume with --load %s",
                           (long long)it + 1,
-                          sig == SIGINT    ? "SIGINT"
+                          !res.stop        ? "--exit-interval"
+                          : sig == SIGINT  ? "SIGINT"
                           : sig == SIGTERM ? "SIGTERM"
                           : sig == SIGUSR1 ? "SIGUSR1"
-                                           : "a signal to another rank",
+                          : out_of_time(r) ? "--exit-duration-in-mins"
+                                           : "a signal or --exit-duration-in-mins on another rank",
                           a->save_dir);
             r->stopped = true;
             tri_train_metrics_free(&tm);
@@ -618,7 +726,8 @@ static int train_loop(run *r)
                       (long long)(a->train_iters - r->start_iter), total, first_loss, last_loss,
                       log((double)r->cfg.vocab_size));
     tri_comm_set_phase(r->world, "eval", a->train_iters);
-    return evaluate(r, a->train_iters);
+    rc = evaluate(r, a->train_iters); /* beside the last save's background writes */
+    return rc ? rc : finish_checkpoint(r, a->train_iters);
 }
 
 /* Top-k sampling (Fan et al. 2018) from logits (V floats) at a temperature; returns the id. */
@@ -722,6 +831,7 @@ static int generate(run *r)
 
 static void cleanup(run *r)
 {
+    tri_ckpt_async_destroy(r->saver);
     tri_step_guard_destroy(&r->guard);
     tri_gpt_session_destroy(&r->ss);
     tri_comm_destroy(r->dev_world);
@@ -739,8 +849,9 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     run r;
     memset(&r, 0, sizeof r);
+    r.started = tri_now_s();
     defaults(&r.a);
-    tri_flag flags[64];
+    tri_flag flags[80];
     int nflags = make_flags(&r.a, flags);
     bool help = false;
     MPI_Comm comm_world = MPI_COMM_WORLD;
@@ -802,6 +913,7 @@ int main(int argc, char **argv)
     }
     rc = setup(&r);
     if (!rc) r.ss.trainer.guard = &r.guard;
+    if (!rc && r.a.async_save) rc = tri_ckpt_async_create(&r.saver, &r.ss.trainer);
     if (!rc) rc = open_metrics(&r);
     if (!rc) rc = load_checkpoint(&r);
     if (!rc) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/valgrind_4rank.sh [BUILD_DIR] - a 4-rank tiny engine_train (tp 2 x pp 2) under valgrind memcheck.
 #
-# Builds engine_train without -march=native (CMAKE_BUILD_TYPE=RelWithDebInfo, -O2 -g) into
+# Builds engine_train for the portable x86-64-v3 level (TRIDENT_MARCH; RelWithDebInfo, -O2 -g) into
 # BUILD_DIR (default build-valgrind): valgrind 3.19 cannot decode AVX-512, which -march=native and
 # OpenBLAS's Cooperlake kernels emit on this machine, so OpenBLAS is also held to its Haswell (AVX2)
 # kernels (OPENBLAS_CORETYPE). The only suppressions are the ones ../shared/NOTES.md measured:
@@ -17,7 +17,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-valgrind}
 command -v valgrind >/dev/null || { echo "valgrind_4rank: valgrind not found (apt-get install valgrind)"; exit 1; }
 if [ ! -x "$build/bin/engine_train" ] || [ "$src/tools/engine_train.c" -nt "$build/bin/engine_train" ]; then
-  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRIDENT_CUDA=OFF > /dev/null
+  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRIDENT_MARCH=x86-64-v3 -DTRIDENT_CUDA=OFF > /dev/null
   cmake --build "$build" -j2 --target engine_train tokenize > /dev/null
 fi
 out="$build/valgrind"

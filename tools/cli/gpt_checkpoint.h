@@ -4,6 +4,7 @@
 #ifndef TRIDENT_TOOLS_CLI_GPT_CHECKPOINT_H
 #define TRIDENT_TOOLS_CLI_GPT_CHECKPOINT_H
 
+#include "checkpoints/async_save.h"
 #include "checkpoints/checkpoint.h"
 #include "models/config.h"
 #include "models/gpt_rank.h"
@@ -11,7 +12,8 @@
 /* What identifies the run beyond the session: seed and learning-rate schedule. */
 typedef struct tri_gpt_ckpt_run {
     uint64_t seed;
-    tri_lr_schedule lr;
+    tri_lr_schedule lr;              /* on resume with TRI_LR_CHECKPOINT: set to the checkpoint's */
+    tri_lr_source lr_source;         /* on resume: where the schedule comes from (checkpoint.h) */
     int keep_last;                   /* --keep-last: steps kept after a save (0: all) */
 } tri_gpt_ckpt_run;
 
@@ -19,14 +21,20 @@ typedef struct tri_gpt_ckpt_run {
 int tri_gpt_ckpt_save(tri_gpt_session *s, const tri_gpt_config *cfg, const char *save_dir,
                       const tri_gpt_ckpt_run *run, int64_t iteration);
 
+/* The same, asynchronously (checkpoints/async_save.h): collective; returns once this rank's part is
+ * copied to host memory, after waiting for the save still in flight (*prev reports it). */
+int tri_gpt_ckpt_save_async(tri_gpt_session *s, tri_ckpt_async *saver, const tri_gpt_config *cfg,
+                            const char *save_dir, const tri_gpt_ckpt_run *run, int64_t iteration,
+                            tri_ckpt_async_report *prev);
+
 /* Loads `path` (a step directory, or a run directory's latest step) into the session, whatever
  * layout wrote it, after refusing another model's checkpoint or one whose seed, batch, sequence
- * length, LR schedule or AdamW settings differ from this run's (except at step 0: imported weights
- * start a new run with any settings). *iteration = the updates the
- * checkpoint had done (the next iteration's index). Collective: every rank returns the same
- * status. */
+ * length, AdamW settings or (with run->lr_source TRI_LR_SAME) LR schedule differ from this run's
+ * (except at step 0: imported weights start a new run with any settings). With TRI_LR_CHECKPOINT
+ * run->lr becomes the checkpoint's schedule. *iteration = the updates the checkpoint had done (the
+ * next iteration's index). Collective: every rank returns the same status. */
 int tri_gpt_ckpt_resume(tri_gpt_session *s, const tri_gpt_config *cfg, const char *path,
-                        const tri_gpt_ckpt_run *run, int64_t *iteration);
+                        tri_gpt_ckpt_run *run, int64_t *iteration);
 
 /* Every parameter of the whole model (all layers, embedding and head) at TP size tp, in the
  * model's global order; *specs is malloc'd. */

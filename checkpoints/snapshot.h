@@ -1,0 +1,59 @@
+/* checkpoints/snapshot.h - one rank's part of a checkpoint step, copied to host memory.
+ *
+ * A save has two halves. Taking the snapshot reads what this rank's files will hold out of the
+ * trainer at a step boundary: the weights of its (tp, pp) model file when it writes that file
+ * (data-parallel rank 0; every data-parallel rank takes part, because reading a parameter is
+ * collective over the stage's data-parallel group at ZeRO 3), and Adam's moments over the ranges
+ * its ZeRO shard owns when it writes an optimizer file. Writing the files from a snapshot needs
+ * neither the device nor the comm, so it can run on another thread while training goes on
+ * (checkpoints/async_save.h): the training loop is blocked only for the copy.
+ *
+ * The host memory is one pool (page-locked on CUDA: tri_device_host_alloc) kept from one save to
+ * the next, so later snapshots allocate nothing. */
+#ifndef TRIDENT_CHECKPOINTS_SNAPSHOT_H
+#define TRIDENT_CHECKPOINTS_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoints/manifest.h"
+#include "engine/train.h"
+
+/* A parameter's TP shard as this rank holds it (model entries: the local values; optimizer
+ * entries: the owned flat range [lo, hi) of the shard's m and v). */
+typedef struct tri_ckpt_snap_entry {
+    char name[TRI_PARAM_NAME_MAX];
+    int tensor;                /* index into the manifest's tensors */
+    tri_box shard;             /* the TP shard in the global index space (vocabulary padding included) */
+    int64_t lo, hi;            /* model entries: 0 .. shard elements; optimizer entries: the owned range */
+    size_t data;               /* offset of the values in the pool (floats); optimizer: m, then v at + (hi - lo) */
+} tri_ckpt_snap_entry;
+
+typedef struct tri_ckpt_snapshot {
+    tri_device *dev;           /* owner of the pool */
+    float *pool;               /* host staging memory (floats) */
+    size_t pool_cap, pool_used;
+    int n_model, n_optim;
+    tri_ckpt_snap_entry *model, *optim;
+    bool writes_model;         /* this rank writes its (tp, pp) model file (dp rank 0) */
+    bool writes_optim;         /* this rank writes an optimizer file (ZeRO 1-3, or dp rank 0) */
+    int tp_rank, pp_rank, dp_rank, world_rank;
+    int optim_dp;              /* the dp index in the optimizer file's name (0 at ZeRO 0) */
+    int64_t iteration;
+    int64_t optimizer_step;    /* AdamW's step count */
+} tri_ckpt_snapshot;
+
+/* Copies this rank's part of step `iteration` into s (tensors named and shaped as in the manifest
+ * m): collective over each stage's data-parallel group; no file is touched. The pool grows on the
+ * first call (TRI_ENOMEM naming the bytes) and is reused after. */
+int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int64_t iteration);
+
+/* Frees the pool and the entries (s may be zeroed or already freed). */
+void tri_ckpt_snapshot_free(tri_ckpt_snapshot *s);
+
+/* Whether this rank stores parameter p: replicated parameters once (TP rank 0), never the last
+ * stage's tied copy of wte. */
+bool tri_ckpt_stores(const tri_trainer *t, const tri_param *p);
+
+#endif
