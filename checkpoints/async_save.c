@@ -90,7 +90,13 @@ int tri_ckpt_async_create(tri_ckpt_async **out, tri_trainer *t)
         return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for the asynchronous saver");
     (*out)->t = t;
     atomic_init(&(*out)->thread_done, false);
-    return TRI_OK;
+    int rc = tri_ckpt_snapshot_reserve(&(*out)->snap, t); /* not in the training loop */
+    if (rc) {
+        tri_ckpt_snapshot_free(&(*out)->snap);
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* Ends the save in flight (phase IDLE), failed or complete, after this rank's thread is done with

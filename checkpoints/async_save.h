@@ -36,7 +36,8 @@ typedef struct tri_ckpt_async_report {
     double total_s;
 } tri_ckpt_async_report;
 
-/* An asynchronous saver for trainer t (one per rank). TRI_ENOMEM. */
+/* An asynchronous saver for trainer t (one per rank), with the host memory of its snapshots
+ * allocated and touched now, not in the training loop. TRI_ENOMEM naming the bytes. */
 int tri_ckpt_async_create(tri_ckpt_async **out, tri_trainer *t);
 
 /* Waits for a background thread still running (its step stays an unpublished iter_N.tmp, removed

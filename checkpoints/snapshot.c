@@ -135,6 +135,18 @@ static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_man
     return rc;
 }
 
+int tri_ckpt_snapshot_reserve(tri_ckpt_snapshot *s, tri_trainer *t)
+{
+    int zero_stage = t->chunks[0]->zero->stage, n_model, n_optim;
+    size_t floats;
+    s->dev = t->dev;
+    measure(t, t->grid->dp_rank == 0, zero_stage > 0 || t->grid->dp_rank == 0, &n_model, &n_optim, &floats);
+    int rc = reserve(s, floats, n_model, n_optim);
+    if (!rc && s->pool)
+        memset(s->pool, 0, floats * sizeof(float)); /* the page faults happen here, not in the loop */
+    return rc;
+}
+
 int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int64_t iteration)
 {
     const tri_grid *g = t->grid;

@@ -49,6 +49,10 @@ typedef struct tri_ckpt_snapshot {
  * first call (TRI_ENOMEM naming the bytes) and is reused after. */
 int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int64_t iteration);
 
+/* Sizes and allocates the pool for trainer t ahead of the first snapshot, touching every page, so
+ * that no snapshot taken in the training loop allocates (asynchronous saves do this at start-up). */
+int tri_ckpt_snapshot_reserve(tri_ckpt_snapshot *s, tri_trainer *t);
+
 /* Frees the pool and the entries (s may be zeroed or already freed). */
 void tri_ckpt_snapshot_free(tri_ckpt_snapshot *s);
 
