@@ -80,6 +80,9 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r);
  * rank passed TRI_OK, else an error saying another rank failed. */
 int tri_ckpt_agree(tri_trainer *t, int rc);
 
+/* The box of parameter p's TP shard in its global index space (vocabulary padding included). */
+tri_box tri_ckpt_shard_box(const tri_param *p);
+
 /* Logical global shape of a parameter: its shape with the vocabulary padding rows left out. */
 void tri_ckpt_logical_shape(const tri_param_spec *s, int64_t *shape);
 

@@ -13,16 +13,6 @@
 #include "checkpoints/checkpoint.h"
 #include "engine/status.h"
 
-static tri_box shard_box(const tri_param *p)
-{
-    tri_box b = {.ndim = p->spec.ndim};
-    for (int d = 0; d < b.ndim; d++) {
-        b.off[d] = p->global_offset[d];
-        b.shape[d] = p->local_shape[d];
-    }
-    return b;
-}
-
 /* The checkpoint's tensor for p must have p's logical shape. */
 static int check_shape(const tri_ckpt_reader *r, const tri_param *p)
 {
@@ -67,7 +57,7 @@ static int load_param(tri_trainer *t, tri_ckpt_reader *r, int c, int i)
 {
     tri_stage *st = t->chunks[c];
     const tri_param *p = &st->layout->params[i];
-    tri_box box = shard_box(p);
+    tri_box box = tri_ckpt_shard_box(p);
     float *w = malloc((size_t)p->numel * sizeof *w);
     float *m = malloc((size_t)p->numel * sizeof *m);
     float *v = malloc((size_t)p->numel * sizeof *v);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoints/checkpoint.h"
 #include "engine/status.h"
 
 bool tri_ckpt_stores(const tri_trainer *t, const tri_param *p)
@@ -12,7 +13,7 @@ bool tri_ckpt_stores(const tri_trainer *t, const tri_param *p)
     return !p->spec.tied_copy && (!p->tp_replicated || t->grid->tp_rank == 0);
 }
 
-static tri_box shard_box(const tri_param *p)
+tri_box tri_ckpt_shard_box(const tri_param *p)
 {
     tri_box b = {.ndim = p->spec.ndim};
     for (int d = 0; d < b.ndim; d++) {
@@ -96,7 +97,7 @@ static int take_param(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manif
         return rc ? rc : prc;
     tri_ckpt_snap_entry *e = &s->model[s->n_model];
     snprintf(e->name, sizeof e->name, "%s", p->spec.name);
-    e->shard = shard_box(p);
+    e->shard = tri_ckpt_shard_box(p);
     e->lo = 0;
     e->hi = p->numel;
     e->data = s->pool_used;
@@ -120,7 +121,7 @@ static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_man
             continue;
         tri_ckpt_snap_entry *e = &s->optim[s->n_optim];
         snprintf(e->name, sizeof e->name, "%s", p->spec.name);
-        e->shard = shard_box(p);
+        e->shard = tri_ckpt_shard_box(p);
         e->lo = start - p->offset;
         e->hi = e->lo + n;
         e->data = s->pool_used;

@@ -499,26 +499,15 @@ static int save_checkpoint(run *r, int64_t iteration)
     return rc;
 }
 
-/* --async-save: advances the save in flight (collective; nothing when none is). */
-static int poll_checkpoint(run *r, int64_t iteration)
+/* --async-save: advances the save in flight, or (wait) waits until it is published: the end of
+ * training, a stop. Collective; nothing when no save is in flight. */
+static int settle_checkpoint(run *r, int64_t iteration, bool wait)
 {
     if (!r->saver || !tri_ckpt_async_busy(r->saver))
         return TRI_OK;
     tri_ckpt_async_report done;
     tri_comm_set_phase(r->world, "checkpoint", iteration);
-    int rc = tri_ckpt_async_poll(r->saver, &done);
-    report_async(r, &done);
-    return rc;
-}
-
-/* --async-save: waits for the save in flight to be published (the end of training, a stop). */
-static int finish_checkpoint(run *r, int64_t iteration)
-{
-    if (!r->saver || !tri_ckpt_async_busy(r->saver))
-        return TRI_OK;
-    tri_ckpt_async_report done;
-    tri_comm_set_phase(r->world, "checkpoint", iteration);
-    int rc = tri_ckpt_async_wait(r->saver, &done);
+    int rc = wait ? tri_ckpt_async_wait(r->saver, &done) : tri_ckpt_async_poll(r->saver, &done);
     report_async(r, &done);
     return rc;
 }
@@ -690,7 +679,7 @@ static int train_loop(run *r)
             if (!rc && !a->quiet && log_now)
                 log_iteration(r, &tm, it + 1, &res, &split, tps, flops / dt / 1e9);
         }
-        if (!rc) rc = poll_checkpoint(r, it + 1);
+        if (!rc) rc = settle_checkpoint(r, it + 1, false);
         if (!rc && !res.stop && a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters) {
             tri_comm_set_phase(r->world, "eval", it + 1);
             rc = evaluate(r, it + 1);
@@ -700,7 +689,7 @@ static int train_loop(run *r)
         if (!rc && (save || exit_now))
             rc = save_checkpoint(r, it + 1);
         if (!rc && exit_now)
-            rc = finish_checkpoint(r, it + 1);
+            rc = settle_checkpoint(r, it + 1, true);
         if (!rc && exit_now) {
             int sig = tri_cli_stop_signal();
             tri_log_rank0("stopped at iteration %lld on a stop request (%s): checkpoint saved; resume with --load %s",
@@ -727,7 +716,7 @@ static int train_loop(run *r)
                       log((double)r->cfg.vocab_size));
     tri_comm_set_phase(r->world, "eval", a->train_iters);
     rc = evaluate(r, a->train_iters); /* beside the last save's background writes */
-    return rc ? rc : finish_checkpoint(r, a->train_iters);
+    return rc ? rc : settle_checkpoint(r, a->train_iters, true);
 }
 
 /* Top-k sampling (Fan et al. 2018) from logits (V floats) at a temperature; returns the id. */
