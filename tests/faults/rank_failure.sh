@@ -2,9 +2,8 @@
 # tests/faults/rank_failure.sh BUILD_DIR SOURCE_DIR - a dead or stalled rank stops every rank in time.
 #
 # 4- and 8-rank tiny runs (tp x pp x dp, checkpoints every few steps) get one fault each, on a
-# random rank at a random point after training has started. Every other rank must exit within
-# --comm-timeout + 5 s, each printing a message that names the failed rank, the phase and the
-# collective's sequence number:
+# random rank at a random point after training has started. Every other rank must exit, each
+# printing a message that names the failed rank, the phase and the collective's sequence number:
 #   SIGSTOP (a hung rank; mpirun notices nothing): the survivors' waits time out, probe, and abort;
 #     mpirun's status is non-zero.
 #   SIGKILL under mpirun's default: mpirun kills the survivors itself (SIGTERM, then SIGKILL 1 s
@@ -12,10 +11,16 @@
 #   SIGKILL under --mca orte_enable_recovery 1: mpirun leaves the survivors alone, their waits time
 #     out and they abort as for SIGSTOP (mpirun then exits 0 whatever the ranks did: Open MPI's
 #     recovery mode, measured; the ranks' abort is checked instead).
-# Prints the measured exit time of every case.
+# Prints the measured times of every case. What Trident's timers decide is bounded tightly: the
+# first report of the failed rank (a survivor's, or mpirun's for a death it saw) within
+# --comm-timeout + 3 s of the fault (the timeout, the 1 s probe, 1 s of scheduling on a loaded
+# machine). How long the ranks then take to die is the MPI library's teardown, which scales with the
+# machine's speed (8 sanitizer-built ranks on 2 cores take seconds): it is only required to end,
+# within 30 s of the report (no rank hangs), so the test does not depend on the machine's speed.
 set -u
 T=3                 # --comm-timeout (s)
-bound=$((T + 5))
+bound=$((T + 3))    # fault -> first report
+teardown=30         # first report -> every rank gone
 fault_mpirun_flags=(--tag-output)
 # shellcheck source=tests/faults/common.sh
 source "$(dirname "$0")/common.sh"
@@ -43,14 +48,21 @@ fault() {
   local rank=$((RANDOM % np)) pid
   pid=$(pid_of_rank $mp $rank)
   [ -n "$pid" ] || { echo "FAIL $name: no pid for rank $rank"; kill $mp; wait $mp; failures=$((failures + 1)); return; }
-  local t0 t1 rc dt
+  local t0 t1 tr="" rc dt dr
+  local reported="did not answer a liveness probe|mpirun noticed that process rank"
   t0=$(date +%s.%N)
   kill -s "$sig" "$pid"
+  while kill -0 $mp 2>/dev/null; do  # the moment the first report appears in the log
+    [ -z "$tr" ] && grep -qE "$reported" "$dir/log" && tr=$(date +%s.%N)
+    sleep 0.05
+  done
   wait $mp
   rc=$?
   t1=$(date +%s.%N)
+  [ -z "$tr" ] && grep -qE "$reported" "$dir/log" && tr=$t1
   kill -9 "$pid" 2>/dev/null # a stopped rank that survived the abort (it should not)
   dt=$(echo "$t1 - $t0" | bc)
+  dr=$(echo "${tr:-$t1} - $t0" | bc)
   local iters msg ok=1 why=""
   iters=$(grep -c '"train"' "$dir/run/metrics.jsonl")
   if [ "$mode" = recovery ]; then
@@ -60,7 +72,9 @@ fault() {
   else
     [ $rc -ne 0 ] || { ok=0; why+=" exit status 0;"; }
   fi
-  [ "$(echo "$dt <= $bound" | bc)" = 1 ] || { ok=0; why+=" took ${dt} s > ${bound} s;"; }
+  [ -n "$tr" ] || { ok=0; why+=" no report of the failed rank;"; }
+  [ "$(echo "$dr <= $bound" | bc)" = 1 ] || { ok=0; why+=" first report after ${dr} s > ${bound} s;"; }
+  [ "$(echo "$dt - $dr <= $teardown" | bc)" = 1 ] || { ok=0; why+=" the ranks took $(echo "$dt - $dr" | bc) s > ${teardown} s to end after the report;"; }
   # every surviving rank prints the failed rank, the phase and the collective's number
   local pattern="rank $rank did not answer a liveness probe .* collective #[0-9]+ .* in phase (init|step|checkpoint|eval)"
   local reporters
@@ -75,7 +89,7 @@ fault() {
     [ "$reporters" -eq $((np - 1)) ] || { ok=0; why+=" $reporters of $((np - 1)) surviving ranks named rank $rank, phase and collective;"; }
   fi
   if [ $ok = 1 ]; then
-    echo "ok   $name: $sig to rank $rank of $np after $iters iterations; all ranks exited (status $rc) in ${dt} s (bound ${bound} s)"
+    echo "ok   $name: $sig to rank $rank of $np after $iters iterations; reported after ${dr} s (bound ${bound} s), all ranks exited (status $rc) after ${dt} s"
     echo "       $msg"
   else
     echo "FAIL $name: $sig to rank $rank of $np after $iters iterations:$why"
