@@ -448,9 +448,13 @@ static int nccl_split(tri_comm *c, int color, int key, tri_comm **out)
     ncclResult_t r = ncclCommSplit(n->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &config);
     /* in progress: the new communicator's own state says when it is ready */
     int rc = settle(n, r == ncclInProgress && nc ? nc : n->comm, r, "ncclCommSplit", __FILE__, __LINE__);
-    if (!rc) rc = TRI_NCCL(n, ncclCommGetAsyncError(n->comm, &r));
-    if (!rc && r != ncclSuccess && r != ncclInProgress)
-        rc = settle(n, n->comm, r, "ncclCommSplit (parent)", __FILE__, __LINE__);
+    /* a non-blocking split leaves the parent in progress as well as the child (seen on the H200:
+     * the next split of the parent was refused, "Attempt to use communicator before the previous
+     * operation returned ncclSuccess"): wait until the parent is usable again too */
+    ncclResult_t parent = ncclInProgress;
+    if (!rc && ncclCommGetAsyncError(n->comm, &parent) != ncclSuccess)
+        parent = ncclInternalError;
+    if (!rc) rc = settle(n, n->comm, parent, "ncclCommSplit (parent)", __FILE__, __LINE__);
     if (rc || !nc)
         return rc;
     return wrap(out, nc, n->dev, limit(n));
