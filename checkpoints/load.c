@@ -63,7 +63,7 @@ static int load_param(tri_trainer *t, tri_ckpt_reader *r, int c, int i)
     float *v = malloc((size_t)p->numel * sizeof *v);
     int rc = w && m && v ? check_shape(r, p) : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
     if (!rc) rc = tri_ckpt_read_box(r, NULL, p->spec.name, &box, w);
-    if (!rc) rc = st->write_param(st->self, i, w);
+    if (!rc) rc = tri_zero_write_param(st->zero, p, w);
     if (!rc) rc = tri_ckpt_read_box(r, TRI_CKPT_EXP_AVG, p->spec.name, &box, m);
     if (!rc) rc = tri_ckpt_read_box(r, TRI_CKPT_EXP_AVG_SQ, p->spec.name, &box, v);
     if (!rc) rc = put_moments(t, c, p, m, v);

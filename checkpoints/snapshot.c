@@ -92,7 +92,7 @@ static int take_param(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manif
     tri_stage *st = t->chunks[c];
     const tri_param *p = &st->layout->params[i];
     float *dst = s->pool + (s->writes_model ? s->pool_used : s->pool_cap - (size_t)p->numel);
-    int prc = st->read_param(st->self, i, false, dst);
+    int prc = tri_zero_read_param(st->zero, p, false, dst);
     if (rc || !s->writes_model)
         return rc ? rc : prc;
     tri_ckpt_snap_entry *e = &s->model[s->n_model];

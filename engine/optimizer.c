@@ -24,36 +24,15 @@ int tri_optimizer_reset(tri_device *d, tri_optimizer *o)
     return rc;
 }
 
-int tri_param_owned_pieces(const tri_zero *z, const tri_param *p,
-                           int (*fn)(void *ctx, int64_t start, int64_t len), void *ctx)
-{
-    int rc = TRI_OK;
-    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
-        int64_t s, n, at;
-        if (tri_zero_owned_piece(z, k, p, &s, &n, &at))
-            rc = fn(ctx, s, n);
-    }
-    return rc;
-}
-
-typedef struct sumsq_ctx {
-    tri_device *d;
-    const tri_zero *z;
-    tri_tensor scalar;
-} sumsq_ctx;
-
-static int add_sumsq(void *ctx, int64_t start, int64_t len)
-{
-    sumsq_ctx *c = ctx;
-    return tri_op_sum_squares(c->d, c->scalar, tri_zero_owned_grads(c->z, start, len));
-}
-
 int tri_param_grad_sumsq(tri_device *d, const tri_zero *z, const tri_param *p, tri_tensor scalar,
                          double *sumsq)
 {
-    sumsq_ctx c = {d, z, scalar};
     int rc = tri_op_fill(d, scalar, 0.0f);
-    if (!rc) rc = tri_param_owned_pieces(z, p, add_sumsq, &c);
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t s, n, at;
+        if (tri_zero_owned_piece(z, k, p, &s, &n, &at))
+            rc = tri_op_sum_squares(d, scalar, tri_zero_owned_grads(z, s, n));
+    }
     float host = 0.0f;
     if (!rc) rc = tri_device_copy_to_host(d, &host, scalar);
     *sumsq = host;

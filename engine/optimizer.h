@@ -43,11 +43,6 @@ int tri_param_grad_sumsq(tri_device *d, const tri_zero *z, const tri_param *p, t
 /* One AdamW update of every owned range, gradients first multiplied by grad_scale (clipping). */
 int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale);
 
-/* Calls fn(ctx, start, len) for each piece of parameter p this rank owns (flat offsets), in
- * order; stops at the first non-zero status and returns it. */
-int tri_param_owned_pieces(const tri_zero *z, const tri_param *p,
-                           int (*fn)(void *ctx, int64_t start, int64_t len), void *ctx);
-
 typedef enum { TRI_LR_COSINE = 0, TRI_LR_LINEAR, TRI_LR_CONSTANT } tri_lr_style;
 
 typedef struct tri_lr_schedule {

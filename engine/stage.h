@@ -39,11 +39,6 @@ typedef struct tri_stage {
     int (*zero_grads)(void *self);
     /* After the step's last backward, folds private accumulators into grads (see models). */
     int (*finish_grads)(void *self);
-    /* Parameter i of the layout: its local (TP-shard) values, or its complete gradients, to host
-     * (numel floats), whatever the ZeRO stage; collective over the data-parallel group. */
-    int (*read_param)(void *self, int i, bool grads, float *host);
-    /* Writes parameter i's local values (every data-parallel rank passes the same values). */
-    int (*write_param)(void *self, int i, const float *host);
     /* Copies one micro-batch of samples, (B, T+1) token windows on the host, into `slot`. */
     int (*load_batch)(void *self, int slot, const int32_t *windows);
     /* Forward of the micro-batch in `slot`. The last stage computes the per-token losses and, when

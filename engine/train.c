@@ -136,15 +136,16 @@ static int share_loss(tri_trainer *t, int64_t fixed, double *sum)
     return rc;
 }
 
-typedef struct reduce_ctx {
-    tri_comm *comm;
-    const tri_zero *z;
-} reduce_ctx;
-
-static int all_reduce_piece(void *ctx, int64_t start, int64_t len)
+/* Sums the pieces of parameter p this rank owns over comm (their exact sums in deterministic mode). */
+static int all_reduce_owned(tri_comm *comm, const tri_zero *z, const tri_param *p)
 {
-    reduce_ctx *c = ctx;
-    return tri_comm_all_reduce(c->comm, tri_zero_owned_sums(c->z, start, len), TRI_REDUCE_SUM);
+    int rc = TRI_OK;
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t s, n, at;
+        if (tri_zero_owned_piece(z, k, p, &s, &n, &at))
+            rc = tri_comm_all_reduce(comm, tri_zero_owned_sums(z, s, n), TRI_REDUCE_SUM);
+    }
+    return rc;
 }
 
 /* Gradient reductions that make a chunk's owned gradients complete: over data-parallel replicas
@@ -159,14 +160,10 @@ static int sync_grads(tri_trainer *t, tri_stage *st)
     for (int i = 0; i < L->n && !rc; i++) {
         const tri_param *p = &L->params[i];
         /* under SP each TP rank saw only its sequence shard: sum the replicated parameters' parts */
-        if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1) {
-            reduce_ctx c = {t->grid->tp_comm, st->zero};
-            rc = tri_param_owned_pieces(st->zero, p, all_reduce_piece, &c);
-        }
-        if (!rc && p->spec.tied && t->grid->embd_comm) {
-            reduce_ctx c = {t->grid->embd_comm, st->zero};
-            rc = tri_param_owned_pieces(st->zero, p, all_reduce_piece, &c);
-        }
+        if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1)
+            rc = all_reduce_owned(t->grid->tp_comm, st->zero, p);
+        if (!rc && p->spec.tied && t->grid->embd_comm)
+            rc = all_reduce_owned(t->grid->embd_comm, st->zero, p);
     }
     return rc ? rc : tri_zero_finish_grads(st->zero);
 }
@@ -211,23 +208,6 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
     return rc;
 }
 
-/* The sum of squares of each counted parameter (over the pieces this rank owns) lands in its own
- * slot (global index, TP rank, and DP rank when ZeRO shards); after the all-reduce over the ranks
- * holding pieces every slot holds exactly one rank's value (the others added zeros, which is exact),
- * and the slots are summed in index order in double. */
-typedef struct limbs_ctx {
-    tri_trainer *t;
-    const tri_zero *z;
-    tri_tensor limbs;
-} limbs_ctx;
-
-static int add_limbs(void *ctx, int64_t start, int64_t len)
-{
-    limbs_ctx *c = ctx;
-    return tri_op_fixed_sum_squares(c->t->dev, c->limbs, tri_zero_owned_grads(c->z, start, len), TRI_FIXED_BITS,
-                                    c->z->bad);
-}
-
 /* Deterministic mode: the squares of the gradients (rounded to 2^-TRI_FIXED_BITS) summed exactly as
  * a multi-limb integer, so the norm does not depend on how ZeRO cut the gradients or on the order. */
 static int grad_norm_exact(tri_trainer *t, double *norm)
@@ -235,11 +215,15 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
     tri_tensor limbs = tri_tensor_range(t->loss_fixed, 2, 6);
     int rc = tri_op_zero(t->dev, limbs);
     for (int c = 0; c < t->v && !rc; c++) {
-        const tri_stage *st = t->chunks[c];
-        limbs_ctx ctx = {t, st->zero, limbs};
-        for (int i = 0; i < st->layout->n && !rc; i++)
-            if (st->layout->params[i].count_in_norm)
-                rc = tri_param_owned_pieces(st->zero, &st->layout->params[i], add_limbs, &ctx);
+        const tri_zero *z = t->chunks[c]->zero;
+        const tri_param_layout *L = t->chunks[c]->layout;
+        for (int i = 0; i < L->n && !rc; i++)
+            for (int k = 0; k < tri_zero_n_owned(z) && !rc && L->params[i].count_in_norm; k++) {
+                int64_t s, n, at;
+                if (tri_zero_owned_piece(z, k, &L->params[i], &s, &n, &at))
+                    rc = tri_op_fixed_sum_squares(t->dev, limbs, tri_zero_owned_grads(z, s, n), TRI_FIXED_BITS,
+                                                  z->bad);
+            }
     }
     tri_comm *over = t->chunks[0]->zero->stage > 0 ? t->grid->world : t->grid->mp_comm;
     int64_t host[6] = {0};
@@ -254,6 +238,11 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
     *norm = sqrt(tri_fixed_limbs_value(host, 2 * TRI_FIXED_BITS));
     return rc;
 }
+
+/* The sum of squares of each counted parameter (over the pieces this rank owns) lands in its own
+ * slot (global index, TP rank, and DP rank when ZeRO shards); after the all-reduce over the ranks
+ * holding pieces every slot holds exactly one rank's value (the others added zeros, which is exact),
+ * and the slots are summed in index order in double. */
 
 int tri_trainer_grad_norm(tri_trainer *t, double *norm)
 {

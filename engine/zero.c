@@ -655,6 +655,75 @@ int tri_zero_sync(tri_zero *z)
     return rc ? rc : r;
 }
 
+/* ---- one parameter ---- */
+
+int tri_zero_read_param(tri_zero *z, const tri_param *p, bool grads, float *host)
+{
+    /* whole on every dp rank: stage 0 gradients; stage 0-2 parameters (stage 0's fp32 master
+     * weights with bf16, whose master weights are sharded from stage 1) */
+    bool whole = grads || z->bf16 ? z->stage == 0 : z->stage < 3;
+    int rc = tri_zero_sync(z);
+    if (rc)
+        return rc;
+    if (whole) {
+        tri_tensor src = grads ? tri_tensor_range(z->grads, p->offset, p->numel)
+                               : tri_zero_owned_params(z, p->offset, p->numel);
+        return tri_device_copy_to_host(z->dev, host, src);
+    }
+    /* sharded: each dp rank contributes the pieces it owns, the others are zero, summed over dp */
+    tri_tensor buf = {0};
+    rc = tri_device_alloc(z->dev, &buf.data, (size_t)p->numel * sizeof(float));
+    buf = tri_tensor_1d(buf.data, TRI_F32, p->numel);
+    if (!rc) rc = tri_op_fill(z->dev, buf, 0.0f);
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t s, n, at;
+        if (tri_zero_owned_piece(z, k, p, &s, &n, &at))
+            rc = tri_op_copy(z->dev, tri_tensor_range(buf, s - p->offset, n),
+                             grads ? tri_zero_owned_grads(z, s, n) : tri_zero_owned_params(z, s, n));
+    }
+    if (!rc) rc = tri_comm_all_reduce(z->dp, buf, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(z->dev, host, buf);
+    tri_device_free(z->dev, buf.data);
+    return rc;
+}
+
+/* bf16 at stages 0-2: the whole parameter's bf16 values (every rank holds them), rounded from host
+ * through an fp32 device buffer. */
+static int write_whole_bf16(tri_zero *z, const tri_param *p, const float *host)
+{
+    tri_tensor buf = {0};
+    int rc = tri_device_alloc(z->dev, &buf.data, (size_t)p->numel * sizeof(float));
+    if (rc)
+        return rc;
+    buf = tri_tensor_1d(buf.data, TRI_F32, p->numel);
+    rc = tri_device_copy_from_host(z->dev, buf, host);
+    if (!rc) rc = tri_op_convert(z->dev, tri_tensor_range(z->params, p->offset, p->numel), buf);
+    tri_device_free(z->dev, buf.data);
+    return rc;
+}
+
+int tri_zero_write_param(tri_zero *z, const tri_param *p, const float *host)
+{
+    int rc = tri_zero_sync(z);
+    if (rc)
+        return rc;
+    if (z->stage < 3 && !z->bf16)
+        return tri_device_copy_from_host(z->dev, tri_tensor_range(z->params, p->offset, p->numel), host);
+    /* the owned pieces (the master weights with bf16; at stage 3 also rounded into the model's bf16
+     * shard, which holds nothing else of the parameter) */
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t s, n, at;
+        if (!tri_zero_owned_piece(z, k, p, &s, &n, &at))
+            continue;
+        rc = tri_device_copy_from_host(z->dev, tri_zero_owned_params(z, s, n), host + (s - p->offset));
+        if (!rc && z->bf16 && z->stage == 3)
+            rc = tri_op_convert(z->dev, tri_zero_owned_model(z, s, n), tri_zero_owned_params(z, s, n));
+    }
+    if (!rc && z->bf16 && z->stage < 3)
+        rc = write_whole_bf16(z, p, host);
+    return rc;
+}
+
 /* ---- ownership ---- */
 
 int tri_zero_n_owned(const tri_zero *z)

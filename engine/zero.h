@@ -166,6 +166,17 @@ int tri_zero_finish_grads(tri_zero *z);
 /* After the optimizer updated the owned slices: stages 1-2 all-gather every unit's parameters. */
 int tri_zero_gather_params(tri_zero *z);
 
+/* ---- one parameter, whatever the stage and precision (checkpoints, tests, initialisation) ---- */
+
+/* The local (TP-shard) values of parameter p (fp32: the master weights under bf16), or its complete
+ * gradients (after the step's reductions), into host (p->numel floats). Where the values are
+ * sharded (stage 3, or any stage above 0 for gradients and bf16 master weights) the pieces other
+ * data-parallel ranks own are summed in over dp: collective over the data-parallel group. */
+int tri_zero_read_param(tri_zero *z, const tri_param *p, bool grads, float *host);
+/* Writes parameter p's local values from host (every data-parallel rank passes the same values):
+ * the parameters, or under bf16 the fp32 master weights and their bf16 rounding. */
+int tri_zero_write_param(tri_zero *z, const tri_param *p, const float *host);
+
 /* ---- what this rank owns ----
  * The owned ranges, one per unit: stage 0 owns every unit whole, stages 1-3 their slices. For
  * each: its flat range [start, start + len) in the stage's buffers and where it sits in the
@@ -173,7 +184,9 @@ int tri_zero_gather_params(tri_zero *z);
 int tri_zero_n_owned(const tri_zero *z);
 void tri_zero_owned(const tri_zero *z, int k, int64_t *start, int64_t *len, int64_t *local);
 /* The part of parameter p inside owned range k: flat offsets [*s, *s + *n) of the stage's buffers,
- * at [*at, *at + *n) of the rank's optimizer state. Returns false (and *n = 0) when they do not meet. */
+ * at [*at, *at + *n) of the rank's optimizer state. Returns false (and *n = 0) when they do not meet.
+ * The pieces of p this rank owns are walked as
+ *   for (int k = 0; k < tri_zero_n_owned(z); k++) if (tri_zero_owned_piece(z, k, p, &s, &n, &at)) ... */
 bool tri_zero_owned_piece(const tri_zero *z, int k, const tri_param *p, int64_t *s, int64_t *n, int64_t *at);
 /* Elements of optimizer state this rank keeps (padded_numel at stage 0, shard_numel above). */
 int64_t tri_zero_owned_numel(const tri_zero *z);

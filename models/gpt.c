@@ -424,7 +424,7 @@ static int init_unit(tri_gpt *m, int u)
     if (m->opt.bf16) { /* master weights and their bf16 rounding, parameter by parameter */
         int rc = TRI_OK;
         for (int i = unit->first; i < unit->first + unit->count && !rc; i++)
-            rc = tri_gpt_write_param(m, i, host + (m->layout.params[i].offset - unit->start));
+            rc = tri_zero_write_param(&m->zero, &m->layout.params[i], host + (m->layout.params[i].offset - unit->start));
         free(host);
         return rc;
     }
@@ -519,16 +519,6 @@ static int stage_finish_grads(void *self)
     return rc ? rc : rc2;
 }
 
-static int stage_read_param(void *self, int i, bool grads, float *host)
-{
-    return tri_gpt_read_param(self, i, grads, host);
-}
-
-static int stage_write_param(void *self, int i, const float *host)
-{
-    return tri_gpt_write_param(self, i, host);
-}
-
 static void bind_stage(tri_gpt *m)
 {
     tri_stage *st = &m->stage;
@@ -548,8 +538,6 @@ static void bind_stage(tri_gpt *m)
     st->loss_sum = stage_loss_sum;
     st->zero_grads = stage_zero_grads;
     st->finish_grads = stage_finish_grads;
-    st->read_param = stage_read_param;
-    st->write_param = stage_write_param;
     st->n_global_params = tri_gpt_num_param_tensors(&m->cfg);
 }
 
@@ -834,92 +822,6 @@ int tri_gpt_zero_grad(tri_gpt *m)
     int rc = tri_zero_zero_grads(&m->zero);
     if (!rc && tri_tensor_present(m->lm_dwte))
         rc = tri_op_fill(m->dev, m->lm_dwte, 0.0f);
-    return rc;
-}
-
-typedef struct piece_ctx {
-    tri_gpt *m;
-    const tri_param *p;
-    tri_tensor dst;         /* (numel) device, the parameter's local tensor */
-    bool grads;
-    const float *host;      /* write: the values */
-} piece_ctx;
-
-static int copy_owned_piece(void *ctx, int64_t start, int64_t len)
-{
-    piece_ctx *c = ctx;
-    tri_tensor src = c->grads ? tri_zero_owned_grads(&c->m->zero, start, len)
-                              : tri_zero_owned_params(&c->m->zero, start, len);
-    return tri_op_copy(c->m->dev, tri_tensor_range(c->dst, start - c->p->offset, len), src);
-}
-
-int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host)
-{
-    const tri_param *p = &m->layout.params[i];
-    tri_zero *z = &m->zero;
-    /* whole on every dp rank: stage 0 gradients; stage 0-2 parameters (stage 0's fp32 master
-     * weights with bf16, whose master weights are sharded from stage 1) */
-    bool whole = grads || z->bf16 ? z->stage == 0 : z->stage < 3;
-    int rc = tri_zero_sync(z);
-    if (rc)
-        return rc;
-    if (whole) {
-        tri_tensor src = grads ? tri_tensor_range(z->grads, p->offset, p->numel)
-                               : tri_zero_owned_params(z, p->offset, p->numel);
-        return tri_device_copy_to_host(m->dev, host, src);
-    }
-    /* sharded: each dp rank contributes the pieces it owns, the others are zero, summed over dp */
-    tri_tensor buf = {0};
-    rc = tri_device_alloc(m->dev, &buf.data, (size_t)p->numel * sizeof(float));
-    buf = tri_tensor_1d(buf.data, TRI_F32, p->numel);
-    piece_ctx c = {.m = m, .p = p, .dst = buf, .grads = grads};
-    if (!rc) rc = tri_op_fill(m->dev, buf, 0.0f);
-    if (!rc) rc = tri_param_owned_pieces(z, p, copy_owned_piece, &c);
-    if (!rc) rc = tri_comm_all_reduce(z->dp, buf, TRI_REDUCE_SUM);
-    if (!rc) rc = tri_device_copy_to_host(m->dev, host, buf);
-    tri_device_free(m->dev, buf.data);
-    return rc;
-}
-
-/* Writes the owned piece of the parameter values (the master weights with bf16; at stage 3 also
- * rounded into the model's bf16 shard, which holds nothing else of the parameter). */
-static int write_owned_piece(void *ctx, int64_t start, int64_t len)
-{
-    piece_ctx *c = ctx;
-    tri_zero *z = &c->m->zero;
-    int rc = tri_device_copy_from_host(c->m->dev, tri_zero_owned_params(z, start, len), c->host + (start - c->p->offset));
-    if (!rc && z->bf16 && z->stage == 3)
-        rc = tri_op_convert(c->m->dev, tri_zero_owned_model(z, start, len), tri_zero_owned_params(z, start, len));
-    return rc;
-}
-
-/* bf16 at stages 0-2: the whole parameter's bf16 values (every rank holds them), rounded from host
- * through an fp32 device buffer. */
-static int write_whole_bf16(tri_gpt *m, const tri_param *p, const float *host)
-{
-    tri_tensor buf = {0};
-    int rc = tri_device_alloc(m->dev, &buf.data, (size_t)p->numel * sizeof(float));
-    if (rc)
-        return rc;
-    buf = tri_tensor_1d(buf.data, TRI_F32, p->numel);
-    rc = tri_device_copy_from_host(m->dev, buf, host);
-    if (!rc) rc = tri_op_convert(m->dev, tri_tensor_range(m->zero.params, p->offset, p->numel), buf);
-    tri_device_free(m->dev, buf.data);
-    return rc;
-}
-
-int tri_gpt_write_param(tri_gpt *m, int i, const float *host)
-{
-    const tri_param *p = &m->layout.params[i];
-    int rc = tri_zero_sync(&m->zero);
-    if (rc)
-        return rc;
-    if (m->zero.stage < 3 && !m->zero.bf16)
-        return tri_device_copy_from_host(m->dev, tri_tensor_range(m->zero.params, p->offset, p->numel), host);
-    piece_ctx c = {.m = m, .p = p, .host = host};
-    rc = tri_param_owned_pieces(&m->zero, p, write_owned_piece, &c);
-    if (!rc && m->zero.bf16 && m->zero.stage < 3)
-        rc = write_whole_bf16(m, p, host);
     return rc;
 }
 

@@ -158,13 +158,6 @@ int tri_gpt_zero_grad(tri_gpt *m);
  * the traffic model's input (partitioner/traffic.h). */
 void tri_gpt_unit_uses(const tri_gpt *m, tri_unit_uses *out);
 
-/* The local (TP-shard) values of parameter i of the layout, or of its complete gradients (after the
- * step's reductions), into host (numel floats), at any ZeRO stage: the pieces other data-parallel
- * ranks own are summed in over the dp group, so every dp rank must call it (collective over dp). */
-int tri_gpt_read_param(tri_gpt *m, int i, bool grads, float *host);
-/* Writes parameter i's local values from host (every dp rank calls it with the same values). */
-int tri_gpt_write_param(tri_gpt *m, int i, const float *host);
-
 /* Last stage only, after a forward without training: logits (vocab_size floats, host) of token
  * row `row` of that micro-batch, gathered over TP (collective over the TP group). */
 int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits);

@@ -77,7 +77,7 @@ static int collect(const tri_gpt_rank *r, const tri_grid *g, int gi, bool grads,
         rc = tri_device_alloc(dev, &buf.data, (size_t)total * sizeof(float));
         buf = tri_tensor_1d(buf.data, TRI_F32, total);
         /* the local tensor at any ZeRO stage (collective over dp), then its TP shards */
-        if (!rc) rc = tri_gpt_read_param(r->chunk[c], pi, grads, host);
+        if (!rc) rc = tri_zero_read_param(&r->chunk[c]->zero, &r->chunk[c]->layout.params[pi], grads, host);
         if (!rc) rc = tri_device_alloc(dev, &mine.data, (size_t)p->numel * sizeof(float));
         mine = tri_tensor_1d(mine.data, TRI_F32, p->numel);
         if (!rc) rc = tri_device_copy_from_host(dev, mine, host);

@@ -70,7 +70,7 @@ static void write_input(const torch_case *c, tri_gpt *m, const char *path)
     for (int i = 0; i < m->layout.n; i++) {
         const tri_param *p = &m->layout.params[i];
         float *host = malloc((size_t)p->numel * sizeof *host);
-        cr_assert_eq(tri_gpt_read_param(m, i, false, host), TRI_OK);
+        cr_assert_eq(tri_zero_read_param(&m->zero, &m->layout.params[i], false, host), TRI_OK);
         cr_assert_eq(tu_rec_write_f32(f, p->spec.name, p->spec.ndim, p->local_shape, host), 0);
         free(host);
     }
@@ -145,7 +145,7 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
         const tu_record *rg = tu_rec_find(&ref, key);
         cr_assert(rg && rg->numel == p->numel, "reference gradient %s missing", key);
         float *g = malloc((size_t)p->numel * sizeof *g);
-        cr_assert_eq(tri_gpt_read_param(m, i, true, g), TRI_OK);
+        cr_assert_eq(tri_zero_read_param(&m->zero, &m->layout.params[i], true, g), TRI_OK);
         double e = tensor_rel_err(g, rg->data, p->numel);
         worst_grad = fmax(worst_grad, e);
         cr_expect_lt(e, 1e-4, "gradient of %s differs from PyTorch: %g", p->spec.name, e);

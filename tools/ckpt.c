@@ -278,7 +278,7 @@ static int write_llmc(tri_gpt_session *s, const tri_llmc_model *m)
         for (int d = 0; d < p->spec.ndim; d++)
             n *= shape[d];
         memcpy(host, m->data[k], (size_t)n * sizeof *host);
-        rc = g->stage.write_param(g, i, host);
+        rc = tri_zero_write_param(&g->zero, p, host);
         free(host);
     }
     return rc;
