@@ -139,9 +139,9 @@ int tri_ckpt_async_poll(tri_ckpt_async *a, tri_ckpt_async_report *done)
     int mine = a->part_done && a->part_rc ? tri_error_restore(a->part_rc, a->part_msg) : TRI_OK;
     /* max over ranks: some part pending; some part failed */
     int32_t state[2] = {a->part_done ? 0 : 1, mine ? 1 : 0};
-    int rc = tri_ckpt_reduce_i32(a->t, state, 2, TRI_REDUCE_MAX, -1);
+    int rc = tri_comm_host_all_reduce(a->t->grid->world, state, TRI_I32, 2, TRI_REDUCE_MAX);
     if (!rc && state[1])
-        rc = tri_ckpt_agree(a->t, mine); /* the lowest failing rank's message, on every rank */
+        rc = tri_comm_agree(a->t->grid->world, mine); /* the lowest failing rank's message, on every rank */
     if (!rc && !state[0]) {
         if (a->phase == PUBLISHING) {
             a->blocked_s += tri_now_s() - t0;
@@ -152,7 +152,7 @@ int tri_ckpt_async_poll(tri_ckpt_async *a, tri_ckpt_async_report *done)
         a->phase = PUBLISHING;
         a->part_done = true;
         a->part_rc = TRI_OK;
-        rc = tri_ckpt_agree(a->t, a->pending.lead ? start_thread(a) : TRI_OK);
+        rc = tri_comm_agree(a->t->grid->world, a->pending.lead ? start_thread(a) : TRI_OK);
     }
     a->blocked_s += tri_now_s() - t0;
     if (rc) {
@@ -185,10 +185,10 @@ int tri_ckpt_async_start(tri_ckpt_async *a, const char *save_dir, const tri_ckpt
     a->started = t0;
     a->blocked_s = 0.0;
     rc = tri_ckpt_pending_begin(&a->pending, a->t, save_dir, info); /* agreed */
-    if (!rc) rc = tri_ckpt_agree(a->t, tri_ckpt_snapshot_take(&a->snap, a->t, &a->pending.base, info->iteration));
+    if (!rc) rc = tri_comm_agree(a->t->grid->world, tri_ckpt_snapshot_take(&a->snap, a->t, &a->pending.base, info->iteration));
     if (!rc) {
         a->phase = WRITING;
-        rc = tri_ckpt_agree(a->t, start_thread(a));
+        rc = tri_comm_agree(a->t->grid->world, start_thread(a));
     }
     a->blocked_s = tri_now_s() - t0;
     if (rc) {

@@ -76,10 +76,6 @@ int tri_ckpt_check_config(const tri_ckpt_manifest *saved, const char *config_jso
  * Collective over the world only to agree on the verdict (every rank returns the same status). */
 int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r);
 
-/* Collective over the trainer's world: every rank gets rc if it is non-zero, else TRI_OK when every
- * rank passed TRI_OK, else an error saying another rank failed. */
-int tri_ckpt_agree(tri_trainer *t, int rc);
-
 /* The box of parameter p's TP shard in its global index space (vocabulary padding included). */
 tri_box tri_ckpt_shard_box(const tri_param *p);
 

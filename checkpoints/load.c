@@ -82,7 +82,7 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r)
             rc = load_param(t, r, c, i);
     for (int c = 0; c < t->v && !rc; c++)
         t->opt[c].step = r->m.optimizer_step;
-    return tri_ckpt_agree(t, rc);
+    return tri_comm_agree(t->grid->world, rc);
 }
 
 static int differs_f(const char *dir, const char *field, double saved, double cur)

@@ -12,53 +12,6 @@
 #include "checkpoints/h5.h"
 #include "engine/status.h"
 
-/* ---- agreement: every rank returns the same verdict ---- */
-
-int tri_ckpt_reduce_i32(tri_trainer *t, int32_t *x, int64_t n, tri_reduce_op op, int root)
-{
-    tri_tensor buf = {0};
-    int rc = tri_device_alloc(t->dev, &buf.data, (size_t)n * sizeof(int32_t));
-    buf = tri_tensor_1d(buf.data, TRI_I32, n);
-    if (!rc) rc = tri_device_copy_from_host(t->dev, buf, x);
-    if (!rc) rc = root < 0 ? tri_comm_all_reduce(t->grid->world, buf, op) : tri_comm_broadcast(t->grid->world, buf, root);
-    if (!rc) rc = tri_device_copy_to_host(t->dev, x, buf);
-    tri_device_free(t->dev, buf.data);
-    return rc;
-}
-
-#define AGREE_MSG 512
-
-int tri_ckpt_agree(tri_trainer *t, int rc)
-{
-    /* the lowest failing rank, then its status and message to every rank */
-    int size = t->grid->world_size;
-    int32_t code = rc ? size - t->grid->world_rank : 0; /* the max names the lowest failing rank */
-    int arc = tri_ckpt_reduce_i32(t, &code, 1, TRI_REDUCE_MAX, -1);
-    if (arc)
-        return rc ? rc : arc;
-    if (code == 0)
-        return TRI_OK;
-    int first = size - code;
-    int32_t msg[AGREE_MSG + 1] = {0};
-    if (first == t->grid->world_rank) {
-        const char *text = tri_error_message();
-        msg[0] = rc;
-        for (int i = 0; i < AGREE_MSG - 1 && text[i]; i++)
-            msg[i + 1] = (unsigned char)text[i];
-    }
-    arc = tri_ckpt_reduce_i32(t, msg, AGREE_MSG + 1, TRI_REDUCE_MAX, first);
-    if (rc)
-        return rc;
-    if (arc)
-        return arc;
-    char text[AGREE_MSG];
-    for (int i = 0; i < AGREE_MSG; i++)
-        text[i] = (char)msg[i + 1];
-    text[AGREE_MSG - 1] = '\0';
-    return tri_error_set(msg[0] < 0 ? msg[0] : TRI_EIO, __FILE__, __LINE__, "on rank %d: %s", first, text);
-}
-
-
 void tri_ckpt_logical_shape(const tri_param_spec *s, int64_t *shape)
 {
     for (int d = 0; d < s->ndim; d++)
@@ -457,7 +410,7 @@ int tri_ckpt_pending_begin(tri_ckpt_pending *p, tri_trainer *t, const char *save
         if (!rc) rc = tri_fs_remove_tree(p->tmp);
         if (!rc) rc = tri_fs_mkdir_p(p->tmp);
     }
-    return tri_ckpt_agree(t, rc);
+    return tri_comm_agree(t->grid->world, rc);
 }
 
 void tri_ckpt_pending_free(tri_ckpt_pending *p)
@@ -476,13 +429,13 @@ int tri_ckpt_save(tri_trainer *t, const char *save_dir, const tri_ckpt_save_info
         rc = tri_ckpt_snapshot_take(&snap, t, &p.base, info->iteration);
         if (!rc) rc = tri_ckpt_write_rank_files(&snap, &p);
         tri_ckpt_snapshot_free(&snap);
-        rc = tri_ckpt_agree(t, rc);
+        rc = tri_comm_agree(t->grid->world, rc);
         if (!rc && p.lead) {
             rc = tri_ckpt_publish(&p);
             if (info->progress)
                 info->progress(info->progress_ctx, "save", 1, 1);
         }
-        rc = tri_ckpt_agree(t, rc);
+        rc = tri_comm_agree(t->grid->world, rc);
     }
     if (rc)
         rc = tri_error_context(rc, "saving checkpoint %s/%s", save_dir, p.name);

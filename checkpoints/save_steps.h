@@ -44,8 +44,4 @@ int tri_ckpt_write_rank_files(const tri_ckpt_snapshot *s, const tri_ckpt_pending
  * `latest`, then pruning. No device, no comm. */
 int tri_ckpt_publish(const tri_ckpt_pending *p);
 
-/* x (n int32 values) combined over the trainer's world with op (root < 0), or broadcast from root,
- * through device memory (the device's comm may need it). */
-int tri_ckpt_reduce_i32(tri_trainer *t, int32_t *x, int64_t n, tri_reduce_op op, int root);
-
 #endif

@@ -27,6 +27,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "cuda/device_cuda.h"
+#include "engine/mpi_check.h"
 
 typedef struct nccl_impl {
     ncclComm_t comm;
@@ -35,6 +36,9 @@ typedef struct nccl_impl {
     cudaStream_t stream;      /* this comm's communication stream */
     cudaEvent_t ready, done;  /* compute -> comm, comm -> compute */
     int32_t *scratch;         /* one device int for the barrier */
+    void *stage;              /* device scratch for host values (tri_comm_host_*), from the device's
+                                 own allocator: outside the planned and measured memory */
+    size_t stage_bytes;
     const tri_comm *self;     /* the comm this implements (NULL while creating): its timeout_s, which
                                  tri_comm_set_timeout sets, bounds every wait */
     double timeout_s;         /* the bound while self is NULL */
@@ -97,17 +101,6 @@ static int settle(nccl_impl *n, ncclComm_t comm, ncclResult_t r, const char *cal
 
 #define TRI_NCCL(n, call) settle((n), (n)->comm, (call), #call, __FILE__, __LINE__)
 
-static int check_mpi(int err, const char *call, const char *file, int line)
-{
-    if (err == MPI_SUCCESS)
-        return TRI_OK;
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(err, text, &len);
-    return tri_error_set(TRI_ECOMM, file, line, "%s failed: %s", call, text);
-}
-
-#define TRI_MPI(call) check_mpi((call), #call, __FILE__, __LINE__)
 
 /* NCCL's element type for a Trident dtype: bf16 tensors (mixed precision) travel and reduce as
  * ncclBfloat16, the fixed-point sums of deterministic mode as ncclInt64. */
@@ -331,6 +324,29 @@ static int nccl_test(tri_comm *c, void *handle, bool *done)
     return *done ? nccl_wait(c, handle) : watch(impl_of(c));
 }
 
+/* Host values through the comm's device scratch: copied in, reduced or broadcast, copied back. */
+static int nccl_host_collective(tri_comm *c, tri_comm_kind kind, tri_tensor host, tri_reduce_op op, int root)
+{
+    nccl_impl *n = impl_of(c);
+    size_t bytes = tri_tensor_bytes(host);
+    int rc = TRI_OK;
+    if (bytes > n->stage_bytes) {
+        if (n->stage)
+            n->dev->ops->free(n->dev, n->stage);
+        n->stage = NULL;
+        n->stage_bytes = 0;
+        rc = n->dev->ops->alloc(n->dev, &n->stage, bytes);
+        if (!rc)
+            n->stage_bytes = bytes;
+    }
+    tri_tensor staged = host;
+    staged.data = n->stage;
+    if (!rc) rc = n->dev->ops->copy_from_host(n->dev, n->stage, host.data, bytes);
+    if (!rc) rc = kind == TRI_COMM_BROADCAST ? tri_comm_broadcast(c, staged, root) : tri_comm_all_reduce(c, staged, op);
+    if (!rc) rc = n->dev->ops->copy_to_host(n->dev, host.data, n->stage, bytes);
+    return rc;
+}
+
 static int nccl_local_copy(tri_comm *c, void *dst, const void *src, size_t bytes)
 {
     nccl_impl *n = impl_of(c);
@@ -385,6 +401,8 @@ static void release(nccl_impl *n)
     }
     if (n->scratch)
         tri_device_free(n->dev, n->scratch);
+    if (n->stage)
+        n->dev->ops->free(n->dev, n->stage);
     if (n->ready)
         cudaEventDestroy(n->ready);
     if (n->done)
@@ -433,6 +451,7 @@ static int wrap(tri_comm **out, ncclComm_t comm, tri_device *dev, double timeout
     }
     c->ops = &nccl_ops;
     c->impl = n;
+    c->device_buffers = true;
     *out = c;
     return TRI_OK;
 }
@@ -472,6 +491,7 @@ static const tri_comm_ops nccl_ops = {
     .abort = nccl_abort,
     .destroy = nccl_destroy,
     .local_copy = nccl_local_copy,
+    .host_collective = nccl_host_collective,
     .start = nccl_start,
     .wait = nccl_wait,
     .test = nccl_test,

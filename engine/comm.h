@@ -111,12 +111,19 @@ typedef struct tri_comm_ops {
                  void **handle);
     int (*wait)(tri_comm *c, void *handle);
     int (*test)(tri_comm *c, void *handle, bool *done);
+    /* Required when the comm's buffers are device memory (device_buffers): all_reduce (with op) or
+     * broadcast (from root) of `host`, a tensor in host memory, through the comm's own device
+     * scratch (outside any planned memory). */
+    int (*host_collective)(tri_comm *c, tri_comm_kind kind, tri_tensor host, tri_reduce_op op, int root);
 } tri_comm_ops;
 
 struct tri_comm {
     const tri_comm_ops *ops;
     void *impl;
     int rank, size;
+    bool device_buffers;              /* tensors passed to it are device memory (NCCL); false: host
+                                         memory (MPI, thread ranks). Host values go through
+                                         tri_comm_host_* on either kind. */
     uint64_t bytes[TRI_COMM_KINDS];   /* payload bytes sent, per kind */
     uint64_t calls[TRI_COMM_KINDS];   /* number of calls, per kind */
     double seconds[TRI_COMM_KINDS];   /* wall seconds blocked in calls, per kind (see above) */
@@ -168,6 +175,19 @@ int tri_comm_barrier(tri_comm *c);
  * can report it before the first abort ends them all. */
 void tri_comm_abort(tri_comm *c, int code);
 void tri_comm_destroy(tri_comm *c);
+
+/* ---- host values through a collective, and agreement (engine/comm_host.c) ----
+ * Small host values (flags, a status, a loss in fixed point, a sampled token) on a comm of either
+ * kind: a comm whose buffers are host memory takes them as they are, one whose buffers are device
+ * memory stages them through its own scratch. */
+int tri_comm_host_all_reduce(tri_comm *c, void *host, tri_dtype dtype, int64_t n, tri_reduce_op op);
+int tri_comm_host_broadcast(tri_comm *c, void *host, tri_dtype dtype, int64_t n, int root);
+
+/* Every rank agrees on a status (collective over c): each passes its own rc; when every rank passed
+ * TRI_OK every rank gets TRI_OK, else every rank gets the status of the lowest failing rank, a
+ * failing rank keeping its own message and the others receiving "on rank N: <its message>". If the
+ * agreement itself fails, a rank returns its own rc, or the comm's error. */
+int tri_comm_agree(tri_comm *c, int rc);
 
 /* Sets how long a wait may take before it fails with TRI_ETIMEOUT, naming the operation and its
  * sequence number (0: wait forever). The MPI comm polls; the thread comm has its group's timeout. */

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "engine/comm_mpi_health.h"
+#include "engine/mpi_check.h"
 #include "engine/log.h"
 #include "engine/math.h"
 #include "engine/status.h"
@@ -46,8 +47,7 @@ typedef struct mpi_comm {
 
 static const tri_comm_ops mpi_ops;
 
-/* Records a failed MPI call with MPI's message; evaluates to TRI_ECOMM (or TRI_OK). */
-static int check_mpi(int err, const char *call, const char *file, int line)
+int tri_mpi_check(int err, const char *call, const char *file, int line)
 {
     if (err == MPI_SUCCESS)
         return TRI_OK;
@@ -56,8 +56,6 @@ static int check_mpi(int err, const char *call, const char *file, int line)
     MPI_Error_string(err, text, &len);
     return tri_error_set(TRI_ECOMM, file, line, "%s failed: %s", call, text);
 }
-
-#define TRI_MPI(call) check_mpi((call), #call, __FILE__, __LINE__)
 
 static MPI_Comm comm_of(tri_comm *c)
 {
@@ -297,7 +295,7 @@ typedef struct mpi_request {
 /* The verdict of a completed request (MPI's code err); moves the result and frees the request. */
 static int complete(mpi_request *r, int err)
 {
-    int rc = check_mpi(err, r->call, __FILE__, __LINE__);
+    int rc = tri_mpi_check(err, r->call, __FILE__, __LINE__);
     if (!rc && r->move_bytes)
         memmove(r->move_dst, r->move_src, r->move_bytes);
     free(r);
@@ -345,7 +343,7 @@ static int mpi_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor
             started = MPI_Iallgather(in.data, n, type, out.data, n, type, comm_of(c), &r->req);
     }
     if (started != MPI_SUCCESS) {
-        rc = check_mpi(started, r->call, __FILE__, __LINE__);
+        rc = tri_mpi_check(started, r->call, __FILE__, __LINE__);
         free(r);
         return rc;
     }
@@ -398,10 +396,10 @@ static int mpi_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
 /* Waits for one request started by `call` (its MPI return code): broadcast and barrier. */
 static int finish(tri_comm *c, int started, MPI_Request *req, const char *call, const char *op)
 {
-    int rc = check_mpi(started, call, __FILE__, __LINE__), err = MPI_SUCCESS;
+    int rc = tri_mpi_check(started, call, __FILE__, __LINE__), err = MPI_SUCCESS;
     if (!rc) rc = wait_all(c, 1, req, NULL, op, c->seq, &err);
     if (!rc && err != MPI_SUCCESS)
-        rc = check_mpi(err, call, __FILE__, __LINE__);
+        rc = tri_mpi_check(err, call, __FILE__, __LINE__);
     return rc;
 }
 
@@ -428,11 +426,11 @@ static int p2p_verdict(tri_comm *c, const tri_p2p *ops, const int *counts, MPI_S
             return TRI_ERR(TRI_ECOMM, "mpi p2p: rank %d sent more than the %d %s elements rank %d expects "
                            "(tag %d)", ops[i].peer, counts[i], tri_dtype_name(ops[i].t.dtype), c->rank,
                            ops[i].tag);
-        return tri_error_context(check_mpi(e, ops[i].send ? "MPI_Isend" : "MPI_Irecv", __FILE__, __LINE__),
+        return tri_error_context(tri_mpi_check(e, ops[i].send ? "MPI_Isend" : "MPI_Irecv", __FILE__, __LINE__),
                                  "mpi p2p with rank %d", ops[i].peer);
     }
     if (err != MPI_SUCCESS)
-        return check_mpi(err, "MPI_Testall", __FILE__, __LINE__);
+        return tri_mpi_check(err, "MPI_Testall", __FILE__, __LINE__);
     for (int i = 0; i < n; i++) {
         int got = 0;
         if (ops[i].send)

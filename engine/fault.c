@@ -32,39 +32,24 @@ int tri_step_guard_init(tri_step_guard *g, int skip_nonfinite, double spike_zsco
 
 void tri_step_guard_destroy(tri_step_guard *g)
 {
-    if (g->dev && g->flags.data)
-        tri_device_free(g->dev, g->flags.data);
     free(g->window);
     g->window = NULL;
-    g->flags = tri_tensor_none();
-    g->dev = NULL;
 }
 
-int tri_step_guard_agree(tri_step_guard *g, tri_comm *world, tri_device *dev, bool local_bad,
-                         tri_step_verdict *v)
+int tri_step_guard_agree(tri_step_guard *g, tri_comm *world, bool local_bad, tri_step_verdict *v)
 {
-    int n = world->size + 1, rc = TRI_OK;
+    int n = world->size + 1;
     memset(v, 0, sizeof *v);
-    if (!g->flags.data) {
-        void *p = NULL;
-        rc = tri_device_alloc(dev, &p, (size_t)n * sizeof(int32_t));
-        if (rc)
-            return rc;
-        g->dev = dev;
-        g->flags = tri_tensor_1d(p, TRI_I32, n);
-    }
-    int32_t *host = calloc((size_t)n, sizeof *host);
-    if (!host)
+    int32_t *flags = calloc((size_t)n, sizeof *flags);
+    if (!flags)
         return TRI_ERR(TRI_ENOMEM, "step guard: out of memory for %d flags", n);
-    host[world->rank] = local_bad ? 1 : 0;
-    host[world->size] = g->stop_requested ? 1 : 0;
-    rc = tri_device_copy_from_host(dev, g->flags, host);
-    if (!rc) rc = tri_comm_all_reduce(world, g->flags, TRI_REDUCE_MAX);
-    if (!rc) rc = tri_device_copy_to_host(dev, host, g->flags);
+    flags[world->rank] = local_bad ? 1 : 0;
+    flags[world->size] = g->stop_requested ? 1 : 0;
+    int rc = tri_comm_host_all_reduce(world, flags, TRI_I32, n, TRI_REDUCE_MAX);
     if (!rc) {
         size_t used = 0;
         for (int r = 0; r < world->size; r++) {
-            if (!host[r])
+            if (!flags[r])
                 continue;
             v->n_bad++;
             if (used + 16 >= sizeof v->bad_ranks) {
@@ -74,9 +59,9 @@ int tri_step_guard_agree(tri_step_guard *g, tri_comm *world, tri_device *dev, bo
             }
             used += (size_t)snprintf(v->bad_ranks + used, sizeof v->bad_ranks - used, "%s%d", used ? ", " : "", r);
         }
-        v->stop = host[world->size] != 0;
+        v->stop = flags[world->size] != 0;
     }
-    free(host);
+    free(flags);
     return rc;
 }
 
@@ -176,7 +161,8 @@ int tri_identity_agree(tri_comm *world, const char *what, const char *canonical)
         free(text);
         return TRI_ERR(TRI_ENOMEM, "identity check: out of memory for %d ranks", size);
     }
-    int rc = tri_comm_all_gather(world, tri_tensor_1d(all, TRI_I64, size), tri_tensor_1d(&mine, TRI_I64, 1));
+    all[world->rank] = mine; /* an all-gather as a sum of slots, each filled by one rank */
+    int rc = tri_comm_host_all_reduce(world, all, TRI_I64, size, TRI_REDUCE_SUM);
     int n_diff = 0, first = 0;
     char ranks[200] = "";
     size_t used = 0;
@@ -192,7 +178,7 @@ int tri_identity_agree(tri_comm *world, const char *what, const char *canonical)
         /* rank 0's text, so a differing rank can say what differs */
         if (world->rank == 0)
             snprintf((char *)text, IDENTITY_TEXT, "%s", canonical);
-        rc = tri_comm_broadcast(world, tri_tensor_1d(text, TRI_I32, IDENTITY_TEXT / 4), 0);
+        rc = tri_comm_host_broadcast(world, text, TRI_I32, IDENTITY_TEXT / 4, 0);
         if (!rc) {
             char detail[512] = "";
             ((char *)text)[IDENTITY_TEXT - 1] = '\0';

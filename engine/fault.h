@@ -7,7 +7,7 @@
  * gradients or loss were not finite) and a stop flag (a rank was asked to stop, e.g. by SIGTERM):
  * every rank gets the same verdict and takes the same decision (tri_step_guard_decide, pure).
  * The run's identity (config, layout, checkpoint) is compared the same way at start and on resume:
- * every rank hashes a canonical text (FNV-1a, 64 bits) and the hashes are all-gathered. */
+ * every rank hashes a canonical text (FNV-1a, 64 bits) and the hashes are exchanged. */
 #ifndef TRIDENT_ENGINE_FAULT_H
 #define TRIDENT_ENGINE_FAULT_H
 
@@ -39,8 +39,6 @@ typedef struct tri_step_guard {
     int64_t skipped_nonfinite, skipped_spikes;
     double *window;           /* (spike_window) ring of losses of applied steps */
     int n_window, head;
-    tri_device *dev;          /* the device of `flags` */
-    tri_tensor flags;         /* (world size + 1) i32 on the device: per-rank bad flag, stop flag */
 } tri_step_guard;
 
 /* The agreed outcome of a step's checks: the same on every rank. */
@@ -63,9 +61,8 @@ int tri_step_guard_init(tri_step_guard *g, int skip_nonfinite, double spike_zsco
 void tri_step_guard_destroy(tri_step_guard *g);
 
 /* Collective over world (every rank, once per step, before the update): combines this rank's
- * local_bad flag and g->stop_requested with every other rank's. dev holds world's buffers. */
-int tri_step_guard_agree(tri_step_guard *g, tri_comm *world, tri_device *dev, bool local_bad,
-                         tri_step_verdict *v);
+ * local_bad flag and g->stop_requested with every other rank's (host values, any comm). */
+int tri_step_guard_agree(tri_step_guard *g, tri_comm *world, bool local_bad, tri_step_verdict *v);
 
 /* Decides what iteration `iter` (1-based) does given the agreed verdict and the step's loss
  * (identical on every rank, so every rank decides alike) and updates the counters and the loss

@@ -127,11 +127,9 @@ static int load(void *ctx, int chunk, int mb, int slot)
  * same bits in every layout. Returns the sum in loss units. */
 static int share_loss(tri_trainer *t, int64_t fixed, double *sum)
 {
-    tri_tensor v = tri_tensor_range(t->loss_fixed, 0, 1);
-    int rc = tri_device_copy_from_host(t->dev, v, &fixed);
-    if (!rc && t->grid->pp > 1) rc = tri_comm_broadcast(t->grid->pp_comm, v, t->grid->pp - 1);
-    if (!rc && t->grid->dp > 1) rc = tri_comm_all_reduce(t->grid->dp_comm, v, TRI_REDUCE_SUM);
-    if (!rc) rc = tri_device_copy_to_host(t->dev, &fixed, v);
+    int rc = TRI_OK;
+    if (t->grid->pp > 1) rc = tri_comm_host_broadcast(t->grid->pp_comm, &fixed, TRI_I64, 1, t->grid->pp - 1);
+    if (!rc && t->grid->dp > 1) rc = tri_comm_host_all_reduce(t->grid->dp_comm, &fixed, TRI_I64, 1, TRI_REDUCE_SUM);
     *sum = ldexp((double)fixed, -TRI_LOSS_BITS);
     return rc;
 }
@@ -295,7 +293,7 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     res->stop = false;
     if (t->guard) {
         tri_step_verdict v;
-        rc = tri_step_guard_agree(t->guard, t->grid->world, t->dev, t->local_bad, &v);
+        rc = tri_step_guard_agree(t->guard, t->grid->world, t->local_bad, &v);
         if (!rc && !isfinite(norm) && v.n_bad == 0) { /* finite parts whose squares overflowed */
             v.n_bad = t->grid->world_size;
             snprintf(v.bad_ranks, sizeof v.bad_ranks, "all (the global gradient norm is %g)", norm);

@@ -58,7 +58,7 @@ typedef struct tri_trainer {
     tri_arena arena;                     /* optimizer state and reduction buffers */
     tri_tensor norm_slots;               /* (n_global_params * tp) per-parameter sums of squares */
     tri_tensor scalar;                   /* (1) */
-    tri_tensor loss_fixed;               /* (8) i64: [0] the loss in fixed point, [2, 8) norm limbs */
+    tri_tensor loss_fixed;               /* (8) i64: [2, 8) the norm limbs of deterministic mode */
     int32_t *windows;                    /* (B, T+1) host staging */
     const tri_batch_source *src;         /* data of the run in progress */
     int64_t first_sample;                /* sample index of micro-batch 0 of this replica */

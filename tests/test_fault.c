@@ -136,11 +136,11 @@ static int agree_rank(int rank, int size, tri_comm *comm, void *arg)
     if (rc)
         return rc;
     g.stop_requested = rank == 1;
-    rc = tri_step_guard_agree(&g, comm, dev, rank == 2, &o->v[rank]);
+    rc = tri_step_guard_agree(&g, comm, rank == 2, &o->v[rank]);
     /* a second step: nobody bad, nobody stopping */
     g.stop_requested = false;
     tri_step_verdict again;
-    if (!rc) rc = tri_step_guard_agree(&g, comm, dev, false, &again);
+    if (!rc) rc = tri_step_guard_agree(&g, comm, false, &again);
     if (!rc && (again.n_bad != 0 || again.stop))
         rc = TRI_ERR(TRI_EINTERNAL, "rank %d: the second verdict kept %d bad ranks / stop %d", rank, again.n_bad,
                      again.stop);

@@ -316,24 +316,15 @@ static int make_device(run *r)
     return tri_cli_device_create(r->a.device, threads, &r->dev);
 }
 
-/* Whether every rank succeeded (rc on this rank): a collective on the MPI world that every rank
- * reaches, so a machine without a usable GPU gives a clean exit, not an abort or a hang in the next
- * collective. *report is set on the lowest failing rank only, so the job prints one message. */
+/* Whether every rank succeeded (rc on this rank): agreed on the MPI world (tri_comm_agree), so a
+ * machine without a usable GPU gives a clean exit on every rank, not an abort or a hang in the next
+ * collective. *report is set on rank 0 only, so the job prints one message (the lowest failing
+ * rank's, naming it). */
 static int devices_agree(run *r, int rc, bool *report)
 {
-    /* max over ranks of (size - rank) for failing ranks: the lowest failing rank, 0 if none */
-    int32_t lowest = rc != TRI_OK ? r->world->size - r->world->rank : 0;
-    *report = false;
-    int arc = tri_comm_all_reduce(r->world, tri_tensor_1d(&lowest, TRI_I32, 1), TRI_REDUCE_MAX);
-    if (arc) {
-        *report = true;
-        return arc;
-    }
-    if (lowest == 0)
-        return TRI_OK;
-    *report = r->world->size - lowest == r->world->rank;
-    return rc ? rc : TRI_ERR(TRI_EDEVICE, "--device %s could not be set up on rank %d", r->a.device,
-                             r->world->size - lowest);
+    int arc = tri_comm_agree(r->world, rc);
+    *report = arc != TRI_OK && (r->world->rank == 0 || r->world->size == 1);
+    return arc;
 }
 
 static int setup(run *r)
@@ -763,14 +754,8 @@ static int share_token(run *r, int *id)
 {
     if (r->ss.grid.pp == 1)
         return TRI_OK;
-    tri_tensor t = {0};
-    int rc = tri_device_alloc(r->dev, &t.data, sizeof(int32_t));
-    t = tri_tensor_1d(t.data, TRI_I32, 1);
     int32_t v = *id;
-    if (!rc) rc = tri_device_copy_from_host(r->dev, t, &v);
-    if (!rc) rc = tri_comm_broadcast(r->ss.grid.pp_comm, t, r->ss.grid.pp - 1);
-    if (!rc) rc = tri_device_copy_to_host(r->dev, &v, t);
-    tri_device_free(r->dev, t.data);
+    int rc = tri_comm_host_broadcast(r->ss.grid.pp_comm, &v, TRI_I32, 1, r->ss.grid.pp - 1);
     *id = v;
     return rc;
 }

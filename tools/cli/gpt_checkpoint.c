@@ -85,7 +85,7 @@ int tri_gpt_ckpt_resume(tri_gpt_session *s, const tri_gpt_config *cfg, const cha
         rc = tri_ckpt_check_resume(&r.m, &cur, run->lr_source, r.dir);
     if (resumes && !rc && run->lr_source == TRI_LR_CHECKPOINT)
         run->lr = r.m.run.lr;
-    rc = tri_ckpt_agree(&s->trainer, rc);
+    rc = tri_comm_agree(s->grid.world, rc);
     if (!rc) rc = tri_ckpt_load(&s->trainer, &r);
     if (!rc)
         *iteration = r.m.iteration;
