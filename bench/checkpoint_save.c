@@ -123,7 +123,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     }
     tri_ckpt_async_destroy(saver);
     for (int c = 0; c < ss.trainer.v; c++) {
-        const tri_param_layout *L = ss.trainer.chunks[c]->layout;
+        const tri_param_layout *L = &ss.trainer.chunks[c]->layout;
         for (int i = 0; i < L->n; i++)
             b->bytes += 3.0 * (double)L->params[i].numel * sizeof(float); /* weights, m, v */
     }

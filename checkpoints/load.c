@@ -41,7 +41,7 @@ static int check_shape(const tri_ckpt_reader *r, const tri_param *p)
 /* Copies the owned ranges of parameter p from its local-shard moments into optimizer o. */
 static int put_moments(tri_trainer *t, int c, const tri_param *p, const float *m, const float *v)
 {
-    const tri_zero *z = t->chunks[c]->zero;
+    const tri_zero *z = &t->chunks[c]->zero;
     int rc = TRI_OK;
     for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
         int64_t s, n, at;
@@ -55,15 +55,15 @@ static int put_moments(tri_trainer *t, int c, const tri_param *p, const float *m
 
 static int load_param(tri_trainer *t, tri_ckpt_reader *r, int c, int i)
 {
-    tri_stage *st = t->chunks[c];
-    const tri_param *p = &st->layout->params[i];
+    tri_chunk *st = t->chunks[c];
+    const tri_param *p = &st->layout.params[i];
     tri_box box = tri_ckpt_shard_box(p);
     float *w = malloc((size_t)p->numel * sizeof *w);
     float *m = malloc((size_t)p->numel * sizeof *m);
     float *v = malloc((size_t)p->numel * sizeof *v);
     int rc = w && m && v ? check_shape(r, p) : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
     if (!rc) rc = tri_ckpt_read_box(r, NULL, p->spec.name, &box, w);
-    if (!rc) rc = tri_zero_write_param(st->zero, p, w);
+    if (!rc) rc = tri_zero_write_param(&st->zero, p, w);
     if (!rc) rc = tri_ckpt_read_box(r, TRI_CKPT_EXP_AVG, p->spec.name, &box, m);
     if (!rc) rc = tri_ckpt_read_box(r, TRI_CKPT_EXP_AVG_SQ, p->spec.name, &box, v);
     if (!rc) rc = put_moments(t, c, p, m, v);
@@ -78,7 +78,7 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r)
 {
     int rc = TRI_OK;
     for (int c = 0; c < t->v && !rc; c++)
-        for (int i = 0; i < t->chunks[c]->layout->n && !rc; i++)
+        for (int i = 0; i < t->chunks[c]->layout.n && !rc; i++)
             rc = load_param(t, r, c, i);
     for (int c = 0; c < t->v && !rc; c++)
         t->opt[c].step = r->m.optimizer_step;

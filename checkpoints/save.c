@@ -26,11 +26,11 @@ void tri_ckpt_run_of(const tri_trainer *t, uint64_t seed, const tri_lr_schedule 
     run->tp = t->grid->tp;
     run->pp = t->grid->pp;
     run->dp = t->grid->dp;
-    run->zero_stage = t->chunks[0]->zero->stage;
+    run->zero_stage = t->chunks[0]->zero.stage;
     run->v = t->v;
     snprintf(run->schedule, sizeof run->schedule, "%s", t->train_sched->name);
     run->sequence_parallel = t->cfg.sequence_parallel;
-    run->deterministic = t->chunks[0]->zero->deterministic;
+    run->deterministic = t->chunks[0]->zero.deterministic;
     run->micro_batch = t->chunks[0]->samples_per_mb;
     run->global_batch = tri_trainer_global_batch(t);
     run->seq_length = t->chunks[0]->window - 1;
@@ -396,7 +396,7 @@ int tri_ckpt_pending_begin(tri_ckpt_pending *p, tri_trainer *t, const char *save
     p->tp = g->tp;
     p->pp = g->pp;
     p->dp = g->dp;
-    p->zero_stage = t->chunks[0]->zero->stage;
+    p->zero_stage = t->chunks[0]->zero.stage;
     p->lead = g->world_rank == 0;
     tri_ckpt_step_name(info->iteration, p->name, sizeof p->name);
     char tmp_name[80];

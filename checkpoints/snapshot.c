@@ -31,8 +31,8 @@ static void measure(const tri_trainer *t, bool writes_model, bool writes_optim, 
     size_t values = 0, scratch = 0;
     *n_model = *n_optim = 0;
     for (int c = 0; c < t->v; c++) {
-        const tri_param_layout *L = t->chunks[c]->layout;
-        const tri_zero *z = t->chunks[c]->zero;
+        const tri_param_layout *L = &t->chunks[c]->layout;
+        const tri_zero *z = &t->chunks[c]->zero;
         for (int i = 0; i < L->n; i++) {
             const tri_param *p = &L->params[i];
             if (!tri_ckpt_stores(t, p))
@@ -89,10 +89,10 @@ static int tensor_of(const tri_ckpt_manifest *m, const tri_param *p, int *tensor
  * failure here). */
 static int take_param(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int c, int i, int rc)
 {
-    tri_stage *st = t->chunks[c];
-    const tri_param *p = &st->layout->params[i];
+    tri_chunk *st = t->chunks[c];
+    const tri_param *p = &st->layout.params[i];
     float *dst = s->pool + (s->writes_model ? s->pool_used : s->pool_cap - (size_t)p->numel);
-    int prc = tri_zero_read_param(st->zero, p, false, dst);
+    int prc = tri_zero_read_param(&st->zero, p, false, dst);
     if (rc || !s->writes_model)
         return rc ? rc : prc;
     tri_ckpt_snap_entry *e = &s->model[s->n_model];
@@ -112,8 +112,8 @@ static int take_param(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manif
 /* The owned pieces of parameter i of chunk c: Adam's m and v over them into the pool. */
 static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int c, int i)
 {
-    const tri_zero *z = t->chunks[c]->zero;
-    const tri_param *p = &t->chunks[c]->layout->params[i];
+    const tri_zero *z = &t->chunks[c]->zero;
+    const tri_param *p = &t->chunks[c]->layout.params[i];
     int rc = TRI_OK;
     for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
         int64_t start, n, at;
@@ -138,7 +138,7 @@ static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_man
 
 int tri_ckpt_snapshot_reserve(tri_ckpt_snapshot *s, tri_trainer *t)
 {
-    int zero_stage = t->chunks[0]->zero->stage, n_model, n_optim;
+    int zero_stage = t->chunks[0]->zero.stage, n_model, n_optim;
     size_t floats;
     s->dev = t->dev;
     measure(t, t->grid->dp_rank == 0, zero_stage > 0 || t->grid->dp_rank == 0, &n_model, &n_optim, &floats);
@@ -151,7 +151,7 @@ int tri_ckpt_snapshot_reserve(tri_ckpt_snapshot *s, tri_trainer *t)
 int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int64_t iteration)
 {
     const tri_grid *g = t->grid;
-    int zero_stage = t->chunks[0]->zero->stage;
+    int zero_stage = t->chunks[0]->zero.stage;
     s->dev = t->dev;
     s->writes_model = g->dp_rank == 0;
     s->writes_optim = zero_stage > 0 || g->dp_rank == 0;
@@ -170,12 +170,12 @@ int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_
     int rc = reserve(s, floats, n_model, n_optim);
     /* every data-parallel rank reads every stored parameter, in the same order, even after an error */
     for (int c = 0; c < t->v; c++)
-        for (int i = 0; i < t->chunks[c]->layout->n; i++)
-            if (tri_ckpt_stores(t, &t->chunks[c]->layout->params[i]))
+        for (int i = 0; i < t->chunks[c]->layout.n; i++)
+            if (tri_ckpt_stores(t, &t->chunks[c]->layout.params[i]))
                 rc = s->pool ? take_param(s, t, m, c, i, rc) : rc;
     for (int c = 0; c < t->v && !rc && s->writes_optim; c++)
-        for (int i = 0; i < t->chunks[c]->layout->n && !rc; i++)
-            if (tri_ckpt_stores(t, &t->chunks[c]->layout->params[i]))
+        for (int i = 0; i < t->chunks[c]->layout.n && !rc; i++)
+            if (tri_ckpt_stores(t, &t->chunks[c]->layout.params[i]))
                 rc = take_moments(s, t, m, c, i);
     return rc;
 }

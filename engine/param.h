@@ -60,6 +60,15 @@ typedef struct tri_param_unit {
     int64_t start, len;        /* flat range; len is a multiple of dp * TRI_LAYOUT_ALIGN */
 } tri_param_unit;
 
+/* How one micro-batch uses a unit: how often its parameters are read and its gradients written in
+ * the forward and in the backward (the chunk's passes say: tri_chunk_unit_uses; the traffic model,
+ * partitioner/traffic.h, turns them into bytes). */
+typedef struct tri_unit_uses {
+    int64_t len;                 /* the unit's elements in the flat buffers (padded) */
+    int fwd_reads, fwd_writes;   /* e.g. a block: 1, 0; wte on a one-stage model: 2, 1 (embedding, LM head) */
+    int bwd_reads, bwd_writes;   /* e.g. a block: 1, 1 */
+} tri_unit_uses;
+
 #define TRI_LAYOUT_ALIGN 64 /* elements: every parameter's flat offset is a multiple of this */
 
 /* The parameters of one stage as one rank holds them, filled by partitioner/layout.h: offsets in

@@ -9,7 +9,7 @@
 #include "engine/status.h"
 
 int tri_pipeline_create(tri_pipeline *p, const tri_schedule *s, int rank, tri_comm *pp_comm,
-                        tri_stage **chunks)
+                        tri_chunk **chunks)
 {
     memset(p, 0, sizeof *p);
     p->sched = s;
@@ -65,7 +65,7 @@ static int acquire(tri_pipeline *p, const tri_sched_op *op, int *slot)
         *slot = *s;
         return TRI_OK;
     }
-    tri_stage *st = p->chunks[op->chunk];
+    tri_chunk *st = p->chunks[op->chunk];
     for (int k = 0; k < st->n_slots; k++) {
         if (p->busy[op->chunk][k])
             continue;
@@ -87,13 +87,13 @@ static void release(tri_pipeline *p, const tri_sched_op *op)
     *s = -1;
 }
 
-static tri_stage_buffer buffer_of(int kind)
+static tri_chunk_buffer buffer_of(int kind)
 {
     switch (kind) {
-    case TRI_SCHED_RECV_ACT: return TRI_STAGE_ACT_IN;
-    case TRI_SCHED_SEND_ACT: return TRI_STAGE_ACT_OUT;
-    case TRI_SCHED_RECV_GRAD: return TRI_STAGE_GRAD_OUT;
-    default: return TRI_STAGE_GRAD_IN;
+    case TRI_SCHED_RECV_ACT: return TRI_CHUNK_ACT_IN;
+    case TRI_SCHED_SEND_ACT: return TRI_CHUNK_ACT_OUT;
+    case TRI_SCHED_RECV_GRAD: return TRI_CHUNK_GRAD_OUT;
+    default: return TRI_CHUNK_GRAD_IN;
     }
 }
 
@@ -107,12 +107,12 @@ static int exchange(tri_pipeline *p, const tri_sched_op *ops, int i, int end)
             return TRI_ERR(TRI_EINTERNAL, "pipeline rank %d: %s of micro-batch %d has no peer",
                            p->rank, tri_sched_kind_name(ops[j].kind), ops[j].mb);
         rc = acquire(p, &ops[j], &slot);
-        tri_stage *st = p->chunks[ops[j].chunk];
+        tri_chunk *st = p->chunks[ops[j].chunk];
         p->batch[k++] = (tri_p2p){
             .send = ops[j].kind == TRI_SCHED_SEND_ACT || ops[j].kind == TRI_SCHED_SEND_GRAD,
             .peer = peer,
             .tag = tri_sched_tag(ops[j].kind),
-            .t = st->buffer(st->self, buffer_of(ops[j].kind), slot),
+            .t = st->model.buffer(st->model.self, buffer_of(ops[j].kind), slot),
         };
     }
     return rc ? rc : tri_comm_p2p(p->pp_comm, p->batch, k);
@@ -121,17 +121,17 @@ static int exchange(tri_pipeline *p, const tri_sched_op *ops, int i, int end)
 static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_op *op, bool train,
                    float dloss, int64_t *loss_fixed)
 {
-    tri_stage *st = p->chunks[op->chunk];
+    tri_chunk *st = p->chunks[op->chunk];
     int slot = 0, rc = acquire(p, op, &slot);
     if (rc)
         return rc;
     if (op->kind == TRI_SCHED_FWD) {
         if (st->first || st->last)
             rc = io->load(io->ctx, op->chunk, op->mb, slot);
-        if (!rc) rc = st->forward(st->self, slot, train, dloss);
+        if (!rc) rc = tri_chunk_forward(st, slot, train, dloss);
         if (!rc && st->last) {
             double s = 0.0;
-            rc = st->loss_sum(st->self, slot, &s);
+            rc = st->model.loss_sum(st->model.self, slot, &s);
             *loss_fixed += (int64_t)llrint(ldexp(s, TRI_LOSS_BITS));
         }
         return rc;
@@ -139,7 +139,7 @@ static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_o
     if (op->kind == TRI_SCHED_BWD) {
         if (!train)
             return TRI_ERR(TRI_EINVAL, "pipeline: a forward-only run met a backward op");
-        return st->backward(st->self, slot);
+        return tri_chunk_backward(st, slot);
     }
     return TRI_ERR(TRI_ENOTSUP, "pipeline: op %s is not supported by the executor",
                    tri_sched_kind_name(op->kind));

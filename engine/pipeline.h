@@ -2,8 +2,8 @@
  *
  * DESIGN.md §6: the schedule is data; this interprets it. Each maximal run of adjacent send and
  * receive ops becomes one batched p2p exchange on the pipeline group (so send-forward/recv-backward
- * is one exchange and needs no even/odd ordering trick); FWD and BWD call the stage interface of
- * the local model chunk. A micro-batch takes an activation slot of its chunk at its first op and
+ * is one exchange and needs no even/odd ordering trick); FWD and BWD run the local model chunk
+ * (engine/chunk.h). A micro-batch takes an activation slot of its chunk at its first op and
  * gives it back after its last op on this rank, so the stage holds activations for exactly the
  * micro-batches in flight; the executor records the peak it saw per chunk. */
 #ifndef TRIDENT_ENGINE_PIPELINE_H
@@ -13,7 +13,7 @@
 
 #include "engine/comm.h"
 #include "engine/schedule.h"
-#include "engine/stage.h"
+#include "engine/chunk.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,7 +30,7 @@ typedef struct tri_pipeline {
     const tri_schedule *sched;
     int rank;                  /* pipeline rank */
     tri_comm *pp_comm;         /* ranked by pipeline rank */
-    tri_stage **chunks;        /* the rank's sched->v model chunks, by local index */
+    tri_chunk **chunks;        /* the rank's sched->v model chunks, by local index */
     unsigned char *last_use;   /* per op: frees its micro-batch's slot */
     int *slot;                 /* [chunk * m + mb]: slot in use, or -1 */
     int *in_use, *peak;        /* per chunk: slots in use now, and the most seen */
@@ -43,7 +43,7 @@ typedef struct tri_pipeline {
 /* Prepares to run rank `rank`'s ops of s over pp_comm with the given chunks (sched->v of them).
  * TRI_EINVAL when a chunk has fewer activation slots than the schedule needs. */
 int tri_pipeline_create(tri_pipeline *p, const tri_schedule *s, int rank, tri_comm *pp_comm,
-                        tri_stage **chunks);
+                        tri_chunk **chunks);
 
 #define TRI_LOSS_BITS 32 /* loss sums in 2^-32 units: exact to add in any grouping */
 

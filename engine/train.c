@@ -57,12 +57,12 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
 {
     const tri_param_layout *layouts[TRI_MAX_CHUNKS];
     for (int c = 0; c < t->v; c++)
-        layouts[c] = t->chunks[c]->layout;
+        layouts[c] = &t->chunks[c]->layout;
     return take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp,
-                        t->chunks[0]->zero->stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed);
+                        t->chunks[0]->zero.stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed);
 }
 
-int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tri_grid *grid,
+int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tri_grid *grid,
                        tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
                        const tri_schedule *train_sched, const tri_schedule *eval_sched)
 {
@@ -116,10 +116,10 @@ int64_t tri_trainer_global_batch(const tri_trainer *t)
 static int load(void *ctx, int chunk, int mb, int slot)
 {
     tri_trainer *t = ctx;
-    tri_stage *st = t->chunks[chunk];
+    tri_chunk *st = t->chunks[chunk];
     int64_t B = st->samples_per_mb;
     int rc = t->src->fill(t->src->ctx, t->first_sample + (int64_t)mb * B, B, t->windows);
-    return rc ? rc : st->load_batch(st->self, slot, t->windows);
+    return rc ? rc : st->model.load_batch(st->model.self, slot, t->windows);
 }
 
 /* The loss sum (fixed point, engine/pipeline.h) of the last stage's micro-batches, broadcast to
@@ -150,20 +150,20 @@ static int all_reduce_owned(tri_comm *comm, const tri_zero *z, const tri_param *
  * (ZeRO: all-reduce, or reduce-scatter into the owned slices), then, on the owned pieces, over TP
  * for the replicated parameters under SP and over the embedding group for the tied embedding
  * (in deterministic mode on the exact integer sums, converted to fp32 after all of them). */
-static int sync_grads(tri_trainer *t, tri_stage *st)
+static int sync_grads(tri_trainer *t, tri_chunk *st)
 {
-    const tri_param_layout *L = st->layout;
-    int rc = st->finish_grads(st->self);
-    if (!rc) rc = tri_zero_reduce_grads(st->zero);
+    const tri_param_layout *L = &st->layout;
+    int rc = tri_chunk_finish_grads(st);
+    if (!rc) rc = tri_zero_reduce_grads(&st->zero);
     for (int i = 0; i < L->n && !rc; i++) {
         const tri_param *p = &L->params[i];
         /* under SP each TP rank saw only its sequence shard: sum the replicated parameters' parts */
         if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1)
-            rc = all_reduce_owned(t->grid->tp_comm, st->zero, p);
+            rc = all_reduce_owned(t->grid->tp_comm, &st->zero, p);
         if (!rc && p->spec.tied && t->grid->embd_comm)
-            rc = all_reduce_owned(t->grid->embd_comm, st->zero, p);
+            rc = all_reduce_owned(t->grid->embd_comm, &st->zero, p);
     }
-    return rc ? rc : tri_zero_finish_grads(st->zero);
+    return rc ? rc : tri_zero_finish_grads(&st->zero);
 }
 
 int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
@@ -173,7 +173,7 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
     int rc = TRI_OK;
     t->local_bad = false;
     for (int c = 0; c < t->v && !rc; c++)
-        rc = t->chunks[c]->zero_grads(t->chunks[c]->self);
+        rc = tri_chunk_zero_grads(t->chunks[c]);
     t->src = src;
     t->first_sample = iter * tri_trainer_global_batch(t) +
                       (int64_t)t->grid->dp_rank * t->cfg.n_micro * t->chunks[0]->samples_per_mb;
@@ -195,7 +195,7 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
         /* test hook: a NaN in this rank's first owned gradient, after every reduction, as a faulty
          * device would leave it */
         float nan = NAN;
-        const tri_zero *z = t->chunks[0]->zero;
+        const tri_zero *z = &t->chunks[0]->zero;
         int64_t start, len, local;
         tri_zero_owned(z, 0, &start, &len, &local);
         if (len > 0)
@@ -213,8 +213,8 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
     tri_tensor limbs = tri_tensor_range(t->loss_fixed, 2, 6);
     int rc = tri_op_zero(t->dev, limbs);
     for (int c = 0; c < t->v && !rc; c++) {
-        const tri_zero *z = t->chunks[c]->zero;
-        const tri_param_layout *L = t->chunks[c]->layout;
+        const tri_zero *z = &t->chunks[c]->zero;
+        const tri_param_layout *L = &t->chunks[c]->layout;
         for (int i = 0; i < L->n && !rc; i++)
             for (int k = 0; k < tri_zero_n_owned(z) && !rc && L->params[i].count_in_norm; k++) {
                 int64_t s, n, at;
@@ -223,11 +223,11 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
                                                   z->bad);
             }
     }
-    tri_comm *over = t->chunks[0]->zero->stage > 0 ? t->grid->world : t->grid->mp_comm;
+    tri_comm *over = t->chunks[0]->zero.stage > 0 ? t->grid->world : t->grid->mp_comm;
     int64_t host[6] = {0};
     for (int c = 0; c < t->v && !rc; c++) { /* squares of non-finite gradients are counted in bad */
         float bad = 0.0f;
-        rc = tri_device_copy_to_host(t->dev, &bad, t->chunks[c]->zero->bad);
+        rc = tri_device_copy_to_host(t->dev, &bad, t->chunks[c]->zero.bad);
         if (bad > 0)
             t->local_bad = true;
     }
@@ -244,22 +244,22 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
 
 int tri_trainer_grad_norm(tri_trainer *t, double *norm)
 {
-    if (t->chunks[0]->zero->deterministic)
+    if (t->chunks[0]->zero.deterministic)
         return grad_norm_exact(t, norm);
     int64_t nslots = tri_tensor_numel(t->norm_slots);
-    int stage = t->chunks[0]->zero->stage, dp = stage > 0 ? t->grid->dp : 1;
+    int stage = t->chunks[0]->zero.stage, dp = stage > 0 ? t->grid->dp : 1;
     float *slots = calloc((size_t)nslots, sizeof *slots);
     if (!slots)
         return TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the gradient norm");
     int rc = TRI_OK;
     for (int c = 0; c < t->v && !rc; c++) {
-        const tri_stage *st = t->chunks[c];
-        for (int i = 0; i < st->layout->n && !rc; i++) {
-            const tri_param *p = &st->layout->params[i];
+        const tri_chunk *st = t->chunks[c];
+        for (int i = 0; i < st->layout.n && !rc; i++) {
+            const tri_param *p = &st->layout.params[i];
             if (!p->count_in_norm)
                 continue;
             double s = 0.0;
-            rc = tri_param_grad_sumsq(t->dev, st->zero, p, t->scalar, &s);
+            rc = tri_param_grad_sumsq(t->dev, &st->zero, p, t->scalar, &s);
             if (!isfinite(s))
                 t->local_bad = true;
             int64_t slot = ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp +
@@ -306,7 +306,7 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
             /* no update; the parameters are gathered again, unchanged, so ZeRO's in-flight state is
              * the same as after an update */
             for (int c = 0; c < t->v && !rc; c++)
-                rc = tri_zero_gather_params(t->chunks[c]->zero);
+                rc = tri_zero_gather_params(&t->chunks[c]->zero);
             return rc;
         }
     } else if (!isfinite(norm)) {
@@ -315,8 +315,8 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     }
     float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
     for (int c = 0; c < t->v && !rc; c++) {
-        rc = tri_optimizer_step(t->dev, &t->opt[c], t->chunks[c]->zero, lr, scale);
-        if (!rc) rc = tri_zero_gather_params(t->chunks[c]->zero);
+        rc = tri_optimizer_step(t->dev, &t->opt[c], &t->chunks[c]->zero, lr, scale);
+        if (!rc) rc = tri_zero_gather_params(&t->chunks[c]->zero);
     }
     return rc;
 }

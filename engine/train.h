@@ -15,7 +15,7 @@
 #include "engine/optimizer.h"
 #include "engine/pipeline.h"
 #include "engine/schedule.h"
-#include "engine/stage.h"
+#include "engine/chunk.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,7 +47,7 @@ typedef struct tri_step_result {
 /* One rank's training state: its model chunks, their optimizers, the executor. */
 typedef struct tri_trainer {
     int v;                               /* model chunks on this rank */
-    tri_stage *chunks[TRI_MAX_CHUNKS];
+    tri_chunk *chunks[TRI_MAX_CHUNKS];
     const tri_grid *grid;
     tri_device *dev;
     tri_step_config cfg;
@@ -69,7 +69,7 @@ typedef struct tri_trainer {
 /* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
  * training schedule and the forward-only evaluation schedule (both over the grid's pipeline
  * group; train_sched->m must equal cfg->n_micro). */
-int tri_trainer_create(tri_trainer *t, tri_stage *const *chunks, int v, const tri_grid *grid,
+int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tri_grid *grid,
                        tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
                        const tri_schedule *train_sched, const tri_schedule *eval_sched);
 void tri_trainer_destroy(tri_trainer *t);

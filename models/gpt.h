@@ -23,7 +23,7 @@
 #include "engine/arena.h"
 #include "engine/comm.h"
 #include "engine/device.h"
-#include "engine/stage.h"
+#include "engine/chunk.h"
 #include "engine/zero.h"
 #include "layers/attention.h"
 #include "layers/cross_entropy.h"
@@ -93,6 +93,8 @@ typedef struct tri_gpt_slot {
 } tri_gpt_slot;
 
 typedef struct tri_gpt {
+    tri_chunk chunk;                      /* the engine's side: layout, arena, ZeRO, the passes */
+    bool has_chunk;
     tri_gpt_config cfg;
     tri_gpt_options opt;
     tri_device *dev;
@@ -100,16 +102,15 @@ typedef struct tri_gpt {
     int64_t Vp, V_l, vocab_start;         /* padded vocab, its shard, the shard's first id */
     int64_t N, N_l, C_l, NH_l;
     int L_l;                              /* blocks on this stage */
-    tri_param_layout layout;
-    tri_arena arena;
-    tri_zero zero;                        /* the parameters, gradients and their data-parallel shards */
     int unit_wte, unit_wpe, unit_block0, unit_lnf;  /* unit numbers (-1: not on this stage) */
     tri_gpt_weights w, g;                 /* views of the units in use: parameters and gradients */
     tri_tensor **wslot, **gslot;          /* per parameter: its view in w and in g */
+    bool private_wte;                     /* lm_dwte is used (see below) */
     tri_tensor lm_dwte;                   /* (V_l, C) when this stage holds both the embedding and the
-                                             LM head: the head's share of wte's gradient, added to
-                                             the embedding's after the step's last micro-batch, as the
-                                             embedding group's all-reduce adds the two stages' shares */
+                                             LM head at ZeRO 0-1 (not deterministic): the head's share
+                                             of wte's gradient, added to the embedding's after the
+                                             step's last micro-batch (a finish pass), as the embedding
+                                             group's all-reduce adds the two stages' shares */
     tri_gpt_slot *slots;
     /* scratch shared by all blocks and micro-batches */
     tri_tensor tmp, dln;                  /* (N_l, C) */
@@ -118,15 +119,16 @@ typedef struct tri_gpt {
     tri_attention_scratch as;
     tri_mlp_scratch ms;
     tri_lm_head_scratch ls;
-    tri_stage stage;                      /* the engine's view of this model */
 } tri_gpt;
 
 /* Number of parameter tensors of the whole model (global indices run 0..this-1). */
 int tri_gpt_num_param_tensors(const tri_gpt_config *cfg);
 
-/* Parameter descriptions of one stage, in flat-buffer order; *specs is malloc'd. */
+/* Parameter descriptions of one stage, in flat-buffer order; *specs is malloc'd (gpt_params.c). */
 int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt,
                         tri_param_spec **specs, int *n);
+/* Every parameter of the whole model at TP size tp, in global order (the checkpoint's list). */
+int tri_gpt_all_param_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n);
 
 /* Checks the options against the config and the TP size (no communication). TRI_EINVAL with a
  * message naming the flag and values. */
@@ -146,20 +148,20 @@ void tri_gpt_destroy(tri_gpt *m);
 int tri_gpt_plan(const tri_gpt_config *cfg, const tri_gpt_options *opt, int tp, int tp_rank,
                  size_t bytes[TRI_MEM_KINDS]);
 
-/* Copies (B, T+1) token windows into a slot: inputs are the first T of each, targets the last T. */
+/* Copies (B, T+1) token windows into a slot: inputs are the first T of each, targets the last T.
+ * The forward, backward and gradient resets go through the chunk (tri_chunk_forward(&m->chunk, ...)). */
 int tri_gpt_load_batch(tri_gpt *m, int slot, const int32_t *windows);
-/* See tri_stage.forward / backward. */
-int tri_gpt_forward(tri_gpt *m, int slot, bool train, float dloss);
-int tri_gpt_backward(tri_gpt *m, int slot);
-/* Sets every gradient to zero. */
-int tri_gpt_zero_grad(tri_gpt *m);
-
-/* How one micro-batch's forward and backward use each unit of the stage (out[u] for every unit):
- * the traffic model's input (partitioner/traffic.h). */
-void tri_gpt_unit_uses(const tri_gpt *m, tri_unit_uses *out);
 
 /* Last stage only, after a forward without training: logits (vocab_size floats, host) of token
  * row `row` of that micro-batch, gathered over TP (collective over the TP group). */
 int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits);
+
+/* ---- between gpt.c, gpt_params.c and gpt_buffers.c ---- */
+
+/* Points the views of every parameter of the chunk's layout into m->w / m->g and finds the units
+ * of the embedding, the first block and the head (gpt_params.c). */
+void tri_gpt_map_views(tri_gpt *m);
+/* The model's buffers from the chunk's arena (gpt_buffers.c; tri_chunk_model.take_buffers). */
+int tri_gpt_take_buffers(void *self, tri_arena *a);
 
 #endif

@@ -114,7 +114,7 @@ static int create_chunks(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_g
         tri_gpt_options opt = chunk_options(r, o, g->dp, g->pp_rank, g->dp_rank, c);
         rc = tri_gpt_create(&r->chunk[c], cfg, &opt, dev, g->tp_comm, g->dp_comm);
         if (!rc)
-            r->stage[c] = &r->chunk[c]->stage;
+            r->stage[c] = &r->chunk[c]->chunk;
     }
     return rc;
 }
@@ -175,7 +175,7 @@ void tri_gpt_rank_memory(const tri_gpt_rank *r, size_t bytes[TRI_MEM_KINDS])
     memset(bytes, 0, TRI_MEM_KINDS * sizeof *bytes);
     for (int c = 0; c < r->v; c++)
         for (int k = 0; k < TRI_MEM_KINDS; k++)
-            bytes[k] += r->chunk[c]->arena.by_kind[k];
+            bytes[k] += r->chunk[c]->chunk.arena.by_kind[k];
 }
 
 int tri_gpt_session_create(tri_gpt_session *s, tri_comm *world, tri_device *dev, const tri_gpt_config *cfg,

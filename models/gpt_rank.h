@@ -36,7 +36,7 @@ typedef struct tri_gpt_run_options {
 typedef struct tri_gpt_rank {
     int v;                               /* model chunks on this rank */
     tri_gpt *chunk[TRI_MAX_CHUNKS];
-    tri_stage *stage[TRI_MAX_CHUNKS];
+    tri_chunk *stage[TRI_MAX_CHUNKS];     /* the engine's side of each (&chunk[c]->chunk) */
     tri_stage_plan plan;                 /* placement of the whole model */
     tri_schedule train, eval, sample;    /* sample: forward-only, one micro-batch */
     tri_pipeline sample_pipe;

@@ -29,6 +29,7 @@
 #define TRIDENT_PARTITIONER_TRAFFIC_H
 
 #include "engine/comm.h"
+#include "engine/param.h"
 #include "partitioner/transformer.h"
 
 /* bytes[kind] = tensor-parallel traffic of one training step of the stage on one rank, fp32. */
@@ -48,14 +49,6 @@ uint64_t tri_tp_step_fixed_traffic(const tri_transformer *m, const tri_layout_sh
 
 /* Bytes of one pipeline message (an activation or its gradient at a stage boundary). */
 uint64_t tri_pp_message_bytes(const tri_transformer *m, const tri_layout_shape *l, int elem);
-
-/* How a pass of one micro-batch uses a unit of parameters: how often its parameters are read and its
- * gradients written in the forward and in the backward (the model knows: tri_gpt_unit_uses). */
-typedef struct tri_unit_uses {
-    int64_t len;                 /* the unit's elements in the flat buffers (padded) */
-    int fwd_reads, fwd_writes;   /* e.g. a block: 1, 0; wte on a one-stage model: 2, 1 (embedding, LM head) */
-    int bwd_reads, bwd_writes;   /* e.g. a block: 1, 1 */
-} tri_unit_uses;
 
 /* bytes[kind] = data-parallel traffic of one training step on one rank's group (the ZeRO paper's
  * volumes, Rajbhandari et al. 2020 §7, as payload), for n units of fp32 values, n_micro

@@ -36,7 +36,7 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
 static int holder(const tri_gpt_rank *r, int gi, int *param)
 {
     for (int c = 0; c < r->v; c++) {
-        const tri_param_layout *L = &r->chunk[c]->layout;
+        const tri_param_layout *L = &r->chunk[c]->chunk.layout;
         for (int i = 0; i < L->n; i++)
             if (L->params[i].spec.global_index == gi && !L->params[i].spec.tied_copy) {
                 *param = i;
@@ -70,14 +70,14 @@ static int collect(const tri_gpt_rank *r, const tri_grid *g, int gi, bool grads,
     if (!global_host)
         return TRI_ERR(TRI_ENOMEM, "harness: no memory");
     if (!rc && c >= 0) {
-        const tri_param *p = &r->chunk[c]->layout.params[pi];
+        const tri_param *p = &r->chunk[c]->chunk.layout.params[pi];
         int64_t total = p->numel * g->tp;
         float *host = malloc((size_t)total * sizeof *host);
         tri_tensor mine = {0};
         rc = tri_device_alloc(dev, &buf.data, (size_t)total * sizeof(float));
         buf = tri_tensor_1d(buf.data, TRI_F32, total);
         /* the local tensor at any ZeRO stage (collective over dp), then its TP shards */
-        if (!rc) rc = tri_zero_read_param(&r->chunk[c]->zero, &r->chunk[c]->layout.params[pi], grads, host);
+        if (!rc) rc = tri_zero_read_param(&r->chunk[c]->chunk.zero, &r->chunk[c]->chunk.layout.params[pi], grads, host);
         if (!rc) rc = tri_device_alloc(dev, &mine.data, (size_t)p->numel * sizeof(float));
         mine = tri_tensor_1d(mine.data, TRI_F32, p->numel);
         if (!rc) rc = tri_device_copy_from_host(dev, mine, host);
@@ -165,7 +165,7 @@ static int check_bf16_params(const tri_gpt_rank *r, const tri_grid *g, tu_result
     int64_t counts[2] = {0, 0};
     int rc = TRI_OK;
     for (int c = 0; c < r->v && !rc; c++) {
-        tri_zero *z = &r->chunk[c]->zero;
+        tri_zero *z = &r->chunk[c]->chunk.zero;
         rc = tri_zero_sync(z);
         for (int k = 0; k < tri_zero_n_owned(z) && !rc && z->bf16; k++) {
             int64_t start, len, local;
@@ -207,12 +207,12 @@ static void record_zero(tri_gpt_session *ss, job *j)
     j->out->activation_bytes = model[TRI_MEM_ACTIVATIONS];
     j->out->owned_elements = 0;
     for (int c = 0; c < ss->model.v; c++) {
-        const tri_gpt *m = ss->model.chunk[c];
+        const tri_chunk *m = &ss->model.chunk[c]->chunk;
         j->out->owned_elements += tri_zero_owned_numel(&m->zero);
         j->out->overlap_started += m->zero.started_grad_reductions + m->zero.started_param_gathers;
         j->out->prefetches_used += m->zero.prefetches_used;
         if (n + m->layout.n_units <= 512) {
-            tri_gpt_unit_uses(m, uses + n);
+            tri_chunk_unit_uses(m, uses + n);
             n += m->layout.n_units;
         }
     }

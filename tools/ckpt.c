@@ -262,8 +262,8 @@ static int write_llmc(tri_gpt_session *s, const tri_llmc_model *m)
 {
     tri_gpt *g = s->model.chunk[0];
     int rc = TRI_OK;
-    for (int i = 0; i < g->layout.n && !rc; i++) {
-        const tri_param *p = &g->layout.params[i];
+    for (int i = 0; i < g->chunk.layout.n && !rc; i++) {
+        const tri_param *p = &g->chunk.layout.params[i];
         int k = -1;
         for (int j = 0; j < m->n; j++)
             if (strcmp(m->names[j], p->spec.name) == 0)
@@ -278,7 +278,7 @@ static int write_llmc(tri_gpt_session *s, const tri_llmc_model *m)
         for (int d = 0; d < p->spec.ndim; d++)
             n *= shape[d];
         memcpy(host, m->data[k], (size_t)n * sizeof *host);
-        rc = tri_zero_write_param(&g->zero, p, host);
+        rc = tri_zero_write_param(&g->chunk.zero, p, host);
         free(host);
     }
     return rc;

@@ -7,23 +7,6 @@
 #include "engine/status.h"
 #include "models/gpt.h"
 
-int tri_gpt_ckpt_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n)
-{
-    tri_gpt_options all = {.layer_start = 0, .layer_end = cfg->n_layer, .first = true, .last = true};
-    int rc = tri_gpt_param_specs(cfg, tp, &all, specs, n);
-    if (rc)
-        return rc;
-    /* the model's global order */
-    tri_param_spec *v = *specs;
-    for (int i = 1; i < *n; i++)
-        for (int j = i; j > 0 && v[j - 1].global_index > v[j].global_index; j--) {
-            tri_param_spec tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return TRI_OK;
-}
-
 /* What a save records beyond the trainer: the model's config and parameter list, the run's settings.
  * *specs and *json are malloc'd for the caller to free. */
 static int save_info(const tri_gpt_session *s, const tri_gpt_config *cfg, const tri_gpt_ckpt_run *run,
@@ -32,7 +15,7 @@ static int save_info(const tri_gpt_session *s, const tri_gpt_config *cfg, const 
     int n = 0;
     *specs = NULL;
     *json = NULL;
-    int rc = tri_gpt_ckpt_specs(cfg, s->grid.tp, specs, &n);
+    int rc = tri_gpt_all_param_specs(cfg, s->grid.tp, specs, &n);
     if (!rc) rc = tri_gpt_config_to_json(cfg, json);
     *info = (tri_ckpt_save_info){.config_json = *json, .model_name = cfg->name, .specs = *specs, .n_specs = n,
                                  .seed = run->seed, .lr = run->lr, .iteration = iteration,

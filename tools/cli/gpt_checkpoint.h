@@ -36,8 +36,5 @@ int tri_gpt_ckpt_save_async(tri_gpt_session *s, tri_ckpt_async *saver, const tri
 int tri_gpt_ckpt_resume(tri_gpt_session *s, const tri_gpt_config *cfg, const char *path,
                         tri_gpt_ckpt_run *run, int64_t *iteration);
 
-/* Every parameter of the whole model (all layers, embedding and head) at TP size tp, in the
- * model's global order; *specs is malloc'd. */
-int tri_gpt_ckpt_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n);
 
 #endif
