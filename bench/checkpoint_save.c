@@ -25,6 +25,7 @@
 #include "models/gpt_rank.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/layout_flags.h"
 #include "tools/cli/gpt_checkpoint.h"
 
 typedef struct bench {
@@ -76,11 +77,13 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     bench *b = arg;
     tri_device *dev = NULL;
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = 1, .pp = 1, .clip_grad = 1.0f,
-        .run = {.B = b->B, .T = b->T, .n_micro = 1, .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
+    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_layout_request req = {.num_gpus = 1, .tp = 1, .pp = 1, .micro_batch = b->B, .global_batch = b->B,
+                              .seq_length = b->T, .first_layers = -1, .last_layers = -1};
+    int lrc = tri_cli_gpt_layout(&b->cfg, req, &o.run.layout);
+    if (lrc)
+        return lrc;
     tri_gpt_ckpt_run cr = {.seed = 1, .keep_last = 1,
                            .lr = {.lr = 1e-4f, .min_lr = 1e-5f, .decay_iters = 1000, .style = TRI_LR_COSINE}};
     tri_cli_set_threads(b->threads);

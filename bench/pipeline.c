@@ -26,6 +26,7 @@
 #include "partitioner/simulate.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/layout_flags.h"
 
 #define MAX_RANKS 16
 
@@ -54,13 +55,15 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     bench *b = arg;
     tri_device *dev = NULL;
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = b->tp, .pp = b->pp, .clip_grad = 1.0f,
-        .run = {.B = b->B, .T = b->T, .n_micro = b->m, .schedule = b->schedule,
-                .layers_per_virtual_stage = b->v > 1 ? b->cfg.n_layer / (b->pp * b->v) : 0,
-                .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
+    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_layout_request req = {.num_gpus = b->tp * b->pp, .tp = b->tp, .pp = b->pp, .micro_batch = b->B,
+                              .global_batch = (int64_t)b->B * b->m, .seq_length = b->T, .schedule = b->schedule,
+                              .layers_per_virtual_stage = b->v > 1 ? b->cfg.n_layer / (b->pp * b->v) : 0,
+                              .first_layers = -1, .last_layers = -1};
+    int lrc = tri_cli_gpt_layout(&b->cfg, req, &o.run.layout);
+    if (lrc)
+        return lrc;
     int rc = tri_cli_device_create("cpu", 1, &dev);
     if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &b->cfg, &o);
     if (rc) {

@@ -27,6 +27,7 @@
 #include "models/gpt_rank.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/layout_flags.h"
 #include "partitioner/flops.h"
 
 typedef struct bench {
@@ -53,11 +54,13 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     bench *b = arg;
     tri_device *dev = NULL;
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = b->tp, .pp = 1, .clip_grad = 1.0f,
-        .run = {.B = b->B, .T = b->T, .n_micro = 1, .first_stage_layers = -1, .last_stage_layers = -1, .seed = 1},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
+    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_layout_request req = {.num_gpus = b->tp, .tp = b->tp, .pp = 1, .micro_batch = b->B, .global_batch = b->B,
+                              .seq_length = b->T, .first_layers = -1, .last_layers = -1};
+    int lrc = tri_cli_gpt_layout(&b->cfg, req, &o.run.layout);
+    if (lrc)
+        return lrc;
     tri_cli_set_threads(b->threads);
     int rc = tri_cli_device_create("cpu", b->threads, &dev);
     if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &b->cfg, &o);

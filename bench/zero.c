@@ -34,6 +34,7 @@
 #include "models/gpt_rank.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/layout_flags.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -58,26 +59,27 @@ static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
     return TRI_OK;
 }
 
-static tri_gpt_session_options session_options(const bench *b)
+/* The session of data-parallel size dp (one stage, tp 1) at the bench's ZeRO stage and overlap. */
+static int session_options(const bench *b, int dp, tri_gpt_session_options *o)
 {
-    return (tri_gpt_session_options){
-        .tp = 1, .pp = 1, .clip_grad = 1.0f,
-        .run = {.B = b->B, .T = b->T, .n_micro = b->n_micro, .first_stage_layers = -1, .last_stage_layers = -1,
-                .zero_stage = b->zero, .overlap_grad_reduce = b->overlap, .overlap_param_gather = b->overlap,
-                .seed = 1},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
+    *o = (tri_gpt_session_options){.run = {.seed = 1}, .clip_grad = 1.0f,
+                                   .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_layout_request req = {.num_gpus = dp, .tp = 1, .pp = 1, .micro_batch = b->B,
+                              .global_batch = (int64_t)b->B * b->n_micro * dp, .seq_length = b->T,
+                              .zero_stage = b->zero, .overlap_grad_reduce = b->overlap,
+                              .overlap_param_gather = b->overlap, .first_layers = -1, .last_layers = -1};
+    return tri_cli_gpt_layout(&b->cfg, req, &o->run.layout);
 }
 
 /* One rank: a session, one warm-up step, then `iters` timed steps (0: the warm-up only). */
 static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
-    (void)size;
     bench *b = arg;
     tri_device *dev = NULL;
     tri_gpt_session ss;
-    tri_gpt_session_options o = session_options(b);
-    int rc = tri_cli_device_create("cpu", 1, &dev);
+    tri_gpt_session_options o;
+    int rc = session_options(b, size, &o);
+    if (!rc) rc = tri_cli_device_create("cpu", 1, &dev);
     if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &b->cfg, &o);
     if (rc) {
         tri_device_destroy(dev);
@@ -119,8 +121,9 @@ static int memory_table(bench *b)
     size_t base[TRI_MEM_KINDS];
     b->zero = 0;
     b->dp = 1;
-    tri_gpt_session_options o = session_options(b);
-    int rc = tri_gpt_rank_plan(&b->cfg, 1, 1, 1, &o.run, 0, 0, 0, base);
+    tri_gpt_session_options o;
+    int rc = session_options(b, 1, &o);
+    if (!rc) rc = tri_gpt_rank_plan(&b->cfg, &o.run, 0, 0, 0, base);
     if (rc)
         return rc;
     double psi = (double)base[TRI_MEM_PARAMS] / 4.0;
@@ -136,8 +139,8 @@ static int memory_table(bench *b)
             size_t by[TRI_MEM_KINDS], total = 0;
             b->zero = stage;
             b->dp = dps[k];
-            o = session_options(b);
-            rc = tri_gpt_rank_plan(&b->cfg, 1, 1, dps[k], &o.run, 0, 0, 0, by);
+            rc = session_options(b, dps[k], &o);
+            if (!rc) rc = tri_gpt_rank_plan(&b->cfg, &o.run, 0, 0, 0, by);
             if (rc)
                 return rc;
             for (int c = 0; c < TRI_MEM_KINDS; c++)

@@ -7,19 +7,20 @@
 
 #include "engine/status.h"
 
-void tri_chunk_begin(tri_chunk *c, const tri_chunk_options *o, const tri_param_layout *layout)
+void tri_chunk_begin(tri_chunk *c, const tri_train_layout *run, const tri_chunk_options *o,
+                     const tri_param_layout *layout)
 {
     memset(c, 0, sizeof *c);
+    c->run = *run;
     c->first = o->first;
     c->last = o->last;
     c->n_slots = o->n_slots;
-    c->tokens_per_mb = o->B * o->T;
-    c->window = o->T + 1;
-    c->samples_per_mb = o->B;
-    c->n_micro = o->n_micro;
+    c->tokens_per_mb = run->B * run->T;
+    c->window = run->T + 1;
+    c->samples_per_mb = run->B;
+    c->n_micro = run->n_micro;
     c->n_global_params = o->n_global_params;
     c->seed = o->seed;
-    c->zero_options = o->zero;
     c->layout = *layout;
 }
 
@@ -199,7 +200,7 @@ static int init_params(tri_chunk *c)
 /* ZeRO's buffers first, then the model's. */
 static int take_all(tri_chunk *c)
 {
-    int rc = tri_zero_take(&c->zero, &c->arena, &c->layout, &c->zero_options);
+    int rc = tri_zero_take(&c->zero, &c->arena, &c->layout, &c->run);
     return rc ? rc : c->model.take_buffers(c->model.self, &c->arena);
 }
 

@@ -33,6 +33,7 @@
 #include "engine/device.h"
 #include "engine/param.h"
 #include "engine/tensor.h"
+#include "engine/train_layout.h"
 #include "engine/zero.h"
 
 #ifdef __cplusplus
@@ -85,14 +86,11 @@ typedef struct tri_chunk_model {
     int (*zero_private)(void *self);
 } tri_chunk_model;
 
-/* What the engine needs to lay out and build a chunk. */
+/* What differs per chunk (the rest is the run's layout, engine/train_layout.h). */
 typedef struct tri_chunk_options {
     bool first, last;             /* holds the embedding / the head and loss */
     int n_slots;                  /* activation slots: micro-batches in flight */
-    int64_t B, T;                 /* micro-batch size and sequence length */
-    int n_micro;                  /* micro-batches per step (when a unit's gradient is complete) */
     int n_global_params;          /* parameters of the whole model (spec.global_index < it) */
-    tri_zero_options zero;
     uint64_t seed;                /* initialisation */
 } tri_chunk_options;
 
@@ -109,7 +107,7 @@ typedef struct tri_chunk {
     tri_param_layout layout;
     tri_arena arena;
     tri_zero zero;                /* where the parameters and gradients live */
-    tri_zero_options zero_options;
+    tri_train_layout run;         /* the run's layout (a copy) */
     tri_chunk_model model;
     tri_pass *passes[TRI_PASS_LISTS];
     int n_passes[TRI_PASS_LISTS], cap_passes[TRI_PASS_LISTS];
@@ -119,7 +117,8 @@ typedef struct tri_chunk {
  * parameter descriptions (partitioner/layout.h); the chunk takes the layout over (it frees its
  * arrays). The model then declares its passes (tri_chunk_add_pass), knowing the units, and calls
  * tri_chunk_build. */
-void tri_chunk_begin(tri_chunk *c, const tri_chunk_options *o, const tri_param_layout *layout);
+void tri_chunk_begin(tri_chunk *c, const tri_train_layout *run, const tri_chunk_options *o,
+                     const tri_param_layout *layout);
 /* Appends pass p to one of the lists. TRI_EINVAL for a unit outside the layout. */
 int tri_chunk_add_pass(tri_chunk *c, tri_pass_list list, const tri_pass *p);
 /* Step 2: plans every buffer (ZeRO's, then the model's); with dev NULL stops there (planning:

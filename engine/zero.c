@@ -145,15 +145,15 @@ static int alloc_tracking(tri_zero *z)
     return TRI_OK;
 }
 
-int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tri_zero_options *o)
+int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tri_train_layout *run)
 {
-    if (o->stage < 0 || o->stage > 3)
-        return TRI_ERR(TRI_EINVAL, "--zero-stage %d: expected 0, 1, 2 or 3", o->stage);
-    z->stage = o->stage;
-    z->deterministic = o->deterministic;
-    z->overlap_grad_reduce = o->overlap_grad_reduce;
-    z->overlap_param_gather = o->overlap_param_gather;
-    z->bf16 = o->bf16;
+    if (run->zero_stage < 0 || run->zero_stage > 3)
+        return TRI_ERR(TRI_EINVAL, "--zero-stage %d: expected 0, 1, 2 or 3", run->zero_stage);
+    z->stage = run->zero_stage;
+    z->deterministic = run->deterministic;
+    z->overlap_grad_reduce = run->overlap_grad_reduce;
+    z->overlap_param_gather = run->overlap_param_gather;
+    z->bf16 = run->precision == TRI_PRECISION_BF16;
     z->L = L;
     int rc = alloc_tracking(z);
     if (rc)
@@ -167,7 +167,7 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     z->pool_len = pool_length(L);
     z->params = z->param_shard = z->grads = z->grad_shard = z->reduce_tmp = tri_tensor_none();
     z->acc = z->acc_bucket = z->acc_tmp = z->bad = z->master = tri_tensor_none();
-    int stage = o->stage;
+    int stage = run->zero_stage;
     rc = stage < 3 ? take_1d_model(z, a, TRI_MEM_PARAMS, &z->params, L->padded_numel)
                    : take_1d_model(z, a, TRI_MEM_PARAMS, &z->param_shard, L->shard_numel);
     if (!rc && z->bf16) /* fp32 master weights: optimizer state, sharded from stage 1 */

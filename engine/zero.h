@@ -53,6 +53,7 @@
 #include "engine/comm.h"
 #include "engine/device.h"
 #include "engine/param.h"
+#include "engine/train_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,20 +74,12 @@ typedef struct tri_zero_buffer {
     tri_tensor fixed;    /* deterministic gradients: i64 (len) the bucket in fixed point */
 } tri_zero_buffer;
 
-/* What tri_zero_take builds. */
-typedef struct tri_zero_options {
+typedef struct tri_zero {
+    /* from the run's layout (engine/train_layout.h), as tri_zero_take found it */
     int stage;                   /* 0..3 */
     bool deterministic;          /* exact fixed-point gradient sums (see the top comment) */
-    bool overlap_grad_reduce;    /* --overlap-grad-reduce (see the top comment) */
-    bool overlap_param_gather;   /* --overlap-param-gather */
-    bool bf16;                   /* --bf16: bf16 parameters, fp32 master weights (see the top comment) */
-} tri_zero_options;
-
-typedef struct tri_zero {
-    int stage;                   /* 0..3 */
-    bool deterministic;
-    bool overlap_grad_reduce, overlap_param_gather;
-    bool bf16;                   /* params bf16, master fp32 */
+    bool overlap_grad_reduce, overlap_param_gather; /* (see the top comment) */
+    bool bf16;                   /* bf16 parameters, fp32 master weights (see the top comment) */
     const tri_param_layout *L;
     tri_device *dev;
     tri_comm *dp;                /* the data-parallel group (NULL while planning) */
@@ -124,9 +117,10 @@ typedef struct tri_zero {
     uint64_t started_grad_reductions, started_param_gathers, prefetches_used;
 } tri_zero;
 
-/* Takes the stage's buffers for o->stage from arena a (planning or real: called twice like every
- * take). TRI_EINVAL for a stage outside 0..3, TRI_ENOMEM. */
-int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tri_zero_options *o);
+/* Takes the stage's buffers from arena a (planning or real: called twice like every take) for the
+ * run's ZeRO stage, overlaps, deterministic mode and precision. TRI_EINVAL for a stage outside 0..3,
+ * TRI_ENOMEM. */
+int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tri_train_layout *run);
 /* After the arena is committed: the device and the data-parallel group to work with. */
 void tri_zero_bind(tri_zero *z, tri_device *dev, tri_comm *dp);
 /* Completes whatever is in flight (ignoring errors), then frees the bookkeeping. */

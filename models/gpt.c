@@ -13,23 +13,24 @@
 #include "layers/embedding.h"
 #include "partitioner/layout.h"
 
-int tri_gpt_check(const tri_gpt_config *cfg, int tp, const tri_gpt_options *o)
+int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *o)
 {
     const char *name = cfg->name;
-    if (o->B < 1)
-        return TRI_ERR(TRI_EINVAL, "--micro-batch-size must be >= 1 (got %lld)", (long long)o->B);
-    if (o->T < 1 || o->T > cfg->n_positions)
+    int tp = run->tp;
+    if (run->B < 1)
+        return TRI_ERR(TRI_EINVAL, "--micro-batch-size must be >= 1 (got %lld)", (long long)run->B);
+    if (run->T < 1 || run->T > cfg->n_positions)
         return TRI_ERR(TRI_EINVAL, "--seq-length %lld must be in [1, n_positions = %d of %s]",
-                       (long long)o->T, cfg->n_positions, name);
-    if (cfg->n_head % tp != 0)
+                       (long long)run->T, cfg->n_positions, name);
+    if (tp < 1 || cfg->n_head % tp != 0)
         return TRI_ERR(TRI_EINVAL, "n_head %d of %s is not divisible by --tensor-model-parallel-size %d",
                        cfg->n_head, name, tp);
     if (cfg->n_embd % tp != 0)
         return TRI_ERR(TRI_EINVAL, "n_embd %d of %s is not divisible by --tensor-model-parallel-size %d",
                        cfg->n_embd, name, tp);
-    if (o->sequence_parallel && o->T % tp != 0)
+    if (run->sequence_parallel && run->T % tp != 0)
         return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --seq-length %lld divisible by "
-                       "--tensor-model-parallel-size %d", (long long)o->T, tp);
+                       "--tensor-model-parallel-size %d", (long long)run->T, tp);
     if (o->layer_start < 0 || o->layer_end > cfg->n_layer || o->layer_start > o->layer_end)
         return TRI_ERR(TRI_EINVAL, "stage layers [%d, %d) outside the %d layers of %s", o->layer_start,
                        o->layer_end, cfg->n_layer, name);
@@ -39,9 +40,9 @@ int tri_gpt_check(const tri_gpt_config *cfg, int tp, const tri_gpt_options *o)
     int64_t widest = tri_gpt_padded_vocab(cfg->vocab_size, tp);
     if (4 * (int64_t)cfg->n_embd > widest)
         widest = 4 * (int64_t)cfg->n_embd;
-    if (o->B > (1 << 20) || o->B * o->T > (1LL << 31) / (widest > 0 ? widest : 1) * tp)
+    if (run->B > (1 << 20) || run->B * run->T > (1LL << 31) / (widest > 0 ? widest : 1) * tp)
         return TRI_ERR(TRI_EINVAL, "--micro-batch-size %lld x --seq-length %lld is too large for %s",
-                       (long long)o->B, (long long)o->T, name);
+                       (long long)run->B, (long long)run->T, name);
     return TRI_OK;
 }
 
@@ -104,7 +105,7 @@ static int declare_passes(tri_gpt *m)
 
 int tri_gpt_load_batch(tri_gpt *m, int slot, const int32_t *windows)
 {
-    int64_t B = m->opt.B, T = m->opt.T;
+    int64_t B = m->run->B, T = m->run->T;
     int32_t *buf = malloc((size_t)(2 * B * T) * sizeof *buf);
     if (!buf)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory loading a batch");
@@ -137,12 +138,12 @@ static int block_forward(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor x)
  * same values, bit for bit, as its forward did) or the attention softmax. */
 static int recompute_block(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor x)
 {
-    if (m->opt.recompute == TRI_RECOMPUTE_FULL) {
+    if (m->run->recompute == TRI_RECOMPUTE_FULL) {
         tri_gpt_block_acts work = m->shared;  /* res3 into the shared buffer: the slot's stays as it is */
         *a = work;
         return block_forward(m, l, a, x);
     }
-    if (m->opt.recompute == TRI_RECOMPUTE_SELECTIVE)
+    if (m->run->recompute == TRI_RECOMPUTE_SELECTIVE)
         return tri_op_attention_forward(m->dev, a->attn.atty, a->attn.att, a->attn.qkv);
     return TRI_OK;
 }
@@ -190,14 +191,14 @@ static int head_backward(tri_gpt *m, tri_gpt_slot *s)
 }
 
 /* Runs one pass (engine/chunk.h) on the micro-batch in slot, its units bound to m->w and m->g. */
-static int run(void *self, const tri_pass *p, int slot, bool train, float dloss)
+static int run_pass(void *self, const tri_pass *p, int slot, bool train, float dloss)
 {
     tri_gpt *m = self;
     tri_gpt_slot *s = &m->slots[slot];
     int l = p->index;
     switch (p->kind) {
     case GPT_EMBEDDING:
-        return tri_embedding_forward(&m->tp, s->x_in, s->tokens, m->w.wte, m->w.wpe, m->vocab_start, m->opt.T,
+        return tri_embedding_forward(&m->tp, s->x_in, s->tokens, m->w.wte, m->w.wpe, m->vocab_start, m->run->T,
                                      m->ls.full_a);
     case GPT_BLOCK:
         return block_forward(m, l, &s->blocks[l], block_input(s, l));
@@ -210,7 +211,7 @@ static int run(void *self, const tri_pass *p, int slot, bool train, float dloss)
     case GPT_BLOCK_BACKWARD:
         return block_backward(m, l, &s->blocks[l], block_input(s, l), s->dres);
     case GPT_EMBEDDING_BACKWARD:
-        return tri_embedding_backward(&m->tp, m->g.wte, m->g.wpe, s->dres, s->tokens, m->vocab_start, m->opt.T,
+        return tri_embedding_backward(&m->tp, m->g.wte, m->g.wpe, s->dres, s->tokens, m->vocab_start, m->run->T,
                                       m->ls.full_a);
     case GPT_TIED_GRAD:
         /* wte's gradient = the embedding's share + the LM head's, added once per step as the
@@ -282,21 +283,23 @@ static int zero_private(void *self)
 /* ---- creation ---- */
 
 /* Sizes every buffer (dev NULL: planning only, nothing allocated) or builds the chunk. */
-static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *opt,
+static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *opt,
                  tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
     int tp = tp_comm->size, tp_rank = tp_comm->rank;
-    int rc = tri_gpt_check(cfg, tp, opt);
+    if (tp != run->tp)
+        return TRI_ERR(TRI_EINTERNAL, "gpt: a tensor-parallel group of %d ranks for a layout of tp %d", tp, run->tp);
+    int rc = tri_gpt_check(cfg, run, opt);
     if (rc)
         return rc;
     m->cfg = *cfg;
     m->opt = *opt;
     m->dev = dev;
-    m->tp = (tri_tp){.dev = dev, .comm = tp_comm, .sp = opt->sequence_parallel && tp > 1};
+    m->tp = (tri_tp){.dev = dev, .comm = tp_comm, .sp = run->sequence_parallel && tp > 1};
     m->Vp = tri_gpt_padded_vocab(cfg->vocab_size, tp);
     m->V_l = m->Vp / tp;
     m->vocab_start = m->V_l * tp_rank;
-    m->N = opt->B * opt->T;
+    m->N = run->B * run->T;
     m->N_l = tri_tp_rows(&m->tp, m->N);
     m->C_l = cfg->n_embd / tp;
     m->NH_l = cfg->n_head / tp;
@@ -306,18 +309,15 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *o
     tri_param_layout layout;
     int n = 0;
     rc = tri_gpt_param_specs(cfg, tp, opt, &specs, &n);
-    if (!rc) rc = tri_layout_create(&layout, specs, n, tp, tp_rank, opt->dp, opt->dp_rank);
+    if (!rc) rc = tri_layout_create(&layout, specs, n, tp, tp_rank, run->dp, opt->dp_rank);
     free(specs);
     if (rc)
         return rc;
-    tri_chunk_options co = {
-        .first = opt->first, .last = opt->last, .n_slots = opt->n_slots, .B = opt->B, .T = opt->T,
-        .n_micro = opt->n_micro, .n_global_params = tri_gpt_num_param_tensors(cfg), .seed = opt->seed,
-        .zero = {.stage = opt->zero_stage, .deterministic = opt->deterministic,
-                 .overlap_grad_reduce = opt->overlap_grad_reduce, .overlap_param_gather = opt->overlap_param_gather,
-                 .bf16 = opt->bf16}};
-    tri_chunk_begin(&m->chunk, &co, &layout); /* the chunk owns the layout now */
+    tri_chunk_options co = {.first = opt->first, .last = opt->last, .n_slots = opt->n_slots,
+                            .n_global_params = tri_gpt_num_param_tensors(cfg), .seed = opt->seed};
+    tri_chunk_begin(&m->chunk, run, &co, &layout); /* the chunk owns the layout now */
     m->has_chunk = true;
+    m->run = &m->chunk.run;
 
     m->w.h = calloc((size_t)m->L_l + 1, sizeof *m->w.h);
     m->g.h = calloc((size_t)m->L_l + 1, sizeof *m->g.h);
@@ -335,24 +335,24 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_gpt_options *o
     /* ZeRO 0-1 keep whole gradients: the LM head's share of wte gets its own accumulator (gpt.h);
      * ZeRO 2-3 reduce the head's share from wte's bucket after each forward instead, and
      * deterministic mode sums every pass's bucket exactly anyway */
-    m->private_wte = opt->first && opt->last && opt->zero_stage < 2 && !opt->deterministic;
+    m->private_wte = opt->first && opt->last && run->zero_stage < 2 && !run->deterministic;
     rc = declare_passes(m);
     if (rc)
         return rc;
-    tri_chunk_model model = {.self = m, .take_buffers = tri_gpt_take_buffers, .bind = bind, .run = run,
+    tri_chunk_model model = {.self = m, .take_buffers = tri_gpt_take_buffers, .bind = bind, .run = run_pass,
                              .load_batch = load_batch, .buffer = buffer, .loss_sum = loss_sum,
                              .zero_private = zero_private};
     return tri_chunk_build(&m->chunk, &model, dev, dp_comm);
 }
 
-int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_options *opt,
-                   tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
+int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_layout *run,
+                   const tri_gpt_options *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
     *out = NULL;
     tri_gpt *m = calloc(1, sizeof *m);
     if (!m)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
-    int rc = setup(m, cfg, opt, dev, tp_comm, dp_comm);
+    int rc = setup(m, cfg, run, opt, dev, tp_comm, dp_comm);
     if (rc) {
         tri_gpt_destroy(m);
         return rc;
@@ -361,14 +361,14 @@ int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_optio
     return TRI_OK;
 }
 
-int tri_gpt_plan(const tri_gpt_config *cfg, const tri_gpt_options *opt, int tp, int tp_rank,
-                 size_t bytes[TRI_MEM_KINDS])
+int tri_gpt_plan(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *opt,
+                 int tp_rank, size_t bytes[TRI_MEM_KINDS])
 {
-    tri_comm group = {.rank = tp_rank, .size = tp}; /* sizes only: planning sends nothing */
+    tri_comm group = {.rank = tp_rank, .size = run->tp}; /* sizes only: planning sends nothing */
     tri_gpt *m = calloc(1, sizeof *m);
     if (!m)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
-    int rc = setup(m, cfg, opt, NULL, &group, NULL);
+    int rc = setup(m, cfg, run, opt, NULL, &group, NULL);
     if (!rc)
         memcpy(bytes, m->chunk.arena.by_kind, TRI_MEM_KINDS * sizeof *bytes);
     tri_gpt_destroy(m);

@@ -29,8 +29,7 @@
 #include "layers/cross_entropy.h"
 #include "layers/mlp.h"
 #include "models/config.h"
-#include "partitioner/train_layout.h"
-#include "partitioner/traffic.h"
+#include "engine/train_layout.h"
 
 /* Activation recomputation (Korthikanti et al. 2022; tri_recompute, partitioner/train_layout.h):
  * none keeps every block's activations per micro-batch; selective drops the attention core's
@@ -38,21 +37,12 @@
  * each block's output and recomputes the whole block (its TP communication included) before its
  * backward. */
 
+/* One chunk of the model on this rank; the rest is the run's layout (engine/train_layout.h). */
 typedef struct tri_gpt_options {
-    int64_t B, T;              /* micro-batch size, sequence length (T <= n_positions) */
-    int n_slots;               /* activation slots: micro-batches in flight on this stage */
-    int layer_start, layer_end;/* this stage's blocks [start, end) */
+    int layer_start, layer_end;/* this chunk's blocks [start, end) */
     bool first, last;          /* first / last pipeline stage */
-    bool sequence_parallel;
-    int dp, dp_rank;           /* data-parallel size and rank (ZeRO shard of the layout) */
-    int zero_stage;            /* 0..3 (engine/zero.h) */
-    tri_recompute recompute;   /* activation recomputation (Korthikanti et al. 2022) */
-    bool deterministic;        /* exact fixed-point gradient sums (engine/zero.h) */
-    bool overlap_grad_reduce;  /* reductions started during the backward (engine/zero.h) */
-    bool overlap_param_gather; /* all-gathers overlapped with the forward (engine/zero.h) */
-    bool bf16;                 /* mixed precision: bf16 weights and activations, fp32 gradients,
-                                  master weights and optimizer state (engine/zero.h) */
-    int n_micro;               /* micro-batches per step (when a unit's gradient is complete) */
+    int n_slots;               /* activation slots: micro-batches in flight on this chunk */
+    int dp_rank;               /* data-parallel rank (its ZeRO shard of the layout) */
     uint64_t seed;             /* initialisation seed */
 } tri_gpt_options;
 
@@ -96,7 +86,8 @@ typedef struct tri_gpt {
     tri_chunk chunk;                      /* the engine's side: layout, arena, ZeRO, the passes */
     bool has_chunk;
     tri_gpt_config cfg;
-    tri_gpt_options opt;
+    const tri_train_layout *run;          /* the run's layout: &chunk.run */
+    tri_gpt_options opt;                  /* this chunk's place */
     tri_device *dev;
     tri_tp tp;
     int64_t Vp, V_l, vocab_start;         /* padded vocab, its shard, the shard's first id */
@@ -124,29 +115,31 @@ typedef struct tri_gpt {
 /* Number of parameter tensors of the whole model (global indices run 0..this-1). */
 int tri_gpt_num_param_tensors(const tri_gpt_config *cfg);
 
-/* Parameter descriptions of one stage, in flat-buffer order; *specs is malloc'd (gpt_params.c). */
+/* Parameter descriptions of one chunk, in flat-buffer order; *specs is malloc'd (gpt_params.c). */
 int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt,
                         tri_param_spec **specs, int *n);
 /* Every parameter of the whole model at TP size tp, in global order (the checkpoint's list). */
 int tri_gpt_all_param_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n);
 
-/* Checks the options against the config and the TP size (no communication). TRI_EINVAL with a
- * message naming the flag and values. */
-int tri_gpt_check(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt);
+/* Checks a chunk against the config, the run's layout (its tp, micro-batch, sequence length,
+ * sequence parallelism) and itself (layers, slots), without communication: what the model needs
+ * beyond the layout rules partitioner/constraints.h checks. TRI_EINVAL with a message naming the
+ * flag and values. */
+int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *opt);
 
-/* Builds the stage on dev, with tensor parallelism over tp_comm and data parallelism (ZeRO) over
- * dp_comm (one-rank comms without them):
+/* Builds the chunk on dev, with tensor parallelism over tp_comm and data parallelism (ZeRO) over
+ * dp_comm (one-rank comms without them; their sizes are the layout's tp and dp):
  * plans and allocates every buffer, initialises the weights (normal(0, init_std); residual
  * projections scaled by 1/sqrt(2 n_layer); layernorm ones/zeros; biases and vocab padding zero). */
-int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_gpt_options *opt,
-                   tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
+int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_layout *run,
+                   const tri_gpt_options *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
 void tri_gpt_destroy(tri_gpt *m);
 
-/* The bytes per memory category the stage would allocate on TP rank tp_rank of tp (the very plan
+/* The bytes per memory category the chunk would allocate on TP rank tp_rank (the very plan
  * tri_gpt_create allocates), without allocating or communicating: for the partitioner's memory
  * prediction of any layout on any machine. */
-int tri_gpt_plan(const tri_gpt_config *cfg, const tri_gpt_options *opt, int tp, int tp_rank,
-                 size_t bytes[TRI_MEM_KINDS]);
+int tri_gpt_plan(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *opt,
+                 int tp_rank, size_t bytes[TRI_MEM_KINDS]);
 
 /* Copies (B, T+1) token windows into a slot: inputs are the first T of each, targets the last T.
  * The forward, backward and gradient resets go through the chunk (tri_chunk_forward(&m->chunk, ...)). */

@@ -10,7 +10,7 @@
 
 /* Activations (and their gradients) are bf16 under mixed precision; statistics (layernorm mean and
  * rstd, losses, cross-entropy maxes and sums) and gradients of parameters stay fp32. */
-#define ACT(m) ((m)->opt.bf16 ? TRI_BF16 : TRI_F32)
+#define ACT(m) ((m)->run->precision == TRI_PRECISION_BF16 ? TRI_BF16 : TRI_F32)
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
@@ -20,9 +20,9 @@
  * (full: the block's output res3; selective: all but the attention softmax), the rest shared. */
 static int take_block_acts(tri_gpt *m, tri_arena *ar, tri_gpt_block_acts *a, bool all)
 {
-    int64_t B = m->opt.B, T = m->opt.T, C = m->cfg.n_embd, N = m->N, N_l = m->N_l;
+    int64_t B = m->run->B, T = m->run->T, C = m->cfg.n_embd, N = m->N, N_l = m->N_l;
     const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
-    tri_recompute rec = all ? TRI_RECOMPUTE_NONE : m->opt.recompute;
+    tri_recompute rec = all ? TRI_RECOMPUTE_NONE : m->run->recompute;
     int rc = TRI_OK;
     if (rec == TRI_RECOMPUTE_FULL) {
         *a = m->shared;
@@ -51,11 +51,11 @@ static int take_block_acts(tri_gpt *m, tri_arena *ar, tri_gpt_block_acts *a, boo
  * full recomputation (its res3 is never used: each slot keeps its own), the softmax for selective. */
 static int take_shared_acts(tri_gpt *m, tri_arena *ar)
 {
-    int64_t B = m->opt.B, T = m->opt.T;
+    int64_t B = m->run->B, T = m->run->T;
     memset(&m->shared, 0, sizeof m->shared);
-    if (m->opt.recompute == TRI_RECOMPUTE_FULL && m->L_l > 0)
+    if (m->run->recompute == TRI_RECOMPUTE_FULL && m->L_l > 0)
         return take_block_acts(m, ar, &m->shared, true);
-    if (m->opt.recompute == TRI_RECOMPUTE_SELECTIVE && m->L_l > 0)
+    if (m->run->recompute == TRI_RECOMPUTE_SELECTIVE && m->L_l > 0)
         return TAKE(ar, TRI_MEM_ACTIVATIONS, &m->shared.attn.att, ACT(m), B, m->NH_l, T, T);
     return TRI_OK;
 }
@@ -83,7 +83,7 @@ static int take_slot(tri_gpt *m, tri_arena *ar, tri_gpt_slot *s)
 
 static int take_scratch(tri_gpt *m, tri_arena *ar)
 {
-    int64_t B = m->opt.B, T = m->opt.T, C = m->cfg.n_embd, N = m->N, N_l = m->N_l;
+    int64_t B = m->run->B, T = m->run->T, C = m->cfg.n_embd, N = m->N, N_l = m->N_l;
     const tri_mem_kind K = TRI_MEM_WORKSPACE;
     int rc = TAKE(ar, K, &m->tmp, ACT(m), N_l, C);
     if (!rc) rc = TAKE(ar, K, &m->dln, ACT(m), N_l, C);

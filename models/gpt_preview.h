@@ -11,16 +11,12 @@
 #include "models/gpt_rank.h"
 #include "partitioner/train_layout.h"
 
-/* The engine's run options for a partitioner layout (seed 0; the plan does not depend on it). */
-tri_gpt_run_options tri_gpt_run_options_of(const tri_gpt_config *cfg, const tri_train_layout *l);
-
 /* A partitioner/preview.h tri_engine_plan_fn: ctx is the const tri_gpt_config *. Bytes per category
  * of pipeline rank pp_rank (TP rank 0, DP rank 0). */
 int tri_gpt_preview_plan(void *ctx, const tri_train_layout *l, int pp_rank, size_t bytes[TRI_MEM_KINDS]);
 
 /* Prints the engine's planned memory of every pipeline stage of a tp x pp x dp layout as
  * partitioner/memory_table.h's table (what engine_train prints at start). */
-int tri_gpt_print_stage_memory(FILE *f, const tri_gpt_config *cfg, int tp, int pp, int dp,
-                               const tri_gpt_run_options *o);
+int tri_gpt_print_stage_memory(FILE *f, const tri_gpt_config *cfg, const tri_train_layout *l);
 
 #endif

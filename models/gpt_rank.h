@@ -15,44 +15,35 @@
 #include "models/gpt.h"
 #include "partitioner/stages.h"
 
-typedef struct tri_gpt_run_options {
-    int64_t B, T;                 /* micro-batch size, sequence length */
-    int n_micro;                  /* micro-batches per step and data-parallel replica */
+/* What a run adds to its layout (engine/train_layout.h) for the model's chunks. */
+typedef struct tri_gpt_run {
+    tri_train_layout layout;      /* tp, pp, dp, batch, schedule, ZeRO, precision... (resolved:
+                                     partitioner/constraints.h) */
     int eval_micro;               /* micro-batches per evaluation batch (0: n_micro) */
-    bool sequence_parallel;
-    const char *schedule;         /* "1f1b" (NULL: 1f1b), "gpipe", "interleaved" */
-    int layers_per_virtual_stage; /* interleaved: layers per model chunk */
-    int first_stage_layers;       /* --decoder-first-pipeline-num-layers, -1: balanced */
-    int last_stage_layers;        /* --decoder-last-pipeline-num-layers, -1: balanced */
-    int zero_stage;               /* 0..3 (Rajbhandari et al. 2020) */
-    tri_recompute recompute;      /* --recompute-granularity (Korthikanti et al. 2022) */
-    bool deterministic;           /* --deterministic: bit-identical across layouts (engine/zero.h) */
-    bool overlap_grad_reduce;     /* --overlap-grad-reduce (engine/zero.h) */
-    bool overlap_param_gather;    /* --overlap-param-gather */
-    bool bf16;                    /* --bf16: mixed precision (models/gpt.h) */
-    uint64_t seed;
-} tri_gpt_run_options;
+    uint64_t seed;                /* initialisation (and the caller's data order) */
+} tri_gpt_run;
 
 typedef struct tri_gpt_rank {
     int v;                               /* model chunks on this rank */
     tri_gpt *chunk[TRI_MAX_CHUNKS];
     tri_chunk *stage[TRI_MAX_CHUNKS];     /* the engine's side of each (&chunk[c]->chunk) */
     tri_stage_plan plan;                 /* placement of the whole model */
+    tri_train_layout layout;             /* the run's (the chunks keep copies) */
     tri_schedule train, eval, sample;    /* sample: forward-only, one micro-batch */
     tri_pipeline sample_pipe;
     const tri_grid *grid;
     const int32_t *sample_windows;       /* what the sampling pipeline loads */
 } tri_gpt_rank;
 
-/* Checks the options for a tp x pp x dp layout without communication, so every rank reaches the
- * same verdict: the model's divisibility by tp, the stage split, the schedule's constraints.
- * TRI_EINVAL with a message naming the flags and values. */
-int tri_gpt_rank_check(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o);
+/* Checks what the model needs beyond the layout rules (partitioner/constraints.h resolved the
+ * layout): every chunk's tri_gpt_check, the stage split, the schedule. No communication, so every
+ * rank reaches the same verdict. TRI_EINVAL with a message naming the flags and values. */
+int tri_gpt_rank_check(const tri_gpt_config *cfg, const tri_gpt_run *o);
 
 /* Builds this rank's chunks on dev (collective only through tri_gpt_create's initialisation, which
- * needs none) and the schedules. */
-int tri_gpt_rank_create(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_grid *g,
-                        const tri_gpt_run_options *o, tri_device *dev);
+ * needs none) and the schedules; the grid's sizes are the layout's. */
+int tri_gpt_rank_create(tri_gpt_rank *r, const tri_gpt_config *cfg, const tri_grid *g, const tri_gpt_run *o,
+                        tri_device *dev);
 void tri_gpt_rank_destroy(tri_gpt_rank *r);
 
 /* Runs one forward of `windows` ((B, T+1) tokens, host) through the pipeline; on ranks holding the
@@ -63,11 +54,11 @@ int tri_gpt_rank_logits(tri_gpt_rank *r, const int32_t *windows, int64_t row, fl
 /* Bytes of the plan per memory category on this rank, summed over chunks. */
 void tri_gpt_rank_memory(const tri_gpt_rank *r, size_t bytes[TRI_MEM_KINDS]);
 
-/* The bytes per memory category that world rank (tp_rank, pp_rank, dp_rank) of a tp x pp x dp
- * layout would allocate for its model chunks and its trainer (the same plan tri_gpt_session_create
- * allocates), computed without allocating or communicating: the partitioner's memory prediction. */
-int tri_gpt_rank_plan(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o,
-                      int tp_rank, int pp_rank, int dp_rank, size_t bytes[TRI_MEM_KINDS]);
+/* The bytes per memory category that world rank (tp_rank, pp_rank, dp_rank) of the layout would
+ * allocate for its model chunks and its trainer (the same plan tri_gpt_session_create allocates),
+ * computed without allocating or communicating: the partitioner's memory prediction. */
+int tri_gpt_rank_plan(const tri_gpt_config *cfg, const tri_gpt_run *o, int tp_rank, int pp_rank, int dp_rank,
+                      size_t bytes[TRI_MEM_KINDS]);
 
 /* One rank's whole training set-up: the process grid, its model chunks and the trainer. */
 typedef struct tri_gpt_session {
@@ -78,14 +69,13 @@ typedef struct tri_gpt_session {
 } tri_gpt_session;
 
 typedef struct tri_gpt_session_options {
-    int tp, pp;                  /* dp = world size / (tp * pp) */
-    tri_gpt_run_options run;     /* n_micro is taken from here for the step too */
+    tri_gpt_run run;             /* its layout's tp x pp x dp must be the world's size */
     float clip_grad;             /* maximum global gradient norm; <= 0 disables clipping */
     tri_adamw_config adamw;
 } tri_gpt_session_options;
 
-/* Builds the grid over world (collective), this rank's chunks on dev and the trainer. On failure
- * everything built so far is released. */
+/* Builds the grid over world (collective; its sizes from the layout), this rank's chunks on dev and
+ * the trainer. On failure everything built so far is released. */
 int tri_gpt_session_create(tri_gpt_session *s, tri_comm *world, tri_device *dev, const tri_gpt_config *cfg,
                            const tri_gpt_session_options *o);
 void tri_gpt_session_destroy(tri_gpt_session *s);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/status.h"
+#include "partitioner/stages.h"
 
 /* Search limit for nearest values: far enough for any realistic size, bounded work. */
 #define NEAREST_SPAN 1000000
@@ -82,8 +83,8 @@ static int check_tp_pp(const tri_transformer *m, const tri_layout_request *r, ct
     }
     if (r->num_gpus % r->tp != 0) {
         tri_nearest_valid(r->tp, 1, r->num_gpus, divides_heads, cx, near, cap);
-        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d does not divide --num-gpus %d; nearest "
-                       "valid: %s", r->tp, r->num_gpus, near);
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d does not divide the %d ranks (--num-gpus, or "
+                       "mpirun -np); nearest valid: %s", r->tp, r->num_gpus, near);
     }
     if (r->pp > m->n_layer) {
         tri_nearest_valid(r->pp, 1, m->n_layer, pp_ok, cx, near, cap);
@@ -93,14 +94,21 @@ static int check_tp_pp(const tri_transformer *m, const tri_layout_request *r, ct
     if (r->num_gpus % (r->tp * r->pp) != 0) {
         tri_nearest_valid(r->pp, 1, m->n_layer, pp_ok, cx, near, cap);
         return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d = %d "
-                       "does not divide --num-gpus %d (data-parallel size = num-gpus / (tp x pp)); nearest "
-                       "valid pipeline sizes: %s", r->tp, r->pp, r->tp * r->pp, r->num_gpus, near);
+                       "does not divide the %d ranks (--num-gpus, or mpirun -np; data-parallel size = ranks / "
+                       "(tp x pp)); nearest valid pipeline sizes: %s", r->tp, r->pp, r->tp * r->pp, r->num_gpus,
+                       near);
     }
     return TRI_OK;
 }
 
+static bool multiple_of_tp(int64_t T, const void *p)
+{
+    return T % ((const ctx *)p)->r->tp == 0;
+}
+
+/* The batch shape; *global is the global batch (0 asked: one micro-batch per replica). */
 static int check_batch(const tri_transformer *m, const tri_layout_request *r, int dp, ctx *cx, char *near,
-                       int cap)
+                       int cap, int64_t *global)
 {
     if (r->seq_length < 1 || r->seq_length > m->n_positions)
         return TRI_ERR(TRI_EINVAL, "--seq-length %lld: must be in [1, n_positions %lld]; nearest valid: %lld",
@@ -108,8 +116,13 @@ static int check_batch(const tri_transformer *m, const tri_layout_request *r, in
                        (long long)(r->seq_length < 1 ? 1 : m->n_positions));
     if (r->micro_batch < 1)
         return TRI_ERR(TRI_EINVAL, "--micro-batch-size %lld: must be >= 1", (long long)r->micro_batch);
+    if (r->micro_batch * r->seq_length > (1LL << 31))
+        return TRI_ERR(TRI_EINVAL, "--micro-batch-size %lld x --seq-length %lld = %lld tokens per micro-batch, "
+                       "expected at most 2^31", (long long)r->micro_batch, (long long)r->seq_length,
+                       (long long)(r->micro_batch * r->seq_length));
     int64_t per = r->micro_batch * dp;
-    if (r->global_batch < 1 || r->global_batch % per != 0) {
+    *global = r->global_batch == 0 ? per : r->global_batch;
+    if (r->global_batch < 0 || r->global_batch % per != 0) {
         cx->a = per;
         tri_nearest_valid(r->global_batch, per, INT64_MAX / 2, multiple_of_a, cx, near, cap);
         char mb[160] = "";
@@ -121,6 +134,26 @@ static int check_batch(const tri_transformer *m, const tri_layout_request *r, in
                        "data-parallel size %d = %lld; nearest valid global batch sizes: %s%s%s",
                        (long long)r->global_batch, (long long)r->micro_batch, dp, (long long)per, near,
                        mb[0] ? "; or micro-batch sizes: " : "", mb);
+    }
+    if (*global / per > (1 << 20))
+        return TRI_ERR(TRI_EINVAL, "--global-batch-size %lld / (--micro-batch-size %lld x data-parallel size %d) = "
+                       "%lld micro-batches, expected at most %d", (long long)*global, (long long)r->micro_batch,
+                       dp, (long long)(*global / per), 1 << 20);
+    return TRI_OK;
+}
+
+static int check_sequence_parallel(const tri_transformer *m, const tri_layout_request *r, ctx *cx, char *near,
+                                   int cap)
+{
+    if (!r->sequence_parallel)
+        return TRI_OK;
+    if (r->tp == 1)
+        return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1 (got 1)");
+    if (r->seq_length % r->tp != 0) {
+        tri_nearest_valid(r->seq_length, 1, m->n_positions, multiple_of_tp, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --seq-length %lld divisible by "
+                       "--tensor-model-parallel-size %d (each rank keeps a shard of the sequence); nearest valid: %s",
+                       (long long)r->seq_length, r->tp, near);
     }
     return TRI_OK;
 }
@@ -168,21 +201,36 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
     if (rc)
         return rc;
     int dp = r->num_gpus / (r->tp * r->pp);
-    rc = check_batch(m, r, dp, &cx, near, sizeof near);
+    int64_t global = 0;
+    rc = check_batch(m, r, dp, &cx, near, sizeof near, &global);
+    if (!rc) rc = check_sequence_parallel(m, r, &cx, near, sizeof near);
     if (rc)
         return rc;
-    if (r->sequence_parallel && r->tp == 1)
-        return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1 (got 1)");
     if (r->zero_stage < 0 || r->zero_stage > 3)
         return TRI_ERR(TRI_EINVAL, "--zero-stage %d: expected 0, 1, 2 or 3", r->zero_stage);
-    int n_micro = (int)(r->global_batch / (r->micro_batch * dp));
+    int n_micro = (int)(global / (r->micro_batch * dp));
     const char *sched = r->schedule ? r->schedule : r->layers_per_virtual_stage > 0 ? "interleaved" : "1f1b";
+    static const char *const names[] = {"1f1b", "gpipe", "interleaved", "zb-h1"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(sched, names[i]) == 0)
+            sched = names[i]; /* the layout keeps a string literal, not the caller's text */
     int v = 1;
-    rc = check_schedule(m, r, sched, n_micro, dp, &cx, near, sizeof near, &v);
+    tri_layout_request with_global = *r;
+    with_global.global_batch = global;
+    rc = check_schedule(m, &with_global, sched, n_micro, dp, &cx, near, sizeof near, &v);
     if (rc)
         return rc;
+    /* the stage split itself: first/last stage overrides, layers per stage */
+    tri_layout_shape shape = {.tp = r->tp, .pp = r->pp, .dp = dp, .sequence_parallel = r->sequence_parallel,
+                              .B = r->micro_batch, .T = r->seq_length, .n_micro = n_micro};
+    tri_stage_options so = {.v = v, .first_layers = r->first_layers, .last_layers = r->last_layers};
+    tri_stage_plan plan;
+    rc = tri_stage_split(&plan, m, &shape, &so);
+    if (rc)
+        return rc;
+    tri_stage_plan_free(&plan);
     *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .v = v, .sequence_parallel = r->sequence_parallel,
-                              .B = r->micro_batch, .T = r->seq_length, .global_batch = r->global_batch,
+                              .B = r->micro_batch, .T = r->seq_length, .global_batch = global,
                               .n_micro = n_micro, .zero_stage = r->zero_stage, .recompute = r->recompute,
                               .precision = r->precision, .schedule = sched, .first_layers = r->first_layers,
                               .last_layers = r->last_layers, .deterministic = r->deterministic,

@@ -1,15 +1,22 @@
 /* partitioner/constraints.h - from what a user asks to a layout that can run, or a message naming
  * the constraint that fails and the nearest values that satisfy it.
  *
- * The rules (Megatron-LM's, which Trident's engine shares; flags by Megatron-LM's names):
+ * The one validator of a layout: engine_train, the partitioner, the checkpoint tool and the benches
+ * resolve their layouts here (tools/cli/layout_flags.h), so an impossible layout gets the same
+ * refusal from every tool (tests/layout_refusals.sh). Only what needs the data or the device stays
+ * in engine_train. The rules (Megatron-LM's, flags by Megatron-LM's names):
  *   tensor-model-parallel-size divides n_head (heads split evenly; n_embd then divides too);
- *   tensor x pipeline-model-parallel-size divides num-gpus (dp = num-gpus / (tp x pp));
+ *   tensor x pipeline-model-parallel-size divides the ranks (--num-gpus, or mpirun -np; dp = ranks /
+ *     (tp x pp));
  *   pipeline-model-parallel-size <= n_layer (every stage holds a block);
- *   seq-length <= n_positions;
- *   sequence-parallel needs tp > 1;
- *   global-batch-size is a multiple of micro-batch-size x dp (n_micro micro-batches per replica);
- *   interleaving (--num-layers-per-virtual-pipeline-stage k): n_layer divisible by pp x k with
- *     v = n_layer / (pp k) >= 2 chunks per rank, pp > 1, and n_micro a multiple of pp;
+ *   seq-length <= n_positions; micro-batch-size x seq-length <= 2^31;
+ *   global-batch-size is a multiple of micro-batch-size x dp (0: one micro-batch per replica), with
+ *     at most 2^20 micro-batches per replica;
+ *   sequence-parallel needs tp > 1 and seq-length divisible by tp;
+ *   interleaving (--num-layers-per-virtual-pipeline-stage k, which implies the interleaved schedule
+ *     unless another is named): n_layer divisible by pp x k with v = n_layer / (pp k) >= 2 chunks
+ *     per rank, pp > 1, and n_micro a multiple of pp;
+ *   the first/last stage overrides leave every stage a layer (partitioner/stages.h);
  *   zb-h1 and gpipe take no interleaving (bf16 runs on every preset: the CPU backend computes it
  *   in fp32).
  * For a number that fails, the message lists the closest valid numbers below and above it, e.g.
@@ -31,7 +38,7 @@ typedef struct tri_layout_request {
     int num_gpus;
     int tp, pp;
     int layers_per_virtual_stage;   /* 0: no interleaving */
-    int64_t micro_batch, global_batch, seq_length;
+    int64_t micro_batch, global_batch, seq_length;   /* global_batch 0: micro_batch x dp */
     bool sequence_parallel;
     int zero_stage;
     const char *schedule;           /* NULL: "interleaved" with layers_per_virtual_stage, else "1f1b" */

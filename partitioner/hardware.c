@@ -117,12 +117,4 @@ double tri_collective_seconds(int kind, double bytes, int n, double bw)
     return (kind == TRI_COMM_ALL_REDUCE ? 2.0 * share : share) * bytes / bw;
 }
 
-const char *tri_recompute_name(tri_recompute r)
-{
-    return r == TRI_RECOMPUTE_FULL ? "full" : r == TRI_RECOMPUTE_SELECTIVE ? "selective" : "none";
-}
 
-const char *tri_precision_name(tri_precision p)
-{
-    return p == TRI_PRECISION_BF16 ? "bf16" : "fp32";
-}

@@ -30,15 +30,13 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     int dp = size / (l->tp * l->pp);
     tri_device *dev = NULL;
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = l->tp, .pp = l->pp, .clip_grad = 1.0f,
-        .run = {.B = r->B, .T = r->T, .n_micro = (int)(r->global_batch / (r->B * dp)), .sequence_parallel = l->sp,
-                .schedule = l->schedule, .layers_per_virtual_stage = l->layers_per_virtual_stage,
-                .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = l->zero,
-                .deterministic = l->deterministic, .bf16 = l->bf16,
-                .seed = r->seed ? r->seed : 1234},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
+    tri_gpt_session_options o = {.run = {.seed = r->seed ? r->seed : 1234}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tu_layout per_replica = *l;
+    per_replica.n_micro = (int)(r->global_batch / (r->B * dp));
+    int lrc = tu_layout_resolve(r->cfg, r->B, r->T, &per_replica, size, &o.run.layout);
+    if (lrc)
+        return lrc;
     tri_gpt_ckpt_run cr = {.seed = o.run.seed, .keep_last = r->keep_last,
                            .lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 2, .decay_iters = TU_CKPT_TOTAL,
                                   .style = TRI_LR_COSINE}};

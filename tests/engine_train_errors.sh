@@ -81,12 +81,12 @@ expect "tokens truncated"     "truncated.bin" "${cfg[@]}" --train-data "$tmp/tru
 expect "tokens id >= vocab"   "vocab" --config "$tmp/v100.json" "${ok_data[@]}" "${common[@]}"
 expect "tokens missing file"  "absent.bin" "${cfg[@]}" --train-data "$tmp/absent.bin" --val-data "$tmp/good.bin" "${common[@]}"
 # flags
-expect "seq-length > n_positions" "--seq-length 32 must be in [1, n_positions = 16" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --seq-length 32
+expect "seq-length > n_positions" "--seq-length 32: must be in [1, n_positions 16]" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --seq-length 32
 expect "unknown flag"          "unknown flag --no-such-flag" "${cfg[@]}" "${ok_data[@]}" --no-such-flag 3
 expect "non-numeric value"     "--lr fast: expected a finite number" "${cfg[@]}" "${ok_data[@]}" --lr fast
 expect "negative batch"        "--micro-batch-size -2: expected an integer in" "${cfg[@]}" "${ok_data[@]}" --micro-batch-size -2
 expect "min-lr above lr"       "--min-lr" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr 1e-4 --min-lr 1e-3
-expect "global batch divisibility" "--global-batch-size 3 is not divisible" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --micro-batch-size 2 --global-batch-size 3
+expect "global batch divisibility" "--global-batch-size 3 is not a multiple of --micro-batch-size 2" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --micro-batch-size 2 --global-batch-size 3
 expect "tokenizer vs vocab"    "has vocab_size 100" --config "$tmp/v100.json" --train-data "$tmp/u_train.bin" --val-data "$tmp/u_train.bin" "${common[@]}" --tokenizer-type ByteLevel --sample-length 4
 expect "sequence parallel without tp" "--sequence-parallel needs" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --sequence-parallel
 expect "warm-up past the decay" "--lr-warmup-iters 5 must be below the end of the decay, 1" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr-warmup-iters 5

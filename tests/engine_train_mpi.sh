@@ -102,14 +102,14 @@ refuse() {
   fi
 }
 printf '{"n_layer": 2, "n_head": 3, "n_embd": 48, "vocab_size": 257, "n_positions": 64}' > "$tmp/nh3.json"
-refuse "world not divisible by tp" 3 "world size 3 is not divisible by tensor-model-parallel-size 2" --tensor-model-parallel-size 2
-refuse "n_head not divisible" 2 "n_head 3 of nh3 is not divisible by --tensor-model-parallel-size 2" --tensor-model-parallel-size 2 --config "$tmp/nh3.json"
+refuse "world not divisible by tp" 3 "--tensor-model-parallel-size 2 does not divide the 3 ranks" --tensor-model-parallel-size 2
+refuse "n_head not divisible" 2 "--tensor-model-parallel-size 2 does not divide n_head 3" --tensor-model-parallel-size 2 --config "$tmp/nh3.json"
 # (n_embd not divisible by tp cannot occur once n_head divides both n_embd and tp; the config check
 #  refuses n_embd % n_head != 0 first)
 refuse "seq-length with SP" 2 "--sequence-parallel needs --seq-length 31 divisible by --tensor-model-parallel-size 2" --tensor-model-parallel-size 2 --sequence-parallel --seq-length 31
-refuse "n_layer < pp" 8 "is less than --pipeline-model-parallel-size 8" --pipeline-model-parallel-size 8
-refuse "global batch not divisible" 2 "--global-batch-size 6 is not divisible by --micro-batch-size 4 x data-parallel size 2" --global-batch-size 6
-refuse "interleaved layers not divisible" 2 "not divisible by --pipeline-model-parallel-size 2 x --num-layers-per-virtual-pipeline-stage 3" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 3 --global-batch-size 8
-refuse "interleaved micro-batches" 2 "is not a multiple of" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 12
+refuse "n_layer < pp" 8 "--pipeline-model-parallel-size 8 exceeds n_layer 4" --pipeline-model-parallel-size 8
+refuse "global batch not divisible" 2 "--global-batch-size 6 is not a multiple of --micro-batch-size 4 x data-parallel size 2" --global-batch-size 6
+refuse "interleaved layers not divisible" 2 "--num-layers-per-virtual-pipeline-stage 3: n_layer 4 must divide by --pipeline-model-parallel-size 2" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 3 --global-batch-size 8
+refuse "interleaved micro-batches" 2 "to be a multiple of --pipeline-model-parallel-size 2" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 12
 echo "engine_train_mpi: $failures failure(s)"
 exit $((failures > 0))

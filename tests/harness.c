@@ -15,6 +15,8 @@
 #include "models/gpt.h"
 #include "models/gpt_rank.h"
 #include "partitioner/layout.h"
+#include "partitioner/traffic.h"
+#include "tools/cli/layout_flags.h"
 
 typedef struct job {
     const tri_gpt_config *cfg;
@@ -225,16 +227,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     job *j = arg;
     tri_device *dev = NULL;
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = j->layout.tp, .pp = j->layout.pp, .clip_grad = 1.0f,
-        .run = {.B = j->B, .T = j->T, .n_micro = j->layout.n_micro, .sequence_parallel = j->layout.sp,
-                .schedule = j->layout.schedule, .layers_per_virtual_stage = j->layout.layers_per_virtual_stage,
-                .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->layout.zero,
-                .recompute = (tri_recompute)j->layout.recompute, .deterministic = j->layout.deterministic,
-                .overlap_grad_reduce = j->layout.overlap, .overlap_param_gather = j->layout.overlap,
-                .bf16 = j->layout.bf16, .seed = 1234},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
+    tri_gpt_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    int lrc = tu_layout_resolve(j->cfg, j->B, j->T, &j->layout, size, &o.run.layout);
+    if (lrc)
+        return lrc;
     int rc = tri_device_cpu_create(&dev, 1);
     if (!rc) rc = tri_gpt_session_create(&ss, world, dev, j->cfg, &o);
     if (rc) {
@@ -321,6 +318,20 @@ const float *tu_result_grad(const tu_result *r, const char *name, int *index)
             return r->grads[i];
         }
     return NULL;
+}
+
+int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *l, int world,
+                      tri_train_layout *out)
+{
+    int tp = l->tp > 0 ? l->tp : 1, pp = l->pp > 0 ? l->pp : 1, dp = world / (tp * pp);
+    tri_layout_request req = {
+        .num_gpus = world, .tp = tp, .pp = pp, .layers_per_virtual_stage = l->layers_per_virtual_stage,
+        .micro_batch = B, .global_batch = B * (l->n_micro > 0 ? l->n_micro : 1) * dp, .seq_length = T,
+        .sequence_parallel = l->sp, .zero_stage = l->zero, .schedule = l->schedule,
+        .recompute = (tri_recompute)l->recompute,
+        .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .first_layers = -1, .last_layers = -1,
+        .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap};
+    return tri_cli_gpt_layout(cfg, req, out);
 }
 
 tri_gpt_config tu_tiny_config(void)

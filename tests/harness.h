@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/comm.h"
+#include "engine/train_layout.h"
 #include "models/config.h"
 
 #define TU_MAX_PARAMS 128
@@ -69,6 +70,11 @@ int tu_run_gpt_rank(tri_comm *world, const tri_gpt_config *cfg, int64_t B, int64
                     const tu_layout *layout, const int32_t *windows, int steps, tu_result *out);
 void tu_result_free(tu_result *r);
 const float *tu_result_grad(const tu_result *r, const char *name, int *index);
+
+/* The run's layout for a tu_layout on `world` ranks (micro-batch B, sequence T, layout->n_micro
+ * micro-batches per replica), through the tools' validator (tools/cli/layout_flags.h). */
+int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout, int world,
+                      tri_train_layout *out);
 
 /* A small config for parallel tests: 4 layers, 12 heads, n_embd 48, vocab 100, 16 positions. */
 tri_gpt_config tu_tiny_config(void);

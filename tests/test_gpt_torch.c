@@ -20,6 +20,7 @@
 #include "models/gpt.h"
 #include "partitioner/schedule.h"
 #include "partitioner/schedule_forward.h"
+#include "tests/harness.h"
 #include "tests/testutil.h"
 
 #define STEPS 10
@@ -95,11 +96,13 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
     tri_grid grid;
     cr_assert_eq(tri_device_cpu_create(&dev, 1), TRI_OK);
     cr_assert_eq(tri_grid_create(&grid, world, 1, 1), TRI_OK, "%s", tri_error_message());
-    tri_gpt_options opt = {.B = c->B, .T = c->T, .n_slots = 1, .layer_start = 0,
-                           .layer_end = c->cfg.n_layer, .first = true, .last = true, .dp = 1,
+    tri_gpt_options opt = {.n_slots = 1, .layer_start = 0, .layer_end = c->cfg.n_layer, .first = true, .last = true,
                            .seed = 1234};
+    tri_train_layout run;
+    tu_layout one = {.tp = 1, .pp = 1, .dp = 1, .n_micro = 1};
+    cr_assert_eq(tu_layout_resolve(&c->cfg, c->B, c->T, &one, 1, &run), TRI_OK, "%s", tri_error_message());
     tri_gpt *m = NULL;
-    cr_assert_eq(tri_gpt_create(&m, &c->cfg, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s",
+    cr_assert_eq(tri_gpt_create(&m, &c->cfg, &run, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s",
                  tri_error_message());
 
     char in[4200], out[4200], cmd[13000];

@@ -40,22 +40,21 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     mem_case *c = arg;
     tri_device *dev = NULL;
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = c->tp, .pp = c->pp, .clip_grad = 1.0f,
-        .run = {.B = 2, .T = 8, .n_micro = c->micro, .sequence_parallel = c->sp, .schedule = c->schedule,
-                .layers_per_virtual_stage = c->per_chunk, .first_stage_layers = -1, .last_stage_layers = -1,
-                .zero_stage = c->zero, .bf16 = c->bf16, .seed = 1},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
-    int rc = tri_device_cpu_create(&dev, 1);
+    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tu_layout l = {.tp = c->tp, .pp = c->pp, .sp = c->sp, .n_micro = c->micro, .schedule = c->schedule,
+                   .layers_per_virtual_stage = c->per_chunk, .zero = c->zero, .bf16 = c->bf16};
+    int rc = tu_layout_resolve(&c->cfg, 2, 8, &l, size, &o.run.layout);
+    if (rc)
+        return rc;
+    rc = tri_device_cpu_create(&dev, 1);
     if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &c->cfg, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
     }
     size_t planned[TRI_MEM_KINDS], model[TRI_MEM_KINDS], total = 0;
-    rc = tri_gpt_rank_plan(&c->cfg, c->tp, c->pp, ss.grid.dp, &o.run, ss.grid.tp_rank, ss.grid.pp_rank,
-                           ss.grid.dp_rank, planned);
+    rc = tri_gpt_rank_plan(&c->cfg, &o.run, ss.grid.tp_rank, ss.grid.pp_rank, ss.grid.dp_rank, planned);
     tri_gpt_rank_memory(&ss.model, model);
     for (int k = 0; k < TRI_MEM_KINDS && !rc; k++) {
         size_t have = model[k] + ss.trainer.arena.by_kind[k];

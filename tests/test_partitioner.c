@@ -154,7 +154,7 @@ Test(partitioner, bad_layouts_name_the_rule_and_the_nearest_valid_values)
 {
     refused(&GPT2, request(24, 5, 1, 1, 24), "--tensor-model-parallel-size 5 does not divide n_head 12",
             "nearest valid: 4, 6");
-    refused(&GPT2, request(16, 2, 3, 1, 16), "does not divide --num-gpus 16", "nearest valid pipeline sizes: 2, 4");
+    refused(&GPT2, request(16, 2, 3, 1, 16), "does not divide the 16 ranks", "nearest valid pipeline sizes: 2, 4");
     refused(&GPT2, request(26, 2, 13, 1, 26), "exceeds n_layer 12", "nearest valid: 1");
     refused(&GPT2, request(2, 1, 1, 4, 30), "is not a multiple of --micro-batch-size 4 x data-parallel size 2 = 8",
             "nearest valid global batch sizes: 24, 32; or micro-batch sizes: 3, 5");

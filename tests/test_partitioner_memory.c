@@ -48,11 +48,8 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     mem_case *c = arg;
     tri_device *dev = NULL;
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = c->l.tp, .pp = c->l.pp, .clip_grad = 1.0f, .run = tri_gpt_run_options_of(&c->cfg, &c->l),
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
-    o.run.seed = 1;
+    tri_gpt_session_options o = {.run = {.layout = c->l, .seed = 1}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     int rc = tri_device_cpu_create(&dev, 1);
     if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &c->cfg, &o);
     if (rc) {

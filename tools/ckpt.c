@@ -32,6 +32,7 @@
 #include "engine/status.h"
 #include "models/gpt.h"
 #include "tools/cli/backend.h"
+#include "partitioner/constraints.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/train_metrics.h"
 #include "tools/cli/gpt_checkpoint.h"
@@ -250,11 +251,22 @@ typedef struct job {
     const char *load;           /* reshard: the source; NULL for import */
     const tri_llmc_model *llmc; /* import: the weights */
     const char *out;
-    int tp, pp, zero;
-    const char *schedule;
-    int64_t micro;
+    tri_train_layout layout;    /* the target layout (partitioner/constraints.h resolved it) */
     uint64_t seed;
 } job;
+
+/* The target layout: tp x pp x dp ranks at ZeRO stage `zero` with the given schedule, a global
+ * batch and sequence length of the source run, micro-batches of `micro`, through the one
+ * validator the other tools use. */
+static int target_layout(const tri_gpt_config *cfg, int tp, int pp, int dp, int zero, const char *schedule,
+                         int64_t micro, int64_t global, int64_t T, tri_train_layout *out)
+{
+    tri_layout_request req = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .micro_batch = micro,
+                              .global_batch = global, .seq_length = T, .zero_stage = zero, .schedule = schedule,
+                              .first_layers = -1, .last_layers = -1};
+    tri_transformer dims = tri_gpt_dims(cfg);
+    return tri_layout_resolve(&dims, &req, out);
+}
 
 /* Import: the llm.c tensors into this rank's parameters (tp 1, pp 1: whole tensors; wte's padding
  * rows zero). */
@@ -288,13 +300,8 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     job *j = arg;
     const tri_ckpt_run *sr = &j->src.run;
-    int dp = size / (j->tp * j->pp);
-    int64_t micro = j->micro, global = sr->global_batch;
-    tri_gpt_session_options o = {
-        .tp = j->tp, .pp = j->pp, .clip_grad = sr->clip_grad, .adamw = sr->adamw,
-        .run = {.B = micro, .T = sr->seq_length, .n_micro = (int)(global / (micro * dp)), .schedule = j->schedule,
-                .first_stage_layers = -1, .last_stage_layers = -1, .zero_stage = j->zero, .seed = sr->seed},
-    };
+    tri_gpt_session_options o = {.run = {.layout = j->layout, .seed = sr->seed}, .clip_grad = sr->clip_grad,
+                                 .adamw = sr->adamw};
     tri_gpt_ckpt_run cr = {.seed = sr->seed, .lr = sr->lr};
     tri_device *dev = NULL;
     tri_gpt_session s;
@@ -327,7 +334,8 @@ static int reshard(const args *a, const char *src, const char *out)
     if (rc)
         return rc;
     r.progress = progress;
-    job j = {.load = src, .out = out, .tp = a->tp, .pp = a->pp, .zero = a->zero, .schedule = a->schedule};
+    job j = {.load = src, .out = out};
+    int zero = a->zero;
     rc = tri_ckpt_reader_verify_all(&r);
     if (!rc) rc = config_of(&r.m, &j.cfg, r.dir);
     j.src = r.m;
@@ -336,8 +344,8 @@ static int reshard(const args *a, const char *src, const char *out)
     j.src.tensors = NULL;
     j.src.n_tensors = 0;
     j.src.config_json = NULL;
-    if (j.zero < 0)
-        j.zero = r.m.run.zero_stage;
+    if (zero < 0)
+        zero = r.m.run.zero_stage;
     tri_ckpt_reader_close(&r);
     if (rc)
         return rc;
@@ -345,16 +353,16 @@ static int reshard(const args *a, const char *src, const char *out)
     if (global % a->dp != 0)
         return TRI_ERR(TRI_EINVAL, "--data-parallel-size %d does not divide the checkpoint's global batch %lld",
                        a->dp, (long long)global);
-    j.micro = global % (j.src.run.micro_batch * a->dp) == 0 ? j.src.run.micro_batch : 1;
-    tri_gpt_run_options probe = {.B = j.micro, .T = j.src.run.seq_length, .n_micro = (int)(global / (j.micro * a->dp)),
-                                 .schedule = j.schedule, .first_stage_layers = -1, .last_stage_layers = -1,
-                                 .zero_stage = j.zero};
-    rc = tri_gpt_rank_check(&j.cfg, a->tp, a->pp, a->dp, &probe);
+    int64_t micro = global % (j.src.run.micro_batch * a->dp) == 0 ? j.src.run.micro_batch : 1;
+    rc = target_layout(&j.cfg, a->tp, a->pp, a->dp, zero, a->schedule, micro, global, j.src.run.seq_length,
+                       &j.layout);
+    tri_gpt_run probe = {.layout = j.layout};
+    if (!rc) rc = tri_gpt_rank_check(&j.cfg, &probe);
     if (rc)
         return rc;
     fprintf(stderr, "resharding %s (tp %d x pp %d x dp %d, ZeRO %d) to tp %d x pp %d x dp %d, ZeRO %d on %d thread "
             "ranks\n", src, j.src.run.tp, j.src.run.pp, j.src.run.dp, j.src.run.zero_stage, a->tp, a->pp, a->dp,
-            j.zero, a->tp * a->pp * a->dp);
+            zero, a->tp * a->pp * a->dp);
     return tri_run_thread_ranks(a->tp * a->pp * a->dp, run_rank, &j);
 }
 
@@ -364,7 +372,7 @@ static int import_llmc(const args *a, const char *bin, const char *out)
     int rc = tri_llmc_read(bin, &m);
     if (rc)
         return rc;
-    job j = {.cfg = m.cfg, .llmc = &m, .out = out, .tp = 1, .pp = 1, .zero = 0, .micro = 1};
+    job j = {.cfg = m.cfg, .llmc = &m, .out = out};
     j.src.run = (tri_ckpt_run){.global_batch = 1, .micro_batch = 1, .seq_length = 1, .seed = (uint64_t)a->seed,
                                .clip_grad = 1.0f,
                                .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
@@ -372,7 +380,8 @@ static int import_llmc(const args *a, const char *bin, const char *out)
     fprintf(stderr, "%s: llm.c version %d, %d layers, %d heads, n_embd %d, vocab %d (padded %d), %d positions\n", bin,
             m.version, m.cfg.n_layer, m.cfg.n_head, m.cfg.n_embd, m.cfg.vocab_size, m.padded_vocab,
             m.cfg.n_positions);
-    rc = tri_run_thread_ranks(1, run_rank, &j);
+    rc = target_layout(&m.cfg, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
+    if (!rc) rc = tri_run_thread_ranks(1, run_rank, &j);
     char *json = NULL;
     char path[TRI_CKPT_PATH_MAX];
     if (!rc) rc = tri_gpt_config_to_json(&m.cfg, &json);

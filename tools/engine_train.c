@@ -42,6 +42,7 @@
 #include "tools/cli/fault.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/gpt_checkpoint.h"
+#include "tools/cli/layout_flags.h"
 #include "tools/cli/train_metrics.h"
 #include "tools/cli/validate.h"
 #include "engine/step_time.h"
@@ -50,10 +51,10 @@
 
 typedef struct args {
     const char *config, *train_data, *val_data, *save_dir, *device;
-    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *schedule, *recompute, *load;
-    int tp, pp, micro_batch, seq_length, threads;
-    int layers_per_virtual_stage, first_stage_layers, last_stage_layers, zero_stage;
-    int64_t global_batch, train_iters, lr_warmup_iters, lr_decay_iters, seed;
+    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *load;
+    tri_cli_layout layout;                      /* the layout flags (tools/cli/layout_flags.h) */
+    int threads;
+    int64_t train_iters, lr_warmup_iters, lr_decay_iters, seed;
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k, save_interval, keep_last;
     float sample_temperature, memory_budget_gb, peak_gflops;
@@ -61,7 +62,7 @@ typedef struct args {
     int skip_nonfinite, spike_window;
     int exit_interval;                          /* Megatron-LM's --exit-interval, --exit-duration-in-mins */
     float exit_duration_mins;
-    bool sequence_parallel, deterministic, overlap_grad_reduce, overlap_param_gather, bf16, quiet;
+    bool quiet;
     bool exit_on_missing_checkpoint, override_scheduler, use_checkpoint_scheduler, async_save;
 } args;
 
@@ -70,7 +71,7 @@ typedef struct run {
     tri_gpt_config cfg;
     tri_comm *world;
     tri_comm *dev_world;     /* the device's world comm (NCCL for cuda), NULL: world serves */
-    int dp, n_micro;
+    tri_train_layout L;      /* the layout the flags resolve to (partitioner/constraints.h) */
     tri_device *dev;
     tri_gpt_session_options sopt;
     tri_gpt_session ss;
@@ -101,23 +102,8 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("config", TRI_FLAG_STRING, &a->config, "model config (Hugging Face GPT-2 keys), e.g. models/gpt2.json", 0, 0);
     f[n++] = (tri_flag)FLAG("train-data", TRI_FLAG_STRING, &a->train_data, "training token file (llm.c format, from tools/tokenize)", 0, 0);
     f[n++] = (tri_flag)FLAG("val-data", TRI_FLAG_STRING, &a->val_data, "validation token file", 0, 0);
-    f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &a->tp, "tensor-parallel size (tp)", 1, 4096);
-    f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &a->pp, "pipeline-parallel size (pp); dp = world / (tp * pp)", 1, 4096);
-    f[n++] = (tri_flag)CHOICE("pipeline-schedule", &a->schedule, "1f1b|gpipe|interleaved", "pipeline schedule (Narayanan et al. 2021)");
-    f[n++] = (tri_flag)FLAG("num-layers-per-virtual-pipeline-stage", TRI_FLAG_INT, &a->layers_per_virtual_stage, "layers per model chunk with --pipeline-schedule interleaved", 0, 1 << 20);
-    f[n++] = (tri_flag)FLAG("decoder-first-pipeline-num-layers", TRI_FLAG_INT, &a->first_stage_layers, "layers of the first pipeline stage (-1: balanced)", -1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &a->last_stage_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero_stage, "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over data-parallel ranks", 0, 3);
-    f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022): selective drops the attention softmax, full keeps only block outputs");
-    f[n++] = (tri_flag)FLAG("overlap-grad-reduce", TRI_FLAG_BOOL, &a->overlap_grad_reduce, "start each gradient reduce-scatter/all-reduce during the backward, as soon as its bucket is complete (non-blocking collectives)", 0, 0);
-    f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &a->overlap_param_gather, "overlap parameter all-gathers with the forward: after the update (ZeRO 1-2), one unit ahead (ZeRO 3)", 0, 0);
-    f[n++] = (tri_flag)FLAG("deterministic", TRI_FLAG_BOOL, &a->deterministic, "same as --deterministic-mode", 0, 0);
-    f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "sum gradients, norms and losses in exact fixed point: bit-identical results for every pp, dp, ZeRO stage, micro-batch count and rerun at a given tp", 0, 0);
-    f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision: bf16 weights and activations computed in fp32, fp32 gradients, master weights and AdamW moments (in the ZeRO shard)", 0, 0);
-    f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1)", 0, 0);
-    f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration (0: micro-batch-size x dp)", 0, 1e12);
-    f[n++] = (tri_flag)FLAG("seq-length", TRI_FLAG_INT, &a->seq_length, "sequence length (T), at most n_positions", 1, 1 << 20);
+    n = tri_cli_layout_flags(&a->layout, f, n);
+    f[n++] = (tri_flag)FLAG("deterministic", TRI_FLAG_BOOL, &a->layout.req.deterministic, "same as --deterministic-mode", 0, 0);
     f[n++] = (tri_flag)FLAG("train-iters", TRI_FLAG_INT64, &a->train_iters, "iterations (optimizer updates)", 0, 1e12);
     f[n++] = (tri_flag)FLAG("lr", TRI_FLAG_FLOAT, &a->lr, "peak learning rate", 0, 10);
     f[n++] = (tri_flag)FLAG("min-lr", TRI_FLAG_FLOAT, &a->min_lr, "learning rate at the end of the decay", 0, 10);
@@ -173,12 +159,7 @@ static void defaults(args *a)
     a->vocab_file = "data/gpt2/encoder.json";
     a->merge_file = "data/gpt2/vocab.bpe";
     a->lr_decay_style = "cosine";
-    a->schedule = "1f1b";
-    a->recompute = "none";
-    a->first_stage_layers = a->last_stage_layers = -1;
-    a->tp = a->pp = 1;
-    a->micro_batch = 4;
-    a->seq_length = 64;
+    tri_cli_layout_defaults(&a->layout);
     a->train_iters = 100;
     a->lr = 6e-4f;
     a->min_lr = 6e-5f;
@@ -206,34 +187,20 @@ static void defaults(args *a)
 static int validate(run *r)
 {
     args *a = &r->a;
-    int rc = tri_grid_check(r->world->size, a->tp, a->pp, &r->dp);
-    if (!rc) rc = tri_gpt_config_load(&r->cfg, a->config);
+    int rc = tri_gpt_config_load(&r->cfg, a->config);
     if (rc)
         return rc;
-    if (a->layers_per_virtual_stage > 0 && strcmp(a->schedule, "interleaved") != 0)
-        return TRI_ERR(TRI_EINVAL, "--num-layers-per-virtual-pipeline-stage %d needs --pipeline-schedule "
-                       "interleaved (got %s)", a->layers_per_virtual_stage, a->schedule);
+    /* the layout: the same rules and messages as the partitioner's (one validator) */
+    tri_transformer dims = tri_gpt_dims(&r->cfg);
+    rc = tri_cli_layout_resolve(&a->layout, r->flags, r->nflags, r->world->size, &dims, &r->L);
+    if (rc)
+        return rc;
+    if (strcmp(r->L.schedule, "zb-h1") == 0)
+        return TRI_ERR(TRI_EINVAL, "--pipeline-schedule zb-h1 is modelled by the partitioner only; engine_train runs "
+                       "1f1b, gpipe and interleaved");
     if (a->override_scheduler && a->use_checkpoint_scheduler)
         return TRI_ERR(TRI_EINVAL, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler "
                        "exclude each other: the learning-rate schedule comes from the flags or from the checkpoint");
-    if (a->sequence_parallel && a->tp == 1)
-        return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --tensor-model-parallel-size > 1");
-    int64_t per_step = (int64_t)a->micro_batch * r->dp;
-    if (a->micro_batch > 0 && a->seq_length > 0 && (int64_t)a->micro_batch * a->seq_length > (1LL << 31))
-        return TRI_ERR(TRI_EINVAL, "--micro-batch-size %d x --seq-length %d = %lld tokens per micro-batch, "
-                       "expected at most 2^31", a->micro_batch, a->seq_length,
-                       (long long)a->micro_batch * a->seq_length);
-    if (a->global_batch == 0)
-        a->global_batch = per_step;
-    if (a->global_batch % per_step != 0)
-        return TRI_ERR(TRI_EINVAL, "--global-batch-size %lld is not divisible by --micro-batch-size %d x "
-                       "data-parallel size %d = %lld", (long long)a->global_batch, a->micro_batch, r->dp,
-                       (long long)per_step);
-    if (a->global_batch / per_step > (1 << 20))
-        return TRI_ERR(TRI_EINVAL, "--global-batch-size %lld / (--micro-batch-size %d x data-parallel size %d) = "
-                       "%lld micro-batches, expected at most %d", (long long)a->global_batch, a->micro_batch,
-                       r->dp, (long long)(a->global_batch / per_step), 1 << 20);
-    r->n_micro = (int)(a->global_batch / per_step);
     if (a->min_lr > a->lr)
         return TRI_ERR(TRI_EINVAL, "--min-lr %g is larger than --lr %g", (double)a->min_lr, (double)a->lr);
     if (a->lr_decay_iters == 0)
@@ -242,24 +209,13 @@ static int validate(run *r)
         return TRI_ERR(TRI_EINVAL, "--lr-warmup-iters %lld must be below the end of the decay, %lld "
                        "(--lr-decay-iters, else --train-iters)", (long long)a->lr_warmup_iters,
                        (long long)a->lr_decay_iters);
-    if (a->sample_length > a->seq_length - 1)
-        a->sample_length = a->seq_length - 1;
-    r->sopt.run = (tri_gpt_run_options){.B = a->micro_batch, .T = a->seq_length, .n_micro = r->n_micro,
-                                    .sequence_parallel = a->sequence_parallel, .schedule = a->schedule,
-                                    .layers_per_virtual_stage = a->layers_per_virtual_stage,
-                                    .first_stage_layers = a->first_stage_layers,
-                                    .last_stage_layers = a->last_stage_layers, .zero_stage = a->zero_stage,
-                                    .deterministic = a->deterministic,
-                                    .overlap_grad_reduce = a->overlap_grad_reduce,
-                                    .overlap_param_gather = a->overlap_param_gather, .bf16 = a->bf16,
-                                    .recompute = strcmp(a->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
-                                                 : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
-                                                                                          : TRI_RECOMPUTE_NONE,
-                                    .seed = (uint64_t)a->seed};
-    rc = tri_gpt_rank_check(&r->cfg, a->tp, a->pp, r->dp, &r->sopt.run);
-    if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, a->seq_length, r->cfg.vocab_size,
-                                      (uint64_t)a->seed, true);
-    if (!rc) rc = tri_dataloader_open(&r->val, a->val_data, a->seq_length, r->cfg.vocab_size, 0, false);
+    if (a->sample_length > r->L.T - 1)
+        a->sample_length = (int)(r->L.T - 1);
+    r->sopt.run = (tri_gpt_run){.layout = r->L, .seed = (uint64_t)a->seed};
+    /* what the model needs beyond the layout rules, then the data */
+    rc = tri_gpt_rank_check(&r->cfg, &r->sopt.run);
+    if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, r->L.T, r->cfg.vocab_size, (uint64_t)a->seed, true);
+    if (!rc) rc = tri_dataloader_open(&r->val, a->val_data, r->L.T, r->cfg.vocab_size, 0, false);
     /* the tokenizer only decodes the sample at the end: without one, its files are not needed */
     if (rc || a->sample_length == 0)
         return rc;
@@ -291,13 +247,13 @@ static int probe_load(run *r)
 static int validate_resources(run *r)
 {
     const args *a = &r->a;
-    int rc = tri_cli_check_sizes(&r->cfg, a->config, a->global_batch, a->seq_length, a->train_iters);
+    int rc = tri_cli_check_sizes(&r->cfg, a->config, r->L.global_batch, r->L.T, a->train_iters);
     if (!rc) rc = tri_cli_check_output_dir("save-dir", a->save_dir);
     if (!rc && a->load) rc = probe_load(r);
     /* by default a CPU rank's plan is held to the machine's memory; a GPU's size is unknown until
      * the device is made, after this point, so there only --memory-budget-gb applies */
     if (!rc && (a->memory_budget_gb > 0 || strcmp(a->device, "cpu") == 0))
-        rc = tri_cli_check_memory(&r->cfg, a->tp, a->pp, r->dp, &r->sopt.run, a->memory_budget_gb);
+        rc = tri_cli_check_memory(&r->cfg, &r->sopt.run, a->memory_budget_gb);
     return rc;
 }
 
@@ -330,8 +286,6 @@ static int devices_agree(run *r, int rc, bool *report)
 static int setup(run *r)
 {
     args *a = &r->a;
-    r->sopt.tp = a->tp;
-    r->sopt.pp = a->pp;
     r->sopt.clip_grad = a->clip_grad;
     r->sopt.adamw = (tri_adamw_config){.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
                                        .weight_decay = a->weight_decay};
@@ -386,24 +340,26 @@ static void metric_line(run *r, const char *kind, int64_t iter, const char **nam
 static void print_plan(run *r)
 {
     const args *a = &r->a;
+    const tri_train_layout *L = &r->L;
+    bool bf16 = L->precision == TRI_PRECISION_BF16;
     tri_log_rank0("Trident: %s, %d layers, %d heads, n_embd %d, vocab %d (padded %lld), %.2fM parameters",
                   r->cfg.name, r->cfg.n_layer, r->cfg.n_head, r->cfg.n_embd, r->cfg.vocab_size,
-                  (long long)tri_gpt_padded_vocab(r->cfg.vocab_size, a->tp),
+                  (long long)tri_gpt_padded_vocab(r->cfg.vocab_size, L->tp),
                   (double)tri_gpt_num_params(&r->cfg) / 1e6);
-    tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s, ZeRO stage %d; micro-batch %d x seq %d, %d "
-                  "micro-batches (%s), global batch %lld sequences (%lld tokens)", r->world->size, a->tp, a->pp,
-                  r->dp, a->sequence_parallel ? " (sequence parallel)" : "", a->zero_stage, a->micro_batch, a->seq_length,
-                  r->n_micro, r->ss.model.train.name, (long long)a->global_batch,
-                  (long long)a->global_batch * a->seq_length);
-    if (a->overlap_grad_reduce || a->overlap_param_gather || a->deterministic || a->bf16)
-        tri_log_rank0("options:%s%s%s%s", a->overlap_grad_reduce ? " overlapped gradient reduction;" : "",
-                      a->overlap_param_gather ? " overlapped parameter all-gather;" : "",
-                      a->deterministic ? " deterministic (exact fixed-point gradient sums);" : "",
-                      a->bf16 ? " bf16 mixed precision (fp32 gradients, master weights and moments);" : "");
+    tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s, ZeRO stage %d; micro-batch %lld x seq %lld, %d "
+                  "micro-batches (%s), global batch %lld sequences (%lld tokens)", r->world->size, L->tp, L->pp,
+                  L->dp, L->sequence_parallel ? " (sequence parallel)" : "", L->zero_stage, (long long)L->B,
+                  (long long)L->T, L->n_micro, r->ss.model.train.name, (long long)L->global_batch,
+                  (long long)L->global_batch * L->T);
+    if (L->overlap_grad_reduce || L->overlap_param_gather || L->deterministic || bf16)
+        tri_log_rank0("options:%s%s%s%s", L->overlap_grad_reduce ? " overlapped gradient reduction;" : "",
+                      L->overlap_param_gather ? " overlapped parameter all-gather;" : "",
+                      L->deterministic ? " deterministic (exact fixed-point gradient sums);" : "",
+                      bf16 ? " bf16 mixed precision (fp32 gradients, master weights and moments);" : "");
     if (r->ss.grid.world_rank == 0) {
         tri_stage_plan_print(stdout, &r->ss.model.plan);
         /* the per-stage plan, as `partitioner` prints it (models/gpt_preview.h: one code path) */
-        if (tri_gpt_print_stage_memory(stdout, &r->cfg, a->tp, a->pp, r->dp, &r->sopt.run) != TRI_OK)
+        if (tri_gpt_print_stage_memory(stdout, &r->cfg, L) != TRI_OK)
             tri_log("engine_train: warning: %s", tri_error_message());
     }
     tri_log_rank0("data: %s (%lld tokens), %s (%lld tokens); device %s, %d thread%s per rank",
@@ -568,7 +524,7 @@ static int identity_agree(run *r)
     if (rc)
         return rc;
     snprintf(extra, sizeof extra, "model=%s\nlayout=tp %d x pp %d x dp %d, %d micro-batches\ntrain_tokens=%lld\n"
-             "val_tokens=%lld\ncheckpoint_to_load=%s\n%s", json, r->a.tp, r->a.pp, r->dp, r->n_micro,
+             "val_tokens=%lld\ncheckpoint_to_load=%s\n%s", json, r->L.tp, r->L.pp, r->L.dp, r->L.n_micro,
              (long long)tri_dataloader_tokens(r->train), (long long)tri_dataloader_tokens(r->val),
              !r->a.load ? "no --load" : r->load_found ? "found" : "none yet",
              r->inject.identity_rank == r->world->rank && r->inject.identity_which == 1 ? "test_injection=identity\n"
@@ -632,7 +588,7 @@ static int train_loop(run *r)
     const args *a = &r->a;
     tri_batch_source src = {.ctx = r->train, .fill = tri_dataloader_fill_ctx};
     tri_transformer dims = tri_gpt_dims(&r->cfg);
-    double flops = tri_iteration_flops(&dims, a->global_batch, a->seq_length, false);
+    double flops = tri_iteration_flops(&dims, r->L.global_batch, r->L.T, false);
     double t_start = tri_now_s(), first_loss = NAN, last_loss = NAN;
     tri_train_metrics tm;
     int rc = start_metrics(r, &tm);
@@ -654,7 +610,7 @@ static int train_loop(run *r)
         double dt = tri_now_s() - t0;
         tri_step_time after = tri_step_time_snapshot(&r->ss.grid);
         tri_step_time split = tri_step_time_split(&before, &after, dt);
-        double tps = (double)(a->global_batch * a->seq_length) / dt;
+        double tps = (double)(r->L.global_batch * r->L.T) / dt;
         bool log_now = (it + 1) % a->log_interval == 0 || it == r->start_iter || it + 1 == a->train_iters;
         if (res.action != TRI_STEP_APPLY) {
             log_skip(r, it + 1, &res);
@@ -666,7 +622,7 @@ static int train_loop(run *r)
             last_loss = res.loss;
             /* the same on every rank (skips are agreed): its per-rank exchange is a collective */
             rc = tri_train_metrics_step(&tm, it + 1, res.loss, res.lr, res.grad_norm, &split, flops,
-                                        (double)(a->global_batch * a->seq_length), r->dev->peak_bytes, log_now);
+                                        (double)(r->L.global_batch * r->L.T), r->dev->peak_bytes, log_now);
             if (!rc && !a->quiet && log_now)
                 log_iteration(r, &tm, it + 1, &res, &split, tps, flops / dt / 1e9);
         }
@@ -763,7 +719,7 @@ static int share_token(run *r, int *id)
 static int generate(run *r)
 {
     const args *a = &r->a;
-    int64_t B = a->micro_batch, T = a->seq_length;
+    int64_t B = r->L.B, T = r->L.T;
     int V = r->cfg.vocab_size;
     if (a->sample_length <= 0)
         return TRI_OK;

@@ -29,15 +29,16 @@
 #include "partitioner/search.h"
 #include "partitioner/timeline_svg.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/layout_flags.h"
 #include "tools/cli/metrics.h"
 #include "tools/cli/partitioner_report.h"
 
 typedef struct args {
-    const char *config, *hardware, *schedule, *recompute, *timeline, *calibrate;
-    int num_gpus, gpus_per_node, cpu_cores, tp, pp, per_chunk, first_layers, last_layers;
-    int micro_batch, seq_length, zero_stage, top, max_tp, max_micro_batch;
-    int64_t global_batch;
-    bool sequence_parallel, bf16, deterministic, overlap_grad_reduce, overlap_param_gather, json, search;
+    const char *config, *hardware, *timeline, *calibrate;
+    int num_gpus, gpus_per_node, cpu_cores;
+    tri_cli_layout layout;     /* the layout flags engine_train shares (tools/cli/layout_flags.h) */
+    int top, max_tp, max_micro_batch;
+    bool json, search;
     float gemm, memory, intra, inter, tp_exposed, dp_exposed;
 } args;
 
@@ -53,22 +54,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("gpus-per-node", TRI_FLAG_INT, &a->gpus_per_node, "devices per node (0: the preset's; cpu: all ranks on this machine)", 0, 4096);
     f[n++] = (tri_flag)CHOICE("hardware", &a->hardware, "h100-sxm|h200|a100-80gb|cpu", "device preset (partitioner/hardware.c lists the sources)");
     f[n++] = (tri_flag)FLAG("cpu-cores", TRI_FLAG_INT, &a->cpu_cores, "cpu: cores per node (0: this machine's)", 0, 1 << 16);
-    f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &a->tp, "tensor-parallel size (tp)", 1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &a->pp, "pipeline-parallel size (pp); dp = num-gpus / (tp x pp)", 1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("num-layers-per-virtual-pipeline-stage", TRI_FLAG_INT, &a->per_chunk, "layers per model chunk: interleaved 1F1B (0: none)", 0, 1 << 20);
-    f[n++] = (tri_flag)CHOICE("pipeline-schedule", &a->schedule, "1f1b|gpipe|interleaved|zb-h1", "pipeline schedule (interleaved when --num-layers-per-virtual-pipeline-stage is given)");
-    f[n++] = (tri_flag)FLAG("decoder-first-pipeline-num-layers", TRI_FLAG_INT, &a->first_layers, "layers of the first pipeline stage (-1: balanced)", -1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &a->last_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT, &a->micro_batch, "sequences per micro-batch", 1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &a->global_batch, "sequences per iteration", 1, 1e12);
-    f[n++] = (tri_flag)FLAG("seq-length", TRI_FLAG_INT, &a->seq_length, "sequence length, at most n_positions", 1, 1 << 24);
-    f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero_stage, "ZeRO stage 0-3 (Rajbhandari et al. 2020)", 0, 3);
-    f[n++] = (tri_flag)CHOICE("recompute-granularity", &a->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022)");
-    f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &a->sequence_parallel, "sequence parallelism (needs tp > 1)", 0, 0);
-    f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &a->bf16, "bf16 mixed precision as engine_train --bf16 runs it: bf16 weights and activations, fp32 gradients, master weights and AdamW moments (cpu: computed in fp32)", 0, 0);
-    f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &a->deterministic, "deterministic mode: fixed-point gradient sums (engine/zero.h; the engine's plan counts their buffers)", 0, 0);
-    f[n++] = (tri_flag)FLAG("overlap-grad-reduce", TRI_FLAG_BOOL, &a->overlap_grad_reduce, "engine_train's overlapped gradient reduction (memory from the engine's plan; set --dp-comm-exposed for its time)", 0, 0);
-    f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &a->overlap_param_gather, "engine_train's overlapped parameter all-gather (as --overlap-grad-reduce)", 0, 0);
+    n = tri_cli_layout_flags(&a->layout, f, n);
     f[n++] = (tri_flag)FLAG("json", TRI_FLAG_BOOL, &a->json, "print one JSON object instead of text", 0, 0);
     f[n++] = (tri_flag)FLAG("timeline", TRI_FLAG_STRING, &a->timeline, "write the simulated schedule as an SVG picture to this file", 0, 0);
     f[n++] = (tri_flag)FLAG("search", TRI_FLAG_BOOL, &a->search, "rank every layout that fits by predicted throughput", 0, 0);
@@ -91,13 +77,12 @@ static void defaults(args *a)
     memset(a, 0, sizeof *a);
     a->config = "models/gpt2-tiny-byte.json";
     a->hardware = "cpu";
-    a->recompute = "none";
+    tri_cli_layout_defaults(&a->layout);
     a->num_gpus = 4;
-    a->tp = a->pp = 2;
-    a->first_layers = a->last_layers = -1;
-    a->micro_batch = 4;
-    a->global_batch = 16;
-    a->seq_length = 128;
+    a->layout.req.tp = a->layout.req.pp = 2;
+    a->layout.req.micro_batch = 4;
+    a->layout.req.global_batch = 16;
+    a->layout.req.seq_length = 128;
     a->top = 10;
     a->max_micro_batch = 16;
 }
@@ -121,22 +106,6 @@ static tri_cluster make_cluster(const args *a, const tri_flag *f, int nf, const 
     if (seen(f, nf, "tp-comm-exposed")) c.eff.tp_exposed = a->tp_exposed;
     if (seen(f, nf, "dp-comm-exposed")) c.eff.dp_exposed = a->dp_exposed;
     return c;
-}
-
-static tri_layout_request make_request(const args *a, const tri_hardware *hw, const tri_flag *f, int nf)
-{
-    tri_layout_request r = {
-        .num_gpus = a->num_gpus, .tp = a->tp, .pp = a->pp, .layers_per_virtual_stage = a->per_chunk,
-        .micro_batch = a->micro_batch, .global_batch = a->global_batch, .seq_length = a->seq_length,
-        .sequence_parallel = a->sequence_parallel, .zero_stage = a->zero_stage,
-        .schedule = seen(f, nf, "pipeline-schedule") ? a->schedule : NULL,
-        .recompute = strcmp(a->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
-                     : strcmp(a->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
-                                                              : TRI_RECOMPUTE_NONE,
-        .precision = a->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .cpu = hw->cpu,
-        .first_layers = a->first_layers, .last_layers = a->last_layers, .deterministic = a->deterministic,
-        .overlap_grad_reduce = a->overlap_grad_reduce, .overlap_param_gather = a->overlap_param_gather};
-    return r;
 }
 
 /* Sets c->eff.gemm from the last run in a->calibrate, which must be a run of this layout. */
@@ -229,11 +198,11 @@ static int run(args *a, tri_flag *flags, int nf)
                  "2022's GPT-3 175B run", hw->mamf, TRI_GEMM_TRANSFORMER_FACTOR);
     tri_report_info info = {.model_name = cfg.name, .n_params = (double)tri_gpt_num_params(&cfg),
                             .gemm_source = gemm_source};
-    tri_layout_request req = make_request(a, hw, flags, nf);
-    if (a->search)
-        return search(a, &cfg, &m, &c, &req, &info);
     tri_train_layout l;
-    rc = tri_layout_resolve(&m, &req, &l);
+    a->layout.req.cpu = hw->cpu;
+    rc = tri_cli_layout_resolve(&a->layout, flags, nf, a->num_gpus, &m, &l);
+    if (a->search) /* the search tries its own layouts around the request; it needs none valid */
+        return search(a, &cfg, &m, &c, &a->layout.req, &info);
     if (!rc && a->calibrate)
         rc = calibrate(a, &m, &l, &c, gemm_source, sizeof gemm_source);
     if (rc)

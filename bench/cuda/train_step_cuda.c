@@ -36,6 +36,7 @@
 #include "models/gpt_rank.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/layout_flags.h"
 #include "partitioner/flops.h"
 
 #ifndef TRIDENT_SOURCE_DIR
@@ -98,13 +99,13 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     if (b->T > cfg.n_positions)
         return TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's n_positions %d", b->T, model, cfg.n_positions);
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = b->tp, .pp = 1, .clip_grad = 1.0f,
-        .run = {.B = B, .T = b->T, .n_micro = 1, .first_stage_layers = -1, .last_stage_layers = -1,
-                .bf16 = b->bf16, .seed = 1},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
-    rc = tri_gpt_session_create(&ss, world, dev, &cfg, &o);
+    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_layout_request req = {.num_gpus = b->tp, .tp = b->tp, .pp = 1, .micro_batch = B, .global_batch = B,
+                              .seq_length = b->T, .precision = b->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
+                              .first_layers = -1, .last_layers = -1};
+    if (!rc) rc = tri_cli_gpt_layout(&cfg, req, &o.run.layout);
+    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &cfg, &o);
     if (rc)
         return rc;
     tri_grid grid = ss.grid;

@@ -24,6 +24,7 @@
 #include "models/gpt.h"
 #include "models/gpt_rank.h"
 #include "tests/gpu/mpi_common.h"
+#include "tests/harness.h"
 
 #define STEPS 3
 #define TOL 1e-4
@@ -57,14 +58,14 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
 static int train(tri_device *dev, tri_comm *world, const layout *l, result *res)
 {
     tri_gpt_session ss;
-    tri_gpt_session_options o = {
-        .tp = l->tp, .pp = l->pp, .clip_grad = 1.0f,
-        .run = {.B = B, .T = T, .n_micro = l->n_micro, .sequence_parallel = l->sp, .first_stage_layers = -1,
-                .last_stage_layers = -1, .zero_stage = l->zero, .deterministic = l->deterministic,
-                .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap, .seed = 1234},
-        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-    };
-    int rc = tri_gpt_session_create(&ss, world, dev, &CFG, &o);
+    tri_gpt_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
+                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tu_layout lay = {.tp = l->tp, .pp = l->pp, .sp = l->sp, .n_micro = l->n_micro, .zero = l->zero,
+                     .deterministic = l->deterministic, .overlap = l->overlap};
+    int rc = tu_layout_resolve(&CFG, B, T, &lay, world->size, &o.run.layout);
+    if (rc)
+        return rc;
+    rc = tri_gpt_session_create(&ss, world, dev, &CFG, &o);
     tri_batch_source src = {.ctx = NULL, .fill = fill};
     for (int k = 0; k < STEPS && !rc; k++) {
         tri_step_result r;

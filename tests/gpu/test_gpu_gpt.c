@@ -23,6 +23,7 @@
 #include "partitioner/schedule.h"
 #include "partitioner/schedule_forward.h"
 #include "tests/gpu/gpuutil.h"
+#include "tests/harness.h"
 #include "tests/opsutil.h"
 
 #define TOL 1e-4
@@ -69,10 +70,13 @@ static void run_on(run *r, tri_device *dev)
     cr_assert_eq(tri_comm_thread_create(&world, tg, 0), TRI_OK);
     tri_grid grid;
     cr_assert_eq(tri_grid_create(&grid, world, 1, 1), TRI_OK, "%s", tri_error_message());
-    tri_gpt_options opt = {.B = r->B, .T = r->T, .n_slots = 1, .layer_end = r->cfg.n_layer, .first = true,
-                           .last = true, .dp = 1, .bf16 = r->bf16, .seed = 1234};
+    tri_gpt_options opt = {.n_slots = 1, .layer_end = r->cfg.n_layer, .first = true, .last = true, .seed = 1234};
+    tri_train_layout lay;
+    tu_layout one = {.tp = 1, .pp = 1, .dp = 1, .n_micro = 1, .bf16 = r->bf16};
+    cr_assert_eq(tu_layout_resolve(&r->cfg, r->B, r->T, &one, 1, &lay), TRI_OK, "%s", tri_error_message());
     tri_gpt *m = NULL;
-    cr_assert_eq(tri_gpt_create(&m, &r->cfg, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_gpt_create(&m, &r->cfg, &lay, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s",
+                 tri_error_message());
     /* forward and backward of the first batch */
     cr_assert_eq(tri_gpt_load_batch(m, 0, r->windows), TRI_OK);
     cr_assert_eq(tri_chunk_zero_grads(&m->chunk), TRI_OK);

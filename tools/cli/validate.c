@@ -35,15 +35,15 @@ static double physical_gib(void)
     return pages > 0 && page > 0 ? (double)pages * (double)page / 1073741824.0 : 0.0;
 }
 
-int tri_cli_check_memory(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o,
-                         double budget_gb)
+int tri_cli_check_memory(const tri_gpt_config *cfg, const tri_gpt_run *o, double budget_gb)
 {
+    const tri_train_layout *l = &o->layout;
     double budget = budget_gb > 0 ? budget_gb : physical_gib();
     if (!(budget > 0))
         return TRI_OK; /* unknown machine size and no budget given: nothing to check against */
-    for (int s = 0; s < pp; s++) {
+    for (int s = 0; s < l->pp; s++) {
         size_t b[TRI_MEM_KINDS];
-        int rc = tri_gpt_rank_plan(cfg, tp, pp, dp, o, 0, s, 0, b);
+        int rc = tri_gpt_rank_plan(cfg, o, 0, s, 0, b);
         if (rc)
             return rc;
         double total = 0.0;
@@ -54,8 +54,8 @@ int tri_cli_check_memory(const tri_gpt_config *cfg, int tp, int pp, int dp, cons
             return TRI_ERR(TRI_EINVAL, "pipeline stage %d of %s needs %.3g GiB per rank (tp %d x pp %d x dp %d, "
                            "ZeRO stage %d, micro-batch %lld x seq %lld), more than the %s of %.3g GiB; "
                            "expected a layout within it: more tp/pp/dp, a ZeRO stage, recomputation or "
-                           "a smaller micro-batch", s, cfg->name, total, tp, pp, dp, o->zero_stage,
-                           (long long)o->B, (long long)o->T,
+                           "a smaller micro-batch", s, cfg->name, total, l->tp, l->pp, l->dp, l->zero_stage,
+                           (long long)l->B, (long long)l->T,
                            budget_gb > 0 ? "--memory-budget-gb" : "machine's physical memory", budget);
     }
     return TRI_OK;

@@ -23,8 +23,7 @@ int tri_cli_check_sizes(const tri_gpt_config *cfg, const char *config_path, int6
 /* The engine's planned bytes on every pipeline stage (tri_gpt_rank_plan, TP and DP rank 0) are at
  * most budget_gb GiB per rank; budget_gb 0 means the machine's physical memory. TRI_EINVAL naming
  * the stage, its planned GiB, the budget and the layout. */
-int tri_cli_check_memory(const tri_gpt_config *cfg, int tp, int pp, int dp, const tri_gpt_run_options *o,
-                         double budget_gb);
+int tri_cli_check_memory(const tri_gpt_config *cfg, const tri_gpt_run *o, double budget_gb);
 
 /* A directory the run will create and write (e.g. --save-dir): either an existing writable
  * directory, or a path whose nearest existing ancestor is a writable directory. TRI_EINVAL/TRI_EIO

@@ -1,0 +1,58 @@
+/* tools/cli/layout_flags.c - the layout flags the tools share (see layout_flags.h). */
+#include "tools/cli/layout_flags.h"
+
+#include <string.h>
+
+void tri_cli_layout_defaults(tri_cli_layout *l)
+{
+    memset(l, 0, sizeof *l);
+    l->req = (tri_layout_request){.num_gpus = 1, .tp = 1, .pp = 1, .micro_batch = 4, .global_batch = 0,
+                                  .seq_length = 64, .first_layers = -1, .last_layers = -1};
+    l->schedule = "1f1b";
+    l->recompute = "none";
+}
+
+#define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
+#define CHOICE(name, dst, choices, help) {name, TRI_FLAG_CHOICE, dst, help, 0, 0, choices, false}
+
+int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n)
+{
+    tri_layout_request *r = &l->req;
+    f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &r->tp, "tensor-parallel size (tp): divides n_head and the ranks", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &r->pp, "pipeline-parallel size (pp); data-parallel size dp = ranks / (tp x pp)", 1, 1 << 20);
+    f[n++] = (tri_flag)CHOICE("pipeline-schedule", &l->schedule, "1f1b|gpipe|interleaved|zb-h1", "pipeline schedule (Narayanan et al. 2021; zb-h1, Qi et al. 2023, is modelled by the partitioner only); interleaved when --num-layers-per-virtual-pipeline-stage is given");
+    f[n++] = (tri_flag)FLAG("num-layers-per-virtual-pipeline-stage", TRI_FLAG_INT, &r->layers_per_virtual_stage, "layers per model chunk with the interleaved schedule (0: none)", 0, 1 << 20);
+    f[n++] = (tri_flag)FLAG("decoder-first-pipeline-num-layers", TRI_FLAG_INT, &r->first_layers, "layers of the first pipeline stage (-1: balanced)", -1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("decoder-last-pipeline-num-layers", TRI_FLAG_INT, &r->last_layers, "layers of the last pipeline stage (-1: balanced)", -1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("micro-batch-size", TRI_FLAG_INT64, &r->micro_batch, "sequences per micro-batch (B)", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("global-batch-size", TRI_FLAG_INT64, &r->global_batch, "sequences per iteration, a multiple of micro-batch-size x dp (0: micro-batch-size x dp)", 0, 1e12);
+    f[n++] = (tri_flag)FLAG("seq-length", TRI_FLAG_INT64, &r->seq_length, "sequence length (T), at most n_positions", 1, 1 << 24);
+    f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &r->zero_stage, "ZeRO stage (Rajbhandari et al. 2020): 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over data-parallel ranks", 0, 3);
+    f[n++] = (tri_flag)CHOICE("recompute-granularity", &l->recompute, "none|selective|full", "activation recomputation (Korthikanti et al. 2022): selective drops the attention softmax, full keeps only block outputs");
+    f[n++] = (tri_flag)FLAG("sequence-parallel", TRI_FLAG_BOOL, &r->sequence_parallel, "shard layernorm/residual activations along the sequence (needs tp > 1 and seq-length divisible by tp)", 0, 0);
+    f[n++] = (tri_flag)FLAG("bf16", TRI_FLAG_BOOL, &l->bf16, "bf16 mixed precision: bf16 weights and activations computed in fp32, fp32 gradients, master weights and AdamW moments (in the ZeRO shard)", 0, 0);
+    f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &r->deterministic, "sum gradients, norms and losses in exact fixed point: bit-identical results for every pp, dp, ZeRO stage, micro-batch count and rerun at a given tp", 0, 0);
+    f[n++] = (tri_flag)FLAG("overlap-grad-reduce", TRI_FLAG_BOOL, &r->overlap_grad_reduce, "start each gradient reduce-scatter/all-reduce during the backward, as soon as its bucket is complete (non-blocking collectives)", 0, 0);
+    f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &r->overlap_param_gather, "overlap parameter all-gathers with the forward: after the update (ZeRO 1-2), one unit ahead (ZeRO 3)", 0, 0);
+    return n;
+}
+
+int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num_gpus, const tri_transformer *m,
+                           tri_train_layout *out)
+{
+    tri_layout_request *r = &l->req;
+    const tri_flag *sched = tri_flags_find(f, nf, "pipeline-schedule");
+    r->num_gpus = num_gpus;
+    r->schedule = sched && sched->seen ? l->schedule : NULL;
+    r->recompute = strcmp(l->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
+                   : strcmp(l->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
+                                                            : TRI_RECOMPUTE_NONE;
+    r->precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32;
+    return tri_layout_resolve(m, r, out);
+}
+
+int tri_cli_gpt_layout(const tri_gpt_config *cfg, tri_layout_request r, tri_train_layout *out)
+{
+    tri_transformer dims = tri_gpt_dims(cfg);
+    return tri_layout_resolve(&dims, &r, out);
+}

@@ -1,0 +1,43 @@
+/* tools/cli/layout_flags.h - the layout flags engine_train, the partitioner and the benches share.
+ *
+ * One set of names (Megatron-LM's), ranges and help, read into one tri_layout_request and resolved
+ * by one function (partitioner/constraints.h) into the run's tri_train_layout
+ * (engine/train_layout.h): the CLIs refuse an impossible layout with the same message, naming the
+ * flag, the value and the nearest valid values. */
+#ifndef TRIDENT_TOOLS_CLI_LAYOUT_FLAGS_H
+#define TRIDENT_TOOLS_CLI_LAYOUT_FLAGS_H
+
+#include <stdbool.h>
+
+#include "models/config.h"
+#include "partitioner/constraints.h"
+#include "tools/cli/flags.h"
+
+#define TRI_CLI_LAYOUT_FLAGS 16 /* flags tri_cli_layout_flags adds */
+
+/* What the layout flags write: the request, and the flags whose text becomes an enum. */
+typedef struct tri_cli_layout {
+    tri_layout_request req;   /* num_gpus is the caller's (--num-gpus, or the world size) */
+    const char *schedule;     /* --pipeline-schedule */
+    const char *recompute;    /* --recompute-granularity */
+    bool bf16;                /* --bf16 */
+} tri_cli_layout;
+
+/* Defaults: tp = pp = 1, micro-batch 4, sequence 64, global batch 0 (one micro-batch per replica),
+ * ZeRO 0, 1f1b, no recomputation, fp32, balanced stages. A CLI may change them before parsing. */
+void tri_cli_layout_defaults(tri_cli_layout *l);
+
+/* Appends the layout flags, bound to l, to f (n flags so far); returns the new count. */
+int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n);
+
+/* Resolves the parsed flags for num_gpus ranks of model m into *out (partitioner/constraints.h):
+ * TRI_EINVAL with the rule's message. f (nf flags) tells whether --pipeline-schedule was given (else
+ * the schedule follows --num-layers-per-virtual-pipeline-stage). */
+int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num_gpus, const tri_transformer *m,
+                           tri_train_layout *out);
+
+/* For code that sets its layout itself (the benches, the checkpoint tool, tests): request r,
+ * first_layers / last_layers -1 unless set, resolved for GPT config cfg by the same validator. */
+int tri_cli_gpt_layout(const tri_gpt_config *cfg, tri_layout_request r, tri_train_layout *out);
+
+#endif
