@@ -2,7 +2,7 @@
  * asynchronous (--async-save), in one run.
  *
  * A GPT (default GPT-2 124M) trains on random tokens on the CPU, one rank. The baseline is today's
- * synchronous save (tri_gpt_ckpt_save: the whole write, fsync and checksum blocks the loop), timed
+ * synchronous save (tri_session_ckpt_save: the whole write, fsync and checksum blocks the loop), timed
  * --saves times. Then the same number of asynchronous saves: each blocks the loop while the rank
  * copies its weights and Adam moments to host memory; training steps then run while the background
  * thread writes, each polling the save, until it is published. Per save it prints the synchronous
@@ -16,22 +16,24 @@
 
 #include "checkpoints/async_save.h"
 #include "checkpoints/fsutil.h"
-#include "engine/clock.h"
-#include "engine/device.h"
-#include "engine/rng.h"
-#include "engine/status.h"
+#include "engine/core/clock.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
 #include "models/config.h"
 #include "models/gpt.h"
-#include "models/gpt_rank.h"
+#include "models/gpt.h"
+#include "models/session.h"
+#include "models/session_checkpoint.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
-#include "tools/cli/gpt_checkpoint.h"
 
 typedef struct bench {
     const char *config, *dir;
     int B, T, saves, threads;
     tri_gpt_config cfg;
+    tri_model model;            /* the session's handle on cfg (models/model.h) */
     /* results */
     double sync_s, blocked_s, background_s, copy_s;
     double first_blocked_s;     /* the first asynchronous save */
@@ -76,19 +78,19 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     bench *b = arg;
     tri_device *dev = NULL;
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tri_layout_request req = {.num_gpus = 1, .tp = 1, .pp = 1, .micro_batch = b->B, .global_batch = b->B,
                               .seq_length = b->T, .first_layers = -1, .last_layers = -1};
-    int lrc = tri_cli_gpt_layout(&b->cfg, req, &o.run.layout);
+    int lrc = tri_cli_model_layout(&b->model, req, &o.run.layout);
     if (lrc)
         return lrc;
-    tri_gpt_ckpt_run cr = {.seed = 1, .keep_last = 1,
-                           .lr = {.lr = 1e-4f, .min_lr = 1e-5f, .decay_iters = 1000, .style = TRI_LR_COSINE}};
+    tri_session_ckpt_run cr = {.seed = 1, .keep_last = 1,
+                               .lr = {.lr = 1e-4f, .min_lr = 1e-5f, .decay_iters = 1000, .style = TRI_LR_COSINE}};
     tri_cli_set_threads(b->threads);
     int rc = tri_cli_device_create("cpu", b->threads, &dev);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &b->cfg, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &b->model, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -103,7 +105,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     /* the baseline: synchronous saves */
     for (int k = 0; k < b->saves && !rc; k++) {
         double t0 = tri_now_s();
-        rc = tri_gpt_ckpt_save(&ss, &b->cfg, sync_dir, &cr, it + k);
+        rc = tri_session_ckpt_save(&ss, sync_dir, &cr, it + k);
         b->sync_s += tri_now_s() - t0;
     }
     /* asynchronous saves, training on while each is written */
@@ -113,7 +115,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (!rc) rc = tri_ckpt_async_create(&saver, &ss.trainer);
     b->reserve_s = tri_now_s() - t_create;
     for (int k = 0; k < b->saves && !rc; k++) {
-        rc = tri_gpt_ckpt_save_async(&ss, saver, &b->cfg, async_dir, &cr, it, &done);
+        rc = tri_session_ckpt_save_async(&ss, saver, async_dir, &cr, it, &done);
         while (!rc && tri_ckpt_async_busy(saver)) {
             rc = tri_trainer_step(&ss.trainer, &src, it++, 1e-4f, &res);
             if (!rc) rc = tri_ckpt_async_poll(saver, &done);
@@ -130,7 +132,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         for (int i = 0; i < L->n; i++)
             b->bytes += 3.0 * (double)L->params[i].numel * sizeof(float); /* weights, m, v */
     }
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }
@@ -160,6 +162,7 @@ int main(int argc, char **argv)
         return rc ? 2 : 0;
     }
     rc = tri_gpt_config_load(&b.cfg, b.config);
+    b.model = tri_gpt_model(&b.cfg);
     if (!rc) rc = tri_run_thread_ranks(1, run_rank, &b);
     tri_fs_remove_tree(b.dir);
     if (rc) {

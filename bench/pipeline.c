@@ -14,15 +14,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/comm.h"
-#include "engine/clock.h"
-#include "engine/grid.h"
-#include "engine/rng.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/comm/comm.h"
+#include "engine/comm/grid.h"
+#include "engine/core/clock.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/train/train.h"
 #include "models/config.h"
-#include "models/gpt_rank.h"
-#include "partitioner/schedule.h"
+#include "models/gpt.h"
+#include "models/session.h"
+#include "partitioner/pipeline_schedules.h"
 #include "partitioner/simulate.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
@@ -34,6 +35,7 @@ typedef struct bench {
     const char *config;
     int B, T, iters;
     tri_gpt_config cfg;
+    tri_model model;            /* the session's handle on cfg (models/model.h) */
     /* the run in progress */
     int tp, pp, m, v;
     const char *schedule;
@@ -54,18 +56,18 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     bench *b = arg;
     tri_device *dev = NULL;
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tri_layout_request req = {.num_gpus = b->tp * b->pp, .tp = b->tp, .pp = b->pp, .micro_batch = b->B,
                               .global_batch = (int64_t)b->B * b->m, .seq_length = b->T, .schedule = b->schedule,
                               .layers_per_virtual_stage = b->v > 1 ? b->cfg.n_layer / (b->pp * b->v) : 0,
                               .first_layers = -1, .last_layers = -1};
-    int lrc = tri_cli_gpt_layout(&b->cfg, req, &o.run.layout);
+    int lrc = tri_cli_model_layout(&b->model, req, &o.run.layout);
     if (lrc)
         return lrc;
     int rc = tri_cli_device_create("cpu", 1, &dev);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &b->cfg, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &b->model, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -85,7 +87,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     }
     if (!rc && rank == 0)
         b->seconds = tri_now_s() - t0;
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }
@@ -177,6 +179,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_pipeline: %s\n", tri_error_message());
         return 1;
     }
+    b.model = tri_gpt_model(&b.cfg);
     tri_cli_set_threads(1);
     printf("%s, micro-batch %d x seq %d, one thread per rank, %ld cores\n", b.cfg.name, b.B, b.T,
            sysconf(_SC_NPROCESSORS_ONLN));

@@ -15,26 +15,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/comm.h"
-#include "engine/clock.h"
-#include "engine/device.h"
-#include "engine/grid.h"
-#include "engine/rng.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/comm/comm.h"
+#include "engine/comm/grid.h"
+#include "engine/core/clock.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/train/train.h"
 #include "models/config.h"
 #include "models/gpt.h"
-#include "models/gpt_rank.h"
+#include "models/gpt.h"
+#include "models/session.h"
+#include "partitioner/flops.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
-#include "partitioner/flops.h"
 
 typedef struct bench {
     const char *config;
     int B, T, iters, threads, compare_tp;
     bool profile;
     tri_gpt_config cfg;
+    tri_model model;            /* the session's handle on cfg (models/model.h) */
     /* results of one run */
     int tp;
     double ms_per_iter;
@@ -53,17 +55,17 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     bench *b = arg;
     tri_device *dev = NULL;
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tri_layout_request req = {.num_gpus = b->tp, .tp = b->tp, .pp = 1, .micro_batch = b->B, .global_batch = b->B,
                               .seq_length = b->T, .first_layers = -1, .last_layers = -1};
-    int lrc = tri_cli_gpt_layout(&b->cfg, req, &o.run.layout);
+    int lrc = tri_cli_model_layout(&b->model, req, &o.run.layout);
     if (lrc)
         return lrc;
     tri_cli_set_threads(b->threads);
     int rc = tri_cli_device_create("cpu", b->threads, &dev);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &b->cfg, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &b->model, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -80,7 +82,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         b->ms_per_iter = (tri_now_s() - t0) * 1e3 / b->iters;
     if (!rc && rank == 0 && b->profile)
         tri_device_profile_report(dev, stdout);
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }
@@ -178,6 +180,7 @@ int main(int argc, char **argv)
         return rc ? 2 : 0;
     }
     rc = tri_gpt_config_load(&b.cfg, b.config);
+    b.model = tri_gpt_model(&b.cfg);
     if (rc) {
         fprintf(stderr, "bench_train_step: %s\n", tri_error_message());
         return 1;

@@ -3,7 +3,7 @@
  *
  * Part 1 (one process): for ZeRO stages 0-3 and dp = 1, 2, 4, 8 on one model (default GPT-2 124M,
  * tp = pp = 1), data-parallel rank 0's bytes by category, from the plan the session allocates
- * (tri_gpt_rank_plan), beside the ZeRO paper's model-state formulas (Rajbhandari et al. 2020 §5.1
+ * (tri_model_rank_plan), beside the ZeRO paper's model-state formulas (Rajbhandari et al. 2020 §5.1
  * and Figure 1) for fp32 training - 4 bytes of parameters, 4 of gradients and K = 8 of AdamW state
  * per parameter (the paper's mixed precision has 2 + 2 + 12):
  *     baseline 16 Psi;  P_os 8 Psi + 8 Psi / Nd;  P_os+g 4 Psi + 12 Psi / Nd;  P_os+g+p 16 Psi / Nd.
@@ -24,14 +24,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/arena.h"
-#include "engine/clock.h"
-#include "engine/comm.h"
-#include "engine/rng.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/comm/comm.h"
+#include "engine/core/clock.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/arena.h"
+#include "engine/train/train.h"
 #include "models/config.h"
-#include "models/gpt_rank.h"
+#include "models/gpt.h"
+#include "models/session.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
@@ -44,6 +45,7 @@ typedef struct bench {
     float budget_gb;
     bool step_time;
     tri_gpt_config cfg;
+    tri_model model;            /* the session's handle on cfg (models/model.h) */
     /* the run in progress */
     int dp, zero;
     bool overlap;
@@ -60,15 +62,15 @@ static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 }
 
 /* The session of data-parallel size dp (one stage, tp 1) at the bench's ZeRO stage and overlap. */
-static int session_options(const bench *b, int dp, tri_gpt_session_options *o)
+static int session_options(const bench *b, int dp, tri_session_options *o)
 {
-    *o = (tri_gpt_session_options){.run = {.seed = 1}, .clip_grad = 1.0f,
-                                   .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    *o = (tri_session_options){.run = {.seed = 1}, .clip_grad = 1.0f,
+                               .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tri_layout_request req = {.num_gpus = dp, .tp = 1, .pp = 1, .micro_batch = b->B,
                               .global_batch = (int64_t)b->B * b->n_micro * dp, .seq_length = b->T,
                               .zero_stage = b->zero, .overlap_grad_reduce = b->overlap,
                               .overlap_param_gather = b->overlap, .first_layers = -1, .last_layers = -1};
-    return tri_cli_gpt_layout(&b->cfg, req, &o->run.layout);
+    return tri_cli_model_layout(&b->model, req, &o->run.layout);
 }
 
 /* One rank: a session, one warm-up step, then `iters` timed steps (0: the warm-up only). */
@@ -76,11 +78,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     bench *b = arg;
     tri_device *dev = NULL;
-    tri_gpt_session ss;
-    tri_gpt_session_options o;
+    tri_session ss;
+    tri_session_options o;
     int rc = session_options(b, size, &o);
     if (!rc) rc = tri_cli_device_create("cpu", 1, &dev);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &b->cfg, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &b->model, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -95,7 +97,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     double seconds = tri_now_s() - t0;
     if (!rc && rank == 0)
         b->peak = dev->peak_bytes;
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     tri_device_destroy(dev);
     float slowest = (float)seconds;
     if (!rc) rc = tri_comm_all_reduce(world, tri_tensor_1d(&slowest, TRI_F32, 1), TRI_REDUCE_MAX);
@@ -121,9 +123,9 @@ static int memory_table(bench *b)
     size_t base[TRI_MEM_KINDS];
     b->zero = 0;
     b->dp = 1;
-    tri_gpt_session_options o;
+    tri_session_options o;
     int rc = session_options(b, 1, &o);
-    if (!rc) rc = tri_gpt_rank_plan(&b->cfg, &o.run, 0, 0, 0, base);
+    if (!rc) rc = tri_model_rank_plan(&b->model, &o.run, 0, 0, 0, base);
     if (rc)
         return rc;
     double psi = (double)base[TRI_MEM_PARAMS] / 4.0;
@@ -140,7 +142,7 @@ static int memory_table(bench *b)
             b->zero = stage;
             b->dp = dps[k];
             rc = session_options(b, dps[k], &o);
-            if (!rc) rc = tri_gpt_rank_plan(&b->cfg, &o.run, 0, 0, 0, by);
+            if (!rc) rc = tri_model_rank_plan(&b->model, &o.run, 0, 0, 0, by);
             if (rc)
                 return rc;
             for (int c = 0; c < TRI_MEM_KINDS; c++)
@@ -235,6 +237,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_zero: %s\n", tri_error_message());
         return 1;
     }
+    b.model = tri_gpt_model(&b.cfg);
     tri_cli_set_threads(1);
     rc = b.step_time ? step_times(&b, argc, argv) : memory_table(&b);
     if (rc && !b.step_time)

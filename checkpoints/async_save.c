@@ -16,8 +16,8 @@
 
 #include "checkpoints/save_steps.h"
 #include "checkpoints/snapshot.h"
-#include "engine/clock.h"
-#include "engine/status.h"
+#include "engine/core/clock.h"
+#include "engine/core/status.h"
 
 typedef enum { IDLE = 0, WRITING, PUBLISHING } phase;
 

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 typedef struct tri_box {
     int ndim;

@@ -27,7 +27,7 @@
 
 #include "checkpoints/manifest.h"
 #include "checkpoints/reader.h"
-#include "engine/train.h"
+#include "engine/train/train.h"
 
 /* What the caller knows that the trainer does not. */
 typedef struct tri_ckpt_save_info {

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 int tri_fs_join(char *out, size_t cap, const char *a, const char *b)
 {

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 #define CHUNK_ELEMS ((int64_t)1 << 18) /* 1 MiB of float32 per chunk */
 

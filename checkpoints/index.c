@@ -9,7 +9,7 @@
 #include "checkpoints/checkpoint.h"
 #include "checkpoints/fsutil.h"
 #include "checkpoints/h5.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 static int index_tensor(hid_t f, const char *path, const tri_ckpt_manifest *m, int t)
 {

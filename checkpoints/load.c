@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "checkpoints/checkpoint.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 /* The checkpoint's tensor for p must have p's logical shape. */
 static int check_shape(const tri_ckpt_reader *r, const tri_param *p)

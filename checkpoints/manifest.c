@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "checkpoints/fsutil.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 const char *tri_ckpt_lr_style_name(tri_lr_style s)
 {

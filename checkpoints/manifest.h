@@ -16,8 +16,8 @@
 
 #include "checkpoints/box.h"
 #include "checkpoints/sha256.h"
-#include "engine/optimizer.h"
-#include "engine/param.h"
+#include "engine/train/optimizer.h"
+#include "engine/train/param.h"
 
 #define TRI_CKPT_FORMAT "trident-checkpoint"
 #define TRI_CKPT_FORMAT_VERSION 1
@@ -51,7 +51,7 @@ typedef struct tri_ckpt_file {
 } tri_ckpt_file;
 
 typedef struct tri_ckpt_tensor {
-    char name[TRI_PARAM_NAME_MAX];  /* the global parameter name (engine/param.h) */
+    char name[TRI_PARAM_NAME_MAX];  /* the global parameter name (engine/train/param.h) */
     int ndim;
     int64_t shape[TRI_MAX_DIMS];    /* logical global shape: wte has the real vocabulary rows */
 } tri_ckpt_tensor;

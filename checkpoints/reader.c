@@ -9,7 +9,7 @@
 
 #include "checkpoints/fsutil.h"
 #include "checkpoints/h5.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 void tri_ckpt_step_name(int64_t iteration, char *out, size_t cap)
 {

@@ -10,7 +10,7 @@
 
 #include "checkpoints/fsutil.h"
 #include "checkpoints/h5.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 void tri_ckpt_logical_shape(const tri_param_spec *s, int64_t *shape)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 static void to_hex(const unsigned char *md, char hex[TRI_SHA256_HEX])
 {

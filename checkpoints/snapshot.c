@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "checkpoints/checkpoint.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 bool tri_ckpt_stores(const tri_trainer *t, const tri_param *p)
 {

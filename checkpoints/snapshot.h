@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "checkpoints/manifest.h"
-#include "engine/train.h"
+#include "engine/train/train.h"
 
 /* A parameter's TP shard as this rank holds it (model entries: the local values; optimizer
  * entries: the owned flat range [lo, hi) of the shard's m and v). */

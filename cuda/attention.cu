@@ -3,7 +3,7 @@
  * The default path is the CPU backend's algorithm with cuBLASLt in place of sgemm: per sequence b,
  * one strided-batched product over the NH_l heads (a head's q, k, v are HS-wide column blocks of
  * qkv with row stride 3C, so head h starts h*HS elements after head 0: batch stride HS), and one
- * launch of the row kernels of cuda/kernels/attention.kern.h for the causal softmax (engine/math.h's
+ * launch of the row kernels of cuda/kernels/attention.kern.h for the causal softmax (engine/core/math.h's
  * row functions, tested on the CPU):
  *   forward   scores = q k^T * scale -> att (in place) = causal softmax -> out = att v
  *   backward  datt = dout v^T, dv = att^T dout -> datt = dscores (softmax backward, in place)
@@ -13,7 +13,7 @@
  * (plain loops per (b, h, t) row), which the CPU suite checks against the CPU backend and the GPU
  * suite checks against this path. A fused (flash) kernel would follow as a third twin.
  *
- * bf16 (engine/device.h "Precision"): the products take bf16 operands when the tensors are bf16
+ * bf16 (engine/device/device.h "Precision"): the products take bf16 operands when the tensors are bf16
  * (cuBLASLt CUDA_R_16BF A/B, fp32 accumulation, C/D in the output's dtype). cuBLASLt multiplies two
  * operands of one type only, so when the tensors that meet in a product differ in dtype (att and
  * qkv forward; dout, att, datt and qkv backward) the op runs its simple kernels instead, which take

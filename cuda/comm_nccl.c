@@ -17,7 +17,7 @@
  *
  * Every NCCL, CUDA and MPI return code is checked and recorded with the failing call's text. */
 #include "cuda/comm_nccl.h"
-#include "engine/clock.h"
+#include "engine/core/clock.h"
 
 #include <mpi.h>
 #include <nccl.h>
@@ -27,7 +27,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "cuda/device_cuda.h"
-#include "engine/mpi_check.h"
+#include "engine/comm/mpi_check.h"
 
 typedef struct nccl_impl {
     ncclComm_t comm;

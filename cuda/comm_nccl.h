@@ -1,12 +1,12 @@
-/* cuda/comm_nccl.h - the NCCL comm: the comm interface (engine/comm.h) over device buffers.
+/* cuda/comm_nccl.h - the NCCL comm: the comm interface (engine/comm/comm.h) over device buffers.
  *
  * Only tools/ and tests/ create one (through tools/cli/backend.h or directly in GPU tests); the
  * rest of Trident sees a tri_comm. */
 #ifndef TRIDENT_CUDA_COMM_NCCL_H
 #define TRIDENT_CUDA_COMM_NCCL_H
 
-#include "engine/comm.h"
-#include "engine/device.h"
+#include "engine/comm/comm.h"
+#include "engine/device/device.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* cuda/convert.cu - fp32 <-> bf16 conversion on the GPU, for bf16 mixed precision: the device op
- * `convert` through the simple kernels of cuda/kernels/convert.kern.h, engine/math.h's
+ * `convert` through the simple kernels of cuda/kernels/convert.kern.h, engine/core/math.h's
  * round-to-nearest-even, tested on the CPU against known values and the scalar functions. */
 #include "cuda/device_cuda.h"
 #include "cuda/kernels/convert.kern.h"
@@ -34,7 +34,7 @@ extern "C" int tri_cuda_bf16_to_float(tri_device *d, tri_tensor out, tri_tensor 
                              (const uint16_t *)in.data, n);
 }
 
-/* The device op convert (engine/device.h): dst = src in dst's dtype; the wrapper has checked the
+/* The device op convert (engine/device/device.h): dst = src in dst's dtype; the wrapper has checked the
  * dtypes are fp32/bf16 and differ. */
 extern "C" int tri_cuda_convert(tri_device *d, tri_tensor dst, tri_tensor src)
 {

@@ -1,7 +1,7 @@
 /* cuda/crossentropy.cu - the vocab-parallel softmax cross-entropy pieces on the GPU.
  *
  * The simple kernels of cuda/kernels/crossentropy.kern.h, tested on the CPU against the CPU
- * backend: row statistics one thread per row with engine/math.h's lane-wise row max and sum-exp
+ * backend: row statistics one thread per row with engine/core/math.h's lane-wise row max and sum-exp
  * (the same arithmetic, so the loss pieces agree with the CPU backend to FMA rounding), the logit
  * gradient one thread per element, in place over the logits when the caller asks. logits and
  * dlogits are fp32 or bf16 as their dtypes say; maxes, stats and losses are fp32. */

@@ -12,8 +12,8 @@
 #include <cuda_runtime.h>
 #include <stdbool.h>
 
-#include "engine/device.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,7 +82,7 @@ int tri_cuda_gemm(tri_cuda *c, const tri_cuda_gemm_args *g);
 int tri_cuda_gemm_cache_create(tri_cuda_gemm_cache **out);
 void tri_cuda_gemm_cache_destroy(tri_cuda_gemm_cache *cache);
 
-/* ---- the ops, one family per .cu (contracts in engine/device.h) ---- */
+/* ---- the ops, one family per .cu (contracts in engine/device/device.h) ---- */
 int tri_cuda_fill(tri_device *d, tri_tensor x, float value);
 int tri_cuda_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
 int tri_cuda_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x);

@@ -3,13 +3,13 @@
  * One compute stream per device (cudaStreamNonBlocking, so it never synchronises with the legacy
  * default stream); every op is queued on it in program order, which is the interface's ordering
  * rule, and the host waits only in copy_to_host, copy_from_host and sync. Memory comes from
- * cudaMalloc in one call per arena (engine/arena.h plans the sizes; the backend never allocates
+ * cudaMalloc in one call per arena (engine/device/arena.h plans the sizes; the backend never allocates
  * behind an op's back: its own buffers, the cuBLASLt workspace and the reduction scratch, are made
  * here once). Waiting polls the stream so that the NCCL comm can watch for asynchronous errors and
  * time-outs meanwhile (tri_cuda_watch_add); without watches it is cudaStreamSynchronize.
  *
  * Every CUDA and cuBLASLt call goes through TRI_CUDA / TRI_CUBLAS, which record the failing call
- * with the library's error name and message (engine/status.h); nothing here exits or aborts. */
+ * with the library's error name and message (engine/core/status.h); nothing here exits or aborts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,11 +214,11 @@ static const tri_device_ops cuda_ops = {
 };
 
 /* The table is positional (C++17 has no designated initializers), so an op added to
- * engine/device.h and forgotten here would be a silent NULL entry: the build fails instead until
+ * engine/device/device.h and forgotten here would be a silent NULL entry: the build fails instead until
  * the count, and the table, are updated together (name + 37 ops). */
 #define TRI_CUDA_OPS_ENTRIES 38
 static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
-              "engine/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
+              "engine/device/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
 
 /* ---- discovery and creation ---- */
 

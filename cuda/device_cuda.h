@@ -1,4 +1,4 @@
-/* cuda/device_cuda.h - the CUDA backend of the device interface (engine/device.h).
+/* cuda/device_cuda.h - the CUDA backend of the device interface (engine/device/device.h).
  *
  * Only tools/ and tests/ name a concrete backend; they include this header when the build has
  * CUDA (TRIDENT_CUDA, defined by CMake for them when nvcc is found). Besides creation, it offers
@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/device.h"
+#include "engine/device/device.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* cuda/gelu.cu - GELU forward and backward on the GPU: the simple kernels of
- * cuda/kernels/gelu.kern.h (engine/math.h's tri_gelu / tri_gelu_grad per element, tested on the CPU
+ * cuda/kernels/gelu.kern.h (engine/core/math.h's tri_gelu / tri_gelu_grad per element, tested on the CPU
  * against the CPU backend), one thread per element, each tensor fp32 or bf16. Memory bound; no
  * faster twin needed. */
 #include "cuda/kernels/gelu.kern.h"

@@ -1,7 +1,7 @@
 /* cuda/layernorm.cu - layernorm forward and backward on the GPU.
  *
  * The simple kernels of cuda/kernels/layernorm.kern.h, tested on the CPU against the CPU backend:
- * one thread per row for the normalisation and the input gradient (engine/math.h's row
+ * one thread per row for the normalisation and the input gradient (engine/core/math.h's row
  * functions), one thread per column for dw and db, walking the rows in order (deterministic, the
  * CPU backend's order, no atomics). The backward's two launches touch disjoint outputs. Every
  * tensor but mean and rstd (fp32) is fp32 or bf16, each as its dtype says. */

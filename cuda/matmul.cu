@@ -11,7 +11,7 @@
  * Compute type CUBLAS_COMPUTE_32F (true fp32, no TF32), alpha and beta on the host. With beta == 0
  * cuBLASLt, like BLAS, does not read C, so NaN in C does not propagate (the GPU suite checks it).
  *
- * bf16 mixed precision (engine/device.h "Precision"): A and B are CUDA_R_16BF when our a and b are
+ * bf16 mixed precision (engine/device/device.h "Precision"): A and B are CUDA_R_16BF when our a and b are
  * bf16 (they share a dtype), else CUDA_R_32F; C = D are CUDA_R_16BF or CUDA_R_32F as c is, each
  * independently; the compute type stays CUBLAS_COMPUTE_32F with scale type CUDA_R_32F (fp32 alpha,
  * beta and accumulation; D is rounded once at the end). Both bf16 forms, bf16 x bf16 -> bf16 and
@@ -28,7 +28,7 @@
  * kept in a small cache; later calls only set the bias pointer and call cublasLtMatmul on the
  * device's stream with its 32 MiB workspace. The bias epilogue is used only for a bias aligned to 16 bytes
  * (below). The GELU epilogues (CUBLASLT_EPILOGUE_GELU_BIAS, GELU_AUX_BIAS) are not used: cuBLASLt's
- * GELU is its own arithmetic, not engine/math.h's tri_gelu, so the fused form would break the one
+ * GELU is its own arithmetic, not engine/core/math.h's tri_gelu, so the fused form would break the one
  * source of the math that the CPU suite checks, and the device interface keeps GELU a separate op
  * (docs/cuda-correctness.md). */
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * device's partials buffer, then one thread adds them in order into out[0]. The chunk is at least
  * 4096 elements and large enough that the chunks fit the buffer (TRI_CUDA_MAX_PARTIALS), so a
  * 124M-element gradient uses ~30k threads; the result depends only on n (deterministic, no
- * atomics) and each chunk's arithmetic is engine/math.h's, as in the CPU backend, which uses 64
+ * atomics) and each chunk's arithmetic is engine/core/math.h's, as in the CPU backend, which uses 64
  * chunks: the two agree to double rounding before the final float rounding. x is fp32 or bf16
  * (widened exactly), out fp32. */
 #include "cuda/kernels/reduce.kern.h"

@@ -1,7 +1,7 @@
 /* layers/linear.c - column- and row-parallel linear layers (see linear.h). */
 #include "layers/linear.h"
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 int tri_column_linear_forward(const tri_tp *tp, tri_tensor out, tri_tensor x, tri_tensor x_full,
                               tri_tensor w, tri_tensor b)

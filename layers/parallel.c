@@ -1,7 +1,7 @@
 /* layers/parallel.c - Megatron's tensor-parallel mappings (see parallel.h). */
 #include "layers/parallel.h"
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 int tri_tp_gather_input(const tri_tp *tp, tri_tensor *result, tri_tensor x, tri_tensor full)
 {

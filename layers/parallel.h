@@ -15,8 +15,8 @@
 
 #include <stdbool.h>
 
-#include "engine/comm.h"
-#include "engine/device.h"
+#include "engine/comm/comm.h"
+#include "engine/device/device.h"
 
 typedef struct tri_tp {
     tri_device *dev;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 #define MIN_CAP 1024
 

@@ -2,17 +2,16 @@
 #include "models/config.h"
 
 #include <cJSON.h>
-#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
+#include "models/config_file.h"
 #include "partitioner/transformer.h"
 
-#define MAX_CONFIG_BYTES (1 << 20)
 
 /* Keys of Hugging Face's GPT2Config that describe things Trident does not vary, with the one value
  * Trident computes (checked), or no check (NULL, e.g. bookkeeping such as architectures). */
@@ -178,39 +177,17 @@ int tri_gpt_config_parse(tri_gpt_config *cfg, const char *json, const char *sour
     }
     int rc = parse_root(cfg, root, source);
     cJSON_Delete(root);
-    const char *base = strrchr(source, '/');
-    snprintf(cfg->name, sizeof cfg->name, "%s", base ? base + 1 : source);
-    char *dot = strrchr(cfg->name, '.');
-    if (dot && strcmp(dot, ".json") == 0)
-        *dot = '\0';
+    tri_model_name_of(cfg->name, sizeof cfg->name, source);
     return rc;
 }
 
 int tri_gpt_config_load(tri_gpt_config *cfg, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TRI_ERR(TRI_EIO, "cannot open model config %s: %s", path, strerror(errno));
-    char *buf = malloc(MAX_CONFIG_BYTES + 1);
-    if (!buf) {
-        fclose(f);
-        return TRI_ERR(TRI_ENOMEM, "out of memory reading %s", path);
-    }
-    size_t n = fread(buf, 1, MAX_CONFIG_BYTES + 1, f);
-    int rd_err = ferror(f);
-    fclose(f);
-    int rc;
-    if (rd_err)
-        rc = TRI_ERR(TRI_EIO, "cannot read model config %s", path);
-    else if (n > MAX_CONFIG_BYTES)
-        rc = TRI_ERR(TRI_EINVAL, "%s: larger than %d bytes; not a model config", path, MAX_CONFIG_BYTES);
-    else if (memchr(buf, '\0', n))
-        rc = TRI_ERR(TRI_EINVAL, "%s: contains a NUL byte; not a JSON model config", path);
-    else {
-        buf[n] = '\0';
-        rc = tri_gpt_config_parse(cfg, buf, path);
-    }
-    free(buf);
+    char *text = NULL;
+    memset(cfg, 0, sizeof *cfg);
+    int rc = tri_model_read_config(path, &text);
+    if (!rc) rc = tri_gpt_config_parse(cfg, text, path);
+    free(text);
     return rc;
 }
 

@@ -1,5 +1,5 @@
 /* models/gpt.c - GPT-2 as a model chunk (see gpt.h): its passes and what they compute. The engine
- * (engine/chunk.h) acquires each pass's units and releases them; the parameters' descriptions and
+ * (engine/train/chunk.h) acquires each pass's units and releases them; the parameters' descriptions and
  * views are in gpt_params.c, the buffers in gpt_buffers.c. */
 #include "models/gpt.h"
 
@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/math.h"
-#include "engine/status.h"
+#include "engine/core/math.h"
+#include "engine/core/status.h"
 #include "layers/embedding.h"
 #include "partitioner/layout.h"
 
-int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *o)
+int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *o)
 {
     const char *name = cfg->name;
     int tp = run->tp;
@@ -190,7 +190,7 @@ static int head_backward(tri_gpt *m, tri_gpt_slot *s)
     return rc;
 }
 
-/* Runs one pass (engine/chunk.h) on the micro-batch in slot, its units bound to m->w and m->g. */
+/* Runs one pass (engine/train/chunk.h) on the micro-batch in slot, its units bound to m->w and m->g. */
 static int run_pass(void *self, const tri_pass *p, int slot, bool train, float dloss)
 {
     tri_gpt *m = self;
@@ -283,7 +283,7 @@ static int zero_private(void *self)
 /* ---- creation ---- */
 
 /* Sizes every buffer (dev NULL: planning only, nothing allocated) or builds the chunk. */
-static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *opt,
+static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
                  tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
     int tp = tp_comm->size, tp_rank = tp_comm->rank;
@@ -313,9 +313,7 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_train_layout *
     free(specs);
     if (rc)
         return rc;
-    tri_chunk_options co = {.first = opt->first, .last = opt->last, .n_slots = opt->n_slots,
-                            .n_global_params = tri_gpt_num_param_tensors(cfg), .seed = opt->seed};
-    tri_chunk_begin(&m->chunk, run, &co, &layout); /* the chunk owns the layout now */
+    tri_chunk_begin(&m->chunk, run, opt, tri_gpt_num_param_tensors(cfg), &layout); /* it owns the layout now */
     m->has_chunk = true;
     m->run = &m->chunk.run;
 
@@ -346,7 +344,7 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_train_layout *
 }
 
 int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_layout *run,
-                   const tri_gpt_options *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
+                   const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
     *out = NULL;
     tri_gpt *m = calloc(1, sizeof *m);
@@ -361,7 +359,7 @@ int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_lay
     return TRI_OK;
 }
 
-int tri_gpt_plan(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *opt,
+int tri_gpt_plan(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
                  int tp_rank, size_t bytes[TRI_MEM_KINDS])
 {
     tri_comm group = {.rank = tp_rank, .size = run->tp}; /* sizes only: planning sends nothing */

@@ -9,7 +9,7 @@
  * C_l = C/tp, NH_l = NH/tp, Vp the padded vocab, V_l = Vp/tp.
  *
  * Parameters, gradients and activations come from one arena planned before allocation
- * (engine/arena.h). Parameter names are the checkpoint keys: wte, wpe, h.<i>.ln_1.w, h.<i>.ln_1.b,
+ * (engine/device/arena.h). Parameter names are the checkpoint keys: wte, wpe, h.<i>.ln_1.w, h.<i>.ln_1.b,
  * h.<i>.attn.c_attn.w (3, C, C), h.<i>.attn.c_attn.b (3, C), h.<i>.attn.c_proj.w, .b,
  * h.<i>.ln_2.w, .b, h.<i>.mlp.c_fc.w (4C, C), .b, h.<i>.mlp.c_proj.w (C, 4C), .b, ln_f.w, ln_f.b.
  * Weights are (out, in) as in Megatron; c_attn keeps q, k, v as its first dimension so that a
@@ -20,31 +20,23 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/arena.h"
-#include "engine/comm.h"
-#include "engine/device.h"
-#include "engine/chunk.h"
-#include "engine/zero.h"
+#include "engine/comm/comm.h"
+#include "engine/device/arena.h"
+#include "engine/device/device.h"
+#include "engine/train/chunk.h"
+#include "engine/train/train_layout.h"
+#include "engine/train/zero.h"
 #include "layers/attention.h"
 #include "layers/cross_entropy.h"
 #include "layers/mlp.h"
 #include "models/config.h"
-#include "engine/train_layout.h"
+#include "models/model.h"
 
 /* Activation recomputation (Korthikanti et al. 2022; tri_recompute, partitioner/train_layout.h):
  * none keeps every block's activations per micro-batch; selective drops the attention core's
  * (B, NH_l, T, T) softmax and recomputes it from q, k, v before the block's backward; full keeps only
  * each block's output and recomputes the whole block (its TP communication included) before its
  * backward. */
-
-/* One chunk of the model on this rank; the rest is the run's layout (engine/train_layout.h). */
-typedef struct tri_gpt_options {
-    int layer_start, layer_end;/* this chunk's blocks [start, end) */
-    bool first, last;          /* first / last pipeline stage */
-    int n_slots;               /* activation slots: micro-batches in flight on this chunk */
-    int dp_rank;               /* data-parallel rank (its ZeRO shard of the layout) */
-    uint64_t seed;             /* initialisation seed */
-} tri_gpt_options;
 
 typedef struct tri_gpt_block_weights {
     tri_tensor ln1_w, ln1_b;       /* (C) */
@@ -87,7 +79,7 @@ typedef struct tri_gpt {
     bool has_chunk;
     tri_gpt_config cfg;
     const tri_train_layout *run;          /* the run's layout: &chunk.run */
-    tri_gpt_options opt;                  /* this chunk's place */
+    tri_chunk_place opt;                  /* this chunk's place */
     tri_device *dev;
     tri_tp tp;
     int64_t Vp, V_l, vocab_start;         /* padded vocab, its shard, the shard's first id */
@@ -116,7 +108,7 @@ typedef struct tri_gpt {
 int tri_gpt_num_param_tensors(const tri_gpt_config *cfg);
 
 /* Parameter descriptions of one chunk, in flat-buffer order; *specs is malloc'd (gpt_params.c). */
-int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt,
+int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_chunk_place *opt,
                         tri_param_spec **specs, int *n);
 /* Every parameter of the whole model at TP size tp, in global order (the checkpoint's list). */
 int tri_gpt_all_param_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n);
@@ -125,20 +117,20 @@ int tri_gpt_all_param_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **
  * sequence parallelism) and itself (layers, slots), without communication: what the model needs
  * beyond the layout rules partitioner/constraints.h checks. TRI_EINVAL with a message naming the
  * flag and values. */
-int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *opt);
+int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt);
 
 /* Builds the chunk on dev, with tensor parallelism over tp_comm and data parallelism (ZeRO) over
  * dp_comm (one-rank comms without them; their sizes are the layout's tp and dp):
  * plans and allocates every buffer, initialises the weights (normal(0, init_std); residual
  * projections scaled by 1/sqrt(2 n_layer); layernorm ones/zeros; biases and vocab padding zero). */
 int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_layout *run,
-                   const tri_gpt_options *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
+                   const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
 void tri_gpt_destroy(tri_gpt *m);
 
 /* The bytes per memory category the chunk would allocate on TP rank tp_rank (the very plan
  * tri_gpt_create allocates), without allocating or communicating: for the partitioner's memory
  * prediction of any layout on any machine. */
-int tri_gpt_plan(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_gpt_options *opt,
+int tri_gpt_plan(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
                  int tp_rank, size_t bytes[TRI_MEM_KINDS]);
 
 /* Copies (B, T+1) token windows into a slot: inputs are the first T of each, targets the last T.
@@ -148,6 +140,15 @@ int tri_gpt_load_batch(tri_gpt *m, int slot, const int32_t *windows);
 /* Last stage only, after a forward without training: logits (vocab_size floats, host) of token
  * row `row` of that micro-batch, gathered over TP (collective over the TP group). */
 int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits);
+
+/* ---- as a model family (models/model.h; gpt_family.c) ---- */
+
+/* The family "gpt2": what the session, the checkpoints and the tools reach GPT-2 through. */
+extern const tri_model_family tri_gpt2_family;
+/* A model handle that borrows a GPT-2 config (cfg must outlive it; tri_model_free leaves cfg). */
+tri_model tri_gpt_model(const tri_gpt_config *cfg);
+/* The GPT-2 config of a model; NULL when the model is of another family. */
+const tri_gpt_config *tri_gpt_config_of(const tri_model *m);
 
 /* ---- between gpt.c, gpt_params.c and gpt_buffers.c ---- */
 

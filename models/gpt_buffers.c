@@ -1,12 +1,12 @@
 /* models/gpt_buffers.c - GPT-2's buffers: every activation a micro-batch keeps between its
  * forward and its backward (one set per slot, less what recomputation rebuilds), the scratch all
  * blocks and micro-batches share, and the tied embedding's private accumulator. Taken twice from the
- * chunk's arena like every buffer (engine/arena.h): planned, then for real. */
+ * chunk's arena like every buffer (engine/device/arena.h): planned, then for real. */
 #include "models/gpt.h"
 
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 /* Activations (and their gradients) are bf16 under mixed precision; statistics (layernorm mean and
  * rstd, losses, cross-entropy maxes and sums) and gradients of parameters stay fp32. */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "partitioner/layout.h"
 
 /* A shape in units of C: k > 0 is k * C, k < 0 the literal -k (c_attn's leading 3). */
@@ -136,7 +136,7 @@ static int add_block(spec_list *l, const tri_gpt_config *cfg, int layer)
 }
 
 /* wte: the embedding's table, or (on a last stage without the embedding) the LM head's copy. */
-static int add_wte(spec_list *l, const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt)
+static int add_wte(spec_list *l, const tri_gpt_config *cfg, int tp, const tri_chunk_place *opt)
 {
     int64_t shape[2] = {tri_gpt_padded_vocab(cfg->vocab_size, tp), cfg->n_embd};
     int rc = add_spec(l, "wte", 2, shape, 0, true, TRI_INIT_NORMAL, cfg->init_std);
@@ -152,7 +152,7 @@ static int add_wte(spec_list *l, const tri_gpt_config *cfg, int tp, const tri_gp
  * then ln_f and, on a last stage without the embedding, the LM head's copy of wte. wte is a unit
  * of its own on both stages, so both cut it into the same data-parallel slices and the tied
  * gradient can be summed over the embedding group slice by slice (ZeRO-2/3). */
-int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options *opt,
+int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_chunk_place *opt,
                         tri_param_spec **specs, int *n)
 {
     spec_list l = {0};
@@ -194,7 +194,7 @@ int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_gpt_options
 
 int tri_gpt_all_param_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n)
 {
-    tri_gpt_options all = {.layer_start = 0, .layer_end = cfg->n_layer, .first = true, .last = true};
+    tri_chunk_place all = {.layer_start = 0, .layer_end = cfg->n_layer, .first = true, .last = true};
     int rc = tri_gpt_param_specs(cfg, tp, &all, specs, n);
     if (rc)
         return rc;

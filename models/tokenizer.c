@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 /* Pre-tokens longer than this are encoded but not cached (they are rare and would bloat the cache). */
 #define CACHE_MAX_KEY 256

@@ -14,7 +14,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "models/tokenizer_impl.h"
 
 /* GPT-2's pre-tokenizer (encoder.py): contractions, optionally space-led runs of letters, of

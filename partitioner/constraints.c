@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "partitioner/stages.h"
 
 /* Search limit for nearest values: far enough for any realistic size, bounded work. */

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "engine/comm.h"
+#include "engine/comm/comm.h"
 
 #define GB 1e9
 #define GIB 1073741824.0
@@ -57,7 +57,7 @@ static const tri_hardware presets[] = {
      * on the README's default engine_train run (tp 2 x pp 2, 4 single-thread ranks on 2 cores,
      * 1000 iterations, median 0.502 s; docs/partitioner-validation.md). The cores are shared with
      * other work here: the same run's median has ranged 0.42-0.69 s. bf16 mixed precision runs
-     * on the CPU backend by computing in fp32 (bf16 storage widened around each op, engine/device.h
+     * on the CPU backend by computing in fp32 (bf16 storage widened around each op, engine/device/device.h
      * "Precision"), so its peak is the fp32 one. */
     {.name = "cpu", .description = "this machine's CPU (fp32, OpenBLAS; per-core peak from NOTES.md)",
      .peak_bf16 = 115e9, .peak_fp32 = 115e9, .memory_bytes = 24 * GIB, .reserve_bytes = 1 * GIB,

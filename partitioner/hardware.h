@@ -86,7 +86,7 @@ double tri_cluster_usable_bytes(const tri_cluster *c);
 /* Memory bandwidth of one rank, bytes/s. */
 double tri_cluster_mem_bw(const tri_cluster *c);
 
-/* Ring time, in seconds, of one collective of `bytes` (engine/comm.h's payload: the buffer of an
+/* Ring time, in seconds, of one collective of `bytes` (engine/comm/comm.h's payload: the buffer of an
  * all-reduce, the full buffer of a reduce-scatter / all-gather, the message of a p2p) over a group
  * of n ranks, at link bandwidth bw x fraction: all-reduce 2 (n-1)/n bytes / bw, reduce-scatter and
  * all-gather (n-1)/n bytes / bw, p2p bytes / bw (Thakur et al. 2005; NCCL's bus bandwidth). */

@@ -8,9 +8,9 @@
 #ifndef TRIDENT_PARTITIONER_LAYOUT_H
 #define TRIDENT_PARTITIONER_LAYOUT_H
 
-#include "engine/param.h"
+#include "engine/train/param.h"
 
-/* tri_param_layout is declared in engine/param.h (the optimizer walks it); this module fills it. */
+/* tri_param_layout is declared in engine/train/param.h (the optimizer walks it); this module fills it. */
 
 /* Lays out n specs for rank (tp_rank of tp, dp_rank of dp). TRI_EINVAL when a split dimension does
  * not divide by tp (the message names the parameter and sizes) or the specs' units decrease,

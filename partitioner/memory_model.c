@@ -24,7 +24,7 @@ static dims get_dims(const tri_transformer *m, const tri_train_layout *l)
 }
 
 /* Bytes of one parameter value, activation or activation gradient: 2 under bf16 mixed precision
- * (models/gpt.c's ACT dtype, engine/zero.c's model parameters), else 4. */
+ * (models/gpt.c's ACT dtype, engine/train/zero.c's model parameters), else 4. */
 static double elem_bytes(const tri_train_layout *l)
 {
     return (double)tri_precision_bytes(l->precision);
@@ -85,7 +85,7 @@ static void chunk_buffers(const tri_transformer *m, const tri_train_layout *l, c
 
 /* Model states: the parameters are e bytes (bf16 under mixed precision), the gradients fp32 in both
  * precisions and the optimizer 8 bytes of AdamW m and v, plus the 4-byte fp32 master weights under
- * mixed precision (engine/zero.h "Mixed precision", engine/zero.c tri_zero_take). That is Megatron-
+ * mixed precision (engine/train/zero.h "Mixed precision", engine/train/zero.c tri_zero_take). That is Megatron-
  * LM's bf16 (its docs/api-guide/dist_optimizer.md table, "bf16 parameters, fp32 gradients": 18
  * bytes a parameter, 6 + 12/d with the distributed optimizer), not the ZeRO paper's 2 + 2 + 12, whose
  * gradients are fp16: Megatron-LM accumulates and all-reduces gradients in fp32 under --bf16
@@ -100,7 +100,7 @@ void tri_mem_model_states(double psi, int dp, int zero, tri_precision p, double 
     *optimizer = (bf16 ? 12.0 : 8.0) * psi / (zero >= 1 ? n : 1.0);
 }
 
-/* The chunk's kinds of units of parameters (engine/zero.h): wte and wpe on the first chunk, a block
+/* The chunk's kinds of units of parameters (engine/train/zero.h): wte and wpe on the first chunk, a block
  * (all its blocks are alike), ln_f and the tied wte's copy on the last. Returns how many (<= 5) into
  * len[]; grouped[] marks the units holding several tensors (blocks, ln_f). */
 static int chunk_units(const tri_transformer *m, const tri_train_layout *l, const tri_stage_place *place,
@@ -130,7 +130,7 @@ static int chunk_units(const tri_transformer *m, const tri_train_layout *l, cons
 }
 
 /* Elements of the whole-unit buffers ZeRO 2-3 keep (Rajbhandari et al. 2020 §6.2's constant-size
- * buffers, as engine/zero.h takes them): two of the largest block's size, one of each larger unit;
+ * buffers, as engine/train/zero.h takes them): two of the largest block's size, one of each larger unit;
  * and the largest unit (*largest). */
 static double unit_buffers(const tri_transformer *m, const tri_train_layout *l, const tri_stage_place *place,
                            int n_chunks, double *largest)
@@ -184,7 +184,7 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
         tri_mem_model_states(psi, l->dp, z, l->precision, &params, &grads, &opt);
         double units = unit_buffers(m, l, place, plan->n_chunks, &largest);
         /* gathered parameters are the model's dtype, gradient buckets and their reduce-scatter
-         * result fp32 (engine/zero.c take_unit_buffers, take_reduce_buffers) */
+         * result fp32 (engine/train/zero.c take_unit_buffers, take_reduce_buffers) */
         bytes[TRI_MEM_PARAMS] += params + (z >= 3 && sharded ? e * units : 0.0);
         bytes[TRI_MEM_GRADS] += grads + (z >= 2 && sharded ? 4.0 * units : 0.0);
         bytes[TRI_MEM_OPTIMIZER] += opt;

@@ -1,18 +1,18 @@
 /* partitioner/memory_model.h - bytes per memory category on one pipeline rank, from formulas.
  *
- * The engine plans its own memory exactly (models/gpt_rank.h, tri_gpt_rank_plan) for everything it
+ * The engine plans its own memory exactly (models/session.h, tri_model_rank_plan) for everything it
  * runs - fp32 and bf16 mixed precision, any ZeRO stage and recomputation - and the partitioner
  * reports that plan (partitioner/preview.h). These formulas are the same buffers in closed form:
  * for the layout search's screening (partitioner/search.h), for layouts without an engine plan
  * (tests on published runs), and as a check that the engine's plan and the papers agree
  * (tests/test_partitioner_model.c: within 5% of the plan in both precisions). Categories are
- * engine/arena.h's. Per TP rank; N = B*T, N_l = N/t under sequence parallelism (else N), s = T,
+ * engine/device/arena.h's. Per TP rank; N = B*T, N_l = N/t under sequence parallelism (else N), s = T,
  * b = B, h = C = n_embd, a = n_head, t = tp, V_l = padded vocab / t; e = 2 bytes (bf16) or 4
  * (fp32) for a parameter value, activation or activation gradient (models/gpt.c's ACT dtype).
  *
  * Model states, for Psi parameter elements on the rank (its blocks' (12h^2 + 7h)/t + 6h each, plus
  * wte V_l h and wpe on the first chunk, ln_f and the tied wte's copy on the last):
- *   bf16 mixed precision (engine/zero.h "Mixed precision", following Megatron-LM's --bf16 defaults:
+ *   bf16 mixed precision (engine/train/zero.h "Mixed precision", following Megatron-LM's --bf16 defaults:
  *     docs/api-guide/dist_optimizer.md, "bf16 parameters, fp32 gradients: 18 [bytes], 6 + 12/d" per
  *     parameter): parameters 2 Psi (bf16), gradients 4 Psi (fp32 main gradients,
  *     accumulate_allreduce_grads_in_fp32), optimizer 12 Psi (fp32 master copy, AdamW m and v).
@@ -20,11 +20,11 @@
  *   fp32: parameters 4 Psi, gradients 4 Psi, optimizer 8 Psi (m and v);
  *   ZeRO 1 divides the optimizer by dp, ZeRO 2 also the gradients, ZeRO 3 also the parameters
  *   (Rajbhandari et al. §5); ZeRO 2 adds whole-unit gradient buckets (fp32) and ZeRO 3 whole-unit
- *   parameter buffers (e bytes) (§6.2's constant-size buffers; engine/zero.h: two of the largest
+ *   parameter buffers (e bytes) (§6.2's constant-size buffers; engine/train/zero.h: two of the largest
  *   block's size and one of each larger unit, e.g. the embedding), and an fp32 reduce-scatter
  *   result of the largest unit / dp.
  *
- * Activations one micro-batch keeps for its backward (models/gpt.c take_block_acts / take_slot):
+ * Activations one micro-batch keeps for its backward (models/gpt_buffers.c take_block_acts / take_slot):
  *   per block  e (4 N_l h + 12 N h/t + b (a/t) s^2) + 16 N_l: the layernorm outputs and residuals
  *              (ln1, res2, ln2, res3: 4 N_l h), QKV, the attention output and the MLP's two hidden
  *              tensors (12 N h/t), the softmax probabilities, and the fp32 layernorm statistics
@@ -49,7 +49,7 @@
 #ifndef TRIDENT_PARTITIONER_MEMORY_MODEL_H
 #define TRIDENT_PARTITIONER_MEMORY_MODEL_H
 
-#include "engine/arena.h"
+#include "engine/device/arena.h"
 #include "partitioner/stages.h"
 #include "partitioner/train_layout.h"
 

@@ -2,14 +2,14 @@
  *
  * engine_train prints it at start from the engine's plan, the partitioner CLI from its preview (the
  * same plan for fp32 layouts), so the two always show the same figures in the same form: one row
- * per pipeline stage, bytes per memory category (engine/arena.h), the activations with the
+ * per pipeline stage, bytes per memory category (engine/device/arena.h), the activations with the
  * micro-batches kept in flight, the total and whether it fits the usable device memory. */
 #ifndef TRIDENT_PARTITIONER_MEMORY_TABLE_H
 #define TRIDENT_PARTITIONER_MEMORY_TABLE_H
 
 #include <stdio.h>
 
-#include "engine/arena.h"
+#include "engine/device/arena.h"
 
 #ifdef __cplusplus
 extern "C" {

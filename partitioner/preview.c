@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
+#include "partitioner/forward_schedule.h"
 #include "partitioner/memory_model.h"
-#include "partitioner/schedule.h"
-#include "partitioner/schedule_forward.h"
+#include "partitioner/pipeline_schedules.h"
 
 int tri_preview_chunk_in_flight(const tri_train_layout *l, const tri_schedule *train, int r, int *in_flight)
 {
-    /* the engine's rule (models/gpt_rank.c): slots for the training and evaluation schedules */
+    /* the engine's rule (models/session.c): slots for the training and evaluation schedules */
     tri_schedule eval;
     int rc = tri_schedule_forward_only(&eval, train->pp, train->v, l->n_micro);
     if (rc)

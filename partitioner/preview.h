@@ -6,8 +6,8 @@
  * and whether it fits the device.
  *
  * Memory comes from one of two places, and the preview says which:
- *   the engine's own plan, when the caller passes one (models/gpt_preview.h passes
- *     tri_gpt_rank_plan): the exact bytes the engine allocates, computed without allocating, for
+ *   the engine's own plan, when the caller passes one (models/preview.h passes
+ *     tri_model_rank_plan): the exact bytes the engine allocates, computed without allocating, for
  *     every layout the engine runs (fp32 and bf16 mixed precision, any ZeRO stage and
  *     recomputation);
  *   the formulas of partitioner/memory_model.h (the same buffers in closed form) when no engine
@@ -21,8 +21,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/arena.h"
-#include "engine/schedule.h"
+#include "engine/device/arena.h"
+#include "engine/train/schedule.h"
 #include "partitioner/hardware.h"
 #include "partitioner/simulate.h"
 #include "partitioner/stages.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "partitioner/memory_model.h"
 
 #define SCREEN_MARGIN 1.10   /* formulas may undercount the engine's plan by a few percent */

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 /* What has happened to one (chunk, micro-batch) on its rank. */
 enum {

@@ -5,7 +5,7 @@
  * rank keeps in flight (peak activation memory, DESIGN.md §7) and time it for given op costs,
  * which gives the pipeline bubble (Huang et al. 2019; Narayanan et al. 2021 §2.2; Qi et al. 2023).
  *
- * Semantics, those of the executor (engine/pipeline.h):
+ * Semantics, those of the executor (engine/train/pipeline.h):
  *  - A rank runs its ops in order. Each maximal run of consecutive comm ops is ONE batch
  *    (tri_sched_batch_end): all its sends and receives are posted together and the rank goes on
  *    only when all of them have completed.
@@ -33,7 +33,7 @@
 
 #include <stdbool.h>
 
-#include "engine/schedule.h"
+#include "engine/train/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 /* Relative tolerance when comparing costs computed along different paths. */
 #define COST_TOL 1e-12

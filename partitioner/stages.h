@@ -1,7 +1,7 @@
 /* partitioner/stages.h - the pipeline stage split: which transformer blocks each stage holds.
  *
  * The n_layer blocks are cut into pp * v model chunks of consecutive blocks, in model order; chunk
- * c runs on pipeline rank c % pp as its local chunk c / pp (engine/schedule.h). The first chunk
+ * c runs on pipeline rank c % pp as its local chunk c / pp (engine/train/schedule.h). The first chunk
  * also holds the token and position embeddings, the last the final layernorm, the LM head and the
  * loss.
  *

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "partitioner/flops.h"
 #include "partitioner/memory_model.h"
 #include "partitioner/traffic.h"
@@ -129,7 +129,7 @@ int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, con
         return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
     uint64_t b[TRI_COMM_KINDS];
     /* gradients are reduced as fp32 in both precisions, parameters gathered in the model's dtype
-       (bf16: 2 bytes; engine/zero.c, partitioner/traffic.h) */
+       (bf16: 2 bytes; engine/train/zero.c, partitioner/traffic.h) */
     tri_dp_step_traffic_sized(units, n_units, l->zero_stage, l->n_micro, l->dp, 4,
                               tri_precision_bytes(l->precision), b);
     free(units);
@@ -143,7 +143,7 @@ static double optimizer_bytes_per_param(tri_precision p)
 {
     /* AdamW reads the weight, gradient, m and v and writes the weight, m and v (7 x 4 bytes); under
        bf16 mixed precision the weight is the fp32 master copy, which tri_zero_publish_owned then
-       reads again (4) to write its bf16 rounding (2) into the model's parameters (engine/zero.c) */
+       reads again (4) to write its bf16 rounding (2) into the model's parameters (engine/train/zero.c) */
     return p == TRI_PRECISION_BF16 ? 28.0 + 4.0 + 2.0 : 28.0;
 }
 

@@ -35,8 +35,8 @@
 
 #include <stdbool.h>
 
-#include "engine/comm.h"
-#include "engine/schedule.h"
+#include "engine/comm/comm.h"
+#include "engine/train/schedule.h"
 #include "partitioner/hardware.h"
 #include "partitioner/simulate.h"
 #include "partitioner/stages.h"

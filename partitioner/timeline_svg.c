@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 #define LEFT 90.0      /* px before time 0 (row labels) */
 #define RIGHT 30.0

@@ -11,7 +11,7 @@
 
 #include <stdio.h>
 
-#include "engine/schedule.h"
+#include "engine/train/schedule.h"
 #include "partitioner/simulate.h"
 
 #ifdef __cplusplus

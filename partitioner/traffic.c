@@ -99,7 +99,7 @@ void tri_dp_step_traffic_sized(const tri_unit_uses *units, int n, int zero_stage
     const uint64_t f = (uint64_t)param_bytes, g = (uint64_t)grad_bytes, mb = (uint64_t)n_micro;
     uint64_t *ar = &bytes[TRI_COMM_ALL_REDUCE], *rs = &bytes[TRI_COMM_REDUCE_SCATTER];
     uint64_t *ag = &bytes[TRI_COMM_ALL_GATHER];
-    *ar += 8; /* the step's loss: an int64 in fixed point (engine/pipeline.h) */
+    *ar += 8; /* the step's loss: an int64 in fixed point (engine/train/pipeline.h) */
     for (int u = 0; u < n; u++) {
         uint64_t len = (uint64_t)units[u].len * f, glen = (uint64_t)units[u].len * g;
         uint64_t writes = (uint64_t)(units[u].fwd_writes + units[u].bwd_writes);

@@ -1,6 +1,6 @@
 /* partitioner/traffic.h - communication volume of one training step, by group and kind.
  *
- * Counted in the payload convention of engine/comm.h (all-reduce: the buffer; reduce-scatter and
+ * Counted in the payload convention of engine/comm/comm.h (all-reduce: the buffer; reduce-scatter and
  * all-gather: the full buffer; p2p: bytes sent), so that the comm byte counters of a run can be
  * checked against these numbers exactly (fp32: tri_tp_step_traffic), and the time model can turn
  * them into seconds (partitioner/hardware.h, tri_collective_seconds).
@@ -21,15 +21,15 @@
  * Data parallelism: tri_dp_step_traffic below, per unit of parameters and how a pass uses it
  * (Rajbhandari et al. 2020 §7).
  *
- * bf16 mixed precision (engine/zero.h, models/gpt.c): activations and their gradients are bf16, so
+ * bf16 mixed precision (engine/train/zero.h, models/gpt.c): activations and their gradients are bf16, so
  * TP and PP messages take elem = 2 (the loss statistics stay fp32); parameter gradients stay fp32,
  * so the replicated gradients' all-reduce under sequence parallelism and the DP gradient reductions
  * move 4 bytes a value, while the DP parameter all-gathers move the bf16 parameters (2). */
 #ifndef TRIDENT_PARTITIONER_TRAFFIC_H
 #define TRIDENT_PARTITIONER_TRAFFIC_H
 
-#include "engine/comm.h"
-#include "engine/param.h"
+#include "engine/comm/comm.h"
+#include "engine/train/param.h"
 #include "partitioner/transformer.h"
 
 /* bytes[kind] = tensor-parallel traffic of one training step of the stage on one rank, fp32. */
@@ -60,9 +60,9 @@ uint64_t tri_pp_message_bytes(const tri_transformer *m, const tri_layout_shape *
  * (an 8-byte integer per step) is included. */
 void tri_dp_step_traffic(const tri_unit_uses *units, int n, int zero_stage, int n_micro, int dp,
                          uint64_t bytes[TRI_COMM_KINDS]);
-/* The same with gradients of grad_bytes and parameters of param_bytes per value (engine/zero.c):
+/* The same with gradients of grad_bytes and parameters of param_bytes per value (engine/train/zero.c):
  * gradients are reduced as fp32 (4) in both precisions - bf16 mixed precision keeps fp32 gradients
- * (engine/zero.h), as Megatron-LM's --bf16 reduces its fp32 main gradients - or as int64
+ * (engine/train/zero.h), as Megatron-LM's --bf16 reduces its fp32 main gradients - or as int64
  * fixed-point sums (8) in deterministic mode, doubling the gradient traffic; parameters are
  * all-gathered (after the update at ZeRO 1-2, before each use at ZeRO 3) in the model's dtype:
  * fp32 (4) or bf16 (2) under mixed precision. */

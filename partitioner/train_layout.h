@@ -1,4 +1,4 @@
-/* partitioner/train_layout.h - the layout value (engine/train_layout.h) and what the planner derives
+/* partitioner/train_layout.h - the layout value (engine/train/train_layout.h) and what the planner derives
  * from it: the shape the stage split and the traffic functions take, and element sizes. */
 #ifndef TRIDENT_PARTITIONER_TRAIN_LAYOUT_H
 #define TRIDENT_PARTITIONER_TRAIN_LAYOUT_H
@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/train_layout.h"
+#include "engine/train/train_layout.h"
 #include "partitioner/transformer.h"
 
 #ifdef __cplusplus

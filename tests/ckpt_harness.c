@@ -7,11 +7,12 @@
 #include <unistd.h>
 
 #include "checkpoints/fsutil.h"
-#include "engine/device.h"
-#include "engine/log.h"
-#include "engine/status.h"
-#include "models/gpt_rank.h"
-#include "tools/cli/gpt_checkpoint.h"
+#include "engine/core/log.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "models/gpt.h"
+#include "models/session.h"
+#include "models/session_checkpoint.h"
 
 static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
 {
@@ -29,20 +30,21 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     const tu_layout *l = &r->layout;
     int dp = size / (l->tp * l->pp);
     tri_device *dev = NULL;
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.seed = r->seed ? r->seed : 1234}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_model model = tri_gpt_model(r->cfg);
+    tri_session_options o = {.run = {.seed = r->seed ? r->seed : 1234}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tu_layout per_replica = *l;
     per_replica.n_micro = (int)(r->global_batch / (r->B * dp));
     int lrc = tu_layout_resolve(r->cfg, r->B, r->T, &per_replica, size, &o.run.layout);
     if (lrc)
         return lrc;
-    tri_gpt_ckpt_run cr = {.seed = o.run.seed, .keep_last = r->keep_last,
-                           .lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 2, .decay_iters = TU_CKPT_TOTAL,
-                                  .style = TRI_LR_COSINE}};
+    tri_session_ckpt_run cr = {.seed = o.run.seed, .keep_last = r->keep_last,
+                               .lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 2,
+                                      .decay_iters = TU_CKPT_TOTAL, .style = TRI_LR_COSINE}};
     tri_log_set_quiet(true);
     int rc = tri_device_cpu_create(&dev, 1);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, r->cfg, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &model, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -53,7 +55,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (r->async_save)
         rc = tri_ckpt_async_create(&saver, &ss.trainer);
     if (!rc && r->load)
-        rc = tri_gpt_ckpt_resume(&ss, r->cfg, r->load, &cr, &it);
+        rc = tri_session_ckpt_resume(&ss, r->load, &cr, &it);
     if (rank == 0)
         r->start = it;
     tri_batch_source src = {.ctx = r, .fill = fill};
@@ -66,13 +68,13 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
             rc = tri_ckpt_async_poll(saver, &done);
         bool due = r->save_interval > 0 && (it + 1) % r->save_interval == 0;
         if (!rc && r->save_dir && (due || it + 1 == r->until))
-            rc = saver ? tri_gpt_ckpt_save_async(&ss, saver, r->cfg, r->save_dir, &cr, it + 1, &done)
-                       : tri_gpt_ckpt_save(&ss, r->cfg, r->save_dir, &cr, it + 1);
+            rc = saver ? tri_session_ckpt_save_async(&ss, saver, r->save_dir, &cr, it + 1, &done)
+                       : tri_session_ckpt_save(&ss, r->save_dir, &cr, it + 1);
     }
     if (!rc && saver)
         rc = tri_ckpt_async_wait(saver, &done);
     tri_ckpt_async_destroy(saver);
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }

@@ -2,7 +2,7 @@
  * argument checks, and the list of all checks (see commcheck.h; p2p in commcheck_p2p.c, split and
  * grid in commcheck_groups.c). */
 #include "tests/commcheck.h"
-#include "engine/clock.h"
+#include "engine/core/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>

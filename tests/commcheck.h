@@ -2,7 +2,7 @@
  *
  * The same checks run on thread ranks in the Criterion suite (tests/test_comm.c) and on Open MPI
  * ranks in the mpiexec program (tests/mpi/comm_mpi.c), so both comms are held to one contract:
- * engine/comm.h's semantics and byte-counting convention, and the process grid of engine/grid.h.
+ * engine/comm/comm.h's semantics and byte-counting convention, and the process grid of engine/comm/grid.h.
  *
  * Every check is collective over the comm it gets (every rank calls it, with the same arguments)
  * and works for any group size (p2p checks do nothing on one rank). It returns TRI_OK, or
@@ -19,7 +19,7 @@
 #ifndef TRIDENT_TESTS_COMMCHECK_H
 #define TRIDENT_TESTS_COMMCHECK_H
 
-#include "engine/comm.h"
+#include "engine/comm/comm.h"
 
 typedef int (*cc_check_fn)(tri_comm *c);
 
@@ -73,7 +73,7 @@ int cc_arg_checks(tri_comm *c);
  * bytes counted at the start, requests cleared (commcheck_async.c). */
 int cc_nonblocking(tri_comm *c);
 
-/* bf16 tensors (commcheck_bf16.c; engine/comm.h "Dtypes"), each counting numel * 2 bytes as its
+/* bf16 tensors (commcheck_bf16.c; engine/comm/comm.h "Dtypes"), each counting numel * 2 bytes as its
  * kind prescribes. all_reduce: small-integer sums exact, sums that need rounding within bf16
  * rounding of the exact sum (and exactly the rounded sum on groups of 1 or 2), max exact, several
  * shapes including an empty one. reduce_scatter: the same sums, separate and in place, `in` left

@@ -1,4 +1,4 @@
-/* tests/commcheck_async.c - the non-blocking collectives' contract (engine/comm.h: tri_comm_*_start,
+/* tests/commcheck_async.c - the non-blocking collectives' contract (engine/comm/comm.h: tri_comm_*_start,
  * tri_comm_wait, tri_comm_test), checked on every comm implementation.
  *
  * Four collectives are left in flight at once on one comm - a reduce-scatter into a separate

@@ -1,4 +1,4 @@
-/* tests/commcheck_bf16.c - the comm contract for bf16 tensors (engine/comm.h, "Dtypes"), checked on
+/* tests/commcheck_bf16.c - the comm contract for bf16 tensors (engine/comm/comm.h, "Dtypes"), checked on
  * every comm implementation (see commcheck.h).
  *
  * bf16 elements are raw 16-bit patterns held between guard elements of their own width, so a comm
@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/math.h"
+#include "engine/core/math.h"
 #include "tests/commcheck.h"
 #include "tests/commcheck_util.h"
 

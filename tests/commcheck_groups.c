@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/grid.h"
+#include "engine/comm/grid.h"
 #include "tests/commcheck_util.h"
 
 /* ---- split ---- */

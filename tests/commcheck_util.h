@@ -11,8 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/comm.h"
-#include "engine/status.h"
+#include "engine/comm/comm.h"
+#include "engine/core/status.h"
 
 /* ---- verdict ---- */
 

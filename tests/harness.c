@@ -6,14 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/device.h"
-#include "engine/math.h"
-#include "engine/grid.h"
-#include "engine/rng.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/comm/grid.h"
+#include "engine/core/math.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/train/train.h"
 #include "models/gpt.h"
-#include "models/gpt_rank.h"
+#include "models/gpt.h"
+#include "models/session.h"
 #include "partitioner/layout.h"
 #include "partitioner/traffic.h"
 #include "tools/cli/layout_flags.h"
@@ -35,10 +36,10 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
 }
 
 /* The chunk of this rank holding global parameter `gi` (not a tied copy), or -1. */
-static int holder(const tri_gpt_rank *r, int gi, int *param)
+static int holder(const tri_model_rank *r, int gi, int *param)
 {
     for (int c = 0; c < r->v; c++) {
-        const tri_param_layout *L = &r->chunk[c]->chunk.layout;
+        const tri_param_layout *L = &r->chunk[c]->layout;
         for (int i = 0; i < L->n; i++)
             if (L->params[i].spec.global_index == gi && !L->params[i].spec.tied_copy) {
                 *param = i;
@@ -51,7 +52,7 @@ static int holder(const tri_gpt_rank *r, int gi, int *param)
 /* Gathers global parameter gi from `flat` buffers (params or grads) to world rank 0: its holder
  * stage all-gathers the TP shards and places them, then broadcasts over the world from the
  * holder's (tp 0, dp 0) rank; *dst (malloc'd) receives it on world rank 0. */
-static int collect(const tri_gpt_rank *r, const tri_grid *g, int gi, bool grads, const tri_param_spec *spec,
+static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grads, const tri_param_spec *spec,
                    float **dst)
 {
     int64_t global = 1;
@@ -72,14 +73,14 @@ static int collect(const tri_gpt_rank *r, const tri_grid *g, int gi, bool grads,
     if (!global_host)
         return TRI_ERR(TRI_ENOMEM, "harness: no memory");
     if (!rc && c >= 0) {
-        const tri_param *p = &r->chunk[c]->chunk.layout.params[pi];
+        const tri_param *p = &r->chunk[c]->layout.params[pi];
         int64_t total = p->numel * g->tp;
         float *host = malloc((size_t)total * sizeof *host);
         tri_tensor mine = {0};
         rc = tri_device_alloc(dev, &buf.data, (size_t)total * sizeof(float));
         buf = tri_tensor_1d(buf.data, TRI_F32, total);
         /* the local tensor at any ZeRO stage (collective over dp), then its TP shards */
-        if (!rc) rc = tri_zero_read_param(&r->chunk[c]->chunk.zero, &r->chunk[c]->chunk.layout.params[pi], grads, host);
+        if (!rc) rc = tri_zero_read_param(&r->chunk[c]->zero, &r->chunk[c]->layout.params[pi], grads, host);
         if (!rc) rc = tri_device_alloc(dev, &mine.data, (size_t)p->numel * sizeof(float));
         mine = tri_tensor_1d(mine.data, TRI_F32, p->numel);
         if (!rc) rc = tri_device_copy_from_host(dev, mine, host);
@@ -107,12 +108,12 @@ static int collect(const tri_gpt_rank *r, const tri_grid *g, int gi, bool grads,
     return rc;
 }
 
-static int collect_all(const tri_gpt_rank *r, const tri_grid *g, const tri_gpt_config *cfg, bool grads,
+static int collect_all(const tri_model_rank *r, const tri_grid *g, const tri_gpt_config *cfg, bool grads,
                        tu_result *out)
 {
     tri_param_spec *specs = NULL;
     int n = 0;
-    tri_gpt_options all = {.layer_start = 0, .layer_end = cfg->n_layer, .first = true, .last = true};
+    tri_chunk_place all = {.layer_start = 0, .layer_end = cfg->n_layer, .first = true, .last = true};
     int rc = tri_gpt_param_specs(cfg, g->tp, &all, &specs, &n);
     for (int i = 0; i < n && !rc; i++) {
         float *t = NULL;
@@ -138,7 +139,7 @@ static int collect_all(const tri_gpt_rank *r, const tri_grid *g, const tri_gpt_c
 
 /* Per pipeline rank, the executor's measured peak and the schedule's planned in-flight count
  * (summed over the rank's chunks), to world rank 0 by a max all-reduce. */
-static int collect_in_flight(const tri_gpt_rank *r, const tri_trainer *t, const tri_grid *g, tu_result *out)
+static int collect_in_flight(const tri_model_rank *r, const tri_trainer *t, const tri_grid *g, tu_result *out)
 {
     int32_t v[2 * TU_MAX_PP] = {0};
     for (int c = 0; c < r->v; c++) {
@@ -162,12 +163,12 @@ static int collect_in_flight(const tri_gpt_rank *r, const tri_trainer *t, const 
 
 /* bf16: compares every owned range's bf16 parameters with its rounded fp32 master weights on this
  * rank; counts (compared, differing) summed over the world into out on world rank 0. */
-static int check_bf16_params(const tri_gpt_rank *r, const tri_grid *g, tu_result *out)
+static int check_bf16_params(const tri_model_rank *r, const tri_grid *g, tu_result *out)
 {
     int64_t counts[2] = {0, 0};
     int rc = TRI_OK;
     for (int c = 0; c < r->v && !rc; c++) {
-        tri_zero *z = &r->chunk[c]->chunk.zero;
+        tri_zero *z = &r->chunk[c]->zero;
         rc = tri_zero_sync(z);
         for (int k = 0; k < tri_zero_n_owned(z) && !rc && z->bf16; k++) {
             int64_t start, len, local;
@@ -199,17 +200,17 @@ static int check_bf16_params(const tri_gpt_rank *r, const tri_grid *g, tu_result
 }
 
 /* World rank 0's optimizer bytes, owned elements and analytic DP traffic of a step. */
-static void record_zero(tri_gpt_session *ss, job *j)
+static void record_zero(tri_session *ss, job *j)
 {
     tri_unit_uses uses[512];
     int n = 0;
     j->out->optimizer_bytes = ss->trainer.arena.by_kind[TRI_MEM_OPTIMIZER];
     size_t model[TRI_MEM_KINDS];
-    tri_gpt_rank_memory(&ss->model, model);
+    tri_model_rank_memory(&ss->model, model);
     j->out->activation_bytes = model[TRI_MEM_ACTIVATIONS];
     j->out->owned_elements = 0;
     for (int c = 0; c < ss->model.v; c++) {
-        const tri_chunk *m = &ss->model.chunk[c]->chunk;
+        const tri_chunk *m = ss->model.chunk[c];
         j->out->owned_elements += tri_zero_owned_numel(&m->zero);
         j->out->overlap_started += m->zero.started_grad_reductions + m->zero.started_param_gathers;
         j->out->prefetches_used += m->zero.prefetches_used;
@@ -226,14 +227,15 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     job *j = arg;
     tri_device *dev = NULL;
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_model model = tri_gpt_model(j->cfg);
     int lrc = tu_layout_resolve(j->cfg, j->B, j->T, &j->layout, size, &o.run.layout);
     if (lrc)
         return lrc;
     int rc = tri_device_cpu_create(&dev, 1);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, j->cfg, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &model, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -264,7 +266,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (!rc && j->layout.bf16)
         rc = check_bf16_params(&ss.model, grid, j->out);
     if (!rc) rc = collect_all(&ss.model, grid, j->cfg, false, j->out);
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }
@@ -331,7 +333,8 @@ int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_
         .recompute = (tri_recompute)l->recompute,
         .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .first_layers = -1, .last_layers = -1,
         .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap};
-    return tri_cli_gpt_layout(cfg, req, out);
+    tri_model m = tri_gpt_model(cfg);
+    return tri_cli_model_layout(&m, req, out);
 }
 
 tri_gpt_config tu_tiny_config(void)

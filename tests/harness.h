@@ -9,8 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/comm.h"
-#include "engine/train_layout.h"
+#include "engine/comm/comm.h"
+#include "engine/train/train_layout.h"
 #include "models/config.h"
 
 #define TU_MAX_PARAMS 128

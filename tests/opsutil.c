@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/math.h"
-#include "engine/status.h"
+#include "engine/core/math.h"
+#include "engine/core/status.h"
 #include "tests/testutil.h"
 
 #define MAX_TRACKED 1024

@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/device.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
 
 /* Central-difference step of ot_fd_grad. Inputs are O(1), so in fp64 the truncation error
  * (~h^2 |L'''|, 1e-12) and the rounding error (~1e-16 |L| / h, 1e-9) are both far below fp32's
@@ -35,7 +35,7 @@ void ot_download(tri_device *d, void *host, tri_tensor t);
 /* A device copy of t's contents read back as floats into a tracked host array (bf16 widened). */
 float *ot_read(tri_device *d, tri_tensor t);
 
-/* ---- bf16 storage (engine/device.h "Precision") ---- */
+/* ---- bf16 storage (engine/device/device.h "Precision") ---- */
 /* Device memory for `shape` stored as `dtype` (f32 or bf16) holding the floats `host`, rounded to
  * nearest even when bf16; host NULL fills NaN (so an output the op must overwrite fails if not). */
 tri_tensor ot_tensor_as(tri_device *d, tri_dtype dtype, tri_tensor shape, const float *host);

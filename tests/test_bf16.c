@@ -1,7 +1,7 @@
 /* tests/test_bf16.c - bf16 mixed precision of the whole model, on thread ranks.
  *
- * --bf16 stores weights and activations as bf16 and computes in fp32 (engine/device.h), keeps
- * gradients, master weights and AdamW moments in fp32 (engine/zero.h). What must hold:
+ * --bf16 stores weights and activations as bf16 and computes in fp32 (engine/device/device.h), keeps
+ * gradients, master weights and AdamW moments in fp32 (engine/train/zero.h). What must hold:
  *  - bf16 tracks fp32: from the same initial weights the losses of a few AdamW steps and the first
  *    gradients stay within what bf16's 8-bit mantissa explains (relative rounding 2^-9 per value);
  *  - pipeline parallelism splits the same computation, so pp 2 and 4 are bit-identical to one rank;
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "tests/harness.h"
 
 enum { B = 1, T = 8, GLOBAL = 8, STEPS = 5 };

@@ -27,7 +27,7 @@
 
 #include "checkpoints/fsutil.h"
 #include "checkpoints/reader.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "tests/ckpt_harness.h"
 
 enum { B = 1, T = 8, GLOBAL = 8, HALF = 10 };

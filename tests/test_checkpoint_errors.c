@@ -17,7 +17,7 @@
 #include "checkpoints/h5.h"
 #include "checkpoints/manifest.h"
 #include "checkpoints/reader.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "tests/ckpt_harness.h"
 
 enum { B = 1, T = 8, GLOBAL = 4 };

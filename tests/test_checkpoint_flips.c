@@ -23,7 +23,7 @@
 #include "checkpoints/fsutil.h"
 #include "checkpoints/h5.h"
 #include "checkpoints/reader.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "tests/ckpt_harness.h"
 
 enum { B = 1, T = 4, GLOBAL = 4 };

@@ -21,9 +21,9 @@
 
 #include "checkpoints/fsutil.h"
 #include "checkpoints/reader.h"
-#include "engine/clock.h"
-#include "engine/rng.h"
-#include "engine/status.h"
+#include "engine/core/clock.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
 #include "tests/ckpt_harness.h"
 
 enum { B = 1, T = 8, GLOBAL = 4, KILLS = 30 };

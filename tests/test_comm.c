@@ -1,7 +1,7 @@
 /* tests/test_comm.c - the comm interface and the process grid on thread ranks.
  *
- * Every parallel algorithm in Trident is tested on thread ranks (engine/comm_thread.c), so this comm
- * must keep engine/comm.h's contract exactly; the same contract checks (tests/commcheck*.c) run
+ * Every parallel algorithm in Trident is tested on thread ranks (engine/comm/comm_thread.c), so this comm
+ * must keep engine/comm/comm.h's contract exactly; the same contract checks (tests/commcheck*.c) run
  * under real mpiexec in tests/mpi/comm_mpi.c. Here each check runs on groups of 1, 2, 3, 4 and 8
  * ranks, and the grid on 1 to 8 ranks (every (tp, pp) dividing the world). The rest is what only
  * the thread comm promises or needs:
@@ -23,11 +23,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/comm.h"
-#include "engine/clock.h"
-#include "engine/grid.h"
-#include "engine/math.h"
-#include "engine/status.h"
+#include "engine/comm/comm.h"
+#include "engine/comm/grid.h"
+#include "engine/core/clock.h"
+#include "engine/core/math.h"
+#include "engine/core/status.h"
 #include "tests/commcheck.h"
 #include "tests/testutil.h"
 
@@ -223,7 +223,7 @@ Test(comm, sums_in_rank_order)
     }
 }
 
-/* ---- bf16 sums: widened, added in fp32 in rank order, rounded once (engine/comm.h) ---- */
+/* ---- bf16 sums: widened, added in fp32 in rank order, rounded once (engine/comm/comm.h) ---- */
 
 enum { BF16_N = 120 };
 

@@ -14,12 +14,12 @@
  * writes), and outputs start as NaN where the op overwrites them, or as random values where it
  * accumulates.
  *
- * Precision (engine/device.h): every floating argument of a kernel may be fp32 or bf16. Each op
+ * Precision (engine/device/device.h): every floating argument of a kernel may be fp32 or bf16. Each op
  * runs all-fp32, all-bf16 and mixed (e.g. bf16 inputs into an fp32 gradient); the CPU backend gets
  * the same tensors with the same dtypes, and its wrappers widen the bf16 ones to fp32 copies, run
  * the fp32 op and round the outputs once, which is the reference.
  *
- * Expected agreement: the kernels call the same engine/math.h functions as the CPU backend, in the
+ * Expected agreement: the kernels call the same engine/core/math.h functions as the CPU backend, in the
  * same order per element, row and column, and this file is compiled with the same flags (no FMA
  * contraction in ISO C mode), so results must be bit-identical, fp32 or bf16, except:
  * - attention, where the CPU backend multiplies with sgemm (other summation order): relative 1e-5
@@ -49,7 +49,7 @@
 #include "cuda/kernels/layernorm.kern.h"
 #include "cuda/kernels/matmul.kern.h"
 #include "cuda/kernels/reduce.kern.h"
-#include "engine/device.h"
+#include "engine/device/device.h"
 #include "tests/opsutil.h"
 #include "tests/testutil.h"
 
@@ -823,7 +823,7 @@ Test(cuda_kernels_cpu, adamw)
     }
 }
 
-/* ---- bf16 conversion (no CPU op: against engine/math.h's scalar functions and known values) ---- */
+/* ---- bf16 conversion (no CPU op: against engine/core/math.h's scalar functions and known values) ---- */
 
 static float bits_to_float(uint32_t u)
 {

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/dataloader.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/core/status.h"
+#include "engine/data/dataloader.h"
+#include "engine/train/train.h"
 #include "tests/testutil.h"
 
 /* ---- helpers ---- */

@@ -1,7 +1,7 @@
 /* tests/test_deterministic.c - deterministic mode: the same bits in every layout.
  *
  * With --deterministic every pass's gradients are converted to fixed point and summed as integers
- * (engine/zero.h), the gradient norm is an exact integer sum of squares and the loss a sum of
+ * (engine/train/zero.h), the gradient norm is an exact integer sum of squares and the loss a sum of
  * fixed-point integers, so the order and grouping of sums no longer matter. A GPT trains 4 AdamW
  * steps on a global batch of 8 sequences (micro-batches of 1) in many layouts that differ in
  * pipeline size and schedule, data-parallel size, ZeRO stage and micro-batch count; the losses and
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "tests/harness.h"
 
 enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };

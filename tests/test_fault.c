@@ -1,4 +1,4 @@
-/* tests/test_fault.c - engine/fault.c: the agreed step verdict, the skip decisions and the run identity.
+/* tests/test_fault.c - engine/train/fault.c: the agreed step verdict, the skip decisions and the run identity.
  *
  * The decisions (tri_step_guard_decide) are pure: fed verdicts and losses, they must fail at the
  * first non-finite step without --skip-nonfinite, skip exactly K in a row with it, reset after a
@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/comm.h"
-#include "engine/device.h"
-#include "engine/fault.h"
-#include "engine/status.h"
+#include "engine/comm/comm.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/train/fault.h"
 
 TestSuite(fault);
 

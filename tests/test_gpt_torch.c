@@ -11,15 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/device.h"
-#include "engine/grid.h"
-#include "engine/optimizer.h"
-#include "engine/rng.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/comm/grid.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/train/optimizer.h"
+#include "engine/train/train.h"
 #include "models/gpt.h"
-#include "partitioner/schedule.h"
-#include "partitioner/schedule_forward.h"
+#include "partitioner/forward_schedule.h"
+#include "partitioner/pipeline_schedules.h"
 #include "tests/harness.h"
 #include "tests/testutil.h"
 
@@ -96,7 +96,7 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
     tri_grid grid;
     cr_assert_eq(tri_device_cpu_create(&dev, 1), TRI_OK);
     cr_assert_eq(tri_grid_create(&grid, world, 1, 1), TRI_OK, "%s", tri_error_message());
-    tri_gpt_options opt = {.n_slots = 1, .layer_start = 0, .layer_end = c->cfg.n_layer, .first = true, .last = true,
+    tri_chunk_place opt = {.n_slots = 1, .layer_start = 0, .layer_end = c->cfg.n_layer, .first = true, .last = true,
                            .seed = 1234};
     tri_train_layout run;
     tu_layout one = {.tp = 1, .pp = 1, .dp = 1, .n_micro = 1};

@@ -1,13 +1,13 @@
-/* tests/test_math.c - the shared per-element arithmetic of engine/math.h against libm in double.
+/* tests/test_math.c - the shared per-element arithmetic of engine/core/math.h against libm in double.
  *
- * engine/math.h is what every backend runs (the CPU loops and the CUDA kernels), so its functions
+ * engine/core/math.h is what every backend runs (the CPU loops and the CUDA kernels), so its functions
  * are checked directly: tri_expf over its whole range (relative error, clamping, NaN), GELU and its
  * derivative against the tanh form in double, and bf16 round-to-nearest-even. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
 
-#include "engine/math.h"
+#include "engine/core/math.h"
 
 Test(math, expf_relative_error_over_the_range)
 {

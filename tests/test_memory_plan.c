@@ -4,7 +4,7 @@
  * ZeRO) and seven bf16 mixed-precision ones (engine_train --bf16: bf16 parameters and activations,
  * fp32 gradients and master weights; tp, pp, sequence parallelism, ZeRO 0-3, interleaving),
  * every rank builds its training set-up on thread ranks and checks that
- *  - the planner's prediction for its coordinates (tri_gpt_rank_plan, which allocates nothing)
+ *  - the planner's prediction for its coordinates (tri_model_rank_plan, which allocates nothing)
  *    equals, category by category, what its arenas allocated, and
  *  - after two training steps the device's measured peak is within 5% of the planned total (in
  *    fact equal: every buffer comes from the planned arenas). */
@@ -12,8 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/status.h"
-#include "models/gpt_rank.h"
+#include "engine/core/status.h"
+#include "models/gpt.h"
+#include "models/session.h"
 #include "tests/harness.h"
 
 typedef struct mem_case {
@@ -39,23 +40,24 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     mem_case *c = arg;
     tri_device *dev = NULL;
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_model m = tri_gpt_model(&c->cfg);
+    tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tu_layout l = {.tp = c->tp, .pp = c->pp, .sp = c->sp, .n_micro = c->micro, .schedule = c->schedule,
                    .layers_per_virtual_stage = c->per_chunk, .zero = c->zero, .bf16 = c->bf16};
     int rc = tu_layout_resolve(&c->cfg, 2, 8, &l, size, &o.run.layout);
     if (rc)
         return rc;
     rc = tri_device_cpu_create(&dev, 1);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &c->cfg, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &m, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
     }
     size_t planned[TRI_MEM_KINDS], model[TRI_MEM_KINDS], total = 0;
-    rc = tri_gpt_rank_plan(&c->cfg, &o.run, ss.grid.tp_rank, ss.grid.pp_rank, ss.grid.dp_rank, planned);
-    tri_gpt_rank_memory(&ss.model, model);
+    rc = tri_model_rank_plan(&m, &o.run, ss.grid.tp_rank, ss.grid.pp_rank, ss.grid.dp_rank, planned);
+    tri_model_rank_memory(&ss.model, model);
     for (int k = 0; k < TRI_MEM_KINDS && !rc; k++) {
         size_t have = model[k] + ss.trainer.arena.by_kind[k];
         total += have;
@@ -72,7 +74,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (!rc && (off > 0.05 || off < -0.05) && !c->failure[0])
         snprintf(c->failure, sizeof c->failure, "rank %d: measured peak %zu bytes, planned %zu (%+.1f%%)", rank,
                  dev->peak_bytes, total, 100.0 * off);
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }

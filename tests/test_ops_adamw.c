@@ -20,7 +20,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "engine/device.h"
+#include "engine/device/device.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_adamw, .fini = ot_teardown);

@@ -1,9 +1,9 @@
 /* tests/test_ops_bf16.c - every device op in bf16 on the CPU backend, against fp64 loops.
  *
- * engine/device.h's precision rule: every floating argument of an op may be fp32 or bf16, each
+ * engine/device/device.h's precision rule: every floating argument of an op may be fp32 or bf16, each
  * independently (except the documented f32 ones), and the op computes in fp32: it widens what it
  * reads (exact) and rounds what it writes to nearest even. The CPU backend gets this from the
- * wrappers' widening (engine/device.c), and the CUDA kernels are compared with it. Here every
+ * wrappers' widening (engine/device/device.c), and the CUDA kernels are compared with it. Here every
  * floating op runs with all its floating arguments bf16 against a naive fp64 loop on the same
  * (bf16-rounded) inputs whose result is rounded to bf16; the mixed cases of training (bf16
  * activations into fp32 gradient accumulators) run against the same loops at fp32 tolerances; and
@@ -33,8 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/device.h"
-#include "engine/math.h"
+#include "engine/core/math.h"
+#include "engine/device/device.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_bf16, .fini = ot_teardown);

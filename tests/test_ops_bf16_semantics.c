@@ -1,7 +1,7 @@
 /* tests/test_ops_bf16_semantics.c - bf16 storage of the device ops, bit for bit, on the CPU backend.
  *
- * What engine/device.h defines exactly, so exactly checked: tri_op_convert rounds fp32 to bf16 as
- * engine/math.h's tri_float_to_bf16 does (to nearest even: ties, subnormals, +-Inf, NaN staying NaN,
+ * What engine/device/device.h defines exactly, so exactly checked: tri_op_convert rounds fp32 to bf16 as
+ * engine/core/math.h's tri_float_to_bf16 does (to nearest even: ties, subnormals, +-Inf, NaN staying NaN,
  * overflow to Inf, random bit patterns) and widens bf16 exactly (all 65536 patterns), equal dtypes
  * copy bits; tri_op_zero and tri_op_fill of bf16 views; an op with bf16 arguments gives exactly
  * tri_float_to_bf16 of the same op in fp32 on widened copies (the reference the CUDA kernels are
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/device.h"
-#include "engine/math.h"
-#include "engine/rng.h"
+#include "engine/core/math.h"
+#include "engine/core/rng.h"
+#include "engine/device/device.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_bf16_semantics, .init = tri_error_clear, .fini = ot_teardown);
@@ -91,7 +91,7 @@ Test(ops_bf16_semantics, convert_fp32_to_bf16_rounds_to_nearest_even)
     for (size_t i = 0; i < nr; i++) {
         cr_expect_eq(got[i], rounding_cases[i].bf16, "0x%08x (%s): got 0x%04x, want 0x%04x",
                      rounding_cases[i].f32, rounding_cases[i].why, got[i], rounding_cases[i].bf16);
-        cr_expect_eq(got[i], tri_float_to_bf16(x[i]), "0x%08x: op and engine/math.h differ",
+        cr_expect_eq(got[i], tri_float_to_bf16(x[i]), "0x%08x: op and engine/core/math.h differ",
                      rounding_cases[i].f32);
     }
     for (size_t i = 0; i < nn; i++) {

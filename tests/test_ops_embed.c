@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/device.h"
+#include "engine/device/device.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_embed, .fini = ot_teardown);

@@ -1,6 +1,6 @@
 /* tests/test_ops_errors.c - argument checking of every tri_op_* wrapper.
  *
- * Backends may assume checked arguments (engine/device.h), so a wrapper that lets a wrong dtype, a
+ * Backends may assume checked arguments (engine/device/device.h), so a wrapper that lets a wrong dtype, a
  * missing tensor or a wrong shape through becomes an out-of-bounds access in a kernel. And the
  * message is what a user sees when a layer is wired wrongly, so it must start with the op's name
  * and name the offending argument. For each wrapper: a wrong dtype, a missing tensor
@@ -11,7 +11,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "engine/device.h"
+#include "engine/device/device.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_errors, .init = tri_error_clear, .fini = ot_teardown);

@@ -1,6 +1,6 @@
 /* tests/test_ops_fixed.c - the fixed-point ops of deterministic mode against exact integer references.
  *
- * Deterministic mode (engine/zero.c, engine/train.c) sums gradients as int64 fixed point so that
+ * Deterministic mode (engine/train/zero.c, engine/train/train.c) sums gradients as int64 fixed point so that
  * every grouping of the sum (micro-batches, dp ranks, ZeRO shards, CPU threads) gives the same
  * bits. That promise rests on four ops, checked here without tolerance where the math is exact:
  *   - fixed_accumulate: acc += round-half-even(x * 2^bits), written here with floor and an explicit
@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/device.h"
-#include "engine/math.h"
+#include "engine/core/math.h"
+#include "engine/device/device.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_fixed, .fini = ot_teardown);

@@ -1,6 +1,6 @@
 /* tests/test_ops_threads.c - results independent of the CPU backend's thread count.
  *
- * engine/device_cpu.c promises that every sum feeding a parameter gradient (bias, layernorm and
+ * engine/device/device_cpu.c promises that every sum feeding a parameter gradient (bias, layernorm and
  * embedding backward, which sum over rows) and every full reduction (sum_squares) is the same for
  * any thread count: column blocks with rows summed in order, and a fixed chunk count. That is what
  * makes a run reproducible across machines and lets the parallel tests compare layouts bit for bit.
@@ -12,7 +12,7 @@
 #include <criterion/criterion.h>
 #include <omp.h>
 
-#include "engine/device.h"
+#include "engine/device/device.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_threads, .fini = ot_teardown);

@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/comm.h"
-#include "engine/status.h"
+#include "engine/comm/comm.h"
+#include "engine/core/status.h"
 #include "partitioner/constraints.h"
 #include "partitioner/hardware.h"
+#include "partitioner/pipeline_schedules.h"
 #include "partitioner/preview.h"
-#include "partitioner/schedule.h"
 #include "partitioner/search.h"
 #include "partitioner/timeline_svg.h"
 #include "partitioner/traffic.h"
@@ -74,7 +74,7 @@ static tri_cluster h100(int gpus);
  * once, ZeRO 2 reduce-scatters every micro-batch's gradients, ZeRO 3 also all-gathers the
  * parameters before each forward and backward (Rajbhandari et al. 2020 §7: 1.5x ZeRO 0-2 in one
  * precision). Under bf16 mixed precision the gradients are fp32 (g = 4 bytes) and the parameters
- * bf16 (e = 2; engine/zero.h), as Megatron-LM reduces fp32 main gradients and gathers bf16
+ * bf16 (e = 2; engine/train/zero.h), as Megatron-LM reduces fp32 main gradients and gathers bf16
  * parameters. */
 Test(partitioner, dp_traffic_follows_the_zero_stages)
 {

@@ -4,21 +4,22 @@
  * sequence parallelism, data parallelism, ZeRO stages 0-3, selective and full recomputation, the
  * deterministic mode) and 8 bf16 mixed-precision ones (engine_train --bf16: tp x pp, sequence
  * parallelism, ZeRO 1-3, selective and full recomputation), the prediction is made exactly as the
- * partitioner CLI makes it (tri_preview_create with the engine's plan, models/gpt_preview.h), then
+ * partitioner CLI makes it (tri_preview_create with the engine's plan, models/preview.h), then
  * every rank trains two steps on thread ranks and its device's measured peak (dev->peak_bytes) must
  * equal its stage's predicted total to the byte (every engine buffer comes from the planned arenas,
  * DESIGN.md §7), and be within 5% of the formulas' total (partitioner/memory_model.h) too (but for
  * the deterministic mode, whose fixed-point buffers the formulas leave out). The CPU backend's
- * transient fp32 copies of bf16 arguments (engine/device.c, widen) come from the backend's
+ * transient fp32 copies of bf16 arguments (engine/device/device.c, widen) come from the backend's
  * allocator outside the measured device memory, as a GPU with native bf16 needs none. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "models/config.h"
-#include "models/gpt_preview.h"
+#include "models/gpt.h"
+#include "models/preview.h"
 #include "partitioner/constraints.h"
 #include "partitioner/preview.h"
 #include "tests/harness.h"
@@ -47,11 +48,12 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     mem_case *c = arg;
     tri_device *dev = NULL;
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.layout = c->l, .seed = 1}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_model m = tri_gpt_model(&c->cfg);
+    tri_session_options o = {.run = {.layout = c->l, .seed = 1}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     int rc = tri_device_cpu_create(&dev, 1);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &c->cfg, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &m, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -72,7 +74,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
                  measured - c->predicted[r], c->formulas[r], 100 * off_formula);
     c->measured[rank] = measured;
     c->stage[rank] = r;
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }
@@ -130,7 +132,8 @@ static void check_layout(mem_layout x)
     const tri_hardware *hw = tri_hardware_find("cpu");
     tri_cluster cl = {.hw = hw, .num_gpus = n, .gpus_per_node = n, .cpu_cores = 2, .eff = hw->eff};
     tri_preview p;
-    rc = tri_preview_create(&p, &dims, &c.l, &cl, tri_gpt_preview_plan, &c.cfg);
+    tri_model model = tri_gpt_model(&c.cfg);
+    rc = tri_preview_create(&p, &dims, &c.l, &cl, tri_model_preview_plan, &model);
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
     cr_assert(p.from_engine_plan, "every layout takes the engine's plan (fp32 and bf16)");
     for (int r = 0; r < x.pp; r++) {

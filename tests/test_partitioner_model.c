@@ -1,7 +1,7 @@
 /* tests/test_partitioner_model.c - the memory formulas against the engine's plan and the papers.
  *
  * partitioner/memory_model.h gives the engine's buffers in closed form (for the search's screening
- * and layouts without an engine plan); it must agree with the engine's own plan (tri_gpt_rank_plan,
+ * and layouts without an engine plan); it must agree with the engine's own plan (tri_model_rank_plan,
  * the bytes the engine allocates) so the two cannot drift apart silently: here, per pipeline rank,
  * the total within 5% and every category within 5% (or within 1% of the total for tiny
  * categories), over GPT-2 124M and the small byte-level GPT in a range of (tp, pp, schedule, v,
@@ -18,9 +18,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "models/config.h"
-#include "models/gpt_preview.h"
+#include "models/gpt.h"
+#include "models/preview.h"
 #include "partitioner/constraints.h"
 #include "partitioner/memory_model.h"
 #include "partitioner/preview.h"
@@ -78,7 +79,8 @@ static bool agree(const tri_gpt_config *cfg, const tri_train_layout *l)
     tri_transformer m = tri_gpt_dims(cfg);
     tri_cluster c = cpu_cluster(l->tp * l->pp * l->dp);
     tri_preview p;
-    int rc = tri_preview_create(&p, &m, l, &c, tri_gpt_preview_plan, (void *)cfg);
+    tri_model model = tri_gpt_model(cfg);
+    int rc = tri_preview_create(&p, &m, l, &c, tri_model_preview_plan, &model);
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
     cr_assert(p.from_engine_plan);
     bool compared = true;
@@ -173,7 +175,7 @@ Test(partitioner_model, bf16_formulas_agree_with_the_engine_plan)
 }
 
 /* Model states per parameter: Megatron-LM's distributed-optimizer table (docs/api-guide/
- * dist_optimizer.md), whose bf16 row is what engine/zero.h keeps: bf16 parameters, fp32 gradients,
+ * dist_optimizer.md), whose bf16 row is what engine/train/zero.h keeps: bf16 parameters, fp32 gradients,
  * 18 bytes without sharding and 6 + 12/d with the distributed optimizer (ZeRO 1); fp32 16 and
  * 8 + 8/d. */
 Test(partitioner_model, model_states_match_megatron_lm)

@@ -31,11 +31,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "partitioner/constraints.h"
 #include "partitioner/flops.h"
+#include "partitioner/pipeline_schedules.h"
 #include "partitioner/preview.h"
-#include "partitioner/schedule.h"
 
 typedef struct run {
     const char *name;

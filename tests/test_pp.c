@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
-#include "partitioner/schedule.h"
+#include "engine/core/status.h"
+#include "partitioner/pipeline_schedules.h"
 #include "partitioner/simulate.h"
 #include "tests/harness.h"
 

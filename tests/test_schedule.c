@@ -1,4 +1,4 @@
-/* tests/test_schedule.c - pipeline schedule generators and the simulator (partitioner/schedule.h,
+/* tests/test_schedule.c - pipeline schedule generators and the simulator (partitioner/pipeline_schedules.h,
  * partitioner/simulate.h).
  *
  * Every generator at pp 1..64, m up to 512 and v up to 8: each rank forwards and backwards each of
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
-#include "partitioner/schedule.h"
+#include "engine/core/status.h"
+#include "partitioner/pipeline_schedules.h"
 #include "partitioner/simulate.h"
 
 static const int PPS[] = {1, 2, 3, 4, 8, 16, 64};

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "partitioner/stages.h"
 
 /* GPT-2 124M (models/gpt2.json), micro-batch 4 x 1024 tokens as llm.c trains it. */

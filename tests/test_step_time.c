@@ -1,4 +1,4 @@
-/* tests/test_step_time.c - the comms' wall-time account and the step-time split (engine/step_time.h)
+/* tests/test_step_time.c - the comms' wall-time account and the step-time split (engine/train/step_time.h)
  * on thread ranks.
  *
  * A rank that arrives late at a collective makes the others wait: the waiting ranks' blocked
@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "engine/clock.h"
-#include "engine/comm.h"
-#include "engine/grid.h"
-#include "engine/status.h"
-#include "engine/step_time.h"
+#include "engine/comm/comm.h"
+#include "engine/comm/grid.h"
+#include "engine/core/clock.h"
+#include "engine/core/status.h"
+#include "engine/train/step_time.h"
 
 #define DELAY_S 0.05
 

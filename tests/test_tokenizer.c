@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/rng.h"
-#include "engine/status.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
 #include "models/tokenizer.h"
 #include "tests/testutil.h"
 

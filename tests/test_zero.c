@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/arena.h"
-#include "engine/status.h"
+#include "engine/core/status.h"
+#include "engine/device/arena.h"
 #include "tests/harness.h"
 
 enum { B = 1, T = 8, GLOBAL = 8, STEPS = 5 };
@@ -136,7 +136,7 @@ Test(zero, overlap_dp2_zero3, .timeout = 120) { check_overlap(2, 1, 1, 3, 2); }
 Test(zero, overlap_tp2_pp2_dp2_zero1, .timeout = 200) { check_overlap(2, 2, 2, 1, 4); }
 Test(zero, overlap_tp2_pp2_dp2_zero3, .timeout = 200) { check_overlap(2, 2, 2, 3, 4); }
 
-/* bf16 mixed precision (engine/zero.h): the gradients stay fp32, so the reductions move 4 bytes a
+/* bf16 mixed precision (engine/train/zero.h): the gradients stay fp32, so the reductions move 4 bytes a
  * value as in fp32, while the parameters are all-gathered as bf16 (2 bytes): the data-parallel
  * group moves exactly partitioner/traffic.h's figure with those sizes (what the partitioner's time
  * model charges, partitioner/time_model.c). */

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/rng.h"
+#include "engine/core/rng.h"
 
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed)
 {

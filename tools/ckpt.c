@@ -26,17 +26,19 @@
 #include "checkpoints/fsutil.h"
 #include "checkpoints/h5.h"
 #include "checkpoints/reader.h"
-#include "engine/clock.h"
-#include "engine/device.h"
-#include "engine/log.h"
-#include "engine/status.h"
+#include "engine/core/clock.h"
+#include "engine/core/log.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
 #include "models/gpt.h"
-#include "tools/cli/backend.h"
+#include "models/gpt_formats.h"
+#include "models/model.h"
+#include "models/session.h"
+#include "models/session_checkpoint.h"
 #include "partitioner/constraints.h"
+#include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/train_metrics.h"
-#include "tools/cli/gpt_checkpoint.h"
-#include "tools/cli/gpt_formats.h"
 
 typedef struct args {
     int tp, pp, dp, zero;
@@ -219,26 +221,32 @@ static int merge(const char *src, const char *out)
 
 /* ---- export ---- */
 
-static int config_of(const tri_ckpt_manifest *m, tri_gpt_config *cfg, const char *dir)
+/* The checkpoint's model: its recorded config (any registered family) and name. */
+static int model_of(const tri_ckpt_manifest *m, tri_model *model, const char *dir)
 {
-    int rc = tri_gpt_config_parse(cfg, m->config_json, dir);
+    int rc = tri_model_parse(model, m->config_json, dir);
     if (!rc)
-        snprintf(cfg->name, sizeof cfg->name, "%s", m->model_name);
+        snprintf(model->name, sizeof model->name, "%s", m->model_name);
     return rc;
 }
 
 static int export_weights(const char *format, const char *src, const char *out)
 {
     tri_ckpt_reader r;
-    tri_gpt_config cfg;
+    tri_model model = {0};
     int rc = tri_ckpt_reader_open(&r, src);
     if (rc)
         return rc;
     r.progress = progress;
     rc = tri_ckpt_reader_verify_all(&r);
-    if (!rc) rc = config_of(&r.m, &cfg, r.dir);
+    if (!rc) rc = model_of(&r.m, &model, r.dir);
+    const tri_gpt_config *cfg = rc ? NULL : tri_gpt_config_of(&model);
+    if (!rc && !cfg)
+        rc = TRI_ERR(TRI_EINVAL, "%s: export --format %s writes GPT-2 weights; this checkpoint's model_type is \"%s\"",
+                     r.dir, format, model.family->type);
     if (!rc)
-        rc = strcmp(format, "safetensors") == 0 ? tri_export_safetensors(&r, &cfg, out) : tri_export_llmc(&r, &cfg, out);
+        rc = strcmp(format, "safetensors") == 0 ? tri_export_safetensors(&r, cfg, out) : tri_export_llmc(&r, cfg, out);
+    tri_model_free(&model);
     tri_ckpt_reader_close(&r);
     return rc;
 }
@@ -246,7 +254,7 @@ static int export_weights(const char *format, const char *src, const char *out)
 /* ---- reshard and import: T x P x D thread ranks of this process, each a session ---- */
 
 typedef struct job {
-    tri_gpt_config cfg;
+    tri_model model;
     tri_ckpt_manifest src;      /* the source's manifest (run settings), NULL files */
     const char *load;           /* reshard: the source; NULL for import */
     const tri_llmc_model *llmc; /* import: the weights */
@@ -258,24 +266,24 @@ typedef struct job {
 /* The target layout: tp x pp x dp ranks at ZeRO stage `zero` with the given schedule, a global
  * batch and sequence length of the source run, micro-batches of `micro`, through the one
  * validator the other tools use. */
-static int target_layout(const tri_gpt_config *cfg, int tp, int pp, int dp, int zero, const char *schedule,
+static int target_layout(const tri_model *model, int tp, int pp, int dp, int zero, const char *schedule,
                          int64_t micro, int64_t global, int64_t T, tri_train_layout *out)
 {
     tri_layout_request req = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .micro_batch = micro,
                               .global_batch = global, .seq_length = T, .zero_stage = zero, .schedule = schedule,
                               .first_layers = -1, .last_layers = -1};
-    tri_transformer dims = tri_gpt_dims(cfg);
+    tri_transformer dims = tri_model_dims(model);
     return tri_layout_resolve(&dims, &req, out);
 }
 
 /* Import: the llm.c tensors into this rank's parameters (tp 1, pp 1: whole tensors; wte's padding
  * rows zero). */
-static int write_llmc(tri_gpt_session *s, const tri_llmc_model *m)
+static int write_llmc(tri_session *s, const tri_llmc_model *m)
 {
-    tri_gpt *g = s->model.chunk[0];
+    tri_chunk *c = s->model.chunk[0];
     int rc = TRI_OK;
-    for (int i = 0; i < g->chunk.layout.n && !rc; i++) {
-        const tri_param *p = &g->chunk.layout.params[i];
+    for (int i = 0; i < c->layout.n && !rc; i++) {
+        const tri_param *p = &c->layout.params[i];
         int k = -1;
         for (int j = 0; j < m->n; j++)
             if (strcmp(m->names[j], p->spec.name) == 0)
@@ -290,7 +298,7 @@ static int write_llmc(tri_gpt_session *s, const tri_llmc_model *m)
         for (int d = 0; d < p->spec.ndim; d++)
             n *= shape[d];
         memcpy(host, m->data[k], (size_t)n * sizeof *host);
-        rc = tri_zero_write_param(&g->chunk.zero, p, host);
+        rc = tri_zero_write_param(&c->zero, p, host);
         free(host);
     }
     return rc;
@@ -300,15 +308,15 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     job *j = arg;
     const tri_ckpt_run *sr = &j->src.run;
-    tri_gpt_session_options o = {.run = {.layout = j->layout, .seed = sr->seed}, .clip_grad = sr->clip_grad,
+    tri_session_options o = {.run = {.layout = j->layout, .seed = sr->seed}, .clip_grad = sr->clip_grad,
                                  .adamw = sr->adamw};
-    tri_gpt_ckpt_run cr = {.seed = sr->seed, .lr = sr->lr};
+    tri_session_ckpt_run cr = {.seed = sr->seed, .lr = sr->lr};
     tri_device *dev = NULL;
-    tri_gpt_session s;
+    tri_session s;
     if (rank != 0)
         tri_log_set_quiet(true);
     int rc = tri_device_cpu_create(&dev, 1);
-    if (!rc) rc = tri_gpt_session_create(&s, world, dev, &j->cfg, &o);
+    if (!rc) rc = tri_session_create(&s, world, dev, &j->model, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -316,15 +324,35 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     int64_t iteration = 0;
     double t0 = tri_now_s();
     if (j->load)
-        rc = tri_gpt_ckpt_resume(&s, &j->cfg, j->load, &cr, &iteration);
+        rc = tri_session_ckpt_resume(&s, j->load, &cr, &iteration);
     else
         rc = write_llmc(&s, j->llmc);
     if (!rc && rank == 0)
         fprintf(stderr, "%s in %.2f s; saving\n", j->load ? "loaded" : "imported", tri_now_s() - t0);
-    if (!rc) rc = tri_gpt_ckpt_save(&s, &j->cfg, j->out, &cr, iteration);
-    tri_gpt_session_destroy(&s);
+    if (!rc) rc = tri_session_ckpt_save(&s, j->out, &cr, iteration);
+    tri_session_destroy(&s);
     tri_device_destroy(dev);
     return rc;
+}
+
+/* Resharding once the source is read: the target layout, then T x P x D thread ranks. */
+static int reshard_to(const args *a, const char *src, job *j, int zero)
+{
+    int64_t global = j->src.run.global_batch;
+    if (global % a->dp != 0)
+        return TRI_ERR(TRI_EINVAL, "--data-parallel-size %d does not divide the checkpoint's global batch %lld",
+                       a->dp, (long long)global);
+    int64_t micro = global % (j->src.run.micro_batch * a->dp) == 0 ? j->src.run.micro_batch : 1;
+    int rc = target_layout(&j->model, a->tp, a->pp, a->dp, zero, a->schedule, micro, global,
+                           j->src.run.seq_length, &j->layout);
+    tri_model_run probe = {.layout = j->layout};
+    if (!rc) rc = tri_model_rank_check(&j->model, &probe);
+    if (rc)
+        return rc;
+    fprintf(stderr, "resharding %s (tp %d x pp %d x dp %d, ZeRO %d) to tp %d x pp %d x dp %d, ZeRO %d on %d thread "
+            "ranks\n", src, j->src.run.tp, j->src.run.pp, j->src.run.dp, j->src.run.zero_stage, a->tp, a->pp, a->dp,
+            zero, a->tp * a->pp * a->dp);
+    return tri_run_thread_ranks(a->tp * a->pp * a->dp, run_rank, j);
 }
 
 static int reshard(const args *a, const char *src, const char *out)
@@ -337,7 +365,7 @@ static int reshard(const args *a, const char *src, const char *out)
     job j = {.load = src, .out = out};
     int zero = a->zero;
     rc = tri_ckpt_reader_verify_all(&r);
-    if (!rc) rc = config_of(&r.m, &j.cfg, r.dir);
+    if (!rc) rc = model_of(&r.m, &j.model, r.dir);
     j.src = r.m;
     j.src.files = NULL;
     j.src.n_files = 0;
@@ -347,23 +375,9 @@ static int reshard(const args *a, const char *src, const char *out)
     if (zero < 0)
         zero = r.m.run.zero_stage;
     tri_ckpt_reader_close(&r);
-    if (rc)
-        return rc;
-    int64_t global = j.src.run.global_batch;
-    if (global % a->dp != 0)
-        return TRI_ERR(TRI_EINVAL, "--data-parallel-size %d does not divide the checkpoint's global batch %lld",
-                       a->dp, (long long)global);
-    int64_t micro = global % (j.src.run.micro_batch * a->dp) == 0 ? j.src.run.micro_batch : 1;
-    rc = target_layout(&j.cfg, a->tp, a->pp, a->dp, zero, a->schedule, micro, global, j.src.run.seq_length,
-                       &j.layout);
-    tri_gpt_run probe = {.layout = j.layout};
-    if (!rc) rc = tri_gpt_rank_check(&j.cfg, &probe);
-    if (rc)
-        return rc;
-    fprintf(stderr, "resharding %s (tp %d x pp %d x dp %d, ZeRO %d) to tp %d x pp %d x dp %d, ZeRO %d on %d thread "
-            "ranks\n", src, j.src.run.tp, j.src.run.pp, j.src.run.dp, j.src.run.zero_stage, a->tp, a->pp, a->dp,
-            zero, a->tp * a->pp * a->dp);
-    return tri_run_thread_ranks(a->tp * a->pp * a->dp, run_rank, &j);
+    if (!rc) rc = reshard_to(a, src, &j, zero);
+    tri_model_free(&j.model);
+    return rc;
 }
 
 static int import_llmc(const args *a, const char *bin, const char *out)
@@ -372,7 +386,7 @@ static int import_llmc(const args *a, const char *bin, const char *out)
     int rc = tri_llmc_read(bin, &m);
     if (rc)
         return rc;
-    job j = {.cfg = m.cfg, .llmc = &m, .out = out};
+    job j = {.llmc = &m, .out = out};
     j.src.run = (tri_ckpt_run){.global_batch = 1, .micro_batch = 1, .seq_length = 1, .seed = (uint64_t)a->seed,
                                .clip_grad = 1.0f,
                                .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
@@ -380,7 +394,8 @@ static int import_llmc(const args *a, const char *bin, const char *out)
     fprintf(stderr, "%s: llm.c version %d, %d layers, %d heads, n_embd %d, vocab %d (padded %d), %d positions\n", bin,
             m.version, m.cfg.n_layer, m.cfg.n_head, m.cfg.n_embd, m.cfg.vocab_size, m.padded_vocab,
             m.cfg.n_positions);
-    rc = target_layout(&m.cfg, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
+    j.model = tri_gpt_model(&m.cfg);
+    rc = target_layout(&j.model, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
     if (!rc) rc = tri_run_thread_ranks(1, run_rank, &j);
     char *json = NULL;
     char path[TRI_CKPT_PATH_MAX];

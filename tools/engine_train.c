@@ -23,30 +23,30 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/dataloader.h"
-#include "engine/clock.h"
-#include "engine/device.h"
-#include "engine/fault.h"
-#include "engine/grid.h"
-#include "engine/log.h"
-#include "engine/optimizer.h"
-#include "engine/rng.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/comm/grid.h"
+#include "engine/core/clock.h"
+#include "engine/core/log.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/data/dataloader.h"
+#include "engine/device/device.h"
+#include "engine/train/fault.h"
+#include "engine/train/optimizer.h"
+#include "engine/train/step_time.h"
+#include "engine/train/train.h"
 #include "models/config.h"
-#include "models/gpt.h"
-#include "models/gpt_preview.h"
-#include "models/gpt_rank.h"
+#include "models/model.h"
+#include "models/preview.h"
+#include "models/session.h"
+#include "models/session_checkpoint.h"
 #include "models/tokenizer.h"
+#include "partitioner/flops.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/fault.h"
 #include "tools/cli/flags.h"
-#include "tools/cli/gpt_checkpoint.h"
 #include "tools/cli/layout_flags.h"
 #include "tools/cli/train_metrics.h"
 #include "tools/cli/validate.h"
-#include "engine/step_time.h"
-#include "partitioner/flops.h"
 
 
 typedef struct args {
@@ -58,7 +58,7 @@ typedef struct args {
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k, save_interval, keep_last;
     float sample_temperature, memory_budget_gb, peak_gflops;
-    float comm_timeout, spike_zscore;           /* faults: see tools/cli/fault.h, engine/fault.h */
+    float comm_timeout, spike_zscore;           /* faults: see tools/cli/fault.h, engine/train/fault.h */
     int skip_nonfinite, spike_window;
     int exit_interval;                          /* Megatron-LM's --exit-interval, --exit-duration-in-mins */
     float exit_duration_mins;
@@ -68,13 +68,13 @@ typedef struct args {
 
 typedef struct run {
     args a;
-    tri_gpt_config cfg;
+    tri_model model;
     tri_comm *world;
     tri_comm *dev_world;     /* the device's world comm (NCCL for cuda), NULL: world serves */
     tri_train_layout L;      /* the layout the flags resolve to (partitioner/constraints.h) */
     tri_device *dev;
-    tri_gpt_session_options sopt;
-    tri_gpt_session ss;
+    tri_session_options sopt;
+    tri_session ss;
     tri_dataloader *train, *val;
     tri_tokenizer *tok;
     tri_lr_schedule lr;
@@ -82,7 +82,7 @@ typedef struct run {
     int64_t start_iter;      /* the first iteration to run: 0, or the loaded checkpoint's */
     bool load_found;         /* --load names a checkpoint (else: no checkpoint yet, start afresh) */
     tri_ckpt_async *saver;   /* --async-save: the background checkpoint writer */
-    tri_step_guard guard;    /* agreed non-finite / stop checks at every step (engine/fault.h) */
+    tri_step_guard guard;    /* agreed non-finite / stop checks at every step (engine/train/fault.h) */
     tri_cli_injection inject;
     bool stopped;            /* stopped early (a signal, --exit-interval/-duration), after saving a checkpoint */
     double started;          /* tri_now_s() at start-up, for --exit-duration-in-mins */
@@ -99,7 +99,7 @@ static int resume_agree(run *r);
 static int make_flags(args *a, tri_flag *f)
 {
     int n = 0;
-    f[n++] = (tri_flag)FLAG("config", TRI_FLAG_STRING, &a->config, "model config (Hugging Face GPT-2 keys), e.g. models/gpt2.json", 0, 0);
+    f[n++] = (tri_flag)FLAG("config", TRI_FLAG_STRING, &a->config, "model config (a Hugging Face config.json; its model_type picks the family), e.g. models/gpt2.json", 0, 0);
     f[n++] = (tri_flag)FLAG("train-data", TRI_FLAG_STRING, &a->train_data, "training token file (llm.c format, from tools/tokenize)", 0, 0);
     f[n++] = (tri_flag)FLAG("val-data", TRI_FLAG_STRING, &a->val_data, "validation token file", 0, 0);
     n = tri_cli_layout_flags(&a->layout, f, n);
@@ -187,11 +187,11 @@ static void defaults(args *a)
 static int validate(run *r)
 {
     args *a = &r->a;
-    int rc = tri_gpt_config_load(&r->cfg, a->config);
+    int rc = tri_model_load(&r->model, a->config);
     if (rc)
         return rc;
     /* the layout: the same rules and messages as the partitioner's (one validator) */
-    tri_transformer dims = tri_gpt_dims(&r->cfg);
+    tri_transformer dims = tri_model_dims(&r->model);
     rc = tri_cli_layout_resolve(&a->layout, r->flags, r->nflags, r->world->size, &dims, &r->L);
     if (rc)
         return rc;
@@ -211,11 +211,11 @@ static int validate(run *r)
                        (long long)a->lr_decay_iters);
     if (a->sample_length > r->L.T - 1)
         a->sample_length = (int)(r->L.T - 1);
-    r->sopt.run = (tri_gpt_run){.layout = r->L, .seed = (uint64_t)a->seed};
+    r->sopt.run = (tri_model_run){.layout = r->L, .seed = (uint64_t)a->seed};
     /* what the model needs beyond the layout rules, then the data */
-    rc = tri_gpt_rank_check(&r->cfg, &r->sopt.run);
-    if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, r->L.T, r->cfg.vocab_size, (uint64_t)a->seed, true);
-    if (!rc) rc = tri_dataloader_open(&r->val, a->val_data, r->L.T, r->cfg.vocab_size, 0, false);
+    rc = tri_model_rank_check(&r->model, &r->sopt.run);
+    if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, r->L.T, tri_model_vocab_size(&r->model), (uint64_t)a->seed, true);
+    if (!rc) rc = tri_dataloader_open(&r->val, a->val_data, r->L.T, tri_model_vocab_size(&r->model), 0, false);
     /* the tokenizer only decodes the sample at the end: without one, its files are not needed */
     if (rc || a->sample_length == 0)
         return rc;
@@ -223,9 +223,9 @@ static int validate(run *r)
         rc = tri_tokenizer_create_byte(&r->tok);
     else
         rc = tri_tokenizer_create_gpt2(&r->tok, a->vocab_file, a->merge_file);
-    if (!rc && tri_tokenizer_vocab_size(r->tok) != r->cfg.vocab_size)
+    if (!rc && tri_tokenizer_vocab_size(r->tok) != tri_model_vocab_size(&r->model))
         rc = TRI_ERR(TRI_EINVAL, "--tokenizer-type %s has %d tokens but %s has vocab_size %d",
-                     a->tokenizer_type, tri_tokenizer_vocab_size(r->tok), a->config, r->cfg.vocab_size);
+                     a->tokenizer_type, tri_tokenizer_vocab_size(r->tok), a->config, tri_model_vocab_size(&r->model));
     return rc;
 }
 
@@ -247,13 +247,13 @@ static int probe_load(run *r)
 static int validate_resources(run *r)
 {
     const args *a = &r->a;
-    int rc = tri_cli_check_sizes(&r->cfg, a->config, r->L.global_batch, r->L.T, a->train_iters);
+    int rc = tri_cli_check_sizes(&r->model, a->config, r->L.global_batch, r->L.T, a->train_iters);
     if (!rc) rc = tri_cli_check_output_dir("save-dir", a->save_dir);
     if (!rc && a->load) rc = probe_load(r);
     /* by default a CPU rank's plan is held to the machine's memory; a GPU's size is unknown until
      * the device is made, after this point, so there only --memory-budget-gb applies */
     if (!rc && (a->memory_budget_gb > 0 || strcmp(a->device, "cpu") == 0))
-        rc = tri_cli_check_memory(&r->cfg, &r->sopt.run, a->memory_budget_gb);
+        rc = tri_cli_check_memory(&r->model, &r->sopt.run, a->memory_budget_gb);
     return rc;
 }
 
@@ -290,7 +290,7 @@ static int setup(run *r)
     r->sopt.adamw = (tri_adamw_config){.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
                                        .weight_decay = a->weight_decay};
     tri_comm *world = r->dev_world ? r->dev_world : r->world;
-    int rc = tri_gpt_session_create(&r->ss, world, r->dev, &r->cfg, &r->sopt);
+    int rc = tri_session_create(&r->ss, world, r->dev, &r->model, &r->sopt);
     if (rc)
         return rc;
     tri_log_set_rank(r->ss.grid.world_rank, r->ss.grid.tp_rank, r->ss.grid.pp_rank, r->ss.grid.dp_rank);
@@ -342,10 +342,11 @@ static void print_plan(run *r)
     const args *a = &r->a;
     const tri_train_layout *L = &r->L;
     bool bf16 = L->precision == TRI_PRECISION_BF16;
+    tri_transformer d = tri_model_dims(&r->model);
     tri_log_rank0("Trident: %s, %d layers, %d heads, n_embd %d, vocab %d (padded %lld), %.2fM parameters",
-                  r->cfg.name, r->cfg.n_layer, r->cfg.n_head, r->cfg.n_embd, r->cfg.vocab_size,
-                  (long long)tri_gpt_padded_vocab(r->cfg.vocab_size, L->tp),
-                  (double)tri_gpt_num_params(&r->cfg) / 1e6);
+                  tri_model_name(&r->model), (int)d.n_layer, (int)d.n_head, (int)d.n_embd,
+                  tri_model_vocab_size(&r->model), (long long)r->model.family->padded_vocab(r->model.cfg, L->tp),
+                  (double)r->model.family->num_params(r->model.cfg) / 1e6);
     tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s, ZeRO stage %d; micro-batch %lld x seq %lld, %d "
                   "micro-batches (%s), global batch %lld sequences (%lld tokens)", r->world->size, L->tp, L->pp,
                   L->dp, L->sequence_parallel ? " (sequence parallel)" : "", L->zero_stage, (long long)L->B,
@@ -358,8 +359,8 @@ static void print_plan(run *r)
                       bf16 ? " bf16 mixed precision (fp32 gradients, master weights and moments);" : "");
     if (r->ss.grid.world_rank == 0) {
         tri_stage_plan_print(stdout, &r->ss.model.plan);
-        /* the per-stage plan, as `partitioner` prints it (models/gpt_preview.h: one code path) */
-        if (tri_gpt_print_stage_memory(stdout, &r->cfg, L) != TRI_OK)
+        /* the per-stage plan, as `partitioner` prints it (models/preview.h: one code path) */
+        if (tri_model_print_stage_memory(stdout, &r->model, L) != TRI_OK)
             tri_log("engine_train: warning: %s", tri_error_message());
     }
     tri_log_rank0("data: %s (%lld tokens), %s (%lld tokens); device %s, %d thread%s per rank",
@@ -371,7 +372,7 @@ static void print_plan(run *r)
 static void print_memory(run *r)
 {
     size_t bytes[TRI_MEM_KINDS], total = 0;
-    tri_gpt_rank_memory(&r->ss.model, bytes);
+    tri_model_rank_memory(&r->ss.model, bytes);
     char line[1024];
     int used = snprintf(line, sizeof line, "memory planned:");
     for (int k = 0; k < TRI_MEM_KINDS; k++) {
@@ -398,11 +399,11 @@ static int evaluate(run *r, int64_t iter)
     return TRI_OK;
 }
 
-/* ---- checkpoints (checkpoints/, through tools/cli/gpt_checkpoint.h) ---- */
+/* ---- checkpoints (checkpoints/, through models/session_checkpoint.h) ---- */
 
-static tri_gpt_ckpt_run ckpt_run(const run *r)
+static tri_session_ckpt_run ckpt_run(const run *r)
 {
-    return (tri_gpt_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last,
+    return (tri_session_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last,
                               .lr_source = r->a.use_checkpoint_scheduler ? TRI_LR_CHECKPOINT
                                            : r->a.override_scheduler     ? TRI_LR_FLAGS
                                                                          : TRI_LR_SAME};
@@ -431,16 +432,16 @@ static void report_async(run *r, const tri_ckpt_async_report *done)
  * for the one in flight. */
 static int save_checkpoint(run *r, int64_t iteration)
 {
-    tri_gpt_ckpt_run cr = ckpt_run(r);
+    tri_session_ckpt_run cr = ckpt_run(r);
     double t0 = tri_now_s();
     tri_comm_set_phase(r->world, "checkpoint", iteration);
     if (r->saver) {
         tri_ckpt_async_report prev;
-        int rc = tri_gpt_ckpt_save_async(&r->ss, r->saver, &r->cfg, r->a.save_dir, &cr, iteration, &prev);
+        int rc = tri_session_ckpt_save_async(&r->ss, r->saver, r->a.save_dir, &cr, iteration, &prev);
         report_async(r, &prev);
         return rc;
     }
-    int rc = tri_gpt_ckpt_save(&r->ss, &r->cfg, r->a.save_dir, &cr, iteration);
+    int rc = tri_session_ckpt_save(&r->ss, r->a.save_dir, &cr, iteration);
     if (!rc)
         report_save(r, iteration, tri_now_s() - t0, tri_now_s() - t0, false);
     return rc;
@@ -468,10 +469,10 @@ static int load_checkpoint(run *r)
                       "scratch (--exit-on-missing-checkpoint refuses instead)", r->a.load, TRI_CKPT_LATEST);
         return TRI_OK;
     }
-    tri_gpt_ckpt_run cr = ckpt_run(r);
+    tri_session_ckpt_run cr = ckpt_run(r);
     double t0 = tri_now_s();
     tri_comm_set_phase(r->world, "checkpoint", 0);
-    int rc = tri_gpt_ckpt_resume(&r->ss, &r->cfg, r->a.load, &cr, &r->start_iter);
+    int rc = tri_session_ckpt_resume(&r->ss, r->a.load, &cr, &r->start_iter);
     if (!rc) rc = resume_agree(r);
     if (!rc && r->a.use_checkpoint_scheduler) {
         r->lr = cr.lr;
@@ -513,14 +514,14 @@ static void log_iteration(run *r, const tri_train_metrics *tm, int64_t iter, con
                       100.0 * (tm->straggler_compute_s / tm->median_compute_s - 1.0));
 }
 
-/* ---- faults (engine/fault.h, tools/cli/fault.h) ---- */
+/* ---- faults (engine/train/fault.h, tools/cli/fault.h) ---- */
 
 /* Every rank has the same flags, model, layout and data (an MPMD launch or a node with another
  * config file would otherwise train garbage or hang): a hash of the canonical text, compared. */
 static int identity_agree(run *r)
 {
     char extra[1024], *json = NULL, *text = NULL;
-    int rc = tri_gpt_config_to_json(&r->cfg, &json);
+    int rc = r->model.family->to_json(r->model.cfg, &json);
     if (rc)
         return rc;
     snprintf(extra, sizeof extra, "model=%s\nlayout=tp %d x pp %d x dp %d, %d micro-batches\ntrain_tokens=%lld\n"
@@ -587,7 +588,7 @@ static int train_loop(run *r)
 {
     const args *a = &r->a;
     tri_batch_source src = {.ctx = r->train, .fill = tri_dataloader_fill_ctx};
-    tri_transformer dims = tri_gpt_dims(&r->cfg);
+    tri_transformer dims = tri_model_dims(&r->model);
     double flops = tri_iteration_flops(&dims, r->L.global_batch, r->L.T, false);
     double t_start = tri_now_s(), first_loss = NAN, last_loss = NAN;
     tri_train_metrics tm;
@@ -660,7 +661,7 @@ static int train_loop(run *r)
     if (a->train_iters > r->start_iter)
         tri_log_rank0("trained %lld iterations in %.1f s: loss %.4f -> %.4f (ln vocab = %.4f)",
                       (long long)(a->train_iters - r->start_iter), total, first_loss, last_loss,
-                      log((double)r->cfg.vocab_size));
+                      log((double)tri_model_vocab_size(&r->model)));
     tri_comm_set_phase(r->world, "eval", a->train_iters);
     rc = evaluate(r, a->train_iters); /* beside the last save's background writes */
     return rc ? rc : settle_checkpoint(r, a->train_iters, true);
@@ -720,7 +721,7 @@ static int generate(run *r)
 {
     const args *a = &r->a;
     int64_t B = r->L.B, T = r->L.T;
-    int V = r->cfg.vocab_size;
+    int V = tri_model_vocab_size(&r->model);
     if (a->sample_length <= 0)
         return TRI_OK;
     int32_t *windows = calloc((size_t)(B * (T + 1)), sizeof *windows);
@@ -739,7 +740,7 @@ static int generate(run *r)
     for (int t = 1; t <= a->sample_length && !rc; t++) {
         bool have = false;
         int id = 0;
-        rc = tri_gpt_rank_logits(&r->ss.model, windows, t - 1, logits, &have);
+        rc = tri_model_rank_logits(&r->ss.model, windows, t - 1, logits, &have);
         if (!rc && have)
             rc = sample_top_k(logits, V, a->sample_top_k, a->sample_temperature, &rng, &id);
         if (!rc) rc = share_token(r, &id);
@@ -763,7 +764,8 @@ static void cleanup(run *r)
 {
     tri_ckpt_async_destroy(r->saver);
     tri_step_guard_destroy(&r->guard);
-    tri_gpt_session_destroy(&r->ss);
+    tri_session_destroy(&r->ss);
+    tri_model_free(&r->model);
     tri_comm_destroy(r->dev_world);
     tri_device_destroy(r->dev);
     tri_dataloader_close(r->train);
@@ -857,7 +859,7 @@ int main(int argc, char **argv)
     if (rc) {
         tri_log("engine_train: error: %s", tri_error_message());
         if (!r.agreed) /* no rank may be left waiting in a collective; the MPI comm lets the ranks a
-                          timeout verdict reached report it first (engine/comm_mpi_health.h) */
+                          timeout verdict reached report it first (engine/comm/comm_mpi_health.h) */
             tri_comm_abort(r.world, 1);
     }
     cleanup(&r);

@@ -9,7 +9,7 @@
  * Prints the stage table (stage, layers, ranks, nodes), the memory per GPU by category for every
  * stage and whether it fits, the predicted iteration split into compute, exposed TP / PP / DP
  * communication, bubble and optimizer, and tokens/s, model TFLOP/s per GPU and MFU
- * (tools/cli/partitioner_report.h). Memory is the engine's own plan (models/gpt_preview.h) for
+ * (tools/cli/partitioner_report.h). Memory is the engine's own plan (models/preview.h) for
  * every layout, fp32 or bf16 mixed precision; the formulas of partitioner/memory_model.h screen
  * the search and are printed beside it for comparison. The time model is partitioner/time_model.h.
  * Flags take Megatron-LM's names where Megatron-LM has one. Exit status 1 with one message naming
@@ -19,13 +19,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/status.h"
-#include "models/config.h"
-#include "models/gpt_preview.h"
+#include "engine/core/status.h"
+#include "models/model.h"
+#include "models/preview.h"
 #include "partitioner/constraints.h"
 #include "partitioner/flops.h"
+#include "partitioner/pipeline_schedules.h"
 #include "partitioner/preview.h"
-#include "partitioner/schedule.h"
 #include "partitioner/search.h"
 #include "partitioner/timeline_svg.h"
 #include "tools/cli/flags.h"
@@ -49,7 +49,7 @@ typedef struct args {
 static int make_flags(args *a, tri_flag *f)
 {
     int n = 0;
-    f[n++] = (tri_flag)FLAG("config", TRI_FLAG_STRING, &a->config, "model config (Hugging Face GPT-2 keys), e.g. models/gpt3-175b.json", 0, 0);
+    f[n++] = (tri_flag)FLAG("config", TRI_FLAG_STRING, &a->config, "model config (a Hugging Face config.json; its model_type picks the family), e.g. models/gpt3-175b.json", 0, 0);
     f[n++] = (tri_flag)FLAG("num-gpus", TRI_FLAG_INT, &a->num_gpus, "devices (ranks) in the cluster", 1, 1 << 24);
     f[n++] = (tri_flag)FLAG("gpus-per-node", TRI_FLAG_INT, &a->gpus_per_node, "devices per node (0: the preset's; cpu: all ranks on this machine)", 0, 4096);
     f[n++] = (tri_flag)CHOICE("hardware", &a->hardware, "h100-sxm|h200|a100-80gb|cpu", "device preset (partitioner/hardware.c lists the sources)");
@@ -160,7 +160,7 @@ static int write_timeline(const char *path, const tri_preview *p, const char *mo
     return rc;
 }
 
-static int search(const args *a, const tri_gpt_config *cfg, const tri_transformer *m, const tri_cluster *c,
+static int search(const args *a, const tri_model *model, const tri_transformer *m, const tri_cluster *c,
                   const tri_layout_request *req, const tri_report_info *info)
 {
     tri_search_space space = {.base = *req, .max_tp = a->max_tp > 0 ? a->max_tp : c->gpus_per_node,
@@ -170,7 +170,7 @@ static int search(const args *a, const tri_gpt_config *cfg, const tri_transforme
         return TRI_ERR(TRI_ENOMEM, "out of memory");
     int n = 0;
     tri_search_stats st;
-    int rc = tri_search_layouts(m, c, &space, tri_gpt_preview_plan, (void *)cfg, best, a->top, &n, &st);
+    int rc = tri_search_layouts(m, c, &space, tri_model_preview_plan, (void *)model, best, a->top, &n, &st);
     if (!rc && a->json)
         rc = tri_report_search_json(stdout, best, n, &st, c, info);
     else if (!rc)
@@ -179,14 +179,11 @@ static int search(const args *a, const tri_gpt_config *cfg, const tri_transforme
     return rc;
 }
 
-static int run(args *a, tri_flag *flags, int nf)
+static int preview(args *a, tri_flag *flags, int nf, const tri_model *model)
 {
-    tri_gpt_config cfg;
-    int rc = tri_gpt_config_load(&cfg, a->config);
-    if (rc)
-        return rc;
+    int rc;
     const tri_hardware *hw = tri_hardware_find(a->hardware);
-    tri_transformer m = tri_gpt_dims(&cfg);
+    tri_transformer m = tri_model_dims(model);
     tri_cluster c = make_cluster(a, flags, nf, hw);
     char gemm_source[512];
     if (seen(flags, nf, "gemm-efficiency"))
@@ -196,19 +193,20 @@ static int run(args *a, tri_flag *flags, int nf)
     else
         snprintf(gemm_source, sizeof gemm_source, "preset: MAMF %.3f x %.3f calibrated once on Korthikanti et al. "
                  "2022's GPT-3 175B run", hw->mamf, TRI_GEMM_TRANSFORMER_FACTOR);
-    tri_report_info info = {.model_name = cfg.name, .n_params = (double)tri_gpt_num_params(&cfg),
+    tri_report_info info = {.model_name = tri_model_name(model),
+                            .n_params = (double)model->family->num_params(model->cfg),
                             .gemm_source = gemm_source};
     tri_train_layout l;
     a->layout.req.cpu = hw->cpu;
     rc = tri_cli_layout_resolve(&a->layout, flags, nf, a->num_gpus, &m, &l);
     if (a->search) /* the search tries its own layouts around the request; it needs none valid */
-        return search(a, &cfg, &m, &c, &a->layout.req, &info);
+        return search(a, model, &m, &c, &a->layout.req, &info);
     if (!rc && a->calibrate)
         rc = calibrate(a, &m, &l, &c, gemm_source, sizeof gemm_source);
     if (rc)
         return rc;
     tri_preview p;
-    rc = tri_preview_create(&p, &m, &l, &c, tri_gpt_preview_plan, &cfg);
+    rc = tri_preview_create(&p, &m, &l, &c, tri_model_preview_plan, (void *)model);
     if (rc)
         return rc;
     if (a->json)
@@ -216,11 +214,20 @@ static int run(args *a, tri_flag *flags, int nf)
     else
         tri_report_text(stdout, &p, &info);
     if (!rc && a->timeline) {
-        rc = write_timeline(a->timeline, &p, cfg.name);
+        rc = write_timeline(a->timeline, &p, tri_model_name(model));
         if (!rc && !a->json)
             printf("timeline: %s\n", a->timeline);
     }
     tri_preview_destroy(&p);
+    return rc;
+}
+
+static int run(args *a, tri_flag *flags, int nf)
+{
+    tri_model model;
+    int rc = tri_model_load(&model, a->config);
+    if (!rc) rc = preview(a, flags, nf, &model);
+    tri_model_free(&model);
     return rc;
 }
 

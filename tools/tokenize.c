@@ -21,9 +21,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/status.h"
-#include "engine/clock.h"
-#include "engine/token_file.h"
+#include "engine/core/clock.h"
+#include "engine/core/status.h"
+#include "engine/data/token_file.h"
 #include "models/tokenizer.h"
 #include "tools/cli/backend.h"
 

@@ -25,19 +25,20 @@
 #include <time.h>
 
 #include "cuda/device_cuda.h"
-#include "engine/clock.h"
-#include "engine/device.h"
-#include "engine/grid.h"
-#include "engine/rng.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/comm/grid.h"
+#include "engine/core/clock.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/train/train.h"
 #include "models/config.h"
 #include "models/gpt.h"
-#include "models/gpt_rank.h"
+#include "models/gpt.h"
+#include "models/session.h"
+#include "partitioner/flops.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
-#include "partitioner/flops.h"
 
 #ifndef TRIDENT_SOURCE_DIR
 #define TRIDENT_SOURCE_DIR "."
@@ -96,16 +97,17 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     int rc = tri_gpt_config_load(&cfg, path);
     if (rc)
         return rc;
+    tri_model m = tri_gpt_model(&cfg); /* the session's handle on cfg (models/model.h) */
     if (b->T > cfg.n_positions)
         return TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's n_positions %d", b->T, model, cfg.n_positions);
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tri_layout_request req = {.num_gpus = b->tp, .tp = b->tp, .pp = 1, .micro_batch = B, .global_batch = B,
                               .seq_length = b->T, .precision = b->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
                               .first_layers = -1, .last_layers = -1};
-    if (!rc) rc = tri_cli_gpt_layout(&cfg, req, &o.run.layout);
-    if (!rc) rc = tri_gpt_session_create(&ss, world, dev, &cfg, &o);
+    if (!rc) rc = tri_cli_model_layout(&m, req, &o.run.layout);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &m, &o);
     if (rc)
         return rc;
     tri_grid grid = ss.grid;
@@ -148,7 +150,7 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
         free(dev->profile);
         dev->profile = NULL;
     }
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     return rc;
 }
 

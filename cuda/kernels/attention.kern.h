@@ -1,18 +1,18 @@
 /* cuda/kernels/attention.kern.h - causal self-attention kernels (CUDA and C).
  *
- * Layouts (engine/device.h): qkv(B,T,3C) holds q | k | v, head h at columns h*HS of each part;
+ * Layouts (engine/device/device.h): qkv(B,T,3C) holds q | k | v, head h at columns h*HS of each part;
  * att(B,NH,T,T) the probabilities, row r = (b*NH + h)*T + t; out(B,T,C).
  *
  * Two sets. causal_softmax_kernel and causal_softmax_backward_kernel are the per-row pieces the
  * CUDA backend runs between its cuBLASLt products (scores = q k^T * scale, out = att v, ...): one
- * thread per attention row calling engine/math.h's causal softmax, as the CPU backend does between
+ * thread per attention row calling engine/core/math.h's causal softmax, as the CPU backend does between
  * its sgemm calls. The attention_*_kernel functions are the whole op in the simple form, plain
  * loops per (b, h, t) row with no GEMM library: the CPU suite checks them against the CPU backend
  * (sgemm based), and the GPU suite checks the cuBLASLt path against them. Backward is two
  * launches: rows (datt, the softmax backward, dq), then columns (dk and dv sum over the rows t >= j
  * of the finished dscores, in order, so no two threads write one element).
  *
- * qkv, att, out, dout, dqkv and datt are each fp32 or bf16 (their `_bf16` flags; engine/math.h
+ * qkv, att, out, dout, dqkv and datt are each fp32 or bf16 (their `_bf16` flags; engine/core/math.h
  * tri_load / tri_store) and the arithmetic is fp32. The rows are written to att / datt and read
  * back, as in the CPU backend (scores, then probabilities in place; d probabilities, then d
  * scores): with a bf16 att or datt these intermediates are rounded to bf16 in between, where the

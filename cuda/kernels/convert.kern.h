@@ -1,5 +1,5 @@
 /* cuda/kernels/convert.kern.h - fp32 <-> bf16 conversion kernels (CUDA and C), for bf16 mixed
- * precision: round to nearest even and NaN kept NaN by tri_float_to_bf16 of engine/math.h (the
+ * precision: round to nearest even and NaN kept NaN by tri_float_to_bf16 of engine/core/math.h (the
  * rounding torch and CUDA's __float2bfloat16 use); widening is exact. */
 #ifndef TRIDENT_CUDA_KERNELS_CONVERT_KERN_H
 #define TRIDENT_CUDA_KERNELS_CONVERT_KERN_H

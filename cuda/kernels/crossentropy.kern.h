@@ -1,5 +1,5 @@
 /* cuda/kernels/crossentropy.kern.h - simple kernels of the vocab-parallel cross-entropy pieces
- * (CUDA and C): one thread per row for the row statistics (engine/math.h's lane-wise row max and
+ * (CUDA and C): one thread per row for the row statistics (engine/core/math.h's lane-wise row max and
  * sum-exp, the CPU backend's arithmetic), one thread per element for the logit gradient. The
  * gradient may overwrite the logits in place (same dtype): each element is read before it is
  * written. logits and dlogits are fp32 or bf16 (their `_bf16` flags); maxes, stats and losses are

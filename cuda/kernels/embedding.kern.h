@@ -4,7 +4,7 @@
  * rows) give one thread per column and add the rows n in order into the parameter gradient: the
  * CPU backend's order, so the sums are bit for bit the CPU's and deterministic (tokens repeat, so a
  * thread per row would race; atomics would make the order vary). Every floating array is fp32 or
- * bf16 (its `_bf16` flag; engine/math.h tri_load / tri_store, fp32 arithmetic). position_backward
+ * bf16 (its `_bf16` flag; engine/core/math.h tri_load / tri_store, fp32 arithmetic). position_backward
  * sums each gradient element's rows in a register and stores it once, so a bf16 dwpe is rounded
  * once, as in the CPU backend. embedding_backward adds each row into dwte as it comes: a token that
  * repeats in the call rounds a bf16 dwte at every repeat (the CPU backend rounds once), which

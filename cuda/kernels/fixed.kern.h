@@ -1,6 +1,6 @@
 /* cuda/kernels/fixed.kern.h - simple kernels of the fixed-point ops of deterministic mode (CUDA and C).
  *
- * Element-wise: fixed_accumulate (acc += round(x * 2^bits), engine/math.h's tri_fixed_from_float),
+ * Element-wise: fixed_accumulate (acc += round(x * 2^bits), engine/core/math.h's tri_fixed_from_float),
  * fixed_to_float, add_i64. Reductions as in reduce.kern.h: one thread per chunk writes the chunk's
  * count of unrepresentable elements, or its exact 192-bit sum of squares, into a partials buffer;
  * one thread then adds the chunks. Integer sums are exact, so the result never depends on the

@@ -1,5 +1,5 @@
 /* cuda/kernels/gelu.kern.h - simple GELU kernels (CUDA and C): tri_gelu / tri_gelu_grad of
- * engine/math.h per element, as the CPU backend, in fp32 with each array fp32 or bf16 (its `_bf16`
+ * engine/core/math.h per element, as the CPU backend, in fp32 with each array fp32 or bf16 (its `_bf16`
  * flag; tri_load / tri_store). dinp may alias dout (same dtype; read before written). */
 #ifndef TRIDENT_CUDA_KERNELS_GELU_KERN_H
 #define TRIDENT_CUDA_KERNELS_GELU_KERN_H

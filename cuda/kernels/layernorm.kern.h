@@ -1,6 +1,6 @@
 /* cuda/kernels/layernorm.kern.h - simple layernorm kernels (CUDA and C).
  *
- * Forward and the input gradient: one thread per row calling engine/math.h's row functions, as the
+ * Forward and the input gradient: one thread per row calling engine/core/math.h's row functions, as the
  * CPU backend does. The parameter gradients dw, db: one thread per column summing the rows in
  * order into float accumulators that start from dw, db and are stored once (the CPU backend's
  * column loop, bit for bit), so the result is deterministic and needs no atomics. out, inp, w, b,

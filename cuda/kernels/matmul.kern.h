@@ -4,7 +4,7 @@
  * starts from dbias and is stored once: the CPU backend's loop, bit for bit, and deterministic.
  * scale_rows_kernel and bias_broadcast_kernel cover matmul's K == 0 case (c = beta * c, 0 when
  * beta == 0 so NaN does not propagate; or the bias) and the unfused bias path. Every floating array
- * is fp32 or bf16 as its `_bf16` flag says (engine/math.h tri_load / tri_store, fp32 arithmetic). */
+ * is fp32 or bf16 as its `_bf16` flag says (engine/core/math.h tri_load / tri_store, fp32 arithmetic). */
 #ifndef TRIDENT_CUDA_KERNELS_MATMUL_KERN_H
 #define TRIDENT_CUDA_KERNELS_MATMUL_KERN_H
 

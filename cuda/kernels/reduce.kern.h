@@ -1,7 +1,7 @@
 /* cuda/kernels/reduce.kern.h - simple kernels of sum_squares and count_nonfinite (CUDA and C).
  *
  * Two deterministic passes, no atomics: the first gives one thread per chunk of `chunk` elements
- * and writes the chunk's sum in double (engine/math.h's range sums, the CPU backend's arithmetic
+ * and writes the chunk's sum in double (engine/core/math.h's range sums, the CPU backend's arithmetic
  * per chunk); the second, one thread, adds the chunk sums in order and adds the total, rounded to
  * float, to out[0]. The result depends only on the chunk size, never on the launch shape; with the
  * CPU backend's 64 chunks it is the CPU's result bit for bit. x is fp32 or bf16 (x_bf16; widening

@@ -11,9 +11,9 @@
  * loop before the next starts: a simple kernel may therefore not depend on another thread of the
  * same launch (none does; dependent passes are separate launches, ordered like a CUDA stream).
  *
- * Storage and arithmetic (bf16 mixed precision, engine/device.h "Precision"): a kernel takes each
+ * Storage and arithmetic (bf16 mixed precision, engine/device/device.h "Precision"): a kernel takes each
  * floating array as `void *` / `const void *` plus an `int x_bf16` flag (0 fp32, 1 bf16 raw bits)
- * and reads and writes its elements only through engine/math.h's tri_load / tri_store (tri_at for
+ * and reads and writes its elements only through engine/core/math.h's tri_load / tri_store (tri_at for
  * a row's start), so it computes in fp32 whatever the storage: every element read is widened
  * exactly, every element written is rounded to nearest even. The arithmetic is the same math.h
  * functions in the same order as for fp32, so an output element written once from fp32 values is
@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "engine/math.h"
+#include "engine/core/math.h"
 
 /* Threads per block of the simple kernels, and the most blocks one launch uses (beyond that the
  * grid-stride loops take over; CUDA allows 2^31 - 1 blocks in x). */

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_token_file.c - libFuzzer harness: the token-file loader (engine/token_file.c).
+/* tests/fuzz/fuzz_token_file.c - libFuzzer harness: the token-file loader (engine/data/token_file.c).
  *
  * The input is written to a temporary file and opened with a vocabulary taken from its first byte
  * (1..256, or 65536); an accepted file must hold only ids below the vocabulary and its count must
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine/token_file.h"
+#include "engine/data/token_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cuda/device_cuda.h"
-#include "engine/math.h"
+#include "engine/core/math.h"
 #include "tests/opsutil.h"
 
 bool gpu_probe(char *why, size_t cap)

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/device.h"
+#include "engine/device/device.h"
 
 #define GPU_SKIP 77
 

@@ -11,18 +11,19 @@
  * NCCL comm over MPI_COMM_SELF) on the same global batches (dp x n_micro micro-batches per step).
  * The per-step loss and gradient norm must agree within 1e-4 relative (only the summation order
  * differs), and exactly in deterministic mode, whose sums are order-independent by construction
- * (engine/zero.h). Prints "N passed, N failed"; exits 77 (skip) with too few GPUs. */
+ * (engine/train/zero.h). Prints "N passed, N failed"; exits 77 (skip) with too few GPUs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/comm_nccl.h"
-#include "engine/grid.h"
-#include "engine/rng.h"
-#include "engine/status.h"
-#include "engine/train.h"
+#include "engine/comm/grid.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/train/train.h"
 #include "models/gpt.h"
-#include "models/gpt_rank.h"
+#include "models/gpt.h"
+#include "models/session.h"
 #include "tests/gpu/mpi_common.h"
 #include "tests/harness.h"
 
@@ -57,15 +58,16 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
 /* Trains STEPS steps of layout l on `world`. */
 static int train(tri_device *dev, tri_comm *world, const layout *l, result *res)
 {
-    tri_gpt_session ss;
-    tri_gpt_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
-                                 .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+    tri_session ss;
+    tri_model m = tri_gpt_model(&CFG);
+    tri_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tu_layout lay = {.tp = l->tp, .pp = l->pp, .sp = l->sp, .n_micro = l->n_micro, .zero = l->zero,
                      .deterministic = l->deterministic, .overlap = l->overlap};
     int rc = tu_layout_resolve(&CFG, B, T, &lay, world->size, &o.run.layout);
     if (rc)
         return rc;
-    rc = tri_gpt_session_create(&ss, world, dev, &CFG, &o);
+    rc = tri_session_create(&ss, world, dev, &m, &o);
     tri_batch_source src = {.ctx = NULL, .fill = fill};
     for (int k = 0; k < STEPS && !rc; k++) {
         tri_step_result r;
@@ -73,7 +75,7 @@ static int train(tri_device *dev, tri_comm *world, const layout *l, result *res)
         res->loss[k] = r.loss;
         res->norm[k] = r.grad_norm;
     }
-    tri_gpt_session_destroy(&ss);
+    tri_session_destroy(&ss);
     return rc;
 }
 

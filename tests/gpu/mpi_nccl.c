@@ -2,7 +2,7 @@
  *
  * Every collective of the comm interface runs twice on the same per-rank inputs: on device buffers
  * through the NCCL comm (cuda/comm_nccl.c) and on host buffers through the MPI comm
- * (engine/comm_mpi.c). Results must agree: exactly for max, gathers, broadcast, p2p and integer
+ * (engine/comm/comm_mpi.c). Results must agree: exactly for max, gathers, broadcast, p2p and integer
  * sums; within 1e-6 normalised error for float sums (the two libraries may add the ranks in other
  * orders). Also: in-place all-gather and reduce-scatter, batched p2p around a ring with two
  * messages per pair (posting order), split into one-rank groups (the device-memory copy path),
@@ -13,9 +13,9 @@
 #include <string.h>
 
 #include "cuda/comm_nccl.h"
-#include "engine/comm.h"
-#include "engine/rng.h"
-#include "engine/status.h"
+#include "engine/comm/comm.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
 #include "tests/gpu/mpi_common.h"
 
 static int passed, failed;

@@ -16,12 +16,12 @@
 
 #include "cuda/comm_nccl.h"
 #include "cuda/device_cuda.h"
-#include "engine/grid.h"
-#include "engine/rng.h"
-#include "engine/train.h"
+#include "engine/comm/grid.h"
+#include "engine/core/rng.h"
+#include "engine/train/train.h"
 #include "models/gpt.h"
-#include "partitioner/schedule.h"
-#include "partitioner/schedule_forward.h"
+#include "partitioner/forward_schedule.h"
+#include "partitioner/pipeline_schedules.h"
 #include "tests/gpu/gpuutil.h"
 #include "tests/harness.h"
 #include "tests/opsutil.h"
@@ -70,7 +70,7 @@ static void run_on(run *r, tri_device *dev)
     cr_assert_eq(tri_comm_thread_create(&world, tg, 0), TRI_OK);
     tri_grid grid;
     cr_assert_eq(tri_grid_create(&grid, world, 1, 1), TRI_OK, "%s", tri_error_message());
-    tri_gpt_options opt = {.n_slots = 1, .layer_end = r->cfg.n_layer, .first = true, .last = true, .seed = 1234};
+    tri_chunk_place opt = {.n_slots = 1, .layer_end = r->cfg.n_layer, .first = true, .last = true, .seed = 1234};
     tri_train_layout lay;
     tu_layout one = {.tp = 1, .pp = 1, .dp = 1, .n_micro = 1, .bf16 = r->bf16};
     cr_assert_eq(tu_layout_resolve(&r->cfg, r->B, r->T, &one, 1, &lay), TRI_OK, "%s", tri_error_message());

@@ -12,7 +12,7 @@
  * in both, so the faster form is checked against its simple twin as well as against the CPU.
  *
  * bf16 mixed precision (the *_bf16 tests): the same ops with bf16 tensors, all-bf16 and mixed (bf16
- * inputs into fp32 gradients), the CPU backend widening them (engine/device.c) as the reference.
+ * inputs into fp32 gradients), the CPU backend widening them (engine/device/device.c) as the reference.
  * A bf16 result is the fp32 result rounded once, so where the fp32 results differ by FMA or
  * summation order the bf16 ones differ by at most one bf16 ulp: normalised error BF16_TOL 1e-2
  * (2^-7 is one ulp's worst case). Attention with a bf16 att also rounds the scores between the
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "cuda/device_cuda.h"
-#include "engine/math.h"
+#include "engine/core/math.h"
 #include "tests/gpu/gpuutil.h"
 #include "tests/opsutil.h"
 

@@ -1,6 +1,6 @@
 /* tests/mpi/comm_mpi.c - the comm contract and the process grid on real Open MPI ranks.
  *
- * tests/test_comm.c holds the thread comm to engine/comm.h's contract; this program holds the MPI
+ * tests/test_comm.c holds the thread comm to engine/comm/comm.h's contract; this program holds the MPI
  * comm (tri_comm_mpi_create over MPI_COMM_WORLD) to the same one, with the same checks
  * (tests/commcheck*.c): collectives, batched p2p, split, barrier, byte counters, argument checks,
  * bf16 tensors (sums through the comm's own MPI datatype and user-defined ops),
@@ -18,9 +18,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/comm.h"
-#include "engine/grid.h"
-#include "engine/status.h"
+#include "engine/comm/comm.h"
+#include "engine/comm/grid.h"
+#include "engine/core/status.h"
 #include "tests/commcheck.h"
 
 /* Counts of INT_MAX + 1 elements and more are refused with TRI_EINVAL before MPI sees them (an int

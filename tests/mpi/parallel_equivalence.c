@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/comm.h"
-#include "engine/status.h"
+#include "engine/comm/comm.h"
+#include "engine/core/status.h"
 #include "partitioner/traffic.h"
 #include "tests/harness.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 #ifdef TRIDENT_CUDA
 #include <mpi.h>

@@ -5,8 +5,8 @@
 #ifndef TRIDENT_TOOLS_CLI_BACKEND_H
 #define TRIDENT_TOOLS_CLI_BACKEND_H
 
-#include "engine/comm.h"
-#include "engine/device.h"
+#include "engine/comm/comm.h"
+#include "engine/device/device.h"
 
 /* Creates the "cpu" (with `threads` OpenMP/BLAS threads, 0 = OpenMP's default) or "cuda" device.
  * "cuda" takes GPU (node-local MPI rank % GPUs on the node), so the ranks of a node get distinct

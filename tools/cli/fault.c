@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 /* The signal that asked to stop: written only by the handler, read at step boundaries. */
 static volatile sig_atomic_t stop_signal = 0;

@@ -2,7 +2,7 @@
  * the run-identity text every rank compares, and the hidden test-only fault injections.
  *
  * A signal handler may only set a flag (sig_atomic_t): the trainer reads it at the step boundary
- * and the ranks agree on it (engine/fault.h), so every rank stops after the same step. The flag is
+ * and the ranks agree on it (engine/train/fault.h), so every rank stops after the same step. The flag is
  * the one global of the tools: a signal handler has no other place to write. */
 #ifndef TRIDENT_TOOLS_CLI_FAULT_H
 #define TRIDENT_TOOLS_CLI_FAULT_H
@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/fault.h"
+#include "engine/train/fault.h"
 #include "tools/cli/flags.h"
 
 /* Installs the SIGTERM, SIGINT and SIGUSR1 handlers (the first signal sets the stop flag; a second

@@ -51,8 +51,8 @@ int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num
     return tri_layout_resolve(m, r, out);
 }
 
-int tri_cli_gpt_layout(const tri_gpt_config *cfg, tri_layout_request r, tri_train_layout *out)
+int tri_cli_model_layout(const tri_model *m, tri_layout_request r, tri_train_layout *out)
 {
-    tri_transformer dims = tri_gpt_dims(cfg);
+    tri_transformer dims = tri_model_dims(m);
     return tri_layout_resolve(&dims, &r, out);
 }

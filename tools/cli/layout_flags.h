@@ -2,14 +2,14 @@
  *
  * One set of names (Megatron-LM's), ranges and help, read into one tri_layout_request and resolved
  * by one function (partitioner/constraints.h) into the run's tri_train_layout
- * (engine/train_layout.h): the CLIs refuse an impossible layout with the same message, naming the
+ * (engine/train/train_layout.h): the CLIs refuse an impossible layout with the same message, naming the
  * flag, the value and the nearest valid values. */
 #ifndef TRIDENT_TOOLS_CLI_LAYOUT_FLAGS_H
 #define TRIDENT_TOOLS_CLI_LAYOUT_FLAGS_H
 
 #include <stdbool.h>
 
-#include "models/config.h"
+#include "models/model.h"
 #include "partitioner/constraints.h"
 #include "tools/cli/flags.h"
 
@@ -37,7 +37,7 @@ int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num
                            tri_train_layout *out);
 
 /* For code that sets its layout itself (the benches, the checkpoint tool, tests): request r,
- * first_layers / last_layers -1 unless set, resolved for GPT config cfg by the same validator. */
-int tri_cli_gpt_layout(const tri_gpt_config *cfg, tri_layout_request r, tri_train_layout *out);
+ * first_layers / last_layers -1 unless set, resolved for model m by the same validator. */
+int tri_cli_model_layout(const tri_model *m, tri_layout_request r, tri_train_layout *out);
 
 #endif

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 
 typedef struct sample {
     double s, tokens, flops;

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/status.h"
+#include "engine/core/status.h"
 #include "partitioner/memory_table.h"
 
 static const char *kind_keys[TRI_MEM_KINDS] = {"parameters", "gradients", "optimizer", "activations",
@@ -45,7 +45,7 @@ static int rank_layers(const tri_preview *p, int r)
 static const char *memory_source(const tri_preview *p)
 {
     if (p->from_engine_plan)
-        return "the engine's plan, tri_gpt_rank_plan: the bytes engine_train allocates; TP rank 0, DP rank 0";
+        return "the engine's plan, tri_model_rank_plan: the bytes engine_train allocates; TP rank 0, DP rank 0";
     if (p->layout.precision == TRI_PRECISION_BF16)
         return "formulas: partitioner/memory_model.h, bf16";
     return "formulas: partitioner/memory_model.h, fp32";

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/clock.h"
-#include "engine/status.h"
-#include "engine/tensor.h"
+#include "engine/core/clock.h"
+#include "engine/core/status.h"
+#include "engine/core/tensor.h"
 
 #define FIELDS 4 /* per rank: compute_s, wait_s, mem_mib, steps */
 

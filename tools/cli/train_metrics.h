@@ -1,7 +1,7 @@
 /* tools/cli/train_metrics.h - engine_train's observability: the per-iteration metrics JSON line,
  * the time split of each step, straggler detection across ranks, and progress with ETA.
  *
- * Each iteration's step time is split by engine/step_time.h into compute, tp, pp, bubble, dp and
+ * Each iteration's step time is split by engine/train/step_time.h into compute, tp, pp, bubble, dp and
  * other communication. At every log interval all ranks exchange their compute and wait seconds
  * and device memory peak summed since the previous exchange (one small all-gather over the world,
  * reached by every rank at the same iterations), so rank 0 names the slowest rank: the straggler
@@ -18,8 +18,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/comm.h"
-#include "engine/step_time.h"
+#include "engine/comm/comm.h"
+#include "engine/train/step_time.h"
 
 typedef struct tri_train_metrics {
     FILE *out;                 /* metrics.jsonl on rank 0, NULL elsewhere (not owned) */

@@ -8,13 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/checked.h"
-#include "engine/status.h"
+#include "engine/core/checked.h"
+#include "engine/core/status.h"
 
-int tri_cli_check_sizes(const tri_gpt_config *cfg, const char *config_path, int64_t global_batch,
+int tri_cli_check_sizes(const tri_model *m, const char *config_path, int64_t global_batch,
                         int64_t seq_length, int64_t train_iters)
 {
-    int64_t tokens = 0, samples = 0, C = cfg->n_embd, L = cfg->n_layer, cc = 0, block = 0, bytes = 0;
+    tri_transformer d = m->family->dims(m->cfg);
+    int64_t tokens = 0, samples = 0, C = d.n_embd, L = d.n_layer, cc = 0, block = 0, bytes = 0;
     if (!tri_mul_i64(global_batch, seq_length, &tokens))
         return TRI_ERR(TRI_EINVAL, "--global-batch-size %lld x --seq-length %lld overflows 64 bits",
                        (long long)global_batch, (long long)seq_length);
@@ -25,7 +26,7 @@ int tri_cli_check_sizes(const tri_gpt_config *cfg, const char *config_path, int6
     if (!tri_mul_i64(C, C, &cc) || !tri_mul_i64(cc, 13, &block) || !tri_mul_i64(block, L, &block) ||
         !tri_mul_i64(block, 16, &bytes))
         return TRI_ERR(TRI_EINVAL, "%s: \"n_embd\" %d x \"n_embd\" x \"n_layer\" %d: the model's size "
-                       "overflows 64 bits", config_path, cfg->n_embd, cfg->n_layer);
+                       "overflows 64 bits", config_path, (int)C, (int)L);
     return TRI_OK;
 }
 
@@ -35,7 +36,7 @@ static double physical_gib(void)
     return pages > 0 && page > 0 ? (double)pages * (double)page / 1073741824.0 : 0.0;
 }
 
-int tri_cli_check_memory(const tri_gpt_config *cfg, const tri_gpt_run *o, double budget_gb)
+int tri_cli_check_memory(const tri_model *m, const tri_model_run *o, double budget_gb)
 {
     const tri_train_layout *l = &o->layout;
     double budget = budget_gb > 0 ? budget_gb : physical_gib();
@@ -43,7 +44,7 @@ int tri_cli_check_memory(const tri_gpt_config *cfg, const tri_gpt_run *o, double
         return TRI_OK; /* unknown machine size and no budget given: nothing to check against */
     for (int s = 0; s < l->pp; s++) {
         size_t b[TRI_MEM_KINDS];
-        int rc = tri_gpt_rank_plan(cfg, o, 0, s, 0, b);
+        int rc = tri_model_rank_plan(m, o, 0, s, 0, b);
         if (rc)
             return rc;
         double total = 0.0;
@@ -54,7 +55,7 @@ int tri_cli_check_memory(const tri_gpt_config *cfg, const tri_gpt_run *o, double
             return TRI_ERR(TRI_EINVAL, "pipeline stage %d of %s needs %.3g GiB per rank (tp %d x pp %d x dp %d, "
                            "ZeRO stage %d, micro-batch %lld x seq %lld), more than the %s of %.3g GiB; "
                            "expected a layout within it: more tp/pp/dp, a ZeRO stage, recomputation or "
-                           "a smaller micro-batch", s, cfg->name, total, l->tp, l->pp, l->dp, l->zero_stage,
+                           "a smaller micro-batch", s, m->name, total, l->tp, l->pp, l->dp, l->zero_stage,
                            (long long)l->B, (long long)l->T,
                            budget_gb > 0 ? "--memory-budget-gb" : "machine's physical memory", budget);
     }

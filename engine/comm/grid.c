@@ -1,0 +1,67 @@
+/* engine/comm/grid.c - the process grid (see grid.h). */
+#include "engine/comm/grid.h"
+
+#include <string.h>
+
+#include "engine/core/status.h"
+
+int tri_grid_check(int world_size, int tp, int pp, int *dp)
+{
+    if (tp < 1 || pp < 1)
+        return TRI_ERR(TRI_EINVAL, "tensor-model-parallel-size (%d) and pipeline-model-parallel-size "
+                       "(%d) must be >= 1", tp, pp);
+    if (world_size % (tp * pp) != 0)
+        return TRI_ERR(TRI_EINVAL, "world size %d is not divisible by tensor-model-parallel-size %d x "
+                       "pipeline-model-parallel-size %d = %d (expected mpirun -np a multiple of %d)", world_size, tp, pp,
+                       tp * pp, tp * pp);
+    *dp = world_size / (tp * pp);
+    return TRI_OK;
+}
+
+void tri_grid_coords(int world_rank, int tp, int dp, int *tp_rank, int *dp_rank, int *pp_rank)
+{
+    *tp_rank = world_rank % tp;
+    *dp_rank = (world_rank / tp) % dp;
+    *pp_rank = world_rank / (tp * dp);
+}
+
+int tri_grid_world_rank(int tp, int dp, int tp_rank, int dp_rank, int pp_rank)
+{
+    return tp_rank + tp * (dp_rank + dp * pp_rank);
+}
+
+int tri_grid_create(tri_grid *g, tri_comm *world, int tp, int pp)
+{
+    memset(g, 0, sizeof *g);
+    int rc = tri_grid_check(world->size, tp, pp, &g->dp);
+    if (rc)
+        return rc;
+    g->tp = tp;
+    g->pp = pp;
+    g->world = world;
+    g->world_rank = world->rank;
+    g->world_size = world->size;
+    tri_grid_coords(world->rank, tp, g->dp, &g->tp_rank, &g->dp_rank, &g->pp_rank);
+    int tp_r = g->tp_rank, dp_r = g->dp_rank, pp_r = g->pp_rank;
+    bool embd = pp_r == 0 || pp_r == pp - 1;
+    rc = tri_comm_split(world, dp_r + g->dp * pp_r, tp_r, &g->tp_comm);
+    if (!rc) rc = tri_comm_split(world, tp_r + tp * dp_r, pp_r, &g->pp_comm);
+    if (!rc) rc = tri_comm_split(world, tp_r + tp * pp_r, dp_r, &g->dp_comm);
+    if (!rc) rc = tri_comm_split(world, dp_r, tp_r + tp * pp_r, &g->mp_comm);
+    if (!rc) rc = tri_comm_split(world, embd ? tp_r + tp * dp_r : -1, pp_r, &g->embd_comm);
+    if (rc) {
+        tri_grid_destroy(g);
+        return tri_error_context(rc, "building the %dx%dx%d process grid", tp, pp, g->dp);
+    }
+    return TRI_OK;
+}
+
+void tri_grid_destroy(tri_grid *g)
+{
+    tri_comm_destroy(g->tp_comm);
+    tri_comm_destroy(g->pp_comm);
+    tri_comm_destroy(g->dp_comm);
+    tri_comm_destroy(g->mp_comm);
+    tri_comm_destroy(g->embd_comm);
+    g->tp_comm = g->pp_comm = g->dp_comm = g->mp_comm = g->embd_comm = NULL;
+}

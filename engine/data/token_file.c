@@ -1,0 +1,324 @@
+/* engine/data/token_file.c - llm.c token files: atomic writer and validating memory-mapped reader
+ * (see token_file.h). */
+#include "engine/data/token_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/core/status.h"
+
+#define CHUNK 32768 /* ids converted and written per write() */
+
+struct tri_token_writer {
+    char *path;     /* final name */
+    char *tmp_path; /* where the bytes go until commit */
+    int fd;
+    int64_t count;  /* ids written so far */
+    uint16_t chunk[CHUNK];
+};
+
+struct tri_token_file {
+    char *path;
+    void *map;
+    size_t map_bytes;
+    const uint16_t *ids;
+    int64_t count;
+};
+
+static int write_all(int fd, const void *buf, size_t n, const char *path)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return TRI_ERR(TRI_EIO, "token file '%s': write failed: %s", path,
+                           k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+    }
+    return TRI_OK;
+}
+
+/* fsync of the directory holding path, so the rename itself survives a crash. */
+static int sync_parent_dir(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof dir)
+        return TRI_ERR(TRI_EINVAL, "token file '%s': directory name too long", path);
+    if (!slash)
+        strcpy(dir, ".");
+    else if (n == 0)
+        strcpy(dir, "/");
+    else {
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    int fd = open(dir, O_RDONLY);
+    if (fd < 0)
+        return TRI_ERR(TRI_EIO, "token file '%s': cannot open directory '%s': %s", path, dir,
+                       strerror(errno));
+    int rc = fsync(fd) == 0 || errno == EINVAL ? TRI_OK
+             : TRI_ERR(TRI_EIO, "token file '%s': fsync of directory '%s' failed: %s", path, dir,
+                       strerror(errno));
+    close(fd);
+    return rc;
+}
+
+static void writer_free(tri_token_writer *w)
+{
+    free(w->path);
+    free(w->tmp_path);
+    free(w);
+}
+
+int tri_token_writer_open(tri_token_writer **out, const char *path)
+{
+    *out = NULL;
+    int rc = TRI_OK;
+    tri_token_writer *w = calloc(1, sizeof *w);
+    size_t n = strlen(path);
+    if (!w)
+        return TRI_ERR(TRI_ENOMEM, "token file '%s': out of memory", path);
+    w->fd = -1;
+    w->path = strdup(path);
+    w->tmp_path = malloc(n + sizeof ".tmp.XXXXXX");
+    if (!w->path || !w->tmp_path) {
+        rc = TRI_ERR(TRI_ENOMEM, "token file '%s': out of memory", path);
+        goto out_free;
+    }
+    memcpy(w->tmp_path, path, n);
+    memcpy(w->tmp_path + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    w->fd = mkstemp(w->tmp_path);
+    if (w->fd < 0) {
+        rc = TRI_ERR(TRI_EIO, "token file '%s': cannot create temporary file '%s': %s", path,
+                     w->tmp_path, strerror(errno));
+        goto out_free;
+    }
+    (void)fchmod(w->fd, 0644); /* mkstemp makes 0600; token files are data, readable by all */
+    int32_t header[TRI_TOKEN_FILE_HEADER_INTS] = {0}; /* placeholder until commit */
+    rc = write_all(w->fd, header, sizeof header, w->tmp_path);
+    if (rc != TRI_OK)
+        goto out_abort;
+    *out = w;
+    return TRI_OK;
+out_abort:
+    tri_token_writer_abort(w);
+    return rc;
+out_free:
+    writer_free(w);
+    return rc;
+}
+
+int tri_token_writer_append(tri_token_writer *w, const int32_t *ids, size_t n)
+{
+    if (n > (size_t)(TRI_TOKEN_FILE_MAX_TOKENS - w->count))
+        return TRI_ERR(TRI_EINVAL, "token file '%s': %lld + %zu tokens exceed the format's limit "
+                       "of %d", w->path, (long long)w->count, n, TRI_TOKEN_FILE_MAX_TOKENS);
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < CHUNK ? n - done : CHUNK;
+        for (size_t i = 0; i < k; i++) {
+            int32_t id = ids[done + i];
+            if (id < 0 || id > UINT16_MAX)
+                return TRI_ERR(TRI_EINVAL, "token file '%s': token at position %lld has id %d, "
+                               "outside the uint16 range [0, 65535]", w->path,
+                               (long long)(w->count + (int64_t)i), (int)id);
+            w->chunk[i] = (uint16_t)id;
+        }
+        int rc = write_all(w->fd, w->chunk, k * sizeof(uint16_t), w->tmp_path);
+        if (rc != TRI_OK)
+            return rc;
+        w->count += (int64_t)k;
+        done += k;
+    }
+    return TRI_OK;
+}
+
+int tri_token_writer_commit(tri_token_writer *w)
+{
+    int32_t header[TRI_TOKEN_FILE_HEADER_INTS] = {0};
+    header[0] = TRI_TOKEN_FILE_MAGIC;
+    header[1] = TRI_TOKEN_FILE_VERSION;
+    header[2] = (int32_t)w->count;
+    int rc = TRI_OK;
+    if (lseek(w->fd, 0, SEEK_SET) != 0) {
+        rc = TRI_ERR(TRI_EIO, "token file '%s': seek failed: %s", w->tmp_path, strerror(errno));
+        goto out_abort;
+    }
+    rc = write_all(w->fd, header, sizeof header, w->tmp_path);
+    if (rc != TRI_OK)
+        goto out_abort;
+    if (fsync(w->fd) != 0) {
+        rc = TRI_ERR(TRI_EIO, "token file '%s': fsync failed: %s", w->tmp_path, strerror(errno));
+        goto out_abort;
+    }
+    if (close(w->fd) != 0) {
+        w->fd = -1;
+        rc = TRI_ERR(TRI_EIO, "token file '%s': close failed: %s", w->tmp_path, strerror(errno));
+        goto out_abort;
+    }
+    w->fd = -1;
+    if (rename(w->tmp_path, w->path) != 0) {
+        rc = TRI_ERR(TRI_EIO, "token file '%s': cannot rename '%s' to it: %s", w->path,
+                     w->tmp_path, strerror(errno));
+        goto out_abort;
+    }
+    rc = sync_parent_dir(w->path);
+    writer_free(w);
+    return rc;
+out_abort:
+    tri_token_writer_abort(w);
+    return rc;
+}
+
+void tri_token_writer_abort(tri_token_writer *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    unlink(w->tmp_path);
+    writer_free(w);
+}
+
+int tri_token_file_write(const char *path, const int32_t *ids, size_t n)
+{
+    tri_token_writer *w;
+    int rc = tri_token_writer_open(&w, path);
+    if (rc != TRI_OK)
+        return rc;
+    rc = tri_token_writer_append(w, ids, n);
+    if (rc != TRI_OK) {
+        tri_token_writer_abort(w);
+        return rc;
+    }
+    return tri_token_writer_commit(w);
+}
+
+/* ---- reading ---- */
+
+/* Checks the header fields and the file size against the header's count. */
+static int check_header(const tri_token_file *f, const int32_t *h, size_t file_bytes)
+{
+    if (h[0] != TRI_TOKEN_FILE_MAGIC)
+        return TRI_ERR(TRI_ECORRUPT, "token file '%s': header magic is %d, expected %d (not an "
+                       "llm.c token file)", f->path, (int)h[0], TRI_TOKEN_FILE_MAGIC);
+    if (h[1] != TRI_TOKEN_FILE_VERSION)
+        return TRI_ERR(TRI_ECORRUPT, "token file '%s': header version is %d, expected %d (uint16 "
+                       "token ids)", f->path, (int)h[1], TRI_TOKEN_FILE_VERSION);
+    if (h[2] < 0)
+        return TRI_ERR(TRI_ECORRUPT, "token file '%s': header token count is %d, expected >= 0",
+                       f->path, (int)h[2]);
+    long long want = TRI_TOKEN_FILE_HEADER_BYTES + 2LL * h[2], have = (long long)file_bytes;
+    if (have < want)
+        return TRI_ERR(TRI_ECORRUPT, "token file '%s': truncated: header token count %d needs "
+                       "%lld bytes, the file has %lld", f->path, (int)h[2], want, have);
+    if (have > want)
+        return TRI_ERR(TRI_ECORRUPT, "token file '%s': %lld trailing bytes: header token count %d "
+                       "needs %lld bytes, the file has %lld", f->path, have - want, (int)h[2],
+                       want, have);
+    return TRI_OK;
+}
+
+static int check_ids(const tri_token_file *f, int vocab_size)
+{
+    for (int64_t i = 0; i < f->count; i++) {
+        if (f->ids[i] >= vocab_size)
+            return TRI_ERR(TRI_EINVAL, "token file '%s': token at position %lld has id %u, not "
+                           "below the model's vocab_size %d", f->path, (long long)i,
+                           (unsigned)f->ids[i], vocab_size);
+    }
+    return TRI_OK;
+}
+
+/* Opens and maps path into f (whole file). */
+static int map_file(tri_token_file *f)
+{
+    int fd = open(f->path, O_RDONLY);
+    if (fd < 0)
+        return TRI_ERR(TRI_EIO, "token file '%s': cannot open: %s", f->path, strerror(errno));
+    int rc = TRI_OK;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = TRI_ERR(TRI_EIO, "token file '%s': not a readable regular file", f->path);
+        goto out_close;
+    }
+    if ((size_t)st.st_size < TRI_TOKEN_FILE_HEADER_BYTES) {
+        rc = TRI_ERR(TRI_ECORRUPT, "token file '%s': truncated: %lld bytes, shorter than the "
+                     "%d-byte header", f->path, (long long)st.st_size, TRI_TOKEN_FILE_HEADER_BYTES);
+        goto out_close;
+    }
+    f->map_bytes = (size_t)st.st_size;
+    f->map = mmap(NULL, f->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        rc = TRI_ERR(TRI_EIO, "token file '%s': mmap of %zu bytes failed: %s", f->path,
+                     f->map_bytes, strerror(errno));
+    }
+out_close:
+    close(fd);
+    return rc;
+}
+
+int tri_token_file_open(tri_token_file **out, const char *path, int vocab_size)
+{
+    *out = NULL;
+    if (vocab_size <= 0)
+        return TRI_ERR(TRI_EINVAL, "token file '%s': vocab_size %d must be positive", path, vocab_size);
+    tri_token_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return TRI_ERR(TRI_ENOMEM, "token file '%s': out of memory", path);
+    }
+    int rc = map_file(f);
+    if (rc != TRI_OK)
+        goto out_close;
+    const int32_t *header = f->map;
+    rc = check_header(f, header, f->map_bytes);
+    if (rc != TRI_OK)
+        goto out_close;
+    f->count = header[2];
+    f->ids = (const uint16_t *)((const char *)f->map + TRI_TOKEN_FILE_HEADER_BYTES);
+    rc = check_ids(f, vocab_size);
+    if (rc != TRI_OK)
+        goto out_close;
+    *out = f;
+    return TRI_OK;
+out_close:
+    tri_token_file_close(f);
+    return rc;
+}
+
+void tri_token_file_close(tri_token_file *f)
+{
+    if (!f)
+        return;
+    if (f->map)
+        munmap(f->map, f->map_bytes);
+    free(f->path);
+    free(f);
+}
+
+const uint16_t *tri_token_file_ids(const tri_token_file *f)
+{
+    return f->ids;
+}
+
+int64_t tri_token_file_count(const tri_token_file *f)
+{
+    return f->count;
+}
+
+const char *tri_token_file_path(const tri_token_file *f)
+{
+    return f->path;
+}

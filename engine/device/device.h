@@ -1,0 +1,279 @@
+/* engine/device/device.h - the device interface: where math runs.
+ *
+ * A backend (CPU here, CUDA in cuda/) fills a table of function pointers, after ggml's backend
+ * vtable. Callers use the tri_op_* wrappers below, which check shapes and dtypes once and then
+ * dispatch; backends may assume checked arguments. Ops on one device run in program order (the CPU
+ * backend synchronously, CUDA on one stream). Tensor data is device memory: the host reads it only
+ * through tri_device_copy_to_host. Parallel code (TP, PP, ZeRO, checkpoints) calls only these ops
+ * and the comm ops, so it is written once for every backend.
+ *
+ * Shapes use llm.c's letters: N rows (= B*T tokens, or a sequence shard of them), C channels,
+ * OC output channels, NH heads, HS = C/NH head size, V_l a vocab shard. "+=" marks ops that
+ * accumulate into their output (gradients accumulate over micro-batches). Every op returns
+ * TRI_OK or a negative status with a message (engine/core/status.h).
+ *
+ * Precision (bf16 mixed precision, Micikevicius et al. 2018; Megatron-LM's --bf16): every floating
+ * argument may be fp32 or bf16, each independently, unless its comment says f32 - layernorm's
+ * mean/rstd, cross-entropy's maxes/stats/losses, the outputs of sum_squares and count_nonfinite,
+ * every AdamW argument (master weights, gradients and moments stay fp32) and the fixed-point ops.
+ * matmul's a and b share a dtype and its bias has c's. An op computes in fp32 whatever the storage:
+ * it widens each element it reads (exactly) and rounds each element it writes to nearest even
+ * (engine/core/math.h tri_load / tri_store); an accumulating op (+=) reads its output the same way.
+ * A backend without native bf16 (device->native_bf16 false: the CPU backend) gets these semantics
+ * from the wrappers, which hand it fp32 copies of the bf16 arguments and round the written ones
+ * back, so the CPU backend is the reference the CUDA kernels are compared with. */
+#ifndef TRIDENT_ENGINE_DEVICE_DEVICE_H
+#define TRIDENT_ENGINE_DEVICE_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tri_device tri_device;
+
+/* Hyper-parameters of one AdamW update (Loshchilov & Hutter 2019, decoupled weight decay). */
+typedef struct tri_adamw_hparams {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay;   /* 0 for parameters excluded from decay */
+    float grad_scale;     /* multiplies every gradient first (global-norm clipping) */
+    int64_t step;         /* 1-based, for bias correction */
+} tri_adamw_hparams;
+
+typedef struct tri_device_ops {
+    const char *name;
+    /* memory */
+    int (*alloc)(tri_device *d, void **ptr, size_t bytes);
+    void (*free)(tri_device *d, void *ptr);
+    int (*copy_to_host)(tri_device *d, void *host, const void *src, size_t bytes);
+    int (*copy_from_host)(tri_device *d, void *dst, const void *host, size_t bytes);
+    int (*copy)(tri_device *d, void *dst, const void *src, size_t bytes);
+    int (*sync)(tri_device *d);
+    void (*destroy)(tri_device *d);
+    /* element-wise and reductions */
+    int (*fill)(tri_device *d, tri_tensor x, float value);
+    int (*add)(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
+    int (*axpy)(tri_device *d, tri_tensor y, float alpha, tri_tensor x);
+    int (*scale)(tri_device *d, tri_tensor x, float s);
+    int (*sum_squares)(tri_device *d, tri_tensor out, tri_tensor x);
+    int (*count_nonfinite)(tri_device *d, tri_tensor out, tri_tensor x);
+    /* matmul */
+    int (*matmul)(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
+                  bool trans_a, bool trans_b, float beta);
+    int (*bias_backward)(tri_device *d, tri_tensor dbias, tri_tensor dout);
+    /* layers */
+    int (*layernorm_forward)(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                             tri_tensor inp, tri_tensor w, tri_tensor b);
+    int (*layernorm_backward)(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                              tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                              tri_tensor rstd);
+    int (*attention_forward)(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv);
+    int (*attention_backward)(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                              tri_tensor qkv, tri_tensor att);
+    int (*gelu_forward)(tri_device *d, tri_tensor out, tri_tensor inp);
+    int (*gelu_backward)(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
+    int (*embedding_forward)(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+                             int64_t vocab_start);
+    int (*embedding_backward)(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                              int64_t vocab_start);
+    int (*position_forward)(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0);
+    int (*position_backward)(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0);
+    int (*ce_row_max)(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid);
+    int (*ce_sumexp_target)(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                            tri_tensor targets, int64_t vocab_start, int64_t V_valid);
+    int (*ce_loss)(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats);
+    int (*ce_backward)(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+                       tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
+                       float dloss);
+    int (*adamw)(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                 const tri_adamw_hparams *hp);
+    /* fixed point (deterministic mode) */
+    int (*fixed_accumulate)(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad);
+    int (*fixed_to_float)(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
+    int (*add_i64)(tri_device *d, tri_tensor y, tri_tensor x);
+    int (*fixed_sum_squares)(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad);
+    /* precision */
+    int (*convert)(tri_device *d, tri_tensor dst, tri_tensor src);
+    /* host staging memory (CUDA: page-locked, so copies to it run at full bandwidth) */
+    int (*host_alloc)(tri_device *d, void **ptr, size_t bytes);
+    void (*host_free)(tri_device *d, void *ptr);
+} tri_device_ops;
+
+/* Per-op time and call counts, kept when profiling is on (tri_device_profile_enable). */
+#define TRI_PROFILE_SLOTS 48
+typedef struct tri_op_profile {
+    const char *name[TRI_PROFILE_SLOTS];
+    double seconds[TRI_PROFILE_SLOTS];
+    int64_t calls[TRI_PROFILE_SLOTS];
+} tri_op_profile;
+
+/* What tri_device_alloc has handed out, for the measured memory peak. */
+typedef struct tri_alloc_record {
+    void *ptr;
+    size_t bytes;
+} tri_alloc_record;
+
+struct tri_device {
+    const tri_device_ops *ops;
+    tri_op_profile *profile;  /* NULL unless profiling */
+    size_t allocated_bytes;   /* live device memory from tri_device_alloc */
+    size_t peak_bytes;        /* the most that was live at once */
+    tri_alloc_record *records;
+    int n_records, cap_records;
+    void *impl;              /* backend state */
+    int threads;             /* CPU: threads of the OpenMP loops (0: OpenMP's default). BLAS threads
+                                are process-wide: tools set them (tools/cli/backend.h). CUDA: unused */
+    int ordinal;             /* CUDA device index; CPU: 0 */
+    bool native_bf16;        /* the backend's ops read and write bf16 themselves; otherwise the
+                                wrappers widen bf16 arguments to fp32 copies around each op */
+};
+
+/* The CPU backend: OpenBLAS sgemm for every matmul, OpenMP loops elsewhere, `threads` threads
+ * (0 = OpenMP's default). Returns TRI_ENOMEM on failure. */
+int tri_device_cpu_create(tri_device **out, int threads);
+
+/* Destroys any backend's device (NULL is ignored). */
+void tri_device_destroy(tri_device *d);
+
+/* Starts timing every op (synchronising the device after each, so times are exact but the device
+ * runs without overlap). TRI_ENOMEM on failure. */
+int tri_device_profile_enable(tri_device *d);
+/* Prints the ops by total time, with calls and share, to f. */
+void tri_device_profile_report(const tri_device *d, FILE *f);
+
+/* ---- memory: sizes in bytes; pointers are device memory unless named host ----
+ * The device counts live bytes and their peak (allocated_bytes, peak_bytes): every device buffer
+ * comes from tri_device_alloc, so the peak is the measured figure the memory plan predicts. */
+int tri_device_alloc(tri_device *d, void **ptr, size_t bytes);
+void tri_device_free(tri_device *d, void *ptr);
+int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src);
+int tri_device_copy_from_host(tri_device *d, tri_tensor dst, const void *host);
+int tri_device_sync(tri_device *d);
+/* Host memory for staging device data (asynchronous checkpoints): plain on the CPU, page-locked
+ * (pinned) on CUDA. Not device memory: outside the planned and measured peak. TRI_ENOMEM on
+ * failure; bytes 0 gives NULL. Free with tri_device_host_free (NULL is ignored). */
+int tri_device_host_alloc(tri_device *d, void **ptr, size_t bytes);
+void tri_device_host_free(tri_device *d, void *ptr);
+
+/* ---- element-wise: any shape, same numel unless stated ---- */
+/* x[i] = value. */
+int tri_op_fill(tri_device *d, tri_tensor x, float value);
+/* Every byte of x set to zero, any dtype (0.0f and integer 0 are both all-zero bits). */
+int tri_op_zero(tri_device *d, tri_tensor x);
+/* dst = src (same numel and dtype). */
+int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src);
+/* dst = src converted to dst's dtype (same numel; fp32 or bf16 each): bf16 -> fp32 is exact,
+ * fp32 -> bf16 rounds to nearest even (NaN stays NaN), equal dtypes copy. */
+int tri_op_convert(tri_device *d, tri_tensor dst, tri_tensor src);
+/* out = a + b (out may alias a or b). */
+int tri_op_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
+/* y += alpha * x. */
+int tri_op_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x);
+/* x *= s. */
+int tri_op_scale(tri_device *d, tri_tensor x, float s);
+/* out(1) += sum_i x[i]^2, accumulated in double within the call, added to out in fp32
+ * (gradient norms). */
+int tri_op_sum_squares(tri_device *d, tri_tensor out, tri_tensor x);
+/* out(1) += number of NaN or Inf elements of x. */
+int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x);
+
+/* ---- matmul ----
+ * c(M,N) = op(a) @ op(b) + bias + beta * c, with op(a) (M,K), op(b) (K,N); a and b are seen as
+ * matrices (rows = all dims but the last). bias (N) is optional (absent: tri_tensor_none()) and
+ * allowed only with beta == 0. With beta == 0, c is write-only (NaN in c does not propagate). Linear layers keep weights (OC, C) as Megatron and llm.c do:
+ * forward out = inp @ w^T + b is tri_op_matmul(d, out, inp, w, b, false, true, 0). */
+int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
+                  bool trans_a, bool trans_b, float beta);
+/* dbias(OC) += column sums of dout(N, OC). */
+int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout);
+
+/* ---- layernorm (Ba et al. 2016), eps 1e-5 as GPT-2 ----
+ * out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) saved for backward. */
+int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                             tri_tensor inp, tri_tensor w, tri_tensor b);
+/* dinp(N,C) +=, dw(C) +=, db(C) += the gradients given dout(N,C). */
+int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                              tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                              tri_tensor rstd);
+
+/* ---- causal multi-head self-attention core (Vaswani et al. 2017, scale 1/sqrt(HS)) ----
+ * qkv(B,T,3*C_l) holds [q | k | v], each C_l = NH_l*HS wide, head h at columns h*HS of each part.
+ * att(B,NH_l,T,T) receives the softmax probabilities (saved for backward; entries above the
+ * diagonal are 0), out(B,T,C_l) the heads' outputs side by side. */
+int tri_op_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv);
+/* dqkv(B,T,3*C_l) = gradient given dout(B,T,C_l) (overwritten); datt(B,NH_l,T,T) is scratch. */
+int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                              tri_tensor qkv, tri_tensor att);
+
+/* ---- GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 ---- */
+int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp);
+/* dinp = gelu'(inp) * dout (overwritten; dinp may alias dout). */
+int tri_op_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
+
+/* ---- embeddings ----
+ * out(N,C) = wte[tokens[n] - vocab_start] for tokens inside this vocab shard wte(V_l,C), else 0
+ * (vocab-parallel embedding: the shards' outputs are summed over the TP group afterwards). */
+int tri_op_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+                             int64_t vocab_start);
+/* dwte(V_l,C) += dout rows of the tokens inside this shard. */
+int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                              int64_t vocab_start);
+/* out(N,C) += wpe[(row0 + n) % T]: row n of out is token row0 + n of a (B*T)-row batch. */
+int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0);
+/* dwpe(n_positions,C) row (row0 + n) % T += dout(N,C) row n. */
+int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
+                             int64_t row0);
+
+/* ---- softmax cross-entropy in vocab-parallel pieces (Megatron's VocabParallelCrossEntropy) ----
+ * logits(N,V_l) is a vocab shard starting at global id vocab_start; only its first V_valid
+ * columns are real tokens (the rest is vocab padding, kept out of the loss). Between the pieces
+ * the caller reduces maxes with MAX and stats with SUM over the tensor-parallel group. */
+/* maxes(N) = max over the valid columns (-FLT_MAX when V_valid == 0). */
+int tri_op_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid);
+/* stats(N,2): [0] = sum exp(logit - max) over valid columns, [1] = the target's logit if the target
+ * lies in this shard, else 0. targets(N) are global token ids (i32). */
+int tri_op_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                            tri_tensor targets, int64_t vocab_start, int64_t V_valid);
+/* losses(N) = log(sumexp) + max - target logit (from the reduced stats). */
+int tri_op_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats);
+/* dlogits(N,V_l) = dloss * (softmax - onehot(target)); padded columns 0. dlogits may alias logits
+ * (llm.c's fused classifier overwrites the logits with their gradient). */
+int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+                       tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
+                       float dloss);
+
+/* ---- optimizer ----
+ * One AdamW step on equal-length 1-d views (fp32): g = grad * grad_scale;
+ * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p). */
+int tri_op_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                 const tri_adamw_hparams *hp);
+
+/* ---- fixed point: exact sums in any order (deterministic mode; engine/core/math.h) ----
+ * acc(n) i64 += round(x(n) * 2^bits); elements not representable (NaN, Inf, |x| >= 2^(62 - bits))
+ * are not added and counted into bad(1) f32. */
+int tri_op_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad);
+/* out(n) f32 = acc(n) * 2^-bits. */
+int tri_op_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
+/* y(n) i64 += x(n) i64 (exact). */
+int tri_op_add_i64(tri_device *d, tri_tensor y, tri_tensor x);
+/* limbs(6) i64, limb k += bits [32k, 32k + 32) of the exact sum of round(x[i] * 2^bits)^2 (a
+ * 192-bit integer): limbs add without carries, so sums over calls and ranks stay exact and
+ * independent of how x is split; tri_fixed_limbs_value reads them. Elements not representable
+ * are counted into bad(1) f32. */
+int tri_op_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad);
+/* The value of 6 limbs (each a non-negative sum of 32-bit pieces) as a double, scaled by 2^-scale:
+ * carries are propagated exactly first, so equal integers give equal doubles however split. */
+double tri_fixed_limbs_value(const int64_t limbs[6], int scale);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,565 @@
+/* engine/device/device_cpu.c - the CPU backend of the device interface: the reference and tested path.
+ *
+ * Every matmul (including the per-head products inside attention) is an OpenBLAS sgemm; the rest
+ * are OpenMP loops over rows calling the shared arithmetic of engine/core/math.h. Sums over rows that
+ * feed parameter gradients (bias, layernorm and embedding backward) are parallel over column
+ * blocks with rows in order, and full reductions use a fixed number of chunks, so every result is
+ * the same for any thread count. Memory is host memory: "device" pointers are ordinary pointers. */
+#include "engine/device/device.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/math.h"
+#include "engine/core/status.h"
+
+#define COL_BLOCK 64      /* columns per task in column-blocked reductions */
+#define REDUCE_CHUNKS 64  /* fixed chunk count of full reductions (thread-count independent) */
+#define ALIGNMENT 64
+
+static int nthreads(const tri_device *d)
+{
+    return d->threads > 0 ? d->threads : omp_get_max_threads();
+}
+
+static float *fp(tri_tensor t)
+{
+    return (float *)t.data;
+}
+
+static const int32_t *ids(tri_tensor t)
+{
+    return (const int32_t *)t.data;
+}
+
+/* ---- memory ---- */
+
+static int cpu_alloc(tri_device *d, void **ptr, size_t bytes)
+{
+    size_t rounded = (bytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
+    *ptr = aligned_alloc(ALIGNMENT, rounded);
+    if (!*ptr)
+        return TRI_ERR(TRI_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
+    return TRI_OK;
+}
+
+static void cpu_free(tri_device *d, void *ptr)
+{
+    free(ptr);
+}
+
+static int cpu_copy(tri_device *d, void *dst, const void *src, size_t bytes)
+{
+    memmove(dst, src, bytes);
+    return TRI_OK;
+}
+
+static int cpu_sync(tri_device *d)
+{
+    return TRI_OK;
+}
+
+static void cpu_destroy(tri_device *d)
+{
+    free(d);
+}
+
+/* ---- element-wise and reductions ---- */
+
+static int cpu_fill(tri_device *d, tri_tensor x, float value)
+{
+    float *restrict p = fp(x);
+    int64_t n = tri_tensor_numel(x);
+#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        p[i] = value;
+    return TRI_OK;
+}
+
+static int cpu_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
+{
+    float *o = fp(out);
+    const float *x = fp(a), *y = fp(b);
+    int64_t n = tri_tensor_numel(out);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        o[i] = x[i] + y[i];
+    return TRI_OK;
+}
+
+static int cpu_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
+{
+    float *py = fp(y);
+    const float *px = fp(x);
+    int64_t n = tri_tensor_numel(y);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        py[i] += alpha * px[i];
+    return TRI_OK;
+}
+
+static int cpu_scale(tri_device *d, tri_tensor x, float s)
+{
+    float *p = fp(x);
+    int64_t n = tri_tensor_numel(x);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        p[i] *= s;
+    return TRI_OK;
+}
+
+/* Sums x[i]^2 (squares) or the non-finite x[i] over REDUCE_CHUNKS fixed chunks (each in double
+ * by engine/core/math.h's range sums, which the CUDA kernels share), then the chunks in order. */
+static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
+{
+    double part[REDUCE_CHUNKS];
+    int64_t per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS;
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
+        part[c] = squares ? tri_sum_squares_range(x, lo, hi) : tri_count_nonfinite_range(x, lo, hi);
+    }
+    double total = 0.0;
+    for (int c = 0; c < REDUCE_CHUNKS; c++)
+        total += part[c];
+    return total;
+}
+
+static int cpu_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
+{
+    fp(out)[0] += (float)chunked_sum(d, fp(x), tri_tensor_numel(x), 1);
+    return TRI_OK;
+}
+
+static int cpu_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
+{
+    fp(out)[0] += (float)chunked_sum(d, fp(x), tri_tensor_numel(x), 0);
+    return TRI_OK;
+}
+
+/* ---- matmul ---- */
+
+static int cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
+                      bool trans_a, bool trans_b, float beta)
+{
+    int64_t M = tri_tensor_rows(c), N = tri_tensor_cols(c);
+    int64_t K = trans_a ? tri_tensor_rows(a) : tri_tensor_cols(a);
+    float *pc = fp(c);
+    if (tri_tensor_present(bias)) {
+        const float *pb = fp(bias);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+        for (int64_t i = 0; i < M; i++)
+            memcpy(pc + i * N, pb, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
+    if (K == 0) /* c = beta c (sgemm rejects lda 0, so it cannot be asked) */
+        return beta == 0.0f ? cpu_fill(d, c, 0.0f) : beta == 1.0f ? TRI_OK : cpu_scale(d, c, beta);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, 1.0f, fp(a), (int)tri_tensor_cols(a), fp(b),
+                (int)tri_tensor_cols(b), beta, pc, (int)N);
+    return TRI_OK;
+}
+
+static int cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
+{
+    int64_t N = tri_tensor_rows(dout), OC = tri_tensor_cols(dout);
+    float *db = fp(dbias);
+    const float *g = fp(dout);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t j0 = 0; j0 < OC; j0 += COL_BLOCK) {
+        int64_t j1 = j0 + COL_BLOCK < OC ? j0 + COL_BLOCK : OC;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = j0; j < j1; j++)
+                db[j] += g[n * OC + j];
+    }
+    return TRI_OK;
+}
+
+/* ---- layernorm ---- */
+
+static int cpu_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                                 tri_tensor inp, tri_tensor w, tri_tensor b)
+{
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    const float *x = fp(inp);
+    float *o = fp(out), *mu = fp(mean), *rs = fp(rstd);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        tri_layernorm_row_forward(o + n * C, mu + n, rs + n, x + n * C, fp(w), fp(b), C);
+    return TRI_OK;
+}
+
+static int cpu_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                                  tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                                  tri_tensor rstd)
+{
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    const float *x = fp(inp), *g = fp(dout), *mu = fp(mean), *rs = fp(rstd);
+    float *dx = fp(dinp), *pdw = fp(dw), *pdb = fp(db);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        tri_layernorm_row_backward_input(dx + n * C, g + n * C, x + n * C, fp(w), mu[n], rs[n], C);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
+        int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = j0; j < j1; j++) {
+                float norm = (x[n * C + j] - mu[n]) * rs[n];
+                pdw[j] += norm * g[n * C + j];
+                pdb[j] += g[n * C + j];
+            }
+    }
+    return TRI_OK;
+}
+
+/* ---- attention: per (batch, head), scores = q k^T * scale, causal softmax, out = att v ---- */
+
+static int cpu_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
+{
+    int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = att.shape[1];
+    int64_t HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        const float *q = fp(qkv) + b * T * 3 * C + h * HS;
+        const float *k = q + C, *v = q + 2 * C;
+        float *a = fp(att) + bh * T * T;
+        float *o = fp(out) + b * T * C + h * HS;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)HS, scale, q,
+                    (int)(3 * C), k, (int)(3 * C), 0.0f, a, (int)T);
+        for (int64_t t = 0; t < T; t++)
+            tri_causal_softmax_row(a + t * T, a + t * T, t, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HS, (int)T, 1.0f, a,
+                    (int)T, v, (int)(3 * C), 0.0f, o, (int)C);
+    }
+    return TRI_OK;
+}
+
+static int cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                                  tri_tensor qkv, tri_tensor att)
+{
+    int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = att.shape[1];
+    int64_t HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    int ld3 = (int)(3 * C);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        const float *q = fp(qkv) + b * T * 3 * C + h * HS;
+        const float *k = q + C, *v = q + 2 * C;
+        float *dq = fp(dqkv) + b * T * 3 * C + h * HS;
+        float *dk = dq + C, *dv = dq + 2 * C;
+        const float *a = fp(att) + bh * T * T;
+        float *da = fp(datt) + bh * T * T;
+        const float *g = fp(dout) + b * T * C + h * HS;
+        /* datt = dout v^T; dv = att^T dout */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)HS, 1.0f, g,
+                    (int)C, v, ld3, 0.0f, da, (int)T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)HS, (int)T, 1.0f, a,
+                    (int)T, g, (int)C, 0.0f, dv, ld3);
+        /* dscores through the causal softmax, in place */
+        for (int64_t t = 0; t < T; t++)
+            tri_causal_softmax_row_backward(da + t * T, a + t * T, da + t * T, t, T);
+        /* dq = dscores k * scale; dk = dscores^T q * scale */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HS, (int)T, scale, da,
+                    (int)T, k, ld3, 0.0f, dq, ld3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)HS, (int)T, scale, da,
+                    (int)T, q, ld3, 0.0f, dk, ld3);
+    }
+    return TRI_OK;
+}
+
+/* ---- GELU ---- */
+
+static int cpu_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
+{
+    const float *x = fp(inp);
+    float *o = fp(out);
+    int64_t n = tri_tensor_numel(inp);
+#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        o[i] = tri_gelu(x[i]);
+    return TRI_OK;
+}
+
+static int cpu_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
+{
+    const float *x = fp(inp), *g = fp(dout);
+    float *dx = fp(dinp);
+    int64_t n = tri_tensor_numel(inp);
+#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = tri_gelu_grad(x[i]) * g[i];
+    return TRI_OK;
+}
+
+/* ---- embeddings ---- */
+
+static int cpu_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+                                 int64_t vocab_start)
+{
+    int64_t N = tri_tensor_numel(tokens), C = tri_tensor_cols(wte), V_l = tri_tensor_rows(wte);
+    const int32_t *tok = ids(tokens);
+    float *o = fp(out);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        int64_t r = (int64_t)tok[n] - vocab_start;
+        if (r >= 0 && r < V_l)
+            memcpy(o + n * C, fp(wte) + r * C, (size_t)C * sizeof(float));
+        else
+            memset(o + n * C, 0, (size_t)C * sizeof(float));
+    }
+    return TRI_OK;
+}
+
+static int cpu_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                                  int64_t vocab_start)
+{
+    int64_t N = tri_tensor_numel(tokens), C = tri_tensor_cols(dwte), V_l = tri_tensor_rows(dwte);
+    const int32_t *tok = ids(tokens);
+    const float *g = fp(dout);
+    float *dw = fp(dwte);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
+        int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t r = (int64_t)tok[n] - vocab_start;
+            if (r < 0 || r >= V_l)
+                continue;
+            for (int64_t j = j0; j < j1; j++)
+                dw[r * C + j] += g[n * C + j];
+        }
+    }
+    return TRI_OK;
+}
+
+static int cpu_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+{
+    int64_t N = tri_tensor_rows(out), C = tri_tensor_cols(out);
+    float *o = fp(out);
+    const float *w = fp(wpe);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *row = w + ((row0 + n) % T) * C;
+        for (int64_t j = 0; j < C; j++)
+            o[n * C + j] += row[j];
+    }
+    return TRI_OK;
+}
+
+static int cpu_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
+                                 int64_t row0)
+{
+    int64_t N = tri_tensor_rows(dout), C = tri_tensor_cols(dout);
+    const float *g = fp(dout);
+    float *dw = fp(dwpe);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
+        int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+        for (int64_t n = 0; n < N; n++) {
+            float *row = dw + ((row0 + n) % T) * C;
+            for (int64_t j = j0; j < j1; j++)
+                row[j] += g[n * C + j];
+        }
+    }
+    return TRI_OK;
+}
+
+/* ---- cross-entropy ---- */
+
+static int cpu_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
+{
+    int64_t N = tri_tensor_rows(logits), V_l = tri_tensor_cols(logits);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        fp(maxes)[n] = tri_ce_row_max(fp(logits) + n * V_l, V_valid);
+    return TRI_OK;
+}
+
+static int cpu_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                                tri_tensor targets, int64_t vocab_start, int64_t V_valid)
+{
+    int64_t N = tri_tensor_rows(logits), V_l = tri_tensor_cols(logits);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *row = fp(logits) + n * V_l;
+        int64_t r = (int64_t)ids(targets)[n] - vocab_start;
+        fp(stats)[2 * n] = tri_ce_row_sumexp(row, fp(maxes)[n], V_valid);
+        fp(stats)[2 * n + 1] = (r >= 0 && r < V_valid) ? row[r] : 0.0f;
+    }
+    return TRI_OK;
+}
+
+static int cpu_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats)
+{
+    int64_t N = tri_tensor_numel(losses);
+    for (int64_t n = 0; n < N; n++)
+        fp(losses)[n] = tri_ce_loss(fp(maxes)[n], fp(stats)[2 * n], fp(stats)[2 * n + 1]);
+    return TRI_OK;
+}
+
+static int cpu_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+                           tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
+                           float dloss)
+{
+    int64_t N = tri_tensor_rows(logits), V_l = tri_tensor_cols(logits);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *row = fp(logits) + n * V_l;
+        float *drow = fp(dlogits) + n * V_l;
+        float mx = fp(maxes)[n], sum = fp(stats)[2 * n];
+        int64_t r = (int64_t)ids(targets)[n] - vocab_start;
+        for (int64_t j = 0; j < V_valid; j++)
+            drow[j] = tri_ce_dlogit(row[j], mx, sum, j == r, dloss);
+        for (int64_t j = V_valid; j < V_l; j++)
+            drow[j] = 0.0f;
+    }
+    return TRI_OK;
+}
+
+/* ---- optimizer ---- */
+
+static int cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                     const tri_adamw_hparams *hp)
+{
+    int64_t n = tri_tensor_numel(param);
+    const float bc1 = 1.0f - powf(hp->beta1, (float)hp->step);
+    const float bc2 = 1.0f - powf(hp->beta2, (float)hp->step);
+    const float lr = hp->lr, b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, wd = hp->weight_decay;
+    const float gs = hp->grad_scale;
+    float *restrict p = fp(param), *restrict pm = fp(m), *restrict pv = fp(v);
+    const float *restrict g = fp(grad);
+#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        tri_adamw_element(p + i, g[i] * gs, pm + i, pv + i, lr, b1, b2, eps, wd, bc1, bc2);
+    return TRI_OK;
+}
+
+/* ---- fixed point ---- */
+
+static int cpu_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
+{
+    int64_t n = tri_tensor_numel(x), count = 0;
+    int64_t *a = acc.data;
+    const float *px = fp(x);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static) reduction(+ : count)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v;
+        if (tri_fixed_from_float(px[i], bits, &v))
+            a[i] = tri_fixed_add(a[i], v);
+        else
+            count++;
+    }
+    fp(bad)[0] += (float)count;
+    return TRI_OK;
+}
+
+static int cpu_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
+{
+    int64_t n = tri_tensor_numel(out);
+    const int64_t *a = acc.data;
+    float *o = fp(out);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        o[i] = tri_fixed_to_float(a[i], bits);
+    return TRI_OK;
+}
+
+static int cpu_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
+{
+    int64_t n = tri_tensor_numel(y);
+    int64_t *py = y.data;
+    const int64_t *px = x.data;
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        py[i] = tri_fixed_add(py[i], px[i]);
+    return TRI_OK;
+}
+
+/* Exact: chunk sums as 192-bit integers, added into the limbs in any order. */
+static int cpu_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
+{
+    int64_t n = tri_tensor_numel(x), per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS, count = 0;
+    uint64_t w[REDUCE_CHUNKS][3];
+    const float *px = fp(x);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static) reduction(+ : count)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
+        w[c][0] = w[c][1] = w[c][2] = 0;
+        count += tri_fixed_sum_squares_range(px, bits, lo, hi, w[c]);
+    }
+    int64_t *l = limbs.data;
+    for (int c = 0; c < REDUCE_CHUNKS; c++)
+        for (int k = 0; k < 6; k++)
+            l[k] += (int64_t)((w[c][k / 2] >> (32 * (k % 2))) & 0xffffffffu);
+    fp(bad)[0] += (float)count;
+    return TRI_OK;
+}
+
+/* dst = src in dst's dtype: fp32 <-> bf16 through engine/core/math.h's widening and rounding. */
+static int cpu_convert(tri_device *d, tri_tensor dst, tri_tensor src)
+{
+    int64_t n = tri_tensor_numel(src);
+    int dst_bf16 = dst.dtype == TRI_BF16, src_bf16 = src.dtype == TRI_BF16;
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        tri_store(dst.data, dst_bf16, i, tri_load(src.data, src_bf16, i));
+    return TRI_OK;
+}
+
+static const tri_device_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_to_host = cpu_copy,
+    .copy_from_host = cpu_copy,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+    .fill = cpu_fill,
+    .add = cpu_add,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .sum_squares = cpu_sum_squares,
+    .count_nonfinite = cpu_count_nonfinite,
+    .matmul = cpu_matmul,
+    .bias_backward = cpu_bias_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .position_forward = cpu_position_forward,
+    .position_backward = cpu_position_backward,
+    .ce_row_max = cpu_ce_row_max,
+    .ce_sumexp_target = cpu_ce_sumexp_target,
+    .ce_loss = cpu_ce_loss,
+    .ce_backward = cpu_ce_backward,
+    .adamw = cpu_adamw,
+    .fixed_accumulate = cpu_fixed_accumulate,
+    .fixed_to_float = cpu_fixed_to_float,
+    .add_i64 = cpu_add_i64,
+    .fixed_sum_squares = cpu_fixed_sum_squares,
+    .convert = cpu_convert,
+    .host_alloc = cpu_alloc, /* host memory is the device's own */
+    .host_free = cpu_free,
+};
+
+int tri_device_cpu_create(tri_device **out, int threads)
+{
+    tri_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return TRI_ERR(TRI_ENOMEM, "cpu: cannot allocate the device");
+    d->ops = &cpu_ops;
+    d->threads = threads;
+    *out = d;
+    return TRI_OK;
+}

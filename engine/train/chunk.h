@@ -1,0 +1,151 @@
+/* engine/train/chunk.h - a model chunk: the layers a rank runs for one pipeline stage (Megatron-LM's
+ * "model chunk"; several per rank with the interleaved schedule), split between the engine and the
+ * model.
+ *
+ * The engine owns the chunk's parameters: the layout (engine/train/param.h, from the model's
+ * parameter descriptions), one arena for every buffer (engine/device/arena.h) and ZeRO
+ * (engine/train/zero.h), which keeps the parameters, gradients and their data-parallel shards;
+ * it initialises the parameters, reads and writes them for checkpoints, and runs the model's
+ * passes. The model owns its activations and computes.
+ *
+ * A pass is one piece of the model's forward or backward (GPT-2's: the embedding, one block, the
+ * head) with the units it reads and the units whose gradients it writes. The model declares its
+ * passes once, in four lists: the training forward (a fused loss backward may write gradients
+ * there), the evaluation forward, the backward, and the passes run once per step after the last
+ * backward (folding a private gradient accumulator in). The engine runs each pass between acquiring
+ * its units, in the order listed (ZeRO-3 all-gathers them, ZeRO-2 hands out a zeroed gradient
+ * bucket), and releasing them in the reverse order (the bucket is reduced): Megatron-LM's DDP and
+ * FSDP hooks do the same around modules. So the model's code never calls ZeRO, and a new model
+ * inherits ZeRO 0-3, both overlaps, ZeRO-3 prefetch and deterministic mode. The pass lists also
+ * give when each unit's gradient is complete in a step (overlapped reductions start then) and how
+ * often a micro-batch uses each unit (the traffic model's input, partitioner/traffic.h).
+ *
+ * Token rows exchanged with neighbouring chunks are (N_l, C) tensors: N_l rows (B*T, or its
+ * sequence shard under sequence parallelism). */
+#ifndef TRIDENT_ENGINE_TRAIN_CHUNK_H
+#define TRIDENT_ENGINE_TRAIN_CHUNK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/comm/comm.h"
+#include "engine/core/tensor.h"
+#include "engine/device/arena.h"
+#include "engine/device/device.h"
+#include "engine/train/param.h"
+#include "engine/train/train_layout.h"
+#include "engine/train/zero.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TRI_CHUNK_ACT_IN = 0,  /* input activation, received from the previous stage */
+    TRI_CHUNK_ACT_OUT,     /* output activation, sent to the next stage */
+    TRI_CHUNK_GRAD_OUT,    /* gradient of ACT_OUT, received from the next stage */
+    TRI_CHUNK_GRAD_IN,     /* gradient of ACT_IN, sent to the previous stage */
+} tri_chunk_buffer;
+
+#define TRI_PASS_MAX_UNITS 4
+
+/* One piece of the model's forward or backward and the units it uses. */
+typedef struct tri_pass {
+    int kind, index;                    /* the model's own: which piece runs (e.g. a block, its number) */
+    int n_units;
+    int unit[TRI_PASS_MAX_UNITS];       /* acquired in this order, released in the reverse */
+    bool grads[TRI_PASS_MAX_UNITS];     /* the pass writes unit[k]'s gradients */
+} tri_pass;
+
+typedef enum {
+    TRI_PASSES_FORWARD = 0,   /* training forward (with the fused loss backward) */
+    TRI_PASSES_FORWARD_EVAL,  /* forward without gradients */
+    TRI_PASSES_BACKWARD,
+    TRI_PASSES_FINISH,        /* once per step, after the last backward */
+    TRI_PASS_LISTS
+} tri_pass_list;
+
+/* What the model implements (self is its own state). */
+typedef struct tri_chunk_model {
+    void *self;
+    /* Takes the model's buffers (activations per slot, scratch, private accumulators) from the
+     * chunk's arena; called twice like every take (engine/device/arena.h: planning, then for real). */
+    int (*take_buffers)(void *self, tri_arena *a);
+    /* Points the model's views of unit u's parameters at params (u->len elements in the unit's
+     * flat layout) and, when present, of its gradients at grads. */
+    void (*bind)(void *self, int unit, tri_tensor params, tri_tensor grads);
+    /* Runs pass p: forward passes on the micro-batch in slot (train: with the fused loss backward,
+     * scaled by dloss), backward passes on slot, finish passes (slot, train, dloss unused). */
+    int (*run)(void *self, const tri_pass *p, int slot, bool train, float dloss);
+    /* Copies one micro-batch, (B, T+1) token windows on the host, into slot. */
+    int (*load_batch)(void *self, int slot, const int32_t *windows);
+    tri_tensor (*buffer)(void *self, tri_chunk_buffer which, int slot);
+    /* Last stage: sum of the slot's per-token losses (host, double). */
+    int (*loss_sum)(void *self, int slot, double *sum);
+    /* Optional: zeroes the model's private gradient accumulators at the start of a step. */
+    int (*zero_private)(void *self);
+} tri_chunk_model;
+
+/* What differs per chunk: its place in the model and the pipeline (the rest is the run's layout,
+ * engine/train/train_layout.h). */
+typedef struct tri_chunk_place {
+    int layer_start, layer_end;   /* its blocks [start, end) */
+    bool first, last;             /* holds the embedding / the head and loss */
+    int n_slots;                  /* activation slots: micro-batches in flight on it */
+    int dp_rank;                  /* data-parallel rank (its ZeRO shard of the layout) */
+    uint64_t seed;                /* initialisation */
+} tri_chunk_place;
+
+typedef struct tri_chunk {
+    bool first, last;
+    int n_slots;
+    int64_t tokens_per_mb;        /* B * T */
+    int64_t window;               /* T + 1: tokens per sample read from the data */
+    int64_t samples_per_mb;       /* B */
+    int n_micro;
+    int n_global_params;
+    uint64_t seed;
+    tri_device *dev;              /* NULL: planned only */
+    tri_param_layout layout;
+    tri_arena arena;
+    tri_zero zero;                /* where the parameters and gradients live */
+    tri_train_layout run;         /* the run's layout (a copy) */
+    tri_chunk_model model;
+    tri_pass *passes[TRI_PASS_LISTS];
+    int n_passes[TRI_PASS_LISTS], cap_passes[TRI_PASS_LISTS];
+} tri_chunk;
+
+/* Step 1 of making a chunk: its options and its parameter layout, made by the model from its
+ * parameter descriptions (partitioner/layout.h; n_global_params: the whole model's parameter
+ * count); the chunk takes the layout over (it frees its arrays). The model then declares its
+ * passes (tri_chunk_add_pass), knowing the units, and calls tri_chunk_build. */
+void tri_chunk_begin(tri_chunk *c, const tri_train_layout *run, const tri_chunk_place *place, int n_global_params,
+                     const tri_param_layout *layout);
+/* Appends pass p to one of the lists. TRI_EINVAL for a unit outside the layout. */
+int tri_chunk_add_pass(tri_chunk *c, tri_pass_list list, const tri_pass *p);
+/* Step 2: plans every buffer (ZeRO's, then the model's); with dev NULL stops there (planning:
+ * c->arena.by_kind holds the bytes). Otherwise allocates them, binds ZeRO to dev and dp_comm,
+ * initialises the parameters (normal, ones or zeros per description; element values depend only on
+ * the seed, the name and the global index, so every layout starts from the same weights) and zeroes
+ * the gradients. */
+int tri_chunk_build(tri_chunk *c, const tri_chunk_model *model, tri_device *dev, tri_comm *dp_comm);
+/* Waits for anything ZeRO has in flight, frees the buffers and the layout. */
+void tri_chunk_destroy(tri_chunk *c);
+
+/* The forward of the micro-batch in slot: every pass of the training (train) or evaluation list. */
+int tri_chunk_forward(tri_chunk *c, int slot, bool train, float dloss);
+/* The backward of the micro-batch in slot; gradients accumulate. */
+int tri_chunk_backward(tri_chunk *c, int slot);
+/* Sets every gradient (and the model's private accumulators) to zero before a step. */
+int tri_chunk_zero_grads(tri_chunk *c);
+/* After the step's last backward: the finish passes. */
+int tri_chunk_finish_grads(tri_chunk *c);
+
+/* How one micro-batch's training forward and backward use each unit (out[u] for every unit). */
+void tri_chunk_unit_uses(const tri_chunk *c, tri_unit_uses *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,178 @@
+/* engine/train/pipeline.c - the pipeline executor (see pipeline.h). */
+#include "engine/train/pipeline.h"
+#include "engine/core/clock.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+
+int tri_pipeline_create(tri_pipeline *p, const tri_schedule *s, int rank, tri_comm *pp_comm,
+                        tri_chunk **chunks)
+{
+    memset(p, 0, sizeof *p);
+    p->sched = s;
+    p->rank = rank;
+    p->pp_comm = pp_comm;
+    p->chunks = chunks;
+    int n = s->n_ops[rank];
+    p->last_use = malloc((size_t)(n > 0 ? n : 1));
+    p->slot = malloc((size_t)s->v * (size_t)s->m * sizeof *p->slot);
+    p->in_use = calloc((size_t)s->v, sizeof *p->in_use);
+    p->peak = calloc((size_t)s->v, sizeof *p->peak);
+    p->busy = calloc((size_t)s->v, sizeof *p->busy);
+    p->batch = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->batch);
+    if (!p->last_use || !p->slot || !p->in_use || !p->peak || !p->busy || !p->batch) {
+        tri_pipeline_destroy(p);
+        return TRI_ERR(TRI_ENOMEM, "pipeline: out of memory");
+    }
+    tri_sched_last_uses(s, rank, p->last_use);
+    for (int c = 0; c < s->v; c++) {
+        int need = tri_sched_slots_needed(s, rank, c);
+        if (chunks[c]->n_slots < need) {
+            tri_pipeline_destroy(p);
+            return TRI_ERR(TRI_EINVAL, "pipeline rank %d chunk %d has %d activation slots; schedule %s "
+                           "keeps %d micro-batches in flight", rank, c, chunks[c]->n_slots, s->name, need);
+        }
+        p->busy[c] = calloc((size_t)chunks[c]->n_slots, 1);
+        if (!p->busy[c]) {
+            tri_pipeline_destroy(p);
+            return TRI_ERR(TRI_ENOMEM, "pipeline: out of memory");
+        }
+    }
+    return TRI_OK;
+}
+
+void tri_pipeline_destroy(tri_pipeline *p)
+{
+    for (int c = 0; p->busy && c < p->sched->v; c++)
+        free(p->busy[c]);
+    free(p->busy);
+    free(p->last_use);
+    free(p->slot);
+    free(p->in_use);
+    free(p->peak);
+    free(p->batch);
+    memset(p, 0, sizeof *p);
+}
+
+/* The slot of (chunk, mb), taking a free one at the micro-batch's first op on this rank. */
+static int acquire(tri_pipeline *p, const tri_sched_op *op, int *slot)
+{
+    int *s = &p->slot[op->chunk * p->sched->m + op->mb];
+    if (*s >= 0) {
+        *slot = *s;
+        return TRI_OK;
+    }
+    tri_chunk *st = p->chunks[op->chunk];
+    for (int k = 0; k < st->n_slots; k++) {
+        if (p->busy[op->chunk][k])
+            continue;
+        p->busy[op->chunk][k] = 1;
+        *s = *slot = k;
+        if (++p->in_use[op->chunk] > p->peak[op->chunk])
+            p->peak[op->chunk] = p->in_use[op->chunk];
+        return TRI_OK;
+    }
+    return TRI_ERR(TRI_EINTERNAL, "pipeline rank %d: no free activation slot for micro-batch %d of "
+                   "chunk %d (%d slots)", p->rank, op->mb, op->chunk, st->n_slots);
+}
+
+static void release(tri_pipeline *p, const tri_sched_op *op)
+{
+    int *s = &p->slot[op->chunk * p->sched->m + op->mb];
+    p->busy[op->chunk][*s] = 0;
+    p->in_use[op->chunk]--;
+    *s = -1;
+}
+
+static tri_chunk_buffer buffer_of(int kind)
+{
+    switch (kind) {
+    case TRI_SCHED_RECV_ACT: return TRI_CHUNK_ACT_IN;
+    case TRI_SCHED_SEND_ACT: return TRI_CHUNK_ACT_OUT;
+    case TRI_SCHED_RECV_GRAD: return TRI_CHUNK_GRAD_OUT;
+    default: return TRI_CHUNK_GRAD_IN;
+    }
+}
+
+/* One batched exchange of ops [i, end). */
+static int exchange(tri_pipeline *p, const tri_sched_op *ops, int i, int end)
+{
+    int k = 0, rc = TRI_OK;
+    for (int j = i; j < end && !rc; j++) {
+        int slot = 0, peer = tri_sched_peer(p->sched, p->rank, &ops[j]);
+        if (peer < 0)
+            return TRI_ERR(TRI_EINTERNAL, "pipeline rank %d: %s of micro-batch %d has no peer",
+                           p->rank, tri_sched_kind_name(ops[j].kind), ops[j].mb);
+        rc = acquire(p, &ops[j], &slot);
+        tri_chunk *st = p->chunks[ops[j].chunk];
+        p->batch[k++] = (tri_p2p){
+            .send = ops[j].kind == TRI_SCHED_SEND_ACT || ops[j].kind == TRI_SCHED_SEND_GRAD,
+            .peer = peer,
+            .tag = tri_sched_tag(ops[j].kind),
+            .t = st->model.buffer(st->model.self, buffer_of(ops[j].kind), slot),
+        };
+    }
+    return rc ? rc : tri_comm_p2p(p->pp_comm, p->batch, k);
+}
+
+static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_op *op, bool train,
+                   float dloss, int64_t *loss_fixed)
+{
+    tri_chunk *st = p->chunks[op->chunk];
+    int slot = 0, rc = acquire(p, op, &slot);
+    if (rc)
+        return rc;
+    if (op->kind == TRI_SCHED_FWD) {
+        if (st->first || st->last)
+            rc = io->load(io->ctx, op->chunk, op->mb, slot);
+        if (!rc) rc = tri_chunk_forward(st, slot, train, dloss);
+        if (!rc && st->last) {
+            double s = 0.0;
+            rc = st->model.loss_sum(st->model.self, slot, &s);
+            *loss_fixed += (int64_t)llrint(ldexp(s, TRI_LOSS_BITS));
+        }
+        return rc;
+    }
+    if (op->kind == TRI_SCHED_BWD) {
+        if (!train)
+            return TRI_ERR(TRI_EINVAL, "pipeline: a forward-only run met a backward op");
+        return tri_chunk_backward(st, slot);
+    }
+    return TRI_ERR(TRI_ENOTSUP, "pipeline: op %s is not supported by the executor",
+                   tri_sched_kind_name(op->kind));
+}
+
+int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, float dloss,
+                     int64_t *loss_fixed)
+{
+    const tri_schedule *s = p->sched;
+    const tri_sched_op *ops = s->ops[p->rank];
+    int n = s->n_ops[p->rank], rc = TRI_OK;
+    for (int k = 0; k < s->v * s->m; k++)
+        p->slot[k] = -1;
+    *loss_fixed = 0;
+    p->busy_s = 0.0;
+    double t_run = tri_now_s();
+    for (int i = 0; i < n && !rc;) {
+        int end = tri_sched_batch_end(ops, n, i);
+        if (tri_sched_is_comm(ops[i].kind)) {
+            rc = exchange(p, ops, i, end);
+        } else {
+            double t0 = tri_now_s();
+            rc = compute(p, io, &ops[i], train, dloss, loss_fixed);
+            p->busy_s += tri_now_s() - t0;
+        }
+        for (int j = i; j < end && !rc; j++)
+            if (p->last_use[j])
+                release(p, &ops[j]);
+        if (rc)
+            rc = tri_error_context(rc, "pipeline rank %d, op %d (%s of micro-batch %d, chunk %d)", p->rank,
+                                   i, tri_sched_kind_name(ops[i].kind), ops[i].mb, ops[i].chunk);
+        i = end;
+    }
+    p->total_s = tri_now_s() - t_run;
+    return rc;
+}

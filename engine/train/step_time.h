@@ -1,0 +1,46 @@
+/* engine/train/step_time.h - where a rank's training step time went: compute, each communication group,
+ * and the pipeline bubble.
+ *
+ * Every comm adds the wall time a rank is blocked in it, per operation kind (engine/comm/comm.h). A
+ * snapshot of the grid's comms taken before and after a step gives the step's split:
+ *   tp_s     blocked in the tensor-parallel group (layer all-reduces / SP reduce-scatter+gathers)
+ *   pp_s     blocked in pipeline-group collectives (the loss broadcast)
+ *   bubble_s blocked in pipeline send/receive: waiting for the neighbour stage (the bubble of the
+ *            schedule) plus the transfer itself, which on shared memory is the small part
+ *   dp_s     blocked in the data-parallel group (gradient reduce-scatter/all-reduce, ZeRO gathers)
+ *   other_s  the model-parallel, embedding and world groups (gradient norm, tied embedding)
+ *   compute_s the rest of the step: step_s - all of the above (never negative)
+ * so compute_s + tp_s + pp_s + bubble_s + dp_s + other_s == step_s. All values are seconds.
+ * Measured on the host: with the MPI and thread comms a blocked call is the wait itself; with NCCL,
+ * which enqueues on a stream, the wait shows where the host next synchronises (the device's
+ * time split then needs CUDA events, not done here). */
+#ifndef TRIDENT_ENGINE_TRAIN_STEP_TIME_H
+#define TRIDENT_ENGINE_TRAIN_STEP_TIME_H
+
+#include "engine/comm/grid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tri_step_time {
+    double step_s, compute_s, tp_s, pp_s, bubble_s, dp_s, other_s;
+} tri_step_time;
+
+/* Blocked seconds per group so far (step_s and compute_s are left 0): a snapshot. */
+tri_step_time tri_step_time_snapshot(const tri_grid *g);
+
+/* The split of a step of step_s seconds between snapshots before and after it. */
+tri_step_time tri_step_time_split(const tri_step_time *before, const tri_step_time *after, double step_s);
+
+/* Seconds blocked in communication (everything but compute), the "wait" of straggler detection. */
+double tri_step_time_wait(const tri_step_time *t);
+
+/* a += b, field by field (to sum steps over a log interval). */
+void tri_step_time_add(tri_step_time *a, const tri_step_time *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

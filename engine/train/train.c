@@ -1,0 +1,341 @@
+/* engine/train/train.c - one training step and evaluation over a rank's model chunks (see train.h). */
+#include "engine/train/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+
+/* Elements of optimizer state a rank keeps for a stage: all of it without ZeRO, its shard with. */
+static int64_t owned_numel(const tri_param_layout *L, int zero_stage)
+{
+    return zero_stage == 0 ? L->padded_numel : L->shard_numel;
+}
+
+/* Gradient-norm slots: one per (global parameter, TP rank), and per DP rank when ZeRO shards. */
+static int64_t norm_slots(int n_global_params, int tp, int dp, int zero_stage)
+{
+    return (int64_t)n_global_params * tp * (zero_stage > 0 ? dp : 1);
+}
+
+/* The trainer's buffers, taken from arena a (planning or real): per chunk the optimizer state of
+ * what it owns, the gradient-norm slots and a scalar. Shared by tri_trainer_create and the planner. */
+static int take_buffers(tri_arena *a, tri_optimizer *opt, const tri_param_layout *const *layouts, int v,
+                        int n_global_params, int tp, int zero_stage, const tri_adamw_config *adamw,
+                        tri_tensor *slots, tri_tensor *scalar, tri_tensor *fixed)
+{
+    int rc = TRI_OK;
+    for (int c = 0; c < v && !rc; c++)
+        rc = tri_optimizer_take(&opt[c], a, adamw, owned_numel(layouts[c], zero_stage));
+    int64_t n = norm_slots(n_global_params, tp, layouts[0]->dp, zero_stage);
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, slots, TRI_F32, 1, (int64_t[]){n});
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, scalar, TRI_F32, 1, (int64_t[]){1});
+    /* the loss (1) and, in deterministic mode, the gradient norm's limbs (6), as int64 */
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, fixed, TRI_I64, 1, (int64_t[]){8});
+    return rc;
+}
+
+int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global_params, int tp,
+                     int zero_stage, size_t bytes[TRI_MEM_KINDS])
+{
+    tri_arena a;
+    tri_optimizer opt[TRI_MAX_CHUNKS];
+    tri_tensor slots, scalar, fixed;
+    tri_adamw_config none = {0};
+    if (v < 1 || v > TRI_MAX_CHUNKS)
+        return TRI_ERR(TRI_EINVAL, "trainer: %d model chunks per rank (1..%d)", v, TRI_MAX_CHUNKS);
+    tri_arena_plan(&a);
+    int rc = take_buffers(&a, opt, layouts, v, n_global_params, tp, zero_stage, &none, &slots, &scalar, &fixed);
+    if (!rc)
+        memcpy(bytes, a.by_kind, TRI_MEM_KINDS * sizeof *bytes);
+    return rc;
+}
+
+static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
+{
+    const tri_param_layout *layouts[TRI_MAX_CHUNKS];
+    for (int c = 0; c < t->v; c++)
+        layouts[c] = &t->chunks[c]->layout;
+    return take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp,
+                        t->chunks[0]->zero.stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed);
+}
+
+int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tri_grid *grid,
+                       tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
+                       const tri_schedule *train_sched, const tri_schedule *eval_sched)
+{
+    memset(t, 0, sizeof *t);
+    if (v < 1 || v > TRI_MAX_CHUNKS)
+        return TRI_ERR(TRI_EINVAL, "trainer: %d model chunks per rank (1..%d)", v, TRI_MAX_CHUNKS);
+    if (cfg->n_micro < 1 || train_sched->m != cfg->n_micro || train_sched->v != v ||
+        eval_sched->v != v || train_sched->pp != grid->pp || eval_sched->pp != grid->pp)
+        return TRI_ERR(TRI_EINVAL, "trainer: schedule %s (pp %d, v %d, m %d) does not fit pp %d, v %d, "
+                       "%d micro-batches", train_sched->name, train_sched->pp, train_sched->v,
+                       train_sched->m, grid->pp, v, cfg->n_micro);
+    t->v = v;
+    memcpy(t->chunks, chunks, (size_t)v * sizeof *chunks);
+    t->grid = grid;
+    t->dev = dev;
+    t->cfg = *cfg;
+    t->train_sched = train_sched;
+    t->eval_sched = eval_sched;
+    t->windows = malloc((size_t)(chunks[0]->samples_per_mb * chunks[0]->window) * sizeof *t->windows);
+    if (!t->windows)
+        return TRI_ERR(TRI_ENOMEM, "trainer: out of memory");
+    tri_arena_plan(&t->arena);
+    int rc = take_trainer_buffers(t, adamw);
+    if (!rc) rc = tri_arena_commit(&t->arena, dev);
+    if (!rc) rc = take_trainer_buffers(t, adamw);
+    for (int c = 0; c < v && !rc; c++)
+        rc = tri_optimizer_reset(dev, &t->opt[c]);
+    if (!rc) rc = tri_pipeline_create(&t->train_pipe, train_sched, grid->pp_rank, grid->pp_comm, t->chunks);
+    if (!rc) rc = tri_pipeline_create(&t->eval_pipe, eval_sched, grid->pp_rank, grid->pp_comm, t->chunks);
+    return rc;
+}
+
+void tri_trainer_destroy(tri_trainer *t)
+{
+    if (t->train_pipe.sched)
+        tri_pipeline_destroy(&t->train_pipe);
+    if (t->eval_pipe.sched)
+        tri_pipeline_destroy(&t->eval_pipe);
+    tri_arena_release(&t->arena);
+    free(t->windows);
+    t->windows = NULL;
+}
+
+int64_t tri_trainer_global_batch(const tri_trainer *t)
+{
+    return t->chunks[0]->samples_per_mb * t->cfg.n_micro * t->grid->dp;
+}
+
+/* The executor's data callback: micro-batch mb of this replica is samples
+ * first_sample + mb * B ... (the replica's micro-batches are consecutive in the global batch). */
+static int load(void *ctx, int chunk, int mb, int slot)
+{
+    tri_trainer *t = ctx;
+    tri_chunk *st = t->chunks[chunk];
+    int64_t B = st->samples_per_mb;
+    int rc = t->src->fill(t->src->ctx, t->first_sample + (int64_t)mb * B, B, t->windows);
+    return rc ? rc : st->model.load_batch(st->model.self, slot, t->windows);
+}
+
+/* The loss sum (fixed point, engine/train/pipeline.h) of the last stage's micro-batches, broadcast to
+ * every stage and summed over data-parallel replicas: exact integer arithmetic, so the loss is the
+ * same bits in every layout. Returns the sum in loss units. */
+static int share_loss(tri_trainer *t, int64_t fixed, double *sum)
+{
+    int rc = TRI_OK;
+    if (t->grid->pp > 1) rc = tri_comm_host_broadcast(t->grid->pp_comm, &fixed, TRI_I64, 1, t->grid->pp - 1);
+    if (!rc && t->grid->dp > 1) rc = tri_comm_host_all_reduce(t->grid->dp_comm, &fixed, TRI_I64, 1, TRI_REDUCE_SUM);
+    *sum = ldexp((double)fixed, -TRI_LOSS_BITS);
+    return rc;
+}
+
+/* Sums the pieces of parameter p this rank owns over comm (their exact sums in deterministic mode). */
+static int all_reduce_owned(tri_comm *comm, const tri_zero *z, const tri_param *p)
+{
+    int rc = TRI_OK;
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t s, n, at;
+        if (tri_zero_owned_piece(z, k, p, &s, &n, &at))
+            rc = tri_comm_all_reduce(comm, tri_zero_owned_sums(z, s, n), TRI_REDUCE_SUM);
+    }
+    return rc;
+}
+
+/* Gradient reductions that make a chunk's owned gradients complete: over data-parallel replicas
+ * (ZeRO: all-reduce, or reduce-scatter into the owned slices), then, on the owned pieces, over TP
+ * for the replicated parameters under SP and over the embedding group for the tied embedding
+ * (in deterministic mode on the exact integer sums, converted to fp32 after all of them). */
+static int sync_grads(tri_trainer *t, tri_chunk *st)
+{
+    const tri_param_layout *L = &st->layout;
+    int rc = tri_chunk_finish_grads(st);
+    if (!rc) rc = tri_zero_reduce_grads(&st->zero);
+    for (int i = 0; i < L->n && !rc; i++) {
+        const tri_param *p = &L->params[i];
+        /* under SP each TP rank saw only its sequence shard: sum the replicated parameters' parts */
+        if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1)
+            rc = all_reduce_owned(t->grid->tp_comm, &st->zero, p);
+        if (!rc && p->spec.tied && t->grid->embd_comm)
+            rc = all_reduce_owned(t->grid->embd_comm, &st->zero, p);
+    }
+    return rc ? rc : tri_zero_finish_grads(&st->zero);
+}
+
+int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
+{
+    double loss_sum = 0.0;
+    int64_t loss_fixed = 0;
+    int rc = TRI_OK;
+    t->local_bad = false;
+    for (int c = 0; c < t->v && !rc; c++)
+        rc = tri_chunk_zero_grads(t->chunks[c]);
+    t->src = src;
+    t->first_sample = iter * tri_trainer_global_batch(t) +
+                      (int64_t)t->grid->dp_rank * t->cfg.n_micro * t->chunks[0]->samples_per_mb;
+    float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
+    tri_pipeline_io io = {.ctx = t, .load = load};
+    if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, &loss_fixed);
+    for (int c = 0; c < t->v && !rc; c++) {
+        rc = sync_grads(t, t->chunks[c]);
+        if (rc == TRI_ENONFINITE && t->guard) {
+            /* deterministic mode found non-finite contributions on this rank: the guard's agreement
+             * decides for every rank, so this rank goes on through the same collectives */
+            t->local_bad = true;
+            tri_error_clear();
+            rc = TRI_OK;
+        }
+    }
+    if (!rc && t->guard && t->guard->inject_nan_rank == t->grid->world_rank &&
+        iter + 1 >= t->guard->inject_nan_iter && iter + 1 < t->guard->inject_nan_iter + t->guard->inject_nan_count) {
+        /* test hook: a NaN in this rank's first owned gradient, after every reduction, as a faulty
+         * device would leave it */
+        float nan = NAN;
+        const tri_zero *z = &t->chunks[0]->zero;
+        int64_t start, len, local;
+        tri_zero_owned(z, 0, &start, &len, &local);
+        if (len > 0)
+            rc = tri_device_copy_from_host(t->dev, tri_zero_owned_grads(z, start, 1), &nan);
+    }
+    if (!rc) rc = share_loss(t, loss_fixed, &loss_sum);
+    *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
+    return rc;
+}
+
+/* Deterministic mode: the squares of the gradients (rounded to 2^-TRI_FIXED_BITS) summed exactly as
+ * a multi-limb integer, so the norm does not depend on how ZeRO cut the gradients or on the order. */
+static int grad_norm_exact(tri_trainer *t, double *norm)
+{
+    tri_tensor limbs = tri_tensor_range(t->loss_fixed, 2, 6);
+    int rc = tri_op_zero(t->dev, limbs);
+    for (int c = 0; c < t->v && !rc; c++) {
+        const tri_zero *z = &t->chunks[c]->zero;
+        const tri_param_layout *L = &t->chunks[c]->layout;
+        for (int i = 0; i < L->n && !rc; i++)
+            for (int k = 0; k < tri_zero_n_owned(z) && !rc && L->params[i].count_in_norm; k++) {
+                int64_t s, n, at;
+                if (tri_zero_owned_piece(z, k, &L->params[i], &s, &n, &at))
+                    rc = tri_op_fixed_sum_squares(t->dev, limbs, tri_zero_owned_grads(z, s, n), TRI_FIXED_BITS,
+                                                  z->bad);
+            }
+    }
+    tri_comm *over = t->chunks[0]->zero.stage > 0 ? t->grid->world : t->grid->mp_comm;
+    int64_t host[6] = {0};
+    for (int c = 0; c < t->v && !rc; c++) { /* squares of non-finite gradients are counted in bad */
+        float bad = 0.0f;
+        rc = tri_device_copy_to_host(t->dev, &bad, t->chunks[c]->zero.bad);
+        if (bad > 0)
+            t->local_bad = true;
+    }
+    if (!rc) rc = tri_comm_all_reduce(over, limbs, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(t->dev, host, limbs);
+    *norm = sqrt(tri_fixed_limbs_value(host, 2 * TRI_FIXED_BITS));
+    return rc;
+}
+
+/* The sum of squares of each counted parameter (over the pieces this rank owns) lands in its own
+ * slot (global index, TP rank, and DP rank when ZeRO shards); after the all-reduce over the ranks
+ * holding pieces every slot holds exactly one rank's value (the others added zeros, which is exact),
+ * and the slots are summed in index order in double. */
+
+int tri_trainer_grad_norm(tri_trainer *t, double *norm)
+{
+    if (t->chunks[0]->zero.deterministic)
+        return grad_norm_exact(t, norm);
+    int64_t nslots = tri_tensor_numel(t->norm_slots);
+    int stage = t->chunks[0]->zero.stage, dp = stage > 0 ? t->grid->dp : 1;
+    float *slots = calloc((size_t)nslots, sizeof *slots);
+    if (!slots)
+        return TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the gradient norm");
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc; c++) {
+        const tri_chunk *st = t->chunks[c];
+        for (int i = 0; i < st->layout.n && !rc; i++) {
+            const tri_param *p = &st->layout.params[i];
+            if (!p->count_in_norm)
+                continue;
+            double s = 0.0;
+            rc = tri_param_grad_sumsq(t->dev, &st->zero, p, t->scalar, &s);
+            if (!isfinite(s))
+                t->local_bad = true;
+            int64_t slot = ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp +
+                           (stage > 0 ? t->grid->dp_rank : 0);
+            slots[slot] = (float)s;
+        }
+    }
+    tri_comm *over = stage > 0 ? t->grid->world : t->grid->mp_comm;
+    if (!rc) rc = tri_device_copy_from_host(t->dev, t->norm_slots, slots);
+    if (!rc) rc = tri_comm_all_reduce(over, t->norm_slots, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_device_copy_to_host(t->dev, slots, t->norm_slots);
+    double sum = 0.0;
+    for (int64_t i = 0; i < nslots; i++)
+        sum += slots[i];
+    free(slots);
+    *norm = sqrt(sum);
+    return rc;
+}
+
+int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
+                     tri_step_result *res)
+{
+    double norm = 0.0;
+    int rc = tri_trainer_gradients(t, src, iter, &res->loss);
+    if (!rc) rc = tri_trainer_grad_norm(t, &norm);
+    if (rc)
+        return rc;
+    res->grad_norm = norm;
+    res->lr = lr;
+    res->action = TRI_STEP_APPLY;
+    res->stop = false;
+    if (t->guard) {
+        tri_step_verdict v;
+        rc = tri_step_guard_agree(t->guard, t->grid->world, t->local_bad, &v);
+        if (!rc && !isfinite(norm) && v.n_bad == 0) { /* finite parts whose squares overflowed */
+            v.n_bad = t->grid->world_size;
+            snprintf(v.bad_ranks, sizeof v.bad_ranks, "all (the global gradient norm is %g)", norm);
+        }
+        if (!rc) rc = tri_step_guard_decide(t->guard, iter + 1, res->loss, &v, &res->action);
+        if (rc)
+            return rc;
+        res->stop = v.stop;
+        if (res->action != TRI_STEP_APPLY) {
+            /* no update; the parameters are gathered again, unchanged, so ZeRO's in-flight state is
+             * the same as after an update */
+            for (int c = 0; c < t->v && !rc; c++)
+                rc = tri_zero_gather_params(&t->chunks[c]->zero);
+            return rc;
+        }
+    } else if (!isfinite(norm)) {
+        return TRI_ERR(TRI_ENONFINITE, "iteration %lld: the gradient norm is %g; no update applied",
+                       (long long)iter + 1, norm);
+    }
+    float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
+    for (int c = 0; c < t->v && !rc; c++) {
+        rc = tri_optimizer_step(t->dev, &t->opt[c], &t->chunks[c]->zero, lr, scale);
+        if (!rc) rc = tri_zero_gather_params(&t->chunks[c]->zero);
+    }
+    return rc;
+}
+
+int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches, double *loss)
+{
+    int64_t m = t->eval_sched->m, B = t->chunks[0]->samples_per_mb;
+    tri_pipeline_io io = {.ctx = t, .load = load};
+    double total = 0.0;
+    int64_t fixed = 0;
+    int rc = TRI_OK;
+    t->src = src;
+    for (int k = 0; k < n_batches && !rc; k++) {
+        int64_t s = 0;
+        t->first_sample = ((int64_t)k * t->grid->dp + t->grid->dp_rank) * m * B;
+        rc = tri_pipeline_run(&t->eval_pipe, &io, false, 0.0f, &s);
+        fixed += s;
+    }
+    if (!rc) rc = share_loss(t, fixed, &total);
+    *loss = total / (double)(t->chunks[0]->tokens_per_mb * m * (int64_t)n_batches * t->grid->dp);
+    return rc;
+}

@@ -1,0 +1,112 @@
+/* engine/train/train.h - one training step and evaluation over a stage, the process grid and a data source.
+ *
+ * A step runs the global batch's micro-batches through the stage (forward, then backward; the
+ * pipeline executor replaces this loop when there are several stages), then finishes the step:
+ * sums replicated gradients over TP under sequence parallelism, sums the tied embedding's gradient
+ * over the embedding group, averages gradients over data-parallel replicas, computes the global
+ * gradient norm (each parameter counted once), clips (Pascanu et al. 2013) and applies AdamW.
+ * The loss is the mean per-token cross-entropy over the global batch, identical on every rank. */
+#ifndef TRIDENT_ENGINE_TRAIN_TRAIN_H
+#define TRIDENT_ENGINE_TRAIN_TRAIN_H
+
+#include "engine/comm/grid.h"
+#include "engine/device/arena.h"
+#include "engine/train/chunk.h"
+#include "engine/train/fault.h"
+#include "engine/train/optimizer.h"
+#include "engine/train/pipeline.h"
+#include "engine/train/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where samples come from: fill(ctx, first, n, windows) writes samples [first, first + n) of the
+ * global sample stream as (n, T+1) token windows. */
+typedef struct tri_batch_source {
+    void *ctx;
+    int (*fill)(void *ctx, int64_t first, int64_t n, int32_t *windows);
+} tri_batch_source;
+
+typedef struct tri_step_config {
+    int n_micro;               /* micro-batches per step on each data-parallel replica */
+    bool sequence_parallel;
+    float clip_grad;           /* maximum global gradient norm; <= 0 disables clipping */
+} tri_step_config;
+
+typedef struct tri_step_result {
+    double loss;               /* mean token loss over the global batch */
+    double grad_norm;          /* global norm before clipping */
+    float lr;
+    tri_step_action action;    /* applied, or skipped (with a guard): the same on every rank */
+    bool stop;                 /* with a guard: some rank asked to stop after this step */
+} tri_step_result;
+
+#define TRI_MAX_CHUNKS 16
+
+/* One rank's training state: its model chunks, their optimizers, the executor. */
+typedef struct tri_trainer {
+    int v;                               /* model chunks on this rank */
+    tri_chunk *chunks[TRI_MAX_CHUNKS];
+    const tri_grid *grid;
+    tri_device *dev;
+    tri_step_config cfg;
+    const tri_schedule *train_sched;     /* not owned */
+    const tri_schedule *eval_sched;      /* forward-only, m = eval micro-batches; not owned */
+    tri_pipeline train_pipe, eval_pipe;
+    tri_optimizer opt[TRI_MAX_CHUNKS];
+    tri_arena arena;                     /* optimizer state and reduction buffers */
+    tri_tensor norm_slots;               /* (n_global_params * tp) per-parameter sums of squares */
+    tri_tensor scalar;                   /* (1) */
+    tri_tensor loss_fixed;               /* (8) i64: [2, 8) the norm limbs of deterministic mode */
+    int32_t *windows;                    /* (B, T+1) host staging */
+    const tri_batch_source *src;         /* data of the run in progress */
+    int64_t first_sample;                /* sample index of micro-batch 0 of this replica */
+    tri_step_guard *guard;               /* optional (not owned): agreed non-finite / stop checks */
+    bool local_bad;                      /* this rank's gradients of the current step were not finite */
+} tri_trainer;
+
+/* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
+ * training schedule and the forward-only evaluation schedule (both over the grid's pipeline
+ * group; train_sched->m must equal cfg->n_micro). */
+int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tri_grid *grid,
+                       tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
+                       const tri_schedule *train_sched, const tri_schedule *eval_sched);
+void tri_trainer_destroy(tri_trainer *t);
+
+/* The bytes per memory category tri_trainer_create would allocate for chunks with these layouts
+ * (n_global_params parameters in the model, tensor-parallel size tp, ZeRO stage zero_stage),
+ * without allocating. */
+int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global_params, int tp,
+                     int zero_stage, size_t bytes[TRI_MEM_KINDS]);
+
+/* Global batch size in samples: micro-batch size x micro-batches x dp. */
+int64_t tri_trainer_global_batch(const tri_trainer *t);
+
+/* The gradients of global batch `iter` (samples [iter * global, (iter + 1) * global)) in the
+ * chunks' gradient buffers, complete for this rank's optimizer ranges: summed over TP for
+ * replicated parameters under SP, over the embedding group for the tied embedding, over
+ * data-parallel replicas. *loss = mean token loss of the global batch, on every rank. */
+int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss);
+
+/* The global gradient norm: every parameter counted once, summed in the model's parameter order
+ * (the same value, to the bit, in every pipeline layout). */
+int tri_trainer_grad_norm(tri_trainer *t, double *norm);
+
+/* Update number iter + 1 with learning rate lr on global batch `iter`: gradients, global norm,
+ * clipping, AdamW. Without a guard: TRI_ENONFINITE (and no update) when the norm is not finite.
+ * With t->guard set: every rank's non-finite flag and stop request are agreed over the world before
+ * the update (engine/train/fault.h), so every rank applies or skips the update alike (res->action), fails
+ * alike with TRI_ENONFINITE naming the iteration and the ranks, and reports the stop alike. */
+int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
+                     tri_step_result *res);
+
+/* Mean token loss over n_batches global batches of src starting at sample 0 (no gradients); the
+ * evaluation schedule's m micro-batches make one global batch per replica. */
+int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches, double *loss);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

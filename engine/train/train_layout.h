@@ -1,0 +1,50 @@
+/* engine/train/train_layout.h - how a model trains, in one value.
+ *
+ * What a user chooses about a run's layout: the parallel sizes and batch shape, the pipeline
+ * schedule and its model chunks per rank, Megatron-LM's first/last stage overrides, the ZeRO stage
+ * (Rajbhandari et al. 2020) and its overlaps, deterministic mode, the precision (fp32, or bf16 mixed
+ * precision: Micikevicius et al. 2018, Megatron-LM's --bf16) and activation recomputation
+ * (Korthikanti et al. 2022: none, selective = the attention core, full = every layer from its input).
+ * One declaration: partitioner/constraints.h resolves a request into it for engine_train, the
+ * partitioner and the benches alike (one validator), and it is passed by const pointer from there
+ * through the model's chunks to ZeRO; what differs per model chunk is the model's own small value.
+ * The memory model, the time model and the layout search read it too. */
+#ifndef TRIDENT_ENGINE_TRAIN_TRAIN_LAYOUT_H
+#define TRIDENT_ENGINE_TRAIN_TRAIN_LAYOUT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { TRI_RECOMPUTE_NONE = 0, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL } tri_recompute;
+typedef enum { TRI_PRECISION_FP32 = 0, TRI_PRECISION_BF16 } tri_precision;
+
+typedef struct tri_train_layout {
+    int tp, pp, dp;
+    int v;                     /* model chunks per pipeline rank (> 1 only with "interleaved") */
+    bool sequence_parallel;
+    int64_t B, T;              /* micro-batch size, sequence length */
+    int64_t global_batch;      /* sequences per iteration = B * n_micro * dp */
+    int n_micro;               /* micro-batches per iteration and data-parallel replica */
+    int zero_stage;            /* 0..3 */
+    tri_recompute recompute;
+    tri_precision precision;
+    const char *schedule;      /* "1f1b", "gpipe", "interleaved", "zb-h1" (a string literal) */
+    int first_layers, last_layers; /* Megatron-LM's first/last stage overrides, -1: balanced */
+    bool deterministic;        /* exact fixed-point gradient sums (engine/train/zero.h) */
+    bool overlap_grad_reduce;  /* Megatron-LM's --overlap-grad-reduce / --overlap-param-gather */
+    bool overlap_param_gather; /* (engine/train/zero.h) */
+} tri_train_layout;
+
+/* "none", "selective", "full" / "fp32", "bf16". */
+const char *tri_recompute_name(tri_recompute r);
+const char *tri_precision_name(tri_precision p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

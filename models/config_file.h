@@ -1,0 +1,17 @@
+/* models/config_file.h - a model config file as text, and the model's name from its path.
+ *
+ * Shared by the registry (models/model.c), which reads "model_type" to pick the family, and each
+ * family's parser (e.g. models/config.c); nothing here knows a family. */
+#ifndef TRIDENT_MODELS_CONFIG_FILE_H
+#define TRIDENT_MODELS_CONFIG_FILE_H
+
+#include <stddef.h>
+
+/* A config file's text (at most 1 MiB, no NUL byte), malloc'd. TRI_EIO when it cannot be read,
+ * TRI_EINVAL naming the file when it is too large or binary. */
+int tri_model_read_config(const char *path, char **text);
+
+/* A model's name from its config's path: the base name without .json. */
+void tri_model_name_of(char *name, size_t cap, const char *source);
+
+#endif

@@ -1,0 +1,117 @@
+/* models/model.c - the registry of model families and reading a config into one (see model.h). */
+#include "models/model.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+#include "models/config_file.h"
+#include "models/gpt.h"
+
+/* The registered families: a new one is added here. */
+static const tri_model_family *const families[] = {&tri_gpt2_family};
+
+const tri_model_family *tri_model_family_find(const char *type)
+{
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strcmp(families[i]->type, type) == 0)
+            return families[i];
+    return NULL;
+}
+
+/* The config's "model_type" ("gpt2" when absent). */
+static int model_type(const char *json, const char *source, char *type, size_t cap)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root)
+        return TRI_ERR(TRI_EINVAL, "%s: invalid JSON near byte %zu", source, end ? (size_t)(end - json) : (size_t)0);
+    const cJSON *t = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
+    int rc = TRI_OK;
+    if (!t)
+        snprintf(type, cap, "gpt2");
+    else if (!cJSON_IsString(t))
+        rc = TRI_ERR(TRI_EINVAL, "%s: \"model_type\" must be a string (a model family, e.g. \"gpt2\")", source);
+    else
+        snprintf(type, cap, "%s", t->valuestring);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int tri_model_parse(tri_model *m, const char *json, const char *source)
+{
+    m->family = NULL;
+    m->cfg = NULL;
+    char type[64];
+    int rc = model_type(json, source, type, sizeof type);
+    if (rc)
+        return rc;
+    const tri_model_family *f = tri_model_family_find(type);
+    if (!f) {
+        char known[256] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < sizeof families / sizeof families[0] && used < sizeof known; i++)
+            used += (size_t)snprintf(known + used, sizeof known - used, "%s\"%s\"", i ? ", " : "", families[i]->type);
+        return TRI_ERR(TRI_EINVAL, "%s: \"model_type\" is \"%s\"; expected one of %s", source, type, known);
+    }
+    rc = f->parse(&m->cfg, json, source);
+    if (rc)
+        return rc;
+    m->family = f;
+    m->owns_cfg = true;
+    tri_model_name_of(m->name, sizeof m->name, source);
+    return TRI_OK;
+}
+
+
+int tri_model_load(tri_model *m, const char *path)
+{
+    char *text = NULL;
+    m->family = NULL;
+    m->cfg = NULL;
+    int rc = tri_model_read_config(path, &text);
+    if (!rc) rc = tri_model_parse(m, text, path);
+    free(text);
+    return rc;
+}
+
+void tri_model_free(tri_model *m)
+{
+    if (m->owns_cfg)
+        free(m->cfg);
+    m->owns_cfg = false;
+    m->cfg = NULL;
+    m->family = NULL;
+}
+
+int tri_model_all_specs(const tri_model *m, int tp, tri_param_spec **specs, int *n)
+{
+    tri_chunk_place all = {.layer_start = 0, .layer_end = m->family->dims(m->cfg).n_layer, .first = true,
+                           .last = true};
+    int rc = m->family->param_specs(m->cfg, tp, &all, specs, n);
+    for (int i = 0; !rc && i < *n; i++)
+        if ((*specs)[i].global_index != i) {
+            free(*specs);
+            *specs = NULL;
+            return TRI_ERR(TRI_EINTERNAL, "%s: parameter %s is at %d, its global index is %d", m->family->type,
+                           (*specs)[i].name, i, (*specs)[i].global_index);
+        }
+    return rc;
+}
+
+tri_transformer tri_model_dims(const tri_model *m)
+{
+    return m->family->dims(m->cfg);
+}
+
+int tri_model_vocab_size(const tri_model *m)
+{
+    return m->family->vocab_size(m->cfg);
+}
+
+const char *tri_model_name(const tri_model *m)
+{
+    return m->name;
+}

@@ -1,0 +1,85 @@
+/* models/model.h - a model family, as the session, the checkpoints and the tools see it.
+ *
+ * Everything outside a model's own files reaches it through this table: its config (read from a
+ * Hugging Face config.json, whose "model_type" names the family), its sizes for the partitioner, its
+ * parameter descriptions (the checkpoint keys), and its chunks (engine/train/chunk.h), which the engine
+ * drives without knowing the model. A new family is its model files plus one entry in the registry
+ * (models/model.c): engine_train, the partitioner, the checkpoint tool, the session
+ * (models/session.h) and ZeRO (engine/train/zero.h) then train, preview and checkpoint it unchanged. */
+#ifndef TRIDENT_MODELS_MODEL_H
+#define TRIDENT_MODELS_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/comm/comm.h"
+#include "engine/device/arena.h"
+#include "engine/device/device.h"
+#include "engine/train/chunk.h"
+#include "engine/train/param.h"
+#include "engine/train/train_layout.h"
+#include "partitioner/transformer.h"
+
+typedef struct tri_model_family {
+    const char *type;     /* the config's "model_type", e.g. "gpt2" */
+    /* ---- the config (cfg: the family's own, one block malloc'd by parse; tri_model_free frees it) ---- */
+    /* Parses config JSON text (source names it in messages): TRI_EINVAL naming the key and value. */
+    int (*parse)(void **cfg, const char *json, const char *source);
+    /* The architecture as JSON (what a checkpoint records and compares on resume); malloc'd. */
+    int (*to_json)(const void *cfg, char **json);
+    tri_transformer (*dims)(const void *cfg);      /* what the partitioner plans with */
+    int64_t (*num_params)(const void *cfg);        /* the unpadded model's parameters */
+    int (*vocab_size)(const void *cfg);            /* real tokens */
+    int64_t (*padded_vocab)(const void *cfg, int tp);
+    /* ---- parameters ---- */
+    int (*num_param_tensors)(const void *cfg);     /* global indices run 0..this-1 */
+    /* The descriptions of one chunk at TP size tp, in flat-buffer order (malloc'd). A chunk of every
+     * layer, first and last, lists the whole model in global order: the checkpoint's list. */
+    int (*param_specs)(const void *cfg, int tp, const tri_chunk_place *place, tri_param_spec **specs, int *n);
+    /* ---- chunks ---- */
+    /* What the model needs beyond the layout rules (partitioner/constraints.h); no communication. */
+    int (*check)(const void *cfg, const tri_train_layout *run, const tri_chunk_place *place);
+    /* Builds a chunk (tp_comm and dp_comm of the layout's sizes); *chunk is its engine side. */
+    int (*create)(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
+                  const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
+    void (*destroy)(void *model);
+    /* The bytes per memory category create would allocate on TP rank tp_rank, without allocating. */
+    int (*plan)(const void *cfg, const tri_train_layout *run, const tri_chunk_place *place, int tp_rank,
+                size_t bytes[TRI_MEM_KINDS]);
+    /* The last chunk, after a forward without training: logits (vocab_size floats) of token row
+     * `row`, gathered over TP (collective over the TP group). */
+    int (*logits_row)(void *model, int64_t row, float *logits);
+} tri_model_family;
+
+/* A model: its family, its config and its name (for logs and checkpoints: the config file's base
+ * name without .json, or the name a checkpoint recorded). */
+typedef struct tri_model {
+    const tri_model_family *family;
+    void *cfg;
+    bool owns_cfg;       /* tri_model_load / _parse: tri_model_free frees cfg; a view (e.g.
+                            tri_gpt_model) borrows it */
+    char name[128];
+} tri_model;
+
+/* The family of a "model_type" (NULL when none is registered). */
+const tri_model_family *tri_model_family_find(const char *type);
+
+/* Reads a config file: its "model_type" picks the family (absent: "gpt2", as Hugging Face GPT-2
+ * configs may omit it). TRI_EIO when it cannot be read, TRI_EINVAL naming the file, the key and the
+ * value, or the unknown model_type and the known ones. */
+int tri_model_load(tri_model *m, const char *path);
+/* The same from JSON text (source names it in messages). */
+int tri_model_parse(tri_model *m, const char *json, const char *source);
+void tri_model_free(tri_model *m);
+
+/* Shorthands: the family's sizes and real vocabulary, the model's name. */
+tri_transformer tri_model_dims(const tri_model *m);
+int tri_model_vocab_size(const tri_model *m);
+const char *tri_model_name(const tri_model *m);
+
+/* Every parameter of the whole model at TP size tp, in global order (malloc'd): the checkpoint's
+ * list of tensors. */
+int tri_model_all_specs(const tri_model *m, int tp, tri_param_spec **specs, int *n);
+
+#endif
