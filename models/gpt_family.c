@@ -82,8 +82,9 @@ static int plan(const void *cfg, const tri_train_layout *run, const tri_chunk_pl
     return tri_gpt_plan(cfg, run, place, tp_rank, bytes);
 }
 
-static int logits_row(void *model, int64_t row, float *logits)
+static int logits_row(void *model, int slot, int64_t row, float *logits)
 {
+    (void)slot; /* the head keeps one logits buffer: the last forward's */
     return tri_gpt_read_logits_row(model, row, logits);
 }
 

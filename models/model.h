@@ -28,7 +28,10 @@ typedef struct tri_model_family {
     int (*parse)(void **cfg, const char *json, const char *source);
     /* The architecture as JSON (what a checkpoint records and compares on resume); malloc'd. */
     int (*to_json)(const void *cfg, char **json);
-    tri_transformer (*dims)(const void *cfg);      /* what the partitioner plans with */
+    /* What the partitioner plans with: the layout rules (n_head % tp, T <= n_positions), the stage
+     * split's costs and the time model read a GPT-2-shaped transformer (partitioner/transformer.h);
+     * a family of another block shape maps onto it until those grow its fields. */
+    tri_transformer (*dims)(const void *cfg);
     int64_t (*num_params)(const void *cfg);        /* the unpadded model's parameters */
     int (*vocab_size)(const void *cfg);            /* real tokens */
     int64_t (*padded_vocab)(const void *cfg, int tp);
@@ -47,9 +50,10 @@ typedef struct tri_model_family {
     /* The bytes per memory category create would allocate on TP rank tp_rank, without allocating. */
     int (*plan)(const void *cfg, const tri_train_layout *run, const tri_chunk_place *place, int tp_rank,
                 size_t bytes[TRI_MEM_KINDS]);
-    /* The last chunk, after a forward without training: logits (vocab_size floats) of token row
-     * `row`, gathered over TP (collective over the TP group). */
-    int (*logits_row)(void *model, int64_t row, float *logits);
+    /* The last chunk, after a forward without training of the micro-batch in slot: logits
+     * (vocab_size floats, host) of its token row `row`, gathered over TP (collective over the TP
+     * group). */
+    int (*logits_row)(void *model, int slot, int64_t row, float *logits);
 } tri_model_family;
 
 /* A model: its family, its config and its name (for logs and checkpoints: the config file's base

@@ -128,6 +128,7 @@ static int load_sample(void *ctx, int chunk, int mb, int slot)
 {
     tri_model_rank *r = ctx;
     tri_chunk *c = r->chunk[chunk];
+    r->sample_slot[chunk] = slot;
     return c->model.load_batch(c->model.self, slot, r->sample_windows);
 }
 
@@ -140,7 +141,7 @@ int tri_model_rank_logits(tri_model_rank *r, const int32_t *windows, int64_t row
     int rc = tri_pipeline_run(&r->sample_pipe, &io, false, 0.0f, &loss);
     for (int c = 0; c < r->v && !rc; c++)
         if (r->chunk[c]->last) {
-            rc = r->model->family->logits_row(r->impl[c], row, logits);
+            rc = r->model->family->logits_row(r->impl[c], r->sample_slot[c], row, logits);
             *have = rc == TRI_OK;
         }
     return rc;

@@ -36,6 +36,7 @@ typedef struct tri_model_rank {
     tri_pipeline sample_pipe;
     const tri_grid *grid;
     const int32_t *sample_windows;       /* what the sampling pipeline loads */
+    int sample_slot[TRI_MAX_CHUNKS];     /* where each chunk got it */
 } tri_model_rank;
 
 /* Checks what the model needs beyond the layout rules (partitioner/constraints.h resolved the

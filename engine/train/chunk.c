@@ -92,12 +92,14 @@ static int run_list(tri_chunk *c, tri_pass_list list, int slot, bool train, floa
 
 int tri_chunk_forward(tri_chunk *c, int slot, bool train, float dloss)
 {
+    if (train)
+        c->dloss = dloss; /* the same for every micro-batch of a step; the backward passes get it */
     return run_list(c, train ? TRI_PASSES_FORWARD : TRI_PASSES_FORWARD_EVAL, slot, train, dloss);
 }
 
 int tri_chunk_backward(tri_chunk *c, int slot)
 {
-    return run_list(c, TRI_PASSES_BACKWARD, slot, true, 0.0f);
+    return run_list(c, TRI_PASSES_BACKWARD, slot, true, c->dloss);
 }
 
 int tri_chunk_finish_grads(tri_chunk *c)

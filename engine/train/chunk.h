@@ -74,8 +74,9 @@ typedef struct tri_chunk_model {
     /* Points the model's views of unit u's parameters at params (u->len elements in the unit's
      * flat layout) and, when present, of its gradients at grads. */
     void (*bind)(void *self, int unit, tri_tensor params, tri_tensor grads);
-    /* Runs pass p: forward passes on the micro-batch in slot (train: with the fused loss backward,
-     * scaled by dloss), backward passes on slot, finish passes (slot, train, dloss unused). */
+    /* Runs pass p: forward passes on the micro-batch in slot (train: a fused loss backward scales
+     * by dloss, d(step loss)/d(token loss)), backward passes on slot (dloss: the step's training
+     * forward's, for a loss backward that is not fused), finish passes (slot, train, dloss unused). */
     int (*run)(void *self, const tri_pass *p, int slot, bool train, float dloss);
     /* Copies one micro-batch, (B, T+1) token windows on the host, into slot. */
     int (*load_batch)(void *self, int slot, const int32_t *windows);
@@ -111,6 +112,7 @@ typedef struct tri_chunk {
     tri_zero zero;                /* where the parameters and gradients live */
     tri_train_layout run;         /* the run's layout (a copy) */
     tri_chunk_model model;
+    float dloss;                  /* the step's, from the training forward, for the backward passes */
     tri_pass *passes[TRI_PASS_LISTS];
     int n_passes[TRI_PASS_LISTS], cap_passes[TRI_PASS_LISTS];
 } tri_chunk;
