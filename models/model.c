@@ -42,8 +42,7 @@ static int model_type(const char *json, const char *source, char *type, size_t c
 
 int tri_model_parse(tri_model *m, const char *json, const char *source)
 {
-    m->family = NULL;
-    m->cfg = NULL;
+    *m = (tri_model){0}; /* tri_model_free is safe whatever fails below */
     char type[64];
     int rc = model_type(json, source, type, sizeof type);
     if (rc)
@@ -69,8 +68,7 @@ int tri_model_parse(tri_model *m, const char *json, const char *source)
 int tri_model_load(tri_model *m, const char *path)
 {
     char *text = NULL;
-    m->family = NULL;
-    m->cfg = NULL;
+    *m = (tri_model){0};
     int rc = tri_model_read_config(path, &text);
     if (!rc) rc = tri_model_parse(m, text, path);
     free(text);

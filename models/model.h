@@ -43,7 +43,8 @@ typedef struct tri_model_family {
     /* ---- chunks ---- */
     /* What the model needs beyond the layout rules (partitioner/constraints.h); no communication. */
     int (*check)(const void *cfg, const tri_train_layout *run, const tri_chunk_place *place);
-    /* Builds a chunk (tp_comm and dp_comm of the layout's sizes); *chunk is its engine side. */
+    /* Builds a chunk (tp_comm and dp_comm of the layout's sizes); *chunk is its engine side. On
+     * failure *model is NULL: everything built is released. */
     int (*create)(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
                   const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
     void (*destroy)(void *model);

@@ -180,8 +180,6 @@ static void defaults(args *a)
     a->spike_window = 50;
 }
 
-/* Model FLOPs of one iteration (Narayanan et al. 2021, eq. 3 without recomputation):
- * 72 B s l h^2 (1 + s / (6h) + V / (12 l h)) for B sequences of length s. */
 /* ---- validation: no communication, so every rank reaches the same verdict ---- */
 
 static int validate(run *r)
