@@ -139,7 +139,8 @@ static int parse_root(tri_gpt_config *cfg, const cJSON *root, const char *src)
     if (!rc) rc = get_int(root, "n_layer", 100000, &cfg->n_layer, src);
     if (!rc) rc = get_int(root, "n_head", 100000, &cfg->n_head, src);
     if (!rc) rc = get_int(root, "n_embd", 1 << 20, &cfg->n_embd, src);
-    if (!rc) rc = get_int(root, "vocab_size", 65536, &cfg->vocab_size, src);
+    /* 2^24: far above any published vocabulary (Llama 3's 128,256; Gemma's 256,000) */
+    if (!rc) rc = get_int(root, "vocab_size", TRI_GPT_MAX_VOCAB, &cfg->vocab_size, src);
     if (!rc) rc = get_int(root, "n_positions", 1 << 20, &cfg->n_positions, src);
     if (rc)
         return rc;

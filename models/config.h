@@ -1,7 +1,7 @@
 /* models/config.h - GPT model configs in Hugging Face GPT-2 config.json keys.
  *
- * Required keys: n_layer, n_head, n_embd, vocab_size, n_positions (positive integers, n_embd
- * divisible by n_head). Optional: initializer_range (init std, default 0.02), n_ctx (must equal
+ * Required keys: n_layer, n_head, n_embd, vocab_size (at most TRI_GPT_MAX_VOCAB), n_positions
+ * (positive integers, n_embd divisible by n_head). Optional: initializer_range (init std, default 0.02), n_ctx (must equal
  * n_positions), and the other keys of Hugging Face's GPT2Config, accepted where Trident computes
  * the same model (e.g. activation_function "gelu_new", layer_norm_epsilon 1e-5, dropout 0).
  * Anything else is refused, naming the file, key and value. */
@@ -11,6 +11,9 @@
 #include <stdint.h>
 
 #include "partitioner/transformer.h"
+
+/* The largest vocab_size a config may give: 2^24 (token files hold uint32 ids above 65,536). */
+#define TRI_GPT_MAX_VOCAB (1 << 24)
 
 typedef struct tri_gpt_config {
     int n_layer;       /* L */

@@ -68,8 +68,22 @@ Test(config, missing_negative_and_non_integer_fields)
                    TRI_EINVAL, "n_layer", "0");
     expect_refused("{\"n_layer\": 1e30, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 100, \"n_positions\": 32}",
                    TRI_EINVAL, "n_layer", NULL);
-    expect_refused("{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 70000, \"n_positions\": 32}",
-                   TRI_EINVAL, "vocab_size", "70000");
+    expect_refused("{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 16777217, \"n_positions\": 32}",
+                   TRI_EINVAL, "vocab_size", "16777217");
+}
+
+/* Vocabularies above uint16 (Llama 3's 128,256) are taken: token files hold uint32 ids for them. */
+Test(config, vocabularies_above_65536_up_to_2_to_the_24)
+{
+    const int ok[] = {65536, 65537, 128256, 1 << 24};
+    for (int i = 0; i < 4; i++) {
+        char json[256];
+        snprintf(json, sizeof json, "{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": %d, "
+                 "\"n_positions\": 32}", ok[i]);
+        tri_gpt_config c;
+        cr_assert_eq(tri_gpt_config_parse(&c, json, "cfg.json"), TRI_OK, "%s", tri_error_message());
+        cr_assert_eq(c.vocab_size, ok[i]);
+    }
 }
 
 Test(config, inconsistent_and_unknown_keys)

@@ -29,7 +29,7 @@ static void write_counting(const char *path, int n, int offset)
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     for (int i = 0; i < n; i++)
         ids[i] = i + offset;
-    cr_assert_eq(tri_token_file_write(path, ids, (size_t)n), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_write(path, ids, (size_t)n, 65536), TRI_OK, "%s", tri_error_message());
     free(ids);
 }
 
@@ -90,7 +90,7 @@ Test(token_file, write_read_round_trip)
     int32_t *ids = malloc(N * sizeof *ids);
     for (int i = 0; i < N; i++)
         ids[i] = (i * 7919) % 65536;
-    cr_assert_eq(tri_token_file_write(path, ids, N), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_write(path, ids, N, 65536), TRI_OK, "%s", tri_error_message());
     /* The bytes on disk are llm.c's layout. */
     FILE *raw = fopen(path, "rb");
     int32_t header[256];
@@ -102,9 +102,12 @@ Test(token_file, write_read_round_trip)
     tri_token_file *f;
     cr_assert_eq(tri_token_file_open(&f, path, 65536), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tri_token_file_count(f), N);
-    const uint16_t *got = tri_token_file_ids(f);
+    cr_assert_eq(tri_token_file_id_bytes(f), 2);
+    int32_t *got = malloc(N * sizeof *got);
+    tri_token_file_read(f, 0, N, got);
     for (int i = 0; i < N; i++)
-        cr_assert_eq(got[i], ids[i], "id %d is %u, expected %d", i, got[i], ids[i]);
+        cr_assert_eq(got[i], ids[i], "id %d is %d, expected %d", i, got[i], ids[i]);
+    free(got);
     tri_token_file_close(f);
     cr_assert_eq(count_files(dir), 1, "temporary files left behind");
     free(ids);
@@ -116,7 +119,7 @@ Test(token_file, streaming_writer_appends_and_replaces_atomically)
     const char *path = path_in(dir, "s.bin");
     write_counting(path, 10, 0);
     tri_token_writer *w;
-    cr_assert_eq(tri_token_writer_open(&w, path), TRI_OK);
+    cr_assert_eq(tri_token_writer_open(&w, path, 65536), TRI_OK);
     const int32_t a[] = {5, 6, 7}, b[] = {65535, 0};
     cr_assert_eq(tri_token_writer_append(w, a, 3), TRI_OK);
     /* Until commit the old file is intact and the new bytes live in a temporary file. */
@@ -129,28 +132,38 @@ Test(token_file, streaming_writer_appends_and_replaces_atomically)
     cr_assert_eq(tri_token_writer_commit(w), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tri_token_file_open(&f, path, 65536), TRI_OK);
     cr_assert_eq(tri_token_file_count(f), 5);
-    const uint16_t want[] = {5, 6, 7, 65535, 0};
+    const int32_t want[] = {5, 6, 7, 65535, 0};
+    int32_t got[5];
+    tri_token_file_read(f, 0, 5, got);
     for (int i = 0; i < 5; i++)
-        cr_assert_eq(tri_token_file_ids(f)[i], want[i]);
+        cr_assert_eq(got[i], want[i]);
     tri_token_file_close(f);
     cr_assert_eq(count_files(dir), 1);
 }
 
-Test(token_file, writer_rejects_ids_outside_uint16_and_leaves_nothing)
+Test(token_file, writer_rejects_ids_outside_the_vocabulary_and_leaves_nothing)
 {
     const char *dir = tu_scratch_dir("tf_bad_id");
     const char *path = path_in(dir, "x.bin");
     const int32_t ids[] = {1, 2, 65536, 3};
-    cr_assert_eq(tri_token_file_write(path, ids, 4), TRI_EINVAL);
-    cr_assert(strstr(tri_error_message(), "position 2"), "%s", tri_error_message());
-    cr_assert(strstr(tri_error_message(), "65536"), "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_write(path, ids, 4, 65536), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "position 2 has id 65536, outside the vocabulary [0, 65536)"),
+              "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_write(path, ids, 4, 300), TRI_EINVAL); /* uint32 file, id >= vocab */
+    cr_assert(strstr(tri_error_message(), "[0, 300)"), "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_write(path, ids, 4, 70000), TRI_OK, "%s", tri_error_message());
+    unlink(path);
     const int32_t neg[] = {-4};
-    cr_assert_eq(tri_token_file_write(path, neg, 1), TRI_EINVAL);
+    cr_assert_eq(tri_token_file_write(path, neg, 1, 65536), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "-4"), "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_write(path, neg, 1, 1 << 20), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "-4"), "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_write(path, ids, 1, 0), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "vocab_size 0"), "%s", tri_error_message());
     cr_assert_eq(count_files(dir), 0, "a failed write left a file");
     /* abort after some appends also leaves nothing */
     tri_token_writer *w;
-    cr_assert_eq(tri_token_writer_open(&w, path), TRI_OK);
+    cr_assert_eq(tri_token_writer_open(&w, path, 65536), TRI_OK);
     cr_assert_eq(tri_token_writer_append(w, ids, 2), TRI_OK);
     tri_token_writer_abort(w);
     cr_assert_eq(count_files(dir), 0);
@@ -158,7 +171,7 @@ Test(token_file, writer_rejects_ids_outside_uint16_and_leaves_nothing)
 
 Test(token_file, writer_reports_missing_directory)
 {
-    cr_assert_eq(tri_token_file_write("/nonexistent-dir/x.bin", (const int32_t[]){1}, 1), TRI_EIO);
+    cr_assert_eq(tri_token_file_write("/nonexistent-dir/x.bin", (const int32_t[]){1}, 1, 10), TRI_EIO);
     cr_assert(strstr(tri_error_message(), "/nonexistent-dir/x.bin"), "%s", tri_error_message());
 }
 
@@ -166,7 +179,7 @@ Test(token_file, empty_file_is_valid)
 {
     const char *dir = tu_scratch_dir("tf_empty");
     const char *path = path_in(dir, "e.bin");
-    cr_assert_eq(tri_token_file_write(path, NULL, 0), TRI_OK);
+    cr_assert_eq(tri_token_file_write(path, NULL, 0, 10), TRI_OK);
     tri_token_file *f;
     cr_assert_eq(tri_token_file_open(&f, path, 10), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tri_token_file_count(f), 0);
@@ -179,10 +192,19 @@ Test(token_file, bad_files_are_rejected_with_named_errors)
     const char *p;
     p = path_in(dir, "magic.bin");
     write_raw(p, 20240521, 1, 10, 10, 0);
-    expect_open_error(p, 100, TRI_ECORRUPT, "magic is 20240521");
+    expect_open_error(p, 100, TRI_ECORRUPT, "magic is 20240521, expected 20240520 (uint16 ids) or 20240801 (uint32 ids)");
     p = path_in(dir, "version.bin");
     write_raw(p, 20240520, 2, 10, 10, 0);
-    expect_open_error(p, 100, TRI_ECORRUPT, "version is 2");
+    expect_open_error(p, 100, TRI_ECORRUPT, "version is 2, expected 1 with magic 20240520");
+    p = path_in(dir, "version_u32.bin"); /* a uint16 file's version under the uint32 magic */
+    write_raw(p, 20240801, 1, 5, 10, 0);
+    expect_open_error(p, 100, TRI_ECORRUPT, "version is 1, expected 7 with magic 20240801 (uint32 token ids)");
+    p = path_in(dir, "truncated_u32.bin"); /* 10 uint16 = 5 uint32 ids: the count must say 5 */
+    write_raw(p, 20240801, 7, 10, 10, 0);
+    expect_open_error(p, 100, TRI_ECORRUPT, "header token count 10 needs 1064 bytes, the file has 1044");
+    p = path_in(dir, "trailing_u32.bin");
+    write_raw(p, 20240801, 7, 4, 10, 0);
+    expect_open_error(p, 100, TRI_ECORRUPT, "4 trailing bytes");
     p = path_in(dir, "truncated.bin");
     write_raw(p, 20240520, 1, 10, 9, 0);
     expect_open_error(p, 100, TRI_ECORRUPT, "truncated");
@@ -205,7 +227,7 @@ Test(token_file, ids_must_be_below_vocab_size)
     const char *dir = tu_scratch_dir("tf_vocab");
     const char *p = path_in(dir, "v.bin");
     const int32_t ids[] = {0, 5, 256, 300, 256, 1};
-    cr_assert_eq(tri_token_file_write(p, ids, 6), TRI_OK);
+    cr_assert_eq(tri_token_file_write(p, ids, 6, 65536), TRI_OK);
     expect_open_error(p, 257, TRI_EINVAL, "position 3 has id 300");
     expect_open_error(p, 256, TRI_EINVAL, "position 2 has id 256");
     tri_token_file *f;
@@ -381,4 +403,95 @@ Test(dataloader, fill_rejects_bad_ranges)
     cr_assert_eq(src.fill(src.ctx, 3, 2, b), TRI_OK);
     cr_assert(memcmp(a, b, sizeof a) == 0);
     tri_dataloader_close(dl);
+}
+
+/* ---- uint32 token files (vocabularies above 65,536) ---- */
+
+Test(token_file, vocabularies_above_65536_write_llmc_uint32_files)
+{
+    const char *dir = tu_scratch_dir("tf_u32");
+    const char *path = path_in(dir, "llama3.bin");
+    enum { N = 70000, V = 128256 }; /* Llama 3's vocabulary; more than one write chunk */
+    int32_t *ids = malloc(N * sizeof *ids);
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)(((int64_t)i * 104729) % V);
+    ids[N - 1] = V - 1;
+    cr_assert_eq(tri_token_file_write(path, ids, N, V), TRI_OK, "%s", tri_error_message());
+    /* The bytes on disk are llm.c's Llama 3 layout: magic 20240801, version 7, uint32 ids. */
+    FILE *raw = fopen(path, "rb");
+    int32_t header[256];
+    cr_assert_eq(fread(header, sizeof header, 1, raw), 1);
+    cr_assert(header[0] == 20240801 && header[1] == 7 && header[2] == N, "%d %d %d", header[0], header[1],
+              header[2]);
+    for (int i = 3; i < 256; i++)
+        cr_assert_eq(header[i], 0);
+    uint32_t *body = malloc(N * sizeof *body);
+    cr_assert_eq(fread(body, sizeof *body, N, raw), (size_t)N);
+    cr_assert_eq(fgetc(raw), EOF, "bytes after the ids");
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(body[i], (uint32_t)ids[i]);
+    fclose(raw);
+    tri_token_file *f;
+    cr_assert_eq(tri_token_file_open(&f, path, V), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_id_bytes(f), 4);
+    cr_assert_eq(tri_token_file_count(f), N);
+    int32_t *got = malloc(N * sizeof *got);
+    tri_token_file_read(f, 0, N, got);
+    cr_assert_arr_eq(got, ids, N * sizeof *ids);
+    tri_token_file_read(f, N - 3, 3, got); /* a range inside the file */
+    cr_assert_arr_eq(got, ids + N - 3, 3 * sizeof *ids);
+    tri_token_file_close(f);
+    /* every id is checked against the model's vocabulary, above 65,535 too */
+    expect_open_error(path, V - 1, TRI_EINVAL, "has id 128255, not below the model's vocab_size 128255");
+    cr_assert_eq(count_files(dir), 1, "temporary files left behind");
+    free(body);
+    free(got);
+    free(ids);
+}
+
+Test(token_file, the_writer_keeps_uint16_up_to_65536_tokens)
+{
+    const char *dir = tu_scratch_dir("tf_width");
+    const int vocabs[] = {1, 257, 50257, 65536, 65537, 128256};
+    const int widths[] = {2, 2, 2, 2, 4, 4};
+    for (int k = 0; k < 6; k++) {
+        const char *p = path_in(dir, "w.bin");
+        const int32_t ids[] = {0, vocabs[k] - 1};
+        cr_assert_eq(tri_token_file_write(p, ids, 2, vocabs[k]), TRI_OK, "%s", tri_error_message());
+        tri_token_file *f;
+        cr_assert_eq(tri_token_file_open(&f, p, vocabs[k]), TRI_OK, "%s", tri_error_message());
+        cr_assert_eq(tri_token_file_id_bytes(f), widths[k], "vocab %d", vocabs[k]);
+        int32_t got[2];
+        tri_token_file_read(f, 0, 2, got);
+        cr_assert(got[0] == 0 && got[1] == vocabs[k] - 1);
+        tri_token_file_close(f);
+    }
+}
+
+/* The loader gives the same samples from a uint16 and a uint32 file of the same ids. */
+Test(dataloader, uint32_files_give_the_samples_of_uint16_files)
+{
+    const char *dir = tu_scratch_dir("dl_u32");
+    const char *p16 = path_in(dir, "a16.bin"), *p32 = path_in(dir, "a32.bin");
+    enum { T = 8, NW = 40, COUNT = NW * T + 5 };
+    int32_t ids[COUNT];
+    for (int i = 0; i < COUNT; i++)
+        ids[i] = (i * 7919) % 65536;
+    cr_assert_eq(tri_token_file_write(p16, ids, COUNT, 65536), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_token_file_write(p32, ids, COUNT, 100000), TRI_OK, "%s", tri_error_message());
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        tri_dataloader *a, *b;
+        cr_assert_eq(tri_dataloader_open(&a, p16, T, 65536, 5, shuffle), TRI_OK, "%s", tri_error_message());
+        cr_assert_eq(tri_dataloader_open(&b, p32, T, 100000, 5, shuffle), TRI_OK, "%s", tri_error_message());
+        enum { S = 3 * NW + 7 };
+        static int32_t ra[S * (T + 1)], rb[S * (T + 1)];
+        cr_assert_eq(tri_dataloader_fill(a, 0, S, ra), TRI_OK);
+        cr_assert_eq(tri_dataloader_fill(b, 0, S, rb), TRI_OK);
+        cr_assert_arr_eq(ra, rb, sizeof ra, "shuffle %d", shuffle);
+        /* and the windows are the file's: sample 1 in file order starts at token T */
+        if (!shuffle)
+            cr_assert_arr_eq(rb + (T + 1), ids + T, (T + 1) * sizeof *ids);
+        tri_dataloader_close(a);
+        tri_dataloader_close(b);
+    }
 }

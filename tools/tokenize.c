@@ -64,7 +64,8 @@ static void usage(FILE *f)
         "       tokenize --decode FILE.bin --tokenizer-type TYPE [--vocab-file F --merge-file F]\n"
         "\n"
         "Encodes text into llm.c token files PREFIX_train.bin and PREFIX_val.bin (header of 256\n"
-        "int32: magic 20240520, version 1, count; then uint16 ids).\n"
+        "int32: magic 20240520, version 1, count, then uint16 ids; or, for vocabularies above\n"
+        "65536 tokens, magic 20240801, version 7, count, then uint32 ids).\n"
         "\n"
         "  --input FILE              text to encode (required). Plain text, or loose JSON lines\n"
         "                            when the name ends in .json or .jsonl\n"
@@ -372,7 +373,7 @@ static int encode_docs(tri_tokenizer *tok, const doc *docs, size_t n, bool appen
 {
     tri_token_writer *w;
     tri_token_buf ids = {0};
-    int rc = tri_token_writer_open(&w, path);
+    int rc = tri_token_writer_open(&w, path, tri_tokenizer_vocab_size(tok));
     if (rc != TRI_OK)
         return rc;
     for (size_t i = 0; i < n && rc == TRI_OK; i++) {
@@ -461,14 +462,12 @@ static int run_decode(const options *o, const tri_tokenizer *tok)
     int rc = tri_token_file_open(&f, o->decode, tri_tokenizer_vocab_size(tok));
     if (rc != TRI_OK)
         return rc;
-    const uint16_t *ids = tri_token_file_ids(f);
     int64_t count = tri_token_file_count(f);
     int32_t chunk[4096];
     tri_byte_buf text = {0};
     for (int64_t i = 0; i < count && rc == TRI_OK; i += 4096) {
         size_t n = (size_t)(count - i < 4096 ? count - i : 4096);
-        for (size_t j = 0; j < n; j++)
-            chunk[j] = ids[i + (int64_t)j];
+        tri_token_file_read(f, i, (int64_t)n, chunk);
         text.len = 0;
         rc = tri_tokenizer_decode(tok, chunk, n, &text);
         if (rc == TRI_OK && fwrite(text.data, 1, text.len, stdout) != text.len)

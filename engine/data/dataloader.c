@@ -112,14 +112,9 @@ int tri_dataloader_fill(tri_dataloader *dl, int64_t first_sample, int64_t n, int
     if (first_sample < 0 || n < 0 || first_sample > INT64_MAX - n)
         return TRI_ERR(TRI_EINVAL, "token file '%s': samples [%lld, +%lld) are not a valid range",
                        tri_token_file_path(dl->file), (long long)first_sample, (long long)n);
-    const uint16_t *ids = tri_token_file_ids(dl->file);
     const int64_t row = (int64_t)dl->T + 1;
-    for (int64_t i = 0; i < n; i++) {
-        const uint16_t *src = ids + window_of(dl, first_sample + i) * dl->T;
-        int32_t *dst = out + i * row;
-        for (int64_t t = 0; t < row; t++)
-            dst[t] = src[t];
-    }
+    for (int64_t i = 0; i < n; i++)
+        tri_token_file_read(dl->file, window_of(dl, first_sample + i) * dl->T, row, out + i * row);
     return TRI_OK;
 }
 

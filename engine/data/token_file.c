@@ -20,14 +20,18 @@ struct tri_token_writer {
     char *tmp_path; /* where the bytes go until commit */
     int fd;
     int64_t count;  /* ids written so far */
-    uint16_t chunk[CHUNK];
+    int vocab_size; /* ids are in [0, vocab_size) */
+    int id_bytes;   /* 2 (uint16 file) or 4 (uint32 file) */
+    uint16_t chunk16[CHUNK];
+    uint32_t chunk32[CHUNK];
 };
 
 struct tri_token_file {
     char *path;
     void *map;
     size_t map_bytes;
-    const uint16_t *ids;
+    const void *ids; /* uint16_t or uint32_t, id_bytes each */
+    int id_bytes;
     int64_t count;
 };
 
@@ -81,15 +85,19 @@ static void writer_free(tri_token_writer *w)
     free(w);
 }
 
-int tri_token_writer_open(tri_token_writer **out, const char *path)
+int tri_token_writer_open(tri_token_writer **out, const char *path, int vocab_size)
 {
     *out = NULL;
+    if (vocab_size < 1)
+        return TRI_ERR(TRI_EINVAL, "token file '%s': vocab_size %d must be positive", path, vocab_size);
     int rc = TRI_OK;
     tri_token_writer *w = calloc(1, sizeof *w);
     size_t n = strlen(path);
     if (!w)
         return TRI_ERR(TRI_ENOMEM, "token file '%s': out of memory", path);
     w->fd = -1;
+    w->vocab_size = vocab_size;
+    w->id_bytes = vocab_size <= TRI_TOKEN_FILE_U16_VOCAB ? 2 : 4;
     w->path = strdup(path);
     w->tmp_path = malloc(n + sizeof ".tmp.XXXXXX");
     if (!w->path || !w->tmp_path) {
@@ -128,13 +136,17 @@ int tri_token_writer_append(tri_token_writer *w, const int32_t *ids, size_t n)
         size_t k = n - done < CHUNK ? n - done : CHUNK;
         for (size_t i = 0; i < k; i++) {
             int32_t id = ids[done + i];
-            if (id < 0 || id > UINT16_MAX)
+            if (id < 0 || id >= w->vocab_size)
                 return TRI_ERR(TRI_EINVAL, "token file '%s': token at position %lld has id %d, "
-                               "outside the uint16 range [0, 65535]", w->path,
-                               (long long)(w->count + (int64_t)i), (int)id);
-            w->chunk[i] = (uint16_t)id;
+                               "outside the vocabulary [0, %d)", w->path,
+                               (long long)(w->count + (int64_t)i), (int)id, w->vocab_size);
+            if (w->id_bytes == 2)
+                w->chunk16[i] = (uint16_t)id;
+            else
+                w->chunk32[i] = (uint32_t)id;
         }
-        int rc = write_all(w->fd, w->chunk, k * sizeof(uint16_t), w->tmp_path);
+        const void *bytes = w->id_bytes == 2 ? (const void *)w->chunk16 : (const void *)w->chunk32;
+        int rc = write_all(w->fd, bytes, k * (size_t)w->id_bytes, w->tmp_path);
         if (rc != TRI_OK)
             return rc;
         w->count += (int64_t)k;
@@ -146,8 +158,8 @@ int tri_token_writer_append(tri_token_writer *w, const int32_t *ids, size_t n)
 int tri_token_writer_commit(tri_token_writer *w)
 {
     int32_t header[TRI_TOKEN_FILE_HEADER_INTS] = {0};
-    header[0] = TRI_TOKEN_FILE_MAGIC;
-    header[1] = TRI_TOKEN_FILE_VERSION;
+    header[0] = w->id_bytes == 2 ? TRI_TOKEN_FILE_MAGIC : TRI_TOKEN_FILE_MAGIC_U32;
+    header[1] = w->id_bytes == 2 ? TRI_TOKEN_FILE_VERSION : TRI_TOKEN_FILE_VERSION_U32;
     header[2] = (int32_t)w->count;
     int rc = TRI_OK;
     if (lseek(w->fd, 0, SEEK_SET) != 0) {
@@ -190,10 +202,10 @@ void tri_token_writer_abort(tri_token_writer *w)
     writer_free(w);
 }
 
-int tri_token_file_write(const char *path, const int32_t *ids, size_t n)
+int tri_token_file_write(const char *path, const int32_t *ids, size_t n, int vocab_size)
 {
     tri_token_writer *w;
-    int rc = tri_token_writer_open(&w, path);
+    int rc = tri_token_writer_open(&w, path, vocab_size);
     if (rc != TRI_OK)
         return rc;
     rc = tri_token_writer_append(w, ids, n);
@@ -206,19 +218,25 @@ int tri_token_file_write(const char *path, const int32_t *ids, size_t n)
 
 /* ---- reading ---- */
 
-/* Checks the header fields and the file size against the header's count. */
-static int check_header(const tri_token_file *f, const int32_t *h, size_t file_bytes)
+/* Checks the header fields and the file size against the header's count; sets f->id_bytes. */
+static int check_header(tri_token_file *f, const int32_t *h, size_t file_bytes)
 {
-    if (h[0] != TRI_TOKEN_FILE_MAGIC)
-        return TRI_ERR(TRI_ECORRUPT, "token file '%s': header magic is %d, expected %d (not an "
-                       "llm.c token file)", f->path, (int)h[0], TRI_TOKEN_FILE_MAGIC);
-    if (h[1] != TRI_TOKEN_FILE_VERSION)
-        return TRI_ERR(TRI_ECORRUPT, "token file '%s': header version is %d, expected %d (uint16 "
-                       "token ids)", f->path, (int)h[1], TRI_TOKEN_FILE_VERSION);
+    int version;
+    if (h[0] == TRI_TOKEN_FILE_MAGIC)
+        f->id_bytes = 2, version = TRI_TOKEN_FILE_VERSION;
+    else if (h[0] == TRI_TOKEN_FILE_MAGIC_U32)
+        f->id_bytes = 4, version = TRI_TOKEN_FILE_VERSION_U32;
+    else
+        return TRI_ERR(TRI_ECORRUPT, "token file '%s': header magic is %d, expected %d (uint16 ids) "
+                       "or %d (uint32 ids) (not an llm.c token file)", f->path, (int)h[0],
+                       TRI_TOKEN_FILE_MAGIC, TRI_TOKEN_FILE_MAGIC_U32);
+    if (h[1] != version)
+        return TRI_ERR(TRI_ECORRUPT, "token file '%s': header version is %d, expected %d with magic %d "
+                       "(uint%d token ids)", f->path, (int)h[1], version, (int)h[0], 8 * f->id_bytes);
     if (h[2] < 0)
         return TRI_ERR(TRI_ECORRUPT, "token file '%s': header token count is %d, expected >= 0",
                        f->path, (int)h[2]);
-    long long want = TRI_TOKEN_FILE_HEADER_BYTES + 2LL * h[2], have = (long long)file_bytes;
+    long long want = TRI_TOKEN_FILE_HEADER_BYTES + (long long)f->id_bytes * h[2], have = (long long)file_bytes;
     if (have < want)
         return TRI_ERR(TRI_ECORRUPT, "token file '%s': truncated: header token count %d needs "
                        "%lld bytes, the file has %lld", f->path, (int)h[2], want, have);
@@ -229,13 +247,20 @@ static int check_header(const tri_token_file *f, const int32_t *h, size_t file_b
     return TRI_OK;
 }
 
+/* Id i of the file, whichever its width. */
+static uint32_t id_at(const tri_token_file *f, int64_t i)
+{
+    return f->id_bytes == 2 ? ((const uint16_t *)f->ids)[i] : ((const uint32_t *)f->ids)[i];
+}
+
 static int check_ids(const tri_token_file *f, int vocab_size)
 {
     for (int64_t i = 0; i < f->count; i++) {
-        if (f->ids[i] >= vocab_size)
+        uint32_t id = id_at(f, i);
+        if (id >= (uint32_t)vocab_size)
             return TRI_ERR(TRI_EINVAL, "token file '%s': token at position %lld has id %u, not "
-                           "below the model's vocab_size %d", f->path, (long long)i,
-                           (unsigned)f->ids[i], vocab_size);
+                           "below the model's vocab_size %d", f->path, (long long)i, (unsigned)id,
+                           vocab_size);
     }
     return TRI_OK;
 }
@@ -287,7 +312,7 @@ int tri_token_file_open(tri_token_file **out, const char *path, int vocab_size)
     if (rc != TRI_OK)
         goto out_close;
     f->count = header[2];
-    f->ids = (const uint16_t *)((const char *)f->map + TRI_TOKEN_FILE_HEADER_BYTES);
+    f->ids = (const char *)f->map + TRI_TOKEN_FILE_HEADER_BYTES;
     rc = check_ids(f, vocab_size);
     if (rc != TRI_OK)
         goto out_close;
@@ -308,9 +333,22 @@ void tri_token_file_close(tri_token_file *f)
     free(f);
 }
 
-const uint16_t *tri_token_file_ids(const tri_token_file *f)
+void tri_token_file_read(const tri_token_file *f, int64_t first, int64_t n, int32_t *out)
 {
-    return f->ids;
+    if (f->id_bytes == 2) {
+        const uint16_t *ids = (const uint16_t *)f->ids + first;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = ids[i];
+    } else {
+        const uint32_t *ids = (const uint32_t *)f->ids + first;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = (int32_t)ids[i]; /* < vocab_size <= INT_MAX: checked at open */
+    }
+}
+
+int tri_token_file_id_bytes(const tri_token_file *f)
+{
+    return f->id_bytes;
 }
 
 int64_t tri_token_file_count(const tri_token_file *f)

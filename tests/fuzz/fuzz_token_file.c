@@ -27,12 +27,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tri_token_file *tf = NULL;
     if (tri_token_file_open(&tf, path, vocab) == 0) {
         int64_t n = tri_token_file_count(tf);
-        const uint16_t *ids = tri_token_file_ids(tf);
-        if (n < 0 || (size_t)n * 2 + TRI_TOKEN_FILE_HEADER_BYTES != size)
+        int width = tri_token_file_id_bytes(tf);
+        if (n < 0 || (width != 2 && width != 4) || (size_t)n * (size_t)width + TRI_TOKEN_FILE_HEADER_BYTES != size)
             abort();
-        for (int64_t i = 0; i < n; i++)
-            if (ids[i] >= vocab)
+        for (int64_t i = 0; i < n; i++) {
+            int32_t id;
+            tri_token_file_read(tf, i, 1, &id);
+            if (id < 0 || id >= vocab)
                 abort();
+        }
         tri_token_file_close(tf);
     }
     return 0;
