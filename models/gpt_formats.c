@@ -1,4 +1,5 @@
-/* models/gpt_formats.c - safetensors export, llm.c import and export (see gpt_formats.h). */
+/* models/gpt_formats.c - the single-file safetensors export, llm.c import and export (see
+ * gpt_formats.h; Hugging Face directories are gpt_hf.c's). */
 #include "models/gpt_formats.h"
 
 #include <cJSON.h>
@@ -8,30 +9,6 @@
 #include <string.h>
 
 #include "engine/core/status.h"
-
-/* ---- the four matrices Hugging Face keeps as Conv1D (in, out) ---- */
-
-static bool conv1d(const char *name)
-{
-    const char *dot = strrchr(name, '.');
-    return dot && strcmp(dot, ".w") == 0 &&
-           (strstr(name, ".attn.c_attn.") || strstr(name, ".attn.c_proj.") || strstr(name, ".mlp.c_fc.") ||
-            strstr(name, ".mlp.c_proj."));
-}
-
-/* Hugging Face's name: ".w" -> ".weight", ".b" -> ".bias", wte/wpe -> ".weight". */
-static void hf_name(const char *name, char *out, size_t cap)
-{
-    size_t n = strlen(name);
-    if (strcmp(name, "wte") == 0 || strcmp(name, "wpe") == 0)
-        snprintf(out, cap, "%s.weight", name);
-    else if (n > 2 && strcmp(name + n - 2, ".w") == 0)
-        snprintf(out, cap, "%.*s.weight", (int)(n - 2), name);
-    else if (n > 2 && strcmp(name + n - 2, ".b") == 0)
-        snprintf(out, cap, "%.*s.bias", (int)(n - 2), name);
-    else
-        snprintf(out, cap, "%s", name);
-}
 
 static int write_all(FILE *f, const void *p, size_t n, const char *path)
 {
@@ -52,23 +29,11 @@ int tri_export_safetensors(tri_ckpt_reader *r, const tri_gpt_config *cfg, const 
     for (int t = 0; t < m->n_tensors; t++) {
         const tri_ckpt_tensor *x = &m->tensors[t];
         char name[TRI_PARAM_NAME_MAX + 16];
-        hf_name(x->name, name, sizeof name);
+        tri_gpt_hf_name(x->name, name, sizeof name);
         int64_t n = 1, shape[TRI_MAX_DIMS];
         for (int d = 0; d < x->ndim; d++)
             n *= x->shape[d];
-        int nd = x->ndim;
-        memcpy(shape, x->shape, sizeof shape);
-        if (strstr(x->name, "attn.c_attn.")) { /* (3, C, C) -> (3C, C); (3, C) -> (3C) */
-            nd = x->ndim - 1;
-            shape[0] = x->shape[0] * x->shape[1];
-            for (int d = 1; d < nd; d++)
-                shape[d] = x->shape[d + 1];
-        }
-        if (conv1d(x->name)) {
-            int64_t tmp = shape[0];
-            shape[0] = shape[1];
-            shape[1] = tmp;
-        }
+        int nd = tri_gpt_hf_shape(x->name, x->ndim, x->shape, shape);
         cJSON *e = cJSON_AddObjectToObject(header, name);
         cJSON_AddStringToObject(e, "dtype", "F32");
         cJSON *s = cJSON_AddArrayToObject(e, "shape");
@@ -107,7 +72,7 @@ int tri_export_safetensors(tri_ckpt_reader *r, const tri_gpt_config *cfg, const 
         int64_t n = 1;
         for (int d = 0; d < x->ndim; d++)
             n *= x->shape[d];
-        if (conv1d(x->name)) { /* (out, in) -> (in, out) */
+        if (tri_gpt_hf_conv1d(x->name)) { /* (out, in) -> (in, out) */
             int64_t rows = x->ndim == 3 ? x->shape[0] * x->shape[1] : x->shape[0], cols = n / rows;
             float *tr = malloc((size_t)n * sizeof *tr);
             if (!tr) {
@@ -195,7 +160,7 @@ int tri_export_llmc(tri_ckpt_reader *r, const tri_gpt_config *cfg, const char *o
     return rc;
 }
 
-void tri_llmc_free(tri_llmc_model *m)
+void tri_gpt_host_weights_free(tri_gpt_host_weights *m)
 {
     for (int i = 0; m->data && i < m->n; i++)
         free(m->data[i]);
@@ -204,7 +169,7 @@ void tri_llmc_free(tri_llmc_model *m)
     memset(m, 0, sizeof *m);
 }
 
-static int check_header(const char *path, const int32_t *h, tri_llmc_model *m)
+static int check_header(const char *path, const int32_t *h, tri_gpt_host_weights *m)
 {
     if (h[0] != TRI_LLMC_MAGIC)
         return TRI_ERR(TRI_ECORRUPT, "%s: magic %d is not llm.c's model magic %d", path, h[0], TRI_LLMC_MAGIC);
@@ -232,7 +197,7 @@ static int check_header(const char *path, const int32_t *h, tri_llmc_model *m)
     return TRI_OK;
 }
 
-int tri_llmc_read(const char *path, tri_llmc_model *m)
+int tri_llmc_read(const char *path, tri_gpt_host_weights *m)
 {
     memset(m, 0, sizeof *m);
     FILE *f = fopen(path, "rb");
@@ -290,6 +255,6 @@ int tri_llmc_read(const char *path, tri_llmc_model *m)
         }
     free(all);
     if (rc)
-        tri_llmc_free(m);
+        tri_gpt_host_weights_free(m);
     return rc;
 }

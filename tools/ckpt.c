@@ -11,10 +11,14 @@
  *   ckpt merge SRC OUT.h5        one HDF5 file with full tensors (weights, exp_avg/, exp_avg_sq/)
  *   ckpt export --format safetensors|llmc SRC OUT
  *                                Hugging Face GPT-2 names and Conv1D layout, or llm.c's model file
+ *   ckpt export --format hf [--dtype fp32|bf16|fp16] [--max-shard-size 5GB] SRC DIR
+ *                                a Hugging Face model directory (config.json, model.safetensors or
+ *                                shards with model.safetensors.index.json), as save_pretrained writes
  *   ckpt import --format llmc GPT2.bin OUT
- *                                llm.c's GPT-2 weights as step 0 of run directory OUT (with OUT/
- *                                config.json), to fine-tune with engine_train --config OUT/config.json
- *                                --load OUT
+ *   ckpt import --format hf DIR OUT
+ *                                llm.c's GPT-2 weights, or a Hugging Face GPT-2 directory, as step 0
+ *                                of run directory OUT (with OUT/config.json), to fine-tune with
+ *                                engine_train --config OUT/config.json --load OUT in any layout
  *
  * Long conversions print a progress bar on stderr. Errors name the file and the tensor. */
 #include <math.h>
@@ -42,7 +46,7 @@
 
 typedef struct args {
     int tp, pp, dp, zero;
-    const char *format, *schedule;
+    const char *format, *schedule, *dtype, *max_shard_size;
     int64_t seed;
     bool quiet;
 } args;
@@ -230,8 +234,9 @@ static int model_of(const tri_ckpt_manifest *m, tri_model *model, const char *di
     return rc;
 }
 
-static int export_weights(const char *format, const char *src, const char *out)
+static int export_weights(const args *a, const char *src, const char *out)
 {
+    const char *format = a->format;
     tri_ckpt_reader r;
     tri_model model = {0};
     int rc = tri_ckpt_reader_open(&r, src);
@@ -244,8 +249,20 @@ static int export_weights(const char *format, const char *src, const char *out)
     if (!rc && !cfg)
         rc = TRI_ERR(TRI_EINVAL, "%s: export --format %s writes GPT-2 weights; this checkpoint's model_type is \"%s\"",
                      r.dir, format, model.family->type);
-    if (!rc)
-        rc = strcmp(format, "safetensors") == 0 ? tri_export_safetensors(&r, cfg, out) : tri_export_llmc(&r, cfg, out);
+    uint64_t shard_bytes = TRI_HF_DEFAULT_SHARD_BYTES;
+    if (!rc && a->max_shard_size) rc = tri_hf_parse_size(a->max_shard_size, &shard_bytes);
+    tri_st_dtype dtype = strcmp(a->dtype, "bf16") == 0 ? TRI_ST_BF16 : strcmp(a->dtype, "fp16") == 0 ? TRI_ST_F16
+                                                                                                  : TRI_ST_F32;
+    if (!rc && strcmp(format, "hf") != 0 && (a->max_shard_size || dtype != TRI_ST_F32))
+        rc = TRI_ERR(TRI_EINVAL, "--dtype and --max-shard-size apply to --format hf, not %s", format);
+    if (!rc) {
+        if (strcmp(format, "safetensors") == 0)
+            rc = tri_export_safetensors(&r, cfg, out);
+        else if (strcmp(format, "llmc") == 0)
+            rc = tri_export_llmc(&r, cfg, out);
+        else
+            rc = tri_export_hf(&r, cfg, out, dtype, shard_bytes);
+    }
     tri_model_free(&model);
     tri_ckpt_reader_close(&r);
     return rc;
@@ -257,7 +274,7 @@ typedef struct job {
     tri_model model;
     tri_ckpt_manifest src;      /* the source's manifest (run settings), NULL files */
     const char *load;           /* reshard: the source; NULL for import */
-    const tri_llmc_model *llmc; /* import: the weights */
+    const tri_gpt_host_weights *weights; /* import: the weights */
     const char *out;
     tri_train_layout layout;    /* the target layout (partitioner/constraints.h resolved it) */
     uint64_t seed;
@@ -276,9 +293,9 @@ static int target_layout(const tri_model *model, int tp, int pp, int dp, int zer
     return tri_layout_resolve(&dims, &req, out);
 }
 
-/* Import: the llm.c tensors into this rank's parameters (tp 1, pp 1: whole tensors; wte's padding
+/* Import: the read tensors into this rank's parameters (tp 1, pp 1: whole tensors; wte's padding
  * rows zero). */
-static int write_llmc(tri_session *s, const tri_llmc_model *m)
+static int write_weights(tri_session *s, const tri_gpt_host_weights *m)
 {
     tri_chunk *c = s->model.chunk[0];
     int rc = TRI_OK;
@@ -289,7 +306,7 @@ static int write_llmc(tri_session *s, const tri_llmc_model *m)
             if (strcmp(m->names[j], p->spec.name) == 0)
                 k = j;
         if (k < 0)
-            return TRI_ERR(TRI_EINVAL, "llm.c file: no tensor for %s", p->spec.name);
+            return TRI_ERR(TRI_EINVAL, "import: no tensor for %s", p->spec.name);
         float *host = calloc((size_t)p->numel, sizeof *host);
         if (!host)
             return TRI_ERR(TRI_ENOMEM, "import: out of memory for %s", p->spec.name);
@@ -326,7 +343,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (j->load)
         rc = tri_session_ckpt_resume(&s, j->load, &cr, &iteration);
     else
-        rc = write_llmc(&s, j->llmc);
+        rc = write_weights(&s, j->weights);
     if (!rc && rank == 0)
         fprintf(stderr, "%s in %.2f s; saving\n", j->load ? "loaded" : "imported", tri_now_s() - t0);
     if (!rc) rc = tri_session_ckpt_save(&s, j->out, &cr, iteration);
@@ -380,20 +397,27 @@ static int reshard(const args *a, const char *src, const char *out)
     return rc;
 }
 
-static int import_llmc(const args *a, const char *bin, const char *out)
+static int import_weights(const args *a, const char *src, const char *out)
 {
-    tri_llmc_model m;
-    int rc = tri_llmc_read(bin, &m);
+    tri_gpt_host_weights m;
+    bool hf = strcmp(a->format, "hf") == 0;
+    if (!hf && strcmp(a->format, "llmc") != 0)
+        return TRI_ERR(TRI_EINVAL, "ckpt import reads --format llmc files or --format hf directories");
+    int rc = hf ? tri_hf_read(src, &m) : tri_llmc_read(src, &m);
     if (rc)
         return rc;
-    job j = {.llmc = &m, .out = out};
+    job j = {.weights = &m, .out = out};
     j.src.run = (tri_ckpt_run){.global_batch = 1, .micro_batch = 1, .seq_length = 1, .seed = (uint64_t)a->seed,
                                .clip_grad = 1.0f,
                                .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
                                .lr = {.lr = 6e-4f, .min_lr = 6e-5f, .decay_iters = 1, .style = TRI_LR_COSINE}};
-    fprintf(stderr, "%s: llm.c version %d, %d layers, %d heads, n_embd %d, vocab %d (padded %d), %d positions\n", bin,
-            m.version, m.cfg.n_layer, m.cfg.n_head, m.cfg.n_embd, m.cfg.vocab_size, m.padded_vocab,
-            m.cfg.n_positions);
+    if (hf)
+        fprintf(stderr, "%s: Hugging Face GPT-2, %d layers, %d heads, n_embd %d, vocab %d, %d positions\n", src,
+                m.cfg.n_layer, m.cfg.n_head, m.cfg.n_embd, m.cfg.vocab_size, m.cfg.n_positions);
+    else
+        fprintf(stderr, "%s: llm.c version %d, %d layers, %d heads, n_embd %d, vocab %d (padded %d), %d positions\n",
+                src, m.version, m.cfg.n_layer, m.cfg.n_head, m.cfg.n_embd, m.cfg.vocab_size, m.padded_vocab,
+                m.cfg.n_positions);
     j.model = tri_gpt_model(&m.cfg);
     rc = target_layout(&j.model, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
     if (!rc) rc = tri_run_thread_ranks(1, run_rank, &j);
@@ -408,7 +432,7 @@ static int import_llmc(const args *a, const char *bin, const char *out)
             fclose(f);
     }
     free(json);
-    tri_llmc_free(&m);
+    tri_gpt_host_weights_free(&m);
     return rc;
 }
 
@@ -424,7 +448,11 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)((tri_flag){"pipeline-schedule", TRI_FLAG_CHOICE, &a->schedule, "reshard: pipeline schedule",
                                    0, 0, "1f1b|gpipe", false});
     f[n++] = (tri_flag)((tri_flag){"format", TRI_FLAG_CHOICE, &a->format, "export/import: file format", 0, 0,
-                                   "safetensors|llmc", false});
+                                   "safetensors|llmc|hf", false});
+    f[n++] = (tri_flag)((tri_flag){"dtype", TRI_FLAG_CHOICE, &a->dtype, "export --format hf: the stored dtype", 0, 0,
+                                   "fp32|bf16|fp16", false});
+    f[n++] = (tri_flag)FLAG("max-shard-size", TRI_FLAG_STRING, &a->max_shard_size,
+                            "export --format hf: largest shard, as transformers' max_shard_size (default 5GB)", 0, 0);
     f[n++] = (tri_flag)FLAG("seed", TRI_FLAG_INT64, &a->seed, "import: the seed recorded for the run", 0, 9.2e18);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no progress bars", 0, 0);
     return n;
@@ -436,12 +464,15 @@ static const char *usage_text =
     "  ckpt reshard --tensor-model-parallel-size T --pipeline-model-parallel-size P --data-parallel-size D SRC OUT\n"
     "  ckpt merge SRC OUT.h5                 one HDF5 file with the full tensors\n"
     "  ckpt export --format safetensors|llmc SRC OUT\n"
-    "  ckpt import --format llmc GPT2.bin OUT (llm.c weights as step 0 of run directory OUT)";
+    "  ckpt export --format hf [--dtype fp32|bf16|fp16] [--max-shard-size 5GB] SRC DIR (a Hugging Face model directory)\n"
+    "  ckpt import --format llmc GPT2.bin OUT (llm.c weights as step 0 of run directory OUT)\n"
+    "  ckpt import --format hf DIR OUT        (a Hugging Face GPT-2 directory as step 0 of run directory OUT)";
 
 int main(int argc, char **argv)
 {
     tri_cli_passive_openmp(argv);
-    args a = {.tp = 1, .pp = 1, .dp = 1, .zero = -1, .format = "safetensors", .schedule = "1f1b", .seed = 1234};
+    args a = {.tp = 1, .pp = 1, .dp = 1, .zero = -1, .format = "safetensors", .schedule = "1f1b", .seed = 1234,
+              .dtype = "fp32"};
     tri_flag flags[16];
     int nflags = make_flags(&a, flags);
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
@@ -480,12 +511,11 @@ int main(int argc, char **argv)
         else if (strcmp(cmd, "merge") == 0)
             rc = merge(pos[0], pos[1]);
         else if (strcmp(cmd, "export") == 0)
-            rc = export_weights(a.format, pos[0], pos[1]);
+            rc = export_weights(&a, pos[0], pos[1]);
         else if (strcmp(cmd, "reshard") == 0)
             rc = reshard(&a, pos[0], pos[1]);
         else if (strcmp(cmd, "import") == 0)
-            rc = strcmp(a.format, "llmc") == 0 ? import_llmc(&a, pos[0], pos[1])
-                                               : TRI_ERR(TRI_EINVAL, "ckpt import reads --format llmc files");
+            rc = import_weights(&a, pos[0], pos[1]);
         else
             rc = TRI_ERR(TRI_EINVAL, "unknown command '%s' (inspect, reshard, merge, export, import)", cmd);
     }

@@ -4,6 +4,7 @@
 #   tests/fuzz/run.sh [--build-only] [--seconds N | --runs N] [--out DIR] [TARGET...]
 #
 # Targets (tests/fuzz/fuzz_<target>.c): config (models/config.c), token_file (engine/data/token_file.c),
+# safetensors (checkpoints/safetensors.c: Hugging Face weight files),
 # tokenizer (GPT-2 BPE and byte-level encode/decode of arbitrary bytes), ckpt (checkpoint manifest
 # parse, SHA-256 verification, with TRIDENT_FUZZ_HDF5=1 the HDF5 reads). Each harness is compiled
 # with clang -fsanitize=fuzzer,address,undefined (-fno-sanitize-recover=all) together with the
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#targets[@]} -gt 0 ] || targets=(config token_file tokenizer ckpt)
+[ ${#targets[@]} -gt 0 ] || targets=(config token_file tokenizer ckpt safetensors)
 CC=${FUZZ_CC:-clang}
 command -v "$CC" >/dev/null || { echo "fuzz: $CC not found (apt-get install clang)"; exit 1; }
 mkdir -p "$out"
@@ -44,6 +45,7 @@ sources() {
   case $1 in
     config) echo "models/config.c models/config_file.c engine/core/status.c partitioner/traffic.c" ;;
     token_file) echo "engine/data/token_file.c engine/core/status.c" ;;
+    safetensors) echo "checkpoints/safetensors.c engine/core/status.c" ;;
     tokenizer) echo "models/tokenizer.c models/tokenizer_gpt2.c models/bytemap.c engine/core/status.c" ;;
     ckpt) echo "checkpoints/manifest.c checkpoints/reader.c checkpoints/sha256.c checkpoints/fsutil.c \
                 checkpoints/h5.c checkpoints/box.c engine/core/status.c" ;;
@@ -53,6 +55,7 @@ libs() {
   case $1 in
     config) echo "$cjson -lm" ;;
     token_file) echo "" ;;
+    safetensors) echo "$cjson -lm" ;;
     tokenizer) echo "$cjson $pcre" ;;
     ckpt) echo "$hdf5_inc $cjson $crypto $hdf5_lib -lm" ;;
   esac
