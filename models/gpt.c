@@ -254,23 +254,9 @@ static tri_tensor buffer(void *self, tri_chunk_buffer which, int slot)
     case TRI_CHUNK_ACT_OUT: return m->L_l > 0 ? s->blocks[m->L_l - 1].res3 : s->x_in;
     case TRI_CHUNK_GRAD_OUT: return s->grad_out;
     case TRI_CHUNK_GRAD_IN: return s->dres;
+    case TRI_CHUNK_LOSSES: return s->losses;
     }
     return tri_tensor_none();
-}
-
-static int loss_sum(void *self, int slot, double *sum)
-{
-    tri_gpt *m = self;
-    float *host = malloc((size_t)m->N * sizeof *host);
-    if (!host)
-        return TRI_ERR(TRI_ENOMEM, "gpt: out of memory reading losses");
-    int rc = tri_device_copy_to_host(m->dev, host, m->slots[slot].losses);
-    double acc = 0.0;
-    for (int64_t i = 0; i < m->N && !rc; i++)
-        acc += host[i];
-    free(host);
-    *sum = acc;
-    return rc;
 }
 
 /* The LM head's private accumulator of wte's gradient starts each step at zero. */
@@ -338,7 +324,7 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_train_layout *
     if (rc)
         return rc;
     tri_chunk_model model = {.self = m, .take_buffers = tri_gpt_take_buffers, .bind = bind, .run = run_pass,
-                             .load_batch = load_batch, .buffer = buffer, .loss_sum = loss_sum,
+                             .load_batch = load_batch, .buffer = buffer,
                              .zero_private = zero_private};
     return tri_chunk_build(&m->chunk, &model, dev, dp_comm);
 }

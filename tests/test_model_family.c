@@ -454,23 +454,9 @@ static tri_tensor toy_buffer(void *self, tri_chunk_buffer which, int slot)
     case TRI_CHUNK_ACT_OUT: return m->L_l > 0 ? s->blocks[m->L_l - 1].out : s->x_in;
     case TRI_CHUNK_GRAD_OUT: return s->grad_out;
     case TRI_CHUNK_GRAD_IN: return s->dx;
+    case TRI_CHUNK_LOSSES: return s->losses;
     }
     return tri_tensor_none();
-}
-
-static int toy_loss_sum(void *self, int slot, double *sum)
-{
-    toy *m = self;
-    float *host = malloc((size_t)m->N * sizeof *host);
-    if (!host)
-        return TRI_ERR(TRI_ENOMEM, "toy: out of memory reading losses");
-    int rc = tri_device_copy_to_host(m->dev, host, m->slots[slot].losses);
-    double acc = 0.0;
-    for (int64_t i = 0; i < m->N && !rc; i++)
-        acc += host[i];
-    free(host);
-    *sum = acc;
-    return rc;
 }
 
 /* ---- buffers (taken twice from the chunk's arena: planned, then for real) ---- */
@@ -603,7 +589,7 @@ static int toy_setup(toy *m, const toy_config *cfg, const tri_train_layout *run,
     if (rc)
         return rc;
     tri_chunk_model model = {.self = m, .take_buffers = toy_take_buffers, .bind = toy_bind, .run = toy_run,
-                             .load_batch = toy_load_batch, .buffer = toy_buffer, .loss_sum = toy_loss_sum};
+                             .load_batch = toy_load_batch, .buffer = toy_buffer};
     return tri_chunk_build(&m->chunk, &model, dev, dp_comm);
 }
 

@@ -102,6 +102,22 @@ int tri_chunk_backward(tri_chunk *c, int slot)
     return run_list(c, TRI_PASSES_BACKWARD, slot, true, c->dloss);
 }
 
+int tri_chunk_loss_sum(tri_chunk *c, int slot, double *sum)
+{
+    tri_tensor losses = c->model.buffer(c->model.self, TRI_CHUNK_LOSSES, slot);
+    int64_t n = tri_tensor_numel(losses);
+    float *host = malloc((size_t)(n ? n : 1) * sizeof *host);
+    if (!host)
+        return TRI_ERR(TRI_ENOMEM, "chunk: out of memory reading %lld losses", (long long)n);
+    int rc = tri_device_copy_to_host(c->dev, host, losses);
+    double acc = 0.0;
+    for (int64_t i = 0; i < n && !rc; i++)
+        acc += host[i];
+    free(host);
+    *sum = acc;
+    return rc;
+}
+
 int tri_chunk_finish_grads(tri_chunk *c)
 {
     return run_list(c, TRI_PASSES_FINISH, 0, true, 0.0f);

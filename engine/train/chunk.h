@@ -45,6 +45,8 @@ typedef enum {
     TRI_CHUNK_ACT_OUT,     /* output activation, sent to the next stage */
     TRI_CHUNK_GRAD_OUT,    /* gradient of ACT_OUT, received from the next stage */
     TRI_CHUNK_GRAD_IN,     /* gradient of ACT_IN, sent to the previous stage */
+    TRI_CHUNK_LOSSES,      /* last stage: the micro-batch's per-token losses, (B * T) f32, which
+                              the engine sums in token order */
 } tri_chunk_buffer;
 
 #define TRI_PASS_MAX_UNITS 4
@@ -81,8 +83,6 @@ typedef struct tri_chunk_model {
     /* Copies one micro-batch, (B, T+1) token windows on the host, into slot. */
     int (*load_batch)(void *self, int slot, const int32_t *windows);
     tri_tensor (*buffer)(void *self, tri_chunk_buffer which, int slot);
-    /* Last stage: sum of the slot's per-token losses (host, double). */
-    int (*loss_sum)(void *self, int slot, double *sum);
     /* Optional: zeroes the model's private gradient accumulators at the start of a step. */
     int (*zero_private)(void *self);
 } tri_chunk_model;
@@ -138,6 +138,9 @@ void tri_chunk_destroy(tri_chunk *c);
 int tri_chunk_forward(tri_chunk *c, int slot, bool train, float dloss);
 /* The backward of the micro-batch in slot; gradients accumulate. */
 int tri_chunk_backward(tri_chunk *c, int slot);
+/* Last stage: the sum, in token order in double, of slot's per-token losses (the model's
+ * TRI_CHUNK_LOSSES buffer, read to the host). TRI_ENOMEM or the copy's error. */
+int tri_chunk_loss_sum(tri_chunk *c, int slot, double *sum);
 /* Sets every gradient (and the model's private accumulators) to zero before a step. */
 int tri_chunk_zero_grads(tri_chunk *c);
 /* After the step's last backward: the finish passes. */

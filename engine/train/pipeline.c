@@ -131,7 +131,7 @@ static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_o
         if (!rc) rc = tri_chunk_forward(st, slot, train, dloss);
         if (!rc && st->last) {
             double s = 0.0;
-            rc = st->model.loss_sum(st->model.self, slot, &s);
+            rc = tri_chunk_loss_sum(st, slot, &s);
             *loss_fixed += (int64_t)llrint(ldexp(s, TRI_LOSS_BITS));
         }
         return rc;
