@@ -82,6 +82,10 @@ int tri_cuda_gemm(tri_cuda *c, const tri_cuda_gemm_args *g);
 int tri_cuda_gemm_cache_create(tri_cuda_gemm_cache **out);
 void tri_cuda_gemm_cache_destroy(tri_cuda_gemm_cache *cache);
 
+/* acc(C) (fp32 or bf16) += the chunk sums part(n_chunks, C) in chunk order, a thread per column: the
+ * second pass of the chunked column sums (cuda/kernels/colsum.kern.h, launched from cuda/matmul.cu). */
+int tri_cuda_col_chunks_finish(tri_cuda *cu, tri_tensor acc, const float *part, int64_t n_chunks, int64_t C);
+
 /* ---- the ops, one family per .cu (contracts in engine/device/device.h) ---- */
 int tri_cuda_fill(tri_device *d, tri_tensor x, float value);
 int tri_cuda_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);

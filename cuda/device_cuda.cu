@@ -292,6 +292,10 @@ extern "C" int tri_device_cuda_create(tri_device **out, int ordinal)
     }
     c->ordinal = ordinal;
     c->workspace_bytes = TRI_CUDA_WORKSPACE_BYTES;
+    /* TRIDENT_CUDA_KERNELS=simple: every op in its simple twin (DESIGN.md §11: selectable at run time,
+     * e.g. to tell a fast kernel's fault from another's under compute-sanitizer) */
+    const char *kernels = getenv("TRIDENT_CUDA_KERNELS");
+    c->simple = kernels && strcmp(kernels, "simple") == 0;
     int rc = TRI_CUDA(cudaSetDevice(ordinal));
     if (!rc) rc = TRI_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     if (!rc) rc = TRI_CUBLAS(cublasLtCreate(&c->lt));

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/kernels/colsum.kern.h"
 #include "cuda/kernels/matmul.kern.h"
 #include "cuda/launch.cuh"
 
@@ -270,9 +271,25 @@ extern "C" int tri_cuda_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_te
     return tri_cuda_gemm(cu, &g);
 }
 
+extern "C" int tri_cuda_col_chunks_finish(tri_cuda *cu, tri_tensor acc, const float *part, int64_t n_chunks,
+                                         int64_t C)
+{
+    return TRI_CUDA_LAUNCH_N(col_chunks_finish_kernel, C, cu->stream, tri_data(acc), tri_is_bf16(acc), part, n_chunks,
+                             C);
+}
+
+/* dbias += the column sums of dout: the chunked two-pass form (cuda/kernels/colsum.kern.h) through the
+ * workspace, or the simple kernel (simple switch, or chunk sums larger than the workspace); same bits. */
 extern "C" int tri_cuda_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 {
-    int64_t N = tri_tensor_rows(dout), OC = tri_tensor_cols(dout);
-    return TRI_CUDA_LAUNCH_N(bias_backward_kernel, OC, tri_cuda_of(d)->stream, tri_data(dbias), tri_is_bf16(dbias),
-                             tri_data(dout), tri_is_bf16(dout), N, OC);
+    tri_cuda *cu = tri_cuda_of(d);
+    int64_t N = tri_tensor_rows(dout), OC = tri_tensor_cols(dout), nch = tri_col_chunks(N);
+    if (cu->simple || (size_t)(nch * OC) * sizeof(float) > cu->workspace_bytes)
+        return TRI_CUDA_LAUNCH_N(bias_backward_kernel, OC, cu->stream, tri_data(dbias), tri_is_bf16(dbias),
+                                 tri_data(dout), tri_is_bf16(dout), N, OC);
+    float *part = (float *)cu->workspace;
+    int rc = TRI_CUDA_LAUNCH_N(col_chunk_sums_kernel, nch * OC, cu->stream, part, tri_data(dout), tri_is_bf16(dout),
+                               N, OC);
+    if (!rc) rc = tri_cuda_col_chunks_finish(cu, dbias, part, nch, OC);
+    return rc;
 }

@@ -10,7 +10,7 @@
 #include "engine/core/status.h"
 #include "tests/testutil.h"
 
-#define MAX_TRACKED 1024
+#define MAX_TRACKED 8192
 
 /* One tracked allocation: host memory (dev NULL), device memory, or a device (ptr NULL). */
 typedef struct tracked {

@@ -69,3 +69,67 @@ Test(math, bf16_rounds_to_nearest_even)
     cr_expect(isinf(tri_bf16_to_float(tri_float_to_bf16(INFINITY))));
     cr_expect(isinf(tri_bf16_to_float(tri_float_to_bf16(FLT_MAX))), "FLT_MAX rounds up to inf");
 }
+
+/* The row order of engine/core/math.h as a warp runs it (cuda/warp.cuh tri_warp_row_sum): 32 lanes
+ * with 8 registers, each register reduced in the lane by halving, then __shfl_xor_sync butterflies
+ * with offsets 16 .. 1, emulated here lane by lane. Every lane must end with the bits of
+ * tri_row_slots_combine over the same 256 slot sums, whatever the values (mixed magnitudes and
+ * signs make any other order give other bits, which the second check confirms). */
+static uint32_t bits_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+Test(math, row_slots_combine_is_the_warp_butterfly)
+{
+    uint64_t state = 12345;
+    int differs_from_sequential = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        float slots[TRI_ROW_SLOTS], acc[TRI_ROW_SLOTS];
+        for (int s = 0; s < TRI_ROW_SLOTS; s++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            float u = (float)((state >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+            slots[s] = u * powf(2.0f, (float)((state >> 20) % 24) - 12.0f);
+        }
+        memcpy(acc, slots, sizeof acc);
+        float want = tri_row_slots_combine(acc);
+        float lane[TRI_ROW_LANES];
+        for (int l = 0; l < TRI_ROW_LANES; l++) {
+            float r[TRI_ROW_GROUP];
+            memcpy(r, slots + l * TRI_ROW_GROUP, sizeof r);
+            lane[l] = tri_row_group_combine(r);
+        }
+        for (int k = TRI_ROW_LANES / 2; k >= 1; k /= 2) {
+            float next[TRI_ROW_LANES];
+            for (int l = 0; l < TRI_ROW_LANES; l++)
+                next[l] = lane[l] + lane[l ^ k]; /* v += __shfl_xor_sync(full, v, k) */
+            memcpy(lane, next, sizeof lane);
+        }
+        for (int l = 0; l < TRI_ROW_LANES; l++)
+            cr_assert_eq(bits_of(lane[l]), bits_of(want), "trial %d lane %d: %.9g vs %.9g", trial, l, lane[l], want);
+        float seq = 0.0f;
+        for (int s = 0; s < TRI_ROW_SLOTS; s++)
+            seq += slots[s];
+        differs_from_sequential += bits_of(seq) != bits_of(want);
+    }
+    cr_assert_gt(differs_from_sequential, 50, "the tree order should differ from a sequential sum on most trials");
+}
+
+/* A row sum through the row functions follows the slots: value i in slot i % 256. Checked on the
+ * layernorm mean, which is the row sum / C. */
+Test(math, layernorm_mean_is_the_slot_sum)
+{
+    const int64_t C = 1000;
+    float x[1000], w[1000], b[1000], out[1000], acc[TRI_ROW_SLOTS] = {0}, mean, rstd;
+    for (int64_t i = 0; i < C; i++) {
+        x[i] = (float)((i * 7919) % 1013) / 97.0f - 5.0f + (i % 3 ? 1e-4f : 1e3f);
+        w[i] = 1.0f, b[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < C; i++)
+        acc[i % TRI_ROW_SLOTS] += x[i];
+    float want = tri_row_slots_combine(acc) / (float)C;
+    tri_layernorm_row_forward(out, &mean, &rstd, x, w, b, C);
+    cr_assert_eq(bits_of(mean), bits_of(want), "mean %.9g vs slot order %.9g", mean, want);
+}

@@ -4,7 +4,8 @@
 #   bash tools/trident.sh train [engine_train flags]   trains the default GPT on the fortunes text
 #   bash tools/trident.sh test                          runs every test (what CI runs)
 #   bash tools/trident.sh bench                         runs the benchmarks
-#   bash tools/trident.sh bench-cuda [flags]            GPT-2 124M..1.5B on the GPU(s): ms/iter, tokens/s, MFU
+#   bash tools/trident.sh bench-cuda [flags]            GPT-2 124M and 1.5B on a GPU: ms/iter, tokens/s, MFU and
+#                                                       the ratio against PyTorch eager (bench/cuda/compare.sh)
 #   bash tools/trident.sh build                         installs and builds only
 #   bash tools/trident.sh valgrind                      a 4-rank tiny training under valgrind memcheck
 #
@@ -103,7 +104,7 @@ case "$cmd" in
     ;;
   bench-cuda)
     build
-    exec build/bin/bench_cuda_train "$@"
+    exec bash bench/cuda/compare.sh "$@"
     ;;
   *)
     echo "usage: bash tools/trident.sh train|test|bench|bench-cuda|build|valgrind [flags]" >&2

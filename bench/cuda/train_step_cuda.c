@@ -62,7 +62,7 @@ typedef struct bench {
     const char *model, *models_dir;
     int B, T, iters, warmup, tp;
     float peak_tflops;
-    bool profile, bf16;
+    bool profile, bf16, simple;
 } bench;
 
 typedef struct model_default {
@@ -171,6 +171,7 @@ int main(int argc, char **argv)
         {"peak-tflops", TRI_FLAG_FLOAT, &b.peak_tflops, "dense peak per GPU in the run's precision for MFU (0: the built-in table)", 0, 1e6, NULL, false},
         {"bf16", TRI_FLAG_BOOL, &b.bf16, "bf16 mixed precision (engine_train --bf16); MFU against the bf16 peak", 0, 0, NULL, false},
         {"profile", TRI_FLAG_BOOL, &b.profile, "print time per device op of the timed iterations", 0, 0, NULL, false},
+        {"simple-kernels", TRI_FLAG_BOOL, &b.simple, "run the simple twin kernels (before/after comparisons)", 0, 0, NULL, false},
     };
     int nf = sizeof flags / sizeof *flags, rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -200,12 +201,17 @@ int main(int argc, char **argv)
     tri_cuda_info info;
     rc = tri_cuda_device_info(ordinal, &info);
     if (!rc) rc = tri_device_cuda_create(&dev, ordinal);
+    if (!rc && b.simple) rc = tri_cuda_set_simple_kernels(dev, true);
     const char *gpu = info.name;
     if (!rc) rc = tri_cli_device_world("cuda", dev, 600.0 /* NCCL's and PyTorch's watchdog default */, &world);
     if (!rc && rank == 0)
-        printf("bench_cuda_train: %d x %s (sm_%d%d, %d SMs, %.0f GiB), fp32 (cuBLASLt COMPUTE_32F), tp %d, "
+        printf("bench_cuda_train: %d x %s (sm_%d%d, %d SMs, %.0f GiB), %s, tp %d, "
                "%d timed iterations after %d warm-up\n", size, gpu, info.major, info.minor, info.sm_count,
-               (double)info.memory_bytes / 1073741824.0, b.tp, b.iters, b.warmup);
+               (double)info.memory_bytes / 1073741824.0,
+               b.bf16 ? (b.simple ? "bf16 (bf16 cuBLASLt GEMMs accumulating in fp32, fp32 master weights), simple kernels"
+                                  : "bf16 (bf16 cuBLASLt GEMMs accumulating in fp32, fp32 master weights)")
+                      : (b.simple ? "fp32 (cuBLASLt COMPUTE_32F), simple kernels" : "fp32 (cuBLASLt COMPUTE_32F)"),
+               b.tp, b.iters, b.warmup);
     for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS && !rc; i++) {
         if (strcmp(b.model, "all") != 0 && strcmp(b.model, MODELS[i].name) != 0)
             continue;

@@ -2,8 +2,9 @@
  *
  * Forward and the input gradient: one thread per row calling engine/core/math.h's row functions, as the
  * CPU backend does. The parameter gradients dw, db: one thread per column summing the rows in
- * order into float accumulators that start from dw, db and are stored once (the CPU backend's
- * column loop, bit for bit), so the result is deterministic and needs no atomics. out, inp, w, b,
+ * engine/core/math.h's column order (TRI_COL_CHUNK row chunks, chunk sums added in order to float
+ * accumulators that start from dw, db and are stored once: the CPU backend's column loop and the
+ * fast kernels', bit for bit), so the result is deterministic and needs no atomics. out, inp, w, b,
  * dout, dinp, dw and db are each fp32 or bf16 (their `_bf16` flags); mean and rstd are fp32. Every
  * output element is written once from fp32 values, so a bf16 result is the CPU backend's fp32
  * result rounded once. */
@@ -41,14 +42,39 @@ TRI_KERNEL layernorm_backward_params_kernel(void *dw, int dw_bf16, void *db, int
 {
     for (int64_t j = TRI_GLOBAL_ID; j < C; j += TRI_GLOBAL_STRIDE) {
         float aw = tri_load(dw, dw_bf16, j), ab = tri_load(db, db_bf16, j);
-        for (int64_t n = 0; n < N; n++) {
-            float norm = (tri_load(inp, inp_bf16, n * C + j) - mean[n]) * rstd[n];
-            float g = tri_load(dout, dout_bf16, n * C + j);
-            aw += norm * g;
-            ab += g;
+        for (int64_t c0 = 0; c0 < N; c0 += TRI_COL_CHUNK) {
+            float pw = 0.0f, pb = 0.0f;
+            for (int64_t n = c0; n < N && n < c0 + TRI_COL_CHUNK; n++) {
+                float norm = (tri_load(inp, inp_bf16, n * C + j) - mean[n]) * rstd[n];
+                float g = tri_load(dout, dout_bf16, n * C + j);
+                pw += norm * g;
+                pb += g;
+            }
+            aw += pw;
+            ab += pb;
         }
         tri_store(dw, dw_bf16, j, aw);
         tri_store(db, db_bf16, j, ab);
+    }
+}
+
+/* The fast form's first pass of dw, db (the second is cuda/kernels/colsum.kern.h's): pw[c * C + j] and pb[c * C + j]
+ * = the chunk-c sums of norm * dout and of dout over column j, a thread per (chunk, column). */
+TRI_KERNEL layernorm_params_chunks_kernel(float *pw, float *pb, const void *dout, int dout_bf16, const void *inp,
+                                          int inp_bf16, const float *mean, const float *rstd, int64_t N, int64_t C)
+{
+    int64_t total = tri_col_chunks(N) * C;
+    for (int64_t idx = TRI_GLOBAL_ID; idx < total; idx += TRI_GLOBAL_STRIDE) {
+        int64_t c = idx / C, j = idx % C, n1 = (c + 1) * TRI_COL_CHUNK < N ? (c + 1) * TRI_COL_CHUNK : N;
+        float sw = 0.0f, sb = 0.0f;
+        for (int64_t n = c * TRI_COL_CHUNK; n < n1; n++) {
+            float norm = (tri_load(inp, inp_bf16, n * C + j) - mean[n]) * rstd[n];
+            float g = tri_load(dout, dout_bf16, n * C + j);
+            sw += norm * g;
+            sb += g;
+        }
+        pw[idx] = sw;
+        pb[idx] = sb;
     }
 }
 

@@ -1,7 +1,9 @@
 /* cuda/kernels/matmul.kern.h - the matmul family's kernels besides cuBLASLt (CUDA and C).
  *
- * bias_backward_kernel: one thread per column, rows summed in order into a float accumulator that
- * starts from dbias and is stored once: the CPU backend's loop, bit for bit, and deterministic.
+ * bias_backward_kernel: one thread per column summing the rows in engine/core/math.h's column order
+ * (chunks of TRI_COL_CHUNK rows, each from 0 in row order, added in chunk order to a float
+ * accumulator that starts from dbias and is stored once): the CPU backend's loop and the fast
+ * kernels' (cuda/fast/colsum.cu) bit for bit, and deterministic.
  * scale_rows_kernel and bias_broadcast_kernel cover matmul's K == 0 case (c = beta * c, 0 when
  * beta == 0 so NaN does not propagate; or the bias) and the unfused bias path. Every floating array
  * is fp32 or bf16 as its `_bf16` flag says (engine/core/math.h tri_load / tri_store, fp32 arithmetic). */
@@ -16,8 +18,12 @@ TRI_KERNEL bias_backward_kernel(void *dbias, int dbias_bf16, const void *dout, i
 {
     for (int64_t j = TRI_GLOBAL_ID; j < OC; j += TRI_GLOBAL_STRIDE) {
         float acc = tri_load(dbias, dbias_bf16, j);
-        for (int64_t n = 0; n < N; n++)
-            acc += tri_load(dout, dout_bf16, n * OC + j);
+        for (int64_t c0 = 0; c0 < N; c0 += TRI_COL_CHUNK) {
+            float part = 0.0f;
+            for (int64_t n = c0; n < N && n < c0 + TRI_COL_CHUNK; n++)
+                part += tri_load(dout, dout_bf16, n * OC + j);
+            acc += part;
+        }
         tri_store(dbias, dbias_bf16, j, acc);
     }
 }

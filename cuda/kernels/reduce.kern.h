@@ -2,8 +2,8 @@
  *
  * Two deterministic passes, no atomics: the first gives one thread per chunk of `chunk` elements
  * and writes the chunk's sum in double (engine/core/math.h's range sums, the CPU backend's arithmetic
- * per chunk); the second, one thread, adds the chunk sums in order and adds the total, rounded to
- * float, to out[0]. The result depends only on the chunk size, never on the launch shape; with the
+ * per chunk); the second, one thread, totals the chunk sums in math.h's order (tri_chunks_total) and
+ * adds the total, rounded to float, to out[0]. The result depends only on the chunk size, never on the launch shape; with the
  * CPU backend's 64 chunks it is the CPU's result bit for bit. x is fp32 or bf16 (x_bf16; widening
  * is exact, so a bf16 x sums exactly the values the CPU backend's fp32 copy holds); out is fp32. */
 #ifndef TRIDENT_CUDA_KERNELS_REDUCE_KERN_H
@@ -33,15 +33,13 @@ TRI_KERNEL count_nonfinite_partial_kernel(double *partial, const void *x, int x_
     }
 }
 
-/* out[0] += (float)(partial[0] + ... + partial[n_chunks - 1]), summed in order by thread 0 */
+/* out[0] += (float)(the total of the chunk sums in engine/core/math.h's order, tri_chunks_total), by
+ * thread 0: the twin of cuda/reduce.cu's block-wide finish */
 TRI_KERNEL reduce_finish_kernel(float *out, const double *partial, int64_t n_chunks)
 {
     if (TRI_GLOBAL_ID != 0)
         return;
-    double total = 0.0;
-    for (int64_t c = 0; c < n_chunks; c++)
-        total += partial[c];
-    out[0] += (float)total;
+    out[0] += (float)tri_chunks_total(partial, n_chunks);
 }
 
 #endif

@@ -120,33 +120,94 @@ TRI_HD float tri_gelu_grad(float x)
     return s + 2.0f * x * (e * s) * s * du;
 }
 
+/* ---- row reductions: the order every backend sums a row in (DESIGN.md §11) ----
+ * A row of n values is summed over TRI_ROW_SLOTS = 256 slots: value i goes to slot i % 256, and each
+ * slot adds its values in index order, starting from 0. The slots are then combined by a fixed tree:
+ * inside each group of TRI_ROW_GROUP = 8 consecutive slots by halving (slot s += slot s + k for
+ * k = 4, 2, 1), then the 32 group sums by halving (group g += group g + k for k = 16, 8, 4, 2, 1).
+ * This is the order a CUDA warp sums a row in: lane l holds slots 8l .. 8l+7 in registers (one
+ * 16-byte load of 8 bf16, or two of 4 floats, per 256 values), reduces its 8 registers, then the 32
+ * lanes by __shfl_xor_sync with offsets 16 .. 1 (a + b == b + a in IEEE arithmetic, so every lane
+ * ends with the bits of slot 0). On a CPU the 256 slots are vector adds with no reassociation. The
+ * simple kernels and the CPU backend call the row functions below, the fast kernels (cuda/fast/)
+ * run the same sums a warp per row, so the three agree bit for bit (kernels are built without FMA
+ * contraction, as the CPU code is). */
+#define TRI_ROW_SLOTS 256
+#define TRI_ROW_GROUP 8
+#define TRI_ROW_LANES 32
+
+/* The sum of one group of TRI_ROW_GROUP slot sums r[0..8) by halving; r is overwritten. */
+TRI_HD float tri_row_group_combine(float *r)
+{
+    for (int k = TRI_ROW_GROUP / 2; k >= 1; k /= 2)
+        for (int s = 0; s < k; s++)
+            r[s] += r[s + k];
+    return r[0];
+}
+
+/* The row sum from its TRI_ROW_SLOTS slot sums acc[0..256) (overwritten): groups, then lanes. */
+TRI_HD float tri_row_slots_combine(float *acc)
+{
+    for (int g = 0; g < TRI_ROW_LANES; g++)
+        tri_row_group_combine(acc + g * TRI_ROW_GROUP);
+    for (int k = TRI_ROW_LANES / 2; k >= 1; k /= 2)
+        for (int g = 0; g < k; g++)
+            acc[g * TRI_ROW_GROUP] += acc[(g + k) * TRI_ROW_GROUP];
+    return acc[0];
+}
+
+TRI_HD void tri_row_slots_zero(float *acc)
+{
+    for (int s = 0; s < TRI_ROW_SLOTS; s++)
+        acc[s] = 0.0f;
+}
+
+/* ---- column reductions: the order every backend sums a column over rows (bias and layernorm
+ * parameter gradients) ----
+ * Rows are taken in chunks of TRI_COL_CHUNK = 64 (the last may be shorter); each chunk's column sum
+ * starts from 0 and adds its rows in order; the accumulator (the gradient's previous value) then adds
+ * the chunk sums in chunk order. A GPU computes the chunk sums in parallel (a thread per chunk and
+ * column, coalesced along the row) and a second pass adds them in order; the CPU walks the same
+ * chunks; the simple kernel does both in one thread per column. */
+#define TRI_COL_CHUNK 64
+
+/* Number of TRI_COL_CHUNK row chunks of N rows. */
+TRI_HD int64_t tri_col_chunks(int64_t N)
+{
+    return (N + TRI_COL_CHUNK - 1) / TRI_COL_CHUNK;
+}
+
 /* ---- row functions: each takes its rows as fp32 or bf16 storage (a `_bf16` flag per row, 0 or 1,
  * tri_load / tri_store above) and computes in fp32. The fp32 names below them are the same
  * function with every flag 0: the CPU backend calls those, the CUDA kernels the flagged form, so
  * both run one text. A row written and then read again inside a function (the softmax's
  * probabilities, in place over the scores) is read back as stored: in bf16 it is rounded in between. */
 
-/* ---- layernorm over one row of C; mean and rstd are fp32 ---- */
+/* ---- layernorm over one row of C; mean and rstd are fp32 ----
+ * mean = sum(x) / C, var = sum((x - mean)^2) / C, each sum in the row order above. */
 TRI_HD void tri_layernorm_row_forward_mixed(void *out, int out_bf16, float *mean_out, float *rstd_out,
                                             const void *x, int x_bf16, const void *w, int w_bf16,
                                             const void *b, int b_bf16, int64_t C)
 {
-    float m = 0.0f;
-    for (int64_t i = 0; i < C; i++)
-        m += tri_load(x, x_bf16, i);
-    m /= (float)C;
-    float var = 0.0f;
-    for (int64_t i = 0; i < C; i++) {
-        float dx = tri_load(x, x_bf16, i) - m;
-        var += dx * dx;
-    }
-    var /= (float)C;
-    float s = 1.0f / sqrtf(var + TRI_LN_EPS);
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
+        for (int64_t s = 0; s < TRI_ROW_SLOTS && i0 + s < C; s++)
+            acc[s] += tri_load(x, x_bf16, i0 + s);
+    float m = tri_row_slots_combine(acc) / (float)C;
+    tri_row_slots_zero(acc);
+    for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
+        for (int64_t s = 0; s < TRI_ROW_SLOTS && i0 + s < C; s++) {
+            float dx = tri_load(x, x_bf16, i0 + s) - m;
+            acc[s] += dx * dx;
+        }
+    float var = tri_row_slots_combine(acc) / (float)C;
+    float rs = 1.0f / sqrtf(var + TRI_LN_EPS);
     for (int64_t i = 0; i < C; i++)
         tri_store(out, out_bf16, i,
-                  (tri_load(x, x_bf16, i) - m) * s * tri_load(w, w_bf16, i) + tri_load(b, b_bf16, i));
+                  (tri_load(x, x_bf16, i) - m) * rs * tri_load(w, w_bf16, i) + tri_load(b, b_bf16, i));
     *mean_out = m;
-    *rstd_out = s;
+    *rstd_out = rs;
 }
 
 TRI_HD void tri_layernorm_row_forward(float *out, float *mean_out, float *rstd_out, const float *x,
@@ -155,21 +216,24 @@ TRI_HD void tri_layernorm_row_forward(float *out, float *mean_out, float *rstd_o
     tri_layernorm_row_forward_mixed(out, 0, mean_out, rstd_out, x, 0, w, 0, b, 0, C);
 }
 
-/* dx += d layernorm / dx given dout for one row. dw and db are accumulated by the caller
- * (their sums run over rows, which the backends order differently). */
+/* dx += d layernorm / dx given dout for one row: the means of dnorm = w * dout and of dnorm * norm
+ * are row sums in the order above. dw and db are the caller's column sums (TRI_COL_CHUNK). */
 TRI_HD void tri_layernorm_row_backward_input_mixed(void *dx, int dx_bf16, const void *dout, int dout_bf16,
                                                    const void *x, int x_bf16, const void *w, int w_bf16,
                                                    float mean, float rstd, int64_t C)
 {
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int64_t i = 0; i < C; i++) {
-        float norm = (tri_load(x, x_bf16, i) - mean) * rstd;
-        float dnorm = tri_load(w, w_bf16, i) * tri_load(dout, dout_bf16, i);
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean /= (float)C;
-    dnorm_norm_mean /= (float)C;
+    float a1[TRI_ROW_SLOTS], a2[TRI_ROW_SLOTS];
+    tri_row_slots_zero(a1);
+    tri_row_slots_zero(a2);
+    for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
+        for (int64_t s = 0; s < TRI_ROW_SLOTS && i0 + s < C; s++) {
+            float norm = (tri_load(x, x_bf16, i0 + s) - mean) * rstd;
+            float dnorm = tri_load(w, w_bf16, i0 + s) * tri_load(dout, dout_bf16, i0 + s);
+            a1[s] += dnorm;
+            a2[s] += dnorm * norm;
+        }
+    float dnorm_mean = tri_row_slots_combine(a1) / (float)C;
+    float dnorm_norm_mean = tri_row_slots_combine(a2) / (float)C;
     for (int64_t i = 0; i < C; i++) {
         float norm = (tri_load(x, x_bf16, i) - mean) * rstd;
         float dnorm = tri_load(w, w_bf16, i) * tri_load(dout, dout_bf16, i);
@@ -185,7 +249,8 @@ TRI_HD void tri_layernorm_row_backward_input(float *dx, const float *dout, const
 }
 
 /* ---- causal softmax of one attention row: p[0..t] = softmax(s[0..t]), p[t+1..T) = 0 ----
- * p may be s (in place); p holds the exponentials before it is scaled. */
+ * p may be s (in place); p holds the exponentials before it is scaled (read back as stored). The
+ * max is exact in any order; the sum of the exponentials is a row sum in the order above. */
 TRI_HD void tri_causal_softmax_row_mixed(void *p, int p_bf16, const void *s, int s_bf16, int64_t t, int64_t T)
 {
     float mx = -INFINITY;
@@ -193,13 +258,15 @@ TRI_HD void tri_causal_softmax_row_mixed(void *p, int p_bf16, const void *s, int
         float sj = tri_load(s, s_bf16, j);
         mx = sj > mx ? sj : mx;
     }
-    float sum = 0.0f;
-    for (int64_t j = 0; j <= t; j++) {
-        float e = tri_expf(tri_load(s, s_bf16, j) - mx);
-        tri_store(p, p_bf16, j, e);
-        sum += e;
-    }
-    float inv = 1.0f / sum;
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t j0 = 0; j0 <= t; j0 += TRI_ROW_SLOTS)
+        for (int64_t k = 0; k < TRI_ROW_SLOTS && j0 + k <= t; k++) {
+            float e = tri_expf(tri_load(s, s_bf16, j0 + k) - mx);
+            tri_store(p, p_bf16, j0 + k, e);
+            acc[k] += e;
+        }
+    float inv = 1.0f / tri_row_slots_combine(acc);
     for (int64_t j = 0; j <= t; j++)
         tri_store(p, p_bf16, j, tri_load(p, p_bf16, j) * inv);
     for (int64_t j = t + 1; j < T; j++)
@@ -212,13 +279,16 @@ TRI_HD void tri_causal_softmax_row(float *p, const float *s, int64_t t, int64_t 
 }
 
 /* Softmax backward of one causal row: ds[j] = p[j] * (dp[j] - sum_k p[k] dp[k]), j <= t; 0 after.
- * ds may be dp (in place). */
+ * ds may be dp (in place); the dot product is a row sum in the order above. */
 TRI_HD void tri_causal_softmax_row_backward_mixed(void *ds, int ds_bf16, const void *p, int p_bf16,
                                                   const void *dp, int dp_bf16, int64_t t, int64_t T)
 {
-    float dot = 0.0f;
-    for (int64_t j = 0; j <= t; j++)
-        dot += tri_load(p, p_bf16, j) * tri_load(dp, dp_bf16, j);
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t j0 = 0; j0 <= t; j0 += TRI_ROW_SLOTS)
+        for (int64_t k = 0; k < TRI_ROW_SLOTS && j0 + k <= t; k++)
+            acc[k] += tri_load(p, p_bf16, j0 + k) * tri_load(dp, dp_bf16, j0 + k);
+    float dot = tri_row_slots_combine(acc);
     for (int64_t j = 0; j <= t; j++)
         tri_store(ds, ds_bf16, j, tri_load(p, p_bf16, j) * (tri_load(dp, dp_bf16, j) - dot));
     for (int64_t j = t + 1; j < T; j++)
@@ -232,9 +302,9 @@ TRI_HD void tri_causal_softmax_row_backward(float *ds, const float *p, const flo
 }
 
 /* ---- cross-entropy pieces over one row of a vocab shard ----
- * Row reductions accumulate in TRI_LANES interleaved partial results combined in a fixed order:
- * the same arithmetic on every backend and thread count, and loops the compiler can vectorize
- * without reassociating floating-point sums. */
+ * The max is exact in any order (TRI_LANES interleaved lanes, so the loop vectorizes); the sum of
+ * exponentials is a row sum in the order above. TRI_LANES also sets the double lanes of the range
+ * sums below. */
 #define TRI_LANES 8
 
 TRI_HD float tri_ce_row_max_mixed(const void *logits, int bf16, int64_t V_valid)
@@ -264,19 +334,15 @@ TRI_HD float tri_ce_row_max(const float *logits, int64_t V_valid)
     return tri_ce_row_max_mixed(logits, 0, V_valid);
 }
 
+/* sum of exp(logit - mx) over the valid columns, a row sum in the order above (TRI_ROW_SLOTS) */
 TRI_HD float tri_ce_row_sumexp_mixed(const void *logits, int bf16, float mx, int64_t V_valid)
 {
-    float lane[TRI_LANES] = {0};
-    int64_t j = 0;
-    for (; j + TRI_LANES <= V_valid; j += TRI_LANES)
-        for (int k = 0; k < TRI_LANES; k++)
-            lane[k] += tri_expf(tri_load(logits, bf16, j + k) - mx);
-    for (int k = 0; j + k < V_valid; k++)
-        lane[k] += tri_expf(tri_load(logits, bf16, j + k) - mx);
-    float sum = 0.0f;
-    for (int k = 0; k < TRI_LANES; k++)
-        sum += lane[k];
-    return sum;
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t j0 = 0; j0 < V_valid; j0 += TRI_ROW_SLOTS)
+        for (int64_t k = 0; k < TRI_ROW_SLOTS && j0 + k < V_valid; k++)
+            acc[k] += tri_expf(tri_load(logits, bf16, j0 + k) - mx);
+    return tri_row_slots_combine(acc);
 }
 
 TRI_HD float tri_ce_row_sumexp(const float *logits, float mx, int64_t V_valid)
@@ -343,6 +409,26 @@ TRI_HD double tri_count_nonfinite_range_mixed(const void *x, int bf16, int64_t l
 TRI_HD double tri_count_nonfinite_range(const float *x, int64_t lo, int64_t hi)
 {
     return tri_count_nonfinite_range_mixed(x, 0, lo, hi);
+}
+
+/* The total of n_chunks chunk sums part[0 .. n_chunks) (sum_squares, count_nonfinite): in
+ * TRI_CHUNK_SLOTS = 256 slots, chunk c in slot c % 256, each slot adding its chunks in order from 0;
+ * then the slots by halving (slot s += slot s + k for k = 128, 64, ..., 1). A block of 256 GPU
+ * threads runs exactly this (a thread per slot, then a tree in shared memory), one thread or the
+ * CPU the same loops; the chunking itself depends only on the element count. */
+#define TRI_CHUNK_SLOTS 256
+
+TRI_HD double tri_chunks_total(const double *part, int64_t n_chunks)
+{
+    double acc[TRI_CHUNK_SLOTS];
+    for (int s = 0; s < TRI_CHUNK_SLOTS; s++)
+        acc[s] = 0.0;
+    for (int64_t c = 0; c < n_chunks; c++)
+        acc[c % TRI_CHUNK_SLOTS] += part[c];
+    for (int k = TRI_CHUNK_SLOTS / 2; k >= 1; k /= 2)
+        for (int s = 0; s < k; s++)
+            acc[s] += acc[s + k];
+    return acc[0];
 }
 
 /* ---- AdamW on one element (Loshchilov & Hutter 2019, Algorithm 2) ----

@@ -113,7 +113,8 @@ static int cpu_scale(tri_device *d, tri_tensor x, float s)
 }
 
 /* Sums x[i]^2 (squares) or the non-finite x[i] over REDUCE_CHUNKS fixed chunks (each in double
- * by engine/core/math.h's range sums, which the CUDA kernels share), then the chunks in order. */
+ * by engine/core/math.h's range sums, which the CUDA kernels share), then the chunk sums in
+ * math.h's order (tri_chunks_total). */
 static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
 {
     double part[REDUCE_CHUNKS];
@@ -123,10 +124,7 @@ static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
         int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
         part[c] = squares ? tri_sum_squares_range(x, lo, hi) : tri_count_nonfinite_range(x, lo, hi);
     }
-    double total = 0.0;
-    for (int c = 0; c < REDUCE_CHUNKS; c++)
-        total += part[c];
-    return total;
+    return tri_chunks_total(part, REDUCE_CHUNKS);
 }
 
 static int cpu_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
@@ -164,6 +162,7 @@ static int cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, t
     return TRI_OK;
 }
 
+/* dbias[j] += the column sums of dout in engine/core/math.h's order (TRI_COL_CHUNK row chunks) */
 static int cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 {
     int64_t N = tri_tensor_rows(dout), OC = tri_tensor_cols(dout);
@@ -172,9 +171,17 @@ static int cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 #pragma omp parallel for num_threads(nthreads(d)) schedule(static)
     for (int64_t j0 = 0; j0 < OC; j0 += COL_BLOCK) {
         int64_t j1 = j0 + COL_BLOCK < OC ? j0 + COL_BLOCK : OC;
-        for (int64_t n = 0; n < N; n++)
+        float part[COL_BLOCK];
+        for (int64_t c0 = 0; c0 < N; c0 += TRI_COL_CHUNK) {
+            int64_t c1 = c0 + TRI_COL_CHUNK < N ? c0 + TRI_COL_CHUNK : N;
             for (int64_t j = j0; j < j1; j++)
-                db[j] += g[n * OC + j];
+                part[j - j0] = 0.0f;
+            for (int64_t n = c0; n < c1; n++)
+                for (int64_t j = j0; j < j1; j++)
+                    part[j - j0] += g[n * OC + j];
+            for (int64_t j = j0; j < j1; j++)
+                db[j] += part[j - j0];
+        }
     }
     return TRI_OK;
 }
@@ -203,15 +210,26 @@ static int cpu_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw,
 #pragma omp parallel for num_threads(nthreads(d)) schedule(static)
     for (int64_t n = 0; n < N; n++)
         tri_layernorm_row_backward_input(dx + n * C, g + n * C, x + n * C, fp(w), mu[n], rs[n], C);
+    /* dw, db: column sums in engine/core/math.h's order (TRI_COL_CHUNK row chunks) */
 #pragma omp parallel for num_threads(nthreads(d)) schedule(static)
     for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
         int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
-        for (int64_t n = 0; n < N; n++)
+        float pw[COL_BLOCK], pb[COL_BLOCK];
+        for (int64_t c0 = 0; c0 < N; c0 += TRI_COL_CHUNK) {
+            int64_t c1 = c0 + TRI_COL_CHUNK < N ? c0 + TRI_COL_CHUNK : N;
+            for (int64_t j = j0; j < j1; j++)
+                pw[j - j0] = pb[j - j0] = 0.0f;
+            for (int64_t n = c0; n < c1; n++)
+                for (int64_t j = j0; j < j1; j++) {
+                    float norm = (x[n * C + j] - mu[n]) * rs[n];
+                    pw[j - j0] += norm * g[n * C + j];
+                    pb[j - j0] += g[n * C + j];
+                }
             for (int64_t j = j0; j < j1; j++) {
-                float norm = (x[n * C + j] - mu[n]) * rs[n];
-                pdw[j] += norm * g[n * C + j];
-                pdb[j] += g[n * C + j];
+                pdw[j] += pw[j - j0];
+                pdb[j] += pb[j - j0];
             }
+        }
     }
     return TRI_OK;
 }

@@ -24,21 +24,6 @@ int tri_optimizer_reset(tri_device *d, tri_optimizer *o)
     return rc;
 }
 
-int tri_param_grad_sumsq(tri_device *d, const tri_zero *z, const tri_param *p, tri_tensor scalar,
-                         double *sumsq)
-{
-    int rc = tri_op_fill(d, scalar, 0.0f);
-    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
-        int64_t s, n, at;
-        if (tri_zero_owned_piece(z, k, p, &s, &n, &at))
-            rc = tri_op_sum_squares(d, scalar, tri_zero_owned_grads(z, s, n));
-    }
-    float host = 0.0f;
-    if (!rc) rc = tri_device_copy_to_host(d, &host, scalar);
-    *sumsq = host;
-    return rc;
-}
-
 int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale)
 {
     tri_adamw_hparams hp = {

@@ -35,11 +35,6 @@ int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *c
 /* Zeroes the state (after the arena is committed). */
 int tri_optimizer_reset(tri_device *d, tri_optimizer *o);
 
-/* *sumsq = sum of squares of parameter p's gradients over the pieces this rank owns (complete
- * gradients, after tri_zero_reduce_grads). The caller adds it to the global norm if p counts. */
-int tri_param_grad_sumsq(tri_device *d, const tri_zero *z, const tri_param *p, tri_tensor scalar,
-                         double *sumsq);
-
 /* One AdamW update of every owned range, gradients first multiplied by grad_scale (clipping). */
 int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale);
 

@@ -237,6 +237,12 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
     return rc;
 }
 
+/* The slot of parameter p's sum of squares in norm_slots (see below). */
+static int64_t norm_slot(const tri_trainer *t, const tri_param *p, int dp, int stage)
+{
+    return ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp + (stage > 0 ? t->grid->dp_rank : 0);
+}
+
 /* The sum of squares of each counted parameter (over the pieces this rank owns) lands in its own
  * slot (global index, TP rank, and DP rank when ZeRO shards); after the all-reduce over the ranks
  * holding pieces every slot holds exactly one rank's value (the others added zeros, which is exact),
@@ -251,26 +257,34 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
     float *slots = calloc((size_t)nslots, sizeof *slots);
     if (!slots)
         return TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the gradient norm");
-    int rc = TRI_OK;
+    /* each parameter's pieces add their sums of squares into its slot on the device: no host sync
+     * until the one copy after the all-reduce */
+    int rc = tri_op_fill(t->dev, t->norm_slots, 0.0f);
     for (int c = 0; c < t->v && !rc; c++) {
         const tri_chunk *st = t->chunks[c];
         for (int i = 0; i < st->layout.n && !rc; i++) {
             const tri_param *p = &st->layout.params[i];
             if (!p->count_in_norm)
                 continue;
-            double s = 0.0;
-            rc = tri_param_grad_sumsq(t->dev, &st->zero, p, t->scalar, &s);
-            if (!isfinite(s))
-                t->local_bad = true;
-            int64_t slot = ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp +
-                           (stage > 0 ? t->grid->dp_rank : 0);
-            slots[slot] = (float)s;
+            int64_t slot = norm_slot(t, p, dp, stage);
+            for (int k = 0; k < tri_zero_n_owned(&st->zero) && !rc; k++) {
+                int64_t s, n, at;
+                if (tri_zero_owned_piece(&st->zero, k, p, &s, &n, &at))
+                    rc = tri_op_sum_squares(t->dev, tri_tensor_range(t->norm_slots, slot, 1),
+                                            tri_zero_owned_grads(&st->zero, s, n));
+            }
         }
     }
     tri_comm *over = stage > 0 ? t->grid->world : t->grid->mp_comm;
-    if (!rc) rc = tri_device_copy_from_host(t->dev, t->norm_slots, slots);
     if (!rc) rc = tri_comm_all_reduce(over, t->norm_slots, TRI_REDUCE_SUM);
     if (!rc) rc = tri_device_copy_to_host(t->dev, slots, t->norm_slots);
+    /* this rank's own slots (the others added zeros, which keeps NaN and Inf) decide local_bad */
+    for (int c = 0; c < t->v && !rc; c++) {
+        const tri_chunk *st = t->chunks[c];
+        for (int i = 0; i < st->layout.n; i++)
+            if (st->layout.params[i].count_in_norm && !isfinite(slots[norm_slot(t, &st->layout.params[i], dp, stage)]))
+                t->local_bad = true;
+    }
     double sum = 0.0;
     for (int64_t i = 0; i < nslots; i++)
         sum += slots[i];

@@ -289,9 +289,13 @@ Test(gpu_ops, embeddings)
     cmp("position_backward (+=)", dwpe, TOL);
 }
 
-Test(gpu_ops, cross_entropy)
+/* Both forms (warp per row, simple twins): the max is exact and the sum of exponentials follows
+ * math.h's row order in both, so they are the CPU's bits; the loss takes logf (CUDA's, 1 ulp) and the
+ * backward a division per element: TOL. */
+static void cross_entropy_case(int simple)
 {
     int64_t N = 77, V_l = 1031, V_valid = 1000, vocab_start = 500;
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
     int32_t *tgt = ot_ints((size_t)N);
     for (int64_t n = 0; n < N; n++)
         tgt[n] = (int32_t)((n * 97) % 2000);
@@ -300,15 +304,22 @@ Test(gpu_ops, cross_entropy)
     both maxes = make(tri_tensor_1d(NULL, TRI_F32, N), NULL), stats = make(tri_tensor_2d(NULL, TRI_F32, N, 2), NULL);
     both losses = make(tri_tensor_1d(NULL, TRI_F32, N), NULL);
     BOTH(tri_op_ce_row_max(cpu, maxes.c, logits.c, V_valid), tri_op_ce_row_max(gpu, maxes.g, logits.g, V_valid));
-    cmp("ce_row_max", maxes, 0.0);
+    cmp(simple ? "ce_row_max (simple)" : "ce_row_max (fast)", maxes, 0.0);
     BOTH(tri_op_ce_sumexp_target(cpu, stats.c, logits.c, maxes.c, t.c, vocab_start, V_valid),
          tri_op_ce_sumexp_target(gpu, stats.g, logits.g, maxes.g, t.g, vocab_start, V_valid));
-    cmp("ce_sumexp_target", stats, TOL);
+    cmp(simple ? "ce_sumexp_target (simple), exact" : "ce_sumexp_target (fast), exact", stats, 0.0);
     BOTH(tri_op_ce_loss(cpu, losses.c, maxes.c, stats.c), tri_op_ce_loss(gpu, losses.g, maxes.g, stats.g));
     cmp("ce_loss", losses, TOL);
     BOTH(tri_op_ce_backward(cpu, logits.c, logits.c, maxes.c, stats.c, t.c, vocab_start, V_valid, 0.01f),
          tri_op_ce_backward(gpu, logits.g, logits.g, maxes.g, stats.g, t.g, vocab_start, V_valid, 0.01f));
     cmp("ce_backward (in place)", logits, TOL);
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, cross_entropy)
+{
+    cross_entropy_case(0);
+    cross_entropy_case(1);
 }
 
 Test(gpu_ops, adamw)
@@ -642,4 +653,143 @@ Test(gpu_ops, cross_entropy_bf16)
     BOTH(tri_op_ce_backward(cpu, logits.c, logits.c, maxes.c, stats.c, t.c, vocab_start, V_valid, 0.01f),
          tri_op_ce_backward(gpu, logits.g, logits.g, maxes.g, stats.g, t.g, vocab_start, V_valid, 0.01f));
     cmp("ce_backward bf16 (in place)", logits, BF16_TOL);
+}
+
+/* ---- the fast kernels against their simple twins and the CPU, bit for bit ----
+ * The row kernels (layernorm, the attention's softmax rows) and the column sums (layernorm's dw and
+ * db, the bias gradient) add in engine/core/math.h's order in every form: the warp-per-row kernels
+ * (cuda/warp.cuh), the two-pass column sums (cuda/kernels/colsum.kern.h), the simple twins and the
+ * CPU backend. So they must agree exactly (tolerance 0), in fp32 and bf16, at row lengths that take
+ * the 16-byte vector path (multiples of 8 on aligned rows), the scalar path (odd lengths; rows
+ * 2, 4 or 8 bytes off alignment) and both in one launch, with more rows than one column chunk. */
+static void layernorm_exact_case(int64_t N, int64_t C, int bf16, uint64_t seed)
+{
+    both x = uniform_as(m2(N, C), -2, 2, seed, bf16), w = uniform_as(v1(C), 0.5f, 1.5f, seed + 1, bf16);
+    both b = uniform_as(v1(C), -0.5f, 0.5f, seed + 2, bf16);
+    for (int simple = 0; simple < 2; simple++) {
+        char what[128];
+        const char *form = simple ? "simple" : "fast";
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        both out = make_as(m2(N, C), NULL, bf16), mean = make(v1(N), NULL), rstd = make(v1(N), NULL);
+        BOTH(tri_op_layernorm_forward(cpu, out.c, mean.c, rstd.c, x.c, w.c, b.c),
+             tri_op_layernorm_forward(gpu, out.g, mean.g, rstd.g, x.g, w.g, b.g));
+        snprintf(what, sizeof what, "layernorm_forward %s %s N %lld C %lld: out", form, bf16 ? "bf16" : "fp32",
+                 (long long)N, (long long)C);
+        cmp(what, out, 0.0);
+        cmp("layernorm_forward mean, exact", mean, 0.0);
+        cmp("layernorm_forward rstd, exact", rstd, 0.0);
+        both g = uniform_as(m2(N, C), -1, 1, seed + 3, bf16), dx = uniform_as(m2(N, C), -1, 1, seed + 4, bf16);
+        both dw = uniform_as(v1(C), -1, 1, seed + 5, 0), db = uniform_as(v1(C), -1, 1, seed + 6, bf16);
+        BOTH(tri_op_layernorm_backward(cpu, dx.c, dw.c, db.c, g.c, x.c, w.c, mean.c, rstd.c),
+             tri_op_layernorm_backward(gpu, dx.g, dw.g, db.g, g.g, x.g, w.g, mean.g, rstd.g));
+        snprintf(what, sizeof what, "layernorm_backward %s %s N %lld C %lld: dinp", form, bf16 ? "bf16" : "fp32",
+                 (long long)N, (long long)C);
+        cmp(what, dx, 0.0);
+        cmp("layernorm_backward dw (fp32), exact", dw, 0.0);
+        cmp("layernorm_backward db, exact", db, 0.0);
+        both dout = uniform_as(m2(N, C), -1, 1, seed + 7, bf16), dbias = uniform_as(v1(C), -1, 1, seed + 8, bf16);
+        BOTH(tri_op_bias_backward(cpu, dbias.c, dout.c), tri_op_bias_backward(gpu, dbias.g, dout.g));
+        snprintf(what, sizeof what, "bias_backward %s %s N %lld C %lld", form, bf16 ? "bf16" : "fp32", (long long)N,
+                 (long long)C);
+        cmp(what, dbias, 0.0);
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+static const int64_t EXACT_DIMS[][2] = {{333, 67}, {200, 768}, {65, 1600}, {130, 300}, {7, 2}, {129, 264}};
+
+Test(gpu_ops, row_and_column_kernels_exact_fp32)
+{
+    for (size_t k = 0; k < sizeof EXACT_DIMS / sizeof *EXACT_DIMS; k++)
+        layernorm_exact_case(EXACT_DIMS[k][0], EXACT_DIMS[k][1], 0, 900 + 10 * k);
+}
+
+Test(gpu_ops, row_and_column_kernels_exact_bf16)
+{
+    for (size_t k = 0; k < sizeof EXACT_DIMS / sizeof *EXACT_DIMS; k++)
+        layernorm_exact_case(EXACT_DIMS[k][0], EXACT_DIMS[k][1], 1, 900 + 10 * k);
+}
+
+/* The softmax rows alone (tri_cuda_causal_softmax_rows): the CPU reference is math.h's row
+ * functions run here on storage of the same dtype. Every case runs (failures are counted, and the
+ * first rows of a failing case printed) so one GPU run shows the whole pattern. */
+static int softmax_exact_case(int64_t T, int64_t rows, int bf16, uint64_t seed)
+{
+    size_t n = (size_t)(rows * T);
+    int failures = 0;
+    tri_dtype dt = bf16 ? TRI_BF16 : TRI_F32;
+    float *s = ot_uniform(n, -4, 4, seed), *dp = ot_uniform(n, -1, 1, seed + 1);
+    tri_tensor shape = tri_tensor_2d(NULL, dt, rows, T);
+    tri_tensor ref = ot_tensor_as(cpu, dt, shape, s), dref = ot_tensor_as(cpu, dt, shape, dp);
+    for (int64_t r = 0; r < rows; r++) {
+        void *row = tri_at(ref.data, bf16, r * T), *drow = tri_at(dref.data, bf16, r * T);
+        tri_causal_softmax_row_mixed(row, bf16, row, bf16, r % T, T);
+        tri_causal_softmax_row_backward_mixed(drow, bf16, row, bf16, drow, bf16, r % T, T);
+    }
+    float *want = ot_read(cpu, ref), *dwant = ot_read(cpu, dref);
+    for (int simple = 0; simple < 2; simple++) {
+        char what[128];
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        tri_tensor att = ot_tensor_as(gpu, dt, shape, s), datt = ot_tensor_as(gpu, dt, shape, dp);
+        cr_assert_eq(tri_cuda_causal_softmax_rows(gpu, att, T), TRI_OK, "%s", tri_error_message());
+        float *got = gpu_read(gpu, att);
+        snprintf(what, sizeof what, "causal softmax rows %s %s T %lld", simple ? "simple" : "fast",
+                 bf16 ? "bf16" : "fp32", (long long)T);
+        if (!gpu_close(what, got, want, n, 0.0)) {
+            failures++;
+            for (size_t i = 0; i < n && i < 12; i++)
+                cr_log_error("  %s [%zu] (row %lld) score %.9g got %.9g want %.9g", what, i, (long long)(i / (size_t)T),
+                             (double)tri_round_bf16(s[i]), (double)got[i], (double)want[i]);
+        }
+        cr_assert_eq(tri_cuda_causal_softmax_rows_backward(gpu, datt, att, T), TRI_OK, "%s", tri_error_message());
+        snprintf(what, sizeof what, "causal softmax rows backward %s %s T %lld", simple ? "simple" : "fast",
+                 bf16 ? "bf16" : "fp32", (long long)T);
+        failures += !gpu_close(what, gpu_read(gpu, datt), dwant, n, 0.0);
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+    return failures;
+}
+
+Test(gpu_ops, softmax_rows_exact)
+{
+    const int64_t Ts[] = {1, 2, 7, 8, 33, 264, 300, 1024};
+    int failures = 0;
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++)
+            failures += softmax_exact_case(Ts[k], 2 * Ts[k] + 3, bf16, 950 + 10 * k);
+    cr_assert_eq(failures, 0, "%d softmax row results differ from math.h's (listed above)", failures);
+}
+
+/* GELU's fast kernels (8 elements a thread, 16-byte loads when aligned) against the simple ones on
+ * the GPU, bit for bit: the same math.h function per element. n = 70001 leaves a tail; the views
+ * starting one element in take the one-by-one path. */
+static float *gelu_on_gpu(int simple, tri_tensor x, tri_tensor g, tri_tensor out, int64_t off, int64_t n,
+                          float **dg)
+{
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+    tri_tensor xv = tri_tensor_range(x, off, n), ov = tri_tensor_range(out, off, n), gv = tri_tensor_range(g, off, n);
+    cr_assert_eq(tri_op_gelu_forward(gpu, ov, xv), TRI_OK, "%s", tri_error_message());
+    float *fwd = gpu_read(gpu, ov);
+    cr_assert_eq(tri_op_gelu_backward(gpu, ov, xv, gv), TRI_OK, "%s", tri_error_message());
+    *dg = gpu_read(gpu, ov);
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+    return fwd;
+}
+
+Test(gpu_ops, gelu_fast_vs_simple)
+{
+    int64_t n = 70001;
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int64_t off = 0; off < 2; off++) {
+            tri_tensor shape = tri_tensor_1d(NULL, bf16 ? TRI_BF16 : TRI_F32, n + 1);
+            tri_tensor x = ot_tensor_as(gpu, shape.dtype, shape, ot_uniform((size_t)n + 1, -6, 6, 80));
+            tri_tensor g = ot_tensor_as(gpu, shape.dtype, shape, ot_uniform((size_t)n + 1, -1, 1, 81));
+            tri_tensor o1 = ot_tensor_as(gpu, shape.dtype, shape, NULL), o2 = ot_tensor_as(gpu, shape.dtype, shape, NULL);
+            float *d1, *d2;
+            float *f1 = gelu_on_gpu(0, x, g, o1, off, n, &d1), *f2 = gelu_on_gpu(1, x, g, o2, off, n, &d2);
+            cr_assert(gpu_close(bf16 ? "gelu_forward fast vs simple, bf16" : "gelu_forward fast vs simple", f1, f2,
+                                (size_t)n, 0.0));
+            cr_assert(gpu_close(bf16 ? "gelu_backward fast vs simple, bf16" : "gelu_backward fast vs simple", d1, d2,
+                                (size_t)n, 0.0));
+        }
 }
