@@ -62,6 +62,11 @@ typedef struct tri_cuda_info {
 } tri_cuda_info;
 int tri_cuda_device_info(int ordinal, tri_cuda_info *info);
 
+/* *tflops = the dense peak of the card whose cudaDeviceProp name is gpu_name, in bf16 or fp32
+ * (cuda/peaks.c: NVIDIA's datasheets for A100, H100 SXM/PCIe/NVL, H200); false and 0 for a card
+ * not in the table. MFU's denominator in bench_cuda_train and engine_train. */
+bool tri_cuda_peak_tflops(const char *gpu_name, bool bf16, double *tflops);
+
 #ifdef __cplusplus
 }
 #endif

@@ -50,7 +50,7 @@
 
 
 typedef struct args {
-    const char *config, *train_data, *val_data, *save_dir, *device;
+    const char *config, *train_data, *val_data, *save_dir, *device, *comm;
     const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *load;
     tri_cli_layout layout;                      /* the layout flags (tools/cli/layout_flags.h) */
     int threads;
@@ -71,6 +71,7 @@ typedef struct run {
     tri_model model;
     tri_comm *world;
     tri_comm *dev_world;     /* the device's world comm (NCCL for cuda), NULL: world serves */
+    double peak_gflops;      /* MFU's denominator per rank (0: unknown) */
     tri_train_layout L;      /* the layout the flags resolve to (partitioner/constraints.h) */
     tri_device *dev;
     tri_session_options sopt;
@@ -136,9 +137,10 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("sample-top-k", TRI_FLAG_INT, &a->sample_top_k, "top-k of the sampling", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("sample-temperature", TRI_FLAG_FLOAT, &a->sample_temperature, "sampling temperature", 1e-3, 100);
     f[n++] = (tri_flag)CHOICE("device", &a->device, "cpu|cuda", "where the math runs");
+    f[n++] = (tri_flag)CHOICE("comm", &a->comm, "auto|nccl|mpi", "how cuda ranks talk: NCCL (one GPU per rank), MPI with tensors staged through host memory (ranks sharing a GPU), or auto (NCCL unless a node has more ranks than GPUs)");
     f[n++] = (tri_flag)FLAG("threads", TRI_FLAG_INT, &a->threads, "CPU threads per rank (0: OMP_NUM_THREADS, else cores / ranks)", 0, 4096);
     f[n++] = (tri_flag)FLAG("memory-budget-gb", TRI_FLAG_FLOAT, &a->memory_budget_gb, "refuse layouts whose planned memory per rank exceeds this many GiB (0: on cpu the machine's physical memory, on cuda no check)", 0, 1e9);
-    f[n++] = (tri_flag)FLAG("peak-gflops", TRI_FLAG_FLOAT, &a->peak_gflops, "peak GFLOP/s of one rank, the denominator of MFU (0: 100 per CPU thread, measured OpenBLAS sgemm here)", 0, 1e9);
+    f[n++] = (tri_flag)FLAG("peak-gflops", TRI_FLAG_FLOAT, &a->peak_gflops, "peak GFLOP/s of one rank, the denominator of MFU (0: the device's: 100 per CPU thread, measured OpenBLAS sgemm here; a GPU's datasheet peak in the run's precision)", 0, 1e9);
     f[n++] = (tri_flag)FLAG("comm-timeout", TRI_FLAG_FLOAT, &a->comm_timeout, "seconds a rank waits in one collective before it names the ranks that do not answer (dead or stalled) and every rank exits non-zero (0: wait forever)", 0, 1e7);
     f[n++] = (tri_flag)FLAG("skip-nonfinite", TRI_FLAG_INT, &a->skip_nonfinite, "skip up to K steps in a row whose loss or gradients are not finite on some rank (no update on any rank); the next one stops the run (0: stop at the first)", 0, 1 << 30);
     f[n++] = (tri_flag)FLAG("skip-loss-spike-zscore", TRI_FLAG_FLOAT, &a->spike_zscore, "skip the update of a step whose loss is more than Z standard deviations above the mean of the last --loss-spike-window losses (0: off)", 0, 1e6);
@@ -177,6 +179,7 @@ static void defaults(args *a)
     a->sample_top_k = 40;
     a->sample_temperature = 1.0f;
     a->comm_timeout = 300.0f;
+    a->comm = "auto";
     a->spike_window = 50;
 }
 
@@ -201,6 +204,8 @@ static int validate(run *r)
                        "exclude each other: the learning-rate schedule comes from the flags or from the checkpoint");
     if (a->min_lr > a->lr)
         return TRI_ERR(TRI_EINVAL, "--min-lr %g is larger than --lr %g", (double)a->min_lr, (double)a->lr);
+    if (strcmp(a->comm, "nccl") == 0 && strcmp(a->device, "cuda") != 0)
+        return TRI_ERR(TRI_EINVAL, "--comm nccl needs --device cuda (CPU ranks talk through MPI)");
     if (a->lr_decay_iters == 0)
         a->lr_decay_iters = a->train_iters;
     if (a->lr_warmup_iters >= a->lr_decay_iters && a->lr_warmup_iters > 0)
@@ -486,12 +491,26 @@ static int load_checkpoint(run *r)
 }
 
 /* The observability account of the run (tools/cli/train_metrics.h); MFU against --peak-gflops per
- * rank, by default 100 GFLOP/s per CPU thread (OpenBLAS sgemm on one core, ../shared/NOTES.md). */
+ * rank, by default the device's peak (tools/cli/backend.h: 100 GFLOP/s per CPU thread, a GPU's
+ * datasheet peak in the run's precision, the table bench_cuda_train uses). */
 static int start_metrics(run *r, tri_train_metrics *tm)
 {
-    double peak = r->a.peak_gflops > 0 ? r->a.peak_gflops
-                  : strcmp(r->a.device, "cpu") == 0 ? 100.0 * r->a.threads : 0.0;
-    return tri_train_metrics_init(tm, r->metrics, r->world, peak, r->start_iter, r->a.train_iters);
+    r->peak_gflops = r->a.peak_gflops > 0 ? r->a.peak_gflops
+                     : tri_cli_device_peak_gflops(r->a.device, r->dev, r->a.threads,
+                                                  r->L.precision == TRI_PRECISION_BF16);
+    return tri_train_metrics_init(tm, r->metrics, r->world, r->peak_gflops, r->start_iter, r->a.train_iters);
+}
+
+/* The throughput of a progress line: GFLOP/s on a CPU; on a GPU TFLOP/s and MFU against the card's peak. */
+static const char *throughput(const run *r, double gflops, char *buf, size_t cap)
+{
+    if (strcmp(r->a.device, "cpu") == 0)
+        snprintf(buf, cap, "%6.2f GFLOP/s", gflops);
+    else if (r->peak_gflops > 0)
+        snprintf(buf, cap, "%6.1f TFLOP/s, MFU %.1f%%", gflops / 1e3, 100.0 * gflops / (r->peak_gflops * r->world->size));
+    else
+        snprintf(buf, cap, "%6.1f TFLOP/s (MFU: pass --peak-gflops for this card)", gflops / 1e3);
+    return buf;
 }
 
 /* One progress line on rank 0: the figures, the time split, the ETA, and the straggler when the
@@ -499,12 +518,13 @@ static int start_metrics(run *r, tri_train_metrics *tm)
 static void log_iteration(run *r, const tri_train_metrics *tm, int64_t iter, const tri_step_result *res,
                           const tri_step_time *t, double tps, double gflops)
 {
-    char eta[32];
+    char eta[32], thr[96];
     tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms (compute %.0f%%, tp %.0f%%, "
-                  "pp %.0f%%, bubble %.0f%%, dp %.0f%%) | %8.0f tok/s | %6.2f GFLOP/s | ETA %s", (long long)iter,
+                  "pp %.0f%%, bubble %.0f%%, dp %.0f%%) | %8.0f tok/s | %s | ETA %s", (long long)iter,
                   (long long)r->a.train_iters, res->loss, (double)res->lr, res->grad_norm, t->step_s * 1e3,
                   100 * t->compute_s / t->step_s, 100 * t->tp_s / t->step_s, 100 * t->pp_s / t->step_s,
-                  100 * t->bubble_s / t->step_s, 100 * (t->dp_s + t->other_s) / t->step_s, tps, gflops,
+                  100 * t->bubble_s / t->step_s, 100 * (t->dp_s + t->other_s) / t->step_s, tps,
+                  throughput(r, gflops, thr, sizeof thr),
                   tri_format_duration(tri_train_metrics_eta(tm, iter), eta, sizeof eta));
     if (r->world->size > 1 && tm->straggler_rank >= 0 && tm->straggler_compute_s > 1.25 * tm->median_compute_s)
         tri_log_rank0("straggler: rank %d computed %.1f ms over the last interval, median %.1f ms (+%.0f%%)",
@@ -832,7 +852,7 @@ int main(int argc, char **argv)
     /* the device, then its world comm (NCCL for cuda: collective), each agreed on by every rank */
     bool report = false;
     rc = devices_agree(&r, make_device(&r), &report);
-    if (!rc) rc = devices_agree(&r, tri_cli_device_world(r.a.device, r.dev, r.a.comm_timeout, &r.dev_world), &report);
+    if (!rc) rc = devices_agree(&r, tri_cli_device_world(r.a.device, r.a.comm, r.dev, r.a.comm_timeout, &r.dev_world), &report);
     if (rc) {
         if (report)
             fprintf(stderr, "engine_train: error: %s\n", tri_error_message());

@@ -9,11 +9,8 @@
  * tokens/s, achieved TFLOP/s (model FLOPs of Narayanan et al. 2021 eq. 3, without recomputation,
  * the figure engine_train prints) and MFU = achieved / (GPUs x the card's dense peak).
  *
- * Peaks (dense, no sparsity), from NVIDIA's datasheets: H100 SXM5 fp32 67 TFLOP/s, bf16 989.4
- * ("NVIDIA H100 Tensor Core GPU" datasheet, 2023); H100 PCIe 51 / 756; H100 NVL 60 / 835;
- * H200 SXM the same compute as H100 SXM, 67 / 989 ("NVIDIA H200 Tensor Core GPU" datasheet,
- * 2024); A100 SXM4/PCIe fp32 19.5, bf16 312 ("NVIDIA A100 Tensor Core GPU Architecture"
- * whitepaper, 2020). By default Trident computes in fp32 (cuBLASLt with CUBLAS_COMPUTE_32F, no TF32),
+ * Peaks (dense, no sparsity): the table of cuda/peaks.c (tri_cuda_peak_tflops), which engine_train
+ * shares. By default Trident computes in fp32 (cuBLASLt with CUBLAS_COMPUTE_32F, no TF32),
  * and MFU is against the fp32 peak, with the bf16 peak's figure beside it; with --bf16 (bf16
  * weights and activations, bf16 cuBLASLt GEMMs accumulating in fp32, fp32 master weights; the
  * engine_train flag) MFU is against the bf16 peak. --peak-tflops overrides the table (other cards,
@@ -44,25 +41,13 @@
 #define TRIDENT_SOURCE_DIR "."
 #endif
 
-typedef struct peak {
-    const char *match;    /* substring of cudaDeviceProp.name */
-    double fp32, bf16;    /* dense TFLOP/s */
-} peak;
-
-/* First match wins: the specific names before the generic "H100". */
-static const peak PEAKS[] = {
-    {"H200", 67.0, 989.4},
-    {"H100 PCIe", 51.0, 756.0},
-    {"H100 NVL", 60.0, 835.0},
-    {"H100", 67.0, 989.4},
-    {"A100", 19.5, 312.0},
-};
 
 typedef struct bench {
     const char *model, *models_dir;
     int B, T, iters, warmup, tp;
     float peak_tflops;
     bool profile, bf16, simple;
+    const char *comm;
 } bench;
 
 typedef struct model_default {
@@ -80,13 +65,6 @@ static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
     return TRI_OK;
 }
 
-static const peak *find_peak(const char *name)
-{
-    for (size_t i = 0; i < sizeof PEAKS / sizeof *PEAKS; i++)
-        if (strstr(name, PEAKS[i].match))
-            return &PEAKS[i];
-    return NULL;
-}
 
 /* Trains `model` on dev/world and prints one result line (rank 0). */
 static int run_model(const bench *b, const char *model, int B, tri_device *dev, tri_comm *world, const char *gpu)
@@ -129,9 +107,10 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
         double tokens = (double)B * b->T * grid.dp;
         tri_transformer dims = tri_gpt_dims(&cfg);
         double achieved = tri_iteration_flops(&dims, (int64_t)B * grid.dp, b->T, false) / dt / 1e12;
-        const peak *p = find_peak(gpu);
-        double table = p ? (b->bf16 ? p->bf16 : p->fp32) : 0.0;
-        double own = b->peak_tflops > 0 ? b->peak_tflops : table, bf16 = p ? p->bf16 : 0.0;
+        double table = 0.0, bf16 = 0.0;
+        tri_cuda_peak_tflops(gpu, b->bf16, &table);
+        tri_cuda_peak_tflops(gpu, true, &bf16);
+        double own = b->peak_tflops > 0 ? b->peak_tflops : table;
         const char *prec = b->bf16 ? "bf16" : "fp32";
         printf("%-12s %6.0fM  %s B %2d x T %4d x dp %d | %9.1f ms/iter | %9.0f tok/s | %7.2f TFLOP/s | ", model,
                (double)tri_gpt_num_params(&cfg) / 1e6, prec, B, b->T, grid.dp, dt * 1e3, tokens / dt, achieved);
@@ -159,7 +138,7 @@ int main(int argc, char **argv)
     tri_cli_passive_openmp(argv);
     MPI_Init(&argc, &argv);
     bench b = {.model = "all", .models_dir = TRIDENT_SOURCE_DIR "/models", .B = 0, .T = 1024, .iters = 10,
-               .warmup = 3, .tp = 1};
+               .warmup = 3, .tp = 1, .comm = "auto"};
     tri_flag flags[] = {
         {"model", TRI_FLAG_CHOICE, &b.model, "which GPT-2", 0, 0, "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl", false},
         {"models-dir", TRI_FLAG_STRING, &b.models_dir, "folder of the model configs", 0, 0, NULL, false},
@@ -171,6 +150,7 @@ int main(int argc, char **argv)
         {"peak-tflops", TRI_FLAG_FLOAT, &b.peak_tflops, "dense peak per GPU in the run's precision for MFU (0: the built-in table)", 0, 1e6, NULL, false},
         {"bf16", TRI_FLAG_BOOL, &b.bf16, "bf16 mixed precision (engine_train --bf16); MFU against the bf16 peak", 0, 0, NULL, false},
         {"profile", TRI_FLAG_BOOL, &b.profile, "print time per device op of the timed iterations", 0, 0, NULL, false},
+        {"comm", TRI_FLAG_CHOICE, &b.comm, "how ranks talk: NCCL, MPI staged through host memory (ranks sharing a GPU), or auto", 0, 0, "auto|nccl|mpi", false},
         {"simple-kernels", TRI_FLAG_BOOL, &b.simple, "run the simple twin kernels (before/after comparisons)", 0, 0, NULL, false},
     };
     int nf = sizeof flags / sizeof *flags, rank = 0, size = 1;
@@ -203,7 +183,7 @@ int main(int argc, char **argv)
     if (!rc) rc = tri_device_cuda_create(&dev, ordinal);
     if (!rc && b.simple) rc = tri_cuda_set_simple_kernels(dev, true);
     const char *gpu = info.name;
-    if (!rc) rc = tri_cli_device_world("cuda", dev, 600.0 /* NCCL's and PyTorch's watchdog default */, &world);
+    if (!rc) rc = tri_cli_device_world("cuda", b.comm, dev, 600.0 /* NCCL's and PyTorch's watchdog default */, &world);
     if (!rc && rank == 0)
         printf("bench_cuda_train: %d x %s (sm_%d%d, %d SMs, %.0f GiB), %s, tp %d, "
                "%d timed iterations after %d warm-up\n", size, gpu, info.major, info.minor, info.sm_count,

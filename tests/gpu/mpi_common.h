@@ -7,6 +7,7 @@
 #define TRIDENT_TESTS_GPU_MPI_COMMON_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "cuda/device_cuda.h"
@@ -22,6 +23,25 @@ static inline int mpi_gpu_check(int rank, int size)
     if (rank == 0)
         printf("SKIP: needs %d CUDA devices (one per rank), found %d%s%s\n", size, count, count ? "" : ": ",
                count ? "" : why);
+    return GPU_SKIP;
+}
+
+/* 0 when this job can run: one GPU per rank (*shared false: NCCL), or fewer GPUs than ranks
+ * (*shared true: ranks share GPUs, rank r on GPU r % count, and talk through the MPI comm staged
+ * through host memory, engine/train/comm_staged.h, as engine_train --comm mpi does); GPU_SKIP,
+ * saying why on rank 0, without a usable GPU. */
+static inline int mpi_gpu_check_shared(int rank, int size, bool *shared)
+{
+    const char *why = "";
+    int count = tri_cuda_available(&why) ? tri_cuda_device_count() : 0;
+    *shared = count > 0 && count < size;
+    if (count > 0) {
+        if (*shared && rank == 0)
+            printf("%d ranks share %d GPU%s: MPI comm staged through host memory\n", size, count, count == 1 ? "" : "s");
+        return 0;
+    }
+    if (rank == 0)
+        printf("SKIP: no usable CUDA device: %s\n", why);
     return GPU_SKIP;
 }
 

@@ -11,12 +11,16 @@
  * NCCL comm over MPI_COMM_SELF) on the same global batches (dp x n_micro micro-batches per step).
  * The per-step loss and gradient norm must agree within 1e-4 relative (only the summation order
  * differs), and exactly in deterministic mode, whose sums are order-independent by construction
- * (engine/train/zero.h). Prints "N passed, N failed"; exits 77 (skip) with too few GPUs. */
+ * (engine/train/zero.h). With fewer GPUs than ranks (a one-GPU machine) the ranks share the GPUs and
+ * talk through the MPI comm staged through host memory (engine_train --comm mpi), the reference
+ * too: the same layouts, the same bounds. Prints "N passed, N failed"; exits 77 (skip) without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/comm_nccl.h"
+#include "engine/comm/comm.h"
+#include "engine/train/comm_staged.h"
 #include "engine/comm/grid.h"
 #include "engine/core/rng.h"
 #include "engine/core/status.h"
@@ -92,13 +96,28 @@ static bool agree(const char *name, const result *got, const result *want, doubl
     return ok;
 }
 
+/* The comm over `mpi` for dev: NCCL, or the staged MPI comm when ranks share a GPU. */
+static int make_comm(tri_comm **out, MPI_Comm *mpi, tri_device *dev, bool shared)
+{
+    if (!shared)
+        return tri_comm_nccl_create(out, mpi, dev, 120.0);
+    tri_comm *inner = NULL;
+    int rc = tri_comm_mpi_create(&inner, mpi);
+    if (!rc) tri_comm_set_timeout(inner, 120.0);
+    if (!rc) rc = tri_comm_staged_create(out, inner, dev);
+    if (rc && inner)
+        tri_comm_destroy(inner);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int rank = 0, size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int skip = mpi_gpu_check(rank, size);
+    bool shared = false;
+    int skip = mpi_gpu_check_shared(rank, size, &shared);
     if (skip) {
         MPI_Finalize();
         return skip;
@@ -106,7 +125,7 @@ int main(int argc, char **argv)
     tri_device *dev = NULL;
     tri_comm *world = NULL;
     MPI_Comm mw = MPI_COMM_WORLD, ms = MPI_COMM_SELF;
-    if (tri_device_cuda_create(&dev, rank) || tri_comm_nccl_create(&world, &mw, dev, 120.0)) {
+    if (tri_device_cuda_create(&dev, rank % tri_cuda_device_count()) || make_comm(&world, &mw, dev, shared)) {
         fprintf(stderr, "rank %d: set-up failed: %s\n", rank, tri_error_message());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -133,7 +152,7 @@ int main(int argc, char **argv)
         int ok = rc == TRI_OK;
         if (rank == 0) {
             tri_comm *self = NULL;
-            rc = tri_comm_nccl_create(&self, &ms, dev, 120.0);
+            rc = make_comm(&self, &ms, dev, shared);
             if (!rc) rc = train(dev, self, &one, &ref);
             if (rc)
                 fprintf(stderr, "reference run failed: %s\n", tri_error_message());

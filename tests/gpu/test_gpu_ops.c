@@ -4,12 +4,16 @@
  * a warp or a cuBLASLt tile); outputs are compared by normalised error, max |cuda - cpu| / max |cpu|
  * per tensor. The CUDA library is built with --fmad=false (no FMA contraction, as in the C build), so
  * the element-wise ops, which compute the CPU's expression per element, must match bit for bit
- * (the first GPU run found axpy 2 ulp off while nvcc contracted). fp32 tolerance elsewhere: 1e-5.
- * The products differ by cuBLASLt's summation order, O(K * 2^-24) relative to the largest term,
- * i.e. below 1e-5 for K <= 256 (these bounds are estimates: no GPU was available when they were
- * written; a run with TRIDENT_TEST_VERBOSE=1 prints the measured errors). bf16 conversions, integer counts and the
- * fixed-point ops of deterministic mode must be exact (bit for bit). Ops with two GPU forms (attention: cuBLASLt + row kernels, or the simple kernels) are run
- * in both, so the faster form is checked against its simple twin as well as against the CPU.
+ * (the first GPU run found axpy 2 ulp off while nvcc contracted). The ops whose reductions follow
+ * engine/core/math.h's row and column orders (layernorm, the softmax rows, the bias gradient, the
+ * cross-entropy's max and sum of exponentials) must match bit for bit in both GPU forms, the fast
+ * kernels and their simple twins (the *_exact tests and cross_entropy; docs/cuda-correctness.md
+ * "Fast kernels and one math"). fp32 tolerance elsewhere: 1e-5. The products differ by cuBLASLt's
+ * summation order, O(K * 2^-24) relative to the largest term, i.e. below 1e-5 for K <= 256 (a bound
+ * from the order, which held on an H200; TRIDENT_TEST_VERBOSE=1 prints the measured errors). bf16
+ * conversions, integer counts and the fixed-point ops of deterministic mode must be exact. Ops with
+ * two GPU forms are run in both, so the faster form is checked against its simple twin as well as
+ * against the CPU.
  *
  * bf16 mixed precision (the *_bf16 tests): the same ops with bf16 tensors, all-bf16 and mixed (bf16
  * inputs into fp32 gradients), the CPU backend widening them (engine/device/device.c) as the reference.
@@ -18,8 +22,9 @@
  * (2^-7 is one ulp's worst case). Attention with a bf16 att also rounds the scores between the
  * products and the softmax (the CPU's widened copies do not): ATT_BF16_TOL 2e-2 (the CPU run of
  * the simple kernels measured 5.9e-3; cuBLASLt's order adds to it). Results kept fp32 (statistics,
- * fp32 gradients from bf16 inputs) keep the fp32 tolerances; integer ones stay exact. These bounds
- * are estimates like the fp32 ones (no GPU when written).
+ * fp32 gradients from bf16 inputs) keep the fp32 tolerances; integer ones stay exact. Until the
+ * second H200 run gpu_read widened bf16 results twice and these tests compared half of each bf16
+ * tensor; since then they compare every element, and held on the H200.
  * Without a usable GPU the suite exits with CTest's skip code, saying why (gpuutil.h). */
 #include <criterion/criterion.h>
 #include <math.h>

@@ -10,7 +10,10 @@
  * dp = 1): losses, gradients and final weights bit-identical. With --deterministic, bit-identical to
  * the deterministic run at tp = TP, pp = dp = 1 whatever PP, DP and ZeRO stage (tests/test_deterministic.c).
  * With --overlap the ZeRO reductions and all-gathers are really in flight while the ranks compute
- * (MPI non-blocking collectives), unlike on thread ranks. Exits 0 only if every check passes. */
+ * (MPI non-blocking collectives), unlike on thread ranks. With --staged the ranks talk through the
+ * staged comm (engine/train/comm_staged.h, what ranks sharing a GPU use: tensors copied to host
+ * buffers, the MPI comm's operation, copied back; here the CPU device's copies) with the same
+ * checks. Exits 0 only if every check passes. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -19,6 +22,8 @@
 
 #include "engine/comm/comm.h"
 #include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/train/comm_staged.h"
 #include "partitioner/traffic.h"
 #include "tests/harness.h"
 
@@ -26,7 +31,7 @@ enum { B = 2, T = 12, STEPS = 6, MICRO = 4 };
 
 typedef struct opts {
     int tp, pp, zero;
-    bool sp, overlap, deterministic;
+    bool sp, overlap, deterministic, staged;
     const char *schedule;
 } opts;
 
@@ -127,6 +132,8 @@ static int parse(int argc, char **argv, opts *o)
             o->deterministic = true;
         else if (strcmp(argv[i], "--sp") == 0)
             o->sp = true;
+        else if (strcmp(argv[i], "--staged") == 0)
+            o->staged = true;
         else if (strcmp(argv[i], "--schedule") == 0 && i + 1 < argc)
             o->schedule = argv[++i];
         else
@@ -143,8 +150,17 @@ int main(int argc, char **argv)
     tri_comm *world = NULL;
     if (parse(argc, argv, &o) || tri_comm_mpi_create(&world, &mw)) {
         fprintf(stderr, "usage: mpiexec -n TP*PP*DP parallel_equivalence --tp TP [--pp PP] [--sp] [--schedule S] "
-                        "[--zero Z] [--overlap] [--deterministic]\n");
+                        "[--zero Z] [--overlap] [--deterministic] [--staged]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    tri_device *stage_dev = NULL;
+    if (o.staged) {
+        tri_comm *staged = NULL;
+        if (tri_device_cpu_create(&stage_dev, 1) || tri_comm_staged_create(&staged, world, stage_dev)) {
+            fprintf(stderr, "parallel_equivalence: staged comm: %s\n", tri_error_message());
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        world = staged;
     }
     int pp = o.pp > 0 ? o.pp : world->size / o.tp, dp = world->size / (o.tp * pp), bad = 0;
     if (o.tp * pp * dp != world->size || MICRO % dp) {
@@ -168,8 +184,9 @@ int main(int argc, char **argv)
         bad++;
     }
     if (world->rank == 0 && !bad) {
-        printf("tp=%d pp=%d dp=%d%s %s ZeRO-%d%s%s over MPI:\n", o.tp, pp, dp, o.sp ? " sp" : "", o.schedule, o.zero,
-               o.overlap ? " overlap" : "", o.deterministic ? " deterministic" : "");
+        printf("tp=%d pp=%d dp=%d%s %s ZeRO-%d%s%s over MPI%s:\n", o.tp, pp, dp, o.sp ? " sp" : "", o.schedule, o.zero,
+               o.overlap ? " overlap" : "", o.deterministic ? " deterministic" : "",
+               o.staged ? " (staged through host copies)" : "");
         if (tu_run_gpt(&cfg, B, T, &one, w, STEPS, &ref1) || tu_run_gpt(&cfg, B, T, &same_tp, w, STEPS, &ref_tp)) {
             printf("FAIL a reference run: %s\n", tri_error_message());
             bad++;
@@ -189,7 +206,8 @@ int main(int argc, char **argv)
     tu_result_free(&ref_tp);
     tu_result_free(&got);
     free(w);
-    tri_comm_destroy(world);
+    tri_comm_destroy(world); /* the staged comm destroys the MPI comm inside it */
+    tri_device_destroy(stage_dev);
     MPI_Finalize();
     return all ? 1 : 0;
 }

@@ -15,11 +15,22 @@
  * says which. */
 int tri_cli_device_create(const char *name, int threads, tri_device **out);
 
-/* The world comm that matches device d of backend `name`, over MPI_COMM_WORLD (collective): for
- * "cuda" an NCCL comm on d's GPU (its groups are NCCL communicators) whose operations fail after
- * timeout_s seconds (engine_train's --comm-timeout; 0: wait forever), for "cpu" *out = NULL: the
- * caller's MPI comm, over host buffers, serves. MPI must be initialised. */
-int tri_cli_device_world(const char *name, tri_device *d, double timeout_s, tri_comm **out);
+/* The world comm that matches device d of backend `name`, over MPI_COMM_WORLD (collective). `comm`
+ * (engine_train's --comm) picks how the ranks of a "cuda" device talk:
+ *   "nccl"  NCCL on d's GPU (its groups are NCCL communicators), one GPU per rank;
+ *   "mpi"   the MPI comm, device tensors staged through host memory (engine/train/comm_staged.h):
+ *           for ranks that share a GPU, which NCCL refuses;
+ *   "auto"  NCCL, or "mpi" when a node runs more ranks than it has GPUs (rank 0 says so on stderr).
+ * Operations fail after timeout_s seconds (--comm-timeout; 0: wait forever). For "cpu" *out = NULL:
+ * the caller's MPI comm, over host buffers, serves ("auto" or "mpi"; "nccl" is TRI_EINVAL). MPI must
+ * be initialised. */
+int tri_cli_device_world(const char *name, const char *comm, tri_device *d, double timeout_s, tri_comm **out);
+
+/* The dense peak of device d of backend `name` in GFLOP/s, MFU's denominator per rank: for "cuda"
+ * the card's datasheet peak in bf16 or fp32 (cuda/peaks.c, the table bench_cuda_train uses), 0 for
+ * a card not in the table; for "cpu" 100 GFLOP/s per thread (OpenBLAS sgemm on one core here,
+ * ../shared/NOTES.md; 0 threads: 0, no MFU). */
+double tri_cli_device_peak_gflops(const char *name, const tri_device *d, int threads, bool bf16);
 
 /* OpenMP threads that busy-wait between loops take the cores from OpenBLAS's threads; libgomp reads
  * OMP_WAIT_POLICY only when it loads, so when it is unset this sets it to PASSIVE and re-executes
