@@ -162,6 +162,13 @@ TRI_HD void tri_row_slots_zero(float *acc)
         acc[s] = 0.0f;
 }
 
+/* How many of the n values from index i0 fall in this pass over the slots: min(n - i0, 256). A
+ * plain bound keeps the slot loops countable, so a C compiler vectorizes them. */
+TRI_HD int64_t tri_row_slots_span(int64_t i0, int64_t n)
+{
+    return n - i0 < TRI_ROW_SLOTS ? n - i0 : TRI_ROW_SLOTS;
+}
+
 /* ---- column reductions: the order every backend sums a column over rows (bias and layernorm
  * parameter gradients) ----
  * Rows are taken in chunks of TRI_COL_CHUNK = 64 (the last may be shorter); each chunk's column sum
@@ -192,12 +199,12 @@ TRI_HD void tri_layernorm_row_forward_mixed(void *out, int out_bf16, float *mean
     float acc[TRI_ROW_SLOTS];
     tri_row_slots_zero(acc);
     for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
-        for (int64_t s = 0; s < TRI_ROW_SLOTS && i0 + s < C; s++)
+        for (int64_t s = 0, len = tri_row_slots_span(i0, C); s < len; s++)
             acc[s] += tri_load(x, x_bf16, i0 + s);
     float m = tri_row_slots_combine(acc) / (float)C;
     tri_row_slots_zero(acc);
     for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
-        for (int64_t s = 0; s < TRI_ROW_SLOTS && i0 + s < C; s++) {
+        for (int64_t s = 0, len = tri_row_slots_span(i0, C); s < len; s++) {
             float dx = tri_load(x, x_bf16, i0 + s) - m;
             acc[s] += dx * dx;
         }
@@ -226,7 +233,7 @@ TRI_HD void tri_layernorm_row_backward_input_mixed(void *dx, int dx_bf16, const 
     tri_row_slots_zero(a1);
     tri_row_slots_zero(a2);
     for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
-        for (int64_t s = 0; s < TRI_ROW_SLOTS && i0 + s < C; s++) {
+        for (int64_t s = 0, len = tri_row_slots_span(i0, C); s < len; s++) {
             float norm = (tri_load(x, x_bf16, i0 + s) - mean) * rstd;
             float dnorm = tri_load(w, w_bf16, i0 + s) * tri_load(dout, dout_bf16, i0 + s);
             a1[s] += dnorm;
@@ -261,7 +268,7 @@ TRI_HD void tri_causal_softmax_row_mixed(void *p, int p_bf16, const void *s, int
     float acc[TRI_ROW_SLOTS];
     tri_row_slots_zero(acc);
     for (int64_t j0 = 0; j0 <= t; j0 += TRI_ROW_SLOTS)
-        for (int64_t k = 0; k < TRI_ROW_SLOTS && j0 + k <= t; k++) {
+        for (int64_t k = 0, len = tri_row_slots_span(j0, t + 1); k < len; k++) {
             float e = tri_expf(tri_load(s, s_bf16, j0 + k) - mx);
             tri_store(p, p_bf16, j0 + k, e);
             acc[k] += e;
@@ -286,7 +293,7 @@ TRI_HD void tri_causal_softmax_row_backward_mixed(void *ds, int ds_bf16, const v
     float acc[TRI_ROW_SLOTS];
     tri_row_slots_zero(acc);
     for (int64_t j0 = 0; j0 <= t; j0 += TRI_ROW_SLOTS)
-        for (int64_t k = 0; k < TRI_ROW_SLOTS && j0 + k <= t; k++)
+        for (int64_t k = 0, len = tri_row_slots_span(j0, t + 1); k < len; k++)
             acc[k] += tri_load(p, p_bf16, j0 + k) * tri_load(dp, dp_bf16, j0 + k);
     float dot = tri_row_slots_combine(acc);
     for (int64_t j = 0; j <= t; j++)
@@ -340,7 +347,7 @@ TRI_HD float tri_ce_row_sumexp_mixed(const void *logits, int bf16, float mx, int
     float acc[TRI_ROW_SLOTS];
     tri_row_slots_zero(acc);
     for (int64_t j0 = 0; j0 < V_valid; j0 += TRI_ROW_SLOTS)
-        for (int64_t k = 0; k < TRI_ROW_SLOTS && j0 + k < V_valid; k++)
+        for (int64_t k = 0, len = tri_row_slots_span(j0, V_valid); k < len; k++)
             acc[k] += tri_expf(tri_load(logits, bf16, j0 + k) - mx);
     return tri_row_slots_combine(acc);
 }
