@@ -59,7 +59,10 @@ static int staged_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
     return rc;
 }
 
-static int staged_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
+/* reduce_scatter and all_gather: in copied down, the inner comm's `op` from it into a second host
+ * buffer, out copied up */
+static int staged_in_out(tri_comm *c, tri_tensor out, tri_tensor in,
+                         int (*op)(tri_comm *c, tri_tensor out, tri_tensor in))
 {
     staged *s = of(c);
     tri_tensor hin, hout;
@@ -67,22 +70,19 @@ static int staged_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
     int rc = down(s, 0, in, &hin);
     if (!rc) rc = host_buf(s, 1, tri_tensor_bytes(out), &p);
     hout = on_host(out, p);
-    if (!rc) rc = tri_comm_reduce_scatter(s->inner, hout, hin);
+    if (!rc) rc = op(s->inner, hout, hin);
     if (!rc) rc = tri_device_copy_from_host(s->dev, out, hout.data);
     return rc;
 }
 
+static int staged_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
+{
+    return staged_in_out(c, out, in, tri_comm_reduce_scatter);
+}
+
 static int staged_all_gather(tri_comm *c, tri_tensor out, tri_tensor in)
 {
-    staged *s = of(c);
-    tri_tensor hin, hout;
-    void *p = NULL;
-    int rc = down(s, 0, in, &hin);
-    if (!rc) rc = host_buf(s, 1, tri_tensor_bytes(out), &p);
-    hout = on_host(out, p);
-    if (!rc) rc = tri_comm_all_gather(s->inner, hout, hin);
-    if (!rc) rc = tri_device_copy_from_host(s->dev, out, hout.data);
-    return rc;
+    return staged_in_out(c, out, in, tri_comm_all_gather);
 }
 
 static int staged_broadcast(tri_comm *c, tri_tensor x, int root)
