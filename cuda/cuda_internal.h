@@ -108,6 +108,9 @@ int tri_cuda_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, t
 int tri_cuda_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv);
 int tri_cuda_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
                                 tri_tensor qkv, tri_tensor att);
+int tri_cuda_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv);
+int tri_cuda_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
+                                      tri_tensor qkv, tri_tensor out, tri_tensor lse);
 int tri_cuda_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp);
 int tri_cuda_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
 int tri_cuda_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,

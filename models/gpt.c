@@ -135,7 +135,8 @@ static int block_forward(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor x)
 }
 
 /* Rebuilds what recomputation dropped from block l's activations: the whole block (writing the
- * same values, bit for bit, as its forward did) or the attention softmax. */
+ * same values, bit for bit, as its forward did) or the attention softmax (nothing with the fused
+ * core, which drops none). */
 static int recompute_block(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor x)
 {
     if (m->run->recompute == TRI_RECOMPUTE_FULL) {
@@ -143,7 +144,7 @@ static int recompute_block(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor 
         *a = work;
         return block_forward(m, l, a, x);
     }
-    if (m->run->recompute == TRI_RECOMPUTE_SELECTIVE)
+    if (m->run->recompute == TRI_RECOMPUTE_SELECTIVE && !m->as.flash)
         return tri_op_attention_forward(m->dev, a->attn.atty, a->attn.att, a->attn.qkv);
     return TRI_OK;
 }

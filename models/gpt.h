@@ -33,8 +33,9 @@
 #include "models/model.h"
 
 /* Activation recomputation (Korthikanti et al. 2022; tri_recompute, partitioner/train_layout.h):
- * none keeps every block's activations per micro-batch; selective drops the attention core's
- * (B, NH_l, T, T) softmax and recomputes it from q, k, v before the block's backward; full keeps only
+ * none keeps every block's activations per micro-batch; selective drops the unfused attention core's
+ * (B, NH_l, T, T) softmax and recomputes it from q, k, v before the block's backward (the fused core,
+ * the default, stores none: selective then keeps what none keeps); full keeps only
  * each block's output and recomputes the whole block (its TP communication included) before its
  * backward. */
 
@@ -55,7 +56,7 @@ typedef struct tri_gpt_weights {
 
 typedef struct tri_gpt_block_acts {
     tri_tensor ln1, ln1_mean, ln1_rstd;   /* (N_l, C), (N_l), (N_l) */
-    tri_attention_acts attn;              /* qkv (B, T, 3C_l), att (B, NH_l, T, T), atty (B, T, C_l) */
+    tri_attention_acts attn;              /* qkv (B, T, 3C_l), lse (B, NH_l, T) or att (B, NH_l, T, T), atty (B, T, C_l) */
     tri_tensor res2;                      /* (N_l, C) residual after attention */
     tri_tensor ln2, ln2_mean, ln2_rstd;   /* (N_l, C), (N_l), (N_l) */
     tri_mlp_acts mlp;                     /* fch, fch_gelu (N, 4C_l) */

@@ -12,12 +12,16 @@
  * rstd, losses, cross-entropy maxes and sums) and gradients of parameters stay fp32. */
 #define ACT(m) ((m)->run->precision == TRI_PRECISION_BF16 ? TRI_BF16 : TRI_F32)
 
+/* The fused attention core (layers/attention.h). */
+#define FLASH(m) ((m)->run->attention == TRI_ATTENTION_FLASH)
+
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
 #define TAKE(a, kind, t, dtype, ...) tri_arena_take((a), (kind), (t), (dtype), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__))
 
 /* One block's activations: every buffer when `all`, else only what recomputation keeps per slot
- * (full: the block's output res3; selective: all but the attention softmax), the rest shared. */
+ * (full: the block's output res3; selective: all but the attention softmax, which only the unfused
+ * core stores: the fused one keeps its rows' logsumexp instead), the rest shared. */
 static int take_block_acts(tri_gpt *m, tri_arena *ar, tri_gpt_block_acts *a, bool all)
 {
     int64_t B = m->run->B, T = m->run->T, C = m->cfg.n_embd, N = m->N, N_l = m->N_l;
@@ -32,7 +36,9 @@ static int take_block_acts(tri_gpt *m, tri_arena *ar, tri_gpt_block_acts *a, boo
     if (!rc) rc = TAKE(ar, K, &a->ln1_mean, TRI_F32, N_l);
     if (!rc) rc = TAKE(ar, K, &a->ln1_rstd, TRI_F32, N_l);
     if (!rc) rc = TAKE(ar, K, &a->attn.qkv, ACT(m), B, T, 3 * m->C_l);
-    if (rec == TRI_RECOMPUTE_SELECTIVE)
+    if (FLASH(m) && !rc)
+        rc = TAKE(ar, K, &a->attn.lse, TRI_F32, B, m->NH_l, T);
+    else if (rec == TRI_RECOMPUTE_SELECTIVE)
         a->attn.att = m->shared.attn.att;
     else if (!rc)
         rc = TAKE(ar, K, &a->attn.att, ACT(m), B, m->NH_l, T, T);
@@ -48,14 +54,15 @@ static int take_block_acts(tri_gpt *m, tri_arena *ar, tri_gpt_block_acts *a, boo
 }
 
 /* The buffers recomputation rebuilds, one set for all blocks and slots: a whole block's worth for
- * full recomputation (its res3 is never used: each slot keeps its own), the softmax for selective. */
+ * full recomputation (its res3 is never used: each slot keeps its own), the softmax for selective
+ * (none with the fused core). */
 static int take_shared_acts(tri_gpt *m, tri_arena *ar)
 {
     int64_t B = m->run->B, T = m->run->T;
     memset(&m->shared, 0, sizeof m->shared);
     if (m->run->recompute == TRI_RECOMPUTE_FULL && m->L_l > 0)
         return take_block_acts(m, ar, &m->shared, true);
-    if (m->run->recompute == TRI_RECOMPUTE_SELECTIVE && m->L_l > 0)
+    if (m->run->recompute == TRI_RECOMPUTE_SELECTIVE && !FLASH(m) && m->L_l > 0)
         return TAKE(ar, TRI_MEM_ACTIVATIONS, &m->shared.attn.att, ACT(m), B, m->NH_l, T, T);
     return TRI_OK;
 }
@@ -88,7 +95,11 @@ static int take_scratch(tri_gpt *m, tri_arena *ar)
     int rc = TAKE(ar, K, &m->tmp, ACT(m), N_l, C);
     if (!rc) rc = TAKE(ar, K, &m->dln, ACT(m), N_l, C);
     if (!rc) rc = TAKE(ar, K, &m->as.dqkv, ACT(m), B, T, 3 * m->C_l);
-    if (!rc) rc = TAKE(ar, K, &m->as.datt, ACT(m), B, m->NH_l, T, T);
+    m->as.flash = FLASH(m);
+    if (!rc && FLASH(m))
+        rc = TAKE(ar, K, &m->as.delta, TRI_F32, B, m->NH_l, T);
+    else if (!rc)
+        rc = TAKE(ar, K, &m->as.datt, ACT(m), B, m->NH_l, T, T);
     if (!rc) rc = TAKE(ar, K, &m->as.datty, ACT(m), B, T, m->C_l);
     if (!rc) rc = TAKE(ar, K, &m->ms.dh, ACT(m), N, 4 * m->C_l);
     tri_tensor full_a = tri_tensor_none(), full_b = tri_tensor_none();

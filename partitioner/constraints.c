@@ -232,7 +232,7 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
     *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .v = v, .sequence_parallel = r->sequence_parallel,
                               .B = r->micro_batch, .T = r->seq_length, .global_batch = global,
                               .n_micro = n_micro, .zero_stage = r->zero_stage, .recompute = r->recompute,
-                              .precision = r->precision, .schedule = sched, .first_layers = r->first_layers,
+                              .precision = r->precision, .attention = r->attention, .schedule = sched, .first_layers = r->first_layers,
                               .last_layers = r->last_layers, .deterministic = r->deterministic,
                               .overlap_grad_reduce = r->overlap_grad_reduce,
                               .overlap_param_gather = r->overlap_param_gather};

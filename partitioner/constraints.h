@@ -44,6 +44,7 @@ typedef struct tri_layout_request {
     const char *schedule;           /* NULL: "interleaved" with layers_per_virtual_stage, else "1f1b" */
     tri_recompute recompute;
     tri_precision precision;
+    tri_attention_backend attention;
     bool cpu;                       /* the cpu preset (fp32 only) */
     int first_layers, last_layers;  /* -1: balanced */
     bool deterministic;             /* engine_train --deterministic-mode */

@@ -38,7 +38,9 @@ double tri_mem_block_activations(const tri_transformer *m, const tri_train_layou
         return e * d.N_l * d.h;                            /* res3 */
     /* ln1, res2, ln2, res3; qkv, atty, fch, fch_gelu; the fp32 mean and rstd of ln1 and ln2 */
     double kept = e * (4.0 * d.N_l * d.h + 12.0 * d.N * d.h / d.t) + 4.0 * 4.0 * d.N_l;
-    if (l->recompute == TRI_RECOMPUTE_NONE)
+    if (l->attention == TRI_ATTENTION_FLASH)
+        kept += 4.0 * d.a / d.t * d.s * d.b;               /* the rows' fp32 logsumexp */
+    else if (l->recompute == TRI_RECOMPUTE_NONE)
         kept += e * scores;                                /* the softmax probabilities */
     return kept;
 }
@@ -77,8 +79,10 @@ static void chunk_buffers(const tri_transformer *m, const tri_train_layout *l, c
     bool sp = d.t_sp > 1;
     /* grad_out per slot but on the last chunk; full_a and full_b under sequence parallelism */
     *comm = (place->last ? 0.0 : e * slots * d.N_l * d.h) + (sp ? 2.0 * e * d.N * d.h : 0.0);
-    /* tmp and dln (N_l x h), dqkv, datty and the MLP's dh (8 N h / t), the scores' gradient */
-    *work = e * (2.0 * d.N_l * d.h + 8.0 * d.N * d.h / d.t + d.b * d.a / d.t * d.s * d.s);
+    /* tmp and dln (N_l x h), dqkv, datty and the MLP's dh (8 N h / t), and the scores' gradient
+     * (unfused) or the fused backward's fp32 row statistics delta */
+    *work = e * (2.0 * d.N_l * d.h + 8.0 * d.N * d.h / d.t);
+    *work += l->attention == TRI_ATTENTION_FLASH ? 4.0 * d.b * d.a / d.t * d.s : e * d.b * d.a / d.t * d.s * d.s;
     if (place->last)   /* logits (e bytes); fp32 row maxes and loss statistics */
         *work += e * d.N * d.V_l + 4.0 * 3.0 * d.N;
 }
@@ -154,8 +158,8 @@ static double unit_buffers(const tri_transformer *m, const tri_train_layout *l, 
 }
 
 /* One block's recomputation buffer, kept once per chunk: full recomputation rebuilds a whole
- * block's activations, selective the attention core's (the engine's shared buffers; Megatron-LM
- * holds the same while a block's backward runs). */
+ * block's activations, selective the unfused attention core's softmax (the engine's shared buffers;
+ * Megatron-LM holds the same while a block's backward runs); the fused core has none to rebuild. */
 static double recompute_buffer(const tri_transformer *m, const tri_train_layout *l)
 {
     tri_train_layout all = *l;
@@ -164,7 +168,7 @@ static double recompute_buffer(const tri_transformer *m, const tri_train_layout 
     double scores = d.a * d.s * d.s * d.b / d.t;
     if (l->recompute == TRI_RECOMPUTE_FULL)
         return tri_mem_block_activations(m, &all);
-    if (l->recompute == TRI_RECOMPUTE_SELECTIVE)
+    if (l->recompute == TRI_RECOMPUTE_SELECTIVE && l->attention == TRI_ATTENTION_UNFUSED)
         return elem_bytes(l) * scores;
     return 0.0;
 }

@@ -25,11 +25,14 @@
  *   result of the largest unit / dp.
  *
  * Activations one micro-batch keeps for its backward (models/gpt_buffers.c take_block_acts / take_slot):
- *   per block  e (4 N_l h + 12 N h/t + b (a/t) s^2) + 16 N_l: the layernorm outputs and residuals
- *              (ln1, res2, ln2, res3: 4 N_l h), QKV, the attention output and the MLP's two hidden
- *              tensors (12 N h/t), the softmax probabilities, and the fp32 layernorm statistics
- *              (mean and rstd of two layernorms: 4 N_l values of 4 bytes);
- *     selective recomputation drops the probabilities, full keeps only the block output e N_l h.
+ *   per block  e (4 N_l h + 12 N h/t) + 16 N_l + 4 b (a/t) s with the fused attention (the default,
+ *              --attention-backend flash): the layernorm outputs and residuals (ln1, res2, ln2,
+ *              res3: 4 N_l h), QKV, the attention output and the MLP's two hidden tensors
+ *              (12 N h/t), the fp32 layernorm statistics (mean and rstd of two layernorms: 4 N_l
+ *              values of 4 bytes) and the attention rows' fp32 logsumexp (Dao 2023): linear in s;
+ *     with the unfused attention the softmax probabilities e b (a/t) s^2 instead of the logsumexp;
+ *     selective recomputation drops those probabilities (with flash it has nothing to drop), full
+ *     keeps only the block output e N_l h.
  *     In bf16 this is Korthikanti et al. 2022 Table 2 without dropout (the engine has none):
  *     their s b h (10 + 24/t) + 5 a s^2 b/t less the two 1-byte dropout masks (2 s b h) and the
  *     attention dropout's mask and output (3 a s^2 b/t), i.e. s b h (8 + 24/t) + 2 a s^2 b/t (with
@@ -38,13 +41,14 @@
  *     (2 e N_l h) and on the last stage the final layernorm's output and gradient (2 e N_l h), its
  *     fp32 statistics (8 N_l) and the fp32 per-token losses (4 N).
  *   With recomputation one block's recomputed activations exist once per chunk too (full: a whole
- *   block's, selective: the attention core's probabilities).
+ *   block's, selective with the unfused attention: the attention core's probabilities).
  *   Each rank keeps as many micro-batches as the engine's executor has slots (partitioner/preview.h).
  *
  * Communication buffers: one received output gradient per slot (all but the last chunk, e N_l h),
  * two N x h gather buffers under sequence parallelism (e bytes), the trainer's fp32 gradient-norm
  * slots. Workspace (transients of one block's backward, e bytes): the layernorm and attention
- * gradients, the attention-score gradient, the MLP hidden gradient, and on the last stage the
+ * gradients, the attention-score gradient (unfused, e b (a/t) s^2; the fused backward's fp32 row
+ * statistics 4 b (a/t) s instead), the MLP hidden gradient, and on the last stage the
  * logits (e N V_l) with the fp32 row maxes and loss statistics (12 N). */
 #ifndef TRIDENT_PARTITIONER_MEMORY_MODEL_H
 #define TRIDENT_PARTITIONER_MEMORY_MODEL_H

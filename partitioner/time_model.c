@@ -41,7 +41,7 @@ tri_chunk_time tri_time_chunk(const tri_transformer *m, const tri_train_layout *
     double flop_rate = tri_cluster_peak(c, l->precision) * c->eff.gemm;
     double mem_rate = tri_cluster_mem_bw(c) * c->eff.memory;
     double F = plan->costs[g].flops;
-    double R = layers * tri_block_recompute_flops(m, l->B, l->T, l->tp, l->recompute);
+    double R = layers * tri_block_recompute_flops(m, l->B, l->T, l->tp, tri_layout_recomputes(l));
     /* elementwise traffic: the activations kept without recomputation, moved 4x (6x with full) */
     tri_train_layout kept = *l;
     kept.recompute = TRI_RECOMPUTE_NONE;
@@ -181,7 +181,7 @@ static void throughput(const tri_transformer *m, const tri_train_layout *l, cons
 {
     out->iteration_s = out->compute_s + out->tp_s + out->bubble_s + out->pp_s + out->dp_s + out->optimizer_s;
     out->model_flops = tri_iteration_flops(m, l->global_batch, l->T, false);
-    out->hw_flops = tri_iteration_hw_flops(m, l->global_batch, l->T, l->recompute);
+    out->hw_flops = tri_iteration_hw_flops(m, l->global_batch, l->T, tri_layout_recomputes(l));
     double peak = tri_cluster_peak(c, l->precision);
     out->tokens_per_s = (double)l->global_batch * (double)l->T / out->iteration_s;
     out->model_tflops_per_gpu = out->model_flops / out->iteration_s / c->num_gpus / 1e12;

@@ -330,7 +330,7 @@ int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_
         .num_gpus = world, .tp = tp, .pp = pp, .layers_per_virtual_stage = l->layers_per_virtual_stage,
         .micro_batch = B, .global_batch = B * (l->n_micro > 0 ? l->n_micro : 1) * dp, .seq_length = T,
         .sequence_parallel = l->sp, .zero_stage = l->zero, .schedule = l->schedule,
-        .recompute = (tri_recompute)l->recompute,
+        .recompute = (tri_recompute)l->recompute, .attention = (tri_attention_backend)l->attention,
         .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .first_layers = -1, .last_layers = -1,
         .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap};
     tri_model m = tri_gpt_model(cfg);

@@ -26,6 +26,7 @@ typedef struct tu_layout {
     int layers_per_virtual_stage;
     int zero;                  /* ZeRO stage */
     int recompute;             /* tri_recompute */
+    int attention;             /* tri_attention_backend: 0 flash (the default), 1 unfused */
     bool deterministic;
     bool overlap;              /* --overlap-grad-reduce and --overlap-param-gather */
     bool bf16;                 /* --bf16 mixed precision */

@@ -194,19 +194,31 @@ static tri_cluster h100(int gpus)
     return (tri_cluster){.hw = hw, .num_gpus = gpus, .gpus_per_node = 8, .eff = hw->eff};
 }
 
-static void preview(tri_preview *p, const tri_transformer *m, tri_cluster c, int tp, int pp, int per_chunk,
-                    int64_t mb, int64_t gb, int64_t T, int zero, tri_recompute rec, const char *sched)
+static void preview_with(tri_preview *p, const tri_transformer *m, tri_cluster c, int tp, int pp, int per_chunk,
+                         int64_t mb, int64_t gb, int64_t T, int zero, tri_recompute rec, const char *sched,
+                         tri_attention_backend attention)
 {
     tri_layout_request r = {.num_gpus = c.num_gpus, .tp = tp, .pp = pp, .layers_per_virtual_stage = per_chunk,
                             .micro_batch = mb, .global_batch = gb, .seq_length = T, .zero_stage = zero,
                             .schedule = sched, .recompute = rec, .cpu = c.hw->cpu,
                             .precision = c.hw->cpu ? TRI_PRECISION_FP32 : TRI_PRECISION_BF16,
-                            .first_layers = -1, .last_layers = -1};
+                            .attention = attention, .first_layers = -1, .last_layers = -1};
     tri_train_layout l;
     cr_assert_eq(tri_layout_resolve(m, &r, &l), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tri_preview_create(p, m, &l, &c, NULL, NULL), TRI_OK, "%s", tri_error_message());
 }
 
+static void preview(tri_preview *p, const tri_transformer *m, tri_cluster c, int tp, int pp, int per_chunk,
+                    int64_t mb, int64_t gb, int64_t T, int zero, tri_recompute rec, const char *sched)
+{
+    preview_with(p, m, c, tp, pp, per_chunk, mb, gb, T, zero, rec, sched, TRI_ATTENTION_FLASH);
+}
+
+/* The closed forms assume stages of equal cost. The first and last stages also carry the embedding
+ * and the LM head; with the unfused attention (its T^2 traffic in every block, as here) the blocks
+ * dominate and the simulated bubble stays within 0.02 of the closed form. (With the fused attention
+ * the blocks are cheaper, the head weighs more, and pp 8 m 32 simulates 0.200 against 0.180: the
+ * simulator is right, the closed form's equal stages are not.) */
 Test(partitioner, time_parts_add_up_and_bubbles_match_the_closed_forms)
 {
     tri_preview p;
@@ -215,8 +227,8 @@ Test(partitioner, time_parts_add_up_and_bubbles_match_the_closed_forms)
         {4, 8, 3, "interleaved", 3.0 / 19}, {8, 32, 0, "1f1b", 7.0 / 39},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        preview(&p, &WIDE, h100(cases[i].pp), 1, cases[i].pp, cases[i].per_chunk, 1, cases[i].m, 512, 0,
-                TRI_RECOMPUTE_NONE, cases[i].sched);
+        preview_with(&p, &WIDE, h100(cases[i].pp), 1, cases[i].pp, cases[i].per_chunk, 1, cases[i].m, 512, 0,
+                     TRI_RECOMPUTE_NONE, cases[i].sched, TRI_ATTENTION_UNFUSED);
         const tri_time_result *t = &p.time;
         cr_expect_float_eq(t->compute_s + t->tp_s + t->bubble_s + t->pp_s + t->dp_s + t->optimizer_s, t->iteration_s,
                            1e-12 * t->iteration_s);

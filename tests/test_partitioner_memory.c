@@ -3,7 +3,8 @@
  * For 17 fp32 layouts of the small byte-level GPT (tp 1-4, pp 1-4, GPipe / 1F1B / interleaved,
  * sequence parallelism, data parallelism, ZeRO stages 0-3, selective and full recomputation, the
  * deterministic mode) and 8 bf16 mixed-precision ones (engine_train --bf16: tp x pp, sequence
- * parallelism, ZeRO 1-3, selective and full recomputation), the prediction is made exactly as the
+ * parallelism, ZeRO 1-3, selective and full recomputation), all with the fused attention (the
+ * default), and 3 with the unfused one (its (T, T) probabilities), the prediction is made exactly as the
  * partitioner CLI makes it (tri_preview_create with the engine's plan, models/preview.h), then
  * every rank trains two steps on thread ranks and its device's measured peak (dev->peak_bytes) must
  * equal its stage's predicted total to the byte (every engine buffer comes from the planned arenas,
@@ -88,6 +89,7 @@ typedef struct mem_layout {
     int per_chunk, B, T, m, zero;
     tri_recompute rec;
     bool deterministic, bf16;
+    bool unfused;   /* --attention-backend unfused (default: flash) */
 } mem_layout;
 
 /* Logs, per pipeline stage, the largest measured peak of its ranks beside the prediction and the
@@ -125,6 +127,7 @@ static void check_layout(mem_layout x)
                               .micro_batch = x.B, .global_batch = (int64_t)x.B * x.m * x.dp, .seq_length = x.T,
                               .sequence_parallel = x.sp, .zero_stage = x.zero, .schedule = x.schedule,
                               .recompute = x.rec, .deterministic = x.deterministic,
+                              .attention = x.unfused ? TRI_ATTENTION_UNFUSED : TRI_ATTENTION_FLASH,
                               .precision = x.bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .cpu = true,
                               .first_layers = -1, .last_layers = -1};
     rc = tri_layout_resolve(&dims, &req, &c.l);
@@ -144,16 +147,16 @@ static void check_layout(mem_layout x)
     cr_assert_leq(n, MAX_RANKS);
     rc = tri_run_thread_ranks(n, run_rank, &c);
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
-    cr_expect(!c.failure[0], "%s tp %d pp %d dp %d %s v %d sp %d zero %d recompute %s: %s",
+    cr_expect(!c.failure[0], "%s tp %d pp %d dp %d %s v %d sp %d zero %d recompute %s attention %s: %s",
               tri_precision_name(c.l.precision), x.tp, x.pp, x.dp, c.l.schedule, c.l.v, x.sp, x.zero,
-              tri_recompute_name(x.rec), c.failure);
+              tri_recompute_name(x.rec), tri_attention_backend_name(c.l.attention), c.failure);
     report(&c, &x);
 }
 
 static void check_r(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int B, int T, int m, int zero,
                     tri_recompute rec)
 {
-    check_layout((mem_layout){tp, pp, dp, sp, schedule, per_chunk, B, T, m, zero, rec, false, false});
+    check_layout((mem_layout){tp, pp, dp, sp, schedule, per_chunk, B, T, m, zero, rec, false, false, false});
 }
 
 static void check(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int B, int T, int m, int zero)
@@ -164,7 +167,7 @@ static void check(int tp, int pp, int dp, bool sp, const char *schedule, int per
 /* bf16 mixed precision (engine_train --bf16) */
 static void check_bf16(int tp, int pp, int dp, bool sp, int B, int T, int m, int zero, tri_recompute rec)
 {
-    check_layout((mem_layout){tp, pp, dp, sp, "1f1b", 0, B, T, m, zero, rec, false, true});
+    check_layout((mem_layout){tp, pp, dp, sp, "1f1b", 0, B, T, m, zero, rec, false, true, false});
 }
 
 Test(partitioner_memory, one_rank) { check(1, 1, 1, false, "1f1b", 0, 4, 64, 1, 0); }
@@ -185,7 +188,7 @@ Test(partitioner_memory, pp2_selective) { check_r(1, 2, 1, false, "1f1b", 0, 2, 
 Test(partitioner_memory, tp2_pp2_sp_full) { check_r(2, 2, 1, true, "1f1b", 0, 2, 128, 4, 0, TRI_RECOMPUTE_FULL); }
 Test(partitioner_memory, dp2_zero1_deterministic)
 {
-    check_layout((mem_layout){1, 2, 2, false, "1f1b", 0, 2, 64, 4, 1, TRI_RECOMPUTE_NONE, true, false});
+    check_layout((mem_layout){1, 2, 2, false, "1f1b", 0, 2, 64, 4, 1, TRI_RECOMPUTE_NONE, true, false, false});
 }
 Test(partitioner_memory, bf16_one_rank) { check_bf16(1, 1, 1, false, 4, 64, 1, 0, TRI_RECOMPUTE_NONE); }
 Test(partitioner_memory, bf16_tp2_pp2) { check_bf16(2, 2, 1, false, 4, 128, 4, 0, TRI_RECOMPUTE_NONE); }
@@ -194,4 +197,13 @@ Test(partitioner_memory, bf16_dp2_zero1) { check_bf16(1, 1, 2, false, 4, 64, 2, 
 Test(partitioner_memory, bf16_pp2_dp2_zero2) { check_bf16(1, 2, 2, false, 2, 64, 4, 2, TRI_RECOMPUTE_NONE); }
 Test(partitioner_memory, bf16_tp2_dp2_zero3) { check_bf16(2, 1, 2, false, 2, 64, 2, 3, TRI_RECOMPUTE_NONE); }
 Test(partitioner_memory, bf16_pp2_selective) { check_bf16(1, 2, 1, false, 2, 128, 4, 0, TRI_RECOMPUTE_SELECTIVE); }
+/* the unfused attention (its (T, T) probabilities and their gradient) */
+static void check_unfused(int tp, int pp, bool sp, int T, tri_recompute rec, bool bf16)
+{
+    check_layout((mem_layout){tp, pp, 1, sp, "1f1b", 0, 2, T, 4, 0, rec, false, bf16, true});
+}
+
+Test(partitioner_memory, unfused_tp2_pp2) { check_unfused(2, 2, false, 128, TRI_RECOMPUTE_NONE, false); }
+Test(partitioner_memory, unfused_pp2_selective) { check_unfused(1, 2, false, 128, TRI_RECOMPUTE_SELECTIVE, false); }
+Test(partitioner_memory, unfused_bf16_tp2_sp_selective) { check_unfused(2, 1, true, 128, TRI_RECOMPUTE_SELECTIVE, true); }
 Test(partitioner_memory, bf16_tp2_pp2_sp_full) { check_bf16(2, 2, 1, true, 2, 128, 4, 0, TRI_RECOMPUTE_FULL); }

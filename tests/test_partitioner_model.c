@@ -213,13 +213,15 @@ Test(partitioner_model, zero_model_states_match_the_paper)
  * (34 + 5 a s / h); selective recomputation drops the 5 a s / h term; full keeps 2 s b h. The engine
  * has no dropout: it keeps their terms less the two 1-byte dropout masks (2 s b h) and the
  * attention dropout's mask and output (3 a s^2 b / t), and adds the fp32 layernorm statistics they
- * leave out (2 layernorms x mean and rstd x 4 bytes = 16 s b, / t with sequence parallelism). */
+ * leave out (2 layernorms x mean and rstd x 4 bytes = 16 s b, / t with sequence parallelism).
+ * That is the unfused attention, which stores the probabilities as the paper's Megatron-LM did. */
 Test(partitioner_model, activation_formulas_follow_korthikanti_table_2_without_dropout)
 {
     tri_transformer m = {.n_layer = 96, .n_head = 96, .n_embd = 12288, .vocab_size = 51200, .n_positions = 2048};
     double s = 2048, b = 1, h = 12288, a = 96, sbh = s * b * h, sb = s * b, t = 8;
     double masks = 2 * sbh, dropout_scores = 3 * a * s * s * b;   /* per layer, without parallelism */
-    tri_train_layout l = {.tp = 1, .pp = 1, .dp = 1, .v = 1, .B = 1, .T = 2048, .precision = TRI_PRECISION_BF16};
+    tri_train_layout l = {.tp = 1, .pp = 1, .dp = 1, .v = 1, .B = 1, .T = 2048, .precision = TRI_PRECISION_BF16,
+                          .attention = TRI_ATTENTION_UNFUSED};
     cr_expect_float_eq(tri_mem_block_activations(&m, &l), sbh * (34 + 5 * a * s / h) - masks - dropout_scores + 16 * sb,
                        1e-6);
     l.tp = 8;
@@ -246,4 +248,23 @@ Test(partitioner_model, activation_formulas_follow_korthikanti_table_2_without_d
     /* fp32: the same buffers at 4 bytes, the statistics unchanged */
     l.precision = TRI_PRECISION_FP32;
     cr_expect_float_eq(tri_mem_block_activations(&m, &l), (64 * sbh + 16 * sb) / t, 1e-6);
+}
+
+/* The fused attention keeps each row's fp32 logsumexp (4 a s b / t bytes a layer) instead of the
+ * probabilities: the s^2 term goes, selective recomputation keeps the same, and the per-layer
+ * activations are linear in s (Dao 2023; Korthikanti et al.'s selective line plus the statistics). */
+Test(partitioner_model, flash_attention_activations_are_linear_in_seq_length)
+{
+    tri_transformer m = {.n_layer = 96, .n_head = 96, .n_embd = 12288, .vocab_size = 51200, .n_positions = 2048};
+    double s = 2048, b = 1, h = 12288, a = 96, sbh = s * b * h, sb = s * b, t = 8;
+    double masks = 2 * sbh, lse = 4 * a * s * b;
+    tri_train_layout l = {.tp = 8, .pp = 1, .dp = 1, .v = 1, .B = 1, .T = 2048, .precision = TRI_PRECISION_BF16,
+                          .sequence_parallel = true};
+    double none = tri_mem_block_activations(&m, &l);
+    cr_expect_float_eq(none, (sbh * 34 - masks + 16 * sb + lse) / t, 1e-6);
+    l.recompute = TRI_RECOMPUTE_SELECTIVE;
+    cr_expect_float_eq(tri_mem_block_activations(&m, &l), none, 1e-6);
+    l.recompute = TRI_RECOMPUTE_NONE;
+    l.T = 4096;
+    cr_expect_float_eq(tri_mem_block_activations(&m, &l), 2 * none, 1e-6);
 }

@@ -65,14 +65,16 @@ static tri_cluster a100(int gpus)
     return (tri_cluster){.hw = hw, .num_gpus = gpus, .gpus_per_node = 8, .eff = hw->eff};
 }
 
-/* The run's layout: present work (sequence parallel + selective) or the full-recompute baseline. */
+/* The run's layout: present work (sequence parallel + selective) or the full-recompute baseline,
+ * with the paper's unfused attention (Megatron-LM then stored the softmax). */
 static tri_train_layout layout_of(const run *r, bool present)
 {
     tri_transformer m = model_of(r);
     tri_layout_request q = {.num_gpus = r->gpus, .tp = r->t, .pp = r->p, .micro_batch = 1, .global_batch = r->batch,
                             .seq_length = 2048, .sequence_parallel = present,
                             .recompute = present ? TRI_RECOMPUTE_SELECTIVE : TRI_RECOMPUTE_FULL,
-                            .precision = TRI_PRECISION_BF16, .first_layers = -1, .last_layers = -1};
+                            .precision = TRI_PRECISION_BF16, .attention = TRI_ATTENTION_UNFUSED,
+                            .first_layers = -1, .last_layers = -1};
     tri_train_layout l;
     int rc = tri_layout_resolve(&m, &q, &l);
     cr_assert_eq(rc, TRI_OK, "%s: %s", r->name, tri_error_message());

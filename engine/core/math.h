@@ -308,6 +308,45 @@ TRI_HD void tri_causal_softmax_row_backward(float *ds, const float *p, const flo
     tri_causal_softmax_row_backward_mixed(ds, 0, p, 0, dp, 0, t, T);
 }
 
+/* ---- fused causal attention (FlashAttention-2: Dao 2023 §3.1, Algorithm 1) ----
+ * Queries go in tiles of TRI_FLASH_BR rows, keys and values in tiles of TRI_FLASH_BC; a query row t
+ * sees the keys j <= t, so the key tiles past a query tile's diagonal are skipped. Each row keeps a
+ * running max m and running sum l of the exponentials: after its scores s[0..n) of one key tile
+ * (scaled by 1/sqrt(HS), only the n visible keys) tri_flash_row_update replaces s by the
+ * exponentials p = exp(s - m_new) and returns alpha = exp(m - m_new), by which the row's output
+ * accumulator is multiplied before p v is added. After the last tile the output is divided by l
+ * and the row's logsumexp m + log(l) is saved: the backward recomputes each probability as
+ * exp(s - lse) (Algorithm 2). The key tiles go in ascending order and each tile's sum adds its
+ * exponentials left to right: that order is part of the op (the score and output products are
+ * BLAS or tensor-core sums, so the op matches the materialised path within a tolerance, not bit
+ * for bit). Context parallelism can feed a row key tiles from other ranks through the same update. */
+#define TRI_FLASH_BR 64
+#define TRI_FLASH_BC 64
+
+TRI_HD float tri_flash_row_update(float *s, int64_t n, float *m, float *l)
+{
+    float mx = *m;
+    for (int64_t j = 0; j < n; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    if (n == 0)
+        return 1.0f;
+    float alpha = *m == -INFINITY ? 0.0f : tri_expf(*m - mx);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        s[j] = tri_expf(s[j] - mx);
+        sum += s[j];
+    }
+    *m = mx;
+    *l = *l * alpha + sum;
+    return alpha;
+}
+
+/* The row's logsumexp after its last tile (natural log). */
+TRI_HD float tri_flash_lse(float m, float l)
+{
+    return m + logf(l);
+}
+
 /* ---- cross-entropy pieces over one row of a vocab shard ----
  * The max is exact in any order (TRI_LANES interleaved lanes, so the loop vectorizes); the sum of
  * exponentials is a row sum in the order above. TRI_LANES also sets the double lanes of the range

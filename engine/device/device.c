@@ -554,6 +554,54 @@ int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, t
     return widen_end(&w, w.rc ? 0 : DISPATCH(d, attention_backward, dqkv, datt, dout, qkv, att));
 }
 
+/* ---- fused attention ---- */
+
+/* qkv (B, T, 3*C_l), the f32 row statistics `stats` (lse or delta) (B, NH_l, T) with C_l % NH_l == 0,
+ * and out (B*T, C_l) (out_name: "out" or "dout"). */
+static int check_flash(const char *op, tri_tensor out, const char *out_name, tri_tensor stats,
+                       const char *stats_name, tri_tensor qkv)
+{
+    char x[96], y[96];
+    int rc = need_float(op, "qkv", qkv);
+    if (!rc) rc = need(op, stats_name, stats, TRI_F32);
+    if (!rc) rc = need_float(op, out_name, out);
+    if (rc)
+        return rc;
+    if (qkv.ndim != 3 || stats.ndim != 3 || qkv.shape[2] % 3 != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: qkv %s must be (B, T, 3*C_l), %s %s (B, NH_l, T)", op, DESC(qkv, x),
+                       stats_name, DESC(stats, y));
+    int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = stats.shape[1];
+    if (stats.shape[0] != B || stats.shape[2] != T || NH == 0 || C % NH != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: %s %s does not match qkv %s (B, T, 3*C_l) with C_l %% NH_l == 0", op,
+                       stats_name, DESC(stats, x), DESC(qkv, y));
+    return need_matrix(op, out_name, out, B * T, C);
+}
+
+int tri_op_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
+{
+    widen w = widen_start(d, check_flash("flash_attention_forward", out, "out", lse, "lse", qkv));
+    wide(&w, &out, true);
+    wide(&w, &qkv, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, flash_attention_forward, out, lse, qkv));
+}
+
+int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
+                                    tri_tensor qkv, tri_tensor out, tri_tensor lse)
+{
+    const char *op = "flash_attention_backward";
+    int rc = check_flash(op, dout, "dout", lse, "lse", qkv);
+    if (!rc) rc = check_flash(op, out, "out", delta, "delta", qkv);
+    if (!rc) rc = need_float(op, "dqkv", dqkv);
+    if (!rc) rc = need_numel(op, "dqkv", dqkv, tri_tensor_numel(qkv));
+    if (!rc) rc = need_numel(op, "delta", delta, tri_tensor_numel(lse));
+    widen w = widen_start(d, rc);
+    wide(&w, &dqkv, true);
+    wide(&w, &dout, false);
+    wide(&w, &qkv, false);
+    wide(&w, &out, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, flash_attention_backward, dqkv, delta, dout, qkv, out, lse));
+}
+
 /* ---- GELU ---- */
 
 int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)

@@ -77,6 +77,9 @@ typedef struct tri_device_ops {
     int (*attention_forward)(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv);
     int (*attention_backward)(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
                               tri_tensor qkv, tri_tensor att);
+    int (*flash_attention_forward)(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv);
+    int (*flash_attention_backward)(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
+                                    tri_tensor qkv, tri_tensor out, tri_tensor lse);
     int (*gelu_forward)(tri_device *d, tri_tensor out, tri_tensor inp);
     int (*gelu_backward)(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
     int (*embedding_forward)(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
@@ -211,6 +214,17 @@ int tri_op_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_
 /* dqkv(B,T,3*C_l) = gradient given dout(B,T,C_l) (overwritten); datt(B,NH_l,T,T) is scratch. */
 int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
                               tri_tensor qkv, tri_tensor att);
+
+/* ---- fused causal attention (FlashAttention-2, Dao 2023; engine/core/math.h for the tiling) ----
+ * The same math as attention_forward without the (T, T) matrix: out(B,T,C_l) from qkv(B,T,3*C_l)
+ * (layout above), and lse(B,NH_l,T) f32, each query row's logsumexp of its scaled scores, saved
+ * for the backward. NH_l is lse's dimension 1. */
+int tri_op_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv);
+/* dqkv(B,T,3*C_l) = gradient given dout(B,T,C_l) (overwritten), recomputing the probabilities from
+ * qkv and lse; out is the forward's output; delta(B,NH_l,T) f32 is scratch (rows' dout . out).
+ * Deterministic: no atomics, a fixed order of every sum (engine/core/math.h). */
+int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
+                                    tri_tensor qkv, tri_tensor out, tri_tensor lse);
 
 /* ---- GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 ---- */
 int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp);

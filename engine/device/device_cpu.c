@@ -16,6 +16,7 @@
 
 #include "engine/core/math.h"
 #include "engine/core/status.h"
+#include "engine/device/flash_cpu.h"
 
 #define COL_BLOCK 64      /* columns per task in column-blocked reductions */
 #define REDUCE_CHUNKS 64  /* fixed chunk count of full reductions (thread-count independent) */
@@ -292,6 +293,23 @@ static int cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor dat
     return TRI_OK;
 }
 
+/* ---- fused attention (engine/device/flash_cpu.c) ---- */
+
+static int cpu_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
+{
+    tri_cpu_flash_forward(nthreads(d), fp(out), fp(lse), fp(qkv), qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3,
+                          lse.shape[1]);
+    return TRI_OK;
+}
+
+static int cpu_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
+                                        tri_tensor qkv, tri_tensor out, tri_tensor lse)
+{
+    tri_cpu_flash_backward(nthreads(d), fp(dqkv), fp(delta), fp(dout), fp(qkv), fp(out), fp(lse), qkv.shape[0],
+                           qkv.shape[1], qkv.shape[2] / 3, lse.shape[1]);
+    return TRI_OK;
+}
+
 /* ---- GELU ---- */
 
 static int cpu_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
@@ -551,6 +569,8 @@ static const tri_device_ops cpu_ops = {
     .layernorm_backward = cpu_layernorm_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .flash_attention_forward = cpu_flash_attention_forward,
+    .flash_attention_backward = cpu_flash_attention_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .embedding_forward = cpu_embedding_forward,

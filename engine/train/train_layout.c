@@ -10,3 +10,15 @@ const char *tri_precision_name(tri_precision p)
 {
     return p == TRI_PRECISION_BF16 ? "bf16" : "fp32";
 }
+
+const char *tri_attention_backend_name(tri_attention_backend a)
+{
+    return a == TRI_ATTENTION_UNFUSED ? "unfused" : "flash";
+}
+
+tri_recompute tri_layout_recomputes(const tri_train_layout *l)
+{
+    if (l->recompute == TRI_RECOMPUTE_SELECTIVE && l->attention == TRI_ATTENTION_FLASH)
+        return TRI_RECOMPUTE_NONE;
+    return l->recompute;
+}

@@ -4,7 +4,8 @@
  * schedule and its model chunks per rank, Megatron-LM's first/last stage overrides, the ZeRO stage
  * (Rajbhandari et al. 2020) and its overlaps, deterministic mode, the precision (fp32, or bf16 mixed
  * precision: Micikevicius et al. 2018, Megatron-LM's --bf16) and activation recomputation
- * (Korthikanti et al. 2022: none, selective = the attention core, full = every layer from its input).
+ * (Korthikanti et al. 2022: none, selective = the attention core, full = every layer from its input)
+ * and the attention core's form (fused by default; selective recomputation has nothing to drop from it).
  * One declaration: partitioner/constraints.h resolves a request into it for engine_train, the
  * partitioner and the benches alike (one validator), and it is passed by const pointer from there
  * through the model's chunks to ZeRO; what differs per model chunk is the model's own small value.
@@ -21,6 +22,10 @@ extern "C" {
 
 typedef enum { TRI_RECOMPUTE_NONE = 0, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL } tri_recompute;
 typedef enum { TRI_PRECISION_FP32 = 0, TRI_PRECISION_BF16 } tri_precision;
+/* The attention core: fused (FlashAttention-2, Dao 2023: no (T, T) matrix, the rows' logsumexp
+ * kept) or the materialised softmax (its reference twin; Megatron-LM's --attention-backend
+ * flash / unfused). */
+typedef enum { TRI_ATTENTION_FLASH = 0, TRI_ATTENTION_UNFUSED } tri_attention_backend;
 
 typedef struct tri_train_layout {
     int tp, pp, dp;
@@ -32,6 +37,7 @@ typedef struct tri_train_layout {
     int zero_stage;            /* 0..3 */
     tri_recompute recompute;
     tri_precision precision;
+    tri_attention_backend attention;
     const char *schedule;      /* "1f1b", "gpipe", "interleaved", "zb-h1" (a string literal) */
     int first_layers, last_layers; /* Megatron-LM's first/last stage overrides, -1: balanced */
     bool deterministic;        /* exact fixed-point gradient sums (engine/train/zero.h) */
@@ -39,9 +45,15 @@ typedef struct tri_train_layout {
     bool overlap_param_gather; /* (engine/train/zero.h) */
 } tri_train_layout;
 
-/* "none", "selective", "full" / "fp32", "bf16". */
+/* "none", "selective", "full" / "fp32", "bf16" / "flash", "unfused". */
 const char *tri_recompute_name(tri_recompute r);
 const char *tri_precision_name(tri_precision p);
+const char *tri_attention_backend_name(tri_attention_backend a);
+
+/* What the layout actually recomputes: its recompute choice, except that selective recomputation
+ * with the fused attention reruns nothing (the fused core stores no softmax to drop; its backward
+ * recomputing the scores tile by tile is part of the attention, as in Megatron-LM's HFU). */
+tri_recompute tri_layout_recomputes(const tri_train_layout *l);
 
 #ifdef __cplusplus
 }

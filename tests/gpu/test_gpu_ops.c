@@ -798,3 +798,78 @@ Test(gpu_ops, gelu_fast_vs_simple)
                                 (size_t)n, 0.0));
         }
 }
+
+/* ---- fused attention (FlashAttention-2) ----
+ * The CUDA forms against the CPU backend's flash ops (sgemm-tiled, the same online softmax):
+ * - fp32 runs the simple twins (a thread per row, dot products left to right): only the summation
+ *   order differs, normalised TOL (the CPU run of the twins measured 4.7e-7);
+ * - bf16 with head sizes 32/64/80/96/128 runs the tensor-core kernels (cuda/flash_mma.cu), which
+ *   also round P and dS to bf16 before their products: each term of out = sum_j P_j v_j and of
+ *   dq, dk, dv moves by at most 2^-9 of itself, so the sums move by at most 2^-9 of the sums of
+ *   |terms|; inputs in [-3, 3] give peaked rows, where those sums stay within a few times the
+ *   results: FLASH_MMA_TOL 3e-2 normalised, with BF16_TOL's one output ulp on top. First run on a
+ *   GPU pending (2026-11-27: written without one); the same inputs through the simple switch must
+ *   meet BF16_TOL, and a second backward must give the same bits (no atomics). */
+#define FLASH_MMA_TOL 3e-2
+
+typedef struct flash_both {
+    both qkv, out, lse, dout, dqkv, delta;
+} flash_both;
+
+static void flash_run(flash_both *f)
+{
+    BOTH(tri_op_flash_attention_forward(cpu, f->out.c, f->lse.c, f->qkv.c),
+         tri_op_flash_attention_forward(gpu, f->out.g, f->lse.g, f->qkv.g));
+    BOTH(tri_op_flash_attention_backward(cpu, f->dqkv.c, f->delta.c, f->dout.c, f->qkv.c, f->out.c, f->lse.c),
+         tri_op_flash_attention_backward(gpu, f->dqkv.g, f->delta.g, f->dout.g, f->qkv.g, f->out.g, f->lse.g));
+}
+
+static void flash_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int bf16, uint64_t seed)
+{
+    int64_t C = NH * HS;
+    tri_tensor qs = tri_tensor_3d(NULL, TRI_F32, B, T, 3 * C), os = tri_tensor_3d(NULL, TRI_F32, B, T, C);
+    tri_tensor ls = tri_tensor_3d(NULL, TRI_F32, B, NH, T);
+    for (int simple = 0; simple < 2; simple++) {
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        flash_both f = {uniform_as(qs, -3.0f, 3.0f, seed, bf16), make_as(os, NULL, bf16), make(ls, NULL),
+                        uniform_as(os, -1.0f, 1.0f, seed + 1, bf16), uniform_as(qs, -1, 1, seed + 2, bf16),
+                        make(ls, NULL)};
+        flash_run(&f);
+        bool mma = bf16 && !simple && (HS == 32 || HS == 64 || HS == 80 || HS == 96 || HS == 128);
+        double tol = !bf16 ? TOL : mma ? FLASH_MMA_TOL : BF16_TOL;
+        char what[160];
+        const char *form = mma ? "tensor cores" : "simple";
+        snprintf(what, sizeof what, "flash %s out (%s, B %lld T %lld NH %lld HS %lld)", bf16 ? "bf16" : "fp32", form,
+                 (long long)B, (long long)T, (long long)NH, (long long)HS);
+        cmp(what, f.out, tol);
+        snprintf(what, sizeof what, "flash lse (%s, T %lld HS %lld)", form, (long long)T, (long long)HS);
+        cmp(what, f.lse, bf16 ? 1e-3 : TOL);
+        snprintf(what, sizeof what, "flash %s dqkv (%s, B %lld T %lld NH %lld HS %lld)", bf16 ? "bf16" : "fp32", form,
+                 (long long)B, (long long)T, (long long)NH, (long long)HS);
+        cmp(what, f.dqkv, tol);
+        /* deterministic: a second backward gives the same bits */
+        size_t n = (size_t)tri_tensor_numel(qs);
+        float *first = gpu_read(gpu, f.dqkv.g);
+        cr_assert_eq(tri_op_flash_attention_backward(gpu, f.dqkv.g, f.delta.g, f.dout.g, f.qkv.g, f.out.g, f.lse.g),
+                     TRI_OK, "%s", tri_error_message());
+        cr_assert(ot_same_bits("flash backward rerun", gpu_read(gpu, f.dqkv.g), first, n));
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, flash_attention_fp32)
+{
+    flash_case(2, 17, 3, 64, 0, 900);
+    flash_case(1, 127, 2, 80, 0, 901);
+    flash_case(1, 1, 1, 64, 0, 902);
+    flash_case(2, 300, 2, 16, 0, 903);
+}
+
+Test(gpu_ops, flash_attention_bf16)
+{
+    const int64_t shapes[][4] = {{1, 1, 1, 64},  {2, 17, 3, 64},  {1, 64, 2, 128}, {4, 127, 2, 80},
+                                 {1, 1024, 2, 64}, {1, 1024, 1, 128}, {2, 200, 16, 32}, {1, 130, 2, 96},
+                                 {1, 70, 2, 24},  {1, 33, 1, 256}}; /* B, T, NH, HS; 24 and 256: simple twins */
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        flash_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 1, 910 + i);
+}

@@ -20,6 +20,7 @@ typedef struct tri_cli_layout {
     tri_layout_request req;   /* num_gpus is the caller's (--num-gpus, or the world size) */
     const char *schedule;     /* --pipeline-schedule */
     const char *recompute;    /* --recompute-granularity */
+    const char *attention;    /* --attention-backend */
     bool bf16;                /* --bf16 */
 } tri_cli_layout;
 

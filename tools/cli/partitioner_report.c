@@ -74,10 +74,10 @@ static void print_header(FILE *f, const tri_preview *p, const tri_report_info *i
     else
         snprintf(sched, sizeof sched, "%s", l->schedule);
     fprintf(f, "layout: tp %d x pp %d x dp %d%s; %s; micro-batch %lld x seq %lld, %d micro-batches per replica, "
-            "global batch %lld (%lld tokens); ZeRO %d; recompute %s; %s\n", l->tp, l->pp, l->dp,
+            "global batch %lld (%lld tokens); ZeRO %d; recompute %s; %s attention; %s\n", l->tp, l->pp, l->dp,
             l->sequence_parallel ? " (sequence parallel)" : "", sched, (long long)l->B, (long long)l->T, l->n_micro,
             (long long)l->global_batch, (long long)(l->global_batch * l->T), l->zero_stage,
-            tri_recompute_name(l->recompute),
+            tri_recompute_name(l->recompute), tri_attention_backend_name(l->attention),
             l->precision == TRI_PRECISION_BF16 ? "bf16 mixed precision" : "fp32");
 }
 
@@ -185,6 +185,7 @@ static cJSON *layout_json(const tri_train_layout *l)
     cJSON_AddNumberToObject(o, "micro_batches_per_replica", l->n_micro);
     cJSON_AddNumberToObject(o, "zero_stage", l->zero_stage);
     cJSON_AddStringToObject(o, "recompute_granularity", tri_recompute_name(l->recompute));
+    cJSON_AddStringToObject(o, "attention_backend", tri_attention_backend_name(l->attention));
     cJSON_AddStringToObject(o, "precision", tri_precision_name(l->precision));
     return o;
 }

@@ -1,0 +1,148 @@
+/* engine/device/flash_cpu.c - fused causal attention on the CPU (see flash_cpu.h).
+ *
+ * Dao 2023 (FlashAttention-2) §3.1: for one (b, h) and one query tile of up to TRI_FLASH_BR rows,
+ * the key/value tiles of TRI_FLASH_BC rows up to the diagonal stream through two sgemm calls (the
+ * scores S = scale q k^T into a BR x BC buffer, then out += P v) with the online softmax of
+ * engine/core/math.h between them. Backward (Algorithm 2) per (b, h): for each key tile, the query
+ * tiles at or past it recompute P = exp(S - lse), then dv += P^T dout, dP = dout v^T,
+ * dS = P (dP - delta), dk += scale dS^T q and dq += scale dS k. Only two BR x BC buffers a thread. */
+#include "engine/device/flash_cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "engine/core/math.h"
+
+#define BR TRI_FLASH_BR
+#define BC TRI_FLASH_BC
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Keys of tile j0 that query t sees: j0..min(t, j0 + nc - 1), none when t < j0. */
+static int64_t visible(int64_t t, int64_t j0, int64_t nc)
+{
+    return t < j0 ? 0 : min64(t - j0 + 1, nc);
+}
+
+/* One (b, h, query tile) of the forward: rows i0..i0+nr of out and lse. q, k, v, o point at
+ * token 0 of this (b, h); lse at its row 0. */
+static void forward_tile(float *o, float *lse, const float *q, const float *k, const float *v, int64_t i0,
+                         int64_t nr, int64_t T, int64_t C, int64_t HS)
+{
+    float s[BR * BC], m[BR], l[BR];
+    float scale = 1.0f / sqrtf((float)HS);
+    int ld3 = (int)(3 * C);
+    for (int64_t r = 0; r < nr; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        memset(o + (i0 + r) * C, 0, (size_t)HS * sizeof *o);
+    }
+    for (int64_t j0 = 0; j0 < i0 + nr; j0 += BC) {
+        int64_t nc = min64(BC, T - j0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, scale, q + i0 * 3 * C,
+                    ld3, k + j0 * 3 * C, ld3, 0.0f, s, BC);
+        for (int64_t r = 0; r < nr; r++) {
+            float *row = s + r * BC, *orow = o + (i0 + r) * C;
+            int64_t n = visible(i0 + r, j0, nc);
+            float alpha = tri_flash_row_update(row, n, &m[r], &l[r]);
+            for (int64_t j = n; j < nc; j++)
+                row[j] = 0.0f;
+            if (alpha != 1.0f)
+                for (int64_t i = 0; i < HS; i++)
+                    orow[i] *= alpha;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)HS, (int)nc, 1.0f, s, BC,
+                    v + j0 * 3 * C, ld3, 1.0f, o + i0 * C, (int)C);
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        float inv = 1.0f / l[r], *orow = o + (i0 + r) * C;
+        for (int64_t i = 0; i < HS; i++)
+            orow[i] *= inv;
+        lse[i0 + r] = tri_flash_lse(m[r], l[r]);
+    }
+}
+
+void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
+                           int64_t C, int64_t NH)
+{
+    int64_t HS = C / NH, tiles = (T + BR - 1) / BR;
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+    for (int64_t task = 0; task < B * NH * tiles; task++) {
+        int64_t bh = task / tiles, i0 = task % tiles * BR, b = bh / NH, h = bh % NH;
+        const float *q = qkv + b * T * 3 * C + h * HS;
+        forward_tile(out + b * T * C + h * HS, lse + bh * T, q, q + C, q + 2 * C, i0, min64(BR, T - i0), T, C,
+                     HS);
+    }
+}
+
+/* delta[t] = dout_t . out_t over this head's HS columns, left to right. */
+static void backward_delta(float *delta, const float *g, const float *o, int64_t T, int64_t C, int64_t HS)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < HS; i++)
+            acc += g[t * C + i] * o[t * C + i];
+        delta[t] = acc;
+    }
+}
+
+/* Zeroes this head's HS columns of dq, dk and dv in every row of dqkv. */
+static void zero_head(float *dq, int64_t T, int64_t C, int64_t HS)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int part = 0; part < 3; part++)
+            memset(dq + t * 3 * C + part * C, 0, (size_t)HS * sizeof *dq);
+}
+
+/* One (b, h) of the backward; pointers at token 0 of this (b, h), lse and delta at its row 0. */
+static void backward_head(float *dq, float *delta, const float *g, const float *q, const float *o,
+                          const float *lse, int64_t T, int64_t C, int64_t HS)
+{
+    float p[BR * BC], dp[BR * BC];
+    float scale = 1.0f / sqrtf((float)HS);
+    const float *k = q + C, *v = q + 2 * C;
+    float *dk = dq + C, *dv = dq + 2 * C;
+    int ld3 = (int)(3 * C), ldc = (int)C;
+    backward_delta(delta, g, o, T, C, HS);
+    zero_head(dq, T, C, HS);
+    for (int64_t j0 = 0; j0 < T; j0 += BC) {
+        int64_t nc = min64(BC, T - j0);
+        for (int64_t i0 = j0 / BR * BR; i0 < T; i0 += BR) {
+            int64_t nr = min64(BR, T - i0);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, scale,
+                        q + i0 * 3 * C, ld3, k + j0 * 3 * C, ld3, 0.0f, p, BC);
+            for (int64_t r = 0; r < nr; r++) {
+                int64_t n = visible(i0 + r, j0, nc);
+                for (int64_t j = 0; j < nc; j++)
+                    p[r * BC + j] = j < n ? tri_expf(p[r * BC + j] - lse[i0 + r]) : 0.0f;
+            }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)HS, (int)nr, 1.0f, p, BC,
+                        g + i0 * C, ldc, 1.0f, dv + j0 * 3 * C, ld3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, 1.0f, g + i0 * C,
+                        ldc, v + j0 * 3 * C, ld3, 0.0f, dp, BC);
+            for (int64_t r = 0; r < nr; r++)
+                for (int64_t j = 0; j < nc; j++)
+                    dp[r * BC + j] = p[r * BC + j] * (dp[r * BC + j] - delta[i0 + r]);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)HS, (int)nr, scale, dp, BC,
+                        q + i0 * 3 * C, ld3, 1.0f, dk + j0 * 3 * C, ld3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)HS, (int)nc, scale, dp, BC,
+                        k + j0 * 3 * C, ld3, 1.0f, dq + i0 * 3 * C, ld3);
+        }
+    }
+}
+
+void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float *dout, const float *qkv,
+                            const float *out, const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH)
+{
+    int64_t HS = C / NH;
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        int64_t q0 = b * T * 3 * C + h * HS, o0 = b * T * C + h * HS;
+        backward_head(dqkv + q0, delta + bh * T, dout + o0, qkv + q0, out + o0, lse + bh * T, T, C, HS);
+    }
+}
