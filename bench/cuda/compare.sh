@@ -6,6 +6,10 @@
 #
 #   bash tools/trident.sh bench-cuda [--models "gpt2 gpt2-xl"] [--fp32] [--micro-batch-size B]
 #                                    [--iters N] [--warmup N] [--profile] [--attention sdpa|materialized]
+#                                    [--seq-length T]
+#
+# --attention materialized runs both sides with the T x T scores (Trident --attention-backend
+# unfused, PyTorch's explicit softmax); by default Trident runs its fused attention and PyTorch SDPA.
 #
 # Defaults: GPT-2 124M (micro-batch 8) and 1.5B (micro-batch 2), bf16, T 1024, 10 timed iterations
 # after 3 warm-up. --profile adds bench_cuda_train's per-op table. BIN (default build/bin) says where
@@ -14,7 +18,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=${BIN:-$here/../../build/bin}
 PYTHON=${PYTHON:-python3}
-models="gpt2 gpt2-xl"; prec=--bf16; iters=10; warmup=3; B=""; profile=""; attention=sdpa
+models="gpt2 gpt2-xl"; prec=--bf16; iters=10; warmup=3; B=""; profile=""; attention=sdpa; T=1024
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
@@ -25,19 +29,21 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --profile) profile=--profile; shift ;;
     --attention) attention=$2; shift 2 ;;
+    --seq-length) T=$2; shift 2 ;;
     *) echo "compare.sh: unknown flag '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
-default_b() { case "$1" in gpt2) echo 8 ;; gpt2-medium|gpt2-large) echo 4 ;; *) echo 2 ;; esac; }
+default_b() { case "$1" in gpt2) echo 8 ;; gpt2-medium|gpt2-large) echo 4 ;; gpt2-8k) echo 1 ;; *) echo 2 ;; esac; }
+backend=flash; [ "$attention" = materialized ] && backend=unfused
 status=0
 for m in $models; do
   b=${B:-$(default_b "$m")}
   out=$("$BIN/bench_cuda_train" --models-dir "$here/../../models" --model "$m" --micro-batch-size "$b" \
-        --iters "$iters" --warmup "$warmup" $prec $profile 2>&1); rc=$?
+        --seq-length "$T" --attention-backend "$backend" --iters "$iters" --warmup "$warmup" $prec $profile 2>&1); rc=$?
   echo "$out"
   [ $rc -ne 0 ] && { echo "compare.sh: bench_cuda_train failed for $m (status $rc)"; status=1; continue; }
   peer=$(env -u LD_LIBRARY_PATH "$PYTHON" "$here/pytorch_gpt2.py" --models-dir "$here/../../models" --model "$m" --micro-batch-size "$b" \
-         --iters "$iters" --warmup "$warmup" --attention "$attention" $prec 2>&1); rc=$?
+         --seq-length "$T" --iters "$iters" --warmup "$warmup" --attention "$attention" $prec 2>&1); rc=$?
   echo "$peer"
   [ $rc -ne 0 ] && { echo "compare.sh: the PyTorch peer failed for $m (status $rc)"; status=1; continue; }
   ours=$(echo "$out" | awk -F'|' -v m="$m" '$1 ~ "^"m" " {print $3}' | awk '{print $1}' | tail -1)

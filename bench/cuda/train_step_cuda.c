@@ -48,6 +48,7 @@ typedef struct bench {
     float peak_tflops;
     bool profile, bf16, simple;
     const char *comm;
+    const char *attention;     /* --attention-backend */
 } bench;
 
 typedef struct model_default {
@@ -55,7 +56,9 @@ typedef struct model_default {
     int B; /* micro-batch that fits an 80 GB card in fp32 with AdamW at T = 1024 */
 } model_default;
 
-static const model_default MODELS[] = {{"gpt2", 8}, {"gpt2-medium", 4}, {"gpt2-large", 4}, {"gpt2-xl", 2}};
+/* gpt2-8k (GPT-2 124M with 8192 positions, for long sequences) runs only when named, at micro-batch 1. */
+static const model_default MODELS[] = {{"gpt2", 8}, {"gpt2-medium", 4}, {"gpt2-large", 4}, {"gpt2-xl", 2},
+                                       {"gpt2-8k", 1}};
 
 static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 {
@@ -83,6 +86,8 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tri_layout_request req = {.num_gpus = b->tp, .tp = b->tp, .pp = 1, .micro_batch = B, .global_batch = B,
                               .seq_length = b->T, .precision = b->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
+                              .attention = strcmp(b->attention, "unfused") == 0 ? TRI_ATTENTION_UNFUSED
+                                                                                : TRI_ATTENTION_FLASH,
                               .first_layers = -1, .last_layers = -1};
     if (!rc) rc = tri_cli_model_layout(&m, req, &o.run.layout);
     if (!rc) rc = tri_session_create(&ss, world, dev, &m, &o);
@@ -138,9 +143,9 @@ int main(int argc, char **argv)
     tri_cli_passive_openmp(argv);
     MPI_Init(&argc, &argv);
     bench b = {.model = "all", .models_dir = TRIDENT_SOURCE_DIR "/models", .B = 0, .T = 1024, .iters = 10,
-               .warmup = 3, .tp = 1, .comm = "auto"};
+               .warmup = 3, .tp = 1, .comm = "auto", .attention = "flash"};
     tri_flag flags[] = {
-        {"model", TRI_FLAG_CHOICE, &b.model, "which GPT-2", 0, 0, "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl", false},
+        {"model", TRI_FLAG_CHOICE, &b.model, "which GPT-2", 0, 0, "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl|gpt2-8k", false},
         {"models-dir", TRI_FLAG_STRING, &b.models_dir, "folder of the model configs", 0, 0, NULL, false},
         {"micro-batch-size", TRI_FLAG_INT, &b.B, "sequences per GPU (0: 8, 4, 4, 2 for 124M..1.5B)", 0, 1 << 16, NULL, false},
         {"seq-length", TRI_FLAG_INT, &b.T, "sequence length", 1, 1 << 16, NULL, false},
@@ -151,6 +156,7 @@ int main(int argc, char **argv)
         {"bf16", TRI_FLAG_BOOL, &b.bf16, "bf16 mixed precision (engine_train --bf16); MFU against the bf16 peak", 0, 0, NULL, false},
         {"profile", TRI_FLAG_BOOL, &b.profile, "print time per device op of the timed iterations", 0, 0, NULL, false},
         {"comm", TRI_FLAG_CHOICE, &b.comm, "how ranks talk: NCCL, MPI staged through host memory (ranks sharing a GPU), or auto", 0, 0, "auto|nccl|mpi", false},
+        {"attention-backend", TRI_FLAG_CHOICE, &b.attention, "attention core: flash (fused, the default) or unfused (the T x T softmax through cuBLASLt)", 0, 0, "flash|unfused", false},
         {"simple-kernels", TRI_FLAG_BOOL, &b.simple, "run the simple twin kernels (before/after comparisons)", 0, 0, NULL, false},
     };
     int nf = sizeof flags / sizeof *flags, rank = 0, size = 1;
@@ -186,14 +192,14 @@ int main(int argc, char **argv)
     if (!rc) rc = tri_cli_device_world("cuda", b.comm, dev, 600.0 /* NCCL's and PyTorch's watchdog default */, &world);
     if (!rc && rank == 0)
         printf("bench_cuda_train: %d x %s (sm_%d%d, %d SMs, %.0f GiB), %s, tp %d, "
-               "%d timed iterations after %d warm-up\n", size, gpu, info.major, info.minor, info.sm_count,
+               "%s attention, %d timed iterations after %d warm-up\n", size, gpu, info.major, info.minor, info.sm_count,
                (double)info.memory_bytes / 1073741824.0,
                b.bf16 ? (b.simple ? "bf16 (bf16 cuBLASLt GEMMs accumulating in fp32, fp32 master weights), simple kernels"
                                   : "bf16 (bf16 cuBLASLt GEMMs accumulating in fp32, fp32 master weights)")
                       : (b.simple ? "fp32 (cuBLASLt COMPUTE_32F), simple kernels" : "fp32 (cuBLASLt COMPUTE_32F)"),
-               b.tp, b.iters, b.warmup);
+               b.tp, b.attention, b.iters, b.warmup);
     for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS && !rc; i++) {
-        if (strcmp(b.model, "all") != 0 && strcmp(b.model, MODELS[i].name) != 0)
+        if (strcmp(b.model, "all") != 0 ? strcmp(b.model, MODELS[i].name) != 0 : strcmp(MODELS[i].name, "gpt2-8k") == 0)
             continue;
         rc = run_model(&b, MODELS[i].name, b.B ? b.B : MODELS[i].B, dev, world, gpu);
         if (rc)

@@ -28,41 +28,59 @@ static int64_t visible(int64_t t, int64_t j0, int64_t nc)
     return t < j0 ? 0 : min64(t - j0 + 1, nc);
 }
 
-/* One (b, h, query tile) of the forward: rows i0..i0+nr of out and lse. q, k, v, o point at
- * token 0 of this (b, h); lse at its row 0. */
-static void forward_tile(float *o, float *lse, const float *q, const float *k, const float *v, int64_t i0,
-                         int64_t nr, int64_t T, int64_t C, int64_t HS)
+/* The running state of one query tile (rows t0..t0+nr at global positions): the output rows being
+ * accumulated (in place in out, row stride ldo) and each row's running max and sum. */
+typedef struct query_tile {
+    float *o;
+    int64_t ldo, t0, nr;
+    float m[BR], l[BR];
+} query_tile;
+
+/* Folds keys and values at global positions j_pos..j_pos+nk (rows of k and v with stride ldkv)
+ * into the tile, BC keys at a time, keys after a query's position masked. The local sequence is one
+ * such block at j_pos 0; context parallelism (a ring of ranks over the sequence) folds the blocks
+ * received from the other ranks the same way, each with its own j_pos. */
+static void fold_kv_block(query_tile *st, const float *q, int64_t ldq, const float *k, const float *v, int64_t ldkv,
+                          int64_t j_pos, int64_t nk, int64_t HS)
 {
-    float s[BR * BC], m[BR], l[BR];
+    float s[BR * BC];
     float scale = 1.0f / sqrtf((float)HS);
-    int ld3 = (int)(3 * C);
-    for (int64_t r = 0; r < nr; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-        memset(o + (i0 + r) * C, 0, (size_t)HS * sizeof *o);
-    }
-    for (int64_t j0 = 0; j0 < i0 + nr; j0 += BC) {
-        int64_t nc = min64(BC, T - j0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, scale, q + i0 * 3 * C,
-                    ld3, k + j0 * 3 * C, ld3, 0.0f, s, BC);
-        for (int64_t r = 0; r < nr; r++) {
-            float *row = s + r * BC, *orow = o + (i0 + r) * C;
-            int64_t n = visible(i0 + r, j0, nc);
-            float alpha = tri_flash_row_update(row, n, &m[r], &l[r]);
+    for (int64_t j0 = 0; j0 < nk && j_pos + j0 <= st->t0 + st->nr - 1; j0 += BC) {
+        int64_t nc = min64(BC, nk - j0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)st->nr, (int)nc, (int)HS, scale, q, (int)ldq,
+                    k + j0 * ldkv, (int)ldkv, 0.0f, s, BC);
+        for (int64_t r = 0; r < st->nr; r++) {
+            float *row = s + r * BC, *orow = st->o + r * st->ldo;
+            int64_t n = visible(st->t0 + r, j_pos + j0, nc);
+            float alpha = tri_flash_row_update(row, n, &st->m[r], &st->l[r]);
             for (int64_t j = n; j < nc; j++)
                 row[j] = 0.0f;
             if (alpha != 1.0f)
                 for (int64_t i = 0; i < HS; i++)
                     orow[i] *= alpha;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)HS, (int)nc, 1.0f, s, BC,
-                    v + j0 * 3 * C, ld3, 1.0f, o + i0 * C, (int)C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)st->nr, (int)HS, (int)nc, 1.0f, s, BC,
+                    v + j0 * ldkv, (int)ldkv, 1.0f, st->o, (int)st->ldo);
     }
+}
+
+/* One (b, h, query tile) of the forward: rows i0..i0+nr of out and lse. q, k, v, o point at
+ * token 0 of this (b, h); lse at its row 0. */
+static void forward_tile(float *o, float *lse, const float *q, const float *k, const float *v, int64_t i0,
+                         int64_t nr, int64_t C, int64_t HS)
+{
+    query_tile st = {.o = o + i0 * C, .ldo = C, .t0 = i0, .nr = nr};
     for (int64_t r = 0; r < nr; r++) {
-        float inv = 1.0f / l[r], *orow = o + (i0 + r) * C;
+        st.m[r] = -INFINITY;
+        st.l[r] = 0.0f;
+        memset(st.o + r * C, 0, (size_t)HS * sizeof *o);
+    }
+    fold_kv_block(&st, q + i0 * 3 * C, 3 * C, k, v, 3 * C, 0, i0 + nr, HS);
+    for (int64_t r = 0; r < nr; r++) {
+        float inv = 1.0f / st.l[r], *orow = st.o + r * C;
         for (int64_t i = 0; i < HS; i++)
             orow[i] *= inv;
-        lse[i0 + r] = tri_flash_lse(m[r], l[r]);
+        lse[i0 + r] = tri_flash_lse(st.m[r], st.l[r]);
     }
 }
 
@@ -74,8 +92,7 @@ void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv
     for (int64_t task = 0; task < B * NH * tiles; task++) {
         int64_t bh = task / tiles, i0 = task % tiles * BR, b = bh / NH, h = bh % NH;
         const float *q = qkv + b * T * 3 * C + h * HS;
-        forward_tile(out + b * T * C + h * HS, lse + bh * T, q, q + C, q + 2 * C, i0, min64(BR, T - i0), T, C,
-                     HS);
+        forward_tile(out + b * T * C + h * HS, lse + bh * T, q, q + C, q + 2 * C, i0, min64(BR, T - i0), C, HS);
     }
 }
 

@@ -1,0 +1,158 @@
+/* bench/cuda/attention_cuda.c - the fused causal attention on a GPU: ms per forward + backward.
+ *
+ * Times tri_op_flash_attention_forward + _backward (cuda/flash_mma.cu's tensor-core kernels for bf16
+ * head sizes 32-128, the simple twins otherwise) and, where its (T, T) matrices fit, the unfused
+ * cuBLASLt path, on bf16 q|k|v in the model's interleaved layout, for each requested (HS, T) with
+ * B x NH chosen to keep B NH T = 98,304 rows (GPT-2 124M's micro-batch 8 x 12 heads at T 1024).
+ * Prints ms, TFLOP/s (causal FLOPs: forward 2 B NH T^2 HS, backward 2.5x, as FlashAttention-2's
+ * paper counts) and the unfused/fused ratio. bench/cuda/attention.sh runs PyTorch's SDPA (flash
+ * backend) on the same shapes in the same command and prints the ratio against it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/device_cuda.h"
+#include "engine/core/clock.h"
+#include "engine/core/math.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "tools/cli/flags.h"
+
+typedef struct att_shape {
+    int64_t B, NH, T, HS;
+} att_shape;
+
+static int put(tri_device *d, tri_tensor *t, tri_tensor shape, void **mem, uint64_t seed)
+{
+    size_t n = (size_t)tri_tensor_numel(shape), bytes = n * tri_dtype_size(shape.dtype);
+    int rc = tri_device_alloc(d, mem, bytes);
+    if (rc)
+        return rc;
+    *t = shape;
+    t->data = *mem;
+    uint16_t *h = malloc(n * sizeof *h);
+    float *f = malloc(n * sizeof *f);
+    if (!h || !f) {
+        free(h);
+        free(f);
+        return TRI_ERR(TRI_ENOMEM, "bench_cuda_attention: out of host memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        f[i] = 2.0f * (float)tri_rng_uniform(seed, 0, i) - 1.0f;
+        h[i] = tri_float_to_bf16(f[i]);
+    }
+    rc = tri_device_copy_from_host(d, *t, shape.dtype == TRI_BF16 ? (void *)h : (void *)f);
+    free(h);
+    free(f);
+    return rc;
+}
+
+/* Best ms of `iters` forward + backward of one form after one warm-up. */
+static int time_form(tri_device *d, bool flash, tri_tensor *t, int iters, double *ms)
+{
+    /* t: qkv, out, dout, dqkv, lse, delta, att, datt */
+    double best = 1e30;
+    for (int it = 0; it <= iters; it++) {
+        int rc = tri_device_sync(d);
+        double t0 = tri_now_s();
+        if (!rc)
+            rc = flash ? tri_op_flash_attention_forward(d, t[1], t[4], t[0])
+                       : tri_op_attention_forward(d, t[1], t[6], t[0]);
+        if (!rc)
+            rc = flash ? tri_op_flash_attention_backward(d, t[3], t[5], t[2], t[0], t[1], t[4])
+                       : tri_op_attention_backward(d, t[3], t[7], t[2], t[0], t[6]);
+        if (!rc) rc = tri_device_sync(d);
+        if (rc)
+            return rc;
+        double dt = (tri_now_s() - t0) * 1e3;
+        if (it > 0 && dt < best)
+            best = dt;
+    }
+    *ms = best;
+    return TRI_OK;
+}
+
+static int run_shape(tri_device *d, att_shape s, int iters, double unfused_limit_gb)
+{
+    int64_t C = s.NH * s.HS;
+    tri_tensor t[8];
+    void *mem[8] = {0};
+    tri_dtype bf = TRI_BF16;
+    int rc = put(d, &t[0], tri_tensor_3d(NULL, bf, s.B, s.T, 3 * C), &mem[0], 1);
+    if (!rc) rc = put(d, &t[1], tri_tensor_3d(NULL, bf, s.B, s.T, C), &mem[1], 2);
+    if (!rc) rc = put(d, &t[2], tri_tensor_3d(NULL, bf, s.B, s.T, C), &mem[2], 3);
+    if (!rc) rc = put(d, &t[3], tri_tensor_3d(NULL, bf, s.B, s.T, 3 * C), &mem[3], 4);
+    if (!rc) rc = put(d, &t[4], tri_tensor_3d(NULL, TRI_F32, s.B, s.NH, s.T), &mem[4], 5);
+    if (!rc) rc = put(d, &t[5], tri_tensor_3d(NULL, TRI_F32, s.B, s.NH, s.T), &mem[5], 6);
+    double fused = 0.0, unfused = 0.0;
+    if (!rc) rc = time_form(d, true, t, iters, &fused);
+    double att_gb = 2.0 * 2.0 * (double)(s.B * s.NH * s.T * s.T) / 1e9;
+    bool run_unfused = att_gb <= unfused_limit_gb;
+    if (!rc && run_unfused) {
+        rc = put(d, &t[6], tri_tensor_4d(NULL, bf, s.B, s.NH, s.T, s.T), &mem[6], 7);
+        if (!rc) rc = put(d, &t[7], tri_tensor_4d(NULL, bf, s.B, s.NH, s.T, s.T), &mem[7], 8);
+        if (!rc) rc = time_form(d, false, t, iters, &unfused);
+    }
+    for (int i = 0; i < 8; i++)
+        if (mem[i])
+            tri_device_free(d, mem[i]);
+    if (rc)
+        return rc;
+    double flops = 3.5 * 2.0 * (double)(s.B * s.NH) * (double)s.T * (double)s.T * (double)s.HS;
+    printf("trident B %lld NH %lld T %lld HS %lld | fused %.3f ms %.1f TFLOP/s", (long long)s.B, (long long)s.NH,
+           (long long)s.T, (long long)s.HS, fused, flops / fused / 1e9);
+    if (run_unfused)
+        printf(" | unfused %.3f ms (%.2fx)\n", unfused, unfused / fused);
+    else
+        printf(" | unfused not run (its scores would take %.1f GB)\n", att_gb);
+    return TRI_OK;
+}
+
+int main(int argc, char **argv)
+{
+    const char *hs_list = "64,128", *t_list = "1024,4096";
+    int iters = 10;
+    float limit = 20.0f;
+    tri_flag flags[] = {
+        {"head-sizes", TRI_FLAG_STRING, &hs_list, "comma-separated head sizes", 0, 0, NULL, false},
+        {"seq-lengths", TRI_FLAG_STRING, &t_list, "comma-separated sequence lengths", 0, 0, NULL, false},
+        {"iters", TRI_FLAG_INT, &iters, "timed repetitions (the best is printed)", 1, 1 << 20, NULL, false},
+        {"unfused-limit-gb", TRI_FLAG_FLOAT, &limit, "run the unfused path only when its scores and their gradient take at most this", 0, 1e6, NULL, false},
+    };
+    int nf = sizeof flags / sizeof *flags;
+    bool help = false;
+    int rc = tri_flags_parse(flags, nf, argc, argv, &help);
+    if (rc || help) {
+        if (rc)
+            fprintf(stderr, "bench_cuda_attention: %s\n", tri_error_message());
+        tri_flags_usage(rc ? stderr : stdout, flags, nf, "bench_cuda_attention",
+                        "Fused causal attention on a GPU, bf16: ms per forward + backward, TFLOP/s, against the unfused path.");
+        return rc ? 2 : 0;
+    }
+    const char *why = "";
+    if (!tri_cuda_available(&why)) {
+        fprintf(stderr, "bench_cuda_attention: no usable CUDA device: %s\n", why);
+        return 1;
+    }
+    tri_device *d = NULL;
+    rc = tri_device_cuda_create(&d, 0);
+    char *hs = rc ? NULL : strdup(hs_list), *s1 = NULL;
+    for (char *h = hs ? strtok_r(hs, ",", &s1) : NULL; h && !rc; h = strtok_r(NULL, ",", &s1)) {
+        char *ts = strdup(t_list), *s2 = NULL;
+        for (char *tt = ts ? strtok_r(ts, ",", &s2) : NULL; tt && !rc; tt = strtok_r(NULL, ",", &s2)) {
+            att_shape s = {.HS = atoll(h), .T = atoll(tt)};
+            s.NH = 768 / s.HS > 0 ? 768 / s.HS : 1;
+            s.B = 8 * 1024 / s.T > 0 ? 8 * 1024 / s.T : 1;
+            rc = run_shape(d, s, iters, limit);
+        }
+        free(ts);
+    }
+    free(hs);
+    tri_device_destroy(d);
+    if (rc) {
+        fprintf(stderr, "bench_cuda_attention: %s\n", tri_error_message());
+        return 1;
+    }
+    return 0;
+}
