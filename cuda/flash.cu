@@ -3,8 +3,9 @@
  * Two forms of engine/core/math.h's tiled algorithm, neither storing a (T, T) matrix:
  * - the simple twins of cuda/kernels/flash.kern.h (a thread per query or key row), which the CPU
  *   suite runs against the CPU backend and which the device's simple switch selects;
- * - the tensor-core kernels of cuda/flash_mma.cu (bf16 operands, fp32 accumulation), used when
- *   qkv, out, dout and dqkv are all bf16 and the head size is one they are built for.
+ * - the tensor-core kernels of cuda/flash_mma.cu (bf16 operands, fp32 accumulation; bodies in
+ *   cuda/kernels/flash_mma.kern.h, which the CPU suite runs in an emulation), used when qkv, out,
+ *   dout and dqkv are all bf16 and the head size is one they are built for.
  * Backward: delta = rowsum(dout * out) first, then dq and dk/dv from separate launches (no atomics,
  * a fixed order of every sum: deterministic, as --deterministic-mode needs). */
 #include <math.h>

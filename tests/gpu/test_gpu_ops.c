@@ -806,11 +806,12 @@ Test(gpu_ops, gelu_fast_vs_simple)
  * - bf16 with head sizes 32/64/80/96/128 runs the tensor-core kernels (cuda/flash_mma.cu), which
  *   also round P and dS to bf16 before their products: each term of out = sum_j P_j v_j and of
  *   dq, dk, dv moves by at most 2^-9 of itself, so the sums move by at most 2^-9 of the sums of
- *   |terms|; inputs in [-3, 3] give peaked rows, where those sums stay within a few times the
- *   results: FLASH_MMA_TOL 3e-2 normalised, with BF16_TOL's one output ulp on top. First run on a
- *   GPU pending (2026-11-27: written without one); the same inputs through the simple switch must
- *   meet BF16_TOL, and a second backward must give the same bits (no atomics). */
-#define FLASH_MMA_TOL 3e-2
+ *   |terms|, with one output ulp on top: FLASH_MMA_TOL 2e-2 normalised (ATT_BF16_TOL). The same
+ *   kernel bodies run on the CPU in tests/test_flash_mma_cpu.cpp (k-ascending products) and
+ *   measured at most 7.0e-3 against the CPU backend there. First run on a GPU pending (2026-11-27:
+ *   written without one); the same inputs through the simple switch must meet BF16_TOL, and a
+ *   second backward must give the same bits (no atomics). */
+#define FLASH_MMA_TOL 2e-2
 
 typedef struct flash_both {
     both qkv, out, lse, dout, dqkv, delta;
