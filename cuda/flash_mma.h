@@ -5,15 +5,16 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "engine/core/math.h"
+
 /* Whether the kernels are built for head size HS (a multiple of 16 up to 128). */
 bool tri_flash_mma_supports(int64_t HS);
 
-/* out(B,T,C) bf16 and lse(B,NH,T) fp32 from qkv(B,T,3C) bf16 (engine/device/device.h's layout). */
-int tri_flash_mma_forward(cudaStream_t stream, void *out, float *lse, const void *qkv, int64_t B, int64_t T,
-                          int64_t C, int64_t NH);
+/* out(B,T,NH*HS) bf16 and lse(B,NH,T) fp32 from qkv bf16 (engine/core/math.h tri_flash_dims). */
+int tri_flash_mma_forward(cudaStream_t stream, void *out, float *lse, const void *qkv, tri_flash_dims d);
 
-/* dqkv(B,T,3C) bf16 from dout(B,T,C) bf16, qkv, lse and delta (already computed, fp32). */
+/* dqkv bf16 (qkv's layout) from dout(B,T,NH*HS) bf16, qkv, lse and delta (already computed, fp32). */
 int tri_flash_mma_backward(cudaStream_t stream, void *dqkv, const float *delta, const void *dout, const void *qkv,
-                           const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH);
+                           const float *lse, tri_flash_dims d);
 
 #endif

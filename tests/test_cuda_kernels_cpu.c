@@ -668,35 +668,35 @@ static void flash_close(const char *what, const void *got, const void *want, siz
     close_typed(what, got, want, n, bf16, bf16 ? ATT_TOL_BF16 : ATT_TOL, true);
 }
 
-static void flash_case(tri_device *d, int64_t B, int64_t T, int64_t NH, int64_t HS, int z, flash_prec p)
+static void flash_case(tri_device *d, tri_flash_dims f, int z, flash_prec p)
 {
-    int64_t C = NH * HS, rows = B * NH * T;
-    size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nr = (size_t)rows;
+    int64_t B = f.B, T = f.T, NH = f.NH, C = NH * f.HS, W = tri_flash_width(f), rows = B * NH * T;
+    size_t nqkv = (size_t)(B * T * W), nout = (size_t)(B * T * C), nr = (size_t)rows;
     void *qkv = host_as(ot_uniform(nqkv, -1.5f, 1.5f, 700 + (uint64_t)z), nqkv, p.qkv);
     void *g = host_as(ot_uniform(nout, -1.0f, 1.0f, 701 + (uint64_t)z), nout, p.dout);
     void *out = ot_floats(nout), *dqkv = ot_floats(nqkv);
     float *lse = ot_floats(nr), *delta = ot_floats(nr);
-    tri_tensor tq = tri_tensor_3d(qkv, dt(p.qkv), B, T, 3 * C), to = tri_tensor_3d(out, dt(p.out), B, T, C);
+    tri_tensor tq = tri_tensor_3d(qkv, dt(p.qkv), B, T, W), to = tri_tensor_3d(out, dt(p.out), B, T, C);
     tri_tensor tl = tri_tensor_3d(lse, TRI_F32, B, NH, T), tdl = tri_tensor_3d(delta, TRI_F32, B, NH, T);
-    cr_assert_eq(tri_op_flash_attention_forward(d, to, tl, tq), TRI_OK);
-    cr_assert_eq(tri_op_flash_attention_backward(d, tri_tensor_3d(dqkv, dt(p.dqkv), B, T, 3 * C), tdl,
+    cr_assert_eq(tri_op_flash_attention_forward(d, to, tl, tq), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_op_flash_attention_backward(d, tri_tensor_3d(dqkv, dt(p.dqkv), B, T, W), tdl,
                                                  tri_tensor_3d(g, dt(p.dout), B, T, C), tq, to, tl), TRI_OK);
-    shape s[N_SHAPES];
+    shape s[N_SHAPES], skv[N_SHAPES];
     shapes_for(rows, s);
+    shapes_for(B * f.NH_kv * T, skv);
     for (int k = 0; k < N_SHAPES; k++) {
         const void *kq = gtyped(nqkv, p.qkv, qkv), *kg = gtyped(nout, p.dout, g), *kout = gtyped(nout, p.out, out);
         void *ko = gtyped(nout, p.out, NULL), *kdq = gtyped(nqkv, p.dqkv, NULL);
         float *kl = gtyped(nr, 0, NULL), *kdl = gtyped(nr, 0, NULL), *klse = gtyped(nr, 0, lse);
-        TRI_LAUNCH(flash_forward_kernel, s[k].grid, s[k].block, ko, p.out, kl, kq, p.qkv, B, T, C, NH);
+        TRI_LAUNCH(flash_forward_kernel, s[k].grid, s[k].block, ko, p.out, kl, kq, p.qkv, f);
         flash_close("flash_forward_kernel out", ko, out, nout, p.out);
         flash_close("flash_forward_kernel lse", kl, lse, nr, 0);
         /* backward from the CPU's out and lse, so each pass is checked alone */
-        TRI_LAUNCH(flash_backward_delta_kernel, s[k].grid, s[k].block, kdl, kg, p.dout, kout, p.out, B, T, C, NH);
+        TRI_LAUNCH(flash_backward_delta_kernel, s[k].grid, s[k].block, kdl, kg, p.dout, kout, p.out, f);
         flash_close("flash_backward_delta_kernel", kdl, delta, nr, 0);
-        TRI_LAUNCH(flash_backward_dq_kernel, s[k].grid, s[k].block, kdq, p.dqkv, kg, p.dout, kq, p.qkv, klse, kdl, B,
-                   T, C, NH);
-        TRI_LAUNCH(flash_backward_dkv_kernel, s[k].grid, s[k].block, kdq, p.dqkv, kg, p.dout, kq, p.qkv, klse, kdl,
-                   B, T, C, NH);
+        TRI_LAUNCH(flash_backward_dq_kernel, s[k].grid, s[k].block, kdq, p.dqkv, kg, p.dout, kq, p.qkv, klse, kdl, f);
+        TRI_LAUNCH(flash_backward_dkv_kernel, skv[k].grid, skv[k].block, kdq, p.dqkv, kg, p.dout, kq, p.qkv, klse,
+                   kdl, f);
         flash_close("flash_backward kernels dqkv", kdq, dqkv, nqkv, p.dqkv);
         check_guards_and_free("flash attention");
     }
@@ -705,11 +705,13 @@ static void flash_case(tri_device *d, int64_t B, int64_t T, int64_t NH, int64_t 
 Test(cuda_kernels_cpu, flash_attention)
 {
     tri_device *d = cpu();
-    const int64_t dims[][4] = {{1, 1, 1, 8}, {2, 7, 3, 4}, {1, 70, 2, 8}, {2, 130, 1, 16}}; /* B, T, NH, HS */
+    /* B, T, NH, NH_kv, HS: multi-head, and grouped-query (2 and 4 query heads a key/value head) */
+    const tri_flash_dims dims[] = {{1, 1, 1, 1, 8}, {2, 7, 3, 3, 4}, {1, 70, 2, 2, 8}, {2, 130, 1, 1, 16},
+                                   {1, 70, 4, 2, 8}, {2, 33, 4, 1, 4}};
     const flash_prec precs[] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {1, 0, 1, 0}};
     for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
-        for (int z = 0; z < 4; z++)
-            flash_case(d, dims[z][0], dims[z][1], dims[z][2], dims[z][3], z, precs[q]);
+        for (size_t z = 0; z < sizeof dims / sizeof *dims; z++)
+            flash_case(d, dims[z], (int)z, precs[q]);
 }
 
 /* ---- GELU ---- */

@@ -6,7 +6,9 @@
  * materialised op (its reference twin), against central finite differences on shapes that cross a
  * tile boundary, in bf16 storage, and across thread counts (bit for bit: every sum has a fixed order).
  *
- * Shapes: T in {1, 17, 64, 127, 1024}, HS in {64, 80, 128} and odd small ones, NH 1-16, B 1-4.
+ * Shapes: T in {1, 17, 64, 127, 1024}, HS in {64, 80, 128} and odd small ones, NH 1-16, B 1-4, and
+ * grouped-query attention (NH_kv < NH key/value heads, Ainslie et al. 2023) against the same
+ * reference with Hugging Face's repeat_kv mapping (query head h reads key/value head h / (NH/NH_kv)).
  *
  * Tolerances, as max |got - want| / max |want| over a tensor ("normalised"), are the issue's 1e-5
  * for fp32. Why that holds: each output is a sum of at most T products whose weights are
@@ -34,18 +36,21 @@ TestSuite(flash_attention, .fini = ot_teardown);
 #define BF16_TOL 0x1p-7
 #define FD_TOL 1e-4 /* against fp64 finite differences: fp32 rounding of the analytic backward */
 
+/* NH_kv 0: multi-head (NH_kv = NH); else grouped-query attention with NH_kv key/value heads. */
 typedef struct shape {
-    int64_t B, T, NH, HS;
+    int64_t B, T, NH, HS, NH_kv;
 } shape;
 
-static size_t n_qkv(shape s) { return (size_t)(s.B * s.T * 3 * s.NH * s.HS); }
+static int64_t kv_heads(shape s) { return s.NH_kv ? s.NH_kv : s.NH; }
+static int64_t width(shape s) { return (s.NH + 2 * kv_heads(s)) * s.HS; }
+static size_t n_qkv(shape s) { return (size_t)(s.B * s.T * width(s)); }
 static size_t n_out(shape s) { return (size_t)(s.B * s.T * s.NH * s.HS); }
 static size_t n_rows(shape s) { return (size_t)(s.B * s.NH * s.T); }
 
 /* fp64 reference: out, lse (per (b, h, t)) and, when dout is given, dqkv. */
 static void reference(shape s, const double *qkv, const double *dout, double *out, double *lse, double *dqkv)
 {
-    int64_t T = s.T, HS = s.HS, C = s.NH * HS;
+    int64_t T = s.T, HS = s.HS, C = s.NH * HS, W = width(s), rep = s.NH / kv_heads(s);
     double scale = 1.0 / sqrt((double)HS);
     double *p = malloc((size_t)T * sizeof *p), *dp = malloc((size_t)T * sizeof *dp);
     if (dqkv)
@@ -53,10 +58,11 @@ static void reference(shape s, const double *qkv, const double *dout, double *ou
     for (int64_t b = 0; b < s.B; b++)
         for (int64_t h = 0; h < s.NH; h++)
             for (int64_t t = 0; t < T; t++) {
-                const double *q = qkv + (b * T + t) * 3 * C + h * HS;
+                int64_t kofs = C + h / rep * HS, vofs = C + kv_heads(s) * HS + h / rep * HS;
+                const double *q = qkv + (b * T + t) * W + h * HS;
                 double mx = -INFINITY, sum = 0.0;
                 for (int64_t j = 0; j <= t; j++) {
-                    const double *k = qkv + (b * T + j) * 3 * C + C + h * HS;
+                    const double *k = qkv + (b * T + j) * W + kofs;
                     double acc = 0.0;
                     for (int64_t i = 0; i < HS; i++)
                         acc += q[i] * k[i];
@@ -70,7 +76,7 @@ static void reference(shape s, const double *qkv, const double *dout, double *ou
                 for (int64_t j = 0; j <= t; j++) {
                     p[j] /= sum;
                     for (int64_t i = 0; i < HS; i++)
-                        o[i] += p[j] * qkv[(b * T + j) * 3 * C + 2 * C + h * HS + i];
+                        o[i] += p[j] * qkv[(b * T + j) * W + vofs + i];
                 }
                 lse[(b * s.NH + h) * T + t] = mx + log(sum);
                 if (!dqkv)
@@ -78,8 +84,8 @@ static void reference(shape s, const double *qkv, const double *dout, double *ou
                 const double *g = dout + (b * T + t) * C + h * HS;
                 double dot = 0.0;
                 for (int64_t j = 0; j <= t; j++) {
-                    const double *v = qkv + (b * T + j) * 3 * C + 2 * C + h * HS;
-                    double *dv = dqkv + (b * T + j) * 3 * C + 2 * C + h * HS;
+                    const double *v = qkv + (b * T + j) * W + vofs;
+                    double *dv = dqkv + (b * T + j) * W + vofs;
                     double acc = 0.0;
                     for (int64_t i = 0; i < HS; i++) {
                         acc += g[i] * v[i];
@@ -88,11 +94,11 @@ static void reference(shape s, const double *qkv, const double *dout, double *ou
                     dp[j] = acc;
                     dot += p[j] * acc;
                 }
-                double *dq = dqkv + (b * T + t) * 3 * C + h * HS;
+                double *dq = dqkv + (b * T + t) * W + h * HS;
                 for (int64_t j = 0; j <= t; j++) {
                     double ds = p[j] * (dp[j] - dot) * scale;
-                    const double *k = qkv + (b * T + j) * 3 * C + C + h * HS;
-                    double *dk = dqkv + (b * T + j) * 3 * C + C + h * HS;
+                    const double *k = qkv + (b * T + j) * W + kofs;
+                    double *dk = dqkv + (b * T + j) * W + kofs;
                     for (int64_t i = 0; i < HS; i++) {
                         dq[i] += ds * k[i];
                         dk[i] += ds * q[i];
@@ -136,7 +142,7 @@ typedef struct flash_result {
 static flash_result run_flash(tri_device *d, shape s, tri_dtype dt, const float *qkv, const float *dout)
 {
     int64_t C = s.NH * s.HS;
-    tri_tensor tqkv = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, s.B, s.T, 3 * C), qkv);
+    tri_tensor tqkv = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, s.B, s.T, width(s)), qkv);
     tri_tensor tout = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, s.B, s.T, C), NULL);
     tri_tensor tlse = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, s.B, s.NH, s.T), NULL);
     flash_result r = {NULL, NULL, NULL};
@@ -146,7 +152,7 @@ static flash_result run_flash(tri_device *d, shape s, tri_dtype dt, const float 
     if (!dout)
         return r;
     tri_tensor tdout = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, s.B, s.T, C), dout);
-    tri_tensor tdqkv = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, s.B, s.T, 3 * C), NULL);
+    tri_tensor tdqkv = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, s.B, s.T, width(s)), NULL);
     tri_tensor tdelta = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, s.B, s.NH, s.T), NULL);
     cr_assert_eq(tri_op_flash_attention_backward(d, tdqkv, tdelta, tdout, tqkv, tout, tlse), TRI_OK, "%s",
                  tri_error_message());
@@ -167,7 +173,10 @@ static void check_fp32(shape s, uint64_t seed)
     cr_assert(close_norm("fp32 flash lse", s, f.lse, lse, nr, FP32_TOL, false));
     cr_assert(close_norm("fp32 flash dqkv", s, f.dqkv, dqkv, nq, FP32_TOL, false));
 
-    /* the materialised twin on the same inputs: both within the bound of fp64, so of each other */
+    /* the materialised twin on the same inputs (multi-head only): both within the bound of fp64, so
+     * of each other */
+    if (kv_heads(s) != s.NH)
+        return;
     int64_t C = s.NH * s.HS;
     tri_tensor tqkv = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, s.B, s.T, 3 * C), qkv);
     tri_tensor tout = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, s.B, s.T, C), NULL);
@@ -182,27 +191,32 @@ static void check_fp32(shape s, uint64_t seed)
     cr_assert(close_norm("fp32 flash dqkv vs materialised", s, f.dqkv, mdqkv, nq, 2 * FP32_TOL, false));
 }
 
-Test(flash_attention, fp32_one_token) { check_fp32((shape){1, 1, 1, 64}, 10); }
-Test(flash_attention, fp32_T17_HS64_NH3_B2) { check_fp32((shape){2, 17, 3, 64}, 20); }
-Test(flash_attention, fp32_T64_HS80_NH2_B3) { check_fp32((shape){3, 64, 2, 80}, 30); }
-Test(flash_attention, fp32_T127_HS128_NH2_B4) { check_fp32((shape){4, 127, 2, 128}, 40); }
-Test(flash_attention, fp32_T127_HS8_NH16_B1) { check_fp32((shape){1, 127, 16, 8}, 50); }
-Test(flash_attention, fp32_T1024_HS64_NH1_B1) { check_fp32((shape){1, 1024, 1, 64}, 60); }
-Test(flash_attention, fp32_T1024_HS128_NH2_B1) { check_fp32((shape){1, 1024, 2, 128}, 70); }
-Test(flash_attention, fp32_T1024_HS80_NH1_B2) { check_fp32((shape){2, 1024, 1, 80}, 80); }
+Test(flash_attention, fp32_one_token) { check_fp32((shape){1, 1, 1, 64, 0}, 10); }
+Test(flash_attention, fp32_T17_HS64_NH3_B2) { check_fp32((shape){2, 17, 3, 64, 0}, 20); }
+Test(flash_attention, fp32_T64_HS80_NH2_B3) { check_fp32((shape){3, 64, 2, 80, 0}, 30); }
+Test(flash_attention, fp32_T127_HS128_NH2_B4) { check_fp32((shape){4, 127, 2, 128, 0}, 40); }
+Test(flash_attention, fp32_T127_HS8_NH16_B1) { check_fp32((shape){1, 127, 16, 8, 0}, 50); }
+Test(flash_attention, fp32_T1024_HS64_NH1_B1) { check_fp32((shape){1, 1024, 1, 64, 0}, 60); }
+Test(flash_attention, fp32_T1024_HS128_NH2_B1) { check_fp32((shape){1, 1024, 2, 128, 0}, 70); }
+Test(flash_attention, fp32_T1024_HS80_NH1_B2) { check_fp32((shape){2, 1024, 1, 80, 0}, 80); }
+/* grouped-query attention (Ainslie et al. 2023): 8 query heads on 2 key/value heads, and
+ * multi-query (one key/value head) */
+Test(flash_attention, fp32_gqa_NH8_kv2_T127_HS64_B2) { check_fp32((shape){2, 127, 8, 64, 2}, 85); }
+Test(flash_attention, fp32_mqa_NH4_kv1_T200_HS32) { check_fp32((shape){1, 200, 4, 32, 1}, 86); }
+Test(flash_attention, fp32_gqa_NH16_kv4_T1024_HS128) { check_fp32((shape){1, 1024, 16, 128, 4}, 87); }
 
 /* Scores that grow along the sequence (k_j = q direction times j/8): every key tile raises the
  * running max of the rows past it, so the online softmax rescales its accumulator at every tile,
  * and the probabilities span exp(-60)..1. */
 Test(flash_attention, fp32_rising_scores_rescale_every_tile)
 {
-    shape s = {1, 300, 2, 16};
+    shape s = {1, 300, 2, 16, 0};
     int64_t C = s.NH * s.HS;
     float *qkv = ot_uniform(n_qkv(s), -0.2f, 0.2f, 90), *dout = ot_uniform(n_out(s), -1.0f, 1.0f, 91);
     for (int64_t t = 0; t < s.T; t++)
         for (int64_t i = 0; i < C; i++) {
-            qkv[t * 3 * C + i] += 1.0f;                           /* q */
-            qkv[t * 3 * C + C + i] += (float)t / 128.0f;          /* k */
+            qkv[t * width(s) + i] += 1.0f;                        /* q */
+            qkv[t * width(s) + C + i] += (float)t / 128.0f;       /* k */
         }
     tri_device *d = ot_device(2);
     double *out = ot_doubles(n_out(s)), *lse = ot_doubles(n_rows(s)), *dqkv = ot_doubles(n_qkv(s));
@@ -227,9 +241,10 @@ static void check_bf16(shape s, uint64_t seed)
     cr_assert(close_norm("bf16 flash dqkv", s, f.dqkv, dqkv, nq, BF16_TOL, true));
 }
 
-Test(flash_attention, bf16_T17_HS64_NH3_B2) { check_bf16((shape){2, 17, 3, 64}, 100); }
-Test(flash_attention, bf16_T127_HS80_NH4_B2) { check_bf16((shape){2, 127, 4, 80}, 110); }
-Test(flash_attention, bf16_T1024_HS128_NH1_B1) { check_bf16((shape){1, 1024, 1, 128}, 120); }
+Test(flash_attention, bf16_T17_HS64_NH3_B2) { check_bf16((shape){2, 17, 3, 64, 0}, 100); }
+Test(flash_attention, bf16_T127_HS80_NH4_B2) { check_bf16((shape){2, 127, 4, 80, 0}, 110); }
+Test(flash_attention, bf16_T1024_HS128_NH1_B1) { check_bf16((shape){1, 1024, 1, 128, 0}, 120); }
+Test(flash_attention, bf16_gqa_NH6_kv3_T130_HS64) { check_bf16((shape){2, 130, 6, 64, 3}, 130); }
 
 /* ---- finite differences of L = sum(out * R), through the fp64 reference's forward ---- */
 
@@ -257,9 +272,11 @@ static void check_fd(shape s, uint64_t seed)
     cr_assert(ot_close("flash dqkv vs finite differences", f.dqkv, g, nq, 0.1, FD_TOL));
 }
 
-Test(flash_attention, finite_differences_T5_NH3_HS4_B2) { check_fd((shape){2, 5, 3, 4}, 200); }
+Test(flash_attention, finite_differences_T5_NH3_HS4_B2) { check_fd((shape){2, 5, 3, 4, 0}, 200); }
 /* T 70 crosses the 64-key tile: the rescaled accumulator and the second tile's gradients */
-Test(flash_attention, finite_differences_T70_NH1_HS3) { check_fd((shape){1, 70, 1, 3}, 210); }
+Test(flash_attention, finite_differences_T70_NH1_HS3) { check_fd((shape){1, 70, 1, 3, 0}, 210); }
+/* each key/value head's gradient sums over its group's query heads */
+Test(flash_attention, finite_differences_gqa_T70_NH4_kv2_HS3) { check_fd((shape){1, 70, 4, 3, 2}, 220); }
 
 /* ---- determinism and contracts ---- */
 
@@ -267,7 +284,7 @@ Test(flash_attention, finite_differences_T70_NH1_HS3) { check_fd((shape){1, 70, 
  * 1 and 2 threads, and dqkv fully overwritten (it starts NaN; ot_tensor_as fills NaN). */
 Test(flash_attention, same_bits_for_any_thread_count)
 {
-    shape s = {2, 200, 3, 32};
+    shape s = {2, 200, 4, 32, 2};
     float *qkv = ot_uniform(n_qkv(s), -1.5f, 1.5f, 300), *dout = ot_uniform(n_out(s), -1.0f, 1.0f, 301);
     flash_result one = run_flash(ot_device(1), s, TRI_F32, qkv, dout);
     flash_result two = run_flash(ot_device(2), s, TRI_F32, qkv, dout);
@@ -289,7 +306,13 @@ Test(flash_attention, refuses_mismatched_shapes)
     cr_assert_neq(tri_op_flash_attention_forward(d, out, lse_bf16, qkv), TRI_OK);
     cr_assert(strstr(tri_error_message(), "'lse'") != NULL, "%s", tri_error_message());
     tri_tensor lse = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, 2, 2, 8), NULL);
-    tri_tensor out_bad = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, 2, 8, 6), NULL);
-    cr_assert_neq(tri_op_flash_attention_forward(d, out_bad, lse, qkv), TRI_OK);
-    cr_assert(strstr(tri_error_message(), "'out'") != NULL, "%s", tri_error_message());
+    tri_tensor lse4 = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, 2, 4, 8), NULL);
+    tri_tensor out6 = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, 2, 8, 6), NULL); /* 6 % 4 heads != 0 */
+    cr_assert_neq(tri_op_flash_attention_forward(d, out6, lse4, qkv), TRI_OK);
+    cr_assert(strstr(tri_error_message(), "out") != NULL, "%s", tri_error_message());
+    /* qkv 16 wide for out 4 = 2 heads of 2: a key/value part of 12 is 3 key/value heads, which do
+     * not divide the 2 query heads into groups */
+    tri_tensor qkv_bad = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, 2, 8, 16), NULL);
+    cr_assert_neq(tri_op_flash_attention_forward(d, out, lse, qkv_bad), TRI_OK);
+    cr_assert(strstr(tri_error_message(), "NH_kv") != NULL, "%s", tri_error_message());
 }

@@ -6,7 +6,7 @@
  * 16 x 16 tiles, shared memory filled with NaN bytes first. The forward, dk/dv and dq kernels are
  * compared with the CPU backend's flash ops on the same bf16 tensors (its fp32 copies, rounded
  * once), for head sizes 32, 64, 80, 96 and 128, T from 1 to 200 (partial and several tiles, rows
- * past T), B and NH above 1; every element of out and dqkv must be written (they start NaN) and
+ * past T), B and NH above 1, grouped-query attention (2 and 4 query heads a key/value head); every element of out and dqkv must be written (they start NaN) and
  * the guard bytes around them untouched.
  *
  * Tolerance: the kernels round P and dS to bf16 before their products (FlashAttention-2 does the
@@ -85,18 +85,19 @@ static std::vector<float> widen(const std::vector<uint16_t> &v, size_t n)
 }
 
 template <int HS>
-static void run_case(int64_t B, int64_t T, int64_t NH, uint64_t seed)
+static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t seed)
 {
-    int64_t C = NH * HS, rows = B * NH * T, tiles = (T + TILE - 1) / TILE;
-    size_t nq = (size_t)(B * T * 3 * C), no = (size_t)(B * T * C), nr = (size_t)rows;
+    tri_flash_dims f = {B, T, NH, NH_kv, HS};
+    int64_t C = NH * HS, W = tri_flash_width(f), rows = B * NH * T, tiles = (T + TILE - 1) / TILE;
+    size_t nq = (size_t)(B * T * W), no = (size_t)(B * T * C), nr = (size_t)rows;
     float *qkv = ot_bf16_uniform(nq, -3.0f, 3.0f, seed), *dout = ot_bf16_uniform(no, -1.0f, 1.0f, seed + 1);
 
     /* the reference: the CPU backend's flash ops on the same bf16 tensors */
     tri_device *d = ot_device(2);
-    tri_tensor tq = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, 3 * C), qkv);
+    tri_tensor tq = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, W), qkv);
     tri_tensor to = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, C), NULL);
     tri_tensor tg = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, C), dout);
-    tri_tensor tdq = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, 3 * C), NULL);
+    tri_tensor tdq = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, W), NULL);
     tri_tensor tl = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
     tri_tensor td = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
     cr_assert_eq(tri_op_flash_attention_forward(d, to, tl, tq), TRI_OK, "%s", tri_error_message());
@@ -109,7 +110,7 @@ static void run_case(int64_t B, int64_t T, int64_t NH, uint64_t seed)
     uint16_t *out = go.data() + GUARD, *dqkv = gdq.data() + GUARD;
     const uint16_t *q = gq.data() + GUARD, *g = gg.data() + GUARD;
     tri_mma_emu_launch(tiles, B * NH, THREADS, fwd_layout<HS>::bytes, [&](unsigned char *smem) {
-        flash_forward_mma_body<HS>(smem, out, lse.data(), q, T, C, NH, tiles);
+        flash_forward_mma_body<HS>(smem, out, lse.data(), q, f, tiles);
     });
     check_guards("out", go, no);
     /* delta = rowsum(dout * out), as flash_backward_delta_kernel computes it (left to right) */
@@ -120,39 +121,48 @@ static void run_case(int64_t B, int64_t T, int64_t NH, uint64_t seed)
             acc += tri_bf16_to_float(g[o + i]) * tri_bf16_to_float(out[o + i]);
         delta[(size_t)r] = acc;
     }
-    tri_mma_emu_launch(tiles, B * NH, THREADS, bwd_layout<HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dkv_mma_body<HS>(smem, dqkv, delta.data(), g, q, lse.data(), T, C, NH, tiles);
+    tri_mma_emu_launch(tiles, B * NH_kv, THREADS, bwd_layout<HS>::bytes, [&](unsigned char *smem) {
+        flash_backward_dkv_mma_body<HS>(smem, dqkv, delta.data(), g, q, lse.data(), f, tiles);
     });
     tri_mma_emu_launch(tiles, B * NH, THREADS, bwd_layout<HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dq_mma_body<HS>(smem, dqkv, delta.data(), g, q, lse.data(), T, C, NH, tiles);
+        flash_backward_dq_mma_body<HS>(smem, dqkv, delta.data(), g, q, lse.data(), f, tiles);
     });
     check_guards("dqkv", gdq, nq);
 
     char what[160];
-    snprintf(what, sizeof what, "mma out (B %lld T %lld NH %lld HS %d)", (long long)B, (long long)T, (long long)NH, HS);
+    snprintf(what, sizeof what, "mma out (B %lld T %lld NH %lld/%lld HS %d)", (long long)B, (long long)T, (long long)NH,
+             (long long)NH_kv, HS);
     cr_assert(close_norm(what, widen(go, no).data(), want_out, no, FLASH_MMA_TOL));
     snprintf(what, sizeof what, "mma lse (B %lld T %lld NH %lld HS %d)", (long long)B, (long long)T, (long long)NH, HS);
     cr_assert(close_norm(what, lse.data(), want_lse, nr, LSE_TOL));
-    snprintf(what, sizeof what, "mma dqkv (B %lld T %lld NH %lld HS %d)", (long long)B, (long long)T, (long long)NH, HS);
+    snprintf(what, sizeof what, "mma dqkv (B %lld T %lld NH %lld/%lld HS %d)", (long long)B, (long long)T,
+             (long long)NH, (long long)NH_kv, HS);
     cr_assert(close_norm(what, widen(gdq, nq).data(), want_dqkv, nq, FLASH_MMA_TOL));
 }
 
 Test(flash_mma_cpu, head_size_64) 
 {
-    run_case<64>(1, 1, 1, 10);    /* one token */
-    run_case<64>(2, 17, 3, 20);   /* a partial tile */
-    run_case<64>(1, 130, 2, 30);  /* three tiles, the last with 2 rows */
+    run_case<64>(1, 1, 1, 1, 10);    /* one token */
+    run_case<64>(2, 17, 3, 3, 20);   /* a partial tile */
+    run_case<64>(1, 130, 2, 2, 30);  /* three tiles, the last with 2 rows */
 }
 
 Test(flash_mma_cpu, head_size_128) 
 {
-    run_case<128>(1, 64, 2, 40);  /* exactly one tile */
-    run_case<128>(2, 200, 1, 50); /* four tiles */
+    run_case<128>(1, 64, 2, 2, 40);  /* exactly one tile */
+    run_case<128>(2, 200, 1, 1, 50); /* four tiles */
 }
 
 Test(flash_mma_cpu, head_sizes_32_80_96) 
 {
-    run_case<32>(1, 127, 4, 60);
-    run_case<80>(2, 65, 2, 70);
-    run_case<96>(1, 100, 2, 80);
+    run_case<32>(1, 127, 4, 4, 60);
+    run_case<80>(2, 65, 2, 2, 70);
+    run_case<96>(1, 100, 2, 2, 80);
+}
+
+/* grouped-query attention: 4 query heads on 2 key/value heads, and on one (multi-query) */
+Test(flash_mma_cpu, grouped_query)
+{
+    run_case<64>(1, 130, 4, 2, 90);
+    run_case<128>(2, 70, 4, 1, 91);
 }

@@ -11,7 +11,9 @@
  * the fp32 results stored back to shared memory, with engine/core/math.h's functions:
  *   forward   S_w = Q_w K^T (16 x 64) -> per row tri_flash_row_update -> P_w (bf16) ->
  *             O_w = alpha O_w + P_w V (O_w fp32 in shared memory), then O / l and the logsumexp;
- *   dk, dv    a block per key tile, the query tiles at or past it in ascending order:
+ *   dk, dv    a block per key tile of a key/value head, its group's query heads in order
+ *             (grouped-query attention; one head when NH_kv = NH), for each the query tiles at
+ *             or past the key tile in ascending order:
  *             S^T = K_w Q^T, dP^T = V_w dout^T, P = exp(S - lse), dS = P (dP - delta),
  *             dV_w += P^T dout, dK_w += dS^T Q (fragments kept in registers);
  *   dq        a block per query tile, key tiles 0..diagonal ascending: dQ_w += dS K.
@@ -129,21 +131,23 @@ struct fwd_layout {
 };
 
 template <int HS>
-TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, uint16_t *out, float *lse, const uint16_t *qkv, int64_t T,
-                                        int64_t C, int64_t NH, int64_t n_tiles)
+TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, uint16_t *out, float *lse, const uint16_t *qkv,
+                                        tri_flash_dims d, int64_t n_tiles)
 {
     typedef fwd_layout<HS> L;
-        tri_mma_bf16 *sq = (tri_mma_bf16 *)(smem + L::q), *sk = (tri_mma_bf16 *)(smem + L::k), *sv = (tri_mma_bf16 *)(smem + L::v);
+    tri_mma_bf16 *sq = (tri_mma_bf16 *)(smem + L::q), *sk = (tri_mma_bf16 *)(smem + L::k), *sv = (tri_mma_bf16 *)(smem + L::v);
     float *sm = (float *)(smem + L::m), *sl = (float *)(smem + L::l), *sa = (float *)(smem + L::alpha);
     int warp = TRI_MMA_TID / 32, lane = TRI_MMA_TID % 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * TILE, *ow = (float *)(smem + L::o) + warp * WROWS * HS;
     tri_mma_bf16 *pw = (tri_mma_bf16 *)(smem + L::p) + warp * WROWS * TILE;
-    int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / NH, h = bh % NH;
-    int64_t nr = T - i0 < TILE ? T - i0 : TILE;
-    const uint16_t *base = qkv + b * T * 3 * C + h * HS;
+    int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d);
+    int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
+    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE;
+    const uint16_t *qb = qkv + tri_flash_q_at(d, b, 0, h), *kb = qkv + tri_flash_k_at(d, b, 0, g),
+                   *vb = qkv + tri_flash_v_at(d, b, 0, g);
     float scale = 1.0f / sqrtf((float)HS);
 
-    load_tile<HS>(sq, base + i0 * 3 * C, 3 * C, nr);
+    load_tile<HS>(sq, qb + i0 * W, W, nr);
     for (int idx = TRI_MMA_TID; idx < TILE * HS; idx += THREADS)
         ((float *)(smem + L::o))[idx] = 0.0f;
     if (TRI_MMA_TID < TILE) {
@@ -153,8 +157,8 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, uint16_t *out, floa
     for (int64_t j0 = 0; j0 < i0 + nr; j0 += TILE) {
         int64_t nc = T - j0 < TILE ? T - j0 : TILE;
         TRI_MMA_SYNC_BLOCK(); /* the previous tile's k and v are no longer read */
-        load_tile<HS>(sk, base + C + j0 * 3 * C, 3 * C, nc);
-        load_tile<HS>(sv, base + 2 * C + j0 * 3 * C, 3 * C, nc);
+        load_tile<HS>(sk, kb + j0 * W, W, nc);
+        load_tile<HS>(sv, vb + j0 * W, W, nc);
         TRI_MMA_SYNC_BLOCK();
         rows_times_rows_t<HS>(sw, sq + warp * WROWS * HS, sk);
         TRI_MMA_SYNC_WARP();
@@ -237,72 +241,73 @@ TRI_MMA_DEV void probabilities(tri_mma_bf16 *p_out, tri_mma_bf16 *ds_out, const 
 
 template <int HS>
 TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, uint16_t *dqkv, const float *delta,
-                                             const uint16_t *dout, const uint16_t *qkv, const float *lse, int64_t T,
-                                             int64_t C, int64_t NH, int64_t n_tiles)
+                                             const uint16_t *dout, const uint16_t *qkv, const float *lse,
+                                             tri_flash_dims d, int64_t n_tiles)
 {
     typedef bwd_layout<HS> L;
-        tri_mma_bf16 *sk = (tri_mma_bf16 *)(smem + L::t0), *sv = (tri_mma_bf16 *)(smem + L::t1), *sq = (tri_mma_bf16 *)(smem + L::t2),
+    tri_mma_bf16 *sk = (tri_mma_bf16 *)(smem + L::t0), *sv = (tri_mma_bf16 *)(smem + L::t1), *sq = (tri_mma_bf16 *)(smem + L::t2),
          *sdo = (tri_mma_bf16 *)(smem + L::t3);
     float *slse = (float *)(smem + L::lse), *sdelta = (float *)(smem + L::delta);
     int warp = TRI_MMA_TID / 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * TILE, *dpw = (float *)(smem + L::dp) + warp * WROWS * TILE;
     tri_mma_bf16 *pw = (tri_mma_bf16 *)(smem + L::p) + warp * WROWS * TILE, *dsw = (tri_mma_bf16 *)(smem + L::ds) + warp * WROWS * TILE;
     (void)n_tiles; /* a block per key tile: the grid says how many */
-    int64_t j0 = TRI_MMA_BX * TILE, bh = TRI_MMA_BY, b = bh / NH, h = bh % NH;
+    int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d), rep = d.NH / d.NH_kv;
+    int64_t j0 = TRI_MMA_BX * TILE, bg = TRI_MMA_BY, b = bg / d.NH_kv, g = bg % d.NH_kv;
     int64_t nc = T - j0 < TILE ? T - j0 : TILE;
-    const uint16_t *base = qkv + b * T * 3 * C + h * HS, *gbase = dout + b * T * C + h * HS;
     float scale = 1.0f / sqrtf((float)HS);
 
-    load_tile<HS>(sk, base + C + j0 * 3 * C, 3 * C, nc);
-    load_tile<HS>(sv, base + 2 * C + j0 * 3 * C, 3 * C, nc);
+    load_tile<HS>(sk, qkv + tri_flash_k_at(d, b, j0, g), W, nc);
+    load_tile<HS>(sv, qkv + tri_flash_v_at(d, b, j0, g), W, nc);
     tri_frag_acc dk[HS / 16], dv[HS / 16];
     TRI_MMA_UNROLL
     for (int n = 0; n < HS / 16; n++) {
         tri_mma_fill(dk[n], 0.0f);
         tri_mma_fill(dv[n], 0.0f);
     }
-    for (int64_t i0 = j0; i0 < T; i0 += TILE) {
-        int64_t nr = T - i0 < TILE ? T - i0 : TILE;
-        TRI_MMA_SYNC_BLOCK(); /* the previous query tile is no longer read */
-        load_tile<HS>(sq, base + i0 * 3 * C, 3 * C, nr);
-        load_tile<HS>(sdo, gbase + i0 * C, C, nr);
-        load_stats(slse, sdelta, lse, delta, bh * T + i0, nr);
-        TRI_MMA_SYNC_BLOCK();
-        rows_times_rows_t<HS>(sw, sk + warp * WROWS * HS, sq);   /* S^T: keys x queries */
-        rows_times_rows_t<HS>(dpw, sv + warp * WROWS * HS, sdo); /* dP^T */
-        TRI_MMA_SYNC_WARP();
-        probabilities(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
-        TRI_MMA_SYNC_WARP();
-        accumulate_p_times<HS>(dv, pw, sdo);
-        accumulate_p_times<HS>(dk, dsw, sq);
-    }
+    /* the group's query heads in order, each with its query tiles from the diagonal on */
+    for (int64_t h = g * rep; h < (g + 1) * rep; h++)
+        for (int64_t i0 = j0; i0 < T; i0 += TILE) {
+            int64_t nr = T - i0 < TILE ? T - i0 : TILE;
+            TRI_MMA_SYNC_BLOCK(); /* the previous query tile is no longer read */
+            load_tile<HS>(sq, qkv + tri_flash_q_at(d, b, i0, h), W, nr);
+            load_tile<HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
+            load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
+            TRI_MMA_SYNC_BLOCK();
+            rows_times_rows_t<HS>(sw, sk + warp * WROWS * HS, sq);   /* S^T: keys x queries */
+            rows_times_rows_t<HS>(dpw, sv + warp * WROWS * HS, sdo); /* dP^T */
+            TRI_MMA_SYNC_WARP();
+            probabilities(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
+            TRI_MMA_SYNC_WARP();
+            accumulate_p_times<HS>(dv, pw, sdo);
+            accumulate_p_times<HS>(dk, dsw, sq);
+        }
     TRI_MMA_SYNC_BLOCK(); /* the score buffers become the output stage */
     float *stage = (float *)(smem + L::s) + warp * WROWS * HS;
     int64_t row0 = j0 + warp * WROWS;
-    uint16_t *dst = dqkv + (b * T + row0) * 3 * C + h * HS;
-    store_rows<HS>(dst + C, 3 * C, stage, dk, scale, row0, T);
-    store_rows<HS>(dst + 2 * C, 3 * C, stage, dv, 1.0f, row0, T);
+    store_rows<HS>(dqkv + tri_flash_k_at(d, b, row0, g), W, stage, dk, scale, row0, T);
+    store_rows<HS>(dqkv + tri_flash_v_at(d, b, row0, g), W, stage, dv, 1.0f, row0, T);
 }
 
 template <int HS>
 TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, uint16_t *dqkv, const float *delta,
-                                            const uint16_t *dout, const uint16_t *qkv, const float *lse, int64_t T,
-                                            int64_t C, int64_t NH, int64_t n_tiles)
+                                            const uint16_t *dout, const uint16_t *qkv, const float *lse,
+                                            tri_flash_dims d, int64_t n_tiles)
 {
     typedef bwd_layout<HS> L;
-        tri_mma_bf16 *sq = (tri_mma_bf16 *)(smem + L::t0), *sdo = (tri_mma_bf16 *)(smem + L::t1), *sk = (tri_mma_bf16 *)(smem + L::t2),
+    tri_mma_bf16 *sq = (tri_mma_bf16 *)(smem + L::t0), *sdo = (tri_mma_bf16 *)(smem + L::t1), *sk = (tri_mma_bf16 *)(smem + L::t2),
          *sv = (tri_mma_bf16 *)(smem + L::t3);
     float *slse = (float *)(smem + L::lse), *sdelta = (float *)(smem + L::delta);
     int warp = TRI_MMA_TID / 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * TILE, *dpw = (float *)(smem + L::dp) + warp * WROWS * TILE;
     tri_mma_bf16 *dsw = (tri_mma_bf16 *)(smem + L::ds) + warp * WROWS * TILE;
-    int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / NH, h = bh % NH;
-    int64_t nr = T - i0 < TILE ? T - i0 : TILE;
-    const uint16_t *base = qkv + b * T * 3 * C + h * HS, *gbase = dout + b * T * C + h * HS;
+    int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d);
+    int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
+    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE;
     float scale = 1.0f / sqrtf((float)HS);
 
-    load_tile<HS>(sq, base + i0 * 3 * C, 3 * C, nr);
-    load_tile<HS>(sdo, gbase + i0 * C, C, nr);
+    load_tile<HS>(sq, qkv + tri_flash_q_at(d, b, i0, h), W, nr);
+    load_tile<HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
     load_stats(slse, sdelta, lse, delta, bh * T + i0, nr);
     tri_frag_acc dq[HS / 16];
     TRI_MMA_UNROLL
@@ -311,8 +316,8 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, uint16_t *dqkv,
     for (int64_t j0 = 0; j0 < i0 + nr; j0 += TILE) {
         int64_t nc = T - j0 < TILE ? T - j0 : TILE;
         TRI_MMA_SYNC_BLOCK();
-        load_tile<HS>(sk, base + C + j0 * 3 * C, 3 * C, nc);
-        load_tile<HS>(sv, base + 2 * C + j0 * 3 * C, 3 * C, nc);
+        load_tile<HS>(sk, qkv + tri_flash_k_at(d, b, j0, g), W, nc);
+        load_tile<HS>(sv, qkv + tri_flash_v_at(d, b, j0, g), W, nc);
         TRI_MMA_SYNC_BLOCK();
         rows_times_rows_t<HS>(sw, sq + warp * WROWS * HS, sk);   /* S: queries x keys */
         rows_times_rows_t<HS>(dpw, sdo + warp * WROWS * HS, sv); /* dP */
@@ -324,7 +329,7 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, uint16_t *dqkv,
     TRI_MMA_SYNC_BLOCK();
     float *stage = (float *)(smem + L::s) + warp * WROWS * HS;
     int64_t row0 = i0 + warp * WROWS;
-    store_rows<HS>(dqkv + (b * T + row0) * 3 * C + h * HS, 3 * C, stage, dq, scale, row0, T);
+    store_rows<HS>(dqkv + tri_flash_q_at(d, b, row0, h), W, stage, dq, scale, row0, T);
 }
 
 #endif

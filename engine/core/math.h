@@ -323,6 +323,42 @@ TRI_HD void tri_causal_softmax_row_backward(float *ds, const float *p, const flo
 #define TRI_FLASH_BR 64
 #define TRI_FLASH_BC 64
 
+/* The layout of one fused attention problem: qkv rows of W = (NH + 2 NH_kv) HS elements holding
+ * [q | k | v], NH query heads and NH_kv key/value heads of HS each, head h of a part at column h*HS
+ * of it; grouped-query attention (Ainslie et al. 2023) when NH_kv < NH: query head h reads
+ * key/value head h / (NH / NH_kv), as Hugging Face's repeat_kv; NH_kv = NH is multi-head. out and
+ * dout are (B, T, NH HS); lse and delta (B, NH, T). */
+typedef struct tri_flash_dims {
+    int64_t B, T, NH, NH_kv, HS;
+} tri_flash_dims;
+
+TRI_HD int64_t tri_flash_width(tri_flash_dims d)
+{
+    return (d.NH + 2 * d.NH_kv) * d.HS;
+}
+
+/* Element offsets in qkv of token t of sequence b: query head h, key head g, value head g. */
+TRI_HD int64_t tri_flash_q_at(tri_flash_dims d, int64_t b, int64_t t, int64_t h)
+{
+    return (b * d.T + t) * tri_flash_width(d) + h * d.HS;
+}
+
+TRI_HD int64_t tri_flash_k_at(tri_flash_dims d, int64_t b, int64_t t, int64_t g)
+{
+    return (b * d.T + t) * tri_flash_width(d) + (d.NH + g) * d.HS;
+}
+
+TRI_HD int64_t tri_flash_v_at(tri_flash_dims d, int64_t b, int64_t t, int64_t g)
+{
+    return (b * d.T + t) * tri_flash_width(d) + (d.NH + d.NH_kv + g) * d.HS;
+}
+
+/* The key/value head query head h reads. */
+TRI_HD int64_t tri_flash_kv_head(tri_flash_dims d, int64_t h)
+{
+    return h / (d.NH / d.NH_kv);
+}
+
 TRI_HD float tri_flash_row_update(float *s, int64_t n, float *m, float *l)
 {
     float mx = *m;

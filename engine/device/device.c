@@ -556,24 +556,30 @@ int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, t
 
 /* ---- fused attention ---- */
 
-/* qkv (B, T, 3*C_l), the f32 row statistics `stats` (lse or delta) (B, NH_l, T) with C_l % NH_l == 0,
- * and out (B*T, C_l) (out_name: "out" or "dout"). */
+/* qkv (B, T, W) with W = C_l + 2 C_kv (engine/core/math.h tri_flash_dims), the f32 row statistics
+ * `stats` (lse or delta) (B, NH_l, T), and out (B*T, C_l) (out_name: "out" or "dout"): C_l % NH_l == 0,
+ * C_kv a multiple of the head size HS = C_l / NH_l dividing NH_l's heads into equal groups. */
 static int check_flash(const char *op, tri_tensor out, const char *out_name, tri_tensor stats,
                        const char *stats_name, tri_tensor qkv)
 {
-    char x[96], y[96];
+    char x[96], y[96], z[96];
     int rc = need_float(op, "qkv", qkv);
     if (!rc) rc = need(op, stats_name, stats, TRI_F32);
     if (!rc) rc = need_float(op, out_name, out);
     if (rc)
         return rc;
-    if (qkv.ndim != 3 || stats.ndim != 3 || qkv.shape[2] % 3 != 0)
-        return TRI_ERR(TRI_EINVAL, "%s: qkv %s must be (B, T, 3*C_l), %s %s (B, NH_l, T)", op, DESC(qkv, x),
+    if (qkv.ndim != 3 || stats.ndim != 3)
+        return TRI_ERR(TRI_EINVAL, "%s: qkv %s must be (B, T, C_l + 2 C_kv), %s %s (B, NH_l, T)", op, DESC(qkv, x),
                        stats_name, DESC(stats, y));
-    int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = stats.shape[1];
+    int64_t B = qkv.shape[0], T = qkv.shape[1], NH = stats.shape[1], C = tri_tensor_cols(out);
     if (stats.shape[0] != B || stats.shape[2] != T || NH == 0 || C % NH != 0)
-        return TRI_ERR(TRI_EINVAL, "%s: %s %s does not match qkv %s (B, T, 3*C_l) with C_l %% NH_l == 0", op,
-                       stats_name, DESC(stats, x), DESC(qkv, y));
+        return TRI_ERR(TRI_EINVAL, "%s: %s %s does not match qkv %s and %s %s (B, NH_l, T) with C_l %% NH_l == 0",
+                       op, stats_name, DESC(stats, x), DESC(qkv, y), out_name, DESC(out, z));
+    int64_t HS = C / NH, kv = qkv.shape[2] - C;
+    if (kv <= 0 || kv % (2 * HS) != 0 || NH % (kv / (2 * HS)) != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: qkv %s is not [q | k | v] for %s %s: its last dimension must be C_l + 2 "
+                       "NH_kv HS with HS %lld and NH_kv dividing NH_l %lld", op, DESC(qkv, x), out_name, DESC(out, y),
+                       (long long)HS, (long long)NH);
     return need_matrix(op, out_name, out, B * T, C);
 }
 

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/core/math.h"
 #include "engine/core/tensor.h"
 
 #ifdef __cplusplus
@@ -216,11 +217,23 @@ int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, t
                               tri_tensor qkv, tri_tensor att);
 
 /* ---- fused causal attention (FlashAttention-2, Dao 2023; engine/core/math.h for the tiling) ----
- * The same math as attention_forward without the (T, T) matrix: out(B,T,C_l) from qkv(B,T,3*C_l)
- * (layout above), and lse(B,NH_l,T) f32, each query row's logsumexp of its scaled scores, saved
- * for the backward. NH_l is lse's dimension 1. */
+ * The same math as attention_forward without the (T, T) matrix: out(B,T,C_l) from qkv(B,T,C_l + 2
+ * C_kv) = [q | k | v] (C_kv = C_l: the layout above; C_kv < C_l: grouped-query attention, NH_kv =
+ * C_kv / HS key/value heads each serving NH_l / NH_kv query heads: engine/core/math.h
+ * tri_flash_dims), and lse(B,NH_l,T) f32, each query row's logsumexp of its scaled scores, saved for
+ * the backward. NH_l is lse's dimension 1, HS = C_l / NH_l. */
 int tri_op_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv);
-/* dqkv(B,T,3*C_l) = gradient given dout(B,T,C_l) (overwritten), recomputing the probabilities from
+
+/* The dims of a checked fused attention problem (for backends): qkv (B, T, W), out (.., C), lse (B, NH, T). */
+static inline tri_flash_dims tri_flash_dims_of(tri_tensor qkv, tri_tensor out, tri_tensor lse)
+{
+    tri_flash_dims f;
+    int64_t C = out.shape[out.ndim - 1];
+    f.B = qkv.shape[0], f.T = qkv.shape[1], f.NH = lse.shape[1], f.HS = C / f.NH;
+    f.NH_kv = (qkv.shape[2] - C) / (2 * f.HS);
+    return f;
+}
+/* dqkv (qkv's shape) = gradient given dout(B,T,C_l) (overwritten), recomputing the probabilities from
  * qkv and lse; out is the forward's output; delta(B,NH_l,T) f32 is scratch (rows' dout . out).
  * Deterministic: no atomics, a fixed order of every sum (engine/core/math.h). */
 int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,

@@ -297,16 +297,15 @@ static int cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor dat
 
 static int cpu_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
 {
-    tri_cpu_flash_forward(nthreads(d), fp(out), fp(lse), fp(qkv), qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3,
-                          lse.shape[1]);
+    tri_cpu_flash_forward(nthreads(d), fp(out), fp(lse), fp(qkv), tri_flash_dims_of(qkv, out, lse));
     return TRI_OK;
 }
 
 static int cpu_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
                                         tri_tensor qkv, tri_tensor out, tri_tensor lse)
 {
-    tri_cpu_flash_backward(nthreads(d), fp(dqkv), fp(delta), fp(dout), fp(qkv), fp(out), fp(lse), qkv.shape[0],
-                           qkv.shape[1], qkv.shape[2] / 3, lse.shape[1]);
+    tri_cpu_flash_backward(nthreads(d), fp(dqkv), fp(delta), fp(dout), fp(qkv), fp(out), fp(lse),
+                           tri_flash_dims_of(qkv, dout, lse));
     return TRI_OK;
 }
 

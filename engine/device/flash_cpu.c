@@ -5,7 +5,9 @@
  * scores S = scale q k^T into a BR x BC buffer, then out += P v) with the online softmax of
  * engine/core/math.h between them. Backward (Algorithm 2) per (b, h): for each key tile, the query
  * tiles at or past it recompute P = exp(S - lse), then dv += P^T dout, dP = dout v^T,
- * dS = P (dP - delta), dk += scale dS^T q and dq += scale dS k. Only two BR x BC buffers a thread. */
+ * dS = P (dP - delta), dk += scale dS^T q and dq += scale dS k. Only two BR x BC buffers a thread.
+ * Grouped-query attention: the backward runs per (b, key/value head), its query heads in order, so
+ * each dk and dv sums its group's heads in a fixed order without two threads sharing an element. */
 #include "engine/device/flash_cpu.h"
 
 #include <cblas.h>
@@ -65,9 +67,10 @@ static void fold_kv_block(query_tile *st, const float *q, int64_t ldq, const flo
 }
 
 /* One (b, h, query tile) of the forward: rows i0..i0+nr of out and lse. q, k, v, o point at
- * token 0 of this (b, h); lse at its row 0. */
-static void forward_tile(float *o, float *lse, const float *q, const float *k, const float *v, int64_t i0,
-                         int64_t nr, int64_t C, int64_t HS)
+ * token 0 of this (b, h) (k and v: of its key/value head); qkv rows are ld apart, out rows C; lse
+ * at the head's row 0. */
+static void forward_tile(float *o, float *lse, const float *q, const float *k, const float *v, int64_t ld,
+                         int64_t i0, int64_t nr, int64_t C, int64_t HS)
 {
     query_tile st = {.o = o + i0 * C, .ldo = C, .t0 = i0, .nr = nr};
     for (int64_t r = 0; r < nr; r++) {
@@ -75,7 +78,7 @@ static void forward_tile(float *o, float *lse, const float *q, const float *k, c
         st.l[r] = 0.0f;
         memset(st.o + r * C, 0, (size_t)HS * sizeof *o);
     }
-    fold_kv_block(&st, q + i0 * 3 * C, 3 * C, k, v, 3 * C, 0, i0 + nr, HS);
+    fold_kv_block(&st, q + i0 * ld, ld, k, v, ld, 0, i0 + nr, HS);
     for (int64_t r = 0; r < nr; r++) {
         float inv = 1.0f / st.l[r], *orow = st.o + r * C;
         for (int64_t i = 0; i < HS; i++)
@@ -84,19 +87,19 @@ static void forward_tile(float *o, float *lse, const float *q, const float *k, c
     }
 }
 
-void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                           int64_t C, int64_t NH)
+void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv, tri_flash_dims d)
 {
-    int64_t HS = C / NH, tiles = (T + BR - 1) / BR;
+    int64_t T = d.T, NH = d.NH, HS = d.HS, C = NH * HS, W = tri_flash_width(d), tiles = (T + BR - 1) / BR;
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
-    for (int64_t task = 0; task < B * NH * tiles; task++) {
-        int64_t bh = task / tiles, i0 = task % tiles * BR, b = bh / NH, h = bh % NH;
-        const float *q = qkv + b * T * 3 * C + h * HS;
-        forward_tile(out + b * T * C + h * HS, lse + bh * T, q, q + C, q + 2 * C, i0, min64(BR, T - i0), C, HS);
+    for (int64_t task = 0; task < d.B * NH * tiles; task++) {
+        int64_t bh = task / tiles, i0 = task % tiles * BR, b = bh / NH, h = bh % NH, g = tri_flash_kv_head(d, h);
+        forward_tile(out + b * T * C + h * HS, lse + bh * T, qkv + tri_flash_q_at(d, b, 0, h),
+                     qkv + tri_flash_k_at(d, b, 0, g), qkv + tri_flash_v_at(d, b, 0, g), W, i0, min64(BR, T - i0), C,
+                     HS);
     }
 }
 
-/* delta[t] = dout_t . out_t over this head's HS columns, left to right. */
+/* delta[t] = dout_t . out_t over this head's HS columns (rows C apart), left to right. */
 static void backward_delta(float *delta, const float *g, const float *o, int64_t T, int64_t C, int64_t HS)
 {
     for (int64_t t = 0; t < T; t++) {
@@ -107,59 +110,69 @@ static void backward_delta(float *delta, const float *g, const float *o, int64_t
     }
 }
 
-/* Zeroes this head's HS columns of dq, dk and dv in every row of dqkv. */
-static void zero_head(float *dq, int64_t T, int64_t C, int64_t HS)
+/* Zeroes HS columns at x in each of T rows ld apart. */
+static void zero_columns(float *x, int64_t T, int64_t ld, int64_t HS)
 {
     for (int64_t t = 0; t < T; t++)
-        for (int part = 0; part < 3; part++)
-            memset(dq + t * 3 * C + part * C, 0, (size_t)HS * sizeof *dq);
+        memset(x + t * ld, 0, (size_t)HS * sizeof *x);
 }
 
-/* One (b, h) of the backward; pointers at token 0 of this (b, h), lse and delta at its row 0. */
-static void backward_head(float *dq, float *delta, const float *g, const float *q, const float *o,
-                          const float *lse, int64_t T, int64_t C, int64_t HS)
+/* One query head's share of the backward: its dq (overwritten) and its terms of its key/value
+ * head's dk and dv (accumulated). Pointers at token 0; qkv and dqkv rows ld apart, dout/out C. */
+typedef struct head_grads {
+    float *dq, *dk, *dv, *delta;
+    const float *q, *k, *v, *g, *o, *lse;
+} head_grads;
+
+static void backward_head(const head_grads *x, int64_t T, int64_t ld, int64_t C, int64_t HS)
 {
     float p[BR * BC], dp[BR * BC];
     float scale = 1.0f / sqrtf((float)HS);
-    const float *k = q + C, *v = q + 2 * C;
-    float *dk = dq + C, *dv = dq + 2 * C;
-    int ld3 = (int)(3 * C), ldc = (int)C;
-    backward_delta(delta, g, o, T, C, HS);
-    zero_head(dq, T, C, HS);
+    int ldq = (int)ld, ldc = (int)C;
+    backward_delta(x->delta, x->g, x->o, T, C, HS);
+    zero_columns(x->dq, T, ld, HS);
     for (int64_t j0 = 0; j0 < T; j0 += BC) {
         int64_t nc = min64(BC, T - j0);
         for (int64_t i0 = j0 / BR * BR; i0 < T; i0 += BR) {
             int64_t nr = min64(BR, T - i0);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, scale,
-                        q + i0 * 3 * C, ld3, k + j0 * 3 * C, ld3, 0.0f, p, BC);
+                        x->q + i0 * ld, ldq, x->k + j0 * ld, ldq, 0.0f, p, BC);
             for (int64_t r = 0; r < nr; r++) {
                 int64_t n = visible(i0 + r, j0, nc);
                 for (int64_t j = 0; j < nc; j++)
-                    p[r * BC + j] = j < n ? tri_expf(p[r * BC + j] - lse[i0 + r]) : 0.0f;
+                    p[r * BC + j] = j < n ? tri_expf(p[r * BC + j] - x->lse[i0 + r]) : 0.0f;
             }
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)HS, (int)nr, 1.0f, p, BC,
-                        g + i0 * C, ldc, 1.0f, dv + j0 * 3 * C, ld3);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, 1.0f, g + i0 * C,
-                        ldc, v + j0 * 3 * C, ld3, 0.0f, dp, BC);
+                        x->g + i0 * C, ldc, 1.0f, x->dv + j0 * ld, ldq);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, 1.0f, x->g + i0 * C,
+                        ldc, x->v + j0 * ld, ldq, 0.0f, dp, BC);
             for (int64_t r = 0; r < nr; r++)
                 for (int64_t j = 0; j < nc; j++)
-                    dp[r * BC + j] = p[r * BC + j] * (dp[r * BC + j] - delta[i0 + r]);
+                    dp[r * BC + j] = p[r * BC + j] * (dp[r * BC + j] - x->delta[i0 + r]);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)HS, (int)nr, scale, dp, BC,
-                        q + i0 * 3 * C, ld3, 1.0f, dk + j0 * 3 * C, ld3);
+                        x->q + i0 * ld, ldq, 1.0f, x->dk + j0 * ld, ldq);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)HS, (int)nc, scale, dp, BC,
-                        k + j0 * 3 * C, ld3, 1.0f, dq + i0 * 3 * C, ld3);
+                        x->k + j0 * ld, ldq, 1.0f, x->dq + i0 * ld, ldq);
         }
     }
 }
 
 void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float *dout, const float *qkv,
-                            const float *out, const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH)
+                            const float *out, const float *lse, tri_flash_dims d)
 {
-    int64_t HS = C / NH;
+    int64_t T = d.T, NH = d.NH, HS = d.HS, C = NH * HS, W = tri_flash_width(d), rep = NH / d.NH_kv;
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
-    for (int64_t bh = 0; bh < B * NH; bh++) {
-        int64_t b = bh / NH, h = bh % NH;
-        int64_t q0 = b * T * 3 * C + h * HS, o0 = b * T * C + h * HS;
-        backward_head(dqkv + q0, delta + bh * T, dout + o0, qkv + q0, out + o0, lse + bh * T, T, C, HS);
+    for (int64_t bg = 0; bg < d.B * d.NH_kv; bg++) {
+        int64_t b = bg / d.NH_kv, g = bg % d.NH_kv;
+        zero_columns(dqkv + tri_flash_k_at(d, b, 0, g), T, W, HS);
+        zero_columns(dqkv + tri_flash_v_at(d, b, 0, g), T, W, HS);
+        for (int64_t h = g * rep; h < (g + 1) * rep; h++) { /* the group's query heads, in order */
+            int64_t o0 = b * T * C + h * HS, bh = b * NH + h;
+            head_grads x = {dqkv + tri_flash_q_at(d, b, 0, h), dqkv + tri_flash_k_at(d, b, 0, g),
+                            dqkv + tri_flash_v_at(d, b, 0, g), delta + bh * T, qkv + tri_flash_q_at(d, b, 0, h),
+                            qkv + tri_flash_k_at(d, b, 0, g), qkv + tri_flash_v_at(d, b, 0, g), dout + o0, out + o0,
+                            lse + bh * T};
+            backward_head(&x, T, W, C, HS);
+        }
     }
 }

@@ -825,10 +825,10 @@ static void flash_run(flash_both *f)
          tri_op_flash_attention_backward(gpu, f->dqkv.g, f->delta.g, f->dout.g, f->qkv.g, f->out.g, f->lse.g));
 }
 
-static void flash_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int bf16, uint64_t seed)
+static void flash_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int bf16, uint64_t seed, int64_t NH_kv)
 {
-    int64_t C = NH * HS;
-    tri_tensor qs = tri_tensor_3d(NULL, TRI_F32, B, T, 3 * C), os = tri_tensor_3d(NULL, TRI_F32, B, T, C);
+    int64_t C = NH * HS, W = C + 2 * NH_kv * HS;
+    tri_tensor qs = tri_tensor_3d(NULL, TRI_F32, B, T, W), os = tri_tensor_3d(NULL, TRI_F32, B, T, C);
     tri_tensor ls = tri_tensor_3d(NULL, TRI_F32, B, NH, T);
     for (int simple = 0; simple < 2; simple++) {
         cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
@@ -840,8 +840,8 @@ static void flash_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int bf16, u
         double tol = !bf16 ? TOL : mma ? FLASH_MMA_TOL : BF16_TOL;
         char what[160];
         const char *form = mma ? "tensor cores" : "simple";
-        snprintf(what, sizeof what, "flash %s out (%s, B %lld T %lld NH %lld HS %lld)", bf16 ? "bf16" : "fp32", form,
-                 (long long)B, (long long)T, (long long)NH, (long long)HS);
+        snprintf(what, sizeof what, "flash %s out (%s, B %lld T %lld NH %lld/%lld HS %lld)", bf16 ? "bf16" : "fp32",
+                 form, (long long)B, (long long)T, (long long)NH, (long long)NH_kv, (long long)HS);
         cmp(what, f.out, tol);
         snprintf(what, sizeof what, "flash lse (%s, T %lld HS %lld)", form, (long long)T, (long long)HS);
         cmp(what, f.lse, bf16 ? 1e-3 : TOL);
@@ -860,17 +860,19 @@ static void flash_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int bf16, u
 
 Test(gpu_ops, flash_attention_fp32)
 {
-    flash_case(2, 17, 3, 64, 0, 900);
-    flash_case(1, 127, 2, 80, 0, 901);
-    flash_case(1, 1, 1, 64, 0, 902);
-    flash_case(2, 300, 2, 16, 0, 903);
+    flash_case(2, 17, 3, 64, 0, 900, 3);
+    flash_case(1, 127, 2, 80, 0, 901, 2);
+    flash_case(1, 1, 1, 64, 0, 902, 1);
+    flash_case(2, 300, 2, 16, 0, 903, 2);
+    flash_case(1, 130, 4, 32, 0, 904, 2); /* grouped-query */
 }
 
 Test(gpu_ops, flash_attention_bf16)
 {
-    const int64_t shapes[][4] = {{1, 1, 1, 64},  {2, 17, 3, 64},  {1, 64, 2, 128}, {4, 127, 2, 80},
-                                 {1, 1024, 2, 64}, {1, 1024, 1, 128}, {2, 200, 16, 32}, {1, 130, 2, 96},
-                                 {1, 70, 2, 24},  {1, 33, 1, 256}}; /* B, T, NH, HS; 24 and 256: simple twins */
+    /* B, T, NH, HS, NH_kv; HS 24 and 256: the simple twins; NH_kv < NH: grouped-query attention */
+    const int64_t shapes[][5] = {{1, 1, 1, 64, 1},   {2, 17, 3, 64, 3},    {1, 64, 2, 128, 2}, {4, 127, 2, 80, 2},
+                                 {1, 1024, 2, 64, 2}, {1, 1024, 1, 128, 1}, {2, 200, 16, 32, 16}, {1, 130, 2, 96, 2},
+                                 {1, 70, 2, 24, 2},  {1, 33, 1, 256, 1},   {2, 300, 8, 64, 2}, {1, 1024, 8, 128, 1}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        flash_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 1, 910 + i);
+        flash_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 1, 910 + i, shapes[i][4]);
 }
