@@ -111,6 +111,15 @@ int tri_cuda_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt,
 int tri_cuda_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv);
 int tri_cuda_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
                                       tri_tensor qkv, tri_tensor out, tri_tensor lse);
+int tri_cuda_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps);
+int tri_cuda_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                              tri_tensor w, tri_tensor rstd);
+int tri_cuda_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up);
+int tri_cuda_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout);
+int tri_cuda_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                          int64_t row0);
+int tri_cuda_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                           int64_t row0);
 int tri_cuda_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp);
 int tri_cuda_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
 int tri_cuda_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,

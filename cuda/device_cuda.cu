@@ -195,6 +195,12 @@ static const tri_device_ops cuda_ops = {
     /* .attention_backward = */ tri_cuda_attention_backward,
     /* .flash_attention_forward = */ tri_cuda_flash_attention_forward,
     /* .flash_attention_backward = */ tri_cuda_flash_attention_backward,
+    /* .rmsnorm_forward = */ tri_cuda_rmsnorm_forward,
+    /* .rmsnorm_backward = */ tri_cuda_rmsnorm_backward,
+    /* .swiglu_forward = */ tri_cuda_swiglu_forward,
+    /* .swiglu_backward = */ tri_cuda_swiglu_backward,
+    /* .rope_forward = */ tri_cuda_rope_forward,
+    /* .rope_backward = */ tri_cuda_rope_backward,
     /* .gelu_forward = */ tri_cuda_gelu_forward,
     /* .gelu_backward = */ tri_cuda_gelu_backward,
     /* .embedding_forward = */ tri_cuda_embedding_forward,
@@ -217,8 +223,8 @@ static const tri_device_ops cuda_ops = {
 
 /* The table is positional (C++17 has no designated initializers), so an op added to
  * engine/device/device.h and forgotten here would be a silent NULL entry: the build fails instead until
- * the count, and the table, are updated together (name + 39 ops). */
-#define TRI_CUDA_OPS_ENTRIES 40
+ * the count, and the table, are updated together (name + 45 ops). */
+#define TRI_CUDA_OPS_ENTRIES 46
 static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
               "engine/device/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
 

@@ -34,7 +34,8 @@
  *   max |want|, the fused attention's measure) 1e-5 in fp32, 2^-7 in bf16 (measured 4.7e-7 and 4.1e-5);
  * - embedding_backward into a bf16 dwte: a token that repeats in the batch rounds the gradient at
  *   every repeat, the CPU backend once: normalised 1e-2 (measured at most 6.1e-3).
- * Everything else, every dtype mix included, is bit-identical. */
+ * Everything else (RMSNorm, SwiGLU and the rotary embedding of the Llama family included), every
+ * dtype mix included, is bit-identical. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -54,6 +55,9 @@
 #include "cuda/kernels/layernorm.kern.h"
 #include "cuda/kernels/matmul.kern.h"
 #include "cuda/kernels/reduce.kern.h"
+#include "cuda/kernels/rmsnorm.kern.h"
+#include "cuda/kernels/rope.kern.h"
+#include "cuda/kernels/swiglu.kern.h"
 #include "engine/device/device.h"
 #include "tests/opsutil.h"
 #include "tests/testutil.h"
@@ -653,6 +657,120 @@ Test(cuda_kernels_cpu, attention)
     for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
         for (int z = 0; z < 4; z++)
             attention_case(d, dims[z][0], dims[z][1], dims[z][2], z, precs[q]);
+}
+
+/* ---- the Llama family: RMSNorm (rstd fp32), SwiGLU, rotary embedding; bit-identical ---- */
+
+typedef struct rms_prec {
+    int inp, w, out, dout, dinp, dw;
+} rms_prec;
+
+static void rmsnorm_case(tri_device *d, int64_t N, int64_t C, int z, rms_prec p)
+{
+    size_t nc = (size_t)N * (size_t)C, c = (size_t)C;
+    const float eps = 1e-6f;
+    void *x = host_as(ot_uniform(nc, -2.0f, 2.0f, 180 + (uint64_t)z), nc, p.inp);
+    void *w = host_as(ot_uniform(c, 0.5f, 1.5f, 181), c, p.w), *g = host_as(ot_uniform(nc, -1.0f, 1.0f, 183), nc, p.dout);
+    void *dx0 = host_as(ot_uniform(nc, -1.0f, 1.0f, 184), nc, p.dinp), *dw0 = host_as(ot_uniform(c, -1.0f, 1.0f, 185), c, p.dw);
+    void *out = ot_floats(nc), *dx = host_copy(dx0, nc, p.dinp), *dw = host_copy(dw0, c, p.dw);
+    float *rstd = ot_floats((size_t)N);
+    tri_tensor tx = tri_tensor_2d(x, dt(p.inp), N, C), tw = tri_tensor_1d(w, dt(p.w), C), tr = tri_tensor_1d(rstd, TRI_F32, N);
+    cr_assert_eq(tri_op_rmsnorm_forward(d, tri_tensor_2d(out, dt(p.out), N, C), tr, tx, tw, eps), TRI_OK);
+    cr_assert_eq(tri_op_rmsnorm_backward(d, tri_tensor_2d(dx, dt(p.dinp), N, C), tri_tensor_1d(dw, dt(p.dw), C),
+                                         tri_tensor_2d(g, dt(p.dout), N, C), tx, tw, tr), TRI_OK);
+    shape rows[N_SHAPES], cols[N_SHAPES];
+    shapes_for(N, rows);
+    shapes_for(C, cols);
+    for (int k = 0; k < N_SHAPES; k++) {
+        void *ko = gtyped(nc, p.out, NULL);
+        float *kr = gfloats((size_t)N, NULL);
+        const void *kx = gtyped(nc, p.inp, x), *kw = gtyped(c, p.w, w), *kg = gtyped(nc, p.dout, g);
+        void *kdx = gtyped(nc, p.dinp, dx0), *kdw = gtyped(c, p.dw, dw0);
+        TRI_LAUNCH(rmsnorm_forward_kernel, rows[k].grid, rows[k].block, ko, p.out, kr, kx, p.inp, kw, p.w, N, C, eps);
+        same_typed("rmsnorm_forward_kernel out", ko, out, nc, p.out);
+        same_bits("rmsnorm_forward_kernel rstd", kr, rstd, (size_t)N);
+        TRI_LAUNCH(rmsnorm_backward_input_kernel, rows[k].grid, rows[k].block, kdx, p.dinp, kg, p.dout, kx, p.inp, kw,
+                   p.w, kr, N, C);
+        TRI_LAUNCH(rmsnorm_backward_params_kernel, cols[k].grid, cols[k].block, kdw, p.dw, kg, p.dout, kx, p.inp, kr,
+                   N, C);
+        same_typed("rmsnorm_backward_input_kernel", kdx, dx, nc, p.dinp);
+        same_typed("rmsnorm_backward_params_kernel dw", kdw, dw, c, p.dw);
+        int64_t nch = tri_col_chunks(N);
+        float *pw = gfloats((size_t)(nch * C), NULL);
+        void *kdw2 = gtyped(c, p.dw, dw0);
+        shape pc[N_SHAPES];
+        shapes_for(nch * C, pc);
+        TRI_LAUNCH(rmsnorm_params_chunks_kernel, pc[k].grid, pc[k].block, pw, kg, p.dout, kx, p.inp, kr, N, C);
+        TRI_LAUNCH(col_chunks_finish_kernel, cols[k].grid, cols[k].block, kdw2, p.dw, pw, nch, C);
+        same_typed("rmsnorm_params_chunks_kernel dw", kdw2, dw, c, p.dw);
+        check_guards_and_free("rmsnorm");
+    }
+}
+
+Test(cuda_kernels_cpu, rmsnorm)
+{
+    tri_device *d = cpu();
+    const int64_t dims[][2] = {{1, 1}, {5, 67}, {130, 7}, {3, 300}};
+    const rms_prec precs[] = {{0, 0, 0, 0, 0, 0}, {1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 0}, {0, 1, 1, 0, 0, 1}};
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (int z = 0; z < 4; z++)
+            rmsnorm_case(d, dims[z][0], dims[z][1], z, precs[q]);
+}
+
+Test(cuda_kernels_cpu, swiglu)
+{
+    tri_device *d = cpu();
+    const int64_t dims[][2] = {{1, 1}, {6, 37}, {65, 8}};
+    const int precs[][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {1, 0, 1, 0}}; /* gate_up, out, dout, dgate_up */
+    for (size_t q = 0; q < 3; q++)
+        for (int z = 0; z < 3; z++) {
+            int64_t N = dims[z][0], F = dims[z][1];
+            size_t ngu = (size_t)(N * 2 * F), no = (size_t)(N * F);
+            const int *pr = precs[q];
+            void *gu = host_as(ot_uniform(ngu, -6.0f, 6.0f, 190 + (uint64_t)z), ngu, pr[0]);
+            void *g = host_as(ot_uniform(no, -1.0f, 1.0f, 191), no, pr[2]);
+            void *out = ot_floats(no), *dgu = ot_floats(ngu);
+            tri_tensor tgu = tri_tensor_2d(gu, dt(pr[0]), N, 2 * F);
+            cr_assert_eq(tri_op_swiglu_forward(d, tri_tensor_2d(out, dt(pr[1]), N, F), tgu), TRI_OK);
+            cr_assert_eq(tri_op_swiglu_backward(d, tri_tensor_2d(dgu, dt(pr[3]), N, 2 * F), tgu,
+                                                tri_tensor_2d(g, dt(pr[2]), N, F)), TRI_OK);
+            shape s[N_SHAPES];
+            shapes_for(N * F, s);
+            for (int k = 0; k < N_SHAPES; k++) {
+                const void *kgu = gtyped(ngu, pr[0], gu), *kg = gtyped(no, pr[2], g);
+                void *ko = gtyped(no, pr[1], NULL), *kdgu = gtyped(ngu, pr[3], NULL);
+                TRI_LAUNCH(swiglu_forward_kernel, s[k].grid, s[k].block, ko, pr[1], kgu, pr[0], N, F);
+                same_typed("swiglu_forward_kernel", ko, out, no, pr[1]);
+                TRI_LAUNCH(swiglu_backward_kernel, s[k].grid, s[k].block, kdgu, pr[3], kgu, pr[0], kg, pr[2], N, F);
+                same_typed("swiglu_backward_kernel", kdgu, dgu, ngu, pr[3]);
+                check_guards_and_free("swiglu");
+            }
+        }
+}
+
+Test(cuda_kernels_cpu, rope)
+{
+    tri_device *d = cpu();
+    const int64_t N = 11, HS = 8, half = 4, W = 5 * HS, n_heads = 3, T = 4, row0 = 2, P = 6;
+    size_t nx = (size_t)(N * W);
+    float *cs = ot_uniform((size_t)(P * half), -1.0f, 1.0f, 200), *sn = ot_uniform((size_t)(P * half), -1.0f, 1.0f, 201);
+    tri_tensor tc = tri_tensor_2d(cs, TRI_F32, P, half), ts = tri_tensor_2d(sn, TRI_F32, P, half);
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int backward = 0; backward < 2; backward++) {
+            void *x = host_as(ot_uniform(nx, -2.0f, 2.0f, 202), nx, bf16), *want = host_copy(x, nx, bf16);
+            tri_tensor tw = tri_tensor_2d(want, dt(bf16), N, W);
+            cr_assert_eq(backward ? tri_op_rope_backward(d, tw, tc, ts, n_heads, T, row0)
+                                  : tri_op_rope_forward(d, tw, tc, ts, n_heads, T, row0), TRI_OK);
+            shape s[N_SHAPES];
+            shapes_for(N * n_heads * half, s);
+            for (int k = 0; k < N_SHAPES; k++) {
+                void *kx = gtyped(nx, bf16, x);
+                const float *kc = gfloats((size_t)(P * half), cs), *ks = gfloats((size_t)(P * half), sn);
+                TRI_LAUNCH(rope_kernel, s[k].grid, s[k].block, kx, bf16, kc, ks, N, W, n_heads, half, T, row0, backward);
+                same_typed(backward ? "rope_kernel backward" : "rope_kernel forward", kx, want, nx, bf16);
+                check_guards_and_free("rope");
+            }
+        }
 }
 
 /* ---- fused attention (FlashAttention-2 simple twins) ---- */

@@ -255,6 +255,83 @@ TRI_HD void tri_layernorm_row_backward_input(float *dx, const float *dout, const
     tri_layernorm_row_backward_input_mixed(dx, 0, dout, 0, x, 0, w, 0, mean, rstd, C);
 }
 
+/* ---- RMSNorm over one row of C (Zhang & Sennrich 2019; Hugging Face's LlamaRMSNorm): rstd fp32 ----
+ * rstd = 1 / sqrt(sum(x^2) / C + eps) with the sum in the row order above; out = (x * rstd) * w. */
+TRI_HD void tri_rmsnorm_row_forward_mixed(void *out, int out_bf16, float *rstd_out, const void *x, int x_bf16,
+                                          const void *w, int w_bf16, int64_t C, float eps)
+{
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
+        for (int64_t s = 0, len = tri_row_slots_span(i0, C); s < len; s++) {
+            float v = tri_load(x, x_bf16, i0 + s);
+            acc[s] += v * v;
+        }
+    float rs = 1.0f / sqrtf(tri_row_slots_combine(acc) / (float)C + eps);
+    for (int64_t i = 0; i < C; i++)
+        tri_store(out, out_bf16, i, tri_load(x, x_bf16, i) * rs * tri_load(w, w_bf16, i));
+    *rstd_out = rs;
+}
+
+/* dx += d rmsnorm / dx given dout for one row: with norm = x rstd and dnorm = w dout,
+ * dx = (dnorm - norm * sum(dnorm norm) / C) rstd, the sum in the row order above. dw is the
+ * caller's column sum of dout * norm (TRI_COL_CHUNK). */
+TRI_HD void tri_rmsnorm_row_backward_input_mixed(void *dx, int dx_bf16, const void *dout, int dout_bf16,
+                                                 const void *x, int x_bf16, const void *w, int w_bf16, float rstd,
+                                                 int64_t C)
+{
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
+        for (int64_t s = 0, len = tri_row_slots_span(i0, C); s < len; s++) {
+            float norm = tri_load(x, x_bf16, i0 + s) * rstd;
+            acc[s] += tri_load(w, w_bf16, i0 + s) * tri_load(dout, dout_bf16, i0 + s) * norm;
+        }
+    float dnorm_norm_mean = tri_row_slots_combine(acc) / (float)C;
+    for (int64_t i = 0; i < C; i++) {
+        float norm = tri_load(x, x_bf16, i) * rstd;
+        float dnorm = tri_load(w, w_bf16, i) * tri_load(dout, dout_bf16, i);
+        tri_store(dx, dx_bf16, i, tri_load(dx, dx_bf16, i) + (dnorm - norm * dnorm_norm_mean) * rstd);
+    }
+}
+
+/* ---- SwiGLU (Shazeer 2020), as Hugging Face's LlamaMLP: silu(gate) * up ----
+ * silu(g) = g sigmoid(g), sigmoid(g) = 1 / (1 + exp(-g)). */
+TRI_HD float tri_sigmoid(float g)
+{
+    return 1.0f / (1.0f + tri_expf(-g));
+}
+
+TRI_HD float tri_swiglu(float gate, float up)
+{
+    return gate * tri_sigmoid(gate) * up;
+}
+
+/* d out / d gate and d out / d up, times dout. */
+TRI_HD void tri_swiglu_backward(float gate, float up, float dout, float *dgate, float *dup)
+{
+    float sg = tri_sigmoid(gate);
+    *dup = dout * (gate * sg);
+    *dgate = dout * up * (sg * (1.0f + gate * (1.0f - sg)));
+}
+
+/* ---- rotary position embedding of one pair (Su et al. 2021), Hugging Face's rotate_half form ----
+ * Elements i and i + HS/2 of a head, at a position with cos c and sin s of frequency i:
+ * (a, b) <- (a c - b s, b c + a s), i.e. x cos + rotate_half(x) sin; the backward rotates back. */
+TRI_HD void tri_rope_pair(float *a, float *b, float c, float s)
+{
+    float x = *a, y = *b;
+    *a = x * c - y * s;
+    *b = y * c + x * s;
+}
+
+TRI_HD void tri_rope_pair_backward(float *a, float *b, float c, float s)
+{
+    float x = *a, y = *b;
+    *a = x * c + y * s;
+    *b = y * c - x * s;
+}
+
 /* ---- causal softmax of one attention row: p[0..t] = softmax(s[0..t]), p[t+1..T) = 0 ----
  * p may be s (in place); p holds the exponentials before it is scaled (read back as stored). The
  * max is exact in any order; the sum of the exponentials is a row sum in the order above. */

@@ -608,6 +608,126 @@ int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor d
     return widen_end(&w, w.rc ? 0 : DISPATCH(d, flash_attention_backward, dqkv, delta, dout, qkv, out, lse));
 }
 
+/* ---- RMSNorm, SwiGLU, rotary embedding (the Llama family) ---- */
+
+static int check_rmsnorm(const char *op, tri_tensor inp, tri_tensor w, tri_tensor rstd)
+{
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    int rc = need_float(op, "inp", inp);
+    if (!rc) rc = need_float(op, "w", w);
+    if (!rc) rc = need(op, "rstd", rstd, TRI_F32);
+    if (!rc) rc = need_numel(op, "w", w, C);
+    if (!rc) rc = need_numel(op, "rstd", rstd, N);
+    return rc;
+}
+
+int tri_op_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
+{
+    const char *op = "rmsnorm_forward";
+    int rc = check_rmsnorm(op, inp, w, rstd);
+    if (!rc) rc = need_float(op, "out", out);
+    if (!rc) rc = need_matrix(op, "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
+    if (!rc && !(eps > 0.0f))
+        rc = TRI_ERR(TRI_EINVAL, "%s: eps %g must be positive", op, (double)eps);
+    widen wd = widen_start(d, rc);
+    wide(&wd, &out, true);
+    wide(&wd, &inp, false);
+    wide(&wd, &w, false);
+    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rmsnorm_forward, out, rstd, inp, w, eps));
+}
+
+int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                            tri_tensor w, tri_tensor rstd)
+{
+    const char *op = "rmsnorm_backward";
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    int rc = check_rmsnorm(op, inp, w, rstd);
+    if (!rc) rc = need_float(op, "dinp", dinp);
+    if (!rc) rc = need_float(op, "dw", dw);
+    if (!rc) rc = need_float(op, "dout", dout);
+    if (!rc) rc = need_matrix(op, "dinp", dinp, N, C);
+    if (!rc) rc = need_matrix(op, "dout", dout, N, C);
+    if (!rc) rc = need_numel(op, "dw", dw, C);
+    widen wd = widen_start(d, rc);
+    wide(&wd, &dinp, true);
+    wide(&wd, &dw, true);
+    wide(&wd, &dout, false);
+    wide(&wd, &inp, false);
+    wide(&wd, &w, false);
+    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rmsnorm_backward, dinp, dw, dout, inp, w, rstd));
+}
+
+/* gate_up (N, 2F) and an (N, F) tensor t named `name`. */
+static int check_swiglu(const char *op, tri_tensor gate_up, tri_tensor t, const char *name)
+{
+    char x[96];
+    int rc = need_float(op, "gate_up", gate_up);
+    if (!rc) rc = need_float(op, name, t);
+    if (!rc && tri_tensor_cols(gate_up) % 2 != 0)
+        rc = TRI_ERR(TRI_EINVAL, "%s: gate_up %s must have an even last dimension ([gate | up])", op,
+                     DESC(gate_up, x));
+    if (!rc) rc = need_matrix(op, name, t, tri_tensor_rows(gate_up), tri_tensor_cols(gate_up) / 2);
+    return rc;
+}
+
+int tri_op_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up)
+{
+    widen wd = widen_start(d, check_swiglu("swiglu_forward", gate_up, out, "out"));
+    wide(&wd, &out, true);
+    wide(&wd, &gate_up, false);
+    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, swiglu_forward, out, gate_up));
+}
+
+int tri_op_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
+{
+    const char *op = "swiglu_backward";
+    int rc = check_swiglu(op, gate_up, dout, "dout");
+    if (!rc) rc = need_float(op, "dgate_up", dgate_up);
+    if (!rc) rc = need_matrix(op, "dgate_up", dgate_up, tri_tensor_rows(gate_up), tri_tensor_cols(gate_up));
+    widen wd = widen_start(d, rc);
+    wide(&wd, &dgate_up, true);
+    wide(&wd, &gate_up, false);
+    wide(&wd, &dout, false);
+    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, swiglu_backward, dgate_up, gate_up, dout));
+}
+
+static int check_rope(const char *op, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                      int64_t row0)
+{
+    char a[96], b[96];
+    int rc = need_float(op, "x", x);
+    if (!rc) rc = need(op, "cos", cos, TRI_F32);
+    if (!rc) rc = need(op, "sin", sin, TRI_F32);
+    if (rc)
+        return rc;
+    int64_t half = tri_tensor_cols(cos);
+    if (tri_tensor_rows(sin) != tri_tensor_rows(cos) || tri_tensor_cols(sin) != half)
+        return TRI_ERR(TRI_EINVAL, "%s: sin %s must match cos %s (positions, HS/2)", op, DESC(sin, a), DESC(cos, b));
+    if (half < 1 || n_heads < 1 || 2 * half * n_heads > tri_tensor_cols(x))
+        return TRI_ERR(TRI_EINVAL, "%s: %lld heads of %lld (2 x cos's columns) do not fit x %s", op,
+                       (long long)n_heads, (long long)(2 * half), DESC(x, a));
+    if (T < 1 || T > tri_tensor_rows(cos) || row0 < 0)
+        return TRI_ERR(TRI_EINVAL, "%s: positions up to T %lld (row0 %lld) need that many rows of cos %s", op,
+                       (long long)T, (long long)row0, DESC(cos, a));
+    return TRI_OK;
+}
+
+int tri_op_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                        int64_t row0)
+{
+    widen wd = widen_start(d, check_rope("rope_forward", x, cos, sin, n_heads, T, row0));
+    wide(&wd, &x, true);
+    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rope_forward, x, cos, sin, n_heads, T, row0));
+}
+
+int tri_op_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                         int64_t row0)
+{
+    widen wd = widen_start(d, check_rope("rope_backward", dx, cos, sin, n_heads, T, row0));
+    wide(&wd, &dx, true);
+    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rope_backward, dx, cos, sin, n_heads, T, row0));
+}
+
 /* ---- GELU ---- */
 
 int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)

@@ -81,6 +81,15 @@ typedef struct tri_device_ops {
     int (*flash_attention_forward)(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv);
     int (*flash_attention_backward)(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
                                     tri_tensor qkv, tri_tensor out, tri_tensor lse);
+    int (*rmsnorm_forward)(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps);
+    int (*rmsnorm_backward)(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                            tri_tensor w, tri_tensor rstd);
+    int (*swiglu_forward)(tri_device *d, tri_tensor out, tri_tensor gate_up);
+    int (*swiglu_backward)(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout);
+    int (*rope_forward)(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                        int64_t row0);
+    int (*rope_backward)(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                         int64_t row0);
     int (*gelu_forward)(tri_device *d, tri_tensor out, tri_tensor inp);
     int (*gelu_backward)(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
     int (*embedding_forward)(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
@@ -238,6 +247,30 @@ static inline tri_flash_dims tri_flash_dims_of(tri_tensor qkv, tri_tensor out, t
  * Deterministic: no atomics, a fixed order of every sum (engine/core/math.h). */
 int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
                                     tri_tensor qkv, tri_tensor out, tri_tensor lse);
+
+/* ---- RMSNorm (Zhang & Sennrich 2019), as Hugging Face's LlamaRMSNorm ----
+ * out(N,C) = (inp * rstd) * w with rstd(N) f32 = 1 / sqrt(mean(inp^2) + eps) (engine/core/math.h's row
+ * order), saved for backward. */
+int tri_op_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps);
+/* dinp(N,C) +=, dw(C) += the gradients given dout(N,C). */
+int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                            tri_tensor w, tri_tensor rstd);
+
+/* ---- SwiGLU (Shazeer 2020), as Hugging Face's LlamaMLP ----
+ * out(N,F) = silu(gate) * up where gate_up(N,2F) holds each row's gate (columns 0..F) then up. */
+int tri_op_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up);
+/* dgate_up(N,2F) = gradient given dout(N,F) (overwritten). */
+int tri_op_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout);
+
+/* ---- rotary position embedding (Su et al. 2021), Hugging Face's rotate_half convention ----
+ * In place on x(N, W): the first n_heads heads of HS = 2 cos.cols columns of each row (q then k of
+ * a qkv row) are rotated, pair (i, i + HS/2) by the angle of frequency i at the row's position
+ * (row0 + n) % T, whose cosine and sine are cos, sin (positions >= T, HS/2) f32. */
+int tri_op_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                        int64_t row0);
+/* dx in place: the gradient through the rotation (the rotation by minus the angle). */
+int tri_op_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                         int64_t row0);
 
 /* ---- GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 ---- */
 int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp);

@@ -309,6 +309,107 @@ static int cpu_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tens
     return TRI_OK;
 }
 
+/* ---- RMSNorm, SwiGLU, rotary embedding ---- */
+
+static int cpu_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
+{
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    const float *x = fp(inp);
+    float *o = fp(out), *rs = fp(rstd);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        tri_rmsnorm_row_forward_mixed(o + n * C, 0, rs + n, x + n * C, 0, fp(w), 0, C, eps);
+    return TRI_OK;
+}
+
+static int cpu_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                                tri_tensor w, tri_tensor rstd)
+{
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    const float *x = fp(inp), *g = fp(dout), *rs = fp(rstd);
+    float *dx = fp(dinp), *pdw = fp(dw);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        tri_rmsnorm_row_backward_input_mixed(dx + n * C, 0, g + n * C, 0, x + n * C, 0, fp(w), 0, rs[n], C);
+    /* dw: column sums of dout * norm in engine/core/math.h's order (TRI_COL_CHUNK row chunks) */
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
+        int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+        float pw[COL_BLOCK];
+        for (int64_t c0 = 0; c0 < N; c0 += TRI_COL_CHUNK) {
+            int64_t c1 = c0 + TRI_COL_CHUNK < N ? c0 + TRI_COL_CHUNK : N;
+            for (int64_t j = j0; j < j1; j++)
+                pw[j - j0] = 0.0f;
+            for (int64_t n = c0; n < c1; n++)
+                for (int64_t j = j0; j < j1; j++)
+                    pw[j - j0] += x[n * C + j] * rs[n] * g[n * C + j];
+            for (int64_t j = j0; j < j1; j++)
+                pdw[j] += pw[j - j0];
+        }
+    }
+    return TRI_OK;
+}
+
+static int cpu_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up)
+{
+    int64_t N = tri_tensor_rows(gate_up), F = tri_tensor_cols(gate_up) / 2;
+    const float *gu = fp(gate_up);
+    float *o = fp(out);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < F; i++)
+            o[n * F + i] = tri_swiglu(gu[n * 2 * F + i], gu[n * 2 * F + F + i]);
+    return TRI_OK;
+}
+
+static int cpu_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
+{
+    int64_t N = tri_tensor_rows(gate_up), F = tri_tensor_cols(gate_up) / 2;
+    const float *gu = fp(gate_up), *g = fp(dout);
+    float *dgu = fp(dgate_up);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < F; i++)
+            tri_swiglu_backward(gu[n * 2 * F + i], gu[n * 2 * F + F + i], g[n * F + i], &dgu[n * 2 * F + i],
+                                &dgu[n * 2 * F + F + i]);
+    return TRI_OK;
+}
+
+/* Rotates (backward: rotates back) the first n_heads heads of every row of x in place. */
+static void cpu_rope(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                     int64_t row0, bool backward)
+{
+    int64_t N = tri_tensor_rows(x), W = tri_tensor_cols(x), half = tri_tensor_cols(cos), HS = 2 * half;
+    float *v = fp(x);
+    const float *c = fp(cos), *s = fp(sin);
+#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        int64_t pos = (row0 + n) % T;
+        for (int64_t h = 0; h < n_heads; h++)
+            for (int64_t i = 0; i < half; i++) {
+                float *a = v + n * W + h * HS + i;
+                if (backward)
+                    tri_rope_pair_backward(a, a + half, c[pos * half + i], s[pos * half + i]);
+                else
+                    tri_rope_pair(a, a + half, c[pos * half + i], s[pos * half + i]);
+            }
+    }
+}
+
+static int cpu_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                            int64_t row0)
+{
+    cpu_rope(d, x, cos, sin, n_heads, T, row0, false);
+    return TRI_OK;
+}
+
+static int cpu_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads,
+                             int64_t T, int64_t row0)
+{
+    cpu_rope(d, dx, cos, sin, n_heads, T, row0, true);
+    return TRI_OK;
+}
+
 /* ---- GELU ---- */
 
 static int cpu_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
@@ -570,6 +671,12 @@ static const tri_device_ops cpu_ops = {
     .attention_backward = cpu_attention_backward,
     .flash_attention_forward = cpu_flash_attention_forward,
     .flash_attention_backward = cpu_flash_attention_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .embedding_forward = cpu_embedding_forward,

@@ -876,3 +876,56 @@ Test(gpu_ops, flash_attention_bf16)
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         flash_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 1, 910 + i, shapes[i][4]);
 }
+
+/* ---- the Llama family's ops: the same bits as the CPU backend, fast and simple forms ----
+ * RMSNorm's fast kernels sum their rows in engine/core/math.h's order across the lanes and dw in
+ * chunks (as layernorm above); SwiGLU and the rotary embedding are element-wise with math.h's
+ * functions. Written 2026-11-27 without a GPU; the CPU suite runs the simple forms bit for bit. */
+static void llama_ops_exact_case(int64_t N, int64_t C, int bf16, uint64_t seed)
+{
+    both x = uniform_as(m2(N, C), -2, 2, seed, bf16), w = uniform_as(v1(C), 0.5f, 1.5f, seed + 1, bf16);
+    /* rotary tables for HS 8 over C / 8 heads of a row, positions (1 + n) % 5 */
+    int64_t half = 4, P = 6, heads = C / 8;
+    both cs = uniform(m2(P, half), -1, 1, seed + 2), sn = uniform(m2(P, half), -1, 1, seed + 3);
+    for (int simple = 0; simple < 2; simple++) {
+        char what[128];
+        const char *form = simple ? "simple" : "fast";
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        both out = make_as(m2(N, C), NULL, bf16), rstd = make(v1(N), NULL);
+        BOTH(tri_op_rmsnorm_forward(cpu, out.c, rstd.c, x.c, w.c, 1e-6f),
+             tri_op_rmsnorm_forward(gpu, out.g, rstd.g, x.g, w.g, 1e-6f));
+        snprintf(what, sizeof what, "rmsnorm_forward %s %s N %lld C %lld", form, bf16 ? "bf16" : "fp32", (long long)N,
+                 (long long)C);
+        cmp(what, out, 0.0);
+        cmp("rmsnorm_forward rstd, exact", rstd, 0.0);
+        both g = uniform_as(m2(N, C), -1, 1, seed + 4, bf16), dx = uniform_as(m2(N, C), -1, 1, seed + 5, bf16);
+        both dw = uniform_as(v1(C), -1, 1, seed + 6, 0);
+        BOTH(tri_op_rmsnorm_backward(cpu, dx.c, dw.c, g.c, x.c, w.c, rstd.c),
+             tri_op_rmsnorm_backward(gpu, dx.g, dw.g, g.g, x.g, w.g, rstd.g));
+        cmp("rmsnorm_backward dinp, exact", dx, 0.0);
+        cmp("rmsnorm_backward dw (fp32), exact", dw, 0.0);
+        if (C % 2 == 0) {
+            both s = make_as(m2(N, C / 2), NULL, bf16), gs = uniform_as(m2(N, C / 2), -1, 1, seed + 7, bf16);
+            both dgu = make_as(m2(N, C), NULL, bf16);
+            BOTH(tri_op_swiglu_forward(cpu, s.c, x.c), tri_op_swiglu_forward(gpu, s.g, x.g));
+            cmp("swiglu_forward, exact", s, 0.0);
+            BOTH(tri_op_swiglu_backward(cpu, dgu.c, x.c, gs.c), tri_op_swiglu_backward(gpu, dgu.g, x.g, gs.g));
+            cmp("swiglu_backward, exact", dgu, 0.0);
+        }
+        if (heads > 0 && N >= 5) {
+            both r = uniform_as(m2(N, C), -2, 2, seed + 8, bf16);
+            BOTH(tri_op_rope_forward(cpu, r.c, cs.c, sn.c, heads, 5, 1), tri_op_rope_forward(gpu, r.g, cs.g, sn.g, heads, 5, 1));
+            cmp("rope_forward, exact", r, 0.0);
+            BOTH(tri_op_rope_backward(cpu, r.c, cs.c, sn.c, heads, 5, 1), tri_op_rope_backward(gpu, r.g, cs.g, sn.g, heads, 5, 1));
+            cmp("rope_backward, exact", r, 0.0);
+        }
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, llama_ops_exact)
+{
+    for (size_t k = 0; k < sizeof EXACT_DIMS / sizeof *EXACT_DIMS; k++)
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            llama_ops_exact_case(EXACT_DIMS[k][0], EXACT_DIMS[k][1], bf16, 1200 + 10 * k);
+}

@@ -1,0 +1,260 @@
+/* tests/test_ops_llama.c - the Llama family's ops on the CPU backend: RMSNorm, SwiGLU, rotary embedding.
+ *
+ * Each forward against a naive fp64 loop written here from its definition (RMSNorm: Zhang & Sennrich
+ * 2019 as Hugging Face's LlamaRMSNorm, x / sqrt(mean(x^2) + eps) * w; SwiGLU: Shazeer 2020,
+ * silu(gate) * up; rotary: Su et al. 2021 in Hugging Face's rotate_half form, x cos + rotate_half(x)
+ * sin), each backward against central finite differences of that loop for L = sum(out * R), and the
+ * contracts: rmsnorm_backward accumulates (+=) into dinp and dw, swiglu_backward overwrites
+ * dgate_up (it starts NaN), rope works in place on the first n_heads heads of a row and leaves the
+ * other columns (v of a qkv row) bit for bit. bf16 storage against the fp32 op rounded once.
+ *
+ * Tolerances as tests/test_ops_layers.c: forward 1e-5 relative (floor 1/10 of the RMS), backward
+ * 1e-4 against fp64 finite differences (exact to ~1e-9; the margin covers the fp32 rounding of the
+ * analytic backward), bf16 one bf16 ulp where the widened fp32 result rounds (2^-8 relative). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/math.h"
+#include "engine/device/device.h"
+#include "tests/opsutil.h"
+
+TestSuite(ops_llama, .fini = ot_teardown);
+
+#define FWD_TOL 1e-5
+#define BWD_TOL 1e-4
+#define BF16_TOL 0x1p-8
+#define FLOOR 0.1
+#define EPS 1e-6f
+
+static float *nans(size_t n)
+{
+    float *x = ot_floats(n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+/* ---- RMSNorm ---- */
+
+typedef struct rms_problem {
+    int64_t N, C;
+    double *x, *w;
+    const double *R;
+    double *out;
+} rms_problem;
+
+static void rms_ref(rms_problem *p)
+{
+    for (int64_t n = 0; n < p->N; n++) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < p->C; i++)
+            ss += p->x[n * p->C + i] * p->x[n * p->C + i];
+        double r = 1.0 / sqrt(ss / (double)p->C + (double)EPS);
+        for (int64_t i = 0; i < p->C; i++)
+            p->out[n * p->C + i] = p->x[n * p->C + i] * r * p->w[i];
+    }
+}
+
+static double rms_loss(void *ctx)
+{
+    rms_problem *p = ctx;
+    rms_ref(p);
+    return ot_dot(p->out, p->R, (size_t)(p->N * p->C));
+}
+
+static void rmsnorm_case(int64_t N, int64_t C, uint64_t seed)
+{
+    tri_device *d = ot_device(2);
+    size_t nx = (size_t)(N * C);
+    float *x = ot_uniform(nx, -2.0f, 2.0f, seed), *w = ot_uniform((size_t)C, 0.5f, 1.5f, seed + 1);
+    float *R = ot_uniform(nx, -1.0f, 1.0f, seed + 2);
+    float *dx0 = ot_uniform(nx, -1.0f, 1.0f, seed + 3), *dw0 = ot_uniform((size_t)C, -1.0f, 1.0f, seed + 4);
+    rms_problem p = {N, C, ot_widen(x, nx), ot_widen(w, (size_t)C), ot_widen(R, nx), ot_doubles(nx)};
+    tri_tensor tx = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), x), tw = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, C), w);
+    tri_tensor to = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), nans(nx));
+    tri_tensor tr = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, N), nans((size_t)N));
+    cr_assert_eq(tri_op_rmsnorm_forward(d, to, tr, tx, tw, EPS), TRI_OK, "%s", tri_error_message());
+    rms_ref(&p);
+    cr_assert(ot_close("rmsnorm fwd out", ot_read(d, to), p.out, nx, FLOOR, FWD_TOL));
+    /* backward accumulates onto dx0, dw0 */
+    tri_tensor tdx = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), dx0);
+    tri_tensor tdw = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, C), dw0);
+    tri_tensor tg = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), R);
+    cr_assert_eq(tri_op_rmsnorm_backward(d, tdx, tdw, tg, tx, tw, tr), TRI_OK, "%s", tri_error_message());
+    double *gx = ot_doubles(nx), *gw = ot_doubles((size_t)C);
+    ot_fd_grad(gx, p.x, nx, rms_loss, &p);
+    ot_fd_grad(gw, p.w, (size_t)C, rms_loss, &p);
+    float *dx = ot_read(d, tdx), *dw = ot_read(d, tdw);
+    for (size_t i = 0; i < nx; i++)
+        dx[i] -= dx0[i];
+    for (int64_t i = 0; i < C; i++)
+        dw[i] -= dw0[i];
+    cr_assert(ot_close("rmsnorm bwd dinp (+=)", dx, gx, nx, FLOOR, BWD_TOL));
+    cr_assert(ot_close("rmsnorm bwd dw (+=)", dw, gw, (size_t)C, FLOOR, BWD_TOL));
+}
+
+Test(ops_llama, rmsnorm) 
+{
+    rmsnorm_case(5, 67, 10);
+    rmsnorm_case(130, 7, 20); /* more rows than one column chunk */
+    rmsnorm_case(3, 300, 30); /* a row longer than the 256 slots */
+}
+
+/* ---- SwiGLU ---- */
+
+typedef struct swiglu_problem {
+    int64_t N, F;
+    double *gu;
+    const double *R;
+    double *out;
+} swiglu_problem;
+
+static void swiglu_ref(swiglu_problem *p)
+{
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t i = 0; i < p->F; i++) {
+            double g = p->gu[n * 2 * p->F + i], u = p->gu[n * 2 * p->F + p->F + i];
+            p->out[n * p->F + i] = g / (1.0 + exp(-g)) * u;
+        }
+}
+
+static double swiglu_loss(void *ctx)
+{
+    swiglu_problem *p = ctx;
+    swiglu_ref(p);
+    return ot_dot(p->out, p->R, (size_t)(p->N * p->F));
+}
+
+Test(ops_llama, swiglu)
+{
+    tri_device *d = ot_device(2);
+    const int64_t N = 6, F = 37;
+    size_t ngu = (size_t)(N * 2 * F), no = (size_t)(N * F);
+    float *gu = ot_uniform(ngu, -6.0f, 6.0f, 40), *R = ot_uniform(no, -1.0f, 1.0f, 41);
+    swiglu_problem p = {N, F, ot_widen(gu, ngu), ot_widen(R, no), ot_doubles(no)};
+    tri_tensor tgu = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, 2 * F), gu);
+    tri_tensor to = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, F), nans(no));
+    cr_assert_eq(tri_op_swiglu_forward(d, to, tgu), TRI_OK, "%s", tri_error_message());
+    swiglu_ref(&p);
+    cr_assert(ot_close("swiglu fwd", ot_read(d, to), p.out, no, FLOOR, FWD_TOL));
+    tri_tensor tdgu = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, 2 * F), nans(ngu));
+    tri_tensor tg = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, F), R);
+    cr_assert_eq(tri_op_swiglu_backward(d, tdgu, tgu, tg), TRI_OK, "%s", tri_error_message());
+    double *want = ot_doubles(ngu);
+    ot_fd_grad(want, p.gu, ngu, swiglu_loss, &p);
+    cr_assert(ot_close("swiglu bwd dgate_up (overwritten)", ot_read(d, tdgu), want, ngu, FLOOR, BWD_TOL));
+    /* an odd last dimension is refused, naming the tensor */
+    tri_tensor odd = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, 2 * F - 1), NULL);
+    cr_assert_neq(tri_op_swiglu_forward(d, to, odd), TRI_OK);
+    cr_assert(strstr(tri_error_message(), "gate_up") != NULL, "%s", tri_error_message());
+}
+
+/* ---- rotary embedding ---- */
+
+typedef struct rope_problem {
+    int64_t N, W, n_heads, half, T, row0;
+    double *x;
+    const float *cos, *sin;
+    const double *R;
+    double *out;
+} rope_problem;
+
+/* out = x with heads h < n_heads of each row rotated: x cos + rotate_half(x) sin (Hugging Face's
+ * apply_rotary_pos_emb, cos and sin repeated over the two halves) */
+static void rope_ref(rope_problem *p)
+{
+    int64_t HS = 2 * p->half;
+    memcpy(p->out, p->x, (size_t)(p->N * p->W) * sizeof *p->out);
+    for (int64_t n = 0; n < p->N; n++) {
+        int64_t pos = (p->row0 + n) % p->T;
+        for (int64_t h = 0; h < p->n_heads; h++)
+            for (int64_t i = 0; i < HS; i++) {
+                const double *xh = p->x + n * p->W + h * HS;
+                int64_t f = i % p->half;
+                double rot = i < p->half ? -xh[i + p->half] : xh[i - p->half];
+                p->out[n * p->W + h * HS + i] = xh[i] * p->cos[pos * p->half + f] + rot * p->sin[pos * p->half + f];
+            }
+    }
+}
+
+static double rope_loss(void *ctx)
+{
+    rope_problem *p = ctx;
+    rope_ref(p);
+    return ot_dot(p->out, p->R, (size_t)(p->N * p->W));
+}
+
+Test(ops_llama, rope)
+{
+    tri_device *d = ot_device(2);
+    /* 7 rows of a (q 2 heads | k 1 head | v 1 head) row, HS 8, positions (3 + n) % 5 */
+    const int64_t N = 7, HS = 8, half = 4, W = 4 * HS, n_heads = 3, T = 5, row0 = 3, P = 6;
+    size_t nx = (size_t)(N * W);
+    float *x = ot_uniform(nx, -2.0f, 2.0f, 50), *R = ot_uniform(nx, -1.0f, 1.0f, 51);
+    float *cs = ot_floats((size_t)(P * half)), *sn = ot_floats((size_t)(P * half));
+    for (int64_t pos = 0; pos < P; pos++)
+        for (int64_t i = 0; i < half; i++) { /* theta 10000: Llama's inverse frequencies */
+            double a = (double)pos * pow(10000.0, -2.0 * (double)i / (double)HS);
+            cs[pos * half + i] = (float)cos(a);
+            sn[pos * half + i] = (float)sin(a);
+        }
+    rope_problem p = {N, W, n_heads, half, T, row0, ot_widen(x, nx), cs, sn, ot_widen(R, nx), ot_doubles(nx)};
+    tri_tensor tx = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), x);
+    tri_tensor tc = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, P, half), cs);
+    tri_tensor ts = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, P, half), sn);
+    cr_assert_eq(tri_op_rope_forward(d, tx, tc, ts, n_heads, T, row0), TRI_OK, "%s", tri_error_message());
+    rope_ref(&p);
+    float *got = ot_read(d, tx);
+    cr_assert(ot_close("rope fwd", got, p.out, nx, FLOOR, FWD_TOL));
+    for (int64_t n = 0; n < N; n++) /* the v head is untouched, bit for bit */
+        cr_assert(memcmp(got + n * W + n_heads * HS, x + n * W + n_heads * HS, (size_t)HS * sizeof *x) == 0);
+    /* backward in place from R: dL/dx */
+    tri_tensor tg = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), R);
+    cr_assert_eq(tri_op_rope_backward(d, tg, tc, ts, n_heads, T, row0), TRI_OK, "%s", tri_error_message());
+    double *want = ot_doubles(nx);
+    ot_fd_grad(want, p.x, nx, rope_loss, &p);
+    cr_assert(ot_close("rope bwd", ot_read(d, tg), want, nx, FLOOR, BWD_TOL));
+    /* a table shorter than T is refused */
+    tri_tensor short_c = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, 4, half), cs);
+    cr_assert_neq(tri_op_rope_forward(d, tx, short_c, short_c, n_heads, T, row0), TRI_OK);
+    cr_assert(strstr(tri_error_message(), "cos") != NULL, "%s", tri_error_message());
+}
+
+/* ---- bf16 storage: the fp32 op's results rounded once (the wrappers widen bf16 arguments) ---- */
+
+static bool within_bf16(const char *what, const float *got, const float *want32, size_t n)
+{
+    double worst = 0.0, top = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double w = tri_round_bf16(want32[i]);
+        double e = fabs((double)got[i] - w);
+        worst = e > worst ? e : worst;
+        top = fabs(w) > top ? fabs(w) : top;
+    }
+    bool ok = worst <= BF16_TOL * top;
+    if (!ok || getenv("TRIDENT_TEST_VERBOSE"))
+        fprintf(stderr, "%s %s: max |got - round(fp32)| %.3g of max %.3g\n", ok ? "ok  " : "FAIL", what, worst, top);
+    return ok;
+}
+
+Test(ops_llama, bf16_storage)
+{
+    tri_device *d = ot_device(1);
+    const int64_t N = 9, C = 40;
+    size_t nx = (size_t)(N * C);
+    float *x = ot_bf16_uniform(nx, -2.0f, 2.0f, 60), *w = ot_bf16_uniform((size_t)C, 0.5f, 1.5f, 61);
+    tri_tensor r32 = ot_put_f32(d, ot_v1(N), NULL), r16 = ot_put_f32(d, ot_v1(N), NULL);
+    tri_tensor o32 = ot_put_f32(d, ot_m2(N, C), NULL), o16 = ot_put_bf16(d, ot_m2(N, C), NULL);
+    cr_assert_eq(tri_op_rmsnorm_forward(d, o32, r32, ot_put_f32(d, ot_m2(N, C), x), ot_put_f32(d, ot_v1(C), w), EPS),
+                 TRI_OK);
+    cr_assert_eq(tri_op_rmsnorm_forward(d, o16, r16, ot_put_bf16(d, ot_m2(N, C), x), ot_put_bf16(d, ot_v1(C), w), EPS),
+                 TRI_OK);
+    cr_assert(within_bf16("rmsnorm bf16", ot_read(d, o16), ot_read(d, o32), nx));
+    cr_assert(ot_same_bits("rmsnorm bf16 rstd", ot_read(d, r16), ot_read(d, r32), (size_t)N));
+    tri_tensor s32 = ot_put_f32(d, ot_m2(N, C / 2), NULL), s16 = ot_put_bf16(d, ot_m2(N, C / 2), NULL);
+    cr_assert_eq(tri_op_swiglu_forward(d, s32, ot_put_f32(d, ot_m2(N, C), x)), TRI_OK);
+    cr_assert_eq(tri_op_swiglu_forward(d, s16, ot_put_bf16(d, ot_m2(N, C), x)), TRI_OK);
+    cr_assert(within_bf16("swiglu bf16", ot_read(d, s16), ot_read(d, s32), nx / 2));
+}
