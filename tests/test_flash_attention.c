@@ -280,8 +280,9 @@ Test(flash_attention, finite_differences_gqa_T70_NH4_kv2_HS3) { check_fd((shape)
 
 /* ---- determinism and contracts ---- */
 
-/* Parallel over (b, h, query tile) forward and (b, h) backward with fixed sums: the same bits for
- * 1 and 2 threads, and dqkv fully overwritten (it starts NaN; ot_tensor_as fills NaN). */
+/* Parallel over (b, h, query tile) forward and (b, key/value head) or tiles backward with fixed
+ * sums: the same bits for 1 and 2 threads, and dqkv fully overwritten (it starts NaN;
+ * ot_tensor_as fills NaN). */
 Test(flash_attention, same_bits_for_any_thread_count)
 {
     shape s = {2, 200, 4, 32, 2};
@@ -291,6 +292,12 @@ Test(flash_attention, same_bits_for_any_thread_count)
     cr_assert(ot_same_bits("flash out", two.out, one.out, n_out(s)));
     cr_assert(ot_same_bits("flash lse", two.lse, one.lse, n_rows(s)));
     cr_assert(ot_same_bits("flash dqkv", two.dqkv, one.dqkv, n_qkv(s)));
+    /* one (b, key/value head): one thread runs the one-pass backward, two threads the two passes
+     * with a task per tile (engine/device/flash_cpu.c); the same sgemm calls per element */
+    shape m = {1, 300, 4, 32, 1};
+    float *mq = ot_uniform(n_qkv(m), -1.5f, 1.5f, 302), *mg = ot_uniform(n_out(m), -1.0f, 1.0f, 303);
+    flash_result a = run_flash(ot_device(1), m, TRI_F32, mq, mg), b = run_flash(ot_device(2), m, TRI_F32, mq, mg);
+    cr_assert(ot_same_bits("flash dqkv, one pass vs two passes", b.dqkv, a.dqkv, n_qkv(m)));
 }
 
 /* Bad shapes are refused with a message naming the tensor. */

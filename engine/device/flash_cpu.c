@@ -124,55 +124,128 @@ typedef struct head_grads {
     const float *q, *k, *v, *g, *o, *lse;
 } head_grads;
 
+/* The probabilities p = exp(S - lse) and dS = p (dout v^T - delta) of query tile i0 (nr rows)
+ * against key tile j0 (nc keys), BR x BC buffers with row stride BC. */
+static void tile_grads(float *p, float *ds, const head_grads *x, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                       int64_t ld, int64_t C, int64_t HS, float scale)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, scale, x->q + i0 * ld, (int)ld,
+                x->k + j0 * ld, (int)ld, 0.0f, p, BC);
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t n = visible(i0 + r, j0, nc);
+        for (int64_t j = 0; j < nc; j++)
+            p[r * BC + j] = j < n ? tri_expf(p[r * BC + j] - x->lse[i0 + r]) : 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, 1.0f, x->g + i0 * C, (int)C,
+                x->v + j0 * ld, (int)ld, 0.0f, ds, BC);
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t j = 0; j < nc; j++)
+            ds[r * BC + j] = p[r * BC + j] * (ds[r * BC + j] - x->delta[i0 + r]);
+}
+
+/* dv += P^T dout and dk += scale dS^T q for key tile j0 from query tile i0. */
+static void tile_dkv(const head_grads *x, const float *p, const float *ds, int64_t i0, int64_t nr, int64_t j0,
+                     int64_t nc, int64_t ld, int64_t C, int64_t HS, float scale)
+{
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)HS, (int)nr, 1.0f, p, BC, x->g + i0 * C, (int)C,
+                1.0f, x->dv + j0 * ld, (int)ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)HS, (int)nr, scale, ds, BC, x->q + i0 * ld,
+                (int)ld, 1.0f, x->dk + j0 * ld, (int)ld);
+}
+
+/* dq += scale dS k for query tile i0 from key tile j0. */
+static void tile_dq(const head_grads *x, const float *ds, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t ld,
+                    int64_t HS, float scale)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)HS, (int)nc, scale, ds, BC, x->k + j0 * ld,
+                (int)ld, 1.0f, x->dq + i0 * ld, (int)ld);
+}
+
+/* The whole head in one pass: key tiles outer, query tiles from the diagonal inner (its dq rows
+ * zeroed first; its delta already computed). */
 static void backward_head(const head_grads *x, int64_t T, int64_t ld, int64_t C, int64_t HS)
 {
-    float p[BR * BC], dp[BR * BC];
+    float p[BR * BC], ds[BR * BC];
     float scale = 1.0f / sqrtf((float)HS);
-    int ldq = (int)ld, ldc = (int)C;
-    backward_delta(x->delta, x->g, x->o, T, C, HS);
     zero_columns(x->dq, T, ld, HS);
     for (int64_t j0 = 0; j0 < T; j0 += BC) {
         int64_t nc = min64(BC, T - j0);
         for (int64_t i0 = j0 / BR * BR; i0 < T; i0 += BR) {
             int64_t nr = min64(BR, T - i0);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, scale,
-                        x->q + i0 * ld, ldq, x->k + j0 * ld, ldq, 0.0f, p, BC);
-            for (int64_t r = 0; r < nr; r++) {
-                int64_t n = visible(i0 + r, j0, nc);
-                for (int64_t j = 0; j < nc; j++)
-                    p[r * BC + j] = j < n ? tri_expf(p[r * BC + j] - x->lse[i0 + r]) : 0.0f;
-            }
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)HS, (int)nr, 1.0f, p, BC,
-                        x->g + i0 * C, ldc, 1.0f, x->dv + j0 * ld, ldq);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)HS, 1.0f, x->g + i0 * C,
-                        ldc, x->v + j0 * ld, ldq, 0.0f, dp, BC);
-            for (int64_t r = 0; r < nr; r++)
-                for (int64_t j = 0; j < nc; j++)
-                    dp[r * BC + j] = p[r * BC + j] * (dp[r * BC + j] - x->delta[i0 + r]);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)HS, (int)nr, scale, dp, BC,
-                        x->q + i0 * ld, ldq, 1.0f, x->dk + j0 * ld, ldq);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)HS, (int)nc, scale, dp, BC,
-                        x->k + j0 * ld, ldq, 1.0f, x->dq + i0 * ld, ldq);
+            tile_grads(p, ds, x, i0, nr, j0, nc, ld, C, HS, scale);
+            tile_dkv(x, p, ds, i0, nr, j0, nc, ld, C, HS, scale);
+            tile_dq(x, ds, i0, nr, j0, nc, ld, HS, scale);
         }
     }
 }
 
+/* Query head h of sequence b, at token 0. */
+static head_grads head_of(float *dqkv, float *delta, const float *dout, const float *qkv, const float *out,
+                          const float *lse, tri_flash_dims d, int64_t b, int64_t h)
+{
+    int64_t g = tri_flash_kv_head(d, h), o0 = b * d.T * d.NH * d.HS + h * d.HS, bh = b * d.NH + h;
+    head_grads x = {dqkv + tri_flash_q_at(d, b, 0, h), dqkv + tri_flash_k_at(d, b, 0, g),
+                    dqkv + tri_flash_v_at(d, b, 0, g), delta + bh * d.T, qkv + tri_flash_q_at(d, b, 0, h),
+                    qkv + tri_flash_k_at(d, b, 0, g), qkv + tri_flash_v_at(d, b, 0, g), dout + o0, out + o0,
+                    lse + bh * d.T};
+    return x;
+}
+
+/* With fewer (b, key/value head) tasks than threads the backward runs as two passes that each have
+ * a task per tile: dq per (b, h, query tile), key tiles ascending; dk and dv per (b, key/value
+ * head, key tile), the group's query heads in order and their query tiles ascending. Every output
+ * element then receives the same sgemm calls with the same operands in the same order as in the
+ * one pass (which computes each tile's P and dS once for both), so the bits do not change: the
+ * two passes recompute P and dS, about 1.4x the one pass's work, to use the threads. */
 void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float *dout, const float *qkv,
                             const float *out, const float *lse, tri_flash_dims d)
 {
     int64_t T = d.T, NH = d.NH, HS = d.HS, C = NH * HS, W = tri_flash_width(d), rep = NH / d.NH_kv;
+    int64_t tiles = (T + BR - 1) / BR;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t bh = 0; bh < d.B * NH; bh++) {
+        head_grads x = head_of(dqkv, delta, dout, qkv, out, lse, d, bh / NH, bh % NH);
+        backward_delta(x.delta, x.g, x.o, T, C, HS);
+    }
+    if (d.B * d.NH_kv >= threads) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
-    for (int64_t bg = 0; bg < d.B * d.NH_kv; bg++) {
-        int64_t b = bg / d.NH_kv, g = bg % d.NH_kv;
-        zero_columns(dqkv + tri_flash_k_at(d, b, 0, g), T, W, HS);
-        zero_columns(dqkv + tri_flash_v_at(d, b, 0, g), T, W, HS);
-        for (int64_t h = g * rep; h < (g + 1) * rep; h++) { /* the group's query heads, in order */
-            int64_t o0 = b * T * C + h * HS, bh = b * NH + h;
-            head_grads x = {dqkv + tri_flash_q_at(d, b, 0, h), dqkv + tri_flash_k_at(d, b, 0, g),
-                            dqkv + tri_flash_v_at(d, b, 0, g), delta + bh * T, qkv + tri_flash_q_at(d, b, 0, h),
-                            qkv + tri_flash_k_at(d, b, 0, g), qkv + tri_flash_v_at(d, b, 0, g), dout + o0, out + o0,
-                            lse + bh * T};
-            backward_head(&x, T, W, C, HS);
+        for (int64_t bg = 0; bg < d.B * d.NH_kv; bg++) {
+            int64_t b = bg / d.NH_kv, g = bg % d.NH_kv;
+            zero_columns(dqkv + tri_flash_k_at(d, b, 0, g), T, W, HS);
+            zero_columns(dqkv + tri_flash_v_at(d, b, 0, g), T, W, HS);
+            for (int64_t h = g * rep; h < (g + 1) * rep; h++) { /* the group's query heads, in order */
+                head_grads x = head_of(dqkv, delta, dout, qkv, out, lse, d, b, h);
+                backward_head(&x, T, W, C, HS);
+            }
+        }
+        return;
+    }
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+    for (int64_t task = 0; task < d.B * NH * tiles; task++) {
+        int64_t bh = task / tiles, i0 = task % tiles * BR, nr = min64(BR, T - i0);
+        head_grads x = head_of(dqkv, delta, dout, qkv, out, lse, d, bh / NH, bh % NH);
+        float p[BR * BC], ds[BR * BC];
+        zero_columns(x.dq + i0 * W, nr, W, HS);
+        for (int64_t j0 = 0; j0 < i0 + nr; j0 += BC) {
+            int64_t nc = min64(BC, T - j0);
+            tile_grads(p, ds, &x, i0, nr, j0, nc, W, C, HS, scale);
+            tile_dq(&x, ds, i0, nr, j0, nc, W, HS, scale);
+        }
+    }
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+    for (int64_t task = 0; task < d.B * d.NH_kv * tiles; task++) {
+        int64_t bg = task / tiles, j0 = task % tiles * BC, nc = min64(BC, T - j0), b = bg / d.NH_kv, g = bg % d.NH_kv;
+        float p[BR * BC], ds[BR * BC];
+        zero_columns(dqkv + tri_flash_k_at(d, b, j0, g), nc, W, HS);
+        zero_columns(dqkv + tri_flash_v_at(d, b, j0, g), nc, W, HS);
+        for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
+            head_grads x = head_of(dqkv, delta, dout, qkv, out, lse, d, b, h);
+            for (int64_t i0 = j0 / BR * BR; i0 < T; i0 += BR) {
+                int64_t nr = min64(BR, T - i0);
+                tile_grads(p, ds, &x, i0, nr, j0, nc, W, C, HS, scale);
+                tile_dkv(&x, p, ds, i0, nr, j0, nc, W, C, HS, scale);
+            }
         }
     }
 }
