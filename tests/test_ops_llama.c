@@ -6,7 +6,9 @@
  * sin), each backward against central finite differences of that loop for L = sum(out * R), and the
  * contracts: rmsnorm_backward accumulates (+=) into dinp and dw, swiglu_backward overwrites
  * dgate_up (it starts NaN), rope works in place on the first n_heads heads of a row and leaves the
- * other columns (v of a qkv row) bit for bit. bf16 storage against the fp32 op rounded once.
+ * other columns (v of a qkv row) bit for bit. bf16 storage against the fp32 op rounded once. The
+ * rotary tables (layers/rotary.h: Hugging Face's inverse frequencies, Llama 3's rope_scaling)
+ * against the same formulas in fp64.
  *
  * Tolerances as tests/test_ops_layers.c: forward 1e-5 relative (floor 1/10 of the RMS), backward
  * 1e-4 against fp64 finite differences (exact to ~1e-9; the margin covers the fp32 rounding of the
@@ -18,6 +20,7 @@
 
 #include "engine/core/math.h"
 #include "engine/device/device.h"
+#include "layers/rotary.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_llama, .fini = ot_teardown);
@@ -27,6 +30,7 @@ TestSuite(ops_llama, .fini = ot_teardown);
 #define BF16_TOL 0x1p-8
 #define FLOOR 0.1
 #define EPS 1e-6f
+#define TWO_PI 6.283185307179586
 
 static float *nans(size_t n)
 {
@@ -257,4 +261,54 @@ Test(ops_llama, bf16_storage)
     cr_assert_eq(tri_op_swiglu_forward(d, s32, ot_put_f32(d, ot_m2(N, C), x)), TRI_OK);
     cr_assert_eq(tri_op_swiglu_forward(d, s16, ot_put_bf16(d, ot_m2(N, C), x)), TRI_OK);
     cr_assert(within_bf16("swiglu bf16", ot_read(d, s16), ot_read(d, s32), nx / 2));
+}
+
+/* ---- the rotary tables (layers/rotary.h) against the formulas in fp64 ---- */
+
+/* Hugging Face's inverse frequencies in fp64: theta^(-2i/HS), and Llama 3's rescaling */
+static double inv_freq_d(int64_t i, int64_t HS, double theta, const tri_rope_scaling *s)
+{
+    double inv = 1.0 / pow(theta, (double)(2 * i) / (double)HS);
+    if (!s)
+        return inv;
+    double old = (double)s->original_max_positions, wavelen = TWO_PI / inv;
+    double low = old / s->low_freq_factor, high = old / s->high_freq_factor;
+    if (wavelen > low)
+        return inv / s->factor;
+    if (wavelen < high)
+        return inv;
+    double smooth = (old / wavelen - s->low_freq_factor) / (s->high_freq_factor - s->low_freq_factor);
+    return (1.0 - smooth) * inv / s->factor + smooth * inv;
+}
+
+Test(ops_llama, rotary_tables_plain_and_llama3)
+{
+    const int64_t HS = 128, half = 64, P = 9;
+    /* Llama 3.1's rope_scaling: factor 8, low 1, high 4, original 8192, theta 500000 */
+    tri_rope_scaling l3 = {.llama3 = true, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                           .original_max_positions = 8192};
+    float inv[64], cs[9 * 64], sn[9 * 64];
+    int low = 0, mid = 0, high = 0;
+    for (int scaled = 0; scaled < 2; scaled++) {
+        double theta = scaled ? 500000.0 : 10000.0;
+        tri_rope_inv_freq(inv, HS, theta, scaled ? &l3 : NULL);
+        for (int64_t i = 0; i < half; i++) {
+            double want = inv_freq_d(i, HS, theta, scaled ? &l3 : NULL);
+            cr_assert(fabs(inv[i] - want) <= 1e-6 * want, "inv_freq[%lld] %.9g, fp64 %.9g (%s)", (long long)i,
+                      (double)inv[i], want, scaled ? "llama3" : "plain");
+            if (scaled) {
+                double wl = TWO_PI / (1.0 / pow(theta, (double)(2 * i) / (double)HS));
+                low += wl > 8192.0, high += wl < 2048.0, mid += wl >= 2048.0 && wl <= 8192.0;
+            }
+        }
+        tri_rope_tables(cs, sn, P, half, inv);
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t i = 0; i < half; i++) {
+                double a = (double)p * (double)inv[i];
+                cr_assert(fabs(cs[p * half + i] - cos(a)) <= 1e-6 && fabs(sn[p * half + i] - sin(a)) <= 1e-6,
+                          "table at position %lld, frequency %lld", (long long)p, (long long)i);
+            }
+    }
+    /* HS 128 at theta 500000 has frequencies in all three of Llama 3's regions */
+    cr_assert(low > 0 && mid > 0 && high > 0, "regions: %d low, %d medium, %d high", low, mid, high);
 }
