@@ -144,7 +144,7 @@ static int recompute_block(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor 
         *a = work;
         return block_forward(m, l, a, x);
     }
-    if (m->run->recompute == TRI_RECOMPUTE_SELECTIVE && !m->as.flash)
+    if (tri_layout_recomputes(m->run) == TRI_RECOMPUTE_SELECTIVE)
         return tri_op_attention_forward(m->dev, a->attn.atty, a->attn.att, a->attn.qkv);
     return TRI_OK;
 }

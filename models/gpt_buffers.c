@@ -62,7 +62,7 @@ static int take_shared_acts(tri_gpt *m, tri_arena *ar)
     memset(&m->shared, 0, sizeof m->shared);
     if (m->run->recompute == TRI_RECOMPUTE_FULL && m->L_l > 0)
         return take_block_acts(m, ar, &m->shared, true);
-    if (m->run->recompute == TRI_RECOMPUTE_SELECTIVE && !FLASH(m) && m->L_l > 0)
+    if (tri_layout_recomputes(m->run) == TRI_RECOMPUTE_SELECTIVE && m->L_l > 0)
         return TAKE(ar, TRI_MEM_ACTIVATIONS, &m->shared.attn.att, ACT(m), B, m->NH_l, T, T);
     return TRI_OK;
 }

@@ -168,7 +168,7 @@ static double recompute_buffer(const tri_transformer *m, const tri_train_layout 
     double scores = d.a * d.s * d.s * d.b / d.t;
     if (l->recompute == TRI_RECOMPUTE_FULL)
         return tri_mem_block_activations(m, &all);
-    if (l->recompute == TRI_RECOMPUTE_SELECTIVE && l->attention == TRI_ATTENTION_UNFUSED)
+    if (tri_layout_recomputes(l) == TRI_RECOMPUTE_SELECTIVE)
         return elem_bytes(l) * scores;
     return 0.0;
 }
