@@ -10,7 +10,8 @@
 
 bool tri_ckpt_stores(const tri_trainer *t, const tri_param *p)
 {
-    return !p->spec.tied_copy && (!p->tp_replicated || t->grid->tp_rank == 0);
+    return !p->spec.tied_copy && (!p->tp_replicated || t->grid->tp_rank == 0) &&
+           (p->replicas <= 1 || t->grid->tp_rank % p->replicas == 0); /* one holder of a shared shard */
 }
 
 tri_box tri_ckpt_shard_box(const tri_param *p)

@@ -55,33 +55,6 @@ static const known_key known_keys[] = {
 
 static const char *required_keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
 
-static const char *value_text(const cJSON *item, char *buf, size_t cap)
-{
-    char *s = cJSON_PrintUnformatted(item);
-    snprintf(buf, cap, "%s", s ? s : "?");
-    if (strlen(buf) > 60)
-        strcpy(buf + 57, "...");
-    cJSON_free(s);
-    return buf;
-}
-
-/* A positive integer no larger than `max`. */
-static int get_int(const cJSON *root, const char *key, int max, int *out, const char *src)
-{
-    char v[96];
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!item)
-        return TRI_ERR(TRI_EINVAL, "%s: missing required key \"%s\" (a positive integer)", src, key);
-    if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble))
-        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, expected a positive integer", src, key,
-                       value_text(item, v, sizeof v));
-    if (item->valuedouble < 1 || item->valuedouble > max)
-        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, expected an integer in [1, %d]", src, key,
-                       value_text(item, v, sizeof v), max);
-    *out = (int)item->valuedouble;
-    return TRI_OK;
-}
-
 static int check_known(const cJSON *item, const known_key *k, const char *src)
 {
     char v[96];
@@ -101,9 +74,9 @@ static int check_known(const cJSON *item, const known_key *k, const char *src)
     const char *want = k->check == 1 ? "" : k->check == 2 ? k->str_value : k->check == 3 ? "true" : "false";
     if (k->check == 1)
         return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's GPT computes only %g", src, k->key,
-                       value_text(item, v, sizeof v), k->num_value);
+                       tri_config_value_text(item, v, sizeof v), k->num_value);
     return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's GPT computes only %s%s%s", src,
-                   k->key, value_text(item, v, sizeof v), k->check == 2 ? "\"" : "", want,
+                   k->key, tri_config_value_text(item, v, sizeof v), k->check == 2 ? "\"" : "", want,
                    k->check == 2 ? "\"" : "");
 }
 
@@ -136,12 +109,12 @@ static int parse_root(tri_gpt_config *cfg, const cJSON *root, const char *src)
     if (!cJSON_IsObject(root))
         return TRI_ERR(TRI_EINVAL, "%s: expected a JSON object at the top level", src);
     int rc = check_keys(root, src);
-    if (!rc) rc = get_int(root, "n_layer", 100000, &cfg->n_layer, src);
-    if (!rc) rc = get_int(root, "n_head", 100000, &cfg->n_head, src);
-    if (!rc) rc = get_int(root, "n_embd", 1 << 20, &cfg->n_embd, src);
+    if (!rc) rc = tri_config_get_int(root, "n_layer", 100000, &cfg->n_layer, src);
+    if (!rc) rc = tri_config_get_int(root, "n_head", 100000, &cfg->n_head, src);
+    if (!rc) rc = tri_config_get_int(root, "n_embd", 1 << 20, &cfg->n_embd, src);
     /* 2^24: far above any published vocabulary (Llama 3's 128,256; Gemma's 256,000) */
-    if (!rc) rc = get_int(root, "vocab_size", TRI_GPT_MAX_VOCAB, &cfg->vocab_size, src);
-    if (!rc) rc = get_int(root, "n_positions", 1 << 20, &cfg->n_positions, src);
+    if (!rc) rc = tri_config_get_int(root, "vocab_size", TRI_GPT_MAX_VOCAB, &cfg->vocab_size, src);
+    if (!rc) rc = tri_config_get_int(root, "n_positions", 1 << 20, &cfg->n_positions, src);
     if (rc)
         return rc;
     if (cfg->n_embd % cfg->n_head != 0)
@@ -150,18 +123,18 @@ static int parse_root(tri_gpt_config *cfg, const cJSON *root, const char *src)
     const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "n_ctx");
     if (ctx && (!cJSON_IsNumber(ctx) || ctx->valuedouble != cfg->n_positions))
         return TRI_ERR(TRI_EINVAL, "%s: \"n_ctx\" is %s, expected it to equal \"n_positions\" %d", src,
-                       value_text(ctx, v, sizeof v), cfg->n_positions);
+                       tri_config_value_text(ctx, v, sizeof v), cfg->n_positions);
     const cJSON *inner = cJSON_GetObjectItemCaseSensitive(root, "n_inner");
     if (inner && !cJSON_IsNull(inner) && (!cJSON_IsNumber(inner) || inner->valuedouble != 4.0 * cfg->n_embd))
         return TRI_ERR(TRI_EINVAL, "%s: \"n_inner\" is %s, expected null or 4 * n_embd = %d", src,
-                       value_text(inner, v, sizeof v), 4 * cfg->n_embd);
+                       tri_config_value_text(inner, v, sizeof v), 4 * cfg->n_embd);
     cfg->init_std = 0.02f;
     const cJSON *std = cJSON_GetObjectItemCaseSensitive(root, "initializer_range");
     if (std) {
         /* checked as the float it becomes: 1e-300 > 0 in double but is 0 as a float */
         if (!cJSON_IsNumber(std) || !((float)std->valuedouble >= FLT_MIN) || std->valuedouble > 1.0)
             return TRI_ERR(TRI_EINVAL, "%s: \"initializer_range\" is %s, expected a number in (0, 1]",
-                           src, value_text(std, v, sizeof v));
+                           src, tri_config_value_text(std, v, sizeof v));
         cfg->init_std = (float)std->valuedouble;
     }
     return TRI_OK;

@@ -1,7 +1,9 @@
 /* models/config_file.c - reading a model config file and naming the model (see config_file.h). */
 #include "models/config_file.h"
 
+#include <cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,4 +50,30 @@ void tri_model_name_of(char *name, size_t cap, const char *source)
     char *dot = strrchr(name, '.');
     if (dot && strcmp(dot, ".json") == 0)
         *dot = '\0';
+}
+
+const char *tri_config_value_text(const cJSON *item, char *buf, size_t cap)
+{
+    char *s = cJSON_PrintUnformatted(item);
+    snprintf(buf, cap, "%s", s ? s : "?");
+    if (cap > 60 && strlen(buf) > 60)
+        strcpy(buf + 57, "...");
+    cJSON_free(s);
+    return buf;
+}
+
+int tri_config_get_int(const cJSON *root, const char *key, int max, int *out, const char *src)
+{
+    char v[96];
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!item)
+        return TRI_ERR(TRI_EINVAL, "%s: missing required key \"%s\" (a positive integer)", src, key);
+    if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble))
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, expected a positive integer", src, key,
+                       tri_config_value_text(item, v, sizeof v));
+    if (item->valuedouble < 1 || item->valuedouble > max)
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, expected an integer in [1, %d]", src, key,
+                       tri_config_value_text(item, v, sizeof v), max);
+    *out = (int)item->valuedouble;
+    return TRI_OK;
 }

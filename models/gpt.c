@@ -11,6 +11,7 @@
 #include "engine/core/math.h"
 #include "engine/core/status.h"
 #include "layers/embedding.h"
+#include "models/model_chunk.h"
 #include "partitioner/layout.h"
 
 int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *o)
@@ -105,19 +106,8 @@ static int declare_passes(tri_gpt *m)
 
 int tri_gpt_load_batch(tri_gpt *m, int slot, const int32_t *windows)
 {
-    int64_t B = m->run->B, T = m->run->T;
-    int32_t *buf = malloc((size_t)(2 * B * T) * sizeof *buf);
-    if (!buf)
-        return TRI_ERR(TRI_ENOMEM, "gpt: out of memory loading a batch");
-    for (int64_t b = 0; b < B; b++) {
-        memcpy(buf + b * T, windows + b * (T + 1), (size_t)T * sizeof *buf);
-        memcpy(buf + B * T + b * T, windows + b * (T + 1) + 1, (size_t)T * sizeof *buf);
-    }
     tri_gpt_slot *s = &m->slots[slot];
-    int rc = tri_device_copy_from_host(m->dev, s->tokens, buf);
-    if (!rc) rc = tri_device_copy_from_host(m->dev, s->targets, buf + B * T);
-    free(buf);
-    return rc;
+    return tri_model_load_windows(m->dev, m->run->B, m->run->T, windows, s->tokens, s->targets);
 }
 
 /* res3 = x + attn(ln1(x)) + mlp(ln2(x + attn(ln1(x)))), one GPT-2 block (pre-LN). */
@@ -228,17 +218,7 @@ static int run_pass(void *self, const tri_pass *p, int slot, bool train, float d
 static void bind(void *self, int u, tri_tensor pflat, tri_tensor gflat)
 {
     tri_gpt *m = self;
-    const tri_param_layout *L = &m->chunk.layout;
-    const tri_param_unit *unit = &L->units[u];
-    for (int i = unit->first; i < unit->first + unit->count; i++) {
-        const tri_param *p = &L->params[i];
-        tri_tensor at = tri_tensor_range(pflat, p->offset - unit->start, p->numel);
-        *m->wslot[i] = tri_tensor_reshape(at, p->spec.ndim, p->local_shape);
-        if (tri_tensor_present(gflat)) {
-            at = tri_tensor_range(gflat, p->offset - unit->start, p->numel);
-            *m->gslot[i] = tri_tensor_reshape(at, p->spec.ndim, p->local_shape);
-        }
-    }
+    tri_model_bind_views(&m->chunk.layout, m->wslot, m->gslot, u, pflat, gflat);
 }
 
 static int load_batch(void *self, int slot, const int32_t *windows)
@@ -382,38 +362,5 @@ int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits)
 {
     if (!m->opt.last)
         return TRI_ERR(TRI_EINVAL, "logits live on the last pipeline stage");
-    if (row < 0 || row >= m->N)
-        return TRI_ERR(TRI_EINVAL, "logits row %lld outside the %lld rows of a micro-batch", (long long)row,
-                       (long long)m->N);
-    /* this rank's V_l logits of the row, all-gathered over TP into the start of the logits buffer
-     * after moving the row to the buffer's end, out of the way */
-    int tp = tri_tp_size(&m->tp), rc = TRI_OK;
-    tri_tensor mine = tri_tensor_range(m->ls.logits, row * m->V_l, m->V_l);
-    tri_tensor all = tri_tensor_range(m->ls.logits, 0, m->Vp);
-    if (tp > 1) {
-        if (m->N * m->V_l < m->Vp + m->V_l)
-            return TRI_ERR(TRI_ENOTSUP, "reading logits under TP needs a micro-batch of at least %d rows", tp + 1);
-        tri_tensor stage = tri_tensor_range(m->ls.logits, (m->N - 1) * m->V_l, m->V_l);
-        rc = tri_op_copy(m->dev, stage, mine);
-        if (!rc) rc = tri_comm_all_gather(m->tp.comm, all, stage);
-        mine = all;
-    }
-    float *host = malloc((size_t)m->Vp * sizeof *host);
-    if (!host)
-        return TRI_ERR(TRI_ENOMEM, "gpt: out of memory for logits");
-    tri_tensor src = tp > 1 ? all : mine;
-    if (!rc && src.dtype == TRI_BF16) { /* bf16 logits: read raw, widened on the host */
-        uint16_t *raw = malloc((size_t)tri_tensor_numel(src) * sizeof *raw);
-        rc = raw ? tri_device_copy_to_host(m->dev, raw, src) : TRI_ERR(TRI_ENOMEM, "gpt: out of memory for logits");
-        for (int64_t v = 0; !rc && v < tri_tensor_numel(src); v++)
-            host[v] = tri_bf16_to_float(raw[v]);
-        free(raw);
-    } else if (!rc) {
-        rc = tri_device_copy_to_host(m->dev, host, src);
-    }
-    if (!rc)
-        memcpy(logits, host, (size_t)m->cfg.vocab_size * sizeof *logits);
-    free(host);
-    return rc;
+    return tri_model_logits_row(&m->tp, m->ls.logits, m->N, m->V_l, m->cfg.vocab_size, row, logits);
 }
-

@@ -9,9 +9,10 @@
 #include "engine/core/status.h"
 #include "models/config_file.h"
 #include "models/gpt.h"
+#include "models/llama.h"
 
 /* The registered families: a new one is added here. */
-static const tri_model_family *const families[] = {&tri_gpt2_family};
+static const tri_model_family *const families[] = {&tri_gpt2_family, &tri_llama_family};
 
 const tri_model_family *tri_model_family_find(const char *type)
 {

@@ -16,20 +16,29 @@ static int place(tri_param *p, const tri_param_spec *s, int tp, int tp_rank)
     p->spec = *s;
     p->numel = 1;
     p->tp_replicated = s->split_dim < 0 || tp == 1;
+    /* shards along split_dim: tp, or max_shards each held by tp / max_shards consecutive ranks */
+    int shards = s->max_shards > 0 && s->max_shards < tp ? s->max_shards : tp;
+    if (!p->tp_replicated && tp % shards != 0)
+        return TRI_ERR(TRI_EINVAL, "parameter %s: its %d shards cannot be shared evenly by "
+                       "tensor-model-parallel-size %d (it must divide by %d)", s->name, shards, tp, shards);
+    p->replicas = p->tp_replicated ? 1 : tp / shards;
+    p->shard_rank = p->tp_replicated ? 0 : tp_rank / p->replicas;
     for (int d = 0; d < s->ndim; d++) {
         p->local_shape[d] = s->shape[d];
         p->global_offset[d] = 0;
-        if (d == s->split_dim) {
-            if (s->shape[d] % tp != 0)
+        if (d == s->split_dim && !p->tp_replicated) {
+            if (s->shape[d] % shards != 0)
                 return TRI_ERR(TRI_EINVAL, "parameter %s: dimension %d of size %lld is not divisible "
-                               "by tensor-model-parallel-size %d", s->name, d, (long long)s->shape[d], tp);
-            p->local_shape[d] = s->shape[d] / tp;
-            p->global_offset[d] = p->local_shape[d] * tp_rank;
+                               "by tensor-model-parallel-size %d", s->name, d, (long long)s->shape[d], shards);
+            p->local_shape[d] = s->shape[d] / shards;
+            p->global_offset[d] = p->local_shape[d] * p->shard_rank;
         }
         p->numel *= p->local_shape[d];
     }
-    /* Replicas count once in the global norm: TP replicas on tp rank 0 only, tied copies never. */
-    p->count_in_norm = !s->tied_copy && (!p->tp_replicated || tp_rank == 0 || tp == 1);
+    /* Replicas count once in the global norm: TP replicas on tp rank 0 only, a shard on the first
+     * of the ranks sharing it, tied copies never. */
+    p->count_in_norm = !s->tied_copy && (!p->tp_replicated || tp_rank == 0 || tp == 1) &&
+                       tp_rank % p->replicas == 0;
     return TRI_OK;
 }
 
@@ -108,8 +117,8 @@ void tri_shard_place(const tri_param *p, int shard_rank, const float *shard, flo
 {
     const tri_param_spec *s = &p->spec;
     int64_t off[TRI_MAX_DIMS] = {0}, idx[TRI_MAX_DIMS] = {0};
-    if (s->split_dim >= 0)
-        off[s->split_dim] = p->local_shape[s->split_dim] * shard_rank;
+    if (s->split_dim >= 0 && !p->tp_replicated)
+        off[s->split_dim] = p->local_shape[s->split_dim] * (shard_rank / p->replicas);
     /* copy row by row along the last dimension */
     int last = s->ndim - 1;
     int64_t row = p->local_shape[last], rows = p->numel / (row > 0 ? row : 1);

@@ -1,4 +1,4 @@
-/* tests/harness.c - a small GPT in any layout (see harness.h). */
+/* tests/harness.c - a small model of any family in any layout (see harness.h). */
 #include "tests/harness.h"
 
 #include <math.h>
@@ -13,14 +13,13 @@
 #include "engine/device/device.h"
 #include "engine/train/train.h"
 #include "models/gpt.h"
-#include "models/gpt.h"
 #include "models/session.h"
 #include "partitioner/layout.h"
 #include "partitioner/traffic.h"
 #include "tools/cli/layout_flags.h"
 
 typedef struct job {
-    const tri_gpt_config *cfg;
+    const tri_model *model;
     int64_t B, T;
     tu_layout layout;
     const int32_t *windows;
@@ -108,13 +107,12 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
     return rc;
 }
 
-static int collect_all(const tri_model_rank *r, const tri_grid *g, const tri_gpt_config *cfg, bool grads,
+static int collect_all(const tri_model_rank *r, const tri_grid *g, const tri_model *model, bool grads,
                        tu_result *out)
 {
     tri_param_spec *specs = NULL;
     int n = 0;
-    tri_chunk_place all = {.layer_start = 0, .layer_end = cfg->n_layer, .first = true, .last = true};
-    int rc = tri_gpt_param_specs(cfg, g->tp, &all, &specs, &n);
+    int rc = tri_model_all_specs(model, g->tp, &specs, &n);
     for (int i = 0; i < n && !rc; i++) {
         float *t = NULL;
         rc = collect(r, g, specs[i].global_index, grads, &specs[i], &t);
@@ -230,12 +228,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     tri_session ss;
     tri_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
-    tri_model model = tri_gpt_model(j->cfg);
-    int lrc = tu_layout_resolve(j->cfg, j->B, j->T, &j->layout, size, &o.run.layout);
+    int lrc = tu_model_layout_resolve(j->model, j->B, j->T, &j->layout, size, &o.run.layout);
     if (lrc)
         return lrc;
     int rc = tri_device_cpu_create(&dev, 1);
-    if (!rc) rc = tri_session_create(&ss, world, dev, &model, &o);
+    if (!rc) rc = tri_session_create(&ss, world, dev, j->model, &o);
     if (rc) {
         tri_device_destroy(dev);
         return rc;
@@ -248,7 +245,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (grid->world_rank == 0)
         memcpy(j->out->tp_bytes, grid->tp_comm->bytes, sizeof j->out->tp_bytes);
     if (!rc) rc = tri_trainer_grad_norm(tr, &j->out->grad_norm);
-    if (!rc) rc = collect_all(&ss.model, grid, j->cfg, true, j->out);
+    if (!rc) rc = collect_all(&ss.model, grid, j->model, true, j->out);
     if (!rc) rc = collect_in_flight(&ss.model, tr, grid, j->out);
     for (int s = 0; s < j->steps && !rc; s++) {
         tri_step_result res;
@@ -265,18 +262,18 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         record_zero(&ss, j);
     if (!rc && j->layout.bf16)
         rc = check_bf16_params(&ss.model, grid, j->out);
-    if (!rc) rc = collect_all(&ss.model, grid, j->cfg, false, j->out);
+    if (!rc) rc = collect_all(&ss.model, grid, j->model, false, j->out);
     tri_session_destroy(&ss);
     tri_device_destroy(dev);
     return rc;
 }
 
-static job make_job(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
+static job make_job(const tri_model *model, int64_t B, int64_t T, const tu_layout *layout,
                     const int32_t *windows, int steps, tu_result *out)
 {
     memset(out, 0, sizeof *out);
     out->steps = steps;
-    job j = {.cfg = cfg, .B = B, .T = T, .layout = *layout, .windows = windows, .steps = steps, .out = out};
+    job j = {.model = model, .B = B, .T = T, .layout = *layout, .windows = windows, .steps = steps, .out = out};
     if (j.layout.n_micro < 1)
         j.layout.n_micro = 1;
     if (j.layout.pp < 1)
@@ -288,17 +285,25 @@ static job make_job(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_la
     return j;
 }
 
+int tu_run_model(const tri_model *model, int64_t B, int64_t T, const tu_layout *layout, const int32_t *windows,
+                 int steps, tu_result *out)
+{
+    job j = make_job(model, B, T, layout, windows, steps, out);
+    return tri_run_thread_ranks(j.layout.tp * j.layout.pp * j.layout.dp, run_rank, &j);
+}
+
 int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
                const int32_t *windows, int steps, tu_result *out)
 {
-    job j = make_job(cfg, B, T, layout, windows, steps, out);
-    return tri_run_thread_ranks(j.layout.tp * j.layout.pp * j.layout.dp, run_rank, &j);
+    tri_model model = tri_gpt_model(cfg);
+    return tu_run_model(&model, B, T, layout, windows, steps, out);
 }
 
 int tu_run_gpt_rank(tri_comm *world, const tri_gpt_config *cfg, int64_t B, int64_t T,
                     const tu_layout *layout, const int32_t *windows, int steps, tu_result *out)
 {
-    job j = make_job(cfg, B, T, layout, windows, steps, out);
+    tri_model model = tri_gpt_model(cfg);
+    job j = make_job(&model, B, T, layout, windows, steps, out);
     return run_rank(world->rank, world->size, world, &j);
 }
 
@@ -322,8 +327,8 @@ const float *tu_result_grad(const tu_result *r, const char *name, int *index)
     return NULL;
 }
 
-int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *l, int world,
-                      tri_train_layout *out)
+int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_layout *l, int world,
+                            tri_train_layout *out)
 {
     int tp = l->tp > 0 ? l->tp : 1, pp = l->pp > 0 ? l->pp : 1, dp = world / (tp * pp);
     tri_layout_request req = {
@@ -333,8 +338,14 @@ int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_
         .recompute = (tri_recompute)l->recompute, .attention = (tri_attention_backend)l->attention,
         .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .first_layers = -1, .last_layers = -1,
         .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap};
+    return tri_cli_model_layout(m, req, out);
+}
+
+int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *l, int world,
+                      tri_train_layout *out)
+{
     tri_model m = tri_gpt_model(cfg);
-    return tri_cli_model_layout(&m, req, out);
+    return tu_model_layout_resolve(&m, B, T, l, world, out);
 }
 
 tri_gpt_config tu_tiny_config(void)

@@ -1,4 +1,4 @@
-/* tests/harness.h - runs a small GPT in any layout and collects what the parallel equivalence
+/* tests/harness.h - runs a small model (GPT-2, or any family: tu_run_model) in any layout and collects what the parallel equivalence
  * tests compare: the losses of a few AdamW steps, the first step's gradients and the final weights
  * gathered into global tensors, each stage's peak of in-flight micro-batches, and the comm traffic
  * of the first step. Runs on thread ranks (tu_run_gpt) or as one rank of any world comm, e.g. MPI
@@ -12,6 +12,7 @@
 #include "engine/comm/comm.h"
 #include "engine/train/train_layout.h"
 #include "models/config.h"
+#include "models/model.h"
 
 #define TU_MAX_PARAMS 128
 #define TU_MAX_STEPS 64
@@ -66,6 +67,9 @@ typedef struct tu_result {
  * [k * B * n_micro * dp, ...). Returns a status (the failing rank's message via tri_error_message). */
 int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
                const int32_t *windows, int steps, tu_result *out);
+/* The same for a model of any family (models/model.h). */
+int tu_run_model(const tri_model *model, int64_t B, int64_t T, const tu_layout *layout, const int32_t *windows,
+                 int steps, tu_result *out);
 /* The same as one rank of an existing world comm (every rank calls it; results on world rank 0). */
 int tu_run_gpt_rank(tri_comm *world, const tri_gpt_config *cfg, int64_t B, int64_t T,
                     const tu_layout *layout, const int32_t *windows, int steps, tu_result *out);
@@ -76,6 +80,8 @@ const float *tu_result_grad(const tu_result *r, const char *name, int *index);
  * micro-batches per replica), through the tools' validator (tools/cli/layout_flags.h). */
 int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout, int world,
                       tri_train_layout *out);
+int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_layout *layout, int world,
+                            tri_train_layout *out);
 
 /* A small config for parallel tests: 4 layers, 12 heads, n_embd 48, vocab 100, 16 positions. */
 tri_gpt_config tu_tiny_config(void);

@@ -27,6 +27,11 @@ typedef struct tri_param_spec {
     int ndim;
     int64_t shape[TRI_MAX_DIMS];    /* global shape */
     int split_dim;                  /* -1: replicated over TP; else the dim TP splits evenly */
+    int max_shards;                 /* 0: split over every TP rank; else at most this many distinct
+                                       shards along split_dim: above it, tp / max_shards consecutive
+                                       TP ranks hold the same shard, each computing a part of its
+                                       gradient, which they sum (Llama's key/value heads when tp >
+                                       num_key_value_heads, as Megatron-LM's query groups) */
     bool weight_decay;              /* AdamW decay (matrices yes; biases, layernorm no) */
     tri_init_kind init;
     float init_std;                 /* for TRI_INIT_NORMAL */
@@ -49,7 +54,11 @@ typedef struct tri_param {
     int64_t numel;                        /* local elements */
     int64_t offset;                       /* elements from the start of the flat buffers */
     bool tp_replicated;                   /* every TP rank holds all of it */
-    bool count_in_norm;                   /* this rank adds it to the global gradient norm */
+    int replicas;                         /* > 1: this many consecutive TP ranks hold the same shard
+                                             and sum their gradients (spec.max_shards < tp) */
+    int shard_rank;                       /* which shard along split_dim (tp_rank / replicas) */
+    bool count_in_norm;                   /* this rank adds it to the global gradient norm (one
+                                             holder of each replica) */
 } tri_param;
 
 /* A unit: consecutive parameters that are reduced, gathered and sharded together (the embedding,

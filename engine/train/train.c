@@ -62,6 +62,24 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
                         t->chunks[0]->zero.stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed);
 }
 
+/* The comm of the TP ranks sharing a shard (tri_param.replicas > 1), split from the TP group: every
+ * TP rank of a stage holds the same parameters, so all of a group split, or none. */
+static int split_replicas(tri_trainer *t)
+{
+    int r = 1;
+    for (int c = 0; c < t->v; c++)
+        for (int i = 0; i < t->chunks[c]->layout.n; i++) {
+            int k = t->chunks[c]->layout.params[i].replicas;
+            if (k > 1 && r > 1 && k != r)
+                return TRI_ERR(TRI_EINTERNAL, "trainer: parameters shared by %d and by %d TP ranks", r, k);
+            if (k > 1)
+                r = k;
+        }
+    if (r == 1)
+        return TRI_OK;
+    return tri_comm_split(t->grid->tp_comm, t->grid->tp_rank / r, t->grid->tp_rank, &t->replica_comm);
+}
+
 int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tri_grid *grid,
                        tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
                        const tri_schedule *train_sched, const tri_schedule *eval_sched)
@@ -92,6 +110,7 @@ int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tr
         rc = tri_optimizer_reset(dev, &t->opt[c]);
     if (!rc) rc = tri_pipeline_create(&t->train_pipe, train_sched, grid->pp_rank, grid->pp_comm, t->chunks);
     if (!rc) rc = tri_pipeline_create(&t->eval_pipe, eval_sched, grid->pp_rank, grid->pp_comm, t->chunks);
+    if (!rc) rc = split_replicas(t);
     return rc;
 }
 
@@ -104,6 +123,8 @@ void tri_trainer_destroy(tri_trainer *t)
     tri_arena_release(&t->arena);
     free(t->windows);
     t->windows = NULL;
+    tri_comm_destroy(t->replica_comm);
+    t->replica_comm = NULL;
 }
 
 int64_t tri_trainer_global_batch(const tri_trainer *t)
@@ -148,7 +169,8 @@ static int all_reduce_owned(tri_comm *comm, const tri_zero *z, const tri_param *
 
 /* Gradient reductions that make a chunk's owned gradients complete: over data-parallel replicas
  * (ZeRO: all-reduce, or reduce-scatter into the owned slices), then, on the owned pieces, over TP
- * for the replicated parameters under SP and over the embedding group for the tied embedding
+ * for the replicated parameters under SP, over the ranks sharing a shard for the parameters split
+ * into fewer shards than tp, and over the embedding group for the tied embedding
  * (in deterministic mode on the exact integer sums, converted to fp32 after all of them). */
 static int sync_grads(tri_trainer *t, tri_chunk *st)
 {
@@ -160,6 +182,8 @@ static int sync_grads(tri_trainer *t, tri_chunk *st)
         /* under SP each TP rank saw only its sequence shard: sum the replicated parameters' parts */
         if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1)
             rc = all_reduce_owned(t->grid->tp_comm, &st->zero, p);
+        if (!rc && p->replicas > 1)
+            rc = all_reduce_owned(t->replica_comm, &st->zero, p);
         if (!rc && p->spec.tied && t->grid->embd_comm)
             rc = all_reduce_owned(t->grid->embd_comm, &st->zero, p);
     }

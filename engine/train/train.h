@@ -49,6 +49,9 @@ typedef struct tri_trainer {
     int v;                               /* model chunks on this rank */
     tri_chunk *chunks[TRI_MAX_CHUNKS];
     const tri_grid *grid;
+    tri_comm *replica_comm;              /* the TP ranks holding the same shard of a parameter split
+                                            into fewer shards than tp (tri_param.replicas); NULL
+                                            without such parameters */
     tri_device *dev;
     tri_step_config cfg;
     const tri_schedule *train_sched;     /* not owned */

@@ -1,0 +1,168 @@
+/* models/llama.h - Llama-family decoder-only transformers (Touvron et al. 2023; Llama 2 and 3,
+ * SmolLM, Mistral-shaped models without sliding windows) as a model family: a pipeline stage with
+ * tensor, sequence, pipeline and data parallelism, written on the engine's chunk interface
+ * (engine/train/chunk.h) like GPT-2 (models/gpt.h), not a copy of it.
+ *
+ * The model, as Hugging Face's LlamaForCausalLM computes it:
+ *   x = embed_tokens[tokens]                                   (no position embedding)
+ *   per layer: h = x + o_proj(attn(rope(q), rope(k), v))      with q, k, v projections of
+ *                  rmsnorm(x; input_layernorm)                 (grouped-query attention: NH query
+ *              x = h + down(silu(gate(z)) * up(z))              heads, NH_kv key/value heads)
+ *                  with z = rmsnorm(h; post_attention_layernorm)
+ *   logits = lm_head(rmsnorm(x; norm)), lm_head tied to embed_tokens when tie_word_embeddings.
+ * RMSNorm: Zhang & Sennrich 2019; SwiGLU: Shazeer 2020; rotary embedding: Su et al. 2021 in
+ * rotate_half form with Llama 3's rope_scaling (layers/rotary.h); grouped-query attention: Ainslie
+ * et al. 2023, on the fused attention (FlashAttention-2, engine/device/device.h).
+ *
+ * Parameters carry Hugging Face's names (the checkpoint keys, and what `ckpt import/export --format hf`
+ * maps one to one): model.embed_tokens.weight (Vp, C); per layer N, model.layers.N.
+ * input_layernorm.weight (C), self_attn.q_proj.weight (NH HS, C), k_proj.weight and v_proj.weight
+ * (NH_kv HS, C), their .bias when attention_bias, self_attn.o_proj.weight (C, NH HS) (+ .bias),
+ * post_attention_layernorm.weight (C), mlp.gate_proj.weight and mlp.up_proj.weight (F, C),
+ * mlp.down_proj.weight (C, F) (+ biases when mlp_bias); model.norm.weight (C); lm_head.weight (Vp, C)
+ * unless tied. Vp pads the vocabulary as GPT-2's (tri_padded_vocab).
+ *
+ * Tensor parallelism (Shoeybi et al. 2019 §3): q, k, v, gate and up are column-parallel (split along
+ * their rows), o_proj and down row-parallel, the embedding, LM head and loss vocab-parallel. A
+ * rank's q, k and v shards are consecutive in its flat buffer, so they are read as one (W_l, C)
+ * matrix whose rows are [q heads | k heads | v heads], the fused q|k|v row the attention kernel
+ * reads (layers/llama_attention.h); gate and up likewise give [gate | up] (layers/swiglu_mlp.h).
+ * Key/value heads are split over tp when tp <= NH_kv; above it, tp / NH_kv consecutive ranks hold a
+ * replica of the head their query heads read (tri_param_spec.max_shards) and the engine sums the
+ * replicas' gradients (engine/train/train.c), as Megatron-LM's query groups.
+ *
+ * Shapes: B micro-batch, T sequence, N = B T rows, N_l = N / tp under sequence parallelism (else N),
+ * C hidden_size, HS head_dim, NH_l = NH / tp, NH_kv_l the rank's key/value heads, Q_l = NH_l HS,
+ * KV_l = NH_kv_l HS, W_l = Q_l + 2 KV_l, F intermediate_size, F_l = F / tp, V_l = Vp / tp. */
+#ifndef TRIDENT_MODELS_LLAMA_H
+#define TRIDENT_MODELS_LLAMA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/train/chunk.h"
+#include "layers/cross_entropy.h"
+#include "layers/llama_attention.h"
+#include "layers/rotary.h"
+#include "layers/swiglu_mlp.h"
+#include "models/model.h"
+
+/* A Llama config, in Hugging Face LlamaConfig's keys (models/llama_config.c). */
+typedef struct tri_llama_config {
+    int hidden_size;               /* C */
+    int intermediate_size;         /* F */
+    int num_attention_heads;       /* NH */
+    int num_key_value_heads;       /* NH_kv (default NH) */
+    int head_dim;                  /* HS (default C / NH) */
+    int num_hidden_layers;         /* L */
+    int vocab_size;                /* V */
+    int max_position_embeddings;   /* the longest sequence */
+    float rms_norm_eps;
+    double rope_theta;
+    tri_rope_scaling rope_scaling; /* Llama 3's "rope_type": "llama3", or none */
+    bool tie_word_embeddings;
+    bool attention_bias, mlp_bias;
+    float init_std;                /* initializer_range (default 0.02) */
+    char name[128];                /* the file's base name, for logs */
+} tri_llama_config;
+
+/* Parses a config.json (source names it in messages): the keys above, and the other keys of
+ * LlamaConfig where Trident computes the same model (hidden_act "silu", attention_dropout 0,
+ * pretraining_tp 1, ...). TRI_EINVAL naming the file, the key and the value. */
+int tri_llama_config_parse(tri_llama_config *cfg, const char *json, const char *source);
+/* The architecture as JSON (what a checkpoint records and compares); malloc'd. */
+int tri_llama_config_to_json(const tri_llama_config *cfg, char **json);
+/* Parameters of the unpadded model (a tied LM head counted once). */
+int64_t tri_llama_num_params(const tri_llama_config *cfg);
+
+typedef struct tri_llama_block_weights {
+    tri_tensor ln1_w;                  /* (C) input_layernorm */
+    tri_llama_attention_weights attn;  /* qkv_w (W_l, C), qkv_b (W_l), o_w (C, Q_l), o_b (C) */
+    tri_tensor ln2_w;                  /* (C) post_attention_layernorm */
+    tri_swiglu_mlp_weights mlp;        /* gate_up_w (2 F_l, C), gate_up_b, down_w (C, F_l), down_b */
+    /* the parameters the fused views above are made of (views of single parameters) */
+    tri_tensor q_w, k_w, v_w, q_b, k_b, v_b, gate_w, up_w, gate_b, up_b;
+} tri_llama_block_weights;
+
+/* Views of the chunk's parameters (or their gradients); absent ones have data NULL. */
+typedef struct tri_llama_weights {
+    tri_tensor embed;                  /* (V_l, C) */
+    tri_llama_block_weights *h;        /* this stage's blocks */
+    tri_tensor norm;                   /* (C) */
+    tri_tensor lm_head;                /* (V_l, C): the untied head, or the view of embed */
+} tri_llama_weights;
+
+typedef struct tri_llama_block_acts {
+    tri_tensor ln1, ln1_rstd;          /* (N_l, C), (N_l) f32 */
+    tri_llama_attention_acts attn;     /* qkv (B, T, W_l), atty (B, T, Q_l), lse (B, NH_l, T) */
+    tri_tensor res2;                   /* (N_l, C) */
+    tri_tensor ln2, ln2_rstd;          /* (N_l, C), (N_l) */
+    tri_swiglu_mlp_acts mlp;           /* gate_up (N, 2 F_l), h (N, F_l) */
+    tri_tensor res3;                   /* (N_l, C) block output */
+} tri_llama_block_acts;
+
+typedef struct tri_llama_slot {
+    tri_tensor tokens, targets;        /* (N) i32 */
+    tri_tensor x_in;                   /* (N_l, C) */
+    tri_llama_block_acts *blocks;
+    tri_tensor lnf, lnf_rstd;          /* last stage: (N_l, C), (N_l) */
+    tri_tensor dlnf;                   /* last stage: (N_l, C) */
+    tri_tensor losses;                 /* last stage: (N) */
+    tri_tensor grad_out;               /* (N_l, C) from the next stage */
+    tri_tensor dres;                   /* (N_l, C) residual gradient */
+} tri_llama_slot;
+
+typedef struct tri_llama {
+    tri_chunk chunk;
+    bool has_chunk;
+    tri_llama_config cfg;
+    const tri_train_layout *run;       /* &chunk.run */
+    tri_chunk_place opt;
+    tri_device *dev;
+    tri_tp tp;
+    int64_t Vp, V_l, vocab_start;
+    int64_t N, N_l, NH_l, NH_kv_l, HS, Q_l, KV_l, W_l, F_l;
+    int L_l;
+    int unit_embed, unit_block0, unit_norm, unit_head;  /* -1: not on this stage */
+    tri_llama_weights w, g;
+    tri_tensor **wslot, **gslot;       /* per parameter: its view in w and in g */
+    bool private_embed;                /* tied head and embedding on one stage at ZeRO 0-1 (not
+                                          deterministic): the head's share of the gradient goes to
+                                          lm_dembed, added once per step (as GPT-2's private wte) */
+    tri_tensor lm_dembed;              /* (V_l, C) */
+    tri_llama_slot *slots;
+    tri_tensor tmp, dln;               /* (N_l, C) scratch */
+    tri_llama_block_acts shared;       /* full recomputation: one block's activations */
+    tri_tensor cos, sin;               /* (T, HS/2) f32 rotary tables */
+    tri_llama_attention_scratch as;
+    tri_swiglu_mlp_scratch ms;
+    tri_lm_head_scratch ls;
+} tri_llama;
+
+/* The family "llama" (models/model.h). */
+extern const tri_model_family tri_llama_family;
+
+/* The Llama config of a model; NULL for another family. */
+const tri_llama_config *tri_llama_config_of(const tri_model *m);
+
+/* Descriptions of one chunk's parameters at TP size tp, in flat-buffer order (malloc'd). */
+int tri_llama_param_specs(const tri_llama_config *cfg, int tp, const tri_chunk_place *opt,
+                          tri_param_spec **specs, int *n);
+int tri_llama_num_param_tensors(const tri_llama_config *cfg);
+
+/* What the model needs beyond the layout rules: head and width divisibility by tp, the fused views'
+ * contiguity, the fused attention. TRI_EINVAL naming the flag, key and values. */
+int tri_llama_check(const tri_llama_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt);
+
+/* Builds the chunk (see tri_gpt_create: the same contract); plan sizes it without allocating. */
+int tri_llama_create(tri_llama **out, const tri_llama_config *cfg, const tri_train_layout *run,
+                     const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
+void tri_llama_destroy(tri_llama *m);
+int tri_llama_plan(const tri_llama_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
+                   int tp_rank, size_t bytes[TRI_MEM_KINDS]);
+
+/* ---- between llama.c, llama_params.c and llama_buffers.c ---- */
+void tri_llama_map_views(tri_llama *m);
+int tri_llama_take_buffers(void *self, tri_arena *a);
+
+#endif

@@ -1,0 +1,200 @@
+/* tests/test_llama_layouts.c - the Llama family in every parallel layout, against one rank.
+ *
+ * A tiny Llama (4 layers, hidden 64, 4 query heads of 16, 2 key/value heads, SwiGLU width 128) trains
+ * through the session (models/session.h) on thread ranks with tests/harness.h, as GPT-2's layout
+ * tests do (tests/test_tp.c, test_pp.c, test_zero.c, test_deterministic.c, test_bf16.c):
+ *  - tensor parallelism with the key/value heads split (tp 2) and replicated (tp 4 with 2 key/value
+ *    heads; tp 2 with one, multi-query), with and without sequence parallelism, pipeline parallelism
+ *    (1F1B and interleaved, the tied embedding on two stages), data parallelism at ZeRO 0-3 with the
+ *    overlapped reductions and gathers, full recomputation, and the three together: the loss and
+ *    every gradient of a first pass within 1e-5 of one rank's (per tensor, max |a - b| / max |b|:
+ *    the order of fp32 sums differs), the losses of 4 AdamW steps within 1e-4;
+ *  - deterministic mode: the losses, gradient norms and final weights bit-identical to one rank's
+ *    at pp 2 and 4 (1F1B, interleaved), dp 2-4 at ZeRO 0-3 (with overlap), so with 2 to 8
+ *    micro-batches per replica;
+ *  - bf16: pp 2 bit-identical to one rank, deterministic dp 2 ZeRO 2 too, every bf16 parameter the
+ *    rounded fp32 master weight after the steps. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+#include "models/llama.h"
+#include "tests/harness.h"
+
+enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };
+
+/* A tiny Llama; kv: its key/value heads; tied: tie_word_embeddings. */
+static void make_model(tri_model *m, int kv, bool tied)
+{
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+             "\"num_key_value_heads\": %d, \"num_hidden_layers\": 4, \"vocab_size\": 100, \"max_position_embeddings\": 16, "
+             "\"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": %s}", kv, tied ? "true" : "false");
+    cr_assert_eq(tri_model_parse(m, json, "tiny-llama"), TRI_OK, "%s", tri_error_message());
+}
+
+static void run(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
+{
+    tu_layout lay = *l;
+    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
+    cr_assert_eq(tu_run_model(m, B, T, &lay, w, STEPS, r), TRI_OK, "%s", tri_error_message());
+}
+
+/* Elements of parameter i to compare: the real vocabulary's rows of the embedding and head (the
+ * padding depends on tp). */
+static int64_t compared(const tu_result *r, int i)
+{
+    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
+    return vocab ? 100 * r->cols[i] : r->numel[i];
+}
+
+static void expect_close(const tu_result *ref, const tu_result *got, const char *name)
+{
+    double loss = fabs(got->grad_loss - ref->grad_loss) / ref->grad_loss, worst = 0.0, worst_step = 0.0;
+    const char *worst_name = "";
+    cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got->grad_loss, ref->grad_loss);
+    cr_assert_eq(got->n, ref->n, "%s: %d parameters vs %d", name, got->n, ref->n);
+    for (int i = 0; i < ref->n; i++) {
+        cr_assert_str_eq(got->names[i], ref->names[i]);
+        double e = tu_tensor_rel(got->grads[i], ref->grads[i], compared(ref, i));
+        cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref->names[i], e);
+        if (e > worst)
+            worst = e, worst_name = ref->names[i];
+    }
+    for (int s = 0; s < STEPS; s++) {
+        double e = fabs(got->losses[s] - ref->losses[s]) / ref->losses[s];
+        worst_step = fmax(worst_step, e);
+        cr_expect_lt(e, 1e-4, "%s: step %d loss %g vs one rank's %g", name, s + 1, got->losses[s], ref->losses[s]);
+    }
+    cr_log_info("%s: loss diff %.2g, max gradient diff %.2g (%s), max step-loss diff %.2g", name, loss, worst,
+                worst_name, worst_step);
+}
+
+static void expect_same(const tu_result *a, const tu_result *b, const char *name)
+{
+    cr_expect(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+              a->losses[STEPS - 1], b->losses[STEPS - 1]);
+    cr_expect(memcmp(a->norms, b->norms, sizeof a->norms) == 0, "%s: gradient norms differ", name);
+    for (int i = 0; i < a->n; i++)
+        cr_expect(memcmp(a->weights[i], b->weights[i], (size_t)compared(a, i) * sizeof(float)) == 0,
+                  "%s: final %s differs (relative %.2g)", name, a->names[i],
+                  tu_tensor_rel(a->weights[i], b->weights[i], compared(a, i)));
+}
+
+typedef struct named_layout {
+    const char *name;
+    tu_layout l;
+} named_layout;
+
+static void close_to_one_rank(int kv, bool tied, const named_layout *layouts, size_t n)
+{
+    tri_model m;
+    make_model(&m, kv, tied);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 41);
+    tu_result ref, got;
+    run(&m, &(tu_layout){.tp = 1}, &ref, w);
+    cr_expect_lt(ref.losses[STEPS - 1], ref.losses[0] - 0.02, "training should lower the loss (%g -> %g)",
+                 ref.losses[0], ref.losses[STEPS - 1]);
+    for (size_t k = 0; k < n; k++) {
+        run(&m, &layouts[k].l, &got, w);
+        expect_close(&ref, &got, layouts[k].name);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+Test(llama_layouts, tensor_parallel, .timeout = 300)
+{
+    named_layout l[] = {
+        {"tp2 (key/value heads split)", {.tp = 2}},
+        {"tp2 sp", {.tp = 2, .sp = true}},
+        {"tp4 (key/value heads shared by 2 ranks)", {.tp = 4}},
+        {"tp4 sp", {.tp = 4, .sp = true}},
+    };
+    close_to_one_rank(2, false, l, sizeof l / sizeof *l);
+}
+
+Test(llama_layouts, multi_query_tensor_parallel, .timeout = 300)
+{
+    named_layout l[] = {{"mqa tp2 (the key/value head on both ranks)", {.tp = 2}},
+                        {"mqa tp4 sp", {.tp = 4, .sp = true}}};
+    close_to_one_rank(1, true, l, sizeof l / sizeof *l);
+}
+
+Test(llama_layouts, pipeline_data_and_recompute, .timeout = 300)
+{
+    named_layout l[] = {
+        {"pp2 1f1b", {.pp = 2}},
+        {"pp2 interleaved", {.pp = 2, .schedule = "interleaved", .layers_per_virtual_stage = 1}},
+        {"dp2 zero1", {.dp = 2, .zero = 1}},
+        {"dp2 zero3 overlap", {.dp = 2, .zero = 3, .overlap = true}},
+        {"tp2 recompute full", {.tp = 2, .recompute = TRI_RECOMPUTE_FULL}},
+        {"tp2 pp2 dp2 zero2 sp recompute full", {.tp = 2, .pp = 2, .dp = 2, .zero = 2, .sp = true,
+                                                 .recompute = TRI_RECOMPUTE_FULL}},
+    };
+    close_to_one_rank(2, false, l, sizeof l / sizeof *l);
+}
+
+/* The tied embedding on the first and last stages (the embedding group's reduction). */
+Test(llama_layouts, tied_embedding_over_stages, .timeout = 300)
+{
+    named_layout l[] = {{"tied pp2", {.pp = 2}}, {"tied tp2 pp2 dp2 zero3", {.tp = 2, .pp = 2, .dp = 2, .zero = 3}}};
+    close_to_one_rank(2, true, l, sizeof l / sizeof *l);
+}
+
+Test(llama_layouts, deterministic_bit_identical, .timeout = 300)
+{
+    tri_model m;
+    make_model(&m, 2, true);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 43);
+    named_layout l[] = {
+        {"pp2 1f1b", {.pp = 2, .deterministic = true}},
+        {"pp2 interleaved", {.pp = 2, .schedule = "interleaved", .layers_per_virtual_stage = 1, .deterministic = true}},
+        {"dp2 zero0", {.dp = 2, .deterministic = true}},
+        {"dp2 zero1", {.dp = 2, .zero = 1, .deterministic = true}},
+        {"dp4 zero2 overlap", {.dp = 4, .zero = 2, .overlap = true, .deterministic = true}},
+        {"pp2 dp2 zero3", {.pp = 2, .dp = 2, .zero = 3, .deterministic = true}},
+        {"pp4 dp2 zero1", {.pp = 4, .dp = 2, .zero = 1, .deterministic = true}},
+    };
+    tu_result ref, got;
+    run(&m, &(tu_layout){.deterministic = true}, &ref, w);
+    for (size_t k = 0; k < sizeof l / sizeof *l; k++) {
+        run(&m, &l[k].l, &got, w);
+        expect_same(&ref, &got, l[k].name);
+        tu_result_free(&got);
+    }
+    cr_log_info("%zu layouts bit-identical to one rank over %d AdamW steps", sizeof l / sizeof *l, STEPS);
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+Test(llama_layouts, bf16, .timeout = 300)
+{
+    tri_model m;
+    make_model(&m, 2, false);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 47);
+    tu_result ref, got;
+    run(&m, &(tu_layout){.bf16 = true}, &ref, w);
+    cr_expect_eq(ref.bf16_stale, 0, "%lld bf16 parameters are not their rounded master weight",
+                 (long long)ref.bf16_stale);
+    cr_expect_lt(ref.losses[STEPS - 1], ref.losses[0] - 0.02, "bf16 training should lower the loss");
+    run(&m, &(tu_layout){.pp = 2, .bf16 = true}, &got, w);
+    expect_same(&ref, &got, "bf16 pp2");
+    tu_result_free(&got);
+    tu_result_free(&ref);
+    run(&m, &(tu_layout){.deterministic = true, .bf16 = true}, &ref, w);
+    run(&m, &(tu_layout){.dp = 2, .zero = 2, .deterministic = true, .bf16 = true}, &got, w);
+    expect_same(&ref, &got, "bf16 deterministic dp2 zero2");
+    cr_expect_eq(got.bf16_stale, 0, "dp2 zero2: %lld stale bf16 parameters", (long long)got.bf16_stale);
+    tu_result_free(&got);
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
