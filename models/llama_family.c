@@ -33,7 +33,9 @@ static tri_transformer dims(const void *cfg)
     const tri_llama_config *c = cfg;
     return (tri_transformer){.n_layer = c->num_hidden_layers, .n_head = c->num_attention_heads,
                              .n_embd = c->hidden_size, .vocab_size = c->vocab_size,
-                             .n_positions = c->max_position_embeddings};
+                             .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
+                             .head_dim = c->head_dim, .ffn_hidden = c->intermediate_size, .gated_mlp = true,
+                             .llama_block = true, .untied_head = !c->tie_word_embeddings};
 }
 
 static int64_t num_params(const void *cfg)

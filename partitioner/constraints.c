@@ -38,10 +38,17 @@ typedef struct ctx {
     int64_t a, b;  /* rule-specific numbers */
 } ctx;
 
+/* Key/value heads (grouped-query attention) split over tp, or shared by tp / n_kv ranks. */
+static bool kv_heads_fit(const tri_transformer *m, int64_t tp)
+{
+    int64_t kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    return kv % tp == 0 || tp % kv == 0;
+}
+
 static bool divides_heads(int64_t tp, const void *p)
 {
     const ctx *c = p;
-    return c->m->n_head % tp == 0 && c->r->num_gpus % tp == 0;
+    return c->m->n_head % tp == 0 && kv_heads_fit(c->m, tp) && c->r->num_gpus % tp == 0;
 }
 
 static bool pp_ok(int64_t pp, const void *p)
@@ -80,6 +87,12 @@ static int check_tp_pp(const tri_transformer *m, const tri_layout_request *r, ct
         return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d does not divide n_head %lld (attention "
                        "heads are split evenly over the tensor-parallel ranks); nearest valid: %s", r->tp,
                        (long long)m->n_head, near);
+    }
+    if (!kv_heads_fit(m, r->tp)) {
+        tri_nearest_valid(r->tp, 1, m->n_head, divides_heads, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d and %lld key/value heads: one must divide the "
+                       "other (key/value heads are split over the tensor-parallel ranks, or shared by tp / "
+                       "n_kv ranks); nearest valid: %s", r->tp, (long long)m->n_kv_head, near);
     }
     if (r->num_gpus % r->tp != 0) {
         tri_nearest_valid(r->tp, 1, r->num_gpus, divides_heads, cx, near, cap);

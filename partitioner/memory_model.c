@@ -6,6 +6,9 @@
 /* Sizes of one layout, as doubles. */
 typedef struct dims {
     double s, b, h, a, t, N, N_l, V_l, t_sp;
+    double W_l, Q_l, F_l;   /* a rank's q|k|v width, attention output width, MLP width */
+    double mlp_kept, mlp_work, stats;  /* the MLP's kept and scratch tensors in F_l, the norms' fp32
+                                          statistics per row (GPT-2: 2, 1, 4; Llama: 3, 3, 2) */
 } dims;
 
 static dims get_dims(const tri_transformer *m, const tri_train_layout *l)
@@ -20,6 +23,12 @@ static dims get_dims(const tri_transformer *m, const tri_train_layout *l)
     d.N = d.s * d.b;
     d.N_l = d.N / d.t_sp;
     d.V_l = (double)tri_padded_vocab(m->vocab_size, l->tp) / d.t;
+    d.Q_l = (double)tri_transformer_q_width(m) / d.t;
+    d.W_l = d.Q_l + 2.0 * tri_transformer_kv_local(m, l->tp);
+    d.F_l = (double)tri_transformer_ffn(m) / d.t;
+    d.mlp_kept = m->gated_mlp ? 3.0 : 2.0;  /* [gate | up] and h; or fch and fch_gelu */
+    d.mlp_work = m->gated_mlp ? 3.0 : 1.0;  /* dh and dgate_up; or dh */
+    d.stats = m->llama_block ? 2.0 : 4.0;   /* rstd of two RMSNorms; mean and rstd of two layernorms */
     return d;
 }
 
@@ -36,8 +45,9 @@ double tri_mem_block_activations(const tri_transformer *m, const tri_train_layou
     double e = elem_bytes(l), scores = d.a * d.s * d.s * d.b / d.t;
     if (l->recompute == TRI_RECOMPUTE_FULL)
         return e * d.N_l * d.h;                            /* res3 */
-    /* ln1, res2, ln2, res3; qkv, atty, fch, fch_gelu; the fp32 mean and rstd of ln1 and ln2 */
-    double kept = e * (4.0 * d.N_l * d.h + 12.0 * d.N * d.h / d.t) + 4.0 * 4.0 * d.N_l;
+    /* ln1, res2, ln2, res3; qkv, atty, fch, fch_gelu (12 N h / t; Llama: [gate | up] and h); the
+     * fp32 statistics of the two norms */
+    double kept = e * (4.0 * d.N_l * d.h + d.N * (d.W_l + d.Q_l + d.mlp_kept * d.F_l)) + 4.0 * d.stats * d.N_l;
     if (l->attention == TRI_ATTENTION_FLASH)
         kept += 4.0 * d.a / d.t * d.s * d.b;               /* the rows' fp32 logsumexp */
     else if (l->recompute == TRI_RECOMPUTE_NONE)
@@ -53,7 +63,7 @@ double tri_mem_chunk_activations(const tri_transformer *m, const tri_train_layou
     double bytes = (place->layer_end - place->layer_start) * tri_mem_block_activations(m, l);
     bytes += 4.0 * 2.0 * d.N + e * 2.0 * d.N_l * d.h;     /* int32 tokens and targets; x_in, dres */
     if (place->last)                                       /* lnf, dlnf; fp32 lnf statistics, losses */
-        bytes += e * 2.0 * d.N_l * d.h + 4.0 * (2.0 * d.N_l + d.N);
+        bytes += e * 2.0 * d.N_l * d.h + 4.0 * (d.stats / 2.0 * d.N_l + d.N);
     return bytes;
 }
 
@@ -61,11 +71,11 @@ double tri_mem_chunk_params(const tri_transformer *m, const tri_train_layout *l,
                             int n_chunks)
 {
     dims d = get_dims(m, l);
-    double n = (place->layer_end - place->layer_start) * ((12.0 * d.h * d.h + 7.0 * d.h) / d.t + 6.0 * d.h);
+    double n = (place->layer_end - place->layer_start) * tri_block_params_local(m, l->tp);
     if (place->first)
-        n += d.V_l * d.h + (double)m->n_positions * d.h;
+        n += d.V_l * d.h + tri_position_params(m);
     if (place->last)
-        n += 2.0 * d.h + (n_chunks > 1 ? d.V_l * d.h : 0.0);
+        n += tri_final_norm_params(m) + (m->untied_head || n_chunks > 1 ? d.V_l * d.h : 0.0);
     return n;
 }
 
@@ -79,9 +89,12 @@ static void chunk_buffers(const tri_transformer *m, const tri_train_layout *l, c
     bool sp = d.t_sp > 1;
     /* grad_out per slot but on the last chunk; full_a and full_b under sequence parallelism */
     *comm = (place->last ? 0.0 : e * slots * d.N_l * d.h) + (sp ? 2.0 * e * d.N * d.h : 0.0);
-    /* tmp and dln (N_l x h), dqkv, datty and the MLP's dh (8 N h / t), and the scores' gradient
-     * (unfused) or the fused backward's fp32 row statistics delta */
-    *work = e * (2.0 * d.N_l * d.h + 8.0 * d.N * d.h / d.t);
+    /* tmp and dln (N_l x h), dqkv, datty and the MLP's dh (8 N h / t; Llama: dh and dgate_up), and
+     * the scores' gradient (unfused) or the fused backward's fp32 row statistics delta; Llama's fp32
+     * rotary tables (s, head_dim / 2) twice */
+    *work = e * (2.0 * d.N_l * d.h + d.N * (d.W_l + d.Q_l + d.mlp_work * d.F_l));
+    if (m->llama_block && place->layer_end > place->layer_start)
+        *work += 4.0 * d.s * (double)(m->head_dim > 0 ? m->head_dim : m->n_embd / m->n_head);
     *work += l->attention == TRI_ATTENTION_FLASH ? 4.0 * d.b * d.a / d.t * d.s : e * d.b * d.a / d.t * d.s * d.s;
     if (place->last)   /* logits (e bytes); fp32 row maxes and loss statistics */
         *work += e * d.N * d.V_l + 4.0 * 3.0 * d.N;
@@ -105,8 +118,8 @@ void tri_mem_model_states(double psi, int dp, int zero, tri_precision p, double 
 }
 
 /* The chunk's kinds of units of parameters (engine/train/zero.h): wte and wpe on the first chunk, a block
- * (all its blocks are alike), ln_f and the tied wte's copy on the last. Returns how many (<= 5) into
- * len[]; grouped[] marks the units holding several tensors (blocks, ln_f). */
+ * (all its blocks are alike), ln_f and the tied wte's copy (or the untied head) on the last. Returns
+ * how many (<= 5) into len[]; grouped[] marks the units holding several tensors (blocks, GPT-2's ln_f). */
 static int chunk_units(const tri_transformer *m, const tri_train_layout *l, const tri_stage_place *place,
                        int n_chunks, double len[5], bool grouped[5])
 {
@@ -115,17 +128,18 @@ static int chunk_units(const tri_transformer *m, const tri_train_layout *l, cons
     if (place->first) {
         len[n] = d.V_l * d.h;
         grouped[n++] = false;
-        len[n] = (double)m->n_positions * d.h;
-        grouped[n++] = false;
+        len[n] = tri_position_params(m);
+        grouped[n] = false;
+        n += len[n] > 0;
     }
     if (place->layer_end > place->layer_start) {
-        len[n] = (12.0 * d.h * d.h + 7.0 * d.h) / d.t + 6.0 * d.h;
+        len[n] = tri_block_params_local(m, l->tp);
         grouped[n++] = true;
     }
     if (place->last) {
-        len[n] = 2.0 * d.h;
-        grouped[n++] = true;
-        if (n_chunks > 1) {
+        len[n] = tri_final_norm_params(m);
+        grouped[n++] = !m->llama_block;
+        if (n_chunks > 1 || m->untied_head) {
             len[n] = d.V_l * d.h;
             grouped[n++] = false;
         }
@@ -194,7 +208,7 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
         bytes[TRI_MEM_OPTIMIZER] += opt;
         if (z >= 2 && sharded)
             bytes[TRI_MEM_COMM] += 4.0 * largest / dp;
-        if (place->first && place->last && z < 2 && !l->deterministic)
+        if (place->first && place->last && z < 2 && !l->deterministic && !m->untied_head)
             bytes[TRI_MEM_GRADS] += 4.0 * d.V_l * d.h; /* the LM head's own fp32 share of wte's gradient */
         bytes[TRI_MEM_ACTIVATIONS] += in_flight[c] * tri_mem_chunk_activations(m, l, place);
         if (place->layer_end > place->layer_start)
@@ -206,5 +220,7 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
     }
     /* the trainer's fp32 gradient-norm slots: per global parameter tensor, TP rank (and DP rank when
        ZeRO shards) */
-    bytes[TRI_MEM_COMM] += 4.0 * (12.0 * (double)m->n_layer + 4.0) * l->tp * (z > 0 ? dp : 1.0);
+    double tensors = m->llama_block ? 9.0 * (double)m->n_layer + 2.0 + m->untied_head /* biases left out */
+                                    : 12.0 * (double)m->n_layer + 4.0;
+    bytes[TRI_MEM_COMM] += 4.0 * tensors * l->tp * (z > 0 ? dp : 1.0);
 }

@@ -23,14 +23,20 @@ static void model_costs_init(model_costs *mc, const tri_transformer *m, const tr
     double tp = l->tp, B = (double)l->B, T = (double)l->T, C = (double)m->n_embd;
     double N = B * T, N_l = l->sequence_parallel ? N / tp : N, NH_l = (double)m->n_head / tp;
     double V_l = (double)tri_padded_vocab(m->vocab_size, l->tp) / tp;
-    mc->blk_flops = 3.0 * (24.0 * B * T * C * C + 4.0 * B * T * T * C) / tp;
-    double blk_params = (12.0 * C * C + 7.0 * C) / tp + 6.0 * C;
-    double blk_acts = 4.0 * N_l * (C + 1.0) + 12.0 * N * C / tp + B * NH_l * T * T;
+    double Q = (double)tri_transformer_q_width(m), W = Q + 2.0 * (double)tri_transformer_kv_width(m);
+    double F = (double)tri_transformer_ffn(m);
+    mc->blk_flops = 3.0 * (2.0 * B * T * tri_block_matmul_params(m) + 4.0 * B * T * T * Q) / tp;
+    double blk_params = tri_block_params_local(m, l->tp);
+    /* norm outputs and residuals, qkv, the attention output, the MLP's hidden tensors (GPT-2: 12 N C / t),
+     * and the unfused core's (B, NH_l, T, T) softmax: a weight of the split's cost only (the fused
+     * attention stores none; the engine plans the memory itself exactly) */
+    double blk_acts = 4.0 * N_l * (C + 1.0) + N * (W + Q + (m->gated_mlp ? 3.0 : 2.0) * F) / tp + B * NH_l * T * T;
     mc->blk_bytes = 16.0 * blk_params + 4.0 * blk_acts;
     mc->emb_flops = 3.0 * N * C;
-    mc->emb_bytes = 16.0 * (V_l * C + (double)m->n_positions * C) + 4.0 * 2.0 * N;
+    mc->emb_bytes = 16.0 * (V_l * C + tri_position_params(m)) + 4.0 * 2.0 * N;
     mc->head_flops = 6.0 * N * C * V_l;
-    double head_params = 2.0 * C + (n_chunks > 1 ? V_l * C : 0.0);   /* ln_f, the tied wte's copy */
+    /* ln_f, and the LM head: its own matrix, or the tied wte's copy on a last chunk of its own */
+    double head_params = tri_final_norm_params(m) + (m->untied_head || n_chunks > 1 ? V_l * C : 0.0);
     double head_acts = 2.0 * N_l * C + 2.0 * N_l + N + N * V_l;      /* ln_f out and grad, stats,
                                                                         losses, logits */
     mc->head_bytes = 16.0 * head_params + 4.0 * head_acts;

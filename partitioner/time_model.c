@@ -74,7 +74,9 @@ double tri_time_rank_params(const tri_transformer *m, const tri_train_layout *l,
  * reports them (models/gpt.c, tri_gpt_unit_uses): a block, wpe and ln_f are read forward, read and
  * written backward; wte is read forward by the embedding and by the LM head, read and written
  * backward by the embedding, and written in the LM head's fused forward unless the head keeps its
- * own gradient (one chunk, ZeRO 0-1, not deterministic). *n units into a malloc'd array, or NULL. */
+ * own gradient (one chunk, ZeRO 0-1, not deterministic). An untied head (models/llama.c) is a unit of its
+ * own, read and written in the loss's fused forward, and the embedding then a plain unit; rotary
+ * positions have no table. *n units into a malloc'd array, or NULL. */
 static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
                                  int r, int *n)
 {
@@ -91,7 +93,12 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
     const tri_unit_uses plain = {.fwd_reads = 1, .bwd_reads = 1, .bwd_writes = 1};
     for (int c = 0; c < plan->v; c++) {
         const tri_stage_place *pl = &plan->chunks[c * plan->pp + r];
-        if (pl->first || (pl->last && plan->n_chunks > 1)) {
+        bool tied_here = !m->untied_head && (pl->first || (pl->last && plan->n_chunks > 1));
+        if (m->untied_head && pl->first) { /* the embedding alone */
+            u[*n] = plain;
+            u[(*n)++].len = (int64_t)(V_l * h);
+        }
+        if (tied_here) {
             tri_unit_uses wte = {.len = (int64_t)(V_l * h)};
             if (pl->first) {
                 wte.fwd_reads++;
@@ -104,17 +111,20 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
             }
             u[(*n)++] = wte;
         }
-        if (pl->first) {
+        if (pl->first && tri_position_params(m) > 0) {
             u[*n] = plain;
-            u[(*n)++].len = (int64_t)((double)m->n_positions * h);
+            u[(*n)++].len = (int64_t)tri_position_params(m);
         }
         for (int b = pl->layer_start; b < pl->layer_end; b++) {
             u[*n] = plain;
-            u[(*n)++].len = (int64_t)((12.0 * h * h + 7.0 * h) / t + 6.0 * h);
+            u[(*n)++].len = (int64_t)tri_block_params_local(m, l->tp);
         }
         if (pl->last) {
             u[*n] = plain;
-            u[(*n)++].len = (int64_t)(2.0 * h);
+            u[(*n)++].len = (int64_t)tri_final_norm_params(m);
+        }
+        if (pl->last && m->untied_head) { /* the LM head: read by the loss, its gradient written there */
+            u[(*n)++] = (tri_unit_uses){.len = (int64_t)(V_l * h), .fwd_reads = 1, .fwd_writes = 1};
         }
     }
     return u;

@@ -3,21 +3,16 @@
 
 #include <string.h>
 
-int64_t tri_padded_vocab(int64_t vocab_size, int tp)
-{
-    int64_t m = 128 * (int64_t)tp;
-    return (vocab_size + m - 1) / m * m;
-}
-
 /* Elements of the parameters every TP rank holds whole (their gradients are partial under SP). */
 static uint64_t replicated_numel(const tri_transformer *m, const tri_stage_place *s)
 {
     uint64_t C = (uint64_t)m->n_embd;
-    uint64_t n = (uint64_t)(s->layer_end - s->layer_start) * 6 * C; /* ln_1, ln_2 (w, b), 2 biases */
+    /* GPT-2: ln_1, ln_2 (w, b) and the two row-parallel biases; Llama: the two RMSNorm weights */
+    uint64_t n = (uint64_t)(s->layer_end - s->layer_start) * (m->llama_block ? 2 : 6) * C;
     if (s->first)
-        n += (uint64_t)m->n_positions * C;  /* wpe */
+        n += (uint64_t)tri_position_params(m);    /* wpe */
     if (s->last)
-        n += 2 * C;                         /* ln_f */
+        n += (uint64_t)tri_final_norm_params(m);  /* ln_f */
     return n;
 }
 

@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/core/status.h"
@@ -23,6 +24,7 @@
 #include "models/gpt.h"
 #include "models/preview.h"
 #include "partitioner/constraints.h"
+#include "partitioner/flops.h"
 #include "partitioner/memory_model.h"
 #include "partitioner/preview.h"
 
@@ -44,10 +46,10 @@ static tri_cluster cpu_cluster(int n)
 }
 
 /* Resolves a layout for cfg on tp x pp x dp ranks. */
-static tri_train_layout layout_p(const tri_gpt_config *cfg, int tp, int pp, int dp, bool sp, int per_chunk,
+static tri_train_layout layout_m(const tri_model *model, int tp, int pp, int dp, bool sp, int per_chunk,
                                  int64_t B, int64_t T, int n_micro, int zero, tri_recompute rec, tri_precision p)
 {
-    tri_transformer m = tri_gpt_dims(cfg);
+    tri_transformer m = tri_model_dims(model);
     tri_layout_request r = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .layers_per_virtual_stage = per_chunk,
                             .micro_batch = B, .global_batch = B * n_micro * dp, .seq_length = T,
                             .sequence_parallel = sp, .zero_stage = zero, .recompute = rec, .precision = p,
@@ -56,6 +58,13 @@ static tri_train_layout layout_p(const tri_gpt_config *cfg, int tp, int pp, int 
     int rc = tri_layout_resolve(&m, &r, &l);
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
     return l;
+}
+
+static tri_train_layout layout_p(const tri_gpt_config *cfg, int tp, int pp, int dp, bool sp, int per_chunk,
+                                 int64_t B, int64_t T, int n_micro, int zero, tri_recompute rec, tri_precision p)
+{
+    tri_model model = tri_gpt_model(cfg);
+    return layout_m(&model, tp, pp, dp, sp, per_chunk, B, T, n_micro, zero, rec, p);
 }
 
 static tri_train_layout layout_r(const tri_gpt_config *cfg, int tp, int pp, int dp, bool sp, int per_chunk,
@@ -74,13 +83,13 @@ static const char *kinds[TRI_MEM_KINDS] = {"params", "grads", "optimizer", "acti
 static double worst[2];   /* largest |formulas / plan - 1| of a rank's total, per precision (for the log) */
 
 /* Formulas vs the engine's plan on every pipeline rank. */
-static bool agree(const tri_gpt_config *cfg, const tri_train_layout *l)
+static bool agree_model(const tri_model *model, const tri_train_layout *l)
 {
-    tri_transformer m = tri_gpt_dims(cfg);
+    const char *name = tri_model_name(model);
+    tri_transformer m = tri_model_dims(model);
     tri_cluster c = cpu_cluster(l->tp * l->pp * l->dp);
     tri_preview p;
-    tri_model model = tri_gpt_model(cfg);
-    int rc = tri_preview_create(&p, &m, l, &c, tri_model_preview_plan, &model);
+    int rc = tri_preview_create(&p, &m, l, &c, tri_model_preview_plan, (void *)model);
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
     cr_assert(p.from_engine_plan);
     bool compared = true;
@@ -89,20 +98,26 @@ static bool agree(const tri_gpt_config *cfg, const tri_train_layout *l)
         compared = compared && fabs(off) <= 0.05;
         worst[l->precision] = fabs(off) > worst[l->precision] ? fabs(off) : worst[l->precision];
         cr_expect(fabs(off) <= 0.05, "%s %s tp %d pp %d v %d dp %d sp %d zero %d recompute %s stage %d: formulas "
-                  "%.0f bytes, engine plan %.0f (%+.2f%%)", cfg->name, tri_precision_name(l->precision), l->tp, l->pp,
+                  "%.0f bytes, engine plan %.0f (%+.2f%%)", name, tri_precision_name(l->precision), l->tp, l->pp,
                   l->v, l->dp, l->sequence_parallel, l->zero_stage, tri_recompute_name(l->recompute), r,
                   p.model_total[r], p.total[r], 100 * off);
         for (int k = 0; k < TRI_MEM_KINDS; k++) {
             double d = fabs(p.model_mem[r][k] - p.mem[r][k]);
             cr_expect(d <= 0.05 * p.mem[r][k] || d <= 0.01 * p.total[r],
                       "%s %s tp %d pp %d v %d dp %d sp %d zero %d recompute %s stage %d %s: formulas %.0f, engine "
-                      "plan %.0f", cfg->name, tri_precision_name(l->precision), l->tp, l->pp, l->v, l->dp,
+                      "plan %.0f", name, tri_precision_name(l->precision), l->tp, l->pp, l->v, l->dp,
                       l->sequence_parallel, l->zero_stage, tri_recompute_name(l->recompute), r, kinds[k],
                       p.model_mem[r][k], p.mem[r][k]);
         }
     }
     tri_preview_destroy(&p);
     return compared;
+}
+
+static bool agree(const tri_gpt_config *cfg, const tri_train_layout *l)
+{
+    tri_model model = tri_gpt_model(cfg);
+    return agree_model(&model, l);
 }
 
 Test(partitioner_model, fp32_formulas_agree_with_the_engine_plan_gpt2)
@@ -267,4 +282,65 @@ Test(partitioner_model, flash_attention_activations_are_linear_in_seq_length)
     l.recompute = TRI_RECOMPUTE_NONE;
     l.T = 4096;
     cr_expect_float_eq(tri_mem_block_activations(&m, &l), 2 * none, 1e-6);
+}
+
+/* The Llama family (models/llama.h): the formulas' SwiGLU, grouped-query (split and shared key/value
+ * heads), RMSNorm, rotary and untied-head terms against its engine plan, fp32 and bf16, every ZeRO
+ * stage and full recomputation. */
+Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
+{
+    const char *names[] = {"llama-tiny-byte", "smollm-135m"};
+    struct { int model, tp, pp, dp; bool sp; int B, T, m, zero; tri_recompute rec; tri_precision p; } cases[] = {
+        {0, 1, 1, 1, false, 4, 128, 1, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {0, 2, 2, 1, false, 4, 128, 4, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {0, 4, 1, 1, true, 4, 128, 2, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16},  /* shared kv heads */
+        {0, 1, 2, 2, false, 2, 256, 4, 3, TRI_RECOMPUTE_FULL, TRI_PRECISION_FP32},
+        {0, 2, 1, 2, true, 2, 128, 2, 2, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16},
+        {1, 3, 2, 1, false, 2, 512, 4, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16},
+        {1, 1, 1, 4, false, 4, 1024, 2, 1, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16},
+        {1, 3, 1, 1, true, 1, 1152, 1, 0, TRI_RECOMPUTE_FULL, TRI_PRECISION_FP32},
+    };
+    tri_model models[2];
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        const char *src = getenv("TRIDENT_SOURCE_DIR");
+        snprintf(path, sizeof path, "%s/models/%s.json", src ? src : ".", names[i]);
+        cr_assert_eq(tri_model_load(&models[i], path), TRI_OK, "%s", tri_error_message());
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tri_train_layout l = layout_m(&models[cases[i].model], cases[i].tp, cases[i].pp, cases[i].dp, cases[i].sp, 0,
+                                      cases[i].B, cases[i].T, cases[i].m, cases[i].zero, cases[i].rec, cases[i].p);
+        cr_assert(agree_model(&models[cases[i].model], &l));
+    }
+    for (int i = 0; i < 2; i++)
+        tri_model_free(&models[i]);
+}
+
+/* Model FLOPs of a Llama (partitioner/flops.h) are PaLM's (Chowdhery et al. 2022, appendix B) and the
+ * Llama 3 report's count: 6 N per token for the N weights that multiply (all but the input
+ * embedding and the norms: the blocks' 6.98e9 and the untied head's 0.525e9 for Llama 3.1 8B) plus
+ * 12 L Q T for the attention core, Q the query width: 6 x 7.50e9 + 12 x 32 x 4096 x 8192 per token
+ * at T 8192. */
+Test(partitioner_model, llama_flops_are_6n_plus_attention)
+{
+    char path[512];
+    const char *src = getenv("TRIDENT_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/models/llama-3.1-8b.json", src ? src : ".");
+    tri_model model;
+    cr_assert_eq(tri_model_load(&model, path), TRI_OK, "%s", tri_error_message());
+    tri_transformer m = tri_model_dims(&model);
+    int64_t B = 2, T = 8192;
+    double C = 4096, V = 128256, L = 32, tokens = (double)(B * T);
+    double n_matmul = (double)model.family->num_params(model.cfg) - V * C - L * 2.0 * C - C; /* less the
+                                                                     embedding table and the norms */
+    double want = tokens * (6.0 * n_matmul + 12.0 * L * 4096.0 * (double)T);
+    double got = tri_iteration_flops(&m, B, T, false);
+    cr_expect(fabs(got / want - 1.0) < 1e-12, "Llama 3.1 8B FLOPs %.6e, 6N + 12 L Q T gives %.6e", got, want);
+    cr_expect(fabs(n_matmul / 7.505e9 - 1.0) < 0.001, "Llama 3.1 8B's multiplying weights %.4g (8.03e9 less its "
+              "0.525e9 input embedding)", n_matmul);
+    /* full recomputation adds one forward of the blocks, not of the head */
+    double head = 6.0 * tokens * C * V;
+    double rec = tri_iteration_flops(&m, B, T, true);
+    cr_expect(fabs((rec - head) / (got - head) - 4.0 / 3.0) < 1e-12, "recomputation: %.6e vs %.6e", rec, got);
+    tri_model_free(&model);
 }

@@ -61,8 +61,13 @@ static void print_header(FILE *f, const tri_preview *p, const tri_report_info *i
         snprintf(params, sizeof params, "%.4gB", in->n_params / 1e9);
     else
         snprintf(params, sizeof params, "%.4gM", in->n_params / 1e6);
-    fprintf(f, "model: %s: %lld layers, %lld heads, n_embd %lld, vocab %lld (%lld padded at tp %d), %s "
-            "parameters\n", in->model_name, (long long)p->model.n_layer, (long long)p->model.n_head,
+    char block[96] = "";
+    if (p->model.llama_block) /* grouped-query heads and the SwiGLU width */
+        snprintf(block, sizeof block, " (%lld key/value), head size %lld, SwiGLU %lld",
+                 (long long)(tri_transformer_kv_width(&p->model) / (tri_transformer_q_width(&p->model) / p->model.n_head)),
+                 (long long)(tri_transformer_q_width(&p->model) / p->model.n_head), (long long)tri_transformer_ffn(&p->model));
+    fprintf(f, "model: %s: %lld layers, %lld heads%s, n_embd %lld, vocab %lld (%lld padded at tp %d), %s "
+            "parameters\n", in->model_name, (long long)p->model.n_layer, (long long)p->model.n_head, block,
             (long long)p->model.n_embd, (long long)p->model.vocab_size,
             (long long)tri_padded_vocab(p->model.vocab_size, l->tp), l->tp, params);
     fprintf(f, "cluster: %d x %s (%s), %d per node = %d node%s; %.4g TFLOP/s %s peak per %s\n", c->num_gpus,
