@@ -1,6 +1,8 @@
 /* partitioner/transformer.c - sizes of a transformer's pieces (see transformer.h). */
 #include "partitioner/transformer.h"
 
+#include <stdio.h>
+
 int64_t tri_padded_vocab(int64_t vocab_size, int tp)
 {
     int64_t m = 128 * (int64_t)tp;
@@ -60,4 +62,13 @@ double tri_position_params(const tri_transformer *m)
 double tri_final_norm_params(const tri_transformer *m)
 {
     return (m->llama_block ? 1.0 : 2.0) * (double)m->n_embd;
+}
+
+void tri_transformer_block_text(const tri_transformer *m, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (m->llama_block)
+        snprintf(buf, cap, " (%lld key/value), head size %lld, SwiGLU %lld",
+                 (long long)(tri_transformer_kv_width(m) / head_dim(m)), (long long)head_dim(m),
+                 (long long)tri_transformer_ffn(m));
 }

@@ -7,6 +7,7 @@
 #define TRIDENT_PARTITIONER_TRANSFORMER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct tri_transformer {
@@ -37,6 +38,10 @@ double tri_block_matmul_params(const tri_transformer *m);
  * holds or splits of the norms and biases (GPT-2: (12 C^2 + 7 C) / tp + 6 C; Llama: the matmuls'
  * shares, with a whole key/value head when they are shared, + 2 C; biases left out). */
 double tri_block_params_local(const tri_transformer *m, int tp);
+
+/* What a log adds after the heads for a Llama block: " (8 key/value), head size 128, SwiGLU 14336";
+ * "" for GPT-2's. */
+void tri_transformer_block_text(const tri_transformer *m, char *buf, size_t cap);
 
 /* Elements of the position table (0 with rotary positions) and of the final norm (2 C, or C). */
 double tri_position_params(const tri_transformer *m);

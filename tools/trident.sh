@@ -2,6 +2,7 @@
 # tools/trident.sh - the README's commands: install, build and then train | test | bench.
 #
 #   bash tools/trident.sh train [engine_train flags]   trains the default GPT on the fortunes text
+#   bash tools/trident.sh train-llama [flags]           the same run with a tiny Llama (models/llama-tiny-byte.json)
 #   bash tools/trident.sh test                          runs every test (what CI runs)
 #   bash tools/trident.sh bench                         runs the benchmarks
 #   bash tools/trident.sh bench-cuda [flags]            GPT-2 124M and 1.5B on a GPU: ms/iter, tokens/s, MFU and
@@ -75,6 +76,19 @@ case "$cmd" in
       --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \
       --micro-batch-size 4 --global-batch-size 16 --seq-length 128 --train-iters 1000 --lr 2e-3 --min-lr 2e-4 \
       --lr-warmup-iters 30 --eval-interval 100 --log-interval 10 --save-dir runs/default \
+      --save-interval 250 --keep-last 2 "$@"
+    ;;
+  train-llama)
+    build
+    data
+    # the same 4 ranks (tp 2 x pp 2) and data; a Llama block: RMSNorm, grouped-query attention with
+    # rotary positions, SwiGLU (2 key/value heads, so each TP rank holds one)
+    exec mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
+      build/bin/engine_train --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+      --config models/llama-tiny-byte.json \
+      --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \
+      --micro-batch-size 4 --global-batch-size 16 --seq-length 128 --train-iters 1000 --lr 2e-3 --min-lr 2e-4 \
+      --lr-warmup-iters 30 --eval-interval 100 --log-interval 10 --save-dir runs/llama \
       --save-interval 250 --keep-last 2 "$@"
     ;;
   test)

@@ -61,11 +61,8 @@ static void print_header(FILE *f, const tri_preview *p, const tri_report_info *i
         snprintf(params, sizeof params, "%.4gB", in->n_params / 1e9);
     else
         snprintf(params, sizeof params, "%.4gM", in->n_params / 1e6);
-    char block[96] = "";
-    if (p->model.llama_block) /* grouped-query heads and the SwiGLU width */
-        snprintf(block, sizeof block, " (%lld key/value), head size %lld, SwiGLU %lld",
-                 (long long)(tri_transformer_kv_width(&p->model) / (tri_transformer_q_width(&p->model) / p->model.n_head)),
-                 (long long)(tri_transformer_q_width(&p->model) / p->model.n_head), (long long)tri_transformer_ffn(&p->model));
+    char block[96];
+    tri_transformer_block_text(&p->model, block, sizeof block);
     fprintf(f, "model: %s: %lld layers, %lld heads%s, n_embd %lld, vocab %lld (%lld padded at tp %d), %s "
             "parameters\n", in->model_name, (long long)p->model.n_layer, (long long)p->model.n_head, block,
             (long long)p->model.n_embd, (long long)p->model.vocab_size,
