@@ -1,14 +1,17 @@
-/* bench/train_step.c - speed of a GPT training iteration against OpenBLAS sgemm, in one run.
+/* bench/train_step.c - speed of a training iteration against OpenBLAS sgemm, in one run.
  *
- * Runs full training iterations (forward, backward, AdamW) of a GPT (default GPT-2 124M,
- * micro-batch 4, sequence 64) on random tokens, on tp thread ranks in this process, and reports
+ * Runs full training iterations (forward, backward, AdamW) of a model of any family (default GPT-2
+ * 124M, micro-batch 4, sequence 64) on random tokens, on tp thread ranks in this process, and reports
  * ms/iter, tokens/s and achieved GFLOP/s (model FLOPs of Narayanan et al. 2021 eq. 3 / time).
  * The baseline is measured in the same run: the exact list of GEMMs one iteration performs (every
  * linear layer's forward, input-gradient and weight-gradient products and the LM head), timed
  * with cblas_sgemm alone on the same threads. The printed ratio, achieved / sgemm GFLOP/s, is the
  * share of BLAS speed the whole iteration keeps (everything that is not a GEMM costs the rest).
  * With --compare-tp N it also runs tp = N (one thread per rank) against tp = 1 with one thread and
- * prints the speedup and parallel efficiency. Not a test: no threshold here. */
+ * prints the speedup and parallel efficiency. --compare-config (default models/llama-124m.json, a
+ * Llama with GPT-2 124M's matmul volume) times a second model the same way in the same run and
+ * prints its time per token over the first's (the Llama issue's target: at most 1.2). Not a test:
+ * no threshold here. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,9 +25,7 @@
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "engine/train/train.h"
-#include "models/config.h"
-#include "models/gpt.h"
-#include "models/gpt.h"
+#include "models/model.h"
 #include "models/session.h"
 #include "partitioner/flops.h"
 #include "tools/cli/backend.h"
@@ -32,11 +33,10 @@
 #include "tools/cli/layout_flags.h"
 
 typedef struct bench {
-    const char *config;
+    const char *config, *compare_config;
     int B, T, iters, threads, compare_tp;
     bool profile;
-    tri_gpt_config cfg;
-    tri_model model;            /* the session's handle on cfg (models/model.h) */
+    tri_model model;            /* the model timed (models/model.h) */
     /* results of one run */
     int tp;
     double ms_per_iter;
@@ -46,7 +46,7 @@ static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 {
     const bench *b = ctx;
     for (int64_t i = 0; i < n * (b->T + 1); i++)
-        w[i] = (int32_t)(tri_rng_uniform(42, (uint64_t)first, (uint64_t)i) * b->cfg.vocab_size);
+        w[i] = (int32_t)(tri_rng_uniform(42, (uint64_t)first, (uint64_t)i) * tri_model_vocab_size(&b->model));
     return TRI_OK;
 }
 
@@ -93,12 +93,15 @@ typedef struct gemm_shape {
 } gemm_shape;
 
 /* The GEMMs of one training iteration at tp = 1: per linear layer (N rows, in C_in, out C_out)
- * the forward x w^T, the input gradient dy w and the weight gradient dy^T x. */
-static int iteration_gemms(const tri_gpt_config *c, int64_t N, gemm_shape *g)
+ * the forward x w^T, the input gradient dy w and the weight gradient dy^T x. A block's four layers
+ * are q|k|v (C -> Q + 2 KV), the attention output (Q -> C), the MLP's first ([gate | up] of a
+ * SwiGLU: C -> 2F; else C -> F) and its second (F -> C); then the LM head. */
+static int iteration_gemms(const tri_transformer *m, int64_t N, gemm_shape *g)
 {
-    int C = c->n_embd, n = 0;
-    int V = (int)tri_gpt_padded_vocab(c->vocab_size, 1);
-    int layers[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    int C = (int)m->n_embd, n = 0, Q = (int)tri_transformer_q_width(m), KV = (int)tri_transformer_kv_width(m);
+    int F = (int)tri_transformer_ffn(m);
+    int V = (int)tri_padded_vocab(m->vocab_size, 1);
+    int layers[4][2] = {{C, Q + 2 * KV}, {Q, C}, {C, (m->gated_mlp ? 2 : 1) * F}, {F, C}};
     for (int l = 0; l < 5; l++) {
         int in = l < 4 ? layers[l][0] : C, out = l < 4 ? layers[l][1] : V;
         g[n++] = (gemm_shape){(int)N, out, in, false, true};   /* y = x w^T */
@@ -112,7 +115,8 @@ static int iteration_gemms(const tri_gpt_config *c, int64_t N, gemm_shape *g)
 static double sgemm_gflops(const bench *b)
 {
     gemm_shape g[16];
-    int n = iteration_gemms(&b->cfg, (int64_t)b->B * b->T, g);
+    tri_transformer dims = tri_model_dims(&b->model);
+    int n = iteration_gemms(&dims, (int64_t)b->B * b->T, g);
     size_t most = 0;
     for (int i = 0; i < n; i++) {
         size_t sa = (size_t)g[i].M * g[i].K, sb = (size_t)g[i].K * g[i].N, sc = (size_t)g[i].M * g[i].N;
@@ -127,7 +131,7 @@ static double sgemm_gflops(const bench *b)
     for (int rep = 0; rep < 4; rep++) { /* a warm-up pass, then the best of three timed passes */
         double flops = 0.0, secs = 0.0;
         for (int i = 0; i < n; i++) {
-            int times = i < 12 ? b->cfg.n_layer : 1;
+            int times = i < 12 ? (int)dims.n_layer : 1;
             const gemm_shape *s = &g[i];
             int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
             double t0 = tri_now_s();
@@ -156,12 +160,44 @@ static int timed_run(bench *b, int tp, int threads)
     return rc;
 }
 
+/* Times b->model at tp 1 and prints its figures against sgemm; *ms_per_token receives its time. */
+static int report(bench *b, double *ms_per_token)
+{
+    tri_transformer dims = tri_model_dims(&b->model);
+    double flops = tri_iteration_flops(&dims, b->B, b->T, false);
+    int threads = b->threads;
+    if (timed_run(b, 1, threads))
+        return 1;
+    tri_cli_set_threads(threads);
+    double base = sgemm_gflops(b);
+    double achieved = flops / (b->ms_per_iter / 1e3) / 1e9;
+    *ms_per_token = b->ms_per_iter / (double)(b->B * b->T);
+    printf("%s (%s), micro-batch %d x seq %d, tp 1, %d threads:\n", tri_model_name(&b->model), b->model.family->type,
+           b->B, b->T, threads);
+    printf("  %.1f ms/iter, %.0f tokens/s, %.1f GFLOP/s achieved (%.1f GFLOP model FLOPs per iteration)\n",
+           b->ms_per_iter, b->B * b->T / (b->ms_per_iter / 1e3), achieved, flops / 1e9);
+    printf("  OpenBLAS sgemm on the same GEMM shapes, same run (best of 3): %.1f GFLOP/s\n", base);
+    printf("  ratio achieved / sgemm = %.3f (target >= 0.6)\n", achieved / base);
+    return 0;
+}
+
+static int load(tri_model *m, const char *path)
+{
+    int rc = tri_model_load(m, path);
+    if (rc)
+        fprintf(stderr, "bench_train_step: %s\n", tri_error_message());
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     tri_cli_passive_openmp(argv);
-    bench b = {.config = "models/gpt2.json", .B = 4, .T = 64, .iters = 5, .threads = 2};
+    bench b = {.config = "models/gpt2.json", .compare_config = "models/llama-124m.json", .B = 4, .T = 64,
+               .iters = 5, .threads = 2};
     tri_flag flags[] = {
         {"config", TRI_FLAG_STRING, &b.config, "model config", 0, 0, NULL, false},
+        {"compare-config", TRI_FLAG_STRING, &b.compare_config, "a second model timed in the same run, its time per token "
+         "over the first's printed (\"\": none)", 0, 0, NULL, false},
         {"micro-batch-size", TRI_FLAG_INT, &b.B, "sequences per iteration", 1, 1 << 16, NULL, false},
         {"seq-length", TRI_FLAG_INT, &b.T, "sequence length", 1, 1 << 16, NULL, false},
         {"iters", TRI_FLAG_INT, &b.iters, "timed iterations (after one warm-up)", 1, 1 << 20, NULL, false},
@@ -176,28 +212,12 @@ int main(int argc, char **argv)
         if (rc)
             fprintf(stderr, "bench_train_step: %s\n", tri_error_message());
         tri_flags_usage(rc ? stderr : stdout, flags, nf, "bench_train_step",
-                        "Times GPT training iterations against OpenBLAS sgemm on the same GEMM shapes.");
+                        "Times training iterations against OpenBLAS sgemm on the same GEMM shapes.");
         return rc ? 2 : 0;
     }
-    rc = tri_gpt_config_load(&b.cfg, b.config);
-    b.model = tri_gpt_model(&b.cfg);
-    if (rc) {
-        fprintf(stderr, "bench_train_step: %s\n", tri_error_message());
+    double first = 0.0, second = 0.0;
+    if (load(&b.model, b.config) || report(&b, &first))
         return 1;
-    }
-    tri_transformer dims = tri_gpt_dims(&b.cfg);
-    double flops = tri_iteration_flops(&dims, b.B, b.T, false);
-    int threads = b.threads;
-    if (timed_run(&b, 1, threads))
-        return 1;
-    tri_cli_set_threads(threads);
-    double base = sgemm_gflops(&b);
-    double achieved = flops / (b.ms_per_iter / 1e3) / 1e9;
-    printf("%s, micro-batch %d x seq %d, tp 1, %d threads:\n", b.cfg.name, b.B, b.T, threads);
-    printf("  %.1f ms/iter, %.0f tokens/s, %.1f GFLOP/s achieved (%.1f GFLOP model FLOPs per iteration)\n",
-           b.ms_per_iter, b.B * b.T / (b.ms_per_iter / 1e3), achieved, flops / 1e9);
-    printf("  OpenBLAS sgemm on the same GEMM shapes, same run (best of 3): %.1f GFLOP/s\n", base);
-    printf("  ratio achieved / sgemm = %.3f (target >= 0.6)\n", achieved / base);
     if (b.compare_tp > 1) {
         b.profile = false;
         if (timed_run(&b, 1, 1))
@@ -210,5 +230,15 @@ int main(int argc, char **argv)
         printf("  tp 1: %.1f ms/iter; tp %d: %.1f ms/iter; speedup %.2fx, parallel efficiency %.0f%%\n",
                t1, b.compare_tp, tn, t1 / tn, 100.0 * t1 / tn / b.compare_tp);
     }
+    if (b.compare_config[0]) {
+        char name[128];
+        snprintf(name, sizeof name, "%s", tri_model_name(&b.model));
+        tri_model_free(&b.model);
+        if (load(&b.model, b.compare_config) || report(&b, &second))
+            return 1;
+        printf("%s / %s time per token = %.3f (target <= 1.2 when the two have the same matmul volume)\n",
+               tri_model_name(&b.model), name, second / first);
+    }
+    tri_model_free(&b.model);
     return 0;
 }
