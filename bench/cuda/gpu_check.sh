@@ -7,8 +7,9 @@
 #   (on the GPU machine)  BUDGET=420 bash .gpu/env.sh bash bench/cuda/gpu_check.sh
 # Order: the GPU tests (fast kernels against their twins and the CPU, bit for bit where promised;
 # the fused attention's tensor-core kernels), engine_train cuda against cpu (fused attention, the
-# default), the fused attention against PyTorch's SDPA, the bench against PyTorch eager (124M with the
-# fused and the unfused attention, 1.5B bf16, 124M fp32, 124M at T 8192),
+# default; GPT-2 and the tiny Llama), the fused attention against PyTorch's SDPA, the bench against
+# PyTorch eager (124M with the fused and the unfused attention, 1.5B bf16, 124M fp32, 124M at T 8192),
+# the Llama 3.2 1B shape at T 2048 beside GPT-2 1.5B,
 # the per-op profile, compute-sanitizer memcheck and initcheck (SKIP_SANITIZERS=1 skips them), then the
 # 1.5B comparison. Logs in $OUT (or /tmp/out).
 O=${OUT:-/tmp/out}; mkdir -p "$O"; exec > >(tee "$O/all.log") 2>&1
@@ -22,6 +23,8 @@ for t in bin/test_gpu_ops bin/test_gpu_gpt; do
 done
 el "engine_train cuda vs cpu (fp32, bf16)"
 OMP_NUM_THREADS=8 timeout "$(tmo 120)" bash tests/gpu/train_cuda_vs_cpu.sh bin . 2>&1 | tail -6
+el "engine_train cuda vs cpu, the tiny Llama (fp32, bf16)"
+OMP_NUM_THREADS=8 timeout "$(tmo 120)" bash tests/gpu/train_cuda_vs_cpu.sh bin . models/llama-tiny-byte.json 2>&1 | tail -6
 el "bench: fused attention vs PyTorch SDPA (bf16, HS 64/128, T 1024/4096)"
 BIN=bin timeout "$(tmo 90)" bash bench/cuda/attention.sh --iters 5 2>&1 | grep -vE '^$'
 el "bench: Trident vs PyTorch eager, GPT-2 124M bf16 B 8"
@@ -30,6 +33,9 @@ el "bench: the same with the unfused attention on both sides"
 BIN=bin timeout "$(tmo 60)" bash bench/cuda/compare.sh --models gpt2 --iters 5 --warmup 2 --attention materialized 2>&1 | grep -E 'ms/iter|ratio|fail'
 el "bench: GPT-2 124M at T 8192, micro-batch 1, bf16 (models/gpt2-8k.json)"
 BIN=bin timeout "$(tmo 60)" bash bench/cuda/compare.sh --models gpt2-8k --seq-length 8192 --iters 3 --warmup 1 2>&1 | grep -vE '^$'
+el "bench: Llama 3.2 1B shape, bf16, T 2048, B 2 (the Llama issue's MFU target) and GPT-2 1.5B bf16 beside it"
+timeout "$(tmo 90)" bin/bench_cuda_train --models-dir models --model llama-3.2-1b --seq-length 2048 --iters 5 --warmup 2 --bf16 2>&1 | tail -2
+timeout "$(tmo 60)" bin/bench_cuda_train --models-dir models --model gpt2-xl --iters 5 --warmup 2 --bf16 2>&1 | tail -2
 el "profile: GPT-2 124M bf16"
 timeout "$(tmo 60)" bin/bench_cuda_train --models-dir models --model gpt2 --iters 5 --warmup 2 --bf16 --profile \
   > "$O/profile.log" 2>&1; tail -32 "$O/profile.log"

@@ -28,9 +28,7 @@
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "engine/train/train.h"
-#include "models/config.h"
-#include "models/gpt.h"
-#include "models/gpt.h"
+#include "models/model.h"
 #include "models/session.h"
 #include "partitioner/flops.h"
 #include "tools/cli/backend.h"
@@ -51,20 +49,26 @@ typedef struct bench {
     const char *attention;     /* --attention-backend */
 } bench;
 
+/* What the random batches need: sequence length and the model's vocabulary. */
+typedef struct fill_ctx {
+    int T, vocab;
+} fill_ctx;
+
 typedef struct model_default {
     const char *name;
     int B; /* micro-batch that fits an 80 GB card in fp32 with AdamW at T = 1024 */
 } model_default;
 
-/* gpt2-8k (GPT-2 124M with 8192 positions, for long sequences) runs only when named, at micro-batch 1. */
+/* "all" is the four GPT-2 sizes; gpt2-8k (GPT-2 124M with 8192 positions, for long sequences) and the
+ * Llamas (a Llama of GPT-2 124M's matmul volume, SmolLM-135M, Llama 3.2 1B) run only when named. */
 static const model_default MODELS[] = {{"gpt2", 8}, {"gpt2-medium", 4}, {"gpt2-large", 4}, {"gpt2-xl", 2},
-                                       {"gpt2-8k", 1}};
+                                       {"gpt2-8k", 1}, {"llama-124m", 8}, {"smollm-135m", 8}, {"llama-3.2-1b", 2}};
 
 static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 {
-    const bench *b = ctx;
-    for (int64_t i = 0; i < n * (b->T + 1); i++)
-        w[i] = (int32_t)(tri_rng_uniform(42, (uint64_t)first, (uint64_t)i) * 50257);
+    const fill_ctx *f = ctx;
+    for (int64_t i = 0; i < n * (f->T + 1); i++)
+        w[i] = (int32_t)(tri_rng_uniform(42, (uint64_t)first, (uint64_t)i) * f->vocab);
     return TRI_OK;
 }
 
@@ -74,13 +78,17 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.json", b->models_dir, model);
-    tri_gpt_config cfg;
-    int rc = tri_gpt_config_load(&cfg, path);
+    tri_model m; /* any family (models/model.h) */
+    int rc = tri_model_load(&m, path);
     if (rc)
         return rc;
-    tri_model m = tri_gpt_model(&cfg); /* the session's handle on cfg (models/model.h) */
-    if (b->T > cfg.n_positions)
-        return TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's n_positions %d", b->T, model, cfg.n_positions);
+    tri_transformer dims = tri_model_dims(&m);
+    fill_ctx fc = {.T = b->T, .vocab = tri_model_vocab_size(&m)};
+    if (b->T > dims.n_positions) {
+        tri_model_free(&m);
+        return TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's %lld positions", b->T, model,
+                       (long long)dims.n_positions);
+    }
     tri_session ss;
     tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
@@ -91,11 +99,13 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
                               .first_layers = -1, .last_layers = -1};
     if (!rc) rc = tri_cli_model_layout(&m, req, &o.run.layout);
     if (!rc) rc = tri_session_create(&ss, world, dev, &m, &o);
-    if (rc)
+    if (rc) {
+        tri_model_free(&m);
         return rc;
+    }
     tri_grid grid = ss.grid;
     tri_trainer *tr = &ss.trainer;
-    tri_batch_source src = {.ctx = (void *)b, .fill = fill_random};
+    tri_batch_source src = {.ctx = &fc, .fill = fill_random};
     tri_step_result res;
     for (int it = 0; it < b->warmup && !rc; it++)
         rc = tri_trainer_step(tr, &src, it, 1e-4f, &res);
@@ -110,7 +120,6 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     if (!rc && grid.world_rank == 0) {
         int gpus = world->size;
         double tokens = (double)B * b->T * grid.dp;
-        tri_transformer dims = tri_gpt_dims(&cfg);
         double achieved = tri_iteration_flops(&dims, (int64_t)B * grid.dp, b->T, false) / dt / 1e12;
         double table = 0.0, bf16 = 0.0;
         tri_cuda_peak_tflops(gpu, b->bf16, &table);
@@ -118,7 +127,7 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
         double own = b->peak_tflops > 0 ? b->peak_tflops : table;
         const char *prec = b->bf16 ? "bf16" : "fp32";
         printf("%-12s %6.0fM  %s B %2d x T %4d x dp %d | %9.1f ms/iter | %9.0f tok/s | %7.2f TFLOP/s | ", model,
-               (double)tri_gpt_num_params(&cfg) / 1e6, prec, B, b->T, grid.dp, dt * 1e3, tokens / dt, achieved);
+               (double)m.family->num_params(m.cfg) / 1e6, prec, B, b->T, grid.dp, dt * 1e3, tokens / dt, achieved);
         if (own > 0)
             printf("MFU %5.1f%% of %s peak", 100.0 * achieved / (gpus * own), prec);
         else
@@ -135,6 +144,7 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
         dev->profile = NULL;
     }
     tri_session_destroy(&ss);
+    tri_model_free(&m);
     return rc;
 }
 
@@ -145,7 +155,8 @@ int main(int argc, char **argv)
     bench b = {.model = "all", .models_dir = TRIDENT_SOURCE_DIR "/models", .B = 0, .T = 1024, .iters = 10,
                .warmup = 3, .tp = 1, .comm = "auto", .attention = "flash"};
     tri_flag flags[] = {
-        {"model", TRI_FLAG_CHOICE, &b.model, "which GPT-2", 0, 0, "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl|gpt2-8k", false},
+        {"model", TRI_FLAG_CHOICE, &b.model, "which model (all: the four GPT-2 sizes)", 0, 0,
+         "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl|gpt2-8k|llama-124m|smollm-135m|llama-3.2-1b", false},
         {"models-dir", TRI_FLAG_STRING, &b.models_dir, "folder of the model configs", 0, 0, NULL, false},
         {"micro-batch-size", TRI_FLAG_INT, &b.B, "sequences per GPU (0: 8, 4, 4, 2 for 124M..1.5B)", 0, 1 << 16, NULL, false},
         {"seq-length", TRI_FLAG_INT, &b.T, "sequence length", 1, 1 << 16, NULL, false},
@@ -199,7 +210,8 @@ int main(int argc, char **argv)
                       : (b.simple ? "fp32 (cuBLASLt COMPUTE_32F), simple kernels" : "fp32 (cuBLASLt COMPUTE_32F)"),
                b.tp, b.attention, b.iters, b.warmup);
     for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS && !rc; i++) {
-        if (strcmp(b.model, "all") != 0 ? strcmp(b.model, MODELS[i].name) != 0 : strcmp(MODELS[i].name, "gpt2-8k") == 0)
+        if (strcmp(b.model, "all") != 0 ? strcmp(b.model, MODELS[i].name) != 0 : strncmp(MODELS[i].name, "gpt2", 4) != 0 ||
+                                                                         strcmp(MODELS[i].name, "gpt2-8k") == 0)
             continue;
         rc = run_model(&b, MODELS[i].name, b.B ? b.B : MODELS[i].B, dev, world, gpu);
         if (rc)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# tests/gpu/train_cuda_vs_cpu.sh BIN_DIR SOURCE_DIR - engine_train --device cuda against --device cpu
-# (label gpu): the tiny byte-level GPT trained 10 iterations from the same seed and data on both,
-# fp32 and --bf16, every iteration's loss compared.
+# tests/gpu/train_cuda_vs_cpu.sh BIN_DIR SOURCE_DIR [CONFIG] - engine_train --device cuda against
+# --device cpu (label gpu): the tiny byte-level GPT (or CONFIG, e.g. models/llama-tiny-byte.json: CTest
+# runs both) trained 10 iterations from the same seed and data on both, fp32 and --bf16, every
+# iteration's loss compared.
 #  - fp32: the first loss comes from identical weights, so the runs differ only by summation order
 #    (cuBLASLt against OpenBLAS, relative O(K 2^-24) per product, far below the log's 1e-4
 #    resolution): |difference| <= 2e-4, one unit of the printed fourth decimal either side. Later
@@ -18,7 +19,8 @@
 set -uo pipefail
 BIN=${1:?usage: train_cuda_vs_cpu.sh BIN_DIR SOURCE_DIR}; SRC=${2:?usage}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-A=(--config "$SRC/models/gpt2-tiny-byte.json" --train-data "$SRC/data/fortunes_byte_train.bin"
+CONFIG=${3:-$SRC/models/gpt2-tiny-byte.json}
+A=(--config "$CONFIG" --train-data "$SRC/data/fortunes_byte_train.bin"
    --val-data "$SRC/data/fortunes_byte_val.bin" --micro-batch-size 4 --seq-length 128 --train-iters 10
    --lr 2e-3 --lr-warmup-iters 3 --log-interval 1 --eval-interval 100 --seed 1234)
 run() { # $1 device, $2 log name, then extra flags
