@@ -258,7 +258,8 @@ void tri_llama_map_views(tri_llama *m)
                 continue;
             m->wslot[i] = (tri_tensor *)((char *)&m->w.h[l] + rows[j].field);
             m->gslot[i] = (tri_tensor *)((char *)&m->g.h[l] + rows[j].field);
-            if (j == 0)
-                m->unit_block0 = l == 0 ? L->params[i].spec.unit : m->unit_block0;
         }
+    snprintf(n, sizeof n, "model.layers.%d.%s", m->opt.layer_start, rows[0].name);
+    if ((i = tri_layout_find(L, n)) >= 0)
+        m->unit_block0 = L->params[i].spec.unit;
 }
