@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "models/model_chunk.h"
 #include "partitioner/layout.h"
 
 /* A shape in units of C: k > 0 is k * C, k < 0 the literal -k (c_attn's leading 3). */
@@ -85,39 +86,15 @@ static int global_index(const tri_gpt_config *cfg, const char *name)
 
 /* ---- descriptions ---- */
 
-typedef struct spec_list {
-    tri_param_spec *v;
-    int n, cap;
-    int unit;                        /* the unit the next description belongs to */
-} spec_list;
-
-static int add_spec(spec_list *l, const char *name, int ndim, const int64_t *shape, int split, bool decay,
+/* A description added to l, or TRI_ENOMEM. */
+static int add_spec(tri_spec_list *l, const char *name, int ndim, const int64_t *shape, int split, bool decay,
                     tri_init_kind init, float std)
 {
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 32;
-        tri_param_spec *v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return TRI_ERR(TRI_ENOMEM, "gpt: out of memory for parameter descriptions");
-        l->v = v;
-        l->cap = cap;
-    }
-    tri_param_spec *s = &l->v[l->n++];
-    memset(s, 0, sizeof *s);
-    snprintf(s->name, sizeof s->name, "%s", name);
-    s->ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        s->shape[d] = shape[d];
-    s->split_dim = split;
-    s->weight_decay = decay;
-    s->init = init;
-    s->init_std = std;
-    s->init_rows = shape[0];
-    s->unit = l->unit;
-    return TRI_OK;
+    return tri_spec_list_add(l, name, ndim, shape, split, decay, init, std)
+               ? TRI_OK : TRI_ERR(TRI_ENOMEM, "gpt: out of memory for parameter descriptions");
 }
 
-static int add_block(spec_list *l, const tri_gpt_config *cfg, int layer)
+static int add_block(tri_spec_list *l, const tri_gpt_config *cfg, int layer)
 {
     int64_t C = cfg->n_embd;
     float proj_std = cfg->init_std / sqrtf(2.0f * (float)cfg->n_layer); /* GPT-2's residual-projection scaling */
@@ -136,7 +113,7 @@ static int add_block(spec_list *l, const tri_gpt_config *cfg, int layer)
 }
 
 /* wte: the embedding's table, or (on a last stage without the embedding) the LM head's copy. */
-static int add_wte(spec_list *l, const tri_gpt_config *cfg, int tp, const tri_chunk_place *opt)
+static int add_wte(tri_spec_list *l, const tri_gpt_config *cfg, int tp, const tri_chunk_place *opt)
 {
     int64_t shape[2] = {tri_gpt_padded_vocab(cfg->vocab_size, tp), cfg->n_embd};
     int rc = add_spec(l, "wte", 2, shape, 0, true, TRI_INIT_NORMAL, cfg->init_std);
@@ -155,7 +132,7 @@ static int add_wte(spec_list *l, const tri_gpt_config *cfg, int tp, const tri_ch
 int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_chunk_place *opt,
                         tri_param_spec **specs, int *n)
 {
-    spec_list l = {0};
+    tri_spec_list l = {0};
     int64_t C = cfg->n_embd;
     int rc = TRI_OK;
     if (opt->first) {

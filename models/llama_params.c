@@ -10,6 +10,7 @@
 
 #include "engine/core/status.h"
 #include "models/llama.h"
+#include "models/model_chunk.h"
 #include "partitioner/layout.h"
 
 /* Sizes a row's dimensions are given in. */
@@ -115,40 +116,9 @@ static int64_t dim_size(const tri_llama_config *c, dim_kind d)
     return 0;
 }
 
-typedef struct spec_list {
-    tri_param_spec *v;
-    int n, cap, unit;
-} spec_list;
-
-static tri_param_spec *add_spec(spec_list *l, const char *name, int ndim, const int64_t *shape, int split,
-                                bool decay, tri_init_kind init, float std)
-{
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 32;
-        tri_param_spec *v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return NULL;
-        l->v = v;
-        l->cap = cap;
-    }
-    tri_param_spec *s = &l->v[l->n++];
-    memset(s, 0, sizeof *s);
-    snprintf(s->name, sizeof s->name, "%s", name);
-    s->ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        s->shape[d] = shape[d];
-    s->split_dim = split;
-    s->weight_decay = decay;
-    s->init = init;
-    s->init_std = std;
-    s->init_rows = shape[0];
-    s->unit = l->unit;
-    return s;
-}
-
 #define OOM() TRI_ERR(TRI_ENOMEM, "llama: out of memory for parameter descriptions")
 
-static int add_block(spec_list *l, const tri_llama_config *c, int layer)
+static int add_block(tri_spec_list *l, const tri_llama_config *c, int layer)
 {
     for (int j = 0; j < N_ROWS; j++) {
         const llama_param_row *r = &rows[j];
@@ -159,7 +129,7 @@ static int add_block(spec_list *l, const tri_llama_config *c, int layer)
             shape[d] = dim_size(c, r->dims[d]);
         char name[TRI_PARAM_NAME_MAX];
         snprintf(name, sizeof name, "model.layers.%d.%s", layer, r->name);
-        tri_param_spec *s = add_spec(l, name, r->ndim, shape, r->split, r->decay, r->init,
+        tri_param_spec *s = tri_spec_list_add(l, name, r->ndim, shape, r->split, r->decay, r->init,
                                      r->init == TRI_INIT_NORMAL ? c->init_std : 0.0f);
         if (!s)
             return OOM();
@@ -170,10 +140,10 @@ static int add_block(spec_list *l, const tri_llama_config *c, int layer)
 }
 
 /* The embedding (first stage) or a last stage's copy of it as the tied LM head. */
-static int add_embed(spec_list *l, const tri_llama_config *c, int tp, const tri_chunk_place *opt, const char *name)
+static int add_embed(tri_spec_list *l, const tri_llama_config *c, int tp, const tri_chunk_place *opt, const char *name)
 {
     int64_t shape[2] = {tri_padded_vocab(c->vocab_size, tp), c->hidden_size};
-    tri_param_spec *s = add_spec(l, name, 2, shape, 0, true, TRI_INIT_NORMAL, c->init_std);
+    tri_param_spec *s = tri_spec_list_add(l, name, 2, shape, 0, true, TRI_INIT_NORMAL, c->init_std);
     if (!s)
         return OOM();
     s->init_rows = c->vocab_size; /* padding rows stay zero */
@@ -189,7 +159,7 @@ static int add_embed(spec_list *l, const tri_llama_config *c, int tp, const tri_
 int tri_llama_param_specs(const tri_llama_config *c, int tp, const tri_chunk_place *opt, tri_param_spec **specs,
                           int *n)
 {
-    spec_list l = {0};
+    tri_spec_list l = {0};
     int64_t C = c->hidden_size;
     int rc = TRI_OK;
     if (opt->first) {
@@ -201,7 +171,7 @@ int tri_llama_param_specs(const tri_llama_config *c, int tp, const tri_chunk_pla
         l.unit++;
     }
     if (!rc && opt->last) {
-        rc = add_spec(&l, NORM, 1, &C, -1, false, TRI_INIT_ONES, 0) ? TRI_OK : OOM();
+        rc = tri_spec_list_add(&l, NORM, 1, &C, -1, false, TRI_INIT_ONES, 0) ? TRI_OK : OOM();
         l.unit++;
         if (!rc && !c->tie_word_embeddings)
             rc = add_embed(&l, c, tp, opt, HEAD);

@@ -1,11 +1,38 @@
 /* models/model_chunk.c - what every family's chunk does the same way (see model_chunk.h). */
 #include "models/model_chunk.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/core/math.h"
 #include "engine/core/status.h"
+
+tri_param_spec *tri_spec_list_add(tri_spec_list *l, const char *name, int ndim, const int64_t *shape, int split,
+                                  bool decay, tri_init_kind init, float std)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        tri_param_spec *v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return NULL;
+        l->v = v;
+        l->cap = cap;
+    }
+    tri_param_spec *s = &l->v[l->n++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        s->shape[d] = shape[d];
+    s->split_dim = split;
+    s->weight_decay = decay;
+    s->init = init;
+    s->init_std = std;
+    s->init_rows = shape[0];
+    s->unit = l->unit;
+    return s;
+}
 
 void tri_model_bind_views(const tri_param_layout *L, tri_tensor **wslot, tri_tensor **gslot, int u,
                           tri_tensor pflat, tri_tensor gflat)

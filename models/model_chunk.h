@@ -4,11 +4,26 @@
 #ifndef TRIDENT_MODELS_MODEL_CHUNK_H
 #define TRIDENT_MODELS_MODEL_CHUNK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/device/device.h"
 #include "engine/train/param.h"
 #include "layers/parallel.h"
+
+/* A growing list of parameter descriptions, as a family's param_specs builds it: each added one
+ * belongs to unit `unit` (the caller advances it between units). */
+typedef struct tri_spec_list {
+    tri_param_spec *v;
+    int n, cap;
+    int unit;
+} tri_spec_list;
+
+/* Appends a description (name, global shape, TP split dimension or -1, weight decay, initialisation
+ * and its std; init_rows = shape[0]; everything else zero) and returns it, or NULL when out of
+ * memory (the list stays valid: free l->v). */
+tri_param_spec *tri_spec_list_add(tri_spec_list *l, const char *name, int ndim, const int64_t *shape, int split,
+                                  bool decay, tri_init_kind init, float std);
 
 /* Points *wslot[i] (and *gslot[i] when gflat is present) at parameter i's local shard, for every
  * parameter i of unit u: views of pflat / gflat, which hold the unit's u->len elements. */
