@@ -336,7 +336,8 @@ int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_l
         .micro_batch = B, .global_batch = B * (l->n_micro > 0 ? l->n_micro : 1) * dp, .seq_length = T,
         .sequence_parallel = l->sp, .zero_stage = l->zero, .schedule = l->schedule,
         .recompute = (tri_recompute)l->recompute, .attention = (tri_attention_backend)l->attention,
-        .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32, .first_layers = -1, .last_layers = -1,
+        .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
+        .first_layers = l->first_layers > 0 ? l->first_layers : -1, .last_layers = -1,
         .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap};
     return tri_cli_model_layout(m, req, out);
 }

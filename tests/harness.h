@@ -25,6 +25,8 @@ typedef struct tu_layout {
     int n_micro;               /* micro-batches per step and replica (>= 1) */
     const char *schedule;      /* NULL: 1f1b */
     int layers_per_virtual_stage;
+    int first_layers;          /* 0: the balanced split; else the first stage's layers
+                                  (--decoder-first-pipeline-num-layers) */
     int zero;                  /* ZeRO stage */
     int recompute;             /* tri_recompute */
     int attention;             /* tri_attention_backend: 0 flash (the default), 1 unfused */

@@ -6,7 +6,8 @@
  *  - tensor parallelism with the key/value heads split (tp 2) and replicated (tp 4 with 2 key/value
  *    heads; tp 2 with one, multi-query), with and without sequence parallelism, pipeline parallelism
  *    (1F1B and interleaved, the tied embedding on two stages), data parallelism at ZeRO 0-3 with the
- *    overlapped reductions and gathers, full recomputation, and the three together: the loss and
+ *    overlapped reductions and gathers, full recomputation, and the three together; GPipe with uneven
+ *    stages: the loss and
  *    every gradient of a first pass within 1e-5 of one rank's (per tensor, max |a - b| / max |b|:
  *    the order of fp32 sums differs), the losses of 4 AdamW steps within 1e-4;
  *  - deterministic mode: the losses, gradient norms and final weights bit-identical to one rank's
@@ -132,6 +133,7 @@ Test(llama_layouts, pipeline_data_and_recompute, .timeout = 300)
     named_layout l[] = {
         {"pp2 1f1b", {.pp = 2}},
         {"pp2 interleaved", {.pp = 2, .schedule = "interleaved", .layers_per_virtual_stage = 1}},
+        {"pp2 gpipe, uneven stages (1 + 3 layers)", {.pp = 2, .schedule = "gpipe", .first_layers = 1}},
         {"dp2 zero1", {.dp = 2, .zero = 1}},
         {"dp2 zero3 overlap", {.dp = 2, .zero = 3, .overlap = true}},
         {"tp2 recompute full", {.tp = 2, .recompute = TRI_RECOMPUTE_FULL}},

@@ -7,7 +7,8 @@
  *  - the planner's prediction for its coordinates (tri_model_rank_plan, which allocates nothing)
  *    equals, category by category, what its arenas allocated, and
  *  - after two training steps the device's measured peak is within 5% of the planned total (in
- *    fact equal: every buffer comes from the planned arenas). */
+ *    fact equal: every buffer comes from the planned arenas).
+ * Five of the layouts again with a Llama (models/llama.h). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,7 @@ typedef struct mem_case {
     int zero;
     bool bf16;
     tri_gpt_config cfg;
+    tri_model llama;            /* a Llama (models/llama.h) when its family is set, else cfg's GPT */
     char failure[512];
 } mem_case;
 
@@ -41,12 +43,12 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     mem_case *c = arg;
     tri_device *dev = NULL;
     tri_session ss;
-    tri_model m = tri_gpt_model(&c->cfg);
+    tri_model m = c->llama.family ? c->llama : tri_gpt_model(&c->cfg);
     tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tu_layout l = {.tp = c->tp, .pp = c->pp, .sp = c->sp, .n_micro = c->micro, .schedule = c->schedule,
                    .layers_per_virtual_stage = c->per_chunk, .zero = c->zero, .bf16 = c->bf16};
-    int rc = tu_layout_resolve(&c->cfg, 2, 8, &l, size, &o.run.layout);
+    int rc = tu_model_layout_resolve(&m, 2, 8, &l, size, &o.run.layout);
     if (rc)
         return rc;
     rc = tri_device_cpu_create(&dev, 1);
@@ -79,16 +81,28 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     return rc;
 }
 
-static void check_precision(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro,
-                            int zero, bool bf16)
+static void check_model(bool llama, int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro,
+                        int zero, bool bf16)
 {
     mem_case c = {.tp = tp, .pp = pp, .dp = dp, .sp = sp, .schedule = schedule, .per_chunk = per_chunk,
                   .micro = micro, .zero = zero, .bf16 = bf16, .cfg = tu_tiny_config()};
     c.cfg.n_layer = 8;
+    if (llama) /* 8 layers, 4 query and 2 key/value heads, an untied head */
+        cr_assert_eq(tri_model_parse(&c.llama, "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": "
+                                     "128, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 8, "
+                                     "\"vocab_size\": 100, \"max_position_embeddings\": 16}", "tiny-llama"), TRI_OK,
+                     "%s", tri_error_message());
     int rc = tri_run_thread_ranks(tp * pp * dp, run_rank, &c);
+    tri_model_free(&c.llama);
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
-    cr_expect(!c.failure[0], "%s tp %d pp %d dp %d %s ZeRO %d: %s", bf16 ? "bf16" : "fp32", tp, pp, dp, schedule,
-              zero, c.failure);
+    cr_expect(!c.failure[0], "%s%s tp %d pp %d dp %d %s ZeRO %d: %s", llama ? "llama " : "", bf16 ? "bf16" : "fp32",
+              tp, pp, dp, schedule, zero, c.failure);
+}
+
+static void check_precision(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro,
+                            int zero, bool bf16)
+{
+    check_model(false, tp, pp, dp, sp, schedule, per_chunk, micro, zero, bf16);
 }
 
 static void check_zero(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro, int zero)
@@ -129,3 +143,11 @@ Test(memory_plan, bf16_pp2_interleaved) { check_bf16(1, 2, 1, false, "interleave
 Test(memory_plan, bf16_dp2_zero1) { check_bf16(1, 1, 2, false, "1f1b", 0, 2, 1); }
 Test(memory_plan, bf16_dp2_zero2) { check_bf16(1, 1, 2, false, "1f1b", 0, 2, 2); }
 Test(memory_plan, bf16_tp2_pp2_dp2_zero3) { check_bf16(2, 2, 2, false, "1f1b", 0, 2, 3); }
+
+/* The Llama family: its own buffers (RMSNorm statistics, q|k|v of grouped-query heads, SwiGLU, the
+ * rotary tables), split and shared key/value heads, its untied head. */
+Test(memory_plan, llama_tp2_pp2) { check_model(true, 2, 2, 1, false, "1f1b", 0, 4, 0, false); }
+Test(memory_plan, llama_tp4_sp) { check_model(true, 4, 1, 1, true, "1f1b", 0, 1, 0, false); }
+Test(memory_plan, llama_pp2_interleaved) { check_model(true, 1, 2, 1, false, "interleaved", 2, 4, 0, false); }
+Test(memory_plan, llama_tp2_pp2_dp2_zero3) { check_model(true, 2, 2, 2, false, "1f1b", 0, 2, 3, false); }
+Test(memory_plan, llama_bf16_tp2_dp2_zero2) { check_model(true, 2, 1, 2, false, "1f1b", 0, 2, 2, true); }
