@@ -167,7 +167,7 @@ static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
         return TRI_ERR(TRI_EINVAL, "%s: \"hidden_size\" %d is not divisible by \"num_attention_heads\" %d (give "
                        "\"head_dim\")", src, c->hidden_size, c->num_attention_heads);
     rc = opt_int(root, "num_key_value_heads", 100000, &c->num_key_value_heads, src);
-    if (!rc) rc = opt_int(root, "head_dim", 4096, &c->head_dim, src);
+    if (!rc) rc = opt_int(root, "head_dim", 1 << 20, &c->head_dim, src); /* hidden_size's bound: the default is within it */
     double eps = 1e-6, theta = 10000.0, std = 0.02;
     if (!rc) rc = opt_number(root, "rms_norm_eps", 0, 1, &eps, src);
     if (!rc) rc = opt_number(root, "rope_theta", 0, 1e12, &theta, src);

@@ -3,7 +3,7 @@
 #
 #   tests/fuzz/run.sh [--build-only] [--seconds N | --runs N] [--out DIR] [TARGET...]
 #
-# Targets (tests/fuzz/fuzz_<target>.c): config (models/config.c), token_file (engine/data/token_file.c),
+# Targets (tests/fuzz/fuzz_<target>.c): config (models/config.c, models/llama_config.c), token_file (engine/data/token_file.c),
 # safetensors (checkpoints/safetensors.c: Hugging Face weight files),
 # tokenizer (GPT-2 BPE and byte-level encode/decode of arbitrary bytes), ckpt (checkpoint manifest
 # parse, SHA-256 verification, with TRIDENT_FUZZ_HDF5=1 the HDF5 reads). Each harness is compiled
@@ -43,7 +43,7 @@ hdf5_inc="-I/usr/include/hdf5/serial"
 hdf5_lib="-L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5"
 sources() {
   case $1 in
-    config) echo "models/config.c models/config_file.c engine/core/status.c partitioner/traffic.c" ;;
+    config) echo "models/config.c models/llama_config.c models/config_file.c engine/core/status.c partitioner/transformer.c" ;;
     token_file) echo "engine/data/token_file.c engine/core/status.c" ;;
     safetensors) echo "checkpoints/safetensors.c engine/core/status.c" ;;
     tokenizer) echo "models/tokenizer.c models/tokenizer_gpt2.c models/bytemap.c engine/core/status.c" ;;
