@@ -3,10 +3,13 @@
  * The shipped configs load with the published sizes and parameter counts; every malformed config
  * is refused with a message naming the source, the key and the offending value. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <string.h>
 
 #include "engine/core/status.h"
 #include "models/config.h"
+#include "models/llama.h"
+#include "models/model.h"
 #include "tests/testutil.h"
 
 static void expect_refused(const char *json, int code, const char *must1, const char *must2)
@@ -125,4 +128,73 @@ Test(config, a_hugging_face_gpt2_config_json_loads)
     tri_gpt_config c;
     cr_expect_eq(tri_gpt_config_parse(&c, hf, "config.json"), TRI_OK, "%s", tri_error_message());
     cr_expect_eq(c.n_layer, 12);
+}
+
+/* ---- the Llama family (models/llama_config.c) ---- */
+
+static void expect_llama_refused(const char *json, const char *must1, const char *must2)
+{
+    tri_llama_config c;
+    int rc = tri_llama_config_parse(&c, json, "cfg.json");
+    const char *msg = tri_error_message();
+    cr_expect_eq(rc, TRI_EINVAL, "config %s: status %d (%s)", json, rc, msg);
+    cr_expect(strstr(msg, "cfg.json") != NULL, "message names the file: %s", msg);
+    cr_expect(strstr(msg, must1) != NULL, "message names '%s': %s", must1, msg);
+    if (must2)
+        cr_expect(strstr(msg, must2) != NULL, "message names '%s': %s", must2, msg);
+}
+
+#define LLAMA "\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, " \
+              "\"num_hidden_layers\": 2, \"vocab_size\": 100, \"max_position_embeddings\": 32"
+
+/* The shipped Llama configs: the published parameter counts (SmolLM-135M 134.5M, Llama 3.2 1B 1.236B,
+ * Llama 3.1 8B 8.030B, 70B 70.55B, 405B 405.85B) and their grouped-query shapes. */
+Test(config, shipped_llama_configs_have_the_published_sizes)
+{
+    struct { const char *file; int L, NH, NH_kv, HS; double params_b; } want[] = {
+        {"models/smollm-135m.json", 30, 9, 3, 64, 0.1345}, {"models/llama-3.2-1b.json", 16, 32, 8, 64, 1.2358},
+        {"models/llama-3.1-8b.json", 32, 32, 8, 128, 8.0303}, {"models/llama-3.1-70b.json", 80, 64, 8, 128, 70.554},
+        {"models/llama-3.1-405b.json", 126, 128, 8, 128, 405.85},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        tri_model m;
+        int rc = tri_model_load(&m, tu_source_path(want[i].file));
+        cr_assert_eq(rc, TRI_OK, "%s: %s", want[i].file, tri_error_message());
+        const tri_llama_config *c = tri_llama_config_of(&m);
+        cr_assert(c, "%s is not a llama", want[i].file);
+        cr_expect(c->num_hidden_layers == want[i].L && c->num_attention_heads == want[i].NH &&
+                  c->num_key_value_heads == want[i].NH_kv && c->head_dim == want[i].HS, "%s: shape", want[i].file);
+        double b = (double)tri_llama_num_params(c) / 1e9;
+        cr_expect(fabs(b / want[i].params_b - 1.0) < 1e-3, "%s: %.4fB parameters, published %.4fB", want[i].file, b,
+                  want[i].params_b);
+        tri_model_free(&m);
+    }
+}
+
+Test(config, llama_defaults_and_rope_scaling)
+{
+    tri_llama_config c;
+    cr_assert_eq(tri_llama_config_parse(&c, "{" LLAMA "}", "cfg.json"), TRI_OK, "%s", tri_error_message());
+    cr_expect(c.num_key_value_heads == 4 && c.head_dim == 16 && !c.tie_word_embeddings && !c.rope_scaling.llama3);
+    cr_expect(c.rope_theta == 10000.0 && c.rms_norm_eps == 1e-6f && c.init_std == 0.02f, "LlamaConfig's defaults");
+    cr_assert_eq(tri_llama_config_parse(&c, "{" LLAMA ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                                        "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                                        "\"original_max_position_embeddings\": 8192}}", "cfg.json"), TRI_OK, "%s",
+                 tri_error_message());
+    cr_expect(c.rope_scaling.llama3 && c.rope_scaling.factor == 8.0f && c.rope_scaling.original_max_positions == 8192);
+}
+
+Test(config, llama_refusals_name_the_key_and_value)
+{
+    expect_llama_refused("{" LLAMA ", \"hidden_act\": \"gelu\"}", "hidden_act", "\"gelu\"");
+    expect_llama_refused("{" LLAMA ", \"num_key_value_heads\": 3}", "num_key_value_heads", "3");
+    expect_llama_refused("{" LLAMA ", \"head_dim\": 15}", "head_dim", "15");
+    expect_llama_refused("{" LLAMA ", \"sliding_window\": 4096}", "unknown key", "sliding_window");
+    expect_llama_refused("{" LLAMA ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", "rope_scaling",
+                         "yarn");
+    expect_llama_refused("{" LLAMA ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}", "rope_scaling",
+                         "low_freq_factor");
+    expect_llama_refused("{" LLAMA ", \"attention_dropout\": 0.1}", "attention_dropout", "0.1");
+    expect_llama_refused("{\"model_type\": \"llama\", \"hidden_size\": 64}", "intermediate_size", "missing");
+    expect_llama_refused("{" LLAMA ", \"tie_word_embeddings\": 1}", "tie_word_embeddings", "true or false");
 }
