@@ -108,7 +108,8 @@ static int parse_root(tri_gpt_config *cfg, const cJSON *root, const char *src)
     char v[96];
     if (!cJSON_IsObject(root))
         return TRI_ERR(TRI_EINVAL, "%s: expected a JSON object at the top level", src);
-    int rc = check_keys(root, src);
+    int rc = tri_config_check_unique(root, src);
+    if (!rc) rc = check_keys(root, src);
     if (!rc) rc = tri_config_get_int(root, "n_layer", 100000, &cfg->n_layer, src);
     if (!rc) rc = tri_config_get_int(root, "n_head", 100000, &cfg->n_head, src);
     if (!rc) rc = tri_config_get_int(root, "n_embd", 1 << 20, &cfg->n_embd, src);

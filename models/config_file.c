@@ -77,3 +77,12 @@ int tri_config_get_int(const cJSON *root, const char *key, int max, int *out, co
     *out = (int)item->valuedouble;
     return TRI_OK;
 }
+
+int tri_config_check_unique(const cJSON *root, const char *src)
+{
+    for (const cJSON *a = root->child; a; a = a->next)
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (a->string && b->string && strcmp(a->string, b->string) == 0)
+                return TRI_ERR(TRI_EINVAL, "%s: key \"%s\" appears more than once", src, a->string);
+    return TRI_OK;
+}

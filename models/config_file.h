@@ -23,4 +23,8 @@ const char *tri_config_value_text(const cJSON *item, char *buf, size_t cap);
  * missing, not an integer or out of range. */
 int tri_config_get_int(const cJSON *root, const char *key, int max, int *out, const char *src);
 
+/* Every key of the object root once: TRI_EINVAL naming src and the repeated key (JSON allows
+ * repeats, and a parser would silently take one of them). */
+int tri_config_check_unique(const cJSON *root, const char *src);
+
 #endif

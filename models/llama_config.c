@@ -152,7 +152,8 @@ static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
 {
     if (!cJSON_IsObject(root))
         return TRI_ERR(TRI_EINVAL, "%s: expected a JSON object at the top level", src);
-    int rc = check_keys(root, src);
+    int rc = tri_config_check_unique(root, src);
+    if (!rc) rc = check_keys(root, src);
     if (!rc) rc = tri_config_get_int(root, "hidden_size", 1 << 20, &c->hidden_size, src);
     if (!rc) rc = tri_config_get_int(root, "intermediate_size", 1 << 22, &c->intermediate_size, src);
     if (!rc) rc = tri_config_get_int(root, "num_attention_heads", 100000, &c->num_attention_heads, src);

@@ -197,4 +197,6 @@ Test(config, llama_refusals_name_the_key_and_value)
     expect_llama_refused("{" LLAMA ", \"attention_dropout\": 0.1}", "attention_dropout", "0.1");
     expect_llama_refused("{\"model_type\": \"llama\", \"hidden_size\": 64}", "intermediate_size", "missing");
     expect_llama_refused("{" LLAMA ", \"tie_word_embeddings\": 1}", "tie_word_embeddings", "true or false");
+    expect_llama_refused("{" LLAMA ", \"hidden_size\": 128}", "hidden_size", "more than once");
+    expect_refused("{" BASE ", \"n_layer\": 4}", TRI_EINVAL, "n_layer", "more than once");
 }

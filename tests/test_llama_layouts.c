@@ -200,3 +200,35 @@ Test(llama_layouts, bf16, .timeout = 300)
     free(w);
     tri_model_free(&m);
 }
+
+/* What the model refuses beyond the layout rules (tri_llama_check), naming the flag and the values. */
+Test(llama_layouts, refusals_name_the_flag_and_values)
+{
+    struct { const char *json; int tp; int attention; const char *must; } cases[] = {
+        /* 6 query heads, 3 key/value heads: tp 2 splits the queries, but 2 and 3 do not divide each other */
+        {"\"hidden_size\": 96, \"num_attention_heads\": 6, \"num_key_value_heads\": 3, \"intermediate_size\": 128", 2, 0,
+         "num_key_value_heads 3"},
+        {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 128", 1, 1,
+         "--attention-backend unfused"},
+        /* a rank's q bias of 2 heads of 16 is 32 elements: the fused q|k|v bias cannot be viewed in place */
+        {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 128, \"attention_bias\": true", 2, 0,
+         "q_proj bias's"},
+        {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 100", 8, 0, "num_attention_heads 4"},
+        {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 102", 4, 0, "intermediate_size 102"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"vocab_size\": 100, "
+                 "\"max_position_embeddings\": 16, %s}", cases[i].json);
+        tri_model m;
+        cr_assert_eq(tri_model_parse(&m, json, "refused"), TRI_OK, "%s", tri_error_message());
+        tri_train_layout run = {.tp = cases[i].tp, .pp = 1, .dp = 1, .B = 1, .T = 8,
+                                .attention = (tri_attention_backend)cases[i].attention};
+        tri_chunk_place place = {.layer_start = 0, .layer_end = 2, .first = true, .last = true, .n_slots = 1};
+        int rc = tri_llama_check(tri_llama_config_of(&m), &run, &place);
+        cr_expect_eq(rc, TRI_EINVAL, "case %zu accepted", i);
+        cr_expect(strstr(tri_error_message(), cases[i].must), "case %zu: '%s' not in: %s", i, cases[i].must,
+                  tri_error_message());
+        tri_model_free(&m);
+    }
+}
