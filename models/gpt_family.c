@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "engine/core/status.h"
+#include "models/gpt_formats.h"
 
 static int parse(void **cfg, const char *json, const char *source)
 {
@@ -88,6 +89,35 @@ static int logits_row(void *model, int slot, int64_t row, float *logits)
     return tri_gpt_read_logits_row(model, row, logits);
 }
 
+/* ---- Hugging Face (GPT2LMHeadModel: gpt_hf.c) ---- */
+
+static int hf_parse(void **cfg, const char *json, const char *source)
+{
+    tri_gpt_config *c = malloc(sizeof *c);
+    if (!c)
+        return TRI_ERR(TRI_ENOMEM, "out of memory for a model config");
+    int rc = tri_gpt_hf_parse_config(c, json, source);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *cfg = c;
+    return TRI_OK;
+}
+
+static int hf_config(const void *cfg, const char *torch_dtype, char **json)
+{
+    return tri_gpt_hf_config(cfg, torch_dtype, json);
+}
+
+/* GPT-2 always ties lm_head to wte; transformers drops it on save, older files keep it. */
+static const char *hf_tied_head(const void *cfg, const char **param)
+{
+    (void)cfg;
+    *param = "wte";
+    return "lm_head.weight";
+}
+
 const tri_model_family tri_gpt2_family = {
     .type = "gpt2",
     .parse = parse,
@@ -103,6 +133,15 @@ const tri_model_family tri_gpt2_family = {
     .destroy = destroy,
     .plan = plan,
     .logits_row = logits_row,
+    .title = "GPT-2",
+    .hf_name = tri_gpt_hf_full_name,
+    .hf_optional_prefix = TRI_GPT_HF_PREFIX,
+    .hf_shape = tri_gpt_hf_shape,
+    .hf_transposed = tri_gpt_hf_conv1d,
+    .hf_parse = hf_parse,
+    .hf_config = hf_config,
+    .hf_skipped = tri_gpt_hf_skipped,
+    .hf_tied_head = hf_tied_head,
 };
 
 tri_model tri_gpt_model(const tri_gpt_config *cfg)

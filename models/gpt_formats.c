@@ -1,5 +1,5 @@
 /* models/gpt_formats.c - the single-file safetensors export, llm.c import and export (see
- * gpt_formats.h; Hugging Face directories are gpt_hf.c's). */
+ * gpt_formats.h; Hugging Face directories are hf.c's, GPT-2's names and shapes there gpt_hf.c's). */
 #include "models/gpt_formats.h"
 
 #include <cJSON.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "models/gpt.h"
 
 static int write_all(FILE *f, const void *p, size_t n, const char *path)
 {
@@ -160,16 +161,8 @@ int tri_export_llmc(tri_ckpt_reader *r, const tri_gpt_config *cfg, const char *o
     return rc;
 }
 
-void tri_gpt_host_weights_free(tri_gpt_host_weights *m)
-{
-    for (int i = 0; m->data && i < m->n; i++)
-        free(m->data[i]);
-    free(m->data);
-    free(m->names);
-    memset(m, 0, sizeof *m);
-}
-
-static int check_header(const char *path, const int32_t *h, tri_gpt_host_weights *m)
+/* The header's model (cfg), version and padded vocabulary, validated. */
+static int check_header(const char *path, const int32_t *h, tri_gpt_config *cfg, int *version, int *padded)
 {
     if (h[0] != TRI_LLMC_MAGIC)
         return TRI_ERR(TRI_ECORRUPT, "%s: magic %d is not llm.c's model magic %d", path, h[0], TRI_LLMC_MAGIC);
@@ -184,32 +177,45 @@ static int check_header(const char *path, const int32_t *h, tri_gpt_host_weights
         if (v < 1 || v > max[i])
             return TRI_ERR(TRI_ECORRUPT, "%s: header field %s = %d is outside [1, %d]", path, names[i], v, max[i]);
     }
-    m->version = h[1];
-    m->padded_vocab = h[1] == 3 ? h[7] : h[3];
-    if (m->padded_vocab < h[3])
-        return TRI_ERR(TRI_ECORRUPT, "%s: padded_vocab_size %d is below vocab_size %d", path, m->padded_vocab, h[3]);
+    *version = h[1];
+    *padded = h[1] == 3 ? h[7] : h[3];
+    if (*padded < h[3])
+        return TRI_ERR(TRI_ECORRUPT, "%s: padded_vocab_size %d is below vocab_size %d", path, *padded, h[3]);
     if (h[6] % h[5] != 0)
         return TRI_ERR(TRI_ECORRUPT, "%s: channels %d is not divisible by num_heads %d", path, h[6], h[5]);
-    m->cfg = (tri_gpt_config){.n_positions = h[2], .vocab_size = h[3], .n_layer = h[4], .n_head = h[5],
-                              .n_embd = h[6], .init_std = 0.02f};
+    *cfg = (tri_gpt_config){.n_positions = h[2], .vocab_size = h[3], .n_layer = h[4], .n_head = h[5],
+                            .n_embd = h[6], .init_std = 0.02f};
     const char *base = strrchr(path, '/');
-    snprintf(m->cfg.name, sizeof m->cfg.name, "%s", base ? base + 1 : path);
+    snprintf(cfg->name, sizeof cfg->name, "%s", base ? base + 1 : path);
     return TRI_OK;
 }
 
-int tri_llmc_read(const char *path, tri_gpt_host_weights *m)
+/* w->model: GPT-2 of config cfg (a copy it owns). */
+static int gpt_model_of(tri_host_weights *w, const tri_gpt_config *cfg)
 {
-    memset(m, 0, sizeof *m);
+    tri_gpt_config *own = malloc(sizeof *own);
+    if (!own)
+        return TRI_ERR(TRI_ENOMEM, "out of memory for a model config");
+    *own = *cfg;
+    w->model = tri_gpt_model(own);
+    w->model.owns_cfg = true;
+    return TRI_OK;
+}
+
+int tri_llmc_read(const char *path, tri_host_weights *w, int *version, int *padded_vocab)
+{
+    memset(w, 0, sizeof *w);
+    tri_gpt_config cfg = {0};
     FILE *f = fopen(path, "rb");
     if (!f)
         return TRI_ERR(TRI_EIO, "cannot open %s: %s", path, strerror(errno));
     int32_t h[256];
-    int rc = fread(h, sizeof h, 1, f) == 1 ? check_header(path, h, m)
+    int rc = fread(h, sizeof h, 1, f) == 1 ? check_header(path, h, &cfg, version, padded_vocab)
                                            : TRI_ERR(TRI_ECORRUPT, "%s: shorter than llm.c's 1024-byte header", path);
-    int64_t C = m->cfg.n_embd, L = m->cfg.n_layer, Vp = m->padded_vocab, V = m->cfg.vocab_size;
+    int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = rc ? 0 : *padded_vocab, V = cfg.vocab_size;
     int64_t total = 0;
     for (int k = 0; k < 16 && !rc; k++)
-        total += llmc_numel(k, Vp, m->cfg.n_positions, C) * (llmc_order[k].per_layer ? L : 1);
+        total += llmc_numel(k, Vp, cfg.n_positions, C) * (llmc_order[k].per_layer ? L : 1);
     float *all = NULL;
     if (!rc) {
         fseek(f, 0, SEEK_END);
@@ -229,32 +235,27 @@ int tri_llmc_read(const char *path, tri_gpt_host_weights *m)
         if (all[i] != 0.0f)
             rc = TRI_ERR(TRI_EINVAL, "%s: wte's padding row %lld is not zero; llm.c writes zeros there", path,
                          (long long)(i / C));
-    if (!rc) {
-        m->n = 4 + 12 * (int)L;
-        m->names = calloc((size_t)m->n, sizeof *m->names);
-        m->data = calloc((size_t)m->n, sizeof *m->data);
-        if (!m->names || !m->data)
-            rc = TRI_ERR(TRI_ENOMEM, "%s: out of memory", path);
-    }
+    if (!rc) rc = gpt_model_of(w, &cfg);
+    if (!rc) rc = tri_host_weights_alloc(w, 4 + 12 * (int)L, path);
     /* Trident's global order: wte, wpe, block 0's 12, ..., ln_f.w, ln_f.b */
     int64_t at = 0;
     for (int k = 0; k < 16 && !rc; k++)
         for (int64_t l = 0; l < (llmc_order[k].per_layer ? L : 1) && !rc; l++) {
-            int64_t n = llmc_numel(k, Vp, m->cfg.n_positions, C), keep = k == 0 ? V * C : n;
+            int64_t n = llmc_numel(k, Vp, cfg.n_positions, C), keep = k == 0 ? V * C : n;
             int idx = k < 2 ? k : k >= 14 ? 2 + 12 * (int)L + (k - 14) : 2 + 12 * (int)l + (k - 2);
             if (llmc_order[k].per_layer)
-                snprintf(m->names[idx], sizeof m->names[idx], "h.%lld.%s", (long long)l, llmc_order[k].name);
+                snprintf(w->names[idx], sizeof w->names[idx], "h.%lld.%s", (long long)l, llmc_order[k].name);
             else
-                snprintf(m->names[idx], sizeof m->names[idx], "%s", llmc_order[k].name);
-            m->data[idx] = malloc((size_t)keep * sizeof(float));
-            if (!m->data[idx])
+                snprintf(w->names[idx], sizeof w->names[idx], "%s", llmc_order[k].name);
+            w->data[idx] = malloc((size_t)keep * sizeof(float));
+            if (!w->data[idx])
                 rc = TRI_ERR(TRI_ENOMEM, "%s: out of memory", path);
             else
-                memcpy(m->data[idx], all + at, (size_t)keep * sizeof(float));
+                memcpy(w->data[idx], all + at, (size_t)keep * sizeof(float));
             at += n;
         }
     free(all);
     if (rc)
-        tri_gpt_host_weights_free(m);
+        tri_host_weights_free(w);
     return rc;
 }

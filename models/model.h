@@ -55,6 +55,36 @@ typedef struct tri_model_family {
      * (vocab_size floats, host) of its token row `row`, gathered over TP (collective over the TP
      * group). */
     int (*logits_row)(void *model, int slot, int64_t row, float *logits);
+    /* ---- Hugging Face model directories (models/hf.h: `ckpt import/export --format hf`) ----
+     * A family without a Hugging Face mapping leaves hf_name NULL; the optional hooks below it may
+     * be NULL where the family needs nothing (the same shape, no transpose, ...). */
+    const char *title;    /* the family's name in messages, e.g. "GPT-2" */
+    /* The full tensor name transformers saves for parameter `name` (the checkpoint key). */
+    void (*hf_name)(const char *name, char *out, size_t cap);
+    /* A prefix of hf_name's names that files may omit (GPT-2 hub files: "transformer."); NULL: none. */
+    const char *hf_optional_prefix;
+    /* Optional: the Hugging Face shape (into out) of parameter `name` of Trident's logical shape;
+     * returns its ndim. NULL: the same shape. */
+    int (*hf_shape)(const char *name, int ndim, const int64_t *shape, int64_t *out);
+    /* Optional: whether the 2-D parameter `name` is stored transposed there ((in, out) where Trident
+     * keeps (out, in)). NULL: none is. */
+    bool (*hf_transposed)(const char *name);
+    /* Optional: the parameter's position in transformers' state_dict order, the order
+     * huggingface_hub fills shards in (any increasing keys). NULL: the global order is that order. */
+    int64_t (*hf_position)(const void *cfg, const char *name);
+    /* Optional: parses a Hugging Face config.json's text (source names it in messages) where it needs
+     * more than parse (e.g. dropping keys Trident does not train with). NULL: parse. */
+    int (*hf_parse)(void **cfg, const char *json, const char *source);
+    /* config.json as transformers writes it for weights stored as torch_dtype ("float32",
+     * "bfloat16", "float16"): the file's whole text, malloc'd. It must read back with hf_parse. */
+    int (*hf_config)(const void *cfg, const char *torch_dtype, char **json);
+    /* Optional: whether a tensor of the files (its full name) is a buffer, not a parameter, that
+     * import skips (e.g. GPT-2's causal mask, Llama's rotary inv_freq). */
+    bool (*hf_skipped)(const char *hf_name);
+    /* Optional: the name of an LM head the files may store although the config ties it to an
+     * embedding (transformers' save_pretrained drops it, other writers keep it), and in *param the
+     * parameter it must equal; NULL when the config has no such head. */
+    const char *(*hf_tied_head)(const void *cfg, const char **param);
 } tri_model_family;
 
 /* A model: its family, its config and its name (for logs and checkpoints: the config file's base

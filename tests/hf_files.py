@@ -1,5 +1,6 @@
-"""tests/hf_files.py - Hugging Face GPT-2 model directories for tests/hf_interop.sh, written from the
-published formats with numpy and torch only (no transformers, no safetensors package here).
+"""tests/hf_files.py - Hugging Face model directories (GPT-2, Llama) for tests/hf_interop.sh and
+tests/hf_llama.sh, written from the published formats with numpy and torch only (no transformers, no
+safetensors package here).
 
   write DIR LLMC V L NH C T DTYPE SHARD_BYTES PREFIX
       DIR: config.json (GPT2Config as transformers writes it, dropout 0.1 as in the gpt2 hub config)
@@ -8,8 +9,18 @@ published formats with numpy and torch only (no transformers, no safetensors pac
       hub's gpt2 files), one model.safetensors or, above SHARD_BYTES, shards and an index split as
       huggingface_hub does; LLMC: the same weights (rounded to DTYPE) as an llm.c model file, written
       independently, so `ckpt import --format hf` then `ckpt export --format llmc` must equal it.
+  write-llama DIR V L NH NH_KV C F T DTYPE SHARD_BYTES TIED [HEAD_DIM BIAS ROPE]
+      DIR: config.json (LlamaConfig as transformers writes it; HEAD_DIM 0 or absent: C / NH; BIAS 1:
+      attention_bias and mlp_bias; ROPE llama3: Llama 3's rope_scaling and rope_theta 500000) and the
+      weights of a random LlamaForCausalLM in DTYPE under transformers' names and (out, in) shapes,
+      in its state_dict order (so shards split as save_pretrained splits them); TIED 1: no
+      lm_head.weight (tie_word_embeddings, as save_pretrained drops it).
+  compare DIR_A DIR_B
+      the same tensor names, shapes and values (as float32) in both directories (one file or shards),
+      and DIR_B's config.json agrees with DIR_A's on every key both have.
   corrupt KIND SRC DST
-      a copy of safetensors file SRC with one defect KIND (see below), for the refusal tests.
+      a copy of safetensors file SRC (GPT-2 or Llama) with one defect KIND (see below), for the
+      refusal tests.
 
 safetensors (huggingface/safetensors README, and its serialize): u64 header length, the header as
 compact JSON ("__metadata__" first, tensors sorted by dtype, wider first, then name), padded with
@@ -88,20 +99,7 @@ def write(d, llmc, V, L, NH, C, T, dtype, shard_bytes, prefix):
         data, back = raw(a, dtype)
         tensors[pre + n] = (dtype, a.shape, data)
         kept[n] = back
-    names = list(tensors)
-    sizes = {k: len(tensors[k][2]) for k in names}
-    shards = split_shards(names, sizes, shard_bytes)
-    os.makedirs(d, exist_ok=True)
-    if len(shards) == 1:
-        open(f"{d}/model.safetensors", "wb").write(safetensors_bytes(tensors))
-    else:
-        wm = {}
-        for s, ks in enumerate(shards):
-            fn = f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors"
-            open(f"{d}/{fn}", "wb").write(safetensors_bytes({k: tensors[k] for k in ks}))
-            wm.update({k: fn for k in ks})
-        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": wm}
-        open(f"{d}/model.safetensors.index.json", "w").write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    n_shards = write_dir(d, tensors, shard_bytes)
     config = {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
               "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
               "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": T, "n_embd": C, "n_head": NH,
@@ -128,7 +126,107 @@ def write(d, llmc, V, L, NH, C, T, dtype, shard_bytes, prefix):
                 f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
         f.write(kept["ln_f.weight"].astype("<f4").tobytes())
         f.write(kept["ln_f.bias"].astype("<f4").tobytes())
-    print(f"wrote {d}: {len(names)} tensors in {dtype}, {len(shards)} file(s); {llmc}")
+    print(f"wrote {d}: {len(tensors)} tensors in {dtype}, {n_shards} file(s); {llmc}")
+
+
+def write_dir(d, tensors, shard_bytes):
+    """tensors (state_dict order): one model.safetensors, or shards and an index above shard_bytes."""
+    names = list(tensors)
+    sizes = {k: len(tensors[k][2]) for k in names}
+    shards = split_shards(names, sizes, shard_bytes)
+    os.makedirs(d, exist_ok=True)
+    if len(shards) == 1:
+        open(f"{d}/model.safetensors", "wb").write(safetensors_bytes(tensors))
+    else:
+        wm = {}
+        for s, ks in enumerate(shards):
+            fn = f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors"
+            open(f"{d}/{fn}", "wb").write(safetensors_bytes({k: tensors[k] for k in ks}))
+            wm.update({k: fn for k in ks})
+        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": wm}
+        open(f"{d}/model.safetensors.index.json", "w").write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return len(shards)
+
+
+def write_llama(d, V, L, NH, NKV, C, F, T, dtype, shard_bytes, tied, head_dim="0", bias="0", rope="none"):
+    V, L, NH, NKV, C, F, T, shard_bytes = (int(x) for x in (V, L, NH, NKV, C, F, T, shard_bytes))
+    HS = int(head_dim) or C // NH
+    tied, bias = tied == "1", bias == "1"
+    rng = np.random.default_rng(13)
+    w = {"model.embed_tokens.weight": rng.normal(0, 0.02, (V, C))}
+    linear = [("self_attn.q_proj", NH * HS, C, bias), ("self_attn.k_proj", NKV * HS, C, bias),
+              ("self_attn.v_proj", NKV * HS, C, bias), ("self_attn.o_proj", C, NH * HS, bias),
+              ("mlp.gate_proj", F, C, bias), ("mlp.up_proj", F, C, bias), ("mlp.down_proj", C, F, bias)]
+    for i in range(L):  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
+        for n, out, inp, b in linear:
+            w[f"model.layers.{i}.{n}.weight"] = rng.normal(0, 0.02, (out, inp))
+            if b:
+                w[f"model.layers.{i}.{n}.bias"] = rng.normal(0, 0.02, (out,))
+        w[f"model.layers.{i}.input_layernorm.weight"] = rng.normal(1.0, 0.02, (C,))
+        w[f"model.layers.{i}.post_attention_layernorm.weight"] = rng.normal(1.0, 0.02, (C,))
+    w["model.norm.weight"] = rng.normal(1.0, 0.02, (C,))
+    if not tied:
+        w["lm_head.weight"] = rng.normal(0, 0.02, (V, C))
+    tensors = {n: (dtype, a.shape, raw(a, dtype)[0]) for n, a in w.items()}
+    n_shards = write_dir(d, tensors, shard_bytes)
+    llama3 = rope == "llama3"
+    config = {"architectures": ["LlamaForCausalLM"], "attention_bias": bias, "attention_dropout": 0.0,
+              "bos_token_id": 1, "eos_token_id": 2, "head_dim": HS, "hidden_act": "silu", "hidden_size": C,
+              "initializer_range": 0.02, "intermediate_size": F, "max_position_embeddings": T, "mlp_bias": bias,
+              "model_type": "llama", "num_attention_heads": NH, "num_hidden_layers": L, "num_key_value_heads": NKV,
+              "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+              "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                               "original_max_position_embeddings": T // 2, "rope_type": "llama3"} if llama3 else None,
+              "rope_theta": 500000.0 if llama3 else 10000.0, "tie_word_embeddings": tied,
+              "torch_dtype": {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype],
+              "transformers_version": "4.46.0", "use_cache": True, "vocab_size": V}
+    open(f"{d}/config.json", "w").write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {d}: {len(tensors)} tensors in {dtype}, {n_shards} file(s)")
+
+
+def read_safetensors(path):
+    """name -> float32 array (F32, BF16, F16), from the published format."""
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        lo, hi = v["data_offsets"]
+        data = b[8 + n + lo:8 + n + hi]
+        if v["dtype"] == "F32":
+            a = np.frombuffer(data, dtype="<f4")
+        elif v["dtype"] == "F16":
+            a = np.frombuffer(data, dtype="<f2").astype("<f4")
+        else:  # BF16: the top half of a float32
+            a = (np.frombuffer(data, dtype="<u2").astype("<u4") << 16).view("<f4")
+        out[k] = a.reshape(v["shape"])
+    return out
+
+
+def read_dir(d):
+    if os.path.exists(f"{d}/model.safetensors"):
+        return read_safetensors(f"{d}/model.safetensors")
+    files = sorted(set(json.load(open(f"{d}/model.safetensors.index.json"))["weight_map"].values()))
+    out = {}
+    for f in files:
+        out.update(read_safetensors(f"{d}/{f}"))
+    return out
+
+
+def compare(a, b):
+    ta, tb = read_dir(a), read_dir(b)
+    if set(ta) != set(tb):
+        sys.exit(f"different tensors: only in {a}: {sorted(set(ta) - set(tb))}; only in {b}: {sorted(set(tb) - set(ta))}")
+    for k in ta:
+        if ta[k].shape != tb[k].shape or not np.array_equal(ta[k], tb[k]):
+            sys.exit(f"tensor {k} differs: shape {ta[k].shape} vs {tb[k].shape}")
+    ca, cb = json.load(open(f"{a}/config.json")), json.load(open(f"{b}/config.json"))
+    for k in cb:
+        if k in ca and k != "torch_dtype" and ca[k] != cb[k]:
+            sys.exit(f"config.json key {k}: {ca[k]!r} in {a}, {cb[k]!r} in {b}")
+    print(f"same {len(ta)} tensors and config")
 
 
 def corrupt(kind, src, dst):
@@ -137,6 +235,8 @@ def corrupt(kind, src, dst):
     h = json.loads(b[8:8 + n])
     data = b[8 + n:]
     names = [k for k in h if k != "__metadata__"]
+    gpt = "transformer.wte.weight" in h
+    embed = "transformer.wte.weight" if gpt else "model.embed_tokens.weight"
     first = min(names, key=lambda k: h[k]["data_offsets"][0])
     second = sorted(names, key=lambda k: h[k]["data_offsets"][0])[1]
 
@@ -158,26 +258,27 @@ def corrupt(kind, src, dst):
         h[first]["dtype"] = "Q4_K"
         out = emit(h, data)
     elif kind == "shape":  # a shape the config does not have, with consistent offsets
-        s = h["transformer.ln_f.weight"]
+        s = h["transformer.ln_f.weight" if gpt else "model.norm.weight"]
         s["shape"] = [s["shape"][0] // 2, 2]
         out = emit(h, data)
-    elif kind == "missing":  # drop ln_f.bias and its bytes (the last data, so the rest stays in place)
-        gone = "transformer.ln_f.bias"
+    elif kind == "missing":  # drop a tensor and its bytes (the later ones move up)
+        gone = "transformer.ln_f.bias" if gpt else "model.layers.1.mlp.up_proj.weight"
         lo, hi = h[gone]["data_offsets"]
         del h[gone]
         for k in names:
             if k != gone and h[k]["data_offsets"][0] >= hi:
                 h[k]["data_offsets"] = [h[k]["data_offsets"][0] - (hi - lo), h[k]["data_offsets"][1] - (hi - lo)]
         out = emit(h, data[:lo] + data[hi:])
-    elif kind == "unknown":  # an extra tensor that is no GPT-2 parameter
-        h["transformer.h.0.attn.rotary"] = {"dtype": h[first]["dtype"], "shape": [1],
+    elif kind == "unknown":  # an extra tensor that is no parameter of the model
+        h["transformer.h.0.attn.rotary" if gpt else "model.layers.0.self_attn.q_norm.weight"] = {"dtype": h[first]["dtype"], "shape": [1],
                                              "data_offsets": [len(data), len(data) + (4 if h[first]["dtype"] == "F32" else 2)]}
         out = emit(h, data + b"\0" * (4 if h[first]["dtype"] == "F32" else 2))
-    elif kind == "untied":  # an lm_head.weight that differs from wte
-        w = h["transformer.wte.weight"]
+    elif kind in ("untied", "tied-head"):  # an lm_head.weight that differs from the embedding, or equals it
+        w = h[embed]
         lo, hi = w["data_offsets"]
         head = bytearray(data[lo:hi])
-        head[0] ^= 0x40
+        if kind == "untied":
+            head[0] ^= 0x40
         h["lm_head.weight"] = {"dtype": w["dtype"], "shape": w["shape"], "data_offsets": [len(data), len(data) + hi - lo]}
         out = emit(h, data + bytes(head))
     elif kind == "mask-buffer":  # not a defect: the causal-mask buffer older GPT-2 files carry
@@ -185,6 +286,14 @@ def corrupt(kind, src, dst):
         mask = np.tril(np.ones((T, T), dtype="<f4")).reshape(1, 1, T, T).tobytes()
         h["transformer.h.0.attn.bias"] = {"dtype": "F32", "shape": [1, 1, T, T], "data_offsets": [len(data), len(data) + len(mask)]}
         out = emit(h, data + mask)
+    elif kind == "rotary-buffer":  # not a defect: the inv_freq buffers older Llama files carry
+        HS = json.load(open(os.path.join(os.path.dirname(src), "config.json")))["head_dim"]
+        inv = (1.0 / 10000.0 ** (np.arange(0, HS, 2, dtype="<f4") / HS)).astype("<f4").tobytes()
+        for i in sorted({int(k.split(".")[2]) for k in names if k.startswith("model.layers.")}):
+            h[f"model.layers.{i}.self_attn.rotary_emb.inv_freq"] = {
+                "dtype": "F32", "shape": [HS // 2], "data_offsets": [len(data), len(data) + len(inv)]}
+            data += inv
+        out = emit(h, data)
     else:
         sys.exit(f"unknown defect {kind}")
     open(dst, "wb").write(out)
@@ -193,6 +302,10 @@ def corrupt(kind, src, dst):
 if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(*sys.argv[2:12])
+    elif sys.argv[1] == "write-llama":
+        write_llama(*sys.argv[2:17])
+    elif sys.argv[1] == "compare":
+        compare(*sys.argv[2:4])
     elif sys.argv[1] == "corrupt":
         corrupt(*sys.argv[2:5])
     else:

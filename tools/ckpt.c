@@ -10,14 +10,16 @@
  *                                shard from SRC exactly as a resumed run would, then they save)
  *   ckpt merge SRC OUT.h5        one HDF5 file with full tensors (weights, exp_avg/, exp_avg_sq/)
  *   ckpt export --format safetensors|llmc SRC OUT
- *                                Hugging Face GPT-2 names and Conv1D layout, or llm.c's model file
+ *                                GPT-2: Hugging Face names and Conv1D layout, or llm.c's model file
  *   ckpt export --format hf [--dtype fp32|bf16|fp16] [--max-shard-size 5GB] SRC DIR
  *                                a Hugging Face model directory (config.json, model.safetensors or
  *                                shards with model.safetensors.index.json), as save_pretrained writes
+ *                                (GPT-2 or Llama)
  *   ckpt import --format llmc GPT2.bin OUT
  *   ckpt import --format hf DIR OUT
- *                                llm.c's GPT-2 weights, or a Hugging Face GPT-2 directory, as step 0
- *                                of run directory OUT (with OUT/config.json), to fine-tune with
+ *                                llm.c's GPT-2 weights, or a Hugging Face directory (GPT-2 or Llama:
+ *                                config.json's model_type), as step 0 of run directory OUT (with
+ *                                OUT/config.json), to fine-tune with
  *                                engine_train --config OUT/config.json --load OUT in any layout
  *
  * Long conversions print a progress bar on stderr. Errors name the file and the tensor. */
@@ -36,6 +38,8 @@
 #include "engine/device/device.h"
 #include "models/gpt.h"
 #include "models/gpt_formats.h"
+#include "models/hf.h"
+#include "models/host_weights.h"
 #include "models/model.h"
 #include "models/session.h"
 #include "models/session_checkpoint.h"
@@ -245,15 +249,16 @@ static int export_weights(const args *a, const char *src, const char *out)
     r.progress = progress;
     rc = tri_ckpt_reader_verify_all(&r);
     if (!rc) rc = model_of(&r.m, &model, r.dir);
+    bool hf = strcmp(format, "hf") == 0;
     const tri_gpt_config *cfg = rc ? NULL : tri_gpt_config_of(&model);
-    if (!rc && !cfg)
+    if (!rc && !hf && !cfg)
         rc = TRI_ERR(TRI_EINVAL, "%s: export --format %s writes GPT-2 weights; this checkpoint's model_type is \"%s\"",
                      r.dir, format, model.family->type);
     uint64_t shard_bytes = TRI_HF_DEFAULT_SHARD_BYTES;
     if (!rc && a->max_shard_size) rc = tri_hf_parse_size(a->max_shard_size, &shard_bytes);
     tri_st_dtype dtype = strcmp(a->dtype, "bf16") == 0 ? TRI_ST_BF16 : strcmp(a->dtype, "fp16") == 0 ? TRI_ST_F16
                                                                                                   : TRI_ST_F32;
-    if (!rc && strcmp(format, "hf") != 0 && (a->max_shard_size || dtype != TRI_ST_F32))
+    if (!rc && !hf && (a->max_shard_size || dtype != TRI_ST_F32))
         rc = TRI_ERR(TRI_EINVAL, "--dtype and --max-shard-size apply to --format hf, not %s", format);
     if (!rc) {
         if (strcmp(format, "safetensors") == 0)
@@ -261,7 +266,7 @@ static int export_weights(const args *a, const char *src, const char *out)
         else if (strcmp(format, "llmc") == 0)
             rc = tri_export_llmc(&r, cfg, out);
         else
-            rc = tri_export_hf(&r, cfg, out, dtype, shard_bytes);
+            rc = tri_hf_export(&r, &model, out, dtype, shard_bytes);
     }
     tri_model_free(&model);
     tri_ckpt_reader_close(&r);
@@ -274,7 +279,7 @@ typedef struct job {
     tri_model model;
     tri_ckpt_manifest src;      /* the source's manifest (run settings), NULL files */
     const char *load;           /* reshard: the source; NULL for import */
-    const tri_gpt_host_weights *weights; /* import: the weights */
+    const tri_host_weights *weights; /* import: the weights */
     const char *out;
     tri_train_layout layout;    /* the target layout (partitioner/constraints.h resolved it) */
     uint64_t seed;
@@ -293,18 +298,15 @@ static int target_layout(const tri_model *model, int tp, int pp, int dp, int zer
     return tri_layout_resolve(&dims, &req, out);
 }
 
-/* Import: the read tensors into this rank's parameters (tp 1, pp 1: whole tensors; wte's padding
- * rows zero). */
-static int write_weights(tri_session *s, const tri_gpt_host_weights *m)
+/* Import: the read tensors into this rank's parameters (tp 1, pp 1: whole tensors; the embedding's
+ * padding rows zero). */
+static int write_weights(tri_session *s, const tri_host_weights *m)
 {
     tri_chunk *c = s->model.chunk[0];
     int rc = TRI_OK;
     for (int i = 0; i < c->layout.n && !rc; i++) {
         const tri_param *p = &c->layout.params[i];
-        int k = -1;
-        for (int j = 0; j < m->n; j++)
-            if (strcmp(m->names[j], p->spec.name) == 0)
-                k = j;
+        int k = tri_host_weights_find(m, p->spec.name);
         if (k < 0)
             return TRI_ERR(TRI_EINVAL, "import: no tensor for %s", p->spec.name);
         float *host = calloc((size_t)p->numel, sizeof *host);
@@ -399,31 +401,36 @@ static int reshard(const args *a, const char *src, const char *out)
 
 static int import_weights(const args *a, const char *src, const char *out)
 {
-    tri_gpt_host_weights m;
+    tri_host_weights w;
+    int version = 0, padded = 0;
     bool hf = strcmp(a->format, "hf") == 0;
     if (!hf && strcmp(a->format, "llmc") != 0)
         return TRI_ERR(TRI_EINVAL, "ckpt import reads --format llmc files or --format hf directories");
-    int rc = hf ? tri_hf_read(src, &m) : tri_llmc_read(src, &m);
+    int rc = hf ? tri_hf_read(src, &w) : tri_llmc_read(src, &w, &version, &padded);
     if (rc)
         return rc;
-    job j = {.weights = &m, .out = out};
+    job j = {.weights = &w, .out = out, .model = w.model};
+    j.model.owns_cfg = false; /* a view: w owns the config */
     j.src.run = (tri_ckpt_run){.global_batch = 1, .micro_batch = 1, .seq_length = 1, .seed = (uint64_t)a->seed,
                                .clip_grad = 1.0f,
                                .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
                                .lr = {.lr = 6e-4f, .min_lr = 6e-5f, .decay_iters = 1, .style = TRI_LR_COSINE}};
+    tri_transformer d = tri_model_dims(&w.model);
+    char source[64];
     if (hf)
-        fprintf(stderr, "%s: Hugging Face GPT-2, %d layers, %d heads, n_embd %d, vocab %d, %d positions\n", src,
-                m.cfg.n_layer, m.cfg.n_head, m.cfg.n_embd, m.cfg.vocab_size, m.cfg.n_positions);
+        snprintf(source, sizeof source, "Hugging Face %s", w.model.family->title);
     else
-        fprintf(stderr, "%s: llm.c version %d, %d layers, %d heads, n_embd %d, vocab %d (padded %d), %d positions\n",
-                src, m.version, m.cfg.n_layer, m.cfg.n_head, m.cfg.n_embd, m.cfg.vocab_size, m.padded_vocab,
-                m.cfg.n_positions);
-    j.model = tri_gpt_model(&m.cfg);
+        snprintf(source, sizeof source, "llm.c version %d", version);
+    fprintf(stderr, "%s: %s, %lld layers, %lld heads, hidden size %lld, vocab %d", src, source, (long long)d.n_layer,
+            (long long)d.n_head, (long long)d.n_embd, tri_model_vocab_size(&w.model));
+    if (!hf)
+        fprintf(stderr, " (padded %d)", padded);
+    fprintf(stderr, ", %lld positions\n", (long long)d.n_positions);
     rc = target_layout(&j.model, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
     if (!rc) rc = tri_run_thread_ranks(1, run_rank, &j);
     char *json = NULL;
     char path[TRI_CKPT_PATH_MAX];
-    if (!rc) rc = tri_gpt_config_to_json(&m.cfg, &json);
+    if (!rc) rc = w.model.family->to_json(w.model.cfg, &json);
     if (!rc) rc = tri_fs_join(path, sizeof path, out, "config.json");
     if (!rc) {
         FILE *f = fopen(path, "w");
@@ -432,7 +439,7 @@ static int import_weights(const args *a, const char *src, const char *out)
             fclose(f);
     }
     free(json);
-    tri_gpt_host_weights_free(&m);
+    tri_host_weights_free(&w);
     return rc;
 }
 
@@ -466,7 +473,7 @@ static const char *usage_text =
     "  ckpt export --format safetensors|llmc SRC OUT\n"
     "  ckpt export --format hf [--dtype fp32|bf16|fp16] [--max-shard-size 5GB] SRC DIR (a Hugging Face model directory)\n"
     "  ckpt import --format llmc GPT2.bin OUT (llm.c weights as step 0 of run directory OUT)\n"
-    "  ckpt import --format hf DIR OUT        (a Hugging Face GPT-2 directory as step 0 of run directory OUT)";
+    "  ckpt import --format hf DIR OUT        (a Hugging Face GPT-2 or Llama directory as step 0 of run directory OUT)";
 
 int main(int argc, char **argv)
 {

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# tests/hf_llama.sh - Hugging Face Llama directories in and out of Trident (the GPT-2 twin of this
+# is tests/hf_interop.sh).
+#
+# tests/hf_files.py write-llama writes LlamaForCausalLM directories from the published formats
+# (config.json as transformers writes a LlamaConfig, safetensors as the reference library
+# serializes, shards as huggingface_hub splits the state_dict). Checked:
+#  1. import then `export --format hf` gives the same safetensors bytes (and index) back: F32 and
+#     F16 one file, BF16 and F32 shards, tied and untied heads, fewer key/value heads than query heads,
+#     biases, head_dim != hidden_size / heads, Llama 3 rope_scaling; the exported config.json
+#     agrees with the original on every key and imports again;
+#  2. the imported checkpoint holds the file's tensors: `export --dtype fp32` equals the original
+#     values under the same names (a one-to-one name mapping);
+#  3. a tied lm_head stored equal to the embedding and older files' rotary inv_freq buffers are
+#     accepted (and not exported);
+#  4. the imported weights fine-tune with engine_train at tp 2 x pp 2;
+#  5. a missing tensor, a wrong shape, an unknown tensor and a stored tied head that differs are
+#     refused naming the file and the tensor; llm.c and plain safetensors exports stay GPT-2's.
+#
+# Usage (CTest): bash hf_llama.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1
+src=$2
+bin="$build/bin"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+py=/usr/bin/python3
+failures=0
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+gen() { $py "$src/tests/hf_files.py" "$@" > /dev/null || fail "hf_files.py $*"; }
+# V L NH NH_KV C F T: C, head_dim 16 x 4 heads and F multiples of 64 for the fused views at tp 2
+dims=(300 2 4 2 64 128 64)
+
+# round DIR NAME [export flags...]: import DIR, export it with the flags and compare the bytes;
+# export fp32 and compare the values and the config.
+round() {
+  local dir=$1 name=$2
+  shift 2
+  rm -rf "$tmp/ck_$name" "$tmp/hf_$name" "$tmp/fp32_$name"
+  "$bin/ckpt" import --format hf "$dir" "$tmp/ck_$name" > "$tmp/import_$name.log" 2>&1 ||
+    { tail -3 "$tmp/import_$name.log"; fail "$name: ckpt import --format hf"; return; }
+  "$bin/ckpt" export --quiet --format hf "$@" "$tmp/ck_$name" "$tmp/hf_$name" > "$tmp/export_$name.log" 2>&1 ||
+    { tail -3 "$tmp/export_$name.log"; fail "$name: export --format hf"; return; }
+  local same=1 n=0
+  for f in "$dir"/*.safetensors "$dir"/model.safetensors.index.json; do
+    [ -f "$f" ] || continue
+    n=$((n + 1))
+    cmp -s "$f" "$tmp/hf_$name/$(basename "$f")" || { same=0; echo "     differs: $(basename "$f")"; }
+  done
+  [ "$(ls "$tmp/hf_$name" | grep -c safetensors)" = "$(ls "$dir" | grep -c safetensors)" ] || same=0
+  [ $same = 1 ] && echo "ok   $name: import -> export --format hf $*: the same $n file(s), byte for byte" \
+    || fail "$name: export --format hf differs from the imported files"
+  "$bin/ckpt" export --quiet --format hf --dtype fp32 "$tmp/ck_$name" "$tmp/fp32_$name" > /dev/null 2>&1 &&
+    out=$($py "$src/tests/hf_files.py" compare "$dir" "$tmp/fp32_$name" 2>&1) &&
+    out2=$($py "$src/tests/hf_files.py" compare "$dir" "$tmp/hf_$name" 2>&1) &&
+    "$bin/ckpt" import --format hf "$tmp/hf_$name" "$tmp/ck2_$name" > /dev/null 2>&1 &&
+    echo "ok   $name: the checkpoint holds the file's values under the same names; config.json agrees and reads back" \
+    || fail "$name: values or config differ: $out ${out2:-}"
+}
+
+# ---- 1, 2: layouts, dtypes, heads ----
+gen write-llama "$tmp/tied" "${dims[@]}" F32 5000000000 1
+round "$tmp/tied" tied_f32 --dtype fp32
+gen write-llama "$tmp/untied" "${dims[@]}" F32 5000000000 0
+round "$tmp/untied" untied_f32
+gen write-llama "$tmp/f16" "${dims[@]}" F16 5000000000 0
+round "$tmp/f16" untied_f16 --dtype fp16
+# shards of at most 40,000 bytes: the embedding and head (76,800 bytes) get one each, the layers'
+# tensors fill the rest in LlamaDecoderLayer's order (attention, MLP, then the norms)
+gen write-llama "$tmp/sh32" "${dims[@]}" F32 40000 0
+[ -f "$tmp/sh32/model.safetensors.index.json" ] && [ "$(ls "$tmp/sh32" | grep -c 'of-')" -gt 3 ] || fail "no shards written"
+round "$tmp/sh32" sharded_f32 --max-shard-size 40000
+gen write-llama "$tmp/sh16" "${dims[@]}" BF16 20000 1
+round "$tmp/sh16" sharded_bf16_tied --dtype bf16 --max-shard-size 20KB
+# biases, head_dim 32 (4 x 32 != 64) and Llama 3's rope_scaling, in BF16 shards
+gen write-llama "$tmp/bias" "${dims[@]}" BF16 20000 0 32 1 llama3
+round "$tmp/bias" bias_rope_bf16 --dtype bf16 --max-shard-size 20000
+grep -q '"rope_type": "llama3"' "$tmp/hf_bias_rope_bf16/config.json" && grep -q '"rope_theta": 500000.0' "$tmp/hf_bias_rope_bf16/config.json" \
+  && grep -q '"rms_norm_eps": 1e-05' "$tmp/hf_bias_rope_bf16/config.json" \
+  && grep -q '"architectures": \[' "$tmp/hf_bias_rope_bf16/config.json" \
+  && echo "ok   the exported config.json is a LlamaConfig as transformers writes it" \
+  || fail "exported config.json: $(cat "$tmp/hf_bias_rope_bf16/config.json")"
+
+# ---- 3: accepted extras: a stored tied head equal to the embedding, rotary buffers ----
+for kind in tied-head rotary-buffer; do
+  rm -rf "$tmp/$kind" && mkdir -p "$tmp/$kind" && cp "$tmp/tied/config.json" "$tmp/$kind/"
+  $py "$src/tests/hf_files.py" corrupt "$kind" "$tmp/tied/model.safetensors" "$tmp/$kind/model.safetensors" || fail "corrupt $kind"
+  rm -rf "$tmp/ck_$kind" "$tmp/hf_$kind"
+  "$bin/ckpt" import --format hf "$tmp/$kind" "$tmp/ck_$kind" > "$tmp/import_$kind.log" 2>&1 &&
+    "$bin/ckpt" export --quiet --format hf "$tmp/ck_$kind" "$tmp/hf_$kind" > /dev/null 2>&1 &&
+    cmp -s "$tmp/tied/model.safetensors" "$tmp/hf_$kind/model.safetensors" \
+    && echo "ok   $kind accepted; the export equals the file without it" || fail "$kind: $(tail -2 "$tmp/import_$kind.log")"
+done
+
+# ---- 4: fine-tune the imported weights in another layout ----
+out=$(mpiexec --oversubscribe --mca btl self,vader -np 4 --timeout 300 "$bin/engine_train" \
+      --config "$tmp/ck_tied_f32/config.json" --load "$tmp/ck_tied_f32" --save-dir "$tmp/ck_tied_f32" \
+      --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --train-iters 2 --seq-length 32 \
+      --eval-iters 1 --sample-length 0 --threads 1 2>&1)
+grep -q "resumed from .* at iteration 0" <<<"$out" && grep -q "trained 2 iterations" <<<"$out" \
+  && echo "ok   fine-tuned the imported Llama at tp 2 x pp 2" || { echo "$out" | tail -5; fail "fine-tuning at tp 2 x pp 2"; }
+
+# ---- 5: refusals ----
+# refused SRC KIND NEEDLE...: SRC's single file with defect KIND is refused, naming the file and NEEDLE
+refused() {
+  local from=$1 kind=$2
+  shift 2
+  rm -rf "$tmp/bad" "$tmp/ck_bad"
+  mkdir -p "$tmp/bad"
+  cp "$from/config.json" "$tmp/bad/"
+  $py "$src/tests/hf_files.py" corrupt "$kind" "$from/model.safetensors" "$tmp/bad/model.safetensors" || fail "corrupt $kind"
+  "$bin/ckpt" import --format hf "$tmp/bad" "$tmp/ck_bad" > "$tmp/bad.log" 2>&1
+  local rc=$? msg
+  msg=$(grep "error:" "$tmp/bad.log")
+  local ok=1
+  [ $rc -ne 0 ] || ok=0
+  grep -qF "$tmp/bad/model.safetensors" <<<"$msg" || ok=0
+  for needle in "$@"; do grep -qF -- "$needle" <<<"$msg" || ok=0; done
+  [ -e "$tmp/ck_bad/latest" ] && ok=0
+  [ $ok = 1 ] && echo "ok   refused $kind: ${msg#*error: }" || fail "$kind not refused as expected (exit $rc): $(tail -2 "$tmp/bad.log")"
+}
+refused "$tmp/untied" missing "no tensor model.layers.1.mlp.up_proj.weight"
+refused "$tmp/untied" shape "model.norm.weight" "has shape (32, 2); the config needs (64)"
+refused "$tmp/untied" unknown "model.layers.0.self_attn.q_norm.weight" "is not a Llama parameter"
+refused "$tmp/tied" untied "lm_head.weight" "differs from model.embed_tokens.weight"
+# an untied config whose file lacks the head
+rm -rf "$tmp/nohead" && mkdir -p "$tmp/nohead" && cp "$tmp/tied/model.safetensors" "$tmp/nohead/"
+sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' "$tmp/tied/config.json" > "$tmp/nohead/config.json"
+out=$("$bin/ckpt" import --format hf "$tmp/nohead" "$tmp/ck_nohead" 2>&1)
+grep -qF "$tmp/nohead/model.safetensors: no tensor lm_head.weight" <<<"$out" \
+  && echo "ok   refused an untied config without lm_head.weight" || fail "untied config without a head: $out"
+# llm.c and plain safetensors files are GPT-2's
+for format in llmc safetensors; do
+  out=$("$bin/ckpt" export --quiet --format $format "$tmp/ck_untied_f32" "$tmp/out.$format" 2>&1)
+  [ $? -ne 0 ] && grep -q "writes GPT-2 weights; this checkpoint's model_type is \"llama\"" <<<"$out" \
+    && echo "ok   export --format $format refuses a Llama" || fail "export --format $format of a Llama: $out"
+done
+
+if [ "$failures" -ne 0 ]; then
+  echo "hf_llama: $failures check(s) failed"
+  exit 1
+fi
+echo "hf_llama: OK"
