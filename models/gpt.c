@@ -326,20 +326,6 @@ int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_lay
     return TRI_OK;
 }
 
-int tri_gpt_plan(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
-                 int tp_rank, size_t bytes[TRI_MEM_KINDS])
-{
-    tri_comm group = {.rank = tp_rank, .size = run->tp}; /* sizes only: planning sends nothing */
-    tri_gpt *m = calloc(1, sizeof *m);
-    if (!m)
-        return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
-    int rc = setup(m, cfg, run, opt, NULL, &group, NULL);
-    if (!rc)
-        memcpy(bytes, m->chunk.arena.by_kind, TRI_MEM_KINDS * sizeof *bytes);
-    tri_gpt_destroy(m);
-    return rc;
-}
-
 void tri_gpt_destroy(tri_gpt *m)
 {
     if (!m)

@@ -126,13 +126,9 @@ int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const 
  * projections scaled by 1/sqrt(2 n_layer); layernorm ones/zeros; biases and vocab padding zero). */
 int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_layout *run,
                    const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
+/* (With dev NULL it only plans, allocating and sending nothing: the chunk's arena holds the bytes
+ * per category, for the partitioner's memory prediction of any layout on any machine.) */
 void tri_gpt_destroy(tri_gpt *m);
-
-/* The bytes per memory category the chunk would allocate on TP rank tp_rank (the very plan
- * tri_gpt_create allocates), without allocating or communicating: for the partitioner's memory
- * prediction of any layout on any machine. */
-int tri_gpt_plan(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
-                 int tp_rank, size_t bytes[TRI_MEM_KINDS]);
 
 /* Copies (B, T+1) token windows into a slot: inputs are the first T of each, targets the last T.
  * The forward, backward and gradient resets go through the chunk (tri_chunk_forward(&m->chunk, ...)). */

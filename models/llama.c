@@ -411,20 +411,6 @@ int tri_llama_create(tri_llama **out, const tri_llama_config *cfg, const tri_tra
     return TRI_OK;
 }
 
-int tri_llama_plan(const tri_llama_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt, int tp_rank,
-                   size_t bytes[TRI_MEM_KINDS])
-{
-    tri_comm group = {.rank = tp_rank, .size = run->tp}; /* sizes only: planning sends nothing */
-    tri_llama *m = calloc(1, sizeof *m);
-    if (!m)
-        return TRI_ERR(TRI_ENOMEM, "llama: out of memory");
-    int rc = setup(m, cfg, run, opt, NULL, &group, NULL);
-    if (!rc)
-        memcpy(bytes, m->chunk.arena.by_kind, TRI_MEM_KINDS * sizeof *bytes);
-    tri_llama_destroy(m);
-    return rc;
-}
-
 void tri_llama_destroy(tri_llama *m)
 {
     if (!m)

@@ -154,12 +154,10 @@ int tri_llama_num_param_tensors(const tri_llama_config *cfg);
  * contiguity, the fused attention. TRI_EINVAL naming the flag, key and values. */
 int tri_llama_check(const tri_llama_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt);
 
-/* Builds the chunk (see tri_gpt_create: the same contract); plan sizes it without allocating. */
+/* Builds the chunk (see tri_gpt_create: the same contract; dev NULL only plans). */
 int tri_llama_create(tri_llama **out, const tri_llama_config *cfg, const tri_train_layout *run,
                      const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
 void tri_llama_destroy(tri_llama *m);
-int tri_llama_plan(const tri_llama_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
-                   int tp_rank, size_t bytes[TRI_MEM_KINDS]);
 
 /* ---- between llama.c, llama_params.c and llama_buffers.c ---- */
 void tri_llama_map_views(tri_llama *m);

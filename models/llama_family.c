@@ -86,12 +86,6 @@ static void destroy(void *model)
     tri_llama_destroy(model);
 }
 
-static int plan(const void *cfg, const tri_train_layout *run, const tri_chunk_place *place, int tp_rank,
-                size_t bytes[TRI_MEM_KINDS])
-{
-    return tri_llama_plan(cfg, run, place, tp_rank, bytes);
-}
-
 static int logits_row(void *model, int slot, int64_t row, float *logits)
 {
     (void)slot; /* the head keeps one logits buffer: the last forward's */
@@ -229,7 +223,6 @@ const tri_model_family tri_llama_family = {
     .check = check,
     .create = create,
     .destroy = destroy,
-    .plan = plan,
     .logits_row = logits_row,
     .title = "Llama",
     .hf_name = hf_name,

@@ -29,8 +29,8 @@ typedef struct tri_model_family {
     /* The architecture as JSON (what a checkpoint records and compares on resume); malloc'd. */
     int (*to_json)(const void *cfg, char **json);
     /* What the partitioner plans with: the layout rules (n_head % tp, T <= n_positions), the stage
-     * split's costs and the time model read a GPT-2-shaped transformer (partitioner/transformer.h);
-     * a family of another block shape maps onto it until those grow its fields. */
+     * split's costs, the memory formulas and the time model read these sizes
+     * (partitioner/transformer.h: GPT-2's block, or a Llama block's widths). */
     tri_transformer (*dims)(const void *cfg);
     int64_t (*num_params)(const void *cfg);        /* the unpadded model's parameters */
     int (*vocab_size)(const void *cfg);            /* real tokens */
@@ -44,11 +44,14 @@ typedef struct tri_model_family {
     /* What the model needs beyond the layout rules (partitioner/constraints.h); no communication. */
     int (*check)(const void *cfg, const tri_train_layout *run, const tri_chunk_place *place);
     /* Builds a chunk (tp_comm and dp_comm of the layout's sizes); *chunk is its engine side. On
-     * failure *model is NULL: everything built is released. */
+     * failure *model is NULL: everything built is released. With dev NULL it only plans: the
+     * chunk's arena holds the bytes per category, nothing is allocated and the comms (a tp_comm of
+     * the group's rank and size only, dp_comm NULL) are not used. */
     int (*create)(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
                   const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
     void (*destroy)(void *model);
-    /* The bytes per memory category create would allocate on TP rank tp_rank, without allocating. */
+    /* Optional: the bytes per memory category create would allocate on TP rank tp_rank, without
+     * allocating. NULL: create with dev NULL says it (models/session.c). */
     int (*plan)(const void *cfg, const tri_train_layout *run, const tri_chunk_place *place, int tp_rank,
                 size_t bytes[TRI_MEM_KINDS]);
     /* The last chunk, after a forward without training of the micro-batch in slot: logits

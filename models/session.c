@@ -185,6 +185,24 @@ void tri_session_destroy(tri_session *s)
     s->have_trainer = s->have_model = s->have_grid = false;
 }
 
+/* The bytes one chunk would allocate on TP rank tp_rank: the family's own plan, or the chunk built
+ * without a device (every family's create only plans then: nothing is allocated or sent). */
+static int chunk_plan(const tri_model *m, const tri_train_layout *l, const tri_chunk_place *place, int tp_rank,
+                      size_t bytes[TRI_MEM_KINDS])
+{
+    if (m->family->plan)
+        return m->family->plan(m->cfg, l, place, tp_rank, bytes);
+    tri_comm group = {.rank = tp_rank, .size = l->tp}; /* sizes only: planning sends nothing */
+    void *impl = NULL;
+    tri_chunk *chunk = NULL;
+    int rc = m->family->create(&impl, &chunk, m->cfg, l, place, NULL, &group, NULL);
+    if (!rc)
+        memcpy(bytes, chunk->arena.by_kind, TRI_MEM_KINDS * sizeof *bytes);
+    if (impl)
+        m->family->destroy(impl);
+    return rc;
+}
+
 int tri_model_rank_plan(const tri_model *m, const tri_model_run *o, int tp_rank, int pp_rank, int dp_rank,
                         size_t bytes[TRI_MEM_KINDS])
 {
@@ -205,7 +223,7 @@ int tri_model_rank_plan(const tri_model *m, const tri_model_run *o, int tp_rank,
     for (int c = 0; c < r.v && !rc; c++) {
         tri_chunk_place place = chunk_place(&r, o, pp_rank, dp_rank, c);
         size_t chunk[TRI_MEM_KINDS];
-        rc = m->family->plan(m->cfg, l, &place, tp_rank, chunk);
+        rc = chunk_plan(m, l, &place, tp_rank, chunk);
         for (int k = 0; k < TRI_MEM_KINDS && !rc; k++)
             bytes[k] += chunk[k];
         tri_param_spec *specs = NULL;
