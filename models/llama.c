@@ -15,12 +15,18 @@
 
 /* ---- checks ---- */
 
+/* A TP rank's key/value heads: its split of them, or the one head it shares (llama.h). */
+static int64_t kv_heads_local(const tri_llama_config *c, int tp)
+{
+    return c->num_key_value_heads >= tp ? c->num_key_value_heads / tp : 1;
+}
+
 /* The fused q|k|v and gate|up views need each shard but the group's last to end where the next
  * begins: a whole number of the layout's alignment (partitioner/layout.h). */
 static int check_fused(const tri_llama_config *c, int tp)
 {
     int64_t C = c->hidden_size, HS = c->head_dim, NH_l = c->num_attention_heads / tp;
-    int64_t NH_kv_l = c->num_key_value_heads >= tp ? c->num_key_value_heads / tp : 1, F_l = c->intermediate_size / tp;
+    int64_t NH_kv_l = kv_heads_local(c, tp), F_l = c->intermediate_size / tp;
     const struct {
         int64_t elems;
         bool used;
@@ -347,7 +353,7 @@ static int setup(tri_llama *m, const tri_llama_config *cfg, const tri_train_layo
     m->N_l = tri_tp_rows(&m->tp, m->N);
     m->HS = cfg->head_dim;
     m->NH_l = cfg->num_attention_heads / tp;
-    m->NH_kv_l = cfg->num_key_value_heads >= tp ? cfg->num_key_value_heads / tp : 1;
+    m->NH_kv_l = kv_heads_local(cfg, tp);
     m->Q_l = m->NH_l * m->HS;
     m->KV_l = m->NH_kv_l * m->HS;
     m->W_l = m->Q_l + 2 * m->KV_l;

@@ -94,7 +94,7 @@ static void chunk_buffers(const tri_transformer *m, const tri_train_layout *l, c
      * rotary tables (s, head_dim / 2) twice */
     *work = e * (2.0 * d.N_l * d.h + d.N * (d.W_l + d.Q_l + d.mlp_work * d.F_l));
     if (m->llama_block && place->layer_end > place->layer_start)
-        *work += 4.0 * d.s * (double)(m->head_dim > 0 ? m->head_dim : m->n_embd / m->n_head);
+        *work += 4.0 * d.s * (double)tri_transformer_head_dim(m);
     *work += l->attention == TRI_ATTENTION_FLASH ? 4.0 * d.b * d.a / d.t * d.s : e * d.b * d.a / d.t * d.s * d.s;
     if (place->last)   /* logits (e bytes); fp32 row maxes and loss statistics */
         *work += e * d.N * d.V_l + 4.0 * 3.0 * d.N;

@@ -9,19 +9,19 @@ int64_t tri_padded_vocab(int64_t vocab_size, int tp)
     return (vocab_size + m - 1) / m * m;
 }
 
-static int64_t head_dim(const tri_transformer *m)
+int64_t tri_transformer_head_dim(const tri_transformer *m)
 {
     return m->head_dim > 0 ? m->head_dim : m->n_embd / m->n_head;
 }
 
 int64_t tri_transformer_q_width(const tri_transformer *m)
 {
-    return m->n_head * head_dim(m);
+    return m->n_head * tri_transformer_head_dim(m);
 }
 
 int64_t tri_transformer_kv_width(const tri_transformer *m)
 {
-    return (m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * head_dim(m);
+    return (m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * tri_transformer_head_dim(m);
 }
 
 int64_t tri_transformer_ffn(const tri_transformer *m)
@@ -38,7 +38,7 @@ double tri_block_matmul_params(const tri_transformer *m)
 
 double tri_transformer_kv_local(const tri_transformer *m, int tp)
 {
-    double kv = (double)tri_transformer_kv_width(m) / tp, hs = (double)head_dim(m);
+    double kv = (double)tri_transformer_kv_width(m) / tp, hs = (double)tri_transformer_head_dim(m);
     return kv > hs ? kv : hs;
 }
 
@@ -69,6 +69,6 @@ void tri_transformer_block_text(const tri_transformer *m, char *buf, size_t cap)
     buf[0] = '\0';
     if (m->llama_block)
         snprintf(buf, cap, " (%lld key/value), head size %lld, SwiGLU %lld",
-                 (long long)(tri_transformer_kv_width(m) / head_dim(m)), (long long)head_dim(m),
+                 (long long)(tri_transformer_kv_width(m) / tri_transformer_head_dim(m)), (long long)tri_transformer_head_dim(m),
                  (long long)tri_transformer_ffn(m));
 }

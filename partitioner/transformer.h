@@ -22,8 +22,9 @@ typedef struct tri_transformer {
     bool untied_head;     /* the LM head is a (V, C) matrix of its own */
 } tri_transformer;
 
-/* The block's widths (the GPT-2 defaults filled in): Q = n_head head_dim (the attention's width),
- * KV = n_kv_head head_dim, F = ffn_hidden. */
+/* The block's widths (the GPT-2 defaults filled in): the head size, Q = n_head head_dim (the
+ * attention's width), KV = n_kv_head head_dim, F = ffn_hidden. */
+int64_t tri_transformer_head_dim(const tri_transformer *m);
 int64_t tri_transformer_q_width(const tri_transformer *m);
 int64_t tri_transformer_kv_width(const tri_transformer *m);
 int64_t tri_transformer_ffn(const tri_transformer *m);
