@@ -8,7 +8,8 @@
 # an SVG renderer (rsvg-convert or ImageMagick, when installed) turns into a PNG; --calibrate
 # reads an engine_train metrics.jsonl and makes the prediction match the measured time; --search
 # prints ten ranked layouts; bad input exits 1 with one message naming the rule and the nearest
-# valid values. Needs python3 (JSON checks).
+# valid values; a Llama (3.1 70B on 64 H100s) shows its block and fits, and a tp its key/value
+# heads cannot take is refused. Needs python3 (JSON checks).
 set -u
 build=$1
 src=$2
@@ -169,6 +170,19 @@ expect "missing config" "models/none.json" --config models/none.json
 expect "metrics of another run" "pass the measured run's layout flags" --calibrate "$tmp/metrics.jsonl" --global-batch-size 32
 echo '{"kind": "train", "iter": 1}' > "$tmp/bad.jsonl"
 expect "metrics without times" "bad.jsonl:1: a train line needs positive \"ms\"" --calibrate "$tmp/bad.jsonl"
+
+# ---- a Llama: its block in the header, the engine's plan, the key/value-head rule of tp ----
+"$bin" --config models/llama-3.1-70b.json --hardware h100-sxm --num-gpus 64 --tensor-model-parallel-size 8 \
+  --pipeline-model-parallel-size 4 --micro-batch-size 1 --global-batch-size 64 --seq-length 8192 --bf16 \
+  --zero-stage 1 --sequence-parallel > "$tmp/llama.txt" 2>&1 || fail "Llama 3.1 70B preview"
+contains "Llama header" "64 heads (8 key/value), head size 128, SwiGLU 28672" "$tmp/llama.txt"
+contains "Llama parameters" "70.55B parameters" "$tmp/llama.txt"
+contains "Llama memory from the engine's plan" "memory per GPU by category (the engine's plan" "$tmp/llama.txt"
+contains "Llama 3.1 70B fits at tp 8 x pp 4" "every stage fits" "$tmp/llama.txt"
+printf '{"model_type": "llama", "hidden_size": 384, "intermediate_size": 1024, "num_attention_heads": 6,
+  "num_key_value_heads": 3, "num_hidden_layers": 2, "vocab_size": 300, "max_position_embeddings": 64}' > "$tmp/gqa.json"
+expect "key/value heads vs tp" "--tensor-model-parallel-size 2 and 3 key/value heads: one must divide the other" \
+  --config "$tmp/gqa.json" --num-gpus 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --seq-length 64
 
 if [ $failures -ne 0 ]; then
   echo "$failures failure(s)"
