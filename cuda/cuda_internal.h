@@ -57,6 +57,10 @@ int tri_cublas_check(cublasStatus_t st, const char *call, const char *file, int 
 #define TRI_CUDA(call) tri_cuda_check((call), #call, __FILE__, __LINE__)
 #define TRI_CUBLAS(call) tri_cublas_check((call), #call, __FILE__, __LINE__)
 
+/* Loads cuBLASLt (once per process; cuda/cublaslt_lazy.c): TRI_OK, or TRI_EDEVICE naming the library
+ * and why it could not be loaded. Device creation calls it before any cuBLASLt call. */
+int tri_cublaslt_load(void);
+
 /* Waits until the stream has run everything queued, polling the watches meanwhile. */
 int tri_cuda_wait(tri_cuda *c);
 /* Adds / removes a watch (TRI_EINVAL when the table is full). */

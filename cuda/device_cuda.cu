@@ -306,6 +306,7 @@ extern "C" int tri_device_cuda_create(tri_device **out, int ordinal)
     c->simple = kernels && strcmp(kernels, "simple") == 0;
     int rc = TRI_CUDA(cudaSetDevice(ordinal));
     if (!rc) rc = TRI_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    if (!rc) rc = tri_cublaslt_load();
     if (!rc) rc = TRI_CUBLAS(cublasLtCreate(&c->lt));
     if (!rc) rc = TRI_CUDA(cudaMalloc(&c->workspace, c->workspace_bytes));
     if (!rc) rc = TRI_CUDA(cudaMalloc((void **)&c->partials, TRI_CUDA_MAX_PARTIALS * sizeof(double)));
