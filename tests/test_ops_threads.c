@@ -8,10 +8,18 @@
  * must be bit-identical. Shapes are wide enough (C = 200: three full column blocks of 64 and a
  * partial one; N = 37 rows; 100003 elements) that a thread-order-dependent sum would differ.
  * These ops call no BLAS, so only OpenMP's team size matters; the device passes it to every loop
- * (num_threads), which overrides the suite's OMP_NUM_THREADS=1. */
+ * (num_threads), which overrides the suite's OMP_NUM_THREADS=1.
+ *
+ * every_op runs every op of the backend on 1, 2 and 5 threads. A one-thread device runs each op's
+ * loops straight on the calling thread and the others inside a parallel region
+ * (engine/device/cpu_threads.h), so the two code paths must agree bit for bit; 5 threads also take
+ * the fused attention backward's two-pass branch (fewer (b, key/value head) tasks than threads). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 
+#include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "tests/opsutil.h"
 
@@ -122,4 +130,169 @@ Test(ops_threads, position_backward)
 Test(ops_threads, sum_squares)
 {
     cr_assert(ot_same_bits("sum_squares 1 vs 2 threads", sum_squares(2), sum_squares(1), 1));
+}
+
+/* ---- every op ---- */
+
+typedef struct outputs {
+    unsigned char *bytes;
+    size_t n;
+} outputs;
+
+/* Appends t's bytes (any dtype) to o. */
+static void keep(outputs *o, tri_device *d, tri_tensor t)
+{
+    size_t bytes = tri_tensor_bytes(t);
+    unsigned char *grown = realloc(o->bytes, o->n + bytes);
+    cr_assert_not_null(grown);
+    o->bytes = grown;
+    ot_download(d, o->bytes + o->n, t);
+    o->n += bytes;
+}
+
+#define OK(call) cr_assert_eq((call), TRI_OK, "%s: %s", #call, tri_error_message())
+
+/* Every op once, on inputs of shapes that split unevenly across threads; all outputs in order. */
+static outputs every_op(int threads)
+{
+    enum { B2 = 2, T2 = 37, NH = 4, NH_KV = 2, HS = 16, C2 = NH * HS, F = 24, V = 29, V_VALID = 27, BIG = 70001 };
+    const int64_t N2 = B2 * T2, W_GQA = C2 + 2 * NH_KV * HS;
+    tri_device *d = ot_device(threads);
+    outputs o = {0};
+    uint64_t seed = 100;
+    /* element-wise, reductions, conversion (BIG: past the size below which convert uses one thread) */
+    tri_tensor x = vec(d, BIG, seed++), y = vec(d, BIG, seed++), z = vec(d, BIG, seed++);
+    OK(tri_op_add(d, z, x, y));
+    OK(tri_op_axpy(d, z, 0.5f, x));
+    OK(tri_op_scale(d, y, -1.5f));
+    tri_tensor sums = vec(d, 2, seed++);
+    OK(tri_op_sum_squares(d, tri_tensor_range(sums, 0, 1), z));
+    float *spiky = ot_uniform(BIG, -1.0f, 1.0f, seed++);
+    spiky[5] = NAN, spiky[BIG / 2] = INFINITY, spiky[BIG - 1] = 1e30f; /* 1e30: no 2^20 fixed-point value */
+    tri_tensor sx = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, BIG), spiky);
+    OK(tri_op_count_nonfinite(d, tri_tensor_range(sums, 1, 1), sx));
+    tri_tensor half = ot_tensor_as(d, TRI_BF16, ot_v1(BIG), ot_uniform(BIG, -1.0f, 1.0f, seed++));
+    tri_tensor widened = vec(d, BIG, seed++);
+    OK(tri_op_convert(d, widened, half));
+    OK(tri_op_convert(d, half, z));
+    keep(&o, d, z), keep(&o, d, y), keep(&o, d, sums), keep(&o, d, widened), keep(&o, d, half);
+    /* fixed point */
+    int64_t *zeros = calloc(BIG, sizeof *zeros);
+    cr_assert_not_null(zeros);
+    tri_tensor acc = ot_tensor(d, tri_tensor_1d(NULL, TRI_I64, BIG), zeros);
+    tri_tensor acc2 = ot_tensor(d, tri_tensor_1d(NULL, TRI_I64, BIG), zeros);
+    tri_tensor limbs = ot_tensor(d, tri_tensor_1d(NULL, TRI_I64, 6), zeros);
+    free(zeros);
+    tri_tensor bad = vec(d, 2, seed++), fixed_back = vec(d, BIG, seed++);
+    OK(tri_op_fixed_accumulate(d, acc, sx, 20, tri_tensor_range(bad, 0, 1)));
+    OK(tri_op_fixed_accumulate(d, acc2, x, 20, tri_tensor_range(bad, 0, 1)));
+    OK(tri_op_add_i64(d, acc, acc2));
+    OK(tri_op_fixed_to_float(d, fixed_back, acc, 20));
+    OK(tri_op_fixed_sum_squares(d, limbs, sx, 20, tri_tensor_range(bad, 1, 1)));
+    keep(&o, d, acc), keep(&o, d, limbs), keep(&o, d, bad), keep(&o, d, fixed_back);
+    /* matmul with a bias (sgemm's own threads are process-wide: one here), bias gradient */
+    tri_tensor a = rows_cols(d, N2, C2, seed++), w = rows_cols(d, F, C2, seed++), bias = vec(d, F, seed++);
+    tri_tensor c = rows_cols(d, N2, F, seed++), dbias = vec(d, F, seed++);
+    OK(tri_op_matmul(d, c, a, w, bias, false, true, 0.0f));
+    OK(tri_op_bias_backward(d, dbias, c));
+    keep(&o, d, c), keep(&o, d, dbias);
+    /* layernorm, RMSNorm, GELU, SwiGLU */
+    tri_tensor g = vec(d, C2, seed++), b = vec(d, C2, seed++), ln = rows_cols(d, N2, C2, seed++);
+    tri_tensor mean = vec(d, N2, seed++), rstd = vec(d, N2, seed++), dout = rows_cols(d, N2, C2, seed++);
+    tri_tensor dinp = rows_cols(d, N2, C2, seed++), dg = vec(d, C2, seed++), db = vec(d, C2, seed++);
+    OK(tri_op_layernorm_forward(d, ln, mean, rstd, a, g, b));
+    OK(tri_op_layernorm_backward(d, dinp, dg, db, dout, a, g, mean, rstd));
+    keep(&o, d, ln), keep(&o, d, mean), keep(&o, d, rstd), keep(&o, d, dinp), keep(&o, d, dg), keep(&o, d, db);
+    OK(tri_op_rmsnorm_forward(d, ln, rstd, a, g, 1e-5f));
+    OK(tri_op_rmsnorm_backward(d, dinp, dg, dout, a, g, rstd));
+    OK(tri_op_gelu_forward(d, z, x));
+    OK(tri_op_gelu_backward(d, y, x, z));
+    tri_tensor gate_up = rows_cols(d, N2, 2 * F, seed++), dgate_up = rows_cols(d, N2, 2 * F, seed++);
+    tri_tensor sw = rows_cols(d, N2, F, seed++), dsw = rows_cols(d, N2, F, seed++);
+    OK(tri_op_swiglu_forward(d, sw, gate_up));
+    OK(tri_op_swiglu_backward(d, dgate_up, gate_up, dsw));
+    keep(&o, d, ln), keep(&o, d, rstd), keep(&o, d, dinp), keep(&o, d, dg), keep(&o, d, z), keep(&o, d, y);
+    keep(&o, d, sw), keep(&o, d, dgate_up);
+    /* rotary embedding on the first NH - 1 heads, starting at position 3 */
+    tri_tensor cs = rows_cols(d, T2, HS / 2, seed++), sn = rows_cols(d, T2, HS / 2, seed++);
+    tri_tensor rot = rows_cols(d, N2, C2, seed++), drot = rows_cols(d, N2, C2, seed++);
+    OK(tri_op_rope_forward(d, rot, cs, sn, NH - 1, T2, 3));
+    OK(tri_op_rope_backward(d, drot, cs, sn, NH - 1, T2, 3));
+    keep(&o, d, rot), keep(&o, d, drot);
+    /* attention: unfused (B, NH, T, T) and fused, the fused one grouped-query too */
+    tri_tensor qkv = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, T2, 3 * C2),
+                               ot_uniform((size_t)(N2 * 3 * C2), -1.0f, 1.0f, seed++));
+    tri_tensor dqkv = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, T2, 3 * C2),
+                                ot_uniform((size_t)(N2 * 3 * C2), -1.0f, 1.0f, seed++));
+    tri_tensor att = ot_tensor(d, tri_tensor_4d(NULL, TRI_F32, B2, NH, T2, T2),
+                               ot_uniform((size_t)(B2 * NH * T2 * T2), -1.0f, 1.0f, seed++));
+    tri_tensor datt = ot_tensor(d, tri_tensor_4d(NULL, TRI_F32, B2, NH, T2, T2),
+                                ot_uniform((size_t)(B2 * NH * T2 * T2), -1.0f, 1.0f, seed++));
+    tri_tensor ao = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, T2, C2),
+                              ot_uniform((size_t)(N2 * C2), -1.0f, 1.0f, seed++));
+    tri_tensor dao = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, T2, C2),
+                               ot_uniform((size_t)(N2 * C2), -1.0f, 1.0f, seed++));
+    OK(tri_op_attention_forward(d, ao, att, qkv));
+    OK(tri_op_attention_backward(d, dqkv, datt, dao, qkv, att));
+    keep(&o, d, ao), keep(&o, d, att), keep(&o, d, dqkv), keep(&o, d, datt);
+    tri_tensor lse = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, NH, T2),
+                               ot_uniform((size_t)(B2 * NH * T2), -1.0f, 1.0f, seed++));
+    tri_tensor delta = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, NH, T2),
+                                 ot_uniform((size_t)(B2 * NH * T2), -1.0f, 1.0f, seed++));
+    for (int gqa = 0; gqa < 2; gqa++) {
+        int64_t Wq = gqa ? W_GQA : 3 * C2;
+        tri_tensor fq = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, T2, Wq),
+                                  ot_uniform((size_t)(N2 * Wq), -1.0f, 1.0f, seed++));
+        tri_tensor dfq = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, T2, Wq),
+                                   ot_uniform((size_t)(N2 * Wq), -1.0f, 1.0f, seed++));
+        OK(tri_op_flash_attention_forward(d, ao, lse, fq));
+        OK(tri_op_flash_attention_backward(d, dfq, delta, dao, fq, ao, lse));
+        keep(&o, d, ao), keep(&o, d, lse), keep(&o, d, dfq), keep(&o, d, delta);
+    }
+    /* embeddings (token ids past the shard), cross-entropy (padded vocabulary), AdamW */
+    int32_t *ids = ot_ints((size_t)N2), *targets = ot_ints((size_t)N2);
+    for (int64_t n = 0; n < N2; n++)
+        ids[n] = (int32_t)((n * 7) % (V + 3)), targets[n] = (int32_t)((n * 5) % V_VALID);
+    tri_tensor tok = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, N2), ids);
+    tri_tensor tgt = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, N2), targets);
+    tri_tensor wte = rows_cols(d, V, C2, seed++), dwte = rows_cols(d, V, C2, seed++);
+    tri_tensor wpe = rows_cols(d, T2, C2, seed++), dwpe = rows_cols(d, T2, C2, seed++);
+    OK(tri_op_embedding_forward(d, ln, tok, wte, 0));
+    OK(tri_op_position_forward(d, ln, wpe, T2, 0));
+    OK(tri_op_embedding_backward(d, dwte, dout, tok, 0));
+    OK(tri_op_position_backward(d, dwpe, dout, T2, 0));
+    keep(&o, d, ln), keep(&o, d, dwte), keep(&o, d, dwpe);
+    tri_tensor logits = rows_cols(d, N2, V, seed++), dlogits = rows_cols(d, N2, V, seed++);
+    tri_tensor maxes = vec(d, N2, seed++), stats = rows_cols(d, N2, 2, seed++), losses = vec(d, N2, seed++);
+    OK(tri_op_ce_row_max(d, maxes, logits, V_VALID));
+    OK(tri_op_ce_sumexp_target(d, stats, logits, maxes, tgt, 0, V_VALID));
+    OK(tri_op_ce_loss(d, losses, maxes, stats));
+    OK(tri_op_ce_backward(d, dlogits, logits, maxes, stats, tgt, 0, V_VALID, 0.25f));
+    keep(&o, d, maxes), keep(&o, d, stats), keep(&o, d, losses), keep(&o, d, dlogits);
+    tri_tensor m = vec(d, BIG, seed++), v = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, BIG),
+                                                      ot_uniform(BIG, 0.0f, 1.0f, seed++));
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                            .grad_scale = 0.5f, .step = 3};
+    OK(tri_op_adamw(d, x, y, m, v, &hp));
+    keep(&o, d, x), keep(&o, d, m), keep(&o, d, v);
+    OK(tri_op_zero(d, v));
+    keep(&o, d, v);
+    return o;
+}
+
+Test(ops_threads, every_op)
+{
+    outputs one = every_op(1);
+    int counts[] = {2, 5};
+    for (int k = 0; k < 2; k++) {
+        outputs many = every_op(counts[k]);
+        cr_assert_eq(many.n, one.n);
+        size_t first = 0;
+        while (first < one.n && one.bytes[first] == many.bytes[first])
+            first++;
+        cr_expect_eq(first, one.n, "every op: 1 and %d threads differ first at output byte %zu of %zu", counts[k],
+                     first, one.n);
+        free(many.bytes);
+    }
+    free(one.bytes);
 }

@@ -101,11 +101,14 @@ static int profile_end(tri_device *d, const char *name, int rc)
 /* ---- bf16 on a backend that computes in fp32 only ----
  * The wrappers give such a backend (device->native_bf16 false) an fp32 copy of every bf16
  * argument, run the op, and round the arguments the op writes back into their bf16 storage: the
- * precision rule of device.h, with the backend's own fp32 arithmetic. The copies come from the
- * backend's allocator directly (transient scratch, outside the planned and measured memory).
- * Arguments with the same data pointer share one copy, so the aliasing an op allows (ce_backward's
- * dlogits = logits, gelu_backward's dinp = dout, add's out = a) holds for the copies too. */
-#define WIDEN_MAX 8
+ * precision rule of device.h, with the backend's own fp32 arithmetic. The copies live in the
+ * device's TRI_WIDEN_MAX scratch buffers (d->widen), from the backend's allocator directly and outside
+ * the planned and measured memory: the k-th argument widened by an op uses buffer k, which grows
+ * when it is too small and is kept for the next op (a bf16 step reuses them rather than allocating
+ * and faulting in fresh pages at every op), and tri_device_destroy frees them. Arguments with the
+ * same data pointer share one copy, so the aliasing an op allows (ce_backward's dlogits = logits,
+ * gelu_backward's dinp = dout, add's out = a) holds for the copies too. */
+#define WIDEN_MAX TRI_WIDEN_MAX
 
 typedef struct widen {
     tri_device *d;
@@ -142,17 +145,24 @@ static void wide(widen *w, tri_tensor *t, bool writes)
         return;
     }
     int64_t n = tri_tensor_numel(*t);
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    tri_device *d = w->d;
+    if (d->widen[w->n].bytes < bytes) {
+        if (d->widen[w->n].data)
+            d->ops->free(d, d->widen[w->n].data);
+        d->widen[w->n].data = NULL;
+        d->widen[w->n].bytes = 0;
+        w->rc = d->ops->alloc(d, &d->widen[w->n].data, bytes);
+        if (w->rc)
+            return;
+        d->widen[w->n].bytes = bytes;
+    }
     tri_tensor f = *t;
     f.dtype = TRI_F32;
-    f.data = NULL; /* the error path frees only what alloc gave */
-    w->rc = w->d->ops->alloc(w->d, &f.data, (size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!w->rc)
-        w->rc = w->d->ops->convert(w->d, f, *t);
-    if (w->rc) {
-        if (f.data)
-            w->d->ops->free(w->d, f.data);
+    f.data = d->widen[w->n].data;
+    w->rc = d->ops->convert(d, f, *t);
+    if (w->rc)
         return;
-    }
     w->arg[w->n].orig = *t;
     w->arg[w->n].wide = f.data;
     w->arg[w->n].written = writes;
@@ -160,7 +170,7 @@ static void wide(widen *w, tri_tensor *t, bool writes)
     *t = f;
 }
 
-/* After the op (status rc): rounds the written copies back, frees every copy; returns the status. */
+/* After the op (status rc): rounds the written copies back; returns the status. */
 static int widen_end(widen *w, int rc)
 {
     rc = w->rc ? w->rc : rc;
@@ -170,7 +180,6 @@ static int widen_end(widen *w, int rc)
         f.dtype = TRI_F32;
         if (!rc && w->arg[i].written)
             rc = w->d->ops->convert(w->d, w->arg[i].orig, f);
-        w->d->ops->free(w->d, w->arg[i].wide);
     }
     return rc;
 }
@@ -185,6 +194,9 @@ void tri_device_destroy(tri_device *d)
     d->profile = NULL;
     free(d->records);
     d->records = NULL;
+    for (int k = 0; k < WIDEN_MAX; k++)
+        if (d->widen[k].data)
+            d->ops->free(d, d->widen[k].data);
     if (d->ops->destroy)
         d->ops->destroy(d);
 }

@@ -133,6 +133,9 @@ typedef struct tri_alloc_record {
     size_t bytes;
 } tri_alloc_record;
 
+/* The most bf16 arguments of one op that a backend without native bf16 is given fp32 copies of. */
+#define TRI_WIDEN_MAX 8
+
 struct tri_device {
     const tri_device_ops *ops;
     tri_op_profile *profile;  /* NULL unless profiling */
@@ -146,6 +149,10 @@ struct tri_device {
     int ordinal;             /* CUDA device index; CPU: 0 */
     bool native_bf16;        /* the backend's ops read and write bf16 themselves; otherwise the
                                 wrappers widen bf16 arguments to fp32 copies around each op */
+    struct {                 /* those fp32 copies' buffers, kept from op to op (device.c, widen) */
+        void *data;
+        size_t bytes;
+    } widen[TRI_WIDEN_MAX];
 };
 
 /* The CPU backend: OpenBLAS sgemm for every matmul, OpenMP loops elsewhere, `threads` threads
@@ -183,7 +190,8 @@ int tri_op_zero(tri_device *d, tri_tensor x);
 /* dst = src (same numel and dtype). */
 int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src);
 /* dst = src converted to dst's dtype (same numel; fp32 or bf16 each): bf16 -> fp32 is exact,
- * fp32 -> bf16 rounds to nearest even (NaN stays NaN), equal dtypes copy. */
+ * fp32 -> bf16 rounds to nearest even (NaN stays NaN), equal dtypes copy. dst and src do not
+ * overlap unless their dtypes are equal. */
 int tri_op_convert(tri_device *d, tri_tensor dst, tri_tensor src);
 /* out = a + b (out may alias a or b). */
 int tri_op_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);

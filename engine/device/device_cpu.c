@@ -1,7 +1,9 @@
 /* engine/device/device_cpu.c - the CPU backend of the device interface: the reference and tested path.
  *
  * Every matmul (including the per-head products inside attention) is an OpenBLAS sgemm; the rest
- * are OpenMP loops over rows calling the shared arithmetic of engine/core/math.h. Sums over rows that
+ * are OpenMP loops over rows calling the shared arithmetic of engine/core/math.h, each op's loops in
+ * a function of their own that the op runs on the device's threads (engine/device/cpu_threads.h:
+ * no OpenMP parallel region when there is one thread). Sums over rows that
  * feed parameter gradients (bias, layernorm and embedding backward) are parallel over column
  * blocks with rows in order, and full reductions use a fixed number of chunks, so every result is
  * the same for any thread count. Memory is host memory: "device" pointers are ordinary pointers. */
@@ -16,6 +18,7 @@
 
 #include "engine/core/math.h"
 #include "engine/core/status.h"
+#include "engine/device/cpu_threads.h"
 #include "engine/device/flash_cpu.h"
 
 #define COL_BLOCK 64      /* columns per task in column-blocked reductions */
@@ -71,60 +74,85 @@ static void cpu_destroy(tri_device *d)
 
 /* ---- element-wise and reductions ---- */
 
-static int cpu_fill(tri_device *d, tri_tensor x, float value)
+static void fill_loop(tri_tensor x, float value)
 {
     float *restrict p = fp(x);
     int64_t n = tri_tensor_numel(x);
-#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
+#pragma omp for simd schedule(static)
     for (int64_t i = 0; i < n; i++)
         p[i] = value;
+}
+
+static int cpu_fill(tri_device *d, tri_tensor x, float value)
+{
+    TRI_ON_THREADS(nthreads(d), fill_loop(x, value));
     return TRI_OK;
 }
 
-static int cpu_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
+static void add_loop(tri_tensor out, tri_tensor a, tri_tensor b)
 {
     float *o = fp(out);
     const float *x = fp(a), *y = fp(b);
     int64_t n = tri_tensor_numel(out);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t i = 0; i < n; i++)
         o[i] = x[i] + y[i];
+}
+
+static int cpu_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
+{
+    TRI_ON_THREADS(nthreads(d), add_loop(out, a, b));
     return TRI_OK;
 }
 
-static int cpu_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
+static void axpy_loop(tri_tensor y, float alpha, tri_tensor x)
 {
     float *py = fp(y);
     const float *px = fp(x);
     int64_t n = tri_tensor_numel(y);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t i = 0; i < n; i++)
         py[i] += alpha * px[i];
+}
+
+static int cpu_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
+{
+    TRI_ON_THREADS(nthreads(d), axpy_loop(y, alpha, x));
     return TRI_OK;
+}
+
+static void scale_loop(tri_tensor x, float s)
+{
+    float *p = fp(x);
+    int64_t n = tri_tensor_numel(x);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        p[i] *= s;
 }
 
 static int cpu_scale(tri_device *d, tri_tensor x, float s)
 {
-    float *p = fp(x);
-    int64_t n = tri_tensor_numel(x);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        p[i] *= s;
+    TRI_ON_THREADS(nthreads(d), scale_loop(x, s));
     return TRI_OK;
 }
 
 /* Sums x[i]^2 (squares) or the non-finite x[i] over REDUCE_CHUNKS fixed chunks (each in double
  * by engine/core/math.h's range sums, which the CUDA kernels share), then the chunk sums in
  * math.h's order (tri_chunks_total). */
-static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
+static void chunk_sums_loop(double *part, const float *x, int64_t n, int squares)
 {
-    double part[REDUCE_CHUNKS];
     int64_t per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS;
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int c = 0; c < REDUCE_CHUNKS; c++) {
         int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
         part[c] = squares ? tri_sum_squares_range(x, lo, hi) : tri_count_nonfinite_range(x, lo, hi);
     }
+}
+
+static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
+{
+    double part[REDUCE_CHUNKS];
+    TRI_ON_THREADS(nthreads(d), chunk_sums_loop(part, x, n, squares));
     return tri_chunks_total(part, REDUCE_CHUNKS);
 }
 
@@ -142,6 +170,14 @@ static int cpu_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
 
 /* ---- matmul ---- */
 
+/* c(M, N) = row (N) in every row */
+static void broadcast_rows_loop(float *c, const float *row, int64_t M, int64_t N)
+{
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < M; i++)
+        memcpy(c + i * N, row, (size_t)N * sizeof(float));
+}
+
 static int cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
                       bool trans_a, bool trans_b, float beta)
 {
@@ -149,10 +185,7 @@ static int cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, t
     int64_t K = trans_a ? tri_tensor_rows(a) : tri_tensor_cols(a);
     float *pc = fp(c);
     if (tri_tensor_present(bias)) {
-        const float *pb = fp(bias);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
-        for (int64_t i = 0; i < M; i++)
-            memcpy(pc + i * N, pb, (size_t)N * sizeof(float));
+        TRI_ON_THREADS(nthreads(d), broadcast_rows_loop(pc, fp(bias), M, N));
         beta = 1.0f;
     }
     if (K == 0) /* c = beta c (sgemm rejects lda 0, so it cannot be asked) */
@@ -164,12 +197,12 @@ static int cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, t
 }
 
 /* dbias[j] += the column sums of dout in engine/core/math.h's order (TRI_COL_CHUNK row chunks) */
-static int cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
+static void bias_backward_loop(tri_tensor dbias, tri_tensor dout)
 {
     int64_t N = tri_tensor_rows(dout), OC = tri_tensor_cols(dout);
     float *db = fp(dbias);
     const float *g = fp(dout);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t j0 = 0; j0 < OC; j0 += COL_BLOCK) {
         int64_t j1 = j0 + COL_BLOCK < OC ? j0 + COL_BLOCK : OC;
         float part[COL_BLOCK];
@@ -184,35 +217,46 @@ static int cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
                 db[j] += part[j - j0];
         }
     }
+}
+
+static int cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
+{
+    TRI_ON_THREADS(nthreads(d), bias_backward_loop(dbias, dout));
     return TRI_OK;
 }
 
 /* ---- layernorm ---- */
 
-static int cpu_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+static void layernorm_forward_loop(tri_tensor out, tri_tensor mean, tri_tensor rstd,
                                  tri_tensor inp, tri_tensor w, tri_tensor b)
 {
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
     const float *x = fp(inp);
     float *o = fp(out), *mu = fp(mean), *rs = fp(rstd);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++)
         tri_layernorm_row_forward(o + n * C, mu + n, rs + n, x + n * C, fp(w), fp(b), C);
+}
+
+static int cpu_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                                 tri_tensor inp, tri_tensor w, tri_tensor b)
+{
+    TRI_ON_THREADS(nthreads(d), layernorm_forward_loop(out, mean, rstd, inp, w, b));
     return TRI_OK;
 }
 
-static int cpu_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
-                                  tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
-                                  tri_tensor rstd)
+/* Two worksharing loops: the second starts after the first's implicit barrier. */
+static void layernorm_backward_loops(tri_tensor dinp, tri_tensor dw, tri_tensor db, tri_tensor dout, tri_tensor inp,
+                                     tri_tensor w, tri_tensor mean, tri_tensor rstd)
 {
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
     const float *x = fp(inp), *g = fp(dout), *mu = fp(mean), *rs = fp(rstd);
     float *dx = fp(dinp), *pdw = fp(dw), *pdb = fp(db);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++)
         tri_layernorm_row_backward_input(dx + n * C, g + n * C, x + n * C, fp(w), mu[n], rs[n], C);
     /* dw, db: column sums in engine/core/math.h's order (TRI_COL_CHUNK row chunks) */
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
         int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
         float pw[COL_BLOCK], pb[COL_BLOCK];
@@ -232,17 +276,24 @@ static int cpu_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw,
             }
         }
     }
+}
+
+static int cpu_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                                  tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                                  tri_tensor rstd)
+{
+    TRI_ON_THREADS(nthreads(d), layernorm_backward_loops(dinp, dw, db, dout, inp, w, mean, rstd));
     return TRI_OK;
 }
 
 /* ---- attention: per (batch, head), scores = q k^T * scale, causal softmax, out = att v ---- */
 
-static int cpu_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
+static void attention_forward_loop(tri_tensor out, tri_tensor att, tri_tensor qkv)
 {
     int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = att.shape[1];
     int64_t HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
         const float *q = fp(qkv) + b * T * 3 * C + h * HS;
@@ -256,17 +307,22 @@ static int cpu_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HS, (int)T, 1.0f, a,
                     (int)T, v, (int)(3 * C), 0.0f, o, (int)C);
     }
+}
+
+static int cpu_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
+{
+    TRI_ON_THREADS(nthreads(d), attention_forward_loop(out, att, qkv));
     return TRI_OK;
 }
 
-static int cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+static void attention_backward_loop(tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
                                   tri_tensor qkv, tri_tensor att)
 {
     int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = att.shape[1];
     int64_t HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
     int ld3 = (int)(3 * C);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
         const float *q = fp(qkv) + b * T * 3 * C + h * HS;
@@ -290,6 +346,12 @@ static int cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor dat
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)HS, (int)T, scale, da,
                     (int)T, q, ld3, 0.0f, dk, ld3);
     }
+}
+
+static int cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                                  tri_tensor qkv, tri_tensor att)
+{
+    TRI_ON_THREADS(nthreads(d), attention_backward_loop(dqkv, datt, dout, qkv, att));
     return TRI_OK;
 }
 
@@ -311,28 +373,34 @@ static int cpu_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tens
 
 /* ---- RMSNorm, SwiGLU, rotary embedding ---- */
 
-static int cpu_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
+static void rmsnorm_forward_loop(tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
 {
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
     const float *x = fp(inp);
     float *o = fp(out), *rs = fp(rstd);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++)
         tri_rmsnorm_row_forward_mixed(o + n * C, 0, rs + n, x + n * C, 0, fp(w), 0, C, eps);
+}
+
+static int cpu_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
+{
+    TRI_ON_THREADS(nthreads(d), rmsnorm_forward_loop(out, rstd, inp, w, eps));
     return TRI_OK;
 }
 
-static int cpu_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
-                                tri_tensor w, tri_tensor rstd)
+/* Two worksharing loops, as layernorm_backward_loops. */
+static void rmsnorm_backward_loops(tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp, tri_tensor w,
+                                   tri_tensor rstd)
 {
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
     const float *x = fp(inp), *g = fp(dout), *rs = fp(rstd);
     float *dx = fp(dinp), *pdw = fp(dw);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++)
         tri_rmsnorm_row_backward_input_mixed(dx + n * C, 0, g + n * C, 0, x + n * C, 0, fp(w), 0, rs[n], C);
     /* dw: column sums of dout * norm in engine/core/math.h's order (TRI_COL_CHUNK row chunks) */
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
         int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
         float pw[COL_BLOCK];
@@ -347,42 +415,58 @@ static int cpu_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, t
                 pdw[j] += pw[j - j0];
         }
     }
+}
+
+static int cpu_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                                tri_tensor w, tri_tensor rstd)
+{
+    TRI_ON_THREADS(nthreads(d), rmsnorm_backward_loops(dinp, dw, dout, inp, w, rstd));
     return TRI_OK;
 }
 
-static int cpu_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up)
+static void swiglu_forward_loop(tri_tensor out, tri_tensor gate_up)
 {
     int64_t N = tri_tensor_rows(gate_up), F = tri_tensor_cols(gate_up) / 2;
     const float *gu = fp(gate_up);
     float *o = fp(out);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++)
         for (int64_t i = 0; i < F; i++)
             o[n * F + i] = tri_swiglu(gu[n * 2 * F + i], gu[n * 2 * F + F + i]);
+}
+
+static int cpu_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up)
+{
+    TRI_ON_THREADS(nthreads(d), swiglu_forward_loop(out, gate_up));
     return TRI_OK;
 }
 
-static int cpu_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
+static void swiglu_backward_loop(tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
 {
     int64_t N = tri_tensor_rows(gate_up), F = tri_tensor_cols(gate_up) / 2;
     const float *gu = fp(gate_up), *g = fp(dout);
     float *dgu = fp(dgate_up);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++)
         for (int64_t i = 0; i < F; i++)
             tri_swiglu_backward(gu[n * 2 * F + i], gu[n * 2 * F + F + i], g[n * F + i], &dgu[n * 2 * F + i],
                                 &dgu[n * 2 * F + F + i]);
+}
+
+static int cpu_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
+{
+    TRI_ON_THREADS(nthreads(d), swiglu_backward_loop(dgate_up, gate_up, dout));
     return TRI_OK;
 }
 
 /* Rotates (backward: rotates back) the first n_heads heads of every row of x in place. */
-static void cpu_rope(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                     int64_t row0, bool backward)
+static void rope_loop(tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T, int64_t row0,
+                      bool backward)
 {
     int64_t N = tri_tensor_rows(x), W = tri_tensor_cols(x), half = tri_tensor_cols(cos), HS = 2 * half;
     float *v = fp(x);
     const float *c = fp(cos), *s = fp(sin);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         int64_t pos = (row0 + n) % T;
         for (int64_t h = 0; h < n_heads; h++)
@@ -399,50 +483,60 @@ static void cpu_rope(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin
 static int cpu_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
                             int64_t row0)
 {
-    cpu_rope(d, x, cos, sin, n_heads, T, row0, false);
+    TRI_ON_THREADS(nthreads(d), rope_loop(x, cos, sin, n_heads, T, row0, false));
     return TRI_OK;
 }
 
 static int cpu_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads,
                              int64_t T, int64_t row0)
 {
-    cpu_rope(d, dx, cos, sin, n_heads, T, row0, true);
+    TRI_ON_THREADS(nthreads(d), rope_loop(dx, cos, sin, n_heads, T, row0, true));
     return TRI_OK;
 }
 
 /* ---- GELU ---- */
 
-static int cpu_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
+static void gelu_forward_loop(tri_tensor out, tri_tensor inp)
 {
     const float *x = fp(inp);
     float *o = fp(out);
     int64_t n = tri_tensor_numel(inp);
-#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
+#pragma omp for simd schedule(static)
     for (int64_t i = 0; i < n; i++)
         o[i] = tri_gelu(x[i]);
+}
+
+static int cpu_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
+{
+    TRI_ON_THREADS(nthreads(d), gelu_forward_loop(out, inp));
     return TRI_OK;
 }
 
-static int cpu_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
+static void gelu_backward_loop(tri_tensor dinp, tri_tensor inp, tri_tensor dout)
 {
     const float *x = fp(inp), *g = fp(dout);
     float *dx = fp(dinp);
     int64_t n = tri_tensor_numel(inp);
-#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
+#pragma omp for simd schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = tri_gelu_grad(x[i]) * g[i];
+}
+
+static int cpu_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
+{
+    TRI_ON_THREADS(nthreads(d), gelu_backward_loop(dinp, inp, dout));
     return TRI_OK;
 }
 
 /* ---- embeddings ---- */
 
-static int cpu_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+static void embedding_forward_loop(tri_tensor out, tri_tensor tokens, tri_tensor wte,
                                  int64_t vocab_start)
 {
     int64_t N = tri_tensor_numel(tokens), C = tri_tensor_cols(wte), V_l = tri_tensor_rows(wte);
     const int32_t *tok = ids(tokens);
     float *o = fp(out);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         int64_t r = (int64_t)tok[n] - vocab_start;
         if (r >= 0 && r < V_l)
@@ -450,17 +544,23 @@ static int cpu_embedding_forward(tri_device *d, tri_tensor out, tri_tensor token
         else
             memset(o + n * C, 0, (size_t)C * sizeof(float));
     }
+}
+
+static int cpu_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+                                 int64_t vocab_start)
+{
+    TRI_ON_THREADS(nthreads(d), embedding_forward_loop(out, tokens, wte, vocab_start));
     return TRI_OK;
 }
 
-static int cpu_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+static void embedding_backward_loop(tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
                                   int64_t vocab_start)
 {
     int64_t N = tri_tensor_numel(tokens), C = tri_tensor_cols(dwte), V_l = tri_tensor_rows(dwte);
     const int32_t *tok = ids(tokens);
     const float *g = fp(dout);
     float *dw = fp(dwte);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
         int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
         for (int64_t n = 0; n < N; n++) {
@@ -471,30 +571,41 @@ static int cpu_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dou
                 dw[r * C + j] += g[n * C + j];
         }
     }
+}
+
+static int cpu_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                                  int64_t vocab_start)
+{
+    TRI_ON_THREADS(nthreads(d), embedding_backward_loop(dwte, dout, tokens, vocab_start));
     return TRI_OK;
 }
 
-static int cpu_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+static void position_forward_loop(tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
 {
     int64_t N = tri_tensor_rows(out), C = tri_tensor_cols(out);
     float *o = fp(out);
     const float *w = fp(wpe);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *row = w + ((row0 + n) % T) * C;
         for (int64_t j = 0; j < C; j++)
             o[n * C + j] += row[j];
     }
+}
+
+static int cpu_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+{
+    TRI_ON_THREADS(nthreads(d), position_forward_loop(out, wpe, T, row0));
     return TRI_OK;
 }
 
-static int cpu_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
+static void position_backward_loop(tri_tensor dwpe, tri_tensor dout, int64_t T,
                                  int64_t row0)
 {
     int64_t N = tri_tensor_rows(dout), C = tri_tensor_cols(dout);
     const float *g = fp(dout);
     float *dw = fp(dwpe);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
         int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
         for (int64_t n = 0; n < N; n++) {
@@ -503,31 +614,48 @@ static int cpu_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout
                 row[j] += g[n * C + j];
         }
     }
+}
+
+static int cpu_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
+                                 int64_t row0)
+{
+    TRI_ON_THREADS(nthreads(d), position_backward_loop(dwpe, dout, T, row0));
     return TRI_OK;
 }
 
 /* ---- cross-entropy ---- */
 
-static int cpu_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
+static void ce_row_max_loop(tri_tensor maxes, tri_tensor logits, int64_t V_valid)
 {
     int64_t N = tri_tensor_rows(logits), V_l = tri_tensor_cols(logits);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++)
         fp(maxes)[n] = tri_ce_row_max(fp(logits) + n * V_l, V_valid);
+}
+
+static int cpu_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
+{
+    TRI_ON_THREADS(nthreads(d), ce_row_max_loop(maxes, logits, V_valid));
     return TRI_OK;
 }
 
-static int cpu_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+static void ce_sumexp_target_loop(tri_tensor stats, tri_tensor logits, tri_tensor maxes,
                                 tri_tensor targets, int64_t vocab_start, int64_t V_valid)
 {
     int64_t N = tri_tensor_rows(logits), V_l = tri_tensor_cols(logits);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *row = fp(logits) + n * V_l;
         int64_t r = (int64_t)ids(targets)[n] - vocab_start;
         fp(stats)[2 * n] = tri_ce_row_sumexp(row, fp(maxes)[n], V_valid);
         fp(stats)[2 * n + 1] = (r >= 0 && r < V_valid) ? row[r] : 0.0f;
     }
+}
+
+static int cpu_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                                tri_tensor targets, int64_t vocab_start, int64_t V_valid)
+{
+    TRI_ON_THREADS(nthreads(d), ce_sumexp_target_loop(stats, logits, maxes, targets, vocab_start, V_valid));
     return TRI_OK;
 }
 
@@ -539,12 +667,12 @@ static int cpu_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_t
     return TRI_OK;
 }
 
-static int cpu_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+static void ce_backward_loop(tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
                            tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
                            float dloss)
 {
     int64_t N = tri_tensor_rows(logits), V_l = tri_tensor_cols(logits);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *row = fp(logits) + n * V_l;
         float *drow = fp(dlogits) + n * V_l;
@@ -555,12 +683,19 @@ static int cpu_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits,
         for (int64_t j = V_valid; j < V_l; j++)
             drow[j] = 0.0f;
     }
+}
+
+static int cpu_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+                           tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
+                           float dloss)
+{
+    TRI_ON_THREADS(nthreads(d), ce_backward_loop(dlogits, logits, maxes, stats, targets, vocab_start, V_valid, dloss));
     return TRI_OK;
 }
 
 /* ---- optimizer ---- */
 
-static int cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+static void adamw_loop(tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                      const tri_adamw_hparams *hp)
 {
     int64_t n = tri_tensor_numel(param);
@@ -570,81 +705,136 @@ static int cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tenso
     const float gs = hp->grad_scale;
     float *restrict p = fp(param), *restrict pm = fp(m), *restrict pv = fp(v);
     const float *restrict g = fp(grad);
-#pragma omp parallel for simd num_threads(nthreads(d)) schedule(static)
+#pragma omp for simd schedule(static)
     for (int64_t i = 0; i < n; i++)
         tri_adamw_element(p + i, g[i] * gs, pm + i, pv + i, lr, b1, b2, eps, wd, bc1, bc2);
+}
+
+static int cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                     const tri_adamw_hparams *hp)
+{
+    TRI_ON_THREADS(nthreads(d), adamw_loop(param, grad, m, v, hp));
     return TRI_OK;
 }
 
 /* ---- fixed point ---- */
 
-static int cpu_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
+/* acc += x in fixed point; *count += the elements that have no fixed-point value (each thread adds
+ * its own count once: an integer sum, exact in any order). */
+static void fixed_accumulate_loop(tri_tensor acc, tri_tensor x, int bits, int64_t *count)
 {
-    int64_t n = tri_tensor_numel(x), count = 0;
+    int64_t n = tri_tensor_numel(x), mine = 0;
     int64_t *a = acc.data;
     const float *px = fp(x);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static) reduction(+ : count)
+#pragma omp for schedule(static) nowait
     for (int64_t i = 0; i < n; i++) {
         int64_t v;
         if (tri_fixed_from_float(px[i], bits, &v))
             a[i] = tri_fixed_add(a[i], v);
         else
-            count++;
+            mine++;
     }
+#pragma omp atomic
+    *count += mine;
+}
+
+static int cpu_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
+{
+    int64_t count = 0;
+    TRI_ON_THREADS(nthreads(d), fixed_accumulate_loop(acc, x, bits, &count));
     fp(bad)[0] += (float)count;
     return TRI_OK;
 }
 
-static int cpu_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
+static void fixed_to_float_loop(tri_tensor out, tri_tensor acc, int bits)
 {
     int64_t n = tri_tensor_numel(out);
     const int64_t *a = acc.data;
     float *o = fp(out);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t i = 0; i < n; i++)
         o[i] = tri_fixed_to_float(a[i], bits);
+}
+
+static int cpu_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
+{
+    TRI_ON_THREADS(nthreads(d), fixed_to_float_loop(out, acc, bits));
     return TRI_OK;
 }
 
-static int cpu_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
+static void add_i64_loop(tri_tensor y, tri_tensor x)
 {
     int64_t n = tri_tensor_numel(y);
     int64_t *py = y.data;
     const int64_t *px = x.data;
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t i = 0; i < n; i++)
         py[i] = tri_fixed_add(py[i], px[i]);
+}
+
+static int cpu_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
+{
+    TRI_ON_THREADS(nthreads(d), add_i64_loop(y, x));
     return TRI_OK;
+}
+
+/* Each chunk's sum of squares as a 192-bit integer (w) and its count of values with no fixed-point
+ * value (bad). */
+static void fixed_chunk_squares_loop(uint64_t (*w)[3], int64_t *bad, const float *x, int64_t n, int bits)
+{
+    int64_t per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS;
+#pragma omp for schedule(static)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
+        w[c][0] = w[c][1] = w[c][2] = 0;
+        bad[c] = tri_fixed_sum_squares_range(x, bits, lo, hi, w[c]);
+    }
 }
 
 /* Exact: chunk sums as 192-bit integers, added into the limbs in any order. */
 static int cpu_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
 {
-    int64_t n = tri_tensor_numel(x), per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS, count = 0;
     uint64_t w[REDUCE_CHUNKS][3];
-    const float *px = fp(x);
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static) reduction(+ : count)
-    for (int c = 0; c < REDUCE_CHUNKS; c++) {
-        int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
-        w[c][0] = w[c][1] = w[c][2] = 0;
-        count += tri_fixed_sum_squares_range(px, bits, lo, hi, w[c]);
-    }
+    int64_t chunk_bad[REDUCE_CHUNKS], count = 0;
+    TRI_ON_THREADS(nthreads(d), fixed_chunk_squares_loop(w, chunk_bad, fp(x), tri_tensor_numel(x), bits));
     int64_t *l = limbs.data;
-    for (int c = 0; c < REDUCE_CHUNKS; c++)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
         for (int k = 0; k < 6; k++)
             l[k] += (int64_t)((w[c][k / 2] >> (32 * (k % 2))) & 0xffffffffu);
+        count += chunk_bad[c];
+    }
     fp(bad)[0] += (float)count;
     return TRI_OK;
 }
 
-/* dst = src in dst's dtype: fp32 <-> bf16 through engine/core/math.h's widening and rounding. */
+/* n bf16 values widened to fp32 (exact), or fp32 rounded to bf16 (tri_float_to_bf16): one loop per
+ * direction, each vectorised (a per-element dtype test, as tri_load / tri_store, is not). */
+static void convert_loop(void *dst, const void *src, int64_t n, bool to_bf16)
+{
+    if (to_bf16) {
+        const float *restrict s = src;
+        uint16_t *restrict o = dst;
+#pragma omp for simd schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = tri_float_to_bf16(s[i]);
+    } else {
+        const uint16_t *restrict s = src;
+        float *restrict o = dst;
+#pragma omp for simd schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = tri_bf16_to_float(s[i]);
+    }
+}
+
+/* dst = src in dst's dtype: fp32 <-> bf16 through engine/core/math.h's widening and rounding; equal
+ * dtypes copy. */
 static int cpu_convert(tri_device *d, tri_tensor dst, tri_tensor src)
 {
     int64_t n = tri_tensor_numel(src);
-    int dst_bf16 = dst.dtype == TRI_BF16, src_bf16 = src.dtype == TRI_BF16;
-#pragma omp parallel for num_threads(nthreads(d)) schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++)
-        tri_store(dst.data, dst_bf16, i, tri_load(src.data, src_bf16, i));
+    if (src.dtype == dst.dtype)
+        memmove(dst.data, src.data, (size_t)n * (src.dtype == TRI_BF16 ? sizeof(uint16_t) : sizeof(float)));
+    else
+        TRI_ON_THREADS(n > 65536 ? nthreads(d) : 1, convert_loop(dst.data, src.data, n, dst.dtype == TRI_BF16));
     return TRI_OK;
 }
 

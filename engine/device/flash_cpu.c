@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/core/math.h"
+#include "engine/device/cpu_threads.h"
 
 #define BR TRI_FLASH_BR
 #define BC TRI_FLASH_BC
@@ -87,16 +88,21 @@ static void forward_tile(float *o, float *lse, const float *q, const float *k, c
     }
 }
 
-void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv, tri_flash_dims d)
+static void forward_loop(float *out, float *lse, const float *qkv, tri_flash_dims d)
 {
     int64_t T = d.T, NH = d.NH, HS = d.HS, C = NH * HS, W = tri_flash_width(d), tiles = (T + BR - 1) / BR;
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
+#pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < d.B * NH * tiles; task++) {
         int64_t bh = task / tiles, i0 = task % tiles * BR, b = bh / NH, h = bh % NH, g = tri_flash_kv_head(d, h);
         forward_tile(out + b * T * C + h * HS, lse + bh * T, qkv + tri_flash_q_at(d, b, 0, h),
                      qkv + tri_flash_k_at(d, b, 0, g), qkv + tri_flash_v_at(d, b, 0, g), W, i0, min64(BR, T - i0), C,
                      HS);
     }
+}
+
+void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv, tri_flash_dims d)
+{
+    TRI_ON_THREADS(threads, forward_loop(out, lse, qkv, d));
 }
 
 /* delta[t] = dout_t . out_t over this head's HS columns (rows C apart), left to right. */
@@ -197,19 +203,19 @@ static head_grads head_of(float *dqkv, float *delta, const float *dout, const fl
  * element then receives the same sgemm calls with the same operands in the same order as in the
  * one pass (which computes each tile's P and dS once for both), so the bits do not change: the
  * two passes recompute P and dS, about 1.4x the one pass's work, to use the threads. */
-void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float *dout, const float *qkv,
-                            const float *out, const float *lse, tri_flash_dims d)
+static void backward_loops(int threads, float *dqkv, float *delta, const float *dout, const float *qkv,
+                           const float *out, const float *lse, tri_flash_dims d)
 {
     int64_t T = d.T, NH = d.NH, HS = d.HS, C = NH * HS, W = tri_flash_width(d), rep = NH / d.NH_kv;
     int64_t tiles = (T + BR - 1) / BR;
     float scale = 1.0f / sqrtf((float)HS);
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp for schedule(static)
     for (int64_t bh = 0; bh < d.B * NH; bh++) {
         head_grads x = head_of(dqkv, delta, dout, qkv, out, lse, d, bh / NH, bh % NH);
         backward_delta(x.delta, x.g, x.o, T, C, HS);
     }
     if (d.B * d.NH_kv >= threads) {
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
+#pragma omp for schedule(dynamic)
         for (int64_t bg = 0; bg < d.B * d.NH_kv; bg++) {
             int64_t b = bg / d.NH_kv, g = bg % d.NH_kv;
             zero_columns(dqkv + tri_flash_k_at(d, b, 0, g), T, W, HS);
@@ -221,7 +227,7 @@ void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float 
         }
         return;
     }
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
+#pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < d.B * NH * tiles; task++) {
         int64_t bh = task / tiles, i0 = task % tiles * BR, nr = min64(BR, T - i0);
         head_grads x = head_of(dqkv, delta, dout, qkv, out, lse, d, bh / NH, bh % NH);
@@ -233,7 +239,7 @@ void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float 
             tile_dq(&x, ds, i0, nr, j0, nc, W, HS, scale);
         }
     }
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
+#pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < d.B * d.NH_kv * tiles; task++) {
         int64_t bg = task / tiles, j0 = task % tiles * BC, nc = min64(BC, T - j0), b = bg / d.NH_kv, g = bg % d.NH_kv;
         float p[BR * BC], ds[BR * BC];
@@ -248,4 +254,10 @@ void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float 
             }
         }
     }
+}
+
+void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float *dout, const float *qkv,
+                            const float *out, const float *lse, tri_flash_dims d)
+{
+    TRI_ON_THREADS(threads, backward_loops(threads, dqkv, delta, dout, qkv, out, lse, d));
 }
