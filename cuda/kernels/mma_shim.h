@@ -190,34 +190,39 @@ static inline void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
 /* Runs body(smem) as a grid gx x gy of blocks of `threads` threads (a multiple of 32), one block
  * after another, each with shared memory of smem_bytes filled with 0xFF bytes first (NaN as fp32 and
  * as bf16: a kernel that reads shared memory it did not write gets NaN, as uninitialised memory
- * would give it garbage on a GPU). */
+ * would give it garbage on a GPU). The same `threads` threads run every block of the launch (a
+ * block barrier before and after each): creating them per block was most of the suite's time, 128
+ * thread starts a block (under the sanitizers especially). */
 static inline void tri_mma_emu_launch(int64_t gx, int64_t gy, int threads, size_t smem_bytes,
                                       const std::function<void(unsigned char *)> &body)
 {
     std::vector<unsigned char> smem_store(smem_bytes + 128);
     unsigned char *smem = smem_store.data() + (128 - (uintptr_t)smem_store.data() % 128) % 128;
-    for (int64_t by = 0; by < gy; by++)
-        for (int64_t bx = 0; bx < gx; bx++) {
-            memset(smem, 0xFF, smem_bytes);
-            tri_mma_emu_block blk;
-            pthread_barrier_init(&blk.block, NULL, (unsigned)threads);
-            for (int w = 0; w < threads / 32; w++)
-                pthread_barrier_init(&blk.warp[w], NULL, 32);
-            std::vector<std::thread> pool;
-            for (int t = 0; t < threads; t++)
-                pool.emplace_back([&, t] {
-                    tri_mma_emu_tid = t;
+    tri_mma_emu_block blk;
+    pthread_barrier_init(&blk.block, NULL, (unsigned)threads);
+    for (int w = 0; w < threads / 32; w++)
+        pthread_barrier_init(&blk.warp[w], NULL, 32);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; t++)
+        pool.emplace_back([&, t] {
+            tri_mma_emu_tid = t;
+            tri_mma_emu_cur = &blk;
+            for (int64_t by = 0; by < gy; by++)
+                for (int64_t bx = 0; bx < gx; bx++) {
+                    if (t == 0)
+                        memset(smem, 0xFF, smem_bytes);
+                    pthread_barrier_wait(&blk.block); /* the block starts on fresh shared memory */
                     tri_mma_emu_bx = bx;
                     tri_mma_emu_by = by;
-                    tri_mma_emu_cur = &blk;
                     body(smem);
-                });
-            for (auto &th : pool)
-                th.join();
-            pthread_barrier_destroy(&blk.block);
-            for (int w = 0; w < threads / 32; w++)
-                pthread_barrier_destroy(&blk.warp[w]);
-        }
+                    pthread_barrier_wait(&blk.block); /* ... and ends before the next one's fill */
+                }
+        });
+    for (auto &th : pool)
+        th.join();
+    pthread_barrier_destroy(&blk.block);
+    for (int w = 0; w < threads / 32; w++)
+        pthread_barrier_destroy(&blk.warp[w]);
 }
 
 #endif
