@@ -3,8 +3,9 @@
  * Each op's loops are OpenMP worksharing loops (`#pragma omp for`) in a function of their own, and
  * the op calls that function through TRI_ON_THREADS: inside a parallel region of `threads` threads
  * when there are several, and straight on the calling thread when there is one. A worksharing loop
- * met outside any parallel region binds to the one-thread implicit region and runs whole on the
- * caller (OpenMP 5.2 §11.5), without entering the OpenMP runtime for a static schedule.
+ * met outside any parallel region binds to the innermost enclosing one, here the implicit parallel
+ * region of one thread (OpenMP 5.2, worksharing-loop binding), so it runs whole on the caller, and
+ * with a static schedule without entering the OpenMP runtime.
  *
  * Why not `#pragma omp parallel for num_threads(n)` in every op: libgomp allocates, initialises and
  * frees a team for every parallel region, even a one-thread one (its `if` clause too). Measured on
