@@ -108,7 +108,6 @@ static int profile_end(tri_device *d, const char *name, int rc)
  * and faulting in fresh pages at every op), and tri_device_destroy frees them. Arguments with the
  * same data pointer share one copy, so the aliasing an op allows (ce_backward's dlogits = logits,
  * gelu_backward's dinp = dout, add's out = a) holds for the copies too. */
-#define WIDEN_MAX TRI_WIDEN_MAX
 
 typedef struct widen {
     tri_device *d;
@@ -118,7 +117,7 @@ typedef struct widen {
         tri_tensor orig;   /* the caller's bf16 tensor */
         void *wide;        /* its fp32 copy */
         bool written;      /* rounded back after the op */
-    } arg[WIDEN_MAX];
+    } arg[TRI_WIDEN_MAX];
 } widen;
 
 static widen widen_start(tri_device *d, int rc)
@@ -140,8 +139,8 @@ static void wide(widen *w, tri_tensor *t, bool writes)
             t->dtype = TRI_F32;
             return;
         }
-    if (w->n == WIDEN_MAX) {
-        w->rc = TRI_ERR(TRI_EINTERNAL, "widen: more than %d bf16 arguments", WIDEN_MAX);
+    if (w->n == TRI_WIDEN_MAX) {
+        w->rc = TRI_ERR(TRI_EINTERNAL, "widen: more than %d bf16 arguments", TRI_WIDEN_MAX);
         return;
     }
     int64_t n = tri_tensor_numel(*t);
@@ -194,7 +193,7 @@ void tri_device_destroy(tri_device *d)
     d->profile = NULL;
     free(d->records);
     d->records = NULL;
-    for (int k = 0; k < WIDEN_MAX; k++)
+    for (int k = 0; k < TRI_WIDEN_MAX; k++)
         if (d->widen[k].data)
             d->ops->free(d, d->widen[k].data);
     if (d->ops->destroy)

@@ -832,7 +832,7 @@ static int cpu_convert(tri_device *d, tri_tensor dst, tri_tensor src)
 {
     int64_t n = tri_tensor_numel(src);
     if (src.dtype == dst.dtype)
-        memmove(dst.data, src.data, (size_t)n * (src.dtype == TRI_BF16 ? sizeof(uint16_t) : sizeof(float)));
+        memmove(dst.data, src.data, tri_tensor_bytes(src));
     else
         TRI_ON_THREADS(n > 65536 ? nthreads(d) : 1, convert_loop(dst.data, src.data, n, dst.dtype == TRI_BF16));
     return TRI_OK;
