@@ -594,9 +594,14 @@ static int check_flash(const char *op, tri_tensor out, const char *out_name, tri
     return need_matrix(op, out_name, out, B * T, C);
 }
 
+/* An empty batch or sequence (B or T 0) has nothing to compute: the ops return before any backend
+ * sees it (a CUDA grid of 0 blocks is an invalid launch). */
 int tri_op_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
 {
-    widen w = widen_start(d, check_flash("flash_attention_forward", out, "out", lse, "lse", qkv));
+    int rc = check_flash("flash_attention_forward", out, "out", lse, "lse", qkv);
+    if (rc || tri_tensor_numel(qkv) == 0)
+        return rc;
+    widen w = widen_start(d, rc);
     wide(&w, &out, true);
     wide(&w, &qkv, false);
     return widen_end(&w, w.rc ? 0 : DISPATCH(d, flash_attention_forward, out, lse, qkv));
@@ -611,6 +616,8 @@ int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor d
     if (!rc) rc = need_float(op, "dqkv", dqkv);
     if (!rc) rc = need_numel(op, "dqkv", dqkv, tri_tensor_numel(qkv));
     if (!rc) rc = need_numel(op, "delta", delta, tri_tensor_numel(lse));
+    if (rc || tri_tensor_numel(qkv) == 0)
+        return rc;
     widen w = widen_start(d, rc);
     wide(&w, &dqkv, true);
     wide(&w, &dout, false);

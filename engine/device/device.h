@@ -238,7 +238,7 @@ int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, t
  * C_kv) = [q | k | v] (C_kv = C_l: the layout above; C_kv < C_l: grouped-query attention, NH_kv =
  * C_kv / HS key/value heads each serving NH_l / NH_kv query heads: engine/core/math.h
  * tri_flash_dims), and lse(B,NH_l,T) f32, each query row's logsumexp of its scaled scores, saved for
- * the backward. NH_l is lse's dimension 1, HS = C_l / NH_l. */
+ * the backward. NH_l is lse's dimension 1, HS = C_l / NH_l. B or T 0: nothing to do (TRI_OK). */
 int tri_op_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv);
 
 /* The dims of a checked fused attention problem (for backends): qkv (B, T, W), out (.., C), lse (B, NH, T). */
