@@ -220,3 +220,24 @@ void ot_teardown(void)
             tri_device_destroy(held[i].dev);
     n_held = 0;
 }
+
+int ot_flash_empty_cases(tri_device *d, void *mem)
+{
+    int rc = TRI_OK;
+    for (int bf16 = 0; bf16 < 2 && !rc; bf16++)
+        for (int empty_seq = 0; empty_seq < 2 && !rc; empty_seq++) {
+            int64_t B = empty_seq ? 2 : 0, T = empty_seq ? 0 : 16, NH = 2, HS = 64;
+            tri_dtype dt = bf16 ? TRI_BF16 : TRI_F32;
+            tri_tensor qkv = tri_tensor_3d(mem, dt, B, T, 3 * NH * HS), out = tri_tensor_3d(mem, dt, B, T, NH * HS);
+            tri_tensor lse = tri_tensor_3d(mem, TRI_F32, B, NH, T);
+            rc = tri_op_flash_attention_forward(d, out, lse, qkv);
+            if (!rc) rc = tri_op_flash_attention_backward(d, qkv, lse, out, qkv, out, lse);
+            if (!rc) rc = tri_device_sync(d);
+            if (rc) {
+                char why[512];
+                snprintf(why, sizeof why, "%s", tri_error_message());
+                rc = TRI_ERR(rc, "%s B %lld T %lld: %s", bf16 ? "bf16" : "fp32", (long long)B, (long long)T, why);
+            }
+        }
+    return rc;
+}

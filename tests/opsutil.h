@@ -93,6 +93,12 @@ double ot_dot(const double *a, const double *b, size_t n);
 typedef double (*ot_loss_fn)(void *ctx);
 void ot_fd_grad(double *grad, double *x, size_t n, ot_loss_fn loss, void *ctx);
 
+/* The fused attention ops on an empty batch (B 0, T 16) and an empty sequence (B 2, T 0), fp32 and
+ * bf16, NH 2, HS 64, their views pointing into mem (any allocation of d's), then tri_device_sync:
+ * TRI_OK, or the first failure's status (its message in tri_error_message, naming the case). Shared by
+ * test_flash_attention (CPU) and test_gpu_ops, where B or T 0 must launch nothing. */
+int ot_flash_empty_cases(tri_device *d, void *mem);
+
 /* Frees every tracked allocation and device. */
 void ot_teardown(void);
 
