@@ -41,6 +41,7 @@ typedef struct tri_cuda {
     double *partials;             /* TRI_CUDA_MAX_PARTIALS chunk sums of sum_squares / count_nonfinite */
     tri_cuda_gemm_cache *gemm;    /* cuBLASLt plans (descriptors + heuristic's algorithm) per shape */
     bool simple;                  /* run the simple kernel forms everywhere (tests compare variants) */
+    size_t smem_optin;            /* bytes of shared memory a block may opt in to (this device's limit) */
     tri_cuda_watch watch[TRI_CUDA_MAX_WATCHES];
     int n_watch;
 } tri_cuda;

@@ -311,6 +311,9 @@ extern "C" int tri_device_cuda_create(tri_device **out, int ordinal)
     if (!rc) rc = TRI_CUDA(cudaMalloc(&c->workspace, c->workspace_bytes));
     if (!rc) rc = TRI_CUDA(cudaMalloc((void **)&c->partials, TRI_CUDA_MAX_PARTIALS * sizeof(double)));
     if (!rc) rc = tri_cuda_gemm_cache_create(&c->gemm);
+    int optin = 0;
+    if (!rc) rc = TRI_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal));
+    c->smem_optin = optin > 0 ? (size_t)optin : 0;
     if (rc) {
         release(c);
         free(d);

@@ -1,84 +1,96 @@
-/* cuda/flash_mma.cu - the tensor-core fused attention kernels as CUDA kernels, and their launches.
+/* cuda/flash_mma.cu - the tiled fused attention kernels as CUDA kernels, and their launches.
  *
  * The kernel bodies (and their description) are cuda/kernels/flash_mma.kern.h, shared with the CPU
- * emulation that tests them (tests/test_flash_mma_cpu.cpp); here each is a __global__ function with
- * its dynamic shared memory (above 48 KiB: opted in per kernel before each launch). */
+ * emulation that tests them (tests/test_flash_mma_cpu.cpp); here each is a __global__ function per
+ * precision (bf16 on the tensor cores, fp32 on the CUDA cores) and head size, with its dynamic
+ * shared memory (above 48 KiB: opted in per kernel before each launch). */
 #include <math.h>
 
 #include "cuda/cuda_internal.h"
 #include "cuda/flash_mma.h"
 #include "cuda/kernels/flash_mma.kern.h"
 
-template <int HS>
-__global__ void __launch_bounds__(THREADS) flash_forward_mma_kernel(uint16_t *out, float *lse, const uint16_t *qkv,
-                                                                    tri_flash_dims d, int64_t n_tiles)
+template <class P, int HS>
+__global__ void __launch_bounds__(THREADS) flash_forward_mma_kernel(typename P::global *out, float *lse,
+                                                                    const typename P::global *qkv, tri_flash_dims d,
+                                                                    int64_t n_tiles)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    flash_forward_mma_body<HS>(smem, out, lse, qkv, d, n_tiles);
+    flash_forward_mma_body<P, HS>(smem, out, lse, qkv, d, n_tiles);
 }
 
-template <int HS>
-__global__ void __launch_bounds__(THREADS) flash_backward_dkv_mma_kernel(uint16_t *dqkv, const float *delta,
-                                                                         const uint16_t *dout, const uint16_t *qkv,
+template <class P, int HS>
+__global__ void __launch_bounds__(THREADS) flash_backward_dkv_mma_kernel(typename P::global *dqkv, const float *delta,
+                                                                         const typename P::global *dout,
+                                                                         const typename P::global *qkv,
                                                                          const float *lse, tri_flash_dims d,
                                                                          int64_t n_tiles)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    flash_backward_dkv_mma_body<HS>(smem, dqkv, delta, dout, qkv, lse, d, n_tiles);
+    flash_backward_dkv_mma_body<P, HS>(smem, dqkv, delta, dout, qkv, lse, d, n_tiles);
 }
 
-template <int HS>
-__global__ void __launch_bounds__(THREADS) flash_backward_dq_mma_kernel(uint16_t *dqkv, const float *delta,
-                                                                        const uint16_t *dout, const uint16_t *qkv,
+template <class P, int HS>
+__global__ void __launch_bounds__(THREADS) flash_backward_dq_mma_kernel(typename P::global *dqkv, const float *delta,
+                                                                        const typename P::global *dout,
+                                                                        const typename P::global *qkv,
                                                                         const float *lse, tri_flash_dims d,
                                                                         int64_t n_tiles)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    flash_backward_dq_mma_body<HS>(smem, dqkv, delta, dout, qkv, lse, d, n_tiles);
+    flash_backward_dq_mma_body<P, HS>(smem, dqkv, delta, dout, qkv, lse, d, n_tiles);
 }
 
 /* ---- host side ---- */
 
 #define FLASH_CHECK(expr, what) tri_cuda_check((expr), what, __FILE__, __LINE__)
 
-template <int HS>
+template <class P, int HS>
 static int forward_hs(cudaStream_t s, void *out, float *lse, const void *qkv, tri_flash_dims d)
 {
-    size_t bytes = fwd_layout<HS>::bytes;
+    typedef typename P::global G;
+    size_t bytes = fwd_layout<P, HS>::bytes;
     int64_t tiles = (d.T + TILE - 1) / TILE;
-    int rc = FLASH_CHECK(cudaFuncSetAttribute(flash_forward_mma_kernel<HS>,
+    int rc = FLASH_CHECK(cudaFuncSetAttribute(flash_forward_mma_kernel<P, HS>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
                          "cudaFuncSetAttribute(flash_forward_mma_kernel)");
     if (rc)
         return rc;
-    flash_forward_mma_kernel<HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH)), THREADS, bytes, s>>>(
-        (uint16_t *)out, lse, (const uint16_t *)qkv, d, tiles);
+    flash_forward_mma_kernel<P, HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH)), THREADS, bytes, s>>>(
+        (G *)out, lse, (const G *)qkv, d, tiles);
     return FLASH_CHECK(cudaGetLastError(), "launch of flash_forward_mma_kernel");
 }
 
 /* dk and dv: a block per (key tile, b, key/value head); dq: a block per (query tile, b, query head). */
-template <int HS>
+template <class P, int HS>
 static int backward_hs(cudaStream_t s, void *dqkv, const float *delta, const void *dout, const void *qkv,
                        const float *lse, tri_flash_dims d)
 {
-    size_t bytes = bwd_layout<HS>::bytes;
+    typedef typename P::global G;
+    size_t bytes = bwd_layout<P, HS>::bytes;
     int64_t tiles = (d.T + TILE - 1) / TILE;
-    int rc = FLASH_CHECK(cudaFuncSetAttribute(flash_backward_dkv_mma_kernel<HS>,
+    int rc = FLASH_CHECK(cudaFuncSetAttribute(flash_backward_dkv_mma_kernel<P, HS>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
                          "cudaFuncSetAttribute(flash_backward_dkv_mma_kernel)");
-    if (!rc) rc = FLASH_CHECK(cudaFuncSetAttribute(flash_backward_dq_mma_kernel<HS>,
+    if (!rc) rc = FLASH_CHECK(cudaFuncSetAttribute(flash_backward_dq_mma_kernel<P, HS>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
                               "cudaFuncSetAttribute(flash_backward_dq_mma_kernel)");
     if (rc)
         return rc;
-    flash_backward_dkv_mma_kernel<HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH_kv)), THREADS, bytes, s>>>(
-        (uint16_t *)dqkv, delta, (const uint16_t *)dout, (const uint16_t *)qkv, lse, d, tiles);
+    flash_backward_dkv_mma_kernel<P, HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH_kv)), THREADS, bytes, s>>>(
+        (G *)dqkv, delta, (const G *)dout, (const G *)qkv, lse, d, tiles);
     rc = FLASH_CHECK(cudaGetLastError(), "launch of flash_backward_dkv_mma_kernel");
     if (rc)
         return rc;
-    flash_backward_dq_mma_kernel<HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH)), THREADS, bytes, s>>>(
-        (uint16_t *)dqkv, delta, (const uint16_t *)dout, (const uint16_t *)qkv, lse, d, tiles);
+    flash_backward_dq_mma_kernel<P, HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH)), THREADS, bytes, s>>>(
+        (G *)dqkv, delta, (const G *)dout, (const G *)qkv, lse, d, tiles);
     return FLASH_CHECK(cudaGetLastError(), "launch of flash_backward_dq_mma_kernel");
+}
+
+template <class P, int HS>
+static size_t smem_hs(bool backward)
+{
+    return backward ? bwd_layout<P, HS>::bytes : fwd_layout<P, HS>::bytes;
 }
 
 bool tri_flash_mma_supports(int64_t HS)
@@ -86,28 +98,49 @@ bool tri_flash_mma_supports(int64_t HS)
     return tri_flash_mma_head_size(HS);
 }
 
-#define FLASH_DISPATCH(call_hs)                                                                    \
-    switch (d.HS) {                                                                                \
-    case 32: return call_hs(32);                                                                   \
-    case 64: return call_hs(64);                                                                   \
-    case 80: return call_hs(80);                                                                   \
-    case 96: return call_hs(96);                                                                   \
-    case 128: return call_hs(128);                                                                 \
-    default: return TRI_ERR(TRI_ENOTSUP, "flash attention: no tensor-core kernel for head size %lld", \
-                            (long long)d.HS);                                                      \
+/* call_hs(P, hs) for d.HS, with P the precision */
+#define FLASH_DISPATCH(call_hs, none)                                                              \
+    if (bf16) {                                                                                    \
+        switch (HS) {                                                                              \
+        case 32: return call_hs(tri_flash_bf16_mma, 32);                                           \
+        case 64: return call_hs(tri_flash_bf16_mma, 64);                                           \
+        case 80: return call_hs(tri_flash_bf16_mma, 80);                                           \
+        case 96: return call_hs(tri_flash_bf16_mma, 96);                                           \
+        case 128: return call_hs(tri_flash_bf16_mma, 128);                                         \
+        default: return none;                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    switch (HS) {                                                                                  \
+    case 32: return call_hs(tri_flash_fp32_simt, 32);                                              \
+    case 64: return call_hs(tri_flash_fp32_simt, 64);                                              \
+    case 80: return call_hs(tri_flash_fp32_simt, 80);                                              \
+    case 96: return call_hs(tri_flash_fp32_simt, 96);                                              \
+    case 128: return call_hs(tri_flash_fp32_simt, 128);                                            \
+    default: return none;                                                                          \
     }
 
-int tri_flash_mma_forward(cudaStream_t stream, void *out, float *lse, const void *qkv, tri_flash_dims d)
+#define NO_KERNEL TRI_ERR(TRI_ENOTSUP, "flash attention: no tiled kernel for head size %lld", (long long)HS)
+
+size_t tri_flash_mma_smem_bytes(int64_t HS, bool bf16, bool backward)
 {
-#define FWD(hs) forward_hs<hs>(stream, out, lse, qkv, d)
-    FLASH_DISPATCH(FWD)
+#define SMEM(P, hs) smem_hs<P, hs>(backward)
+    FLASH_DISPATCH(SMEM, 0)
+#undef SMEM
+}
+
+int tri_flash_mma_forward(cudaStream_t stream, bool bf16, void *out, float *lse, const void *qkv, tri_flash_dims d)
+{
+    int64_t HS = d.HS;
+#define FWD(P, hs) forward_hs<P, hs>(stream, out, lse, qkv, d)
+    FLASH_DISPATCH(FWD, NO_KERNEL)
 #undef FWD
 }
 
-int tri_flash_mma_backward(cudaStream_t stream, void *dqkv, const float *delta, const void *dout, const void *qkv,
-                           const float *lse, tri_flash_dims d)
+int tri_flash_mma_backward(cudaStream_t stream, bool bf16, void *dqkv, const float *delta, const void *dout,
+                           const void *qkv, const float *lse, tri_flash_dims d)
 {
-#define BWD(hs) backward_hs<hs>(stream, dqkv, delta, dout, qkv, lse, d)
-    FLASH_DISPATCH(BWD)
+    int64_t HS = d.HS;
+#define BWD(P, hs) backward_hs<P, hs>(stream, dqkv, delta, dout, qkv, lse, d)
+    FLASH_DISPATCH(BWD, NO_KERNEL)
 #undef BWD
 }

@@ -1,23 +1,29 @@
-/* tests/test_flash_mma_cpu.cpp - the tensor-core fused attention kernels, run on the CPU.
+/* tests/test_flash_mma_cpu.cpp - the tiled fused attention kernels, run on the CPU.
  *
- * cuda/kernels/flash_mma.kern.h holds the bodies of the WMMA kernels the CUDA backend launches for
- * bf16 attention (cuda/flash_mma.cu); cuda/kernels/mma_shim.h's emulation runs them here as written:
- * every block as 128 real threads with barriers for __syncthreads and __syncwarp, fragments as whole
- * 16 x 16 tiles, shared memory filled with NaN bytes first. The forward, dk/dv and dq kernels are
- * compared with the CPU backend's flash ops on the same bf16 tensors (its fp32 copies, rounded
- * once), for head sizes 32, 64, 80, 96 and 128, T from 1 to 200 (partial and several tiles, rows
- * past T), B and NH above 1, grouped-query attention (2 and 4 query heads a key/value head); every element of out and dqkv must be written (they start NaN) and
- * the guard bytes around them untouched.
+ * cuda/kernels/flash_mma.kern.h holds the bodies of the kernels the CUDA backend launches for bf16
+ * attention on the tensor cores (WMMA) and for fp32 attention on the CUDA cores (the shim's SIMT
+ * fragments) (cuda/flash_mma.cu); cuda/kernels/mma_shim.h's emulation runs them here as written:
+ * every block as 128 real threads with barriers for __syncthreads and __syncwarp, WMMA fragments as
+ * whole 16 x 16 tiles (SIMT fragments as on a GPU: each lane its own elements), shared memory
+ * filled with NaN bytes first. The forward, dk/dv and dq kernels are compared with the CPU
+ * backend's flash ops on the same tensors (bf16: its fp32 copies, rounded once), for head sizes
+ * 32, 64, 80, 96 and 128, T from 1 to 200 (partial and several tiles, rows past T), B and NH above
+ * 1, grouped-query attention (2 and 4 query heads a key/value head); every element of out and dqkv
+ * must be written (they start NaN) and the guard elements around them untouched.
  *
- * Tolerance: the kernels round P and dS to bf16 before their products (FlashAttention-2 does the
- * same), which moves each term of out, dq, dk, dv by at most 2^-9 of itself, and the outputs are
+ * Tolerance, bf16: the kernels round P and dS to bf16 before their products (FlashAttention-2 does
+ * the same), which moves each term of out, dq, dk, dv by at most 2^-9 of itself, and the outputs are
  * bf16 (one ulp, 2^-8 relative, where the two sides round apart): normalised error (max |diff| /
  * max |want|) 2e-2, the GPU suite's FLASH_MMA_TOL and ATT_BF16_TOL (measured here at most 7.0e-3,
  * dqkv at HS 128; out 5.2e-3, one output ulp; with TRIDENT_TEST_VERBOSE=1); lse is fp32 on both
- * sides, only the scores' summation order differs: 1e-5 (measured 1.6e-7). The GPU runs the same
- * bodies with the tensor cores' order (tests/gpu/test_gpu_ops.c). Mutations checked by hand when
- * this was written: one key past the causal mask in the backward fails (dqkv error 11.8), and
- * leaving 64 elements of the shared output accumulator unset fails (NaN). */
+ * sides, only the scores' summation order differs: 1e-5 (measured 1.6e-7). fp32: only the order of
+ * the products' sums differs (k ascending with fmaf here and on a GPU, sgemm's blocks on the CPU
+ * backend), 1e-5 as every fp32 attention test (measured at most 1.3e-6, out at HS 128). The GPU
+ * runs the same bodies, the bf16 ones with the tensor cores' order (tests/gpu/test_gpu_ops.c).
+ * Mutations checked by hand: one key past the causal mask in the backward fails (dqkv error 11.8),
+ * leaving 64 elements of the shared output accumulator unset fails (NaN); for the fp32 form, a SIMT
+ * fragment stored 4 columns off fails (2.5), and so does dropping the warp barrier between the
+ * scores' store and the softmax (NaN). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +40,7 @@ extern "C" {
 
 #define FLASH_MMA_TOL 2e-2
 #define LSE_TOL 1e-5
+#define FP32_TOL 1e-5
 #define GUARD 64 /* elements of guard on each side of an output */
 
 TestSuite(flash_mma_cpu, .fini = ot_teardown);
@@ -58,46 +65,90 @@ static bool close_norm(const char *what, const float *got, const float *want, si
     return ok;
 }
 
-/* bf16 bits with GUARD guard elements (0x7FC1, a NaN nothing writes) on both sides, the inside
- * filled from x (or NaN when x is NULL). */
-static std::vector<uint16_t> guarded(size_t n, const float *x)
+/* What a test does with an element of qkv/out/dout/dqkv: bf16 bits or fp32. guard: a NaN nothing
+ * writes, around each buffer; unset: the NaN an output starts as. */
+template <class G>
+struct elems;
+template <>
+struct elems<uint16_t> {
+    static uint16_t guard() { return 0x7FC1; }
+    static uint16_t unset() { return 0xFFFF; }
+    static uint16_t from(float x) { return tri_float_to_bf16(x); }
+    static float to(uint16_t v) { return tri_bf16_to_float(v); }
+    static uint32_t bits(uint16_t v) { return v; }
+};
+template <>
+struct elems<float> {
+    static float of_bits(uint32_t u)
+    {
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    static float guard() { return of_bits(0x7FC00041u); }
+    static float unset() { return of_bits(0xFFFFFFFFu); }
+    static float from(float x) { return x; }
+    static float to(float v) { return v; }
+    static uint32_t bits(float v)
+    {
+        uint32_t u;
+        memcpy(&u, &v, sizeof u);
+        return u;
+    }
+};
+
+/* n elements with GUARD guard elements on both sides, the inside filled from x (or unset when x is
+ * NULL). */
+template <class G>
+static std::vector<G> guarded(size_t n, const float *x)
 {
-    std::vector<uint16_t> v(n + 2 * GUARD, 0x7FC1);
+    std::vector<G> v(n + 2 * GUARD, elems<G>::guard());
     for (size_t i = 0; i < n; i++)
-        v[GUARD + i] = x ? tri_float_to_bf16(x[i]) : 0xFFFF;
+        v[GUARD + i] = x ? elems<G>::from(x[i]) : elems<G>::unset();
     return v;
 }
 
-static void check_guards(const char *what, const std::vector<uint16_t> &v, size_t n)
+template <class G>
+static void check_guards(const char *what, const std::vector<G> &v, size_t n)
 {
+    uint32_t g = elems<G>::bits(elems<G>::guard());
     for (size_t i = 0; i < GUARD; i++) {
-        cr_assert_eq(v[i], 0x7FC1, "%s: written before its start", what);
-        cr_assert_eq(v[GUARD + n + i], 0x7FC1, "%s: written past its end", what);
+        cr_assert_eq(elems<G>::bits(v[i]), g, "%s: written before its start", what);
+        cr_assert_eq(elems<G>::bits(v[GUARD + n + i]), g, "%s: written past its end", what);
     }
 }
 
-static std::vector<float> widen(const std::vector<uint16_t> &v, size_t n)
+template <class G>
+static std::vector<float> widen(const std::vector<G> &v, size_t n)
 {
     std::vector<float> f(n);
     for (size_t i = 0; i < n; i++)
-        f[i] = tri_bf16_to_float(v[GUARD + i]);
+        f[i] = elems<G>::to(v[GUARD + i]);
     return f;
 }
 
-template <int HS>
+/* One problem through the kernels of precision P (tri_flash_bf16_mma or tri_flash_fp32_simt) and
+ * through the CPU backend. */
+template <class P, int HS>
 static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t seed)
 {
+    typedef typename P::global G;
+    const bool bf16 = sizeof(G) == 2;
+    const double tol = bf16 ? FLASH_MMA_TOL : FP32_TOL;
+    const char *form = bf16 ? "mma bf16" : "simt fp32";
     tri_flash_dims f = {B, T, NH, NH_kv, HS};
     int64_t C = NH * HS, W = tri_flash_width(f), rows = B * NH * T, tiles = (T + TILE - 1) / TILE;
     size_t nq = (size_t)(B * T * W), no = (size_t)(B * T * C), nr = (size_t)rows;
-    float *qkv = ot_bf16_uniform(nq, -3.0f, 3.0f, seed), *dout = ot_bf16_uniform(no, -1.0f, 1.0f, seed + 1);
+    float *qkv = bf16 ? ot_bf16_uniform(nq, -3.0f, 3.0f, seed) : ot_uniform(nq, -3.0f, 3.0f, seed);
+    float *dout = bf16 ? ot_bf16_uniform(no, -1.0f, 1.0f, seed + 1) : ot_uniform(no, -1.0f, 1.0f, seed + 1);
 
-    /* the reference: the CPU backend's flash ops on the same bf16 tensors */
+    /* the reference: the CPU backend's flash ops on the same tensors (bf16: its fp32 copies) */
     tri_device *d = ot_device(2);
-    tri_tensor tq = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, W), qkv);
-    tri_tensor to = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, C), NULL);
-    tri_tensor tg = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, C), dout);
-    tri_tensor tdq = ot_put_bf16(d, tri_tensor_3d(NULL, TRI_F32, B, T, W), NULL);
+    tri_dtype dt = bf16 ? TRI_BF16 : TRI_F32;
+    tri_tensor tq = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, W), qkv);
+    tri_tensor to = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, C), NULL);
+    tri_tensor tg = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, C), dout);
+    tri_tensor tdq = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, W), NULL);
     tri_tensor tl = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
     tri_tensor td = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
     cr_assert_eq(tri_op_flash_attention_forward(d, to, tl, tq), TRI_OK, "%s", tri_error_message());
@@ -105,12 +156,13 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
     float *want_out = ot_read(d, to), *want_lse = ot_read(d, tl), *want_dqkv = ot_read(d, tdq);
 
     /* the kernels, emulated */
-    std::vector<uint16_t> gq = guarded(nq, qkv), gg = guarded(no, dout), go = guarded(no, NULL), gdq = guarded(nq, NULL);
+    std::vector<G> gq = guarded<G>(nq, qkv), gg = guarded<G>(no, dout), go = guarded<G>(no, NULL),
+                   gdq = guarded<G>(nq, NULL);
     std::vector<float> lse(nr, NAN), delta(nr, NAN);
-    uint16_t *out = go.data() + GUARD, *dqkv = gdq.data() + GUARD;
-    const uint16_t *q = gq.data() + GUARD, *g = gg.data() + GUARD;
-    tri_mma_emu_launch(tiles, B * NH, THREADS, fwd_layout<HS>::bytes, [&](unsigned char *smem) {
-        flash_forward_mma_body<HS>(smem, out, lse.data(), q, f, tiles);
+    G *out = go.data() + GUARD, *dqkv = gdq.data() + GUARD;
+    const G *q = gq.data() + GUARD, *g = gg.data() + GUARD;
+    tri_mma_emu_launch(tiles, B * NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+        flash_forward_mma_body<P, HS>(smem, out, lse.data(), q, f, tiles);
     });
     check_guards("out", go, no);
     /* delta = rowsum(dout * out), as flash_backward_delta_kernel computes it (left to right) */
@@ -118,51 +170,69 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
         int64_t t = r % T, bh = r / T, b = bh / NH, h = bh % NH, o = (b * T + t) * C + h * HS;
         float acc = 0.0f;
         for (int64_t i = 0; i < HS; i++)
-            acc += tri_bf16_to_float(g[o + i]) * tri_bf16_to_float(out[o + i]);
+            acc += elems<G>::to(g[o + i]) * elems<G>::to(out[o + i]);
         delta[(size_t)r] = acc;
     }
-    tri_mma_emu_launch(tiles, B * NH_kv, THREADS, bwd_layout<HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dkv_mma_body<HS>(smem, dqkv, delta.data(), g, q, lse.data(), f, tiles);
+    tri_mma_emu_launch(tiles, B * NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+        flash_backward_dkv_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, lse.data(), f, tiles);
     });
-    tri_mma_emu_launch(tiles, B * NH, THREADS, bwd_layout<HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dq_mma_body<HS>(smem, dqkv, delta.data(), g, q, lse.data(), f, tiles);
+    tri_mma_emu_launch(tiles, B * NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+        flash_backward_dq_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, lse.data(), f, tiles);
     });
     check_guards("dqkv", gdq, nq);
 
     char what[160];
-    snprintf(what, sizeof what, "mma out (B %lld T %lld NH %lld/%lld HS %d)", (long long)B, (long long)T, (long long)NH,
-             (long long)NH_kv, HS);
-    cr_assert(close_norm(what, widen(go, no).data(), want_out, no, FLASH_MMA_TOL));
-    snprintf(what, sizeof what, "mma lse (B %lld T %lld NH %lld HS %d)", (long long)B, (long long)T, (long long)NH, HS);
-    cr_assert(close_norm(what, lse.data(), want_lse, nr, LSE_TOL));
-    snprintf(what, sizeof what, "mma dqkv (B %lld T %lld NH %lld/%lld HS %d)", (long long)B, (long long)T,
+    snprintf(what, sizeof what, "%s out (B %lld T %lld NH %lld/%lld HS %d)", form, (long long)B, (long long)T,
              (long long)NH, (long long)NH_kv, HS);
-    cr_assert(close_norm(what, widen(gdq, nq).data(), want_dqkv, nq, FLASH_MMA_TOL));
+    cr_assert(close_norm(what, widen(go, no).data(), want_out, no, tol));
+    snprintf(what, sizeof what, "%s lse (B %lld T %lld NH %lld HS %d)", form, (long long)B, (long long)T,
+             (long long)NH, HS);
+    cr_assert(close_norm(what, lse.data(), want_lse, nr, LSE_TOL));
+    snprintf(what, sizeof what, "%s dqkv (B %lld T %lld NH %lld/%lld HS %d)", form, (long long)B, (long long)T,
+             (long long)NH, (long long)NH_kv, HS);
+    cr_assert(close_norm(what, widen(gdq, nq).data(), want_dqkv, nq, tol));
 }
 
 Test(flash_mma_cpu, head_size_64) 
 {
-    run_case<64>(1, 1, 1, 1, 10);    /* one token */
-    run_case<64>(2, 17, 3, 3, 20);   /* a partial tile */
-    run_case<64>(1, 130, 2, 2, 30);  /* three tiles, the last with 2 rows */
+    run_case<tri_flash_bf16_mma, 64>(1, 1, 1, 1, 10);    /* one token */
+    run_case<tri_flash_bf16_mma, 64>(2, 17, 3, 3, 20);   /* a partial tile */
+    run_case<tri_flash_bf16_mma, 64>(1, 130, 2, 2, 30);  /* three tiles, the last with 2 rows */
 }
 
 Test(flash_mma_cpu, head_size_128) 
 {
-    run_case<128>(1, 64, 2, 2, 40);  /* exactly one tile */
-    run_case<128>(2, 200, 1, 1, 50); /* four tiles */
+    run_case<tri_flash_bf16_mma, 128>(1, 64, 2, 2, 40);  /* exactly one tile */
+    run_case<tri_flash_bf16_mma, 128>(2, 200, 1, 1, 50); /* four tiles */
 }
 
 Test(flash_mma_cpu, head_sizes_32_80_96) 
 {
-    run_case<32>(1, 127, 4, 4, 60);
-    run_case<80>(2, 65, 2, 2, 70);
-    run_case<96>(1, 100, 2, 2, 80);
+    run_case<tri_flash_bf16_mma, 32>(1, 127, 4, 4, 60);
+    run_case<tri_flash_bf16_mma, 80>(2, 65, 2, 2, 70);
+    run_case<tri_flash_bf16_mma, 96>(1, 100, 2, 2, 80);
 }
 
 /* grouped-query attention: 4 query heads on 2 key/value heads, and on one (multi-query) */
 Test(flash_mma_cpu, grouped_query)
 {
-    run_case<64>(1, 130, 4, 2, 90);
-    run_case<128>(2, 70, 4, 1, 91);
+    run_case<tri_flash_bf16_mma, 64>(1, 130, 4, 2, 90);
+    run_case<tri_flash_bf16_mma, 128>(2, 70, 4, 1, 91);
+}
+
+/* The fp32 kernels (CUDA cores, tri_flash_fp32_simt): every head size they are built for, one
+ * token, a partial tile, several tiles with rows past T, grouped-query attention. */
+Test(flash_mma_cpu, fp32_head_sizes_64_128)
+{
+    run_case<tri_flash_fp32_simt, 64>(1, 1, 1, 1, 110);
+    run_case<tri_flash_fp32_simt, 64>(2, 17, 3, 3, 120);
+    run_case<tri_flash_fp32_simt, 64>(1, 130, 4, 2, 130);
+    run_case<tri_flash_fp32_simt, 128>(2, 200, 2, 1, 140);
+}
+
+Test(flash_mma_cpu, fp32_head_sizes_32_80_96)
+{
+    run_case<tri_flash_fp32_simt, 32>(1, 127, 2, 2, 150);
+    run_case<tri_flash_fp32_simt, 80>(1, 65, 2, 1, 160);
+    run_case<tri_flash_fp32_simt, 96>(1, 100, 2, 2, 170);
 }

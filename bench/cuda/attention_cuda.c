@@ -1,8 +1,9 @@
 /* bench/cuda/attention_cuda.c - the fused causal attention on a GPU: ms per forward + backward.
  *
- * Times tri_op_flash_attention_forward + _backward (cuda/flash_mma.cu's tensor-core kernels for bf16
- * head sizes 32-128, the simple twins otherwise) and, where its (T, T) matrices fit, the unfused
- * cuBLASLt path, on bf16 q|k|v in the model's interleaved layout, for each requested (HS, T) with
+ * Times tri_op_flash_attention_forward + _backward (cuda/flash_mma.cu's tiled kernels for head sizes
+ * 32-128: bf16 on the tensor cores, or fp32 on the CUDA cores with --fp32; the simple twins
+ * otherwise) and, where its (T, T) matrices fit, the unfused cuBLASLt path, on bf16 (or fp32) q|k|v
+ * in the model's interleaved layout, for each requested (HS, T) with
  * B x NH chosen to keep B NH T = 98,304 rows (GPT-2 124M's micro-batch 8 x 12 heads at T 1024).
  * Prints ms, TFLOP/s (causal FLOPs: forward 2 B NH T^2 HS, backward 2.5x, as FlashAttention-2's
  * paper counts) and the unfused/fused ratio. bench/cuda/attention.sh runs PyTorch's SDPA (flash
@@ -73,12 +74,11 @@ static int time_form(tri_device *d, bool flash, tri_tensor *t, int iters, double
     return TRI_OK;
 }
 
-static int run_shape(tri_device *d, att_shape s, int iters, double unfused_limit_gb)
+static int run_shape(tri_device *d, att_shape s, tri_dtype bf, int iters, double unfused_limit_gb)
 {
     int64_t C = s.NH * s.HS;
     tri_tensor t[8];
     void *mem[8] = {0};
-    tri_dtype bf = TRI_BF16;
     int rc = put(d, &t[0], tri_tensor_3d(NULL, bf, s.B, s.T, 3 * C), &mem[0], 1);
     if (!rc) rc = put(d, &t[1], tri_tensor_3d(NULL, bf, s.B, s.T, C), &mem[1], 2);
     if (!rc) rc = put(d, &t[2], tri_tensor_3d(NULL, bf, s.B, s.T, C), &mem[2], 3);
@@ -87,7 +87,7 @@ static int run_shape(tri_device *d, att_shape s, int iters, double unfused_limit
     if (!rc) rc = put(d, &t[5], tri_tensor_3d(NULL, TRI_F32, s.B, s.NH, s.T), &mem[5], 6);
     double fused = 0.0, unfused = 0.0;
     if (!rc) rc = time_form(d, true, t, iters, &fused);
-    double att_gb = 2.0 * 2.0 * (double)(s.B * s.NH * s.T * s.T) / 1e9;
+    double att_gb = 2.0 * (double)tri_dtype_size(bf) * (double)(s.B * s.NH * s.T * s.T) / 1e9;
     bool run_unfused = att_gb <= unfused_limit_gb;
     if (!rc && run_unfused) {
         rc = put(d, &t[6], tri_tensor_4d(NULL, bf, s.B, s.NH, s.T, s.T), &mem[6], 7);
@@ -100,8 +100,8 @@ static int run_shape(tri_device *d, att_shape s, int iters, double unfused_limit
     if (rc)
         return rc;
     double flops = 3.5 * 2.0 * (double)(s.B * s.NH) * (double)s.T * (double)s.T * (double)s.HS;
-    printf("trident B %lld NH %lld T %lld HS %lld | fused %.3f ms %.1f TFLOP/s", (long long)s.B, (long long)s.NH,
-           (long long)s.T, (long long)s.HS, fused, flops / fused / 1e9);
+    printf("trident B %lld NH %lld T %lld HS %lld | %s fused %.3f ms %.1f TFLOP/s", (long long)s.B, (long long)s.NH,
+           (long long)s.T, (long long)s.HS, bf == TRI_BF16 ? "bf16" : "fp32", fused, flops / fused / 1e9);
     if (run_unfused)
         printf(" | unfused %.3f ms (%.2fx)\n", unfused, unfused / fused);
     else
@@ -114,10 +114,12 @@ int main(int argc, char **argv)
     const char *hs_list = "64,128", *t_list = "1024,4096";
     int iters = 10;
     float limit = 20.0f;
+    bool fp32 = false;
     tri_flag flags[] = {
         {"head-sizes", TRI_FLAG_STRING, &hs_list, "comma-separated head sizes", 0, 0, NULL, false},
         {"seq-lengths", TRI_FLAG_STRING, &t_list, "comma-separated sequence lengths", 0, 0, NULL, false},
         {"iters", TRI_FLAG_INT, &iters, "timed repetitions (the best is printed)", 1, 1 << 20, NULL, false},
+        {"fp32", TRI_FLAG_BOOL, &fp32, "fp32 tensors (the CUDA cores) instead of bf16 (the tensor cores)", 0, 0, NULL, false},
         {"unfused-limit-gb", TRI_FLAG_FLOAT, &limit, "run the unfused path only when its scores and their gradient take at most this", 0, 1e6, NULL, false},
     };
     int nf = sizeof flags / sizeof *flags;
@@ -127,7 +129,7 @@ int main(int argc, char **argv)
         if (rc)
             fprintf(stderr, "bench_cuda_attention: %s\n", tri_error_message());
         tri_flags_usage(rc ? stderr : stdout, flags, nf, "bench_cuda_attention",
-                        "Fused causal attention on a GPU, bf16: ms per forward + backward, TFLOP/s, against the unfused path.");
+                        "Fused causal attention on a GPU, bf16 (or fp32): ms per forward + backward, TFLOP/s, against the unfused path.");
         return rc ? 2 : 0;
     }
     const char *why = "";
@@ -144,7 +146,7 @@ int main(int argc, char **argv)
             att_shape s = {.HS = atoll(h), .T = atoll(tt)};
             s.NH = 768 / s.HS > 0 ? 768 / s.HS : 1;
             s.B = 8 * 1024 / s.T > 0 ? 8 * 1024 / s.T : 1;
-            rc = run_shape(d, s, iters, limit);
+            rc = run_shape(d, s, fp32 ? TRI_F32 : TRI_BF16, iters, limit);
         }
         free(ts);
     }

@@ -7,7 +7,7 @@
 #   (on the GPU machine)  BUDGET=420 bash .gpu/env.sh bash bench/cuda/gpu_check.sh
 # Order: the GPU tests (fast kernels against their twins and the CPU, bit for bit where promised;
 # the fused attention's tensor-core kernels), engine_train cuda against cpu (fused attention, the
-# default; GPT-2 and the tiny Llama), the fused attention against PyTorch's SDPA, the bench against
+# default; GPT-2 and the tiny Llama), the fused attention against PyTorch's SDPA (bf16, then fp32), the bench against
 # PyTorch eager (124M with the fused and the unfused attention, 1.5B bf16, 124M fp32, 124M at T 8192),
 # the Llama 3.2 1B shape at T 2048 beside GPT-2 1.5B,
 # the per-op profile, compute-sanitizer memcheck and initcheck (SKIP_SANITIZERS=1 skips them), then the
@@ -27,6 +27,8 @@ el "engine_train cuda vs cpu, the tiny Llama (fp32, bf16)"
 OMP_NUM_THREADS=8 timeout "$(tmo 120)" bash tests/gpu/train_cuda_vs_cpu.sh bin . models/llama-tiny-byte.json 2>&1 | tail -6
 el "bench: fused attention vs PyTorch SDPA (bf16, HS 64/128, T 1024/4096)"
 BIN=bin timeout "$(tmo 90)" bash bench/cuda/attention.sh --iters 5 2>&1 | grep -vE '^$'
+el "bench: fused attention fp32 (CUDA cores) vs PyTorch SDPA (memory-efficient, fp32), HS 64/128, T 1024"
+BIN=bin timeout "$(tmo 60)" bash bench/cuda/attention.sh --fp32 --seq-lengths 1024 --iters 3 2>&1 | grep -vE '^$'
 el "bench: Trident vs PyTorch eager, GPT-2 124M bf16 B 8"
 BIN=bin timeout "$(tmo 120)" bash bench/cuda/compare.sh --models gpt2 --iters 10 --warmup 3 2>&1 | grep -vE '^$'
 el "bench: the same with the unfused attention on both sides"

@@ -1,7 +1,8 @@
-/* cuda/kernels/mma_shim.h - one source for the tensor-core kernels, under nvcc and on the CPU.
+/* cuda/kernels/mma_shim.h - one source for the tiled (matrix-fragment) kernels, under nvcc and on the CPU.
  *
  * The block-tiled kernels of cuda/kernels/flash_mma.kern.h use warps, shared memory, block and warp
- * barriers and 16 x 16 x 16 bf16 matrix fragments. They are written against the names below:
+ * barriers and 16 x 16 x 16 matrix fragments (bf16 on the tensor cores, fp32 on the CUDA cores).
+ * They are written against the names below:
  * - under nvcc, CUDA's own: threadIdx/blockIdx, __syncthreads/__syncwarp, and the WMMA API
  *   (nvcuda::wmma fragments, load_matrix_sync, mma_sync, store_matrix_sync; bf16 operands, fp32
  *   accumulation; sm_80+);
@@ -14,11 +15,15 @@
  *   never touch fragment elements directly, only through these calls, and every store is followed by
  *   a warp barrier before other lanes read it: the same discipline makes both forms correct.
  * Summation order inside a product is the hardware's on a GPU and k-ascending here, so GPU and
- * emulated results agree within the tolerance of the products, not bit for bit. */
+ * emulated results agree within the tolerance of the products, not bit for bit.
+ * The fp32 fragments at the end (tri_sfrag_*) take the same calls on the CUDA cores, in code that
+ * runs as written in both forms, so their products agree bit for bit between GPU and emulation. */
 #ifndef TRIDENT_CUDA_KERNELS_MMA_SHIM_H
 #define TRIDENT_CUDA_KERNELS_MMA_SHIM_H
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine/core/math.h"
 
@@ -28,6 +33,7 @@
 #include <mma.h>
 
 #define TRI_MMA_DEV __device__ __forceinline__
+#define TRI_MMA_STATIC static __device__ __forceinline__ /* a static member function */
 #define TRI_MMA_UNROLL _Pragma("unroll")
 #define TRI_MMA_TID ((int)threadIdx.x)
 #define TRI_MMA_BX ((int64_t)blockIdx.x)
@@ -79,13 +85,13 @@ TRI_MMA_DEV void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
 #else /* C++ emulation on the CPU */
 
 #include <pthread.h>
-#include <string.h>
 
 #include <functional>
 #include <thread>
 #include <vector>
 
 #define TRI_MMA_DEV static inline
+#define TRI_MMA_STATIC static inline
 #define TRI_MMA_UNROLL
 
 struct tri_mma_bf16 {
@@ -226,5 +232,144 @@ static inline void tri_mma_emu_launch(int64_t gx, int64_t gy, int threads, size_
 }
 
 #endif
+
+/* ---- fp32 fragments on the CUDA cores (SIMT) ----
+ * The tensor cores take fp32 only as TF32 (10 mantissa bits), so the fp32 form of the tiled kernels
+ * multiplies the same 16 x 16 x 16 fragments with the CUDA cores' FMAs, in code that is the same
+ * under nvcc and in the emulation (each lane computes its own elements; no lane-0 stand-in).
+ * An accumulator is spread over the warp: lane l holds rows l / 4 and l / 4 + 8, columns
+ * 4 (l % 4) .. 4 (l % 4) + 3 (x[4 i + j] is row l / 4 + 8 i, column 4 (l % 4) + j). An operand
+ * fragment is where its 16 x 16 tile lies in shared memory, and tri_mma reads it there: per 4 steps
+ * of k, two 16-byte loads of a (the lane's rows) and four of b (its columns) feed 32 FMAs. Each
+ * element adds its products for k = 0 .. 15 in order with fmaf (one rounding a step, what the FMA
+ * units do; fmaf is explicit, so the library's --fmad=false leaves it alone), so a GPU and the
+ * emulation give the same bits. Pointers and row strides (ld, elements) must be multiples of 4
+ * floats (16 bytes); with ld = 4 (mod 32) the 8 rows a load instruction touches fall in 8
+ * different groups of 4 banks. */
+struct tri_sfrag_acc {
+    float x[8];
+};
+struct tri_sfrag_a { /* element (r, k) at p[r * ld + k] */
+    const float *p;
+    unsigned ld;
+};
+struct tri_sfrag_b_row { /* element (k, c) at p[k * ld + c] */
+    const float *p;
+    unsigned ld;
+};
+struct tri_sfrag_b_col { /* element (k, c) at p[c * ld + k] */
+    const float *p;
+    unsigned ld;
+};
+struct tri_sfrag_f4 {
+    float v[4];
+};
+
+/* four floats from a 16-byte boundary */
+TRI_MMA_DEV tri_sfrag_f4 tri_sfrag_load4(const float *p)
+{
+    tri_sfrag_f4 f;
+#if defined(__CUDACC__)
+    float4 t = *reinterpret_cast<const float4 *>(p);
+    f.v[0] = t.x;
+    f.v[1] = t.y;
+    f.v[2] = t.z;
+    f.v[3] = t.w;
+#else
+    memcpy(f.v, p, sizeof f.v);
+#endif
+    return f;
+}
+
+TRI_MMA_DEV void tri_sfrag_store4(float *p, const float *v)
+{
+#if defined(__CUDACC__)
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+#else
+    memcpy(p, v, 4 * sizeof *v);
+#endif
+}
+
+/* The lane's first row and first column of a fragment. */
+TRI_MMA_DEV int tri_sfrag_row(void)
+{
+    return (TRI_MMA_TID % 32) / 4;
+}
+TRI_MMA_DEV int tri_sfrag_col(void)
+{
+    return 4 * (TRI_MMA_TID % 4);
+}
+
+TRI_MMA_DEV void tri_mma_fill(tri_sfrag_acc &f, float v)
+{
+    for (int e = 0; e < 8; e++)
+        f.x[e] = v;
+}
+TRI_MMA_DEV void tri_mma_load(tri_sfrag_acc &f, const float *p, unsigned ld)
+{
+    int r = tri_sfrag_row(), c = tri_sfrag_col();
+    for (int i = 0; i < 2; i++) {
+        tri_sfrag_f4 t = tri_sfrag_load4(p + (r + 8 * i) * ld + c);
+        for (int j = 0; j < 4; j++)
+            f.x[4 * i + j] = t.v[j];
+    }
+}
+TRI_MMA_DEV void tri_mma_store(float *p, const tri_sfrag_acc &f, unsigned ld)
+{
+    int r = tri_sfrag_row(), c = tri_sfrag_col();
+    for (int i = 0; i < 2; i++)
+        tri_sfrag_store4(p + (r + 8 * i) * ld + c, f.x + 4 * i);
+}
+TRI_MMA_DEV void tri_mma_load(tri_sfrag_a &f, const float *p, unsigned ld)
+{
+    f.p = p;
+    f.ld = ld;
+}
+TRI_MMA_DEV void tri_mma_load(tri_sfrag_b_row &f, const float *p, unsigned ld)
+{
+    f.p = p;
+    f.ld = ld;
+}
+TRI_MMA_DEV void tri_mma_load(tri_sfrag_b_col &f, const float *p, unsigned ld)
+{
+    f.p = p;
+    f.ld = ld;
+}
+
+/* b's 4 x 4 block of k = k0 .. k0 + 3 and the lane's columns: bk[kk].v[j] = b(k0 + kk, c + j) */
+TRI_MMA_DEV void tri_sfrag_b_block(tri_sfrag_f4 (&bk)[4], const tri_sfrag_b_row &b, int k0, int c)
+{
+    for (int kk = 0; kk < 4; kk++)
+        bk[kk] = tri_sfrag_load4(b.p + (k0 + kk) * b.ld + c);
+}
+TRI_MMA_DEV void tri_sfrag_b_block(tri_sfrag_f4 (&bk)[4], const tri_sfrag_b_col &b, int k0, int c)
+{
+    for (int j = 0; j < 4; j++) {
+        tri_sfrag_f4 t = tri_sfrag_load4(b.p + (c + j) * b.ld + k0);
+        for (int kk = 0; kk < 4; kk++)
+            bk[kk].v[j] = t.v[kk];
+    }
+}
+
+/* d += a b over k = 0 .. 15 in order, one fmaf a step */
+template <typename B>
+TRI_MMA_DEV void tri_mma(tri_sfrag_acc &d, const tri_sfrag_a &a, const B &b)
+{
+    int r = tri_sfrag_row(), c = tri_sfrag_col();
+    TRI_MMA_UNROLL
+    for (int k0 = 0; k0 < 16; k0 += 4) {
+        tri_sfrag_f4 bk[4], ar[2];
+        tri_sfrag_b_block(bk, b, k0, c);
+        for (int i = 0; i < 2; i++)
+            ar[i] = tri_sfrag_load4(a.p + (r + 8 * i) * a.ld + k0);
+    TRI_MMA_UNROLL
+        for (int kk = 0; kk < 4; kk++)
+    TRI_MMA_UNROLL
+            for (int i = 0; i < 2; i++)
+    TRI_MMA_UNROLL
+                for (int j = 0; j < 4; j++)
+                    d.x[4 * i + j] = fmaf(ar[i].v[kk], bk[kk].v[j], d.x[4 * i + j]);
+    }
+}
 
 #endif
