@@ -4,7 +4,7 @@
 # (nanoGPT-style eager model, fused AdamW, scaled_dot_product_attention) with the same shape, micro-batch,
 # T and precision, and the ratio of their tokens/s (above 1: Trident is faster).
 #
-#   bash tools/trident.sh bench-cuda [--models "gpt2 gpt2-xl"] [--fp32] [--micro-batch-size B]
+#   bash tools/trident.sh bench-cuda [--models "gpt2 gpt2-xl"] [--fp32] [--micro-batch-size B|fit]
 #                                    [--iters N] [--warmup N] [--profile] [--attention sdpa|materialized]
 #                                    [--seq-length T]
 #
@@ -12,7 +12,9 @@
 # unfused, PyTorch's explicit softmax); by default Trident runs its fused attention and PyTorch SDPA.
 #
 # Defaults: GPT-2 124M (micro-batch 8) and 1.5B (micro-batch 2), bf16, T 1024, 10 timed iterations
-# after 3 warm-up. --profile adds bench_cuda_train's per-op table. BIN (default build/bin) says where
+# after 3 warm-up. --micro-batch-size fit: each model's largest micro-batch whose planned memory fits an
+# 80 GB card (bench_cuda_train --fit-memory-gib 72.5, the partitioner's H100 preset less its reserve),
+# which PyTorch then runs too (it may not fit there: PyTorch keeps more activations). --profile adds bench_cuda_train's per-op table. BIN (default build/bin) says where
 # bench_cuda_train is, PYTHON (default python3) which interpreter has PyTorch with CUDA.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,10 +40,13 @@ backend=flash; [ "$attention" = materialized ] && backend=unfused
 status=0
 for m in $models; do
   b=${B:-$(default_b "$m")}
-  out=$("$BIN/bench_cuda_train" --models-dir "$here/../../models" --model "$m" --micro-batch-size "$b" \
+  size=(--micro-batch-size "$b"); [ "$b" = fit ] && size=(--fit-memory-gib 72.5)
+  out=$("$BIN/bench_cuda_train" --models-dir "$here/../../models" --model "$m" "${size[@]}" \
         --seq-length "$T" --attention-backend "$backend" --iters "$iters" --warmup "$warmup" $prec $profile 2>&1); rc=$?
   echo "$out"
   [ $rc -ne 0 ] && { echo "compare.sh: bench_cuda_train failed for $m (status $rc)"; status=1; continue; }
+  # the micro-batch the bench ran (the one it chose with fit): "... bf16 B 16 x T 1024 ..."
+  [ "$b" = fit ] && b=$(echo "$out" | awk -v m="$m" '$1 == m {for (i = 1; i < NF; i++) if ($i == "B") {print $(i + 1); exit}}')
   peer=$(env -u LD_LIBRARY_PATH "$PYTHON" "$here/pytorch_gpt2.py" --models-dir "$here/../../models" --model "$m" --micro-batch-size "$b" \
          --seq-length "$T" --iters "$iters" --warmup "$warmup" --attention "$attention" $prec 2>&1); rc=$?
   echo "$peer"

@@ -8,6 +8,9 @@
  * iterations, times the next ones with the device synchronised at both ends, and prints ms/iter,
  * tokens/s, achieved TFLOP/s (model FLOPs of Narayanan et al. 2021 eq. 3, without recomputation,
  * the figure engine_train prints) and MFU = achieved / (GPUs x the card's dense peak).
+ * --fit-memory-gib G picks each model's micro-batch: the largest whose planned bytes per GPU (the
+ * engine's own plan, equal to what it allocates) are at most G GiB, e.g. 72.5 for "the largest
+ * micro-batch that fits an 80 GB card" (the partitioner's H100 preset less its 2 GiB reserve).
  *
  * Peaks (dense, no sparsity): the table of cuda/peaks.c (tri_cuda_peak_tflops), which engine_train
  * shares. By default Trident computes in fp32 (cuBLASLt with CUBLAS_COMPUTE_32F, no TF32),
@@ -34,6 +37,7 @@
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
+#include "tools/cli/validate.h"
 
 #ifndef TRIDENT_SOURCE_DIR
 #define TRIDENT_SOURCE_DIR "."
@@ -44,6 +48,7 @@ typedef struct bench {
     const char *model, *models_dir;
     int B, T, iters, warmup, tp;
     float peak_tflops;
+    float fit_gib;             /* > 0: the micro-batch is the largest whose plan fits this many GiB */
     bool profile, bf16, simple;
     const char *comm;
     const char *attention;     /* --attention-backend */
@@ -73,6 +78,56 @@ static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 }
 
 
+/* The layout request of a run of micro-batch B. */
+static tri_layout_request request(const bench *b, int B)
+{
+    return (tri_layout_request){.num_gpus = b->tp, .tp = b->tp, .pp = 1, .micro_batch = B, .global_batch = B,
+                                .seq_length = b->T, .precision = b->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
+                                .attention = strcmp(b->attention, "unfused") == 0 ? TRI_ATTENTION_UNFUSED
+                                                                                  : TRI_ATTENTION_FLASH,
+                                .first_layers = -1, .last_layers = -1};
+}
+
+/* Whether micro-batch B is a valid layout whose planned bytes per GPU (tri_model_rank_plan, what the
+ * run allocates; the partitioner's figure) are at most gib GiB; if not, why in why[n]. */
+static bool plan_fits(const bench *b, const tri_model *m, int B, double gib, char *why, size_t n)
+{
+    tri_model_run run = {.seed = 1};
+    bool fits = tri_cli_model_layout(m, request(b, B), &run.layout) == TRI_OK &&
+                tri_cli_check_memory(m, &run, gib) == TRI_OK;
+    if (!fits)
+        snprintf(why, n, "%s", tri_error_message());
+    tri_error_clear();
+    return fits;
+}
+
+/* The largest micro-batch (at most 4096) that plan_fits b->fit_gib GiB per GPU: doubling, then
+ * bisection (the plan grows with B); why the next one does not, in why[n]. TRI_EINVAL when not
+ * even 1 fits. */
+static int fit_micro_batch(const bench *b, const tri_model *m, int *B, char *why, size_t n)
+{
+    if (!plan_fits(b, m, 1, b->fit_gib, why, n))
+        return TRI_ERR(TRI_EINVAL, "--fit-memory-gib %g: not even micro-batch 1 fits: %s", b->fit_gib, why);
+    int lo = 1, hi = 2; /* lo fits; hi is the smallest candidate above that may not */
+    snprintf(why, n, "the bench's limit of 4096");
+    while (hi <= 4096 && plan_fits(b, m, hi, b->fit_gib, why, n)) {
+        lo = hi;
+        hi *= 2;
+    }
+    char mid_why[1024];
+    while (hi <= 4096 && hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (plan_fits(b, m, mid, b->fit_gib, mid_why, sizeof mid_why)) {
+            lo = mid;
+        } else {
+            hi = mid;
+            snprintf(why, n, "%s", mid_why);
+        }
+    }
+    *B = lo;
+    return TRI_OK;
+}
+
 /* Trains `model` on dev/world and prints one result line (rank 0). */
 static int run_model(const bench *b, const char *model, int B, tri_device *dev, tri_comm *world, const char *gpu)
 {
@@ -92,12 +147,14 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     tri_session ss;
     tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
-    tri_layout_request req = {.num_gpus = b->tp, .tp = b->tp, .pp = 1, .micro_batch = B, .global_batch = B,
-                              .seq_length = b->T, .precision = b->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
-                              .attention = strcmp(b->attention, "unfused") == 0 ? TRI_ATTENTION_UNFUSED
-                                                                                : TRI_ATTENTION_FLASH,
-                              .first_layers = -1, .last_layers = -1};
-    if (!rc) rc = tri_cli_model_layout(&m, req, &o.run.layout);
+    if (b->fit_gib > 0) {
+        char why[1024];
+        rc = fit_micro_batch(b, &m, &B, why, sizeof why);
+        if (!rc && world->rank == 0)
+            printf("%s: micro-batch %d, the largest whose planned memory fits %.1f GiB per GPU (%d: %s)\n", model,
+                   B, (double)b->fit_gib, B + 1, why);
+    }
+    if (!rc) rc = tri_cli_model_layout(&m, request(b, B), &o.run.layout);
     if (!rc) rc = tri_session_create(&ss, world, dev, &m, &o);
     if (rc) {
         tri_model_free(&m);
@@ -159,6 +216,7 @@ int main(int argc, char **argv)
          "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl|gpt2-8k|llama-124m|smollm-135m|llama-3.2-1b", false},
         {"models-dir", TRI_FLAG_STRING, &b.models_dir, "folder of the model configs", 0, 0, NULL, false},
         {"micro-batch-size", TRI_FLAG_INT, &b.B, "sequences per GPU (0: 8, 4, 4, 2 for 124M..1.5B)", 0, 1 << 16, NULL, false},
+        {"fit-memory-gib", TRI_FLAG_FLOAT, &b.fit_gib, "instead of --micro-batch-size: the largest micro-batch whose planned memory per GPU (the engine's plan, as the partitioner shows it) fits this many GiB (72.5: an 80 GB card less the partitioner's 2 GiB reserve)", 0, 1e6, NULL, false},
         {"seq-length", TRI_FLAG_INT, &b.T, "sequence length", 1, 1 << 16, NULL, false},
         {"iters", TRI_FLAG_INT, &b.iters, "timed iterations", 1, 1 << 20, NULL, false},
         {"warmup", TRI_FLAG_INT, &b.warmup, "untimed iterations first", 0, 1 << 20, NULL, false},
