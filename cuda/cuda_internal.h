@@ -97,6 +97,7 @@ int tri_cuda_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
 int tri_cuda_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x);
 int tri_cuda_scale(tri_device *d, tri_tensor x, float s);
 int tri_cuda_sum_squares(tri_device *d, tri_tensor out, tri_tensor x);
+int tri_cuda_sum_squares_multi(tri_device *d, tri_tensor out, const tri_tensor *xs, const int64_t *slots, int n);
 int tri_cuda_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad);
 int tri_cuda_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
 int tri_cuda_add_i64(tri_device *d, tri_tensor y, tri_tensor x);
@@ -143,6 +144,7 @@ int tri_cuda_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, t
                          float dloss);
 int tri_cuda_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                    const tri_adamw_hparams *hp);
+int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp);
 
 #ifdef __cplusplus
 }

@@ -187,6 +187,7 @@ static const tri_device_ops cuda_ops = {
     /* .scale = */ tri_cuda_scale,
     /* .sum_squares = */ tri_cuda_sum_squares,
     /* .count_nonfinite = */ tri_cuda_count_nonfinite,
+    /* .sum_squares_multi = */ tri_cuda_sum_squares_multi,
     /* .matmul = */ tri_cuda_matmul,
     /* .bias_backward = */ tri_cuda_bias_backward,
     /* .layernorm_forward = */ tri_cuda_layernorm_forward,
@@ -212,6 +213,7 @@ static const tri_device_ops cuda_ops = {
     /* .ce_loss = */ tri_cuda_ce_loss,
     /* .ce_backward = */ tri_cuda_ce_backward,
     /* .adamw = */ tri_cuda_adamw,
+    /* .adamw_multi = */ tri_cuda_adamw_multi,
     /* .fixed_accumulate = */ tri_cuda_fixed_accumulate,
     /* .fixed_to_float = */ tri_cuda_fixed_to_float,
     /* .add_i64 = */ tri_cuda_add_i64,
@@ -223,8 +225,8 @@ static const tri_device_ops cuda_ops = {
 
 /* The table is positional (C++17 has no designated initializers), so an op added to
  * engine/device/device.h and forgotten here would be a silent NULL entry: the build fails instead until
- * the count, and the table, are updated together (name + 45 ops). */
-#define TRI_CUDA_OPS_ENTRIES 46
+ * the count, and the table, are updated together (name + 47 ops). */
+#define TRI_CUDA_OPS_ENTRIES 48
 static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
               "engine/device/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
 

@@ -329,6 +329,54 @@ Test(cuda_kernels_cpu, sum_squares_and_count_nonfinite)
         for (int z = 0; z < 4; z++)
             reductions_case(d, sizes[z], z, xb);
 }
+/* Many tensors in one launch (tri_op_sum_squares_multi's kernels): pieces of several sizes (one
+ * empty, two pairs sharing a slot, fp32 and bf16 mixed) through the group's partial and finish kernels
+ * must add to every slot exactly what the single-tensor kernels add piece by piece with the same
+ * chunk lengths. */
+Test(cuda_kernels_cpu, sum_squares_multi_same_bits_as_piece_by_piece)
+{
+    const int64_t lens[] = {1001, 0, 63, 100003, 1, 4096, 777};
+    const int64_t slot_of[] = {2, 0, 3, 3, 1, 4, 4};
+    const int64_t chunk_of[] = {64, 64, 7, 1000, 64, 64, 13};
+    enum { P = sizeof lens / sizeof *lens, S = 5 };
+    const float start[S] = {0.25f, -1.0f, 0.0f, 3.0f, 0.5f};
+    tri_sq_group g;
+    memset(&g, 0, sizeof g);
+    float *want = gfloats(S, start);
+    for (int p = 0; p < P; p++) {
+        int xb = p % 2;
+        float *xf = ot_uniform((size_t)(lens[p] > 0 ? lens[p] : 1), -3.0f, 3.0f, 500 + (uint64_t)p);
+        const void *gx = gtyped((size_t)(lens[p] > 0 ? lens[p] : 1), xb, host_as(xf, (size_t)(lens[p] > 0 ? lens[p] : 1), xb));
+        int64_t n_chunks = (lens[p] + chunk_of[p] - 1) / chunk_of[p];
+        g.x[p] = gx;
+        g.bf16[p] = xb;
+        g.len[p] = lens[p];
+        g.chunk[p] = chunk_of[p];
+        g.slot[p] = slot_of[p];
+        g.first[p + 1] = g.first[p] + n_chunks;
+        if (p == 0 || slot_of[p] != slot_of[p - 1])
+            g.run[g.n_runs++] = p;
+        /* the single-tensor kernels, piece by piece */
+        double *partial = gbuf((size_t)(n_chunks > 0 ? n_chunks : 1) * sizeof(double), NULL);
+        TRI_LAUNCH(sum_squares_partial_kernel, 1, 1, partial, gx, xb, lens[p], chunk_of[p], n_chunks);
+        TRI_LAUNCH(reduce_finish_kernel, 1, 1, want + slot_of[p], partial, n_chunks);
+    }
+    g.n = P;
+    g.run[g.n_runs] = P;
+    cr_assert_eq(g.n_runs, 5, "pieces 2 and 3 share slot 3, pieces 5 and 6 slot 4: a run each");
+    shape sh[N_SHAPES];
+    shapes_for(g.first[P], sh);
+    for (int k = 0; k < N_SHAPES; k++) {
+        float *out = gfloats(S, start);
+        double *partial = gbuf((size_t)g.first[P] * sizeof(double), NULL);
+        TRI_LAUNCH(sum_squares_multi_partial_kernel, sh[k].grid, sh[k].block, partial, g);
+        TRI_LAUNCH(reduce_multi_finish_kernel, sh[k].grid, sh[k].block, out, partial, g);
+        same_bits("sum_squares_multi kernels vs piece by piece", out, want, S);
+        cr_assert_neq(out[1], start[1], "slot 1 was added to");
+    }
+    check_guards_and_free("sum_squares_multi");
+}
+
 /* ---- fixed point (deterministic mode): integer results, so bit-identical for any chunking ---- */
 
 /* Values including NaN, Inf and out-of-range ones (|x| >= 2^(62 - 44) = 262144). */
@@ -1043,6 +1091,53 @@ Test(cuda_kernels_cpu, adamw)
             same_bits("adamw_kernel v", kv, v, (size_t)n);
             check_guards_and_free("adamw");
         }
+    }
+}
+
+/* The multi-tensor kernel (tri_op_adamw_multi's): five pieces of one buffer (one empty), weight decay
+ * on and off, through adamw_multi_kernel under every launch shape must give the bits of the single
+ * op piece by piece. */
+Test(cuda_kernels_cpu, adamw_multi_same_bits_as_piece_by_piece)
+{
+    tri_device *d = cpu();
+    const int64_t lens[] = {1001, 0, 63, 4099, 1};
+    const float wds[] = {0.1f, 0.1f, 0.0f, 0.1f, 0.0f};
+    enum { P = sizeof lens / sizeof *lens };
+    int64_t total = 0;
+    for (int k = 0; k < P; k++)
+        total += lens[k];
+    float *p0 = ot_uniform((size_t)total, -1.0f, 1.0f, 140), *g = ot_uniform((size_t)total, -1.0f, 1.0f, 141);
+    float *m0 = ot_uniform((size_t)total, -0.1f, 0.1f, 142), *v0 = ot_uniform((size_t)total, 0.0f, 0.01f, 143);
+    float *p = ot_floats((size_t)total), *m = ot_floats((size_t)total), *v = ot_floats((size_t)total);
+    memcpy(p, p0, (size_t)total * sizeof *p);
+    memcpy(m, m0, (size_t)total * sizeof *m);
+    memcpy(v, v0, (size_t)total * sizeof *v);
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.7f, .step = 3};
+    for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
+        hp.weight_decay = wds[k];
+        cr_assert_eq(tri_op_adamw(d, tri_tensor_1d(p + at, TRI_F32, lens[k]), tri_tensor_1d(g + at, TRI_F32, lens[k]),
+                                  tri_tensor_1d(m + at, TRI_F32, lens[k]), tri_tensor_1d(v + at, TRI_F32, lens[k]), &hp),
+                     TRI_OK);
+    }
+    float bc1 = 1.0f - powf(hp.beta1, (float)hp.step), bc2 = 1.0f - powf(hp.beta2, (float)hp.step);
+    shape s[N_SHAPES];
+    shapes_for(total, s);
+    for (int k = 0; k < N_SHAPES; k++) {
+        float *kp = gfloats((size_t)total, p0), *km = gfloats((size_t)total, m0), *kv = gfloats((size_t)total, v0);
+        float *kg = gfloats((size_t)total, g);
+        tri_adamw_group a;
+        memset(&a, 0, sizeof a);
+        for (int q = 0; q < P; q++, a.n++) {
+            int64_t at = a.first[q];
+            a.p[q] = kp + at, a.g[q] = kg + at, a.m[q] = km + at, a.v[q] = kv + at, a.wd[q] = wds[q];
+            a.first[q + 1] = at + lens[q];
+        }
+        TRI_LAUNCH(adamw_multi_kernel, s[k].grid, s[k].block, a, hp.lr, hp.beta1, hp.beta2, hp.eps, bc1, bc2,
+                   hp.grad_scale);
+        same_bits("adamw_multi_kernel param", kp, p, (size_t)total);
+        same_bits("adamw_multi_kernel m", km, m, (size_t)total);
+        same_bits("adamw_multi_kernel v", kv, v, (size_t)total);
+        check_guards_and_free("adamw_multi");
     }
 }
 

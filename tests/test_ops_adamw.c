@@ -99,3 +99,38 @@ Test(ops_adamw, unit_grad_scale)
 {
     check_adamw(0.1f, 1.0f, 1600);
 }
+
+/* tri_op_adamw_multi gives every piece the bits of tri_op_adamw with the piece's weight decay
+ * (hp's own is ignored): three pieces of one buffer, decay on, off, on. */
+Test(ops_adamw, multi_same_bits_as_piece_by_piece)
+{
+    tri_device *d = ot_device(2);
+    const int64_t lens[] = {1000, 37, 4096};
+    const float wds[] = {0.1f, 0.0f, 0.05f};
+    const int64_t n = 1000 + 37 + 4096;
+    float *p0 = ot_uniform((size_t)n, -1.0f, 1.0f, 1700), *g0 = ot_uniform((size_t)n, -1.0f, 1.0f, 1701);
+    float *m0 = ot_uniform((size_t)n, -0.1f, 0.1f, 1702), *v0 = ot_uniform((size_t)n, 0.0f, 0.01f, 1703);
+    tri_tensor shape = tri_tensor_1d(NULL, TRI_F32, n);
+    tri_tensor p[2], m[2], v[2], g = ot_tensor(d, shape, g0);
+    for (int r = 0; r < 2; r++) {
+        p[r] = ot_tensor(d, shape, p0);
+        m[r] = ot_tensor(d, shape, m0);
+        v[r] = ot_tensor(d, shape, v0);
+    }
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 7.0f,
+                            .grad_scale = 0.5f, .step = 4};
+    tri_adamw_piece pieces[3];
+    for (int k = 0, at = 0; k < 3; at += (int)lens[k], k++) {
+        tri_adamw_hparams h = hp;
+        h.weight_decay = wds[k];
+        cr_assert_eq(tri_op_adamw(d, tri_tensor_range(p[0], at, lens[k]), tri_tensor_range(g, at, lens[k]),
+                                  tri_tensor_range(m[0], at, lens[k]), tri_tensor_range(v[0], at, lens[k]), &h),
+                     TRI_OK);
+        pieces[k] = (tri_adamw_piece){tri_tensor_range(p[1], at, lens[k]), tri_tensor_range(g, at, lens[k]),
+                                      tri_tensor_range(m[1], at, lens[k]), tri_tensor_range(v[1], at, lens[k]), wds[k]};
+    }
+    cr_assert_eq(tri_op_adamw_multi(d, pieces, 3, &hp), TRI_OK, "%s", tri_error_message());
+    cr_assert(ot_same_bits("adamw_multi param", ot_read(d, p[1]), ot_read(d, p[0]), (size_t)n));
+    cr_assert(ot_same_bits("adamw_multi m", ot_read(d, m[1]), ot_read(d, m[0]), (size_t)n));
+    cr_assert(ot_same_bits("adamw_multi v", ot_read(d, v[1]), ot_read(d, v[0]), (size_t)n));
+}

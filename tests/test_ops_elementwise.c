@@ -140,6 +140,30 @@ Test(ops_elementwise, sum_squares_precise_and_accumulating)
     cr_assert(ot_close("sum_squares second call (+=)", &got, &want, 1, 0.0, 2e-7));
 }
 
+/* tri_op_sum_squares_multi adds to each slot exactly what tri_op_sum_squares adds piece by piece
+ * (pieces of one slot in a row, an empty piece, fp32 and bf16 pieces), in 1 and 2 threads. */
+Test(ops_elementwise, sum_squares_multi_same_bits_as_piece_by_piece)
+{
+    const int64_t lens[] = {1001, 0, 63, 100003, 1, 4096};
+    const int64_t slots[] = {2, 0, 0, 3, 3, 1};
+    enum { P = sizeof lens / sizeof *lens, S = 4 };
+    const float start[S] = {0.25f, -1.0f, 0.0f, 3.0f};
+    for (int threads = 1; threads <= 2; threads++) {
+        tri_device *d = ot_device(threads);
+        tri_tensor xs[P];
+        tri_tensor want = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, S), start);
+        tri_tensor got = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, S), start);
+        for (int p = 0; p < P; p++) {
+            float *x = ot_uniform((size_t)(lens[p] > 0 ? lens[p] : 1), -3.0f, 3.0f, 600 + (uint64_t)p);
+            xs[p] = ot_tensor_as(d, p % 2 ? TRI_BF16 : TRI_F32, tri_tensor_1d(NULL, TRI_F32, lens[p] > 0 ? lens[p] : 1), x);
+            xs[p] = tri_tensor_range(xs[p], 0, lens[p]);
+            cr_assert_eq(tri_op_sum_squares(d, tri_tensor_range(want, slots[p], 1), xs[p]), TRI_OK);
+        }
+        cr_assert_eq(tri_op_sum_squares_multi(d, got, xs, slots, P), TRI_OK, "%s", tri_error_message());
+        cr_assert(ot_same_bits("sum_squares_multi vs piece by piece", ot_read(d, got), ot_read(d, want), S));
+    }
+}
+
 /* NaN (of both signs), +Inf and -Inf count; the largest, smallest and subnormal finite values and
  * -0 do not. The output already holds 2 (+=). */
 Test(ops_elementwise, count_nonfinite_accumulating)

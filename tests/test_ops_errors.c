@@ -119,6 +119,22 @@ Test(ops_errors, elementwise_and_reductions)
     expect_einval(tri_op_sum_squares(d, none, x), "sum_squares", "'out'");
     expect_einval(tri_op_sum_squares(d, v1(d, 2), x), "sum_squares", "'out'");
 
+    {
+        tri_tensor xs[3] = {x, y, x}, slots2 = v1(d, 2);
+        expect_ok(tri_op_sum_squares_multi(d, slots2, xs, (int64_t[]){1, 1, 0}, 3), "sum_squares_multi");
+        expect_ok(tri_op_sum_squares_multi(d, slots2, xs, NULL, 0), "sum_squares_multi");
+        expect_einval(tri_op_sum_squares_multi(d, slots2, xs, (int64_t[]){0, 2, 0}, 3), "sum_squares_multi",
+                      "piece 1: slot 2");
+        expect_einval(tri_op_sum_squares_multi(d, slots2, xs, (int64_t[]){0, -1, 0}, 3), "sum_squares_multi",
+                      "piece 1: slot -1");
+        expect_einval(tri_op_sum_squares_multi(d, slots2, xs, (int64_t[]){0, 1, 0}, 3), "sum_squares_multi",
+                      "piece 2: slot 0 comes back");
+        expect_einval(tri_op_sum_squares_multi(d, slots2, (tri_tensor[]){x, as_i32(y)}, (int64_t[]){0, 1}, 2),
+                      "sum_squares_multi", "'xs[1]'");
+        expect_einval(tri_op_sum_squares_multi(d, as_i32(slots2), xs, (int64_t[]){0, 1, 1}, 3), "sum_squares_multi",
+                      "'out'");
+    }
+
     expect_ok(tri_op_count_nonfinite(d, one, x), "count_nonfinite");
     expect_einval(tri_op_count_nonfinite(d, as_i32(one), x), "count_nonfinite", "'out'");
     expect_einval(tri_op_count_nonfinite(d, one, none), "count_nonfinite", "'x'");
@@ -361,6 +377,16 @@ Test(ops_errors, adamw)
     expect_einval(tri_op_adamw(d, p, g, m, none, &hp), "adamw", "'v'");
     expect_einval(tri_op_adamw(d, p, v1(d, n + 1), m, v, &hp), "adamw", "'grad'");
     expect_einval(tri_op_adamw(d, no_data(p), g, m, v, &hp), "adamw", "'param'");
+    tri_adamw_piece pieces[2] = {{p, g, m, v, 0.1f}, {p, g, m, v, 0.0f}};
+    expect_ok(tri_op_adamw_multi(d, pieces, 2, &hp), "adamw_multi piece");
+    expect_ok(tri_op_adamw_multi(d, pieces, 0, &hp), "adamw_multi piece");
+    pieces[1].m = as_i32(m);
+    expect_einval(tri_op_adamw_multi(d, pieces, 2, &hp), "adamw_multi piece 1", "'m'");
+    pieces[1].m = m;
+    pieces[0].grad = v1(d, n + 1);
+    expect_einval(tri_op_adamw_multi(d, pieces, 2, &hp), "adamw_multi piece 0", "'grad'");
+    pieces[0].grad = g;
     hp.step = 0;
     expect_einval(tri_op_adamw(d, p, g, m, v, &hp), "adamw", "step");
+    expect_einval(tri_op_adamw_multi(d, pieces, 2, &hp), "adamw_multi piece 0", "step");
 }

@@ -42,4 +42,45 @@ TRI_KERNEL reduce_finish_kernel(float *out, const double *partial, int64_t n_chu
     out[0] += (float)tri_chunks_total(partial, n_chunks);
 }
 
+/* ---- many tensors in one launch (tri_op_sum_squares_multi) ----
+ * A group of up to TRI_SQ_GROUP pieces, passed by value in the kernels' parameters (8.8 KiB: CUDA
+ * 12.1 and later take 32 KiB of parameters on sm_70 and newer; the build needs CUDA 13, sm_80+): piece p is x[p] (len[p] elements, fp32 or bf16),
+ * cut into chunks of chunk[p] (the single op's rule for len[p], cuda/reduce.cu), whose sums go to
+ * partial[first[p] ..] (first[n] chunks in all); its total is added to out[slot[p]]. Runs of
+ * consecutive pieces with one slot, [run[r], run[r + 1]) for r < n_runs, are finished in order by
+ * one block or thread, so out[slot] receives the same additions in the same order as the single op
+ * called piece by piece: the same bits. */
+#define TRI_SQ_GROUP 160
+
+typedef struct tri_sq_group {
+    int n, n_runs;
+    int bf16[TRI_SQ_GROUP];
+    int run[TRI_SQ_GROUP + 1];
+    int64_t slot[TRI_SQ_GROUP];
+    const void *x[TRI_SQ_GROUP];
+    int64_t len[TRI_SQ_GROUP], chunk[TRI_SQ_GROUP], first[TRI_SQ_GROUP + 1];
+} tri_sq_group;
+
+/* partial[gc] = the sum of squares of global chunk gc of the group, a thread per chunk */
+TRI_KERNEL sum_squares_multi_partial_kernel(double *partial, tri_sq_group g)
+{
+    for (int64_t gc = TRI_GLOBAL_ID; gc < g.first[g.n]; gc += TRI_GLOBAL_STRIDE) {
+        int p = tri_piece_of(g.first, g.n, gc);
+        int64_t n = g.len[p], c = gc - g.first[p];
+        int64_t lo = c * g.chunk[p] < n ? c * g.chunk[p] : n;
+        int64_t hi = lo + g.chunk[p] < n ? lo + g.chunk[p] : n;
+        partial[gc] = tri_sum_squares_range_mixed(g.x[p], g.bf16[p], lo, hi);
+    }
+}
+
+/* out[slot[p]] += (float)tri_chunks_total(piece p's chunk sums), for the pieces in order, by
+ * thread 0: the twin of cuda/reduce.cu's block-per-run finish */
+TRI_KERNEL reduce_multi_finish_kernel(float *out, const double *partial, tri_sq_group g)
+{
+    if (TRI_GLOBAL_ID != 0)
+        return;
+    for (int p = 0; p < g.n; p++)
+        out[g.slot[p]] += (float)tri_chunks_total(partial + g.first[p], g.first[p + 1] - g.first[p]);
+}
+
 #endif

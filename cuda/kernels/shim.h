@@ -38,6 +38,21 @@ TRI_HD int64_t tri_grid_for(int64_t n, int64_t block)
     return g < 1 ? 1 : (g > TRI_MAX_BLOCKS ? TRI_MAX_BLOCKS : g);
 }
 
+/* The multi-tensor kernels' piece lookup: the last k in [0, n) with first[k] <= i (first ascending,
+ * first[0] <= i), by bisection. */
+TRI_HD int tri_piece_of(const int64_t *first, int n, int64_t i)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
 #if defined(__CUDACC__)
 
 #define TRI_KERNEL __global__ void

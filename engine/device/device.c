@@ -8,6 +8,7 @@
 #include "engine/core/status.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,6 +400,35 @@ int tri_op_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
     widen w = widen_start(d, rc);
     wide(&w, &x, false);
     return widen_end(&w, w.rc ? 0 : DISPATCH(d, sum_squares, out, x));
+}
+
+int tri_op_sum_squares_multi(tri_device *d, tri_tensor out, const tri_tensor *xs, const int64_t *slots, int n)
+{
+    int rc = need("sum_squares_multi", "out", out, TRI_F32);
+    int64_t S = tri_tensor_numel(out);
+    bool any_bf16 = false;
+    for (int k = 0; k < n && !rc; k++) {
+        if (slots[k] < 0 || slots[k] >= S)
+            return TRI_ERR(TRI_EINVAL, "sum_squares_multi: piece %d: slot %lld, expected 0 .. %lld (out's elements)",
+                           k, (long long)slots[k], (long long)(S - 1));
+        for (int j = 0; k > 0 && slots[k - 1] != slots[k] && j + 1 < k; j++)
+            if (slots[j] == slots[k])
+                return TRI_ERR(TRI_EINVAL, "sum_squares_multi: piece %d: slot %lld comes back after piece %d's %lld; "
+                               "expected the pieces of a slot next to each other", k, (long long)slots[k], k - 1,
+                               (long long)slots[k - 1]);
+        char arg[32];
+        snprintf(arg, sizeof arg, "xs[%d]", k);
+        rc = need_float("sum_squares_multi", arg, xs[k]);
+        any_bf16 = any_bf16 || xs[k].dtype == TRI_BF16;
+    }
+    if (rc || n <= 0)
+        return rc;
+    if (!d->ops->sum_squares_multi || (any_bf16 && !d->native_bf16)) {
+        for (int k = 0; k < n && !rc; k++)
+            rc = tri_op_sum_squares(d, tri_tensor_range(out, slots[k], 1), xs[k]);
+        return rc;
+    }
+    return DISPATCH(d, sum_squares_multi, out, xs, slots, n);
 }
 
 int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
@@ -901,20 +931,50 @@ int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri
 
 /* ---- optimizer ---- */
 
+/* tri_op_adamw's argument checks; op names the op (and piece) in the messages. */
+static int adamw_check(const char *op, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                       const tri_adamw_hparams *hp)
+{
+    int64_t n = tri_tensor_numel(param);
+    int rc = need(op, "param", param, TRI_F32);
+    if (!rc) rc = need(op, "grad", grad, TRI_F32);
+    if (!rc) rc = need(op, "m", m, TRI_F32);
+    if (!rc) rc = need(op, "v", v, TRI_F32);
+    if (!rc) rc = need_numel(op, "grad", grad, n);
+    if (!rc) rc = need_numel(op, "m", m, n);
+    if (!rc) rc = need_numel(op, "v", v, n);
+    if (!rc && hp->step < 1)
+        rc = TRI_ERR(TRI_EINVAL, "%s: step must be >= 1 (got %lld)", op, (long long)hp->step);
+    return rc;
+}
+
 int tri_op_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                  const tri_adamw_hparams *hp)
 {
-    int64_t n = tri_tensor_numel(param);
-    int rc = need("adamw", "param", param, TRI_F32);
-    if (!rc) rc = need("adamw", "grad", grad, TRI_F32);
-    if (!rc) rc = need("adamw", "m", m, TRI_F32);
-    if (!rc) rc = need("adamw", "v", v, TRI_F32);
-    if (!rc) rc = need_numel("adamw", "grad", grad, n);
-    if (!rc) rc = need_numel("adamw", "m", m, n);
-    if (!rc) rc = need_numel("adamw", "v", v, n);
-    if (!rc && hp->step < 1)
-        rc = TRI_ERR(TRI_EINVAL, "adamw: step must be >= 1 (got %lld)", (long long)hp->step);
+    int rc = adamw_check("adamw", param, grad, m, v, hp);
     return rc ? rc : DISPATCH(d, adamw, param, grad, m, v, hp);
+}
+
+int tri_op_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp)
+{
+    int rc = TRI_OK;
+    for (int k = 0; k < n && !rc; k++) {
+        char op[48];
+        snprintf(op, sizeof op, "adamw_multi piece %d", k);
+        const tri_adamw_piece *p = &pieces[k];
+        rc = adamw_check(op, p->param, p->grad, p->m, p->v, hp);
+    }
+    if (rc || n <= 0)
+        return rc;
+    if (!d->ops->adamw_multi) {
+        for (int k = 0; k < n && !rc; k++) {
+            tri_adamw_hparams h = *hp;
+            h.weight_decay = pieces[k].weight_decay;
+            rc = DISPATCH(d, adamw, pieces[k].param, pieces[k].grad, pieces[k].m, pieces[k].v, &h);
+        }
+        return rc;
+    }
+    return DISPATCH(d, adamw_multi, pieces, n, hp);
 }
 
 /* ---- fixed point ---- */

@@ -48,6 +48,13 @@ typedef struct tri_adamw_hparams {
     int64_t step;         /* 1-based, for bias correction */
 } tri_adamw_hparams;
 
+/* One tensor of a multi-tensor AdamW (tri_op_adamw_multi): fp32 param, grad, m and v of equal
+ * size, and the weight decay of its parameter. */
+typedef struct tri_adamw_piece {
+    tri_tensor param, grad, m, v;
+    float weight_decay;
+} tri_adamw_piece;
+
 typedef struct tri_device_ops {
     const char *name;
     /* memory */
@@ -65,6 +72,8 @@ typedef struct tri_device_ops {
     int (*scale)(tri_device *d, tri_tensor x, float s);
     int (*sum_squares)(tri_device *d, tri_tensor out, tri_tensor x);
     int (*count_nonfinite)(tri_device *d, tri_tensor out, tri_tensor x);
+    /* optional (NULL: the wrapper calls sum_squares piece by piece) */
+    int (*sum_squares_multi)(tri_device *d, tri_tensor out, const tri_tensor *xs, const int64_t *slots, int n);
     /* matmul */
     int (*matmul)(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
                   bool trans_a, bool trans_b, float beta);
@@ -107,6 +116,8 @@ typedef struct tri_device_ops {
                        float dloss);
     int (*adamw)(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                  const tri_adamw_hparams *hp);
+    /* optional (NULL: the wrapper calls adamw piece by piece) */
+    int (*adamw_multi)(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp);
     /* fixed point (deterministic mode) */
     int (*fixed_accumulate)(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad);
     int (*fixed_to_float)(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
@@ -204,6 +215,13 @@ int tri_op_scale(tri_device *d, tri_tensor x, float s);
 int tri_op_sum_squares(tri_device *d, tri_tensor out, tri_tensor x);
 /* out(1) += number of NaN or Inf elements of x. */
 int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x);
+/* Many sums of squares in one call (the gradient norm's; Apex's multi_tensor_l2norm): for k = 0 ..
+ * n-1 in order, out[slots[k]] += sum_i xs[k][i]^2, each addition exactly what
+ * tri_op_sum_squares(d, out[slots[k]], xs[k]) makes (the same bits), so a backend may run all the
+ * tensors in a few launches instead of two each. out fp32 (S); xs fp32 or bf16; the pieces of one
+ * slot must be consecutive. TRI_EINVAL naming the piece for a slot outside out, a non-float
+ * tensor, or a slot that comes back after another; n 0 does nothing. */
+int tri_op_sum_squares_multi(tri_device *d, tri_tensor out, const tri_tensor *xs, const int64_t *slots, int n);
 
 /* ---- matmul ----
  * c(M,N) = op(a) @ op(b) + bias + beta * c, with op(a) (M,K), op(b) (K,N); a and b are seen as
@@ -322,6 +340,11 @@ int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p). */
 int tri_op_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                  const tri_adamw_hparams *hp);
+/* The same step over many tensors in one call (Apex's multi_tensor_adam): each piece gets exactly
+ * what tri_op_adamw(d, param, grad, m, v, hp) with the piece's weight_decay gives it (hp's own
+ * weight_decay is not used), so a backend may update them all in a few launches. The pieces must not
+ * overlap. TRI_EINVAL naming the piece and tensor as tri_op_adamw would; n 0 does nothing. */
+int tri_op_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp);
 
 /* ---- fixed point: exact sums in any order (deterministic mode; engine/core/math.h) ----
  * acc(n) i64 += round(x(n) * 2^bits); elements not representable (NaN, Inf, |x| >= 2^(62 - bits))

@@ -2,6 +2,7 @@
 #include "engine/train/optimizer.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "engine/core/status.h"
 
@@ -31,17 +32,25 @@ int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float
         .grad_scale = grad_scale, .step = o->step + 1,
     };
     const tri_param_layout *L = z->L;
-    int rc = TRI_OK;
-    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++)
-        for (int i = 0; i < L->n && !rc; i++) {
+    /* every owned piece of every parameter in one call (a few launches on a GPU) */
+    int cap = tri_zero_n_owned(z) * L->n, n_pieces = 0;
+    tri_adamw_piece *pieces = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *pieces);
+    if (!pieces)
+        return TRI_ERR(TRI_ENOMEM, "optimizer: out of memory for %d AdamW pieces", cap);
+    for (int k = 0; k < tri_zero_n_owned(z); k++)
+        for (int i = 0; i < L->n; i++) {
             const tri_param *p = &L->params[i];
             int64_t s, n, at;
             if (!tri_zero_owned_piece(z, k, p, &s, &n, &at))
                 continue;
-            hp.weight_decay = p->spec.weight_decay ? o->cfg.weight_decay : 0.0f;
-            rc = tri_op_adamw(d, tri_zero_owned_params(z, s, n), tri_zero_owned_grads(z, s, n),
-                              tri_tensor_range(o->m, at, n), tri_tensor_range(o->v, at, n), &hp);
+            pieces[n_pieces++] = (tri_adamw_piece){
+                .param = tri_zero_owned_params(z, s, n), .grad = tri_zero_owned_grads(z, s, n),
+                .m = tri_tensor_range(o->m, at, n), .v = tri_tensor_range(o->v, at, n),
+                .weight_decay = p->spec.weight_decay ? o->cfg.weight_decay : 0.0f};
         }
+    hp.weight_decay = 0.0f; /* each piece carries its own */
+    int rc = tri_op_adamw_multi(d, pieces, n_pieces, &hp);
+    free(pieces);
     if (!rc) rc = tri_zero_publish_owned(z); /* bf16: master weights rounded into the model's */
     if (!rc)
         o->step++;

@@ -281,24 +281,31 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
     float *slots = calloc((size_t)nslots, sizeof *slots);
     if (!slots)
         return TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the gradient norm");
-    /* each parameter's pieces add their sums of squares into its slot on the device: no host sync
-     * until the one copy after the all-reduce */
-    int rc = tri_op_fill(t->dev, t->norm_slots, 0.0f);
+    /* each parameter's pieces add their sums of squares into its slot on the device, all in one
+     * call (a few launches on a GPU): no host sync until the one copy after the all-reduce */
+    int n_pieces = 0, cap = 0;
+    for (int c = 0; c < t->v; c++)
+        cap += t->chunks[c]->layout.n * tri_zero_n_owned(&t->chunks[c]->zero);
+    tri_tensor *xs = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *xs);
+    int64_t *piece_slots = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *piece_slots);
+    int rc = xs && piece_slots ? TRI_OK : TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the gradient norm");
     for (int c = 0; c < t->v && !rc; c++) {
         const tri_chunk *st = t->chunks[c];
-        for (int i = 0; i < st->layout.n && !rc; i++) {
+        for (int i = 0; i < st->layout.n; i++) {
             const tri_param *p = &st->layout.params[i];
-            if (!p->count_in_norm)
-                continue;
-            int64_t slot = norm_slot(t, p, dp, stage);
-            for (int k = 0; k < tri_zero_n_owned(&st->zero) && !rc; k++) {
+            for (int k = 0; k < tri_zero_n_owned(&st->zero) && p->count_in_norm; k++) {
                 int64_t s, n, at;
-                if (tri_zero_owned_piece(&st->zero, k, p, &s, &n, &at))
-                    rc = tri_op_sum_squares(t->dev, tri_tensor_range(t->norm_slots, slot, 1),
-                                            tri_zero_owned_grads(&st->zero, s, n));
+                if (!tri_zero_owned_piece(&st->zero, k, p, &s, &n, &at))
+                    continue;
+                xs[n_pieces] = tri_zero_owned_grads(&st->zero, s, n);
+                piece_slots[n_pieces++] = norm_slot(t, p, dp, stage); /* a parameter's pieces are consecutive */
             }
         }
     }
+    if (!rc) rc = tri_op_fill(t->dev, t->norm_slots, 0.0f);
+    if (!rc) rc = tri_op_sum_squares_multi(t->dev, t->norm_slots, xs, piece_slots, n_pieces);
+    free(xs);
+    free(piece_slots);
     tri_comm *over = stage > 0 ? t->grid->world : t->grid->mp_comm;
     if (!rc) rc = tri_comm_all_reduce(over, t->norm_slots, TRI_REDUCE_SUM);
     if (!rc) rc = tri_device_copy_to_host(t->dev, slots, t->norm_slots);

@@ -148,6 +148,47 @@ Test(gpu_ops, reductions)
     cr_assert_eq(gpu_read(gpu, k.g)[0], 3.5f);
 }
 
+/* The gradient norm's one call for many tensors (tri_op_sum_squares_multi: groups of pieces in two
+ * launches each) adds to every slot the bits the single op adds piece by piece on the GPU, in the
+ * fast and the simple form; 300 pieces (several groups, as GPT-2 1.5B's 580) with runs of one slot,
+ * empty pieces, fp32 and bf16, and a 38.6M-element piece (GPT-2's token embedding: 65536 chunks);
+ * the CPU's result within 1e-6 (its chunks differ: double rounding). Written 2026-11-28 without a
+ * GPU. */
+Test(gpu_ops, sum_squares_multi)
+{
+    enum { P = 300, S = 200 };
+    tri_tensor xs_g[P], xs_c[P];
+    int64_t slots[P];
+    float start[S];
+    for (int i = 0; i < S; i++)
+        start[i] = 0.125f * (float)(i % 7);
+    for (int p = 0; p < P; p++) {
+        int64_t n = p == 7 ? 38597376 : p % 50 == 3 ? 0 : 1 + (int64_t)(p * 7919 % 20000);
+        slots[p] = p * S / P; /* 1 or 2 consecutive pieces a slot */
+        both x = uniform_as(tri_tensor_1d(NULL, TRI_F32, n > 0 ? n : 1), -2, 2, 700 + (uint64_t)p, p % 3 == 1);
+        xs_g[p] = tri_tensor_range(x.g, 0, n);
+        xs_c[p] = tri_tensor_range(x.c, 0, n);
+    }
+    both want = make(tri_tensor_1d(NULL, TRI_F32, S), start);
+    for (int p = 0; p < P; p++)
+        cr_assert_eq(tri_op_sum_squares(gpu, tri_tensor_range(want.g, slots[p], 1), xs_g[p]), TRI_OK, "%s",
+                     tri_error_message());
+    float *piecewise = gpu_read(gpu, want.g);
+    for (int simple = 0; simple < 2; simple++) {
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        both got = make(tri_tensor_1d(NULL, TRI_F32, S), start);
+        cr_assert_eq(tri_op_sum_squares_multi(gpu, got.g, xs_g, slots, P), TRI_OK, "%s", tri_error_message());
+        cr_assert(ot_same_bits(simple ? "sum_squares_multi simple vs piece by piece"
+                                      : "sum_squares_multi fast vs piece by piece",
+                               gpu_read(gpu, got.g), piecewise, S));
+        if (!simple) {
+            cr_assert_eq(tri_op_sum_squares_multi(cpu, got.c, xs_c, slots, P), TRI_OK, "%s", tri_error_message());
+            cmp("sum_squares_multi, CUDA vs CPU", got, 1e-6);
+        }
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
 /* c (M,N) = op(a) op(b) [+ bias] [+ beta c] for one transpose combination. */
 static void matmul_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, uint64_t seed)
 {
@@ -338,6 +379,48 @@ Test(gpu_ops, adamw)
     cmp("adamw param", p, TOL);
     cmp("adamw m", m, TOL);
     cmp("adamw v", v, TOL);
+}
+
+/* tri_op_adamw_multi on the GPU (groups of pieces in one launch each): 400 pieces of one buffer
+ * (several groups), some empty, decay on and off, give the bits of the single op piece by piece, in
+ * the fast and the simple form, and the CPU's within TOL. Written 2026-11-28 without a GPU. */
+Test(gpu_ops, adamw_multi)
+{
+    enum { P = 400 };
+    int64_t lens[P], n = 0;
+    for (int k = 0; k < P; k++)
+        n += lens[k] = k % 37 == 5 ? 0 : 1 + (int64_t)(k * 7919 % 3000);
+    tri_tensor s = tri_tensor_1d(NULL, TRI_F32, n);
+    float *p0 = ot_uniform((size_t)n, -1, 1, 120), *m0 = ot_uniform((size_t)n, -0.1f, 0.1f, 122);
+    float *v0 = ot_uniform((size_t)n, 0, 0.01f, 123);
+    both g = uniform(s, -1, 1, 121), want = make(s, p0), wm = make(s, m0), wv = make(s, v0);
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = 7};
+    for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
+        tri_adamw_hparams h = hp;
+        h.weight_decay = k % 2 ? 0.0f : 0.1f;
+        cr_assert_eq(tri_op_adamw(gpu, tri_tensor_range(want.g, at, lens[k]), tri_tensor_range(g.g, at, lens[k]),
+                                  tri_tensor_range(wm.g, at, lens[k]), tri_tensor_range(wv.g, at, lens[k]), &h),
+                     TRI_OK, "%s", tri_error_message());
+    }
+    float *want_p = gpu_read(gpu, want.g);
+    for (int simple = 0; simple < 2; simple++) {
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        both p = make(s, p0), m = make(s, m0), v = make(s, v0);
+        tri_adamw_piece pc[P], pg[P];
+        for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
+            float wd = k % 2 ? 0.0f : 0.1f;
+            pg[k] = (tri_adamw_piece){tri_tensor_range(p.g, at, lens[k]), tri_tensor_range(g.g, at, lens[k]),
+                                      tri_tensor_range(m.g, at, lens[k]), tri_tensor_range(v.g, at, lens[k]), wd};
+            pc[k] = (tri_adamw_piece){tri_tensor_range(p.c, at, lens[k]), tri_tensor_range(g.c, at, lens[k]),
+                                      tri_tensor_range(m.c, at, lens[k]), tri_tensor_range(v.c, at, lens[k]), wd};
+        }
+        BOTH(tri_op_adamw_multi(cpu, pc, P, &hp), tri_op_adamw_multi(gpu, pg, P, &hp));
+        cr_assert(ot_same_bits(simple ? "adamw_multi simple vs piece by piece" : "adamw_multi fast vs piece by piece",
+                               gpu_read(gpu, p.g), want_p, (size_t)n));
+        cmp("adamw_multi param, CUDA vs CPU", p, TOL);
+        cmp("adamw_multi v, CUDA vs CPU", v, TOL);
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
 }
 
 Test(gpu_ops, bf16_conversion_matches_math_h)
