@@ -35,7 +35,8 @@ int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *c
 /* Zeroes the state (after the arena is committed). */
 int tri_optimizer_reset(tri_device *d, tri_optimizer *o);
 
-/* One AdamW update of every owned range, gradients first multiplied by grad_scale (clipping). */
+/* One AdamW update of every owned range, gradients first multiplied by grad_scale (clipping), in
+ * one tri_op_adamw_multi call (each parameter's weight decay per piece). TRI_ENOMEM or the op's. */
 int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale);
 
 typedef enum { TRI_LR_COSINE = 0, TRI_LR_LINEAR, TRI_LR_CONSTANT } tri_lr_style;

@@ -93,7 +93,8 @@ int64_t tri_trainer_global_batch(const tri_trainer *t);
 int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss);
 
 /* The global gradient norm: every parameter counted once, summed in the model's parameter order
- * (the same value, to the bit, in every pipeline layout). */
+ * (the same value, to the bit, in every pipeline layout); the squares of all owned pieces in one
+ * tri_op_sum_squares_multi call, one host copy. */
 int tri_trainer_grad_norm(tri_trainer *t, double *norm);
 
 /* Update number iter + 1 with learning rate lr on global batch `iter`: gradients, global norm,
