@@ -30,13 +30,16 @@ extern "C" int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces
 {
     tri_cuda *c = tri_cuda_of(d);
     int rc = TRI_OK;
-    for (int k = 0; k < n && !rc && c->simple; k++) {
-        tri_adamw_hparams h = *hp;
-        h.weight_decay = pieces[k].weight_decay;
-        rc = tri_cuda_adamw(d, pieces[k].param, pieces[k].grad, pieces[k].m, pieces[k].v, &h);
+    if (c->simple) {
+        for (int k = 0; k < n && !rc; k++) {
+            tri_adamw_hparams h = *hp;
+            h.weight_decay = pieces[k].weight_decay;
+            rc = tri_cuda_adamw(d, pieces[k].param, pieces[k].grad, pieces[k].m, pieces[k].v, &h);
+        }
+        return rc;
     }
     const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, hp->step);
-    for (int k = 0; k < n && !rc && !c->simple;) {
+    for (int k = 0; k < n && !rc;) {
         tri_adamw_group a;
         memset(&a, 0, sizeof a);
         for (; k < n && a.n < TRI_ADAMW_GROUP; k++, a.n++) {

@@ -98,26 +98,24 @@ bool tri_flash_mma_supports(int64_t HS)
     return tri_flash_mma_head_size(HS);
 }
 
-/* call_hs(P, hs) for d.HS, with P the precision */
-#define FLASH_DISPATCH(call_hs, none)                                                              \
-    if (bf16) {                                                                                    \
-        switch (HS) {                                                                              \
-        case 32: return call_hs(tri_flash_bf16_mma, 32);                                           \
-        case 64: return call_hs(tri_flash_bf16_mma, 64);                                           \
-        case 80: return call_hs(tri_flash_bf16_mma, 80);                                           \
-        case 96: return call_hs(tri_flash_bf16_mma, 96);                                           \
-        case 128: return call_hs(tri_flash_bf16_mma, 128);                                         \
-        default: return none;                                                                      \
-        }                                                                                          \
-    }                                                                                              \
+/* return call_hs(P, hs) for head size HS with precision P, or `none` for a head size without a kernel
+ * (the list is tri_flash_mma_head_size's) */
+#define FLASH_HEAD_SIZES(call_hs, P, none)                                                         \
     switch (HS) {                                                                                  \
-    case 32: return call_hs(tri_flash_fp32_simt, 32);                                              \
-    case 64: return call_hs(tri_flash_fp32_simt, 64);                                              \
-    case 80: return call_hs(tri_flash_fp32_simt, 80);                                              \
-    case 96: return call_hs(tri_flash_fp32_simt, 96);                                              \
-    case 128: return call_hs(tri_flash_fp32_simt, 128);                                            \
+    case 32: return call_hs(P, 32);                                                                \
+    case 64: return call_hs(P, 64);                                                                \
+    case 80: return call_hs(P, 80);                                                                \
+    case 96: return call_hs(P, 96);                                                                \
+    case 128: return call_hs(P, 128);                                                              \
     default: return none;                                                                          \
     }
+
+/* the same for the precision `bf16` names */
+#define FLASH_DISPATCH(call_hs, none)                                                              \
+    if (bf16) {                                                                                    \
+        FLASH_HEAD_SIZES(call_hs, tri_flash_bf16_mma, none)                                        \
+    }                                                                                              \
+    FLASH_HEAD_SIZES(call_hs, tri_flash_fp32_simt, none)
 
 #define NO_KERNEL TRI_ERR(TRI_ENOTSUP, "flash attention: no tiled kernel for head size %lld", (long long)HS)
 

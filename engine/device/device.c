@@ -407,20 +407,30 @@ int tri_op_sum_squares_multi(tri_device *d, tri_tensor out, const tri_tensor *xs
     int rc = need("sum_squares_multi", "out", out, TRI_F32);
     int64_t S = tri_tensor_numel(out);
     bool any_bf16 = false;
+    unsigned char *seen = rc ? NULL : calloc((size_t)(S > 0 ? S : 1), 1); /* slots whose run has begun */
+    if (!rc && !seen)
+        rc = TRI_ERR(TRI_ENOMEM, "sum_squares_multi: out of memory for %lld slots", (long long)S);
     for (int k = 0; k < n && !rc; k++) {
-        if (slots[k] < 0 || slots[k] >= S)
-            return TRI_ERR(TRI_EINVAL, "sum_squares_multi: piece %d: slot %lld, expected 0 .. %lld (out's elements)",
-                           k, (long long)slots[k], (long long)(S - 1));
-        for (int j = 0; k > 0 && slots[k - 1] != slots[k] && j + 1 < k; j++)
-            if (slots[j] == slots[k])
-                return TRI_ERR(TRI_EINVAL, "sum_squares_multi: piece %d: slot %lld comes back after piece %d's %lld; "
-                               "expected the pieces of a slot next to each other", k, (long long)slots[k], k - 1,
-                               (long long)slots[k - 1]);
+        if (slots[k] < 0 || slots[k] >= S) {
+            rc = TRI_ERR(TRI_EINVAL, "sum_squares_multi: piece %d: slot %lld, expected 0 .. %lld (out's elements)", k,
+                         (long long)slots[k], (long long)(S - 1));
+            break;
+        }
+        if (k == 0 || slots[k - 1] != slots[k]) {
+            if (seen[slots[k]]) {
+                rc = TRI_ERR(TRI_EINVAL, "sum_squares_multi: piece %d: slot %lld comes back after piece %d's %lld; "
+                             "expected the pieces of a slot next to each other", k, (long long)slots[k], k - 1,
+                             (long long)slots[k - 1]);
+                break;
+            }
+            seen[slots[k]] = 1;
+        }
         char arg[32];
         snprintf(arg, sizeof arg, "xs[%d]", k);
         rc = need_float("sum_squares_multi", arg, xs[k]);
         any_bf16 = any_bf16 || xs[k].dtype == TRI_BF16;
     }
+    free(seen);
     if (rc || n <= 0)
         return rc;
     if (!d->ops->sum_squares_multi || (any_bf16 && !d->native_bf16)) {
