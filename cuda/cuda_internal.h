@@ -142,6 +142,8 @@ int tri_cuda_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_ten
 int tri_cuda_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
                          tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
                          float dloss);
+int tri_cuda_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
+                      int64_t V_valid, float dloss);
 int tri_cuda_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                    const tri_adamw_hparams *hp);
 int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp);

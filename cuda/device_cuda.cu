@@ -212,6 +212,7 @@ static const tri_device_ops cuda_ops = {
     /* .ce_sumexp_target = */ tri_cuda_ce_sumexp_target,
     /* .ce_loss = */ tri_cuda_ce_loss,
     /* .ce_backward = */ tri_cuda_ce_backward,
+    /* .ce_fused = */ tri_cuda_ce_fused,
     /* .adamw = */ tri_cuda_adamw,
     /* .adamw_multi = */ tri_cuda_adamw_multi,
     /* .fixed_accumulate = */ tri_cuda_fixed_accumulate,
@@ -225,8 +226,8 @@ static const tri_device_ops cuda_ops = {
 
 /* The table is positional (C++17 has no designated initializers), so an op added to
  * engine/device/device.h and forgotten here would be a silent NULL entry: the build fails instead until
- * the count, and the table, are updated together (name + 47 ops). */
-#define TRI_CUDA_OPS_ENTRIES 48
+ * the count, and the table, are updated together (name + 48 ops). */
+#define TRI_CUDA_OPS_ENTRIES 49
 static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
               "engine/device/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
 

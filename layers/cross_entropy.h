@@ -3,9 +3,10 @@
  * logits(N, V_l) = x @ wte_l^T with the embedding's own vocab shard (tied weights, as GPT-2). The
  * loss never gathers the logits (Megatron's VocabParallelCrossEntropy): the row max is all-reduced
  * with MAX, the sum of exponentials and the target's logit with SUM, over the TP group. Columns of
- * the vocab padding (ids >= vocab_size) are kept out of the softmax. When training, the backward of
- * the loss and of the LM head runs right away (llm.c's fused classifier): the logits buffer is
- * overwritten by its gradient, so one (N, V_l) buffer serves every micro-batch. */
+ * the vocab padding (ids >= vocab_size) are kept out of the softmax. Without TP the pieces need no
+ * all-reduce between them and run as one op (tri_op_ce_fused: the same bits, one GPU launch). When
+ * training, the backward of the loss and of the LM head runs right away (llm.c's fused classifier):
+ * the logits buffer is overwritten by its gradient, so one (N, V_l) buffer serves every micro-batch. */
 #ifndef TRIDENT_LAYERS_CROSS_ENTROPY_H
 #define TRIDENT_LAYERS_CROSS_ENTROPY_H
 

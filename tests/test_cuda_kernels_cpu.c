@@ -1026,6 +1026,11 @@ static void cross_entropy_case(tri_device *d, const int64_t dims[3], int z, int 
         cr_assert_eq(tri_op_ce_loss(d, tri_tensor_1d(losses, TRI_F32, N), tm, ts), TRI_OK);
     cr_assert_eq(tri_op_ce_backward(d, tri_tensor_2d(dl, dt(db), N, V_l), tl, tm, ts, tt, vocab_start, V_valid,
                                     0.125f), TRI_OK);
+    /* the fused classifier on the CPU backend (vocab_start 0; tests/test_ops_ce.c: the pieces' bits) */
+    float *fused_losses = ot_floats((size_t)N);
+    void *fused_l = host_copy(logits, nv, lb), *fused_dl = in_place ? fused_l : ot_floats(nv);
+    cr_assert_eq(tri_op_ce_fused(d, tri_tensor_1d(fused_losses, TRI_F32, N), tri_tensor_2d(fused_dl, dt(db), N, V_l),
+                                 tri_tensor_2d(fused_l, dt(lb), N, V_l), tt, V_valid, 0.125f), TRI_OK);
     shape rows[N_SHAPES], el[N_SHAPES];
     shapes_for(N, rows);
     shapes_for(N * V_l, el);
@@ -1046,6 +1051,21 @@ static void cross_entropy_case(tri_device *d, const int64_t dims[3], int z, int 
         TRI_LAUNCH(ce_backward_kernel, el[k].grid, el[k].block, kdl, db, kl, lb, km, ks, kt, N, V_l, vocab_start,
                    V_valid, 0.125f);
         same_typed("ce_backward_kernel", kdl, dl, nv, db);
+        /* the fused classifier's twin on fresh logits */
+        void *fl = gtyped(nv, lb, logits);
+        void *fdl = in_place ? fl : gtyped(nv, db, NULL);
+        float *floss = gfloats((size_t)N, NULL);
+        TRI_LAUNCH(ce_fused_kernel, rows[k].grid, rows[k].block, floss, fdl, db, fl, lb, kt, N, V_l, V_valid, 0.125f);
+        if (V_valid > 0)
+            same_bits("ce_fused_kernel losses", floss, fused_losses, (size_t)N);
+        same_typed("ce_fused_kernel dlogits", fdl, fused_dl, nv, db);
+        float *floss_fwd = gfloats((size_t)N, NULL);
+        void *fl_fwd = gtyped(nv, lb, logits);
+        TRI_LAUNCH(ce_fused_kernel, rows[k].grid, rows[k].block, floss_fwd, NULL, 0, fl_fwd, lb, kt, N, V_l, V_valid,
+                   0.125f);
+        if (V_valid > 0)
+            same_bits("ce_fused_kernel losses, forward only", floss_fwd, fused_losses, (size_t)N);
+        same_typed("ce_fused_kernel, forward only, leaves the logits", fl_fwd, logits, nv, lb);
         check_guards_and_free("cross-entropy");
     }
 }
@@ -1053,10 +1073,11 @@ static void cross_entropy_case(tri_device *d, const int64_t dims[3], int z, int 
 Test(cuda_kernels_cpu, cross_entropy)
 {
     tri_device *d = cpu();
-    const int64_t dims[][3] = {{1, 9, 9}, {5, 13, 10}, {37, 300, 257}, {3, 16, 0}}; /* N, V_l, V_valid */
+    /* N, V_l, V_valid; the last longer than a block's 4096 values (math.h's block order of the sum) */
+    const int64_t dims[][3] = {{1, 9, 9}, {5, 13, 10}, {37, 300, 257}, {3, 16, 0}, {3, 9000, 8999}};
     const int precs[][2] = {{0, 0}, {1, 1}, {1, 0}}; /* logits, dlogits: in place fp32, in place bf16, bf16 -> fp32 */
     for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
-        for (int z = 0; z < 4; z++)
+        for (int z = 0; z < 5; z++)
             cross_entropy_case(d, dims[z], z, precs[q][0], precs[q][1]);
 }
 

@@ -117,6 +117,58 @@ Test(math, row_slots_combine_is_the_warp_butterfly)
     cr_assert_gt(differs_from_sequential, 50, "the tree order should differ from a sequential sum on most trials");
 }
 
+/* The cross-entropy's sum of exponentials as cuda/crossentropy.cu's block-per-row kernels compute it
+ * (ce_block_row_sumexp): thread t of TRI_CE_WARPS * 32 loads the 8 values 8t .. 8t+7 of every 4096 of
+ * the row and adds value k into its register k; each warp reduces its lanes as
+ * row_slots_combine_is_the_warp_butterfly above; the block halves the warp sums. Emulated here
+ * thread by thread, it must give math.h's definition bit for bit at every row length: partial last
+ * passes, warps without a span, rows shorter than one warp's span. */
+Test(math, ce_row_sumexp_is_the_block_kernels_mapping)
+{
+    const int64_t lengths[] = {1, 7, 255, 256, 257, 4095, 4096, 4097, 9000, 50257};
+    enum { THREADS = TRI_CE_WARPS * TRI_ROW_LANES };
+    static float row[50257], reg[THREADS][TRI_ROW_GROUP];
+    uint64_t state = 777;
+    for (int64_t i = 0; i < 50257; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        row[i] = (float)((state >> 40) & 0xffffff) / 16777216.0f * 16.0f - 8.0f;
+    }
+    int differs_from_warp_order = 0;
+    for (size_t z = 0; z < sizeof lengths / sizeof *lengths; z++) {
+        int64_t V = lengths[z];
+        float mx = 8.0f;
+        memset(reg, 0, sizeof reg);
+        for (int t = 0; t < THREADS; t++)
+            for (int64_t i = 8 * (int64_t)t; i < V; i += TRI_CE_SLOTS)
+                for (int k = 0; k < 8 && i + k < V; k++)
+                    reg[t][k] += tri_expf(row[i + k] - mx);
+        float warp_sum[TRI_CE_WARPS];
+        for (int w = 0; w < TRI_CE_WARPS; w++) {
+            float lane[TRI_ROW_LANES];
+            for (int l = 0; l < TRI_ROW_LANES; l++)
+                lane[l] = tri_row_group_combine(reg[w * TRI_ROW_LANES + l]);
+            for (int k = TRI_ROW_LANES / 2; k >= 1; k /= 2) {
+                float next[TRI_ROW_LANES];
+                for (int l = 0; l < TRI_ROW_LANES; l++)
+                    next[l] = lane[l] + lane[l ^ k];
+                memcpy(lane, next, sizeof lane);
+            }
+            warp_sum[w] = lane[0];
+        }
+        float got = tri_ce_warps_combine(warp_sum), want = tri_ce_row_sumexp(row, mx, V);
+        cr_assert_eq(bits_of(got), bits_of(want), "V %lld: the kernel's mapping gives %.9g, math.h %.9g", (long long)V,
+                     got, want);
+        /* the one-warp row order (value i in slot i % 256) differs once the row spans several warps */
+        float acc[TRI_ROW_SLOTS];
+        tri_row_slots_zero(acc);
+        for (int64_t j0 = 0; j0 < V; j0 += TRI_ROW_SLOTS)
+            for (int64_t k = 0, len = tri_row_slots_span(j0, V); k < len; k++)
+                acc[k] += tri_expf(row[j0 + k] - mx);
+        differs_from_warp_order += bits_of(tri_row_slots_combine(acc)) != bits_of(want);
+    }
+    cr_assert_gt(differs_from_warp_order, 0, "no row long enough to tell the block order from the warp order");
+}
+
 /* A row sum through the row functions follows the slots: value i in slot i % 256. Checked on the
  * layernorm mean, which is the row sum / C. */
 Test(math, layernorm_mean_is_the_slot_sum)

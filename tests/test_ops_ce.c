@@ -9,6 +9,10 @@
  * itself: the logits split into 2 or 3 shards, maxes combined with max and stats with sum by hand
  * as the all-reduces would, must give the single shard's losses and dlogits.
  *
+ * The fused op (tri_op_ce_fused, used without TP) must give the pieces' bits: losses and dlogits,
+ * fp32 and bf16 logits, in place and into a separate buffer, forward only, rows longer than a GPU
+ * block's 4096 values (math.h's block order of the sum-exp, checked against fp64 there too).
+ *
  * Tolerances: forward 1e-5 relative and backward 1e-4 against fp64 differences, as in the other op
  * suites (floor 1/10 of the RMS); measured 2.0e-7 and 2.1e-7. Sharded against single: 1e-6, since
  * the only difference is the order of the float sum-exp (measured at most 2.7e-7). Maxes and target
@@ -265,4 +269,85 @@ Test(ops_ce, vocab_parallel_three_shards)
 {
     check_vocab_parallel(19, 3, 8, 1200); /* shard 2: 3 real columns, 5 padded */
     check_vocab_parallel(16, 3, 8, 1300); /* shard 2: all padding */
+}
+
+/* ---- the fused classifier ---- */
+
+/* One fused case: logits (N, V_l) of dtype ld (real columns V_valid), dlogits of dtype dd in place
+ * (when ld == dd and in_place) or apart, or none (forward only), against the pieces on the same
+ * device, bit for bit. Targets include 0, V_valid - 1 and one outside the vocabulary. */
+static void check_fused(tri_device *d, int64_t N, int64_t V_l, int64_t V_valid, tri_dtype ld, tri_dtype dd,
+                        bool in_place, bool backward, uint64_t seed)
+{
+    const float dloss = 0.0625f;
+    size_t nl = (size_t)(N * V_l);
+    float *host = make_logits(N, V_l, V_valid, seed);
+    int32_t *targets = make_targets(N, V_valid);
+    targets[0] = 0;
+    targets[N - 1] = (int32_t)(V_valid - 1);
+    if (N > 2)
+        targets[1] = (int32_t)V_valid; /* outside: a target logit of 0, as the pieces count it */
+    char what[160];
+    snprintf(what, sizeof what, "ce_fused N%lld V_l%lld V_valid%lld %s -> %s%s%s", (long long)N, (long long)V_l,
+             (long long)V_valid, tri_dtype_name(ld), tri_dtype_name(dd), in_place ? " in place" : "",
+             backward ? "" : " forward only");
+
+    /* the pieces */
+    tri_tensor shape = tri_tensor_2d(NULL, TRI_F32, N, V_l);
+    tri_tensor lp = ot_tensor_as(d, ld, shape, host), dlp = ot_tensor_as(d, dd, shape, NULL);
+    tri_tensor maxes = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, N), NULL);
+    tri_tensor stats = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, 2), NULL);
+    tri_tensor tt = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, N), targets);
+    tri_tensor want_losses = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, N), NULL);
+    cr_assert_eq(tri_op_ce_row_max(d, maxes, lp, V_valid), TRI_OK);
+    cr_assert_eq(tri_op_ce_sumexp_target(d, stats, lp, maxes, tt, 0, V_valid), TRI_OK);
+    cr_assert_eq(tri_op_ce_loss(d, want_losses, maxes, stats), TRI_OK);
+    cr_assert_eq(tri_op_ce_backward(d, dlp, lp, maxes, stats, tt, 0, V_valid, dloss), TRI_OK);
+
+    /* the fused op; dlogits starts as NaN so a value it does not write fails */
+    tri_tensor lf = ot_tensor_as(d, ld, shape, host);
+    tri_tensor dlf = !backward ? tri_tensor_none() : in_place ? lf : ot_tensor_as(d, dd, shape, NULL);
+    tri_tensor losses = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, N), NULL);
+    cr_assert_eq(tri_op_ce_fused(d, losses, dlf, lf, tt, V_valid, dloss), TRI_OK, "%s: %s", what,
+                 tri_error_message());
+    cr_assert(ot_same_bits(what, ot_read(d, losses), ot_read(d, want_losses), (size_t)N));
+    if (backward)
+        cr_assert(ot_same_bits(what, ot_read(d, dlf), ot_read(d, dlp), nl));
+    else
+        cr_assert(ot_same_bits(what, ot_read(d, lf), ot_read(d, lp), nl), "%s changed the logits", what);
+}
+
+Test(ops_ce, fused_same_bits_as_pieces)
+{
+    tri_device *d = ot_device(2);
+    /* N, V_l, V_valid: a short row, padding, one span of a warp, past a block's 4096 values (GPT-2's
+     * 50257 padded to 50304 in fp32 is cut short here to keep the suite quick) */
+    const int64_t dims[][3] = {{3, 13, 11}, {5, 256, 256}, {4, 9000, 8999}, {2, 50304, 50257}};
+    for (size_t z = 0; z < sizeof dims / sizeof *dims; z++) {
+        int64_t N = dims[z][0], V_l = dims[z][1], V_valid = dims[z][2];
+        uint64_t seed = 1400 + 10 * z;
+        check_fused(d, N, V_l, V_valid, TRI_F32, TRI_F32, true, true, seed);
+        check_fused(d, N, V_l, V_valid, TRI_F32, TRI_F32, false, true, seed + 1);
+        check_fused(d, N, V_l, V_valid, TRI_BF16, TRI_BF16, true, true, seed + 2);
+        check_fused(d, N, V_l, V_valid, TRI_BF16, TRI_F32, false, true, seed + 3);
+        check_fused(d, N, V_l, V_valid, TRI_F32, TRI_F32, false, false, seed + 4);
+        check_fused(d, N, V_l, V_valid, TRI_BF16, TRI_BF16, false, false, seed + 5);
+    }
+}
+
+/* A row longer than a block's 4096 values sums its exponentials in math.h's block order: checked
+ * against fp64 with the forward tolerance (the order changes only float rounding). */
+Test(ops_ce, fused_long_row_against_fp64)
+{
+    tri_device *d = ot_device(1);
+    const int64_t N = 3, V_l = 9000, V_valid = 8999;
+    float *host = make_logits(N, V_l, V_valid, 1500);
+    int32_t *targets = make_targets(N, V_valid);
+    tri_tensor logits = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, V_l), host);
+    tri_tensor tt = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, N), targets);
+    tri_tensor losses = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, N), NULL);
+    cr_assert_eq(tri_op_ce_fused(d, losses, tri_tensor_none(), logits, tt, V_valid, 1.0f), TRI_OK);
+    ce_problem p = {N, V_l, V_valid, ot_widen(host, (size_t)(N * V_l)), targets, 1.0, ot_doubles((size_t)N)};
+    ce_ref(&p);
+    cr_assert(ot_close("ce_fused losses, rows of 8999", ot_read(d, losses), p.losses, (size_t)N, FLOOR, FWD_TOL));
 }

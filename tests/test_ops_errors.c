@@ -362,6 +362,25 @@ Test(ops_errors, cross_entropy)
                   "'stats'");
     expect_einval(tri_op_ce_backward(d, dlogits, logits, maxes, stats, t, 0, V_l + 1, 1.0f), op,
                   "V_valid");
+
+    op = "ce_fused";
+    expect_ok(tri_op_ce_fused(d, losses, dlogits, logits, t, V_l, 1.0f), op);
+    expect_ok(tri_op_ce_fused(d, losses, logits, logits, t, V_l, 1.0f), op);
+    expect_ok(tri_op_ce_fused(d, losses, none, logits, t, V_l, 1.0f), op);
+    expect_einval(tri_op_ce_fused(d, losses, dlogits, as_i32(logits), t, V_l, 1.0f), op, "'logits'");
+    expect_einval(tri_op_ce_fused(d, none, dlogits, logits, t, V_l, 1.0f), op, "'losses'");
+    expect_einval(tri_op_ce_fused(d, short_maxes, dlogits, logits, t, V_l, 1.0f), op, "'losses'");
+    expect_einval(tri_op_ce_fused(d, losses, dlogits, logits, as_f32(t), V_l, 1.0f), op, "'targets'");
+    expect_einval(tri_op_ce_fused(d, losses, dlogits, logits, i32(d, N - 1), V_l, 1.0f), op, "'targets'");
+    expect_einval(tri_op_ce_fused(d, losses, wide, logits, t, V_l, 1.0f), op, "'dlogits'");
+    expect_einval(tri_op_ce_fused(d, losses, as_i32(dlogits), logits, t, V_l, 1.0f), op, "'dlogits'");
+    expect_einval(tri_op_ce_fused(d, losses, dlogits, logits, t, -1, 1.0f), op, "V_valid");
+    /* in place is the same data and dtype; rows 1.. of one buffer overlap rows 0.. without being them */
+    tri_tensor rows = m2(d, N + 1, V_l), as_bf16 = logits;
+    as_bf16.dtype = TRI_BF16;
+    expect_einval(tri_op_ce_fused(d, losses, tri_tensor_slice0(rows, 1, N), tri_tensor_slice0(rows, 0, N), t, V_l,
+                                  1.0f), op, "'dlogits' overlaps");
+    expect_einval(tri_op_ce_fused(d, losses, as_bf16, logits, t, V_l, 1.0f), op, "'dlogits' is the logits' memory");
 }
 
 Test(ops_errors, adamw)

@@ -269,6 +269,9 @@ static outputs every_op(int threads)
     OK(tri_op_ce_loss(d, losses, maxes, stats));
     OK(tri_op_ce_backward(d, dlogits, logits, maxes, stats, tgt, 0, V_VALID, 0.25f));
     keep(&o, d, maxes), keep(&o, d, stats), keep(&o, d, losses), keep(&o, d, dlogits);
+    tri_tensor flogits = rows_cols(d, N2, V, seed++), flosses = vec(d, N2, seed++);
+    OK(tri_op_ce_fused(d, flosses, flogits, flogits, tgt, V_VALID, 0.25f));
+    keep(&o, d, flosses), keep(&o, d, flogits);
     tri_tensor m = vec(d, BIG, seed++), v = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, BIG),
                                                       ot_uniform(BIG, 0.0f, 1.0f, seed++));
     tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,

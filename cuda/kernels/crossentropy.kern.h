@@ -1,6 +1,7 @@
 /* cuda/kernels/crossentropy.kern.h - simple kernels of the vocab-parallel cross-entropy pieces
  * (CUDA and C): one thread per row for the row statistics (engine/core/math.h's lane-wise row max and
- * sum-exp, the CPU backend's arithmetic), one thread per element for the logit gradient. The
+ * sum-exp, the CPU backend's arithmetic), one thread per element for the logit gradient, one thread
+ * per row for the fused classifier. The
  * gradient may overwrite the logits in place (same dtype): each element is read before it is
  * written. logits and dlogits are fp32 or bf16 (their `_bf16` flags); maxes, stats and losses are
  * fp32. */
@@ -48,6 +49,26 @@ TRI_KERNEL ce_backward_kernel(void *dlogits, int dlogits_bf16, const void *logit
         tri_store(dlogits, dlogits_bf16, i,
                   j < V_valid ? tri_ce_dlogit(tri_load(logits, logits_bf16, i), maxes[n], stats[2 * n], j == r, dloss)
                               : 0.0f);
+    }
+}
+
+/* The fused classifier (tri_op_ce_fused), a thread per row: the pieces above one after another on
+ * the row, the loss from the target logit read before the row is overwritten (in place). */
+TRI_KERNEL ce_fused_kernel(float *losses, void *dlogits, int dlogits_bf16, const void *logits, int logits_bf16,
+                           const int32_t *targets, int64_t N, int64_t V_l, int64_t V_valid, float dloss)
+{
+    for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE) {
+        const void *row = tri_at(logits, logits_bf16, n * V_l);
+        int64_t r = targets[n];
+        float mx = tri_ce_row_max_mixed(row, logits_bf16, V_valid);
+        float sum = tri_ce_row_sumexp_mixed(row, logits_bf16, mx, V_valid);
+        losses[n] = tri_ce_loss(mx, sum, (r >= 0 && r < V_valid) ? tri_load(row, logits_bf16, r) : 0.0f);
+        if (!dlogits)
+            continue;
+        void *drow = tri_at(dlogits, dlogits_bf16, n * V_l);
+        for (int64_t j = 0; j < V_l; j++)
+            tri_store(drow, dlogits_bf16, j,
+                      j < V_valid ? tri_ce_dlogit(tri_load(row, logits_bf16, j), mx, sum, j == r, dloss) : 0.0f);
     }
 }
 

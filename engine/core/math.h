@@ -461,9 +461,14 @@ TRI_HD float tri_flash_lse(float m, float l)
 }
 
 /* ---- cross-entropy pieces over one row of a vocab shard ----
- * The max is exact in any order (TRI_LANES interleaved lanes, so the loop vectorizes); the sum of
- * exponentials is a row sum in the order above. TRI_LANES also sets the double lanes of the range
- * sums below. */
+ * The max is exact in any order (TRI_LANES interleaved lanes, so the loop vectorizes). The sum of
+ * exponentials is a row of tens of thousands of logits (GPT-2: 50257), summed in a block's order so
+ * that a GPU gives a whole block of TRI_CE_WARPS warps to a row (llm.c's fused classifier: a few rows
+ * in flight per SM keep a row in L2 between its passes): the row is cut into spans of TRI_ROW_SLOTS
+ * values, span m belongs to warp m % TRI_CE_WARPS, each warp sums its spans as one row in the order
+ * above (value i of the row in slot i % 256 of warp (i / 256) % 16, each slot in index order, the
+ * warp's slots by tri_row_slots_combine), and the warp sums are combined by halving (warp w += warp
+ * w + k for k = 8, 4, 2, 1). TRI_LANES also sets the double lanes of the range sums below. */
 #define TRI_LANES 8
 
 TRI_HD float tri_ce_row_max_mixed(const void *logits, int bf16, int64_t V_valid)
@@ -493,15 +498,34 @@ TRI_HD float tri_ce_row_max(const float *logits, int64_t V_valid)
     return tri_ce_row_max_mixed(logits, 0, V_valid);
 }
 
-/* sum of exp(logit - mx) over the valid columns, a row sum in the order above (TRI_ROW_SLOTS) */
+#define TRI_CE_WARPS 16
+#define TRI_CE_SLOTS (TRI_CE_WARPS * TRI_ROW_SLOTS) /* 4096 values per pass of a block */
+
+/* The sum of TRI_CE_WARPS warp sums w[0..16) by halving; w is overwritten. */
+TRI_HD float tri_ce_warps_combine(float *w)
+{
+    for (int k = TRI_CE_WARPS / 2; k >= 1; k /= 2)
+        for (int s = 0; s < k; s++)
+            w[s] += w[s + k];
+    return w[0];
+}
+
+/* sum of exp(logit - mx) over the valid columns in the block order above: warp w's spans start at
+ * w * 256, w * 256 + 4096, ...; a warp with no span sums to +0, which the halving adds exactly */
 TRI_HD float tri_ce_row_sumexp_mixed(const void *logits, int bf16, float mx, int64_t V_valid)
 {
-    float acc[TRI_ROW_SLOTS];
-    tri_row_slots_zero(acc);
-    for (int64_t j0 = 0; j0 < V_valid; j0 += TRI_ROW_SLOTS)
-        for (int64_t k = 0, len = tri_row_slots_span(j0, V_valid); k < len; k++)
-            acc[k] += tri_expf(tri_load(logits, bf16, j0 + k) - mx);
-    return tri_row_slots_combine(acc);
+    float acc[TRI_ROW_SLOTS], warp_sum[TRI_CE_WARPS];
+    for (int w = 0; w < TRI_CE_WARPS; w++) {
+        warp_sum[w] = 0.0f;
+        if ((int64_t)w * TRI_ROW_SLOTS >= V_valid)
+            continue;
+        tri_row_slots_zero(acc);
+        for (int64_t j0 = (int64_t)w * TRI_ROW_SLOTS; j0 < V_valid; j0 += TRI_CE_SLOTS)
+            for (int64_t k = 0, len = tri_row_slots_span(j0, V_valid); k < len; k++)
+                acc[k] += tri_expf(tri_load(logits, bf16, j0 + k) - mx);
+        warp_sum[w] = tri_row_slots_combine(acc);
+    }
+    return tri_ce_warps_combine(warp_sum);
 }
 
 TRI_HD float tri_ce_row_sumexp(const float *logits, float mx, int64_t V_valid)

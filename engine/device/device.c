@@ -877,14 +877,20 @@ int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, in
 
 /* ---- cross-entropy ---- */
 
-static int check_ce(const char *op, tri_tensor logits, tri_tensor maxes, int64_t V_valid)
+static int check_logits(const char *op, tri_tensor logits, int64_t V_valid)
 {
     int rc = need_float(op, "logits", logits);
-    if (!rc) rc = need(op, "maxes", maxes, TRI_F32);
-    if (!rc) rc = need_numel(op, "maxes", maxes, tri_tensor_rows(logits));
     if (!rc && (V_valid < 0 || V_valid > tri_tensor_cols(logits)))
         rc = TRI_ERR(TRI_EINVAL, "%s: V_valid %lld outside [0, %lld]", op, (long long)V_valid,
                      (long long)tri_tensor_cols(logits));
+    return rc;
+}
+
+static int check_ce(const char *op, tri_tensor logits, tri_tensor maxes, int64_t V_valid)
+{
+    int rc = check_logits(op, logits, V_valid);
+    if (!rc) rc = need(op, "maxes", maxes, TRI_F32);
+    if (!rc) rc = need_numel(op, "maxes", maxes, tri_tensor_rows(logits));
     return rc;
 }
 
@@ -937,6 +943,41 @@ int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri
     return widen_end(&w, w.rc ? 0
                                 : DISPATCH(d, ce_backward, dlogits, logits, maxes, stats, targets, vocab_start,
                                            V_valid, dloss));
+}
+
+/* dlogits may be the logits themselves (same data, same dtype) or apart from them, nothing between. */
+static int check_in_place(const char *op, tri_tensor dlogits, tri_tensor logits)
+{
+    const char *a = dlogits.data, *b = logits.data;
+    bool apart = a + tri_tensor_bytes(dlogits) <= b || b + tri_tensor_bytes(logits) <= a;
+    if (a == b && dlogits.dtype != logits.dtype)
+        return TRI_ERR(TRI_EINVAL, "%s: 'dlogits' is the logits' memory but %s, not the logits' %s", op,
+                       tri_dtype_name(dlogits.dtype), tri_dtype_name(logits.dtype));
+    if (a != b && !apart)
+        return TRI_ERR(TRI_EINVAL, "%s: 'dlogits' overlaps 'logits' without being them (in place means the same "
+                       "data pointer)", op);
+    return TRI_OK;
+}
+
+int tri_op_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
+                    int64_t V_valid, float dloss)
+{
+    const char *op = "ce_fused";
+    int64_t N = tri_tensor_rows(logits);
+    int rc = check_logits(op, logits, V_valid);
+    if (!rc) rc = need(op, "losses", losses, TRI_F32);
+    if (!rc) rc = need_numel(op, "losses", losses, N);
+    if (!rc) rc = need(op, "targets", targets, TRI_I32);
+    if (!rc) rc = need_numel(op, "targets", targets, N);
+    if (!rc && tri_tensor_present(dlogits)) {
+        rc = need_float(op, "dlogits", dlogits);
+        if (!rc) rc = need_numel(op, "dlogits", dlogits, tri_tensor_numel(logits));
+        if (!rc) rc = check_in_place(op, dlogits, logits);
+    }
+    widen w = widen_start(d, rc);
+    wide(&w, &dlogits, true);
+    wide(&w, &logits, false);
+    return widen_end(&w, w.rc ? 0 : DISPATCH(d, ce_fused, losses, dlogits, logits, targets, V_valid, dloss));
 }
 
 /* ---- optimizer ---- */

@@ -114,6 +114,8 @@ typedef struct tri_device_ops {
     int (*ce_backward)(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
                        tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
                        float dloss);
+    int (*ce_fused)(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
+                    int64_t V_valid, float dloss);
     int (*adamw)(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                  const tri_adamw_hparams *hp);
     /* optional (NULL: the wrapper calls adamw piece by piece) */
@@ -334,6 +336,15 @@ int tri_op_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tenso
 int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
                        tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
                        float dloss);
+/* The whole classifier loss of rows that hold the whole vocabulary (no vocab-parallel split, so no
+ * all-reduce between the pieces), in one op and one pass of a GPU block over each row (llm.c's fused
+ * classifier): losses(N) and, when dlogits is present, dlogits(N,V_l) = dloss * (softmax - onehot)
+ * with padded columns 0. Exactly the bits of ce_row_max, ce_sumexp_target (vocab_start 0), ce_loss
+ * and ce_backward in turn. logits and dlogits are fp32 or bf16; dlogits may alias logits (then of
+ * the same dtype), no other overlap. targets(N) i32 in [0, V_valid) for a finite loss (one outside
+ * counts as a target logit of 0, as the pieces do). TRI_EINVAL names the argument that is wrong. */
+int tri_op_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
+                    int64_t V_valid, float dloss);
 
 /* ---- optimizer ----
  * One AdamW step on equal-length 1-d views (fp32): g = grad * grad_scale;

@@ -693,6 +693,37 @@ static int cpu_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits,
     return TRI_OK;
 }
 
+/* The fused classifier a row at a time, so the row stays in the core's cache between its passes:
+ * the pieces' arithmetic (the functions above call the same math.h functions), so their bits. */
+static void ce_fused_loop(tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
+                          int64_t V_valid, float dloss)
+{
+    int64_t N = tri_tensor_rows(logits), V_l = tri_tensor_cols(logits);
+    bool backward = tri_tensor_present(dlogits);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *row = fp(logits) + n * V_l;
+        int64_t r = ids(targets)[n];
+        float mx = tri_ce_row_max(row, V_valid);
+        float sum = tri_ce_row_sumexp(row, mx, V_valid);
+        fp(losses)[n] = tri_ce_loss(mx, sum, (r >= 0 && r < V_valid) ? row[r] : 0.0f);
+        if (!backward)
+            continue;
+        float *drow = fp(dlogits) + n * V_l;
+        for (int64_t j = 0; j < V_valid; j++)
+            drow[j] = tri_ce_dlogit(row[j], mx, sum, j == r, dloss);
+        for (int64_t j = V_valid; j < V_l; j++)
+            drow[j] = 0.0f;
+    }
+}
+
+static int cpu_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
+                        int64_t V_valid, float dloss)
+{
+    TRI_ON_THREADS(nthreads(d), ce_fused_loop(losses, dlogits, logits, targets, V_valid, dloss));
+    return TRI_OK;
+}
+
 /* ---- optimizer ---- */
 
 static void adamw_loop(tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
@@ -877,6 +908,7 @@ static const tri_device_ops cpu_ops = {
     .ce_sumexp_target = cpu_ce_sumexp_target,
     .ce_loss = cpu_ce_loss,
     .ce_backward = cpu_ce_backward,
+    .ce_fused = cpu_ce_fused,
     .adamw = cpu_adamw,
     .fixed_accumulate = cpu_fixed_accumulate,
     .fixed_to_float = cpu_fixed_to_float,

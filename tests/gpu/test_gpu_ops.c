@@ -743,6 +743,53 @@ Test(gpu_ops, cross_entropy_bf16)
     cmp("ce_backward bf16 (in place)", logits, BF16_TOL);
 }
 
+/* The fused classifier, fast (a block per row) and simple (a thread per row): against the CPU
+ * (the loss takes CUDA's logf, the gradient a division: TOL, BF16_TOL for bf16 storage) and against
+ * the GPU's own pieces in the same form, which run the same arithmetic in the same orders: tolerance
+ * 0. fp32 and bf16, in place and into fp32; rows of GPT-2's padded vocabulary (50304, 50257 real:
+ * 13 of math.h's 4096-value block passes) and short odd rows (the scalar path). */
+static void ce_fused_case(int64_t N, int64_t V_l, int64_t V_valid, int bf16, int in_place, int simple, uint64_t seed)
+{
+    char what[160];
+    snprintf(what, sizeof what, "ce_fused N%lld V_l%lld V_valid%lld %s%s (%s)", (long long)N, (long long)V_l,
+             (long long)V_valid, bf16 ? "bf16" : "fp32", in_place ? " in place" : " -> fp32", simple ? "simple" : "fast");
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+    int32_t *tgt = ot_ints((size_t)N);
+    for (int64_t n = 0; n < N; n++)
+        tgt[n] = (int32_t)((n * 97) % V_valid);
+    both t = make(tri_tensor_1d(NULL, TRI_I32, N), tgt);
+    float *host = ot_uniform((size_t)(N * V_l), -10, 10, seed);
+    both logits = make_as(m2(N, V_l), host, bf16), pieces = make_as(m2(N, V_l), host, bf16);
+    both dl = in_place ? logits : make(m2(N, V_l), NULL), dl_pieces = in_place ? pieces : make(m2(N, V_l), NULL);
+    both maxes = make(v1(N), NULL), stats = make(m2(N, 2), NULL), want = make(v1(N), NULL), losses = make(v1(N), NULL);
+    cr_assert_eq(tri_op_ce_row_max(gpu, maxes.g, pieces.g, V_valid), TRI_OK);
+    cr_assert_eq(tri_op_ce_sumexp_target(gpu, stats.g, pieces.g, maxes.g, t.g, 0, V_valid), TRI_OK);
+    cr_assert_eq(tri_op_ce_loss(gpu, want.g, maxes.g, stats.g), TRI_OK);
+    cr_assert_eq(tri_op_ce_backward(gpu, dl_pieces.g, pieces.g, maxes.g, stats.g, t.g, 0, V_valid, 0.01f), TRI_OK);
+    BOTH(tri_op_ce_fused(cpu, losses.c, dl.c, logits.c, t.c, V_valid, 0.01f),
+         tri_op_ce_fused(gpu, losses.g, dl.g, logits.g, t.g, V_valid, 0.01f));
+    char w2[200];
+    snprintf(w2, sizeof w2, "%s: losses", what);
+    cmp(w2, losses, TOL);
+    snprintf(w2, sizeof w2, "%s: dlogits", what);
+    cmp(w2, dl, in_place && bf16 ? BF16_TOL : TOL);
+    snprintf(w2, sizeof w2, "%s: losses vs the GPU's pieces", what);
+    cr_assert(gpu_close(w2, gpu_read(gpu, losses.g), gpu_read(gpu, want.g), (size_t)N, 0.0), "%s", w2);
+    snprintf(w2, sizeof w2, "%s: dlogits vs the GPU's pieces", what);
+    cr_assert(gpu_close(w2, gpu_read(gpu, dl.g), gpu_read(gpu, dl_pieces.g), (size_t)(N * V_l), 0.0), "%s", w2);
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, cross_entropy_fused)
+{
+    for (int simple = 0; simple < 2; simple++)
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            for (int in_place = 0; in_place < 2; in_place++) {
+                ce_fused_case(67, 50304, 50257, bf16, in_place, simple, 95);
+                ce_fused_case(9, 1031, 1000, bf16, in_place, simple, 96);
+            }
+}
+
 /* ---- the fast kernels against their simple twins and the CPU, bit for bit ----
  * The row kernels (layernorm, the attention's softmax rows) and the column sums (layernorm's dw and
  * db, the bias gradient) add in engine/core/math.h's order in every form: the warp-per-row kernels
