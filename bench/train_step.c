@@ -197,7 +197,7 @@ int main(int argc, char **argv)
     tri_flag flags[] = {
         {"config", TRI_FLAG_STRING, &b.config, "model config", 0, 0, NULL, false},
         {"compare-config", TRI_FLAG_STRING, &b.compare_config, "a second model timed in the same run, its time per token "
-         "over the first's printed (\"\": none)", 0, 0, NULL, false},
+         "over the first's printed (none: no second model)", 0, 0, NULL, false},
         {"micro-batch-size", TRI_FLAG_INT, &b.B, "sequences per iteration", 1, 1 << 16, NULL, false},
         {"seq-length", TRI_FLAG_INT, &b.T, "sequence length", 1, 1 << 16, NULL, false},
         {"iters", TRI_FLAG_INT, &b.iters, "timed iterations (after one warm-up)", 1, 1 << 20, NULL, false},
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
         printf("  tp 1: %.1f ms/iter; tp %d: %.1f ms/iter; speedup %.2fx, parallel efficiency %.0f%%\n",
                t1, b.compare_tp, tn, t1 / tn, 100.0 * t1 / tn / b.compare_tp);
     }
-    if (b.compare_config[0]) {
+    if (strcmp(b.compare_config, "none") != 0) {
         char name[128];
         snprintf(name, sizeof name, "%s", tri_model_name(&b.model));
         tri_model_free(&b.model);
