@@ -13,7 +13,7 @@
 __global__ void gelu_forward_fast_kernel(void *out, int out_bf16, const void *inp, int inp_bf16, int64_t n, bool vec)
 {
     float v[8] = {0};
-    for (int64_t i = 8 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); i < n; i += 8 * (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = tri_vec8_first(); i < n; i += tri_vec8_stride()) {
         tri_load8(v, inp, inp_bf16, i, n, vec);
         for (int k = 0; k < 8; k++)
             v[k] = tri_gelu(v[k]);
@@ -25,7 +25,7 @@ __global__ void gelu_backward_fast_kernel(void *dinp, int dinp_bf16, const void 
                                           int dout_bf16, int64_t n, bool vec)
 {
     float x[8] = {0}, g[8] = {0};
-    for (int64_t i = 8 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); i < n; i += 8 * (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = tri_vec8_first(); i < n; i += tri_vec8_stride()) {
         tri_load8(x, inp, inp_bf16, i, n, vec);
         tri_load8(g, dout, dout_bf16, i, n, vec);
         for (int k = 0; k < 8; k++)
@@ -42,7 +42,7 @@ extern "C" int tri_cuda_gelu_forward(tri_device *d, tri_tensor out, tri_tensor i
         return TRI_CUDA_LAUNCH_N(gelu_forward_kernel, n, cu->stream, tri_data(out), tri_is_bf16(out), tri_data(inp),
                                  tri_is_bf16(inp), n);
     bool vec = tri_aligned16_host(out.data) && tri_aligned16_host(inp.data);
-    return TRI_CUDA_LAUNCH(gelu_forward_fast_kernel, tri_grid_for((n + 7) / 8, TRI_BLOCK), TRI_BLOCK, cu->stream,
+    return TRI_CUDA_LAUNCH(gelu_forward_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream,
                            tri_data(out), tri_is_bf16(out), tri_data(inp), tri_is_bf16(inp), n, vec);
 }
 
@@ -54,7 +54,7 @@ extern "C" int tri_cuda_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor
         return TRI_CUDA_LAUNCH_N(gelu_backward_kernel, n, cu->stream, tri_data(dinp), tri_is_bf16(dinp), tri_data(inp),
                                  tri_is_bf16(inp), tri_data(dout), tri_is_bf16(dout), n);
     bool vec = tri_aligned16_host(dinp.data) && tri_aligned16_host(inp.data) && tri_aligned16_host(dout.data);
-    return TRI_CUDA_LAUNCH(gelu_backward_fast_kernel, tri_grid_for((n + 7) / 8, TRI_BLOCK), TRI_BLOCK, cu->stream,
+    return TRI_CUDA_LAUNCH(gelu_backward_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream,
                            tri_data(dinp), tri_is_bf16(dinp), tri_data(inp), tri_is_bf16(inp), tri_data(dout),
                            tri_is_bf16(dout), n, vec);
 }

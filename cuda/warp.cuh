@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "cuda/kernels/shim.h"
 #include "engine/core/math.h"
 
 #define TRI_WARP_FULL 0xffffffffu
@@ -72,6 +73,26 @@ __device__ __forceinline__ void tri_store8(void *row, int bf16, int64_t i, int64
     }
     for (int k = 0; k < 8 && i + k < n; k++)
         tri_store(row, bf16, i + k, v[k]);
+}
+
+/* ---- flat element-wise kernels: a thread per 8 consecutive elements in a grid-stride loop ----
+ * The first element of this thread's first 8, and the loop's stride; tri_vec8_grid gives the blocks
+ * of TRI_BLOCK threads for n elements. With tri_load8 / tri_store8 (16-byte accesses when every
+ * tensor starts 16-byte aligned) each element is computed as a thread-per-element kernel computes it,
+ * so the simple twins' bits. */
+__device__ __forceinline__ int64_t tri_vec8_first(void)
+{
+    return 8 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+}
+
+__device__ __forceinline__ int64_t tri_vec8_stride(void)
+{
+    return 8 * (int64_t)gridDim.x * blockDim.x;
+}
+
+static inline int64_t tri_vec8_grid(int64_t n)
+{
+    return tri_grid_for((n + 7) / 8, TRI_BLOCK);
 }
 
 /* The row sum of a warp whose lanes hold their 8 slot sums in r (overwritten): every lane returns it. */

@@ -536,6 +536,57 @@ Test(gpu_ops, elementwise_bf16)
     cmp("convert bf16 -> fp32", back, 0.0);
 }
 
+/* The element-wise ops in both forms (8 elements a thread with 16-byte accesses when every tensor is
+ * aligned, and the simple twins) against the CPU, bit for bit: each element is the same expression,
+ * rounded once. Views starting 0 and 1 element into their buffers (the vector and the scalar path),
+ * a count with a tail of 3, all-bf16 and fp32 outputs with bf16 inputs, convert both ways. */
+static both view(both t, int64_t off, int64_t n)
+{
+    return (both){tri_tensor_range(t.c, off, n), tri_tensor_range(t.g, off, n)};
+}
+
+static void elementwise_exact_case(int simple, int64_t off, int mix)
+{
+    const int64_t n = 100003;
+    char what[96];
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+    both a = view(uniform_as(v1(n + 1), -2, 2, 11, !mix), off, n), b = view(uniform_as(v1(n + 1), -2, 2, 12, 1), off, n);
+    both out = view(make_as(v1(n + 1), NULL, !mix), off, n);
+    const char *form = simple ? "simple" : "fast";
+    snprintf(what, sizeof what, "add %s, offset %lld (%s)", mix ? "fp32 = fp32 + bf16" : "bf16", (long long)off, form);
+    BOTH(tri_op_add(cpu, out.c, a.c, b.c), tri_op_add(gpu, out.g, a.g, b.g));
+    cmp(what, out, 0.0);
+    snprintf(what, sizeof what, "add in place, offset %lld (%s)", (long long)off, form);
+    BOTH(tri_op_add(cpu, a.c, a.c, b.c), tri_op_add(gpu, a.g, a.g, b.g));
+    cmp(what, a, 0.0);
+    snprintf(what, sizeof what, "axpy, offset %lld (%s)", (long long)off, form);
+    BOTH(tri_op_axpy(cpu, a.c, -0.7f, b.c), tri_op_axpy(gpu, a.g, -0.7f, b.g));
+    cmp(what, a, 0.0);
+    snprintf(what, sizeof what, "scale, offset %lld (%s)", (long long)off, form);
+    BOTH(tri_op_scale(cpu, a.c, 1.3f), tri_op_scale(gpu, a.g, 1.3f));
+    cmp(what, a, 0.0);
+    snprintf(what, sizeof what, "fill, offset %lld (%s)", (long long)off, form);
+    BOTH(tri_op_fill(cpu, b.c, -0.3f), tri_op_fill(gpu, b.g, -0.3f));
+    cmp(what, b, 0.0);
+    both f = view(uniform(v1(n + 1), -3, 3, 13), off, n), h = view(make_as(v1(n + 1), NULL, 1), off, n);
+    both back = view(make(v1(n + 1), NULL), off, n);
+    snprintf(what, sizeof what, "convert fp32 -> bf16, offset %lld (%s)", (long long)off, form);
+    BOTH(tri_op_convert(cpu, h.c, f.c), tri_op_convert(gpu, h.g, f.g));
+    cmp(what, h, 0.0);
+    snprintf(what, sizeof what, "convert bf16 -> fp32, offset %lld (%s)", (long long)off, form);
+    BOTH(tri_op_convert(cpu, back.c, h.c), tri_op_convert(gpu, back.g, h.g));
+    cmp(what, back, 0.0);
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, elementwise_fast_and_simple_exact)
+{
+    for (int simple = 0; simple < 2; simple++)
+        for (int64_t off = 0; off < 2; off++)
+            for (int mix = 0; mix < 2; mix++)
+                elementwise_exact_case(simple, off, mix);
+}
+
 Test(gpu_ops, reductions_bf16)
 {
     int64_t n = (1 << 20) + 3;
