@@ -1,22 +1,13 @@
 /* cuda/convert.cu - fp32 <-> bf16 conversion on the GPU, for bf16 mixed precision (the bf16 model
  * copy of the fp32 master weights after every optimizer step): the device op `convert`,
  * engine/core/math.h's round-to-nearest-even. The simple kernels of cuda/kernels/convert.kern.h are
- * tested on the CPU against known values and the scalar functions; the fast form takes 8 consecutive
- * elements a thread with 16-byte accesses (cuda/warp.cuh), each converted by the same function, so
- * the same bits. */
+ * tested on the CPU against known values and the scalar functions; the fast form
+ * (cuda/kernels/convert_fast.cuh) takes 8 consecutive elements a thread with
+ * 16-byte accesses, each converted by the same function, so the same bits. */
 #include "cuda/device_cuda.h"
 #include "cuda/kernels/convert.kern.h"
+#include "cuda/kernels/convert_fast.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/warp.cuh"
-
-__global__ void convert_fast_kernel(void *dst, int dst_bf16, const void *src, int src_bf16, int64_t n, bool vec)
-{
-    float v[8] = {0};
-    for (int64_t i = tri_vec8_first(); i < n; i += tri_vec8_stride()) {
-        tri_load8(v, src, src_bf16, i, n, vec);
-        tri_store8(dst, dst_bf16, i, n, v, vec);
-    }
-}
 
 /* dst = src converted, the fast form unless the device runs the simple kernels. */
 static int convert_fast(tri_cuda *cu, tri_tensor dst, tri_tensor src, int64_t n)

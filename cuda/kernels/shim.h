@@ -71,7 +71,11 @@ typedef struct tri_shim_coords {
 #if defined(__GNUC__)
 __attribute__((unused))
 #endif
+#if defined(__cplusplus)
+static thread_local tri_shim_coords tri_shim;
+#else
 static _Thread_local tri_shim_coords tri_shim;
+#endif
 
 #define TRI_KERNEL static inline void
 #define TRI_BLOCK_ID (tri_shim.block)

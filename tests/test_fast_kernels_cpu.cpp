@@ -1,0 +1,208 @@
+/* tests/test_fast_kernels_cpu.cpp - the CUDA backend's fast kernels, run on the CPU.
+ *
+ * The fast kernels of the cuda/kernels/..._fast.cuh headers (the cross-entropy a warp or a block per row with
+ * shared memory and warp shuffles; the element-wise ops 8 elements a thread with 16-byte accesses)
+ * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as real threads
+ * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
+ * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
+ * kernel's expressions in engine/core/math.h's orders (docs/cuda-correctness.md). Shapes: rows
+ * longer than a block's 4096-value pass (to GPT-2's 50257 padded to 50304), short rows, rows that start
+ * off 16-byte alignment (the scalar path: odd V_l), padding columns, targets at both ends; in place
+ * and into a separate buffer; fp32 and bf16; element counts with a tail and views one element into
+ * their buffers, under two launch shapes (the backend's, and one block of 32 threads so the
+ * grid-stride loops turn). Outputs start NaN, so an element a kernel does not write fails.
+ * Mutations checked by hand: the block's warp sums added in sequence instead of halved, and a
+ * thread's first value 8 (t + 1) instead of 8 t, both fail. (Warp w taking the spans of warp w ^ 1,
+ * or of w + 1 mod 16, gives the same bits: the halving tree is symmetric under those permutations,
+ * on a GPU as here.) Built with -fsanitize=thread (a stand-in for Criterion's macros, as for
+ * test_flash_mma_cpu), the two tests report no race; without the barrier after the block max, the
+ * block sum's write of the shared warp sums is reported. What only a GPU can show (the hardware's
+ * shuffles and barriers, speed) is tests/gpu/test_gpu_ops.c's. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/kernels/cuda_emu.h"
+#include "cuda/kernels/convert_fast.cuh"
+#include "cuda/kernels/crossentropy_fast.cuh"
+#include "cuda/kernels/elementwise_fast.cuh"
+extern "C" {
+#include "engine/device/device.h"
+#include "tests/opsutil.h"
+}
+
+TestSuite(fast_kernels_cpu, .fini = ot_teardown);
+
+/* A tracked, 64-byte aligned host buffer of n elements (fp32 or bf16 storage) holding x, or NaN. */
+static void *typed(size_t n, int bf16, const float *x)
+{
+    size_t bytes = (n ? n : 1) * (bf16 ? 2 : 4);
+    void *p = ot_floats((bytes + 63) / 4 + 16);
+    p = (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    for (size_t i = 0; i < n; i++)
+        tri_store(p, bf16, (int64_t)i, x ? x[i] : NAN);
+    return p;
+}
+
+static void *copy_of(const void *p, size_t n, int bf16)
+{
+    void *q = typed(n, bf16, NULL);
+    memcpy(q, p, n * (bf16 ? 2 : 4));
+    return q;
+}
+
+static tri_dtype dt(int bf16)
+{
+    return bf16 ? TRI_BF16 : TRI_F32;
+}
+
+/* got and want (n elements of the same storage) are the same bits. */
+static void same(const char *what, const void *got, const void *want, size_t n, int bf16)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = tri_load(got, bf16, (int64_t)i), w = tri_load(want, bf16, (int64_t)i);
+        bool eq = bf16 ? ((const uint16_t *)got)[i] == ((const uint16_t *)want)[i]
+                       : memcmp((const float *)got + i, (const float *)want + i, 4) == 0;
+        cr_assert(eq, "%s: element %zu is %.9g, the CPU backend's %.9g", what, i, g, w);
+    }
+}
+
+/* ---- cross-entropy ---- */
+
+static void ce_case(int64_t N, int64_t V_l, int64_t V_valid, int lb, int db, bool in_place, uint64_t seed)
+{
+    tri_device *d = ot_device(1);
+    size_t nv = (size_t)(N * V_l);
+    const float dloss = 0.125f;
+    char what[160];
+    snprintf(what, sizeof what, "N %lld V_l %lld V_valid %lld, %s -> %s%s", (long long)N, (long long)V_l,
+             (long long)V_valid, lb ? "bf16" : "fp32", db ? "bf16" : "fp32", in_place ? " in place" : "");
+    void *logits = typed(nv, lb, ot_uniform(nv, -8.0f, 8.0f, seed));
+    int32_t *tgt = ot_ints((size_t)N);
+    for (int64_t n = 0; n < N; n++)
+        tgt[n] = (int32_t)((n * 97) % V_valid);
+    tgt[0] = 0;
+    tgt[N - 1] = (int32_t)(V_valid - 1);
+    tri_tensor tt = tri_tensor_1d(tgt, TRI_I32, N);
+
+    /* the CPU backend: the pieces (maxes, stats, losses, dlogits) and the fused op */
+    float *maxes = ot_floats((size_t)N), *stats = ot_floats((size_t)(2 * N)), *losses = ot_floats((size_t)N);
+    void *cl = copy_of(logits, nv, lb), *cdl = in_place ? cl : typed(nv, db, NULL);
+    tri_tensor tl = tri_tensor_2d(cl, dt(lb), N, V_l), tm = tri_tensor_1d(maxes, TRI_F32, N);
+    tri_tensor ts = tri_tensor_2d(stats, TRI_F32, N, 2);
+    cr_assert_eq(tri_op_ce_row_max(d, tm, tl, V_valid), TRI_OK);
+    cr_assert_eq(tri_op_ce_sumexp_target(d, ts, tl, tm, tt, 0, V_valid), TRI_OK);
+    cr_assert_eq(tri_op_ce_loss(d, tri_tensor_1d(losses, TRI_F32, N), tm, ts), TRI_OK);
+    cr_assert_eq(tri_op_ce_backward(d, tri_tensor_2d(cdl, dt(db), N, V_l), tl, tm, ts, tt, 0, V_valid, dloss), TRI_OK);
+
+    /* the fast kernels, each on fresh inputs, outputs starting NaN */
+    float *km = (float *)typed((size_t)N, 0, NULL), *ks = (float *)typed((size_t)(2 * N), 0, NULL);
+    tri_emu_launch((unsigned)tri_warp_grid(N), 32 * TRI_ROWS_PER_BLOCK,
+                   [&] { ce_row_max_fast_kernel(km, logits, lb, N, V_l, V_valid); });
+    same(what, km, maxes, (size_t)N, 0);
+    tri_emu_launch((unsigned)N, TRI_CE_THREADS,
+                   [&] { ce_sumexp_target_fast_kernel(ks, logits, lb, km, tgt, N, V_l, 0, V_valid); });
+    same(what, ks, stats, (size_t)(2 * N), 0);
+    void *kl = copy_of(logits, nv, lb), *kdl = in_place ? kl : typed(nv, db, NULL);
+    tri_emu_launch((unsigned)N, TRI_CE_THREADS, [&] {
+        ce_backward_fast_kernel(kdl, db, kl, lb, km, ks, tgt, N, V_l, 0, V_valid, dloss);
+    });
+    same(what, kdl, cdl, nv, db);
+
+    void *fl = copy_of(logits, nv, lb), *fdl = in_place ? fl : typed(nv, db, NULL);
+    float *floss = (float *)typed((size_t)N, 0, NULL);
+    tri_emu_launch((unsigned)N, TRI_CE_THREADS,
+                   [&] { ce_fused_fast_kernel(floss, fdl, db, fl, lb, tgt, N, V_l, V_valid, dloss); });
+    same(what, floss, losses, (size_t)N, 0);
+    same(what, fdl, cdl, nv, db);
+    void *fwd = copy_of(logits, nv, lb);
+    float *fwd_loss = (float *)typed((size_t)N, 0, NULL);
+    tri_emu_launch((unsigned)N, TRI_CE_THREADS,
+                   [&] { ce_fused_fast_kernel(fwd_loss, NULL, 0, fwd, lb, tgt, N, V_l, V_valid, dloss); });
+    same(what, fwd_loss, losses, (size_t)N, 0);
+    same(what, fwd, logits, nv, lb); /* forward only leaves the logits */
+}
+
+Test(fast_kernels_cpu, cross_entropy_same_bits_as_cpu)
+{
+    /* N, V_l, V_valid: short rows off alignment (13), one span (256), 257 valid of 300, past one
+     * block pass (8999 of 9000), GPT-2's padded vocabulary */
+    const int64_t dims[][3] = {{3, 13, 11}, {2, 256, 256}, {3, 300, 257}, {2, 9000, 8999}};
+    for (size_t z = 0; z < sizeof dims / sizeof *dims; z++) {
+        uint64_t seed = 1700 + 10 * z;
+        ce_case(dims[z][0], dims[z][1], dims[z][2], 0, 0, true, seed);
+        ce_case(dims[z][0], dims[z][1], dims[z][2], 1, 1, true, seed + 1);
+        ce_case(dims[z][0], dims[z][1], dims[z][2], 1, 0, false, seed + 2);
+    }
+    ce_case(2, 50304, 50257, 1, 1, true, 1790); /* the bf16 GPT-2 step's form; the emulation is slow */
+}
+
+/* ---- element-wise ---- */
+
+struct launch_shape {
+    unsigned grid, block;
+};
+
+static void elementwise_case(int64_t n, int64_t off, int mix, launch_shape ls)
+{
+    tri_device *d = ot_device(1);
+    char what[128];
+    snprintf(what, sizeof what, "n %lld offset %lld %s, %u x %u", (long long)n, (long long)off,
+             mix ? "fp32 with bf16 inputs" : "all bf16", ls.grid, ls.block);
+    int ab = !mix; /* a, out: bf16 unless mixed; b always bf16 */
+    size_t m = (size_t)(n + off);
+    const float *ha = ot_uniform(m, -2.0f, 2.0f, 1800 + (uint64_t)n), *hb = ot_uniform(m, -2.0f, 2.0f, 1801 + (uint64_t)n);
+    char *a = (char *)typed(m, ab, ha), *b = (char *)typed(m, 1, hb);
+    char *ca = (char *)copy_of(a, m, ab), *cb = (char *)copy_of(b, m, 1);
+    size_t ea = ab ? 2 : 4;
+    void *va = a + off * ea, *vb = b + off * 2, *vca = ca + off * ea, *vcb = cb + off * 2;
+    bool vec = tri_aligned16_host(va) && tri_aligned16_host(vb);
+    tri_tensor ta = tri_tensor_1d(vca, dt(ab), n), tb = tri_tensor_1d(vcb, TRI_BF16, n);
+    /* out = a + b into a separate buffer, then in place, axpy, scale, fill */
+    char *out = (char *)typed(m, ab, NULL), *cout = (char *)typed(m, ab, NULL);
+    void *vout = out + off * ea, *vcout = cout + off * ea;
+    cr_assert_eq(tri_op_add(d, tri_tensor_1d(vcout, dt(ab), n), ta, tb), TRI_OK);
+    tri_emu_launch(ls.grid, ls.block, [&] { add_fast_kernel(vout, ab, va, ab, vb, 1, n, vec && tri_aligned16_host(vout)); });
+    same(what, vout, vcout, (size_t)n, ab);
+    cr_assert_eq(tri_op_add(d, ta, ta, tb), TRI_OK);
+    tri_emu_launch(ls.grid, ls.block, [&] { add_fast_kernel(va, ab, va, ab, vb, 1, n, vec); });
+    same(what, va, vca, (size_t)n, ab);
+    cr_assert_eq(tri_op_axpy(d, ta, -0.7f, tb), TRI_OK);
+    tri_emu_launch(ls.grid, ls.block, [&] { axpy_fast_kernel(va, ab, -0.7f, vb, 1, n, vec); });
+    same(what, va, vca, (size_t)n, ab);
+    cr_assert_eq(tri_op_scale(d, ta, 1.3f), TRI_OK);
+    tri_emu_launch(ls.grid, ls.block, [&] { scale_fast_kernel(va, ab, 1.3f, n, vec); });
+    same(what, va, vca, (size_t)n, ab);
+    cr_assert_eq(tri_op_fill(d, tb, -0.3f), TRI_OK);
+    tri_emu_launch(ls.grid, ls.block, [&] { fill_fast_kernel(vb, 1, -0.3f, n, vec); });
+    same(what, vb, vcb, (size_t)n, 1);
+    /* the elements around the views are untouched */
+    same(what, a, ca, (size_t)off, ab);
+    same(what, b, cb, (size_t)off, 1);
+    /* convert fp32 -> bf16 -> fp32 */
+    float *f = (float *)typed(m, 0, ha);
+    char *h = (char *)typed(m, 1, NULL), *ch = (char *)typed(m, 1, NULL);
+    float *back = (float *)typed(m, 0, NULL), *cback = (float *)typed(m, 0, NULL);
+    void *vf = f + off, *vh = h + 2 * off, *vch = ch + 2 * off, *vback = back + off, *vcback = cback + off;
+    bool cvec = tri_aligned16_host(vf) && tri_aligned16_host(vh) && tri_aligned16_host(vback);
+    cr_assert_eq(tri_op_convert(d, tri_tensor_1d(vch, TRI_BF16, n), tri_tensor_1d(vf, TRI_F32, n)), TRI_OK);
+    tri_emu_launch(ls.grid, ls.block, [&] { convert_fast_kernel(vh, 1, vf, 0, n, cvec); });
+    same(what, vh, vch, (size_t)n, 1);
+    cr_assert_eq(tri_op_convert(d, tri_tensor_1d(vcback, TRI_F32, n), tri_tensor_1d(vch, TRI_BF16, n)), TRI_OK);
+    tri_emu_launch(ls.grid, ls.block, [&] { convert_fast_kernel(vback, 0, vh, 1, n, cvec); });
+    same(what, vback, vcback, (size_t)n, 0);
+}
+
+Test(fast_kernels_cpu, elementwise_same_bits_as_cpu)
+{
+    const int64_t counts[] = {1, 1003, 5000}; /* one element; a tail of 3; three blocks of 256 */
+    for (size_t z = 0; z < sizeof counts / sizeof *counts; z++)
+        for (int64_t off = 0; off < 2; off++)
+            for (int mix = 0; mix < 2; mix++) {
+                int64_t n = counts[z];
+                elementwise_case(n, off, mix, launch_shape{(unsigned)tri_vec8_grid(n), TRI_BLOCK});
+                elementwise_case(n, off, mix, launch_shape{1, 32});
+            }
+}
