@@ -2,7 +2,8 @@
  *
  * Two launches: the simple kernel's chunk sums in double (cuda/kernels/reduce.kern.h) into the
  * device's partials buffer, then one block of TRI_CHUNK_SLOTS threads totals them in engine/core/math.h's
- * order (tri_chunks_total: a thread per slot, then a tree in shared memory) into out[0]; the simple
+ * order (tri_chunks_total: a thread per slot, then a tree in shared memory; cuda/kernels/reduce_fast.cuh,
+ * also run on the CPU) into out[0]; the simple
  * switch runs the one-thread twin of the total instead (same bits). The first GPU run's profile had
  * sum_squares as 42% of a step: one thread per 4096-element chunk and per chunk total. The chunk is
  * at least MIN_CHUNK elements and large enough that the chunks fit the buffer (TRI_CUDA_MAX_PARTIALS),
@@ -13,57 +14,13 @@
 #include <string.h>
 
 #include "cuda/kernels/reduce.kern.h"
+#include "cuda/kernels/reduce_fast.cuh"
 #include "cuda/launch.cuh"
 
 /* The smallest chunk. Every chunk is one thread's serial walk (8 loads in flight), so the chunk
  * length is the latency of the whole op: 64 elements keeps a 768-element bias at 12 threads (the
  * first GPU profile, with 4096, spent ~200 us per call walking small parameters in one thread). */
 #define MIN_CHUNK 64
-
-/* *out += (float)tri_chunks_total(partial, n_chunks) by a block of TRI_CHUNK_SLOTS threads (acc: its
- * shared slots; the block leaves synchronised, so acc may be reused at once) */
-__device__ void block_finish(float *out, double *acc, const double *partial, int64_t n_chunks)
-{
-    int s = (int)threadIdx.x;
-    double a = 0.0, v[8];
-    int64_t c = s;
-    /* 8 loads in flight, then the additions in chunk order (the order of tri_chunks_total) */
-    for (; c + 7 * TRI_CHUNK_SLOTS < n_chunks; c += 8 * TRI_CHUNK_SLOTS) {
-        for (int k = 0; k < 8; k++)
-            v[k] = partial[c + k * TRI_CHUNK_SLOTS];
-        for (int k = 0; k < 8; k++)
-            a += v[k];
-    }
-    for (; c < n_chunks; c += TRI_CHUNK_SLOTS)
-        a += partial[c];
-    acc[s] = a;
-    __syncthreads();
-    for (int k = TRI_CHUNK_SLOTS / 2; k >= 1; k /= 2) {
-        if (s < k)
-            acc[s] += acc[s + k];
-        __syncthreads();
-    }
-    if (s == 0)
-        *out += (float)acc[0];
-    __syncthreads();
-}
-
-/* out[0] += (float)tri_chunks_total(partial, n_chunks), one block of TRI_CHUNK_SLOTS threads */
-__global__ void reduce_finish_fast_kernel(float *out, const double *partial, int64_t n_chunks)
-{
-    __shared__ double acc[TRI_CHUNK_SLOTS];
-    block_finish(out, acc, partial, n_chunks);
-}
-
-/* A block per run of pieces with one slot (blockIdx.x = run), its pieces in order: the fast form
- * of reduce_multi_finish_kernel (cuda/kernels/reduce.kern.h). */
-__global__ void reduce_multi_finish_fast_kernel(float *out, const double *partial, tri_sq_group g)
-{
-    __shared__ double acc[TRI_CHUNK_SLOTS];
-    int r = (int)blockIdx.x;
-    for (int p = g.run[r]; p < g.run[r + 1]; p++)
-        block_finish(out + g.slot[p], acc, partial + g.first[p], g.first[p + 1] - g.first[p]);
-}
 
 /* The chunk length of an n-element reduction: at least MIN_CHUNK, and few enough chunks for the
  * partials buffer. Part of the op's result (each chunk is summed alone). */

@@ -1,7 +1,8 @@
 /* tests/test_fast_kernels_cpu.cpp - the CUDA backend's fast kernels, run on the CPU.
  *
- * The fast kernels of the cuda/kernels/..._fast.cuh headers (the cross-entropy a warp or a block per row with
- * shared memory and warp shuffles; the element-wise ops 8 elements a thread with 16-byte accesses)
+ * The fast kernels of the cuda/kernels/..._fast.cuh headers (the cross-entropy a warp or a block per
+ * row with shared memory and warp shuffles; the element-wise ops and the conversion 8 elements a
+ * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as real threads
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
@@ -28,6 +29,7 @@
 #include "cuda/kernels/convert_fast.cuh"
 #include "cuda/kernels/crossentropy_fast.cuh"
 #include "cuda/kernels/elementwise_fast.cuh"
+#include "cuda/kernels/reduce_fast.cuh"
 extern "C" {
 #include "engine/device/device.h"
 #include "tests/opsutil.h"
@@ -205,4 +207,57 @@ Test(fast_kernels_cpu, elementwise_same_bits_as_cpu)
                 elementwise_case(n, off, mix, launch_shape{(unsigned)tri_vec8_grid(n), TRI_BLOCK});
                 elementwise_case(n, off, mix, launch_shape{1, 32});
             }
+}
+
+/* ---- chunk totals (sum_squares, count_nonfinite, the gradient norm's multi-tensor form) ----
+ * The block totals against the one-thread twins (tests/test_cuda_kernels_cpu.c holds those to the
+ * CPU backend): out += total, from a nonzero start; chunk counts below, at and past the 256 slots
+ * and past 8 passes of them (the loop that keeps 8 loads in flight), and a multi-tensor group with
+ * runs of one, several and an empty piece, a slot coming back after another. The chunk sums are
+ * doubles, which float output rounding would forgive most reorderings of: so every slot's passes
+ * alternate +2^60, a small value, -2^60, a small value, and which small values survive (those added
+ * after a -2^60) depends on the order; reversing the 8 loads' additions then fails the test. */
+static void order_sensitive(double *partial, int64_t n, uint64_t seed)
+{
+    const float *u = ot_uniform((size_t)n, 0.0f, 1.0f, seed);
+    for (int64_t c = 0; c < n; c++) {
+        int64_t pass = c / TRI_CHUNK_SLOTS;
+        partial[c] = pass % 4 == 0 ? 0x1p60 : pass % 4 == 2 ? -0x1p60 : (double)u[c] * pow(2.0, (double)(c % 23) - 11.0);
+    }
+}
+
+Test(fast_kernels_cpu, chunk_totals_same_bits_as_twins)
+{
+    const int64_t counts[] = {1, 7, 255, 256, 257, 2049, 5000};
+    for (size_t z = 0; z < sizeof counts / sizeof *counts; z++) {
+        int64_t n = counts[z];
+        double *partial = (double *)ot_doubles((size_t)n);
+        order_sensitive(partial, n, 1900 + z);
+        float want = 0.5f, got = 0.5f;
+        TRI_LAUNCH(reduce_finish_kernel, 1, 1, &want, partial, n);
+        tri_emu_launch(1, TRI_CHUNK_SLOTS, [&] { reduce_finish_fast_kernel(&got, partial, n); });
+        cr_assert(memcmp(&got, &want, sizeof got) == 0, "%lld chunks: block total %.9g, twin %.9g", (long long)n,
+                  got, want);
+    }
+    /* pieces of 300, 0, 5000, 1, 257 and 40 chunks into slots 0, 0, 1, 2, 2, 0 */
+    const int64_t lens[] = {300, 0, 5000, 1, 257, 40}, slots[] = {0, 0, 1, 2, 2, 0};
+    tri_sq_group g;
+    memset(&g, 0, sizeof g);
+    for (int p = 0; p < 6; p++) {
+        if (p == 0 || slots[p] != g.slot[p - 1])
+            g.run[g.n_runs++] = p;
+        g.slot[p] = slots[p];
+        g.first[p + 1] = g.first[p] + lens[p];
+        g.n++;
+    }
+    g.run[g.n_runs] = g.n;
+    double *partial = (double *)ot_doubles((size_t)g.first[g.n]);
+    for (int p = 0; p < g.n; p++)
+        order_sensitive(partial + g.first[p], lens[p], 1950 + (uint64_t)p);
+    float want[3] = {0.25f, -1.0f, 3.0f}, got[3] = {0.25f, -1.0f, 3.0f};
+    TRI_LAUNCH(reduce_multi_finish_kernel, 1, 1, want, partial, g);
+    tri_emu_launch((unsigned)g.n_runs, TRI_CHUNK_SLOTS, [&] { reduce_multi_finish_fast_kernel(got, partial, g); });
+    for (int k = 0; k < 3; k++)
+        cr_assert(memcmp(&got[k], &want[k], sizeof got[k]) == 0, "multi-tensor slot %d: %.9g, twin %.9g", k, got[k],
+                  want[k]);
 }
