@@ -1,38 +1,14 @@
 /* cuda/gelu.cu - GELU forward and backward on the GPU, each tensor fp32 or bf16.
  *
- * Fast kernels (the default): a thread per 8 consecutive elements, 16-byte loads and stores
+ * Fast kernels (the default; cuda/kernels/gelu_fast.cuh, also run on the CPU): a thread per 8 consecutive elements, 16-byte loads and stores
  * (cuda/warp.cuh tri_load8 / tri_store8) when every tensor starts 16-byte aligned, else one by one;
  * each element is engine/core/math.h's tri_gelu / tri_gelu_grad, so the bits are the simple kernels'
  * (cuda/kernels/gelu.kern.h, a thread per element, tested on the CPU against the CPU backend), which
  * run with the device's simple switch on. The first GPU profile had the scalar 2-byte loads of the
  * bf16 MLP activations at ~3x the memory time. */
 #include "cuda/kernels/gelu.kern.h"
+#include "cuda/kernels/gelu_fast.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/warp.cuh"
-
-__global__ void gelu_forward_fast_kernel(void *out, int out_bf16, const void *inp, int inp_bf16, int64_t n, bool vec)
-{
-    float v[8] = {0};
-    for (int64_t i = tri_vec8_first(); i < n; i += tri_vec8_stride()) {
-        tri_load8(v, inp, inp_bf16, i, n, vec);
-        for (int k = 0; k < 8; k++)
-            v[k] = tri_gelu(v[k]);
-        tri_store8(out, out_bf16, i, n, v, vec);
-    }
-}
-
-__global__ void gelu_backward_fast_kernel(void *dinp, int dinp_bf16, const void *inp, int inp_bf16, const void *dout,
-                                          int dout_bf16, int64_t n, bool vec)
-{
-    float x[8] = {0}, g[8] = {0};
-    for (int64_t i = tri_vec8_first(); i < n; i += tri_vec8_stride()) {
-        tri_load8(x, inp, inp_bf16, i, n, vec);
-        tri_load8(g, dout, dout_bf16, i, n, vec);
-        for (int k = 0; k < 8; k++)
-            x[k] = tri_gelu_grad(x[k]) * g[k];
-        tri_store8(dinp, dinp_bf16, i, n, x, vec);
-    }
-}
 
 extern "C" int tri_cuda_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
 {

@@ -1,6 +1,6 @@
 /* cuda/layernorm.cu - layernorm forward and backward on the GPU.
  *
- * Fast kernels (the default): a warp per row for the normalisation and the input gradient, 16-byte
+ * Fast kernels (the default; cuda/kernels/layernorm_fast.cuh, also run on the CPU): a warp per row for the normalisation and the input gradient, 16-byte
  * loads, the row sums in engine/core/math.h's order (cuda/warp.cuh); the parameter gradients dw, db
  * as chunked column sums in two coalesced passes (cuda/kernels/colsum.kern.h) through the device's
  * workspace. Their twins, the simple kernels of cuda/kernels/layernorm.kern.h (one thread per row,
@@ -9,94 +9,8 @@
  * the same order: the GPU suite holds them and the CPU backend to the same bits. Every tensor but
  * mean and rstd (fp32) is fp32 or bf16, each as its dtype says. */
 #include "cuda/kernels/layernorm.kern.h"
+#include "cuda/kernels/layernorm_fast.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/warp.cuh"
-
-/* out(N,C) = layernorm(inp) * w + b, mean(N), rstd(N): a warp per row (math.h's
- * tri_layernorm_row_forward_mixed with its sums across the lanes) */
-__global__ void layernorm_forward_fast_kernel(void *out, int out_bf16, float *mean, float *rstd, const void *inp,
-                                              int inp_bf16, const void *w, int w_bf16, const void *b, int b_bf16,
-                                              int64_t N, int64_t C)
-{
-    int64_t row = tri_warp_row();
-    if (row >= N)
-        return;
-    int lane = tri_lane();
-    const void *x = tri_at(inp, inp_bf16, row * C);
-    void *o = tri_at(out, out_bf16, row * C);
-    bool vx = tri_aligned16(x), vo = tri_aligned16(o), vw = tri_aligned16(w), vb = tri_aligned16(b);
-    float r[8] = {0}, v[8] = {0}, wv[8] = {0}, bv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        for (int k = 0; k < 8 && i + k < C; k++)
-            r[k] += v[k];
-    }
-    float m = tri_warp_row_sum(r) / (float)C;
-    for (int k = 0; k < 8; k++)
-        r[k] = 0.0f;
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        for (int k = 0; k < 8 && i + k < C; k++) {
-            float dx = v[k] - m;
-            r[k] += dx * dx;
-        }
-    }
-    float var = tri_warp_row_sum(r) / (float)C;
-    float rs = 1.0f / sqrtf(var + TRI_LN_EPS);
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        tri_load8(bv, b, b_bf16, i, C, vb);
-        for (int k = 0; k < 8; k++)
-            v[k] = (v[k] - m) * rs * wv[k] + bv[k];
-        tri_store8(o, out_bf16, i, C, v, vo);
-    }
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = rs;
-    }
-}
-
-/* dinp(N,C) += the input gradient: a warp per row (math.h's tri_layernorm_row_backward_input_mixed) */
-__global__ void layernorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, const void *dout, int dout_bf16,
-                                                     const void *inp, int inp_bf16, const void *w, int w_bf16,
-                                                     const float *mean, const float *rstd, int64_t N, int64_t C)
-{
-    int64_t row = tri_warp_row();
-    if (row >= N)
-        return;
-    int lane = tri_lane();
-    const void *x = tri_at(inp, inp_bf16, row * C), *g = tri_at(dout, dout_bf16, row * C);
-    void *dx = tri_at(dinp, dinp_bf16, row * C);
-    bool vx = tri_aligned16(x), vg = tri_aligned16(g), vw = tri_aligned16(w), vd = tri_aligned16(dx);
-    float mu = mean[row], rs = rstd[row];
-    float a1[8] = {0}, a2[8] = {0}, xv[8] = {0}, gv[8] = {0}, wv[8] = {0}, dv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(xv, x, inp_bf16, i, C, vx);
-        tri_load8(gv, g, dout_bf16, i, C, vg);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        for (int k = 0; k < 8 && i + k < C; k++) {
-            float norm = (xv[k] - mu) * rs;
-            float dnorm = wv[k] * gv[k];
-            a1[k] += dnorm;
-            a2[k] += dnorm * norm;
-        }
-    }
-    float dnorm_mean = tri_warp_row_sum(a1) / (float)C;
-    float dnorm_norm_mean = tri_warp_row_sum(a2) / (float)C;
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(xv, x, inp_bf16, i, C, vx);
-        tri_load8(gv, g, dout_bf16, i, C, vg);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        tri_load8(dv, dx, dinp_bf16, i, C, vd);
-        for (int k = 0; k < 8; k++) {
-            float norm = (xv[k] - mu) * rs;
-            float dnorm = wv[k] * gv[k];
-            dv[k] = dv[k] + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
-        }
-        tri_store8(dx, dinp_bf16, i, C, dv, vd);
-    }
-}
 
 extern "C" int tri_cuda_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
                                           tri_tensor inp, tri_tensor w, tri_tensor b)

@@ -1,80 +1,13 @@
 /* cuda/rmsnorm.cu - RMSNorm forward and backward on the GPU (the Llama family's norm).
  *
- * As cuda/layernorm.cu: a warp per row for the normalisation and the input gradient (16-byte loads,
+ * As cuda/layernorm.cu (cuda/kernels/rmsnorm_fast.cuh, also run on the CPU): a warp per row for the normalisation and the input gradient (16-byte loads,
  * engine/core/math.h's row order across the lanes, cuda/warp.cuh), dw as chunked column sums in two
  * coalesced passes through the workspace; the simple kernels of cuda/kernels/rmsnorm.kern.h with
  * the device's simple switch (or for dw when the chunk sums do not fit the workspace). Same additions
  * in the same order: the GPU suite holds both and the CPU backend to the same bits. */
 #include "cuda/kernels/rmsnorm.kern.h"
+#include "cuda/kernels/rmsnorm_fast.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/warp.cuh"
-
-/* out(N,C) = (inp * rstd) * w, rstd(N): math.h's tri_rmsnorm_row_forward_mixed, a warp per row */
-__global__ void rmsnorm_forward_fast_kernel(void *out, int out_bf16, float *rstd, const void *inp, int inp_bf16,
-                                            const void *w, int w_bf16, int64_t N, int64_t C, float eps)
-{
-    int64_t row = tri_warp_row();
-    if (row >= N)
-        return;
-    int lane = tri_lane();
-    const void *x = tri_at(inp, inp_bf16, row * C);
-    void *o = tri_at(out, out_bf16, row * C);
-    bool vx = tri_aligned16(x), vo = tri_aligned16(o), vw = tri_aligned16(w);
-    float r[8] = {0}, v[8] = {0}, wv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        for (int k = 0; k < 8 && i + k < C; k++)
-            r[k] += v[k] * v[k];
-    }
-    float rs = 1.0f / sqrtf(tri_warp_row_sum(r) / (float)C + eps);
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        for (int k = 0; k < 8; k++)
-            v[k] = v[k] * rs * wv[k];
-        tri_store8(o, out_bf16, i, C, v, vo);
-    }
-    if (lane == 0)
-        rstd[row] = rs;
-}
-
-/* dinp(N,C) += the input gradient: math.h's tri_rmsnorm_row_backward_input_mixed, a warp per row */
-__global__ void rmsnorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, const void *dout, int dout_bf16,
-                                                   const void *inp, int inp_bf16, const void *w, int w_bf16,
-                                                   const float *rstd, int64_t N, int64_t C)
-{
-    int64_t row = tri_warp_row();
-    if (row >= N)
-        return;
-    int lane = tri_lane();
-    const void *x = tri_at(inp, inp_bf16, row * C), *g = tri_at(dout, dout_bf16, row * C);
-    void *dx = tri_at(dinp, dinp_bf16, row * C);
-    bool vx = tri_aligned16(x), vg = tri_aligned16(g), vw = tri_aligned16(w), vd = tri_aligned16(dx);
-    float rs = rstd[row];
-    float a[8] = {0}, xv[8] = {0}, gv[8] = {0}, wv[8] = {0}, dv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(xv, x, inp_bf16, i, C, vx);
-        tri_load8(gv, g, dout_bf16, i, C, vg);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        for (int k = 0; k < 8 && i + k < C; k++) {
-            float norm = xv[k] * rs;
-            a[k] += wv[k] * gv[k] * norm;
-        }
-    }
-    float dnorm_norm_mean = tri_warp_row_sum(a) / (float)C;
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(xv, x, inp_bf16, i, C, vx);
-        tri_load8(gv, g, dout_bf16, i, C, vg);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        tri_load8(dv, dx, dinp_bf16, i, C, vd);
-        for (int k = 0; k < 8; k++) {
-            float norm = xv[k] * rs;
-            float dnorm = wv[k] * gv[k];
-            dv[k] = dv[k] + (dnorm - norm * dnorm_norm_mean) * rs;
-        }
-        tri_store8(dx, dinp_bf16, i, C, dv, vd);
-    }
-}
 
 extern "C" int tri_cuda_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w,
                                         float eps)

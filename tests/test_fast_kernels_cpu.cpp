@@ -2,7 +2,8 @@
  *
  * The fast kernels of the cuda/kernels/..._fast.cuh headers (the cross-entropy a warp or a block per
  * row with shared memory and warp shuffles; the element-wise ops and the conversion 8 elements a
- * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree)
+ * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree; the
+ * layernorm, RMSNorm and causal softmax rows a warp per row, GELU 8 elements a thread)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as real threads
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
@@ -29,7 +30,15 @@
 #include "cuda/kernels/convert_fast.cuh"
 #include "cuda/kernels/crossentropy_fast.cuh"
 #include "cuda/kernels/elementwise_fast.cuh"
+#include "cuda/kernels/gelu_fast.cuh"
+#include "cuda/kernels/layernorm_fast.cuh"
 #include "cuda/kernels/reduce_fast.cuh"
+#include "cuda/kernels/rmsnorm_fast.cuh"
+#include "cuda/kernels/softmax_fast.cuh"
+#include "cuda/kernels/attention.kern.h"
+#include "cuda/kernels/gelu.kern.h"
+#include "cuda/kernels/layernorm.kern.h"
+#include "cuda/kernels/rmsnorm.kern.h"
 extern "C" {
 #include "engine/device/device.h"
 #include "tests/opsutil.h"
@@ -260,4 +269,104 @@ Test(fast_kernels_cpu, chunk_totals_same_bits_as_twins)
     for (int k = 0; k < 3; k++)
         cr_assert(memcmp(&got[k], &want[k], sizeof got[k]) == 0, "multi-tensor slot %d: %.9g, twin %.9g", k, got[k],
                   want[k]);
+}
+
+/* ---- the row kernels that have run on a GPU (layernorm, RMSNorm, the causal softmax) and GELU ----
+ * Against their simple twins (tests/test_cuda_kernels_cpu.c holds those to the CPU backend), bit for
+ * bit: row lengths 2, 67, 264, 300, 768 and 1600 (the scalar path for odd lengths, whose rows start
+ * off alignment; the vector path; more than one 256-value pass), more rows than one block's 8 warps,
+ * fp32 and bf16. The backward kernels add into a gradient that starts nonzero. */
+static void *rand_typed(size_t n, int bf16, float lo, float hi, uint64_t seed)
+{
+    return typed(n, bf16, ot_uniform(n, lo, hi, seed));
+}
+
+static void norm_rows_case(int64_t N, int64_t C, int bf, uint64_t seed)
+{
+    char what[96];
+    snprintf(what, sizeof what, "N %lld C %lld %s", (long long)N, (long long)C, bf ? "bf16" : "fp32");
+    size_t nc = (size_t)(N * C);
+    void *x = rand_typed(nc, bf, -2.0f, 2.0f, seed), *w = rand_typed((size_t)C, bf, 0.5f, 1.5f, seed + 1);
+    void *b = rand_typed((size_t)C, bf, -0.5f, 0.5f, seed + 2), *g = rand_typed(nc, bf, -1.0f, 1.0f, seed + 3);
+    void *d0 = rand_typed(nc, bf, -1.0f, 1.0f, seed + 4);
+    unsigned grid = (unsigned)tri_warp_grid(N), block = 32 * TRI_ROWS_PER_BLOCK;
+    /* layernorm forward, then its input gradient from the twin's statistics */
+    void *o1 = typed(nc, bf, NULL), *o2 = typed(nc, bf, NULL);
+    float *m1 = (float *)typed((size_t)N, 0, NULL), *m2 = (float *)typed((size_t)N, 0, NULL);
+    float *r1 = (float *)typed((size_t)N, 0, NULL), *r2 = (float *)typed((size_t)N, 0, NULL);
+    TRI_LAUNCH(layernorm_forward_kernel, 1, 1, o1, bf, m1, r1, x, bf, w, bf, b, bf, N, C);
+    tri_emu_launch(grid, block, [&] { layernorm_forward_fast_kernel(o2, bf, m2, r2, x, bf, w, bf, b, bf, N, C); });
+    same(what, o2, o1, nc, bf);
+    same(what, m2, m1, (size_t)N, 0);
+    same(what, r2, r1, (size_t)N, 0);
+    void *e1 = copy_of(d0, nc, bf), *e2 = copy_of(d0, nc, bf);
+    TRI_LAUNCH(layernorm_backward_input_kernel, 1, 1, e1, bf, g, bf, x, bf, w, bf, m1, r1, N, C);
+    tri_emu_launch(grid, block,
+                   [&] { layernorm_backward_input_fast_kernel(e2, bf, g, bf, x, bf, w, bf, m1, r1, N, C); });
+    same(what, e2, e1, nc, bf);
+    /* RMSNorm forward and input gradient */
+    TRI_LAUNCH(rmsnorm_forward_kernel, 1, 1, o1, bf, r1, x, bf, w, bf, N, C, 1e-5f);
+    tri_emu_launch(grid, block, [&] { rmsnorm_forward_fast_kernel(o2, bf, r2, x, bf, w, bf, N, C, 1e-5f); });
+    same(what, o2, o1, nc, bf);
+    same(what, r2, r1, (size_t)N, 0);
+    e1 = copy_of(d0, nc, bf), e2 = copy_of(d0, nc, bf);
+    TRI_LAUNCH(rmsnorm_backward_input_kernel, 1, 1, e1, bf, g, bf, x, bf, w, bf, r1, N, C);
+    tri_emu_launch(grid, block, [&] { rmsnorm_backward_input_fast_kernel(e2, bf, g, bf, x, bf, w, bf, r1, N, C); });
+    same(what, e2, e1, nc, bf);
+}
+
+Test(fast_kernels_cpu, norm_rows_same_bits_as_twins)
+{
+    const int64_t Cs[] = {2, 67, 264, 300, 768, 1600};
+    for (size_t z = 0; z < sizeof Cs / sizeof *Cs; z++)
+        for (int bf = 0; bf < 2; bf++)
+            norm_rows_case(11, Cs[z], bf, 2000 + 10 * z + (uint64_t)bf);
+}
+
+/* Causal softmax rows of B * NH sequences of T (row r is query r % T), forward then backward, in
+ * place. */
+Test(fast_kernels_cpu, softmax_rows_same_bits_as_twins)
+{
+    const int64_t Ts[] = {1, 7, 67, 300};
+    for (size_t z = 0; z < sizeof Ts / sizeof *Ts; z++)
+        for (int bf = 0; bf < 2; bf++) {
+            int64_t T = Ts[z], rows = T > 100 ? T : 3 * T; /* one sequence of the long rows: the emulation is slow */
+            size_t n = (size_t)(rows * T);
+            char what[64];
+            snprintf(what, sizeof what, "softmax T %lld %s", (long long)T, bf ? "bf16" : "fp32");
+            void *s0 = rand_typed(n, bf, -6.0f, 6.0f, 2100 + z), *a1 = copy_of(s0, n, bf), *a2 = copy_of(s0, n, bf);
+            unsigned grid = (unsigned)tri_warp_grid(rows), block = 32 * TRI_ROWS_PER_BLOCK;
+            TRI_LAUNCH(causal_softmax_kernel, 1, 1, a1, bf, rows, T);
+            tri_emu_launch(grid, block, [&] { causal_softmax_fast_kernel(a2, bf, rows, T); });
+            same(what, a2, a1, n, bf);
+            void *g0 = rand_typed(n, bf, -1.0f, 1.0f, 2150 + z), *g1 = copy_of(g0, n, bf), *g2 = copy_of(g0, n, bf);
+            TRI_LAUNCH(causal_softmax_backward_kernel, 1, 1, g1, bf, a1, bf, rows, T);
+            tri_emu_launch(grid, block, [&] { causal_softmax_backward_fast_kernel(g2, bf, a1, bf, rows, T); });
+            same(what, g2, g1, n, bf);
+        }
+}
+
+Test(fast_kernels_cpu, gelu_same_bits_as_twins)
+{
+    const int64_t counts[] = {1, 1003, 5000};
+    for (size_t z = 0; z < sizeof counts / sizeof *counts; z++)
+        for (int64_t off = 0; off < 2; off++)
+            for (int bf = 0; bf < 2; bf++) {
+                int64_t n = counts[z];
+                size_t m = (size_t)(n + off), es = bf ? 2 : 4;
+                char what[64];
+                snprintf(what, sizeof what, "gelu n %lld offset %lld %s", (long long)n, (long long)off,
+                         bf ? "bf16" : "fp32");
+                char *x = (char *)rand_typed(m, bf, -5.0f, 5.0f, 2200 + z), *g = (char *)rand_typed(m, bf, -1.0f, 1.0f, 2250 + z);
+                char *o1 = (char *)typed(m, bf, NULL), *o2 = (char *)typed(m, bf, NULL);
+                void *vx = x + off * es, *vg = g + off * es, *v1 = o1 + off * es, *v2 = o2 + off * es;
+                bool vec = tri_aligned16_host(vx) && tri_aligned16_host(v2) && tri_aligned16_host(vg);
+                TRI_LAUNCH(gelu_forward_kernel, 1, 1, v1, bf, vx, bf, n);
+                tri_emu_launch((unsigned)tri_vec8_grid(n), TRI_BLOCK, [&] { gelu_forward_fast_kernel(v2, bf, vx, bf, n, vec); });
+                same(what, v2, v1, (size_t)n, bf);
+                TRI_LAUNCH(gelu_backward_kernel, 1, 1, v1, bf, vx, bf, vg, bf, n);
+                tri_emu_launch((unsigned)tri_vec8_grid(n), TRI_BLOCK,
+                               [&] { gelu_backward_fast_kernel(v2, bf, vx, bf, vg, bf, n, vec); });
+                same(what, v2, v1, (size_t)n, bf);
+            }
 }
