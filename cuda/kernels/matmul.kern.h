@@ -2,8 +2,8 @@
  *
  * bias_backward_kernel: one thread per column summing the rows in engine/core/math.h's column order
  * (chunks of TRI_COL_CHUNK rows, each from 0 in row order, added in chunk order to a float
- * accumulator that starts from dbias and is stored once): the CPU backend's loop and the fast
- * kernels' (cuda/fast/colsum.cu) bit for bit, and deterministic.
+ * accumulator that starts from dbias and is stored once): the CPU backend's loop and the two-pass
+ * column sums' (cuda/kernels/colsum.kern.h) bit for bit, and deterministic.
  * scale_rows_kernel and bias_broadcast_kernel cover matmul's K == 0 case (c = beta * c, 0 when
  * beta == 0 so NaN does not propagate; or the bias) and the unfused bias path. Every floating array
  * is fp32 or bf16 as its `_bf16` flag says (engine/core/math.h tri_load / tri_store, fp32 arithmetic). */
