@@ -1,5 +1,10 @@
-/* cuda/rope.cu - rotary position embedding on the GPU: cuda/kernels/rope.kern.h, in place. */
+/* cuda/rope.cu - rotary position embedding on the GPU, in place: the fast kernel of
+ * cuda/kernels/rope_fast.cuh (a block per row, 8 frequencies of a head a thread with 16-byte
+ * accesses, also run on the CPU), or with the device's simple switch its twin of
+ * cuda/kernels/rope.kern.h (a thread per pair, tested on the CPU against the CPU backend). The same
+ * function per pair: the same bits. */
 #include "cuda/kernels/rope.kern.h"
+#include "cuda/kernels/rope_fast.cuh"
 #include "cuda/launch.cuh"
 
 static int rope(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T, int64_t row0,
@@ -7,8 +12,11 @@ static int rope(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int
 {
     tri_cuda *cu = tri_cuda_of(d);
     int64_t N = tri_tensor_rows(x), W = tri_tensor_cols(x), half = tri_tensor_cols(cos);
-    return TRI_CUDA_LAUNCH_N(rope_kernel, N * n_heads * half, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
-                             tri_fp(sin), N, W, n_heads, half, T, row0, backward);
+    if (cu->simple)
+        return TRI_CUDA_LAUNCH_N(rope_kernel, N * n_heads * half, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
+                                 tri_fp(sin), N, W, n_heads, half, T, row0, backward);
+    return TRI_CUDA_LAUNCH(rope_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
+                           tri_fp(sin), N, W, n_heads, half, T, row0, backward);
 }
 
 extern "C" int tri_cuda_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads,

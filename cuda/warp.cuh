@@ -95,6 +95,13 @@ static inline int64_t tri_vec8_grid(int64_t n)
     return tri_grid_for((n + 7) / 8, TRI_BLOCK);
 }
 
+/* Blocks of a launch with a block per row that strides over the rows past TRI_MAX_BLOCKS (at least
+ * 1: CUDA refuses an empty grid). */
+static inline int64_t tri_row_blocks(int64_t rows)
+{
+    return rows < 1 ? 1 : rows > TRI_MAX_BLOCKS ? TRI_MAX_BLOCKS : rows;
+}
+
 /* The row sum of a warp whose lanes hold their 8 slot sums in r (overwritten): every lane returns it. */
 __device__ __forceinline__ float tri_warp_row_sum(float r[8])
 {

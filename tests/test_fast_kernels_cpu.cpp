@@ -3,7 +3,8 @@
  * The fast kernels of the cuda/kernels/..._fast.cuh headers (the cross-entropy a warp or a block per
  * row with shared memory and warp shuffles; the element-wise ops and the conversion 8 elements a
  * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree; the
- * layernorm, RMSNorm and causal softmax rows a warp per row, GELU 8 elements a thread)
+ * layernorm, RMSNorm and causal softmax rows a warp per row, GELU 8 elements a thread; SwiGLU and the
+ * rotary embedding a block per row)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as real threads
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
@@ -34,11 +35,15 @@
 #include "cuda/kernels/layernorm_fast.cuh"
 #include "cuda/kernels/reduce_fast.cuh"
 #include "cuda/kernels/rmsnorm_fast.cuh"
+#include "cuda/kernels/rope_fast.cuh"
 #include "cuda/kernels/softmax_fast.cuh"
+#include "cuda/kernels/swiglu_fast.cuh"
 #include "cuda/kernels/attention.kern.h"
 #include "cuda/kernels/gelu.kern.h"
 #include "cuda/kernels/layernorm.kern.h"
 #include "cuda/kernels/rmsnorm.kern.h"
+#include "cuda/kernels/rope.kern.h"
+#include "cuda/kernels/swiglu.kern.h"
 extern "C" {
 #include "engine/device/device.h"
 #include "tests/opsutil.h"
@@ -76,7 +81,7 @@ static void same(const char *what, const void *got, const void *want, size_t n, 
         float g = tri_load(got, bf16, (int64_t)i), w = tri_load(want, bf16, (int64_t)i);
         bool eq = bf16 ? ((const uint16_t *)got)[i] == ((const uint16_t *)want)[i]
                        : memcmp((const float *)got + i, (const float *)want + i, 4) == 0;
-        cr_assert(eq, "%s: element %zu is %.9g, the CPU backend's %.9g", what, i, g, w);
+        cr_assert(eq, "%s: element %zu is %.9g, the reference (CPU backend or twin) %.9g", what, i, g, w);
     }
 }
 
@@ -368,5 +373,47 @@ Test(fast_kernels_cpu, gelu_same_bits_as_twins)
                 tri_emu_launch((unsigned)tri_vec8_grid(n), TRI_BLOCK,
                                [&] { gelu_backward_fast_kernel(v2, bf, vx, bf, vg, bf, n, vec); });
                 same(what, v2, v1, (size_t)n, bf);
+            }
+}
+
+/* ---- the Llama family's element-wise kernels: SwiGLU and the rotary embedding ----
+ * Block per row against the twins (thread per element), bit for bit: F and half multiples of 8 (the
+ * vector path) and not (the scalar path), more rows than one launch's blocks in the second shape (so
+ * the grid-stride loop over rows turns), rows whose heads start off alignment (W odd), positions
+ * wrapping around T from row0, forward and backward, fp32 and bf16. */
+Test(fast_kernels_cpu, llama_elementwise_same_bits_as_twins)
+{
+    const int64_t Fs[] = {5, 64, 1000};
+    for (size_t z = 0; z < sizeof Fs / sizeof *Fs; z++)
+        for (int bf = 0; bf < 2; bf++) {
+            int64_t N = 7, F = Fs[z];
+            size_t ng = (size_t)(N * 2 * F), no = (size_t)(N * F);
+            char what[64];
+            snprintf(what, sizeof what, "swiglu N %lld F %lld %s", (long long)N, (long long)F, bf ? "bf16" : "fp32");
+            void *gu = rand_typed(ng, bf, -4.0f, 4.0f, 2300 + z), *dout = rand_typed(no, bf, -1.0f, 1.0f, 2310 + z);
+            void *o1 = typed(no, bf, NULL), *o2 = typed(no, bf, NULL), *d1 = typed(ng, bf, NULL), *d2 = typed(ng, bf, NULL);
+            TRI_LAUNCH(swiglu_forward_kernel, 1, 1, o1, bf, gu, bf, N, F);
+            tri_emu_launch(3, TRI_BLOCK, [&] { swiglu_forward_fast_kernel(o2, bf, gu, bf, N, F); });
+            same(what, o2, o1, no, bf);
+            TRI_LAUNCH(swiglu_backward_kernel, 1, 1, d1, bf, gu, bf, dout, bf, N, F);
+            tri_emu_launch(3, TRI_BLOCK, [&] { swiglu_backward_fast_kernel(d2, bf, gu, bf, dout, bf, N, F); });
+            same(what, d2, d1, ng, bf);
+        }
+    /* half, n_heads, W (columns of x, at least 2 half n_heads) */
+    const int64_t shapes[][3] = {{4, 3, 24}, {32, 2, 128}, {32, 2, 131}, {64, 3, 400}, {12, 1, 24}};
+    for (size_t z = 0; z < sizeof shapes / sizeof *shapes; z++)
+        for (int bf = 0; bf < 2; bf++)
+            for (int backward = 0; backward < 2; backward++) {
+                int64_t half = shapes[z][0], heads = shapes[z][1], W = shapes[z][2], N = 9, T = 4, row0 = 3, P = 5;
+                char what[96];
+                snprintf(what, sizeof what, "rope half %lld heads %lld W %lld %s%s", (long long)half, (long long)heads,
+                         (long long)W, bf ? "bf16" : "fp32", backward ? " backward" : "");
+                float *cs = (float *)rand_typed((size_t)(P * half), 0, -1.0f, 1.0f, 2400 + z);
+                float *sn = (float *)rand_typed((size_t)(P * half), 0, -1.0f, 1.0f, 2410 + z);
+                void *x0 = rand_typed((size_t)(N * W), bf, -2.0f, 2.0f, 2420 + z);
+                void *x1 = copy_of(x0, (size_t)(N * W), bf), *x2 = copy_of(x0, (size_t)(N * W), bf);
+                TRI_LAUNCH(rope_kernel, 1, 1, x1, bf, cs, sn, N, W, heads, half, T, row0, backward);
+                tri_emu_launch(4, 64, [&] { rope_fast_kernel(x2, bf, cs, sn, N, W, heads, half, T, row0, backward); });
+                same(what, x2, x1, (size_t)(N * W), bf);
             }
 }

@@ -1072,7 +1072,8 @@ Test(gpu_ops, flash_attention_empty_batch_or_sequence)
 /* ---- the Llama family's ops: the same bits as the CPU backend, fast and simple forms ----
  * RMSNorm's fast kernels sum their rows in engine/core/math.h's order across the lanes and dw in
  * chunks (as layernorm above); SwiGLU and the rotary embedding are element-wise with math.h's
- * functions. Written 2026-11-27 without a GPU; the CPU suite runs the simple forms bit for bit. */
+ * functions (fast forms a block per row with 16-byte accesses since 2026-11-28). Written without a
+ * GPU; the CPU suite runs both forms bit for bit (test_cuda_kernels_cpu, test_fast_kernels_cpu). */
 static void llama_ops_exact_case(int64_t N, int64_t C, int bf16, uint64_t seed)
 {
     both x = uniform_as(m2(N, C), -2, 2, seed, bf16), w = uniform_as(v1(C), 0.5f, 1.5f, seed + 1, bf16);
@@ -1110,6 +1111,16 @@ static void llama_ops_exact_case(int64_t N, int64_t C, int bf16, uint64_t seed)
             cmp("rope_forward, exact", r, 0.0);
             BOTH(tri_op_rope_backward(cpu, r.c, cs.c, sn.c, heads, 5, 1), tri_op_rope_backward(gpu, r.g, cs.g, sn.g, heads, 5, 1));
             cmp("rope_backward, exact", r, 0.0);
+        }
+        if (C % 64 == 0 && N >= 5) { /* HS 64: the fast kernel's 16-byte path */
+            both cs64 = uniform(m2(P, 32), -1, 1, seed + 9), sn64 = uniform(m2(P, 32), -1, 1, seed + 10);
+            both r = uniform_as(m2(N, C), -2, 2, seed + 11, bf16);
+            BOTH(tri_op_rope_forward(cpu, r.c, cs64.c, sn64.c, C / 64, 5, 1),
+                 tri_op_rope_forward(gpu, r.g, cs64.g, sn64.g, C / 64, 5, 1));
+            cmp("rope_forward HS 64, exact", r, 0.0);
+            BOTH(tri_op_rope_backward(cpu, r.c, cs64.c, sn64.c, C / 64, 5, 1),
+                 tri_op_rope_backward(gpu, r.g, cs64.g, sn64.g, C / 64, 5, 1));
+            cmp("rope_backward HS 64, exact", r, 0.0);
         }
     }
     cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
