@@ -120,6 +120,12 @@ static int cuda_copy_to_host(tri_device *d, void *host, const void *src, size_t 
     return rc ? rc : tri_cuda_wait(c);
 }
 
+/* No wait: the copy runs in stream order, and the caller reads host after a sync (device.h). */
+static int cuda_copy_to_host_async(tri_device *d, void *host, const void *src, size_t bytes)
+{
+    return TRI_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, tri_cuda_of(d)->stream));
+}
+
 /* Waits too, so the host buffer may be reused at once whether it is pageable or pinned. */
 static int cuda_copy_from_host(tri_device *d, void *dst, const void *host, size_t bytes)
 {
@@ -222,12 +228,13 @@ static const tri_device_ops cuda_ops = {
     /* .convert = */ tri_cuda_convert,
     /* .host_alloc = */ cuda_host_alloc,
     /* .host_free = */ cuda_host_free,
+    /* .copy_to_host_async = */ cuda_copy_to_host_async,
 };
 
 /* The table is positional (C++17 has no designated initializers), so an op added to
  * engine/device/device.h and forgotten here would be a silent NULL entry: the build fails instead until
- * the count, and the table, are updated together (name + 48 ops). */
-#define TRI_CUDA_OPS_ENTRIES 49
+ * the count, and the table, are updated together (name + 49 ops). */
+#define TRI_CUDA_OPS_ENTRIES 50
 static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
               "engine/device/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
 

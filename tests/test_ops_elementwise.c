@@ -73,6 +73,26 @@ Test(ops_elementwise, copy_f32_and_i32)
     cr_assert_arr_eq(got, ids, sizeof ids);
 }
 
+/* The asynchronous read to host staging memory: the values after a sync, bit for bit, including a
+ * NaN; the source may be overwritten by a later device op without changing what was read (the copy
+ * runs in the device's order); an empty tensor reads nothing. */
+Test(ops_elementwise, copy_to_host_async)
+{
+    tri_device *d = ot_device(1);
+    size_t n = (size_t)(B * T * C);
+    float *src = ot_uniform(n, -1.0f, 1.0f, 4);
+    src[3] = NAN;
+    tri_tensor s = ot_tensor(d, shape3(), src);
+    void *host = NULL;
+    cr_assert_eq(tri_device_host_alloc(d, &host, n * sizeof(float)), TRI_OK);
+    cr_assert_eq(tri_device_copy_to_host_async(d, host, s), TRI_OK);
+    cr_assert_eq(tri_op_fill(d, s, 2.0f), TRI_OK);
+    cr_assert_eq(tri_device_sync(d), TRI_OK);
+    cr_assert(ot_same_bits("copy_to_host_async", host, src, n));
+    cr_assert_eq(tri_device_copy_to_host_async(d, NULL, tri_tensor_range(s, 0, 0)), TRI_OK);
+    tri_device_host_free(d, host);
+}
+
 /* out = a + b into a separate tensor, into a (out aliases a) and into b. */
 Test(ops_elementwise, add_and_aliasing)
 {

@@ -308,6 +308,15 @@ int tri_device_copy_from_host(tri_device *d, tri_tensor dst, const void *host)
     return d->ops->copy_from_host(d, dst.data, host, tri_tensor_bytes(dst));
 }
 
+int tri_device_copy_to_host_async(tri_device *d, void *host, tri_tensor src)
+{
+    if (tri_tensor_bytes(src) == 0)
+        return TRI_OK;
+    if (!d->ops->copy_to_host_async)
+        return d->ops->copy_to_host(d, host, src.data, tri_tensor_bytes(src));
+    return d->ops->copy_to_host_async(d, host, src.data, tri_tensor_bytes(src));
+}
+
 int tri_device_sync(tri_device *d)
 {
     return d->ops->sync(d);

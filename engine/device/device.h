@@ -130,6 +130,8 @@ typedef struct tri_device_ops {
     /* host staging memory (CUDA: page-locked, so copies to it run at full bandwidth) */
     int (*host_alloc)(tri_device *d, void **ptr, size_t bytes);
     void (*host_free)(tri_device *d, void *ptr);
+    /* optional (NULL: the wrapper copies at once with copy_to_host) */
+    int (*copy_to_host_async)(tri_device *d, void *host, const void *src, size_t bytes);
 } tri_device_ops;
 
 /* Per-op time and call counts, kept when profiling is on (tri_device_profile_enable). */
@@ -189,6 +191,12 @@ void tri_device_free(tri_device *d, void *ptr);
 int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src);
 int tri_device_copy_from_host(tri_device *d, tri_tensor dst, const void *host);
 int tri_device_sync(tri_device *d);
+/* Starts copying src to host in the order of the device's work, without waiting: host (from
+ * tri_device_host_alloc, page-locked on CUDA) holds the values only after the next tri_device_sync,
+ * and src must not be changed by the host meanwhile (later device ops may: they run after the copy).
+ * A backend without asynchronous copies (the CPU) copies at once. So a step reads values it needs
+ * only at its end (the micro-batches' losses) without a host sync per micro-batch. */
+int tri_device_copy_to_host_async(tri_device *d, void *host, tri_tensor src);
 /* Host memory for staging device data (asynchronous checkpoints): plain on the CPU, page-locked
  * (pinned) on CUDA. Not device memory: outside the planned and measured peak. TRI_ENOMEM on
  * failure; bytes 0 gives NULL. Free with tri_device_host_free (NULL is ignored). */

@@ -110,12 +110,17 @@ int tri_chunk_loss_sum(tri_chunk *c, int slot, double *sum)
     if (!host)
         return TRI_ERR(TRI_ENOMEM, "chunk: out of memory reading %lld losses", (long long)n);
     int rc = tri_device_copy_to_host(c->dev, host, losses);
-    double acc = 0.0;
-    for (int64_t i = 0; i < n && !rc; i++)
-        acc += host[i];
+    *sum = rc ? 0.0 : tri_chunk_loss_sum_host(host, n);
     free(host);
-    *sum = acc;
     return rc;
+}
+
+double tri_chunk_loss_sum_host(const float *losses, int64_t n)
+{
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        acc += losses[i];
+    return acc;
 }
 
 int tri_chunk_finish_grads(tri_chunk *c)

@@ -141,6 +141,8 @@ int tri_chunk_backward(tri_chunk *c, int slot);
 /* Last stage: the sum, in token order in double, of slot's per-token losses (the model's
  * TRI_CHUNK_LOSSES buffer, read to the host). TRI_ENOMEM or the copy's error. */
 int tri_chunk_loss_sum(tri_chunk *c, int slot, double *sum);
+/* The same sum of n per-token losses already on the host (the pipeline reads them asynchronously). */
+double tri_chunk_loss_sum_host(const float *losses, int64_t n);
 /* Sets every gradient (and the model's private accumulators) to zero before a step. */
 int tri_chunk_zero_grads(tri_chunk *c);
 /* After the step's last backward: the finish passes. */

@@ -23,7 +23,8 @@ int tri_pipeline_create(tri_pipeline *p, const tri_schedule *s, int rank, tri_co
     p->peak = calloc((size_t)s->v, sizeof *p->peak);
     p->busy = calloc((size_t)s->v, sizeof *p->busy);
     p->batch = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->batch);
-    if (!p->last_use || !p->slot || !p->in_use || !p->peak || !p->busy || !p->batch) {
+    p->loss_read = calloc((size_t)s->m, 1);
+    if (!p->last_use || !p->slot || !p->in_use || !p->peak || !p->busy || !p->batch || !p->loss_read) {
         tri_pipeline_destroy(p);
         return TRI_ERR(TRI_ENOMEM, "pipeline: out of memory");
     }
@@ -54,6 +55,9 @@ void tri_pipeline_destroy(tri_pipeline *p)
     free(p->in_use);
     free(p->peak);
     free(p->batch);
+    free(p->loss_read);
+    if (p->loss_dev)
+        tri_device_host_free(p->loss_dev, p->loss_host);
     memset(p, 0, sizeof *p);
 }
 
@@ -118,8 +122,48 @@ static int exchange(tri_pipeline *p, const tri_sched_op *ops, int i, int end)
     return rc ? rc : tri_comm_p2p(p->pp_comm, p->batch, k);
 }
 
+/* Starts reading micro-batch mb's per-token losses (slot's) to the host without waiting: the
+ * run adds them up after its last op (sum_losses), so the last stage's forward does not stop the
+ * host until the device has caught up, as a copy that waits would, once per micro-batch. */
+static int read_losses(tri_pipeline *p, tri_chunk *st, int mb, int slot)
+{
+    tri_tensor losses = st->model.buffer(st->model.self, TRI_CHUNK_LOSSES, slot);
+    int64_t n = tri_tensor_numel(losses);
+    if (!p->loss_host && n > 0) {
+        void *host = NULL;
+        int rc = tri_device_host_alloc(st->dev, &host, (size_t)(p->sched->m * n) * sizeof(float));
+        if (rc)
+            return tri_error_context(rc, "pipeline: staging the losses of %d micro-batches", p->sched->m);
+        p->loss_dev = st->dev;
+        p->loss_host = host;
+        p->loss_n = n;
+    }
+    if (n != p->loss_n || st->dev != p->loss_dev)
+        return TRI_ERR(TRI_EINTERNAL, "pipeline: micro-batch %d has %lld token losses, the others %lld", mb,
+                       (long long)n, (long long)p->loss_n);
+    p->loss_read[mb] = 1;
+    return tri_device_copy_to_host_async(st->dev, p->loss_host + (int64_t)mb * n, losses);
+}
+
+/* *loss_fixed += each read micro-batch's token-loss sum (tri_chunk_loss_sum_host, the order of
+ * tri_chunk_loss_sum) rounded to 2^-TRI_LOSS_BITS, after one wait for the device. */
+static int sum_losses(tri_pipeline *p, int64_t *loss_fixed)
+{
+    int rc = TRI_OK, any = 0;
+    for (int mb = 0; mb < p->sched->m; mb++)
+        any |= p->loss_read[mb];
+    if (any)
+        rc = tri_device_sync(p->loss_dev);
+    for (int mb = 0; mb < p->sched->m && !rc; mb++)
+        if (p->loss_read[mb]) {
+            double s = tri_chunk_loss_sum_host(p->loss_host + (int64_t)mb * p->loss_n, p->loss_n);
+            *loss_fixed += (int64_t)llrint(ldexp(s, TRI_LOSS_BITS));
+        }
+    return rc;
+}
+
 static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_op *op, bool train,
-                   float dloss, int64_t *loss_fixed)
+                   float dloss)
 {
     tri_chunk *st = p->chunks[op->chunk];
     int slot = 0, rc = acquire(p, op, &slot);
@@ -129,11 +173,8 @@ static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_o
         if (st->first || st->last)
             rc = io->load(io->ctx, op->chunk, op->mb, slot);
         if (!rc) rc = tri_chunk_forward(st, slot, train, dloss);
-        if (!rc && st->last) {
-            double s = 0.0;
-            rc = tri_chunk_loss_sum(st, slot, &s);
-            *loss_fixed += (int64_t)llrint(ldexp(s, TRI_LOSS_BITS));
-        }
+        if (!rc && st->last)
+            rc = read_losses(p, st, op->mb, slot);
         return rc;
     }
     if (op->kind == TRI_SCHED_BWD) {
@@ -153,6 +194,7 @@ int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, flo
     int n = s->n_ops[p->rank], rc = TRI_OK;
     for (int k = 0; k < s->v * s->m; k++)
         p->slot[k] = -1;
+    memset(p->loss_read, 0, (size_t)s->m);
     *loss_fixed = 0;
     p->busy_s = 0.0;
     double t_run = tri_now_s();
@@ -162,7 +204,7 @@ int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, flo
             rc = exchange(p, ops, i, end);
         } else {
             double t0 = tri_now_s();
-            rc = compute(p, io, &ops[i], train, dloss, loss_fixed);
+            rc = compute(p, io, &ops[i], train, dloss);
             p->busy_s += tri_now_s() - t0;
         }
         for (int j = i; j < end && !rc; j++)
@@ -173,6 +215,7 @@ int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, flo
                                    i, tri_sched_kind_name(ops[i].kind), ops[i].mb, ops[i].chunk);
         i = end;
     }
+    if (!rc) rc = sum_losses(p, loss_fixed);
     p->total_s = tri_now_s() - t_run;
     return rc;
 }

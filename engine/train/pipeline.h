@@ -36,6 +36,12 @@ typedef struct tri_pipeline {
     int *in_use, *peak;        /* per chunk: slots in use now, and the most seen */
     unsigned char **busy;      /* per chunk: which slots are taken */
     tri_p2p *batch;            /* scratch for one p2p exchange */
+    /* the last chunk's per-token losses, read asynchronously: micro-batch mb's loss_n at
+     * loss_host + mb * loss_n (host staging memory of loss_dev), loss_read[mb] once started */
+    tri_device *loss_dev;
+    float *loss_host;
+    int64_t loss_n;
+    unsigned char *loss_read;
     /* time of the last run (seconds, wall clock): computing (FWD/BWD ops) and in all */
     double busy_s, total_s;
 } tri_pipeline;

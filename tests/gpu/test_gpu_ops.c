@@ -129,6 +129,15 @@ Test(gpu_ops, elementwise_and_copy)
     cmp("copy, overlapping upwards", a, 0.0);
     BOTH(tri_op_copy(cpu, lo_c, hi_c), tri_op_copy(gpu, lo_g, hi_g));
     cmp("copy, overlapping downwards", a, 0.0);
+    /* the asynchronous read to page-locked memory: the values after a sync, though the source is
+     * overwritten by the next op in the stream */
+    float *want = gpu_read(gpu, a.g), *host = NULL;
+    cr_assert_eq(tri_device_host_alloc(gpu, (void **)&host, (size_t)n * sizeof *host), TRI_OK);
+    cr_assert_eq(tri_device_copy_to_host_async(gpu, host, a.g), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_op_fill(gpu, a.g, 3.0f), TRI_OK);
+    cr_assert_eq(tri_device_sync(gpu), TRI_OK);
+    cr_assert(gpu_close("copy_to_host_async", host, want, (size_t)n, 0.0));
+    tri_device_host_free(gpu, host);
 }
 
 Test(gpu_ops, reductions)
