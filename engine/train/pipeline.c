@@ -129,7 +129,9 @@ static int read_losses(tri_pipeline *p, tri_chunk *st, int mb, int slot)
 {
     tri_tensor losses = st->model.buffer(st->model.self, TRI_CHUNK_LOSSES, slot);
     int64_t n = tri_tensor_numel(losses);
-    if (!p->loss_host && n > 0) {
+    if (n == 0)
+        return TRI_OK; /* no tokens, nothing to add */
+    if (!p->loss_host) {
         void *host = NULL;
         int rc = tri_device_host_alloc(st->dev, &host, (size_t)(p->sched->m * n) * sizeof(float));
         if (rc)
