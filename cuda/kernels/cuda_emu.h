@@ -8,8 +8,8 @@
  * same threads. So a kernel's `__shared__` arrays can be function statics: one block at a time uses
  * them, and a block finds the last one's values there, as a GPU block may find garbage, so a kernel
  * that reads shared memory before writing it is wrong in both. __shfl_xor_sync goes through a
- * per-warp exchange buffer between two warp barriers: every lane of the warp must call it, as the
- * full mask the kernels pass promises. The vector types are plain structs read through casts, as
+ * per-warp exchange buffer and a warp barrier: every lane of the warp must call it, as the full
+ * mask the kernels pass promises. The vector types are plain structs read through casts, as
  * on a GPU (the test builds with -fno-strict-aliasing). Only the names the kernels use are here.
  * Included instead of the CUDA headers, never with them (under nvcc the real ones apply). */
 #ifndef TRIDENT_CUDA_KERNELS_CUDA_EMU_H
@@ -48,13 +48,14 @@ static inline float4 make_float4(float x, float y, float z, float w)
     return float4{x, y, z, w};
 }
 
-/* The running block's barriers and the warps' shuffle buffers. */
+/* The running block's barriers and the warps' shuffle buffers (two, used in turn). */
 struct tri_emu_block {
     pthread_barrier_t block, warp[32];
-    float xchg[32][32];
+    float xchg[2][32][32];
 };
 static thread_local tri_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 static thread_local tri_emu_block *tri_emu_cur;
+static thread_local unsigned tri_emu_shfl_turn; /* which of the two buffers this lane's next shuffle uses */
 
 static inline void __syncthreads(void)
 {
@@ -67,15 +68,16 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
     pthread_barrier_wait(&tri_emu_cur->warp[threadIdx.x / 32]);
 }
 
-/* v of lane (this lane ^ k) of this warp. */
+/* v of lane (this lane ^ k) of this warp. Successive shuffles alternate between two buffers, so one
+ * barrier each suffices: a lane can write a buffer again only two shuffles later, after the next
+ * shuffle's barrier, which every lane reaches only after reading this one. */
 static inline float __shfl_xor_sync(unsigned mask, float v, int k)
 {
-    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    tri_emu_cur->xchg[w][lane] = v;
+    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, b = tri_emu_shfl_turn;
+    tri_emu_shfl_turn ^= 1u;
+    tri_emu_cur->xchg[b][w][lane] = v;
     __syncwarp(mask);
-    float o = tri_emu_cur->xchg[w][lane ^ (unsigned)k];
-    __syncwarp(mask); /* every lane has read before the buffer is reused */
-    return o;
+    return tri_emu_cur->xchg[b][w][lane ^ (unsigned)k];
 }
 
 /* The threads that run the blocks, created once and kept for every launch (starting 512 threads a
@@ -111,6 +113,7 @@ struct tri_emu_pool {
             for (unsigned i = 0; i < g; i++) {
                 pthread_barrier_wait(&tri_emu_cur->block); /* the last block has ended on every thread */
                 blockIdx = tri_emu_dim3{i, 0, 0};
+                tri_emu_shfl_turn = 0;
                 (*k)();
             }
             lk.lock();
