@@ -1,11 +1,11 @@
 /* cuda/kernels/cuda_emu.h - CUDA's kernel-side names in C++ on the CPU, so that the fast kernels
  * (the cuda/kernels/..._fast.cuh headers: a warp or a block per row, shared memory, warp shuffles, 16-byte
- * accesses) run in the CPU suite as they are written, against the CPU backend.
+ * accesses) run in the CPU suite as they are written, against the CPU backend; the emulation of the
+ * tiled attention kernels (cuda/kernels/mma_shim.h) runs its blocks on it too.
  *
- * A launch (tri_emu_launch) runs each block as blockDim.x real threads (a pool of std::threads kept
- * for every launch), a multiple of 32, with a barrier for the block (__syncthreads) and one per warp (__syncwarp), as
- * cuda/kernels/mma_shim.h's emulation of the tiled kernels does; blocks run one after another on the
- * same threads. So a kernel's `__shared__` arrays can be function statics: one block at a time uses
+ * A launch (tri_emu_launch, tri_emu_launch_2d) runs each block as blockDim.x real threads (a pool
+ * of std::threads kept for every launch), a multiple of 32, with a barrier for the block
+ * (__syncthreads) and one per warp (__syncwarp); blocks run one after another on the same threads. So a kernel's `__shared__` arrays can be function statics: one block at a time uses
  * them, and a block finds the last one's values there, as a GPU block may find garbage, so a kernel
  * that reads shared memory before writing it is wrong in both. __shfl_xor_sync goes through a
  * per-warp exchange buffer and a warp barrier: every lane of the warp must call it, as the full
@@ -87,7 +87,7 @@ struct tri_emu_pool {
     std::condition_variable start, done;
     std::vector<std::thread> threads;
     uint64_t generation = 0;
-    unsigned running = 0, grid = 0, block = 0;
+    unsigned running = 0, grid_x = 0, grid_y = 0, block = 0;
     const std::function<void()> *kernel = nullptr;
     tri_emu_block *blk = nullptr;
     bool quit = false;
@@ -103,19 +103,20 @@ struct tri_emu_pool {
             seen = generation;
             if (t >= block)
                 continue;
-            unsigned g = grid, b = block;
+            unsigned gx = grid_x, gy = grid_y, b = block;
             const std::function<void()> *k = kernel;
             tri_emu_cur = blk;
             lk.unlock();
             threadIdx = tri_emu_dim3{t, 0, 0};
             blockDim = tri_emu_dim3{b, 1, 1};
-            gridDim = tri_emu_dim3{g, 1, 1};
-            for (unsigned i = 0; i < g; i++) {
-                pthread_barrier_wait(&tri_emu_cur->block); /* the last block has ended on every thread */
-                blockIdx = tri_emu_dim3{i, 0, 0};
-                tri_emu_shfl_turn = 0;
-                (*k)();
-            }
+            gridDim = tri_emu_dim3{gx, gy, 1};
+            for (unsigned y = 0; y < gy; y++)
+                for (unsigned x = 0; x < gx; x++) {
+                    pthread_barrier_wait(&tri_emu_cur->block); /* the last block has ended on every thread */
+                    blockIdx = tri_emu_dim3{x, y, 0};
+                    tri_emu_shfl_turn = 0;
+                    (*k)();
+                }
             lk.lock();
             if (--running == 0)
                 done.notify_one();
@@ -140,10 +141,11 @@ static inline tri_emu_pool &tri_emu_the_pool(void)
     return pool;
 }
 
-/* Runs kernel() (a call of the kernel with its arguments) on a grid of `grid` blocks of `block`
- * threads (block a multiple of 32, at most 1024), as <<<grid, block>>> would, and returns when all
- * have ended. */
-static inline void tri_emu_launch(unsigned grid, unsigned block, const std::function<void()> &kernel)
+/* Runs kernel() (a call of the kernel with its arguments) on a grid of grid_x x grid_y blocks of
+ * `block` threads (block a multiple of 32, at most 1024), as <<<dim3(grid_x, grid_y), block>>>
+ * would, x fastest, and returns when all have ended. */
+static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned block,
+                                     const std::function<void()> &kernel)
 {
     tri_emu_pool &p = tri_emu_the_pool();
     tri_emu_block blk;
@@ -156,7 +158,8 @@ static inline void tri_emu_launch(unsigned grid, unsigned block, const std::func
             unsigned t = (unsigned)p.threads.size();
             p.threads.emplace_back([&p, t] { p.work(t); });
         }
-        p.grid = grid;
+        p.grid_x = grid_x;
+        p.grid_y = grid_y;
         p.block = block;
         p.kernel = &kernel;
         p.blk = &blk;
@@ -168,6 +171,12 @@ static inline void tri_emu_launch(unsigned grid, unsigned block, const std::func
     pthread_barrier_destroy(&blk.block);
     for (unsigned w = 0; w < block / 32; w++)
         pthread_barrier_destroy(&blk.warp[w]);
+}
+
+/* The same over a one-dimensional grid: <<<grid, block>>>. */
+static inline void tri_emu_launch(unsigned grid, unsigned block, const std::function<void()> &kernel)
+{
+    tri_emu_launch_2d(grid, 1, block, kernel);
 }
 
 #endif

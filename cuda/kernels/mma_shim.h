@@ -7,7 +7,8 @@
  *   (nvcuda::wmma fragments, load_matrix_sync, mma_sync, store_matrix_sync; bf16 operands, fp32
  *   accumulation; sm_80+);
  * - in C++ on the CPU (tests/test_flash_mma_cpu.cpp), an emulation: tri_mma_emu_launch runs each
- *   block as THREADS real threads (std::thread) with a barrier for the block and one per warp, so
+ *   block as THREADS real threads with a barrier for the block and one per warp (the launch of
+ *   cuda/kernels/cuda_emu.h, which the fast kernels' CPU test shares), so
  *   the kernels' indexing, masking, tiling and synchronisation run as written. A fragment is the
  *   whole 16 x 16 tile held by lane 0 of its warp (the other lanes' fragment calls do nothing):
  *   its loads read shared memory as stored, its product adds k in order in fp32, its stores write
@@ -84,11 +85,7 @@ TRI_MMA_DEV void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
 
 #else /* C++ emulation on the CPU */
 
-#include <pthread.h>
-
-#include <functional>
-#include <thread>
-#include <vector>
+#include "cuda/kernels/cuda_emu.h"
 
 #define TRI_MMA_DEV static inline
 #define TRI_MMA_STATIC static inline
@@ -114,23 +111,16 @@ struct tri_frag_b_col {
     float x[256];
 };
 
-/* The emulated block a thread belongs to, and its coordinates. */
-struct tri_mma_emu_block {
-    pthread_barrier_t block, warp[32];
-};
-static thread_local int tri_mma_emu_tid;
-static thread_local int64_t tri_mma_emu_bx, tri_mma_emu_by;
-static thread_local tri_mma_emu_block *tri_mma_emu_cur;
-
-#define TRI_MMA_TID (tri_mma_emu_tid)
-#define TRI_MMA_BX (tri_mma_emu_bx)
-#define TRI_MMA_BY (tri_mma_emu_by)
-#define TRI_MMA_SYNC_BLOCK() pthread_barrier_wait(&tri_mma_emu_cur->block)
-#define TRI_MMA_SYNC_WARP() pthread_barrier_wait(&tri_mma_emu_cur->warp[tri_mma_emu_tid / 32])
+/* The emulated block's coordinates and barriers: cuda/kernels/cuda_emu.h's. */
+#define TRI_MMA_TID ((int)threadIdx.x)
+#define TRI_MMA_BX ((int64_t)blockIdx.x)
+#define TRI_MMA_BY ((int64_t)blockIdx.y)
+#define TRI_MMA_SYNC_BLOCK() __syncthreads()
+#define TRI_MMA_SYNC_WARP() __syncwarp()
 
 static inline bool tri_mma_emu_lead(void)
 {
-    return tri_mma_emu_tid % 32 == 0;
+    return threadIdx.x % 32 == 0;
 }
 static inline float tri_mma_emu_f(tri_mma_bf16 h)
 {
@@ -194,41 +184,21 @@ static inline void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
 }
 
 /* Runs body(smem) as a grid gx x gy of blocks of `threads` threads (a multiple of 32), one block
- * after another, each with shared memory of smem_bytes filled with 0xFF bytes first (NaN as fp32 and
- * as bf16: a kernel that reads shared memory it did not write gets NaN, as uninitialised memory
- * would give it garbage on a GPU). The same `threads` threads run every block of the launch (a
- * block barrier before and after each): creating them per block was most of the suite's time, 128
- * thread starts a block (under the sanitizers especially). */
+ * after another (cuda/kernels/cuda_emu.h's launch, whose threads are kept from launch to launch),
+ * each with shared memory of smem_bytes filled with 0xFF bytes first (NaN as fp32 and as bf16: a
+ * kernel that reads shared memory it did not write gets NaN, as uninitialised memory would give it
+ * garbage on a GPU). */
 static inline void tri_mma_emu_launch(int64_t gx, int64_t gy, int threads, size_t smem_bytes,
                                       const std::function<void(unsigned char *)> &body)
 {
     std::vector<unsigned char> smem_store(smem_bytes + 128);
     unsigned char *smem = smem_store.data() + (128 - (uintptr_t)smem_store.data() % 128) % 128;
-    tri_mma_emu_block blk;
-    pthread_barrier_init(&blk.block, NULL, (unsigned)threads);
-    for (int w = 0; w < threads / 32; w++)
-        pthread_barrier_init(&blk.warp[w], NULL, 32);
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; t++)
-        pool.emplace_back([&, t] {
-            tri_mma_emu_tid = t;
-            tri_mma_emu_cur = &blk;
-            for (int64_t by = 0; by < gy; by++)
-                for (int64_t bx = 0; bx < gx; bx++) {
-                    if (t == 0)
-                        memset(smem, 0xFF, smem_bytes);
-                    pthread_barrier_wait(&blk.block); /* the block starts on fresh shared memory */
-                    tri_mma_emu_bx = bx;
-                    tri_mma_emu_by = by;
-                    body(smem);
-                    pthread_barrier_wait(&blk.block); /* ... and ends before the next one's fill */
-                }
-        });
-    for (auto &th : pool)
-        th.join();
-    pthread_barrier_destroy(&blk.block);
-    for (int w = 0; w < threads / 32; w++)
-        pthread_barrier_destroy(&blk.warp[w]);
+    tri_emu_launch_2d((unsigned)gx, (unsigned)gy, (unsigned)threads, [&] {
+        if (threadIdx.x == 0)
+            memset(smem, 0xFF, smem_bytes);
+        __syncthreads(); /* the block starts on fresh shared memory */
+        body(smem);
+    });
 }
 
 #endif
