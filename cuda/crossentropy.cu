@@ -14,12 +14,6 @@
 #include "cuda/kernels/crossentropy_fast.cuh"
 #include "cuda/launch.cuh"
 
-/* Blocks of a block-per-row launch over N rows (at least 1: CUDA refuses an empty grid). */
-static int64_t ce_grid(int64_t N)
-{
-    return N < 1 ? 1 : N;
-}
-
 extern "C" int tri_cuda_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
 {
     int64_t N = tri_tensor_rows(logits), V_l = tri_tensor_cols(logits);
@@ -40,7 +34,7 @@ extern "C" int tri_cuda_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_te
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(ce_sumexp_target_kernel, N, cu->stream, tri_fp(stats), tri_data(logits),
                                  tri_is_bf16(logits), tri_fp(maxes), tri_ip(targets), N, V_l, vocab_start, V_valid);
-    return TRI_CUDA_LAUNCH(ce_sumexp_target_fast_kernel, ce_grid(N), TRI_CE_THREADS, cu->stream, tri_fp(stats),
+    return TRI_CUDA_LAUNCH(ce_sumexp_target_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream, tri_fp(stats),
                            tri_data(logits), tri_is_bf16(logits), tri_fp(maxes), tri_ip(targets), N, V_l, vocab_start,
                            V_valid);
 }
@@ -62,7 +56,7 @@ extern "C" int tri_cuda_ce_backward(tri_device *d, tri_tensor dlogits, tri_tenso
         return TRI_CUDA_LAUNCH_N(ce_backward_kernel, N * V_l, cu->stream, tri_data(dlogits), tri_is_bf16(dlogits),
                                  tri_data(logits), tri_is_bf16(logits), tri_fp(maxes), tri_fp(stats), tri_ip(targets),
                                  N, V_l, vocab_start, V_valid, dloss);
-    return TRI_CUDA_LAUNCH(ce_backward_fast_kernel, ce_grid(N), TRI_CE_THREADS, cu->stream, tri_data(dlogits),
+    return TRI_CUDA_LAUNCH(ce_backward_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream, tri_data(dlogits),
                            tri_is_bf16(dlogits), tri_data(logits), tri_is_bf16(logits), tri_fp(maxes), tri_fp(stats),
                            tri_ip(targets), N, V_l, vocab_start, V_valid, dloss);
 }
@@ -77,6 +71,6 @@ extern "C" int tri_cuda_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dl
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(ce_fused_kernel, N, cu->stream, tri_fp(losses), dl, dl_bf16, tri_data(logits),
                                  tri_is_bf16(logits), tri_ip(targets), N, V_l, V_valid, dloss);
-    return TRI_CUDA_LAUNCH(ce_fused_fast_kernel, ce_grid(N), TRI_CE_THREADS, cu->stream, tri_fp(losses), dl, dl_bf16,
+    return TRI_CUDA_LAUNCH(ce_fused_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream, tri_fp(losses), dl, dl_bf16,
                            tri_data(logits), tri_is_bf16(logits), tri_ip(targets), N, V_l, V_valid, dloss);
 }

@@ -1,7 +1,8 @@
 /* cuda/kernels/crossentropy_fast.cuh - the fast cross-entropy kernels (CUDA, and C++ on the CPU
  * through cuda/kernels/cuda_emu.h): the row max a warp per row; the sum of exponentials, the
- * gradient and the fused classifier a block of TRI_CE_WARPS warps per row, in engine/core/math.h's
- * block order, with 16-byte loads and stores (cuda/warp.cuh). They give the simple kernels' bits
+ * gradient and the fused classifier a block of TRI_CE_WARPS warps per row (grid-stride over the
+ * rows, launched with cuda/warp.cuh's tri_row_blocks), in engine/core/math.h's block order, with
+ * 16-byte loads and stores (cuda/warp.cuh). They give the simple kernels' bits
  * (cuda/kernels/crossentropy.kern.h); tests/test_fast_kernels_cpu.cpp runs them on the CPU against
  * the CPU backend, tests/gpu/test_gpu_ops.c on a GPU. */
 #ifndef TRIDENT_CUDA_KERNELS_CROSSENTROPY_FAST_CUH
@@ -118,15 +119,14 @@ __global__ void __launch_bounds__(TRI_CE_THREADS)
                                  const int32_t *targets, int64_t N, int64_t V_l, int64_t vocab_start, int64_t V_valid)
 {
     __shared__ float red[TRI_CE_WARPS];
-    int64_t n = blockIdx.x;
-    if (n >= N)
-        return;
-    const void *row = tri_at(logits, logits_bf16, n * V_l);
-    float sum = ce_block_row_sumexp(row, logits_bf16, maxes[n], V_valid, tri_aligned16(row), red);
-    if (threadIdx.x == 0) {
-        int64_t r = (int64_t)targets[n] - vocab_start;
-        stats[2 * n] = sum;
-        stats[2 * n + 1] = (r >= 0 && r < V_valid) ? tri_load(row, logits_bf16, r) : 0.0f;
+    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+        const void *row = tri_at(logits, logits_bf16, n * V_l);
+        float sum = ce_block_row_sumexp(row, logits_bf16, maxes[n], V_valid, tri_aligned16(row), red);
+        if (threadIdx.x == 0) {
+            int64_t r = (int64_t)targets[n] - vocab_start;
+            stats[2 * n] = sum;
+            stats[2 * n + 1] = (r >= 0 && r < V_valid) ? tri_load(row, logits_bf16, r) : 0.0f;
+        }
     }
 }
 
@@ -135,12 +135,10 @@ __global__ void __launch_bounds__(TRI_CE_THREADS)
                             const float *stats, const int32_t *targets, int64_t N, int64_t V_l, int64_t vocab_start,
                             int64_t V_valid, float dloss)
 {
-    int64_t n = blockIdx.x;
-    if (n >= N)
-        return;
-    ce_block_row_backward(tri_at(dlogits, dlogits_bf16, n * V_l), dlogits_bf16, tri_at(logits, logits_bf16, n * V_l),
-                          logits_bf16, maxes[n], stats[2 * n], (int64_t)targets[n] - vocab_start, V_l, V_valid,
-                          dloss);
+    for (int64_t n = blockIdx.x; n < N; n += gridDim.x)
+        ce_block_row_backward(tri_at(dlogits, dlogits_bf16, n * V_l), dlogits_bf16,
+                              tri_at(logits, logits_bf16, n * V_l), logits_bf16, maxes[n], stats[2 * n],
+                              (int64_t)targets[n] - vocab_start, V_l, V_valid, dloss);
 }
 
 /* The fused classifier (llm.c's fused_classifier, with math.h's order): a block per row reads it for
@@ -151,20 +149,19 @@ __global__ void __launch_bounds__(TRI_CE_THREADS)
                          const int32_t *targets, int64_t N, int64_t V_l, int64_t V_valid, float dloss)
 {
     __shared__ float red[TRI_CE_WARPS];
-    int64_t n = blockIdx.x;
-    if (n >= N)
-        return;
-    const void *row = tri_at(logits, logits_bf16, n * V_l);
-    bool vec = tri_aligned16(row);
-    int64_t r = targets[n];
-    float target_logit = (threadIdx.x == 0 && r >= 0 && r < V_valid) ? tri_load(row, logits_bf16, r) : 0.0f;
-    float mx = ce_block_row_max(row, logits_bf16, V_valid, vec, red);
-    float sum = ce_block_row_sumexp(row, logits_bf16, mx, V_valid, vec, red);
-    if (threadIdx.x == 0)
-        losses[n] = tri_ce_loss(mx, sum, target_logit);
-    if (dlogits)
-        ce_block_row_backward(tri_at(dlogits, dlogits_bf16, n * V_l), dlogits_bf16, row, logits_bf16, mx, sum, r,
-                              V_l, V_valid, dloss);
+    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+        const void *row = tri_at(logits, logits_bf16, n * V_l);
+        bool vec = tri_aligned16(row);
+        int64_t r = targets[n];
+        float target_logit = (threadIdx.x == 0 && r >= 0 && r < V_valid) ? tri_load(row, logits_bf16, r) : 0.0f;
+        float mx = ce_block_row_max(row, logits_bf16, V_valid, vec, red);
+        float sum = ce_block_row_sumexp(row, logits_bf16, mx, V_valid, vec, red);
+        if (threadIdx.x == 0)
+            losses[n] = tri_ce_loss(mx, sum, target_logit);
+        if (dlogits)
+            ce_block_row_backward(tri_at(dlogits, dlogits_bf16, n * V_l), dlogits_bf16, row, logits_bf16, mx, sum,
+                                  r, V_l, V_valid, dloss);
+    }
 }
 
 #endif
