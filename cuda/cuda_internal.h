@@ -29,6 +29,8 @@ typedef struct tri_cuda_watch {
 #define TRI_CUDA_MAX_WATCHES 32
 #define TRI_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace (32 MiB, Hopper's need) */
 #define TRI_CUDA_MAX_PARTIALS 65536                 /* chunk sums of one reduction (doubles) */
+#define TRI_CUDA_UPLOAD_SLOTS 8                     /* page-locked staging slots of small uploads */
+#define TRI_CUDA_UPLOAD_SLOT_BYTES ((size_t)1 << 20) /* the largest upload that does not wait (1 MiB) */
 
 typedef struct tri_cuda_gemm_cache tri_cuda_gemm_cache;
 
@@ -42,6 +44,11 @@ typedef struct tri_cuda {
     tri_cuda_gemm_cache *gemm;    /* cuBLASLt plans (descriptors + heuristic's algorithm) per shape */
     bool simple;                  /* run the simple kernel forms everywhere (tests compare variants) */
     size_t smem_optin;            /* bytes of shared memory a block may opt in to (this device's limit) */
+    char *upload;                 /* page-locked, TRI_CUDA_UPLOAD_SLOTS x TRI_CUDA_UPLOAD_SLOT_BYTES: small
+                                   * uploads are copied here and sent without a wait (cuda_copy_from_host) */
+    cudaEvent_t upload_done[TRI_CUDA_UPLOAD_SLOTS]; /* recorded after each slot's last copy */
+    bool upload_used[TRI_CUDA_UPLOAD_SLOTS];        /* a copy from the slot was queued */
+    int upload_next;              /* the slot the next small upload takes (round robin) */
     tri_cuda_watch watch[TRI_CUDA_MAX_WATCHES];
     int n_watch;
 } tri_cuda;
@@ -64,6 +71,8 @@ int tri_cublaslt_load(void);
 
 /* Waits until the stream has run everything queued, polling the watches meanwhile. */
 int tri_cuda_wait(tri_cuda *c);
+/* Waits until the work recorded by ev is complete (not the work queued after it), likewise. */
+int tri_cuda_wait_event(tri_cuda *c, cudaEvent_t ev);
 /* Adds / removes a watch (TRI_EINVAL when the table is full). */
 int tri_cuda_watch_add(tri_device *d, int (*fn)(void *ctx), void *ctx);
 void tri_cuda_watch_remove(tri_device *d, void *ctx);

@@ -2,7 +2,7 @@
  *
  * One compute stream per device (cudaStreamNonBlocking, so it never synchronises with the legacy
  * default stream); every op is queued on it in program order, which is the interface's ordering
- * rule, and the host waits only in copy_to_host, copy_from_host and sync. Memory comes from
+ * rule, and the host waits only in copy_to_host, sync and uploads over 1 MiB. Memory comes from
  * cudaMalloc in one call per arena (engine/device/arena.h plans the sizes; the backend never allocates
  * behind an op's back: its own buffers, the cuBLASLt workspace and the reduction scratch, are made
  * here once). Waiting polls the stream so that the NCCL comm can watch for asynchronous errors and
@@ -37,27 +37,41 @@ extern "C" int tri_cublas_check(cublasStatus_t st, const char *call, const char 
 
 /* ---- waiting, with watches ---- */
 
-extern "C" int tri_cuda_wait(tri_cuda *c)
+/* Polls query (the stream's or an event's) until its work is complete, running the watches between
+ * polls: spins briefly, then sleeps 50 us between polls. */
+static int poll_until_done(tri_cuda *c, cudaStream_t stream, cudaEvent_t ev)
 {
-    if (c->n_watch == 0)
-        return TRI_CUDA(cudaStreamSynchronize(c->stream));
     for (long polls = 0;; polls++) {
-        cudaError_t e = cudaStreamQuery(c->stream);
+        cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(stream);
         if (e == cudaSuccess)
             return TRI_OK;
         if (e != cudaErrorNotReady)
-            return tri_cuda_check(e, "cudaStreamQuery (an earlier op failed)", __FILE__, __LINE__);
+            return tri_cuda_check(e, ev ? "cudaEventQuery (an earlier op failed)" : "cudaStreamQuery (an earlier op failed)",
+                                  __FILE__, __LINE__);
         for (int i = 0; i < c->n_watch; i++) {
             int rc = c->watch[i].fn(c->watch[i].ctx);
             if (rc)
                 return rc;
         }
-        /* spin briefly, then sleep 50 us between polls */
         if (polls > 1000) {
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
         }
     }
+}
+
+extern "C" int tri_cuda_wait(tri_cuda *c)
+{
+    if (c->n_watch == 0)
+        return TRI_CUDA(cudaStreamSynchronize(c->stream));
+    return poll_until_done(c, c->stream, NULL);
+}
+
+extern "C" int tri_cuda_wait_event(tri_cuda *c, cudaEvent_t ev)
+{
+    if (c->n_watch == 0)
+        return TRI_CUDA(cudaEventSynchronize(ev));
+    return poll_until_done(c, NULL, ev);
 }
 
 extern "C" int tri_cuda_watch_add(tri_device *d, int (*fn)(void *ctx), void *ctx)
@@ -126,12 +140,31 @@ static int cuda_copy_to_host_async(tri_device *d, void *host, const void *src, s
     return TRI_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, tri_cuda_of(d)->stream));
 }
 
-/* Waits too, so the host buffer may be reused at once whether it is pageable or pinned. */
+/* The host buffer may be reused on return, pageable or pinned, and no upload makes the host wait for
+ * the device's queued work: an upload of at most TRI_CUDA_UPLOAD_SLOT_BYTES (a micro-batch's tokens,
+ * a flag) is copied into the next page-locked staging slot and sent with cudaMemcpyAsync, and an
+ * event recorded after it tells when the slot may be written again. The host waits only for that
+ * slot's previous copy, TRI_CUDA_UPLOAD_SLOTS uploads ago: done long before, unless the host is
+ * that many uploads ahead of the device, where the wait only paces it. A larger upload (weights
+ * from a checkpoint, outside the step) is sent from the caller's buffer and waited for. */
 static int cuda_copy_from_host(tri_device *d, void *dst, const void *host, size_t bytes)
 {
     tri_cuda *c = tri_cuda_of(d);
-    int rc = TRI_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
-    return rc ? rc : tri_cuda_wait(c);
+    if (bytes > TRI_CUDA_UPLOAD_SLOT_BYTES) {
+        int rc = TRI_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
+        return rc ? rc : tri_cuda_wait(c);
+    }
+    int slot = c->upload_next;
+    c->upload_next = (slot + 1) % TRI_CUDA_UPLOAD_SLOTS;
+    int rc = c->upload_used[slot] ? tri_cuda_wait_event(c, c->upload_done[slot]) : TRI_OK;
+    if (rc)
+        return rc;
+    char *stage = c->upload + (size_t)slot * TRI_CUDA_UPLOAD_SLOT_BYTES;
+    memcpy(stage, host, bytes);
+    rc = TRI_CUDA(cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, c->stream));
+    if (!rc) rc = TRI_CUDA(cudaEventRecord(c->upload_done[slot], c->stream));
+    c->upload_used[slot] = !rc;
+    return rc;
 }
 
 /* memmove semantics: overlapping ranges go through the workspace in chunks, in the safe order. */
@@ -165,6 +198,10 @@ static void release(tri_cuda *c)
     tri_cuda_gemm_cache_destroy(c->gemm);
     cudaFree(c->workspace);
     cudaFree(c->partials);
+    cudaFreeHost(c->upload);
+    for (int i = 0; i < TRI_CUDA_UPLOAD_SLOTS; i++)
+        if (c->upload_done[i])
+            cudaEventDestroy(c->upload_done[i]);
     if (c->lt)
         cublasLtDestroy(c->lt);
     if (c->stream)
@@ -321,6 +358,9 @@ extern "C" int tri_device_cuda_create(tri_device **out, int ordinal)
     if (!rc) rc = TRI_CUDA(cudaMalloc(&c->workspace, c->workspace_bytes));
     if (!rc) rc = TRI_CUDA(cudaMalloc((void **)&c->partials, TRI_CUDA_MAX_PARTIALS * sizeof(double)));
     if (!rc) rc = tri_cuda_gemm_cache_create(&c->gemm);
+    if (!rc) rc = TRI_CUDA(cudaMallocHost((void **)&c->upload, TRI_CUDA_UPLOAD_SLOTS * TRI_CUDA_UPLOAD_SLOT_BYTES));
+    for (int i = 0; i < TRI_CUDA_UPLOAD_SLOTS && !rc; i++)
+        rc = TRI_CUDA(cudaEventCreateWithFlags(&c->upload_done[i], cudaEventDisableTiming));
     int optin = 0;
     if (!rc) rc = TRI_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal));
     c->smem_optin = optin > 0 ? (size_t)optin : 0;

@@ -140,6 +140,32 @@ Test(gpu_ops, elementwise_and_copy)
     tri_device_host_free(gpu, host);
 }
 
+/* Uploads do not wait for the device (cuda_copy_from_host's page-locked staging slots): 3 rounds of
+ * the slots and more, each upload from one host buffer rewritten at once and into one device
+ * buffer that the next op reads, must add up in order; an upload over a slot's size takes the
+ * waiting path. Written 2026-11-28 without a GPU. */
+Test(gpu_ops, uploads_in_order)
+{
+    int64_t n = 1000, rounds = 3 * 8 + 1;
+    tri_tensor x = ot_tensor(gpu, tri_tensor_1d(NULL, TRI_F32, n), NULL);
+    tri_tensor acc = ot_tensor(gpu, tri_tensor_1d(NULL, TRI_F32, n), NULL);
+    cr_assert_eq(tri_op_zero(gpu, acc), TRI_OK);
+    float *h = ot_floats((size_t)n);
+    for (int64_t r = 1; r <= rounds; r++) {
+        for (int64_t i = 0; i < n; i++)
+            h[i] = (float)(r * (i + 1));
+        cr_assert_eq(tri_device_copy_from_host(gpu, x, h), TRI_OK, "%s", tri_error_message());
+        cr_assert_eq(tri_op_add(gpu, acc, acc, x), TRI_OK);
+    }
+    memset(h, 0, (size_t)n * sizeof *h);
+    const float *got = gpu_read(gpu, acc);
+    for (int64_t i = 0; i < n; i++) /* integers below 2^24: exact */
+        cr_assert_eq(got[i], (float)(rounds * (rounds + 1) / 2 * (i + 1)), "acc[%lld] = %g", (long long)i, got[i]);
+    int64_t big = (1 << 20) / 4 + 4099; /* one slot (1 MiB) and more */
+    both b = uniform(tri_tensor_1d(NULL, TRI_F32, big), -1, 1, 9);
+    cmp("an upload over a slot's size", b, 0.0);
+}
+
 Test(gpu_ops, reductions)
 {
     int64_t n = (1 << 20) + 3;
