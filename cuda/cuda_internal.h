@@ -120,6 +120,10 @@ int tri_cuda_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, t
 int tri_cuda_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
                                 tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
                                 tri_tensor rstd);
+int tri_cuda_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                                   tri_tensor a, tri_tensor b, tri_tensor w, tri_tensor bias);
+int tri_cuda_add_rmsnorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd, tri_tensor a,
+                                 tri_tensor b, tri_tensor w, float eps);
 int tri_cuda_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv);
 int tri_cuda_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
                                 tri_tensor qkv, tri_tensor att);

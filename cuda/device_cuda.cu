@@ -266,12 +266,14 @@ static const tri_device_ops cuda_ops = {
     /* .host_alloc = */ cuda_host_alloc,
     /* .host_free = */ cuda_host_free,
     /* .copy_to_host_async = */ cuda_copy_to_host_async,
+    /* .add_layernorm_forward = */ tri_cuda_add_layernorm_forward,
+    /* .add_rmsnorm_forward = */ tri_cuda_add_rmsnorm_forward,
 };
 
 /* The table is positional (C++17 has no designated initializers), so an op added to
  * engine/device/device.h and forgotten here would be a silent NULL entry: the build fails instead until
- * the count, and the table, are updated together (name + 49 ops). */
-#define TRI_CUDA_OPS_ENTRIES 50
+ * the count, and the table, are updated together (name + 51 ops). */
+#define TRI_CUDA_OPS_ENTRIES 52
 static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
               "engine/device/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
 

@@ -7,7 +7,8 @@
  * one per column; tested on the CPU against the CPU backend), run with the device's simple switch
  * on, or for dw, db when the chunk sums do not fit the workspace. Both compute the same additions in
  * the same order: the GPU suite holds them and the CPU backend to the same bits. Every tensor but
- * mean and rstd (fp32) is fp32 or bf16, each as its dtype says. */
+ * mean and rstd (fp32) is fp32 or bf16, each as its dtype says. The residual add before a layernorm
+ * runs in the layernorm's first pass (add_layernorm_forward_fast_kernel). */
 #include "cuda/kernels/layernorm.kern.h"
 #include "cuda/kernels/layernorm_fast.cuh"
 #include "cuda/launch.cuh"
@@ -24,6 +25,23 @@ extern "C" int tri_cuda_layernorm_forward(tri_device *d, tri_tensor out, tri_ten
     return TRI_CUDA_LAUNCH(layernorm_forward_fast_kernel, tri_warp_grid(N), 32 * TRI_ROWS_PER_BLOCK, cu->stream,
                            tri_data(out), tri_is_bf16(out), tri_fp(mean), tri_fp(rstd), tri_data(inp),
                            tri_is_bf16(inp), tri_data(w), tri_is_bf16(w), tri_data(b), tri_is_bf16(b), N, C);
+}
+
+/* res = a + b, then layernorm(res): the fused kernel; its twin is the two simple kernels in turn */
+extern "C" int tri_cuda_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean,
+                                              tri_tensor rstd, tri_tensor a, tri_tensor b, tri_tensor w,
+                                              tri_tensor bias)
+{
+    tri_cuda *cu = tri_cuda_of(d);
+    int64_t N = tri_tensor_rows(res), C = tri_tensor_cols(res);
+    if (cu->simple) {
+        int rc = tri_cuda_add(d, res, a, b);
+        return rc ? rc : tri_cuda_layernorm_forward(d, out, mean, rstd, res, w, bias);
+    }
+    return TRI_CUDA_LAUNCH(add_layernorm_forward_fast_kernel, tri_warp_grid(N), 32 * TRI_ROWS_PER_BLOCK, cu->stream,
+                           tri_data(res), tri_is_bf16(res), tri_data(out), tri_is_bf16(out), tri_fp(mean),
+                           tri_fp(rstd), tri_data(a), tri_is_bf16(a), tri_data(b), tri_is_bf16(b), tri_data(w),
+                           tri_is_bf16(w), tri_data(bias), tri_is_bf16(bias), N, C);
 }
 
 /* dw, db += the column sums: two passes through the workspace when the chunk sums fit it */

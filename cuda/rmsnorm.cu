@@ -22,6 +22,21 @@ extern "C" int tri_cuda_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tenso
                            tri_is_bf16(w), N, C, eps);
 }
 
+/* res = a + b, then rmsnorm(res): the fused kernel; its twin is the two simple kernels in turn */
+extern "C" int tri_cuda_add_rmsnorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd,
+                                            tri_tensor a, tri_tensor b, tri_tensor w, float eps)
+{
+    tri_cuda *cu = tri_cuda_of(d);
+    int64_t N = tri_tensor_rows(res), C = tri_tensor_cols(res);
+    if (cu->simple) {
+        int rc = tri_cuda_add(d, res, a, b);
+        return rc ? rc : tri_cuda_rmsnorm_forward(d, out, rstd, res, w, eps);
+    }
+    return TRI_CUDA_LAUNCH(add_rmsnorm_forward_fast_kernel, tri_warp_grid(N), 32 * TRI_ROWS_PER_BLOCK, cu->stream,
+                           tri_data(res), tri_is_bf16(res), tri_data(out), tri_is_bf16(out), tri_fp(rstd), tri_data(a),
+                           tri_is_bf16(a), tri_data(b), tri_is_bf16(b), tri_data(w), tri_is_bf16(w), N, C, eps);
+}
+
 extern "C" int tri_cuda_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout,
                                          tri_tensor inp, tri_tensor w, tri_tensor rstd)
 {

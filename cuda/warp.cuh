@@ -132,6 +132,41 @@ __device__ __forceinline__ int tri_lane(void)
     return (int)(threadIdx.x & 31);
 }
 
+/* The first pass of a norm over a row x of C (fp32 or bf16): adds each of the lane's values, or its
+ * square when `squares`, into the lane's slot sums r (math.h's slots; tri_warp_row_sum combines them). */
+__device__ __forceinline__ void tri_row_sums(float r[8], const void *x, int bf16, int64_t C, bool squares)
+{
+    bool vx = tri_aligned16(x);
+    float v[8] = {0};
+    for (int64_t i = 8 * tri_lane(); i < C; i += TRI_ROW_SLOTS) {
+        tri_load8(v, x, bf16, i, C, vx);
+        for (int k = 0; k < 8 && i + k < C; k++)
+            r[k] += squares ? v[k] * v[k] : v[k];
+    }
+}
+
+/* The first pass of a row's residual add fused into a norm: res = a + b over the lane's slots of
+ * the row (each element rounded once to res's dtype and stored), adding each stored value, or its
+ * square when `squares`, into the lane's slot sums r (what the norm's first pass over res would add). */
+__device__ __forceinline__ void tri_residual_row_sums(float r[8], void *res, int res_bf16, const void *a, int a_bf16,
+                                                      const void *b, int b_bf16, int64_t C, bool squares)
+{
+    bool vr = tri_aligned16(res), va = tri_aligned16(a), vb = tri_aligned16(b);
+    float v[8] = {0}, bv[8] = {0};
+    for (int64_t i = 8 * tri_lane(); i < C; i += TRI_ROW_SLOTS) {
+        tri_load8(v, a, a_bf16, i, C, va);
+        tri_load8(bv, b, b_bf16, i, C, vb);
+        for (int k = 0; k < 8; k++) {
+            v[k] = v[k] + bv[k];
+            if (res_bf16)
+                v[k] = tri_bf16_to_float(tri_float_to_bf16(v[k]));
+        }
+        tri_store8(res, res_bf16, i, C, v, vr);
+        for (int k = 0; k < 8 && i + k < C; k++)
+            r[k] += squares ? v[k] * v[k] : v[k];
+    }
+}
+
 /* Blocks for one warp per row over n rows (CUDA's grid limit 2^31 - 1 blocks in x is far). */
 static inline int64_t tri_warp_grid(int64_t rows)
 {

@@ -117,8 +117,8 @@ static int block_forward(tri_gpt *m, int l, tri_gpt_block_acts *a, tri_tensor x)
     tri_device *d = m->dev;
     int rc = tri_op_layernorm_forward(d, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b);
     if (!rc) rc = tri_attention_forward(&m->tp, m->tmp, &a->attn, a->ln1, &w->attn, &m->as);
-    if (!rc) rc = tri_op_add(d, a->res2, x, m->tmp);
-    if (!rc) rc = tri_op_layernorm_forward(d, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w, w->ln2_b);
+    if (!rc) rc = tri_op_add_layernorm_forward(d, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, m->tmp, w->ln2_w,
+                                               w->ln2_b); /* res2 = x + attn, ln2 = layernorm(res2) */
     if (!rc) rc = tri_mlp_forward(&m->tp, m->tmp, &a->mlp, a->ln2, &w->mlp, &m->ms);
     if (!rc) rc = tri_op_add(d, a->res3, a->res2, m->tmp);
     return rc;

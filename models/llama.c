@@ -146,8 +146,8 @@ static int block_forward(tri_llama *m, int l, tri_llama_block_acts *a, tri_tenso
     float eps = m->cfg.rms_norm_eps;
     int rc = tri_op_rmsnorm_forward(d, a->ln1, a->ln1_rstd, x, w->ln1_w, eps);
     if (!rc) rc = tri_llama_attention_forward(&m->tp, m->tmp, &a->attn, a->ln1, &w->attn, &m->as);
-    if (!rc) rc = tri_op_add(d, a->res2, x, m->tmp);
-    if (!rc) rc = tri_op_rmsnorm_forward(d, a->ln2, a->ln2_rstd, a->res2, w->ln2_w, eps);
+    if (!rc) rc = tri_op_add_rmsnorm_forward(d, a->res2, a->ln2, a->ln2_rstd, x, m->tmp, w->ln2_w,
+                                             eps); /* res2 = x + attn, ln2 = rmsnorm(res2) */
     if (!rc) rc = tri_swiglu_mlp_forward(&m->tp, m->tmp, &a->mlp, a->ln2, &w->mlp, &m->ms);
     if (!rc) rc = tri_op_add(d, a->res3, a->res2, m->tmp);
     return rc;

@@ -3,7 +3,8 @@
  * The fast kernels of the cuda/kernels/..._fast.cuh headers (the cross-entropy a warp or a block per
  * row with shared memory and warp shuffles; the element-wise ops and the conversion 8 elements a
  * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree; the
- * layernorm, RMSNorm and causal softmax rows a warp per row, GELU 8 elements a thread; SwiGLU and the
+ * layernorm, RMSNorm and causal softmax rows a warp per row, alone and after the residual add, GELU
+ * 8 elements a thread; SwiGLU and the
  * rotary embedding a block per row)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as real threads
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
@@ -328,6 +329,63 @@ Test(fast_kernels_cpu, norm_rows_same_bits_as_twins)
     for (size_t z = 0; z < sizeof Cs / sizeof *Cs; z++)
         for (int bf = 0; bf < 2; bf++)
             norm_rows_case(11, Cs[z], bf, 2000 + 10 * z + (uint64_t)bf);
+}
+
+/* The residual add fused into the norm after it (add_layernorm / add_rmsnorm_forward_fast_kernel)
+ * against the CPU backend's tri_op_add_layernorm_forward / _rmsnorm_forward, which run tri_op_add and
+ * then the norm (the op's definition): res, out and the statistics, bit for bit. res in bf16 (each
+ * sum rounded before the norm sums it) and fp32, inputs of mixed dtypes, res apart from a and b and
+ * in place of a. */
+static void residual_norm_case(int64_t N, int64_t C, int rb, int ab, int bb, bool in_place, uint64_t seed)
+{
+    tri_device *d = ot_device(1);
+    char what[128];
+    snprintf(what, sizeof what, "N %lld C %lld res %s, a %s, b %s%s", (long long)N, (long long)C,
+             rb ? "bf16" : "fp32", ab ? "bf16" : "fp32", bb ? "bf16" : "fp32", in_place ? ", res = a" : "");
+    if (in_place)
+        ab = rb;
+    size_t nc = (size_t)(N * C);
+    void *a = rand_typed(nc, ab, -2.0f, 2.0f, seed), *b = rand_typed(nc, bb, -2.0f, 2.0f, seed + 1);
+    void *w = rand_typed((size_t)C, rb, 0.5f, 1.5f, seed + 2), *bias = rand_typed((size_t)C, rb, -0.5f, 0.5f, seed + 3);
+    void *ca = copy_of(a, nc, ab);
+    void *res = in_place ? a : typed(nc, rb, NULL), *cres = in_place ? ca : typed(nc, rb, NULL);
+    void *out = typed(nc, rb, NULL), *cout = typed(nc, rb, NULL);
+    float *m = (float *)typed((size_t)N, 0, NULL), *cm = (float *)typed((size_t)N, 0, NULL);
+    float *r = (float *)typed((size_t)N, 0, NULL), *crs = (float *)typed((size_t)N, 0, NULL);
+    tri_tensor tres = tri_tensor_2d(cres, dt(rb), N, C), tout = tri_tensor_2d(cout, dt(rb), N, C);
+    tri_tensor ta = tri_tensor_2d(ca, dt(ab), N, C), tb = tri_tensor_2d(b, dt(bb), N, C);
+    tri_tensor tw = tri_tensor_1d(w, dt(rb), C), tbias = tri_tensor_1d(bias, dt(rb), C);
+    tri_tensor tm = tri_tensor_1d(cm, TRI_F32, N), tr = tri_tensor_1d(crs, TRI_F32, N);
+    unsigned grid = (unsigned)tri_warp_grid(N), block = 32 * TRI_ROWS_PER_BLOCK;
+    void *a0 = copy_of(a, nc, ab), *ca0 = copy_of(ca, nc, ab); /* the inputs again, for RMSNorm */
+    cr_assert_eq(tri_op_add_layernorm_forward(d, tres, tout, tm, tr, ta, tb, tw, tbias), TRI_OK, "%s", tri_error_message());
+    tri_emu_launch(grid, block, [&] {
+        add_layernorm_forward_fast_kernel(res, rb, out, rb, m, r, a, ab, b, bb, w, rb, bias, rb, N, C);
+    });
+    same(what, res, cres, nc, rb);
+    same(what, out, cout, nc, rb);
+    same(what, m, cm, (size_t)N, 0);
+    same(what, r, crs, (size_t)N, 0);
+    memcpy(a, a0, nc * (ab ? 2 : 4)), memcpy(ca, ca0, nc * (ab ? 2 : 4));
+    cr_assert_eq(tri_op_add_rmsnorm_forward(d, tres, tout, tr, ta, tb, tw, 1e-6f), TRI_OK, "%s", tri_error_message());
+    tri_emu_launch(grid, block, [&] {
+        add_rmsnorm_forward_fast_kernel(res, rb, out, rb, r, a, ab, b, bb, w, rb, N, C, 1e-6f);
+    });
+    same(what, res, cres, nc, rb);
+    same(what, out, cout, nc, rb);
+    same(what, r, crs, (size_t)N, 0);
+}
+
+Test(fast_kernels_cpu, residual_norm_rows_same_bits_as_cpu)
+{
+    const int64_t Cs[] = {2, 67, 768, 1600};
+    for (size_t z = 0; z < sizeof Cs / sizeof *Cs; z++)
+        for (int rb = 0; rb < 2; rb++) {
+            uint64_t seed = 2600 + 10 * z + (uint64_t)rb;
+            residual_norm_case(11, Cs[z], rb, rb, rb, false, seed);    /* one dtype */
+            residual_norm_case(11, Cs[z], rb, !rb, 1, false, seed + 5); /* mixed */
+            residual_norm_case(11, Cs[z], rb, rb, 1, true, seed + 7);   /* in place of a */
+        }
 }
 
 /* Causal softmax rows of B * NH sequences of T (row r is query r % T), forward then backward, in

@@ -224,6 +224,34 @@ Test(ops_errors, layernorm)
     expect_ok(ln_backward(d, ok), op);
 }
 
+/* The residual add fused into the norm after it: the add's arguments, an out that overlaps an input,
+ * and the norm's arguments, in both forms. */
+Test(ops_errors, residual_norms)
+{
+    tri_device *d = ot_device(1);
+    tri_tensor res = m2(d, N, C), out = m2(d, N, C), a = m2(d, N, C), b = m2(d, N, C), w = v1(d, C);
+    tri_tensor bias = v1(d, C), mean = v1(d, N), rstd = v1(d, N), wide = m2(d, N, C + 1);
+    tri_tensor none = tri_tensor_none();
+    const char *op = "add_layernorm_forward";
+    expect_ok(tri_op_add_layernorm_forward(d, res, out, mean, rstd, a, b, w, bias), op);
+    expect_ok(tri_op_add_layernorm_forward(d, a, out, mean, rstd, a, b, w, bias), op); /* res = a */
+    expect_einval(tri_op_add_layernorm_forward(d, none, out, mean, rstd, a, b, w, bias), op, "'res'");
+    expect_einval(tri_op_add_layernorm_forward(d, res, out, mean, rstd, as_i32(a), b, w, bias), op, "'a'");
+    expect_einval(tri_op_add_layernorm_forward(d, res, out, mean, rstd, a, wide, w, bias), op, "'b'");
+    expect_einval(tri_op_add_layernorm_forward(d, res, wide, mean, rstd, a, b, w, bias), op, "'out'");
+    expect_einval(tri_op_add_layernorm_forward(d, res, res, mean, rstd, a, b, w, bias), op, "'out' overlaps 'res'");
+    expect_einval(tri_op_add_layernorm_forward(d, res, b, mean, rstd, a, b, w, bias), op, "'out' overlaps 'b'");
+    expect_einval(tri_op_add_layernorm_forward(d, res, out, mean, rstd, a, b, v1(d, C + 1), bias), op, "'w'");
+    expect_einval(tri_op_add_layernorm_forward(d, res, out, mean, rstd, a, b, w, none), op, "'bias'");
+    expect_einval(tri_op_add_layernorm_forward(d, res, out, v1(d, N + 1), rstd, a, b, w, bias), op, "'mean'");
+    op = "add_rmsnorm_forward";
+    expect_ok(tri_op_add_rmsnorm_forward(d, res, out, rstd, a, b, w, 1e-6f), op);
+    expect_einval(tri_op_add_rmsnorm_forward(d, res, out, rstd, a, none, w, 1e-6f), op, "'b'");
+    expect_einval(tri_op_add_rmsnorm_forward(d, res, a, rstd, a, b, w, 1e-6f), op, "'out' overlaps 'a'");
+    expect_einval(tri_op_add_rmsnorm_forward(d, res, out, v1(d, N + 1), a, b, w, 1e-6f), op, "'rstd'");
+    expect_einval(tri_op_add_rmsnorm_forward(d, res, out, rstd, a, b, w, 0.0f), op, "eps");
+}
+
 Test(ops_errors, attention)
 {
     tri_device *d = ot_device(1);

@@ -7,28 +7,15 @@
 
 #include "cuda/warp.cuh"
 
-/* out(N,C) = layernorm(inp) * w + b, mean(N), rstd(N): a warp per row (math.h's
- * tri_layernorm_row_forward_mixed with its sums across the lanes) */
-__global__ void layernorm_forward_fast_kernel(void *out, int out_bf16, float *mean, float *rstd, const void *inp,
-                                              int inp_bf16, const void *w, int w_bf16, const void *b, int b_bf16,
-                                              int64_t N, int64_t C)
+/* The rest of a row's layernorm once its mean m is known (the lane's slots of the row x, fp32 or
+ * bf16): the variance's sum across the lanes, then out = (x - m) * rstd * w + b, and mean, rstd. */
+__device__ __forceinline__ void layernorm_row_finish(void *o, int out_bf16, float *mean, float *rstd, const void *x,
+                                                     int inp_bf16, const void *w, int w_bf16, const void *b,
+                                                     int b_bf16, int64_t row, int64_t C, float m)
 {
-    int64_t row = tri_warp_row();
-    if (row >= N)
-        return;
     int lane = tri_lane();
-    const void *x = tri_at(inp, inp_bf16, row * C);
-    void *o = tri_at(out, out_bf16, row * C);
     bool vx = tri_aligned16(x), vo = tri_aligned16(o), vw = tri_aligned16(w), vb = tri_aligned16(b);
     float r[8] = {0}, v[8] = {0}, wv[8] = {0}, bv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        for (int k = 0; k < 8 && i + k < C; k++)
-            r[k] += v[k];
-    }
-    float m = tri_warp_row_sum(r) / (float)C;
-    for (int k = 0; k < 8; k++)
-        r[k] = 0.0f;
     for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
         tri_load8(v, x, inp_bf16, i, C, vx);
         for (int k = 0; k < 8 && i + k < C; k++) {
@@ -50,6 +37,43 @@ __global__ void layernorm_forward_fast_kernel(void *out, int out_bf16, float *me
         mean[row] = m;
         rstd[row] = rs;
     }
+}
+
+/* out(N,C) = layernorm(inp) * w + b, mean(N), rstd(N): a warp per row (math.h's
+ * tri_layernorm_row_forward_mixed with its sums across the lanes) */
+__global__ void layernorm_forward_fast_kernel(void *out, int out_bf16, float *mean, float *rstd, const void *inp,
+                                              int inp_bf16, const void *w, int w_bf16, const void *b, int b_bf16,
+                                              int64_t N, int64_t C)
+{
+    int64_t row = tri_warp_row();
+    if (row >= N)
+        return;
+    const void *x = tri_at(inp, inp_bf16, row * C);
+    float r[8] = {0};
+    tri_row_sums(r, x, inp_bf16, C, false);
+    float m = tri_warp_row_sum(r) / (float)C;
+    layernorm_row_finish(tri_at(out, out_bf16, row * C), out_bf16, mean, rstd, x, inp_bf16, w, w_bf16, b, b_bf16,
+                         row, C, m);
+}
+
+/* res(N,C) = a + b, then out, mean, rstd = layernorm(res) * w + bias: one warp a row, the add in the
+ * pass that sums the mean; the later passes read back res, which each lane wrote itself (its own
+ * slots). The bits of add_fast_kernel then layernorm_forward_fast_kernel. res may alias a or b. */
+__global__ void add_layernorm_forward_fast_kernel(void *res, int res_bf16, void *out, int out_bf16, float *mean,
+                                                  float *rstd, const void *a, int a_bf16, const void *b, int b_bf16,
+                                                  const void *w, int w_bf16, const void *bias, int bias_bf16,
+                                                  int64_t N, int64_t C)
+{
+    int64_t row = tri_warp_row();
+    if (row >= N)
+        return;
+    void *x = tri_at(res, res_bf16, row * C);
+    float r[8] = {0};
+    tri_residual_row_sums(r, x, res_bf16, tri_at(a, a_bf16, row * C), a_bf16, tri_at(b, b_bf16, row * C), b_bf16, C,
+                          false);
+    float m = tri_warp_row_sum(r) / (float)C;
+    layernorm_row_finish(tri_at(out, out_bf16, row * C), out_bf16, mean, rstd, x, res_bf16, w, w_bf16, bias,
+                         bias_bf16, row, C, m);
 }
 
 /* dinp(N,C) += the input gradient: a warp per row (math.h's tri_layernorm_row_backward_input_mixed) */

@@ -7,23 +7,15 @@
 
 #include "cuda/warp.cuh"
 
-/* out(N,C) = (inp * rstd) * w, rstd(N): math.h's tri_rmsnorm_row_forward_mixed, a warp per row */
-__global__ void rmsnorm_forward_fast_kernel(void *out, int out_bf16, float *rstd, const void *inp, int inp_bf16,
-                                            const void *w, int w_bf16, int64_t N, int64_t C, float eps)
+/* The rest of a row's RMSNorm once the lanes hold their slots' sums of squares in r: rstd, then
+ * out = (x * rstd) * w. */
+__device__ __forceinline__ void rmsnorm_row_finish(void *o, int out_bf16, float *rstd, const void *x, int inp_bf16,
+                                                   const void *w, int w_bf16, int64_t row, int64_t C, float eps,
+                                                   float r[8])
 {
-    int64_t row = tri_warp_row();
-    if (row >= N)
-        return;
     int lane = tri_lane();
-    const void *x = tri_at(inp, inp_bf16, row * C);
-    void *o = tri_at(out, out_bf16, row * C);
     bool vx = tri_aligned16(x), vo = tri_aligned16(o), vw = tri_aligned16(w);
-    float r[8] = {0}, v[8] = {0}, wv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        for (int k = 0; k < 8 && i + k < C; k++)
-            r[k] += v[k] * v[k];
-    }
+    float v[8] = {0}, wv[8] = {0};
     float rs = 1.0f / sqrtf(tri_warp_row_sum(r) / (float)C + eps);
     for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
         tri_load8(v, x, inp_bf16, i, C, vx);
@@ -34,6 +26,36 @@ __global__ void rmsnorm_forward_fast_kernel(void *out, int out_bf16, float *rstd
     }
     if (lane == 0)
         rstd[row] = rs;
+}
+
+/* out(N,C) = (inp * rstd) * w, rstd(N): math.h's tri_rmsnorm_row_forward_mixed, a warp per row */
+__global__ void rmsnorm_forward_fast_kernel(void *out, int out_bf16, float *rstd, const void *inp, int inp_bf16,
+                                            const void *w, int w_bf16, int64_t N, int64_t C, float eps)
+{
+    int64_t row = tri_warp_row();
+    if (row >= N)
+        return;
+    const void *x = tri_at(inp, inp_bf16, row * C);
+    float r[8] = {0};
+    tri_row_sums(r, x, inp_bf16, C, true);
+    rmsnorm_row_finish(tri_at(out, out_bf16, row * C), out_bf16, rstd, x, inp_bf16, w, w_bf16, row, C, eps, r);
+}
+
+/* res(N,C) = a + b, then out, rstd = rmsnorm(res) * w: one warp a row, the add in the pass that sums
+ * the squares (warp.cuh's tri_residual_row_sums); the bits of add_fast_kernel then
+ * rmsnorm_forward_fast_kernel. res may alias a or b. */
+__global__ void add_rmsnorm_forward_fast_kernel(void *res, int res_bf16, void *out, int out_bf16, float *rstd,
+                                                const void *a, int a_bf16, const void *b, int b_bf16, const void *w,
+                                                int w_bf16, int64_t N, int64_t C, float eps)
+{
+    int64_t row = tri_warp_row();
+    if (row >= N)
+        return;
+    void *x = tri_at(res, res_bf16, row * C);
+    float r[8] = {0};
+    tri_residual_row_sums(r, x, res_bf16, tri_at(a, a_bf16, row * C), a_bf16, tri_at(b, b_bf16, row * C), b_bf16, C,
+                          true);
+    rmsnorm_row_finish(tri_at(out, out_bf16, row * C), out_bf16, rstd, x, res_bf16, w, w_bf16, row, C, eps, r);
 }
 
 /* dinp(N,C) += the input gradient: math.h's tri_rmsnorm_row_backward_input_mixed, a warp per row */

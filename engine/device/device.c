@@ -509,6 +509,30 @@ int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
     return widen_end(&w, w.rc ? 0 : DISPATCH(d, bias_backward, dbias, dout));
 }
 
+/* ---- the residual add fused into the norm after it ---- */
+
+/* The add's half of a fused add + norm: res a float (N, C) matrix, a and b float with res's numel,
+ * out a float (N, C) matrix apart from res, a and b (each output row is written after its sums). */
+static int check_residual(const char *op, tri_tensor res, tri_tensor out, tri_tensor a, tri_tensor b)
+{
+    int rc = need_float(op, "res", res);
+    if (!rc) rc = need_float(op, "a", a);
+    if (!rc) rc = need_float(op, "b", b);
+    if (!rc) rc = need_numel(op, "a", a, tri_tensor_numel(res));
+    if (!rc) rc = need_numel(op, "b", b, tri_tensor_numel(res));
+    if (!rc) rc = need_float(op, "out", out);
+    if (!rc) rc = need_matrix(op, "out", out, tri_tensor_rows(res), tri_tensor_cols(res));
+    const tri_tensor *in[3] = {&res, &a, &b};
+    const char *names[3] = {"res", "a", "b"};
+    const char *o = out.data;
+    for (int i = 0; i < 3 && !rc; i++) {
+        const char *x = in[i]->data;
+        if (!(o + tri_tensor_bytes(out) <= x || x + tri_tensor_bytes(*in[i]) <= o))
+            rc = TRI_ERR(TRI_EINVAL, "%s: 'out' overlaps '%s' (only res may alias a or b)", op, names[i]);
+    }
+    return rc;
+}
+
 /* ---- layernorm ---- */
 
 /* b_name: "b" in forward; backward passes dw in that place. */
@@ -540,6 +564,23 @@ int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri
     wide(&wd, &w, false);
     wide(&wd, &b, false);
     return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, layernorm_forward, out, mean, rstd, inp, w, b));
+}
+
+/* The backend's fused kernel where it has one and computes bf16 natively; else the two ops, whose
+ * sequence is the definition (device.h). */
+int tri_op_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                                 tri_tensor a, tri_tensor b, tri_tensor w, tri_tensor bias)
+{
+    const char *op = "add_layernorm_forward";
+    int rc = check_residual(op, res, out, a, b);
+    if (!rc) rc = check_layernorm(op, res, w, bias, "bias", mean, rstd);
+    if (rc)
+        return rc;
+    if (!d->ops->add_layernorm_forward || !d->native_bf16) {
+        rc = tri_op_add(d, res, a, b);
+        return rc ? rc : tri_op_layernorm_forward(d, out, mean, rstd, res, w, bias);
+    }
+    return DISPATCH(d, add_layernorm_forward, res, out, mean, rstd, a, b, w, bias);
 }
 
 int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
@@ -701,6 +742,24 @@ int tri_op_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_t
     wide(&wd, &inp, false);
     wide(&wd, &w, false);
     return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rmsnorm_forward, out, rstd, inp, w, eps));
+}
+
+/* As tri_op_add_layernorm_forward, for RMSNorm. */
+int tri_op_add_rmsnorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd, tri_tensor a,
+                               tri_tensor b, tri_tensor w, float eps)
+{
+    const char *op = "add_rmsnorm_forward";
+    int rc = check_residual(op, res, out, a, b);
+    if (!rc) rc = check_rmsnorm(op, res, w, rstd);
+    if (!rc && !(eps > 0.0f))
+        rc = TRI_ERR(TRI_EINVAL, "%s: eps %g must be positive", op, (double)eps);
+    if (rc)
+        return rc;
+    if (!d->ops->add_rmsnorm_forward || !d->native_bf16) {
+        rc = tri_op_add(d, res, a, b);
+        return rc ? rc : tri_op_rmsnorm_forward(d, out, rstd, res, w, eps);
+    }
+    return DISPATCH(d, add_rmsnorm_forward, res, out, rstd, a, b, w, eps);
 }
 
 int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,

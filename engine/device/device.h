@@ -132,10 +132,15 @@ typedef struct tri_device_ops {
     void (*host_free)(tri_device *d, void *ptr);
     /* optional (NULL: the wrapper copies at once with copy_to_host) */
     int (*copy_to_host_async)(tri_device *d, void *host, const void *src, size_t bytes);
+    /* optional fusions (NULL: the wrapper runs the ops they fuse, in order, which defines their bits) */
+    int (*add_layernorm_forward)(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                                 tri_tensor a, tri_tensor b, tri_tensor w, tri_tensor bias);
+    int (*add_rmsnorm_forward)(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd, tri_tensor a,
+                               tri_tensor b, tri_tensor w, float eps);
 } tri_device_ops;
 
 /* Per-op time and call counts, kept when profiling is on (tri_device_profile_enable). */
-#define TRI_PROFILE_SLOTS 48
+#define TRI_PROFILE_SLOTS 64
 typedef struct tri_op_profile {
     const char *name[TRI_PROFILE_SLOTS];
     double seconds[TRI_PROFILE_SLOTS];
@@ -247,6 +252,14 @@ int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout);
  * out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) saved for backward. */
 int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
                              tri_tensor inp, tri_tensor w, tri_tensor b);
+/* The residual add fused into the layernorm that follows it (as llm.c's fused residual forward):
+ * res(N,C) = a + b, then out, mean, rstd = layernorm_forward(res, w, bias); the same bits as
+ * tri_op_add followed by tri_op_layernorm_forward (each res element rounded once to res's dtype and
+ * normalised as stored), which is what a backend without the fusion runs. res may alias a or b;
+ * out, mean and rstd alias nothing. One pass over a and b instead of writing res and reading it
+ * back in a second kernel. TRI_EINVAL naming the argument on a shape or dtype mismatch. */
+int tri_op_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                                 tri_tensor a, tri_tensor b, tri_tensor w, tri_tensor bias);
 /* dinp(N,C) +=, dw(C) +=, db(C) += the gradients given dout(N,C). */
 int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
                               tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
@@ -288,6 +301,10 @@ int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor d
  * out(N,C) = (inp * rstd) * w with rstd(N) f32 = 1 / sqrt(mean(inp^2) + eps) (engine/core/math.h's row
  * order), saved for backward. */
 int tri_op_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps);
+/* res(N,C) = a + b, then out, rstd = rmsnorm_forward(res, w, eps): the same bits as tri_op_add
+ * followed by tri_op_rmsnorm_forward (see tri_op_add_layernorm_forward; same aliasing rules). */
+int tri_op_add_rmsnorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd, tri_tensor a,
+                               tri_tensor b, tri_tensor w, float eps);
 /* dinp(N,C) +=, dw(C) += the gradients given dout(N,C). */
 int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
                             tri_tensor w, tri_tensor rstd);

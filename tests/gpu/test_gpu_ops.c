@@ -913,6 +913,24 @@ static void layernorm_exact_case(int64_t N, int64_t C, int bf16, uint64_t seed)
         snprintf(what, sizeof what, "bias_backward %s %s N %lld C %lld", form, bf16 ? "bf16" : "fp32", (long long)N,
                  (long long)C);
         cmp(what, dbias, 0.0);
+        /* the residual add fused into the norm (written 2026-11-28 without a GPU): res = x + g, in
+         * res's dtype, then the norm of res; g stays fp32-or-bf16 as x */
+        both res = make_as(m2(N, C), NULL, bf16), o2 = make_as(m2(N, C), NULL, bf16);
+        BOTH(tri_op_add_layernorm_forward(cpu, res.c, o2.c, mean.c, rstd.c, x.c, g.c, w.c, b.c),
+             tri_op_add_layernorm_forward(gpu, res.g, o2.g, mean.g, rstd.g, x.g, g.g, w.g, b.g));
+        snprintf(what, sizeof what, "add_layernorm_forward %s %s N %lld C %lld", form, bf16 ? "bf16" : "fp32",
+                 (long long)N, (long long)C);
+        cmp(what, res, 0.0);
+        cmp(what, o2, 0.0);
+        cmp("add_layernorm_forward mean, exact", mean, 0.0);
+        cmp("add_layernorm_forward rstd, exact", rstd, 0.0);
+        BOTH(tri_op_add_rmsnorm_forward(cpu, res.c, o2.c, rstd.c, x.c, dout.c, w.c, 1e-6f),
+             tri_op_add_rmsnorm_forward(gpu, res.g, o2.g, rstd.g, x.g, dout.g, w.g, 1e-6f));
+        snprintf(what, sizeof what, "add_rmsnorm_forward %s %s N %lld C %lld", form, bf16 ? "bf16" : "fp32",
+                 (long long)N, (long long)C);
+        cmp(what, res, 0.0);
+        cmp(what, o2, 0.0);
+        cmp("add_rmsnorm_forward rstd, exact", rstd, 0.0);
     }
     cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
 }
