@@ -3,9 +3,18 @@
  * accesses) run in the CPU suite as they are written, against the CPU backend; the emulation of the
  * tiled attention kernels (cuda/kernels/mma_shim.h) runs its blocks on it too.
  *
- * A launch (tri_emu_launch, tri_emu_launch_2d) runs each block as blockDim.x real threads (a pool
- * of std::threads kept for every launch), a multiple of 32, with a barrier for the block
- * (__syncthreads) and one per warp (__syncwarp); blocks run one after another on the same threads. So a kernel's `__shared__` arrays can be function statics: one block at a time uses
+ * A launch (tri_emu_launch, tri_emu_launch_2d) runs its blocks one after another, each as blockDim.x
+ * lanes with a barrier for the block (__syncthreads) and one per warp (__syncwarp). By default the
+ * lanes are fibers on the launching thread (ucontext: a stack each, kept from launch to launch): a
+ * lane runs until it reaches a barrier or ends, then the next; a barrier lets its lanes go on once
+ * all have come. With TRI_EMU_OS_THREADS defined they are OS threads from a pool, and the barriers
+ * pthread barriers, which ThreadSanitizer understands (the ad hoc race checks of
+ * docs/cuda-correctness.md build so): a missing barrier is then a reported race, where fibers,
+ * switching only at barriers, give one fixed interleaving. Fibers cost a context switch per lane
+ * and barrier instead of a futex round among hundreds of threads on a few cores: the emulated CUDA
+ * build (tests/cuda_emu/) runs whole training steps on them. (AddressSanitizer warns once that it
+ * does not fully support swapcontext: it clears a fiber's stack shadow on resuming it.) Either way a kernel's `__shared__`
+ * arrays can be function statics: one block at a time uses
  * them, and a block finds the last one's values there, as a GPU block may find garbage, so a kernel
  * that reads shared memory before writing it is wrong in both. __shfl_xor_sync goes through a
  * per-warp exchange buffer and a warp barrier: every lane of the warp must call it, as the full
@@ -21,6 +30,10 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 
 #include <condition_variable>
 #include <functional>
@@ -48,14 +61,17 @@ static inline float4 make_float4(float x, float y, float z, float w)
     return float4{x, y, z, w};
 }
 
+static thread_local tri_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+static thread_local unsigned tri_emu_shfl_turn; /* which of the two buffers this lane's next shuffle uses */
+
+#if defined(TRI_EMU_OS_THREADS) /* ---- a block's lanes as OS threads (for ThreadSanitizer) ---- */
+
 /* The running block's barriers and the warps' shuffle buffers (two, used in turn). */
 struct tri_emu_block {
     pthread_barrier_t block, warp[32];
     float xchg[2][32][32];
 };
-static thread_local tri_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 static thread_local tri_emu_block *tri_emu_cur;
-static thread_local unsigned tri_emu_shfl_turn; /* which of the two buffers this lane's next shuffle uses */
 
 static inline void __syncthreads(void)
 {
@@ -142,7 +158,7 @@ static inline tri_emu_pool &tri_emu_the_pool(void)
 }
 
 /* Runs kernel() (a call of the kernel with its arguments) on a grid of grid_x x grid_y blocks of
- * `block` threads (block a multiple of 32, at most 1024), as <<<dim3(grid_x, grid_y), block>>>
+ * `block` threads (1 to 1024; a last partial warp's shuffles see only its own lanes), as <<<dim3(grid_x, grid_y), block>>>
  * would, x fastest, and returns when all have ended. */
 static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned block,
                                      const std::function<void()> &kernel)
@@ -150,8 +166,8 @@ static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned 
     tri_emu_pool &p = tri_emu_the_pool();
     tri_emu_block blk;
     pthread_barrier_init(&blk.block, NULL, block);
-    for (unsigned w = 0; w < block / 32; w++)
-        pthread_barrier_init(&blk.warp[w], NULL, 32);
+    for (unsigned w = 0; w < (block + 31) / 32; w++) /* a last, partial warp has its own count */
+        pthread_barrier_init(&blk.warp[w], NULL, block - 32 * w < 32 ? block - 32 * w : 32);
     {
         std::unique_lock<std::mutex> lk(p.mu);
         while (p.threads.size() < block) {
@@ -169,9 +185,184 @@ static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned 
         p.done.wait(lk, [&] { return p.running == 0; });
     }
     pthread_barrier_destroy(&blk.block);
-    for (unsigned w = 0; w < block / 32; w++)
+    for (unsigned w = 0; w < (block + 31) / 32; w++)
         pthread_barrier_destroy(&blk.warp[w]);
 }
+
+#else /* ---- a block's lanes as fibers on the launching thread (the default) ---- */
+
+/* Where a lane stands: running (or ready to), waiting at the block's or its warp's barrier, done. */
+enum tri_emu_state { TRI_EMU_RUN, TRI_EMU_AT_BLOCK, TRI_EMU_AT_WARP, TRI_EMU_DONE };
+
+struct tri_emu_lane {
+    ucontext_t ctx;
+    int state;
+    unsigned shfl_turn;
+};
+
+#define TRI_EMU_STACK_BYTES ((size_t)256 << 10) /* each lane's stack, a guard page at its end */
+
+/* The launching thread's fibers: one per lane of the largest block so far, with their stacks (kept
+ * from launch to launch), the scheduler's context and the warps' shuffle buffers. */
+struct tri_emu_fibers {
+    ucontext_t sched;
+    tri_emu_lane *lane = nullptr;
+    char *stacks = nullptr;
+    unsigned cap = 0, cur = 0;
+    const std::function<void()> *kernel = nullptr;
+    float xchg[2][32][32];
+
+    void reserve(unsigned n)
+    {
+        if (n <= cap)
+            return;
+        release();
+        stacks = (char *)mmap(NULL, n * TRI_EMU_STACK_BYTES, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        lane = new tri_emu_lane[n];
+        if (stacks == MAP_FAILED) {
+            fprintf(stderr, "cuda_emu: cannot map the stacks of %u lanes\n", n);
+            abort();
+        }
+        for (unsigned t = 0; t < n; t++) /* stacks grow down: the guard is each one's lowest page */
+            mprotect(stacks + t * TRI_EMU_STACK_BYTES, 4096, PROT_NONE);
+        cap = n;
+    }
+
+    void release()
+    {
+        if (cap)
+            munmap(stacks, cap * TRI_EMU_STACK_BYTES);
+        delete[] lane;
+        lane = nullptr, stacks = nullptr, cap = 0;
+    }
+
+    ~tri_emu_fibers()
+    {
+        release();
+    }
+};
+static thread_local tri_emu_fibers tri_emu_fib;
+
+/* A lane's life: the kernel, then back to the scheduler (uc_link) for good. */
+static inline void tri_emu_lane_main(void)
+{
+    (*tri_emu_fib.kernel)();
+    tri_emu_fib.lane[tri_emu_fib.cur].state = TRI_EMU_DONE;
+}
+
+/* The running lane waits at a barrier: the scheduler runs the others and resumes it when they
+ * have all come (it sets threadIdx and the shuffle turn back before it does). */
+static inline void tri_emu_wait(int state)
+{
+    tri_emu_lane &l = tri_emu_fib.lane[tri_emu_fib.cur];
+    l.state = state;
+    swapcontext(&l.ctx, &tri_emu_fib.sched);
+}
+
+static inline void __syncthreads(void)
+{
+    tri_emu_wait(TRI_EMU_AT_BLOCK);
+}
+
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    (void)mask;
+    tri_emu_wait(TRI_EMU_AT_WARP);
+}
+
+/* As with OS threads: two buffers used in turn, one warp barrier a shuffle. */
+static inline float __shfl_xor_sync(unsigned mask, float v, int k)
+{
+    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, b = tri_emu_shfl_turn;
+    tri_emu_shfl_turn ^= 1u;
+    tri_emu_fib.xchg[b][w][lane] = v;
+    __syncwarp(mask);
+    return tri_emu_fib.xchg[b][w][lane ^ (unsigned)k];
+}
+
+/* Runs one block of n lanes: each lane runs until it waits at a barrier or ends, in lane order;
+ * then every warp whose lanes all wait at __syncwarp (or have ended) goes on, or, when none does
+ * and all the block's lanes wait at __syncthreads (or have ended), the block goes on. A lane that
+ * ended counts as arrived, as in CUDA. Anything else can never go on (lanes of a warp split
+ * between the two barriers, as CUDA leaves undefined): reported, and the process aborts. */
+static inline void tri_emu_run_block(unsigned n)
+{
+    tri_emu_fibers &F = tri_emu_fib;
+    for (unsigned t = 0; t < n; t++) {
+        tri_emu_lane &l = F.lane[t];
+        getcontext(&l.ctx);
+        l.ctx.uc_stack.ss_sp = F.stacks + t * TRI_EMU_STACK_BYTES;
+        l.ctx.uc_stack.ss_size = TRI_EMU_STACK_BYTES;
+        l.ctx.uc_link = &F.sched;
+        makecontext(&l.ctx, tri_emu_lane_main, 0);
+        l.state = TRI_EMU_RUN;
+        l.shfl_turn = 0;
+    }
+    for (;;) {
+        for (unsigned t = 0; t < n; t++)
+            if (F.lane[t].state == TRI_EMU_RUN) {
+                F.cur = t;
+                threadIdx = tri_emu_dim3{t, 0, 0};
+                tri_emu_shfl_turn = F.lane[t].shfl_turn;
+                swapcontext(&F.sched, &F.lane[t].ctx);
+                F.lane[t].shfl_turn = tri_emu_shfl_turn;
+            }
+        unsigned done = 0, at_block = 0;
+        bool moved = false;
+        for (unsigned w = 0; w < (n + 31) / 32; w++) {
+            unsigned end = 32 * w + 32 < n ? 32 * w + 32 : n, at_warp = 0, here = 0;
+            for (unsigned t = 32 * w; t < end; t++) {
+                int st = F.lane[t].state;
+                here += st == TRI_EMU_DONE;
+                at_warp += st == TRI_EMU_AT_WARP;
+                at_block += st == TRI_EMU_AT_BLOCK;
+            }
+            done += here;
+            if (at_warp && at_warp + here == end - 32 * w) {
+                for (unsigned t = 32 * w; t < end; t++)
+                    if (F.lane[t].state == TRI_EMU_AT_WARP)
+                        F.lane[t].state = TRI_EMU_RUN;
+                moved = true;
+            }
+        }
+        if (done == n)
+            return;
+        if (!moved && at_block + done == n) {
+            for (unsigned t = 0; t < n; t++)
+                if (F.lane[t].state == TRI_EMU_AT_BLOCK)
+                    F.lane[t].state = TRI_EMU_RUN;
+            moved = true;
+        }
+        if (!moved) {
+            fprintf(stderr, "cuda_emu: block (%u, %u) of %u lanes cannot go on: a warp's lanes wait at "
+                    "different barriers\n", blockIdx.x, blockIdx.y, n);
+            abort();
+        }
+    }
+}
+
+/* Runs kernel() (a call of the kernel with its arguments) on a grid of grid_x x grid_y blocks of
+ * `block` threads (1 to 1024), as <<<dim3(grid_x, grid_y), block>>> would, x fastest, and returns
+ * when all have ended. */
+static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned block,
+                                     const std::function<void()> &kernel)
+{
+    tri_emu_fibers &F = tri_emu_fib;
+    F.reserve(block);
+    const std::function<void()> *outer = F.kernel;
+    F.kernel = &kernel;
+    blockDim = tri_emu_dim3{block, 1, 1};
+    gridDim = tri_emu_dim3{grid_x, grid_y, 1};
+    for (unsigned y = 0; y < grid_y; y++)
+        for (unsigned x = 0; x < grid_x; x++) {
+            blockIdx = tri_emu_dim3{x, y, 0};
+            tri_emu_run_block(block);
+        }
+    F.kernel = outer;
+}
+
+#endif
 
 /* The same over a one-dimensional grid: <<<grid, block>>>. */
 static inline void tri_emu_launch(unsigned grid, unsigned block, const std::function<void()> &kernel)
