@@ -13,7 +13,7 @@
 static int convert_fast(tri_cuda *cu, tri_tensor dst, tri_tensor src, int64_t n)
 {
     bool vec = tri_aligned16_host(dst.data) && tri_aligned16_host(src.data);
-    return TRI_CUDA_LAUNCH(convert_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(dst),
+    return TRI_CUDA_LAUNCH_STRIDED(convert_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(dst),
                            tri_is_bf16(dst), tri_data(src), tri_is_bf16(src), n, vec);
 }
 

@@ -10,6 +10,8 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/kernels/shim.h"
 
+#if !defined(TRI_CUDA_EMU_HOST)
+
 #define TRI_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                          \
     (kernel<<<(unsigned)(grid), (unsigned)(block), 0, (stream)>>>(__VA_ARGS__),                    \
      tri_cuda_check(cudaGetLastError(), "launch of " #kernel, __FILE__, __LINE__))
@@ -17,6 +19,39 @@
 /* One launch over n work items with the simple kernels' shape. */
 #define TRI_CUDA_LAUNCH_N(kernel, n, stream, ...)                                                  \
     TRI_CUDA_LAUNCH(kernel, tri_grid_for((n), TRI_BLOCK), TRI_BLOCK, stream, __VA_ARGS__)
+
+/* A launch of a fast kernel that strides over its work by the grid's size (8 elements a thread, or
+ * a block a row), so that any grid gives its result: on a GPU the same as TRI_CUDA_LAUNCH. */
+#define TRI_CUDA_LAUNCH_STRIDED(kernel, grid, block, stream, ...)                                  \
+    TRI_CUDA_LAUNCH(kernel, grid, block, stream, __VA_ARGS__)
+
+#else /* the emulated CUDA build (tests/cuda_emu/): the launch runs at once, as blocks of threads */
+
+/* A launch CUDA would refuse (an empty grid, a block of 0 or over 1024 threads) fails as there. */
+static inline cudaError_t tri_emu_cuda_launch(int64_t grid, int64_t block, const std::function<void()> &kernel)
+{
+    if (grid < 1 || grid > 2147483647 || block < 1 || block > 1024)
+        return cudaErrorInvalidValue;
+    tri_emu_launch((unsigned)grid, (unsigned)block, kernel);
+    return cudaSuccess;
+}
+
+#define TRI_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                          \
+    ((void)(stream), tri_cuda_check(tri_emu_cuda_launch((grid), (block), [&] { kernel(__VA_ARGS__); }), \
+                                    "launch of " #kernel, __FILE__, __LINE__))
+
+/* The simple kernels stride over their n items (cuda/kernels/shim.h), so any grid gives their
+ * result: the emulation runs at most 8 blocks of one warp, which makes the loops turn and keeps
+ * the launch cheap. */
+#define TRI_CUDA_LAUNCH_N(kernel, n, stream, ...)                                                  \
+    TRI_CUDA_LAUNCH(kernel, tri_grid_for((n), 32) < 8 ? tri_grid_for((n), 32) : 8, 32, stream, __VA_ARGS__)
+
+/* The fast kernels that stride: their real block (shared memory and warp sums are sized by it) on at
+ * most 2 blocks, so the grid loop turns and a launch over millions of elements stays cheap. */
+#define TRI_CUDA_LAUNCH_STRIDED(kernel, grid, block, stream, ...)                                  \
+    TRI_CUDA_LAUNCH(kernel, (grid) < 2 ? (grid) : 2, block, stream, __VA_ARGS__)
+
+#endif
 
 /* An argument the interface keeps fp32 (mean, rstd, statistics, AdamW, fixed point). */
 static inline float *tri_fp(tri_tensor t)

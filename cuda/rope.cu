@@ -15,7 +15,7 @@ static int rope(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(rope_kernel, N * n_heads * half, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
                                  tri_fp(sin), N, W, n_heads, half, T, row0, backward);
-    return TRI_CUDA_LAUNCH(rope_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
+    return TRI_CUDA_LAUNCH_STRIDED(rope_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
                            tri_fp(sin), N, W, n_heads, half, T, row0, backward);
 }
 

@@ -61,6 +61,16 @@ TRI_HD int tri_piece_of(const int64_t *first, int n, int64_t i)
 #define TRI_BLOCK_DIM ((int64_t)blockDim.x)
 #define TRI_GRID_DIM ((int64_t)gridDim.x)
 
+#elif defined(TRI_CUDA_EMU_HOST)
+
+/* The emulated CUDA build (tests/cuda_emu/): C++ with cuda/kernels/cuda_emu.h included first, every
+ * launch of cuda/launch.cuh run as CUDA blocks of real threads, so the coordinates are CUDA's. */
+#define TRI_KERNEL static inline void
+#define TRI_BLOCK_ID ((int64_t)blockIdx.x)
+#define TRI_THREAD_ID ((int64_t)threadIdx.x)
+#define TRI_BLOCK_DIM ((int64_t)blockDim.x)
+#define TRI_GRID_DIM ((int64_t)gridDim.x)
+
 #else /* C: emulated launches */
 
 /* The emulated launch coordinates, read by the kernel through the macros below. */

@@ -2,7 +2,7 @@
 # tests/gpu/train_cuda_vs_cpu.sh BIN_DIR SOURCE_DIR [CONFIG] - engine_train --device cuda against
 # --device cpu (label gpu): the tiny byte-level GPT (or CONFIG, e.g. models/llama-tiny-byte.json: CTest
 # runs both) trained 10 iterations from the same seed and data on both, fp32 and --bf16, every
-# iteration's loss compared.
+# iteration's loss compared (no sample at the end, one validation batch).
 #  - fp32: the first loss comes from identical weights, so the runs differ only by summation order
 #    (cuBLASLt against OpenBLAS, relative O(K 2^-24) per product, far below the log's 1e-4
 #    resolution): |difference| <= 2e-4, one unit of the printed fourth decimal either side. Later
@@ -15,14 +15,19 @@
 #    run must stay within twice it plus 1e-2 of the fp32 losses at every iteration (by the triangle
 #    inequality, then within three times it plus 1e-2 of the CPU bf16 run), and its first loss within
 #    1e-2 (a bf16 ulp of the logits) of the CPU's.
-# Without a usable GPU it prints why and exits 77 (skipped).
+# Without a usable GPU it prints why and exits 77 (skipped). TCC_MICRO_BATCH, TCC_SEQ_LENGTH and
+# TCC_ITERS change the micro-batch (4), the sequence (128) and the iterations (10): the emulated CUDA
+# build (tests/cuda_emu/), whose kernels run on one CPU thread, runs a smaller problem; the bounds
+# above do not depend on it.
 set -uo pipefail
 BIN=${1:?usage: train_cuda_vs_cpu.sh BIN_DIR SOURCE_DIR}; SRC=${2:?usage}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 CONFIG=${3:-$SRC/models/gpt2-tiny-byte.json}
+ITERS=${TCC_ITERS:-10}
 A=(--config "$CONFIG" --train-data "$SRC/data/fortunes_byte_train.bin"
-   --val-data "$SRC/data/fortunes_byte_val.bin" --micro-batch-size 4 --seq-length 128 --train-iters 10
-   --lr 2e-3 --lr-warmup-iters 3 --log-interval 1 --eval-interval 100 --seed 1234)
+   --val-data "$SRC/data/fortunes_byte_val.bin" --micro-batch-size "${TCC_MICRO_BATCH:-4}"
+   --seq-length "${TCC_SEQ_LENGTH:-128}" --train-iters "$ITERS" --lr 2e-3 --lr-warmup-iters 3 --log-interval 1
+   --eval-interval 100 --eval-iters 1 --sample-length 0 --seed 1234)
 run() { # $1 device, $2 log name, then extra flags
   local dev=$1 name=$2; shift 2
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$BIN/engine_train" "${A[@]}" "$@" --device "$dev" > "$T/$name.log" 2>&1
@@ -34,7 +39,7 @@ run() { # $1 device, $2 log name, then extra flags
     echo "FAIL: engine_train --device $dev $* exited $rc:"; tail -20 "$T/$name.log"; exit 1
   fi
   awk '/^iter/ {print $5}' "$T/$name.log" > "$T/$name.loss"
-  [ "$(wc -l < "$T/$name.loss")" -eq 10 ] || { echo "FAIL: expected 10 logged iterations in $name"; exit 1; }
+  [ "$(wc -l < "$T/$name.loss")" -eq "$ITERS" ] || { echo "FAIL: expected $ITERS logged iterations in $name"; exit 1; }
 }
 run cuda cuda32; run cpu cpu32; run cuda cuda16 --bf16; run cpu cpu16 --bf16
 paste "$T/cuda32.loss" "$T/cpu32.loss" "$T/cuda16.loss" "$T/cpu16.loss" | awk '
