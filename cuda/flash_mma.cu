@@ -3,12 +3,15 @@
  * The kernel bodies (and their description) are cuda/kernels/flash_mma.kern.h, shared with the CPU
  * emulation that tests them (tests/test_flash_mma_cpu.cpp); here each is a __global__ function per
  * precision (bf16 on the tensor cores, fp32 on the CUDA cores) and head size, with its dynamic
- * shared memory (above 48 KiB: opted in per kernel before each launch). */
+ * shared memory (above 48 KiB: opted in per kernel before each launch). The emulated CUDA build
+ * (tests/cuda_emu/) runs the same bodies through mma_shim.h's launch instead. */
 #include <math.h>
 
 #include "cuda/cuda_internal.h"
 #include "cuda/flash_mma.h"
 #include "cuda/kernels/flash_mma.kern.h"
+
+#if !defined(TRI_CUDA_EMU_HOST)
 
 template <class P, int HS>
 __global__ void __launch_bounds__(THREADS) flash_forward_mma_kernel(typename P::global *out, float *lse,
@@ -41,9 +44,38 @@ __global__ void __launch_bounds__(THREADS) flash_backward_dq_mma_kernel(typename
     flash_backward_dq_mma_body<P, HS>(smem, dqkv, delta, dout, qkv, lse, d, n_tiles);
 }
 
+#endif
+
 /* ---- host side ---- */
 
 #define FLASH_CHECK(expr, what) tri_cuda_check((expr), what, __FILE__, __LINE__)
+
+#if !defined(TRI_CUDA_EMU_HOST)
+/* rc when it is an error, else launch()'s status */
+template <class F>
+static int flash_then(int rc, F launch)
+{
+    return rc ? rc : launch();
+}
+
+/* kernel<P, HS> on a gx x gy grid of THREADS-lane blocks with `bytes` of dynamic shared memory, opted
+ * in first (above 48 KiB a kernel must ask for it) */
+#define FLASH_LAUNCH(kernel, body, gx, gy, bytes, s, ...)                                          \
+    flash_then(FLASH_CHECK(cudaFuncSetAttribute(kernel<P, HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,   \
+                                                (int)(bytes)),                                     \
+                           "cudaFuncSetAttribute(" #kernel ")"),                                   \
+               [&] {                                                                               \
+                   kernel<P, HS><<<dim3((unsigned)(gx), (unsigned)(gy)), THREADS, bytes, s>>>(__VA_ARGS__); \
+                   return FLASH_CHECK(cudaGetLastError(), "launch of " #kernel);                   \
+               })
+#else
+/* the emulated CUDA build (tests/cuda_emu/): the kernel's body on mma_shim.h's emulated blocks, whose
+ * shared memory starts as NaN bytes */
+#define FLASH_LAUNCH(kernel, body, gx, gy, bytes, s, ...)                                          \
+    ((void)(s), tri_mma_emu_launch((gx), (gy), THREADS, (bytes),                                  \
+                                   [&](unsigned char *smem) { body<P, HS>(smem, __VA_ARGS__); }), \
+     TRI_OK)
+#endif
 
 template <class P, int HS>
 static int forward_hs(cudaStream_t s, void *out, float *lse, const void *qkv, tri_flash_dims d)
@@ -51,14 +83,8 @@ static int forward_hs(cudaStream_t s, void *out, float *lse, const void *qkv, tr
     typedef typename P::global G;
     size_t bytes = fwd_layout<P, HS>::bytes;
     int64_t tiles = (d.T + TILE - 1) / TILE;
-    int rc = FLASH_CHECK(cudaFuncSetAttribute(flash_forward_mma_kernel<P, HS>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-                         "cudaFuncSetAttribute(flash_forward_mma_kernel)");
-    if (rc)
-        return rc;
-    flash_forward_mma_kernel<P, HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH)), THREADS, bytes, s>>>(
-        (G *)out, lse, (const G *)qkv, d, tiles);
-    return FLASH_CHECK(cudaGetLastError(), "launch of flash_forward_mma_kernel");
+    return FLASH_LAUNCH(flash_forward_mma_kernel, flash_forward_mma_body, tiles, d.B * d.NH, bytes, s, (G *)out, lse,
+                        (const G *)qkv, d, tiles);
 }
 
 /* dk and dv: a block per (key tile, b, key/value head); dq: a block per (query tile, b, query head). */
@@ -69,22 +95,11 @@ static int backward_hs(cudaStream_t s, void *dqkv, const float *delta, const voi
     typedef typename P::global G;
     size_t bytes = bwd_layout<P, HS>::bytes;
     int64_t tiles = (d.T + TILE - 1) / TILE;
-    int rc = FLASH_CHECK(cudaFuncSetAttribute(flash_backward_dkv_mma_kernel<P, HS>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-                         "cudaFuncSetAttribute(flash_backward_dkv_mma_kernel)");
-    if (!rc) rc = FLASH_CHECK(cudaFuncSetAttribute(flash_backward_dq_mma_kernel<P, HS>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-                              "cudaFuncSetAttribute(flash_backward_dq_mma_kernel)");
-    if (rc)
-        return rc;
-    flash_backward_dkv_mma_kernel<P, HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH_kv)), THREADS, bytes, s>>>(
-        (G *)dqkv, delta, (const G *)dout, (const G *)qkv, lse, d, tiles);
-    rc = FLASH_CHECK(cudaGetLastError(), "launch of flash_backward_dkv_mma_kernel");
-    if (rc)
-        return rc;
-    flash_backward_dq_mma_kernel<P, HS><<<dim3((unsigned)tiles, (unsigned)(d.B * d.NH)), THREADS, bytes, s>>>(
-        (G *)dqkv, delta, (const G *)dout, (const G *)qkv, lse, d, tiles);
-    return FLASH_CHECK(cudaGetLastError(), "launch of flash_backward_dq_mma_kernel");
+    int rc = FLASH_LAUNCH(flash_backward_dkv_mma_kernel, flash_backward_dkv_mma_body, tiles, d.B * d.NH_kv, bytes, s,
+                          (G *)dqkv, delta, (const G *)dout, (const G *)qkv, lse, d, tiles);
+    if (!rc) rc = FLASH_LAUNCH(flash_backward_dq_mma_kernel, flash_backward_dq_mma_body, tiles, d.B * d.NH, bytes, s,
+                               (G *)dqkv, delta, (const G *)dout, (const G *)qkv, lse, d, tiles);
+    return rc;
 }
 
 template <class P, int HS>

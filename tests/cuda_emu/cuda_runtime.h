@@ -111,13 +111,13 @@ static inline cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int 
     return cudaSuccess;
 }
 
-/* No opt-in shared memory: the tiled attention (cuda/flash_mma.cu, emulated in its own test) is not
- * part of the emulated build, and cuda/flash.cu then takes its simple kernels. */
+/* An H100's 227 KiB of shared memory a block may opt in to, so cuda/flash.cu chooses the tiled
+ * attention kernels where it would on one (their launches run mma_shim.h's emulation). */
 static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int ordinal)
 {
     if (ordinal != 0)
         return cudaErrorInvalidDevice;
-    *value = attr == cudaDevAttrClockRate ? 1000000 : 0;
+    *value = attr == cudaDevAttrClockRate ? 1000000 : 232448;
     return cudaSuccess;
 }
 
