@@ -14,7 +14,7 @@ static int convert_fast(tri_cuda *cu, tri_tensor dst, tri_tensor src, int64_t n)
 {
     bool vec = tri_aligned16_host(dst.data) && tri_aligned16_host(src.data);
     return TRI_CUDA_LAUNCH_STRIDED(convert_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(dst),
-                           tri_is_bf16(dst), tri_data(src), tri_is_bf16(src), n, vec);
+                                   tri_is_bf16(dst), tri_data(src), tri_is_bf16(src), n, vec);
 }
 
 static int check(const char *op, tri_tensor out, tri_dtype out_type, tri_tensor in, tri_dtype in_type)

@@ -34,9 +34,9 @@ extern "C" int tri_cuda_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_te
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(ce_sumexp_target_kernel, N, cu->stream, tri_fp(stats), tri_data(logits),
                                  tri_is_bf16(logits), tri_fp(maxes), tri_ip(targets), N, V_l, vocab_start, V_valid);
-    return TRI_CUDA_LAUNCH_STRIDED(ce_sumexp_target_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream, tri_fp(stats),
-                           tri_data(logits), tri_is_bf16(logits), tri_fp(maxes), tri_ip(targets), N, V_l, vocab_start,
-                           V_valid);
+    return TRI_CUDA_LAUNCH_STRIDED(ce_sumexp_target_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream,
+                                   tri_fp(stats), tri_data(logits), tri_is_bf16(logits), tri_fp(maxes), tri_ip(targets),
+                                   N, V_l, vocab_start, V_valid);
 }
 
 extern "C" int tri_cuda_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats)
@@ -56,9 +56,9 @@ extern "C" int tri_cuda_ce_backward(tri_device *d, tri_tensor dlogits, tri_tenso
         return TRI_CUDA_LAUNCH_N(ce_backward_kernel, N * V_l, cu->stream, tri_data(dlogits), tri_is_bf16(dlogits),
                                  tri_data(logits), tri_is_bf16(logits), tri_fp(maxes), tri_fp(stats), tri_ip(targets),
                                  N, V_l, vocab_start, V_valid, dloss);
-    return TRI_CUDA_LAUNCH_STRIDED(ce_backward_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream, tri_data(dlogits),
-                           tri_is_bf16(dlogits), tri_data(logits), tri_is_bf16(logits), tri_fp(maxes), tri_fp(stats),
-                           tri_ip(targets), N, V_l, vocab_start, V_valid, dloss);
+    return TRI_CUDA_LAUNCH_STRIDED(ce_backward_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream,
+                                   tri_data(dlogits), tri_is_bf16(dlogits), tri_data(logits), tri_is_bf16(logits),
+                                   tri_fp(maxes), tri_fp(stats), tri_ip(targets), N, V_l, vocab_start, V_valid, dloss);
 }
 
 extern "C" int tri_cuda_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits,
@@ -71,6 +71,7 @@ extern "C" int tri_cuda_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dl
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(ce_fused_kernel, N, cu->stream, tri_fp(losses), dl, dl_bf16, tri_data(logits),
                                  tri_is_bf16(logits), tri_ip(targets), N, V_l, V_valid, dloss);
-    return TRI_CUDA_LAUNCH_STRIDED(ce_fused_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream, tri_fp(losses), dl, dl_bf16,
-                           tri_data(logits), tri_is_bf16(logits), tri_ip(targets), N, V_l, V_valid, dloss);
+    return TRI_CUDA_LAUNCH_STRIDED(ce_fused_fast_kernel, tri_row_blocks(N), TRI_CE_THREADS, cu->stream, tri_fp(losses),
+                                   dl, dl_bf16, tri_data(logits), tri_is_bf16(logits), tri_ip(targets), N, V_l, V_valid,
+                                   dloss);
 }

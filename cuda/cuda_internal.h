@@ -46,8 +46,8 @@ typedef struct tri_cuda {
     size_t smem_optin;            /* bytes of shared memory a block may opt in to (this device's limit) */
     char *upload;                 /* page-locked, TRI_CUDA_UPLOAD_SLOTS x TRI_CUDA_UPLOAD_SLOT_BYTES: small
                                    * uploads are copied here and sent without a wait (cuda_copy_from_host) */
-    cudaEvent_t upload_done[TRI_CUDA_UPLOAD_SLOTS]; /* recorded after each slot's last copy */
-    bool upload_used[TRI_CUDA_UPLOAD_SLOTS];        /* a copy from the slot was queued */
+    cudaEvent_t upload_done[TRI_CUDA_UPLOAD_SLOTS]; /* recorded after each slot's last copy (one never
+                                                     * recorded counts as complete) */
     int upload_next;              /* the slot the next small upload takes (round robin) */
     tri_cuda_watch watch[TRI_CUDA_MAX_WATCHES];
     int n_watch;

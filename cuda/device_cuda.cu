@@ -37,8 +37,8 @@ extern "C" int tri_cublas_check(cublasStatus_t st, const char *call, const char 
 
 /* ---- waiting, with watches ---- */
 
-/* Polls query (the stream's or an event's) until its work is complete, running the watches between
- * polls: spins briefly, then sleeps 50 us between polls. */
+/* Polls the event ev (or, when it is NULL, the stream) until its work is complete, running the
+ * watches between polls: spins briefly, then sleeps 50 us between polls. */
 static int poll_until_done(tri_cuda *c, cudaStream_t stream, cudaEvent_t ev)
 {
     for (long polls = 0;; polls++) {
@@ -46,7 +46,8 @@ static int poll_until_done(tri_cuda *c, cudaStream_t stream, cudaEvent_t ev)
         if (e == cudaSuccess)
             return TRI_OK;
         if (e != cudaErrorNotReady)
-            return tri_cuda_check(e, ev ? "cudaEventQuery (an earlier op failed)" : "cudaStreamQuery (an earlier op failed)",
+            return tri_cuda_check(e, ev ? "cudaEventQuery (an earlier op failed)"
+                                        : "cudaStreamQuery (an earlier op failed)",
                                   __FILE__, __LINE__);
         for (int i = 0; i < c->n_watch; i++) {
             int rc = c->watch[i].fn(c->watch[i].ctx);
@@ -156,15 +157,13 @@ static int cuda_copy_from_host(tri_device *d, void *dst, const void *host, size_
     }
     int slot = c->upload_next;
     c->upload_next = (slot + 1) % TRI_CUDA_UPLOAD_SLOTS;
-    int rc = c->upload_used[slot] ? tri_cuda_wait_event(c, c->upload_done[slot]) : TRI_OK;
+    int rc = tri_cuda_wait_event(c, c->upload_done[slot]); /* at once for a slot not used yet */
     if (rc)
         return rc;
     char *stage = c->upload + (size_t)slot * TRI_CUDA_UPLOAD_SLOT_BYTES;
     memcpy(stage, host, bytes);
     rc = TRI_CUDA(cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, c->stream));
-    if (!rc) rc = TRI_CUDA(cudaEventRecord(c->upload_done[slot], c->stream));
-    c->upload_used[slot] = !rc;
-    return rc;
+    return rc ? rc : TRI_CUDA(cudaEventRecord(c->upload_done[slot], c->stream));
 }
 
 /* memmove semantics: overlapping ranges go through the workspace in chunks, in the safe order. */

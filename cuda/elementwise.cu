@@ -18,8 +18,8 @@ extern "C" int tri_cuda_fill(tri_device *d, tri_tensor x, float value)
     tri_cuda *cu = tri_cuda_of(d);
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(fill_kernel, n, cu->stream, tri_data(x), tri_is_bf16(x), value, n);
-    return TRI_CUDA_LAUNCH_STRIDED(fill_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(x), tri_is_bf16(x), value,
-                           n, tri_aligned16_host(x.data));
+    return TRI_CUDA_LAUNCH_STRIDED(fill_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(x),
+                                   tri_is_bf16(x), value, n, tri_aligned16_host(x.data));
 }
 
 extern "C" int tri_cuda_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
@@ -30,8 +30,8 @@ extern "C" int tri_cuda_add(tri_device *d, tri_tensor out, tri_tensor a, tri_ten
         return TRI_CUDA_LAUNCH_N(add_kernel, n, cu->stream, tri_data(out), tri_is_bf16(out), tri_data(a), tri_is_bf16(a),
                                  tri_data(b), tri_is_bf16(b), n);
     bool vec = tri_aligned16_host(out.data) && tri_aligned16_host(a.data) && tri_aligned16_host(b.data);
-    return TRI_CUDA_LAUNCH_STRIDED(add_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(out), tri_is_bf16(out),
-                           tri_data(a), tri_is_bf16(a), tri_data(b), tri_is_bf16(b), n, vec);
+    return TRI_CUDA_LAUNCH_STRIDED(add_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(out),
+                                   tri_is_bf16(out), tri_data(a), tri_is_bf16(a), tri_data(b), tri_is_bf16(b), n, vec);
 }
 
 extern "C" int tri_cuda_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
@@ -42,8 +42,8 @@ extern "C" int tri_cuda_axpy(tri_device *d, tri_tensor y, float alpha, tri_tenso
         return TRI_CUDA_LAUNCH_N(axpy_kernel, n, cu->stream, tri_data(y), tri_is_bf16(y), alpha, tri_data(x),
                                  tri_is_bf16(x), n);
     bool vec = tri_aligned16_host(y.data) && tri_aligned16_host(x.data);
-    return TRI_CUDA_LAUNCH_STRIDED(axpy_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(y), tri_is_bf16(y), alpha,
-                           tri_data(x), tri_is_bf16(x), n, vec);
+    return TRI_CUDA_LAUNCH_STRIDED(axpy_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(y),
+                                   tri_is_bf16(y), alpha, tri_data(x), tri_is_bf16(x), n, vec);
 }
 
 extern "C" int tri_cuda_scale(tri_device *d, tri_tensor x, float s)
@@ -52,6 +52,6 @@ extern "C" int tri_cuda_scale(tri_device *d, tri_tensor x, float s)
     tri_cuda *cu = tri_cuda_of(d);
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(scale_kernel, n, cu->stream, tri_data(x), tri_is_bf16(x), s, n);
-    return TRI_CUDA_LAUNCH_STRIDED(scale_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(x), tri_is_bf16(x), s, n,
-                           tri_aligned16_host(x.data));
+    return TRI_CUDA_LAUNCH_STRIDED(scale_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(x),
+                                   tri_is_bf16(x), s, n, tri_aligned16_host(x.data));
 }

@@ -18,8 +18,8 @@ extern "C" int tri_cuda_gelu_forward(tri_device *d, tri_tensor out, tri_tensor i
         return TRI_CUDA_LAUNCH_N(gelu_forward_kernel, n, cu->stream, tri_data(out), tri_is_bf16(out), tri_data(inp),
                                  tri_is_bf16(inp), n);
     bool vec = tri_aligned16_host(out.data) && tri_aligned16_host(inp.data);
-    return TRI_CUDA_LAUNCH_STRIDED(gelu_forward_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream,
-                           tri_data(out), tri_is_bf16(out), tri_data(inp), tri_is_bf16(inp), n, vec);
+    return TRI_CUDA_LAUNCH_STRIDED(gelu_forward_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(out),
+                                   tri_is_bf16(out), tri_data(inp), tri_is_bf16(inp), n, vec);
 }
 
 extern "C" int tri_cuda_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
@@ -30,7 +30,7 @@ extern "C" int tri_cuda_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor
         return TRI_CUDA_LAUNCH_N(gelu_backward_kernel, n, cu->stream, tri_data(dinp), tri_is_bf16(dinp), tri_data(inp),
                                  tri_is_bf16(inp), tri_data(dout), tri_is_bf16(dout), n);
     bool vec = tri_aligned16_host(dinp.data) && tri_aligned16_host(inp.data) && tri_aligned16_host(dout.data);
-    return TRI_CUDA_LAUNCH_STRIDED(gelu_backward_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream,
-                           tri_data(dinp), tri_is_bf16(dinp), tri_data(inp), tri_is_bf16(inp), tri_data(dout),
-                           tri_is_bf16(dout), n, vec);
+    return TRI_CUDA_LAUNCH_STRIDED(gelu_backward_fast_kernel, tri_vec8_grid(n), TRI_BLOCK, cu->stream, tri_data(dinp),
+                                   tri_is_bf16(dinp), tri_data(inp), tri_is_bf16(inp), tri_data(dout),
+                                   tri_is_bf16(dout), n, vec);
 }

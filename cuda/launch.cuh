@@ -36,6 +36,12 @@ static inline cudaError_t tri_emu_cuda_launch(int64_t grid, int64_t block, const
     return cudaSuccess;
 }
 
+/* grid blocks, at most cap (the launches of kernels that stride over their work) */
+static inline int64_t tri_emu_grid_cap(int64_t grid, int64_t cap)
+{
+    return grid < cap ? grid : cap;
+}
+
 #define TRI_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                          \
     ((void)(stream), tri_cuda_check(tri_emu_cuda_launch((grid), (block), [&] { kernel(__VA_ARGS__); }), \
                                     "launch of " #kernel, __FILE__, __LINE__))
@@ -44,12 +50,12 @@ static inline cudaError_t tri_emu_cuda_launch(int64_t grid, int64_t block, const
  * result: the emulation runs at most 8 blocks of one warp, which makes the loops turn and keeps
  * the launch cheap. */
 #define TRI_CUDA_LAUNCH_N(kernel, n, stream, ...)                                                  \
-    TRI_CUDA_LAUNCH(kernel, tri_grid_for((n), 32) < 8 ? tri_grid_for((n), 32) : 8, 32, stream, __VA_ARGS__)
+    TRI_CUDA_LAUNCH(kernel, tri_emu_grid_cap(tri_grid_for((n), 32), 8), 32, stream, __VA_ARGS__)
 
 /* The fast kernels that stride: their real block (shared memory and warp sums are sized by it) on at
  * most 2 blocks, so the grid loop turns and a launch over millions of elements stays cheap. */
 #define TRI_CUDA_LAUNCH_STRIDED(kernel, grid, block, stream, ...)                                  \
-    TRI_CUDA_LAUNCH(kernel, (grid) < 2 ? (grid) : 2, block, stream, __VA_ARGS__)
+    TRI_CUDA_LAUNCH(kernel, tri_emu_grid_cap((grid), 2), block, stream, __VA_ARGS__)
 
 #endif
 

@@ -15,8 +15,8 @@ static int rope(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(rope_kernel, N * n_heads * half, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
                                  tri_fp(sin), N, W, n_heads, half, T, row0, backward);
-    return TRI_CUDA_LAUNCH_STRIDED(rope_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
-                           tri_fp(sin), N, W, n_heads, half, T, row0, backward);
+    return TRI_CUDA_LAUNCH_STRIDED(rope_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream, tri_data(x),
+                                   tri_is_bf16(x), tri_fp(cos), tri_fp(sin), N, W, n_heads, half, T, row0, backward);
 }
 
 extern "C" int tri_cuda_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads,

@@ -14,7 +14,7 @@ extern "C" int tri_cuda_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor
         return TRI_CUDA_LAUNCH_N(swiglu_forward_kernel, N * F, cu->stream, tri_data(out), tri_is_bf16(out),
                                  tri_data(gate_up), tri_is_bf16(gate_up), N, F);
     return TRI_CUDA_LAUNCH_STRIDED(swiglu_forward_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream, tri_data(out),
-                           tri_is_bf16(out), tri_data(gate_up), tri_is_bf16(gate_up), N, F);
+                                   tri_is_bf16(out), tri_data(gate_up), tri_is_bf16(gate_up), N, F);
 }
 
 extern "C" int tri_cuda_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
@@ -24,7 +24,7 @@ extern "C" int tri_cuda_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(swiglu_backward_kernel, N * F, cu->stream, tri_data(dgate_up), tri_is_bf16(dgate_up),
                                  tri_data(gate_up), tri_is_bf16(gate_up), tri_data(dout), tri_is_bf16(dout), N, F);
-    return TRI_CUDA_LAUNCH_STRIDED(swiglu_backward_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream, tri_data(dgate_up),
-                           tri_is_bf16(dgate_up), tri_data(gate_up), tri_is_bf16(gate_up), tri_data(dout),
-                           tri_is_bf16(dout), N, F);
+    return TRI_CUDA_LAUNCH_STRIDED(swiglu_backward_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream,
+                                   tri_data(dgate_up), tri_is_bf16(dgate_up), tri_data(gate_up), tri_is_bf16(gate_up),
+                                   tri_data(dout), tri_is_bf16(dout), N, F);
 }

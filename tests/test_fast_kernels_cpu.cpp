@@ -6,7 +6,7 @@
  * layernorm, RMSNorm and causal softmax rows a warp per row, alone and after the residual add, GELU
  * 8 elements a thread; SwiGLU and the
  * rotary embedding a block per row)
- * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as real threads
+ * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as lanes (fibers)
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
  * kernel's expressions in engine/core/math.h's orders (docs/cuda-correctness.md). Shapes: rows

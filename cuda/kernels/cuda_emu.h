@@ -13,9 +13,9 @@
  * switching only at barriers, give one fixed interleaving. Fibers cost a context switch per lane
  * and barrier instead of a futex round among hundreds of threads on a few cores: the emulated CUDA
  * build (tests/cuda_emu/) runs whole training steps on them. (AddressSanitizer warns once that it
- * does not fully support swapcontext: it clears a fiber's stack shadow on resuming it.) Either way a kernel's `__shared__`
- * arrays can be function statics: one block at a time uses
- * them, and a block finds the last one's values there, as a GPU block may find garbage, so a kernel
+ * does not fully support swapcontext: it clears a fiber's stack shadow on resuming it.) Either way
+ * a kernel's `__shared__` arrays can be function statics: one block at a time uses them, and a
+ * block finds the last one's values there, as a GPU block may find garbage, so a kernel
  * that reads shared memory before writing it is wrong in both. __shfl_xor_sync goes through a
  * per-warp exchange buffer and a warp barrier: every lane of the warp must call it, as the full
  * mask the kernels pass promises. The vector types are plain structs read through casts, as
@@ -84,16 +84,10 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
     pthread_barrier_wait(&tri_emu_cur->warp[threadIdx.x / 32]);
 }
 
-/* v of lane (this lane ^ k) of this warp. Successive shuffles alternate between two buffers, so one
- * barrier each suffices: a lane can write a buffer again only two shuffles later, after the next
- * shuffle's barrier, which every lane reaches only after reading this one. */
-static inline float __shfl_xor_sync(unsigned mask, float v, int k)
+/* The running block's shuffle buffers. */
+static inline float (*tri_emu_xchg(void))[32][32]
 {
-    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, b = tri_emu_shfl_turn;
-    tri_emu_shfl_turn ^= 1u;
-    tri_emu_cur->xchg[b][w][lane] = v;
-    __syncwarp(mask);
-    return tri_emu_cur->xchg[b][w][lane ^ (unsigned)k];
+    return tri_emu_cur->xchg;
 }
 
 /* The threads that run the blocks, created once and kept for every launch (starting 512 threads a
@@ -158,8 +152,8 @@ static inline tri_emu_pool &tri_emu_the_pool(void)
 }
 
 /* Runs kernel() (a call of the kernel with its arguments) on a grid of grid_x x grid_y blocks of
- * `block` threads (1 to 1024; a last partial warp's shuffles see only its own lanes), as <<<dim3(grid_x, grid_y), block>>>
- * would, x fastest, and returns when all have ended. */
+ * `block` threads (1 to 1024; a last partial warp's shuffles see only its own lanes), as
+ * <<<dim3(grid_x, grid_y), block>>> would, x fastest, and returns when all have ended. */
 static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned block,
                                      const std::function<void()> &kernel)
 {
@@ -271,14 +265,10 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
     tri_emu_wait(TRI_EMU_AT_WARP);
 }
 
-/* As with OS threads: two buffers used in turn, one warp barrier a shuffle. */
-static inline float __shfl_xor_sync(unsigned mask, float v, int k)
+/* The launching thread's shuffle buffers. */
+static inline float (*tri_emu_xchg(void))[32][32]
 {
-    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, b = tri_emu_shfl_turn;
-    tri_emu_shfl_turn ^= 1u;
-    tri_emu_fib.xchg[b][w][lane] = v;
-    __syncwarp(mask);
-    return tri_emu_fib.xchg[b][w][lane ^ (unsigned)k];
+    return tri_emu_fib.xchg;
 }
 
 /* Runs one block of n lanes: each lane runs until it waits at a barrier or ends, in lane order;
@@ -350,7 +340,6 @@ static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned 
 {
     tri_emu_fibers &F = tri_emu_fib;
     F.reserve(block);
-    const std::function<void()> *outer = F.kernel;
     F.kernel = &kernel;
     blockDim = tri_emu_dim3{block, 1, 1};
     gridDim = tri_emu_dim3{grid_x, grid_y, 1};
@@ -359,10 +348,21 @@ static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned 
             blockIdx = tri_emu_dim3{x, y, 0};
             tri_emu_run_block(block);
         }
-    F.kernel = outer;
 }
 
 #endif
+
+/* v of lane (this lane ^ k) of this warp. Successive shuffles alternate between two buffers, so one
+ * warp barrier each suffices: a lane can write a buffer again only two shuffles later, after the
+ * next shuffle's barrier, which every lane reaches only after reading this one. */
+static inline float __shfl_xor_sync(unsigned mask, float v, int k)
+{
+    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, b = tri_emu_shfl_turn;
+    tri_emu_shfl_turn ^= 1u;
+    tri_emu_xchg()[b][w][lane] = v;
+    __syncwarp(mask);
+    return tri_emu_xchg()[b][w][lane ^ (unsigned)k];
+}
 
 /* The same over a one-dimensional grid: <<<grid, block>>>. */
 static inline void tri_emu_launch(unsigned grid, unsigned block, const std::function<void()> &kernel)

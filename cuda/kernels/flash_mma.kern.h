@@ -1,7 +1,7 @@
 /* cuda/kernels/flash_mma.kern.h - fused causal attention in tiles on the matrix units (FlashAttention-2, Dao 2023).
  *
  * The kernel bodies, written against cuda/kernels/mma_shim.h: cuda/flash_mma.cu wraps them as CUDA
- * kernels, tests/test_flash_mma_cpu.cpp runs them on the CPU in the shim's emulation (real threads
+ * kernels, tests/test_flash_mma_cpu.cpp runs them on the CPU in the shim's emulation (fibers
  * for the lanes, barriers for __syncthreads/__syncwarp) against the CPU backend.
  *
  * Two precisions of one text, chosen by the policy P (below): bf16 operands on the tensor cores

@@ -6,9 +6,9 @@
  * - under nvcc, CUDA's own: threadIdx/blockIdx, __syncthreads/__syncwarp, and the WMMA API
  *   (nvcuda::wmma fragments, load_matrix_sync, mma_sync, store_matrix_sync; bf16 operands, fp32
  *   accumulation; sm_80+);
- * - in C++ on the CPU (tests/test_flash_mma_cpu.cpp), an emulation: tri_mma_emu_launch runs each
- *   block as THREADS real threads with a barrier for the block and one per warp (the launch of
- *   cuda/kernels/cuda_emu.h, which the fast kernels' CPU test shares), so
+ * - in C++ on the CPU (tests/test_flash_mma_cpu.cpp, the emulated CUDA build), an emulation:
+ *   tri_mma_emu_launch runs each block as THREADS lanes with a barrier for the block and one per
+ *   warp (the launch of cuda/kernels/cuda_emu.h: fibers, or OS threads for ThreadSanitizer), so
  *   the kernels' indexing, masking, tiling and synchronisation run as written. A fragment is the
  *   whole 16 x 16 tile held by lane 0 of its warp (the other lanes' fragment calls do nothing):
  *   its loads read shared memory as stored, its product adds k in order in fp32, its stores write
@@ -183,8 +183,8 @@ static inline void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
             }
 }
 
-/* Runs body(smem) as a grid gx x gy of blocks of `threads` threads (a multiple of 32), one block
- * after another (cuda/kernels/cuda_emu.h's launch, whose threads are kept from launch to launch),
+/* Runs body(smem) as a grid gx x gy of blocks of `threads` lanes (a multiple of 32), one block
+ * after another (cuda/kernels/cuda_emu.h's launch),
  * each with shared memory of smem_bytes filled with 0xFF bytes first (NaN as fp32 and as bf16: a
  * kernel that reads shared memory it did not write gets NaN, as uninitialised memory would give it
  * garbage on a GPU). */

@@ -64,7 +64,7 @@ TRI_HD int tri_piece_of(const int64_t *first, int n, int64_t i)
 #elif defined(TRI_CUDA_EMU_HOST)
 
 /* The emulated CUDA build (tests/cuda_emu/): C++ with cuda/kernels/cuda_emu.h included first, every
- * launch of cuda/launch.cuh run as CUDA blocks of real threads, so the coordinates are CUDA's. */
+ * launch of cuda/launch.cuh run as CUDA blocks of emulated lanes, so the coordinates are CUDA's. */
 #define TRI_KERNEL static inline void
 #define TRI_BLOCK_ID ((int64_t)blockIdx.x)
 #define TRI_THREAD_ID ((int64_t)threadIdx.x)

@@ -3,7 +3,7 @@
  * The emulated CUDA build (tests/cuda_emu/CMakeLists.txt) compiles the CUDA backend's own sources,
  * host code and kernels, as C++ with this directory first on the include path, so that
  * `#include <cuda_runtime.h>` finds this file instead of the toolkit's, and with
- * cuda/kernels/cuda_emu.h, which runs every kernel launch as blocks of real threads. Device memory
+ * cuda/kernels/cuda_emu.h, which runs every kernel launch as blocks of emulated lanes. Device memory
  * is host memory (cudaMalloc fills it with 0xff bytes, NaN as floats, so a kernel that reads what
  * nobody wrote fails its test as it may on a GPU); a stream runs its work at once, in order, so a
  * copy or launch has ended when the call returns and every query or wait finds the stream idle. An

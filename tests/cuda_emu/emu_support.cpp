@@ -2,8 +2,8 @@
  * puts in place of the two cuda/ sources it leaves out.
  *
  * cuda/cublaslt_lazy.c loads cuBLASLt with dlopen: here cuBLASLt is tests/cuda_emu/cublasLt.h, so
- * there is nothing to load. cuda/comm_nccl.c needs NCCL and a GPU per rank: in its place the staged MPI comm, which ranks
- * sharing a GPU use, serves the emulated ranks. */
+ * there is nothing to load. cuda/comm_nccl.c needs NCCL and a GPU per rank: in its place the
+ * staged MPI comm, which ranks sharing a GPU use, serves the emulated ranks. */
 #include "cuda/comm_nccl.h"
 #include "cuda/cuda_internal.h"
 extern "C" {
