@@ -31,6 +31,7 @@
 #include "layers/mlp.h"
 #include "models/config.h"
 #include "models/model.h"
+#include "models/model_chunk.h"
 
 /* Activation recomputation (Korthikanti et al. 2022; tri_recompute, partitioner/train_layout.h):
  * none keeps every block's activations per micro-batch; selective drops the unfused attention core's
@@ -63,46 +64,24 @@ typedef struct tri_gpt_block_acts {
     tri_tensor res3;                      /* (N_l, C) block output */
 } tri_gpt_block_acts;
 
-/* Everything one micro-batch keeps between its forward and its backward. */
+/* What one micro-batch keeps between its forward and its backward beyond the decoder's
+ * (models/model_chunk.h: tokens, x_in, dlnf, losses, the gradients passed between stages). */
 typedef struct tri_gpt_slot {
-    tri_tensor tokens, targets;           /* (N) i32 */
-    tri_tensor x_in;                      /* (N_l, C) stage input */
     tri_gpt_block_acts *blocks;
     tri_tensor lnf, lnf_mean, lnf_rstd;   /* last stage: (N_l, C), (N_l), (N_l) */
-    tri_tensor dlnf;                      /* last stage: (N_l, C) from the fused LM-head backward */
-    tri_tensor losses;                    /* last stage: (N) per-token losses */
-    tri_tensor grad_out;                  /* (N_l, C) gradient received from the next stage */
-    tri_tensor dres;                      /* (N_l, C) residual gradient; ends as the gradient sent back */
 } tri_gpt_slot;
 
 typedef struct tri_gpt {
-    tri_chunk chunk;                      /* the engine's side: layout, arena, ZeRO, the passes */
-    bool has_chunk;
+    tri_decoder d;                        /* first: the chunk, sizes, passes, the buffers around the
+                                             blocks, the tied wte's private accumulator */
     tri_gpt_config cfg;
-    const tri_train_layout *run;          /* the run's layout: &chunk.run */
-    tri_chunk_place opt;                  /* this chunk's place */
-    tri_device *dev;
-    tri_tp tp;
-    int64_t Vp, V_l, vocab_start;         /* padded vocab, its shard, the shard's first id */
-    int64_t N, N_l, C_l, NH_l;
-    int L_l;                              /* blocks on this stage */
-    int unit_wte, unit_wpe, unit_block0, unit_lnf;  /* unit numbers (-1: not on this stage) */
+    int64_t C_l, NH_l;
     tri_gpt_weights w, g;                 /* views of the units in use: parameters and gradients */
-    tri_tensor **wslot, **gslot;          /* per parameter: its view in w and in g */
-    bool private_wte;                     /* lm_dwte is used (see below) */
-    tri_tensor lm_dwte;                   /* (V_l, C) when this stage holds both the embedding and the
-                                             LM head at ZeRO 0-1 (not deterministic): the head's share
-                                             of wte's gradient, added to the embedding's after the
-                                             step's last micro-batch (a finish pass), as the embedding
-                                             group's all-reduce adds the two stages' shares */
     tri_gpt_slot *slots;
-    /* scratch shared by all blocks and micro-batches */
-    tri_tensor tmp, dln;                  /* (N_l, C) */
     tri_gpt_block_acts shared;            /* recomputation: the block activations all slots and
                                              blocks share (full: all but res3; selective: att) */
     tri_attention_scratch as;
     tri_mlp_scratch ms;
-    tri_lm_head_scratch ls;
 } tri_gpt;
 
 /* Number of parameter tensors of the whole model (global indices run 0..this-1). */
@@ -130,13 +109,8 @@ int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_lay
  * per category, for the partitioner's memory prediction of any layout on any machine.) */
 void tri_gpt_destroy(tri_gpt *m);
 
-/* Copies (B, T+1) token windows into a slot: inputs are the first T of each, targets the last T.
- * The forward, backward and gradient resets go through the chunk (tri_chunk_forward(&m->chunk, ...)). */
-int tri_gpt_load_batch(tri_gpt *m, int slot, const int32_t *windows);
-
-/* Last stage only, after a forward without training: logits (vocab_size floats, host) of token
- * row `row` of that micro-batch, gathered over TP (collective over the TP group). */
-int tri_gpt_read_logits_row(tri_gpt *m, int64_t row, float *logits);
+/* A micro-batch goes in with tri_decoder_load_batch(&m->d, ...); the forward, backward and gradient
+ * resets go through the chunk (tri_chunk_forward(&m->d.chunk, ...)). */
 
 /* ---- as a model family (models/model.h; gpt_family.c) ---- */
 
@@ -149,8 +123,8 @@ const tri_gpt_config *tri_gpt_config_of(const tri_model *m);
 
 /* ---- between gpt.c, gpt_params.c and gpt_buffers.c ---- */
 
-/* Points the views of every parameter of the chunk's layout into m->w / m->g and finds the units
- * of the embedding, the first block and the head (gpt_params.c). */
+/* Points the views of every parameter of the chunk's layout into m->w / m->g and sets the
+ * decoder's units (gpt_params.c). */
 void tri_gpt_map_views(tri_gpt *m);
 /* The model's buffers from the chunk's arena (gpt_buffers.c; tri_chunk_model.take_buffers). */
 int tri_gpt_take_buffers(void *self, tri_arena *a);

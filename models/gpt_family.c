@@ -68,19 +68,13 @@ static int create(void **model, tri_chunk **chunk, const void *cfg, const tri_tr
     tri_gpt *m = NULL;
     int rc = tri_gpt_create(&m, cfg, run, place, dev, tp_comm, dp_comm);
     *model = m;
-    *chunk = m ? &m->chunk : NULL;
+    *chunk = m ? &m->d.chunk : NULL;
     return rc;
 }
 
 static void destroy(void *model)
 {
     tri_gpt_destroy(model);
-}
-
-static int logits_row(void *model, int slot, int64_t row, float *logits)
-{
-    (void)slot; /* the head keeps one logits buffer: the last forward's */
-    return tri_gpt_read_logits_row(model, row, logits);
 }
 
 /* ---- Hugging Face (GPT2LMHeadModel: gpt_hf.c) ---- */
@@ -125,7 +119,7 @@ const tri_model_family tri_gpt2_family = {
     .check = check,
     .create = create,
     .destroy = destroy,
-    .logits_row = logits_row,
+    .logits_row = tri_decoder_logits_row,
     .title = "GPT-2",
     .hf_name = tri_gpt_hf_full_name,
     .hf_optional_prefix = TRI_GPT_HF_PREFIX,

@@ -191,29 +191,34 @@ int tri_gpt_all_param_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **
  * units of the embedding, the first block and the head. */
 void tri_gpt_map_views(tri_gpt *m)
 {
-    const tri_param_layout *L = &m->chunk.layout;
+    tri_decoder *d = &m->d;
+    const tri_param_layout *L = &d->chunk.layout;
     char n[TRI_PARAM_NAME_MAX];
     for (size_t k = 0; k < sizeof fixed_rows / sizeof fixed_rows[0]; k++) {
         int i = tri_layout_find(L, fixed_rows[k].name);
         if (i >= 0) {
-            m->wslot[i] = (tri_tensor *)((char *)&m->w + fixed_rows[k].field);
-            m->gslot[i] = (tri_tensor *)((char *)&m->g + fixed_rows[k].field);
+            d->wslot[i] = (tri_tensor *)((char *)&m->w + fixed_rows[k].field);
+            d->gslot[i] = (tri_tensor *)((char *)&m->g + fixed_rows[k].field);
         }
     }
-    for (int l = 0; l < m->L_l; l++)
+    for (int l = 0; l < d->L_l; l++)
         for (int j = 0; j < BLOCK_PARAMS; j++) {
-            snprintf(n, sizeof n, "h.%d.%s", m->opt.layer_start + l, block_rows[j].name);
+            snprintf(n, sizeof n, "h.%d.%s", d->opt.layer_start + l, block_rows[j].name);
             int i = tri_layout_find(L, n);
             if (i >= 0) {
-                m->wslot[i] = (tri_tensor *)((char *)&m->w.h[l] + block_rows[j].field);
-                m->gslot[i] = (tri_tensor *)((char *)&m->g.h[l] + block_rows[j].field);
+                d->wslot[i] = (tri_tensor *)((char *)&m->w.h[l] + block_rows[j].field);
+                d->gslot[i] = (tri_tensor *)((char *)&m->g.h[l] + block_rows[j].field);
             }
         }
-    m->unit_wte = m->unit_wpe = m->unit_block0 = m->unit_lnf = -1;
+    /* wte is the embedding on the first stage and the LM head on the last (its copy on a last stage
+     * without the embedding) */
     int i;
-    if ((i = tri_layout_find(L, "wte")) >= 0) m->unit_wte = L->params[i].spec.unit;
-    if ((i = tri_layout_find(L, "wpe")) >= 0) m->unit_wpe = L->params[i].spec.unit;
-    if ((i = tri_layout_find(L, "ln_f.w")) >= 0) m->unit_lnf = L->params[i].spec.unit;
-    snprintf(n, sizeof n, "h.%d.%s", m->opt.layer_start, block_rows[0].name);
-    if ((i = tri_layout_find(L, n)) >= 0) m->unit_block0 = L->params[i].spec.unit;
+    if ((i = tri_layout_find(L, "wte")) >= 0) {
+        if (d->opt.first) d->unit_embed = L->params[i].spec.unit;
+        if (d->opt.last) d->unit_head = L->params[i].spec.unit;
+    }
+    if ((i = tri_layout_find(L, "wpe")) >= 0) d->unit_pos = L->params[i].spec.unit;
+    if ((i = tri_layout_find(L, "ln_f.w")) >= 0) d->unit_norm = L->params[i].spec.unit;
+    snprintf(n, sizeof n, "h.%d.%s", d->opt.layer_start, block_rows[0].name);
+    if ((i = tri_layout_find(L, n)) >= 0) d->unit_block0 = L->params[i].spec.unit;
 }

@@ -1,7 +1,8 @@
 /* models/llama.h - Llama-family decoder-only transformers (Touvron et al. 2023; Llama 2 and 3,
  * SmolLM, Mistral-shaped models without sliding windows) as a model family: a pipeline stage with
- * tensor, sequence, pipeline and data parallelism, written on the engine's chunk interface
- * (engine/train/chunk.h) like GPT-2 (models/gpt.h), not a copy of it.
+ * tensor, sequence, pipeline and data parallelism, written like GPT-2 (models/gpt.h) as a decoder
+ * chunk (models/model_chunk.h: the passes, the buffers around the blocks) with its own block, norm
+ * and embedding.
  *
  * The model, as Hugging Face's LlamaForCausalLM computes it:
  *   x = embed_tokens[tokens]                                   (no position embedding)
@@ -46,6 +47,7 @@
 #include "layers/rotary.h"
 #include "layers/swiglu_mlp.h"
 #include "models/model.h"
+#include "models/model_chunk.h"
 
 /* A Llama config, in Hugging Face LlamaConfig's keys (models/llama_config.c). */
 typedef struct tri_llama_config {
@@ -101,42 +103,23 @@ typedef struct tri_llama_block_acts {
     tri_tensor res3;                   /* (N_l, C) block output */
 } tri_llama_block_acts;
 
+/* What one micro-batch keeps beyond the decoder's (models/model_chunk.h). */
 typedef struct tri_llama_slot {
-    tri_tensor tokens, targets;        /* (N) i32 */
-    tri_tensor x_in;                   /* (N_l, C) */
     tri_llama_block_acts *blocks;
     tri_tensor lnf, lnf_rstd;          /* last stage: (N_l, C), (N_l) */
-    tri_tensor dlnf;                   /* last stage: (N_l, C) */
-    tri_tensor losses;                 /* last stage: (N) */
-    tri_tensor grad_out;               /* (N_l, C) from the next stage */
-    tri_tensor dres;                   /* (N_l, C) residual gradient */
 } tri_llama_slot;
 
 typedef struct tri_llama {
-    tri_chunk chunk;
-    bool has_chunk;
+    tri_decoder d;                     /* first: the chunk, sizes, passes, the buffers around the
+                                          blocks, the tied head's private accumulator */
     tri_llama_config cfg;
-    const tri_train_layout *run;       /* &chunk.run */
-    tri_chunk_place opt;
-    tri_device *dev;
-    tri_tp tp;
-    int64_t Vp, V_l, vocab_start;
-    int64_t N, N_l, NH_l, NH_kv_l, HS, Q_l, KV_l, W_l, F_l;
-    int L_l;
-    int unit_embed, unit_block0, unit_norm, unit_head;  /* -1: not on this stage */
+    int64_t NH_l, NH_kv_l, HS, Q_l, KV_l, W_l, F_l;
     tri_llama_weights w, g;
-    tri_tensor **wslot, **gslot;       /* per parameter: its view in w and in g */
-    bool private_embed;                /* tied head and embedding on one stage at ZeRO 0-1 (not
-                                          deterministic): the head's share of the gradient goes to
-                                          lm_dembed, added once per step (as GPT-2's private wte) */
-    tri_tensor lm_dembed;              /* (V_l, C) */
     tri_llama_slot *slots;
-    tri_tensor tmp, dln;               /* (N_l, C) scratch */
     tri_llama_block_acts shared;       /* full recomputation: one block's activations */
     tri_tensor cos, sin;               /* (T, HS/2) f32 rotary tables */
     tri_llama_attention_scratch as;
     tri_swiglu_mlp_scratch ms;
-    tri_lm_head_scratch ls;
 } tri_llama;
 
 /* The family "llama" (models/model.h). */

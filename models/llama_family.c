@@ -77,22 +77,13 @@ static int create(void **model, tri_chunk **chunk, const void *cfg, const tri_tr
     tri_llama *m = NULL;
     int rc = tri_llama_create(&m, cfg, run, place, dev, tp_comm, dp_comm);
     *model = m;
-    *chunk = m ? &m->chunk : NULL;
+    *chunk = m ? &m->d.chunk : NULL;
     return rc;
 }
 
 static void destroy(void *model)
 {
     tri_llama_destroy(model);
-}
-
-static int logits_row(void *model, int slot, int64_t row, float *logits)
-{
-    (void)slot; /* the head keeps one logits buffer: the last forward's */
-    tri_llama *m = model;
-    if (!m->opt.last)
-        return TRI_ERR(TRI_EINVAL, "logits live on the last pipeline stage");
-    return tri_model_logits_row(&m->tp, m->ls.logits, m->N, m->V_l, m->cfg.vocab_size, row, logits);
 }
 
 /* ---- Hugging Face (LlamaForCausalLM; models/hf.h) ----
@@ -223,7 +214,7 @@ const tri_model_family tri_llama_family = {
     .check = check,
     .create = create,
     .destroy = destroy,
-    .logits_row = logits_row,
+    .logits_row = tri_decoder_logits_row,
     .title = "Llama",
     .hf_name = hf_name,
     .hf_position = hf_position,

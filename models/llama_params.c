@@ -197,39 +197,39 @@ int tri_llama_param_specs(const tri_llama_config *c, int tp, const tri_chunk_pla
 
 void tri_llama_map_views(tri_llama *m)
 {
-    const tri_param_layout *L = &m->chunk.layout;
+    tri_decoder *d = &m->d;
+    const tri_param_layout *L = &d->chunk.layout;
     char n[TRI_PARAM_NAME_MAX];
     int i;
-    m->unit_embed = m->unit_block0 = m->unit_norm = m->unit_head = -1;
     if ((i = tri_layout_find(L, EMBED)) >= 0) {
-        m->wslot[i] = &m->w.embed;
-        m->gslot[i] = &m->g.embed;
-        if (m->opt.first)
-            m->unit_embed = L->params[i].spec.unit;
+        d->wslot[i] = &m->w.embed;
+        d->gslot[i] = &m->g.embed;
+        if (d->opt.first)
+            d->unit_embed = L->params[i].spec.unit;
         else /* the tied copy on a last stage without the embedding */
-            m->unit_head = L->params[i].spec.unit;
+            d->unit_head = L->params[i].spec.unit;
     }
     if ((i = tri_layout_find(L, HEAD)) >= 0) {
-        m->wslot[i] = &m->w.lm_head;
-        m->gslot[i] = &m->g.lm_head;
-        m->unit_head = L->params[i].spec.unit;
+        d->wslot[i] = &m->w.lm_head;
+        d->gslot[i] = &m->g.lm_head;
+        d->unit_head = L->params[i].spec.unit;
     }
-    if (m->opt.last && m->cfg.tie_word_embeddings && m->opt.first)
-        m->unit_head = m->unit_embed;
+    if (d->opt.last && m->cfg.tie_word_embeddings && d->opt.first)
+        d->unit_head = d->unit_embed;
     if ((i = tri_layout_find(L, NORM)) >= 0) {
-        m->wslot[i] = &m->w.norm;
-        m->gslot[i] = &m->g.norm;
-        m->unit_norm = L->params[i].spec.unit;
+        d->wslot[i] = &m->w.norm;
+        d->gslot[i] = &m->g.norm;
+        d->unit_norm = L->params[i].spec.unit;
     }
-    for (int l = 0; l < m->L_l; l++)
+    for (int l = 0; l < d->L_l; l++)
         for (int j = 0; j < N_ROWS; j++) {
-            snprintf(n, sizeof n, "model.layers.%d.%s", m->opt.layer_start + l, rows[j].name);
+            snprintf(n, sizeof n, "model.layers.%d.%s", d->opt.layer_start + l, rows[j].name);
             if ((i = tri_layout_find(L, n)) < 0)
                 continue;
-            m->wslot[i] = (tri_tensor *)((char *)&m->w.h[l] + rows[j].field);
-            m->gslot[i] = (tri_tensor *)((char *)&m->g.h[l] + rows[j].field);
+            d->wslot[i] = (tri_tensor *)((char *)&m->w.h[l] + rows[j].field);
+            d->gslot[i] = (tri_tensor *)((char *)&m->g.h[l] + rows[j].field);
         }
-    snprintf(n, sizeof n, "model.layers.%d.%s", m->opt.layer_start, rows[0].name);
+    snprintf(n, sizeof n, "model.layers.%d.%s", d->opt.layer_start, rows[0].name);
     if ((i = tri_layout_find(L, n)) >= 0)
-        m->unit_block0 = L->params[i].spec.unit;
+        d->unit_block0 = L->params[i].spec.unit;
 }

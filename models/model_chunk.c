@@ -1,4 +1,5 @@
-/* models/model_chunk.c - what every family's chunk does the same way (see model_chunk.h). */
+/* models/model_chunk.c - a decoder-only transformer's chunk: what every family's chunk does the same
+ * way (see model_chunk.h). */
 #include "models/model_chunk.h"
 
 #include <stdio.h>
@@ -7,6 +8,8 @@
 
 #include "engine/core/math.h"
 #include "engine/core/status.h"
+#include "partitioner/layout.h"
+#include "partitioner/transformer.h"
 
 tri_param_spec *tri_spec_list_add(tri_spec_list *l, const char *name, int ndim, const int64_t *shape, int split,
                                   bool decay, tri_init_kind init, float std)
@@ -34,24 +37,187 @@ tri_param_spec *tri_spec_list_add(tri_spec_list *l, const char *name, int ndim, 
     return s;
 }
 
-void tri_model_bind_views(const tri_param_layout *L, tri_tensor **wslot, tri_tensor **gslot, int u,
-                          tri_tensor pflat, tri_tensor gflat)
+/* ---- checks ---- */
+
+int tri_decoder_check(const tri_train_layout *run, const tri_chunk_place *o, const char *name, int n_layer,
+                      int max_T, const char *max_T_key, int64_t widest)
 {
+    int tp = run->tp;
+    if (run->B < 1)
+        return TRI_ERR(TRI_EINVAL, "--micro-batch-size must be >= 1 (got %lld)", (long long)run->B);
+    if (run->T < 1 || run->T > max_T)
+        return TRI_ERR(TRI_EINVAL, "--seq-length %lld must be in [1, %s = %d of %s]", (long long)run->T, max_T_key,
+                       max_T, name);
+    if (tp < 1)
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size must be >= 1 (got %d)", tp);
+    if (run->sequence_parallel && run->T % tp != 0)
+        return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --seq-length %lld divisible by "
+                       "--tensor-model-parallel-size %d", (long long)run->T, tp);
+    if (o->layer_start < 0 || o->layer_end > n_layer || o->layer_start > o->layer_end)
+        return TRI_ERR(TRI_EINVAL, "stage layers [%d, %d) outside the %d layers of %s", o->layer_start, o->layer_end,
+                       n_layer, name);
+    if (o->n_slots < 1)
+        return TRI_ERR(TRI_EINVAL, "a stage needs at least one activation slot (got %d)", o->n_slots);
+    /* B*T*widest must fit comfortably in 64-bit sizes and BLAS's int dimensions */
+    if (run->B > (1 << 20) || run->B * run->T > (1LL << 31) / (widest > 0 ? widest : 1) * tp)
+        return TRI_ERR(TRI_EINVAL, "--micro-batch-size %lld x --seq-length %lld is too large for %s",
+                       (long long)run->B, (long long)run->T, name);
+    return TRI_OK;
+}
+
+/* ---- making and freeing ---- */
+
+int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_param_spec *specs, int n,
+                      const tri_train_layout *run, const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm)
+{
+    int tp = tp_comm->size, tp_rank = tp_comm->rank;
+    d->family = shape->family;
+    if (tp != run->tp)
+        return TRI_ERR(TRI_EINTERNAL, "%s: a tensor-parallel group of %d ranks for a layout of tp %d", d->family, tp,
+                       run->tp);
+    d->opt = *opt;
+    d->dev = dev;
+    d->tp = (tri_tp){.dev = dev, .comm = tp_comm, .sp = run->sequence_parallel && tp > 1};
+    d->C = shape->C;
+    d->vocab_size = shape->vocab_size;
+    d->Vp = tri_padded_vocab(shape->vocab_size, tp);
+    d->V_l = d->Vp / tp;
+    d->vocab_start = d->V_l * tp_rank;
+    d->N = run->B * run->T;
+    d->N_l = tri_tp_rows(&d->tp, d->N);
+    d->L_l = opt->layer_end - opt->layer_start;
+    d->unit_embed = d->unit_pos = d->unit_block0 = d->unit_norm = d->unit_head = -1;
+    d->private_embed = shape->tied_embedding && opt->first && opt->last && run->zero_stage < 2 && !run->deterministic;
+
+    tri_param_layout layout;
+    int rc = tri_layout_create(&layout, specs, n, tp, tp_rank, run->dp, opt->dp_rank);
+    if (rc)
+        return rc;
+    tri_chunk_begin(&d->chunk, run, opt, shape->n_global_params, &layout); /* it owns the layout now */
+    d->has_chunk = true;
+    d->run = &d->chunk.run;
+    d->slots = calloc((size_t)opt->n_slots, sizeof *d->slots);
+    d->wslot = calloc((size_t)layout.n + 1, sizeof *d->wslot);
+    d->gslot = calloc((size_t)layout.n + 1, sizeof *d->gslot);
+    if (!d->slots || !d->wslot || !d->gslot)
+        return TRI_ERR(TRI_ENOMEM, "%s: out of memory", d->family);
+    return TRI_OK;
+}
+
+static int add_pass(tri_decoder *d, tri_pass_list list, int kind, int index, int n, const int *units,
+                    const bool *grads)
+{
+    tri_pass p = {.kind = kind, .index = index};
+    for (int k = 0; k < n; k++)
+        if (units[k] >= 0) { /* a unit not on this stage (GPT-2's position table is, Llama has none) */
+            p.unit[p.n_units] = units[k];
+            p.grads[p.n_units++] = grads[k];
+        }
+    return tri_chunk_add_pass(&d->chunk, list, &p);
+}
+
+#define UNITS(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]){__VA_ARGS__}
+#define GRADS(...) (const bool[]){__VA_ARGS__}
+
+/* The passes of tri_decoder_pass, cut where the units change. */
+static int declare_passes(tri_decoder *d)
+{
+    bool private = d->private_embed;
+    int rc = TRI_OK;
+    for (int eval = 0; eval < 2 && !rc; eval++) {
+        tri_pass_list list = eval ? TRI_PASSES_FORWARD_EVAL : TRI_PASSES_FORWARD;
+        if (d->opt.first)
+            rc = add_pass(d, list, TRI_DECODER_EMBEDDING, 0, UNITS(d->unit_embed, d->unit_pos), GRADS(false, false));
+        for (int l = 0; l < d->L_l && !rc; l++)
+            rc = add_pass(d, list, TRI_DECODER_BLOCK, l, UNITS(d->unit_block0 + l), GRADS(false));
+        if (!rc && d->opt.last)
+            rc = add_pass(d, list, TRI_DECODER_HEAD, 0, UNITS(d->unit_norm, d->unit_head),
+                          GRADS(false, !eval && !private));
+    }
+    if (!rc && d->opt.last)
+        rc = add_pass(d, TRI_PASSES_BACKWARD, TRI_DECODER_HEAD_BACKWARD, 0, UNITS(d->unit_norm), GRADS(true));
+    else if (!rc)
+        rc = add_pass(d, TRI_PASSES_BACKWARD, TRI_DECODER_GRAD_FROM_NEXT, 0, 0, NULL, NULL);
+    for (int l = d->L_l - 1; l >= 0 && !rc; l--)
+        rc = add_pass(d, TRI_PASSES_BACKWARD, TRI_DECODER_BLOCK_BACKWARD, l, UNITS(d->unit_block0 + l), GRADS(true));
+    if (!rc && d->opt.first)
+        rc = add_pass(d, TRI_PASSES_BACKWARD, TRI_DECODER_EMBEDDING_BACKWARD, 0, UNITS(d->unit_embed, d->unit_pos),
+                      GRADS(true, true));
+    if (!rc && private)
+        rc = add_pass(d, TRI_PASSES_FINISH, TRI_DECODER_TIED_GRAD, 0, UNITS(d->unit_embed), GRADS(true));
+    return rc;
+}
+
+static int load_batch(void *self, int slot, const int32_t *windows)
+{
+    return tri_decoder_load_batch(self, slot, windows);
+}
+
+static tri_tensor buffer(void *self, tri_chunk_buffer which, int slot)
+{
+    tri_decoder *d = self;
+    tri_decoder_slot *s = &d->slots[slot];
+    switch (which) {
+    case TRI_CHUNK_ACT_IN: return s->x_in;
+    case TRI_CHUNK_ACT_OUT: return s->out;
+    case TRI_CHUNK_GRAD_OUT: return s->grad_out;
+    case TRI_CHUNK_GRAD_IN: return s->dres;
+    case TRI_CHUNK_LOSSES: return s->losses;
+    }
+    return tri_tensor_none();
+}
+
+/* The private accumulator starts each step at zero. */
+static int zero_private(void *self)
+{
+    tri_decoder *d = self;
+    return d->private_embed ? tri_op_fill(d->dev, d->lm_dembed, 0.0f) : TRI_OK;
+}
+
+int tri_decoder_build(tri_decoder *d, tri_chunk_model model, tri_device *dev, tri_comm *dp_comm)
+{
+    int rc = declare_passes(d);
+    if (rc)
+        return rc;
+    if (!model.bind)
+        model.bind = tri_decoder_bind;
+    model.load_batch = load_batch;
+    model.buffer = buffer;
+    model.zero_private = zero_private;
+    return tri_chunk_build(&d->chunk, &model, dev, dp_comm);
+}
+
+void tri_decoder_destroy(tri_decoder *d)
+{
+    if (d->has_chunk)
+        tri_chunk_destroy(&d->chunk);
+    free(d->slots);
+    free(d->wslot);
+    free(d->gslot);
+}
+
+/* ---- the chunk's calls ---- */
+
+void tri_decoder_bind(void *self, int u, tri_tensor pflat, tri_tensor gflat)
+{
+    tri_decoder *d = self;
+    const tri_param_layout *L = &d->chunk.layout;
     const tri_param_unit *unit = &L->units[u];
     for (int i = unit->first; i < unit->first + unit->count; i++) {
         const tri_param *p = &L->params[i];
         tri_tensor at = tri_tensor_range(pflat, p->offset - unit->start, p->numel);
-        *wslot[i] = tri_tensor_reshape(at, p->spec.ndim, p->local_shape);
+        *d->wslot[i] = tri_tensor_reshape(at, p->spec.ndim, p->local_shape);
         if (tri_tensor_present(gflat)) {
             at = tri_tensor_range(gflat, p->offset - unit->start, p->numel);
-            *gslot[i] = tri_tensor_reshape(at, p->spec.ndim, p->local_shape);
+            *d->gslot[i] = tri_tensor_reshape(at, p->spec.ndim, p->local_shape);
         }
     }
 }
 
-int tri_model_load_windows(tri_device *dev, int64_t B, int64_t T, const int32_t *windows, tri_tensor tokens,
-                           tri_tensor targets)
+int tri_decoder_load_batch(tri_decoder *d, int slot, const int32_t *windows)
 {
+    int64_t B = d->run->B, T = d->run->T;
+    tri_device *dev = d->dev;
     int32_t *buf = malloc((size_t)(2 * B * T) * sizeof *buf);
     if (!buf)
         return TRI_ERR(TRI_ENOMEM, "out of memory loading a batch");
@@ -59,15 +225,92 @@ int tri_model_load_windows(tri_device *dev, int64_t B, int64_t T, const int32_t 
         memcpy(buf + b * T, windows + b * (T + 1), (size_t)T * sizeof *buf);
         memcpy(buf + B * T + b * T, windows + b * (T + 1) + 1, (size_t)T * sizeof *buf);
     }
-    int rc = tri_device_copy_from_host(dev, tokens, buf);
-    if (!rc) rc = tri_device_copy_from_host(dev, targets, buf + B * T);
+    int rc = tri_device_copy_from_host(dev, d->slots[slot].tokens, buf);
+    if (!rc) rc = tri_device_copy_from_host(dev, d->slots[slot].targets, buf + B * T);
     free(buf);
     return rc;
 }
 
-int tri_model_logits_row(const tri_tp *tp, tri_tensor logits, int64_t N, int64_t V_l, int64_t vocab_size,
-                         int64_t row, float *out)
+int tri_decoder_run_pass(tri_decoder *d, const tri_pass *p, int slot)
 {
+    switch (p->kind) {
+    case TRI_DECODER_GRAD_FROM_NEXT:
+        return tri_op_copy(d->dev, d->slots[slot].dres, d->slots[slot].grad_out);
+    case TRI_DECODER_TIED_GRAD: {
+        /* the embedding's gradient (its unit's one parameter, bound by the pass) = its own share + the
+         * LM head's, added once per step as the embedding group adds two stages' shares */
+        tri_tensor g = *d->gslot[d->chunk.layout.units[d->unit_embed].first];
+        return tri_op_add(d->dev, g, g, d->lm_dembed);
+    }
+    }
+    return TRI_ERR(TRI_EINTERNAL, "%s: unknown pass %d", d->family, p->kind);
+}
+
+/* ---- buffers ---- */
+
+
+int tri_decoder_take_inputs(tri_decoder *d, tri_arena *a, int slot)
+{
+    tri_decoder_slot *s = &d->slots[slot];
+    const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
+    int rc = TRI_ARENA_TAKE(a, K, &s->tokens, TRI_I32, d->N);
+    if (!rc) rc = TRI_ARENA_TAKE(a, K, &s->targets, TRI_I32, d->N);
+    if (!rc) rc = TRI_ARENA_TAKE(a, K, &s->x_in, tri_decoder_act_dtype(d), d->N_l, d->C);
+    return rc;
+}
+
+int tri_decoder_take_outputs(tri_decoder *d, tri_arena *a, int slot, tri_tensor out)
+{
+    tri_decoder_slot *s = &d->slots[slot];
+    const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
+    tri_dtype act = tri_decoder_act_dtype(d);
+    int rc = TRI_OK;
+    s->out = out;
+    if (d->opt.last) {
+        rc = TRI_ARENA_TAKE(a, K, &s->dlnf, act, d->N_l, d->C);
+        if (!rc) rc = TRI_ARENA_TAKE(a, K, &s->losses, TRI_F32, d->N);
+    } else {
+        rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &s->grad_out, act, d->N_l, d->C);
+    }
+    if (!rc) rc = TRI_ARENA_TAKE(a, K, &s->dres, act, d->N_l, d->C);
+    return rc;
+}
+
+int tri_decoder_take_scratch(tri_decoder *d, tri_arena *a)
+{
+    const tri_mem_kind K = TRI_MEM_WORKSPACE;
+    tri_dtype act = tri_decoder_act_dtype(d);
+    int rc = TRI_ARENA_TAKE(a, K, &d->tmp, act, d->N_l, d->C);
+    if (!rc) rc = TRI_ARENA_TAKE(a, K, &d->dln, act, d->N_l, d->C);
+    d->full_a = d->full_b = tri_tensor_none();
+    if (!rc && d->tp.sp && tri_tp_size(&d->tp) > 1) {
+        rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &d->full_a, act, d->N, d->C);
+        if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &d->full_b, act, d->N, d->C);
+    }
+    d->ls.full_a = d->full_a;
+    d->ls.full_b = d->full_b;
+    d->lm_dembed = tri_tensor_none();
+    if (!rc && d->private_embed)
+        rc = TRI_ARENA_TAKE(a, TRI_MEM_GRADS, &d->lm_dembed, TRI_F32, d->V_l, d->C);
+    if (!rc && d->opt.last) {
+        rc = TRI_ARENA_TAKE(a, K, &d->ls.logits, act, d->N, d->V_l);
+        if (!rc) rc = TRI_ARENA_TAKE(a, K, &d->ls.maxes, TRI_F32, d->N);
+        if (!rc) rc = TRI_ARENA_TAKE(a, K, &d->ls.stats, TRI_F32, d->N, 2);
+    }
+    return rc;
+}
+
+/* ---- sampling ---- */
+
+int tri_decoder_logits_row(void *model, int slot, int64_t row, float *out)
+{
+    (void)slot; /* the head keeps one logits buffer: the last forward's */
+    tri_decoder *d = model;
+    const tri_tp *tp = &d->tp;
+    tri_tensor logits = d->ls.logits;
+    int64_t N = d->N, V_l = d->V_l, vocab_size = d->vocab_size;
+    if (!d->opt.last)
+        return TRI_ERR(TRI_EINVAL, "logits live on the last pipeline stage");
     if (row < 0 || row >= N)
         return TRI_ERR(TRI_EINVAL, "logits row %lld outside the %lld rows of a micro-batch", (long long)row,
                        (long long)N);

@@ -1,6 +1,13 @@
-/* models/model_chunk.h - the parts of a model chunk (engine/train/chunk.h) every family writes the
- * same way: views of a unit's parameters, a micro-batch's tokens and targets, and one row of the
- * vocab-parallel logits for sampling. Shared by GPT-2 (models/gpt.c) and Llama (models/llama.c). */
+/* models/model_chunk.h - a decoder-only transformer's chunk (engine/train/chunk.h), whatever its
+ * block: what every family's chunk shares, and the helpers its parameter tables use.
+ *
+ * GPT-2 (models/gpt.c) and Llama (models/llama.c) are one shape of chunk: the token embedding on the
+ * first stage, then blocks on the residual stream, then on the last stage the final norm and the
+ * vocab-parallel LM head with its fused loss (llm.c's gpt2_forward and gpt2_backward). tri_decoder
+ * is that shape: the chunk, its sizes, its passes, what a micro-batch keeps around the blocks, the
+ * scratch the blocks share and the tied embedding's private accumulator. A family puts a tri_decoder
+ * first in its struct and writes the rest: its parameters (which units hold the embedding, blocks,
+ * norm and head), its blocks' buffers, and the passes' compute (its block, norm and embedding). */
 #ifndef TRIDENT_MODELS_MODEL_CHUNK_H
 #define TRIDENT_MODELS_MODEL_CHUNK_H
 
@@ -8,7 +15,9 @@
 #include <stdint.h>
 
 #include "engine/device/device.h"
+#include "engine/train/chunk.h"
 #include "engine/train/param.h"
+#include "layers/cross_entropy.h"
 #include "layers/parallel.h"
 
 /* A growing list of parameter descriptions, as a family's param_specs builds it: each added one
@@ -25,20 +34,129 @@ typedef struct tri_spec_list {
 tri_param_spec *tri_spec_list_add(tri_spec_list *l, const char *name, int ndim, const int64_t *shape, int split,
                                   bool decay, tri_init_kind init, float std);
 
-/* Points *wslot[i] (and *gslot[i] when gflat is present) at parameter i's local shard, for every
- * parameter i of unit u: views of pflat / gflat, which hold the unit's u->len elements. */
-void tri_model_bind_views(const tri_param_layout *L, tri_tensor **wslot, tri_tensor **gslot, int u,
-                          tri_tensor pflat, tri_tensor gflat);
+/* ---- the decoder chunk ---- */
 
-/* Copies B windows of T + 1 tokens (host) into tokens (B T) i32, the first T of each, and targets
- * (B T) i32, the last T. TRI_ENOMEM or the copy's error. */
-int tri_model_load_windows(tri_device *dev, int64_t B, int64_t T, const int32_t *windows, tri_tensor tokens,
-                           tri_tensor targets);
+/* Its passes (tri_pass.kind), declared by tri_decoder_build: the training and the evaluation
+ * forward (embedding, blocks, head), the backward (head or the received gradient, blocks in
+ * reverse, embedding) and, with the private accumulator, the step's finish. The LM head's
+ * backward is fused into its loss, so the head pass writes the head's gradient in the forward. */
+typedef enum {
+    TRI_DECODER_EMBEDDING = 0,       /* first stage: x_in from the tokens */
+    TRI_DECODER_BLOCK,               /* block p->index of the stage */
+    TRI_DECODER_HEAD,                /* last stage: final norm, LM head and loss (and, training, their
+                                        backward into dlnf and the head's gradient) */
+    TRI_DECODER_HEAD_BACKWARD,       /* last stage: the final norm's backward, from dlnf into dres */
+    TRI_DECODER_GRAD_FROM_NEXT,      /* other stages: dres = the gradient received */
+    TRI_DECODER_BLOCK_BACKWARD,      /* block p->index: dres from d(its output) to d(its input) */
+    TRI_DECODER_EMBEDDING_BACKWARD,  /* first stage: the embedding's gradient from dres */
+    TRI_DECODER_TIED_GRAD,           /* finish: the private accumulator added to the embedding's gradient */
+} tri_decoder_pass;
 
-/* The last forward's logits of token row `row` (vocab_size floats, host), from logits (N, V_l),
- * this TP rank's vocab shard of every row (f32 or bf16), gathered over the TP group (collective;
- * the buffer's last row is used as the staging row). */
-int tri_model_logits_row(const tri_tp *tp, tri_tensor logits, int64_t N, int64_t V_l, int64_t vocab_size,
-                         int64_t row, float *out);
+/* What one micro-batch keeps around the blocks (the family keeps its blocks' and norm's). */
+typedef struct tri_decoder_slot {
+    tri_tensor tokens, targets;      /* (N) i32 */
+    tri_tensor x_in;                 /* (N_l, C) the stage's input */
+    tri_tensor out;                  /* (N_l, C) the stage's output: its last block's (a view), or x_in */
+    tri_tensor dlnf;                 /* last stage: (N_l, C) the final norm's output gradient */
+    tri_tensor losses;               /* last stage: (N) f32 per-token losses */
+    tri_tensor grad_out;             /* other stages: (N_l, C) the gradient received from the next */
+    tri_tensor dres;                 /* (N_l, C) the residual stream's gradient; ends as the one sent back */
+} tri_decoder_slot;
+
+typedef struct tri_decoder {
+    tri_chunk chunk;                 /* the engine's side: layout, arena, ZeRO, the passes */
+    bool has_chunk;
+    const char *family;              /* in messages, e.g. "gpt" */
+    const tri_train_layout *run;     /* the run's layout: &chunk.run */
+    tri_chunk_place opt;             /* this chunk's place */
+    tri_device *dev;                 /* NULL: planned only */
+    tri_tp tp;
+    int64_t C;                       /* the residual stream's width */
+    int64_t vocab_size, Vp, V_l, vocab_start;  /* real vocab, padded, its shard, the shard's first id */
+    int64_t N, N_l;
+    int L_l;                         /* blocks on this stage */
+    /* units (-1: not on this stage), which the family's map of its parameters sets: the token
+     * embedding and a position table (first stage), the first block, the final norm and the LM head
+     * (last stage: its own, the tied embedding's copy, or the embedding's unit on a stage holding both) */
+    int unit_embed, unit_pos, unit_block0, unit_norm, unit_head;
+    tri_tensor **wslot, **gslot;     /* per parameter of the layout: its view in the family's weights and gradients */
+    bool private_embed;              /* lm_dembed is used (tied head and embedding on this stage at
+                                        ZeRO 0-1, not deterministic) */
+    tri_tensor lm_dembed;            /* (V_l, C) f32: the LM head's share of the embedding's gradient,
+                                        added after the step's last micro-batch (TRI_DECODER_TIED_GRAD),
+                                        as the embedding group's all-reduce adds two stages' shares;
+                                        ZeRO 2-3 reduce that share from the embedding's bucket after
+                                        each forward instead, and deterministic mode sums every pass's
+                                        bucket exactly anyway */
+    tri_decoder_slot *slots;
+    tri_tensor tmp, dln;             /* (N_l, C) scratch of every block */
+    tri_tensor full_a, full_b;       /* (N, C) sequence parallelism's gathered rows (else absent) */
+    tri_lm_head_scratch ls;
+} tri_decoder;
+
+/* What a family tells tri_decoder_begin. */
+typedef struct tri_decoder_shape {
+    const char *family;              /* in messages */
+    int64_t C, vocab_size;
+    bool tied_embedding;             /* the LM head is the token embedding */
+    int n_global_params;             /* the whole model's parameter tensors */
+} tri_decoder_shape;
+
+/* The checks every decoder needs beyond the layout rules: micro-batch, sequence length in [1, max_T]
+ * (max_T_key names the config key), sequence parallelism's divisibility, the stage's layers within
+ * n_layer, its slots, and B*T*widest (the widest row a buffer holds, divided over tp) within BLAS's
+ * int dimensions. TRI_EINVAL naming the flag, key and values (name: the model's). */
+int tri_decoder_check(const tri_train_layout *run, const tri_chunk_place *opt, const char *name, int n_layer,
+                      int max_T, const char *max_T_key, int64_t widest);
+
+/* Step 1 of a family's create: the sizes, the parameter layout of specs (the family's descriptions
+ * of this chunk, n of them), the chunk begun on it (tri_chunk_begin), and the slots and parameter
+ * view tables allocated; units all -1. d must be zeroed. TRI_EINTERNAL for a TP group of another
+ * size than the layout's, the layout's errors, TRI_ENOMEM. */
+int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_param_spec *specs, int n,
+                      const tri_train_layout *run, const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm);
+
+/* Step 2, once the family has set the units: declares the passes and builds the chunk
+ * (tri_chunk_build) with the family's model (self: its struct, whose first member is d; its
+ * take_buffers and run; its bind, or NULL for tri_decoder_bind), completed with the decoder's
+ * load_batch, buffer and zero_private. */
+int tri_decoder_build(tri_decoder *d, tri_chunk_model model, tri_device *dev, tri_comm *dp_comm);
+
+/* Frees what begin and build made (d itself is the family's). */
+void tri_decoder_destroy(tri_decoder *d);
+
+/* tri_chunk_model.bind for a family whose views are its parameters (self: the family's struct):
+ * points *wslot[i] (and *gslot[i] when grads is present) at each parameter i of unit u, views of
+ * params / grads, which hold the unit's elements in its flat layout. */
+void tri_decoder_bind(void *self, int unit, tri_tensor params, tri_tensor grads);
+
+/* Copies B windows of T + 1 tokens (host) into slot's tokens, the first T of each, and targets, the
+ * last T. TRI_ENOMEM or the copy's error. */
+int tri_decoder_load_batch(tri_decoder *d, int slot, const int32_t *windows);
+
+/* The passes the decoder computes itself: TRI_DECODER_GRAD_FROM_NEXT and TRI_DECODER_TIED_GRAD
+ * (a family's run hands them here); TRI_EINTERNAL for another. */
+int tri_decoder_run_pass(tri_decoder *d, const tri_pass *p, int slot);
+
+/* Slot s's buffers before the family's (tokens, targets, x_in) and after them (dlnf and losses on
+ * the last stage, grad_out on the others, dres; out is the stage's output: the last block's, or
+ * x_in without blocks), from the chunk's arena (engine/device/arena.h). */
+int tri_decoder_take_inputs(tri_decoder *d, tri_arena *a, int s);
+int tri_decoder_take_outputs(tri_decoder *d, tri_arena *a, int s, tri_tensor out);
+/* The scratch every block and micro-batch shares (tmp, dln, the sequence-parallel rows), the private
+ * accumulator and the head's logits and statistics. */
+int tri_decoder_take_scratch(tri_decoder *d, tri_arena *a);
+
+/* tri_model_family.logits_row (model: the family's struct): the last forward's logits of token row
+ * `row` (vocab_size floats, host), this rank's vocab shard gathered over the TP group (collective).
+ * TRI_EINVAL off the last stage or for a row outside the micro-batch. */
+int tri_decoder_logits_row(void *model, int slot, int64_t row, float *logits);
+
+/* Activations and their gradients are bf16 under mixed precision; statistics (norms' mean and rstd,
+ * losses) and parameters' gradients stay fp32. */
+static inline tri_dtype tri_decoder_act_dtype(const tri_decoder *d)
+{
+    return d->run->precision == TRI_PRECISION_BF16 ? TRI_BF16 : TRI_F32;
+}
 
 #endif

@@ -62,16 +62,16 @@ static void write_input(const torch_case *c, tri_gpt *m, const char *path)
         w[i] = c->windows[i];
     cr_assert_eq(tu_rec_write(f, "windows", 3, wshape, w), 0);
     free(w);
-    int64_t np = m->chunk.layout.n;
+    int64_t np = m->d.chunk.layout.n;
     double *decay = malloc((size_t)np * sizeof *decay);
-    for (int i = 0; i < m->chunk.layout.n; i++)
-        decay[i] = m->chunk.layout.params[i].spec.weight_decay;
+    for (int i = 0; i < m->d.chunk.layout.n; i++)
+        decay[i] = m->d.chunk.layout.params[i].spec.weight_decay;
     cr_assert_eq(tu_rec_write(f, "decay", 1, &np, decay), 0);
     free(decay);
-    for (int i = 0; i < m->chunk.layout.n; i++) {
-        const tri_param *p = &m->chunk.layout.params[i];
+    for (int i = 0; i < m->d.chunk.layout.n; i++) {
+        const tri_param *p = &m->d.chunk.layout.params[i];
         float *host = malloc((size_t)p->numel * sizeof *host);
-        cr_assert_eq(tri_zero_read_param(&m->chunk.zero, &m->chunk.layout.params[i], false, host), TRI_OK);
+        cr_assert_eq(tri_zero_read_param(&m->d.chunk.zero, &m->d.chunk.layout.params[i], false, host), TRI_OK);
         cr_assert_eq(tu_rec_write_f32(f, p->spec.name, p->spec.ndim, p->local_shape, host), 0);
         free(host);
     }
@@ -117,44 +117,44 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
 
     /* forward: logits of the real vocabulary and the loss */
     int64_t N = c->B * c->T, V = c->cfg.vocab_size;
-    cr_assert_eq(tri_gpt_load_batch(m, 0, c->windows), TRI_OK);
-    cr_assert_eq(tri_chunk_forward(&m->chunk, 0, false, 0.0f), TRI_OK, "%s", tri_error_message());
-    float *logits = malloc((size_t)(N * m->V_l) * sizeof *logits);
-    cr_assert_eq(tri_device_copy_to_host(dev, logits, m->ls.logits), TRI_OK);
+    cr_assert_eq(tri_decoder_load_batch(&m->d, 0, c->windows), TRI_OK);
+    cr_assert_eq(tri_chunk_forward(&m->d.chunk, 0, false, 0.0f), TRI_OK, "%s", tri_error_message());
+    float *logits = malloc((size_t)(N * m->d.V_l) * sizeof *logits);
+    cr_assert_eq(tri_device_copy_to_host(dev, logits, m->d.ls.logits), TRI_OK);
     const tu_record *rl = tu_rec_find(&ref, "logits");
     cr_assert(rl && rl->numel == N * V);
     double worst = 0.0;
     for (int64_t n = 0; n < N; n++)
-        worst = fmax(worst, tensor_rel_err(logits + n * m->V_l, rl->data + n * V, V));
+        worst = fmax(worst, tensor_rel_err(logits + n * m->d.V_l, rl->data + n * V, V));
     cr_log_info("logits: max relative error %.3g", worst);
     cr_expect_lt(worst, 1e-4, "logits differ from PyTorch: %g", worst);
     free(logits);
     double loss_sum = 0.0;
-    cr_assert_eq(tri_chunk_loss_sum(&m->chunk, 0, &loss_sum), TRI_OK);
+    cr_assert_eq(tri_chunk_loss_sum(&m->d.chunk, 0, &loss_sum), TRI_OK);
     double loss = loss_sum / (double)N, ref_loss = tu_rec_find(&ref, "loss")->data[0];
     cr_log_info("loss: trident %.9f torch %.9f (ln V = %.4f)", loss, ref_loss, log((double)V));
     cr_expect_lt(fabs(loss - ref_loss) / ref_loss, 1e-5, "loss %g vs %g", loss, ref_loss);
 
     /* backward: every parameter's gradient */
-    cr_assert_eq(tri_chunk_zero_grads(&m->chunk), TRI_OK);
-    cr_assert_eq(tri_chunk_forward(&m->chunk, 0, true, 1.0f / (float)N), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(tri_chunk_backward(&m->chunk, 0), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(tri_chunk_finish_grads(&m->chunk), TRI_OK);
+    cr_assert_eq(tri_chunk_zero_grads(&m->d.chunk), TRI_OK);
+    cr_assert_eq(tri_chunk_forward(&m->d.chunk, 0, true, 1.0f / (float)N), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_chunk_backward(&m->d.chunk, 0), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_chunk_finish_grads(&m->d.chunk), TRI_OK);
     double worst_grad = 0.0;
-    for (int i = 0; i < m->chunk.layout.n; i++) {
-        const tri_param *p = &m->chunk.layout.params[i];
+    for (int i = 0; i < m->d.chunk.layout.n; i++) {
+        const tri_param *p = &m->d.chunk.layout.params[i];
         char key[160];
         snprintf(key, sizeof key, "grad.%s", p->spec.name);
         const tu_record *rg = tu_rec_find(&ref, key);
         cr_assert(rg && rg->numel == p->numel, "reference gradient %s missing", key);
         float *g = malloc((size_t)p->numel * sizeof *g);
-        cr_assert_eq(tri_zero_read_param(&m->chunk.zero, &m->chunk.layout.params[i], true, g), TRI_OK);
+        cr_assert_eq(tri_zero_read_param(&m->d.chunk.zero, &m->d.chunk.layout.params[i], true, g), TRI_OK);
         double e = tensor_rel_err(g, rg->data, p->numel);
         worst_grad = fmax(worst_grad, e);
         cr_expect_lt(e, 1e-4, "gradient of %s differs from PyTorch: %g", p->spec.name, e);
         free(g);
     }
-    cr_log_info("gradients: max relative error over %d tensors %.3g", m->chunk.layout.n, worst_grad);
+    cr_log_info("gradients: max relative error over %d tensors %.3g", m->d.chunk.layout.n, worst_grad);
 
     /* ten AdamW steps through the trainer: losses before each update */
     tri_trainer tr;
@@ -162,7 +162,7 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
     cr_assert_eq(tri_schedule_1f1b(&train_sched, 1, 1), TRI_OK);
     cr_assert_eq(tri_schedule_forward_only(&eval_sched, 1, 1, 1), TRI_OK);
     tri_step_config sc = {.n_micro = 1, .clip_grad = c->clip};
-    tri_chunk *chunks[1] = {&m->chunk};
+    tri_chunk *chunks[1] = {&m->d.chunk};
     cr_assert_eq(tri_trainer_create(&tr, chunks, 1, &grid, dev, &sc, &c->adamw, &train_sched, &eval_sched),
                  TRI_OK, "%s", tri_error_message());
     tri_batch_source src = {.ctx = c, .fill = fill_from_windows};

@@ -461,9 +461,6 @@ static tri_tensor toy_buffer(void *self, tri_chunk_buffer which, int slot)
 
 /* ---- buffers (taken twice from the chunk's arena: planned, then for real) ---- */
 
-#define TOY_TAKE(a, kind, t, dtype, ...)                                                                       \
-    tri_arena_take((a), (kind), (t), (dtype), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),    \
-                   (const int64_t[]){__VA_ARGS__})
 
 static int toy_take_slot(toy *m, tri_arena *ar, toy_slot *s)
 {
@@ -471,22 +468,22 @@ static int toy_take_slot(toy *m, tri_arena *ar, toy_slot *s)
     const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
     *s = (toy_slot){.blocks = s->blocks, .tokens = tri_tensor_none(), .targets = tri_tensor_none(),
                     .grad_out = tri_tensor_none()};
-    int rc = m->place.first ? TOY_TAKE(ar, K, &s->tokens, TRI_I32, N) : TRI_OK;
-    if (!rc && m->place.last) rc = TOY_TAKE(ar, K, &s->targets, TRI_I32, N);
-    if (!rc) rc = TOY_TAKE(ar, K, &s->x_in, TRI_F32, N, C);
+    int rc = m->place.first ? TRI_ARENA_TAKE(ar, K, &s->tokens, TRI_I32, N) : TRI_OK;
+    if (!rc && m->place.last) rc = TRI_ARENA_TAKE(ar, K, &s->targets, TRI_I32, N);
+    if (!rc) rc = TRI_ARENA_TAKE(ar, K, &s->x_in, TRI_F32, N, C);
     for (int l = 0; l < m->L_l && !rc; l++) {
-        rc = TOY_TAKE(ar, K, &s->blocks[l].pre, TRI_F32, N, H);
-        if (!rc) rc = TOY_TAKE(ar, K, &s->blocks[l].act, TRI_F32, N, H);
-        if (!rc) rc = TOY_TAKE(ar, K, &s->blocks[l].out, TRI_F32, N, C);
+        rc = TRI_ARENA_TAKE(ar, K, &s->blocks[l].pre, TRI_F32, N, H);
+        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &s->blocks[l].act, TRI_F32, N, H);
+        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &s->blocks[l].out, TRI_F32, N, C);
     }
     if (!rc && m->place.last) {
-        rc = TOY_TAKE(ar, K, &s->logits, TRI_F32, N, V);
-        if (!rc) rc = TOY_TAKE(ar, K, &s->maxes, TRI_F32, N);
-        if (!rc) rc = TOY_TAKE(ar, K, &s->stats, TRI_F32, N, 2);
-        if (!rc) rc = TOY_TAKE(ar, K, &s->losses, TRI_F32, N);
+        rc = TRI_ARENA_TAKE(ar, K, &s->logits, TRI_F32, N, V);
+        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &s->maxes, TRI_F32, N);
+        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &s->stats, TRI_F32, N, 2);
+        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &s->losses, TRI_F32, N);
     }
-    if (!rc && !m->place.last) rc = TOY_TAKE(ar, TRI_MEM_COMM, &s->grad_out, TRI_F32, N, C);
-    if (!rc) rc = TOY_TAKE(ar, K, &s->dx, TRI_F32, N, C);
+    if (!rc && !m->place.last) rc = TRI_ARENA_TAKE(ar, TRI_MEM_COMM, &s->grad_out, TRI_F32, N, C);
+    if (!rc) rc = TRI_ARENA_TAKE(ar, K, &s->dx, TRI_F32, N, C);
     return rc;
 }
 
@@ -496,8 +493,8 @@ static int toy_take_buffers(void *self, tri_arena *a)
     int rc = TRI_OK;
     for (int s = 0; s < m->place.n_slots && !rc; s++)
         rc = toy_take_slot(m, a, &m->slots[s]);
-    if (!rc) rc = TOY_TAKE(a, TRI_MEM_WORKSPACE, &m->tmp, TRI_F32, m->N, (int64_t)m->cfg.n_embd);
-    if (!rc) rc = TOY_TAKE(a, TRI_MEM_WORKSPACE, &m->dact, TRI_F32, m->N, (int64_t)m->cfg.n_hidden);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_WORKSPACE, &m->tmp, TRI_F32, m->N, (int64_t)m->cfg.n_embd);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_WORKSPACE, &m->dact, TRI_F32, m->N, (int64_t)m->cfg.n_hidden);
     return rc;
 }
 

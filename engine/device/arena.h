@@ -46,6 +46,10 @@ int tri_arena_commit(tri_arena *a, tri_device *d);
  * size overflows. */
 int tri_arena_take(tri_arena *a, tri_mem_kind kind, tri_tensor *t, tri_dtype dtype, int ndim,
                    const int64_t *shape);
+/* The same with the shape written out: TRI_ARENA_TAKE(a, TRI_MEM_ACTIVATIONS, &x, TRI_F32, N, C). */
+#define TRI_ARENA_TAKE(a, kind, t, dtype, ...)                                                                    \
+    tri_arena_take((a), (kind), (t), (dtype), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),        \
+                   (const int64_t[]){__VA_ARGS__})
 /* Frees the allocation. */
 void tri_arena_release(tri_arena *a);
 

@@ -78,22 +78,22 @@ static void run_on(run *r, tri_device *dev)
     cr_assert_eq(tri_gpt_create(&m, &r->cfg, &lay, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s",
                  tri_error_message());
     /* forward and backward of the first batch */
-    cr_assert_eq(tri_gpt_load_batch(m, 0, r->windows), TRI_OK);
-    cr_assert_eq(tri_chunk_zero_grads(&m->chunk), TRI_OK);
-    cr_assert_eq(tri_chunk_forward(&m->chunk, 0, false, 0.0f), TRI_OK, "%s", tri_error_message());
-    r->n_logits = tri_tensor_numel(m->ls.logits);
+    cr_assert_eq(tri_decoder_load_batch(&m->d, 0, r->windows), TRI_OK);
+    cr_assert_eq(tri_chunk_zero_grads(&m->d.chunk), TRI_OK);
+    cr_assert_eq(tri_chunk_forward(&m->d.chunk, 0, false, 0.0f), TRI_OK, "%s", tri_error_message());
+    r->n_logits = tri_tensor_numel(m->d.ls.logits);
     r->logits = ot_floats((size_t)r->n_logits);
-    read_f32(dev, r->logits, m->ls.logits);
+    read_f32(dev, r->logits, m->d.ls.logits);
     /* training forward (the loss head overwrites the logits with their gradient), backward */
     float dloss = 1.0f / (float)(r->B * r->T);
-    cr_assert_eq(tri_chunk_forward(&m->chunk, 0, true, dloss), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(tri_chunk_backward(&m->chunk, 0), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(tri_chunk_finish_grads(&m->chunk), TRI_OK);
-    r->n_params = tri_tensor_numel(m->chunk.zero.grads);
+    cr_assert_eq(tri_chunk_forward(&m->d.chunk, 0, true, dloss), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_chunk_backward(&m->d.chunk, 0), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_chunk_finish_grads(&m->d.chunk), TRI_OK);
+    r->n_params = tri_tensor_numel(m->d.chunk.zero.grads);
     r->grads = ot_floats((size_t)r->n_params);
-    cr_assert_eq(tri_device_copy_to_host(dev, r->grads, m->chunk.zero.grads), TRI_OK);
+    cr_assert_eq(tri_device_copy_to_host(dev, r->grads, m->d.chunk.zero.grads), TRI_OK);
     double s = 0.0;
-    cr_assert_eq(tri_chunk_loss_sum(&m->chunk, 0, &s), TRI_OK);
+    cr_assert_eq(tri_chunk_loss_sum(&m->d.chunk, 0, &s), TRI_OK);
     r->loss0 = s / (double)(r->B * r->T);
     /* AdamW steps through the trainer */
     tri_trainer tr;
@@ -102,7 +102,7 @@ static void run_on(run *r, tri_device *dev)
     tri_schedule train_sched, eval_sched;
     cr_assert_eq(tri_schedule_1f1b(&train_sched, 1, 1), TRI_OK);
     cr_assert_eq(tri_schedule_forward_only(&eval_sched, 1, 1, 1), TRI_OK);
-    tri_chunk *chunks[1] = {&m->chunk};
+    tri_chunk *chunks[1] = {&m->d.chunk};
     cr_assert_eq(tri_trainer_create(&tr, chunks, 1, &grid, dev, &sc, &ac, &train_sched, &eval_sched), TRI_OK,
                  "%s", tri_error_message());
     tri_batch_source src = {.ctx = r, .fill = fill};
@@ -113,7 +113,7 @@ static void run_on(run *r, tri_device *dev)
     }
     r->params = ot_floats((size_t)r->n_params);
     /* the fp32 values AdamW updated: the master weights with bf16 */
-    read_f32(dev, r->params, r->bf16 ? m->chunk.zero.master : m->chunk.zero.params);
+    read_f32(dev, r->params, r->bf16 ? m->d.chunk.zero.master : m->d.chunk.zero.params);
     tri_trainer_destroy(&tr);
     tri_schedule_free(&train_sched);
     tri_schedule_free(&eval_sched);
