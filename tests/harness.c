@@ -405,3 +405,13 @@ double tu_tensor_rel(const float *a, const float *b, int64_t n)
     }
     return ref > 0 ? diff / ref : diff;
 }
+
+double tu_tensor_rel_f64(const float *a, const double *b, int64_t n)
+{
+    double diff = 0.0, ref = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+        ref = fmax(ref, fabs(b[i]));
+    }
+    return ref > 0 ? diff / ref : diff;
+}

@@ -90,8 +90,9 @@ tri_gpt_config tu_tiny_config(void);
 /* Deterministic learnable token windows (n, T + 1) for vocab V. Caller frees. */
 int32_t *tu_make_windows(int64_t n, int64_t T, int V, uint64_t seed);
 
-/* max |a - b| / max |b| over n elements */
+/* max |a - b| / max |b| over n elements (b: a float64 reference, e.g. PyTorch's) */
 double tu_tensor_rel(const float *a, const float *b, int64_t n);
+double tu_tensor_rel_f64(const float *a, const double *b, int64_t n);
 
 /* The most two runs' weights can drift apart, per element, over updates first..last (1-based
  * AdamW step numbers) at learning rate lr, from the same state, whatever their gradients: the

@@ -13,17 +13,17 @@ rate per step, the token windows per step, each parameter's weight-decay flag, a
 under its Hugging Face name (the embedding and head padded to Trident's vocabulary; the padding is
 kept out of the logits). OUT.bin receives the logits and loss of step 0's batch, every parameter's
 gradient on it (grad.<name>) and the loss before each AdamW step (torch.optim.AdamW, decay where
-Trident decays, torch.nn.utils.clip_grad_norm_). Records: tools/gpt2_torch_reference.py's format."""
+Trident decays, torch.nn.utils.clip_grad_norm_): tools/gpt2_torch_reference.py's reference_run, in
+its record format."""
 import math
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from gpt2_torch_reference import read_records, write_records  # noqa: E402
+from gpt2_torch_reference import reference_run  # noqa: E402
 
 CFG_KEYS = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
             "num_hidden_layers", "vocab_size", "rms_norm_eps", "rope_theta", "tie", "attention_bias",
@@ -97,48 +97,6 @@ def llama_forward(p, tokens, cfg):
     return x @ head[:V].t()
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: llama_torch_model.py IN.bin OUT.bin")
-    rec = read_records(sys.argv[1])
-    B, T, steps, beta1, beta2, eps, wd, clip = rec.pop("meta").tolist()
-    B, T, steps = int(B), int(T), int(steps)
-    cfg = dict(zip(CFG_KEYS, rec.pop("cfg").tolist()))
-    for k in CFG_KEYS:
-        if k not in ("rms_norm_eps", "rope_theta", "factor", "low_freq_factor", "high_freq_factor"):
-            cfg[k] = int(cfg[k])
-    lrs = rec.pop("lrs")
-    windows = torch.from_numpy(rec.pop("windows").astype(np.int64))
-    decay = rec.pop("decay")
-    names = list(rec)
-    torch.set_default_dtype(torch.float64)
-    params = {n: torch.tensor(rec[n], dtype=torch.float64, requires_grad=True) for n in names}
-
-    def loss_of(step):
-        logits = llama_forward(params, windows[step, :, :-1], cfg)
-        return logits, F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), windows[step, :, 1:].reshape(-1))
-
-    logits, loss = loss_of(0)
-    loss.backward()
-    out = [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()]))]
-    out += [("grad." + n, params[n].grad.numpy().copy()) for n in names]
-    groups = [{"params": [params[n] for n, d in zip(names, decay) if d], "weight_decay": wd},
-              {"params": [params[n] for n, d in zip(names, decay) if not d], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=float(lrs[0]), betas=(beta1, beta2), eps=eps)
-    losses = []
-    for step in range(steps):
-        opt.zero_grad()
-        _, loss = loss_of(step)
-        loss.backward()
-        losses.append(loss.item())
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_([params[n] for n in names], clip)
-        for g in opt.param_groups:
-            g["lr"] = float(lrs[step])
-        opt.step()
-    out.append(("losses", np.array(losses)))
-    write_records(sys.argv[2], out)
-
-
 if __name__ == "__main__":
-    main()
+    reference_run(sys.argv, llama_forward, CFG_KEYS,
+                  float_keys=("rms_norm_eps", "rope_theta", "factor", "low_freq_factor", "high_freq_factor"))

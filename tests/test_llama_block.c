@@ -27,6 +27,7 @@
 #include "layers/llama_attention.h"
 #include "layers/rotary.h"
 #include "layers/swiglu_mlp.h"
+#include "tests/harness.h"
 #include "tests/opsutil.h"
 #include "tests/testutil.h"
 
@@ -179,23 +180,12 @@ static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
     return rc;
 }
 
-/* max |got - want| / max |want| */
-static double rel(const float *got, const double *want, int64_t n)
-{
-    double diff = 0.0, top = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)got[i] - want[i]));
-        top = fmax(top, fabs(want[i]));
-    }
-    return top > 0 ? diff / top : diff;
-}
-
 static void expect_close(const char *what, const float *got, const tu_records *ref, const char *name, int64_t n,
                          double *worst)
 {
     const tu_record *r = tu_rec_find(ref, name);
     cr_assert(r && r->numel == n, "%s: the reference has no %s of %lld elements", what, name, (long long)n);
-    double e = rel(got, r->data, n);
+    double e = tu_tensor_rel_f64(got, r->data, n);
     *worst = fmax(*worst, e);
     cr_expect(e <= TOL, "%s: %s differs from PyTorch by %.3g (tol %g)", what, name, e, TOL);
 }

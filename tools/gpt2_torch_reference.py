@@ -3,14 +3,17 @@
 
 Usage: gpt2_torch_reference.py IN.bin OUT.bin
 
-IN.bin (written by tests/test_gpt_torch.c) holds the model config, the AdamW settings, the learning
-rate of each step, the token windows of each step and every parameter under Trident's names and
-layouts (weights (out, in); c_attn as (3, C, C) = q, k, v rows). This script builds the same GPT-2
+IN.bin (written by tests/torch_compare.c for tests/test_gpt_torch.c) holds "meta" (B, T, steps, AdamW
+beta1, beta2, eps, weight decay, clip), the config's numbers in "cfg" (n_layer, n_head, n_embd,
+vocab_size, n_positions), the learning rate of each step, the token windows of each step, each
+parameter's weight-decay flag and every parameter under Trident's names and layouts (weights
+(out, in); c_attn as (3, C, C) = q, k, v rows). This script builds the same GPT-2
 (pre-LN blocks, GELU tanh form, causal attention, LM head tied to wte, vocab padding kept out of the
 loss) with torch operations in float64, so the reference is independent of Trident's code and more
 precise than the fp32 it checks. OUT.bin receives the logits and loss of step 0's batch, every
 parameter's gradient on that batch, and the loss before each of the AdamW steps (torch.optim.AdamW,
-decay on the parameters Trident decays, torch.nn.utils.clip_grad_norm_).
+decay on the parameters Trident decays, torch.nn.utils.clip_grad_norm_): reference_run, which
+tests/llama_torch_model.py runs with its own model.
 
 File format (both files): records of
   u32 name length, name bytes, u32 ndim, i64 shape[ndim], float64 data (C order), all little-endian.
@@ -81,28 +84,29 @@ def gpt_forward(p, tokens, cfg):
     return x @ p["wte"][:V].t()
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: gpt2_torch_reference.py IN.bin OUT.bin")
-    rec = read_records(sys.argv[1])
-    meta = rec.pop("meta")
-    keys = ["n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "B", "T", "steps",
-            "beta1", "beta2", "eps", "weight_decay", "clip_grad"]
-    cfg = dict(zip(keys, meta.tolist()))
-    for k in ["n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "B", "T", "steps"]:
-        cfg[k] = int(cfg[k])
+def reference_run(argv, forward, cfg_keys, float_keys=()):
+    """The whole reference run of argv's IN.bin into OUT.bin: forward(params, tokens, cfg) gives the
+    logits (B, T, V) of the model whose config numbers, in cfg_keys' order, are IN.bin's "cfg" (ints
+    but for float_keys)."""
+    if len(argv) != 3:
+        sys.exit("usage: %s IN.bin OUT.bin" % argv[0])
+    rec = read_records(argv[1])
+    B, T, steps, beta1, beta2, eps, wd, clip = rec.pop("meta").tolist()
+    steps = int(steps)
+    cfg = dict(zip(cfg_keys, rec.pop("cfg").tolist()))
+    for k in cfg_keys:
+        if k not in float_keys:
+            cfg[k] = int(cfg[k])
     lrs = rec.pop("lrs")
     windows = torch.from_numpy(rec.pop("windows").astype(np.int64))   # (steps, B, T+1)
     decay_flags = rec.pop("decay")                                     # (n_params,) in order
-    names = [n for n in rec]                                           # file order = Trident order
+    names = list(rec)                                                  # file order = Trident order
     torch.set_default_dtype(torch.float64)
     params = {n: torch.tensor(rec[n], dtype=torch.float64, requires_grad=True) for n in names}
 
     def loss_of(step):
-        tokens = windows[step, :, :-1]
-        targets = windows[step, :, 1:]
-        logits = gpt_forward(params, tokens, cfg)
-        return logits, F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1))
+        logits = forward(params, windows[step, :, :-1], cfg)
+        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[step, :, 1:].reshape(-1))
 
     logits, loss = loss_of(0)
     loss.backward()
@@ -110,24 +114,24 @@ def main():
     out += [("grad." + n, params[n].grad.numpy().copy()) for n in names]
 
     groups = [
-        {"params": [params[n] for n, d in zip(names, decay_flags) if d], "weight_decay": cfg["weight_decay"]},
+        {"params": [params[n] for n, d in zip(names, decay_flags) if d], "weight_decay": wd},
         {"params": [params[n] for n, d in zip(names, decay_flags) if not d], "weight_decay": 0.0},
     ]
-    opt = torch.optim.AdamW(groups, lr=float(lrs[0]), betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"])
+    opt = torch.optim.AdamW(groups, lr=float(lrs[0]), betas=(beta1, beta2), eps=eps)
     losses = []
-    for step in range(cfg["steps"]):
+    for step in range(steps):
         opt.zero_grad()
         _, loss = loss_of(step)
         loss.backward()
         losses.append(loss.item())
-        if cfg["clip_grad"] > 0:
-            torch.nn.utils.clip_grad_norm_([params[n] for n in names], cfg["clip_grad"])
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_([params[n] for n in names], clip)
         for g in opt.param_groups:
             g["lr"] = float(lrs[step])
         opt.step()
     out.append(("losses", np.array(losses)))
-    write_records(sys.argv[2], out)
+    write_records(argv[2], out)
 
 
 if __name__ == "__main__":
-    main()
+    reference_run(sys.argv, gpt_forward, ["n_layer", "n_head", "n_embd", "vocab_size", "n_positions"])
