@@ -151,7 +151,7 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
         char why[1024];
         rc = fit_micro_batch(b, &m, &B, why, sizeof why);
         if (!rc && world->rank == 0)
-            printf("%s: micro-batch %d, the largest whose planned memory fits %.1f GiB per GPU (%d: %s)\n", model,
+            printf("%s: micro-batch %d, the largest whose planned memory fits %g GiB per GPU (%d: %s)\n", model,
                    B, (double)b->fit_gib, B + 1, why);
     }
     if (!rc) rc = tri_cli_model_layout(&m, request(b, B), &o.run.layout);

@@ -225,13 +225,17 @@ void tri_device_profile_report(const tri_device *d, FILE *f)
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    fprintf(f, "%-22s %10s %10s %7s\n", "op", "calls", "seconds", "share");
+    int w = 22; /* the name column: as wide as the longest name */
+    for (int k = 0; k < n; k++)
+        if ((int)strlen(p->name[order[k]]) > w)
+            w = (int)strlen(p->name[order[k]]);
+    fprintf(f, "%-*s %10s %10s %7s\n", w, "op", "calls", "seconds", "share");
     for (int k = 0; k < n; k++) {
         int i = order[k];
-        fprintf(f, "%-22s %10lld %10.3f %6.1f%%\n", p->name[i], (long long)p->calls[i], p->seconds[i],
+        fprintf(f, "%-*s %10lld %10.3f %6.1f%%\n", w, p->name[i], (long long)p->calls[i], p->seconds[i],
                 total > 0 ? 100.0 * p->seconds[i] / total : 0.0);
     }
-    fprintf(f, "%-22s %10s %10.3f\n", "total", "", total);
+    fprintf(f, "%-*s %10s %10.3f\n", w, "total", "", total);
 }
 
 static int remember(tri_device *d, void *ptr, size_t bytes)

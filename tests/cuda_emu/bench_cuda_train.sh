@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# tests/cuda_emu/bench_cuda_train.sh BENCH SOURCE_DIR - bench_cuda_train's own code on the emulated
+# CUDA backend, with tiny models standing in for its named ones (a GPU session runs the real ones
+# first thing in bench/cuda/gpu_check.sh, so a fault there would cost it device time):
+#  1. GPT-2, bf16, --profile: the header names the precision (issue 14: it said fp32 under --bf16),
+#     the result line has ms/iter, tok/s, TFLOP/s, "MFU n/a" on a card without a peak in the table
+#     and a loss near ln V on random tokens; the per-op table lists the fused attention, the fused
+#     classifier, the multi-tensor norm and AdamW, with aligned columns and a total.
+#  2. The Llama, fp32, --fit-memory-gib and --peak-tflops: the chosen micro-batch is the largest
+#     whose plan fits, by the partitioner's own plan of it and of the next one; MFU against the peak.
+set -u
+bench=$1
+src=$(cd "$2" && pwd)
+partitioner="$(dirname "$bench")/../bin/partitioner"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+export OMPI_MCA_ess_singleton_isolated=1 # one rank: no orted
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# the tiny models under the names the bench knows
+cp "$src/models/gpt2-tiny-byte.json" "$tmp/gpt2.json"
+cp "$src/models/llama-tiny-byte.json" "$tmp/llama-124m.json"
+common=(--models-dir "$tmp" --seq-length 32 --iters 1)
+
+# 1. GPT-2, bf16, profiled
+"$bench" "${common[@]}" --model gpt2 --micro-batch-size 2 --warmup 1 --bf16 --profile > "$tmp/gpt.log" 2>&1 ||
+  fail "bench_cuda_train --bf16 --profile exited $? ($(tail -3 "$tmp/gpt.log"))"
+head -1 "$tmp/gpt.log" | grep -q "Trident CUDA emulation (CPU).*, bf16 (bf16 cuBLASLt GEMMs accumulating in fp32" ||
+  fail "the header does not say bf16: $(head -1 "$tmp/gpt.log")"
+line=$(grep -E '^gpt2 ' "$tmp/gpt.log")
+echo "$line" | grep -qE '^gpt2 +[0-9]+M +bf16 B +2 x T +32 x dp 1 \| +[0-9.]+ ms/iter \| +[0-9]+ tok/s \| +[0-9.]+ TFLOP/s \| MFU n/a \(unknown card: pass --peak-tflops\) \| loss [0-9.]+$' ||
+  fail "the result line: '$line'"
+loss=$(echo "$line" | sed -n 's/.*| loss \([0-9.]*\)$/\1/p')
+awk -v l="${loss:-0}" 'BEGIN { exit !(l > 5.3 && l < 5.8) }' || fail "loss $loss on random bytes, not near ln 257 = 5.55"
+for op in matmul flash_attention_forward flash_attention_backward ce_fused sum_squares_multi adamw_multi \
+  add_layernorm_forward; do
+  grep -qE "^$op +[0-9]+ +[0-9.]+ +[0-9.]+%$" "$tmp/gpt.log" || fail "the profile has no row for $op"
+done
+grep -qE '^total +[0-9.]+$' "$tmp/gpt.log" || fail "the profile has no total"
+# every row of the table ends its calls column (right-aligned) where the header's ends
+cols=$(sed -n '/^op /,/^total/p' "$tmp/gpt.log" | awk '/^total/ {next} {print index($0, " " $2 " ") + length($2)}' |
+  sort -u | wc -l)
+[ "$cols" = 1 ] || fail "the profile's columns are not aligned: $(sed -n '/^op /,/^total/p' "$tmp/gpt.log")"
+
+# 2. the Llama, fp32, the largest micro-batch whose plan fits 0.08 GiB, MFU against a given peak
+limit=0.08
+"$bench" "${common[@]}" --model llama-124m --warmup 0 --fit-memory-gib $limit --peak-tflops 10 > "$tmp/llama.log" 2>&1 ||
+  fail "bench_cuda_train --fit-memory-gib exited $? ($(tail -3 "$tmp/llama.log"))"
+B=$(sed -n 's/^llama-124m: micro-batch \([0-9]*\), the largest whose planned memory fits 0.08 GiB per GPU (.*/\1/p' "$tmp/llama.log")
+if [ -z "$B" ]; then
+  fail "no fitted micro-batch: $(cat "$tmp/llama.log")"
+else
+  grep -qE "^llama-124m +[0-9]+M +fp32 B +$B x T +32 x dp 1 \| .* \| MFU +[0-9.]+% of fp32 peak \| loss [0-9.]+$" "$tmp/llama.log" ||
+    fail "the result line at micro-batch $B: $(grep '^llama-124m ' "$tmp/llama.log")"
+  plan() { # the partitioner's planned bytes of the one stage at micro-batch $1
+    "$partitioner" --config "$tmp/llama-124m.json" --num-gpus 1 --tensor-model-parallel-size 1 \
+      --pipeline-model-parallel-size 1 --micro-batch-size "$1" --global-batch-size "$1" --seq-length 32 --json |
+      /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["stages"][0]["memory_bytes"]["total"])'
+  }
+  fits=$(plan "$B") next=$(plan $((B + 1)))
+  awk -v a="$fits" -v b="$next" -v g=$limit 'BEGIN { l = g * 1073741824; exit !(a <= l && b > l) }' ||
+    fail "micro-batch $B plans $fits bytes and $((B + 1)) plans $next: $B is not the largest within $limit GiB"
+fi
+
+if [ $failures -ne 0 ]; then
+  echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log"
+  exit 1
+fi
+echo "bench_cuda_train on the emulated backend: GPT-2 bf16 profiled ($line); the Llama at the fitted micro-batch $B ($fits bytes planned, $((B + 1)): $next)"
