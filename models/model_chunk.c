@@ -107,12 +107,11 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
 static int add_pass(tri_decoder *d, tri_pass_list list, int kind, int index, int n, const int *units,
                     const bool *grads)
 {
-    tri_pass p = {.kind = kind, .index = index};
-    for (int k = 0; k < n; k++)
-        if (units[k] >= 0) { /* a unit not on this stage (GPT-2's position table is, Llama has none) */
-            p.unit[p.n_units] = units[k];
-            p.grads[p.n_units++] = grads[k];
-        }
+    tri_pass p = {.kind = kind, .index = index, .n_units = n};
+    for (int k = 0; k < n; k++) {
+        p.unit[k] = units[k];
+        p.grads[k] = grads[k];
+    }
     return tri_chunk_add_pass(&d->chunk, list, &p);
 }
 
@@ -123,11 +122,13 @@ static int add_pass(tri_decoder *d, tri_pass_list list, int kind, int index, int
 static int declare_passes(tri_decoder *d)
 {
     bool private = d->private_embed;
+    int n_embed = d->unit_pos >= 0 ? 2 : 1; /* the token table, and the position table where there is one */
     int rc = TRI_OK;
     for (int eval = 0; eval < 2 && !rc; eval++) {
         tri_pass_list list = eval ? TRI_PASSES_FORWARD_EVAL : TRI_PASSES_FORWARD;
         if (d->opt.first)
-            rc = add_pass(d, list, TRI_DECODER_EMBEDDING, 0, UNITS(d->unit_embed, d->unit_pos), GRADS(false, false));
+            rc = add_pass(d, list, TRI_DECODER_EMBEDDING, 0, n_embed, (const int[]){d->unit_embed, d->unit_pos},
+                          GRADS(false, false));
         for (int l = 0; l < d->L_l && !rc; l++)
             rc = add_pass(d, list, TRI_DECODER_BLOCK, l, UNITS(d->unit_block0 + l), GRADS(false));
         if (!rc && d->opt.last)
@@ -141,8 +142,8 @@ static int declare_passes(tri_decoder *d)
     for (int l = d->L_l - 1; l >= 0 && !rc; l--)
         rc = add_pass(d, TRI_PASSES_BACKWARD, TRI_DECODER_BLOCK_BACKWARD, l, UNITS(d->unit_block0 + l), GRADS(true));
     if (!rc && d->opt.first)
-        rc = add_pass(d, TRI_PASSES_BACKWARD, TRI_DECODER_EMBEDDING_BACKWARD, 0, UNITS(d->unit_embed, d->unit_pos),
-                      GRADS(true, true));
+        rc = add_pass(d, TRI_PASSES_BACKWARD, TRI_DECODER_EMBEDDING_BACKWARD, 0, n_embed,
+                      (const int[]){d->unit_embed, d->unit_pos}, GRADS(true, true));
     if (!rc && private)
         rc = add_pass(d, TRI_PASSES_FINISH, TRI_DECODER_TIED_GRAD, 0, UNITS(d->unit_embed), GRADS(true));
     return rc;
