@@ -96,11 +96,7 @@ expect "bad choice"            "--lr-decay-style sideways: expected one of cosin
 # error line holding the expected text, no crash, nothing started (no plan printed). Multi-rank
 # rows run under mpirun and must also end quickly (no rank left waiting). ----
 printf '{"n_layer": 2, "n_head": 3, "n_embd": 48, "vocab_size": 257, "n_positions": 16}' > "$tmp/nh3.json"
-mpirun_flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 300 -x OMP_NUM_THREADS=1)
-for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
-  [ -n "${!v:-}" ] && mpirun_flags+=(-x "$v")
-done
-[ -n "${ASAN_OPTIONS:-}" ] && mpirun_flags+=(--mca mca_base_component_disable_dlclose 1)
+source "$src/tests/lib/mpirun_flags.sh"
 tiny=(--config "$tmp/tiny2.json")
 printf '{"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/tiny2.json"
 table_cases=0

@@ -8,11 +8,7 @@ set -u
 build=$1
 src=$2
 bin="$build/bin/engine_train"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun_flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 300 -x OMP_NUM_THREADS=1)
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  mpirun_flags+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
-fi
+source "$src/tests/lib/mpirun_flags.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0

@@ -8,12 +8,8 @@
 set -u
 build=$1
 src=$2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun_flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 300 -x OMP_NUM_THREADS=1)
-for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
-  [ -n "${!v:-}" ] && mpirun_flags+=(-x "$v")
-done
-[ -n "${ASAN_OPTIONS:-}" ] && mpirun_flags+=(--mca mca_base_component_disable_dlclose 1)
+export OMP_NUM_THREADS=1
+source "$src/tests/lib/mpirun_flags.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$src" || exit 1

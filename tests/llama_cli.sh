@@ -16,11 +16,8 @@ build=$1
 src=$(cd "$2" && pwd)
 bin="$build/bin"
 py=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader --timeout 300 -x OMP_NUM_THREADS=1)
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  mpirun+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
-fi
+source "$src/tests/lib/mpirun_flags.sh"
+mpirun=(mpirun "${mpirun_flags[@]}")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0

@@ -12,11 +12,9 @@ build=$1
 src=$2
 bin="$build/bin/engine_train"
 tok="$build/bin/tokenize"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun_flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 180 -x OMP_NUM_THREADS=1)
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  mpirun_flags+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
-fi
+export OMP_NUM_THREADS=1
+mpirun_timeout=180
+source "$src/tests/lib/mpirun_flags.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0

@@ -7,12 +7,8 @@
 build=$1
 src=$2
 bin="$build/bin/engine_train"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-flags=(--oversubscribe --bind-to none --mca btl self,vader --timeout 300 ${fault_mpirun_flags[@]+"${fault_mpirun_flags[@]}"}
-       -x OMP_NUM_THREADS=1)
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  flags+=(-x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS --mca mca_base_component_disable_dlclose 1)
-fi
+source "$src/tests/lib/mpirun_flags.sh"
+flags=("${mpirun_flags[@]}" ${fault_mpirun_flags[@]+"${fault_mpirun_flags[@]}"})
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$src" || exit 1
