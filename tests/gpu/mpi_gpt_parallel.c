@@ -26,7 +26,6 @@
 #include "engine/core/status.h"
 #include "engine/train/train.h"
 #include "models/gpt.h"
-#include "models/gpt.h"
 #include "models/session.h"
 #include "tests/gpu/mpi_common.h"
 #include "tests/harness.h"
