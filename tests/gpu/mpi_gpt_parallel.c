@@ -1,8 +1,8 @@
 /* tests/gpu/mpi_gpt_parallel.c - tensor, pipeline and data parallelism (ZeRO) on CUDA + NCCL
  * against one GPU.
  *
- * Under mpiexec with one GPU per rank: a tiny GPT trains a few AdamW steps (clipping on) in every
- * layout the world size allows: tp = world (Megatron's column/row-parallel layers and
+ * Under mpiexec with one GPU per rank: a tiny GPT (a layer for each of pp = world stages, at least
+ * 2) trains a few AdamW steps (clipping on) in every layout the world size allows: tp = world (Megatron's column/row-parallel layers and
  * vocab-parallel loss over NCCL), the same with sequence parallelism, pp = world (1F1B over
  * batched NCCL p2p), dp = world without ZeRO and with ZeRO-1, -2 and -3 (reduce-scatter /
  * all-gather over NCCL), ZeRO-2 with --overlap-grad-reduce and --overlap-param-gather (the
@@ -58,16 +58,25 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
     return TRI_OK;
 }
 
-/* Trains STEPS steps of layout l on `world`. */
-static int train(tri_device *dev, tri_comm *world, const layout *l, result *res)
+/* The tiny GPT with a layer for each pipeline stage of pp = world ranks (at least CFG's 2). */
+static tri_gpt_config config_for(int world)
+{
+    tri_gpt_config c = CFG;
+    if (world > c.n_layer)
+        c.n_layer = world;
+    return c;
+}
+
+/* Trains STEPS steps of layout l of model cfg on `world`. */
+static int train(tri_device *dev, tri_comm *world, const tri_gpt_config *cfg, const layout *l, result *res)
 {
     tri_session ss;
-    tri_model m = tri_gpt_model(&CFG);
+    tri_model m = tri_gpt_model(cfg);
     tri_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tu_layout lay = {.tp = l->tp, .pp = l->pp, .sp = l->sp, .n_micro = l->n_micro, .zero = l->zero,
                      .deterministic = l->deterministic, .overlap = l->overlap};
-    int rc = tu_layout_resolve(&CFG, B, T, &lay, world->size, &o.run.layout);
+    int rc = tu_layout_resolve(cfg, B, T, &lay, world->size, &o.run.layout);
     if (rc)
         return rc;
     rc = tri_session_create(&ss, world, dev, &m, &o);
@@ -139,20 +148,21 @@ int main(int argc, char **argv)
         {.name = "dp ZeRO-2 overlapped", .tp = 1, .pp = 1, .n_micro = 2, .zero = 2, .overlap = true},
         {.name = "dp ZeRO-1 deterministic", .tp = 1, .pp = 1, .n_micro = 2, .zero = 1, .deterministic = true},
     };
+    tri_gpt_config cfg = config_for(size);
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
         const layout *l = &layouts[i];
         int dp = size / (l->tp * l->pp);
         layout one = {.name = "one GPU", .tp = 1, .pp = 1, .n_micro = dp * l->n_micro, .deterministic = l->deterministic};
         result par, ref;
-        int rc = train(dev, world, l, &par);
+        int rc = train(dev, world, &cfg, l, &par);
         if (rc)
             fprintf(stderr, "rank %d: %s run failed: %s\n", rank, l->name, tri_error_message());
         int ok = rc == TRI_OK;
         if (rank == 0) {
             tri_comm *self = NULL;
             rc = make_comm(&self, &ms, dev, shared);
-            if (!rc) rc = train(dev, self, &one, &ref);
+            if (!rc) rc = train(dev, self, &cfg, &one, &ref);
             if (rc)
                 fprintf(stderr, "reference run failed: %s\n", tri_error_message());
             tri_comm_destroy(self);
