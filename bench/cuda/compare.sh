@@ -14,12 +14,17 @@
 # Defaults: GPT-2 124M (micro-batch 8) and 1.5B (micro-batch 2), bf16, T 1024, 10 timed iterations
 # after 3 warm-up. --micro-batch-size fit: each model's largest micro-batch whose planned memory fits an
 # 80 GB card (bench_cuda_train --fit-memory-gib 72.5, the partitioner's H100 preset less its reserve),
-# which PyTorch then runs too (it may not fit there: PyTorch keeps more activations). --profile adds bench_cuda_train's per-op table. BIN (default build/bin) says where
-# bench_cuda_train is, PYTHON (default python3) which interpreter has PyTorch with CUDA.
+# which PyTorch then runs too (it may not fit there: PyTorch keeps more activations). --profile adds
+# bench_cuda_train's per-op table. BIN (default build/bin) says where bench_cuda_train is, PYTHON
+# (default python3) which interpreter has PyTorch with CUDA, MODELS_DIR (default models/) where the
+# model configs are, PYTORCH_DEVICE (default cuda) where the peer runs: CTest's bench_cuda_train_emu
+# runs this script with tiny models, the emulated backend's bench and the peer on the CPU.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=${BIN:-$here/../../build/bin}
 PYTHON=${PYTHON:-python3}
+MODELS_DIR=${MODELS_DIR:-$here/../../models}
+PYTORCH_DEVICE=${PYTORCH_DEVICE:-cuda}
 models="gpt2 gpt2-xl"; prec=--bf16; iters=10; warmup=3; B=""; profile=""; attention=sdpa; T=1024
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,14 +46,15 @@ status=0
 for m in $models; do
   b=${B:-$(default_b "$m")}
   size=(--micro-batch-size "$b"); [ "$b" = fit ] && size=(--fit-memory-gib 72.5)
-  out=$("$BIN/bench_cuda_train" --models-dir "$here/../../models" --model "$m" "${size[@]}" \
+  out=$("$BIN/bench_cuda_train" --models-dir "$MODELS_DIR" --model "$m" "${size[@]}" \
         --seq-length "$T" --attention-backend "$backend" --iters "$iters" --warmup "$warmup" $prec $profile 2>&1); rc=$?
   echo "$out"
   [ $rc -ne 0 ] && { echo "compare.sh: bench_cuda_train failed for $m (status $rc)"; status=1; continue; }
   # the micro-batch the bench ran (the one it chose with fit): "... bf16 B 16 x T 1024 ..."
   [ "$b" = fit ] && b=$(echo "$out" | awk -v m="$m" '$1 == m {for (i = 1; i < NF; i++) if ($i == "B") {print $(i + 1); exit}}')
-  peer=$(env -u LD_LIBRARY_PATH "$PYTHON" "$here/pytorch_gpt2.py" --models-dir "$here/../../models" --model "$m" --micro-batch-size "$b" \
-         --seq-length "$T" --iters "$iters" --warmup "$warmup" --attention "$attention" $prec 2>&1); rc=$?
+  peer=$(env -u LD_LIBRARY_PATH "$PYTHON" "$here/pytorch_gpt2.py" --models-dir "$MODELS_DIR" --model "$m" \
+         --micro-batch-size "$b" --seq-length "$T" --iters "$iters" --warmup "$warmup" --attention "$attention" \
+         --device "$PYTORCH_DEVICE" $prec 2>&1); rc=$?
   echo "$peer"
   [ $rc -ne 0 ] && { echo "compare.sh: the PyTorch peer failed for $m (status $rc)"; status=1; continue; }
   ours=$(echo "$out" | awk -F'|' -v m="$m" '$1 ~ "^"m" " {print $3}' | awk '{print $1}' | tail -1)

@@ -8,6 +8,9 @@
 #     classifier, the multi-tensor norm and AdamW, with aligned columns and a total.
 #  2. The Llama, fp32, --fit-memory-gib and --peak-tflops: the chosen micro-batch is the largest
 #     whose plan fits, by the partitioner's own plan of it and of the next one; MFU against the peak.
+#  3. bench/cuda/compare.sh (what `tools/trident.sh bench-cuda` runs) with this bench and its PyTorch
+#     peer on the CPU (Debian's 1.13 has no SDPA: both sides with the materialised attention): the
+#     ratio line reads both tokens/s and divides them.
 set -u
 bench=$1
 src=$(cd "$2" && pwd)
@@ -64,8 +67,23 @@ else
     fail "micro-batch $B plans $fits bytes and $((B + 1)) plans $next: $B is not the largest within $limit GiB"
 fi
 
+# 3. compare.sh, the bench against PyTorch in one command
+BIN=$(dirname "$bench") MODELS_DIR="$tmp" PYTORCH_DEVICE=cpu PYTHON=/usr/bin/python3 \
+  bash "$src/bench/cuda/compare.sh" --models gpt2 --micro-batch-size 2 --seq-length 32 --iters 1 --warmup 1 \
+  --attention materialized > "$tmp/compare.log" 2>&1 || fail "compare.sh exited $? ($(tail -3 "$tmp/compare.log"))"
+ours=$(awk -F'|' '/^gpt2 / {print $3}' "$tmp/compare.log" | awk '{print $1}')
+theirs=$(awk -F'|' '/^pytorch gpt2 B 2 T 32 bf16 materialized / {print $3}' "$tmp/compare.log" | awk '{print $1}')
+ratio=$(grep -E '^ratio gpt2: Trident [0-9]+ tok/s / PyTorch eager \(materialized\) [0-9]+ tok/s = [0-9.]+x$' "$tmp/compare.log")
+if [ -z "$ours" ] || [ -z "$theirs" ] || [ -z "$ratio" ]; then
+  fail "compare.sh's lines: $(cat "$tmp/compare.log")"
+else
+  r=$(echo "$ratio" | sed 's/.* = \([0-9.]*\)x$/\1/')
+  awk -v o="$ours" -v t="$theirs" -v r="$r" 'BEGIN { exit !(r > 0 && (o / t - r) ^ 2 < 0.006 ^ 2) }' ||
+    fail "the ratio $r is not $ours / $theirs"
+fi
+
 if [ $failures -ne 0 ]; then
-  echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log"
+  echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log" "$tmp/compare.log"
   exit 1
 fi
-echo "bench_cuda_train on the emulated backend: GPT-2 bf16 profiled ($line); the Llama at the fitted micro-batch $B ($fits bytes planned, $((B + 1)): $next)"
+echo "bench_cuda_train on the emulated backend: GPT-2 bf16 profiled ($line); the Llama at the fitted micro-batch $B ($fits bytes planned, $((B + 1)): $next); compare.sh: $ratio"
