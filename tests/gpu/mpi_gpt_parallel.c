@@ -2,13 +2,14 @@
  * against one GPU.
  *
  * Under mpiexec with one GPU per rank: a tiny GPT (a layer for each of pp = world stages, at least
- * 2) trains a few AdamW steps (clipping on) in every layout the world size allows: tp = world (Megatron's column/row-parallel layers and
- * vocab-parallel loss over NCCL), the same with sequence parallelism, pp = world (1F1B over
- * batched NCCL p2p), dp = world without ZeRO and with ZeRO-1, -2 and -3 (reduce-scatter /
- * all-gather over NCCL), ZeRO-2 with --overlap-grad-reduce and --overlap-param-gather (the
- * non-blocking collectives on the communication stream), and deterministic mode at dp = world
- * (fixed-point gradients summed as int64 over NCCL). Rank 0 then trains the same model alone (an
- * NCCL comm over MPI_COMM_SELF) on the same global batches (dp x n_micro micro-batches per step).
+ * 2) trains a few AdamW steps (clipping on) in every layout the world size allows: tp = world
+ * (Megatron's column/row-parallel layers and vocab-parallel loss over NCCL), the same with sequence
+ * parallelism, pp = world (1F1B over batched NCCL p2p), dp = world without ZeRO and with ZeRO-1, -2
+ * and -3 (reduce-scatter / all-gather over NCCL), ZeRO-2 with --overlap-grad-reduce and
+ * --overlap-param-gather (the non-blocking collectives on the communication stream), and
+ * deterministic mode at dp = world (fixed-point gradients summed as int64 over NCCL). Rank 0 then
+ * trains the same model alone (an NCCL comm over MPI_COMM_SELF) on the same global batches (dp x
+ * n_micro micro-batches per step).
  * The per-step loss and gradient norm must agree within 1e-4 relative (only the summation order
  * differs), and exactly in deterministic mode, whose sums are order-independent by construction
  * (engine/train/zero.h). With fewer GPUs than ranks (a one-GPU machine) the ranks share the GPUs and
