@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench/cuda/attention.sh - Trident's fused attention against PyTorch's SDPA (flash backend) on the same
 # GPU in one command: bench_cuda_attention, then bench/cuda/pytorch_attention.py on the same shapes
-# (bf16, causal, B x NH x T = 8 x 12 x 1024 rows, HS 64 and 128, T 1024 and 4096 by default; --fp32:
-# fp32 on both sides, PyTorch's memory-efficient backend), and per shape the ratio of PyTorch's time
-# to ours (above 1: Trident is faster; issue 15's target >= 0.7, for bf16).
+# (bf16, causal, GPT-2 124M's width 768 = NH x HS, B x T = 8192 tokens, HS 64 and 128, T 1024 and
+# 4096 by default; --fp32: fp32 on both sides, PyTorch's memory-efficient backend), and per shape the
+# ratio of PyTorch's time to ours (above 1: Trident is faster; issue 15's target >= 0.7, for bf16).
 #   bash bench/cuda/attention.sh [--head-sizes 64,128] [--seq-lengths 1024,4096] [--iters N] [--fp32]
+#                                [--tokens B_x_T]
 # BIN (default build/bin) says where bench_cuda_attention is, PYTHON (default python3) which
 # interpreter has PyTorch with CUDA.
 set -uo pipefail

@@ -3,8 +3,8 @@
  * Times tri_op_flash_attention_forward + _backward (cuda/flash_mma.cu's tiled kernels for head sizes
  * 32-128: bf16 on the tensor cores, or fp32 on the CUDA cores with --fp32; the simple twins
  * otherwise) and, where its (T, T) matrices fit, the unfused cuBLASLt path, on bf16 (or fp32) q|k|v
- * in the model's interleaved layout, for each requested (HS, T) with
- * B x NH chosen to keep B NH T = 98,304 rows (GPT-2 124M's micro-batch 8 x 12 heads at T 1024).
+ * in the model's interleaved layout, for each requested (HS, T) at GPT-2 124M's width (NH = 768 / HS
+ * heads) and --tokens B x T tokens (B = tokens / T, at least 1; default 8192: micro-batch 8 at T 1024).
  * Prints ms, TFLOP/s (causal FLOPs: forward 2 B NH T^2 HS, backward 2.5x, as FlashAttention-2's
  * paper counts) and the unfused/fused ratio. bench/cuda/attention.sh runs PyTorch's SDPA (flash
  * backend) on the same shapes in the same command and prints the ratio against it. */
@@ -112,13 +112,14 @@ static int run_shape(tri_device *d, att_shape s, tri_dtype bf, int iters, double
 int main(int argc, char **argv)
 {
     const char *hs_list = "64,128", *t_list = "1024,4096";
-    int iters = 10;
+    int iters = 10, tokens = 8192;
     float limit = 20.0f;
     bool fp32 = false;
     tri_flag flags[] = {
         {"head-sizes", TRI_FLAG_STRING, &hs_list, "comma-separated head sizes", 0, 0, NULL, false},
         {"seq-lengths", TRI_FLAG_STRING, &t_list, "comma-separated sequence lengths", 0, 0, NULL, false},
         {"iters", TRI_FLAG_INT, &iters, "timed repetitions (the best is printed)", 1, 1 << 20, NULL, false},
+        {"tokens", TRI_FLAG_INT, &tokens, "B x T tokens of each shape (B = tokens / T, at least 1)", 1, 1 << 30, NULL, false},
         {"fp32", TRI_FLAG_BOOL, &fp32, "fp32 tensors (the CUDA cores) instead of bf16 (the tensor cores)", 0, 0, NULL, false},
         {"unfused-limit-gb", TRI_FLAG_FLOAT, &limit, "run the unfused path only when its scores and their gradient take at most this", 0, 1e6, NULL, false},
     };
@@ -145,7 +146,7 @@ int main(int argc, char **argv)
         for (char *tt = ts ? strtok_r(ts, ",", &s2) : NULL; tt && !rc; tt = strtok_r(NULL, ",", &s2)) {
             att_shape s = {.HS = atoll(h), .T = atoll(tt)};
             s.NH = 768 / s.HS > 0 ? 768 / s.HS : 1;
-            s.B = 8 * 1024 / s.T > 0 ? 8 * 1024 / s.T : 1;
+            s.B = tokens / s.T > 0 ? tokens / s.T : 1;
             rc = run_shape(d, s, fp32 ? TRI_F32 : TRI_BF16, iters, limit);
         }
         free(ts);

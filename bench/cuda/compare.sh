@@ -17,7 +17,7 @@
 # which PyTorch then runs too (it may not fit there: PyTorch keeps more activations). --profile adds
 # bench_cuda_train's per-op table. BIN (default build/bin) says where bench_cuda_train is, PYTHON
 # (default python3) which interpreter has PyTorch with CUDA, MODELS_DIR (default models/) where the
-# model configs are, PYTORCH_DEVICE (default cuda) where the peer runs: CTest's bench_cuda_train_emu
+# model configs are, PYTORCH_DEVICE (default cuda) where the peer runs: CTest's bench_cuda_emu
 # runs this script with tiny models, the emulated backend's bench and the peer on the CPU.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -32,6 +32,7 @@ def main():
     ap.add_argument("--head-sizes", default="64,128")
     ap.add_argument("--seq-lengths", default="1024,4096")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--tokens", type=int, default=8192, help="B x T tokens of each shape (B = tokens / T, at least 1)")
     ap.add_argument("--fp32", action="store_true", help="fp32 tensors instead of bf16")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -41,7 +42,7 @@ def main():
     dev = torch.device("cuda")
     for hs in (int(x) for x in a.head_sizes.split(",")):
         for T in (int(x) for x in a.seq_lengths.split(",")):
-            NH, B = max(768 // hs, 1), max(8 * 1024 // T, 1)
+            NH, B = max(768 // hs, 1), max(a.tokens // T, 1)
             C = NH * hs
             qkv = (torch.rand(B, T, 3 * C, device=dev) * 2 - 1).to(dtype).requires_grad_(True)
             g = (torch.rand(B, NH, T, hs, device=dev) * 2 - 1).to(dtype)

@@ -10,7 +10,7 @@ The model shape comes from models/<model>.json (n_layer, n_head, n_embd, vocab_s
 so it is exactly Trident's. Prints one line:
   pytorch <model> B <B> T <T> <precision> <attention> | <ms> ms/iter | <tok/s> tok/s | loss <l>
 --device cpu (with a tiny model; PyTorch 1.13 has no SDPA: --attention materialized) is how CTest's
-bench_cuda_train_emu runs it through compare.sh on machines without a GPU."""
+bench_cuda_emu runs it through compare.sh on machines without a GPU."""
 import argparse
 import json
 import math

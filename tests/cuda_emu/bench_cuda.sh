@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# tests/cuda_emu/bench_cuda_train.sh BENCH SOURCE_DIR - bench_cuda_train's own code on the emulated
-# CUDA backend, with tiny models standing in for its named ones (a GPU session runs the real ones
-# first thing in bench/cuda/gpu_check.sh, so a fault there would cost it device time):
+# tests/cuda_emu/bench_cuda.sh BIN_DIR SOURCE_DIR - the GPU benchmarks' own code on the emulated CUDA
+# backend (BIN_DIR: bench_cuda_train and bench_cuda_attention built on it), bench_cuda_train with tiny
+# models standing in for its named ones (a GPU session runs the real ones first thing in
+# bench/cuda/gpu_check.sh, so a fault there would cost it device time):
 #  1. GPT-2, bf16, --profile: the header names the precision (issue 14: it said fp32 under --bf16),
 #     the result line has ms/iter, tok/s, TFLOP/s, "MFU n/a" on a card without a peak in the table
 #     and a loss near ln V on random tokens; the per-op table lists the fused attention, the fused
@@ -11,8 +12,12 @@
 #  3. bench/cuda/compare.sh (what `tools/trident.sh bench-cuda` runs) with this bench and its PyTorch
 #     peer on the CPU (Debian's 1.13 has no SDPA: both sides with the materialised attention): the
 #     ratio line reads both tokens/s and divides them.
+#  4. bench_cuda_attention on a few tokens (bf16 and fp32, the tiled head sizes 64 and 80, T 32 and 70):
+#     a line per shape with the fields bench/cuda/attention.sh reads (T, HS, the fused ms), the shape
+#     that --tokens asks for, and the unfused path timed, or refused by --unfused-limit-gb.
 set -u
-bench=$1
+bench=$1/bench_cuda_train
+attention=$1/bench_cuda_attention
 src=$(cd "$2" && pwd)
 partitioner="$(dirname "$bench")/../bin/partitioner"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -83,8 +88,27 @@ else
     fail "the ratio $r is not $ours / $theirs"
 fi
 
+# 4. bench_cuda_attention: the lines attention.sh reads ($7 T, $9 HS, $13 the fused ms)
+"$attention" --head-sizes 64,80 --seq-lengths 32,70 --tokens 64 --iters 1 > "$tmp/att.log" 2>&1 ||
+  fail "bench_cuda_attention exited $? ($(tail -3 "$tmp/att.log"))"
+"$attention" --head-sizes 64 --seq-lengths 32 --tokens 64 --iters 1 --fp32 --unfused-limit-gb 0 >> "$tmp/att.log" 2>&1 ||
+  fail "bench_cuda_attention --fp32 exited $? ($(tail -3 "$tmp/att.log"))"
+shapes=$(awk '/^trident / {print $3, $5, $7, $9, $11}' "$tmp/att.log" | tr '\n' ';')
+[ "$shapes" = "2 12 32 64 bf16;1 12 70 64 bf16;2 9 32 80 bf16;1 9 70 80 bf16;2 12 32 64 fp32;" ] ||
+  fail "bench_cuda_attention's shapes (B NH T HS precision): $shapes"
+num='[0-9]+\.[0-9]+'
+fused="fused $num ms $num TFLOP/s"
+n_timed=$(grep -cE "^trident B [0-9]+ NH [0-9]+ T [0-9]+ HS [0-9]+ \| bf16 $fused \| unfused $num ms \(${num}x\)$" "$tmp/att.log")
+[ "$n_timed" = 4 ] || fail "bf16 lines with both paths timed: $n_timed of 4"
+grep -qE "^trident B 2 NH 12 T 32 HS 64 \| fp32 $fused \| unfused not run \(its scores would take $num GB\)$" \
+  "$tmp/att.log" || fail "the fp32 line with the unfused path refused"
+awk '/^trident / && !($13 > 0) {bad = 1} END {exit bad}' "$tmp/att.log" ||
+  fail "a fused time attention.sh would read is not positive"
+
 if [ $failures -ne 0 ]; then
-  echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log" "$tmp/compare.log"
+  echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log" "$tmp/compare.log" "$tmp/att.log"
   exit 1
 fi
-echo "bench_cuda_train on the emulated backend: GPT-2 bf16 profiled ($line); the Llama at the fitted micro-batch $B ($fits bytes planned, $((B + 1)): $next); compare.sh: $ratio"
+echo "bench_cuda_train on the emulated backend: GPT-2 bf16 profiled ($line);"
+echo "  the Llama at the fitted micro-batch $B ($fits bytes planned, $((B + 1)): $next); compare.sh: $ratio;"
+echo "  bench_cuda_attention's shapes (B NH T HS precision): $shapes"
