@@ -16,7 +16,6 @@
 /* The fused attention core (layers/attention.h). */
 #define FLASH(m) ((m)->d.run->attention == TRI_ATTENTION_FLASH)
 
-
 /* One block's activations: every buffer when `all`, else only what recomputation keeps per slot
  * (full: the block's output res3; selective: all but the attention softmax, which only the unfused
  * core stores: the fused one keeps its rows' logsumexp instead), the rest shared. */

@@ -14,7 +14,6 @@
  * tables fp32. */
 #define ACT(m) tri_decoder_act_dtype(&(m)->d)
 
-
 /* One block's activations: all of them, or under full recomputation (unless `all`) only res3. */
 static int take_block_acts(tri_llama *m, tri_arena *ar, tri_llama_block_acts *a, bool all)
 {

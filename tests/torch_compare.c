@@ -117,8 +117,8 @@ static int compare_grads(job *j, tri_chunk *chunk, const tu_records *ref)
             rc = TRI_ERR(rg ? TRI_ENOMEM : TRI_EINVAL, "reference gradient %s missing (or out of memory)", key);
         if (!rc) rc = tri_zero_read_param(&chunk->zero, p, true, g);
         double e = rc ? 0.0 : tu_tensor_rel_f64(g, rg->data, p->numel);
-        if (e > j->err->grads || i == 0) {
-            j->err->grads = fmax(j->err->grads, e);
+        if (i == 0 || e > j->err->grads) {
+            j->err->grads = e;
             snprintf(j->err->worst_grad, sizeof j->err->worst_grad, "%s", p->spec.name);
         }
         free(g);
@@ -175,11 +175,10 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
     if (!rc) rc = tu_model_layout_resolve(model, B, T, &one, 1, &run);
     if (!rc) rc = model->family->create(&impl, &chunk, model->cfg, &run, &place, dev, grid.tp_comm, grid.dp_comm);
 
-    char dir[4200], in[4300], out[4300], cmd[13000];
+    char in[4300], out[4300], cmd[13000];
     const char *scratch = tu_scratch_dir(j->c->scratch);
-    snprintf(dir, sizeof dir, "%s", scratch ? scratch : "");
-    snprintf(in, sizeof in, "%s/in.bin", dir);
-    snprintf(out, sizeof out, "%s/out.bin", dir);
+    snprintf(in, sizeof in, "%s/in.bin", scratch ? scratch : "");
+    snprintf(out, sizeof out, "%s/out.bin", scratch ? scratch : "");
     if (!rc && !scratch) rc = TRI_ERR(TRI_EIO, "no scratch folder %s", j->c->scratch);
     if (!rc) rc = write_input(j, chunk, in);
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", tu_source_path(j->c->script), in, out);
