@@ -16,9 +16,12 @@ int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const 
     int tp = run->tp;
     /* the widest row a buffer holds: B*T*max(Vp, 4C) */
     int64_t widest = tri_gpt_padded_vocab(cfg->vocab_size, tp > 0 ? tp : 1);
-    if (4 * (int64_t)cfg->n_embd > widest)
+    const char *keys = "vocab_size (padded)";
+    if (4 * (int64_t)cfg->n_embd > widest) {
         widest = 4 * (int64_t)cfg->n_embd;
-    int rc = tri_decoder_check(run, o, name, cfg->n_layer, cfg->n_positions, "n_positions", widest);
+        keys = "4 x n_embd";
+    }
+    int rc = tri_decoder_check(run, o, name, cfg->n_layer, cfg->n_positions, "n_positions", widest, keys);
     if (rc)
         return rc;
     if (cfg->n_head % tp != 0)

@@ -48,12 +48,17 @@ int tri_llama_check(const tri_llama_config *c, const tri_train_layout *run, cons
     int tp = run->tp, NH = c->num_attention_heads, NH_kv = c->num_key_value_heads;
     /* the widest row a buffer holds: B*T*max(Vp, 2F, W) */
     int64_t widest = tri_padded_vocab(c->vocab_size, tp > 0 ? tp : 1);
-    if (2 * (int64_t)c->intermediate_size > widest)
+    const char *keys = "vocab_size (padded)";
+    if (2 * (int64_t)c->intermediate_size > widest) {
         widest = 2 * (int64_t)c->intermediate_size;
-    if ((int64_t)(NH + 2 * NH_kv) * c->head_dim > widest)
+        keys = "2 x intermediate_size";
+    }
+    if ((int64_t)(NH + 2 * NH_kv) * c->head_dim > widest) {
         widest = (int64_t)(NH + 2 * NH_kv) * c->head_dim;
+        keys = "(num_attention_heads + 2 x num_key_value_heads) x head_dim";
+    }
     int rc = tri_decoder_check(run, o, name, c->num_hidden_layers, c->max_position_embeddings,
-                               "max_position_embeddings", widest);
+                               "max_position_embeddings", widest, keys);
     if (rc)
         return rc;
     if (NH % tp != 0)

@@ -22,8 +22,8 @@ const tri_model_family *tri_model_family_find(const char *type)
     return NULL;
 }
 
-/* The config's "model_type" ("gpt2" when absent). */
-static int model_type(const char *json, const char *source, char *type, size_t cap)
+/* The config's "model_type" ("gpt2" when absent: *absent set). */
+static int model_type(const char *json, const char *source, char *type, size_t cap, bool *absent)
 {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
@@ -31,6 +31,7 @@ static int model_type(const char *json, const char *source, char *type, size_t c
         return TRI_ERR(TRI_EINVAL, "%s: invalid JSON near byte %zu", source, end ? (size_t)(end - json) : (size_t)0);
     const cJSON *t = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
     int rc = TRI_OK;
+    *absent = !t;
     if (!t)
         snprintf(type, cap, "gpt2");
     else if (!cJSON_IsString(t))
@@ -41,11 +42,34 @@ static int model_type(const char *json, const char *source, char *type, size_t c
     return rc;
 }
 
+/* A config without "model_type" that GPT-2 (the default) refused: when another family reads it, the
+ * user forgot the key (a Llama config.json written by hand, say); say so instead of GPT-2's complaint
+ * about the other family's keys. Returns rc, its message extended either way. */
+static int missing_model_type(int rc, const char *json, const char *source, const tri_model_family *tried)
+{
+    char why[1024];
+    snprintf(why, sizeof why, "%s", tri_error_message());
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+        if (families[i] == tried)
+            continue;
+        void *cfg = NULL;
+        int frc = families[i]->parse(&cfg, json, source);
+        free(cfg);
+        if (frc == TRI_OK)
+            return TRI_ERR(rc, "%s: no \"model_type\" key, so it was read as \"%s\" (the default), but its keys "
+                           "are a \"%s\" config's: add \"model_type\": \"%s\"", source, tried->type,
+                           families[i]->type, families[i]->type);
+    }
+    tri_error_restore(rc, why);
+    return tri_error_context(rc, "no \"model_type\" key (read as \"%s\", the default)", tried->type);
+}
+
 int tri_model_parse(tri_model *m, const char *json, const char *source)
 {
     *m = (tri_model){0}; /* tri_model_free is safe whatever fails below */
     char type[64];
-    int rc = model_type(json, source, type, sizeof type);
+    bool absent = false;
+    int rc = model_type(json, source, type, sizeof type, &absent);
     if (rc)
         return rc;
     const tri_model_family *f = tri_model_family_find(type);
@@ -57,6 +81,8 @@ int tri_model_parse(tri_model *m, const char *json, const char *source)
         return TRI_ERR(TRI_EINVAL, "%s: \"model_type\" is \"%s\"; expected one of %s", source, type, known);
     }
     rc = f->parse(&m->cfg, json, source);
+    if (rc && absent)
+        return missing_model_type(rc, json, source, f);
     if (rc)
         return rc;
     m->family = f;

@@ -40,7 +40,7 @@ tri_param_spec *tri_spec_list_add(tri_spec_list *l, const char *name, int ndim, 
 /* ---- checks ---- */
 
 int tri_decoder_check(const tri_train_layout *run, const tri_chunk_place *o, const char *name, int n_layer,
-                      int max_T, const char *max_T_key, int64_t widest)
+                      int max_T, const char *max_T_key, int64_t widest, const char *widest_keys)
 {
     int tp = run->tp;
     if (run->B < 1)
@@ -59,9 +59,15 @@ int tri_decoder_check(const tri_train_layout *run, const tri_chunk_place *o, con
     if (o->n_slots < 1)
         return TRI_ERR(TRI_EINVAL, "a stage needs at least one activation slot (got %d)", o->n_slots);
     /* B*T*widest must fit comfortably in 64-bit sizes and BLAS's int dimensions */
-    if (run->B > (1 << 20) || run->B * run->T > (1LL << 31) / (widest > 0 ? widest : 1) * tp)
-        return TRI_ERR(TRI_EINVAL, "--micro-batch-size %lld x --seq-length %lld is too large for %s",
-                       (long long)run->B, (long long)run->T, name);
+    int64_t max_tokens = (1LL << 31) / (widest > 0 ? widest : 1) * tp;
+    if (max_tokens < 1)
+        return TRI_ERR(TRI_EINVAL, "%s: %s = %lld values per token is too wide (a buffer of one token's row over "
+                       "--tensor-model-parallel-size %d must stay below 2^31 values): the config's sizes are too "
+                       "large", name, widest_keys, (long long)widest, tp);
+    if (run->B > (1 << 20) || run->B * run->T > max_tokens)
+        return TRI_ERR(TRI_EINVAL, "--micro-batch-size %lld x --seq-length %lld is too large for %s: at most %lld "
+                       "tokens per micro-batch with rows of %s = %lld values", (long long)run->B, (long long)run->T,
+                       name, (long long)max_tokens, widest_keys, (long long)widest);
     return TRI_OK;
 }
 
