@@ -157,6 +157,8 @@ int tri_ckpt_async_poll(tri_ckpt_async *a, tri_ckpt_async_report *done)
     a->blocked_s += tri_now_s() - t0;
     if (rc) {
         rc = tri_error_context(rc, "asynchronous checkpoint %s/%s", a->pending.save_dir, a->pending.name);
+        reap(a, true); /* this rank's writer is done with iter_N.tmp before rank 0 removes it */
+        rc = tri_ckpt_pending_abandon(&a->pending, rc);
         finish(a, false, done);
     }
     return rc;
@@ -194,6 +196,8 @@ int tri_ckpt_async_start(tri_ckpt_async *a, const char *save_dir, const tri_ckpt
     if (rc) {
         tri_ckpt_async_report ignored;
         rc = tri_error_context(rc, "saving checkpoint %s/%s", save_dir, a->pending.name);
+        reap(a, true);
+        rc = tri_ckpt_pending_abandon(&a->pending, rc);
         finish(a, false, &ignored);
     }
     return rc;

@@ -3,6 +3,7 @@
 #include "checkpoints/fsutil.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/core/file.h"
 #include "engine/core/status.h"
 
 int tri_fs_join(char *out, size_t cap, const char *a, const char *b)
@@ -85,13 +87,14 @@ int tri_fs_write_atomic(const char *dir, const char *name, const void *data, siz
 int tri_fs_read_small(const char *path, size_t max, char **data, size_t *n)
 {
     *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TRI_ERR(TRI_EIO, "cannot open %s: %s", path, strerror(errno));
+    FILE *f = NULL;
+    int rc = tri_file_fopen_read(path, &f);
+    if (rc)
+        return rc;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0) {
         fclose(f);
-        return TRI_ERR(TRI_EIO, "%s is not a regular file", path);
+        return TRI_ERR(TRI_EIO, "cannot stat %s: %s", path, strerror(errno));
     }
     if ((uint64_t)st.st_size > max) {
         fclose(f);
@@ -158,4 +161,91 @@ bool tri_fs_safe_name(const char *name)
             return false;
     }
     return true;
+}
+
+int tri_fs_temp_beside(const char *path, char *tmp, size_t cap)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return TRI_ERR(TRI_EINVAL, "path %s is too long", path);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = '\0';
+    char *slash = strrchr(buf, '/');
+    const char *base = slash ? slash + 1 : buf;
+    int k = slash ? snprintf(tmp, cap, "%.*s/.%s.tmp-%ld", (int)(slash - buf), buf, base, (long)getpid())
+                  : snprintf(tmp, cap, ".%s.tmp-%ld", base, (long)getpid());
+    if (k < 0 || (size_t)k >= cap)
+        return TRI_ERR(TRI_EINVAL, "path %s is too long for a temporary name beside it", path);
+    return tri_fs_remove_tree(tmp);
+}
+
+/* The directory path lies in ("." for a bare name). */
+static void parent_of(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+/* Each entry of directory tmp renamed into directory path, `latest` last; then tmp removed. */
+static int publish_entries(const char *tmp, const char *path)
+{
+    DIR *d = opendir(tmp);
+    if (!d)
+        return TRI_ERR(TRI_EIO, "cannot open %s: %s", tmp, strerror(errno));
+    int rc = TRI_OK;
+    bool has_latest = false;
+    struct dirent *e;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        rewinddir(d);
+        while (!rc && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            bool latest = strcmp(e->d_name, "latest") == 0;
+            has_latest |= latest;
+            if (latest != (pass == 1))
+                continue;
+            char from[4096], to[4096];
+            rc = tri_fs_join(from, sizeof from, tmp, e->d_name);
+            if (!rc) rc = tri_fs_join(to, sizeof to, path, e->d_name);
+            if (!rc && rename(from, to) != 0)
+                rc = TRI_ERR(TRI_EIO, "cannot move %s to %s: %s", from, to, strerror(errno));
+        }
+        if (pass == 0 && !has_latest)
+            break;
+    }
+    closedir(d);
+    if (!rc) rc = tri_fs_fsync(path);
+    if (!rc && rmdir(tmp) != 0)
+        rc = TRI_ERR(TRI_EIO, "cannot remove %s: %s", tmp, strerror(errno));
+    return rc;
+}
+
+int tri_fs_publish(const char *tmp, const char *path)
+{
+    struct stat st;
+    if (lstat(tmp, &st) != 0)
+        return TRI_ERR(TRI_EIO, "cannot publish %s: %s", tmp, strerror(errno));
+    if (S_ISREG(st.st_mode)) {
+        int rc = tri_fs_fsync(tmp);
+        if (rc)
+            return rc;
+    }
+    int rc = TRI_OK;
+    if (rename(tmp, path) != 0) {
+        int err = errno;
+        if (S_ISDIR(st.st_mode) && (err == ENOTEMPTY || err == EEXIST))
+            rc = publish_entries(tmp, path);
+        else
+            rc = TRI_ERR(TRI_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(err));
+    }
+    char dir[4096];
+    parent_of(path, dir, sizeof dir);
+    if (!rc) rc = tri_fs_fsync(dir);
+    return rc;
 }

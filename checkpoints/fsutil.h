@@ -26,6 +26,18 @@ int tri_fs_read_small(const char *path, size_t max, char **data, size_t *n);
 /* Removes path and everything under it (no error when it does not exist). TRI_EIO. */
 int tri_fs_remove_tree(const char *path);
 
+/* A temporary name beside path, in the same directory so a rename moves it into place:
+ * DIR/.BASE.tmp-PID (hidden; the process id keeps two writers apart). Any leftover of that name
+ * is removed. TRI_EINVAL when it does not fit in cap; TRI_EIO when the leftover cannot go. */
+int tri_fs_temp_beside(const char *path, char *tmp, size_t cap);
+
+/* Moves a complete output, the file or directory tmp (tri_fs_temp_beside), to path and makes the
+ * move durable (fsync of path's directory). A file replaces path atomically (rename(2)). A directory
+ * is renamed onto an absent path or an empty directory; into an existing directory each of its
+ * entries is renamed in turn, `latest` last (so a run's pointer moves only once its step is there),
+ * then tmp is removed. TRI_EIO naming both paths and the cause. */
+int tri_fs_publish(const char *tmp, const char *path);
+
 /* Whether path exists (any type) / is a directory. */
 bool tri_fs_exists(const char *path);
 bool tri_fs_is_dir(const char *path);

@@ -2,6 +2,9 @@
 #include "checkpoints/h5.h"
 
 #include <string.h>
+#include <unistd.h>
+
+#include "engine/core/file.h"
 
 #include "engine/core/status.h"
 
@@ -10,6 +13,33 @@
 void tri_h5_quiet(void)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+/* H5Ewalk2 callback: the operating system's message that HDF5's file drivers put in an error's
+ * description ("..., errno = 28, error message = 'No space left on device', ..."), the innermost. */
+static herr_t find_os_message(unsigned n, const H5E_error2_t *e, void *out)
+{
+    (void)n;
+    const char *key = "error message = '";
+    const char *at = e->desc ? strstr(e->desc, key) : NULL;
+    if (at) {
+        at += strlen(key);
+        const char *end = strchr(at, '\'');
+        snprintf(out, 128, "%.*s", (int)(end ? end - at : (long)strlen(at)), at);
+    }
+    return 0;
+}
+
+/* ": <cause>" from the HDF5 error stack of the failed call (e.g. ": No space left on device"), or ""
+ * when HDF5 recorded no operating-system error. cause holds 128 bytes. */
+static const char *os_cause(char *cause)
+{
+    char msg[128] = "";
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, find_os_message, msg);
+    if (!msg[0])
+        return "";
+    snprintf(cause, 128, ": %.120s", msg);
+    return cause;
 }
 
 int tri_h5_create(const char *path, hid_t *file)
@@ -21,14 +51,23 @@ int tri_h5_create(const char *path, hid_t *file)
         return TRI_ERR(TRI_EIO, "%s: cannot set up HDF5 file access", path);
     }
     *file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    char cause[128] = "";
+    if (*file < 0)
+        os_cause(cause); /* before the next call clears HDF5's error stack */
     H5Pclose(fapl);
     if (*file < 0)
-        return TRI_ERR(TRI_EIO, "cannot create HDF5 file %s", path);
+        return TRI_ERR(TRI_EIO, "cannot create HDF5 file %s%s", path, cause);
     return TRI_OK;
 }
 
 int tri_h5_open(const char *path, hid_t *file)
 {
+    int fd;
+    *file = -1;
+    int rc = tri_file_open_read(path, &fd, NULL); /* a FIFO or a device: refused before libhdf5 blocks on it */
+    if (rc)
+        return rc;
+    close(fd);
     tri_h5_quiet();
     *file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (*file < 0)
@@ -40,8 +79,9 @@ int tri_h5_close(hid_t file, const char *path)
 {
     if (file < 0)
         return TRI_OK;
+    char cause[128];
     if (H5Fclose(file) < 0)
-        return TRI_ERR(TRI_EIO, "%s: closing the HDF5 file failed", path);
+        return TRI_ERR(TRI_EIO, "%s: closing the HDF5 file failed (writing its last data)%s", path, os_cause(cause));
     return TRI_OK;
 }
 
@@ -76,16 +116,17 @@ int tri_h5_write_f32(hid_t file, const char *path, const char *name, int ndim, c
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = -1;
     int rc = TRI_OK;
+    char cause[128];
     if (space < 0 || dcpl < 0 || lcpl < 0 || H5Pset_chunk(dcpl, ndim, chunk) < 0 || H5Pset_fletcher32(dcpl) < 0 ||
         H5Pset_create_intermediate_group(lcpl, 1) < 0)
         rc = TRI_ERR(TRI_EIO, "%s: cannot set up dataset %s", path, name);
     if (!rc) {
         ds = H5Dcreate2(file, name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT);
         if (ds < 0)
-            rc = TRI_ERR(TRI_EIO, "%s: cannot create dataset %s", path, name);
+            rc = TRI_ERR(TRI_EIO, "%s: cannot create dataset %s%s", path, name, os_cause(cause));
     }
     if (!rc && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-        rc = TRI_ERR(TRI_EIO, "%s: cannot write dataset %s", path, name);
+        rc = TRI_ERR(TRI_EIO, "%s: cannot write dataset %s%s", path, name, os_cause(cause));
     H5Pclose(lcpl);
     H5Pclose(dcpl);
     H5Sclose(space);

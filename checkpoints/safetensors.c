@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/core/file.h"
 #include "engine/core/math.h"
 #include "engine/core/status.h"
 
@@ -255,11 +256,10 @@ int tri_st_open(tri_st_file *f, const char *path)
     f->path = strdup(path);
     if (!f->path)
         return TRI_ERR(TRI_ENOMEM, "%s: out of memory", path);
-    f->fd = open(path, O_RDONLY);
     struct stat st;
-    int rc = TRI_OK;
-    if (f->fd < 0 || fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
-        rc = TRI_ERR(TRI_EIO, "cannot open %s: %s", path, f->fd < 0 ? strerror(errno) : "not a regular file");
+    int rc = tri_file_open_read(path, &f->fd, NULL);
+    if (!rc && fstat(f->fd, &st) != 0)
+        rc = TRI_ERR(TRI_EIO, "cannot stat %s: %s", path, strerror(errno));
     unsigned char le[8];
     uint64_t hlen = 0, size = rc ? 0 : (uint64_t)st.st_size;
     if (!rc && (size < 8 || pread_all(f->fd, le, 8, 0) != 0))

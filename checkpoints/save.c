@@ -413,6 +413,21 @@ int tri_ckpt_pending_begin(tri_ckpt_pending *p, tri_trainer *t, const char *save
     return tri_comm_agree(t->grid->world, rc);
 }
 
+int tri_ckpt_pending_abandon(const tri_ckpt_pending *p, int rc)
+{
+    if (!p->lead || !p->tmp[0] || !tri_fs_exists(p->tmp))
+        return rc;
+    char why[2048], msg[4096 + TRI_CKPT_PATH_MAX];
+    snprintf(why, sizeof why, "%s", tri_error_message());
+    if (tri_fs_remove_tree(p->tmp) == TRI_OK)
+        snprintf(msg, sizeof msg, "%s; the partial step %s was removed (the last good step and `latest` are "
+                 "untouched)", why, p->tmp);
+    else
+        snprintf(msg, sizeof msg, "%s; the partial step %s could not be removed (%s); the last good step and "
+                 "`latest` are untouched", why, p->tmp, tri_error_message());
+    return tri_error_restore(rc, msg);
+}
+
 void tri_ckpt_pending_free(tri_ckpt_pending *p)
 {
     free(p->base.config_json);
@@ -438,7 +453,7 @@ int tri_ckpt_save(tri_trainer *t, const char *save_dir, const tri_ckpt_save_info
         rc = tri_comm_agree(t->grid->world, rc);
     }
     if (rc)
-        rc = tri_error_context(rc, "saving checkpoint %s/%s", save_dir, p.name);
+        rc = tri_ckpt_pending_abandon(&p, tri_error_context(rc, "saving checkpoint %s/%s", save_dir, p.name));
     tri_ckpt_pending_free(&p);
     return rc;
 }

@@ -36,6 +36,12 @@ int tri_ckpt_pending_begin(tri_ckpt_pending *p, tri_trainer *t, const char *save
                            const tri_ckpt_save_info *info);
 void tri_ckpt_pending_free(tri_ckpt_pending *p);
 
+/* After a failed save (rc, agreed): rank 0 removes the step's temporary directory iter_N.tmp and adds
+ * to the message that it did, or why it could not (e.g. a file system that went read-only). A full
+ * disk keeps nothing of the failed step; the previous step and `latest` are untouched either way.
+ * Returns rc. */
+int tri_ckpt_pending_abandon(const tri_ckpt_pending *p, int rc);
+
 /* This rank's model and optimizer files from s into p->tmp, each fsynced with its size and
  * SHA-256 recorded in this rank's manifest fragment. No device, no comm. */
 int tri_ckpt_write_rank_files(const tri_ckpt_snapshot *s, const tri_ckpt_pending *p);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/core/file.h"
 #include "engine/core/status.h"
 
 static void to_hex(const unsigned char *md, char hex[TRI_SHA256_HEX])
@@ -29,9 +30,10 @@ void tri_sha256_buffer(const void *p, size_t n, char hex[TRI_SHA256_HEX])
 
 int tri_sha256_file(const char *path, char hex[TRI_SHA256_HEX], int64_t *bytes)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TRI_ERR(TRI_EIO, "cannot open %s: %s", path, strerror(errno));
+    FILE *f = NULL;
+    int rc = tri_file_fopen_read(path, &f);
+    if (rc)
+        return rc;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned char *buf = malloc(1 << 20);
     if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {

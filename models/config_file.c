@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/core/file.h"
 #include "engine/core/status.h"
 
 #define MAX_CONFIG_BYTES (1 << 20)
@@ -15,9 +16,10 @@
 int tri_model_read_config(const char *path, char **text)
 {
     *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TRI_ERR(TRI_EIO, "cannot open model config %s: %s", path, strerror(errno));
+    FILE *f = NULL;
+    int orc = tri_file_fopen_read(path, &f);
+    if (orc)
+        return tri_error_context(orc, "model config");
     char *buf = malloc(MAX_CONFIG_BYTES + 1);
     if (!buf) {
         fclose(f);

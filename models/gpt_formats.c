@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/core/file.h"
 #include "engine/core/status.h"
 #include "models/gpt.h"
 
@@ -206,9 +207,10 @@ int tri_llmc_read(const char *path, tri_host_weights *w, int *version, int *padd
 {
     memset(w, 0, sizeof *w);
     tri_gpt_config cfg = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TRI_ERR(TRI_EIO, "cannot open %s: %s", path, strerror(errno));
+    FILE *f = NULL;
+    int orc = tri_file_fopen_read(path, &f);
+    if (orc)
+        return orc;
     int32_t h[256];
     int rc = fread(h, sizeof h, 1, f) == 1 ? check_header(path, h, &cfg, version, padded_vocab)
                                            : TRI_ERR(TRI_ECORRUPT, "%s: shorter than llm.c's 1024-byte header", path);

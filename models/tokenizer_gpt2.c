@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/core/file.h"
 #include "engine/core/status.h"
 #include "models/tokenizer_impl.h"
 
@@ -44,9 +45,10 @@ static const char *excerpt(const char *s, size_t len, char out[ECHO_MAX + 4])
 static int read_file(const char *path, const char *what, char **buf, size_t *len)
 {
     int rc = TRI_OK;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TRI_ERR(TRI_EIO, "%s '%s': cannot open: %s", what, path, strerror(errno));
+    FILE *f = NULL;
+    rc = tri_file_fopen_read(path, &f);
+    if (rc)
+        return tri_error_context(rc, "%s", what);
     if (fseek(f, 0, SEEK_END) != 0 || ftell(f) < 0) {
         rc = TRI_ERR(TRI_EIO, "%s '%s': cannot determine its size", what, path);
         goto out_close;

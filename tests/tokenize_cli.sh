@@ -89,7 +89,7 @@ expect_error 1 "line 2: expected one JSON object" --input "$tmp/bad.json" --outp
 # --- errors: one line, non-zero status, never a crash ---
 expect_error 1 "cannot open" --input "$tmp/missing.txt" --output-prefix "$tmp/m" --tokenizer-type ByteLevel
 expect_error 1 "unknown --tokenizer-type 'Word'" --input "$tmp/in.txt" --output-prefix "$tmp/m" --tokenizer-type Word
-expect_error 1 "vocab file '$tmp/none.json': cannot open" --input "$tmp/in.txt" --output-prefix "$tmp/m" \
+expect_error 1 "vocab file: cannot open $tmp/none.json: No such file or directory" --input "$tmp/in.txt" --output-prefix "$tmp/m" \
     --tokenizer-type GPT2BPETokenizer --vocab-file "$tmp/none.json" --merge-file "$tmp/none.bpe"
 printf '{"a": ' >"$tmp/garbled.json"
 expect_error 1 "not valid JSON" --input "$tmp/in.txt" --output-prefix "$tmp/m" \

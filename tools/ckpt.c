@@ -22,7 +22,13 @@
  *                                OUT/config.json), to fine-tune with
  *                                engine_train --config OUT/config.json --load OUT in any layout
  *
+ * No command destroys what it reads: every output is checked first (tools/cli/outputs.h: never an
+ * input, inside one or containing one, through symlinks; never a directory that holds a run, nor one
+ * that holds a model unless --force), written under a temporary name beside it and moved into place
+ * only when complete, so a failure leaves the target as it was (docs/ckpt-safety.md).
  * Long conversions print a progress bar on stderr. Errors name the file and the tensor. */
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,13 +52,14 @@
 #include "partitioner/constraints.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/outputs.h"
 #include "tools/cli/train_metrics.h"
 
 typedef struct args {
     int tp, pp, dp, zero;
     const char *format, *schedule, *dtype, *max_shard_size;
     int64_t seed;
-    bool quiet;
+    bool quiet, force;
 } args;
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
@@ -86,6 +93,86 @@ static void progress(void *ctx, const char *what, int64_t done, int64_t total)
     if (done >= total)
         fprintf(stderr, "\n");
     fflush(stderr);
+}
+
+/* ---- outputs: checked, staged beside the target, moved into place when complete ---- */
+
+/* The output rule for out against the command's inputs, then tmp: the temporary name beside out
+ * that the command writes (a file, or a directory it creates). */
+static int begin_output(const args *a, const char *out, bool is_dir, const tri_cli_input *in, int n, char *tmp,
+                        size_t cap)
+{
+    tri_cli_output o = {.name = "OUT", .path = out, .is_dir = is_dir, .force = a->force};
+    int rc = tri_cli_check_output(&o, in, n);
+    if (!rc) rc = tri_fs_temp_beside(out, tmp, cap);
+    return rc;
+}
+
+/* Whether name is a Hugging Face weight file: model.safetensors, its index, or a shard. */
+static bool is_weight_file(const char *name)
+{
+    int a = 0, b = 0, end = 0;
+    return strcmp(name, "model.safetensors") == 0 || strcmp(name, "model.safetensors.index.json") == 0 ||
+           (sscanf(name, "model-%5d-of-%5d.safetensors%n", &a, &b, &end) == 2 && name[end] == '\0');
+}
+
+/* Export --format hf --force replaced the model in out by the one staged in tmp: the old model's weight
+ * files that the new one does not have (a single file where the new one is sharded, shards of another
+ * count) would mislead a loader, so they go once the new files are in place. new_names: tmp's
+ * entries, read before it was published. */
+static int remove_stale_weights(const char *out, char *const *new_names, int n_new)
+{
+    DIR *d = opendir(out);
+    if (!d)
+        return TRI_ERR(TRI_EIO, "cannot open %s: %s", out, strerror(errno));
+    int rc = TRI_OK;
+    struct dirent *e;
+    while (!rc && (e = readdir(d)) != NULL) {
+        bool kept = !is_weight_file(e->d_name);
+        for (int k = 0; k < n_new && !kept; k++)
+            kept = strcmp(new_names[k], e->d_name) == 0;
+        char p[TRI_CKPT_PATH_MAX];
+        if (!kept && !(rc = tri_fs_join(p, sizeof p, out, e->d_name)) && unlink(p) != 0)
+            rc = TRI_ERR(TRI_EIO, "cannot remove the replaced model's %s: %s", p, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
+/* The names of directory dir's entries (malloc'd; *n of them). */
+static char **entry_names(const char *dir, int *n)
+{
+    *n = 0;
+    DIR *d = opendir(dir);
+    char **v = NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char **w = realloc(v, (size_t)(*n + 1) * sizeof *v);
+        if (!w)
+            break;
+        v = w;
+        v[(*n)++] = strdup(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return v;
+}
+
+/* rc TRI_OK: tmp becomes out. Otherwise tmp is removed, and the message says whether it could be. */
+static int end_output(int rc, const char *tmp, const char *out)
+{
+    if (!rc)
+        return tri_fs_publish(tmp, out);
+    if (!tri_fs_exists(tmp))
+        return rc;
+    char why[2048], msg[4096 + 2 * TRI_CKPT_PATH_MAX];
+    snprintf(why, sizeof why, "%s", tri_error_message());
+    if (tri_fs_remove_tree(tmp) == TRI_OK)
+        snprintf(msg, sizeof msg, "%s; %s untouched (the partial output %s was removed)", why, out, tmp);
+    else
+        snprintf(msg, sizeof msg, "%s; %s untouched, but the partial output %s could not be removed: %s", why, out,
+                 tmp, tri_error_message());
+    return tri_error_restore(rc, msg);
 }
 
 /* ---- inspect ---- */
@@ -197,17 +284,24 @@ static int inspect(const char *path)
 
 /* ---- merge: one HDF5 file with full tensors ---- */
 
-static int merge(const char *src, const char *out)
+static int merge(const args *a, const char *src, const char *out)
 {
     tri_ckpt_reader r;
+    char tmp[TRI_CKPT_PATH_MAX];
     int rc = tri_ckpt_reader_open(&r, src);
     if (rc)
         return rc;
+    tri_cli_input in[2] = {{"SRC", src}, {"the checkpoint step", r.dir}};
+    rc = begin_output(a, out, false, in, 2, tmp, sizeof tmp);
+    if (rc) {
+        tri_ckpt_reader_close(&r);
+        return rc;
+    }
     hid_t f = -1;
-    rc = tri_h5_create(out, &f);
+    rc = tri_h5_create(tmp, &f);
     char *json = NULL;
     if (!rc) rc = tri_manifest_render(&r.m, &json);
-    if (!rc) rc = tri_h5_attr_str(f, out, "/", "manifest", json);
+    if (!rc) rc = tri_h5_attr_str(f, tmp, "/", "manifest", json);
     free(json);
     const char *groups[3] = {NULL, TRI_CKPT_EXP_AVG, TRI_CKPT_EXP_AVG_SQ};
     for (int t = 0; t < r.m.n_tensors && !rc; t++) {
@@ -217,14 +311,14 @@ static int merge(const char *src, const char *out)
             char name[TRI_PARAM_NAME_MAX + 32];
             snprintf(name, sizeof name, "%s%s%s", groups[g] ? groups[g] : "", groups[g] ? "/" : "", x->name);
             rc = tri_ckpt_read_tensor(&r, groups[g], x->name, &data);
-            if (!rc) rc = tri_h5_write_f32(f, out, name, x->ndim, x->shape, data, NULL);
+            if (!rc) rc = tri_h5_write_f32(f, tmp, name, x->ndim, x->shape, data, NULL);
             free(data);
         }
         progress(NULL, "merge", t + 1, r.m.n_tensors);
     }
-    int crc = f >= 0 ? tri_h5_close(f, out) : TRI_OK;
+    int crc = f >= 0 ? tri_h5_close(f, tmp) : TRI_OK;
     tri_ckpt_reader_close(&r);
-    return rc ? rc : crc;
+    return end_output(rc ? rc : crc, tmp, out);
 }
 
 /* ---- export ---- */
@@ -260,16 +354,33 @@ static int export_weights(const args *a, const char *src, const char *out)
                                                                                                   : TRI_ST_F32;
     if (!rc && !hf && (a->max_shard_size || dtype != TRI_ST_F32))
         rc = TRI_ERR(TRI_EINVAL, "--dtype and --max-shard-size apply to --format hf, not %s", format);
-    if (!rc) {
-        if (strcmp(format, "safetensors") == 0)
-            rc = tri_export_safetensors(&r, cfg, out);
-        else if (strcmp(format, "llmc") == 0)
-            rc = tri_export_llmc(&r, cfg, out);
-        else
-            rc = tri_hf_export(&r, &model, out, dtype, shard_bytes);
+    if (!rc && a->force && !hf)
+        rc = TRI_ERR(TRI_EINVAL, "--force applies to directory outputs (export --format hf); a file output is "
+                     "replaced once the new file is complete");
+    tri_cli_input in[2] = {{"SRC", src}, {"the checkpoint step", r.dir}};
+    char tmp[TRI_CKPT_PATH_MAX];
+    if (!rc) rc = begin_output(a, out, hf, in, 2, tmp, sizeof tmp);
+    if (rc) {
+        tri_model_free(&model);
+        tri_ckpt_reader_close(&r);
+        return rc;
     }
+    if (strcmp(format, "safetensors") == 0)
+        rc = tri_export_safetensors(&r, cfg, tmp);
+    else if (strcmp(format, "llmc") == 0)
+        rc = tri_export_llmc(&r, cfg, tmp);
+    else
+        rc = tri_hf_export(&r, &model, tmp, dtype, shard_bytes);
     tri_model_free(&model);
     tri_ckpt_reader_close(&r);
+    bool replacing = !rc && hf && a->force && tri_fs_is_dir(out);
+    int n_new = 0;
+    char **new_names = replacing ? entry_names(tmp, &n_new) : NULL;
+    rc = end_output(rc, tmp, out);
+    if (!rc && replacing) rc = remove_stale_weights(out, new_names, n_new);
+    for (int k = 0; k < n_new; k++)
+        free(new_names[k]);
+    free(new_names);
     return rc;
 }
 
@@ -381,7 +492,16 @@ static int reshard(const args *a, const char *src, const char *out)
     if (rc)
         return rc;
     r.progress = progress;
-    job j = {.load = src, .out = out};
+    char tmp[TRI_CKPT_PATH_MAX];
+    tri_cli_input in[2] = {{"SRC", src}, {"the checkpoint step", r.dir}};
+    if (a->force)
+        rc = TRI_ERR(TRI_EINVAL, "--force does not apply to reshard: it writes a new run directory");
+    if (!rc) rc = begin_output(a, out, true, in, 2, tmp, sizeof tmp);
+    if (rc) {
+        tri_ckpt_reader_close(&r);
+        return rc;
+    }
+    job j = {.load = src, .out = tmp};
     int zero = a->zero;
     rc = tri_ckpt_reader_verify_all(&r);
     if (!rc) rc = model_of(&r.m, &j.model, r.dir);
@@ -396,7 +516,7 @@ static int reshard(const args *a, const char *src, const char *out)
     tri_ckpt_reader_close(&r);
     if (!rc) rc = reshard_to(a, src, &j, zero);
     tri_model_free(&j.model);
-    return rc;
+    return end_output(rc, tmp, out);
 }
 
 static int import_weights(const args *a, const char *src, const char *out)
@@ -406,10 +526,15 @@ static int import_weights(const args *a, const char *src, const char *out)
     bool hf = strcmp(a->format, "hf") == 0;
     if (!hf && strcmp(a->format, "llmc") != 0)
         return TRI_ERR(TRI_EINVAL, "ckpt import reads --format llmc files or --format hf directories");
-    int rc = hf ? tri_hf_read(src, &w) : tri_llmc_read(src, &w, &version, &padded);
+    if (a->force)
+        return TRI_ERR(TRI_EINVAL, "--force does not apply to import: it writes a new run directory");
+    char tmp[TRI_CKPT_PATH_MAX];
+    tri_cli_input in[1] = {{"SRC", src}};
+    int rc = begin_output(a, out, true, in, 1, tmp, sizeof tmp);
+    if (!rc) rc = hf ? tri_hf_read(src, &w) : tri_llmc_read(src, &w, &version, &padded);
     if (rc)
         return rc;
-    job j = {.weights = &w, .out = out, .model = w.model};
+    job j = {.weights = &w, .out = tmp, .model = w.model};
     j.model.owns_cfg = false; /* a view: w owns the config */
     j.src.run = (tri_ckpt_run){.global_batch = 1, .micro_batch = 1, .seq_length = 1, .seed = (uint64_t)a->seed,
                                .clip_grad = 1.0f,
@@ -429,18 +554,20 @@ static int import_weights(const args *a, const char *src, const char *out)
     rc = target_layout(&j.model, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
     if (!rc) rc = tri_run_thread_ranks(1, run_rank, &j);
     char *json = NULL;
-    char path[TRI_CKPT_PATH_MAX];
     if (!rc) rc = w.model.family->to_json(w.model.cfg, &json);
-    if (!rc) rc = tri_fs_join(path, sizeof path, out, "config.json");
     if (!rc) {
-        FILE *f = fopen(path, "w");
-        rc = f && fprintf(f, "%s\n", json) > 0 ? TRI_OK : TRI_ERR(TRI_EIO, "cannot write %s", path);
-        if (f)
-            fclose(f);
+        size_t n = strlen(json);
+        char *line = malloc(n + 2);
+        rc = line ? TRI_OK : TRI_ERR(TRI_ENOMEM, "out of memory for config.json");
+        if (line) {
+            snprintf(line, n + 2, "%s\n", json);
+            rc = tri_fs_write_atomic(tmp, "config.json", line, strlen(line));
+        }
+        free(line);
     }
     free(json);
     tri_host_weights_free(&w);
-    return rc;
+    return end_output(rc, tmp, out);
 }
 
 /* ---- command line ---- */
@@ -462,6 +589,9 @@ static int make_flags(args *a, tri_flag *f)
                             "export --format hf: largest shard, as transformers' max_shard_size (default 5GB)", 0, 0);
     f[n++] = (tri_flag)FLAG("seed", TRI_FLAG_INT64, &a->seed, "import: the seed recorded for the run", 0, 9.2e18);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no progress bars", 0, 0);
+    f[n++] = (tri_flag)FLAG("force", TRI_FLAG_BOOL, &a->force,
+                            "export --format hf: replace a model directory (once the new model is complete); "
+                            "never an input, never a run", 0, 0);
     return n;
 }
 
@@ -516,7 +646,7 @@ int main(int argc, char **argv)
         if (strcmp(cmd, "inspect") == 0)
             rc = inspect(pos[0]);
         else if (strcmp(cmd, "merge") == 0)
-            rc = merge(pos[0], pos[1]);
+            rc = merge(&a, pos[0], pos[1]);
         else if (strcmp(cmd, "export") == 0)
             rc = export_weights(&a, pos[0], pos[1]);
         else if (strcmp(cmd, "reshard") == 0)

@@ -25,6 +25,7 @@
 
 #include "engine/comm/grid.h"
 #include "engine/core/clock.h"
+#include "engine/core/file.h"
 #include "engine/core/log.h"
 #include "engine/core/rng.h"
 #include "engine/core/status.h"
@@ -45,6 +46,7 @@
 #include "tools/cli/fault.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
+#include "tools/cli/outputs.h"
 #include "tools/cli/train_metrics.h"
 #include "tools/cli/validate.h"
 
@@ -253,6 +255,13 @@ static int validate_resources(run *r)
     int rc = tri_cli_check_sizes(&r->model, a->config, r->L.global_batch, r->L.T, a->train_iters);
     if (!rc) rc = tri_cli_check_output_dir("save-dir", a->save_dir);
     if (!rc && a->load) rc = probe_load(r);
+    tri_cli_input in[5] = {{"--config", a->config}, {"--train-data", a->train_data}, {"--val-data", a->val_data},
+                           {"--vocab-file", a->vocab_file}, {"--merge-file", a->merge_file}};
+    int n_in = 0;
+    for (int i = 0; i < 5; i++)
+        if (in[i].path)
+            in[n_in++] = in[i];
+    if (!rc) rc = tri_cli_check_save_dir(a->save_dir, a->load, in, n_in);
     /* by default a CPU rank's plan is held to the machine's memory; a GPU's size is unknown until
      * the device is made, after this point, so there only --memory-budget-gb applies */
     if (!rc && (a->memory_budget_gb > 0 || strcmp(a->device, "cpu") == 0))
@@ -573,7 +582,9 @@ static int resume_agree(run *r)
             snprintf(path, sizeof path, "%s/manifest.sha256", r->a.load);
         else
             snprintf(path, sizeof path, "%s/iter_%07lld/manifest.sha256", r->a.load, (long long)r->start_iter);
-        FILE *f = fopen(path, "r");
+        FILE *f = NULL;
+        if (tri_file_fopen_read(path, &f) != TRI_OK)
+            tri_error_clear(); /* the other of the two places */
         int got = f ? fscanf(f, "%64s", sha) : 0;
         if (f)
             fclose(f);

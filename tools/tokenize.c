@@ -22,10 +22,13 @@
 #include <cjson/cJSON.h>
 
 #include "engine/core/clock.h"
+#include "engine/core/file.h"
 #include "engine/core/status.h"
 #include "engine/data/token_file.h"
 #include "models/tokenizer.h"
 #include "tools/cli/backend.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/outputs.h"
 
 /* Inputs at least this large get a progress bar on a terminal; ... */
 #define PROGRESS_TTY_BYTES (1u << 20)
@@ -133,9 +136,16 @@ static int parse_args(int argc, char **argv, options *o)
         {NULL, 0, NULL, 0},
     };
     *o = (options){.json_keys = "text", .val_fraction = 0.05};
-    int c;
+    const char *given[O_DECODE - O_INPUT + 1] = {0}; /* each flag's text, for tri_flags_warn_repeat */
+    int c, idx = -1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
+        if (c >= O_INPUT && c <= O_DECODE) {
+            const char *text = optarg ? optarg : "on";
+            if (given[c - O_INPUT])
+                tri_flags_warn_repeat(longopts[idx].name, given[c - O_INPUT], text);
+            given[c - O_INPUT] = text;
+        }
         switch (c) {
         case O_INPUT: o->input = optarg; break;
         case O_PREFIX: o->output_prefix = optarg; break;
@@ -181,10 +191,10 @@ static int make_tokenizer(const options *o, tri_tokenizer **tok)
 
 static int read_input(const char *path, char **buf, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TRI_ERR(TRI_EIO, "input '%s': cannot open: %s", path, strerror(errno));
-    int rc = TRI_OK;
+    FILE *f = NULL;
+    int rc = tri_file_fopen_read(path, &f);
+    if (rc)
+        return tri_error_context(rc, "--input");
     size_t cap = 1 << 20, n = 0;
     char *data = malloc(cap);
     while (data) {
@@ -367,12 +377,15 @@ static void progress_end(progress *p)
 
 /* ---- encoding ---- */
 
-/* Encodes docs[first, first + n) into a new token file at path; adds their tokens to *tokens. */
+/* Encodes docs[first, first + n) into a new token file at path, left uncommitted in *out (under its
+ * temporary name, so neither output replaces an existing file until both are complete); adds their
+ * tokens to *tokens. */
 static int encode_docs(tri_tokenizer *tok, const doc *docs, size_t n, bool append_eod,
-                       const char *path, progress *prog, int64_t *tokens)
+                       const char *path, progress *prog, int64_t *tokens, tri_token_writer **out)
 {
     tri_token_writer *w;
     tri_token_buf ids = {0};
+    *out = NULL;
     int rc = tri_token_writer_open(&w, path, tri_tokenizer_vocab_size(tok));
     if (rc != TRI_OK)
         return rc;
@@ -391,7 +404,8 @@ static int encode_docs(tri_tokenizer *tok, const doc *docs, size_t n, bool appen
         tri_token_writer_abort(w);
         return rc;
     }
-    return tri_token_writer_commit(w);
+    *out = w;
+    return TRI_OK;
 }
 
 /* Splits docs into train and validation and writes both files. */
@@ -418,11 +432,24 @@ static int encode_splits(const options *o, tri_tokenizer *tok, const doc_list *d
     progress_start(&prog, bytes);
     snprintf(train, sizeof train, "%s_train.bin", o->output_prefix);
     snprintf(val, sizeof val, "%s_val.bin", o->output_prefix);
-    int rc = encode_docs(tok, docs->items, n_train, o->append_eod, train, &prog, &n_train_tok);
+    tri_token_writer *wt = NULL, *wv = NULL;
+    int rc = encode_docs(tok, docs->items, n_train, o->append_eod, train, &prog, &n_train_tok, &wt);
     if (rc == TRI_OK && n_val > 0)
-        rc = encode_docs(tok, docs->items + n_train, n_val, o->append_eod, val, &prog, &n_val_tok);
+        rc = encode_docs(tok, docs->items + n_train, n_val, o->append_eod, val, &prog, &n_val_tok, &wv);
     prog.done = prog.total; /* separator lines and blank JSON lines are not in any document */
     progress_end(&prog);
+    if (rc == TRI_OK) {
+        rc = tri_token_writer_commit(wt);
+        wt = NULL;
+    }
+    if (rc == TRI_OK && wv) {
+        rc = tri_token_writer_commit(wv);
+        wv = NULL;
+    }
+    if (wt)
+        tri_token_writer_abort(wt);
+    if (wv)
+        tri_token_writer_abort(wv);
     if (rc != TRI_OK)
         return rc;
     double dt = tri_now_s() - t0;
@@ -431,6 +458,25 @@ static int encode_splits(const options *o, tri_tokenizer *tok, const doc_list *d
         printf("tokenize: wrote %s: %lld tokens\n", val, (long long)n_val_tok);
     printf("tokenize: encoded in %.2f s (%.2f MB/s)\n", dt, (double)bytes / 1e6 / (dt + 1e-9));
     return TRI_OK;
+}
+
+/* The output rule (tools/cli/outputs.h) for PREFIX_train.bin and PREFIX_val.bin against the files
+ * tokenize reads. */
+static int check_outputs(const options *o)
+{
+    tri_cli_input in[3] = {{"--input", o->input}, {"--vocab-file", o->vocab_file}, {"--merge-file", o->merge_file}};
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if (in[i].path)
+            in[n++] = in[i];
+    int rc = TRI_OK;
+    for (int k = 0; k < 2 && rc == TRI_OK; k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s_%s.bin", o->output_prefix, k ? "val" : "train");
+        tri_cli_output out = {.name = "--output-prefix's output", .path = path};
+        rc = tri_cli_check_output(&out, in, n);
+    }
+    return rc;
 }
 
 static int run_encode(const options *o, tri_tokenizer *tok)
@@ -442,7 +488,9 @@ static int run_encode(const options *o, tri_tokenizer *tok)
     if (json && o->doc_sep)
         return TRI_ERR(TRI_EINVAL, "--document-separator applies to plain text, not JSON input '%s'",
                        o->input);
-    int rc = read_input(o->input, &text, &len);
+    int rc = check_outputs(o);
+    if (rc == TRI_OK)
+        rc = read_input(o->input, &text, &len);
     if (rc != TRI_OK)
         return rc;
     rc = json ? split_jsonl(o->input, text, len, o->json_keys, &docs)

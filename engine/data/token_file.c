@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/core/file.h"
 #include "engine/core/status.h"
 
 #define CHUNK 32768 /* ids converted and written per write() */
@@ -268,13 +269,13 @@ static int check_ids(const tri_token_file *f, int vocab_size)
 /* Opens and maps path into f (whole file). */
 static int map_file(tri_token_file *f)
 {
-    int fd = open(f->path, O_RDONLY);
-    if (fd < 0)
-        return TRI_ERR(TRI_EIO, "token file '%s': cannot open: %s", f->path, strerror(errno));
-    int rc = TRI_OK;
+    int fd = -1;
+    int rc = tri_file_open_read(f->path, &fd, NULL);
+    if (rc)
+        return tri_error_context(rc, "token file");
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = TRI_ERR(TRI_EIO, "token file '%s': not a readable regular file", f->path);
+    if (fstat(fd, &st) != 0) {
+        rc = TRI_ERR(TRI_EIO, "token file '%s': cannot stat: %s", f->path, strerror(errno));
         goto out_close;
     }
     if ((size_t)st.st_size < TRI_TOKEN_FILE_HEADER_BYTES) {

@@ -121,11 +121,33 @@ static const char *short_flag_arg(int argc, char **argv, int c)
     return argv[optind - 1];
 }
 
+/* Whether this process is the first rank of a launcher's job, or runs alone. */
+static bool first_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return strcmp(v, "0") == 0;
+    }
+    return true;
+}
+
+void tri_flags_warn_repeat(const char *name, const char *first, const char *last)
+{
+    if (strcmp(first, last) != 0 && first_rank())
+        fprintf(stderr, "warning: --%s given twice (%s, then %s): using %s\n", name, first, last, last);
+}
+
 int tri_flags_parse(tri_flag *flags, int n, int argc, char **argv, bool *help)
 {
     struct option *longs = calloc((size_t)n + 2, sizeof *longs);
-    if (!longs)
+    const char **given = calloc((size_t)n + 1, sizeof *given); /* each flag's text on the command line */
+    if (!longs || !given) {
+        free(longs);
+        free(given);
         return TRI_ERR(TRI_ENOMEM, "out of memory parsing flags");
+    }
     for (int i = 0; i < n; i++)
         longs[i] = (struct option){flags[i].name, flags[i].kind == TRI_FLAG_BOOL ? no_argument : required_argument,
                                    NULL, 1000 + i};
@@ -144,13 +166,19 @@ int tri_flags_parse(tri_flag *flags, int n, int argc, char **argv, bool *help)
                          optopt, short_flag_arg(argc, argv, optopt));
         else if (c == '?')
             rc = TRI_ERR(TRI_EINVAL, "unknown flag %s (see -h)", argv[optind - 1]);
-        else if (!(rc = check_full_name(&flags[c - 1000], argv, optind)))
-            rc = set_value(&flags[c - 1000], optarg ? optarg : "");
+        else if (!(rc = check_full_name(&flags[c - 1000], argv, optind))) {
+            const char *text = optarg ? optarg : "";
+            if (given[c - 1000])
+                tri_flags_warn_repeat(flags[c - 1000].name, given[c - 1000], text);
+            given[c - 1000] = text;
+            rc = set_value(&flags[c - 1000], text);
+        }
     }
     if (!rc && optind < argc)
         rc = TRI_ERR(TRI_EINVAL, "unexpected argument '%s' (flags take the form --name value; see -h)",
                      argv[optind]);
     free(longs);
+    free(given);
     return rc;
 }
 

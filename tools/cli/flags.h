@@ -31,8 +31,16 @@ typedef struct tri_flag {
 } tri_flag;
 
 /* Parses argv. *help is set when -h/--help is given. TRI_EINVAL with a message on a bad flag or
- * value, or on a positional argument. */
+ * value, or on a positional argument. A flag given twice takes its last value, with a warning
+ * (tri_flags_warn_repeat). */
 int tri_flags_parse(tri_flag *flags, int n, int argc, char **argv, bool *help);
+
+/* The one rule of the four CLIs (engine_train, partitioner, ckpt, tokenize) for a flag given more
+ * than once: the last value wins, as with getopt and Megatron-LM's argparse (tools/trident.sh
+ * appends the user's flags after its defaults that way), and a warning on stderr names both values,
+ * "warning: --lr given twice (2e-3, then 1e-3): using 1e-3". Nothing is printed when both values
+ * are equal, nor on any but the first rank of an mpirun/srun job (one line per job). */
+void tri_flags_warn_repeat(const char *name, const char *first, const char *last);
 
 /* Prints "usage: prog [flags]", the summary, and every flag with its default and help. */
 void tri_flags_usage(FILE *f, const tri_flag *flags, int n, const char *prog, const char *summary);

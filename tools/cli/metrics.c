@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/core/file.h"
 #include "engine/core/status.h"
 
 typedef struct sample {
@@ -66,9 +67,10 @@ static int parse_line(const char *path, long lineno, const char *line, sample **
 int tri_metrics_read(const char *path, tri_run_metrics *out)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return TRI_ERR(TRI_EIO, "--calibrate %s: %s", path, strerror(errno));
+    FILE *f = NULL;
+    int orc = tri_file_fopen_read(path, &f);
+    if (orc)
+        return tri_error_context(orc, "--calibrate");
     char *line = NULL;
     size_t len = 0;
     long lineno = 0;
