@@ -10,6 +10,16 @@
 
 #define CHUNK_ELEMS ((int64_t)1 << 18) /* 1 MiB of float32 per chunk */
 
+/* No H5_term_library at exit. When a write fails (a full disk), H5Fclose fails with its file half
+ * torn down and its id still registered; HDF5 1.10's exit handler then closes that id again and
+ * crashes in H5F__close_cb (reproduced: ckpt merge onto a full tmpfs). Trident closes every file it
+ * writes itself, so the handler has nothing to flush; H5dont_atexit must come before the library's
+ * first initialisation, hence a constructor. */
+__attribute__((constructor)) static void no_exit_handler(void)
+{
+    H5dont_atexit();
+}
+
 void tri_h5_quiet(void)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);

@@ -38,9 +38,13 @@ int tri_file_open_read(const char *path, int *fd, size_t *size)
     *fd = -1;
     /* O_NONBLOCK: open(2) of a FIFO without a writer returns at once instead of waiting for one */
     int d = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (d < 0)
-        return TRI_ERR(TRI_EIO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
+    if (d < 0) {
+        int err = errno;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a socket: open(2) says ENXIO */
+            return TRI_ERR(TRI_EIO, "%s is %s, not a regular file", path, tri_file_kind(st.st_mode));
+        return TRI_ERR(TRI_EIO, "cannot open %s: %s", path, strerror(err));
+    }
     if (fstat(d, &st) != 0) {
         int err = errno;
         close(d);
