@@ -111,7 +111,7 @@ int tri_fs_read_small(const char *path, size_t max, char **data, size_t *n)
     fclose(f);
     if (err) {
         free(buf);
-        return TRI_ERR(TRI_EIO, "error reading %s", path);
+        return TRI_ERR(TRI_EIO, "error reading %s: %s", path, strerror(errno));
     }
     buf[got] = '\0';
     *data = buf;

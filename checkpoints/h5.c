@@ -151,11 +151,12 @@ int tri_h5_write_f32(hid_t file, const char *path, const char *name, int ndim, c
 
 int tri_h5_attr_i64(hid_t obj, const char *path, const char *obj_name, const char *attr, int n, const int64_t *v)
 {
+    char cause[128];
     hsize_t dims[1] = {(hsize_t)n};
     hid_t space = H5Screate_simple(1, dims, NULL);
     hid_t a = space < 0 ? -1 : H5Acreate2(obj, attr, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
     int rc = a < 0 || H5Awrite(a, H5T_NATIVE_INT64, v) < 0
-                 ? TRI_ERR(TRI_EIO, "%s: cannot write attribute %s of %s", path, attr, obj_name)
+                 ? TRI_ERR(TRI_EIO, "%s: cannot write attribute %s of %s%s", path, attr, obj_name, os_cause(cause))
                  : TRI_OK;
     if (a >= 0)
         H5Aclose(a);
@@ -166,14 +167,15 @@ int tri_h5_attr_i64(hid_t obj, const char *path, const char *obj_name, const cha
 
 int tri_h5_attr_str(hid_t obj, const char *path, const char *obj_name, const char *attr, const char *v)
 {
+    char cause[128];
     hid_t type = H5Tcopy(H5T_C_S1);
     hid_t space = H5Screate(H5S_SCALAR);
     int rc = TRI_OK;
     if (type < 0 || space < 0 || H5Tset_size(type, strlen(v) + 1) < 0)
-        rc = TRI_ERR(TRI_EIO, "%s: cannot write attribute %s of %s", path, attr, obj_name);
+        rc = TRI_ERR(TRI_EIO, "%s: cannot write attribute %s of %s%s", path, attr, obj_name, os_cause(cause));
     hid_t a = rc ? -1 : H5Acreate2(obj, attr, type, space, H5P_DEFAULT, H5P_DEFAULT);
     if (!rc && (a < 0 || H5Awrite(a, type, v) < 0))
-        rc = TRI_ERR(TRI_EIO, "%s: cannot write attribute %s of %s", path, attr, obj_name);
+        rc = TRI_ERR(TRI_EIO, "%s: cannot write attribute %s of %s%s", path, attr, obj_name, os_cause(cause));
     if (a >= 0)
         H5Aclose(a);
     if (space >= 0)

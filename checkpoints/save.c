@@ -4,6 +4,7 @@
 #include "checkpoints/save_steps.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,7 +243,7 @@ static int collect_fragments(const tri_ckpt_pending *p, tri_ckpt_manifest *m)
                             rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory");
                     }
                     tri_manifest_free(&frag);
-                    if (!rc && pass == 1) rc = remove(path) == 0 ? TRI_OK : TRI_ERR(TRI_EIO, "cannot remove %s", path);
+                    if (!rc && pass == 1) rc = remove(path) == 0 ? TRI_OK : TRI_ERR(TRI_EIO, "cannot remove %s: %s", path, strerror(errno));
                 }
     return rc;
 }
@@ -253,7 +254,7 @@ static int tidy(const char *save_dir, int64_t iteration, int keep)
 {
     DIR *d = opendir(save_dir);
     if (!d)
-        return TRI_ERR(TRI_EIO, "cannot list %s", save_dir);
+        return TRI_ERR(TRI_EIO, "cannot list %s: %s", save_dir, strerror(errno));
     int64_t *older = NULL;
     int n = 0, cap = 0, rc = TRI_OK;
     struct dirent *e;
@@ -298,7 +299,7 @@ static int tidy(const char *save_dir, int64_t iteration, int keep)
         rc = tri_fs_join(path, sizeof path, save_dir, name);
         if (!rc) rc = tri_fs_join(tpath, sizeof tpath, save_dir, trash);
         if (!rc && rename(path, tpath) != 0)
-            rc = TRI_ERR(TRI_EIO, "cannot rename %s to %s", path, tpath);
+            rc = TRI_ERR(TRI_EIO, "cannot rename %s to %s: %s", path, tpath, strerror(errno));
         if (!rc) rc = tri_fs_remove_tree(tpath);
     }
     free(older);
@@ -337,11 +338,11 @@ static int publish_into(const tri_ckpt_pending *p, tri_ckpt_manifest *m)
                            final);
         snprintf(trash, sizeof trash, "%s.trash", final);
         if (rename(final, trash) != 0)
-            return TRI_ERR(TRI_EIO, "cannot move the old %s aside", final);
+            return TRI_ERR(TRI_EIO, "cannot move the old %s aside: %s", final, strerror(errno));
         rc = tri_fs_remove_tree(trash);
     }
     if (!rc && rename(p->tmp, final) != 0)
-        rc = TRI_ERR(TRI_EIO, "cannot rename %s to %s", p->tmp, final);
+        rc = TRI_ERR(TRI_EIO, "cannot rename %s to %s: %s", p->tmp, final, strerror(errno));
     if (!rc) rc = tri_fs_fsync(p->save_dir);
     char line[TRI_CKPT_NAME_MAX + 2];
     snprintf(line, sizeof line, "%.64s\n", p->name);

@@ -56,7 +56,7 @@ int tri_sha256_file(const char *path, char hex[TRI_SHA256_HEX], int64_t *bytes)
     EVP_DigestFinal_ex(ctx, md, &len);
     EVP_MD_CTX_free(ctx);
     if (failed)
-        return TRI_ERR(TRI_EIO, "error reading %s", path);
+        return TRI_ERR(TRI_EIO, "error reading %s: %s", path, strerror(errno));
     to_hex(md, hex);
     if (bytes)
         *bytes = total;

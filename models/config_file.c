@@ -30,7 +30,7 @@ int tri_model_read_config(const char *path, char **text)
     fclose(f);
     int rc = TRI_OK;
     if (rd_err)
-        rc = TRI_ERR(TRI_EIO, "cannot read model config %s", path);
+        rc = TRI_ERR(TRI_EIO, "cannot read model config %s: %s", path, strerror(errno));
     else if (n > MAX_CONFIG_BYTES)
         rc = TRI_ERR(TRI_EINVAL, "%s: larger than %d bytes; not a model config", path, MAX_CONFIG_BYTES);
     else if (memchr(buf, '\0', n))

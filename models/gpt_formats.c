@@ -92,7 +92,7 @@ int tri_export_safetensors(tri_ckpt_reader *r, const tri_gpt_config *cfg, const 
         free(data);
     }
     if (fclose(f) != 0 && !rc)
-        rc = TRI_ERR(TRI_EIO, "cannot write %s", out);
+        rc = TRI_ERR(TRI_EIO, "cannot write %s: %s", out, strerror(errno));
     (void)cfg;
     return rc;
 }
@@ -158,7 +158,7 @@ int tri_export_llmc(tri_ckpt_reader *r, const tri_gpt_config *cfg, const char *o
             free(data);
         }
     if (fclose(f) != 0 && !rc)
-        rc = TRI_ERR(TRI_EIO, "cannot write %s", out);
+        rc = TRI_ERR(TRI_EIO, "cannot write %s: %s", out, strerror(errno));
     return rc;
 }
 
@@ -230,7 +230,7 @@ int tri_llmc_read(const char *path, tri_host_weights *w, int *version, int *padd
             rc = TRI_ERR(TRI_ENOMEM, "%s: out of memory for %lld parameters", path, (long long)total);
         fseek(f, 1024, SEEK_SET);
         if (!rc && fread(all, sizeof *all, (size_t)total, f) != (size_t)total)
-            rc = TRI_ERR(TRI_EIO, "error reading %s", path);
+            rc = TRI_ERR(TRI_EIO, "error reading %s: %s", path, strerror(errno));
     }
     fclose(f);
     for (int64_t i = V * C; !rc && i < Vp * C; i++)

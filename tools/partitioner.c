@@ -14,11 +14,13 @@
  * the search and are printed beside it for comparison. The time model is partitioner/time_model.h.
  * Flags take Megatron-LM's names where Megatron-LM has one. Exit status 1 with one message naming
  * the flag and the nearest valid values on bad input (partitioner/constraints.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoints/fsutil.h"
 #include "engine/core/status.h"
 #include "models/model.h"
 #include "models/preview.h"
@@ -31,6 +33,7 @@
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
 #include "tools/cli/metrics.h"
+#include "tools/cli/outputs.h"
 #include "tools/cli/partitioner_report.h"
 
 typedef struct args {
@@ -145,18 +148,31 @@ static int calibrate(const args *a, const tri_transformer *m, const tri_train_la
     return TRI_OK;
 }
 
-static int write_timeline(const char *path, const tri_preview *p, const char *model_name)
+/* The SVG timeline into path: the output rule (tools/cli/outputs.h) against the files read, written
+ * beside it under a temporary name and moved into place when complete. */
+static int write_timeline(const args *a, const tri_preview *p, const char *model_name)
 {
-    FILE *f = fopen(path, "w");
+    const char *path = a->timeline;
+    tri_cli_input in[2] = {{"--config", a->config}, {"--calibrate", a->calibrate}};
+    tri_cli_output out = {.name = "--timeline", .path = path};
+    char tmp[4200];
+    int rc = tri_cli_check_output(&out, in, a->calibrate ? 2 : 1);
+    if (!rc) rc = tri_fs_temp_beside(path, tmp, sizeof tmp);
+    if (rc)
+        return rc;
+    FILE *f = fopen(tmp, "w");
     if (!f)
-        return TRI_ERR(TRI_EIO, "--timeline %s: cannot create the file", path);
+        return TRI_ERR(TRI_EIO, "--timeline %s: cannot create %s: %s", path, tmp, strerror(errno));
     char title[256];
     snprintf(title, sizeof title, "%s: %s, tp %d x pp %d x dp %d, %d micro-batches, predicted %#.4g s per iteration",
              model_name, p->sched.name, p->layout.tp, p->layout.pp, p->layout.dp, p->layout.n_micro,
              p->time.iteration_s);
-    int rc = tri_timeline_svg(f, &p->sched, &p->sim, title);
+    rc = tri_timeline_svg(f, &p->sched, &p->sim, title);
     if (fclose(f) != 0 && !rc)
-        rc = TRI_ERR(TRI_EIO, "--timeline %s: write failed", path);
+        rc = TRI_ERR(TRI_EIO, "--timeline %s: writing %s failed: %s", path, tmp, strerror(errno));
+    if (!rc)
+        return tri_fs_publish(tmp, path);
+    unlink(tmp);
     return rc;
 }
 
@@ -214,7 +230,7 @@ static int preview(args *a, tri_flag *flags, int nf, const tri_model *model)
     else
         tri_report_text(stdout, &p, &info);
     if (!rc && a->timeline) {
-        rc = write_timeline(a->timeline, &p, tri_model_name(model));
+        rc = write_timeline(a, &p, tri_model_name(model));
         if (!rc && !a->json)
             printf("timeline: %s\n", a->timeline);
     }
