@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "engine/comm/grid.h"
+#include "checkpoints/fsutil.h"
 #include "engine/core/clock.h"
 #include "engine/core/file.h"
 #include "engine/core/log.h"
@@ -36,6 +37,7 @@
 #include "engine/train/step_time.h"
 #include "engine/train/train.h"
 #include "models/config.h"
+#include "models/generate.h"
 #include "models/model.h"
 #include "models/preview.h"
 #include "models/session.h"
@@ -318,10 +320,9 @@ static int open_metrics(run *r)
 {
     if (r->ss.grid.world_rank != 0)
         return TRI_OK;
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", r->a.save_dir);
-    if (strchr(r->a.save_dir, '\'') || system(cmd) != 0)
-        return TRI_ERR(TRI_EIO, "--save-dir %s: cannot create the directory", r->a.save_dir);
+    int rc = tri_fs_mkdir_p(r->a.save_dir);
+    if (rc)
+        return tri_error_context(rc, "--save-dir %s", r->a.save_dir);
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->a.save_dir);
     r->metrics = fopen(path, "a");
@@ -702,96 +703,31 @@ static int train_loop(run *r)
     return rc ? rc : settle_checkpoint(r, a->train_iters, true);
 }
 
-/* Top-k sampling (Fan et al. 2018) from logits (V floats) at a temperature; returns the id. */
-static int sample_top_k(const float *logits, int V, int k, float temperature, tri_rng *rng, int *id)
+/* Prints a sampled token's bytes (rank 0). */
+static void print_token(void *ctx, int32_t id)
 {
-    k = k < V ? k : V;
-    int *top = malloc((size_t)k * sizeof *top);
-    double *p = malloc((size_t)k * sizeof *p);
-    if (!top || !p) {
-        free(top);
-        free(p);
-        return TRI_ERR(TRI_ENOMEM, "out of memory for sampling");
-    }
-    int n = 0; /* top[0..n) holds the largest logits so far, in decreasing order */
-    for (int i = 0; i < V; i++) {
-        if (n == k && logits[i] <= logits[top[k - 1]])
-            continue;
-        int pos = n < k ? n++ : k - 1;
-        for (; pos > 0 && logits[top[pos - 1]] < logits[i]; pos--)
-            top[pos] = top[pos - 1];
-        top[pos] = i;
-    }
-    double sum = 0.0;
-    for (int j = 0; j < n; j++) {
-        p[j] = exp(((double)logits[top[j]] - (double)logits[top[0]]) / temperature);
-        sum += p[j];
-    }
-    double u = tri_rng_next_uniform(rng) * sum;
-    *id = top[n - 1];
-    for (int j = 0; j < n; j++) {
-        u -= p[j];
-        if (u <= 0) {
-            *id = top[j];
-            break;
-        }
-    }
-    free(top);
-    free(p);
-    return TRI_OK;
+    run *r = ctx;
+    const char *bytes = NULL;
+    size_t len = 0;
+    if (r->ss.grid.world_rank == 0 && tri_tokenizer_decode_one(r->tok, id, &bytes, &len) == TRI_OK)
+        fwrite(bytes, 1, len, stdout);
 }
 
-/* The id sampled on the last pipeline stage, on every rank of the pipeline. */
-static int share_token(run *r, int *id)
-{
-    if (r->ss.grid.pp == 1)
-        return TRI_OK;
-    int32_t v = *id;
-    int rc = tri_comm_host_broadcast(r->ss.grid.pp_comm, &v, TRI_I32, 1, r->ss.grid.pp - 1);
-    *id = v;
-    return rc;
-}
-
+/* The sample at the end (models/generate.h): --sample-length tokens after an end-of-document token. */
 static int generate(run *r)
 {
     const args *a = &r->a;
-    int64_t B = r->L.B, T = r->L.T;
-    int V = tri_model_vocab_size(&r->model);
     if (a->sample_length <= 0)
         return TRI_OK;
-    int32_t *windows = calloc((size_t)(B * (T + 1)), sizeof *windows);
-    float *logits = malloc((size_t)V * sizeof *logits);
-    if (!windows || !logits) {
-        free(windows);
-        free(logits);
-        return TRI_ERR(TRI_ENOMEM, "out of memory for sampling");
-    }
-    tri_rng rng;
-    tri_rng_init(&rng, (uint64_t)a->seed, 77);
-    windows[0] = tri_tokenizer_eod(r->tok);
+    tri_generate_options o = {.length = a->sample_length, .top_k = a->sample_top_k,
+                              .temperature = a->sample_temperature, .seed = (uint64_t)a->seed,
+                              .first = tri_tokenizer_eod(r->tok)};
     tri_log_rank0("sample (top-k %d, temperature %.2f, %d tokens after an end-of-document token):",
                   a->sample_top_k, (double)a->sample_temperature, a->sample_length);
-    int rc = TRI_OK;
-    for (int t = 1; t <= a->sample_length && !rc; t++) {
-        bool have = false;
-        int id = 0;
-        rc = tri_model_rank_logits(&r->ss.model, windows, t - 1, logits, &have);
-        if (!rc && have)
-            rc = sample_top_k(logits, V, a->sample_top_k, a->sample_temperature, &rng, &id);
-        if (!rc) rc = share_token(r, &id);
-        if (rc)
-            break;
-        windows[t] = id;
-        const char *bytes = NULL;
-        size_t len = 0;
-        if (r->ss.grid.world_rank == 0 && tri_tokenizer_decode_one(r->tok, id, &bytes, &len) == TRI_OK)
-            fwrite(bytes, 1, len, stdout);
-    }
+    int rc = tri_generate(&r->ss, &o, print_token, r);
     if (r->ss.grid.world_rank == 0)
         printf("\n");
     fflush(stdout);
-    free(windows);
-    free(logits);
     return rc;
 }
 
