@@ -92,22 +92,32 @@ case "$cmd" in
       --save-interval 250 --keep-last 2 "$@"
     ;;
   test)
+    t0=$SECONDS
     build
     data
+    t_build=$((SECONDS - t0))
     # Release: three tests at a time on two cores. Many of its tests wait (Open MPI's start-up, ranks
     # blocked in a timeout, sleeps) and left the cores idle 22% of the time; a third slot fills it
     # (measured here: 351 s -> 306 s). The sanitizer suite keeps its cores busy already (92%; 3 at a
     # time measured 559-563 s against 546-571 s). faults_rank_failure, whose timing bound needs the
     # machine, runs alone in both (RUN_SERIAL); every other bound is a generous timeout.
+    t1=$SECONDS
     (cd build && ctest --output-on-failure -j 3 -LE gpu && ctest --output-on-failure -L gpu)
+    t_release=$((SECONDS - t1))
     # the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (Debug build); the fuzz
     # label's harnesses carry their own sanitizers and already ran above. Without the CUDA backend:
     # its code cannot run without a GPU (the gpu label is skipped) and nvcc's host code is not
     # instrumented, so it would only add build time.
     read -r other_march other_blas < <(other_machine)
     echo "trident: the sanitizer run builds with -march=$other_march and runs OpenBLAS's $other_blas kernels"
+    t2=$SECONDS
     build_tree build-asan Debug "$other_march" -DTRIDENT_CUDA=OFF
+    t_asan_build=$((SECONDS - t2))
+    t3=$SECONDS
     (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz')
+    t_asan=$((SECONDS - t3))
+    echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s," \
+      "sanitizer build ${t_asan_build} s, sanitizer suite ${t_asan} s; total $((SECONDS - t0)) s"
     ;;
   valgrind)
     bash tools/install_deps.sh
