@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/partitioner_cli.sh BUILD_DIR SOURCE_DIR - the partitioner CLI end to end.
 #
-# The default preview (the README's CPU run) prints every section and takes its memory from the
-# engine's plan; --json is one valid JSON object with the documented keys and the same figures;
+# With no flags it previews what engine_train runs with none (one set of defaults: one rank, tp 1 x
+# pp 1, micro-batch 4 x seq 64). The README's CPU run (tp 2 x pp 2 on 4 ranks) prints every section
+# and takes its memory from the engine's plan; --json is one valid JSON object with the documented keys and the same figures;
 # --bf16 takes the engine's plan too, on the cpu preset (computed in fp32) as on GPUs; GPT-3 175B
 # on 1024 H100s fits with bf16 + selective recomputation; --timeline writes an SVG that
 # an SVG renderer (rsvg-convert or ImageMagick, when installed) turns into a PNG; --calibrate
@@ -27,8 +28,20 @@ contains() {
   if grep -qF -- "$2" "$3"; then ok "$1"; else fail "$1: expected '$2' in:"; head -40 "$3"; fi
 }
 
-# ---- the default preview ----
-if "$bin" > "$tmp/default.txt" 2>&1; then ok "default preview exits 0"; else fail "default preview"; cat "$tmp/default.txt"; fi
+# ---- the defaults are engine_train's ----
+"$bin" --json > "$tmp/bare.json" 2>&1 || { fail "no flags"; cat "$tmp/bare.json"; }
+python3 - "$tmp/bare.json" <<'PY' && ok "no flags: engine_train's defaults (1 rank, tp 1 x pp 1, micro-batch 4 x seq 64)" || fail "no flags"
+import json, sys
+l = json.load(open(sys.argv[1]))["layout"]
+got = tuple(l[k] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
+                            "micro_batch_size", "seq_length", "global_batch_size"))
+assert got == (1, 1, 1, 4, 64, 4), l
+PY
+
+# ---- the README's CPU run ----
+readme=(--num-gpus 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 4
+        --global-batch-size 16 --seq-length 128)
+if "$bin" "${readme[@]}" > "$tmp/default.txt" 2>&1; then ok "the README run's preview exits 0"; else fail "the README run's preview"; cat "$tmp/default.txt"; fi
 contains "stage table" "stage placement" "$tmp/default.txt"
 contains "stage rows with nodes" "0     0-1 +emb" "$tmp/default.txt"
 contains "memory table from the engine's plan" "memory per GPU by category (the engine's plan" "$tmp/default.txt"
@@ -38,7 +51,7 @@ contains "bubble" "simulated bubble" "$tmp/default.txt"
 contains "throughput" "MFU" "$tmp/default.txt"
 
 # ---- JSON ----
-"$bin" --json > "$tmp/default.json" 2>&1 || fail "--json exits non-zero"
+"$bin" "${readme[@]}" --json > "$tmp/default.json" 2>&1 || fail "--json exits non-zero"
 python3 - "$tmp/default.json" <<'PY' && ok "--json: keys and figures" || fail "--json: see above"
 import json, sys
 o = json.load(open(sys.argv[1]))
@@ -60,7 +73,7 @@ assert o["model_flops_per_iteration"] == o["hardware_flops_per_iteration"]
 PY
 
 # ---- bf16 mixed precision on the cpu preset (engine_train --bf16) ----
-"$bin" --bf16 --json > "$tmp/bf16.json" 2>&1 || { fail "--bf16 on the cpu preset"; cat "$tmp/bf16.json"; }
+"$bin" "${readme[@]}" --bf16 --json > "$tmp/bf16.json" 2>&1 || { fail "--bf16 on the cpu preset"; cat "$tmp/bf16.json"; }
 python3 - "$tmp/default.json" "$tmp/bf16.json" <<'PY' && ok "--bf16 on the cpu: the engine's plan, 2 + 4 + 12 bytes a parameter" || fail "--bf16 JSON"
 import json, sys
 f, b = (json.load(open(p)) for p in sys.argv[1:3])
@@ -103,7 +116,7 @@ if head -c 5 "$tmp/gpt3.svg" | grep -q "<?xml" && tail -1 "$tmp/gpt3.svg" | grep
 else
   fail "--timeline: not an SVG document"
 fi
-"$bin" --timeline "$tmp/cpu.svg" > /dev/null 2>&1 || fail "--timeline (default run)"
+"$bin" "${readme[@]}" --timeline "$tmp/cpu.svg" > /dev/null 2>&1 || fail "--timeline (default run)"
 if command -v rsvg-convert > /dev/null; then render=(rsvg-convert -o); elif command -v convert > /dev/null; then render=(convert_to); fi
 convert_to() { convert "$2" "$1"; }
 if [ "${render[*]:-}" = "" ]; then
@@ -128,7 +141,7 @@ with open(sys.argv[2], "w") as f:
                             "gflops": F / s / 1e9}) + "\n")
     f.write(json.dumps({"kind": "eval", "iter": 6, "val_loss": 2.9}) + "\n")
 PY
-"$bin" --calibrate "$tmp/metrics.jsonl" --json > "$tmp/cal.json" 2>&1 || { fail "--calibrate"; cat "$tmp/cal.json"; }
+"$bin" "${readme[@]}" --calibrate "$tmp/metrics.jsonl" --json > "$tmp/cal.json" 2>&1 || { fail "--calibrate"; cat "$tmp/cal.json"; }
 python3 - "$tmp/cal.json" <<'PY' && ok "--calibrate: the prediction matches the measured median" || fail "--calibrate"
 import json, sys
 o = json.load(open(sys.argv[1]))
@@ -137,7 +150,7 @@ assert "calibrated from" in o["efficiency"]["gemm_source"]
 PY
 
 # ---- search ----
-"$bin" --search > "$tmp/search.txt" 2>&1 || fail "--search"
+"$bin" "${readme[@]}" --search > "$tmp/search.txt" 2>&1 || fail "--search"
 rows=$(grep -cE '^[0-9]+ ' "$tmp/search.txt")
 if [ "$rows" -eq 10 ]; then ok "--search prints the top ten"; else fail "--search printed $rows rows:"; cat "$tmp/search.txt"; fi
 
@@ -159,15 +172,26 @@ expect() {
     ok "$name: $(cat "$tmp/err")"
   fi
 }
+# readme_with FLAG VALUE: the README run's flags with FLAG's value replaced (no flag given twice)
+readme_with() {
+  local i
+  with=()
+  for ((i = 0; i < ${#readme[@]}; i += 2)); do
+    if [ "${readme[i]}" = "$1" ]; then with+=("$1" "$2"); else with+=("${readme[i]}" "${readme[i + 1]}"); fi
+  done
+}
 expect "tp not dividing the heads" "does not divide n_head 4 (attention heads are split evenly over the tensor-parallel ranks); nearest valid: 2, 4" \
   --tensor-model-parallel-size 3 --num-gpus 12
-expect "tp x pp not dividing the GPUs" "nearest valid pipeline sizes: 2" --pipeline-model-parallel-size 3
-expect "global batch" "nearest valid global batch sizes: 8, 12" --global-batch-size 10
-expect "interleaving" "nearest valid: 1" --num-layers-per-virtual-pipeline-stage 2
+readme_with --pipeline-model-parallel-size 3
+expect "tp x pp not dividing the GPUs" "nearest valid pipeline sizes: 2" "${with[@]}"
+readme_with --global-batch-size 10
+expect "global batch" "nearest valid global batch sizes: 8, 12" "${with[@]}"
+expect "interleaving" "nearest valid: 1" "${readme[@]}" --num-layers-per-virtual-pipeline-stage 2
 expect "sequence length" "--seq-length 512: must be in [1, n_positions 256]; nearest valid: 256" --seq-length 512
 expect "unknown hardware" "--hardware v100: expected one of h100-sxm|h200|a100-80gb|cpu" --hardware v100
 expect "missing config" "models/none.json" --config models/none.json
-expect "metrics of another run" "pass the measured run's layout flags" --calibrate "$tmp/metrics.jsonl" --global-batch-size 32
+readme_with --global-batch-size 32
+expect "metrics of another run" "pass the measured run's layout flags" "${with[@]}" --calibrate "$tmp/metrics.jsonl"
 echo '{"kind": "train", "iter": 1}' > "$tmp/bad.jsonl"
 expect "metrics without times" "bad.jsonl:1: a train line needs positive \"ms\"" --calibrate "$tmp/bad.jsonl"
 

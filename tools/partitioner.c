@@ -74,18 +74,15 @@ static int make_flags(args *a, tri_flag *f)
     return n;
 }
 
-/* The README's default CPU run: gpt2-tiny-byte, tp 2 x pp 2 on 4 ranks, micro-batch 4, global 16. */
+/* engine_train's defaults (tools/cli/layout_flags.h: one set for the flags both take): the same
+ * flags preview the layout they run; with none, gpt2-tiny-byte on one rank. */
 static void defaults(args *a)
 {
     memset(a, 0, sizeof *a);
     a->config = "models/gpt2-tiny-byte.json";
     a->hardware = "cpu";
     tri_cli_layout_defaults(&a->layout);
-    a->num_gpus = 4;
-    a->layout.req.tp = a->layout.req.pp = 2;
-    a->layout.req.micro_batch = 4;
-    a->layout.req.global_batch = 16;
-    a->layout.req.seq_length = 128;
+    a->num_gpus = 1;
     a->top = 10;
     a->max_micro_batch = 16;
 }
