@@ -773,9 +773,6 @@ int main(int argc, char **argv)
     if (!rc) rc = tri_cli_injection_read(&r.inject);
     if (!rc) rc = tri_step_guard_init(&r.guard, r.a.skip_nonfinite, r.a.spike_zscore, r.a.spike_window);
     tri_comm_set_timeout(r.world, r.a.comm_timeout);
-    r.guard.inject_nan_rank = r.inject.nan_rank;
-    r.guard.inject_nan_iter = r.inject.nan_iter;
-    r.guard.inject_nan_count = r.inject.nan_count;
     if (!rc && help) {
         if (r.world->rank == 0)
             tri_flags_usage(stdout, flags, nflags, "engine_train",
@@ -816,6 +813,10 @@ int main(int argc, char **argv)
     }
     rc = setup(&r);
     if (!rc) r.ss.trainer.guard = &r.guard;
+    if (!rc && r.inject.nan_rank >= 0) {
+        r.ss.trainer.after_grads = tri_cli_injection_nan_hook;
+        r.ss.trainer.after_grads_ctx = &r.inject;
+    }
     if (!rc && r.a.async_save) rc = tri_ckpt_async_create(&r.saver, &r.ss.trainer);
     if (!rc) rc = open_metrics(&r);
     if (!rc) rc = load_checkpoint(&r);

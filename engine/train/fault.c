@@ -12,7 +12,6 @@
 int tri_step_guard_init(tri_step_guard *g, int skip_nonfinite, double spike_zscore, int spike_window)
 {
     memset(g, 0, sizeof *g);
-    g->inject_nan_rank = -1;
     if (skip_nonfinite < 0)
         return TRI_ERR(TRI_EINVAL, "--skip-nonfinite %d: must be 0 or more", skip_nonfinite);
     if (!(spike_zscore >= 0) || !isfinite(spike_zscore))

@@ -30,9 +30,6 @@ typedef struct tri_step_guard {
     double spike_zscore;      /* skip a step whose loss is more than this many standard deviations above
                                * the mean of the last spike_window applied steps' losses (0: off) */
     int spike_window;         /* >= 2 when spike_zscore > 0 */
-    int inject_nan_rank;      /* test hook: this world rank's gradients get a NaN (-1: none) ... */
-    int64_t inject_nan_iter;  /* ... at iterations (1-based) inject_nan_iter .. */
-    int64_t inject_nan_count; /* ... inject_nan_iter + inject_nan_count - 1 */
     bool stop_requested;      /* set by the caller before a step: every rank stops after that step */
     /* state */
     int nonfinite_in_row, spikes_in_row;

@@ -214,17 +214,8 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
             rc = TRI_OK;
         }
     }
-    if (!rc && t->guard && t->guard->inject_nan_rank == t->grid->world_rank &&
-        iter + 1 >= t->guard->inject_nan_iter && iter + 1 < t->guard->inject_nan_iter + t->guard->inject_nan_count) {
-        /* test hook: a NaN in this rank's first owned gradient, after every reduction, as a faulty
-         * device would leave it */
-        float nan = NAN;
-        const tri_zero *z = &t->chunks[0]->zero;
-        int64_t start, len, local;
-        tri_zero_owned(z, 0, &start, &len, &local);
-        if (len > 0)
-            rc = tri_device_copy_from_host(t->dev, tri_zero_owned_grads(z, start, 1), &nan);
-    }
+    if (!rc && t->after_grads)
+        rc = t->after_grads(t->after_grads_ctx, t, iter);
     if (!rc) rc = share_loss(t, loss_fixed, &loss_sum);
     *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
     return rc;

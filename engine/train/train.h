@@ -45,6 +45,14 @@ typedef struct tri_step_result {
 #define TRI_MAX_CHUNKS 16
 
 /* One rank's training state: its model chunks, their optimizers, the executor. */
+struct tri_trainer;
+
+/* A seam for fault injection (tools/cli/fault.h sets it from TRIDENT_INJECT_NAN; tests may set
+ * their own): called on every rank once a step's gradients are reduced, before the step's checks
+ * see them, with the 0-based iteration. Core objects carry no test state; a run without a hook pays
+ * one NULL test. Returns a status like any action. */
+typedef int (*tri_trainer_hook)(void *ctx, struct tri_trainer *t, int64_t iter);
+
 typedef struct tri_trainer {
     int v;                               /* model chunks on this rank */
     tri_chunk *chunks[TRI_MAX_CHUNKS];
@@ -67,6 +75,8 @@ typedef struct tri_trainer {
     int64_t first_sample;                /* sample index of micro-batch 0 of this replica */
     tri_step_guard *guard;               /* optional (not owned): agreed non-finite / stop checks */
     bool local_bad;                      /* this rank's gradients of the current step were not finite */
+    tri_trainer_hook after_grads;        /* optional: the fault-injection seam (below) */
+    void *after_grads_ctx;
 } tri_trainer;
 
 /* Plans and allocates the optimizer state of the v chunks and prepares the executor for the

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tools/cli/fault.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,18 @@ int tri_cli_injection_read(tri_cli_injection *inj)
         inj->identity_which = (int)v[1];
     }
     return TRI_OK;
+}
+
+int tri_cli_injection_nan_hook(void *ctx, tri_trainer *t, int64_t iter)
+{
+    const tri_cli_injection *inj = ctx;
+    if (inj->nan_rank != t->grid->world_rank || iter + 1 < inj->nan_iter || iter + 1 >= inj->nan_iter + inj->nan_count)
+        return TRI_OK;
+    float nan = NAN;
+    const tri_zero *z = &t->chunks[0]->zero;
+    int64_t start, len, local;
+    tri_zero_owned(z, 0, &start, &len, &local);
+    return len > 0 ? tri_device_copy_from_host(t->dev, tri_zero_owned_grads(z, start, 1), &nan) : TRI_OK;
 }
 
 void tri_cli_injection_stall(const tri_cli_injection *inj, int rank, int64_t iter)

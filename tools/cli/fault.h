@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "engine/train/fault.h"
+#include "engine/train/train.h"
 #include "tools/cli/flags.h"
 
 /* Installs the SIGTERM, SIGINT and SIGUSR1 handlers (the first signal sets the stop flag; a second
@@ -41,6 +42,11 @@ typedef struct tri_cli_injection {
 } tri_cli_injection;
 
 int tri_cli_injection_read(tri_cli_injection *inj);
+
+/* The trainer's after_grads hook (engine/train/train.h) for TRIDENT_INJECT_NAN; ctx is the
+ * tri_cli_injection. At the injected iterations world rank nan_rank's first owned gradient becomes a
+ * NaN after every reduction, as a faulty device would leave it. */
+int tri_cli_injection_nan_hook(void *ctx, tri_trainer *t, int64_t iter);
 
 /* Sleeps for the stall injected at iteration iter on world rank `rank`, if any. */
 void tri_cli_injection_stall(const tri_cli_injection *inj, int rank, int64_t iter);
