@@ -141,8 +141,9 @@ static int parse_root(tri_gpt_config *cfg, const cJSON *root, const char *src)
     return TRI_OK;
 }
 
-int tri_gpt_config_parse(tri_gpt_config *cfg, const char *json, const char *source)
+int tri_gpt_config_parse(void *config, const char *json, const char *source)
 {
+    tri_gpt_config *cfg = config;
     memset(cfg, 0, sizeof *cfg);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
@@ -171,21 +172,24 @@ int64_t tri_gpt_padded_vocab(int64_t vocab_size, int tp)
     return tri_padded_vocab(vocab_size, tp);
 }
 
-tri_transformer tri_gpt_dims(const tri_gpt_config *c)
+tri_transformer tri_gpt_dims(const void *config)
 {
+    const tri_gpt_config *c = config;
     return (tri_transformer){.n_layer = c->n_layer, .n_head = c->n_head, .n_embd = c->n_embd,
                              .vocab_size = c->vocab_size, .n_positions = c->n_positions};
 }
 
-int64_t tri_gpt_num_params(const tri_gpt_config *c)
+int64_t tri_gpt_num_params(const void *config)
 {
+    const tri_gpt_config *c = config;
     int64_t C = c->n_embd, L = c->n_layer;
     int64_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
     return (int64_t)c->vocab_size * C + (int64_t)c->n_positions * C + L * block + 2 * C;
 }
 
-int tri_gpt_config_to_json(const tri_gpt_config *c, char **json)
+int tri_gpt_config_to_json(const void *config, char **json)
 {
+    const tri_gpt_config *c = config;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_type", "gpt2");
     cJSON_AddNumberToObject(o, "n_layer", c->n_layer);

@@ -30,22 +30,22 @@ typedef struct tri_gpt_config {
 int tri_gpt_config_load(tri_gpt_config *cfg, const char *path);
 
 /* Parses JSON text; `source` names it in messages. */
-int tri_gpt_config_parse(tri_gpt_config *cfg, const char *json, const char *source);
+int tri_gpt_config_parse(void *cfg, const char *json, const char *source);
 
 /* The model's architecture as a JSON object of Hugging Face keys (model_type, n_layer, n_head,
  * n_embd, vocab_size, n_positions) that tri_gpt_config_parse reads back: what a checkpoint records
  * and compares on resume (initializer_range is left out: it does not change a loaded model).
  * *json is malloc'd. TRI_ENOMEM. */
-int tri_gpt_config_to_json(const tri_gpt_config *cfg, char **json);
+int tri_gpt_config_to_json(const void *cfg, char **json);
 
 /* The vocabulary padded to a multiple of 128 * tp (Megatron's --make-vocab-size-divisible-by 128),
  * e.g. 50257 -> 50304 at tp = 1. The padding rows stay zero and are kept out of the loss. */
 int64_t tri_gpt_padded_vocab(int64_t vocab_size, int tp);
 
 /* The dimensions the partitioner plans with. */
-tri_transformer tri_gpt_dims(const tri_gpt_config *cfg);
+tri_transformer tri_gpt_dims(const void *cfg);
 
 /* Number of parameters of the unpadded model (weights counted once, tied LM head not again). */
-int64_t tri_gpt_num_params(const tri_gpt_config *cfg);
+int64_t tri_gpt_num_params(const void *cfg);
 
 #endif

@@ -10,8 +10,9 @@
 #include "layers/embedding.h"
 #include "partitioner/layout.h"
 
-int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *o)
+int tri_gpt_check(const void *config, const tri_train_layout *run, const tri_chunk_place *o)
 {
+    const tri_gpt_config *cfg = config;
     const char *name = cfg->name;
     int tp = run->tp;
     /* the widest row a buffer holds: B*T*max(Vp, 4C) */
@@ -141,10 +142,13 @@ static int run_pass(void *self, const tri_pass *p, int slot, bool train, float d
 
 /* ---- creation ---- */
 
-/* Sizes every buffer (dev NULL: planning only, nothing allocated) or builds the chunk. */
-static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
+/* Sizes every buffer (dev NULL: planning only, nothing allocated) or builds the chunk
+ * (tri_decoder_setup). */
+static int setup(void *self, const void *config, const tri_train_layout *run, const tri_chunk_place *opt,
                  tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
+    tri_gpt *m = self;
+    const tri_gpt_config *cfg = config;
     int rc = tri_gpt_check(cfg, run, opt);
     tri_param_spec *specs = NULL;
     int n = 0;
@@ -159,46 +163,21 @@ static int setup(tri_gpt *m, const tri_gpt_config *cfg, const tri_train_layout *
     m->cfg = *cfg;
     m->C_l = cfg->n_embd / run->tp;
     m->NH_l = cfg->n_head / run->tp;
-    m->w.h = calloc((size_t)L_l + 1, sizeof *m->w.h);
-    m->g.h = calloc((size_t)L_l + 1, sizeof *m->g.h);
-    m->slots = calloc((size_t)opt->n_slots, sizeof *m->slots);
-    if (!m->w.h || !m->g.h || !m->slots)
+    m->w.h = tri_decoder_calloc(&m->d, L_l + 1, sizeof *m->w.h);
+    m->g.h = tri_decoder_calloc(&m->d, L_l + 1, sizeof *m->g.h);
+    m->slots = tri_decoder_calloc(&m->d, opt->n_slots, sizeof *m->slots);
+    bool ok = m->w.h && m->g.h && m->slots;
+    for (int s = 0; ok && s < opt->n_slots; s++)
+        ok = (m->slots[s].blocks = tri_decoder_calloc(&m->d, L_l + 1, sizeof *m->slots[s].blocks)) != NULL;
+    if (!ok)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
-    for (int s = 0; s < opt->n_slots; s++) {
-        m->slots[s].blocks = calloc((size_t)L_l + 1, sizeof *m->slots[s].blocks);
-        if (!m->slots[s].blocks)
-            return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
-    }
     tri_gpt_map_views(m);
     tri_chunk_model model = {.self = m, .take_buffers = tri_gpt_take_buffers, .run = run_pass};
     return tri_decoder_build(&m->d, model, dev, dp_comm);
 }
 
-int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_layout *run,
-                   const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
+int tri_gpt_create(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
+                   const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
-    *out = NULL;
-    tri_gpt *m = calloc(1, sizeof *m);
-    if (!m)
-        return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
-    int rc = setup(m, cfg, run, opt, dev, tp_comm, dp_comm);
-    if (rc) {
-        tri_gpt_destroy(m);
-        return rc;
-    }
-    *out = m;
-    return TRI_OK;
-}
-
-void tri_gpt_destroy(tri_gpt *m)
-{
-    if (!m)
-        return;
-    tri_decoder_destroy(&m->d);
-    for (int s = 0; m->slots && s < m->d.opt.n_slots; s++)
-        free(m->slots[s].blocks);
-    free(m->slots);
-    free(m->w.h);
-    free(m->g.h);
-    free(m);
+    return tri_decoder_create(model, chunk, sizeof(tri_gpt), setup, cfg, run, place, dev, tp_comm, dp_comm);
 }

@@ -85,11 +85,10 @@ typedef struct tri_gpt {
 } tri_gpt;
 
 /* Number of parameter tensors of the whole model (global indices run 0..this-1). */
-int tri_gpt_num_param_tensors(const tri_gpt_config *cfg);
+int tri_gpt_num_param_tensors(const void *cfg);
 
 /* Parameter descriptions of one chunk, in flat-buffer order; *specs is malloc'd (gpt_params.c). */
-int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_chunk_place *opt,
-                        tri_param_spec **specs, int *n);
+int tri_gpt_param_specs(const void *cfg, int tp, const tri_chunk_place *opt, tri_param_spec **specs, int *n);
 /* Every parameter of the whole model at TP size tp, in global order (the checkpoint's list). */
 int tri_gpt_all_param_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **specs, int *n);
 
@@ -97,17 +96,18 @@ int tri_gpt_all_param_specs(const tri_gpt_config *cfg, int tp, tri_param_spec **
  * sequence parallelism) and itself (layers, slots), without communication: what the model needs
  * beyond the layout rules partitioner/constraints.h checks. TRI_EINVAL with a message naming the
  * flag and values. */
-int tri_gpt_check(const tri_gpt_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt);
+int tri_gpt_check(const void *cfg, const tri_train_layout *run, const tri_chunk_place *opt);
 
 /* Builds the chunk on dev, with tensor parallelism over tp_comm and data parallelism (ZeRO) over
  * dp_comm (one-rank comms without them; their sizes are the layout's tp and dp):
  * plans and allocates every buffer, initialises the weights (normal(0, init_std); residual
  * projections scaled by 1/sqrt(2 n_layer); layernorm ones/zeros; biases and vocab padding zero). */
-int tri_gpt_create(tri_gpt **out, const tri_gpt_config *cfg, const tri_train_layout *run,
-                   const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
-/* (With dev NULL it only plans, allocating and sending nothing: the chunk's arena holds the bytes
- * per category, for the partitioner's memory prediction of any layout on any machine.) */
-void tri_gpt_destroy(tri_gpt *m);
+int tri_gpt_create(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
+                   const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
+/* (*model is a tri_gpt, cfg a tri_gpt_config: the family table's create (models/model.h), freed by
+ * tri_decoder_free. With dev NULL it only plans, allocating and sending nothing: the chunk's arena
+ * holds the bytes per category, for the partitioner's memory prediction of any layout on any
+ * machine.) */
 
 /* A micro-batch goes in with tri_decoder_load_batch(&m->d, ...); the forward, backward and gradient
  * resets go through the chunk (tri_chunk_forward(&m->d.chunk, ...)). */

@@ -50,8 +50,8 @@ int tri_gpt_hf_shape(const char *name, int ndim, const int64_t *shape, int64_t *
 bool tri_gpt_hf_skipped(const char *name);
 /* Parses a GPT2Config (source names it in messages): dropout values, which Trident does not train
  * with, are reported on stderr and dropped; the rest is tri_gpt_config_parse's. */
-int tri_gpt_hf_parse_config(tri_gpt_config *cfg, const char *json, const char *source);
+int tri_gpt_hf_parse_config(void *cfg, const char *json, const char *source);
 /* config.json as transformers writes a GPT2Config for weights stored as torch_dtype (malloc'd). */
-int tri_gpt_hf_config(const tri_gpt_config *cfg, const char *torch_dtype, char **json);
+int tri_gpt_hf_config(const void *cfg, const char *torch_dtype, char **json);
 
 #endif

@@ -76,8 +76,9 @@ bool tri_gpt_hf_skipped(const char *name)
 /* The config's dropout keys: Trident trains without dropout, so they are reported and dropped. */
 static const char *dropout_keys[] = {"attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout"};
 
-int tri_gpt_hf_parse_config(tri_gpt_config *cfg, const char *json, const char *source)
+int tri_gpt_hf_parse_config(void *config, const char *json, const char *source)
 {
+    tri_gpt_config *cfg = config;
     cJSON *root = cJSON_Parse(json);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
@@ -97,8 +98,9 @@ int tri_gpt_hf_parse_config(tri_gpt_config *cfg, const char *json, const char *s
     return rc;
 }
 
-int tri_gpt_hf_config(const tri_gpt_config *cfg, const char *torch_dtype, char **json)
+int tri_gpt_hf_config(const void *config, const char *torch_dtype, char **json)
 {
+    const tri_gpt_config *cfg = config;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "activation_function", "gelu_new");
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");

@@ -60,8 +60,9 @@ static const struct {
 } fixed_rows[] = {{"wte", G(wte)}, {"wpe", G(wpe)}, {"ln_f.w", G(lnf_w)}, {"ln_f.b", G(lnf_b)}};
 #undef G
 
-int tri_gpt_num_param_tensors(const tri_gpt_config *cfg)
+int tri_gpt_num_param_tensors(const void *config)
 {
+    const tri_gpt_config *cfg = config;
     return 4 + BLOCK_PARAMS * cfg->n_layer;
 }
 
@@ -129,9 +130,9 @@ static int add_wte(tri_spec_list *l, const tri_gpt_config *cfg, int tp, const tr
  * then ln_f and, on a last stage without the embedding, the LM head's copy of wte. wte is a unit
  * of its own on both stages, so both cut it into the same data-parallel slices and the tied
  * gradient can be summed over the embedding group slice by slice (ZeRO-2/3). */
-int tri_gpt_param_specs(const tri_gpt_config *cfg, int tp, const tri_chunk_place *opt,
-                        tri_param_spec **specs, int *n)
+int tri_gpt_param_specs(const void *config, int tp, const tri_chunk_place *opt, tri_param_spec **specs, int *n)
 {
+    const tri_gpt_config *cfg = config;
     tri_spec_list l = {0};
     int64_t C = cfg->n_embd;
     int rc = TRI_OK;

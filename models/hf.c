@@ -87,7 +87,7 @@ static int read_model(const char *dir, tri_model *m)
         return TRI_ERR(TRI_EINVAL, "%s: model_type \"%s\": Trident has no Hugging Face mapping for %s models", path,
                        type, f->title ? f->title : type);
     }
-    rc = (f->hf_parse ? f->hf_parse : f->parse)(&m->cfg, text, path);
+    rc = tri_model_config_new(f, f->hf_parse ? f->hf_parse : f->parse, text, path, &m->cfg);
     free(text);
     if (rc)
         return rc;

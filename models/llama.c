@@ -42,8 +42,9 @@ static int check_fused(const tri_llama_config *c, int tp)
     return TRI_OK;
 }
 
-int tri_llama_check(const tri_llama_config *c, const tri_train_layout *run, const tri_chunk_place *o)
+int tri_llama_check(const void *config, const tri_train_layout *run, const tri_chunk_place *o)
 {
+    const tri_llama_config *c = config;
     const char *name = c->name;
     int tp = run->tp, NH = c->num_attention_heads, NH_kv = c->num_key_value_heads;
     /* the widest row a buffer holds: B*T*max(Vp, 2F, W) */
@@ -250,9 +251,12 @@ static int fill_rotary(tri_llama *m)
     return rc;
 }
 
-static int setup(tri_llama *m, const tri_llama_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt,
+/* Sizes every buffer (dev NULL: planning only) or builds the chunk (tri_decoder_setup). */
+static int setup(void *self, const void *config, const tri_train_layout *run, const tri_chunk_place *opt,
                  tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
+    tri_llama *m = self;
+    const tri_llama_config *cfg = config;
     int rc = tri_llama_check(cfg, run, opt);
     tri_param_spec *specs = NULL;
     int n = 0;
@@ -273,16 +277,14 @@ static int setup(tri_llama *m, const tri_llama_config *cfg, const tri_train_layo
     m->KV_l = m->NH_kv_l * m->HS;
     m->W_l = m->Q_l + 2 * m->KV_l;
     m->F_l = cfg->intermediate_size / tp;
-    m->w.h = calloc((size_t)L_l + 1, sizeof *m->w.h);
-    m->g.h = calloc((size_t)L_l + 1, sizeof *m->g.h);
-    m->slots = calloc((size_t)opt->n_slots, sizeof *m->slots);
-    if (!m->w.h || !m->g.h || !m->slots)
+    m->w.h = tri_decoder_calloc(&m->d, L_l + 1, sizeof *m->w.h);
+    m->g.h = tri_decoder_calloc(&m->d, L_l + 1, sizeof *m->g.h);
+    m->slots = tri_decoder_calloc(&m->d, opt->n_slots, sizeof *m->slots);
+    bool ok = m->w.h && m->g.h && m->slots;
+    for (int s = 0; ok && s < opt->n_slots; s++)
+        ok = (m->slots[s].blocks = tri_decoder_calloc(&m->d, L_l + 1, sizeof *m->slots[s].blocks)) != NULL;
+    if (!ok)
         return TRI_ERR(TRI_ENOMEM, "llama: out of memory");
-    for (int s = 0; s < opt->n_slots; s++) {
-        m->slots[s].blocks = calloc((size_t)L_l + 1, sizeof *m->slots[s].blocks);
-        if (!m->slots[s].blocks)
-            return TRI_ERR(TRI_ENOMEM, "llama: out of memory");
-    }
     tri_llama_map_views(m);
     rc = check_consecutive(m);
     if (rc)
@@ -294,31 +296,8 @@ static int setup(tri_llama *m, const tri_llama_config *cfg, const tri_train_layo
     return rc;
 }
 
-int tri_llama_create(tri_llama **out, const tri_llama_config *cfg, const tri_train_layout *run,
-                     const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
+int tri_llama_create(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
+                     const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
 {
-    *out = NULL;
-    tri_llama *m = calloc(1, sizeof *m);
-    if (!m)
-        return TRI_ERR(TRI_ENOMEM, "llama: out of memory");
-    int rc = setup(m, cfg, run, opt, dev, tp_comm, dp_comm);
-    if (rc) {
-        tri_llama_destroy(m);
-        return rc;
-    }
-    *out = m;
-    return TRI_OK;
-}
-
-void tri_llama_destroy(tri_llama *m)
-{
-    if (!m)
-        return;
-    tri_decoder_destroy(&m->d);
-    for (int s = 0; m->slots && s < m->d.opt.n_slots; s++)
-        free(m->slots[s].blocks);
-    free(m->slots);
-    free(m->w.h);
-    free(m->g.h);
-    free(m);
+    return tri_decoder_create(model, chunk, sizeof(tri_llama), setup, cfg, run, place, dev, tp_comm, dp_comm);
 }

@@ -71,11 +71,11 @@ typedef struct tri_llama_config {
 /* Parses a config.json (source names it in messages): the keys above, and the other keys of
  * LlamaConfig where Trident computes the same model (hidden_act "silu", attention_dropout 0,
  * pretraining_tp 1, ...). TRI_EINVAL naming the file, the key and the value. */
-int tri_llama_config_parse(tri_llama_config *cfg, const char *json, const char *source);
+int tri_llama_config_parse(void *cfg, const char *json, const char *source);
 /* The architecture as JSON (what a checkpoint records and compares); malloc'd. */
-int tri_llama_config_to_json(const tri_llama_config *cfg, char **json);
+int tri_llama_config_to_json(const void *cfg, char **json);
 /* Parameters of the unpadded model (a tied LM head counted once). */
-int64_t tri_llama_num_params(const tri_llama_config *cfg);
+int64_t tri_llama_num_params(const void *cfg);
 
 typedef struct tri_llama_block_weights {
     tri_tensor ln1_w;                  /* (C) input_layernorm */
@@ -129,18 +129,17 @@ extern const tri_model_family tri_llama_family;
 const tri_llama_config *tri_llama_config_of(const tri_model *m);
 
 /* Descriptions of one chunk's parameters at TP size tp, in flat-buffer order (malloc'd). */
-int tri_llama_param_specs(const tri_llama_config *cfg, int tp, const tri_chunk_place *opt,
-                          tri_param_spec **specs, int *n);
-int tri_llama_num_param_tensors(const tri_llama_config *cfg);
+int tri_llama_param_specs(const void *cfg, int tp, const tri_chunk_place *opt, tri_param_spec **specs, int *n);
+int tri_llama_num_param_tensors(const void *cfg);
 
 /* What the model needs beyond the layout rules: head and width divisibility by tp, the fused views'
  * contiguity, the fused attention. TRI_EINVAL naming the flag, key and values. */
-int tri_llama_check(const tri_llama_config *cfg, const tri_train_layout *run, const tri_chunk_place *opt);
+int tri_llama_check(const void *cfg, const tri_train_layout *run, const tri_chunk_place *opt);
 
-/* Builds the chunk (see tri_gpt_create: the same contract; dev NULL only plans). */
-int tri_llama_create(tri_llama **out, const tri_llama_config *cfg, const tri_train_layout *run,
-                     const tri_chunk_place *opt, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
-void tri_llama_destroy(tri_llama *m);
+/* Builds the chunk (see tri_gpt_create: the same contract; dev NULL only plans; *model a tri_llama,
+ * freed by tri_decoder_free). */
+int tri_llama_create(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
+                     const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
 
 /* ---- between llama.c, llama_params.c and llama_buffers.c ---- */
 void tri_llama_map_views(tri_llama *m);

@@ -194,8 +194,9 @@ static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
     return TRI_OK;
 }
 
-int tri_llama_config_parse(tri_llama_config *c, const char *json, const char *source)
+int tri_llama_config_parse(void *config, const char *json, const char *source)
 {
+    tri_llama_config *c = config;
     memset(c, 0, sizeof *c);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
@@ -207,8 +208,9 @@ int tri_llama_config_parse(tri_llama_config *c, const char *json, const char *so
     return rc;
 }
 
-int tri_llama_config_to_json(const tri_llama_config *c, char **json)
+int tri_llama_config_to_json(const void *config, char **json)
 {
+    const tri_llama_config *c = config;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_type", "llama");
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
@@ -239,8 +241,9 @@ int tri_llama_config_to_json(const tri_llama_config *c, char **json)
     return *json ? TRI_OK : TRI_ERR(TRI_ENOMEM, "config: out of memory rendering %s", c->name);
 }
 
-int64_t tri_llama_num_params(const tri_llama_config *c)
+int64_t tri_llama_num_params(const void *config)
 {
+    const tri_llama_config *c = config;
     int64_t C = c->hidden_size, F = c->intermediate_size, Q = (int64_t)c->num_attention_heads * c->head_dim,
             KV = (int64_t)c->num_key_value_heads * c->head_dim, V = c->vocab_size;
     int64_t attn = C * (Q + 2 * KV) + Q * C + (c->attention_bias ? Q + 2 * KV + C : 0);

@@ -1,5 +1,6 @@
 /* models/llama_family.c - the Llama family's table (models/model.h): what the session, the
- * checkpoints, the partitioner and the tools reach it through. */
+ * checkpoints, the partitioner and the tools reach it through. Its entries are the family's own
+ * functions, which take the config as the table passes it (a tri_llama_config behind const void *). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,25 +9,6 @@
 #include "models/hf.h"
 #include "models/llama.h"
 #include "models/model_chunk.h"
-
-static int parse(void **cfg, const char *json, const char *source)
-{
-    tri_llama_config *c = malloc(sizeof *c);
-    if (!c)
-        return TRI_ERR(TRI_ENOMEM, "out of memory for a model config");
-    int rc = tri_llama_config_parse(c, json, source);
-    if (rc) {
-        free(c);
-        return rc;
-    }
-    *cfg = c;
-    return TRI_OK;
-}
-
-static int to_json(const void *cfg, char **json)
-{
-    return tri_llama_config_to_json(cfg, json);
-}
 
 /* The partitioner's dimensions (partitioner/transformer.h): the sizes it shares with GPT-2, and
  * the Llama block's own (SwiGLU width, key/value heads, head size, no position table, an untied
@@ -39,51 +21,6 @@ static tri_transformer dims(const void *cfg)
                              .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
                              .head_dim = c->head_dim, .ffn_hidden = c->intermediate_size, .gated_mlp = true,
                              .llama_block = true, .untied_head = !c->tie_word_embeddings};
-}
-
-static int64_t num_params(const void *cfg)
-{
-    return tri_llama_num_params(cfg);
-}
-
-static int vocab_size(const void *cfg)
-{
-    return ((const tri_llama_config *)cfg)->vocab_size;
-}
-
-static int64_t padded_vocab(const void *cfg, int tp)
-{
-    return tri_padded_vocab(((const tri_llama_config *)cfg)->vocab_size, tp);
-}
-
-static int num_param_tensors(const void *cfg)
-{
-    return tri_llama_num_param_tensors(cfg);
-}
-
-static int param_specs(const void *cfg, int tp, const tri_chunk_place *place, tri_param_spec **specs, int *n)
-{
-    return tri_llama_param_specs(cfg, tp, place, specs, n);
-}
-
-static int check(const void *cfg, const tri_train_layout *run, const tri_chunk_place *place)
-{
-    return tri_llama_check(cfg, run, place);
-}
-
-static int create(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
-                  const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm)
-{
-    tri_llama *m = NULL;
-    int rc = tri_llama_create(&m, cfg, run, place, dev, tp_comm, dp_comm);
-    *model = m;
-    *chunk = m ? &m->d.chunk : NULL;
-    return rc;
-}
-
-static void destroy(void *model)
-{
-    tri_llama_destroy(model);
 }
 
 /* ---- Hugging Face (LlamaForCausalLM; models/hf.h) ----
@@ -203,17 +140,16 @@ static const char *hf_tied_head(const void *cfg, const char **param)
 
 const tri_model_family tri_llama_family = {
     .type = "llama",
-    .parse = parse,
-    .to_json = to_json,
+    .config_size = sizeof(tri_llama_config),
+    .parse = tri_llama_config_parse,
+    .to_json = tri_llama_config_to_json,
     .dims = dims,
-    .num_params = num_params,
-    .vocab_size = vocab_size,
-    .padded_vocab = padded_vocab,
-    .num_param_tensors = num_param_tensors,
-    .param_specs = param_specs,
-    .check = check,
-    .create = create,
-    .destroy = destroy,
+    .num_params = tri_llama_num_params,
+    .num_param_tensors = tri_llama_num_param_tensors,
+    .param_specs = tri_llama_param_specs,
+    .check = tri_llama_check,
+    .create = tri_llama_create,
+    .destroy = tri_decoder_free,
     .logits_row = tri_decoder_logits_row,
     .title = "Llama",
     .hf_name = hf_name,

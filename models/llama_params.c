@@ -72,8 +72,9 @@ static int block_params(const tri_llama_config *c)
     return n;
 }
 
-int tri_llama_num_param_tensors(const tri_llama_config *c)
+int tri_llama_num_param_tensors(const void *config)
 {
+    const tri_llama_config *c = config;
     return 1 + block_params(c) * c->num_hidden_layers + 1 + !c->tie_word_embeddings;
 }
 
@@ -156,9 +157,9 @@ static int add_embed(tri_spec_list *l, const tri_llama_config *c, int tp, const 
 
 /* Units in the stage's order: the embedding; one per block; the final norm; the LM head (untied, or
  * on a last stage without the embedding the tied copy), each a unit of its own as GPT-2's (gpt_params.c). */
-int tri_llama_param_specs(const tri_llama_config *c, int tp, const tri_chunk_place *opt, tri_param_spec **specs,
-                          int *n)
+int tri_llama_param_specs(const void *config, int tp, const tri_chunk_place *opt, tri_param_spec **specs, int *n)
 {
+    const tri_llama_config *c = config;
     tri_spec_list l = {0};
     int64_t C = c->hidden_size;
     int rc = TRI_OK;

@@ -53,7 +53,7 @@ static int missing_model_type(int rc, const char *json, const char *source, cons
         if (families[i] == tried)
             continue;
         void *cfg = NULL;
-        int frc = families[i]->parse(&cfg, json, source);
+        int frc = tri_model_config_new(families[i], families[i]->parse, json, source, &cfg);
         free(cfg);
         if (frc == TRI_OK)
             return TRI_ERR(rc, "%s: no \"model_type\" key, so it was read as \"%s\" (the default), but its keys "
@@ -80,7 +80,7 @@ int tri_model_parse(tri_model *m, const char *json, const char *source)
             used += (size_t)snprintf(known + used, sizeof known - used, "%s\"%s\"", i ? ", " : "", families[i]->type);
         return TRI_ERR(TRI_EINVAL, "%s: \"model_type\" is \"%s\"; expected one of %s", source, type, known);
     }
-    rc = f->parse(&m->cfg, json, source);
+    rc = tri_model_config_new(f, f->parse, json, source, &m->cfg);
     if (rc && absent)
         return missing_model_type(rc, json, source, f);
     if (rc)
@@ -133,7 +133,30 @@ tri_transformer tri_model_dims(const tri_model *m)
 
 int tri_model_vocab_size(const tri_model *m)
 {
-    return m->family->vocab_size(m->cfg);
+    return (int)m->family->dims(m->cfg).vocab_size;
+}
+
+int64_t tri_model_padded_vocab(const tri_model *m, int tp)
+{
+    if (m->family->padded_vocab)
+        return m->family->padded_vocab(m->cfg, tp);
+    return tri_padded_vocab(m->family->dims(m->cfg).vocab_size, tp);
+}
+
+int tri_model_config_new(const tri_model_family *f, int (*parse)(void *, const char *, const char *),
+                         const char *json, const char *source, void **cfg)
+{
+    *cfg = NULL;
+    void *c = calloc(1, f->config_size);
+    if (!c)
+        return TRI_ERR(TRI_ENOMEM, "out of memory for a model config");
+    int rc = parse(c, json, source);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *cfg = c;
+    return TRI_OK;
 }
 
 const char *tri_model_name(const tri_model *m)

@@ -23,17 +23,22 @@
 
 typedef struct tri_model_family {
     const char *type;     /* the config's "model_type", e.g. "gpt2" */
-    /* ---- the config (cfg: the family's own, one block malloc'd by parse; tri_model_free frees it) ---- */
-    /* Parses config JSON text (source names it in messages): TRI_EINVAL naming the key and value. */
-    int (*parse)(void **cfg, const char *json, const char *source);
+    /* ---- the config (cfg: the family's own struct of config_size bytes, which tri_model_parse
+     * allocates and tri_model_free frees). Every entry below takes it as it is: the family's own
+     * functions are the table's entries, with no casting trampolines between. ---- */
+    size_t config_size;
+    /* Parses config JSON text into cfg (source names it in messages): TRI_EINVAL naming the key and
+     * value. */
+    int (*parse)(void *cfg, const char *json, const char *source);
     /* The architecture as JSON (what a checkpoint records and compares on resume); malloc'd. */
     int (*to_json)(const void *cfg, char **json);
     /* What the partitioner plans with: the layout rules (n_head % tp, T <= n_positions), the stage
      * split's costs, the memory formulas and the time model read these sizes
      * (partitioner/transformer.h: GPT-2's block, or a Llama block's widths). */
-    tri_transformer (*dims)(const void *cfg);
+    tri_transformer (*dims)(const void *cfg);      /* (its vocab_size: the real tokens) */
     int64_t (*num_params)(const void *cfg);        /* the unpadded model's parameters */
-    int (*vocab_size)(const void *cfg);            /* real tokens */
+    /* Optional: the vocabulary its vocab-parallel layers hold at TP size tp. NULL: the decoders'
+     * padding to a multiple of 128 x tp (partitioner/transformer.h tri_padded_vocab). */
     int64_t (*padded_vocab)(const void *cfg, int tp);
     /* ---- parameters ---- */
     int (*num_param_tensors)(const void *cfg);     /* global indices run 0..this-1 */
@@ -75,9 +80,9 @@ typedef struct tri_model_family {
     /* Optional: the parameter's position in transformers' state_dict order, the order
      * huggingface_hub fills shards in (any increasing keys). NULL: the global order is that order. */
     int64_t (*hf_position)(const void *cfg, const char *name);
-    /* Optional: parses a Hugging Face config.json's text (source names it in messages) where it needs
-     * more than parse (e.g. dropping keys Trident does not train with). NULL: parse. */
-    int (*hf_parse)(void **cfg, const char *json, const char *source);
+    /* Optional: parses a Hugging Face config.json's text into cfg (source names it in messages) where
+     * it needs more than parse (e.g. dropping keys Trident does not train with). NULL: parse. */
+    int (*hf_parse)(void *cfg, const char *json, const char *source);
     /* config.json as transformers writes it for weights stored as torch_dtype ("float32",
      * "bfloat16", "float16"): the file's whole text, malloc'd. It must read back with hf_parse. */
     int (*hf_config)(const void *cfg, const char *torch_dtype, char **json);
@@ -111,9 +116,16 @@ int tri_model_load(tri_model *m, const char *path);
 int tri_model_parse(tri_model *m, const char *json, const char *source);
 void tri_model_free(tri_model *m);
 
-/* Shorthands: the family's sizes and real vocabulary, the model's name. */
+/* Shorthands: the family's sizes, real vocabulary and vocabulary padded for tp (padded_vocab), the
+ * model's name. */
 tri_transformer tri_model_dims(const tri_model *m);
 int tri_model_vocab_size(const tri_model *m);
+int64_t tri_model_padded_vocab(const tri_model *m, int tp);
+
+/* A new config of family f parsed from json with parse (f->parse or f->hf_parse) into *cfg
+ * (malloc'd, f->config_size bytes; NULL on failure). */
+int tri_model_config_new(const tri_model_family *f, int (*parse)(void *, const char *, const char *),
+                         const char *json, const char *source, void **cfg);
 const char *tri_model_name(const tri_model *m);
 
 /* Every parameter of the whole model at TP size tp, in global order (malloc'd): the checkpoint's

@@ -201,6 +201,48 @@ void tri_decoder_destroy(tri_decoder *d)
     free(d->slots);
     free(d->wslot);
     free(d->gslot);
+    for (int i = 0; i < d->n_owned; i++)
+        free(d->owned[i]);
+    free(d->owned);
+}
+
+void *tri_decoder_calloc(tri_decoder *d, int64_t n, size_t size)
+{
+    void **owned = realloc(d->owned, (size_t)(d->n_owned + 1) * sizeof *owned);
+    if (!owned)
+        return NULL;
+    d->owned = owned;
+    void *p = calloc((size_t)(n > 0 ? n : 1), size);
+    if (p)
+        d->owned[d->n_owned++] = p;
+    return p;
+}
+
+int tri_decoder_create(void **model, tri_chunk **chunk, size_t size, tri_decoder_setup setup, const void *cfg,
+                       const tri_train_layout *run, const tri_chunk_place *place, tri_device *dev,
+                       tri_comm *tp_comm, tri_comm *dp_comm)
+{
+    *model = NULL;
+    *chunk = NULL;
+    tri_decoder *d = calloc(1, size);
+    if (!d)
+        return TRI_ERR(TRI_ENOMEM, "model chunk: out of memory");
+    int rc = setup(d, cfg, run, place, dev, tp_comm, dp_comm);
+    if (rc) {
+        tri_decoder_free(d);
+        return rc;
+    }
+    *model = d;
+    *chunk = &d->chunk;
+    return TRI_OK;
+}
+
+void tri_decoder_free(void *model)
+{
+    if (!model)
+        return;
+    tri_decoder_destroy(model);
+    free(model);
 }
 
 /* ---- the chunk's calls ---- */

@@ -92,6 +92,8 @@ typedef struct tri_decoder {
     tri_tensor tmp, dln;             /* (N_l, C) scratch of every block */
     tri_tensor full_a, full_b;       /* (N, C) sequence parallelism's gathered rows (else absent) */
     tri_lm_head_scratch ls;
+    void **owned;                    /* the family's tables from tri_decoder_calloc, freed with d */
+    int n_owned;
 } tri_decoder;
 
 /* What a family tells tri_decoder_begin. */
@@ -124,8 +126,28 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
  * load_batch, buffer and zero_private. */
 int tri_decoder_build(tri_decoder *d, tri_chunk_model model, tri_device *dev, tri_comm *dp_comm);
 
-/* Frees what begin and build made (d itself is the family's). */
+/* Frees what begin, build and tri_decoder_calloc made (d itself is the family's). */
 void tri_decoder_destroy(tri_decoder *d);
+
+/* n zeroed elements of size bytes that d owns and frees in tri_decoder_destroy: a family's tables
+ * (its blocks' weight and gradient views, each slot's blocks). NULL when out of memory. */
+void *tri_decoder_calloc(tri_decoder *d, int64_t n, size_t size);
+
+/* ---- a family's chunk: its struct, whose first member is its tri_decoder ---- */
+
+/* The family's part of building its chunk on the zeroed struct `model` (its sizes, views, buffers:
+ * tri_decoder_begin, then tri_decoder_build), for config cfg. */
+typedef int (*tri_decoder_setup)(void *model, const void *cfg, const tri_train_layout *run,
+                                 const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
+
+/* A family's create (models/model.h): a zeroed struct of `size` bytes, setup on it; on failure all of
+ * it is released and *model is NULL. *chunk is its engine side (dev NULL only plans). */
+int tri_decoder_create(void **model, tri_chunk **chunk, size_t size, tri_decoder_setup setup, const void *cfg,
+                       const tri_train_layout *run, const tri_chunk_place *place, tri_device *dev,
+                       tri_comm *tp_comm, tri_comm *dp_comm);
+
+/* A family's destroy (models/model.h): the decoder, its tables and the struct (NULL-safe). */
+void tri_decoder_free(void *model);
 
 /* tri_chunk_model.bind for a family whose views are its parameters (self: the family's struct):
  * points *wslot[i] (and *gslot[i] when grads is present) at each parameter i of unit u, views of

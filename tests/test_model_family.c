@@ -154,22 +154,16 @@ static int toy_parse_json(toy_config *c, const cJSON *root, const char *source)
     return rc;
 }
 
-static int toy_parse(void **cfg, const char *json, const char *source)
+static int toy_parse(void *cfg, const char *json, const char *source)
 {
     cJSON *root = cJSON_Parse(json);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return TRI_ERR(TRI_EINVAL, "%s: not a JSON object", source);
     }
-    toy_config *c = calloc(1, sizeof *c);
-    int rc = c ? toy_parse_json(c, root, source) : TRI_ERR(TRI_ENOMEM, "toy: out of memory for a config");
+    int rc = toy_parse_json(cfg, root, source);
     cJSON_Delete(root);
-    if (rc) {
-        free(c);
-        return rc;
-    }
-    *cfg = c;
-    return TRI_OK;
+    return rc;
 }
 
 static int toy_to_json(const void *cfg, char **json)
@@ -202,11 +196,6 @@ static int64_t toy_num_params(const void *cfg)
     const toy_config *c = cfg;
     int64_t V = c->vocab_size, C = c->n_embd, H = c->n_hidden;
     return 2 * V * C + c->n_layer * (2 * H * C + H + C);
-}
-
-static int toy_vocab_size(const void *cfg)
-{
-    return ((const toy_config *)cfg)->vocab_size;
 }
 
 static int64_t toy_padded_vocab(const void *cfg, int tp)
@@ -657,11 +646,11 @@ static int toy_logits_row(void *self, int slot, int64_t row, float *logits)
 
 static const tri_model_family toy_family = {
     .type = "toy-mlp",
+    .config_size = sizeof(toy_config),
     .parse = toy_parse,
     .to_json = toy_to_json,
     .dims = toy_dims,
     .num_params = toy_num_params,
-    .vocab_size = toy_vocab_size,
     .padded_vocab = toy_padded_vocab,
     .num_param_tensors = toy_num_params_family,
     .param_specs = toy_param_specs,
@@ -1062,11 +1051,14 @@ Test(model_family, toy_describes_itself)
     char *json = NULL;
     void *back = NULL;
     cr_assert_eq(toy_family.to_json(m.cfg, &json), TRI_OK);
-    cr_assert_eq(toy_family.parse(&back, json, "toy.json"), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_model_config_new(&toy_family, toy_family.parse, json, "toy.json", &back), TRI_OK, "%s",
+                 tri_error_message());
     cr_expect(memcmp(back, &toy_cfg, sizeof toy_cfg) == 0, "%s does not parse back into the config", json);
     free(back);
     free(json);
-    cr_expect_eq(toy_family.parse(&back, "{\"vocab_size\": 0}", "bad.json"), TRI_EINVAL);
+    cr_expect_eq(tri_model_config_new(&toy_family, toy_family.parse, "{\"vocab_size\": 0}", "bad.json", &back),
+                 TRI_EINVAL);
+    cr_expect_null(back);
     cr_expect(strstr(tri_error_message(), "vocab_size") != NULL, "%s", tri_error_message());
 }
 

@@ -360,7 +360,7 @@ static void print_plan(run *r)
     tri_transformer_block_text(&d, block, sizeof block);
     tri_log_rank0("Trident: %s, %d layers, %d heads%s, n_embd %d, vocab %d (padded %lld), %.2fM parameters",
                   tri_model_name(&r->model), (int)d.n_layer, (int)d.n_head, block, (int)d.n_embd,
-                  tri_model_vocab_size(&r->model), (long long)r->model.family->padded_vocab(r->model.cfg, L->tp),
+                  tri_model_vocab_size(&r->model), (long long)tri_model_padded_vocab(&r->model, L->tp),
                   (double)r->model.family->num_params(r->model.cfg) / 1e6);
     tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s, ZeRO stage %d; micro-batch %lld x seq %lld, %d "
                   "micro-batches (%s), global batch %lld sequences (%lld tokens)", r->world->size, L->tp, L->pp,

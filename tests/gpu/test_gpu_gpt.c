@@ -74,9 +74,11 @@ static void run_on(run *r, tri_device *dev)
     tri_train_layout lay;
     tu_layout one = {.tp = 1, .pp = 1, .dp = 1, .n_micro = 1, .bf16 = r->bf16};
     cr_assert_eq(tu_layout_resolve(&r->cfg, r->B, r->T, &one, 1, &lay), TRI_OK, "%s", tri_error_message());
-    tri_gpt *m = NULL;
-    cr_assert_eq(tri_gpt_create(&m, &r->cfg, &lay, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s",
+    void *impl = NULL;
+    tri_chunk *chunk = NULL;
+    cr_assert_eq(tri_gpt_create(&impl, &chunk, &r->cfg, &lay, &opt, dev, grid.tp_comm, grid.dp_comm), TRI_OK, "%s",
                  tri_error_message());
+    tri_gpt *m = impl;
     /* forward and backward of the first batch */
     cr_assert_eq(tri_decoder_load_batch(&m->d, 0, r->windows), TRI_OK);
     cr_assert_eq(tri_chunk_zero_grads(&m->d.chunk), TRI_OK);
@@ -117,7 +119,7 @@ static void run_on(run *r, tri_device *dev)
     tri_trainer_destroy(&tr);
     tri_schedule_free(&train_sched);
     tri_schedule_free(&eval_sched);
-    tri_gpt_destroy(m);
+    tri_decoder_free(m);
     tri_grid_destroy(&grid);
     tri_comm_destroy(world);
     tri_thread_group_destroy(tg);
