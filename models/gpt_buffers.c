@@ -53,8 +53,9 @@ static int take_block_acts(tri_gpt *m, tri_arena *ar, tri_gpt_block_acts *a, boo
 /* The buffers recomputation rebuilds, one set for all blocks and slots: a whole block's worth for
  * full recomputation (its res3 is never used: each slot keeps its own), the softmax for selective
  * (none with the fused core). */
-static int take_shared_acts(tri_gpt *m, tri_arena *ar)
+static int take_shared(void *self, tri_arena *ar)
 {
+    tri_gpt *m = self;
     int64_t B = m->d.run->B, T = m->d.run->T;
     memset(&m->shared, 0, sizeof m->shared);
     if (m->d.run->recompute == TRI_RECOMPUTE_FULL && m->d.L_l > 0)
@@ -64,32 +65,37 @@ static int take_shared_acts(tri_gpt *m, tri_arena *ar)
     return TRI_OK;
 }
 
-/* Slot s's blocks and final layernorm, between the decoder's buffers of the slot. */
-static int take_slot(tri_gpt *m, tri_arena *ar, int s)
+static int take_block(void *self, tri_arena *ar, int s, int l)
 {
+    tri_gpt *m = self;
+    return take_block_acts(m, ar, &m->slots[s].blocks[l], false);
+}
+
+/* The final layernorm's output and statistics. */
+static int take_final_norm(void *self, tri_arena *ar, int s)
+{
+    tri_gpt *m = self;
     tri_gpt_slot *slot = &m->slots[s];
     int64_t C = m->cfg.n_embd, N_l = m->d.N_l;
     const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
-    int L_l = m->d.L_l;
-    int rc = tri_decoder_take_inputs(&m->d, ar, s);
-    for (int l = 0; l < L_l && !rc; l++)
-        rc = take_block_acts(m, ar, &slot->blocks[l], false);
-    if (!rc && m->d.opt.last) {
-        rc = TRI_ARENA_TAKE(ar, K, &slot->lnf, ACT(m), N_l, C);
-        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &slot->lnf_mean, TRI_F32, N_l);
-        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &slot->lnf_rstd, TRI_F32, N_l);
-    }
-    if (!rc) rc = tri_decoder_take_outputs(&m->d, ar, s, L_l > 0 ? slot->blocks[L_l - 1].res3 : m->d.slots[s].x_in);
+    int rc = TRI_ARENA_TAKE(ar, K, &slot->lnf, ACT(m), N_l, C);
+    if (!rc) rc = TRI_ARENA_TAKE(ar, K, &slot->lnf_mean, TRI_F32, N_l);
+    if (!rc) rc = TRI_ARENA_TAKE(ar, K, &slot->lnf_rstd, TRI_F32, N_l);
     return rc;
 }
 
-/* The attention's and the MLP's scratch (the decoder takes the rest). */
-static int take_scratch(tri_gpt *m, tri_arena *ar)
+static tri_tensor block_output(void *self, int s, int l)
 {
+    return ((tri_gpt *)self)->slots[s].blocks[l].res3;
+}
+
+/* The attention's and the MLP's scratch (the decoder takes the rest before). */
+static int take_scratch(void *self, tri_arena *ar)
+{
+    tri_gpt *m = self;
     int64_t B = m->d.run->B, T = m->d.run->T, N = m->d.N;
     const tri_mem_kind K = TRI_MEM_WORKSPACE;
-    int rc = tri_decoder_take_scratch(&m->d, ar);
-    if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->as.dqkv, ACT(m), B, T, 3 * m->C_l);
+    int rc = TRI_ARENA_TAKE(ar, K, &m->as.dqkv, ACT(m), B, T, 3 * m->C_l);
     m->as.flash = FLASH(m);
     if (!rc && FLASH(m))
         rc = TRI_ARENA_TAKE(ar, K, &m->as.delta, TRI_F32, B, m->NH_l, T);
@@ -104,10 +110,7 @@ static int take_scratch(tri_gpt *m, tri_arena *ar)
 
 int tri_gpt_take_buffers(void *self, tri_arena *a)
 {
-    tri_gpt *m = self;
-    int rc = take_shared_acts(m, a);
-    for (int s = 0; s < m->d.opt.n_slots && !rc; s++)
-        rc = take_slot(m, a, s);
-    if (!rc) rc = take_scratch(m, a);
-    return rc;
+    static const tri_decoder_buffers b = {.shared = take_shared, .block = take_block, .final_norm = take_final_norm,
+                                          .block_output = block_output, .scratch = take_scratch};
+    return tri_decoder_take_buffers(&((tri_gpt *)self)->d, self, &b, a);
 }

@@ -37,31 +37,46 @@ static int take_block_acts(tri_llama *m, tri_arena *ar, tri_llama_block_acts *a,
     return rc;
 }
 
-/* Slot s's blocks and final norm, between the decoder's buffers of the slot. */
-static int take_slot(tri_llama *m, tri_arena *ar, int s)
+/* The buffers full recomputation rebuilds: one block's worth for all blocks and slots. */
+static int take_shared(void *self, tri_arena *ar)
 {
+    tri_llama *m = self;
+    memset(&m->shared, 0, sizeof m->shared);
+    if (m->d.run->recompute == TRI_RECOMPUTE_FULL && m->d.L_l > 0)
+        return take_block_acts(m, ar, &m->shared, true);
+    return TRI_OK;
+}
+
+static int take_block(void *self, tri_arena *ar, int s, int l)
+{
+    tri_llama *m = self;
+    return take_block_acts(m, ar, &m->slots[s].blocks[l], false);
+}
+
+/* The final RMSNorm's output and statistics. */
+static int take_final_norm(void *self, tri_arena *ar, int s)
+{
+    tri_llama *m = self;
     tri_llama_slot *slot = &m->slots[s];
     int64_t C = m->cfg.hidden_size, N_l = m->d.N_l;
-    const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
-    int L_l = m->d.L_l;
-    int rc = tri_decoder_take_inputs(&m->d, ar, s);
-    for (int l = 0; l < L_l && !rc; l++)
-        rc = take_block_acts(m, ar, &slot->blocks[l], false);
-    if (!rc && m->d.opt.last) {
-        rc = TRI_ARENA_TAKE(ar, K, &slot->lnf, ACT(m), N_l, C);
-        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &slot->lnf_rstd, TRI_F32, N_l);
-    }
-    if (!rc) rc = tri_decoder_take_outputs(&m->d, ar, s, L_l > 0 ? slot->blocks[L_l - 1].res3 : m->d.slots[s].x_in);
+    int rc = TRI_ARENA_TAKE(ar, TRI_MEM_ACTIVATIONS, &slot->lnf, ACT(m), N_l, C);
+    if (!rc) rc = TRI_ARENA_TAKE(ar, TRI_MEM_ACTIVATIONS, &slot->lnf_rstd, TRI_F32, N_l);
     return rc;
 }
 
-/* The attention's and the MLP's scratch and the rotary tables (the decoder takes the rest). */
-static int take_scratch(tri_llama *m, tri_arena *ar)
+static tri_tensor block_output(void *self, int s, int l)
 {
+    return ((tri_llama *)self)->slots[s].blocks[l].res3;
+}
+
+/* The attention's and the MLP's scratch and the rotary tables (the decoder takes the rest before). */
+static int take_scratch(void *self, tri_arena *ar)
+{
+    tri_llama *m = self;
     int64_t B = m->d.run->B, T = m->d.run->T, N = m->d.N;
     const tri_mem_kind K = TRI_MEM_WORKSPACE;
-    int rc = tri_decoder_take_scratch(&m->d, ar);
-    if (!rc && m->d.L_l > 0) {
+    int rc = TRI_OK;
+    if (m->d.L_l > 0) {
         rc = TRI_ARENA_TAKE(ar, K, &m->as.dqkv, ACT(m), B, T, m->W_l);
         if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->as.delta, TRI_F32, B, m->NH_l, T);
         if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->as.datty, ACT(m), B, T, m->Q_l);
@@ -81,13 +96,7 @@ static int take_scratch(tri_llama *m, tri_arena *ar)
 
 int tri_llama_take_buffers(void *self, tri_arena *a)
 {
-    tri_llama *m = self;
-    memset(&m->shared, 0, sizeof m->shared);
-    int rc = TRI_OK;
-    if (m->d.run->recompute == TRI_RECOMPUTE_FULL && m->d.L_l > 0)
-        rc = take_block_acts(m, a, &m->shared, true);
-    for (int s = 0; s < m->d.opt.n_slots && !rc; s++)
-        rc = take_slot(m, a, s);
-    if (!rc) rc = take_scratch(m, a);
-    return rc;
+    static const tri_decoder_buffers b = {.shared = take_shared, .block = take_block, .final_norm = take_final_norm,
+                                          .block_output = block_output, .scratch = take_scratch};
+    return tri_decoder_take_buffers(&((tri_llama *)self)->d, self, &b, a);
 }

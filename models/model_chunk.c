@@ -297,8 +297,8 @@ int tri_decoder_run_pass(tri_decoder *d, const tri_pass *p, int slot)
 
 /* ---- buffers ---- */
 
-
-int tri_decoder_take_inputs(tri_decoder *d, tri_arena *a, int slot)
+/* Slot's buffers before the family's: tokens, targets, x_in. */
+static int take_inputs(tri_decoder *d, tri_arena *a, int slot)
 {
     tri_decoder_slot *s = &d->slots[slot];
     const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
@@ -308,7 +308,8 @@ int tri_decoder_take_inputs(tri_decoder *d, tri_arena *a, int slot)
     return rc;
 }
 
-int tri_decoder_take_outputs(tri_decoder *d, tri_arena *a, int slot, tri_tensor out)
+/* Slot's buffers after the family's; out is the stage's output. */
+static int take_outputs(tri_decoder *d, tri_arena *a, int slot, tri_tensor out)
 {
     tri_decoder_slot *s = &d->slots[slot];
     const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
@@ -325,7 +326,8 @@ int tri_decoder_take_outputs(tri_decoder *d, tri_arena *a, int slot, tri_tensor 
     return rc;
 }
 
-int tri_decoder_take_scratch(tri_decoder *d, tri_arena *a)
+/* The scratch every block and micro-batch shares, the private accumulator, the head's buffers. */
+static int take_scratch(tri_decoder *d, tri_arena *a)
 {
     const tri_mem_kind K = TRI_MEM_WORKSPACE;
     tri_dtype act = tri_decoder_act_dtype(d);
@@ -346,6 +348,23 @@ int tri_decoder_take_scratch(tri_decoder *d, tri_arena *a)
         if (!rc) rc = TRI_ARENA_TAKE(a, K, &d->ls.maxes, TRI_F32, d->N);
         if (!rc) rc = TRI_ARENA_TAKE(a, K, &d->ls.stats, TRI_F32, d->N, 2);
     }
+    return rc;
+}
+
+int tri_decoder_take_buffers(tri_decoder *d, void *self, const tri_decoder_buffers *b, tri_arena *a)
+{
+    int L_l = d->L_l;
+    int rc = b->shared(self, a);
+    for (int s = 0; s < d->opt.n_slots && !rc; s++) {
+        rc = take_inputs(d, a, s);
+        for (int l = 0; l < L_l && !rc; l++)
+            rc = b->block(self, a, s, l);
+        if (!rc && d->opt.last)
+            rc = b->final_norm(self, a, s);
+        if (!rc) rc = take_outputs(d, a, s, L_l > 0 ? b->block_output(self, s, L_l - 1) : d->slots[s].x_in);
+    }
+    if (!rc) rc = take_scratch(d, a);
+    if (!rc) rc = b->scratch(self, a);
     return rc;
 }
 

@@ -162,14 +162,23 @@ int tri_decoder_load_batch(tri_decoder *d, int slot, const int32_t *windows);
  * (a family's run hands them here); TRI_EINTERNAL for another. */
 int tri_decoder_run_pass(tri_decoder *d, const tri_pass *p, int slot);
 
-/* Slot s's buffers before the family's (tokens, targets, x_in) and after them (dlnf and losses on
- * the last stage, grad_out on the others, dres; out is the stage's output: the last block's, or
- * x_in without blocks), from the chunk's arena (engine/device/arena.h). */
-int tri_decoder_take_inputs(tri_decoder *d, tri_arena *a, int s);
-int tri_decoder_take_outputs(tri_decoder *d, tri_arena *a, int s, tri_tensor out);
-/* The scratch every block and micro-batch shares (tmp, dln, the sequence-parallel rows), the private
- * accumulator and the head's logits and statistics. */
-int tri_decoder_take_scratch(tri_decoder *d, tri_arena *a);
+/* What a decoder family takes of the chunk's arena (engine/device/arena.h), in the order
+ * tri_decoder_take_buffers calls it (self: the family's struct). */
+typedef struct tri_decoder_buffers {
+    int (*shared)(void *self, tri_arena *a);               /* what recomputation rebuilds, one set */
+    int (*block)(void *self, tri_arena *a, int s, int l);  /* block l's activations in slot s */
+    int (*final_norm)(void *self, tri_arena *a, int s);    /* the final norm's, last stage only */
+    tri_tensor (*block_output)(void *self, int s, int l);  /* what block l of slot s hands on */
+    int (*scratch)(void *self, tri_arena *a);              /* its scratch, after the decoder's */
+} tri_decoder_buffers;
+
+/* Every buffer of a decoder family's chunk (its tri_chunk_model.take_buffers), in one order for
+ * every family: the family's shared activations; per slot the decoder's inputs (tokens, targets,
+ * x_in), each block's, the final norm's, the decoder's outputs (dlnf and losses on the last stage,
+ * grad_out on the others, dres, after the stage's output: the last block's, or x_in without
+ * blocks); then the decoder's scratch (tmp, dln, the sequence-parallel rows, the private
+ * accumulator, the head's logits and statistics) and the family's. */
+int tri_decoder_take_buffers(tri_decoder *d, void *self, const tri_decoder_buffers *b, tri_arena *a);
 
 /* tri_model_family.logits_row (model: the family's struct): the last forward's logits of token row
  * `row` (vocab_size floats, host), this rank's vocab shard gathered over the TP group (collective).
