@@ -1,9 +1,9 @@
 /* checkpoints/load.c - loading a checkpoint into a trainer of any layout (see checkpoint.h).
  *
- * Each rank assembles, for every parameter of its chunks, the box its TP shard covers from the
- * stored pieces that overlap it (checkpoints/reader.h), whatever tp, pp and dp wrote them; the
- * vocabulary padding of wte is zero. The moments are assembled the same way over the whole local
- * shard, then the ranges this rank owns under its ZeRO stage are copied into its optimizer. */
+ * Each rank assembles, for every shard of state its owners list (engine/train/state_shards.h: the
+ * weights of each parameter of its chunks, the moments of each piece its optimizer owns), the box its
+ * TP shard covers from the stored pieces that overlap it (checkpoints/reader.h), whatever tp, pp and
+ * dp wrote them, and hands the shard's range to its owner; the vocabulary padding of wte is zero. */
 #include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "checkpoints/checkpoint.h"
+#include "engine/train/state_shards.h"
 #include "engine/core/status.h"
 
 /* The checkpoint's tensor for p must have p's logical shape. */
@@ -38,48 +39,45 @@ static int check_shape(const tri_ckpt_reader *r, const tri_param *p)
     return TRI_OK;
 }
 
-/* Copies the owned ranges of parameter p from its local-shard moments into optimizer o. */
-static int put_moments(tri_trainer *t, int c, const tri_param *p, const float *m, const float *v)
+/* The values of shard e from the checkpoint: the box of its TP shard in group's tensors (read once
+ * per parameter and group into *box, a buffer of the whole shard kept while its pieces follow), then
+ * its range. */
+static int read_shard(tri_ckpt_reader *r, const tri_state_shard *e, float **box, const tri_param **boxed,
+                      tri_state_group *boxed_group)
 {
-    const tri_zero *z = &t->chunks[c]->zero;
-    int rc = TRI_OK;
-    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
-        int64_t s, n, at;
-        if (!tri_zero_owned_piece(z, k, p, &s, &n, &at))
-            continue;
-        rc = tri_device_copy_from_host(t->dev, tri_tensor_range(t->opt[c].m, at, n), m + (s - p->offset));
-        if (!rc) rc = tri_device_copy_from_host(t->dev, tri_tensor_range(t->opt[c].v, at, n), v + (s - p->offset));
+    const tri_param *p = e->param;
+    if (*boxed == p && *boxed_group == e->group)
+        return TRI_OK;
+    free(*box);
+    *boxed = NULL;
+    *box = malloc((size_t)p->numel * sizeof **box);
+    if (!*box)
+        return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+    static const char *const groups[] = {NULL, TRI_CKPT_EXP_AVG, TRI_CKPT_EXP_AVG_SQ};
+    tri_box b = tri_ckpt_shard_box(p);
+    int rc = e->group == TRI_STATE_WEIGHTS ? check_shape(r, p) : TRI_OK;
+    if (!rc) rc = tri_ckpt_read_box(r, groups[e->group], p->spec.name, &b, *box);
+    if (!rc) {
+        *boxed = p;
+        *boxed_group = e->group;
     }
     return rc;
 }
 
-static int load_param(tri_trainer *t, tri_ckpt_reader *r, int c, int i)
-{
-    tri_chunk *st = t->chunks[c];
-    const tri_param *p = &st->layout.params[i];
-    tri_box box = tri_ckpt_shard_box(p);
-    float *w = malloc((size_t)p->numel * sizeof *w);
-    float *m = malloc((size_t)p->numel * sizeof *m);
-    float *v = malloc((size_t)p->numel * sizeof *v);
-    int rc = w && m && v ? check_shape(r, p) : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
-    if (!rc) rc = tri_ckpt_read_box(r, NULL, p->spec.name, &box, w);
-    if (!rc) rc = tri_zero_write_param(&st->zero, p, w);
-    if (!rc) rc = tri_ckpt_read_box(r, TRI_CKPT_EXP_AVG, p->spec.name, &box, m);
-    if (!rc) rc = tri_ckpt_read_box(r, TRI_CKPT_EXP_AVG_SQ, p->spec.name, &box, v);
-    if (!rc) rc = put_moments(t, c, p, m, v);
-    free(w);
-    free(m);
-    free(v);
-    return rc;
-}
-
-
 int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r)
 {
-    int rc = TRI_OK;
-    for (int c = 0; c < t->v && !rc; c++)
-        for (int i = 0; i < t->chunks[c]->layout.n && !rc; i++)
-            rc = load_param(t, r, c, i);
+    tri_state_shard *sh = NULL;
+    int n = 0;
+    int rc = tri_trainer_state_shards(t, &sh, &n);
+    float *box = NULL;
+    const tri_param *boxed = NULL;
+    tri_state_group boxed_group = TRI_STATE_WEIGHTS;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = read_shard(r, &sh[i], &box, &boxed, &boxed_group);
+        if (!rc) rc = tri_trainer_state_write(t, &sh[i], box + sh[i].lo);
+    }
+    free(box);
+    free(sh);
     for (int c = 0; c < t->v && !rc; c++)
         t->opt[c].step = r->m.optimizer_step;
     return tri_comm_agree(t->grid->world, rc);

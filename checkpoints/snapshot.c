@@ -6,13 +6,8 @@
 #include <string.h>
 
 #include "checkpoints/checkpoint.h"
+#include "engine/train/state_shards.h"
 #include "engine/core/status.h"
-
-bool tri_ckpt_stores(const tri_trainer *t, const tri_param *p)
-{
-    return !p->spec.tied_copy && (!p->tp_replicated || t->grid->tp_rank == 0) &&
-           (p->replicas <= 1 || t->grid->tp_rank % p->replicas == 0); /* one holder of a shared shard */
-}
 
 tri_box tri_ckpt_shard_box(const tri_param *p)
 {
@@ -24,34 +19,24 @@ tri_box tri_ckpt_shard_box(const tri_param *p)
     return b;
 }
 
-/* The sizes a snapshot of t needs: entries of each kind and floats of pool (values, plus one
- * parameter's worth of scratch for the reads a non-writing rank takes part in). */
-static void measure(const tri_trainer *t, bool writes_model, bool writes_optim, int *n_model, int *n_optim,
-                    size_t *floats)
+/* The sizes a snapshot of the state shards (tri_trainer_state_shards) needs: entries of each kind and
+ * floats of pool (the stored values, plus one parameter's worth of scratch for the collective weight
+ * reads a rank takes part in without storing). */
+static void measure(const tri_state_shard *sh, int n, int *n_model, int *n_optim, size_t *floats)
 {
     size_t values = 0, scratch = 0;
     *n_model = *n_optim = 0;
-    for (int c = 0; c < t->v; c++) {
-        const tri_param_layout *L = &t->chunks[c]->layout;
-        const tri_zero *z = &t->chunks[c]->zero;
-        for (int i = 0; i < L->n; i++) {
-            const tri_param *p = &L->params[i];
-            if (!tri_ckpt_stores(t, p))
-                continue;
-            if (writes_model) {
-                (*n_model)++;
-                values += (size_t)p->numel;
-            } else if ((size_t)p->numel > scratch) {
-                scratch = (size_t)p->numel;
-            }
-            for (int k = 0; writes_optim && k < tri_zero_n_owned(z); k++) {
-                int64_t s, n, at;
-                if (tri_zero_owned_piece(z, k, p, &s, &n, &at)) {
-                    (*n_optim)++;
-                    values += 2 * (size_t)n;
-                }
-            }
+    for (int i = 0; i < n; i++) {
+        const tri_state_shard *e = &sh[i];
+        size_t len = (size_t)(e->hi - e->lo);
+        if (!e->stored) {
+            if (e->group == TRI_STATE_WEIGHTS && e->holder && len > scratch)
+                scratch = len;
+            continue;
         }
+        values += len;
+        *n_model += e->group == TRI_STATE_WEIGHTS;
+        *n_optim += e->group == TRI_STATE_EXP_AVG;
     }
     *floats = values + scratch;
 }
@@ -85,74 +70,81 @@ static int tensor_of(const tri_ckpt_manifest *m, const tri_param *p, int *tensor
     return TRI_OK;
 }
 
-/* Parameter i of chunk c: its local values into the pool (a writing rank) or the scratch at the
- * pool's end (the others: the read is collective over dp, so every rank takes part even after a
- * failure here). */
-static int take_param(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int c, int i, int rc)
+/* A stored shard's snapshot entry (model: the weights; optimizer: the first moment, the second
+ * following it in the pool). */
+static int add_entry(tri_ckpt_snap_entry *e, const tri_ckpt_manifest *m, const tri_state_shard *sh, size_t data)
 {
-    tri_chunk *st = t->chunks[c];
-    const tri_param *p = &st->layout.params[i];
-    float *dst = s->pool + (s->writes_model ? s->pool_used : s->pool_cap - (size_t)p->numel);
-    int prc = tri_zero_read_param(&st->zero, p, false, dst);
-    if (rc || !s->writes_model)
-        return rc ? rc : prc;
-    tri_ckpt_snap_entry *e = &s->model[s->n_model];
-    snprintf(e->name, sizeof e->name, "%s", p->spec.name);
-    e->shard = tri_ckpt_shard_box(p);
-    e->lo = 0;
-    e->hi = p->numel;
-    e->data = s->pool_used;
-    if (!prc) prc = tensor_of(m, p, &e->tensor);
-    if (!prc) {
-        s->n_model++;
-        s->pool_used += (size_t)p->numel;
-    }
-    return prc;
+    snprintf(e->name, sizeof e->name, "%s", sh->param->spec.name);
+    e->shard = tri_ckpt_shard_box(sh->param);
+    e->lo = sh->lo;
+    e->hi = sh->hi;
+    e->data = data;
+    return tensor_of(m, sh->param, &e->tensor);
 }
 
-/* The owned pieces of parameter i of chunk c: Adam's m and v over them into the pool. */
-static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int c, int i)
+/* The weights: every holder reads (collective over dp: every rank takes part, in the same order,
+ * even after a failure here or before, rc), into the pool where stored, else into the scratch at its
+ * end. */
+static int take_weights(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, const tri_state_shard *sh,
+                        int n, int rc)
 {
-    const tri_zero *z = &t->chunks[c]->zero;
-    const tri_param *p = &t->chunks[c]->layout.params[i];
-    int rc = TRI_OK;
-    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
-        int64_t start, n, at;
-        if (!tri_zero_owned_piece(z, k, p, &start, &n, &at))
+    for (int i = 0; i < n; i++) {
+        const tri_state_shard *e = &sh[i];
+        if (e->group != TRI_STATE_WEIGHTS || !e->holder)
             continue;
-        tri_ckpt_snap_entry *e = &s->optim[s->n_optim];
-        snprintf(e->name, sizeof e->name, "%s", p->spec.name);
-        e->shard = tri_ckpt_shard_box(p);
-        e->lo = start - p->offset;
-        e->hi = e->lo + n;
-        e->data = s->pool_used;
-        rc = tensor_of(m, p, &e->tensor);
-        if (!rc) rc = tri_device_copy_to_host(t->dev, s->pool + s->pool_used, tri_tensor_range(t->opt[c].m, at, n));
-        if (!rc) rc = tri_device_copy_to_host(t->dev, s->pool + s->pool_used + n, tri_tensor_range(t->opt[c].v, at, n));
-        if (!rc) {
-            s->n_optim++;
-            s->pool_used += 2 * (size_t)n;
+        size_t len = (size_t)(e->hi - e->lo);
+        float *dst = s->pool + (e->stored ? s->pool_used : s->pool_cap - len);
+        int prc = tri_trainer_state_read(t, e, dst);
+        if (rc || !e->stored) {
+            rc = rc ? rc : prc;
+            continue;
         }
+        if (!prc) prc = add_entry(&s->model[s->n_model], m, e, s->pool_used);
+        if (!prc) {
+            s->n_model++;
+            s->pool_used += len;
+        }
+        rc = prc;
+    }
+    return rc;
+}
+
+/* The stored moments: each owned piece's first moment, then its second, into the pool. */
+static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, const tri_state_shard *sh,
+                        int n)
+{
+    int rc = TRI_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        const tri_state_shard *e = &sh[i];
+        if (e->group == TRI_STATE_WEIGHTS || !e->stored)
+            continue;
+        if (e->group == TRI_STATE_EXP_AVG)
+            rc = add_entry(&s->optim[s->n_optim++], m, e, s->pool_used);
+        if (!rc) rc = tri_trainer_state_read(t, e, s->pool + s->pool_used);
+        s->pool_used += (size_t)(e->hi - e->lo);
     }
     return rc;
 }
 
 int tri_ckpt_snapshot_reserve(tri_ckpt_snapshot *s, tri_trainer *t)
 {
-    int zero_stage = t->chunks[0]->zero.stage, n_model, n_optim;
+    tri_state_shard *sh = NULL;
+    int n = 0, n_model, n_optim;
     size_t floats;
     s->dev = t->dev;
-    measure(t, t->grid->dp_rank == 0, zero_stage > 0 || t->grid->dp_rank == 0, &n_model, &n_optim, &floats);
-    int rc = reserve(s, floats, n_model, n_optim);
+    int rc = tri_trainer_state_shards(t, &sh, &n);
+    measure(sh, n, &n_model, &n_optim, &floats);
+    if (!rc) rc = reserve(s, floats, n_model, n_optim);
     if (!rc && s->pool)
         memset(s->pool, 0, floats * sizeof(float)); /* the page faults happen here, not in the loop */
+    free(sh);
     return rc;
 }
 
 int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, int64_t iteration)
 {
     const tri_grid *g = t->grid;
-    int zero_stage = t->chunks[0]->zero.stage;
+    int zero_stage = t->chunks[0]->run.zero_stage;
     s->dev = t->dev;
     s->writes_model = g->dp_rank == 0;
     s->writes_optim = zero_stage > 0 || g->dp_rank == 0;
@@ -165,19 +157,18 @@ int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_
     s->optimizer_step = t->opt[0].step;
     s->n_model = s->n_optim = 0;
     s->pool_used = 0;
-    int n_model, n_optim;
+    tri_state_shard *sh = NULL;
+    int n = 0, n_model, n_optim;
     size_t floats;
-    measure(t, s->writes_model, s->writes_optim, &n_model, &n_optim, &floats);
-    int rc = reserve(s, floats, n_model, n_optim);
-    /* every data-parallel rank reads every stored parameter, in the same order, even after an error */
-    for (int c = 0; c < t->v; c++)
-        for (int i = 0; i < t->chunks[c]->layout.n; i++)
-            if (tri_ckpt_stores(t, &t->chunks[c]->layout.params[i]))
-                rc = s->pool ? take_param(s, t, m, c, i, rc) : rc;
-    for (int c = 0; c < t->v && !rc && s->writes_optim; c++)
-        for (int i = 0; i < t->chunks[c]->layout.n && !rc; i++)
-            if (tri_ckpt_stores(t, &t->chunks[c]->layout.params[i]))
-                rc = take_moments(s, t, m, c, i);
+    int rc = tri_trainer_state_shards(t, &sh, &n);
+    if (rc)
+        return rc;
+    measure(sh, n, &n_model, &n_optim, &floats);
+    rc = reserve(s, floats, n_model, n_optim);
+    if (s->pool) /* the collective reads, even after a failure on this rank */
+        rc = take_weights(s, t, m, sh, n, rc);
+    if (!rc) rc = take_moments(s, t, m, sh, n);
+    free(sh);
     return rc;
 }
 

@@ -1,10 +1,10 @@
 /* checkpoints/snapshot.h - one rank's part of a checkpoint step, copied to host memory.
  *
- * A save has two halves. Taking the snapshot reads what this rank's files will hold out of the
- * trainer at a step boundary: the weights of its (tp, pp) model file when it writes that file
- * (data-parallel rank 0; every data-parallel rank takes part, because reading a parameter is
- * collective over the stage's data-parallel group at ZeRO 3), and Adam's moments over the ranges
- * its ZeRO shard owns when it writes an optimizer file. Writing the files from a snapshot needs
+ * A save has two halves. Taking the snapshot reads what this rank's files will hold at a step
+ * boundary, from the shards the trainer's owners list (engine/train/state_shards.h: the checkpoint
+ * library walks no owner's insides): the stored weights of its (tp, pp) model file (every
+ * data-parallel rank takes part in each holder's read, which is collective at ZeRO 3), and the
+ * stored Adam moments of its optimizer file. Writing the files from a snapshot needs
  * neither the device nor the comm, so it can run on another thread while training goes on
  * (checkpoints/async_save.h): the training loop is blocked only for the copy.
  *
@@ -55,9 +55,5 @@ int tri_ckpt_snapshot_reserve(tri_ckpt_snapshot *s, tri_trainer *t);
 
 /* Frees the pool and the entries (s may be zeroed or already freed). */
 void tri_ckpt_snapshot_free(tri_ckpt_snapshot *s);
-
-/* Whether this rank stores parameter p: replicated parameters once (TP rank 0), never the last
- * stage's tied copy of wte. */
-bool tri_ckpt_stores(const tri_trainer *t, const tri_param *p);
 
 #endif

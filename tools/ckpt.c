@@ -42,6 +42,7 @@
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
+#include "engine/train/state_shards.h"
 #include "models/gpt.h"
 #include "models/gpt_formats.h"
 #include "models/hf.h"
@@ -409,28 +410,36 @@ static int target_layout(const tri_model *model, int tp, int pp, int dp, int zer
     return tri_layout_resolve(&dims, &req, out);
 }
 
-/* Import: the read tensors into this rank's parameters (tp 1, pp 1: whole tensors; the embedding's
- * padding rows zero). */
+/* Import: the read tensors into the weights the trainer's owners list (engine/train/state_shards.h;
+ * tp 1, pp 1: whole tensors; the embedding's padding rows zero). */
 static int write_weights(tri_session *s, const tri_host_weights *m)
 {
-    tri_chunk *c = s->model.chunk[0];
-    int rc = TRI_OK;
-    for (int i = 0; i < c->layout.n && !rc; i++) {
-        const tri_param *p = &c->layout.params[i];
+    tri_state_shard *sh = NULL;
+    int n_sh = 0;
+    int rc = tri_trainer_state_shards(&s->trainer, &sh, &n_sh);
+    for (int i = 0; i < n_sh && !rc; i++) {
+        const tri_param *p = sh[i].param;
+        if (sh[i].group != TRI_STATE_WEIGHTS)
+            continue;
         int k = tri_host_weights_find(m, p->spec.name);
-        if (k < 0)
-            return TRI_ERR(TRI_EINVAL, "import: no tensor for %s", p->spec.name);
+        if (k < 0) {
+            rc = TRI_ERR(TRI_EINVAL, "import: no tensor for %s", p->spec.name);
+            break;
+        }
         float *host = calloc((size_t)p->numel, sizeof *host);
-        if (!host)
-            return TRI_ERR(TRI_ENOMEM, "import: out of memory for %s", p->spec.name);
+        if (!host) {
+            rc = TRI_ERR(TRI_ENOMEM, "import: out of memory for %s", p->spec.name);
+            break;
+        }
         int64_t shape[TRI_MAX_DIMS], n = 1;
         tri_ckpt_logical_shape(&p->spec, shape);
         for (int d = 0; d < p->spec.ndim; d++)
             n *= shape[d];
         memcpy(host, m->data[k], (size_t)n * sizeof *host);
-        rc = tri_zero_write_param(&c->zero, p, host);
+        rc = tri_trainer_state_write(&s->trainer, &sh[i], host);
         free(host);
     }
+    free(sh);
     return rc;
 }
 

@@ -1,0 +1,55 @@
+/* engine/train/state_shards.h - the training state a rank holds, listed by its owners as named
+ * shards, for whatever stores it (checkpoints/), after Megatron-Core's sharded_state_dict.
+ *
+ * Each entry names a global tensor (its parameter's description: name, global shape, this rank's
+ * tensor-parallel shard as global offsets and a local shape), the state it is of (the weights, or
+ * one of Adam's moments), the flat range [lo, hi) of the TP shard this rank holds (the whole shard
+ * for weights; under ZeRO the piece its optimizer owns for moments) and whether this rank's copy is
+ * the one to store (replicas are stored once). Reading and writing go through the owner (ZeRO for
+ * the weights, the optimizer for the moments), so a consumer needs neither: the checkpoint library
+ * writes and reads boxes and knows no owner. New state (error feedback, expert bias) is a new
+ * group and its owner's entries. */
+#ifndef TRIDENT_ENGINE_TRAIN_STATE_SHARDS_H
+#define TRIDENT_ENGINE_TRAIN_STATE_SHARDS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/train/param.h"
+#include "engine/train/train.h"
+
+typedef enum tri_state_group {
+    TRI_STATE_WEIGHTS = 0,  /* the parameters (fp32 master weights under bf16) */
+    TRI_STATE_EXP_AVG,      /* Adam's first moment */
+    TRI_STATE_EXP_AVG_SQ,   /* Adam's second moment */
+} tri_state_group;
+
+typedef struct tri_state_shard {
+    const tri_param *param;  /* name, global shape, this rank's TP shard (global_offset, local_shape) */
+    tri_state_group group;
+    int64_t lo, hi;          /* the flat range of the TP shard this rank holds */
+    bool holder;             /* this tensor-parallel rank's shard is the one kept (replicated
+                                parameters on TP rank 0 and one holder of a shared shard; never the
+                                last stage's tied copy of the embedding) */
+    bool stored;             /* holder, and this data-parallel rank stores it (weights: dp rank 0;
+                                moments: the owner under ZeRO 1-3, dp rank 0 at ZeRO 0) */
+    bool collective;         /* reading it is collective over the data-parallel group: every rank
+                                reads every holder entry of this group in the same order */
+    int chunk;               /* the model chunk holding it */
+    int64_t at;              /* moments: the piece's offset in the chunk's optimizer state */
+} tri_state_shard;
+
+/* Every shard of state this rank holds, for each model chunk in order: first the weights of each
+ * parameter, then, for each parameter, each owned piece's first and second moment (adjacent).
+ * *shards is malloc'd (n of them). TRI_ENOMEM. */
+int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
+
+/* Entry s's values (hi - lo floats) into host; for a collective entry every data-parallel rank
+ * calls it, in the same order. Device errors. */
+int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host);
+
+/* Entry s's values from host (hi - lo floats; weights: every data-parallel rank passes the same
+ * values of the whole TP shard). Device errors. */
+int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const float *host);
+
+#endif
