@@ -22,16 +22,8 @@ int tri_gpt_check(const void *config, const tri_train_layout *run, const tri_chu
         widest = 4 * (int64_t)cfg->n_embd;
         keys = "4 x n_embd";
     }
-    int rc = tri_decoder_check(run, o, name, cfg->n_layer, cfg->n_positions, "n_positions", widest, keys);
-    if (rc)
-        return rc;
-    if (cfg->n_head % tp != 0)
-        return TRI_ERR(TRI_EINVAL, "n_head %d of %s is not divisible by --tensor-model-parallel-size %d",
-                       cfg->n_head, name, tp);
-    if (cfg->n_embd % tp != 0)
-        return TRI_ERR(TRI_EINVAL, "n_embd %d of %s is not divisible by --tensor-model-parallel-size %d",
-                       cfg->n_embd, name, tp);
-    return TRI_OK;
+    tri_transformer dims = tri_gpt_dims(cfg);
+    return tri_decoder_check(run, o, name, &dims, widest, keys); /* (n_embd = n_head x head size: tp divides it) */
 }
 
 /* ---- forward and backward: the decoder's passes (models/model_chunk.h), GPT-2's compute ---- */

@@ -58,17 +58,10 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
         widest = (int64_t)(NH + 2 * NH_kv) * c->head_dim;
         keys = "(num_attention_heads + 2 x num_key_value_heads) x head_dim";
     }
-    int rc = tri_decoder_check(run, o, name, c->num_hidden_layers, c->max_position_embeddings,
-                               "max_position_embeddings", widest, keys);
+    tri_transformer dims = tri_llama_dims(c);
+    int rc = tri_decoder_check(run, o, name, &dims, widest, keys); /* with the heads' rules */
     if (rc)
         return rc;
-    if (NH % tp != 0)
-        return TRI_ERR(TRI_EINVAL, "num_attention_heads %d of %s is not divisible by --tensor-model-parallel-size %d",
-                       NH, name, tp);
-    if (NH_kv % tp != 0 && tp % NH_kv != 0)
-        return TRI_ERR(TRI_EINVAL, "num_key_value_heads %d of %s and --tensor-model-parallel-size %d: one must divide "
-                       "the other (key/value heads are split over tp, or shared by tp / num_key_value_heads ranks)",
-                       NH_kv, name, tp);
     if (c->intermediate_size % tp != 0)
         return TRI_ERR(TRI_EINVAL, "intermediate_size %d of %s is not divisible by --tensor-model-parallel-size %d",
                        c->intermediate_size, name, tp);

@@ -76,6 +76,8 @@ int tri_llama_config_parse(void *cfg, const char *json, const char *source);
 int tri_llama_config_to_json(const void *cfg, char **json);
 /* Parameters of the unpadded model (a tied LM head counted once). */
 int64_t tri_llama_num_params(const void *cfg);
+/* The partitioner's dimensions (partitioner/transformer.h) of a tri_llama_config. */
+tri_transformer tri_llama_dims(const void *cfg);
 
 typedef struct tri_llama_block_weights {
     tri_tensor ln1_w;                  /* (C) input_layernorm */

@@ -251,3 +251,16 @@ int64_t tri_llama_num_params(const void *config)
     int64_t block = 2 * C + attn + mlp;
     return V * C * (c->tie_word_embeddings ? 1 : 2) + c->num_hidden_layers * block + C;
 }
+
+/* The partitioner's dimensions (partitioner/transformer.h): the sizes it shares with GPT-2, and
+ * the Llama block's own (SwiGLU width, key/value heads, head size, no position table, an untied
+ * head). */
+tri_transformer tri_llama_dims(const void *cfg)
+{
+    const tri_llama_config *c = cfg;
+    return (tri_transformer){.n_layer = c->num_hidden_layers, .n_head = c->num_attention_heads,
+                             .n_embd = c->hidden_size, .vocab_size = c->vocab_size,
+                             .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
+                             .head_dim = c->head_dim, .ffn_hidden = c->intermediate_size, .gated_mlp = true,
+                             .llama_block = true, .untied_head = !c->tie_word_embeddings};
+}

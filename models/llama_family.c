@@ -10,19 +10,6 @@
 #include "models/llama.h"
 #include "models/model_chunk.h"
 
-/* The partitioner's dimensions (partitioner/transformer.h): the sizes it shares with GPT-2, and
- * the Llama block's own (SwiGLU width, key/value heads, head size, no position table, an untied
- * head). */
-static tri_transformer dims(const void *cfg)
-{
-    const tri_llama_config *c = cfg;
-    return (tri_transformer){.n_layer = c->num_hidden_layers, .n_head = c->num_attention_heads,
-                             .n_embd = c->hidden_size, .vocab_size = c->vocab_size,
-                             .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
-                             .head_dim = c->head_dim, .ffn_hidden = c->intermediate_size, .gated_mlp = true,
-                             .llama_block = true, .untied_head = !c->tie_word_embeddings};
-}
-
 /* ---- Hugging Face (LlamaForCausalLM; models/hf.h) ----
  * The parameters carry transformers' names and (out, in) shapes already (llama.h): only the
  * state_dict order, the config file, the buffers and a stored tied head need saying. */
@@ -143,7 +130,7 @@ const tri_model_family tri_llama_family = {
     .config_size = sizeof(tri_llama_config),
     .parse = tri_llama_config_parse,
     .to_json = tri_llama_config_to_json,
-    .dims = dims,
+    .dims = tri_llama_dims,
     .num_params = tri_llama_num_params,
     .num_param_tensors = tri_llama_num_param_tensors,
     .param_specs = tri_llama_param_specs,

@@ -8,6 +8,7 @@
 
 #include "engine/core/math.h"
 #include "engine/core/status.h"
+#include "partitioner/constraints.h"
 #include "partitioner/layout.h"
 #include "partitioner/transformer.h"
 
@@ -39,20 +40,13 @@ tri_param_spec *tri_spec_list_add(tri_spec_list *l, const char *name, int ndim, 
 
 /* ---- checks ---- */
 
-int tri_decoder_check(const tri_train_layout *run, const tri_chunk_place *o, const char *name, int n_layer,
-                      int max_T, const char *max_T_key, int64_t widest, const char *widest_keys)
+int tri_decoder_check(const tri_train_layout *run, const tri_chunk_place *o, const char *name,
+                      const tri_transformer *dims, int64_t widest, const char *widest_keys)
 {
-    int tp = run->tp;
-    if (run->B < 1)
-        return TRI_ERR(TRI_EINVAL, "--micro-batch-size must be >= 1 (got %lld)", (long long)run->B);
-    if (run->T < 1 || run->T > max_T)
-        return TRI_ERR(TRI_EINVAL, "--seq-length %lld must be in [1, %s = %d of %s]", (long long)run->T, max_T_key,
-                       max_T, name);
-    if (tp < 1)
-        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size must be >= 1 (got %d)", tp);
-    if (run->sequence_parallel && run->T % tp != 0)
-        return TRI_ERR(TRI_EINVAL, "--sequence-parallel needs --seq-length %lld divisible by "
-                       "--tensor-model-parallel-size %d", (long long)run->T, tp);
+    int tp = run->tp, n_layer = (int)dims->n_layer;
+    int rc = tri_layout_check_model(dims, run); /* the layout rules, stated once (partitioner/constraints.h) */
+    if (rc)
+        return tri_error_context(rc, "%s", name);
     if (o->layer_start < 0 || o->layer_end > n_layer || o->layer_start > o->layer_end)
         return TRI_ERR(TRI_EINVAL, "stage layers [%d, %d) outside the %d layers of %s", o->layer_start, o->layer_end,
                        n_layer, name);

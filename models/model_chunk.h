@@ -19,6 +19,7 @@
 #include "engine/train/param.h"
 #include "layers/cross_entropy.h"
 #include "layers/parallel.h"
+#include "partitioner/transformer.h"
 
 /* A growing list of parameter descriptions, as a family's param_specs builds it: each added one
  * belongs to unit `unit` (the caller advances it between units). */
@@ -104,14 +105,14 @@ typedef struct tri_decoder_shape {
     int n_global_params;             /* the whole model's parameter tensors */
 } tri_decoder_shape;
 
-/* The checks every decoder needs beyond the layout rules: micro-batch, sequence length in [1, max_T]
- * (max_T_key names the config key), sequence parallelism's divisibility, the stage's layers within
- * n_layer, its slots, and B*T*widest (the widest row a buffer holds, divided over tp) within BLAS's
- * int dimensions. TRI_EINVAL naming the flag, key and values (name: the model's); where the config
- * alone is too wide (not one token fits), the config's keys that make the widest row (widest_keys,
- * e.g. "4 x n_embd") instead of the batch flags. */
-int tri_decoder_check(const tri_train_layout *run, const tri_chunk_place *opt, const char *name, int n_layer,
-                      int max_T, const char *max_T_key, int64_t widest, const char *widest_keys);
+/* The checks every decoder needs: the layout rules that involve the model (dims: its sizes; the rules
+ * are the layout validator's, partitioner/constraints.h tri_layout_check_model, stated once), the
+ * stage's layers within n_layer, its slots, and B*T*widest (the widest row a buffer holds, divided
+ * over tp) within BLAS's int dimensions. TRI_EINVAL naming the flag, key and values (name: the
+ * model's); where the config alone is too wide (not one token fits), the config's keys that make the
+ * widest row (widest_keys, e.g. "4 x n_embd") instead of the batch flags. */
+int tri_decoder_check(const tri_train_layout *run, const tri_chunk_place *opt, const char *name,
+                      const tri_transformer *dims, int64_t widest, const char *widest_keys);
 
 /* Step 1 of a family's create: the sizes, the parameter layout of specs (the family's descriptions
  * of this chunk, n of them), the chunk begun on it (tri_chunk_begin), and the slots and parameter

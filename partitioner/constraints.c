@@ -205,6 +205,20 @@ static int check_schedule(const tri_transformer *m, const tri_layout_request *r,
     return TRI_OK;
 }
 
+int tri_layout_check_model(const tri_transformer *m, const tri_train_layout *l)
+{
+    int pp = l->pp > 0 ? l->pp : 1, dp = l->dp > 0 ? l->dp : 1; /* sizes these rules do not concern */
+    tri_layout_request r = {.num_gpus = l->tp * pp * dp, .tp = l->tp, .pp = pp, .micro_batch = l->B,
+                            .global_batch = 0, .seq_length = l->T, .sequence_parallel = l->sequence_parallel};
+    char near[160];
+    int64_t global = 0;
+    ctx cx = {.m = m, .r = &r};
+    int rc = check_tp_pp(m, &r, &cx, near, sizeof near);
+    if (!rc) rc = check_batch(m, &r, dp, &cx, near, sizeof near, &global);
+    if (!rc) rc = check_sequence_parallel(m, &r, &cx, near, sizeof near);
+    return rc;
+}
+
 int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tri_train_layout *out)
 {
     memset(out, 0, sizeof *out);

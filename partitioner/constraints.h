@@ -55,6 +55,12 @@ typedef struct tri_layout_request {
  * the rule and the nearest valid values. */
 int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tri_train_layout *out);
 
+/* The rules of a resolved layout l that involve model m, with tri_layout_resolve's messages: tp
+ * divides the heads and fits the key/value heads, pp at most n_layer, the sequence length within
+ * n_positions, the micro-batch, sequence parallelism's divisibility. What a model's own check
+ * (models/) calls, so each rule is stated once. TRI_EINVAL. */
+int tri_layout_check_model(const tri_transformer *m, const tri_train_layout *l);
+
 /* Writes into buf (cap bytes) the nearest integers below and above x in [lo, hi] for which ok(v,
  * ctx) holds, as "a, b" (or one of them, or "none"). */
 void tri_nearest_valid(int64_t x, int64_t lo, int64_t hi, bool (*ok)(int64_t v, const void *ctx),

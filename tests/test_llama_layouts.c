@@ -201,19 +201,21 @@ Test(llama_layouts, bf16, .timeout = 300)
     tri_model_free(&m);
 }
 
-/* What the model refuses beyond the layout rules (tri_llama_check), naming the flag and the values. */
+/* What the model refuses (tri_llama_check: the layout validator's rules on its heads, stated once, and
+ * its own), naming the flag and the values. */
 Test(llama_layouts, refusals_name_the_flag_and_values)
 {
     struct { const char *json; int tp; int attention; const char *must; } cases[] = {
         /* 6 query heads, 3 key/value heads: tp 2 splits the queries, but 2 and 3 do not divide each other */
         {"\"hidden_size\": 96, \"num_attention_heads\": 6, \"num_key_value_heads\": 3, \"intermediate_size\": 128", 2, 0,
-         "num_key_value_heads 3"},
+         "--tensor-model-parallel-size 2 and 3 key/value heads: one must divide the other"},
         {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 128", 1, 1,
          "--attention-backend unfused"},
         /* a rank's q bias of 2 heads of 16 is 32 elements: the fused q|k|v bias cannot be viewed in place */
         {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 128, \"attention_bias\": true", 2, 0,
          "q_proj bias's"},
-        {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 100", 8, 0, "num_attention_heads 4"},
+        {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 100", 8, 0,
+         "--tensor-model-parallel-size 8 does not divide n_head 4"},
         {"\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 102", 4, 0, "intermediate_size 102"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
