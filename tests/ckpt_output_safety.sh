@@ -23,13 +23,8 @@ failures=0
 checks=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cd "$src"
-[ -f data/fortunes_byte_train.bin ] || { echo "FAIL: data/fortunes_byte_*.bin missing (tools/prepare_fortunes.sh)"; exit 1; }
-# a micro GPT (small files: every check hashes all of the sources)
-echo '{"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 257, "n_positions": 64}' \
-  > "$tmp/micro.json"
-train=("$bin/engine_train" --config "$tmp/micro.json" --train-data data/fortunes_byte_train.bin
-       --val-data data/fortunes_byte_val.bin --micro-batch-size 2 --global-batch-size 2 --seq-length 16
-       --eval-iters 1 --sample-length 0 --quiet --threads 1)
+source "$src/tests/lib/micro_gpt.sh" # small files: every check hashes all of the sources
+train=("${micro_train[@]}")
 
 # the sources: a run (two steps), its Hugging Face export, its llm.c export
 run="$tmp/src/run"

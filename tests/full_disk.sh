@@ -19,12 +19,8 @@ trap cleanup EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cd "$src"
-[ -f data/fortunes_byte_train.bin ] || { echo "FAIL: data/fortunes_byte_*.bin missing (tools/prepare_fortunes.sh)"; exit 1; }
-echo '{"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 257, "n_positions": 64}' \
-  > "$tmp/micro.json"
-train=("$bin/engine_train" --config "$tmp/micro.json" --train-data data/fortunes_byte_train.bin
-       --val-data data/fortunes_byte_val.bin --micro-batch-size 2 --global-batch-size 2 --seq-length 16
-       --eval-iters 1 --sample-length 0 --quiet --threads 1 --save-interval 1 --lr-decay-iters 10)
+source "$src/tests/lib/micro_gpt.sh"
+train=("${micro_train[@]}" --save-interval 1 --lr-decay-iters 10)
 
 # the last good step: iteration 1 of a run on the ordinary disk
 "${train[@]}" --train-iters 1 --save-dir "$tmp/good" > "$tmp/good.log" 2>&1 || { cat "$tmp/good.log"; exit 1; }
