@@ -56,11 +56,6 @@ static int need_matrix(const char *op, const char *arg, tri_tensor t, int64_t ro
     return TRI_OK;
 }
 
-static int unsupported(tri_device *d, const char *op)
-{
-    return TRI_ERR(TRI_ENOTSUP, "%s: not implemented by the %s backend", op, d->ops->name);
-}
-
 /* Adds one timed call of op `name` (a string literal: slots compare by pointer, then by text). */
 static void profile_add(tri_device *d, const char *name, double seconds)
 {
@@ -94,10 +89,11 @@ static int profile_end(tri_device *d, const char *name, int rc)
     return rc;
 }
 
-/* Calls the backend's op (timed when profiling), or reports that the backend lacks it. */
-#define DISPATCH(d, fn, ...)                                                                   \
-    ((d)->ops->fn ? (op_t0 = profile_start(d), profile_end((d), #fn, (d)->ops->fn((d), __VA_ARGS__))) \
-                  : unsupported((d), #fn))
+/* Calls the backend's op (timed when profiling). Every slot of a row that is not optional is filled
+ * (the backends' tables are generated from engine/device/ops_list.h), and the wrappers of the
+ * optional rows test their slot first and run the ops that define them where it is NULL. */
+#define DISPATCH(d, fn, ...) \
+    (op_t0 = profile_start(d), profile_end((d), #fn, (d)->ops->fn((d), __VA_ARGS__)))
 
 /* ---- bf16 on a backend that computes in fp32 only ----
  * The wrappers give such a backend (device->native_bf16 false) an fp32 copy of every bf16

@@ -18,6 +18,7 @@
 
 #include "engine/core/math.h"
 #include "engine/core/status.h"
+#include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
 #include "engine/device/flash_cpu.h"
 
@@ -83,7 +84,7 @@ static void fill_loop(tri_tensor x, float value)
         p[i] = value;
 }
 
-static int cpu_fill(tri_device *d, tri_tensor x, float value)
+int tri_cpu_fill(tri_device *d, tri_tensor x, float value)
 {
     TRI_ON_THREADS(nthreads(d), fill_loop(x, value));
     return TRI_OK;
@@ -99,7 +100,7 @@ static void add_loop(tri_tensor out, tri_tensor a, tri_tensor b)
         o[i] = x[i] + y[i];
 }
 
-static int cpu_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
+int tri_cpu_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
 {
     TRI_ON_THREADS(nthreads(d), add_loop(out, a, b));
     return TRI_OK;
@@ -115,7 +116,7 @@ static void axpy_loop(tri_tensor y, float alpha, tri_tensor x)
         py[i] += alpha * px[i];
 }
 
-static int cpu_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
+int tri_cpu_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
 {
     TRI_ON_THREADS(nthreads(d), axpy_loop(y, alpha, x));
     return TRI_OK;
@@ -130,7 +131,7 @@ static void scale_loop(tri_tensor x, float s)
         p[i] *= s;
 }
 
-static int cpu_scale(tri_device *d, tri_tensor x, float s)
+int tri_cpu_scale(tri_device *d, tri_tensor x, float s)
 {
     TRI_ON_THREADS(nthreads(d), scale_loop(x, s));
     return TRI_OK;
@@ -156,13 +157,13 @@ static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
     return tri_chunks_total(part, REDUCE_CHUNKS);
 }
 
-static int cpu_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
+int tri_cpu_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
 {
     fp(out)[0] += (float)chunked_sum(d, fp(x), tri_tensor_numel(x), 1);
     return TRI_OK;
 }
 
-static int cpu_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
+int tri_cpu_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
 {
     fp(out)[0] += (float)chunked_sum(d, fp(x), tri_tensor_numel(x), 0);
     return TRI_OK;
@@ -178,8 +179,8 @@ static void broadcast_rows_loop(float *c, const float *row, int64_t M, int64_t N
         memcpy(c + i * N, row, (size_t)N * sizeof(float));
 }
 
-static int cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
-                      bool trans_a, bool trans_b, float beta)
+int tri_cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
+                   bool trans_a, bool trans_b, float beta)
 {
     int64_t M = tri_tensor_rows(c), N = tri_tensor_cols(c);
     int64_t K = trans_a ? tri_tensor_rows(a) : tri_tensor_cols(a);
@@ -189,7 +190,7 @@ static int cpu_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, t
         beta = 1.0f;
     }
     if (K == 0) /* c = beta c (sgemm rejects lda 0, so it cannot be asked) */
-        return beta == 0.0f ? cpu_fill(d, c, 0.0f) : beta == 1.0f ? TRI_OK : cpu_scale(d, c, beta);
+        return beta == 0.0f ? tri_cpu_fill(d, c, 0.0f) : beta == 1.0f ? TRI_OK : tri_cpu_scale(d, c, beta);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, 1.0f, fp(a), (int)tri_tensor_cols(a), fp(b),
                 (int)tri_tensor_cols(b), beta, pc, (int)N);
@@ -219,7 +220,7 @@ static void bias_backward_loop(tri_tensor dbias, tri_tensor dout)
     }
 }
 
-static int cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
+int tri_cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 {
     TRI_ON_THREADS(nthreads(d), bias_backward_loop(dbias, dout));
     return TRI_OK;
@@ -238,8 +239,8 @@ static void layernorm_forward_loop(tri_tensor out, tri_tensor mean, tri_tensor r
         tri_layernorm_row_forward(o + n * C, mu + n, rs + n, x + n * C, fp(w), fp(b), C);
 }
 
-static int cpu_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
-                                 tri_tensor inp, tri_tensor w, tri_tensor b)
+int tri_cpu_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                              tri_tensor inp, tri_tensor w, tri_tensor b)
 {
     TRI_ON_THREADS(nthreads(d), layernorm_forward_loop(out, mean, rstd, inp, w, b));
     return TRI_OK;
@@ -278,9 +279,9 @@ static void layernorm_backward_loops(tri_tensor dinp, tri_tensor dw, tri_tensor 
     }
 }
 
-static int cpu_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
-                                  tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
-                                  tri_tensor rstd)
+int tri_cpu_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                               tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                               tri_tensor rstd)
 {
     TRI_ON_THREADS(nthreads(d), layernorm_backward_loops(dinp, dw, db, dout, inp, w, mean, rstd));
     return TRI_OK;
@@ -309,7 +310,7 @@ static void attention_forward_loop(tri_tensor out, tri_tensor att, tri_tensor qk
     }
 }
 
-static int cpu_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
+int tri_cpu_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
 {
     TRI_ON_THREADS(nthreads(d), attention_forward_loop(out, att, qkv));
     return TRI_OK;
@@ -348,8 +349,8 @@ static void attention_backward_loop(tri_tensor dqkv, tri_tensor datt, tri_tensor
     }
 }
 
-static int cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
-                                  tri_tensor qkv, tri_tensor att)
+int tri_cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                               tri_tensor qkv, tri_tensor att)
 {
     TRI_ON_THREADS(nthreads(d), attention_backward_loop(dqkv, datt, dout, qkv, att));
     return TRI_OK;
@@ -357,14 +358,14 @@ static int cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor dat
 
 /* ---- fused attention (engine/device/flash_cpu.c) ---- */
 
-static int cpu_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
+int tri_cpu_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
 {
     tri_cpu_flash_forward(nthreads(d), fp(out), fp(lse), fp(qkv), tri_flash_dims_of(qkv, out, lse));
     return TRI_OK;
 }
 
-static int cpu_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
-                                        tri_tensor qkv, tri_tensor out, tri_tensor lse)
+int tri_cpu_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
+                                     tri_tensor qkv, tri_tensor out, tri_tensor lse)
 {
     tri_cpu_flash_backward(nthreads(d), fp(dqkv), fp(delta), fp(dout), fp(qkv), fp(out), fp(lse),
                            tri_flash_dims_of(qkv, dout, lse));
@@ -383,7 +384,7 @@ static void rmsnorm_forward_loop(tri_tensor out, tri_tensor rstd, tri_tensor inp
         tri_rmsnorm_row_forward_mixed(o + n * C, 0, rs + n, x + n * C, 0, fp(w), 0, C, eps);
 }
 
-static int cpu_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
+int tri_cpu_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
 {
     TRI_ON_THREADS(nthreads(d), rmsnorm_forward_loop(out, rstd, inp, w, eps));
     return TRI_OK;
@@ -417,8 +418,8 @@ static void rmsnorm_backward_loops(tri_tensor dinp, tri_tensor dw, tri_tensor do
     }
 }
 
-static int cpu_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
-                                tri_tensor w, tri_tensor rstd)
+int tri_cpu_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                             tri_tensor w, tri_tensor rstd)
 {
     TRI_ON_THREADS(nthreads(d), rmsnorm_backward_loops(dinp, dw, dout, inp, w, rstd));
     return TRI_OK;
@@ -435,7 +436,7 @@ static void swiglu_forward_loop(tri_tensor out, tri_tensor gate_up)
             o[n * F + i] = tri_swiglu(gu[n * 2 * F + i], gu[n * 2 * F + F + i]);
 }
 
-static int cpu_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up)
+int tri_cpu_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up)
 {
     TRI_ON_THREADS(nthreads(d), swiglu_forward_loop(out, gate_up));
     return TRI_OK;
@@ -453,7 +454,7 @@ static void swiglu_backward_loop(tri_tensor dgate_up, tri_tensor gate_up, tri_te
                                 &dgu[n * 2 * F + F + i]);
 }
 
-static int cpu_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
+int tri_cpu_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
 {
     TRI_ON_THREADS(nthreads(d), swiglu_backward_loop(dgate_up, gate_up, dout));
     return TRI_OK;
@@ -480,15 +481,15 @@ static void rope_loop(tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_he
     }
 }
 
-static int cpu_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                            int64_t row0)
+int tri_cpu_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                         int64_t row0)
 {
     TRI_ON_THREADS(nthreads(d), rope_loop(x, cos, sin, n_heads, T, row0, false));
     return TRI_OK;
 }
 
-static int cpu_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads,
-                             int64_t T, int64_t row0)
+int tri_cpu_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads,
+                          int64_t T, int64_t row0)
 {
     TRI_ON_THREADS(nthreads(d), rope_loop(dx, cos, sin, n_heads, T, row0, true));
     return TRI_OK;
@@ -506,7 +507,7 @@ static void gelu_forward_loop(tri_tensor out, tri_tensor inp)
         o[i] = tri_gelu(x[i]);
 }
 
-static int cpu_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
+int tri_cpu_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
 {
     TRI_ON_THREADS(nthreads(d), gelu_forward_loop(out, inp));
     return TRI_OK;
@@ -522,7 +523,7 @@ static void gelu_backward_loop(tri_tensor dinp, tri_tensor inp, tri_tensor dout)
         dx[i] = tri_gelu_grad(x[i]) * g[i];
 }
 
-static int cpu_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
+int tri_cpu_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
 {
     TRI_ON_THREADS(nthreads(d), gelu_backward_loop(dinp, inp, dout));
     return TRI_OK;
@@ -546,8 +547,8 @@ static void embedding_forward_loop(tri_tensor out, tri_tensor tokens, tri_tensor
     }
 }
 
-static int cpu_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
-                                 int64_t vocab_start)
+int tri_cpu_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
+                              int64_t vocab_start)
 {
     TRI_ON_THREADS(nthreads(d), embedding_forward_loop(out, tokens, wte, vocab_start));
     return TRI_OK;
@@ -573,8 +574,8 @@ static void embedding_backward_loop(tri_tensor dwte, tri_tensor dout, tri_tensor
     }
 }
 
-static int cpu_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
-                                  int64_t vocab_start)
+int tri_cpu_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                               int64_t vocab_start)
 {
     TRI_ON_THREADS(nthreads(d), embedding_backward_loop(dwte, dout, tokens, vocab_start));
     return TRI_OK;
@@ -593,7 +594,7 @@ static void position_forward_loop(tri_tensor out, tri_tensor wpe, int64_t T, int
     }
 }
 
-static int cpu_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+int tri_cpu_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
 {
     TRI_ON_THREADS(nthreads(d), position_forward_loop(out, wpe, T, row0));
     return TRI_OK;
@@ -616,8 +617,8 @@ static void position_backward_loop(tri_tensor dwpe, tri_tensor dout, int64_t T,
     }
 }
 
-static int cpu_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
-                                 int64_t row0)
+int tri_cpu_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
+                              int64_t row0)
 {
     TRI_ON_THREADS(nthreads(d), position_backward_loop(dwpe, dout, T, row0));
     return TRI_OK;
@@ -633,7 +634,7 @@ static void ce_row_max_loop(tri_tensor maxes, tri_tensor logits, int64_t V_valid
         fp(maxes)[n] = tri_ce_row_max(fp(logits) + n * V_l, V_valid);
 }
 
-static int cpu_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
+int tri_cpu_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
 {
     TRI_ON_THREADS(nthreads(d), ce_row_max_loop(maxes, logits, V_valid));
     return TRI_OK;
@@ -652,14 +653,14 @@ static void ce_sumexp_target_loop(tri_tensor stats, tri_tensor logits, tri_tenso
     }
 }
 
-static int cpu_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
-                                tri_tensor targets, int64_t vocab_start, int64_t V_valid)
+int tri_cpu_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                             tri_tensor targets, int64_t vocab_start, int64_t V_valid)
 {
     TRI_ON_THREADS(nthreads(d), ce_sumexp_target_loop(stats, logits, maxes, targets, vocab_start, V_valid));
     return TRI_OK;
 }
 
-static int cpu_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats)
+int tri_cpu_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats)
 {
     int64_t N = tri_tensor_numel(losses);
     for (int64_t n = 0; n < N; n++)
@@ -685,9 +686,9 @@ static void ce_backward_loop(tri_tensor dlogits, tri_tensor logits, tri_tensor m
     }
 }
 
-static int cpu_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
-                           tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
-                           float dloss)
+int tri_cpu_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
+                        tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
+                        float dloss)
 {
     TRI_ON_THREADS(nthreads(d), ce_backward_loop(dlogits, logits, maxes, stats, targets, vocab_start, V_valid, dloss));
     return TRI_OK;
@@ -717,8 +718,8 @@ static void ce_fused_loop(tri_tensor losses, tri_tensor dlogits, tri_tensor logi
     }
 }
 
-static int cpu_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
-                        int64_t V_valid, float dloss)
+int tri_cpu_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
+                     int64_t V_valid, float dloss)
 {
     TRI_ON_THREADS(nthreads(d), ce_fused_loop(losses, dlogits, logits, targets, V_valid, dloss));
     return TRI_OK;
@@ -741,8 +742,8 @@ static void adamw_loop(tri_tensor param, tri_tensor grad, tri_tensor m, tri_tens
         tri_adamw_element(p + i, g[i] * gs, pm + i, pv + i, lr, b1, b2, eps, wd, bc1, bc2);
 }
 
-static int cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
-                     const tri_adamw_hparams *hp)
+int tri_cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                  const tri_adamw_hparams *hp)
 {
     TRI_ON_THREADS(nthreads(d), adamw_loop(param, grad, m, v, hp));
     return TRI_OK;
@@ -769,7 +770,7 @@ static void fixed_accumulate_loop(tri_tensor acc, tri_tensor x, int bits, int64_
     *count += mine;
 }
 
-static int cpu_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
+int tri_cpu_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
 {
     int64_t count = 0;
     TRI_ON_THREADS(nthreads(d), fixed_accumulate_loop(acc, x, bits, &count));
@@ -787,7 +788,7 @@ static void fixed_to_float_loop(tri_tensor out, tri_tensor acc, int bits)
         o[i] = tri_fixed_to_float(a[i], bits);
 }
 
-static int cpu_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
+int tri_cpu_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
 {
     TRI_ON_THREADS(nthreads(d), fixed_to_float_loop(out, acc, bits));
     return TRI_OK;
@@ -803,7 +804,7 @@ static void add_i64_loop(tri_tensor y, tri_tensor x)
         py[i] = tri_fixed_add(py[i], px[i]);
 }
 
-static int cpu_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
+int tri_cpu_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
 {
     TRI_ON_THREADS(nthreads(d), add_i64_loop(y, x));
     return TRI_OK;
@@ -823,7 +824,7 @@ static void fixed_chunk_squares_loop(uint64_t (*w)[3], int64_t *bad, const float
 }
 
 /* Exact: chunk sums as 192-bit integers, added into the limbs in any order. */
-static int cpu_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
+int tri_cpu_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
 {
     uint64_t w[REDUCE_CHUNKS][3];
     int64_t chunk_bad[REDUCE_CHUNKS], count = 0;
@@ -859,7 +860,7 @@ static void convert_loop(void *dst, const void *src, int64_t n, bool to_bf16)
 
 /* dst = src in dst's dtype: fp32 <-> bf16 through engine/core/math.h's widening and rounding; equal
  * dtypes copy. */
-static int cpu_convert(tri_device *d, tri_tensor dst, tri_tensor src)
+int tri_cpu_convert(tri_device *d, tri_tensor dst, tri_tensor src)
 {
     int64_t n = tri_tensor_numel(src);
     if (src.dtype == dst.dtype)
@@ -869,6 +870,9 @@ static int cpu_convert(tri_device *d, tri_tensor dst, tri_tensor src)
     return TRI_OK;
 }
 
+/* Memory slots by hand; the op slots from engine/device/ops_list.h, by name: every row's tri_cpu_<op>
+ * (engine/device/cpu_ops.h), so an op without a CPU implementation does not link. The optional rows
+ * stay NULL: the wrappers run the ops that define them. */
 static const tri_device_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -878,45 +882,11 @@ static const tri_device_ops cpu_ops = {
     .copy = cpu_copy,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
-    .fill = cpu_fill,
-    .add = cpu_add,
-    .axpy = cpu_axpy,
-    .scale = cpu_scale,
-    .sum_squares = cpu_sum_squares,
-    .count_nonfinite = cpu_count_nonfinite,
-    .matmul = cpu_matmul,
-    .bias_backward = cpu_bias_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .flash_attention_forward = cpu_flash_attention_forward,
-    .flash_attention_backward = cpu_flash_attention_backward,
-    .rmsnorm_forward = cpu_rmsnorm_forward,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
-    .swiglu_forward = cpu_swiglu_forward,
-    .swiglu_backward = cpu_swiglu_backward,
-    .rope_forward = cpu_rope_forward,
-    .rope_backward = cpu_rope_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .embedding_forward = cpu_embedding_forward,
-    .embedding_backward = cpu_embedding_backward,
-    .position_forward = cpu_position_forward,
-    .position_backward = cpu_position_backward,
-    .ce_row_max = cpu_ce_row_max,
-    .ce_sumexp_target = cpu_ce_sumexp_target,
-    .ce_loss = cpu_ce_loss,
-    .ce_backward = cpu_ce_backward,
-    .ce_fused = cpu_ce_fused,
-    .adamw = cpu_adamw,
-    .fixed_accumulate = cpu_fixed_accumulate,
-    .fixed_to_float = cpu_fixed_to_float,
-    .add_i64 = cpu_add_i64,
-    .fixed_sum_squares = cpu_fixed_sum_squares,
-    .convert = cpu_convert,
     .host_alloc = cpu_alloc, /* host memory is the device's own */
     .host_free = cpu_free,
+#define TRI_OP(name, params) .name = tri_cpu_##name,
+#define TRI_OP_OPTIONAL(name, params) .name = NULL,
+#include "engine/device/ops_list.h"
 };
 
 int tri_device_cpu_create(tri_device **out, int threads)
