@@ -22,24 +22,7 @@
 #include "engine/device/cpu_threads.h"
 #include "engine/device/flash_cpu.h"
 
-#define COL_BLOCK 64      /* columns per task in column-blocked reductions */
-#define REDUCE_CHUNKS 64  /* fixed chunk count of full reductions (thread-count independent) */
 #define ALIGNMENT 64
-
-static int nthreads(const tri_device *d)
-{
-    return d->threads > 0 ? d->threads : omp_get_max_threads();
-}
-
-static float *fp(tri_tensor t)
-{
-    return (float *)t.data;
-}
-
-static const int32_t *ids(tri_tensor t)
-{
-    return (const int32_t *)t.data;
-}
 
 /* ---- memory ---- */
 
@@ -137,14 +120,14 @@ int tri_cpu_scale(tri_device *d, tri_tensor x, float s)
     return TRI_OK;
 }
 
-/* Sums x[i]^2 (squares) or the non-finite x[i] over REDUCE_CHUNKS fixed chunks (each in double
+/* Sums x[i]^2 (squares) or the non-finite x[i] over TRI_CPU_REDUCE_CHUNKS fixed chunks (each in double
  * by engine/core/math.h's range sums, which the CUDA kernels share), then the chunk sums in
  * math.h's order (tri_chunks_total). */
 static void chunk_sums_loop(double *part, const float *x, int64_t n, int squares)
 {
-    int64_t per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS;
+    int64_t per = (n + TRI_CPU_REDUCE_CHUNKS - 1) / TRI_CPU_REDUCE_CHUNKS;
 #pragma omp for schedule(static)
-    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+    for (int c = 0; c < TRI_CPU_REDUCE_CHUNKS; c++) {
         int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
         part[c] = squares ? tri_sum_squares_range(x, lo, hi) : tri_count_nonfinite_range(x, lo, hi);
     }
@@ -152,9 +135,9 @@ static void chunk_sums_loop(double *part, const float *x, int64_t n, int squares
 
 static double chunked_sum(tri_device *d, const float *x, int64_t n, int squares)
 {
-    double part[REDUCE_CHUNKS];
+    double part[TRI_CPU_REDUCE_CHUNKS];
     TRI_ON_THREADS(nthreads(d), chunk_sums_loop(part, x, n, squares));
-    return tri_chunks_total(part, REDUCE_CHUNKS);
+    return tri_chunks_total(part, TRI_CPU_REDUCE_CHUNKS);
 }
 
 int tri_cpu_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
@@ -204,9 +187,9 @@ static void bias_backward_loop(tri_tensor dbias, tri_tensor dout)
     float *db = fp(dbias);
     const float *g = fp(dout);
 #pragma omp for schedule(static)
-    for (int64_t j0 = 0; j0 < OC; j0 += COL_BLOCK) {
-        int64_t j1 = j0 + COL_BLOCK < OC ? j0 + COL_BLOCK : OC;
-        float part[COL_BLOCK];
+    for (int64_t j0 = 0; j0 < OC; j0 += TRI_CPU_COL_BLOCK) {
+        int64_t j1 = j0 + TRI_CPU_COL_BLOCK < OC ? j0 + TRI_CPU_COL_BLOCK : OC;
+        float part[TRI_CPU_COL_BLOCK];
         for (int64_t c0 = 0; c0 < N; c0 += TRI_COL_CHUNK) {
             int64_t c1 = c0 + TRI_COL_CHUNK < N ? c0 + TRI_COL_CHUNK : N;
             for (int64_t j = j0; j < j1; j++)
@@ -258,9 +241,9 @@ static void layernorm_backward_loops(tri_tensor dinp, tri_tensor dw, tri_tensor 
         tri_layernorm_row_backward_input(dx + n * C, g + n * C, x + n * C, fp(w), mu[n], rs[n], C);
     /* dw, db: column sums in engine/core/math.h's order (TRI_COL_CHUNK row chunks) */
 #pragma omp for schedule(static)
-    for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
-        int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
-        float pw[COL_BLOCK], pb[COL_BLOCK];
+    for (int64_t j0 = 0; j0 < C; j0 += TRI_CPU_COL_BLOCK) {
+        int64_t j1 = j0 + TRI_CPU_COL_BLOCK < C ? j0 + TRI_CPU_COL_BLOCK : C;
+        float pw[TRI_CPU_COL_BLOCK], pb[TRI_CPU_COL_BLOCK];
         for (int64_t c0 = 0; c0 < N; c0 += TRI_COL_CHUNK) {
             int64_t c1 = c0 + TRI_COL_CHUNK < N ? c0 + TRI_COL_CHUNK : N;
             for (int64_t j = j0; j < j1; j++)
@@ -402,9 +385,9 @@ static void rmsnorm_backward_loops(tri_tensor dinp, tri_tensor dw, tri_tensor do
         tri_rmsnorm_row_backward_input_mixed(dx + n * C, 0, g + n * C, 0, x + n * C, 0, fp(w), 0, rs[n], C);
     /* dw: column sums of dout * norm in engine/core/math.h's order (TRI_COL_CHUNK row chunks) */
 #pragma omp for schedule(static)
-    for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
-        int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
-        float pw[COL_BLOCK];
+    for (int64_t j0 = 0; j0 < C; j0 += TRI_CPU_COL_BLOCK) {
+        int64_t j1 = j0 + TRI_CPU_COL_BLOCK < C ? j0 + TRI_CPU_COL_BLOCK : C;
+        float pw[TRI_CPU_COL_BLOCK];
         for (int64_t c0 = 0; c0 < N; c0 += TRI_COL_CHUNK) {
             int64_t c1 = c0 + TRI_COL_CHUNK < N ? c0 + TRI_COL_CHUNK : N;
             for (int64_t j = j0; j < j1; j++)
@@ -562,8 +545,8 @@ static void embedding_backward_loop(tri_tensor dwte, tri_tensor dout, tri_tensor
     const float *g = fp(dout);
     float *dw = fp(dwte);
 #pragma omp for schedule(static)
-    for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
-        int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+    for (int64_t j0 = 0; j0 < C; j0 += TRI_CPU_COL_BLOCK) {
+        int64_t j1 = j0 + TRI_CPU_COL_BLOCK < C ? j0 + TRI_CPU_COL_BLOCK : C;
         for (int64_t n = 0; n < N; n++) {
             int64_t r = (int64_t)tok[n] - vocab_start;
             if (r < 0 || r >= V_l)
@@ -607,8 +590,8 @@ static void position_backward_loop(tri_tensor dwpe, tri_tensor dout, int64_t T,
     const float *g = fp(dout);
     float *dw = fp(dwpe);
 #pragma omp for schedule(static)
-    for (int64_t j0 = 0; j0 < C; j0 += COL_BLOCK) {
-        int64_t j1 = j0 + COL_BLOCK < C ? j0 + COL_BLOCK : C;
+    for (int64_t j0 = 0; j0 < C; j0 += TRI_CPU_COL_BLOCK) {
+        int64_t j1 = j0 + TRI_CPU_COL_BLOCK < C ? j0 + TRI_CPU_COL_BLOCK : C;
         for (int64_t n = 0; n < N; n++) {
             float *row = dw + ((row0 + n) % T) * C;
             for (int64_t j = j0; j < j1; j++)
@@ -814,9 +797,9 @@ int tri_cpu_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
  * value (bad). */
 static void fixed_chunk_squares_loop(uint64_t (*w)[3], int64_t *bad, const float *x, int64_t n, int bits)
 {
-    int64_t per = (n + REDUCE_CHUNKS - 1) / REDUCE_CHUNKS;
+    int64_t per = (n + TRI_CPU_REDUCE_CHUNKS - 1) / TRI_CPU_REDUCE_CHUNKS;
 #pragma omp for schedule(static)
-    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+    for (int c = 0; c < TRI_CPU_REDUCE_CHUNKS; c++) {
         int64_t lo = c * per < n ? c * per : n, hi = lo + per < n ? lo + per : n;
         w[c][0] = w[c][1] = w[c][2] = 0;
         bad[c] = tri_fixed_sum_squares_range(x, bits, lo, hi, w[c]);
@@ -826,11 +809,11 @@ static void fixed_chunk_squares_loop(uint64_t (*w)[3], int64_t *bad, const float
 /* Exact: chunk sums as 192-bit integers, added into the limbs in any order. */
 int tri_cpu_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
 {
-    uint64_t w[REDUCE_CHUNKS][3];
-    int64_t chunk_bad[REDUCE_CHUNKS], count = 0;
+    uint64_t w[TRI_CPU_REDUCE_CHUNKS][3];
+    int64_t chunk_bad[TRI_CPU_REDUCE_CHUNKS], count = 0;
     TRI_ON_THREADS(nthreads(d), fixed_chunk_squares_loop(w, chunk_bad, fp(x), tri_tensor_numel(x), bits));
     int64_t *l = limbs.data;
-    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+    for (int c = 0; c < TRI_CPU_REDUCE_CHUNKS; c++) {
         for (int k = 0; k < 6; k++)
             l[k] += (int64_t)((w[c][k / 2] >> (32 * (k % 2))) & 0xffffffffu);
         count += chunk_bad[c];
