@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <stdint.h>
 
+#include "engine/core/status.h"
 #include "engine/device/device.h"
 
 #define TRI_CPU_COL_BLOCK 64      /* columns per task in column-blocked reductions */
