@@ -1,10 +1,10 @@
-/* engine/device/flash_cpu.h - the CPU backend's fused causal attention (FlashAttention-2).
+/* engine/device/ops/flash_cpu.h - the CPU backend's fused causal attention (FlashAttention-2).
  *
  * The tiled algorithm of engine/core/math.h "fused causal attention" on fp32 host arrays, the tile
  * products through sgemm: no (T, T) matrix is stored. The CPU backend's flash_attention ops call
  * these after the device wrappers have checked the shapes (and widened any bf16 argument). */
-#ifndef TRIDENT_ENGINE_DEVICE_FLASH_CPU_H
-#define TRIDENT_ENGINE_DEVICE_FLASH_CPU_H
+#ifndef TRIDENT_ENGINE_DEVICE_OPS_FLASH_CPU_H
+#define TRIDENT_ENGINE_DEVICE_OPS_FLASH_CPU_H
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-/* engine/device/flash_cpu.c - fused causal attention on the CPU (see flash_cpu.h).
+/* engine/device/ops/flash_cpu.c - fused causal attention on the CPU (see flash_cpu.h).
  *
  * Dao 2023 (FlashAttention-2) §3.1: for one (b, h) and one query tile of up to TRI_FLASH_BR rows,
  * the key/value tiles of TRI_FLASH_BC rows up to the diagonal stream through two sgemm calls (the
@@ -8,7 +8,7 @@
  * dS = P (dP - delta), dk += scale dS^T q and dq += scale dS k. Only two BR x BC buffers a thread.
  * Grouped-query attention: the backward runs per (b, key/value head), its query heads in order, so
  * each dk and dv sums its group's heads in a fixed order without two threads sharing an element. */
-#include "engine/device/flash_cpu.h"
+#include "engine/device/ops/flash_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
