@@ -1,7 +1,7 @@
 /* cuda/kernels/elementwise.kern.h - simple kernels of fill, add, axpy and scale (CUDA and C).
  *
  * One thread per element in a grid-stride loop; the arithmetic is the CPU backend's
- * (engine/device/device_cpu.c) expression for expression, in fp32 whatever the storage: every array is
+ * (engine/device/ops/elementwise_cpu.c) expression for expression, in fp32 whatever the storage: every array is
  * fp32 or bf16 as its `_bf16` flag says, read through tri_load and written through tri_store
  * (engine/core/math.h), so each element is rounded once, as the CPU backend's widened path does. out
  * may alias a or b in add_kernel (then with the same dtype): each element is read before it is

@@ -1,17 +1,22 @@
-/* engine/device/device.c - the checked wrappers of the device interface (see device.h).
+/* engine/device/device.c - the device interface's own state: lifetime, memory records, profiling,
+ * and what every op's wrapper shares (see device.h and ops_internal.h).
  *
- * Every wrapper verifies dtypes and shapes, records a message naming the op, the argument and the
- * shapes on mismatch, then dispatches to the backend, which may assume valid arguments. */
-#include "engine/device/device.h"
-#include "engine/core/clock.h"
-#include "engine/core/status.h"
-#include "engine/device/ops_internal.h"
-
-#include <math.h>
+ * The tri_op_* wrappers live by family in engine/device/ops/<family>.c: each verifies dtypes and
+ * shapes with the checks here (a message naming the op, the argument and the shapes on mismatch),
+ * hands a backend without native bf16 fp32 copies of its bf16 arguments (the widening here), then
+ * dispatches to the backend, which may assume valid arguments, timed by the profile here. The
+ * memory calls record every allocation, so the device knows its live bytes and their peak. */
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/core/clock.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/device/ops_internal.h"
+
+/* ---- argument checks ---- */
 
 int tri_need(const char *op, const char *arg, tri_tensor t, tri_dtype dtype)
 {

@@ -1,25 +1,19 @@
 /* engine/device/device_cpu.c - the CPU backend of the device interface: the reference and tested path.
  *
- * Every matmul (including the per-head products inside attention) is an OpenBLAS sgemm; the rest
- * are OpenMP loops over rows calling the shared arithmetic of engine/core/math.h, each op's loops in
- * a function of their own that the op runs on the device's threads (engine/device/cpu_threads.h:
- * no OpenMP parallel region when there is one thread). Sums over rows that
- * feed parameter gradients (bias, layernorm and embedding backward) are parallel over column
- * blocks with rows in order, and full reductions use a fixed number of chunks, so every result is
- * the same for any thread count. Memory is host memory: "device" pointers are ordinary pointers. */
-#include "engine/device/device.h"
-
-#include <cblas.h>
-#include <float.h>
-#include <math.h>
-#include <omp.h>
+ * Its lifetime, its memory (host memory: "device" pointers are ordinary pointers, 64-byte aligned)
+ * and its ops table. The ops themselves live by family in engine/device/ops/<family>_cpu.c: every
+ * matmul (including the per-head products inside attention) is an OpenBLAS sgemm; the rest are
+ * OpenMP loops over rows calling the shared arithmetic of engine/core/math.h, each op's loops in a
+ * function of their own that the op runs on the device's threads (engine/device/cpu_threads.h: no
+ * OpenMP parallel region when there is one thread). Sums over rows that feed parameter gradients
+ * (bias, layernorm and embedding backward) are parallel over column blocks with rows in order, and
+ * full reductions use a fixed number of chunks, so every result is the same for any thread count. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/core/math.h"
 #include "engine/core/status.h"
 #include "engine/device/cpu_ops.h"
-#include "engine/device/cpu_threads.h"
+#include "engine/device/device.h"
 
 #define ALIGNMENT 64
 
@@ -55,7 +49,7 @@ static void cpu_destroy(tri_device *d)
     free(d);
 }
 
-/* ---- RMSNorm, SwiGLU, rotary embedding ---- */
+/* ---- the table ---- */
 
 /* Memory slots by hand; the op slots from engine/device/ops_list.h, by name: every row's tri_cpu_<op>
  * (engine/device/cpu_ops.h), so an op without a CPU implementation does not link. The optional rows
