@@ -7,6 +7,7 @@
 
 #include "cuda/kernels/adamw.kern.h"
 #include "cuda/launch.cuh"
+#include "engine/device/ops/optimizer_math.h"
 
 /* 1 - beta^t, as the CPU backend computes it */
 static float bias_correction(float beta, int64_t step)

@@ -16,6 +16,7 @@
 #include "cuda/kernels/flash.kern.h"
 #include "cuda/launch.cuh"
 #include "cuda/warp.cuh"
+#include "engine/device/ops/attention_math.h"
 
 /* Whether the tiled kernels take this problem: all three tensors bf16 (the tensor cores) or all
  * fp32 (the CUDA cores), on 16-byte boundaries (their tile loads), a head size they are built for,

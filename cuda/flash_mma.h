@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
 
 /* Whether the kernels are built for head size HS (32, 64, 80, 96 or 128). */
 bool tri_flash_mma_supports(int64_t HS);

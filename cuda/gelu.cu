@@ -9,6 +9,7 @@
 #include "cuda/kernels/gelu.kern.h"
 #include "cuda/kernels/gelu_fast.cuh"
 #include "cuda/launch.cuh"
+#include "engine/device/ops/activations_math.h"
 
 extern "C" int tri_cuda_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
 {

@@ -37,6 +37,7 @@
 #include "cuda/kernels/colsum.kern.h"
 #include "cuda/kernels/matmul.kern.h"
 #include "cuda/launch.cuh"
+#include "engine/device/ops/activations_math.h"
 
 #define MAX_PLANS 128
 /* Bytes of alignment the bias epilogue's vector gets: there is no heuristic preference for the bias

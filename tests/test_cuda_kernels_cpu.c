@@ -59,6 +59,7 @@
 #include "cuda/kernels/rope.kern.h"
 #include "cuda/kernels/swiglu.kern.h"
 #include "engine/device/device.h"
+#include "engine/device/ops/attention_math.h"
 #include "tests/opsutil.h"
 #include "tests/testutil.h"
 

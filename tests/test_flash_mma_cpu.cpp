@@ -35,6 +35,7 @@
 #include "cuda/kernels/flash_mma.kern.h"
 extern "C" {
 #include "engine/device/device.h"
+#include "engine/device/ops/attention_math.h"
 #include "tests/opsutil.h"
 }
 

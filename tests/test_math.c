@@ -8,6 +8,9 @@
 #include <math.h>
 
 #include "engine/core/math.h"
+#include "engine/device/ops/activations_math.h"
+#include "engine/device/ops/crossentropy_math.h"
+#include "engine/device/ops/norms_math.h"
 
 Test(math, expf_relative_error_over_the_range)
 {

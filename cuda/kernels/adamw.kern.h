@@ -5,6 +5,7 @@
 #define TRIDENT_CUDA_KERNELS_ADAMW_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/optimizer_math.h"
 
 /* One AdamW step on p, m, v (n floats each) with gradient grad * grad_scale. */
 TRI_KERNEL adamw_kernel(float *p, const float *grad, float *m, float *v, int64_t n, float lr,

@@ -21,6 +21,7 @@
 #define TRIDENT_CUDA_KERNELS_ATTENTION_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/attention_math.h"
 
 /* att rows r < rows (of T, row r is query t = r % T): scores -> causal probabilities, in place */
 TRI_KERNEL causal_softmax_kernel(void *att, int att_bf16, int64_t rows, int64_t T)

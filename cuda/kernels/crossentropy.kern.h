@@ -9,6 +9,7 @@
 #define TRIDENT_CUDA_KERNELS_CROSSENTROPY_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/crossentropy_math.h"
 
 /* maxes[n] = max over the first V_valid logits of row n (of V_l) */
 TRI_KERNEL ce_row_max_kernel(float *maxes, const void *logits, int logits_bf16, int64_t N, int64_t V_l,

@@ -9,6 +9,7 @@
 #define TRIDENT_CUDA_KERNELS_CROSSENTROPY_FAST_CUH
 
 #include "cuda/warp.cuh"
+#include "engine/device/ops/crossentropy_math.h"
 
 /* The row max, a warp per row (cuda/warp.cuh): exact in any order, from -FLT_MAX as math.h's
  * tri_ce_row_max_mixed, so the simple kernel's bits. */

@@ -16,6 +16,7 @@
 #define TRIDENT_CUDA_KERNELS_FLASH_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/attention_math.h"
 
 #define TRI_FLASH_MAX_HS 256
 

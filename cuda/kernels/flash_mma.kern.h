@@ -34,6 +34,7 @@
 
 #include "cuda/kernels/mma_shim.h"
 #include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
 
 #define TILE 64     /* TRI_FLASH_BR == TRI_FLASH_BC */
 #define WARPS 4

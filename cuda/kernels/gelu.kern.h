@@ -5,6 +5,7 @@
 #define TRIDENT_CUDA_KERNELS_GELU_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/activations_math.h"
 
 /* out[i] = gelu(inp[i]) */
 TRI_KERNEL gelu_forward_kernel(void *out, int out_bf16, const void *inp, int inp_bf16, int64_t n)

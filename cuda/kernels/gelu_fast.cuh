@@ -6,6 +6,7 @@
 #define TRIDENT_CUDA_KERNELS_GELU_FAST_CUH
 
 #include "cuda/warp.cuh"
+#include "engine/device/ops/activations_math.h"
 
 __global__ void gelu_forward_fast_kernel(void *out, int out_bf16, const void *inp, int inp_bf16, int64_t n, bool vec)
 {

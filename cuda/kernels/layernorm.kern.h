@@ -12,6 +12,7 @@
 #define TRIDENT_CUDA_KERNELS_LAYERNORM_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/norms_math.h"
 
 /* out(N,C) = layernorm(inp) * w + b per row; mean(N), rstd(N) saved */
 TRI_KERNEL layernorm_forward_kernel(void *out, int out_bf16, float *mean, float *rstd, const void *inp,

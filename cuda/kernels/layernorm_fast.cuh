@@ -6,6 +6,7 @@
 #define TRIDENT_CUDA_KERNELS_LAYERNORM_FAST_CUH
 
 #include "cuda/warp.cuh"
+#include "engine/device/ops/norms_math.h"
 
 /* The rest of a row's layernorm once its mean m is known (the lane's slots of the row x, fp32 or
  * bf16): the variance's sum across the lanes, then out = (x - m) * rstd * w + b, and mean, rstd. */

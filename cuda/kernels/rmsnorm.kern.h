@@ -9,6 +9,7 @@
 #define TRIDENT_CUDA_KERNELS_RMSNORM_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/norms_math.h"
 
 TRI_KERNEL rmsnorm_forward_kernel(void *out, int out_bf16, float *rstd, const void *inp, int inp_bf16, const void *w,
                                   int w_bf16, int64_t N, int64_t C, float eps)

@@ -6,6 +6,7 @@
 #define TRIDENT_CUDA_KERNELS_RMSNORM_FAST_CUH
 
 #include "cuda/warp.cuh"
+#include "engine/device/ops/norms_math.h"
 
 /* The rest of a row's RMSNorm once the lanes hold their slots' sums of squares in r: rstd, then
  * out = (x * rstd) * w. */

@@ -6,6 +6,7 @@
 #define TRIDENT_CUDA_KERNELS_ROPE_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/attention_math.h"
 
 TRI_KERNEL rope_kernel(void *x, int x_bf16, const float *cos, const float *sin, int64_t N, int64_t W,
                        int64_t n_heads, int64_t half, int64_t T, int64_t row0, int backward)

@@ -10,6 +10,7 @@
 #define TRIDENT_CUDA_KERNELS_ROPE_FAST_CUH
 
 #include "cuda/warp.cuh"
+#include "engine/device/ops/attention_math.h"
 
 __global__ void rope_fast_kernel(void *x, int x_bf16, const float *cos, const float *sin, int64_t N, int64_t W,
                                  int64_t n_heads, int64_t half, int64_t T, int64_t row0, int backward)

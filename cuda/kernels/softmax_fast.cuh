@@ -6,6 +6,7 @@
 #define TRIDENT_CUDA_KERNELS_SOFTMAX_FAST_CUH
 
 #include "cuda/warp.cuh"
+#include "engine/device/ops/attention_math.h"
 
 /* att rows r < rows (of T, query t = r % T): scores -> causal probabilities in place, a warp per row.
  * math.h's tri_causal_softmax_row_mixed: the max, the sum of the exponentials in the row order, then

@@ -5,6 +5,7 @@
 #define TRIDENT_CUDA_KERNELS_SWIGLU_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/ops/activations_math.h"
 
 TRI_KERNEL swiglu_forward_kernel(void *out, int out_bf16, const void *gate_up, int gu_bf16, int64_t N, int64_t F)
 {

@@ -9,6 +9,7 @@
 #define TRIDENT_CUDA_KERNELS_SWIGLU_FAST_CUH
 
 #include "cuda/warp.cuh"
+#include "engine/device/ops/activations_math.h"
 
 /* out(N,F) = silu(gate) * up */
 __global__ void swiglu_forward_fast_kernel(void *out, int out_bf16, const void *gate_up, int gu_bf16, int64_t N,

@@ -34,6 +34,7 @@
 
 #include "engine/core/math.h"
 #include "engine/core/tensor.h"
+#include "engine/device/ops/attention_math.h" /* tri_flash_dims, for tri_flash_dims_of */
 
 #ifdef __cplusplus
 extern "C" {

@@ -32,6 +32,7 @@
 
 #include "cuda/device_cuda.h"
 #include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
 #include "tests/gpu/gpuutil.h"
 #include "tests/opsutil.h"
 

@@ -2,6 +2,7 @@
  * elements (GELU) or the rows (SwiGLU's [gate | up] halves) calling engine/core/math.h's
  * per-element functions, the arithmetic the CUDA kernels share. */
 #include "engine/core/math.h"
+#include "engine/device/ops/activations_math.h"
 #include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
 

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
 #include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
 #include "engine/device/ops/flash_cpu.h"

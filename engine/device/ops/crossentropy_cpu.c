@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "engine/core/math.h"
+#include "engine/device/ops/crossentropy_math.h"
 #include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
 

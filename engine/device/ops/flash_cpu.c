@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
 #include "engine/device/cpu_threads.h"
 
 #define BR TRI_FLASH_BR

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
 
 /* out(B,T,NH*HS) and lse(B,NH,T) (the rows' logsumexp) from qkv (engine/core/math.h tri_flash_dims:
  * [q | k | v] rows, NH_kv <= NH key/value heads), scale 1/sqrt(HS). Parallel over (b, h, query

@@ -6,6 +6,7 @@
  * is the same for any thread count and equal to the CUDA kernels'. The fused add + norm ops have
  * no CPU slot (the wrappers run the add and the norm). */
 #include "engine/core/math.h"
+#include "engine/device/ops/norms_math.h"
 #include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
 

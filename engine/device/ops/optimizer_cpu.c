@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "engine/core/math.h"
+#include "engine/device/ops/optimizer_math.h"
 #include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
 
