@@ -1,6 +1,6 @@
 /* cuda/adamw.cu - the fused AdamW update on the GPU: one pass over param, grad, m and v with the
- * simple kernel of cuda/kernels/adamw.kern.h (engine/core/math.h's tri_adamw_element, tested on the CPU
- * against the CPU backend). The bias corrections are computed on the host with powf exactly as the
+ * simple kernel of cuda/kernels/adamw.kern.h (engine/device/ops/optimizer_math.h's tri_adamw_element, tested
+ * on the CPU against the CPU backend). The bias corrections are computed on the host with powf exactly as the
  * CPU backend computes them, so both backends feed the element update the same constants. */
 #include <math.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * The default path is the CPU backend's algorithm with cuBLASLt in place of sgemm: per sequence b,
  * one strided-batched product over the NH_l heads (a head's q, k, v are HS-wide column blocks of
  * qkv with row stride 3C, so head h starts h*HS elements after head 0: batch stride HS), and one
- * launch of the row kernels of cuda/kernels/attention.kern.h for the causal softmax (engine/core/math.h's
- * row functions, tested on the CPU):
+ * launch of the row kernels of cuda/kernels/attention.kern.h for the causal softmax
+ * (engine/device/ops/attention_math.h's row functions, tested on the CPU):
  *   forward   scores = q k^T * scale -> att (in place) = causal softmax -> out = att v
  *   backward  datt = dout v^T, dv = att^T dout -> datt = dscores (softmax backward, in place)
  *             -> dq = dscores k * scale, dk = dscores^T q * scale

@@ -3,8 +3,8 @@
  * all-reduce between the pieces).
  *
  * The simple kernels of cuda/kernels/crossentropy.kern.h, tested on the CPU against the CPU
- * backend: row statistics one thread per row with engine/core/math.h's lane-wise row max and sum-exp
- * (the same arithmetic, so the loss pieces agree with the CPU backend to FMA rounding), the logit
+ * backend: row statistics one thread per row with engine/device/ops/crossentropy_math.h's lane-wise row max
+ * and sum-exp (the same arithmetic, so the loss pieces agree with the CPU backend to FMA rounding), the logit
  * gradient one thread per element, in place over the logits when the caller asks. The fast kernels
  * (cuda/kernels/crossentropy_fast.cuh, also run on the CPU) follow math.h's orders a warp (the max)
  * or a block (the sum, the gradient, the fused classifier) per row with 16-byte loads and stores: the

@@ -1,6 +1,6 @@
 /* cuda/flash.cu - fused causal attention (FlashAttention-2, Dao 2023) on the GPU.
  *
- * Two forms of engine/core/math.h's tiled algorithm, neither storing a (T, T) matrix:
+ * Two forms of engine/device/ops/attention_math.h's tiled algorithm, neither storing a (T, T) matrix:
  * - the simple twins of cuda/kernels/flash.kern.h (a thread per query or key row), which the CPU
  *   suite runs against the CPU backend and which the device's simple switch selects;
  * - the tiled kernels of cuda/flash_mma.cu (bodies in cuda/kernels/flash_mma.kern.h, which the CPU

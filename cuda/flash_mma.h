@@ -18,7 +18,7 @@ bool tri_flash_mma_supports(int64_t HS);
  * 0 when HS has no kernel. */
 size_t tri_flash_mma_smem_bytes(int64_t HS, bool bf16, bool backward);
 
-/* out(B,T,NH*HS) and lse(B,NH,T) fp32 from qkv (engine/core/math.h tri_flash_dims); qkv and out
+/* out(B,T,NH*HS) and lse(B,NH,T) fp32 from qkv (engine/device/ops/attention_math.h tri_flash_dims); qkv and out
  * both bf16 (bf16 true) or both fp32, on 16-byte boundaries. TRI_ENOTSUP for a head size without a
  * kernel, TRI_EDEVICE for a failed launch. */
 int tri_flash_mma_forward(cudaStream_t stream, bool bf16, void *out, float *lse, const void *qkv, tri_flash_dims d);

@@ -1,11 +1,11 @@
 /* cuda/gelu.cu - GELU forward and backward on the GPU, each tensor fp32 or bf16.
  *
- * Fast kernels (the default; cuda/kernels/gelu_fast.cuh, also run on the CPU): a thread per 8 consecutive elements, 16-byte loads and stores
- * (cuda/warp.cuh tri_load8 / tri_store8) when every tensor starts 16-byte aligned, else one by one;
- * each element is engine/core/math.h's tri_gelu / tri_gelu_grad, so the bits are the simple kernels'
- * (cuda/kernels/gelu.kern.h, a thread per element, tested on the CPU against the CPU backend), which
- * run with the device's simple switch on. The first GPU profile had the scalar 2-byte loads of the
- * bf16 MLP activations at ~3x the memory time. */
+ * Fast kernels (the default; cuda/kernels/gelu_fast.cuh, also run on the CPU): a thread per 8 consecutive
+ * elements, 16-byte loads and stores (cuda/warp.cuh tri_load8 / tri_store8) when every tensor starts 16-byte
+ * aligned, else one by one; each element is engine/device/ops/activations_math.h's tri_gelu / tri_gelu_grad,
+ * so the bits are the simple kernels' (cuda/kernels/gelu.kern.h, a thread per element, tested on the CPU
+ * against the CPU backend), which run with the device's simple switch on. The first GPU profile had the
+ * scalar 2-byte loads of the bf16 MLP activations at ~3x the memory time. */
 #include "cuda/kernels/gelu.kern.h"
 #include "cuda/kernels/gelu_fast.cuh"
 #include "cuda/launch.cuh"

@@ -28,8 +28,8 @@
  * kept in a small cache; later calls only set the bias pointer and call cublasLtMatmul on the
  * device's stream with its 32 MiB workspace. The bias epilogue is used only for a bias aligned to 16 bytes
  * (below). The GELU epilogues (CUBLASLT_EPILOGUE_GELU_BIAS, GELU_AUX_BIAS) are not used: cuBLASLt's
- * GELU is its own arithmetic, not engine/core/math.h's tri_gelu, so the fused form would break the one
- * source of the math that the CPU suite checks, and the device interface keeps GELU a separate op
+ * GELU is its own arithmetic, not engine/device/ops/activations_math.h's tri_gelu, so the fused form would
+ * break the one source of the math that the CPU suite checks, and the device interface keeps GELU a separate op
  * (docs/cuda-correctness.md). */
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* cuda/kernels/adamw.kern.h - the AdamW update (CUDA and C): tri_adamw_element of engine/core/math.h
- * per element, with the bias corrections bc1 = 1 - beta1^t and bc2 = 1 - beta2^t computed once on
- * the host exactly as the CPU backend computes them. */
+/* cuda/kernels/adamw.kern.h - the AdamW update (CUDA and C): tri_adamw_element of
+ * engine/device/ops/optimizer_math.h per element, with the bias corrections bc1 = 1 - beta1^t and bc2 = 1 -
+ * beta2^t computed once on the host exactly as the CPU backend computes them. */
 #ifndef TRIDENT_CUDA_KERNELS_ADAMW_KERN_H
 #define TRIDENT_CUDA_KERNELS_ADAMW_KERN_H
 

@@ -5,8 +5,8 @@
  *
  * Two sets. causal_softmax_kernel and causal_softmax_backward_kernel are the per-row pieces the
  * CUDA backend runs between its cuBLASLt products (scores = q k^T * scale, out = att v, ...): one
- * thread per attention row calling engine/core/math.h's causal softmax, as the CPU backend does between
- * its sgemm calls. The attention_*_kernel functions are the whole op in the simple form, plain
+ * thread per attention row calling engine/device/ops/attention_math.h's causal softmax, as the CPU backend
+ * does between its sgemm calls. The attention_*_kernel functions are the whole op in the simple form, plain
  * loops per (b, h, t) row with no GEMM library: the CPU suite checks them against the CPU backend
  * (sgemm based), and the GPU suite checks the cuBLASLt path against them. Backward is two
  * launches: rows (datt, the softmax backward, dq), then columns (dk and dv sum over the rows t >= j

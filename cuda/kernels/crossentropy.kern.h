@@ -1,6 +1,6 @@
 /* cuda/kernels/crossentropy.kern.h - simple kernels of the vocab-parallel cross-entropy pieces
- * (CUDA and C): one thread per row for the row statistics (engine/core/math.h's lane-wise row max and
- * sum-exp, the CPU backend's arithmetic), one thread per element for the logit gradient, one thread
+ * (CUDA and C): one thread per row for the row statistics (engine/device/ops/crossentropy_math.h's lane-wise
+ * row max and sum-exp, the CPU backend's arithmetic), one thread per element for the logit gradient, one thread
  * per row for the fused classifier. The
  * gradient may overwrite the logits in place (same dtype): each element is read before it is
  * written. logits and dlogits are fp32 or bf16 (their `_bf16` flags); maxes, stats and losses are

@@ -1,8 +1,8 @@
 /* cuda/kernels/crossentropy_fast.cuh - the fast cross-entropy kernels (CUDA, and C++ on the CPU
  * through cuda/kernels/cuda_emu.h): the row max a warp per row; the sum of exponentials, the
  * gradient and the fused classifier a block of TRI_CE_WARPS warps per row (grid-stride over the
- * rows, launched with cuda/warp.cuh's tri_row_blocks), in engine/core/math.h's block order, with
- * 16-byte loads and stores (cuda/warp.cuh). They give the simple kernels' bits
+ * rows, launched with cuda/warp.cuh's tri_row_blocks), in engine/device/ops/crossentropy_math.h's block
+ * order, with 16-byte loads and stores (cuda/warp.cuh). They give the simple kernels' bits
  * (cuda/kernels/crossentropy.kern.h); tests/test_fast_kernels_cpu.cpp runs them on the CPU against
  * the CPU backend, tests/gpu/test_gpu_ops.c on a GPU. */
 #ifndef TRIDENT_CUDA_KERNELS_CROSSENTROPY_FAST_CUH

@@ -1,11 +1,11 @@
 /* cuda/kernels/flash.kern.h - fused causal attention (FlashAttention-2), the simple twins (CUDA and C).
  *
- * Layouts (engine/device/device.h, engine/core/math.h tri_flash_dims): qkv rows [q | k | v] with NH
- * query and NH_kv <= NH key/value heads (grouped-query attention); out(B,T,NH*HS); lse and delta
+ * Layouts (engine/device/device.h, engine/device/ops/attention_math.h tri_flash_dims): qkv rows [q | k | v]
+ * with NH query and NH_kv <= NH key/value heads (grouped-query attention); out(B,T,NH*HS); lse and delta
  * (B,NH,T) fp32, row r = (b*NH + h)*T + t. One thread per query row
  * (forward, dq) or key row (dk, dv), no shared memory, the whole head in a local array (HS <=
- * TRI_FLASH_MAX_HS): the plain form of engine/core/math.h's tiled algorithm, which the CPU suite
- * runs against the CPU backend's sgemm-tiled version (tests/test_cuda_kernels_cpu.c) and the GPU
+ * TRI_FLASH_MAX_HS): the plain form of engine/device/ops/attention_math.h's tiled algorithm, which the CPU
+ * suite runs against the CPU backend's sgemm-tiled version (tests/test_cuda_kernels_cpu.c) and the GPU
  * suite against the fast kernel. Forward: the key tiles of TRI_FLASH_BC keys in ascending order
  * through tri_flash_row_update, each score a left-to-right dot product times 1/sqrt(HS). Backward
  * (Dao 2023 Algorithm 2 without atomics): delta_t = dout_t . out_t, then one launch for dq (a thread

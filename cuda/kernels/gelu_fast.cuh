@@ -1,7 +1,8 @@
 /* cuda/kernels/gelu_fast.cuh - the fast GELU kernels (CUDA, and C++ on the CPU through
  * cuda/kernels/cuda_emu.h): 8 consecutive elements a thread (cuda/warp.cuh's tri_vec8_*), 16-byte
- * loads and stores when every tensor starts 16-byte aligned; each element engine/core/math.h's
- * tri_gelu / tri_gelu_grad, so the bits of the simple kernels of cuda/kernels/gelu.kern.h. */
+ * loads and stores when every tensor starts 16-byte aligned; each element
+ * engine/device/ops/activations_math.h's tri_gelu / tri_gelu_grad, so the bits of the simple kernels of
+ * cuda/kernels/gelu.kern.h. */
 #ifndef TRIDENT_CUDA_KERNELS_GELU_FAST_CUH
 #define TRIDENT_CUDA_KERNELS_GELU_FAST_CUH
 

@@ -1,7 +1,7 @@
 /* cuda/kernels/layernorm.kern.h - simple layernorm kernels (CUDA and C).
  *
- * Forward and the input gradient: one thread per row calling engine/core/math.h's row functions, as the
- * CPU backend does. The parameter gradients dw, db: one thread per column summing the rows in
+ * Forward and the input gradient: one thread per row calling engine/device/ops/norms_math.h's row functions,
+ * as the CPU backend does. The parameter gradients dw, db: one thread per column summing the rows in
  * engine/core/math.h's column order (TRI_COL_CHUNK row chunks, chunk sums added in order to float
  * accumulators that start from dw, db and are stored once: the CPU backend's column loop and the
  * fast kernels', bit for bit), so the result is deterministic and needs no atomics. out, inp, w, b,
@@ -59,8 +59,8 @@ TRI_KERNEL layernorm_backward_params_kernel(void *dw, int dw_bf16, void *db, int
     }
 }
 
-/* The fast form's first pass of dw, db (the second is cuda/kernels/colsum.kern.h's): pw[c * C + j] and pb[c * C + j]
- * = the chunk-c sums of norm * dout and of dout over column j, a thread per (chunk, column). */
+/* The fast form's first pass of dw, db (the second is cuda/kernels/colsum.kern.h's): pw[c * C + j] and pb[c *
+ * C + j] = the chunk-c sums of norm * dout and of dout over column j, a thread per (chunk, column). */
 TRI_KERNEL layernorm_params_chunks_kernel(float *pw, float *pb, const void *dout, int dout_bf16, const void *inp,
                                           int inp_bf16, const float *mean, const float *rstd, int64_t N, int64_t C)
 {

@@ -1,7 +1,7 @@
 /* cuda/kernels/rmsnorm.kern.h - RMSNorm kernels, the simple forms (CUDA and C).
  *
- * A thread per row for the normalisation and the input gradient (engine/core/math.h's row functions,
- * as the CPU backend calls them), a thread per column for dw (chunk sums of TRI_COL_CHUNK rows in
+ * A thread per row for the normalisation and the input gradient (engine/device/ops/norms_math.h's row
+ * functions, as the CPU backend calls them), a thread per column for dw (chunk sums of TRI_COL_CHUNK rows in
  * order, added in chunk order), and the first pass of the coalesced column sums the fast path
  * finishes with tri_cuda_col_chunks_finish (cuda/kernels/colsum.kern.h). rstd is fp32; every other
  * floating tensor fp32 or bf16 by its flag. */

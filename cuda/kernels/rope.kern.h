@@ -1,6 +1,6 @@
 /* cuda/kernels/rope.kern.h - rotary position embedding (CUDA and C): a thread per rotated pair
- * (row n, head h, frequency i), in place, engine/core/math.h's tri_rope_pair / _backward with the
- * cos and sin tables (positions, HS/2) fp32 at position (row0 + n) % T: the twin of
+ * (row n, head h, frequency i), in place, engine/device/ops/attention_math.h's tri_rope_pair / _backward with
+ * the cos and sin tables (positions, HS/2) fp32 at position (row0 + n) % T: the twin of
  * cuda/kernels/rope_fast.cuh's block-per-row kernel. */
 #ifndef TRIDENT_CUDA_KERNELS_ROPE_KERN_H
 #define TRIDENT_CUDA_KERNELS_ROPE_KERN_H

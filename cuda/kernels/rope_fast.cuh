@@ -4,8 +4,8 @@
  * 16-byte accesses when the head's halves and the tables' row start 16-byte aligned (half a
  * multiple of 8, as every real head size gives), one by one otherwise. The position, the head and the
  * frequency come from the row and the thread, not from a division of a flat index per element (the
- * simple kernel of cuda/kernels/rope.kern.h); each pair is engine/core/math.h's tri_rope_pair or
- * tri_rope_pair_backward with the same table entries, so its bits. */
+ * simple kernel of cuda/kernels/rope.kern.h); each pair is engine/device/ops/attention_math.h's tri_rope_pair
+ * or tri_rope_pair_backward with the same table entries, so its bits. */
 #ifndef TRIDENT_CUDA_KERNELS_ROPE_FAST_CUH
 #define TRIDENT_CUDA_KERNELS_ROPE_FAST_CUH
 

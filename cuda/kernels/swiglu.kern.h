@@ -1,5 +1,5 @@
 /* cuda/kernels/swiglu.kern.h - SwiGLU kernels (CUDA and C): a thread per output element, gate and up
- * read from the row's two halves of gate_up(N, 2F), engine/core/math.h's tri_swiglu and
+ * read from the row's two halves of gate_up(N, 2F), engine/device/ops/activations_math.h's tri_swiglu and
  * tri_swiglu_backward: the twins of cuda/kernels/swiglu_fast.cuh's block-per-row kernels. */
 #ifndef TRIDENT_CUDA_KERNELS_SWIGLU_KERN_H
 #define TRIDENT_CUDA_KERNELS_SWIGLU_KERN_H

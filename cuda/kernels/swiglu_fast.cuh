@@ -3,8 +3,8 @@
  * elements of the row's gate and up halves a thread, 16-byte loads and stores when the row's halves
  * and the output row start 16-byte aligned (F a multiple of 8 and aligned tensors), one by one
  * otherwise. No division per element (the simple kernels of cuda/kernels/swiglu.kern.h take the row
- * and column of every element from its flat index); each element is engine/core/math.h's tri_swiglu
- * or tri_swiglu_backward, so their bits. */
+ * and column of every element from its flat index); each element is engine/device/ops/activations_math.h's
+ * tri_swiglu or tri_swiglu_backward, so their bits. */
 #ifndef TRIDENT_CUDA_KERNELS_SWIGLU_FAST_CUH
 #define TRIDENT_CUDA_KERNELS_SWIGLU_FAST_CUH
 

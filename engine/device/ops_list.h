@@ -105,10 +105,10 @@ TRI_OP(attention_forward, (tri_device *d, tri_tensor out, tri_tensor att, tri_te
 TRI_OP(attention_backward, (tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout, tri_tensor qkv,
                             tri_tensor att))
 
-/* ---- fused causal attention (FlashAttention-2, Dao 2023; engine/core/math.h for the tiling) ----
+/* ---- fused causal attention (FlashAttention-2, Dao 2023; the tiling: engine/device/ops/attention_math.h) ----
  * The same math as attention_forward without the (T, T) matrix: out(B,T,C_l) from qkv(B,T,C_l + 2
  * C_kv) = [q | k | v] (C_kv = C_l: the layout above; C_kv < C_l: grouped-query attention, NH_kv =
- * C_kv / HS key/value heads each serving NH_l / NH_kv query heads: engine/core/math.h
+ * C_kv / HS key/value heads each serving NH_l / NH_kv query heads: engine/device/ops/attention_math.h
  * tri_flash_dims), and lse(B,NH_l,T) f32, each query row's logsumexp of its scaled scores, saved for
  * the backward. NH_l is lse's dimension 1, HS = C_l / NH_l. B or T 0: nothing to do (TRI_OK).
  * Backends read the dims with tri_flash_dims_of (device.h). */

@@ -60,9 +60,9 @@ int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, t
 
 /* ---- fused attention ---- */
 
-/* qkv (B, T, W) with W = C_l + 2 C_kv (engine/core/math.h tri_flash_dims), the f32 row statistics
- * `stats` (lse or delta) (B, NH_l, T), and out (B*T, C_l) (out_name: "out" or "dout"): C_l % NH_l == 0,
- * C_kv a multiple of the head size HS = C_l / NH_l dividing NH_l's heads into equal groups. */
+/* qkv (B, T, W) with W = C_l + 2 C_kv (engine/device/ops/attention_math.h tri_flash_dims), the f32 row
+ * statistics `stats` (lse or delta) (B, NH_l, T), and out (B*T, C_l) (out_name: "out" or "dout"): C_l % NH_l
+ * == 0, C_kv a multiple of the head size HS = C_l / NH_l dividing NH_l's heads into equal groups. */
 static int check_flash(const char *op, tri_tensor out, const char *out_name, tri_tensor stats,
                        const char *stats_name, tri_tensor qkv)
 {

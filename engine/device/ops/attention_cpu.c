@@ -1,7 +1,7 @@
 /* engine/device/ops/attention_cpu.c - the attention ops on the CPU backend.
  *
  * Causal attention per (batch, head): scores = q k^T * scale and the products with v are OpenBLAS
- * sgemms, the causal softmax (and its backward) a row at a time by engine/core/math.h, parallel
+ * sgemms, the causal softmax (and its backward) a row at a time by engine/device/ops/attention_math.h, parallel
  * over (batch, head). Fused attention is engine/device/ops/flash_cpu.c's tiled loops. The rotary
  * embedding rotates each row's head pairs in place by math.h's pair functions. */
 #include <cblas.h>

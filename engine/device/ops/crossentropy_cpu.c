@@ -1,6 +1,6 @@
 /* engine/device/ops/crossentropy_cpu.c - softmax cross-entropy on the CPU backend: a row of
- * logits at a time through engine/core/math.h's cross-entropy pieces (the CUDA kernels' order),
- * parallel over rows; the fused classifier runs the pieces' functions on one row in turn, so it
+ * logits at a time through engine/device/ops/crossentropy_math.h's cross-entropy pieces (the CUDA kernels'
+ * order), parallel over rows; the fused classifier runs the pieces' functions on one row in turn, so it
  * has their bits. */
 #include <stdbool.h>
 

@@ -1,7 +1,7 @@
 /* engine/device/ops/flash_cpu.h - the CPU backend's fused causal attention (FlashAttention-2).
  *
- * The tiled algorithm of engine/core/math.h "fused causal attention" on fp32 host arrays, the tile
- * products through sgemm: no (T, T) matrix is stored. The CPU backend's flash_attention ops call
+ * The tiled algorithm of engine/device/ops/attention_math.h "fused causal attention" on fp32 host arrays, the
+ * tile products through sgemm: no (T, T) matrix is stored. The CPU backend's flash_attention ops call
  * these after the device wrappers have checked the shapes (and widened any bf16 argument). */
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_FLASH_CPU_H
 #define TRIDENT_ENGINE_DEVICE_OPS_FLASH_CPU_H
@@ -11,8 +11,8 @@
 #include "engine/core/math.h"
 #include "engine/device/ops/attention_math.h"
 
-/* out(B,T,NH*HS) and lse(B,NH,T) (the rows' logsumexp) from qkv (engine/core/math.h tri_flash_dims:
- * [q | k | v] rows, NH_kv <= NH key/value heads), scale 1/sqrt(HS). Parallel over (b, h, query
+/* out(B,T,NH*HS) and lse(B,NH,T) (the rows' logsumexp) from qkv (engine/device/ops/attention_math.h
+ * tri_flash_dims: [q | k | v] rows, NH_kv <= NH key/value heads), scale 1/sqrt(HS). Parallel over (b, h, query
  * tile) on `threads` OpenMP threads; the result does not depend on the thread count. */
 void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv, tri_flash_dims d);
 

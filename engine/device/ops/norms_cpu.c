@@ -1,6 +1,6 @@
 /* engine/device/ops/norms_cpu.c - layernorm and RMSNorm on the CPU backend.
  *
- * A row at a time through engine/core/math.h's row functions (the order every backend sums a row
+ * A row at a time through engine/device/ops/norms_math.h's row functions (the order every backend sums a row
  * in), parallel over rows; the weight (and bias) gradients are column sums in math.h's order
  * (TRI_COL_CHUNK row chunks), parallel over column blocks with the rows in order, so every result
  * is the same for any thread count and equal to the CUDA kernels'. The fused add + norm ops have

@@ -1,5 +1,5 @@
 /* engine/device/ops/optimizer_cpu.c - AdamW on the CPU backend: one vectorised OpenMP loop over
- * the elements calling engine/core/math.h's tri_adamw_element, the CUDA kernels' arithmetic. */
+ * the elements calling engine/device/ops/optimizer_math.h's tri_adamw_element, the CUDA kernels' arithmetic. */
 #include <math.h>
 
 #include "engine/core/math.h"
