@@ -98,7 +98,7 @@ int tri_cuda_gemm_cache_create(tri_cuda_gemm_cache **out);
 void tri_cuda_gemm_cache_destroy(tri_cuda_gemm_cache *cache);
 
 /* acc(C) (fp32 or bf16) += the chunk sums part(n_chunks, C) in chunk order, a thread per column: the
- * second pass of the chunked column sums (cuda/kernels/colsum.kern.h, launched from cuda/matmul.cu). */
+ * second pass of the chunked column sums (cuda/matmul/colsum.kern.h, launched from cuda/matmul/matmul.cu). */
 int tri_cuda_col_chunks_finish(tri_cuda *cu, tri_tensor acc, const float *part, int64_t n_chunks, int64_t C);
 
 /* ---- the ops: tri_cuda_<op> for every row of engine/device/ops_list.h (its params and contract),

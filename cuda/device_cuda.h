@@ -32,7 +32,7 @@ int tri_cuda_device_count(void);
 bool tri_device_is_cuda(const tri_device *d);
 
 /* simple == true runs every op family in its simple kernel form (the form the CPU suite tests,
- * cuda/kernels/), false (the default) the faster forms (cuBLASLt attention, ...). For tests that
+ * cuda/<family>/), false (the default) the faster forms (cuBLASLt attention, ...). For tests that
  * check each faster form against its simple twin. The environment variable TRIDENT_CUDA_KERNELS=simple
  * sets it for every device at creation. TRI_EINVAL if d is not a CUDA device. */
 int tri_cuda_set_simple_kernels(tri_device *d, bool simple);

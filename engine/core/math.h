@@ -109,7 +109,7 @@ TRI_HD void *tri_at(const void *p, int bf16, int64_t i)
  * lanes by __shfl_xor_sync with offsets 16 .. 1 (a + b == b + a in IEEE arithmetic, so every lane
  * ends with the bits of slot 0). On a CPU the 256 slots are vector adds with no reassociation. The
  * simple kernels and the CPU backend call the row functions below, the fast kernels
- * (cuda/kernels/..._fast.cuh) run the same sums a warp per row, so the three agree bit for bit
+ * (cuda/<family>/..._fast.cuh) run the same sums a warp per row, so the three agree bit for bit
  * (kernels are built without FMA contraction, as the CPU code is). */
 #define TRI_ROW_SLOTS 256
 #define TRI_ROW_GROUP 8

@@ -2,7 +2,7 @@
  * SwiGLU (the Llama family's), forward and backward.
  *
  * Contracts in engine/device/ops_list.h. The CPU loops are activations_cpu.c; the CUDA ones
- * cuda/gelu.cu and cuda/swiglu.cu (and the GELU epilogue of cuda/matmul.cu). */
+ * cuda/activations/ (gelu.cu, swiglu.cu; and the GELU epilogue of cuda/matmul/matmul.cu). */
 #include "engine/device/ops_internal.h"
 
 /* ---- GELU ---- */

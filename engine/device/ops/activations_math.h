@@ -1,8 +1,8 @@
 /* engine/device/ops/activations_math.h - GELU and SwiGLU per element, written once.
  *
  * Inline functions (TRI_HD: C for the CPU backend, __host__ __device__ under nvcc) that the CPU loops
- * (activations_cpu.c) and the CUDA kernels (cuda/kernels/gelu.kern.h, gelu_fast.cuh,
- * swiglu.kern.h, swiglu_fast.cuh, and cuda/matmul.cu's GELU epilogue) both call. */
+ * (activations_cpu.c) and the CUDA kernels (cuda/activations/gelu.kern.h, gelu_fast.cuh,
+ * swiglu.kern.h, swiglu_fast.cuh, and cuda/matmul/matmul.cu's GELU epilogue) both call. */
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_ACTIVATIONS_MATH_H
 #define TRIDENT_ENGINE_DEVICE_OPS_ACTIVATIONS_MATH_H
 

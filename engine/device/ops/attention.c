@@ -5,8 +5,8 @@
  * Contracts in engine/device/ops_list.h. The checks read the layout of qkv ([q | k | v], grouped
  * key/value heads for the fused ops) from the shapes of qkv, the probabilities or the row
  * statistics, and out; an empty batch or sequence returns before any backend sees it. The CPU
- * loops are attention_cpu.c and flash_cpu.c; the CUDA ones cuda/attention.cu, cuda/flash.cu,
- * cuda/flash_mma.cu and cuda/rope.cu. */
+ * loops are attention_cpu.c and flash_cpu.c; the CUDA ones cuda/attention/ (attention.cu, flash.cu,
+ * flash_mma.cu, rope.cu). */
 #include "engine/device/ops_internal.h"
 
 /* ---- attention ---- */

@@ -3,7 +3,7 @@
  * of fused attention.
  *
  * Inline functions (TRI_HD: C for the CPU backend, __host__ __device__ under nvcc) that the CPU loops
- * (attention_cpu.c, flash_cpu.c) and the CUDA kernels (cuda/kernels/attention.kern.h,
+ * (attention_cpu.c, flash_cpu.c) and the CUDA kernels (cuda/attention/attention.kern.h,
  * softmax_fast.cuh, flash*.kern.h, rope*) both call; row sums follow engine/core/math.h's order. */
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_ATTENTION_MATH_H
 #define TRIDENT_ENGINE_DEVICE_OPS_ATTENTION_MATH_H

@@ -3,7 +3,7 @@
  * fused classifier of rows that hold the whole vocabulary.
  *
  * Contracts in engine/device/ops_list.h. The CPU loops are crossentropy_cpu.c; the CUDA ones
- * cuda/crossentropy.cu. */
+ * cuda/crossentropy/crossentropy.cu. */
 #include <stdbool.h>
 
 #include "engine/device/ops_internal.h"

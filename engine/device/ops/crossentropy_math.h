@@ -2,7 +2,7 @@
  * written once.
  *
  * Inline functions (TRI_HD: C for the CPU backend, __host__ __device__ under nvcc) that the CPU loops
- * (crossentropy_cpu.c) and the CUDA kernels (cuda/kernels/crossentropy.kern.h,
+ * (crossentropy_cpu.c) and the CUDA kernels (cuda/crossentropy/crossentropy.kern.h,
  * crossentropy_fast.cuh) both call, so the backends agree bit for bit. */
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_CROSSENTROPY_MATH_H
 #define TRIDENT_ENGINE_DEVICE_OPS_CROSSENTROPY_MATH_H
@@ -14,13 +14,13 @@
 
 /* ---- cross-entropy pieces over one row of a vocab shard ----
  * The max is exact in any order (TRI_LANES interleaved lanes, engine/core/math.h, so the loop
- * vectorizes). The sum of exponentials is a row of tens of thousands of logits (GPT-2: 50257), summed in a block's order so
- * that a GPU gives a whole block of TRI_CE_WARPS warps to a row (llm.c's fused classifier: a few rows
- * in flight per SM keep a row in L2 between its passes): the row is cut into spans of TRI_ROW_SLOTS
- * values, span m belongs to warp m % TRI_CE_WARPS, each warp sums its spans as one row in the order
- * of engine/core/math.h (value i of the row in slot i % 256 of warp (i / 256) % 16, each slot in index order, the
- * warp's slots by tri_row_slots_combine), and the warp sums are combined by halving (warp w += warp
- * w + k for k = 8, 4, 2, 1). */
+ * vectorizes). The sum of exponentials is a row of tens of thousands of logits (GPT-2: 50257),
+ * summed in a block's order so that a GPU gives a whole block of TRI_CE_WARPS warps to a row
+ * (llm.c's fused classifier: a few rows in flight per SM keep a row in L2 between its passes): the
+ * row is cut into spans of TRI_ROW_SLOTS values, span m belongs to warp m % TRI_CE_WARPS, each warp
+ * sums its spans as one row in the order of engine/core/math.h (value i of the row in slot i % 256
+ * of warp (i / 256) % 16, each slot in index order, the warp's slots by tri_row_slots_combine), and
+ * the warp sums are combined by halving (warp w += warp w + k for k = 8, 4, 2, 1). */
 
 TRI_HD float tri_ce_row_max_mixed(const void *logits, int bf16, int64_t V_valid)
 {

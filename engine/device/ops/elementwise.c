@@ -4,8 +4,8 @@
  * Contracts in engine/device/ops_list.h; each wrapper checks dtypes and sizes, widens bf16 for a
  * backend without it (engine/device/ops_internal.h) and dispatches. zero and copy are no backend
  * slot: zero fills the bytes as fp32 (bf16 where they are not whole floats), copy is the backend's
- * memmove. The CPU loops are elementwise_cpu.c; the CUDA ones cuda/elementwise.cu, cuda/reduce.cu
- * and cuda/convert.cu. */
+ * memmove. The CPU loops are elementwise_cpu.c; the CUDA ones cuda/elementwise/ (elementwise.cu,
+ * reduce.cu, convert.cu). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * vocab shard and the learned position embedding, forward and backward.
  *
  * Contracts in engine/device/ops_list.h. The CPU loops are embedding_cpu.c; the CUDA ones
- * cuda/embedding.cu. */
+ * cuda/embedding/embedding.cu. */
 #include "engine/device/ops_internal.h"
 
 /* ---- token embedding ---- */

@@ -3,7 +3,7 @@
  * squares kept in limbs.
  *
  * Contracts in engine/device/ops_list.h. The CPU loops are fixed_cpu.c; the CUDA kernels
- * cuda/fixed.cu. */
+ * cuda/fixed/fixed.cu. */
 #include <math.h>
 #include <string.h>
 

@@ -3,7 +3,7 @@
  *
  * Contracts in engine/device/ops_list.h. matmul checks that the inner dimensions agree and c is
  * (M, N), returns at once for an empty product, and dispatches; bias_backward checks dbias against
- * dout's columns. The CPU side is matmul_cpu.c; the CUDA one cuda/matmul.cu (cuBLASLt). */
+ * dout's columns. The CPU side is matmul_cpu.c; the CUDA one cuda/matmul/matmul.cu (cuBLASLt). */
 #include "engine/device/ops_internal.h"
 
 /* ---- matmul ---- */

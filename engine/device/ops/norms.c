@@ -4,7 +4,7 @@
  * Contracts in engine/device/ops_list.h. The fused add + norm ops are optional slots: where the
  * backend lacks one, or computes in fp32 only (its bf16 arguments are widened op by op), the
  * wrapper runs tri_op_add and then the norm, the sequence that defines the fused op's bits. The
- * CPU loops are norms_cpu.c; the CUDA ones cuda/layernorm.cu and cuda/rmsnorm.cu. */
+ * CPU loops are norms_cpu.c; the CUDA ones cuda/norms/layernorm.cu and cuda/norms/rmsnorm.cu. */
 #include "engine/device/ops_internal.h"
 
 /* ---- the residual add fused into the norm after it ---- */

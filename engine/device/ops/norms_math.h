@@ -1,7 +1,7 @@
 /* engine/device/ops/norms_math.h - layernorm and RMSNorm over one row, written once.
  *
  * Inline functions (TRI_HD: C for the CPU backend, __host__ __device__ under nvcc) that the CPU loops
- * (norms_cpu.c) and the CUDA kernels (cuda/kernels/layernorm.kern.h, layernorm_fast.cuh,
+ * (norms_cpu.c) and the CUDA kernels (cuda/norms/layernorm.kern.h, layernorm_fast.cuh,
  * rmsnorm.kern.h, rmsnorm_fast.cuh) both call, summing each row in engine/core/math.h's row order,
  * so the backends agree bit for bit and the CPU tests exercise the GPU's arithmetic. */
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_NORMS_MATH_H

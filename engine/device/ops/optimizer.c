@@ -3,7 +3,7 @@
  *
  * Contracts in engine/device/ops_list.h. adamw_multi is an optional slot: where the backend lacks
  * it (the CPU), the wrapper runs adamw piece by piece with each piece's weight decay. The CPU loop
- * is optimizer_cpu.c; the CUDA kernels cuda/adamw.cu. */
+ * is optimizer_cpu.c; the CUDA kernels cuda/optimizer/adamw.cu. */
 #include <stdio.h>
 
 #include "engine/device/ops_internal.h"

@@ -1,5 +1,5 @@
 /* engine/device/ops/optimizer_math.h - AdamW on one element, written once: the CPU loop
- * (optimizer_cpu.c) and the CUDA kernels (cuda/kernels/adamw.kern.h, cuda/adamw.cu) call it
+ * (optimizer_cpu.c) and the CUDA kernels (cuda/optimizer/adamw.kern.h, cuda/optimizer/adamw.cu) call it
  * (TRI_HD: C, or __host__ __device__ under nvcc). */
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_OPTIMIZER_MATH_H
 #define TRIDENT_ENGINE_DEVICE_OPS_OPTIMIZER_MATH_H
