@@ -102,7 +102,8 @@ void tri_cuda_gemm_cache_destroy(tri_cuda_gemm_cache *cache);
 int tri_cuda_col_chunks_finish(tri_cuda *cu, tri_tensor acc, const float *part, int64_t n_chunks, int64_t C);
 
 /* ---- the ops: tri_cuda_<op> for every row of engine/device/ops_list.h (its params and contract),
- * one family per .cu; the ops table (device_cuda.cu) points to them by name ---- */
+ * defined in the family's folder (cuda/<family>/, one .cu per op or two); the ops table
+ * (device_cuda.cu) points to them by name ---- */
 #define TRI_OP(name, params) int tri_cuda_##name params;
 #include "engine/device/ops_list.h"
 

@@ -77,12 +77,12 @@ static void profile_add(tri_device *d, const char *name, double seconds)
  * operator in TRI_DISPATCH, which sequences it; function arguments alone would not). */
 static _Thread_local double op_t0;
 
-void tri_op_timer_start(tri_device *d)
+void tri_dispatch_start(tri_device *d)
 {
     op_t0 = d->profile ? tri_now_s() : 0.0;
 }
 
-int tri_op_timer_end(tri_device *d, const char *name, int rc)
+int tri_dispatch_end(tri_device *d, const char *name, int rc)
 {
     if (d->profile) {
         int s = d->ops->sync(d);

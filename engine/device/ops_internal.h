@@ -29,15 +29,15 @@ int tri_need_matrix(const char *op, const char *arg, tri_tensor t, int64_t rows,
 /* ---- dispatch ---- */
 /* The profile's clock around one op: start, then end with the op's status (which it returns, or the
  * sync's failure). */
-void tri_op_timer_start(tri_device *d);
-int tri_op_timer_end(tri_device *d, const char *name, int rc);
+void tri_dispatch_start(tri_device *d);
+int tri_dispatch_end(tri_device *d, const char *name, int rc);
 
 /* Calls the backend's slot fn with d and the arguments (timed when profiling); the comma operator
  * starts the clock before the call. Every slot of a row that is not optional is filled (the
  * backends' tables are generated from engine/device/ops_list.h); the wrappers of the optional rows
  * test their slot first and run the ops that define them where it is NULL. */
 #define TRI_DISPATCH(d, fn, ...) \
-    (tri_op_timer_start(d), tri_op_timer_end((d), #fn, (d)->ops->fn((d), __VA_ARGS__)))
+    (tri_dispatch_start(d), tri_dispatch_end((d), #fn, (d)->ops->fn((d), __VA_ARGS__)))
 
 /* ---- bf16 on a backend that computes in fp32 only (device.c says how) ----
  * tri_widen w = tri_widen_start(d, rc);        rc: the checks' status (nothing is widened after one)
