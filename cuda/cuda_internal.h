@@ -3,7 +3,8 @@
  * The device state behind tri_device.impl, the checked-call macros that turn CUDA and cuBLASLt
  * return codes into Trident statuses (TRI_ERR with the failing call's text, its error name and
  * message; no macro hides a return), the stream wait that lets the NCCL comm watch for
- * asynchronous errors and time-outs, and the per-family op functions the ops table points to.
+ * asynchronous errors and time-outs, and the per-family op functions the ops table points to
+ * (declared from engine/device/ops_list.h).
  * Not a public header: tools and tests use cuda/device_cuda.h and cuda/comm_nccl.h. */
 #ifndef TRIDENT_CUDA_CUDA_INTERNAL_H
 #define TRIDENT_CUDA_CUDA_INTERNAL_H
@@ -97,69 +98,14 @@ int tri_cuda_gemm_cache_create(tri_cuda_gemm_cache **out);
 void tri_cuda_gemm_cache_destroy(tri_cuda_gemm_cache *cache);
 
 /* acc(C) (fp32 or bf16) += the chunk sums part(n_chunks, C) in chunk order, a thread per column: the
- * second pass of the chunked column sums (cuda/kernels/colsum.kern.h, launched from cuda/matmul.cu). */
+ * second pass of the chunked column sums (cuda/matmul/colsum.kern.h, launched from cuda/matmul/matmul.cu). */
 int tri_cuda_col_chunks_finish(tri_cuda *cu, tri_tensor acc, const float *part, int64_t n_chunks, int64_t C);
 
-/* ---- the ops, one family per .cu (contracts in engine/device/device.h) ---- */
-int tri_cuda_fill(tri_device *d, tri_tensor x, float value);
-int tri_cuda_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b);
-int tri_cuda_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x);
-int tri_cuda_scale(tri_device *d, tri_tensor x, float s);
-int tri_cuda_sum_squares(tri_device *d, tri_tensor out, tri_tensor x);
-int tri_cuda_sum_squares_multi(tri_device *d, tri_tensor out, const tri_tensor *xs, const int64_t *slots, int n);
-int tri_cuda_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad);
-int tri_cuda_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits);
-int tri_cuda_add_i64(tri_device *d, tri_tensor y, tri_tensor x);
-int tri_cuda_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad);
-int tri_cuda_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x);
-int tri_cuda_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
-                    bool trans_a, bool trans_b, float beta);
-int tri_cuda_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout);
-int tri_cuda_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
-                               tri_tensor inp, tri_tensor w, tri_tensor b);
-int tri_cuda_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
-                                tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
-                                tri_tensor rstd);
-int tri_cuda_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean, tri_tensor rstd,
-                                   tri_tensor a, tri_tensor b, tri_tensor w, tri_tensor bias);
-int tri_cuda_add_rmsnorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd, tri_tensor a,
-                                 tri_tensor b, tri_tensor w, float eps);
-int tri_cuda_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv);
-int tri_cuda_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
-                                tri_tensor qkv, tri_tensor att);
-int tri_cuda_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv);
-int tri_cuda_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
-                                      tri_tensor qkv, tri_tensor out, tri_tensor lse);
-int tri_cuda_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps);
-int tri_cuda_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
-                              tri_tensor w, tri_tensor rstd);
-int tri_cuda_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up);
-int tri_cuda_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout);
-int tri_cuda_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                          int64_t row0);
-int tri_cuda_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                           int64_t row0);
-int tri_cuda_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp);
-int tri_cuda_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout);
-int tri_cuda_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
-                               int64_t vocab_start);
-int tri_cuda_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
-                                int64_t vocab_start);
-int tri_cuda_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0);
-int tri_cuda_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
-                               int64_t row0);
-int tri_cuda_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid);
-int tri_cuda_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
-                              tri_tensor targets, int64_t vocab_start, int64_t V_valid);
-int tri_cuda_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats);
-int tri_cuda_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
-                         tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
-                         float dloss);
-int tri_cuda_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
-                      int64_t V_valid, float dloss);
-int tri_cuda_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
-                   const tri_adamw_hparams *hp);
-int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp);
+/* ---- the ops: tri_cuda_<op> for every row of engine/device/ops_list.h (its params and contract),
+ * defined in the family's folder (cuda/<family>/, one .cu per op or two); the ops table
+ * (device_cuda.cu) points to them by name ---- */
+#define TRI_OP(name, params) int tri_cuda_##name params;
+#include "engine/device/ops_list.h"
 
 #ifdef __cplusplus
 }

@@ -214,67 +214,30 @@ static void cuda_destroy(tri_device *d)
     free(d);
 }
 
-static const tri_device_ops cuda_ops = {
-    /* .name = */ "cuda",
-    /* .alloc = */ cuda_alloc,
-    /* .free = */ cuda_free,
-    /* .copy_to_host = */ cuda_copy_to_host,
-    /* .copy_from_host = */ cuda_copy_from_host,
-    /* .copy = */ cuda_copy,
-    /* .sync = */ cuda_sync,
-    /* .destroy = */ cuda_destroy,
-    /* .fill = */ tri_cuda_fill,
-    /* .add = */ tri_cuda_add,
-    /* .axpy = */ tri_cuda_axpy,
-    /* .scale = */ tri_cuda_scale,
-    /* .sum_squares = */ tri_cuda_sum_squares,
-    /* .count_nonfinite = */ tri_cuda_count_nonfinite,
-    /* .sum_squares_multi = */ tri_cuda_sum_squares_multi,
-    /* .matmul = */ tri_cuda_matmul,
-    /* .bias_backward = */ tri_cuda_bias_backward,
-    /* .layernorm_forward = */ tri_cuda_layernorm_forward,
-    /* .layernorm_backward = */ tri_cuda_layernorm_backward,
-    /* .attention_forward = */ tri_cuda_attention_forward,
-    /* .attention_backward = */ tri_cuda_attention_backward,
-    /* .flash_attention_forward = */ tri_cuda_flash_attention_forward,
-    /* .flash_attention_backward = */ tri_cuda_flash_attention_backward,
-    /* .rmsnorm_forward = */ tri_cuda_rmsnorm_forward,
-    /* .rmsnorm_backward = */ tri_cuda_rmsnorm_backward,
-    /* .swiglu_forward = */ tri_cuda_swiglu_forward,
-    /* .swiglu_backward = */ tri_cuda_swiglu_backward,
-    /* .rope_forward = */ tri_cuda_rope_forward,
-    /* .rope_backward = */ tri_cuda_rope_backward,
-    /* .gelu_forward = */ tri_cuda_gelu_forward,
-    /* .gelu_backward = */ tri_cuda_gelu_backward,
-    /* .embedding_forward = */ tri_cuda_embedding_forward,
-    /* .embedding_backward = */ tri_cuda_embedding_backward,
-    /* .position_forward = */ tri_cuda_position_forward,
-    /* .position_backward = */ tri_cuda_position_backward,
-    /* .ce_row_max = */ tri_cuda_ce_row_max,
-    /* .ce_sumexp_target = */ tri_cuda_ce_sumexp_target,
-    /* .ce_loss = */ tri_cuda_ce_loss,
-    /* .ce_backward = */ tri_cuda_ce_backward,
-    /* .ce_fused = */ tri_cuda_ce_fused,
-    /* .adamw = */ tri_cuda_adamw,
-    /* .adamw_multi = */ tri_cuda_adamw_multi,
-    /* .fixed_accumulate = */ tri_cuda_fixed_accumulate,
-    /* .fixed_to_float = */ tri_cuda_fixed_to_float,
-    /* .add_i64 = */ tri_cuda_add_i64,
-    /* .fixed_sum_squares = */ tri_cuda_fixed_sum_squares,
-    /* .convert = */ tri_cuda_convert,
-    /* .host_alloc = */ cuda_host_alloc,
-    /* .host_free = */ cuda_host_free,
-    /* .copy_to_host_async = */ cuda_copy_to_host_async,
-    /* .add_layernorm_forward = */ tri_cuda_add_layernorm_forward,
-    /* .add_rmsnorm_forward = */ tri_cuda_add_rmsnorm_forward,
-};
+/* The table, filled by name (C++17 has no designated initializers, so by assignment): the memory
+ * slots by hand, then every row of engine/device/ops_list.h, optional ones included, to its
+ * tri_cuda_<op> (cuda_internal.h): an op without a CUDA implementation does not link. */
+static tri_device_ops cuda_ops_table(void)
+{
+    tri_device_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.alloc = cuda_alloc;
+    o.free = cuda_free;
+    o.copy_to_host = cuda_copy_to_host;
+    o.copy_from_host = cuda_copy_from_host;
+    o.copy = cuda_copy;
+    o.sync = cuda_sync;
+    o.destroy = cuda_destroy;
+    o.host_alloc = cuda_host_alloc;
+    o.host_free = cuda_host_free;
+    o.copy_to_host_async = cuda_copy_to_host_async;
+#define TRI_OP(name, params) o.name = tri_cuda_##name;
+#include "engine/device/ops_list.h"
+    return o;
+}
 
-/* The table is positional (C++17 has no designated initializers), so an op added to
- * engine/device/device.h and forgotten here would be a silent NULL entry: the build fails instead until
- * the count, and the table, are updated together (name + 51 ops). */
-#define TRI_CUDA_OPS_ENTRIES 52
-static_assert(sizeof(tri_device_ops) == TRI_CUDA_OPS_ENTRIES * sizeof(void *),
-              "engine/device/device.h's tri_device_ops changed: give every op a CUDA implementation in cuda_ops");
+static const tri_device_ops cuda_ops = cuda_ops_table();
 
 /* ---- discovery and creation ---- */
 

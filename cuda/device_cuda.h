@@ -32,16 +32,16 @@ int tri_cuda_device_count(void);
 bool tri_device_is_cuda(const tri_device *d);
 
 /* simple == true runs every op family in its simple kernel form (the form the CPU suite tests,
- * cuda/kernels/), false (the default) the faster forms (cuBLASLt attention, ...). For tests that
+ * cuda/<family>/), false (the default) the faster forms (cuBLASLt attention, ...). For tests that
  * check each faster form against its simple twin. The environment variable TRIDENT_CUDA_KERNELS=simple
  * sets it for every device at creation. TRI_EINVAL if d is not a CUDA device. */
 int tri_cuda_set_simple_kernels(tri_device *d, bool simple);
 
 /* The attention's causal softmax rows on their own, in the form the simple switch selects: att
  * (rows, T) (fp32 or bf16, on d) holds scores and becomes probabilities in place, row r being query
- * r % T (engine/core/math.h tri_causal_softmax_row_mixed); the backward turns datt's d probabilities
- * into d scores in place given att (tri_causal_softmax_row_backward_mixed). For the GPU tests that
- * hold the fast and simple kernels to the CPU's row functions bit for bit. TRI_EINVAL on shapes. */
+ * r % T (engine/device/ops/attention_math.h tri_causal_softmax_row_mixed); the backward turns datt's d
+ * probabilities into d scores in place given att (tri_causal_softmax_row_backward_mixed). For the GPU tests
+ * that hold the fast and simple kernels to the CPU's row functions bit for bit. TRI_EINVAL on shapes. */
 int tri_cuda_causal_softmax_rows(tri_device *d, tri_tensor att, int64_t T);
 int tri_cuda_causal_softmax_rows_backward(tri_device *d, tri_tensor datt, tri_tensor att, int64_t T);
 

@@ -1,4 +1,4 @@
-/* cuda/launch.cuh - launching the kernels of cuda/kernels/ on the device's stream (CUDA only).
+/* cuda/launch.cuh - launching the kernels of cuda/<family>/ on the device's stream (CUDA only).
  *
  * TRI_CUDA_LAUNCH is an expression: it launches kernel<<<grid, block, 0, stream>>>(args...) and
  * evaluates to the status of the launch (cudaGetLastError recorded with the kernel's name), so a

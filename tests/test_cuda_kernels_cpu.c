@@ -1,6 +1,6 @@
 /* tests/test_cuda_kernels_cpu.c - the CUDA backend's simple kernels, run on the CPU.
  *
- * cuda/kernels/<family>.kern.h hold the simple form of every CUDA kernel (grid-stride loops, one thread
+ * cuda/<family>/<op>.kern.h hold the simple form of every CUDA kernel (grid-stride loops, one thread
  * per element, row or column); cuda/kernels/shim.h compiles them as C here, with TRI_LAUNCH
  * running every emulated (block, thread) pair. Each kernel is run on random data and compared
  * with the CPU backend's op on the same data (tri_op_* on a CPU device, whose memory is host
@@ -42,23 +42,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/kernels/adamw.kern.h"
-#include "cuda/kernels/attention.kern.h"
-#include "cuda/kernels/convert.kern.h"
-#include "cuda/kernels/crossentropy.kern.h"
-#include "cuda/kernels/elementwise.kern.h"
-#include "cuda/kernels/embedding.kern.h"
-#include "cuda/kernels/fixed.kern.h"
-#include "cuda/kernels/flash.kern.h"
-#include "cuda/kernels/gelu.kern.h"
-#include "cuda/kernels/colsum.kern.h"
-#include "cuda/kernels/layernorm.kern.h"
-#include "cuda/kernels/matmul.kern.h"
-#include "cuda/kernels/reduce.kern.h"
-#include "cuda/kernels/rmsnorm.kern.h"
-#include "cuda/kernels/rope.kern.h"
-#include "cuda/kernels/swiglu.kern.h"
+#include "cuda/optimizer/adamw.kern.h"
+#include "cuda/attention/attention.kern.h"
+#include "cuda/elementwise/convert.kern.h"
+#include "cuda/crossentropy/crossentropy.kern.h"
+#include "cuda/elementwise/elementwise.kern.h"
+#include "cuda/embedding/embedding.kern.h"
+#include "cuda/fixed/fixed.kern.h"
+#include "cuda/attention/flash.kern.h"
+#include "cuda/activations/gelu.kern.h"
+#include "cuda/matmul/colsum.kern.h"
+#include "cuda/norms/layernorm.kern.h"
+#include "cuda/matmul/matmul.kern.h"
+#include "cuda/elementwise/reduce.kern.h"
+#include "cuda/norms/rmsnorm.kern.h"
+#include "cuda/attention/rope.kern.h"
+#include "cuda/activations/swiglu.kern.h"
 #include "engine/device/device.h"
+#include "engine/device/ops/attention_math.h"
 #include "tests/opsutil.h"
 #include "tests/testutil.h"
 

@@ -1,6 +1,6 @@
 /* tests/test_fast_kernels_cpu.cpp - the CUDA backend's fast kernels, run on the CPU.
  *
- * The fast kernels of the cuda/kernels/..._fast.cuh headers (the cross-entropy a warp or a block per
+ * The fast kernels of the cuda/<family>/..._fast.cuh headers (the cross-entropy a warp or a block per
  * row with shared memory and warp shuffles; the element-wise ops and the conversion 8 elements a
  * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree; the
  * layernorm, RMSNorm and causal softmax rows a warp per row, alone and after the residual add, GELU
@@ -29,22 +29,22 @@
 #include <string.h>
 
 #include "cuda/kernels/cuda_emu.h"
-#include "cuda/kernels/convert_fast.cuh"
-#include "cuda/kernels/crossentropy_fast.cuh"
-#include "cuda/kernels/elementwise_fast.cuh"
-#include "cuda/kernels/gelu_fast.cuh"
-#include "cuda/kernels/layernorm_fast.cuh"
-#include "cuda/kernels/reduce_fast.cuh"
-#include "cuda/kernels/rmsnorm_fast.cuh"
-#include "cuda/kernels/rope_fast.cuh"
-#include "cuda/kernels/softmax_fast.cuh"
-#include "cuda/kernels/swiglu_fast.cuh"
-#include "cuda/kernels/attention.kern.h"
-#include "cuda/kernels/gelu.kern.h"
-#include "cuda/kernels/layernorm.kern.h"
-#include "cuda/kernels/rmsnorm.kern.h"
-#include "cuda/kernels/rope.kern.h"
-#include "cuda/kernels/swiglu.kern.h"
+#include "cuda/elementwise/convert_fast.cuh"
+#include "cuda/crossentropy/crossentropy_fast.cuh"
+#include "cuda/elementwise/elementwise_fast.cuh"
+#include "cuda/activations/gelu_fast.cuh"
+#include "cuda/norms/layernorm_fast.cuh"
+#include "cuda/elementwise/reduce_fast.cuh"
+#include "cuda/norms/rmsnorm_fast.cuh"
+#include "cuda/attention/rope_fast.cuh"
+#include "cuda/attention/softmax_fast.cuh"
+#include "cuda/activations/swiglu_fast.cuh"
+#include "cuda/attention/attention.kern.h"
+#include "cuda/activations/gelu.kern.h"
+#include "cuda/norms/layernorm.kern.h"
+#include "cuda/norms/rmsnorm.kern.h"
+#include "cuda/attention/rope.kern.h"
+#include "cuda/activations/swiglu.kern.h"
 extern "C" {
 #include "engine/device/device.h"
 #include "tests/opsutil.h"

@@ -293,7 +293,7 @@ Test(flash_attention, same_bits_for_any_thread_count)
     cr_assert(ot_same_bits("flash lse", two.lse, one.lse, n_rows(s)));
     cr_assert(ot_same_bits("flash dqkv", two.dqkv, one.dqkv, n_qkv(s)));
     /* one (b, key/value head): one thread runs the one-pass backward, two threads the two passes
-     * with a task per tile (engine/device/flash_cpu.c); the same sgemm calls per element */
+     * with a task per tile (engine/device/ops/flash_cpu.c); the same sgemm calls per element */
     shape m = {1, 300, 4, 32, 1};
     float *mq = ot_uniform(n_qkv(m), -1.5f, 1.5f, 302), *mg = ot_uniform(n_out(m), -1.0f, 1.0f, 303);
     flash_result a = run_flash(ot_device(1), m, TRI_F32, mq, mg), b = run_flash(ot_device(2), m, TRI_F32, mq, mg);

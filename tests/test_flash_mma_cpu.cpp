@@ -1,8 +1,8 @@
 /* tests/test_flash_mma_cpu.cpp - the tiled fused attention kernels, run on the CPU.
  *
- * cuda/kernels/flash_mma.kern.h holds the bodies of the kernels the CUDA backend launches for bf16
+ * cuda/attention/flash_mma.kern.h holds the bodies of the kernels the CUDA backend launches for bf16
  * attention on the tensor cores (WMMA) and for fp32 attention on the CUDA cores (the shim's SIMT
- * fragments) (cuda/flash_mma.cu); cuda/kernels/mma_shim.h's emulation runs them here as written:
+ * fragments) (cuda/attention/flash_mma.cu); cuda/kernels/mma_shim.h's emulation runs them here as written:
  * every block as 128 lanes with barriers for __syncthreads and __syncwarp, WMMA fragments as
  * whole 16 x 16 tiles (SIMT fragments as on a GPU: each lane its own elements), shared memory
  * filled with NaN bytes first. The forward, dk/dv and dq kernels are compared with the CPU
@@ -32,9 +32,10 @@
 
 #include <vector>
 
-#include "cuda/kernels/flash_mma.kern.h"
+#include "cuda/attention/flash_mma.kern.h"
 extern "C" {
 #include "engine/device/device.h"
+#include "engine/device/ops/attention_math.h"
 #include "tests/opsutil.h"
 }
 

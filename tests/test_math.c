@@ -8,6 +8,9 @@
 #include <math.h>
 
 #include "engine/core/math.h"
+#include "engine/device/ops/activations_math.h"
+#include "engine/device/ops/crossentropy_math.h"
+#include "engine/device/ops/norms_math.h"
 
 Test(math, expf_relative_error_over_the_range)
 {
@@ -117,7 +120,7 @@ Test(math, row_slots_combine_is_the_warp_butterfly)
     cr_assert_gt(differs_from_sequential, 50, "the tree order should differ from a sequential sum on most trials");
 }
 
-/* The cross-entropy's sum of exponentials as cuda/crossentropy.cu's block-per-row kernels compute it
+/* The cross-entropy's sum of exponentials as cuda/crossentropy/crossentropy.cu's block-per-row kernels compute it
  * (ce_block_row_sumexp): thread t of TRI_CE_WARPS * 32 loads the 8 values 8t .. 8t+7 of every 4096 of
  * the row and adds value k into its register k; each warp reduces its lanes as
  * row_slots_combine_is_the_warp_butterfly above; the block halves the warp sums. Emulated here

@@ -1,9 +1,10 @@
 /* tests/test_ops_threads.c - results independent of the CPU backend's thread count.
  *
- * engine/device/device_cpu.c promises that every sum feeding a parameter gradient (bias, layernorm and
- * embedding backward, which sum over rows) and every full reduction (sum_squares) is the same for
- * any thread count: column blocks with rows summed in order, and a fixed chunk count. That is what
- * makes a run reproducible across machines and lets the parallel tests compare layouts bit for bit.
+ * The CPU backend (the _cpu.c files of engine/device/ops/) promises that every sum feeding a parameter
+ * gradient (bias, layernorm and embedding backward, which sum over rows) and every full reduction
+ * (sum_squares) is the same for any thread count: column blocks with rows summed in order, and a
+ * fixed chunk count. That is what makes a run reproducible across machines and lets the parallel
+ * tests compare layouts bit for bit.
  * Each op runs here on a device with 1 thread and one with 2, on identical inputs, and the outputs
  * must be bit-identical. Shapes are wide enough (C = 200: three full column blocks of 64 and a
  * partial one; N = 37 rows; 100003 elements) that a thread-order-dependent sum would differ.

@@ -1,6 +1,6 @@
 /* bench/cuda/attention_cuda.c - the fused causal attention on a GPU: ms per forward + backward.
  *
- * Times tri_op_flash_attention_forward + _backward (cuda/flash_mma.cu's tiled kernels for head sizes
+ * Times tri_op_flash_attention_forward + _backward (cuda/attention/flash_mma.cu's tiled kernels for head sizes
  * 32-128: bf16 on the tensor cores, or fp32 on the CUDA cores with --fp32; the simple twins
  * otherwise) and, where its (T, T) matrices fit, the unfused cuBLASLt path, on bf16 (or fp32) q|k|v
  * in the model's interleaved layout, for each requested (HS, T) at GPT-2 124M's width (NH = 768 / HS

@@ -1,6 +1,6 @@
 /* cuda/kernels/mma_shim.h - one source for the tiled (matrix-fragment) kernels, under nvcc and on the CPU.
  *
- * The block-tiled kernels of cuda/kernels/flash_mma.kern.h use warps, shared memory, block and warp
+ * The block-tiled kernels of cuda/attention/flash_mma.kern.h use warps, shared memory, block and warp
  * barriers and 16 x 16 x 16 matrix fragments (bf16 on the tensor cores, fp32 on the CUDA cores).
  * They are written against the names below:
  * - under nvcc, CUDA's own: threadIdx/blockIdx, __syncthreads/__syncwarp, and the WMMA API

@@ -1,64 +1,62 @@
-/* engine/device/device.c - the checked wrappers of the device interface (see device.h).
+/* engine/device/device.c - the device interface's own state: lifetime, memory records, profiling,
+ * and what every op's wrapper shares (see device.h and ops_internal.h).
  *
- * Every wrapper verifies dtypes and shapes, records a message naming the op, the argument and the
- * shapes on mismatch, then dispatches to the backend, which may assume valid arguments. */
-#include "engine/device/device.h"
-#include "engine/core/clock.h"
-
-#include "engine/core/status.h"
-
-#include <math.h>
+ * The tri_op_* wrappers live by family in engine/device/ops/<family>.c: each verifies dtypes and
+ * shapes with the checks here (a message naming the op, the argument and the shapes on mismatch),
+ * hands a backend without native bf16 fp32 copies of its bf16 arguments (the widening here), then
+ * dispatches to the backend, which may assume valid arguments, timed by the profile here. The
+ * memory calls record every allocation, so the device knows its live bytes and their peak. */
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DESC(t, buf) tri_tensor_describe((t), (buf), sizeof(buf))
+#include "engine/core/clock.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/device/ops_internal.h"
 
-static int need(const char *op, const char *arg, tri_tensor t, tri_dtype dtype)
+/* ---- argument checks ---- */
+
+int tri_need(const char *op, const char *arg, tri_tensor t, tri_dtype dtype)
 {
     char b[96];
     if (!tri_tensor_present(t))
         return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is missing", op, arg);
     if (t.dtype != dtype)
-        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected dtype %s", op, arg, DESC(t, b),
+        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected dtype %s", op, arg, TRI_DESC(t, b),
                        tri_dtype_name(dtype));
     return TRI_OK;
 }
 
 /* t must be present and floating: fp32 or bf16 (device.h's precision rule). */
-static int need_float(const char *op, const char *arg, tri_tensor t)
+int tri_need_float(const char *op, const char *arg, tri_tensor t)
 {
     char b[96];
     if (!tri_tensor_present(t))
         return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is missing", op, arg);
     if (t.dtype != TRI_F32 && t.dtype != TRI_BF16)
-        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected dtype f32 or bf16", op, arg, DESC(t, b));
+        return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected dtype f32 or bf16", op, arg, TRI_DESC(t, b));
     return TRI_OK;
 }
 
-static int need_numel(const char *op, const char *arg, tri_tensor t, int64_t numel)
+int tri_need_numel(const char *op, const char *arg, tri_tensor t, int64_t numel)
 {
     char b[96];
     if (tri_tensor_numel(t) != numel)
         return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected %lld elements", op, arg,
-                       DESC(t, b), (long long)numel);
+                       TRI_DESC(t, b), (long long)numel);
     return TRI_OK;
 }
 
 /* t must be a matrix view (rows, cols) of the given sizes (any dims, rows = all but the last). */
-static int need_matrix(const char *op, const char *arg, tri_tensor t, int64_t rows, int64_t cols)
+int tri_need_matrix(const char *op, const char *arg, tri_tensor t, int64_t rows, int64_t cols)
 {
     char b[96];
     if (tri_tensor_rows(t) != rows || tri_tensor_cols(t) != cols)
         return TRI_ERR(TRI_EINVAL, "%s: tensor '%s' is %s, expected %lld rows of %lld", op, arg,
-                       DESC(t, b), (long long)rows, (long long)cols);
+                       TRI_DESC(t, b), (long long)rows, (long long)cols);
     return TRI_OK;
-}
-
-static int unsupported(tri_device *d, const char *op)
-{
-    return TRI_ERR(TRI_ENOTSUP, "%s: not implemented by the %s backend", op, d->ops->name);
 }
 
 /* Adds one timed call of op `name` (a string literal: slots compare by pointer, then by text). */
@@ -76,15 +74,15 @@ static void profile_add(tri_device *d, const char *name, double seconds)
 }
 
 /* Start time of the op being dispatched on this thread (set before the call by the comma
- * operator in DISPATCH, which sequences it; function arguments alone would not). */
+ * operator in TRI_DISPATCH, which sequences it; function arguments alone would not). */
 static _Thread_local double op_t0;
 
-static double profile_start(tri_device *d)
+void tri_dispatch_start(tri_device *d)
 {
-    return d->profile ? tri_now_s() : 0.0;
+    op_t0 = d->profile ? tri_now_s() : 0.0;
 }
 
-static int profile_end(tri_device *d, const char *name, int rc)
+int tri_dispatch_end(tri_device *d, const char *name, int rc)
 {
     if (d->profile) {
         int s = d->ops->sync(d);
@@ -93,11 +91,6 @@ static int profile_end(tri_device *d, const char *name, int rc)
     }
     return rc;
 }
-
-/* Calls the backend's op (timed when profiling), or reports that the backend lacks it. */
-#define DISPATCH(d, fn, ...)                                                                   \
-    ((d)->ops->fn ? (op_t0 = profile_start(d), profile_end((d), #fn, (d)->ops->fn((d), __VA_ARGS__))) \
-                  : unsupported((d), #fn))
 
 /* ---- bf16 on a backend that computes in fp32 only ----
  * The wrappers give such a backend (device->native_bf16 false) an fp32 copy of every bf16
@@ -110,26 +103,13 @@ static int profile_end(tri_device *d, const char *name, int rc)
  * same data pointer share one copy, so the aliasing an op allows (ce_backward's dlogits = logits,
  * gelu_backward's dinp = dout, add's out = a) holds for the copies too. */
 
-typedef struct widen {
-    tri_device *d;
-    int rc;
-    int n;
-    struct {
-        tri_tensor orig;   /* the caller's bf16 tensor */
-        void *wide;        /* its fp32 copy */
-        bool written;      /* rounded back after the op */
-    } arg[TRI_WIDEN_MAX];
-} widen;
-
-static widen widen_start(tri_device *d, int rc)
+tri_widen tri_widen_start(tri_device *d, int rc)
 {
-    widen w = {.d = d, .rc = rc};
+    tri_widen w = {.d = d, .rc = rc};
     return w;
 }
 
-/* Points *t at an fp32 copy when it is bf16 (and the backend is not native); `writes` when the op
- * writes it. */
-static void wide(widen *w, tri_tensor *t, bool writes)
+void tri_widen_arg(tri_widen *w, tri_tensor *t, bool writes)
 {
     if (w->rc || w->d->native_bf16 || !tri_tensor_present(*t) || t->dtype != TRI_BF16)
         return;
@@ -141,7 +121,7 @@ static void wide(widen *w, tri_tensor *t, bool writes)
             return;
         }
     if (w->n == TRI_WIDEN_MAX) {
-        w->rc = TRI_ERR(TRI_EINTERNAL, "widen: more than %d bf16 arguments", TRI_WIDEN_MAX);
+        w->rc = TRI_ERR(TRI_EINTERNAL, "tri_widen: more than %d bf16 arguments", TRI_WIDEN_MAX);
         return;
     }
     int64_t n = tri_tensor_numel(*t);
@@ -170,8 +150,7 @@ static void wide(widen *w, tri_tensor *t, bool writes)
     *t = f;
 }
 
-/* After the op (status rc): rounds the written copies back; returns the status. */
-static int widen_end(widen *w, int rc)
+int tri_widen_end(tri_widen *w, int rc)
 {
     rc = w->rc ? w->rc : rc;
     for (int i = 0; i < w->n; i++) {
@@ -324,838 +303,4 @@ int tri_device_copy_to_host_async(tri_device *d, void *host, tri_tensor src)
 int tri_device_sync(tri_device *d)
 {
     return d->ops->sync(d);
-}
-
-/* ---- element-wise ---- */
-
-int tri_op_fill(tri_device *d, tri_tensor x, float value)
-{
-    widen w = widen_start(d, need_float("fill", "x", x));
-    wide(&w, &x, true);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, fill, x, value));
-}
-
-int tri_op_zero(tri_device *d, tri_tensor x)
-{
-    size_t bytes = tri_tensor_bytes(x);
-    if (!x.data || bytes == 0)
-        return TRI_OK;
-    /* a bf16 view that is not a whole number of aligned floats (an odd length, or an odd offset
-     * into a bf16 buffer): a float store there is misaligned (UB, and a fault on CUDA) */
-    if (bytes % sizeof(float) != 0 || (uintptr_t)x.data % sizeof(float) != 0)
-        return tri_op_fill(d, tri_tensor_1d(x.data, TRI_BF16, (int64_t)(bytes / 2)), 0.0f);
-    return DISPATCH(d, fill, tri_tensor_1d(x.data, TRI_F32, (int64_t)(bytes / sizeof(float))), 0.0f);
-}
-
-int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src)
-{
-    char a[96], b[96];
-    if (tri_tensor_bytes(dst) != tri_tensor_bytes(src) || dst.dtype != src.dtype)
-        return TRI_ERR(TRI_EINVAL, "copy: dst %s and src %s differ", DESC(dst, a), DESC(src, b));
-    if (tri_tensor_bytes(src) == 0)
-        return TRI_OK;
-    if (!dst.data || !src.data)
-        return TRI_ERR(TRI_EINVAL, "copy: tensor '%s' is missing", dst.data ? "src" : "dst");
-    if (dst.data == src.data)
-        return TRI_OK;
-    return d->ops->copy(d, dst.data, src.data, tri_tensor_bytes(src));
-}
-
-int tri_op_convert(tri_device *d, tri_tensor dst, tri_tensor src)
-{
-    int rc = need_float("convert", "dst", dst);
-    if (!rc) rc = need_float("convert", "src", src);
-    if (!rc) rc = need_numel("convert", "src", src, tri_tensor_numel(dst));
-    if (rc || tri_tensor_numel(src) == 0)
-        return rc;
-    if (dst.dtype == src.dtype)
-        return tri_op_copy(d, dst, src);
-    return DISPATCH(d, convert, dst, src);
-}
-
-int tri_op_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
-{
-    int rc = need_float("add", "out", out);
-    if (!rc) rc = need_float("add", "a", a);
-    if (!rc) rc = need_float("add", "b", b);
-    if (!rc) rc = need_numel("add", "a", a, tri_tensor_numel(out));
-    if (!rc) rc = need_numel("add", "b", b, tri_tensor_numel(out));
-    widen w = widen_start(d, rc);
-    wide(&w, &out, true);
-    wide(&w, &a, false);
-    wide(&w, &b, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, add, out, a, b));
-}
-
-int tri_op_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
-{
-    int rc = need_float("axpy", "y", y);
-    if (!rc) rc = need_float("axpy", "x", x);
-    if (!rc) rc = need_numel("axpy", "x", x, tri_tensor_numel(y));
-    widen w = widen_start(d, rc);
-    wide(&w, &y, true);
-    wide(&w, &x, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, axpy, y, alpha, x));
-}
-
-int tri_op_scale(tri_device *d, tri_tensor x, float s)
-{
-    widen w = widen_start(d, need_float("scale", "x", x));
-    wide(&w, &x, true);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, scale, x, s));
-}
-
-int tri_op_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
-{
-    int rc = need("sum_squares", "out", out, TRI_F32);
-    if (!rc) rc = need_numel("sum_squares", "out", out, 1);
-    if (!rc) rc = need_float("sum_squares", "x", x);
-    widen w = widen_start(d, rc);
-    wide(&w, &x, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, sum_squares, out, x));
-}
-
-int tri_op_sum_squares_multi(tri_device *d, tri_tensor out, const tri_tensor *xs, const int64_t *slots, int n)
-{
-    int rc = need("sum_squares_multi", "out", out, TRI_F32);
-    int64_t S = tri_tensor_numel(out);
-    bool any_bf16 = false;
-    unsigned char *seen = rc ? NULL : calloc((size_t)(S > 0 ? S : 1), 1); /* slots whose run has begun */
-    if (!rc && !seen)
-        rc = TRI_ERR(TRI_ENOMEM, "sum_squares_multi: out of memory for %lld slots", (long long)S);
-    for (int k = 0; k < n && !rc; k++) {
-        if (slots[k] < 0 || slots[k] >= S) {
-            rc = TRI_ERR(TRI_EINVAL, "sum_squares_multi: piece %d: slot %lld, expected 0 .. %lld (out's elements)", k,
-                         (long long)slots[k], (long long)(S - 1));
-            break;
-        }
-        if (k == 0 || slots[k - 1] != slots[k]) {
-            if (seen[slots[k]]) {
-                rc = TRI_ERR(TRI_EINVAL, "sum_squares_multi: piece %d: slot %lld comes back after piece %d's %lld; "
-                             "expected the pieces of a slot next to each other", k, (long long)slots[k], k - 1,
-                             (long long)slots[k - 1]);
-                break;
-            }
-            seen[slots[k]] = 1;
-        }
-        char arg[32];
-        snprintf(arg, sizeof arg, "xs[%d]", k);
-        rc = need_float("sum_squares_multi", arg, xs[k]);
-        any_bf16 = any_bf16 || xs[k].dtype == TRI_BF16;
-    }
-    free(seen);
-    if (rc || n <= 0)
-        return rc;
-    if (!d->ops->sum_squares_multi || (any_bf16 && !d->native_bf16)) {
-        for (int k = 0; k < n && !rc; k++)
-            rc = tri_op_sum_squares(d, tri_tensor_range(out, slots[k], 1), xs[k]);
-        return rc;
-    }
-    return DISPATCH(d, sum_squares_multi, out, xs, slots, n);
-}
-
-int tri_op_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
-{
-    int rc = need("count_nonfinite", "out", out, TRI_F32);
-    if (!rc) rc = need_numel("count_nonfinite", "out", out, 1);
-    if (!rc) rc = need_float("count_nonfinite", "x", x);
-    widen w = widen_start(d, rc);
-    wide(&w, &x, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, count_nonfinite, out, x));
-}
-
-/* ---- matmul ---- */
-
-int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
-                  bool trans_a, bool trans_b, float beta)
-{
-    char x[96], y[96];
-    int rc = need_float("matmul", "a", a);
-    if (!rc) rc = need_float("matmul", "b", b);
-    if (!rc) rc = need_float("matmul", "c", c);
-    if (!rc && a.dtype != b.dtype)
-        rc = TRI_ERR(TRI_EINVAL, "matmul: a %s and b %s must share a dtype", DESC(a, x), DESC(b, y));
-    if (rc)
-        return rc;
-    int64_t M = trans_a ? tri_tensor_cols(a) : tri_tensor_rows(a);
-    int64_t K = trans_a ? tri_tensor_rows(a) : tri_tensor_cols(a);
-    int64_t Kb = trans_b ? tri_tensor_cols(b) : tri_tensor_rows(b);
-    int64_t N = trans_b ? tri_tensor_rows(b) : tri_tensor_cols(b);
-    if (K != Kb) {
-        return TRI_ERR(TRI_EINVAL, "matmul: inner dimensions differ: a %s%s, b %s%s", DESC(a, x),
-                       trans_a ? "^T" : "", DESC(b, y), trans_b ? "^T" : "");
-    }
-    rc = need_matrix("matmul", "c", c, M, N);
-    if (!rc && tri_tensor_present(bias)) {
-        rc = need("matmul", "bias", bias, c.dtype);
-        if (!rc) rc = need_numel("matmul", "bias", bias, N);
-        if (!rc && beta != 0.0f)
-            rc = TRI_ERR(TRI_EINVAL, "matmul: a bias needs beta == 0 (got %g)", (double)beta);
-    }
-    if (rc || M == 0 || N == 0)
-        return rc;
-    widen w = widen_start(d, rc);
-    wide(&w, &c, true);
-    wide(&w, &a, false);
-    wide(&w, &b, false);
-    wide(&w, &bias, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, matmul, c, a, b, bias, trans_a, trans_b, beta));
-}
-
-int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
-{
-    int rc = need_float("bias_backward", "dbias", dbias);
-    if (!rc) rc = need_float("bias_backward", "dout", dout);
-    if (!rc) rc = need_numel("bias_backward", "dbias", dbias, tri_tensor_cols(dout));
-    widen w = widen_start(d, rc);
-    wide(&w, &dbias, true);
-    wide(&w, &dout, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, bias_backward, dbias, dout));
-}
-
-/* ---- the residual add fused into the norm after it ---- */
-
-/* The add's half of a fused add + norm: res a float (N, C) matrix, a and b float with res's numel,
- * out a float (N, C) matrix apart from res, a and b (each output row is written after its sums). */
-static int check_residual(const char *op, tri_tensor res, tri_tensor out, tri_tensor a, tri_tensor b)
-{
-    int rc = need_float(op, "res", res);
-    if (!rc) rc = need_float(op, "a", a);
-    if (!rc) rc = need_float(op, "b", b);
-    if (!rc) rc = need_numel(op, "a", a, tri_tensor_numel(res));
-    if (!rc) rc = need_numel(op, "b", b, tri_tensor_numel(res));
-    if (!rc) rc = need_float(op, "out", out);
-    if (!rc) rc = need_matrix(op, "out", out, tri_tensor_rows(res), tri_tensor_cols(res));
-    const tri_tensor *in[3] = {&res, &a, &b};
-    const char *names[3] = {"res", "a", "b"};
-    const char *o = out.data;
-    for (int i = 0; i < 3 && !rc; i++) {
-        const char *x = in[i]->data;
-        if (!(o + tri_tensor_bytes(out) <= x || x + tri_tensor_bytes(*in[i]) <= o))
-            rc = TRI_ERR(TRI_EINVAL, "%s: 'out' overlaps '%s' (only res may alias a or b)", op, names[i]);
-    }
-    return rc;
-}
-
-/* ---- layernorm ---- */
-
-/* b_name: "b" in forward; backward passes dw in that place. */
-static int check_layernorm(const char *op, tri_tensor x, tri_tensor w, tri_tensor b,
-                           const char *b_name, tri_tensor mean, tri_tensor rstd)
-{
-    int64_t N = tri_tensor_rows(x), C = tri_tensor_cols(x);
-    int rc = need_float(op, "inp", x);
-    if (!rc) rc = need_float(op, "w", w);
-    if (!rc) rc = need_numel(op, "w", w, C);
-    if (!rc) rc = need_float(op, b_name, b);
-    if (!rc) rc = need_numel(op, b_name, b, C);
-    if (!rc) rc = need(op, "mean", mean, TRI_F32);
-    if (!rc) rc = need_numel(op, "mean", mean, N);
-    if (!rc) rc = need(op, "rstd", rstd, TRI_F32);
-    if (!rc) rc = need_numel(op, "rstd", rstd, N);
-    return rc;
-}
-
-int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
-                             tri_tensor inp, tri_tensor w, tri_tensor b)
-{
-    int rc = check_layernorm("layernorm_forward", inp, w, b, "b", mean, rstd);
-    if (!rc) rc = need_float("layernorm_forward", "out", out);
-    if (!rc) rc = need_matrix("layernorm_forward", "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
-    widen wd = widen_start(d, rc);
-    wide(&wd, &out, true);
-    wide(&wd, &inp, false);
-    wide(&wd, &w, false);
-    wide(&wd, &b, false);
-    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, layernorm_forward, out, mean, rstd, inp, w, b));
-}
-
-/* The backend's fused kernel where it has one and computes bf16 natively; else the two ops, whose
- * sequence is the definition (device.h). */
-int tri_op_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean, tri_tensor rstd,
-                                 tri_tensor a, tri_tensor b, tri_tensor w, tri_tensor bias)
-{
-    const char *op = "add_layernorm_forward";
-    int rc = check_residual(op, res, out, a, b);
-    if (!rc) rc = check_layernorm(op, res, w, bias, "bias", mean, rstd);
-    if (rc)
-        return rc;
-    if (!d->ops->add_layernorm_forward || !d->native_bf16) {
-        rc = tri_op_add(d, res, a, b);
-        return rc ? rc : tri_op_layernorm_forward(d, out, mean, rstd, res, w, bias);
-    }
-    return DISPATCH(d, add_layernorm_forward, res, out, mean, rstd, a, b, w, bias);
-}
-
-int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
-                              tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
-                              tri_tensor rstd)
-{
-    const char *op = "layernorm_backward";
-    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
-    int rc = check_layernorm(op, inp, w, dw, "dw", mean, rstd);
-    if (!rc) rc = need_float(op, "db", db);
-    if (!rc) rc = need_numel(op, "db", db, C);
-    if (!rc) rc = need_float(op, "dinp", dinp);
-    if (!rc) rc = need_matrix(op, "dinp", dinp, N, C);
-    if (!rc) rc = need_float(op, "dout", dout);
-    if (!rc) rc = need_matrix(op, "dout", dout, N, C);
-    widen wd = widen_start(d, rc);
-    wide(&wd, &dinp, true);
-    wide(&wd, &dw, true);
-    wide(&wd, &db, true);
-    wide(&wd, &dout, false);
-    wide(&wd, &inp, false);
-    wide(&wd, &w, false);
-    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd));
-}
-
-/* ---- attention ---- */
-
-/* out_name: "out" in forward; backward passes dout in that place. */
-static int check_attention(const char *op, tri_tensor out, const char *out_name, tri_tensor att,
-                           tri_tensor qkv)
-{
-    char x[96], y[96];
-    int rc = need_float(op, "qkv", qkv);
-    if (!rc) rc = need_float(op, "att", att);
-    if (!rc) rc = need_float(op, out_name, out);
-    if (rc)
-        return rc;
-    if (qkv.ndim != 3 || att.ndim != 4 || qkv.shape[2] % 3 != 0)
-        return TRI_ERR(TRI_EINVAL, "%s: qkv %s must be (B, T, 3*C_l), att %s (B, NH_l, T, T)", op,
-                       DESC(qkv, x), DESC(att, y));
-    int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = att.shape[1];
-    if (att.shape[0] != B || att.shape[2] != T || att.shape[3] != T || NH == 0 || C % NH != 0)
-        return TRI_ERR(TRI_EINVAL, "%s: att %s does not match qkv %s (B, T, 3*C_l) with C_l %% NH_l == 0",
-                       op, DESC(att, x), DESC(qkv, y));
-    return need_matrix(op, out_name, out, B * T, C);
-}
-
-int tri_op_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
-{
-    widen w = widen_start(d, check_attention("attention_forward", out, "out", att, qkv));
-    wide(&w, &out, true);
-    wide(&w, &att, true);
-    wide(&w, &qkv, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, attention_forward, out, att, qkv));
-}
-
-int tri_op_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
-                              tri_tensor qkv, tri_tensor att)
-{
-    const char *op = "attention_backward";
-    int rc = check_attention(op, dout, "dout", att, qkv);
-    if (!rc) rc = need_float(op, "dqkv", dqkv);
-    if (!rc) rc = need_numel(op, "dqkv", dqkv, tri_tensor_numel(qkv));
-    if (!rc) rc = need_float(op, "datt", datt);
-    if (!rc) rc = need_numel(op, "datt", datt, tri_tensor_numel(att));
-    widen w = widen_start(d, rc);
-    wide(&w, &dqkv, true);
-    wide(&w, &datt, true);
-    wide(&w, &dout, false);
-    wide(&w, &qkv, false);
-    wide(&w, &att, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, attention_backward, dqkv, datt, dout, qkv, att));
-}
-
-/* ---- fused attention ---- */
-
-/* qkv (B, T, W) with W = C_l + 2 C_kv (engine/core/math.h tri_flash_dims), the f32 row statistics
- * `stats` (lse or delta) (B, NH_l, T), and out (B*T, C_l) (out_name: "out" or "dout"): C_l % NH_l == 0,
- * C_kv a multiple of the head size HS = C_l / NH_l dividing NH_l's heads into equal groups. */
-static int check_flash(const char *op, tri_tensor out, const char *out_name, tri_tensor stats,
-                       const char *stats_name, tri_tensor qkv)
-{
-    char x[96], y[96], z[96];
-    int rc = need_float(op, "qkv", qkv);
-    if (!rc) rc = need(op, stats_name, stats, TRI_F32);
-    if (!rc) rc = need_float(op, out_name, out);
-    if (rc)
-        return rc;
-    if (qkv.ndim != 3 || stats.ndim != 3)
-        return TRI_ERR(TRI_EINVAL, "%s: qkv %s must be (B, T, C_l + 2 C_kv), %s %s (B, NH_l, T)", op, DESC(qkv, x),
-                       stats_name, DESC(stats, y));
-    int64_t B = qkv.shape[0], T = qkv.shape[1], NH = stats.shape[1], C = tri_tensor_cols(out);
-    if (stats.shape[0] != B || stats.shape[2] != T || NH == 0 || C % NH != 0)
-        return TRI_ERR(TRI_EINVAL, "%s: %s %s does not match qkv %s and %s %s (B, NH_l, T) with C_l %% NH_l == 0",
-                       op, stats_name, DESC(stats, x), DESC(qkv, y), out_name, DESC(out, z));
-    int64_t HS = C / NH, kv = qkv.shape[2] - C;
-    if (kv <= 0 || kv % (2 * HS) != 0 || NH % (kv / (2 * HS)) != 0)
-        return TRI_ERR(TRI_EINVAL, "%s: qkv %s is not [q | k | v] for %s %s: its last dimension must be C_l + 2 "
-                       "NH_kv HS with HS %lld and NH_kv dividing NH_l %lld", op, DESC(qkv, x), out_name, DESC(out, y),
-                       (long long)HS, (long long)NH);
-    return need_matrix(op, out_name, out, B * T, C);
-}
-
-/* An empty batch or sequence (B or T 0) has nothing to compute: the ops return before any backend
- * sees it (a CUDA grid of 0 blocks is an invalid launch). */
-int tri_op_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
-{
-    int rc = check_flash("flash_attention_forward", out, "out", lse, "lse", qkv);
-    if (rc || tri_tensor_numel(qkv) == 0)
-        return rc;
-    widen w = widen_start(d, rc);
-    wide(&w, &out, true);
-    wide(&w, &qkv, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, flash_attention_forward, out, lse, qkv));
-}
-
-int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
-                                    tri_tensor qkv, tri_tensor out, tri_tensor lse)
-{
-    const char *op = "flash_attention_backward";
-    int rc = check_flash(op, dout, "dout", lse, "lse", qkv);
-    if (!rc) rc = check_flash(op, out, "out", delta, "delta", qkv);
-    if (!rc) rc = need_float(op, "dqkv", dqkv);
-    if (!rc) rc = need_numel(op, "dqkv", dqkv, tri_tensor_numel(qkv));
-    if (!rc) rc = need_numel(op, "delta", delta, tri_tensor_numel(lse));
-    if (rc || tri_tensor_numel(qkv) == 0)
-        return rc;
-    widen w = widen_start(d, rc);
-    wide(&w, &dqkv, true);
-    wide(&w, &dout, false);
-    wide(&w, &qkv, false);
-    wide(&w, &out, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, flash_attention_backward, dqkv, delta, dout, qkv, out, lse));
-}
-
-/* ---- RMSNorm, SwiGLU, rotary embedding (the Llama family) ---- */
-
-static int check_rmsnorm(const char *op, tri_tensor inp, tri_tensor w, tri_tensor rstd)
-{
-    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
-    int rc = need_float(op, "inp", inp);
-    if (!rc) rc = need_float(op, "w", w);
-    if (!rc) rc = need(op, "rstd", rstd, TRI_F32);
-    if (!rc) rc = need_numel(op, "w", w, C);
-    if (!rc) rc = need_numel(op, "rstd", rstd, N);
-    return rc;
-}
-
-int tri_op_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
-{
-    const char *op = "rmsnorm_forward";
-    int rc = check_rmsnorm(op, inp, w, rstd);
-    if (!rc) rc = need_float(op, "out", out);
-    if (!rc) rc = need_matrix(op, "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
-    if (!rc && !(eps > 0.0f))
-        rc = TRI_ERR(TRI_EINVAL, "%s: eps %g must be positive", op, (double)eps);
-    widen wd = widen_start(d, rc);
-    wide(&wd, &out, true);
-    wide(&wd, &inp, false);
-    wide(&wd, &w, false);
-    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rmsnorm_forward, out, rstd, inp, w, eps));
-}
-
-/* As tri_op_add_layernorm_forward, for RMSNorm. */
-int tri_op_add_rmsnorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd, tri_tensor a,
-                               tri_tensor b, tri_tensor w, float eps)
-{
-    const char *op = "add_rmsnorm_forward";
-    int rc = check_residual(op, res, out, a, b);
-    if (!rc) rc = check_rmsnorm(op, res, w, rstd);
-    if (!rc && !(eps > 0.0f))
-        rc = TRI_ERR(TRI_EINVAL, "%s: eps %g must be positive", op, (double)eps);
-    if (rc)
-        return rc;
-    if (!d->ops->add_rmsnorm_forward || !d->native_bf16) {
-        rc = tri_op_add(d, res, a, b);
-        return rc ? rc : tri_op_rmsnorm_forward(d, out, rstd, res, w, eps);
-    }
-    return DISPATCH(d, add_rmsnorm_forward, res, out, rstd, a, b, w, eps);
-}
-
-int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
-                            tri_tensor w, tri_tensor rstd)
-{
-    const char *op = "rmsnorm_backward";
-    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
-    int rc = check_rmsnorm(op, inp, w, rstd);
-    if (!rc) rc = need_float(op, "dinp", dinp);
-    if (!rc) rc = need_float(op, "dw", dw);
-    if (!rc) rc = need_float(op, "dout", dout);
-    if (!rc) rc = need_matrix(op, "dinp", dinp, N, C);
-    if (!rc) rc = need_matrix(op, "dout", dout, N, C);
-    if (!rc) rc = need_numel(op, "dw", dw, C);
-    widen wd = widen_start(d, rc);
-    wide(&wd, &dinp, true);
-    wide(&wd, &dw, true);
-    wide(&wd, &dout, false);
-    wide(&wd, &inp, false);
-    wide(&wd, &w, false);
-    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rmsnorm_backward, dinp, dw, dout, inp, w, rstd));
-}
-
-/* gate_up (N, 2F) and an (N, F) tensor t named `name`. */
-static int check_swiglu(const char *op, tri_tensor gate_up, tri_tensor t, const char *name)
-{
-    char x[96];
-    int rc = need_float(op, "gate_up", gate_up);
-    if (!rc) rc = need_float(op, name, t);
-    if (!rc && tri_tensor_cols(gate_up) % 2 != 0)
-        rc = TRI_ERR(TRI_EINVAL, "%s: gate_up %s must have an even last dimension ([gate | up])", op,
-                     DESC(gate_up, x));
-    if (!rc) rc = need_matrix(op, name, t, tri_tensor_rows(gate_up), tri_tensor_cols(gate_up) / 2);
-    return rc;
-}
-
-int tri_op_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up)
-{
-    widen wd = widen_start(d, check_swiglu("swiglu_forward", gate_up, out, "out"));
-    wide(&wd, &out, true);
-    wide(&wd, &gate_up, false);
-    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, swiglu_forward, out, gate_up));
-}
-
-int tri_op_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
-{
-    const char *op = "swiglu_backward";
-    int rc = check_swiglu(op, gate_up, dout, "dout");
-    if (!rc) rc = need_float(op, "dgate_up", dgate_up);
-    if (!rc) rc = need_matrix(op, "dgate_up", dgate_up, tri_tensor_rows(gate_up), tri_tensor_cols(gate_up));
-    widen wd = widen_start(d, rc);
-    wide(&wd, &dgate_up, true);
-    wide(&wd, &gate_up, false);
-    wide(&wd, &dout, false);
-    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, swiglu_backward, dgate_up, gate_up, dout));
-}
-
-static int check_rope(const char *op, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                      int64_t row0)
-{
-    char a[96], b[96];
-    int rc = need_float(op, "x", x);
-    if (!rc) rc = need(op, "cos", cos, TRI_F32);
-    if (!rc) rc = need(op, "sin", sin, TRI_F32);
-    if (rc)
-        return rc;
-    int64_t half = tri_tensor_cols(cos);
-    if (tri_tensor_rows(sin) != tri_tensor_rows(cos) || tri_tensor_cols(sin) != half)
-        return TRI_ERR(TRI_EINVAL, "%s: sin %s must match cos %s (positions, HS/2)", op, DESC(sin, a), DESC(cos, b));
-    if (half < 1 || n_heads < 1 || 2 * half * n_heads > tri_tensor_cols(x))
-        return TRI_ERR(TRI_EINVAL, "%s: %lld heads of %lld (2 x cos's columns) do not fit x %s", op,
-                       (long long)n_heads, (long long)(2 * half), DESC(x, a));
-    if (T < 1 || T > tri_tensor_rows(cos) || row0 < 0)
-        return TRI_ERR(TRI_EINVAL, "%s: positions up to T %lld (row0 %lld) need that many rows of cos %s", op,
-                       (long long)T, (long long)row0, DESC(cos, a));
-    return TRI_OK;
-}
-
-int tri_op_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                        int64_t row0)
-{
-    widen wd = widen_start(d, check_rope("rope_forward", x, cos, sin, n_heads, T, row0));
-    wide(&wd, &x, true);
-    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rope_forward, x, cos, sin, n_heads, T, row0));
-}
-
-int tri_op_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                         int64_t row0)
-{
-    widen wd = widen_start(d, check_rope("rope_backward", dx, cos, sin, n_heads, T, row0));
-    wide(&wd, &dx, true);
-    return widen_end(&wd, wd.rc ? 0 : DISPATCH(d, rope_backward, dx, cos, sin, n_heads, T, row0));
-}
-
-/* ---- GELU ---- */
-
-int tri_op_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
-{
-    int rc = need_float("gelu_forward", "inp", inp);
-    if (!rc) rc = need_float("gelu_forward", "out", out);
-    if (!rc) rc = need_numel("gelu_forward", "out", out, tri_tensor_numel(inp));
-    widen w = widen_start(d, rc);
-    wide(&w, &out, true);
-    wide(&w, &inp, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, gelu_forward, out, inp));
-}
-
-int tri_op_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
-{
-    int rc = need_float("gelu_backward", "inp", inp);
-    if (!rc) rc = need_float("gelu_backward", "dinp", dinp);
-    if (!rc) rc = need_float("gelu_backward", "dout", dout);
-    if (!rc) rc = need_numel("gelu_backward", "dinp", dinp, tri_tensor_numel(inp));
-    if (!rc) rc = need_numel("gelu_backward", "dout", dout, tri_tensor_numel(inp));
-    widen w = widen_start(d, rc);
-    wide(&w, &dinp, true);
-    wide(&w, &inp, false);
-    wide(&w, &dout, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, gelu_backward, dinp, inp, dout));
-}
-
-/* ---- embeddings ---- */
-
-int tri_op_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte,
-                             int64_t vocab_start)
-{
-    const char *op = "embedding_forward";
-    int rc = need(op, "tokens", tokens, TRI_I32);
-    if (!rc) rc = need_float(op, "wte", wte);
-    if (!rc) rc = need_float(op, "out", out);
-    if (!rc) rc = need_matrix(op, "out", out, tri_tensor_numel(tokens), tri_tensor_cols(wte));
-    widen w = widen_start(d, rc);
-    wide(&w, &out, true);
-    wide(&w, &wte, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, embedding_forward, out, tokens, wte, vocab_start));
-}
-
-int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
-                              int64_t vocab_start)
-{
-    const char *op = "embedding_backward";
-    int rc = need(op, "tokens", tokens, TRI_I32);
-    if (!rc) rc = need_float(op, "dwte", dwte);
-    if (!rc) rc = need_float(op, "dout", dout);
-    if (!rc) rc = need_matrix(op, "dout", dout, tri_tensor_numel(tokens), tri_tensor_cols(dwte));
-    widen w = widen_start(d, rc);
-    wide(&w, &dwte, true);
-    wide(&w, &dout, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, embedding_backward, dwte, dout, tokens, vocab_start));
-}
-
-/* x is out (forward) or dout (backward), wpe is wpe or dwpe: x_name and wpe_name say which. */
-static int check_position(const char *op, tri_tensor x, const char *x_name, tri_tensor wpe,
-                          const char *wpe_name, int64_t T, int64_t row0)
-{
-    int rc = need_float(op, x_name, x);
-    if (!rc) rc = need_float(op, wpe_name, wpe);
-    if (rc)
-        return rc;
-    if (tri_tensor_cols(x) != tri_tensor_cols(wpe) || T <= 0 || T > tri_tensor_rows(wpe) || row0 < 0) {
-        char a[96], b[96];
-        return TRI_ERR(TRI_EINVAL, "%s: %s %s, %s %s, T %lld, row0 %lld do not fit", op, x_name,
-                       DESC(x, a), wpe_name, DESC(wpe, b), (long long)T, (long long)row0);
-    }
-    return TRI_OK;
-}
-
-int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
-{
-    widen w = widen_start(d, check_position("position_forward", out, "out", wpe, "wpe", T, row0));
-    wide(&w, &out, true);
-    wide(&w, &wpe, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, position_forward, out, wpe, T, row0));
-}
-
-int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0)
-{
-    widen w = widen_start(d, check_position("position_backward", dout, "dout", dwpe, "dwpe", T, row0));
-    wide(&w, &dwpe, true);
-    wide(&w, &dout, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, position_backward, dwpe, dout, T, row0));
-}
-
-/* ---- cross-entropy ---- */
-
-static int check_logits(const char *op, tri_tensor logits, int64_t V_valid)
-{
-    int rc = need_float(op, "logits", logits);
-    if (!rc && (V_valid < 0 || V_valid > tri_tensor_cols(logits)))
-        rc = TRI_ERR(TRI_EINVAL, "%s: V_valid %lld outside [0, %lld]", op, (long long)V_valid,
-                     (long long)tri_tensor_cols(logits));
-    return rc;
-}
-
-static int check_ce(const char *op, tri_tensor logits, tri_tensor maxes, int64_t V_valid)
-{
-    int rc = check_logits(op, logits, V_valid);
-    if (!rc) rc = need(op, "maxes", maxes, TRI_F32);
-    if (!rc) rc = need_numel(op, "maxes", maxes, tri_tensor_rows(logits));
-    return rc;
-}
-
-int tri_op_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
-{
-    widen w = widen_start(d, check_ce("ce_row_max", logits, maxes, V_valid));
-    wide(&w, &logits, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, ce_row_max, maxes, logits, V_valid));
-}
-
-int tri_op_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
-                            tri_tensor targets, int64_t vocab_start, int64_t V_valid)
-{
-    const char *op = "ce_sumexp_target";
-    int rc = check_ce(op, logits, maxes, V_valid);
-    if (!rc) rc = need(op, "stats", stats, TRI_F32);
-    if (!rc) rc = need_matrix(op, "stats", stats, tri_tensor_rows(logits), 2);
-    if (!rc) rc = need(op, "targets", targets, TRI_I32);
-    if (!rc) rc = need_numel(op, "targets", targets, tri_tensor_rows(logits));
-    widen w = widen_start(d, rc);
-    wide(&w, &logits, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, ce_sumexp_target, stats, logits, maxes, targets, vocab_start, V_valid));
-}
-
-int tri_op_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats)
-{
-    int rc = need("ce_loss", "losses", losses, TRI_F32);
-    if (!rc) rc = need("ce_loss", "maxes", maxes, TRI_F32);
-    if (!rc) rc = need_numel("ce_loss", "maxes", maxes, tri_tensor_numel(losses));
-    if (!rc) rc = need("ce_loss", "stats", stats, TRI_F32);
-    if (!rc) rc = need_numel("ce_loss", "stats", stats, 2 * tri_tensor_numel(losses));
-    return rc ? rc : DISPATCH(d, ce_loss, losses, maxes, stats);
-}
-
-int tri_op_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes,
-                       tri_tensor stats, tri_tensor targets, int64_t vocab_start, int64_t V_valid,
-                       float dloss)
-{
-    const char *op = "ce_backward";
-    int rc = check_ce(op, logits, maxes, V_valid);
-    if (!rc) rc = need_float(op, "dlogits", dlogits);
-    if (!rc) rc = need_numel(op, "dlogits", dlogits, tri_tensor_numel(logits));
-    if (!rc) rc = need(op, "stats", stats, TRI_F32);
-    if (!rc) rc = need_matrix(op, "stats", stats, tri_tensor_rows(logits), 2);
-    if (!rc) rc = need(op, "targets", targets, TRI_I32);
-    if (!rc) rc = need_numel(op, "targets", targets, tri_tensor_rows(logits));
-    widen w = widen_start(d, rc);
-    wide(&w, &dlogits, true);
-    wide(&w, &logits, false);
-    return widen_end(&w, w.rc ? 0
-                                : DISPATCH(d, ce_backward, dlogits, logits, maxes, stats, targets, vocab_start,
-                                           V_valid, dloss));
-}
-
-/* dlogits may be the logits themselves (same data, same dtype) or apart from them, nothing between. */
-static int check_in_place(const char *op, tri_tensor dlogits, tri_tensor logits)
-{
-    const char *a = dlogits.data, *b = logits.data;
-    bool apart = a + tri_tensor_bytes(dlogits) <= b || b + tri_tensor_bytes(logits) <= a;
-    if (a == b && dlogits.dtype != logits.dtype)
-        return TRI_ERR(TRI_EINVAL, "%s: 'dlogits' is the logits' memory but %s, not the logits' %s", op,
-                       tri_dtype_name(dlogits.dtype), tri_dtype_name(logits.dtype));
-    if (a != b && !apart)
-        return TRI_ERR(TRI_EINVAL, "%s: 'dlogits' overlaps 'logits' without being them (in place means the same "
-                       "data pointer)", op);
-    return TRI_OK;
-}
-
-int tri_op_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
-                    int64_t V_valid, float dloss)
-{
-    const char *op = "ce_fused";
-    int64_t N = tri_tensor_rows(logits);
-    int rc = check_logits(op, logits, V_valid);
-    if (!rc) rc = need(op, "losses", losses, TRI_F32);
-    if (!rc) rc = need_numel(op, "losses", losses, N);
-    if (!rc) rc = need(op, "targets", targets, TRI_I32);
-    if (!rc) rc = need_numel(op, "targets", targets, N);
-    if (!rc && tri_tensor_present(dlogits)) {
-        rc = need_float(op, "dlogits", dlogits);
-        if (!rc) rc = need_numel(op, "dlogits", dlogits, tri_tensor_numel(logits));
-        if (!rc) rc = check_in_place(op, dlogits, logits);
-    }
-    widen w = widen_start(d, rc);
-    wide(&w, &dlogits, true);
-    wide(&w, &logits, false);
-    return widen_end(&w, w.rc ? 0 : DISPATCH(d, ce_fused, losses, dlogits, logits, targets, V_valid, dloss));
-}
-
-/* ---- optimizer ---- */
-
-/* tri_op_adamw's argument checks; op names the op (and piece) in the messages. */
-static int adamw_check(const char *op, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
-                       const tri_adamw_hparams *hp)
-{
-    int64_t n = tri_tensor_numel(param);
-    int rc = need(op, "param", param, TRI_F32);
-    if (!rc) rc = need(op, "grad", grad, TRI_F32);
-    if (!rc) rc = need(op, "m", m, TRI_F32);
-    if (!rc) rc = need(op, "v", v, TRI_F32);
-    if (!rc) rc = need_numel(op, "grad", grad, n);
-    if (!rc) rc = need_numel(op, "m", m, n);
-    if (!rc) rc = need_numel(op, "v", v, n);
-    if (!rc && hp->step < 1)
-        rc = TRI_ERR(TRI_EINVAL, "%s: step must be >= 1 (got %lld)", op, (long long)hp->step);
-    return rc;
-}
-
-int tri_op_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
-                 const tri_adamw_hparams *hp)
-{
-    int rc = adamw_check("adamw", param, grad, m, v, hp);
-    return rc ? rc : DISPATCH(d, adamw, param, grad, m, v, hp);
-}
-
-int tri_op_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp)
-{
-    int rc = TRI_OK;
-    for (int k = 0; k < n && !rc; k++) {
-        char op[48];
-        snprintf(op, sizeof op, "adamw_multi piece %d", k);
-        const tri_adamw_piece *p = &pieces[k];
-        rc = adamw_check(op, p->param, p->grad, p->m, p->v, hp);
-    }
-    if (rc || n <= 0)
-        return rc;
-    if (!d->ops->adamw_multi) {
-        for (int k = 0; k < n && !rc; k++) {
-            tri_adamw_hparams h = *hp;
-            h.weight_decay = pieces[k].weight_decay;
-            rc = DISPATCH(d, adamw, pieces[k].param, pieces[k].grad, pieces[k].m, pieces[k].v, &h);
-        }
-        return rc;
-    }
-    return DISPATCH(d, adamw_multi, pieces, n, hp);
-}
-
-/* ---- fixed point ---- */
-
-int tri_op_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
-{
-    const char *op = "fixed_accumulate";
-    int rc = need(op, "acc", acc, TRI_I64);
-    if (!rc) rc = need(op, "x", x, TRI_F32);
-    if (!rc) rc = need_numel(op, "x", x, tri_tensor_numel(acc));
-    if (!rc) rc = need(op, "bad", bad, TRI_F32);
-    if (!rc) rc = need_numel(op, "bad", bad, 1);
-    if (!rc && (bits < 0 || bits > 60))
-        rc = TRI_ERR(TRI_EINVAL, "%s: %d fraction bits outside [0, 60]", op, bits);
-    return rc ? rc : DISPATCH(d, fixed_accumulate, acc, x, bits, bad);
-}
-
-int tri_op_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
-{
-    int rc = need("fixed_to_float", "out", out, TRI_F32);
-    if (!rc) rc = need("fixed_to_float", "acc", acc, TRI_I64);
-    if (!rc) rc = need_numel("fixed_to_float", "acc", acc, tri_tensor_numel(out));
-    return rc ? rc : DISPATCH(d, fixed_to_float, out, acc, bits);
-}
-
-int tri_op_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
-{
-    int rc = need("add_i64", "y", y, TRI_I64);
-    if (!rc) rc = need("add_i64", "x", x, TRI_I64);
-    if (!rc) rc = need_numel("add_i64", "x", x, tri_tensor_numel(y));
-    return rc ? rc : DISPATCH(d, add_i64, y, x);
-}
-
-int tri_op_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
-{
-    const char *op = "fixed_sum_squares";
-    int rc = need(op, "limbs", limbs, TRI_I64);
-    if (!rc) rc = need_numel(op, "limbs", limbs, 6);
-    if (!rc) rc = need(op, "x", x, TRI_F32);
-    if (!rc) rc = need(op, "bad", bad, TRI_F32);
-    if (!rc) rc = need_numel(op, "bad", bad, 1);
-    if (!rc && (bits < 0 || bits > 60))
-        rc = TRI_ERR(TRI_EINVAL, "%s: %d fraction bits outside [0, 60]", op, bits);
-    return rc ? rc : DISPATCH(d, fixed_sum_squares, limbs, x, bits, bad);
-}
-
-double tri_fixed_limbs_value(const int64_t limbs[6], int scale)
-{
-    /* carry exactly first: the same integer split differently over the limbs (by how ranks and
-     * calls divided the work) must give the same double */
-    int64_t l[6];
-    memcpy(l, limbs, sizeof l);
-    for (int k = 0; k < 5; k++) {
-        l[k + 1] += l[k] >> 32;
-        l[k] &= 0xffffffff;
-    }
-    double v = 0.0;
-    for (int k = 5; k >= 0; k--)
-        v = v * 4294967296.0 + (double)l[k];
-    return ldexp(v, -scale);
 }

@@ -1,4 +1,4 @@
-/* tests/cuda_emu/cublasLt.h - the part of cuBLASLt that cuda/matmul.cu calls, on the CPU.
+/* tests/cuda_emu/cublasLt.h - the part of cuBLASLt that cuda/matmul/matmul.cu calls, on the CPU.
  *
  * For the emulated CUDA build (tests/cuda_emu/cuda_runtime.h says how it works). cublasLtMatmul
  * computes what NVIDIA's cuBLASLt documentation defines, in cuBLAS's column-major convention:
@@ -8,7 +8,7 @@
  * bias[i] to row i of D (a vector of D's rows, of the BIAS_DATA_TYPE). A and B are fp32 or bf16 (one
  * type), C and D fp32 or bf16, the scale and the accumulation fp32 in the cuBLAS sense; the sum here
  * runs in double and is rounded once, a summation order of its own as cuBLASLt's is. So
- * cuda/matmul.cu's mapping of Trident's row-major products onto that convention (swapped operands,
+ * cuda/matmul/matmul.cu's mapping of Trident's row-major products onto that convention (swapped operands,
  * leading dimensions, the bias on D's rows, batch strides) is checked against the CPU backend's
  * sgemm within the tolerance that a different order gives. Descriptor attributes the code does not
  * set keep cuBLASLt's defaults (no transposes, the default epilogue); preferences and the heuristic

@@ -111,7 +111,7 @@ static inline cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int 
     return cudaSuccess;
 }
 
-/* An H100's 227 KiB of shared memory a block may opt in to, so cuda/flash.cu chooses the tiled
+/* An H100's 227 KiB of shared memory a block may opt in to, so cuda/attention/flash.cu chooses the tiled
  * attention kernels where it would on one (their launches run mma_shim.h's emulation). */
 static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int ordinal)
 {

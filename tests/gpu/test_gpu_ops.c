@@ -32,6 +32,7 @@
 
 #include "cuda/device_cuda.h"
 #include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
 #include "tests/gpu/gpuutil.h"
 #include "tests/opsutil.h"
 
@@ -879,7 +880,7 @@ Test(gpu_ops, cross_entropy_fused)
 /* ---- the fast kernels against their simple twins and the CPU, bit for bit ----
  * The row kernels (layernorm, the attention's softmax rows) and the column sums (layernorm's dw and
  * db, the bias gradient) add in engine/core/math.h's order in every form: the warp-per-row kernels
- * (cuda/warp.cuh), the two-pass column sums (cuda/kernels/colsum.kern.h), the simple twins and the
+ * (cuda/warp.cuh), the two-pass column sums (cuda/matmul/colsum.kern.h), the simple twins and the
  * CPU backend. So they must agree exactly (tolerance 0), in fp32 and bf16, at row lengths that take
  * the 16-byte vector path (multiples of 8 on aligned rows), the scalar path (odd lengths; rows
  * 2, 4 or 8 bytes off alignment) and both in one launch, with more rows than one column chunk. */
@@ -1035,11 +1036,11 @@ Test(gpu_ops, gelu_fast_vs_simple)
 
 /* ---- fused attention (FlashAttention-2) ----
  * The CUDA forms against the CPU backend's flash ops (sgemm-tiled, the same online softmax):
- * - fp32 with head sizes 32/64/80/96/128 runs the tiled kernels on the CUDA cores (cuda/flash_mma.cu,
+ * - fp32 with head sizes 32/64/80/96/128 runs the tiled kernels on the CUDA cores (cuda/attention/flash_mma.cu,
  *   fp32 SIMT fragments: fmaf k-ascending), other head sizes and the simple switch the simple twins
  *   (a thread per row, dot products left to right): only the summation order differs, normalised
  *   TOL (on the CPU the twins measured 4.7e-7 and the tiled bodies, emulated, 1.3e-6);
- * - bf16 with head sizes 32/64/80/96/128 runs the tensor-core kernels (cuda/flash_mma.cu), which
+ * - bf16 with head sizes 32/64/80/96/128 runs the tensor-core kernels (cuda/attention/flash_mma.cu), which
  *   also round P and dS to bf16 before their products: each term of out = sum_j P_j v_j and of
  *   dq, dk, dv moves by at most 2^-9 of itself, so the sums move by at most 2^-9 of the sums of
  *   |terms|, with one output ulp on top: FLASH_MMA_TOL 2e-2 normalised (ATT_BF16_TOL). The same

@@ -1,0 +1,31 @@
+/* cuda/attention/flash_mma.h - the tiled fused attention kernels (CUDA only; see flash_mma.cu): bf16 on the
+ * tensor cores, fp32 on the CUDA cores. */
+#ifndef TRIDENT_CUDA_ATTENTION_FLASH_MMA_H
+#define TRIDENT_CUDA_ATTENTION_FLASH_MMA_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
+
+/* Whether the kernels are built for head size HS (32, 64, 80, 96 or 128). */
+bool tri_flash_mma_supports(int64_t HS);
+
+/* Dynamic shared memory (bytes) of the forward (backward false) or the two backward kernels of
+ * head size HS in bf16 or fp32: a device whose per-block opt-in limit is smaller cannot run them.
+ * 0 when HS has no kernel. */
+size_t tri_flash_mma_smem_bytes(int64_t HS, bool bf16, bool backward);
+
+/* out(B,T,NH*HS) and lse(B,NH,T) fp32 from qkv (engine/device/ops/attention_math.h tri_flash_dims); qkv and out
+ * both bf16 (bf16 true) or both fp32, on 16-byte boundaries. TRI_ENOTSUP for a head size without a
+ * kernel, TRI_EDEVICE for a failed launch. */
+int tri_flash_mma_forward(cudaStream_t stream, bool bf16, void *out, float *lse, const void *qkv, tri_flash_dims d);
+
+/* dqkv (qkv's layout) from dout(B,T,NH*HS), qkv, lse and delta (already computed, fp32); dqkv,
+ * dout and qkv all bf16 (bf16 true) or all fp32. Errors as the forward's. */
+int tri_flash_mma_backward(cudaStream_t stream, bool bf16, void *dqkv, const float *delta, const void *dout,
+                           const void *qkv, const float *lse, tri_flash_dims d);
+
+#endif

@@ -1,0 +1,110 @@
+/* cuda/embedding/embedding.kern.h - simple embedding kernels (CUDA and C).
+ *
+ * Forward ops write or add one element per thread. Backward ops (gradients of wte rows and wpe
+ * rows) give one thread per column and add the rows n in order into the parameter gradient: the
+ * CPU backend's order, so the sums are bit for bit the CPU's and deterministic (tokens repeat, so a
+ * thread per row would race; atomics would make the order vary). Every floating array is fp32 or
+ * bf16 (its `_bf16` flag; engine/core/math.h tri_load / tri_store, fp32 arithmetic). position_backward
+ * sums each gradient element's rows in a register and stores it once, so a bf16 dwpe is rounded
+ * once, as in the CPU backend. embedding_backward adds each row into dwte as it comes: a token that
+ * repeats in the call rounds a bf16 dwte at every repeat (the CPU backend rounds once), which
+ * only a per-row scratch of fp32 could avoid. */
+#ifndef TRIDENT_CUDA_EMBEDDING_EMBEDDING_KERN_H
+#define TRIDENT_CUDA_EMBEDDING_EMBEDDING_KERN_H
+
+#include "cuda/kernels/shim.h"
+
+/* out(N,C)[n] = wte(V_l,C)[tokens[n] - vocab_start] when that row is in the shard, else 0 */
+TRI_KERNEL embedding_forward_kernel(void *out, int out_bf16, const int32_t *tokens, const void *wte,
+                                    int wte_bf16, int64_t N, int64_t C, int64_t V_l, int64_t vocab_start)
+{
+    for (int64_t i = TRI_GLOBAL_ID; i < N * C; i += TRI_GLOBAL_STRIDE) {
+        int64_t n = i / C, j = i % C;
+        int64_t r = (int64_t)tokens[n] - vocab_start;
+        tri_store(out, out_bf16, i, (r >= 0 && r < V_l) ? tri_load(wte, wte_bf16, r * C + j) : 0.0f);
+    }
+}
+
+/* dwte(V_l,C)[tokens[n] - vocab_start] += dout(N,C)[n] for tokens in the shard */
+TRI_KERNEL embedding_backward_kernel(void *dwte, int dwte_bf16, const void *dout, int dout_bf16,
+                                     const int32_t *tokens, int64_t N, int64_t C, int64_t V_l,
+                                     int64_t vocab_start)
+{
+    for (int64_t j = TRI_GLOBAL_ID; j < C; j += TRI_GLOBAL_STRIDE)
+        for (int64_t n = 0; n < N; n++) {
+            int64_t r = (int64_t)tokens[n] - vocab_start;
+            if (r >= 0 && r < V_l)
+                tri_store(dwte, dwte_bf16, r * C + j,
+                          tri_load(dwte, dwte_bf16, r * C + j) + tri_load(dout, dout_bf16, n * C + j));
+        }
+}
+
+/* The fast form of embedding_backward_kernel, two launches with the same additions in the same
+ * order. Every (vocab row, column) element of dwte adds the rows of dout whose token is that row, in
+ * token order; the simple kernel gets that order by walking all N tokens per column (C threads). Here
+ * the first pass links equal tokens, a thread per token (O(N) each): next[n] = the next m > n with
+ * tokens[m] == tokens[n] (-1 if none) and first[n] = whether no earlier token equals it; the second
+ * gives a thread to every (first occurrence n, column j) pair, neighbours along j, which follows the
+ * links: dwte[r][j] = ((dwte[r][j] + dout[n][j]) + dout[next[n]][j]) + ..., rounded to bf16 after
+ * each addition when dwte is bf16 (as the simple kernel's read-modify-writes are). */
+TRI_KERNEL token_links_kernel(int32_t *next, int32_t *first, const int32_t *tokens, int64_t N)
+{
+    for (int64_t n = TRI_GLOBAL_ID; n < N; n += TRI_GLOBAL_STRIDE) {
+        int32_t t = tokens[n], nx = -1, is_first = 1;
+        for (int64_t m = 0; m < n && is_first; m++)
+            is_first = tokens[m] != t;
+        for (int64_t m = n + 1; m < N && nx < 0; m++)
+            nx = tokens[m] == t ? (int32_t)m : -1;
+        next[n] = nx;
+        first[n] = is_first;
+    }
+}
+
+TRI_KERNEL embedding_backward_links_kernel(void *dwte, int dwte_bf16, const void *dout, int dout_bf16,
+                                           const int32_t *tokens, const int32_t *next, const int32_t *first,
+                                           int64_t N, int64_t C, int64_t V_l, int64_t vocab_start)
+{
+    for (int64_t idx = TRI_GLOBAL_ID; idx < N * C; idx += TRI_GLOBAL_STRIDE) {
+        int64_t n = idx / C, j = idx % C;
+        int64_t r = (int64_t)tokens[n] - vocab_start;
+        if (!first[n] || r < 0 || r >= V_l)
+            continue;
+        float acc = tri_load(dwte, dwte_bf16, r * C + j);
+        for (int64_t m = n; m >= 0; m = next[m]) {
+            acc = acc + tri_load(dout, dout_bf16, m * C + j);
+            acc = dwte_bf16 ? tri_round_bf16(acc) : acc;
+        }
+        tri_store(dwte, dwte_bf16, r * C + j, acc);
+    }
+}
+
+/* out(N,C)[n] += wpe[(row0 + n) % T] */
+TRI_KERNEL position_forward_kernel(void *out, int out_bf16, const void *wpe, int wpe_bf16, int64_t N,
+                                   int64_t C, int64_t T, int64_t row0)
+{
+    for (int64_t i = TRI_GLOBAL_ID; i < N * C; i += TRI_GLOBAL_STRIDE) {
+        int64_t n = i / C, j = i % C;
+        tri_store(out, out_bf16, i, tri_load(out, out_bf16, i) + tri_load(wpe, wpe_bf16, ((row0 + n) % T) * C + j));
+    }
+}
+
+/* dwpe[(row0 + n) % T] += dout(N,C)[n]: each element (p, j), one thread, sums the rows
+ * n = n0, n0 + T, ... (n0 = (p - row0) mod T) in order from dwpe[p][j] and stores once (elements are
+ * independent, so a thread per element, neighbours along j, gives the bits of any other split);
+ * positions no row reaches are left untouched */
+TRI_KERNEL position_backward_kernel(void *dwpe, int dwpe_bf16, const void *dout, int dout_bf16, int64_t N,
+                                    int64_t C, int64_t T, int64_t row0)
+{
+    for (int64_t idx = TRI_GLOBAL_ID; idx < T * C; idx += TRI_GLOBAL_STRIDE) {
+        int64_t p = idx / C, j = idx % C;
+        int64_t n0 = (p - row0 % T + T) % T;
+        if (n0 >= N)
+            continue;
+        float acc = tri_load(dwpe, dwpe_bf16, p * C + j);
+        for (int64_t n = n0; n < N; n += T)
+            acc += tri_load(dout, dout_bf16, n * C + j);
+        tri_store(dwpe, dwpe_bf16, p * C + j, acc);
+    }
+}
+
+#endif

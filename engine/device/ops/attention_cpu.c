@@ -1,0 +1,137 @@
+/* engine/device/ops/attention_cpu.c - the attention ops on the CPU backend.
+ *
+ * Causal attention per (batch, head): scores = q k^T * scale and the products with v are OpenBLAS
+ * sgemms, the causal softmax (and its backward) a row at a time by engine/device/ops/attention_math.h, parallel
+ * over (batch, head). Fused attention is engine/device/ops/flash_cpu.c's tiled loops. The rotary
+ * embedding rotates each row's head pairs in place by math.h's pair functions. */
+#include <cblas.h>
+#include <math.h>
+#include <stdbool.h>
+
+#include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
+#include "engine/device/cpu_ops.h"
+#include "engine/device/cpu_threads.h"
+#include "engine/device/ops/flash_cpu.h"
+
+/* ---- attention: per (batch, head), scores = q k^T * scale, causal softmax, out = att v ---- */
+
+static void attention_forward_loop(tri_tensor out, tri_tensor att, tri_tensor qkv)
+{
+    int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = att.shape[1];
+    int64_t HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        const float *q = fp(qkv) + b * T * 3 * C + h * HS;
+        const float *k = q + C, *v = q + 2 * C;
+        float *a = fp(att) + bh * T * T;
+        float *o = fp(out) + b * T * C + h * HS;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)HS, scale, q,
+                    (int)(3 * C), k, (int)(3 * C), 0.0f, a, (int)T);
+        for (int64_t t = 0; t < T; t++)
+            tri_causal_softmax_row(a + t * T, a + t * T, t, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HS, (int)T, 1.0f, a,
+                    (int)T, v, (int)(3 * C), 0.0f, o, (int)C);
+    }
+}
+
+int tri_cpu_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
+{
+    TRI_ON_THREADS(nthreads(d), attention_forward_loop(out, att, qkv));
+    return TRI_OK;
+}
+
+static void attention_backward_loop(tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                                  tri_tensor qkv, tri_tensor att)
+{
+    int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = att.shape[1];
+    int64_t HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    int ld3 = (int)(3 * C);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        const float *q = fp(qkv) + b * T * 3 * C + h * HS;
+        const float *k = q + C, *v = q + 2 * C;
+        float *dq = fp(dqkv) + b * T * 3 * C + h * HS;
+        float *dk = dq + C, *dv = dq + 2 * C;
+        const float *a = fp(att) + bh * T * T;
+        float *da = fp(datt) + bh * T * T;
+        const float *g = fp(dout) + b * T * C + h * HS;
+        /* datt = dout v^T; dv = att^T dout */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)HS, 1.0f, g,
+                    (int)C, v, ld3, 0.0f, da, (int)T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)HS, (int)T, 1.0f, a,
+                    (int)T, g, (int)C, 0.0f, dv, ld3);
+        /* dscores through the causal softmax, in place */
+        for (int64_t t = 0; t < T; t++)
+            tri_causal_softmax_row_backward(da + t * T, a + t * T, da + t * T, t, T);
+        /* dq = dscores k * scale; dk = dscores^T q * scale */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HS, (int)T, scale, da,
+                    (int)T, k, ld3, 0.0f, dq, ld3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)HS, (int)T, scale, da,
+                    (int)T, q, ld3, 0.0f, dk, ld3);
+    }
+}
+
+int tri_cpu_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout,
+                               tri_tensor qkv, tri_tensor att)
+{
+    TRI_ON_THREADS(nthreads(d), attention_backward_loop(dqkv, datt, dout, qkv, att));
+    return TRI_OK;
+}
+
+/* ---- fused attention (engine/device/ops/flash_cpu.c) ---- */
+
+int tri_cpu_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
+{
+    tri_cpu_flash_forward(nthreads(d), fp(out), fp(lse), fp(qkv), tri_flash_dims_of(qkv, out, lse));
+    return TRI_OK;
+}
+
+int tri_cpu_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
+                                     tri_tensor qkv, tri_tensor out, tri_tensor lse)
+{
+    tri_cpu_flash_backward(nthreads(d), fp(dqkv), fp(delta), fp(dout), fp(qkv), fp(out), fp(lse),
+                           tri_flash_dims_of(qkv, dout, lse));
+    return TRI_OK;
+}
+
+/* ---- rotary position embedding ---- */
+
+/* Rotates (backward: rotates back) the first n_heads heads of every row of x in place. */
+static void rope_loop(tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T, int64_t row0,
+                      bool backward)
+{
+    int64_t N = tri_tensor_rows(x), W = tri_tensor_cols(x), half = tri_tensor_cols(cos), HS = 2 * half;
+    float *v = fp(x);
+    const float *c = fp(cos), *s = fp(sin);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        int64_t pos = (row0 + n) % T;
+        for (int64_t h = 0; h < n_heads; h++)
+            for (int64_t i = 0; i < half; i++) {
+                float *a = v + n * W + h * HS + i;
+                if (backward)
+                    tri_rope_pair_backward(a, a + half, c[pos * half + i], s[pos * half + i]);
+                else
+                    tri_rope_pair(a, a + half, c[pos * half + i], s[pos * half + i]);
+            }
+    }
+}
+
+int tri_cpu_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                         int64_t row0)
+{
+    TRI_ON_THREADS(nthreads(d), rope_loop(x, cos, sin, n_heads, T, row0, false));
+    return TRI_OK;
+}
+
+int tri_cpu_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads,
+                          int64_t T, int64_t row0)
+{
+    TRI_ON_THREADS(nthreads(d), rope_loop(dx, cos, sin, n_heads, T, row0, true));
+    return TRI_OK;
+}

@@ -1,0 +1,161 @@
+/* engine/device/ops/attention_math.h - the attention family's arithmetic, written once: the rotary
+ * embedding of one pair, the causal softmax of one attention row, and the tiles and online softmax
+ * of fused attention.
+ *
+ * Inline functions (TRI_HD: C for the CPU backend, __host__ __device__ under nvcc) that the CPU loops
+ * (attention_cpu.c, flash_cpu.c) and the CUDA kernels (cuda/attention/attention.kern.h,
+ * softmax_fast.cuh, flash*.kern.h, rope*) both call; row sums follow engine/core/math.h's order. */
+#ifndef TRIDENT_ENGINE_DEVICE_OPS_ATTENTION_MATH_H
+#define TRIDENT_ENGINE_DEVICE_OPS_ATTENTION_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "engine/core/math.h"
+
+/* ---- rotary position embedding of one pair (Su et al. 2021), Hugging Face's rotate_half form ----
+ * Elements i and i + HS/2 of a head, at a position with cos c and sin s of frequency i:
+ * (a, b) <- (a c - b s, b c + a s), i.e. x cos + rotate_half(x) sin; the backward rotates back. */
+TRI_HD void tri_rope_pair(float *a, float *b, float c, float s)
+{
+    float x = *a, y = *b;
+    *a = x * c - y * s;
+    *b = y * c + x * s;
+}
+
+TRI_HD void tri_rope_pair_backward(float *a, float *b, float c, float s)
+{
+    float x = *a, y = *b;
+    *a = x * c + y * s;
+    *b = y * c - x * s;
+}
+
+/* ---- causal softmax of one attention row: p[0..t] = softmax(s[0..t]), p[t+1..T) = 0 ----
+ * p may be s (in place); p holds the exponentials before it is scaled (read back as stored). The
+ * max is exact in any order; the sum of the exponentials is a row sum in engine/core/math.h's order. */
+TRI_HD void tri_causal_softmax_row_mixed(void *p, int p_bf16, const void *s, int s_bf16, int64_t t, int64_t T)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j <= t; j++) {
+        float sj = tri_load(s, s_bf16, j);
+        mx = sj > mx ? sj : mx;
+    }
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t j0 = 0; j0 <= t; j0 += TRI_ROW_SLOTS)
+        for (int64_t k = 0, len = tri_row_slots_span(j0, t + 1); k < len; k++) {
+            float e = tri_expf(tri_load(s, s_bf16, j0 + k) - mx);
+            tri_store(p, p_bf16, j0 + k, e);
+            acc[k] += e;
+        }
+    float inv = 1.0f / tri_row_slots_combine(acc);
+    for (int64_t j = 0; j <= t; j++)
+        tri_store(p, p_bf16, j, tri_load(p, p_bf16, j) * inv);
+    for (int64_t j = t + 1; j < T; j++)
+        tri_store(p, p_bf16, j, 0.0f);
+}
+
+TRI_HD void tri_causal_softmax_row(float *p, const float *s, int64_t t, int64_t T)
+{
+    tri_causal_softmax_row_mixed(p, 0, s, 0, t, T);
+}
+
+/* Softmax backward of one causal row: ds[j] = p[j] * (dp[j] - sum_k p[k] dp[k]), j <= t; 0 after.
+ * ds may be dp (in place); the dot product is a row sum in engine/core/math.h's order. */
+TRI_HD void tri_causal_softmax_row_backward_mixed(void *ds, int ds_bf16, const void *p, int p_bf16,
+                                                  const void *dp, int dp_bf16, int64_t t, int64_t T)
+{
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t j0 = 0; j0 <= t; j0 += TRI_ROW_SLOTS)
+        for (int64_t k = 0, len = tri_row_slots_span(j0, t + 1); k < len; k++)
+            acc[k] += tri_load(p, p_bf16, j0 + k) * tri_load(dp, dp_bf16, j0 + k);
+    float dot = tri_row_slots_combine(acc);
+    for (int64_t j = 0; j <= t; j++)
+        tri_store(ds, ds_bf16, j, tri_load(p, p_bf16, j) * (tri_load(dp, dp_bf16, j) - dot));
+    for (int64_t j = t + 1; j < T; j++)
+        tri_store(ds, ds_bf16, j, 0.0f);
+}
+
+TRI_HD void tri_causal_softmax_row_backward(float *ds, const float *p, const float *dp, int64_t t,
+                                            int64_t T)
+{
+    tri_causal_softmax_row_backward_mixed(ds, 0, p, 0, dp, 0, t, T);
+}
+
+/* ---- fused causal attention (FlashAttention-2: Dao 2023 §3.1, Algorithm 1) ----
+ * Queries go in tiles of TRI_FLASH_BR rows, keys and values in tiles of TRI_FLASH_BC; a query row t
+ * sees the keys j <= t, so the key tiles past a query tile's diagonal are skipped. Each row keeps a
+ * running max m and running sum l of the exponentials: after its scores s[0..n) of one key tile
+ * (scaled by 1/sqrt(HS), only the n visible keys) tri_flash_row_update replaces s by the
+ * exponentials p = exp(s - m_new) and returns alpha = exp(m - m_new), by which the row's output
+ * accumulator is multiplied before p v is added. After the last tile the output is divided by l
+ * and the row's logsumexp m + log(l) is saved: the backward recomputes each probability as
+ * exp(s - lse) (Algorithm 2). The key tiles go in ascending order and each tile's sum adds its
+ * exponentials left to right: that order is part of the op (the score and output products are
+ * BLAS or tensor-core sums, so the op matches the materialised path within a tolerance, not bit
+ * for bit). Context parallelism can feed a row key tiles from other ranks through the same update. */
+#define TRI_FLASH_BR 64
+#define TRI_FLASH_BC 64
+
+/* The layout of one fused attention problem: qkv rows of W = (NH + 2 NH_kv) HS elements holding
+ * [q | k | v], NH query heads and NH_kv key/value heads of HS each, head h of a part at column h*HS
+ * of it; grouped-query attention (Ainslie et al. 2023) when NH_kv < NH: query head h reads
+ * key/value head h / (NH / NH_kv), as Hugging Face's repeat_kv; NH_kv = NH is multi-head. out and
+ * dout are (B, T, NH HS); lse and delta (B, NH, T). */
+typedef struct tri_flash_dims {
+    int64_t B, T, NH, NH_kv, HS;
+} tri_flash_dims;
+
+TRI_HD int64_t tri_flash_width(tri_flash_dims d)
+{
+    return (d.NH + 2 * d.NH_kv) * d.HS;
+}
+
+/* Element offsets in qkv of token t of sequence b: query head h, key head g, value head g. */
+TRI_HD int64_t tri_flash_q_at(tri_flash_dims d, int64_t b, int64_t t, int64_t h)
+{
+    return (b * d.T + t) * tri_flash_width(d) + h * d.HS;
+}
+
+TRI_HD int64_t tri_flash_k_at(tri_flash_dims d, int64_t b, int64_t t, int64_t g)
+{
+    return (b * d.T + t) * tri_flash_width(d) + (d.NH + g) * d.HS;
+}
+
+TRI_HD int64_t tri_flash_v_at(tri_flash_dims d, int64_t b, int64_t t, int64_t g)
+{
+    return (b * d.T + t) * tri_flash_width(d) + (d.NH + d.NH_kv + g) * d.HS;
+}
+
+/* The key/value head query head h reads. */
+TRI_HD int64_t tri_flash_kv_head(tri_flash_dims d, int64_t h)
+{
+    return h / (d.NH / d.NH_kv);
+}
+
+TRI_HD float tri_flash_row_update(float *s, int64_t n, float *m, float *l)
+{
+    float mx = *m;
+    for (int64_t j = 0; j < n; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    if (n == 0)
+        return 1.0f;
+    float alpha = *m == -INFINITY ? 0.0f : tri_expf(*m - mx);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        s[j] = tri_expf(s[j] - mx);
+        sum += s[j];
+    }
+    *m = mx;
+    *l = *l * alpha + sum;
+    return alpha;
+}
+
+/* The row's logsumexp after its last tile (natural log). */
+TRI_HD float tri_flash_lse(float m, float l)
+{
+    return m + logf(l);
+}
+
+#endif

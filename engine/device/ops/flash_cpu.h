@@ -1,0 +1,27 @@
+/* engine/device/ops/flash_cpu.h - the CPU backend's fused causal attention (FlashAttention-2).
+ *
+ * The tiled algorithm of engine/device/ops/attention_math.h "fused causal attention" on fp32 host arrays, the
+ * tile products through sgemm: no (T, T) matrix is stored. The CPU backend's flash_attention ops call
+ * these after the device wrappers have checked the shapes (and widened any bf16 argument). */
+#ifndef TRIDENT_ENGINE_DEVICE_OPS_FLASH_CPU_H
+#define TRIDENT_ENGINE_DEVICE_OPS_FLASH_CPU_H
+
+#include <stdint.h>
+
+#include "engine/core/math.h"
+#include "engine/device/ops/attention_math.h"
+
+/* out(B,T,NH*HS) and lse(B,NH,T) (the rows' logsumexp) from qkv (engine/device/ops/attention_math.h
+ * tri_flash_dims: [q | k | v] rows, NH_kv <= NH key/value heads), scale 1/sqrt(HS). Parallel over (b, h, query
+ * tile) on `threads` OpenMP threads; the result does not depend on the thread count. */
+void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv, tri_flash_dims d);
+
+/* dqkv (qkv's layout) = the gradient given dout(B,T,NH*HS) (overwritten), from the forward's qkv,
+ * out and lse; delta(B,NH,T) receives the rows' dout . out (Dao 2023 Algorithm 2's D). Parallel over
+ * (b, key/value head): dq sums over the key tiles in ascending order, dk and dv over the group's
+ * query heads in order and, for each, the query tiles in ascending order, so the result is the same
+ * for any thread count and no two threads write one element. */
+void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float *dout, const float *qkv,
+                            const float *out, const float *lse, tri_flash_dims d);
+
+#endif

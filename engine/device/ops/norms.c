@@ -1,0 +1,172 @@
+/* engine/device/ops/norms.c - the normalisation ops' checked wrappers: layernorm and RMSNorm,
+ * forward, backward, and each with the residual add before it fused in.
+ *
+ * Contracts in engine/device/ops_list.h. The fused add + norm ops are optional slots: where the
+ * backend lacks one, or computes in fp32 only (its bf16 arguments are widened op by op), the
+ * wrapper runs tri_op_add and then the norm, the sequence that defines the fused op's bits. The
+ * CPU loops are norms_cpu.c; the CUDA ones cuda/norms/layernorm.cu and cuda/norms/rmsnorm.cu. */
+#include "engine/device/ops_internal.h"
+
+/* ---- the residual add fused into the norm after it ---- */
+
+/* The add's half of a fused add + norm: res a float (N, C) matrix, a and b float with res's numel,
+ * out a float (N, C) matrix apart from res, a and b (each output row is written after its sums). */
+static int check_residual(const char *op, tri_tensor res, tri_tensor out, tri_tensor a, tri_tensor b)
+{
+    int rc = tri_need_float(op, "res", res);
+    if (!rc) rc = tri_need_float(op, "a", a);
+    if (!rc) rc = tri_need_float(op, "b", b);
+    if (!rc) rc = tri_need_numel(op, "a", a, tri_tensor_numel(res));
+    if (!rc) rc = tri_need_numel(op, "b", b, tri_tensor_numel(res));
+    if (!rc) rc = tri_need_float(op, "out", out);
+    if (!rc) rc = tri_need_matrix(op, "out", out, tri_tensor_rows(res), tri_tensor_cols(res));
+    const tri_tensor *in[3] = {&res, &a, &b};
+    const char *names[3] = {"res", "a", "b"};
+    const char *o = out.data;
+    for (int i = 0; i < 3 && !rc; i++) {
+        const char *x = in[i]->data;
+        if (!(o + tri_tensor_bytes(out) <= x || x + tri_tensor_bytes(*in[i]) <= o))
+            rc = TRI_ERR(TRI_EINVAL, "%s: 'out' overlaps '%s' (only res may alias a or b)", op, names[i]);
+    }
+    return rc;
+}
+
+/* ---- layernorm ---- */
+
+/* b_name: "b" in forward; backward passes dw in that place. */
+static int check_layernorm(const char *op, tri_tensor x, tri_tensor w, tri_tensor b,
+                           const char *b_name, tri_tensor mean, tri_tensor rstd)
+{
+    int64_t N = tri_tensor_rows(x), C = tri_tensor_cols(x);
+    int rc = tri_need_float(op, "inp", x);
+    if (!rc) rc = tri_need_float(op, "w", w);
+    if (!rc) rc = tri_need_numel(op, "w", w, C);
+    if (!rc) rc = tri_need_float(op, b_name, b);
+    if (!rc) rc = tri_need_numel(op, b_name, b, C);
+    if (!rc) rc = tri_need(op, "mean", mean, TRI_F32);
+    if (!rc) rc = tri_need_numel(op, "mean", mean, N);
+    if (!rc) rc = tri_need(op, "rstd", rstd, TRI_F32);
+    if (!rc) rc = tri_need_numel(op, "rstd", rstd, N);
+    return rc;
+}
+
+int tri_op_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                             tri_tensor inp, tri_tensor w, tri_tensor b)
+{
+    int rc = check_layernorm("layernorm_forward", inp, w, b, "b", mean, rstd);
+    if (!rc) rc = tri_need_float("layernorm_forward", "out", out);
+    if (!rc) rc = tri_need_matrix("layernorm_forward", "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &out, true);
+    tri_widen_arg(&wd, &inp, false);
+    tri_widen_arg(&wd, &w, false);
+    tri_widen_arg(&wd, &b, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, layernorm_forward, out, mean, rstd, inp, w, b));
+}
+
+/* The backend's fused kernel where it has one and computes bf16 natively; else the two ops, whose
+ * sequence is the definition (device.h). */
+int tri_op_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                                 tri_tensor a, tri_tensor b, tri_tensor w, tri_tensor bias)
+{
+    const char *op = "add_layernorm_forward";
+    int rc = check_residual(op, res, out, a, b);
+    if (!rc) rc = check_layernorm(op, res, w, bias, "bias", mean, rstd);
+    if (rc)
+        return rc;
+    if (!d->ops->add_layernorm_forward || !d->native_bf16) {
+        rc = tri_op_add(d, res, a, b);
+        return rc ? rc : tri_op_layernorm_forward(d, out, mean, rstd, res, w, bias);
+    }
+    return TRI_DISPATCH(d, add_layernorm_forward, res, out, mean, rstd, a, b, w, bias);
+}
+
+int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
+                              tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
+                              tri_tensor rstd)
+{
+    const char *op = "layernorm_backward";
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    int rc = check_layernorm(op, inp, w, dw, "dw", mean, rstd);
+    if (!rc) rc = tri_need_float(op, "db", db);
+    if (!rc) rc = tri_need_numel(op, "db", db, C);
+    if (!rc) rc = tri_need_float(op, "dinp", dinp);
+    if (!rc) rc = tri_need_matrix(op, "dinp", dinp, N, C);
+    if (!rc) rc = tri_need_float(op, "dout", dout);
+    if (!rc) rc = tri_need_matrix(op, "dout", dout, N, C);
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &dinp, true);
+    tri_widen_arg(&wd, &dw, true);
+    tri_widen_arg(&wd, &db, true);
+    tri_widen_arg(&wd, &dout, false);
+    tri_widen_arg(&wd, &inp, false);
+    tri_widen_arg(&wd, &w, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd));
+}
+
+/* ---- RMSNorm ---- */
+
+static int check_rmsnorm(const char *op, tri_tensor inp, tri_tensor w, tri_tensor rstd)
+{
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    int rc = tri_need_float(op, "inp", inp);
+    if (!rc) rc = tri_need_float(op, "w", w);
+    if (!rc) rc = tri_need(op, "rstd", rstd, TRI_F32);
+    if (!rc) rc = tri_need_numel(op, "w", w, C);
+    if (!rc) rc = tri_need_numel(op, "rstd", rstd, N);
+    return rc;
+}
+
+int tri_op_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
+{
+    const char *op = "rmsnorm_forward";
+    int rc = check_rmsnorm(op, inp, w, rstd);
+    if (!rc) rc = tri_need_float(op, "out", out);
+    if (!rc) rc = tri_need_matrix(op, "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
+    if (!rc && !(eps > 0.0f))
+        rc = TRI_ERR(TRI_EINVAL, "%s: eps %g must be positive", op, (double)eps);
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &out, true);
+    tri_widen_arg(&wd, &inp, false);
+    tri_widen_arg(&wd, &w, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rmsnorm_forward, out, rstd, inp, w, eps));
+}
+
+/* As tri_op_add_layernorm_forward, for RMSNorm. */
+int tri_op_add_rmsnorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd, tri_tensor a,
+                               tri_tensor b, tri_tensor w, float eps)
+{
+    const char *op = "add_rmsnorm_forward";
+    int rc = check_residual(op, res, out, a, b);
+    if (!rc) rc = check_rmsnorm(op, res, w, rstd);
+    if (!rc && !(eps > 0.0f))
+        rc = TRI_ERR(TRI_EINVAL, "%s: eps %g must be positive", op, (double)eps);
+    if (rc)
+        return rc;
+    if (!d->ops->add_rmsnorm_forward || !d->native_bf16) {
+        rc = tri_op_add(d, res, a, b);
+        return rc ? rc : tri_op_rmsnorm_forward(d, out, rstd, res, w, eps);
+    }
+    return TRI_DISPATCH(d, add_rmsnorm_forward, res, out, rstd, a, b, w, eps);
+}
+
+int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                            tri_tensor w, tri_tensor rstd)
+{
+    const char *op = "rmsnorm_backward";
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    int rc = check_rmsnorm(op, inp, w, rstd);
+    if (!rc) rc = tri_need_float(op, "dinp", dinp);
+    if (!rc) rc = tri_need_float(op, "dw", dw);
+    if (!rc) rc = tri_need_float(op, "dout", dout);
+    if (!rc) rc = tri_need_matrix(op, "dinp", dinp, N, C);
+    if (!rc) rc = tri_need_matrix(op, "dout", dout, N, C);
+    if (!rc) rc = tri_need_numel(op, "dw", dw, C);
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &dinp, true);
+    tri_widen_arg(&wd, &dw, true);
+    tri_widen_arg(&wd, &dout, false);
+    tri_widen_arg(&wd, &inp, false);
+    tri_widen_arg(&wd, &w, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rmsnorm_backward, dinp, dw, dout, inp, w, rstd));
+}
