@@ -50,6 +50,7 @@
 #include "cuda/embedding/embedding.kern.h"
 #include "cuda/fixed/fixed.kern.h"
 #include "cuda/attention/flash.kern.h"
+#include "cuda/activations/bias_gelu.kern.h"
 #include "cuda/activations/gelu.kern.h"
 #include "cuda/matmul/colsum.kern.h"
 #include "cuda/norms/layernorm.kern.h"
@@ -915,6 +916,48 @@ Test(cuda_kernels_cpu, gelu)
     for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
         for (size_t z = 0; z < N_SIZES; z++)
             gelu_case(d, SIZES[z], z, precs[q]);
+}
+
+/* ---- bias + GELU: out(N,OC) = gelu(inp + bias), the bias broadcast over the rows ----
+ * Row counts of 1 and 5 and more rows than a wrapping launch has threads, OC 1, 7, 33 and 256 (a
+ * block), every dtype mix; in place (out aliases inp) as well. */
+
+typedef struct bias_gelu_prec {
+    int inp, bias, out;
+} bias_gelu_prec;
+
+static void bias_gelu_case(tri_device *d, int64_t N, int64_t OC, size_t z, bias_gelu_prec p)
+{
+    int64_t n = N * OC;
+    void *x = host_as(ot_uniform((size_t)n, -4.0f, 4.0f, 110 + z), (size_t)n, p.inp);
+    void *b = host_as(ot_uniform((size_t)OC, -2.0f, 2.0f, 111 + z), (size_t)OC, p.bias);
+    void *out = ot_floats((size_t)n);
+    cr_assert_eq(tri_op_bias_gelu_forward(d, tri_tensor_2d(out, dt(p.out), N, OC), tri_tensor_2d(x, dt(p.inp), N, OC),
+                                          tri_tensor_1d(b, dt(p.bias), OC)),
+                 TRI_OK, "%s", tri_error_message());
+    shape s[N_SHAPES];
+    shapes_for(n, s);
+    for (int k = 0; k < N_SHAPES; k++) {
+        void *ko = gtyped((size_t)n, p.out, NULL), *kx = gtyped((size_t)n, p.inp, x);
+        const void *kb = gtyped((size_t)OC, p.bias, b);
+        TRI_LAUNCH(bias_gelu_forward_kernel, s[k].grid, s[k].block, ko, p.out, kx, p.inp, kb, p.bias, n, OC);
+        same_typed("bias_gelu_forward_kernel", ko, out, (size_t)n, p.out);
+        if (p.inp == p.out) { /* in place */
+            TRI_LAUNCH(bias_gelu_forward_kernel, s[k].grid, s[k].block, kx, p.inp, kx, p.inp, kb, p.bias, n, OC);
+            same_typed("bias_gelu_forward_kernel in place", kx, out, (size_t)n, p.out);
+        }
+        check_guards_and_free("bias_gelu");
+    }
+}
+
+Test(cuda_kernels_cpu, bias_gelu)
+{
+    tri_device *d = cpu();
+    const bias_gelu_prec precs[] = {{0, 0, 0}, {1, 1, 1}, {1, 0, 0}, {0, 1, 1}, {1, 1, 0}};
+    const int64_t dims[][2] = {{1, 1}, {5, 1}, {1, 7}, {5, 7}, {5, 33}, {131, 33}, {3, 256}, {1, 1001}};
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (size_t z = 0; z < sizeof dims / sizeof *dims; z++)
+            bias_gelu_case(d, dims[z][0], dims[z][1], z, precs[q]);
 }
 
 /* ---- embeddings ---- */

@@ -4,7 +4,7 @@
  * row with shared memory and warp shuffles; the element-wise ops and the conversion 8 elements a
  * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree; the
  * layernorm, RMSNorm and causal softmax rows a warp per row, alone and after the residual add, GELU
- * 8 elements a thread; SwiGLU and the
+ * (alone and after a bias add) 8 elements a thread; SwiGLU and the
  * rotary embedding a block per row)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as lanes (fibers)
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
@@ -32,6 +32,7 @@
 #include "cuda/elementwise/convert_fast.cuh"
 #include "cuda/crossentropy/crossentropy_fast.cuh"
 #include "cuda/elementwise/elementwise_fast.cuh"
+#include "cuda/activations/bias_gelu_fast.cuh"
 #include "cuda/activations/gelu_fast.cuh"
 #include "cuda/norms/layernorm_fast.cuh"
 #include "cuda/elementwise/reduce_fast.cuh"
@@ -40,6 +41,7 @@
 #include "cuda/attention/softmax_fast.cuh"
 #include "cuda/activations/swiglu_fast.cuh"
 #include "cuda/attention/attention.kern.h"
+#include "cuda/activations/bias_gelu.kern.h"
 #include "cuda/activations/gelu.kern.h"
 #include "cuda/norms/layernorm.kern.h"
 #include "cuda/norms/rmsnorm.kern.h"
@@ -434,6 +436,61 @@ Test(fast_kernels_cpu, gelu_same_bits_as_twins)
                                [&] { gelu_backward_fast_kernel(v2, bf, vx, bf, vg, bf, n, vec); });
                 same(what, v2, v1, (size_t)n, bf);
             }
+}
+
+/* ---- bias + GELU: the fast kernel (8 elements a thread) against its twin and the CPU backend ----
+ * OC 1, 7 and 33 (the biases one by one, wrapping inside a thread's 8 at OC < 8) and 8, 64 (the
+ * 16-byte bias loads); 1, 5 and 130 rows; inp and out starting 0 or 1 element into their buffers (the
+ * vector and the scalar path of the elements), the bias likewise (its vector path off); fp32, bf16 and
+ * bf16 inputs into an fp32 out; the backend's launch and one block of 32 (the grid-stride loop turns);
+ * in place (out aliases inp). Outputs start NaN. */
+static void bias_gelu_case(tri_device *d, int64_t N, int64_t OC, int64_t off, int64_t boff, int ib, int ob,
+                           launch_shape ls, uint64_t seed)
+{
+    int64_t n = N * OC;
+    size_t m = (size_t)(n + off), ei = ib ? 2 : 4, eo = ob ? 2 : 4;
+    char what[128];
+    snprintf(what, sizeof what, "bias_gelu N %lld OC %lld offsets %lld/%lld %s -> %s grid %u", (long long)N,
+             (long long)OC, (long long)off, (long long)boff, ib ? "bf16" : "fp32", ob ? "bf16" : "fp32", ls.grid);
+    char *x = (char *)rand_typed(m, ib, -4.0f, 4.0f, seed);
+    char *b = (char *)rand_typed((size_t)(OC + boff), ib, -2.0f, 2.0f, seed + 1);
+    void *vx = x + off * ei, *vb = b + boff * ei;
+    void *o0 = (char *)typed(m, ob, NULL) + off * eo, *o1 = (char *)typed(m, ob, NULL) + off * eo;
+    void *o2 = (char *)typed(m, ob, NULL) + off * eo;
+    cr_assert_eq(tri_op_bias_gelu_forward(d, tri_tensor_2d(o0, dt(ob), N, OC), tri_tensor_2d(vx, dt(ib), N, OC),
+                                          tri_tensor_1d(vb, dt(ib), OC)),
+                 TRI_OK, "%s: %s", what, tri_error_message());
+    TRI_LAUNCH(bias_gelu_forward_kernel, 1, 1, o1, ob, vx, ib, vb, ib, n, OC);
+    same(what, o1, o0, (size_t)n, ob);
+    bool vec = tri_aligned16_host(vx) && tri_aligned16_host(o2), bias_vec = tri_aligned16_host(vb) && OC % 8 == 0;
+    tri_emu_launch(ls.grid, ls.block,
+                   [&] { bias_gelu_forward_fast_kernel(o2, ob, vx, ib, vb, ib, n, OC, vec, bias_vec); });
+    same(what, o2, o1, (size_t)n, ob);
+    if (ib == ob) { /* in place */
+        void *xi = copy_of(x, m, ib), *vxi = (char *)xi + off * ei;
+        tri_emu_launch(ls.grid, ls.block,
+                       [&] { bias_gelu_forward_fast_kernel(vxi, ib, vxi, ib, vb, ib, n, OC, vec, bias_vec); });
+        same(what, vxi, o0, (size_t)n, ob);
+    }
+}
+
+Test(fast_kernels_cpu, bias_gelu_same_bits_as_twin_and_cpu)
+{
+    const int64_t OCs[] = {1, 7, 8, 33, 64}, Ns[] = {1, 5, 130};
+    const int precs[][2] = {{0, 0}, {1, 1}, {1, 0}};
+    tri_device *d = ot_device(1);
+    for (size_t k = 0; k < sizeof OCs / sizeof *OCs; k++)
+        for (size_t r = 0; r < sizeof Ns / sizeof *Ns; r++)
+            for (int64_t off = 0; off < 2; off++)
+                for (int64_t boff = 0; boff < 2; boff++)
+                    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++) {
+                        int64_t n = Ns[r] * OCs[k];
+                        uint64_t seed = 2500 + 10 * k + r;
+                        bias_gelu_case(d, Ns[r], OCs[k], off, boff, precs[q][0], precs[q][1],
+                                       launch_shape{(unsigned)tri_vec8_grid(n), TRI_BLOCK}, seed);
+                        bias_gelu_case(d, Ns[r], OCs[k], off, boff, precs[q][0], precs[q][1], launch_shape{1, 32},
+                                       seed);
+                    }
 }
 
 /* ---- the Llama family's element-wise kernels: SwiGLU and the rotary embedding ----

@@ -310,6 +310,28 @@ Test(ops_errors, gelu)
     expect_einval(tri_op_gelu_backward(d, short3, x, g), op, "'dinp'");
 }
 
+Test(ops_errors, bias_gelu)
+{
+    tri_device *d = ot_device(1);
+    /* inp (N, C) with bias (C), a bias of N * C / 2 = 12 elements (divides too), 5 (does not) and 0 */
+    tri_tensor x = m2(d, N, C), y = m2(d, N, C), b = v1(d, C), b12 = v1(d, N * C / 2), b5 = v1(d, 5);
+    tri_tensor empty = tri_tensor_1d(b.data, TRI_F32, 0), short3 = v1(d, 3), none = tri_tensor_none();
+    const char *op = "bias_gelu_forward";
+
+    expect_ok(tri_op_bias_gelu_forward(d, y, x, b), op);
+    expect_ok(tri_op_bias_gelu_forward(d, x, x, b12), op); /* in place, any OC that divides */
+    expect_einval(tri_op_bias_gelu_forward(d, y, as_i32(x), b), op, "'inp'");
+    expect_einval(tri_op_bias_gelu_forward(d, y, none, b), op, "'inp'");
+    expect_einval(tri_op_bias_gelu_forward(d, y, x, as_i32(b)), op, "'bias'");
+    expect_einval(tri_op_bias_gelu_forward(d, y, x, none), op, "'bias'");
+    expect_einval(tri_op_bias_gelu_forward(d, y, x, no_data(b)), op, "'bias'");
+    expect_einval(tri_op_bias_gelu_forward(d, as_i32(y), x, b), op, "'out'");
+    expect_einval(tri_op_bias_gelu_forward(d, none, x, b), op, "'out'");
+    expect_einval(tri_op_bias_gelu_forward(d, short3, x, b), op, "'out'");
+    expect_einval(tri_op_bias_gelu_forward(d, y, x, b5), op, "'bias'");
+    expect_einval(tri_op_bias_gelu_forward(d, y, x, empty), op, "'bias'");
+}
+
 Test(ops_errors, embeddings)
 {
     tri_device *d = ot_device(1);

@@ -1,4 +1,5 @@
-/* tests/test_ops_layers.c - layernorm, causal attention and GELU on the CPU backend.
+/* tests/test_ops_layers.c - layernorm, causal attention and GELU (alone and after a bias add) on the
+ * CPU backend.
  *
  * The three non-linear layer ops of a GPT block. Each forward is compared with a naive fp64 loop
  * written here from the op's definition (layernorm: Ba et al. 2016 with eps 1e-5; attention:
@@ -18,8 +19,11 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "engine/device/device.h"
+#include "engine/device/ops/activations_math.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_layers, .fini = ot_teardown);
@@ -362,4 +366,133 @@ Test(ops_layers, gelu_forward_backward_in_place)
     /* in place (dinp aliases dout): the same bits */
     cr_assert_eq(tri_op_gelu_backward(d, tdout, tinp, tdout), TRI_OK);
     cr_assert(ot_same_bits("gelu bwd in place", ot_read(d, tdout), dinp, n));
+}
+
+/* ---- bias + GELU: out = gelu(inp + bias), bias(OC) broadcast over the rows ----
+ * Against two references built from the stored inputs (bf16 ones widened): bit for bit against a
+ * loop of its own here (its own broadcast, the one fp32 addition, then activations_math.h's tri_gelu,
+ * rounded once to out's dtype), and against fp64 within a bound derived per element from the fp32
+ * operations (u = 2^-24, relative rounding of one operation):
+ * - x = fl(inp + bias) is off the exact sum by at most u |x| (1 + u); gelu'(x) lies in [-0.17, 1.13],
+ *   so gelu(x) moves by at most 1.13 u |x| (1 + u);
+ * - tri_gelu(x) = x / (1 + e), e = tri_expf(t), t = -2 K (x + 0.044715 x x x): the cube term rounds 4
+ *   times (its constant and three products), the sum of two terms of one sign once more, K and the
+ *   product twice more, so |t_f - t| <= 7 u |t|, which e turns into a relative error 7 u |t|, plus
+ *   tri_expf's own, below 2.5e-7 over its range (tests/test_math.c expf_relative_error_over_the_range);
+ *   1 + e and the division round once each: relative 2 u + 7 u |t| + 2.5e-7 of gelu(x);
+ * - a bf16 out rounds once more, at most 2^-8 / (1 - 2^-8) of the stored value.
+ * The sum of these (times 1.001 for second-order terms) bounds each element. The fp64 GELU is the
+ * tanh form written as x / (1 + exp(-2 s)) (the same function), which does not cancel for x < -5. */
+
+static double gelu_sigmoid_d(double x)
+{
+    return x / (1.0 + exp(-2.0 * sqrt(2.0 / PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* The derived bound above for the element with stored inputs a, b and stored result got. */
+static double bias_gelu_bound(double a, double b, double got, int out_bf16)
+{
+    const double u = 0x1p-24, exp_rel = 2.5e-7;
+    double xf = (double)((float)a + (float)b), t = 2.0 * sqrt(2.0 / PI) * fabs(xf + 0.044715 * xf * xf * xf);
+    double bound = 1.13 * u * fabs(xf) * (1.0 + u) + (2.0 * u + 7.0 * u * t + exp_rel) * fabs(gelu_sigmoid_d(xf));
+    if (out_bf16)
+        bound += 0x1p-8 / (1.0 - 0x1p-8) * fabs(got);
+    return 1.001 * bound + 1e-300;
+}
+
+typedef struct bg_prec {
+    int inp, bias, out;
+} bg_prec;
+
+static tri_dtype bg_dt(int bf16)
+{
+    return bf16 ? TRI_BF16 : TRI_F32;
+}
+
+/* Elements of got that differ from gelu(x + bias[col(n, c)]) for a column map col: 0 for the op's. */
+static int64_t bg_mismatches(const float *got, const float *x, const float *b, int64_t N, int64_t OC, int out_bf16,
+                             int64_t (*col)(int64_t n, int64_t c, int64_t OC))
+{
+    int64_t bad = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < OC; c++) {
+            float y = tri_gelu(x[n * OC + c] + b[col(n, c, OC)]);
+            y = out_bf16 ? tri_round_bf16(y) : y;
+            bad += memcmp(&y, &got[n * OC + c], sizeof y) != 0;
+        }
+    return bad;
+}
+
+static int64_t bg_col(int64_t n, int64_t c, int64_t OC)
+{
+    (void)n, (void)OC;
+    return c;
+}
+
+static int64_t bg_col_shifted(int64_t n, int64_t c, int64_t OC)
+{
+    (void)n;
+    return (c + 1) % OC;
+}
+
+static int64_t bg_col_of_row(int64_t n, int64_t c, int64_t OC)
+{
+    (void)c;
+    return n % OC;
+}
+
+static void bias_gelu_case(tri_device *d, int64_t N, int64_t OC, bg_prec p, uint64_t seed)
+{
+    size_t n = (size_t)(N * OC);
+    char what[128];
+    snprintf(what, sizeof what, "bias_gelu N %lld OC %lld inp %s bias %s out %s", (long long)N, (long long)OC,
+             p.inp ? "bf16" : "fp32", p.bias ? "bf16" : "fp32", p.out ? "bf16" : "fp32");
+    /* inp (1, N, OC), bias (OC), out (N, OC): any shapes of those sizes */
+    tri_tensor tx = ot_tensor_as(d, bg_dt(p.inp), tri_tensor_3d(NULL, TRI_F32, 1, N, OC), ot_uniform(n, -4, 4, seed));
+    tri_tensor tb = ot_tensor_as(d, bg_dt(p.bias), ot_v1(OC), ot_uniform((size_t)OC, -2, 2, seed + 1));
+    tri_tensor to = ot_tensor_as(d, bg_dt(p.out), ot_m2(N, OC), NULL); /* NaN: every element must be written */
+    cr_assert_eq(tri_op_bias_gelu_forward(d, to, tx, tb), TRI_OK, "%s: %s", what, tri_error_message());
+    const float *x = ot_read(d, tx), *b = ot_read(d, tb), *got = ot_read(d, to); /* the stored values */
+
+    /* bit for bit against the loop here; a wrong broadcast (the next column's bias, or the row's) fails */
+    cr_assert_eq(bg_mismatches(got, x, b, N, OC, p.out, bg_col), 0, "%s: not the bits of gelu(inp + bias)", what);
+    if (OC > 1) {
+        cr_assert_gt(bg_mismatches(got, x, b, N, OC, p.out, bg_col_shifted), 0, "%s: blind to the column", what);
+        cr_assert_gt(bg_mismatches(got, x, b, N, OC, p.out, bg_col_of_row), 0, "%s: blind to the broadcast", what);
+    }
+    /* against fp64, within the derived bound */
+    double worst = 0.0;
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t c = 0; c < OC; c++) {
+            size_t i = (size_t)(r * OC + c);
+            double want = gelu_sigmoid_d((double)x[i] + (double)b[c]), err = fabs((double)got[i] - want);
+            double bound = bias_gelu_bound(x[i], b[c], got[i], p.out);
+            cr_assert_leq(err, bound, "%s [%lld, %lld]: %.9g, fp64 %.17g, error %.3g above the bound %.3g", what,
+                          (long long)r, (long long)c, (double)got[i], want, err, bound);
+            worst = err / bound > worst ? err / bound : worst;
+        }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        fprintf(stderr, "ok   %-64s error at most %.3f of the derived bound\n", what, worst);
+
+    /* in place (out aliases inp, same dtype): the same bits */
+    if (p.inp == p.out) {
+        tri_tensor tin = ot_tensor_as(d, bg_dt(p.inp), ot_m2(N, OC), x);
+        cr_assert_eq(tri_op_bias_gelu_forward(d, tin, tin, tb), TRI_OK, "%s: %s", what, tri_error_message());
+        cr_assert(ot_same_bits(what, ot_read(d, tin), got, n), "%s: in place differs", what);
+    }
+}
+
+Test(ops_layers, bias_gelu_forward)
+{
+    tri_device *d = ot_device(1);
+    const bg_prec precs[] = {{0, 0, 0}, {1, 1, 1}, {1, 0, 0}, {0, 1, 1}, {1, 1, 0}};
+    const int64_t OCs[] = {1, 7, 33}, Ns[] = {1, 5};
+    for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+        for (size_t k = 0; k < sizeof OCs / sizeof *OCs; k++)
+            for (size_t r = 0; r < sizeof Ns / sizeof *Ns; r++)
+                bias_gelu_case(d, Ns[r], OCs[k], precs[q], 800 + 10 * k + r);
+    /* several threads split the rows: the same bits */
+    tri_device *d4 = ot_device(4);
+    bias_gelu_case(d4, 37, 33, precs[0], 900);
+    bias_gelu_case(d4, 37, 33, precs[1], 901);
 }

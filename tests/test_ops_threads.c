@@ -197,7 +197,7 @@ static outputs every_op(int threads)
     OK(tri_op_matmul(d, c, a, w, bias, false, true, 0.0f));
     OK(tri_op_bias_backward(d, dbias, c));
     keep(&o, d, c), keep(&o, d, dbias);
-    /* layernorm, RMSNorm, GELU, SwiGLU */
+    /* layernorm, RMSNorm, GELU, SwiGLU, bias + GELU */
     tri_tensor g = vec(d, C2, seed++), b = vec(d, C2, seed++), ln = rows_cols(d, N2, C2, seed++);
     tri_tensor mean = vec(d, N2, seed++), rstd = vec(d, N2, seed++), dout = rows_cols(d, N2, C2, seed++);
     tri_tensor dinp = rows_cols(d, N2, C2, seed++), dg = vec(d, C2, seed++), db = vec(d, C2, seed++);
@@ -214,6 +214,9 @@ static outputs every_op(int threads)
     OK(tri_op_swiglu_backward(d, dgate_up, gate_up, dsw));
     keep(&o, d, ln), keep(&o, d, rstd), keep(&o, d, dinp), keep(&o, d, dg), keep(&o, d, z), keep(&o, d, y);
     keep(&o, d, sw), keep(&o, d, dgate_up);
+    tri_tensor bg = rows_cols(d, N2, F, seed++);
+    OK(tri_op_bias_gelu_forward(d, bg, c, bias));
+    keep(&o, d, bg);
     /* rotary embedding on the first NH - 1 heads, starting at position 3 */
     tri_tensor cs = rows_cols(d, T2, HS / 2, seed++), sn = rows_cols(d, T2, HS / 2, seed++);
     tri_tensor rot = rows_cols(d, N2, C2, seed++), drot = rows_cols(d, N2, C2, seed++);

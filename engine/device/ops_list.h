@@ -133,6 +133,14 @@ TRI_OP(rope_backward, (tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor 
 TRI_OP(gelu_forward, (tri_device *d, tri_tensor out, tri_tensor inp))
 /* dinp = gelu'(inp) * dout (overwritten; dinp may alias dout). */
 TRI_OP(gelu_backward, (tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout))
+/* The bias add fused with the GELU after it (the MLP's first matmul epilogue where the matmul cannot
+ * fuse it): out(N,OC) = gelu(inp(N,OC) + bias(OC)), bias broadcast over the rows (any leading dims:
+ * OC = bias's numel, which must divide inp's, N = numel / OC; out has inp's numel). Per element, in
+ * fp32 whatever the storage: x = inp + bias (one fp32 addition, not rounded to a storage dtype), out
+ * = gelu(x) rounded once (engine/device/ops/activations_math.h tri_bias_gelu), so its bits are the
+ * same on every backend. out may alias inp (then of the same dtype); bias overlaps neither. TRI_EINVAL
+ * naming the argument on a dtype or size mismatch (bias empty or not dividing inp). */
+TRI_OP(bias_gelu_forward, (tri_device *d, tri_tensor out, tri_tensor inp, tri_tensor bias))
 
 /* ---- SwiGLU (Shazeer 2020), as Hugging Face's LlamaMLP ----
  * out(N,F) = silu(gate) * up where gate_up(N,2F) holds each row's gate (columns 0..F) then up. */

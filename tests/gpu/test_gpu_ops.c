@@ -1034,6 +1034,41 @@ Test(gpu_ops, gelu_fast_vs_simple)
         }
 }
 
+/* bias + GELU in both forms against the CPU, bit for bit: each element is activations_math.h's
+ * tri_bias_gelu on the stored values, rounded once. OC odd, small, a multiple of 8 (the fast kernel's
+ * 16-byte bias loads) or not; inp and out views starting 0 or 1 element in (the vector and the scalar
+ * path), the bias likewise; all-fp32, all-bf16, bf16 inputs into an fp32 out; in place. */
+static void bias_gelu_exact_case(int simple, int64_t N, int64_t OC, int64_t off, int ib, int ob, uint64_t seed)
+{
+    char what[128];
+    int64_t n = N * OC;
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+    both x = view(uniform_as(v1(n + 1), -4, 4, seed, ib), off, n);
+    both b = view(uniform_as(v1(OC + 1), -2, 2, seed + 1, ib), off, OC);
+    both out = view(make_as(v1(n + 1), NULL, ob), off, n);
+    snprintf(what, sizeof what, "bias_gelu_forward %s N %lld OC %lld offset %lld %s -> %s", simple ? "simple" : "fast",
+             (long long)N, (long long)OC, (long long)off, ib ? "bf16" : "fp32", ob ? "bf16" : "fp32");
+    BOTH(tri_op_bias_gelu_forward(cpu, out.c, x.c, b.c), tri_op_bias_gelu_forward(gpu, out.g, x.g, b.g));
+    cmp(what, out, 0.0);
+    if (ib == ob) {
+        BOTH(tri_op_bias_gelu_forward(cpu, x.c, x.c, b.c), tri_op_bias_gelu_forward(gpu, x.g, x.g, b.g));
+        cmp("bias_gelu_forward in place", x, 0.0);
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, bias_gelu_exact)
+{
+    const int64_t dims[][2] = {{333, 67}, {129, 264}, {7, 2}, {5, 33}, {1, 7}, {3, 1}};
+    const int precs[][2] = {{0, 0}, {1, 1}, {1, 0}};
+    for (int simple = 0; simple < 2; simple++)
+        for (size_t k = 0; k < sizeof dims / sizeof *dims; k++)
+            for (int64_t off = 0; off < 2; off++)
+                for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
+                    bias_gelu_exact_case(simple, dims[k][0], dims[k][1], off, precs[q][0], precs[q][1],
+                                         1300 + 10 * k);
+}
+
 /* ---- fused attention (FlashAttention-2) ----
  * The CUDA forms against the CPU backend's flash ops (sgemm-tiled, the same online softmax):
  * - fp32 with head sizes 32/64/80/96/128 runs the tiled kernels on the CUDA cores (cuda/attention/flash_mma.cu,

@@ -1,8 +1,8 @@
-/* engine/device/ops/activations.c - the activation ops' checked wrappers: GELU (GPT-2's MLP) and
- * SwiGLU (the Llama family's), forward and backward.
+/* engine/device/ops/activations.c - the activation ops' checked wrappers: GELU (GPT-2's MLP; alone
+ * and fused after a bias add) and SwiGLU (the Llama family's), forward and backward.
  *
  * Contracts in engine/device/ops_list.h. The CPU loops are activations_cpu.c; the CUDA ones
- * cuda/activations/ (gelu.cu, swiglu.cu; and the GELU epilogue of cuda/matmul/matmul.cu). */
+ * cuda/activations/ (gelu.cu, bias_gelu.cu, swiglu.cu; and the GELU epilogue of cuda/matmul/matmul.cu). */
 #include "engine/device/ops_internal.h"
 
 /* ---- GELU ---- */
@@ -30,6 +30,26 @@ int tri_op_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_ten
     tri_widen_arg(&w, &inp, false);
     tri_widen_arg(&w, &dout, false);
     return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, gelu_backward, dinp, inp, dout));
+}
+
+/* out (inp's numel) = gelu(inp + bias), bias (OC) broadcast over numel / OC rows. */
+int tri_op_bias_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp, tri_tensor bias)
+{
+    const char *op = "bias_gelu_forward";
+    char b[96], x[96];
+    int rc = tri_need_float(op, "inp", inp);
+    if (!rc) rc = tri_need_float(op, "bias", bias);
+    if (!rc) rc = tri_need_float(op, "out", out);
+    if (!rc) rc = tri_need_numel(op, "out", out, tri_tensor_numel(inp));
+    int64_t OC = rc ? 0 : tri_tensor_numel(bias);
+    if (!rc && (OC < 1 || tri_tensor_numel(inp) % OC != 0))
+        rc = TRI_ERR(TRI_EINVAL, "%s: tensor 'bias' is %s: its numel (OC) must be at least 1 and divide inp's (%s)",
+                     op, TRI_DESC(bias, b), TRI_DESC(inp, x));
+    tri_widen w = tri_widen_start(d, rc);
+    tri_widen_arg(&w, &out, true);
+    tri_widen_arg(&w, &inp, false);
+    tri_widen_arg(&w, &bias, false);
+    return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, bias_gelu_forward, out, inp, bias));
 }
 
 /* ---- SwiGLU ---- */

@@ -1,6 +1,6 @@
 /* engine/device/ops/activations_cpu.c - GELU and SwiGLU on the CPU backend: OpenMP loops over the
- * elements (GELU) or the rows (SwiGLU's [gate | up] halves) calling engine/core/math.h's
- * per-element functions, the arithmetic the CUDA kernels share. */
+ * elements (GELU) or the rows (bias + GELU's broadcast bias, SwiGLU's [gate | up] halves) calling
+ * engine/device/ops/activations_math.h's per-element functions, the arithmetic the CUDA kernels share. */
 #include "engine/core/math.h"
 #include "engine/device/ops/activations_math.h"
 #include "engine/device/cpu_ops.h"
@@ -37,6 +37,28 @@ static void gelu_backward_loop(tri_tensor dinp, tri_tensor inp, tri_tensor dout)
 int tri_cpu_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
 {
     TRI_ON_THREADS(nthreads(d), gelu_backward_loop(dinp, inp, dout));
+    return TRI_OK;
+}
+
+/* out(N,OC) = gelu(inp + bias) with bias(OC) broadcast over the rows (the wrapper's fp32 copies of
+ * bf16 arguments: widening is exact and out is rounded once, so the bits of tri_bias_gelu on the
+ * stored values). */
+static void bias_gelu_forward_loop(tri_tensor out, tri_tensor inp, tri_tensor bias)
+{
+    const float *x = fp(inp), *b = fp(bias);
+    float *o = fp(out);
+    int64_t OC = tri_tensor_numel(bias), N = tri_tensor_numel(inp) / OC;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+#pragma omp simd
+        for (int64_t c = 0; c < OC; c++)
+            o[n * OC + c] = tri_bias_gelu(x[n * OC + c], b[c]);
+    }
+}
+
+int tri_cpu_bias_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp, tri_tensor bias)
+{
+    TRI_ON_THREADS(nthreads(d), bias_gelu_forward_loop(out, inp, bias));
     return TRI_OK;
 }
 

@@ -1,8 +1,10 @@
-/* engine/device/ops/activations_math.h - GELU and SwiGLU per element, written once.
+/* engine/device/ops/activations_math.h - GELU (alone and after a bias add) and SwiGLU per element,
+ * written once.
  *
  * Inline functions (TRI_HD: C for the CPU backend, __host__ __device__ under nvcc) that the CPU loops
  * (activations_cpu.c) and the CUDA kernels (cuda/activations/gelu.kern.h, gelu_fast.cuh,
- * swiglu.kern.h, swiglu_fast.cuh, and cuda/matmul/matmul.cu's GELU epilogue) both call. */
+ * bias_gelu.kern.h, bias_gelu_fast.cuh, swiglu.kern.h, swiglu_fast.cuh, and cuda/matmul/matmul.cu's
+ * GELU epilogue) both call. */
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_ACTIVATIONS_MATH_H
 #define TRIDENT_ENGINE_DEVICE_OPS_ACTIVATIONS_MATH_H
 
@@ -20,6 +22,13 @@ TRI_HD float tri_gelu(float x)
 {
     float u = TRI_GELU_K * (x + 0.044715f * x * x * x);
     return x / (1.0f + tri_expf(-2.0f * u));
+}
+
+/* One element of bias_gelu_forward: gelu(inp + bias), the sum one fp32 addition (not rounded to a
+ * storage dtype: the caller widens both with tri_load and rounds only the result with tri_store). */
+TRI_HD float tri_bias_gelu(float inp, float bias)
+{
+    return tri_gelu(inp + bias);
 }
 
 /* d gelu(x) / dx = s + 2 x s (1 - s) u', s = sigmoid(2u), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2);
