@@ -199,11 +199,14 @@ static const char *written_by_saves(const char *s, const char *p)
     const char *rest = p + strlen(s) + (strcmp(s, "/") != 0);
     size_t k = strcspn(rest, "/");
     snprintf(first, sizeof first, "%.*s", (int)k, rest);
-    char *dot = strchr(first, '.'); /* iter_N.tmp, iter_N.trash, latest.tmp */
+    if (strcmp(first, "metrics.jsonl") == 0)
+        return "lies where the saves of";
+    char *dot = strchr(first, '.'); /* the temporaries: iter_N.tmp, iter_N.trash, latest.tmp */
+    if (dot && strcmp(dot, ".tmp") != 0 && strcmp(dot, ".trash") != 0)
+        return NULL;
     if (dot)
         *dot = '\0';
-    if (strcmp(first, TRI_CKPT_LATEST) == 0 || strcmp(first, "metrics") == 0 ||
-        tri_ckpt_parse_step_name(first) >= 0)
+    if (strcmp(first, TRI_CKPT_LATEST) == 0 || tri_ckpt_parse_step_name(first) >= 0)
         return "lies where the saves of";
     return NULL;
 }
