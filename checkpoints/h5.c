@@ -2,9 +2,7 @@
 #include "checkpoints/h5.h"
 
 #include <string.h>
-#include <unistd.h>
 
-#include "engine/core/file.h"
 
 #include "engine/core/status.h"
 
@@ -72,12 +70,6 @@ int tri_h5_create(const char *path, hid_t *file)
 
 int tri_h5_open(const char *path, hid_t *file)
 {
-    int fd;
-    *file = -1;
-    int rc = tri_file_open_read(path, &fd, NULL); /* a FIFO or a device: refused before libhdf5 blocks on it */
-    if (rc)
-        return rc;
-    close(fd);
     tri_h5_quiet();
     *file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (*file < 0)

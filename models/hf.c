@@ -452,21 +452,6 @@ static void state_dict_order(const tri_model *m, const tri_ckpt_manifest *man, i
     free(key);
 }
 
-/* Whether DIR may be written: absent, or a directory without config.json or weights. */
-static int check_target(const char *dir)
-{
-    if (!tri_fs_exists(dir))
-        return TRI_OK;
-    static const char *const model_files[] = {"config.json", "model.safetensors", "model.safetensors.index.json"};
-    bool empty = tri_fs_is_dir(dir);
-    for (size_t i = 0; i < sizeof model_files / sizeof *model_files && empty; i++) {
-        char probe[4200];
-        empty = !tri_fs_join(probe, sizeof probe, dir, model_files[i]) && !tri_fs_exists(probe);
-    }
-    return empty ? TRI_OK : TRI_ERR(TRI_EINVAL, "%s exists and holds a model (or is not a directory); export writes "
-                                    "a new directory", dir);
-}
-
 int tri_hf_export(tri_ckpt_reader *r, const tri_model *model, const char *dir, tri_st_dtype dtype,
                   uint64_t max_shard_bytes)
 {
@@ -474,8 +459,7 @@ int tri_hf_export(tri_ckpt_reader *r, const tri_model *model, const char *dir, t
     const tri_ckpt_manifest *m = &r->m;
     if (!f->hf_name || !f->hf_config)
         return TRI_ERR(TRI_EINVAL, "%s: Trident has no Hugging Face mapping for model_type \"%s\"", r->dir, f->type);
-    int rc = check_target(dir);
-    if (!rc) rc = tri_fs_mkdir_p(dir);
+    int rc = tri_fs_mkdir_p(dir);
     int n = m->n_tensors;
     size_t room = n > 0 ? (size_t)n : 1;
     tri_st_entry *e = calloc(room, sizeof *e);

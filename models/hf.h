@@ -32,8 +32,9 @@
  * file and tensor (and the safetensors reader's errors). */
 int tri_hf_read(const char *dir, tri_host_weights *w);
 
-/* Writes checkpoint r of `model` as the Hugging Face directory DIR (created; refused when it
- * exists and holds a model or is not a directory): config.json (the family's hf_config,
+/* Writes checkpoint r of `model` as the Hugging Face directory DIR (created; whether it may be
+ * written is the caller's rule, tools/cli/outputs.h: ckpt writes into a fresh temporary beside
+ * the target): config.json (the family's hf_config,
  * torch_dtype from dtype) and the weights under the family's names in dtype (a tied head is not
  * stored): one model.safetensors when they fit max_shard_bytes, else
  * model-0000i-of-0000n.safetensors filled in transformers' state_dict order as huggingface_hub's

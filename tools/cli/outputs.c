@@ -176,6 +176,13 @@ int tri_cli_check_output(const tri_cli_output *out, const tri_cli_input *in, int
     return rc;
 }
 
+/* The iteration of step directory step (its name iter_N), or -1. */
+static int64_t step_iteration(const char *step)
+{
+    const char *base = strrchr(step, '/');
+    return tri_ckpt_parse_step_name(base ? base + 1 : step);
+}
+
 /* The iteration `latest` in run directory dir names, or -1 (none or unreadable). */
 static int64_t latest_iteration(const char *dir)
 {
@@ -184,8 +191,7 @@ static int64_t latest_iteration(const char *dir)
         tri_error_clear();
         return -1;
     }
-    const char *base = strrchr(step, '/');
-    return tri_ckpt_parse_step_name(base ? base + 1 : step);
+    return step_iteration(step);
 }
 
 /* Whether resolved input p is a path the saves of resolved run directory s write or prune. */
@@ -240,10 +246,7 @@ int tri_cli_check_save_dir(const char *save_dir, const char *load, const tri_cli
                 rc = TRI_ERR(TRI_EINVAL, "--save-dir %s %s the checkpoint step %s that --load %s resumes from: "
                              "save into the run directory that holds it (or a new one)", save_dir,
                              rel == TRI_PATH_SAME ? "is" : "lies inside", step, load);
-            const char *base = strrchr(step, '/');
-            start = tri_ckpt_parse_step_name(base ? base + 1 : step);
-            if (start < 0)
-                start = latest_iteration(load);
+            start = step_iteration(step); /* -1 for a step not named iter_N: no comparison */
         }
     }
     int64_t newest = rc ? -1 : latest_iteration(save_dir);
