@@ -93,20 +93,24 @@ typedef struct gemm_shape {
 } gemm_shape;
 
 /* The GEMMs of one training iteration at tp = 1: per linear layer (N rows, in C_in, out C_out)
- * the forward x w^T, the input gradient dy w and the weight gradient dy^T x. A block's four layers
- * are q|k|v (C -> Q + 2 KV), the attention output (Q -> C), the MLP's first ([gate | up] of a
- * SwiGLU: C -> 2F; else C -> F) and its second (F -> C); then the LM head. */
-static int iteration_gemms(const tri_transformer *m, int64_t N, gemm_shape *g)
+ * the forward x w^T, the input gradient dy w and the weight gradient dy^T x. A block's linear layers
+ * are the matmuls its family says its forward runs (tri_block_cost.linear: GPT-2's c_attn, c_proj,
+ * c_fc, c_proj; a Llama's q|k|v, o, [gate | up], down); then the LM head. *block of them are a
+ * block's. */
+static int iteration_gemms(const tri_transformer *m, int64_t B, int64_t T, gemm_shape *g, int *block)
 {
-    int C = (int)m->n_embd, n = 0, Q = (int)tri_transformer_q_width(m), KV = (int)tri_transformer_kv_width(m);
-    int F = (int)tri_transformer_ffn(m);
-    int V = (int)tri_padded_vocab(m->vocab_size, 1);
-    int layers[4][2] = {{C, Q + 2 * KV}, {Q, C}, {C, (m->gated_mlp ? 2 : 1) * F}, {F, C}};
-    for (int l = 0; l < 5; l++) {
-        int in = l < 4 ? layers[l][0] : C, out = l < 4 ? layers[l][1] : V;
-        g[n++] = (gemm_shape){(int)N, out, in, false, true};   /* y = x w^T */
-        g[n++] = (gemm_shape){(int)N, in, out, false, false};  /* dx = dy w */
-        g[n++] = (gemm_shape){out, in, (int)N, true, false};   /* dw = dy^T x */
+    tri_train_layout one = {.tp = 1, .pp = 1, .dp = 1, .B = B, .T = T};
+    tri_block_cost c = tri_transformer_block(m, &one);
+    int N = (int)(B * T), n = 0;
+    for (int l = 0; l <= c.n_linear; l++) {
+        bool head = l == c.n_linear;
+        int in = head ? (int)m->n_embd : (int)c.linear[l][0];
+        int out = head ? (int)tri_padded_vocab(m->vocab_size, 1) : (int)c.linear[l][1];
+        if (head)
+            *block = n;
+        g[n++] = (gemm_shape){N, out, in, false, true};   /* y = x w^T */
+        g[n++] = (gemm_shape){N, in, out, false, false};  /* dx = dy w */
+        g[n++] = (gemm_shape){out, in, N, true, false};   /* dw = dy^T x */
     }
     return n;
 }
@@ -114,9 +118,9 @@ static int iteration_gemms(const tri_transformer *m, int64_t N, gemm_shape *g)
 /* GFLOP/s of cblas_sgemm over one iteration's GEMM list (blocks repeated n_layer times). */
 static double sgemm_gflops(const bench *b)
 {
-    gemm_shape g[16];
+    gemm_shape g[3 * (TRI_BLOCK_MAX_LINEAR + 1)];
     tri_transformer dims = tri_model_dims(&b->model);
-    int n = iteration_gemms(&dims, (int64_t)b->B * b->T, g);
+    int in_block = 0, n = iteration_gemms(&dims, b->B, b->T, g, &in_block);
     size_t most = 0;
     for (int i = 0; i < n; i++) {
         size_t sa = (size_t)g[i].M * g[i].K, sb = (size_t)g[i].K * g[i].N, sc = (size_t)g[i].M * g[i].N;
@@ -131,7 +135,7 @@ static double sgemm_gflops(const bench *b)
     for (int rep = 0; rep < 4; rep++) { /* a warm-up pass, then the best of three timed passes */
         double flops = 0.0, secs = 0.0;
         for (int i = 0; i < n; i++) {
-            int times = i < 12 ? (int)dims.n_layer : 1;
+            int times = i < in_block ? (int)dims.n_layer : 1;
             const gemm_shape *s = &g[i];
             int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
             double t0 = tri_now_s();

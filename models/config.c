@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "models/block_cost.h"
 #include "models/config_file.h"
 #include "partitioner/transformer.h"
 
@@ -172,11 +173,23 @@ int64_t tri_gpt_padded_vocab(int64_t vocab_size, int tp)
     return tri_padded_vocab(vocab_size, tp);
 }
 
+/* GPT-2's block: LayerNorms, fused q|k|v with biases, a 4 C GELU MLP with biases; 12 tensors (ln_1,
+ * c_attn, c_proj, ln_2, c_fc, c_proj: a weight and a bias each). */
+void tri_gpt_block_cost(const void *config, const tri_train_layout *l, tri_block_cost *out)
+{
+    const tri_gpt_config *c = config;
+    tri_decoder_block b = {.C = c->n_embd, .NH = c->n_head, .NH_kv = c->n_head, .HS = c->n_embd / c->n_head,
+                           .F = 4 * (int64_t)c->n_embd, .attention_bias = true, .mlp_bias = true,
+                           .norm = TRI_NORM_LAYERNORM, .tensors = 12};
+    tri_decoder_block_cost(&b, l, out);
+}
+
 tri_transformer tri_gpt_dims(const void *config)
 {
     const tri_gpt_config *c = config;
     return (tri_transformer){.n_layer = c->n_layer, .n_head = c->n_head, .n_embd = c->n_embd,
-                             .vocab_size = c->vocab_size, .n_positions = c->n_positions};
+                             .vocab_size = c->vocab_size, .n_positions = c->n_positions, .position_table = true,
+                             .final_norm = TRI_NORM_LAYERNORM, .block_cost = tri_gpt_block_cost, .cfg = c};
 }
 
 int64_t tri_gpt_num_params(const void *config)

@@ -44,6 +44,8 @@ int64_t tri_gpt_padded_vocab(int64_t vocab_size, int tp);
 
 /* The dimensions the partitioner plans with. */
 tri_transformer tri_gpt_dims(const void *cfg);
+/* What one GPT-2 block costs under layout l (partitioner/transformer.h tri_block_cost, models/block_cost.h). */
+void tri_gpt_block_cost(const void *cfg, const tri_train_layout *l, tri_block_cost *out);
 
 /* Number of parameters of the unpadded model (weights counted once, tied LM head not again). */
 int64_t tri_gpt_num_params(const void *cfg);

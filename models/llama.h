@@ -76,8 +76,10 @@ int tri_llama_config_parse(void *cfg, const char *json, const char *source);
 int tri_llama_config_to_json(const void *cfg, char **json);
 /* Parameters of the unpadded model (a tied LM head counted once). */
 int64_t tri_llama_num_params(const void *cfg);
-/* The partitioner's dimensions (partitioner/transformer.h) of a tri_llama_config. */
+/* The partitioner's outline (partitioner/transformer.h) of a tri_llama_config, and what one of its
+ * blocks costs under layout l (tri_block_cost, models/block_cost.h). */
 tri_transformer tri_llama_dims(const void *cfg);
+void tri_llama_block_cost(const void *cfg, const tri_train_layout *l, tri_block_cost *out);
 
 typedef struct tri_llama_block_weights {
     tri_tensor ln1_w;                  /* (C) input_layernorm */

@@ -10,6 +10,7 @@
 
 #include "engine/core/status.h"
 #include "models/config.h"
+#include "models/block_cost.h"
 #include "models/config_file.h"
 #include "models/llama.h"
 
@@ -252,15 +253,29 @@ int64_t tri_llama_num_params(const void *config)
     return V * C * (c->tie_word_embeddings ? 1 : 2) + c->num_hidden_layers * block + C;
 }
 
-/* The partitioner's dimensions (partitioner/transformer.h): the sizes it shares with GPT-2, and
- * the Llama block's own (SwiGLU width, key/value heads, head size, no position table, an untied
- * head). */
+/* A Llama block: RMSNorms, separate q, k, v and o projections (biases if attention_bias), a SwiGLU
+ * MLP (biases if mlp_bias), rotary positions; 9 tensors, 4 attention and 3 MLP biases more. */
+void tri_llama_block_cost(const void *cfg, const tri_train_layout *l, tri_block_cost *out)
+{
+    const tri_llama_config *c = cfg;
+    tri_decoder_block b = {.C = c->hidden_size, .NH = c->num_attention_heads, .NH_kv = c->num_key_value_heads,
+                           .HS = c->head_dim, .F = c->intermediate_size, .gated_mlp = true,
+                           .attention_bias = c->attention_bias, .mlp_bias = c->mlp_bias, .norm = TRI_NORM_RMSNORM,
+                           .rotary = true, .tensors = 9 + 4 * c->attention_bias + 3 * c->mlp_bias};
+    tri_decoder_block_cost(&b, l, out);
+}
+
+/* The partitioner's outline (partitioner/transformer.h): the sizes it shares with GPT-2, no position
+ * table, an RMSNorm at the end, a head of its own unless tied; and the block above. */
 tri_transformer tri_llama_dims(const void *cfg)
 {
     const tri_llama_config *c = cfg;
-    return (tri_transformer){.n_layer = c->num_hidden_layers, .n_head = c->num_attention_heads,
-                             .n_embd = c->hidden_size, .vocab_size = c->vocab_size,
-                             .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
-                             .head_dim = c->head_dim, .ffn_hidden = c->intermediate_size, .gated_mlp = true,
-                             .llama_block = true, .untied_head = !c->tie_word_embeddings};
+    tri_transformer m = {.n_layer = c->num_hidden_layers, .n_head = c->num_attention_heads,
+                         .n_embd = c->hidden_size, .vocab_size = c->vocab_size,
+                         .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
+                         .final_norm = TRI_NORM_RMSNORM, .untied_head = !c->tie_word_embeddings,
+                         .block_cost = tri_llama_block_cost, .cfg = c};
+    snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, SwiGLU %d", c->num_key_value_heads,
+             c->head_dim, c->intermediate_size);
+    return m;
 }

@@ -32,9 +32,10 @@ typedef struct tri_model_family {
     int (*parse)(void *cfg, const char *json, const char *source);
     /* The architecture as JSON (what a checkpoint records and compares on resume); malloc'd. */
     int (*to_json)(const void *cfg, char **json);
-    /* What the partitioner plans with: the layout rules (n_head % tp, T <= n_positions), the stage
-     * split's costs, the memory formulas and the time model read these sizes
-     * (partitioner/transformer.h: GPT-2's block, or a Llama block's widths). */
+    /* What the partitioner plans with (partitioner/transformer.h): the outline the layout rules read
+     * (n_head % tp, T <= n_positions) and the model's ends, and the family's answer for its block
+     * (block_cost: parameters, activation bytes, FLOPs and TP traffic under a layout), which the stage
+     * split, the memory formulas and the time model compose. cfg is borrowed. */
     tri_transformer (*dims)(const void *cfg);      /* (its vocab_size: the real tokens) */
     int64_t (*num_params)(const void *cfg);        /* the unpadded model's parameters */
     /* Optional: the vocabulary its vocab-parallel layers hold at TP size tp. NULL: the decoders'

@@ -24,6 +24,9 @@
  *   block's size and one of each larger unit, e.g. the embedding), and an fp32 reduce-scatter
  *   result of the largest unit / dp.
  *
+ * The block's terms (its parameters, activations, recomputation buffer, backward transients and
+ * communication buffers) are its family's answer (partitioner/transformer.h tri_block_cost); these
+ * formulas compose them with the model's ends. For a decoder block (models/block_cost.h) they are:
  * Activations one micro-batch keeps for its backward (models/gpt_buffers.c take_block_acts / take_slot):
  *   per block  e (4 N_l h + 12 N h/t) + 16 N_l + 4 b (a/t) s with the fused attention (the default,
  *              --attention-backend flash): the layernorm outputs and residuals (ln1, res2, ln2,

@@ -38,7 +38,7 @@ extern "C" {
 typedef int (*tri_engine_plan_fn)(void *ctx, const tri_train_layout *l, int pp_rank, size_t bytes[TRI_MEM_KINDS]);
 
 typedef struct tri_preview {
-    tri_transformer model;
+    tri_transformer model;               /* (its block's cfg borrowed: the model outlives the preview) */
     tri_train_layout layout;
     tri_cluster cluster;
     tri_stage_plan plan;

@@ -21,17 +21,15 @@ static void model_costs_init(model_costs *mc, const tri_transformer *m, const tr
                              int n_chunks)
 {
     double tp = l->tp, B = (double)l->B, T = (double)l->T, C = (double)m->n_embd;
-    double N = B * T, N_l = l->sequence_parallel ? N / tp : N, NH_l = (double)m->n_head / tp;
+    double N = B * T, N_l = l->sequence_parallel ? N / tp : N;
     double V_l = (double)tri_padded_vocab(m->vocab_size, l->tp) / tp;
-    double Q = (double)tri_transformer_q_width(m), W = Q + 2.0 * (double)tri_transformer_kv_width(m);
-    double F = (double)tri_transformer_ffn(m);
-    mc->blk_flops = 3.0 * (2.0 * B * T * tri_block_matmul_params(m) + 4.0 * B * T * T * Q) / tp;
-    double blk_params = tri_block_params_local(m, l->tp);
-    /* norm outputs and residuals, qkv, the attention output, the MLP's hidden tensors (GPT-2: 12 N C / t),
-     * and the unfused core's (B, NH_l, T, T) softmax: a weight of the split's cost only (the fused
-     * attention stores none; the engine plans the memory itself exactly) */
-    double blk_acts = 4.0 * N_l * (C + 1.0) + N * (W + Q + (m->gated_mlp ? 3.0 : 2.0) * F) / tp + B * NH_l * T * T;
-    mc->blk_bytes = 16.0 * blk_params + 4.0 * blk_acts;
+    /* the block as its family states it, at fp32 with the unfused core's (B, NH_l, T, T) softmax kept:
+     * a weight of the split's cost only (the fused attention stores none; the engine plans the memory
+     * itself exactly) */
+    tri_train_layout fp32 = tri_shape_layout(l);
+    tri_block_cost blk = tri_transformer_block(m, &fp32);
+    mc->blk_flops = 3.0 * blk.fwd_flops / tp;
+    mc->blk_bytes = 16.0 * blk.params + blk.kept;
     mc->emb_flops = 3.0 * N * C;
     mc->emb_bytes = 16.0 * (V_l * C + tri_position_params(m)) + 4.0 * 2.0 * N;
     mc->head_flops = 6.0 * N * C * V_l;

@@ -90,6 +90,7 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
     if (!u)
         return NULL;
     double h = (double)m->n_embd, t = l->tp, V_l = (double)tri_padded_vocab(m->vocab_size, l->tp) / t;
+    int64_t block_len = (int64_t)tri_transformer_block(m, l).params;
     const tri_unit_uses plain = {.fwd_reads = 1, .bwd_reads = 1, .bwd_writes = 1};
     for (int c = 0; c < plan->v; c++) {
         const tri_stage_place *pl = &plan->chunks[c * plan->pp + r];
@@ -117,9 +118,9 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
         }
         for (int b = pl->layer_start; b < pl->layer_end; b++) {
             u[*n] = plain;
-            u[(*n)++].len = (int64_t)tri_block_params_local(m, l->tp);
+            u[(*n)++].len = block_len;
         }
-        if (pl->last) {
+        if (pl->last && tri_final_norm_params(m) > 0) {
             u[*n] = plain;
             u[(*n)++].len = (int64_t)tri_final_norm_params(m);
         }

@@ -4,11 +4,10 @@
 #include <string.h>
 
 /* Elements of the parameters every TP rank holds whole (their gradients are partial under SP). */
-static uint64_t replicated_numel(const tri_transformer *m, const tri_stage_place *s)
+static uint64_t replicated_numel(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s)
 {
-    uint64_t C = (uint64_t)m->n_embd;
-    /* GPT-2: ln_1, ln_2 (w, b) and the two row-parallel biases; Llama: the two RMSNorm weights */
-    uint64_t n = (uint64_t)(s->layer_end - s->layer_start) * (m->llama_block ? 2 : 6) * C;
+    tri_train_layout shape = tri_shape_layout(l);
+    uint64_t n = (uint64_t)(s->layer_end - s->layer_start) * (uint64_t)tri_transformer_block(m, &shape).replicated;
     if (s->first)
         n += (uint64_t)tri_position_params(m);    /* wpe */
     if (s->last)
@@ -27,9 +26,13 @@ void tri_tp_microbatch_traffic(const tri_transformer *m, const tri_layout_shape 
     const uint64_t act = N * C * (uint64_t)elem, stats = 3 * N * 4;  /* loss statistics stay fp32 */
     uint64_t layers = (uint64_t)(s->layer_end - s->layer_start);
     const int AR = TRI_COMM_ALL_REDUCE, RS = TRI_COMM_REDUCE_SCATTER, AG = TRI_COMM_ALL_GATHER;
+    tri_train_layout shape = tri_shape_layout(l);
+    tri_block_cost b = tri_transformer_block(m, &shape);   /* the blocks' collectives, as their family states */
+    for (int k = 0; k < TRI_COMM_KINDS; k++) {
+        fwd[k] += layers * (uint64_t)b.tp_fwd[k] * (uint64_t)elem;
+        bwd[k] += layers * (uint64_t)b.tp_bwd[k] * (uint64_t)elem;
+    }
     if (!l->sequence_parallel) {
-        fwd[AR] += layers * 2 * act;                /* row-parallel outputs */
-        bwd[AR] += layers * 2 * act;                /* column-parallel input gradients */
         if (s->first)
             fwd[AR] += act;                         /* embedding output */
         if (s->last) {
@@ -38,10 +41,6 @@ void tri_tp_microbatch_traffic(const tri_transformer *m, const tri_layout_shape 
         }
         return;
     }
-    fwd[AG] += layers * 2 * act;  /* the two column-parallel inputs */
-    fwd[RS] += layers * 2 * act;  /* the two row-parallel outputs */
-    bwd[AG] += layers * 4 * act;  /* 2 output gradients, 2 inputs re-gathered for dW */
-    bwd[RS] += layers * 2 * act;  /* 2 input gradients */
     if (s->first) {
         fwd[RS] += act;                             /* embedding output */
         bwd[AG] += act;                             /* its gradient, gathered for the lookup rows */
@@ -59,7 +58,7 @@ uint64_t tri_tp_step_fixed_traffic(const tri_transformer *m, const tri_layout_sh
 {
     if (l->tp == 1 || !l->sequence_parallel)
         return 0;
-    return replicated_numel(m, s) * (uint64_t)elem;
+    return replicated_numel(m, l, s) * (uint64_t)elem;
 }
 
 void tri_tp_step_traffic(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s,

@@ -6,7 +6,8 @@
  * them into seconds (partitioner/hardware.h, tri_collective_seconds).
  *
  * Tensor parallelism (Shoeybi et al. 2019 §3; per micro-batch, N = B*T token rows, C = n_embd,
- * e-byte activation values): each block all-reduces N*C twice forward (attention and MLP outputs,
+ * e-byte activation values): each block's collectives are its family's answer (tri_block_cost
+ * tp_fwd / tp_bwd, partitioner/transformer.h); a decoder block (models/block_cost.h) all-reduces N*C twice forward (attention and MLP outputs,
  * row-parallel) and twice backward (their inputs' gradients, column-parallel); the first stage
  * all-reduces the vocab-parallel embedding's output, the last stage all-reduces the LM head's input
  * gradient and the loss's row max (N) and sum-exp/target logit (2N, always fp32). With sequence

@@ -1,7 +1,7 @@
-/* partitioner/transformer.c - sizes of a transformer's pieces (see transformer.h). */
+/* partitioner/transformer.c - a model's outline and its block's costs (see transformer.h). */
 #include "partitioner/transformer.h"
 
-#include <stdio.h>
+#include <string.h>
 
 int64_t tri_padded_vocab(int64_t vocab_size, int tp)
 {
@@ -9,66 +9,53 @@ int64_t tri_padded_vocab(int64_t vocab_size, int tp)
     return (vocab_size + m - 1) / m * m;
 }
 
-int64_t tri_transformer_head_dim(const tri_transformer *m)
+tri_block_cost tri_transformer_block(const tri_transformer *m, const tri_train_layout *l)
 {
-    return m->head_dim > 0 ? m->head_dim : m->n_embd / m->n_head;
+    tri_block_cost c;
+    memset(&c, 0, sizeof c);
+    m->block_cost(m->cfg, l, &c);
+    return c;
 }
 
-int64_t tri_transformer_q_width(const tri_transformer *m)
+tri_train_layout tri_shape_layout(const tri_layout_shape *s)
 {
-    return m->n_head * tri_transformer_head_dim(m);
-}
-
-int64_t tri_transformer_kv_width(const tri_transformer *m)
-{
-    return (m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * tri_transformer_head_dim(m);
-}
-
-int64_t tri_transformer_ffn(const tri_transformer *m)
-{
-    return m->ffn_hidden > 0 ? m->ffn_hidden : 4 * m->n_embd;
-}
-
-double tri_block_matmul_params(const tri_transformer *m)
-{
-    double C = (double)m->n_embd, Q = (double)tri_transformer_q_width(m), KV = (double)tri_transformer_kv_width(m);
-    double F = (double)tri_transformer_ffn(m);
-    return C * (Q + 2.0 * KV) + Q * C + (m->gated_mlp ? 3.0 : 2.0) * C * F;
-}
-
-double tri_transformer_kv_local(const tri_transformer *m, int tp)
-{
-    double kv = (double)tri_transformer_kv_width(m) / tp, hs = (double)tri_transformer_head_dim(m);
-    return kv > hs ? kv : hs;
-}
-
-double tri_block_params_local(const tri_transformer *m, int tp)
-{
-    double C = (double)m->n_embd, t = tp;
-    if (m->llama_block) {
-        double Q_l = (double)tri_transformer_q_width(m) / t, F_l = (double)tri_transformer_ffn(m) / t;
-        return C * (Q_l + 2.0 * tri_transformer_kv_local(m, tp)) + Q_l * C + 3.0 * C * F_l + 2.0 * C;
-    }
-    /* GPT-2: c_attn's and c_fc's biases split (3C + 4C), ln_1, ln_2 and two row-parallel biases whole */
-    double Q = (double)tri_transformer_q_width(m), KV = (double)tri_transformer_kv_width(m);
-    return (tri_block_matmul_params(m) + Q + 2.0 * KV + (double)tri_transformer_ffn(m)) / t + 6.0 * C;
+    tri_train_layout l;
+    memset(&l, 0, sizeof l);
+    l.tp = s->tp;
+    l.pp = s->pp;
+    l.dp = s->dp;
+    l.sequence_parallel = s->sequence_parallel;
+    l.B = s->B;
+    l.T = s->T;
+    l.n_micro = s->n_micro;
+    l.precision = TRI_PRECISION_FP32;
+    l.attention = TRI_ATTENTION_UNFUSED;
+    l.recompute = TRI_RECOMPUTE_NONE;
+    return l;
 }
 
 double tri_position_params(const tri_transformer *m)
 {
-    return m->llama_block ? 0.0 : (double)m->n_positions * (double)m->n_embd;
+    return m->position_table ? (double)m->n_positions * (double)m->n_embd : 0.0;
+}
+
+int tri_final_norm_stats(const tri_transformer *m)
+{
+    return m->final_norm == TRI_NORM_LAYERNORM ? 2 : m->final_norm == TRI_NORM_RMSNORM ? 1 : 0;
 }
 
 double tri_final_norm_params(const tri_transformer *m)
 {
-    return (m->llama_block ? 1.0 : 2.0) * (double)m->n_embd;
+    return tri_final_norm_stats(m) * (double)m->n_embd;
 }
 
-void tri_transformer_block_text(const tri_transformer *m, char *buf, size_t cap)
+int64_t tri_transformer_tensors(const tri_transformer *m)
 {
-    buf[0] = '\0';
-    if (m->llama_block)
-        snprintf(buf, cap, " (%lld key/value), head size %lld, SwiGLU %lld",
-                 (long long)(tri_transformer_kv_width(m) / tri_transformer_head_dim(m)), (long long)tri_transformer_head_dim(m),
-                 (long long)tri_transformer_ffn(m));
+    tri_train_layout one;
+    memset(&one, 0, sizeof one);
+    one.tp = one.pp = one.dp = 1;
+    one.B = one.T = 1;
+    /* wte, wpe, the final norm's weight (and bias), the head */
+    int64_t ends = 1 + m->position_table + tri_final_norm_stats(m) + m->untied_head;
+    return m->n_layer * tri_transformer_block(m, &one).tensors + ends;
 }

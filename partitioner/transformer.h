@@ -1,8 +1,17 @@
 /* partitioner/transformer.h - what the planner knows of a model and of a layout.
  *
- * The partitioner is pure planning (no device, no comm) and does not depend on models/: a GPT
- * config reaches it as these dimensions. A layout is the parallel sizes and batch shape; a stage
- * placement is the blocks one pipeline stage holds. */
+ * The partitioner is pure planning (no device, no comm) and does not depend on models/. A model
+ * reaches it in two parts:
+ *   - its outline: the sizes every decoder shares (layers, hidden size, heads for the TP rule,
+ *     vocabulary, sequence length) and its two ends (a learned position table or none, the final
+ *     norm's kind, a tied or untied LM head);
+ *   - its block, as its family states it (models/model.h `dims`, models/block_cost.h): what one block
+ *     holds and does on one TP rank under a layout (tri_block_cost). The memory model, the stage
+ *     split, the traffic and the time model compose these answers and never ask what shape the block
+ *     has, so a new block shape (a mixture-of-experts block, ...) plans exactly by its family alone.
+ *
+ * A layout is the parallel sizes and batch shape; a stage placement is the blocks one pipeline stage
+ * holds. */
 #ifndef TRIDENT_PARTITIONER_TRANSFORMER_H
 #define TRIDENT_PARTITIONER_TRANSFORMER_H
 
@@ -10,43 +19,69 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/comm/comm.h"
+#include "engine/train/train_layout.h"
+
+#define TRI_BLOCK_MAX_LINEAR 16
+
+/* What one block holds and does on one TP rank, for one micro-batch of the layout (B sequences of T
+ * tokens, tp, sequence parallelism, precision, attention backend, recomputation). */
+typedef struct tri_block_cost {
+    /* parameters */
+    double params;        /* elements on one TP rank */
+    double replicated;    /* of which every TP rank holds whole (norm weights, row-parallel biases):
+                             their gradients are all-reduced over TP under sequence parallelism */
+    int tensors;          /* the block's parameter tensors (the trainer's gradient-norm slots) */
+    /* model FLOPs of one forward over B x T tokens, the whole block (all TP ranks together) */
+    double fwd_flops;     /* 2 per matmul weight and token, plus the attention core */
+    double core_flops;    /* of which the attention core (QK^T, softmax x V): selective recomputation's */
+    /* bytes on one TP rank */
+    double kept;          /* activations one micro-batch keeps for the backward, under the layout's
+                             recomputation and attention backend */
+    double recompute;     /* the recomputation buffer, once per chunk (full: a block's activations;
+                             selective: the unfused core's probabilities; else 0) */
+    double work;          /* transients of one block's backward, once per chunk */
+    double comm;          /* communication buffers, once per chunk (sequence parallelism's gathers) */
+    /* the matmuls its forward runs on one TP rank, in order: per token, input and output widths */
+    int n_linear;
+    int64_t linear[TRI_BLOCK_MAX_LINEAR][2];
+    /* TP collectives of one micro-batch, in elements of the activations' type, per kind
+       (engine/comm/comm.h tri_comm_kind) */
+    double tp_fwd[TRI_COMM_KINDS], tp_bwd[TRI_COMM_KINDS];
+} tri_block_cost;
+
+/* The function a family states its block's costs with; cfg is the family's config. */
+typedef void (*tri_block_cost_fn)(const void *cfg, const tri_train_layout *l, tri_block_cost *out);
+
+typedef enum { TRI_NORM_LAYERNORM = 0, TRI_NORM_RMSNORM, TRI_NORM_NONE } tri_norm_kind;
+
 typedef struct tri_transformer {
     int64_t n_layer, n_head, n_embd, vocab_size, n_positions;
-    /* A Llama-shaped block (models/llama.h); zero / false is GPT-2's. */
-    int64_t n_kv_head;    /* key/value heads (0: n_head) */
-    int64_t head_dim;     /* 0: n_embd / n_head */
-    int64_t ffn_hidden;   /* MLP width (0: 4 n_embd) */
-    bool gated_mlp;       /* SwiGLU: gate, up and down matrices, 3 C F weights (else 2 C F) */
-    bool llama_block;     /* RMSNorm (no norm biases), no linear biases, rotary positions (no position
-                             table) */
-    bool untied_head;     /* the LM head is a (V, C) matrix of its own */
+    int64_t n_kv_head;          /* key/value heads (0: n_head): the TP rule of grouped-query attention */
+    /* the ends */
+    bool position_table;        /* a learned (n_positions, C) table on the first chunk (GPT-2); false:
+                                   rotary positions, no table */
+    tri_norm_kind final_norm;   /* LayerNorm (weight and bias, two statistics a row), RMSNorm (a weight,
+                                   one statistic) or none */
+    bool untied_head;           /* the LM head is a (V, C) matrix of its own */
+    /* the block, as its family states it */
+    tri_block_cost_fn block_cost;
+    const void *cfg;            /* what block_cost reads (borrowed: the model's config) */
+    char block_text[96];        /* what a log adds after the heads, e.g. " (8 key/value), head size 128,
+                                   SwiGLU 14336"; "" for GPT-2's */
 } tri_transformer;
 
-/* The block's widths (the GPT-2 defaults filled in): the head size, Q = n_head head_dim (the
- * attention's width), KV = n_kv_head head_dim, F = ffn_hidden. */
-int64_t tri_transformer_head_dim(const tri_transformer *m);
-int64_t tri_transformer_q_width(const tri_transformer *m);
-int64_t tri_transformer_kv_width(const tri_transformer *m);
-int64_t tri_transformer_ffn(const tri_transformer *m);
+/* The block's costs under layout l (m->block_cost). */
+tri_block_cost tri_transformer_block(const tri_transformer *m, const tri_train_layout *l);
 
-/* One TP rank's key/value width: KV / tp, or one head's when tp > n_kv_head (a replica). */
-double tri_transformer_kv_local(const tri_transformer *m, int tp);
-
-/* Weights of one block's matmuls: C (Q + 2 KV) + Q C + (3 or 2) C F; GPT-2: 12 C^2. */
-double tri_block_matmul_params(const tri_transformer *m);
-
-/* Parameter elements of one block on one of tp ranks: its share of the matmuls plus what every rank
- * holds or splits of the norms and biases (GPT-2: (12 C^2 + 7 C) / tp + 6 C; Llama: the matmuls'
- * shares, with a whole key/value head when they are shared, + 2 C; biases left out). */
-double tri_block_params_local(const tri_transformer *m, int tp);
-
-/* What a log adds after the heads for a Llama block: " (8 key/value), head size 128, SwiGLU 14336";
- * "" for GPT-2's. */
-void tri_transformer_block_text(const tri_transformer *m, char *buf, size_t cap);
-
-/* Elements of the position table (0 with rotary positions) and of the final norm (2 C, or C). */
+/* Elements of the position table (0 with rotary positions) and of the final norm (2 C, C or 0); the
+ * final norm's fp32 statistics a row (2, 1 or 0), which is also its count of tensors. */
 double tri_position_params(const tri_transformer *m);
 double tri_final_norm_params(const tri_transformer *m);
+int tri_final_norm_stats(const tri_transformer *m);
+
+/* The whole model's parameter tensors (the trainer's gradient-norm slots): the blocks' and the ends'. */
+int64_t tri_transformer_tensors(const tri_transformer *m);
 
 typedef struct tri_layout_shape {
     int tp, pp, dp;
@@ -59,6 +94,10 @@ typedef struct tri_stage_place {
     int layer_start, layer_end;  /* blocks [start, end) */
     bool first, last;            /* holds the embedding / the LM head and loss */
 } tri_stage_place;
+
+/* The layout a shape-only caller (the stage split, the TP traffic) asks the block with: the shape's
+ * sizes, fp32, the unfused attention, no recomputation. */
+tri_train_layout tri_shape_layout(const tri_layout_shape *s);
 
 /* The vocabulary padded to a multiple of 128 * tp (Megatron's --make-vocab-size-divisible-by 128). */
 int64_t tri_padded_vocab(int64_t vocab_size, int tp);

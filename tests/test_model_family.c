@@ -181,14 +181,26 @@ static int toy_to_json(const void *cfg, char **json)
     return TRI_OK;
 }
 
-/* The partitioner's view (partitioner/transformer.h) is a GPT's: the toy has no heads and no
- * positions, so it reports one head (the layout validator then refuses tp > 1 as well) and its
- * longest sequence. */
+/* What one toy block holds and does (partitioner/transformer.h tri_block_cost), as the stage split
+ * and the memory formulas ask it: W1, b1, W2, b2 (whole: tensor-parallel size 1); two N x H matmuls
+ * forward (W1: C -> H, W2: H -> C); pre, act and out kept (fp32), dx and dact's N x (C + H) of backward scratch; no collectives. */
+static void toy_block_cost(const void *cfg, const tri_train_layout *l, tri_block_cost *out)
+{
+    const toy_config *c = cfg;
+    double N = (double)l->B * (double)l->T, C = c->n_embd, H = c->n_hidden;
+    *out = (tri_block_cost){.params = 2.0 * H * C + H + C, .tensors = TOY_BLOCK_PARAMS, .fwd_flops = 2.0 * N * 2.0 * H * C,
+                            .kept = 4.0 * N * (2.0 * H + C), .work = 4.0 * N * (C + H), .n_linear = 2,
+                            .linear = {{c->n_embd, c->n_hidden}, {c->n_hidden, c->n_embd}}};
+}
+
+/* The partitioner's outline: the toy has no heads and no positions, so it reports one head (the
+ * layout validator then refuses tp > 1 as well) and its longest sequence; no position table, an LM
+ * head of its own, no final norm; its block as above. */
 static tri_transformer toy_dims(const void *cfg)
 {
     const toy_config *c = cfg;
     return (tri_transformer){.n_layer = c->n_layer, .n_head = 1, .n_embd = c->n_embd, .vocab_size = c->vocab_size,
-                             .n_positions = c->max_seq};
+                             .n_positions = c->max_seq, .final_norm = TRI_NORM_NONE, .untied_head = true, .block_cost = toy_block_cost, .cfg = c};
 }
 
 static int64_t toy_num_params(const void *cfg)

@@ -22,14 +22,12 @@
 #include "partitioner/search.h"
 #include "partitioner/timeline_svg.h"
 #include "partitioner/traffic.h"
+#include "tests/gpt_outline.h"
 
-static const tri_transformer GPT2 = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
-                                     .n_positions = 1024};
+TU_GPT_MODEL(GPT2, 12, 12, 768, 50257, 1024);
 /* 24 wide blocks, tiny vocabulary: every stage costs about the same */
-static const tri_transformer WIDE = {.n_layer = 24, .n_head = 16, .n_embd = 1024, .vocab_size = 256,
-                                     .n_positions = 512};
-static const tri_transformer TINY = {.n_layer = 4, .n_head = 4, .n_embd = 256, .vocab_size = 257,
-                                     .n_positions = 256};
+TU_GPT_MODEL(WIDE, 24, 16, 1024, 256, 512);
+TU_GPT_MODEL(TINY, 4, 4, 256, 257, 256);
 
 /* ---- traffic ---- */
 
@@ -370,7 +368,8 @@ Test(partitioner, search_finds_fitting_layouts_fastest_first)
 
 Test(partitioner, search_gpt3_on_1024_h100s)
 {
-    tri_transformer gpt3 = {.n_layer = 96, .n_head = 96, .n_embd = 12288, .vocab_size = 50257, .n_positions = 2048};
+    tri_gpt_config gpt3_config;
+    tri_transformer gpt3 = tu_gpt(&gpt3_config, 96, 96, 12288, 50257, 2048);
     tri_cluster c = h100(1024);
     tri_search_space sp = {.base = {.num_gpus = 1024, .global_batch = 1536, .seq_length = 2048,
                                     .precision = TRI_PRECISION_BF16},

@@ -27,6 +27,7 @@
 #include "partitioner/flops.h"
 #include "partitioner/memory_model.h"
 #include "partitioner/preview.h"
+#include "tests/gpt_outline.h"
 
 static tri_gpt_config load(const char *name)
 {
@@ -232,7 +233,8 @@ Test(partitioner_model, zero_model_states_match_the_paper)
  * That is the unfused attention, which stores the probabilities as the paper's Megatron-LM did. */
 Test(partitioner_model, activation_formulas_follow_korthikanti_table_2_without_dropout)
 {
-    tri_transformer m = {.n_layer = 96, .n_head = 96, .n_embd = 12288, .vocab_size = 51200, .n_positions = 2048};
+    tri_gpt_config gpt3;
+    tri_transformer m = tu_gpt(&gpt3, 96, 96, 12288, 51200, 2048);
     double s = 2048, b = 1, h = 12288, a = 96, sbh = s * b * h, sb = s * b, t = 8;
     double masks = 2 * sbh, dropout_scores = 3 * a * s * s * b;   /* per layer, without parallelism */
     tri_train_layout l = {.tp = 1, .pp = 1, .dp = 1, .v = 1, .B = 1, .T = 2048, .precision = TRI_PRECISION_BF16,
@@ -270,7 +272,8 @@ Test(partitioner_model, activation_formulas_follow_korthikanti_table_2_without_d
  * activations are linear in s (Dao 2023; Korthikanti et al.'s selective line plus the statistics). */
 Test(partitioner_model, flash_attention_activations_are_linear_in_seq_length)
 {
-    tri_transformer m = {.n_layer = 96, .n_head = 96, .n_embd = 12288, .vocab_size = 51200, .n_positions = 2048};
+    tri_gpt_config gpt3;
+    tri_transformer m = tu_gpt(&gpt3, 96, 96, 12288, 51200, 2048);
     double s = 2048, b = 1, h = 12288, a = 96, sbh = s * b * h, sb = s * b, t = 8;
     double masks = 2 * sbh, lse = 4 * a * s * b;
     tri_train_layout l = {.tp = 8, .pp = 1, .dp = 1, .v = 1, .B = 1, .T = 2048, .precision = TRI_PRECISION_BF16,

@@ -36,6 +36,7 @@
 #include "partitioner/flops.h"
 #include "partitioner/pipeline_schedules.h"
 #include "partitioner/preview.h"
+#include "tests/gpt_outline.h"
 
 typedef struct run {
     const char *name;
@@ -52,10 +53,12 @@ static const run RUNS[] = {
 
 #define A100_PEAK 312e12
 
+/* The run's GPT; its config (which the outline, and a preview's copy of it, borrow) lives as long as
+ * the test. */
 static tri_transformer model_of(const run *r)
 {
-    return (tri_transformer){.n_layer = r->layers, .n_head = r->heads, .n_embd = r->hidden, .vocab_size = 51200,
-                             .n_positions = 2048};
+    static tri_gpt_config configs[sizeof RUNS / sizeof *RUNS];
+    return tu_gpt(&configs[r - RUNS], r->layers, r->heads, r->hidden, 51200, 2048);
 }
 
 static tri_cluster a100(int gpus)

@@ -11,14 +11,16 @@
 
 #include "engine/core/status.h"
 #include "partitioner/stages.h"
+#include "tests/gpt_outline.h"
 
 /* GPT-2 124M (models/gpt2.json), micro-batch 4 x 1024 tokens as llm.c trains it. */
-static const tri_transformer GPT2 = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
-                                     .n_positions = 1024};
+TU_GPT_MODEL(GPT2, 12, 12, 768, 50257, 1024);
 
 /* 24 wide blocks with a tiny vocabulary: the embedding and head cost under a tenth of a block. */
-static const tri_transformer WIDE = {.n_layer = 24, .n_head = 16, .n_embd = 1024, .vocab_size = 256,
-                                     .n_positions = 128};
+TU_GPT_MODEL(WIDE, 24, 16, 1024, 256, 128);
+
+/* 13 narrow blocks with a Llama-sized vocabulary: the ends weigh as much as blocks. */
+TU_GPT_MODEL(NARROW, 13, 4, 256, 32000, 512);
 
 static tri_layout_shape shape(int pp, int64_t B, int64_t T)
 {
@@ -136,8 +138,7 @@ static void brute_force(const tri_transformer *m, const tri_layout_shape *l, dou
 
 Test(stages, balanced_split_matches_exhaustive_search)
 {
-    tri_transformer models[] = {GPT2, WIDE, {.n_layer = 13, .n_head = 4, .n_embd = 256, .vocab_size = 32000,
-                                             .n_positions = 512}};
+    tri_transformer models[] = {GPT2, WIDE, NARROW};
     int64_t Ts[] = {64, 1024};
     for (int i = 0; i < 3; i++)
         for (int t = 0; t < 2; t++)

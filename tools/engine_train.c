@@ -356,10 +356,8 @@ static void print_plan(run *r)
     const tri_train_layout *L = &r->L;
     bool bf16 = L->precision == TRI_PRECISION_BF16;
     tri_transformer d = tri_model_dims(&r->model);
-    char block[96];
-    tri_transformer_block_text(&d, block, sizeof block);
     tri_log_rank0("Trident: %s, %d layers, %d heads%s, n_embd %d, vocab %d (padded %lld), %.2fM parameters",
-                  tri_model_name(&r->model), (int)d.n_layer, (int)d.n_head, block, (int)d.n_embd,
+                  tri_model_name(&r->model), (int)d.n_layer, (int)d.n_head, d.block_text, (int)d.n_embd,
                   tri_model_vocab_size(&r->model), (long long)tri_model_padded_vocab(&r->model, L->tp),
                   (double)r->model.family->num_params(r->model.cfg) / 1e6);
     tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s, ZeRO stage %d; micro-batch %lld x seq %lld, %d "

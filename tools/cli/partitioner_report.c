@@ -61,10 +61,8 @@ static void print_header(FILE *f, const tri_preview *p, const tri_report_info *i
         snprintf(params, sizeof params, "%.4gB", in->n_params / 1e9);
     else
         snprintf(params, sizeof params, "%.4gM", in->n_params / 1e6);
-    char block[96];
-    tri_transformer_block_text(&p->model, block, sizeof block);
     fprintf(f, "model: %s: %lld layers, %lld heads%s, n_embd %lld, vocab %lld (%lld padded at tp %d), %s "
-            "parameters\n", in->model_name, (long long)p->model.n_layer, (long long)p->model.n_head, block,
+            "parameters\n", in->model_name, (long long)p->model.n_layer, (long long)p->model.n_head, p->model.block_text,
             (long long)p->model.n_embd, (long long)p->model.vocab_size,
             (long long)tri_padded_vocab(p->model.vocab_size, l->tp), l->tp, params);
     fprintf(f, "cluster: %d x %s (%s), %d per node = %d node%s; %.4g TFLOP/s %s peak per %s\n", c->num_gpus,

@@ -1,0 +1,121 @@
+/* models/block_cost.c - what a decoder block costs (see block_cost.h). */
+#include "models/block_cost.h"
+
+#include <string.h>
+
+/* The widths of one TP rank (as doubles). */
+typedef struct widths {
+    double C, t, t_sp, N, N_l, T, B, NH_l;
+    double Q, KV, F;        /* global: attention width, key/value width, MLP width */
+    double Q_l, KV_l, F_l;  /* one TP rank's; KV_l at least one head (shared by tp / NH_kv ranks) */
+    double e;               /* bytes of an activation element */
+} widths;
+
+static widths get_widths(const tri_decoder_block *b, const tri_train_layout *l)
+{
+    widths w;
+    w.C = (double)b->C;
+    w.t = l->tp;
+    w.t_sp = l->sequence_parallel && l->tp > 1 ? l->tp : 1;
+    w.T = (double)l->T;
+    w.B = (double)l->B;
+    w.N = w.B * w.T;
+    w.N_l = w.N / w.t_sp;
+    w.NH_l = (double)b->NH / w.t;
+    w.Q = (double)(b->NH * b->HS);
+    w.KV = (double)(b->NH_kv * b->HS);
+    w.F = (double)b->F;
+    w.Q_l = w.Q / w.t;
+    w.KV_l = w.KV / w.t > (double)b->HS ? w.KV / w.t : (double)b->HS;
+    w.F_l = w.F / w.t;
+    w.e = l->precision == TRI_PRECISION_BF16 ? 2.0 : 4.0;
+    return w;
+}
+
+/* Parameters: *local on one TP rank, of which *whole every rank holds. */
+static void params(const tri_decoder_block *b, const widths *w, double *local, double *whole)
+{
+    double norms = 2.0 * (b->norm == TRI_NORM_LAYERNORM ? 2.0 : 1.0) * w->C, up = b->gated_mlp ? 2.0 : 1.0;
+    double split = w->C * (w->Q_l + 2.0 * w->KV_l) + w->Q_l * w->C + up * w->C * w->F_l + w->F_l * w->C;
+    *whole = norms;
+    if (b->attention_bias) {
+        split += w->Q_l + 2.0 * w->KV_l;
+        *whole += w->C;
+    }
+    if (b->mlp_bias) {
+        split += up * w->F_l;
+        *whole += w->C;
+    }
+    *local = split + *whole;
+}
+
+/* Activations one micro-batch keeps (block_cost.h); l's recomputation and attention backend. */
+static double kept(const tri_decoder_block *b, const widths *w, const tri_train_layout *l)
+{
+    if (l->recompute == TRI_RECOMPUTE_FULL)
+        return w->e * w->N_l * w->C;                      /* the block's output */
+    double mlp = b->gated_mlp ? 3.0 : 2.0, stats = b->norm == TRI_NORM_LAYERNORM ? 4.0 : 2.0;
+    /* two norm outputs and two residuals; q|k|v, the attention output, the MLP's hidden tensors; the
+       norms' fp32 statistics */
+    double bytes = w->e * (4.0 * w->N_l * w->C + w->N * (w->Q_l + 2.0 * w->KV_l + w->Q_l + mlp * w->F_l)) +
+                   4.0 * stats * w->N_l;
+    if (l->attention == TRI_ATTENTION_FLASH)
+        bytes += 4.0 * w->NH_l * w->T * w->B;             /* the rows' fp32 logsumexp */
+    else if (l->recompute == TRI_RECOMPUTE_NONE)
+        bytes += w->e * w->NH_l * w->T * w->T * w->B;     /* the softmax probabilities */
+    return bytes;
+}
+
+/* TP collectives of one micro-batch (block_cost.h), in elements. */
+static void tp_traffic(const widths *w, int tp, bool sp, double *fwd, double *bwd)
+{
+    double act = w->N * w->C;
+    if (tp == 1)
+        return;
+    if (!sp) {
+        fwd[TRI_COMM_ALL_REDUCE] += 2.0 * act;  /* the two row-parallel outputs */
+        bwd[TRI_COMM_ALL_REDUCE] += 2.0 * act;  /* the two column-parallel input gradients */
+        return;
+    }
+    fwd[TRI_COMM_ALL_GATHER] += 2.0 * act;      /* the two column-parallel inputs */
+    fwd[TRI_COMM_REDUCE_SCATTER] += 2.0 * act;  /* the two row-parallel outputs */
+    bwd[TRI_COMM_ALL_GATHER] += 4.0 * act;      /* two output gradients, two inputs re-gathered for dW */
+    bwd[TRI_COMM_REDUCE_SCATTER] += 2.0 * act;  /* two input gradients */
+}
+
+void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *l, tri_block_cost *out)
+{
+    memset(out, 0, sizeof *out);
+    widths w = get_widths(b, l);
+    params(b, &w, &out->params, &out->replicated);
+    out->tensors = b->tensors;
+    double matmul = w.C * (w.Q + 2.0 * w.KV) + w.Q * w.C + (b->gated_mlp ? 3.0 : 2.0) * w.C * w.F;
+    out->core_flops = 4.0 * w.N * w.T * w.Q;
+    out->fwd_flops = 2.0 * w.N * matmul + out->core_flops;
+    out->kept = kept(b, &w, l);
+    if (l->recompute == TRI_RECOMPUTE_FULL) {
+        tri_train_layout all = *l;
+        all.recompute = TRI_RECOMPUTE_NONE;
+        out->recompute = kept(b, &w, &all);
+    } else if (tri_layout_recomputes(l) == TRI_RECOMPUTE_SELECTIVE) {
+        out->recompute = w.e * w.NH_l * w.T * w.T * w.B;
+    }
+    /* tmp and the norm gradient, dqkv, datty and the MLP's hidden gradients; the attention's
+       backward statistics or score gradient; rotary tables */
+    double mlp_work = b->gated_mlp ? 3.0 : 1.0;
+    out->work = w.e * (2.0 * w.N_l * w.C + w.N * (w.Q_l + 2.0 * w.KV_l + w.Q_l + mlp_work * w.F_l));
+    out->work += l->attention == TRI_ATTENTION_FLASH ? 4.0 * w.B * w.NH_l * w.T : w.e * w.B * w.NH_l * w.T * w.T;
+    if (b->rotary)
+        out->work += 4.0 * w.T * (double)b->HS;
+    /* q|k|v (C -> Q_l + 2 KV_l), the output (Q_l -> C), the MLP's first ([gate | up]: C -> 2 F_l; else
+       C -> F_l) and second (F_l -> C) */
+    int64_t in[4] = {b->C, (int64_t)w.Q_l, b->C, (int64_t)w.F_l};
+    int64_t outw[4] = {(int64_t)(w.Q_l + 2.0 * w.KV_l), b->C, (int64_t)((b->gated_mlp ? 2.0 : 1.0) * w.F_l), b->C};
+    out->n_linear = 4;
+    for (int i = 0; i < 4; i++) {
+        out->linear[i][0] = in[i];
+        out->linear[i][1] = outw[i];
+    }
+    out->comm = w.t_sp > 1 ? 2.0 * w.e * w.N * w.C : 0.0;   /* the two gathered N x C inputs */
+    tp_traffic(&w, l->tp, w.t_sp > 1, out->tp_fwd, out->tp_bwd);
+}
