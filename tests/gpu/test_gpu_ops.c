@@ -1145,8 +1145,17 @@ Test(gpu_ops, flash_attention_bf16)
     const int64_t shapes[][5] = {{1, 1, 1, 64, 1},   {2, 17, 3, 64, 3},    {1, 64, 2, 128, 2}, {4, 127, 2, 80, 2},
                                  {1, 1024, 2, 64, 2}, {1, 1024, 1, 128, 1}, {2, 200, 16, 32, 16}, {1, 130, 2, 96, 2},
                                  {1, 70, 2, 24, 2},  {1, 33, 1, 256, 1},   {2, 300, 8, 64, 2}, {1, 1024, 8, 128, 1}};
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+#if defined(__SANITIZE_ADDRESS__)
+        /* Under the sanitizers (the test command's second stage) the three T = 1024 shapes are left
+         * out: they run the tile loops of T = 300 and 127 (several key/value tiles, a partial last
+         * one, grouped heads) for more iterations, and took 77 of this suite's 142 s there. The
+         * Release stage runs every shape. */
+        if (shapes[i][1] >= 1024)
+            continue;
+#endif
         flash_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 1, 910 + i, shapes[i][4]);
+    }
 }
 
 /* An empty batch or sequence launches nothing: both ops return TRI_OK and the device sync finds
