@@ -274,7 +274,7 @@ tri_transformer tri_llama_dims(const void *cfg)
                          .n_embd = c->hidden_size, .vocab_size = c->vocab_size,
                          .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
                          .final_norm = TRI_NORM_RMSNORM, .untied_head = !c->tie_word_embeddings,
-                         .block_cost = tri_llama_block_cost, .cfg = c};
+                         .fused_attention_only = true, .block_cost = tri_llama_block_cost, .cfg = c};
     snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, SwiGLU %d", c->num_key_value_heads,
              c->head_dim, c->intermediate_size);
     return m;

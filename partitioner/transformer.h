@@ -64,6 +64,7 @@ typedef struct tri_transformer {
     tri_norm_kind final_norm;   /* LayerNorm (weight and bias, two statistics a row), RMSNorm (a weight,
                                    one statistic) or none */
     bool untied_head;           /* the LM head is a (V, C) matrix of its own */
+    bool fused_attention_only;  /* the family runs the fused attention core only (no unfused form) */
     /* the block, as its family states it */
     tri_block_cost_fn block_cost;
     const void *cfg;            /* what block_cost reads (borrowed: the model's config) */

@@ -93,7 +93,7 @@ PY
 gpt3=(--config models/gpt3-175b.json --num-gpus 1024 --gpus-per-node 8 --hardware h100-sxm
       --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 6
       --micro-batch-size 1 --global-batch-size 1536 --seq-length 2048 --zero-stage 1
-      --recompute-granularity selective --sequence-parallel --bf16)
+      --recompute-granularity selective --sequence-parallel --bf16 --attention-backend flash)
 "$bin" "${gpt3[@]}" --json --timeline "$tmp/gpt3.svg" > "$tmp/gpt3.json" 2>&1 || fail "GPT-3 preview"
 python3 - "$tmp/gpt3.json" <<'PY' && ok "GPT-3 175B on 1024 H100s: fits, the engine's plan (formulas within 5%), MFU in range" || fail "GPT-3 JSON"
 import json, sys

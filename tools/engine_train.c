@@ -197,6 +197,7 @@ static int validate(run *r)
         return rc;
     /* the layout: the same rules and messages as the partitioner's (one validator) */
     tri_transformer dims = tri_model_dims(&r->model);
+    a->layout.gpu = strcmp(a->device, "cuda") == 0;
     rc = tri_cli_layout_resolve(&a->layout, r->flags, r->nflags, r->world->size, &dims, &r->L);
     if (rc)
         return rc;
@@ -365,9 +366,11 @@ static void print_plan(run *r)
                   L->dp, L->sequence_parallel ? " (sequence parallel)" : "", L->zero_stage, (long long)L->B,
                   (long long)L->T, L->n_micro, r->ss.model.train.name, (long long)L->global_batch,
                   (long long)L->global_batch * L->T);
-    tri_log_rank0("attention: %s; recompute %s%s", L->attention == TRI_ATTENTION_FLASH
+    tri_log_rank0("attention: %s%s; recompute %s%s", L->attention == TRI_ATTENTION_FLASH
                       ? "flash (fused causal attention, FlashAttention-2: no T x T matrix stored)"
-                      : "unfused (the T x T softmax materialised)", tri_recompute_name(L->recompute),
+                      : "unfused (the T x T softmax materialised)",
+                  strcmp(a->layout.attention, "auto") == 0 ? ", --attention-backend auto's choice on this device" : "",
+                  tri_recompute_name(L->recompute),
                   tri_layout_recomputes(L) != L->recompute ? " (nothing to drop with flash attention)" : "");
     if (L->overlap_grad_reduce || L->overlap_param_gather || L->deterministic || bf16)
         tri_log_rank0("options:%s%s%s%s", L->overlap_grad_reduce ? " overlapped gradient reduction;" : "",

@@ -211,6 +211,7 @@ static int preview(args *a, tri_flag *flags, int nf, const tri_model *model)
                             .gemm_source = gemm_source};
     tri_train_layout l;
     a->layout.req.cpu = hw->cpu;
+    a->layout.gpu = !hw->cpu;
     rc = tri_cli_layout_resolve(&a->layout, flags, nf, a->num_gpus, &m, &l);
     if (a->search) /* the search tries its own layouts around the request; it needs none valid */
         return search(a, model, &m, &c, &a->layout.req, &info);

@@ -6,10 +6,14 @@
 #
 #   bash tools/trident.sh bench-cuda [--models "gpt2 gpt2-xl"] [--fp32] [--micro-batch-size B|fit]
 #                                    [--iters N] [--warmup N] [--profile] [--attention sdpa|materialized]
+#                                    [--trident-attention auto|flash|unfused] [--compile]
 #                                    [--seq-length T]
 #
 # --attention materialized runs both sides with the T x T scores (Trident --attention-backend
-# unfused, PyTorch's explicit softmax); by default Trident runs its fused attention and PyTorch SDPA.
+# unfused, PyTorch's explicit softmax); by default Trident runs its default on a GPU (--attention-backend
+# auto: unfused, the path measured fastest there; flash for the Llamas) and PyTorch SDPA, and
+# --trident-attention flash|unfused sets Trident's side alone. --compile adds a row for the peer under
+# torch.compile (where the installed PyTorch has it), marked "compiled": the ratio stays against eager.
 #
 # Defaults: GPT-2 124M (micro-batch 8) and 1.5B (micro-batch 2), bf16, T 1024, 10 timed iterations
 # after 3 warm-up. --micro-batch-size fit: each model's largest micro-batch whose planned memory fits an
@@ -25,7 +29,7 @@ BIN=${BIN:-$here/../../build/bin}
 PYTHON=${PYTHON:-python3}
 MODELS_DIR=${MODELS_DIR:-$here/../../models}
 PYTORCH_DEVICE=${PYTORCH_DEVICE:-cuda}
-models="gpt2 gpt2-xl"; prec=--bf16; iters=10; warmup=3; B=""; profile=""; attention=sdpa; T=1024
+models="gpt2 gpt2-xl"; prec=--bf16; iters=10; warmup=3; B=""; profile=""; attention=sdpa; T=1024; backend=""; compile=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
@@ -36,12 +40,14 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --profile) profile=--profile; shift ;;
     --attention) attention=$2; shift 2 ;;
+    --trident-attention) backend=$2; shift 2 ;;
+    --compile) compile=1; shift ;;
     --seq-length) T=$2; shift 2 ;;
     *) echo "compare.sh: unknown flag '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
 default_b() { case "$1" in gpt2) echo 8 ;; gpt2-medium|gpt2-large) echo 4 ;; gpt2-8k) echo 1 ;; *) echo 2 ;; esac; }
-backend=flash; [ "$attention" = materialized ] && backend=unfused
+if [ -z "$backend" ]; then backend=auto; [ "$attention" = materialized ] && backend=unfused; fi
 status=0
 for m in $models; do
   b=${B:-$(default_b "$m")}
@@ -64,6 +70,11 @@ for m in $models; do
       'BEGIN {printf "ratio %s: Trident %.0f tok/s / PyTorch eager (%s) %.0f tok/s = %.2fx\n", m, o, a, t, o / t}'
   else
     echo "compare.sh: could not read tokens/s for $m"; status=1
+  fi
+  if [ -n "$compile" ]; then
+    env -u LD_LIBRARY_PATH "$PYTHON" "$here/pytorch_gpt2.py" --models-dir "$MODELS_DIR" --model "$m" \
+      --micro-batch-size "$b" --seq-length "$T" --iters "$iters" --warmup "$warmup" --attention "$attention" \
+      --device "$PYTORCH_DEVICE" --compile $prec 2>&1 || echo "compare.sh: the compiled peer failed for $m (not counted)"
   fi
 done
 exit $status

@@ -78,14 +78,17 @@ static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
 }
 
 
-/* The layout request of a run of micro-batch B. */
-static tri_layout_request request(const bench *b, int B)
+/* The layout request of a run of model m at micro-batch B (--attention-backend auto: engine_train's
+ * choice on a GPU, tools/cli/layout_flags.h). */
+static tri_layout_request request(const bench *b, const tri_model *m, int B)
 {
+    tri_transformer dims = tri_model_dims(m);
+    tri_attention_backend attention = strcmp(b->attention, "unfused") == 0 ? TRI_ATTENTION_UNFUSED
+                                      : strcmp(b->attention, "flash") == 0 ? TRI_ATTENTION_FLASH
+                                                                           : tri_cli_attention_auto(true, &dims);
     return (tri_layout_request){.num_gpus = b->tp, .tp = b->tp, .pp = 1, .micro_batch = B, .global_batch = B,
                                 .seq_length = b->T, .precision = b->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
-                                .attention = strcmp(b->attention, "unfused") == 0 ? TRI_ATTENTION_UNFUSED
-                                                                                  : TRI_ATTENTION_FLASH,
-                                .first_layers = -1, .last_layers = -1};
+                                .attention = attention, .first_layers = -1, .last_layers = -1};
 }
 
 /* Whether micro-batch B is a valid layout whose planned bytes per GPU (tri_model_rank_plan, what the
@@ -93,7 +96,7 @@ static tri_layout_request request(const bench *b, int B)
 static bool plan_fits(const bench *b, const tri_model *m, int B, double gib, char *why, size_t n)
 {
     tri_model_run run = {.seed = 1};
-    bool fits = tri_cli_model_layout(m, request(b, B), &run.layout) == TRI_OK &&
+    bool fits = tri_cli_model_layout(m, request(b, m, B), &run.layout) == TRI_OK &&
                 tri_cli_check_memory(m, &run, gib) == TRI_OK;
     if (!fits)
         snprintf(why, n, "%s", tri_error_message());
@@ -154,7 +157,7 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
             printf("%s: micro-batch %d, the largest whose planned memory fits %g GiB per GPU (%d: %s)\n", model,
                    B, (double)b->fit_gib, B + 1, why);
     }
-    if (!rc) rc = tri_cli_model_layout(&m, request(b, B), &o.run.layout);
+    if (!rc) rc = tri_cli_model_layout(&m, request(b, &m, B), &o.run.layout);
     if (!rc) rc = tri_session_create(&ss, world, dev, &m, &o);
     if (rc) {
         tri_model_free(&m);
@@ -210,7 +213,7 @@ int main(int argc, char **argv)
     tri_cli_passive_openmp(argv);
     MPI_Init(&argc, &argv);
     bench b = {.model = "all", .models_dir = TRIDENT_SOURCE_DIR "/models", .B = 0, .T = 1024, .iters = 10,
-               .warmup = 3, .tp = 1, .comm = "auto", .attention = "flash"};
+               .warmup = 3, .tp = 1, .comm = "auto", .attention = "auto"};
     tri_flag flags[] = {
         {"model", TRI_FLAG_CHOICE, &b.model, "which model (all: the four GPT-2 sizes)", 0, 0,
          "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl|gpt2-8k|llama-124m|smollm-135m|llama-3.2-1b", false},
@@ -225,7 +228,7 @@ int main(int argc, char **argv)
         {"bf16", TRI_FLAG_BOOL, &b.bf16, "bf16 mixed precision (engine_train --bf16); MFU against the bf16 peak", 0, 0, NULL, false},
         {"profile", TRI_FLAG_BOOL, &b.profile, "print time per device op of the timed iterations", 0, 0, NULL, false},
         {"comm", TRI_FLAG_CHOICE, &b.comm, "how ranks talk: NCCL, MPI staged through host memory (ranks sharing a GPU), or auto", 0, 0, "auto|nccl|mpi", false},
-        {"attention-backend", TRI_FLAG_CHOICE, &b.attention, "attention core: flash (fused, the default) or unfused (the T x T softmax through cuBLASLt)", 0, 0, "flash|unfused", false},
+        {"attention-backend", TRI_FLAG_CHOICE, &b.attention, "attention core: flash (fused), unfused (the T x T softmax through cuBLASLt) or auto (engine_train's default on a GPU: unfused, the path measured fastest there, flash for the Llamas)", 0, 0, "auto|flash|unfused", false},
         {"simple-kernels", TRI_FLAG_BOOL, &b.simple, "run the simple twin kernels (before/after comparisons)", 0, 0, NULL, false},
     };
     int nf = sizeof flags / sizeof *flags, rank = 0, size = 1;

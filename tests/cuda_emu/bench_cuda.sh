@@ -33,7 +33,8 @@ cp "$src/models/llama-tiny-byte.json" "$tmp/llama-124m.json"
 common=(--models-dir "$tmp" --seq-length 32 --iters 1)
 
 # 1. GPT-2, bf16, profiled
-"$bench" "${common[@]}" --model gpt2 --micro-batch-size 2 --warmup 1 --bf16 --profile > "$tmp/gpt.log" 2>&1 ||
+"$bench" "${common[@]}" --model gpt2 --micro-batch-size 2 --warmup 1 --bf16 --profile --attention-backend flash \
+  > "$tmp/gpt.log" 2>&1 ||
   fail "bench_cuda_train --bf16 --profile exited $? ($(tail -3 "$tmp/gpt.log"))"
 head -1 "$tmp/gpt.log" | grep -q "Trident CUDA emulation (CPU).*, bf16 (bf16 cuBLASLt GEMMs accumulating in fp32" ||
   fail "the header does not say bf16: $(head -1 "$tmp/gpt.log")"

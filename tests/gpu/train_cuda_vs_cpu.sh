@@ -15,6 +15,8 @@
 #    run must stay within twice it plus 1e-2 of the fp32 losses at every iteration (by the triangle
 #    inequality, then within three times it plus 1e-2 of the CPU bf16 run), and its first loss within
 #    1e-2 (a bf16 ulp of the logits) of the CPU's.
+# Both devices run the attention backend TCC_ATTENTION (default flash: the tiled kernels end to end;
+# engine_train's default on cuda, unfused, is named with TCC_ATTENTION=unfused).
 # Without a usable GPU it prints why and exits 77 (skipped). TCC_MICRO_BATCH, TCC_SEQ_LENGTH and
 # TCC_ITERS change the micro-batch (4), the sequence (128) and the iterations (10): the emulated CUDA
 # build (tests/cuda_emu/), whose kernels run on one CPU thread, runs a smaller problem; the bounds
@@ -27,7 +29,7 @@ ITERS=${TCC_ITERS:-10}
 A=(--config "$CONFIG" --train-data "$SRC/data/fortunes_byte_train.bin"
    --val-data "$SRC/data/fortunes_byte_val.bin" --micro-batch-size "${TCC_MICRO_BATCH:-4}"
    --seq-length "${TCC_SEQ_LENGTH:-128}" --train-iters "$ITERS" --lr 2e-3 --lr-warmup-iters 3 --log-interval 1
-   --eval-interval 100 --eval-iters 1 --sample-length 0 --seed 1234)
+   --eval-interval 100 --eval-iters 1 --sample-length 0 --seed 1234 --attention-backend "${TCC_ATTENTION:-flash}")
 run() { # $1 device, $2 log name, then extra flags
   local dev=$1 name=$2; shift 2
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$BIN/engine_train" "${A[@]}" "$@" --device "$dev" > "$T/$name.log" 2>&1

@@ -13,15 +13,17 @@
 #include "partitioner/constraints.h"
 #include "tools/cli/flags.h"
 
-#define TRI_CLI_LAYOUT_FLAGS 16 /* flags tri_cli_layout_flags adds */
+#define TRI_CLI_LAYOUT_FLAGS 17 /* flags tri_cli_layout_flags adds */
 
 /* What the layout flags write: the request, and the flags whose text becomes an enum. */
 typedef struct tri_cli_layout {
     tri_layout_request req;   /* num_gpus is the caller's (--num-gpus, or the world size) */
     const char *schedule;     /* --pipeline-schedule */
     const char *recompute;    /* --recompute-granularity */
-    const char *attention;    /* --attention-backend */
+    const char *attention;    /* --attention-backend: auto, flash or unfused */
     bool bf16;                /* --bf16 */
+    bool gpu;                 /* the caller's: the run's device is a GPU (engine_train --device cuda, a
+                                 GPU preset), where --attention-backend auto picks the measured path */
 } tri_cli_layout;
 
 /* Defaults: tp = pp = 1, micro-batch 4, sequence 64, global batch 0 (one micro-batch per replica),
@@ -33,9 +35,17 @@ int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n);
 
 /* Resolves the parsed flags for num_gpus ranks of model m into *out (partitioner/constraints.h):
  * TRI_EINVAL with the rule's message. f (nf flags) tells whether --pipeline-schedule was given (else
- * the schedule follows --num-layers-per-virtual-pipeline-stage). */
+ * the schedule follows --num-layers-per-virtual-pipeline-stage). --attention-backend auto resolves
+ * with tri_cli_attention_auto. */
 int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num_gpus, const tri_transformer *m,
                            tri_train_layout *out);
+
+/* What --attention-backend auto (the default) runs: on a GPU the unfused core, the path measured
+ * fastest there (GPT-2 124M bf16 at 35.3 ms/iter on an H200, 2026-11-27: docs/cuda-correctness.md;
+ * the tiled tensor-core attention has run only in the emulated build since), unless the model has
+ * the fused core only (m->fused_attention_only: Llama); on the CPU the fused core (FlashAttention-2's
+ * tiles through sgemm, memory linear in T). */
+tri_attention_backend tri_cli_attention_auto(bool gpu, const tri_transformer *m);
 
 /* For code that sets its layout itself (the benches, the checkpoint tool, tests): request r,
  * first_layers / last_layers -1 unless set, resolved for model m by the same validator. */
