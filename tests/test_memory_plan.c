@@ -8,7 +8,8 @@
  *    equals, category by category, what its arenas allocated, and
  *  - after two training steps the device's measured peak is within 5% of the planned total (in
  *    fact equal: every buffer comes from the planned arenas).
- * Five of the layouts again with a Llama (models/llama.h). */
+ * Five of the layouts again with a Llama (models/llama.h). Every rank's second step also waits for its
+ * device exactly once (tri_device.waits: the gradient norm's copy; the losses are read after it). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,7 +71,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     tri_batch_source src = {.ctx = c, .fill = fill};
     for (int s = 0; s < 2 && !rc; s++) {
         tri_step_result res;
+        uint64_t waits = dev->waits;
         rc = tri_trainer_step(&ss.trainer, &src, s, 1e-3f, &res);
+        if (!rc && s == 1 && dev->waits - waits != 1 && !c->failure[0])
+            snprintf(c->failure, sizeof c->failure, "rank %d: a step waited for the device %llu times (want 1)", rank,
+                     (unsigned long long)(dev->waits - waits));
     }
     double off = total ? ((double)dev->peak_bytes - (double)total) / (double)total : 1.0;
     if (!rc && (off > 0.05 || off < -0.05) && !c->failure[0])

@@ -79,6 +79,7 @@ static _Thread_local double op_t0;
 
 void tri_dispatch_start(tri_device *d)
 {
+    d->queued = true;
     op_t0 = d->profile ? tri_now_s() : 0.0;
 }
 
@@ -277,10 +278,18 @@ void tri_device_host_free(tri_device *d, void *ptr)
         d->ops->host_free(d, ptr);
 }
 
+/* A host wait: counted when work was queued since the last (tri_device.waits). */
+static void wait_counted(tri_device *d)
+{
+    d->waits += d->queued;
+    d->queued = false;
+}
+
 int tri_device_copy_to_host(tri_device *d, void *host, tri_tensor src)
 {
     if (tri_tensor_bytes(src) == 0)
         return TRI_OK;
+    wait_counted(d);
     return d->ops->copy_to_host(d, host, src.data, tri_tensor_bytes(src));
 }
 
@@ -297,10 +306,12 @@ int tri_device_copy_to_host_async(tri_device *d, void *host, tri_tensor src)
         return TRI_OK;
     if (!d->ops->copy_to_host_async)
         return d->ops->copy_to_host(d, host, src.data, tri_tensor_bytes(src));
+    d->queued = true;
     return d->ops->copy_to_host_async(d, host, src.data, tri_tensor_bytes(src));
 }
 
 int tri_device_sync(tri_device *d)
 {
+    wait_counted(d);
     return d->ops->sync(d);
 }

@@ -112,6 +112,11 @@ struct tri_device {
         void *data;
         size_t bytes;
     } widen[TRI_WIDEN_MAX];
+    /* Host waits: tri_device_copy_to_host and tri_device_sync after ops or asynchronous copies were
+     * queued (a wait with nothing queued since the last one is not counted: it stalls nothing). A
+     * trainer step waits once (engine/train/train.h). */
+    bool queued;
+    uint64_t waits;
 };
 
 /* The CPU backend: OpenBLAS sgemm for every matmul, OpenMP loops elsewhere, `threads` threads

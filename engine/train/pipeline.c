@@ -147,11 +147,12 @@ static int read_losses(tri_pipeline *p, tri_chunk *st, int mb, int slot)
     return tri_device_copy_to_host_async(st->dev, p->loss_host + (int64_t)mb * n, losses);
 }
 
-/* *loss_fixed += each read micro-batch's token-loss sum (tri_chunk_loss_sum_host, the order of
- * tri_chunk_loss_sum) rounded to 2^-TRI_LOSS_BITS, after one wait for the device. */
-static int sum_losses(tri_pipeline *p, int64_t *loss_fixed)
+/* *loss_fixed = each read micro-batch's token-loss sum (tri_chunk_loss_sum_host, the order of
+ * tri_chunk_loss_sum) rounded to 2^-TRI_LOSS_BITS and added up, after one wait for the device. */
+int tri_pipeline_losses(tri_pipeline *p, int64_t *loss_fixed)
 {
     int rc = TRI_OK, any = 0;
+    *loss_fixed = 0;
     for (int mb = 0; mb < p->sched->m; mb++)
         any |= p->loss_read[mb];
     if (any)
@@ -197,7 +198,6 @@ int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, flo
     for (int k = 0; k < s->v * s->m; k++)
         p->slot[k] = -1;
     memset(p->loss_read, 0, (size_t)s->m);
-    *loss_fixed = 0;
     p->busy_s = 0.0;
     double t_run = tri_now_s();
     for (int i = 0; i < n && !rc;) {
@@ -217,7 +217,7 @@ int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, flo
                                    i, tri_sched_kind_name(ops[i].kind), ops[i].mb, ops[i].chunk);
         i = end;
     }
-    if (!rc) rc = sum_losses(p, loss_fixed);
+    if (!rc && loss_fixed) rc = tri_pipeline_losses(p, loss_fixed);
     p->total_s = tri_now_s() - t_run;
     return rc;
 }

@@ -56,9 +56,15 @@ int tri_pipeline_create(tri_pipeline *p, const tri_schedule *s, int rank, tri_co
 /* Runs the ops once. train: forward with the fused loss backward (scaled by dloss) and backward;
  * otherwise the schedule must be forward-only. *loss_fixed = the sum over micro-batches of each
  * micro-batch's token-loss sum rounded to 2^-TRI_LOSS_BITS, on the rank holding the last chunk
- * (0 elsewhere): integers, so replicas' sums add exactly, in any order. */
+ * (0 elsewhere): integers, so replicas' sums add exactly, in any order. Reading the losses waits
+ * for the device; with loss_fixed NULL the run returns without waiting and tri_pipeline_losses reads
+ * them later (a trainer step reads them after the gradient norm's copy, its one wait). */
 int tri_pipeline_run(tri_pipeline *p, const tri_pipeline_io *io, bool train, float dloss,
                      int64_t *loss_fixed);
+
+/* *loss_fixed of the last run (see tri_pipeline_run), after one wait for the device (none left to
+ * wait for when something since has waited for it). */
+int tri_pipeline_losses(tri_pipeline *p, int64_t *loss_fixed);
 
 void tri_pipeline_destroy(tri_pipeline *p);
 

@@ -190,10 +190,10 @@ static int sync_grads(tri_trainer *t, tri_chunk *st)
     return rc ? rc : tri_zero_finish_grads(&st->zero);
 }
 
-int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
+/* The gradients of global batch iter (tri_trainer_gradients) without waiting for the device: the
+ * losses stay pending in the pipeline (finish_loss reads them). */
+static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
 {
-    double loss_sum = 0.0;
-    int64_t loss_fixed = 0;
     int rc = TRI_OK;
     t->local_bad = false;
     for (int c = 0; c < t->v && !rc; c++)
@@ -203,7 +203,7 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
                       (int64_t)t->grid->dp_rank * t->cfg.n_micro * t->chunks[0]->samples_per_mb;
     float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
     tri_pipeline_io io = {.ctx = t, .load = load};
-    if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, &loss_fixed);
+    if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, NULL);
     for (int c = 0; c < t->v && !rc; c++) {
         rc = sync_grads(t, t->chunks[c]);
         if (rc == TRI_ENONFINITE && t->guard) {
@@ -216,9 +216,26 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
     }
     if (!rc && t->after_grads)
         rc = t->after_grads(t->after_grads_ctx, t, iter);
+    return rc;
+}
+
+/* *loss = the mean token loss of the last backward's global batch, on every rank: the pipeline's
+ * pending losses (a wait for the device, none when the gradient norm's copy has waited already),
+ * shared over the pipeline and the replicas. */
+static int finish_loss(tri_trainer *t, double *loss)
+{
+    double loss_sum = 0.0;
+    int64_t loss_fixed = 0;
+    int rc = tri_pipeline_losses(&t->train_pipe, &loss_fixed);
     if (!rc) rc = share_loss(t, loss_fixed, &loss_sum);
     *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
     return rc;
+}
+
+int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
+{
+    int rc = backward(t, src, iter);
+    return rc ? rc : finish_loss(t, loss);
 }
 
 /* Deterministic mode: the squares of the gradients (rounded to 2^-TRI_FIXED_BITS) summed exactly as
@@ -319,8 +336,10 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
                      tri_step_result *res)
 {
     double norm = 0.0;
-    int rc = tri_trainer_gradients(t, src, iter, &res->loss);
+    /* one wait for the device a step: the gradient norm's copy; the losses are read after it */
+    int rc = backward(t, src, iter);
     if (!rc) rc = tri_trainer_grad_norm(t, &norm);
+    if (!rc) rc = finish_loss(t, &res->loss);
     if (rc)
         return rc;
     res->grad_norm = norm;

@@ -111,7 +111,9 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm);
  * clipping, AdamW. Without a guard: TRI_ENONFINITE (and no update) when the norm is not finite.
  * With t->guard set: every rank's non-finite flag and stop request are agreed over the world before
  * the update (engine/train/fault.h), so every rank applies or skips the update alike (res->action), fails
- * alike with TRI_ENONFINITE naming the iteration and the ranks, and reports the stop alike. */
+ * alike with TRI_ENONFINITE naming the iteration and the ranks, and reports the stop alike. The host
+ * waits for the device once (outside deterministic mode): the gradient norm's copy; the
+ * micro-batches' losses, copied asynchronously as they come, are read after it (tri_device.waits). */
 int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
                      tri_step_result *res);
 
