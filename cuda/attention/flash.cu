@@ -14,6 +14,7 @@
 #include "cuda/device_cuda.h"
 #include "cuda/attention/flash_mma.h"
 #include "cuda/attention/flash.kern.h"
+#include "cuda/attention/flash_delta_fast.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/warp.cuh"
 #include "engine/device/ops/attention_math.h"
@@ -61,8 +62,13 @@ extern "C" int tri_cuda_flash_attention_backward(tri_device *dev, tri_tensor dqk
     int rc = check_head("flash_attention_backward", f);
     if (rc)
         return rc;
-    rc = TRI_CUDA_LAUNCH_N(flash_backward_delta_kernel, rows, cu->stream, tri_fp(delta), tri_data(dout),
-                           tri_is_bf16(dout), tri_data(out), tri_is_bf16(out), f);
+    if (!cu->simple && f.HS <= TRI_DELTA_MAX_HS) /* the same bits, coalesced (flash_delta_fast.cuh) */
+        rc = TRI_CUDA_LAUNCH(flash_backward_delta_fast_kernel, tri_row_blocks((rows + TRI_DELTA_ROWS - 1) / TRI_DELTA_ROWS),
+                             TRI_DELTA_THREADS, cu->stream, tri_fp(delta), tri_data(dout), tri_is_bf16(dout),
+                             tri_data(out), tri_is_bf16(out), f);
+    else
+        rc = TRI_CUDA_LAUNCH_N(flash_backward_delta_kernel, rows, cu->stream, tri_fp(delta), tri_data(dout),
+                               tri_is_bf16(dout), tri_data(out), tri_is_bf16(out), f);
     if (rc)
         return rc;
     if (tiled_path(cu, f, qkv, dout, dqkv, true))

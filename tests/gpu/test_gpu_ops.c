@@ -1097,6 +1097,28 @@ static void flash_run(flash_both *f)
          tri_op_flash_attention_backward(gpu, f->dqkv.g, f->delta.g, f->dout.g, f->qkv.g, f->out.g, f->lse.g));
 }
 
+/* delta (the backward's first step) is each row's dout . out left to right, a float product at a
+ * time: the simple kernel (a thread per row) and the fast one (a block per 32 rows, coalesced) both
+ * give these bits of the GPU's own out and dout. */
+static void expect_delta(const flash_both *f, int64_t B, int64_t T, int64_t NH, int64_t HS, const char *form)
+{
+    int64_t rows = B * NH * T, C = NH * HS;
+    const float *o = gpu_read(gpu, f->out.g), *g = gpu_read(gpu, f->dout.g), *got = gpu_read(gpu, f->delta.g);
+    float *want = ot_floats((size_t)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t t = r % T, bh = r / T, at = (bh / NH * T + t) * C + bh % NH * HS;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < HS; i++) {
+            float p = g[at + i] * o[at + i];
+            acc += p;
+        }
+        want[r] = acc;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "flash delta (%s, T %lld HS %lld)", form, (long long)T, (long long)HS);
+    cr_expect(ot_same_bits(what, got, want, (size_t)rows));
+}
+
 static void flash_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int bf16, uint64_t seed, int64_t NH_kv)
 {
     int64_t C = NH * HS, W = C + 2 * NH_kv * HS;
@@ -1120,6 +1142,7 @@ static void flash_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int bf16, u
         snprintf(what, sizeof what, "flash %s dqkv (%s, B %lld T %lld NH %lld HS %lld)", bf16 ? "bf16" : "fp32", form,
                  (long long)B, (long long)T, (long long)NH, (long long)HS);
         cmp(what, f.dqkv, tol);
+        expect_delta(&f, B, T, NH, HS, simple ? "simple" : "fast");
         /* deterministic: a second backward gives the same bits */
         size_t n = (size_t)tri_tensor_numel(qs);
         float *first = gpu_read(gpu, f.dqkv.g);
