@@ -22,24 +22,32 @@
  * bias c's dtype. Alignments are in bytes, so a bf16 view may be only 2-byte aligned (a head of odd
  * HS); the heuristic is told so, and strides count elements of each matrix's own size.
  *
- * A plan (descriptors, layouts and the heuristic's first algorithm) is made once per shape,
- * transposes, strides, batch, bias presence, data types and pointer alignment class (the heuristic
- * must not pick kernels that assume more alignment than a view such as one head's columns has) and
- * kept in a small cache; later calls only set the bias pointer and call cublasLtMatmul on the
- * device's stream with its 32 MiB workspace. The bias epilogue is used only for a bias aligned to 16 bytes
+ * A plan (descriptors, layouts and the heuristic's best TRI_GEMM_ALGOS algorithms, fastest first by
+ * its estimate) is made once per shape, transposes, strides, batch, bias presence, data types and
+ * pointer alignment class (the heuristic must not pick kernels that assume more alignment than a
+ * view such as one head's columns has) and kept in a small cache; later calls only set the bias
+ * pointer and call cublasLtMatmul on the device's stream with its 32 MiB workspace. The plan's first
+ * call tries the algorithms in the heuristic's order and keeps the first that cuBLASLt accepts (an
+ * algorithm may still be refused at run time: CUBLAS_STATUS_NOT_SUPPORTED); with none (or none
+ * found) the shape runs on gemm_fallback_kernel (matmul.kern.h), slowly but never as a failure, and
+ * the log says so once per plan. The choice is the same on every run (no timing), so reruns keep
+ * their bits. The bias epilogue is used only for a bias aligned to 16 bytes
  * (below). The GELU epilogues (CUBLASLT_EPILOGUE_GELU_BIAS, GELU_AUX_BIAS) are not used: cuBLASLt's
  * GELU is its own arithmetic, not engine/device/ops/activations_math.h's tri_gelu, so the fused form would
  * break the one source of the math that the CPU suite checks, and the device interface keeps GELU a separate op
  * (docs/cuda-correctness.md). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/matmul/colsum.kern.h"
 #include "cuda/matmul/matmul.kern.h"
 #include "cuda/launch.cuh"
+#include "engine/core/log.h"
 #include "engine/device/ops/activations_math.h"
 
 #define MAX_PLANS 128
+#define TRI_GEMM_ALGOS 8 /* the heuristic's algorithms a plan keeps, in its order */
 /* Bytes of alignment the bias epilogue's vector gets: there is no heuristic preference for the bias
  * pointer (only A, B, C and D have CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), and kernels load the
  * vector in 16-byte pieces, so a less aligned bias (a view into a flat parameter buffer at an odd
@@ -58,7 +66,9 @@ typedef struct gemm_plan {
     bool used;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our b), B (our a), C = D */
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algos[TRI_GEMM_ALGOS];
+    int n_algos;
+    int chosen; /* -1: not tried yet; 0..n_algos-1: the algorithm in use; n_algos: gemm_fallback_kernel */
 } gemm_plan;
 
 struct tri_cuda_gemm_cache {
@@ -133,7 +143,8 @@ static int set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAtt
     return TRI_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v));
 }
 
-/* Descriptors, layouts and the heuristic's best algorithm for key k. */
+/* Descriptors, layouts and the heuristic's best algorithms for key k (none found is not an error:
+ * the plan then runs on the fallback kernel). */
 static int plan_make(tri_cuda *c, gemm_plan *p, const gemm_key *k, const tri_cuda_gemm_args *g)
 {
     int32_t op_a = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our b */
@@ -168,22 +179,36 @@ static int plan_make(tri_cuda *c, gemm_plan *p, const gemm_key *k, const tri_cud
     if (!rc) rc = set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k->align_a);
     if (!rc) rc = set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k->align_c);
     if (!rc) rc = set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k->align_c);
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t results[TRI_GEMM_ALGOS];
     int found = 0;
-    memset(&result, 0, sizeof result);
-    if (!rc) rc = TRI_CUBLAS(cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
-                                                            &result, &found));
+    memset(results, 0, sizeof results);
+    if (!rc) rc = TRI_CUBLAS(cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref,
+                                                            TRI_GEMM_ALGOS, results, &found));
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
-    if (!rc && found == 0)
-        rc = TRI_ERR(TRI_EDEVICE, "cuBLASLt found no algorithm for (%lld x %lld) = op(%lld x %lld) op(%lld x %lld), "
-                     "batch %d, %s inputs, %s output, alignments %u/%u/%u bytes", (long long)k->M, (long long)k->N,
-                     (long long)k->M, (long long)k->K, (long long)k->K, (long long)k->N, (int)k->batch,
-                     k->type_ab == CUDA_R_16BF ? "bf16" : "fp32", k->type_c == CUDA_R_16BF ? "bf16" : "fp32",
-                     k->align_a, k->align_b, k->align_c);
-    if (!rc)
-        p->algo = result.algo;
+    p->n_algos = 0;
+    for (int i = 0; i < found && i < TRI_GEMM_ALGOS && !rc; i++)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS)
+            p->algos[p->n_algos++] = results[i].algo;
+    p->chosen = -1;
     return rc;
+}
+
+/* The shape of key k, for messages. */
+static void describe(const gemm_key *k, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "(%lld x %lld) = op(%lld x %lld) op(%lld x %lld), batch %d, %s inputs, %s output, "
+             "alignments %u/%u/%u bytes", (long long)k->M, (long long)k->N, (long long)k->M, (long long)k->K,
+             (long long)k->K, (long long)k->N, (int)k->batch, k->type_ab == CUDA_R_16BF ? "bf16" : "fp32",
+             k->type_c == CUDA_R_16BF ? "bf16" : "fp32", k->align_a, k->align_b, k->align_c);
+}
+
+/* The product on gemm_fallback_kernel (matmul.kern.h). */
+static int gemm_fallback(tri_cuda *c, const tri_cuda_gemm_args *g)
+{
+    return TRI_CUDA_LAUNCH_N(gemm_fallback_kernel, (int64_t)g->batch * g->M * g->N, c->stream, g->c, g->c_bf16, g->a,
+                             g->b, g->ab_bf16, g->bias, g->M, g->N, g->K, g->trans_a, g->trans_b, g->lda, g->ldb,
+                             g->ldc, g->stride_a, g->stride_b, g->stride_c, (int64_t)g->batch, g->alpha, g->beta);
 }
 
 /* The cached plan for g (made on first use). */
@@ -235,8 +260,30 @@ extern "C" int tri_cuda_gemm(tri_cuda *c, const tri_cuda_gemm_args *g)
     if (rc)
         return rc;
     float alpha = g->alpha, beta = g->beta;
-    return TRI_CUBLAS(cublasLtMatmul(c->lt, p->desc, &alpha, g->b, p->la, g->a, p->lb, &beta, g->c, p->lc, g->c,
-                                     p->lc, &p->algo, c->workspace, c->workspace_bytes, c->stream));
+    if (p->chosen >= 0 && p->chosen < p->n_algos)
+        return TRI_CUBLAS(cublasLtMatmul(c->lt, p->desc, &alpha, g->b, p->la, g->a, p->lb, &beta, g->c, p->lc, g->c,
+                                         p->lc, &p->algos[p->chosen], c->workspace, c->workspace_bytes, c->stream));
+    if (p->chosen < 0) { /* the first call: the heuristic's algorithms in order, the first accepted kept */
+        for (int i = 0; i < p->n_algos; i++) {
+            cublasStatus_t st = cublasLtMatmul(c->lt, p->desc, &alpha, g->b, p->la, g->a, p->lb, &beta, g->c, p->lc,
+                                               g->c, p->lc, &p->algos[i], c->workspace, c->workspace_bytes, c->stream);
+            if (st == CUBLAS_STATUS_SUCCESS) {
+                p->chosen = i;
+                return TRI_OK;
+            }
+            if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
+                return TRI_CUBLAS(st);
+        }
+        p->chosen = p->n_algos;
+        char what[256];
+        describe(&p->key, what, sizeof what);
+        if (p->n_algos == 0)
+            tri_log("cuBLASLt found no algorithm for %s; this shape runs on the fallback GEMM kernel (slow)", what);
+        else
+            tri_log("cuBLASLt refused the %d algorithms its heuristic found for %s; this shape runs on the fallback "
+                    "GEMM kernel (slow)", p->n_algos, what);
+    }
+    return gemm_fallback(c, g);
 }
 
 extern "C" int tri_cuda_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,

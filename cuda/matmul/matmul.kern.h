@@ -5,7 +5,9 @@
  * accumulator that starts from dbias and is stored once): the CPU backend's loop and the two-pass
  * column sums' (cuda/matmul/colsum.kern.h) bit for bit, and deterministic.
  * scale_rows_kernel and bias_broadcast_kernel cover matmul's K == 0 case (c = beta * c, 0 when
- * beta == 0 so NaN does not propagate; or the bias) and the unfused bias path. Every floating array
+ * beta == 0 so NaN does not propagate; or the bias) and the unfused bias path. gemm_fallback_kernel
+ * is the product when cuBLASLt has no working algorithm for a shape (cuda/matmul/matmul.cu): a thread
+ * per output element, k ascending in fp32, slow but never a failure. Every floating array
  * is fp32 or bf16 as its `_bf16` flag says (engine/core/math.h tri_load / tri_store, fp32 arithmetic). */
 #ifndef TRIDENT_CUDA_MATMUL_MATMUL_KERN_H
 #define TRIDENT_CUDA_MATMUL_MATMUL_KERN_H
@@ -40,6 +42,29 @@ TRI_KERNEL bias_broadcast_kernel(void *c, int c_bf16, const void *bias, int bias
 {
     for (int64_t i = TRI_GLOBAL_ID; i < M * N; i += TRI_GLOBAL_STRIDE)
         tri_store(c, c_bf16, i, tri_load(bias, bias_bf16, i % N));
+}
+
+/* c = alpha op(a) op(b) + beta c (+ bias[j] on every row), row-major, for each of `batch` matrices
+ * (element strides sa, sb, sc apart): op(a) is M x K (a's row stride lda; transposed when trans_a),
+ * op(b) K x N (ldb), c M x N (ldc). Products summed k ascending in fp32; c not read when beta == 0. */
+TRI_KERNEL gemm_fallback_kernel(void *c, int c_bf16, const void *a, const void *b, int ab_bf16, const void *bias,
+                                int64_t M, int64_t N, int64_t K, int trans_a, int trans_b, int64_t lda, int64_t ldb,
+                                int64_t ldc, int64_t sa, int64_t sb, int64_t sc, int64_t batch, float alpha, float beta)
+{
+    for (int64_t idx = TRI_GLOBAL_ID; idx < batch * M * N; idx += TRI_GLOBAL_STRIDE) {
+        int64_t z = idx / (M * N), m = idx % (M * N) / N, n = idx % N;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            float x = tri_load(a, ab_bf16, z * sa + (trans_a ? k * lda + m : m * lda + k));
+            float y = tri_load(b, ab_bf16, z * sb + (trans_b ? n * ldb + k : k * ldb + n));
+            acc += x * y;
+        }
+        int64_t at = z * sc + m * ldc + n;
+        float v = alpha * acc + (beta == 0.0f ? 0.0f : beta * tri_load(c, c_bf16, at));
+        if (bias)
+            v += tri_load(bias, c_bf16, n);
+        tri_store(c, c_bf16, at, v);
+    }
 }
 
 #endif

@@ -11,8 +11,9 @@
  * cuda/matmul/matmul.cu's mapping of Trident's row-major products onto that convention (swapped operands,
  * leading dimensions, the bias on D's rows, batch strides) is checked against the CPU backend's
  * sgemm within the tolerance that a different order gives. Descriptor attributes the code does not
- * set keep cuBLASLt's defaults (no transposes, the default epilogue); preferences and the heuristic
- * accept everything. */
+ * set keep cuBLASLt's defaults (no transposes, the default epilogue); preferences accept everything,
+ * and the heuristic returns as many algorithms as tests/cuda_emu/cublaslt_knobs.h says (default 2,
+ * each computing the same), of which cublasLtMatmul refuses the first tri_emu_lt_refused. */
 #ifndef TRIDENT_TESTS_CUDA_EMU_CUBLASLT_H
 #define TRIDENT_TESTS_CUDA_EMU_CUBLASLT_H
 
@@ -22,6 +23,7 @@
 
 #include "cuda_runtime.h"
 #include "engine/core/math.h"
+#include "tests/cuda_emu/cublaslt_knobs.h"
 
 typedef enum cublasStatus_t {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -214,8 +216,11 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, 
     (void)h, (void)d, (void)a, (void)b, (void)c, (void)dl, (void)p;
     if (requested < 1)
         return CUBLAS_STATUS_INVALID_VALUE;
-    memset(result, 0, sizeof *result);
-    *found = 1;
+    *found = tri_emu_lt_found < requested ? tri_emu_lt_found : requested;
+    for (int i = 0; i < *found; i++) {
+        memset(&result[i], 0, sizeof result[i]);
+        result[i].algo.data[0] = (uint64_t)i; /* its place in the heuristic's order */
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -234,7 +239,10 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                                             const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes,
                                             cudaStream_t stream)
 {
-    (void)h, (void)algo, (void)ws, (void)ws_bytes, (void)stream;
+    (void)h, (void)ws, (void)ws_bytes, (void)stream;
+    if (algo->data[0] < (uint64_t)tri_emu_lt_refused)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    tri_emu_lt_runs++;
     int64_t m = (int64_t)ld->rows, n = (int64_t)ld->cols;
     int64_t ka = (int64_t)(d->transa == CUBLAS_OP_T ? la->rows : la->cols);
     int64_t ma = (int64_t)(d->transa == CUBLAS_OP_T ? la->cols : la->rows);

@@ -15,6 +15,13 @@ extern "C" int tri_cublaslt_load(void)
     return TRI_OK;
 }
 
+/* tests/cuda_emu/cublaslt_knobs.h */
+extern "C" {
+int tri_emu_lt_found = 2;
+int tri_emu_lt_refused = 0;
+long tri_emu_lt_runs = 0;
+}
+
 /* "NCCL" here is what ranks sharing one GPU use (--comm mpi): the MPI comm with device tensors staged
  * through host memory (engine/train/comm_staged.h), over the same communicator. So the ranks of an
  * emulated run talk as on one GPU, whatever --comm says. */

@@ -662,6 +662,40 @@ static void matmul_bf16_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
     cmp(what, c, tol);
 }
 
+#ifdef TRI_CUDA_EMULATED
+#include "tests/cuda_emu/cublaslt_knobs.h"
+
+/* When cuBLASLt refuses algorithms (tests/cuda_emu/cublaslt_knobs.h, the emulated build only): a plan
+ * keeps the first algorithm in the heuristic's order that runs, and with none (or none found) every
+ * product, batched ones included (the unfused attention's), runs on gemm_fallback_kernel, still
+ * equal to the CPU within the same tolerances (cuda/matmul/matmul.cu). Criterion forks every test,
+ * so each starts with an empty plan cache. */
+Test(gpu_ops, matmul_when_cublaslt_refuses_the_first_algorithms)
+{
+    tri_emu_lt_found = 4;
+    tri_emu_lt_refused = 2;
+    long runs = tri_emu_lt_runs;
+    matmul_case(false, true, 37, 51, 70, 300);
+    long first = tri_emu_lt_runs - runs; /* three products (beta 0, beta 0.5, bias) on two plans */
+    cr_expect(first == 3, "%ld products through cuBLASLt, want 3 (the third algorithm, each once)", first);
+}
+
+Test(gpu_ops, matmul_on_the_fallback_kernel_without_an_algorithm)
+{
+    for (int found = 0; found < 2; found++) { /* none found; one found and refused */
+        tri_emu_lt_found = found;
+        tri_emu_lt_refused = found;
+        long runs = tri_emu_lt_runs;
+        for (int t = 0; t < 4; t++)
+            matmul_case(t & 1, t & 2, 37 + found, 51, 70, 310 + (uint64_t)t);
+        for (int cb = 0; cb < 2; cb++)
+            matmul_bf16_case(false, true, 33 + found, 48, 64, cb, 320 + (uint64_t)cb);
+        attention_case(2, 33 + found, 3, 8, 330);
+        cr_expect_eq(tri_emu_lt_runs, runs, "cuBLASLt ran %ld products it should not have", tri_emu_lt_runs - runs);
+    }
+}
+#endif
+
 Test(gpu_ops, matmul_bf16_cublaslt)
 {
     for (int t = 0; t < 4; t++)
