@@ -20,6 +20,11 @@
  *          NVLink (300 GB/s each way): 0.67. Issue #119: 84.8 GB/s average of 100 GB/s over HDR
  *          InfiniBand across 3 DGX-class A100 nodes: 0.85. The same fractions are assumed for
  *          H100 / H200 (NVLink 4, NDR).
+ *  [LAUNCH] 4 us per kernel launch on every GPU preset: an assumption, not measured here, inside the
+ *          2-5 us commonly reported for a cudaLaunchKernel of a short kernel on one stream (host
+ *          driver call, command fetch, block scheduling; NVIDIA's CUDA Graphs material puts the
+ *          saving of a graph at a few us per kernel). It matters only for ops of many small
+ *          launches (docs/cuda-correctness.md, "Kernel-time model").
  *  memory fraction 0.8 on GPUs is an assumption (no source; the elementwise work is 5-10% of a
  *  large model's step, so it moves predictions by about 1%). */
 #include "partitioner/hardware.h"
@@ -36,19 +41,19 @@ static const tri_hardware presets[] = {
     {.name = "h100-sxm", .description = "NVIDIA H100 SXM5 80GB (DGX H100: NVLink 4, NDR 400 Gb/s per GPU)",
      .peak_bf16 = 989e12, .peak_fp32 = 67e12, .memory_bytes = 80 * GB, .reserve_bytes = 2 * GIB,
      .mem_bw = 3.35e12, .intra_bw = 450 * GB, .inter_bw = 50 * GB, .gpus_per_node = 8,
-     .mamf = 0.803,
+     .mamf = 0.803, .launch_s = 4e-6,
      .eff = {.gemm = 0.803 * TRI_GEMM_TRANSFORMER_FACTOR, .memory = 0.8, .intra = 0.67, .inter = 0.85,
              .tp_exposed = 1.0, .dp_exposed = 1.0}},
     {.name = "h200", .description = "NVIDIA H200 SXM 141GB (DGX H200: NVLink 4, NDR 400 Gb/s per GPU)",
      .peak_bf16 = 989e12, .peak_fp32 = 67e12, .memory_bytes = 141 * GB, .reserve_bytes = 2 * GIB,
      .mem_bw = 4.8e12, .intra_bw = 450 * GB, .inter_bw = 50 * GB, .gpus_per_node = 8,
-     .mamf = 0.803,
+     .mamf = 0.803, .launch_s = 4e-6,
      .eff = {.gemm = 0.803 * TRI_GEMM_TRANSFORMER_FACTOR, .memory = 0.8, .intra = 0.67, .inter = 0.85,
              .tp_exposed = 1.0, .dp_exposed = 1.0}},
     {.name = "a100-80gb", .description = "NVIDIA A100 SXM4 80GB (DGX A100: NVLink 3, HDR 200 Gb/s per GPU)",
      .peak_bf16 = 312e12, .peak_fp32 = 19.5e12, .memory_bytes = 80 * GB, .reserve_bytes = 2 * GIB,
      .mem_bw = 2.039e12, .intra_bw = 300 * GB, .inter_bw = 25 * GB, .gpus_per_node = 8,
-     .mamf = 0.869,
+     .mamf = 0.869, .launch_s = 4e-6,
      .eff = {.gemm = 0.869 * TRI_GEMM_TRANSFORMER_FACTOR, .memory = 0.8, .intra = 0.67, .inter = 0.85,
              .tp_exposed = 1.0, .dp_exposed = 1.0}},
     /* This machine. Ranks are MPI processes (or threads) of one node sharing its cores; a node's

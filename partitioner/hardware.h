@@ -52,6 +52,8 @@ typedef struct tri_hardware {
     bool cpu;                  /* ranks of a node share its cores, memory and bandwidth */
     tri_efficiency eff;        /* default achievable fractions */
     double mamf;               /* cpu: 0; GPUs: MAMF / bf16 peak (the gemm fraction's first factor) */
+    double launch_s;           /* seconds one kernel launch adds (the kernel-time model,
+                                  partitioner/kernel_time.h; cpu: 0, an op is a function call) */
 } tri_hardware;
 
 /* The factor for transformer shapes and kernels on top of MAMF (see the top comment), re-derived by

@@ -17,7 +17,15 @@
  * and MFU is against the fp32 peak, with the bf16 peak's figure beside it; with --bf16 (bf16
  * weights and activations, bf16 cuBLASLt GEMMs accumulating in fp32, fp32 master weights; the
  * engine_train flag) MFU is against the bf16 peak. --peak-tflops overrides the table (other cards,
- * in the run's precision). Without a usable GPU it prints why and exits with status 1. */
+ * in the run's precision). Without a usable GPU it prints why and exits with status 1.
+ *
+ * --predict --hardware h200 needs no GPU: it runs one training step (after a warm-up one) of the same
+ * session on the cost device (engine/device/device_cost.h), which records every kernel the CUDA
+ * backend would launch, and prints the per-op table --profile prints on a GPU, predicted by the
+ * kernel-time model (partitioner/kernel_time.h: a roofline on the partitioner's preset plus a launch
+ * cost), with each op's launches, bytes, FLOPs and bound, and the predicted step. --op-set 2026-11-27
+ * predicts the op set of the H200 profile of that date (docs/cuda-correctness.md, "Kernel-time
+ * model"). One rank, tp 1. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,9 +42,12 @@
 #include "models/model.h"
 #include "models/session.h"
 #include "partitioner/flops.h"
+#include "partitioner/hardware.h"
+#include "partitioner/kernel_time.h"
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
+#include "tools/cli/predict.h"
 #include "tools/cli/validate.h"
 
 #ifndef TRIDENT_SOURCE_DIR
@@ -50,6 +61,10 @@ typedef struct bench {
     float peak_tflops;
     float fit_gib;             /* > 0: the micro-batch is the largest whose plan fits this many GiB */
     bool profile, bf16, simple;
+    bool predict;              /* --predict: the kernel-time model on the CPU, no GPU */
+    const char *hardware;      /* --hardware: its preset (partitioner/hardware.h) */
+    const char *op_set;        /* --op-set: head or 2026-11-27 (engine/device/device_cost.h) */
+    float sync_us;             /* --sync-us: microseconds per op call added (the profiler's sync) */
     const char *comm;
     const char *attention;     /* --attention-backend */
 } bench;
@@ -208,12 +223,74 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     return rc;
 }
 
+/* Predicts one training step of `model` on b->hardware (no GPU) and prints the per-op table and the
+ * step: ms/iter, tokens/s, MFU against the preset's bf16 or fp32 peak. */
+static int predict_model(const bench *b, const char *model, int B, tri_comm *world)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.json", b->models_dir, model);
+    const tri_hardware *hw = tri_hardware_find(b->hardware);
+    if (!hw)
+        return TRI_ERR(TRI_EINVAL, "--hardware %s: expected one of %s", b->hardware, tri_hardware_names());
+    tri_model m;
+    int rc = tri_model_load(&m, path);
+    if (rc)
+        return rc;
+    tri_transformer dims = tri_model_dims(&m);
+    tri_step_prediction p;
+    if (b->T > dims.n_positions)
+        rc = TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's %lld positions", b->T, model,
+                     (long long)dims.n_positions);
+    tri_layout_request req = request(b, &m, B);
+    if (!rc) rc = tri_cli_predict_step(world, &m, req, strcmp(b->op_set, "head") == 0, hw, b->sync_us * 1e-6, &p);
+    if (!rc) {
+        double dt = p.seconds, peak = b->bf16 ? hw->peak_bf16 : hw->peak_fp32;
+        double flops = tri_iteration_flops(&dims, B, b->T, false);
+        printf("%s predicted on %s (%s attention, %s, op set %s; roofline at %.0f%% of the dense peak and %.0f%% "
+               "of %.2f TB/s, %.1f us a launch, %.1f us a call):\n",
+               model, hw->name, req.attention == TRI_ATTENTION_FLASH ? "flash" : "unfused", b->bf16 ? "bf16" : "fp32",
+               b->op_set, 100 * hw->eff.gemm,
+               100 * hw->eff.memory, hw->mem_bw / 1e12, hw->launch_s * 1e6, (double)b->sync_us);
+        tri_step_prediction_report(&p, stdout);
+        printf("%-12s %6.0fM  %s B %2d x T %4d | %9.1f ms/iter predicted | %9.0f tok/s | %7.2f TFLOP/s | MFU %5.1f%% "
+               "of %s peak\n",
+               model, (double)m.family->num_params(m.cfg) / 1e6, b->bf16 ? "bf16" : "fp32", B, b->T, dt * 1e3,
+               (double)B * b->T / dt, flops / dt / 1e12, 100.0 * flops / dt / peak, b->bf16 ? "bf16" : "fp32");
+        fflush(stdout);
+    }
+    tri_model_free(&m);
+    return rc;
+}
+
+/* --predict: each model's step on the cost device, one rank, no GPU. */
+static int predict_all(const bench *b, int size)
+{
+    if (size != 1 || b->tp != 1)
+        return TRI_ERR(TRI_EINVAL, "--predict models one GPU: run it as one process with tp 1");
+    if (b->fit_gib > 0)
+        return TRI_ERR(TRI_EINVAL, "--predict takes --micro-batch-size, not --fit-memory-gib");
+    MPI_Comm comm_world = MPI_COMM_WORLD;
+    tri_comm *world = NULL;
+    int rc = tri_comm_mpi_create(&world, &comm_world);
+    for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS && !rc; i++) {
+        if (strcmp(b->model, "all") != 0 ? strcmp(b->model, MODELS[i].name) != 0
+                                         : strncmp(MODELS[i].name, "gpt2", 4) != 0 ||
+                                               strcmp(MODELS[i].name, "gpt2-8k") == 0)
+            continue;
+        rc = predict_model(b, MODELS[i].name, b->B ? b->B : MODELS[i].B, world);
+        if (rc)
+            tri_error_context(rc, "%s", MODELS[i].name);
+    }
+    tri_comm_destroy(world);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     tri_cli_passive_openmp(argv);
     MPI_Init(&argc, &argv);
     bench b = {.model = "all", .models_dir = TRIDENT_SOURCE_DIR "/models", .B = 0, .T = 1024, .iters = 10,
-               .warmup = 3, .tp = 1, .comm = "auto", .attention = "auto"};
+               .warmup = 3, .tp = 1, .comm = "auto", .attention = "auto", .hardware = "h200", .op_set = "head"};
     tri_flag flags[] = {
         {"model", TRI_FLAG_CHOICE, &b.model, "which model (all: the four GPT-2 sizes)", 0, 0,
          "all|gpt2|gpt2-medium|gpt2-large|gpt2-xl|gpt2-8k|llama-124m|smollm-135m|llama-3.2-1b", false},
@@ -230,6 +307,10 @@ int main(int argc, char **argv)
         {"comm", TRI_FLAG_CHOICE, &b.comm, "how ranks talk: NCCL, MPI staged through host memory (ranks sharing a GPU), or auto", 0, 0, "auto|nccl|mpi", false},
         {"attention-backend", TRI_FLAG_CHOICE, &b.attention, "attention core: flash (fused), unfused (the T x T softmax through cuBLASLt) or auto (engine_train's default on a GPU: unfused, the path measured fastest there, flash for the Llamas)", 0, 0, "auto|flash|unfused", false},
         {"simple-kernels", TRI_FLAG_BOOL, &b.simple, "run the simple twin kernels (before/after comparisons)", 0, 0, NULL, false},
+        {"predict", TRI_FLAG_BOOL, &b.predict, "no GPU: predict the per-op table of one step with the kernel-time model (a roofline on --hardware plus launch costs)", 0, 0, NULL, false},
+        {"hardware", TRI_FLAG_CHOICE, &b.hardware, "--predict: the GPU preset (partitioner/hardware.c)", 0, 0, "h100-sxm|h200|a100-80gb", false},
+        {"sync-us", TRI_FLAG_FLOAT, &b.sync_us, "--predict: microseconds added per op call, to predict what --profile measures (it synchronises after every op; 0: the unprofiled step)", 0, 1e6, NULL, false},
+        {"op-set", TRI_FLAG_CHOICE, &b.op_set, "--predict: the ops of HEAD's CUDA backend, or those of the 2026-11-27 H200 profile (no multi-tensor norm and AdamW, no fused residual norm, the classifier in four pieces)", 0, 0, "head|2026-11-27", false},
     };
     int nf = sizeof flags / sizeof *flags, rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -244,6 +325,13 @@ int main(int argc, char **argv)
                             "Times GPT-2 training on NVIDIA GPUs: ms/iter, tokens/s, MFU against the card's dense peak.");
         MPI_Finalize();
         return rc ? 2 : 0;
+    }
+    if (b.predict) {
+        rc = predict_all(&b, size);
+        if (rc)
+            fprintf(stderr, "bench_cuda_train: error: %s\n", tri_error_message());
+        MPI_Finalize();
+        return rc ? 1 : 0;
     }
     tri_device *dev = NULL;
     tri_comm *world = NULL;

@@ -15,6 +15,7 @@
 #  4. bench_cuda_attention on a few tokens (bf16 and fp32, the tiled head sizes 64 and 80, T 32 and 70):
 #     a line per shape with the fields bench/cuda/attention.sh reads (T, HS, the fused ms), the shape
 #     that --tokens asks for, and the unfused path timed, or refused by --unfused-limit-gb.
+#  5. --predict (the kernel-time model) on the tiny GPT-2: the table's rows sum to its total.
 set -u
 bench=$1/bench_cuda_train
 attention=$1/bench_cuda_attention
@@ -106,8 +107,23 @@ grep -qE "^trident B 2 NH 12 T 32 HS 64 \| fp32 $fused \| unfused not run \(its 
 awk '/^trident / && !($13 > 0) {bad = 1} END {exit bad}' "$tmp/att.log" ||
   fail "a fused time attention.sh would read is not positive"
 
+# 5. --predict (the kernel-time model, no GPU): the per-op table's rows sum to the predicted step (each
+#    row rounded to 0.5 us),
+#    the matmuls are 12 L + 3 calls, and the 2026-11-27 op set has an adamw per parameter
+"$bench" "${common[@]}" --model gpt2 --micro-batch-size 2 --bf16 --predict --hardware h200 \
+  --attention-backend unfused > "$tmp/predict.log" 2>&1 || fail "bench_cuda_train --predict exited $?"
+"$bench" "${common[@]}" --model gpt2 --micro-batch-size 2 --bf16 --predict --hardware h200 \
+  --op-set 2026-11-27 >> "$tmp/predict.log" 2>&1 || fail "bench_cuda_train --predict --op-set exited $?"
+awk '$1 == "op" {sum = 0; rows = 0} $NF ~ /^(memory|compute|launch)$/ {sum += $3; rows++}
+     $1 == "total" {n++; if (sum <= 0 || (sum - $3) ^ 2 > (5e-4 * (rows + 1)) ^ 2) bad = 1}
+     END {exit bad || n != 2}' "$tmp/predict.log" || fail "--predict: the rows do not sum to the total"
+grep -qE '^matmul +51 ' "$tmp/predict.log" || fail "--predict: not 51 matmul calls (4 layers)"
+grep -qE '^adamw +52 ' "$tmp/predict.log" || fail "--predict --op-set 2026-11-27: not 52 adamw calls"
+grep -qE "^gpt2 .*\| +$num ms/iter predicted \|" "$tmp/predict.log" || fail "--predict: no predicted step line"
+
 if [ $failures -ne 0 ]; then
-  echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log" "$tmp/compare.log" "$tmp/att.log"
+  echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log" "$tmp/compare.log" "$tmp/att.log" \
+    "$tmp/predict.log"
   exit 1
 fi
 echo "bench_cuda_train on the emulated backend: GPT-2 bf16 profiled ($line);"

@@ -1,0 +1,540 @@
+/* engine/device/ops_cost.c - what each op's GPU kernels move and compute, for the cost device
+ * (engine/device/device_cost.h says the units and the counting rules).
+ *
+ * One function per row of engine/device/ops_list.h, with the row's params, mirroring the kernels
+ * the CUDA backend launches for it (cuda/<family>/<family>.cu, the fast path: the simple twins and
+ * the mixed-dtype fallbacks are not modelled). Each starts the call (tri_cost_call) and appends
+ * one record per launch (tri_cost_kernel). Bytes count every tensor a kernel reads or writes once
+ * at its dtype's size; an accumulating output (+=) is read and written; a row a kernel walks
+ * several times (a softmax row: max, sum, write) is counted once, assumed held in L1/L2. FLOPs of
+ * element-wise kernels are rough per-element counts (they never bind: an H100's fp32 rate of 67
+ * TFLOP/s against 3.35 TB/s needs 20 FLOPs a byte to). */
+#include <stdint.h>
+
+#include "engine/core/math.h"
+#include "engine/core/status.h"
+#include "engine/device/cost_ops.h"
+
+/* FLOPs per element of the element-wise families (rough: their kernels are memory bound). */
+#define NORM_FWD_FLOPS 8.0   /* mean, variance, normalise, scale and shift */
+#define NORM_BWD_FLOPS 12.0  /* the two row sums and the input gradient */
+#define GELU_FLOPS 15.0      /* tanh approximation: cube, polynomial, tanh, products */
+#define EXP_FLOPS 4.0        /* an exp, a subtraction, a sum */
+#define ADAMW_FLOPS 15.0     /* moments, bias corrections, sqrt, division, decay */
+
+/* cuda/matmul/matmul.cu BIAS_EPILOGUE_ALIGN: a less aligned bias takes a broadcast kernel first */
+#define BIAS_EPILOGUE_ALIGN 16
+/* cuda/cuda_internal.h TRI_CUDA_MAX_PARTIALS, cuda/elementwise/reduce.cu MIN_CHUNK */
+#define MAX_PARTIALS 65536
+#define MIN_CHUNK 64
+/* cuda/elementwise/reduce.kern.h TRI_SQ_GROUP, cuda/optimizer/adamw.kern.h TRI_ADAMW_GROUP */
+#define SQ_GROUP 160
+#define ADAMW_GROUP 160
+/* cuda/attention/flash_mma.kern.h TILE: query and key tiles of the fused attention */
+#define FLASH_TILE 64
+/* cuda/embedding/embedding.cu: the linked backward up to 2^17 tokens */
+#define EMBEDDING_LINKS_MAX ((int64_t)1 << 17)
+
+static double bytes(tri_tensor t)
+{
+    return tri_tensor_present(t) ? (double)tri_tensor_bytes(t) : 0.0;
+}
+
+static double numel(tri_tensor t)
+{
+    return tri_tensor_present(t) ? (double)tri_tensor_numel(t) : 0.0;
+}
+
+static double esize(tri_tensor t)
+{
+    return (double)tri_dtype_size(t.dtype);
+}
+
+/* Chunks of an n-element reduction (cuda/elementwise/reduce.cu chunk_for). */
+static int64_t reduce_chunks(int64_t n)
+{
+    int64_t chunk = (n + MAX_PARTIALS - 1) / MAX_PARTIALS;
+    chunk = chunk < MIN_CHUNK ? MIN_CHUNK : chunk;
+    return (n + chunk - 1) / chunk;
+}
+
+/* A one-kernel op. */
+static int one(tri_device *d, const char *name, double b, double flops)
+{
+    tri_cost_call(d, name);
+    return tri_cost_kernel(d, b, 0, flops);
+}
+
+/* The two launches of a full reduction of x (chunk sums in double, then their total into out). */
+static int reduction(tri_device *d, const char *name, tri_tensor out, tri_tensor x, double flops_per_element)
+{
+    double partials = 8.0 * (double)reduce_chunks(tri_tensor_numel(x));
+    tri_cost_call(d, name);
+    int rc = tri_cost_kernel(d, bytes(x) + partials, 0, flops_per_element * numel(x));
+    return rc ? rc : tri_cost_kernel(d, partials + 2 * bytes(out), 0, partials / 8);
+}
+
+/* Column sums of dout(N, C) into acc(C) (+=) through fp32 chunk partials: the second pass of
+ * cuda/matmul/colsum.kern.h (the first pass is the caller's). */
+static int col_finish(tri_device *d, tri_tensor acc, int64_t N, int64_t C)
+{
+    double partials = 4.0 * (double)tri_col_chunks(N) * (double)C;
+    return tri_cost_kernel(d, partials + 2 * bytes(acc), 0, partials / 4);
+}
+
+/* ---- element-wise and reductions ---- */
+
+int tri_cost_fill(tri_device *d, tri_tensor x, float value)
+{
+    (void)value;
+    return one(d, "fill", bytes(x), 0);
+}
+
+int tri_cost_add(tri_device *d, tri_tensor out, tri_tensor a, tri_tensor b)
+{
+    return one(d, "add", bytes(a) + bytes(b) + bytes(out), numel(out));
+}
+
+int tri_cost_axpy(tri_device *d, tri_tensor y, float alpha, tri_tensor x)
+{
+    (void)alpha;
+    return one(d, "axpy", bytes(x) + 2 * bytes(y), 2 * numel(y));
+}
+
+int tri_cost_scale(tri_device *d, tri_tensor x, float s)
+{
+    (void)s;
+    return one(d, "scale", 2 * bytes(x), numel(x));
+}
+
+int tri_cost_sum_squares(tri_device *d, tri_tensor out, tri_tensor x)
+{
+    return reduction(d, "sum_squares", out, x, 2);
+}
+
+int tri_cost_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
+{
+    return reduction(d, "count_nonfinite", out, x, 1);
+}
+
+/* Groups of SQ_GROUP pieces, two launches a group (the workspace limit on a group's chunks is not
+ * modelled: GPT-2 124M's 148 parameters are one group). */
+int tri_cost_sum_squares_multi(tri_device *d, tri_tensor out, const tri_tensor *xs, const int64_t *slots, int n)
+{
+    (void)slots;
+    tri_cost_call(d, "sum_squares_multi");
+    int rc = TRI_OK;
+    for (int k = 0; k < n && !rc; k += SQ_GROUP) {
+        double b = 0, partials = 0, flops = 0;
+        for (int j = k; j < n && j < k + SQ_GROUP; j++) {
+            b += bytes(xs[j]);
+            partials += 8.0 * (double)reduce_chunks(tri_tensor_numel(xs[j]));
+            flops += 2 * numel(xs[j]);
+        }
+        rc = tri_cost_kernel(d, b + partials, 0, flops);
+        if (!rc) rc = tri_cost_kernel(d, partials + 2 * bytes(out), 0, partials / 8);
+    }
+    return rc;
+}
+
+int tri_cost_convert(tri_device *d, tri_tensor dst, tri_tensor src)
+{
+    return one(d, "convert", bytes(dst) + bytes(src), 0);
+}
+
+/* ---- matmul ---- */
+
+/* c(M,N) = op(a) op(b) (+ bias) (+ beta c): a, b and c once each (c read too when beta != 0), 2 M N K
+ * FLOPs on the tensor cores for bf16 operands, on the CUDA cores for fp32 (COMPUTE_32F, no TF32). A
+ * bias less than 16-byte aligned is broadcast into c by a kernel first, then c = a b + 1 c. */
+int tri_cost_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias, bool trans_a,
+                    bool trans_b, float beta)
+{
+    double M = (double)(trans_a ? tri_tensor_cols(a) : tri_tensor_rows(a));
+    double K = (double)(trans_a ? tri_tensor_rows(a) : tri_tensor_cols(a));
+    double N = (double)(trans_b ? tri_tensor_rows(b) : tri_tensor_cols(b));
+    bool tc = a.dtype == TRI_BF16;
+    tri_cost_call(d, "matmul");
+    int rc = TRI_OK;
+    bool reads_c = beta != 0.0f;
+    if (tri_tensor_present(bias) && (uintptr_t)bias.data % BIAS_EPILOGUE_ALIGN != 0) {
+        rc = tri_cost_kernel(d, bytes(c) + bytes(bias), 0, 0);
+        bias = tri_tensor_none();
+        reads_c = true;
+    }
+    double flops = 2 * M * N * K;
+    double traffic = bytes(a) + bytes(b) + bytes(c) * (reads_c ? 2 : 1) + bytes(bias);
+    return rc ? rc : tri_cost_kernel(d, traffic, tc ? flops : 0, tc ? 0 : flops);
+}
+
+/* Two passes: column chunk sums of dout into fp32 partials, then their total into dbias. */
+int tri_cost_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
+{
+    int64_t N = tri_tensor_rows(dout), OC = tri_tensor_cols(dout);
+    double partials = 4.0 * (double)tri_col_chunks(N) * (double)OC;
+    tri_cost_call(d, "bias_backward");
+    int rc = tri_cost_kernel(d, bytes(dout) + partials, 0, numel(dout));
+    return rc ? rc : col_finish(d, dbias, N, OC);
+}
+
+/* ---- norms: a warp per row forward; backward the input gradient a warp per row, then the
+ * parameter gradients as column chunk sums (a pass over dout and inp) and one finish each ---- */
+
+int tri_cost_layernorm_forward(tri_device *d, tri_tensor out, tri_tensor mean, tri_tensor rstd, tri_tensor inp,
+                               tri_tensor w, tri_tensor b)
+{
+    return one(d, "layernorm_forward",
+               bytes(inp) + bytes(w) + bytes(b) + bytes(out) + bytes(mean) + bytes(rstd),
+               NORM_FWD_FLOPS * numel(inp));
+}
+
+int tri_cost_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor mean, tri_tensor rstd,
+                                   tri_tensor a, tri_tensor b, tri_tensor w, tri_tensor bias)
+{
+    return one(d, "add_layernorm_forward",
+               bytes(a) + bytes(b) + bytes(res) + bytes(out) + bytes(mean) + bytes(rstd) + bytes(w) + bytes(bias),
+               (NORM_FWD_FLOPS + 1) * numel(a));
+}
+
+int tri_cost_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db, tri_tensor dout,
+                                tri_tensor inp, tri_tensor w, tri_tensor mean, tri_tensor rstd)
+{
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    double stats = bytes(mean) + bytes(rstd), partials = 2 * 4.0 * (double)tri_col_chunks(N) * (double)C;
+    tri_cost_call(d, "layernorm_backward");
+    int rc = tri_cost_kernel(d, bytes(dout) + bytes(inp) + bytes(w) + stats + 2 * bytes(dinp), 0,
+                             NORM_BWD_FLOPS * numel(inp));
+    if (!rc) rc = tri_cost_kernel(d, bytes(dout) + bytes(inp) + stats + partials, 0, 4 * numel(inp));
+    if (!rc) rc = col_finish(d, dw, N, C);
+    if (!rc) rc = col_finish(d, db, N, C);
+    return rc;
+}
+
+int tri_cost_rmsnorm_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor w, float eps)
+{
+    (void)eps;
+    return one(d, "rmsnorm_forward", bytes(inp) + bytes(w) + bytes(out) + bytes(rstd), NORM_FWD_FLOPS * numel(inp));
+}
+
+int tri_cost_add_rmsnorm_forward(tri_device *d, tri_tensor res, tri_tensor out, tri_tensor rstd, tri_tensor a,
+                                 tri_tensor b, tri_tensor w, float eps)
+{
+    (void)eps;
+    return one(d, "add_rmsnorm_forward",
+               bytes(a) + bytes(b) + bytes(res) + bytes(out) + bytes(rstd) + bytes(w),
+               (NORM_FWD_FLOPS + 1) * numel(a));
+}
+
+int tri_cost_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
+                              tri_tensor w, tri_tensor rstd)
+{
+    int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    double partials = 4.0 * (double)tri_col_chunks(N) * (double)C;
+    tri_cost_call(d, "rmsnorm_backward");
+    int rc = tri_cost_kernel(d, bytes(dout) + bytes(inp) + bytes(w) + bytes(rstd) + 2 * bytes(dinp), 0,
+                             NORM_BWD_FLOPS * numel(inp));
+    if (!rc) rc = tri_cost_kernel(d, bytes(dout) + bytes(inp) + bytes(rstd) + partials, 0, 3 * numel(inp));
+    if (!rc) rc = col_finish(d, dw, N, C);
+    return rc;
+}
+
+/* ---- attention ---- */
+
+/* The unfused attention's dims: qkv (B, T, 3C), att (B, NH, T, T). */
+typedef struct att_shape {
+    double B, T, C, NH, HS;
+} att_shape;
+
+static att_shape att_shape_of(tri_tensor qkv, tri_tensor att)
+{
+    att_shape s = {(double)qkv.shape[0], (double)qkv.shape[1], (double)(qkv.shape[2] / 3), (double)att.shape[1], 0};
+    s.HS = s.C / s.NH;
+    return s;
+}
+
+/* One strided-batched cuBLASLt product of one sequence over its NH heads (cuda/attention/attention.cu
+ * heads_gemm): m x n x k per head, reading ab_bytes and writing (or accumulating) c_bytes. */
+static int heads_gemm(tri_device *d, const att_shape *s, double m, double n, double k, double ab_bytes,
+                      double c_bytes, bool tc)
+{
+    double flops = 2 * s->NH * m * n * k;
+    return tri_cost_kernel(d, ab_bytes + c_bytes, tc ? flops : 0, tc ? 0 : flops);
+}
+
+/* Per sequence b: scores = q k^T (T x T x HS, the masked half included) into att; one softmax launch
+ * over all rows (reads and writes att); per sequence out = att v (T x HS x T). */
+int tri_cost_attention_forward(tri_device *d, tri_tensor out, tri_tensor att, tri_tensor qkv)
+{
+    att_shape s = att_shape_of(qkv, att);
+    double TT = s.NH * s.T * s.T * esize(att), TC = s.T * s.C * esize(qkv), TCo = s.T * s.C * esize(out);
+    bool tc = qkv.dtype == TRI_BF16;
+    tri_cost_call(d, "attention_forward");
+    int rc = TRI_OK;
+    for (int64_t b = 0; b < (int64_t)s.B && !rc; b++)
+        rc = heads_gemm(d, &s, s.T, s.T, s.HS, 2 * TC, TT, tc);
+    if (!rc) rc = tri_cost_kernel(d, 2 * bytes(att), 0, EXP_FLOPS * numel(att) / 2);
+    for (int64_t b = 0; b < (int64_t)s.B && !rc; b++)
+        rc = heads_gemm(d, &s, s.T, s.HS, s.T, TT + TC, TCo, tc);
+    return rc;
+}
+
+/* Per sequence: datt = dout v^T, dv = att^T dout; one softmax-backward launch (reads att and datt,
+ * writes datt); per sequence: dq = ds k, dk = ds^T q. */
+int tri_cost_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt, tri_tensor dout, tri_tensor qkv,
+                                tri_tensor att)
+{
+    att_shape s = att_shape_of(qkv, att);
+    double TT = s.NH * s.T * s.T * esize(att), TC = s.T * s.C * esize(qkv), TCg = s.T * s.C * esize(dout);
+    double TCd = s.T * s.C * esize(dqkv);
+    bool tc = qkv.dtype == TRI_BF16;
+    tri_cost_call(d, "attention_backward");
+    int rc = TRI_OK;
+    for (int64_t b = 0; b < (int64_t)s.B && !rc; b++) {
+        rc = heads_gemm(d, &s, s.T, s.T, s.HS, TCg + TC, TT, tc);
+        if (!rc) rc = heads_gemm(d, &s, s.T, s.HS, s.T, TT + TCg, TCd, tc);
+    }
+    if (!rc) rc = tri_cost_kernel(d, bytes(att) + 2 * bytes(datt), 0, 3 * numel(att) / 2);
+    for (int64_t b = 0; b < (int64_t)s.B && !rc; b++) {
+        rc = heads_gemm(d, &s, s.T, s.HS, s.T, TT + TC, TCd, tc);
+        if (!rc) rc = heads_gemm(d, &s, s.T, s.HS, s.T, TT + TC, TCd, tc);
+    }
+    return rc;
+}
+
+/* FLOPs of one T x T x HS product per head over the causal tiles the fused kernels visit: query tile
+ * i meets key tiles 0..i, nt (nt + 1) / 2 tile pairs of nt = ceil(T / TILE). */
+static double flash_product_flops(tri_flash_dims f)
+{
+    double nt = (double)((f.T + FLASH_TILE - 1) / FLASH_TILE);
+    return 2.0 * (double)(f.B * f.NH) * nt * (nt + 1) / 2 * FLASH_TILE * FLASH_TILE * (double)f.HS;
+}
+
+/* One launch: q, k, v read once (a key tile is re-read by every query tile after it, from L2),
+ * out and lse written; two products per tile pair (S = q k^T, O += P v). */
+int tri_cost_flash_attention_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv)
+{
+    tri_flash_dims f = tri_flash_dims_of(qkv, out, lse);
+    double flops = 2 * flash_product_flops(f);
+    bool tc = qkv.dtype == TRI_BF16;
+    tri_cost_call(d, "flash_attention_forward");
+    return tri_cost_kernel(d, bytes(qkv) + bytes(out) + bytes(lse), tc ? flops : 0, tc ? 0 : flops);
+}
+
+/* Three launches: delta = rowsum(dout * out); dq (recomputes S and dP = dout v^T, then dq = dS k:
+ * three products a tile pair); dk, dv (S, dP, dv = P^T dout, dk = dS^T q: four). */
+int tri_cost_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout,
+                                      tri_tensor qkv, tri_tensor out, tri_tensor lse)
+{
+    tri_flash_dims f = tri_flash_dims_of(qkv, out, lse);
+    double p = flash_product_flops(f), q_share = (double)(f.NH * f.HS) / (double)qkv.shape[2];
+    bool tc = qkv.dtype == TRI_BF16;
+    double reads = bytes(qkv) + bytes(dout) + bytes(lse) + bytes(delta);
+    tri_cost_call(d, "flash_attention_backward");
+    int rc = tri_cost_kernel(d, bytes(dout) + bytes(out) + bytes(delta), 0, 2 * numel(out));
+    if (!rc) rc = tri_cost_kernel(d, reads + q_share * bytes(dqkv), tc ? 3 * p : 0, tc ? 0 : 3 * p);
+    if (!rc) rc = tri_cost_kernel(d, reads + (1 - q_share) * bytes(dqkv), tc ? 4 * p : 0, tc ? 0 : 4 * p);
+    return rc;
+}
+
+/* In place on the first n_heads heads of each row; the cos / sin tables read once. */
+static int rope(tri_device *d, const char *name, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads)
+{
+    double HS = 2.0 * (double)tri_tensor_cols(cos), elems = (double)tri_tensor_rows(x) * (double)n_heads * HS;
+    return one(d, name, 2 * elems * esize(x) + bytes(cos) + bytes(sin), 3 * elems);
+}
+
+int tri_cost_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                          int64_t row0)
+{
+    (void)T, (void)row0;
+    return rope(d, "rope_forward", x, cos, sin, n_heads);
+}
+
+int tri_cost_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
+                           int64_t row0)
+{
+    (void)T, (void)row0;
+    return rope(d, "rope_backward", dx, cos, sin, n_heads);
+}
+
+/* ---- activations ---- */
+
+int tri_cost_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp)
+{
+    return one(d, "gelu_forward", bytes(inp) + bytes(out), GELU_FLOPS * numel(inp));
+}
+
+int tri_cost_gelu_backward(tri_device *d, tri_tensor dinp, tri_tensor inp, tri_tensor dout)
+{
+    return one(d, "gelu_backward", bytes(inp) + bytes(dout) + bytes(dinp), (GELU_FLOPS + 5) * numel(inp));
+}
+
+int tri_cost_bias_gelu_forward(tri_device *d, tri_tensor out, tri_tensor inp, tri_tensor bias)
+{
+    return one(d, "bias_gelu_forward", bytes(inp) + bytes(bias) + bytes(out), (GELU_FLOPS + 1) * numel(inp));
+}
+
+int tri_cost_swiglu_forward(tri_device *d, tri_tensor out, tri_tensor gate_up)
+{
+    return one(d, "swiglu_forward", bytes(gate_up) + bytes(out), 6 * numel(out));
+}
+
+int tri_cost_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout)
+{
+    return one(d, "swiglu_backward", bytes(gate_up) + bytes(dout) + bytes(dgate_up), 10 * numel(dout));
+}
+
+/* ---- embeddings ---- */
+
+int tri_cost_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte, int64_t vocab_start)
+{
+    (void)vocab_start;
+    return one(d, "embedding_forward", bytes(tokens) + numel(out) * esize(wte) + bytes(out), 0);
+}
+
+/* Up to 2^17 tokens: a links kernel (each token's next occurrence: N^2 / 2 integer comparisons,
+ * counted as CUDA-core work) and a kernel per (first occurrence, column) walking its links: dout read
+ * once, each token's dwte row read and written (at most N rows). Beyond: a thread per column. */
+int tri_cost_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
+                                int64_t vocab_start)
+{
+    (void)vocab_start;
+    int64_t N = tri_tensor_numel(tokens), V_l = tri_tensor_rows(dwte);
+    double rows = (double)(N < V_l ? N : V_l), C = (double)tri_tensor_cols(dwte);
+    double update = bytes(dout) + 2 * rows * C * esize(dwte);
+    tri_cost_call(d, "embedding_backward");
+    if (N > EMBEDDING_LINKS_MAX)
+        return tri_cost_kernel(d, update + bytes(tokens), 0, numel(dout));
+    int rc = tri_cost_kernel(d, bytes(tokens) + 8.0 * (double)N, 0, (double)N * (double)N / 2);
+    return rc ? rc : tri_cost_kernel(d, update + 8.0 * (double)N, 0, numel(dout));
+}
+
+int tri_cost_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+{
+    (void)row0;
+    int64_t N = tri_tensor_rows(out);
+    double rows = (double)(N < T ? N : T);
+    return one(d, "position_forward", 2 * bytes(out) + rows * (double)tri_tensor_cols(wpe) * esize(wpe), numel(out));
+}
+
+int tri_cost_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0)
+{
+    (void)row0;
+    int64_t N = tri_tensor_rows(dout);
+    double rows = (double)(N < T ? N : T);
+    return one(d, "position_backward", bytes(dout) + 2 * rows * (double)tri_tensor_cols(dwpe) * esize(dwpe),
+               numel(dout));
+}
+
+/* ---- cross-entropy: every piece a pass over the logits ---- */
+
+int tri_cost_ce_row_max(tri_device *d, tri_tensor maxes, tri_tensor logits, int64_t V_valid)
+{
+    (void)V_valid;
+    return one(d, "ce_row_max", bytes(logits) + bytes(maxes), numel(logits));
+}
+
+int tri_cost_ce_sumexp_target(tri_device *d, tri_tensor stats, tri_tensor logits, tri_tensor maxes,
+                              tri_tensor targets, int64_t vocab_start, int64_t V_valid)
+{
+    (void)vocab_start, (void)V_valid;
+    return one(d, "ce_sumexp_target", bytes(logits) + bytes(maxes) + bytes(targets) + bytes(stats),
+               EXP_FLOPS * numel(logits));
+}
+
+int tri_cost_ce_loss(tri_device *d, tri_tensor losses, tri_tensor maxes, tri_tensor stats)
+{
+    return one(d, "ce_loss", bytes(losses) + bytes(maxes) + bytes(stats), 3 * numel(losses));
+}
+
+int tri_cost_ce_backward(tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_tensor maxes, tri_tensor stats,
+                         tri_tensor targets, int64_t vocab_start, int64_t V_valid, float dloss)
+{
+    (void)vocab_start, (void)V_valid, (void)dloss;
+    return one(d, "ce_backward", bytes(logits) + bytes(dlogits) + bytes(maxes) + bytes(stats) + bytes(targets),
+               EXP_FLOPS * numel(logits));
+}
+
+/* HEAD: one block per row reads its logits once (the row's three walks from L2) and writes dlogits.
+ * The 2026-11-27 op set ran the four pieces: recorded as those four calls. */
+int tri_cost_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
+                      int64_t V_valid, float dloss)
+{
+    if (!tri_cost_fused(d)) {
+        int64_t N = tri_tensor_rows(logits); /* the pieces' fp32 maxes(N) and stats(N, 2), never touched */
+        tri_tensor maxes = tri_tensor_1d(losses.data, TRI_F32, N), stats = tri_tensor_2d(losses.data, TRI_F32, N, 2);
+        int rc = tri_cost_ce_row_max(d, maxes, logits, V_valid);
+        if (!rc) rc = tri_cost_ce_sumexp_target(d, stats, logits, maxes, targets, 0, V_valid);
+        if (!rc) rc = tri_cost_ce_loss(d, losses, maxes, stats);
+        if (!rc && tri_tensor_present(dlogits))
+            rc = tri_cost_ce_backward(d, dlogits, logits, maxes, stats, targets, 0, V_valid, dloss);
+        return rc;
+    }
+    return one(d, "ce_fused", bytes(logits) + bytes(dlogits) + bytes(targets) + bytes(losses),
+               2 * EXP_FLOPS * numel(logits));
+}
+
+/* ---- optimizer: param, m, v read and written, grad read (fp32) ---- */
+
+static double adamw_bytes(tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v)
+{
+    return 2 * bytes(param) + bytes(grad) + 2 * bytes(m) + 2 * bytes(v);
+}
+
+int tri_cost_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
+                   const tri_adamw_hparams *hp)
+{
+    (void)hp;
+    return one(d, "adamw", adamw_bytes(param, grad, m, v), ADAMW_FLOPS * numel(param));
+}
+
+/* One launch per group of ADAMW_GROUP pieces. */
+int tri_cost_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp)
+{
+    (void)hp;
+    tri_cost_call(d, "adamw_multi");
+    int rc = TRI_OK;
+    for (int k = 0; k < n && !rc; k += ADAMW_GROUP) {
+        double b = 0, flops = 0;
+        for (int j = k; j < n && j < k + ADAMW_GROUP; j++) {
+            const tri_adamw_piece *p = &pieces[j];
+            b += adamw_bytes(p->param, p->grad, p->m, p->v);
+            flops += ADAMW_FLOPS * numel(p->param);
+        }
+        rc = tri_cost_kernel(d, b, 0, flops);
+    }
+    return rc;
+}
+
+/* ---- fixed point (deterministic mode) ---- */
+
+int tri_cost_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
+{
+    (void)bits;
+    double partials = 8.0 * (double)reduce_chunks(tri_tensor_numel(x));
+    tri_cost_call(d, "fixed_accumulate");
+    int rc = tri_cost_kernel(d, bytes(x) + 2 * bytes(acc), 0, numel(x));
+    if (!rc) rc = tri_cost_kernel(d, bytes(x) + partials, 0, numel(x));
+    if (!rc) rc = tri_cost_kernel(d, partials + 2 * bytes(bad), 0, partials / 8);
+    return rc;
+}
+
+int tri_cost_fixed_to_float(tri_device *d, tri_tensor out, tri_tensor acc, int bits)
+{
+    (void)bits;
+    return one(d, "fixed_to_float", bytes(acc) + bytes(out), numel(out));
+}
+
+int tri_cost_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
+{
+    return one(d, "add_i64", bytes(x) + 2 * bytes(y), 0);
+}
+
+int tri_cost_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
+{
+    (void)bits;
+    double partials = 6 * 8.0 * (double)reduce_chunks(tri_tensor_numel(x));
+    tri_cost_call(d, "fixed_sum_squares");
+    int rc = tri_cost_kernel(d, bytes(x) + partials, 0, 2 * numel(x));
+    return rc ? rc : tri_cost_kernel(d, partials + 2 * bytes(limbs) + 2 * bytes(bad), 0, partials / 8);
+}

@@ -1,0 +1,272 @@
+/* tests/test_kernel_time.c - the kernel-time model (engine/device/device_cost.h records what each op's
+ * kernels move and compute, partitioner/kernel_time.h prices them on a GPU preset) against closed
+ * forms written here:
+ *   matmul c(M,N) = op(a) op(b): one launch reading a and b and writing c at their dtypes (c also
+ *     read when beta != 0, the bias read when present), 2 M N K FLOPs, on the tensor cores for bf16
+ *     operands and on the CUDA cores for fp32; a bias off a 16-byte boundary adds a broadcast kernel;
+ *   the unfused attention: per sequence a T x T x HS product over NH heads into the scores, one
+ *     softmax over them all, per sequence a T x HS x T product: 2 B + 1 launches;
+ *   the fused attention: 2 products of 2 HS FLOPs per (query, key) pair of the causal 64 x 64 tiles;
+ *   the roofline: max(FLOPs / (peak x gemm), bytes / (bandwidth x memory)) + 4 us, whichever bound;
+ *   a GPT-2 step: the matmuls' FLOPs 6 B T (12 L C^2 + C V_padded) in 12 L + 3 calls; one AdamW and
+ *     one sum of squares per parameter tensor in the 2026-11-27 op set, one multi-tensor launch each
+ *     at HEAD; and the step's total the sum of its rows. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/comm/comm.h"
+#include "engine/core/status.h"
+#include "engine/device/device_cost.h"
+#include "models/model.h"
+#include "partitioner/kernel_time.h"
+#include "partitioner/transformer.h"
+#include "tools/cli/predict.h"
+
+static tri_device *cost_device(bool fused)
+{
+    tri_device *d = NULL;
+    cr_assert_eq(tri_device_cost_create(&d, fused), TRI_OK, "%s", tri_error_message());
+    cr_assert(tri_device_is_cost(d));
+    return d;
+}
+
+static void *alloc(tri_device *d, size_t bytes)
+{
+    void *p = NULL;
+    cr_assert_eq(tri_device_alloc(d, &p, bytes), TRI_OK, "%s", tri_error_message());
+    return p;
+}
+
+static const tri_kernel_cost *kernels(tri_device *d, int64_t want)
+{
+    int64_t n = 0;
+    const tri_kernel_cost *k = tri_device_cost_kernels(d, &n);
+    cr_assert_eq(n, want, "%lld kernels recorded, expected %lld", (long long)n, (long long)want);
+    return k;
+}
+
+Test(kernel_time, matmul_closed_form)
+{
+    tri_device *d = cost_device(true);
+    const int64_t M = 64, N = 48, K = 32;
+    void *pa = alloc(d, 4 * M * K), *pb = alloc(d, 4 * N * K), *pc = alloc(d, 4 * M * N), *pbias = alloc(d, 4 * N + 16);
+
+    /* bf16, out = a b^T + bias (the linear forward), bias 256-byte aligned: the epilogue */
+    tri_tensor a = tri_tensor_2d(pa, TRI_BF16, M, K), b = tri_tensor_2d(pb, TRI_BF16, N, K);
+    tri_tensor c = tri_tensor_2d(pc, TRI_BF16, M, N), bias = tri_tensor_1d(pbias, TRI_BF16, N);
+    cr_assert_eq(tri_op_matmul(d, c, a, b, bias, false, true, 0.0f), TRI_OK, "%s", tri_error_message());
+    const tri_kernel_cost *k = kernels(d, 1);
+    cr_assert_str_eq(k[0].op, "matmul");
+    cr_assert_float_eq(k[0].bytes, 2.0 * (M * K + N * K + M * N + N), 0.0);
+    cr_assert_float_eq(k[0].flops_tc, 2.0 * M * N * K, 0.0);
+    cr_assert_float_eq(k[0].flops, 0.0, 0.0);
+
+    /* fp32, c += a^T b (a weight gradient accumulating): c read and written, CUDA cores */
+    tri_device_cost_clear(d);
+    tri_tensor at = tri_tensor_2d(pa, TRI_F32, K, M), bn = tri_tensor_2d(pb, TRI_F32, K, N);
+    tri_tensor cf = tri_tensor_2d(pc, TRI_F32, M, N);
+    cr_assert_eq(tri_op_matmul(d, cf, at, bn, tri_tensor_none(), true, false, 1.0f), TRI_OK, "%s",
+                 tri_error_message());
+    k = kernels(d, 1);
+    cr_assert_float_eq(k[0].bytes, 4.0 * (K * M + K * N + 2 * M * N), 0.0);
+    cr_assert_float_eq(k[0].flops, 2.0 * M * N * K, 0.0);
+    cr_assert_float_eq(k[0].flops_tc, 0.0, 0.0);
+
+    /* a bias 2 bytes off the boundary: broadcast into c, then c = a b^T + 1 c */
+    tri_device_cost_clear(d);
+    tri_tensor odd = tri_tensor_1d((char *)pbias + 2, TRI_BF16, N);
+    cr_assert_eq(tri_op_matmul(d, c, a, b, odd, false, true, 0.0f), TRI_OK, "%s", tri_error_message());
+    k = kernels(d, 2);
+    cr_assert_eq(k[0].call, k[1].call, "one call, two launches");
+    cr_assert_float_eq(k[0].bytes, 2.0 * (M * N + N), 0.0);
+    cr_assert_float_eq(k[1].bytes, 2.0 * (M * K + N * K + 2 * M * N), 0.0);
+    cr_assert_float_eq(k[1].flops_tc, 2.0 * M * N * K, 0.0);
+    tri_device_free(d, pa);
+    tri_device_free(d, pb);
+    tri_device_free(d, pc);
+    tri_device_free(d, pbias);
+    tri_device_destroy(d);
+}
+
+Test(kernel_time, attention_closed_forms)
+{
+    tri_device *d = cost_device(true);
+    const int64_t B = 2, T = 16, NH = 4, C = 32, HS = C / NH;
+    void *pqkv = alloc(d, 2 * B * T * 3 * C), *patt = alloc(d, 2 * B * NH * T * T), *pout = alloc(d, 2 * B * T * C);
+    tri_tensor qkv = tri_tensor_3d(pqkv, TRI_BF16, B, T, 3 * C), att = tri_tensor_4d(patt, TRI_BF16, B, NH, T, T);
+    tri_tensor out = tri_tensor_3d(pout, TRI_BF16, B, T, C);
+    cr_assert_eq(tri_op_attention_forward(d, out, att, qkv), TRI_OK, "%s", tri_error_message());
+    const tri_kernel_cost *k = kernels(d, 2 * B + 1);
+    double TC = 2.0 * T * C, TT = 2.0 * NH * T * T, product = 2.0 * NH * T * T * HS;
+    for (int b = 0; b < B; b++) {
+        cr_assert_float_eq(k[b].bytes, 2 * TC + TT, 0.0, "scores of sequence %d", b); /* q, k in; scores out */
+        cr_assert_float_eq(k[b].flops_tc, product, 0.0);
+        cr_assert_float_eq(k[B + 1 + b].bytes, TT + 2 * TC, 0.0); /* probabilities, v in; out */
+        cr_assert_float_eq(k[B + 1 + b].flops_tc, product, 0.0);
+    }
+    cr_assert_float_eq(k[B].bytes, 2 * B * TT, 0.0, "the softmax reads and writes every score");
+    cr_assert_float_eq(k[B].flops_tc, 0.0, 0.0);
+
+    /* fused, T = 100: tiles of 64 -> 2 query tiles meeting 1 and 2 key tiles, 3 pairs */
+    tri_device_cost_clear(d);
+    const int64_t T2 = 100;
+    void *pq2 = alloc(d, 2 * B * T2 * 3 * C), *po2 = alloc(d, 2 * B * T2 * C), *plse = alloc(d, 4 * B * NH * T2);
+    tri_tensor qkv2 = tri_tensor_3d(pq2, TRI_BF16, B, T2, 3 * C), out2 = tri_tensor_3d(po2, TRI_BF16, B, T2, C);
+    tri_tensor lse = tri_tensor_3d(plse, TRI_F32, B, NH, T2);
+    cr_assert_eq(tri_op_flash_attention_forward(d, out2, lse, qkv2), TRI_OK, "%s", tri_error_message());
+    k = kernels(d, 1);
+    cr_assert_float_eq(k[0].flops_tc, 2 * (2.0 * B * NH * 3 * 64 * 64 * HS), 0.0);
+    cr_assert_float_eq(k[0].bytes, 2.0 * B * T2 * 3 * C + 2.0 * B * T2 * C + 4.0 * B * NH * T2, 0.0);
+    tri_device_free(d, pqkv);
+    tri_device_free(d, patt);
+    tri_device_free(d, pout);
+    tri_device_free(d, pq2);
+    tri_device_free(d, po2);
+    tri_device_free(d, plse);
+    tri_device_destroy(d);
+}
+
+Test(kernel_time, roofline_picks_the_bound)
+{
+    const tri_hardware *h200 = tri_hardware_find("h200");
+    cr_assert_not_null(h200);
+    tri_kernel_rates r = tri_kernel_rates_of(h200);
+    double gemm = 0.803 * TRI_GEMM_TRANSFORMER_FACTOR, launch = 4e-6;
+    cr_assert_float_eq(r.tc_flops, 989e12 * gemm, 1.0);
+    cr_assert_float_eq(r.bytes, 4.8e12 * 0.8, 1.0);
+    tri_bound bound;
+    /* 1 TFLOP on the tensor cores over 1 MB: compute */
+    tri_kernel_cost k = {.op = "matmul", .bytes = 1e6, .flops_tc = 1e12};
+    double s = tri_kernel_seconds(&k, &r, &bound);
+    cr_assert_eq(bound, TRI_BOUND_COMPUTE);
+    cr_assert_float_eq(s, 1e12 / (989e12 * gemm) + launch, 1e-15);
+    /* the same FLOPs in fp32 on the CUDA cores: 67 TFLOP/s */
+    k = (tri_kernel_cost){.op = "matmul", .bytes = 1e6, .flops = 1e12};
+    cr_assert_float_eq(tri_kernel_seconds(&k, &r, &bound), 1e12 / (67e12 * gemm) + launch, 1e-15);
+    /* 1 GB, a few FLOPs an element: memory */
+    k = (tri_kernel_cost){.op = "add", .bytes = 1e9, .flops = 1e9 / 6};
+    s = tri_kernel_seconds(&k, &r, &bound);
+    cr_assert_eq(bound, TRI_BOUND_MEMORY);
+    cr_assert_float_eq(s, 1e9 / (4.8e12 * 0.8) + launch, 1e-15);
+    /* 3 KB: the launch */
+    k = (tri_kernel_cost){.op = "ce_loss", .bytes = 3e3, .flops = 3e3};
+    s = tri_kernel_seconds(&k, &r, &bound);
+    cr_assert_eq(bound, TRI_BOUND_LAUNCH);
+    cr_assert_float_eq(s, 3e3 / (4.8e12 * 0.8) + launch, 1e-15);
+
+    /* rows: two calls of one op (three launches) and one of another, in launch order */
+    tri_kernel_cost ks[] = {{"matmul", 0, 1e6, 1e12, 0}, {"add", 1, 1e9, 0, 1e8}, {"matmul", 2, 1e6, 1e12, 0},
+                            {"matmul", 2, 1e6, 0, 0}};
+    tri_step_prediction p;
+    cr_assert_eq(tri_kernel_time_predict(ks, 4, &r, &p), TRI_OK);
+    cr_assert_eq(p.n, 2);
+    const tri_op_time *mm = tri_step_prediction_find(&p, "matmul"), *add = tri_step_prediction_find(&p, "add");
+    cr_assert(mm && add);
+    cr_assert_eq(mm->calls, 2);
+    cr_assert_eq(mm->launches, 3);
+    cr_assert_eq(mm->bound, TRI_BOUND_COMPUTE);
+    cr_assert_float_eq(mm->compute_s, 2e12 / r.tc_flops, 1e-15);
+    cr_assert_float_eq(mm->memory_s, 1e6 / r.bytes, 1e-15);
+    cr_assert_float_eq(mm->launch_s, 3 * launch, 1e-15);
+    cr_assert_eq(add->bound, TRI_BOUND_MEMORY);
+    cr_assert_str_eq(p.row[0].op, mm->seconds > add->seconds ? "matmul" : "add", "rows by time, largest first");
+    cr_assert_float_eq(p.seconds, mm->seconds + add->seconds, 1e-15);
+    /* the profiler's synchronisation: call_s per call */
+    r.call_s = 1e-5;
+    cr_assert_eq(tri_kernel_time_predict(ks, 4, &r, &p), TRI_OK);
+    cr_assert_float_eq(tri_step_prediction_find(&p, "matmul")->launch_s, 3 * launch + 2 * 1e-5, 1e-15);
+}
+
+/* ---- a whole GPT-2 step on the cost device ---- */
+
+typedef struct step_case {
+    tri_model *m;
+    tri_layout_request req;
+    bool fused;
+    tri_step_prediction p;
+} step_case;
+
+static int predict_rank(int rank, int size, tri_comm *world, void *arg)
+{
+    (void)rank, (void)size;
+    step_case *c = arg;
+    return tri_cli_predict_step(world, c->m, c->req, c->fused, tri_hardware_find("h200"), 0.0, &c->p);
+}
+
+static int64_t calls_of(const tri_step_prediction *p, const char *op)
+{
+    const tri_op_time *t = tri_step_prediction_find(p, op);
+    return t ? t->calls : 0;
+}
+
+static void predict(step_case *c)
+{
+    cr_assert_eq(tri_run_thread_ranks(1, predict_rank, c), TRI_OK, "%s", tri_error_message());
+    double sum = 0;
+    for (int i = 0; i < c->p.n; i++) {
+        const tri_op_time *t = &c->p.row[i];
+        sum += t->seconds;
+        cr_assert_float_eq(t->seconds, t->compute_s + t->memory_s + t->launch_s, 1e-15, "%s", t->op);
+        cr_assert_geq(t->launches, t->calls, "%s", t->op);
+        if (i > 0)
+            cr_assert_geq(c->p.row[i - 1].seconds, t->seconds, "rows by time");
+    }
+    cr_assert_float_eq(c->p.seconds, sum, 1e-12 * sum, "the step is the sum of its rows");
+    cr_assert_gt(c->p.seconds, 0.0);
+}
+
+Test(kernel_time, gpt2_step_rows)
+{
+    char path[512];
+    const char *src = getenv("TRIDENT_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/models/gpt2-tiny-byte.json", src ? src : ".");
+    tri_model m;
+    cr_assert_eq(tri_model_load(&m, path), TRI_OK, "%s", tri_error_message());
+    tri_transformer t = tri_model_dims(&m);
+    const int64_t B = 2, T = 64, L = t.n_layer, C = t.n_embd, Vp = tri_padded_vocab(t.vocab_size, 1);
+    const int64_t params = 12 * L + 4; /* per block: 2 norms, 4 linears, each weight and bias; wte, wpe, ln_f */
+    tri_layout_request req = {.num_gpus = 1, .tp = 1, .pp = 1, .micro_batch = (int)B, .global_batch = (int)B,
+                              .seq_length = (int)T, .precision = TRI_PRECISION_BF16,
+                              .attention = TRI_ATTENTION_UNFUSED, .first_layers = -1, .last_layers = -1};
+
+    /* the 2026-11-27 op set, unfused attention */
+    step_case c = {.m = &m, .req = req, .fused = false};
+    predict(&c);
+    const tri_op_time *mm = tri_step_prediction_find(&c.p, "matmul");
+    cr_assert_not_null(mm);
+    cr_assert_eq(mm->calls, 12 * L + 3, "three products per linear and the LM head");
+    cr_assert_float_eq(mm->flops, 6.0 * B * T * (12.0 * L * C * C + (double)C * Vp), 1.0);
+    cr_assert_eq(mm->bound, TRI_BOUND_LAUNCH, "a tiny model's products are shorter than a launch");
+    cr_assert_eq(calls_of(&c.p, "attention_forward"), L);
+    cr_assert_eq(calls_of(&c.p, "attention_backward"), L);
+    cr_assert_eq(calls_of(&c.p, "flash_attention_forward"), 0);
+    cr_assert_eq(calls_of(&c.p, "adamw"), params, "one AdamW per parameter");
+    cr_assert_eq(calls_of(&c.p, "sum_squares"), params, "one sum of squares per parameter");
+    cr_assert_eq(calls_of(&c.p, "adamw_multi"), 0);
+    cr_assert_eq(calls_of(&c.p, "ce_fused"), 0, "the classifier in pieces");
+    cr_assert_eq(calls_of(&c.p, "ce_backward"), 1);
+    double old = c.p.seconds;
+
+    /* HEAD's op set: the multi-tensor norm and AdamW, one launch each group; the fused classifier */
+    c = (step_case){.m = &m, .req = req, .fused = true};
+    predict(&c);
+    cr_assert_eq(calls_of(&c.p, "adamw"), 0);
+    cr_assert_eq(calls_of(&c.p, "adamw_multi"), 1);
+    cr_assert_eq(tri_step_prediction_find(&c.p, "adamw_multi")->launches, 1, "%lld pieces in one group",
+                 (long long)params);
+    cr_assert_eq(tri_step_prediction_find(&c.p, "sum_squares_multi")->launches, 2);
+    cr_assert_eq(calls_of(&c.p, "ce_fused"), 1);
+    cr_assert_eq(calls_of(&c.p, "add_layernorm_forward"), L, "each block's second norm takes the residual add");
+    cr_assert_lt(c.p.seconds, old, "fewer launches: %g s against %g s", c.p.seconds, old);
+
+    /* the fused attention: no T x T scores */
+    c.req.attention = TRI_ATTENTION_FLASH;
+    predict(&c);
+    cr_assert_eq(calls_of(&c.p, "attention_forward"), 0);
+    cr_assert_eq(calls_of(&c.p, "flash_attention_forward"), L);
+    cr_assert_eq(tri_step_prediction_find(&c.p, "flash_attention_backward")->launches, 3 * L);
+    tri_model_free(&m);
+}
