@@ -83,8 +83,9 @@ static tri_tensor block_input(const tri_gpt *m, int slot, int l)
 
 /* The last stage's head: final layernorm, LM head and loss (when training, with the head's
  * backward, its wte gradient going to the private accumulator or to wte's unit). */
-static int head_forward(tri_gpt *m, int slot, bool train, float dloss)
+static int head_forward(void *self, int slot, bool train, float dloss)
 {
+    tri_gpt *m = self;
     tri_decoder_slot *io = &m->d.slots[slot];
     tri_gpt_slot *s = &m->slots[slot];
     int rc = tri_op_layernorm_forward(m->d.dev, s->lnf, s->lnf_mean, s->lnf_rstd, block_input(m, slot, m->d.L_l),
@@ -96,8 +97,9 @@ static int head_forward(tri_gpt *m, int slot, bool train, float dloss)
     return rc;
 }
 
-static int head_backward(tri_gpt *m, int slot)
+static int head_backward(void *self, int slot)
 {
+    tri_gpt *m = self;
     tri_decoder_slot *io = &m->d.slots[slot];
     tri_gpt_slot *s = &m->slots[slot];
     int rc = tri_op_fill(m->d.dev, io->dres, 0.0f);
@@ -106,31 +108,21 @@ static int head_backward(tri_gpt *m, int slot)
     return rc;
 }
 
-/* Runs one pass (engine/train/chunk.h) on the micro-batch in slot, its units bound to m->w and m->g. */
-static int run_pass(void *self, const tri_pass *p, int slot, bool train, float dloss)
+/* The passes tri_decoder_run hands to this family (models/model_chunk.h tri_decoder_compute). */
+static int pass_block(void *self, int l, int slot)
 {
     tri_gpt *m = self;
-    tri_decoder *d = &m->d;
-    tri_decoder_slot *io = &d->slots[slot];
-    int l = p->index;
-    switch (p->kind) {
-    case TRI_DECODER_EMBEDDING:
-        return tri_embedding_forward(&d->tp, io->x_in, io->tokens, m->w.wte, m->w.wpe, d->vocab_start, d->run->T,
-                                     d->full_a);
-    case TRI_DECODER_BLOCK:
-        return block_forward(m, l, &m->slots[slot].blocks[l], block_input(m, slot, l));
-    case TRI_DECODER_HEAD:
-        return head_forward(m, slot, train, dloss);
-    case TRI_DECODER_HEAD_BACKWARD:
-        return head_backward(m, slot);
-    case TRI_DECODER_BLOCK_BACKWARD:
-        return block_backward(m, l, &m->slots[slot].blocks[l], block_input(m, slot, l), io->dres);
-    case TRI_DECODER_EMBEDDING_BACKWARD:
-        return tri_embedding_backward(&d->tp, m->g.wte, m->g.wpe, io->dres, io->tokens, d->vocab_start, d->run->T,
-                                      d->full_a);
-    }
-    return tri_decoder_run_pass(d, p, slot);
+    return block_forward(m, l, &m->slots[slot].blocks[l], block_input(m, slot, l));
 }
+
+static int pass_block_backward(void *self, int l, int slot)
+{
+    tri_gpt *m = self;
+    return block_backward(m, l, &m->slots[slot].blocks[l], block_input(m, slot, l), m->d.slots[slot].dres);
+}
+
+static const tri_decoder_compute COMPUTE = {.block_forward = pass_block, .block_backward = pass_block_backward,
+                                            .head_forward = head_forward, .head_backward = head_backward};
 
 /* ---- creation ---- */
 
@@ -146,7 +138,9 @@ static int setup(void *self, const void *config, const tri_train_layout *run, co
     int n = 0;
     if (!rc) rc = tri_gpt_param_specs(cfg, run->tp, opt, &specs, &n);
     tri_decoder_shape shape = {.family = "gpt", .C = cfg->n_embd, .vocab_size = cfg->vocab_size,
-                               .tied_embedding = true, .n_global_params = tri_gpt_num_param_tensors(cfg)};
+                               .tied_embedding = true, .n_global_params = tri_gpt_num_param_tensors(cfg),
+                               .compute = &COMPUTE, .embed = &m->w.wte, .embed_grad = &m->g.wte, .pos = &m->w.wpe,
+                               .pos_grad = &m->g.wpe};
     if (!rc) rc = tri_decoder_begin(&m->d, &shape, specs, n, run, opt, dev, tp_comm);
     free(specs);
     if (rc)
@@ -164,7 +158,7 @@ static int setup(void *self, const void *config, const tri_train_layout *run, co
     if (!ok)
         return TRI_ERR(TRI_ENOMEM, "gpt: out of memory");
     tri_gpt_map_views(m);
-    tri_chunk_model model = {.self = m, .take_buffers = tri_gpt_take_buffers, .run = run_pass};
+    tri_chunk_model model = {.self = m, .take_buffers = tri_gpt_take_buffers};
     return tri_decoder_build(&m->d, model, dev, dp_comm);
 }
 

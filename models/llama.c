@@ -120,8 +120,9 @@ static tri_tensor head_weight(const tri_llama_weights *w, const tri_llama *m)
     return m->cfg.tie_word_embeddings ? w->embed : w->lm_head;
 }
 
-static int head_forward(tri_llama *m, int slot, bool train, float dloss)
+static int head_forward(void *self, int slot, bool train, float dloss)
 {
+    tri_llama *m = self;
     tri_decoder_slot *io = &m->d.slots[slot];
     tri_llama_slot *s = &m->slots[slot];
     int rc = tri_op_rmsnorm_forward(m->d.dev, s->lnf, s->lnf_rstd, block_input(m, slot, m->d.L_l), m->w.norm,
@@ -133,8 +134,9 @@ static int head_forward(tri_llama *m, int slot, bool train, float dloss)
     return rc;
 }
 
-static int head_backward(tri_llama *m, int slot)
+static int head_backward(void *self, int slot)
 {
+    tri_llama *m = self;
     tri_decoder_slot *io = &m->d.slots[slot];
     int rc = tri_op_fill(m->d.dev, io->dres, 0.0f);
     if (!rc) rc = tri_op_rmsnorm_backward(m->d.dev, io->dres, m->g.norm, io->dlnf, block_input(m, slot, m->d.L_l),
@@ -142,30 +144,21 @@ static int head_backward(tri_llama *m, int slot)
     return rc;
 }
 
-static int run_pass(void *self, const tri_pass *p, int slot, bool train, float dloss)
+/* The passes tri_decoder_run hands to this family (models/model_chunk.h tri_decoder_compute). */
+static int pass_block(void *self, int l, int slot)
 {
     tri_llama *m = self;
-    tri_decoder *d = &m->d;
-    tri_decoder_slot *io = &d->slots[slot];
-    int l = p->index;
-    switch (p->kind) {
-    case TRI_DECODER_EMBEDDING:
-        return tri_embedding_forward(&d->tp, io->x_in, io->tokens, m->w.embed, tri_tensor_none(), d->vocab_start,
-                                     d->run->T, d->full_a);
-    case TRI_DECODER_BLOCK:
-        return block_forward(m, l, &m->slots[slot].blocks[l], block_input(m, slot, l));
-    case TRI_DECODER_HEAD:
-        return head_forward(m, slot, train, dloss);
-    case TRI_DECODER_HEAD_BACKWARD:
-        return head_backward(m, slot);
-    case TRI_DECODER_BLOCK_BACKWARD:
-        return block_backward(m, l, &m->slots[slot].blocks[l], block_input(m, slot, l), io->dres);
-    case TRI_DECODER_EMBEDDING_BACKWARD:
-        return tri_embedding_backward(&d->tp, m->g.embed, tri_tensor_none(), io->dres, io->tokens, d->vocab_start,
-                                      d->run->T, d->full_a);
-    }
-    return tri_decoder_run_pass(d, p, slot);
+    return block_forward(m, l, &m->slots[slot].blocks[l], block_input(m, slot, l));
 }
+
+static int pass_block_backward(void *self, int l, int slot)
+{
+    tri_llama *m = self;
+    return block_backward(m, l, &m->slots[slot].blocks[l], block_input(m, slot, l), m->d.slots[slot].dres);
+}
+
+static const tri_decoder_compute COMPUTE = {.block_forward = pass_block, .block_backward = pass_block_backward,
+                                            .head_forward = head_forward, .head_backward = head_backward};
 
 /* ---- the rest of the chunk interface ---- */
 
@@ -256,7 +249,8 @@ static int setup(void *self, const void *config, const tri_train_layout *run, co
     if (!rc) rc = tri_llama_param_specs(cfg, run->tp, opt, &specs, &n);
     tri_decoder_shape shape = {.family = "llama", .C = cfg->hidden_size, .vocab_size = cfg->vocab_size,
                                .tied_embedding = cfg->tie_word_embeddings,
-                               .n_global_params = tri_llama_num_param_tensors(cfg)};
+                               .n_global_params = tri_llama_num_param_tensors(cfg), .compute = &COMPUTE,
+                               .embed = &m->w.embed, .embed_grad = &m->g.embed};
     if (!rc) rc = tri_decoder_begin(&m->d, &shape, specs, n, run, opt, dev, tp_comm);
     free(specs);
     if (rc)
@@ -282,7 +276,7 @@ static int setup(void *self, const void *config, const tri_train_layout *run, co
     rc = check_consecutive(m);
     if (rc)
         return rc;
-    tri_chunk_model model = {.self = m, .take_buffers = tri_llama_take_buffers, .bind = bind, .run = run_pass};
+    tri_chunk_model model = {.self = m, .take_buffers = tri_llama_take_buffers, .bind = bind};
     rc = tri_decoder_build(&m->d, model, dev, dp_comm);
     if (!rc && dev && L_l > 0)
         rc = fill_rotary(m);

@@ -8,6 +8,7 @@
 
 #include "engine/core/math.h"
 #include "engine/core/status.h"
+#include "layers/embedding.h"
 #include "partitioner/constraints.h"
 #include "partitioner/layout.h"
 #include "partitioner/transformer.h"
@@ -88,6 +89,8 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
     d->L_l = opt->layer_end - opt->layer_start;
     d->unit_embed = d->unit_pos = d->unit_block0 = d->unit_norm = d->unit_head = -1;
     d->private_embed = shape->tied_embedding && opt->first && opt->last && run->zero_stage < 2 && !run->deterministic;
+    d->compute = shape->compute;
+    d->embed = shape->embed, d->embed_grad = shape->embed_grad, d->pos = shape->pos, d->pos_grad = shape->pos_grad;
 
     tri_param_layout layout;
     int rc = tri_layout_create(&layout, specs, n, tp, tp_rank, run->dp, opt->dp_rank);
@@ -182,6 +185,7 @@ int tri_decoder_build(tri_decoder *d, tri_chunk_model model, tri_device *dev, tr
         return rc;
     if (!model.bind)
         model.bind = tri_decoder_bind;
+    model.run = tri_decoder_run;
     model.load_batch = load_batch;
     model.buffer = buffer;
     model.zero_private = zero_private;
@@ -274,9 +278,32 @@ int tri_decoder_load_batch(tri_decoder *d, int slot, const int32_t *windows)
     return rc;
 }
 
-int tri_decoder_run_pass(tri_decoder *d, const tri_pass *p, int slot)
+/* A view the family may not have (a position table): none when absent. */
+static tri_tensor view_or_none(const tri_tensor *t)
 {
+    return t ? *t : tri_tensor_none();
+}
+
+int tri_decoder_run(void *self, const tri_pass *p, int slot, bool train, float dloss)
+{
+    tri_decoder *d = self;
+    tri_decoder_slot *io = &d->slots[slot];
+    const tri_decoder_compute *f = d->compute;
     switch (p->kind) {
+    case TRI_DECODER_EMBEDDING:
+        return tri_embedding_forward(&d->tp, io->x_in, io->tokens, *d->embed, view_or_none(d->pos), d->vocab_start,
+                                     d->run->T, d->full_a);
+    case TRI_DECODER_BLOCK:
+        return f->block_forward(self, p->index, slot);
+    case TRI_DECODER_HEAD:
+        return f->head_forward(self, slot, train, dloss);
+    case TRI_DECODER_HEAD_BACKWARD:
+        return f->head_backward(self, slot);
+    case TRI_DECODER_BLOCK_BACKWARD:
+        return f->block_backward(self, p->index, slot);
+    case TRI_DECODER_EMBEDDING_BACKWARD:
+        return tri_embedding_backward(&d->tp, *d->embed_grad, view_or_none(d->pos_grad), io->dres, io->tokens,
+                                      d->vocab_start, d->run->T, d->full_a);
     case TRI_DECODER_GRAD_FROM_NEXT:
         return tri_op_copy(d->dev, d->slots[slot].dres, d->slots[slot].grad_out);
     case TRI_DECODER_TIED_GRAD: {

@@ -93,9 +93,20 @@ typedef struct tri_decoder {
     tri_tensor tmp, dln;             /* (N_l, C) scratch of every block */
     tri_tensor full_a, full_b;       /* (N, C) sequence parallelism's gathered rows (else absent) */
     tri_lm_head_scratch ls;
+    const struct tri_decoder_compute *compute;         /* the family's (tri_decoder_shape) */
+    const tri_tensor *embed, *embed_grad, *pos, *pos_grad;
     void **owned;                    /* the family's tables from tri_decoder_calloc, freed with d */
     int n_owned;
 } tri_decoder;
+
+/* A decoder family's compute: the passes tri_decoder_run hands to it (self: the family's model,
+ * whose first member is its tri_decoder). Block l and the head of the micro-batch in slot. */
+typedef struct tri_decoder_compute {
+    int (*block_forward)(void *self, int l, int slot);
+    int (*block_backward)(void *self, int l, int slot);   /* slot's dres: d res3 in, d x out */
+    int (*head_forward)(void *self, int slot, bool train, float dloss);
+    int (*head_backward)(void *self, int slot);
+} tri_decoder_compute;
 
 /* What a family tells tri_decoder_begin. */
 typedef struct tri_decoder_shape {
@@ -103,6 +114,10 @@ typedef struct tri_decoder_shape {
     int64_t C, vocab_size;
     bool tied_embedding;             /* the LM head is the token embedding */
     int n_global_params;             /* the whole model's parameter tensors */
+    const tri_decoder_compute *compute;
+    /* the family's views (bound as units are, so read at each pass) of the token embedding and the
+     * position table (NULL: none, rotary positions) and of their gradients */
+    const tri_tensor *embed, *embed_grad, *pos, *pos_grad;
 } tri_decoder_shape;
 
 /* The checks every decoder needs: the layout rules that involve the model (dims: its sizes; the rules
@@ -159,9 +174,11 @@ void tri_decoder_bind(void *self, int unit, tri_tensor params, tri_tensor grads)
  * last T. TRI_ENOMEM or the copy's error. */
 int tri_decoder_load_batch(tri_decoder *d, int slot, const int32_t *windows);
 
-/* The passes the decoder computes itself: TRI_DECODER_GRAD_FROM_NEXT and TRI_DECODER_TIED_GRAD
- * (a family's run hands them here); TRI_EINTERNAL for another. */
-int tri_decoder_run_pass(tri_decoder *d, const tri_pass *p, int slot);
+/* Runs one pass (engine/train/chunk.h) on the micro-batch in slot: the embedding and its backward,
+ * the gradient from the next stage and the tied embedding's, itself; blocks and the head through
+ * the family's compute (tri_decoder_shape). Every decoder family's chunk runs this (self: its model,
+ * whose first member is its tri_decoder). TRI_EINTERNAL for an unknown pass. */
+int tri_decoder_run(void *self, const tri_pass *p, int slot, bool train, float dloss);
 
 /* What a decoder family takes of the chunk's arena (engine/device/arena.h), in the order
  * tri_decoder_take_buffers calls it (self: the family's struct). */
