@@ -20,6 +20,8 @@
 #include <string>
 
 #include "cuda/attention/flash_mma.kern.h"
+#include "cuda/crossentropy/crossentropy_fast.cuh"
+#include "cuda/warp.cuh"
 #include "tests/access_check.h"
 
 TestSuite(access_patterns);
@@ -397,3 +399,68 @@ Test(access_patterns, flash_fp32)
     cr_assert(ok, "an access of the fp32 tiled attention is over 2-way or uses partial sectors");
 }
 
+/* ---- the row kernels: norms, causal softmax, cross-entropy (the classifier) ----
+ * A warp per row (layernorm_fast.cuh, rmsnorm_fast.cuh, softmax_fast.cuh, cross-entropy's row max)
+ * or a block of TRI_CE_WARPS warps per row (cross-entropy's sum of exponentials, gradient and fused
+ * classifier): thread t's 8 elements of a pass at tri_row_first(t), moved by tri_load8 / tri_store8
+ * in tri_vec8_pieces 16-byte accesses (cuda/warp.cuh). No shared memory in their loops (the block
+ * form's warp sums: one word a warp, read by all as a broadcast). The rows start 32-byte aligned
+ * (C x element size a multiple of 32, as GPT-2's 768 and a vocabulary padded to 50304). bf16: each
+ * access is 512 contiguous bytes, 16 whole sectors. fp32: a lane's 8 floats are 32 contiguous bytes
+ * in two 16-byte accesses, so each access uses half of each of 32 sectors and the pair uses all
+ * of them (a load's second access is served from the L1 lines the first brought in); lanes holding slots
+ * 8l .. 8l+7 is engine/core/math.h's row-sum order, which this keeps. The test asserts whole
+ * sectors per access (bf16) and per pass (both forms), and the fp32 per-access figure (32 sectors
+ * for 16). */
+
+/* One pass of warp w (threads 32 w .. 32 w + 31 of those sharing the row) at element first of a row
+ * starting at byte row. */
+static void row_pass(int bf16, uint64_t row, int w, int64_t first, std::vector<tri_sector_use> &per_access,
+                     tri_sector_use &pass)
+{
+    int e = bf16 ? 2 : 4;
+    tri_warp_access all = tri_access(8 * e);
+    for (int q = 0; q < tri_vec8_pieces(bf16); q++) {
+        tri_warp_access a = tri_access(16);
+        for (int l = 0; l < 32; l++)
+            tri_access_set(a, l, row + (uint64_t)((first + tri_row_first(32 * w + l) + tri_vec8_piece(bf16, q)) * e));
+        per_access.push_back(tri_global_sectors(a));
+    }
+    for (int l = 0; l < 32; l++)
+        tri_access_set(all, l, row + (uint64_t)((first + tri_row_first(32 * w + l)) * e));
+    pass = tri_global_sectors(all);
+}
+
+/* Rows of C elements, row r at byte r C e; `warps` warps share a row, passes `span` elements apart. */
+static void check_rows(const char *what, int bf16, int64_t C, int warps, int64_t span)
+{
+    int e = bf16 ? 2 : 4;
+    for (int64_t r = 0; r < 3; r++)
+        for (int w = 0; w < warps; w++)
+            for (int64_t first = 0; first + tri_row_first(32 * w + 31) + 8 <= C; first += span) {
+                std::vector<tri_sector_use> acc;
+                tri_sector_use pass;
+                row_pass(bf16, (uint64_t)(r * C * e), w, first, acc, pass);
+                cr_assert(pass.whole(), "%s %s: a pass uses %d sectors for %d bytes", what, bf16 ? "bf16" : "fp32",
+                          pass.sectors, pass.bytes);
+                for (const tri_sector_use &u : acc) {
+                    if (bf16)
+                        cr_assert(u.whole(), "%s bf16: an access uses %d sectors for %d", what, u.sectors, u.min_sectors);
+                    else
+                        cr_assert(u.sectors == 32 && u.min_sectors == 16, "%s fp32: %d sectors for %d", what,
+                                  u.sectors, u.min_sectors);
+                }
+            }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        fprintf(stderr, "%s %s C %lld: whole sectors a pass; a 16-byte access %s\n", what, bf16 ? "bf16" : "fp32",
+                (long long)C, bf16 ? "16 whole sectors" : "32 sectors for 16 (half of each)");
+}
+
+Test(access_patterns, row_kernels)
+{
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        check_rows("norms, softmax, row max (a warp a row)", bf16, 768, 1, TRI_ROW_SLOTS);
+        check_rows("norms, softmax, row max (a warp a row)", bf16, 4096, 1, TRI_ROW_SLOTS);
+        check_rows("cross-entropy (a block a row)", bf16, 50304, TRI_CE_WARPS, TRI_CE_SLOTS);
+    }
+}

@@ -156,6 +156,7 @@ TRI_MMA_DEV void load_tile(typename P::elem *dst, const typename P::global *src,
 {
     constexpr int E = (int)sizeof(typename P::elem), LD = flash_strides<P, HS>::LD;
     static_assert(TILE * HS * E % (16 * THREADS) == 0, "whole steps of 16-byte pieces");
+    TRI_MMA_ROLLED
     for (int step = 0; step < flash_stage_steps(HS, E); step++) {
         flash_rc e = flash_stage_rc(TRI_MMA_TID, step, HS, E);
         tri_mma_u128 v = {0u, 0u, 0u, 0u};
@@ -218,6 +219,7 @@ TRI_MMA_DEV void store_rows(typename P::global *dst, int64_t ld, float *stage, t
     for (int n = 0; n < HS / 16; n++)
         tri_mma_store(stage + flash_frag_at(0, n, LST), acc[n], LST);
     TRI_MMA_SYNC_WARP();
+    TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++) {
         flash_rc e = flash_rows_rc(lane, step, HS);
         if (row0 + e.r < T)
@@ -330,6 +332,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     float scale = 1.0f / sqrtf((float)HS);
 
     load_tile<P, HS>(sq, qb + i0 * W, W, nr);
+    TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++)
         ow[flash_at(flash_rows_rc(lane, step, HS), S::LO)] = 0.0f;
     if (TRI_MMA_TID < TILE) {
@@ -346,6 +349,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
         TRI_MMA_SYNC_WARP();
         online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, j0, nc, T, scale);
         TRI_MMA_SYNC_WARP();
+        TRI_MMA_ROLLED
         for (int step = 0; step < WROWS * HS / 32; step++) {
             flash_rc e = flash_rows_rc(lane, step, HS);
             ow[flash_at(e, S::LO)] *= sa[warp * WROWS + e.r];
@@ -362,6 +366,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
         TRI_MMA_SYNC_WARP();
     }
     int64_t row0 = i0 + warp * WROWS;
+    TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++) {
         flash_rc e = flash_rows_rc(lane, step, HS);
         if (row0 + e.r < T)
@@ -409,6 +414,7 @@ TRI_MMA_DEV void probabilities(typename P::elem *p_out, typename P::elem *ds_out
 {
     typedef flash_strides<P, HS> S;
     int lane = TRI_MMA_TID % 32;
+    TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * TILE / 32; step++) {
         flash_rc e = flash_rows_rc(lane, step, TILE);
         int a = e.r, c = e.c, es = flash_at(e, S::LS), ep = flash_at(e, S::LP);

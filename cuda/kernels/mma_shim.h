@@ -36,6 +36,7 @@
 #define TRI_MMA_DEV __device__ __forceinline__
 #define TRI_MMA_STATIC static __device__ __forceinline__ /* a static member function */
 #define TRI_MMA_UNROLL _Pragma("unroll")
+#define TRI_MMA_ROLLED _Pragma("unroll 1") /* a loop left rolled (fewer registers live) */
 #define TRI_MMA_TID ((int)threadIdx.x)
 #define TRI_MMA_BX ((int64_t)blockIdx.x)
 #define TRI_MMA_BY ((int64_t)blockIdx.y)
@@ -99,6 +100,7 @@ TRI_MMA_DEV void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
 #define TRI_MMA_DEV static inline
 #define TRI_MMA_STATIC static inline
 #define TRI_MMA_UNROLL
+#define TRI_MMA_ROLLED
 
 struct tri_mma_bf16 {
     uint16_t bits;
