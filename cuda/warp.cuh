@@ -33,6 +33,28 @@ static inline bool tri_aligned16_host(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
+/* ---- where a thread's values of a row lie (the index functions of the row kernels) ----
+ * Thread t of those sharing a row (a lane of a warp per row, or a thread of cross-entropy's block
+ * per row) holds math.h's slots 8t .. 8t+7: its first element is tri_row_first(t), the next ones
+ * a pass (TRI_ROW_SLOTS, or TRI_CE_SLOTS for a block) later. tri_load8 / tri_store8 move a thread's
+ * 8 elements at i in tri_vec8_pieces 16-byte accesses, piece q at element i + tri_vec8_piece. The
+ * kernels take their indices from these; tests/test_access_patterns.cpp enumerates them for a
+ * warp's 32 lanes and checks the global sectors. */
+TRI_HD int64_t tri_row_first(int t)
+{
+    return 8 * (int64_t)t;
+}
+
+TRI_HD int tri_vec8_pieces(int bf16)
+{
+    return bf16 ? 1 : 2;
+}
+
+TRI_HD int64_t tri_vec8_piece(int bf16, int q)
+{
+    return bf16 ? 0 : 4 * (int64_t)q;
+}
+
 /* v[k] = element i + k of row (fp32 or bf16) for i + k < n; the rest of v is left as it was. */
 __device__ __forceinline__ void tri_load8(float v[8], const void *row, int bf16, int64_t i, int64_t n, bool vec)
 {
@@ -45,7 +67,8 @@ __device__ __forceinline__ void tri_load8(float v[8], const void *row, int bf16,
                 v[2 * k + 1] = tri_bf16_to_float((uint16_t)(w[k] >> 16));
             }
         } else {
-            float4 a = *(const float4 *)((const float *)row + i), b = *(const float4 *)((const float *)row + i + 4);
+            float4 a = *(const float4 *)((const float *)row + i + tri_vec8_piece(0, 0)),
+                   b = *(const float4 *)((const float *)row + i + tri_vec8_piece(0, 1));
             v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
         }
         return;
@@ -66,8 +89,8 @@ __device__ __forceinline__ void tri_store8(void *row, int bf16, int64_t i, int64
             u.w = tri_float_to_bf16(v[6]) | ((uint32_t)tri_float_to_bf16(v[7]) << 16);
             *(uint4 *)((uint16_t *)row + i) = u;
         } else {
-            *(float4 *)((float *)row + i) = make_float4(v[0], v[1], v[2], v[3]);
-            *(float4 *)((float *)row + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+            *(float4 *)((float *)row + i + tri_vec8_piece(0, 0)) = make_float4(v[0], v[1], v[2], v[3]);
+            *(float4 *)((float *)row + i + tri_vec8_piece(0, 1)) = make_float4(v[4], v[5], v[6], v[7]);
         }
         return;
     }
@@ -138,7 +161,7 @@ __device__ __forceinline__ void tri_row_sums(float r[8], const void *x, int bf16
 {
     bool vx = tri_aligned16(x);
     float v[8] = {0};
-    for (int64_t i = 8 * tri_lane(); i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(tri_lane()); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(v, x, bf16, i, C, vx);
         for (int k = 0; k < 8 && i + k < C; k++)
             r[k] += squares ? v[k] * v[k] : v[k];
@@ -153,7 +176,7 @@ __device__ __forceinline__ void tri_residual_row_sums(float r[8], void *res, int
 {
     bool vr = tri_aligned16(res), va = tri_aligned16(a), vb = tri_aligned16(b);
     float v[8] = {0}, bv[8] = {0};
-    for (int64_t i = 8 * tri_lane(); i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(tri_lane()); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(v, a, a_bf16, i, C, va);
         tri_load8(bv, b, b_bf16, i, C, vb);
         for (int k = 0; k < 8; k++) {

@@ -237,3 +237,79 @@ Test(flash_mma_cpu, fp32_head_sizes_32_80_96)
     run_case<tri_flash_fp32_simt, 80>(1, 65, 2, 1, 160);
     run_case<tri_flash_fp32_simt, 96>(1, 100, 2, 2, 170);
 }
+
+/* The online softmax (flash_mma.kern.h's online_softmax: two lanes a row, the max and the sum split
+ * between them) gives tri_flash_row_update's bits: P, m, l and alpha of every row, against the
+ * function on the same scores, for a diagonal tile (n = 1 .. 60 and rows past T), a full tile and
+ * a partial key tile, with first tiles (m = -inf) and later ones (a running max above, among and
+ * below the scores), ties and signed zeros among the scores. */
+template <class P>
+static void softmax_bits(int64_t i0, int64_t j0, int64_t nc, int64_t T, uint64_t seed)
+{
+    constexpr int HS = 64;
+    typedef fwd_layout<P, HS> L;
+    typedef flash_strides<P, HS> S;
+    typedef typename P::elem E;
+    const float scale = 1.0f / sqrtf((float)HS);
+    srand((unsigned)seed);
+    std::vector<float> sc(TILE * TILE), m0(TILE), l0(TILE);
+    for (int i = 0; i < TILE * TILE; i++)
+        sc[i] = (float)(rand() % 2001 - 1000) / 125.0f; /* multiples of 1/125 in [-8, 8]: ties */
+    for (int r = 0; r < TILE; r++) {
+        sc[r * TILE + r % 7] = r % 2 ? -0.0f : 0.0f;
+        m0[r] = r % 4 == 0 ? -INFINITY : (float)(r % 4 - 2) * 0.6f; /* -inf, -0.6, 0, 0.6 (x scale: among) */
+        if (r % 8 == 3)
+            m0[r] = 100.0f; /* above every scaled score */
+        l0[r] = m0[r] == -INFINITY ? 0.0f : 1.0f + (float)r / 7.0f;
+    }
+    std::vector<E> p_got(TILE * TILE);
+    std::vector<float> m_got(TILE), l_got(TILE), a_got(TILE);
+    tri_mma_emu_launch(1, 1, THREADS, L::bytes, [&](unsigned char *smem) {
+        float *s = (float *)(smem + L::s), *sm = (float *)(smem + L::m), *sl = (float *)(smem + L::l),
+              *sa = (float *)(smem + L::alpha);
+        E *p = (E *)(smem + L::p);
+        if (TRI_MMA_TID == 0)
+            for (int r = 0; r < TILE; r++) {
+                for (int j = 0; j < TILE; j++)
+                    s[r * S::LS + j] = sc[r * TILE + j];
+                sm[r] = m0[r];
+                sl[r] = l0[r];
+            }
+        TRI_MMA_SYNC_BLOCK();
+        int warp = TRI_MMA_TID / 32;
+        online_softmax<P, HS>(p + warp * WROWS * S::LP, s + warp * WROWS * S::LS, sm, sl, sa, i0, j0, nc, T, scale);
+        TRI_MMA_SYNC_BLOCK();
+        if (TRI_MMA_TID == 0)
+            for (int r = 0; r < TILE; r++) {
+                for (int j = 0; j < TILE; j++)
+                    p_got[r * TILE + j] = p[r * S::LP + j];
+                m_got[r] = sm[r];
+                l_got[r] = sl[r];
+                a_got[r] = sa[r];
+            }
+    });
+    for (int r = 0; r < TILE; r++) {
+        int64_t t = i0 + r, n = t < T ? (t < j0 ? 0 : (t - j0 + 1 < nc ? t - j0 + 1 : nc)) : 0;
+        float row[TILE], m = m0[r], l = l0[r];
+        for (int j = 0; j < TILE; j++)
+            row[j] = j < n ? sc[r * TILE + j] * scale : 0.0f;
+        float alpha = tri_flash_row_update(row, n, &m, &l);
+        cr_assert(memcmp(&m, &m_got[r], 4) == 0 && memcmp(&l, &l_got[r], 4) == 0 && memcmp(&alpha, &a_got[r], 4) == 0,
+                  "row %d (n %lld): m %.9g/%.9g l %.9g/%.9g alpha %.9g/%.9g", r, (long long)n, m_got[r], m, l_got[r], l,
+                  a_got[r], alpha);
+        for (int j = 0; j < TILE; j++) {
+            E want = P::round(j < n ? row[j] : 0.0f);
+            cr_assert(memcmp(&want, &p_got[r * TILE + j], sizeof want) == 0, "row %d (n %lld) P[%d]", r, (long long)n, j);
+        }
+    }
+}
+
+Test(flash_mma_cpu, softmax_bits)
+{
+    softmax_bits<tri_flash_bf16_mma>(0, 0, 64, 60, 1);     /* diagonal: n = 1 .. 60, rows past T */
+    softmax_bits<tri_flash_bf16_mma>(64, 0, 64, 200, 2);   /* a whole tile visible */
+    softmax_bits<tri_flash_bf16_mma>(128, 128, 22, 150, 3); /* a partial key tile */
+    softmax_bits<tri_flash_fp32_simt>(0, 0, 64, 60, 4);
+    softmax_bits<tri_flash_fp32_simt>(64, 0, 64, 200, 5);
+    softmax_bits<tri_flash_fp32_simt>(128, 128, 22, 150, 6);
+}

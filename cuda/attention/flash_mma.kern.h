@@ -8,11 +8,13 @@
  * through the WMMA API (16 x 16 x 16 fragments, fp32 accumulation, sm_80+), and fp32 operands on the
  * CUDA cores through the shim's SIMT fragments of the same shape (fp32 products, no TF32). A block
  * is 4 warps and owns one tile of 64 rows (TRI_FLASH_BR = TRI_FLASH_BC = 64); each warp owns 16 of
- * them. Tiles of q, k, v and dout are staged in shared memory with 16-byte loads (fp32 rows padded
- * by 4 floats, so a SIMT fragment's rows fall in different banks); products go through fragments,
+ * them. Tiles of q, k, v and dout are staged in shared memory with 16-byte loads (every shared row
+ * padded by 16 bytes, so that no access of the main loops is more than 2-way bank-conflicted:
+ * flash_strides below, checked by tests/test_access_patterns.cpp); products go through fragments,
  * and the element-wise steps (scale, online softmax, exp(s - lse), dS) run on the fp32 results
  * stored back to shared memory, with engine/core/math.h's functions:
- *   forward   S_w = Q_w K^T (16 x 64) -> per row tri_flash_row_update -> P_w ->
+ *   forward   S_w = Q_w K^T (16 x 64) -> per row tri_flash_row_update's arithmetic in its order
+ *             (online_softmax: two lanes a row, bit for bit the function's values) -> P_w ->
  *             O_w = alpha O_w + P_w V (O_w fp32 in shared memory), then O / l and the logsumexp;
  *   dk, dv    a block per key tile of a key/value head, its group's query heads in order
  *             (grouped-query attention; one head when NH_kv = NH), for each the query tiles at
@@ -51,10 +53,10 @@ TRI_HD bool tri_flash_mma_head_size(int64_t HS)
 }
 
 /* The two precisions. elem: an operand tile's element in shared memory; global: an element of qkv,
- * out, dout and dqkv; the fragment types; pad: elements after each row of a shared tile (row
- * strides HS + pad and TILE + pad); p_in_scores: P and dS overwrite the fp32 scores they come from
- * (same type) instead of having buffers of their own; round: how P and dS enter their products;
- * to_global: how a result is stored. */
+ * out, dout and dqkv; the fragment types; p_in_scores: P and dS overwrite the fp32 scores they come
+ * from (same type) instead of having buffers of their own; round: how P and dS enter their
+ * products; store16: 16 bytes of them (8 bf16 or 4 floats) rounded so, one 16-byte store; to_global:
+ * how a result is stored. */
 struct tri_flash_bf16_mma {
     typedef tri_mma_bf16 elem;
     typedef uint16_t global; /* bf16 bits */
@@ -62,9 +64,9 @@ struct tri_flash_bf16_mma {
     typedef tri_frag_a a;
     typedef tri_frag_b_row b_row;
     typedef tri_frag_b_col b_col;
-    static constexpr int pad = 0;
     static constexpr bool p_in_scores = false;
     TRI_MMA_STATIC elem round(float x) { return tri_mma_to_bf16(x); }
+    TRI_MMA_STATIC void store16(elem *p, const float *v) { tri_mma_store8_bf16(p, v); }
     TRI_MMA_STATIC global to_global(float x) { return tri_float_to_bf16(x); }
 };
 struct tri_flash_fp32_simt {
@@ -74,33 +76,102 @@ struct tri_flash_fp32_simt {
     typedef tri_sfrag_a a;
     typedef tri_sfrag_b_row b_row;
     typedef tri_sfrag_b_col b_col;
-    static constexpr int pad = 4;
     static constexpr bool p_in_scores = true;
     TRI_MMA_STATIC elem round(float x) { return x; }
+    TRI_MMA_STATIC void store16(elem *p, const float *v) { tri_sfrag_store4(p, v); }
     TRI_MMA_STATIC global to_global(float x) { return x; }
 };
 
-/* rows r < valid of a (TILE, HS) tile from src (row stride ld elements) into dst (row stride
- * HS + P::pad), zeros after: 16-byte copies of the raw bits */
+/* ---- shared-memory layout and index functions ----
+ * Row strides of the shared buffers, in elements of each buffer's type: LD for the operand tiles
+ * (q, k, v, dout: elem), LS for the fp32 score rows (S, dP), LP for P and dS (elem; the scores
+ * themselves when P overwrites them), LO for the fp32 output rows (the forward's accumulator, the
+ * backward's output stage, LSTAGE). Every row is its data (a multiple of 32 bytes: HS and TILE are
+ * multiples of 16) plus 16 bytes of padding, so a row stride is an odd number of 16-byte units and 8
+ * consecutive rows start in the 8 different 16-byte groups of the 32 banks: a fragment's load or
+ * store (8 rows of one 16-byte column a phase), the softmax's row reads (8 rows a quarter-warp) and
+ * the stage's stores are conflict-free or 2-way (tests/test_access_patterns.cpp). */
+template <class P, int HS>
+struct flash_strides {
+    static constexpr int E = (int)sizeof(typename P::elem), PAD = 16 / E;
+    static constexpr int LD = HS + PAD, LS = TILE + 4, LP = P::p_in_scores ? LS : TILE + PAD, LO = HS + 4,
+                         LSTAGE = LO;
+};
+
+/* Every shared-memory index of the kernels' main loops comes from the functions below (with the
+ * strides above), which tests/test_access_patterns.cpp enumerates for the 32 lanes of a warp to
+ * check bank conflicts and global sectors. flash_rc: a row and a column (elements) of a tile. */
+struct flash_rc {
+    int r, c;
+};
+
+TRI_HD int flash_at(flash_rc e, int ld)
+{
+    return e.r * ld + e.c;
+}
+
+/* The top-left element of 16 x 16 block (bi, bj) of a tile with row stride ld. */
+TRI_HD int flash_frag_at(int bi, int bj, int ld)
+{
+    return 16 * bi * ld + 16 * bj;
+}
+
+/* load_tile: the first element of the 16-byte piece thread tid copies at step `step` of a
+ * (TILE, HS) tile of elements of e bytes (pieces in row-major order, THREADS a step). */
+TRI_HD flash_rc flash_stage_rc(int tid, int step, int HS, int e)
+{
+    int per = 16 / e, pieces = HS / per, idx = tid + step * THREADS;
+    flash_rc rc = {idx / pieces, idx % pieces * per};
+    return rc;
+}
+
+/* Steps of load_tile: TILE * HS * e / 16 pieces, THREADS a step. */
+TRI_HD int flash_stage_steps(int HS, int e)
+{
+    return TILE * HS * e / 16 / THREADS;
+}
+
+/* Element lane + 32 step of a warp's rows of `width` elements, in row-major order (the element-wise
+ * loops: rescaling the output, the output's store, P and dS in the backward). */
+TRI_HD flash_rc flash_rows_rc(int lane, int step, int width)
+{
+    int idx = lane + 32 * step;
+    flash_rc rc = {idx / width, idx % width};
+    return rc;
+}
+
+/* The online softmax on all 32 lanes, two a row: lane l takes row l % WROWS of the warp's rows, the
+ * columns of half l / WROWS of it (TILE / 2 each); the first element of its u-th piece of `per`
+ * elements (16 bytes: per = 4 floats or 8 bf16). A quarter-warp reads 8 rows of one half. */
+TRI_HD flash_rc flash_softmax_rc(int lane, int u, int per)
+{
+    flash_rc rc = {lane % WROWS, lane / WROWS * (TILE / 2) + u * per};
+    return rc;
+}
+
+/* rows r < valid of a (TILE, HS) tile from src (row stride ld elements) into dst (row stride LD),
+ * zeros after: 16-byte copies of the raw bits */
 template <class P, int HS>
 TRI_MMA_DEV void load_tile(typename P::elem *dst, const typename P::global *src, int64_t ld, int64_t valid)
 {
-    constexpr int PER = 16 / (int)sizeof(typename P::elem), CH = HS / PER, LD = HS + P::pad;
-    for (int idx = TRI_MMA_TID; idx < TILE * CH; idx += THREADS) {
-        int r = idx / CH, c = idx % CH;
+    constexpr int E = (int)sizeof(typename P::elem), LD = flash_strides<P, HS>::LD;
+    static_assert(TILE * HS * E % (16 * THREADS) == 0, "whole steps of 16-byte pieces");
+    TRI_MMA_ROLLED
+    for (int step = 0; step < flash_stage_steps(HS, E); step++) {
+        flash_rc e = flash_stage_rc(TRI_MMA_TID, step, HS, E);
         tri_mma_u128 v = {0u, 0u, 0u, 0u};
-        if (r < valid)
-            v = *reinterpret_cast<const tri_mma_u128 *>(src + r * ld + c * PER);
-        *reinterpret_cast<tri_mma_u128 *>(dst + r * LD + c * PER) = v;
+        if (e.r < valid)
+            v = *reinterpret_cast<const tri_mma_u128 *>(src + e.r * ld + e.c);
+        *reinterpret_cast<tri_mma_u128 *>(dst + flash_at(e, LD)) = v;
     }
 }
 
-/* c (WROWS x TILE, fp32, row stride TILE + P::pad) = a_rows (WROWS x HS) . b_rows (TILE x HS)^T,
- * both row-major with row stride HS + P::pad */
+/* c (WROWS x TILE, fp32, row stride LS) = a_rows (WROWS x HS) . b_rows (TILE x HS)^T, both
+ * row-major with row stride LD */
 template <class P, int HS>
 TRI_MMA_DEV void rows_times_rows_t(float *c, const typename P::elem *a_rows, const typename P::elem *b_rows)
 {
-    constexpr int LD = HS + P::pad;
+    typedef flash_strides<P, HS> S;
     TRI_MMA_UNROLL
     for (int n = 0; n < TILE / 16; n++) {
         typename P::acc acc;
@@ -109,49 +180,50 @@ TRI_MMA_DEV void rows_times_rows_t(float *c, const typename P::elem *a_rows, con
         for (int k = 0; k < HS / 16; k++) {
             typename P::a a;
             typename P::b_col b;
-            tri_mma_load(a, a_rows + k * 16, LD);
-            tri_mma_load(b, b_rows + n * 16 * LD + k * 16, LD);
+            tri_mma_load(a, a_rows + flash_frag_at(0, k, S::LD), S::LD);
+            tri_mma_load(b, b_rows + flash_frag_at(n, k, S::LD), S::LD);
             tri_mma(acc, a, b);
         }
-        tri_mma_store(c + n * 16, acc, TILE + P::pad);
+        tri_mma_store(c + flash_frag_at(0, n, S::LS), acc, S::LS);
     }
 }
 
-/* acc[n] += p (WROWS x TILE, row stride TILE + P::pad) . m (TILE x HS, row stride HS + P::pad),
- * column block n */
+/* acc[n] += p (WROWS x TILE, row stride LP) . m (TILE x HS, row stride LD), column block n */
 template <class P, int HS>
 TRI_MMA_DEV void accumulate_p_times(typename P::acc (&acc)[HS / 16], const typename P::elem *p,
                                     const typename P::elem *m)
 {
-    constexpr int LD = HS + P::pad;
+    typedef flash_strides<P, HS> S;
     TRI_MMA_UNROLL
     for (int k = 0; k < TILE / 16; k++) {
         typename P::a a;
-        tri_mma_load(a, p + k * 16, TILE + P::pad);
+        tri_mma_load(a, p + flash_frag_at(0, k, S::LP), S::LP);
     TRI_MMA_UNROLL
         for (int n = 0; n < HS / 16; n++) {
             typename P::b_row b;
-            tri_mma_load(b, m + k * 16 * LD + n * 16, LD);
+            tri_mma_load(b, m + flash_frag_at(k, n, S::LD), S::LD);
             tri_mma(acc[n], a, b);
         }
     }
 }
 
-/* Writes a warp's WROWS x HS fp32 accumulator rows (staged row-major in stage) times `mul` to dst
- * (row stride ld) for rows whose global index row0 + r < T. */
+/* Writes a warp's WROWS x HS fp32 accumulator rows (staged row-major in stage, row stride LSTAGE)
+ * times `mul` to dst (row stride ld) for rows whose global index row0 + r < T. */
 template <class P, int HS>
 TRI_MMA_DEV void store_rows(typename P::global *dst, int64_t ld, float *stage, typename P::acc (&acc)[HS / 16],
                             float mul, int64_t row0, int64_t T)
 {
+    constexpr int LST = flash_strides<P, HS>::LSTAGE;
     int lane = TRI_MMA_TID % 32;
     TRI_MMA_UNROLL
     for (int n = 0; n < HS / 16; n++)
-        tri_mma_store(stage + n * 16, acc[n], HS);
+        tri_mma_store(stage + flash_frag_at(0, n, LST), acc[n], LST);
     TRI_MMA_SYNC_WARP();
-    for (int idx = lane; idx < WROWS * HS; idx += 32) {
-        int64_t r = idx / HS;
-        if (row0 + r < T)
-            dst[r * ld + idx % HS] = P::to_global(stage[idx] * mul);
+    TRI_MMA_ROLLED
+    for (int step = 0; step < WROWS * HS / 32; step++) {
+        flash_rc e = flash_rows_rc(lane, step, HS);
+        if (row0 + e.r < T)
+            dst[e.r * ld + e.c] = P::to_global(stage[flash_at(e, LST)] * mul);
     }
     TRI_MMA_SYNC_WARP();
 }
@@ -162,29 +234,96 @@ TRI_MMA_DEV int64_t visible_keys(int64_t t, int64_t j0, int64_t nc)
     return t < j0 ? 0 : (t - j0 + 1 < nc ? t - j0 + 1 : nc);
 }
 
-/* Shared memory of the forward kernel: three (TILE, HS) operand tiles, the warps' fp32 scores and
- * their P (unless P overwrites the scores), the fp32 output accumulator and the rows' m, l, alpha. */
+/* Shared memory of the forward kernel (byte offsets): three (TILE, HS) operand tiles, the warps'
+ * fp32 scores and their P (unless P overwrites the scores), the fp32 output accumulator and the
+ * rows' m, l, alpha. */
 template <class P, int HS>
 struct fwd_layout {
-    static constexpr size_t E = sizeof(typename P::elem), LD = HS + P::pad, LS = TILE + P::pad;
-    static constexpr size_t q = 0, k = q + TILE * LD * E, v = k + TILE * LD * E, s = v + TILE * LD * E,
-                            s_end = s + WARPS * WROWS * LS * 4, p = P::p_in_scores ? s : s_end,
-                            o = P::p_in_scores ? s_end : p + WARPS * WROWS * LS * E, m = o + TILE * LD * 4,
+    typedef flash_strides<P, HS> S;
+    static constexpr size_t E = sizeof(typename P::elem), R = WARPS * WROWS;
+    static constexpr size_t q = 0, k = q + TILE * S::LD * E, v = k + TILE * S::LD * E, s = v + TILE * S::LD * E,
+                            s_end = s + R * S::LS * 4, p = P::p_in_scores ? s : s_end,
+                            o = P::p_in_scores ? s_end : p + R * S::LP * E, m = o + TILE * S::LO * 4,
                             l = m + TILE * 4, alpha = l + TILE * 4, bytes = alpha + TILE * 4;
 };
+
+/* The online softmax of the warp's WROWS score rows sw (fp32, row stride LS) against key tile j0 (nc
+ * keys), on all 32 lanes: lane l takes row l % WROWS, the columns of half l / WROWS
+ * (flash_softmax_rc), read in 16-byte pieces into registers. It computes tri_flash_row_update's
+ * values in that function's order, bit for bit: each visible score scaled; the row max, each half's
+ * by the same comparison from m (low half) or -inf (high half), then the high half's if greater
+ * (the serial loop's first maximum, so the same bits); the exponentials; their sum left to right,
+ * the low half's lane adding its own, handing the partial sum to the high half's lane (a shuffle),
+ * which adds its own after it. The high half's lane writes the row's m, l and alpha (to sm, sl,
+ * sa); every lane writes its P (rounded, zero past the visible keys) to pw (row stride LP) in
+ * 16-byte pieces: in place when P overwrites the scores (a lane writes only what it read). */
+template <class P, int HS>
+TRI_MMA_DEV void online_softmax(typename P::elem *pw, float *sw, float *sm, float *sl, float *sa, int64_t i0,
+                                int64_t j0, int64_t nc, int64_t T, float scale)
+{
+    typedef flash_strides<P, HS> S;
+    constexpr int HALF = TILE / 2, PER = 16 / (int)sizeof(typename P::elem);
+    int warp = TRI_MMA_TID / 32, lane = TRI_MMA_TID % 32, high = lane / WROWS;
+    flash_rc first = flash_softmax_rc(lane, 0, 4);
+    int r = warp * WROWS + first.r;
+    int64_t t = i0 + r, n = t < T ? visible_keys(t, j0, nc) : 0, own = n - first.c; /* visible in this half */
+    float e[HALF];
+    TRI_MMA_UNROLL
+    for (int u = 0; u < HALF / 4; u++) {
+        tri_sfrag_f4 v = tri_sfrag_load4(sw + flash_at(flash_softmax_rc(lane, u, 4), S::LS));
+        for (int i = 0; i < 4; i++)
+            e[4 * u + i] = v.v[i];
+    }
+    float m = sm[r], l = sl[r], mx = high ? -INFINITY : m;
+    TRI_MMA_UNROLL
+    for (int j = 0; j < HALF; j++)
+        if (j < own) {
+            e[j] *= scale;
+            mx = e[j] > mx ? e[j] : mx;
+        }
+    float other = __shfl_xor_sync(0xffffffffu, mx, WROWS);
+    float low_max = high ? other : mx, high_max = high ? mx : other;
+    mx = high_max > low_max ? high_max : low_max;
+    float alpha = n == 0 ? 1.0f : m == -INFINITY ? 0.0f : tri_expf(m - mx), sum = 0.0f;
+    TRI_MMA_UNROLL
+    for (int j = 0; j < HALF; j++)
+        e[j] = j < own ? tri_expf(e[j] - mx) : 0.0f;
+    if (!high)
+        for (int j = 0; j < HALF; j++)
+            if (j < own)
+                sum += e[j];
+    float low_sum = __shfl_xor_sync(0xffffffffu, sum, WROWS);
+    if (high) {
+        sum = low_sum;
+        for (int j = 0; j < HALF; j++)
+            if (j < own)
+                sum += e[j];
+    }
+    TRI_MMA_SYNC_WARP(); /* both lanes of a row have read its m and l */
+    if (high) {
+        if (n > 0) {
+            sm[r] = mx;
+            sl[r] = l * alpha + sum;
+        }
+        sa[r] = alpha;
+    }
+    TRI_MMA_UNROLL
+    for (int u = 0; u < HALF / PER; u++)
+        P::store16(pw + flash_at(flash_softmax_rc(lane, u, PER), S::LP), e + PER * u);
+}
 
 template <class P, int HS>
 TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global *out, float *lse,
                                         const typename P::global *qkv, tri_flash_dims d, int64_t n_tiles)
 {
     typedef fwd_layout<P, HS> L;
+    typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    constexpr int LD = HS + P::pad, LS = TILE + P::pad;
     E *sq = (E *)(smem + L::q), *sk = (E *)(smem + L::k), *sv = (E *)(smem + L::v);
     float *sm = (float *)(smem + L::m), *sl = (float *)(smem + L::l), *sa = (float *)(smem + L::alpha);
     int warp = TRI_MMA_TID / 32, lane = TRI_MMA_TID % 32;
-    float *sw = (float *)(smem + L::s) + warp * WROWS * LS, *ow = (float *)(smem + L::o) + warp * WROWS * LD;
-    E *pw = (E *)(smem + L::p) + warp * WROWS * LS;
+    float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *ow = (float *)(smem + L::o) + warp * WROWS * S::LO;
+    E *pw = (E *)(smem + L::p) + warp * WROWS * S::LP;
     int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d);
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
     int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE;
@@ -193,8 +332,9 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     float scale = 1.0f / sqrtf((float)HS);
 
     load_tile<P, HS>(sq, qb + i0 * W, W, nr);
-    for (int idx = TRI_MMA_TID; idx < TILE * HS; idx += THREADS)
-        ((float *)(smem + L::o))[idx / HS * LD + idx % HS] = 0.0f;
+    TRI_MMA_ROLLED
+    for (int step = 0; step < WROWS * HS / 32; step++)
+        ow[flash_at(flash_rows_rc(lane, step, HS), S::LO)] = 0.0f;
     if (TRI_MMA_TID < TILE) {
         sm[TRI_MMA_TID] = -INFINITY;
         sl[TRI_MMA_TID] = 0.0f;
@@ -205,56 +345,53 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
         load_tile<P, HS>(sk, kb + j0 * W, W, nc);
         load_tile<P, HS>(sv, vb + j0 * W, W, nc);
         TRI_MMA_SYNC_BLOCK();
-        rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * LD, sk);
+        rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, sk);
         TRI_MMA_SYNC_WARP();
-        if (lane < WROWS) {
-            int r = warp * WROWS + lane;
-            int64_t t = i0 + r, n = t < T ? visible_keys(t, j0, nc) : 0;
-            float *row = sw + lane * LS;
-            for (int64_t j = 0; j < n; j++)
-                row[j] *= scale;
-            sa[r] = tri_flash_row_update(row, n, &sm[r], &sl[r]);
-            for (int j = 0; j < TILE; j++) /* in place when P overwrites the scores */
-                pw[lane * LS + j] = P::round(j < n ? row[j] : 0.0f);
+        online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, j0, nc, T, scale);
+        TRI_MMA_SYNC_WARP();
+        TRI_MMA_ROLLED
+        for (int step = 0; step < WROWS * HS / 32; step++) {
+            flash_rc e = flash_rows_rc(lane, step, HS);
+            ow[flash_at(e, S::LO)] *= sa[warp * WROWS + e.r];
         }
-        TRI_MMA_SYNC_WARP();
-        for (int idx = lane; idx < WROWS * HS; idx += 32)
-            ow[idx / HS * LD + idx % HS] *= sa[warp * WROWS + idx / HS];
         TRI_MMA_SYNC_WARP();
         typename P::acc acc[HS / 16];
     TRI_MMA_UNROLL
         for (int n = 0; n < HS / 16; n++)
-            tri_mma_load(acc[n], ow + n * 16, LD);
+            tri_mma_load(acc[n], ow + flash_frag_at(0, n, S::LO), S::LO);
         accumulate_p_times<P, HS>(acc, pw, sv);
     TRI_MMA_UNROLL
         for (int n = 0; n < HS / 16; n++)
-            tri_mma_store(ow + n * 16, acc[n], LD);
+            tri_mma_store(ow + flash_frag_at(0, n, S::LO), acc[n], S::LO);
         TRI_MMA_SYNC_WARP();
     }
     int64_t row0 = i0 + warp * WROWS;
-    for (int idx = lane; idx < WROWS * HS; idx += 32) {
-        int r = warp * WROWS + idx / HS;
-        if (row0 + idx / HS < T)
-            out[(b * T + row0 + idx / HS) * C + h * HS + idx % HS] = P::to_global(ow[idx / HS * LD + idx % HS] / sl[r]);
+    TRI_MMA_ROLLED
+    for (int step = 0; step < WROWS * HS / 32; step++) {
+        flash_rc e = flash_rows_rc(lane, step, HS);
+        if (row0 + e.r < T)
+            out[(b * T + row0 + e.r) * C + h * HS + e.c] =
+                P::to_global(ow[flash_at(e, S::LO)] / sl[warp * WROWS + e.r]);
     }
     if (lane < WROWS && row0 + lane < T)
         lse[bh * T + row0 + lane] = tri_flash_lse(sm[warp * WROWS + lane], sl[warp * WROWS + lane]);
 }
 
-/* Shared memory of the two backward kernels: four (TILE, HS) operand tiles, two fp32
- * (WARPS*WROWS, TILE) score-shaped buffers (which double as the output stage: WARPS*WROWS*HS floats
- * fit for HS <= 2*TILE) and, unless P and dS overwrite them, two for P and dS; the tile's lse and
- * delta. */
+/* Shared memory of the two backward kernels (byte offsets): four (TILE, HS) operand tiles, two fp32
+ * (WARPS*WROWS, TILE) score-shaped buffers (which double as the output stage: WARPS*WROWS rows of
+ * LSTAGE floats fit for HS <= 2*TILE) and, unless P and dS overwrite them, two for P and dS; the
+ * tile's lse and delta. */
 template <class P, int HS>
 struct bwd_layout {
-    static constexpr size_t E = sizeof(typename P::elem), LD = HS + P::pad, LS = TILE + P::pad;
-    static constexpr size_t t0 = 0, t1 = t0 + TILE * LD * E, t2 = t1 + TILE * LD * E, t3 = t2 + TILE * LD * E,
-                            s = t3 + TILE * LD * E, dp = s + WARPS * WROWS * LS * 4,
-                            dp_end = dp + WARPS * WROWS * LS * 4, p = P::p_in_scores ? s : dp_end,
-                            ds = P::p_in_scores ? dp : p + WARPS * WROWS * LS * E,
-                            lse = P::p_in_scores ? dp_end : ds + WARPS * WROWS * LS * E, delta = lse + TILE * 4,
+    typedef flash_strides<P, HS> S;
+    static constexpr size_t E = sizeof(typename P::elem), R = WARPS * WROWS;
+    static constexpr size_t t0 = 0, t1 = t0 + TILE * S::LD * E, t2 = t1 + TILE * S::LD * E,
+                            t3 = t2 + TILE * S::LD * E, s = t3 + TILE * S::LD * E, dp = s + R * S::LS * 4,
+                            dp_end = dp + R * S::LS * 4, p = P::p_in_scores ? s : dp_end,
+                            ds = P::p_in_scores ? dp : p + R * S::LP * E,
+                            lse = P::p_in_scores ? dp_end : ds + R * S::LP * E, delta = lse + TILE * 4,
                             bytes = delta + TILE * 4;
-    static_assert(WARPS * WROWS * HS * 4 <= 2 * WARPS * WROWS * TILE * 4, "output stage fits the score buffers");
+    static_assert(R * S::LSTAGE * 4 <= 2 * R * S::LS * 4, "output stage fits the score buffers");
 };
 
 /* The tile's lse and delta rows i0.. (zero past T). */
@@ -267,28 +404,30 @@ TRI_MMA_DEV void load_stats(float *slse, float *sdelta, const float *lse, const 
     }
 }
 
-/* P and dS of a warp's WROWS x TILE block (row stride TILE + P::pad) from its scores s and dp (fp32,
- * scaled here), for query t and key j of element (a, c): transposed (a key, c query) in the dk/dv
- * kernel. Each lane writes only the elements it read, so p_out and ds_out may be s and dp. */
-template <class P>
+/* P and dS of a warp's WROWS x TILE block (row stride LP) from its scores s and dp (fp32, row stride
+ * LS, scaled here), for query t and key j of element (a, c): transposed (a key, c query) in the
+ * dk/dv kernel. Each lane writes only the elements it read, so p_out and ds_out may be s and dp. */
+template <class P, int HS>
 TRI_MMA_DEV void probabilities(typename P::elem *p_out, typename P::elem *ds_out, const float *s, const float *dp,
                                const float *slse, const float *sdelta, int64_t a0, int64_t c0, bool keys_are_rows,
                                int64_t T, float scale)
 {
-    constexpr int LS = TILE + P::pad;
+    typedef flash_strides<P, HS> S;
     int lane = TRI_MMA_TID % 32;
-    for (int idx = lane; idx < WROWS * TILE; idx += 32) {
-        int a = idx / TILE, c = idx % TILE, e = a * LS + c;
+    TRI_MMA_ROLLED
+    for (int step = 0; step < WROWS * TILE / 32; step++) {
+        flash_rc e = flash_rows_rc(lane, step, TILE);
+        int a = e.r, c = e.c, es = flash_at(e, S::LS), ep = flash_at(e, S::LP);
         int qi = keys_are_rows ? c : (int)(a0 % TILE) + a;      /* row of the query tile's stats */
         int64_t t = keys_are_rows ? c0 + c : a0 + a, j = keys_are_rows ? a0 + a : c0 + c;
         float p = 0.0f, ds = 0.0f;
         if (t < T && j <= t) {
-            p = tri_expf(s[e] * scale - slse[qi]);
-            ds = p * (dp[e] - sdelta[qi]);
+            p = tri_expf(s[es] * scale - slse[qi]);
+            ds = p * (dp[es] - sdelta[qi]);
         }
         if (p_out)
-            p_out[e] = P::round(p);
-        ds_out[e] = P::round(ds);
+            p_out[ep] = P::round(p);
+        ds_out[ep] = P::round(ds);
     }
 }
 
@@ -298,13 +437,13 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::gl
                                              const float *lse, tri_flash_dims d, int64_t n_tiles)
 {
     typedef bwd_layout<P, HS> L;
+    typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    constexpr int LD = HS + P::pad, LS = TILE + P::pad;
     E *sk = (E *)(smem + L::t0), *sv = (E *)(smem + L::t1), *sq = (E *)(smem + L::t2), *sdo = (E *)(smem + L::t3);
     float *slse = (float *)(smem + L::lse), *sdelta = (float *)(smem + L::delta);
     int warp = TRI_MMA_TID / 32;
-    float *sw = (float *)(smem + L::s) + warp * WROWS * LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * LS;
-    E *pw = (E *)(smem + L::p) + warp * WROWS * LS, *dsw = (E *)(smem + L::ds) + warp * WROWS * LS;
+    float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
+    E *pw = (E *)(smem + L::p) + warp * WROWS * S::LP, *dsw = (E *)(smem + L::ds) + warp * WROWS * S::LP;
     (void)n_tiles; /* a block per key tile: the grid says how many */
     int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d), rep = d.NH / d.NH_kv;
     int64_t j0 = TRI_MMA_BX * TILE, bg = TRI_MMA_BY, b = bg / d.NH_kv, g = bg % d.NH_kv;
@@ -328,16 +467,16 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::gl
             load_tile<P, HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
             load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
             TRI_MMA_SYNC_BLOCK();
-            rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * LD, sq);   /* S^T: keys x queries */
-            rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * LD, sdo); /* dP^T */
+            rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, sq);   /* S^T: keys x queries */
+            rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, sdo); /* dP^T */
             TRI_MMA_SYNC_WARP();
-            probabilities<P>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
+            probabilities<P, HS>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
             TRI_MMA_SYNC_WARP();
             accumulate_p_times<P, HS>(dv, pw, sdo);
             accumulate_p_times<P, HS>(dk, dsw, sq);
         }
     TRI_MMA_SYNC_BLOCK(); /* the score buffers become the output stage */
-    float *stage = (float *)(smem + L::s) + warp * WROWS * HS;
+    float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
     int64_t row0 = j0 + warp * WROWS;
     store_rows<P, HS>(dqkv + tri_flash_k_at(d, b, row0, g), W, stage, dk, scale, row0, T);
     store_rows<P, HS>(dqkv + tri_flash_v_at(d, b, row0, g), W, stage, dv, 1.0f, row0, T);
@@ -349,13 +488,13 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
                                             const float *lse, tri_flash_dims d, int64_t n_tiles)
 {
     typedef bwd_layout<P, HS> L;
+    typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    constexpr int LD = HS + P::pad, LS = TILE + P::pad;
     E *sq = (E *)(smem + L::t0), *sdo = (E *)(smem + L::t1), *sk = (E *)(smem + L::t2), *sv = (E *)(smem + L::t3);
     float *slse = (float *)(smem + L::lse), *sdelta = (float *)(smem + L::delta);
     int warp = TRI_MMA_TID / 32;
-    float *sw = (float *)(smem + L::s) + warp * WROWS * LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * LS;
-    E *dsw = (E *)(smem + L::ds) + warp * WROWS * LS;
+    float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
+    E *dsw = (E *)(smem + L::ds) + warp * WROWS * S::LP;
     int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d);
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
     int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE;
@@ -374,15 +513,15 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
         load_tile<P, HS>(sk, qkv + tri_flash_k_at(d, b, j0, g), W, nc);
         load_tile<P, HS>(sv, qkv + tri_flash_v_at(d, b, j0, g), W, nc);
         TRI_MMA_SYNC_BLOCK();
-        rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * LD, sk);   /* S: queries x keys */
-        rows_times_rows_t<P, HS>(dpw, sdo + warp * WROWS * LD, sv); /* dP */
+        rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, sk);   /* S: queries x keys */
+        rows_times_rows_t<P, HS>(dpw, sdo + warp * WROWS * S::LD, sv); /* dP */
         TRI_MMA_SYNC_WARP();
-        probabilities<P>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, j0, false, T, scale);
+        probabilities<P, HS>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, j0, false, T, scale);
         TRI_MMA_SYNC_WARP();
         accumulate_p_times<P, HS>(dq, dsw, sk);
     }
     TRI_MMA_SYNC_BLOCK();
-    float *stage = (float *)(smem + L::s) + warp * WROWS * HS;
+    float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
     int64_t row0 = i0 + warp * WROWS;
     store_rows<P, HS>(dqkv + tri_flash_q_at(d, b, row0, h), W, stage, dq, scale, row0, T);
 }

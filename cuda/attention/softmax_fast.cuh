@@ -23,19 +23,19 @@ __global__ void causal_softmax_fast_kernel(void *att, int att_bf16, int64_t rows
     bool vec = tri_aligned16(row);
     float v[8] = {0}, acc[8] = {0};
     float mx = -INFINITY;
-    for (int64_t i = 8 * lane; i < n; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < n; i += TRI_ROW_SLOTS) {
         tri_load8(v, row, att_bf16, i, n, vec);
         for (int k = 0; k < 8 && i + k < n; k++)
             mx = v[k] > mx ? v[k] : mx;
     }
     mx = tri_warp_max(mx);
-    for (int64_t i = 8 * lane; i < n; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < n; i += TRI_ROW_SLOTS) {
         tri_load8(v, row, att_bf16, i, n, vec);
         for (int k = 0; k < 8 && i + k < n; k++)
             acc[k] += tri_expf(v[k] - mx);
     }
     float inv = 1.0f / tri_warp_row_sum(acc);
-    for (int64_t i = 8 * lane; i < T; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < T; i += TRI_ROW_SLOTS) {
         tri_load8(v, row, att_bf16, i, n, vec);
         for (int k = 0; k < 8; k++) {
             float e = tri_expf(v[k] - mx);
@@ -60,14 +60,14 @@ __global__ void causal_softmax_backward_fast_kernel(void *datt, int datt_bf16, c
     const void *prow = tri_at(att, att_bf16, r * T);
     bool vd = tri_aligned16(drow), vp = tri_aligned16(prow);
     float p[8] = {0}, g[8] = {0}, acc[8] = {0};
-    for (int64_t i = 8 * lane; i < n; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < n; i += TRI_ROW_SLOTS) {
         tri_load8(p, prow, att_bf16, i, n, vp);
         tri_load8(g, drow, datt_bf16, i, n, vd);
         for (int k = 0; k < 8 && i + k < n; k++)
             acc[k] += p[k] * g[k];
     }
     float dot = tri_warp_row_sum(acc);
-    for (int64_t i = 8 * lane; i < T; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < T; i += TRI_ROW_SLOTS) {
         tri_load8(p, prow, att_bf16, i, n, vp);
         tri_load8(g, drow, datt_bf16, i, n, vd);
         for (int k = 0; k < 8; k++)

@@ -22,7 +22,7 @@ __global__ void ce_row_max_fast_kernel(float *maxes, const void *logits, int log
     const void *row = tri_at(logits, logits_bf16, n * V_l);
     bool vec = tri_aligned16(row);
     float v[8] = {0}, mx = -3.402823466e38f;
-    for (int64_t i = 8 * tri_lane(); i < V_valid; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(tri_lane()); i < V_valid; i += TRI_ROW_SLOTS) {
         tri_load8(v, row, logits_bf16, i, V_valid, vec);
         for (int k = 0; k < 8 && i + k < V_valid; k++)
             mx = v[k] > mx ? v[k] : mx;
@@ -72,7 +72,7 @@ __device__ __forceinline__ float ce_block_sum(float r[8], float *red)
 /* This thread's first value of the row and its stride (the block's values per pass). */
 __device__ __forceinline__ int64_t ce_first(void)
 {
-    return 8 * (int64_t)threadIdx.x;
+    return tri_row_first((int)threadIdx.x);
 }
 
 /* The row max over the block, reading every valid value once. */

@@ -36,6 +36,7 @@
 #define TRI_MMA_DEV __device__ __forceinline__
 #define TRI_MMA_STATIC static __device__ __forceinline__ /* a static member function */
 #define TRI_MMA_UNROLL _Pragma("unroll")
+#define TRI_MMA_ROLLED _Pragma("unroll 1") /* a loop left rolled (fewer registers live) */
 #define TRI_MMA_TID ((int)threadIdx.x)
 #define TRI_MMA_BX ((int64_t)blockIdx.x)
 #define TRI_MMA_BY ((int64_t)blockIdx.y)
@@ -52,6 +53,15 @@ typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, tri_mma_bf16,
 TRI_MMA_DEV tri_mma_bf16 tri_mma_to_bf16(float x)
 {
     return __float2bfloat16_rn(x);
+}
+/* v[0..8) rounded to bf16 (to nearest even), one 16-byte store at p (16-byte aligned) */
+TRI_MMA_DEV void tri_mma_store8_bf16(tri_mma_bf16 *p, const float *v)
+{
+    unsigned w[4];
+    for (int i = 0; i < 4; i++)
+        w[i] = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * i])) |
+               (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * i + 1])) << 16;
+    *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 TRI_MMA_DEV void tri_mma_fill(tri_frag_acc &f, float v)
 {
@@ -90,6 +100,7 @@ TRI_MMA_DEV void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
 #define TRI_MMA_DEV static inline
 #define TRI_MMA_STATIC static inline
 #define TRI_MMA_UNROLL
+#define TRI_MMA_ROLLED
 
 struct tri_mma_bf16 {
     uint16_t bits;
@@ -129,6 +140,11 @@ static inline float tri_mma_emu_f(tri_mma_bf16 h)
 TRI_MMA_DEV tri_mma_bf16 tri_mma_to_bf16(float x)
 {
     return tri_mma_bf16{tri_float_to_bf16(x)};
+}
+TRI_MMA_DEV void tri_mma_store8_bf16(tri_mma_bf16 *p, const float *v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = tri_mma_to_bf16(v[i]);
 }
 TRI_MMA_DEV void tri_mma_fill(tri_frag_acc &f, float v)
 {
@@ -260,14 +276,35 @@ TRI_MMA_DEV void tri_sfrag_store4(float *p, const float *v)
 #endif
 }
 
-/* The lane's first row and first column of a fragment. */
-TRI_MMA_DEV int tri_sfrag_row(void)
+/* The first row and first column of lane l's part of a fragment. */
+TRI_MMA_DEV int tri_sfrag_row_of(int l)
 {
-    return (TRI_MMA_TID % 32) / 4;
+    return l / 4;
 }
-TRI_MMA_DEV int tri_sfrag_col(void)
+TRI_MMA_DEV int tri_sfrag_col_of(int l)
 {
-    return 4 * (TRI_MMA_TID % 4);
+    return 4 * (l % 4);
+}
+
+/* Where lane l's 16-byte accesses fall, in elements from the fragment's pointer (row stride ld):
+ * the calls below use these, and tests/test_access_patterns.cpp enumerates them for lanes 0..31.
+ * acc: the load or store of rows r + 8 i (i = 0, 1); a: rows r + 8 i at k = k0 .. k0 + 3; b_row: row
+ * k0 + kk (kk = 0 .. 3) at the lane's 4 columns; b_col: column c + j (j = 0 .. 3) at k = k0 .. k0 + 3. */
+TRI_MMA_DEV unsigned tri_sfrag_acc_at(int l, int i, unsigned ld)
+{
+    return (unsigned)(tri_sfrag_row_of(l) + 8 * i) * ld + (unsigned)tri_sfrag_col_of(l);
+}
+TRI_MMA_DEV unsigned tri_sfrag_a_at(int l, int k0, int i, unsigned ld)
+{
+    return (unsigned)(tri_sfrag_row_of(l) + 8 * i) * ld + (unsigned)k0;
+}
+TRI_MMA_DEV unsigned tri_sfrag_b_row_at(int l, int k0, int kk, unsigned ld)
+{
+    return (unsigned)(k0 + kk) * ld + (unsigned)tri_sfrag_col_of(l);
+}
+TRI_MMA_DEV unsigned tri_sfrag_b_col_at(int l, int k0, int j, unsigned ld)
+{
+    return (unsigned)(tri_sfrag_col_of(l) + j) * ld + (unsigned)k0;
 }
 
 TRI_MMA_DEV void tri_mma_fill(tri_sfrag_acc &f, float v)
@@ -277,18 +314,18 @@ TRI_MMA_DEV void tri_mma_fill(tri_sfrag_acc &f, float v)
 }
 TRI_MMA_DEV void tri_mma_load(tri_sfrag_acc &f, const float *p, unsigned ld)
 {
-    int r = tri_sfrag_row(), c = tri_sfrag_col();
+    int l = TRI_MMA_TID % 32;
     for (int i = 0; i < 2; i++) {
-        tri_sfrag_f4 t = tri_sfrag_load4(p + (r + 8 * i) * ld + c);
+        tri_sfrag_f4 t = tri_sfrag_load4(p + tri_sfrag_acc_at(l, i, ld));
         for (int j = 0; j < 4; j++)
             f.x[4 * i + j] = t.v[j];
     }
 }
 TRI_MMA_DEV void tri_mma_store(float *p, const tri_sfrag_acc &f, unsigned ld)
 {
-    int r = tri_sfrag_row(), c = tri_sfrag_col();
+    int l = TRI_MMA_TID % 32;
     for (int i = 0; i < 2; i++)
-        tri_sfrag_store4(p + (r + 8 * i) * ld + c, f.x + 4 * i);
+        tri_sfrag_store4(p + tri_sfrag_acc_at(l, i, ld), f.x + 4 * i);
 }
 TRI_MMA_DEV void tri_mma_load(tri_sfrag_a &f, const float *p, unsigned ld)
 {
@@ -306,16 +343,16 @@ TRI_MMA_DEV void tri_mma_load(tri_sfrag_b_col &f, const float *p, unsigned ld)
     f.ld = ld;
 }
 
-/* b's 4 x 4 block of k = k0 .. k0 + 3 and the lane's columns: bk[kk].v[j] = b(k0 + kk, c + j) */
-TRI_MMA_DEV void tri_sfrag_b_block(tri_sfrag_f4 (&bk)[4], const tri_sfrag_b_row &b, int k0, int c)
+/* b's 4 x 4 block of k = k0 .. k0 + 3 and lane l's columns c ..: bk[kk].v[j] = b(k0 + kk, c + j) */
+TRI_MMA_DEV void tri_sfrag_b_block(tri_sfrag_f4 (&bk)[4], const tri_sfrag_b_row &b, int k0, int l)
 {
     for (int kk = 0; kk < 4; kk++)
-        bk[kk] = tri_sfrag_load4(b.p + (k0 + kk) * b.ld + c);
+        bk[kk] = tri_sfrag_load4(b.p + tri_sfrag_b_row_at(l, k0, kk, b.ld));
 }
-TRI_MMA_DEV void tri_sfrag_b_block(tri_sfrag_f4 (&bk)[4], const tri_sfrag_b_col &b, int k0, int c)
+TRI_MMA_DEV void tri_sfrag_b_block(tri_sfrag_f4 (&bk)[4], const tri_sfrag_b_col &b, int k0, int l)
 {
     for (int j = 0; j < 4; j++) {
-        tri_sfrag_f4 t = tri_sfrag_load4(b.p + (c + j) * b.ld + k0);
+        tri_sfrag_f4 t = tri_sfrag_load4(b.p + tri_sfrag_b_col_at(l, k0, j, b.ld));
         for (int kk = 0; kk < 4; kk++)
             bk[kk].v[j] = t.v[kk];
     }
@@ -325,13 +362,13 @@ TRI_MMA_DEV void tri_sfrag_b_block(tri_sfrag_f4 (&bk)[4], const tri_sfrag_b_col 
 template <typename B>
 TRI_MMA_DEV void tri_mma(tri_sfrag_acc &d, const tri_sfrag_a &a, const B &b)
 {
-    int r = tri_sfrag_row(), c = tri_sfrag_col();
+    int l = TRI_MMA_TID % 32;
     TRI_MMA_UNROLL
     for (int k0 = 0; k0 < 16; k0 += 4) {
         tri_sfrag_f4 bk[4], ar[2];
-        tri_sfrag_b_block(bk, b, k0, c);
+        tri_sfrag_b_block(bk, b, k0, l);
         for (int i = 0; i < 2; i++)
-            ar[i] = tri_sfrag_load4(a.p + (r + 8 * i) * a.ld + k0);
+            ar[i] = tri_sfrag_load4(a.p + tri_sfrag_a_at(l, k0, i, a.ld));
     TRI_MMA_UNROLL
         for (int kk = 0; kk < 4; kk++)
     TRI_MMA_UNROLL

@@ -17,7 +17,7 @@ __device__ __forceinline__ void layernorm_row_finish(void *o, int out_bf16, floa
     int lane = tri_lane();
     bool vx = tri_aligned16(x), vo = tri_aligned16(o), vw = tri_aligned16(w), vb = tri_aligned16(b);
     float r[8] = {0}, v[8] = {0}, wv[8] = {0}, bv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(v, x, inp_bf16, i, C, vx);
         for (int k = 0; k < 8 && i + k < C; k++) {
             float dx = v[k] - m;
@@ -26,7 +26,7 @@ __device__ __forceinline__ void layernorm_row_finish(void *o, int out_bf16, floa
     }
     float var = tri_warp_row_sum(r) / (float)C;
     float rs = 1.0f / sqrtf(var + TRI_LN_EPS);
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(v, x, inp_bf16, i, C, vx);
         tri_load8(wv, w, w_bf16, i, C, vw);
         tri_load8(bv, b, b_bf16, i, C, vb);
@@ -91,7 +91,7 @@ __global__ void layernorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, 
     bool vx = tri_aligned16(x), vg = tri_aligned16(g), vw = tri_aligned16(w), vd = tri_aligned16(dx);
     float mu = mean[row], rs = rstd[row];
     float a1[8] = {0}, a2[8] = {0}, xv[8] = {0}, gv[8] = {0}, wv[8] = {0}, dv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(xv, x, inp_bf16, i, C, vx);
         tri_load8(gv, g, dout_bf16, i, C, vg);
         tri_load8(wv, w, w_bf16, i, C, vw);
@@ -104,7 +104,7 @@ __global__ void layernorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, 
     }
     float dnorm_mean = tri_warp_row_sum(a1) / (float)C;
     float dnorm_norm_mean = tri_warp_row_sum(a2) / (float)C;
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(xv, x, inp_bf16, i, C, vx);
         tri_load8(gv, g, dout_bf16, i, C, vg);
         tri_load8(wv, w, w_bf16, i, C, vw);

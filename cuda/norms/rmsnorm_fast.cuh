@@ -18,7 +18,7 @@ __device__ __forceinline__ void rmsnorm_row_finish(void *o, int out_bf16, float 
     bool vx = tri_aligned16(x), vo = tri_aligned16(o), vw = tri_aligned16(w);
     float v[8] = {0}, wv[8] = {0};
     float rs = 1.0f / sqrtf(tri_warp_row_sum(r) / (float)C + eps);
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(v, x, inp_bf16, i, C, vx);
         tri_load8(wv, w, w_bf16, i, C, vw);
         for (int k = 0; k < 8; k++)
@@ -73,7 +73,7 @@ __global__ void rmsnorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, co
     bool vx = tri_aligned16(x), vg = tri_aligned16(g), vw = tri_aligned16(w), vd = tri_aligned16(dx);
     float rs = rstd[row];
     float a[8] = {0}, xv[8] = {0}, gv[8] = {0}, wv[8] = {0}, dv[8] = {0};
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(xv, x, inp_bf16, i, C, vx);
         tri_load8(gv, g, dout_bf16, i, C, vg);
         tri_load8(wv, w, w_bf16, i, C, vw);
@@ -83,7 +83,7 @@ __global__ void rmsnorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, co
         }
     }
     float dnorm_norm_mean = tri_warp_row_sum(a) / (float)C;
-    for (int64_t i = 8 * lane; i < C; i += TRI_ROW_SLOTS) {
+    for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
         tri_load8(xv, x, inp_bf16, i, C, vx);
         tri_load8(gv, g, dout_bf16, i, C, vg);
         tri_load8(wv, w, w_bf16, i, C, vw);

@@ -1,0 +1,466 @@
+/* tests/test_access_patterns.cpp - the memory access patterns of the CUDA kernels' main loops,
+ * checked on the CPU: shared-memory bank conflicts and global-memory sectors.
+ *
+ * tests/access_check.h models how a warp's access is served (32 banks of 4 bytes, 16-byte accesses
+ * a quarter-warp a phase, 8-byte a half-warp; global memory in 32-byte sectors). The model is tested
+ * first on patterns whose answer is known. Then, for the tiled attention (cuda/attention/
+ * flash_mma.kern.h: bf16 on the tensor cores, fp32 on the CUDA cores, head sizes 32 to 128), every
+ * access of the three kernels' main loops is enumerated for the 32 lanes of each warp through the
+ * index functions the kernels call (flash_strides, flash_stage_rc, flash_rows_rc,
+ * flash_softmax_rc, flash_frag_at, the layouts' offsets; the SIMT fragments' tri_sfrag_*_at of
+ * cuda/kernels/mma_shim.h; a WMMA fragment in the standard model of access_check.h, as its lanes'
+ * addresses are implementation-defined), and the test asserts that every shared-memory access is at
+ * most 2-way conflicted and that the global loads and stores of the tiles and outputs use whole
+ * 32-byte sectors. With TRIDENT_TEST_VERBOSE=1 it prints each access's worst degree. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <map>
+#include <string>
+
+#include "cuda/attention/flash_mma.kern.h"
+#include "cuda/crossentropy/crossentropy_fast.cuh"
+#include "cuda/warp.cuh"
+#include "tests/access_check.h"
+
+TestSuite(access_patterns);
+
+/* ---- the model on known patterns ---- */
+
+/* lane l at base + l * stride bytes, width w */
+static tri_warp_access strided(uint64_t base, uint64_t stride, int w)
+{
+    tri_warp_access a = tri_access(w);
+    for (int l = 0; l < 32; l++)
+        tri_access_set(a, l, base + (uint64_t)l * stride);
+    return a;
+}
+
+Test(access_patterns, model_banks)
+{
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 4, 4)), 1, "consecutive floats");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 8, 4)), 2, "every other float");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 128, 4)), 32, "a float every 32");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 132, 4)), 1, "a float every 33");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 0, 4)), 1, "one word for every lane: broadcast");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 2, 2)), 1, "consecutive bf16: two a word");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 16, 16)), 1, "16-byte vectors, contiguous");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 32, 16)), 2, "16-byte vectors every 32 bytes");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 128, 16)), 8, "16-byte vectors every 128 bytes");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 144, 16)), 1, "16-byte vectors every 144 bytes");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 8, 8)), 1, "8-byte vectors, contiguous");
+    cr_assert_eq(tri_bank_conflict_degree(strided(0, 256, 8)), 16, "8-byte vectors every 256 bytes");
+    tri_warp_access half = strided(0, 128, 4);
+    for (int l = 16; l < 32; l++)
+        half.active[l] = false;
+    cr_assert_eq(tri_bank_conflict_degree(half), 16, "16 lanes a row of 32 floats apart");
+    /* quarter-warps are served apart: lanes 0 and 8 on the same 16 bytes' bank group do not meet */
+    tri_warp_access q = tri_access(16);
+    for (int l = 0; l < 32; l++)
+        tri_access_set(q, l, (uint64_t)(l % 8) * 16 + (uint64_t)(l / 8) * 4096);
+    cr_assert_eq(tri_bank_conflict_degree(q), 1, "each quarter-warp conflict-free");
+}
+
+Test(access_patterns, model_sectors)
+{
+    tri_sector_use u = tri_global_sectors(strided(0, 4, 4));
+    cr_assert(u.sectors == 4 && u.min_sectors == 4 && u.whole(), "128 contiguous bytes: 4 whole sectors");
+    u = tri_global_sectors(strided(4, 4, 4));
+    cr_assert(u.sectors == 5 && u.min_sectors == 4 && !u.whole(), "off by 4 bytes: 5 sectors");
+    u = tri_global_sectors(strided(0, 8, 4));
+    cr_assert(u.sectors == 8 && !u.whole(), "every other float: half of 8 sectors");
+    u = tri_global_sectors(strided(0, 16, 16));
+    cr_assert(u.sectors == 16 && u.whole(), "512 contiguous bytes in 16-byte pieces");
+    u = tri_global_sectors(strided(0, 2, 2));
+    cr_assert(u.sectors == 2 && u.whole(), "32 consecutive bf16");
+}
+
+Test(access_patterns, model_fragments)
+{
+    /* bf16 rows of 128 bytes: 8 rows of a phase on one bank group (8-way); 144 bytes: none */
+    std::vector<tri_warp_access> f = tri_fragment_accesses(0, 64, 2);
+    cr_assert_eq(f.size(), 1u);
+    cr_assert_eq(tri_bank_conflict_degree(f[0]), 8);
+    cr_assert_eq(tri_bank_conflict_degree(tri_fragment_accesses(0, 72, 2)[0]), 1);
+    /* fp32: two instructions; rows of 256 bytes 8-way, 272 bytes conflict-free */
+    f = tri_fragment_accesses(0, 64, 4);
+    cr_assert_eq(f.size(), 2u);
+    cr_assert_eq(tri_bank_conflict_degree(f[1]), 8);
+    cr_assert_eq(tri_bank_conflict_degree(tri_fragment_accesses(0, 68, 4)[1]), 1);
+    /* every element of the tile moved exactly once */
+    std::set<uint64_t> bytes;
+    for (const tri_warp_access &a : tri_fragment_accesses(1024, 68, 4))
+        for (int l = 0; l < 32; l++)
+            for (int i = 0; i < 16; i++)
+                cr_assert(bytes.insert(a.addr[l] + (uint64_t)i).second);
+    cr_assert_eq(bytes.size(), 16u * 16u * 4u);
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 64; c++)
+            cr_assert(bytes.count(1024u + (uint64_t)(r * 68 * 4 + c)));
+}
+
+/* ---- the tiled attention ---- */
+
+/* The worst shared-memory degree and the global sector use found for each named access. */
+struct access_log {
+    std::map<std::string, int> degree;
+    std::map<std::string, std::pair<int, int>> sectors; /* worst (touched, minimum) */
+    std::map<std::string, bool> whole;
+
+    void shared(const std::string &name, const tri_warp_access &a)
+    {
+        int d = tri_bank_conflict_degree(a);
+        if (!degree.count(name) || d > degree[name])
+            degree[name] = d;
+    }
+    void global(const std::string &name, const tri_warp_access &a)
+    {
+        tri_sector_use u = tri_global_sectors(a);
+        bool ok = u.whole();
+        if (!whole.count(name) || !ok || u.sectors - u.min_sectors > sectors[name].first - sectors[name].second)
+            sectors[name] = std::make_pair(u.sectors, u.min_sectors);
+        whole[name] = whole.count(name) ? whole[name] && ok : ok;
+    }
+};
+
+/* Kinds of matrix fragment access. */
+enum frag_kind { FRAG_A, FRAG_B_ROW, FRAG_B_COL, FRAG_ACC };
+
+/* A fragment's load or store at byte `base` (row stride ld elements of e bytes): the SIMT
+ * fragments' own lane addresses (fp32), WMMA's in the standard model (bf16 operands, fp32
+ * accumulators). */
+template <class P>
+static void fragment(access_log &log, const std::string &name, uint64_t base, int ld, frag_kind kind)
+{
+    const bool simt = sizeof(typename P::elem) == 4;
+    int e = kind == FRAG_ACC ? 4 : (int)sizeof(typename P::elem);
+    if (!simt) {
+        for (const tri_warp_access &a : tri_fragment_accesses(base, ld, e))
+            log.shared(name, a);
+        return;
+    }
+    unsigned u = (unsigned)ld;
+    if (kind == FRAG_ACC) { /* rows r and r + 8 */
+        for (int i = 0; i < 2; i++) {
+            tri_warp_access a = tri_access(16);
+            for (int l = 0; l < 32; l++)
+                tri_access_set(a, l, base + 4u * tri_sfrag_acc_at(l, i, u));
+            log.shared(name, a);
+        }
+        return;
+    }
+    for (int k0 = 0; k0 < 16; k0 += 4) /* tri_mma's steps of 4 k: a's two loads, b's four */
+        for (int i = 0; i < (kind == FRAG_A ? 2 : 4); i++) {
+            tri_warp_access a = tri_access(16);
+            for (int l = 0; l < 32; l++)
+                tri_access_set(a, l, base + 4u * (kind == FRAG_A       ? tri_sfrag_a_at(l, k0, i, u)
+                                                  : kind == FRAG_B_ROW ? tri_sfrag_b_row_at(l, k0, i, u)
+                                                                       : tri_sfrag_b_col_at(l, k0, i, u)));
+            log.shared(name, a);
+        }
+}
+
+/* One problem's coordinates for the global addresses: B 2, T 200, 4 query heads on 2 key/value
+ * heads, sequence 1, query head 3 (key/value head 1), query tile 2, key tile 1. Global buffers start
+ * 256-byte aligned (cudaMalloc), at address 0 here. */
+template <int HS>
+struct problem {
+    tri_flash_dims d = {2, 200, 4, 2, HS};
+    int64_t b = 1, h = 3, g = 1, i0 = 128, j0 = 64;
+};
+
+/* load_tile's 16-byte copies of a tile: global loads from element src (row stride ld) and shared
+ * stores at byte dst. */
+template <class P, int HS>
+static void stage(access_log &log, const char *what, uint64_t dst, int64_t src, int64_t ld)
+{
+    constexpr int E = (int)sizeof(typename P::elem), G = (int)sizeof(typename P::global);
+    for (int w = 0; w < WARPS; w++)
+        for (int s = 0; s < flash_stage_steps(HS, E); s++) {
+            tri_warp_access sh = tri_access(16), gl = tri_access(16);
+            for (int l = 0; l < 32; l++) {
+                flash_rc e = flash_stage_rc(32 * w + l, s, HS, E);
+                tri_access_set(sh, l, dst + (uint64_t)(flash_at(e, flash_strides<P, HS>::LD) * E));
+                tri_access_set(gl, l, (uint64_t)((src + e.r * ld + e.c) * G));
+            }
+            log.shared(std::string("stage store ") + what, sh);
+            log.global(std::string("tile load ") + what, gl);
+        }
+}
+
+/* rows_times_rows_t: c (fp32 scores at byte c, warp w's rows) = a rows . b rows^T */
+template <class P, int HS>
+static void scores(access_log &log, const char *what, uint64_t c, uint64_t a, uint64_t b)
+{
+    typedef flash_strides<P, HS> S;
+    const uint64_t E = sizeof(typename P::elem);
+    for (int n = 0; n < TILE / 16; n++) {
+        for (int k = 0; k < HS / 16; k++) {
+            fragment<P>(log, std::string(what) + " a", a + E * (uint64_t)flash_frag_at(0, k, S::LD), S::LD, FRAG_A);
+            fragment<P>(log, std::string(what) + " b", b + E * (uint64_t)flash_frag_at(n, k, S::LD), S::LD,
+                        FRAG_B_COL);
+        }
+        fragment<P>(log, std::string(what) + " store", c + 4u * (uint64_t)flash_frag_at(0, n, S::LS), S::LS, FRAG_ACC);
+    }
+}
+
+/* accumulate_p_times: P (byte p, warp w's rows) . m (byte m) */
+template <class P, int HS>
+static void p_times(access_log &log, const char *what, uint64_t p, uint64_t m)
+{
+    typedef flash_strides<P, HS> S;
+    const uint64_t E = sizeof(typename P::elem);
+    for (int k = 0; k < TILE / 16; k++) {
+        fragment<P>(log, std::string(what) + " a", p + E * (uint64_t)flash_frag_at(0, k, S::LP), S::LP, FRAG_A);
+        for (int n = 0; n < HS / 16; n++)
+            fragment<P>(log, std::string(what) + " b", m + E * (uint64_t)flash_frag_at(k, n, S::LD), S::LD,
+                        FRAG_B_ROW);
+    }
+}
+
+/* store_rows: the accumulator's fragments to the stage (byte st, warp w's), the stage read back and
+ * stored to global element dst (row stride ld). */
+template <class P, int HS>
+static void store_rows_access(access_log &log, const char *what, uint64_t st, int64_t dst, int64_t ld)
+{
+    constexpr int LST = flash_strides<P, HS>::LSTAGE, G = (int)sizeof(typename P::global);
+    for (int n = 0; n < HS / 16; n++)
+        fragment<P>(log, std::string(what) + " stage store", st + 4u * (uint64_t)flash_frag_at(0, n, LST), LST,
+                    FRAG_ACC);
+    for (int s = 0; s < WROWS * HS / 32; s++) {
+        tri_warp_access sh = tri_access(4), gl = tri_access(G);
+        for (int l = 0; l < 32; l++) {
+            flash_rc e = flash_rows_rc(l, s, HS);
+            tri_access_set(sh, l, st + 4u * (uint64_t)flash_at(e, LST));
+            tri_access_set(gl, l, (uint64_t)((dst + e.r * ld + e.c) * G));
+        }
+        log.shared(std::string(what) + " stage read", sh);
+        log.global(std::string(what) + " store", gl);
+    }
+}
+
+/* The online softmax of warp w: its score rows at byte s read, P at byte p stored (16-byte pieces),
+ * the rows' m and l at byte m read (two lanes a row) and written (the high half's lanes). */
+template <class P, int HS>
+static void softmax(access_log &log, int w, uint64_t s, uint64_t p, uint64_t m)
+{
+    typedef flash_strides<P, HS> S;
+    const int E = (int)sizeof(typename P::elem), PER = 16 / E;
+    for (int u = 0; u < TILE / 2 / 4; u++) {
+        tri_warp_access rd = tri_access(16);
+        for (int l = 0; l < 32; l++)
+            tri_access_set(rd, l, s + 4u * (uint64_t)flash_at(flash_softmax_rc(l, u, 4), S::LS));
+        log.shared("softmax score read", rd);
+    }
+    for (int u = 0; u < TILE / 2 / PER; u++) {
+        tri_warp_access wr = tri_access(16);
+        for (int l = 0; l < 32; l++)
+            tri_access_set(wr, l, p + (uint64_t)(E * flash_at(flash_softmax_rc(l, u, PER), S::LP)));
+        log.shared("softmax P store", wr);
+    }
+    tri_warp_access rd = tri_access(4), wr = tri_access(4);
+    for (int l = 0; l < 32; l++) {
+        uint64_t at = m + 4u * (uint64_t)(w * WROWS + flash_softmax_rc(l, 0, 4).r);
+        tri_access_set(rd, l, at);
+        if (l / WROWS)
+            tri_access_set(wr, l, at);
+    }
+    log.shared("softmax m, l read", rd);
+    log.shared("softmax m, l, alpha store", wr);
+}
+
+template <class P, int HS>
+static void forward_accesses(access_log &log)
+{
+    typedef fwd_layout<P, HS> L;
+    typedef flash_strides<P, HS> S;
+    const int G = (int)sizeof(typename P::global);
+    problem<HS> pr;
+    int64_t W = tri_flash_width(pr.d), C = pr.d.NH * HS;
+    stage<P, HS>(log, "q", L::q, tri_flash_q_at(pr.d, pr.b, pr.i0, pr.h), W);
+    stage<P, HS>(log, "k", L::k, tri_flash_k_at(pr.d, pr.b, pr.j0, pr.g), W);
+    stage<P, HS>(log, "v", L::v, tri_flash_v_at(pr.d, pr.b, pr.j0, pr.g), W);
+    for (int w = 0; w < WARPS; w++) {
+        uint64_t sw = L::s + 4u * (uint64_t)(w * WROWS * S::LS), pw = L::p + L::E * (uint64_t)(w * WROWS * S::LP),
+                 ow = L::o + 4u * (uint64_t)(w * WROWS * S::LO);
+        scores<P, HS>(log, "S = Q K^T", sw, L::q + L::E * (uint64_t)(w * WROWS * S::LD), L::k);
+        softmax<P, HS>(log, w, sw, pw, L::m);
+        for (int s = 0; s < WROWS * HS / 32; s++) {
+            tri_warp_access o = tri_access(4), a = tri_access(4), out = tri_access(G);
+            for (int l = 0; l < 32; l++) {
+                flash_rc e = flash_rows_rc(l, s, HS);
+                tri_access_set(o, l, ow + 4u * (uint64_t)flash_at(e, S::LO));
+                tri_access_set(a, l, L::alpha + 4u * (uint64_t)(w * WROWS + e.r));
+                tri_access_set(out, l, (uint64_t)((pr.b * pr.d.T + pr.i0 + w * WROWS + e.r) * C + pr.h * HS + e.c) *
+                                           (uint64_t)G);
+            }
+            log.shared("O rescale (and output read)", o);
+            log.shared("alpha read", a);
+            log.global("out store", out);
+        }
+        for (int n = 0; n < HS / 16; n++)
+            fragment<P>(log, "O fragment load/store", ow + 4u * (uint64_t)flash_frag_at(0, n, S::LO), S::LO, FRAG_ACC);
+        p_times<P, HS>(log, "O += P V", pw, L::v);
+    }
+}
+
+template <class P, int HS>
+static void backward_accesses(access_log &log)
+{
+    typedef bwd_layout<P, HS> L;
+    typedef flash_strides<P, HS> S;
+    const int E = (int)sizeof(typename P::elem);
+    problem<HS> pr;
+    int64_t W = tri_flash_width(pr.d), C = pr.d.NH * HS;
+    /* dk/dv: k, v in t0, t1; q, dout in t2, t3. dq: q, dout in t0, t1; k, v in t2, t3. */
+    stage<P, HS>(log, "k", L::t0, tri_flash_k_at(pr.d, pr.b, pr.j0, pr.g), W);
+    stage<P, HS>(log, "v", L::t1, tri_flash_v_at(pr.d, pr.b, pr.j0, pr.g), W);
+    stage<P, HS>(log, "q", L::t2, tri_flash_q_at(pr.d, pr.b, pr.i0, pr.h), W);
+    stage<P, HS>(log, "dout", L::t3, (pr.b * pr.d.T + pr.i0) * C + pr.h * HS, C);
+    for (int w = 0; w < WARPS; w++) {
+        uint64_t sw = L::s + 4u * (uint64_t)(w * WROWS * S::LS), dpw = L::dp + 4u * (uint64_t)(w * WROWS * S::LS),
+                 pw = L::p + (uint64_t)(E * w * WROWS * S::LP), dsw = L::ds + (uint64_t)(E * w * WROWS * S::LP),
+                 rows = (uint64_t)(E * w * WROWS * S::LD);
+        scores<P, HS>(log, "S^T = K Q^T, S = Q K^T", sw, L::t0 + rows, L::t2);
+        scores<P, HS>(log, "dP^T = V dout^T, dP = dout V^T", dpw, L::t1 + rows, L::t3);
+        for (int keys_are_rows = 0; keys_are_rows < 2; keys_are_rows++)
+            for (int s = 0; s < WROWS * TILE / 32; s++) {
+                tri_warp_access rs = tri_access(4), rdp = tri_access(4), wp = tri_access(E), wds = tri_access(E),
+                                st = tri_access(4);
+                for (int l = 0; l < 32; l++) {
+                    flash_rc e = flash_rows_rc(l, s, TILE);
+                    int qi = keys_are_rows ? e.c : w * WROWS + e.r;
+                    tri_access_set(rs, l, sw + 4u * (uint64_t)flash_at(e, S::LS));
+                    tri_access_set(rdp, l, dpw + 4u * (uint64_t)flash_at(e, S::LS));
+                    tri_access_set(wp, l, pw + (uint64_t)(E * flash_at(e, S::LP)));
+                    tri_access_set(wds, l, dsw + (uint64_t)(E * flash_at(e, S::LP)));
+                    tri_access_set(st, l, L::lse + 4u * (uint64_t)qi);
+                }
+                log.shared("P, dS: score read", rs);
+                log.shared("P, dS: dP read", rdp);
+                log.shared("P, dS: P store", wp);
+                log.shared("P, dS: dS store", wds);
+                log.shared("P, dS: lse, delta read", st);
+            }
+        p_times<P, HS>(log, "dV += P^T dout", pw, L::t3);
+        p_times<P, HS>(log, "dK += dS^T Q", dsw, L::t2);
+        p_times<P, HS>(log, "dQ += dS K", dsw, L::t2);
+        uint64_t st = L::s + 4u * (uint64_t)(w * WROWS * S::LSTAGE);
+        int64_t row0 = pr.j0 + w * WROWS;
+        store_rows_access<P, HS>(log, "dk", st, tri_flash_k_at(pr.d, pr.b, row0, pr.g), W);
+        store_rows_access<P, HS>(log, "dq", st, tri_flash_q_at(pr.d, pr.b, pr.i0 + w * WROWS, pr.h), W);
+    }
+}
+
+/* Every access of precision P at head size HS: at most 2-way, whole sectors; the table printed
+ * when verbose or failing. */
+template <class P, int HS>
+static bool check_flash(void)
+{
+    access_log log;
+    forward_accesses<P, HS>(log);
+    backward_accesses<P, HS>(log);
+    bool ok = true;
+    for (auto &kv : log.degree)
+        ok = ok && kv.second <= 2;
+    for (auto &kv : log.whole)
+        ok = ok && kv.second;
+    const char *form = sizeof(typename P::elem) == 2 ? "bf16 mma" : "fp32 simt";
+    if (!ok || getenv("TRIDENT_TEST_VERBOSE")) {
+        fprintf(stderr, "%s HS %d: shared memory %zu B forward, %zu B backward\n", form, HS, fwd_layout<P, HS>::bytes,
+                bwd_layout<P, HS>::bytes);
+        for (auto &kv : log.degree)
+            fprintf(stderr, "  %s %-40s %2d-way\n", kv.second <= 2 ? "ok  " : "FAIL", kv.first.c_str(), kv.second);
+        for (auto &kv : log.whole)
+            fprintf(stderr, "  %s %-40s %d sectors for %d\n", kv.second ? "ok  " : "FAIL", kv.first.c_str(),
+                    log.sectors[kv.first].first, log.sectors[kv.first].second);
+    }
+    return ok;
+}
+
+Test(access_patterns, flash_bf16)
+{
+    bool ok = check_flash<tri_flash_bf16_mma, 32>();
+    ok = check_flash<tri_flash_bf16_mma, 64>() && ok;
+    ok = check_flash<tri_flash_bf16_mma, 80>() && ok;
+    ok = check_flash<tri_flash_bf16_mma, 96>() && ok;
+    ok = check_flash<tri_flash_bf16_mma, 128>() && ok;
+    cr_assert(ok, "an access of the bf16 tiled attention is over 2-way or uses partial sectors");
+}
+
+Test(access_patterns, flash_fp32)
+{
+    bool ok = check_flash<tri_flash_fp32_simt, 32>();
+    ok = check_flash<tri_flash_fp32_simt, 64>() && ok;
+    ok = check_flash<tri_flash_fp32_simt, 80>() && ok;
+    ok = check_flash<tri_flash_fp32_simt, 96>() && ok;
+    ok = check_flash<tri_flash_fp32_simt, 128>() && ok;
+    cr_assert(ok, "an access of the fp32 tiled attention is over 2-way or uses partial sectors");
+}
+
+/* ---- the row kernels: norms, causal softmax, cross-entropy (the classifier) ----
+ * A warp per row (layernorm_fast.cuh, rmsnorm_fast.cuh, softmax_fast.cuh, cross-entropy's row max)
+ * or a block of TRI_CE_WARPS warps per row (cross-entropy's sum of exponentials, gradient and fused
+ * classifier): thread t's 8 elements of a pass at tri_row_first(t), moved by tri_load8 / tri_store8
+ * in tri_vec8_pieces 16-byte accesses (cuda/warp.cuh). No shared memory in their loops (the block
+ * form's warp sums: one word a warp, read by all as a broadcast). The rows start 32-byte aligned
+ * (C x element size a multiple of 32, as GPT-2's 768 and a vocabulary padded to 50304). bf16: each
+ * access is 512 contiguous bytes, 16 whole sectors. fp32: a lane's 8 floats are 32 contiguous bytes
+ * in two 16-byte accesses, so each access uses half of each of 32 sectors and the pair uses all
+ * of them (a load's second access is served from the L1 lines the first brought in); lanes holding slots
+ * 8l .. 8l+7 is engine/core/math.h's row-sum order, which this keeps. The test asserts whole
+ * sectors per access (bf16) and per pass (both forms), and the fp32 per-access figure (32 sectors
+ * for 16). */
+
+/* One pass of warp w (threads 32 w .. 32 w + 31 of those sharing the row) at element first of a row
+ * starting at byte row. */
+static void row_pass(int bf16, uint64_t row, int w, int64_t first, std::vector<tri_sector_use> &per_access,
+                     tri_sector_use &pass)
+{
+    int e = bf16 ? 2 : 4;
+    tri_warp_access all = tri_access(8 * e);
+    for (int q = 0; q < tri_vec8_pieces(bf16); q++) {
+        tri_warp_access a = tri_access(16);
+        for (int l = 0; l < 32; l++)
+            tri_access_set(a, l, row + (uint64_t)((first + tri_row_first(32 * w + l) + tri_vec8_piece(bf16, q)) * e));
+        per_access.push_back(tri_global_sectors(a));
+    }
+    for (int l = 0; l < 32; l++)
+        tri_access_set(all, l, row + (uint64_t)((first + tri_row_first(32 * w + l)) * e));
+    pass = tri_global_sectors(all);
+}
+
+/* Rows of C elements, row r at byte r C e; `warps` warps share a row, passes `span` elements apart. */
+static void check_rows(const char *what, int bf16, int64_t C, int warps, int64_t span)
+{
+    int e = bf16 ? 2 : 4;
+    for (int64_t r = 0; r < 3; r++)
+        for (int w = 0; w < warps; w++)
+            for (int64_t first = 0; first + tri_row_first(32 * w + 31) + 8 <= C; first += span) {
+                std::vector<tri_sector_use> acc;
+                tri_sector_use pass;
+                row_pass(bf16, (uint64_t)(r * C * e), w, first, acc, pass);
+                cr_assert(pass.whole(), "%s %s: a pass uses %d sectors for %d bytes", what, bf16 ? "bf16" : "fp32",
+                          pass.sectors, pass.bytes);
+                for (const tri_sector_use &u : acc) {
+                    if (bf16)
+                        cr_assert(u.whole(), "%s bf16: an access uses %d sectors for %d", what, u.sectors, u.min_sectors);
+                    else
+                        cr_assert(u.sectors == 32 && u.min_sectors == 16, "%s fp32: %d sectors for %d", what,
+                                  u.sectors, u.min_sectors);
+                }
+            }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        fprintf(stderr, "%s %s C %lld: whole sectors a pass; a 16-byte access %s\n", what, bf16 ? "bf16" : "fp32",
+                (long long)C, bf16 ? "16 whole sectors" : "32 sectors for 16 (half of each)");
+}
+
+Test(access_patterns, row_kernels)
+{
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        check_rows("norms, softmax, row max (a warp a row)", bf16, 768, 1, TRI_ROW_SLOTS);
+        check_rows("norms, softmax, row max (a warp a row)", bf16, 4096, 1, TRI_ROW_SLOTS);
+        check_rows("cross-entropy (a block a row)", bf16, 50304, TRI_CE_WARPS, TRI_CE_SLOTS);
+    }
+}
