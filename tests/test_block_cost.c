@@ -26,13 +26,13 @@
 #include "partitioner/memory_model.h"
 #include "partitioner/traffic.h"
 #include "tests/gpt_outline.h"
+#include "tests/testutil.h"
 
 static void load(tri_model *m, const char *name)
 {
-    char path[512];
-    const char *src = getenv("TRIDENT_SOURCE_DIR");
-    snprintf(path, sizeof path, "%s/models/%s.json", src ? src : ".", name);
-    cr_assert_eq(tri_model_load(m, path), TRI_OK, "%s", tri_error_message());
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/%s.json", name);
+    cr_assert_eq(tri_model_load(m, tu_source_path(rel)), TRI_OK, "%s", tri_error_message());
 }
 
 static void parse(tri_model *m, const char *json)

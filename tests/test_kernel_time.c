@@ -24,6 +24,7 @@
 #include "partitioner/kernel_time.h"
 #include "partitioner/transformer.h"
 #include "tools/cli/predict.h"
+#include "tests/testutil.h"
 
 static tri_device *cost_device(bool fused)
 {
@@ -220,11 +221,8 @@ static void predict(step_case *c)
 
 Test(kernel_time, gpt2_step_rows)
 {
-    char path[512];
-    const char *src = getenv("TRIDENT_SOURCE_DIR");
-    snprintf(path, sizeof path, "%s/models/gpt2-tiny-byte.json", src ? src : ".");
     tri_model m;
-    cr_assert_eq(tri_model_load(&m, path), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_model_load(&m, tu_source_path("models/gpt2-tiny-byte.json")), TRI_OK, "%s", tri_error_message());
     tri_transformer t = tri_model_dims(&m);
     const int64_t B = 2, T = 64, L = t.n_layer, C = t.n_embd, Vp = tri_padded_vocab(t.vocab_size, 1);
     const int64_t params = 12 * L + 4; /* per block: 2 norms, 4 linears, each weight and bias; wte, wpe, ln_f */
