@@ -45,10 +45,15 @@ static bool kv_heads_fit(const tri_transformer *m, int64_t tp)
     return kv % tp == 0 || tp % kv == 0;
 }
 
+bool tri_layout_tp_fits_heads(const tri_transformer *m, int64_t tp)
+{
+    return m->n_head % tp == 0 && kv_heads_fit(m, tp);
+}
+
 static bool divides_heads(int64_t tp, const void *p)
 {
     const ctx *c = p;
-    return c->m->n_head % tp == 0 && kv_heads_fit(c->m, tp) && c->r->num_gpus % tp == 0;
+    return tri_layout_tp_fits_heads(c->m, tp) && c->r->num_gpus % tp == 0;
 }
 
 static bool pp_ok(int64_t pp, const void *p)

@@ -61,6 +61,10 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
  * (models/) calls, so each rule is stated once. TRI_EINVAL. */
 int tri_layout_check_model(const tri_transformer *m, const tri_train_layout *l);
 
+/* Whether tp splits model m's heads: it divides n_head, and the key/value heads split over it or are
+ * shared by tp / n_kv ranks (the rule tri_layout_resolve states with its message; the search asks it). */
+bool tri_layout_tp_fits_heads(const tri_transformer *m, int64_t tp);
+
 /* Writes into buf (cap bytes) the nearest integers below and above x in [lo, hi] for which ok(v,
  * ctx) holds, as "a, b" (or one of them, or "none"). */
 void tri_nearest_valid(int64_t x, int64_t lo, int64_t hi, bool (*ok)(int64_t v, const void *ctx),

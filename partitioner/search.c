@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "partitioner/constraints.h"
 #include "partitioner/memory_model.h"
 
 #define SCREEN_MARGIN 1.10   /* formulas may undercount the engine's plan by a few percent */
@@ -156,8 +157,7 @@ int tri_search_layouts(const tri_transformer *m, const tri_cluster *c, const tri
         return TRI_ERR(TRI_ENOMEM, "search: out of memory");
     int rc = TRI_OK;
     for (int tp = 1; tp <= space->max_tp && tp <= c->num_gpus && !rc; tp++) {
-        int64_t kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
-        if (m->n_head % tp != 0 || (kv % tp != 0 && tp % kv != 0) || c->num_gpus % tp != 0)
+        if (!tri_layout_tp_fits_heads(m, tp) || c->num_gpus % tp != 0)
             continue;
         for (int pp = 1; pp <= c->num_gpus / tp && pp <= m->n_layer && !rc; pp++)
             if ((c->num_gpus / tp) % pp == 0)
