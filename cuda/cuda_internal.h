@@ -15,6 +15,7 @@
 
 #include "engine/core/status.h"
 #include "engine/device/device.h"
+#include "engine/device/launch_shapes.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,7 +30,6 @@ typedef struct tri_cuda_watch {
 
 #define TRI_CUDA_MAX_WATCHES 32
 #define TRI_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace (32 MiB, Hopper's need) */
-#define TRI_CUDA_MAX_PARTIALS 65536                 /* chunk sums of one reduction (doubles) */
 #define TRI_CUDA_UPLOAD_SLOTS 8                     /* page-locked staging slots of small uploads */
 #define TRI_CUDA_UPLOAD_SLOT_BYTES ((size_t)1 << 20) /* the largest upload that does not wait (1 MiB) */
 

@@ -1,16 +1,10 @@
 /* partitioner/flops.c - model FLOPs of a training iteration (see flops.h). */
 #include "partitioner/flops.h"
 
-#include <string.h>
-
 /* The block's costs over B sequences of s tokens at tp = 1 (its FLOPs are the whole block's). */
 static tri_block_cost block_over(const tri_transformer *m, int64_t B, int64_t s)
 {
-    tri_train_layout l;
-    memset(&l, 0, sizeof l);
-    l.tp = l.pp = l.dp = 1;
-    l.B = B;
-    l.T = s;
+    tri_train_layout l = tri_shape_layout(&(tri_layout_shape){.tp = 1, .pp = 1, .dp = 1, .B = B, .T = s, .n_micro = 1});
     return tri_transformer_block(m, &l);
 }
 

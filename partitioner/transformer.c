@@ -51,10 +51,7 @@ double tri_final_norm_params(const tri_transformer *m)
 
 int64_t tri_transformer_tensors(const tri_transformer *m)
 {
-    tri_train_layout one;
-    memset(&one, 0, sizeof one);
-    one.tp = one.pp = one.dp = 1;
-    one.B = one.T = 1;
+    tri_train_layout one = tri_shape_layout(&(tri_layout_shape){.tp = 1, .pp = 1, .dp = 1, .B = 1, .T = 1, .n_micro = 1});
     /* wte, wpe, the final norm's weight (and bias), the head */
     int64_t ends = 1 + m->position_table + tri_final_norm_stats(m) + m->untied_head;
     return m->n_layer * tri_transformer_block(m, &one).tensors + ends;

@@ -17,10 +17,8 @@
 #include "cuda/elementwise/reduce_fast.cuh"
 #include "cuda/launch.cuh"
 
-/* The smallest chunk. Every chunk is one thread's serial walk (8 loads in flight), so the chunk
- * length is the latency of the whole op: 64 elements keeps a 768-element bias at 12 threads (the
- * first GPU profile, with 4096, spent ~200 us per call walking small parameters in one thread). */
-#define MIN_CHUNK 64
+/* The smallest chunk: TRI_REDUCE_MIN_CHUNK (engine/device/launch_shapes.h says why). */
+#define MIN_CHUNK TRI_REDUCE_MIN_CHUNK
 
 /* The chunk length of an n-element reduction: at least MIN_CHUNK, and few enough chunks for the
  * partials buffer. Part of the op's result (each chunk is summed alone). */

@@ -10,6 +10,7 @@
 #define TRIDENT_CUDA_ELEMENTWISE_REDUCE_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/launch_shapes.h"
 
 /* partial[c] = sum of x[i]^2 over chunk c = [c * chunk, min(n, (c + 1) * chunk)), c < n_chunks */
 TRI_KERNEL sum_squares_partial_kernel(double *partial, const void *x, int x_bf16, int64_t n, int64_t chunk,
@@ -43,14 +44,13 @@ TRI_KERNEL reduce_finish_kernel(float *out, const double *partial, int64_t n_chu
 }
 
 /* ---- many tensors in one launch (tri_op_sum_squares_multi) ----
- * A group of up to TRI_SQ_GROUP pieces, passed by value in the kernels' parameters (8.8 KiB: CUDA
+ * A group of up to TRI_SQ_GROUP pieces (engine/device/launch_shapes.h), passed by value in the kernels' parameters (8.8 KiB: CUDA
  * 12.1 and later take 32 KiB of parameters on sm_70 and newer; the build needs CUDA 13, sm_80+): piece p is x[p] (len[p] elements, fp32 or bf16),
  * cut into chunks of chunk[p] (the single op's rule for len[p], cuda/elementwise/reduce.cu), whose sums go to
  * partial[first[p] ..] (first[n] chunks in all); its total is added to out[slot[p]]. Runs of
  * consecutive pieces with one slot, [run[r], run[r + 1]) for r < n_runs, are finished in order by
  * one block or thread, so out[slot] receives the same additions in the same order as the single op
  * called piece by piece: the same bits. */
-#define TRI_SQ_GROUP 160
 
 typedef struct tri_sq_group {
     int n, n_runs;

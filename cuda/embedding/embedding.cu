@@ -21,9 +21,8 @@ extern "C" int tri_cuda_embedding_backward(tri_device *d, tri_tensor dwte, tri_t
 {
     tri_cuda *cu = tri_cuda_of(d);
     int64_t N = tri_tensor_numel(tokens), C = tri_tensor_cols(dwte), V_l = tri_tensor_rows(dwte);
-    /* the linked form (a thread per first occurrence and column) needs 2N ints of links in the
-     * workspace and O(N^2) comparisons to find them: up to 2^17 tokens a micro-batch */
-    if (cu->simple || N > ((int64_t)1 << 17) || (size_t)(2 * N) * sizeof(int32_t) > cu->workspace_bytes)
+    /* the linked form up to TRI_EMBEDDING_LINKS_MAX tokens (engine/device/launch_shapes.h) */
+    if (cu->simple || N > TRI_EMBEDDING_LINKS_MAX || (size_t)(2 * N) * sizeof(int32_t) > cu->workspace_bytes)
         return TRI_CUDA_LAUNCH_N(embedding_backward_kernel, C, cu->stream, tri_data(dwte), tri_is_bf16(dwte),
                                  tri_data(dout), tri_is_bf16(dout), tri_ip(tokens), N, C, V_l, vocab_start);
     int32_t *next = (int32_t *)cu->workspace, *first = next + N;

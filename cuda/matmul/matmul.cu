@@ -48,11 +48,6 @@
 
 #define MAX_PLANS 128
 #define TRI_GEMM_ALGOS 8 /* the heuristic's algorithms a plan keeps, in its order */
-/* Bytes of alignment the bias epilogue's vector gets: there is no heuristic preference for the bias
- * pointer (only A, B, C and D have CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), and kernels load the
- * vector in 16-byte pieces, so a less aligned bias (a view into a flat parameter buffer at an odd
- * offset) takes the unfused path: bias_broadcast_kernel, then the product with beta 1. */
-#define BIAS_EPILOGUE_ALIGN 16
 
 typedef struct gemm_key {
     int64_t M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c;
@@ -308,7 +303,7 @@ extern "C" int tri_cuda_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_te
     g.a = a.data, g.b = b.data, g.c = c.data, g.bias = has_bias ? bias.data : NULL;
     g.lda = tri_tensor_cols(a), g.ldb = tri_tensor_cols(b), g.ldc = N;
     g.batch = 1, g.alpha = 1.0f, g.beta = beta;
-    if (has_bias && alignment(g.bias) < BIAS_EPILOGUE_ALIGN) {
+    if (has_bias && alignment(g.bias) < TRI_BIAS_EPILOGUE_ALIGN) {
         /* a view too little aligned for the epilogue: c = bias rows, then c = a b + 1 c (the CPU
          * backend's order of operations; a bf16 c holds the bf16 bias exactly) */
         int rc = TRI_CUDA_LAUNCH_N(bias_broadcast_kernel, M * N, cu->stream, tri_data(c), tri_is_bf16(c),

@@ -5,6 +5,7 @@
 #define TRIDENT_CUDA_OPTIMIZER_ADAMW_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "engine/device/launch_shapes.h"
 #include "engine/device/ops/optimizer_math.h"
 
 /* One AdamW step on p, m, v (n floats each) with gradient grad * grad_scale. */
@@ -18,12 +19,11 @@ TRI_KERNEL adamw_kernel(float *p, const float *grad, float *m, float *v, int64_t
 }
 
 /* ---- many tensors in one launch (tri_op_adamw_multi) ----
- * A group of up to TRI_ADAMW_GROUP pieces passed by value in the kernel's parameters (6.9 KiB; CUDA
- * 12.1 and later take 32 KiB): piece k is p[k], g[k], m[k], v[k] of first[k + 1] - first[k]
+ * A group of up to TRI_ADAMW_GROUP pieces (engine/device/launch_shapes.h) passed by value in the
+ * kernel's parameters: piece k is p[k], g[k], m[k], v[k] of first[k + 1] - first[k]
  * elements with weight decay wd[k]; the kernel walks the group's first[n] elements as one range (a
  * thread per element of the grid-stride loop, the piece found by bisection), each with
  * tri_adamw_element exactly as adamw_kernel: the same bits as the single op piece by piece. */
-#define TRI_ADAMW_GROUP 160
 
 typedef struct tri_adamw_group {
     int n;

@@ -14,6 +14,8 @@
 #include "engine/core/math.h"
 #include "engine/core/status.h"
 #include "engine/device/cost_ops.h"
+#include "engine/device/launch_shapes.h"
+#include "engine/device/ops/attention_math.h"
 
 /* FLOPs per element of the element-wise families (rough: their kernels are memory bound). */
 #define NORM_FWD_FLOPS 8.0   /* mean, variance, normalise, scale and shift */
@@ -22,18 +24,8 @@
 #define EXP_FLOPS 4.0        /* an exp, a subtraction, a sum */
 #define ADAMW_FLOPS 15.0     /* moments, bias corrections, sqrt, division, decay */
 
-/* cuda/matmul/matmul.cu BIAS_EPILOGUE_ALIGN: a less aligned bias takes a broadcast kernel first */
-#define BIAS_EPILOGUE_ALIGN 16
-/* cuda/cuda_internal.h TRI_CUDA_MAX_PARTIALS, cuda/elementwise/reduce.cu MIN_CHUNK */
-#define MAX_PARTIALS 65536
-#define MIN_CHUNK 64
-/* cuda/elementwise/reduce.kern.h TRI_SQ_GROUP, cuda/optimizer/adamw.kern.h TRI_ADAMW_GROUP */
-#define SQ_GROUP 160
-#define ADAMW_GROUP 160
-/* cuda/attention/flash_mma.kern.h TILE: query and key tiles of the fused attention */
-#define FLASH_TILE 64
-/* cuda/embedding/embedding.cu: the linked backward up to 2^17 tokens */
-#define EMBEDDING_LINKS_MAX ((int64_t)1 << 17)
+/* The backend's launch shapes (engine/device/launch_shapes.h, which cuda/ includes too) and the
+ * fused attention's tiles (TRI_FLASH_BR, engine/device/ops/attention_math.h). */
 
 static double bytes(tri_tensor t)
 {
@@ -53,8 +45,8 @@ static double esize(tri_tensor t)
 /* Chunks of an n-element reduction (cuda/elementwise/reduce.cu chunk_for). */
 static int64_t reduce_chunks(int64_t n)
 {
-    int64_t chunk = (n + MAX_PARTIALS - 1) / MAX_PARTIALS;
-    chunk = chunk < MIN_CHUNK ? MIN_CHUNK : chunk;
+    int64_t chunk = (n + TRI_CUDA_MAX_PARTIALS - 1) / TRI_CUDA_MAX_PARTIALS;
+    chunk = chunk < TRI_REDUCE_MIN_CHUNK ? TRI_REDUCE_MIN_CHUNK : chunk;
     return (n + chunk - 1) / chunk;
 }
 
@@ -117,16 +109,16 @@ int tri_cost_count_nonfinite(tri_device *d, tri_tensor out, tri_tensor x)
     return reduction(d, "count_nonfinite", out, x, 1);
 }
 
-/* Groups of SQ_GROUP pieces, two launches a group (the workspace limit on a group's chunks is not
+/* Groups of TRI_SQ_GROUP pieces, two launches a group (the workspace limit on a group's chunks is not
  * modelled: GPT-2 124M's 148 parameters are one group). */
 int tri_cost_sum_squares_multi(tri_device *d, tri_tensor out, const tri_tensor *xs, const int64_t *slots, int n)
 {
     (void)slots;
     tri_cost_call(d, "sum_squares_multi");
     int rc = TRI_OK;
-    for (int k = 0; k < n && !rc; k += SQ_GROUP) {
+    for (int k = 0; k < n && !rc; k += TRI_SQ_GROUP) {
         double b = 0, partials = 0, flops = 0;
-        for (int j = k; j < n && j < k + SQ_GROUP; j++) {
+        for (int j = k; j < n && j < k + TRI_SQ_GROUP; j++) {
             b += bytes(xs[j]);
             partials += 8.0 * (double)reduce_chunks(tri_tensor_numel(xs[j]));
             flops += 2 * numel(xs[j]);
@@ -157,7 +149,7 @@ int tri_cost_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri
     tri_cost_call(d, "matmul");
     int rc = TRI_OK;
     bool reads_c = beta != 0.0f;
-    if (tri_tensor_present(bias) && (uintptr_t)bias.data % BIAS_EPILOGUE_ALIGN != 0) {
+    if (tri_tensor_present(bias) && (uintptr_t)bias.data % TRI_BIAS_EPILOGUE_ALIGN != 0) {
         rc = tri_cost_kernel(d, bytes(c) + bytes(bias), 0, 0);
         bias = tri_tensor_none();
         reads_c = true;
@@ -305,8 +297,8 @@ int tri_cost_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor datt,
  * i meets key tiles 0..i, nt (nt + 1) / 2 tile pairs of nt = ceil(T / TILE). */
 static double flash_product_flops(tri_flash_dims f)
 {
-    double nt = (double)((f.T + FLASH_TILE - 1) / FLASH_TILE);
-    return 2.0 * (double)(f.B * f.NH) * nt * (nt + 1) / 2 * FLASH_TILE * FLASH_TILE * (double)f.HS;
+    double nt = (double)((f.T + TRI_FLASH_BR - 1) / TRI_FLASH_BR);
+    return 2.0 * (double)(f.B * f.NH) * nt * (nt + 1) / 2 * TRI_FLASH_BR * TRI_FLASH_BR * (double)f.HS;
 }
 
 /* One launch: q, k, v read once (a key tile is re-read by every query tile after it, from L2),
@@ -403,7 +395,7 @@ int tri_cost_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout,
     double rows = (double)(N < V_l ? N : V_l), C = (double)tri_tensor_cols(dwte);
     double update = bytes(dout) + 2 * rows * C * esize(dwte);
     tri_cost_call(d, "embedding_backward");
-    if (N > EMBEDDING_LINKS_MAX)
+    if (N > TRI_EMBEDDING_LINKS_MAX)
         return tri_cost_kernel(d, update + bytes(tokens), 0, numel(dout));
     int rc = tri_cost_kernel(d, bytes(tokens) + 8.0 * (double)N, 0, (double)N * (double)N / 2);
     return rc ? rc : tri_cost_kernel(d, update + 8.0 * (double)N, 0, numel(dout));
@@ -488,15 +480,15 @@ int tri_cost_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor 
     return one(d, "adamw", adamw_bytes(param, grad, m, v), ADAMW_FLOPS * numel(param));
 }
 
-/* One launch per group of ADAMW_GROUP pieces. */
+/* One launch per group of TRI_ADAMW_GROUP pieces. */
 int tri_cost_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp)
 {
     (void)hp;
     tri_cost_call(d, "adamw_multi");
     int rc = TRI_OK;
-    for (int k = 0; k < n && !rc; k += ADAMW_GROUP) {
+    for (int k = 0; k < n && !rc; k += TRI_ADAMW_GROUP) {
         double b = 0, flops = 0;
-        for (int j = k; j < n && j < k + ADAMW_GROUP; j++) {
+        for (int j = k; j < n && j < k + TRI_ADAMW_GROUP; j++) {
             const tri_adamw_piece *p = &pieces[j];
             b += adamw_bytes(p->param, p->grad, p->m, p->v);
             flops += ADAMW_FLOPS * numel(p->param);
