@@ -1,0 +1,102 @@
+/* engine/train/grad_compression.c - the compression options, their check and their bytes (see
+ * grad_compression.h). */
+#include "engine/train/grad_compression.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+
+static const char *const names[TRI_COMPRESS_KINDS] = {"none", "1bit", "qsgd", "topk", "powersgd"};
+
+tri_compression tri_compression_defaults(void)
+{
+    return (tri_compression){
+        .kind = TRI_COMPRESS_NONE,
+        .block_size = TRI_COMPRESS_DEFAULT_BLOCK,
+        .qsgd_levels = TRI_COMPRESS_DEFAULT_QSGD_LEVELS,
+        .topk_fraction = TRI_COMPRESS_DEFAULT_TOPK_FRACTION,
+        .powersgd_rank = TRI_COMPRESS_DEFAULT_POWERSGD_RANK,
+        .powersgd_start_iter = TRI_COMPRESS_DEFAULT_POWERSGD_START,
+        .seed = 0,
+    };
+}
+
+const char *tri_compression_name(tri_compression_kind k)
+{
+    return k >= 0 && k < TRI_COMPRESS_KINDS ? names[k] : "?";
+}
+
+int tri_compression_parse(const char *name)
+{
+    for (int k = 0; k < TRI_COMPRESS_KINDS; k++)
+        if (name && strcmp(name, names[k]) == 0)
+            return k;
+    return -1;
+}
+
+int tri_compression_check(const tri_compression *c, int zero_stage)
+{
+    if (c->kind < 0 || c->kind >= TRI_COMPRESS_KINDS)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression: unknown compressor %d (none|1bit|qsgd|topk|powersgd)",
+                       (int)c->kind);
+    if (c->kind == TRI_COMPRESS_NONE)
+        return TRI_OK;
+    if ((c->kind == TRI_COMPRESS_1BIT || c->kind == TRI_COMPRESS_QSGD) && c->block_size < 1)
+        return TRI_ERR(TRI_EINVAL, "--compression-block-size %d: expected at least 1 element", c->block_size);
+    if (c->kind == TRI_COMPRESS_QSGD && c->qsgd_levels < 1)
+        return TRI_ERR(TRI_EINVAL, "--qsgd-levels %d: expected at least 1 level", c->qsgd_levels);
+    if (c->kind == TRI_COMPRESS_TOPK && !(c->topk_fraction > 0.0f && c->topk_fraction <= 1.0f))
+        return TRI_ERR(TRI_EINVAL, "--topk-fraction %g: expected a fraction in (0, 1]", (double)c->topk_fraction);
+    if (c->kind == TRI_COMPRESS_POWERSGD && c->powersgd_rank < 1)
+        return TRI_ERR(TRI_EINVAL, "--powersgd-rank %d: expected a rank of at least 1", c->powersgd_rank);
+    if (c->kind == TRI_COMPRESS_POWERSGD && c->powersgd_start_iter < 0)
+        return TRI_ERR(TRI_EINVAL, "--powersgd-start-iter %lld: expected 0 or more",
+                       (long long)c->powersgd_start_iter);
+    if (zero_stage >= 2)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression %s with --zero-stage %d: compression needs a whole "
+                       "gradient and its error-feedback residual on every rank, which ZeRO 2-3 do not keep "
+                       "(use --zero-stage 0 or 1)", names[c->kind], zero_stage);
+    return TRI_OK;
+}
+
+/* bits per qsgd element: the sign and a level 0..s */
+static int qsgd_bits(int s)
+{
+    int b = 0;
+    while ((1 << b) < s + 1)
+        b++;
+    return b + 1;
+}
+
+int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, int64_t cols)
+{
+    int64_t n = rows * cols;
+    int64_t blocks = c->block_size > 0 ? (n + c->block_size - 1) / c->block_size : 0;
+    switch (c->kind) {
+    case TRI_COMPRESS_1BIT:
+        return (n + 7) / 8 + 4 * blocks;
+    case TRI_COMPRESS_QSGD:
+        return (n * qsgd_bits(c->qsgd_levels) + 7) / 8 + 4 * blocks;
+    case TRI_COMPRESS_TOPK:
+        return 8 * (int64_t)ceil((double)c->topk_fraction * (double)n);
+    case TRI_COMPRESS_POWERSGD:
+        return rows > 1 ? 4 * (int64_t)c->powersgd_rank * (rows + cols) : 4 * n;
+    default:
+        return 4 * n;
+    }
+}
+
+int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp,
+                                   int zero_stage, bool compressed)
+{
+    if (dp <= 1)
+        return 0;
+    int64_t n = rows * cols;
+    if (!compressed || c->kind == TRI_COMPRESS_NONE)
+        return zero_stage == 0 ? 2 * (dp - 1) * 4 * n / dp : (dp - 1) * 4 * n / dp;
+    int64_t payload = tri_compression_payload_bytes(c, rows, cols);
+    if (c->kind == TRI_COMPRESS_POWERSGD)
+        return 2 * (dp - 1) * payload / dp;
+    return (int64_t)(dp - 1) * payload;
+}

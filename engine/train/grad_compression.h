@@ -1,0 +1,103 @@
+/* engine/train/grad_compression.h - compressed data-parallel gradient reduction: the options, their
+ * wire formats and the bytes each one sends, stated once for the engine (which sends them) and the
+ * partitioner (which models them).
+ *
+ * When the network between data-parallel replicas is the limit, each rank sends a compressed form of
+ * its gradient and keeps what the compression dropped as an error-feedback residual that is added to
+ * the next step's gradient before compressing (Seide et al. 2014; Karimireddy et al. 2019, EF-SGD):
+ *   e_t = g_t + r_{t-1};  c_t = C(e_t);  r_t = e_t - D(c_t);  the replicas average D(c_t).
+ * Compressors (per dp-reduction bucket of n elements = one ZeRO unit's gradient):
+ *   1bit      Seide et al. 2014: the sign of every element (1 bit, packed LSB first, 1 = negative)
+ *             and one fp32 scale per block of `block_size` elements, the block's mean |e|.
+ *   qsgd      Alistarh et al. 2017: per block, the fp32 norm ||e_b||_2 and, per element, its sign
+ *             and a level l in 0..s (s = `qsgd_levels`) rounded stochastically so that
+ *             E[l / s * ||e_b||] = |e_i|; sign + level packed in ceil(log2(s + 1)) + 1 bits. The
+ *             rounding uses a counter-based RNG seeded by (seed, iteration, dp rank, element), so a
+ *             run repeats bit for bit.
+ *   topk      Aji & Heafield 2017 / Stich et al. 2018: the ceil(fraction * n) largest |e_i| of the
+ *             bucket as (uint32 index, fp32 value) pairs.
+ *   powersgd  Vogels et al. 2019, rank r: each matrix gradient M (rows x cols, a parameter with two
+ *             or more dimensions seen as rows = all but the last) becomes P = M Q (rows x r),
+ *             all-reduced, orthogonalised (Gram-Schmidt), Q = M^T P (cols x r), all-reduced; the
+ *             approximation is P Q^T. Q is warm-started from the previous step. Vectors (biases,
+ *             norm weights) are all-reduced uncompressed, and every gradient is reduced
+ *             uncompressed for the first `powersgd_start_iter` iterations (PyTorch's
+ *             powerSGD_hook, start_powerSGD_iter), error feedback starting after them.
+ * Collectives over the data-parallel group of D ranks: 1bit, qsgd and topk all-gather every
+ * rank's payload and each rank decodes the D payloads and adds them in rank order (so every rank
+ * holds the same sum, and the result does not depend on the comm's reduction order); powersgd
+ * all-reduces P and Q (and the vectors). The payloads replace the fp32 reduction's bytes on the
+ * wire.
+ *
+ * Which ZeRO stages: 0 and 1. The error-feedback residual is a whole gradient per rank, the memory
+ * ZeRO 2 exists to remove, and ZeRO 2-3 reduce each bucket as the backward pass completes it; with
+ * compression those stages are refused (tri_compression_check). At ZeRO 1 a rank decodes only its
+ * owned slice of the sum. Compression applies to the dp group only; tp and pp traffic is unchanged. */
+#ifndef TRIDENT_ENGINE_TRAIN_GRAD_COMPRESSION_H
+#define TRIDENT_ENGINE_TRAIN_GRAD_COMPRESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TRI_COMPRESS_NONE = 0,
+    TRI_COMPRESS_1BIT,
+    TRI_COMPRESS_QSGD,
+    TRI_COMPRESS_TOPK,
+    TRI_COMPRESS_POWERSGD,
+    TRI_COMPRESS_KINDS
+} tri_compression_kind;
+
+/* The defaults of engine_train's flags (--compression-block-size, --qsgd-levels, --topk-fraction,
+ * --powersgd-rank, --powersgd-start-iter). */
+#define TRI_COMPRESS_DEFAULT_BLOCK 256
+#define TRI_COMPRESS_DEFAULT_QSGD_LEVELS 7
+#define TRI_COMPRESS_DEFAULT_TOPK_FRACTION 0.01f
+#define TRI_COMPRESS_DEFAULT_POWERSGD_RANK 4
+#define TRI_COMPRESS_DEFAULT_POWERSGD_START 10
+
+typedef struct tri_compression {
+    tri_compression_kind kind;
+    int block_size;              /* 1bit, qsgd: elements per scale (> 0) */
+    int qsgd_levels;             /* qsgd: s >= 1 */
+    float topk_fraction;         /* topk: in (0, 1] */
+    int powersgd_rank;           /* powersgd: r >= 1 */
+    int64_t powersgd_start_iter; /* powersgd: uncompressed iterations first (>= 0) */
+    uint64_t seed;               /* qsgd's stochastic rounding (the run's seed) */
+} tri_compression;
+
+/* The default of every field, kind none. */
+tri_compression tri_compression_defaults(void);
+
+/* "none", "1bit", "qsgd", "topk", "powersgd"; parse returns -1 for another name. */
+const char *tri_compression_name(tri_compression_kind k);
+int tri_compression_parse(const char *name);
+
+/* TRI_EINVAL with a message naming the flag and value for a field out of range, or for a
+ * compressor with a ZeRO stage it cannot take (saying why). dp 1 is not an error here (engine_train
+ * warns and runs uncompressed). */
+int tri_compression_check(const tri_compression *c, int zero_stage);
+
+/* Bytes of one rank's payload for a bucket of n elements (1bit, qsgd, topk), or for one matrix
+ * gradient of rows x cols (powersgd: P and Q, fp32, counted together; a vector, rows == 1, is its
+ * 4 * cols bytes). kind none: 4 * n (fp32). */
+int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, int64_t cols);
+
+/* Bytes one rank sends on the wire to reduce that bucket over D data-parallel ranks, with the
+ * ring algorithms' volumes (NCCL's and Open MPI's for large buffers):
+ *   none      all-reduce 2 (D-1)/D * 4n (ZeRO 0); reduce-scatter (D-1)/D * 4n (ZeRO 1-3)
+ *   1bit, qsgd, topk   all-gather (D-1) * payload
+ *   powersgd  all-reduce of P and Q: 2 (D-1)/D * payload (vectors: 2 (D-1)/D * 4n)
+ * `compressed` false gives the uncompressed reduction (powersgd's first iterations). 0 when D is 1. */
+int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp,
+                                   int zero_stage, bool compressed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
