@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench/dp_methods/plot.sh DIR - validation loss against tokens for every run in DIR
+# (bench/dp_methods/run.sh), into DIR/val-loss.png with gnuplot. Tokens = iteration x global batch x
+# sequence length; the global batch is 16 sequences, 64 for a run named *gbs64* (run.sh).
+set -euo pipefail
+dir=${1:?usage: plot.sh DIR}
+command -v gnuplot >/dev/null || { echo "plot: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+plots=()
+for f in "$dir"/*.jsonl; do
+  r=$(basename "$f" .jsonl)
+  gbs=16
+  [[ "$r" == *gbs64* ]] && gbs=64
+  awk -v tok=$((gbs * 128)) '
+    function num(key,   m) {
+      if (match($0, "\"" key "\":-?[0-9.eE+-]+")) { m = substr($0, RSTART, RLENGTH); sub(/^[^:]*:/, "", m); return m }
+      return "NaN"
+    }
+    /"kind":"eval"/ { print num("iter") * tok, num("val_loss") }' "$f" > "$tmp/$r.dat"
+  plots+=("\"$tmp/$r.dat\" using 1:2 with linespoints lw 2 title \"$r\"")
+done
+joined=$(IFS=,; echo "${plots[*]}")
+gnuplot <<GP
+set terminal pngcairo size 1000,650 font "sans,10"
+set output "$dir/val-loss.png"
+set title "Validation loss against tokens: GPT tiny (byte), fortunes, dp 4"
+set xlabel "tokens"
+set ylabel "validation loss"
+set grid
+set key top right
+plot $joined
+GP
+echo "plot: $dir/val-loss.png"
