@@ -109,13 +109,13 @@ int tri_dp_overlap_rank(const tri_schedule *s, const tri_sim_result *sim, int r,
         out->blocking_s += (ovl_grad ? 0.0 : red) + (ovl_param ? 0.0 : gat);
     }
     out->comm_s += st->tail_s;
-    /* ZeRO 1-2: the update's all-gathers, started at the step's start in the order of first use */
-    if (ovl_param && (z == 1 || z == 2))
-        for (int e = 0; e < n_ev; e++)
-            if (ev[e].type == EV_USE && !gathered[ev[e].unit]) {
-                gathered[ev[e].unit] = true;
-                ready[ev[e].unit] = stream_run(&free_at, 0.0, u[ev[e].unit].gather_s);
-            }
+    /* ZeRO 1-2: the update's all-gathers, all started at the step's start in the units' order (the
+       engine's tri_zero_gather_params) */
+    for (int k = 0; ovl_param && (z == 1 || z == 2) && k < n; k++)
+        if (u[k].fwd_reads + u[k].bwd_reads > 0) {
+            gathered[k] = true;
+            ready[k] = stream_run(&free_at, 0.0, u[k].gather_s);
+        }
     /* ZeRO 3: the first use's all-gather starts at the step's start, each next one at the use before */
     int next_use = 0;
     double use_ready = 0.0;

@@ -9,8 +9,8 @@
  *     chunk, or the fused LM head's forward); at ZeRO 2-3 each pass's bucket is reduce-scattered as
  *     soon as that pass has written it. Without the flag they block after the pipeline.
  *   parameters, with overlap_param_gather: at ZeRO 1-2 every unit's all-gather starts after the
- *     update, in the order of first use, and the next step's first forward waits for a unit only at
- *     its first use; at ZeRO 3 each use's all-gather starts when the previous use starts (one unit
+ *     update, in the units' order (units[] is the rank's units in the engine's order), and the next
+ *     step's first forward waits for a unit only at its first use; at ZeRO 3 each use's all-gather starts when the previous use starts (one unit
  *     ahead) and the use waits for it. Without the flag they block (after the update at ZeRO 1-2,
  *     before each use at ZeRO 3).
  * Where inside a chunk's forward or backward op a unit is used or finished is its share of the

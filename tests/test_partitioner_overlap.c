@@ -117,10 +117,10 @@ Test(dp_overlap, zero_stages_issue_at_their_passes)
     timeline_free(&t);
 }
 
-/* ZeRO 1 with overlap_param_gather: the all-gathers start at the step's start in the order of first
- * use, and a forward waits for a unit at its first use. One micro-batch, FWD [0, 1]. b is used at
- * 0 (gather 0.5: ready 0.5, stall 0.5), a at 0.5 of the forward (gather 0.25: ready 0.75; reached at
- * 0.5 + 0.5 stall = 1.0, no stall). Compute then ends at 3.5 instead of 3. */
+/* ZeRO 1 with overlap_param_gather: the all-gathers all start at the step's start in the units'
+ * order (the engine's), and a forward waits for a unit at its first use. One micro-batch, FWD [0, 1].
+ * a (unit 0, gather 0.25) is ready at 0.25, b (unit 1, gather 0.5) at 0.75; b is used at 0: stall
+ * 0.75; a at 0.5 of the forward, reached at 0.75 + 0.5 = 1.25, long ready. Compute ends at 3.75. */
 Test(dp_overlap, parameter_gathers_stall_the_first_forward)
 {
     timeline t;
@@ -128,20 +128,31 @@ Test(dp_overlap, parameter_gathers_stall_the_first_forward)
     tri_dp_unit u[2] = {unit(0.5, 0.5, 0.0, 0.25), unit(0.0, 1.0, 0.0, 0.5)};
     tri_dp_stream st = {.zero_stage = 1, .n_micro = 1, .overlap_param_gather = true};
     tri_dp_overlap o = run(&t, u, 2, st);
-    cr_expect_float_eq(o.stall_s, 0.5, 1e-12);
-    cr_expect_float_eq(o.finish_s, 3.5, 1e-12);
-    /* a's gather longer: ready 0.5 + 1.0 = 1.5, reached at 1.0: 0.5 more */
+    cr_expect_float_eq(o.stall_s, 0.75, 1e-12);
+    cr_expect_float_eq(o.finish_s, 3.75, 1e-12);
+    /* a's gather longer: a ready 1.0, b 1.5: b stalls 1.5, a (reached at 2.0) is ready */
     u[0].gather_s = 1.0;
     o = run(&t, u, 2, st);
+    cr_expect_float_eq(o.stall_s, 1.5, 1e-12);
+    cr_expect_float_eq(o.finish_s - o.compute_end_s, 1.5, 1e-12);
+    /* b first in the units' order: ready 0.5 (stall 0.5), a ready 1.5, reached at 0.5 + 0.5: 0.5 more */
+    tri_dp_unit swapped[2] = {u[1], u[0]};
+    o = run(&t, swapped, 2, st);
     cr_expect_float_eq(o.stall_s, 1.0, 1e-12);
-    cr_expect_float_eq(o.finish_s - o.compute_end_s, 1.0, 1e-12);
-    /* ZeRO 3 prefetches one use ahead: uses in order b@0 (fwd), a@0.5 (fwd), a@1+0.5*2... every use
-       all-gathers again, so the stream carries m x reads gathers */
+    /* ZeRO 3 all-gathers before every use, each started when the use before it starts: b's at 0
+       ([0, 0.5]: b stalls 0.5), a's at b's use (0.5: [0.5, 0.75]; a is reached at 1.0), b's for the
+       backward at 1.0 ([1, 1.5]; the backward starts at 1.5), a's at 1.5 ([1.5, 1.75]; reached at
+       2.5): one stall of 0.5, and the stream carries m x reads all-gathers */
     st.zero_stage = 3;
     u[0].gather_s = 0.25;
     o = run(&t, u, 2, st);
     cr_expect_float_eq(o.comm_s, 2 * 0.25 + 2 * 0.5, 1e-12);
-    cr_expect(o.stall_s >= 0.5 - 1e-12);  /* the first use waits for its whole all-gather */
+    cr_expect_float_eq(o.stall_s, 0.5, 1e-12);
+    cr_expect_float_eq(o.finish_s, 3.5, 1e-12);
+    /* without the flag every all-gather blocks: all 1.5 s exposed */
+    st.overlap_param_gather = false;
+    o = run(&t, u, 2, st);
+    cr_expect_float_eq(o.finish_s - o.compute_end_s, 1.5, 1e-12);
     timeline_free(&t);
 }
 

@@ -13,7 +13,13 @@
  * every layout, fp32 or bf16 mixed precision; the formulas of partitioner/memory_model.h screen
  * the search and are printed beside it for comparison. The time model is partitioner/time_model.h.
  * Flags take Megatron-LM's names where Megatron-LM has one. Exit status 1 with one message naming
- * the flag and the nearest valid values on bad input (partitioner/constraints.h). */
+ * the flag and the nearest valid values on bad input (partitioner/constraints.h).
+ *
+ * Data parallelism over slow links (issue 32): --grad-compression and its fields, --local-sgd-steps
+ * and --inter-node-bandwidth choose how the data-parallel group communicates (partitioner/hardware.h
+ * tri_dp_method; the bytes are engine/train/grad_compression.h's), --dp-bandwidth-sweep predicts the
+ * step of every method at 10-400 Gb/s between nodes, and with --overlap-grad-reduce /
+ * --overlap-param-gather the exposed DP time is simulated (partitioner/dp_overlap.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +87,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("topk-fraction", TRI_FLAG_FLOAT, &a->topk_fraction, "topk: fraction of each bucket's elements sent, in (0, 1]", 0, 1e9);
     f[n++] = (tri_flag)FLAG("powersgd-rank", TRI_FLAG_INT, &a->powersgd_rank, "powersgd: rank of each matrix's approximation", 0, 1 << 20);
     f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: one data-parallel synchronisation every H iterations (ZeRO 0), its bytes and time charged 1/H a step", -(1 << 30), 1 << 30);
-    f[n++] = (tri_flag)FLAG("inter-node-bandwidth", TRI_FLAG_FLOAT, &a->inter_node_gbps, "Gb/s per GPU between nodes, replacing the preset's (data parallelism crosses nodes when tp x dp > GPUs per node)", 1e-3, 1e6);
+    f[n++] = (tri_flag)FLAG("inter-node-bandwidth", TRI_FLAG_FLOAT, &a->inter_node_gbps, "Gb/s per GPU between nodes, replacing the preset's (0: the preset's, e.g. 400 for h100-sxm; data parallelism crosses nodes when tp x dp > GPUs per node)", 0, 1e6);
     f[n++] = (tri_flag)FLAG("dp-bandwidth-sweep", TRI_FLAG_BOOL, &a->sweep, "also predict the step for every --grad-compression (and local SGD with --local-sgd-steps) at 10, 25, 100 and 400 Gb/s between nodes: when compression pays", 0, 0);
     return n;
 }
