@@ -161,9 +161,12 @@ static void print_dp_method(FILE *f, const tri_preview *p)
     const tri_time_result *t = &p->time;
     char name[160];
     method_name(&p->cluster.dp, name, sizeof name);
-    fprintf(f, "  %-10s %s: sends %.4g MB per step per rank (%.2fx less than fp32 reductions, %.4g MB), %#.4g s of "
-            "DP communication at %.4g Gb/s%s; encode + decode %#.3g s (memory-bound estimate), stalls %#.3g s\n",
-            "DP method", name, t->dp_sent_bytes / 1e6, ratio(t), t->dp_sent_uncompressed / 1e6, t->dp_comm_s,
+    char vs[96] = "";
+    if (t->dp_sent_bytes != t->dp_sent_uncompressed)
+        snprintf(vs, sizeof vs, " (%.2fx less than fp32 reductions, %.4g MB)", ratio(t), t->dp_sent_uncompressed / 1e6);
+    fprintf(f, "  %-10s %s: sends %.4g MB per step per rank%s, %#.4g s of DP communication at %.4g Gb/s%s; "
+            "encode + decode %#.3g s (memory-bound estimate), stalls %#.3g s\n", "DP method", name,
+            t->dp_sent_bytes / 1e6, vs, t->dp_comm_s,
             (t->dp_inter_node ? tri_cluster_inter_bw(&p->cluster) : p->cluster.hw->intra_bw) * 8 / 1e9,
             t->dp_inter_node ? " between nodes" : " inside a node", t->dp_codec_s, t->dp_stall_s);
 }
