@@ -123,3 +123,8 @@ double tri_collective_seconds(int kind, double bytes, int n, double bw)
 }
 
 
+
+double tri_cluster_inter_bw(const tri_cluster *c)
+{
+    return c->inter_bw > 0 ? c->inter_bw : c->hw->inter_bw;
+}

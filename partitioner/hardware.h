@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 
+#include "engine/train/grad_compression.h"
 #include "partitioner/train_layout.h"
 
 #ifdef __cplusplus
@@ -69,14 +70,32 @@ const tri_hardware *tri_hardware_find(const char *name);
 /* "h100-sxm|h200|a100-80gb|cpu" (static). */
 const char *tri_hardware_names(void);
 
+/* How data parallelism communicates (partitioner/time_model.h); all zero: a full-precision reduction
+ * every iteration. */
+typedef struct tri_dp_method {
+    tri_compression compression; /* engine/train/grad_compression.h; kind none (0): fp32 */
+    int local_sgd_steps;         /* H > 1: local SGD / DiLoCo, one synchronisation every H iterations
+                                    (engine_train --local-sgd-steps); 0 or 1: every iteration */
+} tri_dp_method;
+
 /* A cluster: num_gpus devices of one preset, gpus_per_node to a node (cpu: ranks to a node sharing
- * cpu_cores cores), and the fractions in use. */
+ * cpu_cores cores), the fractions in use, and how its data parallelism communicates. Zero
+ * initialisation of the fields after eff keeps the preset's links, the overlap simulation and a
+ * plain reduction. */
 typedef struct tri_cluster {
     const tri_hardware *hw;
     int num_gpus, gpus_per_node;
     int cpu_cores;             /* cpu: cores of a node */
     tri_efficiency eff;
+    double inter_bw;           /* > 0: bytes/s per device and direction between nodes, replacing the
+                                  preset's (partitioner --inter-node-bandwidth) */
+    bool dp_exposed_given;     /* eff.dp_exposed was set by the user (--dp-comm-exposed): it replaces
+                                  the overlap simulation (time_model.h) */
+    tri_dp_method dp;
 } tri_cluster;
+
+/* Bytes/s per device and direction between nodes: c->inter_bw when set, else the preset's. */
+double tri_cluster_inter_bw(const tri_cluster *c);
 
 /* FLOP/s one rank can reach at 100%: the device's dense peak for precision p (cpu: the node's cores
  * shared by its ranks). */

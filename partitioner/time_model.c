@@ -1,10 +1,12 @@
 /* partitioner/time_model.c - predicted iteration time (see time_model.h). */
 #include "partitioner/time_model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "partitioner/dp_overlap.h"
 #include "partitioner/flops.h"
 #include "partitioner/memory_model.h"
 #include "partitioner/traffic.h"
@@ -13,7 +15,7 @@
 static double group_bw(const tri_cluster *c, int stride, int size, bool *inter)
 {
     *inter = (double)stride * size > c->gpus_per_node && size > 1;
-    return *inter ? c->hw->inter_bw * c->eff.inter : c->hw->intra_bw * c->eff.intra;
+    return *inter ? tri_cluster_inter_bw(c) * c->eff.inter : c->hw->intra_bw * c->eff.intra;
 }
 
 static double comm_seconds(const uint64_t bytes[TRI_COMM_KINDS], int n, double bw)
@@ -70,15 +72,34 @@ double tri_time_rank_params(const tri_transformer *m, const tri_train_layout *l,
     return n;
 }
 
+/* What a unit of parameters is, for PowerSGD's matrices (engine/train/grad_compression.h). */
+enum { UNIT_BLOCK = 0, UNIT_TABLE, UNIT_POSITIONS, UNIT_VECTOR };
+
+/* Where a unit sits in its chunk, beside its uses: its local chunk, its kind and where its forward and
+ * backward reach it (partitioner/dp_overlap.h). */
+typedef struct unit_place {
+    int chunk, kind;
+    double fwd_use, fwd_done, bwd_use, bwd_done;
+} unit_place;
+
+/* A unit spanning [a, b] of its chunk's forward matmul work (fractions): the backward runs it mirrored. */
+static void place_span(unit_place *p, int chunk, int kind, double a, double b)
+{
+    *p = (unit_place){.chunk = chunk, .kind = kind, .fwd_use = a, .fwd_done = b, .bwd_use = 1.0 - b,
+                      .bwd_done = 1.0 - a};
+}
+
 /* The units of parameters of rank r's chunks and how a pass uses them, as the engine's model
  * reports them (models/gpt.c, tri_gpt_unit_uses): a block, wpe and ln_f are read forward, read and
  * written backward; wte is read forward by the embedding and by the LM head, read and written
  * backward by the embedding, and written in the LM head's fused forward unless the head keeps its
  * own gradient (one chunk, ZeRO 0-1, not deterministic). An untied head (models/llama.c) is a unit of its
  * own, read and written in the loss's fused forward, and the embedding then a plain unit; rotary
- * positions have no table. *n units into a malloc'd array, or NULL. */
+ * positions have no table. *n units into a malloc'd array, or NULL; when place is not NULL it
+ * receives a malloc'd array of where each unit sits (lookups at the forward's start, the blocks by
+ * their elements, the final norm, the head's matmul at the end). */
 static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
-                                 int r, int *n)
+                                 int r, int *n, unit_place **place)
 {
     int cap = 0;
     for (int c = 0; c < plan->v; c++) {
@@ -86,16 +107,26 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
         cap += pl->layer_end - pl->layer_start + 4;
     }
     tri_unit_uses *u = malloc((size_t)cap * sizeof *u);
+    unit_place *at = place ? malloc((size_t)cap * sizeof *at) : NULL;
     *n = 0;
-    if (!u)
+    if (!u || (place && !at)) {
+        free(u);
+        free(at);
         return NULL;
+    }
+    unit_place scratch;
     double h = (double)m->n_embd, t = l->tp, V_l = (double)tri_padded_vocab(m->vocab_size, l->tp) / t;
     int64_t block_len = (int64_t)tri_transformer_block(m, l).params;
     const tri_unit_uses plain = {.fwd_reads = 1, .bwd_reads = 1, .bwd_writes = 1};
+#define AT(i) (at ? &at[i] : &scratch)
     for (int c = 0; c < plan->v; c++) {
         const tri_stage_place *pl = &plan->chunks[c * plan->pp + r];
         bool tied_here = !m->untied_head && (pl->first || (pl->last && plan->n_chunks > 1));
+        int layers = pl->layer_end - pl->layer_start;
+        double head = pl->last ? V_l * h : 0.0, W = (double)layers * (double)block_len + head;
+        double blocks_end = W > 0 ? (double)layers * (double)block_len / W : 0.0;
         if (m->untied_head && pl->first) { /* the embedding alone */
+            place_span(AT(*n), c, UNIT_TABLE, 0.0, 0.0);
             u[*n] = plain;
             u[(*n)++].len = (int64_t)(V_l * h);
         }
@@ -110,24 +141,39 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
                 wte.fwd_reads++;
                 wte.fwd_writes += !(pl->first && l->zero_stage < 2 && !l->deterministic);
             }
+            if (pl->first && pl->last)  /* the lookup first and last, the head's matmul around the blocks */
+                *AT(*n) = (unit_place){.chunk = c, .kind = UNIT_TABLE, .fwd_use = 0.0, .fwd_done = 1.0,
+                                       .bwd_use = 0.0, .bwd_done = 1.0};
+            else if (pl->first)
+                place_span(AT(*n), c, UNIT_TABLE, 0.0, 0.0);
+            else
+                place_span(AT(*n), c, UNIT_TABLE, blocks_end, 1.0);
             u[(*n)++] = wte;
         }
         if (pl->first && tri_position_params(m) > 0) {
+            place_span(AT(*n), c, UNIT_POSITIONS, 0.0, 0.0);
             u[*n] = plain;
             u[(*n)++].len = (int64_t)tri_position_params(m);
         }
         for (int b = pl->layer_start; b < pl->layer_end; b++) {
+            double a0 = W > 0 ? (double)(b - pl->layer_start) * (double)block_len / W : 0.0;
+            place_span(AT(*n), c, UNIT_BLOCK, a0, W > 0 ? a0 + (double)block_len / W : 0.0);
             u[*n] = plain;
             u[(*n)++].len = block_len;
         }
         if (pl->last && tri_final_norm_params(m) > 0) {
+            place_span(AT(*n), c, UNIT_VECTOR, blocks_end, blocks_end);
             u[*n] = plain;
             u[(*n)++].len = (int64_t)tri_final_norm_params(m);
         }
         if (pl->last && m->untied_head) { /* the LM head: read by the loss, its gradient written there */
+            place_span(AT(*n), c, UNIT_TABLE, blocks_end, 1.0);
             u[(*n)++] = (tri_unit_uses){.len = (int64_t)(V_l * h), .fwd_reads = 1, .fwd_writes = 1};
         }
     }
+#undef AT
+    if (place)
+        *place = at;
     return u;
 }
 
@@ -135,7 +181,7 @@ int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, con
                         double bytes[TRI_COMM_KINDS])
 {
     int n_units = 0;
-    tri_unit_uses *units = rank_units(m, l, plan, r, &n_units);
+    tri_unit_uses *units = rank_units(m, l, plan, r, &n_units, NULL);
     if (!units)
         return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
     uint64_t b[TRI_COMM_KINDS];
@@ -158,13 +204,164 @@ static double optimizer_bytes_per_param(tri_precision p)
     return p == TRI_PRECISION_BF16 ? 28.0 + 4.0 + 2.0 : 28.0;
 }
 
+/* Bytes one rank sends to reduce a unit's gradient once over dp (engine/train/grad_compression.h:
+ * the ring volumes, or the compressor's payloads); PowerSGD takes each matrix of the unit apart (a
+ * block's weights from its family, tri_block_cost.linear; the tables V_l x h and n_positions x h)
+ * and the rest as vectors. */
+static double unit_sent(const tri_transformer *m, const tri_train_layout *l, const tri_compression *cz, int kind,
+                        int64_t len, int zero, bool compressed)
+{
+    if (!compressed || cz->kind != TRI_COMPRESS_POWERSGD || kind == UNIT_VECTOR)
+        return (double)tri_compression_sent_bytes(cz, 1, len, l->dp, zero, compressed);
+    if (kind == UNIT_TABLE || kind == UNIT_POSITIONS)
+        return (double)tri_compression_sent_bytes(cz, len / m->n_embd, m->n_embd, l->dp, zero, true);
+    tri_block_cost b = tri_transformer_block(m, l);
+    double sent = 0.0;
+    int64_t rest = len;
+    for (int i = 0; i < b.n_linear; i++) {
+        sent += (double)tri_compression_sent_bytes(cz, b.linear[i][1], b.linear[i][0], l->dp, zero, true);
+        rest -= b.linear[i][0] * b.linear[i][1];
+    }
+    return rest > 0 ? sent + (double)tri_compression_sent_bytes(cz, 1, rest, l->dp, zero, true) : sent;
+}
+
+/* Memory traffic, in bytes, of compressing one bucket of len elements and decoding what the
+ * reduction brings back: an estimate, each compressor taken as memory-bound passes over the
+ * gradient (bench/ measures the real kernels). Encoding adds the residual to the gradient (read 2,
+ * write 1: 12 bytes an element), then quantizes and writes the new residual (8): 20; top-k reads
+ * the sum once more to select (24). Decoding (1bit, qsgd) adds each of the dp payloads into the
+ * fp32 sum, read and written (8 bytes an element a payload), over the whole bucket at ZeRO 0 and
+ * the owned 1/dp slice at ZeRO 1; top-k zeroes the sum (4) and scatter-adds dp x k pairs (16 each).
+ * PowerSGD reads each matrix for P = M Q and Q = M^T P and writes P Q^T into the residual
+ * (12), plus the error feedback (12); its vectors cost nothing. */
+static double codec_bytes(const tri_transformer *m, const tri_train_layout *l, const tri_compression *cz, int kind,
+                          int64_t len, int zero)
+{
+    double n = (double)len, D = l->dp, owned = zero == 0 ? n : n / D;
+    switch (cz->kind) {
+    case TRI_COMPRESS_1BIT:
+    case TRI_COMPRESS_QSGD:
+        return 20.0 * n + 8.0 * D * owned;
+    case TRI_COMPRESS_TOPK:
+        return 24.0 * n + 4.0 * owned + 16.0 * D * ceil((double)cz->topk_fraction * n);
+    case TRI_COMPRESS_POWERSGD: {
+        if (kind == UNIT_VECTOR)
+            return 0.0;
+        double matrix = n;
+        if (kind == UNIT_BLOCK) {
+            tri_block_cost b = tri_transformer_block(m, l);
+            matrix = 0.0;
+            for (int i = 0; i < b.n_linear; i++)
+                matrix += (double)b.linear[i][0] * (double)b.linear[i][1];
+        }
+        return 24.0 * matrix;
+    }
+    default:
+        return 0.0;
+    }
+}
+
+/* Rank r's units as the overlap simulation takes them (partitioner/dp_overlap.h), with their
+ * reduction and all-gather times at bandwidth bw under c's data-parallel method, and the step's
+ * bytes sent, codec time and stream total into out (local SGD: one synchronisation / H). *n_units
+ * into a malloc'd array, or NULL. */
+static tri_dp_unit *dp_units(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                             const tri_stage_plan *plan, int r, double bw, int *n_units, tri_time_result *out)
+{
+    unit_place *at = NULL;
+    tri_unit_uses *uses = rank_units(m, l, plan, r, n_units, &at);
+    tri_dp_unit *u = uses ? malloc((size_t)(*n_units > 0 ? *n_units : 1) * sizeof *u) : NULL;
+    if (!u) {
+        free(uses);
+        free(at);
+        return NULL;
+    }
+    const tri_compression *cz = &c->dp.compression;
+    bool compressed = cz->kind != TRI_COMPRESS_NONE && l->dp > 1;
+    int H = c->dp.local_sgd_steps > 1 ? c->dp.local_sgd_steps : 1, z = l->zero_stage, pb = tri_precision_bytes(l->precision);
+    double D = l->dp, mem_rate = tri_cluster_mem_bw(c) * c->eff.memory;
+    out->dp_sent_bytes = out->dp_grad_sent_bytes = out->dp_sent_uncompressed = out->dp_codec_s = 0.0;
+    out->dp_comm_s = 0.0;
+    for (int k = 0; k < *n_units; k++) {
+        const tri_unit_uses *x = &uses[k];
+        const unit_place *p = &at[k];
+        double len = (double)x->len;
+        u[k] = (tri_dp_unit){.chunk = p->chunk, .fwd_reads = x->fwd_reads, .bwd_reads = x->bwd_reads,
+                             .fwd_writes = x->fwd_writes, .bwd_writes = x->bwd_writes, .fwd_use = p->fwd_use,
+                             .bwd_use = p->bwd_use, .fwd_done = p->fwd_done, .bwd_done = p->bwd_done};
+        if (l->dp == 1)
+            continue;
+        if (H > 1) { /* local SGD's synchronisation: anchor all-gather, deltas' reduction, parameter all-gather (fp32) */
+            double ag = tri_collective_seconds(TRI_COMM_ALL_GATHER, 4.0 * len, l->dp, bw);
+            double delta = unit_sent(m, l, cz, p->kind, x->len, 1, compressed), plain = unit_sent(m, l, cz, p->kind, x->len, 1, false);
+            double wire_ag = 2.0 * (D - 1.0) / D * 4.0 * len;
+            out->dp_grad_sent_bytes += delta / H;
+            out->dp_sent_bytes += (delta + wire_ag) / H;
+            out->dp_sent_uncompressed += (plain + wire_ag) / H;
+            out->dp_comm_s += (2.0 * ag + delta / bw) / H;
+            if (compressed)
+                out->dp_codec_s += codec_bytes(m, l, cz, p->kind, x->len, 1) / mem_rate / H;
+            continue;
+        }
+        double grad = unit_sent(m, l, cz, p->kind, x->len, z, compressed), plain = unit_sent(m, l, cz, p->kind, x->len, z, false);
+        u[k].reduce_s = compressed ? grad / bw
+                                   : tri_collective_seconds(z == 0 ? TRI_COMM_ALL_REDUCE : TRI_COMM_REDUCE_SCATTER,
+                                                            4.0 * len, l->dp, bw);
+        u[k].gather_s = z >= 1 ? tri_collective_seconds(TRI_COMM_ALL_GATHER, len * pb, l->dp, bw) : 0.0;
+        double reductions = z >= 2 ? (double)l->n_micro * (x->fwd_writes + x->bwd_writes) : 1.0;
+        double gathers = z == 3 ? (double)l->n_micro * (x->fwd_reads + x->bwd_reads) : z >= 1 ? 1.0 : 0.0;
+        double wire_ag = gathers * (D - 1.0) / D * len * pb;
+        out->dp_grad_sent_bytes += reductions * grad;
+        out->dp_sent_bytes += reductions * grad + wire_ag;
+        out->dp_sent_uncompressed += reductions * plain + wire_ag;
+        out->dp_comm_s += reductions * u[k].reduce_s + gathers * u[k].gather_s;
+        if (compressed)
+            out->dp_codec_s += reductions * codec_bytes(m, l, cz, p->kind, x->len, z) / mem_rate;
+    }
+    if (l->dp > 1) { /* the loss's all-reduce, every step */
+        out->dp_sent_bytes += 2.0 * (D - 1.0) / D * 8.0;
+        out->dp_sent_uncompressed += 2.0 * (D - 1.0) / D * 8.0;
+        out->dp_comm_s += tri_collective_seconds(TRI_COMM_ALL_REDUCE, 8.0, l->dp, bw);
+    }
+    free(uses);
+    free(at);
+    return u;
+}
+
+/* The data-parallel options against the layout: TRI_EINVAL naming the flag and value. */
+int tri_time_dp_method_check(const tri_dp_method *d, const tri_train_layout *l)
+{
+    int rc = tri_compression_check(&d->compression, l->zero_stage);
+    if (rc)
+        return rc;
+    if (d->local_sgd_steps < 0)
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation",
+                       d->local_sgd_steps);
+    if (d->local_sgd_steps > 1 && l->zero_stage != 0)
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --zero-stage %d: inner steps run each replica's optimizer "
+                       "on its whole state without data-parallel communication, so the optimizer cannot be sharded "
+                       "over dp (use --zero-stage 0)", d->local_sgd_steps, l->zero_stage);
+    return TRI_OK;
+}
+
+/* Whether rank timelines decide dp_s: an overlap flag, no --dp-comm-exposed, a reduction every step. */
+static bool overlap_simulated(const tri_train_layout *l, const tri_cluster *c)
+{
+    return (l->overlap_grad_reduce || l->overlap_param_gather) && !c->dp_exposed_given && l->dp > 1 &&
+           c->dp.local_sgd_steps <= 1;
+}
+
 /* Per-step work after the pipeline on rank r: data-parallel traffic, the replicated gradients' TP
- * all-reduce, the optimizer. */
+ * all-reduce, the optimizer. dp_s is the exposed share of the whole dp stream here; under
+ * overlap_simulated tri_time_model_run replaces it with the simulated exposure. */
 static int per_step(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
                     const tri_stage_plan *plan, int r, tri_time_result *out)
 {
+    int rc = tri_time_dp_method_check(&c->dp, l);
+    if (rc)
+        return rc;
     double psi = tri_time_rank_params(m, l, plan, r), dp_bytes[TRI_COMM_KINDS];
-    int rc = tri_time_dp_traffic(m, l, plan, r, dp_bytes);
+    rc = tri_time_dp_traffic(m, l, plan, r, dp_bytes);
     if (rc)
         return rc;
     double bw = group_bw(c, l->tp, l->dp, &out->dp_inter_node), t = 0.0;
@@ -173,7 +370,15 @@ static int per_step(const tri_transformer *m, const tri_train_layout *l, const t
         t += tri_collective_seconds(k, dp_bytes[k], l->dp, bw);
         out->dp_bytes += dp_bytes[k];
     }
-    out->dp_s = c->eff.dp_exposed * t;
+    int n_units = 0;
+    tri_dp_unit *units = dp_units(m, l, c, plan, r, bw, &n_units, out);
+    if (!units)
+        return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
+    free(units);
+    bool plain = c->dp.compression.kind == TRI_COMPRESS_NONE && c->dp.local_sgd_steps <= 1;
+    if (c->dp.local_sgd_steps > 1) /* the payload convention of the synchronisation: 3 x 4 bytes an element, / H */
+        out->dp_bytes = (3.0 * (out->dp_bytes > 0 ? 4.0 * psi : 0.0)) / c->dp.local_sgd_steps + (l->dp > 1 ? 8.0 : 0.0);
+    out->dp_s = c->eff.dp_exposed * (plain ? t : out->dp_comm_s) + out->dp_codec_s;
     tri_layout_shape shape = tri_train_layout_shape(l);
     bool inter;
     double tp_bw = group_bw(c, 1, l->tp, &inter);
@@ -184,6 +389,45 @@ static int per_step(const tri_transformer *m, const tri_train_layout *l, const t
     }
     double shard = psi / (l->zero_stage >= 1 ? l->dp : 1);
     out->optimizer_s = optimizer_bytes_per_param(l->precision) * shard / (tri_cluster_mem_bw(c) * c->eff.memory);
+    return TRI_OK;
+}
+
+/* The step's exposed dp time from every pipeline rank's timeline (partitioner/dp_overlap.h): the
+ * latest rank's end, dp included, past the pipeline's makespan. */
+static int simulated_dp(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+                        const tri_stage_plan *plan, const tri_schedule *s, const tri_sim_result *sim,
+                        tri_time_result *out)
+{
+    bool inter;
+    double bw = group_bw(c, l->tp, l->dp, &inter), finish = 0.0, blocking = 0.0;
+    tri_dp_stream st = {.zero_stage = l->zero_stage, .n_micro = l->n_micro,
+                        .overlap_grad_reduce = l->overlap_grad_reduce, .overlap_param_gather = l->overlap_param_gather,
+                        .tail_s = tri_collective_seconds(TRI_COMM_ALL_REDUCE, 8.0, l->dp, bw)};
+    for (int r = 0; r < plan->pp; r++) {
+        tri_time_result scratch = *out;
+        int n_units = 0;
+        tri_dp_unit *units = dp_units(m, l, c, plan, r, bw, &n_units, &scratch);
+        if (!units)
+            return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
+        tri_dp_overlap ov, bl;
+        tri_dp_stream none = st;
+        none.overlap_grad_reduce = none.overlap_param_gather = false;
+        int rc = tri_dp_overlap_rank(s, sim, r, units, n_units, &st, &ov);
+        if (!rc)
+            rc = tri_dp_overlap_rank(s, sim, r, units, n_units, &none, &bl);
+        free(units);
+        if (rc)
+            return rc;
+        if (ov.finish_s > finish)
+            finish = ov.finish_s;
+        if (bl.finish_s > blocking)
+            blocking = bl.finish_s;
+        if (r == out->busiest_rank)
+            out->dp_stall_s = ov.stall_s;
+    }
+    out->dp_s = (finish > sim->makespan ? finish - sim->makespan : 0.0) + out->dp_codec_s;
+    out->dp_blocking_s = (blocking > sim->makespan ? blocking - sim->makespan : 0.0) + out->dp_codec_s;
+    out->dp_overlap_simulated = true;
     return TRI_OK;
 }
 
@@ -217,7 +461,7 @@ static int chunk_times(const tri_transformer *m, const tri_train_layout *l, cons
     tri_layout_shape shape = tri_train_layout_shape(l);
     double bytes = (double)tri_pp_message_bytes(m, &shape, tri_precision_bytes(l->precision));
     out->pp_inter_node = l->pp > 1 && (double)l->tp * l->dp * l->pp > c->gpus_per_node;
-    double bw = out->pp_inter_node ? c->hw->inter_bw * c->eff.inter : c->hw->intra_bw * c->eff.intra;
+    double bw = out->pp_inter_node ? tri_cluster_inter_bw(c) * c->eff.inter : c->hw->intra_bw * c->eff.intra;
     out->p2p_message_s = l->pp > 1 ? bytes / bw : 0.0;
     out->pp_bytes = l->pp > 1 ? 2.0 * bytes * l->n_micro * plan->v : 0.0;
     bool inter;
@@ -299,6 +543,8 @@ int tri_time_model_run(const tri_transformer *m, const tri_train_layout *l, cons
         out->simulated = true;
         tp_bytes_of_rank(m, l, plan, r_max, out);
         rc = per_step(m, l, c, plan, r_max, out);
+        if (!rc && overlap_simulated(l, c))
+            rc = simulated_dp(m, l, c, plan, s, &timed, out);
         throughput(m, l, c, out);
     }
     if (!rc && sim)

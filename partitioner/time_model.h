@@ -21,8 +21,20 @@
  * and after the pipeline, once per step:
  *   DP            partitioner/traffic.h's ZeRO traffic for the rank's parameters as ring
  *                 collectives over the data-parallel group (gradients fp32, parameters in the
- *                 model's dtype: bf16 under mixed precision), times the exposed share, plus the
- *                 replicated gradients' TP all-reduce under sequence parallelism (fp32);
+ *                 model's dtype: bf16 under mixed precision), and the replicated gradients' TP
+ *                 all-reduce under sequence parallelism (fp32). What is exposed: with
+ *                 --overlap-grad-reduce / --overlap-param-gather, simulated (partitioner/
+ *                 dp_overlap.h: every pipeline rank's reductions and all-gathers on one comm stream
+ *                 against its simulated compute, as the engine issues them; DP = the latest rank's
+ *                 end past the makespan), unless the user sets the exposed share
+ *                 (--dp-comm-exposed, which wins); without the flags all of it, as the engine then
+ *                 blocks. A compressor (engine/train/grad_compression.h, tri_dp_method) replaces
+ *                 each reduction's bytes by tri_compression_sent_bytes and adds its encode and
+ *                 decode as memory-bound passes (an estimate, time_model.c codec_bytes); local SGD
+ *                 (H > 1) has no dp traffic in inner steps and one blocking synchronisation (the
+ *                 anchor's and the parameters' fp32 all-gathers and the deltas' reduction) every H
+ *                 iterations, charged as 1/H of it a step. Inter-node links take the cluster's
+ *                 inter_bw when set (--inter-node-bandwidth);
  *   optimizer     AdamW streams 28 bytes per parameter of its shard (4 reads and 3 writes of 4
  *                 bytes, ../shared/NOTES.md), 34 under bf16 mixed precision (the fp32 master weight
  *                 read again and rounded into the bf16 parameter), at memory bandwidth x memory
@@ -37,6 +49,7 @@
 
 #include "engine/comm/comm.h"
 #include "engine/train/schedule.h"
+#include "partitioner/dp_overlap.h"
 #include "partitioner/hardware.h"
 #include "partitioner/simulate.h"
 #include "partitioner/stages.h"
@@ -63,7 +76,18 @@ typedef struct tri_time_result {
     double p2p_message_s;          /* one pipeline message */
     double model_flops, hw_flops;  /* per iteration, all GPUs */
     double tokens_per_s, model_tflops_per_gpu, mfu, hfu;
-    double tp_bytes, pp_bytes, dp_bytes;  /* per step, on the busiest rank */
+    double tp_bytes, pp_bytes, dp_bytes;  /* per step, on the busiest rank (payload convention, traffic.h) */
+    /* data parallelism (see "DP" above) on the busiest rank, per step */
+    double dp_sent_bytes;          /* what it puts on the wire (ring volumes; compressed payloads) */
+    double dp_grad_sent_bytes;     /* of which the gradient reductions (local SGD: the deltas') */
+    double dp_sent_uncompressed;   /* dp_sent_bytes with full-precision reductions */
+    double dp_comm_s;              /* every dp operation on its comm stream, before any overlap */
+    double dp_codec_s;             /* compressors' encode + decode (in dp_s) */
+    double dp_stall_s;             /* overlap: its compute waiting for parameter all-gathers (in dp_s) */
+    bool dp_overlap_simulated;     /* dp_s from the rank timelines (partitioner/dp_overlap.h) */
+    double dp_blocking_s;          /* simulated: the same timelines with every dp operation blocking
+                                      (the latest rank's end, which may be another rank than the
+                                      busiest one the share model charges) */
     bool tp_inter_node, pp_inter_node, dp_inter_node;
     bool simulated;                /* false: the closed-form bubble (tri_time_model_quick) */
 } tri_time_result;
@@ -100,6 +124,11 @@ int tri_time_model_calibrate_gemm(const tri_transformer *m, const tri_train_layo
  * precision. TRI_ENOMEM. */
 int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
                         double bytes[TRI_COMM_KINDS]);
+
+/* The data-parallel method d against layout l: tri_compression_check (compressors with ZeRO 2-3
+ * refused) and local SGD (H >= 1; H > 1 only at ZeRO 0, as the engine). TRI_EINVAL naming the flag
+ * and value. */
+int tri_time_dp_method_check(const tri_dp_method *d, const tri_train_layout *l);
 
 /* Parameter elements on pipeline rank r (all its chunks) on one TP rank. */
 double tri_time_rank_params(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,

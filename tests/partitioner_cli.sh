@@ -195,6 +195,39 @@ expect "metrics of another run" "pass the measured run's layout flags" "${with[@
 echo '{"kind": "train", "iter": 1}' > "$tmp/bad.jsonl"
 expect "metrics without times" "bad.jsonl:1: a train line needs positive \"ms\"" --calibrate "$tmp/bad.jsonl"
 
+# ---- data parallelism over slow links (issue 32): compressors, local SGD, overlap, bandwidth ----
+dp4=(--num-gpus 4 --gpus-per-node 1 --micro-batch-size 4 --global-batch-size 16 --seq-length 64)
+expect "unknown compressor" "--grad-compression 2bit: expected one of none|1bit|qsgd|topk|powersgd" "${dp4[@]}" --grad-compression 2bit
+expect "top-k fraction 0" "--topk-fraction 0: expected a fraction in (0, 1]" "${dp4[@]}" --grad-compression topk --topk-fraction 0
+expect "top-k fraction above 1" "--topk-fraction 1.5: expected a fraction in (0, 1]" "${dp4[@]}" --grad-compression topk --topk-fraction 1.5
+expect "PowerSGD rank 0" "--powersgd-rank 0: expected a rank of at least 1" "${dp4[@]}" --grad-compression powersgd --powersgd-rank 0
+expect "block size 0" "--compression-block-size 0: expected at least 1 element" "${dp4[@]}" --grad-compression 1bit --compression-block-size 0
+expect "compressor with ZeRO 2" "--grad-compression powersgd with --zero-stage 2" "${dp4[@]}" --grad-compression powersgd --zero-stage 2
+expect "local SGD H 0" "--local-sgd-steps 0: expected H >= 1" "${dp4[@]}" --local-sgd-steps 0
+expect "local SGD with ZeRO 1" "--local-sgd-steps 16 with --zero-stage 1" "${dp4[@]}" --local-sgd-steps 16 --zero-stage 1
+"$bin" --grad-compression 1bit > "$tmp/dp1.txt" 2> "$tmp/dp1.err" || fail "compression with dp 1 must only warn"
+contains "compression with dp 1 warns" "data-parallel size 1: nothing to reduce, ignored" "$tmp/dp1.err"
+"$bin" "${dp4[@]}" --overlap-grad-reduce --overlap-param-gather --grad-compression 1bit --inter-node-bandwidth 10 \
+  --dp-bandwidth-sweep > "$tmp/dp.txt" 2>&1 || { fail "dp preview"; cat "$tmp/dp.txt"; }
+contains "overlap simulated" "overlap simulated:" "$tmp/dp.txt"
+contains "DP method line" "1bit (block 256) reduction every step: sends" "$tmp/dp.txt"
+contains "sweep table" "data-parallel methods by inter-node bandwidth" "$tmp/dp.txt"
+"$bin" "${dp4[@]}" --overlap-grad-reduce --grad-compression powersgd --inter-node-bandwidth 10 --local-sgd-steps 16 \
+  --dp-bandwidth-sweep --json > "$tmp/dp.json" 2>&1 || { fail "dp --json"; cat "$tmp/dp.json"; }
+python3 - "$tmp/dp.json" <<'PY' && ok "--json: data_parallel and the sweep" || fail "--json data_parallel"
+import json, sys
+o = json.load(open(sys.argv[1]))
+d = o["data_parallel"]
+assert d["grad_compression"] == "powersgd" and d["local_sgd_steps"] == 16, d
+assert d["inter_node"] and abs(d["bandwidth_bytes_per_s"] - 10e9 / 8) < 1, d
+assert d["compression_ratio"] > 1, d  # only the deltas' reduction is compressed; the two fp32 all-gathers are not
+assert d["exposure"] == "share", d  # local SGD's synchronisation blocks
+rows = {r["method"]: r for r in o["dp_bandwidth_sweep"]}
+assert set(rows) == {"none", "1bit", "qsgd", "topk", "powersgd", "local_sgd"}, rows.keys()
+t = [p["iteration_time_s"] for p in rows["none"]["points"]]
+assert all(a >= b for a, b in zip(t, t[1:])), t  # faster links never slower
+PY
+
 # ---- a Llama: its block in the header, the engine's plan, the key/value-head rule of tp ----
 "$bin" --config models/llama-3.1-70b.json --hardware h100-sxm --num-gpus 64 --tensor-model-parallel-size 8 \
   --pipeline-model-parallel-size 4 --micro-batch-size 1 --global-batch-size 64 --seq-length 8192 --bf16 \

@@ -13,7 +13,13 @@
  * every layout, fp32 or bf16 mixed precision; the formulas of partitioner/memory_model.h screen
  * the search and are printed beside it for comparison. The time model is partitioner/time_model.h.
  * Flags take Megatron-LM's names where Megatron-LM has one. Exit status 1 with one message naming
- * the flag and the nearest valid values on bad input (partitioner/constraints.h). */
+ * the flag and the nearest valid values on bad input (partitioner/constraints.h).
+ *
+ * Data parallelism over slow links (issue 32): --grad-compression and its fields, --local-sgd-steps
+ * and --inter-node-bandwidth choose how the data-parallel group communicates (partitioner/hardware.h
+ * tri_dp_method; the bytes are engine/train/grad_compression.h's), --dp-bandwidth-sweep predicts the
+ * step of every method at 10-400 Gb/s between nodes, and with --overlap-grad-reduce /
+ * --overlap-param-gather the exposed DP time is simulated (partitioner/dp_overlap.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,13 +47,17 @@ typedef struct args {
     int num_gpus, gpus_per_node, cpu_cores;
     tri_cli_layout layout;     /* the layout flags engine_train shares (tools/cli/layout_flags.h) */
     int top, max_tp, max_micro_batch;
-    bool json, search;
+    bool json, search, sweep;
     float gemm, memory, intra, inter, tp_exposed, dp_exposed;
+    /* data parallelism over slow links (engine_train's flags and defaults, engine/train/grad_compression.h) */
+    const char *compression;
+    int block_size, qsgd_levels, powersgd_rank, local_sgd_steps;
+    float topk_fraction, inter_node_gbps;
 } args;
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
 #define CHOICE(name, dst, choices, help) {name, TRI_FLAG_CHOICE, dst, help, 0, 0, choices, false}
-#define N_FLAGS 48
+#define N_FLAGS 60
 
 static int make_flags(args *a, tri_flag *f)
 {
@@ -70,7 +80,15 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("intra-node-efficiency", TRI_FLAG_FLOAT, &a->intra, "fraction of NVLink bandwidth collectives reach", 1e-6, 1);
     f[n++] = (tri_flag)FLAG("inter-node-efficiency", TRI_FLAG_FLOAT, &a->inter, "fraction of InfiniBand bandwidth collectives reach", 1e-6, 1);
     f[n++] = (tri_flag)FLAG("tp-comm-exposed", TRI_FLAG_FLOAT, &a->tp_exposed, "share of TP communication not overlapped", 0, 1);
-    f[n++] = (tri_flag)FLAG("dp-comm-exposed", TRI_FLAG_FLOAT, &a->dp_exposed, "share of data-parallel communication not overlapped", 0, 1);
+    f[n++] = (tri_flag)FLAG("dp-comm-exposed", TRI_FLAG_FLOAT, &a->dp_exposed, "share of data-parallel communication not overlapped (default: all without --overlap-grad-reduce / --overlap-param-gather, else simulated against each stage's timeline; given, it replaces the simulation)", 0, 1);
+    f[n++] = (tri_flag)CHOICE("grad-compression", &a->compression, "none|1bit|qsgd|topk|powersgd", "data-parallel gradient compressor with error feedback, as engine_train (ZeRO 0-1 only): its bytes replace the reduction's, its encode + decode is charged as memory-bound passes");
+    f[n++] = (tri_flag)FLAG("compression-block-size", TRI_FLAG_INT, &a->block_size, "1bit, qsgd: elements per scale", 0, 1 << 30);
+    f[n++] = (tri_flag)FLAG("qsgd-levels", TRI_FLAG_INT, &a->qsgd_levels, "qsgd: quantization levels s", 0, 1 << 30);
+    f[n++] = (tri_flag)FLAG("topk-fraction", TRI_FLAG_FLOAT, &a->topk_fraction, "topk: fraction of each bucket's elements sent, in (0, 1]", 0, 1e9);
+    f[n++] = (tri_flag)FLAG("powersgd-rank", TRI_FLAG_INT, &a->powersgd_rank, "powersgd: rank of each matrix's approximation", 0, 1 << 20);
+    f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: one data-parallel synchronisation every H iterations (ZeRO 0), its bytes and time charged 1/H a step", -(1 << 30), 1 << 30);
+    f[n++] = (tri_flag)FLAG("inter-node-bandwidth", TRI_FLAG_FLOAT, &a->inter_node_gbps, "Gb/s per GPU between nodes, replacing the preset's (0: the preset's, e.g. 400 for h100-sxm; data parallelism crosses nodes when tp x dp > GPUs per node)", 0, 1e6);
+    f[n++] = (tri_flag)FLAG("dp-bandwidth-sweep", TRI_FLAG_BOOL, &a->sweep, "also predict the step for every --grad-compression (and local SGD with --local-sgd-steps) at 10, 25, 100 and 400 Gb/s between nodes: when compression pays", 0, 0);
     return n;
 }
 
@@ -85,6 +103,12 @@ static void defaults(args *a)
     a->num_gpus = 1;
     a->top = 10;
     a->max_micro_batch = 16;
+    a->compression = "none";
+    tri_compression d = tri_compression_defaults();
+    a->block_size = d.block_size;
+    a->qsgd_levels = d.qsgd_levels;
+    a->topk_fraction = d.topk_fraction;
+    a->powersgd_rank = d.powersgd_rank;
 }
 
 static bool seen(const tri_flag *f, int n, const char *name)
@@ -105,6 +129,15 @@ static tri_cluster make_cluster(const args *a, const tri_flag *f, int nf, const 
     if (seen(f, nf, "inter-node-efficiency")) c.eff.inter = a->inter;
     if (seen(f, nf, "tp-comm-exposed")) c.eff.tp_exposed = a->tp_exposed;
     if (seen(f, nf, "dp-comm-exposed")) c.eff.dp_exposed = a->dp_exposed;
+    c.dp_exposed_given = seen(f, nf, "dp-comm-exposed");
+    if (seen(f, nf, "inter-node-bandwidth")) c.inter_bw = a->inter_node_gbps * 1e9 / 8.0;
+    c.dp.compression = tri_compression_defaults();
+    c.dp.compression.kind = (tri_compression_kind)tri_compression_parse(a->compression);
+    c.dp.compression.block_size = a->block_size;
+    c.dp.compression.qsgd_levels = a->qsgd_levels;
+    c.dp.compression.topk_fraction = a->topk_fraction;
+    c.dp.compression.powersgd_rank = a->powersgd_rank;
+    c.dp.local_sgd_steps = a->local_sgd_steps;
     return c;
 }
 
@@ -173,6 +206,59 @@ static int write_timeline(const args *a, const tri_preview *p, const char *model
     return rc;
 }
 
+/* The data-parallel flags against the layout: H < 1 given, a compressor's fields or ZeRO stage
+ * (tri_time_dp_method_check); compression or local SGD with dp 1 warns and is ignored, as
+ * engine_train does. */
+static int dp_method(const args *a, const tri_flag *f, int nf, const tri_train_layout *l, tri_cluster *c)
+{
+    if (seen(f, nf, "local-sgd-steps") && a->local_sgd_steps < 1)
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation",
+                       a->local_sgd_steps);
+    int rc = tri_time_dp_method_check(&c->dp, l);
+    if (rc)
+        return rc;
+    if (l->dp == 1 && (c->dp.compression.kind != TRI_COMPRESS_NONE || c->dp.local_sgd_steps > 1)) {
+        fprintf(stderr, "partitioner: warning: --grad-compression %s / --local-sgd-steps %d with data-parallel size 1: "
+                "nothing to reduce, ignored\n", tri_compression_name(c->dp.compression.kind), c->dp.local_sgd_steps);
+        c->dp.compression.kind = TRI_COMPRESS_NONE;
+        c->dp.local_sgd_steps = 0;
+    }
+    return TRI_OK;
+}
+
+/* The step of layout l under every compressor (and c's local SGD, when set) at each sweep bandwidth
+ * between nodes; a compressor the layout's ZeRO stage refuses is marked so. */
+static int dp_sweep(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c, const tri_model *model,
+                    tri_dp_sweep *out)
+{
+    static const double gbps[TRI_SWEEP_BANDWIDTHS] = {10, 25, 100, 400};
+    memset(out, 0, sizeof *out);
+    out->local_sgd_steps = c->dp.local_sgd_steps > 1 ? c->dp.local_sgd_steps : 0;
+    int rows = TRI_COMPRESS_KINDS + (out->local_sgd_steps ? 1 : 0);
+    for (int b = 0; b < TRI_SWEEP_BANDWIDTHS; b++) {
+        out->gbps[b] = gbps[b];
+        for (int k = 0; k < rows; k++) {
+            tri_cluster x = *c;
+            x.inter_bw = gbps[b] * 1e9 / 8.0;
+            x.dp.compression.kind = k < TRI_COMPRESS_KINDS ? (tri_compression_kind)k : TRI_COMPRESS_NONE;
+            x.dp.local_sgd_steps = k < TRI_COMPRESS_KINDS ? 0 : out->local_sgd_steps;
+            tri_dp_sweep_cell *cell = &out->cell[b][k];
+            if (tri_time_dp_method_check(&x.dp, l) != TRI_OK) {
+                cell->refused = true;
+                continue;
+            }
+            tri_preview p;
+            int rc = tri_preview_create(&p, m, l, &x, NULL, (void *)model);
+            if (rc)
+                return rc;
+            cell->time = p.time;
+            tri_preview_destroy(&p);
+        }
+    }
+    out->rows = rows;
+    return TRI_OK;
+}
+
 static int search(const args *a, const tri_model *model, const tri_transformer *m, const tri_cluster *c,
                   const tri_layout_request *req, const tri_report_info *info)
 {
@@ -215,6 +301,8 @@ static int preview(args *a, tri_flag *flags, int nf, const tri_model *model)
     rc = tri_cli_layout_resolve(&a->layout, flags, nf, a->num_gpus, &m, &l);
     if (a->search) /* the search tries its own layouts around the request; it needs none valid */
         return search(a, model, &m, &c, &a->layout.req, &info);
+    if (!rc)
+        rc = dp_method(a, flags, nf, &l, &c);
     if (!rc && a->calibrate)
         rc = calibrate(a, &m, &l, &c, gemm_source, sizeof gemm_source);
     if (rc)
@@ -223,10 +311,13 @@ static int preview(args *a, tri_flag *flags, int nf, const tri_model *model)
     rc = tri_preview_create(&p, &m, &l, &c, tri_model_preview_plan, (void *)model);
     if (rc)
         return rc;
-    if (a->json)
-        rc = tri_report_json(stdout, &p, &info);
-    else
-        tri_report_text(stdout, &p, &info);
+    tri_dp_sweep sweep = {0};
+    if (a->sweep)
+        rc = dp_sweep(&m, &l, &c, model, &sweep);
+    if (!rc && a->json)
+        rc = tri_report_json(stdout, &p, &info, a->sweep ? &sweep : NULL);
+    else if (!rc)
+        tri_report_text(stdout, &p, &info, a->sweep ? &sweep : NULL);
     if (!rc && a->timeline) {
         rc = write_timeline(a, &p, tri_model_name(model));
         if (!rc && !a->json)

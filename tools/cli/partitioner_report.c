@@ -125,6 +125,79 @@ static void print_memory(FILE *f, const tri_preview *p)
     }
 }
 
+/* Whether the report adds the data-parallel method's figures (see partitioner_report.h). */
+static bool dp_extra(const tri_preview *p)
+{
+    const tri_cluster *c = &p->cluster;
+    return c->dp.compression.kind != TRI_COMPRESS_NONE || c->dp.local_sgd_steps > 1 || c->inter_bw > 0 ||
+           p->layout.overlap_grad_reduce || p->layout.overlap_param_gather;
+}
+
+/* "1bit (block 256)", "local SGD H 16 + qsgd (7 levels, block 256)", ... */
+static void method_name(const tri_dp_method *d, char *buf, size_t cap)
+{
+    const tri_compression *z = &d->compression;
+    char comp[96];
+    switch (z->kind) {
+    case TRI_COMPRESS_1BIT: snprintf(comp, sizeof comp, "1bit (block %d)", z->block_size); break;
+    case TRI_COMPRESS_QSGD: snprintf(comp, sizeof comp, "qsgd (%d levels, block %d)", z->qsgd_levels, z->block_size); break;
+    case TRI_COMPRESS_TOPK: snprintf(comp, sizeof comp, "topk (fraction %g)", (double)z->topk_fraction); break;
+    case TRI_COMPRESS_POWERSGD: snprintf(comp, sizeof comp, "powersgd (rank %d)", z->powersgd_rank); break;
+    default: snprintf(comp, sizeof comp, "fp32"); break;
+    }
+    if (d->local_sgd_steps > 1)
+        snprintf(buf, cap, "local SGD H %d, %s synchronisation", d->local_sgd_steps, comp);
+    else
+        snprintf(buf, cap, "%s reduction every step", comp);
+}
+
+static double ratio(const tri_time_result *t)
+{
+    return t->dp_sent_bytes > 0 ? t->dp_sent_uncompressed / t->dp_sent_bytes : 1.0;
+}
+
+static void print_dp_method(FILE *f, const tri_preview *p)
+{
+    const tri_time_result *t = &p->time;
+    char name[160];
+    method_name(&p->cluster.dp, name, sizeof name);
+    char vs[96] = "";
+    if (t->dp_sent_bytes != t->dp_sent_uncompressed)
+        snprintf(vs, sizeof vs, " (%.2fx less than fp32 reductions, %.4g MB)", ratio(t), t->dp_sent_uncompressed / 1e6);
+    fprintf(f, "  %-10s %s: sends %.4g MB per step per rank%s, %#.4g s of DP communication at %.4g Gb/s%s; "
+            "encode + decode %#.3g s (memory-bound estimate), stalls %#.3g s\n", "DP method", name,
+            t->dp_sent_bytes / 1e6, vs, t->dp_comm_s,
+            (t->dp_inter_node ? tri_cluster_inter_bw(&p->cluster) : p->cluster.hw->intra_bw) * 8 / 1e9,
+            t->dp_inter_node ? " between nodes" : " inside a node", t->dp_codec_s, t->dp_stall_s);
+}
+
+static void print_sweep(FILE *f, const tri_preview *p, const tri_dp_sweep *sw)
+{
+    fprintf(f, "\ndata-parallel methods by inter-node bandwidth (predicted s per iteration; MB sent per step per rank)%s:\n",
+            p->time.dp_inter_node ? "" : " - data parallelism stays inside a node here, so the bandwidth changes nothing");
+    fprintf(f, "  %-22s %10s", "method", "MB/step");
+    for (int b = 0; b < TRI_SWEEP_BANDWIDTHS; b++)
+        fprintf(f, "  %6.0f Gb/s", sw->gbps[b]);
+    fprintf(f, "\n");
+    for (int k = 0; k < sw->rows; k++) {
+        char name[48];
+        if (k < TRI_COMPRESS_KINDS)
+            snprintf(name, sizeof name, "%s", tri_compression_name((tri_compression_kind)k));
+        else
+            snprintf(name, sizeof name, "local SGD H %d", sw->local_sgd_steps);
+        const tri_dp_sweep_cell *c0 = &sw->cell[0][k];
+        if (c0->refused) {
+            fprintf(f, "  %-22s refused at ZeRO %d (compression needs ZeRO 0-1, local SGD ZeRO 0)\n", name,
+                    p->layout.zero_stage);
+            continue;
+        }
+        fprintf(f, "  %-22s %10.4g", name, c0->time.dp_sent_bytes / 1e6);
+        for (int b = 0; b < TRI_SWEEP_BANDWIDTHS; b++)
+            fprintf(f, "  %11.4g", sw->cell[b][k].time.iteration_s);
+        fprintf(f, "\n");
+    }
+}
+
 static void print_time(FILE *f, const tri_preview *p, const tri_report_info *in)
 {
     const tri_time_result *t = &p->time;
@@ -142,13 +215,29 @@ static void print_time(FILE *f, const tri_preview *p, const tri_report_info *in)
             "%.1f%%)\n", "bubble", t->bubble_s, 100 * t->bubble_s / T, 100 * t->bubble_fraction, 100 * closed);
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  %.4g GB per rank over %s, %.3g ms a message\n", "PP comm", t->pp_s,
             100 * t->pp_s / T, t->pp_bytes / 1e9, link_name_of(c, t->pp_inter_node), 1e3 * t->p2p_message_s);
-    fprintf(f, "  %-10s %#10.4g s %5.1f%%  ZeRO %d, %.4g GB per rank over %s, %.0f%% exposed\n", "DP comm", t->dp_s,
-            100 * t->dp_s / T, l->zero_stage, t->dp_bytes / 1e9, link_name_of(c, t->dp_inter_node),
-            100 * c->eff.dp_exposed);
+    bool plain = c->dp.compression.kind == TRI_COMPRESS_NONE && c->dp.local_sgd_steps <= 1;
+    char exposure[160] = "";
+    if (t->dp_overlap_simulated)
+        snprintf(exposure, sizeof exposure, "overlap simulated: %#.4g of %#.4g s exposed", t->dp_s - t->dp_codec_s,
+                 t->dp_comm_s);
+    else
+        snprintf(exposure, sizeof exposure, "%.0f%% exposed", 100 * c->eff.dp_exposed);
+    if (t->dp_codec_s > 0) {
+        size_t used = strlen(exposure);
+        snprintf(exposure + used, sizeof exposure - used, ", + encode/decode %#.3g s", t->dp_codec_s);
+    }
+    fprintf(f, "  %-10s %#10.4g s %5.1f%%  ZeRO %d, %.4g GB %sper rank over %s, %s\n", "DP comm", t->dp_s,
+            100 * t->dp_s / T, l->zero_stage, (plain ? t->dp_bytes : t->dp_sent_bytes) / 1e9, plain ? "" : "sent ",
+            link_name_of(c, t->dp_inter_node), exposure);
+    if (dp_extra(p))
+        print_dp_method(f, p);
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  AdamW over the rank's shard\n", "optimizer", t->optimizer_s,
             100 * t->optimizer_s / T);
-    if ((l->overlap_grad_reduce || l->overlap_param_gather) && c->eff.dp_exposed >= 1.0)
-        fprintf(f, "  note: DP overlap is not modelled in time: --dp-comm-exposed sets the share left exposed\n");
+    if ((l->overlap_grad_reduce || l->overlap_param_gather) && c->dp_exposed_given)
+        fprintf(f, "  note: --dp-comm-exposed %.2f replaces the simulated DP overlap\n", c->eff.dp_exposed);
+    else if (t->dp_overlap_simulated)
+        fprintf(f, "  note: DP overlap simulated: each rank's reductions and all-gathers on one comm stream against its "
+                "simulated compute, as the engine issues them (partitioner/dp_overlap.h)\n");
     fprintf(f, "throughput: %.0f tokens/s; %.4g model TFLOP/s per %s; MFU %.1f%% (HFU %.1f%%)\n", t->tokens_per_s,
             t->model_tflops_per_gpu, c->hw->cpu ? "rank" : "GPU", 100 * t->mfu, 100 * t->hfu);
     fprintf(f, "FLOPs per iteration: %.4g model (Narayanan et al. 2021 eq. 3), %.4g executed with recompute %s\n",
@@ -160,12 +249,14 @@ static void print_time(FILE *f, const tri_preview *p, const tri_report_info *in)
             "schedule\n", p->from_engine_plan ? "the engine's plan" : "formulas", p->sched.name);
 }
 
-void tri_report_text(FILE *f, const tri_preview *p, const tri_report_info *info)
+void tri_report_text(FILE *f, const tri_preview *p, const tri_report_info *info, const tri_dp_sweep *sweep)
 {
     print_header(f, p, info);
     print_stages(f, p);
     print_memory(f, p);
     print_time(f, p, info);
+    if (sweep)
+        print_sweep(f, p, sweep);
 }
 
 /* ---- JSON ---- */
@@ -255,7 +346,56 @@ static int emit(FILE *f, cJSON *o)
     return TRI_OK;
 }
 
-int tri_report_json(FILE *f, const tri_preview *p, const tri_report_info *in)
+static cJSON *dp_json(const tri_preview *p)
+{
+    const tri_time_result *t = &p->time;
+    const tri_compression *z = &p->cluster.dp.compression;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "grad_compression", tri_compression_name(z->kind));
+    cJSON_AddNumberToObject(o, "compression_block_size", z->block_size);
+    cJSON_AddNumberToObject(o, "qsgd_levels", z->qsgd_levels);
+    cJSON_AddNumberToObject(o, "topk_fraction", z->topk_fraction);
+    cJSON_AddNumberToObject(o, "powersgd_rank", z->powersgd_rank);
+    cJSON_AddNumberToObject(o, "local_sgd_steps", p->cluster.dp.local_sgd_steps > 1 ? p->cluster.dp.local_sgd_steps : 1);
+    cJSON_AddBoolToObject(o, "inter_node", t->dp_inter_node);
+    cJSON_AddNumberToObject(o, "bandwidth_bytes_per_s", t->dp_inter_node ? tri_cluster_inter_bw(&p->cluster) : p->cluster.hw->intra_bw);
+    cJSON_AddNumberToObject(o, "sent_bytes_per_step", t->dp_sent_bytes);
+    cJSON_AddNumberToObject(o, "grad_sent_bytes_per_step", t->dp_grad_sent_bytes);
+    cJSON_AddNumberToObject(o, "sent_bytes_uncompressed_per_step", t->dp_sent_uncompressed);
+    cJSON_AddNumberToObject(o, "compression_ratio", ratio(t));
+    cJSON_AddNumberToObject(o, "comm_s", t->dp_comm_s);
+    cJSON_AddNumberToObject(o, "exposed_s", t->dp_s);
+    cJSON_AddNumberToObject(o, "codec_s", t->dp_codec_s);
+    cJSON_AddNumberToObject(o, "stall_s", t->dp_stall_s);
+    cJSON_AddStringToObject(o, "exposure", t->dp_overlap_simulated ? "simulated" : "share");
+    return o;
+}
+
+static cJSON *sweep_json(const tri_dp_sweep *sw)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int k = 0; k < sw->rows; k++) {
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddStringToObject(row, "method", k < TRI_COMPRESS_KINDS ? tri_compression_name((tri_compression_kind)k)
+                                                                      : "local_sgd");
+        cJSON_AddNumberToObject(row, "local_sgd_steps", k < TRI_COMPRESS_KINDS ? 1 : sw->local_sgd_steps);
+        cJSON_AddBoolToObject(row, "refused", sw->cell[0][k].refused);
+        cJSON *pts = cJSON_AddArrayToObject(row, "points");
+        for (int b = 0; b < TRI_SWEEP_BANDWIDTHS && !sw->cell[0][k].refused; b++) {
+            const tri_time_result *t = &sw->cell[b][k].time;
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddNumberToObject(x, "inter_node_gbps", sw->gbps[b]);
+            cJSON_AddNumberToObject(x, "iteration_time_s", t->iteration_s);
+            cJSON_AddNumberToObject(x, "dp_comm_s", t->dp_s);
+            cJSON_AddNumberToObject(x, "dp_sent_bytes_per_step", t->dp_sent_bytes);
+            cJSON_AddItemToArray(pts, x);
+        }
+        cJSON_AddItemToArray(arr, row);
+    }
+    return arr;
+}
+
+int tri_report_json(FILE *f, const tri_preview *p, const tri_report_info *in, const tri_dp_sweep *sweep)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *model = cJSON_AddObjectToObject(o, "model");
@@ -300,6 +440,10 @@ int tri_report_json(FILE *f, const tri_preview *p, const tri_report_info *in)
     cJSON_AddNumberToObject(o, "tp_bytes_per_step", p->time.tp_bytes);
     cJSON_AddNumberToObject(o, "pp_bytes_per_step", p->time.pp_bytes);
     cJSON_AddNumberToObject(o, "dp_bytes_per_step", p->time.dp_bytes);
+    if (dp_extra(p))
+        cJSON_AddItemToObject(o, "data_parallel", dp_json(p));
+    if (sweep)
+        cJSON_AddItemToObject(o, "dp_bandwidth_sweep", sweep_json(sweep));
     cJSON_AddItemToObject(o, "efficiency", efficiency_json(&p->cluster.eff, in->gemm_source));
     return emit(f, o);
 }

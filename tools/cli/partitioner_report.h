@@ -6,7 +6,13 @@
  * predicted iteration split into compute, exposed TP / PP / DP communication, bubble and
  * optimizer; tokens/s, model TFLOP/s per GPU, MFU; the FLOPs and the fractions used.
  * JSON: the same figures in SI units (bytes, seconds, FLOPs), keys in snake_case, e.g.
- * iteration_time_s, mfu, stages[i].memory_bytes.total. */
+ * iteration_time_s, mfu, stages[i].memory_bytes.total.
+ * Data parallelism: the DP line says whether its exposure was simulated (--overlap-grad-reduce /
+ * --overlap-param-gather, partitioner/dp_overlap.h) or a share; with a compressor, local SGD, an
+ * overlap flag or --inter-node-bandwidth a "DP method" line (JSON: "data_parallel") adds the bytes a
+ * rank sends per step, the compression ratio, all dp communication before overlap, the codec and
+ * stall times. JSON without those flags is the same as before them. A sweep (--dp-bandwidth-sweep)
+ * adds a table of the predicted step per method and inter-node bandwidth (JSON: "dp_bandwidth_sweep"). */
 #ifndef TRIDENT_TOOLS_CLI_PARTITIONER_REPORT_H
 #define TRIDENT_TOOLS_CLI_PARTITIONER_REPORT_H
 
@@ -21,10 +27,27 @@ typedef struct tri_report_info {
     const char *gemm_source;    /* where the gemm fraction comes from */
 } tri_report_info;
 
-void tri_report_text(FILE *f, const tri_preview *p, const tri_report_info *info);
+#define TRI_SWEEP_BANDWIDTHS 4
 
-/* TRI_ENOMEM when the JSON cannot be built. */
-int tri_report_json(FILE *f, const tri_preview *p, const tri_report_info *info);
+/* The predicted step of one layout under each data-parallel method at each inter-node bandwidth:
+ * rows 0..TRI_COMPRESS_KINDS-1 the compressors (none first), then local SGD (uncompressed) when
+ * local_sgd_steps > 1. */
+typedef struct tri_dp_sweep_cell {
+    tri_time_result time;
+    bool refused;               /* the layout's ZeRO stage refuses the method (tri_time_dp_method_check) */
+} tri_dp_sweep_cell;
+
+typedef struct tri_dp_sweep {
+    int rows, local_sgd_steps;
+    double gbps[TRI_SWEEP_BANDWIDTHS];
+    tri_dp_sweep_cell cell[TRI_SWEEP_BANDWIDTHS][TRI_COMPRESS_KINDS + 1];
+} tri_dp_sweep;
+
+/* sweep may be NULL. */
+void tri_report_text(FILE *f, const tri_preview *p, const tri_report_info *info, const tri_dp_sweep *sweep);
+
+/* TRI_ENOMEM when the JSON cannot be built. sweep may be NULL. */
+int tri_report_json(FILE *f, const tri_preview *p, const tri_report_info *info, const tri_dp_sweep *sweep);
 
 void tri_report_search_text(FILE *f, const tri_search_entry *e, int n, const tri_search_stats *st,
                             const tri_cluster *c, const tri_report_info *info);
