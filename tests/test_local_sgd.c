@@ -1,0 +1,285 @@
+/* tests/test_local_sgd.c - local SGD and DiLoCo (engine/train/local_sgd.h) on thread ranks.
+ *
+ * - The outer step against a float64 reference of DiLoCo's Algorithm 1 (Douillard et al. 2023;
+ *   PyTorch's SGD with Nesterov momentum as the outer optimizer) and of parameter averaging, over
+ *   five outer steps at dp 4: each replica's "inner steps" are a seeded perturbation of the anchor
+ *   written into its weights, the outer step runs, and every rank's weights must match the
+ *   reference within a bound derived from fp32 rounding (below); its outer state is a 1/dp slice.
+ * - Replicas fed the same data stay identical: dp 2 with both replicas given the same samples equals
+ *   one replica (dp 1) bit for bit, losses and weights, for average and Nesterov (the mean of two
+ *   equal fp32 deltas is exact: a sum doubled and halved).
+ * - Inner steps with tp and pp inside each replica: in deterministic mode pipeline parallelism
+ *   changes no bit (the existing layouts' promise, tests/test_deterministic.c), so dp 2 with pp 2
+ *   equals dp 2 with pp 1, at tp 1 and at tp 2 (with sequence parallelism), and bf16 runs.
+ * - Inner steps send nothing over dp; an outer synchronisation sends 3 x 4 bytes x the padded
+ *   parameters (anchor all-gather, delta reduce-scatter, parameter all-gather).
+ * - Bad configurations are refused, naming the flag and the value.
+ *
+ * What local SGD does not promise: H = 1 with average and outer lr 1 is parameter averaging after
+ * each replica's own AdamW step, which is not AdamW on the averaged gradient (Adam is not linear in
+ * the gradient), so it is not compared with synchronous data parallelism. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "models/gpt.h"
+#include "models/session.h"
+#include "tests/harness.h"
+
+enum { B = 1, T = 8 };
+
+/* ---- the outer step against a float64 reference ---- */
+
+enum { DP = 4, OUTER_STEPS = 5 };
+
+typedef struct outer_job {
+    tri_local_sgd_config cfg;
+    double worst[DP];           /* per rank: max over elements and steps of |error| / bound */
+    int64_t anchor_numel[DP];   /* per rank: the outer anchor's elements */
+    int64_t padded_numel;
+} outer_job;
+
+/* Replica r's perturbation of element i at outer step k: its "inner steps", in [-0.05, 0.05). */
+static float perturbation(int k, int r, int64_t i)
+{
+    return (float)(tri_rng_uniform(77, (uint64_t)k * 131u + (uint64_t)r, (uint64_t)i) - 0.5) * 0.1f;
+}
+
+static int outer_rank(int rank, int size, tri_comm *world, void *arg)
+{
+    (void)size;
+    outer_job *j = arg;
+    tri_gpt_config cfg = tu_tiny_config();
+    tri_model model = tri_gpt_model(&cfg);
+    tu_layout lay = {.tp = 1, .pp = 1, .dp = DP, .n_micro = 1, .local = j->cfg};
+    tri_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f, .local_sgd = j->cfg,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f}};
+    int rc = tu_model_layout_resolve(&model, B, T, &lay, DP, &o.run.layout);
+    tri_device *dev = NULL;
+    tri_session ss;
+    if (!rc) rc = tri_device_cpu_create(&dev, 1);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &model, &o);
+    if (rc) {
+        tri_device_destroy(dev);
+        return rc;
+    }
+    tri_chunk *ch = ss.model.chunk[0];
+    const tri_param_layout *L = &ch->layout;
+    tri_zero *z = &ch->zero;
+    j->anchor_numel[rank] = tri_tensor_numel(ss.trainer.outer[0].anchor);
+    j->padded_numel = L->padded_numel;
+    double lr = j->cfg.outer_lr, mu = j->cfg.outer_momentum;
+    bool nesterov = j->cfg.outer == TRI_OUTER_NESTEROV;
+    /* float64 state per parameter element: the anchor and the momentum */
+    int64_t total = L->numel;
+    double *anchor = calloc((size_t)total, sizeof *anchor), *mom = calloc((size_t)total, sizeof *mom);
+    float *host = malloc((size_t)L->padded_numel * sizeof *host);
+    float *mine = malloc((size_t)L->padded_numel * sizeof *mine);
+    if (!anchor || !mom || !host || !mine)
+        rc = TRI_ERR(TRI_ENOMEM, "test: out of memory");
+    /* the initial weights, the same on every replica */
+    int64_t at = 0;
+    for (int i = 0; i < L->n && !rc; i++) {
+        rc = tri_zero_read_param(z, &L->params[i], false, host);
+        for (int64_t e = 0; e < L->params[i].numel; e++)
+            anchor[at + e] = host[e];
+        at += L->params[i].numel;
+    }
+    double worst = 0.0;
+    for (int k = 0; k < OUTER_STEPS && !rc; k++) {
+        /* inner steps: theta_r = fp32(current weights + perturbation); the reference sees the same floats */
+        double max_abs = 0.0;
+        at = 0;
+        for (int i = 0; i < L->n && !rc; i++) {
+            const tri_param *p = &L->params[i];
+            rc = tri_zero_read_param(z, p, false, host);
+            for (int64_t e = 0; e < p->numel && !rc; e++) {
+                mine[e] = host[e] + perturbation(k, rank, at + e);
+                double sum = 0.0;
+                for (int r = 0; r < DP; r++)
+                    sum += anchor[at + e] - (double)(float)(host[e] + perturbation(k, r, at + e));
+                double delta = sum / DP;
+                if (nesterov) {
+                    mom[at + e] = mu * mom[at + e] + delta;
+                    delta += mu * mom[at + e];
+                }
+                anchor[at + e] -= lr * delta;
+                max_abs = fmax(max_abs, fmax(fabs(anchor[at + e]), fabs(host[e])));
+                max_abs = fmax(max_abs, fabs(mom[at + e]));
+            }
+            if (!rc) rc = tri_zero_write_param(z, p, mine);
+            at += p->numel;
+        }
+        if (!rc) rc = tri_trainer_outer_sync(&ss.trainer);
+        /* The bound, per element of one step (fp32 unit roundoff u = 2^-24, values below max_abs M,
+         * deltas below 2M): the delta's subtraction 1 rounding, the reduce-scatter's dp - 1 additions
+         * and the 1/dp scale 1 (each <= u x dp x 2M before the scale); Nesterov's three operations
+         * on b and the direction 4 more (|b| <= M); the update and the copy 2 (<= u x M). The fp32
+         * state's earlier errors propagate: the anchor's unchanged, the momentum's by mu per step
+         * into the direction with weight lr (1 + mu) / (1 - mu) summed over steps. So per step
+         * e <= (2 dp + 8) u M (1 + lr (1 + mu) / (1 - mu)), and k + 1 steps add up. */
+        double amp = 1.0 + lr * (nesterov ? (1.0 + mu) / (1.0 - mu) : 1.0);
+        double bound = (double)(k + 1) * (2.0 * DP + 8.0) * 0x1p-24 * fmax(max_abs, 1e-30) * amp;
+        at = 0;
+        for (int i = 0; i < L->n && !rc; i++) {
+            const tri_param *p = &L->params[i];
+            rc = tri_zero_read_param(z, p, false, host);
+            for (int64_t e = 0; e < p->numel && !rc; e++)
+                worst = fmax(worst, fabs((double)host[e] - anchor[at + e]) / bound);
+            at += p->numel;
+        }
+    }
+    j->worst[rank] = worst;
+    free(anchor);
+    free(mom);
+    free(host);
+    free(mine);
+    tri_session_destroy(&ss);
+    tri_device_destroy(dev);
+    return rc;
+}
+
+static void check_outer(tri_outer_kind kind, float lr, float mu)
+{
+    outer_job j = {.cfg = {.steps = 4, .outer = kind, .outer_lr = lr, .outer_momentum = mu}};
+    cr_assert_eq(tri_run_thread_ranks(DP, outer_rank, &j), TRI_OK, "%s", tri_error_message());
+    for (int r = 0; r < DP; r++) {
+        cr_expect_leq(j.worst[r], 1.0, "%s lr %g mu %g: rank %d's weights are %.3g bounds from the float64 "
+                      "reference", tri_outer_kind_name(kind), (double)lr, (double)mu, r, j.worst[r]);
+        cr_expect_eq(j.anchor_numel[r], j.padded_numel / DP, "rank %d keeps %lld anchor elements, not 1/%d of %lld",
+                     r, (long long)j.anchor_numel[r], DP, (long long)j.padded_numel);
+    }
+    cr_log_info("%s lr %g mu %g: worst error %.3g of the derived bound over %d outer steps", tri_outer_kind_name(kind),
+                (double)lr, (double)mu, j.worst[0], OUTER_STEPS);
+}
+
+Test(local_sgd, outer_nesterov_matches_diloco_float64, .timeout = 120) { check_outer(TRI_OUTER_NESTEROV, 0.7f, 0.9f); }
+Test(local_sgd, outer_average_matches_float64, .timeout = 120) { check_outer(TRI_OUTER_AVERAGE, 1.0f, 0.0f); }
+Test(local_sgd, outer_average_lr_half_matches_float64, .timeout = 120) { check_outer(TRI_OUTER_AVERAGE, 0.5f, 0.0f); }
+
+/* ---- whole runs through the harness ---- */
+
+enum { STEPS = 6, MICRO = 2 };
+
+static void expect_same(const tu_result *a, const tu_result *b, const char *name)
+{
+    cr_expect(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+              a->losses[STEPS - 1], b->losses[STEPS - 1]);
+    for (int i = 0; i < a->n; i++)
+        cr_expect(memcmp(a->weights[i], b->weights[i], (size_t)a->numel[i] * sizeof(float)) == 0,
+                  "%s: final %s differs (relative %.2g)", name, a->names[i],
+                  tu_tensor_rel(a->weights[i], b->weights[i], a->numel[i]));
+}
+
+static tri_local_sgd_config local(int H, tri_outer_kind kind)
+{
+    return (tri_local_sgd_config){.steps = H, .outer = kind, .outer_lr = kind == TRI_OUTER_NESTEROV ? 0.7f : 1.0f,
+                                  .outer_momentum = 0.9f};
+}
+
+static void same_data(tri_outer_kind kind)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int64_t per = (int64_t)B * MICRO; /* samples per replica and step */
+    int32_t *one = tu_make_windows(STEPS * per, T, cfg.vocab_size, 21);
+    int32_t *two = malloc((size_t)(STEPS * 2 * per * (T + 1)) * sizeof *two);
+    cr_assert(one && two);
+    for (int s = 0; s < STEPS; s++) /* both replicas of step s get one's samples of step s */
+        for (int r = 0; r < 2; r++)
+            memcpy(two + ((s * 2 + r) * per) * (T + 1), one + (s * per) * (T + 1), (size_t)(per * (T + 1)) * sizeof *two);
+    tu_layout a = {.tp = 1, .pp = 1, .dp = 1, .n_micro = MICRO, .local = local(3, kind)};
+    tu_layout b = a;
+    b.dp = 2;
+    tu_result ra, rb;
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &a, one, STEPS, &ra), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &b, two, STEPS, &rb), TRI_OK, "%s", tri_error_message());
+    expect_same(&ra, &rb, kind == TRI_OUTER_NESTEROV ? "DiLoCo dp 2 on equal data vs dp 1" : "local SGD dp 2 on equal data vs dp 1");
+    /* inner steps (3 of every 3) send nothing over dp: the first step's dp traffic is zero */
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        cr_expect_eq(rb.dp_bytes[k], 0, "an inner step sent %llu bytes over dp (%s)", (unsigned long long)rb.dp_bytes[k],
+                     tri_comm_kind_name((tri_comm_kind)k));
+    tu_result_free(&ra);
+    tu_result_free(&rb);
+    free(one);
+    free(two);
+}
+
+Test(local_sgd, equal_replicas_stay_one_model_average, .timeout = 120) { same_data(TRI_OUTER_AVERAGE); }
+Test(local_sgd, equal_replicas_stay_one_model_nesterov, .timeout = 120) { same_data(TRI_OUTER_NESTEROV); }
+
+static void pipeline_inside(int tp, bool sp, bool bf16)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)STEPS * 2 * B * MICRO, T, cfg.vocab_size, 23);
+    tu_layout a = {.tp = tp, .pp = 1, .dp = 2, .sp = sp, .bf16 = bf16, .n_micro = MICRO, .deterministic = true,
+                   .local = local(3, TRI_OUTER_NESTEROV)};
+    tu_layout b = a;
+    b.pp = 2;
+    tu_result ra, rb;
+    char name[96];
+    snprintf(name, sizeof name, "DiLoCo dp 2 tp %d%s%s: pp 2 vs pp 1", tp, sp ? " sp" : "", bf16 ? " bf16" : "");
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &a, w, STEPS, &ra), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &b, w, STEPS, &rb), TRI_OK, "%s", tri_error_message());
+    expect_same(&ra, &rb, name);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect(isfinite(ra.losses[s]) && ra.losses[s] > 0, "%s: loss %g at step %d", name, ra.losses[s], s + 1);
+    cr_expect_lt(ra.losses[STEPS - 1], ra.losses[0], "%s: the loss did not fall (%g -> %g)", name, ra.losses[0],
+                 ra.losses[STEPS - 1]);
+    tu_result_free(&ra);
+    tu_result_free(&rb);
+    free(w);
+}
+
+Test(local_sgd, pp_inside_replicas_same_bits, .timeout = 200) { pipeline_inside(1, false, false); }
+Test(local_sgd, tp_sp_pp_inside_replicas_same_bits, .timeout = 300) { pipeline_inside(2, true, false); }
+Test(local_sgd, bf16_pp_inside_replicas_same_bits, .timeout = 200) { pipeline_inside(1, false, true); }
+
+/* ---- bad configurations ---- */
+
+static void refused(tri_local_sgd_config c, int zero, const char *text)
+{
+    cr_expect_eq(tri_local_sgd_check(&c, zero), TRI_EINVAL, "expected a refusal naming %s", text);
+    cr_expect(strstr(tri_error_message(), text) != NULL, "message '%s' does not name '%s'", tri_error_message(), text);
+    tri_error_clear();
+}
+
+Test(local_sgd, bad_configurations_refused)
+{
+    tri_local_sgd_config ok = local(16, TRI_OUTER_NESTEROV);
+    cr_expect_eq(tri_local_sgd_check(&ok, 0), TRI_OK, "%s", tri_error_message());
+    tri_local_sgd_config c = ok;
+    c.steps = -1;
+    refused(c, 0, "--local-sgd-steps -1");
+    c = ok;
+    c.outer_lr = 0.0f;
+    refused(c, 0, "--outer-lr 0");
+    c.outer_lr = -0.5f;
+    refused(c, 0, "--outer-lr -0.5");
+    c.outer_lr = NAN;
+    refused(c, 0, "--outer-lr nan");
+    c = ok;
+    c.outer_momentum = 1.0f;
+    refused(c, 0, "--outer-momentum 1");
+    c.outer_momentum = -0.1f;
+    refused(c, 0, "--outer-momentum -0.1");
+    for (int zero = 1; zero <= 3; zero++)
+        refused(ok, zero, "ZeRO stage");
+    tri_outer_kind k;
+    cr_expect_eq(tri_outer_kind_parse("adam", &k), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--outer-optimizer adam") != NULL, "%s", tri_error_message());
+    tri_error_clear();
+    cr_expect_eq(tri_outer_kind_parse("nesterov", &k), TRI_OK);
+    cr_expect_eq(k, TRI_OUTER_NESTEROV);
+    /* the windows: every H-th update and the final one */
+    tri_local_sgd_config w = local(4, TRI_OUTER_AVERAGE);
+    w.final_iter = 10;
+    bool want[11] = {false, false, false, false, true, false, false, false, true, false, true};
+    for (int64_t it = 1; it <= 10; it++)
+        cr_expect_eq(tri_local_sgd_syncs_at(&w, it), want[it], "iteration %lld", (long long)it);
+    tri_local_sgd_config off = {0};
+    cr_expect_not(tri_local_sgd_syncs_at(&off, 4));
+}
