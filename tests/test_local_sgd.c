@@ -13,6 +13,9 @@
  *   equals dp 2 with pp 1, at tp 1 and at tp 2 (with sequence parallelism), and bf16 runs.
  * - Inner steps send nothing over dp; an outer synchronisation sends 3 x 4 bytes x the padded
  *   parameters (anchor all-gather, delta reduce-scatter, parameter all-gather).
+ * - Checkpoints: a save in the middle of an H window (replicas apart) resumes bit for bit in the
+ *   same layout and at pp 2 (deterministic mode): losses, final weights, outer momentum; another dp
+ *   mid-window, another H, or a synchronous run are refused, --reset-outer-state starts afresh.
  * - Bad configurations are refused, naming the flag and the value.
  *
  * What local SGD does not promise: H = 1 with average and outer lr 1 is parameter averaging after
@@ -23,11 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoints/checkpoint.h"
+#include "checkpoints/fsutil.h"
 #include "engine/core/rng.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "models/gpt.h"
 #include "models/session.h"
+#include "tests/ckpt_harness.h"
 #include "tests/harness.h"
 
 enum { B = 1, T = 8 };
@@ -282,4 +288,108 @@ Test(local_sgd, bad_configurations_refused)
         cr_expect_eq(tri_local_sgd_syncs_at(&w, it), want[it], "iteration %lld", (long long)it);
     tri_local_sgd_config off = {0};
     cr_expect_not(tri_local_sgd_syncs_at(&off, 4));
+}
+
+/* ---- checkpoints: a save in the middle of a window resumes bit for bit ---- */
+
+enum { CK_GLOBAL = 4, CK_HALF = 10 };
+
+static tu_ckpt_run ck_run(const tri_gpt_config *cfg, const int32_t *w, tu_layout l)
+{
+    l.local = local(4, TRI_OUTER_NESTEROV);
+    l.local.final_iter = TU_CKPT_TOTAL;
+    l.deterministic = true;
+    return (tu_ckpt_run){.cfg = cfg, .B = B, .T = T, .layout = l, .global_batch = CK_GLOBAL, .windows = w,
+                         .until = TU_CKPT_TOTAL};
+}
+
+/* A whole tensor of group (NULL: the weights) from a checkpoint's files of `kind` (malloc'd). */
+static float *ck_tensor(const char *dir, tri_ckpt_file_kind kind, const char *group, const char *name, int64_t *n)
+{
+    tri_ckpt_reader r;
+    cr_assert_eq(tri_ckpt_reader_open(&r, dir), TRI_OK, "%s", tri_error_message());
+    int t = tri_manifest_tensor(&r.m, name);
+    cr_assert_geq(t, 0);
+    tri_box all = {.ndim = r.m.tensors[t].ndim};
+    for (int d = 0; d < all.ndim; d++)
+        all.shape[d] = r.m.tensors[t].shape[d];
+    *n = tri_box_numel(&all);
+    float *buf = malloc((size_t)*n * sizeof *buf);
+    cr_assert_eq(tri_ckpt_read_box_in(&r, kind, -1, group, name, &all, buf), TRI_OK, "%s", tri_error_message());
+    tri_ckpt_reader_close(&r);
+    return buf;
+}
+
+static void ck_same(const char *a, const char *b, const char *what)
+{
+    static const char *const names[] = {"wte", "h.0.attn.c_attn.w", "h.3.mlp.c_proj.w", "ln_f.w"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int64_t n, m;
+        float *x = ck_tensor(a, TRI_CKPT_MODEL, NULL, names[i], &n), *y = ck_tensor(b, TRI_CKPT_MODEL, NULL, names[i], &m);
+        cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final %s differs", what, names[i]);
+        free(x);
+        free(y);
+        x = ck_tensor(a, TRI_CKPT_OUTER, "outer_momentum", names[i], &n);
+        y = ck_tensor(b, TRI_CKPT_OUTER, "outer_momentum", names[i], &m);
+        cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final outer momentum of %s differs", what,
+                  names[i]);
+        double mx = 0.0;
+        for (int64_t k = 0; k < n; k++)
+            mx = fmax(mx, fabs(x[k]));
+        cr_expect_gt(mx, 0.0, "%s: the outer momentum of %s is zero", what, names[i]);
+        free(x);
+        free(y);
+    }
+}
+
+Test(local_sgd, checkpoint_mid_window_resumes_bit_for_bit, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * CK_GLOBAL, T, cfg.vocab_size, 29);
+    char *dir = tu_ckpt_tmpdir("local-sgd");
+    char ref_dir[4200], mid[4300], ref_final[4300], out[4300], fin[4400];
+    snprintf(ref_dir, sizeof ref_dir, "%s/uninterrupted", dir);
+    snprintf(mid, sizeof mid, "%s/iter_%07d", ref_dir, CK_HALF); /* 10 = 2 x 4 + 2: inside a window */
+    snprintf(ref_final, sizeof ref_final, "%s/iter_%07d", ref_dir, TU_CKPT_TOTAL);
+    tu_ckpt_run ref = ck_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 2});
+    ref.save_dir = ref_dir;
+    ref.save_interval = CK_HALF;
+    cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
+    /* the same layout, and pp 2 x tp 1 (deterministic mode: pp changes no bit) */
+    tu_layout same[] = {{.tp = 1, .pp = 1, .dp = 2}, {.tp = 1, .pp = 2, .dp = 2}};
+    for (int c = 0; c < 2; c++) {
+        snprintf(out, sizeof out, "%s/resumed%d", dir, c);
+        tu_ckpt_run r = ck_run(&cfg, w, same[c]);
+        r.load = mid;
+        r.save_dir = out;
+        cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "resume %d: %s", c, tri_error_message());
+        cr_assert_eq(r.start, CK_HALF);
+        for (int k = 0; k < TU_CKPT_TOTAL - CK_HALF; k++)
+            cr_expect(r.losses[k] == ref.losses[CK_HALF + k], "resume pp %d: iteration %d loss %.17g, uninterrupted %.17g",
+                      same[c].pp, CK_HALF + k + 1, r.losses[k], ref.losses[CK_HALF + k]);
+        snprintf(fin, sizeof fin, "%s/iter_%07d", out, TU_CKPT_TOTAL);
+        ck_same(fin, ref_final, same[c].pp == 1 ? "resumed in the same layout" : "resumed at pp 2");
+    }
+    /* refusals: another dp in the middle of a window; another H; then --reset-outer-state */
+    tu_ckpt_run r = ck_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 1});
+    r.load = mid;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "middle of a window") && strstr(tri_error_message(), "dp 2"), "%s",
+              tri_error_message());
+    r = ck_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 2});
+    r.layout.local.steps = 8;
+    r.load = mid;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--local-sgd-steps 4 --outer-optimizer nesterov") &&
+                  strstr(tri_error_message(), "--local-sgd-steps 8"), "%s", tri_error_message());
+    r.reset_outer_state = true;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_OK, "--reset-outer-state: %s", tri_error_message());
+    r = ck_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 2});
+    r.layout.local.steps = 0;
+    r.load = mid;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_EINVAL, "a synchronous run must refuse local SGD's checkpoint");
+    tri_error_clear();
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
 }

@@ -157,7 +157,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)CHOICE("outer-optimizer", &a->outer_optimizer, "average|nesterov", "local SGD's outer step on the replicas' mean parameter change delta (anchor - parameters): average moves the anchor by outer-lr x delta (outer lr 1: parameter averaging, Lin et al. 2020); nesterov is PyTorch's SGD with Nesterov momentum on delta, as DiLoCo (Douillard et al. 2023). Default average; giving it turns local SGD on even at --local-sgd-steps 1");
     f[n++] = (tri_flag)FLAG("outer-lr", TRI_FLAG_FLOAT, &a->outer_lr, "outer learning rate, > 0 (default: 1 for average, DiLoCo's 0.7 for nesterov)", -1e9, 1e9);
     f[n++] = (tri_flag)FLAG("outer-momentum", TRI_FLAG_FLOAT, &a->outer_momentum, "Nesterov momentum of the outer step, in [0, 1) (DiLoCo's 0.9; nesterov only)", -1e9, 1e9);
-    f[n++] = (tri_flag)FLAG("reset-outer-state", TRI_FLAG_BOOL, &a->reset_outer_state, "on resume, start local SGD's outer state afresh (anchor = the loaded weights, momentum zero) instead of refusing a checkpoint saved with other --local-sgd-steps / --outer-optimizer", 0, 0);
+    f[n++] = (tri_flag)FLAG("reset-outer-state", TRI_FLAG_BOOL, &a->reset_outer_state, "on resume, start local SGD's outer state afresh (anchor = the loaded weights, momentum zero; without local SGD: drop the checkpoint's) instead of refusing a checkpoint saved with other --local-sgd-steps / --outer-optimizer", 0, 0);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no per-iteration lines (summary only)", 0, 0);
     return n;
 }
@@ -209,10 +209,9 @@ static int local_sgd_options(run *r)
         return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation "
                        "(1: synchronous data parallelism)", a->local_sgd_steps);
     if (a->local_sgd_steps == 1 && !a->outer_optimizer) {
-        if (a->reset_outer_state || !isnan(a->outer_lr))
-            return TRI_ERR(TRI_EINVAL, "--%s needs local SGD (--local-sgd-steps H > 1 or --outer-optimizer)",
-                           a->reset_outer_state ? "reset-outer-state" : "outer-lr");
-        return TRI_OK;
+        if (!isnan(a->outer_lr))
+            return TRI_ERR(TRI_EINVAL, "--outer-lr needs local SGD (--local-sgd-steps H > 1 or --outer-optimizer)");
+        return TRI_OK; /* --reset-outer-state here drops a checkpoint's local SGD state */
     }
     int rc = tri_outer_kind_parse(a->outer_optimizer ? a->outer_optimizer : "average", &c->outer);
     if (rc)
@@ -476,6 +475,7 @@ static int evaluate(run *r, int64_t iter)
 static tri_session_ckpt_run ckpt_run(const run *r)
 {
     return (tri_session_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last,
+                                  .reset_outer_state = r->a.reset_outer_state,
                               .lr_source = r->a.use_checkpoint_scheduler ? TRI_LR_CHECKPOINT
                                            : r->a.override_scheduler     ? TRI_LR_FLAGS
                                                                          : TRI_LR_SAME};

@@ -93,6 +93,7 @@ int tri_trainer_outer_reset(tri_trainer *t)
         rc = tri_zero_sync(&t->chunks[c]->zero);
         if (!rc) rc = tri_outer_reset(t->dev, &t->outer[c], &t->chunks[c]->zero);
     }
+    t->replicas_apart = false;
     return rc;
 }
 
@@ -104,8 +105,10 @@ int tri_trainer_outer_sync(tri_trainer *t)
     for (int c = 0; c < t->v && !rc; c++)
         rc = tri_outer_step(t->dev, t->grid->dp_comm, &t->chunks[c]->zero, &t->outer[c], t->outer_scratch,
                             &t->cfg.local);
-    if (!rc)
+    if (!rc) {
         t->outer_syncs++;
+        t->replicas_apart = false;
+    }
     return rc;
 }
 
@@ -433,6 +436,7 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     }
     /* local SGD: the outer synchronisation ends its window, skipped step or not (the iterations
      * count the window) */
+    t->replicas_apart = t->cfg.local.steps > 0;
     if (!rc && tri_local_sgd_syncs_at(&t->cfg.local, iter + 1)) {
         rc = tri_trainer_outer_sync(t);
         res->outer_sync = rc == TRI_OK;

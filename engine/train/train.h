@@ -92,6 +92,7 @@ typedef struct tri_trainer {
     tri_outer_state outer[TRI_MAX_CHUNKS]; /* per chunk: this dp rank's slice of the anchor and momentum */
     tri_tensor outer_scratch;            /* (largest unit's tri_outer_scratch_numel) f32 */
     int64_t outer_syncs;                 /* outer synchronisations so far */
+    bool replicas_apart;                 /* an update since the last synchronisation (the replicas differ) */
 } tri_trainer;
 
 /* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
