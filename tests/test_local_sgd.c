@@ -393,3 +393,22 @@ Test(local_sgd, checkpoint_mid_window_resumes_bit_for_bit, .timeout = 300)
     free(dir);
     free(w);
 }
+
+/* An outer synchronisation moves 3 x 4 bytes x the padded parameters over dp (payload, as the comm
+ * counts: the anchor's and the parameters' all-gathers count the whole buffer, the deltas'
+ * reduce-scatter too), and nothing else; H = 1 makes step 1 one. */
+Test(local_sgd, outer_sync_bytes, .timeout = 120)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)2 * B * MICRO, T, cfg.vocab_size, 31);
+    tu_layout l = {.tp = 1, .pp = 1, .dp = 2, .n_micro = MICRO, .local = local(1, TRI_OUTER_AVERAGE)};
+    tu_result r;
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &l, w, 1, &r), TRI_OK, "%s", tri_error_message());
+    uint64_t n = (uint64_t)r.owned_elements * 4; /* ZeRO 0: the padded parameters, fp32 */
+    cr_expect_eq(r.dp_bytes[TRI_COMM_ALL_GATHER], 2 * n, "all-gathers %llu bytes, expected 2 x %llu",
+                 (unsigned long long)r.dp_bytes[TRI_COMM_ALL_GATHER], (unsigned long long)n);
+    cr_expect_eq(r.dp_bytes[TRI_COMM_REDUCE_SCATTER], n);
+    cr_expect_eq(r.dp_bytes[TRI_COMM_ALL_REDUCE], 0);
+    tu_result_free(&r);
+    free(w);
+}

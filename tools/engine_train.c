@@ -753,10 +753,19 @@ static int train_loop(run *r)
     if (rc)
         return rc;
     double total = tri_now_s() - t_start;
-    if (a->train_iters > r->start_iter)
+    if (a->train_iters > r->start_iter) {
         tri_log_rank0("trained %lld iterations in %.1f s: loss %.4f -> %.4f (ln vocab = %.4f)",
                       (long long)(a->train_iters - r->start_iter), total, first_loss, last_loss,
                       log((double)tri_model_vocab_size(&r->model)));
+        /* what world rank 0 sent over its data-parallel group, as the comm counted it (payload) */
+        uint64_t dp_bytes = 0;
+        for (int k = 0; k < TRI_COMM_KINDS; k++)
+            dp_bytes += r->ss.grid.dp_comm->bytes[k];
+        tri_log_rank0("data-parallel traffic: %.3f MB sent by rank 0 over dp in %lld iterations (%.3f MB per "
+                      "iteration)%s", (double)dp_bytes / 1e6, (long long)(a->train_iters - r->start_iter),
+                      (double)dp_bytes / 1e6 / (double)(a->train_iters - r->start_iter),
+                      r->sopt.local_sgd.steps > 0 ? "; local SGD's outer synchronisations included" : "");
+    }
     tri_comm_set_phase(r->world, "eval", a->train_iters);
     rc = evaluate(r, a->train_iters); /* beside the last save's background writes */
     return rc ? rc : settle_checkpoint(r, a->train_iters, true);

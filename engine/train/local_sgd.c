@@ -36,7 +36,7 @@ int tri_local_sgd_check(const tri_local_sgd_config *c, int zero_stage)
     if (!(c->outer_momentum >= 0.0f && c->outer_momentum < 1.0f))
         return TRI_ERR(TRI_EINVAL, "--outer-momentum %g: expected a momentum in [0, 1)", (double)c->outer_momentum);
     if (zero_stage != 0)
-        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --use-distributed-optimizer / ZeRO stage %d: inner steps "
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with ZeRO stage %d (--zero-stage, --use-distributed-optimizer): inner steps "
                        "run each replica's optimizer on its whole state without data-parallel communication, so the "
                        "optimizer cannot be sharded over dp (use ZeRO stage 0; the outer state is sharded anyway)",
                        c->steps, zero_stage);
