@@ -240,6 +240,24 @@ static void pipeline_inside(int tp, bool sp, bool bf16)
     free(w);
 }
 
+/* --overlap-grad-reduce / --overlap-param-gather are accepted and change nothing: inner steps
+ * reduce nothing over dp (their "overlapped" reductions run on a group of one rank). */
+Test(local_sgd, overlap_flags_change_no_bit, .timeout = 200)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)STEPS * 2 * B * MICRO, T, cfg.vocab_size, 27);
+    tu_layout a = {.tp = 1, .pp = 2, .dp = 2, .n_micro = MICRO, .local = local(3, TRI_OUTER_NESTEROV)};
+    tu_layout b = a;
+    b.overlap = true;
+    tu_result ra, rb;
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &a, w, STEPS, &ra), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &b, w, STEPS, &rb), TRI_OK, "%s", tri_error_message());
+    expect_same(&ra, &rb, "DiLoCo with and without overlap flags");
+    tu_result_free(&ra);
+    tu_result_free(&rb);
+    free(w);
+}
+
 Test(local_sgd, pp_inside_replicas_same_bits, .timeout = 200) { pipeline_inside(1, false, false); }
 Test(local_sgd, tp_sp_pp_inside_replicas_same_bits, .timeout = 300) { pipeline_inside(2, true, false); }
 Test(local_sgd, bf16_pp_inside_replicas_same_bits, .timeout = 200) { pipeline_inside(1, false, true); }
