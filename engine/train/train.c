@@ -206,8 +206,9 @@ static int load(void *ctx, int chunk, int mb, int slot)
 }
 
 /* The loss sum (fixed point, engine/train/pipeline.h) of the last stage's micro-batches, broadcast to
- * every stage and summed over data-parallel replicas (replicas > 1; 1: this replica's alone): exact integer arithmetic, so the loss is the
- * same bits in every layout. Returns the sum in loss units. */
+ * every stage and summed over data-parallel replicas (replicas > 1; 1: this replica's alone):
+ * exact integer arithmetic, so the loss is the same bits in every layout. Returns the sum in loss
+ * units. */
 static int share_loss(tri_trainer *t, int64_t fixed, int replicas, double *sum)
 {
     int rc = TRI_OK;
@@ -411,6 +412,8 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     res->stop = false;
     res->outer_sync = false;
     res->outer_syncs = t->outer_syncs;
+    if (t->cfg.local.steps > 0 && !isfinite(res->loss))
+        t->local_bad = true; /* the loss is this replica's own: its verdict must reach the agreement */
     if (t->guard) {
         tri_step_verdict v;
         rc = tri_step_guard_agree(t->guard, t->grid->world, t->local_bad, &v);
