@@ -118,6 +118,7 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         cJSON_AddStringToObject(ls, "outer_optimizer", tri_outer_kind_name(r->local.outer));
         cJSON_AddNumberToObject(ls, "outer_lr", r->local.outer_lr);
         cJSON_AddNumberToObject(ls, "outer_momentum", r->local.outer_momentum);
+        cJSON_AddNumberToObject(ls, "warmup_iters", (double)r->local.warmup_iters);
         cJSON_AddNumberToObject(ls, "outer_syncs", (double)m->outer_syncs);
         cJSON_AddBoolToObject(ls, "replicas_equal", m->replicas_equal);
     }
@@ -422,6 +423,8 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
         get_float(p, ls, "outer_lr", &r->local.outer_lr, &rc);
         get_float(p, ls, "outer_momentum", &r->local.outer_momentum, &rc);
         get_i64(p, ls, "outer_syncs", 0, MAX_DIM, &m->outer_syncs, &rc);
+        if (!rc && cJSON_GetObjectItemCaseSensitive(ls, "warmup_iters"))
+            get_i64(p, ls, "warmup_iters", 0, MAX_DIM, &r->local.warmup_iters, &rc);
         if (!rc) eq = get(p, ls, "replicas_equal", &rc);
         if (!rc && !cJSON_IsBool(eq))
             rc = bad(p, "replicas_equal", "must be true or false");

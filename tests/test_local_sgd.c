@@ -262,6 +262,34 @@ Test(local_sgd, pp_inside_replicas_same_bits, .timeout = 200) { pipeline_inside(
 Test(local_sgd, tp_sp_pp_inside_replicas_same_bits, .timeout = 300) { pipeline_inside(2, true, false); }
 Test(local_sgd, bf16_pp_inside_replicas_same_bits, .timeout = 200) { pipeline_inside(1, false, true); }
 
+/* Post-local SGD: the --local-sgd-warmup-iters first updates are synchronous data parallelism, the
+ * same bits as a synchronous run (deterministic mode); the steps after them are local. */
+Test(local_sgd, warmup_steps_are_synchronous, .timeout = 200)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)STEPS * 2 * B * MICRO, T, cfg.vocab_size, 33);
+    tu_layout sync = {.tp = 1, .pp = 1, .dp = 2, .n_micro = MICRO, .deterministic = true};
+    tu_layout post = sync;
+    post.local = local(2, TRI_OUTER_NESTEROV);
+    post.local.warmup_iters = 3;
+    tu_result a, b;
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &sync, w, STEPS, &a), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &post, w, STEPS, &b), TRI_OK, "%s", tri_error_message());
+    /* losses before updates 1..3 (the loss of step s is before its update) are the synchronous ones;
+     * step 4 is the first local one: its loss is replica 0's own */
+    for (int s = 0; s < 3; s++)
+        cr_expect(a.losses[s] == b.losses[s], "warm-up step %d: loss %.17g, synchronous %.17g", s + 1, b.losses[s],
+                  a.losses[s]);
+    cr_expect(a.losses[3] != b.losses[3], "step 4 should be local (a replica's own loss)");
+    cr_expect_eq(a.dp_bytes[TRI_COMM_ALL_REDUCE] > 0, true, "the synchronous run reduced nothing over dp");
+    cr_expect_eq(b.dp_bytes[TRI_COMM_ALL_REDUCE], a.dp_bytes[TRI_COMM_ALL_REDUCE],
+                 "a warm-up step moved %llu bytes over dp, a synchronous step %llu",
+                 (unsigned long long)b.dp_bytes[TRI_COMM_ALL_REDUCE], (unsigned long long)a.dp_bytes[TRI_COMM_ALL_REDUCE]);
+    tu_result_free(&a);
+    tu_result_free(&b);
+    free(w);
+}
+
 /* ---- bad configurations ---- */
 
 static void refused(tri_local_sgd_config c, int zero, const char *text)
@@ -304,6 +332,14 @@ Test(local_sgd, bad_configurations_refused)
     bool want[11] = {false, false, false, false, true, false, false, false, true, false, true};
     for (int64_t it = 1; it <= 10; it++)
         cr_expect_eq(tri_local_sgd_syncs_at(&w, it), want[it], "iteration %lld", (long long)it);
+    w.warmup_iters = 3; /* then windows of 4 from update 3: 7, and the final 10 */
+    bool after[11] = {false, false, false, false, false, false, false, true, false, false, true};
+    for (int64_t it = 1; it <= 10; it++) {
+        cr_expect_eq(tri_local_sgd_syncs_at(&w, it), after[it], "warm-up 3, iteration %lld", (long long)it);
+        cr_expect_eq(tri_local_sgd_inner(&w, it), it > 3, "warm-up 3, iteration %lld", (long long)it);
+    }
+    w.warmup_iters = -1;
+    refused(w, 0, "--local-sgd-warmup-iters -1");
     tri_local_sgd_config off = {0};
     cr_expect_not(tri_local_sgd_syncs_at(&off, 4));
 }

@@ -71,6 +71,7 @@ typedef struct args {
     int local_sgd_steps;                        /* local SGD / DiLoCo (engine/train/local_sgd.h) */
     const char *outer_optimizer;                /* NULL: not given (average when H > 1) */
     float outer_lr, outer_momentum;             /* outer_lr NAN: the outer optimizer's default */
+    int64_t local_sgd_warmup_iters;
     bool reset_outer_state;
 } args;
 
@@ -157,6 +158,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)CHOICE("outer-optimizer", &a->outer_optimizer, "average|nesterov", "local SGD's outer step on the replicas' mean parameter change delta (anchor - parameters): average moves the anchor by outer-lr x delta (outer lr 1: parameter averaging, Lin et al. 2020); nesterov is PyTorch's SGD with Nesterov momentum on delta, as DiLoCo (Douillard et al. 2023). Default average; giving it turns local SGD on even at --local-sgd-steps 1");
     f[n++] = (tri_flag)FLAG("outer-lr", TRI_FLAG_FLOAT, &a->outer_lr, "outer learning rate, > 0 (default: 1 for average, DiLoCo's 0.7 for nesterov)", -1e9, 1e9);
     f[n++] = (tri_flag)FLAG("outer-momentum", TRI_FLAG_FLOAT, &a->outer_momentum, "Nesterov momentum of the outer step, in [0, 1) (DiLoCo's 0.9; nesterov only)", -1e9, 1e9);
+    f[n++] = (tri_flag)FLAG("local-sgd-warmup-iters", TRI_FLAG_INT64, &a->local_sgd_warmup_iters, "local SGD: the first W iterations are synchronous data parallelism, local steps and the anchor start after them (post-local SGD, Lin et al. 2020; DiLoCo starts from a trained model)", -1e12, 1e12);
     f[n++] = (tri_flag)FLAG("reset-outer-state", TRI_FLAG_BOOL, &a->reset_outer_state, "on resume, start local SGD's outer state afresh (anchor = the loaded weights, momentum zero; without local SGD: drop the checkpoint's) instead of refusing a checkpoint saved with other --local-sgd-steps / --outer-optimizer", 0, 0);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no per-iteration lines (summary only)", 0, 0);
     return n;
@@ -209,8 +211,9 @@ static int local_sgd_options(run *r)
         return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation "
                        "(1: synchronous data parallelism)", a->local_sgd_steps);
     if (a->local_sgd_steps == 1 && !a->outer_optimizer) {
-        if (!isnan(a->outer_lr))
-            return TRI_ERR(TRI_EINVAL, "--outer-lr needs local SGD (--local-sgd-steps H > 1 or --outer-optimizer)");
+        if (!isnan(a->outer_lr) || a->local_sgd_warmup_iters != 0)
+            return TRI_ERR(TRI_EINVAL, "--%s needs local SGD (--local-sgd-steps H > 1 or --outer-optimizer)",
+                           !isnan(a->outer_lr) ? "outer-lr" : "local-sgd-warmup-iters");
         return TRI_OK; /* --reset-outer-state here drops a checkpoint's local SGD state */
     }
     int rc = tri_outer_kind_parse(a->outer_optimizer ? a->outer_optimizer : "average", &c->outer);
@@ -220,6 +223,7 @@ static int local_sgd_options(run *r)
     c->outer_lr = !isnan(a->outer_lr) ? a->outer_lr : c->outer == TRI_OUTER_NESTEROV ? 0.7f : 1.0f;
     c->outer_momentum = a->outer_momentum;
     c->final_iter = a->train_iters;
+    c->warmup_iters = a->local_sgd_warmup_iters;
     rc = tri_local_sgd_check(c, r->L.zero_stage);
     if (!rc && a->spike_zscore > 0)
         rc = TRI_ERR(TRI_EINVAL, "--skip-loss-spike-zscore %g with --local-sgd-steps %d: between synchronisations "
@@ -424,10 +428,12 @@ static void print_plan(run *r)
     const tri_local_sgd_config *ls = &r->sopt.local_sgd;
     if (ls->steps > 0 && ls->outer == TRI_OUTER_NESTEROV)
         tri_log_rank0("local SGD (DiLoCo): %d inner steps per outer synchronisation over dp %d, outer Nesterov "
-                      "momentum %g, outer lr %g", ls->steps, L->dp, (double)ls->outer_momentum, (double)ls->outer_lr);
+                      "momentum %g, outer lr %g; %lld synchronous warm-up iterations", ls->steps, L->dp,
+                      (double)ls->outer_momentum, (double)ls->outer_lr, (long long)ls->warmup_iters);
     else if (ls->steps > 0)
         tri_log_rank0("local SGD: %d inner steps per outer synchronisation over dp %d, outer step: average, outer "
-                      "lr %g", ls->steps, L->dp, (double)ls->outer_lr);
+                      "lr %g; %lld synchronous warm-up iterations", ls->steps, L->dp, (double)ls->outer_lr,
+                      (long long)ls->warmup_iters);
     if (r->ss.grid.world_rank == 0) {
         tri_stage_plan_print(stdout, &r->ss.model.plan);
         /* the per-stage plan, as `partitioner` prints it (models/preview.h: one code path) */

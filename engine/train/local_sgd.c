@@ -33,6 +33,9 @@ int tri_local_sgd_check(const tri_local_sgd_config *c, int zero_stage)
         return TRI_ERR(TRI_EINVAL, "--outer-optimizer %d: expected average or nesterov", (int)c->outer);
     if (!(c->outer_lr > 0.0f) || !isfinite(c->outer_lr))
         return TRI_ERR(TRI_EINVAL, "--outer-lr %g: expected a finite outer learning rate > 0", (double)c->outer_lr);
+    if (c->warmup_iters < 0)
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-warmup-iters %lld: expected 0 or more synchronous updates",
+                       (long long)c->warmup_iters);
     if (!(c->outer_momentum >= 0.0f && c->outer_momentum < 1.0f))
         return TRI_ERR(TRI_EINVAL, "--outer-momentum %g: expected a momentum in [0, 1)", (double)c->outer_momentum);
     if (zero_stage != 0)
@@ -43,9 +46,14 @@ int tri_local_sgd_check(const tri_local_sgd_config *c, int zero_stage)
     return TRI_OK;
 }
 
+bool tri_local_sgd_inner(const tri_local_sgd_config *c, int64_t iter)
+{
+    return c->steps > 0 && iter > c->warmup_iters;
+}
+
 bool tri_local_sgd_syncs_at(const tri_local_sgd_config *c, int64_t iter)
 {
-    return c->steps > 0 && (iter % c->steps == 0 || iter == c->final_iter);
+    return tri_local_sgd_inner(c, iter) && ((iter - c->warmup_iters) % c->steps == 0 || iter == c->final_iter);
 }
 
 int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c)

@@ -57,6 +57,9 @@ typedef struct tri_local_sgd_config {
     float outer_momentum;     /* --outer-momentum, [0, 1); nesterov only */
     int64_t final_iter;       /* this iteration (1-based) synchronises too, whatever H: the end of
                                  training, so the run ends with one model; 0: none */
+    int64_t warmup_iters;     /* --local-sgd-warmup-iters: updates 1..W are synchronous data
+                                 parallelism, local steps start after (post-local SGD, Lin et al.
+                                 2020 §3); the anchor is the parameters after update W */
 } tri_local_sgd_config;
 
 /* "average" or "nesterov". */
@@ -66,8 +69,11 @@ int tri_outer_kind_parse(const char *name, tri_outer_kind *k);
 /* The config's values and its composition with ZeRO stage zero_stage: TRI_EINVAL naming the flag
  * and the value (H < 0, outer lr <= 0 or not finite, momentum outside [0, 1), ZeRO stage > 0). */
 int tri_local_sgd_check(const tri_local_sgd_config *c, int zero_stage);
-/* Whether update number iter (1-based) ends with an outer synchronisation. */
+/* Whether update number iter (1-based) ends with an outer synchronisation: every H-th update after
+ * the warm-up, and final_iter. */
 bool tri_local_sgd_syncs_at(const tri_local_sgd_config *c, int64_t iter);
+/* Whether update number iter (1-based) is an inner (local) step: local SGD on and past the warm-up. */
+bool tri_local_sgd_inner(const tri_local_sgd_config *c, int64_t iter);
 
 /* One chunk's outer state: this data-parallel rank's slice of every unit, laid out unit after unit
  * (unit u's slice at u->start / dp). */

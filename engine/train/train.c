@@ -79,8 +79,6 @@ static int start_local_sgd(tri_trainer *t)
 {
     int rc = tri_local_sgd_check(&t->cfg.local, t->chunks[0]->zero.stage);
     if (!rc) rc = tri_comm_split(t->grid->dp_comm, t->grid->dp_rank, 0, &t->self_comm);
-    for (int c = 0; c < t->v && !rc; c++)
-        t->chunks[c]->zero.dp = t->self_comm;
     return rc ? rc : tri_trainer_outer_reset(t);
 }
 
@@ -183,10 +181,22 @@ void tri_trainer_destroy(tri_trainer *t)
     t->self_comm = NULL;
 }
 
-/* Replicas whose gradients are averaged into one step: dp, or 1 under local SGD (each replica's own). */
+/* Replicas whose gradients are averaged into one step: dp, or 1 for local SGD's inner steps (each
+ * replica's own). */
 static int step_replicas(const tri_trainer *t)
 {
-    return t->cfg.local.steps > 0 ? 1 : t->grid->dp;
+    return t->local_step ? 1 : t->grid->dp;
+}
+
+/* Local SGD: whether update iter + 1 is an inner step; ZeRO's data-parallel group is then this rank
+ * alone, else (synchronous warm-up steps) the data-parallel group. */
+static void begin_step(tri_trainer *t, int64_t iter)
+{
+    if (t->cfg.local.steps == 0)
+        return;
+    t->local_step = tri_local_sgd_inner(&t->cfg.local, iter + 1);
+    for (int c = 0; c < t->v; c++)
+        t->chunks[c]->zero.dp = t->local_step ? t->self_comm : t->grid->dp_comm;
 }
 
 int64_t tri_trainer_global_batch(const tri_trainer *t)
@@ -259,6 +269,7 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
 {
     int rc = TRI_OK;
     t->local_bad = false;
+    begin_step(t, iter);
     for (int c = 0; c < t->v && !rc; c++)
         rc = tri_chunk_zero_grads(t->chunks[c]);
     t->src = src;
@@ -412,7 +423,7 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     res->stop = false;
     res->outer_sync = false;
     res->outer_syncs = t->outer_syncs;
-    if (t->cfg.local.steps > 0 && !isfinite(res->loss))
+    if (t->local_step && !isfinite(res->loss))
         t->local_bad = true; /* the loss is this replica's own: its verdict must reach the agreement */
     if (t->guard) {
         tri_step_verdict v;
@@ -439,7 +450,10 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     }
     /* local SGD: the outer synchronisation ends its window, skipped step or not (the iterations
      * count the window) */
-    t->replicas_apart = t->cfg.local.steps > 0;
+    t->replicas_apart = t->local_step;
+    /* the end of the synchronous warm-up: the replicas are one model, the anchor starts here */
+    if (!rc && t->cfg.local.steps > 0 && t->cfg.local.warmup_iters == iter + 1)
+        rc = tri_trainer_outer_reset(t);
     if (!rc && tri_local_sgd_syncs_at(&t->cfg.local, iter + 1)) {
         rc = tri_trainer_outer_sync(t);
         res->outer_sync = rc == TRI_OK;

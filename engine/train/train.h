@@ -93,6 +93,7 @@ typedef struct tri_trainer {
     tri_tensor outer_scratch;            /* (largest unit's tri_outer_scratch_numel) f32 */
     int64_t outer_syncs;                 /* outer synchronisations so far */
     bool replicas_apart;                 /* an update since the last synchronisation (the replicas differ) */
+    bool local_step;                     /* the step in progress is an inner step (no dp reduction) */
 } tri_trainer;
 
 /* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
