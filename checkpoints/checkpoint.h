@@ -76,6 +76,15 @@ int tri_ckpt_check_config(const tri_ckpt_manifest *saved, const char *config_jso
  * Collective over the world only to agree on the verdict (every rank returns the same status). */
 int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r);
 
+/* Local SGD's state (engine/train/local_sgd.h) after tri_ckpt_load, from a checkpoint saved with
+ * the same --local-sgd-steps and outer optimizer (the caller checks): the outer anchor and momentum
+ * resharded to any layout; each replica's own weights and AdamW moments when dp is the checkpoint's
+ * (tp, pp may differ). With another dp, a checkpoint saved at a synchronisation gives every replica
+ * replica 0's state (tri_ckpt_load's: its weights are the anchor); one saved in the middle of a
+ * window is refused (TRI_EINVAL naming both dp), since replicas cannot be split or merged. Sets the
+ * trainer's synchronisation count. Collective over the world for the verdict. */
+int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r);
+
 /* The box of parameter p's TP shard in its global index space (vocabulary padding included). */
 tri_box tri_ckpt_shard_box(const tri_param *p);
 

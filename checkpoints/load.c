@@ -73,6 +73,8 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r)
     const tri_param *boxed = NULL;
     tri_state_group boxed_group = TRI_STATE_WEIGHTS;
     for (int i = 0; i < n && !rc; i++) {
+        if (sh[i].group >= TRI_STATE_OUTER_ANCHOR) /* local SGD's: tri_ckpt_load_local */
+            continue;
         rc = read_shard(r, &sh[i], &box, &boxed, &boxed_group);
         if (!rc) rc = tri_trainer_state_write(t, &sh[i], box + sh[i].lo);
     }
@@ -80,6 +82,56 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r)
     free(sh);
     for (int c = 0; c < t->v && !rc; c++)
         t->opt[c].step = r->m.optimizer_step;
+    return tri_comm_agree(t->grid->world, rc);
+}
+
+/* Whether replica state is read: the same dp (each replica its own), else none (see below). */
+static int replica_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool *replicas)
+{
+    const tri_ckpt_run *s = &r->m.run;
+    *replicas = s->dp == t->grid->dp;
+    if (*replicas || r->m.replicas_equal)
+        return TRI_OK;
+    return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved by local SGD in the middle of a window (iteration %lld, "
+                   "--local-sgd-steps %d) with dp %d: its %d replicas differ, so it resumes only with dp %d (this run "
+                   "has dp %d; tp, pp and ZeRO 0's layout may change), or save at a synchronisation", r->dir,
+                   (long long)r->m.iteration, s->local.steps, s->dp, s->dp, s->dp, t->grid->dp);
+}
+
+int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
+{
+    tri_state_shard *sh = NULL;
+    int n = 0;
+    bool replicas = false;
+    int rc = t->cfg.local.steps > 0 && r->m.run.local.steps > 0
+                 ? TRI_OK
+                 : TRI_ERR(TRI_EINVAL, "checkpoint %s: local SGD state loaded into a run without it, or from a "
+                           "checkpoint without it", r->dir);
+    if (!rc) rc = replica_plan(t, r, &replicas);
+    if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
+    float *box = NULL;
+    for (int i = 0; i < n && !rc; i++) {
+        const tri_state_shard *e = &sh[i];
+        bool replica = e->group >= TRI_STATE_REPLICA_WEIGHTS;
+        if (e->group < TRI_STATE_OUTER_ANCHOR || (replica && !replicas))
+            continue;
+        /* the TP shard's box from the outer files (any layout) or this replica's own files */
+        const tri_param *p = e->param;
+        free(box);
+        box = malloc((size_t)p->numel * sizeof *box);
+        if (!box)
+            rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+        tri_box b = tri_ckpt_shard_box(p);
+        if (!rc) rc = tri_ckpt_read_box_in(r, replica ? TRI_CKPT_REPLICA : TRI_CKPT_OUTER, replica ? t->grid->dp_rank : -1,
+                                           tri_state_group_name(e->group), p->spec.name, &b, box);
+        if (!rc) rc = tri_trainer_state_write(t, e, box + e->lo);
+    }
+    free(box);
+    free(sh);
+    if (!rc) {
+        t->outer_syncs = r->m.outer_syncs;
+        t->replicas_apart = !r->m.replicas_equal;
+    }
     return tri_comm_agree(t->grid->world, rc);
 }
 

@@ -18,7 +18,8 @@ const char *tri_ckpt_lr_style_name(tri_lr_style s)
 
 static const char *kind_name(tri_ckpt_file_kind k)
 {
-    return k == TRI_CKPT_MODEL ? "model" : k == TRI_CKPT_OPTIM ? "optimizer" : "other";
+    return k == TRI_CKPT_MODEL ? "model" : k == TRI_CKPT_OPTIM ? "optimizer" : k == TRI_CKPT_OUTER ? "outer"
+           : k == TRI_CKPT_REPLICA ? "replica" : "other";
 }
 
 /* ---- rendering ---- */
@@ -111,6 +112,16 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
     cJSON_AddNumberToObject(opt, "weight_decay", r->adamw.weight_decay);
     cJSON_AddNumberToObject(opt, "clip_grad", r->clip_grad);
     cJSON_AddStringToObject(opt, "master_weights", "model");
+    if (r->local.steps > 0) { /* only then: other manifests stay as they were */
+        cJSON *ls = cJSON_AddObjectToObject(root, "local_sgd");
+        cJSON_AddNumberToObject(ls, "steps", r->local.steps);
+        cJSON_AddStringToObject(ls, "outer_optimizer", tri_outer_kind_name(r->local.outer));
+        cJSON_AddNumberToObject(ls, "outer_lr", r->local.outer_lr);
+        cJSON_AddNumberToObject(ls, "outer_momentum", r->local.outer_momentum);
+        cJSON_AddNumberToObject(ls, "warmup_iters", (double)r->local.warmup_iters);
+        cJSON_AddNumberToObject(ls, "outer_syncs", (double)m->outer_syncs);
+        cJSON_AddBoolToObject(ls, "replicas_equal", m->replicas_equal);
+    }
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     for (int i = 0; i < m->n_tensors; i++) {
         cJSON *t = cJSON_CreateObject();
@@ -317,10 +328,11 @@ static int parse_file(const parser *p, const cJSON *o, tri_ckpt_manifest *m, tri
     if (!tri_sha256_valid_hex(f->sha256))
         return TRI_ERR(TRI_ECORRUPT, "%s: file %s: sha256 is not 64 lowercase hex digits", p->src, f->name);
     f->kind = strcmp(kind, "model") == 0 ? TRI_CKPT_MODEL : strcmp(kind, "optimizer") == 0 ? TRI_CKPT_OPTIM
-              : strcmp(kind, "other") == 0 ? TRI_CKPT_OTHER : (tri_ckpt_file_kind)-1;
+              : strcmp(kind, "other") == 0 ? TRI_CKPT_OTHER : strcmp(kind, "outer") == 0 ? TRI_CKPT_OUTER
+              : strcmp(kind, "replica") == 0 ? TRI_CKPT_REPLICA : (tri_ckpt_file_kind)-1;
     if ((int)f->kind < 0)
-        return TRI_ERR(TRI_ECORRUPT, "%s: file %s has kind '%s' (expected model, optimizer or other)", p->src,
-                       f->name, kind);
+        return TRI_ERR(TRI_ECORRUPT, "%s: file %s has kind '%s' (expected model, optimizer, outer, replica or "
+                       "other)", p->src, f->name, kind);
     const cJSON *pieces = get(p, o, "pieces", &rc);
     if (rc)
         return rc;
@@ -401,6 +413,28 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
     get_float(p, opt, "eps", &r->adamw.eps, &rc);
     get_float(p, opt, "weight_decay", &r->adamw.weight_decay, &rc);
     get_float(p, opt, "clip_grad", &r->clip_grad, &rc);
+    /* local SGD's state: optional (absent in every other checkpoint) */
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "local_sgd");
+    if (!rc && ls) {
+        char outer[16] = "";
+        const cJSON *eq = NULL;
+        get_int(p, ls, "steps", 1, 1 << 30, &r->local.steps, &rc);
+        get_str(p, ls, "outer_optimizer", outer, sizeof outer, &rc);
+        get_float(p, ls, "outer_lr", &r->local.outer_lr, &rc);
+        get_float(p, ls, "outer_momentum", &r->local.outer_momentum, &rc);
+        get_i64(p, ls, "outer_syncs", 0, MAX_DIM, &m->outer_syncs, &rc);
+        if (!rc && cJSON_GetObjectItemCaseSensitive(ls, "warmup_iters"))
+            get_i64(p, ls, "warmup_iters", 0, MAX_DIM, &r->local.warmup_iters, &rc);
+        if (!rc) eq = get(p, ls, "replicas_equal", &rc);
+        if (!rc && !cJSON_IsBool(eq))
+            rc = bad(p, "replicas_equal", "must be true or false");
+        if (!rc)
+            m->replicas_equal = cJSON_IsTrue(eq);
+        if (!rc && tri_outer_kind_parse(outer, &r->local.outer) != TRI_OK) {
+            tri_error_clear();
+            rc = bad(p, "outer_optimizer", "must be average or nesterov");
+        }
+    }
     return rc;
 }
 

@@ -16,6 +16,7 @@
 
 #include "checkpoints/box.h"
 #include "checkpoints/sha256.h"
+#include "engine/train/local_sgd.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/param.h"
 
@@ -28,7 +29,13 @@
 #define TRI_CKPT_MANIFEST_MAX (64u << 20) /* bytes: a larger manifest is refused unparsed */
 #define TRI_CKPT_NAME_MAX 132
 
-typedef enum { TRI_CKPT_MODEL = 0, TRI_CKPT_OPTIM = 1, TRI_CKPT_OTHER = 2 } tri_ckpt_file_kind;
+/* Local SGD (engine/train/local_sgd.h) adds two kinds, written by every data-parallel rank: "outer"
+ * (outer_anchor/ and outer_momentum/ over the rank's outer slices, resharded like moments) and
+ * "replica" (replica_weights/, replica_exp_avg/, replica_exp_avg_sq/: the whole TP shard as that
+ * replica holds it; read back by the same dp rank). */
+typedef enum {
+    TRI_CKPT_MODEL = 0, TRI_CKPT_OPTIM = 1, TRI_CKPT_OTHER = 2, TRI_CKPT_OUTER = 3, TRI_CKPT_REPLICA = 4
+} tri_ckpt_file_kind;
 
 /* One stored dataset. Model files: `box` is the stored part of a TP shard (clipped to the logical
  * shape), lo = 0, hi = its elements. Optimizer files: `box` is the whole TP shard (as the saving
@@ -67,6 +74,7 @@ typedef struct tri_ckpt_run {
     tri_lr_schedule lr;
     tri_adamw_config adamw;
     float clip_grad;
+    tri_local_sgd_config local;     /* local SGD (steps 0: none; final_iter not recorded) */
 } tri_ckpt_run;
 
 typedef struct tri_ckpt_manifest {
@@ -78,6 +86,9 @@ typedef struct tri_ckpt_manifest {
     int64_t iteration;              /* optimizer updates done = the next iteration's index */
     int64_t consumed_samples;       /* iteration x global batch: the data position */
     int64_t optimizer_step;         /* AdamW's step count (bias correction) */
+    int64_t outer_syncs;            /* local SGD: outer synchronisations done */
+    bool replicas_equal;            /* local SGD: saved at a synchronisation (every replica's weights
+                                       are the anchor; their AdamW moments still differ) */
     int n_tensors;
     tri_ckpt_tensor *tensors;       /* in the model's global order */
     int n_files;

@@ -197,6 +197,12 @@ static int open_file(tri_ckpt_reader *r, int f, char *path, size_t cap)
 
 int tri_ckpt_read_box(tri_ckpt_reader *r, const char *group, const char *name, const tri_box *want, float *dst)
 {
+    return tri_ckpt_read_box_in(r, group ? TRI_CKPT_OPTIM : TRI_CKPT_MODEL, -1, group, name, want, dst);
+}
+
+int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_rank, const char *group,
+                         const char *name, const tri_box *want, float *dst)
+{
     int t = tri_manifest_tensor(&r->m, name);
     if (t < 0)
         return TRI_ERR(TRI_EINVAL, "checkpoint %s holds no tensor %s", r->dir, name);
@@ -209,11 +215,11 @@ int tri_ckpt_read_box(tri_ckpt_reader *r, const char *group, const char *name, c
     tri_box live;
     if (tri_box_clip(want, ten->shape, &live))
         need = tri_box_numel(&live);
-    tri_ckpt_file_kind kind = group ? TRI_CKPT_OPTIM : TRI_CKPT_MODEL;
     int rc = TRI_OK;
     for (int f = 0; f < r->m.n_files && !rc && need > 0; f++) {
         const tri_ckpt_file *file = &r->m.files[f];
-        for (int k = 0; file->kind == kind && k < file->n_pieces && !rc; k++) {
+        bool mine = file->kind == kind && (dp_rank < 0 || file->dp_rank == dp_rank);
+        for (int k = 0; mine && k < file->n_pieces && !rc; k++) {
             const tri_ckpt_piece *pc = &file->pieces[k];
             tri_box stored;
             if (pc->tensor != t || !tri_box_clip(&pc->box, ten->shape, &stored) || !tri_box_overlap(&stored, &live))

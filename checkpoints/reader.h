@@ -73,6 +73,11 @@ int tri_ckpt_reader_path(const tri_ckpt_reader *r, int f, char *out, size_t cap)
  * exactly or a file fails verification. */
 int tri_ckpt_read_box(tri_ckpt_reader *r, const char *group, const char *name, const tri_box *want, float *dst);
 
+/* The same from the files of one kind only (and, dp_rank >= 0, of that data-parallel rank only:
+ * local SGD's replica files, each replica's own state), dataset group/name. */
+int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_rank, const char *group,
+                         const char *name, const tri_box *want, float *dst);
+
 /* The whole tensor (its logical shape) into a malloc'd buffer. */
 int tri_ckpt_read_tensor(tri_ckpt_reader *r, const char *group, const char *name, float **out);
 

@@ -12,6 +12,7 @@
 #include "checkpoints/fsutil.h"
 #include "checkpoints/h5.h"
 #include "engine/core/status.h"
+#include "engine/train/state_shards.h"
 
 void tri_ckpt_logical_shape(const tri_param_spec *s, int64_t *shape)
 {
@@ -39,6 +40,8 @@ void tri_ckpt_run_of(const tri_trainer *t, uint64_t seed, const tri_lr_schedule 
     run->lr = *lr;
     run->adamw = t->opt[0].cfg;
     run->clip_grad = t->cfg.clip_grad;
+    run->local = t->cfg.local;
+    run->local.final_iter = 0; /* the run's length, not its state */
 }
 
 static int root_attrs(hid_t f, const char *path, const char *kind, const tri_ckpt_snapshot *s)
@@ -145,6 +148,31 @@ static int write_optim(const tri_ckpt_snapshot *s, const tri_ckpt_manifest *m, c
     return rc ? rc : crc;
 }
 
+/* ---- local SGD: the outer state's slices, and this replica's own weights and moments ---- */
+
+/* Every local entry of kind's groups as "<group>/<name>"; the first group's entries are the file's
+ * pieces (the others share their ranges: momentum with the anchor, moments with the weights). */
+static int write_local(const tri_ckpt_snapshot *s, const tri_ckpt_manifest *m, const char *path,
+                       tri_ckpt_file *entry)
+{
+    hid_t f = -1;
+    bool outer = entry->kind == TRI_CKPT_OUTER;
+    int rc = tri_h5_create(path, &f);
+    if (!rc) rc = root_attrs(f, path, outer ? "outer" : "replica", s);
+    for (int k = 0; k < s->n_local && !rc; k++) {
+        const tri_ckpt_snap_entry *e = &s->local[k];
+        bool mine = outer ? e->group <= TRI_STATE_OUTER_MOMENTUM : e->group >= TRI_STATE_REPLICA_WEIGHTS;
+        if (!mine)
+            continue;
+        rc = write_moment_piece(f, path, tri_state_group_name((tri_state_group)e->group), e, s->pool + e->data,
+                                m->tensors[e->tensor].shape);
+        if (!rc && (e->group == TRI_STATE_OUTER_ANCHOR || e->group == TRI_STATE_REPLICA_WEIGHTS))
+            rc = add_piece(entry, e->tensor, &e->shard, e->lo, e->hi);
+    }
+    int crc = f >= 0 ? tri_h5_close(f, path) : TRI_OK;
+    return rc ? rc : crc;
+}
+
 /* ---- per-rank files and their manifest fragment ---- */
 
 static void model_name(char *out, size_t cap, int tp, int pp)
@@ -178,7 +206,9 @@ static int write_file(const tri_ckpt_snapshot *s, const tri_ckpt_pending *p, tri
 {
     char path[TRI_CKPT_PATH_MAX];
     int rc = tri_fs_join(path, sizeof path, p->tmp, file->name);
-    if (!rc) rc = file->kind == TRI_CKPT_MODEL ? write_model(s, &p->base, path, file) : write_optim(s, &p->base, path, file);
+    if (!rc) rc = file->kind == TRI_CKPT_MODEL   ? write_model(s, &p->base, path, file)
+                  : file->kind == TRI_CKPT_OPTIM ? write_optim(s, &p->base, path, file)
+                                                 : write_local(s, &p->base, path, file);
     if (!rc) rc = seal(p->tmp, file);
     if (!rc) rc = tri_manifest_add_file(frag, file) < 0 ? TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory") : TRI_OK;
     return rc;
@@ -199,6 +229,17 @@ int tri_ckpt_write_rank_files(const tri_ckpt_snapshot *s, const tri_ckpt_pending
         rc = write_file(s, p, &frag, &model);
     if (!rc && s->writes_optim)
         rc = write_file(s, p, &frag, &optim);
+    tri_ckpt_file outer = {.kind = TRI_CKPT_OUTER, .tp_rank = s->tp_rank, .pp_rank = s->pp_rank, .dp_rank = s->dp_rank};
+    tri_ckpt_file replica = outer;
+    replica.kind = TRI_CKPT_REPLICA;
+    snprintf(outer.name, sizeof outer.name, "outer_tp%02d_pp%02d_dp%03d.h5", s->tp_rank, s->pp_rank, s->dp_rank);
+    snprintf(replica.name, sizeof replica.name, "replica_tp%02d_pp%02d_dp%03d.h5", s->tp_rank, s->pp_rank, s->dp_rank);
+    if (!rc && s->writes_local)
+        rc = write_file(s, p, &frag, &outer);
+    if (!rc && s->writes_local)
+        rc = write_file(s, p, &frag, &replica);
+    free(outer.pieces);
+    free(replica.pieces);
     if (!rc && frag.n_files > 0) {
         char *json = NULL, name[64];
         fragment_name(name, sizeof name, s->world_rank);
@@ -219,12 +260,15 @@ int tri_ckpt_write_rank_files(const tri_ckpt_snapshot *s, const tri_ckpt_pending
 static int collect_fragments(const tri_ckpt_pending *p, tri_ckpt_manifest *m)
 {
     int rc = TRI_OK;
-    /* model files by (pp, tp), then optimizer shards by (pp, tp, dp) */
-    for (int pass = 0; pass < 2 && !rc; pass++)
+    /* model files by (pp, tp), then optimizer shards by (pp, tp, dp), then local SGD's outer and
+     * replica files by (pp, tp, dp) */
+    static const tri_ckpt_file_kind kinds[] = {TRI_CKPT_MODEL, TRI_CKPT_OPTIM, TRI_CKPT_OUTER, TRI_CKPT_REPLICA};
+    int passes = p->base.run.local.steps > 0 ? 4 : 2;
+    for (int pass = 0; pass < passes && !rc; pass++)
         for (int pp = 0; pp < p->pp && !rc; pp++)
             for (int tp = 0; tp < p->tp && !rc; tp++)
                 for (int dp = 0; dp < p->dp && !rc; dp++) {
-                    bool optim_writer = p->zero_stage > 0 || dp == 0;
+                    bool optim_writer = p->zero_stage > 0 || dp == 0 || p->base.run.local.steps > 0;
                     if (!optim_writer)
                         continue;
                     char name[64], path[TRI_CKPT_PATH_MAX];
@@ -238,12 +282,11 @@ static int collect_fragments(const tri_ckpt_pending *p, tri_ckpt_manifest *m)
                     if (rc)
                         break;
                     for (int i = 0; i < frag.n_files && !rc; i++) {
-                        tri_ckpt_file_kind want = pass == 0 ? TRI_CKPT_MODEL : TRI_CKPT_OPTIM;
-                        if (frag.files[i].kind == want && tri_manifest_add_file(m, &frag.files[i]) < 0)
+                        if (frag.files[i].kind == kinds[pass] && tri_manifest_add_file(m, &frag.files[i]) < 0)
                             rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory");
                     }
                     tri_manifest_free(&frag);
-                    if (!rc && pass == 1) rc = remove(path) == 0 ? TRI_OK : TRI_ERR(TRI_EIO, "cannot remove %s: %s", path, strerror(errno));
+                    if (!rc && pass == passes - 1) rc = remove(path) == 0 ? TRI_OK : TRI_ERR(TRI_EIO, "cannot remove %s: %s", path, strerror(errno));
                 }
     return rc;
 }
@@ -374,6 +417,8 @@ static int make_base(const tri_trainer *t, const tri_ckpt_save_info *info, tri_c
     m->iteration = info->iteration;
     m->consumed_samples = info->iteration * m->run.global_batch;
     m->optimizer_step = t->opt[0].step;
+    m->outer_syncs = t->outer_syncs;
+    m->replicas_equal = !t->replicas_apart;
     m->tensors = calloc((size_t)(info->n_specs > 0 ? info->n_specs : 1), sizeof *m->tensors);
     if (!m->tensors || !m->config_json)
         return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory");

@@ -22,10 +22,10 @@ tri_box tri_ckpt_shard_box(const tri_param *p)
 /* The sizes a snapshot of the state shards (tri_trainer_state_shards) needs: entries of each kind and
  * floats of pool (the stored values, plus one parameter's worth of scratch for the collective weight
  * reads a rank takes part in without storing). */
-static void measure(const tri_state_shard *sh, int n, int *n_model, int *n_optim, size_t *floats)
+static void measure(const tri_state_shard *sh, int n, int *n_model, int *n_optim, int *n_local, size_t *floats)
 {
     size_t values = 0, scratch = 0;
-    *n_model = *n_optim = 0;
+    *n_model = *n_optim = *n_local = 0;
     for (int i = 0; i < n; i++) {
         const tri_state_shard *e = &sh[i];
         size_t len = (size_t)(e->hi - e->lo);
@@ -37,12 +37,13 @@ static void measure(const tri_state_shard *sh, int n, int *n_model, int *n_optim
         values += len;
         *n_model += e->group == TRI_STATE_WEIGHTS;
         *n_optim += e->group == TRI_STATE_EXP_AVG;
+        *n_local += e->group >= TRI_STATE_OUTER_ANCHOR;
     }
     *floats = values + scratch;
 }
 
 /* Makes room for `floats` floats and the entries; the pool only grows. */
-static int reserve(tri_ckpt_snapshot *s, size_t floats, int n_model, int n_optim)
+static int reserve(tri_ckpt_snapshot *s, size_t floats, int n_model, int n_optim, int n_local)
 {
     if (floats > s->pool_cap) {
         tri_device_host_free(s->dev, s->pool);
@@ -55,10 +56,12 @@ static int reserve(tri_ckpt_snapshot *s, size_t floats, int n_model, int n_optim
     }
     free(s->model);
     free(s->optim);
+    free(s->local);
     s->model = calloc((size_t)(n_model > 0 ? n_model : 1), sizeof *s->model);
     s->optim = calloc((size_t)(n_optim > 0 ? n_optim : 1), sizeof *s->optim);
-    if (!s->model || !s->optim)
-        return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %d snapshot entries", n_model + n_optim);
+    s->local = calloc((size_t)(n_local > 0 ? n_local : 1), sizeof *s->local);
+    if (!s->model || !s->optim || !s->local)
+        return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %d snapshot entries", n_model + n_optim + n_local);
     return TRI_OK;
 }
 
@@ -116,7 +119,7 @@ static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_man
     int rc = TRI_OK;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
-        if (e->group == TRI_STATE_WEIGHTS || !e->stored)
+        if (e->group == TRI_STATE_WEIGHTS || e->group >= TRI_STATE_OUTER_ANCHOR || !e->stored)
             continue;
         if (e->group == TRI_STATE_EXP_AVG)
             rc = add_entry(&s->optim[s->n_optim++], m, e, s->pool_used);
@@ -126,15 +129,33 @@ static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_man
     return rc;
 }
 
+/* Local SGD's stored entries (outer slices, the replica's own state), each into the pool. */
+static int take_local(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, const tri_state_shard *sh,
+                      int n)
+{
+    int rc = TRI_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        const tri_state_shard *e = &sh[i];
+        if (e->group < TRI_STATE_OUTER_ANCHOR || !e->stored)
+            continue;
+        tri_ckpt_snap_entry *x = &s->local[s->n_local++];
+        rc = add_entry(x, m, e, s->pool_used);
+        x->group = (int)e->group;
+        if (!rc) rc = tri_trainer_state_read(t, e, s->pool + s->pool_used);
+        s->pool_used += (size_t)(e->hi - e->lo);
+    }
+    return rc;
+}
+
 int tri_ckpt_snapshot_reserve(tri_ckpt_snapshot *s, tri_trainer *t)
 {
     tri_state_shard *sh = NULL;
-    int n = 0, n_model, n_optim;
+    int n = 0, n_model, n_optim, n_local;
     size_t floats;
     s->dev = t->dev;
     int rc = tri_trainer_state_shards(t, &sh, &n);
-    measure(sh, n, &n_model, &n_optim, &floats);
-    if (!rc) rc = reserve(s, floats, n_model, n_optim);
+    measure(sh, n, &n_model, &n_optim, &n_local, &floats);
+    if (!rc) rc = reserve(s, floats, n_model, n_optim, n_local);
     if (!rc && s->pool)
         memset(s->pool, 0, floats * sizeof(float)); /* the page faults happen here, not in the loop */
     free(sh);
@@ -155,19 +176,21 @@ int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_
     s->optim_dp = zero_stage > 0 ? g->dp_rank : 0;
     s->iteration = iteration;
     s->optimizer_step = t->opt[0].step;
-    s->n_model = s->n_optim = 0;
+    s->n_model = s->n_optim = s->n_local = 0;
+    s->writes_local = t->cfg.local.steps > 0;
     s->pool_used = 0;
     tri_state_shard *sh = NULL;
-    int n = 0, n_model, n_optim;
+    int n = 0, n_model, n_optim, n_local;
     size_t floats;
     int rc = tri_trainer_state_shards(t, &sh, &n);
     if (rc)
         return rc;
-    measure(sh, n, &n_model, &n_optim, &floats);
-    rc = reserve(s, floats, n_model, n_optim);
+    measure(sh, n, &n_model, &n_optim, &n_local, &floats);
+    rc = reserve(s, floats, n_model, n_optim, n_local);
     if (s->pool) /* the collective reads, even after a failure on this rank */
         rc = take_weights(s, t, m, sh, n, rc);
     if (!rc) rc = take_moments(s, t, m, sh, n);
+    if (!rc) rc = take_local(s, t, m, sh, n);
     free(sh);
     return rc;
 }
@@ -178,5 +201,6 @@ void tri_ckpt_snapshot_free(tri_ckpt_snapshot *s)
         tri_device_host_free(s->dev, s->pool);
     free(s->model);
     free(s->optim);
+    free(s->local);
     memset(s, 0, sizeof *s);
 }

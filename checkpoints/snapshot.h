@@ -28,14 +28,17 @@ typedef struct tri_ckpt_snap_entry {
     tri_box shard;             /* the TP shard in the global index space (vocabulary padding included) */
     int64_t lo, hi;            /* model entries: 0 .. shard elements; optimizer entries: the owned range */
     size_t data;               /* offset of the values in the pool (floats); optimizer: m, then v at + (hi - lo) */
+    int group;                 /* local entries: the tri_state_group (engine/train/state_shards.h) */
 } tri_ckpt_snap_entry;
 
 typedef struct tri_ckpt_snapshot {
     tri_device *dev;           /* owner of the pool */
     float *pool;               /* host staging memory (floats) */
     size_t pool_cap, pool_used;
-    int n_model, n_optim;
+    int n_model, n_optim, n_local;
     tri_ckpt_snap_entry *model, *optim;
+    tri_ckpt_snap_entry *local;  /* local SGD: outer and replica entries, one per group (state_shards.h) */
+    bool writes_local;         /* local SGD: this rank writes its outer and replica files (every dp rank) */
     bool writes_model;         /* this rank writes its (tp, pp) model file (dp rank 0) */
     bool writes_optim;         /* this rank writes an optimizer file (ZeRO 1-3, or dp rank 0) */
     int tp_rank, pp_rank, dp_rank, world_rank;

@@ -76,6 +76,7 @@ typedef struct tri_session_options {
     tri_model_run run;             /* its layout's tp x pp x dp must be the world's size */
     float clip_grad;             /* maximum global gradient norm; <= 0 disables clipping */
     tri_adamw_config adamw;
+    tri_local_sgd_config local_sgd; /* local SGD / DiLoCo (engine/train/local_sgd.h); steps 0: off */
 } tri_session_options;
 
 /* Builds the grid over world (collective; its sizes from the layout), this rank's chunks on dev and

@@ -50,6 +50,34 @@ int tri_session_ckpt_save_async(tri_session *s, tri_ckpt_async *saver, const cha
     return rc;
 }
 
+/* "--local-sgd-steps H --outer-optimizer X" of a run (or "synchronous data parallelism"). */
+static void local_text(const tri_local_sgd_config *c, char *out, size_t cap)
+{
+    if (c->steps > 0)
+        snprintf(out, cap, "--local-sgd-steps %d --outer-optimizer %s", c->steps, tri_outer_kind_name(c->outer));
+    else
+        snprintf(out, cap, "synchronous data parallelism (no --local-sgd-steps)");
+}
+
+/* Local SGD on resume: the checkpoint's outer state continues only into the same H and outer
+ * optimizer; another (or none on either side) is refused naming both, unless reset: then a local
+ * SGD run starts its outer state from the loaded weights (*fresh) and a synchronous run drops it.
+ * The outer lr and momentum are hyperparameters and may change. A step-0 checkpoint binds nothing. */
+static int local_sgd_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur, bool reset, bool resumes, bool *fresh)
+{
+    const tri_local_sgd_config *a = &r->m.run.local, *b = &cur->local;
+    bool same = a->steps == b->steps && (a->steps == 0 || a->outer == b->outer);
+    *fresh = b->steps > 0 && (!same || reset || !resumes);
+    if (same || reset || !resumes)
+        return TRI_OK;
+    char sa[96], sb[96];
+    local_text(a, sa, sizeof sa);
+    local_text(b, sb, sizeof sb);
+    return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with %s; this run has %s (resume with the same, or pass "
+                   "--reset-outer-state to start local SGD's outer state afresh from the loaded weights)", r->dir, sa,
+                   sb);
+}
+
 int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_run *run, int64_t *iteration)
 {
     const tri_model *m = s->model.model;
@@ -67,8 +95,12 @@ int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_r
         rc = tri_ckpt_check_resume(&r.m, &cur, run->lr_source, r.dir);
     if (resumes && !rc && run->lr_source == TRI_LR_CHECKPOINT)
         run->lr = r.m.run.lr;
+    bool fresh = false; /* local SGD's outer state starts from the loaded weights */
+    if (!rc) rc = local_sgd_resume(&r, &cur, run->reset_outer_state, resumes, &fresh);
     rc = tri_comm_agree(s->grid.world, rc);
     if (!rc) rc = tri_ckpt_load(&s->trainer, &r);
+    if (!rc && cur.local.steps > 0)
+        rc = fresh ? tri_trainer_outer_reset(&s->trainer) : tri_ckpt_load_local(&s->trainer, &r);
     if (!rc)
         *iteration = r.m.iteration;
     free(json);

@@ -23,6 +23,7 @@ typedef struct tu_ckpt_run {
     int save_interval;            /* save at multiples of it and at `until` (0: only at `until`) */
     int keep_last;
     bool async_save;              /* --async-save: background saves, polled every step, waited at the end */
+    bool reset_outer_state;       /* --reset-outer-state (local SGD: layout.local) */
     /* results */
     int64_t start;                /* the first iteration run (0, or the checkpoint's) */
     double losses[TU_MAX_STEPS];  /* losses[k]: loss of iteration start + k + 1 */

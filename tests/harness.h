@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/comm/comm.h"
+#include "engine/train/local_sgd.h"
 #include "engine/train/train_layout.h"
 #include "models/config.h"
 #include "models/model.h"
@@ -33,6 +34,7 @@ typedef struct tu_layout {
     bool deterministic;
     bool overlap;              /* --overlap-grad-reduce and --overlap-param-gather */
     bool bf16;                 /* --bf16 mixed precision */
+    tri_local_sgd_config local; /* local SGD / DiLoCo (engine/train/local_sgd.h); steps 0: off */
 } tu_layout;
 
 typedef struct tu_result {

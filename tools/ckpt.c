@@ -448,7 +448,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     job *j = arg;
     const tri_ckpt_run *sr = &j->src.run;
     tri_session_options o = {.run = {.layout = j->layout, .seed = sr->seed}, .clip_grad = sr->clip_grad,
-                                 .adamw = sr->adamw};
+                                 .adamw = sr->adamw, .local_sgd = sr->local}; /* local SGD's state resharded too */
     tri_session_ckpt_run cr = {.seed = sr->seed, .lr = sr->lr};
     tri_device *dev = NULL;
     tri_session s;

@@ -68,6 +68,11 @@ typedef struct args {
     float exit_duration_mins;
     bool quiet;
     bool exit_on_missing_checkpoint, override_scheduler, use_checkpoint_scheduler, async_save;
+    int local_sgd_steps;                        /* local SGD / DiLoCo (engine/train/local_sgd.h) */
+    const char *outer_optimizer;                /* NULL: not given (average when H > 1) */
+    float outer_lr, outer_momentum;             /* outer_lr NAN: the outer optimizer's default */
+    int64_t local_sgd_warmup_iters;
+    bool reset_outer_state;
 } args;
 
 typedef struct run {
@@ -149,6 +154,12 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("skip-nonfinite", TRI_FLAG_INT, &a->skip_nonfinite, "skip up to K steps in a row whose loss or gradients are not finite on some rank (no update on any rank); the next one stops the run (0: stop at the first)", 0, 1 << 30);
     f[n++] = (tri_flag)FLAG("skip-loss-spike-zscore", TRI_FLAG_FLOAT, &a->spike_zscore, "skip the update of a step whose loss is more than Z standard deviations above the mean of the last --loss-spike-window losses (0: off)", 0, 1e6);
     f[n++] = (tri_flag)FLAG("loss-spike-window", TRI_FLAG_INT, &a->spike_window, "losses of applied steps the spike z-score is measured against", 2, 1 << 20);
+    f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: each data-parallel replica runs H inner steps on its share of every global batch with no data-parallel communication (its own gradient norm for clipping, its own loss in the log), then one outer synchronisation averages the replicas' parameter change (1: synchronous data parallelism, unless --outer-optimizer is given). Iterations and the learning-rate schedule count inner steps; the last iteration always synchronises; an --eval-interval between synchronisations reports the mean of the replicas' losses. ZeRO stage 0 only (each replica keeps its whole AdamW state, never averaged); composes with tp, pp, sequence parallelism, bf16 (fp32 anchor and deltas), recomputation and deterministic mode", -1000000, 1 << 30);
+    f[n++] = (tri_flag)CHOICE("outer-optimizer", &a->outer_optimizer, "average|nesterov", "local SGD's outer step on the replicas' mean parameter change delta (anchor - parameters): average moves the anchor by outer-lr x delta (outer lr 1: parameter averaging, Lin et al. 2020); nesterov is PyTorch's SGD with Nesterov momentum on delta, as DiLoCo (Douillard et al. 2023). Default average; giving it turns local SGD on even at --local-sgd-steps 1");
+    f[n++] = (tri_flag)FLAG("outer-lr", TRI_FLAG_FLOAT, &a->outer_lr, "outer learning rate, > 0 (default: 1 for average, DiLoCo's 0.7 for nesterov)", -1e9, 1e9);
+    f[n++] = (tri_flag)FLAG("outer-momentum", TRI_FLAG_FLOAT, &a->outer_momentum, "Nesterov momentum of the outer step, in [0, 1) (DiLoCo's 0.9; nesterov only)", -1e9, 1e9);
+    f[n++] = (tri_flag)FLAG("local-sgd-warmup-iters", TRI_FLAG_INT64, &a->local_sgd_warmup_iters, "local SGD: the first W iterations are synchronous data parallelism, local steps and the anchor start after them (post-local SGD, Lin et al. 2020; DiLoCo starts from a trained model)", -1e12, 1e12);
+    f[n++] = (tri_flag)FLAG("reset-outer-state", TRI_FLAG_BOOL, &a->reset_outer_state, "on resume, start local SGD's outer state afresh (anchor = the loaded weights, momentum zero; without local SGD: drop the checkpoint's) instead of refusing a checkpoint saved with other --local-sgd-steps / --outer-optimizer", 0, 0);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no per-iteration lines (summary only)", 0, 0);
     return n;
 }
@@ -185,6 +196,40 @@ static void defaults(args *a)
     a->comm_timeout = 300.0f;
     a->comm = "auto";
     a->spike_window = 50;
+    a->local_sgd_steps = 1;
+    a->outer_lr = NAN;
+    a->outer_momentum = 0.9f;
+}
+
+/* --local-sgd-steps and the outer optimizer's flags into the session's config (steps 0: off). */
+static int local_sgd_options(run *r)
+{
+    args *a = &r->a;
+    tri_local_sgd_config *c = &r->sopt.local_sgd;
+    memset(c, 0, sizeof *c);
+    if (a->local_sgd_steps < 1)
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation "
+                       "(1: synchronous data parallelism)", a->local_sgd_steps);
+    if (a->local_sgd_steps == 1 && !a->outer_optimizer) {
+        if (!isnan(a->outer_lr) || a->local_sgd_warmup_iters != 0)
+            return TRI_ERR(TRI_EINVAL, "--%s needs local SGD (--local-sgd-steps H > 1 or --outer-optimizer)",
+                           !isnan(a->outer_lr) ? "outer-lr" : "local-sgd-warmup-iters");
+        return TRI_OK; /* --reset-outer-state here drops a checkpoint's local SGD state */
+    }
+    int rc = tri_outer_kind_parse(a->outer_optimizer ? a->outer_optimizer : "average", &c->outer);
+    if (rc)
+        return rc;
+    c->steps = a->local_sgd_steps;
+    c->outer_lr = !isnan(a->outer_lr) ? a->outer_lr : c->outer == TRI_OUTER_NESTEROV ? 0.7f : 1.0f;
+    c->outer_momentum = a->outer_momentum;
+    c->final_iter = a->train_iters;
+    c->warmup_iters = a->local_sgd_warmup_iters;
+    rc = tri_local_sgd_check(c, r->L.zero_stage);
+    if (!rc && a->spike_zscore > 0)
+        rc = TRI_ERR(TRI_EINVAL, "--skip-loss-spike-zscore %g with --local-sgd-steps %d: between synchronisations "
+                     "each replica has its own loss, so a spike is not one decision for every rank",
+                     (double)a->spike_zscore, c->steps);
+    return rc;
 }
 
 /* ---- validation: no communication, so every rank reaches the same verdict ---- */
@@ -220,6 +265,9 @@ static int validate(run *r)
     if (a->sample_length > r->L.T - 1)
         a->sample_length = (int)(r->L.T - 1);
     r->sopt.run = (tri_model_run){.layout = r->L, .seed = (uint64_t)a->seed};
+    rc = local_sgd_options(r);
+    if (rc)
+        return rc;
     /* what the model needs beyond the layout rules, then the data */
     rc = tri_model_rank_check(&r->model, &r->sopt.run);
     if (!rc) rc = tri_dataloader_open(&r->train, a->train_data, r->L.T, tri_model_vocab_size(&r->model), (uint64_t)a->seed, true);
@@ -377,6 +425,15 @@ static void print_plan(run *r)
                       L->overlap_param_gather ? " overlapped parameter all-gather;" : "",
                       L->deterministic ? " deterministic (exact fixed-point gradient sums);" : "",
                       bf16 ? " bf16 mixed precision (fp32 gradients, master weights and moments);" : "");
+    const tri_local_sgd_config *ls = &r->sopt.local_sgd;
+    if (ls->steps > 0 && ls->outer == TRI_OUTER_NESTEROV)
+        tri_log_rank0("local SGD (DiLoCo): %d inner steps per outer synchronisation over dp %d, outer Nesterov "
+                      "momentum %g, outer lr %g; %lld synchronous warm-up iterations", ls->steps, L->dp,
+                      (double)ls->outer_momentum, (double)ls->outer_lr, (long long)ls->warmup_iters);
+    else if (ls->steps > 0)
+        tri_log_rank0("local SGD: %d inner steps per outer synchronisation over dp %d, outer step: average, outer "
+                      "lr %g; %lld synchronous warm-up iterations", ls->steps, L->dp, (double)ls->outer_lr,
+                      (long long)ls->warmup_iters);
     if (r->ss.grid.world_rank == 0) {
         tri_stage_plan_print(stdout, &r->ss.model.plan);
         /* the per-stage plan, as `partitioner` prints it (models/preview.h: one code path) */
@@ -424,6 +481,7 @@ static int evaluate(run *r, int64_t iter)
 static tri_session_ckpt_run ckpt_run(const run *r)
 {
     return (tri_session_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last,
+                                  .reset_outer_state = r->a.reset_outer_state,
                               .lr_source = r->a.use_checkpoint_scheduler ? TRI_LR_CHECKPOINT
                                            : r->a.override_scheduler     ? TRI_LR_FLAGS
                                                                          : TRI_LR_SAME};
@@ -535,14 +593,17 @@ static const char *throughput(const run *r, double gflops, char *buf, size_t cap
 static void log_iteration(run *r, const tri_train_metrics *tm, int64_t iter, const tri_step_result *res,
                           const tri_step_time *t, double tps, double gflops)
 {
-    char eta[32], thr[96];
+    char eta[32], thr[96], outer[64] = "";
+    if (r->sopt.local_sgd.steps > 0)
+        snprintf(outer, sizeof outer, " | %souter syncs %lld", res->outer_sync ? "synced, " : "",
+                 (long long)res->outer_syncs);
     tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms (compute %.0f%%, tp %.0f%%, "
-                  "pp %.0f%%, bubble %.0f%%, dp %.0f%%) | %8.0f tok/s | %s | ETA %s", (long long)iter,
+                  "pp %.0f%%, bubble %.0f%%, dp %.0f%%) | %8.0f tok/s | %s | ETA %s%s", (long long)iter,
                   (long long)r->a.train_iters, res->loss, (double)res->lr, res->grad_norm, t->step_s * 1e3,
                   100 * t->compute_s / t->step_s, 100 * t->tp_s / t->step_s, 100 * t->pp_s / t->step_s,
                   100 * t->bubble_s / t->step_s, 100 * (t->dp_s + t->other_s) / t->step_s, tps,
                   throughput(r, gflops, thr, sizeof thr),
-                  tri_format_duration(tri_train_metrics_eta(tm, iter), eta, sizeof eta));
+                  tri_format_duration(tri_train_metrics_eta(tm, iter), eta, sizeof eta), outer);
     if (r->world->size > 1 && tm->straggler_rank >= 0 && tm->straggler_compute_s > 1.25 * tm->median_compute_s)
         tri_log_rank0("straggler: rank %d computed %.1f ms over the last interval, median %.1f ms (+%.0f%%)",
                       tm->straggler_rank, tm->straggler_compute_s * 1e3, tm->median_compute_s * 1e3,
@@ -664,6 +725,9 @@ static int train_loop(run *r)
             if (!rc && !a->quiet && log_now)
                 log_iteration(r, &tm, it + 1, &res, &split, tps, flops / dt / 1e9);
         }
+        if (!rc && res.outer_sync)
+            metric_line(r, "outer_sync", it + 1, (const char *[]){"outer_sync", "outer_syncs", NULL},
+                        (double[]){1, (double)res.outer_syncs});
         if (!rc) rc = settle_checkpoint(r, it + 1, false);
         if (!rc && !res.stop && a->eval_interval > 0 && (it + 1) % a->eval_interval == 0 && it + 1 < a->train_iters) {
             tri_comm_set_phase(r->world, "eval", it + 1);
@@ -695,10 +759,19 @@ static int train_loop(run *r)
     if (rc)
         return rc;
     double total = tri_now_s() - t_start;
-    if (a->train_iters > r->start_iter)
+    if (a->train_iters > r->start_iter) {
         tri_log_rank0("trained %lld iterations in %.1f s: loss %.4f -> %.4f (ln vocab = %.4f)",
                       (long long)(a->train_iters - r->start_iter), total, first_loss, last_loss,
                       log((double)tri_model_vocab_size(&r->model)));
+        /* what world rank 0 sent over its data-parallel group, as the comm counted it (payload) */
+        uint64_t dp_bytes = 0;
+        for (int k = 0; k < TRI_COMM_KINDS; k++)
+            dp_bytes += r->ss.grid.dp_comm->bytes[k];
+        tri_log_rank0("data-parallel traffic: %.3f MB sent by rank 0 over dp in %lld iterations (%.3f MB per "
+                      "iteration)%s", (double)dp_bytes / 1e6, (long long)(a->train_iters - r->start_iter),
+                      (double)dp_bytes / 1e6 / (double)(a->train_iters - r->start_iter),
+                      r->sopt.local_sgd.steps > 0 ? "; local SGD's outer synchronisations included" : "");
+    }
     tri_comm_set_phase(r->world, "eval", a->train_iters);
     rc = evaluate(r, a->train_iters); /* beside the last save's background writes */
     return rc ? rc : settle_checkpoint(r, a->train_iters, true);

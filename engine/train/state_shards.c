@@ -45,37 +45,104 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
     return n;
 }
 
+const char *tri_state_group_name(tri_state_group g)
+{
+    static const char *const names[TRI_STATE_GROUPS] = {
+        NULL, "exp_avg", "exp_avg_sq", "outer_anchor", "outer_momentum", "replica_weights", "replica_exp_avg",
+        "replica_exp_avg_sq"};
+    return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
+}
+
+/* Local SGD: this dp rank's slice of unit u ([*start, + *n) flat, at *at in the outer state). */
+static void outer_slice(const tri_param_layout *L, int u, int64_t *start, int64_t *n, int64_t *at)
+{
+    *n = L->units[u].len / L->dp;
+    *start = tri_unit_slice(&L->units[u], L->dp, L->dp_rank);
+    *at = L->units[u].start / L->dp;
+}
+
+/* Appends (or counts) chunk c's local SGD entries: the outer state's pieces, then the replica's
+ * own weights and moments (ZeRO 0: the moments of p are at its flat offset). */
+static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
+{
+    const tri_param_layout *L = &t->chunks[c]->layout;
+    int groups = t->cfg.local.outer == TRI_OUTER_NESTEROV ? 2 : 1;
+    for (int i = 0; i < L->n; i++) {
+        const tri_param *p = &L->params[i];
+        bool h = holds(t, p);
+        for (int u = 0; u < L->n_units; u++) {
+            int64_t start, len, at;
+            outer_slice(L, u, &start, &len, &at);
+            int64_t lo = p->offset > start ? p->offset : start;
+            int64_t hi = p->offset + p->numel < start + len ? p->offset + p->numel : start + len;
+            for (int g = 0; g < groups && hi > lo; g++) {
+                if (list)
+                    list[n] = (tri_state_shard){.param = p, .group = (tri_state_group)(TRI_STATE_OUTER_ANCHOR + g),
+                                                .lo = lo - p->offset, .hi = hi - p->offset, .holder = h,
+                                                .stored = h, .chunk = c, .at = at + (lo - start)};
+                n++;
+            }
+        }
+    }
+    for (int i = 0; i < L->n; i++) {
+        const tri_param *p = &L->params[i];
+        bool h = holds(t, p);
+        for (int g = TRI_STATE_REPLICA_WEIGHTS; g <= TRI_STATE_REPLICA_EXP_AVG_SQ; g++) {
+            if (list)
+                list[n] = (tri_state_shard){.param = p, .group = (tri_state_group)g, .lo = 0, .hi = p->numel,
+                                            .holder = h, .stored = h, .chunk = c, .at = p->offset};
+            n++;
+        }
+    }
+    return n;
+}
+
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n)
 {
     int count = 0;
     for (int c = 0; c < t->v; c++)
         count = add_chunk(t, c, NULL, count);
+    for (int c = 0; c < t->v && t->cfg.local.steps > 0; c++)
+        count = add_local(t, c, NULL, count);
     *shards = calloc((size_t)(count > 0 ? count : 1), sizeof **shards);
     *n = 0;
     if (!*shards)
         return TRI_ERR(TRI_ENOMEM, "out of memory for %d state shards", count);
     for (int c = 0; c < t->v; c++)
         *n = add_chunk(t, c, *shards, *n);
+    for (int c = 0; c < t->v && t->cfg.local.steps > 0; c++)
+        *n = add_local(t, c, *shards, *n);
     return TRI_OK;
 }
 
-/* The optimizer state tensor of a moment entry, over its piece. */
+/* The state tensor of a moment or outer entry, over its piece. */
 static tri_tensor moment(const tri_trainer *t, const tri_state_shard *s)
 {
     const tri_optimizer *o = &t->opt[s->chunk];
-    return tri_tensor_range(s->group == TRI_STATE_EXP_AVG ? o->m : o->v, s->at, s->hi - s->lo);
+    const tri_outer_state *os = &t->outer[s->chunk];
+    tri_tensor x = s->group == TRI_STATE_EXP_AVG || s->group == TRI_STATE_REPLICA_EXP_AVG ? o->m
+                   : s->group == TRI_STATE_OUTER_ANCHOR                                   ? os->anchor
+                   : s->group == TRI_STATE_OUTER_MOMENTUM                                 ? os->momentum
+                                                                                          : o->v;
+    return tri_tensor_range(x, s->at, s->hi - s->lo);
+}
+
+/* Weights, or a replica's own weights (ZeRO 0: whole on every rank; reading them is local). */
+static bool weights(const tri_state_shard *s)
+{
+    return s->group == TRI_STATE_WEIGHTS || s->group == TRI_STATE_REPLICA_WEIGHTS;
 }
 
 int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host)
 {
-    if (s->group == TRI_STATE_WEIGHTS)
+    if (weights(s))
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
     return tri_device_copy_to_host(t->dev, host, moment(t, s));
 }
 
 int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const float *host)
 {
-    if (s->group == TRI_STATE_WEIGHTS)
+    if (weights(s))
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
     return tri_device_copy_from_host(t->dev, moment(t, s), host);
 }

@@ -22,7 +22,19 @@ typedef enum tri_state_group {
     TRI_STATE_WEIGHTS = 0,  /* the parameters (fp32 master weights under bf16) */
     TRI_STATE_EXP_AVG,      /* Adam's first moment */
     TRI_STATE_EXP_AVG_SQ,   /* Adam's second moment */
+    /* local SGD / DiLoCo only (engine/train/local_sgd.h), listed after the groups above: */
+    TRI_STATE_OUTER_ANCHOR,   /* the parameters at the last outer synchronisation (fp32): each dp
+                                 rank's slice of every unit, stored by every dp rank (the holders) */
+    TRI_STATE_OUTER_MOMENTUM, /* the outer Nesterov momentum, the same slices (nesterov only) */
+    TRI_STATE_REPLICA_WEIGHTS,    /* this replica's own weights, */
+    TRI_STATE_REPLICA_EXP_AVG,    /* its AdamW moments (they differ per replica between and across */
+    TRI_STATE_REPLICA_EXP_AVG_SQ, /* synchronisations): the whole TP shard, stored by every dp rank */
+    TRI_STATE_GROUPS
 } tri_state_group;
+
+/* The group's name in a checkpoint ("exp_avg", "outer_anchor", "replica_weights", ...; NULL for
+ * the weights, which live in the model files). */
+const char *tri_state_group_name(tri_state_group g);
 
 typedef struct tri_state_shard {
     const tri_param *param;  /* name, global shape, this rank's TP shard (global_offset, local_shape) */
@@ -32,16 +44,20 @@ typedef struct tri_state_shard {
                                 parameters on TP rank 0 and one holder of a shared shard; never the
                                 last stage's tied copy of the embedding) */
     bool stored;             /* holder, and this data-parallel rank stores it (weights: dp rank 0;
-                                moments: the owner under ZeRO 1-3, dp rank 0 at ZeRO 0) */
+                                moments: the owner under ZeRO 1-3, dp rank 0 at ZeRO 0; local SGD's
+                                groups: every dp rank) */
     bool collective;         /* reading it is collective over the data-parallel group: every rank
                                 reads every holder entry of this group in the same order */
     int chunk;               /* the model chunk holding it */
-    int64_t at;              /* moments: the piece's offset in the chunk's optimizer state */
+    int64_t at;              /* moments: the piece's offset in the chunk's optimizer state; outer
+                                groups: in the chunk's outer state */
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
  * parameter, then, for each parameter, each owned piece's first and second moment (adjacent).
- * *shards is malloc'd (n of them). TRI_ENOMEM. */
+ * Under local SGD then, per chunk, for each parameter each piece of this dp rank's outer slices
+ * (anchor, and momentum adjacent for nesterov), and each parameter's replica weights, first and
+ * second moment (adjacent). *shards is malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
 /* Entry s's values (hi - lo floats) into host; for a collective entry every data-parallel rank

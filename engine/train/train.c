@@ -58,8 +58,56 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
     const tri_param_layout *layouts[TRI_MAX_CHUNKS];
     for (int c = 0; c < t->v; c++)
         layouts[c] = &t->chunks[c]->layout;
-    return take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp,
-                        t->chunks[0]->zero.stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed);
+    int rc = take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp,
+                          t->chunks[0]->zero.stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed);
+    if (t->cfg.local.steps == 0)
+        return rc;
+    /* local SGD: the outer state of each chunk (its dp slice) and one scratch for the largest unit */
+    int64_t scratch = 1;
+    for (int c = 0; c < t->v && !rc; c++) {
+        rc = tri_outer_take(&t->outer[c], &t->arena, layouts[c], &t->cfg.local);
+        int64_t n = tri_outer_scratch_numel(layouts[c]);
+        scratch = n > scratch ? n : scratch;
+    }
+    if (!rc) rc = tri_arena_take(&t->arena, TRI_MEM_COMM, &t->outer_scratch, TRI_F32, 1, (int64_t[]){scratch});
+    return rc;
+}
+
+/* Local SGD: ZeRO's data-parallel group becomes this rank alone (inner steps reduce nothing over
+ * dp), and the outer state starts from the initial parameters. */
+static int start_local_sgd(tri_trainer *t)
+{
+    int rc = tri_local_sgd_check(&t->cfg.local, t->chunks[0]->zero.stage);
+    if (!rc) rc = tri_comm_split(t->grid->dp_comm, t->grid->dp_rank, 0, &t->self_comm);
+    return rc ? rc : tri_trainer_outer_reset(t);
+}
+
+int tri_trainer_outer_reset(tri_trainer *t)
+{
+    if (t->cfg.local.steps == 0)
+        return TRI_ERR(TRI_EINVAL, "trainer: the outer state is reset only with local SGD (--local-sgd-steps)");
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc; c++) {
+        rc = tri_zero_sync(&t->chunks[c]->zero);
+        if (!rc) rc = tri_outer_reset(t->dev, &t->outer[c], &t->chunks[c]->zero);
+    }
+    t->replicas_apart = false;
+    return rc;
+}
+
+int tri_trainer_outer_sync(tri_trainer *t)
+{
+    if (t->cfg.local.steps == 0)
+        return TRI_ERR(TRI_EINVAL, "trainer: an outer synchronisation needs local SGD (--local-sgd-steps)");
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc; c++)
+        rc = tri_outer_step(t->dev, t->grid->dp_comm, &t->chunks[c]->zero, &t->outer[c], t->outer_scratch,
+                            &t->cfg.local);
+    if (!rc) {
+        t->outer_syncs++;
+        t->replicas_apart = false;
+    }
+    return rc;
 }
 
 /* The comm of the TP ranks sharing a shard (tri_param.replicas > 1), split from the TP group: every
@@ -111,6 +159,7 @@ int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tr
     if (!rc) rc = tri_pipeline_create(&t->train_pipe, train_sched, grid->pp_rank, grid->pp_comm, t->chunks);
     if (!rc) rc = tri_pipeline_create(&t->eval_pipe, eval_sched, grid->pp_rank, grid->pp_comm, t->chunks);
     if (!rc) rc = split_replicas(t);
+    if (!rc && cfg->local.steps > 0) rc = start_local_sgd(t);
     return rc;
 }
 
@@ -125,6 +174,29 @@ void tri_trainer_destroy(tri_trainer *t)
     t->windows = NULL;
     tri_comm_destroy(t->replica_comm);
     t->replica_comm = NULL;
+    for (int c = 0; c < t->v && t->self_comm; c++) /* ZeRO's comm is the chunk's again */
+        if (t->chunks[c]->zero.dp == t->self_comm)
+            t->chunks[c]->zero.dp = t->grid->dp_comm;
+    tri_comm_destroy(t->self_comm);
+    t->self_comm = NULL;
+}
+
+/* Replicas whose gradients are averaged into one step: dp, or 1 for local SGD's inner steps (each
+ * replica's own). */
+static int step_replicas(const tri_trainer *t)
+{
+    return t->local_step ? 1 : t->grid->dp;
+}
+
+/* Local SGD: whether update iter + 1 is an inner step; ZeRO's data-parallel group is then this rank
+ * alone, else (synchronous warm-up steps) the data-parallel group. */
+static void begin_step(tri_trainer *t, int64_t iter)
+{
+    if (t->cfg.local.steps == 0)
+        return;
+    t->local_step = tri_local_sgd_inner(&t->cfg.local, iter + 1);
+    for (int c = 0; c < t->v; c++)
+        t->chunks[c]->zero.dp = t->local_step ? t->self_comm : t->grid->dp_comm;
 }
 
 int64_t tri_trainer_global_batch(const tri_trainer *t)
@@ -144,13 +216,14 @@ static int load(void *ctx, int chunk, int mb, int slot)
 }
 
 /* The loss sum (fixed point, engine/train/pipeline.h) of the last stage's micro-batches, broadcast to
- * every stage and summed over data-parallel replicas: exact integer arithmetic, so the loss is the
- * same bits in every layout. Returns the sum in loss units. */
-static int share_loss(tri_trainer *t, int64_t fixed, double *sum)
+ * every stage and summed over data-parallel replicas (replicas > 1; 1: this replica's alone):
+ * exact integer arithmetic, so the loss is the same bits in every layout. Returns the sum in loss
+ * units. */
+static int share_loss(tri_trainer *t, int64_t fixed, int replicas, double *sum)
 {
     int rc = TRI_OK;
     if (t->grid->pp > 1) rc = tri_comm_host_broadcast(t->grid->pp_comm, &fixed, TRI_I64, 1, t->grid->pp - 1);
-    if (!rc && t->grid->dp > 1) rc = tri_comm_host_all_reduce(t->grid->dp_comm, &fixed, TRI_I64, 1, TRI_REDUCE_SUM);
+    if (!rc && replicas > 1) rc = tri_comm_host_all_reduce(t->grid->dp_comm, &fixed, TRI_I64, 1, TRI_REDUCE_SUM);
     *sum = ldexp((double)fixed, -TRI_LOSS_BITS);
     return rc;
 }
@@ -196,12 +269,13 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
 {
     int rc = TRI_OK;
     t->local_bad = false;
+    begin_step(t, iter);
     for (int c = 0; c < t->v && !rc; c++)
         rc = tri_chunk_zero_grads(t->chunks[c]);
     t->src = src;
     t->first_sample = iter * tri_trainer_global_batch(t) +
                       (int64_t)t->grid->dp_rank * t->cfg.n_micro * t->chunks[0]->samples_per_mb;
-    float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
+    float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * step_replicas(t));
     tri_pipeline_io io = {.ctx = t, .load = load};
     if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, NULL);
     for (int c = 0; c < t->v && !rc; c++) {
@@ -227,8 +301,9 @@ static int finish_loss(tri_trainer *t, double *loss)
     double loss_sum = 0.0;
     int64_t loss_fixed = 0;
     int rc = tri_pipeline_losses(&t->train_pipe, &loss_fixed);
-    if (!rc) rc = share_loss(t, loss_fixed, &loss_sum);
-    *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * t->grid->dp);
+    int replicas = step_replicas(t);
+    if (!rc) rc = share_loss(t, loss_fixed, replicas, &loss_sum);
+    *loss = loss_sum / (double)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * replicas);
     return rc;
 }
 
@@ -346,6 +421,10 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     res->lr = lr;
     res->action = TRI_STEP_APPLY;
     res->stop = false;
+    res->outer_sync = false;
+    res->outer_syncs = t->outer_syncs;
+    if (t->local_step && !isfinite(res->loss))
+        t->local_bad = true; /* the loss is this replica's own: its verdict must reach the agreement */
     if (t->guard) {
         tri_step_verdict v;
         rc = tri_step_guard_agree(t->guard, t->grid->world, t->local_bad, &v);
@@ -357,21 +436,28 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
         if (rc)
             return rc;
         res->stop = v.stop;
-        if (res->action != TRI_STEP_APPLY) {
-            /* no update; the parameters are gathered again, unchanged, so ZeRO's in-flight state is
-             * the same as after an update */
-            for (int c = 0; c < t->v && !rc; c++)
-                rc = tri_zero_gather_params(&t->chunks[c]->zero);
-            return rc;
-        }
     } else if (!isfinite(norm)) {
         return TRI_ERR(TRI_ENONFINITE, "iteration %lld: the gradient norm is %g; no update applied",
                        (long long)iter + 1, norm);
     }
+    /* a skipped step makes no update; the parameters are gathered again, unchanged, so ZeRO's
+     * in-flight state is the same as after an update */
     float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
     for (int c = 0; c < t->v && !rc; c++) {
-        rc = tri_optimizer_step(t->dev, &t->opt[c], &t->chunks[c]->zero, lr, scale);
+        if (res->action == TRI_STEP_APPLY)
+            rc = tri_optimizer_step(t->dev, &t->opt[c], &t->chunks[c]->zero, lr, scale);
         if (!rc) rc = tri_zero_gather_params(&t->chunks[c]->zero);
+    }
+    /* local SGD: the outer synchronisation ends its window, skipped step or not (the iterations
+     * count the window) */
+    t->replicas_apart = t->local_step;
+    /* the end of the synchronous warm-up: the replicas are one model, the anchor starts here */
+    if (!rc && t->cfg.local.steps > 0 && t->cfg.local.warmup_iters == iter + 1)
+        rc = tri_trainer_outer_reset(t);
+    if (!rc && tri_local_sgd_syncs_at(&t->cfg.local, iter + 1)) {
+        rc = tri_trainer_outer_sync(t);
+        res->outer_sync = rc == TRI_OK;
+        res->outer_syncs = t->outer_syncs;
     }
     return rc;
 }
@@ -390,7 +476,7 @@ int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches,
         rc = tri_pipeline_run(&t->eval_pipe, &io, false, 0.0f, &s);
         fixed += s;
     }
-    if (!rc) rc = share_loss(t, fixed, &total);
+    if (!rc) rc = share_loss(t, fixed, t->grid->dp, &total);
     *loss = total / (double)(t->chunks[0]->tokens_per_mb * m * (int64_t)n_batches * t->grid->dp);
     return rc;
 }

@@ -5,7 +5,13 @@
  * sums replicated gradients over TP under sequence parallelism, sums the tied embedding's gradient
  * over the embedding group, averages gradients over data-parallel replicas, computes the global
  * gradient norm (each parameter counted once), clips (Pascanu et al. 2013) and applies AdamW.
- * The loss is the mean per-token cross-entropy over the global batch, identical on every rank. */
+ * The loss is the mean per-token cross-entropy over the global batch, identical on every rank.
+ *
+ * Local SGD / DiLoCo (cfg.local.steps = H > 0, engine/train/local_sgd.h): each data-parallel
+ * replica steps on its own share of the global batch with its own gradients (no reduction over dp:
+ * ZeRO is bound to a group of this rank alone), so the gradient norm for clipping is the replica's
+ * own and the loss reported is the replica's own mean token loss (world rank 0's replica in logs);
+ * every H updates (and at cfg.local.final_iter) an outer step synchronises the replicas. */
 #ifndef TRIDENT_ENGINE_TRAIN_TRAIN_H
 #define TRIDENT_ENGINE_TRAIN_TRAIN_H
 
@@ -13,6 +19,7 @@
 #include "engine/device/arena.h"
 #include "engine/train/chunk.h"
 #include "engine/train/fault.h"
+#include "engine/train/local_sgd.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/pipeline.h"
 #include "engine/train/schedule.h"
@@ -32,6 +39,7 @@ typedef struct tri_step_config {
     int n_micro;               /* micro-batches per step on each data-parallel replica */
     bool sequence_parallel;
     float clip_grad;           /* maximum global gradient norm; <= 0 disables clipping */
+    tri_local_sgd_config local; /* local SGD / DiLoCo (engine/train/local_sgd.h); steps 0: off */
 } tri_step_config;
 
 typedef struct tri_step_result {
@@ -40,6 +48,8 @@ typedef struct tri_step_result {
     float lr;
     tri_step_action action;    /* applied, or skipped (with a guard): the same on every rank */
     bool stop;                 /* with a guard: some rank asked to stop after this step */
+    bool outer_sync;           /* local SGD: this step ended with an outer synchronisation */
+    int64_t outer_syncs;       /* local SGD: outer synchronisations so far (checkpoints included) */
 } tri_step_result;
 
 #define TRI_MAX_CHUNKS 16
@@ -77,6 +87,13 @@ typedef struct tri_trainer {
     bool local_bad;                      /* this rank's gradients of the current step were not finite */
     tri_trainer_hook after_grads;        /* optional: the fault-injection seam (below) */
     void *after_grads_ctx;
+    /* local SGD (cfg.local.steps > 0, engine/train/local_sgd.h) */
+    tri_comm *self_comm;                 /* this rank alone: ZeRO's data-parallel group during inner steps */
+    tri_outer_state outer[TRI_MAX_CHUNKS]; /* per chunk: this dp rank's slice of the anchor and momentum */
+    tri_tensor outer_scratch;            /* (largest unit's tri_outer_scratch_numel) f32 */
+    int64_t outer_syncs;                 /* outer synchronisations so far */
+    bool replicas_apart;                 /* an update since the last synchronisation (the replicas differ) */
+    bool local_step;                     /* the step in progress is an inner step (no dp reduction) */
 } tri_trainer;
 
 /* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
@@ -117,8 +134,19 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm);
 int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
                      tri_step_result *res);
 
+/* Local SGD: the outer synchronisation (engine/train/local_sgd.h) of every chunk, collective over
+ * the data-parallel group; tri_trainer_step calls it after the updates tri_local_sgd_syncs_at names.
+ * TRI_EINVAL without local SGD. */
+int tri_trainer_outer_sync(tri_trainer *t);
+
+/* Local SGD: restarts the outer state from the parameters held now (after a checkpoint without it,
+ * or --reset-outer-state): the anchor is the current parameters, the momentum zero. */
+int tri_trainer_outer_reset(tri_trainer *t);
+
 /* Mean token loss over n_batches global batches of src starting at sample 0 (no gradients); the
- * evaluation schedule's m micro-batches make one global batch per replica. */
+ * evaluation schedule's m micro-batches make one global batch per replica. Under local SGD between
+ * synchronisations the replicas differ: the result is then the mean over replicas of each one's
+ * loss on its share of the batches (at a synchronisation they are one model). */
 int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches, double *loss);
 
 #ifdef __cplusplus

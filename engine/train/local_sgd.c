@@ -1,0 +1,150 @@
+/* engine/train/local_sgd.c - local SGD and DiLoCo's outer step (see local_sgd.h). */
+#include "engine/train/local_sgd.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+
+const char *tri_outer_kind_name(tri_outer_kind k)
+{
+    return k == TRI_OUTER_NESTEROV ? "nesterov" : "average";
+}
+
+int tri_outer_kind_parse(const char *name, tri_outer_kind *k)
+{
+    if (name && strcmp(name, "average") == 0)
+        *k = TRI_OUTER_AVERAGE;
+    else if (name && strcmp(name, "nesterov") == 0)
+        *k = TRI_OUTER_NESTEROV;
+    else
+        return TRI_ERR(TRI_EINVAL, "--outer-optimizer %s: expected average or nesterov", name ? name : "(none)");
+    return TRI_OK;
+}
+
+int tri_local_sgd_check(const tri_local_sgd_config *c, int zero_stage)
+{
+    if (c->steps < 0)
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation",
+                       c->steps);
+    if (c->steps == 0)
+        return TRI_OK;
+    if (c->outer != TRI_OUTER_AVERAGE && c->outer != TRI_OUTER_NESTEROV)
+        return TRI_ERR(TRI_EINVAL, "--outer-optimizer %d: expected average or nesterov", (int)c->outer);
+    if (!(c->outer_lr > 0.0f) || !isfinite(c->outer_lr))
+        return TRI_ERR(TRI_EINVAL, "--outer-lr %g: expected a finite outer learning rate > 0", (double)c->outer_lr);
+    if (c->warmup_iters < 0)
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-warmup-iters %lld: expected 0 or more synchronous updates",
+                       (long long)c->warmup_iters);
+    if (!(c->outer_momentum >= 0.0f && c->outer_momentum < 1.0f))
+        return TRI_ERR(TRI_EINVAL, "--outer-momentum %g: expected a momentum in [0, 1)", (double)c->outer_momentum);
+    if (zero_stage != 0)
+        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with ZeRO stage %d (--zero-stage, --use-distributed-optimizer): inner steps "
+                       "run each replica's optimizer on its whole state without data-parallel communication, so the "
+                       "optimizer cannot be sharded over dp (use ZeRO stage 0; the outer state is sharded anyway)",
+                       c->steps, zero_stage);
+    return TRI_OK;
+}
+
+bool tri_local_sgd_inner(const tri_local_sgd_config *c, int64_t iter)
+{
+    return c->steps > 0 && iter > c->warmup_iters;
+}
+
+bool tri_local_sgd_syncs_at(const tri_local_sgd_config *c, int64_t iter)
+{
+    return tri_local_sgd_inner(c, iter) && ((iter - c->warmup_iters) % c->steps == 0 || iter == c->final_iter);
+}
+
+int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c)
+{
+    int64_t n = L->padded_numel / L->dp, nm = c->outer == TRI_OUTER_NESTEROV ? n : 1;
+    int rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->anchor, TRI_F32, 1, (int64_t[]){n > 0 ? n : 1});
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->momentum, TRI_F32, 1, (int64_t[]){nm > 0 ? nm : 1});
+    return rc;
+}
+
+int64_t tri_outer_scratch_numel(const tri_param_layout *L)
+{
+    int64_t largest = 1;
+    for (int u = 0; u < L->n_units; u++)
+        if (L->units[u].len > largest)
+            largest = L->units[u].len;
+    return largest + largest / L->dp + 1;
+}
+
+/* Unit u's slice on this data-parallel rank: flat offset *start in the stage's buffers, *at in the
+ * outer state, *n elements. */
+static void unit_slice(const tri_param_layout *L, int u, int64_t *start, int64_t *at, int64_t *n)
+{
+    const tri_param_unit *unit = &L->units[u];
+    *n = unit->len / L->dp;
+    *start = tri_unit_slice(unit, L->dp, L->dp_rank);
+    *at = unit->start / L->dp;
+}
+
+int tri_outer_reset(tri_device *d, tri_outer_state *o, const tri_zero *z)
+{
+    const tri_param_layout *L = z->L;
+    int rc = tri_op_fill(d, o->momentum, 0.0f);
+    for (int u = 0; u < L->n_units && !rc; u++) {
+        int64_t start, at, n;
+        unit_slice(L, u, &start, &at, &n);
+        rc = tri_op_convert(d, tri_tensor_range(o->anchor, at, n), tri_zero_owned_params(z, start, n));
+    }
+    return rc;
+}
+
+int tri_outer_reduce(tri_device *d, tri_comm *dp, tri_tensor mine, tri_tensor whole)
+{
+    int rc = tri_comm_reduce_scatter(dp, mine, whole);
+    if (!rc && dp->size > 1) rc = tri_op_scale(d, mine, 1.0f / (float)dp->size);
+    return rc;
+}
+
+/* The outer optimizer on one owned slice: delta is the mean outer gradient (overwritten), anchor
+ * and momentum the state. PyTorch's SGD order for nesterov: b = mu * b + delta; g = delta + mu * b;
+ * anchor -= lr * g. */
+static int outer_update(tri_device *d, tri_tensor anchor, tri_tensor momentum, tri_tensor delta,
+                        const tri_local_sgd_config *c)
+{
+    int rc = TRI_OK;
+    if (c->outer == TRI_OUTER_NESTEROV) {
+        rc = tri_op_scale(d, momentum, c->outer_momentum);
+        if (!rc) rc = tri_op_axpy(d, momentum, 1.0f, delta);
+        if (!rc) rc = tri_op_axpy(d, delta, c->outer_momentum, momentum);
+    }
+    if (!rc) rc = tri_op_axpy(d, anchor, -c->outer_lr, delta);
+    return rc;
+}
+
+int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o, tri_tensor scratch,
+                   const tri_local_sgd_config *c)
+{
+    const tri_param_layout *L = z->L;
+    if (z->stage != 0)
+        return TRI_ERR(TRI_EINVAL, "local SGD's outer step at ZeRO stage %d: stage 0 only", z->stage);
+    if (dp->size != L->dp)
+        return TRI_ERR(TRI_EINTERNAL, "local SGD: a data-parallel group of %d ranks for a layout cut for dp %d",
+                       dp->size, L->dp);
+    int rc = tri_zero_sync(z);
+    for (int u = 0; u < L->n_units && !rc; u++) {
+        int64_t start, at, n, len = L->units[u].len;
+        unit_slice(L, u, &start, &at, &n);
+        tri_tensor whole = tri_tensor_range(scratch, 0, len);               /* (len) f32 */
+        tri_tensor mean = tri_tensor_range(scratch, len, n);                /* (len / dp) f32 */
+        tri_tensor params = tri_zero_owned_params(z, L->units[u].start, len); /* fp32 (master) */
+        tri_tensor anchor = tri_tensor_range(o->anchor, at, n);
+        tri_tensor mom = c->outer == TRI_OUTER_NESTEROV ? tri_tensor_range(o->momentum, at, n) : o->momentum;
+        /* delta_r = anchor - theta_r over the whole unit, then its mean over dp into the owned slice */
+        rc = tri_comm_all_gather(dp, whole, anchor);
+        if (!rc) rc = tri_op_axpy(d, whole, -1.0f, params);
+        if (!rc) rc = tri_outer_reduce(d, dp, mean, whole);
+        if (!rc) rc = outer_update(d, anchor, mom, mean, c);
+        /* the new anchor is every replica's parameters */
+        tri_tensor mine = tri_tensor_range(params, start - L->units[u].start, n);
+        if (!rc) rc = tri_op_convert(d, mine, anchor);
+        if (!rc) rc = tri_comm_all_gather(dp, params, mine);
+    }
+    return rc ? rc : tri_zero_publish_owned(z);
+}

@@ -1,0 +1,109 @@
+/* engine/train/local_sgd.h - local SGD and DiLoCo: the semi-synchronous form of data parallelism.
+ *
+ * Each data-parallel replica runs H inner steps on its own share of every global batch with no
+ * data-parallel communication at all (its gradients are still reduced over tp, pp's tied embedding
+ * and the TP ranks sharing a shard, inside the replica), then the replicas synchronise once: the
+ * outer gradient of replica r is delta_r = anchor - theta_r (anchor: the parameters at the last
+ * synchronisation, fp32), averaged over dp, and an outer optimizer moves the anchor:
+ *
+ *   average   theta = anchor - outer_lr * mean(delta)                (outer_lr 1: parameter averaging,
+ *             local SGD; Lin et al. 2020, "Don't use large mini-batches, use local SGD")
+ *   nesterov  b = mu * b + mean(delta); theta = anchor - outer_lr * (mean(delta) + mu * b)
+ *             (PyTorch's SGD with nesterov=True and dampening 0, as DiLoCo's Algorithm 1 uses:
+ *             Douillard et al. 2023; the paper's outer lr 0.7, momentum 0.9)
+ *
+ * and every replica continues from theta (the new anchor). The inner optimizer's state (AdamW's m
+ * and v, its step count) stays per replica and is never averaged, as DiLoCo keeps it.
+ *
+ * The outer state (anchor, momentum) is fp32 and sharded like a ZeRO-1 optimizer: data-parallel
+ * rank r keeps its 1/dp slice of every unit (engine/train/param.h tri_unit_slice), so a rank holds
+ * dp times less of it. An outer step, unit after unit, through one scratch buffer of the largest
+ * unit: all-gather the anchor slices (the whole anchor, which exists on no rank), subtract this
+ * replica's parameters (fp32 master weights under bf16), reduce-scatter the deltas into the owned
+ * slice as their mean (tri_outer_reduce: the one function a compressed reduction replaces), update
+ * the owned anchor (and momentum), and all-gather the new parameters; under bf16 the model's bf16
+ * weights are then re-published from the master weights. Bytes per synchronisation, as the comm
+ * counts them (engine/comm/comm.h: the payload): 3 x 4 bytes x the stage's padded elements (anchor
+ * all-gather, delta reduce-scatter, parameter all-gather), against 4 bytes x those elements per step
+ * for synchronous data parallelism's all-reduce: 3/H of its bytes over H steps, and H times fewer
+ * synchronisations. (Keeping the whole anchor on every rank would save the first all-gather, 2/H,
+ * at dp times the anchor's memory.)
+ *
+ * Inner steps need each replica's whole optimizer state, so only ZeRO stage 0 composes (the trainer
+ * binds ZeRO to a group of this rank alone, so every gradient reduction over dp is a no-op). */
+#ifndef TRIDENT_ENGINE_TRAIN_LOCAL_SGD_H
+#define TRIDENT_ENGINE_TRAIN_LOCAL_SGD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/comm/comm.h"
+#include "engine/device/arena.h"
+#include "engine/device/device.h"
+#include "engine/train/param.h"
+#include "engine/train/zero.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tri_outer_kind { TRI_OUTER_AVERAGE = 0, TRI_OUTER_NESTEROV } tri_outer_kind;
+
+typedef struct tri_local_sgd_config {
+    int steps;                /* H, inner steps per outer synchronisation (--local-sgd-steps);
+                                 0: off, synchronous data parallelism */
+    tri_outer_kind outer;     /* --outer-optimizer */
+    float outer_lr;           /* --outer-lr, > 0 */
+    float outer_momentum;     /* --outer-momentum, [0, 1); nesterov only */
+    int64_t final_iter;       /* this iteration (1-based) synchronises too, whatever H: the end of
+                                 training, so the run ends with one model; 0: none */
+    int64_t warmup_iters;     /* --local-sgd-warmup-iters: updates 1..W are synchronous data
+                                 parallelism, local steps start after (post-local SGD, Lin et al.
+                                 2020 §3); the anchor is the parameters after update W */
+} tri_local_sgd_config;
+
+/* "average" or "nesterov". */
+const char *tri_outer_kind_name(tri_outer_kind k);
+/* *k from a name; TRI_EINVAL naming --outer-optimizer and the value. */
+int tri_outer_kind_parse(const char *name, tri_outer_kind *k);
+/* The config's values and its composition with ZeRO stage zero_stage: TRI_EINVAL naming the flag
+ * and the value (H < 0, outer lr <= 0 or not finite, momentum outside [0, 1), ZeRO stage > 0). */
+int tri_local_sgd_check(const tri_local_sgd_config *c, int zero_stage);
+/* Whether update number iter (1-based) ends with an outer synchronisation: every H-th update after
+ * the warm-up, and final_iter. */
+bool tri_local_sgd_syncs_at(const tri_local_sgd_config *c, int64_t iter);
+/* Whether update number iter (1-based) is an inner (local) step: local SGD on and past the warm-up. */
+bool tri_local_sgd_inner(const tri_local_sgd_config *c, int64_t iter);
+
+/* One chunk's outer state: this data-parallel rank's slice of every unit, laid out unit after unit
+ * (unit u's slice at u->start / dp). */
+typedef struct tri_outer_state {
+    tri_tensor anchor;        /* f32 (padded_numel / dp) the parameters at the last synchronisation */
+    tri_tensor momentum;      /* f32 (padded_numel / dp) nesterov's buffer b; 1 element for average */
+} tri_outer_state;
+
+/* Takes the outer state of a chunk with layout L from arena a (planned like every buffer). */
+int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c);
+/* Elements of the scratch an outer step needs: the largest unit of L, and its 1/dp for the mean. */
+int64_t tri_outer_scratch_numel(const tri_param_layout *L);
+/* Starts the outer state from the parameters z holds now (fp32 master weights under bf16): the
+ * anchor is this rank's slice of them, the momentum zero. Every replica must hold the same
+ * parameters. Device errors. */
+int tri_outer_reset(tri_device *d, tri_outer_state *o, const tri_zero *z);
+
+/* The outer gradient's reduction: mine (n) = the mean over dp's ranks of their whole (dp->size * n)
+ * slice [rank * n, (rank + 1) * n), fp32. whole is left undefined. A reduce-scatter and a scale by
+ * 1/dp; the seam where a compressed reduction (--grad-compression) goes. Comm and device errors. */
+int tri_outer_reduce(tri_device *d, tri_comm *dp, tri_tensor mine, tri_tensor whole);
+
+/* The outer step of one chunk (see the top comment), collective over dp: every replica's
+ * parameters become the new anchor, in z's parameters (and master weights, re-published to bf16).
+ * scratch: f32 (tri_outer_scratch_numel). ZeRO stage 0 only. */
+int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o, tri_tensor scratch,
+                   const tri_local_sgd_config *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
