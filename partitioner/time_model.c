@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "engine/train/local_sgd.h"
 #include "partitioner/dp_overlap.h"
 #include "partitioner/flops.h"
 #include "partitioner/memory_model.h"
@@ -337,10 +338,12 @@ int tri_time_dp_method_check(const tri_dp_method *d, const tri_train_layout *l)
     if (d->local_sgd_steps < 0)
         return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation",
                        d->local_sgd_steps);
-    if (d->local_sgd_steps > 1 && l->zero_stage != 0)
-        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --zero-stage %d: inner steps run each replica's optimizer "
-                       "on its whole state without data-parallel communication, so the optimizer cannot be sharded "
-                       "over dp (use --zero-stage 0)", d->local_sgd_steps, l->zero_stage);
+    /* the engine's own rule for local SGD with ZeRO (engine/train/local_sgd.h) */
+    tri_local_sgd_config ls = {.steps = d->local_sgd_steps > 1 ? d->local_sgd_steps : 0, .outer = TRI_OUTER_AVERAGE,
+                               .outer_lr = 1.0f};
+    rc = tri_local_sgd_check(&ls, l->zero_stage);
+    if (rc)
+        return rc;
     return TRI_OK;
 }
 

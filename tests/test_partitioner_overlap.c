@@ -7,7 +7,8 @@
  *  - Monotone: overlap never exposes more than the blocking reduction; more bandwidth never costs.
  *  - Traffic: the bytes a rank sends are tri_compression_sent_bytes (engine/train/grad_compression.h,
  *    the engine's count) summed over its units, per compressor.
- *  - Bad input: the compressors' fields and ZeRO stages (tri_compression_check) and local SGD's H.
+ *  - Bad input: the compressors' fields and ZeRO stages (tri_compression_check), local SGD's H and
+ *    its ZeRO stage (tri_local_sgd_check).
  *  - Published: Megatron-Core r0.8.0's H100 weak-scaling runs (README, images/model_table.png:
  *    distributed optimizer, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, GPT
  *    with vocabulary 131072, sequence 4096, 48-way data parallelism, 48 to 6144 GPUs), predicted
@@ -332,7 +333,7 @@ Test(dp_overlap, bad_methods_are_refused)
         {TRI_COMPRESS_POWERSGD, 256, 7, 4, 2, 0, 0.01f, "--zero-stage 2"},
         {TRI_COMPRESS_1BIT, 256, 7, 4, 3, 0, 0.01f, "--zero-stage 3"},
         {TRI_COMPRESS_NONE, 256, 7, 4, 0, -1, 0.01f, "--local-sgd-steps -1"},
-        {TRI_COMPRESS_NONE, 256, 7, 4, 1, 16, 0.01f, "--zero-stage 1"},
+        {TRI_COMPRESS_NONE, 256, 7, 4, 1, 16, 0.01f, "with ZeRO stage 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tri_dp_method d = {.compression = tri_compression_defaults(), .local_sgd_steps = cases[i].H};
