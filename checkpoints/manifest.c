@@ -103,13 +103,20 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
     cJSON_AddNumberToObject(lr, "decay_iters", (double)r->lr.decay_iters);
     cJSON_AddStringToObject(lr, "style", tri_ckpt_lr_style_name(r->lr.style));
     cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
-    cJSON_AddStringToObject(opt, "type", "adamw");
+    /* AdamW keeps the name it always had, so an AdamW manifest reads as before */
+    cJSON_AddStringToObject(opt, "type", r->adamw.kind == TRI_OPT_ADAM ? "adamw" : tri_optimizer_name(r->adamw.kind));
     cJSON_AddNumberToObject(opt, "step", (double)m->optimizer_step);
     cJSON_AddNumberToObject(opt, "beta1", r->adamw.beta1);
     cJSON_AddNumberToObject(opt, "beta2", r->adamw.beta2);
     cJSON_AddNumberToObject(opt, "eps", r->adamw.eps);
     cJSON_AddNumberToObject(opt, "weight_decay", r->adamw.weight_decay);
     cJSON_AddNumberToObject(opt, "clip_grad", r->clip_grad);
+    if (r->adamw.kind == TRI_OPT_SGD || r->adamw.kind == TRI_OPT_LARS) {
+        cJSON_AddNumberToObject(opt, "momentum", r->adamw.momentum);
+        cJSON_AddBoolToObject(opt, "nesterov", r->adamw.nesterov);
+    }
+    if (r->adamw.kind == TRI_OPT_LARS)
+        cJSON_AddNumberToObject(opt, "lars_eta", r->adamw.lars_eta);
     cJSON_AddStringToObject(opt, "master_weights", "model");
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     for (int i = 0; i < m->n_tensors; i++) {
@@ -401,6 +408,25 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
     get_float(p, opt, "eps", &r->adamw.eps, &rc);
     get_float(p, opt, "weight_decay", &r->adamw.weight_decay, &rc);
     get_float(p, opt, "clip_grad", &r->clip_grad, &rc);
+    /* the optimizer: "adamw" (every checkpoint before --optimizer), "sgd", "lars" or "lamb" */
+    char type[16] = "";
+    get_str(p, opt, "type", type, sizeof type, &rc);
+    if (!rc && strcmp(type, "adamw") == 0)
+        r->adamw.kind = TRI_OPT_ADAM;
+    else if (!rc && (strcmp(type, "adam") == 0 || tri_optimizer_parse(type, &r->adamw.kind) != TRI_OK)) {
+        tri_error_clear();
+        rc = bad(p, "type", "must be adamw, sgd, lars or lamb");
+    }
+    if (!rc && (r->adamw.kind == TRI_OPT_SGD || r->adamw.kind == TRI_OPT_LARS)) {
+        get_float(p, opt, "momentum", &r->adamw.momentum, &rc);
+        const cJSON *nes = rc ? NULL : get(p, opt, "nesterov", &rc);
+        if (!rc && !cJSON_IsBool(nes))
+            rc = bad(p, "nesterov", "must be true or false");
+        if (!rc)
+            r->adamw.nesterov = cJSON_IsTrue(nes);
+    }
+    if (!rc && r->adamw.kind == TRI_OPT_LARS)
+        get_float(p, opt, "lars_eta", &r->adamw.lars_eta, &rc);
     return rc;
 }
 

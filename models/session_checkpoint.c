@@ -64,11 +64,11 @@ int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_r
     /* a step-0 checkpoint (imported weights) starts a new run: its run settings do not bind */
     bool resumes = !rc && (r.m.iteration > 0 || r.m.optimizer_step > 0);
     if (resumes)
-        rc = tri_ckpt_check_resume(&r.m, &cur, run->lr_source, r.dir);
+        rc = tri_ckpt_check_resume(&r.m, &cur, run->lr_source, run->no_load_optim, r.dir);
     if (resumes && !rc && run->lr_source == TRI_LR_CHECKPOINT)
         run->lr = r.m.run.lr;
     rc = tri_comm_agree(s->grid.world, rc);
-    if (!rc) rc = tri_ckpt_load(&s->trainer, &r);
+    if (!rc) rc = tri_ckpt_load(&s->trainer, &r, run->no_load_optim);
     if (!rc)
         *iteration = r.m.iteration;
     free(json);

@@ -16,6 +16,8 @@ typedef struct tri_session_ckpt_run {
     tri_lr_schedule lr;              /* on resume with TRI_LR_CHECKPOINT: set to the checkpoint's */
     tri_lr_source lr_source;         /* on resume: where the schedule comes from (checkpoint.h) */
     int keep_last;                   /* --keep-last: steps kept after a save (0: all) */
+    bool no_load_optim;              /* on resume: load the weights only, the optimizer starts fresh
+                                        (--no-load-optim; then another --optimizer may resume) */
 } tri_session_ckpt_run;
 
 /* Saves the session as step `iteration` of save_dir (collective over the session's world). */

@@ -33,6 +33,8 @@ typedef struct tu_layout {
     bool deterministic;
     bool overlap;              /* --overlap-grad-reduce and --overlap-param-gather */
     bool bf16;                 /* --bf16 mixed precision */
+    int optimizer;             /* tri_optimizer_kind (0: AdamW); SGD and LARS with momentum 0.9,
+                                  LARS with eta 0.02 */
 } tu_layout;
 
 typedef struct tu_result {

@@ -33,7 +33,9 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
             int64_t s, len, at;
             if (!tri_zero_owned_piece(z, k, p, &s, &len, &at))
                 continue;
-            for (int g = TRI_STATE_EXP_AVG; g <= TRI_STATE_EXP_AVG_SQ; g++) {
+            bool adam = tri_optimizer_has_moments(t->opt[c].cfg.kind);
+            int g0 = adam ? TRI_STATE_EXP_AVG : TRI_STATE_MOMENTUM, g1 = adam ? TRI_STATE_EXP_AVG_SQ : TRI_STATE_MOMENTUM;
+            for (int g = g0; g <= g1; g++) {
                 if (list)
                     list[n] = (tri_state_shard){.param = p, .group = (tri_state_group)g, .lo = s - p->offset,
                                                 .hi = s - p->offset + len, .holder = h, .stored = h && owns_moments,
@@ -59,11 +61,11 @@ int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int
     return TRI_OK;
 }
 
-/* The optimizer state tensor of a moment entry, over its piece. */
+/* The optimizer state tensor of a moment or momentum entry, over its piece. */
 static tri_tensor moment(const tri_trainer *t, const tri_state_shard *s)
 {
     const tri_optimizer *o = &t->opt[s->chunk];
-    return tri_tensor_range(s->group == TRI_STATE_EXP_AVG ? o->m : o->v, s->at, s->hi - s->lo);
+    return tri_tensor_range(s->group == TRI_STATE_EXP_AVG_SQ ? o->v : o->m, s->at, s->hi - s->lo);
 }
 
 int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host)

@@ -3,7 +3,7 @@
  *
  * Each entry names a global tensor (its parameter's description: name, global shape, this rank's
  * tensor-parallel shard as global offsets and a local shape), the state it is of (the weights, or
- * one of Adam's moments), the flat range [lo, hi) of the TP shard this rank holds (the whole shard
+ * one of Adam's moments, or the momentum buffer of SGD and LARS), the flat range [lo, hi) of the TP shard this rank holds (the whole shard
  * for weights; under ZeRO the piece its optimizer owns for moments) and whether this rank's copy is
  * the one to store (replicas are stored once). Reading and writing go through the owner (ZeRO for
  * the weights, the optimizer for the moments), so a consumer needs neither: the checkpoint library
@@ -22,6 +22,7 @@ typedef enum tri_state_group {
     TRI_STATE_WEIGHTS = 0,  /* the parameters (fp32 master weights under bf16) */
     TRI_STATE_EXP_AVG,      /* Adam's first moment */
     TRI_STATE_EXP_AVG_SQ,   /* Adam's second moment */
+    TRI_STATE_MOMENTUM,     /* SGD's and LARS's momentum buffer (PyTorch's momentum_buffer) */
 } tri_state_group;
 
 typedef struct tri_state_shard {
@@ -40,7 +41,8 @@ typedef struct tri_state_shard {
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
- * parameter, then, for each parameter, each owned piece's first and second moment (adjacent).
+ * parameter, then, for each parameter, each owned piece's optimizer state: Adam's first and second
+ * moment (adjacent; AdamW, LAMB) or the momentum buffer (SGD, LARS).
  * *shards is malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
