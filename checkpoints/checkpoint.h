@@ -34,6 +34,10 @@
  * for the weights, which model files hold). */
 const char *tri_ckpt_group_name(tri_state_group g);
 
+/* The dataset groups of checkpoint m's tensors, by its optimizer: groups[0] NULL (the weights), then
+ * exp_avg and exp_avg_sq (AdamW, LAMB) or momentum_buffer (SGD, LARS). Returns how many (3 or 2). */
+int tri_ckpt_state_groups(const tri_ckpt_manifest *m, const char *groups[3]);
+
 /* What the caller knows that the trainer does not. */
 typedef struct tri_ckpt_save_info {
     const char *config_json;        /* the model config as JSON (models/config.h) */

@@ -45,6 +45,15 @@ const char *tri_ckpt_group_name(tri_state_group g)
     return groups[g];
 }
 
+int tri_ckpt_state_groups(const tri_ckpt_manifest *m, const char *groups[3])
+{
+    bool adam = tri_optimizer_has_moments(m->run.adamw.kind);
+    groups[0] = NULL;
+    groups[1] = adam ? TRI_CKPT_EXP_AVG : TRI_CKPT_MOMENTUM;
+    groups[2] = adam ? TRI_CKPT_EXP_AVG_SQ : NULL;
+    return adam ? 3 : 2;
+}
+
 /* The values of shard e from the checkpoint: the box of its TP shard in group's tensors (read once
  * per parameter and group into *box, a buffer of the whole shard kept while its pieces follow), then
  * its range. */
