@@ -11,6 +11,10 @@
 #include "checkpoints/fsutil.h"
 #include "engine/core/status.h"
 
+/* The manifest's optimizer.type by tri_optimizer_kind: AdamW keeps the name it always had ("adamw",
+ * every checkpoint before --optimizer), so those manifests read as before. */
+static const char *const optimizer_types[] = {"adamw", "sgd", "lars", "lamb"};
+
 const char *tri_ckpt_lr_style_name(tri_lr_style s)
 {
     return s == TRI_LR_COSINE ? "cosine" : s == TRI_LR_LINEAR ? "linear" : "constant";
@@ -103,8 +107,7 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
     cJSON_AddNumberToObject(lr, "decay_iters", (double)r->lr.decay_iters);
     cJSON_AddStringToObject(lr, "style", tri_ckpt_lr_style_name(r->lr.style));
     cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
-    /* AdamW keeps the name it always had, so an AdamW manifest reads as before */
-    cJSON_AddStringToObject(opt, "type", r->adamw.kind == TRI_OPT_ADAM ? "adamw" : tri_optimizer_name(r->adamw.kind));
+    cJSON_AddStringToObject(opt, "type", optimizer_types[r->adamw.kind]);
     cJSON_AddNumberToObject(opt, "step", (double)m->optimizer_step);
     cJSON_AddNumberToObject(opt, "beta1", r->adamw.beta1);
     cJSON_AddNumberToObject(opt, "beta2", r->adamw.beta2);
@@ -411,12 +414,14 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
     /* the optimizer: "adamw" (every checkpoint before --optimizer), "sgd", "lars" or "lamb" */
     char type[16] = "";
     get_str(p, opt, "type", type, sizeof type, &rc);
-    if (!rc && strcmp(type, "adamw") == 0)
-        r->adamw.kind = TRI_OPT_ADAM;
-    else if (!rc && (strcmp(type, "adam") == 0 || tri_optimizer_parse(type, &r->adamw.kind) != TRI_OK)) {
-        tri_error_clear();
+    int kind = -1;
+    for (int k = TRI_OPT_ADAM; k <= TRI_OPT_LAMB && !rc; k++)
+        if (strcmp(type, optimizer_types[k]) == 0)
+            kind = k;
+    if (!rc && kind < 0)
         rc = bad(p, "type", "must be adamw, sgd, lars or lamb");
-    }
+    if (!rc)
+        r->adamw.kind = (tri_optimizer_kind)kind;
     if (!rc && (r->adamw.kind == TRI_OPT_SGD || r->adamw.kind == TRI_OPT_LARS)) {
         get_float(p, opt, "momentum", &r->adamw.momentum, &rc);
         const cJSON *nes = rc ? NULL : get(p, opt, "nesterov", &rc);
