@@ -118,7 +118,9 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
 int tri_trainer_grad_norm(tri_trainer *t, double *norm);
 
 /* Update number iter + 1 with learning rate lr on global batch `iter`: gradients, global norm,
- * clipping, AdamW. Without a guard: TRI_ENONFINITE (and no update) when the norm is not finite.
+ * clipping, the optimizer's update (LARS and LAMB: with their trust ratios, one all-reduce of
+ * every tensor's partial norms; engine/train/trust_ratio.h). Without a guard: TRI_ENONFINITE (and
+ * no update) when the norm is not finite.
  * With t->guard set: every rank's non-finite flag and stop request are agreed over the world before
  * the update (engine/train/fault.h), so every rank applies or skips the update alike (res->action), fails
  * alike with TRI_ENONFINITE naming the iteration and the ranks, and reports the stop alike. The host
