@@ -27,7 +27,12 @@
 
 #include "checkpoints/manifest.h"
 #include "checkpoints/reader.h"
+#include "engine/train/state_shards.h"
 #include "engine/train/train.h"
+
+/* The dataset groups of checkpoint m's tensors, by its optimizer: groups[0] NULL (the weights), then
+ * exp_avg and exp_avg_sq (AdamW, LAMB) or momentum_buffer (SGD, LARS). Returns how many (3 or 2). */
+int tri_ckpt_state_groups(const tri_ckpt_manifest *m, const char *groups[3]);
 
 /* What the caller knows that the trainer does not. */
 typedef struct tri_ckpt_save_info {
@@ -63,18 +68,21 @@ typedef enum tri_lr_source {
 
 /* Refuses to resume run `cur` from a checkpoint of run `saved` when they disagree on what fixes
  * the continuation: seed, global batch, sequence length, the LR schedule (only with TRI_LR_SAME),
- * AdamW settings, clipping (TRI_EINVAL naming the field and both values; the layout may differ). */
+ * the optimizer (--optimizer, named both ways) and its settings, clipping (TRI_EINVAL naming the field
+ * and both values; the layout may differ). fresh_optim (--no-load-optim): the optimizer and its
+ * settings may differ, its state is not loaded. */
 int tri_ckpt_check_resume(const tri_ckpt_manifest *saved, const tri_ckpt_run *cur, tri_lr_source lr_source,
-                          const char *dir);
+                          bool fresh_optim, const char *dir);
 
 /* Refuses a checkpoint of another model: its config object must equal config_json (same keys and
  * values). TRI_EINVAL naming the first differing key and both values. */
 int tri_ckpt_check_config(const tri_ckpt_manifest *saved, const char *config_json, const char *dir);
 
-/* Loads weights and optimizer state from an open reader into the trainer, whatever layout wrote
- * them; sets the optimizers' step. Every tensor's logical shape must match the model's.
+/* Loads weights and optimizer state (only the weights with weights_only: the optimizer starts
+ * fresh at step 0) from an open reader into the trainer, whatever layout wrote them; sets the
+ * optimizers' step. Every tensor's logical shape must match the model's.
  * Collective over the world only to agree on the verdict (every rank returns the same status). */
-int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r);
+int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r, bool weights_only);
 
 /* Local SGD's state (engine/train/local_sgd.h) after tri_ckpt_load, from a checkpoint saved with
  * the same --local-sgd-steps and outer optimizer (the caller checks): the outer anchor and momentum

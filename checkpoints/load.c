@@ -39,6 +39,15 @@ static int check_shape(const tri_ckpt_reader *r, const tri_param *p)
     return TRI_OK;
 }
 
+int tri_ckpt_state_groups(const tri_ckpt_manifest *m, const char *groups[3])
+{
+    bool adam = tri_optimizer_has_moments(m->run.adamw.kind);
+    groups[0] = NULL;
+    groups[1] = adam ? TRI_CKPT_EXP_AVG : TRI_CKPT_MOMENTUM;
+    groups[2] = adam ? TRI_CKPT_EXP_AVG_SQ : NULL;
+    return adam ? 3 : 2;
+}
+
 /* The values of shard e from the checkpoint: the box of its TP shard in group's tensors (read once
  * per parameter and group into *box, a buffer of the whole shard kept while its pieces follow), then
  * its range. */
@@ -53,10 +62,9 @@ static int read_shard(tri_ckpt_reader *r, const tri_state_shard *e, float **box,
     *box = malloc((size_t)p->numel * sizeof **box);
     if (!*box)
         return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
-    static const char *const groups[] = {NULL, TRI_CKPT_EXP_AVG, TRI_CKPT_EXP_AVG_SQ};
     tri_box b = tri_ckpt_shard_box(p);
     int rc = e->group == TRI_STATE_WEIGHTS ? check_shape(r, p) : TRI_OK;
-    if (!rc) rc = tri_ckpt_read_box(r, groups[e->group], p->spec.name, &b, *box);
+    if (!rc) rc = tri_ckpt_read_box(r, tri_state_group_name(e->group), p->spec.name, &b, *box);
     if (!rc) {
         *boxed = p;
         *boxed_group = e->group;
@@ -64,7 +72,7 @@ static int read_shard(tri_ckpt_reader *r, const tri_state_shard *e, float **box,
     return rc;
 }
 
-int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r)
+int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r, bool weights_only)
 {
     tri_state_shard *sh = NULL;
     int n = 0;
@@ -75,13 +83,15 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r)
     for (int i = 0; i < n && !rc; i++) {
         if (sh[i].group >= TRI_STATE_OUTER_ANCHOR) /* local SGD's: tri_ckpt_load_local */
             continue;
+        if (weights_only && sh[i].group != TRI_STATE_WEIGHTS)
+            continue;
         rc = read_shard(r, &sh[i], &box, &boxed, &boxed_group);
         if (!rc) rc = tri_trainer_state_write(t, &sh[i], box + sh[i].lo);
     }
     free(box);
     free(sh);
     for (int c = 0; c < t->v && !rc; c++)
-        t->opt[c].step = r->m.optimizer_step;
+        t->opt[c].step = weights_only ? 0 : r->m.optimizer_step;
     return tri_comm_agree(t->grid->world, rc);
 }
 
@@ -171,7 +181,7 @@ static int check_lr(const tri_lr_schedule *a, const tri_lr_schedule *cur, const 
 }
 
 int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, tri_lr_source lr_source,
-                          const char *dir)
+                          bool fresh_optim, const char *dir)
 {
     const tri_ckpt_run *a = &s->run;
     if (a->seed != cur->seed)
@@ -187,6 +197,14 @@ int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, t
         if (rc)
             return rc;
     }
+    if (!fresh_optim && a->adamw.kind != cur->adamw.kind)
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --optimizer %s; this run has --optimizer %s: its "
+                       "state does not carry over (resume with --optimizer %s, or pass --no-load-optim to start "
+                       "the %s state fresh from the checkpoint's weights)", dir, tri_optimizer_name(a->adamw.kind),
+                       tri_optimizer_name(cur->adamw.kind), tri_optimizer_name(a->adamw.kind),
+                       tri_optimizer_name(cur->adamw.kind));
+    if (fresh_optim)
+        return a->clip_grad != cur->clip_grad ? differs_f(dir, "--clip-grad", a->clip_grad, cur->clip_grad) : TRI_OK;
     if (a->adamw.beta1 != cur->adamw.beta1)
         return differs_f(dir, "--adam-beta1", a->adamw.beta1, cur->adamw.beta1);
     if (a->adamw.beta2 != cur->adamw.beta2)
@@ -197,6 +215,13 @@ int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, t
         return differs_f(dir, "--weight-decay", a->adamw.weight_decay, cur->adamw.weight_decay);
     if (a->clip_grad != cur->clip_grad)
         return differs_f(dir, "--clip-grad", a->clip_grad, cur->clip_grad);
+    bool momentum = a->adamw.kind == TRI_OPT_SGD || a->adamw.kind == TRI_OPT_LARS;
+    if (momentum && a->adamw.momentum != cur->adamw.momentum)
+        return differs_f(dir, "--sgd-momentum", a->adamw.momentum, cur->adamw.momentum);
+    if (momentum && a->adamw.nesterov != cur->adamw.nesterov)
+        return differs_f(dir, "--sgd-nesterov", a->adamw.nesterov, cur->adamw.nesterov);
+    if (a->adamw.kind == TRI_OPT_LARS && a->adamw.lars_eta != cur->adamw.lars_eta)
+        return differs_f(dir, "--lars-eta", a->adamw.lars_eta, cur->adamw.lars_eta);
     return TRI_OK;
 }
 

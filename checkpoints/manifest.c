@@ -11,6 +11,10 @@
 #include "checkpoints/fsutil.h"
 #include "engine/core/status.h"
 
+/* The manifest's optimizer.type by tri_optimizer_kind: AdamW keeps the name it always had ("adamw",
+ * every checkpoint before --optimizer), so those manifests read as before. */
+static const char *const optimizer_types[] = {"adamw", "sgd", "lars", "lamb"};
+
 const char *tri_ckpt_lr_style_name(tri_lr_style s)
 {
     return s == TRI_LR_COSINE ? "cosine" : s == TRI_LR_LINEAR ? "linear" : "constant";
@@ -104,13 +108,19 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
     cJSON_AddNumberToObject(lr, "decay_iters", (double)r->lr.decay_iters);
     cJSON_AddStringToObject(lr, "style", tri_ckpt_lr_style_name(r->lr.style));
     cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
-    cJSON_AddStringToObject(opt, "type", "adamw");
+    cJSON_AddStringToObject(opt, "type", optimizer_types[r->adamw.kind]);
     cJSON_AddNumberToObject(opt, "step", (double)m->optimizer_step);
     cJSON_AddNumberToObject(opt, "beta1", r->adamw.beta1);
     cJSON_AddNumberToObject(opt, "beta2", r->adamw.beta2);
     cJSON_AddNumberToObject(opt, "eps", r->adamw.eps);
     cJSON_AddNumberToObject(opt, "weight_decay", r->adamw.weight_decay);
     cJSON_AddNumberToObject(opt, "clip_grad", r->clip_grad);
+    if (r->adamw.kind == TRI_OPT_SGD || r->adamw.kind == TRI_OPT_LARS) {
+        cJSON_AddNumberToObject(opt, "momentum", r->adamw.momentum);
+        cJSON_AddBoolToObject(opt, "nesterov", r->adamw.nesterov);
+    }
+    if (r->adamw.kind == TRI_OPT_LARS)
+        cJSON_AddNumberToObject(opt, "lars_eta", r->adamw.lars_eta);
     cJSON_AddStringToObject(opt, "master_weights", "model");
     if (r->local.steps > 0) { /* only then: other manifests stay as they were */
         cJSON *ls = cJSON_AddObjectToObject(root, "local_sgd");
@@ -413,6 +423,27 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
     get_float(p, opt, "eps", &r->adamw.eps, &rc);
     get_float(p, opt, "weight_decay", &r->adamw.weight_decay, &rc);
     get_float(p, opt, "clip_grad", &r->clip_grad, &rc);
+    /* the optimizer: "adamw" (every checkpoint before --optimizer), "sgd", "lars" or "lamb" */
+    char type[16] = "";
+    get_str(p, opt, "type", type, sizeof type, &rc);
+    int kind = -1;
+    for (int k = TRI_OPT_ADAM; k <= TRI_OPT_LAMB && !rc; k++)
+        if (strcmp(type, optimizer_types[k]) == 0)
+            kind = k;
+    if (!rc && kind < 0)
+        rc = bad(p, "type", "must be adamw, sgd, lars or lamb");
+    if (!rc)
+        r->adamw.kind = (tri_optimizer_kind)kind;
+    if (!rc && (r->adamw.kind == TRI_OPT_SGD || r->adamw.kind == TRI_OPT_LARS)) {
+        get_float(p, opt, "momentum", &r->adamw.momentum, &rc);
+        const cJSON *nes = rc ? NULL : get(p, opt, "nesterov", &rc);
+        if (!rc && !cJSON_IsBool(nes))
+            rc = bad(p, "nesterov", "must be true or false");
+        if (!rc)
+            r->adamw.nesterov = cJSON_IsTrue(nes);
+    }
+    if (!rc && r->adamw.kind == TRI_OPT_LARS)
+        get_float(p, opt, "lars_eta", &r->adamw.lars_eta, &rc);
     /* local SGD's state: optional (absent in every other checkpoint) */
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "local_sgd");
     if (!rc && ls) {

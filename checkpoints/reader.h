@@ -19,10 +19,12 @@
 #define TRI_CKPT_LATEST "latest"
 #define TRI_CKPT_PATH_MAX 4096
 
-/* Dataset groups of an optimizer file: Adam's first and second moments (PyTorch's names). A
+/* Dataset groups of an optimizer file: Adam's first and second moments, or SGD's and LARS's
+ * momentum buffer (PyTorch's names). A
  * separate fp32 master copy, for a run whose weights are not fp32, would be the group "master". */
 #define TRI_CKPT_EXP_AVG "exp_avg"
 #define TRI_CKPT_EXP_AVG_SQ "exp_avg_sq"
+#define TRI_CKPT_MOMENTUM "momentum_buffer"
 
 typedef void (*tri_ckpt_progress_fn)(void *ctx, const char *what, int64_t done, int64_t total);
 
@@ -67,7 +69,7 @@ int tri_ckpt_reader_verify_all(tri_ckpt_reader *r);
 int tri_ckpt_reader_path(const tri_ckpt_reader *r, int f, char *out, size_t cap);
 
 /* Fills dst (the elements of box `want` of tensor `name`, row-major) from the stored pieces of
- * model files (group NULL) or optimizer files (group TRI_CKPT_EXP_AVG / _SQ). Elements outside the
+ * model files (group NULL) or optimizer files (group TRI_CKPT_EXP_AVG / _SQ / TRI_CKPT_MOMENTUM). Elements outside the
  * tensor's logical shape (vocabulary padding) are set to zero. TRI_EINVAL when the tensor is not in
  * the checkpoint or the box's rank differs, TRI_ECORRUPT when the pieces do not cover the box
  * exactly or a file fails verification. */

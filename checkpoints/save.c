@@ -109,7 +109,7 @@ static int write_model(const tri_ckpt_snapshot *s, const tri_ckpt_manifest *m, c
     return rc ? rc : crc;
 }
 
-/* ---- the optimizer shard of one rank: Adam's m and v over the ranges it owns ---- */
+/* ---- the optimizer shard of one rank: Adam's m and v, or the momentum buffer, over the ranges it owns ---- */
 
 static int write_moment_piece(hid_t f, const char *path, const char *group, const tri_ckpt_snap_entry *e,
                               const float *data, const int64_t *gshape)
@@ -140,8 +140,8 @@ static int write_optim(const tri_ckpt_snapshot *s, const tri_ckpt_manifest *m, c
         const tri_ckpt_snap_entry *e = &s->optim[k];
         const int64_t *gshape = m->tensors[e->tensor].shape;
         const float *mom = s->pool + e->data;
-        rc = write_moment_piece(f, path, TRI_CKPT_EXP_AVG, e, mom, gshape);
-        if (!rc) rc = write_moment_piece(f, path, TRI_CKPT_EXP_AVG_SQ, e, mom + (e->hi - e->lo), gshape);
+        for (int g = 0; g < e->n_groups && !rc; g++)
+            rc = write_moment_piece(f, path, e->groups[g], e, mom + g * (e->hi - e->lo), gshape);
         if (!rc) rc = add_piece(entry, e->tensor, &e->shard, e->lo, e->hi);
     }
     int crc = f >= 0 ? tri_h5_close(f, path) : TRI_OK;

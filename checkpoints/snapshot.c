@@ -36,7 +36,7 @@ static void measure(const tri_state_shard *sh, int n, int *n_model, int *n_optim
         }
         values += len;
         *n_model += e->group == TRI_STATE_WEIGHTS;
-        *n_optim += e->group == TRI_STATE_EXP_AVG;
+        *n_optim += e->group == TRI_STATE_EXP_AVG || e->group == TRI_STATE_MOMENTUM;
         *n_local += e->group >= TRI_STATE_OUTER_ANCHOR;
     }
     *floats = values + scratch;
@@ -82,6 +82,7 @@ static int add_entry(tri_ckpt_snap_entry *e, const tri_ckpt_manifest *m, const t
     e->lo = sh->lo;
     e->hi = sh->hi;
     e->data = data;
+    e->n_groups = 0;
     return tensor_of(m, sh->param, &e->tensor);
 }
 
@@ -112,7 +113,8 @@ static int take_weights(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_man
     return rc;
 }
 
-/* The stored moments: each owned piece's first moment, then its second, into the pool. */
+/* The stored optimizer state: each owned piece's groups (the first moment, then the second; or the
+ * momentum buffer) into the pool, one entry a piece. */
 static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, const tri_state_shard *sh,
                         int n)
 {
@@ -121,8 +123,11 @@ static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_man
         const tri_state_shard *e = &sh[i];
         if (e->group == TRI_STATE_WEIGHTS || e->group >= TRI_STATE_OUTER_ANCHOR || !e->stored)
             continue;
-        if (e->group == TRI_STATE_EXP_AVG)
+        if (e->group == TRI_STATE_EXP_AVG || e->group == TRI_STATE_MOMENTUM)
             rc = add_entry(&s->optim[s->n_optim++], m, e, s->pool_used);
+        tri_ckpt_snap_entry *x = &s->optim[s->n_optim - 1];
+        if (!rc && x->n_groups < 2)
+            x->groups[x->n_groups++] = tri_state_group_name(e->group);
         if (!rc) rc = tri_trainer_state_read(t, e, s->pool + s->pool_used);
         s->pool_used += (size_t)(e->hi - e->lo);
     }

@@ -4,7 +4,7 @@
  * boundary, from the shards the trainer's owners list (engine/train/state_shards.h: the checkpoint
  * library walks no owner's insides): the stored weights of its (tp, pp) model file (every
  * data-parallel rank takes part in each holder's read, which is collective at ZeRO 3), and the
- * stored Adam moments of its optimizer file. Writing the files from a snapshot needs
+ * stored optimizer state (Adam's moments or the momentum buffer) of its optimizer file. Writing the files from a snapshot needs
  * neither the device nor the comm, so it can run on another thread while training goes on
  * (checkpoints/async_save.h): the training loop is blocked only for the copy.
  *
@@ -27,7 +27,10 @@ typedef struct tri_ckpt_snap_entry {
     int tensor;                /* index into the manifest's tensors */
     tri_box shard;             /* the TP shard in the global index space (vocabulary padding included) */
     int64_t lo, hi;            /* model entries: 0 .. shard elements; optimizer entries: the owned range */
-    size_t data;               /* offset of the values in the pool (floats); optimizer: m, then v at + (hi - lo) */
+    size_t data;               /* offset of the values in the pool (floats); optimizer: the groups in
+                                  turn, group g at data + g (hi - lo) */
+    int n_groups;              /* optimizer entries: m and v (2), or the momentum buffer (1) */
+    const char *groups[2];     /* their dataset groups (tri_state_group_name) */
     int group;                 /* local entries: the tri_state_group (engine/train/state_shards.h) */
 } tri_ckpt_snap_entry;
 
@@ -44,7 +47,7 @@ typedef struct tri_ckpt_snapshot {
     int tp_rank, pp_rank, dp_rank, world_rank;
     int optim_dp;              /* the dp index in the optimizer file's name (0 at ZeRO 0) */
     int64_t iteration;
-    int64_t optimizer_step;    /* AdamW's step count */
+    int64_t optimizer_step;    /* the optimizer's step count */
 } tri_ckpt_snapshot;
 
 /* Copies this rank's part of step `iteration` into s (tensors named and shaped as in the manifest

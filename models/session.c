@@ -235,7 +235,7 @@ int tri_model_rank_plan(const tri_model *m, const tri_model_run *o, int tp_rank,
             lp[made++] = &layouts[c];
     }
     size_t trainer[TRI_MEM_KINDS];
-    if (!rc) rc = tri_trainer_plan(lp, r.v, m->family->num_param_tensors(m->cfg), l->tp, l->zero_stage, trainer);
+    if (!rc) rc = tri_trainer_plan(lp, r.v, m->family->num_param_tensors(m->cfg), l->tp, l->zero_stage, NULL, trainer);
     for (int k = 0; k < TRI_MEM_KINDS && !rc; k++)
         bytes[k] += trainer[k];
     for (int c = 0; c < made; c++)

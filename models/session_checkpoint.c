@@ -92,13 +92,13 @@ int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_r
     /* a step-0 checkpoint (imported weights) starts a new run: its run settings do not bind */
     bool resumes = !rc && (r.m.iteration > 0 || r.m.optimizer_step > 0);
     if (resumes)
-        rc = tri_ckpt_check_resume(&r.m, &cur, run->lr_source, r.dir);
+        rc = tri_ckpt_check_resume(&r.m, &cur, run->lr_source, run->no_load_optim, r.dir);
     if (resumes && !rc && run->lr_source == TRI_LR_CHECKPOINT)
         run->lr = r.m.run.lr;
     bool fresh = false; /* local SGD's outer state starts from the loaded weights */
     if (!rc) rc = local_sgd_resume(&r, &cur, run->reset_outer_state, resumes, &fresh);
     rc = tri_comm_agree(s->grid.world, rc);
-    if (!rc) rc = tri_ckpt_load(&s->trainer, &r);
+    if (!rc) rc = tri_ckpt_load(&s->trainer, &r, run->no_load_optim);
     if (!rc && cur.local.steps > 0)
         rc = fresh ? tri_trainer_outer_reset(&s->trainer) : tri_ckpt_load_local(&s->trainer, &r);
     if (!rc)

@@ -17,6 +17,8 @@ typedef struct tri_session_ckpt_run {
     tri_lr_source lr_source;         /* on resume: where the schedule comes from (checkpoint.h) */
     int keep_last;                   /* --keep-last: steps kept after a save (0: all) */
     bool reset_outer_state;          /* on resume: local SGD's outer state afresh (--reset-outer-state) */
+    bool no_load_optim;              /* on resume: load the weights only, the optimizer starts fresh
+                                        (--no-load-optim; then another --optimizer may resume) */
 } tri_session_ckpt_run;
 
 /* Saves the session as step `iteration` of save_dir (collective over the session's world). */

@@ -33,7 +33,9 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     tri_session ss;
     tri_model model = tri_gpt_model(r->cfg);
     tri_session_options o = {.run = {.seed = r->seed ? r->seed : 1234}, .clip_grad = 1.0f,
-                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                                       .kind = (tri_optimizer_kind)l->optimizer, .momentum = 0.9f,
+                                       .lars_eta = 0.02f}};
     o.local_sgd = l->local;
     tu_layout per_replica = *l;
     per_replica.n_micro = (int)(r->global_batch / (r->B * dp));
@@ -41,6 +43,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (lrc)
         return lrc;
     tri_session_ckpt_run cr = {.seed = o.run.seed, .keep_last = r->keep_last, .reset_outer_state = r->reset_outer_state,
+                               .no_load_optim = r->no_load_optim,
                                .lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 2,
                                       .decay_iters = TU_CKPT_TOTAL, .style = TRI_LR_COSINE}};
     tri_log_set_quiet(true);

@@ -35,6 +35,8 @@ typedef struct tu_layout {
     bool overlap;              /* --overlap-grad-reduce and --overlap-param-gather */
     bool bf16;                 /* --bf16 mixed precision */
     tri_local_sgd_config local; /* local SGD / DiLoCo (engine/train/local_sgd.h); steps 0: off */
+    int optimizer;             /* tri_optimizer_kind (0: AdamW); SGD and LARS with momentum 0.9,
+                                  LARS with eta 0.02 */
 } tu_layout;
 
 typedef struct tu_result {

@@ -14,6 +14,9 @@
 #     loop was blocked, and resuming from an asynchronous checkpoint logs the same numbers as
 #     resuming from a synchronous one.
 #  4. --tokenizer-type GPT2BPETokenizer with --sample-length 0 needs no vocabulary files.
+#  5. --optimizer: a LAMB checkpoint resumed as LAMB logs the uninterrupted run's numbers; resumed
+#     with --optimizer sgd it is refused naming both optimizers and --no-load-optim; with
+#     --no-load-optim SGD starts fresh from its weights (issue 32).
 set -u
 build=$1
 src=$2
@@ -104,5 +107,24 @@ if "$bin" "${base[@]}" --train-iters 3 --tokenizer-type GPT2BPETokenizer --vocab
 else
   fail "--sample-length 0 still needs the tokenizer's files" "$tmp/tok.log"
 fi
+# ---- 5. the optimizer recorded in the checkpoint ----
+"$bin" "${base[@]}" --optimizer lamb --lr 1e-2 --train-iters 6 --save-dir "$tmp/lamb_all" > "$tmp/lamb_all.log" 2>&1 || fail "lamb run" "$tmp/lamb_all.log"
+"$bin" "${base[@]}" --optimizer lamb --lr 1e-2 --train-iters 6 --save-interval 3 --exit-interval 3 --save-dir "$tmp/lamb" > "$tmp/lamb.log" 2>&1 || fail "lamb run to 3" "$tmp/lamb.log"
+cp -r "$tmp/lamb" "$tmp/lamb_sgd"
+"$bin" "${base[@]}" --optimizer lamb --lr 1e-2 --train-iters 6 --load "$tmp/lamb" --save-dir "$tmp/lamb" > "$tmp/lamb2.log" 2>&1 || fail "lamb resume" "$tmp/lamb2.log"
+if [ "$(numbers "$tmp/lamb")" = "$(numbers "$tmp/lamb_all")" ] && [ -n "$(numbers "$tmp/lamb")" ]; then
+  echo "ok   --optimizer lamb: stopped at 3 and resumed, the uninterrupted run's numbers"
+else
+  fail "--optimizer lamb: the resumed run's numbers differ from the uninterrupted run's"
+fi
+"$bin" "${base[@]}" --optimizer sgd --lr 1e-2 --train-iters 6 --load "$tmp/lamb_sgd" --save-dir "$tmp/lamb_sgd" > "$tmp/sgd_refused.log" 2>&1 && fail "a LAMB checkpoint resumed as SGD silently" "$tmp/sgd_refused.log"
+if grep -q -- "was saved with --optimizer lamb; this run has --optimizer sgd" "$tmp/sgd_refused.log" &&
+   grep -q -- "--no-load-optim" "$tmp/sgd_refused.log"; then
+  echo "ok   a LAMB checkpoint resumed with --optimizer sgd is refused, naming both and --no-load-optim"
+else
+  fail "the refusal does not name both optimizers and --no-load-optim" "$tmp/sgd_refused.log"
+fi
+"$bin" "${base[@]}" --optimizer sgd --lr 1e-2 --train-iters 6 --load "$tmp/lamb_sgd" --save-dir "$tmp/lamb_sgd" --no-load-optim > "$tmp/sgd_fresh.log" 2>&1 \
+  && echo "ok   --no-load-optim: SGD resumes the LAMB checkpoint's weights with fresh state" || fail "--no-load-optim" "$tmp/sgd_fresh.log"
 echo "resume_cli: $failures failure(s)"
 exit $((failures > 0))

@@ -16,6 +16,11 @@
  * rounding) and the fp32 moments: resumed in the same layout, and in deterministic mode in another
  * pp/dp/ZeRO layout, the run is bit-identical; a bf16 checkpoint also resumes as an fp32 run.
  *
+ * SGD, LARS and LAMB resume the same way: their state (the momentum buffer, LAMB's moments) is
+ * saved, resharded and resumed bit-identically in the same layout and, in deterministic mode, in
+ * another; the checkpoint records the optimizer, and resuming with another is refused naming both
+ * unless --no-load-optim starts its state fresh.
+ *
  * Asynchronous saves (checkpoints/async_save.h) write the same tensors as synchronous ones, bit for
  * bit, without changing the training, and resuming from one is bit-identical to resuming from the
  * other. */
@@ -38,7 +43,8 @@ typedef struct diff {
     bool identical;            /* every weight and moment bit-identical */
 } diff;
 
-/* Compares every tensor (weights, exp_avg, exp_avg_sq) of two checkpoints. */
+/* Compares every tensor (weights and the optimizer's state: exp_avg and exp_avg_sq, or
+ * momentum_buffer for SGD and LARS) of two checkpoints. */
 static diff compare(const char *a_dir, const char *b_dir)
 {
     tri_ckpt_reader a, b;
@@ -46,9 +52,11 @@ static diff compare(const char *a_dir, const char *b_dir)
     cr_assert_eq(tri_ckpt_reader_open(&a, a_dir), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tri_ckpt_reader_open(&b, b_dir), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(a.m.n_tensors, b.m.n_tensors);
-    const char *groups[3] = {NULL, TRI_CKPT_EXP_AVG, TRI_CKPT_EXP_AVG_SQ};
+    cr_assert_eq(a.m.run.adamw.kind, b.m.run.adamw.kind);
+    bool adam = tri_optimizer_has_moments(a.m.run.adamw.kind);
+    const char *groups[3] = {NULL, adam ? TRI_CKPT_EXP_AVG : TRI_CKPT_MOMENTUM, TRI_CKPT_EXP_AVG_SQ};
     for (int t = 0; t < a.m.n_tensors; t++)
-        for (int g = 0; g < 3; g++) {
+        for (int g = 0; g < (adam ? 3 : 2); g++) {
             float *x = NULL, *y = NULL;
             const char *name = a.m.tensors[t].name;
             cr_assert_eq(tri_ckpt_read_tensor(&a, groups[g], name, &x), TRI_OK, "%s", tri_error_message());
@@ -284,6 +292,61 @@ Test(checkpoint, async_save_same_as_sync, .timeout = 300)
         cr_log_info("async %s: losses %s, checkpoints of iterations %d and %d bit-identical to the synchronous ones",
                     names[k], same_losses ? "bit-identical" : "DIFFER", HALF, TU_CKPT_TOTAL);
     }
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
+
+/* SGD, LARS and LAMB: the uninterrupted (2,2,2) ZeRO 1 run against resumes in the same layout (plain
+ * and deterministic mode) and, deterministic, at (2,1,4) ZeRO 3 (another slicing of the momentum
+ * buffers and moments): losses, weights and optimizer state bit-identical. Then the refusals: a LAMB
+ * checkpoint resumed as SGD names both optimizers and --no-load-optim; with --no-load-optim it starts
+ * SGD's momentum fresh from the checkpoint's weights. */
+Test(checkpoint, resume_sgd_lars_lamb, .timeout = 600)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 8);
+    char *dir = tu_ckpt_tmpdir("resume-opt");
+    const char *names[] = {"adam", "sgd", "lars", "lamb"};
+    char lamb_step10[4300] = "";
+    for (int opt = 1; opt <= 3; opt++)
+        for (int det = 0; det < 2; det++) {
+            char ref_dir[4200], step10[4300], ref_final[4300];
+            snprintf(ref_dir, sizeof ref_dir, "%s/%s-%d", dir, names[opt], det);
+            snprintf(step10, sizeof step10, "%s/iter_%07d", ref_dir, HALF);
+            snprintf(ref_final, sizeof ref_final, "%s/iter_%07d", ref_dir, TU_CKPT_TOTAL);
+            tu_ckpt_run ref = base_run(&cfg, w);
+            ref.layout = (tu_layout){.tp = 2, .pp = 2, .dp = 2, .zero = 1, .deterministic = det, .optimizer = opt};
+            ref.until = TU_CKPT_TOTAL;
+            ref.save_dir = ref_dir;
+            ref.save_interval = HALF;
+            cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "%s uninterrupted: %s", names[opt], tri_error_message());
+            char name[64];
+            snprintf(name, sizeof name, "%s%s same layout", names[opt], det ? " deterministic" : "");
+            cr_expect(resume_identical(&cfg, w, dir, name, ref.layout, step10, &ref, ref_final),
+                      "%s: the resumed losses, weights or optimizer state are not bit-identical", name);
+            if (det) {
+                tu_layout other = {.tp = 2, .pp = 1, .dp = 4, .zero = 3, .deterministic = true, .optimizer = opt};
+                snprintf(name, sizeof name, "%s deterministic (2,1,4) ZeRO 3", names[opt]);
+                cr_expect(resume_identical(&cfg, w, dir, name, other, step10, &ref, ref_final),
+                          "%s: the resumed losses, weights or optimizer state are not bit-identical", name);
+            }
+            if (opt == 3 && !det)
+                snprintf(lamb_step10, sizeof lamb_step10, "%s", step10);
+        }
+    tu_ckpt_run r = base_run(&cfg, w);
+    char out[4300];
+    snprintf(out, sizeof out, "%s/lamb-as-sgd", dir);
+    r.layout = (tu_layout){.tp = 2, .pp = 2, .dp = 2, .zero = 1, .optimizer = 1};
+    r.load = lamb_step10;
+    r.until = HALF + 2;
+    r.save_dir = out;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_EINVAL, "a LAMB checkpoint resumed as SGD");
+    const char *msg = tri_error_message();
+    cr_expect(strstr(msg, "--optimizer lamb") && strstr(msg, "--optimizer sgd") && strstr(msg, "--no-load-optim"),
+              "the refusal names both optimizers and the flag: %s", msg);
+    r.no_load_optim = true;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_OK, "--no-load-optim: %s", tri_error_message());
     tri_fs_remove_tree(dir);
     free(dir);
     free(w);

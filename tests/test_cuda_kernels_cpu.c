@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "cuda/optimizer/adamw.kern.h"
+#include "cuda/optimizer/momentum.kern.h"
 #include "cuda/attention/attention.kern.h"
 #include "cuda/elementwise/convert.kern.h"
 #include "cuda/crossentropy/crossentropy.kern.h"
@@ -1155,6 +1156,74 @@ Test(cuda_kernels_cpu, adamw)
             same_bits("adamw_kernel m", km, m, (size_t)n);
             same_bits("adamw_kernel v", kv, v, (size_t)n);
             check_guards_and_free("adamw");
+        }
+    }
+}
+
+/* ---- SGD, LARS, LAMB, trust ratio (cuda/optimizer/momentum.kern.h) ----
+ * Each simple kernel under every launch shape gives the CPU backend's bits: the same
+ * optimizer_math.h functions, the ratio read from device memory. */
+Test(cuda_kernels_cpu, sgd_lars_lamb_trust)
+{
+    tri_device *d = cpu();
+    float sums_h[12] = {1.0f, 2.0f, 0.5f, 0.25f, 3.0f, 0.0f, 0.7f, 0.1f, 0.2f, 0.3f, 0.0f, 0.0f}; /* 2 x 3 tensors x 2 */
+    float ratio_h[3];
+    for (int kind = 0; kind < 2; kind++) {
+        tri_trust_hparams th = {.kind = (tri_trust_kind)kind, .eta = 0.02f, .weight_decay = 0.01f, .u_scale = 0.5f};
+        cr_assert_eq(tri_op_trust_ratio(d, tri_tensor_1d(ratio_h, TRI_F32, 3), tri_tensor_1d(sums_h, TRI_F32, 12), 2,
+                                        &th), TRI_OK);
+        float *kr = gfloats(3, NULL);
+        const float *ks = gfloats(12, sums_h);
+        TRI_LAUNCH(trust_ratio_kernel, 1, 32, kr, ks, 3, 2, kind, th.eta, th.weight_decay, th.u_scale);
+        same_bits("trust_ratio_kernel", kr, ratio_h, 3);
+        check_guards_and_free("trust_ratio");
+    }
+    for (size_t z = 0; z < N_SIZES; z++) {
+        int64_t n = SIZES[z];
+        float *p0 = ot_uniform((size_t)n, -1.0f, 1.0f, 150 + z), *g0 = ot_uniform((size_t)n, -1.0f, 1.0f, 151 + z);
+        float *b0 = ot_uniform((size_t)n, -0.1f, 0.1f, 152 + z), *v0 = ot_uniform((size_t)n, 0.0f, 0.01f, 153 + z);
+        for (int variant = 0; variant < 4; variant++) { /* sgd, sgd nesterov, lars nesterov, lamb */
+            float *p = ot_floats((size_t)n), *g = ot_floats((size_t)n), *b = ot_floats((size_t)n), *v = ot_floats((size_t)n);
+            memcpy(p, p0, (size_t)n * sizeof *p);
+            memcpy(g, g0, (size_t)n * sizeof *g);
+            memcpy(b, b0, (size_t)n * sizeof *b);
+            memcpy(v, v0, (size_t)n * sizeof *v);
+            tri_tensor tp = tri_tensor_1d(p, TRI_F32, n), tg = tri_tensor_1d(g, TRI_F32, n);
+            tri_tensor tb = tri_tensor_1d(b, TRI_F32, n), tv = tri_tensor_1d(v, TRI_F32, n);
+            tri_tensor tr = tri_tensor_1d(ratio_h, TRI_F32, 3);
+            tri_sgd_piece pc = {tp, tg, tb, 0.01f, variant == 2 ? 1 : -1};
+            tri_sgd_hparams sh = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 0.7f, .nesterov = variant >= 1,
+                                  .lars = variant == 2};
+            tri_adamw_piece ap = {tp, tg, tb, tv, 0.01f};
+            tri_adamw_hparams ah = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .grad_scale = 0.7f, .step = 3};
+            float bc1 = 1.0f - powf(ah.beta1, (float)ah.step), bc2 = 1.0f - powf(ah.beta2, (float)ah.step);
+            if (variant == 3) {
+                pc.ratio = 2;
+                cr_assert_eq(tri_op_lamb_direction_multi(d, &ap, 1, &ah), TRI_OK);
+                cr_assert_eq(tri_op_lamb_update_multi(d, &pc, 1, tr, 0.01f), TRI_OK);
+            } else {
+                cr_assert_eq(tri_op_sgd_multi(d, &pc, 1, tr, &sh), TRI_OK);
+            }
+            shape s[N_SHAPES];
+            shapes_for(n, s);
+            for (int k = 0; k < N_SHAPES; k++) {
+                float *kp = gfloats((size_t)n, p0), *kg = gfloats((size_t)n, g0), *kb = gfloats((size_t)n, b0);
+                float *kv = gfloats((size_t)n, v0);
+                const float *kratios = gfloats(3, ratio_h);
+                if (variant == 3) {
+                    TRI_LAUNCH(lamb_direction_kernel, s[k].grid, s[k].block, kp, kg, kb, kv, n, ah.beta1, ah.beta2,
+                               ah.eps, 0.01f, bc1, bc2, ah.grad_scale);
+                    TRI_LAUNCH(lamb_update_kernel, s[k].grid, s[k].block, kp, kg, n, kratios, (int64_t)2, 0.01f);
+                    same_bits("lamb direction (grad)", kg, g, (size_t)n);
+                    same_bits("lamb v", kv, v, (size_t)n);
+                } else {
+                    TRI_LAUNCH(sgd_kernel, s[k].grid, s[k].block, kp, kg, kb, n, kratios, pc.ratio, sh.lr, sh.momentum,
+                               0.01f, sh.grad_scale, (int)sh.nesterov, (int)sh.lars);
+                }
+                same_bits("momentum kernels param", kp, p, (size_t)n);
+                same_bits("momentum kernels buf / m", kb, b, (size_t)n);
+                check_guards_and_free("sgd_lars_lamb");
+            }
         }
     }
 }

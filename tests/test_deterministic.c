@@ -102,3 +102,66 @@ Test(deterministic, with_tensor_parallelism, .timeout = 300)
     tu_result_free(&b);
     free(w);
 }
+
+/* LARS and LAMB scale each tensor by a trust ratio of whole-tensor norms (engine/train/trust_ratio.h):
+ * in deterministic mode those norms are exact fixed-point sums however ZeRO and the pipeline cut the
+ * tensors, so the runs are bit-identical across layouts as AdamW's are; SGD with momentum too. A
+ * test whose norms were per piece (or per rank) fails here: ZeRO cuts tensors differently at dp 2, 4
+ * and 8. The optimizer must also move the weights away from AdamW's (a run that silently fell back
+ * to AdamW would pass the equalities). */
+Test(deterministic, sgd_lars_lamb_every_layout, .timeout = 600)
+{
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, config().vocab_size, 41);
+    struct { const char *name; tu_layout l; } layouts[] = {
+        {"pp2 1f1b", {.tp = 1, .pp = 2, .dp = 1, .deterministic = true}},
+        {"dp2 zero0", {.tp = 1, .pp = 1, .dp = 2, .zero = 0, .deterministic = true}},
+        {"dp4 zero1", {.tp = 1, .pp = 1, .dp = 4, .zero = 1, .deterministic = true}},
+        {"dp8 zero3", {.tp = 1, .pp = 1, .dp = 8, .zero = 3, .deterministic = true}},
+        {"pp2 dp2 zero2 overlap", {.tp = 1, .pp = 2, .dp = 2, .zero = 2, .deterministic = true, .overlap = true}},
+        {"pp2 interleaved dp2 zero1", {.tp = 1, .pp = 2, .dp = 2, .zero = 1, .schedule = "interleaved",
+                                       .layers_per_virtual_stage = 2, .deterministic = true}},
+    };
+    const char *names[] = {"adam", "sgd", "lars", "lamb"};
+    tu_result adam;
+    tu_layout base = {.tp = 1, .pp = 1, .dp = 1, .deterministic = true};
+    run(&base, &adam, w);
+    for (int opt = 1; opt <= 3; opt++) {
+        tu_result ref, got;
+        base.optimizer = opt;
+        run(&base, &ref, w);
+        bool moved = false;
+        for (int i = 0; i < ref.n && !moved; i++)
+            moved = memcmp(ref.weights[i], adam.weights[i], (size_t)ref.numel[i] * sizeof(float)) != 0;
+        cr_expect(moved, "%s: the weights are AdamW's", names[opt]);
+        for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+            tu_layout l = layouts[k].l;
+            l.optimizer = opt;
+            char what[96];
+            snprintf(what, sizeof what, "%s %s", names[opt], layouts[k].name);
+            run(&l, &got, w);
+            expect_same(&ref, &got, what);
+            tu_result_free(&got);
+        }
+        tu_result_free(&ref);
+    }
+    tu_result_free(&adam);
+    cr_log_info("sgd, lars, lamb: %zu layouts (pp 2, dp 2-8, ZeRO 0-3, interleaved, overlap) bit-identical to one rank "
+                "over %d steps", sizeof layouts / sizeof *layouts, STEPS);
+    free(w);
+}
+
+Test(deterministic, lars_lamb_with_tensor_parallelism, .timeout = 300)
+{
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, config().vocab_size, 43);
+    for (int opt = 2; opt <= 3; opt++) {
+        tu_layout base = {.tp = 2, .pp = 1, .dp = 1, .deterministic = true, .optimizer = opt};
+        tu_layout other = {.tp = 2, .pp = 2, .dp = 2, .zero = 2, .deterministic = true, .optimizer = opt};
+        tu_result a, b;
+        run(&base, &a, w);
+        run(&other, &b, w);
+        expect_same(&a, &b, opt == 2 ? "lars tp2 vs tp2 pp2 dp2 zero2" : "lamb tp2 vs tp2 pp2 dp2 zero2");
+        tu_result_free(&a);
+        tu_result_free(&b);
+    }
+    free(w);
+}

@@ -433,6 +433,36 @@ Test(ops_errors, cross_entropy)
     expect_einval(tri_op_ce_fused(d, losses, as_bf16, logits, t, V_l, 1.0f), op, "'dlogits' is the logits' memory");
 }
 
+/* The momentum, LAMB and trust-ratio wrappers name the piece and the tensor. */
+Test(ops_errors, sgd_lamb_trust_ratio)
+{
+    tri_device *d = ot_device(1);
+    const int64_t n = 7;
+    tri_tensor p = v1(d, n), g = v1(d, n), b = v1(d, n), v = v1(d, n), r = v1(d, 2), none = tri_tensor_none();
+    tri_sgd_hparams sh = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 1.0f};
+    tri_sgd_piece sp[2] = {{p, g, b, 0.1f, -1}, {p, g, b, 0.0f, 1}};
+    expect_ok(tri_op_sgd_multi(d, sp, 2, r, &sh), "sgd_multi");
+    sp[1].buf = as_i32(b);
+    expect_einval(tri_op_sgd_multi(d, sp, 2, r, &sh), "sgd_multi piece 1", "'buf'");
+    sp[1].buf = b;
+    sp[0].grad = v1(d, n + 1);
+    expect_einval(tri_op_sgd_multi(d, sp, 2, r, &sh), "sgd_multi piece 0", "'grad'");
+    sp[0].grad = g;
+    expect_einval(tri_op_sgd_multi(d, sp, 2, none, &sh), "sgd_multi piece 1", "ratio index 1");
+    expect_einval(tri_op_lamb_update_multi(d, sp, 2, as_i32(r), 0.1f), "lamb_update_multi", "'ratios'");
+    tri_adamw_piece ap = {p, g, b, none, 0.1f};
+    tri_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .grad_scale = 1.0f, .step = 1};
+    expect_einval(tri_op_lamb_direction_multi(d, &ap, 1, &hp), "lamb_direction_multi piece 0", "'v'");
+    ap.v = v;
+    expect_ok(tri_op_lamb_direction_multi(d, &ap, 1, &hp), "lamb_direction_multi");
+    tri_trust_hparams th = {.kind = TRI_TRUST_LAMB, .u_scale = 1.0f};
+    expect_ok(tri_op_trust_ratio(d, r, v1(d, 4), 1, &th), "trust_ratio");
+    expect_einval(tri_op_trust_ratio(d, r, v1(d, 5), 1, &th), "trust_ratio", "'sums'");
+    expect_einval(tri_op_trust_ratio(d, r, v1(d, 4), 0, &th), "trust_ratio", "span 0");
+    th.kind = (tri_trust_kind)7;
+    expect_einval(tri_op_trust_ratio(d, r, v1(d, 4), 1, &th), "trust_ratio", "kind 7");
+}
+
 Test(ops_errors, adamw)
 {
     tri_device *d = ot_device(1);

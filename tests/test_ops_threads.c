@@ -282,6 +282,19 @@ static outputs every_op(int threads)
                             .grad_scale = 0.5f, .step = 3};
     OK(tri_op_adamw(d, x, y, m, v, &hp));
     keep(&o, d, x), keep(&o, d, m), keep(&o, d, v);
+    /* SGD / LARS, LAMB's two phases and the trust ratio on the same buffers */
+    tri_tensor tsums = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, 8), ot_uniform(8, 0.1f, 1.0f, seed++));
+    tri_tensor ratios = vec(d, 2, seed++);
+    tri_trust_hparams th = {.kind = TRI_TRUST_LARS, .eta = 0.02f, .weight_decay = 0.1f, .u_scale = 0.5f};
+    OK(tri_op_trust_ratio(d, ratios, tsums, 2, &th));
+    keep(&o, d, ratios);
+    tri_sgd_piece sp = {x, y, m, 0.1f, 1};
+    tri_sgd_hparams sh = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 0.5f, .nesterov = true, .lars = true};
+    OK(tri_op_sgd_multi(d, &sp, 1, ratios, &sh));
+    tri_adamw_piece ap = {x, y, m, v, 0.1f};
+    OK(tri_op_lamb_direction_multi(d, &ap, 1, &hp));
+    OK(tri_op_lamb_update_multi(d, &sp, 1, ratios, 1e-3f));
+    keep(&o, d, x), keep(&o, d, y), keep(&o, d, m), keep(&o, d, v);
     OK(tri_op_zero(d, v));
     keep(&o, d, v);
     return o;

@@ -8,7 +8,8 @@
  *                                SRC rewritten for another layout as the run directory OUT (the
  *                                T x P x D ranks run as threads of this process: each loads its
  *                                shard from SRC exactly as a resumed run would, then they save)
- *   ckpt merge SRC OUT.h5        one HDF5 file with full tensors (weights, exp_avg/, exp_avg_sq/)
+ *   ckpt merge SRC OUT.h5        one HDF5 file with full tensors (weights, exp_avg/, exp_avg_sq/ or
+ *                                momentum_buffer/ for SGD and LARS)
  *   ckpt export --format safetensors|llmc SRC OUT
  *                                GPT-2: Hugging Face names and Conv1D layout, or llm.c's model file
  *   ckpt export --format hf [--dtype fp32|bf16|fp16] [--max-shard-size 5GB] SRC DIR
@@ -35,6 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoints/checkpoint.h"
 #include "checkpoints/fsutil.h"
 #include "checkpoints/h5.h"
 #include "checkpoints/reader.h"
@@ -249,9 +251,11 @@ static int inspect(const char *path)
             bad++;
         }
     }
-    printf("tensors (%d):\n  %-22s %-16s %-8s %12s %12s %12s  %s\n", m->n_tensors, "name", "shape", "dtype", "norm",
-           "exp_avg", "exp_avg_sq", "checksum");
-    const char *groups[3] = {NULL, TRI_CKPT_EXP_AVG, TRI_CKPT_EXP_AVG_SQ};
+    const char *groups[3];
+    int n_groups = tri_ckpt_state_groups(m, groups);
+    printf("optimizer %s\n", m->run.adamw.kind == TRI_OPT_ADAM ? "adamw" : tri_optimizer_name(m->run.adamw.kind));
+    printf("tensors (%d):\n  %-22s %-16s %-8s %12s %15s %12s  %s\n", m->n_tensors, "name", "shape", "dtype", "norm",
+           groups[1], n_groups > 2 ? groups[2] : "-", "checksum");
     for (int t = 0; t < m->n_tensors; t++) {
         const tri_ckpt_tensor *x = &m->tensors[t];
         char shape[64];
@@ -261,7 +265,7 @@ static int inspect(const char *path)
         int64_t n = 1;
         for (int d = 0; d < x->ndim; d++)
             n *= x->shape[d];
-        for (int g = 0; g < 3 && ok; g++) {
+        for (int g = 0; g < n_groups && ok; g++) {
             float *data = NULL;
             int trc = tri_ckpt_read_tensor(&r, groups[g], x->name, &data);
             if (trc) {
@@ -272,7 +276,7 @@ static int inspect(const char *path)
             norms[g] = norm_of(data, n);
             free(data);
         }
-        printf("  %-22s %-16s %-8s %12.6g %12.6g %12.6g  %s\n", x->name, shape, "float32", norms[0], norms[1],
+        printf("  %-22s %-16s %-8s %12.6g %15.6g %12.6g  %s\n", x->name, shape, "float32", norms[0], norms[1],
                norms[2], ok ? "ok" : "FAILED");
         bad += !ok;
     }
@@ -304,10 +308,11 @@ static int merge(const args *a, const char *src, const char *out)
     if (!rc) rc = tri_manifest_render(&r.m, &json);
     if (!rc) rc = tri_h5_attr_str(f, tmp, "/", "manifest", json);
     free(json);
-    const char *groups[3] = {NULL, TRI_CKPT_EXP_AVG, TRI_CKPT_EXP_AVG_SQ};
+    const char *groups[3];
+    int n_groups = tri_ckpt_state_groups(&r.m, groups);
     for (int t = 0; t < r.m.n_tensors && !rc; t++) {
         const tri_ckpt_tensor *x = &r.m.tensors[t];
-        for (int g = 0; g < 3 && !rc; g++) {
+        for (int g = 0; g < n_groups && !rc; g++) {
             float *data = NULL;
             char name[TRI_PARAM_NAME_MAX + 32];
             snprintf(name, sizeof name, "%s%s%s", groups[g] ? groups[g] : "", groups[g] ? "/" : "", x->name);

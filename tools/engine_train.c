@@ -55,11 +55,13 @@
 
 typedef struct args {
     const char *config, *train_data, *val_data, *save_dir, *device, *comm;
-    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *load;
+    const char *tokenizer_type, *vocab_file, *merge_file, *lr_decay_style, *load, *optimizer;
     tri_cli_layout layout;                      /* the layout flags (tools/cli/layout_flags.h) */
     int threads;
     int64_t train_iters, lr_warmup_iters, lr_decay_iters, seed;
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
+    float sgd_momentum, lars_eta;               /* --optimizer sgd / lars */
+    bool sgd_nesterov, no_load_optim;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k, save_interval, keep_last;
     float sample_temperature, memory_budget_gb, peak_gflops;
     float comm_timeout, spike_zscore;           /* faults: see tools/cli/fault.h, engine/train/fault.h */
@@ -120,10 +122,14 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("lr-warmup-iters", TRI_FLAG_INT64, &a->lr_warmup_iters, "linear warm-up iterations", 0, 1e12);
     f[n++] = (tri_flag)FLAG("lr-decay-iters", TRI_FLAG_INT64, &a->lr_decay_iters, "iteration where the decay ends (0: train-iters)", 0, 1e12);
     f[n++] = (tri_flag)CHOICE("lr-decay-style", &a->lr_decay_style, "cosine|linear|constant", "learning-rate decay after warm-up");
-    f[n++] = (tri_flag)FLAG("weight-decay", TRI_FLAG_FLOAT, &a->weight_decay, "AdamW weight decay (matrices only)", 0, 10);
-    f[n++] = (tri_flag)FLAG("adam-beta1", TRI_FLAG_FLOAT, &a->beta1, "AdamW beta1", 0, 0.999999);
-    f[n++] = (tri_flag)FLAG("adam-beta2", TRI_FLAG_FLOAT, &a->beta2, "AdamW beta2", 0, 0.999999);
-    f[n++] = (tri_flag)FLAG("adam-eps", TRI_FLAG_FLOAT, &a->eps, "AdamW epsilon", 1e-30, 1);
+    f[n++] = (tri_flag)CHOICE("optimizer", &a->optimizer, "adam|sgd|lars|lamb", "adam: AdamW (Loshchilov & Hutter 2019); sgd: SGD with momentum as torch.optim.SGD; lars: SGD momentum with the layer-wise trust ratio eta ||w|| / (||g|| + wd ||w||) (You et al. 2017); lamb: the Adam direction with bias correction and decoupled decay, scaled per tensor by ||w|| / ||update|| (You et al. 2020). Norms are whole tensors' under ZeRO and TP. Biases and norm weights (weight decay off) are excluded from the trust ratio (ratio 1) and from weight decay, as in the papers");
+    f[n++] = (tri_flag)FLAG("weight-decay", TRI_FLAG_FLOAT, &a->weight_decay, "weight decay of every optimizer (matrices and embeddings only: biases and norm weights are excluded)", 0, 10);
+    f[n++] = (tri_flag)FLAG("adam-beta1", TRI_FLAG_FLOAT, &a->beta1, "AdamW and LAMB beta1", 0, 0.999999);
+    f[n++] = (tri_flag)FLAG("adam-beta2", TRI_FLAG_FLOAT, &a->beta2, "AdamW and LAMB beta2", 0, 0.999999);
+    f[n++] = (tri_flag)FLAG("adam-eps", TRI_FLAG_FLOAT, &a->eps, "AdamW and LAMB epsilon", 1e-30, 1);
+    f[n++] = (tri_flag)FLAG("sgd-momentum", TRI_FLAG_FLOAT, &a->sgd_momentum, "SGD and LARS momentum mu (buf = mu buf + update)", 0, 0.999999);
+    f[n++] = (tri_flag)FLAG("sgd-nesterov", TRI_FLAG_BOOL, &a->sgd_nesterov, "SGD and LARS: Nesterov momentum (step with update + mu buf)", 0, 0);
+    f[n++] = (tri_flag)FLAG("lars-eta", TRI_FLAG_FLOAT, &a->lars_eta, "LARS trust coefficient eta (You et al. 2017: 0.001)", 1e-12, 1e6);
     f[n++] = (tri_flag)FLAG("clip-grad", TRI_FLAG_FLOAT, &a->clip_grad, "clip the global gradient norm to this (0: off)", 0, 1e9);
     f[n++] = (tri_flag)FLAG("seed", TRI_FLAG_INT64, &a->seed, "seed of initialisation, data order and sampling", 0, 9.2e18);
     f[n++] = (tri_flag)FLAG("eval-interval", TRI_FLAG_INT, &a->eval_interval, "iterations between validation runs (0: only at the end)", 0, 1 << 30);
@@ -136,6 +142,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("exit-duration-in-mins", TRI_FLAG_FLOAT, &a->exit_duration_mins, "save a checkpoint and exit (status 0) after the first iteration that ends past this many minutes since start-up (e.g. a little under a Slurm time limit; 0: off)", 0, 1e9);
     f[n++] = (tri_flag)FLAG("async-save", TRI_FLAG_BOOL, &a->async_save, "write checkpoints in the background: the loop is blocked only while each rank copies its shards to host memory (pinned on GPUs); the same guarantees as a synchronous save, at most one save in flight", 0, 0);
     f[n++] = (tri_flag)FLAG("load", TRI_FLAG_STRING, &a->load, "resume from this run directory's latest checkpoint (or a step directory), in any layout; --train-iters stays the total. With no checkpoint there yet, start from scratch with a warning (one job script for the first start and every restart)", 0, 0);
+    f[n++] = (tri_flag)FLAG("no-load-optim", TRI_FLAG_BOOL, &a->no_load_optim, "on resume, load the weights only: the optimizer state starts fresh (then another --optimizer may resume the checkpoint)", 0, 0);
     f[n++] = (tri_flag)FLAG("exit-on-missing-checkpoint", TRI_FLAG_BOOL, &a->exit_on_missing_checkpoint, "refuse to start when --load holds no checkpoint", 0, 0);
     f[n++] = (tri_flag)FLAG("use-checkpoint-opt_param-scheduler", TRI_FLAG_BOOL, &a->use_checkpoint_scheduler, "on resume, take the learning-rate schedule (--lr, --min-lr, warm-up, decay iterations and style) from the checkpoint, whatever the flags say", 0, 0);
     f[n++] = (tri_flag)FLAG("override-opt_param-scheduler", TRI_FLAG_BOOL, &a->override_scheduler, "on resume, take the learning-rate schedule from the flags even where the checkpoint's differs (e.g. a larger --train-iters); without either flag a changed schedule is refused", 0, 0);
@@ -184,6 +191,9 @@ static void defaults(args *a)
     a->weight_decay = 0.1f;
     a->clip_grad = 1.0f;
     a->beta1 = 0.9f;
+    a->optimizer = "adam";
+    a->sgd_momentum = 0.9f;
+    a->lars_eta = 0.001f;
     a->beta2 = 0.95f;
     a->eps = 1e-8f;
     a->seed = 1234;
@@ -351,7 +361,11 @@ static int setup(run *r)
     args *a = &r->a;
     r->sopt.clip_grad = a->clip_grad;
     r->sopt.adamw = (tri_adamw_config){.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
-                                       .weight_decay = a->weight_decay};
+                                       .weight_decay = a->weight_decay, .momentum = a->sgd_momentum,
+                                       .nesterov = a->sgd_nesterov, .lars_eta = a->lars_eta};
+    int orc = tri_optimizer_parse(a->optimizer, &r->sopt.adamw.kind);
+    if (orc)
+        return orc;
     tri_comm *world = r->dev_world ? r->dev_world : r->world;
     int rc = tri_session_create(&r->ss, world, r->dev, &r->model, &r->sopt);
     if (rc)
@@ -482,6 +496,7 @@ static tri_session_ckpt_run ckpt_run(const run *r)
 {
     return (tri_session_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last,
                                   .reset_outer_state = r->a.reset_outer_state,
+                                  .no_load_optim = r->a.no_load_optim,
                               .lr_source = r->a.use_checkpoint_scheduler ? TRI_LR_CHECKPOINT
                                            : r->a.override_scheduler     ? TRI_LR_FLAGS
                                                                          : TRI_LR_SAME};

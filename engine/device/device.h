@@ -58,6 +58,36 @@ typedef struct tri_adamw_piece {
     float weight_decay;
 } tri_adamw_piece;
 
+/* Hyper-parameters of a momentum update (tri_op_sgd_multi): SGD with momentum as torch.optim.SGD
+ * (dampening 0), or LARS (You et al. 2017, Algorithm 1) when lars is set, whose learning rate is
+ * multiplied per tensor by its trust ratio. */
+typedef struct tri_sgd_hparams {
+    float lr;
+    float momentum;       /* mu */
+    float grad_scale;     /* multiplies every gradient first (global-norm clipping) */
+    bool nesterov;
+    bool lars;
+} tri_sgd_hparams;
+
+/* One tensor of a multi-tensor momentum update: fp32 param, grad and momentum buffer of equal size,
+ * its weight decay, and the index of its trust ratio in the ratios tensor (-1: ratio 1, the
+ * parameters excluded from the trust ratio: biases and norm weights). */
+typedef struct tri_sgd_piece {
+    tri_tensor param, grad, buf;
+    float weight_decay;
+    int64_t ratio;
+} tri_sgd_piece;
+
+/* Which layer-wise trust ratio tri_op_trust_ratio computes (engine/device/ops/optimizer_math.h). */
+typedef enum { TRI_TRUST_LARS = 0, TRI_TRUST_LAMB = 1 } tri_trust_kind;
+
+typedef struct tri_trust_hparams {
+    tri_trust_kind kind;
+    float eta;            /* LARS trust coefficient (LAMB: unused) */
+    float weight_decay;   /* LARS: the decay in the ratio's denominator (LAMB: unused) */
+    float u_scale;        /* the second norm is multiplied by this (LARS: the clipping scale) */
+} tri_trust_hparams;
+
 typedef struct tri_device_ops {
     const char *name;
     /* memory */

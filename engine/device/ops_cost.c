@@ -498,6 +498,50 @@ int tri_cost_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, co
     return rc;
 }
 
+/* Momentum SGD / LARS: read p, g, buf, write p, buf; a launch per piece (cuda/optimizer/momentum.cu). */
+int tri_cost_sgd_multi(tri_device *d, const tri_sgd_piece *pieces, int n, tri_tensor ratios, const tri_sgd_hparams *hp)
+{
+    (void)ratios;
+    (void)hp;
+    tri_cost_call(d, "sgd_multi");
+    int rc = TRI_OK;
+    for (int k = 0; k < n && !rc; k++)
+        rc = tri_cost_kernel(d, 2 * bytes(pieces[k].param) + bytes(pieces[k].grad) + 2 * bytes(pieces[k].buf), 0,
+                             6 * numel(pieces[k].param));
+    return rc;
+}
+
+/* LAMB's direction: AdamW's traffic (the direction written over the gradient), a launch per piece. */
+int tri_cost_lamb_direction_multi(tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp)
+{
+    (void)hp;
+    tri_cost_call(d, "lamb_direction_multi");
+    int rc = TRI_OK;
+    for (int k = 0; k < n && !rc; k++)
+        rc = tri_cost_kernel(d, adamw_bytes(pieces[k].param, pieces[k].grad, pieces[k].m, pieces[k].v) +
+                                    bytes(pieces[k].grad), 0, ADAMW_FLOPS * numel(pieces[k].param));
+    return rc;
+}
+
+/* LAMB's update: read p and r, write p, a launch per piece. */
+int tri_cost_lamb_update_multi(tri_device *d, const tri_sgd_piece *pieces, int n, tri_tensor ratios, float lr)
+{
+    (void)ratios;
+    (void)lr;
+    tri_cost_call(d, "lamb_update_multi");
+    int rc = TRI_OK;
+    for (int k = 0; k < n && !rc; k++)
+        rc = tri_cost_kernel(d, 2 * bytes(pieces[k].param) + bytes(pieces[k].grad), 0, 2 * numel(pieces[k].param));
+    return rc;
+}
+
+int tri_cost_trust_ratio(tri_device *d, tri_tensor ratios, tri_tensor sums, int64_t span, const tri_trust_hparams *hp)
+{
+    (void)span;
+    (void)hp;
+    return one(d, "trust_ratio", bytes(sums) + bytes(ratios), numel(sums));
+}
+
 /* ---- fixed point (deterministic mode) ---- */
 
 int tri_cost_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)

@@ -196,6 +196,27 @@ TRI_OP(adamw, (tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, t
  * overlap. TRI_EINVAL naming the piece and tensor as tri_op_adamw would; n 0 does nothing.
  * Optional: without it the wrapper calls adamw piece by piece. */
 TRI_OP_OPTIONAL(adamw_multi, (tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp))
+/* Momentum SGD or LARS over many tensors in one call (fp32 param, grad, buf of equal length per
+ * piece; pieces do not overlap). Per element, with g = grad * grad_scale and wd the piece's decay:
+ *   SGD (torch.optim.SGD, dampening 0): d = g + wd p; buf = mu buf + d; p -= lr (nesterov ? d + mu buf : buf)
+ *   LARS (You et al. 2017, Alg. 1):      d = lr r (g + wd p); buf = mu buf + d; p -= nesterov ? d + mu buf : buf
+ * with r = ratios[piece.ratio] (f32, on the device) or 1 when piece.ratio < 0. ratios may be absent
+ * (tri_tensor_none()) when no piece names one. TRI_EINVAL naming the piece and tensor; n 0 does nothing. */
+TRI_OP(sgd_multi, (tri_device *d, const tri_sgd_piece *pieces, int n, tri_tensor ratios, const tri_sgd_hparams *hp))
+/* LAMB's first phase (You et al. 2020, Algorithm 2) over many tensors: per element, with g = grad *
+ * grad_scale, m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; then grad is overwritten with the update
+ * direction r = (m / bc1) / (sqrt(v / bc2) + eps) + wd p (bc = 1 - beta^step, the piece's decay).
+ * Same pieces and checks as adamw_multi (hp's lr and weight_decay unused). */
+TRI_OP(lamb_direction_multi, (tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp))
+/* LAMB's second phase: param -= lr * r * grad per piece (grad holds the direction), r as in
+ * sgd_multi (pieces' buf and weight_decay unused). */
+TRI_OP(lamb_update_multi, (tri_device *d, const tri_sgd_piece *pieces, int n, tri_tensor ratios, float lr))
+/* Layer-wise trust ratios from per-tensor sums of squares: ratios(n) f32, sums(2 n span) f32 holding
+ * tensor i's partial sums of the weights' squares at [i span, (i+1) span) and of the second
+ * quantity's (LARS: the gradient, LAMB: the update direction) at [(n + i) span, (n + i + 1) span).
+ * Each tensor's partials are added in index order in double, then tri_trust_ratio
+ * (optimizer_math.h) gives the ratio. TRI_EINVAL for a wrong dtype, numel or span < 1. */
+TRI_OP(trust_ratio, (tri_device *d, tri_tensor ratios, tri_tensor sums, int64_t span, const tri_trust_hparams *hp))
 
 /* ---- fixed point: exact sums in any order (deterministic mode; engine/core/math.h) ----
  * acc(n) i64 += round(x(n) * 2^bits); elements not representable (NaN, Inf, |x| >= 2^(62 - bits))

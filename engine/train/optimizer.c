@@ -1,18 +1,48 @@
-/* engine/train/optimizer.c - AdamW over a flat-buffer range, gradient norm, LR schedule (see optimizer.h). */
+/* engine/train/optimizer.c - AdamW, SGD, LARS and LAMB over the owned flat-buffer ranges, LR schedule (see optimizer.h). */
 #include "engine/train/optimizer.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/core/status.h"
+
+static const char *const kind_names[] = {"adam", "sgd", "lars", "lamb"};
+
+const char *tri_optimizer_name(tri_optimizer_kind k)
+{
+    return k >= TRI_OPT_ADAM && k <= TRI_OPT_LAMB ? kind_names[k] : "?";
+}
+
+int tri_optimizer_parse(const char *name, tri_optimizer_kind *k)
+{
+    for (int i = 0; i <= TRI_OPT_LAMB; i++)
+        if (strcmp(name, kind_names[i]) == 0) {
+            *k = (tri_optimizer_kind)i;
+            return TRI_OK;
+        }
+    return TRI_ERR(TRI_EINVAL, "--optimizer %s: unknown optimizer (expected adam, sgd, lars or lamb)", name);
+}
+
+bool tri_optimizer_has_moments(tri_optimizer_kind k)
+{
+    return k == TRI_OPT_ADAM || k == TRI_OPT_LAMB;
+}
+
+bool tri_optimizer_has_trust_ratio(tri_optimizer_kind k)
+{
+    return k == TRI_OPT_LARS || k == TRI_OPT_LAMB;
+}
 
 int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *cfg, int64_t owned)
 {
     o->cfg = *cfg;
     o->step = 0;
+    o->v = tri_tensor_none();
     int64_t n = owned > 0 ? owned : 1;
     int rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->m, TRI_F32, 1, (int64_t[]){n});
-    if (!rc) rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->v, TRI_F32, 1, (int64_t[]){n});
+    if (!rc && tri_optimizer_has_moments(cfg->kind))
+        rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->v, TRI_F32, 1, (int64_t[]){n});
     if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, &o->scalar, TRI_F32, 1, (int64_t[]){1});
     return rc;
 }
@@ -20,37 +50,104 @@ int tri_optimizer_take(tri_optimizer *o, tri_arena *a, const tri_adamw_config *c
 int tri_optimizer_reset(tri_device *d, tri_optimizer *o)
 {
     int rc = tri_op_fill(d, o->m, 0.0f);
-    if (!rc) rc = tri_op_fill(d, o->v, 0.0f);
+    if (!rc && tri_tensor_present(o->v)) rc = tri_op_fill(d, o->v, 0.0f);
     o->step = 0;
     return rc;
 }
 
-int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale)
+/* The owned pieces of every parameter, as AdamW pieces (param, grad, m, v, decay); *n of them,
+ * malloc'd. */
+static int adamw_pieces(const tri_optimizer *o, const tri_zero *z, tri_adamw_piece **out, int *n_out)
 {
-    tri_adamw_hparams hp = {
-        .lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
-        .grad_scale = grad_scale, .step = o->step + 1,
-    };
     const tri_param_layout *L = z->L;
-    /* every owned piece of every parameter in one call (a few launches on a GPU) */
-    int cap = tri_zero_n_owned(z) * L->n, n_pieces = 0;
+    int cap = tri_zero_n_owned(z) * L->n, n = 0;
     tri_adamw_piece *pieces = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *pieces);
     if (!pieces)
-        return TRI_ERR(TRI_ENOMEM, "optimizer: out of memory for %d AdamW pieces", cap);
+        return TRI_ERR(TRI_ENOMEM, "optimizer: out of memory for %d pieces", cap);
     for (int k = 0; k < tri_zero_n_owned(z); k++)
         for (int i = 0; i < L->n; i++) {
             const tri_param *p = &L->params[i];
-            int64_t s, n, at;
-            if (!tri_zero_owned_piece(z, k, p, &s, &n, &at))
+            int64_t s, len, at;
+            if (!tri_zero_owned_piece(z, k, p, &s, &len, &at))
                 continue;
-            pieces[n_pieces++] = (tri_adamw_piece){
-                .param = tri_zero_owned_params(z, s, n), .grad = tri_zero_owned_grads(z, s, n),
-                .m = tri_tensor_range(o->m, at, n), .v = tri_tensor_range(o->v, at, n),
+            pieces[n++] = (tri_adamw_piece){
+                .param = tri_zero_owned_params(z, s, len), .grad = tri_zero_owned_grads(z, s, len),
+                .m = tri_tensor_range(o->m, at, len),
+                .v = tri_tensor_present(o->v) ? tri_tensor_range(o->v, at, len) : tri_tensor_none(),
                 .weight_decay = p->spec.weight_decay ? o->cfg.weight_decay : 0.0f};
         }
-    hp.weight_decay = 0.0f; /* each piece carries its own */
-    int rc = tri_op_adamw_multi(d, pieces, n_pieces, &hp);
+    *out = pieces;
+    *n_out = n;
+    return TRI_OK;
+}
+
+/* The same pieces as momentum / LAMB-update pieces: the buffer is m, the trust ratio the parameter's
+ * global index for LARS and LAMB on decayed parameters (-1: ratio 1). */
+static int sgd_pieces(const tri_optimizer *o, const tri_zero *z, tri_sgd_piece **out, int *n_out)
+{
+    const tri_param_layout *L = z->L;
+    int cap = tri_zero_n_owned(z) * L->n, n = 0;
+    tri_sgd_piece *pieces = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *pieces);
+    if (!pieces)
+        return TRI_ERR(TRI_ENOMEM, "optimizer: out of memory for %d pieces", cap);
+    bool trust = tri_optimizer_has_trust_ratio(o->cfg.kind);
+    for (int k = 0; k < tri_zero_n_owned(z); k++)
+        for (int i = 0; i < L->n; i++) {
+            const tri_param *p = &L->params[i];
+            int64_t s, len, at;
+            if (!tri_zero_owned_piece(z, k, p, &s, &len, &at))
+                continue;
+            pieces[n++] = (tri_sgd_piece){
+                .param = tri_zero_owned_params(z, s, len), .grad = tri_zero_owned_grads(z, s, len),
+                .buf = tri_tensor_range(o->m, at, len),
+                .weight_decay = p->spec.weight_decay ? o->cfg.weight_decay : 0.0f,
+                .ratio = trust && p->spec.weight_decay ? p->spec.global_index : -1};
+        }
+    *out = pieces;
+    *n_out = n;
+    return TRI_OK;
+}
+
+static tri_adamw_hparams adam_hparams(const tri_optimizer *o, float lr, float grad_scale)
+{
+    return (tri_adamw_hparams){.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
+                               .weight_decay = 0.0f /* each piece carries its own */,
+                               .grad_scale = grad_scale, .step = o->step + 1};
+}
+
+int tri_optimizer_lamb_direction(tri_device *d, tri_optimizer *o, const tri_zero *z, float grad_scale)
+{
+    tri_adamw_piece *pieces = NULL;
+    int n = 0;
+    tri_adamw_hparams hp = adam_hparams(o, 0.0f, grad_scale);
+    int rc = adamw_pieces(o, z, &pieces, &n);
+    if (!rc) rc = tri_op_lamb_direction_multi(d, pieces, n, &hp);
     free(pieces);
+    return rc;
+}
+
+int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale,
+                       tri_tensor ratios)
+{
+    int rc, n = 0;
+    /* every owned piece of every parameter in one call (a few launches on a GPU) */
+    if (o->cfg.kind == TRI_OPT_ADAM) {
+        tri_adamw_piece *pieces = NULL;
+        tri_adamw_hparams hp = adam_hparams(o, lr, grad_scale);
+        rc = adamw_pieces(o, z, &pieces, &n);
+        if (!rc) rc = tri_op_adamw_multi(d, pieces, n, &hp);
+        free(pieces);
+    } else {
+        tri_sgd_piece *pieces = NULL;
+        tri_sgd_hparams hp = {.lr = lr, .momentum = o->cfg.momentum, .grad_scale = grad_scale,
+                              .nesterov = o->cfg.nesterov, .lars = o->cfg.kind == TRI_OPT_LARS};
+        rc = sgd_pieces(o, z, &pieces, &n);
+        if (!rc && o->cfg.kind == TRI_OPT_LAMB)
+            rc = tri_op_lamb_update_multi(d, pieces, n, ratios, lr); /* grad holds r, already scaled */
+        else if (!rc)
+            rc = tri_op_sgd_multi(d, pieces, n, ratios, &hp);
+        free(pieces);
+    }
     if (!rc) rc = tri_zero_publish_owned(z); /* bf16: master weights rounded into the model's */
     if (!rc)
         o->step++;

@@ -33,7 +33,9 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
             int64_t s, len, at;
             if (!tri_zero_owned_piece(z, k, p, &s, &len, &at))
                 continue;
-            for (int g = TRI_STATE_EXP_AVG; g <= TRI_STATE_EXP_AVG_SQ; g++) {
+            bool adam = tri_optimizer_has_moments(t->opt[c].cfg.kind);
+            int g0 = adam ? TRI_STATE_EXP_AVG : TRI_STATE_MOMENTUM, g1 = adam ? TRI_STATE_EXP_AVG_SQ : TRI_STATE_MOMENTUM;
+            for (int g = g0; g <= g1; g++) {
                 if (list)
                     list[n] = (tri_state_shard){.param = p, .group = (tri_state_group)g, .lo = s - p->offset,
                                                 .hi = s - p->offset + len, .holder = h, .stored = h && owns_moments,
@@ -48,8 +50,8 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
 const char *tri_state_group_name(tri_state_group g)
 {
     static const char *const names[TRI_STATE_GROUPS] = {
-        NULL, "exp_avg", "exp_avg_sq", "outer_anchor", "outer_momentum", "replica_weights", "replica_exp_avg",
-        "replica_exp_avg_sq"};
+        NULL, "exp_avg", "exp_avg_sq", "momentum_buffer", "outer_anchor", "outer_momentum", "replica_weights",
+        "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer"};
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
@@ -84,10 +86,16 @@ static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
             }
         }
     }
+    /* the replica's optimizer state: Adam's two moments (AdamW, LAMB) or the momentum buffer */
+    bool adam = tri_optimizer_has_moments(t->opt[c].cfg.kind);
+    tri_state_group g1 = adam ? TRI_STATE_REPLICA_EXP_AVG : TRI_STATE_REPLICA_MOMENTUM,
+                    g2 = adam ? TRI_STATE_REPLICA_EXP_AVG_SQ : TRI_STATE_REPLICA_MOMENTUM;
+    const tri_state_group replica[3] = {TRI_STATE_REPLICA_WEIGHTS, g1, g2};
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);
-        for (int g = TRI_STATE_REPLICA_WEIGHTS; g <= TRI_STATE_REPLICA_EXP_AVG_SQ; g++) {
+        for (int k = 0; k < (adam ? 3 : 2); k++) {
+            tri_state_group g = replica[k];
             if (list)
                 list[n] = (tri_state_shard){.param = p, .group = (tri_state_group)g, .lo = 0, .hi = p->numel,
                                             .holder = h, .stored = h, .chunk = c, .at = p->offset};
@@ -115,15 +123,15 @@ int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int
     return TRI_OK;
 }
 
-/* The state tensor of a moment or outer entry, over its piece. */
+/* The state tensor of a moment, momentum or outer entry, over its piece. */
 static tri_tensor moment(const tri_trainer *t, const tri_state_shard *s)
 {
     const tri_optimizer *o = &t->opt[s->chunk];
     const tri_outer_state *os = &t->outer[s->chunk];
-    tri_tensor x = s->group == TRI_STATE_EXP_AVG || s->group == TRI_STATE_REPLICA_EXP_AVG ? o->m
-                   : s->group == TRI_STATE_OUTER_ANCHOR                                   ? os->anchor
-                   : s->group == TRI_STATE_OUTER_MOMENTUM                                 ? os->momentum
-                                                                                          : o->v;
+    tri_tensor x = s->group == TRI_STATE_EXP_AVG_SQ || s->group == TRI_STATE_REPLICA_EXP_AVG_SQ ? o->v
+                   : s->group == TRI_STATE_OUTER_ANCHOR                                         ? os->anchor
+                   : s->group == TRI_STATE_OUTER_MOMENTUM                                       ? os->momentum
+                                                                                                : o->m;
     return tri_tensor_range(x, s->at, s->hi - s->lo);
 }
 

@@ -3,7 +3,7 @@
  *
  * Each entry names a global tensor (its parameter's description: name, global shape, this rank's
  * tensor-parallel shard as global offsets and a local shape), the state it is of (the weights, or
- * one of Adam's moments), the flat range [lo, hi) of the TP shard this rank holds (the whole shard
+ * one of Adam's moments, or the momentum buffer of SGD and LARS), the flat range [lo, hi) of the TP shard this rank holds (the whole shard
  * for weights; under ZeRO the piece its optimizer owns for moments) and whether this rank's copy is
  * the one to store (replicas are stored once). Reading and writing go through the owner (ZeRO for
  * the weights, the optimizer for the moments), so a consumer needs neither: the checkpoint library
@@ -22,6 +22,7 @@ typedef enum tri_state_group {
     TRI_STATE_WEIGHTS = 0,  /* the parameters (fp32 master weights under bf16) */
     TRI_STATE_EXP_AVG,      /* Adam's first moment */
     TRI_STATE_EXP_AVG_SQ,   /* Adam's second moment */
+    TRI_STATE_MOMENTUM,     /* SGD's and LARS's momentum buffer (PyTorch's momentum_buffer) */
     /* local SGD / DiLoCo only (engine/train/local_sgd.h), listed after the groups above: */
     TRI_STATE_OUTER_ANCHOR,   /* the parameters at the last outer synchronisation (fp32): each dp
                                  rank's slice of every unit, stored by every dp rank (the holders) */
@@ -29,6 +30,7 @@ typedef enum tri_state_group {
     TRI_STATE_REPLICA_WEIGHTS,    /* this replica's own weights, */
     TRI_STATE_REPLICA_EXP_AVG,    /* its AdamW moments (they differ per replica between and across */
     TRI_STATE_REPLICA_EXP_AVG_SQ, /* synchronisations): the whole TP shard, stored by every dp rank */
+    TRI_STATE_REPLICA_MOMENTUM,   /* or its SGD / LARS momentum buffer, in place of the moments */
     TRI_STATE_GROUPS
 } tri_state_group;
 
@@ -54,10 +56,11 @@ typedef struct tri_state_shard {
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
- * parameter, then, for each parameter, each owned piece's first and second moment (adjacent).
- * Under local SGD then, per chunk, for each parameter each piece of this dp rank's outer slices
- * (anchor, and momentum adjacent for nesterov), and each parameter's replica weights, first and
- * second moment (adjacent). *shards is malloc'd (n of them). TRI_ENOMEM. */
+ * parameter, then, for each parameter, each owned piece's optimizer state: Adam's first and second
+ * moment (adjacent; AdamW, LAMB) or the momentum buffer (SGD, LARS). Under local SGD then, per
+ * chunk, for each parameter each piece of this dp rank's outer slices (anchor, and momentum
+ * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
+ * second moment, or the momentum buffer; adjacent). *shards is malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
 /* Entry s's values (hi - lo floats) into host; for a collective entry every data-parallel rank

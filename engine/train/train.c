@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "engine/train/trust_ratio.h"
 
 /* Elements of optimizer state a rank keeps for a stage: all of it without ZeRO, its shard with. */
 static int64_t owned_numel(const tri_param_layout *L, int zero_stage)
@@ -21,10 +22,12 @@ static int64_t norm_slots(int n_global_params, int tp, int dp, int zero_stage)
 }
 
 /* The trainer's buffers, taken from arena a (planning or real): per chunk the optimizer state of
- * what it owns, the gradient-norm slots and a scalar. Shared by tri_trainer_create and the planner. */
+ * what it owns, the gradient-norm slots and a scalar; for LARS and LAMB the trust ratios' partial
+ * sums (both quantities' slots, or in deterministic mode their limbs per tensor) and the ratios.
+ * Shared by tri_trainer_create and the planner. */
 static int take_buffers(tri_arena *a, tri_optimizer *opt, const tri_param_layout *const *layouts, int v,
                         int n_global_params, int tp, int zero_stage, const tri_adamw_config *adamw,
-                        tri_tensor *slots, tri_tensor *scalar, tri_tensor *fixed)
+                        tri_tensor *slots, tri_tensor *scalar, tri_tensor *fixed, tri_tensor trust[3])
 {
     int rc = TRI_OK;
     for (int c = 0; c < v && !rc; c++)
@@ -34,20 +37,30 @@ static int take_buffers(tri_arena *a, tri_optimizer *opt, const tri_param_layout
     if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, scalar, TRI_F32, 1, (int64_t[]){1});
     /* the loss (1) and, in deterministic mode, the gradient norm's limbs (6), as int64 */
     if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, fixed, TRI_I64, 1, (int64_t[]){8});
+    for (int i = 0; i < 3; i++)
+        trust[i] = tri_tensor_none();
+    if (rc || !tri_optimizer_has_trust_ratio(adamw->kind))
+        return rc;
+    rc = tri_arena_take(a, TRI_MEM_COMM, &trust[0], TRI_F32, 1, (int64_t[]){2 * n});
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_COMM, &trust[1], TRI_I64, 1, (int64_t[]){12 * (int64_t)n_global_params});
+    if (!rc) rc = tri_arena_take(a, TRI_MEM_WORKSPACE, &trust[2], TRI_F32, 1, (int64_t[]){n_global_params});
     return rc;
 }
 
 int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global_params, int tp,
-                     int zero_stage, size_t bytes[TRI_MEM_KINDS])
+                     int zero_stage, const tri_adamw_config *opt_cfg, size_t bytes[TRI_MEM_KINDS])
 {
     tri_arena a;
     tri_optimizer opt[TRI_MAX_CHUNKS];
-    tri_tensor slots, scalar, fixed;
+    tri_tensor slots, scalar, fixed, trust[3];
     tri_adamw_config none = {0};
+    if (!opt_cfg)
+        opt_cfg = &none;
     if (v < 1 || v > TRI_MAX_CHUNKS)
         return TRI_ERR(TRI_EINVAL, "trainer: %d model chunks per rank (1..%d)", v, TRI_MAX_CHUNKS);
     tri_arena_plan(&a);
-    int rc = take_buffers(&a, opt, layouts, v, n_global_params, tp, zero_stage, &none, &slots, &scalar, &fixed);
+    int rc = take_buffers(&a, opt, layouts, v, n_global_params, tp, zero_stage, opt_cfg, &slots, &scalar, &fixed,
+                          trust);
     if (!rc)
         memcpy(bytes, a.by_kind, TRI_MEM_KINDS * sizeof *bytes);
     return rc;
@@ -58,8 +71,12 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
     const tri_param_layout *layouts[TRI_MAX_CHUNKS];
     for (int c = 0; c < t->v; c++)
         layouts[c] = &t->chunks[c]->layout;
+    tri_tensor trust[3];
     int rc = take_buffers(&t->arena, t->opt, layouts, t->v, t->chunks[0]->n_global_params, t->grid->tp,
-                          t->chunks[0]->zero.stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed);
+                          t->chunks[0]->zero.stage, adamw, &t->norm_slots, &t->scalar, &t->loss_fixed, trust);
+    t->trust_sums = trust[0];
+    t->trust_limbs = trust[1];
+    t->trust_ratios = trust[2];
     if (t->cfg.local.steps == 0)
         return rc;
     /* local SGD: the outer state of each chunk (its dp slice) and one scratch for the largest unit */
@@ -350,6 +367,12 @@ static int64_t norm_slot(const tri_trainer *t, const tri_param *p, int dp, int s
     return ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp + (stage > 0 ? t->grid->dp_rank : 0);
 }
 
+int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p)
+{
+    int stage = t->chunks[0]->zero.stage;
+    return norm_slot(t, p, stage > 0 ? t->grid->dp : 1, stage);
+}
+
 /* The sum of squares of each counted parameter (over the pieces this rank owns) lands in its own
  * slot (global index, TP rank, and DP rank when ZeRO shards); after the all-reduce over the ranks
  * holding pieces every slot holds exactly one rank's value (the others added zeros, which is exact),
@@ -407,6 +430,24 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
     return rc;
 }
 
+/* The optimizer's update of every chunk, then the parameters gathered again. LAMB first turns the
+ * owned gradients into its directions; LARS and LAMB then need every tensor's trust ratio, over all
+ * chunks and ranks at once (engine/train/trust_ratio.h), before any chunk updates. */
+static int apply_update(tri_trainer *t, float lr, float scale)
+{
+    tri_optimizer_kind kind = t->opt[0].cfg.kind;
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc && kind == TRI_OPT_LAMB; c++)
+        rc = tri_optimizer_lamb_direction(t->dev, &t->opt[c], &t->chunks[c]->zero, scale);
+    if (!rc && tri_optimizer_has_trust_ratio(kind))
+        rc = tri_trainer_trust_ratios(t, scale);
+    for (int c = 0; c < t->v && !rc; c++) {
+        rc = tri_optimizer_step(t->dev, &t->opt[c], &t->chunks[c]->zero, lr, scale, t->trust_ratios);
+        if (!rc) rc = tri_zero_gather_params(&t->chunks[c]->zero);
+    }
+    return rc;
+}
+
 int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, float lr,
                      tri_step_result *res)
 {
@@ -443,11 +484,10 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     /* a skipped step makes no update; the parameters are gathered again, unchanged, so ZeRO's
      * in-flight state is the same as after an update */
     float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
-    for (int c = 0; c < t->v && !rc; c++) {
-        if (res->action == TRI_STEP_APPLY)
-            rc = tri_optimizer_step(t->dev, &t->opt[c], &t->chunks[c]->zero, lr, scale);
-        if (!rc) rc = tri_zero_gather_params(&t->chunks[c]->zero);
-    }
+    if (res->action == TRI_STEP_APPLY)
+        rc = apply_update(t, lr, scale);
+    for (int c = 0; c < t->v && !rc && res->action != TRI_STEP_APPLY; c++)
+        rc = tri_zero_gather_params(&t->chunks[c]->zero);
     /* local SGD: the outer synchronisation ends its window, skipped step or not (the iterations
      * count the window) */
     t->replicas_apart = t->local_step;

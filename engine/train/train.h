@@ -4,7 +4,8 @@
  * pipeline executor replaces this loop when there are several stages), then finishes the step:
  * sums replicated gradients over TP under sequence parallelism, sums the tied embedding's gradient
  * over the embedding group, averages gradients over data-parallel replicas, computes the global
- * gradient norm (each parameter counted once), clips (Pascanu et al. 2013) and applies AdamW.
+ * gradient norm (each parameter counted once), clips (Pascanu et al. 2013) and applies the
+ * optimizer (AdamW, SGD, LARS or LAMB: engine/train/optimizer.h).
  * The loss is the mean per-token cross-entropy over the global batch, identical on every rank.
  *
  * Local SGD / DiLoCo (cfg.local.steps = H > 0, engine/train/local_sgd.h): each data-parallel
@@ -80,6 +81,10 @@ typedef struct tri_trainer {
     tri_tensor norm_slots;               /* (n_global_params * tp) per-parameter sums of squares */
     tri_tensor scalar;                   /* (1) */
     tri_tensor loss_fixed;               /* (8) i64: [2, 8) the norm limbs of deterministic mode */
+    tri_tensor trust_sums;               /* LARS, LAMB: (2, norm_slots) f32 partial sums of squares of
+                                            the weights, then of the gradients / directions; else absent */
+    tri_tensor trust_limbs;              /* LARS, LAMB: (2, n_global_params, 6) i64, the same sums exact */
+    tri_tensor trust_ratios;             /* LARS, LAMB: (n_global_params) f32 by global index */
     int32_t *windows;                    /* (B, T+1) host staging */
     const tri_batch_source *src;         /* data of the run in progress */
     int64_t first_sample;                /* sample index of micro-batch 0 of this replica */
@@ -105,10 +110,15 @@ int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tr
 void tri_trainer_destroy(tri_trainer *t);
 
 /* The bytes per memory category tri_trainer_create would allocate for chunks with these layouts
- * (n_global_params parameters in the model, tensor-parallel size tp, ZeRO stage zero_stage),
- * without allocating. */
+ * (n_global_params parameters in the model, tensor-parallel size tp, ZeRO stage zero_stage, the
+ * optimizer opt; NULL: AdamW), without allocating. */
 int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global_params, int tp,
-                     int zero_stage, size_t bytes[TRI_MEM_KINDS]);
+                     int zero_stage, const tri_adamw_config *opt, size_t bytes[TRI_MEM_KINDS]);
+
+/* The slot of parameter p's partial sum of squares in the gradient norm's slots: one per (global
+ * parameter, TP rank), and per DP rank under ZeRO, so after one all-reduce each slot holds exactly
+ * one rank's value (used by the gradient norm and the trust ratios). */
+int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p);
 
 /* Global batch size in samples: micro-batch size x micro-batches x dp. */
 int64_t tri_trainer_global_batch(const tri_trainer *t);
@@ -125,7 +135,9 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
 int tri_trainer_grad_norm(tri_trainer *t, double *norm);
 
 /* Update number iter + 1 with learning rate lr on global batch `iter`: gradients, global norm,
- * clipping, AdamW. Without a guard: TRI_ENONFINITE (and no update) when the norm is not finite.
+ * clipping, the optimizer's update (LARS and LAMB: with their trust ratios, one all-reduce of
+ * every tensor's partial norms; engine/train/trust_ratio.h). Without a guard: TRI_ENONFINITE (and
+ * no update) when the norm is not finite.
  * With t->guard set: every rank's non-finite flag and stop request are agreed over the world before
  * the update (engine/train/fault.h), so every rank applies or skips the update alike (res->action), fails
  * alike with TRI_ENONFINITE naming the iteration and the ranks, and reports the stop alike. The host

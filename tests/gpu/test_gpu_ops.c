@@ -459,6 +459,62 @@ Test(gpu_ops, adamw_multi)
     cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
 }
 
+/* SGD, LARS and LAMB (cuda/optimizer/momentum.cu) against the CPU: 7 pieces of one buffer (one
+ * empty), the trust ratios computed on each device from the same partial sums (their bits: the same
+ * double sums and tri_trust_ratio), pieces with and without a ratio, decay on and off, two steps. */
+Test(gpu_ops, sgd_lars_lamb_multi)
+{
+    enum { P = 7 };
+    int64_t lens[P] = {1000, 0, 4097, 33, 12345, 1, 777}, n = 0;
+    for (int k = 0; k < P; k++)
+        n += lens[k];
+    tri_tensor s = tri_tensor_1d(NULL, TRI_F32, n);
+    both sums = uniform(tri_tensor_1d(NULL, TRI_F32, 2 * P * 3), 0.01f, 2.0f, 140);
+    both ratios = make(tri_tensor_1d(NULL, TRI_F32, P), NULL);
+    for (int kind = 0; kind < 2; kind++) {
+        tri_trust_hparams th = {.kind = (tri_trust_kind)kind, .eta = 0.02f, .weight_decay = 0.01f, .u_scale = 0.5f};
+        BOTH(tri_op_trust_ratio(cpu, ratios.c, sums.c, 3, &th), tri_op_trust_ratio(gpu, ratios.g, sums.g, 3, &th));
+        cr_assert(ot_same_bits(kind ? "trust_ratio lamb" : "trust_ratio lars", gpu_read(gpu, ratios.g),
+                               gpu_read(cpu, ratios.c), P));
+    }
+    for (int opt = 0; opt < 3; opt++) { /* sgd, lars, lamb */
+        both p = uniform(s, -1, 1, 141), g = uniform(s, -1, 1, 142), m = uniform(s, -0.1f, 0.1f, 143);
+        both v = uniform(s, 0, 0.01f, 144);
+        tri_sgd_piece sc[P], sg[P];
+        tri_adamw_piece ac[P], ag[P];
+        for (int step = 1; step <= 2; step++) {
+            for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
+                float wd = k % 2 ? 0.0f : 0.01f;
+                int64_t r = opt > 0 && k % 3 != 1 ? k : -1;
+                sc[k] = (tri_sgd_piece){tri_tensor_range(p.c, at, lens[k]), tri_tensor_range(g.c, at, lens[k]),
+                                        tri_tensor_range(m.c, at, lens[k]), wd, r};
+                sg[k] = (tri_sgd_piece){tri_tensor_range(p.g, at, lens[k]), tri_tensor_range(g.g, at, lens[k]),
+                                        tri_tensor_range(m.g, at, lens[k]), wd, r};
+                ac[k] = (tri_adamw_piece){sc[k].param, sc[k].grad, sc[k].buf, tri_tensor_range(v.c, at, lens[k]), wd};
+                ag[k] = (tri_adamw_piece){sg[k].param, sg[k].grad, sg[k].buf, tri_tensor_range(v.g, at, lens[k]), wd};
+            }
+            tri_sgd_hparams sh = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 0.5f, .nesterov = step == 2,
+                                  .lars = opt == 1};
+            tri_adamw_hparams ah = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .grad_scale = 0.5f, .step = step};
+            if (opt == 2) {
+                BOTH(tri_op_lamb_direction_multi(cpu, ac, P, &ah), tri_op_lamb_direction_multi(gpu, ag, P, &ah));
+                BOTH(tri_op_lamb_update_multi(cpu, sc, P, ratios.c, 0.01f),
+                     tri_op_lamb_update_multi(gpu, sg, P, ratios.g, 0.01f));
+            } else {
+                BOTH(tri_op_sgd_multi(cpu, sc, P, ratios.c, &sh), tri_op_sgd_multi(gpu, sg, P, ratios.g, &sh));
+            }
+        }
+        const char *name[] = {"sgd_multi", "sgd_multi lars", "lamb"};
+        char what[64];
+        snprintf(what, sizeof what, "%s param", name[opt]);
+        cmp(what, p, TOL);
+        snprintf(what, sizeof what, "%s %s", name[opt], opt == 2 ? "m" : "buf");
+        cmp(what, m, TOL);
+        if (opt == 2)
+            cmp("lamb v", v, TOL);
+    }
+}
+
 Test(gpu_ops, bf16_conversion_matches_math_h)
 {
     int64_t n = 100001;

@@ -13,7 +13,9 @@
  * (MPI non-blocking collectives), unlike on thread ranks. With --staged the ranks talk through the
  * staged comm (engine/train/comm_staged.h, what ranks sharing a GPU use: tensors copied to host
  * buffers, the MPI comm's operation, copied back; here the CPU device's copies) with the same
- * checks. Exits 0 only if every check passes. */
+ * checks. With --optimizer sgd|lars|lamb every run (and reference) trains with that optimizer
+ * instead of AdamW: LARS's and LAMB's whole-tensor trust ratios over real MPI (engine/train/trust_ratio.h).
+ * Exits 0 only if every check passes. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "engine/train/comm_staged.h"
+#include "engine/train/optimizer.h"
 #include "partitioner/traffic.h"
 #include "tests/harness.h"
 
@@ -31,6 +34,7 @@ enum { B = 2, T = 12, STEPS = 6, MICRO = 4 };
 
 typedef struct opts {
     int tp, pp, zero;
+    int optimizer;                 /* tri_optimizer_kind */
     bool sp, overlap, deterministic, staged;
     const char *schedule;
 } opts;
@@ -136,7 +140,12 @@ static int parse(int argc, char **argv, opts *o)
             o->staged = true;
         else if (strcmp(argv[i], "--schedule") == 0 && i + 1 < argc)
             o->schedule = argv[++i];
-        else
+        else if (strcmp(argv[i], "--optimizer") == 0 && i + 1 < argc) {
+            tri_optimizer_kind k;
+            if (tri_optimizer_parse(argv[++i], &k))
+                return -1;
+            o->optimizer = (int)k;
+        } else
             return -1;
     }
     return o->tp >= 1 && o->pp >= 0 && o->zero >= 0 && o->zero <= 3 ? 0 : -1;
@@ -150,7 +159,7 @@ int main(int argc, char **argv)
     tri_comm *world = NULL;
     if (parse(argc, argv, &o) || tri_comm_mpi_create(&world, &mw)) {
         fprintf(stderr, "usage: mpiexec -n TP*PP*DP parallel_equivalence --tp TP [--pp PP] [--sp] [--schedule S] "
-                        "[--zero Z] [--overlap] [--deterministic] [--staged]\n");
+                        "[--zero Z] [--overlap] [--deterministic] [--staged] [--optimizer adam|sgd|lars|lamb]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     tri_device *stage_dev = NULL;
@@ -173,9 +182,10 @@ int main(int argc, char **argv)
     int32_t *w = tu_make_windows((int64_t)STEPS * B * MICRO, T, cfg.vocab_size, 17);
     tu_layout lay = {.tp = o.tp, .pp = pp, .dp = dp, .sp = o.sp, .n_micro = MICRO / dp, .schedule = o.schedule,
                      .layers_per_virtual_stage = strcmp(o.schedule, "interleaved") == 0 ? cfg.n_layer / (2 * pp) : 0,
-                     .zero = o.zero, .overlap = o.overlap, .deterministic = o.deterministic};
-    tu_layout one = {.tp = 1, .pp = 1, .n_micro = MICRO};
-    tu_layout same_tp = {.tp = o.tp, .pp = 1, .sp = o.sp, .n_micro = MICRO, .deterministic = o.deterministic};
+                     .zero = o.zero, .overlap = o.overlap, .deterministic = o.deterministic, .optimizer = o.optimizer};
+    tu_layout one = {.tp = 1, .pp = 1, .n_micro = MICRO, .optimizer = o.optimizer};
+    tu_layout same_tp = {.tp = o.tp, .pp = 1, .sp = o.sp, .n_micro = MICRO, .deterministic = o.deterministic,
+                         .optimizer = o.optimizer};
     tu_result ref1, ref_tp, got;
     memset(&ref1, 0, sizeof ref1);
     memset(&ref_tp, 0, sizeof ref_tp);
@@ -184,9 +194,9 @@ int main(int argc, char **argv)
         bad++;
     }
     if (world->rank == 0 && !bad) {
-        printf("tp=%d pp=%d dp=%d%s %s ZeRO-%d%s%s over MPI%s:\n", o.tp, pp, dp, o.sp ? " sp" : "", o.schedule, o.zero,
-               o.overlap ? " overlap" : "", o.deterministic ? " deterministic" : "",
-               o.staged ? " (staged through host copies)" : "");
+        printf("tp=%d pp=%d dp=%d%s %s ZeRO-%d%s%s over MPI%s, %s:\n", o.tp, pp, dp, o.sp ? " sp" : "", o.schedule,
+               o.zero, o.overlap ? " overlap" : "", o.deterministic ? " deterministic" : "",
+               o.staged ? " (staged through host copies)" : "", tri_optimizer_name((tri_optimizer_kind)o.optimizer));
         if (tu_run_gpt(&cfg, B, T, &one, w, STEPS, &ref1) || tu_run_gpt(&cfg, B, T, &same_tp, w, STEPS, &ref_tp)) {
             printf("FAIL a reference run: %s\n", tri_error_message());
             bad++;
