@@ -14,7 +14,9 @@
  *             engine/device/ops/compress_math.h's.
  *   qsgd      Alistarh et al. 2017: per block, the fp32 norm ||e_b||_2 and, per element, its sign
  *             and a level l in 0..s (s = `qsgd_levels`) rounded stochastically so that
- *             E[l / s * ||e_b||] = |e_i|; sign + level packed in ceil(log2(s + 1)) + 1 bits. The
+ *             E[l / s * ||e_b||] = |e_i|; sign + level packed in ceil(log2(s + 1)) + 1 bits;
+ *             decoded scaled by 1 / (1 + w), w the quantizer's variance bound, the contraction that
+ *             error feedback needs (Karimireddy et al. 2019; compress_math.h tri_qsgd_shrink). The
  *             rounding uses a counter-based RNG seeded by (seed, iteration, dp rank, element), so a
  *             run repeats bit for bit.
  *   topk      Aji & Heafield 2017 / Stich et al. 2018: the ceil(fraction * n) largest |e_i| of the
