@@ -33,6 +33,7 @@ typedef struct tu_layout {
     bool deterministic;
     bool overlap;              /* --overlap-grad-reduce and --overlap-param-gather */
     bool bf16;                 /* --bf16 mixed precision */
+    tri_compression compression; /* --grad-compression and its options (zeroed: none) */
 } tu_layout;
 
 typedef struct tu_result {

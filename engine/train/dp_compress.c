@@ -95,10 +95,9 @@ void tri_dp_compress_free(tri_dp_compress *x)
     memset(x, 0, sizeof *x);
 }
 
-int tri_dp_compress_reset(tri_dp_compress *x, tri_device *dev)
+void tri_dp_compress_reset(tri_dp_compress *x)
 {
-    x->q_ready = false;
-    return x->on ? tri_op_fill(dev, x->residual, 0.0f) : TRI_OK;
+    x->q_ready = x->residual_ready = false;
 }
 
 bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter)
@@ -131,10 +130,11 @@ static int gather_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_te
         rc = tri_op_compress_topk_pack(dev, send, r);
     else if (c->kind == TRI_COMPRESS_1BIT)
         rc = tri_op_compress_sign_pack(dev, send, r, block);
-    else /* the rounding's stream: (iteration, dp rank, the unit's place), the element its index */
+    else /* the rounding's stream: (iteration, dp rank, the unit's first parameter in the model, so
+          * every pipeline split draws the same), the element its index in the unit */
         rc = tri_op_compress_qsgd_pack(dev, send, r, block, levels, c->seed,
-                                       tri_rng_hash64(tri_rng_hash64((uint64_t)iter) ^
-                                                      ((uint64_t)dp->rank << 48) ^ (uint64_t)u->start));
+                                       tri_rng_hash64(tri_rng_hash64((uint64_t)iter) ^ ((uint64_t)dp->rank << 48) ^
+                                                      (uint64_t)x->L->params[u->first].spec.global_index));
     if (!rc) rc = tri_comm_all_gather(dp, all, send);
     /* the residual: e minus what this rank's payload decodes to */
     if (!rc) rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(dev, r, send, 0, -1.0f)
@@ -247,7 +247,9 @@ int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_
         rc = plain_unit(x, dp, g, unit);
     } else {
         tri_tensor r = tri_tensor_range(x->residual, u->start, u->len);
-        rc = tri_op_add(dev, r, r, g); /* e = g + r, kept in r */
+        rc = x->residual_ready ? TRI_OK : tri_op_fill(dev, x->residual, 0.0f);
+        x->residual_ready = !rc;
+        if (!rc) rc = tri_op_add(dev, r, r, g); /* e = g + r, kept in r */
         if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD ? powersgd_unit(x, dev, dp, grads, unit)
                                                          : gather_unit(x, dev, dp, g, r, unit, iter);
     }

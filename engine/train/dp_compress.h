@@ -53,6 +53,7 @@ typedef struct tri_dp_compress {
     int64_t *q_at, *p_at;     /* per parameter: its offset in q (-1: a vector) and in p */
     int64_t q_numel;
     bool q_ready;             /* q holds a warm start (initialised, or loaded) */
+    bool residual_ready;      /* residual holds r (zeroed at the first compressed step, or loaded) */
     /* the last step's reduction, for the log: wire bytes sent, and what the plain reduction sends */
     uint64_t last_sent, last_plain;
 } tri_dp_compress;
@@ -62,8 +63,8 @@ typedef struct tri_dp_compress {
 int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layout *L, const tri_compression *c,
                          int stage);
 void tri_dp_compress_free(tri_dp_compress *x);
-/* Zeroes the residual and forgets Q (a fresh start; the arena's memory is not zeroed). */
-int tri_dp_compress_reset(tri_dp_compress *x, tri_device *dev);
+/* A fresh start: the residual is zeroed and Q initialised at the next compressed step. */
+void tri_dp_compress_reset(tri_dp_compress *x);
 
 /* Reduces unit u's gradient (f32, the unit's range of grads) over dp for iteration `iter`
  * (0-based): at stage 0 every rank gets the whole sum, at stage 1 its owned slice. Collective over
