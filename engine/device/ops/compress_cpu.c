@@ -34,12 +34,23 @@ int tri_cpu_compress_qsgd_pack(tri_device *d, tri_tensor payload, tri_tensor e, 
     return TRI_OK;
 }
 
+/* by blocks: the scale and the shrink once per block, the same per-element expression as
+ * tri_compress_decode (so the same bits) */
 static void unpack_add_loop(float *out, int64_t m, const int32_t *payload, int64_t n, int64_t first, int block,
                             int levels, float alpha)
 {
+    int64_t nb = tri_compress_blocks(n, block), b_lo = first / block, b_hi = tri_compress_blocks(first + m, block);
+    const uint32_t *stream = (const uint32_t *)(payload + nb);
+    int bits = tri_compress_code_bits(levels);
+    float shrink = levels > 0 ? tri_qsgd_shrink(block, levels) : 1.0f;
 #pragma omp for schedule(static)
-    for (int64_t j = 0; j < m; j++)
-        out[j] = out[j] + alpha * tri_compress_decode(payload, n, first + j, block, levels);
+    for (int64_t b = b_lo; b < b_hi; b++) {
+        float scale = tri_compress_word_float(payload[b]);
+        int64_t lo = b * block > first ? b * block : first, hi = (b + 1) * block < first + m ? (b + 1) * block : first + m;
+        for (int64_t i = lo; i < hi; i++)
+            out[i - first] = out[i - first] + alpha * tri_compress_value(tri_compress_code_at(stream, i, bits), scale,
+                                                                         levels, shrink);
+    }
 }
 
 int tri_cpu_compress_unpack_add(tri_device *d, tri_tensor out, tri_tensor payload, int64_t n, int64_t first, int block,

@@ -111,9 +111,16 @@ TRI_HD uint32_t tri_compress_stream_word(const float *e, const int32_t *scales, 
 {
     int bits = tri_compress_code_bits(levels);
     int64_t bit0 = w * 32, first = bit0 / bits, last = (bit0 + 31) / bits;
+    int64_t b = first / block, next = (b + 1) * block; /* the element's block, advanced as i passes it */
+    float scale = tri_compress_word_float(scales[b]);
     uint32_t word = 0;
     for (int64_t i = first; i <= last && i < n; i++) {
-        uint64_t code = tri_compress_code(e[i], tri_compress_word_float(scales[i / block]), levels, seed, stream, i);
+        if (i >= next) {
+            b++;
+            next += block;
+            scale = tri_compress_word_float(scales[b]);
+        }
+        uint64_t code = tri_compress_code(e[i], scale, levels, seed, stream, i);
         int64_t at = i * bits - bit0; /* may be negative: the code started in the previous word */
         uint64_t placed = at >= 0 ? code << at : code >> -at;
         word |= (uint32_t)placed;
@@ -132,19 +139,30 @@ TRI_HD float tri_qsgd_shrink(int block, int levels)
     return 1.0f / (1.0f + (a < b ? a : b));
 }
 
+/* The code of element i from the bit stream (b bits per code). */
+TRI_HD uint32_t tri_compress_code_at(const uint32_t *stream, int64_t i, int bits)
+{
+    int64_t bit = i * bits;
+    uint64_t two = stream[bit >> 5];
+    if ((bit & 31) + bits > 32)
+        two |= (uint64_t)stream[(bit >> 5) + 1] << 32;
+    return (uint32_t)(two >> (bit & 31)) & ((1u << bits) - 1u);
+}
+
+/* The value of a code given its block's scale (shrink: tri_qsgd_shrink, unused for 1bit). */
+TRI_HD float tri_compress_value(uint32_t code, float scale, int levels, float shrink)
+{
+    float v = levels <= 0 ? scale : scale * ((float)(code >> 1) / (float)levels) * shrink;
+    return (code & 1u) ? -v : v;
+}
+
 /* Element i of a 1bit (levels 0) or qsgd payload of n elements, decoded. */
 TRI_HD float tri_compress_decode(const int32_t *payload, int64_t n, int64_t i, int block, int levels)
 {
-    int bits = tri_compress_code_bits(levels);
-    int64_t nb = tri_compress_blocks(n, block), bit = i * bits;
-    const uint32_t *stream = (const uint32_t *)(payload + nb);
-    uint64_t two = stream[bit / 32];
-    if (bit % 32 + bits > 32)
-        two |= (uint64_t)stream[bit / 32 + 1] << 32;
-    uint32_t code = (uint32_t)(two >> (bit % 32)) & ((1u << bits) - 1u);
-    float scale = tri_compress_word_float(payload[i / block]);
-    float v = levels <= 0 ? scale : scale * ((float)(code >> 1) / (float)levels) * tri_qsgd_shrink(block, levels);
-    return (code & 1u) ? -v : v;
+    int64_t nb = tri_compress_blocks(n, block);
+    uint32_t code = tri_compress_code_at((const uint32_t *)(payload + nb), i, tri_compress_code_bits(levels));
+    return tri_compress_value(code, tri_compress_word_float(payload[i / block]), levels,
+                              levels > 0 ? tri_qsgd_shrink(block, levels) : 1.0f);
 }
 
 /* Gram-Schmidt on the rows of x (r rows of n, row-major), in row order: row j loses its projections
