@@ -512,6 +512,13 @@ static int load_checkpoint(run *r)
     if (!rc)
         tri_log_rank0("resumed from %s at iteration %lld in %.2f s", r->a.load, (long long)r->start_iter,
                       tri_now_s() - t0);
+    /* checkpoints do not hold the compression state yet (issue 32): say so rather than resume inexactly
+     * in silence */
+    if (!rc && r->L.compression.kind != TRI_COMPRESS_NONE)
+        tri_log_rank0("warning: --grad-compression %s: checkpoints do not hold the error-feedback residuals%s yet; "
+                      "they start from zero (the resumed run is not bit-identical to an uninterrupted one)",
+                      tri_compression_name(r->L.compression.kind),
+                      r->L.compression.kind == TRI_COMPRESS_POWERSGD ? " and PowerSGD's Q" : "");
     return rc;
 }
 
