@@ -544,3 +544,83 @@ Test(grad_compression, bad_input)
     cr_expect_eq(tri_op_compress_topk_pack(d, tri_tensor_1d(pay, TRI_I32, 3), host_f32(e, 8)), TRI_EINVAL);
     tri_device_destroy(d);
 }
+
+/* ---- the wire-byte counters (engine/comm/comm.h "Wire bytes") on 4 thread ranks ---- */
+
+static int wire_rank(int rank, int size, tri_comm *c, void *arg)
+{
+    uint64_t *got = arg;
+    float buf[1000] = {0}, part[250];
+    int rc = tri_comm_all_reduce(c, tri_tensor_1d(buf, TRI_F32, 1000), TRI_REDUCE_SUM);
+    got[rank * 5 + 0] = tri_comm_wire_bytes(c, TRI_COMM_ALL_REDUCE);
+    if (!rc) rc = tri_comm_reduce_scatter(c, tri_tensor_1d(part, TRI_F32, 250), tri_tensor_1d(buf, TRI_F32, 1000));
+    got[rank * 5 + 1] = tri_comm_wire_bytes(c, TRI_COMM_REDUCE_SCATTER);
+    if (!rc) rc = tri_comm_all_gather(c, tri_tensor_1d(buf, TRI_F32, 1000), tri_tensor_1d(part, TRI_F32, 250));
+    got[rank * 5 + 2] = tri_comm_wire_bytes(c, TRI_COMM_ALL_GATHER);
+    if (!rc) rc = tri_comm_broadcast(c, tri_tensor_1d(buf, TRI_BF16, 400), 1);
+    got[rank * 5 + 3] = tri_comm_wire_bytes(c, TRI_COMM_BROADCAST);
+    tri_p2p ops[2] = {{.send = true, .peer = (rank + 1) % size, .t = tri_tensor_1d(buf, TRI_F32, 10)},
+                      {.send = false, .peer = (rank + size - 1) % size, .t = tri_tensor_1d(part, TRI_F32, 10)}};
+    if (!rc) rc = tri_comm_p2p(c, ops, 2);
+    got[rank * 5 + 4] = tri_comm_wire_bytes(c, TRI_COMM_P2P);
+    return rc;
+}
+
+Test(grad_compression, wire_bytes_counted)
+{
+    uint64_t got[RANKS * 5];
+    cr_assert_eq(tri_run_thread_ranks(RANKS, wire_rank, got), TRI_OK, "%s", tri_error_message());
+    for (int r = 0; r < RANKS; r++) {
+        cr_expect_eq(got[r * 5 + 0], 2u * 3 * 4000 / 4, "rank %d all-reduce", r);   /* 2 (D-1)/D S */
+        cr_expect_eq(got[r * 5 + 1], 3u * 4000 / 4, "rank %d reduce-scatter", r);  /* (D-1)/D S_full */
+        cr_expect_eq(got[r * 5 + 2], 3u * 4000 / 4, "rank %d all-gather", r);
+        cr_expect_eq(got[r * 5 + 3], r == 1 ? 800u : 0u, "rank %d broadcast (bf16, root 1)", r);
+        cr_expect_eq(got[r * 5 + 4], 40u, "rank %d p2p", r);
+    }
+}
+
+/* ---- composition: tp x dp with sequence parallelism, pp x dp with bf16 and recomputation ---- */
+
+static void composes(tri_compression_kind kind)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    enum { B = 1, T = 8, STEPS = 4 };
+    int32_t *w = tu_make_windows((int64_t)STEPS * 8, T, cfg.vocab_size, 12);
+    tri_compression c = tri_compression_defaults();
+    c.kind = kind;
+    c.powersgd_start_iter = 1;
+    c.block_size = 64;
+    c.topk_fraction = 0.25f;
+    tu_layout lays[2] = {{.tp = 2, .pp = 1, .dp = 2, .sp = true, .n_micro = 4, .zero = 1, .compression = c},
+                         {.tp = 1, .pp = 2, .dp = 2, .n_micro = 4, .bf16 = true, .recompute = 2, .compression = c}};
+    for (int k = 0; k < 2; k++) {
+        tu_layout plain = lays[k];
+        plain.compression.kind = TRI_COMPRESS_NONE;
+        tu_result res, ref;
+        cr_assert_eq(tu_run_gpt(&cfg, B, T, &lays[k], w, STEPS, &res), TRI_OK, "%s layout %d: %s",
+                     tri_compression_name(kind), k, tri_error_message());
+        cr_assert_eq(tu_run_gpt(&cfg, B, T, &plain, w, STEPS, &ref), TRI_OK, "%s", tri_error_message());
+        /* the forward before any update is untouched; afterwards the compressed steps differ but
+         * stay within the loss's range (compression changed only the dp reduction) */
+        cr_expect_eq(res.losses[0], ref.losses[0], "%s layout %d: first loss", tri_compression_name(kind), k);
+        for (int s = 1; s < STEPS; s++) {
+            /* (powersgd's first powersgd_start_iter updates are the plain reduction's: the same loss) */
+            bool plain_yet = kind == TRI_COMPRESS_POWERSGD && s <= c.powersgd_start_iter;
+            cr_expect(isfinite(res.losses[s]) && (res.losses[s] == ref.losses[s]) == plain_yet,
+                      "%s layout %d step %d: %g vs %g", tri_compression_name(kind), k, s, res.losses[s], ref.losses[s]);
+            cr_expect_lt(fabs(res.losses[s] - ref.losses[s]), 0.5 * ref.losses[s], "%s layout %d step %d: %g vs %g",
+                         tri_compression_name(kind), k, s, res.losses[s], ref.losses[s]);
+        }
+        tu_result_free(&res);
+        tu_result_free(&ref);
+    }
+    free(w);
+}
+
+Test(grad_compression, composes_with_tp_sp_pp_bf16_recompute)
+{
+    composes(TRI_COMPRESS_1BIT);
+    composes(TRI_COMPRESS_QSGD);
+    composes(TRI_COMPRESS_TOPK);
+    composes(TRI_COMPRESS_POWERSGD);
+}
