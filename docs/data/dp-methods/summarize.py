@@ -8,7 +8,7 @@ column of validation loss per run) for plot.sh."""
 import json, os, sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-names = ["none", "1bit", "1bit-block64", "qsgd", "topk", "powersgd"]
+names = ["none", "1bit", "1bit-block64", "qsgd", "topk", "powersgd", "powersgd-rank16", "1bit-block32"]
 tokens_per_iter = 16 * 128
 runs = {}
 for n in names:
