@@ -342,7 +342,10 @@ int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_l
         .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
         .first_layers = l->first_layers > 0 ? l->first_layers : -1, .last_layers = -1,
         .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap};
-    return tri_cli_model_layout(m, req, out);
+    int rc = tri_cli_model_layout(m, req, out);
+    if (!rc)
+        out->compression = l->compression;
+    return rc;
 }
 
 int tu_layout_resolve(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *l, int world,

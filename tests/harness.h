@@ -37,6 +37,7 @@ typedef struct tu_layout {
     tri_local_sgd_config local; /* local SGD / DiLoCo (engine/train/local_sgd.h); steps 0: off */
     int optimizer;             /* tri_optimizer_kind (0: AdamW); SGD and LARS with momentum 0.9,
                                   LARS with eta 0.02 */
+    tri_compression compression; /* --grad-compression and its options (zeroed: none) */
 } tu_layout;
 
 typedef struct tu_result {

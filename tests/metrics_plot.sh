@@ -4,7 +4,8 @@
 # Two short runs (4 ranks tp 2 x pp 2; 2 ranks dp 2 with ZeRO 1) must write a metrics.jsonl whose
 # every train line has every field with a sane value: loss, lr, grad norm, tokens/s, MFU in (0, 1],
 # memory, a time split (compute, tp, pp, bubble, dp, other) that sums to the step time, the group
-# the layout uses taking time (tp and bubble in the first run, dp in the second), per-rank compute,
+# the layout uses taking time (tp and bubble in the first run, dp in the second) and sending wire
+# bytes (tp_bytes and pp_bytes in the first, dp_bytes in the second), per-rank compute,
 # wait and memory arrays of the world size with a straggler rank inside it; the log lines carry an
 # ETA. Then tools/plot.sh must turn the file into a valid PNG (signature, IHDR size, > 10 KB).
 set -u
@@ -48,7 +49,7 @@ train = [l for l in lines if l["kind"] == "train"]
 evals = [l for l in lines if l["kind"] == "eval"]
 errors = []
 need = ["iter", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", "mfu", "step_s", "compute_s",
-        "tp_s", "pp_s", "bubble_s", "dp_s", "other_s", "mem_mib", "eta_s"]
+        "tp_s", "pp_s", "bubble_s", "dp_s", "other_s", "mem_mib", "eta_s", "tp_bytes", "pp_bytes", "dp_bytes"]
 parts = ["compute_s", "tp_s", "pp_s", "bubble_s", "dp_s", "other_s"]
 if [l["iter"] for l in train] != list(range(1, 7)):
     errors.append("iterations %s, expected 1..6" % [l["iter"] for l in train])
@@ -93,8 +94,8 @@ PY
 }
 
 train tp2pp2 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --global-batch-size 4 &&
-  check tp2pp2 4 tp_s bubble_s
-train dp2 2 --zero-stage 1 && check dp2 2 dp_s
+  check tp2pp2 4 tp_s bubble_s tp_bytes pp_bytes
+train dp2 2 --zero-stage 1 && check dp2 2 dp_s dp_bytes
 grep -q "straggler\|ETA" "$tmp/tp2pp2.log" && echo "ok   log: $(grep -m1 'iter      2/' "$tmp/tp2pp2.log")"
 
 # the plot tool: a real PNG (signature, IHDR chunk, width x height) of some size

@@ -22,6 +22,7 @@
 
 #include "engine/core/status.h"
 #include "engine/device/device.h"
+#include "engine/device/ops/compress_math.h"
 #include "tests/opsutil.h"
 
 TestSuite(ops_threads, .fini = ot_teardown);
@@ -191,6 +192,20 @@ static outputs every_op(int threads)
     OK(tri_op_fixed_to_float(d, fixed_back, acc, 20));
     OK(tri_op_fixed_sum_squares(d, limbs, sx, 20, tri_tensor_range(bad, 1, 1)));
     keep(&o, d, acc), keep(&o, d, limbs), keep(&o, d, bad), keep(&o, d, fixed_back);
+    /* gradient compression: 1bit, qsgd and top-k payloads, decode-add */
+    int64_t w1 = tri_compress_words(BIG, 256, 0), w7 = tri_compress_words(BIG, 100, 7);
+    tri_tensor p1 = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, w1), NULL);
+    tri_tensor p7 = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, w7), NULL);
+    tri_tensor ptk = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, 2 * 777), NULL);
+    tri_tensor dec = vec(d, BIG, seed++);
+    OK(tri_op_compress_sign_pack(d, p1, x, 256));
+    OK(tri_op_compress_qsgd_pack(d, p7, x, 100, 7, 5, 6));
+    OK(tri_op_compress_topk_pack(d, ptk, x));
+    OK(tri_op_compress_unpack_add(d, dec, p1, BIG, 0, 256, 0, 1.0f));
+    OK(tri_op_compress_unpack_add(d, dec, p7, BIG, 0, 100, 7, -1.0f));
+    OK(tri_op_compress_topk_unpack_add(d, dec, ptk, 0, 0.5f));
+    keep(&o, d, dec);
+    keep(&o, d, p1), keep(&o, d, p7);
     /* matmul with a bias (sgemm's own threads are process-wide: one here), bias gradient */
     tri_tensor a = rows_cols(d, N2, C2, seed++), w = rows_cols(d, F, C2, seed++), bias = vec(d, F, seed++);
     tri_tensor c = rows_cols(d, N2, F, seed++), dbias = vec(d, F, seed++);

@@ -21,14 +21,39 @@ static int check_dtype(const char *op, tri_tensor t)
     return TRI_OK;
 }
 
-/* Counts a call's payload; a group of one rank sends nothing and counts nothing. */
-static void count(tri_comm *c, tri_comm_kind kind, size_t bytes)
+/* The bytes this rank puts on the wire for a call of `bytes` payload bytes, under the ring
+ * algorithms (comm.h, "Wire bytes"): all-reduce 2 (D-1)/D of the buffer, reduce-scatter and
+ * all-gather (D-1)/D of the full buffer, broadcast the buffer on the root only, p2p what it sends. */
+static uint64_t wire_bytes(const tri_comm *c, tri_comm_kind kind, size_t bytes, bool root)
+{
+    uint64_t b = bytes, d = (uint64_t)c->size;
+    switch (kind) {
+    case TRI_COMM_ALL_REDUCE:
+        return 2 * (d - 1) * b / d;
+    case TRI_COMM_REDUCE_SCATTER:
+    case TRI_COMM_ALL_GATHER:
+        return (d - 1) * b / d;
+    case TRI_COMM_BROADCAST:
+        return root ? b : 0;
+    default:
+        return b;
+    }
+}
+
+/* Counts a call's payload and wire bytes; a group of one rank sends nothing and counts nothing. */
+static void count_as(tri_comm *c, tri_comm_kind kind, size_t bytes, bool root)
 {
     c->seq++;
     if (c->size == 1)
         return;
     c->bytes[kind] += bytes;
+    c->wire[kind] += wire_bytes(c, kind, bytes, root);
     c->calls[kind] += 1;
+}
+
+static void count(tri_comm *c, tri_comm_kind kind, size_t bytes)
+{
+    count_as(c, kind, bytes, false);
 }
 
 /* dst = src within this rank: the comm's own copy for device buffers, else memmove. */
@@ -206,7 +231,7 @@ int tri_comm_broadcast(tri_comm *c, tri_tensor x, int root)
         return rc;
     if (root < 0 || root >= c->size)
         return TRI_ERR(TRI_EINVAL, "comm broadcast: root %d outside group of %d", root, c->size);
-    count(c, TRI_COMM_BROADCAST, tri_tensor_bytes(x));
+    count_as(c, TRI_COMM_BROADCAST, tri_tensor_bytes(x), c->rank == root);
     if (c->size == 1 || tri_tensor_numel(x) == 0)
         return TRI_OK;
     double t0 = tri_now_s();
@@ -300,9 +325,22 @@ uint64_t tri_comm_bytes(const tri_comm *c, tri_comm_kind kind)
     return c->bytes[kind];
 }
 
+uint64_t tri_comm_wire_bytes(const tri_comm *c, tri_comm_kind kind)
+{
+    if (!c)
+        return 0;
+    if (kind < TRI_COMM_KINDS)
+        return c->wire[kind];
+    uint64_t b = 0;
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        b += c->wire[k];
+    return b;
+}
+
 void tri_comm_reset_counters(tri_comm *c)
 {
     memset(c->bytes, 0, sizeof c->bytes);
+    memset(c->wire, 0, sizeof c->wire);
     memset(c->calls, 0, sizeof c->calls);
     memset(c->seconds, 0, sizeof c->seconds);
 }

@@ -28,6 +28,14 @@
  * buffer; broadcast counts the buffer on every rank; p2p counts the bytes this rank sends. A group
  * of one rank sends nothing and counts nothing.
  *
+ * Wire bytes (what this rank itself puts on the network, counted beside the payload): the volumes
+ * of the bandwidth-optimal ring algorithms (NCCL's, and Open MPI's for large buffers; Patarasuk &
+ * Yuan 2009) for a group of D ranks and a payload of S bytes as above: all_reduce 2 (D-1)/D * S,
+ * reduce_scatter and all_gather (D-1)/D * S, broadcast S on the root and 0 elsewhere, p2p the bytes
+ * sent; integer bytes, rounded down per call. engine_train's per-step tp_bytes, pp_bytes and
+ * dp_bytes are these counters of the grid's groups (engine/train/step_time.h), and compressed
+ * data-parallel reductions (engine/train/grad_compression.h) are checked against them.
+ *
  * Every call also adds the wall time this rank spent blocked in it (seconds, per kind): the whole
  * blocking call, or the start plus the wait of a non-blocking one (time overlapped with compute
  * between them is not counted). engine_train splits its step time with these (engine/train/step_time.h). */
@@ -125,6 +133,7 @@ struct tri_comm {
                                          memory (MPI, thread ranks). Host values go through
                                          tri_comm_host_* on either kind. */
     uint64_t bytes[TRI_COMM_KINDS];   /* payload bytes sent, per kind */
+    uint64_t wire[TRI_COMM_KINDS];    /* wire bytes this rank sent, per kind (see above) */
     uint64_t calls[TRI_COMM_KINDS];   /* number of calls, per kind */
     double seconds[TRI_COMM_KINDS];   /* wall seconds blocked in calls, per kind (see above) */
     uint64_t seq;                     /* operations started on this comm (names a stuck one) */
@@ -203,6 +212,9 @@ const tri_comm_watch *tri_comm_phase(tri_comm *c);
 
 /* Total payload bytes of one kind, and resetting the counters (bytes, calls and seconds). */
 uint64_t tri_comm_bytes(const tri_comm *c, tri_comm_kind kind);
+/* Wire bytes this rank sent in calls of one kind (all kinds: TRI_COMM_KINDS; see "Wire bytes"
+ * above); 0 for NULL. */
+uint64_t tri_comm_wire_bytes(const tri_comm *c, tri_comm_kind kind);
 /* Wall seconds this rank spent blocked in calls of one kind (all kinds: TRI_COMM_KINDS); 0 for
  * NULL. */
 double tri_comm_seconds(const tri_comm *c, tri_comm_kind kind);

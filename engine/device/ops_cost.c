@@ -574,3 +574,49 @@ int tri_cost_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, in
     int rc = tri_cost_kernel(d, bytes(x) + partials, 0, 2 * numel(x));
     return rc ? rc : tri_cost_kernel(d, partials + 2 * bytes(limbs) + 2 * bytes(bad), 0, partials / 8);
 }
+
+/* ---- gradient compression: what cuda/compress/compress.cu launches (a scale pass and a pack
+ * pass reading e twice; decode-add reads the payload words its elements need) ---- */
+
+int tri_cost_compress_sign_pack(tri_device *d, tri_tensor payload, tri_tensor e, int block)
+{
+    (void)block;
+    tri_cost_call(d, "compress_sign_pack");
+    int rc = tri_cost_kernel(d, bytes(e), 0, numel(e));
+    return rc ? rc : tri_cost_kernel(d, bytes(e) + bytes(payload), 0, numel(e));
+}
+
+int tri_cost_compress_qsgd_pack(tri_device *d, tri_tensor payload, tri_tensor e, int block, int levels, uint64_t seed,
+                                uint64_t stream)
+{
+    (void)block, (void)levels, (void)seed, (void)stream;
+    tri_cost_call(d, "compress_qsgd_pack");
+    int rc = tri_cost_kernel(d, bytes(e), 0, 2 * numel(e));
+    return rc ? rc : tri_cost_kernel(d, bytes(e) + bytes(payload), 0, 8 * numel(e));
+}
+
+int tri_cost_compress_unpack_add(tri_device *d, tri_tensor out, tri_tensor payload, int64_t n, int64_t first, int block,
+                                 int levels, float alpha)
+{
+    (void)n, (void)first, (void)block, (void)levels, (void)alpha;
+    return one(d, "compress_unpack_add", 2 * bytes(out) + bytes(payload), 3 * numel(out));
+}
+
+int tri_cost_compress_topk_pack(tri_device *d, tri_tensor payload, tri_tensor e)
+{
+    /* host selection: the copies and five passes over e on the host are not a kernel; counted as
+     * one kernel's traffic so the plan sees the op */
+    return one(d, "compress_topk_pack", 5 * bytes(e) + bytes(payload), 5 * numel(e));
+}
+
+int tri_cost_compress_topk_unpack_add(tri_device *d, tri_tensor out, tri_tensor payload, int64_t first, float alpha)
+{
+    (void)first, (void)alpha;
+    return one(d, "compress_topk_unpack_add", 3 * bytes(payload), numel(payload));
+}
+
+int tri_cost_orthonormalize_rows(tri_device *d, tri_tensor x)
+{
+    int64_t n = x.shape[x.ndim - 1], r = n > 0 ? tri_tensor_numel(x) / n : 0;
+    return one(d, "orthonormalize_rows", (double)(r + 1) * bytes(x), 2.0 * (double)(r + 1) * numel(x));
+}

@@ -232,5 +232,31 @@ TRI_OP(add_i64, (tri_device *d, tri_tensor y, tri_tensor x))
  * representable are counted into bad(1) f32. */
 TRI_OP(fixed_sum_squares, (tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad))
 
+/* ---- gradient compression (engine/device/ops/compress_math.h: the wire formats; Seide et al. 2014,
+ * Alistarh et al. 2017, Aji & Heafield 2017, Vogels et al. 2019) ----
+ * payload i32 (tri_compress_words(n, block, 0)) = the 1bit payload of e f32 (n): per block of
+ * `block` elements its mean |e| (fp32 bits), then the signs, one bit each (1 = negative). */
+TRI_OP(compress_sign_pack, (tri_device *d, tri_tensor payload, tri_tensor e, int block))
+/* payload i32 (tri_compress_words(n, block, levels)) = the qsgd payload of e f32 (n): per block its
+ * l2 norm, then per element its sign and a level in 0..levels rounded stochastically with
+ * tri_compress_uniform(seed, stream, i). levels >= 1. */
+TRI_OP(compress_qsgd_pack, (tri_device *d, tri_tensor payload, tri_tensor e, int block, int levels, uint64_t seed,
+                            uint64_t stream))
+/* out f32 (m)[j] += alpha * element first + j of a 1bit (levels 0) or qsgd (levels s) payload i32 of
+ * n elements (first + m <= n), decoded by tri_compress_decode: one fp32 multiply and add per element
+ * (alpha -1 makes the error-feedback residual e - D(C(e)) in place of e). */
+TRI_OP(compress_unpack_add, (tri_device *d, tri_tensor out, tri_tensor payload, int64_t n, int64_t first, int block,
+                             int levels, float alpha))
+/* payload i32 (2k) = the top-k payload of e f32 (n), k = numel(payload) / 2 in [1, n]: the k largest
+ * |e_i| as (index, value bits) pairs in index order, ties towards the lower index
+ * (tri_compress_topk_select; the CUDA backend selects on the host). */
+TRI_OP(compress_topk_pack, (tri_device *d, tri_tensor payload, tri_tensor e))
+/* out f32 (m)[idx - first] += alpha * value for every pair of a top-k payload i32 (2k) whose index
+ * idx is in [first, first + m) (indices are distinct, so pairs are independent). */
+TRI_OP(compress_topk_unpack_add, (tri_device *d, tri_tensor out, tri_tensor payload, int64_t first, float alpha))
+/* x f32 (r, n): its rows orthonormalised by Gram-Schmidt in row order (tri_orthonormalize_rows;
+ * PowerSGD's P). */
+TRI_OP(orthonormalize_rows, (tri_device *d, tri_tensor x))
+
 #undef TRI_OP
 #undef TRI_OP_OPTIONAL

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "engine/device/ops/compress_math.h"
 
 static const char *const names[TRI_COMPRESS_KINDS] = {"none", "1bit", "qsgd", "topk", "powersgd"};
 
@@ -60,24 +61,14 @@ int tri_compression_check(const tri_compression *c, int zero_stage)
     return TRI_OK;
 }
 
-/* bits per qsgd element: the sign and a level 0..s */
-static int qsgd_bits(int s)
-{
-    int b = 0;
-    while ((1 << b) < s + 1)
-        b++;
-    return b + 1;
-}
-
 int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, int64_t cols)
 {
     int64_t n = rows * cols;
-    int64_t blocks = c->block_size > 0 ? (n + c->block_size - 1) / c->block_size : 0;
     switch (c->kind) {
-    case TRI_COMPRESS_1BIT:
-        return (n + 7) / 8 + 4 * blocks;
+    case TRI_COMPRESS_1BIT: /* the payload travels as 32-bit words (compress_math.h) */
+        return c->block_size > 0 ? 4 * tri_compress_words(n, c->block_size, 0) : 0;
     case TRI_COMPRESS_QSGD:
-        return (n * qsgd_bits(c->qsgd_levels) + 7) / 8 + 4 * blocks;
+        return c->block_size > 0 ? 4 * tri_compress_words(n, c->block_size, c->qsgd_levels) : 0;
     case TRI_COMPRESS_TOPK:
         return 8 * (int64_t)ceil((double)c->topk_fraction * (double)n);
     case TRI_COMPRESS_POWERSGD:

@@ -9,9 +9,14 @@
  * Compressors (per dp-reduction bucket of n elements = one ZeRO unit's gradient):
  *   1bit      Seide et al. 2014: the sign of every element (1 bit, packed LSB first, 1 = negative)
  *             and one fp32 scale per block of `block_size` elements, the block's mean |e|.
+ *             The payload travels as 32-bit words (an i32 tensor: the comms carry no bytes), so
+ *             the bit stream of 1bit and qsgd is rounded up to whole words; the exact layout is
+ *             engine/device/ops/compress_math.h's.
  *   qsgd      Alistarh et al. 2017: per block, the fp32 norm ||e_b||_2 and, per element, its sign
  *             and a level l in 0..s (s = `qsgd_levels`) rounded stochastically so that
- *             E[l / s * ||e_b||] = |e_i|; sign + level packed in ceil(log2(s + 1)) + 1 bits. The
+ *             E[l / s * ||e_b||] = |e_i|; sign + level packed in ceil(log2(s + 1)) + 1 bits;
+ *             decoded scaled by 1 / (1 + w), w the quantizer's variance bound, the contraction that
+ *             error feedback needs (Karimireddy et al. 2019; compress_math.h tri_qsgd_shrink). The
  *             rounding uses a counter-based RNG seeded by (seed, iteration, dp rank, element), so a
  *             run repeats bit for bit.
  *   topk      Aji & Heafield 2017 / Stich et al. 2018: the ceil(fraction * n) largest |e_i| of the
@@ -32,7 +37,9 @@
  * Which ZeRO stages: 0 and 1. The error-feedback residual is a whole gradient per rank, the memory
  * ZeRO 2 exists to remove, and ZeRO 2-3 reduce each bucket as the backward pass completes it; with
  * compression those stages are refused (tri_compression_check). At ZeRO 1 a rank decodes only its
- * owned slice of the sum. Compression applies to the dp group only; tp and pp traffic is unchanged. */
+ * owned slice of the sum. Compression applies to the dp group only; tp and pp traffic is unchanged.
+ * The reduction itself is engine/train/dp_compress.h's; with compression the dp reduction of each
+ * unit runs at the end of the backward pass (--overlap-grad-reduce does not start it earlier). */
 #ifndef TRIDENT_ENGINE_TRAIN_GRAD_COMPRESSION_H
 #define TRIDENT_ENGINE_TRAIN_GRAD_COMPRESSION_H
 

@@ -19,6 +19,17 @@ static double group_seconds(const tri_comm *c, const tri_comm *const *seen, int 
     return no_p2p ? s - tri_comm_seconds(c, TRI_COMM_P2P) : s;
 }
 
+/* Wire bytes sent in comm c unless it is the same group as one already counted. */
+static double group_bytes(const tri_comm *c, const tri_comm *const *seen, int n_seen)
+{
+    if (!c)
+        return 0.0;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i] == c)
+            return 0.0;
+    return (double)tri_comm_wire_bytes(c, TRI_COMM_KINDS);
+}
+
 tri_step_time tri_step_time_snapshot(const tri_grid *g)
 {
     tri_step_time t = {0};
@@ -29,6 +40,9 @@ tri_step_time tri_step_time_snapshot(const tri_grid *g)
     t.dp_s = group_seconds(g->dp_comm, seen, 2, false, false);
     t.other_s = group_seconds(g->mp_comm, seen, 3, false, false) + group_seconds(g->embd_comm, seen, 4, false, false) +
                 group_seconds(g->world, seen, 5, false, false);
+    t.tp_bytes = group_bytes(g->tp_comm, seen, 0);
+    t.pp_bytes = group_bytes(g->pp_comm, seen, 1);
+    t.dp_bytes = group_bytes(g->dp_comm, seen, 2);
     return t;
 }
 
@@ -36,7 +50,8 @@ tri_step_time tri_step_time_split(const tri_step_time *b, const tri_step_time *a
 {
     tri_step_time t = {.step_s = step_s, .tp_s = a->tp_s - b->tp_s, .pp_s = a->pp_s - b->pp_s,
                        .bubble_s = a->bubble_s - b->bubble_s, .dp_s = a->dp_s - b->dp_s,
-                       .other_s = a->other_s - b->other_s};
+                       .other_s = a->other_s - b->other_s, .tp_bytes = a->tp_bytes - b->tp_bytes,
+                       .pp_bytes = a->pp_bytes - b->pp_bytes, .dp_bytes = a->dp_bytes - b->dp_bytes};
     t.compute_s = step_s - tri_step_time_wait(&t);
     if (t.compute_s < 0.0)
         t.compute_s = 0.0;
@@ -57,4 +72,7 @@ void tri_step_time_add(tri_step_time *a, const tri_step_time *b)
     a->bubble_s += b->bubble_s;
     a->dp_s += b->dp_s;
     a->other_s += b->other_s;
+    a->tp_bytes += b->tp_bytes;
+    a->pp_bytes += b->pp_bytes;
+    a->dp_bytes += b->dp_bytes;
 }

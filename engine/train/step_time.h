@@ -25,9 +25,12 @@ extern "C" {
 
 typedef struct tri_step_time {
     double step_s, compute_s, tp_s, pp_s, bubble_s, dp_s, other_s;
+    /* wire bytes this rank sent (engine/comm/comm.h "Wire bytes") by group: tensor-parallel,
+     * pipeline (p2p and the pipeline group's collectives), data-parallel */
+    double tp_bytes, pp_bytes, dp_bytes;
 } tri_step_time;
 
-/* Blocked seconds per group so far (step_s and compute_s are left 0): a snapshot. */
+/* Blocked seconds and wire bytes per group so far (step_s and compute_s are left 0): a snapshot. */
 tri_step_time tri_step_time_snapshot(const tri_grid *g);
 
 /* The split of a step of step_s seconds between snapshots before and after it. */

@@ -296,6 +296,7 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
     tri_pipeline_io io = {.ctx = t, .load = load};
     if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, NULL);
     for (int c = 0; c < t->v && !rc; c++) {
+        t->chunks[c]->zero.iteration = iter; /* a compressed dp reduction's rounding and start */
         rc = sync_grads(t, t->chunks[c]);
         if (rc == TRI_ENONFINITE && t->guard) {
             /* deterministic mode found non-finite contributions on this rank: the guard's agreement

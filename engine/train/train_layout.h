@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/train/grad_compression.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,6 +45,8 @@ typedef struct tri_train_layout {
     bool deterministic;        /* exact fixed-point gradient sums (engine/train/zero.h) */
     bool overlap_grad_reduce;  /* Megatron-LM's --overlap-grad-reduce / --overlap-param-gather */
     bool overlap_param_gather; /* (engine/train/zero.h) */
+    tri_compression compression; /* the dp gradient reduction's compressor (engine/train/dp_compress.h;
+                                    zeroed: none) */
 } tri_train_layout;
 
 /* "none", "selective", "full" / "fp32", "bf16" / "flash", "unfused". */

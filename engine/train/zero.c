@@ -184,6 +184,7 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     }
     if (!rc && stage == 3)
         rc = take_unit_buffers(z, a, TRI_MEM_PARAMS, &z->param_bufs, &z->n_param_bufs);
+    if (!rc) rc = tri_dp_compress_take(&z->comp, a, L, &run->compression, stage);
     return rc;
 }
 
@@ -211,6 +212,7 @@ void tri_zero_destroy(tri_zero *z)
     free(z->grad_calls_per_step);
     free(z->grad_started);
     free(z->trace);
+    tri_dp_compress_free(&z->comp);
     memset(z, 0, sizeof *z);
 }
 
@@ -549,8 +551,9 @@ int tri_zero_grads_done(tri_zero *z, int unit)
                                      tri_tensor_range(b->t, 0, u->len), TRI_FIXED_BITS, z->bad);
         release(z->grad_bufs, z->n_grad_bufs, unit);
     }
-    /* stages 0-1 with overlap: the unit's last pass of the step starts its reduction */
-    if (!rc && z->overlap_grad_reduce && z->grad_calls_per_step[unit] > 0 &&
+    /* stages 0-1 with overlap: the unit's last pass of the step starts its reduction (a compressed
+     * reduction runs at the end of the backward pass) */
+    if (!rc && z->overlap_grad_reduce && !z->comp.on && z->grad_calls_per_step[unit] > 0 &&
         ++z->grad_calls[unit] == z->grad_calls_per_step[unit])
         rc = reduce_unit(z, unit, true);
     return rc;
@@ -593,12 +596,42 @@ int tri_zero_finish_grads(tri_zero *z)
     return rc;
 }
 
+/* Stages 0-1 with a compressor: every unit through tri_dp_compress_unit, in unit order. In
+ * deterministic mode the rank's exact sums of the unit become fp32 first, and the decoded sum (the
+ * same bits on every rank) goes back into the exact sums that the later reductions and
+ * tri_zero_finish_grads read. */
+static int compress_units(tri_zero *z)
+{
+    int rc = TRI_OK;
+    for (int unit = 0; unit < z->L->n_units && !rc; unit++) {
+        const tri_param_unit *u = &z->L->units[unit];
+        if (z->deterministic)
+            rc = tri_op_fixed_to_float(z->dev, tri_tensor_range(z->grads, u->start, u->len),
+                                       tri_tensor_range(z->acc, u->start, u->len), TRI_FIXED_BITS);
+        if (!rc) rc = tri_dp_compress_unit(&z->comp, z->dev, z->dp, z->grads, unit, z->iteration);
+        if (!rc && z->deterministic) {
+            tri_tensor mine = tri_tensor_range(z->acc, owned_start(z, unit), slice_len(z, unit));
+            tri_tensor sum = tri_tensor_range(z->grads, owned_start(z, unit), slice_len(z, unit));
+            if (z->stage == 0) {
+                mine = tri_tensor_range(z->acc, u->start, u->len);
+                sum = tri_tensor_range(z->grads, u->start, u->len);
+            }
+            rc = tri_op_zero(z->dev, mine);
+            if (!rc) rc = tri_op_fixed_accumulate(z->dev, mine, sum, TRI_FIXED_BITS, z->bad);
+        }
+    }
+    return rc;
+}
+
 /* Stages 0-1: every unit's reduction, completed in unit order (those the backward started
  * non-blocking are waited for, the rest run now). Without overlap stage 0 all-reduces the whole
  * stage in one call. */
 static int reduce_units(tri_zero *z)
 {
     int rc = TRI_OK;
+    z->comp.last_sent = z->comp.last_plain = 0;
+    if (z->comp.on && !tri_dp_compress_plain(&z->comp, z->iteration))
+        return compress_units(z);
     if (!z->overlap_grad_reduce && z->stage == 0)
         return tri_comm_all_reduce(z->dp, z->deterministic ? z->acc : z->grads, TRI_REDUCE_SUM);
     for (int u = 0; u < z->L->n_units && !rc; u++)

@@ -52,6 +52,7 @@
 #include "engine/comm/comm.h"
 #include "engine/device/arena.h"
 #include "engine/device/device.h"
+#include "engine/train/dp_compress.h"
 #include "engine/train/param.h"
 #include "engine/train/train_layout.h"
 
@@ -113,6 +114,9 @@ typedef struct tri_zero {
     int *trace;
     int n_trace, trace_cap, trace_pos;
     bool in_step, trace_ready, trace_ok;
+    /* compressed dp reduction (engine/train/dp_compress.h): replaces stages 0-1's plain one */
+    tri_dp_compress comp;
+    int64_t iteration;           /* the step's 0-based iteration (qsgd's rounding, powersgd's start) */
     /* what overlap did, for tests and logs: operations started non-blocking, prefetches used */
     uint64_t started_grad_reductions, started_param_gathers, prefetches_used;
 } tri_zero;
@@ -150,6 +154,8 @@ int tri_zero_grads_done(tri_zero *z, int unit);
 int tri_zero_zero_grads(tri_zero *z);
 /* End of a step's backward: stage 0 all-reduces the gradients, stage 1 reduce-scatters every unit
  * (in place: each rank's slice of the buffer receives the sum); stages 2-3 have done it per bucket.
+ * With a compressor (run->compression, dp > 1) each unit goes through tri_dp_compress_unit instead,
+ * for iteration z->iteration (set by the trainer).
  * Deterministic mode reduces the exact int64 sums the same way. Other reductions of owned pieces
  * (TP for replicated parameters under SP, the tied embedding) follow, on tri_zero_owned_sums. */
 int tri_zero_reduce_grads(tri_zero *z);

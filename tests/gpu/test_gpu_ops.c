@@ -33,6 +33,7 @@
 #include "cuda/device_cuda.h"
 #include "engine/core/math.h"
 #include "engine/device/ops/attention_math.h"
+#include "engine/device/ops/compress_math.h"
 #include "tests/gpu/gpuutil.h"
 #include "tests/opsutil.h"
 
@@ -1342,4 +1343,52 @@ Test(gpu_ops, llama_ops_exact)
     for (size_t k = 0; k < sizeof EXACT_DIMS / sizeof *EXACT_DIMS; k++)
         for (int bf16 = 0; bf16 < 2; bf16++)
             llama_ops_exact_case(EXACT_DIMS[k][0], EXACT_DIMS[k][1], bf16, 1200 + 10 * k);
+}
+
+/* ---- gradient compression (issue 32): the payload words and decoded values are the CPU's bits ---- */
+
+static void same_words(const char *what, tri_tensor g, tri_tensor c, int64_t n)
+{
+    int32_t *a = (int32_t *)ot_ints((size_t)n), *b = (int32_t *)ot_ints((size_t)n);
+    cr_assert_eq(tri_device_copy_to_host(gpu, a, g), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_device_copy_to_host(cpu, b, c), TRI_OK, "%s", tri_error_message());
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(a[i], b[i], "%s: word %lld: CUDA %08x, CPU %08x", what, (long long)i, (unsigned)a[i],
+                     (unsigned)b[i]);
+}
+
+Test(gpu_ops, compress_exact)
+{
+    int64_t n = 10007; /* odd: a partial block, a partial word, codes straddling words */
+    both e = uniform(v1(n), -1, 1, 130);
+    const int levels[] = {0, 7, 2}, blocks[] = {256, 100, 33};
+    for (int k = 0; k < 3; k++) {
+        int64_t words = tri_compress_words(n, blocks[k], levels[k]);
+        both pay = make(tri_tensor_1d(NULL, TRI_I32, words), NULL);
+        if (levels[k] == 0)
+            BOTH(tri_op_compress_sign_pack(cpu, pay.c, e.c, blocks[k]), tri_op_compress_sign_pack(gpu, pay.g, e.g, blocks[k]));
+        else
+            BOTH(tri_op_compress_qsgd_pack(cpu, pay.c, e.c, blocks[k], levels[k], 9, 4),
+                 tri_op_compress_qsgd_pack(gpu, pay.g, e.g, blocks[k], levels[k], 9, 4));
+        same_words(levels[k] ? "compress_qsgd_pack" : "compress_sign_pack", pay.g, pay.c, words);
+        /* decode-add of a slice, and the error-feedback form (alpha -1) over the whole */
+        both out = uniform(v1(n - 500), -1, 1, 131), r = uniform(v1(n), -1, 1, 132);
+        BOTH(tri_op_compress_unpack_add(cpu, out.c, pay.c, n, 500, blocks[k], levels[k], 1.0f),
+             tri_op_compress_unpack_add(gpu, out.g, pay.g, n, 500, blocks[k], levels[k], 1.0f));
+        cr_assert(ot_same_bits("compress_unpack_add", gpu_read(gpu, out.g), gpu_read(cpu, out.c), (size_t)(n - 500)));
+        BOTH(tri_op_compress_unpack_add(cpu, r.c, pay.c, n, 0, blocks[k], levels[k], -1.0f),
+             tri_op_compress_unpack_add(gpu, r.g, pay.g, n, 0, blocks[k], levels[k], -1.0f));
+        cr_assert(ot_same_bits("compress_unpack_add (residual)", gpu_read(gpu, r.g), gpu_read(cpu, r.c), (size_t)n));
+    }
+    int64_t k = 101;
+    both tk = make(tri_tensor_1d(NULL, TRI_I32, 2 * k), NULL);
+    BOTH(tri_op_compress_topk_pack(cpu, tk.c, e.c), tri_op_compress_topk_pack(gpu, tk.g, e.g));
+    same_words("compress_topk_pack", tk.g, tk.c, 2 * k);
+    both out = uniform(v1(5000), -1, 1, 133);
+    BOTH(tri_op_compress_topk_unpack_add(cpu, out.c, tk.c, 3000, -1.0f),
+         tri_op_compress_topk_unpack_add(gpu, out.g, tk.g, 3000, -1.0f));
+    cr_assert(ot_same_bits("compress_topk_unpack_add", gpu_read(gpu, out.g), gpu_read(cpu, out.c), 5000));
+    both p = uniform(m2(4, 777), -1, 1, 134);
+    BOTH(tri_op_orthonormalize_rows(cpu, p.c), tri_op_orthonormalize_rows(gpu, p.g));
+    cr_assert(ot_same_bits("orthonormalize_rows", gpu_read(gpu, p.g), gpu_read(cpu, p.c), 4 * 777));
 }

@@ -1,0 +1,168 @@
+/* bench/grad_compression.c - what each data-parallel gradient compressor costs against what it saves
+ * on the wire (issue 32): the encode + decode time per million gradient elements on this device
+ * (the CPU backend), measured in this run, beside the time of sending the bytes one rank sends
+ * (tri_compression_sent_bytes, the ring volumes of engine/comm/comm.h) at 25 and 100 Gb/s, so the
+ * break-even is visible: a compressor pays at a bandwidth when its compute plus its (smaller) send
+ * time is below the plain fp32 reduction's send time.
+ *
+ * Per compressor, on a bucket of N fp32 elements at dp D (default 4), with error feedback:
+ *   encode  e = g + r; the payload (1bit / qsgd pack, topk selection; powersgd: P^T = Q^T M^T,
+ *           Gram-Schmidt, Q^T = P^T M on an N = rows x cols matrix);
+ *   decode  r -= D(own payload) and the D payloads decoded and added (powersgd: P Q^T and the
+ *           residual's axpy).
+ * The baseline is the plain reduction (ZeRO 0: all-reduce of 4N bytes). The last column is the
+ * break-even: the bandwidth below which the compressor's saved send time exceeds its compute
+ * (8 (plain - sent) / (encode + decode)). Usage:
+ *   bench_grad_compression [--elements N] [--dp D] [--reps R] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/clock.h"
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+#include "engine/device/ops/compress_math.h"
+#include "engine/train/grad_compression.h"
+
+static double now(void)
+{
+    return tri_now_s();
+}
+
+typedef struct bench {
+    tri_device *d;
+    int64_t n, rows, cols;
+    int dp;
+    float *g, *r, *out;
+    int32_t *pay, *all;
+    float *p, *q, *approx;
+} bench;
+
+/* One encode + decode of compressor c (see the top comment); returns its status. */
+static int once(bench *b, const tri_compression *c)
+{
+    tri_device *d = b->d;
+    int64_t n = b->n;
+    tri_tensor g = tri_tensor_1d(b->g, TRI_F32, n), r = tri_tensor_1d(b->r, TRI_F32, n);
+    tri_tensor out = tri_tensor_1d(b->out, TRI_F32, n);
+    int rc = tri_op_add(d, r, r, g);
+    if (rc)
+        return rc;
+    if (c->kind == TRI_COMPRESS_POWERSGD) {
+        int64_t k = c->powersgd_rank;
+        tri_tensor m = tri_tensor_2d(b->r, TRI_F32, b->rows, b->cols);
+        tri_tensor pt = tri_tensor_2d(b->p, TRI_F32, k, b->rows), qt = tri_tensor_2d(b->q, TRI_F32, k, b->cols);
+        tri_tensor gm = tri_tensor_2d(b->approx, TRI_F32, b->rows, b->cols);
+        rc = tri_op_matmul(d, pt, qt, m, tri_tensor_none(), false, true, 0.0f);
+        if (!rc) rc = tri_op_orthonormalize_rows(d, pt);
+        if (!rc) rc = tri_op_matmul(d, qt, pt, m, tri_tensor_none(), false, false, 0.0f);
+        if (!rc) rc = tri_op_matmul(d, gm, pt, qt, tri_tensor_none(), true, false, 0.0f);
+        if (!rc) rc = tri_op_axpy(d, r, -1.0f / (float)b->dp, tri_tensor_1d(b->approx, TRI_F32, n));
+        return rc;
+    }
+    int64_t words = tri_compression_payload_bytes(c, 1, n) / 4;
+    int levels = c->kind == TRI_COMPRESS_QSGD ? c->qsgd_levels : 0;
+    tri_tensor pay = tri_tensor_1d(b->pay, TRI_I32, words);
+    if (c->kind == TRI_COMPRESS_TOPK)
+        rc = tri_op_compress_topk_pack(d, pay, r);
+    else if (c->kind == TRI_COMPRESS_1BIT)
+        rc = tri_op_compress_sign_pack(d, pay, r, c->block_size);
+    else
+        rc = tri_op_compress_qsgd_pack(d, pay, r, c->block_size, levels, 1, 2);
+    for (int k = 0; k < b->dp && !rc; k++) /* the gathered payloads: copies of this one */
+        memcpy(b->all + k * words, b->pay, (size_t)words * 4);
+    if (!rc) rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(d, r, pay, 0, -1.0f)
+                                               : tri_op_compress_unpack_add(d, r, pay, n, 0, c->block_size, levels, -1.0f);
+    if (!rc) rc = tri_op_fill(d, out, 0.0f);
+    for (int k = 0; k < b->dp && !rc; k++) {
+        tri_tensor pk = tri_tensor_1d(b->all + k * words, TRI_I32, words);
+        rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(d, out, pk, 0, 1.0f)
+                                          : tri_op_compress_unpack_add(d, out, pk, n, 0, c->block_size, levels, 1.0f);
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    bench b = {.n = 1 << 22, .dp = 4};
+    int reps = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--elements") == 0)
+            b.n = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--dp") == 0)
+            b.dp = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--reps") == 0)
+            reps = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_grad_compression: unknown flag %s (--elements N, --dp D, --reps R)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (b.n < 1024 || b.dp < 2 || reps < 1) {
+        fprintf(stderr, "bench_grad_compression: expected --elements >= 1024, --dp >= 2, --reps >= 1\n");
+        return 2;
+    }
+    b.cols = 1024;
+    b.rows = b.n / b.cols;
+    b.n = b.rows * b.cols;
+    if (tri_device_cpu_create(&b.d, 0) != TRI_OK) {
+        fprintf(stderr, "bench_grad_compression: %s\n", tri_error_message());
+        return 1;
+    }
+    size_t fl = (size_t)b.n * sizeof(float);
+    b.g = malloc(fl), b.r = calloc(1, fl), b.out = malloc(fl), b.approx = malloc(fl);
+    b.pay = malloc(2 * fl), b.all = malloc((size_t)b.dp * 2 * fl);
+    b.p = calloc((size_t)(64 * b.rows), sizeof(float)), b.q = malloc((size_t)(64 * b.cols) * sizeof(float));
+    if (!b.g || !b.r || !b.out || !b.approx || !b.pay || !b.all || !b.p || !b.q) {
+        fprintf(stderr, "bench_grad_compression: out of memory for %lld elements\n", (long long)b.n);
+        return 1;
+    }
+    uint64_t s = 12345;
+    for (int64_t i = 0; i < b.n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        b.g[i] = (float)((double)(s >> 40) / 16777216.0 - 0.5) * 1e-3f;
+    }
+    for (int64_t i = 0; i < 64 * b.cols; i++)
+        b.q[i] = (float)((i * 7919) % 101) / 101.0f - 0.5f;
+    printf("gradient compression on the CPU backend: a bucket of %lld fp32 elements (powersgd: %lld x %lld), dp %d, "
+           "%d reps (the fastest)\n", (long long)b.n, (long long)b.rows, (long long)b.cols, b.dp, reps);
+    printf("%-10s %12s %8s %11s %12s %13s %9s %9s %14s\n", "compressor", "enc+dec ms/M", "ratio", "sent B/elem",
+           "send@25 ms/M", "send@100 ms/M", "total@25", "total@100", "pays below Gb/s");
+    const char *names[] = {"none", "1bit", "qsgd", "topk", "powersgd"};
+    double base25 = 0, base100 = 0;
+    for (int k = 0; k < TRI_COMPRESS_KINDS; k++) {
+        tri_compression c = tri_compression_defaults();
+        c.kind = (tri_compression_kind)k;
+        int64_t sent = c.kind == TRI_COMPRESS_POWERSGD
+                           ? tri_compression_sent_bytes(&c, b.rows, b.cols, b.dp, 0, true)
+                           : tri_compression_sent_bytes(&c, 1, b.n, b.dp, 0, true);
+        double best = 0.0;
+        if (k != TRI_COMPRESS_NONE) {
+            best = 1e30;
+            for (int rep = 0; rep < reps; rep++) {
+                double t0 = now();
+                if (once(&b, &c) != TRI_OK || tri_device_sync(b.d) != TRI_OK) {
+                    fprintf(stderr, "bench_grad_compression: %s: %s\n", names[k], tri_error_message());
+                    return 1;
+                }
+                double t = now() - t0;
+                best = t < best ? t : best;
+            }
+        }
+        double per_m = 1e6 / (double)b.n;
+        double enc = best * 1e3 * per_m, s25 = (double)sent * 8 / 25e9 * 1e3 * per_m,
+               s100 = (double)sent * 8 / 100e9 * 1e3 * per_m;
+        if (k == TRI_COMPRESS_NONE)
+            base25 = s25, base100 = s100;
+        double plain = (double)tri_compression_sent_bytes(&c, 1, b.n, b.dp, 0, false);
+        /* the bandwidth below which it pays: plain * 8 / B = enc + sent * 8 / B */
+        double even = best > 0 ? (plain - (double)sent) * 8.0 / best / 1e9 : 0.0;
+        printf("%-10s %12.3f %7.1fx %11.4f %12.3f %13.3f %8.2fx %8.2fx %14.2f\n", names[k], enc, plain / (double)sent,
+               (double)sent / (double)b.n, s25, s100, base25 / (enc + s25), base100 / (enc + s100), even);
+    }
+    printf("total@B: the plain reduction's send time over this compressor's encode + decode + send time at B Gb/s "
+           "(above 1x the compressor pays; compute and network not overlapped)\n");
+    free(b.g), free(b.r), free(b.out), free(b.approx), free(b.pay), free(b.all), free(b.p), free(b.q);
+    tri_device_destroy(b.d);
+    return 0;
+}

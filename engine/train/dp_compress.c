@@ -1,0 +1,258 @@
+/* engine/train/dp_compress.c - the compressed data-parallel gradient reduction (see dp_compress.h). */
+#include "engine/train/dp_compress.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+#include "engine/device/ops/compress_math.h"
+
+/* A parameter PowerSGD compresses: two or more dimensions and more than one row. */
+static bool is_matrix(const tri_param *p, int64_t *rows, int64_t *cols)
+{
+    *cols = p->spec.ndim >= 2 ? p->local_shape[p->spec.ndim - 1] : p->numel;
+    *rows = *cols > 0 ? p->numel / *cols : 0;
+    return p->spec.ndim >= 2 && *rows > 1;
+}
+
+/* Words of one rank's payload for a unit of n elements (1bit, qsgd, topk). */
+static int64_t payload_words(const tri_compression *c, int64_t n)
+{
+    return tri_compression_payload_bytes(c, 1, n) / 4;
+}
+
+/* PowerSGD's per-parameter offsets in q and p; returns the largest unit's p length. */
+static int64_t powersgd_offsets(tri_dp_compress *x)
+{
+    const tri_param_layout *L = x->L;
+    int64_t r = x->c.powersgd_rank, q = 0, largest = 0;
+    for (int u = 0; u < L->n_units; u++) {
+        const tri_param_unit *un = &L->units[u];
+        int64_t pl = 0;
+        for (int i = un->first; i < un->first + un->count; i++) {
+            int64_t rows, cols;
+            const tri_param *p = &L->params[i];
+            x->p_at[i] = pl;
+            if (is_matrix(p, &rows, &cols)) {
+                x->q_at[i] = q;
+                q += r * cols;
+                pl += r * rows;
+            } else {
+                x->q_at[i] = -1;
+                pl += p->numel;
+            }
+        }
+        largest = pl > largest ? pl : largest;
+    }
+    x->q_numel = q;
+    return largest;
+}
+
+int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layout *L, const tri_compression *c,
+                         int stage)
+{
+    int rc = tri_compression_check(c, stage);
+    if (rc)
+        return rc;
+    x->c = *c;
+    x->L = L;
+    x->stage = stage;
+    x->on = c->kind != TRI_COMPRESS_NONE && L->dp > 1;
+    x->residual = x->send = x->gathered = x->q = x->p = tri_tensor_none();
+    if (!x->on)
+        return TRI_OK;
+    rc = TRI_ARENA_TAKE(a, TRI_MEM_OPTIMIZER, &x->residual, TRI_F32, L->padded_numel);
+    if (rc)
+        return rc;
+    if (c->kind == TRI_COMPRESS_POWERSGD) {
+        if (!x->q_at) {
+            x->q_at = calloc((size_t)(L->n > 0 ? L->n : 1), sizeof *x->q_at);
+            x->p_at = calloc((size_t)(L->n > 0 ? L->n : 1), sizeof *x->p_at);
+            if (!x->q_at || !x->p_at)
+                return TRI_ERR(TRI_ENOMEM, "grad compression: out of memory");
+        }
+        int64_t pl = powersgd_offsets(x);
+        rc = TRI_ARENA_TAKE(a, TRI_MEM_OPTIMIZER, &x->q, TRI_F32, x->q_numel > 0 ? x->q_numel : 1);
+        if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->p, TRI_F32, pl > 0 ? pl : 1);
+        return rc;
+    }
+    int64_t words = 1;
+    for (int u = 0; u < L->n_units; u++) {
+        int64_t w = payload_words(c, L->units[u].len);
+        words = w > words ? w : words;
+    }
+    rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->send, TRI_I32, words);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->gathered, TRI_I32, (int64_t)L->dp * words);
+    return rc;
+}
+
+void tri_dp_compress_free(tri_dp_compress *x)
+{
+    free(x->q_at);
+    free(x->p_at);
+    memset(x, 0, sizeof *x);
+}
+
+void tri_dp_compress_reset(tri_dp_compress *x)
+{
+    x->q_ready = x->residual_ready = false;
+}
+
+bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter)
+{
+    return !x->on || (x->c.kind == TRI_COMPRESS_POWERSGD && iter < x->c.powersgd_start_iter);
+}
+
+/* The plain reduction of one unit (powersgd's first iterations): all-reduce at stage 0,
+ * reduce-scatter into the owned slice at stage 1. */
+static int plain_unit(tri_dp_compress *x, tri_comm *dp, tri_tensor whole, int unit)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    if (x->stage == 0)
+        return tri_comm_all_reduce(dp, whole, TRI_REDUCE_SUM);
+    tri_tensor mine = tri_tensor_range(whole, (int64_t)dp->rank * (u->len / dp->size), u->len / dp->size);
+    return tri_comm_reduce_scatter(dp, mine, whole);
+}
+
+/* 1bit, qsgd, topk: pack e (in r), r -= D(own payload), all-gather, decode the sum in rank order. */
+static int gather_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, tri_tensor r, int unit,
+                       int64_t iter)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    const tri_compression *c = &x->c;
+    int64_t n = u->len, words = payload_words(c, n);
+    int levels = c->kind == TRI_COMPRESS_QSGD ? c->qsgd_levels : 0, block = c->block_size;
+    tri_tensor send = tri_tensor_range(x->send, 0, words), all = tri_tensor_range(x->gathered, 0, dp->size * words);
+    int rc;
+    if (c->kind == TRI_COMPRESS_TOPK)
+        rc = tri_op_compress_topk_pack(dev, send, r);
+    else if (c->kind == TRI_COMPRESS_1BIT)
+        rc = tri_op_compress_sign_pack(dev, send, r, block);
+    else /* the rounding's stream: (iteration, dp rank, the unit's first parameter in the model, so
+          * every pipeline split draws the same), the element its index in the unit */
+        rc = tri_op_compress_qsgd_pack(dev, send, r, block, levels, c->seed,
+                                       tri_rng_hash64(tri_rng_hash64((uint64_t)iter) ^ ((uint64_t)dp->rank << 48) ^
+                                                      (uint64_t)x->L->params[u->first].spec.global_index));
+    if (!rc) rc = tri_comm_all_gather(dp, all, send);
+    /* the residual: e minus what this rank's payload decodes to */
+    if (!rc) rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(dev, r, send, 0, -1.0f)
+                                               : tri_op_compress_unpack_add(dev, r, send, n, 0, block, levels, -1.0f);
+    /* the sum of the decoded payloads over the whole unit (stage 0) or the owned slice (stage 1) */
+    int64_t first = x->stage == 0 ? 0 : (int64_t)dp->rank * (n / dp->size), m = x->stage == 0 ? n : n / dp->size;
+    tri_tensor out = tri_tensor_range(g, first, m);
+    if (!rc) rc = tri_op_fill(dev, out, 0.0f);
+    for (int k = 0; k < dp->size && !rc; k++) {
+        tri_tensor pk = tri_tensor_range(all, (int64_t)k * words, words);
+        rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(dev, out, pk, first, 1.0f)
+                                          : tri_op_compress_unpack_add(dev, out, pk, n, first, block, levels, 1.0f);
+    }
+    return rc;
+}
+
+/* Q^T of every matrix parameter from the seeded RNG (the same on every dp rank), rows orthonormal
+ * (PyTorch's powerSGD_hook initialises Q with randn and orthogonalises it). */
+static int init_q(tri_dp_compress *x, tri_device *dev)
+{
+    const tri_param_layout *L = x->L;
+    int rc = TRI_OK;
+    for (int i = 0; i < L->n && !rc; i++) {
+        int64_t rows, cols, r = x->c.powersgd_rank;
+        if (x->q_at[i] < 0 || !is_matrix(&L->params[i], &rows, &cols))
+            continue;
+        float *host = malloc((size_t)(r * cols) * sizeof *host);
+        if (!host)
+            return TRI_ERR(TRI_ENOMEM, "powersgd: out of memory for Q of %s", L->params[i].spec.name);
+        uint64_t stream = tri_rng_hash_str(L->params[i].spec.name) ^ (uint64_t)L->params[i].shard_rank;
+        for (int64_t k = 0; k < r * cols; k++)
+            host[k] = (float)tri_rng_normal(x->c.seed ^ 0x9057u, stream, (uint64_t)k);
+        tri_tensor qt = tri_tensor_2d(tri_tensor_range(x->q, x->q_at[i], r * cols).data, TRI_F32, r, cols);
+        rc = tri_device_copy_from_host(dev, qt, host);
+        free(host);
+        if (!rc) rc = tri_op_orthonormalize_rows(dev, qt);
+    }
+    if (!rc)
+        x->q_ready = true;
+    return rc;
+}
+
+/* The views of matrix parameter i: M (rows x cols) of t, P^T (r x rows), Q^T (r x cols). */
+static void matrix_views(const tri_dp_compress *x, int i, tri_tensor t, tri_tensor *m, tri_tensor *pt, tri_tensor *qt)
+{
+    const tri_param *p = &x->L->params[i];
+    int64_t rows, cols, r = x->c.powersgd_rank;
+    is_matrix(p, &rows, &cols);
+    *m = tri_tensor_2d(tri_tensor_range(t, p->offset, p->numel).data, TRI_F32, rows, cols);
+    *pt = tri_tensor_2d(tri_tensor_range(x->p, x->p_at[i], r * rows).data, TRI_F32, r, rows);
+    *qt = tri_tensor_2d(tri_tensor_range(x->q, x->q_at[i], r * cols).data, TRI_F32, r, cols);
+}
+
+/* PowerSGD over unit u (see dp_compress.h); grads and residual are the stage's whole buffers. */
+static int powersgd_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor grads, int unit)
+{
+    const tri_param_layout *L = x->L;
+    const tri_param_unit *u = &L->units[unit];
+    int rc = x->q_ready ? TRI_OK : init_q(x, dev);
+    int first = u->first, last = u->first + u->count;
+    int64_t p_len = 0, q_lo = -1, q_hi = -1;
+    tri_tensor m, pt, qt;
+    for (int i = first; i < last && !rc; i++) {
+        const tri_param *p = &L->params[i];
+        if (x->q_at[i] >= 0) {
+            matrix_views(x, i, x->residual, &m, &pt, &qt);
+            rc = tri_op_matmul(dev, pt, qt, m, tri_tensor_none(), false, true, 0.0f); /* P^T = Q^T M^T */
+            p_len = x->p_at[i] + tri_tensor_numel(pt);
+            q_lo = q_lo < 0 ? x->q_at[i] : q_lo;
+            q_hi = x->q_at[i] + tri_tensor_numel(qt);
+        } else {
+            tri_tensor v = tri_tensor_range(x->p, x->p_at[i], p->numel);
+            rc = tri_op_copy(dev, v, tri_tensor_range(grads, p->offset, p->numel));
+            p_len = x->p_at[i] + p->numel;
+        }
+    }
+    if (!rc && p_len > 0) rc = tri_comm_all_reduce(dp, tri_tensor_range(x->p, 0, p_len), TRI_REDUCE_SUM);
+    for (int i = first; i < last && !rc; i++) {
+        if (x->q_at[i] < 0)
+            continue;
+        matrix_views(x, i, x->residual, &m, &pt, &qt);
+        rc = tri_op_orthonormalize_rows(dev, pt);
+        if (!rc) rc = tri_op_matmul(dev, qt, pt, m, tri_tensor_none(), false, false, 0.0f); /* Q^T = P^T M */
+    }
+    if (!rc && q_hi > q_lo) rc = tri_comm_all_reduce(dp, tri_tensor_range(x->q, q_lo, q_hi - q_lo), TRI_REDUCE_SUM);
+    for (int i = first; i < last && !rc; i++) {
+        const tri_param *p = &L->params[i];
+        tri_tensor gi = tri_tensor_range(grads, p->offset, p->numel), ri = tri_tensor_range(x->residual, p->offset, p->numel);
+        if (x->q_at[i] < 0) {
+            rc = tri_op_copy(dev, gi, tri_tensor_range(x->p, x->p_at[i], p->numel));
+            if (!rc) rc = tri_op_fill(dev, ri, 0.0f);
+            continue;
+        }
+        tri_tensor gm;
+        matrix_views(x, i, grads, &gm, &pt, &qt);
+        rc = tri_op_matmul(dev, gm, pt, qt, tri_tensor_none(), true, false, 0.0f); /* G = P Q^T */
+        if (!rc) rc = tri_op_axpy(dev, ri, -1.0f / (float)dp->size, gi);             /* r = e - G / dp */
+    }
+    return rc;
+}
+
+int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor grads, int unit, int64_t iter)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    tri_tensor g = tri_tensor_range(grads, u->start, u->len);
+    uint64_t before = tri_comm_wire_bytes(dp, TRI_COMM_KINDS);
+    x->last_plain += (uint64_t)tri_compression_sent_bytes(&x->c, 1, u->len, dp->size, x->stage, false);
+    int rc;
+    if (tri_dp_compress_plain(x, iter)) {
+        rc = plain_unit(x, dp, g, unit);
+    } else {
+        tri_tensor r = tri_tensor_range(x->residual, u->start, u->len);
+        rc = x->residual_ready ? TRI_OK : tri_op_fill(dev, x->residual, 0.0f);
+        x->residual_ready = !rc;
+        if (!rc) rc = tri_op_add(dev, r, r, g); /* e = g + r, kept in r */
+        if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD ? powersgd_unit(x, dev, dp, grads, unit)
+                                                         : gather_unit(x, dev, dp, g, r, unit, iter);
+    }
+    x->last_sent += tri_comm_wire_bytes(dp, TRI_COMM_KINDS) - before;
+    return rc;
+}

@@ -1,0 +1,81 @@
+/* engine/train/dp_compress.h - the compressed data-parallel gradient reduction that replaces ZeRO's
+ * plain one (engine/train/zero.c, stages 0-1) when a compressor is chosen: its state and buffers, and
+ * the reduction of one unit's gradient. The options, wire formats and byte counts are
+ * engine/train/grad_compression.h's; the element arithmetic engine/device/ops/compress_math.h's.
+ *
+ * Per unit (one dp-reduction bucket of len elements, the unit's flat range), with g this rank's
+ * gradient (already scaled by 1/dp: the loss is divided by dp, so the sum over replicas is the mean
+ * gradient) and r its error-feedback residual (Seide et al. 2014; Karimireddy et al. 2019):
+ *   1bit, qsgd, topk   e = g + r; c = C(e); r = e - D(c); all-gather the D payloads; the unit's
+ *                      gradient (ZeRO 1: the owned slice only) = sum over ranks, in rank order, of
+ *                      D(c_rank): every rank gets the same bits whatever the comm's reduction order.
+ *   powersgd           for the first powersgd_start_iter iterations the plain reduction, residual
+ *                      untouched (PyTorch's powerSGD_hook); then e = g + r; per matrix parameter
+ *                      M (rows x cols) P^T = Q^T M^T, all-reduced (with the unit's vectors, sent
+ *                      whole), rows orthonormalised, Q^T = P^T M, all-reduced (Q kept as the next
+ *                      step's warm start), gradient = P Q^T, r = e - P Q^T / dp (the local share of
+ *                      the average's error; vectors keep no residual).
+ * Everything goes through device and comm ops, so it runs unchanged on CPU and CUDA. Deterministic
+ * mode: the rank's exact fixed-point sums are converted to fp32 first, compressed, and the decoded
+ * sum (rank order, the same on every rank) converted back into the exact sums, so the layouts
+ * that deterministic mode keeps equal (pp, micro-batches, ZeRO 0 vs 1) stay equal with compression.
+ *
+ * State: the residual r (fp32, the stage's padded length, counted as optimizer memory) and
+ * PowerSGD's Q^T per matrix parameter (fp32, r x cols); both are checkpointed by their owners
+ * (engine/train/state_shards.h). */
+#ifndef TRIDENT_ENGINE_TRAIN_DP_COMPRESS_H
+#define TRIDENT_ENGINE_TRAIN_DP_COMPRESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/comm/comm.h"
+#include "engine/device/arena.h"
+#include "engine/device/device.h"
+#include "engine/train/grad_compression.h"
+#include "engine/train/param.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tri_dp_compress {
+    tri_compression c;
+    bool on;                  /* a compressor and dp > 1 (else the plain reduction runs) */
+    int stage;                /* ZeRO stage (0 or 1) */
+    const tri_param_layout *L;
+    tri_tensor residual;      /* f32 (padded_numel): r, this rank's error feedback */
+    tri_tensor send;          /* i32 (largest unit's payload words): this rank's payload */
+    tri_tensor gathered;      /* i32 (dp, largest payload words): every rank's payload */
+    /* powersgd */
+    tri_tensor q;             /* f32 (q_numel): Q^T of every matrix parameter, r x cols each */
+    tri_tensor p;             /* f32 (largest unit's P^T elements + vector elements) */
+    int64_t *q_at, *p_at;     /* per parameter: its offset in q (-1: a vector) and in p */
+    int64_t q_numel;
+    bool q_ready;             /* q holds a warm start (initialised, or loaded) */
+    bool residual_ready;      /* residual holds r (zeroed at the first compressed step, or loaded) */
+    /* the last step's reduction, for the log: wire bytes sent, and what the plain reduction sends */
+    uint64_t last_sent, last_plain;
+} tri_dp_compress;
+
+/* Takes the buffers (planning or real arena, like every take) for compression c at ZeRO stage over
+ * layout L; nothing when c is none or L->dp is 1. TRI_EINVAL from tri_compression_check. */
+int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layout *L, const tri_compression *c,
+                         int stage);
+void tri_dp_compress_free(tri_dp_compress *x);
+/* A fresh start: the residual is zeroed and Q initialised at the next compressed step. */
+void tri_dp_compress_reset(tri_dp_compress *x);
+
+/* Reduces unit u's gradient (f32, the unit's range of grads) over dp for iteration `iter`
+ * (0-based): at stage 0 every rank gets the whole sum, at stage 1 its owned slice. Collective over
+ * dp. */
+int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor grads, int unit, int64_t iter);
+
+/* Whether unit u is reduced uncompressed at iteration iter (powersgd's first iterations). */
+bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

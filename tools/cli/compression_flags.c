@@ -1,0 +1,67 @@
+/* tools/cli/compression_flags.c - the compression flags (see compression_flags.h). */
+#include "tools/cli/compression_flags.h"
+
+#include <string.h>
+
+#include "engine/core/log.h"
+#include "engine/core/status.h"
+
+void tri_cli_compression_defaults(tri_cli_compression *f)
+{
+    tri_compression d = tri_compression_defaults();
+    *f = (tri_cli_compression){.kind = "none", .block_size = d.block_size, .qsgd_levels = d.qsgd_levels,
+                               .powersgd_rank = d.powersgd_rank, .topk_fraction = d.topk_fraction,
+                               .powersgd_start_iter = d.powersgd_start_iter};
+}
+
+int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
+{
+    t[n++] = (tri_flag){"grad-compression", TRI_FLAG_CHOICE, &f->kind,
+                        "compress the data-parallel gradient reduction, with error feedback (the residual of "
+                        "what was not sent joins the next step's gradient): 1bit (signs + a scale per block; Seide "
+                        "et al. 2014), qsgd (stochastic levels per block; Alistarh et al. 2017), topk (the largest "
+                        "entries), powersgd (rank-r matrices; Vogels et al. 2019); ZeRO 0 and 1 only; ignored with "
+                        "a warning at dp 1", 0, 0, "none|1bit|qsgd|topk|powersgd", false};
+    t[n++] = (tri_flag){"compression-block-size", TRI_FLAG_INT, &f->block_size,
+                        "elements per scale of 1bit and qsgd", 0, 1 << 30, NULL, false};
+    t[n++] = (tri_flag){"qsgd-levels", TRI_FLAG_INT, &f->qsgd_levels, "qsgd's levels s per sign (bits per element: "
+                        "1 + ceil(log2(s + 1)))", 0, 1 << 20, NULL, false};
+    t[n++] = (tri_flag){"topk-fraction", TRI_FLAG_FLOAT, &f->topk_fraction,
+                        "fraction of each bucket's entries topk sends, in (0, 1]", -1e9, 1e9, NULL, false};
+    t[n++] = (tri_flag){"powersgd-rank", TRI_FLAG_INT, &f->powersgd_rank, "PowerSGD's approximation rank", 0,
+                        1 << 20, NULL, false};
+    t[n++] = (tri_flag){"powersgd-start-iter", TRI_FLAG_INT64, &f->powersgd_start_iter,
+                        "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter)", 0,
+                        1e12, NULL, false};
+    t[n++] = (tri_flag){"reset-compression-state", TRI_FLAG_BOOL, &f->reset_state,
+                        "on resume, start the error-feedback residuals and PowerSGD's Q afresh (checkpoints do not "
+                        "hold them yet, so every resume does so now, with a warning)", 0, 0, NULL, false};
+    return n;
+}
+
+int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_stage, uint64_t seed,
+                                tri_compression *out)
+{
+    tri_compression c = tri_compression_defaults();
+    int kind = tri_compression_parse(f->kind);
+    if (kind < 0)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression %s: unknown compressor (none|1bit|qsgd|topk|powersgd)",
+                       f->kind ? f->kind : "(null)");
+    c.kind = (tri_compression_kind)kind;
+    c.block_size = f->block_size;
+    c.qsgd_levels = f->qsgd_levels;
+    c.topk_fraction = f->topk_fraction;
+    c.powersgd_rank = f->powersgd_rank;
+    c.powersgd_start_iter = f->powersgd_start_iter;
+    c.seed = seed;
+    int rc = tri_compression_check(&c, zero_stage);
+    if (rc)
+        return rc;
+    if (c.kind != TRI_COMPRESS_NONE && dp == 1) {
+        tri_log_rank0("warning: --grad-compression %s with dp 1: there is no data-parallel reduction to compress; "
+                      "running uncompressed", f->kind);
+        c.kind = TRI_COMPRESS_NONE;
+    }
+    *out = c;
+    return TRI_OK;
+}

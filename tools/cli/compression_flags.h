@@ -1,0 +1,34 @@
+/* tools/cli/compression_flags.h - engine_train's flags of the compressed data-parallel gradient
+ * reduction (engine/train/grad_compression.h, engine/train/dp_compress.h): --grad-compression
+ * none|1bit|qsgd|topk|powersgd, --compression-block-size, --qsgd-levels, --topk-fraction,
+ * --powersgd-rank, --powersgd-start-iter, and --reset-compression-state (resume a checkpoint
+ * saved with another compressor, or without its state, starting the error feedback and PowerSGD's
+ * Q afresh). */
+#ifndef TRIDENT_TOOLS_CLI_COMPRESSION_FLAGS_H
+#define TRIDENT_TOOLS_CLI_COMPRESSION_FLAGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/train/grad_compression.h"
+#include "tools/cli/flags.h"
+
+typedef struct tri_cli_compression {
+    const char *kind;
+    int block_size, qsgd_levels, powersgd_rank;
+    float topk_fraction;
+    int64_t powersgd_start_iter;
+    bool reset_state;
+} tri_cli_compression;
+
+/* grad_compression.h's defaults, kind none. */
+void tri_cli_compression_defaults(tri_cli_compression *f);
+/* Appends the flags to table t at n; returns the new count. */
+int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n);
+/* The compression the flags ask for, checked against the ZeRO stage (TRI_EINVAL naming the flag and
+ * value). With dp 1 a compressor warns on rank 0 and gives none: there is nothing to reduce. The
+ * run's seed drives qsgd's rounding and PowerSGD's initial Q. */
+int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_stage, uint64_t seed,
+                                tri_compression *out);
+
+#endif
