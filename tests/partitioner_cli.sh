@@ -204,7 +204,7 @@ expect "PowerSGD rank 0" "--powersgd-rank 0: expected a rank of at least 1" "${d
 expect "block size 0" "--compression-block-size 0: expected at least 1 element" "${dp4[@]}" --grad-compression 1bit --compression-block-size 0
 expect "compressor with ZeRO 2" "--grad-compression powersgd with --zero-stage 2" "${dp4[@]}" --grad-compression powersgd --zero-stage 2
 expect "local SGD H 0" "--local-sgd-steps 0: expected H >= 1" "${dp4[@]}" --local-sgd-steps 0
-expect "local SGD with ZeRO 1" "--local-sgd-steps 16 with --zero-stage 1" "${dp4[@]}" --local-sgd-steps 16 --zero-stage 1
+expect "local SGD with ZeRO 1" "--local-sgd-steps 16 with ZeRO stage 1" "${dp4[@]}" --local-sgd-steps 16 --zero-stage 1
 "$bin" --grad-compression 1bit > "$tmp/dp1.txt" 2> "$tmp/dp1.err" || fail "compression with dp 1 must only warn"
 contains "compression with dp 1 warns" "data-parallel size 1: nothing to reduce, ignored" "$tmp/dp1.err"
 "$bin" "${dp4[@]}" --overlap-grad-reduce --overlap-param-gather --grad-compression 1bit --inter-node-bandwidth 10 \

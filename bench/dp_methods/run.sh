@@ -5,14 +5,14 @@
 #
 # Every run trains the tiny GPT (models/gpt2-tiny-byte.json) on 4 ranks with data parallelism 4 on
 # the same tokens: 300 iterations of a 16-sequence global batch of 128 tokens (614,400 tokens), the
-# learning rate 2e-3 warming up over 30 iterations and decaying to 2e-4, validation on the same 320
-# sequences every 40,960 tokens. The runs differ only in how the replicas agree:
+# learning rate 2e-3 warming up over 30 iterations and decaying to 2e-4, validation every 102,400 tokens
+# (10 global batches: 160 sequences; 640 for the LAMB run, whose batches are 4x larger). The runs differ only in how the replicas agree:
 #   none        synchronous AdamW, fp32 all-reduce (the baseline)
-#   1bit qsgd topk powersgd   --grad-compression, with error feedback (PowerSGD rank 4)
+#   1bit qsgd topk powersgd powersgd-rank16   --grad-compression, with error feedback (PowerSGD rank 4, 16)
 #   localsgd-h16   16 local steps, then the replicas' parameters averaged (--outer-optimizer average)
 #   diloco-h16     16 local steps, then an outer Nesterov step (outer lr 0.7, momentum 0.9)
 #   lamb-gbs64     LAMB at 4x the global batch (64 sequences, 75 iterations: the same tokens), lr x2
-#                  (the square-root scaling of You et al. 2020), warm-up and validation scaled by 1/4
+#                  (the square-root scaling of You et al. 2020), warm-up and validation at the same tokens
 # Each run's metrics.jsonl lands in OUT_DIR/<run>.jsonl; then table.sh prints the table (final
 # validation loss, dp bytes per step and per synchronisation) and plot.sh draws validation loss
 # against tokens (OUT_DIR/val-loss.png). Takes about 2 minutes a run on 2 cores.
@@ -21,23 +21,24 @@ cd "$(dirname "$0")/../.."
 out=${1:-docs/data/dp-methods}
 shift || true
 runs=("$@")
-[ ${#runs[@]} -gt 0 ] || runs=(none 1bit qsgd topk powersgd localsgd-h16 diloco-h16 lamb-gbs64)
+[ ${#runs[@]} -gt 0 ] || runs=(none 1bit qsgd topk powersgd powersgd-rank16 localsgd-h16 diloco-h16 lamb-gbs64)
 mkdir -p "$out"
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 [ -f data/fortunes_byte_train.bin ] || bash tools/prepare_fortunes.sh build/bin
 
 common=(--config models/gpt2-tiny-byte.json --train-data data/fortunes_byte_train.bin
         --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --min-lr 2e-4 --log-interval 10)
-base=(--global-batch-size 16 --train-iters 300 --lr 2e-3 --lr-warmup-iters 30 --eval-interval 20 --eval-iters 20)
+base=(--global-batch-size 16 --train-iters 300 --lr 2e-3 --lr-warmup-iters 30 --eval-interval 50)
 
 flags_of() {
   case "$1" in
     none) echo "${base[*]}" ;;
     1bit|qsgd|topk) echo "${base[*]} --grad-compression $1" ;;
     powersgd) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4" ;;
+    powersgd-rank16) echo "${base[*]} --grad-compression powersgd --powersgd-rank 16" ;;
     localsgd-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
     diloco-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
-    lamb-gbs64) echo "--global-batch-size 64 --train-iters 75 --lr 4e-3 --lr-warmup-iters 8 --eval-interval 5 --eval-iters 5 --optimizer lamb" ;;
+    lamb-gbs64) echo "--global-batch-size 64 --train-iters 75 --lr 4e-3 --lr-warmup-iters 8 --eval-interval 25 --optimizer lamb --min-lr 4e-4" ;;
     *) echo "dp_methods: unknown run '$1'" >&2; return 1 ;;
   esac
 }
