@@ -93,6 +93,17 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r, bool weights_only);
  * trainer's synchronisation count. Collective over the world for the verdict. */
 int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r);
 
+/* The compressed dp reduction's error-feedback residuals (engine/train/dp_compress.h) after
+ * tri_ckpt_load, from a checkpoint saved with the same --grad-compression kind (its options may
+ * differ): each dp rank reads its own from its replica files, so dp must be the checkpoint's (tp, pp
+ * may differ); TRI_EINVAL naming both compressors, or both dp, otherwise. Residuals are stored by
+ * the holder of each TP shard (state_shards.h), so copies that are their own (sequence-parallel
+ * replicated parameters at tp > 1, shared shards, the tied embedding's copy at pp > 1: their
+ * gradients are summed after the dp reduction) get the holder's, with a warning: such a resume is
+ * not bit-identical. PowerSGD's Q is not held: it is drawn afresh. Collective over the world; every
+ * rank gets the same status. */
+int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r);
+
 /* The box of parameter p's TP shard in its global index space (vocabulary padding included). */
 tri_box tri_ckpt_shard_box(const tri_param *p);
 

@@ -12,6 +12,7 @@
 
 #include "checkpoints/checkpoint.h"
 #include "engine/train/state_shards.h"
+#include "engine/core/log.h"
 #include "engine/core/status.h"
 
 /* The checkpoint's tensor for p must have p's logical shape. */
@@ -142,6 +143,53 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
         t->outer_syncs = r->m.outer_syncs;
         t->replicas_apart = !r->m.replicas_equal;
     }
+    return tri_comm_agree(t->grid->world, rc);
+}
+
+int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
+{
+    const tri_ckpt_run *s = &r->m.run;
+    tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
+    tri_state_shard *sh = NULL;
+    int n = 0, own = 0;
+    int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur
+                 ? TRI_OK
+                 : TRI_ERR(TRI_EINVAL, "checkpoint %s: the error feedback of --grad-compression %s loaded into a run "
+                           "with --grad-compression %s (resume with the same, or pass --reset-compression-state)",
+                           r->dir, tri_compression_name(s->compression.kind), tri_compression_name(cur));
+    if (!rc && s->dp != t->grid->dp)
+        rc = TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s and dp %d: each dp rank's "
+                     "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
+                     "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
+                     tri_compression_name(s->compression.kind), s->dp, s->dp, t->grid->dp);
+    if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
+    float *box = NULL;
+    for (int i = 0; i < n && !rc; i++) {
+        const tri_state_shard *e = &sh[i];
+        if (e->group != TRI_STATE_EF_RESIDUAL)
+            continue;
+        /* a non-holder copy (another TP rank's replicated parameter, the last stage's tied
+         * embedding) reads the holder's: equal without SP, shared shards or a tied copy, since
+         * those sum their gradients after the dp reduction (engine/train/train.c sync_grads) */
+        const tri_param *p = e->param;
+        own += !e->holder && (p->spec.tied_copy || p->replicas > 1 ||
+                              (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
+        free(box);
+        box = malloc((size_t)p->numel * sizeof *box);
+        if (!box)
+            rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+        tri_box b = tri_ckpt_shard_box(p);
+        if (!rc) rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(e->group),
+                                           p->spec.name, &b, box);
+        if (!rc) rc = tri_trainer_state_write(t, e, box + e->lo);
+    }
+    free(box);
+    free(sh);
+    if (!rc && own > 0 && t->grid->dp_rank == 0)
+        tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
+                "parameters, shared TP shards or the tied embedding's copy) are its own but stored once: they are "
+                "restored from the stored copy, so this resume is not bit-identical to an uninterrupted run", r->dir,
+                own);
     return tri_comm_agree(t->grid->world, rc);
 }
 

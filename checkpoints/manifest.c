@@ -132,6 +132,19 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         cJSON_AddNumberToObject(ls, "outer_syncs", (double)m->outer_syncs);
         cJSON_AddBoolToObject(ls, "replicas_equal", m->replicas_equal);
     }
+    if (r->compression.kind != TRI_COMPRESS_NONE) { /* only then, like local_sgd */
+        const tri_compression *c = &r->compression;
+        cJSON *gc = cJSON_AddObjectToObject(root, "grad_compression");
+        cJSON_AddStringToObject(gc, "kind", tri_compression_name(c->kind));
+        cJSON_AddNumberToObject(gc, "block_size", c->block_size);
+        cJSON_AddNumberToObject(gc, "qsgd_levels", c->qsgd_levels);
+        cJSON_AddNumberToObject(gc, "topk_fraction", c->topk_fraction);
+        cJSON_AddNumberToObject(gc, "powersgd_rank", c->powersgd_rank);
+        cJSON_AddNumberToObject(gc, "powersgd_start_iter", (double)c->powersgd_start_iter);
+        cJSON_AddStringToObject(gc, "state", c->kind == TRI_COMPRESS_POWERSGD
+                                                 ? "error_feedback per dp rank (replica files); PowerSGD's Q not held"
+                                                 : "error_feedback per dp rank (replica files)");
+    }
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     for (int i = 0; i < m->n_tensors; i++) {
         cJSON *t = cJSON_CreateObject();
@@ -465,6 +478,24 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
             tri_error_clear();
             rc = bad(p, "outer_optimizer", "must be average or nesterov");
         }
+    }
+    /* the compressed dp reduction: optional (absent: none) */
+    const cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "grad_compression");
+    if (!rc && gc) {
+        char ckind[16] = "";
+        tri_compression *c = &r->compression;
+        *c = tri_compression_defaults();
+        get_str(p, gc, "kind", ckind, sizeof ckind, &rc);
+        get_int(p, gc, "block_size", 1, 1 << 30, &c->block_size, &rc);
+        get_int(p, gc, "qsgd_levels", 1, 1 << 30, &c->qsgd_levels, &rc);
+        get_float(p, gc, "topk_fraction", &c->topk_fraction, &rc);
+        get_int(p, gc, "powersgd_rank", 1, 1 << 30, &c->powersgd_rank, &rc);
+        get_i64(p, gc, "powersgd_start_iter", 0, MAX_DIM, &c->powersgd_start_iter, &rc);
+        int k = rc ? -1 : tri_compression_parse(ckind);
+        if (!rc && k <= (int)TRI_COMPRESS_NONE)
+            rc = bad(p, "kind", "must be 1bit, qsgd, topk or powersgd");
+        if (!rc)
+            c->kind = (tri_compression_kind)k;
     }
     return rc;
 }

@@ -16,6 +16,7 @@
 
 #include "checkpoints/box.h"
 #include "checkpoints/sha256.h"
+#include "engine/train/grad_compression.h"
 #include "engine/train/local_sgd.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/param.h"
@@ -32,7 +33,8 @@
 /* Local SGD (engine/train/local_sgd.h) adds two kinds, written by every data-parallel rank: "outer"
  * (outer_anchor/ and outer_momentum/ over the rank's outer slices, resharded like moments) and
  * "replica" (replica_weights/, replica_exp_avg/, replica_exp_avg_sq/: the whole TP shard as that
- * replica holds it; read back by the same dp rank). */
+ * replica holds it; read back by the same dp rank). A compressed dp reduction (--grad-compression)
+ * writes "replica" files too, holding error_feedback/ (each dp rank's residual, the whole TP shard). */
 typedef enum {
     TRI_CKPT_MODEL = 0, TRI_CKPT_OPTIM = 1, TRI_CKPT_OTHER = 2, TRI_CKPT_OUTER = 3, TRI_CKPT_REPLICA = 4
 } tri_ckpt_file_kind;
@@ -75,6 +77,8 @@ typedef struct tri_ckpt_run {
     tri_adamw_config adamw;
     float clip_grad;
     tri_local_sgd_config local;     /* local SGD (steps 0: none; final_iter not recorded) */
+    tri_compression compression;    /* --grad-compression and its options (kind none: none or dp 1;
+                                       seed not recorded: it is the run's) */
 } tri_ckpt_run;
 
 typedef struct tri_ckpt_manifest {

@@ -42,6 +42,8 @@ void tri_ckpt_run_of(const tri_trainer *t, uint64_t seed, const tri_lr_schedule 
     run->clip_grad = t->cfg.clip_grad;
     run->local = t->cfg.local;
     run->local.final_iter = 0; /* the run's length, not its state */
+    run->compression = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c : tri_compression_defaults();
+    run->compression.seed = 0; /* the run's seed, recorded as such */
 }
 
 static int root_attrs(hid_t f, const char *path, const char *kind, const tri_ckpt_snapshot *s)
@@ -166,7 +168,8 @@ static int write_local(const tri_ckpt_snapshot *s, const tri_ckpt_manifest *m, c
             continue;
         rc = write_moment_piece(f, path, tri_state_group_name((tri_state_group)e->group), e, s->pool + e->data,
                                 m->tensors[e->tensor].shape);
-        if (!rc && (e->group == TRI_STATE_OUTER_ANCHOR || e->group == TRI_STATE_REPLICA_WEIGHTS))
+        if (!rc && (e->group == TRI_STATE_OUTER_ANCHOR || e->group == TRI_STATE_REPLICA_WEIGHTS ||
+                    e->group == TRI_STATE_EF_RESIDUAL)) /* EF: only without local SGD (refused together) */
             rc = add_piece(entry, e->tensor, &e->shard, e->lo, e->hi);
     }
     int crc = f >= 0 ? tri_h5_close(f, path) : TRI_OK;
@@ -234,7 +237,7 @@ int tri_ckpt_write_rank_files(const tri_ckpt_snapshot *s, const tri_ckpt_pending
     replica.kind = TRI_CKPT_REPLICA;
     snprintf(outer.name, sizeof outer.name, "outer_tp%02d_pp%02d_dp%03d.h5", s->tp_rank, s->pp_rank, s->dp_rank);
     snprintf(replica.name, sizeof replica.name, "replica_tp%02d_pp%02d_dp%03d.h5", s->tp_rank, s->pp_rank, s->dp_rank);
-    if (!rc && s->writes_local)
+    if (!rc && s->writes_outer)
         rc = write_file(s, p, &frag, &outer);
     if (!rc && s->writes_local)
         rc = write_file(s, p, &frag, &replica);
@@ -263,12 +266,13 @@ static int collect_fragments(const tri_ckpt_pending *p, tri_ckpt_manifest *m)
     /* model files by (pp, tp), then optimizer shards by (pp, tp, dp), then local SGD's outer and
      * replica files by (pp, tp, dp) */
     static const tri_ckpt_file_kind kinds[] = {TRI_CKPT_MODEL, TRI_CKPT_OPTIM, TRI_CKPT_OUTER, TRI_CKPT_REPLICA};
-    int passes = p->base.run.local.steps > 0 ? 4 : 2;
+    bool per_replica = p->base.run.local.steps > 0 || p->base.run.compression.kind != TRI_COMPRESS_NONE;
+    int passes = per_replica ? 4 : 2;
     for (int pass = 0; pass < passes && !rc; pass++)
         for (int pp = 0; pp < p->pp && !rc; pp++)
             for (int tp = 0; tp < p->tp && !rc; tp++)
                 for (int dp = 0; dp < p->dp && !rc; dp++) {
-                    bool optim_writer = p->zero_stage > 0 || dp == 0 || p->base.run.local.steps > 0;
+                    bool optim_writer = p->zero_stage > 0 || dp == 0 || per_replica;
                     if (!optim_writer)
                         continue;
                     char name[64], path[TRI_CKPT_PATH_MAX];

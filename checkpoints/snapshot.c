@@ -134,7 +134,8 @@ static int take_moments(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_man
     return rc;
 }
 
-/* Local SGD's stored entries (outer slices, the replica's own state), each into the pool. */
+/* Local SGD's stored entries (outer slices, the replica's own state) and the error-feedback
+ * residual, each into the pool. */
 static int take_local(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_manifest *m, const tri_state_shard *sh,
                       int n)
 {
@@ -182,7 +183,8 @@ int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_
     s->iteration = iteration;
     s->optimizer_step = t->opt[0].step;
     s->n_model = s->n_optim = s->n_local = 0;
-    s->writes_local = t->cfg.local.steps > 0;
+    s->writes_outer = t->cfg.local.steps > 0;
+    s->writes_local = s->writes_outer || t->chunks[0]->zero.comp.on;
     s->pool_used = 0;
     tri_state_shard *sh = NULL;
     int n = 0, n_model, n_optim, n_local;

@@ -41,7 +41,9 @@ typedef struct tri_ckpt_snapshot {
     int n_model, n_optim, n_local;
     tri_ckpt_snap_entry *model, *optim;
     tri_ckpt_snap_entry *local;  /* local SGD: outer and replica entries, one per group (state_shards.h) */
-    bool writes_local;         /* local SGD: this rank writes its outer and replica files (every dp rank) */
+    bool writes_local;         /* local SGD or a compressed dp reduction's error feedback: this rank writes
+                                  its replica file (every dp rank) */
+    bool writes_outer;         /* local SGD: this rank writes its outer file (every dp rank) */
     bool writes_model;         /* this rank writes its (tp, pp) model file (dp rank 0) */
     bool writes_optim;         /* this rank writes an optimizer file (ZeRO 1-3, or dp rank 0) */
     int tp_rank, pp_rank, dp_rank, world_rank;

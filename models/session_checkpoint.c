@@ -78,6 +78,28 @@ static int local_sgd_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur, b
                    sb);
 }
 
+/* The compressed dp reduction on resume: the checkpoint's error feedback continues only into the
+ * same --grad-compression kind (its options may change); another (or none on either side) is refused
+ * naming both unless reset, which starts the residuals (and PowerSGD's Q) from zero. A step-0
+ * checkpoint binds nothing; --no-load-optim counts as reset. The residuals are per dp rank, so they
+ * are read (*load, tri_ckpt_load_compression) only with the checkpoint's dp: another is refused
+ * naming both unless reset (tp and pp may change). */
+static int compression_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur, bool reset, bool resumes, bool *load)
+{
+    tri_compression_kind a = r->m.run.compression.kind, b = cur->compression.kind;
+    *load = resumes && !reset && a == b && b != TRI_COMPRESS_NONE;
+    if (*load && r->m.run.dp != cur->dp)
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s and dp %d: each dp rank's "
+                       "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
+                       "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
+                       tri_compression_name(a), r->m.run.dp, r->m.run.dp, cur->dp);
+    if (a == b || reset || !resumes)
+        return TRI_OK;
+    return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s; this run has --grad-compression "
+                   "%s (resume with the same, or pass --reset-compression-state to start the compression state "
+                   "from zero)", r->dir, tri_compression_name(a), tri_compression_name(b));
+}
+
 int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_run *run, int64_t *iteration)
 {
     const tri_model *m = s->model.model;
@@ -97,8 +119,14 @@ int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_r
         run->lr = r.m.run.lr;
     bool fresh = false; /* local SGD's outer state starts from the loaded weights */
     if (!rc) rc = local_sgd_resume(&r, &cur, run->reset_outer_state, resumes, &fresh);
+    bool ef = false; /* the error feedback is read */
+    if (!rc) rc = compression_resume(&r, &cur, run->reset_compression_state || run->no_load_optim, resumes, &ef);
     rc = tri_comm_agree(s->grid.world, rc);
     if (!rc) rc = tri_ckpt_load(&s->trainer, &r, run->no_load_optim);
+    for (int c = 0; c < s->trainer.v && !rc; c++)
+        tri_dp_compress_reset(&s->trainer.chunks[c]->zero.comp); /* from zero unless read below */
+    if (!rc && ef)
+        rc = tri_ckpt_load_compression(&s->trainer, &r);
     if (!rc && cur.local.steps > 0)
         rc = fresh ? tri_trainer_outer_reset(&s->trainer) : tri_ckpt_load_local(&s->trainer, &r);
     if (!rc)

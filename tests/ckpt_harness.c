@@ -43,6 +43,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (lrc)
         return lrc;
     tri_session_ckpt_run cr = {.seed = o.run.seed, .keep_last = r->keep_last, .reset_outer_state = r->reset_outer_state,
+                               .reset_compression_state = r->reset_compression_state,
                                .no_load_optim = r->no_load_optim,
                                .lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 2,
                                       .decay_iters = TU_CKPT_TOTAL, .style = TRI_LR_COSINE}};

@@ -24,6 +24,7 @@ typedef struct tu_ckpt_run {
     int keep_last;
     bool async_save;              /* --async-save: background saves, polled every step, waited at the end */
     bool reset_outer_state;       /* --reset-outer-state (local SGD: layout.local) */
+    bool reset_compression_state; /* --reset-compression-state (layout.compression) */
     bool no_load_optim;           /* --no-load-optim: resume the weights only */
     /* results */
     int64_t start;                /* the first iteration run (0, or the checkpoint's) */

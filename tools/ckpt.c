@@ -459,6 +459,24 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     tri_session s;
     if (rank != 0)
         tri_log_set_quiet(true);
+    /* the compressed dp reduction's error feedback: per dp rank, so carried with the same dp (tp, pp
+     * may change) and a ZeRO stage that compresses; else dropped with a warning (the output records
+     * no compressor, and a resume starts the residuals from zero) */
+    if (j->load && sr->compression.kind != TRI_COMPRESS_NONE) {
+        tri_compression c = sr->compression;
+        c.seed = sr->seed;
+        if (j->layout.dp == sr->dp && tri_compression_check(&c, j->layout.zero_stage) == TRI_OK) {
+            o.run.layout.compression = c;
+        } else {
+            tri_error_clear();
+            cr.reset_compression_state = true;
+            if (rank == 0)
+                fprintf(stderr, "warning: the checkpoint's --grad-compression %s error feedback is per dp rank "
+                        "(dp %d, ZeRO %d); the target (dp %d, ZeRO %d) drops it: a resumed run starts it from "
+                        "zero\n", tri_compression_name(c.kind), sr->dp, sr->zero_stage, j->layout.dp,
+                        j->layout.zero_stage);
+        }
+    }
     int rc = tri_device_cpu_create(&dev, 1);
     if (!rc) rc = tri_session_create(&s, world, dev, &j->model, &o);
     if (rc) {

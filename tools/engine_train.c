@@ -508,6 +508,7 @@ static tri_session_ckpt_run ckpt_run(const run *r)
 {
     return (tri_session_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last,
                                   .reset_outer_state = r->a.reset_outer_state,
+                                  .reset_compression_state = r->a.compression.reset_state,
                                   .no_load_optim = r->a.no_load_optim,
                               .lr_source = r->a.use_checkpoint_scheduler ? TRI_LR_CHECKPOINT
                                            : r->a.override_scheduler     ? TRI_LR_FLAGS
@@ -589,13 +590,17 @@ static int load_checkpoint(run *r)
     if (!rc)
         tri_log_rank0("resumed from %s at iteration %lld in %.2f s", r->a.load, (long long)r->start_iter,
                       tri_now_s() - t0);
-    /* checkpoints do not hold the compression state yet (issue 32): say so rather than resume inexactly
-     * in silence */
-    if (!rc && r->L.compression.kind != TRI_COMPRESS_NONE)
-        tri_log_rank0("warning: --grad-compression %s: checkpoints do not hold the error-feedback residuals%s yet; "
-                      "they start from zero (the resumed run is not bit-identical to an uninterrupted one)",
+    /* checkpoints hold the error-feedback residuals but not PowerSGD's Q (issue 32): say so rather
+     * than resume inexactly in silence */
+    if (!rc && r->L.compression.kind == TRI_COMPRESS_POWERSGD && r->L.dp > 1)
+        tri_log_rank0("warning: --grad-compression powersgd: checkpoints hold the error-feedback residuals but not "
+                      "PowerSGD's Q; it is drawn afresh from the seeded RNG (the resumed run is not bit-identical to "
+                      "an uninterrupted one)");
+    else if (!rc && r->L.compression.kind != TRI_COMPRESS_NONE && r->L.dp > 1 &&
+             (r->a.compression.reset_state || r->a.no_load_optim))
+        tri_log_rank0("warning: --grad-compression %s: %s: the error-feedback residuals start from zero",
                       tri_compression_name(r->L.compression.kind),
-                      r->L.compression.kind == TRI_COMPRESS_POWERSGD ? " and PowerSGD's Q" : "");
+                      r->a.no_load_optim ? "--no-load-optim" : "--reset-compression-state");
     return rc;
 }
 

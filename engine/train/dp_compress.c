@@ -100,6 +100,47 @@ void tri_dp_compress_reset(tri_dp_compress *x)
     x->q_ready = x->residual_ready = false;
 }
 
+int tri_dp_compress_residual_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host)
+{
+    if (!x->on || at < 0 || at + n > x->L->padded_numel)
+        return TRI_ERR(TRI_EINVAL, "error-feedback residual [%lld, %lld) read without compression or past its %lld "
+                       "elements", (long long)at, (long long)(at + n), (long long)(x->L ? x->L->padded_numel : 0));
+    if (!x->residual_ready) { /* no compressed step yet: r is zero */
+        memset(host, 0, (size_t)n * sizeof *host);
+        return TRI_OK;
+    }
+    return tri_device_copy_to_host(dev, host, tri_tensor_range(x->residual, at, n));
+}
+
+int tri_dp_compress_residual_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host)
+{
+    if (!x->on || at < 0 || at + n > x->L->padded_numel)
+        return TRI_ERR(TRI_EINVAL, "error-feedback residual [%lld, %lld) written without compression or past its "
+                       "%lld elements", (long long)at, (long long)(at + n),
+                       (long long)(x->L ? x->L->padded_numel : 0));
+    int rc = x->residual_ready ? TRI_OK : tri_op_fill(dev, x->residual, 0.0f); /* the padding stays zero */
+    x->residual_ready = !rc;
+    return rc ? rc : tri_device_copy_from_host(dev, tri_tensor_range(x->residual, at, n), host);
+}
+
+/* Zeroes the residual between unit u's parameters and after the last (the layout's padding): the
+ * padding's gradient is not a gradient, so it carries no error feedback; this also makes the
+ * residual exactly what its per-parameter checkpoint entries hold (state_shards.h). */
+static int zero_padding(tri_dp_compress *x, tri_device *dev, int unit)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    int64_t at = u->start;
+    int rc = TRI_OK;
+    for (int i = u->first; i <= u->first + u->count && !rc; i++) {
+        int64_t next = i < u->first + u->count ? x->L->params[i].offset : u->start + u->len;
+        if (next > at)
+            rc = tri_op_fill(dev, tri_tensor_range(x->residual, at, next - at), 0.0f);
+        if (i < u->first + u->count)
+            at = x->L->params[i].offset + x->L->params[i].numel;
+    }
+    return rc;
+}
+
 bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter)
 {
     return !x->on || (x->c.kind == TRI_COMPRESS_POWERSGD && iter < x->c.powersgd_start_iter);
@@ -252,6 +293,7 @@ int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_
         if (!rc) rc = tri_op_add(dev, r, r, g); /* e = g + r, kept in r */
         if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD ? powersgd_unit(x, dev, dp, grads, unit)
                                                          : gather_unit(x, dev, dp, g, r, unit, iter);
+        if (!rc) rc = zero_padding(x, dev, unit);
     }
     x->last_sent += tri_comm_wire_bytes(dp, TRI_COMM_KINDS) - before;
     return rc;

@@ -20,9 +20,11 @@
  * sum (rank order, the same on every rank) converted back into the exact sums, so the layouts
  * that deterministic mode keeps equal (pp, micro-batches, ZeRO 0 vs 1) stay equal with compression.
  *
- * State: the residual r (fp32, the stage's padded length, counted as optimizer memory) and
- * PowerSGD's Q^T per matrix parameter (fp32, r x cols); both are checkpointed by their owners
- * (engine/train/state_shards.h). */
+ * State: the residual r (fp32, the stage's padded length, counted as optimizer memory; its padding is
+ * kept zero after every compressed unit, so the per-parameter ranges are all of it) and PowerSGD's
+ * Q^T per matrix parameter (fp32, r x cols). Checkpoints hold r (state_shards.h's error_feedback
+ * group, per dp rank); Q is not checkpointed: a resumed powersgd run draws it afresh from the
+ * seeded RNG (warned). */
 #ifndef TRIDENT_ENGINE_TRAIN_DP_COMPRESS_H
 #define TRIDENT_ENGINE_TRAIN_DP_COMPRESS_H
 
@@ -70,6 +72,13 @@ void tri_dp_compress_reset(tri_dp_compress *x);
  * (0-based): at stage 0 every rank gets the whole sum, at stage 1 its owned slice. Collective over
  * dp. */
 int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor grads, int unit, int64_t iter);
+
+/* The residual's n elements at flat offset `at` into host (zeros before the first compressed step).
+ * TRI_EINVAL without compression or past the residual; device errors. */
+int tri_dp_compress_residual_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host);
+/* The residual's n elements at `at` from host (a checkpoint's): the first write zeroes the rest, and
+ * the residual counts as ready (not zeroed at the next compressed step). Errors as the read's. */
+int tri_dp_compress_residual_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host);
 
 /* Whether unit u is reduced uncompressed at iteration iter (powersgd's first iterations). */
 bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter);

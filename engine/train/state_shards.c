@@ -51,7 +51,7 @@ const char *tri_state_group_name(tri_state_group g)
 {
     static const char *const names[TRI_STATE_GROUPS] = {
         NULL, "exp_avg", "exp_avg_sq", "momentum_buffer", "outer_anchor", "outer_momentum", "replica_weights",
-        "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer"};
+        "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer", "error_feedback"};
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
@@ -105,6 +105,24 @@ static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
     return n;
 }
 
+/* Appends (or counts) chunk c's error-feedback residual entries: each parameter's whole TP shard,
+ * at its flat offset in the residual (laid out like the gradients). */
+static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int n)
+{
+    const tri_param_layout *L = &t->chunks[c]->layout;
+    if (!t->chunks[c]->zero.comp.on)
+        return n;
+    for (int i = 0; i < L->n; i++) {
+        const tri_param *p = &L->params[i];
+        bool h = holds(t, p);
+        if (list)
+            list[n] = (tri_state_shard){.param = p, .group = TRI_STATE_EF_RESIDUAL, .lo = 0, .hi = p->numel,
+                                        .holder = h, .stored = h, .chunk = c, .at = p->offset};
+        n++;
+    }
+    return n;
+}
+
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n)
 {
     int count = 0;
@@ -112,6 +130,8 @@ int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int
         count = add_chunk(t, c, NULL, count);
     for (int c = 0; c < t->v && t->cfg.local.steps > 0; c++)
         count = add_local(t, c, NULL, count);
+    for (int c = 0; c < t->v; c++)
+        count = add_residual(t, c, NULL, count);
     *shards = calloc((size_t)(count > 0 ? count : 1), sizeof **shards);
     *n = 0;
     if (!*shards)
@@ -120,6 +140,8 @@ int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int
         *n = add_chunk(t, c, *shards, *n);
     for (int c = 0; c < t->v && t->cfg.local.steps > 0; c++)
         *n = add_local(t, c, *shards, *n);
+    for (int c = 0; c < t->v; c++)
+        *n = add_residual(t, c, *shards, *n);
     return TRI_OK;
 }
 
@@ -145,6 +167,8 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
 {
     if (weights(s))
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
+    if (s->group == TRI_STATE_EF_RESIDUAL)
+        return tri_dp_compress_residual_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     return tri_device_copy_to_host(t->dev, host, moment(t, s));
 }
 
@@ -152,5 +176,7 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
 {
     if (weights(s))
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
+    if (s->group == TRI_STATE_EF_RESIDUAL)
+        return tri_dp_compress_residual_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     return tri_device_copy_from_host(t->dev, moment(t, s), host);
 }

@@ -31,6 +31,10 @@ typedef enum tri_state_group {
     TRI_STATE_REPLICA_EXP_AVG,    /* its AdamW moments (they differ per replica between and across */
     TRI_STATE_REPLICA_EXP_AVG_SQ, /* synchronisations): the whole TP shard, stored by every dp rank */
     TRI_STATE_REPLICA_MOMENTUM,   /* or its SGD / LARS momentum buffer, in place of the moments */
+    /* compressed dp reduction only (--grad-compression, engine/train/dp_compress.h): */
+    TRI_STATE_EF_RESIDUAL,        /* the error-feedback residual (fp32, parameter-shaped, different on each
+                                     dp rank): the whole TP shard, stored by every dp rank in its replica
+                                     file, like local SGD's replica groups */
     TRI_STATE_GROUPS
 } tri_state_group;
 
@@ -47,12 +51,12 @@ typedef struct tri_state_shard {
                                 last stage's tied copy of the embedding) */
     bool stored;             /* holder, and this data-parallel rank stores it (weights: dp rank 0;
                                 moments: the owner under ZeRO 1-3, dp rank 0 at ZeRO 0; local SGD's
-                                groups: every dp rank) */
+                                groups and the error feedback: every dp rank) */
     bool collective;         /* reading it is collective over the data-parallel group: every rank
                                 reads every holder entry of this group in the same order */
     int chunk;               /* the model chunk holding it */
     int64_t at;              /* moments: the piece's offset in the chunk's optimizer state; outer
-                                groups: in the chunk's outer state */
+                                groups: in the chunk's outer state; error feedback: in the residual */
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
@@ -60,7 +64,9 @@ typedef struct tri_state_shard {
  * moment (adjacent; AdamW, LAMB) or the momentum buffer (SGD, LARS). Under local SGD then, per
  * chunk, for each parameter each piece of this dp rank's outer slices (anchor, and momentum
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
- * second moment, or the momentum buffer; adjacent). *shards is malloc'd (n of them). TRI_ENOMEM. */
+ * second moment, or the momentum buffer; adjacent). With a compressed dp reduction (and dp > 1)
+ * then, per chunk, each parameter's error-feedback residual (.at: its flat offset). *shards is
+ * malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
 /* Entry s's values (hi - lo floats) into host; for a collective entry every data-parallel rank

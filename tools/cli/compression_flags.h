@@ -2,8 +2,8 @@
  * reduction (engine/train/grad_compression.h, engine/train/dp_compress.h): --grad-compression
  * none|1bit|qsgd|topk|powersgd, --compression-block-size, --qsgd-levels, --topk-fraction,
  * --powersgd-rank, --powersgd-start-iter, and --reset-compression-state (resume a checkpoint
- * saved with another compressor, or without its state, starting the error feedback and PowerSGD's
- * Q afresh). */
+ * saved with another compressor or dp, starting the error feedback from zero instead of loading it
+ * from the checkpoint; PowerSGD's Q is never checkpointed). */
 #ifndef TRIDENT_TOOLS_CLI_COMPRESSION_FLAGS_H
 #define TRIDENT_TOOLS_CLI_COMPRESSION_FLAGS_H
 

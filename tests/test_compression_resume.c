@@ -1,0 +1,178 @@
+/* tests/test_compression_resume.c - checkpoints of a compressed data-parallel gradient reduction
+ * (--grad-compression, engine/train/dp_compress.h) hold each dp rank's error-feedback residual
+ * (engine/train/state_shards.h's error_feedback group, in the per-dp-rank replica files), so a run
+ * saved and resumed is bit-identical to an uninterrupted one; dropping the residual on resume
+ * (--reset-compression-state) breaks that equality, which is what shows the residual is what carries
+ * it. Resuming with another compressor is refused naming both unless reset; another dp is refused
+ * (each replica's residual is its own). PowerSGD's Q is not checkpointed (drawn afresh), and copies
+ * whose residual is their own but stored once (the tied embedding's at pp > 1, SP-replicated
+ * parameters at tp > 1) resume inexactly with a warning (checkpoints/checkpoint.h). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/checkpoint.h"
+#include "checkpoints/fsutil.h"
+#include "engine/core/status.h"
+#include "models/gpt.h"
+#include "tests/ckpt_harness.h"
+#include "tests/harness.h"
+
+enum { B = 1, T = 8, GLOBAL = 4, HALF = 10 };
+
+static tu_ckpt_run comp_run(const tri_gpt_config *cfg, const int32_t *w, tu_layout l, tri_compression_kind kind)
+{
+    l.compression = tri_compression_defaults();
+    l.compression.kind = kind;
+    l.compression.block_size = 32;
+    l.compression.seed = 1234;
+    return (tu_ckpt_run){.cfg = cfg, .B = B, .T = T, .layout = l, .global_batch = GLOBAL, .windows = w,
+                         .until = TU_CKPT_TOTAL};
+}
+
+/* A whole tensor of group (NULL: the weights) from a checkpoint's files of kind (dp rank dp, -1:
+ * any), malloc'd. */
+static float *tensor(const char *dir, tri_ckpt_file_kind kind, int dp, const char *group, const char *name, int64_t *n)
+{
+    tri_ckpt_reader r;
+    cr_assert_eq(tri_ckpt_reader_open(&r, dir), TRI_OK, "%s", tri_error_message());
+    int t = tri_manifest_tensor(&r.m, name);
+    cr_assert_geq(t, 0);
+    tri_box all = {.ndim = r.m.tensors[t].ndim};
+    for (int d = 0; d < all.ndim; d++)
+        all.shape[d] = r.m.tensors[t].shape[d];
+    *n = tri_box_numel(&all);
+    float *buf = malloc((size_t)*n * sizeof *buf);
+    cr_assert_eq(tri_ckpt_read_box_in(&r, kind, dp, group, name, &all, buf), TRI_OK, "%s %s: %s", group ? group : "",
+                 name, tri_error_message());
+    tri_ckpt_reader_close(&r);
+    return buf;
+}
+
+static const char *const names[] = {"wte", "h.0.attn.c_attn.w", "h.1.mlp.c_proj.w", "ln_f.w"};
+
+/* The final weights and both dp ranks' residuals of a and b are equal to the bit. */
+static void same_final(const char *a, const char *b, const char *what)
+{
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int64_t n, m;
+        float *x = tensor(a, TRI_CKPT_MODEL, -1, NULL, names[i], &n);
+        float *y = tensor(b, TRI_CKPT_MODEL, -1, NULL, names[i], &m);
+        cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final %s differs", what, names[i]);
+        free(x);
+        free(y);
+        for (int dp = 0; dp < 2; dp++) {
+            x = tensor(a, TRI_CKPT_REPLICA, dp, "error_feedback", names[i], &n);
+            y = tensor(b, TRI_CKPT_REPLICA, dp, "error_feedback", names[i], &m);
+            cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final residual of %s on dp %d differs",
+                      what, names[i], dp);
+            free(x);
+            free(y);
+        }
+    }
+}
+
+/* The residuals are stored per dp rank: non-zero, and different on the two replicas. */
+static void residuals_per_rank(const char *dir)
+{
+    int64_t n, m;
+    float *x = tensor(dir, TRI_CKPT_REPLICA, 0, "error_feedback", "h.0.attn.c_attn.w", &n);
+    float *y = tensor(dir, TRI_CKPT_REPLICA, 1, "error_feedback", "h.0.attn.c_attn.w", &m);
+    double mx = 0.0;
+    for (int64_t k = 0; k < n; k++)
+        mx = fmax(mx, fabs(x[k]));
+    cr_expect_gt(mx, 0.0, "the saved residual is zero");
+    cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) != 0, "the two dp ranks' residuals are equal");
+    free(x);
+    free(y);
+}
+
+static void resumes_bit_for_bit(tri_compression_kind kind)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 31);
+    char *dir = tu_ckpt_tmpdir(tri_compression_name(kind));
+    char ref_dir[4200], mid[4300], ref_final[4300], out[4300], fin[4400];
+    snprintf(ref_dir, sizeof ref_dir, "%s/uninterrupted", dir);
+    snprintf(mid, sizeof mid, "%s/iter_%07d", ref_dir, HALF);
+    snprintf(ref_final, sizeof ref_final, "%s/iter_%07d", ref_dir, TU_CKPT_TOTAL);
+    tu_layout dp2 = {.tp = 1, .pp = 1, .dp = 2};
+    tu_ckpt_run ref = comp_run(&cfg, w, dp2, kind);
+    ref.save_dir = ref_dir;
+    ref.save_interval = HALF;
+    cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
+    residuals_per_rank(mid);
+
+    snprintf(out, sizeof out, "%s/resumed", dir);
+    tu_ckpt_run r = comp_run(&cfg, w, dp2, kind);
+    r.load = mid;
+    r.save_dir = out;
+    cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "resume: %s", tri_error_message());
+    cr_assert_eq(r.start, HALF);
+    for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
+        cr_expect(r.losses[k] == ref.losses[HALF + k], "%s: iteration %d loss %.17g, uninterrupted %.17g",
+                  tri_compression_name(kind), HALF + k + 1, r.losses[k], ref.losses[HALF + k]);
+    snprintf(fin, sizeof fin, "%s/iter_%07d", out, TU_CKPT_TOTAL);
+    same_final(fin, ref_final, "resumed");
+
+    /* the residual dropped on load (--reset-compression-state): the run is no longer the same */
+    tu_ckpt_run z = comp_run(&cfg, w, dp2, kind);
+    z.load = mid;
+    z.reset_compression_state = true;
+    cr_assert_eq(tu_ckpt_train(&z), TRI_OK, "reset: %s", tri_error_message());
+    int differ = 0;
+    for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
+        differ += z.losses[k] != ref.losses[HALF + k];
+    cr_expect_gt(differ, 0, "%s: resuming without the residual gave the uninterrupted losses",
+                 tri_compression_name(kind));
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
+
+Test(compression_resume, onebit_resumes_bit_for_bit, .timeout = 300) { resumes_bit_for_bit(TRI_COMPRESS_1BIT); }
+Test(compression_resume, topk_resumes_bit_for_bit, .timeout = 300) { resumes_bit_for_bit(TRI_COMPRESS_TOPK); }
+
+Test(compression_resume, another_compressor_or_dp_refused, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 37);
+    char *dir = tu_ckpt_tmpdir("compression-refused");
+    char mid[4300];
+    snprintf(mid, sizeof mid, "%s/iter_%07d", dir, 4);
+    tu_layout dp2 = {.tp = 1, .pp = 1, .dp = 2};
+    tu_ckpt_run s = comp_run(&cfg, w, dp2, TRI_COMPRESS_1BIT);
+    s.until = 4;
+    s.save_dir = dir;
+    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    /* another compressor: refused naming both; accepted with --reset-compression-state */
+    tu_ckpt_run r = comp_run(&cfg, w, dp2, TRI_COMPRESS_TOPK);
+    r.load = mid;
+    r.until = 6;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--grad-compression 1bit") &&
+                  strstr(tri_error_message(), "--grad-compression topk") &&
+                  strstr(tri_error_message(), "--reset-compression-state"), "%s", tri_error_message());
+    r.reset_compression_state = true;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_OK, "--reset-compression-state: %s", tri_error_message());
+    /* none on this side: refused too */
+    r = comp_run(&cfg, w, dp2, TRI_COMPRESS_NONE);
+    r.load = mid;
+    r.until = 6;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--grad-compression 1bit") &&
+                  strstr(tri_error_message(), "--grad-compression none"), "%s", tri_error_message());
+    /* the same compressor with another dp: the residuals are per replica */
+    tu_ckpt_run d = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 4}, TRI_COMPRESS_1BIT);
+    d.load = mid;
+    d.until = 6;
+    cr_expect_eq(tu_ckpt_train(&d), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "dp 2") && strstr(tri_error_message(), "dp 4"), "%s", tri_error_message());
+    d.reset_compression_state = true;
+    cr_expect_eq(tu_ckpt_train(&d), TRI_OK, "dp 4 with --reset-compression-state: %s", tri_error_message());
+    tri_error_clear();
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
