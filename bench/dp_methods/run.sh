@@ -49,7 +49,7 @@ for r in "${runs[@]}"; do
   echo "== $r: $f"
   # shellcheck disable=SC2086
   mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE \
-    build/bin/engine_train "${common[@]}" $f --save-dir "$dir" > "$out/$r.log" 2>&1 \
+    "${TRIDENT_BUILD:-build}/bin/engine_train" "${common[@]}" $f --save-dir "$dir" > "$out/$r.log" 2>&1 \
     || { echo "dp_methods: run $r failed (log: $out/$r.log)" >&2; exit 1; }
   cp "$dir/metrics.jsonl" "$out/$r.jsonl"
   rm -rf "$dir"

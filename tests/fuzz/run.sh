@@ -49,7 +49,7 @@ sources() {
     safetensors) echo "checkpoints/safetensors.c engine/core/status.c engine/core/file.c" ;;
     tokenizer) echo "models/tokenizer.c models/tokenizer_gpt2.c models/bytemap.c engine/core/status.c \
                      engine/core/file.c" ;;
-    ckpt) echo "checkpoints/manifest.c checkpoints/reader.c checkpoints/sha256.c checkpoints/fsutil.c engine/train/local_sgd_config.c \
+    ckpt) echo "checkpoints/manifest.c checkpoints/reader.c checkpoints/sha256.c checkpoints/fsutil.c engine/train/local_sgd_config.c engine/train/grad_compression.c \
                 checkpoints/h5.c checkpoints/box.c engine/core/status.c engine/core/file.c" ;;
   esac
 }
