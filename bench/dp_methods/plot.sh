@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# bench/dp_methods/plot.sh DIR - validation loss against tokens for every run in DIR
-# (bench/dp_methods/run.sh), into DIR/val-loss.png with gnuplot. Tokens = iteration x global batch x
-# sequence length; the global batch is 16 sequences, 64 for a run named *gbs64* (run.sh).
+# bench/dp_methods/plot.sh DIR - validation loss against tokens for the standard runs in DIR
+# (bench/dp_methods/run.sh; other files there are left out), into DIR/val-loss.png with gnuplot.
+# Tokens = iteration x global batch x sequence length; the global batch is 16 sequences, 64 for a
+# run named *gbs64* (run.sh).
 set -euo pipefail
 dir=${1:?usage: plot.sh DIR}
 command -v gnuplot >/dev/null || { echo "plot: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 plots=()
-for f in "$dir"/*.jsonl; do
-  r=$(basename "$f" .jsonl)
+for r in none 1bit qsgd topk powersgd powersgd-rank16 localsgd-h16 diloco-h16 lamb-gbs64; do
+  f="$dir/$r.jsonl"
+  [ -f "$f" ] || continue
   gbs=16
   [[ "$r" == *gbs64* ]] && gbs=64
   awk -v tok=$((gbs * 128)) '
@@ -29,6 +31,8 @@ set xlabel "tokens"
 set ylabel "validation loss"
 set grid
 set key top right
+set linetype 9 lc rgb "#8b4513" pt 9
+set linetype cycle 9
 plot $joined
 GP
 echo "plot: $dir/val-loss.png"
