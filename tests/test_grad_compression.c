@@ -487,6 +487,9 @@ static void same_bits(tri_compression_kind kind)
     tu_result rn;
     cr_assert_eq(tu_run_gpt(&cfg, B, T, &none, w, STEPS, &rn), TRI_OK);
     cr_expect_neq(rn.losses[STEPS - 1], ra.losses[STEPS - 1]);
+    tu_result_free(&ra);
+    tu_result_free(&rz);
+    tu_result_free(&rn);
     free(w);
 }
 
