@@ -107,3 +107,28 @@ char *tu_ckpt_tmpdir(const char *tag)
     tri_fs_mkdir_p(path);
     return path;
 }
+
+float *tu_ckpt_tensor(const char *dir, tri_ckpt_file_kind kind, int dp, const char *group, const char *name,
+                      int64_t *n)
+{
+    tri_ckpt_reader r;
+    if (tri_ckpt_reader_open(&r, dir) != TRI_OK)
+        return NULL;
+    int t = tri_manifest_tensor(&r.m, name);
+    float *buf = NULL;
+    if (t < 0) {
+        TRI_ERR(TRI_EINVAL, "checkpoint %s has no tensor %s", dir, name);
+    } else {
+        tri_box all = {.ndim = r.m.tensors[t].ndim};
+        for (int d = 0; d < all.ndim; d++)
+            all.shape[d] = r.m.tensors[t].shape[d];
+        *n = tri_box_numel(&all);
+        buf = malloc((size_t)*n * sizeof *buf);
+        if (buf && tri_ckpt_read_box_in(&r, kind, dp, group, name, &all, buf) != TRI_OK) {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    tri_ckpt_reader_close(&r);
+    return buf;
+}

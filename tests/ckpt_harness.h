@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "checkpoints/reader.h"
 #include "tests/harness.h"
 
 #define TU_CKPT_TOTAL 20 /* the LR schedule's decay length: every run belongs to one 20-step run */
@@ -36,5 +37,10 @@ int tu_ckpt_train(tu_ckpt_run *r);
 
 /* A fresh empty directory under TMPDIR (or /tmp) named after tag; caller frees the string. */
 char *tu_ckpt_tmpdir(const char *tag);
+
+/* The whole tensor `name` of group (NULL: the weights) from checkpoint dir's files of `kind` (dp
+ * rank dp; -1: any), malloc'd, its element count in *n; NULL with the reader's error otherwise. */
+float *tu_ckpt_tensor(const char *dir, tri_ckpt_file_kind kind, int dp, const char *group, const char *name,
+                      int64_t *n);
 
 #endif

@@ -32,22 +32,12 @@ static tu_ckpt_run comp_run(const tri_gpt_config *cfg, const int32_t *w, tu_layo
 }
 
 /* A whole tensor of group (NULL: the weights) from a checkpoint's files of kind (dp rank dp, -1:
- * any), malloc'd. */
+ * any), asserted read. */
 static float *tensor(const char *dir, tri_ckpt_file_kind kind, int dp, const char *group, const char *name, int64_t *n)
 {
-    tri_ckpt_reader r;
-    cr_assert_eq(tri_ckpt_reader_open(&r, dir), TRI_OK, "%s", tri_error_message());
-    int t = tri_manifest_tensor(&r.m, name);
-    cr_assert_geq(t, 0);
-    tri_box all = {.ndim = r.m.tensors[t].ndim};
-    for (int d = 0; d < all.ndim; d++)
-        all.shape[d] = r.m.tensors[t].shape[d];
-    *n = tri_box_numel(&all);
-    float *buf = malloc((size_t)*n * sizeof *buf);
-    cr_assert_eq(tri_ckpt_read_box_in(&r, kind, dp, group, name, &all, buf), TRI_OK, "%s %s: %s", group ? group : "",
-                 name, tri_error_message());
-    tri_ckpt_reader_close(&r);
-    return buf;
+    float *x = tu_ckpt_tensor(dir, kind, dp, group, name, n);
+    cr_assert(x, "%s %s: %s", group ? group : "", name, tri_error_message());
+    return x;
 }
 
 static const char *const names[] = {"wte", "h.0.attn.c_attn.w", "h.1.mlp.c_proj.w", "ln_f.w"};

@@ -357,21 +357,12 @@ static tu_ckpt_run ck_run(const tri_gpt_config *cfg, const int32_t *w, tu_layout
                          .until = TU_CKPT_TOTAL};
 }
 
-/* A whole tensor of group (NULL: the weights) from a checkpoint's files of `kind` (malloc'd). */
+/* A whole tensor of group (NULL: the weights) from a checkpoint's files of `kind`, asserted read. */
 static float *ck_tensor(const char *dir, tri_ckpt_file_kind kind, const char *group, const char *name, int64_t *n)
 {
-    tri_ckpt_reader r;
-    cr_assert_eq(tri_ckpt_reader_open(&r, dir), TRI_OK, "%s", tri_error_message());
-    int t = tri_manifest_tensor(&r.m, name);
-    cr_assert_geq(t, 0);
-    tri_box all = {.ndim = r.m.tensors[t].ndim};
-    for (int d = 0; d < all.ndim; d++)
-        all.shape[d] = r.m.tensors[t].shape[d];
-    *n = tri_box_numel(&all);
-    float *buf = malloc((size_t)*n * sizeof *buf);
-    cr_assert_eq(tri_ckpt_read_box_in(&r, kind, -1, group, name, &all, buf), TRI_OK, "%s", tri_error_message());
-    tri_ckpt_reader_close(&r);
-    return buf;
+    float *x = tu_ckpt_tensor(dir, kind, -1, group, name, n);
+    cr_assert(x, "%s %s: %s", group ? group : "", name, tri_error_message());
+    return x;
 }
 
 static void ck_same(const char *a, const char *b, const char *what)
