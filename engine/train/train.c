@@ -348,7 +348,7 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
                                                   z->bad);
             }
     }
-    tri_comm *over = t->chunks[0]->zero.stage > 0 ? t->grid->world : t->grid->mp_comm;
+    tri_comm *over = tri_trainer_norm_comm(t);
     int64_t host[6] = {0};
     for (int c = 0; c < t->v && !rc; c++) { /* squares of non-finite gradients are counted in bad */
         float bad = 0.0f;
@@ -366,6 +366,11 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
 static int64_t norm_slot(const tri_trainer *t, const tri_param *p, int dp, int stage)
 {
     return ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp + (stage > 0 ? t->grid->dp_rank : 0);
+}
+
+tri_comm *tri_trainer_norm_comm(const tri_trainer *t)
+{
+    return t->chunks[0]->zero.stage > 0 ? t->grid->world : t->grid->mp_comm;
 }
 
 int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p)
@@ -413,7 +418,7 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
     if (!rc) rc = tri_op_sum_squares_multi(t->dev, t->norm_slots, xs, piece_slots, n_pieces);
     free(xs);
     free(piece_slots);
-    tri_comm *over = stage > 0 ? t->grid->world : t->grid->mp_comm;
+    tri_comm *over = tri_trainer_norm_comm(t);
     if (!rc) rc = tri_comm_all_reduce(over, t->norm_slots, TRI_REDUCE_SUM);
     if (!rc) rc = tri_device_copy_to_host(t->dev, slots, t->norm_slots);
     /* this rank's own slots (the others added zeros, which keeps NaN and Inf) decide local_bad */

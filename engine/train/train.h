@@ -119,6 +119,9 @@ int tri_trainer_plan(const tri_param_layout *const *layouts, int v, int n_global
  * parameter, TP rank), and per DP rank under ZeRO, so after one all-reduce each slot holds exactly
  * one rank's value (used by the gradient norm and the trust ratios). */
 int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p);
+/* The ranks whose partial sums make whole tensors' norms: the world under ZeRO (pieces are cut over
+ * dp too), else the model-parallel group (data-parallel replicas hold the same values). */
+tri_comm *tri_trainer_norm_comm(const tri_trainer *t);
 
 /* Global batch size in samples: micro-batch size x micro-batches x dp. */
 int64_t tri_trainer_global_batch(const tri_trainer *t);

@@ -6,13 +6,6 @@
 #include "engine/core/status.h"
 #include "engine/device/ops/optimizer_math.h"
 
-/* The ranks whose partial sums make whole tensors: all of them under ZeRO, else the model-parallel
- * group (data-parallel replicas hold the same values). */
-static tri_comm *over(const tri_trainer *t)
-{
-    return t->chunks[0]->zero.stage > 0 ? t->grid->world : t->grid->mp_comm;
-}
-
 static tri_trust_hparams hparams(const tri_trainer *t, float grad_scale)
 {
     const tri_adamw_config *c = &t->opt[0].cfg;
@@ -79,7 +72,7 @@ static int ratios_float(tri_trainer *t, float grad_scale)
     if (!rc) rc = tri_op_sum_squares_multi(t->dev, t->trust_sums, f.xs, f.slots, f.n);
     free(f.xs);
     free(f.slots);
-    if (!rc) rc = tri_comm_all_reduce(over(t), t->trust_sums, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_comm_all_reduce(tri_trainer_norm_comm(t), t->trust_sums, TRI_REDUCE_SUM);
     tri_trust_hparams hp = hparams(t, grad_scale);
     if (!rc) rc = tri_op_trust_ratio(t->dev, t->trust_ratios, t->trust_sums, f.nslots / n_global, &hp);
     return rc;
@@ -106,7 +99,7 @@ static int ratios_exact(tri_trainer *t, float grad_scale)
     int rc = limbs && ratios ? TRI_OK : TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the trust ratios");
     if (!rc) rc = tri_op_zero(t->dev, t->trust_limbs);
     if (!rc) rc = each_piece(t, add_exact_piece, &e);
-    if (!rc) rc = tri_comm_all_reduce(over(t), t->trust_limbs, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_comm_all_reduce(tri_trainer_norm_comm(t), t->trust_limbs, TRI_REDUCE_SUM);
     if (!rc) rc = tri_device_copy_to_host(t->dev, limbs, t->trust_limbs);
     tri_trust_hparams hp = hparams(t, grad_scale);
     for (int64_t i = 0; i < e.n_global && !rc; i++)
