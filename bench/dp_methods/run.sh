@@ -11,7 +11,7 @@
 #   1bit qsgd topk powersgd powersgd-rank16   --grad-compression, with error feedback (PowerSGD rank 4, 16)
 #   localsgd-h16   16 local steps, then the replicas' parameters averaged (--outer-optimizer average)
 #   diloco-h16     16 local steps, then an outer Nesterov step (outer lr 0.7, momentum 0.9)
-#   lamb-gbs64     LAMB at 4x the global batch (64 sequences, 75 iterations: the same tokens), lr x2
+#   lamb-gbs64     LAMB at 4x the global batch (64 sequences, a quarter of the iterations: the same tokens), lr x2
 #                  (the square-root scaling of You et al. 2020), warm-up and validation at the same tokens
 # Each run's metrics.jsonl lands in OUT_DIR/<run>.jsonl; then table.sh prints the table (final
 # validation loss, dp bytes per step and per synchronisation) and plot.sh draws validation loss
@@ -28,7 +28,13 @@ if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 
 common=(--config models/gpt2-tiny-byte.json --train-data data/fortunes_byte_train.bin
         --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --min-lr 2e-4 --log-interval 10)
-base=(--global-batch-size 16 --train-iters 300 --lr 2e-3 --lr-warmup-iters 30 --eval-interval 50)
+# DP_METHODS_ITERS (default 300, a multiple of 12) lengthens every run alike: warm-up a tenth of it,
+# validation six times; the LAMB run keeps a quarter of the iterations at 4x the batch (validation
+# three times, warm-up over the same tokens, rounded up).
+iters=${DP_METHODS_ITERS:-300}
+(( iters % 12 == 0 )) || { echo "dp_methods: DP_METHODS_ITERS=$iters is not a multiple of 12" >&2; exit 1; }
+base=(--global-batch-size 16 --train-iters "$iters" --lr 2e-3 --lr-warmup-iters $((iters / 10)) --eval-interval $((iters / 6)))
+lamb=(--global-batch-size 64 --train-iters $((iters / 4)) --lr-warmup-iters $(((iters + 39) / 40)) --eval-interval $((iters / 12)))
 
 flags_of() {
   case "$1" in
@@ -38,7 +44,7 @@ flags_of() {
     powersgd-rank16) echo "${base[*]} --grad-compression powersgd --powersgd-rank 16" ;;
     localsgd-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
     diloco-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
-    lamb-gbs64) echo "--global-batch-size 64 --train-iters 75 --lr 4e-3 --lr-warmup-iters 8 --eval-interval 25 --optimizer lamb --min-lr 4e-4" ;;
+    lamb-gbs64) echo "${lamb[*]} --lr 4e-3 --optimizer lamb --min-lr 4e-4" ;;
     *) echo "dp_methods: unknown run '$1'" >&2; return 1 ;;
   esac
 }
