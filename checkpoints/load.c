@@ -124,8 +124,8 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
         bool replica = e->group >= TRI_STATE_REPLICA_WEIGHTS;
-        if (e->group < TRI_STATE_OUTER_ANCHOR || (replica && !replicas))
-            continue;
+        if (e->group < TRI_STATE_OUTER_ANCHOR || e->group >= TRI_STATE_EF_RESIDUAL || (replica && !replicas))
+            continue; /* not local SGD's (the compression state: tri_ckpt_load_compression) */
         /* the TP shard's box from the outer files (any layout) or this replica's own files */
         const tri_param *p = e->param;
         free(box);
@@ -146,12 +146,38 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
     return tri_comm_agree(t->grid->world, rc);
 }
 
+/* Why this run cannot take the checkpoint's per-rank compression state (copies' residuals or
+ * PowerSGD's Q), into why; "" when it can: they belong to the saving rank's shard, so the same tp and
+ * pp (dp is the same here), and the group held at all (older checkpoints hold neither). */
+static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool held, const char *what, char *why,
+                           size_t cap)
+{
+    const tri_ckpt_run *s = &r->m.run;
+    why[0] = '\0';
+    if (!held)
+        snprintf(why, cap, "the checkpoint predates %s in checkpoints", what);
+    else if (s->tp != t->grid->tp || s->pp != t->grid->pp)
+        snprintf(why, cap, "it was saved at tp %d x pp %d and %s belongs to the saving rank's shard (this run has "
+                 "tp %d x pp %d)", s->tp, s->pp, what, t->grid->tp, t->grid->pp);
+}
+
+/* Entry e (a copy's residual or a matrix's Q) from the file of its own (tp, pp) rank (Q: dp rank 0's,
+ * the same bits on every dp rank; residuals: this dp rank's) into box (e's hi floats), *found. */
+static int read_own(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, float *box, bool *found)
+{
+    const tri_grid *g = t->grid;
+    tri_box b = tri_ckpt_shard_box(e->param);
+    int dp = e->group == TRI_STATE_POWERSGD_Q ? 0 : g->dp_rank;
+    return tri_ckpt_read_own(r, TRI_CKPT_REPLICA, g->tp_rank, g->pp_rank, dp, tri_state_group_name(e->group),
+                             e->param->spec.name, &b, e->hi - e->lo, box, found);
+}
+
 int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
 {
     const tri_ckpt_run *s = &r->m.run;
     tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
     tri_state_shard *sh = NULL;
-    int n = 0, own = 0;
+    int n = 0, own = 0, fresh_q = 0;
     int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur
                  ? TRI_OK
                  : TRI_ERR(TRI_EINVAL, "checkpoint %s: the error feedback of --grad-compression %s loaded into a run "
@@ -162,34 +188,56 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                      "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
                      "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
                      tri_compression_name(s->compression.kind), s->dp, s->dp, t->grid->dp);
+    char copies_why[256], q_why[256];
+    own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", copies_why, sizeof copies_why);
+    own_state_plan(t, r, r->m.powersgd_q, "PowerSGD's Q", q_why, sizeof q_why);
+    if (!q_why[0] && cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != t->chunks[0]->zero.comp.c.powersgd_rank)
+        snprintf(q_why, sizeof q_why, "it was saved with --powersgd-rank %d (this run has %d)",
+                 s->compression.powersgd_rank, t->chunks[0]->zero.comp.c.powersgd_rank);
     if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
     float *box = NULL;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
-        if (e->group != TRI_STATE_EF_RESIDUAL)
+        if (e->group != TRI_STATE_EF_RESIDUAL && e->group != TRI_STATE_EF_COPY && e->group != TRI_STATE_POWERSGD_Q)
             continue;
-        /* a non-holder copy (another TP rank's replicated parameter, the last stage's tied
-         * embedding) reads the holder's: equal without SP, shared shards or a tied copy, since
-         * those sum their gradients after the dp reduction (engine/train/train.c sync_grads) */
         const tri_param *p = e->param;
-        own += !e->holder && (p->spec.tied_copy || p->replicas > 1 ||
-                              (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
         free(box);
-        box = malloc((size_t)p->numel * sizeof *box);
-        if (!box)
+        box = malloc((size_t)(e->hi > p->numel ? e->hi : p->numel) * sizeof *box);
+        if (!box) {
             rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
-        tri_box b = tri_ckpt_shard_box(p);
-        if (!rc) rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(e->group),
-                                           p->spec.name, &b, box);
+            break;
+        }
+        bool found = false;
+        if (e->group != TRI_STATE_EF_RESIDUAL && !(e->group == TRI_STATE_POWERSGD_Q ? q_why : copies_why)[0])
+            rc = read_own(t, r, e, box, &found);
+        if (!rc && e->group == TRI_STATE_POWERSGD_Q) { /* not found: this matrix keeps the fresh draw */
+            fresh_q += !found;
+            if (found) rc = tri_trainer_state_write(t, e, box);
+            continue;
+        }
+        if (!rc && !found) {
+            /* the holder's residual, or, for a copy not held per rank, the holder's too: equal
+             * without SP, shared shards or a tied copy, which sum their gradients after the dp
+             * reduction (engine/train/train.c sync_grads) */
+            own += e->group == TRI_STATE_EF_COPY && (p->spec.tied_copy || p->replicas > 1 ||
+                                                     (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
+            tri_box b = tri_ckpt_shard_box(p);
+            rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(TRI_STATE_EF_RESIDUAL),
+                                      p->spec.name, &b, box);
+        }
         if (!rc) rc = tri_trainer_state_write(t, e, box + e->lo);
     }
     free(box);
     free(sh);
     if (!rc && own > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
-                "parameters, shared TP shards or the tied embedding's copy) are its own but stored once: they are "
-                "restored from the stored copy, so this resume is not bit-identical to an uninterrupted run", r->dir,
-                own);
+                "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "
+                "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, own,
+                copies_why[0] ? copies_why : "not found for this rank's shard");
+    if (!rc && fresh_q > 0 && t->grid->dp_rank == 0)
+        tri_log("warning: checkpoint %s: PowerSGD's Q of %d matrix(es) of this rank is drawn afresh from the seeded "
+                "RNG (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, fresh_q,
+                q_why[0] ? q_why : "not found for this rank's shard");
     return tri_comm_agree(t->grid->world, rc);
 }
 

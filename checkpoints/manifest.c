@@ -141,9 +141,14 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         cJSON_AddNumberToObject(gc, "topk_fraction", c->topk_fraction);
         cJSON_AddNumberToObject(gc, "powersgd_rank", c->powersgd_rank);
         cJSON_AddNumberToObject(gc, "powersgd_start_iter", (double)c->powersgd_start_iter);
-        cJSON_AddStringToObject(gc, "state", c->kind == TRI_COMPRESS_POWERSGD
-                                                 ? "error_feedback per dp rank (replica files); PowerSGD's Q not held"
-                                                 : "error_feedback per dp rank (replica files)");
+        cJSON_AddStringToObject(gc, "state", !m->powersgd_q ? "error_feedback per dp rank (replica files)"
+                                             : "error_feedback per dp rank, powersgd_q per (tp, pp) from dp rank 0 "
+                                               "(replica files)");
+        /* optional (absent in older checkpoints: false): every copy's own residual is held
+         * (error_feedback_copy), PowerSGD's Q is held (powersgd_q) */
+        cJSON_AddBoolToObject(gc, "residual_copies", m->residual_copies);
+        if (c->kind == TRI_COMPRESS_POWERSGD)
+            cJSON_AddBoolToObject(gc, "powersgd_q", m->powersgd_q);
     }
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     for (int i = 0; i < m->n_tensors; i++) {
@@ -491,6 +496,14 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
         get_float(p, gc, "topk_fraction", &c->topk_fraction, &rc);
         get_int(p, gc, "powersgd_rank", 1, 1 << 30, &c->powersgd_rank, &rc);
         get_i64(p, gc, "powersgd_start_iter", 0, MAX_DIM, &c->powersgd_start_iter, &rc);
+        static const char *const flags[2] = {"residual_copies", "powersgd_q"};
+        bool *dst[2] = {&m->residual_copies, &m->powersgd_q};
+        for (int f = 0; f < 2 && !rc; f++) { /* optional: absent in older checkpoints (false) */
+            const cJSON *b = cJSON_GetObjectItemCaseSensitive(gc, flags[f]);
+            if (b && !cJSON_IsBool(b))
+                rc = bad(p, flags[f], "must be true or false");
+            *dst[f] = cJSON_IsTrue(b);
+        }
         int k = rc ? -1 : tri_compression_parse(ckind);
         if (!rc && k <= (int)TRI_COMPRESS_NONE)
             rc = bad(p, "kind", "must be 1bit, qsgd, topk or powersgd");
