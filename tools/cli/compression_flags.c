@@ -34,9 +34,9 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter)", 0,
                         1e12, NULL, false};
     t[n++] = (tri_flag){"reset-compression-state", TRI_FLAG_BOOL, &f->reset_state,
-                        "on resume, start the error-feedback residuals from zero (checkpoints hold them per dp "
-                        "rank) and accept a checkpoint saved with another --grad-compression (else refused); "
-                        "PowerSGD's Q is drawn afresh on every resume", 0, 0, NULL, false};
+                        "on resume, start the error-feedback residuals from zero and draw PowerSGD's Q afresh "
+                        "(checkpoints hold both: the residuals per dp rank, Q per (tp, pp)) and accept a "
+                        "checkpoint saved with another --grad-compression or dp (else refused)", 0, 0, NULL, false};
     return n;
 }
 
