@@ -172,6 +172,40 @@ static int read_own(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e
                              e->param->spec.name, &b, e->hi - e->lo, box, found);
 }
 
+/* What this rank's own compression state can come from: "" when the copies' residuals (copies) and
+ * Q (q) are read from its own files, else why not. */
+typedef struct own_plan {
+    char copies[256], q[256];
+} own_plan;
+
+/* Compression entry e (a holder's residual, a copy's, or a matrix's Q) from the checkpoint into the
+ * trainer, through box (room for e's TP shard and Q). A copy not read from its own file gets the
+ * holder's residual (counted in *own when its residual is its own); a Q not read keeps the fresh
+ * draw (counted in *fresh_q). */
+static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
+                      int *own, int *fresh_q)
+{
+    const tri_param *p = e->param;
+    bool found = false;
+    int rc = TRI_OK;
+    if (e->group != TRI_STATE_EF_RESIDUAL && !(e->group == TRI_STATE_POWERSGD_Q ? plan->q : plan->copies)[0])
+        rc = read_own(t, r, e, box, &found);
+    if (!rc && e->group == TRI_STATE_POWERSGD_Q) {
+        *fresh_q += !found;
+        return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
+    }
+    if (!rc && !found) {
+        /* the holder's: equal for a copy without SP, shared shards or a tied copy, which sum their
+         * gradients after the dp reduction (engine/train/train.c sync_grads) */
+        *own += e->group == TRI_STATE_EF_COPY && (p->spec.tied_copy || p->replicas > 1 ||
+                                                  (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
+        tri_box b = tri_ckpt_shard_box(p);
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(TRI_STATE_EF_RESIDUAL),
+                                  p->spec.name, &b, box);
+    }
+    return rc ? rc : tri_trainer_state_write(t, e, box + e->lo);
+}
+
 int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
 {
     const tri_ckpt_run *s = &r->m.run;
@@ -188,44 +222,23 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                      "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
                      "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
                      tri_compression_name(s->compression.kind), s->dp, s->dp, t->grid->dp);
-    char copies_why[256], q_why[256];
-    own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", copies_why, sizeof copies_why);
-    own_state_plan(t, r, r->m.powersgd_q, "PowerSGD's Q", q_why, sizeof q_why);
-    if (!q_why[0] && cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != t->chunks[0]->zero.comp.c.powersgd_rank)
-        snprintf(q_why, sizeof q_why, "it was saved with --powersgd-rank %d (this run has %d)",
-                 s->compression.powersgd_rank, t->chunks[0]->zero.comp.c.powersgd_rank);
+    own_plan plan;
+    own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", plan.copies, sizeof plan.copies);
+    own_state_plan(t, r, r->m.powersgd_q, "PowerSGD's Q", plan.q, sizeof plan.q);
+    int rank = t->chunks[0]->zero.comp.c.powersgd_rank;
+    if (!plan.q[0] && cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != rank)
+        snprintf(plan.q, sizeof plan.q, "it was saved with --powersgd-rank %d (this run has %d)",
+                 s->compression.powersgd_rank, rank);
     if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
     float *box = NULL;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
         if (e->group != TRI_STATE_EF_RESIDUAL && e->group != TRI_STATE_EF_COPY && e->group != TRI_STATE_POWERSGD_Q)
             continue;
-        const tri_param *p = e->param;
         free(box);
-        box = malloc((size_t)(e->hi > p->numel ? e->hi : p->numel) * sizeof *box);
-        if (!box) {
-            rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
-            break;
-        }
-        bool found = false;
-        if (e->group != TRI_STATE_EF_RESIDUAL && !(e->group == TRI_STATE_POWERSGD_Q ? q_why : copies_why)[0])
-            rc = read_own(t, r, e, box, &found);
-        if (!rc && e->group == TRI_STATE_POWERSGD_Q) { /* not found: this matrix keeps the fresh draw */
-            fresh_q += !found;
-            if (found) rc = tri_trainer_state_write(t, e, box);
-            continue;
-        }
-        if (!rc && !found) {
-            /* the holder's residual, or, for a copy not held per rank, the holder's too: equal
-             * without SP, shared shards or a tied copy, which sum their gradients after the dp
-             * reduction (engine/train/train.c sync_grads) */
-            own += e->group == TRI_STATE_EF_COPY && (p->spec.tied_copy || p->replicas > 1 ||
-                                                     (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
-            tri_box b = tri_ckpt_shard_box(p);
-            rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(TRI_STATE_EF_RESIDUAL),
-                                      p->spec.name, &b, box);
-        }
-        if (!rc) rc = tri_trainer_state_write(t, e, box + e->lo);
+        box = malloc((size_t)(e->hi > e->param->numel ? e->hi : e->param->numel) * sizeof *box);
+        rc = box ? load_entry(t, r, e, &plan, box, &own, &fresh_q)
+                 : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
     }
     free(box);
     free(sh);
@@ -233,11 +246,11 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
                 "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "
                 "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, own,
-                copies_why[0] ? copies_why : "not found for this rank's shard");
+                plan.copies[0] ? plan.copies : "not found for this rank's shard");
     if (!rc && fresh_q > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: PowerSGD's Q of %d matrix(es) of this rank is drawn afresh from the seeded "
                 "RNG (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, fresh_q,
-                q_why[0] ? q_why : "not found for this rank's shard");
+                plan.q[0] ? plan.q : "not found for this rank's shard");
     return tri_comm_agree(t->grid->world, rc);
 }
 
