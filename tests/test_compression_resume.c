@@ -12,7 +12,6 @@
  * every dp rank, is read from dp rank 0's file by any dp rank, which the dp 2 resumes exercise). */
 #include <cJSON.h>
 #include <criterion/criterion.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
