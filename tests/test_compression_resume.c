@@ -234,7 +234,8 @@ Test(compression_resume, onebit_tp2_sp_resumes_bit_for_bit, .timeout = 300)
 }
 
 /* Another tp or pp: the residuals are resharded (the holder's for every copy) and Q, the local
- * shard's, is drawn afresh: both said in a warning naming the saving layout. */
+ * shard's, is drawn afresh: both said in a warning naming the saving layout; so is Q under another
+ * --powersgd-rank. */
 Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
 {
     tri_gpt_config cfg = tu_tiny_config();
@@ -251,6 +252,13 @@ Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
     r.until = 6;
     cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "tp 2: %s", tri_error_message());
     cr_expect(strstr(log, "PowerSGD's Q") && strstr(log, "tp 1 x pp 2") && strstr(log, "drawn afresh"), "%s", log);
+    /* the same layout with another --powersgd-rank: Q's shape changed, so drawn afresh too */
+    tu_ckpt_run k = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, TRI_COMPRESS_POWERSGD);
+    k.layout.compression.powersgd_rank = 2;
+    k.load = mid;
+    k.until = 6;
+    cr_assert_eq(train_capturing(&k, log, sizeof log), TRI_OK, "rank 2: %s", tri_error_message());
+    cr_expect(strstr(log, "drawn afresh") && strstr(log, "--powersgd-rank 4 (this run has 2)"), "%s", log);
     tri_fs_remove_tree(dir);
     free(dir);
     free(w);
