@@ -44,7 +44,9 @@ flags_of() {
     powersgd-rank16) echo "${base[*]} --grad-compression powersgd --powersgd-rank 16" ;;
     localsgd-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
     diloco-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
-    lamb-gbs64) echo "${lamb[*]} --lr 4e-3 --optimizer lamb --min-lr 4e-4" ;;
+    lamb-gbs64) echo "${lamb[*]} --lr 2e-2 --optimizer lamb --min-lr 2e-3" ;;
+    lamb-gbs64-lr4e-3) echo "${lamb[*]} --lr 4e-3 --optimizer lamb --min-lr 4e-4" ;;
+    adamw-gbs64) echo "${lamb[*]} --lr 4e-3 --min-lr 4e-4" ;;
     *) echo "dp_methods: unknown run '$1'" >&2; return 1 ;;
   esac
 }
