@@ -152,11 +152,15 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
     tri_state_shard *sh = NULL;
     int n = 0, own = 0;
-    int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur
+    tri_compression_reduce red = t->chunks[0]->zero.comp.c.reduce;
+    int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur && s->compression.reduce == red
                  ? TRI_OK
-                 : TRI_ERR(TRI_EINVAL, "checkpoint %s: the error feedback of --grad-compression %s loaded into a run "
-                           "with --grad-compression %s (resume with the same, or pass --reset-compression-state)",
-                           r->dir, tri_compression_name(s->compression.kind), tri_compression_name(cur));
+                 : TRI_ERR(TRI_EINVAL, "checkpoint %s: the error feedback of --grad-compression %s "
+                           "--grad-compression-reduce %s loaded into a run with --grad-compression %s "
+                           "--grad-compression-reduce %s (resume with the same, or pass --reset-compression-state)",
+                           r->dir, tri_compression_name(s->compression.kind),
+                           tri_compression_reduce_name(s->compression.reduce), tri_compression_name(cur),
+                           tri_compression_reduce_name(red));
     if (!rc && s->dp != t->grid->dp)
         rc = TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s and dp %d: each dp rank's "
                      "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
@@ -166,7 +170,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     float *box = NULL;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
-        if (e->group != TRI_STATE_EF_RESIDUAL)
+        if (e->group != TRI_STATE_EF_RESIDUAL && e->group != TRI_STATE_EF_SERVER_RESIDUAL)
             continue;
         /* a non-holder copy (another TP rank's replicated parameter, the last stage's tied
          * embedding) reads the holder's: equal without SP, shared shards or a tied copy, since
