@@ -146,6 +146,27 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
     return tri_comm_agree(t->grid->world, rc);
 }
 
+/* Two-phase's server residual is one tensor cut across the dp ranks (each holds its chunk of every
+ * unit, zero elsewhere), so the whole of it is every replica file's entry merged: box (this rank's
+ * file's) takes each other rank's non-zero elements. With the saved tp and pp the chunks are the
+ * same and this changes nothing; with others a rank's new chunk may lie in another rank's file. */
+static int merge_server(tri_ckpt_reader *r, int dp_rank, int dp, const tri_param *p, const tri_box *b, float *box)
+{
+    float *other = malloc((size_t)p->numel * sizeof *other);
+    int rc = other ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+    for (int k = 0; k < dp && !rc; k++) {
+        if (k == dp_rank)
+            continue;
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(TRI_STATE_EF_SERVER_RESIDUAL),
+                                  p->spec.name, b, other);
+        for (int64_t i = 0; i < p->numel && !rc; i++)
+            if (other[i] != 0.0f)
+                box[i] = other[i];
+    }
+    free(other);
+    return rc;
+}
+
 int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
 {
     const tri_ckpt_run *s = &r->m.run;
@@ -185,6 +206,8 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         tri_box b = tri_ckpt_shard_box(p);
         if (!rc) rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(e->group),
                                            p->spec.name, &b, box);
+        if (!rc && e->group == TRI_STATE_EF_SERVER_RESIDUAL)
+            rc = merge_server(r, t->grid->dp_rank, s->dp, p, &b, box);
         if (!rc) rc = tri_trainer_state_write(t, e, box + e->lo);
     }
     free(box);
