@@ -262,6 +262,34 @@ static int unpack_add(tri_dp_compress *x, tri_device *dev, tri_tensor out, tri_t
     return tri_op_compress_unpack_add(dev, out, payload, n, first, c->block_size, levels, alpha);
 }
 
+/* Elements of chunk j of a unit of n elements cut in chunks of `chunk` (0 past the end). */
+static int64_t chunk_len(int64_t n, int64_t chunk, int j)
+{
+    int64_t lo = (int64_t)j * chunk;
+    return lo < n ? (n - lo < chunk ? n - lo : chunk) : 0;
+}
+
+/* Two-phase's server step on unit u's chunk of this rank (len elements from flat offset at): s = the
+ * D payloads (slot k of `from(k)`, `words` apart) decoded in rank order, + r_s; c_s = C(s) into
+ * server_send; r_s = s - D(c_s), zero on the padding. */
+static int server_step(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, int64_t at, int64_t len,
+                       int64_t words, uint64_t stream)
+{
+    int64_t wl = payload_words(&x->c, len);
+    tri_tensor s = tri_tensor_range(x->server_sum, 0, len), cs = tri_tensor_range(x->server_send, 0, wl);
+    tri_tensor rs = tri_tensor_range(x->server_residual, x->server_at[unit], len);
+    int rc = tri_op_fill(dev, s, 0.0f);
+    for (int k = 0; k < dp->size && !rc; k++) /* this rank's own payload stayed in its send slot */
+        rc = unpack_add(x, dev, s, tri_tensor_range(k == dp->rank ? x->send : x->recv, (int64_t)k * words, wl), len,
+                        0, 1.0f);
+    if (!rc) rc = tri_op_add(dev, s, s, rs);
+    if (!rc) rc = pack(x, dev, cs, s, stream);
+    if (!rc) rc = tri_op_copy(dev, rs, s);
+    if (!rc) rc = unpack_add(x, dev, rs, cs, len, 0, -1.0f);
+    if (!rc) rc = zero_padding(x, dev, unit, rs, at, at, at + len);
+    return rc;
+}
+
 /* Two-phase (see dp_compress.h) over unit u: g its gradient, r its residual holding e = g + r. */
 static int two_phase_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, tri_tensor r, int unit,
                           int64_t iter)
@@ -276,12 +304,10 @@ static int two_phase_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri
              server = tri_rng_hash64(it ^ 0x5e7e5e7e5e7eull ^ (unit_id << 20) ^ (uint64_t)me);
     int rc = TRI_OK;
     /* worker: chunk j's payload into send slot j, r -= its decoding (error feedback) */
-    for (int j = 0; j < D && !rc; j++) {
-        int64_t lo = (int64_t)j * chunk, len = lo < n ? (n - lo < chunk ? n - lo : chunk) : 0;
-        if (len == 0)
-            break;
+    for (int j = 0; j < D && !rc && chunk_len(n, chunk, j) > 0; j++) {
+        int64_t len = chunk_len(n, chunk, j);
         tri_tensor pj = tri_tensor_range(x->send, (int64_t)j * words, payload_words(&x->c, len));
-        tri_tensor ej = tri_tensor_range(r, lo, len);
+        tri_tensor ej = tri_tensor_range(r, (int64_t)j * chunk, len);
         rc = pack(x, dev, pj, ej, tri_rng_hash64(worker + (uint64_t)j));
         if (!rc) rc = unpack_add(x, dev, ej, pj, len, 0, -1.0f);
     }
@@ -295,31 +321,16 @@ static int two_phase_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri
                                     .t = tri_tensor_range(x->recv, (int64_t)k * words, words)};
     }
     if (!rc) rc = tri_comm_p2p(dp, x->ops, n_ops);
-    /* server: s = the D payloads of this rank's chunk decoded in rank order, + r_s; re-compressed;
-     * r_s = s - D(c_s), zero on the padding */
-    int64_t lo = (int64_t)me * chunk, len = lo < n ? (n - lo < chunk ? n - lo : chunk) : 0;
-    if (len > 0) {
-        int64_t wl = payload_words(&x->c, len);
-        tri_tensor s = tri_tensor_range(x->server_sum, 0, len), rs = tri_tensor_range(x->server_residual,
-                                                                                     x->server_at[unit], len);
-        tri_tensor cs = tri_tensor_range(x->server_send, 0, wl);
-        if (!rc) rc = tri_op_fill(dev, s, 0.0f);
-        for (int k = 0; k < D && !rc; k++)
-            rc = unpack_add(x, dev, s, tri_tensor_range(k == me ? x->send : x->recv, (int64_t)k * words, wl), len, 0,
-                            1.0f);
-        if (!rc) rc = tri_op_add(dev, s, s, rs);
-        if (!rc) rc = pack(x, dev, cs, s, server);
-        if (!rc) rc = tri_op_copy(dev, rs, s);
-        if (!rc) rc = unpack_add(x, dev, rs, cs, len, 0, -1.0f);
-        if (!rc) rc = zero_padding(x, dev, unit, rs, u->start + lo, u->start + lo, u->start + lo + len);
-    }
+    /* server: this rank's chunk summed, with its residual, re-compressed (an empty chunk: nothing) */
+    if (!rc && chunk_len(n, chunk, me) > 0)
+        rc = server_step(x, dev, dp, unit, u->start + (int64_t)me * chunk, chunk_len(n, chunk, me), words, server);
     /* phase 2: every rank's re-compressed chunk; the unit (stage 0) or the owned slice (stage 1) decoded */
     tri_tensor all = tri_tensor_range(x->gathered, 0, (int64_t)D * words);
     if (!rc) rc = tri_comm_all_gather(dp, all, tri_tensor_range(x->server_send, 0, words));
     int64_t first = x->stage == 0 ? 0 : (int64_t)me * (n / D), m = x->stage == 0 ? n : n / D;
     if (!rc) rc = tri_op_fill(dev, tri_tensor_range(g, first, m), 0.0f);
     for (int j = 0; j < D && !rc; j++) {
-        int64_t c0 = (int64_t)j * chunk, clen = c0 < n ? (n - c0 < chunk ? n - c0 : chunk) : 0;
+        int64_t c0 = (int64_t)j * chunk, clen = chunk_len(n, chunk, j);
         int64_t a = first > c0 ? first : c0, b = first + m < c0 + clen ? first + m : c0 + clen;
         if (b > a)
             rc = unpack_add(x, dev, tri_tensor_range(g, a, b - a),
