@@ -145,6 +145,10 @@ static void method_name(const tri_dp_method *d, char *buf, size_t cap)
     case TRI_COMPRESS_POWERSGD: snprintf(comp, sizeof comp, "powersgd (rank %d)", z->powersgd_rank); break;
     default: snprintf(comp, sizeof comp, "fp32"); break;
     }
+    if (z->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && z->kind != TRI_COMPRESS_NONE) {
+        size_t len = strlen(comp);
+        snprintf(comp + len, sizeof comp - len, " two-phase");
+    }
     if (d->local_sgd_steps > 1)
         snprintf(buf, cap, "local SGD H %d, %s synchronisation", d->local_sgd_steps, comp);
     else
@@ -360,6 +364,7 @@ static cJSON *dp_json(const tri_preview *p)
     const tri_compression *z = &p->cluster.dp.compression;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "grad_compression", tri_compression_name(z->kind));
+    cJSON_AddStringToObject(o, "grad_compression_reduce", tri_compression_reduce_name(z->reduce));
     cJSON_AddNumberToObject(o, "compression_block_size", z->block_size);
     cJSON_AddNumberToObject(o, "qsgd_levels", z->qsgd_levels);
     cJSON_AddNumberToObject(o, "topk_fraction", z->topk_fraction);
