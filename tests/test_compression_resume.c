@@ -210,3 +210,61 @@ Test(compression_resume, another_compressor_or_dp_refused, .timeout = 300)
     free(dir);
     free(w);
 }
+
+/* Two-phase's server residual is one tensor cut by chunks across the dp ranks; with another tp the
+ * units (and so the chunks) move, and load merges every dp rank's file so each rank finds its new
+ * chunk (without the merge elements are lost: tested by removing it). Saved again at once, the dp ranks' entries still add up to the same tensor, element for
+ * element (each element lies in exactly one rank's chunk, the others hold zero). */
+Test(compression_resume, two_phase_server_residual_moves_with_the_chunks, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 43);
+    char *dir = tu_ckpt_tmpdir("two-phase-chunks");
+    char first[4200], again[4200], mid[4300], mid2[4300];
+    snprintf(first, sizeof first, "%s/first", dir);
+    snprintf(again, sizeof again, "%s/again", dir);
+    snprintf(mid, sizeof mid, "%s/iter_%07d", first, 4);
+    snprintf(mid2, sizeof mid2, "%s/iter_%07d", again, 4);
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    tu_ckpt_run s = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 2}, TRI_COMPRESS_1BIT);
+    s.until = 4;
+    s.save_dir = first;
+    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    tu_ckpt_run r = comp_run(&cfg, w, (tu_layout){.tp = 2, .pp = 1, .dp = 2}, TRI_COMPRESS_1BIT);
+    r.load = mid;
+    r.until = 4;
+    r.save_dir = again;
+    cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "tp 2: %s", tri_error_message());
+    /* the block unit's dp chunks meet inside c_fc.w, a little further on at tp 2 (the replicated
+     * parameters do not halve): elements there change dp rank */
+    static const char *const moving[] = {"wte", "h.0.attn.c_attn.w", "h.0.mlp.c_fc.w", "h.1.mlp.c_fc.w", "ln_f.w"};
+    int64_t moved = 0;
+    for (size_t i = 0; i < sizeof moving / sizeof moving[0]; i++) {
+        int64_t n = 0, m = 0, nonzero = 0;
+        float *a[2], *b[2];
+        for (int dp = 0; dp < 2; dp++) {
+            a[dp] = tensor(mid, TRI_CKPT_REPLICA, dp, "server_error_feedback", moving[i], &n);
+            b[dp] = tensor(mid2, TRI_CKPT_REPLICA, dp, "server_error_feedback", moving[i], &m);
+        }
+        cr_assert_eq(n, m);
+        for (int64_t k = 0; k < n; k++) {
+            nonzero += a[0][k] != 0.0f || a[1][k] != 0.0f;
+            cr_expect(!(a[0][k] != 0.0f && a[1][k] != 0.0f), "%s element %lld held by both dp ranks", moving[i],
+                      (long long)k);
+            cr_expect_eq(a[0][k] + a[1][k], b[0][k] + b[1][k], "%s element %lld: %g saved, %g after tp 2", moving[i],
+                         (long long)k, (double)(a[0][k] + a[1][k]), (double)(b[0][k] + b[1][k]));
+        }
+        cr_expect_gt(nonzero, 0, "%s: no server residual saved", moving[i]);
+        for (int64_t k = 0; k < n; k++)
+            moved += (a[0][k] != 0.0f) != (b[0][k] != 0.0f);
+        for (int dp = 0; dp < 2; dp++) {
+            free(a[dp]);
+            free(b[dp]);
+        }
+    }
+    cr_expect_gt(moved, 0, "no element changed dp rank: the test shows nothing");
+    tri_error_clear();
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
