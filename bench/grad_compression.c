@@ -105,7 +105,8 @@ static int unpack_add(bench *b, const tri_compression *c, tri_tensor out, tri_te
 /* One two-phase encode + decode (see the top comment) of compressor c. */
 static int once_two_phase(bench *b, const tri_compression *c)
 {
-    int64_t n = b->n, chunk = tri_compression_chunk(c, n, b->dp), words = tri_compression_payload_bytes(c, 1, chunk) / 4;
+    int64_t n = b->n, chunk = tri_compression_chunk(c, n, b->dp);
+    int64_t words = tri_compression_payload_bytes(c, 1, chunk) / 4;
     tri_tensor r = tri_tensor_1d(b->r, TRI_F32, n);
     int rc = tri_op_add(b->d, r, r, tri_tensor_1d(b->g, TRI_F32, n));
     for (int64_t lo = 0, j = 0; lo < n && !rc; lo += chunk, j++) { /* worker */

@@ -213,8 +213,9 @@ Test(compression_resume, another_compressor_or_dp_refused, .timeout = 300)
 
 /* Two-phase's server residual is one tensor cut by chunks across the dp ranks; with another tp the
  * units (and so the chunks) move, and load merges every dp rank's file so each rank finds its new
- * chunk (without the merge elements are lost: tested by removing it). Saved again at once, the dp ranks' entries still add up to the same tensor, element for
- * element (each element lies in exactly one rank's chunk, the others hold zero). */
+ * chunk (without the merge elements are lost: tested by removing it). Saved again at once, the dp
+ * ranks' entries still add up to the same tensor, element for element (each element lies in exactly
+ * one rank's chunk, the others hold zero). */
 Test(compression_resume, two_phase_server_residual_moves_with_the_chunks, .timeout = 300)
 {
     tri_gpt_config cfg = tu_tiny_config();

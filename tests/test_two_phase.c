@@ -269,8 +269,8 @@ Test(two_phase, topk_against_float64_reference_d1_to_5) { check_against_referenc
 /* Error feedback's identity (every compressor, qsgd included): per step the delivered unit is
  * sum_k (g_k + r_k - r_k') + r_s - r_s', so over the steps sum_t out_t = sum_t sum_k g_k,t -
  * sum_k r_k - r_s (the residuals after the last step; r_s read from every rank, each holding its
- * chunk: the checkpoint's view), over the parameters' elements (the padding carries no residual). In fp32 each step's terms round a few times: within
- * STEPS (D + 4) 2^-24 of the terms' magnitudes. */
+ * chunk: the checkpoint's view), over the parameters' elements (the padding carries no residual).
+ * In fp32 each step's terms round a few times: within STEPS (D + 4) 2^-24 of the terms' magnitudes. */
 static void identity(tri_compression_kind kind)
 {
     static job j;

@@ -627,9 +627,9 @@ static const char *throughput(const run *r, double gflops, char *buf, size_t cap
     return buf;
 }
 
-/* ", dp 1bit 14.2x" (", dp 1bit two-phase 28.4x"): the last step's compression of this rank's data-parallel gradient reduction,
- * what the plain reduction sends over the wire bytes the comm counted; "" without compression (or in
- * powersgd's first, uncompressed, iterations). */
+/* ", dp 1bit 14.2x" (two-phase: ", dp 1bit two-phase 28.4x"): the last step's compression of this
+ * rank's data-parallel gradient reduction, what the plain reduction sends over the wire bytes the comm
+ * counted; "" without compression (or in powersgd's first, uncompressed, iterations). */
 static const char *dp_ratio(const run *r, char *buf, size_t cap)
 {
     uint64_t sent = 0, plain = 0;

@@ -121,7 +121,8 @@ static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int 
         bool h = holds(t, p);
         for (int g = 0; g < groups; g++) {
             if (list)
-                list[n] = (tri_state_shard){.param = p, .group = g ? TRI_STATE_EF_SERVER_RESIDUAL : TRI_STATE_EF_RESIDUAL,
+                list[n] = (tri_state_shard){.param = p,
+                                            .group = g ? TRI_STATE_EF_SERVER_RESIDUAL : TRI_STATE_EF_RESIDUAL,
                                             .lo = 0, .hi = p->numel, .holder = h, .stored = h, .chunk = c,
                                             .at = p->offset};
             n++;

@@ -43,7 +43,8 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
     t[n++] = (tri_flag){"reset-compression-state", TRI_FLAG_BOOL, &f->reset_state,
                         "on resume, start the error-feedback residuals from zero (checkpoints hold them per dp "
                         "rank) and accept a checkpoint saved with another --grad-compression or "
-                        "--grad-compression-reduce (else refused); PowerSGD's Q is drawn afresh on every resume", 0, 0, NULL, false};
+                        "--grad-compression-reduce (else refused); PowerSGD's Q is drawn afresh on every resume", 0,
+                        0, NULL, false};
     return n;
 }
 
