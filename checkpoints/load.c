@@ -146,17 +146,42 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
     return tri_comm_agree(t->grid->world, rc);
 }
 
+/* Two-phase's server residual is one tensor cut across the dp ranks (each holds its chunk of every
+ * unit, zero elsewhere), so the whole of it is every replica file's entry merged: box (this rank's
+ * file's) takes each other rank's non-zero elements. With the saved tp and pp the chunks are the
+ * same and this changes nothing; with others a rank's new chunk may lie in another rank's file. */
+static int merge_server(tri_ckpt_reader *r, int dp_rank, int dp, const tri_param *p, const tri_box *b, float *box)
+{
+    float *other = malloc((size_t)p->numel * sizeof *other);
+    int rc = other ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+    for (int k = 0; k < dp && !rc; k++) {
+        if (k == dp_rank)
+            continue;
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(TRI_STATE_EF_SERVER_RESIDUAL),
+                                  p->spec.name, b, other);
+        for (int64_t i = 0; i < p->numel && !rc; i++)
+            if (other[i] != 0.0f)
+                box[i] = other[i];
+    }
+    free(other);
+    return rc;
+}
+
 int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
 {
     const tri_ckpt_run *s = &r->m.run;
     tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
     tri_state_shard *sh = NULL;
     int n = 0, own = 0;
-    int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur
+    tri_compression_reduce red = t->chunks[0]->zero.comp.c.reduce;
+    int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur && s->compression.reduce == red
                  ? TRI_OK
-                 : TRI_ERR(TRI_EINVAL, "checkpoint %s: the error feedback of --grad-compression %s loaded into a run "
-                           "with --grad-compression %s (resume with the same, or pass --reset-compression-state)",
-                           r->dir, tri_compression_name(s->compression.kind), tri_compression_name(cur));
+                 : TRI_ERR(TRI_EINVAL, "checkpoint %s: the error feedback of --grad-compression %s "
+                           "--grad-compression-reduce %s loaded into a run with --grad-compression %s "
+                           "--grad-compression-reduce %s (resume with the same, or pass --reset-compression-state)",
+                           r->dir, tri_compression_name(s->compression.kind),
+                           tri_compression_reduce_name(s->compression.reduce), tri_compression_name(cur),
+                           tri_compression_reduce_name(red));
     if (!rc && s->dp != t->grid->dp)
         rc = TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s and dp %d: each dp rank's "
                      "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
@@ -166,7 +191,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     float *box = NULL;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
-        if (e->group != TRI_STATE_EF_RESIDUAL)
+        if (e->group != TRI_STATE_EF_RESIDUAL && e->group != TRI_STATE_EF_SERVER_RESIDUAL)
             continue;
         /* a non-holder copy (another TP rank's replicated parameter, the last stage's tied
          * embedding) reads the holder's: equal without SP, shared shards or a tied copy, since
@@ -181,6 +206,8 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         tri_box b = tri_ckpt_shard_box(p);
         if (!rc) rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(e->group),
                                            p->spec.name, &b, box);
+        if (!rc && e->group == TRI_STATE_EF_SERVER_RESIDUAL)
+            rc = merge_server(r, t->grid->dp_rank, s->dp, p, &b, box);
         if (!rc) rc = tri_trainer_state_write(t, e, box + e->lo);
     }
     free(box);

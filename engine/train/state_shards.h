@@ -35,6 +35,9 @@ typedef enum tri_state_group {
     TRI_STATE_EF_RESIDUAL,        /* the error-feedback residual (fp32, parameter-shaped, different on each
                                      dp rank): the whole TP shard, stored by every dp rank in its replica
                                      file, like local SGD's replica groups */
+    TRI_STATE_EF_SERVER_RESIDUAL, /* two-phase only (--grad-compression-reduce two-phase): the server's
+                                     residual of this dp rank's chunk of every unit, listed like the
+                                     residual (whole TP shards, zero outside the rank's chunks) */
     TRI_STATE_GROUPS
 } tri_state_group;
 
@@ -65,7 +68,8 @@ typedef struct tri_state_shard {
  * chunk, for each parameter each piece of this dp rank's outer slices (anchor, and momentum
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
  * second moment, or the momentum buffer; adjacent). With a compressed dp reduction (and dp > 1)
- * then, per chunk, each parameter's error-feedback residual (.at: its flat offset). *shards is
+ * then, per chunk, each parameter's error-feedback residual (.at: its flat offset) and, with
+ * two-phase, its server residual (adjacent). *shards is
  * malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
