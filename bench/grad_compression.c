@@ -10,6 +10,9 @@
  *           Gram-Schmidt, Q^T = P^T M on an N = rows x cols matrix);
  *   decode  r -= D(own payload) and the D payloads decoded and added (powersgd: P Q^T and the
  *           residual's axpy).
+ * Two-phase rows (--grad-compression-reduce two-phase: 1bit, qsgd, topk): the worker encodes each of
+ * the D chunks and subtracts their decoding, the server (one chunk of N / D) decodes the D payloads
+ * of its chunk, adds its residual, encodes and keeps its residual, and every chunk is decoded once.
  * The baseline is the plain reduction (ZeRO 0: all-reduce of 4N bytes). The last column is the
  * break-even: the bandwidth below which the compressor's saved send time exceeds its compute
  * (8 (plain - sent) / (encode + decode)). Usage:
@@ -82,6 +85,55 @@ static int once(bench *b, const tri_compression *c)
     return rc;
 }
 
+static int pack(bench *b, const tri_compression *c, tri_tensor pay, tri_tensor e)
+{
+    if (c->kind == TRI_COMPRESS_TOPK)
+        return tri_op_compress_topk_pack(b->d, pay, e);
+    if (c->kind == TRI_COMPRESS_1BIT)
+        return tri_op_compress_sign_pack(b->d, pay, e, c->block_size);
+    return tri_op_compress_qsgd_pack(b->d, pay, e, c->block_size, c->qsgd_levels, 1, 2);
+}
+
+static int unpack_add(bench *b, const tri_compression *c, tri_tensor out, tri_tensor pay, int64_t n, float alpha)
+{
+    if (c->kind == TRI_COMPRESS_TOPK)
+        return tri_op_compress_topk_unpack_add(b->d, out, pay, 0, alpha);
+    int levels = c->kind == TRI_COMPRESS_QSGD ? c->qsgd_levels : 0;
+    return tri_op_compress_unpack_add(b->d, out, pay, n, 0, c->block_size, levels, alpha);
+}
+
+/* One two-phase encode + decode (see the top comment) of compressor c. */
+static int once_two_phase(bench *b, const tri_compression *c)
+{
+    int64_t n = b->n, chunk = tri_compression_chunk(c, n, b->dp);
+    int64_t words = tri_compression_payload_bytes(c, 1, chunk) / 4;
+    tri_tensor r = tri_tensor_1d(b->r, TRI_F32, n);
+    int rc = tri_op_add(b->d, r, r, tri_tensor_1d(b->g, TRI_F32, n));
+    for (int64_t lo = 0, j = 0; lo < n && !rc; lo += chunk, j++) { /* worker */
+        int64_t len = n - lo < chunk ? n - lo : chunk;
+        tri_tensor pj = tri_tensor_1d(b->all + j * words, TRI_I32, tri_compression_payload_bytes(c, 1, len) / 4);
+        rc = pack(b, c, pj, tri_tensor_range(r, lo, len));
+        if (!rc) rc = unpack_add(b, c, tri_tensor_range(r, lo, len), pj, len, -1.0f);
+    }
+    tri_tensor s = tri_tensor_1d(b->approx, TRI_F32, chunk), rs = tri_tensor_1d(b->out, TRI_F32, chunk);
+    tri_tensor cs = tri_tensor_1d(b->pay, TRI_I32, words);
+    if (!rc) rc = tri_op_fill(b->d, s, 0.0f); /* server: chunk 0's D payloads (copies of this rank's) */
+    for (int k = 0; k < b->dp && !rc; k++)
+        rc = unpack_add(b, c, s, tri_tensor_1d(b->all, TRI_I32, words), chunk, 1.0f);
+    if (!rc) rc = tri_op_add(b->d, s, s, rs);
+    if (!rc) rc = pack(b, c, cs, s);
+    if (!rc) rc = tri_op_copy(b->d, rs, s);
+    if (!rc) rc = unpack_add(b, c, rs, cs, chunk, -1.0f);
+    tri_tensor out = tri_tensor_1d(b->approx, TRI_F32, n);
+    if (!rc) rc = tri_op_fill(b->d, out, 0.0f); /* every chunk decoded once */
+    for (int64_t lo = 0; lo < n && !rc; lo += chunk) {
+        int64_t len = n - lo < chunk ? n - lo : chunk;
+        rc = unpack_add(b, c, tri_tensor_range(out, lo, len),
+                        tri_tensor_1d(b->all, TRI_I32, tri_compression_payload_bytes(c, 1, len) / 4), len, 1.0f);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     bench b = {.n = 1 << 22, .dp = 4};
@@ -110,7 +162,7 @@ int main(int argc, char **argv)
         return 1;
     }
     size_t fl = (size_t)b.n * sizeof(float);
-    b.g = malloc(fl), b.r = calloc(1, fl), b.out = malloc(fl), b.approx = malloc(fl);
+    b.g = malloc(fl), b.r = calloc(1, fl), b.out = calloc(1, fl), b.approx = malloc(fl);
     b.pay = malloc(2 * fl), b.all = malloc((size_t)b.dp * 2 * fl);
     b.p = calloc((size_t)(64 * b.rows), sizeof(float)), b.q = malloc((size_t)(64 * b.cols) * sizeof(float));
     if (!b.g || !b.r || !b.out || !b.approx || !b.pay || !b.all || !b.p || !b.q) {
@@ -128,11 +180,12 @@ int main(int argc, char **argv)
            "%d reps (the fastest)\n", (long long)b.n, (long long)b.rows, (long long)b.cols, b.dp, reps);
     printf("%-10s %12s %8s %11s %12s %13s %9s %9s %14s\n", "compressor", "enc+dec ms/M", "ratio", "sent B/elem",
            "send@25 ms/M", "send@100 ms/M", "total@25", "total@100", "pays below Gb/s");
-    const char *names[] = {"none", "1bit", "qsgd", "topk", "powersgd"};
+    const char *names[] = {"none", "1bit", "qsgd", "topk", "powersgd", "1bit 2ph", "qsgd 2ph", "topk 2ph"};
     double base25 = 0, base100 = 0;
-    for (int k = 0; k < TRI_COMPRESS_KINDS; k++) {
+    for (int k = 0; k < TRI_COMPRESS_KINDS + 3; k++) {
         tri_compression c = tri_compression_defaults();
-        c.kind = (tri_compression_kind)k;
+        c.kind = (tri_compression_kind)(k < TRI_COMPRESS_KINDS ? k : k - TRI_COMPRESS_KINDS + TRI_COMPRESS_1BIT);
+        c.reduce = k < TRI_COMPRESS_KINDS ? TRI_COMPRESS_REDUCE_ALLGATHER : TRI_COMPRESS_REDUCE_TWO_PHASE;
         int64_t sent = c.kind == TRI_COMPRESS_POWERSGD
                            ? tri_compression_sent_bytes(&c, b.rows, b.cols, b.dp, 0, true)
                            : tri_compression_sent_bytes(&c, 1, b.n, b.dp, 0, true);
@@ -141,7 +194,8 @@ int main(int argc, char **argv)
             best = 1e30;
             for (int rep = 0; rep < reps; rep++) {
                 double t0 = now();
-                if (once(&b, &c) != TRI_OK || tri_device_sync(b.d) != TRI_OK) {
+                int rc = c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? once_two_phase(&b, &c) : once(&b, &c);
+                if (rc != TRI_OK || tri_device_sync(b.d) != TRI_OK) {
                     fprintf(stderr, "bench_grad_compression: %s: %s\n", names[k], tri_error_message());
                     return 1;
                 }
@@ -160,6 +214,7 @@ int main(int argc, char **argv)
         printf("%-10s %12.3f %7.1fx %11.4f %12.3f %13.3f %8.2fx %8.2fx %14.2f\n", names[k], enc, plain / (double)sent,
                (double)sent / (double)b.n, s25, s100, base25 / (enc + s25), base100 / (enc + s100), even);
     }
+    printf("2ph: --grad-compression-reduce two-phase (1-bit Adam's compressed allreduce: bytes constant in dp)\n");
     printf("total@B: the plain reduction's send time over this compressor's encode + decode + send time at B Gb/s "
            "(above 1x the compressor pays; compute and network not overlapped)\n");
     free(b.g), free(b.r), free(b.out), free(b.approx), free(b.pay), free(b.all), free(b.p), free(b.q);

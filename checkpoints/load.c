@@ -146,6 +146,27 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
     return tri_comm_agree(t->grid->world, rc);
 }
 
+/* Two-phase's server residual is one tensor cut across the dp ranks (each holds its chunk of every
+ * unit, zero elsewhere), so the whole of it is every replica file's entry merged: box (this rank's
+ * file's) takes each other rank's non-zero elements. With the saved tp and pp the chunks are the
+ * same and this changes nothing; with others a rank's new chunk may lie in another rank's file. */
+static int merge_server(tri_ckpt_reader *r, int dp_rank, int dp, const tri_param *p, const tri_box *b, float *box)
+{
+    float *other = malloc((size_t)p->numel * sizeof *other);
+    int rc = other ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+    for (int k = 0; k < dp && !rc; k++) {
+        if (k == dp_rank)
+            continue;
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(TRI_STATE_EF_SERVER_RESIDUAL),
+                                  p->spec.name, b, other);
+        for (int64_t i = 0; i < p->numel && !rc; i++)
+            if (other[i] != 0.0f)
+                box[i] = other[i];
+    }
+    free(other);
+    return rc;
+}
+
 /* Why this run cannot take the checkpoint's per-rank compression state (copies' residuals or
  * PowerSGD's Q), into why; "" when it can: they belong to the saving rank's shard, so the same tp and
  * pp (dp is the same here), and the group held at all (older checkpoints hold neither). */
@@ -178,30 +199,35 @@ typedef struct own_plan {
     char copies[256], q[256];
 } own_plan;
 
-/* Compression entry e (a holder's residual, a copy's, or a matrix's Q) from the checkpoint into the
- * trainer, through box (room for e's TP shard and Q). A copy not read from its own file gets the
- * holder's residual (counted in *own when its residual is its own); a Q not read keeps the fresh
- * draw (counted in *fresh_q). */
+/* Compression entry e (a holder's residual, a copy's, a server residual, or a matrix's Q) from the
+ * checkpoint into the trainer, through box (room for e's TP shard and Q). A copy not read from its
+ * own file gets the holder's residual (counted in *own when its residual is its own; so does a
+ * non-holder's server residual, which is stored once); a Q not read keeps the fresh draw (counted in
+ * *fresh_q). */
 static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
                       int *own, int *fresh_q)
 {
     const tri_param *p = e->param;
     bool found = false;
     int rc = TRI_OK;
-    if (e->group != TRI_STATE_EF_RESIDUAL && !(e->group == TRI_STATE_POWERSGD_Q ? plan->q : plan->copies)[0])
+    if ((e->group == TRI_STATE_EF_COPY && !plan->copies[0]) || (e->group == TRI_STATE_POWERSGD_Q && !plan->q[0]))
         rc = read_own(t, r, e, box, &found);
     if (!rc && e->group == TRI_STATE_POWERSGD_Q) {
         *fresh_q += !found;
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
+    bool server = e->group == TRI_STATE_EF_SERVER_RESIDUAL;
     if (!rc && !found) {
-        /* the holder's: equal for a copy without SP, shared shards or a tied copy, which sum their
-         * gradients after the dp reduction (engine/train/train.c sync_grads) */
-        *own += e->group == TRI_STATE_EF_COPY && (p->spec.tied_copy || p->replicas > 1 ||
-                                                  (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
+        /* the holder's (a server residual's non-holder copy too): equal for a copy without SP, shared
+         * shards or a tied copy, which sum their gradients after the dp reduction
+         * (engine/train/train.c sync_grads) */
+        *own += !e->holder && (p->spec.tied_copy || p->replicas > 1 ||
+                               (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
         tri_box b = tri_ckpt_shard_box(p);
-        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(TRI_STATE_EF_RESIDUAL),
-                                  p->spec.name, &b, box);
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank,
+                                  tri_state_group_name(server ? e->group : TRI_STATE_EF_RESIDUAL), p->spec.name, &b, box);
+        if (!rc && server)
+            rc = merge_server(r, t->grid->dp_rank, r->m.run.dp, p, &b, box);
     }
     return rc ? rc : tri_trainer_state_write(t, e, box + e->lo);
 }
@@ -212,11 +238,15 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
     tri_state_shard *sh = NULL;
     int n = 0, own = 0, fresh_q = 0;
-    int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur
+    tri_compression_reduce red = t->chunks[0]->zero.comp.c.reduce;
+    int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur && s->compression.reduce == red
                  ? TRI_OK
-                 : TRI_ERR(TRI_EINVAL, "checkpoint %s: the error feedback of --grad-compression %s loaded into a run "
-                           "with --grad-compression %s (resume with the same, or pass --reset-compression-state)",
-                           r->dir, tri_compression_name(s->compression.kind), tri_compression_name(cur));
+                 : TRI_ERR(TRI_EINVAL, "checkpoint %s: the error feedback of --grad-compression %s "
+                           "--grad-compression-reduce %s loaded into a run with --grad-compression %s "
+                           "--grad-compression-reduce %s (resume with the same, or pass --reset-compression-state)",
+                           r->dir, tri_compression_name(s->compression.kind),
+                           tri_compression_reduce_name(s->compression.reduce), tri_compression_name(cur),
+                           tri_compression_reduce_name(red));
     if (!rc && s->dp != t->grid->dp)
         rc = TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s and dp %d: each dp rank's "
                      "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
@@ -233,7 +263,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     float *box = NULL;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
-        if (e->group != TRI_STATE_EF_RESIDUAL && e->group != TRI_STATE_EF_COPY && e->group != TRI_STATE_POWERSGD_Q)
+        if (e->group < TRI_STATE_EF_RESIDUAL) /* the compression groups come last */
             continue;
         free(box);
         box = malloc((size_t)(e->hi > e->param->numel ? e->hi : e->param->numel) * sizeof *box);
@@ -246,7 +276,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
                 "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "
                 "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, own,
-                plan.copies[0] ? plan.copies : "not found for this rank's shard");
+                plan.copies[0] ? plan.copies : "two-phase's server residual is stored once, or this rank's shard was not found");
     if (!rc && fresh_q > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: PowerSGD's Q of %d matrix(es) of this rank is drawn afresh from the seeded "
                 "RNG (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, fresh_q,

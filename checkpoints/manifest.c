@@ -141,9 +141,14 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         cJSON_AddNumberToObject(gc, "topk_fraction", c->topk_fraction);
         cJSON_AddNumberToObject(gc, "powersgd_rank", c->powersgd_rank);
         cJSON_AddNumberToObject(gc, "powersgd_start_iter", (double)c->powersgd_start_iter);
-        cJSON_AddStringToObject(gc, "state", !m->powersgd_q ? "error_feedback per dp rank (replica files)"
-                                             : "error_feedback per dp rank, powersgd_q per (tp, pp) from dp rank 0 "
-                                               "(replica files)");
+        bool two_phase = c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE;
+        if (two_phase) /* only then: allgather manifests stay as they were (absent: allgather) */
+            cJSON_AddStringToObject(gc, "reduce", tri_compression_reduce_name(c->reduce));
+        cJSON_AddStringToObject(gc, "state", m->powersgd_q ? "error_feedback per dp rank, powersgd_q per (tp, pp) "
+                                                             "from dp rank 0 (replica files)"
+                                             : two_phase ? "error_feedback and server_error_feedback per dp rank "
+                                                           "(replica files)"
+                                                         : "error_feedback per dp rank (replica files)");
         /* optional (absent in older checkpoints: false): every copy's own residual is held
          * (error_feedback_copy), PowerSGD's Q is held (powersgd_q) */
         cJSON_AddBoolToObject(gc, "residual_copies", m->residual_copies);
@@ -509,6 +514,13 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
             rc = bad(p, "kind", "must be 1bit, qsgd, topk or powersgd");
         if (!rc)
             c->kind = (tri_compression_kind)k;
+        const cJSON *red = cJSON_GetObjectItemCaseSensitive(gc, "reduce"); /* optional: absent is allgather */
+        int rd = !red ? (int)TRI_COMPRESS_REDUCE_ALLGATHER
+                      : cJSON_IsString(red) ? tri_compression_reduce_parse(red->valuestring) : -1;
+        if (!rc && rd < 0)
+            rc = bad(p, "reduce", "must be allgather or two-phase");
+        if (!rc)
+            c->reduce = (tri_compression_reduce)rd;
     }
     return rc;
 }

@@ -79,8 +79,9 @@ static int local_sgd_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur, b
 }
 
 /* The compressed dp reduction on resume: the checkpoint's error feedback continues only into the
- * same --grad-compression kind (its options may change); another (or none on either side) is refused
- * naming both unless reset, which starts the residuals from zero and draws PowerSGD's Q afresh. A step-0
+ * same --grad-compression kind and --grad-compression-reduce (its options may change); another (or
+ * none on either side) is refused naming both unless reset, which starts the residuals from zero and
+ * draws PowerSGD's Q afresh. A step-0
  * checkpoint binds nothing; --no-load-optim counts as reset. The residuals are per dp rank, so they
  * are read (*load, tri_ckpt_load_compression) only with the checkpoint's dp: another is refused
  * naming both unless reset (tp and pp may change). */
@@ -93,6 +94,13 @@ static int compression_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur,
                        "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
                        "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
                        tri_compression_name(a), r->m.run.dp, r->m.run.dp, cur->dp);
+    tri_compression_reduce ra = r->m.run.compression.reduce, rb = cur->compression.reduce;
+    if (*load && ra != rb) /* the residuals mean other things (and the server's exist only with two-phase) */
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s --grad-compression-reduce %s; "
+                       "this run has --grad-compression %s --grad-compression-reduce %s (resume with the same, or pass "
+                       "--reset-compression-state to start the compression state from zero)", r->dir,
+                       tri_compression_name(a), tri_compression_reduce_name(ra), tri_compression_name(b),
+                       tri_compression_reduce_name(rb));
     if (a == b || reset || !resumes)
         return TRI_OK;
     return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s; this run has --grad-compression "

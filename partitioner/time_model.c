@@ -234,7 +234,10 @@ static double unit_sent(const tri_transformer *m, const tri_train_layout *l, con
  * fp32 sum, read and written (8 bytes an element a payload), over the whole bucket at ZeRO 0 and
  * the owned 1/dp slice at ZeRO 1; top-k zeroes the sum (4) and scatter-adds dp x k pairs (16 each).
  * PowerSGD reads each matrix for P = M Q and Q = M^T P and writes P Q^T into the residual
- * (12), plus the error feedback (12); its vectors cost nothing. */
+ * (12), plus the error feedback (12); its vectors cost nothing. Two-phase (1bit, qsgd, topk): the
+ * worker's encoding as above, the server decodes the dp payloads of its 1/dp chunk (together one
+ * bucket's worth) and encodes the sum with its residual (1/dp of an encoding), and every rank
+ * decodes the all-gathered chunks once over what it keeps. */
 static double codec_bytes(const tri_transformer *m, const tri_train_layout *l, const tri_compression *cz, int kind,
                           int64_t len, int zero)
 {
@@ -242,8 +245,13 @@ static double codec_bytes(const tri_transformer *m, const tri_train_layout *l, c
     switch (cz->kind) {
     case TRI_COMPRESS_1BIT:
     case TRI_COMPRESS_QSGD:
+        if (cz->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
+            return 20.0 * n + 8.0 * n + 20.0 * n / D + 8.0 * owned;
         return 20.0 * n + 8.0 * D * owned;
     case TRI_COMPRESS_TOPK:
+        if (cz->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE) /* D chunks of k / D pairs: zero, scatter, select */
+            return 24.0 * n + 2.0 * (4.0 * n / D + 16.0 * D * ceil((double)cz->topk_fraction * n / D)) +
+                   24.0 * n / D + 4.0 * owned;
         return 24.0 * n + 4.0 * owned + 16.0 * D * ceil((double)cz->topk_fraction * n);
     case TRI_COMPRESS_POWERSGD: {
         if (kind == UNIT_VECTOR)

@@ -63,6 +63,8 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         rc = tri_session_ckpt_resume(&ss, r->load, &cr, &it);
     if (rank == 0)
         r->start = it;
+    if (!rc && r->load && r->save_dir && it == r->until) /* loaded and saved at once: a reshard */
+        rc = tri_session_ckpt_save(&ss, r->save_dir, &cr, it);
     tri_batch_source src = {.ctx = r, .fill = fill};
     for (; it < r->until && !rc; it++) {
         tri_step_result res;

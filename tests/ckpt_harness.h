@@ -19,7 +19,8 @@ typedef struct tu_ckpt_run {
     const int32_t *windows;       /* (TU_CKPT_TOTAL * global_batch, T + 1) token windows */
     uint64_t seed;                /* 0: 1234 */
     const char *load;             /* NULL: start from the initial weights; else a run or step dir */
-    int64_t until;                /* train up to this iteration (total) */
+    int64_t until;                /* train up to this iteration (total); a load with until at its
+                                     iteration and a save_dir saves it again at once (a reshard) */
     const char *save_dir;         /* NULL: no checkpoints */
     int save_interval;            /* save at multiples of it and at `until` (0: only at `until`) */
     int keep_last;

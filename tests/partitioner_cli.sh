@@ -212,6 +212,26 @@ contains "compression with dp 1 warns" "data-parallel size 1: nothing to reduce,
 contains "overlap simulated" "overlap simulated:" "$tmp/dp.txt"
 contains "DP method line" "1bit (block 256) reduction every step: sends" "$tmp/dp.txt"
 contains "sweep table" "data-parallel methods by inter-node bandwidth" "$tmp/dp.txt"
+# the two-phase compressed allreduce: its own rows, fewer bytes than the all-gather's at dp 4
+"$bin" "${dp4[@]}" --grad-compression 1bit --grad-compression-reduce two-phase --dp-bandwidth-sweep --json \
+  > "$tmp/tp.json" 2>&1 || { fail "two-phase preview"; cat "$tmp/tp.json"; }
+"$bin" "${dp4[@]}" --grad-compression 1bit --dp-bandwidth-sweep --json > "$tmp/ag.json" 2>&1 || fail "allgather --json"
+python3 - "$tmp/tp.json" "$tmp/ag.json" <<'PY' && ok "two-phase sweep rows send less than the all-gather's" || fail "two-phase sweep"
+import json, sys
+tp, ag = (json.load(open(f)) for f in sys.argv[1:3])
+assert tp["data_parallel"]["grad_compression_reduce"] == "two-phase", tp["data_parallel"]
+rt = {r["method"]: r for r in tp["dp_bandwidth_sweep"]}
+ra = {r["method"]: r for r in ag["dp_bandwidth_sweep"]}
+for m in ("1bit", "qsgd", "topk"):
+    assert rt[m]["reduce"] == "two-phase" and ra[m]["reduce"] == "allgather", (rt[m], ra[m])
+    b = lambda r: r[m]["points"][0]["dp_sent_bytes_per_step"]
+    assert b(rt) < b(ra), (m, b(rt), b(ra))  # dp 4: 2 x 3/4 payloads against 3
+assert rt["powersgd"]["reduce"] == "allgather" and rt["none"]["reduce"] == "allgather"
+PY
+expect "two-phase with powersgd" "--grad-compression-reduce two-phase with --grad-compression powersgd" "${dp4[@]}" \
+  --grad-compression powersgd --grad-compression-reduce two-phase
+expect "two-phase reduction unknown" "--grad-compression-reduce ring: expected one of allgather|two-phase" "${dp4[@]}" \
+  --grad-compression 1bit --grad-compression-reduce ring
 "$bin" "${dp4[@]}" --overlap-grad-reduce --grad-compression powersgd --inter-node-bandwidth 10 --local-sgd-steps 16 \
   --dp-bandwidth-sweep --json > "$tmp/dp.json" 2>&1 || { fail "dp --json"; cat "$tmp/dp.json"; }
 python3 - "$tmp/dp.json" <<'PY' && ok "--json: data_parallel and the sweep" || fail "--json data_parallel"

@@ -4,13 +4,20 @@
  * Formats (the bit streams travel as whole 32-bit words): 1bit n sign bits + one fp32 scale per
  * block; qsgd ceil(log2(s + 1)) + 1 bits an element + one fp32 norm per block; topk ceil(f n) (uint32, fp32) pairs; powersgd P and Q, 4 r (rows +
  * cols) bytes, vectors 4 n. Wire (ring algorithms, D ranks): all-reduce 2 (D-1)/D S, reduce-scatter
- * (D-1)/D S, all-gather (D-1) payloads. How the engine's comm layer counts what it really sent is
- * held against these in the compression engine's own tests. */
+ * (D-1)/D S, all-gather (D-1) payloads; two-phase 2 (D-1) payloads of one chunk (whole blocks,
+ * ceil(blocks / D) of them). The comm layer's counted wire bytes are held against these in the
+ * compression engine's own tests (test_grad_compression.c; two-phase: test_two_phase.c at D = 2..5,
+ * and here below on thread ranks). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "engine/device/arena.h"
+#include "engine/device/device.h"
+#include "engine/train/dp_compress.h"
 #include "engine/train/grad_compression.h"
+#include "tests/harness.h"
 
 static tri_compression with(tri_compression_kind k)
 {
@@ -88,4 +95,93 @@ Test(compression_bytes, names_and_checks)
     cr_assert_eq(tri_compression_check(&c, 0), TRI_EINVAL);
     c = with(TRI_COMPRESS_NONE);
     cr_assert_eq(tri_compression_check(&c, 3), TRI_OK, "no compression takes every stage");
+}
+
+Test(compression_bytes, two_phase_by_hand_and_constant_in_dp)
+{
+    tri_compression one = with(TRI_COMPRESS_1BIT), q = with(TRI_COMPRESS_QSGD), topk = with(TRI_COMPRESS_TOPK);
+    one.reduce = q.reduce = topk.reduce = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    /* 1000 elements, block 256: 4 blocks; D 4: one block a chunk (the last of 232 elements), each
+     * chunk payload one scale + 8 words of signs = 36 bytes, sent twice by 3 of 4 */
+    cr_assert_eq(tri_compression_chunk(&one, 1000, 4), 256);
+    cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 4, 0, true), 2 * 3 * 36);
+    cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 4, 1, true), 2 * 3 * 36, "ZeRO 1 the same");
+    /* D 3: two blocks a chunk: 512, 488 and an empty third; a chunk payload 2 scales + 16 words */
+    cr_assert_eq(tri_compression_chunk(&one, 1000, 3), 512);
+    cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 3, 0, true), 2 * 2 * (2 * 4 + 16 * 4));
+    cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 1, 0, true), 0);
+    /* topk: single-element chunks of ceil(n / D), ceil(f chunk) pairs */
+    cr_assert_eq(tri_compression_chunk(&topk, 1000, 3), 334);
+    cr_assert_eq(tri_compression_sent_bytes(&topk, 1, 1000, 3, 0, true), 2 * 2 * 8 * 4);
+    /* qsgd 4 bits: 2^20 elements at D 8: 512 blocks a chunk, 131072 elements: 512 norms + 16384 words */
+    cr_assert_eq(tri_compression_sent_bytes(&q, 1, 1 << 20, 8, 0, true), 2 * 7 * 4 * (512 + 16384));
+    /* constant in D: sent x D / (D - 1) stays 2 payloads of the whole bucket (up to a block per
+     * chunk), while the all-gather's grows as D - 1 payloads */
+    int64_t n = 1 << 22;
+    double two = 2.0 * (double)tri_compression_payload_bytes(&one, 1, n);
+    for (int D = 2; D <= 64; D *= 2) {
+        double sent = (double)tri_compression_sent_bytes(&one, 1, n, D, 0, true);
+        cr_expect(fabs(sent * D / (D - 1) - two) <= 2.0 * D * 36, "D %d: %g vs %g", D, sent * D / (D - 1), two);
+        tri_compression ag = one;
+        ag.reduce = TRI_COMPRESS_REDUCE_ALLGATHER;
+        cr_expect_eq(tri_compression_sent_bytes(&ag, 1, n, D, 0, true), (D - 1) * (int64_t)(two / 2));
+    }
+}
+
+/* ---- the comm layer's counted bytes of the engine's two-phase reduction, D = 2..5 ----
+ * One unit of 1000 elements at ZeRO 0, blocks of 96 (11, the last of 40): chunks of 576 + 424
+ * (D 2), 384 + 384 + 232 (D 3), 3 x 288 + 136 (D 4), 3 x 288 + 136 + an empty one (D 5); top-k's
+ * single-element chunks are uneven at D 3. */
+typedef struct bytes_job {
+    tri_compression c;
+    uint64_t wire[5];
+} bytes_job;
+
+static int bytes_rank(int rank, int size, tri_comm *comm, void *arg)
+{
+    bytes_job *j = arg;
+    enum { LEN = 1000 };
+    tri_param p = {.numel = LEN};
+    snprintf(p.spec.name, sizeof p.spec.name, "w");
+    p.spec.ndim = 1;
+    p.spec.shape[0] = p.local_shape[0] = LEN;
+    tri_param_unit u = {.first = 0, .count = 1, .start = 0, .len = LEN};
+    tri_param_layout L = {.n = 1, .params = &p, .n_units = 1, .units = &u, .numel = LEN, .padded_numel = LEN,
+                          .dp = size, .dp_rank = rank, .shard_numel = LEN / size};
+    tri_device *d = NULL;
+    tri_dp_compress x;
+    memset(&x, 0, sizeof x);
+    tri_arena a;
+    tri_arena_plan(&a);
+    float g[LEN];
+    for (int i = 0; i < LEN; i++)
+        g[i] = (float)((i * 7 + rank * 3) % 11) - 5.0f;
+    int rc = tri_device_cpu_create(&d, 1);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0);
+    if (!rc) rc = tri_arena_commit(&a, d);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0);
+    uint64_t before = tri_comm_wire_bytes(comm, TRI_COMM_KINDS);
+    if (!rc) rc = tri_dp_compress_unit(&x, d, comm, tri_tensor_1d(g, TRI_F32, LEN), 0, 0);
+    j->wire[rank] = tri_comm_wire_bytes(comm, TRI_COMM_KINDS) - before;
+    tri_arena_release(&a);
+    tri_dp_compress_free(&x);
+    tri_device_destroy(d);
+    return rc;
+}
+
+Test(compression_bytes, two_phase_counted_equals_formula)
+{
+    for (int kind = TRI_COMPRESS_1BIT; kind <= TRI_COMPRESS_TOPK; kind++)
+        for (int D = 2; D <= 5; D++) {
+            bytes_job j = {.c = with((tri_compression_kind)kind)};
+            j.c.reduce = TRI_COMPRESS_REDUCE_TWO_PHASE;
+            j.c.block_size = 96;
+            j.c.topk_fraction = 0.05f;
+            cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j), TRI_OK, "%s", tri_error_message());
+            uint64_t want = (uint64_t)tri_compression_sent_bytes(&j.c, 1, 1000, D, 0, true);
+            for (int r = 0; r < D; r++)
+                cr_expect_eq(j.wire[r], want, "%s D %d rank %d: counted %llu, formula %llu",
+                             tri_compression_name((tri_compression_kind)kind), D, r, (unsigned long long)j.wire[r],
+                             (unsigned long long)want);
+        }
 }

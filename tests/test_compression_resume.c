@@ -9,7 +9,10 @@
  * without the copies or without Q: the loader then falls back, with a warning, to the stored copy's
  * residual or a fresh Q) breaks that equality. Resuming with another compressor is refused naming
  * both unless reset; another dp is refused (each replica's residual is its own; Q, the same on
- * every dp rank, is read from dp rank 0's file by any dp rank, which the dp 2 resumes exercise). */
+ * every dp rank, is read from dp rank 0's file by any dp rank, which the dp 2 resumes exercise). The
+ * two-phase reduction (--grad-compression-reduce two-phase) adds each dp rank's server residual
+ * (group server_error_feedback), resumed bit for bit the same way; resuming it with the all-gather
+ * (or the reverse) is refused naming both unless reset. */
 #include <cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -28,10 +31,13 @@
 
 enum { B = 1, T = 8, GLOBAL = 4, HALF = 10 };
 
+static tri_compression_reduce reduce_of_runs; /* the reduction comp_run gives (allgather unless set) */
+
 static tu_ckpt_run comp_run(const tri_gpt_config *cfg, const int32_t *w, tu_layout l, tri_compression_kind kind)
 {
     l.compression = tri_compression_defaults();
     l.compression.kind = kind;
+    l.compression.reduce = kind != TRI_COMPRESS_NONE ? reduce_of_runs : TRI_COMPRESS_REDUCE_ALLGATHER;
     l.compression.block_size = 32;
     l.compression.powersgd_start_iter = 2; /* compressed (Q in use) well before the save at HALF */
     l.compression.seed = 1234;
@@ -60,23 +66,25 @@ static void same_final(const char *a, const char *b, const char *what)
         cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final %s differs", what, names[i]);
         free(x);
         free(y);
-        for (int dp = 0; dp < 2; dp++) {
-            x = tensor(a, TRI_CKPT_REPLICA, dp, "error_feedback", names[i], &n);
-            y = tensor(b, TRI_CKPT_REPLICA, dp, "error_feedback", names[i], &m);
-            cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final residual of %s on dp %d differs",
-                      what, names[i], dp);
-            free(x);
-            free(y);
-        }
+        for (int dp = 0; dp < 2; dp++)
+            for (int g = 0; g < (reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE ? 2 : 1); g++) {
+                const char *group = g ? "server_error_feedback" : "error_feedback";
+                x = tensor(a, TRI_CKPT_REPLICA, dp, group, names[i], &n);
+                y = tensor(b, TRI_CKPT_REPLICA, dp, group, names[i], &m);
+                cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final %s of %s on dp %d differs",
+                          what, group, names[i], dp);
+                free(x);
+                free(y);
+            }
     }
 }
 
-/* The residuals are stored per dp rank: non-zero, and different on the two replicas. */
-static void residuals_per_rank(const char *dir)
+/* The residuals (of group) are stored per dp rank: non-zero, and different on the two replicas. */
+static void residuals_per_rank(const char *dir, const char *group)
 {
     int64_t n, m;
-    float *x = tensor(dir, TRI_CKPT_REPLICA, 0, "error_feedback", "h.0.attn.c_attn.w", &n);
-    float *y = tensor(dir, TRI_CKPT_REPLICA, 1, "error_feedback", "h.0.attn.c_attn.w", &m);
+    float *x = tensor(dir, TRI_CKPT_REPLICA, 0, group, "h.0.attn.c_attn.w", &n);
+    float *y = tensor(dir, TRI_CKPT_REPLICA, 1, group, "h.0.attn.c_attn.w", &m);
     double mx = 0.0;
     for (int64_t k = 0; k < n; k++)
         mx = fmax(mx, fabs(x[k]));
@@ -156,7 +164,9 @@ static void resumes_bit_for_bit_in(tri_compression_kind kind, tu_layout l, const
     ref.save_dir = ref_dir;
     ref.save_interval = HALF;
     cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
-    residuals_per_rank(mid);
+    residuals_per_rank(mid, "error_feedback");
+    if (reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE)
+        residuals_per_rank(mid, "server_error_feedback");
 
     snprintf(out, sizeof out, "%s/resumed", dir);
     tu_ckpt_run r = comp_run(&cfg, w, l, kind);
@@ -200,6 +210,40 @@ static void resumes_bit_for_bit(tri_compression_kind kind)
 
 Test(compression_resume, onebit_resumes_bit_for_bit, .timeout = 300) { resumes_bit_for_bit(TRI_COMPRESS_1BIT); }
 Test(compression_resume, topk_resumes_bit_for_bit, .timeout = 300) { resumes_bit_for_bit(TRI_COMPRESS_TOPK); }
+Test(compression_resume, onebit_two_phase_resumes_bit_for_bit, .timeout = 300)
+{
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    resumes_bit_for_bit(TRI_COMPRESS_1BIT);
+}
+
+Test(compression_resume, another_reduction_refused, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 41);
+    char *dir = tu_ckpt_tmpdir("two-phase-refused");
+    char mid[4300];
+    snprintf(mid, sizeof mid, "%s/iter_%07d", dir, 4);
+    tu_layout dp2 = {.tp = 1, .pp = 1, .dp = 2};
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    tu_ckpt_run s = comp_run(&cfg, w, dp2, TRI_COMPRESS_1BIT);
+    s.until = 4;
+    s.save_dir = dir;
+    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    reduce_of_runs = TRI_COMPRESS_REDUCE_ALLGATHER;
+    tu_ckpt_run r = comp_run(&cfg, w, dp2, TRI_COMPRESS_1BIT);
+    r.load = mid;
+    r.until = 6;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--grad-compression-reduce two-phase") &&
+                  strstr(tri_error_message(), "--grad-compression-reduce allgather") &&
+                  strstr(tri_error_message(), "--reset-compression-state"), "%s", tri_error_message());
+    r.reset_compression_state = true;
+    cr_expect_eq(tu_ckpt_train(&r), TRI_OK, "--reset-compression-state: %s", tri_error_message());
+    tri_error_clear();
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
 
 /* PowerSGD's Q is the warm start of the next step's power iteration (Vogels et al. 2019): a fresh
  * one gives another P, so another decoded gradient, and the losses part from the uninterrupted run's
@@ -301,6 +345,65 @@ Test(compression_resume, another_compressor_or_dp_refused, .timeout = 300)
     cr_expect(strstr(tri_error_message(), "dp 2") && strstr(tri_error_message(), "dp 4"), "%s", tri_error_message());
     d.reset_compression_state = true;
     cr_expect_eq(tu_ckpt_train(&d), TRI_OK, "dp 4 with --reset-compression-state: %s", tri_error_message());
+    tri_error_clear();
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
+
+/* Two-phase's server residual is one tensor cut by chunks across the dp ranks; with another tp the
+ * units (and so the chunks) move, and load merges every dp rank's file so each rank finds its new
+ * chunk (without the merge elements are lost: tested by removing it). Saved again at once, the dp
+ * ranks' entries still add up to the same tensor, element for element (each element lies in exactly
+ * one rank's chunk, the others hold zero). */
+Test(compression_resume, two_phase_server_residual_moves_with_the_chunks, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 43);
+    char *dir = tu_ckpt_tmpdir("two-phase-chunks");
+    char first[4200], again[4200], mid[4300], mid2[4300];
+    snprintf(first, sizeof first, "%s/first", dir);
+    snprintf(again, sizeof again, "%s/again", dir);
+    snprintf(mid, sizeof mid, "%s/iter_%07d", first, 4);
+    snprintf(mid2, sizeof mid2, "%s/iter_%07d", again, 4);
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    tu_ckpt_run s = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 2}, TRI_COMPRESS_1BIT);
+    s.until = 4;
+    s.save_dir = first;
+    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    tu_ckpt_run r = comp_run(&cfg, w, (tu_layout){.tp = 2, .pp = 1, .dp = 2}, TRI_COMPRESS_1BIT);
+    r.load = mid;
+    r.until = 4;
+    r.save_dir = again;
+    cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "tp 2: %s", tri_error_message());
+    /* the block unit's dp chunks meet inside c_fc.w, a little further on at tp 2 (the replicated
+     * parameters do not halve): elements there change dp rank */
+    static const char *const moving[] = {"wte", "h.0.attn.c_attn.w", "h.0.mlp.c_fc.w", "h.1.mlp.c_fc.w", "ln_f.w"};
+    int64_t moved = 0;
+    for (size_t i = 0; i < sizeof moving / sizeof moving[0]; i++) {
+        int64_t n = 0, m = 0, nonzero = 0;
+        float *a[2], *b[2];
+        for (int dp = 0; dp < 2; dp++) {
+            a[dp] = tensor(mid, TRI_CKPT_REPLICA, dp, "server_error_feedback", moving[i], &n);
+            b[dp] = tensor(mid2, TRI_CKPT_REPLICA, dp, "server_error_feedback", moving[i], &m);
+        }
+        cr_assert_eq(n, m);
+        for (int64_t k = 0; k < n; k++) {
+            nonzero += a[0][k] != 0.0f || a[1][k] != 0.0f;
+            cr_expect(!(a[0][k] != 0.0f && a[1][k] != 0.0f), "%s element %lld held by both dp ranks", moving[i],
+                      (long long)k);
+            cr_expect_eq(a[0][k] + a[1][k], b[0][k] + b[1][k], "%s element %lld: %g saved, %g after tp 2", moving[i],
+                         (long long)k, (double)(a[0][k] + a[1][k]), (double)(b[0][k] + b[1][k]));
+        }
+        cr_expect_gt(nonzero, 0, "%s: no server residual saved", moving[i]);
+        for (int64_t k = 0; k < n; k++)
+            moved += (a[0][k] != 0.0f) != (b[0][k] != 0.0f);
+        for (int dp = 0; dp < 2; dp++) {
+            free(a[dp]);
+            free(b[dp]);
+        }
+    }
+    cr_expect_gt(moved, 0, "no element changed dp rank: the test shows nothing");
     tri_error_clear();
     tri_fs_remove_tree(dir);
     free(dir);

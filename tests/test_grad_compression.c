@@ -582,9 +582,10 @@ Test(grad_compression, wire_bytes_counted)
     }
 }
 
-/* ---- composition: tp x dp with sequence parallelism, pp x dp with bf16 and recomputation ---- */
+/* ---- composition: tp x dp with sequence parallelism, pp x dp with bf16 and recomputation (either
+ * reduction of the payloads) ---- */
 
-static void composes(tri_compression_kind kind)
+static void composes(tri_compression_kind kind, tri_compression_reduce reduce)
 {
     tri_gpt_config cfg = tu_tiny_config();
     enum { B = 1, T = 8, STEPS = 4 };
@@ -594,11 +595,13 @@ static void composes(tri_compression_kind kind)
     c.powersgd_start_iter = 1;
     c.block_size = 64;
     c.topk_fraction = 0.25f;
+    c.reduce = reduce;
     tu_layout lays[2] = {{.tp = 2, .pp = 1, .dp = 2, .sp = true, .n_micro = 4, .zero = 1, .compression = c},
                          {.tp = 1, .pp = 2, .dp = 2, .n_micro = 4, .bf16 = true, .recompute = 2, .compression = c}};
     for (int k = 0; k < 2; k++) {
         tu_layout plain = lays[k];
         plain.compression.kind = TRI_COMPRESS_NONE;
+        plain.compression.reduce = TRI_COMPRESS_REDUCE_ALLGATHER;
         tu_result res, ref;
         cr_assert_eq(tu_run_gpt(&cfg, B, T, &lays[k], w, STEPS, &res), TRI_OK, "%s layout %d: %s",
                      tri_compression_name(kind), k, tri_error_message());
@@ -622,8 +625,16 @@ static void composes(tri_compression_kind kind)
 
 Test(grad_compression, composes_with_tp_sp_pp_bf16_recompute)
 {
-    composes(TRI_COMPRESS_1BIT);
-    composes(TRI_COMPRESS_QSGD);
-    composes(TRI_COMPRESS_TOPK);
-    composes(TRI_COMPRESS_POWERSGD);
+    composes(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER);
+    composes(TRI_COMPRESS_QSGD, TRI_COMPRESS_REDUCE_ALLGATHER);
+    composes(TRI_COMPRESS_TOPK, TRI_COMPRESS_REDUCE_ALLGATHER);
+    composes(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER);
+}
+
+/* the two-phase reduction (--grad-compression-reduce two-phase) in the same layouts */
+Test(grad_compression, two_phase_composes_with_tp_sp_pp_bf16_recompute)
+{
+    composes(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_TWO_PHASE);
+    composes(TRI_COMPRESS_QSGD, TRI_COMPRESS_REDUCE_TWO_PHASE);
+    composes(TRI_COMPRESS_TOPK, TRI_COMPRESS_REDUCE_TWO_PHASE);
 }

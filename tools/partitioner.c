@@ -50,7 +50,7 @@ typedef struct args {
     bool json, search, sweep;
     float gemm, memory, intra, inter, tp_exposed, dp_exposed;
     /* data parallelism over slow links (engine_train's flags and defaults, engine/train/grad_compression.h) */
-    const char *compression;
+    const char *compression, *reduce;
     int block_size, qsgd_levels, powersgd_rank, local_sgd_steps;
     float topk_fraction, inter_node_gbps;
 } args;
@@ -82,6 +82,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("tp-comm-exposed", TRI_FLAG_FLOAT, &a->tp_exposed, "share of TP communication not overlapped", 0, 1);
     f[n++] = (tri_flag)FLAG("dp-comm-exposed", TRI_FLAG_FLOAT, &a->dp_exposed, "share of data-parallel communication not overlapped (default: all without --overlap-grad-reduce / --overlap-param-gather, else simulated against each stage's timeline; given, it replaces the simulation)", 0, 1);
     f[n++] = (tri_flag)CHOICE("grad-compression", &a->compression, "none|1bit|qsgd|topk|powersgd", "data-parallel gradient compressor with error feedback, as engine_train (ZeRO 0-1 only): its bytes replace the reduction's, its encode + decode is charged as memory-bound passes");
+    f[n++] = (tri_flag)CHOICE("grad-compression-reduce", &a->reduce, "allgather|two-phase", "1bit, qsgd, topk: all-gather every rank's payload ((dp - 1) payloads sent per rank) or two-phase (1-bit Adam's compressed allreduce: about 2 payloads per rank whatever dp), as engine_train");
     f[n++] = (tri_flag)FLAG("compression-block-size", TRI_FLAG_INT, &a->block_size, "1bit, qsgd: elements per scale", 0, 1 << 30);
     f[n++] = (tri_flag)FLAG("qsgd-levels", TRI_FLAG_INT, &a->qsgd_levels, "qsgd: quantization levels s", 0, 1 << 30);
     f[n++] = (tri_flag)FLAG("topk-fraction", TRI_FLAG_FLOAT, &a->topk_fraction, "topk: fraction of each bucket's elements sent, in (0, 1]", 0, 1e9);
@@ -104,6 +105,7 @@ static void defaults(args *a)
     a->top = 10;
     a->max_micro_batch = 16;
     a->compression = "none";
+    a->reduce = "allgather";
     tri_compression d = tri_compression_defaults();
     a->block_size = d.block_size;
     a->qsgd_levels = d.qsgd_levels;
@@ -133,6 +135,7 @@ static tri_cluster make_cluster(const args *a, const tri_flag *f, int nf, const 
     if (seen(f, nf, "inter-node-bandwidth")) c.inter_bw = a->inter_node_gbps * 1e9 / 8.0;
     c.dp.compression = tri_compression_defaults();
     c.dp.compression.kind = (tri_compression_kind)tri_compression_parse(a->compression);
+    c.dp.compression.reduce = (tri_compression_reduce)tri_compression_reduce_parse(a->reduce);
     c.dp.compression.block_size = a->block_size;
     c.dp.compression.qsgd_levels = a->qsgd_levels;
     c.dp.compression.topk_fraction = a->topk_fraction;
@@ -221,6 +224,7 @@ static int dp_method(const args *a, const tri_flag *f, int nf, const tri_train_l
         fprintf(stderr, "partitioner: warning: --grad-compression %s / --local-sgd-steps %d with data-parallel size 1: "
                 "nothing to reduce, ignored\n", tri_compression_name(c->dp.compression.kind), c->dp.local_sgd_steps);
         c->dp.compression.kind = TRI_COMPRESS_NONE;
+        c->dp.compression.reduce = TRI_COMPRESS_REDUCE_ALLGATHER;
         c->dp.local_sgd_steps = 0;
     }
     return TRI_OK;
@@ -234,6 +238,7 @@ static int dp_sweep(const tri_transformer *m, const tri_train_layout *l, const t
     static const double gbps[TRI_SWEEP_BANDWIDTHS] = {10, 25, 100, 400};
     memset(out, 0, sizeof *out);
     out->local_sgd_steps = c->dp.local_sgd_steps > 1 ? c->dp.local_sgd_steps : 0;
+    out->reduce = c->dp.compression.reduce;
     int rows = TRI_COMPRESS_KINDS + (out->local_sgd_steps ? 1 : 0);
     for (int b = 0; b < TRI_SWEEP_BANDWIDTHS; b++) {
         out->gbps[b] = gbps[b];
@@ -242,6 +247,8 @@ static int dp_sweep(const tri_transformer *m, const tri_train_layout *l, const t
             x.inter_bw = gbps[b] * 1e9 / 8.0;
             x.dp.compression.kind = k < TRI_COMPRESS_KINDS ? (tri_compression_kind)k : TRI_COMPRESS_NONE;
             x.dp.local_sgd_steps = k < TRI_COMPRESS_KINDS ? 0 : out->local_sgd_steps;
+            bool two_phase = k == TRI_COMPRESS_1BIT || k == TRI_COMPRESS_QSGD || k == TRI_COMPRESS_TOPK;
+            x.dp.compression.reduce = two_phase ? out->reduce : TRI_COMPRESS_REDUCE_ALLGATHER;
             tri_dp_sweep_cell *cell = &out->cell[b][k];
             if (tri_time_dp_method_check(&x.dp, l) != TRI_OK) {
                 cell->refused = true;

@@ -9,6 +9,7 @@
 # (10 global batches: 160 sequences; 640 for the LAMB run, whose batches are 4x larger). The runs differ only in how the replicas agree:
 #   none        synchronous AdamW, fp32 all-reduce (the baseline)
 #   1bit qsgd topk powersgd powersgd-rank16   --grad-compression, with error feedback (PowerSGD rank 4, 16)
+#   1bit-two-phase 1bit with --grad-compression-reduce two-phase (not in the default list: run it by name)
 #   localsgd-h16   16 local steps, then the replicas' parameters averaged (--outer-optimizer average)
 #   diloco-h16     16 local steps, then an outer Nesterov step (outer lr 0.7, momentum 0.9)
 #   lamb-gbs64     LAMB at 4x the global batch (64 sequences, a quarter of the iterations: the same tokens), lr x2
@@ -40,11 +41,14 @@ flags_of() {
   case "$1" in
     none) echo "${base[*]}" ;;
     1bit|qsgd|topk) echo "${base[*]} --grad-compression $1" ;;
+    1bit-two-phase) echo "${base[*]} --grad-compression 1bit --grad-compression-reduce two-phase" ;;
     powersgd) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4" ;;
     powersgd-rank16) echo "${base[*]} --grad-compression powersgd --powersgd-rank 16" ;;
     localsgd-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
     diloco-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
-    lamb-gbs64) echo "${lamb[*]} --lr 4e-3 --optimizer lamb --min-lr 4e-4" ;;
+    lamb-gbs64) echo "${lamb[*]} --lr 2e-2 --optimizer lamb --min-lr 2e-3" ;;
+    lamb-gbs64-lr4e-3) echo "${lamb[*]} --lr 4e-3 --optimizer lamb --min-lr 4e-4" ;;
+    adamw-gbs64) echo "${lamb[*]} --lr 4e-3 --min-lr 4e-4" ;;
     *) echo "dp_methods: unknown run '$1'" >&2; return 1 ;;
   esac
 }

@@ -50,6 +50,34 @@ static int64_t powersgd_offsets(tri_dp_compress *x)
     return largest;
 }
 
+/* Two-phase: the chunk payloads (D per unit, each at the longest chunk's words), the server's
+ * buffers and residual (the longest chunk of each unit: server_error_feedback, optimizer memory). */
+static int take_two_phase(tri_dp_compress *x, tri_arena *a)
+{
+    const tri_param_layout *L = x->L;
+    int64_t words = 1, longest = 1, total = 0;
+    if (!x->server_at) {
+        x->server_at = calloc((size_t)(L->n_units > 0 ? L->n_units : 1), sizeof *x->server_at);
+        x->ops = calloc((size_t)(2 * L->dp), sizeof *x->ops);
+        if (!x->server_at || !x->ops)
+            return TRI_ERR(TRI_ENOMEM, "grad compression: out of memory");
+    }
+    for (int u = 0; u < L->n_units; u++) {
+        int64_t chunk = tri_compression_chunk(&x->c, L->units[u].len, L->dp), w = payload_words(&x->c, chunk);
+        words = w > words ? w : words;
+        longest = chunk > longest ? chunk : longest;
+        x->server_at[u] = total;
+        total += chunk;
+    }
+    int rc = TRI_ARENA_TAKE(a, TRI_MEM_OPTIMIZER, &x->server_residual, TRI_F32, total > 0 ? total : 1);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->send, TRI_I32, (int64_t)L->dp * words);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->recv, TRI_I32, (int64_t)L->dp * words);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->gathered, TRI_I32, (int64_t)L->dp * words);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->server_send, TRI_I32, words);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->server_sum, TRI_F32, longest);
+    return rc;
+}
+
 int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layout *L, const tri_compression *c,
                          int stage)
 {
@@ -61,6 +89,7 @@ int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layou
     x->stage = stage;
     x->on = c->kind != TRI_COMPRESS_NONE && L->dp > 1;
     x->residual = x->send = x->gathered = x->q = x->p = tri_tensor_none();
+    x->recv = x->server_send = x->server_sum = x->server_residual = tri_tensor_none();
     if (!x->on)
         return TRI_OK;
     rc = TRI_ARENA_TAKE(a, TRI_MEM_OPTIMIZER, &x->residual, TRI_F32, L->padded_numel);
@@ -83,6 +112,8 @@ int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layou
         int64_t w = payload_words(c, L->units[u].len);
         words = w > words ? w : words;
     }
+    if (c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
+        return take_two_phase(x, a);
     rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->send, TRI_I32, words);
     if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->gathered, TRI_I32, (int64_t)L->dp * words);
     return rc;
@@ -92,12 +123,26 @@ void tri_dp_compress_free(tri_dp_compress *x)
 {
     free(x->q_at);
     free(x->p_at);
+    free(x->server_at);
+    free(x->ops);
     memset(x, 0, sizeof *x);
 }
 
 void tri_dp_compress_reset(tri_dp_compress *x)
 {
     x->q_ready = x->residual_ready = false;
+}
+
+/* The residuals (r, and r_s with two-phase) from zero unless they hold values already (a
+ * compressed step ran, or a checkpoint wrote them). */
+static int make_ready(tri_dp_compress *x, tri_device *dev)
+{
+    if (x->residual_ready)
+        return TRI_OK;
+    int rc = tri_op_fill(dev, x->residual, 0.0f);
+    if (!rc && x->server_at) rc = tri_op_fill(dev, x->server_residual, 0.0f);
+    x->residual_ready = !rc;
+    return rc;
 }
 
 int tri_dp_compress_residual_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host)
@@ -118,23 +163,25 @@ int tri_dp_compress_residual_write(tri_dp_compress *x, tri_device *dev, int64_t 
         return TRI_ERR(TRI_EINVAL, "error-feedback residual [%lld, %lld) written without compression or past its "
                        "%lld elements", (long long)at, (long long)(at + n),
                        (long long)(x->L ? x->L->padded_numel : 0));
-    int rc = x->residual_ready ? TRI_OK : tri_op_fill(dev, x->residual, 0.0f); /* the padding stays zero */
-    x->residual_ready = !rc;
+    int rc = make_ready(x, dev); /* the padding stays zero */
     return rc ? rc : tri_device_copy_from_host(dev, tri_tensor_range(x->residual, at, n), host);
 }
 
-/* Zeroes the residual between unit u's parameters and after the last (the layout's padding): the
- * padding's gradient is not a gradient, so it carries no error feedback; this also makes the
- * residual exactly what its per-parameter checkpoint entries hold (state_shards.h). */
-static int zero_padding(tri_dp_compress *x, tri_device *dev, int unit)
+/* Zeroes the elements of t that lie between unit u's parameters and after the last (the layout's
+ * padding) within the flat range [lo, hi), t's element 0 being flat offset `base`: the padding's
+ * gradient is not a gradient, so it carries no error feedback; this also makes the residuals exactly
+ * what their per-parameter checkpoint entries hold (state_shards.h). */
+static int zero_padding(tri_dp_compress *x, tri_device *dev, int unit, tri_tensor t, int64_t base, int64_t lo,
+                        int64_t hi)
 {
     const tri_param_unit *u = &x->L->units[unit];
     int64_t at = u->start;
     int rc = TRI_OK;
     for (int i = u->first; i <= u->first + u->count && !rc; i++) {
         int64_t next = i < u->first + u->count ? x->L->params[i].offset : u->start + u->len;
-        if (next > at)
-            rc = tri_op_fill(dev, tri_tensor_range(x->residual, at, next - at), 0.0f);
+        int64_t a = at > lo ? at : lo, b = next < hi ? next : hi;
+        if (b > a)
+            rc = tri_op_fill(dev, tri_tensor_range(t, a - base, b - a), 0.0f);
         if (i < u->first + u->count)
             at = x->L->params[i].offset + x->L->params[i].numel;
     }
@@ -188,6 +235,106 @@ static int gather_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_te
         tri_tensor pk = tri_tensor_range(all, (int64_t)k * words, words);
         rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(dev, out, pk, first, 1.0f)
                                           : tri_op_compress_unpack_add(dev, out, pk, n, first, block, levels, 1.0f);
+    }
+    return rc;
+}
+
+/* The payload of e (its len elements) into payload (the words of that length), with the qsgd
+ * rounding stream `stream`: 1bit, qsgd or topk. */
+static int pack(tri_dp_compress *x, tri_device *dev, tri_tensor payload, tri_tensor e, uint64_t stream)
+{
+    const tri_compression *c = &x->c;
+    if (c->kind == TRI_COMPRESS_TOPK)
+        return tri_op_compress_topk_pack(dev, payload, e);
+    if (c->kind == TRI_COMPRESS_1BIT)
+        return tri_op_compress_sign_pack(dev, payload, e, c->block_size);
+    return tri_op_compress_qsgd_pack(dev, payload, e, c->block_size, c->qsgd_levels, c->seed, stream);
+}
+
+/* out += alpha * elements [first, first + numel(out)) of a payload of n elements. */
+static int unpack_add(tri_dp_compress *x, tri_device *dev, tri_tensor out, tri_tensor payload, int64_t n,
+                      int64_t first, float alpha)
+{
+    const tri_compression *c = &x->c;
+    if (c->kind == TRI_COMPRESS_TOPK)
+        return tri_op_compress_topk_unpack_add(dev, out, payload, first, alpha);
+    int levels = c->kind == TRI_COMPRESS_QSGD ? c->qsgd_levels : 0;
+    return tri_op_compress_unpack_add(dev, out, payload, n, first, c->block_size, levels, alpha);
+}
+
+/* Elements of chunk j of a unit of n elements cut in chunks of `chunk` (0 past the end). */
+static int64_t chunk_len(int64_t n, int64_t chunk, int j)
+{
+    int64_t lo = (int64_t)j * chunk;
+    return lo < n ? (n - lo < chunk ? n - lo : chunk) : 0;
+}
+
+/* Two-phase's server step on unit u's chunk of this rank (len elements from flat offset at): s = the
+ * D payloads (slot k of `from(k)`, `words` apart) decoded in rank order, + r_s; c_s = C(s) into
+ * server_send; r_s = s - D(c_s), zero on the padding. */
+static int server_step(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, int64_t at, int64_t len,
+                       int64_t words, uint64_t stream)
+{
+    int64_t wl = payload_words(&x->c, len);
+    tri_tensor s = tri_tensor_range(x->server_sum, 0, len), cs = tri_tensor_range(x->server_send, 0, wl);
+    tri_tensor rs = tri_tensor_range(x->server_residual, x->server_at[unit], len);
+    int rc = tri_op_fill(dev, s, 0.0f);
+    for (int k = 0; k < dp->size && !rc; k++) /* this rank's own payload stayed in its send slot */
+        rc = unpack_add(x, dev, s, tri_tensor_range(k == dp->rank ? x->send : x->recv, (int64_t)k * words, wl), len,
+                        0, 1.0f);
+    if (!rc) rc = tri_op_add(dev, s, s, rs);
+    if (!rc) rc = pack(x, dev, cs, s, stream);
+    if (!rc) rc = tri_op_copy(dev, rs, s);
+    if (!rc) rc = unpack_add(x, dev, rs, cs, len, 0, -1.0f);
+    if (!rc) rc = zero_padding(x, dev, unit, rs, at, at, at + len);
+    return rc;
+}
+
+/* Two-phase (see dp_compress.h) over unit u: g its gradient, r its residual holding e = g + r. */
+static int two_phase_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, tri_tensor r, int unit,
+                          int64_t iter)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    int D = dp->size, me = dp->rank, n_ops = 0;
+    int64_t n = u->len, chunk = tri_compression_chunk(&x->c, n, D), words = payload_words(&x->c, chunk);
+    /* the qsgd rounding streams: as the all-gather's, then per chunk; the server's apart from every
+     * worker's */
+    uint64_t unit_id = (uint64_t)x->L->params[u->first].spec.global_index, it = tri_rng_hash64((uint64_t)iter);
+    uint64_t worker = tri_rng_hash64(it ^ ((uint64_t)me << 48) ^ unit_id),
+             server = tri_rng_hash64(it ^ 0x5e7e5e7e5e7eull ^ (unit_id << 20) ^ (uint64_t)me);
+    int rc = TRI_OK;
+    /* worker: chunk j's payload into send slot j, r -= its decoding (error feedback) */
+    for (int j = 0; j < D && !rc && chunk_len(n, chunk, j) > 0; j++) {
+        int64_t len = chunk_len(n, chunk, j);
+        tri_tensor pj = tri_tensor_range(x->send, (int64_t)j * words, payload_words(&x->c, len));
+        tri_tensor ej = tri_tensor_range(r, (int64_t)j * chunk, len);
+        rc = pack(x, dev, pj, ej, tri_rng_hash64(worker + (uint64_t)j));
+        if (!rc) rc = unpack_add(x, dev, ej, pj, len, 0, -1.0f);
+    }
+    /* phase 1: chunk j's payload to rank j; rank k's payload of this rank's chunk into recv slot k */
+    for (int k = 0; k < D; k++) {
+        if (k == me)
+            continue;
+        x->ops[n_ops++] = (tri_p2p){.send = true, .peer = k, .tag = 32,
+                                    .t = tri_tensor_range(x->send, (int64_t)k * words, words)};
+        x->ops[n_ops++] = (tri_p2p){.send = false, .peer = k, .tag = 32,
+                                    .t = tri_tensor_range(x->recv, (int64_t)k * words, words)};
+    }
+    if (!rc) rc = tri_comm_p2p(dp, x->ops, n_ops);
+    /* server: this rank's chunk summed, with its residual, re-compressed (an empty chunk: nothing) */
+    if (!rc && chunk_len(n, chunk, me) > 0)
+        rc = server_step(x, dev, dp, unit, u->start + (int64_t)me * chunk, chunk_len(n, chunk, me), words, server);
+    /* phase 2: every rank's re-compressed chunk; the unit (stage 0) or the owned slice (stage 1) decoded */
+    tri_tensor all = tri_tensor_range(x->gathered, 0, (int64_t)D * words);
+    if (!rc) rc = tri_comm_all_gather(dp, all, tri_tensor_range(x->server_send, 0, words));
+    int64_t first = x->stage == 0 ? 0 : (int64_t)me * (n / D), m = x->stage == 0 ? n : n / D;
+    if (!rc) rc = tri_op_fill(dev, tri_tensor_range(g, first, m), 0.0f);
+    for (int j = 0; j < D && !rc; j++) {
+        int64_t c0 = (int64_t)j * chunk, clen = chunk_len(n, chunk, j);
+        int64_t a = first > c0 ? first : c0, b = first + m < c0 + clen ? first + m : c0 + clen;
+        if (b > a)
+            rc = unpack_add(x, dev, tri_tensor_range(g, a, b - a),
+                            tri_tensor_range(all, (int64_t)j * words, payload_words(&x->c, clen)), clen, a - c0, 1.0f);
     }
     return rc;
 }
@@ -324,13 +471,67 @@ int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_
         rc = plain_unit(x, dp, g, unit);
     } else {
         tri_tensor r = tri_tensor_range(x->residual, u->start, u->len);
-        rc = x->residual_ready ? TRI_OK : tri_op_fill(dev, x->residual, 0.0f);
-        x->residual_ready = !rc;
+        rc = make_ready(x, dev);
         if (!rc) rc = tri_op_add(dev, r, r, g); /* e = g + r, kept in r */
-        if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD ? powersgd_unit(x, dev, dp, grads, unit)
-                                                         : gather_unit(x, dev, dp, g, r, unit, iter);
-        if (!rc) rc = zero_padding(x, dev, unit);
+        if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD              ? powersgd_unit(x, dev, dp, grads, unit)
+                      : x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? two_phase_unit(x, dev, dp, g, r, unit, iter)
+                                                                     : gather_unit(x, dev, dp, g, r, unit, iter);
+        if (!rc) rc = zero_padding(x, dev, unit, x->residual, 0, u->start, u->start + u->len);
     }
     x->last_sent += tri_comm_wire_bytes(dp, TRI_COMM_KINDS) - before;
     return rc;
+}
+
+/* This rank's chunk of the unit holding flat offset `at`: its flat range [*lo, *hi) and its offset
+ * in server_residual (*base: the chunk's first element). false past the layout. */
+static bool server_chunk(const tri_dp_compress *x, int64_t at, int64_t *lo, int64_t *hi, int64_t *base)
+{
+    const tri_param_layout *L = x->L;
+    for (int u = 0; u < L->n_units; u++) {
+        const tri_param_unit *un = &L->units[u];
+        if (at < un->start || at >= un->start + un->len)
+            continue;
+        int64_t chunk = tri_compression_chunk(&x->c, un->len, L->dp), c0 = (int64_t)L->dp_rank * chunk;
+        *lo = un->start + (c0 < un->len ? c0 : un->len);
+        *hi = un->start + (c0 + chunk < un->len ? c0 + chunk : un->len);
+        *base = x->server_at[u];
+        return true;
+    }
+    return false;
+}
+
+/* The part of [at, at + n) in this rank's chunk: [*a, *b) flat, *off its offset in server_residual;
+ * TRI_EINVAL without two-phase or past the layout. */
+static int server_range(const tri_dp_compress *x, int64_t at, int64_t n, int64_t *a, int64_t *b, int64_t *off)
+{
+    int64_t lo, hi, base;
+    if (!x->on || !x->server_at || at < 0 || n < 0 || !server_chunk(x, at, &lo, &hi, &base))
+        return TRI_ERR(TRI_EINVAL, "server error-feedback residual [%lld, %lld) without --grad-compression-reduce "
+                       "two-phase or past the layout", (long long)at, (long long)(at + n));
+    *a = at > lo ? at : lo;
+    *b = at + n < hi ? at + n : hi;
+    *off = base + (*a - lo);
+    return TRI_OK;
+}
+
+int tri_dp_compress_server_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host)
+{
+    int64_t a = 0, b = 0, off = 0;
+    int rc = server_range(x, at, n, &a, &b, &off);
+    if (rc)
+        return rc;
+    memset(host, 0, (size_t)n * sizeof *host);
+    if (!x->residual_ready || b <= a) /* no compressed step yet, or not this rank's chunk: zero */
+        return TRI_OK;
+    return tri_device_copy_to_host(dev, host + (a - at), tri_tensor_range(x->server_residual, off, b - a));
+}
+
+int tri_dp_compress_server_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host)
+{
+    int64_t a = 0, b = 0, off = 0;
+    int rc = server_range(x, at, n, &a, &b, &off);
+    if (!rc) rc = make_ready(x, dev);
+    if (rc || b <= a)
+        return rc;
+    return tri_device_copy_from_host(dev, tri_tensor_range(x->server_residual, off, b - a), host + (a - at));
 }

@@ -9,6 +9,13 @@
  *   1bit, qsgd, topk   e = g + r; c = C(e); r = e - D(c); all-gather the D payloads; the unit's
  *                      gradient (ZeRO 1: the owned slice only) = sum over ranks, in rank order, of
  *                      D(c_rank): every rank gets the same bits whatever the comm's reduction order.
+ *   two-phase          (1bit, qsgd, topk with reduce two-phase; Tang et al. 2021 §4) the unit is cut
+ *                      into D chunks of whole blocks (tri_compression_chunk); worker: e = g + r,
+ *                      c_j = C(e[chunk j]) for each chunk, r = e - D(c); phase 1: c_j to dp rank j
+ *                      (one p2p batch); server (rank j, its chunk): s = sum over ranks, in rank order,
+ *                      of D(c_j from that rank) + r_s, c_s = C(s), r_s = s - D(c_s) (server error
+ *                      feedback, r_s this rank's own); phase 2: all-gather the D c_s; the unit's
+ *                      gradient = D(c_s of each chunk): the same bits on every rank.
  *   powersgd           for the first powersgd_start_iter iterations the plain reduction, residual
  *                      untouched (PyTorch's powerSGD_hook); then e = g + r; per matrix parameter
  *                      M (rows x cols) P^T = Q^T M^T, all-reduced (with the unit's vectors, sent
@@ -22,10 +29,12 @@
  *
  * State: the residual r (fp32, the stage's padded length, counted as optimizer memory; its padding is
  * kept zero after every compressed unit, so the per-parameter ranges are all of it) and PowerSGD's
- * Q^T per matrix parameter (fp32, r x cols). Checkpoints hold both (state_shards.h): r per dp rank
- * (error_feedback, and error_feedback_copy for copies that are not the holder), Q once per (tp, pp)
- * shard (powersgd_q): the all-reduce that makes Q gives every dp rank the same bits, as it does the
- * gradients that keep the replicas' weights equal. */
+ * Q^T per matrix parameter (fp32, r x cols); two-phase adds the server residual r_s (fp32, the
+ * longest chunk of every unit: this rank's chunk; kept zero on the padding). Checkpoints hold all of
+ * it (state_shards.h): r per dp rank (error_feedback, and error_feedback_copy for copies that are not
+ * the holder), r_s per dp rank (server_error_feedback, parameter-shaped entries that are zero outside
+ * the rank's chunks), Q once per (tp, pp) shard (powersgd_q): the all-reduce that makes Q gives every
+ * dp rank the same bits, as it does the gradients that keep the replicas' weights equal. */
 #ifndef TRIDENT_ENGINE_TRAIN_DP_COMPRESS_H
 #define TRIDENT_ENGINE_TRAIN_DP_COMPRESS_H
 
@@ -57,6 +66,14 @@ typedef struct tri_dp_compress {
     int64_t q_numel;
     bool q_ready;             /* q holds a warm start (initialised, or loaded) */
     bool residual_ready;      /* residual holds r (zeroed at the first compressed step, or loaded) */
+    /* two-phase */
+    tri_tensor recv;          /* i32 (dp, chunk payload words): the payloads of this rank's chunk */
+    tri_tensor server_send;   /* i32 (chunk payload words): the re-compressed sum of this rank's chunk */
+    tri_tensor server_sum;    /* f32 (longest chunk): s, the decoded sum of this rank's chunk */
+    tri_tensor server_residual; /* f32 (sum over units of their chunk length): r_s, unit u's at
+                                   server_at[u] */
+    int64_t *server_at;       /* per unit: its chunk's offset in server_residual */
+    tri_p2p *ops;             /* 2 (dp - 1) sends and receives of phase 1 */
     /* the last step's reduction, for the log: wire bytes sent, and what the plain reduction sends */
     uint64_t last_sent, last_plain;
 } tri_dp_compress;
@@ -91,6 +108,11 @@ int tri_dp_compress_q_read(tri_dp_compress *x, tri_device *dev, int64_t at, int6
 /* Q's n elements at `at` from host (a checkpoint's): the first write draws every Q (so matrices not
  * written keep the fresh draw) and Q counts as a warm start from then on. Errors as the read's. */
 int tri_dp_compress_q_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host);
+/* The server residual's values over the flat range [at, at + n) (within one unit's parameter; zero
+ * outside this rank's chunk and before the first compressed step) into host, and from host (only the
+ * rank's chunk is kept). TRI_EINVAL without two-phase or past the layout; device errors. */
+int tri_dp_compress_server_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host);
+int tri_dp_compress_server_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host);
 
 /* Whether unit u is reduced uncompressed at iteration iter (powersgd's first iterations). */
 bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter);

@@ -10,10 +10,13 @@
 
 static const char *const names[TRI_COMPRESS_KINDS] = {"none", "1bit", "qsgd", "topk", "powersgd"};
 
+static const char *const reduce_names[TRI_COMPRESS_REDUCES] = {"allgather", "two-phase"};
+
 tri_compression tri_compression_defaults(void)
 {
     return (tri_compression){
         .kind = TRI_COMPRESS_NONE,
+        .reduce = TRI_COMPRESS_REDUCE_ALLGATHER,
         .block_size = TRI_COMPRESS_DEFAULT_BLOCK,
         .qsgd_levels = TRI_COMPRESS_DEFAULT_QSGD_LEVELS,
         .topk_fraction = TRI_COMPRESS_DEFAULT_TOPK_FRACTION,
@@ -36,11 +39,35 @@ int tri_compression_parse(const char *name)
     return -1;
 }
 
+const char *tri_compression_reduce_name(tri_compression_reduce r)
+{
+    return r >= 0 && r < TRI_COMPRESS_REDUCES ? reduce_names[r] : "?";
+}
+
+int tri_compression_reduce_parse(const char *name)
+{
+    for (int r = 0; r < TRI_COMPRESS_REDUCES; r++)
+        if (name && strcmp(name, reduce_names[r]) == 0)
+            return r;
+    return -1;
+}
+
 int tri_compression_check(const tri_compression *c, int zero_stage)
 {
     if (c->kind < 0 || c->kind >= TRI_COMPRESS_KINDS)
         return TRI_ERR(TRI_EINVAL, "--grad-compression: unknown compressor %d (none|1bit|qsgd|topk|powersgd)",
                        (int)c->kind);
+    if (c->reduce < 0 || c->reduce >= TRI_COMPRESS_REDUCES)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression-reduce: unknown reduction %d (allgather|two-phase)",
+                       (int)c->reduce);
+    if (c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && c->kind == TRI_COMPRESS_POWERSGD)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression-reduce two-phase with --grad-compression powersgd: PowerSGD "
+                       "all-reduces its P and Q, whose bytes are already constant in dp; two-phase is for 1bit, "
+                       "qsgd and topk, whose all-gathered payloads grow with dp (use --grad-compression-reduce "
+                       "allgather)");
+    if (c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && c->kind == TRI_COMPRESS_NONE)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression-reduce two-phase with --grad-compression none: two-phase "
+                       "reduces compressed payloads; choose --grad-compression 1bit, qsgd or topk");
     if (c->kind == TRI_COMPRESS_NONE)
         return TRI_OK;
     if ((c->kind == TRI_COMPRESS_1BIT || c->kind == TRI_COMPRESS_QSGD) && c->block_size < 1)
@@ -78,6 +105,15 @@ int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, in
     }
 }
 
+int64_t tri_compression_chunk(const tri_compression *c, int64_t n, int dp)
+{
+    int64_t b = c->kind == TRI_COMPRESS_1BIT || c->kind == TRI_COMPRESS_QSGD ? c->block_size : 1;
+    if (dp <= 1 || b < 1)
+        return n;
+    int64_t blocks = (n + b - 1) / b;
+    return (blocks + dp - 1) / dp * b;
+}
+
 int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp,
                                    int zero_stage, bool compressed)
 {
@@ -89,5 +125,7 @@ int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64
     int64_t payload = tri_compression_payload_bytes(c, rows, cols);
     if (c->kind == TRI_COMPRESS_POWERSGD)
         return 2 * (dp - 1) * payload / dp;
+    if (c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
+        return 2 * (int64_t)(dp - 1) * tri_compression_payload_bytes(c, 1, tri_compression_chunk(c, n, dp));
     return (int64_t)(dp - 1) * payload;
 }

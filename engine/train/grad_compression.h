@@ -32,7 +32,13 @@
  * rank's payload and each rank decodes the D payloads and adds them in rank order (so every rank
  * holds the same sum, and the result does not depend on the comm's reduction order); powersgd
  * all-reduces P and Q (and the vectors). The payloads replace the fp32 reduction's bytes on the
- * wire.
+ * wire. The all-gather's bytes grow with D ((D-1) payloads per rank); `reduce` two-phase (1bit,
+ * qsgd, topk) keeps them constant in D: the compressed allreduce of 1-bit Adam (Tang et al. 2021
+ * §4; DeepSpeed's NcclBackend.compressed_allreduce). The unit is cut into D chunks of whole blocks
+ * (tri_compression_chunk); phase 1 sends chunk j's payload to dp rank j (a reduce-scatter of
+ * payloads), rank j decodes the D payloads of its chunk in rank order, adds its server residual and
+ * re-compresses the sum (server error feedback); phase 2 all-gathers the D re-compressed chunks,
+ * which every rank decodes: the same bits everywhere, 2 (D-1) chunk payloads sent per rank.
  *
  * Which ZeRO stages: 0 and 1. The error-feedback residual is a whole gradient per rank, the memory
  * ZeRO 2 exists to remove, and ZeRO 2-3 reduce each bucket as the backward pass completes it; with
@@ -67,8 +73,17 @@ typedef enum {
 #define TRI_COMPRESS_DEFAULT_POWERSGD_RANK 4
 #define TRI_COMPRESS_DEFAULT_POWERSGD_START 10
 
+/* How the 1bit, qsgd and topk payloads are reduced (--grad-compression-reduce): all-gather every
+ * rank's payload (the default), or the two-phase compressed allreduce (above). */
+typedef enum {
+    TRI_COMPRESS_REDUCE_ALLGATHER = 0,
+    TRI_COMPRESS_REDUCE_TWO_PHASE,
+    TRI_COMPRESS_REDUCES
+} tri_compression_reduce;
+
 typedef struct tri_compression {
     tri_compression_kind kind;
+    tri_compression_reduce reduce; /* 1bit, qsgd, topk: allgather or two-phase */
     int block_size;              /* 1bit, qsgd: elements per scale (> 0) */
     int qsgd_levels;             /* qsgd: s >= 1 */
     float topk_fraction;         /* topk: in (0, 1] */
@@ -83,6 +98,9 @@ tri_compression tri_compression_defaults(void);
 /* "none", "1bit", "qsgd", "topk", "powersgd"; parse returns -1 for another name. */
 const char *tri_compression_name(tri_compression_kind k);
 int tri_compression_parse(const char *name);
+/* "allgather", "two-phase"; parse returns -1 for another name. */
+const char *tri_compression_reduce_name(tri_compression_reduce r);
+int tri_compression_reduce_parse(const char *name);
 
 /* TRI_EINVAL with a message naming the flag and value for a field out of range, or for a
  * compressor with a ZeRO stage it cannot take (saying why). dp 1 is not an error here (engine_train
@@ -94,10 +112,18 @@ int tri_compression_check(const tri_compression *c, int zero_stage);
  * 4 * cols bytes). kind none: 4 * n (fp32). */
 int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, int64_t cols);
 
+/* Two-phase: the elements of each of the D chunks of a unit of n elements, whole blocks of
+ * block_size (1bit, qsgd; topk: single elements): chunk j is [j * chunk, min(n, (j + 1) * chunk)),
+ * so the last chunk may be shorter and, for n < D blocks, the last ones empty. n when D is 1. */
+int64_t tri_compression_chunk(const tri_compression *c, int64_t n, int dp);
+
 /* Bytes one rank sends on the wire to reduce that bucket over D data-parallel ranks, with the
  * ring algorithms' volumes (NCCL's and Open MPI's for large buffers):
  *   none      all-reduce 2 (D-1)/D * 4n (ZeRO 0); reduce-scatter (D-1)/D * 4n (ZeRO 1-3)
  *   1bit, qsgd, topk   all-gather (D-1) * payload
+ *             two-phase: 2 (D-1) * payload(chunk) (phase 1 sends D-1 chunk payloads, phase 2
+ *             all-gathers them; every chunk travels at the longest chunk's payload size), about
+ *             2 (D-1)/D * payload(n): constant in D
  *   powersgd  all-reduce of P and Q: 2 (D-1)/D * payload (vectors: 2 (D-1)/D * 4n)
  * `compressed` false gives the uncompressed reduction (powersgd's first iterations). 0 when D is 1. */
 int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp,

@@ -52,7 +52,7 @@ const char *tri_state_group_name(tri_state_group g)
     static const char *const names[TRI_STATE_GROUPS] = {
         NULL, "exp_avg", "exp_avg_sq", "momentum_buffer", "outer_anchor", "outer_momentum", "replica_weights",
         "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer", "error_feedback",
-        "error_feedback_copy", "powersgd_q"};
+        "server_error_feedback", "error_feedback_copy", "powersgd_q"};
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
@@ -108,21 +108,27 @@ static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
 
 /* Appends (or counts) chunk c's compression entries: each parameter's error-feedback residual, its
  * whole TP shard at its flat offset in the residual (laid out like the gradients), the holder's as
- * error_feedback and every other copy's as error_feedback_copy, each stored by every dp rank; then,
- * under PowerSGD, each matrix parameter's Q, every copy's, stored by dp rank 0. */
+ * error_feedback and every other copy's as error_feedback_copy, each stored by every dp rank; with
+ * two-phase the server residual's, adjacent (the same flat offset: tri_dp_compress_server_read maps
+ * it to the chunk; stored by the holder); then, under PowerSGD, each matrix parameter's Q, every
+ * copy's, stored by dp rank 0. */
 static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int n)
 {
     const tri_param_layout *L = &t->chunks[c]->layout;
     const tri_dp_compress *x = &t->chunks[c]->zero.comp;
     if (!x->on)
         return n;
+    int groups = x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && x->c.kind != TRI_COMPRESS_POWERSGD ? 2 : 1;
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);
-        if (list)
-            list[n] = (tri_state_shard){.param = p, .group = h ? TRI_STATE_EF_RESIDUAL : TRI_STATE_EF_COPY, .lo = 0,
-                                        .hi = p->numel, .holder = h, .stored = true, .chunk = c, .at = p->offset};
-        n++;
+        for (int g = 0; g < groups; g++) {
+            tri_state_group grp = g ? TRI_STATE_EF_SERVER_RESIDUAL : h ? TRI_STATE_EF_RESIDUAL : TRI_STATE_EF_COPY;
+            if (list)
+                list[n] = (tri_state_shard){.param = p, .group = grp, .lo = 0, .hi = p->numel, .holder = h,
+                                            .stored = h || grp == TRI_STATE_EF_COPY, .chunk = c, .at = p->offset};
+            n++;
+        }
     }
     for (int i = 0; i < L->n; i++) {
         int64_t at, len;
@@ -185,6 +191,8 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
         return tri_dp_compress_residual_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_POWERSGD_Q)
         return tri_dp_compress_q_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
+    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
+        return tri_dp_compress_server_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     return tri_device_copy_to_host(t->dev, host, moment(t, s));
 }
 
@@ -196,5 +204,7 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
         return tri_dp_compress_residual_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_POWERSGD_Q)
         return tri_dp_compress_q_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
+    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
+        return tri_dp_compress_server_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     return tri_device_copy_from_host(t->dev, moment(t, s), host);
 }

@@ -35,6 +35,9 @@ typedef enum tri_state_group {
     TRI_STATE_EF_RESIDUAL,        /* the error-feedback residual (fp32, parameter-shaped, different on each
                                      dp rank): the whole TP shard, stored by every dp rank in its replica
                                      file, like local SGD's replica groups */
+    TRI_STATE_EF_SERVER_RESIDUAL, /* two-phase only (--grad-compression-reduce two-phase): the server's
+                                     residual of this dp rank's chunk of every unit, listed like the
+                                     residual (whole TP shards, zero outside the rank's chunks) */
     TRI_STATE_EF_COPY,            /* the residual of a copy that is not the holder (another TP rank's
                                      replicated parameter, a shared shard's other holders, the last
                                      stage's tied embedding): its own under sequence parallelism, shared
@@ -79,9 +82,9 @@ typedef struct tri_state_shard {
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
  * second moment, or the momentum buffer; adjacent). With a compressed dp reduction (and dp > 1)
  * then, per chunk, each parameter's error-feedback residual (.at: its flat offset; the holder's
- * TRI_STATE_EF_RESIDUAL, another copy's TRI_STATE_EF_COPY) and, under PowerSGD, each matrix
- * parameter's Q (.at: its offset in Q, [lo, hi) = [0, rank x cols)). *shards is malloc'd (n of
- * them). TRI_ENOMEM. */
+ * TRI_STATE_EF_RESIDUAL, another copy's TRI_STATE_EF_COPY), with two-phase its server residual
+ * (adjacent), and, under PowerSGD, each matrix parameter's Q (.at: its offset in Q, [lo, hi) =
+ * [0, rank x cols)). *shards is malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
 /* Entry s's values (hi - lo floats) into host; for a collective entry every data-parallel rank

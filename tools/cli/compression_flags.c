@@ -9,7 +9,7 @@
 void tri_cli_compression_defaults(tri_cli_compression *f)
 {
     tri_compression d = tri_compression_defaults();
-    *f = (tri_cli_compression){.kind = "none", .block_size = d.block_size, .qsgd_levels = d.qsgd_levels,
+    *f = (tri_cli_compression){.kind = "none", .reduce = "allgather", .block_size = d.block_size, .qsgd_levels = d.qsgd_levels,
                                .powersgd_rank = d.powersgd_rank, .topk_fraction = d.topk_fraction,
                                .powersgd_start_iter = d.powersgd_start_iter};
 }
@@ -33,10 +33,18 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
     t[n++] = (tri_flag){"powersgd-start-iter", TRI_FLAG_INT64, &f->powersgd_start_iter,
                         "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter)", 0,
                         1e12, NULL, false};
+    t[n++] = (tri_flag){"grad-compression-reduce", TRI_FLAG_CHOICE, &f->reduce,
+                        "how 1bit, qsgd and topk payloads cross the data-parallel group: allgather (every rank's "
+                        "payload to every rank: bytes per rank grow as dp - 1 payloads) or two-phase (1-bit Adam's "
+                        "compressed allreduce, Tang et al. 2021, DeepSpeed's compressed_allreduce: each rank sums and "
+                        "re-compresses one chunk, with its own server error feedback, then the chunks are "
+                        "all-gathered: about 2 payloads per rank whatever dp; the sum is then compressed twice)",
+                        0, 0, "allgather|two-phase", false};
     t[n++] = (tri_flag){"reset-compression-state", TRI_FLAG_BOOL, &f->reset_state,
                         "on resume, start the error-feedback residuals from zero and draw PowerSGD's Q afresh "
                         "(checkpoints hold both: the residuals per dp rank, Q per (tp, pp)) and accept a "
-                        "checkpoint saved with another --grad-compression or dp (else refused)", 0, 0, NULL, false};
+                        "checkpoint saved with another --grad-compression, --grad-compression-reduce or dp (else "
+                        "refused)", 0, 0, NULL, false};
     return n;
 }
 
@@ -49,6 +57,11 @@ int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_s
         return TRI_ERR(TRI_EINVAL, "--grad-compression %s: unknown compressor (none|1bit|qsgd|topk|powersgd)",
                        f->kind ? f->kind : "(null)");
     c.kind = (tri_compression_kind)kind;
+    int reduce = tri_compression_reduce_parse(f->reduce);
+    if (reduce < 0)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression-reduce %s: unknown reduction (allgather|two-phase)",
+                       f->reduce ? f->reduce : "(null)");
+    c.reduce = (tri_compression_reduce)reduce;
     c.block_size = f->block_size;
     c.qsgd_levels = f->qsgd_levels;
     c.topk_fraction = f->topk_fraction;
@@ -62,6 +75,7 @@ int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_s
         tri_log_rank0("warning: --grad-compression %s with dp 1: there is no data-parallel reduction to compress; "
                       "running uncompressed", f->kind);
         c.kind = TRI_COMPRESS_NONE;
+        c.reduce = TRI_COMPRESS_REDUCE_ALLGATHER;
     }
     *out = c;
     return TRI_OK;

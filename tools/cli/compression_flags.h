@@ -1,7 +1,8 @@
 /* tools/cli/compression_flags.h - engine_train's flags of the compressed data-parallel gradient
  * reduction (engine/train/grad_compression.h, engine/train/dp_compress.h): --grad-compression
  * none|1bit|qsgd|topk|powersgd, --compression-block-size, --qsgd-levels, --topk-fraction,
- * --powersgd-rank, --powersgd-start-iter, and --reset-compression-state (resume a checkpoint
+ * --powersgd-rank, --powersgd-start-iter, --grad-compression-reduce allgather|two-phase, and
+ * --reset-compression-state (resume a checkpoint
  * saved with another compressor or dp, starting the error feedback from zero instead of loading it
  * from the checkpoint; PowerSGD's Q is never checkpointed). */
 #ifndef TRIDENT_TOOLS_CLI_COMPRESSION_FLAGS_H
@@ -15,6 +16,7 @@
 
 typedef struct tri_cli_compression {
     const char *kind;
+    const char *reduce; /* --grad-compression-reduce */
     int block_size, qsgd_levels, powersgd_rank;
     float topk_fraction;
     int64_t powersgd_start_iter;

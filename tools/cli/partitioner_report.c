@@ -145,6 +145,10 @@ static void method_name(const tri_dp_method *d, char *buf, size_t cap)
     case TRI_COMPRESS_POWERSGD: snprintf(comp, sizeof comp, "powersgd (rank %d)", z->powersgd_rank); break;
     default: snprintf(comp, sizeof comp, "fp32"); break;
     }
+    if (z->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && z->kind != TRI_COMPRESS_NONE) {
+        size_t len = strlen(comp);
+        snprintf(comp + len, sizeof comp - len, " two-phase");
+    }
     if (d->local_sgd_steps > 1)
         snprintf(buf, cap, "local SGD H %d, %s synchronisation", d->local_sgd_steps, comp);
     else
@@ -171,6 +175,13 @@ static void print_dp_method(FILE *f, const tri_preview *p)
             t->dp_inter_node ? " between nodes" : " inside a node", t->dp_codec_s, t->dp_stall_s);
 }
 
+/* Whether row k reduces two-phase (1bit, qsgd, topk with --grad-compression-reduce two-phase). */
+static bool two_phase_row(const tri_dp_sweep *sw, int k)
+{
+    return sw->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE &&
+           (k == TRI_COMPRESS_1BIT || k == TRI_COMPRESS_QSGD || k == TRI_COMPRESS_TOPK);
+}
+
 static void print_sweep(FILE *f, const tri_preview *p, const tri_dp_sweep *sw)
 {
     fprintf(f, "\ndata-parallel methods by inter-node bandwidth (predicted s per iteration; MB sent per step per rank)%s:\n",
@@ -182,7 +193,8 @@ static void print_sweep(FILE *f, const tri_preview *p, const tri_dp_sweep *sw)
     for (int k = 0; k < sw->rows; k++) {
         char name[48];
         if (k < TRI_COMPRESS_KINDS)
-            snprintf(name, sizeof name, "%s", tri_compression_name((tri_compression_kind)k));
+            snprintf(name, sizeof name, "%s%s", tri_compression_name((tri_compression_kind)k),
+                     two_phase_row(sw, k) ? " two-phase" : "");
         else
             snprintf(name, sizeof name, "local SGD H %d", sw->local_sgd_steps);
         const tri_dp_sweep_cell *c0 = &sw->cell[0][k];
@@ -352,6 +364,7 @@ static cJSON *dp_json(const tri_preview *p)
     const tri_compression *z = &p->cluster.dp.compression;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "grad_compression", tri_compression_name(z->kind));
+    cJSON_AddStringToObject(o, "grad_compression_reduce", tri_compression_reduce_name(z->reduce));
     cJSON_AddNumberToObject(o, "compression_block_size", z->block_size);
     cJSON_AddNumberToObject(o, "qsgd_levels", z->qsgd_levels);
     cJSON_AddNumberToObject(o, "topk_fraction", z->topk_fraction);
@@ -378,6 +391,9 @@ static cJSON *sweep_json(const tri_dp_sweep *sw)
         cJSON *row = cJSON_CreateObject();
         cJSON_AddStringToObject(row, "method", k < TRI_COMPRESS_KINDS ? tri_compression_name((tri_compression_kind)k)
                                                                       : "local_sgd");
+        cJSON_AddStringToObject(row, "reduce", tri_compression_reduce_name(two_phase_row(sw, k)
+                                                                               ? TRI_COMPRESS_REDUCE_TWO_PHASE
+                                                                               : TRI_COMPRESS_REDUCE_ALLGATHER));
         cJSON_AddNumberToObject(row, "local_sgd_steps", k < TRI_COMPRESS_KINDS ? 1 : sw->local_sgd_steps);
         cJSON_AddBoolToObject(row, "refused", sw->cell[0][k].refused);
         cJSON *pts = cJSON_AddArrayToObject(row, "points");

@@ -31,7 +31,7 @@ typedef struct tri_report_info {
 
 /* The predicted step of one layout under each data-parallel method at each inter-node bandwidth:
  * rows 0..TRI_COMPRESS_KINDS-1 the compressors (none first), then local SGD (uncompressed) when
- * local_sgd_steps > 1. */
+ * local_sgd_steps > 1. 1bit, qsgd and topk reduce with `reduce` (allgather or two-phase). */
 typedef struct tri_dp_sweep_cell {
     tri_time_result time;
     bool refused;               /* the layout's ZeRO stage refuses the method (tri_time_dp_method_check) */
@@ -39,6 +39,7 @@ typedef struct tri_dp_sweep_cell {
 
 typedef struct tri_dp_sweep {
     int rows, local_sgd_steps;
+    tri_compression_reduce reduce; /* of the 1bit, qsgd and topk rows (--grad-compression-reduce) */
     double gbps[TRI_SWEEP_BANDWIDTHS];
     tri_dp_sweep_cell cell[TRI_SWEEP_BANDWIDTHS][TRI_COMPRESS_KINDS + 1];
 } tri_dp_sweep;
