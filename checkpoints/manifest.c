@@ -141,9 +141,13 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         cJSON_AddNumberToObject(gc, "topk_fraction", c->topk_fraction);
         cJSON_AddNumberToObject(gc, "powersgd_rank", c->powersgd_rank);
         cJSON_AddNumberToObject(gc, "powersgd_start_iter", (double)c->powersgd_start_iter);
+        bool outer = r->local.steps > 0; /* local SGD: the outer reduction's residual too */
         cJSON_AddStringToObject(gc, "state", c->kind == TRI_COMPRESS_POWERSGD
-                                                 ? "error_feedback per dp rank (replica files); PowerSGD's Q not held"
-                                                 : "error_feedback per dp rank (replica files)");
+                                                 ? outer ? "error_feedback and outer_error_feedback per dp rank (replica "
+                                                           "files); PowerSGD's Q not held"
+                                                         : "error_feedback per dp rank (replica files); PowerSGD's Q not held"
+                                             : outer ? "error_feedback and outer_error_feedback per dp rank (replica files)"
+                                                     : "error_feedback per dp rank (replica files)");
     }
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     for (int i = 0; i < m->n_tensors; i++) {

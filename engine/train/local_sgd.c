@@ -6,12 +6,21 @@
 
 #include "engine/core/status.h"
 
-int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c)
+int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c,
+                   const tri_compression *compression)
 {
     int64_t n = L->padded_numel / L->dp, nm = c->outer == TRI_OUTER_NESTEROV ? n : 1;
+    tri_compression none = tri_compression_defaults();
     int rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->anchor, TRI_F32, 1, (int64_t[]){n > 0 ? n : 1});
     if (!rc) rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->momentum, TRI_F32, 1, (int64_t[]){nm > 0 ? nm : 1});
+    /* the compressed reduction at its ZeRO-1 form: each rank decodes its owned slice of the mean */
+    if (!rc) rc = tri_dp_compress_take(&o->comp, a, L, compression ? compression : &none, 1);
     return rc;
+}
+
+void tri_outer_free(tri_outer_state *o)
+{
+    tri_dp_compress_free(&o->comp);
 }
 
 int64_t tri_outer_scratch_numel(const tri_param_layout *L)
@@ -37,6 +46,7 @@ int tri_outer_reset(tri_device *d, tri_outer_state *o, const tri_zero *z)
 {
     const tri_param_layout *L = z->L;
     int rc = tri_op_fill(d, o->momentum, 0.0f);
+    tri_dp_compress_reset(&o->comp); /* the outer residual from zero, Q afresh */
     for (int u = 0; u < L->n_units && !rc; u++) {
         int64_t start, at, n;
         unit_slice(L, u, &start, &at, &n);
@@ -68,8 +78,23 @@ static int outer_update(tri_device *d, tri_tensor anchor, tri_tensor momentum, t
     return rc;
 }
 
+/* The mean over dp of unit u's deltas (whole: this rank's, len; overwritten) into *mean (the owned
+ * slice, n): the plain reduce-scatter into the scratch's mean, or the compressed reduction of
+ * whole / dp (engine/train/dp_compress.h, its ZeRO-1 form), whose decoded sum lands in whole's own
+ * slice. */
+static int reduce_deltas(tri_device *d, tri_comm *dp, tri_outer_state *o, tri_tensor whole, tri_tensor *mean,
+                         int u, int64_t iter)
+{
+    int64_t len = tri_tensor_numel(whole), n = len / dp->size;
+    if (!o->comp.on)
+        return tri_outer_reduce(d, dp, *mean, whole);
+    *mean = tri_tensor_range(whole, (int64_t)dp->rank * n, n);
+    int rc = tri_op_scale(d, whole, 1.0f / (float)dp->size);
+    return rc ? rc : tri_dp_compress_reduce(&o->comp, d, dp, whole, u, iter);
+}
+
 int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o, tri_tensor scratch,
-                   const tri_local_sgd_config *c)
+                   const tri_local_sgd_config *c, int64_t iter)
 {
     const tri_param_layout *L = z->L;
     if (z->stage != 0)
@@ -78,6 +103,7 @@ int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o,
         return TRI_ERR(TRI_EINTERNAL, "local SGD: a data-parallel group of %d ranks for a layout cut for dp %d",
                        dp->size, L->dp);
     int rc = tri_zero_sync(z);
+    o->comp.last_sent = o->comp.last_plain = 0;
     for (int u = 0; u < L->n_units && !rc; u++) {
         int64_t start, at, n, len = L->units[u].len;
         unit_slice(L, u, &start, &at, &n);
@@ -89,7 +115,7 @@ int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o,
         /* delta_r = anchor - theta_r over the whole unit, then its mean over dp into the owned slice */
         rc = tri_comm_all_gather(dp, whole, anchor);
         if (!rc) rc = tri_op_axpy(d, whole, -1.0f, params);
-        if (!rc) rc = tri_outer_reduce(d, dp, mean, whole);
+        if (!rc) rc = reduce_deltas(d, dp, o, whole, &mean, u, iter);
         if (!rc) rc = outer_update(d, anchor, mom, mean, c);
         /* the new anchor is every replica's parameters */
         tri_tensor mine = tri_tensor_range(params, start - L->units[u].start, n);

@@ -35,6 +35,9 @@ typedef enum tri_state_group {
     TRI_STATE_EF_RESIDUAL,        /* the error-feedback residual (fp32, parameter-shaped, different on each
                                      dp rank): the whole TP shard, stored by every dp rank in its replica
                                      file, like local SGD's replica groups */
+    TRI_STATE_OUTER_EF_RESIDUAL,  /* local SGD with compression: the compressed outer reduction's own residual
+                                     (local_sgd.h; what this replica's parameter change did not send), laid
+                                     out and stored like the error feedback above */
     TRI_STATE_GROUPS
 } tri_state_group;
 
@@ -56,7 +59,8 @@ typedef struct tri_state_shard {
                                 reads every holder entry of this group in the same order */
     int chunk;               /* the model chunk holding it */
     int64_t at;              /* moments: the piece's offset in the chunk's optimizer state; outer
-                                groups: in the chunk's outer state; error feedback: in the residual */
+                                groups: in the chunk's outer state; error feedback (both): in the
+                                residual */
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
@@ -65,7 +69,8 @@ typedef struct tri_state_shard {
  * chunk, for each parameter each piece of this dp rank's outer slices (anchor, and momentum
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
  * second moment, or the momentum buffer; adjacent). With a compressed dp reduction (and dp > 1)
- * then, per chunk, each parameter's error-feedback residual (.at: its flat offset). *shards is
+ * then, per chunk, each parameter's error-feedback residual (.at: its flat offset), and under local
+ * SGD its outer residual after it (adjacent). *shards is
  * malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
