@@ -181,7 +181,8 @@ typedef struct outer_1bit_job {
 /* One 1bit compression of e (float64, n elements from a unit's start) with error feedback, the
  * paper's algorithm in float64: per block of CBLOCK the scale is the mean |e|, each element sent as
  * -scale (e < 0) or +scale; the decoded values are added into sum and (with ef) res = e - decoded,
- * else res stays zero. pad[i]: a padding element (no residual). */
+ * else res stays zero. pad[i]: not a model element (the layout's padding, vocabulary padding rows:
+ * zero, in the blocks' means, but no residual and no mean, engine/train/local_sgd.h). */
 static void ref_1bit(const double *e, int64_t n, const bool *pad, bool ef, double *res, double *sum)
 {
     for (int64_t lo = 0; lo < n; lo += CBLOCK) {
@@ -245,7 +246,7 @@ static double ref_step(ref_state *s, const tri_param_layout *L, const float *con
                      s->res[r] + L->units[u].start, s->sum + L->units[u].start);
     }
     for (int64_t f = 0; f < N; f++) {
-        double d = s->sum[f];
+        double d = pad[f] ? 0.0 : s->sum[f]; /* the decoded mean moves model elements only */
         if (c->outer == TRI_OUTER_NESTEROV) {
             s->mom[f] = c->outer_momentum * s->mom[f] + d;
             d += c->outer_momentum * s->mom[f];
@@ -296,9 +297,11 @@ static int outer_1bit_rank(int rank, int size, tri_comm *world, void *arg)
         pad[f] = true;
     for (int i = 0; i < L->n && !rc; i++) { /* the initial weights, the same on every replica */
         const tri_param *p = &L->params[i];
+        int64_t row = p->spec.ndim >= 1 && p->local_shape[0] > 0 ? p->numel / p->local_shape[0] : p->numel;
         rc = tri_zero_read_param(z, p, false, host);
         for (int64_t e = 0; e < p->numel; e++) {
-            pad[p->offset + e] = false;
+            /* vocabulary padding rows (at or beyond init_rows) are not model elements either */
+            pad[p->offset + e] = p->spec.ndim >= 1 && p->global_offset[0] + e / row >= p->spec.init_rows;
             ef.anchor[p->offset + e] = no.anchor[p->offset + e] = host[e];
         }
     }
@@ -313,8 +316,8 @@ static int outer_1bit_rank(int rank, int size, tri_comm *world, void *arg)
             const tri_param *p = &L->params[i];
             rc = tri_zero_read_param(z, p, false, host);
             for (int64_t e = 0; e < p->numel; e++) {
-                for (int r = 0; r < DP; r++)
-                    theta[r][p->offset + e] = host[e] + perturbation(k, r, at + e);
+                for (int r = 0; r < DP; r++) /* inner steps leave the vocabulary padding zero */
+                    theta[r][p->offset + e] = pad[p->offset + e] ? host[e] : host[e] + perturbation(k, r, at + e);
                 mine[e] = theta[rank][p->offset + e];
                 M = fmax(M, fabs(host[e]));
             }

@@ -78,23 +78,83 @@ static int outer_update(tri_device *d, tri_tensor anchor, tri_tensor momentum, t
     return rc;
 }
 
+/* Compressed: the holder's decoded mean (in whole's owned slice [own, own + n)) and outer residual
+ * of unit u's parameters that several TP ranks hold, broadcast over their group (see
+ * tri_outer_copies). */
+static int align_copies(const tri_param_layout *L, tri_outer_state *o, tri_tensor whole, int64_t own, int64_t n,
+                        int u, const tri_outer_copies *copies)
+{
+    const tri_param_unit *un = &L->units[u];
+    int rc = TRI_OK;
+    for (int i = un->first; i < un->first + un->count && !rc && copies; i++) {
+        const tri_param *p = &L->params[i];
+        tri_comm *g = p->tp_replicated ? copies->tp : p->replicas > 1 ? copies->shared : NULL;
+        if (!g || g->size < 2)
+            continue;
+        int64_t lo = p->offset - un->start, hi = lo + p->numel; /* in the unit */
+        int64_t a = lo > own ? lo : own, b = hi < own + n ? hi : own + n;
+        rc = tri_comm_broadcast(g, tri_tensor_range(o->comp.residual, p->offset, p->numel), 0);
+        if (!rc && b > a) rc = tri_comm_broadcast(g, tri_tensor_range(whole, a, b - a), 0);
+    }
+    return rc;
+}
+
+/* Elements [*lo, numel) of p are vocabulary padding (dim-0 rows at or beyond spec.init_rows: not
+ * part of the model, zero, and not in checkpoints); *lo = numel when there are none. */
+static int64_t real_numel(const tri_param *p)
+{
+    const tri_param_spec *s = &p->spec;
+    if (s->ndim < 1 || s->init_rows >= s->shape[0] || p->local_shape[0] <= 0)
+        return p->numel;
+    int64_t rows = s->init_rows - p->global_offset[0], row = p->numel / p->local_shape[0];
+    rows = rows < 0 ? 0 : rows > p->local_shape[0] ? p->local_shape[0] : rows;
+    return rows * row;
+}
+
+/* Compressed: what is not a parameter element (the layout's padding, vocabulary padding rows) keeps
+ * no decoded mean and no outer residual, so it stays zero as it does uncompressed (1bit decodes a
+ * zero as +scale) and the checkpointed state is all of it. whole's owned slice [own, own + n). */
+static int keep_real(tri_device *d, const tri_param_layout *L, tri_outer_state *o, tri_tensor whole, int64_t own,
+                     int64_t n, int u)
+{
+    const tri_param_unit *un = &L->units[u];
+    int64_t at = 0; /* in the unit: the end of the last real range */
+    int rc = TRI_OK;
+    for (int i = un->first; i <= un->first + un->count && !rc; i++) {
+        bool last = i == un->first + un->count;
+        const tri_param *p = last ? NULL : &L->params[i];
+        int64_t next = last ? un->len : p->offset - un->start;
+        int64_t a = at > own ? at : own, b = next < own + n ? next : own + n;
+        if (b > a) rc = tri_op_fill(d, tri_tensor_range(whole, a, b - a), 0.0f);
+        if (last || rc)
+            break;
+        int64_t real = real_numel(p);
+        if (real < p->numel) /* the padding rows: no residual, no mean */
+            rc = tri_op_fill(d, tri_tensor_range(o->comp.residual, p->offset + real, p->numel - real), 0.0f);
+        at = next + real;
+    }
+    return rc;
+}
+
 /* The mean over dp of unit u's deltas (whole: this rank's, len; overwritten) into *mean (the owned
  * slice, n): the plain reduce-scatter into the scratch's mean, or the compressed reduction of
  * whole / dp (engine/train/dp_compress.h, its ZeRO-1 form), whose decoded sum lands in whole's own
  * slice. */
 static int reduce_deltas(tri_device *d, tri_comm *dp, tri_outer_state *o, tri_tensor whole, tri_tensor *mean,
-                         int u, int64_t iter)
+                         int u, int64_t iter, const tri_outer_copies *copies)
 {
     int64_t len = tri_tensor_numel(whole), n = len / dp->size;
     if (!o->comp.on)
         return tri_outer_reduce(d, dp, *mean, whole);
     *mean = tri_tensor_range(whole, (int64_t)dp->rank * n, n);
     int rc = tri_op_scale(d, whole, 1.0f / (float)dp->size);
-    return rc ? rc : tri_dp_compress_reduce(&o->comp, d, dp, whole, u, iter);
+    if (!rc) rc = tri_dp_compress_reduce(&o->comp, d, dp, whole, u, iter);
+    if (!rc) rc = keep_real(d, o->comp.L, o, whole, (int64_t)dp->rank * n, n, u);
+    return rc ? rc : align_copies(o->comp.L, o, whole, (int64_t)dp->rank * n, n, u, copies);
 }
 
 int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o, tri_tensor scratch,
-                   const tri_local_sgd_config *c, int64_t iter)
+                   const tri_local_sgd_config *c, int64_t iter, const tri_outer_copies *copies)
 {
     const tri_param_layout *L = z->L;
     if (z->stage != 0)
@@ -115,7 +175,7 @@ int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o,
         /* delta_r = anchor - theta_r over the whole unit, then its mean over dp into the owned slice */
         rc = tri_comm_all_gather(dp, whole, anchor);
         if (!rc) rc = tri_op_axpy(d, whole, -1.0f, params);
-        if (!rc) rc = reduce_deltas(d, dp, o, whole, &mean, u, iter);
+        if (!rc) rc = reduce_deltas(d, dp, o, whole, &mean, u, iter, copies);
         if (!rc) rc = outer_update(d, anchor, mom, mean, c);
         /* the new anchor is every replica's parameters */
         tri_tensor mine = tri_tensor_range(params, start - L->units[u].start, n);

@@ -37,7 +37,11 @@
  * what the compressor did not send of the replicas' change is added to the next synchronisation's,
  * Seide et al. 2014; Karimireddy et al. 2019) and, for PowerSGD, a Q of its own warm-started from one
  * outer step to the next (Vogels et al. 2019; the deltas of one window are matrices as gradients
- * are). The outer optimizer then runs on the decoded mean exactly as on the plain one. The
+ * are). Two rules keep the state what checkpoints hold: what is not a model element (the layout's
+ * padding, vocabulary padding rows) keeps no decoded mean and no residual (1bit decodes a zero as
+ * +scale), so it stays zero as uncompressed; and a parameter several TP ranks hold takes its
+ * holder's decoded mean and residual (tri_outer_copies). The outer optimizer then runs on the
+ * decoded mean exactly as on the plain one. The
  * compressor's clock is the iteration: an outer step at update i (1-based) reduces as iteration
  * i - 1, so --powersgd-start-iter counts iterations (the outer steps within the first that many
  * iterations reduce uncompressed) and QSGD's rounding draws from the iteration's stream. The
@@ -120,12 +124,25 @@ int tri_outer_reset(tri_device *d, tri_outer_state *o, const tri_zero *z);
  * device errors. */
 int tri_outer_reduce(tri_device *d, tri_comm *dp, tri_tensor mine, tri_tensor whole);
 
-/* The outer step of one chunk (see the top comment), collective over dp: every replica's
- * parameters become the new anchor, in z's parameters (and master weights, re-published to bf16).
- * scratch: f32 (tri_outer_scratch_numel). iter: the 0-based iteration whose update ends the window
- * (the compressor's clock). ZeRO stage 0 only. */
+/* The TP ranks that hold the same parameter (engine/train/param.h): the tensor-parallel group for
+ * the replicated ones (tp_replicated), the group of ranks sharing a shard for those split into fewer
+ * shards than tp (replicas > 1); NULL where there is none. A compressed outer reduction packs each
+ * TP rank's unit, whose other parameters are that rank's own shards, so blocks (1bit, qsgd) and top-k
+ * selections that mix them decode a held-alike parameter differently on each TP rank; the holder's
+ * (rank 0 of the group, the copy checkpoints keep) decoded mean and outer residual of those
+ * parameters are broadcast to its group, so the copies stay one parameter, bit for bit. */
+typedef struct tri_outer_copies {
+    tri_comm *tp;             /* the tensor-parallel group (size > 1), or NULL */
+    tri_comm *shared;         /* the ranks sharing a shard, or NULL */
+} tri_outer_copies;
+
+/* The outer step of one chunk (see the top comment), collective over dp (and, compressed, over
+ * copies' groups): every replica's parameters become the new anchor, in z's parameters (and master
+ * weights, re-published to bf16). scratch: f32 (tri_outer_scratch_numel). iter: the 0-based
+ * iteration whose update ends the window (the compressor's clock). copies: NULL at tp 1. ZeRO
+ * stage 0 only. */
 int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o, tri_tensor scratch,
-                   const tri_local_sgd_config *c, int64_t iter);
+                   const tri_local_sgd_config *c, int64_t iter, const tri_outer_copies *copies);
 
 #ifdef __cplusplus
 }

@@ -117,9 +117,10 @@ int tri_trainer_outer_sync(tri_trainer *t)
     if (t->cfg.local.steps == 0)
         return TRI_ERR(TRI_EINVAL, "trainer: an outer synchronisation needs local SGD (--local-sgd-steps)");
     int rc = TRI_OK;
+    tri_outer_copies copies = {.tp = t->grid->tp > 1 ? t->grid->tp_comm : NULL, .shared = t->replica_comm};
     for (int c = 0; c < t->v && !rc; c++)
         rc = tri_outer_step(t->dev, t->grid->dp_comm, &t->chunks[c]->zero, &t->outer[c], t->outer_scratch,
-                            &t->cfg.local, t->chunks[c]->zero.iteration);
+                            &t->cfg.local, t->chunks[c]->zero.iteration, &copies);
     if (!rc) {
         t->outer_syncs++;
         t->replicas_apart = false;
