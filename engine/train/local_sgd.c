@@ -99,8 +99,8 @@ static int align_copies(const tri_param_layout *L, tri_outer_state *o, tri_tenso
     return rc;
 }
 
-/* Elements [*lo, numel) of p are vocabulary padding (dim-0 rows at or beyond spec.init_rows: not
- * part of the model, zero, and not in checkpoints); *lo = numel when there are none. */
+/* How many of p's elements, from its first, are the model's: the rest are vocabulary padding (dim-0
+ * rows at or beyond spec.init_rows: zero, and not in checkpoints); p->numel when there is none. */
 static int64_t real_numel(const tri_param *p)
 {
     const tri_param_spec *s = &p->spec;
