@@ -17,6 +17,12 @@
  *   same layout and at pp 2 (deterministic mode): losses, final weights, outer momentum; another dp
  *   mid-window, another H, or a synchronous run are refused, --reset-outer-state starts afresh.
  * - Bad configurations are refused, naming the flag and the value.
+ * - A compressed outer reduction (--grad-compression): the 1bit outer step against a float64 model
+ *   of the paper's algorithm with error feedback over five outer steps at dp 4 (bound derived from
+ *   fp32 rounding), the model without the residual outside that bound (dropping it is caught), and
+ *   the deltas' bytes; 1bit, PowerSGD and QSGD (tp 2) runs with pp 2 inside the replicas equal pp 1
+ *   bit for bit; the outer residual checkpointed per dp rank resumes bit for bit mid-window and
+ *   across the next outer steps (same layout, pp 2), and --reset-compression-state breaks that.
  *
  * What local SGD does not promise: H = 1 with average and outer lr 1 is parameter averaging after
  * each replica's own AdamW step, which is not AdamW on the averaged gradient (Adam is not linear in
