@@ -124,8 +124,8 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
         bool replica = e->group >= TRI_STATE_REPLICA_WEIGHTS;
-        if (e->group < TRI_STATE_OUTER_ANCHOR || (replica && !replicas))
-            continue;
+        if (e->group < TRI_STATE_OUTER_ANCHOR || e->group >= TRI_STATE_EF_RESIDUAL || (replica && !replicas))
+            continue; /* (the error feedback, the outer one included: tri_ckpt_load_compression) */
         /* the TP shard's box from the outer files (any layout) or this replica's own files */
         const tri_param *p = e->param;
         free(box);
@@ -191,7 +191,9 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     float *box = NULL;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
-        if (e->group != TRI_STATE_EF_RESIDUAL && e->group != TRI_STATE_EF_SERVER_RESIDUAL)
+        /* the outer reduction's residual only from a checkpoint of local SGD (one without it leaves
+         * it zero; a fresh outer state resets it after this) */
+        if (e->group < TRI_STATE_EF_RESIDUAL || (e->group == TRI_STATE_OUTER_EF_RESIDUAL && s->local.steps == 0))
             continue;
         /* a non-holder copy (another TP rank's replicated parameter, the last stage's tied
          * embedding) reads the holder's: equal without SP, shared shards or a tied copy, since

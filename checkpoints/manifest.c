@@ -144,11 +144,12 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         bool two_phase = c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE;
         if (two_phase) /* only then: allgather manifests stay as they were (absent: allgather) */
             cJSON_AddStringToObject(gc, "reduce", tri_compression_reduce_name(c->reduce));
-        cJSON_AddStringToObject(gc, "state", c->kind == TRI_COMPRESS_POWERSGD
-                                                 ? "error_feedback per dp rank (replica files); PowerSGD's Q not held"
-                                             : two_phase ? "error_feedback and server_error_feedback per dp rank "
-                                                           "(replica files)"
-                                                         : "error_feedback per dp rank (replica files)");
+        bool outer = r->local.steps > 0; /* local SGD: the outer reduction's residual too */
+        char state[160];
+        snprintf(state, sizeof state, "error_feedback%s%s per dp rank (replica files)%s",
+                 two_phase ? " and server_error_feedback" : "", outer ? " and outer_error_feedback" : "",
+                 c->kind == TRI_COMPRESS_POWERSGD ? "; PowerSGD's Q not held" : "");
+        cJSON_AddStringToObject(gc, "state", state);
     }
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     for (int i = 0; i < m->n_tensors; i++) {

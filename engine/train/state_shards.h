@@ -38,6 +38,9 @@ typedef enum tri_state_group {
     TRI_STATE_EF_SERVER_RESIDUAL, /* two-phase only (--grad-compression-reduce two-phase): the server's
                                      residual of this dp rank's chunk of every unit, listed like the
                                      residual (whole TP shards, zero outside the rank's chunks) */
+    TRI_STATE_OUTER_EF_RESIDUAL,  /* local SGD with compression: the compressed outer reduction's own residual
+                                     (local_sgd.h; what this replica's parameter change did not send), laid
+                                     out and stored like the error feedback above */
     TRI_STATE_GROUPS
 } tri_state_group;
 
@@ -59,7 +62,8 @@ typedef struct tri_state_shard {
                                 reads every holder entry of this group in the same order */
     int chunk;               /* the model chunk holding it */
     int64_t at;              /* moments: the piece's offset in the chunk's optimizer state; outer
-                                groups: in the chunk's outer state; error feedback: in the residual */
+                                groups: in the chunk's outer state; error feedback (both): in the
+                                residual */
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
@@ -68,8 +72,8 @@ typedef struct tri_state_shard {
  * chunk, for each parameter each piece of this dp rank's outer slices (anchor, and momentum
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
  * second moment, or the momentum buffer; adjacent). With a compressed dp reduction (and dp > 1)
- * then, per chunk, each parameter's error-feedback residual (.at: its flat offset) and, with
- * two-phase, its server residual (adjacent). *shards is
+ * then, per chunk, each parameter's error-feedback residual (.at: its flat offset), with two-phase
+ * its server residual and under local SGD its outer residual after it (adjacent). *shards is
  * malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
