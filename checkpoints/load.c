@@ -125,7 +125,7 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
         const tri_state_shard *e = &sh[i];
         bool replica = e->group >= TRI_STATE_REPLICA_WEIGHTS;
         if (e->group < TRI_STATE_OUTER_ANCHOR || e->group >= TRI_STATE_EF_RESIDUAL || (replica && !replicas))
-            continue; /* not local SGD's (the compression state: tri_ckpt_load_compression) */
+            continue; /* (the error feedback, the outer one included: tri_ckpt_load_compression) */
         /* the TP shard's box from the outer files (any layout) or this replica's own files */
         const tri_param *p = e->param;
         free(box);
@@ -224,8 +224,9 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
         *own += !e->holder && (p->spec.tied_copy || p->replicas > 1 ||
                                (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
         tri_box b = tri_ckpt_shard_box(p);
-        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank,
-                                  tri_state_group_name(server ? e->group : TRI_STATE_EF_RESIDUAL), p->spec.name, &b, box);
+        tri_state_group g = e->group == TRI_STATE_EF_COPY ? TRI_STATE_EF_RESIDUAL : e->group;
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(g), p->spec.name, &b,
+                                  box);
         if (!rc && server)
             rc = merge_server(r, t->grid->dp_rank, r->m.run.dp, p, &b, box);
     }
@@ -263,7 +264,9 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     float *box = NULL;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
-        if (e->group < TRI_STATE_EF_RESIDUAL) /* the compression groups come last */
+        /* the outer reduction's residual only from a checkpoint of local SGD (one without it leaves
+         * it zero; a fresh outer state resets it after this) */
+        if (e->group < TRI_STATE_EF_RESIDUAL || (e->group == TRI_STATE_OUTER_EF_RESIDUAL && s->local.steps == 0))
             continue;
         free(box);
         box = malloc((size_t)(e->hi > e->param->numel ? e->hi : e->param->numel) * sizeof *box);

@@ -144,11 +144,12 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         bool two_phase = c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE;
         if (two_phase) /* only then: allgather manifests stay as they were (absent: allgather) */
             cJSON_AddStringToObject(gc, "reduce", tri_compression_reduce_name(c->reduce));
-        cJSON_AddStringToObject(gc, "state", m->powersgd_q ? "error_feedback per dp rank, powersgd_q per (tp, pp) "
-                                                             "from dp rank 0 (replica files)"
-                                             : two_phase ? "error_feedback and server_error_feedback per dp rank "
-                                                           "(replica files)"
-                                                         : "error_feedback per dp rank (replica files)");
+        bool outer = r->local.steps > 0; /* local SGD: the outer reduction's residual too */
+        char state[200];
+        snprintf(state, sizeof state, "error_feedback%s%s per dp rank (replica files)%s",
+                 two_phase ? " and server_error_feedback" : "", outer ? " and outer_error_feedback" : "",
+                 m->powersgd_q ? "; powersgd_q per (tp, pp) from dp rank 0" : "");
+        cJSON_AddStringToObject(gc, "state", state);
         /* optional (absent in older checkpoints: false): every copy's own residual is held
          * (error_feedback_copy), PowerSGD's Q is held (powersgd_q) */
         cJSON_AddBoolToObject(gc, "residual_copies", m->residual_copies);

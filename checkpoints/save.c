@@ -168,10 +168,12 @@ static int write_local(const tri_ckpt_snapshot *s, const tri_ckpt_manifest *m, c
             continue;
         rc = write_moment_piece(f, path, tri_state_group_name((tri_state_group)e->group), e, s->pool + e->data,
                                 m->tensors[e->tensor].shape);
-        /* the file's pieces (boxes of their tensors): EF only without local SGD (refused together);
-         * a copy's residual and PowerSGD's Q are no box (read back by their own rank) */
+        /* the file's pieces: one group per tensor (the error feedback's only without local SGD, whose
+         * replica weights cover the same ranges; the outer residual always shares them); a copy's
+         * residual and PowerSGD's Q are no box (read back by their own rank) */
+        bool local = m->run.local.steps > 0;
         if (!rc && (e->group == TRI_STATE_OUTER_ANCHOR || e->group == TRI_STATE_REPLICA_WEIGHTS ||
-                    e->group == TRI_STATE_EF_RESIDUAL))
+                    (e->group == TRI_STATE_EF_RESIDUAL && !local)))
             rc = add_piece(entry, e->tensor, &e->shard, e->lo, e->hi);
     }
     int crc = f >= 0 ? tri_h5_close(f, path) : TRI_OK;

@@ -10,6 +10,11 @@
 #     iterations 4, 8 and 12.
 #  3. Resuming that checkpoint with another --local-sgd-steps is refused naming both; with
 #     --reset-outer-state it runs.
+#  4. The same DiLoCo with --grad-compression 1bit (the outer reduction compressed, with its own
+#     error feedback): accepted (it was refused before the outer reduction could be compressed), its
+#     synchronisations send fewer dp bytes than the uncompressed run's and the iteration line shows
+#     the ratio; resumed from the save inside a window it gives the same losses and the same final
+#     replica files (they hold the outer residual).
 set -u
 build=$1
 src=$2
@@ -57,6 +62,27 @@ grep -q "saved with --local-sgd-steps 4 --outer-optimizer nesterov; this run has
   fail "the refusal does not name both settings" "$tmp/c.log"
 "${run[@]}" --local-sgd-steps 8 --reset-outer-state --save-dir "$tmp/d" --load "$tmp/a/iter_0000006" \
   > "$tmp/d.log" 2>&1 || fail "--reset-outer-state did not resume" "$tmp/d.log"
+
+# ---- 4. a compressed outer reduction ----
+"${run[@]}" --grad-compression 1bit --save-dir "$tmp/e" > "$tmp/e.log" 2>&1 || fail "1bit DiLoCo run" "$tmp/e.log"
+"${run[@]}" --grad-compression 1bit --save-dir "$tmp/f" --load "$tmp/e/iter_0000006" > "$tmp/f.log" 2>&1 ||
+  fail "1bit DiLoCo resumed run" "$tmp/f.log"
+dp_at() { grep '"train"' "$1/metrics.jsonl" | grep "\"iter\":$2," | grep -oE '"dp_bytes":[0-9]+' | cut -d: -f2; }
+plain=$(dp_at "$tmp/a" 4)
+packed=$(dp_at "$tmp/e" 4)
+[ -n "$plain" ] && [ -n "$packed" ] && [ "$packed" -lt "$plain" ] ||
+  fail "a 1bit synchronisation sent '$packed' dp bytes, the uncompressed one '$plain'"
+inner=$(dp_at "$tmp/e" 3)
+[ "$inner" = 0 ] || fail "an inner step of the 1bit run sent '$inner' dp bytes"
+grep -q "dp 1bit [0-9.]*x.*synced" "$tmp/e.log" || fail "the iteration line shows no dp compression ratio" "$tmp/e.log"
+want=$(numbers "$tmp/e" | grep -oE '"iter":([7-9]|1[0-2]) "loss":[-0-9.e+]+' | paste -sd' ')
+got=$(numbers "$tmp/f" | grep -oE '"iter":([7-9]|1[0-2]) "loss":[-0-9.e+]+' | paste -sd' ')
+[ -n "$want" ] && [ "$want" = "$got" ] || fail "1bit: resumed losses differ: '$got' vs '$want'"
+for f in replica_tp00_pp00_dp000.h5 replica_tp01_pp00_dp001.h5; do
+  if command -v h5diff > /dev/null; then
+    h5diff -q "$tmp/e/iter_0000012/$f" "$tmp/f/iter_0000012/$f" > /dev/null || fail "1bit: final $f differs"
+  fi
+done
 
 [ "$failures" -eq 0 ] && echo "local_sgd_cli: all checks passed"
 exit "$failures"

@@ -17,6 +17,12 @@
  *   same layout and at pp 2 (deterministic mode): losses, final weights, outer momentum; another dp
  *   mid-window, another H, or a synchronous run are refused, --reset-outer-state starts afresh.
  * - Bad configurations are refused, naming the flag and the value.
+ * - A compressed outer reduction (--grad-compression): the 1bit outer step against a float64 model
+ *   of the paper's algorithm with error feedback over five outer steps at dp 4 (bound derived from
+ *   fp32 rounding), the model without the residual outside that bound (dropping it is caught), and
+ *   the deltas' bytes; 1bit, PowerSGD and QSGD (tp 2) runs with pp 2 inside the replicas equal pp 1
+ *   bit for bit; the outer residual checkpointed per dp rank resumes bit for bit mid-window and
+ *   across the next outer steps (same layout, pp 2), and --reset-compression-state breaks that.
  *
  * What local SGD does not promise: H = 1 with average and outer lr 1 is parameter averaging after
  * each replica's own AdamW step, which is not AdamW on the averaged gradient (Adam is not linear in
@@ -166,6 +172,247 @@ static void check_outer(tri_outer_kind kind, float lr, float mu)
 Test(local_sgd, outer_nesterov_matches_diloco_float64, .timeout = 120) { check_outer(TRI_OUTER_NESTEROV, 0.7f, 0.9f); }
 Test(local_sgd, outer_average_matches_float64, .timeout = 120) { check_outer(TRI_OUTER_AVERAGE, 1.0f, 0.0f); }
 Test(local_sgd, outer_average_lr_half_matches_float64, .timeout = 120) { check_outer(TRI_OUTER_AVERAGE, 0.5f, 0.0f); }
+
+/* ---- the compressed outer step (--grad-compression 1bit) against a float64 reference ---- */
+
+enum { CBLOCK = 32 };
+
+typedef struct outer_1bit_job {
+    tri_local_sgd_config cfg;
+    double worst[DP];           /* per rank: max |error| / bound against the reference with error feedback */
+    double noef[DP];            /* per rank: max |weights - the reference without error feedback| / bound */
+    uint64_t sent[DP], plain[DP];
+} outer_1bit_job;
+
+/* One 1bit compression of e (float64, n elements from a unit's start) with error feedback, the
+ * paper's algorithm in float64: per block of CBLOCK the scale is the mean |e|, each element sent as
+ * -scale (e < 0) or +scale; the decoded values are added into sum and (with ef) res = e - decoded,
+ * else res stays zero. pad[i]: not a model element (the layout's padding, vocabulary padding rows:
+ * zero, in the blocks' means, but no residual and no mean, engine/train/local_sgd.h). */
+static void ref_1bit(const double *e, int64_t n, const bool *pad, bool ef, double *res, double *sum)
+{
+    for (int64_t lo = 0; lo < n; lo += CBLOCK) {
+        int64_t hi = lo + CBLOCK < n ? lo + CBLOCK : n;
+        double scale = 0.0;
+        for (int64_t i = lo; i < hi; i++)
+            scale += fabs(e[i]);
+        scale /= (double)(hi - lo);
+        for (int64_t i = lo; i < hi; i++) {
+            double dec = e[i] < 0.0 ? -scale : scale;
+            sum[i] += dec;
+            res[i] = ef && !pad[i] ? e[i] - dec : 0.0;
+        }
+    }
+}
+
+/* The float64 state of one reference (EF or not) over the flat padded layout. */
+typedef struct ref_state {
+    double *anchor, *mom, *res[DP], *sum, *e;
+} ref_state;
+
+static int ref_alloc(ref_state *s, int64_t n)
+{
+    memset(s, 0, sizeof *s);
+    s->anchor = calloc((size_t)n, sizeof(double));
+    s->mom = calloc((size_t)n, sizeof(double));
+    s->sum = calloc((size_t)n, sizeof(double));
+    s->e = calloc((size_t)n, sizeof(double));
+    bool ok = s->anchor && s->mom && s->sum && s->e;
+    for (int r = 0; r < DP; r++)
+        ok = (s->res[r] = calloc((size_t)n, sizeof(double))) && ok;
+    return ok ? TRI_OK : TRI_ERR(TRI_ENOMEM, "test: out of memory");
+}
+
+static void ref_free(ref_state *s)
+{
+    free(s->anchor);
+    free(s->mom);
+    free(s->sum);
+    free(s->e);
+    for (int r = 0; r < DP; r++)
+        free(s->res[r]);
+}
+
+/* One outer step of the reference: theta[r] the replicas' fp32 weights (flat), the compressed mean
+ * of delta / DP per unit, then the outer optimizer. Returns max |delta|, |e|, |res|, scale. */
+static double ref_step(ref_state *s, const tri_param_layout *L, const float *const *theta, const bool *pad, bool ef,
+                       const tri_local_sgd_config *c)
+{
+    int64_t N = L->padded_numel;
+    double dmax = 0.0;
+    memset(s->sum, 0, (size_t)N * sizeof *s->sum);
+    for (int r = 0; r < DP; r++) {
+        for (int64_t f = 0; f < N; f++) {
+            double delta = pad[f] ? 0.0 : s->anchor[f] - (double)theta[r][f];
+            s->e[f] = delta / DP + s->res[r][f];
+            dmax = fmax(dmax, fmax(fabs(delta), fmax(fabs(s->e[f]), fabs(s->res[r][f]))));
+        }
+        for (int u = 0; u < L->n_units; u++) /* the blocks start at each unit's start */
+            ref_1bit(s->e + L->units[u].start, L->units[u].len, pad + L->units[u].start, ef,
+                     s->res[r] + L->units[u].start, s->sum + L->units[u].start);
+    }
+    for (int64_t f = 0; f < N; f++) {
+        double d = pad[f] ? 0.0 : s->sum[f]; /* the decoded mean moves model elements only */
+        if (c->outer == TRI_OUTER_NESTEROV) {
+            s->mom[f] = c->outer_momentum * s->mom[f] + d;
+            d += c->outer_momentum * s->mom[f];
+        }
+        s->anchor[f] -= c->outer_lr * d;
+    }
+    return dmax;
+}
+
+static int outer_1bit_rank(int rank, int size, tri_comm *world, void *arg)
+{
+    (void)size;
+    outer_1bit_job *j = arg;
+    tri_gpt_config cfg = tu_tiny_config();
+    tri_model model = tri_gpt_model(&cfg);
+    tri_compression comp = tri_compression_defaults();
+    comp.kind = TRI_COMPRESS_1BIT;
+    comp.block_size = CBLOCK;
+    tu_layout lay = {.tp = 1, .pp = 1, .dp = DP, .n_micro = 1, .local = j->cfg, .compression = comp};
+    tri_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f, .local_sgd = j->cfg,
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f}};
+    int rc = tu_model_layout_resolve(&model, B, T, &lay, DP, &o.run.layout);
+    tri_device *dev = NULL;
+    tri_session ss;
+    if (!rc) rc = tri_device_cpu_create(&dev, 1);
+    if (!rc) rc = tri_session_create(&ss, world, dev, &model, &o);
+    if (rc) {
+        tri_device_destroy(dev);
+        return rc;
+    }
+    tri_chunk *ch = ss.model.chunk[0];
+    const tri_param_layout *L = &ch->layout;
+    tri_zero *z = &ch->zero;
+    int64_t N = L->padded_numel;
+    ref_state ef, no;
+    float *theta[DP] = {0}, *host = malloc((size_t)N * sizeof *host), *mine = malloc((size_t)N * sizeof *mine);
+    bool *pad = malloc((size_t)N * sizeof *pad);
+    rc = ref_alloc(&ef, N);
+    if (!rc) rc = ref_alloc(&no, N);
+    for (int r = 0; r < DP && !rc; r++)
+        if (!(theta[r] = calloc((size_t)N, sizeof(float))))
+            rc = TRI_ERR(TRI_ENOMEM, "test: out of memory");
+    if (!rc && (!host || !mine || !pad))
+        rc = TRI_ERR(TRI_ENOMEM, "test: out of memory");
+    if (!rc && !ss.trainer.outer[0].comp.on)
+        rc = TRI_ERR(TRI_EINTERNAL, "test: the outer reduction is not compressed");
+    for (int64_t f = 0; f < N && !rc; f++)
+        pad[f] = true;
+    for (int i = 0; i < L->n && !rc; i++) { /* the initial weights, the same on every replica */
+        const tri_param *p = &L->params[i];
+        int64_t row = p->spec.ndim >= 1 && p->local_shape[0] > 0 ? p->numel / p->local_shape[0] : p->numel;
+        rc = tri_zero_read_param(z, p, false, host);
+        for (int64_t e = 0; e < p->numel; e++) {
+            /* vocabulary padding rows (at or beyond init_rows) are not model elements either */
+            pad[p->offset + e] = p->spec.ndim >= 1 && p->global_offset[0] + e / row >= p->spec.init_rows;
+            ef.anchor[p->offset + e] = no.anchor[p->offset + e] = host[e];
+        }
+    }
+    const tri_local_sgd_config *c = &j->cfg;
+    double lr = c->outer_lr, mu = c->outer_momentum, u = 0x1p-24, M = 0.0;
+    bool nesterov = c->outer == TRI_OUTER_NESTEROV;
+    /* the error bound's recursion (per element, fp32 against float64; see below) */
+    double A = 0.0, R = 0.0, B_mom = 0.0, worst = 0.0, noef = INFINITY;
+    for (int k = 0; k < OUTER_STEPS && !rc; k++) {
+        int64_t at = 0;
+        for (int i = 0; i < L->n && !rc; i++) {
+            const tri_param *p = &L->params[i];
+            rc = tri_zero_read_param(z, p, false, host);
+            for (int64_t e = 0; e < p->numel; e++) {
+                for (int r = 0; r < DP; r++) /* inner steps leave the vocabulary padding zero */
+                    theta[r][p->offset + e] = pad[p->offset + e] ? host[e] : host[e] + perturbation(k, r, at + e);
+                mine[e] = theta[rank][p->offset + e];
+                M = fmax(M, fabs(host[e]));
+            }
+            if (!rc) rc = tri_zero_write_param(z, p, mine);
+            at += p->numel;
+        }
+        double D = ref_step(&ef, L, (const float *const *)theta, pad, true, c);
+        ref_step(&no, L, (const float *const *)theta, pad, false, c);
+        for (int64_t f = 0; f < N; f++)
+            M = fmax(M, fmax(fabs(ef.anchor[f]), fabs(ef.mom[f])));
+        if (!rc) rc = tri_trainer_outer_sync(&ss.trainer);
+        j->sent[rank] = ss.trainer.outer[0].comp.last_sent;
+        j->plain[rank] = ss.trainer.outer[0].comp.last_plain;
+        /* The bound, per element (u = 2^-24; D bounds |delta|, |e|, |r| and the scales, M the anchor,
+         * the weights and the momentum), given that fp32 and float64 agree on every sign (an element
+         * within the bound of zero could flip; the scale, a mean of |e|, does not depend on signs):
+         *   e = delta / dp + r   inherits the anchor's error / dp and the residual's, plus 2 roundings
+         *                        (the subtraction, exact relative to delta, and the addition): 2uD;
+         *   scale = mean |e|     e's error plus 1 rounding (the double sum rounded once): uD;
+         *   r' = e - (+-scale)   e's and the scale's errors plus 1 rounding: R' = 2 err_e + 2uD;
+         *   mean = sum of dp decoded values in rank order: dp x the scale's error + (dp - 1) roundings;
+         *   nesterov b' = mu b + mean (2 roundings), direction = mean + mu b' (2), anchor -= lr x
+         *   direction (2 roundings of M). */
+        double err_e = A / DP + R + 2.0 * u * D;
+        double err_scale = err_e + u * D;
+        R = 2.0 * err_e + 2.0 * u * D;
+        double err_mean = DP * err_scale + (DP - 1) * u * DP * D;
+        double err_dir = err_mean;
+        if (nesterov) {
+            B_mom = mu * B_mom + err_mean + 2.0 * u * M;
+            err_dir = err_mean + mu * B_mom + 2.0 * u * M;
+        }
+        A = A + lr * err_dir + 2.0 * u * M;
+        double worst_no = 0.0;
+        for (int i = 0; i < L->n && !rc; i++) {
+            const tri_param *p = &L->params[i];
+            rc = tri_zero_read_param(z, p, false, host);
+            for (int64_t e = 0; e < p->numel && !rc; e++) {
+                worst = fmax(worst, fabs((double)host[e] - ef.anchor[p->offset + e]) / A);
+                worst_no = fmax(worst_no, fabs((double)host[e] - no.anchor[p->offset + e]) / A);
+            }
+        }
+        if (k > 0) /* the first step has no residual yet: both references agree */
+            noef = fmin(noef, worst_no);
+    }
+    j->worst[rank] = worst;
+    j->noef[rank] = noef;
+    ref_free(&ef);
+    ref_free(&no);
+    for (int r = 0; r < DP; r++)
+        free(theta[r]);
+    free(host);
+    free(mine);
+    free(pad);
+    tri_session_destroy(&ss);
+    tri_device_destroy(dev);
+    return rc;
+}
+
+static void check_outer_1bit(tri_outer_kind kind, float lr, float mu)
+{
+    outer_1bit_job j = {.cfg = {.steps = 4, .outer = kind, .outer_lr = lr, .outer_momentum = mu}};
+    cr_assert_eq(tri_run_thread_ranks(DP, outer_1bit_rank, &j), TRI_OK, "%s", tri_error_message());
+    for (int r = 0; r < DP; r++) {
+        cr_expect_leq(j.worst[r], 1.0, "1bit %s: rank %d's weights are %.3g bounds from the float64 reference",
+                      tri_outer_kind_name(kind), r, j.worst[r]);
+        /* dropping the residual is caught: the reference without error feedback is outside the bound
+         * at every step after the first */
+        cr_expect_gt(j.noef[r], 10.0, "1bit %s: rank %d is within %.3g bounds of the reference without error "
+                     "feedback", tri_outer_kind_name(kind), r, j.noef[r]);
+        /* the deltas' reduction: 1 bit an element and a 4-byte scale per 32 (len / 4 bytes) all-gathered
+         * from dp - 1 ranks, against fp32's reduce-scatter ((dp - 1) / dp x 4 len): 16 / dp = 4x, less
+         * the payload's rounding to whole words */
+        cr_expect_gt(j.plain[r], 3 * j.sent[r], "1bit %s: rank %d sent %llu bytes, the plain reduction %llu",
+                     tri_outer_kind_name(kind), r, (unsigned long long)j.sent[r], (unsigned long long)j.plain[r]);
+    }
+    cr_log_info("1bit %s: worst error %.3g of the derived bound; without error feedback %.3g bounds away; "
+                "%llu bytes against %llu", tri_outer_kind_name(kind), j.worst[0], j.noef[0],
+                (unsigned long long)j.sent[0], (unsigned long long)j.plain[0]);
+}
+
+Test(local_sgd, outer_1bit_nesterov_matches_float64_with_error_feedback, .timeout = 120)
+{
+    check_outer_1bit(TRI_OUTER_NESTEROV, 0.7f, 0.9f);
+}
+Test(local_sgd, outer_1bit_average_matches_float64_with_error_feedback, .timeout = 120)
+{
+    check_outer_1bit(TRI_OUTER_AVERAGE, 1.0f, 0.0f);
+}
 
 /* ---- whole runs through the harness ---- */
 
@@ -455,5 +702,141 @@ Test(local_sgd, outer_sync_bytes, .timeout = 120)
     cr_expect_eq(r.dp_bytes[TRI_COMM_REDUCE_SCATTER], n);
     cr_expect_eq(r.dp_bytes[TRI_COMM_ALL_REDUCE], 0);
     tu_result_free(&r);
+    free(w);
+}
+
+/* ---- the compressed outer synchronisation in whole runs ---- */
+
+static tri_compression outer_comp(tri_compression_kind kind)
+{
+    tri_compression c = tri_compression_defaults();
+    c.kind = kind;
+    c.block_size = 32;
+    c.powersgd_rank = 2;
+    c.powersgd_start_iter = 0;
+    c.seed = 1234;
+    return c;
+}
+
+/* DiLoCo with a compressed outer reduction: pipeline parallelism inside the replicas changes no bit
+ * (deterministic mode; the compressor's blocks, Q and rounding streams are per unit and parameter,
+ * the same at every pp), and the outer reduction is really compressed (the run differs from the
+ * uncompressed one from the first outer step on, not before). (Whether the loss falls over two
+ * windows of this tiny run is not a property of the compressor; the 4-rank runs in docs/ are.) */
+static void compressed_inside(tri_compression_kind kind, int tp)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)STEPS * 2 * B * MICRO, T, cfg.vocab_size, 37);
+    tu_layout a = {.tp = tp, .pp = 1, .dp = 2, .n_micro = MICRO, .deterministic = true,
+                   .local = local(3, TRI_OUTER_NESTEROV), .compression = outer_comp(kind)};
+    tu_layout b = a, plain = a;
+    b.pp = 2;
+    plain.compression = tri_compression_defaults();
+    tu_result ra, rb, rp;
+    char name[96];
+    snprintf(name, sizeof name, "DiLoCo, %s outer reduction, tp %d: pp 2 vs pp 1", tri_compression_name(kind), tp);
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &a, w, STEPS, &ra), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &b, w, STEPS, &rb), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &plain, w, STEPS, &rp), TRI_OK, "%s", tri_error_message());
+    expect_same(&ra, &rb, name);
+    /* the losses until the first outer step (after update 3) are the uncompressed run's; after it not */
+    for (int s = 0; s < 3; s++)
+        cr_expect(ra.losses[s] == rp.losses[s], "%s: step %d's loss %.17g, uncompressed %.17g", name, s + 1,
+                  ra.losses[s], rp.losses[s]);
+    cr_expect(ra.losses[3] != rp.losses[3], "%s: the compressed outer step gave the uncompressed one's loss", name);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect(isfinite(ra.losses[s]) && ra.losses[s] > 0, "%s: loss %g at step %d", name, ra.losses[s], s + 1);
+    tu_result_free(&ra);
+    tu_result_free(&rb);
+    tu_result_free(&rp);
+    free(w);
+}
+
+Test(local_sgd, outer_1bit_pp_inside_same_bits, .timeout = 300) { compressed_inside(TRI_COMPRESS_1BIT, 1); }
+Test(local_sgd, outer_powersgd_pp_inside_same_bits, .timeout = 300) { compressed_inside(TRI_COMPRESS_POWERSGD, 1); }
+Test(local_sgd, outer_qsgd_tp_pp_inside_same_bits, .timeout = 300) { compressed_inside(TRI_COMPRESS_QSGD, 2); }
+
+/* An outer synchronisation with 1bit sends the anchor's and the parameters' all-gathers (fp32) and
+ * the deltas' payloads: dp all-gathered payloads per unit (as the comm counts an all-gather: the
+ * whole output) instead of the fp32 reduce-scatter; H = 1 makes step 1 one. */
+Test(local_sgd, outer_sync_bytes_1bit, .timeout = 120)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)2 * B * MICRO, T, cfg.vocab_size, 31);
+    tu_layout l = {.tp = 1, .pp = 1, .dp = 2, .n_micro = MICRO, .local = local(1, TRI_OUTER_AVERAGE),
+                   .compression = outer_comp(TRI_COMPRESS_1BIT)};
+    tu_result r;
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &l, w, 1, &r), TRI_OK, "%s", tri_error_message());
+    uint64_t n = (uint64_t)r.owned_elements * 4; /* ZeRO 0: the padded parameters, fp32 */
+    cr_expect_eq(r.dp_bytes[TRI_COMM_REDUCE_SCATTER], 0, "the deltas went through a reduce-scatter");
+    cr_expect_eq(r.dp_bytes[TRI_COMM_ALL_REDUCE], 0);
+    uint64_t payload = r.dp_bytes[TRI_COMM_ALL_GATHER] - 2 * n;
+    cr_expect_gt(r.dp_bytes[TRI_COMM_ALL_GATHER], 2 * n, "no payload was all-gathered");
+    /* per element 1 bit + a 4-byte scale per 32, all-gathered from 2 ranks: ~ 2 x n / 4 x (1/8 + 1/8) */
+    cr_expect_lt(payload, n / 4, "the 1bit payloads took %llu bytes, the fp32 deltas %llu",
+                 (unsigned long long)payload, (unsigned long long)n);
+    tu_result_free(&r);
+    free(w);
+}
+
+/* Checkpoints hold the outer reduction's residual per dp rank (outer_error_feedback): a save in the
+ * middle of a window (after two compressed outer steps) resumes bit for bit across the next outer
+ * steps, in the same layout and at pp 2; --reset-compression-state starts it from zero, which no
+ * longer matches. */
+Test(local_sgd, compressed_checkpoint_mid_window_resumes_bit_for_bit, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * CK_GLOBAL, T, cfg.vocab_size, 41);
+    char *dir = tu_ckpt_tmpdir("local-sgd-comp");
+    char ref_dir[4200], mid[4300], ref_final[4300], out[4300], fin[4400];
+    snprintf(ref_dir, sizeof ref_dir, "%s/uninterrupted", dir);
+    snprintf(mid, sizeof mid, "%s/iter_%07d", ref_dir, CK_HALF);
+    snprintf(ref_final, sizeof ref_final, "%s/iter_%07d", ref_dir, TU_CKPT_TOTAL);
+    tu_layout base = {.tp = 1, .pp = 1, .dp = 2, .compression = outer_comp(TRI_COMPRESS_1BIT)};
+    tu_ckpt_run ref = ck_run(&cfg, w, base);
+    ref.save_dir = ref_dir;
+    ref.save_interval = CK_HALF;
+    cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
+    for (int dp = 0; dp < 2; dp++) { /* the residual was saved, and is not zero */
+        int64_t n;
+        float *x = tu_ckpt_tensor(mid, TRI_CKPT_REPLICA, dp, "outer_error_feedback", "h.0.attn.c_attn.w", &n);
+        cr_assert(x, "dp %d: %s", dp, tri_error_message());
+        double mx = 0.0;
+        for (int64_t k = 0; k < n; k++)
+            mx = fmax(mx, fabs(x[k]));
+        cr_expect_gt(mx, 0.0, "dp %d's outer residual is zero", dp);
+        free(x);
+    }
+    for (int c = 0; c < 3; c++) {
+        tu_layout l = base;
+        l.pp = c == 1 ? 2 : 1;
+        snprintf(out, sizeof out, "%s/resumed%d", dir, c);
+        tu_ckpt_run r = ck_run(&cfg, w, l);
+        r.load = mid;
+        r.save_dir = out;
+        r.reset_compression_state = c == 2;
+        cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "resume %d: %s", c, tri_error_message());
+        bool same = true;
+        for (int k = 0; k < TU_CKPT_TOTAL - CK_HALF; k++)
+            same = same && r.losses[k] == ref.losses[CK_HALF + k];
+        if (c == 2) {
+            cr_expect_not(same, "--reset-compression-state resumed bit for bit: the residual carried nothing");
+            continue;
+        }
+        cr_expect(same, "resume pp %d: the losses differ from the uninterrupted run's", l.pp);
+        snprintf(fin, sizeof fin, "%s/iter_%07d", out, TU_CKPT_TOTAL);
+        ck_same(fin, ref_final, c == 0 ? "compressed, resumed in the same layout" : "compressed, resumed at pp 2");
+        for (int dp = 0; dp < 2; dp++) {
+            int64_t n, m;
+            float *x = tu_ckpt_tensor(fin, TRI_CKPT_REPLICA, dp, "outer_error_feedback", "h.3.mlp.c_proj.w", &n);
+            float *y = tu_ckpt_tensor(ref_final, TRI_CKPT_REPLICA, dp, "outer_error_feedback", "h.3.mlp.c_proj.w", &m);
+            cr_expect(x && y && n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0,
+                      "resume pp %d: dp %d's final outer residual differs", l.pp, dp);
+            free(x);
+            free(y);
+        }
+    }
+    tri_fs_remove_tree(dir);
+    free(dir);
     free(w);
 }

@@ -164,7 +164,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("skip-nonfinite", TRI_FLAG_INT, &a->skip_nonfinite, "skip up to K steps in a row whose loss or gradients are not finite on some rank (no update on any rank); the next one stops the run (0: stop at the first)", 0, 1 << 30);
     f[n++] = (tri_flag)FLAG("skip-loss-spike-zscore", TRI_FLAG_FLOAT, &a->spike_zscore, "skip the update of a step whose loss is more than Z standard deviations above the mean of the last --loss-spike-window losses (0: off)", 0, 1e6);
     f[n++] = (tri_flag)FLAG("loss-spike-window", TRI_FLAG_INT, &a->spike_window, "losses of applied steps the spike z-score is measured against", 2, 1 << 20);
-    f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: each data-parallel replica runs H inner steps on its share of every global batch with no data-parallel communication (its own gradient norm for clipping, its own loss in the log), then one outer synchronisation averages the replicas' parameter change (1: synchronous data parallelism, unless --outer-optimizer is given). Iterations and the learning-rate schedule count inner steps; the last iteration always synchronises; an --eval-interval between synchronisations reports the mean of the replicas' losses. ZeRO stage 0 only (each replica keeps its whole AdamW state, never averaged); composes with tp, pp, sequence parallelism, bf16 (fp32 anchor and deltas), recomputation and deterministic mode", -1000000, 1 << 30);
+    f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: each data-parallel replica runs H inner steps on its share of every global batch with no data-parallel communication (its own gradient norm for clipping, its own loss in the log), then one outer synchronisation averages the replicas' parameter change (1: synchronous data parallelism, unless --outer-optimizer is given). Iterations and the learning-rate schedule count inner steps; the last iteration always synchronises; an --eval-interval between synchronisations reports the mean of the replicas' losses. ZeRO stage 0 only (each replica keeps its whole AdamW state, never averaged); composes with tp, pp, sequence parallelism, bf16 (fp32 anchor and deltas), recomputation and deterministic mode. With --grad-compression the outer synchronisation's reduction of the parameter change goes through that compressor, with an error-feedback residual of its own (per replica, checkpointed) and, for powersgd, a Q warm-started across outer steps; the --local-sgd-warmup-iters synchronous steps compress their gradients as a compressed synchronous run does", -1000000, 1 << 30);
     f[n++] = (tri_flag)CHOICE("outer-optimizer", &a->outer_optimizer, "average|nesterov", "local SGD's outer step on the replicas' mean parameter change delta (anchor - parameters): average moves the anchor by outer-lr x delta (outer lr 1: parameter averaging, Lin et al. 2020); nesterov is PyTorch's SGD with Nesterov momentum on delta, as DiLoCo (Douillard et al. 2023). Default average; giving it turns local SGD on even at --local-sgd-steps 1");
     f[n++] = (tri_flag)FLAG("outer-lr", TRI_FLAG_FLOAT, &a->outer_lr, "outer learning rate, > 0 (default: 1 for average, DiLoCo's 0.7 for nesterov)", -1e9, 1e9);
     f[n++] = (tri_flag)FLAG("outer-momentum", TRI_FLAG_FLOAT, &a->outer_momentum, "Nesterov momentum of the outer step, in [0, 1) (DiLoCo's 0.9; nesterov only)", -1e9, 1e9);
@@ -239,10 +239,11 @@ static int local_sgd_options(run *r)
     c->final_iter = a->train_iters;
     c->warmup_iters = a->local_sgd_warmup_iters;
     rc = tri_local_sgd_check(c, r->L.zero_stage);
-    if (!rc && r->L.compression.kind != TRI_COMPRESS_NONE)
-        rc = TRI_ERR(TRI_EINVAL, "--grad-compression %s with --local-sgd-steps %d: inner steps send no gradients, and "
-                     "the outer synchronisation reduces its parameter change uncompressed (compressing it is not "
-                     "built yet); drop one of the two", tri_compression_name(r->L.compression.kind), c->steps);
+    if (!rc && r->L.compression.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
+        rc = TRI_ERR(TRI_EINVAL, "--grad-compression-reduce two-phase with --local-sgd-steps %d: the outer "
+                     "synchronisation reduces the replicas' parameter change at ZeRO 1's form (each rank decodes "
+                     "its anchor slice), which the all-gather reduction already gives; use --grad-compression-reduce "
+                     "allgather", c->steps);
     if (!rc && a->spike_zscore > 0)
         rc = TRI_ERR(TRI_EINVAL, "--skip-loss-spike-zscore %g with --local-sgd-steps %d: between synchronisations "
                      "each replica has its own loss, so a spike is not one decision for every rank",
@@ -628,14 +629,20 @@ static const char *throughput(const run *r, double gflops, char *buf, size_t cap
 }
 
 /* ", dp 1bit 14.2x" (two-phase: ", dp 1bit two-phase 28.4x"): the last step's compression of this
- * rank's data-parallel gradient reduction, what the plain reduction sends over the wire bytes the comm
- * counted; "" without compression (or in powersgd's first, uncompressed, iterations). */
-static const char *dp_ratio(const run *r, char *buf, size_t cap)
+ * rank's data-parallel gradient reduction (and, when the step ended with local SGD's outer
+ * synchronisation, of its deltas' reduction), what the plain reduction sends over the wire bytes the
+ * comm counted; "" without compression (or in powersgd's first, uncompressed, iterations, or on local
+ * SGD's inner steps). */
+static const char *dp_ratio(const run *r, bool outer_sync, char *buf, size_t cap)
 {
     uint64_t sent = 0, plain = 0;
     for (int c = 0; c < r->ss.trainer.v; c++) {
         sent += r->ss.trainer.chunks[c]->zero.comp.last_sent;
         plain += r->ss.trainer.chunks[c]->zero.comp.last_plain;
+        if (outer_sync && r->sopt.local_sgd.steps > 0) {
+            sent += r->ss.trainer.outer[c].comp.last_sent;
+            plain += r->ss.trainer.outer[c].comp.last_plain;
+        }
     }
     buf[0] = '\0';
     if (r->L.compression.kind != TRI_COMPRESS_NONE && sent > 0)
@@ -659,7 +666,7 @@ static void log_iteration(run *r, const tri_train_metrics *tm, int64_t iter, con
                   (long long)r->a.train_iters, res->loss, (double)res->lr, res->grad_norm, t->step_s * 1e3,
                   100 * t->compute_s / t->step_s, 100 * t->tp_s / t->step_s, 100 * t->pp_s / t->step_s,
                   100 * t->bubble_s / t->step_s, 100 * (t->dp_s + t->other_s) / t->step_s,
-                  dp_ratio(r, ratio, sizeof ratio), tps,
+                  dp_ratio(r, res->outer_sync, ratio, sizeof ratio), tps,
                   throughput(r, gflops, thr, sizeof thr),
                   tri_format_duration(tri_train_metrics_eta(tm, iter), eta, sizeof eta), outer);
     if (r->world->size > 1 && tm->straggler_rank >= 0 && tm->straggler_compute_s > 1.25 * tm->median_compute_s)

@@ -12,6 +12,9 @@
 #   1bit-two-phase 1bit with --grad-compression-reduce two-phase (not in the default list: run it by name)
 #   localsgd-h16   16 local steps, then the replicas' parameters averaged (--outer-optimizer average)
 #   diloco-h16     16 local steps, then an outer Nesterov step (outer lr 0.7, momentum 0.9)
+#   diloco-h16-powersgd diloco-h16-1bit   (not in the default list) DiLoCo H 16 whose outer synchronisation
+#                  reduces the parameter change through --grad-compression powersgd (rank 4) or 1bit, with the
+#                  outer error feedback (engine/train/local_sgd.h)
 #   lamb-gbs64     LAMB at 4x the global batch (64 sequences, a quarter of the iterations: the same tokens), lr x2
 #                  (the square-root scaling of You et al. 2020), warm-up and validation at the same tokens
 # Each run's metrics.jsonl lands in OUT_DIR/<run>.jsonl; then table.sh prints the table (final
@@ -46,6 +49,8 @@ flags_of() {
     powersgd-rank16) echo "${base[*]} --grad-compression powersgd --powersgd-rank 16" ;;
     localsgd-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
     diloco-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
+    diloco-h16-powersgd) echo "$(flags_of diloco-h16) --grad-compression powersgd --powersgd-rank 4" ;;
+    diloco-h16-1bit) echo "$(flags_of diloco-h16) --grad-compression 1bit" ;;
     lamb-gbs64) echo "${lamb[*]} --lr 2e-2 --optimizer lamb --min-lr 2e-3" ;;
     lamb-gbs64-lr4e-3) echo "${lamb[*]} --lr 4e-3 --optimizer lamb --min-lr 4e-4" ;;
     adamw-gbs64) echo "${lamb[*]} --lr 4e-3 --min-lr 4e-4" ;;

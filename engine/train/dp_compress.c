@@ -401,19 +401,22 @@ int tri_dp_compress_q_write(tri_dp_compress *x, tri_device *dev, int64_t at, int
     return rc ? rc : tri_device_copy_from_host(dev, tri_tensor_range(x->q, at, n), host);
 }
 
-/* The views of matrix parameter i: M (rows x cols) of t, P^T (r x rows), Q^T (r x cols). */
-static void matrix_views(const tri_dp_compress *x, int i, tri_tensor t, tri_tensor *m, tri_tensor *pt, tri_tensor *qt)
+/* The views of matrix parameter i: M (rows x cols) of t, P^T (r x rows), Q^T (r x cols); t holds
+ * the stage's flat layout from flat offset `base` on (0: the whole buffer, u->start: one unit's). */
+static void matrix_views(const tri_dp_compress *x, int i, tri_tensor t, int64_t base, tri_tensor *m, tri_tensor *pt,
+                         tri_tensor *qt)
 {
     const tri_param *p = &x->L->params[i];
     int64_t rows, cols, r = x->c.powersgd_rank;
     is_matrix(p, &rows, &cols);
-    *m = tri_tensor_2d(tri_tensor_range(t, p->offset, p->numel).data, TRI_F32, rows, cols);
+    *m = tri_tensor_2d(tri_tensor_range(t, p->offset - base, p->numel).data, TRI_F32, rows, cols);
     *pt = tri_tensor_2d(tri_tensor_range(x->p, x->p_at[i], r * rows).data, TRI_F32, r, rows);
     *qt = tri_tensor_2d(tri_tensor_range(x->q, x->q_at[i], r * cols).data, TRI_F32, r, cols);
 }
 
-/* PowerSGD over unit u (see dp_compress.h); grads and residual are the stage's whole buffers. */
-static int powersgd_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor grads, int unit)
+/* PowerSGD over unit u (see dp_compress.h); g is the unit's gradient (len elements), the residual
+ * the stage's whole buffer. */
+static int powersgd_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit)
 {
     const tri_param_layout *L = x->L;
     const tri_param_unit *u = &L->units[unit];
@@ -424,14 +427,14 @@ static int powersgd_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_
     for (int i = first; i < last && !rc; i++) {
         const tri_param *p = &L->params[i];
         if (x->q_at[i] >= 0) {
-            matrix_views(x, i, x->residual, &m, &pt, &qt);
+            matrix_views(x, i, x->residual, 0, &m, &pt, &qt);
             rc = tri_op_matmul(dev, pt, qt, m, tri_tensor_none(), false, true, 0.0f); /* P^T = Q^T M^T */
             p_len = x->p_at[i] + tri_tensor_numel(pt);
             q_lo = q_lo < 0 ? x->q_at[i] : q_lo;
             q_hi = x->q_at[i] + tri_tensor_numel(qt);
         } else {
             tri_tensor v = tri_tensor_range(x->p, x->p_at[i], p->numel);
-            rc = tri_op_copy(dev, v, tri_tensor_range(grads, p->offset, p->numel));
+            rc = tri_op_copy(dev, v, tri_tensor_range(g, p->offset - u->start, p->numel));
             p_len = x->p_at[i] + p->numel;
         }
     }
@@ -439,21 +442,21 @@ static int powersgd_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_
     for (int i = first; i < last && !rc; i++) {
         if (x->q_at[i] < 0)
             continue;
-        matrix_views(x, i, x->residual, &m, &pt, &qt);
+        matrix_views(x, i, x->residual, 0, &m, &pt, &qt);
         rc = tri_op_orthonormalize_rows(dev, pt);
         if (!rc) rc = tri_op_matmul(dev, qt, pt, m, tri_tensor_none(), false, false, 0.0f); /* Q^T = P^T M */
     }
     if (!rc && q_hi > q_lo) rc = tri_comm_all_reduce(dp, tri_tensor_range(x->q, q_lo, q_hi - q_lo), TRI_REDUCE_SUM);
     for (int i = first; i < last && !rc; i++) {
         const tri_param *p = &L->params[i];
-        tri_tensor gi = tri_tensor_range(grads, p->offset, p->numel), ri = tri_tensor_range(x->residual, p->offset, p->numel);
+        tri_tensor gi = tri_tensor_range(g, p->offset - u->start, p->numel), ri = tri_tensor_range(x->residual, p->offset, p->numel);
         if (x->q_at[i] < 0) {
             rc = tri_op_copy(dev, gi, tri_tensor_range(x->p, x->p_at[i], p->numel));
             if (!rc) rc = tri_op_fill(dev, ri, 0.0f);
             continue;
         }
         tri_tensor gm;
-        matrix_views(x, i, grads, &gm, &pt, &qt);
+        matrix_views(x, i, g, u->start, &gm, &pt, &qt);
         rc = tri_op_matmul(dev, gm, pt, qt, tri_tensor_none(), true, false, 0.0f); /* G = P Q^T */
         if (!rc) rc = tri_op_axpy(dev, ri, -1.0f / (float)dp->size, gi);             /* r = e - G / dp */
     }
@@ -463,7 +466,15 @@ static int powersgd_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_
 int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor grads, int unit, int64_t iter)
 {
     const tri_param_unit *u = &x->L->units[unit];
-    tri_tensor g = tri_tensor_range(grads, u->start, u->len);
+    return tri_dp_compress_reduce(x, dev, dp, tri_tensor_range(grads, u->start, u->len), unit, iter);
+}
+
+int tri_dp_compress_reduce(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit, int64_t iter)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    if (tri_tensor_numel(g) != u->len)
+        return TRI_ERR(TRI_EINVAL, "compressed dp reduction of unit %d: %lld elements given, the unit has %lld", unit,
+                       (long long)tri_tensor_numel(g), (long long)u->len);
     uint64_t before = tri_comm_wire_bytes(dp, TRI_COMM_KINDS);
     x->last_plain += (uint64_t)tri_compression_sent_bytes(&x->c, 1, u->len, dp->size, x->stage, false);
     int rc;
@@ -473,7 +484,7 @@ int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_
         tri_tensor r = tri_tensor_range(x->residual, u->start, u->len);
         rc = make_ready(x, dev);
         if (!rc) rc = tri_op_add(dev, r, r, g); /* e = g + r, kept in r */
-        if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD              ? powersgd_unit(x, dev, dp, grads, unit)
+        if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD              ? powersgd_unit(x, dev, dp, g, unit)
                       : x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? two_phase_unit(x, dev, dp, g, r, unit, iter)
                                                                      : gather_unit(x, dev, dp, g, r, unit, iter);
         if (!rc) rc = zero_padding(x, dev, unit, x->residual, 0, u->start, u->start + u->len);

@@ -90,6 +90,11 @@ void tri_dp_compress_reset(tri_dp_compress *x);
  * (0-based): at stage 0 every rank gets the whole sum, at stage 1 its owned slice. Collective over
  * dp. */
 int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor grads, int unit, int64_t iter);
+/* The same on unit u's gradient g alone (f32, the unit's len elements, laid out like the unit's range
+ * of the stage's flat buffers): what local SGD's outer step (engine/train/local_sgd.h) reduces, the
+ * replicas' parameter change, from a scratch of one unit. Stage 1 leaves the sum in g's owned slice
+ * [dp rank * len / dp, + len / dp). TRI_EINVAL for another length. */
+int tri_dp_compress_reduce(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit, int64_t iter);
 
 /* The residual's n elements at flat offset `at` into host (zeros before the first compressed step).
  * TRI_EINVAL without compression or past the residual; device errors. */

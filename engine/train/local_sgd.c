@@ -6,12 +6,21 @@
 
 #include "engine/core/status.h"
 
-int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c)
+int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c,
+                   const tri_compression *compression)
 {
     int64_t n = L->padded_numel / L->dp, nm = c->outer == TRI_OUTER_NESTEROV ? n : 1;
+    tri_compression none = tri_compression_defaults();
     int rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->anchor, TRI_F32, 1, (int64_t[]){n > 0 ? n : 1});
     if (!rc) rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->momentum, TRI_F32, 1, (int64_t[]){nm > 0 ? nm : 1});
+    /* the compressed reduction at its ZeRO-1 form: each rank decodes its owned slice of the mean */
+    if (!rc) rc = tri_dp_compress_take(&o->comp, a, L, compression ? compression : &none, 1);
     return rc;
+}
+
+void tri_outer_free(tri_outer_state *o)
+{
+    tri_dp_compress_free(&o->comp);
 }
 
 int64_t tri_outer_scratch_numel(const tri_param_layout *L)
@@ -37,6 +46,7 @@ int tri_outer_reset(tri_device *d, tri_outer_state *o, const tri_zero *z)
 {
     const tri_param_layout *L = z->L;
     int rc = tri_op_fill(d, o->momentum, 0.0f);
+    tri_dp_compress_reset(&o->comp); /* the outer residual from zero, Q afresh */
     for (int u = 0; u < L->n_units && !rc; u++) {
         int64_t start, at, n;
         unit_slice(L, u, &start, &at, &n);
@@ -68,8 +78,83 @@ static int outer_update(tri_device *d, tri_tensor anchor, tri_tensor momentum, t
     return rc;
 }
 
+/* Compressed: the holder's decoded mean (in whole's owned slice [own, own + n)) and outer residual
+ * of unit u's parameters that several TP ranks hold, broadcast over their group (see
+ * tri_outer_copies). */
+static int align_copies(const tri_param_layout *L, tri_outer_state *o, tri_tensor whole, int64_t own, int64_t n,
+                        int u, const tri_outer_copies *copies)
+{
+    const tri_param_unit *un = &L->units[u];
+    int rc = TRI_OK;
+    for (int i = un->first; i < un->first + un->count && !rc && copies; i++) {
+        const tri_param *p = &L->params[i];
+        tri_comm *g = p->tp_replicated ? copies->tp : p->replicas > 1 ? copies->shared : NULL;
+        if (!g || g->size < 2)
+            continue;
+        int64_t lo = p->offset - un->start, hi = lo + p->numel; /* in the unit */
+        int64_t a = lo > own ? lo : own, b = hi < own + n ? hi : own + n;
+        rc = tri_comm_broadcast(g, tri_tensor_range(o->comp.residual, p->offset, p->numel), 0);
+        if (!rc && b > a) rc = tri_comm_broadcast(g, tri_tensor_range(whole, a, b - a), 0);
+    }
+    return rc;
+}
+
+/* How many of p's elements, from its first, are the model's: the rest are vocabulary padding (dim-0
+ * rows at or beyond spec.init_rows: zero, and not in checkpoints); p->numel when there is none. */
+static int64_t real_numel(const tri_param *p)
+{
+    const tri_param_spec *s = &p->spec;
+    if (s->ndim < 1 || s->init_rows >= s->shape[0] || p->local_shape[0] <= 0)
+        return p->numel;
+    int64_t rows = s->init_rows - p->global_offset[0], row = p->numel / p->local_shape[0];
+    rows = rows < 0 ? 0 : rows > p->local_shape[0] ? p->local_shape[0] : rows;
+    return rows * row;
+}
+
+/* Compressed: what is not a parameter element (the layout's padding, vocabulary padding rows) keeps
+ * no decoded mean and no outer residual, so it stays zero as it does uncompressed (1bit decodes a
+ * zero as +scale) and the checkpointed state is all of it. whole's owned slice [own, own + n). */
+static int keep_real(tri_device *d, const tri_param_layout *L, tri_outer_state *o, tri_tensor whole, int64_t own,
+                     int64_t n, int u)
+{
+    const tri_param_unit *un = &L->units[u];
+    int64_t at = 0; /* in the unit: the end of the last real range */
+    int rc = TRI_OK;
+    for (int i = un->first; i <= un->first + un->count && !rc; i++) {
+        bool last = i == un->first + un->count;
+        const tri_param *p = last ? NULL : &L->params[i];
+        int64_t next = last ? un->len : p->offset - un->start;
+        int64_t a = at > own ? at : own, b = next < own + n ? next : own + n;
+        if (b > a) rc = tri_op_fill(d, tri_tensor_range(whole, a, b - a), 0.0f);
+        if (last || rc)
+            break;
+        int64_t real = real_numel(p);
+        if (real < p->numel) /* the padding rows: no residual, no mean */
+            rc = tri_op_fill(d, tri_tensor_range(o->comp.residual, p->offset + real, p->numel - real), 0.0f);
+        at = next + real;
+    }
+    return rc;
+}
+
+/* The mean over dp of unit u's deltas (whole: this rank's, len; overwritten) into *mean (the owned
+ * slice, n): the plain reduce-scatter into the scratch's mean, or the compressed reduction of
+ * whole / dp (engine/train/dp_compress.h, its ZeRO-1 form), whose decoded sum lands in whole's own
+ * slice. */
+static int reduce_deltas(tri_device *d, tri_comm *dp, tri_outer_state *o, tri_tensor whole, tri_tensor *mean,
+                         int u, int64_t iter, const tri_outer_copies *copies)
+{
+    int64_t len = tri_tensor_numel(whole), n = len / dp->size;
+    if (!o->comp.on)
+        return tri_outer_reduce(d, dp, *mean, whole);
+    *mean = tri_tensor_range(whole, (int64_t)dp->rank * n, n);
+    int rc = tri_op_scale(d, whole, 1.0f / (float)dp->size);
+    if (!rc) rc = tri_dp_compress_reduce(&o->comp, d, dp, whole, u, iter);
+    if (!rc) rc = keep_real(d, o->comp.L, o, whole, (int64_t)dp->rank * n, n, u);
+    return rc ? rc : align_copies(o->comp.L, o, whole, (int64_t)dp->rank * n, n, u, copies);
+}
+
 int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o, tri_tensor scratch,
-                   const tri_local_sgd_config *c)
+                   const tri_local_sgd_config *c, int64_t iter, const tri_outer_copies *copies)
 {
     const tri_param_layout *L = z->L;
     if (z->stage != 0)
@@ -78,6 +163,7 @@ int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o,
         return TRI_ERR(TRI_EINTERNAL, "local SGD: a data-parallel group of %d ranks for a layout cut for dp %d",
                        dp->size, L->dp);
     int rc = tri_zero_sync(z);
+    o->comp.last_sent = o->comp.last_plain = 0;
     for (int u = 0; u < L->n_units && !rc; u++) {
         int64_t start, at, n, len = L->units[u].len;
         unit_slice(L, u, &start, &at, &n);
@@ -89,7 +175,7 @@ int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o,
         /* delta_r = anchor - theta_r over the whole unit, then its mean over dp into the owned slice */
         rc = tri_comm_all_gather(dp, whole, anchor);
         if (!rc) rc = tri_op_axpy(d, whole, -1.0f, params);
-        if (!rc) rc = tri_outer_reduce(d, dp, mean, whole);
+        if (!rc) rc = reduce_deltas(d, dp, o, whole, &mean, u, iter, copies);
         if (!rc) rc = outer_update(d, anchor, mom, mean, c);
         /* the new anchor is every replica's parameters */
         tri_tensor mine = tri_tensor_range(params, start - L->units[u].start, n);

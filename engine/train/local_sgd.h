@@ -29,6 +29,25 @@
  * synchronisations. (Keeping the whole anchor on every rank would save the first all-gather, 2/H,
  * at dp times the anchor's memory.)
  *
+ * Compressed outer synchronisation (--grad-compression with --local-sgd-steps): the deltas'
+ * reduce-scatter is replaced by engine/train/dp_compress.h's compressed reduction, unit after unit,
+ * at its ZeRO-1 form (each rank decodes only its owned slice of the sum): the delta scaled by 1/dp
+ * (so the decoded sum is the mean, as a gradient scaled by the loss's 1/dp is) is the reduction's
+ * input, with an error-feedback residual of its own (the outer one, per replica, parameter-shaped:
+ * what the compressor did not send of the replicas' change is added to the next synchronisation's,
+ * Seide et al. 2014; Karimireddy et al. 2019) and, for PowerSGD, a Q of its own warm-started from one
+ * outer step to the next (Vogels et al. 2019; the deltas of one window are matrices as gradients
+ * are). Two rules keep the state what checkpoints hold: what is not a model element (the layout's
+ * padding, vocabulary padding rows) keeps no decoded mean and no residual (1bit decodes a zero as
+ * +scale), so it stays zero as uncompressed; and a parameter several TP ranks hold takes its
+ * holder's decoded mean and residual (tri_outer_copies). The outer optimizer then runs on the
+ * decoded mean exactly as on the plain one. The
+ * compressor's clock is the iteration: an outer step at update i (1-based) reduces as iteration
+ * i - 1, so --powersgd-start-iter counts iterations (the outer steps within the first that many
+ * iterations reduce uncompressed) and QSGD's rounding draws from the iteration's stream. The
+ * anchor's and the parameters' all-gathers stay fp32 (they carry values, not a reduction), so a
+ * synchronisation sends 2 x 4 bytes x the padded elements plus the compressor's payloads.
+ *
  * Inner steps need each replica's whole optimizer state, so only ZeRO stage 0 composes (the trainer
  * binds ZeRO to a group of this rank alone, so every gradient reduction over dp is a no-op). */
 #ifndef TRIDENT_ENGINE_TRAIN_LOCAL_SGD_H
@@ -40,6 +59,7 @@
 #include "engine/comm/comm.h"
 #include "engine/device/arena.h"
 #include "engine/device/device.h"
+#include "engine/train/dp_compress.h"
 #include "engine/train/param.h"
 #include "engine/train/zero.h"
 
@@ -80,27 +100,49 @@ bool tri_local_sgd_inner(const tri_local_sgd_config *c, int64_t iter);
 typedef struct tri_outer_state {
     tri_tensor anchor;        /* f32 (padded_numel / dp) the parameters at the last synchronisation */
     tri_tensor momentum;      /* f32 (padded_numel / dp) nesterov's buffer b; 1 element for average */
+    tri_dp_compress comp;     /* the compressed outer reduction (comp.on: a compressor and dp > 1): its
+                                 residual (f32, padded_numel, the outer error feedback) and PowerSGD's Q */
 } tri_outer_state;
 
-/* Takes the outer state of a chunk with layout L from arena a (planned like every buffer). */
-int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c);
+/* Takes the outer state of a chunk with layout L from arena a (planned like every buffer), with the
+ * compressed outer reduction's buffers when compression (NULL: none) names a compressor and
+ * L->dp > 1. TRI_EINVAL from tri_compression_check. */
+int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, const tri_local_sgd_config *c,
+                   const tri_compression *compression);
+/* Frees what tri_outer_take allocated off the arena (PowerSGD's offsets). */
+void tri_outer_free(tri_outer_state *o);
 /* Elements of the scratch an outer step needs: the largest unit of L, and its 1/dp for the mean. */
 int64_t tri_outer_scratch_numel(const tri_param_layout *L);
 /* Starts the outer state from the parameters z holds now (fp32 master weights under bf16): the
- * anchor is this rank's slice of them, the momentum zero. Every replica must hold the same
- * parameters. Device errors. */
+ * anchor is this rank's slice of them, the momentum zero, the outer error feedback zero (and
+ * PowerSGD's Q drawn afresh). Every replica must hold the same parameters. Device errors. */
 int tri_outer_reset(tri_device *d, tri_outer_state *o, const tri_zero *z);
 
-/* The outer gradient's reduction: mine (n) = the mean over dp's ranks of their whole (dp->size * n)
- * slice [rank * n, (rank + 1) * n), fp32. whole is left undefined. A reduce-scatter and a scale by
- * 1/dp; the seam where a compressed reduction (--grad-compression) goes. Comm and device errors. */
+/* The outer gradient's plain reduction: mine (n) = the mean over dp's ranks of their whole
+ * (dp->size * n) slice [rank * n, (rank + 1) * n), fp32. whole is left undefined. A reduce-scatter
+ * and a scale by 1/dp (without compression; tri_outer_step's compressed form replaces it). Comm and
+ * device errors. */
 int tri_outer_reduce(tri_device *d, tri_comm *dp, tri_tensor mine, tri_tensor whole);
 
-/* The outer step of one chunk (see the top comment), collective over dp: every replica's
- * parameters become the new anchor, in z's parameters (and master weights, re-published to bf16).
- * scratch: f32 (tri_outer_scratch_numel). ZeRO stage 0 only. */
+/* The TP ranks that hold the same parameter (engine/train/param.h): the tensor-parallel group for
+ * the replicated ones (tp_replicated), the group of ranks sharing a shard for those split into fewer
+ * shards than tp (replicas > 1); NULL where there is none. A compressed outer reduction packs each
+ * TP rank's unit, whose other parameters are that rank's own shards, so blocks (1bit, qsgd) and top-k
+ * selections that mix them decode a held-alike parameter differently on each TP rank; the holder's
+ * (rank 0 of the group, the copy checkpoints keep) decoded mean and outer residual of those
+ * parameters are broadcast to its group, so the copies stay one parameter, bit for bit. */
+typedef struct tri_outer_copies {
+    tri_comm *tp;             /* the tensor-parallel group (size > 1), or NULL */
+    tri_comm *shared;         /* the ranks sharing a shard, or NULL */
+} tri_outer_copies;
+
+/* The outer step of one chunk (see the top comment), collective over dp (and, compressed, over
+ * copies' groups): every replica's parameters become the new anchor, in z's parameters (and master
+ * weights, re-published to bf16). scratch: f32 (tri_outer_scratch_numel). iter: the 0-based
+ * iteration whose update ends the window (the compressor's clock). copies: NULL at tp 1. ZeRO
+ * stage 0 only. */
 int tri_outer_step(tri_device *d, tri_comm *dp, tri_zero *z, tri_outer_state *o, tri_tensor scratch,
-                   const tri_local_sgd_config *c);
+                   const tri_local_sgd_config *c, int64_t iter, const tri_outer_copies *copies);
 
 #ifdef __cplusplus
 }

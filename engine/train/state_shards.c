@@ -52,7 +52,7 @@ const char *tri_state_group_name(tri_state_group g)
     static const char *const names[TRI_STATE_GROUPS] = {
         NULL, "exp_avg", "exp_avg_sq", "momentum_buffer", "outer_anchor", "outer_momentum", "replica_weights",
         "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer", "error_feedback",
-        "server_error_feedback", "error_feedback_copy", "powersgd_q"};
+        "server_error_feedback", "outer_error_feedback", "error_feedback_copy", "powersgd_q"};
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
@@ -110,20 +110,26 @@ static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
  * whole TP shard at its flat offset in the residual (laid out like the gradients), the holder's as
  * error_feedback and every other copy's as error_feedback_copy, each stored by every dp rank; with
  * two-phase the server residual's, adjacent (the same flat offset: tri_dp_compress_server_read maps
- * it to the chunk; stored by the holder); then, under PowerSGD, each matrix parameter's Q, every
- * copy's, stored by dp rank 0. */
+ * it to the chunk); under local SGD the outer reduction's residual of the parameter next (the same
+ * layout; both stored by the holder); then, under PowerSGD, each matrix parameter's Q, every copy's,
+ * stored by dp rank 0. */
 static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int n)
 {
     const tri_param_layout *L = &t->chunks[c]->layout;
     const tri_dp_compress *x = &t->chunks[c]->zero.comp;
     if (!x->on)
         return n;
-    int groups = x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && x->c.kind != TRI_COMPRESS_POWERSGD ? 2 : 1;
+    tri_state_group group[3] = {TRI_STATE_EF_RESIDUAL};
+    int groups = 1;
+    if (x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && x->c.kind != TRI_COMPRESS_POWERSGD)
+        group[groups++] = TRI_STATE_EF_SERVER_RESIDUAL;
+    if (t->cfg.local.steps > 0 && t->outer[c].comp.on)
+        group[groups++] = TRI_STATE_OUTER_EF_RESIDUAL;
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);
         for (int g = 0; g < groups; g++) {
-            tri_state_group grp = g ? TRI_STATE_EF_SERVER_RESIDUAL : h ? TRI_STATE_EF_RESIDUAL : TRI_STATE_EF_COPY;
+            tri_state_group grp = group[g] == TRI_STATE_EF_RESIDUAL && !h ? TRI_STATE_EF_COPY : group[g];
             if (list)
                 list[n] = (tri_state_shard){.param = p, .group = grp, .lo = 0, .hi = p->numel, .holder = h,
                                             .stored = h || grp == TRI_STATE_EF_COPY, .chunk = c, .at = p->offset};
@@ -141,6 +147,12 @@ static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int 
         n++;
     }
     return n;
+}
+
+/* The compressed reduction an error-feedback entry belongs to: the gradients' or the outer one. */
+static tri_dp_compress *residual_owner(tri_trainer *t, const tri_state_shard *s)
+{
+    return s->group == TRI_STATE_OUTER_EF_RESIDUAL ? &t->outer[s->chunk].comp : &t->chunks[s->chunk]->zero.comp;
 }
 
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n)
@@ -187,12 +199,12 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
 {
     if (weights(s))
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
-    if (s->group == TRI_STATE_EF_RESIDUAL || s->group == TRI_STATE_EF_COPY)
-        return tri_dp_compress_residual_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_POWERSGD_Q)
         return tri_dp_compress_q_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
         return tri_dp_compress_server_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
+    if (s->group >= TRI_STATE_EF_RESIDUAL)
+        return tri_dp_compress_residual_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     return tri_device_copy_to_host(t->dev, host, moment(t, s));
 }
 
@@ -200,11 +212,11 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
 {
     if (weights(s))
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
-    if (s->group == TRI_STATE_EF_RESIDUAL || s->group == TRI_STATE_EF_COPY)
-        return tri_dp_compress_residual_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_POWERSGD_Q)
         return tri_dp_compress_q_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
         return tri_dp_compress_server_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
+    if (s->group >= TRI_STATE_EF_RESIDUAL)
+        return tri_dp_compress_residual_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     return tri_device_copy_from_host(t->dev, moment(t, s), host);
 }

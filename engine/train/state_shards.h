@@ -38,6 +38,9 @@ typedef enum tri_state_group {
     TRI_STATE_EF_SERVER_RESIDUAL, /* two-phase only (--grad-compression-reduce two-phase): the server's
                                      residual of this dp rank's chunk of every unit, listed like the
                                      residual (whole TP shards, zero outside the rank's chunks) */
+    TRI_STATE_OUTER_EF_RESIDUAL,  /* local SGD with compression: the compressed outer reduction's own residual
+                                     (local_sgd.h; what this replica's parameter change did not send), laid
+                                     out and stored like the error feedback above */
     TRI_STATE_EF_COPY,            /* the residual of a copy that is not the holder (another TP rank's
                                      replicated parameter, a shared shard's other holders, the last
                                      stage's tied embedding): its own under sequence parallelism, shared
@@ -71,8 +74,8 @@ typedef struct tri_state_shard {
                                 reads every holder entry of this group in the same order */
     int chunk;               /* the model chunk holding it */
     int64_t at;              /* moments: the piece's offset in the chunk's optimizer state; outer
-                                groups: in the chunk's outer state; error feedback: in the residual;
-                                powersgd_q: in Q */
+                                groups: in the chunk's outer state; error feedback (every kind): in
+                                the residual; powersgd_q: in Q */
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
@@ -82,9 +85,10 @@ typedef struct tri_state_shard {
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
  * second moment, or the momentum buffer; adjacent). With a compressed dp reduction (and dp > 1)
  * then, per chunk, each parameter's error-feedback residual (.at: its flat offset; the holder's
- * TRI_STATE_EF_RESIDUAL, another copy's TRI_STATE_EF_COPY), with two-phase its server residual
- * (adjacent), and, under PowerSGD, each matrix parameter's Q (.at: its offset in Q, [lo, hi) =
- * [0, rank x cols)). *shards is malloc'd (n of them). TRI_ENOMEM. */
+ * TRI_STATE_EF_RESIDUAL, another copy's TRI_STATE_EF_COPY), with two-phase its server residual and
+ * under local SGD its outer residual after it (adjacent), and, under PowerSGD, each matrix
+ * parameter's Q (.at: its offset in Q, [lo, hi) = [0, rank x cols)). *shards is malloc'd (n of
+ * them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
 /* Entry s's values (hi - lo floats) into host; for a collective entry every data-parallel rank

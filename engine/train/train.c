@@ -82,7 +82,7 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
     /* local SGD: the outer state of each chunk (its dp slice) and one scratch for the largest unit */
     int64_t scratch = 1;
     for (int c = 0; c < t->v && !rc; c++) {
-        rc = tri_outer_take(&t->outer[c], &t->arena, layouts[c], &t->cfg.local);
+        rc = tri_outer_take(&t->outer[c], &t->arena, layouts[c], &t->cfg.local, &t->chunks[c]->zero.comp.c);
         int64_t n = tri_outer_scratch_numel(layouts[c]);
         scratch = n > scratch ? n : scratch;
     }
@@ -117,9 +117,10 @@ int tri_trainer_outer_sync(tri_trainer *t)
     if (t->cfg.local.steps == 0)
         return TRI_ERR(TRI_EINVAL, "trainer: an outer synchronisation needs local SGD (--local-sgd-steps)");
     int rc = TRI_OK;
+    tri_outer_copies copies = {.tp = t->grid->tp > 1 ? t->grid->tp_comm : NULL, .shared = t->replica_comm};
     for (int c = 0; c < t->v && !rc; c++)
         rc = tri_outer_step(t->dev, t->grid->dp_comm, &t->chunks[c]->zero, &t->outer[c], t->outer_scratch,
-                            &t->cfg.local);
+                            &t->cfg.local, t->chunks[c]->zero.iteration, &copies);
     if (!rc) {
         t->outer_syncs++;
         t->replicas_apart = false;
@@ -187,6 +188,8 @@ void tri_trainer_destroy(tri_trainer *t)
     if (t->eval_pipe.sched)
         tri_pipeline_destroy(&t->eval_pipe);
     tri_arena_release(&t->arena);
+    for (int c = 0; c < t->v; c++)
+        tri_outer_free(&t->outer[c]);
     free(t->windows);
     t->windows = NULL;
     tri_comm_destroy(t->replica_comm);

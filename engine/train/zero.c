@@ -630,7 +630,8 @@ static int reduce_units(tri_zero *z)
 {
     int rc = TRI_OK;
     z->comp.last_sent = z->comp.last_plain = 0;
-    if (z->comp.on && !tri_dp_compress_plain(&z->comp, z->iteration))
+    /* local SGD's inner steps bind z->dp to this rank alone: nothing to reduce, nothing to compress */
+    if (z->comp.on && z->dp->size > 1 && !tri_dp_compress_plain(&z->comp, z->iteration))
         return compress_units(z);
     if (!z->overlap_grad_reduce && z->stage == 0)
         return tri_comm_all_reduce(z->dp, z->deterministic ? z->acc : z->grads, TRI_REDUCE_SUM);

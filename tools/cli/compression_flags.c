@@ -21,7 +21,9 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "what was not sent joins the next step's gradient): 1bit (signs + a scale per block; Seide "
                         "et al. 2014), qsgd (stochastic levels per block; Alistarh et al. 2017), topk (the largest "
                         "entries), powersgd (rank-r matrices; Vogels et al. 2019); ZeRO 0 and 1 only; ignored with "
-                        "a warning at dp 1", 0, 0, "none|1bit|qsgd|topk|powersgd", false};
+                        "a warning at dp 1; with --local-sgd-steps it compresses the outer synchronisation's "
+                        "reduction of the replicas' parameter change (its own residual; inner steps send nothing) "
+                        "and the warm-up's synchronous gradients", 0, 0, "none|1bit|qsgd|topk|powersgd", false};
     t[n++] = (tri_flag){"compression-block-size", TRI_FLAG_INT, &f->block_size,
                         "elements per scale of 1bit and qsgd", 0, 1 << 30, NULL, false};
     t[n++] = (tri_flag){"qsgd-levels", TRI_FLAG_INT, &f->qsgd_levels, "qsgd's levels s per sign (bits per element: "
@@ -31,7 +33,9 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
     t[n++] = (tri_flag){"powersgd-rank", TRI_FLAG_INT, &f->powersgd_rank, "PowerSGD's approximation rank", 0,
                         1 << 20, NULL, false};
     t[n++] = (tri_flag){"powersgd-start-iter", TRI_FLAG_INT64, &f->powersgd_start_iter,
-                        "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter)", 0,
+                        "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter; "
+                        "iterations, not reductions: with --local-sgd-steps the outer synchronisations within the "
+                        "first that many iterations reduce uncompressed)", 0,
                         1e12, NULL, false};
     t[n++] = (tri_flag){"grad-compression-reduce", TRI_FLAG_CHOICE, &f->reduce,
                         "how 1bit, qsgd and topk payloads cross the data-parallel group: allgather (every rank's "
@@ -41,10 +45,10 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "all-gathered: about 2 payloads per rank whatever dp; the sum is then compressed twice)",
                         0, 0, "allgather|two-phase", false};
     t[n++] = (tri_flag){"reset-compression-state", TRI_FLAG_BOOL, &f->reset_state,
-                        "on resume, start the error-feedback residuals from zero and draw PowerSGD's Q afresh "
-                        "(checkpoints hold both: the residuals per dp rank, Q per (tp, pp)) and accept a "
-                        "checkpoint saved with another --grad-compression, --grad-compression-reduce or dp (else "
-                        "refused)", 0, 0, NULL, false};
+                        "on resume, start the error-feedback residuals from zero (local SGD's outer residual too) "
+                        "and draw PowerSGD's Q afresh (checkpoints hold them: the residuals per dp rank, Q per "
+                        "(tp, pp)) and accept a checkpoint saved with another --grad-compression, "
+                        "--grad-compression-reduce or dp (else refused)", 0, 0, NULL, false};
     return n;
 }
 
