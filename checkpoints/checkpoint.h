@@ -93,14 +93,17 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r, bool weights_only);
  * trainer's synchronisation count. Collective over the world for the verdict. */
 int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r);
 
-/* The compressed dp reduction's error-feedback residuals (engine/train/dp_compress.h) after
- * tri_ckpt_load, from a checkpoint saved with the same --grad-compression kind (its options may
- * differ): each dp rank reads its own from its replica files, so dp must be the checkpoint's (tp, pp
- * may differ); TRI_EINVAL naming both compressors, or both dp, otherwise. Residuals are stored by
- * the holder of each TP shard (state_shards.h), so copies that are their own (sequence-parallel
- * replicated parameters at tp > 1, shared shards, the tied embedding's copy at pp > 1: their
- * gradients are summed after the dp reduction) get the holder's, with a warning: such a resume is
- * not bit-identical. PowerSGD's Q is not held: it is drawn afresh. Collective over the world; every
+/* The compressed dp reduction's state (engine/train/dp_compress.h) after tri_ckpt_load, from a
+ * checkpoint saved with the same --grad-compression kind (its options may differ): each dp rank
+ * reads its own residuals from its replica files, so dp must be the checkpoint's (tp, pp may
+ * differ); TRI_EINVAL naming both compressors, or both dp, otherwise. The holder of each TP shard
+ * reads its residual (error_feedback) resharded from any layout; every other copy
+ * (error_feedback_copy: sequence-parallel replicated parameters at tp > 1, shared shards, the tied
+ * embedding's copy at pp > 1, whose gradients are summed after the dp reduction) and PowerSGD's Q
+ * (powersgd_q, from dp rank 0's file) are read from the file of this rank's own (tp, pp), so only
+ * at the checkpoint's tp and pp, from a checkpoint whose manifest says it holds them, and for Q with
+ * the same --powersgd-rank. Otherwise a copy gets the holder's residual and Q is drawn afresh, each
+ * with a warning naming why (such a resume is not bit-identical). Collective over the world; every
  * rank gets the same status. */
 int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r);
 

@@ -233,6 +233,27 @@ int tri_h5_read_f32(hid_t file, const char *path, const char *name, int ndim, co
     return rc;
 }
 
+bool tri_h5_exists(hid_t file, const char *name)
+{
+    char link[1024];
+    size_t len = strlen(name);
+    if (len == 0 || len >= sizeof link)
+        return false;
+    memcpy(link, name, len + 1);
+    tri_h5_quiet();
+    for (size_t i = 1; i <= len; i++) {
+        if (link[i] != '/' && link[i] != '\0')
+            continue;
+        char c = link[i];
+        link[i] = '\0';
+        bool there = H5Lexists(file, link, H5P_DEFAULT) > 0;
+        link[i] = c;
+        if (!there)
+            return false;
+    }
+    return true;
+}
+
 int tri_h5_read_attr_i64(hid_t file, const char *path, const char *obj_name, const char *attr, int n, int64_t *v)
 {
     tri_h5_quiet();

@@ -9,6 +9,7 @@
 #define TRIDENT_CHECKPOINTS_H5_H
 
 #include <hdf5.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Silences HDF5's own error printing on this thread (errors come back as statuses). */
@@ -33,6 +34,10 @@ int tri_h5_attr_str(hid_t obj, const char *path, const char *obj_name, const cha
  * shape and carries the Fletcher32 filter. TRI_ECORRUPT naming file and dataset otherwise (also
  * when the Fletcher32 check fails during the read). */
 int tri_h5_read_f32(hid_t file, const char *path, const char *name, int ndim, const int64_t *shape, float *out);
+
+/* Whether the file holds object `name` ("group/dataset": every link on the way is checked, so an
+ * absent group is an answer, not an error). */
+bool tri_h5_exists(hid_t file, const char *name);
 
 /* Reads an int64 array attribute of n values, checking its class, size and length. */
 int tri_h5_read_attr_i64(hid_t file, const char *path, const char *obj_name, const char *attr, int n, int64_t *v);

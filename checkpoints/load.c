@@ -167,12 +167,78 @@ static int merge_server(tri_ckpt_reader *r, int dp_rank, int dp, const tri_param
     return rc;
 }
 
+/* Why this run cannot take the checkpoint's per-rank compression state (copies' residuals or
+ * PowerSGD's Q), into why; "" when it can: they belong to the saving rank's shard, so the same tp and
+ * pp (dp is the same here), and the group held at all (older checkpoints hold neither). */
+static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool held, const char *what, char *why,
+                           size_t cap)
+{
+    const tri_ckpt_run *s = &r->m.run;
+    why[0] = '\0';
+    if (!held)
+        snprintf(why, cap, "the checkpoint predates %s in checkpoints", what);
+    else if (s->tp != t->grid->tp || s->pp != t->grid->pp)
+        snprintf(why, cap, "it was saved at tp %d x pp %d and %s belongs to the saving rank's shard (this run has "
+                 "tp %d x pp %d)", s->tp, s->pp, what, t->grid->tp, t->grid->pp);
+}
+
+/* Entry e (a copy's residual or a matrix's Q) from the file of its own (tp, pp) rank (Q: dp rank 0's,
+ * the same bits on every dp rank; residuals: this dp rank's) into box (e's hi floats), *found. */
+static int read_own(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, float *box, bool *found)
+{
+    const tri_grid *g = t->grid;
+    tri_box b = tri_ckpt_shard_box(e->param);
+    int dp = e->group == TRI_STATE_POWERSGD_Q ? 0 : g->dp_rank;
+    return tri_ckpt_read_own(r, TRI_CKPT_REPLICA, g->tp_rank, g->pp_rank, dp, tri_state_group_name(e->group),
+                             e->param->spec.name, &b, e->hi - e->lo, box, found);
+}
+
+/* What this rank's own compression state can come from: "" when the copies' residuals (copies) and
+ * Q (q) are read from its own files, else why not. */
+typedef struct own_plan {
+    char copies[256], q[256];
+} own_plan;
+
+/* Compression entry e (a holder's residual, a copy's, a server residual, or a matrix's Q) from the
+ * checkpoint into the trainer, through box (room for e's TP shard and Q). A copy not read from its
+ * own file gets the holder's residual (counted in *own when its residual is its own; so does a
+ * non-holder's server residual, which is stored once); a Q not read keeps the fresh draw (counted in
+ * *fresh_q). */
+static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
+                      int *own, int *fresh_q)
+{
+    const tri_param *p = e->param;
+    bool found = false;
+    int rc = TRI_OK;
+    if ((e->group == TRI_STATE_EF_COPY && !plan->copies[0]) || (e->group == TRI_STATE_POWERSGD_Q && !plan->q[0]))
+        rc = read_own(t, r, e, box, &found);
+    if (!rc && e->group == TRI_STATE_POWERSGD_Q) {
+        *fresh_q += !found;
+        return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
+    }
+    bool server = e->group == TRI_STATE_EF_SERVER_RESIDUAL;
+    if (!rc && !found) {
+        /* the holder's (a server residual's non-holder copy too): equal for a copy without SP, shared
+         * shards or a tied copy, which sum their gradients after the dp reduction
+         * (engine/train/train.c sync_grads) */
+        *own += !e->holder && (p->spec.tied_copy || p->replicas > 1 ||
+                               (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
+        tri_box b = tri_ckpt_shard_box(p);
+        tri_state_group g = e->group == TRI_STATE_EF_COPY ? TRI_STATE_EF_RESIDUAL : e->group;
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(g), p->spec.name, &b,
+                                  box);
+        if (!rc && server)
+            rc = merge_server(r, t->grid->dp_rank, r->m.run.dp, p, &b, box);
+    }
+    return rc ? rc : tri_trainer_state_write(t, e, box + e->lo);
+}
+
 int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
 {
     const tri_ckpt_run *s = &r->m.run;
     tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
     tri_state_shard *sh = NULL;
-    int n = 0, own = 0;
+    int n = 0, own = 0, fresh_q = 0;
     tri_compression_reduce red = t->chunks[0]->zero.comp.c.reduce;
     int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur && s->compression.reduce == red
                  ? TRI_OK
@@ -187,6 +253,13 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                      "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
                      "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
                      tri_compression_name(s->compression.kind), s->dp, s->dp, t->grid->dp);
+    own_plan plan;
+    own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", plan.copies, sizeof plan.copies);
+    own_state_plan(t, r, r->m.powersgd_q, "PowerSGD's Q", plan.q, sizeof plan.q);
+    int rank = t->chunks[0]->zero.comp.c.powersgd_rank;
+    if (!plan.q[0] && cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != rank)
+        snprintf(plan.q, sizeof plan.q, "it was saved with --powersgd-rank %d (this run has %d)",
+                 s->compression.powersgd_rank, rank);
     if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
     float *box = NULL;
     for (int i = 0; i < n && !rc; i++) {
@@ -195,30 +268,22 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
          * it zero; a fresh outer state resets it after this) */
         if (e->group < TRI_STATE_EF_RESIDUAL || (e->group == TRI_STATE_OUTER_EF_RESIDUAL && s->local.steps == 0))
             continue;
-        /* a non-holder copy (another TP rank's replicated parameter, the last stage's tied
-         * embedding) reads the holder's: equal without SP, shared shards or a tied copy, since
-         * those sum their gradients after the dp reduction (engine/train/train.c sync_grads) */
-        const tri_param *p = e->param;
-        own += !e->holder && (p->spec.tied_copy || p->replicas > 1 ||
-                              (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
         free(box);
-        box = malloc((size_t)p->numel * sizeof *box);
-        if (!box)
-            rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
-        tri_box b = tri_ckpt_shard_box(p);
-        if (!rc) rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(e->group),
-                                           p->spec.name, &b, box);
-        if (!rc && e->group == TRI_STATE_EF_SERVER_RESIDUAL)
-            rc = merge_server(r, t->grid->dp_rank, s->dp, p, &b, box);
-        if (!rc) rc = tri_trainer_state_write(t, e, box + e->lo);
+        box = malloc((size_t)(e->hi > e->param->numel ? e->hi : e->param->numel) * sizeof *box);
+        rc = box ? load_entry(t, r, e, &plan, box, &own, &fresh_q)
+                 : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
     }
     free(box);
     free(sh);
     if (!rc && own > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
-                "parameters, shared TP shards or the tied embedding's copy) are its own but stored once: they are "
-                "restored from the stored copy, so this resume is not bit-identical to an uninterrupted run", r->dir,
-                own);
+                "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "
+                "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, own,
+                plan.copies[0] ? plan.copies : "two-phase's server residual is stored once, or this rank's shard was not found");
+    if (!rc && fresh_q > 0 && t->grid->dp_rank == 0)
+        tri_log("warning: checkpoint %s: PowerSGD's Q of %d matrix(es) of this rank is drawn afresh from the seeded "
+                "RNG (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, fresh_q,
+                plan.q[0] ? plan.q : "not found for this rank's shard");
     return tri_comm_agree(t->grid->world, rc);
 }
 

@@ -34,7 +34,10 @@
  * (outer_anchor/ and outer_momentum/ over the rank's outer slices, resharded like moments) and
  * "replica" (replica_weights/, replica_exp_avg/, replica_exp_avg_sq/: the whole TP shard as that
  * replica holds it; read back by the same dp rank). A compressed dp reduction (--grad-compression)
- * writes "replica" files too, holding error_feedback/ (each dp rank's residual, the whole TP shard). */
+ * writes "replica" files too, holding error_feedback/ (each dp rank's residual, the whole TP shard),
+ * error_feedback_copy/ (the residual of each copy this rank holds that is not the stored one: read
+ * back by the same (tp, pp, dp) rank only) and, under PowerSGD, powersgd_q/ (each matrix's Q^T,
+ * rank x cols of the local shard, in dp rank 0's file: read back by any dp rank of the same (tp, pp)). */
 typedef enum {
     TRI_CKPT_MODEL = 0, TRI_CKPT_OPTIM = 1, TRI_CKPT_OTHER = 2, TRI_CKPT_OUTER = 3, TRI_CKPT_REPLICA = 4
 } tri_ckpt_file_kind;
@@ -93,6 +96,10 @@ typedef struct tri_ckpt_manifest {
     int64_t outer_syncs;            /* local SGD: outer synchronisations done */
     bool replicas_equal;            /* local SGD: saved at a synchronisation (every replica's weights
                                        are the anchor; their AdamW moments still differ) */
+    bool residual_copies;           /* compression: every copy's own error-feedback residual is held
+                                       (error_feedback_copy; false in older checkpoints) */
+    bool powersgd_q;                /* powersgd: each matrix's Q is held (powersgd_q; false in older
+                                       checkpoints, whose resumes draw it afresh) */
     int n_tensors;
     tri_ckpt_tensor *tensors;       /* in the model's global order */
     int n_files;

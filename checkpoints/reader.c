@@ -246,6 +246,37 @@ int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_ran
     return rc;
 }
 
+int tri_ckpt_read_own(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
+                      const char *name, const tri_box *want, int64_t n, float *dst, bool *found)
+{
+    *found = false;
+    int f = -1;
+    for (int k = 0; k < r->m.n_files && f < 0; k++) {
+        const tri_ckpt_file *file = &r->m.files[k];
+        if (file->kind == kind && file->tp_rank == tp && file->pp_rank == pp && file->dp_rank == dp)
+            f = k;
+    }
+    if (f < 0)
+        return TRI_OK;
+    char path[TRI_CKPT_PATH_MAX], dset[TRI_CKPT_NAME_MAX + TRI_PARAM_NAME_MAX];
+    snprintf(dset, sizeof dset, "%s/%s", group, name);
+    int rc = open_file(r, f, path, sizeof path);
+    if (rc || !tri_h5_exists(r->h5[f], dset))
+        return rc;
+    int64_t off[TRI_MAX_DIMS], shape[TRI_MAX_DIMS], range[2];
+    rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "shard_offset", want->ndim, off);
+    if (!rc) rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "shard_shape", want->ndim, shape);
+    if (!rc) rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "local_range", 2, range);
+    bool same = !rc && range[0] == 0 && range[1] == n;
+    for (int d = 0; same && d < want->ndim; d++)
+        same = off[d] == want->off[d] && shape[d] == want->shape[d];
+    if (!same)
+        return rc;
+    rc = tri_h5_read_f32(r->h5[f], path, dset, 1, &n, dst);
+    *found = rc == TRI_OK;
+    return rc;
+}
+
 int tri_ckpt_read_tensor(tri_ckpt_reader *r, const char *group, const char *name, float **out)
 {
     *out = NULL;

@@ -80,6 +80,15 @@ int tri_ckpt_read_box(tri_ckpt_reader *r, const char *group, const char *name, c
 int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_rank, const char *group,
                          const char *name, const tri_box *want, float *dst);
 
+/* State a rank stores for itself alone (engine/train/state_shards.h: error_feedback_copy,
+ * powersgd_q), which is no box of its tensor: dataset group/name of the file of `kind` saved at
+ * (tp, pp, dp), read into dst (n floats) when that file holds it for the same TP shard (its
+ * shard_offset and shard_shape attributes equal want's) and n long (*found true); *found false,
+ * and TRI_OK, when the file, the dataset or that shard is not there (another layout saved it).
+ * TRI_ECORRUPT when the file fails verification or the dataset is malformed. */
+int tri_ckpt_read_own(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
+                      const char *name, const tri_box *want, int64_t n, float *dst, bool *found);
+
 /* The whole tensor (its logical shape) into a malloc'd buffer. */
 int tri_ckpt_read_tensor(tri_ckpt_reader *r, const char *group, const char *name, float **out);
 

@@ -169,7 +169,8 @@ static int write_local(const tri_ckpt_snapshot *s, const tri_ckpt_manifest *m, c
         rc = write_moment_piece(f, path, tri_state_group_name((tri_state_group)e->group), e, s->pool + e->data,
                                 m->tensors[e->tensor].shape);
         /* the file's pieces: one group per tensor (the error feedback's only without local SGD, whose
-         * replica weights cover the same ranges; the outer residual always shares them) */
+         * replica weights cover the same ranges; the outer residual always shares them); a copy's
+         * residual and PowerSGD's Q are no box (read back by their own rank) */
         bool local = m->run.local.steps > 0;
         if (!rc && (e->group == TRI_STATE_OUTER_ANCHOR || e->group == TRI_STATE_REPLICA_WEIGHTS ||
                     (e->group == TRI_STATE_EF_RESIDUAL && !local)))
@@ -426,6 +427,8 @@ static int make_base(const tri_trainer *t, const tri_ckpt_save_info *info, tri_c
     m->optimizer_step = t->opt[0].step;
     m->outer_syncs = t->outer_syncs;
     m->replicas_equal = !t->replicas_apart;
+    m->residual_copies = m->run.compression.kind != TRI_COMPRESS_NONE;
+    m->powersgd_q = m->run.compression.kind == TRI_COMPRESS_POWERSGD;
     m->tensors = calloc((size_t)(info->n_specs > 0 ? info->n_specs : 1), sizeof *m->tensors);
     if (!m->tensors || !m->config_json)
         return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory");

@@ -80,8 +80,8 @@ static int local_sgd_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur, b
 
 /* The compressed dp reduction on resume: the checkpoint's error feedback continues only into the
  * same --grad-compression kind and --grad-compression-reduce (its options may change); another (or
- * none on either side) is refused
- * naming both unless reset, which starts the residuals (and PowerSGD's Q) from zero. A step-0
+ * none on either side) is refused naming both unless reset, which starts the residuals from zero and
+ * draws PowerSGD's Q afresh. A step-0
  * checkpoint binds nothing; --no-load-optim counts as reset. The residuals are per dp rank, so they
  * are read (*load, tri_ckpt_load_compression) only with the checkpoint's dp: another is refused
  * naming both unless reset (tp and pp may change). */

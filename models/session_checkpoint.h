@@ -17,9 +17,9 @@ typedef struct tri_session_ckpt_run {
     tri_lr_source lr_source;         /* on resume: where the schedule comes from (checkpoint.h) */
     int keep_last;                   /* --keep-last: steps kept after a save (0: all) */
     bool reset_outer_state;          /* on resume: local SGD's outer state afresh (--reset-outer-state) */
-    bool reset_compression_state;    /* on resume: the error feedback from zero, and another
-                                        --grad-compression than the checkpoint's accepted
-                                        (--reset-compression-state) */
+    bool reset_compression_state;    /* on resume: the error feedback from zero and PowerSGD's Q
+                                        drawn afresh, and another --grad-compression than the
+                                        checkpoint's accepted (--reset-compression-state) */
     bool no_load_optim;              /* on resume: load the weights only, the optimizer starts fresh
                                         (--no-load-optim; then another --optimizer may resume) */
 } tri_session_ckpt_run;

@@ -3,7 +3,9 @@
 #
 # engine_train at tp 2 x pp 2 (mpirun, 4 ranks) saves every 3 of 6 iterations. Resumed from
 # iteration 3 in the same layout it logs the very same losses for iterations 4-6; resumed at tp 1 x
-# dp 2 after `ckpt reshard` within 1e-5 (resharding on load: tests/test_checkpoint.c). `ckpt inspect` shows
+# dp 2 after `ckpt reshard` within 1e-5 (resharding on load: tests/test_checkpoint.c). A PowerSGD run
+# at pp 2 x dp 2 resharded to its own layout resumes bit for bit (the copies' residuals and Q carried);
+# resharded to pp 1 its Q is dropped with a warning. `ckpt inspect` shows
 # every file and tensor verified; `ckpt merge` equals h5py's view of the virtual-dataset index;
 # `ckpt export --format safetensors` is read back by hand with numpy; an llm.c model file goes
 # through `ckpt import` and `ckpt export --format llmc` bit for bit and fine-tunes; a flipped byte
@@ -59,6 +61,29 @@ out=$("${mpirun[@]}" -np 2 "${run[@]}" --save-dir "$tmp/c" --load "$tmp/c" 2>&1)
 losses "$tmp/c" > "$tmp/c.losses"
 d=$(close "$tmp/c.losses" "$tmp/a.losses") && echo "ok   ckpt reshard to tp 1 x dp 2, ZeRO 1: losses within $d" \
   || fail "after ckpt reshard: losses differ by $d"
+
+# a compressed run's own state through ckpt reshard (pp 2 x dp 2, PowerSGD from iteration 1): the
+# tied embedding's copy residual and Q are carried with tp and pp unchanged (the resume after the
+# reshard logs the saving run's very losses), and dropped with a warning naming the saving layout
+# at pp 1 (their values belong to the saving rank's shard)
+prun=("${run[@]}" --pipeline-model-parallel-size 2 --grad-compression powersgd --powersgd-start-iter 1)
+out=$("${mpirun[@]}" -np 4 "${prun[@]}" --save-dir "$tmp/p" --save-interval 3 2>&1) || { echo "$out" | tail -5; fail "powersgd run"; }
+losses "$tmp/p" > "$tmp/p.losses"
+"$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
+  "$tmp/p/iter_0000003" "$tmp/q" > "$tmp/reshard_q.log" 2>&1 || { cat "$tmp/reshard_q.log"; fail "ckpt reshard powersgd"; }
+out=$("${mpirun[@]}" -np 4 "${prun[@]}" --save-dir "$tmp/q" --load "$tmp/q" 2>&1) || { echo "$out" | tail -5; fail "resume after powersgd reshard"; }
+losses "$tmp/q" > "$tmp/q.losses"
+if cmp -s "$tmp/p.losses" "$tmp/q.losses" && [ -s "$tmp/q.losses" ] && ! grep -q warning "$tmp/reshard_q.log" &&
+   ! grep -q warning <<<"$out"; then
+  echo "ok   powersgd at pp 2 x dp 2 through ckpt reshard to the same layout: losses of iterations 4-6 bit-identical"
+else
+  fail "powersgd after ckpt reshard: $(tr '\n' ' ' < "$tmp/q.losses") vs $(tr '\n' ' ' < "$tmp/p.losses")"
+fi
+"$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 \
+  "$tmp/p/iter_0000003" "$tmp/r" > "$tmp/reshard_r.log" 2>&1 || { cat "$tmp/reshard_r.log"; fail "ckpt reshard powersgd to pp 1"; }
+grep -q "PowerSGD's Q of .* drawn afresh .*saved at tp 1 x pp 2" "$tmp/reshard_r.log" \
+  && echo "ok   powersgd resharded to pp 1: Q dropped with a warning naming tp 1 x pp 2" \
+  || { cat "$tmp/reshard_r.log"; fail "powersgd reshard to pp 1: no warning about Q"; }
 
 # inspect, merge, index, safetensors
 "$bin/ckpt" inspect "$tmp/a" > "$tmp/inspect.txt" 2>&1 || { cat "$tmp/inspect.txt"; fail "ckpt inspect"; }

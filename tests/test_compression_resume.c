@@ -1,22 +1,29 @@
 /* tests/test_compression_resume.c - checkpoints of a compressed data-parallel gradient reduction
- * (--grad-compression, engine/train/dp_compress.h) hold each dp rank's error-feedback residual
- * (engine/train/state_shards.h's error_feedback group, in the per-dp-rank replica files), so a run
- * saved and resumed is bit-identical to an uninterrupted one; dropping the residual on resume
- * (--reset-compression-state) breaks that equality, which is what shows the residual is what carries
- * it. Resuming with another compressor is refused naming both unless reset; another dp is refused
- * (each replica's residual is its own). PowerSGD's Q is not checkpointed (drawn afresh), and copies
- * whose residual is their own but stored once (the tied embedding's at pp > 1, SP-replicated
- * parameters at tp > 1) resume inexactly with a warning (checkpoints/checkpoint.h). The two-phase
- * reduction (--grad-compression-reduce two-phase) adds each dp rank's server residual (group
- * server_error_feedback), resumed bit for bit the same way; resuming it with the all-gather (or the
- * reverse) is refused naming both unless reset. */
+ * (--grad-compression, engine/train/dp_compress.h) hold all of its state (engine/train/state_shards.h):
+ * each dp rank's error-feedback residual (error_feedback, in the per-dp-rank replica files), the own
+ * residual of every copy that is not the stored one (error_feedback_copy: the tied embedding's copy
+ * at pp > 1, sequence-parallel replicated parameters at tp > 1) and PowerSGD's warm-started Q
+ * (powersgd_q, once per (tp, pp) shard), so a run saved and resumed in the same layout is
+ * bit-identical to an uninterrupted one. Each piece is shown to matter: dropping the residuals on
+ * resume (--reset-compression-state), or resuming from a checkpoint that looks older (its manifest
+ * without the copies or without Q: the loader then falls back, with a warning, to the stored copy's
+ * residual or a fresh Q) breaks that equality. Resuming with another compressor is refused naming
+ * both unless reset; another dp is refused (each replica's residual is its own; Q, the same on
+ * every dp rank, is read from dp rank 0's file by any dp rank, which the dp 2 resumes exercise). The
+ * two-phase reduction (--grad-compression-reduce two-phase) adds each dp rank's server residual
+ * (group server_error_feedback), resumed bit for bit the same way; resuming it with the all-gather
+ * (or the reverse) is refused naming both unless reset. */
+#include <cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
 #include "checkpoints/fsutil.h"
+#include "checkpoints/sha256.h"
 #include "engine/core/status.h"
 #include "models/gpt.h"
 #include "tests/ckpt_harness.h"
@@ -32,6 +39,7 @@ static tu_ckpt_run comp_run(const tri_gpt_config *cfg, const int32_t *w, tu_layo
     l.compression.kind = kind;
     l.compression.reduce = kind != TRI_COMPRESS_NONE ? reduce_of_runs : TRI_COMPRESS_REDUCE_ALLGATHER;
     l.compression.block_size = 32;
+    l.compression.powersgd_start_iter = 2; /* compressed (Q in use) well before the save at HALF */
     l.compression.seed = 1234;
     return (tu_ckpt_run){.cfg = cfg, .B = B, .T = T, .layout = l, .global_batch = GLOBAL, .windows = w,
                          .until = TU_CKPT_TOTAL};
@@ -86,17 +94,73 @@ static void residuals_per_rank(const char *dir, const char *group)
     free(y);
 }
 
-static void resumes_bit_for_bit(tri_compression_kind kind)
+/* Runs r with stderr (where tri_log's warnings go) captured into buf (cap bytes, NUL-terminated). */
+static int train_capturing(tu_ckpt_run *r, char *buf, size_t cap)
+{
+    char path[] = "/tmp/trident-stderr-XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    cr_assert(fd >= 0 && saved >= 0, "cannot capture stderr");
+    fflush(stderr);
+    dup2(fd, 2);
+    int rc = tu_ckpt_train(r);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    lseek(fd, 0, SEEK_SET);
+    ssize_t n = read(fd, buf, cap - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+/* Makes step dir's manifest look like one written before a key of its grad_compression record
+ * existed (absent: that state is not held), re-sealing manifest.sha256. */
+static void drop_manifest_key(const char *dir, const char *key)
+{
+    char path[4400], *json = NULL;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    cr_assert_eq(tri_fs_read_small(path, 64u << 20, &json, NULL), TRI_OK, "%s", tri_error_message());
+    cJSON *root = cJSON_Parse(json);
+    cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "grad_compression");
+    cr_assert(gc && cJSON_GetObjectItemCaseSensitive(gc, key), "manifest of %s has no grad_compression.%s", dir, key);
+    cJSON_DeleteItemFromObjectCaseSensitive(gc, key);
+    char *text = cJSON_Print(root), hex[TRI_SHA256_HEX], sum[TRI_SHA256_HEX + 64];
+    tri_sha256_buffer(text, strlen(text), hex);
+    snprintf(sum, sizeof sum, "%s  manifest.json\n", hex);
+    cr_assert_eq(tri_fs_write_atomic(dir, "manifest.json", text, strlen(text)), TRI_OK);
+    cr_assert_eq(tri_fs_write_atomic(dir, "manifest.sha256", sum, strlen(sum)), TRI_OK);
+    cJSON_free(text);
+    cJSON_Delete(root);
+    free(json);
+}
+
+/* How many of r's losses differ from the uninterrupted run's from HALF on. */
+static int losses_differ(const tu_ckpt_run *r, const tu_ckpt_run *ref)
+{
+    int differ = 0;
+    for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
+        differ += r->losses[k] != ref->losses[HALF + k];
+    return differ;
+}
+
+/* A run in layout l (dp 2) saved at HALF and resumed is bit-identical to the uninterrupted one (the
+ * losses, the final weights and residuals); resumed without the residuals it is not. `older` names
+ * a manifest key (or NULL): resumed from the mid checkpoint without it, the loader falls back to
+ * what older checkpoints gave (the stored copy's residual, or a fresh Q), warns with `warning`, and
+ * the run is no longer the uninterrupted one: what shows that state is what carries the equality. */
+static void resumes_bit_for_bit_in(tri_compression_kind kind, tu_layout l, const char *older, const char *warning)
 {
     tri_gpt_config cfg = tu_tiny_config();
     int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 31);
-    char *dir = tu_ckpt_tmpdir(tri_compression_name(kind));
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s-tp%d-pp%d%s", tri_compression_name(kind), l.tp, l.pp, l.sp ? "-sp" : "");
+    char *dir = tu_ckpt_tmpdir(tag);
     char ref_dir[4200], mid[4300], ref_final[4300], out[4300], fin[4400];
     snprintf(ref_dir, sizeof ref_dir, "%s/uninterrupted", dir);
     snprintf(mid, sizeof mid, "%s/iter_%07d", ref_dir, HALF);
     snprintf(ref_final, sizeof ref_final, "%s/iter_%07d", ref_dir, TU_CKPT_TOTAL);
-    tu_layout dp2 = {.tp = 1, .pp = 1, .dp = 2};
-    tu_ckpt_run ref = comp_run(&cfg, w, dp2, kind);
+    tu_ckpt_run ref = comp_run(&cfg, w, l, kind);
     ref.save_dir = ref_dir;
     ref.save_interval = HALF;
     cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
@@ -105,30 +169,43 @@ static void resumes_bit_for_bit(tri_compression_kind kind)
         residuals_per_rank(mid, "server_error_feedback");
 
     snprintf(out, sizeof out, "%s/resumed", dir);
-    tu_ckpt_run r = comp_run(&cfg, w, dp2, kind);
+    tu_ckpt_run r = comp_run(&cfg, w, l, kind);
     r.load = mid;
     r.save_dir = out;
-    cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "resume: %s", tri_error_message());
+    char log[16384];
+    cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "resume: %s", tri_error_message());
+    cr_expect(!strstr(log, "warning"), "%s: an exact resume warned: %s", tag, log);
     cr_assert_eq(r.start, HALF);
     for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
-        cr_expect(r.losses[k] == ref.losses[HALF + k], "%s: iteration %d loss %.17g, uninterrupted %.17g",
-                  tri_compression_name(kind), HALF + k + 1, r.losses[k], ref.losses[HALF + k]);
+        cr_expect(r.losses[k] == ref.losses[HALF + k], "%s: iteration %d loss %.17g, uninterrupted %.17g", tag,
+                  HALF + k + 1, r.losses[k], ref.losses[HALF + k]);
     snprintf(fin, sizeof fin, "%s/iter_%07d", out, TU_CKPT_TOTAL);
-    same_final(fin, ref_final, "resumed");
+    same_final(fin, ref_final, tag);
 
     /* the residual dropped on load (--reset-compression-state): the run is no longer the same */
-    tu_ckpt_run z = comp_run(&cfg, w, dp2, kind);
+    tu_ckpt_run z = comp_run(&cfg, w, l, kind);
     z.load = mid;
     z.reset_compression_state = true;
     cr_assert_eq(tu_ckpt_train(&z), TRI_OK, "reset: %s", tri_error_message());
-    int differ = 0;
-    for (int k = 0; k < TU_CKPT_TOTAL - HALF; k++)
-        differ += z.losses[k] != ref.losses[HALF + k];
-    cr_expect_gt(differ, 0, "%s: resuming without the residual gave the uninterrupted losses",
-                 tri_compression_name(kind));
+    cr_expect_gt(losses_differ(&z, &ref), 0, "%s: resuming without the residual gave the uninterrupted losses", tag);
+
+    if (older) { /* an older checkpoint still loads, with the warning, and is no longer exact */
+        drop_manifest_key(mid, older);
+        tu_ckpt_run o = comp_run(&cfg, w, l, kind);
+        o.load = mid;
+        cr_assert_eq(train_capturing(&o, log, sizeof log), TRI_OK, "older checkpoint: %s", tri_error_message());
+        cr_expect(strstr(log, warning) && strstr(log, "predates"), "%s without %s: no warning \"%s\" in: %s", tag,
+                  older, warning, log);
+        cr_expect_gt(losses_differ(&o, &ref), 0, "%s: resuming without %s gave the uninterrupted losses", tag, older);
+    }
     tri_fs_remove_tree(dir);
     free(dir);
     free(w);
+}
+
+static void resumes_bit_for_bit(tri_compression_kind kind)
+{
+    resumes_bit_for_bit_in(kind, (tu_layout){.tp = 1, .pp = 1, .dp = 2}, NULL, NULL);
 }
 
 Test(compression_resume, onebit_resumes_bit_for_bit, .timeout = 300) { resumes_bit_for_bit(TRI_COMPRESS_1BIT); }
@@ -163,6 +240,69 @@ Test(compression_resume, another_reduction_refused, .timeout = 300)
     r.reset_compression_state = true;
     cr_expect_eq(tu_ckpt_train(&r), TRI_OK, "--reset-compression-state: %s", tri_error_message());
     tri_error_clear();
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
+
+/* PowerSGD's Q is the warm start of the next step's power iteration (Vogels et al. 2019): a fresh
+ * one gives another P, so another decoded gradient, and the losses part from the uninterrupted run's
+ * at the first step after the resume. */
+Test(compression_resume, powersgd_q_resumes_bit_for_bit, .timeout = 300)
+{
+    resumes_bit_for_bit_in(TRI_COMPRESS_POWERSGD, (tu_layout){.tp = 1, .pp = 1, .dp = 2}, "powersgd_q",
+                           "PowerSGD's Q");
+}
+
+/* pp 2: the last stage's tied embedding is a copy whose gradient (the LM head's) is its own until the
+ * embedding group sums it after the dp reduction, so its residual differs from the first stage's;
+ * its Q too (PowerSGD at pp 2). */
+Test(compression_resume, onebit_pp2_tied_copy_resumes_bit_for_bit, .timeout = 300)
+{
+    resumes_bit_for_bit_in(TRI_COMPRESS_1BIT, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, "residual_copies",
+                           "error-feedback residual");
+}
+Test(compression_resume, powersgd_pp2_resumes_bit_for_bit, .timeout = 300)
+{
+    resumes_bit_for_bit_in(TRI_COMPRESS_POWERSGD, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, "powersgd_q",
+                           "PowerSGD's Q");
+}
+
+/* tp 2 with sequence parallelism: each TP rank's LayerNorm gradients are partial sums over its
+ * sequence shard, reduced over dp (compressed) before the TP all-reduce, so every TP rank's
+ * residual of them is its own. */
+Test(compression_resume, onebit_tp2_sp_resumes_bit_for_bit, .timeout = 300)
+{
+    resumes_bit_for_bit_in(TRI_COMPRESS_1BIT, (tu_layout){.tp = 2, .pp = 1, .dp = 2, .sp = true}, "residual_copies",
+                           "error-feedback residual");
+}
+
+/* Another tp or pp: the residuals are resharded (the holder's for every copy) and Q, the local
+ * shard's, is drawn afresh: both said in a warning naming the saving layout; so is Q under another
+ * --powersgd-rank. */
+Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 41);
+    char *dir = tu_ckpt_tmpdir("powersgd-other-tp");
+    char mid[4300], log[16384];
+    snprintf(mid, sizeof mid, "%s/iter_%07d", dir, 4);
+    tu_ckpt_run s = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, TRI_COMPRESS_POWERSGD);
+    s.until = 4;
+    s.save_dir = dir;
+    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    tu_ckpt_run r = comp_run(&cfg, w, (tu_layout){.tp = 2, .pp = 1, .dp = 2, .sp = true}, TRI_COMPRESS_POWERSGD);
+    r.load = mid;
+    r.until = 6;
+    cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "tp 2: %s", tri_error_message());
+    cr_expect(strstr(log, "PowerSGD's Q") && strstr(log, "tp 1 x pp 2") && strstr(log, "drawn afresh"), "%s", log);
+    /* the same layout with another --powersgd-rank: Q's shape changed, so drawn afresh too */
+    tu_ckpt_run k = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, TRI_COMPRESS_POWERSGD);
+    k.layout.compression.powersgd_rank = 2;
+    k.load = mid;
+    k.until = 6;
+    cr_assert_eq(train_capturing(&k, log, sizeof log), TRI_OK, "rank 2: %s", tri_error_message());
+    cr_expect(strstr(log, "drawn afresh") && strstr(log, "--powersgd-rank 4 (this run has 2)"), "%s", log);
     tri_fs_remove_tree(dir);
     free(dir);
     free(w);

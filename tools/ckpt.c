@@ -461,7 +461,10 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         tri_log_set_quiet(true);
     /* the compressed dp reduction's error feedback: per dp rank, so carried with the same dp (tp, pp
      * may change) and a ZeRO stage that compresses; else dropped with a warning (the output records
-     * no compressor, and a resume starts the residuals from zero) */
+     * no compressor, and a resume starts the residuals from zero). What belongs to the saving rank's
+     * shard (each copy's own residual, PowerSGD's Q) is carried when tp and pp stay too; otherwise the
+     * load warns (tri_ckpt_load_compression) and the output holds what a resume would start from: the
+     * stored copy's residual, and Q drawn afresh from the seeded RNG */
     if (j->load && sr->compression.kind != TRI_COMPRESS_NONE) {
         tri_compression c = sr->compression;
         c.seed = sr->seed;

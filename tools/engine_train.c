@@ -591,17 +591,17 @@ static int load_checkpoint(run *r)
     if (!rc)
         tri_log_rank0("resumed from %s at iteration %lld in %.2f s", r->a.load, (long long)r->start_iter,
                       tri_now_s() - t0);
-    /* checkpoints hold the error-feedback residuals but not PowerSGD's Q (issue 32): say so rather
-     * than resume inexactly in silence */
-    if (!rc && r->L.compression.kind == TRI_COMPRESS_POWERSGD && r->L.dp > 1)
-        tri_log_rank0("warning: --grad-compression powersgd: checkpoints hold the error-feedback residuals but not "
-                      "PowerSGD's Q; it is drawn afresh from the seeded RNG (the resumed run is not bit-identical to "
-                      "an uninterrupted one)");
-    else if (!rc && r->L.compression.kind != TRI_COMPRESS_NONE && r->L.dp > 1 &&
-             (r->a.compression.reset_state || r->a.no_load_optim))
-        tri_log_rank0("warning: --grad-compression %s: %s: the error-feedback residuals start from zero",
+    /* the compression state not loaded: say so rather than resume inexactly in silence (what a load
+     * could not restore, tri_ckpt_load_compression warns about itself) */
+    if (!rc && r->L.compression.kind != TRI_COMPRESS_NONE && r->L.dp > 1 &&
+        (r->a.compression.reset_state || r->a.no_load_optim))
+        tri_log_rank0("warning: --grad-compression %s: %s: the error-feedback residuals start from zero%s",
                       tri_compression_name(r->L.compression.kind),
-                      r->a.no_load_optim ? "--no-load-optim" : "--reset-compression-state");
+                      r->a.no_load_optim ? "--no-load-optim" : "--reset-compression-state",
+                      r->L.compression.kind == TRI_COMPRESS_POWERSGD
+                          ? " and PowerSGD's Q is drawn afresh from the seeded RNG (the resumed run is not "
+                            "bit-identical to an uninterrupted one)"
+                          : "");
     return rc;
 }
 

@@ -365,6 +365,42 @@ static int init_q(tri_dp_compress *x, tri_device *dev)
     return rc;
 }
 
+bool tri_dp_compress_q_range(const tri_dp_compress *x, int i, int64_t *at, int64_t *n)
+{
+    int64_t rows, cols;
+    if (!x->on || x->c.kind != TRI_COMPRESS_POWERSGD || !x->q_at || i < 0 || i >= x->L->n || x->q_at[i] < 0 ||
+        !is_matrix(&x->L->params[i], &rows, &cols))
+        return false;
+    *at = x->q_at[i];
+    *n = x->c.powersgd_rank * cols;
+    return true;
+}
+
+/* [at, at + n) inside Q, with powersgd on. */
+static int check_q(const tri_dp_compress *x, int64_t at, int64_t n, const char *verb)
+{
+    if (x->on && x->c.kind == TRI_COMPRESS_POWERSGD && at >= 0 && n >= 0 && at + n <= x->q_numel)
+        return TRI_OK;
+    return TRI_ERR(TRI_EINVAL, "PowerSGD's Q [%lld, %lld) %s without --grad-compression powersgd or past its %lld "
+                   "elements", (long long)at, (long long)(at + n), verb, (long long)x->q_numel);
+}
+
+int tri_dp_compress_q_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host)
+{
+    int rc = check_q(x, at, n, "read");
+    if (!rc && !x->q_ready)
+        rc = init_q(x, dev);
+    return rc ? rc : tri_device_copy_to_host(dev, host, tri_tensor_range(x->q, at, n));
+}
+
+int tri_dp_compress_q_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host)
+{
+    int rc = check_q(x, at, n, "written");
+    if (!rc && !x->q_ready)
+        rc = init_q(x, dev);
+    return rc ? rc : tri_device_copy_from_host(dev, tri_tensor_range(x->q, at, n), host);
+}
+
 /* The views of matrix parameter i: M (rows x cols) of t, P^T (r x rows), Q^T (r x cols); t holds
  * the stage's flat layout from flat offset `base` on (0: the whole buffer, u->start: one unit's). */
 static void matrix_views(const tri_dp_compress *x, int i, tri_tensor t, int64_t base, tri_tensor *m, tri_tensor *pt,

@@ -30,10 +30,11 @@
  * State: the residual r (fp32, the stage's padded length, counted as optimizer memory; its padding is
  * kept zero after every compressed unit, so the per-parameter ranges are all of it) and PowerSGD's
  * Q^T per matrix parameter (fp32, r x cols); two-phase adds the server residual r_s (fp32, the
- * longest chunk of every unit: this rank's chunk; kept zero on the padding). Checkpoints hold r and
- * r_s (state_shards.h's error_feedback and server_error_feedback groups, per dp rank, r_s as
- * parameter-shaped entries that are zero outside the rank's chunks); Q is not checkpointed: a resumed powersgd run draws it afresh from the
- * seeded RNG (warned). */
+ * longest chunk of every unit: this rank's chunk; kept zero on the padding). Checkpoints hold all of
+ * it (state_shards.h): r per dp rank (error_feedback, and error_feedback_copy for copies that are not
+ * the holder), r_s per dp rank (server_error_feedback, parameter-shaped entries that are zero outside
+ * the rank's chunks), Q once per (tp, pp) shard (powersgd_q): the all-reduce that makes Q gives every
+ * dp rank the same bits, as it does the gradients that keep the replicas' weights equal. */
 #ifndef TRIDENT_ENGINE_TRAIN_DP_COMPRESS_H
 #define TRIDENT_ENGINE_TRAIN_DP_COMPRESS_H
 
@@ -102,6 +103,16 @@ int tri_dp_compress_residual_read(tri_dp_compress *x, tri_device *dev, int64_t a
  * the residual counts as ready (not zeroed at the next compressed step). Errors as the read's. */
 int tri_dp_compress_residual_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host);
 
+/* PowerSGD: parameter i's Q^T in q (*at, *n = rank x cols elements); false for a vector, or without
+ * powersgd. */
+bool tri_dp_compress_q_range(const tri_dp_compress *x, int i, int64_t *at, int64_t *n);
+/* Q's n elements at `at` into host. Before the first compressed step Q is drawn here, the same draw
+ * (seeded by the run's seed, the parameter's name and shard) that step would make, so what is saved
+ * is what the run uses. TRI_EINVAL without powersgd or past Q; device errors. */
+int tri_dp_compress_q_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host);
+/* Q's n elements at `at` from host (a checkpoint's): the first write draws every Q (so matrices not
+ * written keep the fresh draw) and Q counts as a warm start from then on. Errors as the read's. */
+int tri_dp_compress_q_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host);
 /* The server residual's values over the flat range [at, at + n) (within one unit's parameter; zero
  * outside this rank's chunk and before the first compressed step) into host, and from host (only the
  * rank's chunk is kept). TRI_EINVAL without two-phase or past the layout; device errors. */

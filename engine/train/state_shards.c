@@ -52,7 +52,7 @@ const char *tri_state_group_name(tri_state_group g)
     static const char *const names[TRI_STATE_GROUPS] = {
         NULL, "exp_avg", "exp_avg_sq", "momentum_buffer", "outer_anchor", "outer_momentum", "replica_weights",
         "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer", "error_feedback",
-        "server_error_feedback", "outer_error_feedback"};
+        "server_error_feedback", "outer_error_feedback", "error_feedback_copy", "powersgd_q"};
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
@@ -106,10 +106,13 @@ static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
     return n;
 }
 
-/* Appends (or counts) chunk c's error-feedback residual entries: each parameter's whole TP shard,
- * at its flat offset in the residual (laid out like the gradients); with two-phase the server
- * residual's, adjacent (the same flat offset: tri_dp_compress_server_read maps it to the chunk); under
- * local SGD the outer reduction's residual of the parameter next (the same layout). */
+/* Appends (or counts) chunk c's compression entries: each parameter's error-feedback residual, its
+ * whole TP shard at its flat offset in the residual (laid out like the gradients), the holder's as
+ * error_feedback and every other copy's as error_feedback_copy, each stored by every dp rank; with
+ * two-phase the server residual's, adjacent (the same flat offset: tri_dp_compress_server_read maps
+ * it to the chunk); under local SGD the outer reduction's residual of the parameter next (the same
+ * layout; both stored by the holder); then, under PowerSGD, each matrix parameter's Q, every copy's,
+ * stored by dp rank 0. */
 static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int n)
 {
     const tri_param_layout *L = &t->chunks[c]->layout;
@@ -126,12 +129,22 @@ static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int 
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);
         for (int g = 0; g < groups; g++) {
+            tri_state_group grp = group[g] == TRI_STATE_EF_RESIDUAL && !h ? TRI_STATE_EF_COPY : group[g];
             if (list)
-                list[n] = (tri_state_shard){.param = p, .group = group[g],
-                                            .lo = 0, .hi = p->numel, .holder = h, .stored = h, .chunk = c,
-                                            .at = p->offset};
+                list[n] = (tri_state_shard){.param = p, .group = grp, .lo = 0, .hi = p->numel, .holder = h,
+                                            .stored = h || grp == TRI_STATE_EF_COPY, .chunk = c, .at = p->offset};
             n++;
         }
+    }
+    for (int i = 0; i < L->n; i++) {
+        int64_t at, len;
+        if (!tri_dp_compress_q_range(x, i, &at, &len))
+            continue;
+        if (list)
+            list[n] = (tri_state_shard){.param = &L->params[i], .group = TRI_STATE_POWERSGD_Q, .lo = 0, .hi = len,
+                                        .holder = holds(t, &L->params[i]), .stored = t->grid->dp_rank == 0,
+                                        .chunk = c, .at = at};
+        n++;
     }
     return n;
 }
@@ -186,6 +199,8 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
 {
     if (weights(s))
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
+    if (s->group == TRI_STATE_POWERSGD_Q)
+        return tri_dp_compress_q_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
         return tri_dp_compress_server_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)
@@ -197,6 +212,8 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
 {
     if (weights(s))
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
+    if (s->group == TRI_STATE_POWERSGD_Q)
+        return tri_dp_compress_q_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
         return tri_dp_compress_server_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)

@@ -41,6 +41,17 @@ typedef enum tri_state_group {
     TRI_STATE_OUTER_EF_RESIDUAL,  /* local SGD with compression: the compressed outer reduction's own residual
                                      (local_sgd.h; what this replica's parameter change did not send), laid
                                      out and stored like the error feedback above */
+    TRI_STATE_EF_COPY,            /* the residual of a copy that is not the holder (another TP rank's
+                                     replicated parameter, a shared shard's other holders, the last
+                                     stage's tied embedding): its own under sequence parallelism, shared
+                                     shards and the tied copy, whose gradients are summed after the dp
+                                     reduction; stored by every dp rank in its own replica file and read
+                                     back from that file only (not a box of the tensor: the holder's is) */
+    TRI_STATE_POWERSGD_Q,         /* PowerSGD's warm-started Q^T of a matrix parameter (fp32, rank x cols
+                                     of this rank's shard, row-major: not parameter-shaped; PyTorch's
+                                     PowerSGDState.q_memory_dict): all-reduced, so the same bits on every
+                                     dp rank, stored once per (tp, pp) shard by dp rank 0 in its replica
+                                     file, every copy's own (holder or not) */
     TRI_STATE_GROUPS
 } tri_state_group;
 
@@ -57,13 +68,14 @@ typedef struct tri_state_shard {
                                 last stage's tied copy of the embedding) */
     bool stored;             /* holder, and this data-parallel rank stores it (weights: dp rank 0;
                                 moments: the owner under ZeRO 1-3, dp rank 0 at ZeRO 0; local SGD's
-                                groups and the error feedback: every dp rank) */
+                                groups and the error feedback: every dp rank); the two per-copy
+                                groups (error_feedback_copy, powersgd_q) are stored by non-holders too */
     bool collective;         /* reading it is collective over the data-parallel group: every rank
                                 reads every holder entry of this group in the same order */
     int chunk;               /* the model chunk holding it */
     int64_t at;              /* moments: the piece's offset in the chunk's optimizer state; outer
-                                groups: in the chunk's outer state; error feedback (both): in the
-                                residual */
+                                groups: in the chunk's outer state; error feedback (every kind): in
+                                the residual; powersgd_q: in Q */
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
@@ -72,9 +84,11 @@ typedef struct tri_state_shard {
  * chunk, for each parameter each piece of this dp rank's outer slices (anchor, and momentum
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
  * second moment, or the momentum buffer; adjacent). With a compressed dp reduction (and dp > 1)
- * then, per chunk, each parameter's error-feedback residual (.at: its flat offset), with two-phase
- * its server residual and under local SGD its outer residual after it (adjacent). *shards is
- * malloc'd (n of them). TRI_ENOMEM. */
+ * then, per chunk, each parameter's error-feedback residual (.at: its flat offset; the holder's
+ * TRI_STATE_EF_RESIDUAL, another copy's TRI_STATE_EF_COPY), with two-phase its server residual and
+ * under local SGD its outer residual after it (adjacent), and, under PowerSGD, each matrix
+ * parameter's Q (.at: its offset in Q, [lo, hi) = [0, rank x cols)). *shards is malloc'd (n of
+ * them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
 /* Entry s's values (hi - lo floats) into host; for a collective entry every data-parallel rank

@@ -45,10 +45,10 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "all-gathered: about 2 payloads per rank whatever dp; the sum is then compressed twice)",
                         0, 0, "allgather|two-phase", false};
     t[n++] = (tri_flag){"reset-compression-state", TRI_FLAG_BOOL, &f->reset_state,
-                        "on resume, start the error-feedback residuals from zero (checkpoints hold them per dp "
-                        "rank, and local SGD's outer residual) and accept a checkpoint saved with another "
-                        "--grad-compression or --grad-compression-reduce (else refused); PowerSGD's Q is drawn "
-                        "afresh on every resume", 0, 0, NULL, false};
+                        "on resume, start the error-feedback residuals from zero (local SGD's outer residual too) "
+                        "and draw PowerSGD's Q afresh (checkpoints hold them: the residuals per dp rank, Q per "
+                        "(tp, pp)) and accept a checkpoint saved with another --grad-compression, "
+                        "--grad-compression-reduce or dp (else refused)", 0, 0, NULL, false};
     return n;
 }
 
