@@ -86,8 +86,19 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
         if (!rc) rc = tri_comm_all_gather(g->tp_comm, buf, mine);
         tri_device_free(dev, mine.data);
         if (!rc) rc = tri_device_copy_to_host(dev, host, buf);
+        /* a replicated parameter's TP copies are one tensor: every rank's weights the same bits */
+        for (int k = 1; !rc && !grads && p->tp_replicated && k < g->tp; k++)
+            if (memcmp(host, host + k * p->numel, (size_t)p->numel * sizeof *host) != 0)
+                rc = TRI_ERR(TRI_EINVAL, "harness: the TP copies of replicated parameter %s differ (tp rank %d "
+                             "against 0)", spec->name, k);
         for (int k = 0; !rc && k < (p->tp_replicated ? 1 : g->tp); k++)
             tri_shard_place(p, k, host + k * p->numel, global_host);
+        /* vocabulary padding rows (at or beyond init_rows) stay zero */
+        int64_t row = spec->ndim > 0 ? global / spec->shape[0] : 0;
+        for (int64_t i = spec->ndim > 0 ? spec->init_rows * row : global; !rc && !grads && i < global; i++)
+            if (global_host[i] != 0.0f)
+                rc = TRI_ERR(TRI_EINVAL, "harness: %s's padding row %lld is not zero (%g)", spec->name,
+                             (long long)(i / row), (double)global_host[i]);
         tri_device_free(dev, buf.data);
         free(host);
     }

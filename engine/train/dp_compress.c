@@ -167,10 +167,13 @@ int tri_dp_compress_residual_write(tri_dp_compress *x, tri_device *dev, int64_t 
     return rc ? rc : tri_device_copy_from_host(dev, tri_tensor_range(x->residual, at, n), host);
 }
 
-/* Zeroes the elements of t that lie between unit u's parameters and after the last (the layout's
- * padding) within the flat range [lo, hi), t's element 0 being flat offset `base`: the padding's
- * gradient is not a gradient, so it carries no error feedback; this also makes the residuals exactly
- * what their per-parameter checkpoint entries hold (state_shards.h). */
+/* Zeroes the elements of t that are not the model's within the flat range [lo, hi), t's element 0
+ * being flat offset `base`: the layout's padding between unit u's parameters and after the last, and
+ * the vocabulary padding rows at the end of a parameter (tri_param_real_numel). Their gradient is not
+ * a gradient (uncompressed it is zero; 1bit decodes a zero as +scale, PowerSGD's P Q^T spreads into
+ * it), so it is not applied and carries no error feedback; this also keeps the padding rows of the
+ * weights zero and makes the residuals exactly what their per-parameter checkpoint entries hold
+ * (state_shards.h). */
 static int zero_padding(tri_dp_compress *x, tri_device *dev, int unit, tri_tensor t, int64_t base, int64_t lo,
                         int64_t hi)
 {
@@ -183,7 +186,23 @@ static int zero_padding(tri_dp_compress *x, tri_device *dev, int unit, tri_tenso
         if (b > a)
             rc = tri_op_fill(dev, tri_tensor_range(t, a - base, b - a), 0.0f);
         if (i < u->first + u->count)
-            at = x->L->params[i].offset + x->L->params[i].numel;
+            at = x->L->params[i].offset + tri_param_real_numel(&x->L->params[i]);
+    }
+    return rc;
+}
+
+/* Zeroes the decoded gradient g (unit u's, len elements) in the vocabulary padding rows of u's
+ * parameters: uncompressed their gradient is zero, and decoded (1bit's +scale for a zero, PowerSGD's
+ * P Q^T) it would move padding weights that stay zero and count in the gradient norm. */
+static int zero_vocab_padding(tri_dp_compress *x, tri_device *dev, int unit, tri_tensor g)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    int rc = TRI_OK;
+    for (int i = u->first; i < u->first + u->count && !rc; i++) {
+        const tri_param *p = &x->L->params[i];
+        int64_t real = tri_param_real_numel(p);
+        if (real < p->numel)
+            rc = tri_op_fill(dev, tri_tensor_range(g, p->offset - u->start + real, p->numel - real), 0.0f);
     }
     return rc;
 }
@@ -488,6 +507,7 @@ int tri_dp_compress_reduce(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tr
                       : x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? two_phase_unit(x, dev, dp, g, r, unit, iter)
                                                                      : gather_unit(x, dev, dp, g, r, unit, iter);
         if (!rc) rc = zero_padding(x, dev, unit, x->residual, 0, u->start, u->start + u->len);
+        if (!rc) rc = zero_vocab_padding(x, dev, unit, g);
     }
     x->last_sent += tri_comm_wire_bytes(dp, TRI_COMM_KINDS) - before;
     return rc;

@@ -99,18 +99,6 @@ static int align_copies(const tri_param_layout *L, tri_outer_state *o, tri_tenso
     return rc;
 }
 
-/* How many of p's elements, from its first, are the model's: the rest are vocabulary padding (dim-0
- * rows at or beyond spec.init_rows: zero, and not in checkpoints); p->numel when there is none. */
-static int64_t real_numel(const tri_param *p)
-{
-    const tri_param_spec *s = &p->spec;
-    if (s->ndim < 1 || s->init_rows >= s->shape[0] || p->local_shape[0] <= 0)
-        return p->numel;
-    int64_t rows = s->init_rows - p->global_offset[0], row = p->numel / p->local_shape[0];
-    rows = rows < 0 ? 0 : rows > p->local_shape[0] ? p->local_shape[0] : rows;
-    return rows * row;
-}
-
 /* Compressed: what is not a parameter element (the layout's padding, vocabulary padding rows) keeps
  * no decoded mean and no outer residual, so it stays zero as it does uncompressed (1bit decodes a
  * zero as +scale) and the checkpointed state is all of it. whole's owned slice [own, own + n). */
@@ -128,7 +116,7 @@ static int keep_real(tri_device *d, const tri_param_layout *L, tri_outer_state *
         if (b > a) rc = tri_op_fill(d, tri_tensor_range(whole, a, b - a), 0.0f);
         if (last || rc)
             break;
-        int64_t real = real_numel(p);
+        int64_t real = tri_param_real_numel(p);
         if (real < p->numel) /* the padding rows: no residual, no mean */
             rc = tri_op_fill(d, tri_tensor_range(o->comp.residual, p->offset + real, p->numel - real), 0.0f);
         at = next + real;

@@ -33,3 +33,13 @@ tri_tensor tri_param_view(const tri_param *p, tri_tensor flat)
     tri_tensor t = tri_tensor_range(flat, p->offset, p->numel);
     return tri_tensor_reshape(t, p->spec.ndim, p->local_shape);
 }
+
+int64_t tri_param_real_numel(const tri_param *p)
+{
+    const tri_param_spec *s = &p->spec;
+    if (s->ndim < 1 || s->init_rows <= 0 || s->init_rows >= s->shape[0] || p->local_shape[0] <= 0)
+        return p->numel;
+    int64_t rows = s->init_rows - p->global_offset[0], row = p->numel / p->local_shape[0];
+    rows = rows < 0 ? 0 : rows > p->local_shape[0] ? p->local_shape[0] : rows;
+    return rows * row;
+}

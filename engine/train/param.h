@@ -110,6 +110,11 @@ void tri_param_init_host(const tri_param *param, uint64_t seed, float *host);
 /* The local shard as a tensor view of the flat buffer `flat` (1-d, f32). */
 tri_tensor tri_param_view(const tri_param *param, tri_tensor flat);
 
+/* How many of this rank's elements of param, from its first, are the model's: the rest are vocabulary
+ * padding (dim-0 rows at or beyond spec.init_rows, which stay zero and are not in checkpoints);
+ * param->numel when there is none (or when init_rows is 0: a hand-made spec that does not say). */
+int64_t tri_param_real_numel(const tri_param *param);
+
 #ifdef __cplusplus
 }
 #endif

@@ -260,9 +260,32 @@ static int all_reduce_owned(tri_comm *comm, const tri_zero *z, const tri_param *
     return rc;
 }
 
+/* Copies p's owned pieces from TP rank 0 to the other TP ranks (their exact sums in deterministic
+ * mode). */
+static int broadcast_owned(tri_comm *comm, const tri_zero *z, const tri_param *p)
+{
+    int rc = TRI_OK;
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
+        int64_t s, n, at;
+        if (tri_zero_owned_piece(z, k, p, &s, &n, &at))
+            rc = tri_comm_broadcast(comm, tri_zero_owned_sums(z, s, n), 0);
+    }
+    return rc;
+}
+
+/* Whether this step's dp reduction of chunk st was compressed (grad_compression.h). Each TP rank
+ * compresses its own unit, whose blocks mix a replicated parameter with the rank's own shards, so the
+ * copies of a replicated parameter decode differently. */
+static bool compressed(const tri_chunk *st)
+{
+    const tri_zero *z = &st->zero;
+    return z->comp.on && z->dp->size > 1 && !tri_dp_compress_plain(&z->comp, z->iteration);
+}
+
 /* Gradient reductions that make a chunk's owned gradients complete: over data-parallel replicas
  * (ZeRO: all-reduce, or reduce-scatter into the owned slices), then, on the owned pieces, over TP
- * for the replicated parameters under SP, over the ranks sharing a shard for the parameters split
+ * for the replicated parameters under SP (without SP, after a compressed reduction, TP rank 0's
+ * decoding of them to the other TP ranks), over the ranks sharing a shard for the parameters split
  * into fewer shards than tp, and over the embedding group for the tied embedding
  * (in deterministic mode on the exact integer sums, converted to fp32 after all of them). */
 static int sync_grads(tri_trainer *t, tri_chunk *st)
@@ -275,6 +298,10 @@ static int sync_grads(tri_trainer *t, tri_chunk *st)
         /* under SP each TP rank saw only its sequence shard: sum the replicated parameters' parts */
         if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1)
             rc = all_reduce_owned(t->grid->tp_comm, &st->zero, p);
+        /* without SP every TP rank holds the whole gradient of a replicated parameter: after a
+         * compressed dp reduction TP rank 0's decoding is the one all copies apply, so they stay equal */
+        else if (p->tp_replicated && t->grid->tp > 1 && compressed(st))
+            rc = broadcast_owned(t->grid->tp_comm, &st->zero, p);
         if (!rc && p->replicas > 1)
             rc = all_reduce_owned(t->replica_comm, &st->zero, p);
         if (!rc && p->spec.tied && t->grid->embd_comm)
