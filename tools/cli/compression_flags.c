@@ -11,7 +11,7 @@ void tri_cli_compression_defaults(tri_cli_compression *f)
     tri_compression d = tri_compression_defaults();
     *f = (tri_cli_compression){.kind = "none", .reduce = "allgather", .block_size = d.block_size, .qsgd_levels = d.qsgd_levels,
                                .powersgd_rank = d.powersgd_rank, .topk_fraction = d.topk_fraction,
-                               .powersgd_start_iter = d.powersgd_start_iter};
+                               .powersgd_start_iter = d.powersgd_start_iter, .start_iter = d.start_iter};
 }
 
 int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
@@ -31,8 +31,14 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
     t[n++] = (tri_flag){"powersgd-rank", TRI_FLAG_INT, &f->powersgd_rank, "PowerSGD's approximation rank", 0,
                         1 << 20, NULL, false};
     t[n++] = (tri_flag){"powersgd-start-iter", TRI_FLAG_INT64, &f->powersgd_start_iter,
-                        "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter)", 0,
-                        1e12, NULL, false};
+                        "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter; "
+                        "PowerSGD's spelling of --grad-compression-start-iter)", 0, 1e12, NULL, false};
+    t[n++] = (tri_flag){"grad-compression-start-iter", TRI_FLAG_INT64, &f->start_iter,
+                        "iterations reduced uncompressed (the plain fp32 reduction: the bits of a run without "
+                        "compression, no error-feedback residual) before any compressor starts: 1-bit Adam's "
+                        "warm-up stage (Tang et al. 2021). Under --optimizer adam with 1bit or qsgd give "
+                        "--adam-freeze-step the same N (Tang et al.: 15-25% of training). For powersgd it sets "
+                        "--powersgd-start-iter (both given: they must agree)", 0, 1e12, NULL, false};
     t[n++] = (tri_flag){"grad-compression-reduce", TRI_FLAG_CHOICE, &f->reduce,
                         "how 1bit, qsgd and topk payloads cross the data-parallel group: allgather (every rank's "
                         "payload to every rank: bytes per rank grow as dp - 1 payloads) or two-phase (1-bit Adam's "
@@ -67,6 +73,17 @@ int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_s
     c.topk_fraction = f->topk_fraction;
     c.powersgd_rank = f->powersgd_rank;
     c.powersgd_start_iter = f->powersgd_start_iter;
+    c.start_iter = f->start_iter;
+    if (c.kind == TRI_COMPRESS_POWERSGD && f->start_iter_given && f->powersgd_start_iter_given &&
+        f->start_iter != f->powersgd_start_iter)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression-start-iter %lld and --powersgd-start-iter %lld: both set "
+                       "PowerSGD's first compressed iteration; give one, or the same value",
+                       (long long)f->start_iter, (long long)f->powersgd_start_iter);
+    if (c.kind == TRI_COMPRESS_POWERSGD) { /* one first iteration, in both fields */
+        if (f->start_iter_given)
+            c.powersgd_start_iter = f->start_iter;
+        c.start_iter = c.powersgd_start_iter;
+    }
     c.seed = seed;
     int rc = tri_compression_check(&c, zero_stage);
     if (rc)
