@@ -14,6 +14,7 @@
 #               fifth of the iterations, then AdamW's second moment frozen and 1bit compression with error
 #               feedback (--grad-compression-start-iter = --adam-freeze-step = iters / 5; run it by name)
 #   adam-freeze AdamW with v frozen after iters / 5, uncompressed: what the freeze alone costs (by name)
+#   1bit-warm   1bit after an uncompressed fifth, v never frozen: what the warm-up alone does (by name)
 #   localsgd-h16   16 local steps, then the replicas' parameters averaged (--outer-optimizer average)
 #   diloco-h16     16 local steps, then an outer Nesterov step (outer lr 0.7, momentum 0.9)
 #   lamb-gbs64     LAMB at 4x the global batch (64 sequences, a quarter of the iterations: the same tokens), lr x2
@@ -48,6 +49,7 @@ flags_of() {
     1bit-two-phase) echo "${base[*]} --grad-compression 1bit --grad-compression-reduce two-phase" ;;
     1bit-adam) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5)) --adam-freeze-step $((iters / 5))" ;;
     adam-freeze) echo "${base[*]} --adam-freeze-step $((iters / 5))" ;;
+    1bit-warm) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5))" ;;
     powersgd) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4" ;;
     powersgd-rank16) echo "${base[*]} --grad-compression powersgd --powersgd-rank 16" ;;
     localsgd-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
