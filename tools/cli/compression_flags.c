@@ -36,9 +36,9 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
     t[n++] = (tri_flag){"grad-compression-start-iter", TRI_FLAG_INT64, &f->start_iter,
                         "iterations reduced uncompressed (the plain fp32 reduction: the bits of a run without "
                         "compression, no error-feedback residual) before any compressor starts: 1-bit Adam's "
-                        "warm-up stage (Tang et al. 2021). Under --optimizer adam with 1bit or qsgd give "
-                        "--adam-freeze-step the same N (Tang et al.: 15-25% of training). For powersgd it sets "
-                        "--powersgd-start-iter (both given: they must agree)", 0, 1e12, NULL, false};
+                        "warm-up stage (Tang et al. 2021, who freeze Adam's v at the same N: --adam-freeze-step; "
+                        "15-25% of training). For powersgd it sets --powersgd-start-iter (both given: they must "
+                        "agree)", 0, 1e12, NULL, false};
     t[n++] = (tri_flag){"grad-compression-reduce", TRI_FLAG_CHOICE, &f->reduce,
                         "how 1bit, qsgd and topk payloads cross the data-parallel group: allgather (every rank's "
                         "payload to every rank: bytes per rank grow as dp - 1 payloads) or two-phase (1-bit Adam's "
