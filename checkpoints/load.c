@@ -364,6 +364,11 @@ int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, t
         return differs_f(dir, "--sgd-nesterov", a->adamw.nesterov, cur->adamw.nesterov);
     if (a->adamw.kind == TRI_OPT_LARS && a->adamw.lars_eta != cur->adamw.lars_eta)
         return differs_f(dir, "--lars-eta", a->adamw.lars_eta, cur->adamw.lars_eta);
+    if (a->adamw.kind == TRI_OPT_ADAM && a->adamw.freeze_step != cur->adamw.freeze_step)
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --adam-freeze-step %lld; this run has "
+                       "--adam-freeze-step %lld: the second moment it holds was frozen (or not) by the first (resume "
+                       "with the same value, or pass --no-load-optim to start the optimizer state fresh)", dir,
+                       (long long)a->adamw.freeze_step, (long long)cur->adamw.freeze_step);
     return TRI_OK;
 }
 

@@ -121,6 +121,8 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
     }
     if (r->adamw.kind == TRI_OPT_LARS)
         cJSON_AddNumberToObject(opt, "lars_eta", r->adamw.lars_eta);
+    if (r->adamw.kind == TRI_OPT_ADAM && r->adamw.freeze_step > 0) /* only then (absent: 0, never frozen) */
+        cJSON_AddNumberToObject(opt, "freeze_step", (double)r->adamw.freeze_step);
     cJSON_AddStringToObject(opt, "master_weights", "model");
     if (r->local.steps > 0) { /* only then: other manifests stay as they were */
         cJSON *ls = cJSON_AddObjectToObject(root, "local_sgd");
@@ -141,6 +143,8 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         cJSON_AddNumberToObject(gc, "topk_fraction", c->topk_fraction);
         cJSON_AddNumberToObject(gc, "powersgd_rank", c->powersgd_rank);
         cJSON_AddNumberToObject(gc, "powersgd_start_iter", (double)c->powersgd_start_iter);
+        if (c->kind != TRI_COMPRESS_POWERSGD && c->start_iter > 0) /* only then (absent: 0) */
+            cJSON_AddNumberToObject(gc, "start_iter", (double)c->start_iter);
         bool two_phase = c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE;
         if (two_phase) /* only then: allgather manifests stay as they were (absent: allgather) */
             cJSON_AddStringToObject(gc, "reduce", tri_compression_reduce_name(c->reduce));
@@ -468,6 +472,8 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
     }
     if (!rc && r->adamw.kind == TRI_OPT_LARS)
         get_float(p, opt, "lars_eta", &r->adamw.lars_eta, &rc);
+    if (!rc && r->adamw.kind == TRI_OPT_ADAM && cJSON_GetObjectItemCaseSensitive(opt, "freeze_step"))
+        get_i64(p, opt, "freeze_step", 0, MAX_DIM, &r->adamw.freeze_step, &rc); /* optional: absent is 0 */
     /* local SGD's state: optional (absent in every other checkpoint) */
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "local_sgd");
     if (!rc && ls) {
@@ -510,6 +516,8 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
                 rc = bad(p, flags[f], "must be true or false");
             *dst[f] = cJSON_IsTrue(b);
         }
+        if (!rc && cJSON_GetObjectItemCaseSensitive(gc, "start_iter")) /* optional: absent is 0 */
+            get_i64(p, gc, "start_iter", 0, MAX_DIM, &c->start_iter, &rc);
         int k = rc ? -1 : tri_compression_parse(ckind);
         if (!rc && k <= (int)TRI_COMPRESS_NONE)
             rc = bad(p, "kind", "must be 1bit, qsgd, topk or powersgd");

@@ -38,6 +38,7 @@ typedef struct tu_layout {
     int optimizer;             /* tri_optimizer_kind (0: AdamW); SGD and LARS with momentum 0.9,
                                   LARS with eta 0.02 */
     tri_compression compression; /* --grad-compression and its options (zeroed: none) */
+    int64_t adam_freeze_step;  /* --adam-freeze-step (0: off; AdamW only) */
 } tu_layout;
 
 typedef struct tu_result {

@@ -1131,27 +1131,31 @@ Test(cuda_kernels_cpu, cross_entropy)
 Test(cuda_kernels_cpu, adamw)
 {
     tri_device *d = cpu();
-    for (size_t z = 0; z < N_SIZES; z++) {
-        int64_t n = SIZES[z];
+    for (size_t z = 0; z < 2 * N_SIZES; z++) { /* each size with v updated, then frozen at step 2 */
+        int64_t n = SIZES[z % N_SIZES], freeze = z < N_SIZES ? 0 : 2;
         float *p0 = ot_uniform((size_t)n, -1.0f, 1.0f, 130 + z), *g = ot_uniform((size_t)n, -1.0f, 1.0f, 131 + z);
         float *m0 = ot_uniform((size_t)n, -0.1f, 0.1f, 132 + z), *v0 = ot_uniform((size_t)n, 0.0f, 0.01f, 133 + z);
         tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                                .grad_scale = 0.7f, .step = 3};
+                                .grad_scale = 0.7f, .step = 3, .freeze_step = freeze};
         float *p = ot_floats((size_t)n), *m = ot_floats((size_t)n), *v = ot_floats((size_t)n);
         memcpy(p, p0, (size_t)n * sizeof *p);
         memcpy(m, m0, (size_t)n * sizeof *m);
         memcpy(v, v0, (size_t)n * sizeof *v);
         cr_assert_eq(tri_op_adamw(d, tri_tensor_1d(p, TRI_F32, n), tri_tensor_1d(g, TRI_F32, n),
                                   tri_tensor_1d(m, TRI_F32, n), tri_tensor_1d(v, TRI_F32, n), &hp), TRI_OK);
-        /* the host side of the CUDA op: bias corrections as the CPU backend computes them */
-        float bc1 = 1.0f - powf(hp.beta1, (float)hp.step), bc2 = 1.0f - powf(hp.beta2, (float)hp.step);
+        /* the host side of the CUDA op: bias corrections as the CPU backend computes them (frozen:
+         * v held, bc2 the freeze step's) */
+        int64_t vstep = freeze ? freeze : hp.step;
+        float bc1 = 1.0f - powf(hp.beta1, (float)hp.step), bc2 = 1.0f - powf(hp.beta2, (float)vstep);
+        if (freeze)
+            cr_assert(ot_same_bits("adamw frozen v unchanged", v, v0, (size_t)n));
         shape s[N_SHAPES];
         shapes_for(n, s);
         for (int k = 0; k < N_SHAPES; k++) {
             float *kp = gfloats((size_t)n, p0), *km = gfloats((size_t)n, m0), *kv = gfloats((size_t)n, v0);
             const float *kgrad = gfloats((size_t)n, g);
             TRI_LAUNCH(adamw_kernel, s[k].grid, s[k].block, kp, kgrad, km, kv, n, hp.lr, hp.beta1,
-                       hp.beta2, hp.eps, hp.weight_decay, bc1, bc2, hp.grad_scale);
+                       hp.beta2, hp.eps, hp.weight_decay, bc1, bc2, hp.grad_scale, (int)!freeze);
             same_bits("adamw_kernel param", kp, p, (size_t)n);
             same_bits("adamw_kernel m", km, m, (size_t)n);
             same_bits("adamw_kernel v", kv, v, (size_t)n);
@@ -1229,8 +1233,8 @@ Test(cuda_kernels_cpu, sgd_lars_lamb_trust)
 }
 
 /* The multi-tensor kernel (tri_op_adamw_multi's): five pieces of one buffer (one empty), weight decay
- * on and off, through adamw_multi_kernel under every launch shape must give the bits of the single
- * op piece by piece. */
+ * on and off, v updated and frozen (1-bit Adam), through adamw_multi_kernel under every launch shape must
+ * give the bits of the single op piece by piece. */
 Test(cuda_kernels_cpu, adamw_multi_same_bits_as_piece_by_piece)
 {
     tri_device *d = cpu();
@@ -1243,35 +1247,40 @@ Test(cuda_kernels_cpu, adamw_multi_same_bits_as_piece_by_piece)
     float *p0 = ot_uniform((size_t)total, -1.0f, 1.0f, 140), *g = ot_uniform((size_t)total, -1.0f, 1.0f, 141);
     float *m0 = ot_uniform((size_t)total, -0.1f, 0.1f, 142), *v0 = ot_uniform((size_t)total, 0.0f, 0.01f, 143);
     float *p = ot_floats((size_t)total), *m = ot_floats((size_t)total), *v = ot_floats((size_t)total);
-    memcpy(p, p0, (size_t)total * sizeof *p);
-    memcpy(m, m0, (size_t)total * sizeof *m);
-    memcpy(v, v0, (size_t)total * sizeof *v);
     tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.7f, .step = 3};
-    for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
-        hp.weight_decay = wds[k];
-        cr_assert_eq(tri_op_adamw(d, tri_tensor_1d(p + at, TRI_F32, lens[k]), tri_tensor_1d(g + at, TRI_F32, lens[k]),
-                                  tri_tensor_1d(m + at, TRI_F32, lens[k]), tri_tensor_1d(v + at, TRI_F32, lens[k]), &hp),
-                     TRI_OK);
-    }
-    float bc1 = 1.0f - powf(hp.beta1, (float)hp.step), bc2 = 1.0f - powf(hp.beta2, (float)hp.step);
-    shape s[N_SHAPES];
-    shapes_for(total, s);
-    for (int k = 0; k < N_SHAPES; k++) {
-        float *kp = gfloats((size_t)total, p0), *km = gfloats((size_t)total, m0), *kv = gfloats((size_t)total, v0);
-        float *kg = gfloats((size_t)total, g);
-        tri_adamw_group a;
-        memset(&a, 0, sizeof a);
-        for (int q = 0; q < P; q++, a.n++) {
-            int64_t at = a.first[q];
-            a.p[q] = kp + at, a.g[q] = kg + at, a.m[q] = km + at, a.v[q] = kv + at, a.wd[q] = wds[q];
-            a.first[q + 1] = at + lens[q];
+    for (int frozen = 0; frozen < 2; frozen++) { /* v updated, then frozen at step 2 (1-bit Adam) */
+        hp.freeze_step = frozen ? 2 : 0;
+        memcpy(p, p0, (size_t)total * sizeof *p);
+        memcpy(m, m0, (size_t)total * sizeof *m);
+        memcpy(v, v0, (size_t)total * sizeof *v);
+        for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
+            hp.weight_decay = wds[k];
+            int64_t len = lens[k];
+            cr_assert_eq(tri_op_adamw(d, tri_tensor_1d(p + at, TRI_F32, len), tri_tensor_1d(g + at, TRI_F32, len),
+                                      tri_tensor_1d(m + at, TRI_F32, len), tri_tensor_1d(v + at, TRI_F32, len), &hp),
+                         TRI_OK);
         }
-        TRI_LAUNCH(adamw_multi_kernel, s[k].grid, s[k].block, a, hp.lr, hp.beta1, hp.beta2, hp.eps, bc1, bc2,
-                   hp.grad_scale);
-        same_bits("adamw_multi_kernel param", kp, p, (size_t)total);
-        same_bits("adamw_multi_kernel m", km, m, (size_t)total);
-        same_bits("adamw_multi_kernel v", kv, v, (size_t)total);
-        check_guards_and_free("adamw_multi");
+        float bc1 = 1.0f - powf(hp.beta1, (float)hp.step);
+        float bc2 = 1.0f - powf(hp.beta2, (float)(frozen ? hp.freeze_step : hp.step));
+        shape s[N_SHAPES];
+        shapes_for(total, s);
+        for (int k = 0; k < N_SHAPES; k++) {
+            float *kp = gfloats((size_t)total, p0), *km = gfloats((size_t)total, m0), *kv = gfloats((size_t)total, v0);
+            float *kg = gfloats((size_t)total, g);
+            tri_adamw_group a;
+            memset(&a, 0, sizeof a);
+            for (int q = 0; q < P; q++, a.n++) {
+                int64_t at = a.first[q];
+                a.p[q] = kp + at, a.g[q] = kg + at, a.m[q] = km + at, a.v[q] = kv + at, a.wd[q] = wds[q];
+                a.first[q + 1] = at + lens[q];
+            }
+            TRI_LAUNCH(adamw_multi_kernel, s[k].grid, s[k].block, a, hp.lr, hp.beta1, hp.beta2, hp.eps, bc1, bc2,
+                       hp.grad_scale, !frozen);
+            same_bits("adamw_multi_kernel param", kp, p, (size_t)total);
+            same_bits("adamw_multi_kernel m", km, m, (size_t)total);
+            same_bits("adamw_multi_kernel v", kv, v, (size_t)total);
+            check_guards_and_free("adamw_multi");
+        }
     }
 }
 

@@ -62,6 +62,7 @@ typedef struct args {
     int64_t train_iters, lr_warmup_iters, lr_decay_iters, seed;
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     float sgd_momentum, lars_eta;               /* --optimizer sgd / lars */
+    int64_t adam_freeze_step;                   /* --adam-freeze-step: 0 off (1-bit Adam's freeze_step) */
     bool sgd_nesterov, no_load_optim;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k, save_interval, keep_last;
     float sample_temperature, memory_budget_gb, peak_gflops;
@@ -130,6 +131,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("adam-beta1", TRI_FLAG_FLOAT, &a->beta1, "AdamW and LAMB beta1", 0, 0.999999);
     f[n++] = (tri_flag)FLAG("adam-beta2", TRI_FLAG_FLOAT, &a->beta2, "AdamW and LAMB beta2", 0, 0.999999);
     f[n++] = (tri_flag)FLAG("adam-eps", TRI_FLAG_FLOAT, &a->eps, "AdamW and LAMB epsilon", 1e-30, 1);
+    f[n++] = (tri_flag)FLAG("adam-freeze-step", TRI_FLAG_INT64, &a->adam_freeze_step, "AdamW only: after N optimizer steps (from iteration N on, 0-based, when no step is skipped) the second moment v stops updating, v and its bias correction 1 - beta2^N held, m continuing: 1-bit Adam's two stages (Tang et al. 2021 §3, DeepSpeed's freeze_step). Error feedback compensates a compressor only when the update is linear in the gradient, which Adam's v is not: 1-bit Adam gives --grad-compression-start-iter the same N (Tang et al.: 15-25% of training; on fortunes the warm-up alone did better, docs/grad-compression.md). 0: never frozen (plain AdamW)", 0, 1e12);
     f[n++] = (tri_flag)FLAG("sgd-momentum", TRI_FLAG_FLOAT, &a->sgd_momentum, "SGD and LARS momentum mu (buf = mu buf + update)", 0, 0.999999);
     f[n++] = (tri_flag)FLAG("sgd-nesterov", TRI_FLAG_BOOL, &a->sgd_nesterov, "SGD and LARS: Nesterov momentum (step with update + mu buf)", 0, 0);
     f[n++] = (tri_flag)FLAG("lars-eta", TRI_FLAG_FLOAT, &a->lars_eta, "LARS trust coefficient eta (You et al. 2017: 0.001)", 1e-12, 1e6);
@@ -265,10 +267,16 @@ static int validate(run *r)
     rc = tri_cli_layout_resolve(&a->layout, r->flags, r->nflags, r->world->size, &dims, &r->L);
     if (rc)
         return rc;
+    a->compression.start_iter_given = tri_flags_find(r->flags, r->nflags, "grad-compression-start-iter")->seen;
+    a->compression.powersgd_start_iter_given = tri_flags_find(r->flags, r->nflags, "powersgd-start-iter")->seen;
     rc = tri_cli_compression_resolve(&a->compression, r->L.dp, r->L.zero_stage, (uint64_t)a->seed,
                                      &r->L.compression);
     if (rc)
         return rc;
+    if (a->adam_freeze_step > 0 && strcmp(a->optimizer, "adam") != 0)
+        return TRI_ERR(TRI_EINVAL, "--adam-freeze-step %lld with --optimizer %s: freezing the second moment is 1-bit "
+                       "Adam's, for --optimizer adam only (sgd and lars keep no second moment; lamb's is not "
+                       "frozen)", (long long)a->adam_freeze_step, a->optimizer);
     if (strcmp(r->L.schedule, "zb-h1") == 0)
         return TRI_ERR(TRI_EINVAL, "--pipeline-schedule zb-h1 is modelled by the partitioner only; engine_train runs "
                        "1f1b, gpipe and interleaved");
@@ -375,7 +383,8 @@ static int setup(run *r)
     r->sopt.clip_grad = a->clip_grad;
     r->sopt.adamw = (tri_adamw_config){.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
                                        .weight_decay = a->weight_decay, .momentum = a->sgd_momentum,
-                                       .nesterov = a->sgd_nesterov, .lars_eta = a->lars_eta};
+                                       .nesterov = a->sgd_nesterov, .lars_eta = a->lars_eta,
+                                       .freeze_step = a->adam_freeze_step};
     int orc = tri_optimizer_parse(a->optimizer, &r->sopt.adamw.kind);
     if (orc)
         return orc;

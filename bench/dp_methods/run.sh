@@ -10,6 +10,11 @@
 #   none        synchronous AdamW, fp32 all-reduce (the baseline)
 #   1bit qsgd topk powersgd powersgd-rank16   --grad-compression, with error feedback (PowerSGD rank 4, 16)
 #   1bit-two-phase 1bit with --grad-compression-reduce two-phase (not in the default list: run it by name)
+#   1bit-adam   1-bit Adam's two stages (Tang et al. 2021): the plain fp32 reduction and AdamW for the first
+#               fifth of the iterations, then AdamW's second moment frozen and 1bit compression with error
+#               feedback (--grad-compression-start-iter = --adam-freeze-step = iters / 5; run it by name)
+#   adam-freeze AdamW with v frozen after iters / 5, uncompressed: what the freeze alone costs (by name)
+#   1bit-warm   1bit after an uncompressed fifth, v never frozen: what the warm-up alone does (by name)
 #   localsgd-h16   16 local steps, then the replicas' parameters averaged (--outer-optimizer average)
 #   diloco-h16     16 local steps, then an outer Nesterov step (outer lr 0.7, momentum 0.9)
 #   diloco-h16-powersgd diloco-h16-1bit   (not in the default list) DiLoCo H 16 whose outer synchronisation
@@ -45,6 +50,9 @@ flags_of() {
     none) echo "${base[*]}" ;;
     1bit|qsgd|topk) echo "${base[*]} --grad-compression $1" ;;
     1bit-two-phase) echo "${base[*]} --grad-compression 1bit --grad-compression-reduce two-phase" ;;
+    1bit-adam) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5)) --adam-freeze-step $((iters / 5))" ;;
+    adam-freeze) echo "${base[*]} --adam-freeze-step $((iters / 5))" ;;
+    1bit-warm) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5))" ;;
     powersgd) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4" ;;
     powersgd-rank16) echo "${base[*]} --grad-compression powersgd --powersgd-rank 16" ;;
     localsgd-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;

@@ -1,7 +1,8 @@
 /* cuda/optimizer/adamw.cu - the fused AdamW update on the GPU: one pass over param, grad, m and v with the
  * simple kernel of cuda/optimizer/adamw.kern.h (engine/device/ops/optimizer_math.h's tri_adamw_element, tested
  * on the CPU against the CPU backend). The bias corrections are computed on the host with powf exactly as the
- * CPU backend computes them, so both backends feed the element update the same constants. */
+ * CPU backend computes them, so both backends feed the element update the same constants; past
+ * hp->freeze_step v is held and bc2 is the freeze step's (1-bit Adam, Tang et al. 2021 §3). */
 #include <math.h>
 #include <string.h>
 
@@ -19,10 +20,11 @@ extern "C" int tri_cuda_adamw(tri_device *d, tri_tensor param, tri_tensor grad, 
                               tri_tensor v, const tri_adamw_hparams *hp)
 {
     int64_t n = tri_tensor_numel(param);
-    const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, hp->step);
+    const int64_t vstep = tri_adamw_v_step(hp->step, hp->freeze_step);
+    const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, vstep);
     return TRI_CUDA_LAUNCH_N(adamw_kernel, n, tri_cuda_of(d)->stream, tri_fp(param), tri_fp(grad),
                              tri_fp(m), tri_fp(v), n, hp->lr, hp->beta1, hp->beta2, hp->eps,
-                             hp->weight_decay, bc1, bc2, hp->grad_scale);
+                             hp->weight_decay, bc1, bc2, hp->grad_scale, (int)(vstep == hp->step));
 }
 
 /* Groups of up to TRI_ADAMW_GROUP pieces, one launch each: GPT-2 124M's 148 parameters in one launch
@@ -39,7 +41,9 @@ extern "C" int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces
         }
         return rc;
     }
-    const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, hp->step);
+    const int64_t vstep = tri_adamw_v_step(hp->step, hp->freeze_step);
+    const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, vstep);
+    const int update_v = vstep == hp->step; /* 1-bit Adam's frozen v past freeze_step */
     for (int k = 0; k < n && !rc;) {
         tri_adamw_group a;
         memset(&a, 0, sizeof a);
@@ -53,7 +57,7 @@ extern "C" int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces
             a.first[a.n + 1] = a.first[a.n] + tri_tensor_numel(p->param);
         }
         rc = TRI_CUDA_LAUNCH_N(adamw_multi_kernel, a.first[a.n], c->stream, a, hp->lr, hp->beta1, hp->beta2, hp->eps,
-                               bc1, bc2, hp->grad_scale);
+                               bc1, bc2, hp->grad_scale, update_v);
     }
     return rc;
 }

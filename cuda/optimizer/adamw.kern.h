@@ -8,14 +8,15 @@
 #include "engine/device/launch_shapes.h"
 #include "engine/device/ops/optimizer_math.h"
 
-/* One AdamW step on p, m, v (n floats each) with gradient grad * grad_scale. */
+/* One AdamW step on p, m, v (n floats each) with gradient grad * grad_scale; update_v 0 holds v
+ * (1-bit Adam's frozen variance, bc2 then the freeze step's). */
 TRI_KERNEL adamw_kernel(float *p, const float *grad, float *m, float *v, int64_t n, float lr,
                         float beta1, float beta2, float eps, float wd, float bc1, float bc2,
-                        float grad_scale)
+                        float grad_scale, int update_v)
 {
     for (int64_t i = TRI_GLOBAL_ID; i < n; i += TRI_GLOBAL_STRIDE)
         tri_adamw_element(p + i, grad[i] * grad_scale, m + i, v + i, lr, beta1, beta2, eps, wd, bc1,
-                          bc2);
+                          bc2, update_v);
 }
 
 /* ---- many tensors in one launch (tri_op_adamw_multi) ----
@@ -34,13 +35,13 @@ typedef struct tri_adamw_group {
 } tri_adamw_group;
 
 TRI_KERNEL adamw_multi_kernel(tri_adamw_group a, float lr, float beta1, float beta2, float eps, float bc1, float bc2,
-                              float grad_scale)
+                              float grad_scale, int update_v)
 {
     for (int64_t i = TRI_GLOBAL_ID; i < a.first[a.n]; i += TRI_GLOBAL_STRIDE) {
         int k = tri_piece_of(a.first, a.n, i);
         int64_t j = i - a.first[k];
         tri_adamw_element(a.p[k] + j, a.g[k][j] * grad_scale, a.m[k] + j, a.v[k] + j, lr, beta1, beta2, eps, a.wd[k],
-                          bc1, bc2);
+                          bc1, bc2, update_v);
     }
 }
 

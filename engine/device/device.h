@@ -49,6 +49,9 @@ typedef struct tri_adamw_hparams {
     float weight_decay;   /* 0 for parameters excluded from decay */
     float grad_scale;     /* multiplies every gradient first (global-norm clipping) */
     int64_t step;         /* 1-based, for bias correction */
+    int64_t freeze_step;  /* 0: v always updates; N > 0: from step N + 1 on, v is held and its bias
+                             correction is 1 - beta2^N (1-bit Adam's compression stage, Tang et al.
+                             2021 §3); adamw and adamw_multi only */
 } tri_adamw_hparams;
 
 /* One tensor of a multi-tensor AdamW (tri_op_adamw_multi): fp32 param, grad, m and v of equal

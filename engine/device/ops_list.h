@@ -187,7 +187,9 @@ TRI_OP(ce_fused, (tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tens
 
 /* ---- optimizer ----
  * One AdamW step on equal-length 1-d views (fp32): g = grad * grad_scale;
- * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p). */
+ * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p).
+ * With hp->freeze_step N > 0 and step > N, v is left as it is and v_hat = v / (1 - b2^N): 1-bit
+ * Adam's frozen variance (Tang et al. 2021 §3); freeze_step 0 is the plain step, bit for bit. */
 TRI_OP(adamw, (tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, tri_tensor v,
                const tri_adamw_hparams *hp))
 /* The same step over many tensors in one call (Apex's multi_tensor_adam): each piece gets exactly

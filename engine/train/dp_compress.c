@@ -209,10 +209,10 @@ static int zero_vocab_padding(tri_dp_compress *x, tri_device *dev, int unit, tri
 
 bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter)
 {
-    return !x->on || (x->c.kind == TRI_COMPRESS_POWERSGD && iter < x->c.powersgd_start_iter);
+    return !x->on || iter < tri_compression_start_iter(&x->c);
 }
 
-/* The plain reduction of one unit (powersgd's first iterations): all-reduce at stage 0,
+/* The plain reduction of one unit (the iterations before tri_compression_start_iter): all-reduce at stage 0,
  * reduce-scatter into the owned slice at stage 1. */
 static int plain_unit(tri_dp_compress *x, tri_comm *dp, tri_tensor whole, int unit)
 {

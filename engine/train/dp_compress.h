@@ -16,8 +16,9 @@
  *                      of D(c_j from that rank) + r_s, c_s = C(s), r_s = s - D(c_s) (server error
  *                      feedback, r_s this rank's own); phase 2: all-gather the D c_s; the unit's
  *                      gradient = D(c_s of each chunk): the same bits on every rank.
- *   powersgd           for the first powersgd_start_iter iterations the plain reduction, residual
- *                      untouched (PyTorch's powerSGD_hook); then e = g + r; per matrix parameter
+ *   (every kind)       for the iterations before tri_compression_start_iter the plain reduction,
+ *                      residual untouched (PyTorch's powerSGD_hook; 1-bit Adam's warm-up stage)
+ *   powersgd           e = g + r; per matrix parameter
  *                      M (rows x cols) P^T = Q^T M^T, all-reduced (with the unit's vectors, sent
  *                      whole), rows orthonormalised, Q^T = P^T M, all-reduced (Q kept as the next
  *                      step's warm start), gradient = P Q^T, r = e - P Q^T / dp (the local share of
@@ -119,7 +120,8 @@ int tri_dp_compress_q_write(tri_dp_compress *x, tri_device *dev, int64_t at, int
 int tri_dp_compress_server_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host);
 int tri_dp_compress_server_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host);
 
-/* Whether unit u is reduced uncompressed at iteration iter (powersgd's first iterations). */
+/* Whether the units are reduced uncompressed at iteration iter: without compression, and before
+ * tri_compression_start_iter (--grad-compression-start-iter, powersgd's --powersgd-start-iter). */
 bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter);
 
 #ifdef __cplusplus

@@ -22,8 +22,14 @@ tri_compression tri_compression_defaults(void)
         .topk_fraction = TRI_COMPRESS_DEFAULT_TOPK_FRACTION,
         .powersgd_rank = TRI_COMPRESS_DEFAULT_POWERSGD_RANK,
         .powersgd_start_iter = TRI_COMPRESS_DEFAULT_POWERSGD_START,
+        .start_iter = 0,
         .seed = 0,
     };
+}
+
+int64_t tri_compression_start_iter(const tri_compression *c)
+{
+    return c->kind == TRI_COMPRESS_POWERSGD ? c->powersgd_start_iter : c->start_iter;
 }
 
 const char *tri_compression_name(tri_compression_kind k)
@@ -81,6 +87,9 @@ int tri_compression_check(const tri_compression *c, int zero_stage)
     if (c->kind == TRI_COMPRESS_POWERSGD && c->powersgd_start_iter < 0)
         return TRI_ERR(TRI_EINVAL, "--powersgd-start-iter %lld: expected 0 or more",
                        (long long)c->powersgd_start_iter);
+    if (c->start_iter < 0)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression-start-iter %lld: expected 0 or more",
+                       (long long)c->start_iter);
     if (zero_stage >= 2)
         return TRI_ERR(TRI_EINVAL, "--grad-compression %s with --zero-stage %d: compression needs a whole "
                        "gradient and its error-feedback residual on every rank, which ZeRO 2-3 do not keep "

@@ -28,6 +28,12 @@
  *             norm weights) are all-reduced uncompressed, and every gradient is reduced
  *             uncompressed for the first `powersgd_start_iter` iterations (PyTorch's
  *             powerSGD_hook, start_powerSGD_iter), error feedback starting after them.
+ * Every compressor reduces uncompressed (the plain fp32 reduction, the bits of a run without
+ * compression, no residual) for the iterations before tri_compression_start_iter: `start_iter`
+ * (--grad-compression-start-iter, default 0), PowerSGD's spelled `powersgd_start_iter`. This is
+ * 1-bit Adam's warm-up stage (Tang et al. 2021 §3): with --adam-freeze-step at the same iteration,
+ * Adam's variance is frozen when compression starts, so the update is linear in the gradient and
+ * error feedback compensates the compressor.
  * Collectives over the data-parallel group of D ranks: 1bit, qsgd and topk all-gather every
  * rank's payload and each rank decodes the D payloads and adds them in rank order (so every rank
  * holds the same sum, and the result does not depend on the comm's reduction order); powersgd
@@ -89,11 +95,17 @@ typedef struct tri_compression {
     float topk_fraction;         /* topk: in (0, 1] */
     int powersgd_rank;           /* powersgd: r >= 1 */
     int64_t powersgd_start_iter; /* powersgd: uncompressed iterations first (>= 0) */
+    int64_t start_iter;          /* 1bit, qsgd, topk: uncompressed iterations first (>= 0); powersgd
+                                    reads powersgd_start_iter (tri_compression_start_iter) */
     uint64_t seed;               /* qsgd's stochastic rounding (the run's seed) */
 } tri_compression;
 
 /* The default of every field, kind none. */
 tri_compression tri_compression_defaults(void);
+
+/* The first compressed iteration (0-based; iterations before it reduce uncompressed):
+ * powersgd_start_iter for powersgd, start_iter for the others. */
+int64_t tri_compression_start_iter(const tri_compression *c);
 
 /* "none", "1bit", "qsgd", "topk", "powersgd"; parse returns -1 for another name. */
 const char *tri_compression_name(tri_compression_kind k);

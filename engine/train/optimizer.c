@@ -112,7 +112,8 @@ static tri_adamw_hparams adam_hparams(const tri_optimizer *o, float lr, float gr
 {
     return (tri_adamw_hparams){.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
                                .weight_decay = 0.0f /* each piece carries its own */,
-                               .grad_scale = grad_scale, .step = o->step + 1};
+                               .grad_scale = grad_scale, .step = o->step + 1,
+                               .freeze_step = o->cfg.kind == TRI_OPT_ADAM ? o->cfg.freeze_step : 0};
 }
 
 int tri_optimizer_lamb_direction(tri_device *d, tri_optimizer *o, const tri_zero *z, float grad_scale)

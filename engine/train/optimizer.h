@@ -34,6 +34,8 @@ typedef struct tri_adamw_config {
     float momentum;           /* SGD and LARS: mu */
     bool nesterov;            /* SGD and LARS: Nesterov momentum */
     float lars_eta;           /* LARS trust coefficient */
+    int64_t freeze_step;      /* AdamW: 0, or v frozen after this many steps (1-bit Adam's freeze_step,
+                                 Tang et al. 2021 §3; tri_adamw_hparams.freeze_step) */
 } tri_adamw_config;
 
 /* "adam", "sgd", "lars", "lamb"; tri_optimizer_parse: the kind of a name, TRI_EINVAL naming it. */

@@ -460,6 +460,53 @@ Test(gpu_ops, adamw_multi)
     cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
 }
 
+/* 1-bit Adam's frozen variance (hp.freeze_step 5 at step 7): in the fast and the simple form, v keeps
+ * its bits, param and m match the CPU within TOL, and the step differs from the unfrozen one (bc2 is
+ * 1 - beta2^5, not 1 - beta2^7, and v did not take g^2): the freeze is not a no-op. */
+Test(gpu_ops, adamw_multi_frozen_v)
+{
+    enum { P = 3 };
+    int64_t lens[P] = {4097, 0, 1001}, n = 0;
+    for (int k = 0; k < P; k++)
+        n += lens[k];
+    tri_tensor s = tri_tensor_1d(NULL, TRI_F32, n);
+    float *p0 = ot_uniform((size_t)n, -1, 1, 150), *m0 = ot_uniform((size_t)n, -0.1f, 0.1f, 152);
+    float *v0 = ot_uniform((size_t)n, 0, 0.01f, 153);
+    both g = uniform(s, -1, 1, 151);
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = 7,
+                            .freeze_step = 5};
+    for (int simple = 0; simple < 2; simple++) {
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        both p = make(s, p0), m = make(s, m0), v = make(s, v0), pu = make(s, p0), mu = make(s, m0), vu = make(s, v0);
+        tri_adamw_piece pc[P], pg[P], pgu[P];
+        for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
+            float wd = k % 2 ? 0.0f : 0.1f;
+            int64_t len = lens[k];
+            pg[k] = (tri_adamw_piece){tri_tensor_range(p.g, at, len), tri_tensor_range(g.g, at, len),
+                                      tri_tensor_range(m.g, at, len), tri_tensor_range(v.g, at, len), wd};
+            pc[k] = (tri_adamw_piece){tri_tensor_range(p.c, at, len), tri_tensor_range(g.c, at, len),
+                                      tri_tensor_range(m.c, at, len), tri_tensor_range(v.c, at, len), wd};
+            pgu[k] = (tri_adamw_piece){tri_tensor_range(pu.g, at, len), tri_tensor_range(g.g, at, len),
+                                       tri_tensor_range(mu.g, at, len), tri_tensor_range(vu.g, at, len), wd};
+        }
+        BOTH(tri_op_adamw_multi(cpu, pc, P, &hp), tri_op_adamw_multi(gpu, pg, P, &hp));
+        tri_adamw_hparams plain = hp;
+        plain.freeze_step = 0;
+        cr_assert_eq(tri_op_adamw_multi(gpu, pgu, P, &plain), TRI_OK, "%s", tri_error_message());
+        cr_assert(ot_same_bits("adamw_multi frozen v, CUDA", gpu_read(gpu, v.g), v0, (size_t)n));
+        cr_assert(ot_same_bits("adamw_multi frozen v, CPU", gpu_read(cpu, v.c), v0, (size_t)n));
+        cmp("adamw_multi frozen param, CUDA vs CPU", p, TOL);
+        cmp("adamw_multi frozen m, CUDA vs CPU", m, TOL);
+        const float *fp_ = gpu_read(gpu, p.g), *up = gpu_read(gpu, pu.g);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; i++)
+            differ += fp_[i] != up[i];
+        cr_assert_gt(differ, n / 2, "frozen and plain steps differ in %lld of %lld params", (long long)differ,
+                     (long long)n);
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
 /* SGD, LARS and LAMB (cuda/optimizer/momentum.cu) against the CPU: 7 pieces of one buffer (one
  * empty), the trust ratios computed on each device from the same partial sums (their bits: the same
  * double sums and tri_trust_ratio), pieces with and without a ratio, decay on and off, two steps. */

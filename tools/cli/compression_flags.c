@@ -11,7 +11,7 @@ void tri_cli_compression_defaults(tri_cli_compression *f)
     tri_compression d = tri_compression_defaults();
     *f = (tri_cli_compression){.kind = "none", .reduce = "allgather", .block_size = d.block_size, .qsgd_levels = d.qsgd_levels,
                                .powersgd_rank = d.powersgd_rank, .topk_fraction = d.topk_fraction,
-                               .powersgd_start_iter = d.powersgd_start_iter};
+                               .powersgd_start_iter = d.powersgd_start_iter, .start_iter = d.start_iter};
 }
 
 int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
@@ -34,9 +34,15 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
                         1 << 20, NULL, false};
     t[n++] = (tri_flag){"powersgd-start-iter", TRI_FLAG_INT64, &f->powersgd_start_iter,
                         "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter; "
-                        "iterations, not reductions: with --local-sgd-steps the outer synchronisations within the "
-                        "first that many iterations reduce uncompressed)", 0,
-                        1e12, NULL, false};
+                        "PowerSGD's spelling of --grad-compression-start-iter; iterations, not reductions: with "
+                        "--local-sgd-steps the outer synchronisations within the first that many iterations reduce "
+                        "uncompressed)", 0, 1e12, NULL, false};
+    t[n++] = (tri_flag){"grad-compression-start-iter", TRI_FLAG_INT64, &f->start_iter,
+                        "iterations reduced uncompressed (the plain fp32 reduction: the bits of a run without "
+                        "compression, no error-feedback residual) before any compressor starts: 1-bit Adam's "
+                        "warm-up stage (Tang et al. 2021, who freeze Adam's v at the same N: --adam-freeze-step; "
+                        "15-25% of training). For powersgd it sets --powersgd-start-iter (both given: they must "
+                        "agree)", 0, 1e12, NULL, false};
     t[n++] = (tri_flag){"grad-compression-reduce", TRI_FLAG_CHOICE, &f->reduce,
                         "how 1bit, qsgd and topk payloads cross the data-parallel group: allgather (every rank's "
                         "payload to every rank: bytes per rank grow as dp - 1 payloads) or two-phase (1-bit Adam's "
@@ -71,6 +77,17 @@ int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_s
     c.topk_fraction = f->topk_fraction;
     c.powersgd_rank = f->powersgd_rank;
     c.powersgd_start_iter = f->powersgd_start_iter;
+    c.start_iter = f->start_iter;
+    if (c.kind == TRI_COMPRESS_POWERSGD && f->start_iter_given && f->powersgd_start_iter_given &&
+        f->start_iter != f->powersgd_start_iter)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression-start-iter %lld and --powersgd-start-iter %lld: both set "
+                       "PowerSGD's first compressed iteration; give one, or the same value",
+                       (long long)f->start_iter, (long long)f->powersgd_start_iter);
+    if (c.kind == TRI_COMPRESS_POWERSGD) { /* one first iteration, in both fields */
+        if (f->start_iter_given)
+            c.powersgd_start_iter = f->start_iter;
+        c.start_iter = c.powersgd_start_iter;
+    }
     c.seed = seed;
     int rc = tri_compression_check(&c, zero_stage);
     if (rc)

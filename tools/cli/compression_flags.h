@@ -20,7 +20,11 @@ typedef struct tri_cli_compression {
     int block_size, qsgd_levels, powersgd_rank;
     float topk_fraction;
     int64_t powersgd_start_iter;
+    int64_t start_iter;         /* --grad-compression-start-iter */
     bool reset_state;
+    /* whether --grad-compression-start-iter and --powersgd-start-iter were given (the flag table's
+     * seen, set by the tool before resolving): powersgd takes the generic one when only it is given */
+    bool start_iter_given, powersgd_start_iter_given;
 } tri_cli_compression;
 
 /* grad_compression.h's defaults, kind none. */
@@ -28,7 +32,9 @@ void tri_cli_compression_defaults(tri_cli_compression *f);
 /* Appends the flags to table t at n; returns the new count. */
 int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n);
 /* The compression the flags ask for, checked against the ZeRO stage (TRI_EINVAL naming the flag and
- * value). With dp 1 a compressor warns on rank 0 and gives none: there is nothing to reduce. The
+ * value). --grad-compression-start-iter N applies to every compressor; for powersgd it is another
+ * spelling of --powersgd-start-iter (given alone it sets it; both given with different values:
+ * TRI_EINVAL naming both). With dp 1 a compressor warns on rank 0 and gives none: there is nothing to reduce. The
  * run's seed drives qsgd's rounding and PowerSGD's initial Q. */
 int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_stage, uint64_t seed,
                                 tri_compression *out);

@@ -24,6 +24,9 @@ static int adamw_check(const char *op, tri_tensor param, tri_tensor grad, tri_te
     if (!rc) rc = tri_need_numel(op, "v", v, n);
     if (!rc && hp->step < 1)
         rc = TRI_ERR(TRI_EINVAL, "%s: step must be >= 1 (got %lld)", op, (long long)hp->step);
+    if (!rc && hp->freeze_step < 0)
+        rc = TRI_ERR(TRI_EINVAL, "%s: freeze_step must be >= 0 (0: v never frozen; got %lld)", op,
+                     (long long)hp->freeze_step);
     return rc;
 }
 

@@ -13,16 +13,25 @@
 
 /* ---- AdamW on one element (Loshchilov & Hutter 2019, Algorithm 2) ----
  * In torch.optim.AdamW's order of operations: decay first, then the Adam step.
- * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. */
+ * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. update_v 0 holds v (1-bit Adam's compression stage, Tang
+ * et al. 2021 §3: the update is then linear in m, so error feedback compensates a compressed
+ * gradient); the caller then passes bc2 = 1 - beta2^freeze_step (tri_adamw_v_step). */
 TRI_HD void tri_adamw_element(float *p, float g, float *m, float *v, float lr, float beta1,
-                              float beta2, float eps, float wd, float bc1, float bc2)
+                              float beta2, float eps, float wd, float bc1, float bc2, int update_v)
 {
     float mm = beta1 * *m + (1.0f - beta1) * g;
-    float vv = beta2 * *v + (1.0f - beta2) * g * g;
+    float vv = update_v ? beta2 * *v + (1.0f - beta2) * g * g : *v;
     *m = mm;
     *v = vv;
     float pp = *p * (1.0f - lr * wd);
     *p = pp - (lr / bc1) * mm / (sqrtf(vv) / sqrtf(bc2) + eps);
+}
+
+/* The step whose bias correction v carries: step, or freeze_step once v is frozen (step >
+ * freeze_step > 0). v updates at step exactly when the result is step. */
+TRI_HD int64_t tri_adamw_v_step(int64_t step, int64_t freeze_step)
+{
+    return freeze_step > 0 && step > freeze_step ? freeze_step : step;
 }
 
 /* ---- SGD with momentum on one element (torch.optim.SGD, dampening 0) ----
