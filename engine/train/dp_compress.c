@@ -174,8 +174,8 @@ int tri_dp_compress_residual_write(tri_dp_compress *x, tri_device *dev, int64_t 
  * it), so it is not applied and carries no error feedback; this also keeps the padding rows of the
  * weights zero and makes the residuals exactly what their per-parameter checkpoint entries hold
  * (state_shards.h). */
-static int zero_padding(tri_dp_compress *x, tri_device *dev, int unit, tri_tensor t, int64_t base, int64_t lo,
-                        int64_t hi)
+int tri_dp_compress_zero_padding(const tri_dp_compress *x, tri_device *dev, int unit, tri_tensor t, int64_t base,
+                                 int64_t lo, int64_t hi)
 {
     const tri_param_unit *u = &x->L->units[unit];
     int64_t at = u->start;
@@ -305,7 +305,7 @@ static int server_step(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int un
     if (!rc) rc = pack(x, dev, cs, s, stream);
     if (!rc) rc = tri_op_copy(dev, rs, s);
     if (!rc) rc = unpack_add(x, dev, rs, cs, len, 0, -1.0f);
-    if (!rc) rc = zero_padding(x, dev, unit, rs, at, at, at + len);
+    if (!rc) rc = tri_dp_compress_zero_padding(x, dev, unit, rs, at, at, at + len);
     return rc;
 }
 
@@ -506,7 +506,7 @@ int tri_dp_compress_reduce(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tr
         if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD              ? powersgd_unit(x, dev, dp, g, unit)
                       : x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? two_phase_unit(x, dev, dp, g, r, unit, iter)
                                                                      : gather_unit(x, dev, dp, g, r, unit, iter);
-        if (!rc) rc = zero_padding(x, dev, unit, x->residual, 0, u->start, u->start + u->len);
+        if (!rc) rc = tri_dp_compress_zero_padding(x, dev, unit, x->residual, 0, u->start, u->start + u->len);
         if (!rc) rc = zero_vocab_padding(x, dev, unit, g);
     }
     x->last_sent += tri_comm_wire_bytes(dp, TRI_COMM_KINDS) - before;

@@ -124,6 +124,13 @@ int tri_dp_compress_server_write(tri_dp_compress *x, tri_device *dev, int64_t at
  * tri_compression_start_iter (--grad-compression-start-iter, powersgd's --powersgd-start-iter). */
 bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter);
 
+/* Zeroes what is not the model's in t over the flat range [lo, hi) of unit `unit` (t's element 0 is
+ * flat offset `base`): the layout's padding between the unit's parameters and after the last, and
+ * the vocabulary padding rows (tri_param_real_numel). The compressed reduction does this to every
+ * residual it keeps; callers use it on a decoded result. Returns a status. */
+int tri_dp_compress_zero_padding(const tri_dp_compress *x, tri_device *dev, int unit, tri_tensor t, int64_t base,
+                                 int64_t lo, int64_t hi);
+
 #ifdef __cplusplus
 }
 #endif

@@ -99,31 +99,6 @@ static int align_copies(const tri_param_layout *L, tri_outer_state *o, tri_tenso
     return rc;
 }
 
-/* Compressed: what is not a parameter element (the layout's padding, vocabulary padding rows) keeps
- * no decoded mean and no outer residual, so it stays zero as it does uncompressed (1bit decodes a
- * zero as +scale) and the checkpointed state is all of it. whole's owned slice [own, own + n). */
-static int keep_real(tri_device *d, const tri_param_layout *L, tri_outer_state *o, tri_tensor whole, int64_t own,
-                     int64_t n, int u)
-{
-    const tri_param_unit *un = &L->units[u];
-    int64_t at = 0; /* in the unit: the end of the last real range */
-    int rc = TRI_OK;
-    for (int i = un->first; i <= un->first + un->count && !rc; i++) {
-        bool last = i == un->first + un->count;
-        const tri_param *p = last ? NULL : &L->params[i];
-        int64_t next = last ? un->len : p->offset - un->start;
-        int64_t a = at > own ? at : own, b = next < own + n ? next : own + n;
-        if (b > a) rc = tri_op_fill(d, tri_tensor_range(whole, a, b - a), 0.0f);
-        if (last || rc)
-            break;
-        int64_t real = tri_param_real_numel(p);
-        if (real < p->numel) /* the padding rows: no residual, no mean */
-            rc = tri_op_fill(d, tri_tensor_range(o->comp.residual, p->offset + real, p->numel - real), 0.0f);
-        at = next + real;
-    }
-    return rc;
-}
-
 /* The mean over dp of unit u's deltas (whole: this rank's, len; overwritten) into *mean (the owned
  * slice, n): the plain reduce-scatter into the scratch's mean, or the compressed reduction of
  * whole / dp (engine/train/dp_compress.h, its ZeRO-1 form), whose decoded sum lands in whole's own
@@ -137,7 +112,11 @@ static int reduce_deltas(tri_device *d, tri_comm *dp, tri_outer_state *o, tri_te
     *mean = tri_tensor_range(whole, (int64_t)dp->rank * n, n);
     int rc = tri_op_scale(d, whole, 1.0f / (float)dp->size);
     if (!rc) rc = tri_dp_compress_reduce(&o->comp, d, dp, whole, u, iter);
-    if (!rc) rc = keep_real(d, o->comp.L, o, whole, (int64_t)dp->rank * n, n, u);
+    /* what is not a parameter element (the layout's padding, vocabulary padding rows) keeps no
+     * decoded mean (the reduction already keeps no residual there), so it stays zero as it does
+     * uncompressed (1bit decodes a zero as +scale) and the checkpointed state is all of it */
+    int64_t start = o->comp.L->units[u].start, own = start + (int64_t)dp->rank * n;
+    if (!rc) rc = tri_dp_compress_zero_padding(&o->comp, d, u, whole, start, own, own + n);
     return rc ? rc : align_copies(o->comp.L, o, whole, (int64_t)dp->rank * n, n, u, copies);
 }
 
