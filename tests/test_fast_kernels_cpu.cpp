@@ -5,7 +5,8 @@
  * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree; the
  * layernorm, RMSNorm and causal softmax rows a warp per row, alone and after the residual add, GELU
  * (alone and after a bias add) 8 elements a thread; SwiGLU and the
- * rotary embedding a block per row)
+ * rotary embedding a block per row; the embedding backward's token links, a bitonic tile sort in
+ * shared memory and merge passes, against the O(N^2) scan they replace)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as lanes (fibers)
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
