@@ -11,7 +11,9 @@
  * cuda/kernels/mma_shim.h; a WMMA fragment in the standard model of access_check.h, as its lanes'
  * addresses are implementation-defined), and the test asserts that every shared-memory access is at
  * most 2-way conflicted and that the global loads and stores of the tiles and outputs use whole
- * 32-byte sectors. With TRIDENT_TEST_VERBOSE=1 it prints each access's worst degree. */
+ * 32-byte sectors. The embedding backward's token-links sort (cuda/embedding/token_links_fast.cuh) is
+ * checked the same way through tri_links_slot and tri_links_pair_lo. With TRIDENT_TEST_VERBOSE=1 it
+ * prints each access's worst degree. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 
 #include "cuda/attention/flash_mma.kern.h"
 #include "cuda/crossentropy/crossentropy_fast.cuh"
+#include "cuda/embedding/token_links_fast.cuh"
 #include "cuda/warp.cuh"
 #include "tests/access_check.h"
 
@@ -463,4 +466,56 @@ Test(access_patterns, row_kernels)
         check_rows("norms, softmax, row max (a warp a row)", bf16, 4096, 1, TRI_ROW_SLOTS);
         check_rows("cross-entropy (a block a row)", bf16, 50304, TRI_CE_WARPS, TRI_CE_SLOTS);
     }
+}
+
+/* ---- the token links' tile sort (cuda/embedding/token_links_fast.cuh) ----
+ * A tile of TRI_LINKS_TILE 8-byte keys in shared memory, TRI_LINKS_THREADS threads. Every warp's
+ * accesses: the strided passes (the load's shared store, the links' reads of a slot and its two
+ * neighbours, the store of the sorted keys) at tri_links_slot, and both reads and writes of every
+ * bitonic step j = 1 .. TILE / 2 at tri_links_pair_lo(p, j) and + j. 8-byte accesses are served a
+ * half-warp a phase: strided passes 1-way; bitonic steps j >= 16 1-way, j < 16 2-way (16 lanes
+ * spread over 32 words). Global: the token loads (4 bytes a lane) and the key stores (8 bytes)
+ * of a warp cover whole sectors, as the merge passes' key loads (a thread per key, consecutive).
+ * The merge's stores and the links' writes (next[pos], first[pos]) go where the data sends them,
+ * so they are not asserted. */
+Test(access_patterns, token_links_sort)
+{
+    int worst_slot = 0, worst_step = 0;
+    const int per = TRI_LINKS_TILE / TRI_LINKS_THREADS;
+    for (int w = 0; w < TRI_LINKS_THREADS / 32; w++) {
+        for (int r = 0; r < per; r++)
+            for (int shift = -1; shift <= 1; shift++) {
+                tri_warp_access a = tri_access(8);
+                for (int l = 0; l < 32; l++) {
+                    int slot = tri_links_slot(32 * w + l, r) + shift;
+                    if (slot >= 0 && slot < TRI_LINKS_TILE)
+                        tri_access_set(a, l, (uint64_t)slot * 8u);
+                }
+                worst_slot = std::max(worst_slot, tri_bank_conflict_degree(a));
+            }
+        for (int r = 0; r < per; r++) {
+            tri_warp_access tok = tri_access(4), key = tri_access(8);
+            for (int l = 0; l < 32; l++) {
+                int slot = tri_links_slot(32 * w + l, r);
+                tri_access_set(tok, l, 4096u + (uint64_t)slot * 4u);
+                tri_access_set(key, l, 65536u + (uint64_t)slot * 8u);
+            }
+            cr_assert(tri_global_sectors(tok).whole(), "token links: a warp's token load uses partial sectors");
+            cr_assert(tri_global_sectors(key).whole(), "token links: a warp's key store or load uses partial sectors");
+        }
+        for (int j = 1; j < TRI_LINKS_TILE; j <<= 1)
+            for (int p0 = 0; p0 < TRI_LINKS_TILE / 2; p0 += TRI_LINKS_THREADS)
+                for (int hi = 0; hi < 2; hi++) {
+                    tri_warp_access a = tri_access(8);
+                    for (int l = 0; l < 32; l++)
+                        tri_access_set(a, l, (uint64_t)(tri_links_pair_lo(p0 + 32 * w + l, j) + hi * j) * 8u);
+                    int deg = tri_bank_conflict_degree(a);
+                    if (getenv("TRIDENT_TEST_VERBOSE") && w == 0 && p0 == 0 && hi == 0)
+                        fprintf(stderr, "token links bitonic step j %d: %d-way\n", j, deg);
+                    worst_step = std::max(worst_step, deg);
+                }
+    }
+    cr_assert_eq(worst_slot, 1, "token links: a strided pass of the tile is %d-way", worst_slot);
+    cr_assert(worst_step <= 2, "token links: a bitonic step is %d-way (at most 2 expected)", worst_step);
+    cr_assert_eq(worst_step, 2, "token links: the steps below 16 are 2-way in this model, found %d", worst_step);
 }

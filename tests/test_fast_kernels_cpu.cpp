@@ -5,7 +5,8 @@
  * thread with 16-byte accesses; the chunk totals of the reductions a block with a shared tree; the
  * layernorm, RMSNorm and causal softmax rows a warp per row, alone and after the residual add, GELU
  * (alone and after a bias add) 8 elements a thread; SwiGLU and the
- * rotary embedding a block per row)
+ * rotary embedding a block per row; the embedding backward's token links, a bitonic tile sort in
+ * shared memory and merge passes, against the O(N^2) scan they replace)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as lanes (fibers)
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
@@ -47,6 +48,8 @@
 #include "cuda/norms/rmsnorm.kern.h"
 #include "cuda/attention/rope.kern.h"
 #include "cuda/activations/swiglu.kern.h"
+#include "cuda/embedding/embedding.kern.h"
+#include "cuda/embedding/token_links_fast.cuh"
 extern "C" {
 #include "engine/device/device.h"
 #include "tests/opsutil.h"
@@ -533,4 +536,78 @@ Test(fast_kernels_cpu, llama_elementwise_same_bits_as_twins)
                 tri_emu_launch(4, 64, [&] { rope_fast_kernel(x2, bf, cs, sn, N, W, heads, half, T, row0, backward); });
                 same(what, x2, x1, (size_t)(N * W), bf);
             }
+}
+
+/* ---- the embedding backward's token links: the sort against the O(N^2) scan ----
+ * cuda/embedding/token_links_fast.cuh (a bitonic tile sort in shared memory, then merge passes by
+ * rank, the last writing the links) must give exactly the arrays of token_links_kernel, the simple
+ * twin, for: random tokens with many repeats, all equal, all distinct (ascending and descending),
+ * the int32 extremes (the key's sign flip), N = 1, 2, not a power of two, one tile exactly and one
+ * over (4096, 4097), and micro-batch sizes 8192 and 20000 (two and five tiles: one and three
+ * merge passes). The launches are embedding.cu's (a block of TRI_LINKS_THREADS a tile) and a grid
+ * of one block for every kernel (the tile loop and the grid-stride loop turn); next and first start
+ * as 0x5a5a5a5a, so an element no kernel writes fails. */
+static void links_case(const char *what, const int32_t *tok, int64_t N)
+{
+    int32_t *want_next = ot_ints((size_t)N), *want_first = ot_ints((size_t)N);
+    TRI_LAUNCH(token_links_kernel, tri_grid_for(N, TRI_BLOCK), TRI_BLOCK, want_next, want_first, tok, N);
+    for (int one_block = 0; one_block < 2; one_block++) {
+        int32_t *next = ot_ints((size_t)N), *first = ot_ints((size_t)N);
+        memset(next, 0x5a, (size_t)N * 4);
+        memset(first, 0x5a, (size_t)N * 4);
+        uint64_t *src = (uint64_t *)(void *)ot_floats((size_t)(4 * N)), *dst = src + N;
+        unsigned tiles = one_block ? 1u : (unsigned)((N + TRI_LINKS_TILE - 1) / TRI_LINKS_TILE);
+        tri_emu_launch(tiles, TRI_LINKS_THREADS, [&] { token_links_tile_kernel(src, next, first, tok, N); });
+        int merges = 0;
+        for (int64_t w = TRI_LINKS_TILE; w < N; w *= 2, merges++) {
+            int last = 2 * w >= N;
+            unsigned grid = one_block ? 1u : (unsigned)tri_grid_for(N, TRI_BLOCK);
+            tri_emu_launch(grid, TRI_BLOCK, [&] { token_links_merge_kernel(dst, next, first, src, N, w, last); });
+            uint64_t *t = src;
+            src = dst;
+            dst = t;
+        }
+        cr_assert_eq(merges, tri_links_merges(N), "%s: %d merge passes, launch_shapes.h says %d", what, merges,
+                     tri_links_merges(N));
+        for (int64_t n = 0; n < N; n++) {
+            cr_assert_eq(next[n], want_next[n], "%s N %lld%s: next[%lld] %d, the scan's %d", what, (long long)N,
+                         one_block ? " (one block)" : "", (long long)n, next[n], want_next[n]);
+            cr_assert_eq(first[n], want_first[n], "%s N %lld%s: first[%lld] %d, the scan's %d", what, (long long)N,
+                         one_block ? " (one block)" : "", (long long)n, first[n], want_first[n]);
+        }
+    }
+}
+
+Test(fast_kernels_cpu, token_links_same_as_twin)
+{
+    /* the twin itself on a hand-worked case */
+    const int32_t hand[6] = {5, 3, 5, 5, 3, 9};
+    const int32_t hand_next[6] = {2, 4, 3, -1, -1, -1}, hand_first[6] = {1, 1, 0, 0, 0, 1};
+    int32_t *hn = ot_ints(6), *hf = ot_ints(6);
+    TRI_LAUNCH(token_links_kernel, 1, 32, hn, hf, hand, (int64_t)6);
+    cr_assert(memcmp(hn, hand_next, sizeof hand_next) == 0 && memcmp(hf, hand_first, sizeof hand_first) == 0,
+              "token_links_kernel on 5 3 5 5 3 9");
+    links_case("hand-worked", hand, 6);
+
+    const int64_t sizes[] = {1, 2, 3, 100, 1000, 4095, 4096, 4097, 8192, 20000};
+    for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+        int64_t N = sizes[z];
+        int32_t *rnd = ot_ints((size_t)N), *eq = ot_ints((size_t)N), *up = ot_ints((size_t)N), *down = ot_ints((size_t)N);
+        int32_t *ext = ot_ints((size_t)N);
+        uint64_t s = 1234 + (uint64_t)N;
+        for (int64_t n = 0; n < N; n++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            rnd[n] = (int32_t)((s >> 33) % 50257 % (N / 8 + 3)); /* about 8 repeats a token */
+            eq[n] = 7;
+            up[n] = (int32_t)n;
+            down[n] = (int32_t)(N - n) * 3;
+            const int32_t pick[4] = {INT32_MIN, INT32_MAX, -1, 0};
+            ext[n] = pick[(s >> 40) % 4];
+        }
+        links_case("random, repeating", rnd, N);
+        links_case("all equal", eq, N);
+        links_case("all distinct, ascending", up, N);
+        links_case("all distinct, descending", down, N);
+        links_case("int32 extremes", ext, N);
+    }
 }

@@ -7,6 +7,9 @@
  *   the unfused attention: per sequence a T x T x HS product over NH heads into the scores, one
  *     softmax over them all, per sequence a T x HS x T product: 2 B + 1 launches;
  *   the fused attention: 2 products of 2 HS FLOPs per (query, key) pair of the causal 64 x 64 tiles;
+ *   the embedding backward's token links: a bitonic tile sort (4096 keys: 2048 pairs x 78 steps a full
+ *     tile) and a merge pass per doubling (16 N bytes, log2(width) + 1 compares a key), then the
+ *     linked update: 2 + ceil(log2(ceil(N / 4096))) launches;
  *   the roofline: max(FLOPs / (peak x gemm), bytes / (bandwidth x memory)) + 4 us, whichever bound;
  *   a GPT-2 step: the matmuls' FLOPs 6 B T (12 L C^2 + C V_padded) in 12 L + 3 calls; one AdamW and
  *     one sum of squares per parameter tensor in the 2026-11-27 op set, one multi-tensor launch each
@@ -89,6 +92,41 @@ Test(kernel_time, matmul_closed_form)
     tri_device_free(d, pb);
     tri_device_free(d, pc);
     tri_device_free(d, pbias);
+    tri_device_destroy(d);
+}
+
+Test(kernel_time, embedding_backward_links)
+{
+    tri_device *d = cost_device(true);
+    const int64_t C = 8, V_l = 64;
+    /* N; launches; the tile sort's compare-exchanges (a partial tile: the power of two holding it) */
+    const struct {
+        int64_t N, launches;
+        double sort;
+    } cases[] = {{1, 2, 0.0}, {100, 2, 64.0 * 28}, {4096, 2, 2048.0 * 78}, {4196, 3, 2048.0 * 78 + 64.0 * 28},
+                 {8192, 3, 2 * 2048.0 * 78}, {20000, 5, 5 * 2048.0 * 78} /* the last tile's 3616 padded to 4096 */};
+    for (size_t z = 0; z < sizeof cases / sizeof *cases; z++) {
+        int64_t N = cases[z].N;
+        void *pt = alloc(d, (size_t)(4 * N)), *pg = alloc(d, (size_t)(2 * N * C)), *pw = alloc(d, (size_t)(4 * V_l * C));
+        tri_device_cost_clear(d);
+        cr_assert_eq(tri_op_embedding_backward(d, tri_tensor_2d(pw, TRI_F32, V_l, C), tri_tensor_2d(pg, TRI_BF16, N, C),
+                                               tri_tensor_1d(pt, TRI_I32, N), 0),
+                     TRI_OK, "%s", tri_error_message());
+        const tri_kernel_cost *k = kernels(d, cases[z].launches);
+        cr_assert_float_eq(k[0].flops, cases[z].sort, 0.0, "N %lld: the tile sort", (long long)N);
+        cr_assert_float_eq(k[0].bytes, 12.0 * N, 0.0, "N %lld: tokens in, keys or links out", (long long)N);
+        for (int64_t m = 1, w = 4096; m + 1 < cases[z].launches; m++, w *= 2) {
+            cr_assert_float_eq(k[m].bytes, 16.0 * N, 0.0, "N %lld: merge pass %lld", (long long)N, (long long)m);
+            cr_assert_float_eq(k[m].flops, (double)N * (log2((double)w) + 1), 0.0, "N %lld: merge %lld", (long long)N,
+                               (long long)m);
+        }
+        double rows = (double)(N < V_l ? N : V_l);
+        cr_assert_float_eq(k[cases[z].launches - 1].bytes, 2.0 * N * C + 2 * rows * C * 4 + 8.0 * N, 0.0,
+                           "N %lld: the linked update", (long long)N);
+        tri_device_free(d, pt);
+        tri_device_free(d, pg);
+        tri_device_free(d, pw);
+    }
     tri_device_destroy(d);
 }
 

@@ -42,8 +42,10 @@ TRI_KERNEL embedding_backward_kernel(void *dwte, int dwte_bf16, const void *dout
 /* The fast form of embedding_backward_kernel, two launches with the same additions in the same
  * order. Every (vocab row, column) element of dwte adds the rows of dout whose token is that row, in
  * token order; the simple kernel gets that order by walking all N tokens per column (C threads). Here
- * the first pass links equal tokens, a thread per token (O(N) each): next[n] = the next m > n with
- * tokens[m] == tokens[n] (-1 if none) and first[n] = whether no earlier token equals it; the second
+ * the first pass links equal tokens: next[n] = the next m > n with tokens[m] == tokens[n] (-1 if
+ * none) and first[n] = whether no earlier token equals it. token_links_kernel finds them by a scan, a
+ * thread per token (O(N) each, O(N^2) a call): it is the simple twin, kept for the tests; the
+ * backend sorts (token, position) keys instead (token_links_fast.cuh, the same arrays). The second
  * gives a thread to every (first occurrence n, column j) pair, neighbours along j, which follows the
  * links: dwte[r][j] = ((dwte[r][j] + dout[n][j]) + dout[next[n]][j]) + ..., rounded to bf16 after
  * each addition when dwte is bf16 (as the simple kernel's read-modify-writes are). */

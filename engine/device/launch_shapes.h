@@ -4,6 +4,8 @@
 #ifndef TRIDENT_ENGINE_DEVICE_LAUNCH_SHAPES_H
 #define TRIDENT_ENGINE_DEVICE_LAUNCH_SHAPES_H
 
+#include <stdint.h>
+
 /* Chunk sums of one reduction the device's partials buffer holds (doubles): sum_squares,
  * count_nonfinite, the fixed-point reductions (cuda/elementwise/reduce.cu, cuda/fixed/fixed.cu). */
 #define TRI_CUDA_MAX_PARTIALS 65536
@@ -27,9 +29,24 @@
  * takes the unfused path: bias_broadcast_kernel, then the product with beta 1 (cuda/matmul/matmul.cu). */
 #define TRI_BIAS_EPILOGUE_ALIGN 16
 
-/* The embedding backward's linked form (a thread per first occurrence and column) needs 2N ints of
- * links in the workspace and O(N^2) comparisons to find them: up to this many tokens a micro-batch
- * (cuda/embedding/embedding.cu; more take the simple kernel). */
-#define TRI_EMBEDDING_LINKS_MAX ((int64_t)1 << 17)
+/* The embedding backward's linked form (a thread per first occurrence and column) needs the token links:
+ * 2N ints, found by sorting (token, position) keys, 16 N bytes of scratch more, all in the workspace
+ * (24 N bytes; cuda/embedding/embedding.cu). Up to this many tokens a micro-batch (more take the
+ * simple kernel, a thread per column): 24 MiB of the 32 MiB workspace. */
+#define TRI_EMBEDDING_LINKS_MAX ((int64_t)1 << 20)
+
+/* Keys one block sorts in shared memory (cuda/embedding/token_links_fast.cuh: 32 KiB of uint64);
+ * longer calls merge the sorted tiles pairwise, a launch per doubling. */
+#define TRI_LINKS_TILE 4096
+
+/* Merge launches of the token links for N tokens: ceil(log2(ceil(N / TRI_LINKS_TILE))); the links
+ * take this plus one launch (the tile sort). */
+static inline int tri_links_merges(int64_t N)
+{
+    int m = 0;
+    for (int64_t w = TRI_LINKS_TILE; w < N; w *= 2)
+        m++;
+    return m;
+}
 
 #endif

@@ -384,9 +384,26 @@ int tri_cost_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens,
     return one(d, "embedding_forward", bytes(tokens) + numel(out) * esize(wte) + bytes(out), 0);
 }
 
-/* Up to 2^17 tokens: a links kernel (each token's next occurrence: N^2 / 2 integer comparisons,
- * counted as CUDA-core work) and a kernel per (first occurrence, column) walking its links: dout read
- * once, each token's dwte row read and written (at most N rows). Beyond: a thread per column. */
+/* Compare-exchanges of Batcher's bitonic network on n keys padded to the power of two s: s/2 a step,
+ * log2(s) (log2(s) + 1) / 2 steps. */
+static double bitonic_compares(int64_t n)
+{
+    int64_t s = 1;
+    int lg = 0;
+    while (s < n) {
+        s <<= 1;
+        lg++;
+    }
+    return (double)s / 2 * lg * (lg + 1) / 2;
+}
+
+/* Up to TRI_EMBEDDING_LINKS_MAX tokens: the token links by a sort (cuda/embedding/token_links_fast.cuh),
+ * then a kernel per (first occurrence, column) walking its links: dout read once, each token's dwte
+ * row read and written (at most N rows). The links: a tile sort (tokens read, 8-byte keys written,
+ * or the links when one tile holds the call; bitonic compare-exchanges as CUDA-core work), then
+ * tri_links_merges(N) merge passes, each reading and writing N keys (the last writes the links, 8 N
+ * bytes) with a binary search of log2(w) + 1 compares a key (its reads hit the L2, not counted as
+ * bytes). Beyond the limit: a thread per column. */
 int tri_cost_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
                                 int64_t vocab_start)
 {
@@ -397,7 +414,15 @@ int tri_cost_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout,
     tri_cost_call(d, "embedding_backward");
     if (N > TRI_EMBEDDING_LINKS_MAX)
         return tri_cost_kernel(d, update + bytes(tokens), 0, numel(dout));
-    int rc = tri_cost_kernel(d, bytes(tokens) + 8.0 * (double)N, 0, (double)N * (double)N / 2);
+    int64_t full = N / TRI_LINKS_TILE, rest = N % TRI_LINKS_TILE;
+    double sort = (double)full * bitonic_compares(TRI_LINKS_TILE) + (rest ? bitonic_compares(rest) : 0.0);
+    int rc = tri_cost_kernel(d, bytes(tokens) + 8.0 * (double)N, 0, sort);
+    int lg = 0;
+    for (int64_t w = TRI_LINKS_TILE; !rc && w < N; w *= 2) {
+        while (((int64_t)1 << lg) < w)
+            lg++;
+        rc = tri_cost_kernel(d, 16.0 * (double)N, 0, (double)N * (lg + 1));
+    }
     return rc ? rc : tri_cost_kernel(d, update + 8.0 * (double)N, 0, numel(dout));
 }
 

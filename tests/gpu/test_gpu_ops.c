@@ -968,6 +968,57 @@ Test(gpu_ops, cross_entropy_bf16)
     cmp("ce_backward bf16 (in place)", logits, BF16_TOL);
 }
 
+/* The token embedding's backward at micro-batch sizes: the linked form, whose links come from the
+ * sort of cuda/embedding/token_links_fast.cuh (one tile at N <= 4096, merge passes beyond), against
+ * the simple form (a thread per column, every token in order), bit for bit, in fp32 and bf16 (a bf16
+ * dwte rounds at every repeat in both forms, in the same order), and against the CPU (fp32: TOL;
+ * bf16: the per-repeat roundings, each at most half a bf16 ulp, 2^-8 of the value: the most repeats
+ * times 2^-8, as tests/test_cuda_kernels_cpu.c). Tokens: a GPT-2-sized vocabulary
+ * with many repeats (8192 draws from 700 ids, most inside the 512-row shard, some below and
+ * above), and N = 20000 (five tiles, three merge passes). The links themselves are held to the
+ * O(N^2) twin in tests/test_fast_kernels_cpu.cpp token_links_same_as_twin. */
+static void embedding_links_case(int64_t N, int grad_bf16, uint64_t seed)
+{
+    int64_t C = 5, V_l = 512, vocab_start = 100;
+    int32_t *tok = ot_ints((size_t)N);
+    uint64_t s = seed;
+    for (int64_t n = 0; n < N; n++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        tok[n] = (int32_t)((s >> 33) % 700);
+    }
+    both t = make(tri_tensor_1d(NULL, TRI_I32, N), tok), g = uniform_as(m2(N, C), -1, 1, seed + 1, 1);
+    float *form[2];
+    both dwte;
+    for (int simple = 1; simple >= 0; simple--) { /* the linked form last: compared with the CPU below */
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        dwte = uniform_as(m2(V_l, C), -1, 1, seed + 2, grad_bf16);
+        BOTH(tri_op_embedding_backward(cpu, dwte.c, g.c, t.c, vocab_start),
+             tri_op_embedding_backward(gpu, dwte.g, g.g, t.g, vocab_start));
+        form[simple] = gpu_read(gpu, dwte.g);
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+    char what[120];
+    snprintf(what, sizeof what, "embedding_backward N %lld %s: linked (sorted links) vs simple", (long long)N,
+             grad_bf16 ? "bf16" : "fp32");
+    cr_assert(ot_same_bits(what, form[0], form[1], (size_t)(V_l * C)), "%s", what);
+    int reps[700] = {0}, most = 1;
+    for (int64_t n = 0; n < N; n++)
+        most = ++reps[tok[n]] > most ? reps[tok[n]] : most;
+    double bf16_tol = BF16_TOL > most * 0.00390625 ? BF16_TOL : most * 0.00390625;
+    cmp(grad_bf16 ? "embedding_backward bf16 at micro-batch size" : "embedding_backward fp32 at micro-batch size",
+        dwte, grad_bf16 ? bf16_tol : TOL);
+}
+
+Test(gpu_ops, embedding_backward_sorted_links)
+{
+    for (int grad_bf16 = 0; grad_bf16 < 2; grad_bf16++) {
+        embedding_links_case(8192, grad_bf16, 500);
+        embedding_links_case(20000, grad_bf16, 510);
+        embedding_links_case(4097, grad_bf16, 520);
+        embedding_links_case(1, grad_bf16, 530);
+    }
+}
+
 /* The fused classifier, fast (a block per row) and simple (a thread per row): against the CPU
  * (the loss takes CUDA's logf, the gradient a division: TOL, BF16_TOL for bf16 storage) and against
  * the GPU's own pieces in the same form, which run the same arithmetic in the same orders: tolerance
