@@ -296,11 +296,12 @@ Test(kernel_time, gpt2_step_rows)
     cr_assert_not_null(gl);
     cr_assert_eq(gl->launches, 2, "a forward and a backward graph");
     cr_assert_eq(graph_kernels, kernels + 2, "the same kernels, and the two graph launches");
-    cr_assert_eq(tri_step_prediction_find(&g.p, "matmul")->launches, tri_step_prediction_find(&c.p, "matmul")->launches);
+    cr_assert_eq(tri_step_prediction_find(&g.p, "matmul")->launches,
+                 tri_step_prediction_find(&c.p, "matmul")->launches);
     cr_assert_eq(calls_of(&g.p, "matmul"), calls_of(&c.p, "matmul"), "calls renumbered per launch");
     cr_assert_eq(calls_of(&g.p, "adamw_multi"), 1);
-    cr_assert_gt(g.p.graph_nodes, kernels / 2, "most kernels are the passes' (%lld of %lld)", (long long)g.p.graph_nodes,
-                 (long long)kernels);
+    cr_assert_gt(g.p.graph_nodes, kernels / 2, "most kernels are the passes' (%lld of %lld)",
+                 (long long)g.p.graph_nodes, (long long)kernels);
     cr_assert_lt(g.p.graph_nodes, kernels, "the optimizer and the norm are not captured");
     const tri_hardware *h200 = tri_hardware_find("h200");
     double saved = (double)g.p.graph_nodes * (h200->launch_s - TRI_GRAPH_NODE_S) - 2 * h200->launch_s;
