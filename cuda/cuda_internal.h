@@ -101,6 +101,13 @@ void tri_cuda_gemm_cache_destroy(tri_cuda_gemm_cache *cache);
  * second pass of the chunked column sums (cuda/matmul/colsum.kern.h, launched from cuda/matmul/matmul.cu). */
 int tri_cuda_col_chunks_finish(tri_cuda *cu, tri_tensor acc, const float *part, int64_t n_chunks, int64_t C);
 
+/* CUDA graphs of the stream (cuda/device_graph.cu): the device's capture_begin, capture_end,
+ * graph_launch and graph_free slots (engine/device/device.h). */
+int tri_cuda_capture_begin(tri_device *d);
+int tri_cuda_capture_end(tri_device *d, void **graph, int64_t *nodes);
+int tri_cuda_graph_launch(tri_device *d, void *graph);
+void tri_cuda_graph_free(tri_device *d, void *graph);
+
 /* ---- the ops: tri_cuda_<op> for every row of engine/device/ops_list.h (its params and contract),
  * defined in the family's folder (cuda/<family>/, one .cu per op or two); the ops table
  * (device_cuda.cu) points to them by name ---- */

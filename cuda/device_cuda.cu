@@ -151,6 +151,11 @@ static int cuda_copy_to_host_async(tri_device *d, void *host, const void *src, s
 static int cuda_copy_from_host(tri_device *d, void *dst, const void *host, size_t bytes)
 {
     tri_cuda *c = tri_cuda_of(d);
+    /* a captured upload would replay from the staging slot it took once, whatever the host wrote
+     * since, and its wait for the slot is forbidden in a capture */
+    if (d->capturing)
+        return TRI_ERR(TRI_EINVAL, "cuda: an upload of %zu bytes inside a graph capture (upload before "
+                       "capturing, into a buffer the graph reads)", bytes);
     if (bytes > TRI_CUDA_UPLOAD_SLOT_BYTES) {
         int rc = TRI_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
         return rc ? rc : tri_cuda_wait(c);
@@ -232,6 +237,10 @@ static tri_device_ops cuda_ops_table(void)
     o.host_alloc = cuda_host_alloc;
     o.host_free = cuda_host_free;
     o.copy_to_host_async = cuda_copy_to_host_async;
+    o.capture_begin = tri_cuda_capture_begin;
+    o.capture_end = tri_cuda_capture_end;
+    o.graph_launch = tri_cuda_graph_launch;
+    o.graph_free = tri_cuda_graph_free;
 #define TRI_OP(name, params) o.name = tri_cuda_##name;
 #include "engine/device/ops_list.h"
     return o;

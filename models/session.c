@@ -165,7 +165,7 @@ int tri_session_create(tri_session *s, tri_comm *world, tri_device *dev, const t
     if (!rc) rc = tri_model_rank_create(&s->model, m, &s->grid, &o->run, dev);
     s->have_model = s->have_grid && rc == TRI_OK;
     tri_step_config sc = {.n_micro = l->n_micro, .sequence_parallel = l->sequence_parallel,
-                          .clip_grad = o->clip_grad, .local = o->local_sgd};
+                          .clip_grad = o->clip_grad, .local = o->local_sgd, .cuda_graph = o->cuda_graph};
     if (!rc) rc = tri_trainer_create(&s->trainer, s->model.chunk, s->model.v, &s->grid, dev, &sc, &o->adamw,
                                      &s->model.train, &s->model.eval);
     s->have_trainer = s->have_model && rc == TRI_OK;

@@ -77,6 +77,7 @@ typedef struct tri_session_options {
     float clip_grad;             /* maximum global gradient norm; <= 0 disables clipping */
     tri_adamw_config adamw;
     tri_local_sgd_config local_sgd; /* local SGD / DiLoCo (engine/train/local_sgd.h); steps 0: off */
+    bool cuda_graph;               /* --enable-cuda-graph (engine/train/step_graph.h) */
 } tri_session_options;
 
 /* Builds the grid over world (collective; its sizes from the layout), this rank's chunks on dev and

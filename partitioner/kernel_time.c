@@ -15,7 +15,8 @@ tri_kernel_rates tri_kernel_rates_of(const tri_hardware *hw)
     return (tri_kernel_rates){.tc_flops = hw->peak_bf16 * hw->eff.gemm,
                               .cc_flops = hw->peak_fp32 * hw->eff.gemm,
                               .bytes = hw->mem_bw * hw->eff.memory,
-                              .launch_s = hw->launch_s};
+                              .launch_s = hw->launch_s,
+                              .graph_node_s = TRI_GRAPH_NODE_S};
 }
 
 /* The two roofs of one kernel, seconds. */
@@ -25,14 +26,20 @@ static void roofs(const tri_kernel_cost *k, const tri_kernel_rates *r, double *c
     *memory = k->bytes > 0 ? k->bytes / r->bytes : 0.0;
 }
 
+/* A kernel's launch cost: a launch's, or a graph node's. */
+static double launch_of(const tri_kernel_cost *k, const tri_kernel_rates *r)
+{
+    return k->graph_node ? r->graph_node_s : r->launch_s;
+}
+
 double tri_kernel_seconds(const tri_kernel_cost *k, const tri_kernel_rates *r, tri_bound *bound)
 {
-    double compute, memory;
+    double compute, memory, launch = launch_of(k, r);
     roofs(k, r, &compute, &memory);
     double work = compute > memory ? compute : memory;
     if (bound)
-        *bound = r->launch_s > work ? TRI_BOUND_LAUNCH : compute > memory ? TRI_BOUND_COMPUTE : TRI_BOUND_MEMORY;
-    return work + r->launch_s;
+        *bound = launch > work ? TRI_BOUND_LAUNCH : compute > memory ? TRI_BOUND_COMPUTE : TRI_BOUND_MEMORY;
+    return work + launch;
 }
 
 static tri_op_time *row_of(tri_step_prediction *p, const char *op)
@@ -67,7 +74,8 @@ int tri_kernel_time_predict(const tri_kernel_cost *k, int64_t n, const tri_kerne
             t->compute_s += compute;
         else
             t->memory_s += memory;
-        t->launch_s += r->launch_s;
+        t->launch_s += launch_of(&k[i], r);
+        out->graph_nodes += k[i].graph_node;
         t->launches++;
         t->bytes += k[i].bytes;
         t->flops += k[i].flops_tc + k[i].flops;

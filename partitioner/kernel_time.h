@@ -13,7 +13,13 @@
  * (compute or memory summed over the kernels that term set, launch over all its launches). The
  * ops run one after another on one stream, so the step is the sum of the ops. What the model leaves
  * out: kernels that reach neither roof (latency-bound reductions, small grids that fill few SMs,
- * shapes cuBLASLt runs slowly), cache effects, and host time between launches beyond launch_s. */
+ * shapes cuBLASLt runs slowly), cache effects, and host time between launches beyond launch_s.
+ *
+ * A kernel replayed as a node of a CUDA graph (tri_kernel_cost.graph_node: --enable-cuda-graph)
+ * costs graph_node_s instead of launch_s, and each graph launch is one launch with no work (the
+ * "graph_launch" row). TRI_GRAPH_NODE_S, 1 us a node, is an assumption, not a measurement: NVIDIA
+ * describes a graph's launch as removing most of the per-kernel CPU launch cost, and what is left is
+ * the GPU's own scheduling of each node, assumed here at a quarter of the 4 us launch. */
 #ifndef TRIDENT_PARTITIONER_KERNEL_TIME_H
 #define TRIDENT_PARTITIONER_KERNEL_TIME_H
 
@@ -38,11 +44,14 @@ typedef struct tri_kernel_rates {
     double cc_flops;   /* FLOP/s on the CUDA cores: peak_fp32 x eff.gemm */
     double bytes;      /* bytes/s of device memory: mem_bw x eff.memory */
     double launch_s;   /* seconds per kernel launch */
+    double graph_node_s; /* seconds per kernel node of a launched graph (TRI_GRAPH_NODE_S) */
     double call_s;     /* seconds per op call on top (0; the profiler's synchronisation after each op
                           when predicting what --profile measures: bench_cuda_train --sync-us) */
 } tri_kernel_rates;
 
-/* The rates of a preset, with its default fractions (call_s 0). */
+#define TRI_GRAPH_NODE_S 1e-6 /* an assumption (see the top comment) */
+
+/* The rates of a preset, with its default fractions (call_s 0, graph_node_s TRI_GRAPH_NODE_S). */
 tri_kernel_rates tri_kernel_rates_of(const tri_hardware *hw);
 
 /* Seconds of one kernel; *bound (may be NULL) gets the term that set them. */
@@ -56,7 +65,7 @@ typedef struct tri_op_time {
     double seconds;          /* compute_s + memory_s + launch_s + calls x call_s */
     double compute_s;        /* of the kernels compute bound: their compute time */
     double memory_s;         /* of the kernels memory bound: their memory time */
-    double launch_s;         /* launches x launch_s + calls x call_s */
+    double launch_s;         /* launches x launch_s (graph nodes: x graph_node_s) + calls x call_s */
     tri_bound bound;         /* the largest of the three */
 } tri_op_time;
 
@@ -67,6 +76,7 @@ typedef struct tri_step_prediction {
     int n;
     tri_op_time row[TRI_OP_TIME_ROWS];
     double seconds;          /* the sum of the rows */
+    int64_t graph_nodes;     /* kernels run as graph nodes (0 without graphs) */
 } tri_step_prediction;
 
 /* Adds up the n kernels of k (in launch order, as the cost device records them) into one row per op.

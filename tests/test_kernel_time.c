@@ -197,8 +197,8 @@ Test(kernel_time, roofline_picks_the_bound)
     cr_assert_float_eq(s, 3e3 / (4.8e12 * 0.8) + launch, 1e-15);
 
     /* rows: two calls of one op (three launches) and one of another, in launch order */
-    tri_kernel_cost ks[] = {{"matmul", 0, 1e6, 1e12, 0}, {"add", 1, 1e9, 0, 1e8}, {"matmul", 2, 1e6, 1e12, 0},
-                            {"matmul", 2, 1e6, 0, 0}};
+    tri_kernel_cost ks[] = {{"matmul", 0, 1e6, 1e12, 0, false}, {"add", 1, 1e9, 0, 1e8, false},
+                            {"matmul", 2, 1e6, 1e12, 0, false}, {"matmul", 2, 1e6, 0, 0, false}};
     tri_step_prediction p;
     cr_assert_eq(tri_kernel_time_predict(ks, 4, &r, &p), TRI_OK);
     cr_assert_eq(p.n, 2);
@@ -217,6 +217,20 @@ Test(kernel_time, roofline_picks_the_bound)
     r.call_s = 1e-5;
     cr_assert_eq(tri_kernel_time_predict(ks, 4, &r, &p), TRI_OK);
     cr_assert_float_eq(tri_step_prediction_find(&p, "matmul")->launch_s, 3 * launch + 2 * 1e-5, 1e-15);
+    /* graph nodes: graph_node_s instead of launch_s (the same work), counted in graph_nodes */
+    r.call_s = 0;
+    cr_assert_eq(tri_kernel_time_predict(ks, 4, &r, &p), TRI_OK);
+    double eager = p.seconds;
+    for (int i = 0; i < 4; i++)
+        ks[i].graph_node = i != 1;
+    cr_assert_eq(tri_kernel_time_predict(ks, 4, &r, &p), TRI_OK);
+    cr_assert_eq(p.graph_nodes, 3);
+    cr_assert_float_eq(r.graph_node_s, TRI_GRAPH_NODE_S, 0.0);
+    cr_assert_float_eq(tri_step_prediction_find(&p, "matmul")->launch_s, 3 * TRI_GRAPH_NODE_S, 1e-15);
+    cr_assert_float_eq(tri_step_prediction_find(&p, "add")->launch_s, launch, 1e-15);
+    cr_assert_float_eq(p.seconds, eager - 3 * (launch - TRI_GRAPH_NODE_S), 1e-15);
+    k = (tri_kernel_cost){.op = "ce_loss", .bytes = 3e3, .flops = 3e3, .graph_node = true};
+    cr_assert_float_eq(tri_kernel_seconds(&k, &r, &bound), 3e3 / (4.8e12 * 0.8) + TRI_GRAPH_NODE_S, 1e-15);
 }
 
 /* ---- a whole GPT-2 step on the cost device ---- */
@@ -225,6 +239,7 @@ typedef struct step_case {
     tri_model *m;
     tri_layout_request req;
     bool fused;
+    bool graph;                /* --enable-cuda-graph */
     tri_step_prediction p;
 } step_case;
 
@@ -232,7 +247,7 @@ static int predict_rank(int rank, int size, tri_comm *world, void *arg)
 {
     (void)rank, (void)size;
     step_case *c = arg;
-    return tri_cli_predict_step(world, c->m, c->req, c->fused, tri_hardware_find("h200"), 0.0, &c->p);
+    return tri_cli_predict_step(world, c->m, c->req, c->fused, c->graph, tri_hardware_find("h200"), 0.0, &c->p);
 }
 
 static int64_t calls_of(const tri_step_prediction *p, const char *op)
@@ -304,5 +319,31 @@ Test(kernel_time, gpt2_step_rows)
     cr_assert_eq(calls_of(&c.p, "attention_forward"), 0);
     cr_assert_eq(calls_of(&c.p, "flash_attention_forward"), L);
     cr_assert_eq(tri_step_prediction_find(&c.p, "flash_attention_backward")->launches, 3 * L);
+
+    /* --enable-cuda-graph: the forward and backward kernels become graph nodes, launched in two graphs
+     * (one micro-batch: its forward, its backward); the zeroing, the norm and AdamW stay launches */
+    step_case g = c;
+    g.graph = true;
+    predict(&g);
+    int64_t kernels = 0, graph_kernels = 0;
+    for (int i = 0; i < c.p.n; i++)
+        kernels += c.p.row[i].launches;
+    for (int i = 0; i < g.p.n; i++)
+        graph_kernels += g.p.row[i].launches;
+    const tri_op_time *gl = tri_step_prediction_find(&g.p, "graph_launch");
+    cr_assert_not_null(gl);
+    cr_assert_eq(gl->launches, 2, "a forward and a backward graph");
+    cr_assert_eq(graph_kernels, kernels + 2, "the same kernels, and the two graph launches");
+    cr_assert_eq(tri_step_prediction_find(&g.p, "matmul")->launches,
+                 tri_step_prediction_find(&c.p, "matmul")->launches);
+    cr_assert_eq(calls_of(&g.p, "matmul"), calls_of(&c.p, "matmul"), "calls renumbered per launch");
+    cr_assert_eq(calls_of(&g.p, "adamw_multi"), 1);
+    cr_assert_gt(g.p.graph_nodes, kernels / 2, "most kernels are the passes' (%lld of %lld)",
+                 (long long)g.p.graph_nodes, (long long)kernels);
+    cr_assert_lt(g.p.graph_nodes, kernels, "the optimizer and the norm are not captured");
+    const tri_hardware *h200 = tri_hardware_find("h200");
+    double saved = (double)g.p.graph_nodes * (h200->launch_s - TRI_GRAPH_NODE_S) - 2 * h200->launch_s;
+    cr_assert_float_eq(g.p.seconds, c.p.seconds - saved, 1e-9 * c.p.seconds, "%g s against %g s", g.p.seconds,
+                       c.p.seconds);
     tri_model_free(&m);
 }

@@ -78,6 +78,7 @@ typedef struct args {
     int64_t local_sgd_warmup_iters;
     bool reset_outer_state;
     tri_cli_compression compression;            /* tools/cli/compression_flags.h */
+    bool cuda_graph;                            /* --enable-cuda-graph (engine/train/step_graph.h) */
 } args;
 
 typedef struct run {
@@ -159,6 +160,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("sample-temperature", TRI_FLAG_FLOAT, &a->sample_temperature, "sampling temperature", 1e-3, 100);
     f[n++] = (tri_flag)CHOICE("device", &a->device, "cpu|cuda", "where the math runs");
     f[n++] = (tri_flag)CHOICE("comm", &a->comm, "auto|nccl|mpi", "how cuda ranks talk: NCCL (one GPU per rank), MPI with tensors staged through host memory (ranks sharing a GPU), or auto (NCCL unless a node has more ranks than GPUs)");
+    f[n++] = (tri_flag)FLAG("enable-cuda-graph", TRI_FLAG_BOOL, &a->cuda_graph, "cuda: capture each micro-batch's forward and backward as a CUDA graph on the second iteration (the first runs eagerly, so cuBLASLt's plans and every lazy buffer exist) and replay it on later ones: one graph launch where each kernel was a launch. The tokens are uploaded before the graph and the losses read after it; gradient zeroing and reductions, the norm, the optimizer (its per-step lr) and evaluation run uncaptured. Refused on the cpu device, at tp, pp or dp > 1 (the comms are not captured), at --zero-stage 2-3, with --deterministic-mode or --overlap-grad-reduce (host bookkeeping per pass a replay would skip). Default off", 0, 0);
     f[n++] = (tri_flag)FLAG("threads", TRI_FLAG_INT, &a->threads, "CPU threads per rank (0: OMP_NUM_THREADS, else cores / ranks)", 0, 4096);
     f[n++] = (tri_flag)FLAG("memory-budget-gb", TRI_FLAG_FLOAT, &a->memory_budget_gb, "refuse layouts whose planned memory per rank exceeds this many GiB (0: on cpu the machine's physical memory, on cuda no check)", 0, 1e9);
     f[n++] = (tri_flag)FLAG("peak-gflops", TRI_FLAG_FLOAT, &a->peak_gflops, "peak GFLOP/s of one rank, the denominator of MFU (0: the device's: 100 per CPU thread, measured OpenBLAS sgemm here; a GPU's datasheet peak in the run's precision)", 0, 1e9);
@@ -381,6 +383,7 @@ static int setup(run *r)
 {
     args *a = &r->a;
     r->sopt.clip_grad = a->clip_grad;
+    r->sopt.cuda_graph = a->cuda_graph;
     r->sopt.adamw = (tri_adamw_config){.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
                                        .weight_decay = a->weight_decay, .momentum = a->sgd_momentum,
                                        .nesterov = a->sgd_nesterov, .lars_eta = a->lars_eta,
@@ -846,6 +849,10 @@ static int train_loop(run *r)
                       (double)dp_bytes / 1e6 / (double)(a->train_iters - r->start_iter),
                       r->sopt.local_sgd.steps > 0 ? "; local SGD's outer synchronisations included" : "");
     }
+    const tri_step_graph *g = &r->ss.trainer.graph;
+    if (a->cuda_graph)
+        tri_log_rank0("cuda graph: %lld graphs captured, %lld graph launches (the first iteration ran eagerly)",
+                      (long long)g->captures, (long long)g->launches);
     tri_comm_set_phase(r->world, "eval", a->train_iters);
     rc = evaluate(r, a->train_iters); /* beside the last save's background writes */
     return rc ? rc : settle_checkpoint(r, a->train_iters, true);

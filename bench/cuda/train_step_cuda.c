@@ -25,7 +25,9 @@
  * kernel-time model (partitioner/kernel_time.h: a roofline on the partitioner's preset plus a launch
  * cost), with each op's launches, bytes, FLOPs and bound, and the predicted step. --op-set 2026-11-27
  * predicts the op set of the H200 profile of that date (docs/cuda-correctness.md, "Kernel-time
- * model"). One rank, tp 1. */
+ * model"). One rank, tp 1. --enable-cuda-graph replays each micro-batch's forward and backward as a
+ * CUDA graph (engine/train/step_graph.h) in the timed run, and with --predict prints the step with and
+ * without it (graph nodes priced at an assumed 1 us instead of a 4 us launch). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +69,7 @@ typedef struct bench {
     float sync_us;             /* --sync-us: microseconds per op call added (the profiler's sync) */
     const char *comm;
     const char *attention;     /* --attention-backend */
+    bool cuda_graph;           /* --enable-cuda-graph (engine/train/step_graph.h) */
 } bench;
 
 /* What the random batches need: sequence length and the model's vocabulary. */
@@ -164,7 +167,8 @@ static int run_model(const bench *b, const char *model, int B, tri_device *dev, 
     }
     tri_session ss;
     tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
-                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+                             .cuda_graph = b->cuda_graph};
     if (b->fit_gib > 0) {
         char why[1024];
         rc = fit_micro_batch(b, &m, &B, why, sizeof why);
@@ -242,7 +246,10 @@ static int predict_model(const bench *b, const char *model, int B, tri_comm *wor
         rc = TRI_ERR(TRI_EINVAL, "--seq-length %d exceeds %s's %lld positions", b->T, model,
                      (long long)dims.n_positions);
     tri_layout_request req = request(b, &m, B);
-    if (!rc) rc = tri_cli_predict_step(world, &m, req, strcmp(b->op_set, "head") == 0, hw, b->sync_us * 1e-6, &p);
+    bool fused = strcmp(b->op_set, "head") == 0;
+    tri_step_prediction eager; /* --enable-cuda-graph: the same step without the graph, for comparison */
+    if (!rc && b->cuda_graph) rc = tri_cli_predict_step(world, &m, req, fused, false, hw, b->sync_us * 1e-6, &eager);
+    if (!rc) rc = tri_cli_predict_step(world, &m, req, fused, b->cuda_graph, hw, b->sync_us * 1e-6, &p);
     if (!rc) {
         double dt = p.seconds, peak = b->bf16 ? hw->peak_bf16 : hw->peak_fp32;
         double flops = tri_iteration_flops(&dims, B, b->T, false);
@@ -252,6 +259,17 @@ static int predict_model(const bench *b, const char *model, int B, tri_comm *wor
                b->op_set, 100 * hw->eff.gemm,
                100 * hw->eff.memory, hw->mem_bw / 1e12, hw->launch_s * 1e6, (double)b->sync_us);
         tri_step_prediction_report(&p, stdout);
+        if (b->cuda_graph) {
+            const tri_op_time *gl = tri_step_prediction_find(&p, "graph_launch");
+            int64_t kernels = 0;
+            for (int i = 0; i < eager.n; i++)
+                kernels += eager.row[i].launches;
+            printf("--enable-cuda-graph: %.3f ms/iter without the graph, %.3f ms with it (%+.3f ms): %lld of the "
+                   "step's %lld kernels run as graph nodes (%.1f us each, an assumption: partitioner/kernel_time.h) "
+                   "in %lld graph launches (%.1f us each) instead of one launch each\n",
+                   eager.seconds * 1e3, p.seconds * 1e3, (p.seconds - eager.seconds) * 1e3, (long long)p.graph_nodes,
+                   (long long)kernels, TRI_GRAPH_NODE_S * 1e6, (long long)(gl ? gl->launches : 0), hw->launch_s * 1e6);
+        }
         printf("%-12s %6.0fM  %s B %2d x T %4d | %9.1f ms/iter predicted | %9.0f tok/s | %7.2f TFLOP/s | MFU %5.1f%% "
                "of %s peak\n",
                model, (double)m.family->num_params(m.cfg) / 1e6, b->bf16 ? "bf16" : "fp32", B, b->T, dt * 1e3,
@@ -310,6 +328,7 @@ int main(int argc, char **argv)
         {"predict", TRI_FLAG_BOOL, &b.predict, "no GPU: predict the per-op table of one step with the kernel-time model (a roofline on --hardware plus launch costs)", 0, 0, NULL, false},
         {"hardware", TRI_FLAG_CHOICE, &b.hardware, "--predict: the GPU preset (partitioner/hardware.c)", 0, 0, "h100-sxm|h200|a100-80gb", false},
         {"sync-us", TRI_FLAG_FLOAT, &b.sync_us, "--predict: microseconds added per op call, to predict what --profile measures (it synchronises after every op; 0: the unprofiled step)", 0, 1e6, NULL, false},
+        {"enable-cuda-graph", TRI_FLAG_BOOL, &b.cuda_graph, "engine_train's --enable-cuda-graph: each micro-batch's forward and backward replayed as a CUDA graph from the second iteration on (tp 1, one rank); with --predict the step is predicted with and without it (a graph node assumed at 1 us against a launch's 4 us)", 0, 0, NULL, false},
         {"op-set", TRI_FLAG_CHOICE, &b.op_set, "--predict: the ops of HEAD's CUDA backend, or those of the 2026-11-27 H200 profile (no multi-tensor norm and AdamW, no fused residual norm, the classifier in four pieces)", 0, 0, "head|2026-11-27", false},
     };
     int nf = sizeof flags / sizeof *flags, rank = 0, size = 1;
@@ -325,6 +344,12 @@ int main(int argc, char **argv)
                             "Times GPT-2 training on NVIDIA GPUs: ms/iter, tokens/s, MFU against the card's dense peak.");
         MPI_Finalize();
         return rc ? 2 : 0;
+    }
+    if (b.cuda_graph && b.profile) {
+        fprintf(stderr, "bench_cuda_train: --enable-cuda-graph with --profile: profiling waits for the device after "
+                "every op, which a capture forbids (profile without the graph)\n");
+        MPI_Finalize();
+        return 2;
     }
     if (b.predict) {
         rc = predict_all(&b, size);

@@ -72,8 +72,7 @@ static int flash_then(int rc, F launch)
 /* the emulated CUDA build (tests/cuda_emu/): the kernel's body on mma_shim.h's emulated blocks, whose
  * shared memory starts as NaN bytes */
 #define FLASH_LAUNCH(kernel, body, gx, gy, bytes, s, ...)                                          \
-    ((void)(s), tri_mma_emu_launch((gx), (gy), THREADS, (bytes),                                  \
-                                   [&](unsigned char *smem) { body<P, HS>(smem, __VA_ARGS__); }), \
+    (tri_mma_emu_launch((gx), (gy), THREADS, (bytes), (s), tri_mma_emu_bind(body<P, HS>, __VA_ARGS__)), \
      TRI_OK)
 #endif
 

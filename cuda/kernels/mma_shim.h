@@ -217,6 +217,23 @@ static inline void tri_mma_emu_launch(int64_t gx, int64_t gy, int threads, size_
     });
 }
 
+/* The same on a stream of the emulated runtime (tests/cuda_emu/cuda_runtime.h): at once, or recorded
+ * while the stream captures, body kept by value. */
+template <class S>
+static inline void tri_mma_emu_launch(int64_t gx, int64_t gy, int threads, size_t smem_bytes, S stream,
+                                      std::function<void(unsigned char *)> body)
+{
+    tri_emu_enqueue(stream, [=] { tri_mma_emu_launch(gx, gy, threads, smem_bytes, body); });
+}
+
+/* body(smem, args...) with the arguments evaluated now and kept by value (a recorded launch runs
+ * after the caller's locals are gone). */
+template <class F, class... A>
+static inline std::function<void(unsigned char *)> tri_mma_emu_bind(F body, A... args)
+{
+    return [=](unsigned char *smem) { body(smem, args...); };
+}
+
 #endif
 
 /* ---- fp32 fragments on the CUDA cores (SIMT) ----

@@ -315,3 +315,48 @@ int tri_device_sync(tri_device *d)
     wait_counted(d);
     return d->ops->sync(d);
 }
+
+/* ---- graphs ---- */
+
+bool tri_device_can_capture(const tri_device *d)
+{
+    return d->ops->capture_begin != NULL;
+}
+
+int tri_device_capture_begin(tri_device *d)
+{
+    if (!tri_device_can_capture(d))
+        return TRI_ERR(TRI_ENOTSUP, "device %s cannot capture graphs (CUDA only)", d->ops->name);
+    if (d->capturing)
+        return TRI_ERR(TRI_EINVAL, "device %s: a capture is already in progress", d->ops->name);
+    int rc = d->ops->capture_begin(d);
+    d->capturing = rc == TRI_OK;
+    return rc;
+}
+
+int tri_device_capture_end(tri_device *d, tri_device_graph **out, int64_t *nodes)
+{
+    *out = NULL;
+    if (!d->capturing)
+        return TRI_ERR(TRI_EINVAL, "device %s: no capture in progress", d->ops->name);
+    d->capturing = false;
+    int64_t n = 0;
+    void *g = NULL;
+    int rc = d->ops->capture_end(d, &g, &n);
+    *out = (tri_device_graph *)g;
+    if (nodes)
+        *nodes = n;
+    return rc;
+}
+
+int tri_device_graph_launch(tri_device *d, tri_device_graph *g)
+{
+    d->queued = true;
+    return d->ops->graph_launch(d, g);
+}
+
+void tri_device_graph_free(tri_device *d, tri_device_graph *g)
+{
+    if (g)
+        d->ops->graph_free(d, g);
+}

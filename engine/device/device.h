@@ -109,6 +109,11 @@ typedef struct tri_device_ops {
     void (*host_free)(tri_device *d, void *ptr);
     /* optional (NULL: the wrapper copies at once with copy_to_host) */
     int (*copy_to_host_async)(tri_device *d, void *host, const void *src, size_t bytes);
+    /* optional (NULL: the device cannot capture; the CPU): graphs of queued work (CUDA graphs) */
+    int (*capture_begin)(tri_device *d);
+    int (*capture_end)(tri_device *d, void **graph, int64_t *nodes);
+    int (*graph_launch)(tri_device *d, void *graph);
+    void (*graph_free)(tri_device *d, void *graph);
 } tri_device_ops;
 
 /* Per-op time and call counts, kept when profiling is on (tri_device_profile_enable). */
@@ -150,6 +155,7 @@ struct tri_device {
      * trainer step waits once (engine/train/train.h). */
     bool queued;
     uint64_t waits;
+    bool capturing;          /* between tri_device_capture_begin and _end */
 };
 
 /* The CPU backend: OpenBLAS sgemm for every matmul, OpenMP loops elsewhere, `threads` threads
@@ -184,6 +190,25 @@ int tri_device_copy_to_host_async(tri_device *d, void *host, tri_tensor src);
  * failure; bytes 0 gives NULL. Free with tri_device_host_free (NULL is ignored). */
 int tri_device_host_alloc(tri_device *d, void **ptr, size_t bytes);
 void tri_device_host_free(tri_device *d, void *ptr);
+
+/* ---- graphs: work captured once and replayed (CUDA graphs; Megatron-LM's --enable-cuda-graph) ----
+ * Between tri_device_capture_begin and tri_device_capture_end the device's ops and copies are
+ * recorded, not run: the graph replays them, with the same arguments (the same buffers, the same
+ * scalars), on each tri_device_graph_launch, in the device's order. Nothing inside may wait for the
+ * device, allocate or read values on the host: the backend fails such a call (CUDA:
+ * cudaErrorStreamCaptureUnsupported) and capture_end then reports the capture invalid. */
+typedef struct tri_device_graph tri_device_graph;
+/* Whether d can capture graphs (false for the CPU backend). */
+bool tri_device_can_capture(const tri_device *d);
+/* Starts recording d's work. TRI_ENOTSUP when the device cannot capture. */
+int tri_device_capture_begin(tri_device *d);
+/* Ends the recording: *out is the graph, ready to launch (*nodes its node count when nodes is not
+ * NULL), or NULL with the backend's error when the capture was invalidated. Always ends it. */
+int tri_device_capture_end(tri_device *d, tri_device_graph **out, int64_t *nodes);
+/* Queues g's work on d, in order with the ops around it (no wait). */
+int tri_device_graph_launch(tri_device *d, tri_device_graph *g);
+/* Frees g (NULL is ignored). */
+void tri_device_graph_free(tri_device *d, tri_device_graph *g);
 
 /* ---- the ops: one wrapper per row of engine/device/ops_list.h, whose comments are the contracts ----
  * tri_op_<name> takes the row's params: it checks them (TRI_EINVAL naming the op and argument) and

@@ -11,8 +11,15 @@
 
 #define ALIGNMENT 256 /* cudaMalloc's */
 
+/* A captured graph: its kernels, with the op calls [first_call, first_call + n_calls) they came from. */
+typedef struct cost_graph {
+    tri_kernel_cost *k;
+    int64_t n, first_call, n_calls;
+} cost_graph;
+
 typedef struct cost_state {
     bool fused;
+    int64_t capture_start, capture_call; /* the record's length and the calls when a capture began */
     tri_kernel_cost *k;
     int64_t n, cap;
     int64_t calls;        /* op calls started */
@@ -30,7 +37,8 @@ static cost_state *state(const tri_device *d)
 
 static int cost_alloc(tri_device *d, void **ptr, size_t bytes)
 {
-    (void)d;
+    if (d->capturing)
+        return TRI_ERR(TRI_EINVAL, "cost device: an allocation of %zu bytes inside a graph capture", bytes);
     char *raw = calloc(1, bytes + 2 * ALIGNMENT);
     if (!raw)
         return TRI_ERR(TRI_ENOMEM, "cost device: cannot allocate %zu bytes", bytes);
@@ -53,7 +61,8 @@ static void cost_free(tri_device *d, void *ptr)
 /* Host <-> device copies run: a step reads its losses and norm (zeros: no op wrote them). */
 static int cost_host_copy(tri_device *d, void *dst, const void *src, size_t bytes)
 {
-    (void)d;
+    if (d->capturing)
+        return TRI_ERR(TRI_EINVAL, "cost device: a host copy of %zu bytes inside a graph capture", bytes);
     memmove(dst, src, bytes);
     return TRI_OK;
 }
@@ -69,7 +78,8 @@ static int cost_copy(tri_device *d, void *dst, const void *src, size_t bytes)
 
 static int cost_sync(tri_device *d)
 {
-    (void)d;
+    if (d->capturing)
+        return TRI_ERR(TRI_EINVAL, "cost device: a wait inside a graph capture");
     return TRI_OK;
 }
 
@@ -107,6 +117,66 @@ int tri_cost_kernel(tri_device *d, double bytes, double flops_tc, double flops)
     return TRI_OK;
 }
 
+/* ---- graphs: the kernels of a capture set aside, recorded again at each launch ---- */
+
+static int cost_capture_begin(tri_device *d)
+{
+    cost_state *s = state(d);
+    s->capture_start = s->n;
+    s->capture_call = s->calls;
+    return TRI_OK;
+}
+
+static int cost_capture_end(tri_device *d, void **graph, int64_t *nodes)
+{
+    cost_state *s = state(d);
+    cost_graph *g = calloc(1, sizeof *g);
+    int64_t n = s->n - s->capture_start;
+    if (g && n > 0)
+        g->k = malloc((size_t)n * sizeof *g->k);
+    if (!g || (n > 0 && !g->k)) {
+        free(g);
+        s->n = s->capture_start;
+        return TRI_ERR(TRI_ENOMEM, "cost device: out of memory for a graph of %lld kernels", (long long)n);
+    }
+    if (n > 0)
+        memcpy(g->k, s->k + s->capture_start, (size_t)n * sizeof *g->k);
+    g->n = n;
+    g->first_call = s->capture_call;
+    g->n_calls = s->calls - s->capture_call;
+    s->n = s->capture_start; /* captured, not run */
+    s->calls = s->capture_call;
+    *graph = g;
+    *nodes = n;
+    return TRI_OK;
+}
+
+static int cost_graph_launch(tri_device *d, void *graph)
+{
+    const cost_graph *g = graph;
+    cost_state *s = state(d);
+    tri_cost_call(d, "graph_launch");
+    int rc = tri_cost_kernel(d, 0, 0, 0);
+    int64_t calls = s->calls;
+    for (int64_t i = 0; i < g->n && !rc; i++) {
+        s->op = g->k[i].op;
+        rc = tri_cost_kernel(d, g->k[i].bytes, g->k[i].flops_tc, g->k[i].flops);
+        s->k[s->n - 1].call = calls + (g->k[i].call - g->first_call);
+        s->k[s->n - 1].graph_node = true;
+    }
+    s->calls = calls + g->n_calls;
+    return rc;
+}
+
+static void cost_graph_free(tri_device *d, void *graph)
+{
+    (void)d;
+    cost_graph *g = graph;
+    if (g)
+        free(g->k);
+    free(g);
+}
+
 bool tri_cost_fused(const tri_device *d)
 {
     return state(d)->fused;
@@ -116,7 +186,9 @@ bool tri_cost_fused(const tri_device *d)
 
 #define COST_MEMORY_SLOTS                                                                                       \
     .alloc = cost_alloc, .free = cost_free, .copy_to_host = cost_host_copy, .copy_from_host = cost_host_copy,     \
-    .copy = cost_copy, .sync = cost_sync, .destroy = cost_destroy, .host_alloc = cost_alloc, .host_free = cost_free
+    .copy = cost_copy, .sync = cost_sync, .destroy = cost_destroy, .host_alloc = cost_alloc, .host_free = cost_free, \
+    .capture_begin = cost_capture_begin, .capture_end = cost_capture_end, .graph_launch = cost_graph_launch,       \
+    .graph_free = cost_graph_free
 
 static const tri_device_ops fused_ops = {
     .name = "cost",

@@ -24,7 +24,12 @@
  *   fused false  the CUDA backend of the 2026-11-27 H200 profile (docs/cuda-correctness.md): no
  *                optional slot (the wrappers run add then layernorm, a sum_squares and an adamw per
  *                parameter), and the classifier as its four vocab-parallel pieces, recorded under
- *                their own names (ce_row_max, ce_sumexp_target, ce_loss, ce_backward). */
+ *                their own names (ce_row_max, ce_sumexp_target, ce_loss, ce_backward).
+ *
+ * Graphs (--enable-cuda-graph, engine/train/step_graph.h): the device captures as the CUDA backend
+ * does. The kernels of a capture are kept aside, not recorded; each tri_device_graph_launch records
+ * one "graph_launch" (a launch with no work) and then the graph's kernels again, marked graph_node.
+ * A host copy, wait or allocation inside a capture fails, as on CUDA. */
 #ifndef TRIDENT_ENGINE_DEVICE_DEVICE_COST_H
 #define TRIDENT_ENGINE_DEVICE_DEVICE_COST_H
 
@@ -44,6 +49,7 @@ typedef struct tri_kernel_cost {
     double bytes;      /* DRAM bytes read + written */
     double flops_tc;   /* FLOPs on tensor cores */
     double flops;      /* FLOPs on CUDA cores */
+    bool graph_node;   /* run as a node of a launched graph (its launch cost is a node's, not a launch's) */
 } tri_kernel_cost;
 
 /* A cost device with the op set above. TRI_ENOMEM on failure; destroy with tri_device_destroy. */

@@ -165,6 +165,31 @@ int tri_pipeline_losses(tri_pipeline *p, int64_t *loss_fixed)
     return rc;
 }
 
+/* A compute op's pass, as tri_step_graph_run calls it. */
+typedef struct pass_args {
+    tri_chunk *st;
+    int kind, slot;
+    bool train;
+    float dloss;
+} pass_args;
+
+static int run_pass(void *ctx)
+{
+    const pass_args *a = ctx;
+    return a->kind == TRI_SCHED_FWD ? tri_chunk_forward(a->st, a->slot, a->train, a->dloss)
+                                    : tri_chunk_backward(a->st, a->slot);
+}
+
+/* The pass eagerly, or in a training run with graphs through its graph (the tokens are uploaded
+ * before it, the losses read after it: both outside the graph). */
+static int pass(tri_pipeline *p, const tri_sched_op *op, int slot, bool train, float dloss)
+{
+    pass_args a = {.st = p->chunks[op->chunk], .kind = op->kind, .slot = slot, .train = train, .dloss = dloss};
+    if (!p->graph || !train)
+        return run_pass(&a);
+    return tri_step_graph_run(p->graph, op->kind, op->chunk, slot, dloss, run_pass, &a);
+}
+
 static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_op *op, bool train,
                    float dloss)
 {
@@ -175,7 +200,7 @@ static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_o
     if (op->kind == TRI_SCHED_FWD) {
         if (st->first || st->last)
             rc = io->load(io->ctx, op->chunk, op->mb, slot);
-        if (!rc) rc = tri_chunk_forward(st, slot, train, dloss);
+        if (!rc) rc = pass(p, op, slot, train, dloss);
         if (!rc && st->last)
             rc = read_losses(p, st, op->mb, slot);
         return rc;
@@ -183,7 +208,7 @@ static int compute(tri_pipeline *p, const tri_pipeline_io *io, const tri_sched_o
     if (op->kind == TRI_SCHED_BWD) {
         if (!train)
             return TRI_ERR(TRI_EINVAL, "pipeline: a forward-only run met a backward op");
-        return tri_chunk_backward(st, slot);
+        return pass(p, op, slot, train, dloss);
     }
     return TRI_ERR(TRI_ENOTSUP, "pipeline: op %s is not supported by the executor",
                    tri_sched_kind_name(op->kind));

@@ -14,6 +14,7 @@
 #include "engine/comm/comm.h"
 #include "engine/train/chunk.h"
 #include "engine/train/schedule.h"
+#include "engine/train/step_graph.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,9 @@ typedef struct tri_pipeline {
     float *loss_host;
     int64_t loss_n;
     unsigned char *loss_read;
+    /* optional (not owned): a training run's FWD and BWD ops run through its device graphs
+     * (engine/train/step_graph.h: --enable-cuda-graph); NULL: eagerly */
+    tri_step_graph *graph;
     /* time of the last run (seconds, wall clock): computing (FWD/BWD ops) and in all */
     double busy_s, total_s;
 } tri_pipeline;

@@ -158,6 +158,11 @@ int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tr
         return TRI_ERR(TRI_EINVAL, "trainer: schedule %s (pp %d, v %d, m %d) does not fit pp %d, v %d, "
                        "%d micro-batches", train_sched->name, train_sched->pp, train_sched->v,
                        train_sched->m, grid->pp, v, cfg->n_micro);
+    if (cfg->cuda_graph) {
+        int rc = tri_step_graph_check(dev, grid, chunks, v);
+        if (rc)
+            return rc;
+    }
     t->v = v;
     memcpy(t->chunks, chunks, (size_t)v * sizeof *chunks);
     t->grid = grid;
@@ -178,11 +183,16 @@ int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tr
     if (!rc) rc = tri_pipeline_create(&t->eval_pipe, eval_sched, grid->pp_rank, grid->pp_comm, t->chunks);
     if (!rc) rc = split_replicas(t);
     if (!rc && cfg->local.steps > 0) rc = start_local_sgd(t);
+    tri_step_graph_init(&t->graph, dev);
+    if (!rc && cfg->cuda_graph)
+        t->train_pipe.graph = &t->graph;
     return rc;
 }
 
 void tri_trainer_destroy(tri_trainer *t)
 {
+    if (t->graph.dev)
+        tri_step_graph_free(&t->graph);
     if (t->train_pipe.sched)
         tri_pipeline_destroy(&t->train_pipe);
     if (t->eval_pipe.sched)
@@ -317,6 +327,8 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
     int rc = TRI_OK;
     t->local_bad = false;
     begin_step(t, iter);
+    if (t->train_pipe.graph)
+        tri_step_graph_begin_step(t->train_pipe.graph);
     for (int c = 0; c < t->v && !rc; c++)
         rc = tri_chunk_zero_grads(t->chunks[c]);
     t->src = src;

@@ -41,6 +41,8 @@ typedef struct tri_step_config {
     bool sequence_parallel;
     float clip_grad;           /* maximum global gradient norm; <= 0 disables clipping */
     tri_local_sgd_config local; /* local SGD / DiLoCo (engine/train/local_sgd.h); steps 0: off */
+    bool cuda_graph;           /* --enable-cuda-graph: the forward and backward passes as device graphs,
+                                  captured in the second step (engine/train/step_graph.h) */
 } tri_step_config;
 
 typedef struct tri_step_result {
@@ -99,11 +101,13 @@ typedef struct tri_trainer {
     int64_t outer_syncs;                 /* outer synchronisations so far */
     bool replicas_apart;                 /* an update since the last synchronisation (the replicas differ) */
     bool local_step;                     /* the step in progress is an inner step (no dp reduction) */
+    tri_step_graph graph;                /* cfg.cuda_graph: the captured passes (train_pipe.graph) */
 } tri_trainer;
 
 /* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
  * training schedule and the forward-only evaluation schedule (both over the grid's pipeline
- * group; train_sched->m must equal cfg->n_micro). */
+ * group; train_sched->m must equal cfg->n_micro). With cfg->cuda_graph, TRI_ENOTSUP naming
+ * --enable-cuda-graph where the layout or the device cannot capture (tri_step_graph_check). */
 int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tri_grid *grid,
                        tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
                        const tri_schedule *train_sched, const tri_schedule *eval_sched);

@@ -232,6 +232,33 @@ static inline float tri_emu_lt_at(const void *x, cublasLtMatrixLayout_t l, int32
     return tri_load(x, l->type == CUDA_R_16BF, e);
 }
 
+/* The product, computed at once (cublasLtMatmul checks the arguments first). */
+static inline void tri_emu_lt_run(tri_emu_lt_desc d, float a, const void *A, tri_emu_lt_layout la, const void *B,
+                                  tri_emu_lt_layout lb, float b, const void *C, tri_emu_lt_layout lc, void *D,
+                                  tri_emu_lt_layout ld)
+{
+    tri_emu_lt_runs++;
+    int64_t m = (int64_t)ld.rows, n = (int64_t)ld.cols;
+    int64_t ka = (int64_t)(d.transa == CUBLAS_OP_T ? la.rows : la.cols);
+    bool bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS;
+    for (int64_t z = 0; z < ld.batch; z++)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < m; i++) {
+                double s = 0.0;
+                for (int64_t k = 0; k < ka; k++)
+                    s += (double)tri_emu_lt_at(A, &la, d.transa, z, i, k) * tri_emu_lt_at(B, &lb, d.transb, z, k, j);
+                float v = a * (float)s;
+                if (b != 0.0f)
+                    v += b * tri_emu_lt_at(C, &lc, CUBLAS_OP_N, z, i, j);
+                if (bias)
+                    v += tri_load(d.bias, d.bias_type == CUDA_R_16BF, i);
+                tri_store(D, ld.type == CUDA_R_16BF, z * ld.stride + i + j * ld.ld, v);
+            }
+}
+
+/* Checks the arguments, then computes the product on stream: at once, or recorded while the stream
+ * captures (tests/cuda_emu/cuda_runtime.h), with the descriptors, layouts and scales read now, as
+ * cuBLASLt reads them when the call is made. */
 static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
                                             const void *A, cublasLtMatrixLayout_t la, const void *B,
                                             cublasLtMatrixLayout_t lb, const void *beta, const void *C,
@@ -239,10 +266,9 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                                             const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes,
                                             cudaStream_t stream)
 {
-    (void)h, (void)ws, (void)ws_bytes, (void)stream;
+    (void)h, (void)ws, (void)ws_bytes;
     if (algo->data[0] < (uint64_t)tri_emu_lt_refused)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    tri_emu_lt_runs++;
     int64_t m = (int64_t)ld->rows, n = (int64_t)ld->cols;
     int64_t ka = (int64_t)(d->transa == CUBLAS_OP_T ? la->rows : la->cols);
     int64_t ma = (int64_t)(d->transa == CUBLAS_OP_T ? la->cols : la->rows);
@@ -254,19 +280,9 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
         (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias) || (bias && (!d->bias || d->bias_type != ld->type)))
         return CUBLAS_STATUS_INVALID_VALUE;
     float a = *(const float *)alpha, b = *(const float *)beta;
-    for (int64_t z = 0; z < ld->batch; z++)
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t i = 0; i < m; i++) {
-                double s = 0.0;
-                for (int64_t k = 0; k < ka; k++)
-                    s += (double)tri_emu_lt_at(A, la, d->transa, z, i, k) * tri_emu_lt_at(B, lb, d->transb, z, k, j);
-                float v = a * (float)s;
-                if (b != 0.0f)
-                    v += b * tri_emu_lt_at(C, lc, CUBLAS_OP_N, z, i, j);
-                if (bias)
-                    v += tri_load(d->bias, d->bias_type == CUDA_R_16BF, i);
-                tri_store(D, ld->type == CUDA_R_16BF, z * ld->stride + i + j * ld->ld, v);
-            }
+    tri_emu_lt_desc dv = *d;
+    tri_emu_lt_layout lav = *la, lbv = *lb, lcv = *lc, ldv = *ld;
+    tri_emu_enqueue(stream, [=] { tri_emu_lt_run(dv, a, A, lav, B, lbv, b, C, lcv, D, ldv); });
     return CUBLAS_STATUS_SUCCESS;
 }
 

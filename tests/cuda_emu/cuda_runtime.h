@@ -11,7 +11,19 @@
  * device (launch shapes, arguments, copies, the simple/fast choice, workspace use, the ops table),
  * not the hardware: no concurrency between streams, no asynchrony. The names are the toolkit's, as
  * the code needs them; values of enumerations are the toolkit's where the code could depend on
- * them (it does not). */
+ * them (it does not).
+ *
+ * Stream capture (CUDA graphs, the CUDA Programming Guide's "Stream capture"): between
+ * cudaStreamBeginCapture and cudaStreamEndCapture, the work queued on the capturing stream (kernel
+ * launches through cuda/launch.cuh and mma_shim.h, cudaMemcpyAsync, cudaMemsetAsync, cublasLtMatmul,
+ * cudaGraphLaunch) is recorded as closures, not run; cudaGraphInstantiate copies the list and
+ * cudaGraphLaunch runs it in order. As in cudaStreamCaptureModeThreadLocal, the calls CUDA
+ * refuses while this thread captures fail with cudaErrorStreamCaptureUnsupported and invalidate the
+ * capture (cudaStreamEndCapture then returns cudaErrorStreamCaptureInvalidated and no graph):
+ * cudaMalloc, cudaMallocHost, cudaFree, cudaFreeHost, cudaStreamSynchronize, cudaStreamQuery,
+ * cudaEventSynchronize and cudaEventQuery. So a host sync or an allocation inside a captured region,
+ * which a GPU refuses, fails here too. (Not modelled: copies between device and pageable host
+ * memory, which CUDA also refuses to capture; the emulation cannot tell pageable from pinned.) */
 #ifndef TRIDENT_TESTS_CUDA_EMU_CUDA_RUNTIME_H
 #define TRIDENT_TESTS_CUDA_EMU_CUDA_RUNTIME_H
 
@@ -21,13 +33,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <functional>
+#include <vector>
+
 typedef enum cudaError {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidDevice = 101,
     cudaErrorNotReady = 600,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorIllegalState = 401,
 } cudaError_t;
+
+typedef enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2,
+} cudaStreamCaptureMode;
+
+typedef enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2,
+} cudaStreamCaptureStatus;
 
 typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
@@ -50,12 +80,46 @@ typedef cudaDataType_t cudaDataType;
 #define cudaStreamNonBlocking 0x01
 #define cudaEventDisableTiming 0x02
 
-typedef struct tri_emu_stream {
+/* A graph: the captured work, in stream order. */
+typedef struct tri_emu_graph {
+    std::vector<std::function<void()>> nodes;
+} *cudaGraph_t;
+typedef struct tri_emu_graph_exec {
+    std::vector<std::function<void()>> nodes;
+} *cudaGraphExec_t;
+typedef struct tri_emu_graph_node {
     int unused;
+} *cudaGraphNode_t;
+
+typedef struct tri_emu_stream {
+    cudaGraph_t capture;   /* the graph being captured, or NULL */
+    bool invalidated;      /* a refused call ended the capture's validity */
 } *cudaStream_t;
 typedef struct tri_emu_event {
     int recorded;
 } *cudaEvent_t;
+
+/* The stream this thread is capturing (cudaStreamCaptureModeThreadLocal), NULL when none: one
+ * variable for the whole program (a C++17 inline variable), whichever source reads it. */
+inline thread_local cudaStream_t tri_emu_capturing = nullptr;
+
+/* A call CUDA refuses while this thread captures: the capture is invalidated and the call fails. */
+static inline bool tri_emu_capture_refuses(void)
+{
+    if (!tri_emu_capturing)
+        return false;
+    tri_emu_capturing->invalidated = true;
+    return true;
+}
+
+/* Runs work now, or records it into the graph that stream is capturing. */
+static inline void tri_emu_enqueue(cudaStream_t stream, std::function<void()> work)
+{
+    if (stream && stream->capture)
+        stream->capture->nodes.push_back(std::move(work));
+    else
+        work();
+}
 
 struct cudaDeviceProp {
     char name[256];
@@ -75,13 +139,22 @@ static inline const char *cudaGetErrorName(cudaError_t e)
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
     }
     return "cudaErrorUnknown";
 }
 
 static inline const char *cudaGetErrorString(cudaError_t e)
 {
-    return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory" : "emulated error";
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    default: return "emulated error";
+    }
 }
 
 static inline cudaError_t cudaGetLastError(void)
@@ -124,6 +197,8 @@ static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr
 /* 256-byte aligned as cudaMalloc's, filled with 0xff bytes (NaN floats, bf16 NaN, -1 integers). */
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    if (tri_emu_capture_refuses())
+        return cudaErrorStreamCaptureUnsupported;
     size_t n = (bytes + 255) / 256 * 256;
     *p = aligned_alloc(256, n ? n : 256);
     if (!*p)
@@ -134,6 +209,8 @@ static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 
 static inline cudaError_t cudaFree(void *p)
 {
+    if (tri_emu_capture_refuses())
+        return cudaErrorStreamCaptureUnsupported;
     free(p);
     return cudaSuccess;
 }
@@ -145,18 +222,27 @@ static inline cudaError_t cudaMallocHost(void **p, size_t bytes)
 
 static inline cudaError_t cudaFreeHost(void *p)
 {
+    if (tri_emu_capture_refuses())
+        return cudaErrorStreamCaptureUnsupported;
     free(p);
     return cudaSuccess;
 }
 
-/* At once, with memcpy: overlapping ranges are undefined for cudaMemcpyAsync too (the sanitizers
- * report them here). */
+/* At once, with memcpy (or recorded, while stream captures): overlapping ranges are undefined for
+ * cudaMemcpyAsync too (the sanitizers report them here). */
 static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                                           cudaStream_t stream)
 {
-    (void)kind, (void)stream;
+    (void)kind;
     if (bytes)
-        memcpy(dst, src, bytes);
+        tri_emu_enqueue(stream, [=] { memcpy(dst, src, bytes); });
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream)
+{
+    if (bytes)
+        tri_emu_enqueue(stream, [=] { memset(dst, value, bytes); });
     return cudaSuccess;
 }
 
@@ -169,6 +255,7 @@ static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned fl
 
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
+    delete s->capture;
     free(s);
     return cudaSuccess;
 }
@@ -176,13 +263,13 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     (void)s;
-    return cudaSuccess;
+    return tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 
 static inline cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     (void)s;
-    return cudaSuccess;
+    return tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
@@ -209,12 +296,91 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 static inline cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     (void)e;
-    return cudaSuccess;
+    return tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     (void)e;
+    return tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
+/* ---- stream capture and graphs (the top comment says what is emulated) ---- */
+
+/* Starts recording s's work into a new graph; one capture per thread at a time. */
+static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
+{
+    (void)mode; /* every mode is emulated as thread-local: the mode cuda/ asks for */
+    if (s->capture || tri_emu_capturing)
+        return cudaErrorIllegalState;
+    s->capture = new tri_emu_graph;
+    s->invalidated = false;
+    tri_emu_capturing = s;
+    return cudaSuccess;
+}
+
+/* Ends s's capture: *graph is the recorded work, or NULL (cudaErrorStreamCaptureInvalidated) when a
+ * refused call invalidated the capture. */
+static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+    *graph = NULL;
+    if (!s->capture || tri_emu_capturing != s)
+        return cudaErrorIllegalState;
+    tri_emu_capturing = nullptr;
+    if (s->invalidated) {
+        delete s->capture;
+        s->capture = NULL;
+        return cudaErrorStreamCaptureInvalidated;
+    }
+    *graph = s->capture;
+    s->capture = NULL;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status)
+{
+    *status = !s->capture ? cudaStreamCaptureStatusNone
+              : s->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+/* The number of nodes (nodes NULL: only the count, as the code asks). */
+static inline cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *count)
+{
+    if (nodes)
+        return cudaErrorInvalidValue;
+    *count = g->nodes.size();
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long flags)
+{
+    (void)flags;
+    if (tri_emu_capture_refuses())
+        return cudaErrorStreamCaptureUnsupported;
+    *exec = new tri_emu_graph_exec{g->nodes};
+    return cudaSuccess;
+}
+
+/* The graph's work in capture order, on s (recorded as one node while s captures). */
+static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+    tri_emu_enqueue(s, [exec] {
+        for (const std::function<void()> &node : exec->nodes)
+            node();
+    });
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+    delete g;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    delete exec;
     return cudaSuccess;
 }
 

@@ -20,13 +20,14 @@ static int fill_random(void *ctx, int64_t first, int64_t n, int32_t *w)
     return TRI_OK;
 }
 
-int tri_cli_predict_step(tri_comm *world, const tri_model *m, tri_layout_request req, bool fused,
+int tri_cli_predict_step(tri_comm *world, const tri_model *m, tri_layout_request req, bool fused, bool cuda_graph,
                          const tri_hardware *hw, double call_s, tri_step_prediction *out)
 {
     tri_device *dev = NULL;
     tri_session ss;
     tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
-                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
+                             .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+                             .cuda_graph = cuda_graph};
     int rc = tri_cli_model_layout(m, req, &o.run.layout);
     if (!rc) rc = tri_device_cost_create(&dev, fused);
     if (!rc) rc = tri_session_create(&ss, world, dev, m, &o);

@@ -19,8 +19,10 @@ extern "C" {
  * engine/device/device_cost.h) over world (one rank: the model of one GPU), trains one warm-up step
  * and one recorded step on random tokens through the trainer engine_train uses (clipping at 1,
  * AdamW), and prices the recorded step's kernels on hw, with call_s seconds added per op call
- * (tri_kernel_rates), into *out. Errors as the session's. */
-int tri_cli_predict_step(tri_comm *world, const tri_model *m, tri_layout_request req, bool fused,
+ * (tri_kernel_rates), into *out. With cuda_graph (--enable-cuda-graph) the recorded step is the first
+ * that replays graphs (the second trained: it captures its forward and backward passes, then launches
+ * them), so their kernels are priced as graph nodes. Errors as the session's. */
+int tri_cli_predict_step(tri_comm *world, const tri_model *m, tri_layout_request req, bool fused, bool cuda_graph,
                          const tri_hardware *hw, double call_s, tri_step_prediction *out);
 
 #ifdef __cplusplus
