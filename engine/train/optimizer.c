@@ -161,9 +161,12 @@ int tri_optimizer_step(tri_device *d, tri_optimizer *o, tri_zero *z, float lr, f
     int rc, n = 0;
     /* AdamW: one pass for the update, the bf16 publish and the next step's gradient zeroing where
      * the layout allows it. Elsewhere (stage 1 at dp > 1, a compressed dp reduction: see
-     * tri_zero_update_zeroes_grads), with unfused_update, and for SGD, LARS and LAMB (whose updates
-     * keep their own passes) the update, the publish and the next step's fill stay separate. */
-    if (o->cfg.kind == TRI_OPT_ADAM && !o->cfg.unfused_update && tri_zero_update_zeroes_grads(z)) {
+     * tri_zero_update_zeroes_grads), with unfused_update, on a device without the fused op (whose
+     * stand-in would convert and fill piece by piece, more launches than the passes below), and for
+     * SGD, LARS and LAMB (whose updates keep their own passes) the update, the publish and the next
+     * step's fill stay separate. */
+    if (o->cfg.kind == TRI_OPT_ADAM && !o->cfg.unfused_update && tri_device_has_adamw_fused(d) &&
+        tri_zero_update_zeroes_grads(z)) {
         rc = adamw_fused(d, o, z, lr, grad_scale);
         if (!rc)
             o->step++;
