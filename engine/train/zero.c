@@ -154,6 +154,7 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     z->overlap_grad_reduce = run->overlap_grad_reduce;
     z->overlap_param_gather = run->overlap_param_gather;
     z->bf16 = run->precision == TRI_PRECISION_BF16;
+    z->grads_zeroed = false;
     z->L = L;
     int rc = alloc_tracking(z);
     if (rc)
