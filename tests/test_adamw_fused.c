@@ -6,7 +6,8 @@
  * reference is that sequence on the same inputs, compared bit for bit: param, m, v, the bf16 model
  * weights and the (zeroed) gradients, on 1 and 3 CPU threads, with and without bf16 outputs, with v
  * updated and frozen (1-bit Adam), pieces of awkward lengths (one empty), decay on and off, and
- * gradients holding a NaN, an infinity and -0. Independently of the reference: every gradient is
+ * gradients holding a NaN, an infinity and -0; the wrapper's stand-in on a device without the slot
+ * too. Independently of the reference: every gradient is
  * +0.0 afterwards, every model weight is its parameter rounded (tri_float_to_bf16), the model
  * buffer's NaN fill was overwritten, and most parameters moved (the update was not skipped).
  *
@@ -92,8 +93,25 @@ static void fused_vs_three_passes(int threads, bool bf16, int64_t freeze)
         if (bf16) cr_assert_eq(tri_op_convert(d, u.models[k], u.pieces[k].param), TRI_OK, "%s", tri_error_message());
         cr_assert_eq(tri_op_fill(d, u.pieces[k].grad, 0.0f), TRI_OK, "%s", tri_error_message());
     }
+    /* the wrapper's stand-in on a device without the slot (the three ops it is defined by) */
+    state w;
+    make_state(&w, p0, g0, m0, v0, total);
+    const tri_device_ops *own = d->ops;
+    tri_device_ops without = *own;
+    without.adamw_fused_multi = NULL;
+    d->ops = &without;
+    cr_assert(!tri_device_has_adamw_fused(d));
+    int wrc = tri_op_adamw_fused_multi(d, w.pieces, bf16 ? w.models : NULL, P, &hp);
+    d->ops = own;
+    cr_assert_eq(wrc, TRI_OK, "%s", tri_error_message());
+    cr_assert(tri_device_has_adamw_fused(d), "the CPU fills the fused slot");
     char what[96];
     snprintf(what, sizeof what, "threads %d bf16 %d freeze %lld", threads, bf16, (long long)freeze);
+    cr_assert(ot_same_bits(what, w.p, u.p, (size_t)total), "%s: stand-in param", what);
+    cr_assert(ot_same_bits(what, w.m, u.m, (size_t)total), "%s: stand-in m", what);
+    cr_assert(ot_same_bits(what, w.v, u.v, (size_t)total), "%s: stand-in v", what);
+    cr_assert(ot_same_bits(what, w.g, u.g, (size_t)total), "%s: stand-in grad", what);
+    same_u16(what, w.model, u.model, total);
     cr_assert(ot_same_bits(what, f.p, u.p, (size_t)total), "%s: param", what);
     cr_assert(ot_same_bits(what, f.m, u.m, (size_t)total), "%s: m", what);
     cr_assert(ot_same_bits(what, f.v, u.v, (size_t)total), "%s: v", what);
