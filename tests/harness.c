@@ -218,6 +218,7 @@ static void record_zero(tri_session *ss, job *j)
     tri_model_rank_memory(&ss->model, model);
     j->out->activation_bytes = model[TRI_MEM_ACTIVATIONS];
     j->out->owned_elements = 0;
+    j->out->grads_zeroed = ss->model.chunk[0]->zero.grads_zeroed;
     for (int c = 0; c < ss->model.v; c++) {
         const tri_chunk *m = ss->model.chunk[c];
         j->out->owned_elements += tri_zero_owned_numel(&m->zero);
@@ -240,7 +241,8 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     tri_session_options o = {.run = {.seed = 1234}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                        .kind = (tri_optimizer_kind)j->layout.optimizer, .momentum = 0.9f,
-                                       .lars_eta = 0.02f, .freeze_step = j->layout.adam_freeze_step}};
+                                       .lars_eta = 0.02f, .freeze_step = j->layout.adam_freeze_step,
+                                       .unfused_update = j->layout.unfused_update}};
     o.local_sgd = j->layout.local;
     int lrc = tu_model_layout_resolve(j->model, j->B, j->T, &j->layout, size, &o.run.layout);
     if (lrc)

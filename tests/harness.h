@@ -39,6 +39,8 @@ typedef struct tu_layout {
                                   LARS with eta 0.02 */
     tri_compression compression; /* --grad-compression and its options (zeroed: none) */
     int64_t adam_freeze_step;  /* --adam-freeze-step (0: off; AdamW only) */
+    bool unfused_update;       /* AdamW's update, bf16 publish and gradient zeroing as separate passes
+                                  (tri_adamw_config.unfused_update) */
 } tu_layout;
 
 typedef struct tu_result {
@@ -64,6 +66,8 @@ typedef struct tu_result {
     int64_t owned_elements;                 /* world rank 0's owned elements, summed over its chunks */
     uint64_t overlap_started;               /* world rank 0's reductions and gathers started non-blocking */
     uint64_t prefetches_used;               /* world rank 0's stage 3 all-gathers started ahead and used */
+    bool grads_zeroed;                      /* world rank 0's first chunk: the last update zeroed the
+                                               gradients in its own pass (tri_op_adamw_fused_multi) */
     int64_t bf16_checked;                   /* bf16: owned parameter elements compared, all ranks */
     int64_t bf16_stale;                     /* of them, bf16 parameters not equal to their rounded
                                                fp32 master weight after the last step */

@@ -1284,6 +1284,74 @@ Test(cuda_kernels_cpu, adamw_multi_same_bits_as_piece_by_piece)
     }
 }
 
+/* The fused kernel (tri_op_adamw_fused_multi's): the pieces of the test above, one of them without a
+ * bf16 output, v updated and frozen, under every launch shape: param, m, v, the bf16 weights and the
+ * zeroed gradients are the bits of the CPU backend's fused op, which tests/test_adamw_fused.c holds to
+ * the three separate passes. */
+Test(cuda_kernels_cpu, adamw_fused_multi_same_bits_as_cpu)
+{
+    tri_device *d = cpu();
+    const int64_t lens[] = {1001, 0, 63, 4099, 1};
+    const float wds[] = {0.1f, 0.1f, 0.0f, 0.1f, 0.0f};
+    enum { P = sizeof lens / sizeof *lens };
+    int64_t total = 0;
+    for (int k = 0; k < P; k++)
+        total += lens[k];
+    float *p0 = ot_uniform((size_t)total, -1.0f, 1.0f, 160), *g0 = ot_uniform((size_t)total, -1.0f, 1.0f, 161);
+    float *m0 = ot_uniform((size_t)total, -0.1f, 0.1f, 162), *v0 = ot_uniform((size_t)total, 0.0f, 0.01f, 163);
+    uint16_t *o0 = (uint16_t *)ot_floats((size_t)total);
+    memset(o0, 0xFF, (size_t)total * sizeof *o0);
+    float *p = ot_floats((size_t)total), *g = ot_floats((size_t)total), *m = ot_floats((size_t)total);
+    float *v = ot_floats((size_t)total);
+    uint16_t *o = (uint16_t *)ot_floats((size_t)total);
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.7f, .step = 3};
+    for (int frozen = 0; frozen < 2; frozen++) {
+        hp.freeze_step = frozen ? 2 : 0;
+        size_t b = (size_t)total * sizeof(float);
+        memcpy(p, p0, b), memcpy(g, g0, b), memcpy(m, m0, b), memcpy(v, v0, b);
+        memcpy(o, o0, (size_t)total * sizeof *o);
+        tri_adamw_piece pc[P];
+        tri_tensor models[P];
+        for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
+            int64_t len = lens[k];
+            pc[k] = (tri_adamw_piece){tri_tensor_1d(p + at, TRI_F32, len), tri_tensor_1d(g + at, TRI_F32, len),
+                                      tri_tensor_1d(m + at, TRI_F32, len), tri_tensor_1d(v + at, TRI_F32, len),
+                                      wds[k]};
+            models[k] = tri_tensor_1d(o + at, TRI_BF16, len);
+        }
+        cr_assert_eq(tri_op_adamw_fused_multi(d, pc, models, P, &hp), TRI_OK, "%s", tri_error_message());
+        float bc1 = 1.0f - powf(hp.beta1, (float)hp.step);
+        float bc2 = 1.0f - powf(hp.beta2, (float)(frozen ? hp.freeze_step : hp.step));
+        shape s[N_SHAPES];
+        shapes_for(total, s);
+        for (int k = 0; k < N_SHAPES; k++) {
+            float *kp = gfloats((size_t)total, p0), *km = gfloats((size_t)total, m0), *kv = gfloats((size_t)total, v0);
+            float *kg = gfloats((size_t)total, g0);
+            uint16_t *ko = gbuf((size_t)total * sizeof *ko, o0);
+            tri_adamw_fused_group a;
+            memset(&a, 0, sizeof a);
+            for (int q = 0; q < P; q++, a.n++) {
+                int64_t at = a.first[q];
+                a.p[q] = kp + at, a.g[q] = kg + at, a.m[q] = km + at, a.v[q] = kv + at, a.wd[q] = wds[q];
+                a.o[q] = q == 3 ? NULL : ko + at; /* piece 3 without a bf16 output */
+                a.first[q + 1] = at + lens[q];
+            }
+            TRI_LAUNCH(adamw_fused_multi_kernel, s[k].grid, s[k].block, a, hp.lr, hp.beta1, hp.beta2, hp.eps, bc1, bc2,
+                       hp.grad_scale, !frozen);
+            same_bits("adamw_fused_multi_kernel param", kp, p, (size_t)total);
+            same_bits("adamw_fused_multi_kernel m", km, m, (size_t)total);
+            same_bits("adamw_fused_multi_kernel v", kv, v, (size_t)total);
+            same_bits("adamw_fused_multi_kernel grad", kg, g, (size_t)total);
+            for (int64_t i = 0; i < total; i++) {
+                bool none = i >= a.first[3] && i < a.first[4];
+                cr_assert_eq(ko[i], none ? o0[i] : o[i], "adamw_fused_multi_kernel bf16 weight %lld: 0x%04x vs 0x%04x",
+                             (long long)i, ko[i], none ? o0[i] : o[i]);
+            }
+            check_guards_and_free("adamw_fused_multi");
+        }
+    }
+}
+
 /* ---- bf16 conversion (no CPU op: against engine/core/math.h's scalar functions and known values) ---- */
 
 static float bits_to_float(uint32_t u)

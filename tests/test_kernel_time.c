@@ -297,17 +297,24 @@ Test(kernel_time, gpt2_step_rows)
     cr_assert_eq(calls_of(&c.p, "adamw"), params, "one AdamW per parameter");
     cr_assert_eq(calls_of(&c.p, "sum_squares"), params, "one sum of squares per parameter");
     cr_assert_eq(calls_of(&c.p, "adamw_multi"), 0);
+    cr_assert_eq(calls_of(&c.p, "adamw_fused_multi"), 0, "that op set updates, publishes and zeroes apart");
     cr_assert_eq(calls_of(&c.p, "ce_fused"), 0, "the classifier in pieces");
     cr_assert_eq(calls_of(&c.p, "ce_backward"), 1);
     double old = c.p.seconds;
+    int64_t old_converts = calls_of(&c.p, "convert"), old_fills = calls_of(&c.p, "fill");
 
     /* HEAD's op set: the multi-tensor norm and AdamW, one launch each group; the fused classifier */
     c = (step_case){.m = &m, .req = req, .fused = true};
     predict(&c);
     cr_assert_eq(calls_of(&c.p, "adamw"), 0);
-    cr_assert_eq(calls_of(&c.p, "adamw_multi"), 1);
-    cr_assert_eq(tri_step_prediction_find(&c.p, "adamw_multi")->launches, 1, "%lld pieces in one group",
+    cr_assert_eq(calls_of(&c.p, "adamw_multi"), 0);
+    cr_assert_eq(calls_of(&c.p, "adamw_fused_multi"), 1, "AdamW, the bf16 publish and the gradient zeroing in one");
+    cr_assert_eq(tri_step_prediction_find(&c.p, "adamw_fused_multi")->launches, 1, "%lld pieces in one group",
                  (long long)params);
+    cr_assert_gt(old_converts, 0);
+    cr_assert_eq(calls_of(&c.p, "convert"), 0, "the bf16 publish (%lld converts, one per unit) is in the update",
+                 (long long)old_converts);
+    cr_assert_eq(calls_of(&c.p, "fill"), old_fills - 1, "the gradients' fill is in the previous update");
     cr_assert_eq(tri_step_prediction_find(&c.p, "sum_squares_multi")->launches, 2);
     cr_assert_eq(calls_of(&c.p, "ce_fused"), 1);
     cr_assert_eq(calls_of(&c.p, "add_layernorm_forward"), L, "each block's second norm takes the residual add");

@@ -310,6 +310,10 @@ static outputs every_op(int threads)
     OK(tri_op_lamb_direction_multi(d, &ap, 1, &hp));
     OK(tri_op_lamb_update_multi(d, &sp, 1, ratios, 1e-3f));
     keep(&o, d, x), keep(&o, d, y), keep(&o, d, m), keep(&o, d, v);
+    /* AdamW fused with the bf16 publish and the gradient zeroing (y zeroed, bf16 weights kept) */
+    tri_tensor w16 = ot_tensor(d, tri_tensor_1d(NULL, TRI_BF16, BIG), NULL);
+    OK(tri_op_adamw_fused_multi(d, &ap, &w16, 1, &hp));
+    keep(&o, d, x), keep(&o, d, y), keep(&o, d, m), keep(&o, d, v), keep(&o, d, w16);
     OK(tri_op_zero(d, v));
     keep(&o, d, v);
     return o;

@@ -1,4 +1,5 @@
-/* cuda/optimizer/adamw.cu - the fused AdamW update on the GPU: one pass over param, grad, m and v with the
+/* cuda/optimizer/adamw.cu - the fused AdamW update on the GPU: one pass over param, grad, m and v (and,
+ * for tri_op_adamw_fused_multi, the bf16 publish and the gradient zeroing in the same pass) with the
  * simple kernel of cuda/optimizer/adamw.kern.h (engine/device/ops/optimizer_math.h's tri_adamw_element, tested
  * on the CPU against the CPU backend). The bias corrections are computed on the host with powf exactly as the
  * CPU backend computes them, so both backends feed the element update the same constants; past
@@ -58,6 +59,48 @@ extern "C" int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces
         }
         rc = TRI_CUDA_LAUNCH_N(adamw_multi_kernel, a.first[a.n], c->stream, a, hp->lr, hp->beta1, hp->beta2, hp->eps,
                                bc1, bc2, hp->grad_scale, update_v);
+    }
+    return rc;
+}
+
+/* AdamW, the bf16 publish and the gradient zeroing: one launch per group of TRI_ADAMW_GROUP pieces
+ * (GPT-2 124M: one launch where the separate passes took the update's, a convert per unit and the
+ * fill). The simple switch runs the twin: the three ops the fused contract is defined by, piece by
+ * piece (adamw_kernel, float_to_bf16_kernel, the fill). */
+extern "C" int tri_cuda_adamw_fused_multi(tri_device *d, const tri_adamw_piece *pieces, const tri_tensor *models,
+                                          int n, const tri_adamw_hparams *hp)
+{
+    tri_cuda *c = tri_cuda_of(d);
+    int rc = TRI_OK;
+    if (c->simple) {
+        for (int k = 0; k < n && !rc; k++) {
+            const tri_adamw_piece *p = &pieces[k];
+            tri_adamw_hparams h = *hp;
+            h.weight_decay = p->weight_decay;
+            rc = tri_cuda_adamw(d, p->param, p->grad, p->m, p->v, &h);
+            if (!rc && models) rc = tri_cuda_convert(d, models[k], p->param);
+            if (!rc) rc = tri_cuda_fill(d, p->grad, 0.0f);
+        }
+        return rc;
+    }
+    const int64_t vstep = tri_adamw_v_step(hp->step, hp->freeze_step);
+    const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, vstep);
+    const int update_v = vstep == hp->step;
+    for (int k = 0; k < n && !rc;) {
+        tri_adamw_fused_group a;
+        memset(&a, 0, sizeof a);
+        for (; k < n && a.n < TRI_ADAMW_GROUP; k++, a.n++) {
+            const tri_adamw_piece *p = &pieces[k];
+            a.p[a.n] = tri_fp(p->param);
+            a.g[a.n] = tri_fp(p->grad);
+            a.m[a.n] = tri_fp(p->m);
+            a.v[a.n] = tri_fp(p->v);
+            a.o[a.n] = models ? (uint16_t *)models[k].data : NULL;
+            a.wd[a.n] = p->weight_decay;
+            a.first[a.n + 1] = a.first[a.n] + tri_tensor_numel(p->param);
+        }
+        rc = TRI_CUDA_LAUNCH_N(adamw_fused_multi_kernel, a.first[a.n], c->stream, a, hp->lr, hp->beta1, hp->beta2,
+                               hp->eps, bc1, bc2, hp->grad_scale, update_v);
     }
     return rc;
 }

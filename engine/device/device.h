@@ -222,6 +222,9 @@ void tri_device_graph_free(tri_device *d, tri_device_graph *g);
 int tri_op_zero(tri_device *d, tri_tensor x);
 /* dst = src (same numel and dtype): the backend's memmove-like copy. */
 int tri_op_copy(tri_device *d, tri_tensor dst, tri_tensor src);
+/* Whether d runs tri_op_adamw_fused_multi as one pass (its slot is filled: CPU, CUDA), rather than
+ * as the wrapper's adamw_multi, convert and fill: the trainer fuses AdamW's passes only then. */
+bool tri_device_has_adamw_fused(const tri_device *d);
 
 /* ---- helpers of the ops' backends and callers ---- */
 /* The dims of a checked fused attention problem (for backends): qkv (B, T, W), out (.., C), lse (B, NH, T). */

@@ -53,7 +53,13 @@ static void cpu_destroy(tri_device *d)
 
 /* Memory slots by hand; the op slots from engine/device/ops_list.h, by name: every row's tri_cpu_<op>
  * (engine/device/cpu_ops.h), so an op without a CPU implementation does not link. The optional rows
- * stay NULL: the wrappers run the ops that define them. */
+ * stay NULL (the wrappers run the ops that define them) but adamw_fused_multi, whose use the trainer
+ * decides by the slot: each optional row says here which (a new one fails to compile until it does). */
+#define CPU_OPTIONAL_sum_squares_multi NULL
+#define CPU_OPTIONAL_add_layernorm_forward NULL
+#define CPU_OPTIONAL_add_rmsnorm_forward NULL
+#define CPU_OPTIONAL_adamw_multi NULL
+#define CPU_OPTIONAL_adamw_fused_multi tri_cpu_adamw_fused_multi
 static const tri_device_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -66,7 +72,7 @@ static const tri_device_ops cpu_ops = {
     .host_alloc = cpu_alloc, /* host memory is the device's own */
     .host_free = cpu_free,
 #define TRI_OP(name, params) .name = tri_cpu_##name,
-#define TRI_OP_OPTIONAL(name, params) .name = NULL,
+#define TRI_OP_OPTIONAL(name, params) .name = CPU_OPTIONAL_##name,
 #include "engine/device/ops_list.h"
 };
 

@@ -18,8 +18,8 @@
 
 /* Pieces of one launch of the multi-tensor ops, passed by value in the kernels' parameters (CUDA 12.1
  * and later take 32 KiB of parameters on sm_70 and newer): sum_squares_multi (8.8 KiB a group, two
- * launches: cuda/elementwise/reduce.kern.h) and adamw_multi (6.9 KiB, one launch:
- * cuda/optimizer/adamw.kern.h). */
+ * launches: cuda/elementwise/reduce.kern.h), adamw_multi (6.9 KiB, one launch) and adamw_fused_multi
+ * (8.1 KiB with the bf16 outputs, one launch: cuda/optimizer/adamw.kern.h). */
 #define TRI_SQ_GROUP 160
 #define TRI_ADAMW_GROUP 160
 

@@ -523,6 +523,30 @@ int tri_cost_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, co
     return rc;
 }
 
+/* AdamW with the bf16 publish and the gradient zeroing in the same pass, one launch per group of
+ * TRI_ADAMW_GROUP pieces: AdamW's traffic (one read of p, g, m, v; p, m, v written) plus the bf16
+ * weights written and the gradient's zeros. It replaces the update's launches, a convert per owned
+ * range (2 + 4 bytes an element) and the next step's fill of the gradients (4 bytes). */
+int tri_cost_adamw_fused_multi(tri_device *d, const tri_adamw_piece *pieces, const tri_tensor *models, int n,
+                               const tri_adamw_hparams *hp)
+{
+    (void)hp;
+    tri_cost_call(d, "adamw_fused_multi");
+    int rc = TRI_OK;
+    for (int k = 0; k < n && !rc; k += TRI_ADAMW_GROUP) {
+        double b = 0, flops = 0;
+        for (int j = k; j < n && j < k + TRI_ADAMW_GROUP; j++) {
+            const tri_adamw_piece *p = &pieces[j];
+            b += adamw_bytes(p->param, p->grad, p->m, p->v) + bytes(p->grad);
+            if (models)
+                b += bytes(models[j]);
+            flops += ADAMW_FLOPS * numel(p->param);
+        }
+        rc = tri_cost_kernel(d, b, 0, flops);
+    }
+    return rc;
+}
+
 /* Momentum SGD / LARS: read p, g, buf, write p, buf; a launch per piece (cuda/optimizer/momentum.cu). */
 int tri_cost_sgd_multi(tri_device *d, const tri_sgd_piece *pieces, int n, tri_tensor ratios, const tri_sgd_hparams *hp)
 {

@@ -17,7 +17,8 @@
  *   TRI_OP_OPTIONAL(name, (params)) a backend may leave the slot NULL: the wrapper then runs the ops
  *                                   it is defined by (a fusion, or a multi-tensor form of one op),
  *                                   whose sequence gives its bits. The CPU backend leaves every
- *                                   optional slot NULL, the CUDA backend fills every one.
+ *                                   optional slot NULL but adamw_fused_multi (device_cpu.c says
+ *                                   which), the CUDA backend fills every one.
  * An includer that defines only TRI_OP gets TRI_OP for the optional rows too.
  *
  * The wrapper of a row takes exactly the slot's params (device.c checks and dispatches them), so
@@ -198,6 +199,21 @@ TRI_OP(adamw, (tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m, t
  * overlap. TRI_EINVAL naming the piece and tensor as tri_op_adamw would; n 0 does nothing.
  * Optional: without it the wrapper calls adamw piece by piece. */
 TRI_OP_OPTIONAL(adamw_multi, (tri_device *d, const tri_adamw_piece *pieces, int n, const tri_adamw_hparams *hp))
+/* adamw_multi, the bf16 publish and the gradient zeroing in one pass over each piece (Apex's and
+ * PyTorch's fused Adam write the low-precision copy in the same way): per element exactly
+ * tri_adamw_element (as adamw_multi), then, when models is given, models[k] (bf16, piece k's numel:
+ * the model's copy of param under bf16 mixed precision) = param rounded to nearest even
+ * (tri_float_to_bf16, as tri_op_convert), then grad = +0.0f (as tri_op_fill(grad, 0)). So param, m,
+ * v, the models and grad get the bits of adamw_multi, convert and fill run in turn on the same
+ * pieces. models: NULL (fp32 training), or n views written as bf16 by every backend (none widened).
+ * Nothing may overlap. TRI_EINVAL naming the piece and tensor as adamw_multi does, or a model view
+ * that is not bf16 of param's numel; n 0 does nothing.
+ * Optional (a fusion): without it the wrapper runs adamw_multi, then convert and fill piece by
+ * piece; the trainer then keeps its own separate passes (tri_device_has_adamw_fused). The CPU and
+ * CUDA backends fill it; the cost device's 2026-11-27 op set, which models the backend before it,
+ * does not. */
+TRI_OP_OPTIONAL(adamw_fused_multi, (tri_device *d, const tri_adamw_piece *pieces, const tri_tensor *models, int n,
+                           const tri_adamw_hparams *hp))
 /* Momentum SGD or LARS over many tensors in one call (fp32 param, grad, buf of equal length per
  * piece; pieces do not overlap). Per element, with g = grad * grad_scale and wd the piece's decay:
  *   SGD (torch.optim.SGD, dampening 0): d = g + wd p; buf = mu buf + d; p -= lr (nesterov ? d + mu buf : buf)

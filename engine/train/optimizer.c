@@ -56,14 +56,20 @@ int tri_optimizer_reset(tri_device *d, tri_optimizer *o)
 }
 
 /* The owned pieces of every parameter, as AdamW pieces (param, grad, m, v, decay); *n of them,
- * malloc'd. */
-static int adamw_pieces(const tri_optimizer *o, const tri_zero *z, tri_adamw_piece **out, int *n_out)
+ * malloc'd. With `models`, also *models: each piece's bf16 parameters the model reads (malloc'd). */
+static int adamw_pieces(const tri_optimizer *o, const tri_zero *z, tri_adamw_piece **out, tri_tensor **models,
+                        int *n_out)
 {
     const tri_param_layout *L = z->L;
     int cap = tri_zero_n_owned(z) * L->n, n = 0;
-    tri_adamw_piece *pieces = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *pieces);
-    if (!pieces)
+    size_t slots = (size_t)(cap > 0 ? cap : 1);
+    tri_adamw_piece *pieces = malloc(slots * sizeof *pieces);
+    tri_tensor *model = models ? malloc(slots * sizeof *model) : NULL;
+    if (!pieces || (models && !model)) {
+        free(pieces);
+        free(model);
         return TRI_ERR(TRI_ENOMEM, "optimizer: out of memory for %d pieces", cap);
+    }
     for (int k = 0; k < tri_zero_n_owned(z); k++)
         for (int i = 0; i < L->n; i++) {
             const tri_param *p = &L->params[i];
@@ -75,8 +81,12 @@ static int adamw_pieces(const tri_optimizer *o, const tri_zero *z, tri_adamw_pie
                 .m = tri_tensor_range(o->m, at, len),
                 .v = tri_tensor_present(o->v) ? tri_tensor_range(o->v, at, len) : tri_tensor_none(),
                 .weight_decay = p->spec.weight_decay ? o->cfg.weight_decay : 0.0f};
+            if (model)
+                model[n - 1] = tri_zero_owned_model(z, s, len);
         }
     *out = pieces;
+    if (models)
+        *models = model;
     *n_out = n;
     return TRI_OK;
 }
@@ -121,21 +131,52 @@ int tri_optimizer_lamb_direction(tri_device *d, tri_optimizer *o, const tri_zero
     tri_adamw_piece *pieces = NULL;
     int n = 0;
     tri_adamw_hparams hp = adam_hparams(o, 0.0f, grad_scale);
-    int rc = adamw_pieces(o, z, &pieces, &n);
+    int rc = adamw_pieces(o, z, &pieces, NULL, &n);
     if (!rc) rc = tri_op_lamb_direction_multi(d, pieces, n, &hp);
     free(pieces);
     return rc;
 }
 
-int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale,
+/* AdamW with the bf16 publish and the gradient zeroing in its own pass (tri_op_adamw_fused_multi):
+ * each piece's model view is the owned bf16 parameters it updates. Valid only where the gradients
+ * the update reads are all the next step's fill would clear (tri_zero_update_zeroes_grads): then the
+ * fill is skipped (z->grads_zeroed). tri_zero_publish_owned's convert per owned range is replaced by
+ * the pieces' rounding: the ranges' padding, which no piece covers, holds zeros in both copies. */
+static int adamw_fused(tri_device *d, tri_optimizer *o, tri_zero *z, float lr, float grad_scale)
+{
+    tri_adamw_piece *pieces = NULL;
+    tri_tensor *models = NULL;
+    tri_adamw_hparams hp = adam_hparams(o, lr, grad_scale);
+    int n = 0, rc = adamw_pieces(o, z, &pieces, z->bf16 ? &models : NULL, &n);
+    if (!rc) rc = tri_op_adamw_fused_multi(d, pieces, models, n, &hp);
+    free(pieces);
+    free(models);
+    if (!rc) z->grads_zeroed = true;
+    return rc;
+}
+
+int tri_optimizer_step(tri_device *d, tri_optimizer *o, tri_zero *z, float lr, float grad_scale,
                        tri_tensor ratios)
 {
     int rc, n = 0;
+    /* AdamW: one pass for the update, the bf16 publish and the next step's gradient zeroing where
+     * the layout allows it. Elsewhere (stage 1 at dp > 1, a compressed dp reduction: see
+     * tri_zero_update_zeroes_grads), with unfused_update, on a device without the fused op (whose
+     * stand-in would convert and fill piece by piece, more launches than the passes below), and for
+     * SGD, LARS and LAMB (whose updates keep their own passes) the update, the publish and the next
+     * step's fill stay separate. */
+    if (o->cfg.kind == TRI_OPT_ADAM && !o->cfg.unfused_update && tri_device_has_adamw_fused(d) &&
+        tri_zero_update_zeroes_grads(z)) {
+        rc = adamw_fused(d, o, z, lr, grad_scale);
+        if (!rc)
+            o->step++;
+        return rc;
+    }
     /* every owned piece of every parameter in one call (a few launches on a GPU) */
     if (o->cfg.kind == TRI_OPT_ADAM) {
         tri_adamw_piece *pieces = NULL;
         tri_adamw_hparams hp = adam_hparams(o, lr, grad_scale);
-        rc = adamw_pieces(o, z, &pieces, &n);
+        rc = adamw_pieces(o, z, &pieces, NULL, &n);
         if (!rc) rc = tri_op_adamw_multi(d, pieces, n, &hp);
         free(pieces);
     } else {

@@ -36,6 +36,9 @@ typedef struct tri_adamw_config {
     float lars_eta;           /* LARS trust coefficient */
     int64_t freeze_step;      /* AdamW: 0, or v frozen after this many steps (1-bit Adam's freeze_step,
                                  Tang et al. 2021 §3; tri_adamw_hparams.freeze_step) */
+    bool unfused_update;      /* AdamW: the update, the bf16 publish and the gradient zeroing as three
+                                 passes even where one fused pass may do them (the same bits; tests
+                                 compare the two) */
 } tri_adamw_config;
 
 /* "adam", "sgd", "lars", "lamb"; tri_optimizer_parse: the kind of a name, TRI_EINVAL naming it. */
@@ -65,10 +68,13 @@ int tri_optimizer_lamb_direction(tri_device *d, tri_optimizer *o, const tri_zero
 
 /* One update of every owned range, gradients first multiplied by grad_scale (clipping), in one
  * multi-tensor call (each parameter's weight decay per piece): AdamW, SGD, LARS, or LAMB's second
- * phase (after tri_optimizer_lamb_direction). ratios (f32, one per global parameter index, on the
- * device) holds the trust ratios for LARS and LAMB (engine/train/trust_ratio.h); absent otherwise.
- * TRI_ENOMEM or the op's. */
-int tri_optimizer_step(tri_device *d, tri_optimizer *o, const tri_zero *z, float lr, float grad_scale,
+ * phase (after tri_optimizer_lamb_direction); then, under bf16, the master weights published into
+ * the model's (tri_zero_publish_owned). AdamW does the publish and the next step's gradient zeroing
+ * in the update's own pass (tri_op_adamw_fused_multi) where the layout allows it
+ * (tri_zero_update_zeroes_grads; then z->grads_zeroed is set): the same bits as the three passes.
+ * ratios (f32, one per global parameter index, on the device) holds the trust ratios for LARS and
+ * LAMB (engine/train/trust_ratio.h); absent otherwise. TRI_ENOMEM or the op's. */
+int tri_optimizer_step(tri_device *d, tri_optimizer *o, tri_zero *z, float lr, float grad_scale,
                        tri_tensor ratios);
 
 typedef enum { TRI_LR_COSINE = 0, TRI_LR_LINEAR, TRI_LR_CONSTANT } tri_lr_style;

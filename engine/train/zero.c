@@ -154,6 +154,7 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     z->overlap_grad_reduce = run->overlap_grad_reduce;
     z->overlap_param_gather = run->overlap_param_gather;
     z->bf16 = run->precision == TRI_PRECISION_BF16;
+    z->grads_zeroed = false;
     z->L = L;
     int rc = alloc_tracking(z);
     if (rc)
@@ -430,6 +431,7 @@ static bool bucketed(const tri_zero *z)
 int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat)
 {
     const tri_param_unit *u = &z->L->units[unit];
+    z->grads_zeroed = false; /* written from here on (without a tri_zero_zero_grads first, too) */
     int rc = progress(z);
     if (rc)
         return rc;
@@ -562,7 +564,8 @@ int tri_zero_grads_done(tri_zero *z, int unit)
 int tri_zero_zero_grads(tri_zero *z)
 {
     /* (stage 1-2 all-gathers started after the last update stay in flight: the forward waits) */
-    int rc = tri_op_fill(z->dev, z->stage < 2 ? z->grads : z->grad_shard, 0.0f);
+    int rc = z->grads_zeroed ? TRI_OK : tri_op_fill(z->dev, z->stage < 2 ? z->grads : z->grad_shard, 0.0f);
+    z->grads_zeroed = false;
     if (!rc && z->deterministic) {
         rc = tri_op_zero(z->dev, z->acc);
         if (!rc) rc = tri_op_fill(z->dev, z->bad, 0.0f);
@@ -807,6 +810,11 @@ tri_tensor tri_zero_owned_model(const tri_zero *z, int64_t start, int64_t len)
     if (z->stage < 3)
         return tri_tensor_range(z->params, start, len);
     return tri_tensor_range(z->param_shard, local_of(z, start), len);
+}
+
+bool tri_zero_update_zeroes_grads(const tri_zero *z)
+{
+    return (z->stage != 1 || z->L->dp == 1) && !z->comp.on;
 }
 
 int tri_zero_publish_owned(const tri_zero *z)

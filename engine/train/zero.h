@@ -117,6 +117,9 @@ typedef struct tri_zero {
     /* compressed dp reduction (engine/train/dp_compress.h): replaces stages 0-1's plain one */
     tri_dp_compress comp;
     int64_t iteration;           /* the step's 0-based iteration (qsgd's rounding, powersgd's start) */
+    bool grads_zeroed;           /* the last update zeroed every gradient this rank keeps in its own pass
+                                    (tri_op_adamw_fused_multi where tri_zero_update_zeroes_grads): the
+                                    next tri_zero_zero_grads skips their fill */
     /* what overlap did, for tests and logs: operations started non-blocking, prefetches used */
     uint64_t started_grad_reductions, started_param_gathers, prefetches_used;
 } tri_zero;
@@ -150,7 +153,8 @@ int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat);
  * once its last user is done. Stages 0-1: nothing. */
 int tri_zero_grads_done(tri_zero *z, int unit);
 
-/* Zeroes every gradient this rank keeps (start of a step). */
+/* Zeroes every gradient this rank keeps (start of a step); their fill is skipped when the last
+ * update zeroed them already (z->grads_zeroed), the rest (exact sums, counters) is reset as always. */
 int tri_zero_zero_grads(tri_zero *z);
 /* End of a step's backward: stage 0 all-reduces the gradients, stage 1 reduce-scatters every unit
  * (in place: each rank's slice of the buffer receives the sum); stages 2-3 have done it per bucket.
@@ -197,6 +201,15 @@ tri_tensor tri_zero_owned_params(const tri_zero *z, int64_t start, int64_t len);
 /* The same piece of the parameters the model reads (bf16 with mixed precision; else the same
  * view as tri_zero_owned_params). */
 tri_tensor tri_zero_owned_model(const tri_zero *z, int64_t start, int64_t len);
+/* Whether an update of the owned pieces may also zero the gradients for the next step
+ * (tri_op_adamw_fused_multi, then z->grads_zeroed): true when the gradients it reads are every
+ * gradient element tri_zero_zero_grads fills but the units' padding, and that padding is zero
+ * whatever the step did. So: stage 0 (each unit owned whole), stage 1 at dp 1, stages 2-3 (the
+ * gradients live only as the owned slices); not stage 1 at dp > 1 (the rest of each unit holds this
+ * rank's unreduced contributions, which the fill must clear), nor with a compressed dp reduction
+ * (it decodes into the padding). The bf16 publish it also does covers the parameters' elements of
+ * the owned ranges: the padding's master and model values stay the zeros init_params wrote. */
+bool tri_zero_update_zeroes_grads(const tri_zero *z);
 /* bf16: rounds every owned master range into the model's parameters (after an update or a write
  * of the master weights; stages 1-2 then all-gather them). fp32: nothing. */
 int tri_zero_publish_owned(const tri_zero *z);

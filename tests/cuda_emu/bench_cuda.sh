@@ -45,7 +45,7 @@ want+='MFU n/a \(unknown card: pass --peak-tflops\) \| loss [0-9.]+$'
 echo "$line" | grep -qE "$want" || fail "the result line: '$line'"
 loss=$(echo "$line" | sed -n 's/.*| loss \([0-9.]*\)$/\1/p')
 awk -v l="${loss:-0}" 'BEGIN { exit !(l > 5.3 && l < 5.8) }' || fail "loss $loss on random bytes, not near ln 257 = 5.55"
-for op in matmul flash_attention_forward flash_attention_backward ce_fused sum_squares_multi adamw_multi \
+for op in matmul flash_attention_forward flash_attention_backward ce_fused sum_squares_multi adamw_fused_multi \
   add_layernorm_forward; do
   grep -qE "^$op +[0-9]+ +[0-9.]+ +[0-9.]+%$" "$tmp/gpt.log" || fail "the profile has no row for $op"
 done

@@ -460,6 +460,68 @@ Test(gpu_ops, adamw_multi)
     cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
 }
 
+/* tri_op_adamw_fused_multi on the GPU: AdamW, the bf16 publish and the gradient zeroing in one pass
+ * over 400 pieces (several launches' groups, some empty, decay on and off), in the fast and the
+ * simple form (the simple form is the three ops in turn), give the bits of the GPU's own
+ * adamw_multi, convert and fill, bit for bit: param, m, v, the bf16 weights (widened exactly by
+ * gpu_read) and the gradients (+0.0); param and v match the CPU's fused op within TOL. Without bf16
+ * outputs too.
+ * Written 2026-11-29 without a GPU: run by the emulated build. */
+Test(gpu_ops, adamw_fused_multi)
+{
+    enum { P = 400 };
+    int64_t lens[P], n = 0;
+    for (int k = 0; k < P; k++)
+        n += lens[k] = k % 37 == 5 ? 0 : 1 + (int64_t)(k * 7919 % 3000);
+    tri_tensor s = tri_tensor_1d(NULL, TRI_F32, n), sb = tri_tensor_1d(NULL, TRI_BF16, n);
+    float *p0 = ot_uniform((size_t)n, -1, 1, 130), *g0 = ot_uniform((size_t)n, -1, 1, 131);
+    float *m0 = ot_uniform((size_t)n, -0.1f, 0.1f, 132), *v0 = ot_uniform((size_t)n, 0, 0.01f, 133);
+    float *zeros = ot_floats((size_t)n);
+    memset(zeros, 0, (size_t)n * sizeof *zeros);
+    tri_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = 7};
+    for (int with_bf16 = 0; with_bf16 < 2; with_bf16++)
+        for (int simple = 0; simple < 2; simple++) {
+            cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+            both p = make(s, p0), g = make(s, g0), m = make(s, m0), v = make(s, v0), o = make(sb, NULL);
+            both up = make(s, p0), ug = make(s, g0), um = make(s, m0), uv = make(s, v0), uo = make(sb, NULL);
+            tri_adamw_piece pc[P], pg[P], pu[P];
+            tri_tensor oc[P], og[P], ou[P];
+            for (int k = 0, at = 0; k < P; at += (int)lens[k], k++) {
+                float wd = k % 2 ? 0.0f : 0.1f;
+                int64_t len = lens[k];
+                pc[k] = (tri_adamw_piece){tri_tensor_range(p.c, at, len), tri_tensor_range(g.c, at, len),
+                                          tri_tensor_range(m.c, at, len), tri_tensor_range(v.c, at, len), wd};
+                pg[k] = (tri_adamw_piece){tri_tensor_range(p.g, at, len), tri_tensor_range(g.g, at, len),
+                                          tri_tensor_range(m.g, at, len), tri_tensor_range(v.g, at, len), wd};
+                pu[k] = (tri_adamw_piece){tri_tensor_range(up.g, at, len), tri_tensor_range(ug.g, at, len),
+                                          tri_tensor_range(um.g, at, len), tri_tensor_range(uv.g, at, len), wd};
+                oc[k] = tri_tensor_range(o.c, at, len), og[k] = tri_tensor_range(o.g, at, len);
+                ou[k] = tri_tensor_range(uo.g, at, len);
+            }
+            BOTH(tri_op_adamw_fused_multi(cpu, pc, with_bf16 ? oc : NULL, P, &hp),
+                 tri_op_adamw_fused_multi(gpu, pg, with_bf16 ? og : NULL, P, &hp));
+            /* the three passes on the GPU, in the form the switch selects */
+            cr_assert_eq(tri_op_adamw_multi(gpu, pu, P, &hp), TRI_OK, "%s", tri_error_message());
+            for (int k = 0; k < P && with_bf16; k++)
+                cr_assert_eq(tri_op_convert(gpu, ou[k], pu[k].param), TRI_OK, "%s", tri_error_message());
+            cr_assert_eq(tri_op_fill(gpu, ug.g, 0.0f), TRI_OK, "%s", tri_error_message());
+            const char *form = simple ? "simple" : "fast";
+            char what[80];
+            snprintf(what, sizeof what, "adamw_fused_multi %s bf16 %d vs three passes", form, with_bf16);
+            cr_assert(ot_same_bits(what, gpu_read(gpu, p.g), gpu_read(gpu, up.g), (size_t)n), "%s: param", what);
+            cr_assert(ot_same_bits(what, gpu_read(gpu, m.g), gpu_read(gpu, um.g), (size_t)n), "%s: m", what);
+            cr_assert(ot_same_bits(what, gpu_read(gpu, v.g), gpu_read(gpu, uv.g), (size_t)n), "%s: v", what);
+            cr_assert(ot_same_bits(what, gpu_read(gpu, g.g), zeros, (size_t)n), "%s: grad", what);
+            /* (the bf16 weights are not compared with the CPU's: a param within TOL may round to the
+             * neighbouring bf16, 2^-8 apart) */
+            if (with_bf16)
+                cr_assert(ot_same_bits(what, gpu_read(gpu, o.g), gpu_read(gpu, uo.g), (size_t)n), "%s: bf16", what);
+            cmp("adamw_fused_multi param, CUDA vs CPU", p, TOL);
+            cmp("adamw_fused_multi v, CUDA vs CPU", v, TOL);
+        }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
 /* 1-bit Adam's frozen variance (hp.freeze_step 5 at step 7): in the fast and the simple form, v keeps
  * its bits, param and m match the CPU within TOL, and the step differs from the unfrozen one (bc2 is
  * 1 - beta2^5, not 1 - beta2^7, and v did not take g^2): the freeze is not a no-op. */

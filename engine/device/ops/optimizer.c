@@ -1,8 +1,10 @@
 /* engine/device/ops/optimizer.c - the optimizer ops' checked wrappers: AdamW on one tensor and on
- * many in one call; momentum SGD / LARS, LAMB's two phases and the layer-wise trust ratio on many.
+ * many in one call (and fused with the bf16 publish and the gradient zeroing); momentum SGD / LARS, LAMB's two phases and the layer-wise trust ratio on many.
  *
  * Contracts in engine/device/ops_list.h. adamw_multi is an optional slot: where the backend lacks
- * it (the CPU), the wrapper runs adamw piece by piece with each piece's weight decay. The CPU loop
+ * it (the CPU), the wrapper runs adamw piece by piece with each piece's weight decay;
+ * adamw_fused_multi too: without it (the cost device's 2026-11-27 op set) the wrapper runs
+ * adamw_multi, convert and fill. The CPU loop
  * is optimizer_cpu.c; the CUDA kernels cuda/optimizer/adamw.cu. */
 #include <stdio.h>
 
@@ -57,6 +59,37 @@ int tri_op_adamw_multi(tri_device *d, const tri_adamw_piece *pieces, int n, cons
         return rc;
     }
     return TRI_DISPATCH(d, adamw_multi, pieces, n, hp);
+}
+
+int tri_op_adamw_fused_multi(tri_device *d, const tri_adamw_piece *pieces, const tri_tensor *models, int n,
+                             const tri_adamw_hparams *hp)
+{
+    int rc = TRI_OK;
+    for (int k = 0; k < n && !rc; k++) {
+        char op[48];
+        snprintf(op, sizeof op, "adamw_fused_multi piece %d", k);
+        const tri_adamw_piece *p = &pieces[k];
+        rc = adamw_check(op, p->param, p->grad, p->m, p->v, hp);
+        if (!rc && models) rc = tri_need(op, "model", models[k], TRI_BF16);
+        if (!rc && models) rc = tri_need_numel(op, "model", models[k], tri_tensor_numel(p->param));
+    }
+    if (rc || n <= 0)
+        return rc;
+    if (!d->ops->adamw_fused_multi) { /* the three ops that define it */
+        rc = tri_op_adamw_multi(d, pieces, n, hp);
+        for (int k = 0; k < n && !rc; k++) {
+            if (models) rc = tri_op_convert(d, models[k], pieces[k].param);
+            if (!rc) rc = tri_op_fill(d, pieces[k].grad, 0.0f);
+        }
+        return rc;
+    }
+    /* the models are written as bf16 bits by every backend (as convert does): nothing to widen */
+    return TRI_DISPATCH(d, adamw_fused_multi, pieces, models, n, hp);
+}
+
+bool tri_device_has_adamw_fused(const tri_device *d)
+{
+    return d->ops->adamw_fused_multi != NULL;
 }
 
 /* A momentum or LAMB-update piece's checks: fp32 param and grad (and buf when with_buf) of equal

@@ -1,7 +1,7 @@
 /* engine/device/ops/optimizer_cpu.c - the optimizers on the CPU backend: one vectorised OpenMP loop
  * over each piece's elements calling engine/device/ops/optimizer_math.h (tri_adamw_element,
  * tri_sgd_element, tri_lars_element, tri_lamb_direction, tri_trust_ratio), the CUDA kernels'
- * arithmetic. */
+ * arithmetic; AdamW's loop also fused with the bf16 publish and the gradient zeroing. */
 #include <math.h>
 
 #include "engine/core/math.h"
@@ -32,6 +32,46 @@ int tri_cpu_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m
                   const tri_adamw_hparams *hp)
 {
     TRI_ON_THREADS(nthreads(d), adamw_loop(param, grad, m, v, hp));
+    return TRI_OK;
+}
+
+/* AdamW, the bf16 publish and the gradient zeroing of one piece in one loop: each element as
+ * adamw_loop, then rounded into model (tri_float_to_bf16, as convert_loop) and its gradient set to 0
+ * (as fill). */
+static void adamw_fused_loop(const tri_adamw_piece *pc, const tri_tensor *model, const tri_adamw_hparams *hp,
+                             float bc1, float bc2, int update_v)
+{
+    int64_t n = tri_tensor_numel(pc->param);
+    const float lr = hp->lr, b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, wd = pc->weight_decay;
+    const float gs = hp->grad_scale;
+    float *restrict p = fp(pc->param), *restrict pm = fp(pc->m), *restrict pv = fp(pc->v);
+    float *restrict g = fp(pc->grad);
+    uint16_t *restrict o = model ? model->data : NULL;
+    if (o) {
+#pragma omp for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            tri_adamw_element(p + i, g[i] * gs, pm + i, pv + i, lr, b1, b2, eps, wd, bc1, bc2, update_v);
+            o[i] = tri_float_to_bf16(p[i]);
+            g[i] = 0.0f;
+        }
+    } else {
+#pragma omp for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            tri_adamw_element(p + i, g[i] * gs, pm + i, pv + i, lr, b1, b2, eps, wd, bc1, bc2, update_v);
+            g[i] = 0.0f;
+        }
+    }
+}
+
+int tri_cpu_adamw_fused_multi(tri_device *d, const tri_adamw_piece *pieces, const tri_tensor *models, int n,
+                              const tri_adamw_hparams *hp)
+{
+    const float bc1 = 1.0f - powf(hp->beta1, (float)hp->step);
+    const int64_t vstep = tri_adamw_v_step(hp->step, hp->freeze_step);
+    const float bc2 = 1.0f - powf(hp->beta2, (float)vstep);
+    for (int k = 0; k < n; k++)
+        TRI_ON_THREADS(nthreads(d), adamw_fused_loop(&pieces[k], models ? &models[k] : NULL, hp, bc1, bc2,
+                                                          vstep == hp->step));
     return TRI_OK;
 }
 
