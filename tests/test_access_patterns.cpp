@@ -11,7 +11,10 @@
  * cuda/kernels/mma_shim.h; a WMMA fragment in the standard model of access_check.h, as its lanes'
  * addresses are implementation-defined), and the test asserts that every shared-memory access is at
  * most 2-way conflicted and that the global loads and stores of the tiles and outputs use whole
- * 32-byte sectors. With TRIDENT_TEST_VERBOSE=1 it prints each access's worst degree. */
+ * 32-byte sectors (the cp.async tile stores: conflict-free), and that the layouts with their second
+ * tile buffers fit the A100's 163 KiB. The row kernels (norms, softmax, classifier) and the column
+ * sums (cuda/matmul/colsum_index.h) go through the sector check too, below. With
+ * TRIDENT_TEST_VERBOSE=1 it prints each access's worst degree. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -26,8 +26,8 @@
  * scores' store and the softmax (NaN). The tiles arrive by asynchronous copies (cp.async), which the
  * emulation performs only at the wait that covers them (cp_async_emulation below): waiting for one
  * group fewer (wait<2> for wait<1>, so the current tile is read before it lands) fails every
- * double-buffered case with more than one tile (NaN). The outputs are the bits of the synchronous loads the kernels had before
- * (checked by hand against that commit's emulation at 11 shapes). */
+ * double-buffered case with more than one tile (NaN). The outputs are the bits the kernels gave with
+ * their synchronous tile loads before (checked by hand against that commit's emulation, 11 shapes). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>

@@ -202,6 +202,26 @@ TRI_MMA_DEV void tile_pipeline(int64_t t, int64_t n, F issue)
     }
 }
 
+/* Buffer I (0 or 1) of the streaming tiles, as a type: on_buffer calls a tile's computation with
+ * flash_buffer<0> or flash_buffer<1>, so each of the two calls finds its buffers at compile-time
+ * offsets from the shared-memory base, as with one buffer. (With the pointer chosen at run time,
+ * sk[t % 2], nvcc kept addresses in registers across the unrolled fragment loads: up to 77 more
+ * registers a thread under ptxas for sm_90, and spills in dk/dv at HS 96 and 128.) */
+template <int I>
+struct flash_buffer {
+    static constexpr int index = I;
+};
+
+/* compute(flash_buffer<t % 2>()) double-buffered, compute(flash_buffer<0>()) single-buffered */
+template <bool DOUBLE, class F>
+TRI_MMA_DEV void on_buffer(int64_t t, F compute)
+{
+    if (DOUBLE && t % 2)
+        compute(flash_buffer<1>());
+    else
+        compute(flash_buffer<0>());
+}
+
 /* The most dynamic shared memory a block may have on the smallest target, the A100 (sm_80: 163 KiB;
  * sm_90, H100 and H200: 227 KiB). A layout takes its second streaming buffers only when they fit. */
 #define TRI_FLASH_SMEM_MAX (163 * 1024)
@@ -364,8 +384,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     typedef fwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    E *sq = (E *)(smem + L::q), *sk[2] = {(E *)(smem + L::k), (E *)(smem + L::k1)},
-      *sv[2] = {(E *)(smem + L::v), (E *)(smem + L::v1)};
+    E *sq = (E *)(smem + L::q);
     float *sm = (float *)(smem + L::m), *sl = (float *)(smem + L::l), *sa = (float *)(smem + L::alpha);
     int warp = TRI_MMA_TID / 32, lane = TRI_MMA_TID % 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *ow = (float *)(smem + L::o) + warp * WROWS * S::LO;
@@ -379,8 +398,8 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     int64_t n_kv = i0 / TILE + 1; /* key tiles 0 .. the diagonal */
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
         int64_t j0 = t * TILE, nc = T - j0 < TILE ? T - j0 : TILE;
-        issue_tile<P, HS>(sk[t % 2], kb + j0 * W, W, nc);
-        issue_tile<P, HS>(sv[t % 2], vb + j0 * W, W, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::k1 : L::k)), kb + j0 * W, W, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::v1 : L::v)), vb + j0 * W, W, nc);
     };
 
     issue_tile<P, HS>(sq, qb + i0 * W, W, nr);
@@ -398,25 +417,30 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
         TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to is no longer read */
         tile_pipeline<L::double_buffered>(t, n_kv, issue);
         TRI_MMA_SYNC_BLOCK(); /* tile t's k and v (and at t = 0 q) have landed, from every lane */
-        rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, sk[t % 2]);
-        TRI_MMA_SYNC_WARP();
-        online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, j0, nc, T, scale);
-        TRI_MMA_SYNC_WARP();
-        TRI_MMA_ROLLED
-        for (int step = 0; step < WROWS * HS / 32; step++) {
-            flash_rc e = flash_rows_rc(lane, step, HS);
-            ow[flash_at(e, S::LO)] *= sa[warp * WROWS + e.r];
-        }
-        TRI_MMA_SYNC_WARP();
-        typename P::acc acc[HS / 16];
-    TRI_MMA_UNROLL
-        for (int n = 0; n < HS / 16; n++)
-            tri_mma_load(acc[n], ow + flash_frag_at(0, n, S::LO), S::LO);
-        accumulate_p_times<P, HS>(acc, pw, sv[t % 2]);
-    TRI_MMA_UNROLL
-        for (int n = 0; n < HS / 16; n++)
-            tri_mma_store(ow + flash_frag_at(0, n, S::LO), acc[n], S::LO);
-        TRI_MMA_SYNC_WARP();
+        on_buffer<L::double_buffered>(t, [&](auto buf) {
+            constexpr bool second = decltype(buf)::index == 1;
+            const E *ck = (const E *)(smem + (second ? L::k1 : L::k));
+        const E *cv = (const E *)(smem + (second ? L::v1 : L::v));
+            rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, ck);
+            TRI_MMA_SYNC_WARP();
+            online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, j0, nc, T, scale);
+            TRI_MMA_SYNC_WARP();
+            TRI_MMA_ROLLED
+            for (int step = 0; step < WROWS * HS / 32; step++) {
+                flash_rc e = flash_rows_rc(lane, step, HS);
+                ow[flash_at(e, S::LO)] *= sa[warp * WROWS + e.r];
+            }
+            TRI_MMA_SYNC_WARP();
+            typename P::acc acc[HS / 16];
+        TRI_MMA_UNROLL
+            for (int n = 0; n < HS / 16; n++)
+                tri_mma_load(acc[n], ow + flash_frag_at(0, n, S::LO), S::LO);
+            accumulate_p_times<P, HS>(acc, pw, cv);
+        TRI_MMA_UNROLL
+            for (int n = 0; n < HS / 16; n++)
+                tri_mma_store(ow + flash_frag_at(0, n, S::LO), acc[n], S::LO);
+            TRI_MMA_SYNC_WARP();
+        });
     }
     int64_t row0 = i0 + warp * WROWS;
     TRI_MMA_ROLLED
@@ -497,8 +521,7 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::gl
     typedef bwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    E *sk = (E *)(smem + L::t0), *sv = (E *)(smem + L::t1), *sq[2] = {(E *)(smem + L::t2), (E *)(smem + L::t2b)},
-      *sdo[2] = {(E *)(smem + L::t3), (E *)(smem + L::t3b)};
+    E *sk = (E *)(smem + L::t0), *sv = (E *)(smem + L::t1);
     float *slse = (float *)(smem + L::lse), *sdelta = (float *)(smem + L::delta);
     int warp = TRI_MMA_TID / 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
@@ -508,13 +531,13 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::gl
     int64_t j0 = TRI_MMA_BX * TILE, bg = TRI_MMA_BY, b = bg / d.NH_kv, g = bg % d.NH_kv;
     int64_t nc = T - j0 < TILE ? T - j0 : TILE;
     float scale = 1.0f / sqrtf((float)HS);
-    /* the group's query heads in order, each with its query tiles from the diagonal on: tile t is
-     * head g * rep + t / nq, query tile j0 + (t % nq) * TILE */
-    int64_t nq = (T - j0 + TILE - 1) / TILE, n_q = rep * nq;
-    auto issue = [&](int64_t t) { /* query tile t's q and dout into buffer t % 2 */
-        int64_t h = g * rep + t / nq, i0 = j0 + t % nq * TILE, nr = T - i0 < TILE ? T - i0 : TILE;
-        issue_tile<P, HS>(sq[t % 2], qkv + tri_flash_q_at(d, b, i0, h), W, nr);
-        issue_tile<P, HS>(sdo[t % 2], dout + (b * T + i0) * C + h * HS, C, nr);
+    /* the group's query heads in order, each with its query tiles from the diagonal on: tile t of
+     * n_q; (h, i0) its head and query tile, (nh, ni0) the next one's */
+    int64_t n_q = rep * ((T - j0 + TILE - 1) / TILE), t = 0, h = g * rep, i0 = j0, nh = h, ni0 = i0;
+    auto issue = [&](int64_t u) { /* query tile u (t or t + 1)'s q and dout into buffer u % 2 */
+        int64_t hu = u == t ? h : nh, iu = u == t ? i0 : ni0, nr = T - iu < TILE ? T - iu : TILE;
+        issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t2b : L::t2)), qkv + tri_flash_q_at(d, b, iu, hu), W, nr);
+        issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t3b : L::t3)), dout + (b * T + iu) * C + hu * HS, C, nr);
     };
 
     issue_tile<P, HS>(sk, qkv + tri_flash_k_at(d, b, j0, g), W, nc);
@@ -527,21 +550,28 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::gl
         tri_mma_fill(dk[n], 0.0f);
         tri_mma_fill(dv[n], 0.0f);
     }
-    for (int64_t t = 0; t < n_q; t++) {
-        int64_t h = g * rep + t / nq, i0 = j0 + t % nq * TILE, nr = T - i0 < TILE ? T - i0 : TILE;
-        E *cq = sq[t % 2], *cdo = sdo[t % 2];
-        TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to, and the stats, are no longer read */
-        tile_pipeline<L::double_buffered>(t, n_q, issue);
-        load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
-        TRI_MMA_SYNC_BLOCK(); /* query tile t (and at t = 0 k, v) landed, from every lane */
-        rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, cq);   /* S^T: keys x queries */
-        rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, cdo); /* dP^T */
-        TRI_MMA_SYNC_WARP();
-        probabilities<P, HS>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
-        TRI_MMA_SYNC_WARP();
-        accumulate_p_times<P, HS>(dv, pw, cdo);
-        accumulate_p_times<P, HS>(dk, dsw, cq);
-    }
+    for (h = g * rep; h < (g + 1) * rep; h++)
+        for (i0 = j0; i0 < T; i0 += TILE, t++) {
+            int64_t nr = T - i0 < TILE ? T - i0 : TILE;
+            nh = i0 + TILE < T ? h : h + 1;
+            ni0 = i0 + TILE < T ? i0 + TILE : j0;
+            TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to, and the stats, are no longer read */
+            tile_pipeline<L::double_buffered>(t, n_q, issue);
+            load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
+            TRI_MMA_SYNC_BLOCK(); /* query tile t (and at t = 0 k, v) landed, from every lane */
+            on_buffer<L::double_buffered>(t, [&](auto buf) {
+                constexpr bool second = decltype(buf)::index == 1;
+                const E *cq = (const E *)(smem + (second ? L::t2b : L::t2));
+                const E *cdo = (const E *)(smem + (second ? L::t3b : L::t3));
+                rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, cq);   /* S^T: keys x queries */
+                rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, cdo); /* dP^T */
+                TRI_MMA_SYNC_WARP();
+                probabilities<P, HS>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
+                TRI_MMA_SYNC_WARP();
+                accumulate_p_times<P, HS>(dv, pw, cdo);
+                accumulate_p_times<P, HS>(dk, dsw, cq);
+            });
+        }
     TRI_MMA_SYNC_BLOCK(); /* the score buffers become the output stage */
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
     int64_t row0 = j0 + warp * WROWS;
@@ -557,8 +587,7 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
     typedef bwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    E *sq = (E *)(smem + L::t0), *sdo = (E *)(smem + L::t1), *sk[2] = {(E *)(smem + L::t2), (E *)(smem + L::t2b)},
-      *sv[2] = {(E *)(smem + L::t3), (E *)(smem + L::t3b)};
+    E *sq = (E *)(smem + L::t0), *sdo = (E *)(smem + L::t1);
     float *slse = (float *)(smem + L::lse), *sdelta = (float *)(smem + L::delta);
     int warp = TRI_MMA_TID / 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
@@ -570,8 +599,8 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
     int64_t n_kv = i0 / TILE + 1; /* key tiles 0 .. the diagonal */
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
         int64_t j0 = t * TILE, nc = T - j0 < TILE ? T - j0 : TILE;
-        issue_tile<P, HS>(sk[t % 2], qkv + tri_flash_k_at(d, b, j0, g), W, nc);
-        issue_tile<P, HS>(sv[t % 2], qkv + tri_flash_v_at(d, b, j0, g), W, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t2b : L::t2)), qkv + tri_flash_k_at(d, b, j0, g), W, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t3b : L::t3)), qkv + tri_flash_v_at(d, b, j0, g), W, nc);
     };
 
     issue_tile<P, HS>(sq, qkv + tri_flash_q_at(d, b, i0, h), W, nr);
@@ -588,12 +617,17 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
         TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to is no longer read */
         tile_pipeline<L::double_buffered>(t, n_kv, issue);
         TRI_MMA_SYNC_BLOCK(); /* key tile t (and at t = 0 q, dout) landed, from every lane */
-        rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, sk[t % 2]);   /* S: queries x keys */
-        rows_times_rows_t<P, HS>(dpw, sdo + warp * WROWS * S::LD, sv[t % 2]); /* dP */
-        TRI_MMA_SYNC_WARP();
-        probabilities<P, HS>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, j0, false, T, scale);
-        TRI_MMA_SYNC_WARP();
-        accumulate_p_times<P, HS>(dq, dsw, sk[t % 2]);
+        on_buffer<L::double_buffered>(t, [&](auto buf) {
+            constexpr bool second = decltype(buf)::index == 1;
+            const E *ck = (const E *)(smem + (second ? L::t2b : L::t2));
+            const E *cv = (const E *)(smem + (second ? L::t3b : L::t3));
+            rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, ck);   /* S: queries x keys */
+            rows_times_rows_t<P, HS>(dpw, sdo + warp * WROWS * S::LD, cv); /* dP */
+            TRI_MMA_SYNC_WARP();
+            probabilities<P, HS>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, j0, false, T, scale);
+            TRI_MMA_SYNC_WARP();
+            accumulate_p_times<P, HS>(dq, dsw, ck);
+        });
     }
     TRI_MMA_SYNC_BLOCK();
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
