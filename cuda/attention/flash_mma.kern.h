@@ -420,7 +420,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
         on_buffer<L::double_buffered>(t, [&](auto buf) {
             constexpr bool second = decltype(buf)::index == 1;
             const E *ck = (const E *)(smem + (second ? L::k1 : L::k));
-        const E *cv = (const E *)(smem + (second ? L::v1 : L::v));
+            const E *cv = (const E *)(smem + (second ? L::v1 : L::v));
             rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, ck);
             TRI_MMA_SYNC_WARP();
             online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, j0, nc, T, scale);
