@@ -11,9 +11,12 @@
  * cuda/kernels/mma_shim.h; a WMMA fragment in the standard model of access_check.h, as its lanes'
  * addresses are implementation-defined), and the test asserts that every shared-memory access is at
  * most 2-way conflicted and that the global loads and stores of the tiles and outputs use whole
- * 32-byte sectors. The embedding backward's token-links sort (cuda/embedding/token_links_fast.cuh) is
- * checked the same way through tri_links_slot and tri_links_pair_lo. With TRIDENT_TEST_VERBOSE=1 it
- * prints each access's worst degree. */
+ * 32-byte sectors (the cp.async tile stores: conflict-free), and that the layouts with their second
+ * tile buffers fit the A100's 163 KiB. The embedding backward's token-links sort
+ * (cuda/embedding/token_links_fast.cuh) is checked the same way through tri_links_slot and
+ * tri_links_pair_lo. The row kernels (norms, softmax, classifier) and the column
+ * sums (cuda/matmul/colsum_index.h) go through the sector check too, below. With
+ * TRIDENT_TEST_VERBOSE=1 it prints each access's worst degree. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 #include "cuda/attention/flash_mma.kern.h"
 #include "cuda/crossentropy/crossentropy_fast.cuh"
 #include "cuda/embedding/token_links_fast.cuh"
+#include "cuda/matmul/colsum_index.h"
 #include "cuda/warp.cuh"
 #include "tests/access_check.h"
 
@@ -173,21 +177,25 @@ struct problem {
     int64_t b = 1, h = 3, g = 1, i0 = 128, j0 = 64;
 };
 
-/* load_tile's 16-byte copies of a tile: global loads from element src (row stride ld) and shared
- * stores at byte dst. */
+/* issue_tile's 16-byte asynchronous copies (cp.async) of a tile: global loads from element src (row
+ * stride ld) and shared stores at byte dst (and at dst2, the second buffer, when it is another). Every
+ * shared store must be 16 bytes wide and conflict-free (checked in check_flash). */
 template <class P, int HS>
-static void stage(access_log &log, const char *what, uint64_t dst, int64_t src, int64_t ld)
+static void stage(access_log &log, const char *what, uint64_t dst, int64_t src, int64_t ld, uint64_t dst2 = ~0ull)
 {
     constexpr int E = (int)sizeof(typename P::elem), G = (int)sizeof(typename P::global);
     for (int w = 0; w < WARPS; w++)
         for (int s = 0; s < flash_stage_steps(HS, E); s++) {
-            tri_warp_access sh = tri_access(16), gl = tri_access(16);
+            tri_warp_access sh = tri_access(16), sh2 = tri_access(16), gl = tri_access(16);
             for (int l = 0; l < 32; l++) {
                 flash_rc e = flash_stage_rc(32 * w + l, s, HS, E);
                 tri_access_set(sh, l, dst + (uint64_t)(flash_at(e, flash_strides<P, HS>::LD) * E));
+                tri_access_set(sh2, l, dst2 + (uint64_t)(flash_at(e, flash_strides<P, HS>::LD) * E));
                 tri_access_set(gl, l, (uint64_t)((src + e.r * ld + e.c) * G));
             }
-            log.shared(std::string("stage store ") + what, sh);
+            log.shared(std::string("cp.async store ") + what, sh);
+            if (dst2 != ~0ull && dst2 != dst)
+                log.shared(std::string("cp.async store ") + what + " (second buffer)", sh2);
             log.global(std::string("tile load ") + what, gl);
         }
 }
@@ -282,8 +290,8 @@ static void forward_accesses(access_log &log)
     problem<HS> pr;
     int64_t W = tri_flash_width(pr.d), C = pr.d.NH * HS;
     stage<P, HS>(log, "q", L::q, tri_flash_q_at(pr.d, pr.b, pr.i0, pr.h), W);
-    stage<P, HS>(log, "k", L::k, tri_flash_k_at(pr.d, pr.b, pr.j0, pr.g), W);
-    stage<P, HS>(log, "v", L::v, tri_flash_v_at(pr.d, pr.b, pr.j0, pr.g), W);
+    stage<P, HS>(log, "k", L::k, tri_flash_k_at(pr.d, pr.b, pr.j0, pr.g), W, L::k1);
+    stage<P, HS>(log, "v", L::v, tri_flash_v_at(pr.d, pr.b, pr.j0, pr.g), W, L::v1);
     for (int w = 0; w < WARPS; w++) {
         uint64_t sw = L::s + 4u * (uint64_t)(w * WROWS * S::LS), pw = L::p + L::E * (uint64_t)(w * WROWS * S::LP),
                  ow = L::o + 4u * (uint64_t)(w * WROWS * S::LO);
@@ -305,6 +313,10 @@ static void forward_accesses(access_log &log)
         for (int n = 0; n < HS / 16; n++)
             fragment<P>(log, "O fragment load/store", ow + 4u * (uint64_t)flash_frag_at(0, n, S::LO), S::LO, FRAG_ACC);
         p_times<P, HS>(log, "O += P V", pw, L::v);
+        if (L::double_buffered) {
+            scores<P, HS>(log, "S = Q K^T", sw, L::q + L::E * (uint64_t)(w * WROWS * S::LD), L::k1);
+            p_times<P, HS>(log, "O += P V", pw, L::v1);
+        }
     }
 }
 
@@ -319,8 +331,8 @@ static void backward_accesses(access_log &log)
     /* dk/dv: k, v in t0, t1; q, dout in t2, t3. dq: q, dout in t0, t1; k, v in t2, t3. */
     stage<P, HS>(log, "k", L::t0, tri_flash_k_at(pr.d, pr.b, pr.j0, pr.g), W);
     stage<P, HS>(log, "v", L::t1, tri_flash_v_at(pr.d, pr.b, pr.j0, pr.g), W);
-    stage<P, HS>(log, "q", L::t2, tri_flash_q_at(pr.d, pr.b, pr.i0, pr.h), W);
-    stage<P, HS>(log, "dout", L::t3, (pr.b * pr.d.T + pr.i0) * C + pr.h * HS, C);
+    stage<P, HS>(log, "q", L::t2, tri_flash_q_at(pr.d, pr.b, pr.i0, pr.h), W, L::t2b);
+    stage<P, HS>(log, "dout", L::t3, (pr.b * pr.d.T + pr.i0) * C + pr.h * HS, C, L::t3b);
     for (int w = 0; w < WARPS; w++) {
         uint64_t sw = L::s + 4u * (uint64_t)(w * WROWS * S::LS), dpw = L::dp + 4u * (uint64_t)(w * WROWS * S::LS),
                  pw = L::p + (uint64_t)(E * w * WROWS * S::LP), dsw = L::ds + (uint64_t)(E * w * WROWS * S::LP),
@@ -349,6 +361,13 @@ static void backward_accesses(access_log &log)
         p_times<P, HS>(log, "dV += P^T dout", pw, L::t3);
         p_times<P, HS>(log, "dK += dS^T Q", dsw, L::t2);
         p_times<P, HS>(log, "dQ += dS K", dsw, L::t2);
+        if (L::double_buffered) { /* the streaming tiles' second buffers, read as the first */
+            scores<P, HS>(log, "S^T = K Q^T, S = Q K^T", sw, L::t0 + rows, L::t2b);
+            scores<P, HS>(log, "dP^T = V dout^T, dP = dout V^T", dpw, L::t1 + rows, L::t3b);
+            p_times<P, HS>(log, "dV += P^T dout", pw, L::t3b);
+            p_times<P, HS>(log, "dK += dS^T Q", dsw, L::t2b);
+            p_times<P, HS>(log, "dQ += dS K", dsw, L::t2b);
+        }
         uint64_t st = L::s + 4u * (uint64_t)(w * WROWS * S::LSTAGE);
         int64_t row0 = pr.j0 + w * WROWS;
         store_rows_access<P, HS>(log, "dk", st, tri_flash_k_at(pr.d, pr.b, row0, pr.g), W);
@@ -365,14 +384,15 @@ static bool check_flash(void)
     forward_accesses<P, HS>(log);
     backward_accesses<P, HS>(log);
     bool ok = true;
-    for (auto &kv : log.degree)
-        ok = ok && kv.second <= 2;
+    for (auto &kv : log.degree) /* the cp.async stores conflict-free, everything else at most 2-way */
+        ok = ok && kv.second <= (kv.first.rfind("cp.async", 0) == 0 ? 1 : 2);
     for (auto &kv : log.whole)
         ok = ok && kv.second;
     const char *form = sizeof(typename P::elem) == 2 ? "bf16 mma" : "fp32 simt";
     if (!ok || getenv("TRIDENT_TEST_VERBOSE")) {
-        fprintf(stderr, "%s HS %d: shared memory %zu B forward, %zu B backward\n", form, HS, fwd_layout<P, HS>::bytes,
-                bwd_layout<P, HS>::bytes);
+        fprintf(stderr, "%s HS %d: shared memory %zu B forward, %zu B backward (double-buffered: %d, %d)\n", form, HS,
+                fwd_layout<P, HS>::bytes, bwd_layout<P, HS>::bytes, (int)fwd_layout<P, HS>::double_buffered,
+                (int)bwd_layout<P, HS>::double_buffered);
         for (auto &kv : log.degree)
             fprintf(stderr, "  %s %-40s %2d-way\n", kv.second <= 2 ? "ok  " : "FAIL", kv.first.c_str(), kv.second);
         for (auto &kv : log.whole)
@@ -390,6 +410,40 @@ Test(access_patterns, flash_bf16)
     ok = check_flash<tri_flash_bf16_mma, 96>() && ok;
     ok = check_flash<tri_flash_bf16_mma, 128>() && ok;
     cr_assert(ok, "an access of the bf16 tiled attention is over 2-way or uses partial sectors");
+}
+
+/* The shared memory of every instantiation: the second streaming buffers only where the whole fits
+ * the A100's 163 KiB (TRI_FLASH_SMEM_MAX), and then appended after the single-buffered layout;
+ * bf16 (the training path) double-buffered at every head size, fp32 at HS <= 80. */
+template <class P, int HS>
+static void smem_fits(bool want_double)
+{
+    typedef fwd_layout<P, HS> F;
+    typedef bwd_layout<P, HS> B;
+    cr_assert_eq(F::double_buffered, want_double, "forward HS %d", HS);
+    cr_assert_eq(B::double_buffered, want_double, "backward HS %d", HS);
+    if (want_double) {
+        cr_assert(F::bytes <= TRI_FLASH_SMEM_MAX && B::bytes <= TRI_FLASH_SMEM_MAX);
+        cr_assert(F::k1 == F::single && F::v1 == F::k1 + F::tile && F::bytes == F::v1 + F::tile);
+        cr_assert(B::t2b == B::single && B::t3b == B::t2b + B::tile && B::bytes == B::t3b + B::tile);
+    } else {
+        cr_assert(F::k1 == F::k && F::v1 == F::v && F::bytes == F::single);
+        cr_assert(B::t2b == B::t2 && B::t3b == B::t3 && B::bytes == B::single);
+    }
+}
+
+Test(access_patterns, flash_shared_memory)
+{
+    smem_fits<tri_flash_bf16_mma, 32>(true);
+    smem_fits<tri_flash_bf16_mma, 64>(true);
+    smem_fits<tri_flash_bf16_mma, 80>(true);
+    smem_fits<tri_flash_bf16_mma, 96>(true);
+    smem_fits<tri_flash_bf16_mma, 128>(true);
+    smem_fits<tri_flash_fp32_simt, 32>(true);
+    smem_fits<tri_flash_fp32_simt, 64>(true);
+    smem_fits<tri_flash_fp32_simt, 80>(true);
+    smem_fits<tri_flash_fp32_simt, 96>(false);
+    smem_fits<tri_flash_fp32_simt, 128>(false);
 }
 
 Test(access_patterns, flash_fp32)
@@ -518,4 +572,105 @@ Test(access_patterns, token_links_sort)
     cr_assert_eq(worst_slot, 1, "token links: a strided pass of the tile is %d-way", worst_slot);
     cr_assert(worst_step <= 2, "token links: a bitonic step is %d-way (at most 2 expected)", worst_step);
     cr_assert_eq(worst_step, 2, "token links: the steps below 16 are 2-way in this model, found %d", worst_step);
+}
+
+/* ---- the column sums: the bias gradient, layernorm's dw and db, RMSNorm's dw ----
+ * The two passes of cuda/matmul/colsum.kern.h and the norms' first passes, through
+ * cuda/matmul/colsum_index.h (the functions the kernels call): a warp is 32 consecutive threads of
+ * a grid-stride loop (blocks of TRI_BLOCK = 256 threads, a multiple of 32). First pass: at each row
+ * step k of its chunk, lane l reads element (begin + k, j) of the input (fp32 or bf16), and the
+ * norms read the row's mean and rstd (one address for the warp); then it writes its chunk sum.
+ * Second pass: lane l reads the chunk sums of column j in chunk order and loads and stores the
+ * accumulator j once. No shared memory. Widths that are multiples of 32 use whole sectors in every
+ * access (GPT-2's 768, 2304, 3072 and their splits by tp 2, 4, 8; Llama's 4096); a width that is
+ * not puts a warp across two chunks, rows TRI_COL_CHUNK apart, and the model must see the partial
+ * sectors at that seam. */
+struct colsum_use {
+    bool whole = true, uniform_stats = true;
+    int worst_sectors = 0, worst_min = 0;
+    void global(const tri_warp_access &a)
+    {
+        tri_sector_use u = tri_global_sectors(a);
+        if (!u.whole() && whole) {
+            worst_sectors = u.sectors;
+            worst_min = u.min_sectors;
+        }
+        whole = whole && u.whole();
+    }
+};
+
+static colsum_use colsum_accesses(int64_t N, int64_t C, int bf16)
+{
+    colsum_use use;
+    const int e = bf16 ? 2 : 4;
+    const int64_t total = tri_col_chunks(N) * C;
+    for (int64_t w0 = 0; w0 < total; w0 += 32) {
+        for (int k = 0; k < TRI_COL_CHUNK; k++) {
+            tri_warp_access in = tri_access(e), stats = tri_access(4);
+            bool any = false;
+            for (int l = 0; l < 32 && w0 + l < total; l++) {
+                tri_col_cell c = tri_col_cell_of(w0 + l, N, C);
+                if (c.begin + k >= c.end)
+                    continue;
+                tri_access_set(in, l, (uint64_t)(tri_col_at(c.begin + k, c.j, C) * e));
+                tri_access_set(stats, l, (uint64_t)(4 * (c.begin + k)));
+                any = true;
+            }
+            if (!any)
+                continue;
+            use.global(in);
+            std::set<uint64_t> addrs;
+            for (int l = 0; l < 32; l++)
+                if (stats.active[l])
+                    addrs.insert(stats.addr[l]);
+            use.uniform_stats = use.uniform_stats && addrs.size() == 1;
+        }
+        tri_warp_access part = tri_access(4);
+        for (int l = 0; l < 32 && w0 + l < total; l++) {
+            tri_col_cell c = tri_col_cell_of(w0 + l, N, C);
+            tri_access_set(part, l, (uint64_t)(4 * tri_col_at(c.c, c.j, C)));
+        }
+        use.global(part);
+    }
+    for (int64_t j0 = 0; j0 < C; j0 += 32) { /* the second pass: a thread per column */
+        tri_warp_access acc = tri_access(e);
+        for (int l = 0; l < 32 && j0 + l < C; l++)
+            tri_access_set(acc, l, (uint64_t)((j0 + l) * e));
+        use.global(acc);
+        for (int64_t c = 0; c < tri_col_chunks(N); c++) {
+            tri_warp_access part = tri_access(4);
+            for (int l = 0; l < 32 && j0 + l < C; l++)
+                tri_access_set(part, l, (uint64_t)(4 * tri_col_at(c, j0 + l, C)));
+            use.global(part);
+        }
+    }
+    return use;
+}
+
+Test(access_patterns, column_sums)
+{
+    /* the cells: every (chunk, column) once, chunks of TRI_COL_CHUNK rows, the last one shorter */
+    std::set<std::pair<int64_t, int64_t>> seen;
+    for (int64_t idx = 0; idx < tri_col_chunks(200) * 96; idx++) {
+        tri_col_cell c = tri_col_cell_of(idx, 200, 96);
+        cr_assert(seen.insert(std::make_pair(c.c, c.j)).second);
+        cr_assert(c.begin == c.c * TRI_COL_CHUNK && c.end == (c.c == 3 ? 200 : c.begin + TRI_COL_CHUNK));
+        cr_assert_eq(tri_col_at(c.c, c.j, 96), idx, "a thread writes its own chunk sum");
+    }
+    cr_assert_eq(seen.size(), 4u * 96u);
+    const int64_t widths[] = {768, 2304, 3072, 1152, 576, 384, 288, 96, 4096};
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int64_t C : widths) {
+            colsum_use u = colsum_accesses(200, C, bf16); /* 4 chunks, the last of 8 rows */
+            cr_assert(u.whole, "%s C %lld: an access uses %d sectors for %d", bf16 ? "bf16" : "fp32", (long long)C,
+                      u.worst_sectors, u.worst_min);
+            cr_assert(u.uniform_stats, "C %lld: a warp reads the statistics of two rows", (long long)C);
+        }
+    /* widths off 32: a warp straddles two chunks; the model sees it */
+    colsum_use odd = colsum_accesses(200, 100, 0);
+    cr_assert(!odd.whole && !odd.uniform_stats, "C 100: a warp across two chunks must show partial sectors");
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        fprintf(stderr, "column sums: whole sectors and one statistics address a warp at C = 96 .. 4096; "
+                        "C 100: %d sectors for %d at a chunk seam\n",
+                odd.worst_sectors, odd.worst_min);
 }

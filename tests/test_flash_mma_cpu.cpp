@@ -23,7 +23,11 @@
  * Mutations checked by hand: one key past the causal mask in the backward fails (dqkv error 11.8),
  * leaving 64 elements of the shared output accumulator unset fails (NaN); for the fp32 form, a SIMT
  * fragment stored 4 columns off fails (2.5), and so does dropping the warp barrier between the
- * scores' store and the softmax (NaN). */
+ * scores' store and the softmax (NaN). The tiles arrive by asynchronous copies (cp.async), which the
+ * emulation performs only at the wait that covers them (cp_async_emulation below): waiting for one
+ * group fewer (wait<2> for wait<1>, so the current tile is read before it lands) fails every
+ * double-buffered case with more than one tile (NaN). The outputs are the bits the kernels gave with
+ * their synchronous tile loads before (checked by hand against that commit's emulation, 11 shapes). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -312,4 +316,42 @@ Test(flash_mma_cpu, softmax_bits)
     softmax_bits<tri_flash_fp32_simt>(0, 0, 64, 60, 4);
     softmax_bits<tri_flash_fp32_simt>(64, 0, 64, 200, 5);
     softmax_bits<tri_flash_fp32_simt>(128, 128, 22, 150, 6);
+}
+
+/* The emulated asynchronous copies (cuda/kernels/mma_shim.h's cp.async) complete as late as a GPU may
+ * complete them: a lane reading its destination before the wait that covers the copy finds the old
+ * bytes (the launch's 0xFF fill); wait<1> lands every committed group but the newest, wait<0> all
+ * committed groups and not the copies issued since the last commit; a copy that does not read
+ * fills zeros; the landed bytes are the source's at the wait. */
+Test(flash_mma_cpu, cp_async_emulation)
+{
+    const int lanes = 64;
+    std::vector<uint32_t> src(4 * 3 * lanes);
+    for (size_t i = 0; i < src.size(); i++)
+        src[i] = 0x01000000u + (uint32_t)i;
+    std::vector<int> fails(lanes, 0);
+    tri_mma_emu_launch(1, 1, lanes, 3 * 16 * lanes, [&](unsigned char *smem) {
+        int l = TRI_MMA_TID;
+        uint32_t *a = (uint32_t *)smem + 4 * l, *b = a + 4 * lanes, *c = b + 4 * lanes;
+        const uint32_t *sa = src.data() + 4 * l, *sb = sa + 4 * lanes;
+        int bad = 0;
+        tri_mma_cp_async16(a, sa, true); /* group 0 */
+        bad |= (a[0] != 0xFFFFFFFFu) << 0;
+        tri_mma_cp_async_commit();
+        tri_mma_cp_async16(b, sb, true); /* group 1 */
+        tri_mma_cp_async_commit();
+        tri_mma_cp_async16(c, sa, false); /* open, uncommitted: zeros once it lands */
+        tri_mma_cp_async_wait<1>();
+        bad |= (memcmp(a, sa, 16) != 0) << 1;
+        bad |= (b[3] != 0xFFFFFFFFu) << 2;
+        tri_mma_cp_async_wait<0>();
+        bad |= (memcmp(b, sb, 16) != 0) << 3;
+        bad |= (c[0] != 0xFFFFFFFFu || tri_mma_emu_copies_pending() != 1) << 4;
+        tri_mma_cp_async_commit();
+        tri_mma_cp_async_wait<0>();
+        bad |= (c[0] != 0u || c[3] != 0u || tri_mma_emu_copies_pending() != 0) << 5;
+        fails[(size_t)l] = bad;
+    });
+    for (int l = 0; l < lanes; l++)
+        cr_assert_eq(fails[(size_t)l], 0, "lane %d: check mask %#x", l, fails[(size_t)l]);
 }

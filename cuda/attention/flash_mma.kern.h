@@ -8,9 +8,12 @@
  * through the WMMA API (16 x 16 x 16 fragments, fp32 accumulation, sm_80+), and fp32 operands on the
  * CUDA cores through the shim's SIMT fragments of the same shape (fp32 products, no TF32). A block
  * is 4 warps and owns one tile of 64 rows (TRI_FLASH_BR = TRI_FLASH_BC = 64); each warp owns 16 of
- * them. Tiles of q, k, v and dout are staged in shared memory with 16-byte loads (every shared row
- * padded by 16 bytes, so that no access of the main loops is more than 2-way bank-conflicted:
- * flash_strides below, checked by tests/test_access_patterns.cpp); products go through fragments,
+ * them. Tiles of q, k, v and dout are staged in shared memory with 16-byte asynchronous copies
+ * (cp.async, sm_80+; every shared row padded by 16 bytes, so that no access of the main loops is
+ * more than 2-way bank-conflicted: flash_strides below, checked by tests/test_access_patterns.cpp);
+ * the tiles a loop streams (the forward's and dq's key/value tiles, dk/dv's query/dout tiles) are
+ * double-buffered where the second buffers fit the A100's 163 KiB (tile_pipeline: tile t + 1 loads
+ * while tile t is computed; the arithmetic is the same either way); products go through fragments,
  * and the element-wise steps (scale, online softmax, exp(s - lse), dS) run on the fp32 results
  * stored back to shared memory, with engine/core/math.h's functions:
  *   forward   S_w = Q_w K^T (16 x 64) -> per row tri_flash_row_update's arithmetic in its order
@@ -116,16 +119,22 @@ TRI_HD int flash_frag_at(int bi, int bj, int ld)
     return 16 * bi * ld + 16 * bj;
 }
 
-/* load_tile: the first element of the 16-byte piece thread tid copies at step `step` of a
- * (TILE, HS) tile of elements of e bytes (pieces in row-major order, THREADS a step). */
+/* issue_tile: the first element of the 16-byte piece thread tid copies at step `step` of a
+ * (TILE, HS) tile of elements of e bytes (an even number of pieces a row: HS * e a multiple of 32).
+ * Each warp's copy takes 16 consecutive rows and two neighbouring pieces of each (32 bytes, one
+ * whole global sector a row: lane l row l % 16, piece l / 16 of the pair); the warps' copies go
+ * over the pairs of pieces, then the blocks of 16 rows. A quarter-warp's 8 lanes thus store one
+ * 16-byte column of 8 consecutive rows, which the odd row stride (in 16-byte units) puts in 8
+ * different bank groups: conflict-free at every head size (row-major order put a quarter-warp
+ * across a row's end and its padding, 2-way where a row is not a multiple of 128 bytes). */
 TRI_HD flash_rc flash_stage_rc(int tid, int step, int HS, int e)
 {
-    int per = 16 / e, pieces = HS / per, idx = tid + step * THREADS;
-    flash_rc rc = {idx / pieces, idx % pieces * per};
+    int per = 16 / e, pairs = HS / per / 2, idx = tid + step * THREADS, copy = idx / 32, lane = idx % 32;
+    flash_rc rc = {16 * (copy / pairs) + lane % 16, (2 * (copy % pairs) + lane / 16) * per};
     return rc;
 }
 
-/* Steps of load_tile: TILE * HS * e / 16 pieces, THREADS a step. */
+/* Steps of issue_tile: TILE * HS * e / 16 pieces, THREADS a step. */
 TRI_HD int flash_stage_steps(int HS, int e)
 {
     return TILE * HS * e / 16 / THREADS;
@@ -149,22 +158,73 @@ TRI_HD flash_rc flash_softmax_rc(int lane, int u, int per)
     return rc;
 }
 
-/* rows r < valid of a (TILE, HS) tile from src (row stride ld elements) into dst (row stride LD),
- * zeros after: 16-byte copies of the raw bits */
+/* Issues the copy of rows r < valid of a (TILE, HS) tile from src (row stride ld elements) into dst
+ * (row stride LD), zeros after: 16-byte asynchronous copies of the raw bits (cp.async, mma_shim.h),
+ * in the thread's open group; the data is there after the wait covering the group and a block
+ * barrier. Rows past valid read nothing (the tile's first row stands in as the source address). */
 template <class P, int HS>
-TRI_MMA_DEV void load_tile(typename P::elem *dst, const typename P::global *src, int64_t ld, int64_t valid)
+TRI_MMA_DEV void issue_tile(typename P::elem *dst, const typename P::global *src, int64_t ld, int64_t valid)
 {
     constexpr int E = (int)sizeof(typename P::elem), LD = flash_strides<P, HS>::LD;
     static_assert(TILE * HS * E % (16 * THREADS) == 0, "whole steps of 16-byte pieces");
+    static_assert(HS * E % 32 == 0 && TILE % 16 == 0, "pairs of pieces a row, blocks of 16 rows");
     TRI_MMA_ROLLED
     for (int step = 0; step < flash_stage_steps(HS, E); step++) {
         flash_rc e = flash_stage_rc(TRI_MMA_TID, step, HS, E);
-        tri_mma_u128 v = {0u, 0u, 0u, 0u};
-        if (e.r < valid)
-            v = *reinterpret_cast<const tri_mma_u128 *>(src + e.r * ld + e.c);
-        *reinterpret_cast<tri_mma_u128 *>(dst + flash_at(e, LD)) = v;
+        bool ok = e.r < valid;
+        tri_mma_cp_async16(dst + flash_at(e, LD), src + (ok ? e.r * ld : 0) + e.c, ok);
     }
 }
+
+/* The tile pipeline of a loop over n tiles (t = 0 .. n - 1) whose tile 0 was issued and committed
+ * before the loop: called at the top of iteration t, after a block barrier that frees the buffer
+ * the next copies go to, and followed by a block barrier before tile t is read. Double-buffered,
+ * it issues tile t + 1 (issue(t + 1), into the other buffer) and waits for tile t only, so tile t + 1
+ * loads while tile t is computed; single-buffered (when the second buffers do not fit), it issues
+ * tile t (t > 0) and waits for it. */
+template <bool DOUBLE, class F>
+TRI_MMA_DEV void tile_pipeline(int64_t t, int64_t n, F issue)
+{
+    if (DOUBLE) {
+        if (t + 1 < n) {
+            issue(t + 1);
+            tri_mma_cp_async_commit();
+            tri_mma_cp_async_wait<1>();
+        } else {
+            tri_mma_cp_async_wait<0>();
+        }
+    } else {
+        if (t > 0) {
+            issue(t);
+            tri_mma_cp_async_commit();
+        }
+        tri_mma_cp_async_wait<0>();
+    }
+}
+
+/* Buffer I (0 or 1) of the streaming tiles, as a type: on_buffer calls a tile's computation with
+ * flash_buffer<0> or flash_buffer<1>, so each of the two calls finds its buffers at compile-time
+ * offsets from the shared-memory base, as with one buffer. (With the pointer chosen at run time,
+ * sk[t % 2], nvcc kept addresses in registers across the unrolled fragment loads: up to 77 more
+ * registers a thread under ptxas for sm_90, and spills in dk/dv at HS 96 and 128.) */
+template <int I>
+struct flash_buffer {
+    static constexpr int index = I;
+};
+
+/* compute(flash_buffer<t % 2>()) double-buffered, compute(flash_buffer<0>()) single-buffered */
+template <bool DOUBLE, class F>
+TRI_MMA_DEV void on_buffer(int64_t t, F compute)
+{
+    if (DOUBLE && t % 2)
+        compute(flash_buffer<1>());
+    else
+        compute(flash_buffer<0>());
+}
+
+/* The most dynamic shared memory a block may have on the smallest target, the A100 (sm_80: 163 KiB;
+ * sm_90, H100 and H200: 227 KiB). A layout takes its second streaming buffers only when they fit. */
+#define TRI_FLASH_SMEM_MAX (163 * 1024)
 
 /* c (WROWS x TILE, fp32, row stride LS) = a_rows (WROWS x HS) . b_rows (TILE x HS)^T, both
  * row-major with row stride LD */
@@ -236,7 +296,8 @@ TRI_MMA_DEV int64_t visible_keys(int64_t t, int64_t j0, int64_t nc)
 
 /* Shared memory of the forward kernel (byte offsets): three (TILE, HS) operand tiles, the warps'
  * fp32 scores and their P (unless P overwrites the scores), the fp32 output accumulator and the
- * rows' m, l, alpha. */
+ * rows' m, l, alpha; then, when they fit under TRI_FLASH_SMEM_MAX, the second k and v buffers the
+ * next key tile loads into (k1, v1; equal to k, v when single-buffered). */
 template <class P, int HS>
 struct fwd_layout {
     typedef flash_strides<P, HS> S;
@@ -244,7 +305,11 @@ struct fwd_layout {
     static constexpr size_t q = 0, k = q + TILE * S::LD * E, v = k + TILE * S::LD * E, s = v + TILE * S::LD * E,
                             s_end = s + R * S::LS * 4, p = P::p_in_scores ? s : s_end,
                             o = P::p_in_scores ? s_end : p + R * S::LP * E, m = o + TILE * S::LO * 4,
-                            l = m + TILE * 4, alpha = l + TILE * 4, bytes = alpha + TILE * 4;
+                            l = m + TILE * 4, alpha = l + TILE * 4, single = alpha + TILE * 4,
+                            tile = TILE * S::LD * E;
+    static constexpr bool double_buffered = single + 2 * tile <= TRI_FLASH_SMEM_MAX;
+    static constexpr size_t k1 = double_buffered ? single : k, v1 = double_buffered ? single + tile : v,
+                            bytes = double_buffered ? single + 2 * tile : single;
 };
 
 /* The online softmax of the warp's WROWS score rows sw (fp32, row stride LS) against key tile j0 (nc
@@ -319,7 +384,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     typedef fwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    E *sq = (E *)(smem + L::q), *sk = (E *)(smem + L::k), *sv = (E *)(smem + L::v);
+    E *sq = (E *)(smem + L::q);
     float *sm = (float *)(smem + L::m), *sl = (float *)(smem + L::l), *sa = (float *)(smem + L::alpha);
     int warp = TRI_MMA_TID / 32, lane = TRI_MMA_TID % 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *ow = (float *)(smem + L::o) + warp * WROWS * S::LO;
@@ -330,8 +395,16 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     const typename P::global *qb = qkv + tri_flash_q_at(d, b, 0, h), *kb = qkv + tri_flash_k_at(d, b, 0, g),
                              *vb = qkv + tri_flash_v_at(d, b, 0, g);
     float scale = 1.0f / sqrtf((float)HS);
+    int64_t n_kv = i0 / TILE + 1; /* key tiles 0 .. the diagonal */
+    auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
+        int64_t j0 = t * TILE, nc = T - j0 < TILE ? T - j0 : TILE;
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::k1 : L::k)), kb + j0 * W, W, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::v1 : L::v)), vb + j0 * W, W, nc);
+    };
 
-    load_tile<P, HS>(sq, qb + i0 * W, W, nr);
+    issue_tile<P, HS>(sq, qb + i0 * W, W, nr);
+    issue(0);
+    tri_mma_cp_async_commit();
     TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++)
         ow[flash_at(flash_rows_rc(lane, step, HS), S::LO)] = 0.0f;
@@ -339,31 +412,35 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
         sm[TRI_MMA_TID] = -INFINITY;
         sl[TRI_MMA_TID] = 0.0f;
     }
-    for (int64_t j0 = 0; j0 < i0 + nr; j0 += TILE) {
-        int64_t nc = T - j0 < TILE ? T - j0 : TILE;
-        TRI_MMA_SYNC_BLOCK(); /* the previous tile's k and v are no longer read */
-        load_tile<P, HS>(sk, kb + j0 * W, W, nc);
-        load_tile<P, HS>(sv, vb + j0 * W, W, nc);
-        TRI_MMA_SYNC_BLOCK();
-        rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, sk);
-        TRI_MMA_SYNC_WARP();
-        online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, j0, nc, T, scale);
-        TRI_MMA_SYNC_WARP();
-        TRI_MMA_ROLLED
-        for (int step = 0; step < WROWS * HS / 32; step++) {
-            flash_rc e = flash_rows_rc(lane, step, HS);
-            ow[flash_at(e, S::LO)] *= sa[warp * WROWS + e.r];
-        }
-        TRI_MMA_SYNC_WARP();
-        typename P::acc acc[HS / 16];
-    TRI_MMA_UNROLL
-        for (int n = 0; n < HS / 16; n++)
-            tri_mma_load(acc[n], ow + flash_frag_at(0, n, S::LO), S::LO);
-        accumulate_p_times<P, HS>(acc, pw, sv);
-    TRI_MMA_UNROLL
-        for (int n = 0; n < HS / 16; n++)
-            tri_mma_store(ow + flash_frag_at(0, n, S::LO), acc[n], S::LO);
-        TRI_MMA_SYNC_WARP();
+    for (int64_t t = 0; t < n_kv; t++) {
+        int64_t j0 = t * TILE, nc = T - j0 < TILE ? T - j0 : TILE;
+        TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to is no longer read */
+        tile_pipeline<L::double_buffered>(t, n_kv, issue);
+        TRI_MMA_SYNC_BLOCK(); /* tile t's k and v (and at t = 0 q) have landed, from every lane */
+        on_buffer<L::double_buffered>(t, [&](auto buf) {
+            constexpr bool second = decltype(buf)::index == 1;
+            const E *ck = (const E *)(smem + (second ? L::k1 : L::k));
+            const E *cv = (const E *)(smem + (second ? L::v1 : L::v));
+            rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, ck);
+            TRI_MMA_SYNC_WARP();
+            online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, j0, nc, T, scale);
+            TRI_MMA_SYNC_WARP();
+            TRI_MMA_ROLLED
+            for (int step = 0; step < WROWS * HS / 32; step++) {
+                flash_rc e = flash_rows_rc(lane, step, HS);
+                ow[flash_at(e, S::LO)] *= sa[warp * WROWS + e.r];
+            }
+            TRI_MMA_SYNC_WARP();
+            typename P::acc acc[HS / 16];
+        TRI_MMA_UNROLL
+            for (int n = 0; n < HS / 16; n++)
+                tri_mma_load(acc[n], ow + flash_frag_at(0, n, S::LO), S::LO);
+            accumulate_p_times<P, HS>(acc, pw, cv);
+        TRI_MMA_UNROLL
+            for (int n = 0; n < HS / 16; n++)
+                tri_mma_store(ow + flash_frag_at(0, n, S::LO), acc[n], S::LO);
+            TRI_MMA_SYNC_WARP();
+        });
     }
     int64_t row0 = i0 + warp * WROWS;
     TRI_MMA_ROLLED
@@ -380,7 +457,9 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
 /* Shared memory of the two backward kernels (byte offsets): four (TILE, HS) operand tiles, two fp32
  * (WARPS*WROWS, TILE) score-shaped buffers (which double as the output stage: WARPS*WROWS rows of
  * LSTAGE floats fit for HS <= 2*TILE) and, unless P and dS overwrite them, two for P and dS; the
- * tile's lse and delta. */
+ * tile's lse and delta; then, when they fit under TRI_FLASH_SMEM_MAX, second buffers for the two
+ * streaming tiles t2, t3 (the query tiles of dk/dv, the key tiles of dq: t2b, t3b; equal to t2, t3
+ * when single-buffered). */
 template <class P, int HS>
 struct bwd_layout {
     typedef flash_strides<P, HS> S;
@@ -390,7 +469,10 @@ struct bwd_layout {
                             dp_end = dp + R * S::LS * 4, p = P::p_in_scores ? s : dp_end,
                             ds = P::p_in_scores ? dp : p + R * S::LP * E,
                             lse = P::p_in_scores ? dp_end : ds + R * S::LP * E, delta = lse + TILE * 4,
-                            bytes = delta + TILE * 4;
+                            single = delta + TILE * 4, tile = TILE * S::LD * E;
+    static constexpr bool double_buffered = single + 2 * tile <= TRI_FLASH_SMEM_MAX;
+    static constexpr size_t t2b = double_buffered ? single : t2, t3b = double_buffered ? single + tile : t3,
+                            bytes = double_buffered ? single + 2 * tile : single;
     static_assert(R * S::LSTAGE * 4 <= 2 * R * S::LS * 4, "output stage fits the score buffers");
 };
 
@@ -439,7 +521,7 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::gl
     typedef bwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    E *sk = (E *)(smem + L::t0), *sv = (E *)(smem + L::t1), *sq = (E *)(smem + L::t2), *sdo = (E *)(smem + L::t3);
+    E *sk = (E *)(smem + L::t0), *sv = (E *)(smem + L::t1);
     float *slse = (float *)(smem + L::lse), *sdelta = (float *)(smem + L::delta);
     int warp = TRI_MMA_TID / 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
@@ -449,31 +531,46 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::gl
     int64_t j0 = TRI_MMA_BX * TILE, bg = TRI_MMA_BY, b = bg / d.NH_kv, g = bg % d.NH_kv;
     int64_t nc = T - j0 < TILE ? T - j0 : TILE;
     float scale = 1.0f / sqrtf((float)HS);
+    /* the group's query heads in order, each with its query tiles from the diagonal on: tile t of
+     * n_q; (h, i0) its head and query tile, (nh, ni0) the next one's */
+    int64_t n_q = rep * ((T - j0 + TILE - 1) / TILE), t = 0, h = g * rep, i0 = j0, nh = h, ni0 = i0;
+    auto issue = [&](int64_t u) { /* query tile u (t or t + 1)'s q and dout into buffer u % 2 */
+        int64_t hu = u == t ? h : nh, iu = u == t ? i0 : ni0, nr = T - iu < TILE ? T - iu : TILE;
+        issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t2b : L::t2)), qkv + tri_flash_q_at(d, b, iu, hu), W, nr);
+        issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t3b : L::t3)), dout + (b * T + iu) * C + hu * HS, C, nr);
+    };
 
-    load_tile<P, HS>(sk, qkv + tri_flash_k_at(d, b, j0, g), W, nc);
-    load_tile<P, HS>(sv, qkv + tri_flash_v_at(d, b, j0, g), W, nc);
+    issue_tile<P, HS>(sk, qkv + tri_flash_k_at(d, b, j0, g), W, nc);
+    issue_tile<P, HS>(sv, qkv + tri_flash_v_at(d, b, j0, g), W, nc);
+    issue(0);
+    tri_mma_cp_async_commit();
     typename P::acc dk[HS / 16], dv[HS / 16];
     TRI_MMA_UNROLL
     for (int n = 0; n < HS / 16; n++) {
         tri_mma_fill(dk[n], 0.0f);
         tri_mma_fill(dv[n], 0.0f);
     }
-    /* the group's query heads in order, each with its query tiles from the diagonal on */
-    for (int64_t h = g * rep; h < (g + 1) * rep; h++)
-        for (int64_t i0 = j0; i0 < T; i0 += TILE) {
+    for (h = g * rep; h < (g + 1) * rep; h++)
+        for (i0 = j0; i0 < T; i0 += TILE, t++) {
             int64_t nr = T - i0 < TILE ? T - i0 : TILE;
-            TRI_MMA_SYNC_BLOCK(); /* the previous query tile is no longer read */
-            load_tile<P, HS>(sq, qkv + tri_flash_q_at(d, b, i0, h), W, nr);
-            load_tile<P, HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
+            nh = i0 + TILE < T ? h : h + 1;
+            ni0 = i0 + TILE < T ? i0 + TILE : j0;
+            TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to, and the stats, are no longer read */
+            tile_pipeline<L::double_buffered>(t, n_q, issue);
             load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
-            TRI_MMA_SYNC_BLOCK();
-            rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, sq);   /* S^T: keys x queries */
-            rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, sdo); /* dP^T */
-            TRI_MMA_SYNC_WARP();
-            probabilities<P, HS>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
-            TRI_MMA_SYNC_WARP();
-            accumulate_p_times<P, HS>(dv, pw, sdo);
-            accumulate_p_times<P, HS>(dk, dsw, sq);
+            TRI_MMA_SYNC_BLOCK(); /* query tile t (and at t = 0 k, v) landed, from every lane */
+            on_buffer<L::double_buffered>(t, [&](auto buf) {
+                constexpr bool second = decltype(buf)::index == 1;
+                const E *cq = (const E *)(smem + (second ? L::t2b : L::t2));
+                const E *cdo = (const E *)(smem + (second ? L::t3b : L::t3));
+                rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, cq);   /* S^T: keys x queries */
+                rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, cdo); /* dP^T */
+                TRI_MMA_SYNC_WARP();
+                probabilities<P, HS>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
+                TRI_MMA_SYNC_WARP();
+                accumulate_p_times<P, HS>(dv, pw, cdo);
+                accumulate_p_times<P, HS>(dk, dsw, cq);
+            });
         }
     TRI_MMA_SYNC_BLOCK(); /* the score buffers become the output stage */
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
@@ -490,7 +587,7 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
     typedef bwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
     typedef typename P::elem E;
-    E *sq = (E *)(smem + L::t0), *sdo = (E *)(smem + L::t1), *sk = (E *)(smem + L::t2), *sv = (E *)(smem + L::t3);
+    E *sq = (E *)(smem + L::t0), *sdo = (E *)(smem + L::t1);
     float *slse = (float *)(smem + L::lse), *sdelta = (float *)(smem + L::delta);
     int warp = TRI_MMA_TID / 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
@@ -499,26 +596,38 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
     int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE;
     float scale = 1.0f / sqrtf((float)HS);
+    int64_t n_kv = i0 / TILE + 1; /* key tiles 0 .. the diagonal */
+    auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
+        int64_t j0 = t * TILE, nc = T - j0 < TILE ? T - j0 : TILE;
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t2b : L::t2)), qkv + tri_flash_k_at(d, b, j0, g), W, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t3b : L::t3)), qkv + tri_flash_v_at(d, b, j0, g), W, nc);
+    };
 
-    load_tile<P, HS>(sq, qkv + tri_flash_q_at(d, b, i0, h), W, nr);
-    load_tile<P, HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
+    issue_tile<P, HS>(sq, qkv + tri_flash_q_at(d, b, i0, h), W, nr);
+    issue_tile<P, HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
+    issue(0);
+    tri_mma_cp_async_commit();
     load_stats(slse, sdelta, lse, delta, bh * T + i0, nr);
     typename P::acc dq[HS / 16];
     TRI_MMA_UNROLL
     for (int n = 0; n < HS / 16; n++)
         tri_mma_fill(dq[n], 0.0f);
-    for (int64_t j0 = 0; j0 < i0 + nr; j0 += TILE) {
-        int64_t nc = T - j0 < TILE ? T - j0 : TILE;
-        TRI_MMA_SYNC_BLOCK();
-        load_tile<P, HS>(sk, qkv + tri_flash_k_at(d, b, j0, g), W, nc);
-        load_tile<P, HS>(sv, qkv + tri_flash_v_at(d, b, j0, g), W, nc);
-        TRI_MMA_SYNC_BLOCK();
-        rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, sk);   /* S: queries x keys */
-        rows_times_rows_t<P, HS>(dpw, sdo + warp * WROWS * S::LD, sv); /* dP */
-        TRI_MMA_SYNC_WARP();
-        probabilities<P, HS>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, j0, false, T, scale);
-        TRI_MMA_SYNC_WARP();
-        accumulate_p_times<P, HS>(dq, dsw, sk);
+    for (int64_t t = 0; t < n_kv; t++) {
+        int64_t j0 = t * TILE;
+        TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to is no longer read */
+        tile_pipeline<L::double_buffered>(t, n_kv, issue);
+        TRI_MMA_SYNC_BLOCK(); /* key tile t (and at t = 0 q, dout) landed, from every lane */
+        on_buffer<L::double_buffered>(t, [&](auto buf) {
+            constexpr bool second = decltype(buf)::index == 1;
+            const E *ck = (const E *)(smem + (second ? L::t2b : L::t2));
+            const E *cv = (const E *)(smem + (second ? L::t3b : L::t3));
+            rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, ck);   /* S: queries x keys */
+            rows_times_rows_t<P, HS>(dpw, sdo + warp * WROWS * S::LD, cv); /* dP */
+            TRI_MMA_SYNC_WARP();
+            probabilities<P, HS>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, j0, false, T, scale);
+            TRI_MMA_SYNC_WARP();
+            accumulate_p_times<P, HS>(dq, dsw, ck);
+        });
     }
     TRI_MMA_SYNC_BLOCK();
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;

@@ -15,6 +15,8 @@
  *   the tile. Real WMMA spreads a tile over the 32 lanes in an unspecified layout, so the kernels
  *   never touch fragment elements directly, only through these calls, and every store is followed by
  *   a warp barrier before other lanes read it: the same discipline makes both forms correct.
+ * Asynchronous copies (cp.async: tri_mma_cp_async16, commit, wait) are PTX under nvcc and, in the
+ * emulation, recorded at issue and performed at the wait that covers them (below).
  * Summation order inside a product is the hardware's on a GPU and k-ascending here, so GPU and
  * emulated results agree within the tolerance of the products, not bit for bit.
  * The fp32 fragments at the end (tri_sfrag_*) take the same calls on the CUDA cores, in code that
@@ -91,6 +93,36 @@ template <typename B>
 TRI_MMA_DEV void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
 {
     nvcuda::wmma::mma_sync(d, a, b, d);
+}
+
+/* Asynchronous copies, global to shared (sm_80+: cp.async, PTX ISA "cp.async"): 16 bytes from src
+ * (16-byte aligned; its bytes read only when valid) to dst in shared memory, zeros when not valid
+ * (src-size 0), through L2 only (.cg); the copies a thread issued since its last commit form a group;
+ * wait<N> returns when all but the N most recent of the thread's committed groups have landed. Other
+ * threads see the data after a block barrier that follows their waits. Below sm_80 (never built:
+ * cuda/CMakeLists.txt targets sm_80 and sm_90) a plain copy at issue. */
+TRI_MMA_DEV void tri_mma_cp_async16(void *dst, const void *src, bool valid)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+#else
+    *reinterpret_cast<uint4 *>(dst) = valid ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0u, 0u, 0u, 0u);
+#endif
+}
+TRI_MMA_DEV void tri_mma_cp_async_commit(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+TRI_MMA_DEV void tri_mma_cp_async_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
 }
 
 #else /* C++ emulation on the CPU */
@@ -199,6 +231,64 @@ static inline void tri_mma(tri_frag_acc &d, const tri_frag_a &a, const B &b)
             }
 }
 
+/* Asynchronous copies (cp.async) as a GPU may complete them at the latest: a copy is recorded at
+ * issue (its destination, source and whether it reads) and performed only when the issuing lane's
+ * wait covers its group, so a kernel that reads the destination before waiting (or before the
+ * block barrier after the other lanes' waits) finds the old bytes there, as it may on a GPU, and
+ * fails its test. Groups as in PTX: a lane's copies since its last commit form one; wait<N>
+ * performs, in issue order, the copies of every committed group but the N most recent. The record
+ * is per lane (threadIdx.x) and per OS thread (fibers of one block share their thread; an OS
+ * thread a lane has its own), emptied when a block starts. */
+struct tri_mma_emu_copy {
+    void *dst;
+    const void *src;
+    bool valid;
+    unsigned group;
+};
+struct tri_mma_emu_lane_copies {
+    std::vector<tri_mma_emu_copy> pending;
+    unsigned committed; /* groups committed so far: the open group's number */
+};
+static thread_local tri_mma_emu_lane_copies tri_mma_emu_copies[1024];
+
+static inline void tri_mma_emu_copies_reset(void)
+{
+    tri_mma_emu_copies[threadIdx.x].pending.clear();
+    tri_mma_emu_copies[threadIdx.x].committed = 0;
+}
+/* copies issued and not yet performed by the calling lane */
+static inline size_t tri_mma_emu_copies_pending(void)
+{
+    return tri_mma_emu_copies[threadIdx.x].pending.size();
+}
+TRI_MMA_DEV void tri_mma_cp_async16(void *dst, const void *src, bool valid)
+{
+    tri_mma_emu_lane_copies &q = tri_mma_emu_copies[threadIdx.x];
+    q.pending.push_back(tri_mma_emu_copy{dst, src, valid, q.committed});
+}
+TRI_MMA_DEV void tri_mma_cp_async_commit(void)
+{
+    tri_mma_emu_copies[threadIdx.x].committed++;
+}
+template <int N>
+TRI_MMA_DEV void tri_mma_cp_async_wait(void)
+{
+    tri_mma_emu_lane_copies &q = tri_mma_emu_copies[threadIdx.x];
+    size_t kept = 0;
+    for (size_t i = 0; i < q.pending.size(); i++) {
+        const tri_mma_emu_copy &c = q.pending[i];
+        if (c.group + (unsigned)N < q.committed) { /* a committed group older than the N newest */
+            if (c.valid)
+                memcpy(c.dst, c.src, 16);
+            else
+                memset(c.dst, 0, 16);
+        } else {
+            q.pending[kept++] = c;
+        }
+    }
+    q.pending.resize(kept);
+}
+
 /* Runs body(smem) as a grid gx x gy of blocks of `threads` lanes (a multiple of 32), one block
  * after another (cuda/kernels/cuda_emu.h's launch),
  * each with shared memory of smem_bytes filled with 0xFF bytes first (NaN as fp32 and as bf16: a
@@ -213,6 +303,7 @@ static inline void tri_mma_emu_launch(int64_t gx, int64_t gy, int threads, size_
         if (threadIdx.x == 0)
             memset(smem, 0xFF, smem_bytes);
         __syncthreads(); /* the block starts on fresh shared memory */
+        tri_mma_emu_copies_reset();
         body(smem);
     });
 }

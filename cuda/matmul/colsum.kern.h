@@ -13,17 +13,18 @@
 #define TRIDENT_CUDA_MATMUL_COLSUM_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "cuda/matmul/colsum_index.h"
 
 /* part[c * C + j] = sum of x[n * C + j] over the rows n of chunk c, in order; c < tri_col_chunks(N) */
 TRI_KERNEL col_chunk_sums_kernel(float *part, const void *x, int x_bf16, int64_t N, int64_t C)
 {
     int64_t total = tri_col_chunks(N) * C;
     for (int64_t idx = TRI_GLOBAL_ID; idx < total; idx += TRI_GLOBAL_STRIDE) {
-        int64_t c = idx / C, j = idx % C, n1 = (c + 1) * TRI_COL_CHUNK < N ? (c + 1) * TRI_COL_CHUNK : N;
+        tri_col_cell e = tri_col_cell_of(idx, N, C);
         float s = 0.0f;
-        for (int64_t n = c * TRI_COL_CHUNK; n < n1; n++)
-            s += tri_load(x, x_bf16, n * C + j);
-        part[idx] = s;
+        for (int64_t n = e.begin; n < e.end; n++)
+            s += tri_load(x, x_bf16, tri_col_at(n, e.j, C));
+        part[tri_col_at(e.c, e.j, C)] = s;
     }
 }
 
@@ -33,7 +34,7 @@ TRI_KERNEL col_chunks_finish_kernel(void *acc, int acc_bf16, const float *part, 
     for (int64_t j = TRI_GLOBAL_ID; j < C; j += TRI_GLOBAL_STRIDE) {
         float a = tri_load(acc, acc_bf16, j);
         for (int64_t c = 0; c < n_chunks; c++)
-            a += part[c * C + j];
+            a += part[tri_col_at(c, j, C)];
         tri_store(acc, acc_bf16, j, a);
     }
 }

@@ -12,6 +12,7 @@
 #define TRIDENT_CUDA_NORMS_LAYERNORM_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "cuda/matmul/colsum_index.h"
 #include "engine/device/ops/norms_math.h"
 
 /* out(N,C) = layernorm(inp) * w + b per row; mean(N), rstd(N) saved */
@@ -66,16 +67,16 @@ TRI_KERNEL layernorm_params_chunks_kernel(float *pw, float *pb, const void *dout
 {
     int64_t total = tri_col_chunks(N) * C;
     for (int64_t idx = TRI_GLOBAL_ID; idx < total; idx += TRI_GLOBAL_STRIDE) {
-        int64_t c = idx / C, j = idx % C, n1 = (c + 1) * TRI_COL_CHUNK < N ? (c + 1) * TRI_COL_CHUNK : N;
+        tri_col_cell e = tri_col_cell_of(idx, N, C);
         float sw = 0.0f, sb = 0.0f;
-        for (int64_t n = c * TRI_COL_CHUNK; n < n1; n++) {
-            float norm = (tri_load(inp, inp_bf16, n * C + j) - mean[n]) * rstd[n];
-            float g = tri_load(dout, dout_bf16, n * C + j);
+        for (int64_t n = e.begin; n < e.end; n++) {
+            float norm = (tri_load(inp, inp_bf16, tri_col_at(n, e.j, C)) - mean[n]) * rstd[n];
+            float g = tri_load(dout, dout_bf16, tri_col_at(n, e.j, C));
             sw += norm * g;
             sb += g;
         }
-        pw[idx] = sw;
-        pb[idx] = sb;
+        pw[tri_col_at(e.c, e.j, C)] = sw;
+        pb[tri_col_at(e.c, e.j, C)] = sb;
     }
 }
 

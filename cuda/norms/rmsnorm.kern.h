@@ -9,6 +9,7 @@
 #define TRIDENT_CUDA_NORMS_RMSNORM_KERN_H
 
 #include "cuda/kernels/shim.h"
+#include "cuda/matmul/colsum_index.h"
 #include "engine/device/ops/norms_math.h"
 
 TRI_KERNEL rmsnorm_forward_kernel(void *out, int out_bf16, float *rstd, const void *inp, int inp_bf16, const void *w,
@@ -51,11 +52,12 @@ TRI_KERNEL rmsnorm_params_chunks_kernel(float *pw, const void *dout, int dout_bf
 {
     int64_t total = tri_col_chunks(N) * C;
     for (int64_t idx = TRI_GLOBAL_ID; idx < total; idx += TRI_GLOBAL_STRIDE) {
-        int64_t c = idx / C, j = idx % C, n1 = (c + 1) * TRI_COL_CHUNK < N ? (c + 1) * TRI_COL_CHUNK : N;
+        tri_col_cell e = tri_col_cell_of(idx, N, C);
         float s = 0.0f;
-        for (int64_t n = c * TRI_COL_CHUNK; n < n1; n++)
-            s += tri_load(inp, inp_bf16, n * C + j) * rstd[n] * tri_load(dout, dout_bf16, n * C + j);
-        pw[idx] = s;
+        for (int64_t n = e.begin; n < e.end; n++)
+            s += tri_load(inp, inp_bf16, tri_col_at(n, e.j, C)) * rstd[n] *
+                 tri_load(dout, dout_bf16, tri_col_at(n, e.j, C));
+        pw[tri_col_at(e.c, e.j, C)] = s;
     }
 }
 
