@@ -193,8 +193,9 @@ int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n);
  * dtype must be the same; bf16 moves its raw bits). in and out are flat (any shape, numel counts)
  * and must not overlap; the receive blocks must not overlap one another; elements of out no block
  * covers are left as they were. recv_counts[r] on rank i must equal send_counts[i] on rank r: the
- * thread comm checks it (TRI_EINVAL on every rank), MPI reports a message larger than its block
- * (TRI_ECOMM), NCCL cannot check it - exchange the counts with tri_comm_all_to_all_counts first.
+ * thread comm checks it (TRI_EINVAL on every rank); MPI and NCCL cannot be relied on to (a block
+ * larger than its receive is an MPI truncation error at best) - exchange the counts with
+ * tri_comm_all_to_all_counts first.
  * Blocking (no _start form); on a device comm in and out are device memory and the call is ordered
  * with the device's other ops like the other collectives. Counted under TRI_COMM_ALL_TO_ALL: the
  * bytes sent to the other ranks, payload and wire alike. TRI_EINVAL, nothing sent nor counted, for
