@@ -13,7 +13,8 @@
  * non-blocking collectives (tri_comm_*_start) record their own event instead, which the compute
  * stream waits for only at tri_comm_wait: ZeRO's reduce-scatters and all-gathers then run on the
  * communication stream while the compute stream goes on. Batched p2p is ncclSend/ncclRecv inside ncclGroupStart/ncclGroupEnd, which
- * NCCL runs concurrently; messages between two ranks match in posting order.
+ * NCCL runs concurrently; messages between two ranks match in posting order. All-to-all with variable
+ * counts is the same grouped send/recv, one pair per peer.
  *
  * Every NCCL, CUDA and MPI return code is checked and recorded with the failing call's text. */
 #include "cuda/comm_nccl.h"
@@ -242,6 +243,41 @@ static int nccl_p2p(tri_comm *c, const tri_p2p *ops, int count)
         size_t k = (size_t)tri_tensor_numel(o->t);
         rc = o->send ? TRI_NCCL(n, ncclSend(o->t.data, k, nccl_type(o->t.dtype), o->peer, n->comm, n->stream))
                      : TRI_NCCL(n, ncclRecv(o->t.data, k, nccl_type(o->t.dtype), o->peer, n->comm, n->stream));
+    }
+    /* the group is closed even after an error, so NCCL's group state stays balanced */
+    int rc_end = TRI_NCCL(n, ncclGroupEnd());
+    return end(n, rc ? rc : rc_end);
+}
+
+/* All-to-all with variable counts as NCCL documents it ("Point-to-point communication", all-to-allv):
+ * one ncclSend and one ncclRecv per peer with a non-empty block inside ncclGroupStart/ncclGroupEnd,
+ * which NCCL runs concurrently; the block a rank keeps is a device copy on the communication stream. */
+static int nccl_all_to_all_v(tri_comm *c, tri_tensor out, tri_tensor in, const int64_t *send_counts,
+                             const int64_t *send_displs, const int64_t *recv_counts, const int64_t *recv_displs)
+{
+    nccl_impl *n = impl_of(c);
+    size_t esize = tri_dtype_size(in.dtype);
+    ncclDataType_t type = nccl_type(in.dtype);
+    int me = c->rank;
+    int rc = begin(n);
+    if (rc)
+        return rc;
+    if (recv_counts[me] > 0)
+        rc = TRI_CUDA(cudaMemcpyAsync((char *)out.data + (size_t)recv_displs[me] * esize,
+                                      (const char *)in.data + (size_t)send_displs[me] * esize,
+                                      (size_t)recv_counts[me] * esize, cudaMemcpyDeviceToDevice, n->stream));
+    if (!rc) rc = TRI_NCCL(n, ncclGroupStart());
+    if (rc)
+        return end(n, rc);
+    for (int r = 0; r < c->size && !rc; r++) {
+        if (r == me)
+            continue;
+        if (send_counts[r] > 0)
+            rc = TRI_NCCL(n, ncclSend((const char *)in.data + (size_t)send_displs[r] * esize, (size_t)send_counts[r],
+                                      type, r, n->comm, n->stream));
+        if (!rc && recv_counts[r] > 0)
+            rc = TRI_NCCL(n, ncclRecv((char *)out.data + (size_t)recv_displs[r] * esize, (size_t)recv_counts[r], type,
+                                      r, n->comm, n->stream));
     }
     /* the group is closed even after an error, so NCCL's group state stays balanced */
     int rc_end = TRI_NCCL(n, ncclGroupEnd());
@@ -486,6 +522,7 @@ static const tri_comm_ops nccl_ops = {
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
     .p2p = nccl_p2p,
+    .all_to_all_v = nccl_all_to_all_v,
     .split = nccl_split,
     .barrier = nccl_barrier,
     .abort = nccl_abort,

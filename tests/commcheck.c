@@ -267,7 +267,7 @@ int cc_counters(tri_comm *c)
         cc_expect_counted(&v, c, &zero, TRI_COMM_KINDS, 0, 0, "after tri_comm_reset_counters");
     }
     static const char *names[TRI_COMM_KINDS + 1] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                    "broadcast", "p2p", "?"};
+                                                    "broadcast", "p2p", "all_to_all", "?"};
     for (int kind = 0; kind <= TRI_COMM_KINDS; kind++)
         if (strcmp(tri_comm_kind_name((tri_comm_kind)kind), names[kind]) != 0)
             cc_fail(&v, "kind %d is named '%s', want '%s'", kind, tri_comm_kind_name((tri_comm_kind)kind),
@@ -349,5 +349,8 @@ const cc_check cc_checks[] = {
     {"bf16_broadcast", cc_bf16_broadcast},
     {"bf16_p2p", cc_bf16_p2p},
     {"bf16_nonblocking", cc_bf16_nonblocking},
+    {"all_to_all_v", cc_all_to_all_v},
+    {"all_to_all_v_groups", cc_all_to_all_v_groups},
+    {"all_to_all_v_args", cc_all_to_all_v_args},
 };
 const int cc_n_checks = (int)(sizeof cc_checks / sizeof cc_checks[0]);

@@ -15,7 +15,7 @@
  * bf16 checks add values whose sums need rounding, with a bound every comm meets.
  * The implementation: commcheck.c (collectives, barrier, counters, argument checks),
  * commcheck_p2p.c, commcheck_groups.c (split, grid), commcheck_async.c (non-blocking collectives),
- * commcheck_bf16.c (bf16 tensors), commcheck_util.h (shared helpers). */
+ * commcheck_bf16.c (bf16 tensors), commcheck_a2a.c (all-to-all with variable counts), commcheck_util.h (shared helpers). */
 #ifndef TRIDENT_TESTS_COMMCHECK_H
 #define TRIDENT_TESTS_COMMCHECK_H
 
@@ -88,6 +88,19 @@ int cc_bf16_p2p(tri_comm *c);
 /* bf16 all-reduces (sum and max), an in-place reduce-scatter and all-gather left in flight with a
  * blocking bf16 all-reduce among them, completed by test and by waits in reverse. */
 int cc_bf16_nonblocking(tri_comm *c);
+
+/* All-to-all with variable counts (commcheck_a2a.c): f32, bf16, i32 and i64, three count matrices
+ * each (empty blocks, a rank sending nothing, a rank receiving nothing), blocks at scattered
+ * displacements: every received element against its source rank and index, nothing else written,
+ * the input unchanged, the bytes sent to other ranks counted; the receive counts from
+ * tri_comm_all_to_all_counts. _groups: the same in the two groups split by rank parity (keys
+ * reversed), the parent comm counting none of it. _args: every refused argument (n != size, negative
+ * counts or displacements, blocks past a buffer, overlapping receive blocks, in = out, dtype
+ * mismatch, the kept block's counts differing) is TRI_EINVAL naming the value, nothing counted; and
+ * tri_comm_displs. */
+int cc_all_to_all_v(tri_comm *c);
+int cc_all_to_all_v_groups(tri_comm *c);
+int cc_all_to_all_v_args(tri_comm *c);
 
 /* Every check above, in that order. */
 extern const cc_check cc_checks[];

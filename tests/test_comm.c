@@ -92,6 +92,20 @@ Test(comm, bf16_broadcast) { check_all_sizes(cc_bf16_broadcast, "bf16 broadcast"
 Test(comm, bf16_p2p) { check_all_sizes(cc_bf16_p2p, "bf16 p2p"); }
 Test(comm, bf16_nonblocking) { check_all_sizes(cc_bf16_nonblocking, "bf16 non-blocking collectives"); }
 
+/* all-to-all with variable counts: every group size from 1 to 5 (odd sizes leave the parity split's
+ * two groups of different sizes), and 8 */
+static void a2a_all_sizes(cc_check_fn fn, const char *name)
+{
+    for (int size = 1; size <= 8; size += size < 5 ? 1 : 3) {
+        check_arg a = {fn};
+        run_ok(size, run_check, &a, name);
+    }
+}
+
+Test(comm, all_to_all_v) { a2a_all_sizes(cc_all_to_all_v, "all_to_all_v"); }
+Test(comm, all_to_all_v_groups) { a2a_all_sizes(cc_all_to_all_v_groups, "all_to_all_v in sub-groups"); }
+Test(comm, all_to_all_v_args) { a2a_all_sizes(cc_all_to_all_v_args, "all_to_all_v argument checks"); }
+
 static int run_grid_layouts(int rank, int size, tri_comm *c, void *arg)
 {
     return cc_grid_layouts(c);
@@ -498,6 +512,34 @@ Test(comm, ranks_disagreeing_on_a_collective)
             cr_assert_eq(a.after[r], TRI_OK, "case %zu rank %d: the group is unusable afterwards", i, r);
         }
     }
+}
+
+/* Rank 0 sends 2 elements to rank 1, which expects 1 (each rank's own arguments are valid): the
+ * thread comm compares every pair and refuses on every rank, naming the pair and both counts, and
+ * the group stays usable. */
+static int run_a2a_disagree(int rank, int size, tri_comm *c, void *arg)
+{
+    (void)size, (void)arg;
+    float in[4] = {10.0f * rank + 1, 10.0f * rank + 2, 0, 0}, out[4] = {0};
+    int64_t sc[2] = {1, rank == 0 ? 2 : 1}, sd[2] = {0, 1}, rc_[2] = {1, 1}, rd[2] = {0, 1};
+    int rc = tri_comm_all_to_all_v(c, tri_tensor_1d(out, TRI_F32, 4), tri_tensor_1d(in, TRI_F32, 4), 2, sc, sd,
+                                   rc_, rd);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", rc ? tri_error_message() : "none");
+    if (rc != TRI_EINVAL || !strstr(msg, "rank 0 sends 2 elements to rank 1") || !strstr(msg, "recv_counts[0] = 1"))
+        return TRI_ERR(TRI_EINTERNAL, "rank %d: all_to_all_v with disagreeing counts gave %s: %s", rank,
+                       tri_status_name(rc), msg);
+    sc[1] = 1; /* agreeing now: the exchange goes through */
+    rc = tri_comm_all_to_all_v(c, tri_tensor_1d(out, TRI_F32, 4), tri_tensor_1d(in, TRI_F32, 4), 2, sc, sd, rc_, rd);
+    /* out[src] = rank src's in[rank] */
+    if (!rc && (out[0] != 1.0f + (float)rank || out[1] != 11.0f + (float)rank))
+        return TRI_ERR(TRI_EINTERNAL, "rank %d: after a refused all_to_all_v got {%g, %g}", rank, out[0], out[1]);
+    return rc;
+}
+
+Test(comm, all_to_all_v_ranks_disagreeing_on_a_count)
+{
+    run_ok(2, run_a2a_disagree, NULL, "all_to_all_v with disagreeing counts");
 }
 
 /* Broadcast roots differ: rank 0 says 0, rank 1 says 1. */

@@ -78,4 +78,9 @@ Test(comm_staged, bf16) {
     staged_all_sizes(cc_bf16_broadcast, "bf16 broadcast");
     staged_all_sizes(cc_bf16_p2p, "bf16 p2p");
 }
+Test(comm_staged, all_to_all_v) {
+    staged_all_sizes(cc_all_to_all_v, "all_to_all_v");
+    staged_all_sizes(cc_all_to_all_v_groups, "all_to_all_v in sub-groups");
+    staged_all_sizes(cc_all_to_all_v_args, "all_to_all_v argument checks");
+}
 Test(comm_staged, grid_every_layout) { staged_all_sizes(grid_layouts, "grid layouts"); }

@@ -360,6 +360,6 @@ double tri_comm_seconds(const tri_comm *c, tri_comm_kind kind)
 const char *tri_comm_kind_name(tri_comm_kind kind)
 {
     static const char *names[TRI_COMM_KINDS] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                "broadcast", "p2p"};
+                                                "broadcast", "p2p", "all_to_all"};
     return kind < TRI_COMM_KINDS ? names[kind] : "?";
 }

@@ -25,14 +25,15 @@
  *
  * Byte counting convention (the "payload", as Megatron-LM and the ZeRO paper count volume):
  * all_reduce counts numel * dtype size; reduce_scatter and all_gather count the full (unsharded)
- * buffer; broadcast counts the buffer on every rank; p2p counts the bytes this rank sends. A group
- * of one rank sends nothing and counts nothing.
+ * buffer; broadcast counts the buffer on every rank; p2p counts the bytes this rank sends;
+ * all_to_all_v counts the bytes this rank sends to the other ranks (its own block, which stays on
+ * the rank, is not counted). A group of one rank sends nothing and counts nothing.
  *
  * Wire bytes (what this rank itself puts on the network, counted beside the payload): the volumes
  * of the bandwidth-optimal ring algorithms (NCCL's, and Open MPI's for large buffers; Patarasuk &
  * Yuan 2009) for a group of D ranks and a payload of S bytes as above: all_reduce 2 (D-1)/D * S,
- * reduce_scatter and all_gather (D-1)/D * S, broadcast S on the root and 0 elsewhere, p2p the bytes
- * sent; integer bytes, rounded down per call. engine_train's per-step tp_bytes, pp_bytes and
+ * reduce_scatter and all_gather (D-1)/D * S, broadcast S on the root and 0 elsewhere, p2p and
+ * all_to_all_v the bytes sent (to other ranks); integer bytes, rounded down per call. engine_train's per-step tp_bytes, pp_bytes and
  * dp_bytes are these counters of the grid's groups (engine/train/step_time.h), and compressed
  * data-parallel reductions (engine/train/grad_compression.h) are checked against them.
  *
@@ -61,6 +62,7 @@ typedef enum {
     TRI_COMM_ALL_GATHER,
     TRI_COMM_BROADCAST,
     TRI_COMM_P2P,
+    TRI_COMM_ALL_TO_ALL,
     TRI_COMM_KINDS
 } tri_comm_kind;
 
@@ -103,6 +105,10 @@ typedef struct tri_comm_ops {
     int (*all_gather)(tri_comm *c, tri_tensor out, tri_tensor in);
     int (*broadcast)(tri_comm *c, tri_tensor x, int root);
     int (*p2p)(tri_comm *c, const tri_p2p *ops, int n);
+    /* The checked arguments of tri_comm_all_to_all_v (counts and displacements: c->size entries each,
+     * in elements). Called on groups of two ranks or more only. */
+    int (*all_to_all_v)(tri_comm *c, tri_tensor out, tri_tensor in, const int64_t *send_counts,
+                        const int64_t *send_displs, const int64_t *recv_counts, const int64_t *recv_displs);
     int (*split)(tri_comm *c, int color, int key, tri_comm **out);
     int (*barrier)(tri_comm *c);
     void (*abort)(tri_comm *c, int code);
@@ -175,6 +181,39 @@ bool tri_comm_pending(const tri_comm_request *req);
 /* Runs n sends and receives together; returns when all are complete. Messages between two ranks
  * match in the order they were posted, so a send-forward/recv-backward pair needs no ordering trick. */
 int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n);
+/* ---- all-to-all with variable counts (engine/comm/comm_a2a.c) ----
+ * Expert parallelism sends each token's hidden state to the rank holding its expert and back
+ * (GShard, Lepikhin et al. 2020; Megatron-Core's MoEAlltoAllTokenDispatcher): MPI_Alltoallv's
+ * semantics (MPI 3.1 §5.8) on every comm, for the group given (the world or any split of it).
+ *
+ * tri_comm_all_to_all_v: rank i sends send_counts[r] elements of in starting at element
+ * send_displs[r] to every rank r, and receives recv_counts[r] elements from rank r into out starting
+ * at element recv_displs[r]. n is the number of entries of each array and must be the group's size.
+ * Counts and displacements are host arrays, in elements of in's dtype (f32, bf16, i32 or i64; out's
+ * dtype must be the same; bf16 moves its raw bits). in and out are flat (any shape, numel counts)
+ * and must not overlap; the receive blocks must not overlap one another; elements of out no block
+ * covers are left as they were. recv_counts[r] on rank i must equal send_counts[i] on rank r: the
+ * thread comm checks it (TRI_EINVAL on every rank); MPI and NCCL cannot be relied on to (a block
+ * larger than its receive is an MPI truncation error at best) - exchange the counts with
+ * tri_comm_all_to_all_counts first.
+ * Blocking (no _start form); on a device comm in and out are device memory and the call is ordered
+ * with the device's other ops like the other collectives. Counted under TRI_COMM_ALL_TO_ALL: the
+ * bytes sent to the other ranks, payload and wire alike. TRI_EINVAL, nothing sent nor counted, for
+ * n != size, a negative count or displacement, a block past its buffer's end (naming the rank,
+ * value and buffer size), overlapping receive blocks, in and out overlapping, a dtype mismatch, or
+ * send_counts[rank] != recv_counts[rank] (the block a rank keeps). */
+int tri_comm_all_to_all_v(tri_comm *c, tri_tensor out, tri_tensor in, int n, const int64_t *send_counts,
+                          const int64_t *send_displs, const int64_t *recv_counts, const int64_t *recv_displs);
+/* recv_counts[r] = send_counts[rank] of rank r, for every rank r of c (n entries each, n = size):
+ * the counts exchange that comes before the tokens (Megatron-Core exchanges its per-expert token
+ * counts the same way). Collective over c; host arrays on any comm kind. Every rank's counts reach
+ * every rank as one i64 sum all-reduce of the size x size count matrix (counted as an all_reduce of
+ * size * size * 8 bytes; it goes through tri_comm_host_all_reduce, so NCCL and staged comms take host
+ * arrays too). TRI_EINVAL (local: before anything is sent) for n != size or a negative count. */
+int tri_comm_all_to_all_counts(tri_comm *c, int n, const int64_t *send_counts, int64_t *recv_counts);
+/* displs[r] = counts[0] + ... + counts[r-1] (blocks packed in rank order); returns the total. */
+int64_t tri_comm_displs(int n, const int64_t *counts, int64_t *displs);
+
 /* Collective over c: ranks with the same color form a new comm ordered by key. color < 0 gives
  * *out = NULL (the rank joins no group). The new comm inherits c's timeout and phase. */
 int tri_comm_split(tri_comm *c, int color, int key, tri_comm **out);

@@ -5,7 +5,8 @@
  * is a set of MPI_Isend / MPI_Irecv completed by one MPI_Waitall; MPI's non-overtaking rule
  * matches messages between two ranks in the order they were posted. A receive must get exactly the
  * size it posted (MPI itself only refuses a message larger than the buffer). MPI counts are int:
- * larger tensors are refused, not wrapped.
+ * larger tensors are refused, not wrapped. All-to-all with variable counts is MPI_Ialltoallv (its int
+ * counts and displacements checked the same way).
  *
  * bf16 tensors travel as a committed datatype of one MPI_UINT16_T (raw bits; endianness converted
  * like any integer) and reduce with user-defined, commutative MPI ops: the sum widens both operands
@@ -471,6 +472,41 @@ static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
     return rc;
 }
 
+/* counts[r] or displs[r] as MPI's int; TRI_EINVAL above INT_MAX (an int would wrap). */
+static int int_of(int64_t v, const char *what, int r, int *out)
+{
+    if (v > INT_MAX)
+        return TRI_ERR(TRI_EINVAL, "mpi all_to_all_v: %s[%d] = %lld exceeds MPI's int count limit %d", what, r,
+                       (long long)v, INT_MAX);
+    *out = (int)v;
+    return TRI_OK;
+}
+
+/* MPI_Ialltoallv with this comm's element type (bf16: its 16-bit type), completed by the polling wait.
+ * A message larger than its receive block is MPI_ERR_TRUNCATE (TRI_ECOMM). */
+static int mpi_all_to_all_v(tri_comm *c, tri_tensor out, tri_tensor in, const int64_t *send_counts,
+                            const int64_t *send_displs, const int64_t *recv_counts, const int64_t *recv_displs)
+{
+    int n = c->size;
+    int *v = calloc((size_t)n * 4, sizeof *v); /* send counts, send displs, recv counts, recv displs */
+    if (!v)
+        return TRI_ERR(TRI_ENOMEM, "mpi all_to_all_v: out of memory for %d ranks' counts", n);
+    int rc = TRI_OK;
+    for (int r = 0; r < n && !rc; r++) {
+        rc = int_of(send_counts[r], "send_counts", r, &v[r]);
+        if (!rc) rc = int_of(send_displs[r], "send_displs", r, &v[n + r]);
+        if (!rc) rc = int_of(recv_counts[r], "recv_counts", r, &v[2 * n + r]);
+        if (!rc) rc = int_of(recv_displs[r], "recv_displs", r, &v[3 * n + r]);
+    }
+    MPI_Request req;
+    MPI_Datatype type = mpi_type(c, in.dtype);
+    if (!rc)
+        rc = finish(c, MPI_Ialltoallv(in.data, v, v + n, type, out.data, v + 2 * n, v + 3 * n, type, comm_of(c),
+                                      &req), &req, "MPI_Ialltoallv", "all_to_all_v");
+    free(v);
+    return rc;
+}
+
 static int wrap(tri_comm **out, MPI_Comm comm, tri_mpi_health *health)
 {
     tri_comm *c = calloc(1, sizeof *c);
@@ -550,6 +586,7 @@ static const tri_comm_ops mpi_ops = {
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,
     .p2p = mpi_p2p,
+    .all_to_all_v = mpi_all_to_all_v,
     .split = mpi_split,
     .barrier = mpi_barrier,
     .abort = mpi_abort,

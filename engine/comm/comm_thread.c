@@ -5,7 +5,9 @@
  * barrier, checks that every rank made the same call (kind, size, dtype, op, root: a mismatch is
  * TRI_EINVAL on every rank, where MPI would misbehave silently), lets every rank compute its result
  * from the others' buffers (summing in rank order, so results are deterministic; bf16 sums in fp32,
- * rounded once), and meets again before anyone reuses a buffer. Point-to-point messages go through
+ * rounded once), and meets again before anyone reuses a buffer. All-to-all with variable counts
+ * posts each rank's count arrays too, so a pair of ranks disagreeing on a count is TRI_EINVAL on every
+ * rank (MPI would truncate or leave a block short). Point-to-point messages go through
  * per-(sender, receiver) FIFO queues: a batch posts all its sends, completes all its receives by
  * copying from matching posted sends (a receive of the wrong size takes the message and fails, as in
  * MPI), then waits until its own sends have been consumed (so send buffers may be reused on return).
@@ -35,7 +37,8 @@ typedef struct message {
 
 /* One rank's collective call, posted so that every rank can check they all made the same one. */
 typedef enum {
-    CALL_ALL_REDUCE, CALL_REDUCE_SCATTER, CALL_ALL_GATHER, CALL_BROADCAST, CALL_BARRIER, CALL_SPLIT
+    CALL_ALL_REDUCE, CALL_REDUCE_SCATTER, CALL_ALL_GATHER, CALL_BROADCAST, CALL_BARRIER, CALL_SPLIT,
+    CALL_ALL_TO_ALL_V
 } call_kind;
 
 typedef struct call {
@@ -63,6 +66,9 @@ typedef struct shared {
     void **outbuf;
     int *ints;
     void **ptrs;
+    /* all_to_all_v: each rank's four count/displacement arrays (send counts, send displs, recv
+     * counts, recv displs), a2a[4 * rank + k] */
+    const int64_t **a2a;
     /* p2p: queue[src * size + dst] */
     message **queue;
 } shared;
@@ -99,9 +105,11 @@ static int shared_create(shared **out, int size, double timeout_s, tri_thread_gr
     s->outbuf = calloc((size_t)size, sizeof *s->outbuf);
     s->ints = calloc((size_t)size * 2, sizeof *s->ints);
     s->ptrs = calloc((size_t)size, sizeof *s->ptrs);
+    s->a2a = calloc((size_t)size * 4, sizeof *s->a2a);
     s->queue = calloc((size_t)size * (size_t)size, sizeof *s->queue);
-    if (!s->calls || !s->inbuf || !s->outbuf || !s->ints || !s->ptrs || !s->queue) {
-        free(s->calls); free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->queue);
+    if (!s->calls || !s->inbuf || !s->outbuf || !s->ints || !s->ptrs || !s->a2a || !s->queue) {
+        free(s->calls); free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->a2a);
+        free(s->queue);
         free(s);
         return TRI_ERR(TRI_ENOMEM, "thread comm: out of memory");
     }
@@ -120,7 +128,8 @@ static void shared_release(shared *s)
         return;
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s->calls); free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->queue);
+    free(s->calls); free(s->inbuf); free(s->outbuf); free(s->ints); free(s->ptrs); free(s->a2a);
+    free(s->queue);
     free(s);
 }
 
@@ -183,7 +192,7 @@ static shared *sh_of(tri_comm *c)
 static const char *call_name(call_kind kind)
 {
     static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
-                                  "split"};
+                                  "split", "all_to_all_v"};
     return names[kind];
 }
 
@@ -203,6 +212,7 @@ static void describe(const call *k, char *buf, size_t cap)
     case CALL_REDUCE_SCATTER: snprintf(buf, cap, "reduce_scatter to %lld %s per rank", n, dt); break;
     case CALL_ALL_GATHER: snprintf(buf, cap, "all_gather of %lld %s per rank", n, dt); break;
     case CALL_BROADCAST: snprintf(buf, cap, "broadcast of %lld %s from root %d", n, dt, k->arg); break;
+    case CALL_ALL_TO_ALL_V: snprintf(buf, cap, "all_to_all_v of %s", dt); break;
     default: snprintf(buf, cap, "%s", call_name(k->kind)); break;
     }
 }
@@ -353,6 +363,43 @@ static int thread_broadcast(tri_comm *c, tri_tensor x, int root)
     if (!rc)
         rc = barrier(s, "broadcast");
     return rc;
+}
+
+/* All-to-all with variable counts: every rank posts its buffers and its four arrays, meets the
+ * others, checks that each pair agrees (rank r's send_counts[i] is rank i's recv_counts[r]: every
+ * rank reads the same table, so a disagreement is TRI_EINVAL on every rank, naming the first pair),
+ * copies the blocks sent to it from the senders' inputs into its own output in rank order, and meets
+ * them again before anyone reuses an input. */
+static int thread_all_to_all_v(tri_comm *c, tri_tensor out, tri_tensor in, const int64_t *send_counts,
+                               const int64_t *send_displs, const int64_t *recv_counts,
+                               const int64_t *recv_displs)
+{
+    shared *s = sh_of(c);
+    int me = c->rank, n = s->size;
+    s->inbuf[me] = in.data;
+    s->a2a[4 * me + 0] = send_counts;
+    s->a2a[4 * me + 1] = send_displs;
+    s->a2a[4 * me + 2] = recv_counts;
+    s->a2a[4 * me + 3] = recv_displs;
+    int rc = enter(c, (call){CALL_ALL_TO_ALL_V, in.dtype, 0, 0});
+    if (rc)
+        return rc;
+    for (int src = 0; src < n && !rc; src++)
+        for (int dst = 0; dst < n && !rc; dst++) {
+            int64_t sent = s->a2a[4 * src + 0][dst], expected = s->a2a[4 * dst + 2][src];
+            if (sent != expected)
+                rc = TRI_ERR(TRI_EINVAL, "thread comm all_to_all_v: rank %d sends %lld elements to rank %d, which "
+                             "expects recv_counts[%d] = %lld (want equal)", src, (long long)sent, dst, src,
+                             (long long)expected);
+        }
+    size_t esize = tri_dtype_size(in.dtype);
+    for (int src = 0; src < n && !rc; src++)
+        if (recv_counts[src] > 0)
+            memcpy((char *)out.data + (size_t)recv_displs[src] * esize,
+                   (const char *)s->inbuf[src] + (size_t)s->a2a[4 * src + 1][me] * esize,
+                   (size_t)recv_counts[src] * esize);
+    int rc2 = barrier(s, "all_to_all_v");
+    return rc ? rc : rc2;
 }
 
 /* The link pointing at the oldest queued message with `tag`, or NULL. */
@@ -521,6 +568,7 @@ static const tri_comm_ops thread_ops = {
     .all_gather = thread_all_gather,
     .broadcast = thread_broadcast,
     .p2p = thread_p2p,
+    .all_to_all_v = thread_all_to_all_v,
     .split = thread_split,
     .barrier = thread_barrier,
     .abort = thread_abort,

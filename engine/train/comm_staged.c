@@ -126,6 +126,26 @@ static int staged_p2p(tri_comm *c, const tri_p2p *ops, int n)
     return rc;
 }
 
+/* in copied down whole, the inner comm's all-to-all into a second host buffer, and only the received
+ * blocks copied up (the rest of out is left as it was, as the operation promises). */
+static int staged_all_to_all_v(tri_comm *c, tri_tensor out, tri_tensor in, const int64_t *send_counts,
+                               const int64_t *send_displs, const int64_t *recv_counts, const int64_t *recv_displs)
+{
+    staged *s = of(c);
+    tri_tensor hin, hout;
+    void *p = NULL;
+    int rc = down(s, 0, in, &hin);
+    if (!rc) rc = host_buf(s, 1, tri_tensor_bytes(out), &p);
+    hout = on_host(out, p);
+    if (!rc) rc = tri_comm_all_to_all_v(s->inner, hout, hin, c->size, send_counts, send_displs, recv_counts,
+                                        recv_displs);
+    for (int r = 0; r < c->size && !rc; r++)
+        if (recv_counts[r] > 0)
+            rc = tri_device_copy_from_host(s->dev, tri_tensor_range(out, recv_displs[r], recv_counts[r]),
+                                           tri_tensor_range(hout, recv_displs[r], recv_counts[r]).data);
+    return rc;
+}
+
 static int staged_split(tri_comm *c, int color, int key, tri_comm **out)
 {
     staged *s = of(c);
@@ -186,6 +206,7 @@ static const tri_comm_ops STAGED_OPS = {
     .all_gather = staged_all_gather,
     .broadcast = staged_broadcast,
     .p2p = staged_p2p,
+    .all_to_all_v = staged_all_to_all_v,
     .split = staged_split,
     .barrier = staged_barrier,
     .abort = staged_abort,

@@ -7,7 +7,9 @@
  * orders). Also: in-place all-gather and reduce-scatter, batched p2p around a ring with two
  * messages per pair (posting order), split into one-rank groups (the device-memory copy path),
  * barrier, the non-blocking collectives (start / test / wait, several in flight, waited for out of
- * order, with compute queued meanwhile), int64 sums (deterministic mode), and the byte counters. Prints "N passed, N failed"; exits 77 (skip) with too few GPUs. */
+ * order, with compute queued meanwhile), int64 sums (deterministic mode), all-to-all with variable
+ * counts (f32 and bf16, gaps between the receive blocks kept, the counts exchange, a one-rank group),
+ * and the byte counters. Prints "N passed, N failed"; exits 77 (skip) with too few GPUs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +226,55 @@ int main(int argc, char **argv)
         tri_comm_all_reduce(mpi, tri_tensor_1d(k, TRI_I64, (int64_t)n), TRI_REDUCE_SUM);
         check(rank, same(dev, t, k), "all_reduce sum i64");
         free(k);
+    }
+    /* all-to-all with variable counts (expert parallelism's dispatch): f32 and bf16 (raw bits), empty
+     * blocks, the last rank sending nothing, receive blocks with gaps that must keep their contents;
+     * the counts exchanged through the NCCL comm's host staging; the same on a one-rank group (the
+     * device copy of the kept block) */
+    {
+        int64_t *sc = calloc((size_t)size * 5, sizeof *sc), *sd = sc + size, *rcn = sc + 2 * size;
+        int64_t *rd = sc + 3 * size, *rcm = sc + 4 * size;
+        for (int dst = 0; dst < size; dst++)
+            sc[dst] = rank == size - 1 && size > 1 ? 0 : (int64_t)((rank * 7 + dst * 3 + 1) % 4) * 997;
+        int64_t sent = tri_comm_displs(size, sc, sd);
+        check(rank, tri_comm_all_to_all_counts(nccl, size, sc, rcn) == TRI_OK, "nccl all_to_all_counts");
+        check(rank, tri_comm_all_to_all_counts(mpi, size, sc, rcm) == TRI_OK, "mpi all_to_all_counts");
+        check(rank, memcmp(rcn, rcm, (size_t)size * sizeof *rcn) == 0, "all_to_all_counts nccl = mpi");
+        int64_t got = 0;
+        for (int src = 0; src < size; src++) {
+            rd[src] = got + 5; /* five elements of gap before each block */
+            got += 5 + rcn[src];
+        }
+        for (int b = 0; b < 2; b++) {
+            tri_dtype dt = b ? TRI_BF16 : TRI_F32;
+            size_t es = tri_dtype_size(dt);
+            /* bf16: the f32 inputs' bytes seen as twice as many 16-bit elements (any bits) */
+            tri_tensor in = upload(dev, dt, (size_t)sent + 1, x), out = upload(dev, dt, (size_t)got + 1, x + n / 2);
+            void *h = malloc(((size_t)got + 1) * es);
+            memcpy(h, x + n / 2, ((size_t)got + 1) * es);
+            check(rank, tri_comm_all_to_all_v(nccl, out, in, size, sc, sd, rcn, rd) == TRI_OK, "nccl all_to_all_v");
+            check(rank, tri_comm_all_to_all_v(mpi, tri_tensor_1d(h, dt, got + 1), tri_tensor_1d(x, dt, sent + 1), size,
+                                              sc, sd, rcn, rd) == TRI_OK, "mpi all_to_all_v");
+            check(rank, same(dev, out, h), b ? "all_to_all_v bf16 (gaps kept)" : "all_to_all_v f32 (gaps kept)");
+            tri_device_free(dev, in.data);
+            free(h);
+        }
+        tri_comm *solo = NULL;
+        check(rank, tri_comm_split(nccl, rank, 0, &solo) == TRI_OK && solo && solo->size == 1, "split for all_to_all_v");
+        if (solo) {
+            int64_t c1 = 1000, d_in = 3, d_out = 7;
+            tri_tensor in = upload(dev, TRI_F32, 1003, x), out = upload(dev, TRI_F32, 1010, x + n / 2);
+            float *h = malloc(1010 * sizeof *h);
+            memcpy(h, x + n / 2, 1010 * sizeof *h);
+            memcpy(h + 7, x + 3, 1000 * sizeof *h);
+            check(rank, tri_comm_all_to_all_v(solo, out, in, 1, &c1, &d_in, &c1, &d_out) == TRI_OK,
+                  "one-rank all_to_all_v");
+            check(rank, same(dev, out, h), "one-rank all_to_all_v copies the kept block on the device");
+            tri_device_free(dev, in.data);
+            free(h);
+            tri_comm_destroy(solo);
+        }
+        free(sc);
     }
     /* the wrappers count the same payload whatever the comm */
     for (int k = 0; k < TRI_COMM_KINDS; k++)
