@@ -500,7 +500,8 @@ Test(moe_router, losses_against_float64_and_finite_differences)
                 mx = fmax(mx, fabs(fd[i]));
                 err = fmax(err, fabs(fd[i] - want[i]));
             }
-            cr_assert(err <= 1e-6 * mx + 8 * DBL_EPSILON * fabs(want_loss) / OT_FD_H, "%s: the closed form is %.3g from the finite differences (max %.3g)",
+            cr_assert(err <= 1e-6 * mx + 8 * DBL_EPSILON * fabs(want_loss) / OT_FD_H,
+                      "%s: the closed form is %.3g from the finite differences (max %.3g)",
                       kind == 1 ? "aux" : "z", err, mx);
             char what[64];
             snprintf(what, sizeof what, "%s %s", kind == 1 ? "aux loss" : "z-loss", sig ? "sigmoid" : "softmax");

@@ -48,7 +48,8 @@ static int run_loss(tri_device *d, tri_tensor loss, tri_tensor dlogits, tri_tens
     int64_t N = tri_tensor_rows(rows), E = tri_tensor_cols(rows), n_chunks = tri_col_chunks(N);
     int rc = TRI_CUDA_LAUNCH_N(moe_loss_partial_kernel, n_chunks, cu->stream, cu->partials, tri_fp(rows), counts, N, E,
                                score_func, z_loss);
-    if (!rc) rc = TRI_CUDA_LAUNCH(moe_loss_finish_kernel, 1, 1, cu->stream, tri_fp(loss), cu->partials, n_chunks, scale);
+    if (!rc)
+        rc = TRI_CUDA_LAUNCH(moe_loss_finish_kernel, 1, 1, cu->stream, tri_fp(loss), cu->partials, n_chunks, scale);
     if (!rc && tri_tensor_present(dlogits))
         rc = TRI_CUDA_LAUNCH_N(moe_loss_backward_kernel, N, cu->stream, tri_fp(dlogits), tri_fp(rows), counts, N, E,
                                score_func, z_loss, g);
