@@ -206,6 +206,23 @@ static outputs every_op(int threads)
     OK(tri_op_compress_topk_unpack_add(d, dec, ptk, 0, 0.5f));
     keep(&o, d, dec);
     keep(&o, d, p1), keep(&o, d, p7);
+    /* the MoE router: forward with an expert bias, capacity, backward, both losses, the bias update */
+    enum { NR = 131, ER = 8, KR = 2 };
+    tri_tensor lg = rows_cols(d, NR, ER, seed++), sc = rows_cols(d, NR, ER, seed++), dlg = rows_cols(d, NR, ER, seed++);
+    tri_tensor ebias = vec(d, ER, seed++), ew = rows_cols(d, NR, KR, seed++), dew = rows_cols(d, NR, KR, seed++);
+    tri_tensor eidx = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, NR, KR), NULL);
+    tri_tensor ekept = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, NR, KR), NULL);
+    tri_tensor etok = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, ER), NULL);
+    tri_tensor erouted = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, ER), NULL), elosses = vec(d, 2, seed++);
+    OK(tri_op_moe_router_forward(d, eidx, ew, sc, lg, ebias, TRI_MOE_SIGMOID, true));
+    OK(tri_op_moe_router_capacity(d, ekept, etok, erouted, eidx, ew, tri_moe_capacity(NR, KR, ER, 0.9),
+                                  TRI_MOE_DROP_PROBS));
+    OK(tri_op_moe_router_backward(d, dlg, dew, ekept, sc, TRI_MOE_SIGMOID, true));
+    OK(tri_op_moe_aux_loss(d, tri_tensor_range(elosses, 0, 1), dlg, sc, erouted, KR, TRI_MOE_SIGMOID, 0.01f, 1.0f));
+    OK(tri_op_moe_z_loss(d, tri_tensor_range(elosses, 1, 1), dlg, lg, 0.001f, 1.0f));
+    OK(tri_op_moe_expert_bias_update(d, ebias, etok, 0.001f));
+    keep(&o, d, sc), keep(&o, d, ew), keep(&o, d, eidx), keep(&o, d, ekept), keep(&o, d, etok);
+    keep(&o, d, erouted), keep(&o, d, dlg), keep(&o, d, elosses), keep(&o, d, ebias);
     /* matmul with a bias (sgemm's own threads are process-wide: one here), bias gradient */
     tri_tensor a = rows_cols(d, N2, C2, seed++), w = rows_cols(d, F, C2, seed++), bias = vec(d, F, seed++);
     tri_tensor c = rows_cols(d, N2, F, seed++), dbias = vec(d, F, seed++);

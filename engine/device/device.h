@@ -35,6 +35,7 @@
 #include "engine/core/math.h"
 #include "engine/core/tensor.h"
 #include "engine/device/ops/attention_math.h" /* tri_flash_dims, for tri_flash_dims_of */
+#include "engine/device/ops/moe_router_math.h" /* TRI_MOE_* score functions and drop policies, tri_moe_capacity */
 
 #ifdef __cplusplus
 extern "C" {

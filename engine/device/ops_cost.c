@@ -376,6 +376,75 @@ int tri_cost_swiglu_backward(tri_device *d, tri_tensor dgate_up, tri_tensor gate
     return one(d, "swiglu_backward", bytes(gate_up) + bytes(dout) + bytes(dgate_up), 10 * numel(dout));
 }
 
+/* ---- MoE router (cuda/moe/router.cu): a thread per token, per selection, per expert, per chunk ---- */
+
+int tri_cost_moe_router_forward(tri_device *d, tri_tensor expert_idx, tri_tensor expert_w, tri_tensor scores,
+                                tri_tensor logits, tri_tensor expert_bias, int score_func, bool norm_topk)
+{
+    (void)score_func, (void)norm_topk;
+    double K = (double)tri_tensor_cols(expert_idx);
+    return one(d, "moe_router_forward",
+               bytes(logits) + bytes(scores) + bytes(expert_idx) + bytes(expert_w) + bytes(expert_bias),
+               (EXP_FLOPS + 2 * K) * numel(logits));
+}
+
+int tri_cost_moe_router_capacity(tri_device *d, tri_tensor kept_idx, tri_tensor tokens_per_expert,
+                                 tri_tensor routed_per_expert, tri_tensor expert_idx, tri_tensor expert_w,
+                                 int64_t capacity, int drop_policy)
+{
+    (void)drop_policy;
+    double NK = numel(expert_idx), E = numel(tokens_per_expert);
+    tri_cost_call(d, "moe_router_capacity");
+    /* the ranks: each selection scans all N K selections (held in L2), when there is a capacity */
+    int rc = tri_cost_kernel(d, bytes(expert_idx) + bytes(expert_w) + bytes(kept_idx), 0,
+                             capacity > 0 ? 2 * NK * NK : NK);
+    return rc ? rc
+              : tri_cost_kernel(d, bytes(expert_idx) + bytes(kept_idx) + bytes(tokens_per_expert) +
+                                       bytes(routed_per_expert), 0, 2 * E * NK);
+}
+
+int tri_cost_moe_router_backward(tri_device *d, tri_tensor dlogits, tri_tensor d_expert_w, tri_tensor kept_idx,
+                                 tri_tensor scores, int score_func, bool norm_topk)
+{
+    (void)score_func, (void)norm_topk;
+    double K = (double)tri_tensor_cols(kept_idx);
+    return one(d, "moe_router_backward", bytes(scores) + bytes(d_expert_w) + bytes(kept_idx) + bytes(dlogits),
+               (3 + K) * numel(scores));
+}
+
+/* partials (a thread per chunk of TRI_COL_CHUNK rows), their total, the rows' gradients (+=) */
+static int moe_loss(tri_device *d, const char *name, tri_tensor loss, tri_tensor dlogits, tri_tensor rows,
+                    double counts_bytes)
+{
+    double partials = 8.0 * (double)tri_col_chunks(tri_tensor_rows(rows));
+    tri_cost_call(d, name);
+    int rc = tri_cost_kernel(d, bytes(rows) + counts_bytes + partials, 0, EXP_FLOPS * numel(rows));
+    if (!rc) rc = tri_cost_kernel(d, partials + bytes(loss), 0, partials / 8);
+    if (!rc && tri_tensor_present(dlogits))
+        rc = tri_cost_kernel(d, bytes(rows) + counts_bytes + 2 * bytes(dlogits), 0, 2 * EXP_FLOPS * numel(rows));
+    return rc;
+}
+
+int tri_cost_moe_aux_loss(tri_device *d, tri_tensor loss, tri_tensor dlogits, tri_tensor scores,
+                          tri_tensor routed_per_expert, int64_t K, int score_func, float coeff, float dloss)
+{
+    (void)K, (void)score_func, (void)coeff, (void)dloss;
+    return moe_loss(d, "moe_aux_loss", loss, dlogits, scores, bytes(routed_per_expert));
+}
+
+int tri_cost_moe_z_loss(tri_device *d, tri_tensor loss, tri_tensor dlogits, tri_tensor logits, float coeff, float dloss)
+{
+    (void)coeff, (void)dloss;
+    return moe_loss(d, "moe_z_loss", loss, dlogits, logits, 0);
+}
+
+int tri_cost_moe_expert_bias_update(tri_device *d, tri_tensor expert_bias, tri_tensor tokens_per_expert, float rate)
+{
+    (void)rate;
+    return one(d, "moe_expert_bias_update", 2 * bytes(expert_bias) + bytes(tokens_per_expert),
+               numel(expert_bias) * numel(tokens_per_expert));
+}
+
 /* ---- embeddings ---- */
 
 int tri_cost_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte, int64_t vocab_start)

@@ -149,6 +149,54 @@ TRI_OP(swiglu_forward, (tri_device *d, tri_tensor out, tri_tensor gate_up))
 /* dgate_up(N,2F) = gradient given dout(N,F) (overwritten). */
 TRI_OP(swiglu_backward, (tri_device *d, tri_tensor dgate_up, tri_tensor gate_up, tri_tensor dout))
 
+/* ---- Mixture-of-Experts router (engine/device/ops/moe_router_math.h: the math, its sources and
+ * its summation orders; docs/moe.md "The router") ----
+ * The router's linear (N,C) x (C,E) is a matmul; these ops start from its logits (N,E) f32. Every
+ * tensor here is fp32 or i32 (the router runs in fp32, as Megatron-Core's). N tokens (B*T), E
+ * experts, K selections per token (1 <= K <= E). score_func TRI_MOE_SOFTMAX or TRI_MOE_SIGMOID. */
+/* scores(N,E) = softmax or sigmoid of logits(N,E) per token (saved for the backward and the aux
+ * loss); expert_idx(N,K) i32 = the K experts of largest score + expert_bias(E) (absent:
+ * tri_tensor_none(); DeepSeek-V3's bias changes the selection only), in descending order, ties to
+ * the lower expert index; expert_w(N,K) = their unbiased scores, renormalised to sum 1 when
+ * norm_topk. No overlap. TRI_EINVAL naming the argument on a shape or dtype mismatch, K outside
+ * [1, E] or an unknown score_func. */
+TRI_OP(moe_router_forward, (tri_device *d, tri_tensor expert_idx, tri_tensor expert_w, tri_tensor scores,
+                            tri_tensor logits, tri_tensor expert_bias, int score_func, bool norm_topk))
+/* Expert capacity (Megatron-Core's apply_router_token_dropping, pad_to_capacity off): kept_idx(N,K)
+ * i32 = expert_idx(N,K), except that a selection whose place in its expert's queue is >= capacity
+ * becomes -1 - e (dropped: the dispatch skips negative entries and the token passes through the
+ * residual; the backward still sees its expert). The queue (drop_policy): TRI_MOE_DROP_PROBS by
+ * expert_w(N,K) descending, ties to the earlier token; TRI_MOE_DROP_POSITION by token order.
+ * capacity <= 0 is dropless (kept_idx = expert_idx). routed_per_expert(E) i32 = the selections of
+ * each expert before dropping (the aux loss's counts), tokens_per_expert(E) i32 = the kept ones (the
+ * dispatch's counts); the dropped count is N*K - sum(tokens_per_expert). Integer counts, no atomics.
+ * tri_moe_capacity (moe_router_math.h) gives Megatron's capacity from the capacity factor. No
+ * overlap. TRI_EINVAL naming the argument on a mismatch or an unknown drop_policy. */
+TRI_OP(moe_router_capacity, (tri_device *d, tri_tensor kept_idx, tri_tensor tokens_per_expert,
+                             tri_tensor routed_per_expert, tri_tensor expert_idx, tri_tensor expert_w,
+                             int64_t capacity, int drop_policy))
+/* dlogits(N,E) = the gradient on the logits given d_expert_w(N,K) (overwritten), through the
+ * renormalisation (norm_topk) and the score function, from kept_idx(N,K) (or expert_idx when
+ * dropless; a dropped selection's d_expert_w is not read: its weight does not reach the output) and
+ * the forward's scores(N,E). Same score_func and norm_topk as the forward. The losses' ops below
+ * then add their gradients into dlogits. No overlap. */
+TRI_OP(moe_router_backward, (tri_device *d, tri_tensor dlogits, tri_tensor d_expert_w, tri_tensor kept_idx,
+                             tri_tensor scores, int score_func, bool norm_topk))
+/* The Switch/GShard load-balancing loss as Megatron-Core's switch_load_balancing_loss_func: loss(1)
+ * f32 = coeff * E / (K N^2) * sum_e routed_per_expert[e] * sum_n p_ne, p the softmax scores(N,E) or
+ * (sigmoid) the sigmoid scores normalised per token; when dlogits(N,E) is present, dlogits +=
+ * dloss * d loss / d logits (the counts are constants). K (the selections per token) in [1, E]. */
+TRI_OP(moe_aux_loss, (tri_device *d, tri_tensor loss, tri_tensor dlogits, tri_tensor scores,
+                      tri_tensor routed_per_expert, int64_t K, int score_func, float coeff, float dloss))
+/* The router z-loss (ST-MoE, Zoph et al. 2022; Megatron-Core's z_loss_func): loss(1) f32 = coeff *
+ * mean_n (logsumexp_e logits(N,E))^2; when dlogits(N,E) is present, dlogits += dloss * d loss / d
+ * logits. */
+TRI_OP(moe_z_loss, (tri_device *d, tri_tensor loss, tri_tensor dlogits, tri_tensor logits, float coeff, float dloss))
+/* DeepSeek-V3's auxiliary-loss-free balancing, after the optimizer step (no gradient): expert_bias(E)
+ * f32 += rate * sign(mean_e c - c_e), c = tokens_per_expert(E) i32, the step's counts summed over
+ * its micro-batches and ranks by the caller (Megatron-Core's get_updated_expert_bias). */
+TRI_OP(moe_expert_bias_update, (tri_device *d, tri_tensor expert_bias, tri_tensor tokens_per_expert, float rate))
+
 /* ---- embeddings ----
  * out(N,C) = wte[tokens[n] - vocab_start] for tokens inside this vocab shard wte(V_l,C), else 0
  * (vocab-parallel embedding: the shards' outputs are summed over the TP group afterwards). */

@@ -11,7 +11,8 @@
  * "Fast kernels and one math"). fp32 tolerance elsewhere: 1e-5. The products differ by cuBLASLt's
  * summation order, O(K * 2^-24) relative to the largest term, i.e. below 1e-5 for K <= 256 (a bound
  * from the order, which held on an H200; TRIDENT_TEST_VERBOSE=1 prints the measured errors). bf16
- * conversions, integer counts and the fixed-point ops of deterministic mode must be exact. Ops with
+ * conversions, integer counts and the fixed-point ops of deterministic mode must be exact, and so must
+ * every output of the MoE router ops (moe_router_exact: one thread per token, the same math). Ops with
  * two GPU forms are run in both, so the faster form is checked against its simple twin as well as
  * against the CPU.
  *
@@ -29,6 +30,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
+#include <stdio.h>
 
 #include "cuda/device_cuda.h"
 #include "engine/core/math.h"
@@ -1551,4 +1553,60 @@ Test(gpu_ops, compress_exact)
     both p = uniform(m2(4, 777), -1, 1, 134);
     BOTH(tri_op_orthonormalize_rows(cpu, p.c), tri_op_orthonormalize_rows(gpu, p.g));
     cr_assert(ot_same_bits("orthonormalize_rows", gpu_read(gpu, p.g), gpu_read(cpu, p.c), 4 * 777));
+}
+
+/* ---- the MoE router (issue 33): every output the CPU's bits (one math, moe_router_math.h) ---- */
+
+static void router_exact_case(int64_t N, int64_t E, int K, int sig, int norm, int bias, double cf, int policy,
+                              uint64_t seed)
+{
+    char what[128];
+    snprintf(what, sizeof what, "moe router N %lld E %lld K %d %s norm %d bias %d cf %.2f policy %d", (long long)N,
+             (long long)E, K, sig ? "sigmoid" : "softmax", norm, bias, cf, policy);
+    int fn = sig ? TRI_MOE_SIGMOID : TRI_MOE_SOFTMAX;
+    both logits = uniform(m2(N, E), -3, 3, seed), scores = make(m2(N, E), NULL);
+    both b = bias ? uniform(v1(E), -0.2f, 0.2f, seed + 1) : (both){tri_tensor_none(), tri_tensor_none()};
+    both idx = make(tri_tensor_2d(NULL, TRI_I32, N, K), NULL), kept = make(tri_tensor_2d(NULL, TRI_I32, N, K), NULL);
+    both w = make(m2(N, K), NULL), dw = uniform(m2(N, K), -1, 1, seed + 2), dl = make(m2(N, E), NULL);
+    both tok = make(tri_tensor_1d(NULL, TRI_I32, E), NULL), routed = make(tri_tensor_1d(NULL, TRI_I32, E), NULL);
+    both loss = make(v1(2), NULL);
+    both aux = {tri_tensor_1d(loss.c.data, TRI_F32, 1), tri_tensor_1d(loss.g.data, TRI_F32, 1)};
+    both z = {tri_tensor_1d((float *)loss.c.data + 1, TRI_F32, 1), tri_tensor_1d((float *)loss.g.data + 1, TRI_F32, 1)};
+    BOTH(tri_op_moe_router_forward(cpu, idx.c, w.c, scores.c, logits.c, b.c, fn, norm),
+         tri_op_moe_router_forward(gpu, idx.g, w.g, scores.g, logits.g, b.g, fn, norm));
+    cr_assert(ot_same_bits(what, gpu_read(gpu, scores.g), gpu_read(cpu, scores.c), (size_t)(N * E)), "scores");
+    cr_assert(ot_same_bits(what, gpu_read(gpu, w.g), gpu_read(cpu, w.c), (size_t)(N * K)), "weights");
+    same_words(what, idx.g, idx.c, N * K);
+    int64_t cap = cf > 0 ? tri_moe_capacity(N, K, E, cf) : 0;
+    BOTH(tri_op_moe_router_capacity(cpu, kept.c, tok.c, routed.c, idx.c, w.c, cap, policy),
+         tri_op_moe_router_capacity(gpu, kept.g, tok.g, routed.g, idx.g, w.g, cap, policy));
+    same_words(what, kept.g, kept.c, N * K);
+    same_words(what, tok.g, tok.c, E);
+    same_words(what, routed.g, routed.c, E);
+    BOTH(tri_op_moe_router_backward(cpu, dl.c, dw.c, kept.c, scores.c, fn, norm),
+         tri_op_moe_router_backward(gpu, dl.g, dw.g, kept.g, scores.g, fn, norm));
+    cr_assert(ot_same_bits(what, gpu_read(gpu, dl.g), gpu_read(cpu, dl.c), (size_t)(N * E)), "router backward");
+    BOTH(tri_op_moe_aux_loss(cpu, aux.c, dl.c, scores.c, routed.c, K, fn, 0.01f, 0.5f),
+         tri_op_moe_aux_loss(gpu, aux.g, dl.g, scores.g, routed.g, K, fn, 0.01f, 0.5f));
+    BOTH(tri_op_moe_z_loss(cpu, z.c, dl.c, logits.c, 0.001f, 0.5f), tri_op_moe_z_loss(gpu, z.g, dl.g, logits.g, 0.001f, 0.5f));
+    cr_assert(ot_same_bits(what, gpu_read(gpu, dl.g), gpu_read(cpu, dl.c), (size_t)(N * E)), "losses' gradients");
+    cr_assert(ot_same_bits(what, gpu_read(gpu, loss.g), gpu_read(cpu, loss.c), 2), "losses");
+    /* the losses alone (no dlogits), and the expert-bias update from the kept counts */
+    BOTH(tri_op_moe_aux_loss(cpu, z.c, tri_tensor_none(), scores.c, routed.c, K, fn, 0.01f, 1.0f),
+         tri_op_moe_aux_loss(gpu, z.g, tri_tensor_none(), scores.g, routed.g, K, fn, 0.01f, 1.0f));
+    cr_assert(ot_same_bits(what, gpu_read(gpu, loss.g), gpu_read(cpu, loss.c), 2), "aux loss alone");
+    both eb = uniform(v1(E), -0.1f, 0.1f, seed + 3);
+    BOTH(tri_op_moe_expert_bias_update(cpu, eb.c, tok.c, 0.001f), tri_op_moe_expert_bias_update(gpu, eb.g, tok.g, 0.001f));
+    cr_assert(ot_same_bits(what, gpu_read(gpu, eb.g), gpu_read(cpu, eb.c), (size_t)E), "expert bias update");
+}
+
+Test(gpu_ops, moe_router_exact)
+{
+    /* N 203: four chunks of the losses, the last short; E 8 (Mixtral), 5 (odd), 16; K 1, 2, E */
+    router_exact_case(203, 8, 2, 0, 1, 0, 0.0, TRI_MOE_DROP_PROBS, 1400);
+    router_exact_case(203, 8, 2, 0, 0, 0, 1.0, TRI_MOE_DROP_PROBS, 1410);
+    router_exact_case(203, 8, 1, 1, 1, 1, 1.25, TRI_MOE_DROP_POSITION, 1420);
+    router_exact_case(97, 5, 5, 1, 0, 1, 0.5, TRI_MOE_DROP_PROBS, 1430);
+    router_exact_case(64, 16, 4, 0, 1, 1, 0.75, TRI_MOE_DROP_POSITION, 1440);
+    router_exact_case(1, 8, 8, 0, 1, 0, 0.0, TRI_MOE_DROP_PROBS, 1450);
 }
