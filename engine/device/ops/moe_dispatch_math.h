@@ -4,8 +4,10 @@
  * The block routes each of N tokens to K of E experts (Shazeer et al. 2017; top-k as GShard, Lepikhin
  * et al. 2020, and Mixtral, Jiang et al. 2024). The dispatch follows Megatron-Core's
  * megatron/core/transformer/moe/moe_utils.py `permute` / `unpermute`: the selections are sorted by
- * expert with a stable sort, so within an expert the tokens keep their order (n ascending, then k),
- * the experts' rows are contiguous, and the combine adds each token's K weighted expert outputs.
+ * expert with a stable sort (Megatron's masked_select over the (experts, tokens) routing map), so
+ * within an expert the tokens keep their order (n ascending, then k), the experts' rows are
+ * contiguous, and the combine adds each token's K weighted expert outputs, in k order (Megatron's
+ * scatter_add_ leaves that order undefined).
  *
  * The counting sort, the one order every backend produces (the result is the unique stable sort, so
  * the integers are identical however the work is split): the N*K selections are cut into chunks of
