@@ -7,10 +7,13 @@
  * the chunk doubles until they fit its 32 MiB, which changes no result), their exclusive scan (one
  * thread: E x chunks values, 64 K for 64 experts and 1 M selections) with tokens_per_expert, and the
  * placement. tokens_per_expert stays on the device: the caller reads it back once per layer for the
- * grouped GEMM (engine/device/ops/grouped_matmul.h). The other ops are a thread per element (a
- * thread per selection for the combine weight's dot); they have no fast twin yet. */
+ * grouped GEMM (engine/device/ops/grouped_matmul.h). The permutation and the combine are a thread
+ * per element (consecutive threads, consecutive columns: coalesced). The combine weight's gradient
+ * is a warp per selection (cuda/moe/dispatch_fast.cuh), or with the simple switch its twin, a thread
+ * per selection: the same bits. */
 #include "cuda/launch.cuh"
 #include "cuda/moe/dispatch.kern.h"
+#include "cuda/moe/dispatch_fast.cuh"
 
 extern "C" int tri_cuda_moe_permute_map(tri_device *d, tri_tensor row_id_map, tri_tensor sorted_indices,
                                         tri_tensor tokens_per_expert, tri_tensor expert_idx)
@@ -68,8 +71,12 @@ extern "C" int tri_cuda_moe_unpermute_backward(tri_device *d, tri_tensor dy_perm
                                        tri_data(dy), tri_is_bf16(dy), (const int32_t *)sorted_indices.data,
                                        (const float *)w.data, P, C, K)
                    : TRI_OK;
-    if (!rc)
-        rc = TRI_CUDA_LAUNCH_N(moe_weight_grad_kernel, NK, cu->stream, (float *)dw.data, tri_data(dy), tri_is_bf16(dy),
-                               tri_data(y_perm), tri_is_bf16(y_perm), (const int32_t *)row_id_map.data, NK, K, C);
-    return rc;
+    if (rc)
+        return rc;
+    if (cu->simple)
+        return TRI_CUDA_LAUNCH_N(moe_weight_grad_kernel, NK, cu->stream, (float *)dw.data, tri_data(dy), tri_is_bf16(dy),
+                                 tri_data(y_perm), tri_is_bf16(y_perm), (const int32_t *)row_id_map.data, NK, K, C);
+    return TRI_CUDA_LAUNCH(moe_weight_grad_fast_kernel, tri_warp_grid(NK), 32 * TRI_ROWS_PER_BLOCK, cu->stream,
+                           (float *)dw.data, tri_data(dy), tri_is_bf16(dy), tri_data(y_perm), tri_is_bf16(y_perm),
+                           (const int32_t *)row_id_map.data, NK, K, C);
 }

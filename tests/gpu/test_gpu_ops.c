@@ -1607,11 +1607,16 @@ static void moe_dispatch_case(int64_t N, int64_t K, int64_t E, int64_t C, int bf
 
 Test(gpu_ops, moe_dispatch_exact)
 {
-    for (int bf16 = 0; bf16 < 2; bf16++) {
-        moe_dispatch_case(1500, 2, 8, 67, bf16, 1);
-        moe_dispatch_case(1, 4, 4, 300, bf16, 2);  /* N 1, K = E: the dot over more than 256 slots */
-        moe_dispatch_case(33, 1, 3, 5, bf16, 3);   /* K 1 */
+    for (int simple = 0; simple < 2; simple++) { /* the weight gradient's warp per selection, and its twin */
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            moe_dispatch_case(1500, 2, 8, 67, bf16, 1);
+            moe_dispatch_case(1, 4, 4, 300, bf16, 2); /* N 1, K = E: the dot over more than 256 slots */
+            moe_dispatch_case(33, 1, 3, 5, bf16, 3);  /* K 1 */
+            moe_dispatch_case(9, 2, 4, 520, bf16, 4); /* a row of 16-byte pieces and a tail */
+        }
     }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
 }
 
 static void grouped_gpu_case(const int32_t *counts, int64_t G, int64_t P, int64_t N_out, int64_t C, int bf16,
