@@ -310,6 +310,64 @@ Test(ops_errors, gelu)
     expect_einval(tri_op_gelu_backward(d, short3, x, g), op, "'dinp'");
 }
 
+Test(ops_errors, moe_dispatch_and_grouped_matmul)
+{
+    tri_device *d = ot_device(1);
+    enum { K = 2, E = 3, P = N * K };
+    tri_tensor idx = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, N, K), ot_ints(P));
+    tri_tensor rows = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, N, K), ot_ints(P)), sorted = i32(d, P), tpe = i32(d, E);
+    tri_tensor x = m2(d, N, C), xp = m2(d, P, C), w = m2(d, N, K), dw = m2(d, N, K), short3 = v1(d, 3);
+    tri_tensor none = tri_tensor_none();
+    const char *op = "moe_permute_map";
+    expect_ok(tri_op_moe_permute_map(d, rows, sorted, tpe, idx), op);
+    expect_einval(tri_op_moe_permute_map(d, rows, sorted, tpe, as_f32(idx)), op, "'expert_idx'");
+    expect_einval(tri_op_moe_permute_map(d, rows, short3, tpe, idx), op, "'sorted_indices'");
+    expect_einval(tri_op_moe_permute_map(d, as_i32(short3), sorted, tpe, idx), op, "'row_id_map'");
+    expect_einval(tri_op_moe_permute_map(d, rows, sorted, none, idx), op, "'tokens_per_expert'");
+    op = "moe_permute";
+    expect_ok(tri_op_moe_permute(d, xp, x, sorted), op);
+    expect_einval(tri_op_moe_permute(d, xp, as_i32(x), sorted), op, "'x'");
+    expect_einval(tri_op_moe_permute(d, m2(d, P, C + 1), x, sorted), op, "'x_perm'");
+    expect_einval(tri_op_moe_permute(d, xp, x, as_f32(sorted)), op, "'sorted_indices'");
+    op = "moe_permute_backward";
+    expect_ok(tri_op_moe_permute_backward(d, x, xp, rows), op);
+    expect_einval(tri_op_moe_permute_backward(d, x, m2(d, P - 1, C), rows), op, "'dx_perm'");
+    expect_einval(tri_op_moe_permute_backward(d, x, xp, as_f32(rows)), op, "'row_id_map'");
+    expect_einval(tri_op_moe_permute_backward(d, none, xp, rows), op, "'dx'");
+    op = "moe_unpermute";
+    expect_ok(tri_op_moe_unpermute(d, x, xp, rows, w), op);
+    expect_einval(tri_op_moe_unpermute(d, x, xp, rows, short3), op, "'w'");
+    expect_einval(tri_op_moe_unpermute(d, x, m2(d, P, C - 1), rows, w), op, "'y_perm'");
+    expect_einval(tri_op_moe_unpermute(d, m2(d, N - 1, C), xp, rows, w), op, "'row_id_map'");
+    op = "moe_unpermute_backward";
+    expect_ok(tri_op_moe_unpermute_backward(d, xp, dw, x, xp, sorted, rows, w), op);
+    expect_einval(tri_op_moe_unpermute_backward(d, xp, short3, x, xp, sorted, rows, w), op, "'dw'");
+    expect_einval(tri_op_moe_unpermute_backward(d, short3, dw, x, xp, sorted, rows, w), op, "'dy_perm'");
+    expect_einval(tri_op_moe_unpermute_backward(d, xp, dw, x, xp, short3, rows, w), op, "'sorted_indices'");
+    expect_einval(tri_op_moe_unpermute_backward(d, xp, dw, x, xp, sorted, rows, as_i32(w)), op, "'w'");
+
+    tri_tensor ew = f32(d, tri_tensor_3d(NULL, TRI_F32, E, OC, C)), out = m2(d, P, OC), dout = m2(d, P, OC);
+    int32_t counts[E] = {4, 0, 5}, over[E] = {4, 0, 9}, neg[E] = {4, -1, 5};
+    op = "grouped_matmul_forward";
+    expect_ok(tri_op_grouped_matmul_forward(d, out, xp, ew, counts), op);
+    expect_einval(tri_op_grouped_matmul_forward(d, out, xp, ew, over), op, "counts");
+    expect_einval(tri_op_grouped_matmul_forward(d, out, xp, ew, neg), op, "counts[1]");
+    expect_einval(tri_op_grouped_matmul_forward(d, out, xp, ew, NULL), op, "counts");
+    expect_einval(tri_op_grouped_matmul_forward(d, out, xp, m2(d, OC, C), counts), op, "w");
+    expect_einval(tri_op_grouped_matmul_forward(d, m2(d, P, OC + 1), xp, ew, counts), op, "'out'");
+    expect_einval(tri_op_grouped_matmul_forward(d, out, m2(d, P, C + 1), ew, counts), op, "'x'");
+    op = "grouped_matmul_backward_input";
+    expect_ok(tri_op_grouped_matmul_backward_input(d, xp, dout, ew, counts, 0.0f), op);
+    expect_einval(tri_op_grouped_matmul_backward_input(d, m2(d, P, C + 1), dout, ew, counts, 0.0f), op, "'dx'");
+    expect_einval(tri_op_grouped_matmul_backward_input(d, xp, m2(d, P, OC - 1), ew, counts, 0.0f), op, "'dout'");
+    expect_einval(tri_op_grouped_matmul_backward_input(d, xp, dout, ew, over, 0.0f), op, "counts");
+    op = "grouped_matmul_backward_weight";
+    expect_ok(tri_op_grouped_matmul_backward_weight(d, ew, dout, xp, counts, 1.0f), op);
+    expect_einval(tri_op_grouped_matmul_backward_weight(d, m2(d, OC, C), dout, xp, counts, 1.0f), op, "dw");
+    expect_einval(tri_op_grouped_matmul_backward_weight(d, ew, dout, m2(d, P, C + 2), counts, 1.0f), op, "'x'");
+    expect_einval(tri_op_grouped_matmul_backward_weight(d, ew, as_i32(dout), xp, counts, 1.0f), op, "'dout'");
+}
+
 Test(ops_errors, bias_gelu)
 {
     tri_device *d = ot_device(1);

@@ -249,6 +249,34 @@ static outputs every_op(int threads)
     tri_tensor bg = rows_cols(d, N2, F, seed++);
     OK(tri_op_bias_gelu_forward(d, bg, c, bias));
     keep(&o, d, bg);
+    /* the MoE dispatch (N2 tokens, top-2 of 5 experts, some dropped) and the grouped GEMM over it */
+    {
+        enum { KE = 2, E5 = 5 };
+        int32_t *sel = ot_ints((size_t)(N2 * KE)), counts[E5];
+        for (int64_t i = 0; i < N2 * KE; i++)
+            sel[i] = i % 11 == 3 ? -1 : (int32_t)((i * 3 + i / KE) % E5);
+        tri_tensor idx = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, N2, KE), sel);
+        tri_tensor rmap = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, N2, KE), NULL);
+        tri_tensor sorted = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, N2 * KE), NULL);
+        tri_tensor tpe = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, E5), NULL);
+        OK(tri_op_moe_permute_map(d, rmap, sorted, tpe, idx));
+        ot_download(d, counts, tpe);
+        tri_tensor xp = rows_cols(d, N2 * KE, C2, seed++), hp_ = rows_cols(d, N2 * KE, F, seed++);
+        tri_tensor rw = rows_cols(d, N2, KE, seed++), drw = rows_cols(d, N2, KE, seed++);
+        tri_tensor dxp = rows_cols(d, N2 * KE, C2, seed++), ew = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, E5, F, C2),
+                                                                         ot_uniform((size_t)(E5 * F * C2), -1, 1, seed++));
+        tri_tensor dew = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, E5, F, C2),
+                                   ot_uniform((size_t)(E5 * F * C2), -1, 1, seed++));
+        OK(tri_op_moe_permute(d, xp, a, sorted));
+        OK(tri_op_grouped_matmul_forward(d, hp_, xp, ew, counts));
+        OK(tri_op_grouped_matmul_backward_input(d, dxp, hp_, ew, counts, 0.0f));
+        OK(tri_op_grouped_matmul_backward_weight(d, dew, hp_, xp, counts, 1.0f));
+        OK(tri_op_moe_unpermute(d, ln, dxp, rmap, rw));
+        OK(tri_op_moe_permute_backward(d, dinp, dxp, rmap));
+        OK(tri_op_moe_unpermute_backward(d, xp, drw, dout, dxp, sorted, rmap, rw));
+        keep(&o, d, rmap), keep(&o, d, sorted), keep(&o, d, tpe), keep(&o, d, dew), keep(&o, d, ln);
+        keep(&o, d, dinp), keep(&o, d, xp), keep(&o, d, drw);
+    }
     /* rotary embedding on the first NH - 1 heads, starting at position 3 */
     tri_tensor cs = rows_cols(d, T2, HS / 2, seed++), sn = rows_cols(d, T2, HS / 2, seed++);
     tri_tensor rot = rows_cols(d, N2, C2, seed++), drot = rows_cols(d, N2, C2, seed++);

@@ -16,6 +16,7 @@
 #include "engine/device/cost_ops.h"
 #include "engine/device/launch_shapes.h"
 #include "engine/device/ops/attention_math.h"
+#include "engine/device/ops/moe_dispatch_math.h"
 
 /* FLOPs per element of the element-wise families (rough: their kernels are memory bound). */
 #define NORM_FWD_FLOPS 8.0   /* mean, variance, normalise, scale and shift */
@@ -157,6 +158,49 @@ int tri_cost_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri
     double flops = 2 * M * N * K;
     double traffic = bytes(a) + bytes(b) + bytes(c) * (reads_c ? 2 : 1) + bytes(bias);
     return rc ? rc : tri_cost_kernel(d, traffic, tc ? flops : 0, tc ? 0 : flops);
+}
+
+/* The grouped matmuls: one product per group of rows, as cuda/matmul/grouped_matmul.cu launches them
+ * (tri_cost_matmul's accounting per group, under one call). */
+static int grouped(tri_device *d, const char *name, tri_tensor rows, tri_tensor stacked, tri_tensor w,
+                   const int32_t *counts, float beta, int kind)
+{
+    int64_t G = w.shape[0], N_out = w.shape[1], C = w.shape[2], r_cols = tri_tensor_cols(rows);
+    double rsz = esize(rows), ssz = esize(stacked), wsz = esize(w), mat = (double)N_out * (double)C;
+    bool tc = stacked.dtype == TRI_BF16;
+    tri_cost_call(d, name);
+    int rc = TRI_OK;
+    for (int64_t g = 0; g < G && !rc; g++) {
+        double m = (double)counts[g];
+        if (m == 0 && kind != 2)
+            continue;
+        double flops = 2 * m * mat, traffic;
+        if (kind == 0) /* out(m, N_out) = x(m, C) w^T */
+            traffic = m * (double)C * ssz + mat * wsz + m * (double)N_out * rsz;
+        else if (kind == 1) /* dx(m, C) = dout(m, N_out) w (+ beta dx) */
+            traffic = m * (double)N_out * ssz + mat * wsz + m * (double)r_cols * rsz * (beta != 0.0f ? 2 : 1);
+        else /* dw = dout^T x + beta dw */
+            traffic = m * (double)N_out * ssz + m * (double)r_cols * rsz + mat * wsz * (beta != 0.0f ? 2 : 1);
+        rc = tri_cost_kernel(d, traffic, tc ? flops : 0, tc ? 0 : flops);
+    }
+    return rc;
+}
+
+int tri_cost_grouped_matmul_forward(tri_device *d, tri_tensor out, tri_tensor x, tri_tensor w, const int32_t *counts)
+{
+    return grouped(d, "grouped_matmul_forward", out, x, w, counts, 0.0f, 0);
+}
+
+int tri_cost_grouped_matmul_backward_input(tri_device *d, tri_tensor dx, tri_tensor dout, tri_tensor w,
+                                           const int32_t *counts, float beta)
+{
+    return grouped(d, "grouped_matmul_backward_input", dx, dout, w, counts, beta, 1);
+}
+
+int tri_cost_grouped_matmul_backward_weight(tri_device *d, tri_tensor dw, tri_tensor dout, tri_tensor x,
+                                            const int32_t *counts, float beta)
+{
+    return grouped(d, "grouped_matmul_backward_weight", x, dout, dw, counts, beta, 2);
 }
 
 /* Two passes: column chunk sums of dout into fp32 partials, then their total into dbias. */
@@ -558,6 +602,47 @@ int tri_cost_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_
     }
     return one(d, "ce_fused", bytes(logits) + bytes(dlogits) + bytes(targets) + bytes(losses),
                2 * EXP_FLOPS * numel(logits));
+}
+
+/* ---- Mixture-of-Experts dispatch (cuda/moe/dispatch.cu) ---- */
+
+/* The counting sort: the index fills, the counts per (expert, chunk), the scan, the placement. */
+int tri_cost_moe_permute_map(tri_device *d, tri_tensor row_id_map, tri_tensor sorted_indices,
+                             tri_tensor tokens_per_expert, tri_tensor expert_idx)
+{
+    double E = numel(tokens_per_expert), chunks = (double)tri_moe_chunks(tri_tensor_numel(expert_idx), TRI_MOE_CHUNK);
+    tri_cost_call(d, "moe_permute_map");
+    int rc = tri_cost_kernel(d, bytes(row_id_map) + bytes(sorted_indices), 0, 0);
+    if (!rc) rc = tri_cost_kernel(d, E * bytes(expert_idx) + 4 * E * chunks, 0, 0);
+    if (!rc) rc = tri_cost_kernel(d, 8 * E * chunks + bytes(tokens_per_expert), 0, 0);
+    return rc ? rc : tri_cost_kernel(d, E * bytes(expert_idx) + bytes(row_id_map) + bytes(sorted_indices), 0, 0);
+}
+
+int tri_cost_moe_permute(tri_device *d, tri_tensor x_perm, tri_tensor x, tri_tensor sorted_indices)
+{
+    return one(d, "moe_permute", bytes(x_perm) * (1 + esize(x) / esize(x_perm)) + bytes(sorted_indices), 0);
+}
+
+int tri_cost_moe_permute_backward(tri_device *d, tri_tensor dx, tri_tensor dx_perm, tri_tensor row_id_map)
+{
+    return one(d, "moe_permute_backward", bytes(dx_perm) + bytes(dx) + bytes(row_id_map), numel(dx_perm));
+}
+
+int tri_cost_moe_unpermute(tri_device *d, tri_tensor y, tri_tensor y_perm, tri_tensor row_id_map, tri_tensor w)
+{
+    return one(d, "moe_unpermute", bytes(y_perm) + bytes(y) + bytes(row_id_map) + bytes(w), 2 * numel(y_perm));
+}
+
+/* Two kernels: the weighted spread of dy into dy_perm, the dot products into dw. */
+int tri_cost_moe_unpermute_backward(tri_device *d, tri_tensor dy_perm, tri_tensor dw, tri_tensor dy, tri_tensor y_perm,
+                                    tri_tensor sorted_indices, tri_tensor row_id_map, tri_tensor w)
+{
+    tri_cost_call(d, "moe_unpermute_backward");
+    int rc = tri_cost_kernel(d, bytes(dy_perm) * (1 + esize(dy) / esize(dy_perm)) + bytes(sorted_indices) + bytes(w),
+                             0, numel(dy_perm));
+    double K = tri_tensor_rows(dy) > 0 ? numel(dw) / (double)tri_tensor_rows(dy) : 0; /* dy's rows read K times */
+    return rc ? rc : tri_cost_kernel(d, bytes(y_perm) + K * bytes(dy) + bytes(row_id_map) + bytes(dw), 0,
+                                     2 * numel(y_perm));
 }
 
 /* ---- optimizer: param, m, v read and written, grad read (fp32) ---- */

@@ -66,6 +66,23 @@ TRI_OP(matmul, (tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_ten
                 float beta))
 /* dbias(OC) += column sums of dout(N, OC). */
 TRI_OP(bias_backward, (tri_device *d, tri_tensor dbias, tri_tensor dout))
+/* The grouped GEMM of the experts (Megatron-Core's GroupedMLP; engine/device/ops/matmul.c): G groups
+ * of rows, group g's counts[g] rows contiguous and in group order from row 0 (x_e is rows
+ * [sum_{g'<g} counts[g'], + counts[g]) of x); the weights stacked w(G, N_out, C), one (out, in)
+ * matrix per group as Hugging Face's per-expert Linear weights. counts is a host array of G
+ * non-negative ints (the caller reads tokens_per_expert back once per layer), their sum R at most
+ * the rows P of the row-stacked tensors; rows R.. are neither read nor written. Each group is
+ * exactly tri_op_matmul on the group's views (the same bits on each backend: one sgemm or one
+ * cuBLASLt call per group, no padding to a capacity); a group of no rows adds nothing.
+ * out(P, N_out): out_e = x_e(counts[g], C) @ w_g^T. */
+TRI_OP(grouped_matmul_forward, (tri_device *d, tri_tensor out, tri_tensor x, tri_tensor w, const int32_t *counts))
+/* dx(P, C): dx_e = dout_e(counts[g], N_out) @ w_g + beta dx_e (beta 0: dx_e write-only). */
+TRI_OP(grouped_matmul_backward_input, (tri_device *d, tri_tensor dx, tri_tensor dout, tri_tensor w,
+                                       const int32_t *counts, float beta))
+/* dw(G, N_out, C): dw_g = dout_e^T @ x_e + beta dw_g (beta 1: the gradient accumulates; a group of
+ * no rows gets beta dw_g, as tri_op_matmul with an inner dimension of 0). */
+TRI_OP(grouped_matmul_backward_weight, (tri_device *d, tri_tensor dw, tri_tensor dout, tri_tensor x,
+                                        const int32_t *counts, float beta))
 
 /* ---- layernorm (Ba et al. 2016), eps 1e-5 as GPT-2 ----
  * out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) saved for backward. */
@@ -233,6 +250,35 @@ TRI_OP(ce_backward, (tri_device *d, tri_tensor dlogits, tri_tensor logits, tri_t
  * counts as a target logit of 0, as the pieces do). TRI_EINVAL names the argument that is wrong. */
 TRI_OP(ce_fused, (tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_tensor logits, tri_tensor targets,
                   int64_t V_valid, float dloss))
+
+/* ---- Mixture-of-Experts dispatch: token permutation and combine (Megatron-Core's moe_utils permute
+ * and unpermute; engine/device/ops/moe_dispatch_math.h defines every order) ----
+ * N tokens, K selections each (top-k), E experts. expert_idx(N,K) i32 holds each selection's expert,
+ * -1 (any value outside [0, E)) for a dropped one. The permuted order groups the kept selections by
+ * expert 0..E-1 and, within an expert, by the selection's flat index n*K + k ascending (a stable
+ * sort by expert: token n ascending, then k). R = the kept selections; permuted buffers have N*K
+ * rows, the first R used. */
+/* The counting sort (counts, exclusive scan, stable placement; deterministic, no atomics):
+ * tokens_per_expert(E) i32 = the kept selections of each expert; row_id_map(N,K) i32 = the permuted
+ * row of selection (n,k), -1 when dropped; sorted_indices(N*K) i32 = the selection n*K + k of
+ * permuted row r < R, -1 for r >= R. All three overwritten. */
+TRI_OP(moe_permute_map, (tri_device *d, tri_tensor row_id_map, tri_tensor sorted_indices, tri_tensor tokens_per_expert,
+                         tri_tensor expert_idx))
+/* x_perm(N*K, C)[r] = x(N, C)[sorted_indices[r] / K] (a copy: the same bits; rounded once when x_perm
+ * is bf16 and x fp32), rows r >= R zero; K = rows(x_perm) / rows(x). */
+TRI_OP(moe_permute, (tri_device *d, tri_tensor x_perm, tri_tensor x, tri_tensor sorted_indices))
+/* The gather's backward: dx(N, C)[n] = sum over k = 0..K-1 in k order of dx_perm(N*K, C)[row_id_map[n,k]]
+ * (dropped skipped), fp32 from 0, rounded once; overwritten (a token with every selection dropped
+ * gets 0). */
+TRI_OP(moe_permute_backward, (tri_device *d, tri_tensor dx, tri_tensor dx_perm, tri_tensor row_id_map))
+/* The combine: y(N, C)[n] = sum over k = 0..K-1 in k order, not dropped, of w[n,k] * y_perm[row_id_map[n,k]],
+ * fp32 from 0 (one product then one addition per term), rounded once; w(N,K) f32; overwritten. */
+TRI_OP(moe_unpermute, (tri_device *d, tri_tensor y, tri_tensor y_perm, tri_tensor row_id_map, tri_tensor w))
+/* The combine's backward: dy_perm(N*K, C)[r] = w[s] * dy[s / K] for s = sorted_indices[r] >= 0, else 0;
+ * dw(N,K) f32 = dot(dy[n], y_perm[row_id_map[n,k]]) summed in engine/core/math.h's row order, 0 for
+ * a dropped selection. dy_perm and dw overwritten. */
+TRI_OP(moe_unpermute_backward, (tri_device *d, tri_tensor dy_perm, tri_tensor dw, tri_tensor dy, tri_tensor y_perm,
+                                tri_tensor sorted_indices, tri_tensor row_id_map, tri_tensor w))
 
 /* ---- optimizer ----
  * One AdamW step on equal-length 1-d views (fp32): g = grad * grad_scale;

@@ -1610,3 +1610,123 @@ Test(gpu_ops, moe_router_exact)
     router_exact_case(64, 16, 4, 0, 1, 1, 0.75, TRI_MOE_DROP_POSITION, 1440);
     router_exact_case(1, 8, 8, 0, 1, 0, 0.0, TRI_MOE_DROP_PROBS, 1450);
 }
+
+/* ---- Mixture-of-Experts dispatch and the grouped GEMM ----
+ * The counting sort's integers, the permutation (a copy), the combine and its backwards (fixed k
+ * order, the dot in engine/core/math.h's row order) follow engine/device/ops/moe_dispatch_math.h on
+ * both backends: exact, in fp32 and in bf16 (the CPU's widened copies are exact and round once, as
+ * the kernels' tri_store). N*K = 3000 selections span three of the GPU's 1024-selection chunks. The
+ * grouped GEMM is cuBLASLt per group: within TOL of the CPU (the products' order, as matmul) and
+ * bit for bit the GPU's own matmul on each group's views. */
+
+static void same_i32(const char *what, tri_tensor g, tri_tensor c, int64_t n)
+{
+    int32_t *a = ot_ints((size_t)n + 1), *b = ot_ints((size_t)n + 1);
+    cr_assert_eq(tri_device_copy_to_host(gpu, a, g), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_device_copy_to_host(cpu, b, c), TRI_OK, "%s", tri_error_message());
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(a[i], b[i], "%s: element %lld: CUDA %d, CPU %d", what, (long long)i, a[i], b[i]);
+}
+
+static void moe_dispatch_case(int64_t N, int64_t K, int64_t E, int64_t C, int bf16, uint64_t seed)
+{
+    char what[128];
+    int64_t P = N * K;
+    int32_t *idx = ot_ints((size_t)P);
+    float *r = ot_uniform((size_t)P, 0, 1, seed);
+    for (int64_t i = 0; i < P; i++) /* experts 0..E-2 only (the last gets no token), 1 in 10 dropped */
+        idx[i] = r[i] < 0.1f ? -1 : (int32_t)((i * 7 + i / K) % (E - 1));
+    tri_tensor is = tri_tensor_2d(NULL, TRI_I32, N, K);
+    both ix = make(is, idx), rows = make(is, NULL);
+    both sorted = make(tri_tensor_1d(NULL, TRI_I32, P), NULL), tpe = make(tri_tensor_1d(NULL, TRI_I32, E), NULL);
+    BOTH(tri_op_moe_permute_map(cpu, rows.c, sorted.c, tpe.c, ix.c),
+         tri_op_moe_permute_map(gpu, rows.g, sorted.g, tpe.g, ix.g));
+    same_i32("moe_permute_map row_id_map", rows.g, rows.c, P);
+    same_i32("moe_permute_map sorted_indices", sorted.g, sorted.c, P);
+    same_i32("moe_permute_map tokens_per_expert", tpe.g, tpe.c, E);
+    both x = uniform_as(m2(N, C), -2, 2, seed + 1, bf16), w = uniform(m2(N, K), 0, 1, seed + 2);
+    both y_perm = uniform_as(m2(P, C), -2, 2, seed + 3, bf16), dy = uniform_as(m2(N, C), -1, 1, seed + 4, bf16);
+    both x_perm = make_as(m2(P, C), NULL, bf16), y = make_as(m2(N, C), NULL, bf16), dx = make_as(m2(N, C), NULL, bf16);
+    both dy_perm = make_as(m2(P, C), NULL, bf16), dw = make(m2(N, K), NULL);
+    BOTH(tri_op_moe_permute(cpu, x_perm.c, x.c, sorted.c), tri_op_moe_permute(gpu, x_perm.g, x.g, sorted.g));
+    BOTH(tri_op_moe_unpermute(cpu, y.c, y_perm.c, rows.c, w.c), tri_op_moe_unpermute(gpu, y.g, y_perm.g, rows.g, w.g));
+    BOTH(tri_op_moe_permute_backward(cpu, dx.c, y_perm.c, rows.c),
+         tri_op_moe_permute_backward(gpu, dx.g, y_perm.g, rows.g));
+    BOTH(tri_op_moe_unpermute_backward(cpu, dy_perm.c, dw.c, dy.c, y_perm.c, sorted.c, rows.c, w.c),
+         tri_op_moe_unpermute_backward(gpu, dy_perm.g, dw.g, dy.g, y_perm.g, sorted.g, rows.g, w.g));
+    snprintf(what, sizeof what, "moe dispatch %s N %lld K %lld E %lld C %lld", bf16 ? "bf16" : "fp32", (long long)N,
+             (long long)K, (long long)E, (long long)C);
+    cmp(what, x_perm, 0.0);
+    cmp(what, y, 0.0);
+    cmp(what, dx, 0.0);
+    cmp(what, dy_perm, 0.0);
+    cmp(what, dw, 0.0);
+}
+
+Test(gpu_ops, moe_dispatch_exact)
+{
+    for (int simple = 0; simple < 2; simple++) { /* the weight gradient's warp per selection, and its twin */
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            moe_dispatch_case(1500, 2, 8, 67, bf16, 1);
+            moe_dispatch_case(1, 4, 4, 300, bf16, 2); /* N 1, K = E: the dot over more than 256 slots */
+            moe_dispatch_case(33, 1, 3, 5, bf16, 3);  /* K 1 */
+            moe_dispatch_case(9, 2, 4, 520, bf16, 4); /* a row of 16-byte pieces and a tail */
+        }
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+static void grouped_gpu_case(const int32_t *counts, int64_t G, int64_t P, int64_t N_out, int64_t C, int bf16,
+                             uint64_t seed)
+{
+    char what[128];
+    both x = uniform_as(m2(P, C), -1, 1, seed, bf16), dout = uniform_as(m2(P, N_out), -1, 1, seed + 1, bf16);
+    tri_tensor ws = tri_tensor_3d(NULL, TRI_F32, G, N_out, C);
+    both w = make_as(ws, ot_uniform((size_t)(G * N_out * C), -1, 1, seed + 2), bf16);
+    float *dw0 = ot_uniform((size_t)(G * N_out * C), -1, 1, seed + 3);
+    both out = make_as(m2(P, N_out), NULL, bf16), dx = make_as(m2(P, C), NULL, bf16), dw = make_as(ws, dw0, 0);
+    BOTH(tri_op_grouped_matmul_forward(cpu, out.c, x.c, w.c, counts),
+         tri_op_grouped_matmul_forward(gpu, out.g, x.g, w.g, counts));
+    BOTH(tri_op_grouped_matmul_backward_input(cpu, dx.c, dout.c, w.c, counts, 0.0f),
+         tri_op_grouped_matmul_backward_input(gpu, dx.g, dout.g, w.g, counts, 0.0f));
+    BOTH(tri_op_grouped_matmul_backward_weight(cpu, dw.c, dout.c, x.c, counts, 1.0f),
+         tri_op_grouped_matmul_backward_weight(gpu, dw.g, dout.g, x.g, counts, 1.0f));
+    int64_t R = 0;
+    for (int64_t g = 0; g < G; g++)
+        R += counts[g];
+    snprintf(what, sizeof what, "grouped matmul %s G %lld N_out %lld C %lld", bf16 ? "bf16" : "fp32", (long long)G,
+             (long long)N_out, (long long)C);
+    double tol = bf16 ? BF16_TOL : TOL;
+    cr_assert(gpu_close(what, gpu_read(gpu, tri_tensor_slice0(out.g, 0, R)), gpu_read(cpu, tri_tensor_slice0(out.c, 0, R)),
+                        (size_t)(R * N_out), tol));
+    cr_assert(gpu_close(what, gpu_read(gpu, tri_tensor_slice0(dx.g, 0, R)), gpu_read(cpu, tri_tensor_slice0(dx.c, 0, R)),
+                        (size_t)(R * C), tol));
+    cmp(what, dw, TOL); /* fp32 gradient from bf16 inputs keeps fp32's tolerance */
+    /* the GPU's own matmul on each group's views: the same bits */
+    both ref = make_as(m2(P, N_out), NULL, bf16), dwr = make_as(ws, dw0, 0);
+    int64_t row0 = 0;
+    for (int64_t g = 0; g < G; g++) {
+        tri_tensor wg = tri_tensor_2d((char *)w.g.data + g * N_out * C * (bf16 ? 2 : 4), bf16 ? TRI_BF16 : TRI_F32,
+                                      N_out, C);
+        tri_tensor dwg = tri_tensor_2d((float *)dwr.g.data + g * N_out * C, TRI_F32, N_out, C);
+        tri_tensor xg = tri_tensor_slice0(x.g, row0, counts[g]), dog = tri_tensor_slice0(dout.g, row0, counts[g]);
+        cr_assert_eq(tri_op_matmul(gpu, tri_tensor_slice0(ref.g, row0, counts[g]), xg, wg, tri_tensor_none(), false,
+                                   true, 0.0f), TRI_OK);
+        cr_assert_eq(tri_op_matmul(gpu, dwg, dog, xg, tri_tensor_none(), true, false, 1.0f), TRI_OK);
+        row0 += counts[g];
+    }
+    cr_assert(gpu_close("grouped forward = GPU matmul per group", gpu_read(gpu, tri_tensor_slice0(out.g, 0, R)),
+                        gpu_read(gpu, tri_tensor_slice0(ref.g, 0, R)), (size_t)(R * N_out), 0.0));
+    cr_assert(gpu_close("grouped dweight = GPU matmul per group", gpu_read(gpu, dw.g), gpu_read(gpu, dwr.g),
+                        (size_t)(G * N_out * C), 0.0));
+}
+
+Test(gpu_ops, grouped_matmul)
+{
+    static const int32_t c1[] = {37, 0, 5, 1, 90}, c2[] = {0, 0, 13};
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        grouped_gpu_case(c1, 5, 140, 48, 67, bf16, 10); /* an empty expert, rows past R */
+        grouped_gpu_case(c2, 3, 13, 7, 200, bf16, 20);  /* every row to the last expert */
+    }
+}

@@ -3,7 +3,9 @@
  *
  * Contracts in engine/device/ops_list.h. matmul checks that the inner dimensions agree and c is
  * (M, N), returns at once for an empty product, and dispatches; bias_backward checks dbias against
- * dout's columns. The CPU side is matmul_cpu.c; the CUDA one cuda/matmul/matmul.cu (cuBLASLt). */
+ * dout's columns. The grouped matmuls (the experts' GEMMs) check the stacked weights (G, out, in) and
+ * the host counts (each >= 0, their sum within the rows). The CPU side is matmul_cpu.c; the CUDA one
+ * cuda/matmul/matmul.cu (cuBLASLt) and cuda/matmul/grouped_matmul.cu. */
 #include "engine/device/ops_internal.h"
 
 /* ---- matmul ---- */
@@ -53,4 +55,98 @@ int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
     tri_widen_arg(&w, &dbias, true);
     tri_widen_arg(&w, &dout, false);
     return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, bias_backward, dbias, dout));
+}
+
+/* ---- grouped matmul (the experts' GEMMs) ---- */
+
+/* w is (G, N_out, C) and counts G non-negative ints summing to at most P rows; G, N_out, C out. */
+static int check_grouped(const char *op, tri_tensor w, const char *w_name, const int32_t *counts, int64_t P,
+                         int64_t *G, int64_t *N_out, int64_t *C)
+{
+    char x[96];
+    int rc = tri_need_float(op, w_name, w);
+    if (!rc && w.ndim != 3)
+        rc = TRI_ERR(TRI_EINVAL, "%s: %s %s must be 3-d (groups, out, in)", op, w_name, TRI_DESC(w, x));
+    if (!rc && !counts)
+        rc = TRI_ERR(TRI_EINVAL, "%s: counts is NULL: expected a host array of %lld rows per group", op,
+                     (long long)w.shape[0]);
+    if (rc)
+        return rc;
+    *G = w.shape[0], *N_out = w.shape[1], *C = w.shape[2];
+    int64_t sum = 0;
+    for (int64_t g = 0; g < *G; g++) {
+        if (counts[g] < 0)
+            return TRI_ERR(TRI_EINVAL, "%s: counts[%lld] = %d: expected a row count >= 0", op, (long long)g,
+                           (int)counts[g]);
+        sum += counts[g];
+    }
+    if (sum > P)
+        return TRI_ERR(TRI_EINVAL, "%s: counts sum to %lld rows: expected at most the %lld rows of the stacked "
+                       "inputs", op, (long long)sum, (long long)P);
+    return TRI_OK;
+}
+
+int tri_op_grouped_matmul_forward(tri_device *d, tri_tensor out, tri_tensor x, tri_tensor w, const int32_t *counts)
+{
+    const char *op = "grouped_matmul_forward";
+    int64_t G, N_out, C, P = tri_tensor_rows(x);
+    int rc = tri_need_float(op, "x", x);
+    if (!rc) rc = tri_need_float(op, "out", out);
+    if (!rc) rc = check_grouped(op, w, "w", counts, P, &G, &N_out, &C);
+    if (!rc && w.dtype != x.dtype)
+        rc = TRI_ERR(TRI_EINVAL, "%s: x and w must share a dtype (x %s, w %s)", op, tri_dtype_name(x.dtype),
+                     tri_dtype_name(w.dtype));
+    if (!rc) rc = tri_need_matrix(op, "x", x, P, C);
+    if (!rc) rc = tri_need_matrix(op, "out", out, P, N_out);
+    if (rc || P == 0 || G == 0)
+        return rc;
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &out, true);
+    tri_widen_arg(&wd, &x, false);
+    tri_widen_arg(&wd, &w, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, grouped_matmul_forward, out, x, w, counts));
+}
+
+int tri_op_grouped_matmul_backward_input(tri_device *d, tri_tensor dx, tri_tensor dout, tri_tensor w,
+                                         const int32_t *counts, float beta)
+{
+    const char *op = "grouped_matmul_backward_input";
+    int64_t G, N_out, C, P = tri_tensor_rows(dout);
+    int rc = tri_need_float(op, "dout", dout);
+    if (!rc) rc = tri_need_float(op, "dx", dx);
+    if (!rc) rc = check_grouped(op, w, "w", counts, P, &G, &N_out, &C);
+    if (!rc && w.dtype != dout.dtype)
+        rc = TRI_ERR(TRI_EINVAL, "%s: dout and w must share a dtype (dout %s, w %s)", op, tri_dtype_name(dout.dtype),
+                     tri_dtype_name(w.dtype));
+    if (!rc) rc = tri_need_matrix(op, "dout", dout, P, N_out);
+    if (!rc) rc = tri_need_matrix(op, "dx", dx, P, C);
+    if (rc || P == 0 || G == 0)
+        return rc;
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &dx, true);
+    tri_widen_arg(&wd, &dout, false);
+    tri_widen_arg(&wd, &w, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, grouped_matmul_backward_input, dx, dout, w, counts, beta));
+}
+
+int tri_op_grouped_matmul_backward_weight(tri_device *d, tri_tensor dw, tri_tensor dout, tri_tensor x,
+                                          const int32_t *counts, float beta)
+{
+    const char *op = "grouped_matmul_backward_weight";
+    int64_t G, N_out, C, P = tri_tensor_rows(dout);
+    int rc = tri_need_float(op, "dout", dout);
+    if (!rc) rc = tri_need_float(op, "x", x);
+    if (!rc) rc = check_grouped(op, dw, "dw", counts, P, &G, &N_out, &C);
+    if (!rc && x.dtype != dout.dtype)
+        rc = TRI_ERR(TRI_EINVAL, "%s: dout and x must share a dtype (dout %s, x %s)", op, tri_dtype_name(dout.dtype),
+                     tri_dtype_name(x.dtype));
+    if (!rc) rc = tri_need_matrix(op, "dout", dout, P, N_out);
+    if (!rc) rc = tri_need_matrix(op, "x", x, P, C);
+    if (rc || G == 0 || N_out == 0 || C == 0)
+        return rc;
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &dw, true);
+    tri_widen_arg(&wd, &dout, false);
+    tri_widen_arg(&wd, &x, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, grouped_matmul_backward_weight, dw, dout, x, counts, beta));
 }

@@ -3,13 +3,15 @@
  * Every matmul is one OpenBLAS sgemm (row-major; a bias is broadcast into c first and added as
  * beta 1); an inner dimension of 0, which sgemm rejects, is c = beta c. bias_backward sums dout's
  * columns in engine/core/math.h's order (TRI_COL_CHUNK row chunks), parallel over column blocks,
- * so its bits do not depend on the thread count and equal the CUDA kernels'. */
+ * so its bits do not depend on the thread count and equal the CUDA kernels'. The grouped matmuls are
+ * one sgemm per group (tri_cpu_matmul on the group's views), no padding. */
 #include <cblas.h>
 #include <string.h>
 
 #include "engine/core/math.h"
 #include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
+#include "engine/device/ops/grouped_matmul.h"
 
 /* ---- matmul ---- */
 
@@ -66,4 +68,23 @@ int tri_cpu_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 {
     TRI_ON_THREADS(nthreads(d), bias_backward_loop(dbias, dout));
     return TRI_OK;
+}
+
+/* ---- grouped matmul: one sgemm per group (engine/device/ops/grouped_matmul.h) ---- */
+
+int tri_cpu_grouped_matmul_forward(tri_device *d, tri_tensor out, tri_tensor x, tri_tensor w, const int32_t *counts)
+{
+    return tri_grouped_matmul_run(d, tri_cpu_matmul, TRI_GROUPED_FORWARD, out, x, w, counts, 0.0f);
+}
+
+int tri_cpu_grouped_matmul_backward_input(tri_device *d, tri_tensor dx, tri_tensor dout, tri_tensor w,
+                                          const int32_t *counts, float beta)
+{
+    return tri_grouped_matmul_run(d, tri_cpu_matmul, TRI_GROUPED_DINP, dx, dout, w, counts, beta);
+}
+
+int tri_cpu_grouped_matmul_backward_weight(tri_device *d, tri_tensor dw, tri_tensor dout, tri_tensor x,
+                                           const int32_t *counts, float beta)
+{
+    return tri_grouped_matmul_run(d, tri_cpu_matmul, TRI_GROUPED_DWEIGHT, x, dout, dw, counts, beta);
 }
