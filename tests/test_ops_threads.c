@@ -263,18 +263,18 @@ static outputs every_op(int threads)
         ot_download(d, counts, tpe);
         tri_tensor xp = rows_cols(d, N2 * KE, C2, seed++), hp_ = rows_cols(d, N2 * KE, F, seed++);
         tri_tensor rw = rows_cols(d, N2, KE, seed++), drw = rows_cols(d, N2, KE, seed++);
-        tri_tensor dxp = rows_cols(d, N2 * KE, C2, seed++), ew = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, E5, F, C2),
+        tri_tensor dxp = rows_cols(d, N2 * KE, C2, seed++), gw = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, E5, F, C2),
                                                                          ot_uniform((size_t)(E5 * F * C2), -1, 1, seed++));
-        tri_tensor dew = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, E5, F, C2),
+        tri_tensor dgw = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, E5, F, C2),
                                    ot_uniform((size_t)(E5 * F * C2), -1, 1, seed++));
         OK(tri_op_moe_permute(d, xp, a, sorted));
-        OK(tri_op_grouped_matmul_forward(d, hp_, xp, ew, counts));
-        OK(tri_op_grouped_matmul_backward_input(d, dxp, hp_, ew, counts, 0.0f));
-        OK(tri_op_grouped_matmul_backward_weight(d, dew, hp_, xp, counts, 1.0f));
+        OK(tri_op_grouped_matmul_forward(d, hp_, xp, gw, counts));
+        OK(tri_op_grouped_matmul_backward_input(d, dxp, hp_, gw, counts, 0.0f));
+        OK(tri_op_grouped_matmul_backward_weight(d, dgw, hp_, xp, counts, 1.0f));
         OK(tri_op_moe_unpermute(d, ln, dxp, rmap, rw));
         OK(tri_op_moe_permute_backward(d, dinp, dxp, rmap));
         OK(tri_op_moe_unpermute_backward(d, xp, drw, dout, dxp, sorted, rmap, rw));
-        keep(&o, d, rmap), keep(&o, d, sorted), keep(&o, d, tpe), keep(&o, d, dew), keep(&o, d, ln);
+        keep(&o, d, rmap), keep(&o, d, sorted), keep(&o, d, tpe), keep(&o, d, dgw), keep(&o, d, ln);
         keep(&o, d, dinp), keep(&o, d, xp), keep(&o, d, drw);
     }
     /* rotary embedding on the first NH - 1 heads, starting at position 3 */
