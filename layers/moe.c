@@ -25,7 +25,8 @@ static tri_tensor carve(carver *cv, tri_dtype dtype, int64_t rows, int64_t cols)
 static int check_shape(const tri_moe_shape *s)
 {
     if (s->N <= 0 || s->C <= 0 || s->E <= 0 || s->I <= 0)
-        return TRI_ERR(TRI_EINVAL, "moe: shape N %lld, C %lld, E %lld, I (moe_intermediate_size) %lld: each must be > 0",
+        return TRI_ERR(TRI_EINVAL,
+                       "moe: shape N %lld, C %lld, E %lld, I (moe_intermediate_size) %lld: each must be > 0",
                        (long long)s->N, (long long)s->C, (long long)s->E, (long long)s->I);
     if (s->E > TRI_MOE_MAX_EXPERTS)
         return TRI_ERR(TRI_EINVAL, "moe: E (num_experts) %lld, at most %d", (long long)s->E, TRI_MOE_MAX_EXPERTS);

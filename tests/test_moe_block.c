@@ -81,7 +81,8 @@ static void swiglu64(const double *x, const double *wgu, const double *wd, int64
             up += wgu[(I + j) * C + c] * x[c], au += fabs(wgu[(I + j) * C + c] * x[c]);
         }
         h[j] = silu(gt) * up;
-        dh[j] = 1.1 * fabs(up) * gamma_n((double)C) * ag + fabs(silu(gt)) * gamma_n((double)C) * au + 8 * U * fabs(h[j]);
+        double gc = gamma_n((double)C);
+        dh[j] = 1.1 * fabs(up) * gc * ag + fabs(silu(gt)) * gc * au + 8 * U * fabs(h[j]);
     }
     for (int64_t c = 0; c < C; c++) {
         double o = 0, ao = 0, prop = 0;
