@@ -12,7 +12,8 @@
  * summation order, O(K * 2^-24) relative to the largest term, i.e. below 1e-5 for K <= 256 (a bound
  * from the order, which held on an H200; TRIDENT_TEST_VERBOSE=1 prints the measured errors). bf16
  * conversions, integer counts and the fixed-point ops of deterministic mode must be exact, and so must
- * every output of the MoE router ops (moe_router_exact: one thread per token, the same math). Ops with
+ * every output of the MoE router ops (moe_router_exact: one thread per token, the same math); the MoE
+ * block (layers/moe.h) as a whole runs on both and keeps the selections and counts exactly. Ops with
  * two GPU forms are run in both, so the faster form is checked against its simple twin as well as
  * against the CPU.
  *
@@ -31,11 +32,13 @@
 #include <math.h>
 #include <string.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/device_cuda.h"
 #include "engine/core/math.h"
 #include "engine/device/ops/attention_math.h"
 #include "engine/device/ops/compress_math.h"
+#include "layers/moe.h"
 #include "tests/gpu/gpuutil.h"
 #include "tests/opsutil.h"
 
@@ -1729,4 +1732,85 @@ Test(gpu_ops, grouped_matmul)
         grouped_gpu_case(c1, 5, 140, 48, 67, bf16, 10); /* an empty expert, rows past R */
         grouped_gpu_case(c2, 3, 13, 7, 200, bf16, 20);  /* every row to the last expert */
     }
+}
+
+/* ---- the MoE block (layers/moe.h) on the GPU against the CPU ----
+ * The same layer code over each device. The router's logits come from a matmul (cuBLASLt's order,
+ * within TOL); on these random inputs no two keys are close enough for that to change a selection,
+ * so the selections, the kept ones and the counts read back to the host must be equal, and the
+ * router's ops, the permutation and the combine are the CPU's math. y is a chain of three products
+ * (gate|up, down, and the shared expert's), each within TOL of the CPU's, through maps of gain <= 1.1
+ * (silu', the weights <= 1): within 4 TOL; the gradients go through the chain twice: 8 TOL. */
+
+static both zeros_like(tri_tensor shape)
+{
+    return make(shape, ot_floats((size_t)tri_tensor_numel(shape)));
+}
+
+static void moe_block_case(tri_moe_config cfg, uint64_t seed)
+{
+    const tri_moe_shape *s = &cfg.shape;
+    int64_t N = s->N, C = s->C, E = s->E, K = s->K, I = s->I, Is = s->I_shared;
+    char what[160];
+    snprintf(what, sizeof what, "moe block N %lld C %lld E %lld K %lld I %lld I_s %lld %s norm %d capacity %lld",
+             (long long)N, (long long)C, (long long)E, (long long)K, (long long)I, (long long)Is,
+             cfg.score_func == TRI_MOE_SIGMOID ? "sigmoid" : "softmax", cfg.norm_topk, (long long)cfg.capacity);
+    tri_tensor swr = m2(E, C), swgu = tri_tensor_3d(NULL, TRI_F32, E, 2 * I, C), swd = tri_tensor_3d(NULL, TRI_F32, E, C, I);
+    tri_tensor ssgu = m2(2 * Is, C), ssd = m2(C, Is);
+    both x = uniform(m2(N, C), -1, 1, seed), dy = uniform(m2(N, C), -1, 1, seed + 1);
+    both y = make(m2(N, C), NULL), dx = make(m2(N, C), NULL);
+    both wr = uniform(swr, -1, 1, seed + 2), wgu = uniform(swgu, -0.5f, 0.5f, seed + 3);
+    both wd = uniform(swd, -0.5f, 0.5f, seed + 4);
+    both gwr = zeros_like(swr), gwgu = zeros_like(swgu), gwd = zeros_like(swd);
+    both wsgu = {tri_tensor_none(), tri_tensor_none()}, wsd = wsgu, gwsgu = wsgu, gwsd = wsgu;
+    if (Is) {
+        wsgu = uniform(ssgu, -0.5f, 0.5f, seed + 5), wsd = uniform(ssd, -0.5f, 0.5f, seed + 6);
+        gwsgu = zeros_like(ssgu), gwsd = zeros_like(ssd);
+    }
+    tri_moe_weights w[2], g[2];
+    tri_moe_acts *a = calloc(2, sizeof(tri_moe_acts));
+    tri_moe_scratch sc[2];
+    size_t ab = tri_moe_acts_bytes(s), sb = tri_moe_scratch_bytes(s);
+    cr_assert(ab && sb, "%s", tri_error_message());
+    both am = make(v1((int64_t)(ab / 4)), NULL), sm = make(v1((int64_t)(sb / 4)), NULL);
+    for (int i = 0; i < 2; i++) {
+#define PICK(t) (i ? (t).g : (t).c)
+        w[i] = (tri_moe_weights){.router_w = PICK(wr), .expert_bias = tri_tensor_none(), .gate_up_w = PICK(wgu),
+                                 .down_w = PICK(wd), .shared_gate_up_w = PICK(wsgu), .shared_down_w = PICK(wsd)};
+        g[i] = (tri_moe_weights){.router_w = PICK(gwr), .expert_bias = tri_tensor_none(), .gate_up_w = PICK(gwgu),
+                                 .down_w = PICK(gwd), .shared_gate_up_w = PICK(gwsgu), .shared_down_w = PICK(gwsd)};
+        cr_assert_eq(tri_moe_bind(s, &a[i], PICK(am).data, &sc[i], PICK(sm).data), TRI_OK, "%s", tri_error_message());
+#undef PICK
+    }
+    BOTH(tri_moe_forward(cpu, y.c, &a[0], x.c, &w[0], &cfg), tri_moe_forward(gpu, y.g, &a[1], x.g, &w[1], &cfg));
+    same_words(what, a[1].expert_idx, a[0].expert_idx, N * K);
+    same_words(what, a[1].kept_idx, a[0].kept_idx, N * K);
+    cr_assert_eq(a[0].R, a[1].R, "%s: R", what);
+    cr_assert_eq(memcmp(a[0].counts, a[1].counts, sizeof(int32_t) * (size_t)E), 0, "%s: counts read back", what);
+    cmp(what, y, 4 * TOL);
+    cr_assert(gpu_close(what, gpu_read(gpu, a[1].losses), gpu_read(cpu, a[0].losses), 2, TOL), "%s: losses", what);
+    BOTH(tri_moe_backward(cpu, dx.c, &g[0], dy.c, &a[0], x.c, &w[0], &sc[0], &cfg, 0.5f),
+         tri_moe_backward(gpu, dx.g, &g[1], dy.g, &a[1], x.g, &w[1], &sc[1], &cfg, 0.5f));
+    cmp("moe block dx", dx, 8 * TOL);
+    cmp("moe block d router", gwr, 8 * TOL);
+    cmp("moe block d gate|up", gwgu, 8 * TOL);
+    cmp("moe block d down", gwd, 8 * TOL);
+    if (Is) {
+        cmp("moe block d shared gate|up", gwsgu, 8 * TOL);
+        cmp("moe block d shared down", gwsd, 8 * TOL);
+    }
+    free(a);
+}
+
+Test(gpu_ops, moe_block_against_cpu)
+{
+    tri_moe_config c = {.shape = {.N = 97, .C = 40, .E = 8, .K = 2, .I = 24, .I_shared = 16},
+                        .score_func = TRI_MOE_SOFTMAX, .norm_topk = true, .drop_policy = TRI_MOE_DROP_PROBS,
+                        .aux_loss_coeff = 0.01f, .z_loss_coeff = 0.001f};
+    moe_block_case(c, 1600); /* Mixtral's routing, dropless, a shared expert */
+    c.capacity = tri_moe_capacity(97, 2, 8, 1.0);
+    c.shape.I_shared = 0;
+    moe_block_case(c, 1610); /* with drops */
+    c.score_func = TRI_MOE_SIGMOID, c.norm_topk = false, c.capacity = 0, c.shape.K = 8;
+    moe_block_case(c, 1620); /* sigmoid, K = E */
 }

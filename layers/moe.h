@@ -1,0 +1,123 @@
+/* layers/moe.h - the Mixture-of-Experts block of a decoder layer on one rank (all E experts here).
+ *
+ * The sparse MLP of Mixtral (Jiang et al. 2024) and Qwen3-MoE, after Hugging Face's
+ * MixtralSparseMoeBlock and Megatron-Core's MoELayer (router, token dispatcher, GroupedMLP, shared
+ * experts): a router linear (no bias) gives logits(N,E) = x @ Wr^T; the router picks each token's K
+ * experts (softmax or sigmoid scores, top-k, optional renormalisation, optional DeepSeek-V3 expert
+ * bias; Shazeer et al. 2017); an optional capacity drops the selections over it (Switch
+ * Transformer, Fedus et al. 2021; the token then passes through the residual); the kept (token,
+ * expert) rows are permuted into expert order and run through the experts' SwiGLU MLPs (Shazeer 2020)
+ * as grouped GEMMs over the per-expert counts; the outputs are combined with the router weights, and
+ * an optional always-on shared expert (a dense SwiGLU, DeepSeek-V2/V3's and Megatron-Core's
+ * `moe_shared_expert_intermediate_size`, ungated: Qwen2-MoE's sigmoid shared_expert_gate is not
+ * implemented) is added. The Switch/GShard auxiliary loss and the ST-MoE router z-loss come back as
+ * scalars apart from y. Every step is a device op (docs/moe.md "The MoE block"), so the layer is
+ * written once for the CPU and CUDA. fp32 only: the router ops run in fp32 (as Megatron-Core's) and
+ * the layer refuses bf16 activations.
+ *
+ * Letters: N tokens (B*T), C hidden, E experts, K selections per token (num_experts_per_tok),
+ * I the experts' width (moe_intermediate_size), I_s the shared expert's width (0: none), R the kept
+ * selections (N*K less the dropped ones). Expert parallelism (E_l = E / ep) is built on this later. */
+#ifndef TRIDENT_LAYERS_MOE_H
+#define TRIDENT_LAYERS_MOE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/core/status.h"
+#include "engine/core/tensor.h"
+#include "engine/device/device.h"
+
+/* The host array of per-expert counts lives in the activations: at most this many experts. */
+#define TRI_MOE_MAX_EXPERTS 1024
+
+/* What sizes every buffer of the block: the worst case is dropless, N*K permuted rows. */
+typedef struct tri_moe_shape {
+    int64_t N, C, E, K, I, I_shared;
+} tri_moe_shape;
+
+typedef struct tri_moe_config {
+    tri_moe_shape shape;
+    int score_func;         /* TRI_MOE_SOFTMAX (Mixtral, Qwen3-MoE) or TRI_MOE_SIGMOID (DeepSeek-V3) */
+    bool norm_topk;         /* renormalise the K weights (Mixtral always; Qwen3's norm_topk_prob) */
+    int64_t capacity;       /* selections an expert keeps (tri_moe_capacity of the factor); <= 0 dropless */
+    int drop_policy;        /* TRI_MOE_DROP_PROBS or TRI_MOE_DROP_POSITION (with a capacity) */
+    float aux_loss_coeff;   /* Megatron's --moe-aux-loss-coeff (HF's router_aux_loss_coef times K); 0 off */
+    float z_loss_coeff;     /* --moe-z-loss-coeff; 0 off */
+} tri_moe_config;
+
+/* The block's parameters (and, with the same layout, their gradients; expert_bias has none). */
+typedef struct tri_moe_weights {
+    tri_tensor router_w;          /* (E, C) f32, the router linear (HF gate.weight) */
+    tri_tensor expert_bias;       /* (E) f32 or absent: selection only (DeepSeek-V3), no gradient */
+    tri_tensor gate_up_w;         /* (E, 2I, C): expert e's I gate rows (HF w1) then its I up rows (w3) */
+    tri_tensor down_w;            /* (E, C, I): HF w2 */
+    tri_tensor shared_gate_up_w;  /* (2 I_s, C): gate rows then up rows, as the dense SwiGLU; absent if I_s 0 */
+    tri_tensor shared_down_w;     /* (C, I_s); absent if I_s 0 */
+} tri_moe_weights;
+
+/* Kept from the forward for the backward (one set per layer and micro-batch). */
+typedef struct tri_moe_acts {
+    tri_tensor logits;             /* (N, E) f32, x @ Wr^T (the z-loss's backward reads it) */
+    tri_tensor scores;             /* (N, E) f32, softmax or sigmoid */
+    tri_tensor expert_idx;         /* (N, K) i32, the top-k selections */
+    tri_tensor expert_w;           /* (N, K) f32, their weights */
+    tri_tensor kept_idx;           /* (N, K) i32, expert_idx with dropped selections -1 - e */
+    tri_tensor tokens_per_expert;  /* (E) i32, kept selections per expert */
+    tri_tensor routed_per_expert;  /* (E) i32, selections per expert before dropping */
+    tri_tensor row_id_map;         /* (N, K) i32, permuted row of each selection, -1 dropped */
+    tri_tensor sorted_indices;     /* (N*K) i32, selection n*K + k of each permuted row, -1 past R */
+    tri_tensor x_perm;             /* (N*K, C), the first R rows used */
+    tri_tensor gate_up;            /* (N*K, 2I) */
+    tri_tensor h;                  /* (N*K, I), silu(gate) * up */
+    tri_tensor o;                  /* (N*K, C), the experts' outputs */
+    tri_tensor shared_gate_up;     /* (N, 2 I_s) or absent */
+    tri_tensor shared_h;           /* (N, I_s) or absent */
+    tri_tensor losses;             /* (2) f32: [aux loss, z-loss] of this pass (0 when off) */
+    int64_t R;                     /* kept selections */
+    int32_t counts[TRI_MOE_MAX_EXPERTS]; /* host copy of tokens_per_expert (read back once a pass) */
+} tri_moe_acts;
+
+/* Backward-only buffers, reusable across layers. */
+typedef struct tri_moe_scratch {
+    tri_tensor dlogits;            /* (N, E) f32 */
+    tri_tensor d_expert_w;         /* (N, K) f32 */
+    tri_tensor d_o;                /* (N*K, C), then the permuted input's gradient */
+    tri_tensor dh;                 /* (N*K, I) */
+    tri_tensor dgate_up;           /* (N*K, 2I) */
+    tri_tensor shared_dh;          /* (N, I_s) or absent */
+    tri_tensor shared_dgate_up;    /* (N, 2 I_s) or absent */
+    tri_tensor losses;             /* (2) f32, the loss ops' scalar output in the backward */
+} tri_moe_scratch;
+
+/* Bytes of device memory the activations (acts) and the scratch need for shape s, each buffer
+ * aligned to TRI_MOE_ALIGN bytes: what tri_moe_bind carves, exactly (planned = allocated). 0 when s
+ * is invalid (tri_moe_bind says why). */
+#define TRI_MOE_ALIGN 256
+size_t tri_moe_acts_bytes(const tri_moe_shape *s);
+size_t tri_moe_scratch_bytes(const tri_moe_shape *s);
+
+/* Points every tensor of acts (at acts_mem, tri_moe_acts_bytes long) and of scratch (at scratch_mem,
+ * tri_moe_scratch_bytes long; NULL scratch or scratch_mem: skipped) at its place, fp32 / i32, shapes
+ * as the structs say. TRI_EINVAL naming the field on a shape that is not positive (I_shared >= 0), K
+ * outside [1, E] or E above TRI_MOE_MAX_EXPERTS. */
+int tri_moe_bind(const tri_moe_shape *s, tri_moe_acts *acts, void *acts_mem, tri_moe_scratch *scratch,
+                 void *scratch_mem);
+
+/* y(N, C) = the MoE block of x(N, C) (overwritten), fp32; fills acts, including acts->losses
+ * [aux, z] (their scalars, not added to y) and acts->counts: tokens_per_expert copied to the host
+ * once (tri_device_copy_to_host, after moe_permute_map: the only host wait of the pass; the backward
+ * reuses it). TRI_EINVAL naming the argument on a dtype (bf16 refused), shape or config mismatch. */
+int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *acts, tri_tensor x, const tri_moe_weights *w,
+                    const tri_moe_config *cfg);
+
+/* dx(N, C) = the input gradient (overwritten) given dy(N, C), with the aux and z losses weighted by
+ * loss_scale in the objective (1 for L = sum(y * dy) + aux + z; 1/micro-batches under gradient
+ * accumulation); every parameter gradient in g accumulates (+=). Uses scratch; acts, x, w and cfg
+ * as in the forward. */
+int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri_tensor dy, const tri_moe_acts *acts,
+                     tri_tensor x, const tri_moe_weights *w, const tri_moe_scratch *scratch,
+                     const tri_moe_config *cfg, float loss_scale);
+
+#endif
