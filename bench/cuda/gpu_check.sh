@@ -10,12 +10,13 @@
 #   cp tests/gpu/train_cuda_vs_cpu.sh .gpu/tests/gpu/
 #   (device tool: carry [".gpu"])  bash .gpu/env.sh bash bench/cuda/gpu_check.sh
 # Order, most needed first; a step that finds the budget spent gets 3 s:
-#   1. the op and model tests (test_gpu_ops, test_gpu_gpt: fast kernels against their twins and the
-#      CPU, bit for bit where promised; the tiled attention; the multi-tensor norm and AdamW);
+#   1. the op and model tests (test_gpu_ops, test_gpu_gpt, test_gpu_graph: fast kernels against their
+#      twins and the CPU, bit for bit where promised; the tiled attention; the multi-tensor norm and
+#      AdamW; the fused AdamW pass; the MoE ops; the device graphs);
 #   2. flash against unfused on the tiny model: engine_train cuda against cpu with each attention
 #      backend (correctness);
-#   3. flash against unfused on GPT-2 124M bf16 (B 8, T 1024): both losses, then both speeds, and the
-#      fused attention against PyTorch's SDPA on its shapes;
+#   3. flash against unfused on GPT-2 124M bf16 (B 8, T 1024): both losses, then both speeds, the
+#      same with --enable-cuda-graph, and the fused attention against PyTorch's SDPA on its shapes;
 #   4. GPT-2 124M against the PyTorch peer in the same command (Trident's default attention);
 #   5. mpi_gpt_parallel on 2 ranks sharing the GPU (the staged MPI comm);
 #   6. compute-sanitizer racecheck and initcheck on the attention tests (small shapes);
@@ -28,7 +29,7 @@ tmo() { local r=$(( D - $(date +%s) - 5 )); [ $r -lt 3 ] && r=3; [ $r -gt $1 ] &
 t0=$(date +%s); el() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 MPIRUN=${MPIRUN:-mpirun}
 el setup; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-for t in bin/test_gpu_ops bin/test_gpu_gpt; do
+for t in bin/test_gpu_ops bin/test_gpu_gpt bin/test_gpu_graph; do
   el "$t"; timeout "$(tmo 60)" "$t" --jobs 1 > "$O/$(basename "$t").log" 2>&1; echo "rc=$?"
   grep -E 'FAIL|Synthesis|differs|err |score|ERR' "$O/$(basename "$t").log" | head -30
 done
@@ -41,6 +42,9 @@ for backend in flash unfused; do
   timeout "$(tmo 40)" bin/bench_cuda_train --models-dir models --model gpt2 --iters 10 --warmup 3 --bf16 \
     --attention-backend "$backend" > "$O/gpt2_$backend.log" 2>&1; echo "$backend rc=$?"; grep -E '^gpt2 ' "$O/gpt2_$backend.log"
 done
+el "GPT-2 124M bf16 B 8 T 1024 with --enable-cuda-graph (the default attention; against the line above)"
+timeout "$(tmo 40)" bin/bench_cuda_train --models-dir models --model gpt2 --iters 10 --warmup 3 --bf16 \
+  --enable-cuda-graph > "$O/gpt2_graph.log" 2>&1; echo "graph rc=$?"; grep -E '^gpt2 |cuda graph' "$O/gpt2_graph.log"
 el "bench: fused attention vs PyTorch SDPA (bf16, HS 64, T 1024)"
 BIN=bin timeout "$(tmo 30)" bash bench/cuda/attention.sh --head-sizes 64 --seq-lengths 1024 --iters 5 2>&1 | grep -vE '^$'
 el "bench: Trident vs PyTorch eager, GPT-2 124M bf16 B 8 (Trident's default attention)"
