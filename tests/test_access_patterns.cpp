@@ -14,7 +14,9 @@
  * 32-byte sectors (the cp.async tile stores: conflict-free), and that the layouts with their second
  * tile buffers fit the A100's 163 KiB. The embedding backward's token-links sort
  * (cuda/embedding/token_links_fast.cuh) is checked the same way through tri_links_slot and
- * tri_links_pair_lo. The row kernels (norms, softmax, classifier) and the column
+ * tri_links_pair_lo; the MoE counting sort and scan (cuda/moe/dispatch_fast.cuh) through
+ * tri_moe_warp_slot, tri_moe_run_at and tri_moe_scan_slot. The row kernels (norms, softmax,
+ * classifier, the MoE row copies) and the column
  * sums (cuda/matmul/colsum_index.h) go through the sector check too, below. With
  * TRIDENT_TEST_VERBOSE=1 it prints each access's worst degree. */
 #include <criterion/criterion.h>
@@ -28,6 +30,7 @@
 #include "cuda/crossentropy/crossentropy_fast.cuh"
 #include "cuda/embedding/token_links_fast.cuh"
 #include "cuda/matmul/colsum_index.h"
+#include "cuda/moe/dispatch_fast.cuh"
 #include "cuda/warp.cuh"
 #include "tests/access_check.h"
 
@@ -516,6 +519,10 @@ static void check_rows(const char *what, int bf16, int64_t C, int warps, int64_t
 Test(access_patterns, row_kernels)
 {
     for (int bf16 = 0; bf16 < 2; bf16++) {
+        /* the MoE permutation, combine and their backwards: a warp a row of C (Mixtral's 4096, a
+         * Qwen3-MoE expert's 768), the same passes */
+        check_rows("moe row copies (a warp a row)", bf16, 768, 1, TRI_ROW_SLOTS);
+        check_rows("moe row copies (a warp a row)", bf16, 4096, 1, TRI_ROW_SLOTS);
         check_rows("norms, softmax, row max (a warp a row)", bf16, 768, 1, TRI_ROW_SLOTS);
         check_rows("norms, softmax, row max (a warp a row)", bf16, 4096, 1, TRI_ROW_SLOTS);
         check_rows("cross-entropy (a block a row)", bf16, 50304, TRI_CE_WARPS, TRI_CE_SLOTS);
@@ -673,4 +680,57 @@ Test(access_patterns, column_sums)
         fprintf(stderr, "column sums: whole sectors and one statistics address a warp at C = 96 .. 4096; "
                         "C 100: %d sectors for %d at a chunk seam\n",
                 odd.worst_sectors, odd.worst_min);
+}
+
+/* ---- the MoE counting sort (cuda/moe/dispatch_fast.cuh) ----
+ * moe_sort_fast_kernel, per warp w of a block: each lane stores its expert at tri_moe_warp_slot(w,
+ * lane) (4-byte words, consecutive: 1-way), then all lanes read the same slot j together (a
+ * broadcast: 1-way), and the warp's running counts are set and copied out at tri_moe_run_at(w, e, E)
+ * for e = lane, lane + 32, ... (consecutive: 1-way; the adds of a step's last lanes go where the
+ * experts send them, so they are not asserted). moe_scan_fast_kernel: thread t at its word t and at
+ * tri_moe_scan_slot(t, d) for every distance d (consecutive words of the active lanes: 1-way); its
+ * tile of counts loaded and stored a thread a word, consecutive (whole sectors). */
+Test(access_patterns, moe_counting_sort)
+{
+    int worst = 0;
+    for (int w = 0; w < TRI_ROWS_PER_BLOCK; w++) {
+        tri_warp_access st = tri_access(4);
+        for (int l = 0; l < 32; l++)
+            tri_access_set(st, l, (uint64_t)tri_moe_warp_slot(w, l) * 4u);
+        worst = std::max(worst, tri_bank_conflict_degree(st));
+        for (int j = 0; j < 32; j++) {
+            tri_warp_access rd = tri_access(4);
+            for (int l = 0; l < 32; l++)
+                tri_access_set(rd, l, (uint64_t)tri_moe_warp_slot(w, j) * 4u);
+            worst = std::max(worst, tri_bank_conflict_degree(rd));
+        }
+        const int64_t Es[] = {8, 60, 128, 1024};
+        for (int64_t E : Es)
+            for (int64_t e0 = 0; e0 < E; e0 += 32) {
+                tri_warp_access run = tri_access(4);
+                for (int l = 0; l < 32; l++)
+                    if (e0 + l < E)
+                        tri_access_set(run, l, 65536u + (uint64_t)tri_moe_run_at(w, e0 + l, E) * 4u);
+                worst = std::max(worst, tri_bank_conflict_degree(run));
+            }
+    }
+    cr_assert_eq(worst, 1, "moe counting sort: a shared access is %d-way", worst);
+    int worst_scan = 0;
+    for (int w = 0; w < TRI_MOE_SCAN_THREADS / 32; w++) {
+        tri_warp_access own = tri_access(4), tile = tri_access(4);
+        for (int l = 0; l < 32; l++) {
+            tri_access_set(own, l, (uint64_t)(32 * w + l) * 4u);
+            tri_access_set(tile, l, 4096u + (uint64_t)(32 * w + l) * 4u);
+        }
+        worst_scan = std::max(worst_scan, tri_bank_conflict_degree(own));
+        cr_assert(tri_global_sectors(tile).whole(), "moe scan: a warp's count load or store uses partial sectors");
+        for (int d = 1; d < TRI_MOE_SCAN_THREADS; d <<= 1) {
+            tri_warp_access a = tri_access(4);
+            for (int l = 0; l < 32; l++)
+                if (32 * w + l >= d)
+                    tri_access_set(a, l, (uint64_t)tri_moe_scan_slot(32 * w + l, d) * 4u);
+            worst_scan = std::max(worst_scan, tri_bank_conflict_degree(a));
+        }
+    }
+    cr_assert_eq(worst_scan, 1, "moe scan: a shared access is %d-way", worst_scan);
 }

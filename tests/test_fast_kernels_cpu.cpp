@@ -6,7 +6,9 @@
  * layernorm, RMSNorm and causal softmax rows a warp per row, alone and after the residual add, GELU
  * (alone and after a bias add) 8 elements a thread; SwiGLU and the
  * rotary embedding a block per row; the embedding backward's token links, a bitonic tile sort in
- * shared memory and merge passes, against the O(N^2) scan they replace)
+ * shared memory and merge passes, against the O(N^2) scan they replace; the MoE capacity's sort
+ * against its O((NK)^2) twin, the MoE counting sort a warp per chunk and its scan a block, the MoE
+ * row copies a warp per row)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as lanes (fibers)
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
@@ -50,6 +52,10 @@
 #include "cuda/activations/swiglu.kern.h"
 #include "cuda/embedding/embedding.kern.h"
 #include "cuda/embedding/token_links_fast.cuh"
+#include "cuda/moe/capacity_fast.cuh"
+#include "cuda/moe/dispatch.kern.h"
+#include "cuda/moe/dispatch_fast.cuh"
+#include "cuda/moe/router.kern.h"
 extern "C" {
 #include "engine/device/device.h"
 #include "tests/opsutil.h"
@@ -617,4 +623,186 @@ Test(fast_kernels_cpu, token_links_same_as_twin)
         links_case("all distinct, descending", down, N);
         links_case("int32 extremes", ext, N);
     }
+}
+
+/* ---- the MoE router's capacity: the sort against the O((NK)^2) scan ----
+ * cuda/moe/capacity_fast.cuh (keys tile-sorted, merged, a thread per key and per expert) must give
+ * exactly moe_router_keep_kernel's kept_idx and moe_router_count_kernel's counts, for both drop
+ * policies and no capacity, with weights on a grid of 8 values (many ties, broken by token), -0 and
+ * +0 (equal), NaN (rank 0 on the twin, in no other's count), E 1 to 64, NK = 1 to 10400 (one tile,
+ * one over, three tiles: two merge passes; tests/gpu/test_gpu_ops.c runs NK 20000 against the CPU
+ * backend), under the backend's launches and one block each (the loops turn). kept starts as
+ * 0x5a5a5a5a: a selection no kernel writes fails. */
+static void capacity_case(const char *what, int64_t N, int K, int64_t E, int cf_first, uint64_t seed)
+{
+    int64_t NK = N * K;
+    cr_assert(tri_moe_cap_fits(NK, E), "%s: the key holds E %lld and NK %lld", what, (long long)E, (long long)NK);
+    int32_t *idx = ot_ints((size_t)NK);
+    float *w = ot_floats((size_t)NK);
+    uint64_t s = seed;
+    for (int64_t n = 0; n < N; n++)
+        for (int j = 0; j < K; j++) { /* K distinct experts a token, skewed to the low ones */
+            int32_t e;
+            bool dup;
+            do {
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                e = (int32_t)((s >> 33) % (uint64_t)E);
+                e = (s >> 60) < 6 ? e / 2 : e;
+                dup = false;
+                for (int i = 0; i < j; i++)
+                    dup = dup || idx[n * K + i] == e;
+            } while (dup);
+            idx[n * K + j] = e;
+            int q = (int)((s >> 20) % 9);
+            w[n * K + j] = q == 8 ? ((s >> 40) % 2 ? -0.0f : NAN) : (float)q / 8.0f;
+        }
+    for (int policy = 0; policy < 2; policy++)
+        for (int cf = cf_first; cf < 3; cf++) {
+            int64_t cap = cf == 0 ? 0 : tri_moe_capacity(N, K, E, cf == 1 ? 1.0 : 0.5);
+            int32_t *want = ot_ints((size_t)NK), *wtok = ot_ints((size_t)E), *wrout = ot_ints((size_t)E);
+            TRI_LAUNCH(moe_router_keep_kernel, tri_grid_for(NK, TRI_BLOCK), TRI_BLOCK, want, idx, w, N, K, cap, policy);
+            TRI_LAUNCH(moe_router_count_kernel, 1, 32, wtok, wrout, idx, want, N, K, E);
+            int pb = tri_moe_cap_pos_bits(NK);
+            for (int one_block = 0; one_block < 2; one_block++) {
+                int32_t *kept = ot_ints((size_t)NK), *tok = ot_ints((size_t)E), *rout = ot_ints((size_t)E);
+                memset(kept, 0x5a, (size_t)NK * 4);
+                uint64_t *src = (uint64_t *)(void *)ot_floats((size_t)(4 * NK)), *dst = src + NK;
+                unsigned tiles = one_block ? 1u : (unsigned)((NK + TRI_LINKS_TILE - 1) / TRI_LINKS_TILE);
+                tri_emu_launch(tiles, TRI_LINKS_THREADS,
+                               [&] { moe_capacity_tile_kernel(src, idx, w, NK, policy, pb); });
+                for (int64_t wd = TRI_LINKS_TILE; wd < NK; wd *= 2) {
+                    unsigned grid = one_block ? 1u : (unsigned)tri_grid_for(NK, TRI_BLOCK);
+                    tri_emu_launch(grid, TRI_BLOCK, [&] { moe_capacity_merge_kernel(dst, src, NK, wd); });
+                    uint64_t *t = src;
+                    src = dst;
+                    dst = t;
+                }
+                unsigned g1 = one_block ? 1u : (unsigned)tri_grid_for(NK, TRI_BLOCK);
+                tri_emu_launch(g1, TRI_BLOCK, [&] { moe_capacity_keep_kernel(kept, src, NK, cap, pb); });
+                tri_emu_launch(1, 32, [&] { moe_capacity_count_kernel(tok, rout, src, NK, E, cap, pb); });
+                for (int64_t i = 0; i < NK; i++)
+                    cr_assert_eq(kept[i], want[i], "%s policy %d capacity %lld%s: kept[%lld] %d, the twin's %d", what,
+                                 policy, (long long)cap, one_block ? " (one block)" : "", (long long)i, kept[i],
+                                 want[i]);
+                for (int64_t e = 0; e < E; e++)
+                    cr_assert(tok[e] == wtok[e] && rout[e] == wrout[e],
+                              "%s policy %d capacity %lld: expert %lld kept %d routed %d, the twin's %d %d", what,
+                              policy, (long long)cap, (long long)e, tok[e], rout[e], wtok[e], wrout[e]);
+            }
+        }
+}
+
+Test(fast_kernels_cpu, moe_capacity_same_as_twin)
+{
+    /* the order code on hand-worked weights: descending, -0 == +0, NaN last */
+    cr_assert(tri_moe_cap_code(1.0f, 0) < tri_moe_cap_code(0.5f, 0)
+                  && tri_moe_cap_code(0.5f, 0) < tri_moe_cap_code(0.0f, 0)
+                  && tri_moe_cap_code(0.0f, 0) == tri_moe_cap_code(-0.0f, 0)
+                  && tri_moe_cap_code(-0.0f, 0) < tri_moe_cap_code(-1.0f, 0)
+                  && tri_moe_cap_code(-INFINITY, 0) < tri_moe_cap_code(NAN, 0) && tri_moe_cap_code(3.0f, 1) == 0,
+              "the capacity's order codes");
+    cr_assert(!tri_moe_cap_fits((int64_t)1 << 24, 257) && tri_moe_cap_fits((int64_t)1 << 24, 256),
+              "the key: E 256 at 2^24 selections, not 257");
+    capacity_case("N 1 K 1 E 1", 1, 1, 1, 0, 5);
+    capacity_case("N 203 K 2 E 8", 203, 2, 8, 0, 6);
+    capacity_case("N 97 K 5 E 5", 97, 5, 5, 0, 7);
+    capacity_case("N 2048 K 2 E 8 (one tile)", 2048, 2, 8, 0, 8);
+    capacity_case("N 4097 K 1 E 64 (a tile and one)", 4097, 1, 64, 1, 9);
+#if !defined(__SANITIZE_ADDRESS__) /* the twin's (NK)^2: the Release stage only, as the token links */
+    capacity_case("N 1300 K 8 E 64 (three tiles)", 1300, 8, 64, 2, 10);
+#endif
+}
+
+/* ---- the MoE counting sort and row copies: the fast forms against their twins ----
+ * moe_sort_fast_kernel (counts, then placement, a warp per chunk) and moe_scan_fast_kernel (one
+ * block, tiles of 1024 with a carry) against moe_count_kernel, moe_scan_kernel and moe_place_kernel:
+ * the same counts(E, nch) after the scan, tokens_per_expert, row_id_map and sorted_indices, with
+ * dropped selections (-1), an expert with no selection, chunks of 1024 and of 64 (E x nch over one
+ * tile of the scan: 2, 5 and 20 tiles), E 1 to 1024; outputs start 0x5a5a5a5a. The spread and the
+ * combine a warp per row against a thread per element, fp32 and bf16, C 1, 5, 8, 67, 520 (vector
+ * pieces, a tail, rows off 16-byte alignment), with weights and without. */
+static void sort_case(const char *what, int64_t NK, int64_t K, int64_t E, int64_t chunk, uint64_t seed)
+{
+    int32_t *idx = ot_ints((size_t)NK);
+    float *r = ot_uniform((size_t)NK, 0, 1, seed);
+    for (int64_t i = 0; i < NK; i++)
+        idx[i] = r[i] < 0.1f ? -1 : (int32_t)((i * 7 + i / K) % (E > 1 ? E - 1 : 1));
+    int64_t nch = tri_moe_chunks(NK, chunk);
+    int32_t *wc = ot_ints((size_t)(E * nch)), *wt = ot_ints((size_t)E), *wr = ot_ints((size_t)NK),
+            *ws = ot_ints((size_t)NK);
+    int32_t *gc = ot_ints((size_t)(E * nch)), *gt = ot_ints((size_t)E), *gr = ot_ints((size_t)NK),
+            *gs = ot_ints((size_t)NK);
+    for (int64_t i = 0; i < NK; i++)
+        wr[i] = ws[i] = gr[i] = gs[i] = -1;
+    memset(gc, 0x5a, (size_t)(E * nch) * 4);
+    memset(gt, 0x5a, (size_t)E * 4);
+    TRI_LAUNCH(moe_count_kernel, tri_grid_for(E * nch, TRI_BLOCK), TRI_BLOCK, wc, idx, NK, E, nch, chunk);
+    TRI_LAUNCH(moe_scan_kernel, 1, 1, wc, wt, E, nch);
+    TRI_LAUNCH(moe_place_kernel, tri_grid_for(E * nch, TRI_BLOCK), TRI_BLOCK, wr, ws, idx, wc, NK, E, nch, chunk);
+    unsigned grid = (unsigned)((nch + TRI_ROWS_PER_BLOCK - 1) / TRI_ROWS_PER_BLOCK);
+    grid = grid > 2 ? 2 : grid;
+    tri_emu_launch(grid, 32 * TRI_ROWS_PER_BLOCK,
+                   [&] { moe_sort_fast_kernel(gc, NULL, NULL, NULL, idx, NK, E, nch, chunk); });
+    tri_emu_launch(1, TRI_MOE_SCAN_THREADS, [&] { moe_scan_fast_kernel(gc, gt, E, nch); });
+    tri_emu_launch(grid, 32 * TRI_ROWS_PER_BLOCK,
+                   [&] { moe_sort_fast_kernel(NULL, gr, gs, gc, idx, NK, E, nch, chunk); });
+    cr_assert(memcmp(gc, wc, (size_t)(E * nch) * 4) == 0, "%s: the scanned counts differ from the twin's", what);
+    for (int64_t e = 0; e < E; e++)
+        cr_assert_eq(gt[e], wt[e], "%s: tokens_per_expert[%lld] %d, the twin's %d", what, (long long)e, gt[e], wt[e]);
+    for (int64_t i = 0; i < NK; i++) {
+        cr_assert_eq(gr[i], wr[i], "%s: row_id_map[%lld] %d, the twin's %d", what, (long long)i, gr[i], wr[i]);
+        cr_assert_eq(gs[i], ws[i], "%s: sorted_indices[%lld] %d, the twin's %d", what, (long long)i, gs[i], ws[i]);
+    }
+}
+
+static void rows_case(int64_t N, int64_t K, int64_t C, int bf, int off, uint64_t seed)
+{
+    char what[96];
+    snprintf(what, sizeof what, "moe rows N %lld K %lld C %lld %s off %d", (long long)N, (long long)K, (long long)C,
+             bf ? "bf16" : "fp32", off);
+    int64_t P = N * K;
+    int32_t *rows = ot_ints((size_t)P), *sorted = ot_ints((size_t)P);
+    float *r = ot_uniform((size_t)P, 0, 1, seed);
+    int64_t R = 0;
+    for (int64_t i = 0; i < P; i++) { /* a permutation of the kept selections, in reverse, padding after */
+        sorted[i] = -1;
+        rows[i] = r[i] < 0.2f ? -1 : 0;
+    }
+    for (int64_t i = P - 1; i >= 0; i--)
+        if (rows[i] == 0) {
+            rows[i] = (int32_t)R;
+            sorted[R++] = (int32_t)i;
+        }
+    float *w = ot_uniform((size_t)P, -1, 1, seed + 1);
+    int esz = bf ? 2 : 4;
+    void *x = (char *)typed((size_t)(N * C + 1), bf, ot_uniform((size_t)(N * C + 1), -2, 2, seed + 2)) + off * esz;
+    void *y = (char *)typed((size_t)(P * C + 1), bf, ot_uniform((size_t)(P * C + 1), -2, 2, seed + 3)) + off * esz;
+    for (int weighted = 0; weighted < 2; weighted++) {
+        const float *wp = weighted ? w : NULL;
+        void *a = typed((size_t)(P * C), bf, NULL), *b = typed((size_t)(P * C), bf, NULL);
+        TRI_LAUNCH(moe_spread_kernel, tri_grid_for(P * C, TRI_BLOCK), TRI_BLOCK, a, bf, x, bf, sorted, wp, P, C, K);
+        tri_emu_launch(2, 32 * TRI_ROWS_PER_BLOCK, [&] { moe_spread_fast_kernel(b, bf, x, bf, sorted, wp, P, C, K); });
+        same(what, b, a, (size_t)(P * C), bf);
+        void *c = typed((size_t)(N * C), bf, NULL), *d = typed((size_t)(N * C), bf, NULL);
+        TRI_LAUNCH(moe_combine_kernel, tri_grid_for(N * C, TRI_BLOCK), TRI_BLOCK, c, bf, y, bf, rows, wp, N, C, K);
+        tri_emu_launch(2, 32 * TRI_ROWS_PER_BLOCK, [&] { moe_combine_fast_kernel(d, bf, y, bf, rows, wp, N, C, K); });
+        same(what, d, c, (size_t)(N * C), bf);
+    }
+}
+
+Test(fast_kernels_cpu, moe_dispatch_same_as_twin)
+{
+    sort_case("NK 3000 E 8", 3000, 2, 8, TRI_MOE_CHUNK, 1);
+    sort_case("NK 1 E 1", 1, 1, 1, TRI_MOE_CHUNK, 2);
+    sort_case("NK 20000 E 64 chunk 1024", 20000, 8, 64, TRI_MOE_CHUNK, 3);
+    sort_case("NK 20000 E 64 chunk 64", 20000, 8, 64, 64, 4);
+    sort_case("NK 5000 E 1024 chunk 1024", 5000, 4, 1024, TRI_MOE_CHUNK, 5);
+    for (int bf = 0; bf < 2; bf++)
+        for (int off = 0; off < 2; off++) {
+            rows_case(37, 2, 520, bf, off, 10);
+            rows_case(19, 4, 67, bf, off, 11);
+            rows_case(50, 1, 8, bf, off, 12);
+            rows_case(9, 3, 5, bf, off, 13);
+            rows_case(7, 2, 1, bf, off, 14);
+        }
 }

@@ -10,6 +10,9 @@
  *   the embedding backward's token links: a bitonic tile sort (4096 keys: 2048 pairs x 78 steps a full
  *     tile) and a merge pass per doubling (16 N bytes, log2(width) + 1 compares a key), then the
  *     linked update: 2 + ceil(log2(ceil(N / 4096))) launches;
+ *   the MoE capacity by the same sort of 8-byte keys (expert and weight read: 16 NK bytes with the
+ *     keys), its merges, then a thread per key (12 NK bytes, log2 NK + 1 compares) and per expert:
+ *     3 + ceil(log2(ceil(NK / 4096))) launches;
  *   the roofline: max(FLOPs / (peak x gemm), bytes / (bandwidth x memory)) + 4 us, whichever bound;
  *   a GPT-2 step: the matmuls' FLOPs 6 B T (12 L C^2 + C V_padded) in 12 L + 3 calls; one AdamW and
  *     one sum of squares per parameter tensor in the 2026-11-27 op set, one multi-tensor launch each
@@ -92,6 +95,48 @@ Test(kernel_time, matmul_closed_form)
     tri_device_free(d, pb);
     tri_device_free(d, pc);
     tri_device_free(d, pbias);
+    tri_device_destroy(d);
+}
+
+Test(kernel_time, moe_capacity_sort)
+{
+    tri_device *d = cost_device(true);
+    const int64_t E = 64;
+    /* N, K; launches; the tile sort's compare-exchanges; position bits */
+    const struct {
+        int64_t N, K, launches;
+        double sort;
+        int pb;
+    } cases[] = {{50, 2, 3, 64.0 * 28, 7}, {2500, 8, 6, 5 * 2048.0 * 78, 15}};
+    for (size_t z = 0; z < sizeof cases / sizeof *cases; z++) {
+        int64_t N = cases[z].N, K = cases[z].K;
+        double NK = (double)(N * K);
+        size_t sel = (size_t)(4 * N * K);
+        void *pi = alloc(d, sel), *pw = alloc(d, sel), *pk = alloc(d, sel);
+        void *pt = alloc(d, (size_t)(4 * E)), *pr = alloc(d, (size_t)(4 * E));
+        tri_device_cost_clear(d);
+        cr_assert_eq(tri_op_moe_router_capacity(d, tri_tensor_2d(pk, TRI_I32, N, K), tri_tensor_1d(pt, TRI_I32, E),
+                                                tri_tensor_1d(pr, TRI_I32, E), tri_tensor_2d(pi, TRI_I32, N, K),
+                                                tri_tensor_2d(pw, TRI_F32, N, K), 10, 0),
+                     TRI_OK, "%s", tri_error_message());
+        int64_t L = cases[z].launches;
+        const tri_kernel_cost *k = kernels(d, L);
+        cr_assert_float_eq(k[0].flops, cases[z].sort, 0.0, "NK %g: the tile sort", NK);
+        cr_assert_float_eq(k[0].bytes, 16.0 * NK, 0.0, "NK %g: expert and weight in, keys out", NK);
+        for (int64_t m = 1, w = 4096; m + 2 < L; m++, w *= 2) {
+            cr_assert_float_eq(k[m].bytes, 16.0 * NK, 0.0, "NK %g: merge pass %lld", NK, (long long)m);
+            cr_assert_float_eq(k[m].flops, NK * (log2((double)w) + 1), 0.0, "NK %g: merge %lld", NK, (long long)m);
+        }
+        cr_assert_float_eq(k[L - 2].bytes, 12.0 * NK, 0.0, "NK %g: keys in, kept out", NK);
+        cr_assert_float_eq(k[L - 2].flops, NK * (cases[z].pb + 1), 0.0, "NK %g: a search a key", NK);
+        cr_assert_float_eq(k[L - 1].bytes, 8.0 * E, 0.0, "NK %g: the counts", NK);
+        cr_assert_float_eq(k[L - 1].flops, 3.0 * E * (cases[z].pb + 1), 0.0, "NK %g: three searches an expert", NK);
+        tri_device_free(d, pi);
+        tri_device_free(d, pw);
+        tri_device_free(d, pk);
+        tri_device_free(d, pt);
+        tri_device_free(d, pr);
+    }
     tri_device_destroy(d);
 }
 

@@ -19,18 +19,17 @@
  *      The last pass writes no keys: a key's neighbours in the merged run are the nearer of its own
  *      run's neighbours and the other run's keys around its rank, which give the links at once.
  * Scratch: 2N uint64 keys (16 N bytes) beside next/first in the device workspace (embedding.cu).
- * The shared tile's indices come from tri_links_* below, which tests/test_access_patterns.cpp
- * enumerates for a warp (8-byte words: at most 2-way bank conflicts). */
+ * The tile sort, its shared indices (tri_links_slot, tri_links_pair_lo, which tests/
+ * test_access_patterns.cpp enumerates for a warp: at most 2-way bank conflicts) and the binary
+ * search are cuda/kernels/bitonic_tile.cuh's, shared with the MoE capacity's sort. */
 #ifndef TRIDENT_CUDA_EMBEDDING_TOKEN_LINKS_FAST_CUH
 #define TRIDENT_CUDA_EMBEDDING_TOKEN_LINKS_FAST_CUH
 
 #include <stdint.h>
 
+#include "cuda/kernels/bitonic_tile.cuh"
 #include "cuda/kernels/shim.h"
 #include "engine/device/launch_shapes.h"
-
-#define TRI_LINKS_THREADS 1024
-#define TRI_LINKS_PAD UINT64_MAX /* above every key: a real key's position is below 2^32 - 1 */
 
 /* The key of token t at position n: the token's bits with the sign flipped (so unsigned order is
  * int32 order) above the position. */
@@ -47,21 +46,6 @@ TRI_HD uint32_t tri_links_token(uint64_t key)
 TRI_HD int32_t tri_links_pos(uint64_t key)
 {
     return (int32_t)(uint32_t)key;
-}
-
-/* Slot of a tile's element handled by thread t in round r of a strided pass (load, store, links):
- * a warp's lanes on 32 consecutive 8-byte words. */
-TRI_HD int tri_links_slot(int t, int r)
-{
-    return r * TRI_LINKS_THREADS + t;
-}
-
-/* The lower slot of compare-exchange pair p in a bitonic step of distance j (a power of two): pairs
- * (lo, lo + j) with lo's bit j clear. For j >= 16 a half-warp's lanes read 16 consecutive words;
- * below, 16 lanes span 32 words, two per bank pair: 2-way at most. */
-TRI_HD int tri_links_pair_lo(int p, int j)
-{
-    return ((p & ~(j - 1)) << 1) | (p & (j - 1));
 }
 
 /* The links of key x from its neighbours in sorted order (has_pred / has_succ: whether there is one). */
@@ -92,18 +76,7 @@ __global__ void __launch_bounds__(TRI_LINKS_THREADS)
                 tile[s] = s < n ? tri_links_key(tokens[base + s], base + s) : TRI_LINKS_PAD;
         }
         __syncthreads();
-        for (int k = 2; k <= size; k <<= 1)
-            for (int j = k >> 1; j > 0; j >>= 1) {
-                for (int p = t; p < size / 2; p += TRI_LINKS_THREADS) {
-                    int lo = tri_links_pair_lo(p, j), hi = lo + j;
-                    uint64_t a = tile[lo], b = tile[hi];
-                    if ((a > b) == ((lo & k) == 0)) { /* ascending where bit k of lo is clear */
-                        tile[lo] = b;
-                        tile[hi] = a;
-                    }
-                }
-                __syncthreads();
-            }
+        tri_bitonic_sort_tile(tile, size, t);
         for (int r = 0; r < rounds; r++) {
             int s = tri_links_slot(t, r);
             if (s >= n)
@@ -116,20 +89,6 @@ __global__ void __launch_bounds__(TRI_LINKS_THREADS)
         }
         __syncthreads(); /* the tile is read before the next one overwrites it */
     }
-}
-
-/* Keys of sorted[0, n) below x (binary search). */
-__device__ __forceinline__ int64_t tri_links_rank(const uint64_t *sorted, int64_t n, uint64_t x)
-{
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (sorted[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 /* src(N) holds sorted runs of `width` keys; merges runs 2i and 2i + 1 into dst(N), or, when links is

@@ -17,6 +17,7 @@
 #include "engine/device/launch_shapes.h"
 #include "engine/device/ops/attention_math.h"
 #include "engine/device/ops/moe_dispatch_math.h"
+#include "engine/device/ops/moe_router_math.h"
 
 /* FLOPs per element of the element-wise families (rough: their kernels are memory bound). */
 #define NORM_FWD_FLOPS 8.0   /* mean, variance, normalise, scale and shift */
@@ -432,19 +433,41 @@ int tri_cost_moe_router_forward(tri_device *d, tri_tensor expert_idx, tri_tensor
                (EXP_FLOPS + 2 * K) * numel(logits));
 }
 
+static double bitonic_compares(int64_t n); /* beside the token links' cost, below */
+
+/* Where the sort key holds E and NK (tri_moe_cap_fits; the workspace's 16 NK bytes assumed to fit):
+ * the sort of cuda/moe/capacity_fast.cuh, as the token links' (a tile sort: expert and weight read,
+ * 8-byte keys written, the bitonic compare-exchanges as work; merge passes of N keys read and
+ * written, a binary search a key), then a thread per key (key read, kept written, a search of its
+ * expert's start) and a thread per expert (three searches; their reads hit the L2). Otherwise the
+ * twins: each selection scans all N K selections (held in L2) when there is a capacity, then a
+ * thread per expert over all of them. */
 int tri_cost_moe_router_capacity(tri_device *d, tri_tensor kept_idx, tri_tensor tokens_per_expert,
                                  tri_tensor routed_per_expert, tri_tensor expert_idx, tri_tensor expert_w,
                                  int64_t capacity, int drop_policy)
 {
     (void)drop_policy;
+    int64_t nk = tri_tensor_numel(expert_idx);
     double NK = numel(expert_idx), E = numel(tokens_per_expert);
+    double counts = bytes(tokens_per_expert) + bytes(routed_per_expert);
     tri_cost_call(d, "moe_router_capacity");
-    /* the ranks: each selection scans all N K selections (held in L2), when there is a capacity */
+    if (tri_moe_cap_fits(nk, (int64_t)E)) {
+        int64_t full = nk / TRI_LINKS_TILE, rest = nk % TRI_LINKS_TILE;
+        double sort = (double)full * bitonic_compares(TRI_LINKS_TILE) + (rest ? bitonic_compares(rest) : 0.0);
+        int rc = tri_cost_kernel(d, bytes(expert_idx) + bytes(expert_w) + 8.0 * NK, 0, sort);
+        int lg = 0;
+        for (int64_t w = TRI_LINKS_TILE; !rc && w < nk; w *= 2) {
+            while (((int64_t)1 << lg) < w)
+                lg++;
+            rc = tri_cost_kernel(d, 16.0 * NK, 0, NK * (lg + 1));
+        }
+        double search = (double)tri_moe_cap_pos_bits(nk) + 1;
+        if (!rc) rc = tri_cost_kernel(d, 8.0 * NK + bytes(kept_idx), 0, NK * search);
+        return rc ? rc : tri_cost_kernel(d, counts, 0, 3 * E * search);
+    }
     int rc = tri_cost_kernel(d, bytes(expert_idx) + bytes(expert_w) + bytes(kept_idx), 0,
                              capacity > 0 ? 2 * NK * NK : NK);
-    return rc ? rc
-              : tri_cost_kernel(d, bytes(expert_idx) + bytes(kept_idx) + bytes(tokens_per_expert) +
-                                       bytes(routed_per_expert), 0, 2 * E * NK);
+    return rc ? rc : tri_cost_kernel(d, bytes(expert_idx) + bytes(kept_idx) + counts, 0, 2 * E * NK);
 }
 
 int tri_cost_moe_router_backward(tri_device *d, tri_tensor dlogits, tri_tensor d_expert_w, tri_tensor kept_idx,
@@ -606,18 +629,27 @@ int tri_cost_ce_fused(tri_device *d, tri_tensor losses, tri_tensor dlogits, tri_
 
 /* ---- Mixture-of-Experts dispatch (cuda/moe/dispatch.cu) ---- */
 
-/* The counting sort: the index fills, the counts per (expert, chunk), the scan, the placement. */
+/* The counting sort: the index fills, the counts per (expert, chunk), the scan, the placement. Up to
+ * TRI_MOE_FAST_MAX_E experts (cuda/moe/dispatch_fast.cuh): a warp per chunk reads its selections once
+ * (32 shared compares a selection) for the counts, and again for the placement with its chunk's E
+ * first rows; the scan one block over the E x chunks counts, read and written. Above, the twins: a
+ * thread per (expert, chunk) reads the whole chunk (E x NK reads), the scan one thread. */
 int tri_cost_moe_permute_map(tri_device *d, tri_tensor row_id_map, tri_tensor sorted_indices,
                              tri_tensor tokens_per_expert, tri_tensor expert_idx)
 {
     double E = numel(tokens_per_expert), chunks = (double)tri_moe_chunks(tri_tensor_numel(expert_idx), TRI_MOE_CHUNK);
+    double reads = E <= TRI_MOE_FAST_MAX_E ? 1.0 : E, cmp = E <= TRI_MOE_FAST_MAX_E ? 32 * numel(expert_idx) : 0;
     tri_cost_call(d, "moe_permute_map");
     int rc = tri_cost_kernel(d, bytes(row_id_map) + bytes(sorted_indices), 0, 0);
-    if (!rc) rc = tri_cost_kernel(d, E * bytes(expert_idx) + 4 * E * chunks, 0, 0);
-    if (!rc) rc = tri_cost_kernel(d, 8 * E * chunks + bytes(tokens_per_expert), 0, 0);
-    return rc ? rc : tri_cost_kernel(d, E * bytes(expert_idx) + bytes(row_id_map) + bytes(sorted_indices), 0, 0);
+    if (!rc) rc = tri_cost_kernel(d, reads * bytes(expert_idx) + 4 * E * chunks, 0, cmp);
+    if (!rc) rc = tri_cost_kernel(d, 8 * E * chunks + bytes(tokens_per_expert), 0, E * chunks);
+    return rc ? rc
+              : tri_cost_kernel(d, reads * bytes(expert_idx) + 4 * E * chunks + bytes(row_id_map) +
+                                       bytes(sorted_indices), 0, cmp);
 }
 
+/* The row copies: a warp per row, 16-byte accesses (cuda/moe/dispatch_fast.cuh); each row read and
+ * written once, as the twins' thread per element. */
 int tri_cost_moe_permute(tri_device *d, tri_tensor x_perm, tri_tensor x, tri_tensor sorted_indices)
 {
     return one(d, "moe_permute", bytes(x_perm) * (1 + esize(x) / esize(x_perm)) + bytes(sorted_indices), 0);

@@ -1614,6 +1614,52 @@ Test(gpu_ops, moe_router_exact)
     router_exact_case(1, 8, 8, 0, 1, 0, 0.0, TRI_MOE_DROP_PROBS, 1450);
 }
 
+/* The capacity alone on chosen selections: weights on a grid of 8 values (ties broken by token), -0
+ * and +0, NaN; the sort (cuda/moe/capacity_fast.cuh) and, with the simple switch, the O((NK)^2) twin,
+ * both the CPU's kept_idx and counts. NK 20000 (five tiles of the sort, three merges) runs the sort
+ * only: the twin's (NK)^2 is tests/test_fast_kernels_cpu.cpp's, at the same size. */
+static void capacity_exact_case(int64_t N, int K, int64_t E, double cf, int policy, uint64_t seed)
+{
+    char what[128];
+    snprintf(what, sizeof what, "moe capacity N %lld K %d E %lld cf %.2f policy %d", (long long)N, K, (long long)E, cf,
+             policy);
+    int64_t NK = N * (int64_t)K;
+    int32_t *idx = ot_ints((size_t)NK);
+    float *w = ot_floats((size_t)NK);
+    uint64_t s = seed;
+    for (int64_t n = 0; n < N; n++)
+        for (int j = 0; j < K; j++) { /* experts n + j * (E / K + 1) mod E: distinct for K <= E */
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            idx[n * K + j] = (int32_t)((n * 3 + (int64_t)j * (E / K)) % E);
+            int q = (int)((s >> 33) % 9);
+            w[n * K + j] = q == 8 ? ((s >> 45) % 2 ? -0.0f : NAN) : (float)q / 8.0f;
+        }
+    tri_tensor is = tri_tensor_2d(NULL, TRI_I32, N, K);
+    both ix = make(is, idx), ww = make(m2(N, K), w), kept = make(is, NULL);
+    both tok = make(tri_tensor_1d(NULL, TRI_I32, E), NULL), routed = make(tri_tensor_1d(NULL, TRI_I32, E), NULL);
+    int64_t cap = cf > 0 ? tri_moe_capacity(N, K, E, cf) : 0;
+    BOTH(tri_op_moe_router_capacity(cpu, kept.c, tok.c, routed.c, ix.c, ww.c, cap, policy),
+         tri_op_moe_router_capacity(gpu, kept.g, tok.g, routed.g, ix.g, ww.g, cap, policy));
+    same_words(what, kept.g, kept.c, NK);
+    same_words(what, tok.g, tok.c, E);
+    same_words(what, routed.g, routed.c, E);
+}
+
+Test(gpu_ops, moe_capacity_exact)
+{
+    for (int simple = 0; simple < 2; simple++) {
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        for (int policy = 0; policy < 2; policy++) {
+            capacity_exact_case(203, 2, 8, 1.0, policy, 1500);
+            capacity_exact_case(1500, 3, 16, 0.5, policy, 1510); /* two tiles */
+            capacity_exact_case(77, 4, 4, 0.0, policy, 1520);    /* no capacity: all kept */
+            if (!simple)
+                capacity_exact_case(2500, 8, 64, 1.0, policy, 1530);
+        }
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
 /* ---- Mixture-of-Experts dispatch and the grouped GEMM ----
  * The counting sort's integers, the permutation (a copy), the combine and its backwards (fixed k
  * order, the dot in engine/core/math.h's row order) follow engine/device/ops/moe_dispatch_math.h on
@@ -1668,14 +1714,19 @@ static void moe_dispatch_case(int64_t N, int64_t K, int64_t E, int64_t C, int bf
 
 Test(gpu_ops, moe_dispatch_exact)
 {
-    for (int simple = 0; simple < 2; simple++) { /* the weight gradient's warp per selection, and its twin */
+    for (int simple = 0; simple < 2; simple++) { /* the fast forms (dispatch_fast.cuh), and their twins */
         cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
         for (int bf16 = 0; bf16 < 2; bf16++) {
             moe_dispatch_case(1500, 2, 8, 67, bf16, 1);
             moe_dispatch_case(1, 4, 4, 300, bf16, 2); /* N 1, K = E: the dot over more than 256 slots */
             moe_dispatch_case(33, 1, 3, 5, bf16, 3);  /* K 1 */
             moe_dispatch_case(9, 2, 4, 520, bf16, 4); /* a row of 16-byte pieces and a tail */
+            moe_dispatch_case(17, 3, 5, 13, bf16, 5); /* rows off 16-byte alignment (C odd) */
         }
+        /* twenty chunks of the counting sort, 64 experts; E above the fast sort's 1024
+         * (TRI_MOE_FAST_MAX_E = TRI_MOE_MAX_EXPERTS: the twins) */
+        moe_dispatch_case(2500, 8, 64, 8, 0, 6);
+        moe_dispatch_case(40, 2, TRI_MOE_MAX_EXPERTS + 3, 8, 0, 7);
     }
     cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
 }

@@ -27,6 +27,9 @@
 #include "engine/core/math.h"
 
 #define TRI_MOE_CHUNK 1024 /* selections per chunk of the GPU's counting sort */
+/* experts of the GPU's fast counting sort (cuda/moe/dispatch_fast.cuh: a warp's running counts in
+ * shared memory, 32 KiB a block; layers/moe.h's TRI_MOE_MAX_EXPERTS); above, the simple twins */
+#define TRI_MOE_FAST_MAX_E 1024
 
 /* Number of chunks of `chunk` selections covering n (0 for n == 0). */
 TRI_HD int64_t tri_moe_chunks(int64_t n, int64_t chunk)

@@ -147,6 +147,23 @@ TRI_HD int64_t tri_moe_queue_rank(const int32_t *idx, const float *w, int64_t N,
     return rank;
 }
 
+/* The CUDA capacity's sort key (cuda/moe/capacity_fast.cuh: expert | weight's order code | position),
+ * here for the cost model too: bits of a selection's position, those of NK - 1, at least 1. */
+TRI_HD int tri_moe_cap_pos_bits(int64_t NK)
+{
+    int b = 1;
+    while (b < 62 && ((int64_t)1 << b) < NK)
+        b++;
+    return b;
+}
+
+/* Whether a key holds E experts and NK positions: expert E - 1 in the 32 - pb high bits. */
+TRI_HD int tri_moe_cap_fits(int64_t NK, int64_t E)
+{
+    int pb = tri_moe_cap_pos_bits(NK);
+    return NK > 0 && E > 0 && pb <= 31 && (uint64_t)(E - 1) < ((uint64_t)1 << (32 - pb));
+}
+
 /* One token's gradient through the weights: dl(E) (overwritten) from dw(K), the kept-or-dropped
  * selections idx(K) (a dropped one's weight does not reach the output: its gradient g_j is 0) and
  * the scores s(E); g_j = dw_j for a kept selection.
