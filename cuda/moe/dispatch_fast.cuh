@@ -1,9 +1,9 @@
 /* cuda/moe/dispatch_fast.cuh - the fast form of the combine weight's gradient (CUDA, and C++ on the
- * CPU through cuda/kernels/cuda_emu.h): a warp per selection, 16-byte loads of the two rows, the dot
- * in engine/core/math.h's row order across the lanes (cuda/warp.cuh: lane l holds slots 8l .. 8l+7,
+ * CPU through cuda/kernels/cuda_emu.h): a warp per selection, whole-sector loads of the two rows, the dot
+ * in engine/core/math.h's row order across the lanes (cuda/warp.cuh: lane l holds slots 4l .. 4l+3 and 128+4l .. 128+4l+3,
  * tri_warp_row_sum's tree), so the bits of the simple twin moe_weight_grad_kernel
  * (cuda/moe/dispatch.kern.h, a thread per selection walking the row) and of the CPU backend. The
- * twin's thread reads a row of C elements alone, uncoalesced; here a warp reads it in 16-byte pieces. */
+ * twin's thread reads a row of C elements alone, uncoalesced; here a warp reads it in contiguous 512- (fp32) or 256-byte (bf16) accesses. */
 #ifndef TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
 #define TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
 
@@ -27,9 +27,9 @@ __global__ void moe_weight_grad_fast_kernel(float *dw, const void *dy, int dy_bf
     bool va = tri_aligned16(a), vb = tri_aligned16(b);
     float s[8] = {0}, av[8] = {0}, bv[8] = {0};
     for (int64_t j = tri_row_first(tri_lane()); j < C; j += TRI_ROW_SLOTS) {
-        tri_load8(av, a, dy_bf16, j, C, va);
-        tri_load8(bv, b, y_bf16, j, C, vb);
-        for (int k = 0; k < 8 && j + k < C; k++)
+        tri_row_load8(av, a, dy_bf16, j, C, va);
+        tri_row_load8(bv, b, y_bf16, j, C, vb);
+        for (int k = 0; k < 8 && j + tri_row_at(k) < C; k++)
             s[k] += av[k] * bv[k];
     }
     float v = tri_warp_row_sum(s);
