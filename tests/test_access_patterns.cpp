@@ -492,7 +492,8 @@ static void row_pass(int bf16, uint64_t row, int w, int64_t first, std::vector<t
         }
     std::sort(elems.begin(), elems.end());
     for (size_t j = 0; j < elems.size(); j++)
-        cr_assert_eq(elems[j], (uint64_t)(first + TRI_ROW_SLOTS * w) + j, "warp %d's pass does not take its span once", w);
+        cr_assert_eq(elems[j], (uint64_t)(first + TRI_ROW_SLOTS * w) + j, "warp %d's pass does not take its span once",
+                     w);
     std::set<uint64_t> sectors; /* the pass: every byte of the lanes' 8 elements */
     for (uint64_t x : elems)
         for (int i = 0; i < e; i++)

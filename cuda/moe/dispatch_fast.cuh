@@ -1,9 +1,10 @@
-/* cuda/moe/dispatch_fast.cuh - the fast form of the combine weight's gradient (CUDA, and C++ on the
- * CPU through cuda/kernels/cuda_emu.h): a warp per selection, whole-sector loads of the two rows, the dot
- * in engine/core/math.h's row order across the lanes (cuda/warp.cuh: lane l holds slots 4l .. 4l+3 and 128+4l .. 128+4l+3,
- * tri_warp_row_sum's tree), so the bits of the simple twin moe_weight_grad_kernel
- * (cuda/moe/dispatch.kern.h, a thread per selection walking the row) and of the CPU backend. The
- * twin's thread reads a row of C elements alone, uncoalesced; here a warp reads it in contiguous 512- (fp32) or 256-byte (bf16) accesses. */
+/* cuda/moe/dispatch_fast.cuh - the fast form of the combine weight's gradient (CUDA, and C++ on the CPU
+ * through cuda/kernels/cuda_emu.h): a warp per selection, whole-sector loads of the two rows, the dot in
+ * engine/core/math.h's row order across the lanes (cuda/warp.cuh: lane l holds slots 4l .. 4l+3 and 128+4l
+ * .. 128+4l+3, tri_warp_row_sum's tree), so the bits of the simple twin moe_weight_grad_kernel
+ * (cuda/moe/dispatch.kern.h, a thread per selection walking the row) and of the CPU backend. The twin's
+ * thread reads a row of C elements alone, uncoalesced; here a warp reads it in contiguous accesses of 512
+ * (fp32) or 256 bytes (bf16). */
 #ifndef TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
 #define TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
 
