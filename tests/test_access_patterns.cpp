@@ -23,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "cuda/attention/flash_mma.kern.h"
@@ -459,19 +461,18 @@ Test(access_patterns, flash_fp32)
     cr_assert(ok, "an access of the fp32 tiled attention is over 2-way or uses partial sectors");
 }
 
-/* ---- the row kernels: norms, causal softmax, cross-entropy (the classifier) ----
- * A warp per row (layernorm_fast.cuh, rmsnorm_fast.cuh, softmax_fast.cuh, cross-entropy's row max)
- * or a block of TRI_CE_WARPS warps per row (cross-entropy's sum of exponentials, gradient and fused
- * classifier): thread t's 8 elements of a pass at tri_row_first(t), moved by tri_load8 / tri_store8
- * in tri_vec8_pieces 16-byte accesses (cuda/warp.cuh). No shared memory in their loops (the block
- * form's warp sums: one word a warp, read by all as a broadcast). The rows start 32-byte aligned
- * (C x element size a multiple of 32, as GPT-2's 768 and a vocabulary padded to 50304). bf16: each
- * access is 512 contiguous bytes, 16 whole sectors. fp32: a lane's 8 floats are 32 contiguous bytes
- * in two 16-byte accesses, so each access uses half of each of 32 sectors and the pair uses all
- * of them (a load's second access is served from the L1 lines the first brought in); lanes holding slots
- * 8l .. 8l+7 is engine/core/math.h's row-sum order, which this keeps. The test asserts whole
- * sectors per access (bf16) and per pass (both forms), and the fp32 per-access figure (32 sectors
- * for 16). */
+/* ---- the row kernels: norms, causal softmax, cross-entropy (the classifier), the MoE weight gradient ----
+ * A warp per row (layernorm_fast.cuh, rmsnorm_fast.cuh, softmax_fast.cuh, cross-entropy's row max,
+ * dispatch_fast.cuh) or a block of TRI_CE_WARPS warps per row (cross-entropy's sum of exponentials,
+ * gradient and fused classifier): thread t's 8 elements of a pass start at tri_row_first(t), value
+ * k at tri_row_at(k) after it, moved by tri_row_load8 / tri_row_store8 in TRI_ROW_PIECES accesses of
+ * 4 elements at tri_row_piece(q) (cuda/warp.cuh). No shared memory in their loops (the block form's
+ * warp sums: one word a warp, read by all as a broadcast). The rows start 32-byte aligned (C x element
+ * size a multiple of 32, as GPT-2's 768 and a vocabulary padded to 50304). Each access is 512
+ * contiguous bytes (fp32) or 256 (bf16): 16 or 8 whole sectors. The test asserts whole sectors per
+ * access and per pass, for both dtypes, and that a pass's accesses take every element of the warp's
+ * span once, in the places tri_row_at says (so the loads and the slot sums agree). Before 2026-11-29
+ * a lane's fp32 values were two 16-byte accesses at 8l and 8l+4: 32 sectors for 16 each. */
 
 /* One pass of warp w (threads 32 w .. 32 w + 31 of those sharing the row) at element first of a row
  * starting at byte row. */
@@ -479,16 +480,30 @@ static void row_pass(int bf16, uint64_t row, int w, int64_t first, std::vector<t
                      tri_sector_use &pass)
 {
     int e = bf16 ? 2 : 4;
-    tri_warp_access all = tri_access(8 * e);
-    for (int q = 0; q < tri_vec8_pieces(bf16); q++) {
-        tri_warp_access a = tri_access(16);
+    std::vector<uint64_t> elems;
+    for (int q = 0; q < TRI_ROW_PIECES; q++) {
+        tri_warp_access a = tri_access(4 * e);
         for (int l = 0; l < 32; l++)
-            tri_access_set(a, l, row + (uint64_t)((first + tri_row_first(32 * w + l) + tri_vec8_piece(bf16, q)) * e));
+            tri_access_set(a, l, row + (uint64_t)((first + tri_row_first(32 * w + l) + tri_row_piece(q)) * e));
         per_access.push_back(tri_global_sectors(a));
     }
     for (int l = 0; l < 32; l++)
-        tri_access_set(all, l, row + (uint64_t)((first + tri_row_first(32 * w + l)) * e));
-    pass = tri_global_sectors(all);
+        for (int k = 0; k < 8; k++) {
+            int64_t at = tri_row_at(k);
+            cr_assert_eq(at, tri_row_piece(k / 4) + k % 4, "value %d of a lane is not where its access puts it", k);
+            elems.push_back((uint64_t)(first + tri_row_first(32 * w + l) + at));
+        }
+    std::sort(elems.begin(), elems.end());
+    for (size_t j = 0; j < elems.size(); j++)
+        cr_assert_eq(elems[j], (uint64_t)(first + TRI_ROW_SLOTS * w) + j, "warp %d's pass does not take its span once",
+                     w);
+    std::set<uint64_t> sectors; /* the pass: every byte of the lanes' 8 elements */
+    for (uint64_t x : elems)
+        for (int i = 0; i < e; i++)
+            sectors.insert((row + x * (uint64_t)e + (uint64_t)i) / TRI_SECTOR_BYTES);
+    pass.sectors = (int)sectors.size();
+    pass.bytes = (int)elems.size() * e;
+    pass.min_sectors = (pass.bytes + TRI_SECTOR_BYTES - 1) / TRI_SECTOR_BYTES;
 }
 
 /* Rows of C elements, row r at byte r C e; `warps` warps share a row, passes `span` elements apart. */
@@ -497,23 +512,19 @@ static void check_rows(const char *what, int bf16, int64_t C, int warps, int64_t
     int e = bf16 ? 2 : 4;
     for (int64_t r = 0; r < 3; r++)
         for (int w = 0; w < warps; w++)
-            for (int64_t first = 0; first + tri_row_first(32 * w + 31) + 8 <= C; first += span) {
+            for (int64_t first = 0; first + TRI_ROW_SLOTS * (w + 1) <= C; first += span) {
                 std::vector<tri_sector_use> acc;
                 tri_sector_use pass;
                 row_pass(bf16, (uint64_t)(r * C * e), w, first, acc, pass);
                 cr_assert(pass.whole(), "%s %s: a pass uses %d sectors for %d bytes", what, bf16 ? "bf16" : "fp32",
                           pass.sectors, pass.bytes);
-                for (const tri_sector_use &u : acc) {
-                    if (bf16)
-                        cr_assert(u.whole(), "%s bf16: an access uses %d sectors for %d", what, u.sectors, u.min_sectors);
-                    else
-                        cr_assert(u.sectors == 32 && u.min_sectors == 16, "%s fp32: %d sectors for %d", what,
-                                  u.sectors, u.min_sectors);
-                }
+                for (const tri_sector_use &u : acc)
+                    cr_assert(u.whole() && u.sectors == 4 * e, "%s %s: an access uses %d sectors for %d bytes", what,
+                              bf16 ? "bf16" : "fp32", u.sectors, u.bytes);
             }
     if (getenv("TRIDENT_TEST_VERBOSE"))
-        fprintf(stderr, "%s %s C %lld: whole sectors a pass; a 16-byte access %s\n", what, bf16 ? "bf16" : "fp32",
-                (long long)C, bf16 ? "16 whole sectors" : "32 sectors for 16 (half of each)");
+        fprintf(stderr, "%s %s C %lld: whole sectors a pass and an access (%d of them, %d bytes)\n", what,
+                bf16 ? "bf16" : "fp32", (long long)C, 4 * e, 128 * e);
 }
 
 Test(access_patterns, row_kernels)

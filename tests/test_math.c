@@ -73,16 +73,48 @@ Test(math, bf16_rounds_to_nearest_even)
     cr_expect(isinf(tri_bf16_to_float(tri_float_to_bf16(FLT_MAX))), "FLT_MAX rounds up to inf");
 }
 
-/* The row order of engine/core/math.h as a warp runs it (cuda/warp.cuh tri_warp_row_sum): 32 lanes
- * with 8 registers, each register reduced in the lane by halving, then __shfl_xor_sync butterflies
- * with offsets 16 .. 1, emulated here lane by lane. Every lane must end with the bits of
- * tri_row_slots_combine over the same 256 slot sums, whatever the values (mixed magnitudes and
- * signs make any other order give other bits, which the second check confirms). */
+/* The row order of engine/core/math.h as a warp runs it (cuda/warp.cuh tri_warp_row_sum): lane l
+ * holds slots 4l .. 4l+3 in r[0..4) and 128+4l .. 128+4l+3 in r[4..8) (so each of the warp's loads is
+ * contiguous); a shuffle xor 1 of the 8 registers makes the groups' first halving step, each lane
+ * then ends the steps of its two groups (l/2 and 16 + l/2) and adds them (the lane tree's first
+ * step), and __shfl_xor_sync butterflies with offsets 16 .. 2 end the tree, emulated here lane by
+ * lane. Every lane must end with the bits of tri_row_slots_combine over the same 256 slot sums,
+ * whatever the values (mixed magnitudes and signs make any other order give other bits, which the
+ * second check confirms). */
 static uint32_t bits_of(float x)
 {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
+}
+
+/* The slot of lane l's register k (cuda/warp.cuh tri_row_first + tri_row_at for a warp). */
+static int warp_slot(int l, int k)
+{
+    return 4 * l + (k < 4 ? k : TRI_ROW_SLOTS / 2 - 4 + k);
+}
+
+/* tri_warp_row_sum lane by lane: reg[l][k] the slot sums (overwritten), lane[l] what lane l returns. */
+static void warp_row_sum(float reg[TRI_ROW_LANES][TRI_ROW_GROUP], float lane[TRI_ROW_LANES])
+{
+    float next[TRI_ROW_LANES][TRI_ROW_GROUP];
+    for (int l = 0; l < TRI_ROW_LANES; l++)
+        for (int k = 0; k < TRI_ROW_GROUP; k++)
+            next[l][k] = reg[l][k] + reg[l ^ 1][k]; /* r[k] += __shfl_xor_sync(full, r[k], 1) */
+    for (int l = 0; l < TRI_ROW_LANES; l++) {
+        float *r = next[l];
+        for (int k = 0; k < 2; k++) {
+            r[k] += r[k + 2];
+            r[4 + k] += r[6 + k];
+        }
+        lane[l] = (r[0] + r[1]) + (r[4] + r[5]);
+    }
+    for (int k = TRI_ROW_LANES / 2; k >= 2; k /= 2) {
+        float v[TRI_ROW_LANES];
+        for (int l = 0; l < TRI_ROW_LANES; l++)
+            v[l] = lane[l] + lane[l ^ k]; /* v += __shfl_xor_sync(full, v, k) */
+        memcpy(lane, v, sizeof v);
+    }
 }
 
 Test(math, row_slots_combine_is_the_warp_butterfly)
@@ -98,18 +130,11 @@ Test(math, row_slots_combine_is_the_warp_butterfly)
         }
         memcpy(acc, slots, sizeof acc);
         float want = tri_row_slots_combine(acc);
-        float lane[TRI_ROW_LANES];
-        for (int l = 0; l < TRI_ROW_LANES; l++) {
-            float r[TRI_ROW_GROUP];
-            memcpy(r, slots + l * TRI_ROW_GROUP, sizeof r);
-            lane[l] = tri_row_group_combine(r);
-        }
-        for (int k = TRI_ROW_LANES / 2; k >= 1; k /= 2) {
-            float next[TRI_ROW_LANES];
-            for (int l = 0; l < TRI_ROW_LANES; l++)
-                next[l] = lane[l] + lane[l ^ k]; /* v += __shfl_xor_sync(full, v, k) */
-            memcpy(lane, next, sizeof lane);
-        }
+        float lane[TRI_ROW_LANES], reg[TRI_ROW_LANES][TRI_ROW_GROUP];
+        for (int l = 0; l < TRI_ROW_LANES; l++)
+            for (int k = 0; k < TRI_ROW_GROUP; k++)
+                reg[l][k] = slots[warp_slot(l, k)];
+        warp_row_sum(reg, lane);
         for (int l = 0; l < TRI_ROW_LANES; l++)
             cr_assert_eq(bits_of(lane[l]), bits_of(want), "trial %d lane %d: %.9g vs %.9g", trial, l, lane[l], want);
         float seq = 0.0f;
@@ -121,8 +146,8 @@ Test(math, row_slots_combine_is_the_warp_butterfly)
 }
 
 /* The cross-entropy's sum of exponentials as cuda/crossentropy/crossentropy.cu's block-per-row kernels compute it
- * (ce_block_row_sumexp): thread t of TRI_CE_WARPS * 32 loads the 8 values 8t .. 8t+7 of every 4096 of
- * the row and adds value k into its register k; each warp reduces its lanes as
+ * (ce_block_row_sumexp): thread t = 32 w + l of TRI_CE_WARPS * 32 loads the 8 values 256 w + warp_slot(l, k)
+ * of every 4096 of the row and adds value k into its register k; each warp reduces its lanes as
  * row_slots_combine_is_the_warp_butterfly above; the block halves the warp sums. Emulated here
  * thread by thread, it must give math.h's definition bit for bit at every row length: partial last
  * passes, warps without a span, rows shorter than one warp's span. */
@@ -142,20 +167,16 @@ Test(math, ce_row_sumexp_is_the_block_kernels_mapping)
         float mx = 8.0f;
         memset(reg, 0, sizeof reg);
         for (int t = 0; t < THREADS; t++)
-            for (int64_t i = 8 * (int64_t)t; i < V; i += TRI_CE_SLOTS)
-                for (int k = 0; k < 8 && i + k < V; k++)
-                    reg[t][k] += tri_expf(row[i + k] - mx);
+            for (int64_t i = TRI_ROW_SLOTS * (int64_t)(t / 32); i < V; i += TRI_CE_SLOTS)
+                for (int k = 0; k < 8 && i + warp_slot(t % 32, k) < V; k++)
+                    reg[t][k] += tri_expf(row[i + warp_slot(t % 32, k)] - mx);
         float warp_sum[TRI_CE_WARPS];
         for (int w = 0; w < TRI_CE_WARPS; w++) {
             float lane[TRI_ROW_LANES];
-            for (int l = 0; l < TRI_ROW_LANES; l++)
-                lane[l] = tri_row_group_combine(reg[w * TRI_ROW_LANES + l]);
-            for (int k = TRI_ROW_LANES / 2; k >= 1; k /= 2) {
-                float next[TRI_ROW_LANES];
-                for (int l = 0; l < TRI_ROW_LANES; l++)
-                    next[l] = lane[l] + lane[l ^ k];
-                memcpy(lane, next, sizeof lane);
-            }
+            warp_row_sum(reg + w * TRI_ROW_LANES, lane);
+            for (int l = 1; l < TRI_ROW_LANES; l++)
+                cr_assert_eq(bits_of(lane[l]), bits_of(lane[0]), "V %lld warp %d: lane %d's sum differs", (long long)V,
+                             w, l);
             warp_sum[w] = lane[0];
         }
         float got = tri_ce_warps_combine(warp_sum), want = tri_ce_row_sumexp(row, mx, V);

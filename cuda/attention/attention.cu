@@ -10,7 +10,7 @@
  *             -> dq = dscores k * scale, dk = dscores^T q * scale
  * The full T x T products include the masked upper triangle (the softmax zeroes it), as the CPU
  * backend does. The softmax rows run a warp per row (cuda/attention/softmax_fast.cuh, also run on the
- * CPU: 16-byte loads, math.h's row sums across the lanes, cuda/warp.cuh), the same bits as the row
+ * CPU: whole-sector loads, math.h's row sums across the lanes, cuda/warp.cuh), the same bits as the row
  * functions. With the device's simple switch on, the whole op runs instead as the simple kernels
  * (plain loops per (b, h, t) row), which the CPU suite checks against the CPU backend and the GPU
  * suite checks against this path. A fused (flash) kernel would follow as a third twin.

@@ -24,25 +24,25 @@ __global__ void causal_softmax_fast_kernel(void *att, int att_bf16, int64_t rows
     float v[8] = {0}, acc[8] = {0};
     float mx = -INFINITY;
     for (int64_t i = tri_row_first(lane); i < n; i += TRI_ROW_SLOTS) {
-        tri_load8(v, row, att_bf16, i, n, vec);
-        for (int k = 0; k < 8 && i + k < n; k++)
+        tri_row_load8(v, row, att_bf16, i, n, vec);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < n; k++)
             mx = v[k] > mx ? v[k] : mx;
     }
     mx = tri_warp_max(mx);
     for (int64_t i = tri_row_first(lane); i < n; i += TRI_ROW_SLOTS) {
-        tri_load8(v, row, att_bf16, i, n, vec);
-        for (int k = 0; k < 8 && i + k < n; k++)
+        tri_row_load8(v, row, att_bf16, i, n, vec);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < n; k++)
             acc[k] += tri_expf(v[k] - mx);
     }
     float inv = 1.0f / tri_warp_row_sum(acc);
     for (int64_t i = tri_row_first(lane); i < T; i += TRI_ROW_SLOTS) {
-        tri_load8(v, row, att_bf16, i, n, vec);
+        tri_row_load8(v, row, att_bf16, i, n, vec);
         for (int k = 0; k < 8; k++) {
             float e = tri_expf(v[k] - mx);
             e = att_bf16 ? tri_round_bf16(e) : e;
-            v[k] = i + k < n ? e * inv : 0.0f;
+            v[k] = i + tri_row_at(k) < n ? e * inv : 0.0f;
         }
-        tri_store8(row, att_bf16, i, T, v, vec);
+        tri_row_store8(row, att_bf16, i, T, v, vec);
     }
 }
 
@@ -61,18 +61,18 @@ __global__ void causal_softmax_backward_fast_kernel(void *datt, int datt_bf16, c
     bool vd = tri_aligned16(drow), vp = tri_aligned16(prow);
     float p[8] = {0}, g[8] = {0}, acc[8] = {0};
     for (int64_t i = tri_row_first(lane); i < n; i += TRI_ROW_SLOTS) {
-        tri_load8(p, prow, att_bf16, i, n, vp);
-        tri_load8(g, drow, datt_bf16, i, n, vd);
-        for (int k = 0; k < 8 && i + k < n; k++)
+        tri_row_load8(p, prow, att_bf16, i, n, vp);
+        tri_row_load8(g, drow, datt_bf16, i, n, vd);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < n; k++)
             acc[k] += p[k] * g[k];
     }
     float dot = tri_warp_row_sum(acc);
     for (int64_t i = tri_row_first(lane); i < T; i += TRI_ROW_SLOTS) {
-        tri_load8(p, prow, att_bf16, i, n, vp);
-        tri_load8(g, drow, datt_bf16, i, n, vd);
+        tri_row_load8(p, prow, att_bf16, i, n, vp);
+        tri_row_load8(g, drow, datt_bf16, i, n, vd);
         for (int k = 0; k < 8; k++)
-            g[k] = i + k < n ? p[k] * (g[k] - dot) : 0.0f;
-        tri_store8(drow, datt_bf16, i, T, g, vd);
+            g[k] = i + tri_row_at(k) < n ? p[k] * (g[k] - dot) : 0.0f;
+        tri_row_store8(drow, datt_bf16, i, T, g, vd);
     }
 }
 

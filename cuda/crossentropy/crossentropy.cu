@@ -7,7 +7,7 @@
  * and sum-exp (the same arithmetic, so the loss pieces agree with the CPU backend to FMA rounding), the logit
  * gradient one thread per element, in place over the logits when the caller asks. The fast kernels
  * (cuda/crossentropy/crossentropy_fast.cuh, also run on the CPU) follow math.h's orders a warp (the max)
- * or a block (the sum, the gradient, the fused classifier) per row with 16-byte loads and stores: the
+ * or a block (the sum, the gradient, the fused classifier) per row with whole-sector loads and stores: the
  * simple kernels' bits. logits and dlogits are fp32 or bf16 as their dtypes say; maxes, stats and
  * losses are fp32. */
 #include "cuda/crossentropy/crossentropy.kern.h"

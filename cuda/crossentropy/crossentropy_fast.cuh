@@ -2,7 +2,7 @@
  * through cuda/kernels/cuda_emu.h): the row max a warp per row; the sum of exponentials, the
  * gradient and the fused classifier a block of TRI_CE_WARPS warps per row (grid-stride over the
  * rows, launched with cuda/warp.cuh's tri_row_blocks), in engine/device/ops/crossentropy_math.h's block
- * order, with 16-byte loads and stores (cuda/warp.cuh). They give the simple kernels' bits
+ * order, with whole-sector loads and stores (cuda/warp.cuh). They give the simple kernels' bits
  * (cuda/crossentropy/crossentropy.kern.h); tests/test_fast_kernels_cpu.cpp runs them on the CPU against
  * the CPU backend, tests/gpu/test_gpu_ops.c on a GPU. */
 #ifndef TRIDENT_CUDA_CROSSENTROPY_CROSSENTROPY_FAST_CUH
@@ -23,8 +23,8 @@ __global__ void ce_row_max_fast_kernel(float *maxes, const void *logits, int log
     bool vec = tri_aligned16(row);
     float v[8] = {0}, mx = -3.402823466e38f;
     for (int64_t i = tri_row_first(tri_lane()); i < V_valid; i += TRI_ROW_SLOTS) {
-        tri_load8(v, row, logits_bf16, i, V_valid, vec);
-        for (int k = 0; k < 8 && i + k < V_valid; k++)
+        tri_row_load8(v, row, logits_bf16, i, V_valid, vec);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < V_valid; k++)
             mx = v[k] > mx ? v[k] : mx;
     }
     mx = tri_warp_max(mx);
@@ -33,8 +33,9 @@ __global__ void ce_row_max_fast_kernel(float *maxes, const void *logits, int log
 }
 
 /* ---- a block of TRI_CE_WARPS warps per row (math.h's block order of the sum of exponentials) ----
- * Thread t = 32 w + l of the block owns the values 8t .. 8t+7 of every TRI_CE_SLOTS (4096) of the row:
- * warp w walks spans w, w + 16, ... of 256 values with lane l on slots 8l .. 8l+7, so each warp sums
+ * Thread t = 32 w + l of the block owns the values at tri_row_first(t) of every TRI_CE_SLOTS (4096) of
+ * the row: warp w walks spans w, w + 16, ... of 256 values with lane l on slots 4l .. 4l+3 and
+ * 128+4l .. 128+4l+3 (cuda/warp.cuh), so each warp sums
  * exactly math.h's spans of warp w in its row order (tri_warp_row_sum), and the block halves the 16
  * warp sums (tri_ce_warps_combine): the bits of tri_ce_row_sumexp_mixed. A few such blocks per SM
  * keep their rows in L2 between the passes over them. */
@@ -80,8 +81,8 @@ __device__ __forceinline__ float ce_block_row_max(const void *row, int bf16, int
 {
     float v[8] = {0}, mx = -3.402823466e38f;
     for (int64_t i = ce_first(); i < V_valid; i += TRI_CE_SLOTS) {
-        tri_load8(v, row, bf16, i, V_valid, vec);
-        for (int k = 0; k < 8 && i + k < V_valid; k++)
+        tri_row_load8(v, row, bf16, i, V_valid, vec);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < V_valid; k++)
             mx = v[k] > mx ? v[k] : mx;
     }
     return ce_block_max(mx, red);
@@ -93,8 +94,8 @@ __device__ __forceinline__ float ce_block_row_sumexp(const void *row, int bf16, 
 {
     float v[8] = {0}, acc[8] = {0};
     for (int64_t i = ce_first(); i < V_valid; i += TRI_CE_SLOTS) {
-        tri_load8(v, row, bf16, i, V_valid, vec);
-        for (int k = 0; k < 8 && i + k < V_valid; k++)
+        tri_row_load8(v, row, bf16, i, V_valid, vec);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < V_valid; k++)
             acc[k] += tri_expf(v[k] - mx);
     }
     return ce_block_sum(acc, red);
@@ -108,10 +109,12 @@ __device__ __forceinline__ void ce_block_row_backward(void *drow, int dbf16, con
     bool vec = tri_aligned16(row), dvec = tri_aligned16(drow);
     float v[8] = {0}, g[8];
     for (int64_t i = ce_first(); i < V_l; i += TRI_CE_SLOTS) {
-        tri_load8(v, row, bf16, i, V_valid, vec);
-        for (int k = 0; k < 8; k++)
-            g[k] = i + k < V_valid ? tri_ce_dlogit(v[k], mx, sum, i + k == r, dloss) : 0.0f;
-        tri_store8(drow, dbf16, i, V_l, g, dvec);
+        tri_row_load8(v, row, bf16, i, V_valid, vec);
+        for (int k = 0; k < 8; k++) {
+            int64_t j = i + tri_row_at(k);
+            g[k] = j < V_valid ? tri_ce_dlogit(v[k], mx, sum, j == r, dloss) : 0.0f;
+        }
+        tri_row_store8(drow, dbf16, i, V_l, g, dvec);
     }
 }
 

@@ -50,6 +50,9 @@
 struct tri_emu_dim3 {
     unsigned x, y, z;
 };
+struct uint2 {
+    uint32_t x, y;
+};
 struct uint4 {
     uint32_t x, y, z, w;
 };

@@ -14,7 +14,8 @@
  *     (cuda/warp.cuh tri_load8 / tri_store8; 8 elements a lane a pass; the twins: a thread per element),
  *     each element's arithmetic the twin's: a product, or the K terms added in k order;
  *   - the combine weight's gradient, a warp per selection, the dot in engine/core/math.h's row order
- *     across the lanes (cuda/warp.cuh: lane l holds slots 8l .. 8l+7, tri_warp_row_sum's tree).
+ *     across the lanes (cuda/warp.cuh: lane l holds slots 4l .. 4l+3 and 128+4l .. 128+4l+3, read in
+ *     whole-sector accesses of 512 (fp32) or 256 bytes (bf16); tri_warp_row_sum's tree).
  * The shared indices are tri_moe_warp_slot, tri_moe_run_at and tri_moe_scan_slot, which
  * tests/test_access_patterns.cpp enumerates for a warp (with the row copies' global sectors). */
 #ifndef TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
@@ -40,9 +41,9 @@ __global__ void moe_weight_grad_fast_kernel(float *dw, const void *dy, int dy_bf
     bool va = tri_aligned16(a), vb = tri_aligned16(b);
     float s[8] = {0}, av[8] = {0}, bv[8] = {0};
     for (int64_t j = tri_row_first(tri_lane()); j < C; j += TRI_ROW_SLOTS) {
-        tri_load8(av, a, dy_bf16, j, C, va);
-        tri_load8(bv, b, y_bf16, j, C, vb);
-        for (int k = 0; k < 8 && j + k < C; k++)
+        tri_row_load8(av, a, dy_bf16, j, C, va);
+        tri_row_load8(bv, b, y_bf16, j, C, vb);
+        for (int k = 0; k < 8 && j + tri_row_at(k) < C; k++)
             s[k] += av[k] * bv[k];
     }
     float v = tri_warp_row_sum(s);

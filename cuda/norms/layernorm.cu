@@ -1,6 +1,6 @@
 /* cuda/norms/layernorm.cu - layernorm forward and backward on the GPU.
  *
- * Fast kernels (the default; cuda/norms/layernorm_fast.cuh, also run on the CPU): a warp per row for the normalisation and the input gradient, 16-byte
+ * Fast kernels (the default; cuda/norms/layernorm_fast.cuh, also run on the CPU): a warp per row for the normalisation and the input gradient, whole-sector
  * loads, the row sums in engine/core/math.h's order (cuda/warp.cuh); the parameter gradients dw, db
  * as chunked column sums in two coalesced passes (cuda/matmul/colsum.kern.h) through the device's
  * workspace. Their twins, the simple kernels of cuda/norms/layernorm.kern.h (one thread per row,

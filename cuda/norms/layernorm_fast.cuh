@@ -1,6 +1,6 @@
 /* cuda/norms/layernorm_fast.cuh - the fast layernorm kernels (CUDA, and C++ on the CPU through
- * cuda/kernels/cuda_emu.h): a warp per row for the normalisation and the input gradient, 16-byte
- * loads, the row sums in engine/core/math.h's order across the lanes (cuda/warp.cuh): the bits of the
+ * cuda/kernels/cuda_emu.h): a warp per row for the normalisation and the input gradient, loads
+ * in whole sectors, the row sums in engine/core/math.h's order across the lanes (cuda/warp.cuh): the bits of the
  * simple kernels of cuda/norms/layernorm.kern.h and of the CPU backend. */
 #ifndef TRIDENT_CUDA_NORMS_LAYERNORM_FAST_CUH
 #define TRIDENT_CUDA_NORMS_LAYERNORM_FAST_CUH
@@ -18,8 +18,8 @@ __device__ __forceinline__ void layernorm_row_finish(void *o, int out_bf16, floa
     bool vx = tri_aligned16(x), vo = tri_aligned16(o), vw = tri_aligned16(w), vb = tri_aligned16(b);
     float r[8] = {0}, v[8] = {0}, wv[8] = {0}, bv[8] = {0};
     for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        for (int k = 0; k < 8 && i + k < C; k++) {
+        tri_row_load8(v, x, inp_bf16, i, C, vx);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < C; k++) {
             float dx = v[k] - m;
             r[k] += dx * dx;
         }
@@ -27,12 +27,12 @@ __device__ __forceinline__ void layernorm_row_finish(void *o, int out_bf16, floa
     float var = tri_warp_row_sum(r) / (float)C;
     float rs = 1.0f / sqrtf(var + TRI_LN_EPS);
     for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        tri_load8(bv, b, b_bf16, i, C, vb);
+        tri_row_load8(v, x, inp_bf16, i, C, vx);
+        tri_row_load8(wv, w, w_bf16, i, C, vw);
+        tri_row_load8(bv, b, b_bf16, i, C, vb);
         for (int k = 0; k < 8; k++)
             v[k] = (v[k] - m) * rs * wv[k] + bv[k];
-        tri_store8(o, out_bf16, i, C, v, vo);
+        tri_row_store8(o, out_bf16, i, C, v, vo);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -92,10 +92,10 @@ __global__ void layernorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, 
     float mu = mean[row], rs = rstd[row];
     float a1[8] = {0}, a2[8] = {0}, xv[8] = {0}, gv[8] = {0}, wv[8] = {0}, dv[8] = {0};
     for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(xv, x, inp_bf16, i, C, vx);
-        tri_load8(gv, g, dout_bf16, i, C, vg);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        for (int k = 0; k < 8 && i + k < C; k++) {
+        tri_row_load8(xv, x, inp_bf16, i, C, vx);
+        tri_row_load8(gv, g, dout_bf16, i, C, vg);
+        tri_row_load8(wv, w, w_bf16, i, C, vw);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < C; k++) {
             float norm = (xv[k] - mu) * rs;
             float dnorm = wv[k] * gv[k];
             a1[k] += dnorm;
@@ -105,16 +105,16 @@ __global__ void layernorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, 
     float dnorm_mean = tri_warp_row_sum(a1) / (float)C;
     float dnorm_norm_mean = tri_warp_row_sum(a2) / (float)C;
     for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(xv, x, inp_bf16, i, C, vx);
-        tri_load8(gv, g, dout_bf16, i, C, vg);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        tri_load8(dv, dx, dinp_bf16, i, C, vd);
+        tri_row_load8(xv, x, inp_bf16, i, C, vx);
+        tri_row_load8(gv, g, dout_bf16, i, C, vg);
+        tri_row_load8(wv, w, w_bf16, i, C, vw);
+        tri_row_load8(dv, dx, dinp_bf16, i, C, vd);
         for (int k = 0; k < 8; k++) {
             float norm = (xv[k] - mu) * rs;
             float dnorm = wv[k] * gv[k];
             dv[k] = dv[k] + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
         }
-        tri_store8(dx, dinp_bf16, i, C, dv, vd);
+        tri_row_store8(dx, dinp_bf16, i, C, dv, vd);
     }
 }
 

@@ -1,6 +1,6 @@
 /* cuda/norms/rmsnorm.cu - RMSNorm forward and backward on the GPU (the Llama family's norm).
  *
- * As cuda/norms/layernorm.cu (cuda/norms/rmsnorm_fast.cuh, also run on the CPU): a warp per row for the normalisation and the input gradient (16-byte loads,
+ * As cuda/norms/layernorm.cu (cuda/norms/rmsnorm_fast.cuh, also run on the CPU): a warp per row for the normalisation and the input gradient (whole-sector loads,
  * engine/core/math.h's row order across the lanes, cuda/warp.cuh), dw as chunked column sums in two
  * coalesced passes through the workspace; the simple kernels of cuda/norms/rmsnorm.kern.h with
  * the device's simple switch (or for dw when the chunk sums do not fit the workspace). Same additions

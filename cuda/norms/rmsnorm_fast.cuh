@@ -1,6 +1,6 @@
 /* cuda/norms/rmsnorm_fast.cuh - the fast RMSNorm kernels (CUDA, and C++ on the CPU through
- * cuda/kernels/cuda_emu.h): a warp per row for the normalisation and the input gradient, 16-byte
- * loads, engine/core/math.h's row order across the lanes (cuda/warp.cuh): the bits of the simple
+ * cuda/kernels/cuda_emu.h): a warp per row for the normalisation and the input gradient, loads
+ * in whole sectors, engine/core/math.h's row order across the lanes (cuda/warp.cuh): the bits of the simple
  * kernels of cuda/norms/rmsnorm.kern.h and of the CPU backend. */
 #ifndef TRIDENT_CUDA_NORMS_RMSNORM_FAST_CUH
 #define TRIDENT_CUDA_NORMS_RMSNORM_FAST_CUH
@@ -19,11 +19,11 @@ __device__ __forceinline__ void rmsnorm_row_finish(void *o, int out_bf16, float 
     float v[8] = {0}, wv[8] = {0};
     float rs = 1.0f / sqrtf(tri_warp_row_sum(r) / (float)C + eps);
     for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(v, x, inp_bf16, i, C, vx);
-        tri_load8(wv, w, w_bf16, i, C, vw);
+        tri_row_load8(v, x, inp_bf16, i, C, vx);
+        tri_row_load8(wv, w, w_bf16, i, C, vw);
         for (int k = 0; k < 8; k++)
             v[k] = v[k] * rs * wv[k];
-        tri_store8(o, out_bf16, i, C, v, vo);
+        tri_row_store8(o, out_bf16, i, C, v, vo);
     }
     if (lane == 0)
         rstd[row] = rs;
@@ -74,26 +74,26 @@ __global__ void rmsnorm_backward_input_fast_kernel(void *dinp, int dinp_bf16, co
     float rs = rstd[row];
     float a[8] = {0}, xv[8] = {0}, gv[8] = {0}, wv[8] = {0}, dv[8] = {0};
     for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(xv, x, inp_bf16, i, C, vx);
-        tri_load8(gv, g, dout_bf16, i, C, vg);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        for (int k = 0; k < 8 && i + k < C; k++) {
+        tri_row_load8(xv, x, inp_bf16, i, C, vx);
+        tri_row_load8(gv, g, dout_bf16, i, C, vg);
+        tri_row_load8(wv, w, w_bf16, i, C, vw);
+        for (int k = 0; k < 8 && i + tri_row_at(k) < C; k++) {
             float norm = xv[k] * rs;
             a[k] += wv[k] * gv[k] * norm;
         }
     }
     float dnorm_norm_mean = tri_warp_row_sum(a) / (float)C;
     for (int64_t i = tri_row_first(lane); i < C; i += TRI_ROW_SLOTS) {
-        tri_load8(xv, x, inp_bf16, i, C, vx);
-        tri_load8(gv, g, dout_bf16, i, C, vg);
-        tri_load8(wv, w, w_bf16, i, C, vw);
-        tri_load8(dv, dx, dinp_bf16, i, C, vd);
+        tri_row_load8(xv, x, inp_bf16, i, C, vx);
+        tri_row_load8(gv, g, dout_bf16, i, C, vg);
+        tri_row_load8(wv, w, w_bf16, i, C, vw);
+        tri_row_load8(dv, dx, dinp_bf16, i, C, vd);
         for (int k = 0; k < 8; k++) {
             float norm = xv[k] * rs;
             float dnorm = wv[k] * gv[k];
             dv[k] = dv[k] + (dnorm - norm * dnorm_norm_mean) * rs;
         }
-        tri_store8(dx, dinp_bf16, i, C, dv, vd);
+        tri_row_store8(dx, dinp_bf16, i, C, dv, vd);
     }
 }
 
