@@ -10,8 +10,9 @@
  *   - the scan of the E x chunks counts, a block of TRI_MOE_SCAN_THREADS (the twin: one thread): tiles
  *     of the flat (expert, chunk) array loaded coalesced, a Hillis-Steele scan of each tile in shared
  *     memory (Hillis and Steele 1986), a carry from tile to tile; integers, so any order's sums;
- *   - the permutation, the combine and their backwards, a warp per row with 16-byte loads and stores
- *     (cuda/warp.cuh tri_load8 / tri_store8; 8 elements a lane a pass; the twins: a thread per element),
+ *   - the permutation, the combine and their backwards, a warp per row in whole-sector accesses
+ *     (cuda/warp.cuh tri_row_load8 / tri_row_store8: the row kernels' lane map, 8 elements a lane a pass
+ *     as two runs of 4; the twins: a thread per element),
  *     each element's arithmetic the twin's: a product, or the K terms added in k order;
  *   - the combine weight's gradient, a warp per selection, the dot in engine/core/math.h's row order
  *     across the lanes (cuda/warp.cuh: lane l holds slots 4l .. 4l+3 and 128+4l .. 128+4l+3, read in
@@ -176,12 +177,12 @@ __global__ void moe_spread_fast_kernel(void *out, int out_bf16, const void *src,
         for (int64_t j = tri_row_first(tri_lane()); j < C; j += TRI_ROW_SLOTS) {
             float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             if (s >= 0) {
-                tri_load8(v, x, src_bf16, j, C, vx);
+                tri_row_load8(v, x, src_bf16, j, C, vx);
                 if (w)
                     for (int k = 0; k < 8; k++)
                         v[k] = f * v[k];
             }
-            tri_store8(o, out_bf16, j, C, v, vo);
+            tri_row_store8(o, out_bf16, j, C, v, vo);
         }
     }
 }
@@ -202,11 +203,11 @@ __global__ void moe_combine_fast_kernel(void *out, int out_bf16, const void *per
                     continue;
                 const void *y = tri_at(perm, perm_bf16, (int64_t)r * C);
                 float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                tri_load8(v, y, perm_bf16, j, C, tri_aligned16(y));
+                tri_row_load8(v, y, perm_bf16, j, C, tri_aligned16(y));
                 for (int q = 0; q < 8; q++)
                     acc[q] += w ? w[n * K + k] * v[q] : v[q];
             }
-            tri_store8(o, out_bf16, j, C, acc, vo);
+            tri_row_store8(o, out_bf16, j, C, acc, vo);
         }
     }
 }
