@@ -17,15 +17,28 @@ static float bias_correction(float beta, int64_t step)
     return 1.0f - powf(beta, (float)step);
 }
 
+/* The step's constants every AdamW kernel takes: bc1 = 1 - beta1^t, bc2 = 1 - beta2^t' (t' the step v
+ * was last updated at: the freeze step past hp->freeze_step) and whether v updates this step. */
+typedef struct adamw_consts {
+    float bc1, bc2;
+    int update_v;
+} adamw_consts;
+
+static adamw_consts step_consts(const tri_adamw_hparams *hp)
+{
+    const int64_t vstep = tri_adamw_v_step(hp->step, hp->freeze_step);
+    return (adamw_consts){bias_correction(hp->beta1, hp->step), bias_correction(hp->beta2, vstep),
+                          (int)(vstep == hp->step)};
+}
+
 extern "C" int tri_cuda_adamw(tri_device *d, tri_tensor param, tri_tensor grad, tri_tensor m,
                               tri_tensor v, const tri_adamw_hparams *hp)
 {
     int64_t n = tri_tensor_numel(param);
-    const int64_t vstep = tri_adamw_v_step(hp->step, hp->freeze_step);
-    const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, vstep);
+    const adamw_consts k = step_consts(hp);
     return TRI_CUDA_LAUNCH_N(adamw_kernel, n, tri_cuda_of(d)->stream, tri_fp(param), tri_fp(grad),
                              tri_fp(m), tri_fp(v), n, hp->lr, hp->beta1, hp->beta2, hp->eps,
-                             hp->weight_decay, bc1, bc2, hp->grad_scale, (int)(vstep == hp->step));
+                             hp->weight_decay, k.bc1, k.bc2, hp->grad_scale, k.update_v);
 }
 
 /* Groups of up to TRI_ADAMW_GROUP pieces, one launch each: GPT-2 124M's 148 parameters in one launch
@@ -42,9 +55,7 @@ extern "C" int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces
         }
         return rc;
     }
-    const int64_t vstep = tri_adamw_v_step(hp->step, hp->freeze_step);
-    const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, vstep);
-    const int update_v = vstep == hp->step; /* 1-bit Adam's frozen v past freeze_step */
+    const adamw_consts kc = step_consts(hp);
     for (int k = 0; k < n && !rc;) {
         tri_adamw_group a;
         memset(&a, 0, sizeof a);
@@ -58,7 +69,7 @@ extern "C" int tri_cuda_adamw_multi(tri_device *d, const tri_adamw_piece *pieces
             a.first[a.n + 1] = a.first[a.n] + tri_tensor_numel(p->param);
         }
         rc = TRI_CUDA_LAUNCH_N(adamw_multi_kernel, a.first[a.n], c->stream, a, hp->lr, hp->beta1, hp->beta2, hp->eps,
-                               bc1, bc2, hp->grad_scale, update_v);
+                               kc.bc1, kc.bc2, hp->grad_scale, kc.update_v);
     }
     return rc;
 }
@@ -83,9 +94,7 @@ extern "C" int tri_cuda_adamw_fused_multi(tri_device *d, const tri_adamw_piece *
         }
         return rc;
     }
-    const int64_t vstep = tri_adamw_v_step(hp->step, hp->freeze_step);
-    const float bc1 = bias_correction(hp->beta1, hp->step), bc2 = bias_correction(hp->beta2, vstep);
-    const int update_v = vstep == hp->step;
+    const adamw_consts kc = step_consts(hp);
     for (int k = 0; k < n && !rc;) {
         tri_adamw_fused_group a;
         memset(&a, 0, sizeof a);
@@ -100,7 +109,7 @@ extern "C" int tri_cuda_adamw_fused_multi(tri_device *d, const tri_adamw_piece *
             a.first[a.n + 1] = a.first[a.n] + tri_tensor_numel(p->param);
         }
         rc = TRI_CUDA_LAUNCH_N(adamw_fused_multi_kernel, a.first[a.n], c->stream, a, hp->lr, hp->beta1, hp->beta2,
-                               hp->eps, bc1, bc2, hp->grad_scale, update_v);
+                               hp->eps, kc.bc1, kc.bc2, hp->grad_scale, kc.update_v);
     }
     return rc;
 }
