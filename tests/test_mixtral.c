@@ -1,0 +1,270 @@
+/* tests/test_mixtral.c - the MoE families of the Llama code: "mixtral" (MixtralForCausalLM) and the
+ * MoE side of "qwen3_moe" (models/llama_moe.c, llama_config.c).
+ *  - config: the published shapes parse to their published parameter counts (Mixtral 8x7B
+ *    46,702,792,704 = 46.7B; Qwen3-30B-A3B 30,532,110,336 without its 12,288 q/k-norm weights, which
+ *    join with qk_norm: 30.5B), Qwen3's sparse-layer rule, and bad input refused naming key and value;
+ *  - parameters: the Hub names, the flat order that makes the experts' fused views contiguous (global
+ *    order = flat order), Hugging Face's state_dict order (hf_position), the JSON round trip;
+ *  - the model against tests/mixtral_torch_model.py (float64 PyTorch from Hugging Face's documented
+ *    math): logits, LM loss, every gradient of LM + auxiliary loss, 10 AdamW steps. Trident runs fp32,
+ *    so each agrees within 1e-5 relative per tensor, test_llama_torch.c's bound: the routing is the
+ *    same (top-2 of 4 with fp32 scores whose gaps are ~1e-2, rounding ~1e-7) and every sum is fp32;
+ *  - layouts: pp 2 (1F1B) and dp 2 at ZeRO 1 and 3 within 1e-5 (gradients) and 1e-4 (4 AdamW steps)
+ *    of one rank, and bit-identical to one rank in deterministic mode (pp 2, dp 2 ZeRO 0 and 3, full
+ *    recomputation); tp 2 and bf16 refused naming the flag. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+#include "models/llama.h"
+#include "tests/harness.h"
+#include "tests/testutil.h"
+#include "tests/torch_compare.h"
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(tu_source_path(path), "rb");
+    cr_assert(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    cr_assert(s && fread(s, 1, (size_t)n, f) == (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* ---- config ---- */
+
+TestSuite(mixtral_config);
+
+Test(mixtral_config, published_shapes_count_their_parameters)
+{
+    char *json = read_text("models/mixtral-8x7b.json");
+    tri_model m;
+    cr_assert_eq(tri_model_parse(&m, json, "mixtral-8x7b"), TRI_OK, "%s", tri_error_message());
+    const tri_llama_config *c = tri_llama_config_of(&m);
+    cr_assert(c);
+    cr_expect_eq(c->num_experts, 8);
+    cr_expect_eq(c->num_experts_per_tok, 2);
+    cr_expect_eq(c->moe_intermediate_size, 14336);
+    cr_expect(c->norm_topk_prob);
+    cr_expect_eq(m.family->num_params(c), 46702792704LL, "Mixtral 8x7B: %lld", (long long)m.family->num_params(c));
+    for (int l = 0; l < 32; l++)
+        cr_expect(tri_llama_layer_is_sparse(c, l));
+    tri_model_free(&m);
+    free(json);
+
+    json = read_text("models/qwen3-30b-a3b.json");
+    void *q = NULL;
+    cr_assert_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, json, "qwen3-30b-a3b", &q),
+                 TRI_OK, "%s", tri_error_message());
+    c = q;
+    cr_expect_eq(c->num_experts, 128);
+    cr_expect_eq(c->num_experts_per_tok, 8);
+    cr_expect_eq(c->moe_intermediate_size, 768);
+    cr_expect_eq(c->head_dim, 128);
+    cr_expect(c->norm_topk_prob);
+    cr_expect_eq(tri_llama_num_params(c), 30532110336LL, "Qwen3-30B-A3B: %lld", (long long)tri_llama_num_params(c));
+    free(q);
+    free(json);
+    json = read_text("models/qwen3-235b-a22b.json");
+    cr_assert_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, json, "qwen3-235b", &q),
+                 TRI_OK, "%s", tri_error_message());
+    /* 235B: 94 layers of 128 experts of 3 x 4096 x 1536, published 235B total (q/k norms aside) */
+    cr_expect(fabs((double)tri_llama_num_params(q) / 1e9 - 235.1) < 0.1, "Qwen3-235B-A22B: %lld",
+              (long long)tri_llama_num_params(q));
+    free(q);
+    free(json);
+    json = read_text("models/moe-tiny-byte.json");
+    cr_assert_eq(tri_model_parse(&m, json, "moe-tiny-byte"), TRI_OK, "%s", tri_error_message());
+    tri_model_free(&m);
+    free(json);
+}
+
+Test(mixtral_config, qwen3_sparse_layers_and_json_round_trip)
+{
+    const char *json = "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
+                       "\"num_hidden_layers\": 6, \"vocab_size\": 100, \"max_position_embeddings\": 16, "
+                       "\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
+                       "\"decoder_sparse_step\": 2, \"mlp_only_layers\": [3], \"norm_topk_prob\": false, "
+                       "\"use_sliding_window\": false, \"sliding_window\": 4096, \"max_window_layers\": 6}";
+    void *q = NULL;
+    cr_assert_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, json, "q.json", &q), TRI_OK,
+                 "%s", tri_error_message());
+    const tri_llama_config *c = q;
+    /* (layer + 1) % 2 == 0 and not in mlp_only_layers: 1 and 5 */
+    bool want[6] = {false, true, false, false, false, true};
+    for (int l = 0; l < 6; l++)
+        cr_expect_eq(tri_llama_layer_is_sparse(c, l), want[l], "layer %d", l);
+    cr_expect(!c->norm_topk_prob);
+    tri_param_spec *specs = NULL;
+    int n = 0;
+    tri_chunk_place all = {.layer_start = 0, .layer_end = 6, .first = true, .last = true, .n_slots = 1};
+    cr_assert_eq(tri_llama_param_specs(c, 1, &all, &specs, &n), TRI_OK, "%s", tri_error_message());
+    cr_expect_eq(n, tri_llama_num_param_tensors(c));
+    bool found = false;
+    for (int i = 0; i < n; i++) {
+        cr_expect_eq(specs[i].global_index, i, "%s at %d has global index %d", specs[i].name, i, specs[i].global_index);
+        found |= strcmp(specs[i].name, "model.layers.5.mlp.experts.3.down_proj.weight") == 0;
+        cr_expect(!strstr(specs[i].name, "model.layers.3.mlp.experts"), "layer 3 is dense: %s", specs[i].name);
+    }
+    cr_expect(found, "no model.layers.5.mlp.experts.3.down_proj.weight");
+    free(specs);
+    char *out = NULL;
+    cr_assert_eq(tri_llama_config_to_json(c, &out), TRI_OK);
+    void *back = NULL;
+    cr_assert_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, out, "q.json", &back), TRI_OK,
+                 "%s: %s", tri_error_message(), out);
+    cr_expect(memcmp(back, q, sizeof(tri_llama_config)) == 0, "the JSON round trip changed the config: %s", out);
+    free(out);
+    free(back);
+    free(q);
+}
+
+Test(mixtral_config, bad_input_names_key_and_value)
+{
+    static const struct { const char *extra; const char *must; } cases[] = {
+        {"\"num_local_experts\": 4, \"num_experts_per_tok\": 5", "\"num_experts_per_tok\" is 5, more than the 4 experts"},
+        {"\"num_local_experts\": 0", "\"num_local_experts\" is 0"},
+        {"\"num_local_experts\": 2000", "\"num_local_experts\" is 2000, above the 1024"},
+        {"\"num_experts\": 8", "unknown key \"num_experts\""},
+        {"\"router_jitter_noise\": 0.1", "\"router_jitter_noise\" is 0.1"},
+        {"\"sliding_window\": 4096", "\"sliding_window\" is 4096"},
+        {"\"router_aux_loss_coef\": -1", "\"router_aux_loss_coef\" is -1"},
+        {"\"attention_bias\": true", "\"attention_bias\" is set"},
+        {"\"mlp_bias\": true", "\"mlp_bias\" is true"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, "
+                 "\"num_attention_heads\": 4, \"num_hidden_layers\": 2, \"vocab_size\": 100, "
+                 "\"max_position_embeddings\": 16, %s}", cases[i].extra);
+        tri_model m;
+        cr_expect_eq(tri_model_parse(&m, json, "bad.json"), TRI_EINVAL, "case %zu accepted", i);
+        cr_expect(strstr(tri_error_message(), cases[i].must), "case %zu: '%s' not in: %s", i, cases[i].must,
+                  tri_error_message());
+    }
+    void *q = NULL;
+    cr_expect_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse,
+                                      "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"intermediate_size\": 64, "
+                                      "\"num_attention_heads\": 4, \"num_hidden_layers\": 2, \"vocab_size\": 100, "
+                                      "\"max_position_embeddings\": 16, \"use_sliding_window\": true}", "q.json", &q),
+                 TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "\"use_sliding_window\" is true"), "%s", tri_error_message());
+    cr_expect_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse,
+                                      "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"intermediate_size\": 64, "
+                                      "\"num_attention_heads\": 4, \"num_hidden_layers\": 2, \"vocab_size\": 100, "
+                                      "\"max_position_embeddings\": 16, \"mlp_only_layers\": [2]}", "q.json", &q),
+                 TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "\"mlp_only_layers\" holds 2"), "%s", tri_error_message());
+}
+
+/* ---- parameters ---- */
+
+#define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
+             "\"num_key_value_heads\": 2, \"num_hidden_layers\": %d, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
+             "\"num_local_experts\": %d, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
+             "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": %s}"
+
+static void make_tiny(tri_model *m, int layers, int experts, bool tied)
+{
+    char json[768];
+    snprintf(json, sizeof json, TINY, layers, experts, tied ? "true" : "false");
+    cr_assert_eq(tri_model_parse(m, json, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
+}
+
+static const void *sort_cfg; /* the config by_hf_position reads (qsort has no context argument) */
+
+static int by_hf_position(const void *a, const void *b)
+{
+    const void *cfg = sort_cfg;
+    int64_t pa = tri_mixtral_family.hf_position(cfg, ((const tri_param_spec *)a)->name),
+            pb = tri_mixtral_family.hf_position(cfg, ((const tri_param_spec *)b)->name);
+    return (pa > pb) - (pa < pb);
+}
+
+Test(mixtral_config, hub_names_flat_order_and_state_dict_order)
+{
+    tri_model m;
+    make_tiny(&m, 1, 2, false);
+    tri_param_spec *specs = NULL;
+    int n = 0;
+    cr_assert_eq(tri_model_all_specs(&m, 1, &specs, &n), TRI_OK, "%s", tri_error_message());
+    /* flat (and global) order: the router, expert 0's w1 and w3, expert 1's, then every w2 */
+    static const char *const flat[] = {
+        "model.embed_tokens.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight", "model.layers.0.post_attention_layernorm.weight",
+        "model.layers.0.block_sparse_moe.gate.weight", "model.layers.0.block_sparse_moe.experts.0.w1.weight",
+        "model.layers.0.block_sparse_moe.experts.0.w3.weight", "model.layers.0.block_sparse_moe.experts.1.w1.weight",
+        "model.layers.0.block_sparse_moe.experts.1.w3.weight", "model.layers.0.block_sparse_moe.experts.0.w2.weight",
+        "model.layers.0.block_sparse_moe.experts.1.w2.weight", "model.norm.weight", "lm_head.weight"};
+    /* MixtralForCausalLM's state_dict order */
+    static const char *const hf[] = {
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.block_sparse_moe.gate.weight", "model.layers.0.block_sparse_moe.experts.0.w1.weight",
+        "model.layers.0.block_sparse_moe.experts.0.w2.weight", "model.layers.0.block_sparse_moe.experts.0.w3.weight",
+        "model.layers.0.block_sparse_moe.experts.1.w1.weight", "model.layers.0.block_sparse_moe.experts.1.w2.weight",
+        "model.layers.0.block_sparse_moe.experts.1.w3.weight", "model.layers.0.input_layernorm.weight",
+        "model.layers.0.post_attention_layernorm.weight", "model.norm.weight", "lm_head.weight"};
+    cr_assert_eq(n, (int)(sizeof flat / sizeof *flat));
+    for (int i = 0; i < n; i++)
+        cr_expect_str_eq(specs[i].name, flat[i], "flat %d", i);
+    cr_expect_eq(specs[8].shape[0], 64);   /* w1 (I, C) */
+    cr_expect_eq(specs[12].shape[0], 64);  /* w2 (C, I) */
+    cr_expect_eq(specs[7].shape[0], 2);    /* gate (E, C) */
+    sort_cfg = m.cfg;
+    qsort(specs, (size_t)n, sizeof *specs, by_hf_position);
+    for (int i = 0; i < n; i++)
+        cr_expect_str_eq(specs[i].name, hf[i], "state_dict %d", i);
+    free(specs);
+    char *cfg = NULL;
+    cr_assert_eq(tri_mixtral_family.hf_config(m.cfg, "float32", &cfg), TRI_OK);
+    void *back = NULL;
+    cr_assert_eq(tri_model_config_new(&tri_mixtral_family, tri_mixtral_config_parse, cfg, "config.json", &back), TRI_OK,
+                 "%s: %s", tri_error_message(), cfg);
+    tri_llama_config a = *(const tri_llama_config *)m.cfg, b = *(const tri_llama_config *)back;
+    memset(a.name, 0, sizeof a.name);
+    memset(b.name, 0, sizeof b.name);
+    cr_expect(memcmp(&a, &b, sizeof a) == 0, "config.json does not read back as the config: %s", cfg);
+    free(back);
+    free(cfg);
+    tri_model_free(&m);
+}
+
+/* ---- the model against PyTorch ---- */
+
+#define TOL 1e-5
+
+Test(mixtral_torch, model_against_float64_reference, .timeout = 300)
+{
+    tri_model model;
+    make_tiny(&model, 2, 4, false);
+    const tri_llama_config *k = tri_llama_config_of(&model);
+    double numbers[] = {k->hidden_size, k->intermediate_size, k->num_attention_heads, k->num_key_value_heads,
+                        k->head_dim, k->num_hidden_layers, k->vocab_size, k->rms_norm_eps, k->rope_theta,
+                        k->tie_word_embeddings, k->attention_bias, k->mlp_bias, k->rope_scaling.llama3,
+                        k->rope_scaling.factor, k->rope_scaling.low_freq_factor, k->rope_scaling.high_freq_factor,
+                        (double)k->rope_scaling.original_max_positions, k->num_experts, k->num_experts_per_tok,
+                        k->moe_intermediate_size, k->norm_topk_prob,
+                        k->output_router_logits ? k->router_aux_loss_coef : 0.0};
+    tu_torch_case c = {.model = &model, .script = "tests/mixtral_torch_model.py", .cfg = numbers,
+                       .ncfg = sizeof numbers / sizeof *numbers, .scratch = "mixtral_torch"};
+    tu_torch_errors e;
+    cr_assert_eq(tu_torch_compare(&c, &e), TRI_OK, "%s", tri_error_message());
+    cr_log_info("mixtral: logits %.3g, loss %.3g, gradients %.3g (%s), AdamW step losses %.3g (loss %.4f -> %.4f)",
+                e.logits, e.loss, e.grads, e.worst_grad, e.steps, e.ref_first, e.ref_last);
+    cr_expect_lt(e.logits, TOL, "logits differ from PyTorch: %g", e.logits);
+    cr_expect_lt(e.loss, TOL, "the loss differs from PyTorch: %g", e.loss);
+    cr_expect_lt(e.grads, TOL, "the gradient of %s differs from PyTorch: %g", e.worst_grad, e.grads);
+    cr_expect_lt(e.steps, TOL, "a step's loss differs from PyTorch: %g", e.steps);
+    cr_expect_lt(e.ref_last, e.ref_first - 0.05, "the loss should fall over the steps");
+    tri_model_free(&model);
+}
