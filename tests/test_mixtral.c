@@ -268,3 +268,106 @@ Test(mixtral_torch, model_against_float64_reference, .timeout = 300)
     cr_expect_lt(e.ref_last, e.ref_first - 0.05, "the loss should fall over the steps");
     tri_model_free(&model);
 }
+
+/* ---- layouts: the MoE block inside a chunk, against one rank (tests/test_llama_layouts.c's pattern) ---- */
+
+enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };
+
+static void run_layout(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
+{
+    tu_layout lay = *l;
+    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
+    cr_assert_eq(tu_run_model(m, B, T, &lay, w, STEPS, r), TRI_OK, "%s", tri_error_message());
+}
+
+/* The real vocabulary's rows of the embedding and head (the padding depends on tp). */
+static int64_t compared(const tu_result *r, int i)
+{
+    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
+    return vocab ? 100 * r->cols[i] : r->numel[i];
+}
+
+Test(mixtral_layouts, pipeline_and_data_parallel_match_one_rank, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, 4, 4, true);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 53);
+    static const struct { const char *name; tu_layout l; } layouts[] = {
+        {"pp2 1f1b", {.pp = 2}},
+        {"dp2 zero1", {.dp = 2, .zero = 1}},
+        {"dp2 zero3 overlap", {.dp = 2, .zero = 3, .overlap = true}},
+        {"pp2 dp2 zero2 recompute full", {.pp = 2, .dp = 2, .zero = 2, .recompute = TRI_RECOMPUTE_FULL}},
+    };
+    tu_result ref, got;
+    run_layout(&m, &(tu_layout){.tp = 1}, &ref, w);
+    cr_expect_lt(ref.losses[STEPS - 1], ref.losses[0] - 0.02, "training should lower the loss (%g -> %g)",
+                 ref.losses[0], ref.losses[STEPS - 1]);
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        run_layout(&m, &layouts[k].l, &got, w);
+        const char *name = layouts[k].name;
+        double loss = fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss, worst = 0;
+        cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got.grad_loss, ref.grad_loss);
+        cr_assert_eq(got.n, ref.n);
+        for (int i = 0; i < ref.n; i++) {
+            cr_assert_str_eq(got.names[i], ref.names[i]);
+            double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
+            cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref.names[i], e);
+            worst = fmax(worst, e);
+        }
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_lt(fabs(got.losses[s] - ref.losses[s]) / ref.losses[s], 1e-4, "%s: step %d loss %g vs %g", name,
+                         s + 1, got.losses[s], ref.losses[s]);
+        cr_log_info("%s: loss diff %.2g, max gradient diff %.2g", name, loss, worst);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+Test(mixtral_layouts, deterministic_bit_identical, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, 4, 4, true);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 59);
+    static const struct { const char *name; tu_layout l; } layouts[] = {
+        {"pp2 1f1b", {.pp = 2, .deterministic = true}},
+        {"dp2 zero0", {.dp = 2, .deterministic = true}},
+        {"dp2 zero3", {.dp = 2, .zero = 3, .deterministic = true}},
+        {"pp2 dp2 zero1 recompute full", {.pp = 2, .dp = 2, .zero = 1, .recompute = TRI_RECOMPUTE_FULL,
+                                          .deterministic = true}},
+    };
+    tu_result ref, got;
+    run_layout(&m, &(tu_layout){.deterministic = true}, &ref, w);
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        run_layout(&m, &layouts[k].l, &got, w);
+        cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g",
+                  layouts[k].name, ref.losses[STEPS - 1], got.losses[STEPS - 1]);
+        cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", layouts[k].name);
+        for (int i = 0; i < ref.n; i++)
+            cr_expect(memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0,
+                      "%s: final %s differs (relative %.2g)", layouts[k].name, ref.names[i],
+                      tu_tensor_rel(ref.weights[i], got.weights[i], compared(&ref, i)));
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+Test(mixtral_layouts, tensor_parallel_and_bf16_refused)
+{
+    tri_model m;
+    make_tiny(&m, 2, 4, true);
+    tri_chunk_place place = {.layer_start = 0, .layer_end = 2, .first = true, .last = true, .n_slots = 1};
+    tri_train_layout run = {.tp = 2, .pp = 1, .dp = 1, .B = 1, .T = 8, .attention = TRI_ATTENTION_FLASH};
+    cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--tensor-model-parallel-size 2"), "%s", tri_error_message());
+    run.tp = 1;
+    run.precision = TRI_PRECISION_BF16;
+    cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--bf16"), "%s", tri_error_message());
+    run.precision = TRI_PRECISION_FP32;
+    cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_OK, "%s", tri_error_message());
+    tri_model_free(&m);
+}
