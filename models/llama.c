@@ -303,9 +303,14 @@ static int setup(void *self, const void *config, const tri_train_layout *run, co
         ok = (m->slots[s].blocks = tri_decoder_calloc(&m->d, L_l + 1, sizeof *m->slots[s].blocks)) != NULL;
     if (!ok)
         return TRI_ERR(TRI_ENOMEM, "llama: out of memory");
+    /* the config's auxiliary loss (Hugging Face adds it when output_router_logits; its coefficient is K
+     * times smaller than Megatron's, docs/moe.md), or the --moe-* flags' (tri_moe_run) */
+    const tri_moe_run *mr = &run->moe;
     m->moe_opt = (tri_llama_moe_options){
-        .aux_loss_coeff = cfg->output_router_logits ? cfg->router_aux_loss_coef * (float)cfg->num_experts_per_tok : 0,
-        .drop_policy = TRI_MOE_DROP_PROBS, .score_func = TRI_MOE_SOFTMAX};
+        .aux_loss_coeff = mr->aux_loss_coeff_set ? mr->aux_loss_coeff
+                          : cfg->output_router_logits ? cfg->router_aux_loss_coef * (float)cfg->num_experts_per_tok : 0,
+        .z_loss_coeff = mr->z_loss_coeff, .capacity_factor = mr->capacity_factor, .drop_policy = mr->drop_policy,
+        .score_func = mr->score_func};
     rc = tri_llama_map_views(m);
     if (!rc) rc = check_consecutive(m);
     if (rc)
