@@ -384,11 +384,19 @@ int tri_llama_config_to_json(const void *config, char **json)
     cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
     cJSON_AddBoolToObject(o, "mlp_bias", c->mlp_bias);
-    if (c->hf_style != TRI_HF_LLAMA) { /* a dense Llama's JSON stays as old checkpoints recorded it */
+    if (c->hf_style == TRI_HF_MIXTRAL) { /* MixtralConfig's keys (its experts' width is intermediate_size) */
+        cJSON_AddNumberToObject(o, "num_local_experts", c->num_experts);
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", c->num_experts_per_tok);
+        if (c->shared_expert_intermediate_size > 0)
+            cJSON_AddNumberToObject(o, "moe_shared_expert_intermediate_size", c->shared_expert_intermediate_size);
+        cJSON_AddNumberToObject(o, "router_aux_loss_coef", c->router_aux_loss_coef);
+        cJSON_AddBoolToObject(o, "output_router_logits", c->output_router_logits);
+    } else if (c->hf_style == TRI_HF_QWEN3_MOE) { /* Qwen3MoeConfig's (a dense Llama's JSON stays as it was) */
         cJSON_AddNumberToObject(o, "num_experts", c->num_experts);
         cJSON_AddNumberToObject(o, "num_experts_per_tok", c->num_experts_per_tok);
         cJSON_AddNumberToObject(o, "moe_intermediate_size", c->moe_intermediate_size);
-        cJSON_AddNumberToObject(o, "moe_shared_expert_intermediate_size", c->shared_expert_intermediate_size);
+        if (c->shared_expert_intermediate_size > 0)
+            cJSON_AddNumberToObject(o, "moe_shared_expert_intermediate_size", c->shared_expert_intermediate_size);
         cJSON_AddNumberToObject(o, "decoder_sparse_step", c->decoder_sparse_step);
         cJSON *only = cJSON_AddArrayToObject(o, "mlp_only_layers");
         for (int i = 0; only && i < c->n_mlp_only_layers; i++)
