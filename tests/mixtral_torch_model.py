@@ -10,8 +10,9 @@ are tests/llama_torch_model.py's (Mixtral's are Llama's). The auxiliary loss is 
 formula applied to each layer and summed over the layers, times router_aux_loss_coef when
 output_router_logits (Hugging Face concatenates the layers' router logits before the formula; Megatron-Core
 and Trident take each layer's loss, docs/moe.md). IN.bin's "cfg": llama_torch_model.py's numbers,
-then num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob and the effective
-router_aux_loss_coef (0 without output_router_logits). The rest as tools/gpt2_torch_reference.py's
+then num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, the effective
+router_aux_loss_coef (0 without output_router_logits), qwen3 (1: Qwen3-MoE's names and sparse-layer
+rule, without its q/k norm), decoder_sparse_step and mlp_only_layers as a bit mask. The rest as tools/gpt2_torch_reference.py's
 reference_run: the objective is the LM loss plus the auxiliary loss, the reported loss the LM loss."""
 import os
 import sys
@@ -22,17 +23,30 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 from gpt2_torch_reference import reference_run  # noqa: E402
-from llama_torch_model import CFG_KEYS, llama_forward  # noqa: E402
+from llama_torch_model import CFG_KEYS, dense_mlp, llama_forward  # noqa: E402
 
-MOE_KEYS = CFG_KEYS + ["num_experts", "top_k", "moe_intermediate_size", "norm_topk_prob", "aux_coef"]
+MOE_KEYS = CFG_KEYS + ["num_experts", "top_k", "moe_intermediate_size", "norm_topk_prob", "aux_coef", "qwen3",
+                       "decoder_sparse_step", "mlp_only_mask"]
+
+
+def is_sparse(cfg, layer):
+    """Qwen3MoeDecoderLayer's rule: not in mlp_only_layers (here a bit mask) and (layer + 1) %
+    decoder_sparse_step == 0; Mixtral: every layer."""
+    return not (cfg["mlp_only_mask"] >> layer) & 1 and (layer + 1) % cfg["decoder_sparse_step"] == 0
 
 
 def moe_block(p, pre, z, cfg, layer):
-    """MixtralSparseMoeBlock on z (B, T, C) and this layer's auxiliary loss."""
+    """MixtralSparseMoeBlock (or Qwen3MoeSparseMoeBlock: the same math under mlp.experts.J.gate_proj /
+    up_proj / down_proj, the renormalisation by norm_topk_prob) on z (B, T, C) and this layer's
+    auxiliary loss; a dense layer of Qwen3-MoE is LlamaMLP."""
+    if not is_sparse(cfg, layer):
+        return dense_mlp(p, pre, z, cfg, layer)
     B, T, C = z.shape
     E, K = cfg["num_experts"], cfg["top_k"]
     x = z.reshape(-1, C)
-    router_logits = x @ p[pre + "block_sparse_moe.gate.weight"].t()         # (N, E)
+    blk, n1, n2, n3 = (("mlp.", "gate_proj", "down_proj", "up_proj") if cfg["qwen3"]
+                       else ("block_sparse_moe.", "w1", "w2", "w3"))
+    router_logits = x @ p[pre + blk + "gate.weight"].t()                    # (N, E)
     probs = torch.softmax(router_logits, dim=1)
     weights, selected = torch.topk(probs, K, dim=-1)                        # (N, K)
     if cfg["norm_topk_prob"]:
@@ -43,9 +57,9 @@ def moe_block(p, pre, z, cfg, layer):
         if rows.numel() == 0:
             continue
         xe = x[rows]
-        w = "%sblock_sparse_moe.experts.%d." % (pre, e)
-        h = F.silu(xe @ p[w + "w1.weight"].t()) * (xe @ p[w + "w3.weight"].t())
-        y = y.index_add(0, rows, weights[rows, slot, None] * (h @ p[w + "w2.weight"].t()))
+        w = "%s%sexperts.%d." % (pre, blk, e)
+        h = F.silu(xe @ p[w + n1 + ".weight"].t()) * (xe @ p[w + n3 + ".weight"].t())
+        y = y.index_add(0, rows, weights[rows, slot, None] * (h @ p[w + n2 + ".weight"].t()))
     # load_balancing_loss_func: the selections' one-hot mean over tokens (K, E), the router
     # probabilities' mean over tokens (E); E * sum(f * P)
     expert_mask = F.one_hot(selected, E).double()                           # (N, K, E)
