@@ -93,7 +93,7 @@ Test(mixtral_config, qwen3_sparse_layers_and_json_round_trip)
                        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
                        "\"num_hidden_layers\": 6, \"vocab_size\": 100, \"max_position_embeddings\": 16, "
                        "\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
-                       "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [1], \"norm_topk_prob\": false, "
+                       "\"decoder_sparse_step\": 2, \"mlp_only_layers\": [3], \"norm_topk_prob\": false, "
                        "\"use_sliding_window\": false, \"sliding_window\": 4096, \"max_window_layers\": 6}";
     void *q = NULL;
     cr_assert_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, json, "q.json", &q), TRI_OK,
