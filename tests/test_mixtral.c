@@ -389,6 +389,46 @@ Test(mixtral_layouts, deterministic_bit_identical, .timeout = 300)
     tri_model_free(&m);
 }
 
+/* The --moe-* flags reach the sparse layers: a capacity (factor 1, "probs" and "position" policies), the
+ * z-loss and an explicit aux coefficient each change the first pass's loss or gradients from the
+ * config's dropless run, and each is bit-identical to one rank at pp 2 x dp 2 in deterministic mode
+ * (a micro-batch's routing, capacity and losses do not depend on the layout). */
+Test(mixtral_layouts, moe_flags_change_the_model_and_keep_layouts_exact, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, 2, 4, true);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
+    static const struct { const char *name; tri_moe_run moe; } cases[] = {
+        {"capacity 1 probs", {.capacity_factor = 1.0f}},
+        {"capacity 1 position", {.capacity_factor = 1.0f, .drop_policy = TRI_MOE_DROP_POSITION}},
+        {"z-loss 0.01", {.z_loss_coeff = 0.01f}},
+        {"aux 0.5", {.aux_loss_coeff_set = true, .aux_loss_coeff = 0.5f}},
+    };
+    tu_result base, one, got;
+    run_layout(&m, &(tu_layout){.deterministic = true}, &base, w);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        run_layout(&m, &(tu_layout){.deterministic = true, .moe = cases[k].moe}, &one, w);
+        double diff = 0;
+        for (int i = 0; i < base.n; i++)
+            diff = fmax(diff, tu_tensor_rel(one.grads[i], base.grads[i], compared(&base, i)));
+        cr_expect(one.grad_loss != base.grad_loss || diff > 1e-4, "%s: the first pass is the config's (loss %.9g, "
+                  "gradients within %g)", cases[k].name, one.grad_loss, diff);
+        run_layout(&m, &(tu_layout){.pp = 2, .dp = 2, .deterministic = true, .moe = cases[k].moe}, &got, w);
+        cr_expect(memcmp(one.losses, got.losses, sizeof one.losses) == 0, "%s: pp2 dp2 losses differ: %.17g vs %.17g",
+                  cases[k].name, one.losses[STEPS - 1], got.losses[STEPS - 1]);
+        for (int i = 0; i < one.n; i++)
+            cr_expect(memcmp(one.weights[i], got.weights[i], (size_t)compared(&one, i) * sizeof(float)) == 0,
+                      "%s: pp2 dp2 final %s differs", cases[k].name, one.names[i]);
+        cr_log_info("%s: loss %.6f (config's %.6f), gradients differ by up to %.3g", cases[k].name, one.grad_loss,
+                    base.grad_loss, diff);
+        tu_result_free(&one);
+        tu_result_free(&got);
+    }
+    tu_result_free(&base);
+    free(w);
+    tri_model_free(&m);
+}
+
 Test(mixtral_layouts, tensor_parallel_and_bf16_refused)
 {
     tri_model m;
