@@ -448,7 +448,12 @@ tri_transformer tri_llama_dims(const void *cfg)
                          .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
                          .final_norm = TRI_NORM_RMSNORM, .untied_head = !c->tie_word_embeddings,
                          .fused_attention_only = true, .block_cost = tri_llama_block_cost, .cfg = c};
-    snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, SwiGLU %d", c->num_key_value_heads,
-             c->head_dim, c->intermediate_size);
+    if (c->num_experts > 0) /* the block cost (partitioner) is still the dense one: docs/moe.md */
+        snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, %d SwiGLU experts of %d, top-%d",
+                 c->num_key_value_heads, c->head_dim, c->num_experts, c->moe_intermediate_size,
+                 c->num_experts_per_tok);
+    else
+        snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, SwiGLU %d", c->num_key_value_heads,
+                 c->head_dim, c->intermediate_size);
     return m;
 }
