@@ -429,6 +429,58 @@ Test(mixtral_layouts, moe_flags_change_the_model_and_keep_layouts_exact, .timeou
     tri_model_free(&m);
 }
 
+/* tri_llama_moe_losses on a chunk whose routers are zero: every score is 1/E, ties give each token
+ * experts 0..K-1, so each layer's aux loss is exactly its coefficient (coeff E / (K N^2) x K N x N / E)
+ * and its z-loss coeff_z (ln E)^2; the stage's two layers sum them. */
+typedef struct losses_case {
+    double aux, z;
+    int rc;
+} losses_case;
+
+static int losses_rank(int rank, int size, tri_comm *world, void *arg)
+{
+    (void)rank;
+    (void)size;
+    losses_case *lc = arg;
+    tri_model m;
+    make_tiny(&m, 2, 4, true);
+    tri_train_layout run;
+    tu_layout l = {.moe = {.aux_loss_coeff_set = true, .aux_loss_coeff = 0.3f, .z_loss_coeff = 0.1f}};
+    int rc = tu_model_layout_resolve(&m, 2, 8, &l, 1, &run);
+    tri_device *dev = NULL;
+    if (!rc) rc = tri_device_cpu_create(&dev, 1);
+    void *model = NULL;
+    tri_chunk *chunk = NULL;
+    tri_chunk_place place = {.layer_start = 0, .layer_end = 2, .first = true, .last = true, .n_slots = 1, .seed = 7};
+    if (!rc) rc = tri_llama_create(&model, &chunk, m.cfg, &run, &place, dev, world, world);
+    tri_llama *ll = model;
+    int32_t windows[2 * 9];
+    for (int i = 0; i < 2 * 9; i++)
+        windows[i] = (i * 7) % 100;
+    if (!rc) rc = tri_decoder_load_batch(&ll->d, 0, windows);
+    /* a first pass binds the blocks' views (ZeRO 0 keeps them), then the routers are zeroed */
+    if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / 16);
+    for (int k = 0; k < 2 && !rc; k++)
+        rc = tri_op_fill(dev, ll->w.h[k].moe.router_w, 0.0f);
+    if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / 16);
+    if (!rc) rc = tri_llama_moe_losses(ll, 0, &lc->aux, &lc->z);
+    if (model)
+        tri_decoder_free(model);
+    tri_device_destroy(dev);
+    tri_model_free(&m);
+    lc->rc = rc;
+    return rc;
+}
+
+Test(mixtral_layouts, moe_losses_of_a_uniform_router)
+{
+    losses_case lc = {0};
+    cr_assert_eq(tri_run_thread_ranks(1, losses_rank, &lc), TRI_OK, "%s", tri_error_message());
+    double want_aux = 2 * (double)0.3f, want_z = 2 * (double)0.1f * log(4.0) * log(4.0);
+    cr_expect(fabs(lc.aux - want_aux) <= 1e-6 * want_aux, "aux %.9g, want %.9g", lc.aux, want_aux);
+    cr_expect(fabs(lc.z - want_z) <= 1e-6 * want_z, "z %.9g, want %.9g", lc.z, want_z);
+}
+
 Test(mixtral_layouts, tensor_parallel_and_bf16_refused)
 {
     tri_model m;
