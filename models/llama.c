@@ -78,6 +78,10 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
         return TRI_ERR(TRI_EINVAL, "%s: moe_intermediate_size %d x hidden_size %d is not a multiple of %d elements, "
                        "so the experts' fused views cannot join their matrices in place", name,
                        c->moe_intermediate_size, c->hidden_size, TRI_LAYOUT_ALIGN);
+    if (c->num_experts > 0 && ((int64_t)c->shared_expert_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: moe_shared_expert_intermediate_size %d x hidden_size %d is not a multiple of "
+                       "%d elements, so the shared expert's gate|up view cannot join them in place", name,
+                       c->shared_expert_intermediate_size, c->hidden_size, TRI_LAYOUT_ALIGN);
     return check_fused(c, tp);
 }
 

@@ -154,8 +154,10 @@ int tri_llama_moe_map_views(tri_llama *m, int l)
         }
         d->wslot[i] = slot[0];
         d->gslot[i] = slot[1];
-        /* the fused views need each expert's matrices where the previous ones end */
-        if (j > 0 && i > 0 && L->params[i - 1].offset + L->params[i - 1].numel != L->params[i].offset)
+        /* the fused views need the experts' gate/up matrices, their down matrices and the shared
+         * expert's gate and up each where the previous one ends */
+        bool joined = (j >= 2 && j <= 2 * E) || (j >= 2 * E + 2 && j <= 3 * E) || j == 3 * E + 2;
+        if (joined && L->params[i - 1].offset + L->params[i - 1].numel != L->params[i].offset)
             return TRI_ERR(TRI_EINTERNAL, "llama: %s does not follow the previous parameter in the flat buffer "
                            "(the experts' fused views need them contiguous)", name);
     }

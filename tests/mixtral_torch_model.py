@@ -12,7 +12,8 @@ output_router_logits (Hugging Face concatenates the layers' router logits before
 and Trident take each layer's loss, docs/moe.md). IN.bin's "cfg": llama_torch_model.py's numbers,
 then num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, the effective
 router_aux_loss_coef (0 without output_router_logits), qwen3 (1: Qwen3-MoE's names and sparse-layer
-rule, without its q/k norm), decoder_sparse_step and mlp_only_layers as a bit mask. The rest as tools/gpt2_torch_reference.py's
+rule, without its q/k norm), decoder_sparse_step, mlp_only_layers as a bit mask and the shared
+expert's width (moe_shared_expert_intermediate_size: Megatron-Core's ungated shared expert, 0 none). The rest as tools/gpt2_torch_reference.py's
 reference_run: the objective is the LM loss plus the auxiliary loss, the reported loss the LM loss."""
 import os
 import sys
@@ -26,7 +27,7 @@ from gpt2_torch_reference import reference_run  # noqa: E402
 from llama_torch_model import CFG_KEYS, dense_mlp, llama_forward  # noqa: E402
 
 MOE_KEYS = CFG_KEYS + ["num_experts", "top_k", "moe_intermediate_size", "norm_topk_prob", "aux_coef", "qwen3",
-                       "decoder_sparse_step", "mlp_only_mask"]
+                       "decoder_sparse_step", "mlp_only_mask", "shared"]
 
 
 def is_sparse(cfg, layer):
@@ -62,6 +63,10 @@ def moe_block(p, pre, z, cfg, layer):
         y = y.index_add(0, rows, weights[rows, slot, None] * (h @ p[w + n2 + ".weight"].t()))
     # load_balancing_loss_func: the selections' one-hot mean over tokens (K, E), the router
     # probabilities' mean over tokens (E); E * sum(f * P)
+    if cfg["shared"]:  # Megatron-Core's shared expert: an always-on, ungated SwiGLU added to the output
+        sh = pre + blk + "shared_expert."
+        h = F.silu(x @ p[sh + "gate_proj.weight"].t()) * (x @ p[sh + "up_proj.weight"].t())
+        y = y + h @ p[sh + "down_proj.weight"].t()
     expert_mask = F.one_hot(selected, E).double()                           # (N, K, E)
     tokens_per_expert = expert_mask.mean(dim=0)
     router_prob_per_expert = probs.mean(dim=0)

@@ -258,7 +258,7 @@ static void torch_case(const tri_model *model, const char *scratch, tu_torch_err
                         (double)k->rope_scaling.original_max_positions, k->num_experts, k->num_experts_per_tok,
                         k->moe_intermediate_size, k->norm_topk_prob,
                         k->output_router_logits ? k->router_aux_loss_coef : 0.0, k->hf_style == TRI_HF_QWEN3_MOE,
-                        k->decoder_sparse_step, mask};
+                        k->decoder_sparse_step, mask, k->shared_expert_intermediate_size};
     tu_torch_case c = {.model = model, .script = "tests/mixtral_torch_model.py", .cfg = numbers,
                        .ncfg = sizeof numbers / sizeof *numbers, .scratch = scratch};
     cr_assert_eq(tu_torch_compare(&c, e), TRI_OK, "%s: %s", scratch, tri_error_message());
@@ -283,7 +283,8 @@ Test(mixtral_torch, model_against_float64_reference, .timeout = 300)
 
 /* Qwen3-MoE's MoE side (its q/k norm joins with qk_norm): 3 layers, layer 1 dense by mlp_only_layers,
  * so sparse, dense, sparse in one chunk (the dense layers' intermediate_size 128, the experts' 32);
- * top-3 of 6 without renormalisation (norm_topk_prob false), untied head. (With 4 layers the
+ * top-3 of 6 without renormalisation (norm_topk_prob false), untied head; with Megatron-Core's shared
+ * expert (moe_shared_expert_intermediate_size 64, a Trident extension of the config). (With 4 layers the
  * reference's loss does not fall within the 10 steps; both sides agree on it to 2e-8.) */
 Test(mixtral_torch, qwen3_moe_side_mixed_layers, .timeout = 300)
 {
@@ -293,6 +294,7 @@ Test(mixtral_torch, qwen3_moe_side_mixed_layers, .timeout = 300)
                        "\"num_experts\": 6, \"num_experts_per_tok\": 3, \"moe_intermediate_size\": 32, "
                        "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [1], \"norm_topk_prob\": false, "
                        "\"output_router_logits\": true, \"router_aux_loss_coef\": 0.05, \"rms_norm_eps\": 1e-6, "
+                       "\"moe_shared_expert_intermediate_size\": 64, "
                        "\"tie_word_embeddings\": false}";
     tri_model model = {.family = &tri_qwen3_moe_family, .owns_cfg = true};
     snprintf(model.name, sizeof model.name, "tiny-qwen3-moe");
