@@ -32,6 +32,12 @@
  * replica of the head their query heads read (tri_param_spec.max_shards) and the engine sums the
  * replicas' gradients (engine/train/train.c), as Megatron-LM's query groups.
  *
+ * Mixture-of-Experts (models/llama_moe.c; docs/moe.md "The MoE families"): with num_experts > 0
+ * the layers tri_llama_layer_is_sparse names run layers/moe.h's block in place of the SwiGLU MLP,
+ * as Hugging Face's MixtralForCausalLM ("mixtral") and Qwen3MoeForCausalLM ("qwen3_moe", its MoE
+ * side); their parameters carry the Hub's per-expert names, in the flat order the block's fused
+ * views need. fp32 and tp 1 only for now.
+ *
  * Shapes: B micro-batch, T sequence, N = B T rows, N_l = N / tp under sequence parallelism (else N),
  * C hidden_size, HS head_dim, NH_l = NH / tp, NH_kv_l the rank's key/value heads, Q_l = NH_l HS,
  * KV_l = NH_kv_l HS, W_l = Q_l + 2 KV_l, F intermediate_size, F_l = F / tp, V_l = Vp / tp. */
