@@ -67,10 +67,31 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
                        c->intermediate_size, name, tp);
     if (run->attention != TRI_ATTENTION_FLASH)
         return TRI_ERR(TRI_EINVAL, "--attention-backend unfused: %s (a Llama) runs on the fused attention only", name);
+    if (c->num_experts > 0 && tp > 1)
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d: %s has experts (%d), and its MoE layers run on "
+                       "whole experts; use --tensor-model-parallel-size 1 (expert parallelism comes next)", tp, name,
+                       c->num_experts);
+    if (c->num_experts > 0 && run->precision != TRI_PRECISION_FP32)
+        return TRI_ERR(TRI_EINVAL, "--bf16: %s has experts (%d), and the MoE block runs fp32 only (drop --bf16)",
+                       name, c->num_experts);
+    if (c->num_experts > 0 && ((int64_t)c->moe_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: moe_intermediate_size %d x hidden_size %d is not a multiple of %d elements, "
+                       "so the experts' fused views cannot join their matrices in place", name,
+                       c->moe_intermediate_size, c->hidden_size, TRI_LAYOUT_ALIGN);
+    if (c->num_experts > 0 && ((int64_t)c->shared_expert_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: moe_shared_expert_intermediate_size %d x hidden_size %d is not a multiple of "
+                       "%d elements, so the shared expert's gate|up view cannot join them in place", name,
+                       c->shared_expert_intermediate_size, c->hidden_size, TRI_LAYOUT_ALIGN);
     return check_fused(c, tp);
 }
 
 /* ---- forward and backward: the decoder's passes (models/model_chunk.h), the Llama compute ---- */
+
+/* Whether the stage's block l runs the MoE block. */
+static bool is_sparse(const tri_llama *m, int l)
+{
+    return tri_llama_layer_is_sparse(&m->cfg, m->d.opt.layer_start + l);
+}
 
 /* res3 = res2 + mlp(rmsnorm2(res2)) with res2 = x + attn(rmsnorm1(x)): one Llama decoder layer. */
 static int block_forward(tri_llama *m, int l, tri_llama_block_acts *a, tri_tensor x)
@@ -83,7 +104,12 @@ static int block_forward(tri_llama *m, int l, tri_llama_block_acts *a, tri_tenso
     if (!rc) rc = tri_llama_attention_forward(&m->d.tp, tmp, &a->attn, a->ln1, &w->attn, &m->as);
     if (!rc) rc = tri_op_add_rmsnorm_forward(d, a->res2, a->ln2, a->ln2_rstd, x, tmp, w->ln2_w,
                                              eps); /* res2 = x + attn, ln2 = rmsnorm(res2) */
-    if (!rc) rc = tri_swiglu_mlp_forward(&m->d.tp, tmp, &a->mlp, a->ln2, &w->mlp, &m->ms);
+    if (!rc && is_sparse(m, l)) {
+        tri_moe_config mc = tri_llama_moe_config(m);
+        rc = tri_moe_forward(d, tmp, &a->moe, a->ln2, &w->moe, &mc);
+    } else if (!rc) {
+        rc = tri_swiglu_mlp_forward(&m->d.tp, tmp, &a->mlp, a->ln2, &w->mlp, &m->ms);
+    }
     if (!rc) rc = tri_op_add(d, a->res3, a->res2, tmp);
     return rc;
 }
@@ -102,7 +128,14 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
         acts = m->shared;  /* res3 into the shared set: the slot's stays as it is */
         rc = block_forward(m, l, a, x);
     }
-    if (!rc) rc = tri_swiglu_mlp_backward(&m->d.tp, dln, &g->mlp, dres, &a->mlp, a->ln2, &w->mlp, &m->ms);
+    if (!rc && is_sparse(m, l)) {
+        /* the aux and z losses weigh as the LM loss's mean over this micro-batch's N tokens */
+        tri_moe_config mc = tri_llama_moe_config(m);
+        rc = tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,
+                              m->d.chunk.dloss * (float)m->d.N);
+    } else if (!rc) {
+        rc = tri_swiglu_mlp_backward(&m->d.tp, dln, &g->mlp, dres, &a->mlp, a->ln2, &w->mlp, &m->ms);
+    }
     if (!rc) rc = tri_op_rmsnorm_backward(d, dres, g->ln2_w, dln, a->res2, w->ln2_w, a->ln2_rstd);
     if (!rc) rc = tri_llama_attention_backward(&m->d.tp, dln, &g->attn, dres, &a->attn, a->ln1, &w->attn, &m->as);
     if (!rc) rc = tri_op_rmsnorm_backward(d, dres, g->ln1_w, dln, x, w->ln1_w, a->ln1_rstd);
@@ -170,8 +203,10 @@ static tri_tensor fused(tri_tensor first, int64_t rows, int64_t cols)
     return cols > 0 ? tri_tensor_2d(first.data, first.dtype, rows, cols) : tri_tensor_1d(first.data, first.dtype, rows);
 }
 
-static void fuse_block(const tri_llama *m, tri_llama_block_weights *b)
+static void fuse_block(const tri_llama *m, tri_llama_block_weights *b, int l)
 {
+    if (is_sparse(m, l))
+        tri_llama_moe_fuse(m, b);
     int64_t C = m->cfg.hidden_size;
     b->attn.qkv_w = fused(b->q_w, m->W_l, C);
     b->attn.qkv_b = fused(b->q_b, m->W_l, 0);
@@ -186,9 +221,9 @@ static void bind(void *self, int u, tri_tensor pflat, tri_tensor gflat)
     tri_decoder_bind(self, u, pflat, gflat);
     int l = u - m->d.unit_block0;
     if (m->d.unit_block0 >= 0 && l >= 0 && l < m->d.L_l) {
-        fuse_block(m, &m->w.h[l]);
+        fuse_block(m, &m->w.h[l], l);
         if (tri_tensor_present(gflat))
-            fuse_block(m, &m->g.h[l]);
+            fuse_block(m, &m->g.h[l], l);
     }
 }
 
@@ -272,8 +307,16 @@ static int setup(void *self, const void *config, const tri_train_layout *run, co
         ok = (m->slots[s].blocks = tri_decoder_calloc(&m->d, L_l + 1, sizeof *m->slots[s].blocks)) != NULL;
     if (!ok)
         return TRI_ERR(TRI_ENOMEM, "llama: out of memory");
-    tri_llama_map_views(m);
-    rc = check_consecutive(m);
+    /* the config's auxiliary loss (Hugging Face adds it when output_router_logits; its coefficient is K
+     * times smaller than Megatron's, docs/moe.md), or the --moe-* flags' (tri_moe_run) */
+    const tri_moe_run *mr = &run->moe;
+    m->moe_opt = (tri_llama_moe_options){
+        .aux_loss_coeff = mr->aux_loss_coeff_set ? mr->aux_loss_coeff
+                          : cfg->output_router_logits ? cfg->router_aux_loss_coef * (float)cfg->num_experts_per_tok : 0,
+        .z_loss_coeff = mr->z_loss_coeff, .capacity_factor = mr->capacity_factor, .drop_policy = mr->drop_policy,
+        .score_func = mr->score_func};
+    rc = tri_llama_map_views(m);
+    if (!rc) rc = check_consecutive(m);
     if (rc)
         return rc;
     tri_chunk_model model = {.self = m, .take_buffers = tri_llama_take_buffers, .bind = bind};

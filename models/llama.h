@@ -32,6 +32,12 @@
  * replica of the head their query heads read (tri_param_spec.max_shards) and the engine sums the
  * replicas' gradients (engine/train/train.c), as Megatron-LM's query groups.
  *
+ * Mixture-of-Experts (models/llama_moe.c; docs/moe.md "The MoE families"): with num_experts > 0
+ * the layers tri_llama_layer_is_sparse names run layers/moe.h's block in place of the SwiGLU MLP,
+ * as Hugging Face's MixtralForCausalLM ("mixtral") and Qwen3MoeForCausalLM ("qwen3_moe", its MoE
+ * side); their parameters carry the Hub's per-expert names, in the flat order the block's fused
+ * views need. fp32 and tp 1 only for now.
+ *
  * Shapes: B micro-batch, T sequence, N = B T rows, N_l = N / tp under sequence parallelism (else N),
  * C hidden_size, HS head_dim, NH_l = NH / tp, NH_kv_l the rank's key/value heads, Q_l = NH_l HS,
  * KV_l = NH_kv_l HS, W_l = Q_l + 2 KV_l, F intermediate_size, F_l = F / tp, V_l = Vp / tp. */
@@ -44,10 +50,16 @@
 #include "engine/train/chunk.h"
 #include "layers/cross_entropy.h"
 #include "layers/llama_attention.h"
+#include "layers/moe.h"
 #include "layers/rotary.h"
 #include "layers/swiglu_mlp.h"
 #include "models/model.h"
 #include "models/model_chunk.h"
+
+#define TRI_LLAMA_MAX_MLP_ONLY 256
+
+/* Which Hugging Face model a Llama config reads and writes (its "model_type"). */
+typedef enum { TRI_HF_LLAMA = 0, TRI_HF_MIXTRAL, TRI_HF_QWEN3_MOE } tri_llama_hf_style;
 
 /* A Llama config, in Hugging Face LlamaConfig's keys (models/llama_config.c). */
 typedef struct tri_llama_config {
@@ -65,13 +77,36 @@ typedef struct tri_llama_config {
     bool tie_word_embeddings;
     bool attention_bias, mlp_bias;
     float init_std;                /* initializer_range (default 0.02) */
+    /* Mixture-of-Experts (models/llama_moe.c; docs/moe.md "The MoE families"): E > 0 replaces the
+     * SwiGLU MLP of the sparse layers (tri_llama_layer_is_sparse) with layers/moe.h's block */
+    tri_llama_hf_style hf_style;   /* whose config and parameter names: "llama", "mixtral", "qwen3_moe" */
+    int num_experts;               /* E (0: dense); Mixtral's num_local_experts, Qwen3-MoE's num_experts */
+    int num_experts_per_tok;       /* K */
+    int moe_intermediate_size;     /* I; Mixtral: its intermediate_size */
+    int shared_expert_intermediate_size; /* I_s (0: none); key moe_shared_expert_intermediate_size */
+    int decoder_sparse_step;       /* default 1 */
+    int n_mlp_only_layers;
+    int mlp_only_layers[TRI_LLAMA_MAX_MLP_ONLY]; /* dense layers among the sparse ones (Qwen3-MoE) */
+    bool norm_topk_prob;           /* renormalise the K weights (Mixtral: always true) */
+    float router_aux_loss_coef;    /* Hugging Face's units (Megatron's coefficient is K times it) */
+    bool output_router_logits;     /* HF adds the aux loss to the loss only when true */
     char name[128];                /* the file's base name, for logs */
 } tri_llama_config;
+
+/* Qwen3-MoE's rule: E > 0, layer not in mlp_only_layers, (layer + 1) % decoder_sparse_step == 0. */
+bool tri_llama_layer_is_sparse(const tri_llama_config *c, int layer);
 
 /* Parses a config.json (source names it in messages): the keys above, and the other keys of
  * LlamaConfig where Trident computes the same model (hidden_act "silu", attention_dropout 0,
  * pretraining_tp 1, ...). TRI_EINVAL naming the file, the key and the value. */
 int tri_llama_config_parse(void *cfg, const char *json, const char *source);
+/* The same for "model_type": "mixtral" (MixtralConfig's keys: num_local_experts, num_experts_per_tok,
+ * router_aux_loss_coef, output_router_logits; router_jitter_noise only 0, sliding_window only null)
+ * and "qwen3_moe" (Qwen3MoeConfig's: num_experts, moe_intermediate_size, decoder_sparse_step,
+ * mlp_only_layers, norm_topk_prob, ...; use_sliding_window only false). TRI_EINVAL naming the key
+ * and value: 0 experts, more than TRI_MOE_MAX_EXPERTS, num_experts_per_tok above them, unknown keys. */
+int tri_mixtral_config_parse(void *cfg, const char *json, const char *source);
+int tri_qwen3_moe_config_parse(void *cfg, const char *json, const char *source);
 /* The architecture as JSON (what a checkpoint records and compares); malloc'd. */
 int tri_llama_config_to_json(const void *cfg, char **json);
 /* Parameters of the unpadded model (a tied LM head counted once). */
@@ -86,8 +121,12 @@ typedef struct tri_llama_block_weights {
     tri_llama_attention_weights attn;  /* qkv_w (W_l, C), qkv_b (W_l), o_w (C, Q_l), o_b (C) */
     tri_tensor ln2_w;                  /* (C) post_attention_layernorm */
     tri_swiglu_mlp_weights mlp;        /* gate_up_w (2 F_l, C), gate_up_b, down_w (C, F_l), down_b */
+    tri_moe_weights moe;               /* sparse layers, instead of mlp: router_w (E, C), gate_up_w (E, 2I, C),
+                                          down_w (E, C, I), shared_gate_up_w (2 I_s, C), shared_down_w (C, I_s) */
     /* the parameters the fused views above are made of (views of single parameters) */
     tri_tensor q_w, k_w, v_w, q_b, k_b, v_b, gate_w, up_w, gate_b, up_b;
+    tri_tensor *experts;               /* sparse layers: 3E views, gate e at 2e, up e at 2e + 1, down e at 2E + e */
+    tri_tensor shared_gate_w, shared_up_w;
 } tri_llama_block_weights;
 
 /* Views of the chunk's parameters (or their gradients); absent ones have data NULL. */
@@ -104,6 +143,7 @@ typedef struct tri_llama_block_acts {
     tri_tensor res2;                   /* (N_l, C) */
     tri_tensor ln2, ln2_rstd;          /* (N_l, C), (N_l) */
     tri_swiglu_mlp_acts mlp;           /* gate_up (N, 2 F_l), h (N, F_l) */
+    tri_moe_acts moe;                  /* sparse layers, instead of mlp (layers/moe.h) */
     tri_tensor res3;                   /* (N_l, C) block output */
 } tri_llama_block_acts;
 
@@ -112,6 +152,15 @@ typedef struct tri_llama_slot {
     tri_llama_block_acts *blocks;
     tri_tensor lnf, lnf_rstd;          /* last stage: (N_l, C), (N_l) */
 } tri_llama_slot;
+
+/* The MoE block's training options (Megatron-Core's flags); from the config unless a flag says. */
+typedef struct tri_llama_moe_options {
+    float aux_loss_coeff;   /* Megatron units: router_aux_loss_coef x K when output_router_logits, else 0 */
+    float z_loss_coeff;     /* --moe-z-loss-coeff (0) */
+    double capacity_factor; /* --moe-expert-capacity-factor (<= 0: dropless) */
+    int drop_policy;        /* --moe-token-drop-policy: TRI_MOE_DROP_PROBS (default) or _POSITION */
+    int score_func;         /* TRI_MOE_SOFTMAX (Mixtral, Qwen3-MoE) */
+} tri_llama_moe_options;
 
 typedef struct tri_llama {
     tri_decoder d;                     /* first: the chunk, sizes, passes, the buffers around the
@@ -124,10 +173,15 @@ typedef struct tri_llama {
     tri_tensor cos, sin;               /* (T, HS/2) f32 rotary tables */
     tri_llama_attention_scratch as;
     tri_swiglu_mlp_scratch ms;
+    tri_llama_moe_options moe_opt;
+    tri_moe_scratch moe_scratch;       /* sparse layers' backward scratch, shared by all of them */
 } tri_llama;
 
-/* The family "llama" (models/model.h). */
+/* The family "llama" (models/model.h), and the same code as "mixtral" and "qwen3_moe" (their config
+ * keys, Hub names and config.json; llama_moe.c). */
 extern const tri_model_family tri_llama_family;
+extern const tri_model_family tri_mixtral_family;
+extern const tri_model_family tri_qwen3_moe_family;
 
 /* The Llama config of a model; NULL for another family. */
 const tri_llama_config *tri_llama_config_of(const tri_model *m);
@@ -145,8 +199,21 @@ int tri_llama_check(const void *cfg, const tri_train_layout *run, const tri_chun
 int tri_llama_create(void **model, tri_chunk **chunk, const void *cfg, const tri_train_layout *run,
                      const tri_chunk_place *place, tri_device *dev, tri_comm *tp_comm, tri_comm *dp_comm);
 
-/* ---- between llama.c, llama_params.c and llama_buffers.c ---- */
-void tri_llama_map_views(tri_llama *m);
+/* The sparse layers' [aux, z] losses of the micro-batch in slot, summed over this stage's sparse
+ * layers (each as its op computed it, in Megatron units, not yet weighted by the step's dloss). One
+ * host read per sparse layer; under full recomputation the last rebuilt layer's only. */
+int tri_llama_moe_losses(const tri_llama *m, int slot, double *aux, double *z);
+
+/* ---- between llama.c, llama_params.c, llama_buffers.c and llama_moe.c ---- */
+int tri_llama_map_views(tri_llama *m);
 int tri_llama_take_buffers(void *self, tri_arena *a);
+int tri_llama_moe_num_params(const tri_llama_config *c);             /* a sparse layer's MoE tensors */
+int tri_llama_moe_param_index(const tri_llama_config *c, const char *suffix); /* -1: not one */
+int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer);
+int tri_llama_moe_map_views(tri_llama *m, int l);
+void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b);
+tri_moe_config tri_llama_moe_config(const tri_llama *m);
+int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a);
+int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar);
 
 #endif

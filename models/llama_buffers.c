@@ -3,7 +3,8 @@
  * block's output, the rest shared), the scratch all blocks and micro-batches share and the rotary
  * tables, with the decoder's (models/model_chunk.h) around them. Taken twice from the chunk's arena
  * (engine/device/arena.h): planned, then for real, so the partitioner's plan is what is allocated, to
- * the byte. The attention is the fused one: its rows' logsumexp (B, NH_l, T) is kept, no (T, T)
+ * the byte (the sparse layers' MoE buffers too: layers/moe.h sizes them, llama_moe.c takes them as
+ * one block each). The attention is the fused one: its rows' logsumexp (B, NH_l, T) is kept, no (T, T)
  * matrix. */
 #include <string.h>
 
@@ -14,8 +15,19 @@
  * tables fp32. */
 #define ACT(m) tri_decoder_act_dtype(&(m)->d)
 
-/* One block's activations: all of them, or under full recomputation (unless `all`) only res3. */
-static int take_block_acts(tri_llama *m, tri_arena *ar, tri_llama_block_acts *a, bool all)
+/* Whether any of the stage's layers is sparse (want true) or dense (want false). */
+static bool any_layer(const tri_llama *m, bool want)
+{
+    for (int l = 0; l < m->d.L_l; l++)
+        if (tri_llama_layer_is_sparse(&m->cfg, m->d.opt.layer_start + l) == want)
+            return true;
+    return false;
+}
+
+/* One block's activations: all of them, or under full recomputation (unless `all`) only res3. A
+ * sparse layer keeps the MoE block's (layers/moe.h) in place of the MLP's; the shared set (l < 0)
+ * holds what any of the stage's layers needs. */
+static int take_block_acts(tri_llama *m, tri_arena *ar, tri_llama_block_acts *a, bool all, int l)
 {
     int64_t B = m->d.run->B, T = m->d.run->T, C = m->cfg.hidden_size, N = m->d.N, N_l = m->d.N_l;
     const tri_mem_kind K = TRI_MEM_ACTIVATIONS;
@@ -31,8 +43,11 @@ static int take_block_acts(tri_llama *m, tri_arena *ar, tri_llama_block_acts *a,
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->res2, ACT(m), N_l, C);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->ln2, ACT(m), N_l, C);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->ln2_rstd, TRI_F32, N_l);
-    if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->mlp.gate_up, ACT(m), N, 2 * m->F_l);
-    if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->mlp.h, ACT(m), N, m->F_l);
+    bool sparse = l >= 0 ? tri_llama_layer_is_sparse(&m->cfg, m->d.opt.layer_start + l) : any_layer(m, true);
+    bool dense = l >= 0 ? !sparse : any_layer(m, false);
+    if (!rc && dense) rc = TRI_ARENA_TAKE(ar, K, &a->mlp.gate_up, ACT(m), N, 2 * m->F_l);
+    if (!rc && dense) rc = TRI_ARENA_TAKE(ar, K, &a->mlp.h, ACT(m), N, m->F_l);
+    if (!rc && sparse) rc = tri_llama_moe_take_acts(m, ar, &a->moe);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->res3, ACT(m), N_l, C);
     return rc;
 }
@@ -43,14 +58,14 @@ static int take_shared(void *self, tri_arena *ar)
     tri_llama *m = self;
     memset(&m->shared, 0, sizeof m->shared);
     if (m->d.run->recompute == TRI_RECOMPUTE_FULL && m->d.L_l > 0)
-        return take_block_acts(m, ar, &m->shared, true);
+        return take_block_acts(m, ar, &m->shared, true, -1);
     return TRI_OK;
 }
 
 static int take_block(void *self, tri_arena *ar, int s, int l)
 {
     tri_llama *m = self;
-    return take_block_acts(m, ar, &m->slots[s].blocks[l], false);
+    return take_block_acts(m, ar, &m->slots[s].blocks[l], false, l);
 }
 
 /* The final RMSNorm's output and statistics. */
@@ -80,8 +95,10 @@ static int take_scratch(void *self, tri_arena *ar)
         rc = TRI_ARENA_TAKE(ar, K, &m->as.dqkv, ACT(m), B, T, m->W_l);
         if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->as.delta, TRI_F32, B, m->NH_l, T);
         if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->as.datty, ACT(m), B, T, m->Q_l);
-        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->ms.dh, ACT(m), N, m->F_l);
-        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->ms.dgate_up, ACT(m), N, 2 * m->F_l);
+        bool dense = any_layer(m, false);
+        if (!rc && dense) rc = TRI_ARENA_TAKE(ar, K, &m->ms.dh, ACT(m), N, m->F_l);
+        if (!rc && dense) rc = TRI_ARENA_TAKE(ar, K, &m->ms.dgate_up, ACT(m), N, 2 * m->F_l);
+        if (!rc && any_layer(m, true)) rc = tri_llama_moe_take_scratch(m, ar);
         if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->cos, TRI_F32, T, m->HS / 2);
         if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->sin, TRI_F32, T, m->HS / 2);
     }

@@ -12,20 +12,22 @@
 #include "models/config.h"
 #include "models/block_cost.h"
 #include "models/config_file.h"
+#include "layers/moe.h"
 #include "models/llama.h"
 
 /* Keys that describe nothing Trident varies: bookkeeping (check 0) or one value Trident computes
- * (1: this number, 2: this string). */
-static const struct {
+ * (1: this number, 2: this string, 3: null, 4: false). "model_type" is checked by the parse entry. */
+typedef struct fixed_key {
     const char *key;
     int check;
     const char *str;
     double num;
-} fixed_keys[] = {
-    {"model_type", 2, "llama", 0},
+} fixed_key;
+
+static const fixed_key fixed_keys[] = {
+    {"model_type", 0, NULL, 0},
     {"hidden_act", 2, "silu", 0},
     {"attention_dropout", 1, NULL, 0.0},
-    {"pretraining_tp", 1, NULL, 1.0},
     {"architectures", 0, NULL, 0},
     {"bos_token_id", 0, NULL, 0},
     {"eos_token_id", 0, NULL, 0},
@@ -38,36 +40,83 @@ static const struct {
     {"comment", 0, NULL, 0},
 };
 
+/* Each style's own keys: LlamaConfig's, MixtralConfig's, Qwen3MoeConfig's (transformers 4.51). */
+static const fixed_key llama_fixed[] = {{"pretraining_tp", 1, NULL, 1.0}};
+static const fixed_key mixtral_fixed[] = {{"router_jitter_noise", 1, NULL, 0.0}, {"sliding_window", 3, NULL, 0}};
+static const fixed_key qwen3_moe_fixed[] = {{"use_sliding_window", 4, NULL, 0}, {"sliding_window", 0, NULL, 0},
+                                            {"max_window_layers", 0, NULL, 0}};
+
 static const char *const model_keys[] = {
     "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "num_hidden_layers", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
     "rope_scaling", "tie_word_embeddings", "attention_bias", "mlp_bias", "initializer_range"};
+static const char *const mixtral_keys[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                                           "output_router_logits", "moe_shared_expert_intermediate_size"};
+static const char *const qwen3_moe_keys[] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                             "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob",
+                                             "router_aux_loss_coef", "output_router_logits",
+                                             "moe_shared_expert_intermediate_size"};
 
-static int check_keys(const cJSON *root, const char *src)
+typedef struct style_keys {
+    const char *type;
+    const char *title;
+    const char *const *keys;
+    size_t n_keys;
+    const fixed_key *fixed;
+    size_t n_fixed;
+} style_keys;
+
+#define N_OF(a) (sizeof(a) / sizeof *(a))
+static const style_keys styles[] = {
+    [TRI_HF_LLAMA] = {"llama", "Llama", NULL, 0, llama_fixed, N_OF(llama_fixed)},
+    [TRI_HF_MIXTRAL] = {"mixtral", "Mixtral", mixtral_keys, N_OF(mixtral_keys), mixtral_fixed, N_OF(mixtral_fixed)},
+    [TRI_HF_QWEN3_MOE] = {"qwen3_moe", "Qwen3-MoE", qwen3_moe_keys, N_OF(qwen3_moe_keys), qwen3_moe_fixed,
+                          N_OF(qwen3_moe_fixed)},
+};
+
+static int check_fixed(const cJSON *item, const fixed_key *f, const char *title, const char *src)
 {
     char v[96];
+    bool ok = f->check == 0 || (f->check == 1 && cJSON_IsNumber(item) && item->valuedouble == f->num) ||
+              (f->check == 2 && cJSON_IsString(item) && strcmp(item->valuestring, f->str) == 0) ||
+              (f->check == 3 && cJSON_IsNull(item)) || (f->check == 4 && cJSON_IsFalse(item));
+    if (ok)
+        return TRI_OK;
+    const char *want = f->check == 3 ? "null" : f->check == 4 ? "false" : NULL;
+    if (f->check == 1)
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's %s computes only %g", src, item->string,
+                       tri_config_value_text(item, v, sizeof v), title, f->num);
+    if (want)
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's %s computes only %s (no sliding-window "
+                       "attention)", src, item->string, tri_config_value_text(item, v, sizeof v), title, want);
+    return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's %s computes only \"%s\"", src, item->string,
+                   tri_config_value_text(item, v, sizeof v), title, f->str);
+}
+
+static int check_keys(const cJSON *root, const style_keys *st, const char *src)
+{
     for (const cJSON *item = root->child; item; item = item->next) {
         bool found = false;
-        for (size_t i = 0; i < sizeof model_keys / sizeof *model_keys && !found; i++)
+        for (size_t i = 0; i < N_OF(model_keys) && !found; i++)
             found = strcmp(item->string, model_keys[i]) == 0;
-        for (size_t i = 0; i < sizeof fixed_keys / sizeof *fixed_keys && !found; i++) {
-            if (strcmp(item->string, fixed_keys[i].key) != 0)
-                continue;
+        for (size_t i = 0; i < st->n_keys && !found; i++)
+            found = strcmp(item->string, st->keys[i]) == 0;
+        const fixed_key *f = NULL;
+        for (size_t i = 0; i < N_OF(fixed_keys) && !found && !f; i++)
+            f = strcmp(item->string, fixed_keys[i].key) == 0 ? &fixed_keys[i] : NULL;
+        for (size_t i = 0; i < st->n_fixed && !found && !f; i++)
+            f = strcmp(item->string, st->fixed[i].key) == 0 ? &st->fixed[i] : NULL;
+        if (f) {
+            int rc = check_fixed(item, f, st->title, src);
+            if (rc)
+                return rc;
             found = true;
-            bool ok = fixed_keys[i].check == 0 ||
-                      (fixed_keys[i].check == 1 && cJSON_IsNumber(item) && item->valuedouble == fixed_keys[i].num) ||
-                      (fixed_keys[i].check == 2 && cJSON_IsString(item) && strcmp(item->valuestring, fixed_keys[i].str) == 0);
-            if (!ok && fixed_keys[i].check == 1)
-                return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's Llama computes only %g", src, item->string,
-                               tri_config_value_text(item, v, sizeof v), fixed_keys[i].num);
-            if (!ok)
-                return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's Llama computes only \"%s\"", src,
-                               item->string, tri_config_value_text(item, v, sizeof v), fixed_keys[i].str);
         }
         if (!found)
-            return TRI_ERR(TRI_EINVAL, "%s: unknown key \"%s\" (Llama config keys: hidden_size, intermediate_size, "
+            return TRI_ERR(TRI_EINVAL, "%s: unknown key \"%s\" (%s config keys: hidden_size, intermediate_size, "
                            "num_attention_heads, num_key_value_heads, head_dim, num_hidden_layers, vocab_size, "
-                           "max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling, ...)", src, item->string);
+                           "max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling, ...%s)", src,
+                           item->string, st->title, st->n_keys ? ", the experts' keys" : "");
     }
     return TRI_OK;
 }
@@ -149,12 +198,93 @@ static int parse_rope_scaling(tri_rope_scaling *rs, const cJSON *root, const cha
     return TRI_OK;
 }
 
+/* The experts' keys (MixtralConfig's or Qwen3MoeConfig's, their defaults) and their bounds. */
+static int parse_moe(tri_llama_config *c, const cJSON *root, const char *src)
+{
+    char v[96];
+    bool mixtral = c->hf_style == TRI_HF_MIXTRAL;
+    const char *e_key = mixtral ? "num_local_experts" : "num_experts";
+    c->num_experts = mixtral ? 8 : 128;
+    c->num_experts_per_tok = mixtral ? 2 : 8;
+    c->moe_intermediate_size = mixtral ? c->intermediate_size : 768;
+    c->decoder_sparse_step = 1;
+    c->norm_topk_prob = mixtral; /* Mixtral always renormalises; Qwen3-MoE's default is false */
+    double coef = 0.001;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, e_key);
+    if (e && cJSON_IsNumber(e) && e->valuedouble == 0)
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is 0; a %s has at least one expert (a dense model is \"model_type\": "
+                       "\"llama\")", src, e_key, styles[c->hf_style].title);
+    int rc = opt_int(root, e_key, 1 << 30, &c->num_experts, src);
+    if (!rc) rc = opt_int(root, "num_experts_per_tok", 1 << 30, &c->num_experts_per_tok, src);
+    if (!rc && !mixtral) rc = opt_int(root, "moe_intermediate_size", 1 << 22, &c->moe_intermediate_size, src);
+    if (!rc && !mixtral) rc = opt_int(root, "decoder_sparse_step", 100000, &c->decoder_sparse_step, src);
+    if (!rc && !mixtral) rc = opt_bool(root, "norm_topk_prob", &c->norm_topk_prob, src);
+    if (!rc) rc = opt_bool(root, "output_router_logits", &c->output_router_logits, src);
+    if (!rc) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "router_aux_loss_coef");
+        if (a && (!cJSON_IsNumber(a) || !(a->valuedouble >= 0) || a->valuedouble > 1e6))
+            return TRI_ERR(TRI_EINVAL, "%s: \"router_aux_loss_coef\" is %s, expected a number in [0, 1e6]", src,
+                           tri_config_value_text(a, v, sizeof v));
+        if (a)
+            coef = a->valuedouble;
+    }
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(root, "moe_shared_expert_intermediate_size");
+    if (!rc && sh && !(cJSON_IsNumber(sh) && sh->valuedouble == 0))
+        rc = tri_config_get_int(root, "moe_shared_expert_intermediate_size", 1 << 22,
+                                &c->shared_expert_intermediate_size, src);
+    const cJSON *only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (!rc && only && !mixtral) {
+        if (!cJSON_IsArray(only) || cJSON_GetArraySize(only) > TRI_LLAMA_MAX_MLP_ONLY)
+            return TRI_ERR(TRI_EINVAL, "%s: \"mlp_only_layers\" is %s, expected a list of at most %d layer indices",
+                           src, tri_config_value_text(only, v, sizeof v), TRI_LLAMA_MAX_MLP_ONLY);
+        for (const cJSON *it = only->child; it; it = it->next) {
+            if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+                it->valuedouble >= c->num_hidden_layers)
+                return TRI_ERR(TRI_EINVAL, "%s: \"mlp_only_layers\" holds %s, expected layer indices in [0, %d)",
+                               src, tri_config_value_text(it, v, sizeof v), c->num_hidden_layers);
+            c->mlp_only_layers[c->n_mlp_only_layers++] = (int)it->valuedouble;
+        }
+    }
+    if (rc)
+        return rc;
+    if (c->num_experts > TRI_MOE_MAX_EXPERTS)
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %d, above the %d experts the MoE block holds (TRI_MOE_MAX_EXPERTS)",
+                       src, e_key, c->num_experts, TRI_MOE_MAX_EXPERTS);
+    if (c->num_experts_per_tok > c->num_experts)
+        return TRI_ERR(TRI_EINVAL, "%s: \"num_experts_per_tok\" is %d, more than the %d experts (\"%s\")", src,
+                       c->num_experts_per_tok, c->num_experts, e_key);
+    if (mixtral && (c->attention_bias || c->rope_scaling.llama3))
+        return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is set, but MixtralConfig has no such key (Mixtral: no attention "
+                       "biases, no rope_scaling)", src, c->attention_bias ? "attention_bias" : "rope_scaling");
+    if (c->mlp_bias)
+        return TRI_ERR(TRI_EINVAL, "%s: \"mlp_bias\" is true, but the experts of Trident's %s have no biases", src,
+                       styles[c->hf_style].title);
+    c->router_aux_loss_coef = (float)coef;
+    return TRI_OK;
+}
+
+bool tri_llama_layer_is_sparse(const tri_llama_config *c, int layer)
+{
+    if (c->num_experts <= 0 || c->decoder_sparse_step <= 0 || (layer + 1) % c->decoder_sparse_step != 0)
+        return false;
+    for (int i = 0; i < c->n_mlp_only_layers; i++)
+        if (c->mlp_only_layers[i] == layer)
+            return false;
+    return true;
+}
+
 static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
 {
+    char v[96];
+    const style_keys *st = &styles[c->hf_style];
     if (!cJSON_IsObject(root))
         return TRI_ERR(TRI_EINVAL, "%s: expected a JSON object at the top level", src);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, st->type) != 0))
+        return TRI_ERR(TRI_EINVAL, "%s: \"model_type\" is %s, but this is the \"%s\" family", src,
+                       tri_config_value_text(type, v, sizeof v), st->type);
     int rc = tri_config_check_unique(root, src);
-    if (!rc) rc = check_keys(root, src);
+    if (!rc) rc = check_keys(root, st, src);
     if (!rc) rc = tri_config_get_int(root, "hidden_size", 1 << 20, &c->hidden_size, src);
     if (!rc) rc = tri_config_get_int(root, "intermediate_size", 1 << 22, &c->intermediate_size, src);
     if (!rc) rc = tri_config_get_int(root, "num_attention_heads", 100000, &c->num_attention_heads, src);
@@ -170,7 +300,8 @@ static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
                        "\"head_dim\")", src, c->hidden_size, c->num_attention_heads);
     rc = opt_int(root, "num_key_value_heads", 100000, &c->num_key_value_heads, src);
     if (!rc) rc = opt_int(root, "head_dim", 1 << 20, &c->head_dim, src); /* hidden_size's bound: the default is within it */
-    double eps = 1e-6, theta = 10000.0, std = 0.02;
+    double eps = c->hf_style == TRI_HF_MIXTRAL ? 1e-5 : 1e-6, theta = c->hf_style == TRI_HF_MIXTRAL ? 1e6 : 10000.0,
+           std = 0.02;
     if (!rc) rc = opt_number(root, "rms_norm_eps", 0, 1, &eps, src);
     if (!rc) rc = opt_number(root, "rope_theta", 0, 1e12, &theta, src);
     if (!rc) rc = opt_number(root, "initializer_range", 0, 1, &std, src);
@@ -192,13 +323,14 @@ static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
     c->rms_norm_eps = (float)eps;
     c->rope_theta = theta;
     c->init_std = (float)std;
-    return TRI_OK;
+    return c->hf_style == TRI_HF_LLAMA ? TRI_OK : parse_moe(c, root, src);
 }
 
-int tri_llama_config_parse(void *config, const char *json, const char *source)
+static int parse_style(void *config, const char *json, const char *source, tri_llama_hf_style style)
 {
     tri_llama_config *c = config;
     memset(c, 0, sizeof *c);
+    c->hf_style = style;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
     if (!root)
@@ -209,11 +341,26 @@ int tri_llama_config_parse(void *config, const char *json, const char *source)
     return rc;
 }
 
+int tri_llama_config_parse(void *config, const char *json, const char *source)
+{
+    return parse_style(config, json, source, TRI_HF_LLAMA);
+}
+
+int tri_mixtral_config_parse(void *config, const char *json, const char *source)
+{
+    return parse_style(config, json, source, TRI_HF_MIXTRAL);
+}
+
+int tri_qwen3_moe_config_parse(void *config, const char *json, const char *source)
+{
+    return parse_style(config, json, source, TRI_HF_QWEN3_MOE);
+}
+
 int tri_llama_config_to_json(const void *config, char **json)
 {
     const tri_llama_config *c = config;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON_AddStringToObject(o, "model_type", styles[c->hf_style].type);
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
     cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
     cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
@@ -237,6 +384,27 @@ int tri_llama_config_to_json(const void *config, char **json)
     cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
     cJSON_AddBoolToObject(o, "mlp_bias", c->mlp_bias);
+    if (c->hf_style == TRI_HF_MIXTRAL) { /* MixtralConfig's keys (its experts' width is intermediate_size) */
+        cJSON_AddNumberToObject(o, "num_local_experts", c->num_experts);
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", c->num_experts_per_tok);
+        if (c->shared_expert_intermediate_size > 0)
+            cJSON_AddNumberToObject(o, "moe_shared_expert_intermediate_size", c->shared_expert_intermediate_size);
+        cJSON_AddNumberToObject(o, "router_aux_loss_coef", c->router_aux_loss_coef);
+        cJSON_AddBoolToObject(o, "output_router_logits", c->output_router_logits);
+    } else if (c->hf_style == TRI_HF_QWEN3_MOE) { /* Qwen3MoeConfig's (a dense Llama's JSON stays as it was) */
+        cJSON_AddNumberToObject(o, "num_experts", c->num_experts);
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", c->num_experts_per_tok);
+        cJSON_AddNumberToObject(o, "moe_intermediate_size", c->moe_intermediate_size);
+        if (c->shared_expert_intermediate_size > 0)
+            cJSON_AddNumberToObject(o, "moe_shared_expert_intermediate_size", c->shared_expert_intermediate_size);
+        cJSON_AddNumberToObject(o, "decoder_sparse_step", c->decoder_sparse_step);
+        cJSON *only = cJSON_AddArrayToObject(o, "mlp_only_layers");
+        for (int i = 0; only && i < c->n_mlp_only_layers; i++)
+            cJSON_AddItemToArray(only, cJSON_CreateNumber(c->mlp_only_layers[i]));
+        cJSON_AddBoolToObject(o, "norm_topk_prob", c->norm_topk_prob);
+        cJSON_AddNumberToObject(o, "router_aux_loss_coef", c->router_aux_loss_coef);
+        cJSON_AddBoolToObject(o, "output_router_logits", c->output_router_logits);
+    }
     *json = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return *json ? TRI_OK : TRI_ERR(TRI_ENOMEM, "config: out of memory rendering %s", c->name);
@@ -249,8 +417,13 @@ int64_t tri_llama_num_params(const void *config)
             KV = (int64_t)c->num_key_value_heads * c->head_dim, V = c->vocab_size;
     int64_t attn = C * (Q + 2 * KV) + Q * C + (c->attention_bias ? Q + 2 * KV + C : 0);
     int64_t mlp = 3 * C * F + (c->mlp_bias ? 2 * F + C : 0);
-    int64_t block = 2 * C + attn + mlp;
-    return V * C * (c->tie_word_embeddings ? 1 : 2) + c->num_hidden_layers * block + C;
+    /* a sparse layer: the router (E, C), E experts of 3 C I, the shared expert's 3 C I_s */
+    int64_t moe = (int64_t)c->num_experts * C + (int64_t)c->num_experts * 3 * C * c->moe_intermediate_size +
+                  3 * C * (int64_t)c->shared_expert_intermediate_size;
+    int64_t total = V * C * (c->tie_word_embeddings ? 1 : 2) + C;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        total += 2 * C + attn + (tri_llama_layer_is_sparse(c, l) ? moe : mlp);
+    return total;
 }
 
 /* A Llama block: RMSNorms, separate q, k, v and o projections (biases if attention_bias), a SwiGLU
@@ -275,7 +448,12 @@ tri_transformer tri_llama_dims(const void *cfg)
                          .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
                          .final_norm = TRI_NORM_RMSNORM, .untied_head = !c->tie_word_embeddings,
                          .fused_attention_only = true, .block_cost = tri_llama_block_cost, .cfg = c};
-    snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, SwiGLU %d", c->num_key_value_heads,
-             c->head_dim, c->intermediate_size);
+    if (c->num_experts > 0) /* the block cost (partitioner) is still the dense one: docs/moe.md */
+        snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, %d SwiGLU experts of %d, top-%d",
+                 c->num_key_value_heads, c->head_dim, c->num_experts, c->moe_intermediate_size,
+                 c->num_experts_per_tok);
+    else
+        snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, SwiGLU %d", c->num_key_value_heads,
+                 c->head_dim, c->intermediate_size);
     return m;
 }

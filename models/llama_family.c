@@ -30,22 +30,42 @@ static const char *const hf_layer_order[] = {
 
 #define HF_PER_LAYER ((int64_t)(sizeof hf_layer_order / sizeof hf_layer_order[0]))
 
-/* LlamaForCausalLM's state_dict order: model.embed_tokens, model.layers.*, model.norm, lm_head. */
+/* LlamaForCausalLM's state_dict order: model.embed_tokens, model.layers.*, model.norm, lm_head.
+ * MixtralDecoderLayer and Qwen3MoeDecoderLayer register self_attn, then the sparse block (its router
+ * `gate`, then experts 0..E-1 each with its Linears in registration order: Mixtral's w1, w2, w3,
+ * Qwen3's gate_proj, up_proj, down_proj; a shared expert after them), then the two norms. A layer's
+ * keys: the attention's at 0..7, the dense MLP's at 8..13, the MoE's at 14 + their order, the norms
+ * last. */
 static int64_t hf_position(const void *cfg, const char *name)
 {
-    int64_t L = ((const tri_llama_config *)cfg)->num_hidden_layers;
+    const tri_llama_config *c = cfg;
+    int64_t L = c->num_hidden_layers, E = c->num_experts, M = 1 + 3 * E + 3, S = 14 + M + 2;
     if (strcmp(name, "model.embed_tokens.weight") == 0)
         return 0;
     if (strcmp(name, "model.norm.weight") == 0)
-        return 1 + L * HF_PER_LAYER;
+        return 1 + L * S;
     if (strcmp(name, "lm_head.weight") == 0)
-        return 2 + L * HF_PER_LAYER;
+        return 2 + L * S;
     int layer = 0, used = 0;
-    if (sscanf(name, "model.layers.%d.%n", &layer, &used) == 1 && used > 0)
+    if (sscanf(name, "model.layers.%d.%n", &layer, &used) == 1 && used > 0) {
+        int64_t base = 1 + layer * S;
         for (int64_t j = 0; j < HF_PER_LAYER; j++)
             if (strcmp(name + used, hf_layer_order[j]) == 0)
-                return 1 + layer * HF_PER_LAYER + j;
-    return 3 + L * HF_PER_LAYER; /* no Llama parameter: last */
+                return base + (j < 14 ? j : 14 + M + (j - 14));
+        int k = E > 0 ? tri_llama_moe_param_index(c, name + used) : -1;
+        if (k == 0 || k > 3 * E) /* the router, the shared expert */
+            return base + 14 + (k == 0 ? 0 : k);
+        if (k > 0 && k <= 2 * E) { /* expert e's gate (kind 0) or up (kind 1) */
+            int64_t e = (k - 1) / 2, kind = (k - 1) % 2;
+            int64_t at = c->hf_style == TRI_HF_MIXTRAL ? (kind == 0 ? 0 : 2) : kind; /* w1 w2 w3 / gate up down */
+            return base + 15 + 3 * e + at;
+        }
+        if (k > 2 * E) { /* expert e's down */
+            int64_t e = k - 1 - 2 * E;
+            return base + 15 + 3 * e + (c->hf_style == TRI_HF_MIXTRAL ? 1 : 2);
+        }
+    }
+    return 3 + L * S; /* no Llama parameter: last */
 }
 
 /* config.json as transformers writes a LlamaConfig (json.dumps(indent=2, sort_keys=True)): every
@@ -107,6 +127,69 @@ static int hf_config(const void *cfg, const char *torch_dtype, char **json)
     return TRI_OK;
 }
 
+/* config.json as transformers writes a MixtralConfig or a Qwen3MoeConfig (sorted keys, indent 2):
+ * every key Trident reads, and the fixed ones it computes (silu, no jitter, no sliding window). */
+static int hf_config_moe(const void *cfg, const char *torch_dtype, char **json)
+{
+    const tri_llama_config *c = cfg;
+    bool mixtral = c->hf_style == TRI_HF_MIXTRAL;
+    char eps[48], theta[48], std[48], coef[48], only[TRI_LLAMA_MAX_MLP_ONLY * 8 + 16] = "[]";
+    tri_hf_float_text(eps, sizeof eps, c->rms_norm_eps, true);
+    tri_hf_float_text(theta, sizeof theta, c->rope_theta, false);
+    tri_hf_float_text(std, sizeof std, c->init_std, true);
+    tri_hf_float_text(coef, sizeof coef, c->router_aux_loss_coef, true);
+    if (c->n_mlp_only_layers > 0) {
+        size_t at = (size_t)snprintf(only, sizeof only, "[");
+        for (int i = 0; i < c->n_mlp_only_layers; i++)
+            at += (size_t)snprintf(only + at, sizeof only - at, "\n    %d%s", c->mlp_only_layers[i],
+                                   i + 1 < c->n_mlp_only_layers ? "," : "\n  ]");
+    }
+    char shared[96] = "";
+    if (c->shared_expert_intermediate_size > 0)
+        snprintf(shared, sizeof shared, "  \"moe_shared_expert_intermediate_size\": %d,\n",
+                 c->shared_expert_intermediate_size);
+    size_t cap = 8192;
+    char *text = malloc(cap);
+    if (!text)
+        return TRI_ERR(TRI_ENOMEM, "%s: out of memory for config.json", c->name);
+    if (mixtral)
+        snprintf(text, cap,
+                 "{\n  \"architectures\": [\n    \"MixtralForCausalLM\"\n  ],\n"
+                 "  \"attention_dropout\": 0.0,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
+                 "  \"hidden_size\": %d,\n  \"initializer_range\": %s,\n  \"intermediate_size\": %d,\n"
+                 "  \"max_position_embeddings\": %d,\n  \"model_type\": \"mixtral\",\n%s"
+                 "  \"num_attention_heads\": %d,\n  \"num_experts_per_tok\": %d,\n  \"num_hidden_layers\": %d,\n"
+                 "  \"num_key_value_heads\": %d,\n  \"num_local_experts\": %d,\n  \"output_router_logits\": %s,\n"
+                 "  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"router_aux_loss_coef\": %s,\n"
+                 "  \"router_jitter_noise\": 0.0,\n  \"sliding_window\": null,\n  \"tie_word_embeddings\": %s,\n"
+                 "  \"torch_dtype\": \"%s\",\n  \"use_cache\": true,\n  \"vocab_size\": %d\n}\n",
+                 c->head_dim, c->hidden_size, std, c->moe_intermediate_size, c->max_position_embeddings, shared,
+                 c->num_attention_heads, c->num_experts_per_tok, c->num_hidden_layers, c->num_key_value_heads,
+                 c->num_experts, c->output_router_logits ? "true" : "false", eps, theta, coef,
+                 c->tie_word_embeddings ? "true" : "false", torch_dtype, c->vocab_size);
+    else
+        snprintf(text, cap,
+                 "{\n  \"architectures\": [\n    \"Qwen3MoeForCausalLM\"\n  ],\n"
+                 "  \"attention_bias\": %s,\n  \"attention_dropout\": 0.0,\n  \"decoder_sparse_step\": %d,\n"
+                 "  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": %d,\n"
+                 "  \"initializer_range\": %s,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
+                 "  \"mlp_only_layers\": %s,\n  \"model_type\": \"qwen3_moe\",\n  \"moe_intermediate_size\": %d,\n%s"
+                 "  \"norm_topk_prob\": %s,\n  \"num_attention_heads\": %d,\n  \"num_experts\": %d,\n"
+                 "  \"num_experts_per_tok\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_key_value_heads\": %d,\n"
+                 "  \"output_router_logits\": %s,\n  \"rms_norm_eps\": %s,\n  \"rope_scaling\": null,\n"
+                 "  \"rope_theta\": %s,\n  \"router_aux_loss_coef\": %s,\n  \"sliding_window\": null,\n"
+                 "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\",\n  \"use_cache\": true,\n"
+                 "  \"use_sliding_window\": false,\n  \"vocab_size\": %d\n}\n",
+                 c->attention_bias ? "true" : "false", c->decoder_sparse_step, c->head_dim, c->hidden_size, std,
+                 c->intermediate_size, c->max_position_embeddings, only, c->moe_intermediate_size, shared,
+                 c->norm_topk_prob ? "true" : "false", c->num_attention_heads, c->num_experts,
+                 c->num_experts_per_tok, c->num_hidden_layers, c->num_key_value_heads,
+                 c->output_router_logits ? "true" : "false", eps, theta, coef,
+                 c->tie_word_embeddings ? "true" : "false", torch_dtype, c->vocab_size);
+    *json = text;
+    return TRI_OK;
+}
+
 /* Older transformers saved each attention's rotary inverse frequencies (a buffer computed from
  * the config): "model.layers.N.self_attn.rotary_emb.inv_freq". */
 static bool hf_skipped(const char *name)
@@ -146,7 +229,53 @@ const tri_model_family tri_llama_family = {
     .hf_tied_head = hf_tied_head,
 };
 
+/* MixtralForCausalLM: the Llama family's code with Mixtral's config keys, names and config.json. */
+const tri_model_family tri_mixtral_family = {
+    .type = "mixtral",
+    .config_size = sizeof(tri_llama_config),
+    .parse = tri_mixtral_config_parse,
+    .to_json = tri_llama_config_to_json,
+    .dims = tri_llama_dims,
+    .num_params = tri_llama_num_params,
+    .num_param_tensors = tri_llama_num_param_tensors,
+    .param_specs = tri_llama_param_specs,
+    .check = tri_llama_check,
+    .create = tri_llama_create,
+    .destroy = tri_decoder_free,
+    .logits_row = tri_decoder_logits_row,
+    .title = "Mixtral",
+    .hf_name = hf_name,
+    .hf_position = hf_position,
+    .hf_config = hf_config_moe,
+    .hf_skipped = hf_skipped,
+    .hf_tied_head = hf_tied_head,
+};
+
+/* Qwen3MoeForCausalLM's MoE side (its per-head q/k RMSNorm, qk_norm, joins at the merge, and with it
+ * this table's registration in models/model.c). */
+const tri_model_family tri_qwen3_moe_family = {
+    .type = "qwen3_moe",
+    .config_size = sizeof(tri_llama_config),
+    .parse = tri_qwen3_moe_config_parse,
+    .to_json = tri_llama_config_to_json,
+    .dims = tri_llama_dims,
+    .num_params = tri_llama_num_params,
+    .num_param_tensors = tri_llama_num_param_tensors,
+    .param_specs = tri_llama_param_specs,
+    .check = tri_llama_check,
+    .create = tri_llama_create,
+    .destroy = tri_decoder_free,
+    .logits_row = tri_decoder_logits_row,
+    .title = "Qwen3-MoE",
+    .hf_name = hf_name,
+    .hf_position = hf_position,
+    .hf_config = hf_config_moe,
+    .hf_skipped = hf_skipped,
+    .hf_tied_head = hf_tied_head,
+};
+
 const tri_llama_config *tri_llama_config_of(const tri_model *m)
 {
-    return m->family == &tri_llama_family ? m->cfg : NULL;
+    return m->family == &tri_llama_family || m->family == &tri_mixtral_family || m->family == &tri_qwen3_moe_family
+               ? m->cfg : NULL;
 }

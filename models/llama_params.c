@@ -17,7 +17,7 @@
 typedef enum { D_C = 0, D_Q, D_KV, D_F } dim_kind;
 
 /* When a row exists. */
-typedef enum { ALWAYS = 0, IF_ATTENTION_BIAS, IF_MLP_BIAS } row_when;
+typedef enum { ALWAYS = 0, IF_ATTENTION_BIAS, IF_MLP_BIAS, IF_DENSE } row_when;
 
 typedef struct llama_param_row {
     const char *name;        /* after "model.layers.<i>." */
@@ -35,7 +35,9 @@ typedef struct llama_param_row {
 #define MAT TRI_INIT_NORMAL
 
 /* One block, in flat-buffer and global order: q, k, v (then their biases) and gate, up (then
- * theirs) consecutive, so that their shards form the fused views (llama.h). */
+ * theirs) consecutive, so that their shards form the fused views (llama.h). The MLP's rows come last:
+ * a sparse layer (tri_llama_layer_is_sparse) has the MoE block's parameters in their place
+ * (llama_moe.c). */
 static const llama_param_row rows[] = {
     {"input_layernorm.weight", 1, {D_C}, -1, false, false, TRI_INIT_ONES, ALWAYS, F(ln1_w)},
     {"self_attn.q_proj.weight", 2, {D_Q, D_C}, 0, false, true, MAT, ALWAYS, F(q_w)},
@@ -47,35 +49,47 @@ static const llama_param_row rows[] = {
     {"self_attn.o_proj.weight", 2, {D_C, D_Q}, 1, false, true, MAT, ALWAYS, F(attn.o_w)},
     {"self_attn.o_proj.bias", 1, {D_C}, -1, false, false, TRI_INIT_ZEROS, IF_ATTENTION_BIAS, F(attn.o_b)},
     {"post_attention_layernorm.weight", 1, {D_C}, -1, false, false, TRI_INIT_ONES, ALWAYS, F(ln2_w)},
-    {"mlp.gate_proj.weight", 2, {D_F, D_C}, 0, false, true, MAT, ALWAYS, F(gate_w)},
-    {"mlp.up_proj.weight", 2, {D_F, D_C}, 0, false, true, MAT, ALWAYS, F(up_w)},
+    {"mlp.gate_proj.weight", 2, {D_F, D_C}, 0, false, true, MAT, IF_DENSE, F(gate_w)},
+    {"mlp.up_proj.weight", 2, {D_F, D_C}, 0, false, true, MAT, IF_DENSE, F(up_w)},
     {"mlp.gate_proj.bias", 1, {D_F}, 0, false, false, TRI_INIT_ZEROS, IF_MLP_BIAS, F(gate_b)},
     {"mlp.up_proj.bias", 1, {D_F}, 0, false, false, TRI_INIT_ZEROS, IF_MLP_BIAS, F(up_b)},
-    {"mlp.down_proj.weight", 2, {D_C, D_F}, 1, false, true, MAT, ALWAYS, F(mlp.down_w)},
+    {"mlp.down_proj.weight", 2, {D_C, D_F}, 1, false, true, MAT, IF_DENSE, F(mlp.down_w)},
     {"mlp.down_proj.bias", 1, {D_C}, -1, false, false, TRI_INIT_ZEROS, IF_MLP_BIAS, F(mlp.down_b)},
 };
 #undef F
 
 #define N_ROWS ((int)(sizeof rows / sizeof rows[0]))
 
-static bool has_row(const tri_llama_config *c, const llama_param_row *r)
+/* The MLP's rows (IF_DENSE, IF_MLP_BIAS) exist in the dense layers only. */
+static bool has_row(const tri_llama_config *c, const llama_param_row *r, bool sparse)
 {
     return r->when == ALWAYS || (r->when == IF_ATTENTION_BIAS && c->attention_bias) ||
-           (r->when == IF_MLP_BIAS && c->mlp_bias);
+           (r->when == IF_MLP_BIAS && c->mlp_bias && !sparse) || (r->when == IF_DENSE && !sparse);
 }
 
-static int block_params(const tri_llama_config *c)
+/* Layer `layer`'s parameter tensors. */
+static int block_params(const tri_llama_config *c, int layer)
 {
-    int n = 0;
+    bool sparse = tri_llama_layer_is_sparse(c, layer);
+    int n = sparse ? tri_llama_moe_num_params(c) : 0;
     for (int j = 0; j < N_ROWS; j++)
-        n += has_row(c, &rows[j]);
+        n += has_row(c, &rows[j], sparse);
+    return n;
+}
+
+/* The global index of layer `layer`'s first parameter. */
+static int layer_first(const tri_llama_config *c, int layer)
+{
+    int n = 1;
+    for (int l = 0; l < layer; l++)
+        n += block_params(c, l);
     return n;
 }
 
 int tri_llama_num_param_tensors(const void *config)
 {
     const tri_llama_config *c = config;
-    return 1 + block_params(c) * c->num_hidden_layers + 1 + !c->tie_word_embeddings;
+    return layer_first(c, c->num_hidden_layers) + 1 + !c->tie_word_embeddings;
 }
 
 #define EMBED "model.embed_tokens.weight"
@@ -85,22 +99,28 @@ int tri_llama_num_param_tensors(const void *config)
 /* Global order: the embedding, the blocks' parameters in table order, the final norm, the head. */
 static int global_index(const tri_llama_config *c, const char *name)
 {
-    int per = block_params(c), L = c->num_hidden_layers;
+    int L = c->num_hidden_layers, end = layer_first(c, L);
     if (strcmp(name, EMBED) == 0)
         return 0;
     if (strcmp(name, NORM) == 0)
-        return 1 + per * L;
+        return end;
     if (strcmp(name, HEAD) == 0 && !c->tie_word_embeddings)
-        return 2 + per * L;
+        return end + 1;
     int layer = 0, used = 0;
-    if (sscanf(name, "model.layers.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0 && layer < L)
-        for (int j = 0, k = 0; j < N_ROWS; j++) {
-            if (!has_row(c, &rows[j]))
+    if (sscanf(name, "model.layers.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0 && layer < L) {
+        bool sparse = tri_llama_layer_is_sparse(c, layer);
+        int first = layer_first(c, layer), k = 0;
+        for (int j = 0; j < N_ROWS; j++) {
+            if (!has_row(c, &rows[j], sparse))
                 continue;
             if (strcmp(name + used, rows[j].name) == 0)
-                return 1 + per * layer + k;
+                return first + k;
             k++;
         }
+        int e = sparse ? tri_llama_moe_param_index(c, name + used) : -1;
+        if (e >= 0)
+            return first + k + e;
+    }
     return -1;
 }
 
@@ -121,9 +141,10 @@ static int64_t dim_size(const tri_llama_config *c, dim_kind d)
 
 static int add_block(tri_spec_list *l, const tri_llama_config *c, int layer)
 {
+    bool sparse = tri_llama_layer_is_sparse(c, layer);
     for (int j = 0; j < N_ROWS; j++) {
         const llama_param_row *r = &rows[j];
-        if (!has_row(c, r))
+        if (!has_row(c, r, sparse))
             continue;
         int64_t shape[2];
         for (int d = 0; d < r->ndim; d++)
@@ -137,7 +158,7 @@ static int add_block(tri_spec_list *l, const tri_llama_config *c, int layer)
         if (r->kv)
             s->max_shards = c->num_key_value_heads;
     }
-    return TRI_OK;
+    return sparse ? tri_llama_moe_add_params(l, c, layer) : TRI_OK;
 }
 
 /* The embedding (first stage) or a last stage's copy of it as the tied LM head. */
@@ -196,7 +217,7 @@ int tri_llama_param_specs(const void *config, int tp, const tri_chunk_place *opt
 
 /* ---- views ---- */
 
-void tri_llama_map_views(tri_llama *m)
+int tri_llama_map_views(tri_llama *m)
 {
     tri_decoder *d = &m->d;
     const tri_param_layout *L = &d->chunk.layout;
@@ -233,4 +254,9 @@ void tri_llama_map_views(tri_llama *m)
     snprintf(n, sizeof n, "model.layers.%d.%s", d->opt.layer_start, rows[0].name);
     if ((i = tri_layout_find(L, n)) >= 0)
         d->unit_block0 = L->params[i].spec.unit;
+    int rc = TRI_OK;
+    for (int l = 0; l < d->L_l && !rc; l++)
+        if (tri_llama_layer_is_sparse(&m->cfg, d->opt.layer_start + l))
+            rc = tri_llama_moe_map_views(m, l);
+    return rc;
 }

@@ -356,8 +356,10 @@ int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_l
         .first_layers = l->first_layers > 0 ? l->first_layers : -1, .last_layers = -1,
         .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap};
     int rc = tri_cli_model_layout(m, req, out);
-    if (!rc)
+    if (!rc) {
         out->compression = l->compression;
+        out->moe = l->moe;
+    }
     return rc;
 }
 

@@ -41,6 +41,7 @@ typedef struct tu_layout {
     int64_t adam_freeze_step;  /* --adam-freeze-step (0: off; AdamW only) */
     bool unfused_update;       /* AdamW's update, bf16 publish and gradient zeroing as separate passes
                                   (tri_adamw_config.unfused_update) */
+    tri_moe_run moe;           /* the --moe-* flags (zeroed: the config's, dropless) */
 } tu_layout;
 
 typedef struct tu_result {

@@ -67,8 +67,16 @@ def linear(p, name, x):
     return F.linear(x, p[name + ".weight"], b)
 
 
-def llama_forward(p, tokens, cfg):
-    """Logits (B, T, V) of the real vocabulary for tokens (B, T)."""
+def dense_mlp(p, pre, z, cfg, layer):
+    """LlamaMLP: down(silu(gate(z)) * up(z)); nothing added to the objective."""
+    h = F.silu(linear(p, pre + "mlp.gate_proj", z)) * linear(p, pre + "mlp.up_proj", z)
+    return linear(p, pre + "mlp.down_proj", h), 0.0
+
+
+def llama_forward(p, tokens, cfg, mlp=dense_mlp):
+    """Logits (B, T, V) of the real vocabulary for tokens (B, T); with another mlp(p, pre, z, cfg,
+    layer) -> (out, extra) (an MoE block), (logits, the sum of the layers' extras)."""
+    extra = 0.0
     B, T = tokens.shape
     NH, NH_kv, HS, eps, V = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
                              cfg["rms_norm_eps"], cfg["vocab_size"])
@@ -90,11 +98,13 @@ def llama_forward(p, tokens, cfg):
         y = (att @ v).transpose(1, 2).reshape(B, T, NH * HS)
         x = x + linear(p, pre + "self_attn.o_proj", y)
         z = rmsnorm(x, p[pre + "post_attention_layernorm.weight"], eps)
-        h = F.silu(linear(p, pre + "mlp.gate_proj", z)) * linear(p, pre + "mlp.up_proj", z)
-        x = x + linear(p, pre + "mlp.down_proj", h)
+        out, add = mlp(p, pre, z, cfg, i)
+        x = x + out
+        extra = extra + add
     x = rmsnorm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg["tie"] else p["lm_head.weight"]
-    return x @ head[:V].t()
+    logits = x @ head[:V].t()
+    return logits if mlp is dense_mlp else (logits, extra)
 
 
 if __name__ == "__main__":

@@ -909,7 +909,7 @@ int main(int argc, char **argv)
     memset(&r, 0, sizeof r);
     r.started = tri_now_s();
     defaults(&r.a);
-    tri_flag flags[96];
+    tri_flag flags[128]; /* 89 today (make_flags) */
     int nflags = make_flags(&r.a, flags);
     bool help = false;
     MPI_Comm comm_world = MPI_COMM_WORLD;

@@ -105,11 +105,15 @@ def reference_run(argv, forward, cfg_keys, float_keys=()):
     params = {n: torch.tensor(rec[n], dtype=torch.float64, requires_grad=True) for n in names}
 
     def loss_of(step):
-        logits = forward(params, windows[step, :, :-1], cfg)
-        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[step, :, 1:].reshape(-1))
+        """logits, the LM loss (reported) and the objective (the LM loss plus what a forward that
+        returns (logits, extra) adds: an MoE model's load-balancing losses)."""
+        out = forward(params, windows[step, :, :-1], cfg)
+        logits, extra = out if isinstance(out, tuple) else (out, 0.0)
+        lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[step, :, 1:].reshape(-1))
+        return logits, lm, lm + extra
 
-    logits, loss = loss_of(0)
-    loss.backward()
+    logits, loss, objective = loss_of(0)
+    objective.backward()
     out = [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()]))]
     out += [("grad." + n, params[n].grad.numpy().copy()) for n in names]
 
@@ -121,8 +125,8 @@ def reference_run(argv, forward, cfg_keys, float_keys=()):
     losses = []
     for step in range(steps):
         opt.zero_grad()
-        _, loss = loss_of(step)
-        loss.backward()
+        _, loss, objective = loss_of(step)
+        objective.backward()
         losses.append(loss.item())
         if clip > 0:
             torch.nn.utils.clip_grad_norm_([params[n] for n in names], clip)

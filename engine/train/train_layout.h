@@ -29,6 +29,18 @@ typedef enum { TRI_PRECISION_FP32 = 0, TRI_PRECISION_BF16 } tri_precision;
  * flash / unfused). */
 typedef enum { TRI_ATTENTION_FLASH = 0, TRI_ATTENTION_UNFUSED } tri_attention_backend;
 
+/* The MoE block's training options that change the model (Megatron-Core's --moe-* flags; models with
+ * experts read them, docs/moe.md "The MoE families"). Zeroed: the config's auxiliary-loss
+ * coefficient, no z-loss, dropless, "probs" drop policy, softmax scores. */
+typedef struct tri_moe_run {
+    bool aux_loss_coeff_set;   /* --moe-aux-loss-coeff given: it replaces the config's */
+    float aux_loss_coeff;      /* Megatron units (Hugging Face's router_aux_loss_coef x top-k) */
+    float z_loss_coeff;        /* --moe-z-loss-coeff */
+    float capacity_factor;     /* --moe-expert-capacity-factor; 0: dropless */
+    int drop_policy;           /* --moe-token-drop-policy: TRI_MOE_DROP_PROBS (0) or TRI_MOE_DROP_POSITION (1) */
+    int score_func;            /* --moe-router-score-function: TRI_MOE_SOFTMAX (0) or TRI_MOE_SIGMOID (1) */
+} tri_moe_run;
+
 typedef struct tri_train_layout {
     int tp, pp, dp;
     int v;                     /* model chunks per pipeline rank (> 1 only with "interleaved") */
@@ -47,6 +59,7 @@ typedef struct tri_train_layout {
     bool overlap_param_gather; /* (engine/train/zero.h) */
     tri_compression compression; /* the dp gradient reduction's compressor (engine/train/dp_compress.h;
                                     zeroed: none) */
+    tri_moe_run moe;           /* the MoE block's options (zeroed: the config's, dropless) */
 } tri_train_layout;
 
 /* "none", "selective", "full" / "fp32", "bf16" / "flash", "unfused". */

@@ -3,6 +3,9 @@
 
 #include <string.h>
 
+#include "engine/core/status.h"
+#include "engine/device/ops/moe_router_math.h"
+
 void tri_cli_layout_defaults(tri_cli_layout *l)
 {
     memset(l, 0, sizeof *l);
@@ -11,6 +14,9 @@ void tri_cli_layout_defaults(tri_cli_layout *l)
     l->schedule = "1f1b";
     l->recompute = "none";
     l->attention = "auto";
+    l->moe_aux_loss_coeff = -1.0f;
+    l->moe_drop_policy = "probs";
+    l->moe_score_function = "softmax";
 }
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
@@ -36,6 +42,12 @@ int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n)
     f[n++] = (tri_flag)FLAG("deterministic-mode", TRI_FLAG_BOOL, &r->deterministic, "sum gradients, norms and losses in exact fixed point: bit-identical results for every pp, dp, ZeRO stage, micro-batch count and rerun at a given tp", 0, 0);
     f[n++] = (tri_flag)FLAG("overlap-grad-reduce", TRI_FLAG_BOOL, &r->overlap_grad_reduce, "start each gradient reduce-scatter/all-reduce during the backward, as soon as its bucket is complete (non-blocking collectives)", 0, 0);
     f[n++] = (tri_flag)FLAG("overlap-param-gather", TRI_FLAG_BOOL, &r->overlap_param_gather, "overlap parameter all-gathers with the forward: after the update (ZeRO 1-2), one unit ahead (ZeRO 3)", 0, 0);
+    /* the MoE block's (models with experts; docs/moe.md) */
+    f[n++] = (tri_flag)FLAG("moe-aux-loss-coeff", TRI_FLAG_FLOAT, &l->moe_aux_loss_coeff, "MoE load-balancing (Switch/GShard) loss coefficient in Megatron-Core's units, i.e. Hugging Face's router_aux_loss_coef x num_experts_per_tok (-1: the config's, 0 when output_router_logits is false)", -1, 1e6);
+    f[n++] = (tri_flag)FLAG("moe-z-loss-coeff", TRI_FLAG_FLOAT, &l->moe_z_loss_coeff, "MoE router z-loss coefficient (ST-MoE, Zoph et al. 2022)", 0, 1e6);
+    f[n++] = (tri_flag)FLAG("moe-expert-capacity-factor", TRI_FLAG_FLOAT, &l->moe_capacity_factor, "MoE expert capacity as a multiple of the even share N x top-k / experts; selections over it are dropped and pass through the residual (0: dropless)", 0, 1e6);
+    f[n++] = (tri_flag)CHOICE("moe-token-drop-policy", &l->moe_drop_policy, "probs|position", "with a capacity, which selections an expert keeps: the largest router weights (probs) or the earliest tokens (position)");
+    f[n++] = (tri_flag)CHOICE("moe-router-score-function", &l->moe_score_function, "softmax|sigmoid", "router scores: softmax (Mixtral, Qwen3-MoE) or sigmoid (DeepSeek-V3)");
     return n;
 }
 
@@ -53,7 +65,20 @@ int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num
     r->attention = strcmp(l->attention, "unfused") == 0 ? TRI_ATTENTION_UNFUSED
                    : strcmp(l->attention, "flash") == 0 ? TRI_ATTENTION_FLASH
                                                         : tri_cli_attention_auto(l->gpu, m);
-    return tri_layout_resolve(m, r, out);
+    const tri_flag *cap = tri_flags_find(f, nf, "moe-expert-capacity-factor");
+    if (cap && cap->seen && !(l->moe_capacity_factor > 0))
+        return TRI_ERR(TRI_EINVAL, "--moe-expert-capacity-factor %g: a capacity factor must be positive (leave the "
+                       "flag out for dropless routing)", (double)l->moe_capacity_factor);
+    int rc = tri_layout_resolve(m, r, out);
+    if (!rc)
+        out->moe = (tri_moe_run){.aux_loss_coeff_set = l->moe_aux_loss_coeff >= 0,
+                                 .aux_loss_coeff = l->moe_aux_loss_coeff >= 0 ? l->moe_aux_loss_coeff : 0,
+                                 .z_loss_coeff = l->moe_z_loss_coeff, .capacity_factor = l->moe_capacity_factor,
+                                 .drop_policy = strcmp(l->moe_drop_policy, "position") == 0 ? TRI_MOE_DROP_POSITION
+                                                                                            : TRI_MOE_DROP_PROBS,
+                                 .score_func = strcmp(l->moe_score_function, "sigmoid") == 0 ? TRI_MOE_SIGMOID
+                                                                                             : TRI_MOE_SOFTMAX};
+    return rc;
 }
 
 tri_attention_backend tri_cli_attention_auto(bool gpu, const tri_transformer *m)

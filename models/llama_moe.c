@@ -1,0 +1,246 @@
+/* models/llama_moe.c - the sparse layers of the Llama family: Hugging Face's MixtralForCausalLM
+ * (Jiang et al. 2024, "Mixtral of Experts") and the MoE side of Qwen3MoeForCausalLM, where a layer
+ * that tri_llama_layer_is_sparse names runs layers/moe.h's block (router, top-k, SwiGLU experts,
+ * weighted combine; Switch Transformer's auxiliary loss, ST-MoE's z-loss) in place of the SwiGLU MLP.
+ *
+ * Parameters under the Hub checkpoints' per-expert names (prefix P = "block_sparse_moe." for Mixtral,
+ * "mlp." for Qwen3-MoE; gate/up/down are w1/w3/w2 in Mixtral, gate_proj/up_proj/down_proj in Qwen3):
+ *   P gate.weight (E, C); P experts.J.{w1,w3}.weight (I, C); P experts.J.w2.weight (C, I);
+ *   P shared_expert.{gate_proj,up_proj,down_proj}.weight when I_s > 0 (Megatron's shared expert).
+ * Flat-buffer order: the router, then per expert its gate then its up matrix, then every expert's down
+ * matrix, then the shared expert: so tri_moe_weights' fused views gate_up_w (E, 2I, C) and down_w
+ * (E, C, I) are each one contiguous range (and an expert-parallel rank's E/ep experts, later, one
+ * slice of each). The global (checkpoint) order is the same.
+ *
+ * The block runs fp32 and on whole experts: tensor parallelism and bf16 are refused by
+ * tri_llama_check. The auxiliary and z losses enter the step's objective with weight
+ * dloss * N (dloss = d(step loss)/d(token loss), so 1/(micro-batches x data-parallel ranks): the
+ * losses averaged like the LM loss, Megatron-Core's scaling), and their scalars stay in each slot's
+ * block activations (acts.moe.losses = [aux, z]) for tri_llama_moe_losses to read. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+#include "models/llama.h"
+#include "models/model_chunk.h"
+#include "partitioner/layout.h"
+
+/* ---- names ---- */
+
+static const char *prefix(const tri_llama_config *c)
+{
+    return c->hf_style == TRI_HF_MIXTRAL ? "block_sparse_moe." : "mlp.";
+}
+
+/* Expert matrix kind k (0 gate, 1 up, 2 down) under the style's name. */
+static const char *expert_name(const tri_llama_config *c, int k)
+{
+    static const char *const mixtral[] = {"w1", "w3", "w2"}, *const qwen[] = {"gate_proj", "up_proj", "down_proj"};
+    return c->hf_style == TRI_HF_MIXTRAL ? mixtral[k] : qwen[k];
+}
+
+int tri_llama_moe_num_params(const tri_llama_config *c)
+{
+    return 1 + 3 * c->num_experts + (c->shared_expert_intermediate_size > 0 ? 3 : 0);
+}
+
+/* Parameter j of a sparse layer's MoE group (in flat order): its name after "model.layers.<i>.",
+ * its shape, and kind (-1 router, 0..2 expert gate/up/down, 3..5 shared gate/up/down), expert e. */
+static void moe_param(const tri_llama_config *c, int j, char *name, size_t cap, int64_t shape[2], int *kind, int *e)
+{
+    int64_t C = c->hidden_size, E = c->num_experts, I = c->moe_intermediate_size,
+            Is = c->shared_expert_intermediate_size;
+    static const char *const shared[] = {"gate_proj", "up_proj", "down_proj"};
+    *e = -1;
+    if (j == 0) {
+        *kind = -1;
+        snprintf(name, cap, "%sgate.weight", prefix(c));
+        shape[0] = E;
+        shape[1] = C;
+    } else if (j <= 2 * E) {
+        *e = (j - 1) / 2;
+        *kind = (j - 1) % 2;
+        snprintf(name, cap, "%sexperts.%d.%s.weight", prefix(c), *e, expert_name(c, *kind));
+        shape[0] = I;
+        shape[1] = C;
+    } else if (j <= 3 * E) {
+        *e = j - 1 - 2 * (int)E;
+        *kind = 2;
+        snprintf(name, cap, "%sexperts.%d.%s.weight", prefix(c), *e, expert_name(c, 2));
+        shape[0] = C;
+        shape[1] = I;
+    } else {
+        *kind = 3 + (j - 1 - 3 * (int)E);
+        snprintf(name, cap, "%sshared_expert.%s.weight", prefix(c), shared[*kind - 3]);
+        shape[0] = *kind == 5 ? C : Is;
+        shape[1] = *kind == 5 ? Is : C;
+    }
+}
+
+int tri_llama_moe_param_index(const tri_llama_config *c, const char *suffix)
+{
+    size_t n = strlen(prefix(c));
+    if (strncmp(suffix, prefix(c), n) != 0)
+        return -1;
+    const char *rest = suffix + n;
+    int e = 0, used = 0, E = c->num_experts;
+    char kind[16];
+    if (strcmp(rest, "gate.weight") == 0)
+        return 0;
+    if (sscanf(rest, "experts.%d.%15[a-z_0-9].weight%n", &e, kind, &used) == 2 && rest[used] == '\0' && e >= 0 &&
+        e < E) {
+        char canon[TRI_PARAM_NAME_MAX];
+        snprintf(canon, sizeof canon, "experts.%d.%s.weight", e, kind); /* no "experts.01." */
+        if (strcmp(canon, rest) != 0)
+            return -1;
+        for (int k = 0; k < 3; k++)
+            if (strcmp(kind, expert_name(c, k)) == 0)
+                return k < 2 ? 1 + 2 * e + k : 1 + 2 * E + e;
+    }
+    if (c->shared_expert_intermediate_size > 0) {
+        static const char *const shared[] = {"shared_expert.gate_proj.weight", "shared_expert.up_proj.weight",
+                                             "shared_expert.down_proj.weight"};
+        for (int k = 0; k < 3; k++)
+            if (strcmp(rest, shared[k]) == 0)
+                return 1 + 3 * E + k;
+    }
+    return -1;
+}
+
+int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer)
+{
+    for (int j = 0; j < tri_llama_moe_num_params(c); j++) {
+        char sub[TRI_PARAM_NAME_MAX], name[2 * TRI_PARAM_NAME_MAX];
+        int64_t shape[2];
+        int kind, e;
+        moe_param(c, j, sub, sizeof sub, shape, &kind, &e);
+        snprintf(name, sizeof name, "model.layers.%d.%s", layer, sub);
+        if (strlen(name) >= TRI_PARAM_NAME_MAX)
+            return TRI_ERR(TRI_EINVAL, "llama: parameter name %s is longer than %d characters", name,
+                           TRI_PARAM_NAME_MAX - 1);
+        if (!tri_spec_list_add(l, name, 2, shape, -1, true, TRI_INIT_NORMAL, c->init_std))
+            return TRI_ERR(TRI_ENOMEM, "llama: out of memory for parameter descriptions");
+    }
+    return TRI_OK;
+}
+
+/* ---- views ---- */
+
+int tri_llama_moe_map_views(tri_llama *m, int l)
+{
+    tri_decoder *d = &m->d;
+    const tri_llama_config *c = &m->cfg;
+    const tri_param_layout *L = &d->chunk.layout;
+    int E = c->num_experts, layer = d->opt.layer_start + l;
+    tri_llama_block_weights *wb[2] = {&m->w.h[l], &m->g.h[l]};
+    for (int s = 0; s < 2; s++) {
+        wb[s]->experts = tri_decoder_calloc(d, 3 * (size_t)E, sizeof *wb[s]->experts);
+        if (!wb[s]->experts)
+            return TRI_ERR(TRI_ENOMEM, "llama: out of memory for the experts' views");
+    }
+    for (int j = 0; j < tri_llama_moe_num_params(c); j++) {
+        char sub[TRI_PARAM_NAME_MAX], name[2 * TRI_PARAM_NAME_MAX];
+        int64_t shape[2];
+        int kind, e, i;
+        moe_param(c, j, sub, sizeof sub, shape, &kind, &e);
+        snprintf(name, sizeof name, "model.layers.%d.%s", layer, sub);
+        if ((i = tri_layout_find(L, name)) < 0)
+            return TRI_ERR(TRI_EINTERNAL, "llama: the chunk has no parameter %s", name);
+        tri_tensor *slot[2];
+        for (int s = 0; s < 2; s++) {
+            tri_llama_block_weights *b = wb[s];
+            slot[s] = kind < 0 ? &b->moe.router_w : kind < 2 ? &b->experts[2 * e + kind] : kind == 2 ? &b->experts[2 * E + e]
+                    : kind == 3 ? &b->shared_gate_w : kind == 4 ? &b->shared_up_w : &b->moe.shared_down_w;
+        }
+        d->wslot[i] = slot[0];
+        d->gslot[i] = slot[1];
+        /* the fused views need the experts' gate/up matrices, their down matrices and the shared
+         * expert's gate and up each where the previous one ends */
+        bool joined = (j >= 2 && j <= 2 * E) || (j >= 2 * E + 2 && j <= 3 * E) || j == 3 * E + 2;
+        if (joined && L->params[i - 1].offset + L->params[i - 1].numel != L->params[i].offset)
+            return TRI_ERR(TRI_EINTERNAL, "llama: %s does not follow the previous parameter in the flat buffer "
+                           "(the experts' fused views need them contiguous)", name);
+    }
+    return TRI_OK;
+}
+
+void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b)
+{
+    const tri_llama_config *c = &m->cfg;
+    int64_t C = c->hidden_size, E = c->num_experts, I = c->moe_intermediate_size,
+            Is = c->shared_expert_intermediate_size;
+    tri_tensor g0 = b->experts[0], d0 = b->experts[2 * E];
+    b->moe.gate_up_w = tri_tensor_present(g0) ? tri_tensor_3d(g0.data, g0.dtype, E, 2 * I, C) : tri_tensor_none();
+    b->moe.down_w = tri_tensor_present(d0) ? tri_tensor_3d(d0.data, d0.dtype, E, C, I) : tri_tensor_none();
+    b->moe.shared_gate_up_w = Is > 0 && tri_tensor_present(b->shared_gate_w)
+                                  ? tri_tensor_2d(b->shared_gate_w.data, b->shared_gate_w.dtype, 2 * Is, C)
+                                  : tri_tensor_none();
+    b->moe.expert_bias = tri_tensor_none();
+}
+
+/* ---- the block's configuration and buffers ---- */
+
+tri_moe_config tri_llama_moe_config(const tri_llama *m)
+{
+    const tri_llama_config *c = &m->cfg;
+    const tri_llama_moe_options *o = &m->moe_opt;
+    tri_moe_config k = {.shape = {.N = m->d.N, .C = c->hidden_size, .E = c->num_experts,
+                                  .K = c->num_experts_per_tok, .I = c->moe_intermediate_size,
+                                  .I_shared = c->shared_expert_intermediate_size},
+                        .score_func = o->score_func, .norm_topk = c->norm_topk_prob,
+                        .drop_policy = o->drop_policy, .aux_loss_coeff = o->aux_loss_coeff,
+                        .z_loss_coeff = o->z_loss_coeff};
+    k.capacity = o->capacity_factor > 0 ? tri_moe_capacity(k.shape.N, k.shape.K, k.shape.E, o->capacity_factor) : 0;
+    return k;
+}
+
+/* Bytes rounded to whole fp32 elements (tri_moe_*_bytes are multiples of TRI_MOE_ALIGN). */
+static int take_bytes(tri_arena *ar, tri_mem_kind kind, tri_tensor *t, size_t bytes)
+{
+    if (bytes == 0)
+        return TRI_ERR(TRI_EINVAL, "llama: the MoE block's shape is invalid");
+    return TRI_ARENA_TAKE(ar, kind, t, TRI_F32, (int64_t)(bytes / sizeof(float)));
+}
+
+int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a)
+{
+    tri_moe_config k = tri_llama_moe_config(m);
+    tri_tensor mem;
+    memset(a, 0, sizeof *a);
+    int rc = take_bytes(ar, TRI_MEM_ACTIVATIONS, &mem, tri_moe_acts_bytes(&k.shape));
+    if (!rc && mem.data)
+        rc = tri_moe_bind(&k.shape, a, mem.data, NULL, NULL);
+    return rc;
+}
+
+int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar)
+{
+    tri_moe_config k = tri_llama_moe_config(m);
+    tri_tensor mem;
+    memset(&m->moe_scratch, 0, sizeof m->moe_scratch);
+    int rc = take_bytes(ar, TRI_MEM_WORKSPACE, &mem, tri_moe_scratch_bytes(&k.shape));
+    if (!rc && mem.data) {
+        /* tri_moe_bind carves scratch beside a set of acts: a set laid over the same memory and dropped */
+        tri_moe_acts unused;
+        rc = tri_moe_bind(&k.shape, &unused, mem.data, &m->moe_scratch, mem.data);
+    }
+    return rc;
+}
+
+/* ---- the losses ---- */
+
+int tri_llama_moe_losses(const tri_llama *m, int slot, double *aux, double *z)
+{
+    *aux = *z = 0;
+    for (int l = 0; l < m->d.L_l; l++) {
+        if (!tri_llama_layer_is_sparse(&m->cfg, m->d.opt.layer_start + l))
+            continue;
+        float v[2];
+        int rc = tri_device_copy_to_host(m->d.dev, v, m->slots[slot].blocks[l].moe.losses);
+        if (rc)
+            return rc;
+        *aux += v[0];
+        *z += v[1];
+    }
+    return TRI_OK;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tests/hf_mixtral.sh - Hugging Face Mixtral directories in and out of Trident (the "mixtral" family,
+# models/llama_moe.c; the Llama twin of this is tests/hf_llama.sh).
+#
+# tests/hf_files.py write-mixtral writes MixtralForCausalLM directories from the published formats
+# (MixtralConfig's config.json, per-expert tensors block_sparse_moe.experts.J.w1/w2/w3 in
+# MixtralDecoderLayer's state_dict order). Checked:
+#  1. import then `export --format hf` gives the same safetensors bytes (and shard index) back, F32
+#     one file and BF16 shards; `export --dtype fp32` holds the file's values under the same names,
+#     and the exported config.json agrees with the original and imports again;
+#  2. the imported weights fine-tune with engine_train at pp 2;
+#  3. a directory whose expert count differs from its config is refused naming the tensor: more
+#     experts in the file (an unknown tensor), fewer (a missing expert tensor), nothing written.
+#
+# Usage (CTest): bash hf_mixtral.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1
+src=$2
+bin="$build/bin"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+py=/usr/bin/python3
+failures=0
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+# V L NH NH_KV C I T E K
+dims=(300 2 4 2 64 64 64 4 2)
+
+round() {
+  local dir=$1 name=$2
+  shift 2
+  "$bin/ckpt" import --format hf "$dir" "$tmp/ck_$name" > "$tmp/import_$name.log" 2>&1 ||
+    { tail -3 "$tmp/import_$name.log"; fail "$name: ckpt import --format hf"; return; }
+  "$bin/ckpt" export --quiet --format hf "$@" "$tmp/ck_$name" "$tmp/hf_$name" > "$tmp/export_$name.log" 2>&1 ||
+    { tail -3 "$tmp/export_$name.log"; fail "$name: export --format hf"; return; }
+  local same=1 n=0
+  for f in "$dir"/*.safetensors "$dir"/model.safetensors.index.json; do
+    [ -f "$f" ] || continue
+    n=$((n + 1))
+    cmp -s "$f" "$tmp/hf_$name/$(basename "$f")" || { same=0; echo "     differs: $(basename "$f")"; }
+  done
+  [ "$(ls "$tmp/hf_$name" | grep -c safetensors)" = "$(ls "$dir" | grep -c safetensors)" ] || same=0
+  [ $same = 1 ] && echo "ok   $name: import -> export --format hf $*: the same $n file(s), byte for byte" \
+    || fail "$name: export --format hf differs from the imported files"
+  "$bin/ckpt" export --quiet --format hf --dtype fp32 "$tmp/ck_$name" "$tmp/fp32_$name" > /dev/null 2>&1 &&
+    out=$($py "$src/tests/hf_files.py" compare "$dir" "$tmp/fp32_$name" 2>&1) &&
+    out2=$($py "$src/tests/hf_files.py" compare "$dir" "$tmp/hf_$name" 2>&1) &&
+    "$bin/ckpt" import --format hf "$tmp/hf_$name" "$tmp/ck2_$name" > /dev/null 2>&1 &&
+    echo "ok   $name: the checkpoint holds the file's values under the same names; config.json agrees and reads back" \
+    || fail "$name: values or config differ: ${out:-} ${out2:-}"
+}
+
+# ---- 1: one file and shards ----
+$py tests/hf_files.py write-mixtral "$tmp/f32" "${dims[@]}" F32 5000000000 > /dev/null || fail "write-mixtral f32"
+round "$tmp/f32" mixtral_f32 --dtype fp32
+$py tests/hf_files.py write-mixtral "$tmp/sh16" "${dims[@]}" BF16 40000 > /dev/null || fail "write-mixtral bf16"
+[ -f "$tmp/sh16/model.safetensors.index.json" ] || fail "no shards written"
+round "$tmp/sh16" mixtral_sharded_bf16 --dtype bf16 --max-shard-size 40000
+grep -q '"model_type": "mixtral"' "$tmp/hf_mixtral_f32/config.json" &&
+  grep -q '"num_local_experts": 4' "$tmp/hf_mixtral_f32/config.json" &&
+  grep -q '"architectures": \[' "$tmp/hf_mixtral_f32/config.json" &&
+  echo "ok   the exported config.json is a MixtralConfig" || fail "exported config.json: $(cat "$tmp/hf_mixtral_f32/config.json")"
+
+# ---- 2: fine-tune the imported weights at pp 2 ----
+out=$(mpiexec --oversubscribe --mca btl self,vader -np 2 --timeout 300 "$bin/engine_train" \
+      --config "$tmp/ck_mixtral_f32/config.json" --load "$tmp/ck_mixtral_f32" --save-dir "$tmp/ck_mixtral_f32" \
+      --pipeline-model-parallel-size 2 --train-iters 2 --seq-length 32 --eval-iters 1 --sample-length 0 \
+      --threads 1 2>&1)
+grep -q "resumed from .* at iteration 0" <<<"$out" && grep -q "trained 2 iterations" <<<"$out" \
+  && echo "ok   fine-tuned the imported Mixtral at pp 2" || { echo "$out" | tail -5; fail "fine-tuning at pp 2"; }
+
+# ---- 3: the expert count of the files against the config's ----
+# experts E_CONFIG NEEDLE: the 4-expert files under a config of E_CONFIG experts are refused with NEEDLE
+experts() {
+  rm -rf "$tmp/bad" "$tmp/ck_bad" && mkdir -p "$tmp/bad" && cp "$tmp/f32/model.safetensors" "$tmp/bad/"
+  sed "s/\"num_local_experts\": 4/\"num_local_experts\": $1/" "$tmp/f32/config.json" > "$tmp/bad/config.json"
+  out=$("$bin/ckpt" import --format hf "$tmp/bad" "$tmp/ck_bad" 2>&1)
+  [ $? -ne 0 ] && grep -qF -- "$2" <<<"$out" && [ ! -e "$tmp/ck_bad/latest" ] \
+    && echo "ok   refused $1 experts in the config, 4 in the file: $(grep -m1 error <<<"$out")" \
+    || fail "config of $1 experts over files of 4: $out"
+}
+experts 2 "block_sparse_moe.gate.weight has shape (4, 64); the config needs (2, 64)"
+experts 8 "block_sparse_moe.gate.weight has shape (4, 64); the config needs (8, 64)"
+
+if [ "$failures" -ne 0 ]; then
+  echo "hf_mixtral: $failures check(s) failed"
+  exit 1
+fi
+echo "hf_mixtral: OK"
