@@ -63,12 +63,14 @@ extern "C" {
 typedef struct tri_chunk_time {
     double fwd_compute, bwd_compute;   /* matmuls and elementwise work (bwd: with recomputation) */
     double fwd_tp, bwd_tp;             /* exposed tensor-parallel communication */
+    double fwd_ep, bwd_ep;             /* expert-parallel all-to-alls (blocking: the experts wait for
+                                          their tokens), at the ep group's bandwidth */
 } tri_chunk_time;
 
 typedef struct tri_time_result {
     double iteration_s;
     /* the iteration split for the busiest pipeline rank (they sum to iteration_s) */
-    double compute_s, tp_s, bubble_s, pp_s, dp_s, optimizer_s;
+    double compute_s, tp_s, ep_s, bubble_s, pp_s, dp_s, optimizer_s;
     int busiest_rank;
     double bubble_fraction;        /* the simulator's 1 - sum(busy) / (pp x makespan), with messages */
     double makespan_s, makespan_no_comm_s;
@@ -77,6 +79,7 @@ typedef struct tri_time_result {
     double model_flops, hw_flops;  /* per iteration, all GPUs */
     double tokens_per_s, model_tflops_per_gpu, mfu, hfu;
     double tp_bytes, pp_bytes, dp_bytes;  /* per step, on the busiest rank (payload convention, traffic.h) */
+    double ep_bytes;               /* expert-parallel bytes per step on the busiest rank (traffic.h) */
     /* data parallelism (see "DP" above) on the busiest rank, per step */
     double dp_sent_bytes;          /* what it puts on the wire (ring volumes; compressed payloads) */
     double dp_grad_sent_bytes;     /* of which the gradient reductions (local SGD: the deltas') */
@@ -88,7 +91,7 @@ typedef struct tri_time_result {
     double dp_blocking_s;          /* simulated: the same timelines with every dp operation blocking
                                       (the latest rank's end, which may be another rank than the
                                       busiest one the share model charges) */
-    bool tp_inter_node, pp_inter_node, dp_inter_node;
+    bool tp_inter_node, pp_inter_node, dp_inter_node, ep_inter_node;
     bool simulated;                /* false: the closed-form bubble (tri_time_model_quick) */
 } tri_time_result;
 
