@@ -143,10 +143,10 @@ static int check_experts(const tri_transformer *m, int tp, int dp, int ep, int e
     if (m->n_experts <= 0) {
         if (ep > 1)
             return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d needs a mixture-of-experts model (this "
-                           "model is dense: num_experts 0); expected 1", ep);
+                           "model is dense: num_experts 0); nearest valid: 1", ep);
         if (etp > 1)
             return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d needs a mixture-of-experts model (this "
-                           "model is dense: num_experts 0); expected 1", etp);
+                           "model is dense: num_experts 0); nearest valid: 1", etp);
         return TRI_OK;
     }
     if (m->experts_per_tok < 1 || m->experts_per_tok > m->n_experts)

@@ -248,8 +248,8 @@ Test(partitioner_moe, layout_rules_of_expert_parallelism)
     m.experts_per_tok = 9;
     refused(&m, 2, 1, 1, 1, false, "num_experts_per_tok 9", "num_experts 8");
     m.n_experts = m.experts_per_tok = 0;   /* dense */
-    refused(&m, 2, 1, 2, 1, false, "--expert-model-parallel-size 2 needs a mixture-of-experts model", "expected 1");
-    refused(&m, 2, 1, 1, 2, false, "--expert-tensor-parallel-size 2 needs a mixture-of-experts model", "expected 1");
+    refused(&m, 2, 1, 2, 1, false, "--expert-model-parallel-size 2 needs a mixture-of-experts model", "nearest valid: 1");
+    refused(&m, 2, 1, 1, 2, false, "--expert-tensor-parallel-size 2 needs a mixture-of-experts model", "nearest valid: 1");
 }
 
 /* ZeRO shards the routed experts' parameters, gradients and optimizer state over the
