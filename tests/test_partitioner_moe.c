@@ -17,11 +17,13 @@
 #include "engine/core/status.h"
 #include "layers/moe.h"
 #include "models/block_cost.h"
+#include "models/model.h"
 #include "partitioner/constraints.h"
 #include "partitioner/hardware.h"
 #include "partitioner/memory_model.h"
 #include "partitioner/search.h"
 #include "partitioner/traffic.h"
+#include "tests/testutil.h"
 
 /* A hand-built MoE decoder: its sparse block, and which layers are sparse (every sparse_step-th). */
 typedef struct moe_model {
@@ -95,6 +97,25 @@ Test(partitioner_moe, published_total_and_active_parameters)
     published("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 128, 8, 1536, 151936, 235e9, 22e9, 1e9);
 }
 
+/* A dense family's total = active = its own parameter count (the family's list). */
+Test(partitioner_moe, dense_families_total_equals_active_equals_their_count)
+{
+    const char *names[] = {"gpt2", "llama-3.1-8b", "llama-3.2-1b"};
+    for (int i = 0; i < 3; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/%s.json", names[i]);
+        tri_model m;
+        cr_assert_eq(tri_model_load(&m, tu_source_path(rel)), TRI_OK, "%s", tri_error_message());
+        tri_transformer d = tri_model_dims(&m);
+        double total, active;
+        tri_transformer_params(&d, &total, &active);
+        double count = (double)m.family->num_params(m.cfg);
+        cr_expect_eq(total, count, "%s: %.0f, the family counts %.0f", names[i], total, count);
+        cr_expect_eq(active, total, "%s: dense", names[i]);
+        tri_model_free(&m);
+    }
+}
+
 /* A rank under parallel folding holds the attention / tp, the router whole, E / ep experts / etp;
  * the model FLOPs count the active parameters only. */
 Test(partitioner_moe, rank_parameters_and_active_flops)
@@ -150,6 +171,33 @@ Test(partitioner_moe, activations_are_what_the_moe_layer_allocates)
             cr_expect_eq(memcmp(&planned, &s, sizeof s), 0, "the rank's shape");
         }
     }
+}
+
+/* Under tp 2 with sequence parallelism a rank routes its N / tp tokens; the tensor-parallel shared
+ * expert (N tokens, I_s / tp) is planned beside the layer's shape; without a shared expert the MLP's
+ * TP collectives go (the routed tokens are the rank's own), the attention's stay. */
+Test(partitioner_moe, sequence_parallel_rank_shape_and_tp_traffic)
+{
+    moe_model mm;
+    const int64_t C = 64, NH = 4, KV = 2, HS = 16, B = 2, T = 24, tp = 2;
+    moe_dims(&mm, 2, C, NH, KV, HS, 8, 2, 48, 0, 256, 1);
+    mm.sparse.I_shared = 32;
+    tri_train_layout l = {.tp = tp, .pp = 1, .dp = 2, .ep = 2, .etp = 1, .sequence_parallel = true, .B = B, .T = T};
+    tri_block_cost b;
+    tri_decoder_block_cost(&mm.sparse, &l, &b);
+    double N = (double)(B * T), N_l = N / tp, q = (double)NH * HS / tp, kv = (double)KV * HS / tp;
+    tri_moe_shape s = {.N = B * T / tp, .C = C, .E = 8, .K = 2, .I = 48, .I_shared = 0};
+    double kept = 4.0 * (4.0 * N_l * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * 2.0 * N_l + 4.0 * (NH / tp) * T * B +
+                  (double)tri_moe_acts_bytes(&s) + 4.0 * N * 3.0 * 32 / tp;
+    cr_expect_eq(b.kept, kept, "kept %.0f, expected %.0f", b.kept, kept);
+    cr_expect_eq(b.tp_fwd[TRI_COMM_ALL_GATHER], 2.0 * N * C, "attention and shared expert inputs");
+    cr_expect_eq(b.ep_fwd[TRI_COMM_ALL_TO_ALL], 2.0 * N_l * 2 * C * 1 / 2, "the rank's N / tp tokens, K 2, ep 2");
+    mm.sparse.I_shared = 0;
+    tri_decoder_block_cost(&mm.sparse, &l, &b);
+    cr_expect_eq(b.tp_fwd[TRI_COMM_ALL_GATHER], 1.0 * N * C, "the attention's input only");
+    cr_expect_eq(b.tp_fwd[TRI_COMM_REDUCE_SCATTER], 1.0 * N * C);
+    cr_expect_eq(b.tp_bwd[TRI_COMM_ALL_GATHER], 2.0 * N * C);
+    cr_expect_eq(b.comm, 4.0 * N * C, "one gathered input");
 }
 
 /* The all-to-all formula against a direct count: a routing where token n's k-th choice is expert
