@@ -413,7 +413,12 @@ static int per_step(const tri_transformer *m, const tri_train_layout *l, const t
         out->tp_s += c->eff.tp_exposed * tri_collective_seconds(TRI_COMM_ALL_REDUCE, (double)fixed, l->tp, tp_bw);
         out->tp_bytes += (double)fixed;
     }
-    double shard = psi / (l->zero_stage >= 1 ? l->dp : 1);
+    double psi_e = 0.0;   /* the routed experts': ZeRO shards them over edp */
+    for (int k = 0; k < plan->v; k++) {
+        const tri_stage_place *pl = &plan->chunks[k * plan->pp + r];
+        psi_e += tri_transformer_blocks(m, l, pl->layer_start, pl->layer_end).expert_params;
+    }
+    double shard = l->zero_stage >= 1 ? (psi - psi_e) / l->dp + psi_e / tri_expert_dp(l) : psi;
     out->optimizer_s = optimizer_bytes_per_param(l->precision) * shard / (tri_cluster_mem_bw(c) * c->eff.memory);
     return TRI_OK;
 }
