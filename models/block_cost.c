@@ -128,7 +128,8 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
     if (b->attention_bias)
         norms += w.Q + 2.0 * w.KV + w.C;                   /* with the attention's biases */
     double matmul = attn + (b->gated_mlp ? 3.0 : 2.0) * w.C * w.F;
-    out->total_params = attn + norms + (b->gated_mlp ? 3.0 : 2.0) * w.C * w.F + (b->mlp_bias ? (b->gated_mlp ? 2.0 : 1.0) * w.F + w.C : 0.0);
+    double mlp_biases = b->mlp_bias ? (b->gated_mlp ? 2.0 : 1.0) * w.F + w.C : 0.0;
+    out->total_params = attn + norms + (b->gated_mlp ? 3.0 : 2.0) * w.C * w.F + mlp_biases;
     out->active_params = out->total_params;
     if (b->sparse) {
         double C = w.C, E = (double)b->E, K = (double)b->K, I = (double)b->I, Is = (double)b->I_shared;

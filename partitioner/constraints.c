@@ -329,7 +329,8 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
     if (rc)
         return rc;
     tri_stage_plan_free(&plan);
-    *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .ep = ep, .etp = etp, .v = v, .sequence_parallel = r->sequence_parallel,
+    *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .ep = ep, .etp = etp,
+                              .v = v, .sequence_parallel = r->sequence_parallel,
                               .B = r->micro_batch, .T = r->seq_length, .global_batch = global,
                               .n_micro = n_micro, .zero_stage = r->zero_stage, .recompute = r->recompute,
                               .precision = r->precision, .attention = r->attention, .schedule = sched, .first_layers = r->first_layers,

@@ -161,7 +161,8 @@ Test(partitioner_moe, activations_are_what_the_moe_layer_allocates)
             size_t acts = tri_moe_acts_bytes(&s), scratch = tri_moe_scratch_bytes(&s);
             cr_assert_gt(acts, 0);
             double q = (double)NH * HS, kv = (double)KV * HS;
-            double kept = 4.0 * (4.0 * N * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * 2.0 * N + 4.0 * NH * T * B + (double)acts;
+            double kept = 4.0 * (4.0 * N * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * 2.0 * N + 4.0 * NH * T * B +
+                          (double)acts;
             double work = 4.0 * (2.0 * N * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * B * NH * T + 4.0 * T * HS +
                           (double)scratch;
             cr_expect_eq(b.kept, kept, "shared %d ep %d etp %.0f: kept %.0f, expected %.0f", sh, ep_etp[i][0], etp,
@@ -286,18 +287,23 @@ Test(partitioner_moe, layout_rules_of_expert_parallelism)
     cr_expect_eq(tri_expert_dp(&l), 2, "8 = etp 2 x ep 2 x edp 2");
     l = resolve_ok(&m, 2, 1, 1, 1, false);
     cr_expect_eq(l.ep, 1, "defaults");
-    refused(&m, 8, 1, 3, 1, false, "--expert-model-parallel-size 3 does not divide num_experts 8", "nearest valid: 2, 4");
-    refused(&m, 2, 1, 4, 1, false, "--expert-model-parallel-size 4 = 4 does not divide a pipeline stage's tp x dp = 1 x 2",
+    refused(&m, 8, 1, 3, 1, false, "--expert-model-parallel-size 3 does not divide num_experts 8",
+            "nearest valid: 2, 4");
+    refused(&m, 2, 1, 4, 1, false,
+            "--expert-model-parallel-size 4 = 4 does not divide a pipeline stage's tp x dp = 1 x 2",
             "nearest valid expert-model-parallel sizes: 2");
-    refused(&m, 4, 1, 2, 3, false, "--expert-tensor-parallel-size 3 x --expert-model-parallel-size 2", "valid expert-tensor-parallel sizes: 2");
+    refused(&m, 4, 1, 2, 3, false, "--expert-tensor-parallel-size 3 x --expert-model-parallel-size 2",
+            "valid expert-tensor-parallel sizes: 2");
     refused(&m, 8, 2, 2, 1, false, "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2 needs",
             "--sequence-parallel");
     mm.sparse.K = 9;
     m.experts_per_tok = 9;
     refused(&m, 2, 1, 1, 1, false, "num_experts_per_tok 9", "num_experts 8");
     m.n_experts = m.experts_per_tok = 0;   /* dense */
-    refused(&m, 2, 1, 2, 1, false, "--expert-model-parallel-size 2 needs a mixture-of-experts model", "nearest valid: 1");
-    refused(&m, 2, 1, 1, 2, false, "--expert-tensor-parallel-size 2 needs a mixture-of-experts model", "nearest valid: 1");
+    refused(&m, 2, 1, 2, 1, false, "--expert-model-parallel-size 2 needs a mixture-of-experts model",
+            "nearest valid: 1");
+    refused(&m, 2, 1, 1, 2, false, "--expert-tensor-parallel-size 2 needs a mixture-of-experts model",
+            "nearest valid: 1");
 }
 
 /* ZeRO shards the routed experts' parameters, gradients and optimizer state over the

@@ -6,7 +6,8 @@
 void tri_cli_layout_defaults(tri_cli_layout *l)
 {
     memset(l, 0, sizeof *l);
-    l->req = (tri_layout_request){.num_gpus = 1, .tp = 1, .pp = 1, .ep = 1, .etp = 1, .micro_batch = 4, .global_batch = 0,
+    l->req = (tri_layout_request){.num_gpus = 1, .tp = 1, .pp = 1, .ep = 1, .etp = 1, .micro_batch = 4,
+                                  .global_batch = 0,
                                   .seq_length = 64, .first_layers = -1, .last_layers = -1};
     l->schedule = "1f1b";
     l->recompute = "none";
