@@ -10,12 +10,16 @@
  *             recomputation reruns the forward, at memory bandwidth x memory fraction;
  *   TP comm   partitioner/traffic.h's bytes per micro-batch, forward and backward (the forward's
  *             again under full recomputation), as ring collectives over the TP group (NVLink when it
- *             fits in a node, else InfiniBand), times the exposed share.
+ *             fits in a node, else InfiniBand), times the exposed share;
+ *   EP comm   a mixture of experts' all-to-alls (tri_ep_microbatch_traffic: dispatch and combine,
+ *             forward and backward, again under full recomputation): the bytes sent over the ep
+ *             group's bandwidth (ep ranks at stride etp: NVLink when etp x ep fits a node), all of
+ *             it exposed (the experts wait for their tokens); the etp group's gathers as rings.
  * These give each chunk's forward and backward op time. The pipeline schedule is then simulated
  * (partitioner/simulate.h) with the mean forward and backward and each chunk's total as its
  * chunk_scale, once without and once with the p2p message time (tri_pp_message_bytes over
  * NVLink, or InfiniBand when the pipeline spans nodes). For the busiest pipeline rank:
- *   compute + TP  its busy time, split by the shares above;
+ *   compute + TP + EP  its busy time, split by the shares above;
  *   bubble        the simulated makespan without message time minus its busy time;
  *   PP            what the message time adds to the makespan;
  * and after the pipeline, once per step:
