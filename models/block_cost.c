@@ -36,13 +36,15 @@ static widths get_widths(const tri_decoder_block *b, const tri_train_layout *l)
 static void params(const tri_decoder_block *b, const widths *w, double *local, double *whole)
 {
     double norms = 2.0 * (b->norm == TRI_NORM_LAYERNORM ? 2.0 : 1.0) * w->C, up = b->gated_mlp ? 2.0 : 1.0;
-    double split = w->C * (w->Q_l + 2.0 * w->KV_l) + w->Q_l * w->C + up * w->C * w->F_l + w->F_l * w->C;
+    double split = w->C * (w->Q_l + 2.0 * w->KV_l) + w->Q_l * w->C;
+    if (!b->sparse)
+        split += up * w->C * w->F_l + w->F_l * w->C;
     *whole = norms;
     if (b->attention_bias) {
         split += w->Q_l + 2.0 * w->KV_l;
         *whole += w->C;
     }
-    if (b->mlp_bias) {
+    if (b->mlp_bias && !b->sparse) {
         split += up * w->F_l;
         *whole += w->C;
     }
@@ -54,7 +56,7 @@ static double kept(const tri_decoder_block *b, const widths *w, const tri_train_
 {
     if (l->recompute == TRI_RECOMPUTE_FULL)
         return w->e * w->N_l * w->C;                      /* the block's output */
-    double mlp = b->gated_mlp ? 3.0 : 2.0, stats = b->norm == TRI_NORM_LAYERNORM ? 4.0 : 2.0;
+    double mlp = b->sparse ? 0.0 : b->gated_mlp ? 3.0 : 2.0, stats = b->norm == TRI_NORM_LAYERNORM ? 4.0 : 2.0;
     /* two norm outputs and two residuals; q|k|v, the attention output, the MLP's hidden tensors; the
        norms' fp32 statistics */
     double bytes = w->e * (4.0 * w->N_l * w->C + w->N * (w->Q_l + 2.0 * w->KV_l + w->Q_l + mlp * w->F_l)) +
@@ -63,13 +65,46 @@ static double kept(const tri_decoder_block *b, const widths *w, const tri_train_
         bytes += 4.0 * w->NH_l * w->T * w->B;             /* the rows' fp32 logsumexp */
     else if (l->recompute == TRI_RECOMPUTE_NONE)
         bytes += w->e * w->NH_l * w->T * w->T * w->B;     /* the softmax probabilities */
+    if (b->sparse) {                                      /* layers/moe.c's activations, fp32 */
+        tri_moe_shape ms = tri_moe_block_shape(b, l);
+        bytes += (double)tri_moe_acts_bytes(&ms);
+        if (ms.I_shared == 0 && b->I_shared > 0)         /* the shared expert, tensor-parallel */
+            bytes += 4.0 * w->N * 3.0 * (double)b->I_shared / w->t;
+    }
     return bytes;
 }
 
-/* TP collectives of one micro-batch (block_cost.h), in elements. */
-static void tp_traffic(const widths *w, int tp, bool sp, double *fwd, double *bwd)
+tri_moe_shape tri_moe_block_shape(const tri_decoder_block *b, const tri_train_layout *l)
 {
-    double act = w->N * w->C;
+    int64_t t_sp = l->sequence_parallel && l->tp > 1 ? l->tp : 1, etp = l->etp > 1 ? l->etp : 1;
+    int64_t tp = l->tp > 1 ? l->tp : 1;
+    tri_moe_shape s = {.N = l->B * l->T / t_sp * etp, .C = b->C, .E = b->E, .K = b->K, .I = b->I / etp,
+                       .I_shared = t_sp == 1 ? b->I_shared / tp : 0};
+    return s;
+}
+
+/* The MoE part of a sparse block (block_cost.h): the router and experts' parameters, whole and on a
+ * rank; the active FLOPs' matmul weights; the EP collectives. */
+static void moe_cost(const tri_decoder_block *b, const widths *w, const tri_train_layout *l, tri_block_cost *out)
+{
+    double C = w->C, E = (double)b->E, K = (double)b->K, I = (double)b->I, Is = (double)b->I_shared;
+    double ep = l->ep > 1 ? l->ep : 1, etp = l->etp > 1 ? l->etp : 1;
+    out->expert_params = E / ep * 3.0 * C * I / etp;
+    out->params += E * C + 3.0 * C * Is / w->t + out->expert_params;
+    out->replicated += E * C;                              /* the router, whole on every TP rank */
+    double rows = w->N_l * K;                              /* the rank's N_r K dispatched rows */
+    out->ep_fwd[TRI_COMM_ALL_TO_ALL] = 2.0 * rows * C * (ep - 1.0) / ep;  /* dispatch and combine */
+    out->ep_bwd[TRI_COMM_ALL_TO_ALL] = out->ep_fwd[TRI_COMM_ALL_TO_ALL];
+    if (etp > 1) {
+        out->ep_fwd[TRI_COMM_ALL_GATHER] = out->ep_bwd[TRI_COMM_ALL_GATHER] = etp * rows * C;
+        out->ep_fwd[TRI_COMM_REDUCE_SCATTER] = out->ep_bwd[TRI_COMM_REDUCE_SCATTER] = etp * rows * C;
+    }
+}
+
+/* TP collectives of one micro-batch (block_cost.h), in elements. */
+static void tp_traffic(const widths *w, int tp, bool sp, double share, double *fwd, double *bwd)
+{
+    double act = share * w->N * w->C;  /* share 1/2: the attention's collectives only */
     if (tp == 1)
         return;
     if (!sp) {
@@ -89,7 +124,20 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
     widths w = get_widths(b, l);
     params(b, &w, &out->params, &out->replicated);
     out->tensors = b->tensors;
-    double matmul = w.C * (w.Q + 2.0 * w.KV) + w.Q * w.C + (b->gated_mlp ? 3.0 : 2.0) * w.C * w.F;
+    double attn = w.C * (w.Q + 2.0 * w.KV) + w.Q * w.C, norms = 2.0 * (b->norm == TRI_NORM_LAYERNORM ? 2.0 : 1.0) * w.C;
+    if (b->attention_bias)
+        norms += w.Q + 2.0 * w.KV + w.C;                   /* with the attention's biases */
+    double matmul = attn + (b->gated_mlp ? 3.0 : 2.0) * w.C * w.F;
+    double mlp_biases = b->mlp_bias ? (b->gated_mlp ? 2.0 : 1.0) * w.F + w.C : 0.0;
+    out->total_params = attn + norms + (b->gated_mlp ? 3.0 : 2.0) * w.C * w.F + mlp_biases;
+    out->active_params = out->total_params;
+    if (b->sparse) {
+        double C = w.C, E = (double)b->E, K = (double)b->K, I = (double)b->I, Is = (double)b->I_shared;
+        moe_cost(b, &w, l, out);
+        matmul = attn + E * C + 3.0 * C * (K * I + Is);
+        out->total_params = attn + norms + E * C + 3.0 * C * (E * I + Is);
+        out->active_params = attn + norms + E * C + 3.0 * C * (K * I + Is);
+    }
     out->core_flops = 4.0 * w.N * w.T * w.Q;
     out->fwd_flops = 2.0 * w.N * matmul + out->core_flops;
     out->kept = kept(b, &w, l);
@@ -102,8 +150,14 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
     }
     /* tmp and the norm gradient, dqkv, datty and the MLP's hidden gradients; the attention's
        backward statistics or score gradient; rotary tables */
-    double mlp_work = b->gated_mlp ? 3.0 : 1.0;
+    double mlp_work = b->sparse ? 0.0 : b->gated_mlp ? 3.0 : 1.0;
     out->work = w.e * (2.0 * w.N_l * w.C + w.N * (w.Q_l + 2.0 * w.KV_l + w.Q_l + mlp_work * w.F_l));
+    if (b->sparse) {                                       /* layers/moe.c's scratch, fp32 */
+        tri_moe_shape ms = tri_moe_block_shape(b, l);
+        out->work += (double)tri_moe_scratch_bytes(&ms);
+        if (ms.I_shared == 0 && b->I_shared > 0)
+            out->work += 4.0 * w.N * 3.0 * (double)b->I_shared / w.t;
+    }
     out->work += l->attention == TRI_ATTENTION_FLASH ? 4.0 * w.B * w.NH_l * w.T : w.e * w.B * w.NH_l * w.T * w.T;
     if (b->rotary)
         out->work += 4.0 * w.T * (double)b->HS;
@@ -111,11 +165,32 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
        C -> F_l) and second (F_l -> C) */
     int64_t in[4] = {b->C, (int64_t)w.Q_l, b->C, (int64_t)w.F_l};
     int64_t outw[4] = {(int64_t)(w.Q_l + 2.0 * w.KV_l), b->C, (int64_t)((b->gated_mlp ? 2.0 : 1.0) * w.F_l), b->C};
+    /* sparse: the router (C -> E), the rank's experts stacked ([gate | up] of E_l experts: C -> E_l 2 I
+       / etp; down: E_l I / etp -> C), the shared expert's two (C -> 2 I_s / tp, I_s / tp -> C) */
+    if (b->sparse) {
+        int64_t ep = l->ep > 1 ? l->ep : 1, etp = l->etp > 1 ? l->etp : 1, El = b->E / ep;
+        in[2] = b->C;
+        outw[2] = b->E;
+        in[3] = b->C;
+        outw[3] = El * 2 * b->I / etp;
+    }
     out->n_linear = 4;
     for (int i = 0; i < 4; i++) {
         out->linear[i][0] = in[i];
         out->linear[i][1] = outw[i];
     }
-    out->comm = w.t_sp > 1 ? 2.0 * w.e * w.N * w.C : 0.0;   /* the two gathered N x C inputs */
-    tp_traffic(&w, l->tp, w.t_sp > 1, out->tp_fwd, out->tp_bwd);
+    if (b->sparse) {
+        int64_t ep = l->ep > 1 ? l->ep : 1, etp = l->etp > 1 ? l->etp : 1;
+        int64_t extra[3][2] = {{b->E / ep * b->I / etp, b->C}, {b->C, 2 * b->I_shared / l->tp},
+                               {b->I_shared / l->tp, b->C}};
+        for (int i = 0; i < (b->I_shared > 0 ? 3 : 1); i++) {
+            out->linear[out->n_linear][0] = extra[i][0];
+            out->linear[out->n_linear++][1] = extra[i][1];
+        }
+    }
+    /* the gathered N x C inputs: the attention's, and the MLP's unless the routed experts alone
+       replace it */
+    double split_mlps = !b->sparse || b->I_shared > 0 ? 2.0 : 1.0;
+    out->comm = w.t_sp > 1 ? split_mlps * w.e * w.N * w.C : 0.0;
+    tp_traffic(&w, l->tp, w.t_sp > 1, split_mlps / 2.0, out->tp_fwd, out->tp_bwd);
 }

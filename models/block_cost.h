@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "layers/moe.h"
 #include "partitioner/transformer.h"
 
 typedef struct tri_decoder_block {
@@ -24,6 +25,13 @@ typedef struct tri_decoder_block {
     tri_norm_kind norm;           /* the two pre-norms: LayerNorm (weight, bias) or RMSNorm (weight) */
     bool rotary;                  /* rotary positions: fp32 (T, HS / 2) cos and sin tables */
     int tensors;                  /* parameter tensors of one block, as the family lists them */
+    /* A mixture of experts in place of the MLP (Mixtral, Qwen3-MoE; layers/moe.h), when sparse: a
+       router (E, C) without bias, E SwiGLU experts of width I (gate and up C -> I, down I -> C), K of
+       them per token, and an always-on SwiGLU shared expert of width I_shared (0: none). F and
+       mlp_bias then do not apply; a dense block of a sparse model (decoder_sparse_step,
+       mlp_only_layers) keeps sparse false and F. */
+    bool sparse;
+    int64_t E, K, I, I_shared;
 } tri_decoder_block;
 
 /* One decoder block's costs under layout l (see partitioner/transformer.h tri_block_cost):
@@ -40,7 +48,35 @@ typedef struct tri_decoder_block {
  *     gradient, and rotary tables 4 T HS;
  *   TP traffic per micro-batch (tp > 1): two all-reduces of N C each way; under sequence parallelism
  *     two all-gathers and two reduce-scatters forward, four all-gathers (two re-gathered inputs for
- *     dW) and two reduce-scatters backward (Korthikanti et al. 2022 §4.2.2). */
+ *     dW) and two reduce-scatters backward (Korthikanti et al. 2022 §4.2.2).
+ *
+ * A sparse block (b->sparse; Megatron-Core's MoELayer under parallel folding, E_l = E / ep experts a
+ * rank, each split over etp; N_r = N_l tokens a rank routes, its sequence shard under sequence
+ * parallelism; tri_moe_block_shape):
+ *   parameters on a rank: the attention and norms as above; the router E C whole (replicated); the
+ *     shared expert 3 C I_s / tp; the routed experts E_l 3 C I / etp (expert_params: sharded over the
+ *     expert-data-parallel group, not dp). total_params = attention + norms + E C + 3 C (E I + I_s),
+ *     active_params = attention + norms + E C + 3 C (K I + I_s) (Mixtral 8x7B: 46.7B / 12.9B);
+ *   forward FLOPs: 2 N (attention weights + E C + 3 C (K I + I_s)) + 4 B T^2 Q, active parameters only;
+ *   activations kept: the dense formula without the MLP's hidden tensors, plus what layers/moe.c
+ *     takes for the rank's shape, tri_moe_acts_bytes(tri_moe_block_shape) (fp32: the layer runs in
+ *     fp32), dropless with N_r etp K permuted rows; under sequence parallelism the shared expert runs
+ *     tensor-parallel outside that shape, its 4 N 3 I_s / tp bytes added; the backward's transients
+ *     likewise with tri_moe_scratch_bytes (4 N 3 I_s / tp for the shared expert's gradients);
+ *   TP traffic: the attention's collectives, and the MLP's only with a shared expert (the routed
+ *     experts' tokens are the rank's own, Megatron-Core's alltoall dispatcher);
+ *   EP traffic (ep_fwd / ep_bwd), in expectation under uniform routing: each rank sends the
+ *     (ep - 1) / ep share of its N_r K C dispatched elements to the other ep ranks and receives as
+ *     many back in the combine; forward 2 N_r K C (ep - 1) / ep elements by all-to-all (dispatch and
+ *     combine), backward the same (the combine's and the dispatch's gradients); under etp > 1 the
+ *     expert-tensor-parallel group all-gathers the N_r etp K dispatched rows (C each) and
+ *     reduce-scatters their outputs forward, and the reverse backward. */
 void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *l, tri_block_cost *out);
+
+/* The shape layers/moe.c takes for sparse block b on one rank under layout l (tri_moe_acts_bytes,
+ * tri_moe_scratch_bytes): N_r etp tokens (N_r = B T / tp under sequence parallelism, else B T), C,
+ * all E router columns, K, width I / etp, and the shared expert's I_s / tp when the rank runs it on
+ * the same tokens (no sequence parallelism), else 0. */
+tri_moe_shape tri_moe_block_shape(const tri_decoder_block *b, const tri_train_layout *l);
 
 #endif

@@ -115,6 +115,7 @@ int64_t tri_llama_num_params(const void *cfg);
  * blocks costs under layout l (tri_block_cost, models/block_cost.h). */
 tri_transformer tri_llama_dims(const void *cfg);
 void tri_llama_block_cost(const void *cfg, const tri_train_layout *l, tri_block_cost *out);
+void tri_llama_block_cost_at(const void *cfg, const tri_train_layout *l, int layer, tri_block_cost *out);
 
 typedef struct tri_llama_block_weights {
     tri_tensor ln1_w;                  /* (C) input_layernorm */

@@ -428,14 +428,36 @@ int64_t tri_llama_num_params(const void *config)
 
 /* A Llama block: RMSNorms, separate q, k, v and o projections (biases if attention_bias), a SwiGLU
  * MLP (biases if mlp_bias), rotary positions; 9 tensors, 4 attention and 3 MLP biases more. */
-void tri_llama_block_cost(const void *cfg, const tri_train_layout *l, tri_block_cost *out)
+/* Block `layer`: the dense block, or with tri_llama_layer_is_sparse its MoE block (the router, E
+ * experts of width I, the shared expert) in place of the SwiGLU MLP (models/block_cost.h). */
+void tri_llama_block_cost_at(const void *cfg, const tri_train_layout *l, int layer, tri_block_cost *out)
 {
     const tri_llama_config *c = cfg;
     tri_decoder_block b = {.C = c->hidden_size, .NH = c->num_attention_heads, .NH_kv = c->num_key_value_heads,
                            .HS = c->head_dim, .F = c->intermediate_size, .gated_mlp = true,
                            .attention_bias = c->attention_bias, .mlp_bias = c->mlp_bias, .norm = TRI_NORM_RMSNORM,
                            .rotary = true, .tensors = 9 + 4 * c->attention_bias + 3 * c->mlp_bias};
+    if (tri_llama_layer_is_sparse(c, layer)) {
+        b.sparse = true;
+        b.E = c->num_experts;
+        b.K = c->num_experts_per_tok;
+        b.I = c->moe_intermediate_size;
+        b.I_shared = c->shared_expert_intermediate_size;
+        b.tensors = 6 + 4 * c->attention_bias + tri_llama_moe_num_params(c);
+    }
     tri_decoder_block_cost(&b, l, out);
+}
+
+/* A Llama block: RMSNorms, separate q, k, v and o projections (biases if attention_bias), a SwiGLU
+ * MLP (biases if mlp_bias), rotary positions; 9 tensors, 4 attention and 3 MLP biases more. With
+ * experts, the first sparse layer's block (the representative the stage split weighs). */
+void tri_llama_block_cost(const void *cfg, const tri_train_layout *l, tri_block_cost *out)
+{
+    const tri_llama_config *c = cfg;
+    int layer = 0;
+    while (c->num_experts > 0 && layer + 1 < c->num_hidden_layers && !tri_llama_layer_is_sparse(c, layer))
+        layer++;
+    tri_llama_block_cost_at(cfg, l, layer, out);
 }
 
 /* The partitioner's outline (partitioner/transformer.h): the sizes it shares with GPT-2, no position
@@ -447,8 +469,10 @@ tri_transformer tri_llama_dims(const void *cfg)
                          .n_embd = c->hidden_size, .vocab_size = c->vocab_size,
                          .n_positions = c->max_position_embeddings, .n_kv_head = c->num_key_value_heads,
                          .final_norm = TRI_NORM_RMSNORM, .untied_head = !c->tie_word_embeddings,
-                         .fused_attention_only = true, .block_cost = tri_llama_block_cost, .cfg = c};
-    if (c->num_experts > 0) /* the block cost (partitioner) is still the dense one: docs/moe.md */
+                         .fused_attention_only = true, .block_cost = tri_llama_block_cost,
+                         .block_cost_at = tri_llama_block_cost_at, .n_experts = c->num_experts,
+                         .experts_per_tok = c->num_experts_per_tok, .cfg = c};
+    if (c->num_experts > 0)
         snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, %d SwiGLU experts of %d, top-%d",
                  c->num_key_value_heads, c->head_dim, c->num_experts, c->moe_intermediate_size,
                  c->num_experts_per_tok);

@@ -119,6 +119,70 @@ static int check_tp_pp(const tri_transformer *m, const tri_layout_request *r, ct
     return TRI_OK;
 }
 
+static bool ep_ok(int64_t ep, const void *p)
+{
+    const ctx *c = p;  /* a = the stage's tp x dp ranks, b = etp */
+    return c->m->n_experts % ep == 0 && c->a % (c->b * ep) == 0;
+}
+
+static bool etp_ok(int64_t etp, const void *p)
+{
+    const ctx *c = p;  /* a = tp x dp, b = ep */
+    return c->a % (c->b * etp) == 0;
+}
+
+/* Expert parallelism, Megatron-Core's parallel folding: within a stage the tp x dp ranks regroup as
+ * etp x ep x edp for the experts (edp = tp dp / (etp ep), a positive integer); each ep rank holds
+ * E / ep experts; K <= E. A dense model (n_experts 0) takes ep = etp = 1 only. */
+static int check_experts(const tri_transformer *m, int tp, int dp, int ep, int etp, bool sequence_parallel, ctx *cx,
+                         char *near, int cap)
+{
+    if (ep < 1 || etp < 1)
+        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d and --expert-tensor-parallel-size %d must be "
+                       ">= 1", ep, etp);
+    if (m->n_experts <= 0) {
+        if (ep > 1)
+            return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d needs a mixture-of-experts model (this "
+                           "model is dense: num_experts 0); nearest valid: 1", ep);
+        if (etp > 1)
+            return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d needs a mixture-of-experts model (this "
+                           "model is dense: num_experts 0); nearest valid: 1", etp);
+        return TRI_OK;
+    }
+    if (m->experts_per_tok < 1 || m->experts_per_tok > m->n_experts)
+        return TRI_ERR(TRI_EINVAL, "num_experts_per_tok %lld: expected 1..num_experts %lld (each token's top-k "
+                       "experts are distinct)", (long long)m->experts_per_tok, (long long)m->n_experts);
+    if (ep > 1 && tp > 1 && !sequence_parallel)
+        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --tensor-model-parallel-size %d needs "
+                       "--sequence-parallel (each tensor-parallel rank routes its own sequence shard; Megatron-Core's "
+                       "rule)", ep, tp);
+    int64_t ranks = (int64_t)tp * dp;
+    cx->a = ranks;
+    cx->b = etp;
+    if (m->n_experts % ep != 0) {
+        tri_nearest_valid(ep, 1, m->n_experts, ep_ok, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d does not divide num_experts %lld (each "
+                       "expert-parallel rank holds num_experts / ep experts); nearest valid: %s", ep,
+                       (long long)m->n_experts, near);
+    }
+    if (ranks % ((int64_t)etp * ep) != 0) {
+        if (ranks % etp == 0) {
+            tri_nearest_valid(ep, 1, m->n_experts, ep_ok, cx, near, cap);
+            return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d x --expert-model-parallel-size %d = %d "
+                           "does not divide a pipeline stage's tp x dp = %d x %d = %lld ranks (parallel folding: "
+                           "they regroup as etp x ep x expert-data-parallel); nearest valid expert-model-parallel "
+                           "sizes: %s", etp, ep, etp * ep, tp, dp, (long long)ranks, near);
+        }
+        cx->b = ep;
+        tri_nearest_valid(etp, 1, ranks, etp_ok, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d x --expert-model-parallel-size %d = %d does "
+                       "not divide a pipeline stage's tp x dp = %d x %d = %lld ranks (parallel folding: they "
+                       "regroup as etp x ep x expert-data-parallel); nearest valid expert-tensor-parallel sizes: "
+                       "%s", etp, ep, etp * ep, tp, dp, (long long)ranks, near);
+    }
+    return TRI_OK;
+}
+
 static bool multiple_of_tp(int64_t T, const void *p)
 {
     return T % ((const ctx *)p)->r->tp == 0;
@@ -221,6 +285,8 @@ int tri_layout_check_model(const tri_transformer *m, const tri_train_layout *l)
     int rc = check_tp_pp(m, &r, &cx, near, sizeof near);
     if (!rc) rc = check_batch(m, &r, dp, &cx, near, sizeof near, &global);
     if (!rc) rc = check_sequence_parallel(m, &r, &cx, near, sizeof near);
+    if (!rc) rc = check_experts(m, l->tp, dp, l->ep > 0 ? l->ep : 1, l->etp > 0 ? l->etp : 1, l->sequence_parallel, &cx, near,
+                                 sizeof near);
     return rc;
 }
 
@@ -236,6 +302,8 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
     int64_t global = 0;
     rc = check_batch(m, r, dp, &cx, near, sizeof near, &global);
     if (!rc) rc = check_sequence_parallel(m, r, &cx, near, sizeof near);
+    int ep = r->ep > 0 ? r->ep : 1, etp = r->etp > 0 ? r->etp : 1;
+    if (!rc) rc = check_experts(m, r->tp, dp, ep, etp, r->sequence_parallel, &cx, near, sizeof near);
     if (rc)
         return rc;
     if (r->zero_stage < 0 || r->zero_stage > 3)
@@ -261,7 +329,8 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
     if (rc)
         return rc;
     tri_stage_plan_free(&plan);
-    *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .v = v, .sequence_parallel = r->sequence_parallel,
+    *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .ep = ep, .etp = etp,
+                              .v = v, .sequence_parallel = r->sequence_parallel,
                               .B = r->micro_batch, .T = r->seq_length, .global_batch = global,
                               .n_micro = n_micro, .zero_stage = r->zero_stage, .recompute = r->recompute,
                               .precision = r->precision, .attention = r->attention, .schedule = sched, .first_layers = r->first_layers,

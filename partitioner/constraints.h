@@ -17,6 +17,10 @@
  *     unless another is named): n_layer divisible by pp x k with v = n_layer / (pp k) >= 2 chunks
  *     per rank, pp > 1, and n_micro a multiple of pp;
  *   the first/last stage overrides leave every stage a layer (partitioner/stages.h);
+ *   expert parallelism (Megatron-Core's parallel folding; --expert-model-parallel-size ep,
+ *     --expert-tensor-parallel-size etp): only for a mixture-of-experts model (m->n_experts > 0),
+ *     n_experts divisible by ep, etp x ep divides tp x dp (the stage's ranks regroup as etp x ep x
+ *     edp for the experts), num_experts_per_tok <= n_experts, ep > 1 with tp > 1 needs sequence-parallel;
  *   zb-h1 and gpipe take no interleaving (bf16 runs on every preset: the CPU backend computes it
  *   in fp32).
  * For a number that fails, the message lists the closest valid numbers below and above it, e.g.
@@ -37,6 +41,7 @@ extern "C" {
 typedef struct tri_layout_request {
     int num_gpus;
     int tp, pp;
+    int ep, etp;                    /* expert-model / expert-tensor-parallel sizes (0 taken as 1) */
     int layers_per_virtual_stage;   /* 0: no interleaving */
     int64_t micro_batch, global_batch, seq_length;   /* global_batch 0: micro_batch x dp */
     bool sequence_parallel;

@@ -10,9 +10,11 @@ static tri_block_cost block_over(const tri_transformer *m, int64_t B, int64_t s)
 
 double tri_iteration_flops(const tri_transformer *m, int64_t B, int64_t s, bool recompute)
 {
-    double l = (double)m->n_layer, h = (double)m->n_embd, V = (double)m->vocab_size;
+    double h = (double)m->n_embd, V = (double)m->vocab_size;
     double bs = (double)B * (double)s, passes = recompute ? 4.0 : 3.0;
-    return passes * l * block_over(m, B, s).fwd_flops + 6.0 * bs * h * V;
+    tri_train_layout l = tri_shape_layout(&(tri_layout_shape){.tp = 1, .pp = 1, .dp = 1, .B = B, .T = s, .n_micro = 1});
+    /* every block's (a sparse block's: its active parameters', models/block_cost.h) */
+    return passes * tri_transformer_blocks(m, &l, 0, (int)m->n_layer).fwd_flops + 6.0 * bs * h * V;
 }
 
 double tri_block_recompute_flops(const tri_transformer *m, int64_t B, int64_t s, int tp, tri_recompute r)

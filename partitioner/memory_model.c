@@ -36,7 +36,7 @@ double tri_mem_chunk_activations(const tri_transformer *m, const tri_train_layou
 {
     dims d = get_dims(m, l);
     double e = elem_bytes(l);
-    double bytes = (place->layer_end - place->layer_start) * tri_mem_block_activations(m, l);
+    double bytes = tri_transformer_blocks(m, l, place->layer_start, place->layer_end).kept;  /* per layer */
     bytes += 4.0 * 2.0 * d.N + e * 2.0 * d.N_l * d.h;     /* int32 tokens and targets; x_in, dres */
     if (place->last)                                       /* lnf, dlnf; fp32 lnf statistics, losses */
         bytes += e * 2.0 * d.N_l * d.h + 4.0 * (tri_final_norm_stats(m) * d.N_l + d.N);
@@ -47,7 +47,7 @@ double tri_mem_chunk_params(const tri_transformer *m, const tri_train_layout *l,
                             int n_chunks)
 {
     dims d = get_dims(m, l);
-    double n = (place->layer_end - place->layer_start) * tri_transformer_block(m, l).params;
+    double n = tri_transformer_blocks(m, l, place->layer_start, place->layer_end).params;
     if (place->first)
         n += d.V_l * d.h + tri_position_params(m);
     if (place->last)
@@ -68,6 +68,13 @@ static void chunk_buffers(const tri_transformer *m, const tri_train_layout *l, c
     *work = b.work;                                        /* one block's backward */
     if (place->last)   /* logits (e bytes); fp32 row maxes and loss statistics */
         *work += e * d.N * d.V_l + 4.0 * 3.0 * d.N;
+}
+
+int tri_expert_dp(const tri_train_layout *l)
+{
+    int tp = l->tp > 1 ? l->tp : 1, dp = l->dp > 1 ? l->dp : 1;
+    int ep = l->ep > 1 ? l->ep : 1, etp = l->etp > 1 ? l->etp : 1;
+    return tp * dp / (ep * etp) > 1 ? tp * dp / (ep * etp) : 1;
 }
 
 /* Model states: the parameters are e bytes (bf16 under mixed precision), the gradients fp32 in both
@@ -152,8 +159,14 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
     for (int c = 0; c < plan->v; c++) {
         const tri_stage_place *place = &plan->chunks[c * plan->pp + pp_rank];
         double psi = tri_mem_chunk_params(m, l, place, plan->n_chunks);
-        double params, grads, opt, largest;
-        tri_mem_model_states(psi, l->dp, z, l->precision, &params, &grads, &opt);
+        /* the routed experts' share: ZeRO shards it over the expert-data-parallel group */
+        double psi_e = tri_transformer_blocks(m, l, place->layer_start, place->layer_end).expert_params;
+        double params, grads, opt, largest, ep_params, ep_grads, ep_opt;
+        tri_mem_model_states(psi - psi_e, l->dp, z, l->precision, &params, &grads, &opt);
+        tri_mem_model_states(psi_e, tri_expert_dp(l), z, l->precision, &ep_params, &ep_grads, &ep_opt);
+        params += ep_params;
+        grads += ep_grads;
+        opt += ep_opt;
         double units = unit_buffers(m, l, place, plan->n_chunks, &largest);
         /* gathered parameters are the model's dtype, gradient buckets and their reduce-scatter
          * result fp32 (engine/train/zero.c take_unit_buffers, take_reduce_buffers) */

@@ -87,6 +87,11 @@ void tri_mem_model_states(double psi, int dp, int zero, tri_precision p, double 
 void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
                         int pp_rank, const int *in_flight, double bytes[TRI_MEM_KINDS]);
 
+/* The expert-data-parallel size of layout l (Megatron-Core's parallel folding): edp = tp dp / (etp
+ * ep), at least 1. The routed experts' gradients reduce and ZeRO shards their parameters, gradients
+ * and optimizer state over it (the dense parameters' over dp). */
+int tri_expert_dp(const tri_train_layout *l);
+
 #ifdef __cplusplus
 }
 #endif

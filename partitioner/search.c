@@ -132,7 +132,16 @@ static int try_tp_pp(const tri_transformer *m, const tri_cluster *c, const tri_s
             req.layers_per_virtual_stage = v > 1 ? (int)(m->n_layer / ((int64_t)pp * v)) : 0;
             for (int s = 0; s < (tp > 1 ? 2 : 1) && !rc; s++) {
                 req.sequence_parallel = s == 1;
-                rc = try_options(m, c, sp, &req, p, st);
+                /* expert parallelism: each ep dividing the experts and the stage's tp x dp ranks
+                   (etp 1); the layout rules refuse the rest */
+                int64_t max_ep = m->n_experts > 0 ? m->n_experts : 1;
+                for (int64_t ep = 1; ep <= max_ep && ep <= (int64_t)tp * dp && !rc; ep++) {
+                    if (max_ep % ep != 0 || ((int64_t)tp * dp) % ep != 0)
+                        continue;
+                    req.ep = (int)ep;
+                    req.etp = 1;
+                    rc = try_options(m, c, sp, &req, p, st);
+                }
             }
         }
     }

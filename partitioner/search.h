@@ -4,7 +4,9 @@
  * pipeline sizes (the rest's divisors up to n_layer), data-parallel size (what is left),
  * micro-batch sizes (divisors of the per-replica batch up to max_micro_batch), the schedule (1F1B,
  * and interleaved 1F1B with every v that divides the layers, up to max_v), ZeRO stages 0-3 (with
- * dp > 1), recomputation none / selective / full and sequence parallelism (tp > 1). Every candidate
+ * dp > 1), recomputation none / selective / full, sequence parallelism (tp > 1) and, for a
+ * mixture-of-experts model, the expert-parallel size ep (divisors of the experts and of the stage's
+ * tp x dp ranks, expert-tensor-parallel size 1). Every candidate
  * passes partitioner/constraints.h's rules. Screening is by formulas (memory_model.h with
  * closed-form in-flight counts, within a 10% margin, and time_model.h's closed-form bubble); the
  * best screened candidates (20 per result asked for, at least 200) are then previewed exactly (partitioner/preview.h: the engine's plan

@@ -61,6 +61,21 @@ tri_chunk_time tri_time_chunk(const tri_transformer *m, const tri_train_layout *
     t.bwd_tp = c->eff.tp_exposed * comm_seconds(bwd, l->tp, bw);
     if (l->recompute == TRI_RECOMPUTE_FULL)
         t.bwd_tp += t.fwd_tp;
+    /* the ep group: ep ranks at stride etp within the stage's tp x dp (parallel folding); an
+       all-to-all sends its bytes to the others at the group's bandwidth */
+    int ep = l->ep > 1 ? l->ep : 1, etp = l->etp > 1 ? l->etp : 1;
+    t.fwd_ep = t.bwd_ep = 0.0;
+    if (ep > 1 || etp > 1) {
+        tri_ep_microbatch_traffic(m, l, place, tri_precision_bytes(l->precision), fwd, bwd);
+        double ep_bw = group_bw(c, etp, ep, &inter), etp_bw = group_bw(c, 1, etp, &inter);
+        for (int k = 0; k < TRI_COMM_KINDS; k++) {
+            bool a2a = k == TRI_COMM_ALL_TO_ALL;
+            t.fwd_ep += a2a ? (double)fwd[k] / ep_bw : tri_collective_seconds(k, (double)fwd[k], etp, etp_bw);
+            t.bwd_ep += a2a ? (double)bwd[k] / ep_bw : tri_collective_seconds(k, (double)bwd[k], etp, etp_bw);
+        }
+        if (l->recompute == TRI_RECOMPUTE_FULL)
+            t.bwd_ep += t.fwd_ep;
+    }
     return t;
 }
 
@@ -398,7 +413,12 @@ static int per_step(const tri_transformer *m, const tri_train_layout *l, const t
         out->tp_s += c->eff.tp_exposed * tri_collective_seconds(TRI_COMM_ALL_REDUCE, (double)fixed, l->tp, tp_bw);
         out->tp_bytes += (double)fixed;
     }
-    double shard = psi / (l->zero_stage >= 1 ? l->dp : 1);
+    double psi_e = 0.0;   /* the routed experts': ZeRO shards them over edp */
+    for (int k = 0; k < plan->v; k++) {
+        const tri_stage_place *pl = &plan->chunks[k * plan->pp + r];
+        psi_e += tri_transformer_blocks(m, l, pl->layer_start, pl->layer_end).expert_params;
+    }
+    double shard = l->zero_stage >= 1 ? (psi - psi_e) / l->dp + psi_e / tri_expert_dp(l) : psi;
     out->optimizer_s = optimizer_bytes_per_param(l->precision) * shard / (tri_cluster_mem_bw(c) * c->eff.memory);
     return TRI_OK;
 }
@@ -445,7 +465,7 @@ static int simulated_dp(const tri_transformer *m, const tri_train_layout *l, con
 static void throughput(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
                        tri_time_result *out)
 {
-    out->iteration_s = out->compute_s + out->tp_s + out->bubble_s + out->pp_s + out->dp_s + out->optimizer_s;
+    out->iteration_s = out->compute_s + out->tp_s + out->ep_s + out->bubble_s + out->pp_s + out->dp_s + out->optimizer_s;
     out->model_flops = tri_iteration_flops(m, l->global_batch, l->T, false);
     out->hw_flops = tri_iteration_hw_flops(m, l->global_batch, l->T, tri_layout_recomputes(l));
     double peak = tri_cluster_peak(c, l->precision);
@@ -466,8 +486,8 @@ static int chunk_times(const tri_transformer *m, const tri_train_layout *l, cons
     out->fwd_s = out->bwd_s = 0.0;
     for (int g = 0; g < n; g++) {
         (*times)[g] = tri_time_chunk(m, l, c, plan, g);
-        out->fwd_s += ((*times)[g].fwd_compute + (*times)[g].fwd_tp) / n;
-        out->bwd_s += ((*times)[g].bwd_compute + (*times)[g].bwd_tp) / n;
+        out->fwd_s += ((*times)[g].fwd_compute + (*times)[g].fwd_tp + (*times)[g].fwd_ep) / n;
+        out->bwd_s += ((*times)[g].bwd_compute + (*times)[g].bwd_tp + (*times)[g].bwd_ep) / n;
     }
     tri_layout_shape shape = tri_train_layout_shape(l);
     double bytes = (double)tri_pp_message_bytes(m, &shape, tri_precision_bytes(l->precision));
@@ -478,18 +498,21 @@ static int chunk_times(const tri_transformer *m, const tri_train_layout *l, cons
     bool inter;
     group_bw(c, 1, l->tp, &inter);
     out->tp_inter_node = inter;
+    group_bw(c, l->etp > 1 ? l->etp : 1, l->ep > 1 ? l->ep : 1, &inter);
+    out->ep_inter_node = inter;
     return TRI_OK;
 }
 
 /* Compute and TP time of pipeline rank r per iteration, from the exact chunk times. */
 static void rank_split(const tri_stage_plan *plan, const tri_chunk_time *times, int m_micro, int r,
-                       double *compute, double *tp)
+                       double *compute, double *tp, double *ep)
 {
-    *compute = *tp = 0.0;
+    *compute = *tp = *ep = 0.0;
     for (int c = 0; c < plan->v; c++) {
         const tri_chunk_time *t = &times[c * plan->pp + r];
         *compute += m_micro * (t->fwd_compute + t->bwd_compute);
         *tp += m_micro * (t->fwd_tp + t->bwd_tp);
+        *ep += m_micro * (t->fwd_ep + t->bwd_ep);
     }
 }
 
@@ -503,6 +526,9 @@ static void tp_bytes_of_rank(const tri_transformer *m, const tri_train_layout *l
                                   fwd, bwd);
         double again = l->recompute == TRI_RECOMPUTE_FULL ? sum_bytes(fwd) : 0.0;  /* recomputed forward */
         out->tp_bytes += l->n_micro * (sum_bytes(fwd) + sum_bytes(bwd) + again);
+        tri_ep_microbatch_traffic(m, l, &plan->chunks[c * plan->pp + r], tri_precision_bytes(l->precision), fwd, bwd);
+        again = l->recompute == TRI_RECOMPUTE_FULL ? sum_bytes(fwd) : 0.0;
+        out->ep_bytes += l->n_micro * (sum_bytes(fwd) + sum_bytes(bwd) + again);
     }
 }
 
@@ -525,7 +551,8 @@ int tri_time_model_run(const tri_transformer *m, const tri_train_layout *l, cons
     }
     double mean = out->fwd_s + out->bwd_s;
     for (int g = 0; g < n; g++)
-        scale[g] = mean > 0 ? (times[g].fwd_compute + times[g].fwd_tp + times[g].bwd_compute + times[g].bwd_tp) / mean
+        scale[g] = mean > 0 ? (times[g].fwd_compute + times[g].fwd_tp + times[g].fwd_ep + times[g].bwd_compute +
+                               times[g].bwd_tp + times[g].bwd_ep) / mean
                             : 1.0;
     tri_sim_costs costs = {.fwd = out->fwd_s, .bwd = out->bwd_s, .bwd_input = out->bwd_s / 2,
                            .bwd_weight = out->bwd_s / 2, .comm = 0.0, .chunk_scale = scale};
@@ -540,12 +567,13 @@ int tri_time_model_run(const tri_transformer *m, const tri_train_layout *l, cons
         for (int r = 1; r < plan->pp; r++)
             if (timed.busy[r] > timed.busy[r_max])
                 r_max = r;
-        double compute, tp;
-        rank_split(plan, times, l->n_micro, r_max, &compute, &tp);
-        double busy = timed.busy[r_max], exact = compute + tp;
+        double compute, tp, ep;
+        rank_split(plan, times, l->n_micro, r_max, &compute, &tp, &ep);
+        double busy = timed.busy[r_max], exact = compute + tp + ep;
         out->busiest_rank = r_max;
         out->compute_s = exact > 0 ? busy * compute / exact : 0.0;
         out->tp_s = exact > 0 ? busy * tp / exact : 0.0;
+        out->ep_s = exact > 0 ? busy * ep / exact : 0.0;
         out->makespan_no_comm_s = quiet.makespan;
         out->makespan_s = timed.makespan;
         out->bubble_s = quiet.makespan > busy ? quiet.makespan - busy : 0.0;
@@ -576,27 +604,29 @@ void tri_time_model_quick(const tri_transformer *m, const tri_train_layout *l, c
     if (chunk_times(m, l, c, plan, &times, out))
         return;
     int r_max = 0;
-    double best = -1.0, compute = 0.0, tp = 0.0;
+    double best = -1.0, compute = 0.0, tp = 0.0, ep = 0.0;
     for (int r = 0; r < plan->pp; r++) {
-        double cr, tr;
-        rank_split(plan, times, l->n_micro, r, &cr, &tr);
-        if (cr + tr > best) {
-            best = cr + tr;
+        double cr, tr, er;
+        rank_split(plan, times, l->n_micro, r, &cr, &tr, &er);
+        if (cr + tr + er > best) {
+            best = cr + tr + er;
             r_max = r;
             compute = cr;
             tp = tr;
+            ep = er;
         }
     }
     double pair = out->fwd_s + out->bwd_s, p = plan->pp;
     out->busiest_rank = r_max;
     out->compute_s = compute;
     out->tp_s = tp;
+    out->ep_s = ep;
     if (l->schedule && strcmp(l->schedule, "zb-h1") == 0)
         out->bubble_s = (p - 1.0) * (out->fwd_s + out->bwd_s / 2);
     else
         out->bubble_s = (p - 1.0) / plan->v * pair;
     out->pp_s = 2.0 * (p - 1.0) * out->p2p_message_s;
-    out->bubble_fraction = out->bubble_s / (out->bubble_s + compute + tp);
+    out->bubble_fraction = out->bubble_s / (out->bubble_s + compute + tp + ep);
     tp_bytes_of_rank(m, l, plan, r_max, out);
     if (per_step(m, l, c, plan, r_max, out) != TRI_OK)
         out->dp_s = 1e300;   /* out of memory: rank it last */

@@ -10,12 +10,16 @@
  *             recomputation reruns the forward, at memory bandwidth x memory fraction;
  *   TP comm   partitioner/traffic.h's bytes per micro-batch, forward and backward (the forward's
  *             again under full recomputation), as ring collectives over the TP group (NVLink when it
- *             fits in a node, else InfiniBand), times the exposed share.
+ *             fits in a node, else InfiniBand), times the exposed share;
+ *   EP comm   a mixture of experts' all-to-alls (tri_ep_microbatch_traffic: dispatch and combine,
+ *             forward and backward, again under full recomputation): the bytes sent over the ep
+ *             group's bandwidth (ep ranks at stride etp: NVLink when etp x ep fits a node), all of
+ *             it exposed (the experts wait for their tokens); the etp group's gathers as rings.
  * These give each chunk's forward and backward op time. The pipeline schedule is then simulated
  * (partitioner/simulate.h) with the mean forward and backward and each chunk's total as its
  * chunk_scale, once without and once with the p2p message time (tri_pp_message_bytes over
  * NVLink, or InfiniBand when the pipeline spans nodes). For the busiest pipeline rank:
- *   compute + TP  its busy time, split by the shares above;
+ *   compute + TP + EP  its busy time, split by the shares above;
  *   bubble        the simulated makespan without message time minus its busy time;
  *   PP            what the message time adds to the makespan;
  * and after the pipeline, once per step:
@@ -63,12 +67,14 @@ extern "C" {
 typedef struct tri_chunk_time {
     double fwd_compute, bwd_compute;   /* matmuls and elementwise work (bwd: with recomputation) */
     double fwd_tp, bwd_tp;             /* exposed tensor-parallel communication */
+    double fwd_ep, bwd_ep;             /* expert-parallel all-to-alls (blocking: the experts wait for
+                                          their tokens), at the ep group's bandwidth */
 } tri_chunk_time;
 
 typedef struct tri_time_result {
     double iteration_s;
     /* the iteration split for the busiest pipeline rank (they sum to iteration_s) */
-    double compute_s, tp_s, bubble_s, pp_s, dp_s, optimizer_s;
+    double compute_s, tp_s, ep_s, bubble_s, pp_s, dp_s, optimizer_s;
     int busiest_rank;
     double bubble_fraction;        /* the simulator's 1 - sum(busy) / (pp x makespan), with messages */
     double makespan_s, makespan_no_comm_s;
@@ -77,6 +83,7 @@ typedef struct tri_time_result {
     double model_flops, hw_flops;  /* per iteration, all GPUs */
     double tokens_per_s, model_tflops_per_gpu, mfu, hfu;
     double tp_bytes, pp_bytes, dp_bytes;  /* per step, on the busiest rank (payload convention, traffic.h) */
+    double ep_bytes;               /* expert-parallel bytes per step on the busiest rank (traffic.h) */
     /* data parallelism (see "DP" above) on the busiest rank, per step */
     double dp_sent_bytes;          /* what it puts on the wire (ring volumes; compressed payloads) */
     double dp_grad_sent_bytes;     /* of which the gradient reductions (local SGD: the deltas') */
@@ -88,7 +95,7 @@ typedef struct tri_time_result {
     double dp_blocking_s;          /* simulated: the same timelines with every dp operation blocking
                                       (the latest rank's end, which may be another rank than the
                                       busiest one the share model charges) */
-    bool tp_inter_node, pp_inter_node, dp_inter_node;
+    bool tp_inter_node, pp_inter_node, dp_inter_node, ep_inter_node;
     bool simulated;                /* false: the closed-form bubble (tri_time_model_quick) */
 } tri_time_result;
 

@@ -53,6 +53,16 @@ void tri_tp_microbatch_traffic(const tri_transformer *m, const tri_layout_shape 
     }
 }
 
+void tri_ep_microbatch_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_place *s,
+                               int elem, uint64_t fwd[TRI_COMM_KINDS], uint64_t bwd[TRI_COMM_KINDS])
+{
+    tri_block_cost b = tri_transformer_blocks(m, l, s->layer_start, s->layer_end);
+    for (int k = 0; k < TRI_COMM_KINDS; k++) {
+        fwd[k] = (uint64_t)(b.ep_fwd[k] + 0.5) * (uint64_t)elem;
+        bwd[k] = (uint64_t)(b.ep_bwd[k] + 0.5) * (uint64_t)elem;
+    }
+}
+
 uint64_t tri_tp_step_fixed_traffic(const tri_transformer *m, const tri_layout_shape *l,
                                    const tri_stage_place *s, int elem)
 {

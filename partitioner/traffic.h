@@ -19,6 +19,12 @@
  * activation (N_l x C values, N_l = N/tp under sequence parallelism, as the engine sends it) forward
  * and its gradient backward (Narayanan et al. 2021 §4.1: B*s*h per boundary).
  *
+ * Expert parallelism (Megatron-Core's alltoall dispatcher): each sparse block's all-to-alls are its
+ * family's answer (tri_block_cost ep_fwd / ep_bwd; for a decoder block models/block_cost.h: the
+ * (ep - 1) / ep share of a rank's N_r K C dispatched elements each way, forward and backward, in
+ * expectation under uniform routing), counted as comm.h counts tri_comm_all_to_all_v: the bytes sent
+ * to the other ranks.
+ *
  * Data parallelism: tri_dp_step_traffic below, per unit of parameters and how a pass uses it
  * (Rajbhandari et al. 2020 §7).
  *
@@ -32,6 +38,12 @@
 #include "engine/comm/comm.h"
 #include "engine/train/param.h"
 #include "partitioner/transformer.h"
+
+/* Expert-parallel traffic of one micro-batch of stage s on one rank, bytes by kind (all-to-all:
+ * bytes sent to the other ep ranks; the etp group's all-gather and reduce-scatter: the full buffer),
+ * `elem` bytes per activation value; l's ep and etp. The sum of the stage's blocks' ep_fwd / ep_bwd. */
+void tri_ep_microbatch_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_place *s,
+                               int elem, uint64_t fwd[TRI_COMM_KINDS], uint64_t bwd[TRI_COMM_KINDS]);
 
 /* bytes[kind] = tensor-parallel traffic of one training step of the stage on one rank, fp32. */
 void tri_tp_step_traffic(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s,

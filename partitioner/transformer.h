@@ -32,6 +32,12 @@ typedef struct tri_block_cost {
     double replicated;    /* of which every TP rank holds whole (norm weights, row-parallel biases):
                              their gradients are all-reduced over TP under sequence parallelism */
     int tensors;          /* the block's parameter tensors (the trainer's gradient-norm slots) */
+    double expert_params; /* of params, the routed experts' (E / ep experts, each split over etp): their
+                             gradients reduce and ZeRO shards them over the expert-data-parallel group
+                             (edp = tp dp / (etp ep)), not over dp; 0 for a dense block */
+    double total_params;  /* the whole block's parameters, all ranks together */
+    double active_params; /* of which one token goes through (a mixture of experts: attention, router,
+                             K routed experts and the shared expert); = total_params for a dense block */
     /* model FLOPs of one forward over B x T tokens, the whole block (all TP ranks together) */
     double fwd_flops;     /* 2 per matmul weight and token, plus the attention core */
     double core_flops;    /* of which the attention core (QK^T, softmax x V): selective recomputation's */
@@ -48,16 +54,25 @@ typedef struct tri_block_cost {
     /* TP collectives of one micro-batch, in elements of the activations' type, per kind
        (engine/comm/comm.h tri_comm_kind) */
     double tp_fwd[TRI_COMM_KINDS], tp_bwd[TRI_COMM_KINDS];
+    /* expert-parallel collectives of one micro-batch on one rank, in elements sent, per kind: the
+       all-to-alls of the token dispatch and combine (TRI_COMM_ALL_TO_ALL), and under etp > 1 the
+       expert-tensor-parallel group's all-gather / reduce-scatter of the dispatched rows */
+    double ep_fwd[TRI_COMM_KINDS], ep_bwd[TRI_COMM_KINDS];
 } tri_block_cost;
 
 /* The function a family states its block's costs with; cfg is the family's config. */
 typedef void (*tri_block_cost_fn)(const void *cfg, const tri_train_layout *l, tri_block_cost *out);
+/* The same for block `layer` (0-based) of a family whose blocks differ by layer (Qwen3-MoE's
+ * decoder_sparse_step and mlp_only_layers: dense blocks among sparse ones). */
+typedef void (*tri_block_cost_at_fn)(const void *cfg, const tri_train_layout *l, int layer, tri_block_cost *out);
 
 typedef enum { TRI_NORM_LAYERNORM = 0, TRI_NORM_RMSNORM, TRI_NORM_NONE } tri_norm_kind;
 
 typedef struct tri_transformer {
     int64_t n_layer, n_head, n_embd, vocab_size, n_positions;
     int64_t n_kv_head;          /* key/value heads (0: n_head): the TP rule of grouped-query attention */
+    int64_t n_experts;          /* E of its mixture-of-experts blocks (0: dense): expert parallelism's rules */
+    int64_t experts_per_tok;    /* K, the experts each token goes through */
     /* the ends */
     bool position_table;        /* a learned (n_positions, C) table on the first chunk (GPT-2); false:
                                    rotary positions, no table */
@@ -66,7 +81,8 @@ typedef struct tri_transformer {
     bool untied_head;           /* the LM head is a (V, C) matrix of its own */
     bool fused_attention_only;  /* the family runs the fused attention core only (no unfused form) */
     /* the block, as its family states it */
-    tri_block_cost_fn block_cost;
+    tri_block_cost_fn block_cost;   /* the representative block (a sparse one when any is sparse) */
+    tri_block_cost_at_fn block_cost_at; /* NULL: every block is block_cost's */
     const void *cfg;            /* what block_cost reads (borrowed: the model's config) */
     char block_text[96];        /* what a log adds after the heads, e.g. " (8 key/value), head size 128,
                                    SwiGLU 14336"; "" for GPT-2's */
@@ -74,6 +90,19 @@ typedef struct tri_transformer {
 
 /* The block's costs under layout l (m->block_cost). */
 tri_block_cost tri_transformer_block(const tri_transformer *m, const tri_train_layout *l);
+
+/* Block `layer`'s costs (m->block_cost_at, else m->block_cost). */
+tri_block_cost tri_transformer_block_at(const tri_transformer *m, const tri_train_layout *l, int layer);
+
+/* Blocks [start, end) together: the sums of their parameters, tensors, FLOPs, kept activations and
+ * traffic; the largest of the once-per-chunk buffers (recompute, work, comm); linear is the first
+ * block's. */
+tri_block_cost tri_transformer_blocks(const tri_transformer *m, const tri_train_layout *l, int start, int end);
+
+/* The whole model's parameters, all ranks together: *total and *active (what one token goes
+ * through: model FLOPs are 6 x active x tokens plus attention); the ends counted once (a tied head
+ * once). */
+void tri_transformer_params(const tri_transformer *m, double *total, double *active);
 
 /* Elements of the position table (0 with rotary positions) and of the final norm (2 C, C or 0); the
  * final norm's fp32 statistics a row (2, 1 or 0), which is also its count of tensors. */

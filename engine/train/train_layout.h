@@ -43,6 +43,9 @@ typedef struct tri_moe_run {
 
 typedef struct tri_train_layout {
     int tp, pp, dp;
+    int ep, etp;               /* expert-parallel and expert-tensor-parallel sizes (Megatron-Core's
+                                  parallel folding: a stage's tp x dp ranks regroup as etp x ep x edp for
+                                  the experts, edp = tp dp / (etp ep)); 1 (or 0, unset) for none */
     int v;                     /* model chunks per pipeline rank (> 1 only with "interleaved") */
     bool sequence_parallel;
     int64_t B, T;              /* micro-batch size, sequence length */

@@ -9,7 +9,8 @@
 void tri_cli_layout_defaults(tri_cli_layout *l)
 {
     memset(l, 0, sizeof *l);
-    l->req = (tri_layout_request){.num_gpus = 1, .tp = 1, .pp = 1, .micro_batch = 4, .global_batch = 0,
+    l->req = (tri_layout_request){.num_gpus = 1, .tp = 1, .pp = 1, .ep = 1, .etp = 1, .micro_batch = 4,
+                                  .global_batch = 0,
                                   .seq_length = 64, .first_layers = -1, .last_layers = -1};
     l->schedule = "1f1b";
     l->recompute = "none";
@@ -27,6 +28,8 @@ int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n)
     tri_layout_request *r = &l->req;
     f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &r->tp, "tensor-parallel size (tp): divides n_head and the ranks", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &r->pp, "pipeline-parallel size (pp); data-parallel size dp = ranks / (tp x pp)", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("expert-model-parallel-size", TRI_FLAG_INT, &r->ep, "expert-parallel size (ep; mixture-of-experts models): each ep rank holds num_experts / ep experts; a stage's tp x dp ranks regroup as etp x ep x expert-data-parallel (Megatron-Core's parallel folding)", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("expert-tensor-parallel-size", TRI_FLAG_INT, &r->etp, "expert tensor-parallel size (etp): splits each expert's width; etp x ep divides tp x dp", 1, 1 << 20);
     f[n++] = (tri_flag)CHOICE("pipeline-schedule", &l->schedule, "1f1b|gpipe|interleaved|zb-h1", "pipeline schedule (Narayanan et al. 2021; zb-h1, Qi et al. 2023, is modelled by the partitioner only); interleaved when --num-layers-per-virtual-pipeline-stage is given");
     f[n++] = (tri_flag)FLAG("num-layers-per-virtual-pipeline-stage", TRI_FLAG_INT, &r->layers_per_virtual_stage, "layers per model chunk with the interleaved schedule (0: none)", 0, 1 << 20);
     f[n++] = (tri_flag)FLAG("decoder-first-pipeline-num-layers", TRI_FLAG_INT, &r->first_layers, "layers of the first pipeline stage (-1: balanced)", -1, 1 << 20);

@@ -13,7 +13,7 @@
 #include "partitioner/constraints.h"
 #include "tools/cli/flags.h"
 
-#define TRI_CLI_LAYOUT_FLAGS 22 /* flags tri_cli_layout_flags adds */
+#define TRI_CLI_LAYOUT_FLAGS 24 /* flags tri_cli_layout_flags adds */
 
 /* What the layout flags write: the request, and the flags whose text becomes an enum. */
 typedef struct tri_cli_layout {
@@ -29,7 +29,7 @@ typedef struct tri_cli_layout {
                                  GPU preset), where --attention-backend auto picks the measured path */
 } tri_cli_layout;
 
-/* Defaults: tp = pp = 1, micro-batch 4, sequence 64, global batch 0 (one micro-batch per replica),
+/* Defaults: tp = pp = ep = etp = 1, micro-batch 4, sequence 64, global batch 0 (one micro-batch per replica),
  * ZeRO 0, 1f1b, no recomputation, fp32, balanced stages. A CLI may change them before parsing. */
 void tri_cli_layout_defaults(tri_cli_layout *l);
 

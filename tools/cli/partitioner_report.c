@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "partitioner/memory_model.h"
 #include "partitioner/memory_table.h"
 
 static const char *kind_keys[TRI_MEM_KINDS] = {"parameters", "gradients", "optimizer", "activations",
@@ -56,11 +57,18 @@ static void print_header(FILE *f, const tri_preview *p, const tri_report_info *i
     const tri_train_layout *l = &p->layout;
     const tri_cluster *c = &p->cluster;
     int nodes = (c->num_gpus + c->gpus_per_node - 1) / c->gpus_per_node;
-    char params[32];
+    char params[64];
     if (in->n_params >= 1e9)
         snprintf(params, sizeof params, "%.4gB", in->n_params / 1e9);
     else
         snprintf(params, sizeof params, "%.4gM", in->n_params / 1e6);
+    if (p->model.n_experts > 0) {   /* a mixture of experts: total and active (model FLOPs use these) */
+        double total, active;
+        tri_transformer_params(&p->model, &total, &active);
+        size_t used = strlen(params);
+        snprintf(params + used, sizeof params - used, " total (%lld experts, top-%lld), %.4g%s active", (long long)p->model.n_experts,
+                 (long long)p->model.experts_per_tok, active >= 1e9 ? active / 1e9 : active / 1e6, active >= 1e9 ? "B" : "M");
+    }
     fprintf(f, "model: %s: %lld layers, %lld heads%s, n_embd %lld, vocab %lld (%lld padded at tp %d), %s "
             "parameters\n", in->model_name, (long long)p->model.n_layer, (long long)p->model.n_head, p->model.block_text,
             (long long)p->model.n_embd, (long long)p->model.vocab_size,
@@ -73,9 +81,12 @@ static void print_header(FILE *f, const tri_preview *p, const tri_report_info *i
         snprintf(sched, sizeof sched, "interleaved 1F1B, %d model chunks per rank", l->v);
     else
         snprintf(sched, sizeof sched, "%s", l->schedule);
-    fprintf(f, "layout: tp %d x pp %d x dp %d%s; %s; micro-batch %lld x seq %lld, %d micro-batches per replica, "
+    char experts[96] = "";
+    if (l->ep > 1 || l->etp > 1)
+        snprintf(experts, sizeof experts, "; experts: etp %d x ep %d x edp %d", l->etp, l->ep, tri_expert_dp(l));
+    fprintf(f, "layout: tp %d x pp %d x dp %d%s%s; %s; micro-batch %lld x seq %lld, %d micro-batches per replica, "
             "global batch %lld (%lld tokens); ZeRO %d; recompute %s; %s attention; %s\n", l->tp, l->pp, l->dp,
-            l->sequence_parallel ? " (sequence parallel)" : "", sched, (long long)l->B, (long long)l->T, l->n_micro,
+            l->sequence_parallel ? " (sequence parallel)" : "", experts, sched, (long long)l->B, (long long)l->T, l->n_micro,
             (long long)l->global_batch, (long long)(l->global_batch * l->T), l->zero_stage,
             tri_recompute_name(l->recompute), tri_attention_backend_name(l->attention),
             l->precision == TRI_PRECISION_BF16 ? "bf16 mixed precision" : "fp32");
@@ -223,6 +234,9 @@ static void print_time(FILE *f, const tri_preview *p, const tri_report_info *in)
             tri_cluster_peak(c, l->precision) / 1e12, 100 * c->eff.memory, tri_cluster_mem_bw(c) / 1e9);
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  %.4g GB per rank over %s, %.0f%% exposed\n", "TP comm", t->tp_s,
             100 * t->tp_s / T, t->tp_bytes / 1e9, link_name_of(c, t->tp_inter_node), 100 * c->eff.tp_exposed);
+    if (l->ep > 1 || l->etp > 1)
+        fprintf(f, "  %-10s %#10.4g s %5.1f%%  %.4g GB per rank over %s (all-to-all dispatch and combine, uniform "
+                "routing)\n", "EP comm", t->ep_s, 100 * t->ep_s / T, t->ep_bytes / 1e9, link_name_of(c, t->ep_inter_node));
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  simulated bubble %.1f%% of the pipeline (closed form (p-1)/(v m+p-1) "
             "%.1f%%)\n", "bubble", t->bubble_s, 100 * t->bubble_s / T, 100 * t->bubble_fraction, 100 * closed);
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  %.4g GB per rank over %s, %.3g ms a message\n", "PP comm", t->pp_s,
@@ -279,6 +293,9 @@ static cJSON *layout_json(const tri_train_layout *l)
     cJSON_AddNumberToObject(o, "tensor_model_parallel_size", l->tp);
     cJSON_AddNumberToObject(o, "pipeline_model_parallel_size", l->pp);
     cJSON_AddNumberToObject(o, "data_parallel_size", l->dp);
+    cJSON_AddNumberToObject(o, "expert_model_parallel_size", l->ep > 1 ? l->ep : 1);
+    cJSON_AddNumberToObject(o, "expert_tensor_parallel_size", l->etp > 1 ? l->etp : 1);
+    cJSON_AddNumberToObject(o, "expert_data_parallel_size", tri_expert_dp(l));
     cJSON_AddNumberToObject(o, "virtual_pipeline_chunks", l->v);
     cJSON_AddStringToObject(o, "schedule", l->schedule);
     cJSON_AddBoolToObject(o, "sequence_parallel", l->sequence_parallel);
@@ -334,6 +351,7 @@ static void add_time(cJSON *o, const tri_time_result *t)
     cJSON_AddNumberToObject(o, "iteration_time_s", t->iteration_s);
     cJSON_AddNumberToObject(o, "compute_s", t->compute_s);
     cJSON_AddNumberToObject(o, "tp_comm_s", t->tp_s);
+    cJSON_AddNumberToObject(o, "ep_comm_s", t->ep_s);
     cJSON_AddNumberToObject(o, "bubble_s", t->bubble_s);
     cJSON_AddNumberToObject(o, "pp_comm_s", t->pp_s);
     cJSON_AddNumberToObject(o, "dp_comm_s", t->dp_s);
@@ -421,6 +439,10 @@ int tri_report_json(FILE *f, const tri_preview *p, const tri_report_info *in, co
     cJSON_AddNumberToObject(model, "n_embd", (double)p->model.n_embd);
     cJSON_AddNumberToObject(model, "vocab_size", (double)p->model.vocab_size);
     cJSON_AddNumberToObject(model, "parameters", in->n_params);
+    double total, active;
+    tri_transformer_params(&p->model, &total, &active);
+    cJSON_AddNumberToObject(model, "total_parameters", total);
+    cJSON_AddNumberToObject(model, "active_parameters", active);
     cJSON_AddItemToObject(o, "cluster", cluster_json(&p->cluster, p->layout.precision));
     cJSON_AddItemToObject(o, "layout", layout_json(&p->layout));
     cJSON_AddStringToObject(o, "memory_source", p->from_engine_plan ? "engine_plan" : "formulas");
@@ -455,6 +477,7 @@ int tri_report_json(FILE *f, const tri_preview *p, const tri_report_info *in, co
     cJSON_AddNumberToObject(o, "p2p_message_s", p->time.p2p_message_s);
     cJSON_AddNumberToObject(o, "tp_bytes_per_step", p->time.tp_bytes);
     cJSON_AddNumberToObject(o, "pp_bytes_per_step", p->time.pp_bytes);
+    cJSON_AddNumberToObject(o, "ep_bytes_per_step", p->time.ep_bytes);
     cJSON_AddNumberToObject(o, "dp_bytes_per_step", p->time.dp_bytes);
     if (dp_extra(p))
         cJSON_AddItemToObject(o, "data_parallel", dp_json(p));
@@ -474,13 +497,13 @@ void tri_report_search_text(FILE *f, const tri_search_entry *e, int n, const tri
         fprintf(f, "no layout fits: try more GPUs, a smaller global batch or --bf16\n");
         return;
     }
-    fprintf(f, "%-4s %3s %3s %3s %2s %3s %3s %4s %-10s %3s %9s %11s %8s %6s %10s %s\n", "rank", "tp", "pp", "dp",
-            "v", "mb", "sp", "zero", "recompute", "", "time(s)", "tokens/s", "TFLOP/s", "MFU", "max mem", "memory from");
+    fprintf(f, "%-4s %3s %3s %3s %3s %2s %3s %3s %4s %-10s %3s %9s %11s %8s %6s %10s %s\n", "rank", "tp", "pp", "dp",
+            "ep", "v", "mb", "sp", "zero", "recompute", "", "time(s)", "tokens/s", "TFLOP/s", "MFU", "max mem", "memory from");
     for (int i = 0; i < n; i++) {
         const tri_train_layout *l = &e[i].layout;
         char mem[32];
-        fprintf(f, "%-4d %3d %3d %3d %2d %3lld %3s %4d %-10s %3s %9.4g %11.0f %8.4g %5.1f%% %10s %s\n", i + 1, l->tp,
-                l->pp, l->dp, l->v, (long long)l->B, l->sequence_parallel ? "on" : "off", l->zero_stage,
+        fprintf(f, "%-4d %3d %3d %3d %3d %2d %3lld %3s %4d %-10s %3s %9.4g %11.0f %8.4g %5.1f%% %10s %s\n", i + 1,
+                l->tp, l->pp, l->dp, l->ep > 1 ? l->ep : 1, l->v, (long long)l->B, l->sequence_parallel ? "on" : "off", l->zero_stage,
                 tri_recompute_name(l->recompute), "", e[i].time.iteration_s, e[i].time.tokens_per_s,
                 e[i].time.model_tflops_per_gpu, 100 * e[i].time.mfu, tri_format_bytes(e[i].max_bytes, mem, sizeof mem),
                 e[i].from_engine_plan ? "engine plan" : "formulas");

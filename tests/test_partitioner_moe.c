@@ -1,0 +1,359 @@
+/* tests/test_partitioner_moe.c - the partitioner plans mixture-of-experts models (docs/moe.md
+ * "Expert parallelism in the layout and the partitioner").
+ *
+ * Hand-built MoE blocks (models/block_cost.h tri_decoder_block, sparse) with the published shapes
+ * give the published total and active parameter counts (Mixtral 8x7B, Jiang et al. 2024: 46.7B /
+ * 12.9B; Qwen3-30B-A3B: 30.5B / 3.3B; Qwen3-235B-A22B: 235B / 22B) and equal an independent int64
+ * count; a rank's parameters follow the parallel folding (E / ep experts, / etp); the activation and
+ * backward bytes are what layers/moe.c allocates (tri_moe_acts_bytes / tri_moe_scratch_bytes) for
+ * the rank's shape; the all-to-all volume equals a direct count over a uniform routing; a dense layer
+ * among sparse ones (Qwen3-MoE's decoder_sparse_step) plans exactly; the validator refuses each
+ * broken rule naming it, its flag and values; ZeRO shards expert state over edp; the search picks an ep. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+#include "layers/moe.h"
+#include "models/block_cost.h"
+#include "models/model.h"
+#include "partitioner/constraints.h"
+#include "partitioner/hardware.h"
+#include "partitioner/memory_model.h"
+#include "partitioner/search.h"
+#include "partitioner/traffic.h"
+#include "tests/testutil.h"
+
+/* A hand-built MoE decoder: its sparse block, and which layers are sparse (every sparse_step-th). */
+typedef struct moe_model {
+    tri_decoder_block sparse;   /* the MoE block */
+    int sparse_step;            /* Qwen3-MoE's decoder_sparse_step (1: all) */
+} moe_model;
+
+static void block_at(const void *cfg, const tri_train_layout *l, int layer, tri_block_cost *out)
+{
+    const moe_model *mm = cfg;
+    tri_decoder_block b = mm->sparse;
+    if ((layer + 1) % mm->sparse_step != 0) {   /* a dense SwiGLU of width F */
+        b.sparse = false;
+        b.tensors = 9;
+    }
+    tri_decoder_block_cost(&b, l, out);
+}
+
+static void block(const void *cfg, const tri_train_layout *l, tri_block_cost *out)
+{
+    tri_decoder_block_cost(&((const moe_model *)cfg)->sparse, l, out);
+}
+
+/* Llama-style (RMSNorm, rotary, untied head, no biases) MoE decoder of L layers. */
+static tri_transformer moe_dims(moe_model *mm, int64_t L, int64_t C, int64_t NH, int64_t NH_kv, int64_t HS, int64_t E,
+                                int64_t K, int64_t I, int64_t F, int64_t V, int step)
+{
+    mm->sparse = (tri_decoder_block){.C = C, .NH = NH, .NH_kv = NH_kv, .HS = HS, .F = F, .gated_mlp = true,
+                                     .norm = TRI_NORM_RMSNORM, .rotary = true, .tensors = 7 + 3, .sparse = true,
+                                     .E = E, .K = K, .I = I};
+    mm->sparse_step = step;
+    return (tri_transformer){.n_layer = L, .n_head = NH, .n_embd = C, .vocab_size = V, .n_positions = 32768,
+                             .n_kv_head = NH_kv, .n_experts = E, .experts_per_tok = K,
+                             .final_norm = TRI_NORM_RMSNORM, .untied_head = true, .fused_attention_only = true,
+                             .block_cost = block, .block_cost_at = block_at, .cfg = mm};
+}
+
+/* The published count by hand (int64): embedding and head V C each, the final norm C, per layer two
+ * norms 2 C, q|k|v|o C (2 Q + 2 KV), the router E C and the experts 3 C I each (E of them, or K active). */
+static int64_t by_hand(int64_t L, int64_t C, int64_t NH, int64_t NH_kv, int64_t HS, int64_t E, int64_t K, int64_t I,
+                       int64_t V, bool active)
+{
+    int64_t attn = C * (2 * NH * HS + 2 * NH_kv * HS);
+    return 2 * V * C + C + L * (2 * C + attn + E * C + (active ? K : E) * 3 * C * I);
+}
+
+static void published(const char *name, int64_t L, int64_t C, int64_t NH, int64_t NH_kv, int64_t HS, int64_t E,
+                      int64_t K, int64_t I, int64_t V, double total_pub, double active_pub, double unit)
+{
+    moe_model mm;
+    tri_transformer m = moe_dims(&mm, L, C, NH, NH_kv, HS, E, K, I, 0, V, 1);
+    double total, active;
+    tri_transformer_params(&m, &total, &active);
+    cr_expect_eq(total, (double)by_hand(L, C, NH, NH_kv, HS, E, K, I, V, false), "%s total %.0f", name, total);
+    cr_expect_eq(active, (double)by_hand(L, C, NH, NH_kv, HS, E, K, I, V, true), "%s active %.0f", name, active);
+    /* the published precision: `unit` (0.1B or 1B), rounded (Mistral: 12.88 -> 12.9) or truncated
+       (Qwen: 3.353 -> 3.3 activated) */
+    cr_expect(round(total / unit) * unit == total_pub || floor(total / unit) * unit == total_pub,
+              "%s: %.4gB total, published %.4gB", name, total / 1e9, total_pub / 1e9);
+    cr_expect(round(active / unit) * unit == active_pub || floor(active / unit) * unit == active_pub,
+              "%s: %.4gB active, published %.4gB", name, active / 1e9, active_pub / 1e9);
+    cr_log_info("%s: %.4gB total, %.4gB active", name, total / 1e9, active / 1e9);
+}
+
+Test(partitioner_moe, published_total_and_active_parameters)
+{
+    /* config.json of mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B (qk-norm's
+       2 HS per layer left out: 12k and 24k parameters, below the published precision) */
+    published("Mixtral 8x7B", 32, 4096, 32, 8, 128, 8, 2, 14336, 32000, 46.7e9, 12.9e9, 1e8);
+    published("Qwen3-30B-A3B", 48, 2048, 32, 4, 128, 128, 8, 768, 151936, 30.5e9, 3.3e9, 1e8);
+    published("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 128, 8, 1536, 151936, 235e9, 22e9, 1e9);
+}
+
+/* A dense family's total = active = its own parameter count (the family's list). */
+Test(partitioner_moe, dense_families_total_equals_active_equals_their_count)
+{
+    const char *names[] = {"gpt2", "llama-3.1-8b", "llama-3.2-1b"};
+    for (int i = 0; i < 3; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/%s.json", names[i]);
+        tri_model m;
+        cr_assert_eq(tri_model_load(&m, tu_source_path(rel)), TRI_OK, "%s", tri_error_message());
+        tri_transformer d = tri_model_dims(&m);
+        double total, active;
+        tri_transformer_params(&d, &total, &active);
+        double count = (double)m.family->num_params(m.cfg);
+        cr_expect_eq(total, count, "%s: %.0f, the family counts %.0f", names[i], total, count);
+        cr_expect_eq(active, total, "%s: dense", names[i]);
+        tri_model_free(&m);
+    }
+}
+
+/* A rank under parallel folding holds the attention / tp, the router whole, E / ep experts / etp;
+ * the model FLOPs count the active parameters only. */
+Test(partitioner_moe, rank_parameters_and_active_flops)
+{
+    moe_model mm;
+    const int64_t C = 4096, E = 8, K = 2, I = 14336, Q = 4096, KV = 1024;
+    moe_dims(&mm, 32, C, 32, 8, 128, E, K, I, 0, 32000, 1);
+    mm.sparse.I_shared = 2048;
+    tri_train_layout l = {.tp = 2, .pp = 1, .dp = 4, .ep = 4, .etp = 2, .sequence_parallel = true, .B = 2, .T = 64};
+    tri_block_cost b;
+    tri_decoder_block_cost(&mm.sparse, &l, &b);
+    double attn_l = (double)C * (Q + 2 * KV) / 2 + (double)Q / 2 * C, shared_l = 3.0 * C * 2048 / 2;
+    double experts_l = (double)(E / 4) * 3.0 * C * I / 2;
+    cr_expect_eq(b.expert_params, experts_l);
+    cr_expect_eq(b.params, attn_l + 2.0 * C + (double)E * C + shared_l + experts_l);
+    cr_expect_eq(b.replicated, 2.0 * C + (double)E * C, "the norms and the router");
+    double attn = (double)C * (2 * Q + 2 * KV), shared = 3.0 * C * 2048;
+    cr_expect_eq(b.total_params, attn + 2.0 * C + (double)E * C + shared + (double)E * 3 * C * I);
+    cr_expect_eq(b.active_params, attn + 2.0 * C + (double)E * C + shared + (double)K * 3 * C * I);
+    double N = 2.0 * 64;
+    cr_expect_eq(b.fwd_flops, 2.0 * N * (attn + (double)E * C + shared + (double)K * 3 * C * I) + 4.0 * N * 64 * Q,
+                 "6 x active parameters x tokens per pass of three, plus the attention core");
+    cr_expect_eq(tri_expert_dp(&l), 1, "tp 2 x dp 4 = etp 2 x ep 4 x edp 1");
+}
+
+/* Planned = allocated: the sparse block's kept activations and backward transients are the dense
+ * formula without the MLP plus exactly what layers/moe.c binds for the rank's shape. */
+Test(partitioner_moe, activations_are_what_the_moe_layer_allocates)
+{
+    moe_model mm;
+    const int64_t C = 64, NH = 4, KV = 2, HS = 16, B = 2, T = 24;
+    moe_dims(&mm, 2, C, NH, KV, HS, 8, 2, 48, 0, 256, 1);
+    for (int sh = 0; sh < 2; sh++) {
+        mm.sparse.I_shared = sh ? 32 : 0;
+        int ep_etp[3][2] = {{1, 1}, {2, 1}, {2, 2}};
+        for (int i = 0; i < 3; i++) {
+            tri_train_layout l = {.tp = 1, .pp = 1, .dp = 4, .ep = ep_etp[i][0], .etp = ep_etp[i][1], .B = B, .T = T};
+            tri_block_cost b;
+            tri_decoder_block_cost(&mm.sparse, &l, &b);
+            double N = (double)(B * T), etp = ep_etp[i][1];
+            tri_moe_shape s = {.N = B * T * ep_etp[i][1], .C = C, .E = 8, .K = 2, .I = 48 / ep_etp[i][1],
+                               .I_shared = mm.sparse.I_shared};
+            size_t acts = tri_moe_acts_bytes(&s), scratch = tri_moe_scratch_bytes(&s);
+            cr_assert_gt(acts, 0);
+            double q = (double)NH * HS, kv = (double)KV * HS;
+            double kept = 4.0 * (4.0 * N * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * 2.0 * N + 4.0 * NH * T * B +
+                          (double)acts;
+            double work = 4.0 * (2.0 * N * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * B * NH * T + 4.0 * T * HS +
+                          (double)scratch;
+            cr_expect_eq(b.kept, kept, "shared %d ep %d etp %.0f: kept %.0f, expected %.0f", sh, ep_etp[i][0], etp,
+                         b.kept, kept);
+            cr_expect_eq(b.work, work, "shared %d ep %d: work %.0f, expected %.0f", sh, ep_etp[i][0], b.work, work);
+            tri_moe_shape planned = tri_moe_block_shape(&mm.sparse, &l);
+            cr_expect_eq(memcmp(&planned, &s, sizeof s), 0, "the rank's shape");
+        }
+    }
+}
+
+/* Under tp 2 with sequence parallelism a rank routes its N / tp tokens; the tensor-parallel shared
+ * expert (N tokens, I_s / tp) is planned beside the layer's shape; without a shared expert the MLP's
+ * TP collectives go (the routed tokens are the rank's own), the attention's stay. */
+Test(partitioner_moe, sequence_parallel_rank_shape_and_tp_traffic)
+{
+    moe_model mm;
+    const int64_t C = 64, NH = 4, KV = 2, HS = 16, B = 2, T = 24, tp = 2;
+    moe_dims(&mm, 2, C, NH, KV, HS, 8, 2, 48, 0, 256, 1);
+    mm.sparse.I_shared = 32;
+    tri_train_layout l = {.tp = tp, .pp = 1, .dp = 2, .ep = 2, .etp = 1, .sequence_parallel = true, .B = B, .T = T};
+    tri_block_cost b;
+    tri_decoder_block_cost(&mm.sparse, &l, &b);
+    double N = (double)(B * T), N_l = N / tp, q = (double)NH * HS / tp, kv = (double)KV * HS / tp;
+    tri_moe_shape s = {.N = B * T / tp, .C = C, .E = 8, .K = 2, .I = 48, .I_shared = 0};
+    double kept = 4.0 * (4.0 * N_l * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * 2.0 * N_l + 4.0 * (NH / tp) * T * B +
+                  (double)tri_moe_acts_bytes(&s) + 4.0 * N * 3.0 * 32 / tp;
+    cr_expect_eq(b.kept, kept, "kept %.0f, expected %.0f", b.kept, kept);
+    cr_expect_eq(b.tp_fwd[TRI_COMM_ALL_GATHER], 2.0 * N * C, "attention and shared expert inputs");
+    cr_expect_eq(b.ep_fwd[TRI_COMM_ALL_TO_ALL], 2.0 * N_l * 2 * C * 1 / 2, "the rank's N / tp tokens, K 2, ep 2");
+    mm.sparse.I_shared = 0;
+    tri_decoder_block_cost(&mm.sparse, &l, &b);
+    cr_expect_eq(b.tp_fwd[TRI_COMM_ALL_GATHER], 1.0 * N * C, "the attention's input only");
+    cr_expect_eq(b.tp_fwd[TRI_COMM_REDUCE_SCATTER], 1.0 * N * C);
+    cr_expect_eq(b.tp_bwd[TRI_COMM_ALL_GATHER], 2.0 * N * C);
+    cr_expect_eq(b.comm, 4.0 * N * C, "one gathered input");
+}
+
+/* The all-to-all formula against a direct count: a routing where token n's k-th choice is expert
+ * (n K + k) mod E loads every expert equally on every rank (uniform routing); the rows whose expert
+ * lives on another ep rank (owner e / E_l) are sent in the dispatch and come back in the combine. */
+Test(partitioner_moe, all_to_all_volume_matches_a_direct_count)
+{
+    moe_model mm;
+    const int64_t C = 64, E = 8, K = 2, B = 2, T = 16;
+    tri_transformer m = moe_dims(&mm, 3, C, 4, 4, 16, E, K, 32, 0, 256, 1);
+    for (int ep = 1; ep <= 8; ep *= 2) {
+        tri_train_layout l = {.tp = 1, .pp = 1, .dp = 8, .ep = ep, .etp = 1, .B = B, .T = T, .n_micro = 1};
+        int64_t El = E / ep, off = 0;
+        for (int rank = 0; rank < ep; rank++)          /* count rank `rank`'s rows leaving it */
+            for (int64_t n = 0; n < B * T; n++)
+                for (int64_t k = 0; k < K; k++)
+                    off += ((n * K + k) % E) / El != rank;
+        double per_rank = (double)off / ep;           /* the same on every rank */
+        tri_block_cost b;
+        tri_decoder_block_cost(&mm.sparse, &l, &b);
+        cr_expect_eq(b.ep_fwd[TRI_COMM_ALL_TO_ALL], 2.0 * per_rank * C, "ep %d: dispatch + combine", ep);
+        cr_expect_eq(b.ep_bwd[TRI_COMM_ALL_TO_ALL], 2.0 * per_rank * C, "ep %d: their gradients", ep);
+        cr_expect_eq(b.ep_fwd[TRI_COMM_ALL_TO_ALL], 2.0 * (double)(B * T * K * C) * (ep - 1) / ep, "the formula");
+        tri_stage_place all = {.layer_start = 0, .layer_end = 3, .first = true, .last = true};
+        uint64_t fwd[TRI_COMM_KINDS], bwd[TRI_COMM_KINDS];
+        tri_ep_microbatch_traffic(&m, &l, &all, 4, fwd, bwd);
+        cr_expect_eq(fwd[TRI_COMM_ALL_TO_ALL], (uint64_t)(3 * 4 * 2 * off / ep * C), "three layers, fp32 bytes");
+        cr_expect_eq(bwd[TRI_COMM_ALL_TO_ALL], fwd[TRI_COMM_ALL_TO_ALL]);
+    }
+}
+
+/* Qwen3-MoE's decoder_sparse_step 2: odd layers dense. Totals and a stage's parameters and
+ * activations are the per-layer sums, not L x the sparse block. */
+Test(partitioner_moe, dense_layers_among_sparse_ones_plan_exactly)
+{
+    moe_model mm;
+    tri_transformer m = moe_dims(&mm, 4, 64, 4, 4, 16, 8, 2, 32, 96, 256, 2);
+    tri_train_layout l = {.tp = 1, .pp = 1, .dp = 1, .ep = 1, .etp = 1, .B = 1, .T = 8};
+    tri_block_cost sparse, dense;
+    tri_decoder_block_cost(&mm.sparse, &l, &sparse);
+    tri_decoder_block d = mm.sparse;
+    d.sparse = false;
+    d.tensors = 9;
+    tri_decoder_block_cost(&d, &l, &dense);
+    cr_expect_eq(dense.params, 2.0 * 64 + 4.0 * 64 * 64 + 3.0 * 64 * 96, "the dense SwiGLU block");
+    tri_block_cost all = tri_transformer_blocks(&m, &l, 0, 4);
+    cr_expect_eq(all.params, 2 * sparse.params + 2 * dense.params);
+    cr_expect_eq(all.kept, 2 * sparse.kept + 2 * dense.kept);
+    cr_expect_eq(all.fwd_flops, 2 * sparse.fwd_flops + 2 * dense.fwd_flops);
+    tri_stage_place first = {.layer_start = 0, .layer_end = 1, .first = true};
+    cr_expect_eq(tri_mem_chunk_params(&m, &l, &first, 1), dense.params + 256.0 * 64, "layer 0 is dense");
+    double total, active;
+    tri_transformer_params(&m, &total, &active);
+    cr_expect_eq(total, 2 * sparse.total_params + 2 * dense.total_params + 2.0 * 256 * 64 + 64);
+}
+
+static tri_train_layout resolve_ok(const tri_transformer *m, int gpus, int tp, int ep, int etp, bool sp)
+{
+    tri_layout_request r = {.num_gpus = gpus, .tp = tp, .pp = 1, .ep = ep, .etp = etp, .micro_batch = 1,
+                            .seq_length = 64, .sequence_parallel = sp, .first_layers = -1, .last_layers = -1};
+    tri_train_layout l;
+    cr_assert_eq(tri_layout_resolve(m, &r, &l), TRI_OK, "%s", tri_error_message());
+    return l;
+}
+
+static void refused(const tri_transformer *m, int gpus, int tp, int ep, int etp, bool sp, const char *a, const char *b)
+{
+    tri_layout_request r = {.num_gpus = gpus, .tp = tp, .pp = 1, .ep = ep, .etp = etp, .micro_batch = 1,
+                            .seq_length = 64, .sequence_parallel = sp, .first_layers = -1, .last_layers = -1};
+    tri_train_layout l;
+    cr_expect_eq(tri_layout_resolve(m, &r, &l), TRI_EINVAL, "tp %d ep %d etp %d on %d accepted", tp, ep, etp, gpus);
+    cr_expect(strstr(tri_error_message(), a), "message '%s' lacks '%s'", tri_error_message(), a);
+    cr_expect(strstr(tri_error_message(), b), "message '%s' lacks '%s'", tri_error_message(), b);
+    tri_error_clear();
+}
+
+Test(partitioner_moe, layout_rules_of_expert_parallelism)
+{
+    moe_model mm;
+    tri_transformer m = moe_dims(&mm, 4, 64, 4, 4, 16, 8, 2, 32, 0, 256, 1);
+    tri_train_layout l = resolve_ok(&m, 8, 2, 4, 1, true);
+    cr_expect_eq(l.ep, 4);
+    cr_expect_eq(l.etp, 1);
+    cr_expect_eq(tri_expert_dp(&l), 2, "tp 2 x dp 4 = etp 1 x ep 4 x edp 2");
+    l = resolve_ok(&m, 8, 1, 2, 2, false);
+    cr_expect_eq(tri_expert_dp(&l), 2, "8 = etp 2 x ep 2 x edp 2");
+    l = resolve_ok(&m, 2, 1, 1, 1, false);
+    cr_expect_eq(l.ep, 1, "defaults");
+    refused(&m, 8, 1, 3, 1, false, "--expert-model-parallel-size 3 does not divide num_experts 8",
+            "nearest valid: 2, 4");
+    refused(&m, 2, 1, 4, 1, false,
+            "--expert-model-parallel-size 4 = 4 does not divide a pipeline stage's tp x dp = 1 x 2",
+            "nearest valid expert-model-parallel sizes: 2");
+    refused(&m, 4, 1, 2, 3, false, "--expert-tensor-parallel-size 3 x --expert-model-parallel-size 2",
+            "valid expert-tensor-parallel sizes: 2");
+    refused(&m, 8, 2, 2, 1, false, "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2 needs",
+            "--sequence-parallel");
+    mm.sparse.K = 9;
+    m.experts_per_tok = 9;
+    refused(&m, 2, 1, 1, 1, false, "num_experts_per_tok 9", "num_experts 8");
+    m.n_experts = m.experts_per_tok = 0;   /* dense */
+    refused(&m, 2, 1, 2, 1, false, "--expert-model-parallel-size 2 needs a mixture-of-experts model",
+            "nearest valid: 1");
+    refused(&m, 2, 1, 1, 2, false, "--expert-tensor-parallel-size 2 needs a mixture-of-experts model",
+            "nearest valid: 1");
+}
+
+/* ZeRO shards the routed experts' parameters, gradients and optimizer state over the
+ * expert-data-parallel group (edp = tp dp / (etp ep)) and the rest over dp. */
+Test(partitioner_moe, expert_states_shard_over_the_expert_data_parallel_group)
+{
+    moe_model mm;
+    tri_transformer m = moe_dims(&mm, 4, 64, 4, 4, 16, 8, 2, 32, 0, 256, 1);
+    tri_layout_request r = {.num_gpus = 8, .tp = 1, .pp = 1, .ep = 4, .etp = 1, .micro_batch = 1, .seq_length = 16,
+                            .zero_stage = 3, .first_layers = -1, .last_layers = -1};
+    tri_train_layout l;
+    cr_assert_eq(tri_layout_resolve(&m, &r, &l), TRI_OK, "%s", tri_error_message());
+    tri_stage_plan plan;
+    tri_layout_shape shape = tri_train_layout_shape(&l);
+    tri_stage_options so = {.v = 1, .first_layers = -1, .last_layers = -1};
+    cr_assert_eq(tri_stage_split(&plan, &m, &shape, &so), TRI_OK, "%s", tri_error_message());
+    int in_flight[1] = {1};
+    double bytes[TRI_MEM_KINDS];
+    tri_mem_model_rank(&m, &l, &plan, 0, in_flight, bytes);
+    double psi = tri_mem_chunk_params(&m, &l, &plan.chunks[0], 1);
+    double psi_e = tri_transformer_blocks(&m, &l, 0, 4).expert_params;
+    cr_expect_eq(psi_e, 4.0 * 2 * 3 * 64 * 32, "4 layers of E / ep = 2 experts");
+    double opt = 8.0 * (psi - psi_e) / 8 + 8.0 * psi_e / 2;   /* dp 8, edp 8 / 4 = 2 */
+    cr_expect_eq(bytes[TRI_MEM_OPTIMIZER], opt, "optimizer %.0f, expected %.0f", bytes[TRI_MEM_OPTIMIZER], opt);
+    tri_stage_plan_free(&plan);
+}
+
+/* The search enumerates ep: an 8-expert model too large for one rank's expert copy fits with ep. */
+Test(partitioner_moe, search_picks_an_expert_parallel_size)
+{
+    moe_model mm;
+    tri_transformer m = moe_dims(&mm, 32, 4096, 32, 8, 128, 8, 2, 14336, 0, 32000, 1);   /* Mixtral 8x7B */
+    const tri_hardware *hw = tri_hardware_find("h100-sxm");
+    tri_cluster c = {.hw = hw, .num_gpus = 16, .gpus_per_node = 8, .eff = hw->eff};
+    tri_search_space sp = {.base = {.num_gpus = 16, .global_batch = 64, .seq_length = 4096,
+                                    .precision = TRI_PRECISION_BF16},
+                           .max_tp = 8, .max_micro_batch = 1, .max_v = 1};
+    tri_search_entry best[10];
+    int n = 0;
+    tri_search_stats st;
+    cr_assert_eq(tri_search_layouts(&m, &c, &sp, NULL, NULL, best, 10, &n, &st), TRI_OK, "%s", tri_error_message());
+    cr_assert_gt(n, 0);
+    int with_ep = 0;
+    for (int i = 0; i < n; i++)
+        with_ep += best[i].layout.ep > 1;
+    cr_expect_gt(with_ep, 0, "no expert-parallel layout among the %d best", n);
+    cr_expect_gt(best[0].layout.ep, 1, "the best layout is expert-parallel");
+    cr_log_info("Mixtral 8x7B on 16 H100s: %ld layouts considered; best tp %d pp %d dp %d ep %d zero %d sp %d "
+                "recompute %s: %.3f s, MFU %.1f%%, EP %.3g GB per step", st.considered, best[0].layout.tp,
+                best[0].layout.pp, best[0].layout.dp, best[0].layout.ep, best[0].layout.zero_stage,
+                best[0].layout.sequence_parallel, tri_recompute_name(best[0].layout.recompute),
+                best[0].time.iteration_s, 100 * best[0].time.mfu, best[0].time.ep_bytes / 1e9);
+}
