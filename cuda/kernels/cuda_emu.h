@@ -5,15 +5,16 @@
  *
  * A launch (tri_emu_launch, tri_emu_launch_2d) runs its blocks one after another, each as blockDim.x
  * lanes with a barrier for the block (__syncthreads) and one per warp (__syncwarp). By default the
- * lanes are fibers on the launching thread (ucontext: a stack each, kept from launch to launch): a
- * lane runs until it reaches a barrier or ends, then the next; a barrier lets its lanes go on once
- * all have come. With TRI_EMU_OS_THREADS defined they are OS threads from a pool, and the barriers
- * pthread barriers, which ThreadSanitizer understands (the ad hoc race checks of
- * docs/cuda-correctness.md build so): a missing barrier is then a reported race, where fibers,
- * switching only at barriers, give one fixed interleaving. Fibers cost a context switch per lane
- * and barrier instead of a futex round among hundreds of threads on a few cores: the emulated CUDA
- * build (tests/cuda_emu/) runs whole training steps on them. (AddressSanitizer warns once that it
- * does not fully support swapcontext: it clears a fiber's stack shadow on resuming it.) Either way
+ * lanes are fibers on the launching thread (a stack each, kept from launch to launch; on x86-64 a
+ * few instructions switch them, elsewhere ucontext's swapcontext): a lane runs until it reaches a
+ * barrier or ends, then the next; a barrier lets its lanes go on once all have come. With
+ * TRI_EMU_OS_THREADS defined they are OS threads from a pool, and the barriers pthread barriers,
+ * which ThreadSanitizer understands (the ad hoc race checks of docs/cuda-correctness.md build so):
+ * a missing barrier is then a reported race, where fibers, switching only at barriers, give one
+ * fixed interleaving. Fibers cost a context switch per lane and barrier instead of a futex round
+ * among hundreds of threads on a few cores: the emulated CUDA
+ * build (tests/cuda_emu/) runs whole training steps on them. (AddressSanitizer is told of each
+ * switch of stacks, so it checks the lanes' stacks as any other.) Either way
  * a kernel's `__shared__` arrays can be function statics: one block at a time uses them, and a
  * block finds the last one's values there, as a GPU block may find garbage, so a kernel
  * that reads shared memory before writing it is wrong in both. __shfl_xor_sync goes through a
@@ -191,30 +192,139 @@ static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned 
 /* Where a lane stands: running (or ready to), waiting at the block's or its warp's barrier, done. */
 enum tri_emu_state { TRI_EMU_RUN, TRI_EMU_AT_BLOCK, TRI_EMU_AT_WARP, TRI_EMU_DONE };
 
+/* AddressSanitizer is told of every switch between the scheduler's stack and a lane's
+ * (__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber), so it checks the lanes'
+ * stacks as any other. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TRI_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TRI_EMU_ASAN 1
+#endif
+#endif
+#if defined(TRI_EMU_ASAN)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if defined(__x86_64__) && !defined(TRI_EMU_UCONTEXT)
+/* A context is its saved stack pointer: the switch below pushes the callee-saved registers (rbp,
+ * rbx, r12-r15; System V x86-64 ABI 3.2.1) on the stack it leaves, stores the stack pointer in
+ * *from, loads `to` and pops the same from there: a function call's worth of work and no system
+ * call, where glibc's swapcontext saves and restores the signal mask (rt_sigprocmask) at every
+ * switch, ~75% of an emulated training step's time. The floating-point control words (MXCSR, the
+ * x87 control word) are not switched: no kernel changes them, so every lane runs with the launching
+ * thread's, and saving and loading them (stmxcsr/ldmxcsr, fnstcw/fldcw) was 85% of the switch's
+ * cost. (The way libco switches; boost.context also switches the control words.) */
+struct tri_emu_ctx {
+    void *sp;
+};
+
+__attribute__((naked, noinline)) static inline void tri_emu_switch(void ** /* from: rdi */, void * /* to: rsi */)
+{
+    __asm__ volatile("pushq %rbp\n\t"
+                     "pushq %rbx\n\t"
+                     "pushq %r12\n\t"
+                     "pushq %r13\n\t"
+                     "pushq %r14\n\t"
+                     "pushq %r15\n\t"
+                     "movq %rsp, (%rdi)\n\t"
+                     "movq %rsi, %rsp\n\t"
+                     "popq %r15\n\t"
+                     "popq %r14\n\t"
+                     "popq %r13\n\t"
+                     "popq %r12\n\t"
+                     "popq %rbx\n\t"
+                     "popq %rbp\n\t"
+                     "ret\n\t");
+}
+
+/* A fresh context on [stack, stack + size) whose first switch to it calls entry() (which must never
+ * return): the frame tri_emu_switch pops, laid below a null return address, so that entry() starts
+ * with the stack aligned as after a call (rsp + 8 a multiple of 16). */
+static inline void tri_emu_ctx_make(tri_emu_ctx *c, char *stack, size_t size, void (*entry)(void))
+{
+    uint64_t *sp = (uint64_t *)(((uintptr_t)stack + size) & ~(uintptr_t)15);
+    *--sp = 0;                          /* entry()'s return address: none */
+    *--sp = (uint64_t)(uintptr_t)entry; /* where the switch returns to */
+    for (int r = 0; r < 6; r++)         /* rbp, rbx, r12-r15 */
+        *--sp = 0;
+    c->sp = sp;
+}
+
+/* Leaves for context `to`, saving this one in *from; returns when something switches back to it. */
+static inline void tri_emu_ctx_swap(tri_emu_ctx *from, tri_emu_ctx *to)
+{
+    tri_emu_switch(&from->sp, to->sp);
+}
+#else
+/* Elsewhere (or with TRI_EMU_UCONTEXT defined) the contexts are ucontext's. */
+struct tri_emu_ctx {
+    ucontext_t uc;
+};
+
+static inline void tri_emu_ctx_make(tri_emu_ctx *c, char *stack, size_t size, void (*entry)(void))
+{
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = NULL; /* entry() never returns */
+    makecontext(&c->uc, entry, 0);
+}
+
+static inline void tri_emu_ctx_swap(tri_emu_ctx *from, tri_emu_ctx *to)
+{
+    swapcontext(&from->uc, &to->uc);
+}
+#endif
+
 struct tri_emu_lane {
-    ucontext_t ctx;
+    tri_emu_ctx ctx;
     int state;
     unsigned shfl_turn;
 };
 
 #define TRI_EMU_STACK_BYTES ((size_t)256 << 10) /* each lane's stack, a guard page at its end */
+/* Each lane's stack starts (at its top) a lane-dependent distance below its region's end, so that the
+ * lanes' top frames, which every switch reads, fall in different cache sets: at one stride of 256
+ * KiB they all fell in the same sets of an 8-way L2 (128 KiB apart a set repeats there) and every
+ * switch to a lane of a 1024-lane block missed it. The distance (below TRI_EMU_STACK_SPREAD, which
+ * each region has beyond TRI_EMU_STACK_BYTES) is 1 KiB per lane to 127 KiB, plus 128 bytes per 128
+ * lanes; the pages only a deeper stack would touch are never touched (MAP_NORESERVE). */
+#define TRI_EMU_STACK_SPREAD ((size_t)132 << 10)
+#define TRI_EMU_STACK_STRIDE (TRI_EMU_STACK_BYTES + TRI_EMU_STACK_SPREAD)
+
+/* Lane t's region's lowest address (its guard page) in `stacks`, and its stack's size from there. */
+static inline char *tri_emu_stack_base(char *stacks, unsigned t)
+{
+    return stacks + (size_t)t * TRI_EMU_STACK_STRIDE;
+}
+
+static inline size_t tri_emu_stack_size(unsigned t)
+{
+    return TRI_EMU_STACK_STRIDE - ((size_t)(t & 127) * 1024 + (size_t)((t >> 7) & 7) * 128);
+}
 
 /* The launching thread's fibers: one per lane of the largest block so far, with their stacks (kept
  * from launch to launch), the scheduler's context and the warps' shuffle buffers. */
 struct tri_emu_fibers {
-    ucontext_t sched;
+    tri_emu_ctx sched;
     tri_emu_lane *lane = nullptr;
     char *stacks = nullptr;
     unsigned cap = 0, cur = 0;
     const std::function<void()> *kernel = nullptr;
     float xchg[2][32][32];
+#if defined(TRI_EMU_ASAN)
+    const void *sched_bottom = nullptr; /* the scheduler's stack, as AddressSanitizer knows it */
+    size_t sched_size = 0;
+#endif
 
     void reserve(unsigned n)
     {
         if (n <= cap)
             return;
         release();
-        stacks = (char *)mmap(NULL, n * TRI_EMU_STACK_BYTES, PROT_READ | PROT_WRITE,
+        stacks = (char *)mmap(NULL, n * TRI_EMU_STACK_STRIDE, PROT_READ | PROT_WRITE,
                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
         lane = new tri_emu_lane[n];
         if (stacks == MAP_FAILED) {
@@ -222,14 +332,19 @@ struct tri_emu_fibers {
             abort();
         }
         for (unsigned t = 0; t < n; t++) /* stacks grow down: the guard is each one's lowest page */
-            mprotect(stacks + t * TRI_EMU_STACK_BYTES, 4096, PROT_NONE);
+            mprotect(tri_emu_stack_base(stacks, t), 4096, PROT_NONE);
         cap = n;
     }
 
     void release()
     {
-        if (cap)
-            munmap(stacks, cap * TRI_EMU_STACK_BYTES);
+        if (cap) {
+#if defined(TRI_EMU_ASAN) /* the lanes' last frames (never returned from) leave their redzones poisoned */
+            for (unsigned t = 0; t < cap; t++)
+                __asan_unpoison_memory_region(tri_emu_stack_base(stacks, t) + 4096, TRI_EMU_STACK_STRIDE - 4096);
+#endif
+            munmap(stacks, cap * TRI_EMU_STACK_STRIDE);
+        }
         delete[] lane;
         lane = nullptr, stacks = nullptr, cap = 0;
     }
@@ -241,20 +356,53 @@ struct tri_emu_fibers {
 };
 static thread_local tri_emu_fibers tri_emu_fib;
 
-/* A lane's life: the kernel, then back to the scheduler (uc_link) for good. */
+/* A lane's life: the kernel, then back to the scheduler for good (the next block starts its lanes
+ * afresh on the same stacks). */
 static inline void tri_emu_lane_main(void)
 {
-    (*tri_emu_fib.kernel)();
-    tri_emu_fib.lane[tri_emu_fib.cur].state = TRI_EMU_DONE;
+    tri_emu_fibers &F = tri_emu_fib;
+#if defined(TRI_EMU_ASAN)
+    __sanitizer_finish_switch_fiber(nullptr, &F.sched_bottom, &F.sched_size);
+#endif
+    (*F.kernel)();
+    tri_emu_lane &l = F.lane[F.cur];
+    l.state = TRI_EMU_DONE;
+#if defined(TRI_EMU_ASAN)
+    __sanitizer_start_switch_fiber(nullptr, F.sched_bottom, F.sched_size); /* this fiber ends */
+#endif
+    tri_emu_ctx_swap(&l.ctx, &F.sched);
+    __builtin_unreachable();
 }
 
 /* The running lane waits at a barrier: the scheduler runs the others and resumes it when they
  * have all come (it sets threadIdx and the shuffle turn back before it does). */
 static inline void tri_emu_wait(int state)
 {
-    tri_emu_lane &l = tri_emu_fib.lane[tri_emu_fib.cur];
+    tri_emu_fibers &F = tri_emu_fib;
+    tri_emu_lane &l = F.lane[F.cur];
     l.state = state;
-    swapcontext(&l.ctx, &tri_emu_fib.sched);
+#if defined(TRI_EMU_ASAN)
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, F.sched_bottom, F.sched_size);
+    tri_emu_ctx_swap(&l.ctx, &F.sched);
+    __sanitizer_finish_switch_fiber(fake, &F.sched_bottom, &F.sched_size);
+#else
+    tri_emu_ctx_swap(&l.ctx, &F.sched);
+#endif
+}
+
+/* The scheduler runs lane t until it waits at a barrier or ends. */
+static inline void tri_emu_resume(unsigned t)
+{
+    tri_emu_fibers &F = tri_emu_fib;
+#if defined(TRI_EMU_ASAN)
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, tri_emu_stack_base(F.stacks, t), TRI_EMU_STACK_STRIDE);
+    tri_emu_ctx_swap(&F.sched, &F.lane[t].ctx);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+    tri_emu_ctx_swap(&F.sched, &F.lane[t].ctx);
+#endif
 }
 
 static inline void __syncthreads(void)
@@ -284,11 +432,7 @@ static inline void tri_emu_run_block(unsigned n)
     tri_emu_fibers &F = tri_emu_fib;
     for (unsigned t = 0; t < n; t++) {
         tri_emu_lane &l = F.lane[t];
-        getcontext(&l.ctx);
-        l.ctx.uc_stack.ss_sp = F.stacks + t * TRI_EMU_STACK_BYTES;
-        l.ctx.uc_stack.ss_size = TRI_EMU_STACK_BYTES;
-        l.ctx.uc_link = &F.sched;
-        makecontext(&l.ctx, tri_emu_lane_main, 0);
+        tri_emu_ctx_make(&l.ctx, tri_emu_stack_base(F.stacks, t), tri_emu_stack_size(t), tri_emu_lane_main);
         l.state = TRI_EMU_RUN;
         l.shfl_turn = 0;
     }
@@ -298,7 +442,7 @@ static inline void tri_emu_run_block(unsigned n)
                 F.cur = t;
                 threadIdx = tri_emu_dim3{t, 0, 0};
                 tri_emu_shfl_turn = F.lane[t].shfl_turn;
-                swapcontext(&F.sched, &F.lane[t].ctx);
+                tri_emu_resume(t);
                 F.lane[t].shfl_turn = tri_emu_shfl_turn;
             }
         unsigned done = 0, at_block = 0;
