@@ -46,6 +46,8 @@ static void params(const tri_decoder_block *b, const widths *w, double *local, d
         split += up * w->F_l;
         *whole += w->C;
     }
+    if (b->qk_norm)
+        *whole += 2.0 * (double)b->HS; /* q_norm, k_norm */
     *local = split + *whole;
 }
 
@@ -59,6 +61,8 @@ static double kept(const tri_decoder_block *b, const widths *w, const tri_train_
        norms' fp32 statistics */
     double bytes = w->e * (4.0 * w->N_l * w->C + w->N * (w->Q_l + 2.0 * w->KV_l + w->Q_l + mlp * w->F_l)) +
                    4.0 * stats * w->N_l;
+    if (b->qk_norm) /* q|k|v before the per-head norm, and its fp32 rstd per head */
+        bytes += w->e * w->N * (w->Q_l + 2.0 * w->KV_l) + 4.0 * w->N * (w->NH_l + w->KV_l / (double)b->HS);
     if (l->attention == TRI_ATTENTION_FLASH)
         bytes += 4.0 * w->NH_l * w->T * w->B;             /* the rows' fp32 logsumexp */
     else if (l->recompute == TRI_RECOMPUTE_NONE)

@@ -19,7 +19,8 @@
  * maps one to one): model.embed_tokens.weight (Vp, C); per layer N, model.layers.N.
  * input_layernorm.weight (C), self_attn.q_proj.weight (NH HS, C), k_proj.weight and v_proj.weight
  * (NH_kv HS, C), their .bias when attention_bias, self_attn.o_proj.weight (C, NH HS) (+ .bias),
- * post_attention_layernorm.weight (C), mlp.gate_proj.weight and mlp.up_proj.weight (F, C),
+ * post_attention_layernorm.weight (C), Qwen3's self_attn.q_norm.weight and k_norm.weight (HS, replicated
+ * over tp, each rank's gradient a part: summed over tp), mlp.gate_proj.weight and mlp.up_proj.weight (F, C),
  * mlp.down_proj.weight (C, F) (+ biases when mlp_bias); model.norm.weight (C); lm_head.weight (Vp, C)
  * unless tied. Vp pads the vocabulary as GPT-2's (tri_padded_vocab).
  *
@@ -65,6 +66,7 @@ typedef struct tri_llama_config {
     bool tie_word_embeddings;
     bool attention_bias, mlp_bias;
     float init_std;                /* initializer_range (default 0.02) */
+    bool qk_norm;                  /* Qwen3's per-head q/k RMSNorm (model_type "qwen3") */
     char name[128];                /* the file's base name, for logs */
 } tri_llama_config;
 
@@ -72,6 +74,8 @@ typedef struct tri_llama_config {
  * LlamaConfig where Trident computes the same model (hidden_act "silu", attention_dropout 0,
  * pretraining_tp 1, ...). TRI_EINVAL naming the file, the key and the value. */
 int tri_llama_config_parse(void *cfg, const char *json, const char *source);
+/* The same for Qwen3Config (model_type "qwen3", qk_norm set; models/qwen3_family.c). */
+int tri_qwen3_config_parse(void *cfg, const char *json, const char *source);
 /* The architecture as JSON (what a checkpoint records and compares); malloc'd. */
 int tri_llama_config_to_json(const void *cfg, char **json);
 /* Parameters of the unpadded model (a tied LM head counted once). */
@@ -88,6 +92,7 @@ typedef struct tri_llama_block_weights {
     tri_swiglu_mlp_weights mlp;        /* gate_up_w (2 F_l, C), gate_up_b, down_w (C, F_l), down_b */
     /* the parameters the fused views above are made of (views of single parameters) */
     tri_tensor q_w, k_w, v_w, q_b, k_b, v_b, gate_w, up_w, gate_b, up_b;
+    /* attn.q_norm, attn.k_norm (HS): Qwen3's self_attn.q_norm.weight, k_norm.weight, when qk_norm */
 } tri_llama_block_weights;
 
 /* Views of the chunk's parameters (or their gradients); absent ones have data NULL. */
@@ -126,10 +131,12 @@ typedef struct tri_llama {
     tri_swiglu_mlp_scratch ms;
 } tri_llama;
 
-/* The family "llama" (models/model.h). */
+/* The family "llama" (models/model.h), and "qwen3" (Qwen3ForCausalLM: Llama's code with qk_norm,
+ * models/qwen3_family.c). */
 extern const tri_model_family tri_llama_family;
+extern const tri_model_family tri_qwen3_family;
 
-/* The Llama config of a model; NULL for another family. */
+/* The Llama (or Qwen3) config of a model; NULL for another family. */
 const tri_llama_config *tri_llama_config_of(const tri_model *m);
 
 /* Descriptions of one chunk's parameters at TP size tp, in flat-buffer order (malloc'd). */

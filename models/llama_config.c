@@ -1,6 +1,7 @@
 /* models/llama_config.c - reading and writing Llama configs in Hugging Face LlamaConfig's keys (see
- * llama.h). Defaults are LlamaConfig's, except where a key changes the model and its absence would
- * hide a mistake: the six sizes are required. */
+ * llama.h), and Qwen3Config's (model_type "qwen3": the same keys, the per-head q/k norm always on,
+ * sliding-window keys accepted while use_sliding_window is false). Defaults are LlamaConfig's, except
+ * where a key changes the model and its absence would hide a mistake: the six sizes are required. */
 #include <cJSON.h>
 #include <float.h>
 #include <math.h>
@@ -43,33 +44,62 @@ static const char *const model_keys[] = {
     "num_hidden_layers", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
     "rope_scaling", "tie_word_embeddings", "attention_bias", "mlp_bias", "initializer_range"};
 
-static int check_keys(const cJSON *root, const char *src)
+/* Qwen3Config's keys beyond LlamaConfig's: the sliding window, which Trident does not compute, so
+ * use_sliding_window must be false (sliding_window and max_window_layers then change nothing, as
+ * in transformers) and layer_types, if given, all "full_attention". */
+static const char *const qwen3_keys[] = {"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"};
+
+static int check_qwen3_keys(const cJSON *root, const char *src)
 {
     char v[96];
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");
+    if (sw && !cJSON_IsFalse(sw))
+        return TRI_ERR(TRI_EINVAL, "%s: \"use_sliding_window\" is %s, but Trident's Qwen3 computes only false (full "
+                       "attention in every layer)", src, tri_config_value_text(sw, v, sizeof v));
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt) && !cJSON_IsArray(lt))
+        return TRI_ERR(TRI_EINVAL, "%s: \"layer_types\" is %s, expected a list of \"full_attention\"", src,
+                       tri_config_value_text(lt, v, sizeof v));
+    int k = 0;
+    for (const cJSON *t = lt && cJSON_IsArray(lt) ? lt->child : NULL; t; t = t->next, k++)
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0)
+            return TRI_ERR(TRI_EINVAL, "%s: \"layer_types\"[%d] is %s, but Trident's Qwen3 computes only "
+                           "\"full_attention\"", src, k, tri_config_value_text(t, v, sizeof v));
+    return TRI_OK;
+}
+
+static int check_keys(const cJSON *root, const char *type, const char *src)
+{
+    char v[96];
+    bool qwen3 = strcmp(type, "qwen3") == 0;
     for (const cJSON *item = root->child; item; item = item->next) {
         bool found = false;
         for (size_t i = 0; i < sizeof model_keys / sizeof *model_keys && !found; i++)
             found = strcmp(item->string, model_keys[i]) == 0;
+        for (size_t i = 0; qwen3 && i < sizeof qwen3_keys / sizeof *qwen3_keys && !found; i++)
+            found = strcmp(item->string, qwen3_keys[i]) == 0;
         for (size_t i = 0; i < sizeof fixed_keys / sizeof *fixed_keys && !found; i++) {
             if (strcmp(item->string, fixed_keys[i].key) != 0)
                 continue;
             found = true;
+            const char *want = i == 0 ? type : fixed_keys[i].str; /* model_type: the family's */
             bool ok = fixed_keys[i].check == 0 ||
                       (fixed_keys[i].check == 1 && cJSON_IsNumber(item) && item->valuedouble == fixed_keys[i].num) ||
-                      (fixed_keys[i].check == 2 && cJSON_IsString(item) && strcmp(item->valuestring, fixed_keys[i].str) == 0);
+                      (fixed_keys[i].check == 2 && cJSON_IsString(item) && strcmp(item->valuestring, want) == 0);
             if (!ok && fixed_keys[i].check == 1)
                 return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's Llama computes only %g", src, item->string,
                                tri_config_value_text(item, v, sizeof v), fixed_keys[i].num);
             if (!ok)
-                return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's Llama computes only \"%s\"", src,
-                               item->string, tri_config_value_text(item, v, sizeof v), fixed_keys[i].str);
+                return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's %s computes only \"%s\"", src,
+                               item->string, tri_config_value_text(item, v, sizeof v), qwen3 ? "Qwen3" : "Llama",
+                               want);
         }
         if (!found)
             return TRI_ERR(TRI_EINVAL, "%s: unknown key \"%s\" (Llama config keys: hidden_size, intermediate_size, "
                            "num_attention_heads, num_key_value_heads, head_dim, num_hidden_layers, vocab_size, "
                            "max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling, ...)", src, item->string);
     }
-    return TRI_OK;
+    return qwen3 ? check_qwen3_keys(root, src) : TRI_OK;
 }
 
 /* An optional positive integer (absent or null: *out keeps its default). */
@@ -149,12 +179,12 @@ static int parse_rope_scaling(tri_rope_scaling *rs, const cJSON *root, const cha
     return TRI_OK;
 }
 
-static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
+static int parse_root(tri_llama_config *c, const cJSON *root, const char *type, const char *src)
 {
     if (!cJSON_IsObject(root))
         return TRI_ERR(TRI_EINVAL, "%s: expected a JSON object at the top level", src);
     int rc = tri_config_check_unique(root, src);
-    if (!rc) rc = check_keys(root, src);
+    if (!rc) rc = check_keys(root, type, src);
     if (!rc) rc = tri_config_get_int(root, "hidden_size", 1 << 20, &c->hidden_size, src);
     if (!rc) rc = tri_config_get_int(root, "intermediate_size", 1 << 22, &c->intermediate_size, src);
     if (!rc) rc = tri_config_get_int(root, "num_attention_heads", 100000, &c->num_attention_heads, src);
@@ -192,10 +222,12 @@ static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
     c->rms_norm_eps = (float)eps;
     c->rope_theta = theta;
     c->init_std = (float)std;
+    c->qk_norm = strcmp(type, "qwen3") == 0;
     return TRI_OK;
 }
 
-int tri_llama_config_parse(void *config, const char *json, const char *source)
+/* A config of family type ("llama" or "qwen3"). */
+static int parse_config(void *config, const char *json, const char *type, const char *source)
 {
     tri_llama_config *c = config;
     memset(c, 0, sizeof *c);
@@ -203,17 +235,27 @@ int tri_llama_config_parse(void *config, const char *json, const char *source)
     cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
     if (!root)
         return TRI_ERR(TRI_EINVAL, "%s: invalid JSON near byte %zu", source, end ? (size_t)(end - json) : (size_t)0);
-    int rc = parse_root(c, root, source);
+    int rc = parse_root(c, root, type, source);
     cJSON_Delete(root);
     tri_model_name_of(c->name, sizeof c->name, source);
     return rc;
+}
+
+int tri_llama_config_parse(void *config, const char *json, const char *source)
+{
+    return parse_config(config, json, "llama", source);
+}
+
+int tri_qwen3_config_parse(void *config, const char *json, const char *source)
+{
+    return parse_config(config, json, "qwen3", source);
 }
 
 int tri_llama_config_to_json(const void *config, char **json)
 {
     const tri_llama_config *c = config;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON_AddStringToObject(o, "model_type", c->qk_norm ? "qwen3" : "llama");
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
     cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
     cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
@@ -249,19 +291,21 @@ int64_t tri_llama_num_params(const void *config)
             KV = (int64_t)c->num_key_value_heads * c->head_dim, V = c->vocab_size;
     int64_t attn = C * (Q + 2 * KV) + Q * C + (c->attention_bias ? Q + 2 * KV + C : 0);
     int64_t mlp = 3 * C * F + (c->mlp_bias ? 2 * F + C : 0);
-    int64_t block = 2 * C + attn + mlp;
+    int64_t block = 2 * C + attn + mlp + (c->qk_norm ? 2 * (int64_t)c->head_dim : 0);
     return V * C * (c->tie_word_embeddings ? 1 : 2) + c->num_hidden_layers * block + C;
 }
 
 /* A Llama block: RMSNorms, separate q, k, v and o projections (biases if attention_bias), a SwiGLU
- * MLP (biases if mlp_bias), rotary positions; 9 tensors, 4 attention and 3 MLP biases more. */
+ * MLP (biases if mlp_bias), rotary positions; 9 tensors, 4 attention and 3 MLP biases more, and
+ * Qwen3's q_norm and k_norm. */
 void tri_llama_block_cost(const void *cfg, const tri_train_layout *l, tri_block_cost *out)
 {
     const tri_llama_config *c = cfg;
     tri_decoder_block b = {.C = c->hidden_size, .NH = c->num_attention_heads, .NH_kv = c->num_key_value_heads,
                            .HS = c->head_dim, .F = c->intermediate_size, .gated_mlp = true,
                            .attention_bias = c->attention_bias, .mlp_bias = c->mlp_bias, .norm = TRI_NORM_RMSNORM,
-                           .rotary = true, .tensors = 9 + 4 * c->attention_bias + 3 * c->mlp_bias};
+                           .rotary = true, .qk_norm = c->qk_norm,
+                           .tensors = 9 + 4 * c->attention_bias + 3 * c->mlp_bias + 2 * c->qk_norm};
     tri_decoder_block_cost(&b, l, out);
 }
 
