@@ -47,7 +47,7 @@ static void params(const tri_decoder_block *b, const widths *w, double *local, d
         *whole += w->C;
     }
     if (b->qk_norm)
-        *whole += 2.0 * (double)b->HS; /* q_norm, k_norm */
+        *whole += 2.0 * (double)b->HS; /* q_norm, k_norm: their gradients summed over TP always */
     *local = split + *whole;
 }
 
@@ -92,6 +92,7 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
     memset(out, 0, sizeof *out);
     widths w = get_widths(b, l);
     params(b, &w, &out->params, &out->replicated);
+    out->replicated_partial = b->qk_norm ? 2.0 * (double)b->HS : 0.0;
     out->tensors = b->tensors;
     double matmul = w.C * (w.Q + 2.0 * w.KV) + w.Q * w.C + (b->gated_mlp ? 3.0 : 2.0) * w.C * w.F;
     out->core_flops = 4.0 * w.N * w.T * w.Q;

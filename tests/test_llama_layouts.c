@@ -23,6 +23,7 @@
 
 #include "engine/core/status.h"
 #include "models/llama.h"
+#include "partitioner/traffic.h"
 #include "tests/harness.h"
 
 enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };
@@ -219,7 +220,7 @@ Test(llama_layouts, bf16, .timeout = 300)
 /* Qwen3: the per-head q/k norm's weights are replicated over tp and each rank's gradient covers its
  * own heads (summed over tp: tri_param_spec.tp_partial_grad); with the key/value heads split (tp 2),
  * replicated (tp 4), under SP, with pp, dp, ZeRO and recomputation; and bit-identical to one rank in
- * deterministic mode at pp 2, dp 2 and both with ZeRO 3. */
+ * deterministic mode at pp 2, dp 2 and both with ZeRO 3; tp 2's traffic the partitioner's. */
 Test(llama_layouts, qwen3_qk_norm, .timeout = 300)
 {
     named_layout l[] = {
@@ -245,6 +246,20 @@ Test(llama_layouts, qwen3_qk_norm, .timeout = 300)
         tu_result_free(&got);
     }
     tu_result_free(&ref);
+    /* TP traffic at tp 2 without SP: partitioner/traffic.h's, whose per-step all-reduce is now the
+       q_norm and k_norm gradients (2 HS per layer, fp32), which the trainer sums over tp */
+    run(&m, &(tu_layout){.tp = 2}, &got, w);
+    tri_transformer dims = tri_model_dims(&m);
+    tri_layout_shape shape = {.tp = 2, .pp = 1, .dp = 1, .B = B, .T = T, .n_micro = GLOBAL / B};
+    tri_stage_place place = {.layer_start = 0, .layer_end = 4, .first = true, .last = true};
+    uint64_t want[TRI_COMM_KINDS];
+    tri_tp_step_traffic(&dims, &shape, &place, want);
+    cr_expect_eq(tri_tp_step_fixed_traffic(&dims, &shape, &place, 4), 4 * 2 * 24 * 4);
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        cr_expect_eq(got.tp_bytes[k], want[k], "qwen3 tp2: %s moved %llu bytes, analytic %llu",
+                     tri_comm_kind_name((tri_comm_kind)k), (unsigned long long)got.tp_bytes[k],
+                     (unsigned long long)want[k]);
+    tu_result_free(&got);
     free(w);
     tri_model_free(&m);
 }
