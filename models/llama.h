@@ -1,5 +1,6 @@
 /* models/llama.h - Llama-family decoder-only transformers (Touvron et al. 2023; Llama 2 and 3,
- * SmolLM, Mistral-shaped models without sliding windows) as a model family: a pipeline stage with
+ * SmolLM, Mistral-shaped models without sliding windows; Qwen3, family "qwen3", whose attention adds a
+ * per-head RMSNorm of q and k before the rotary embedding: qk_norm) as a model family: a pipeline stage with
  * tensor, sequence, pipeline and data parallelism, written like GPT-2 (models/gpt.h) as a decoder
  * chunk (models/model_chunk.h: the passes, the buffers around the blocks) with its own block, norm
  * and embedding.
