@@ -222,7 +222,8 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
          * shards or a tied copy, which sum their gradients after the dp reduction
          * (engine/train/train.c sync_grads) */
         *own += !e->holder && (p->spec.tied_copy || p->replicas > 1 ||
-                               (p->tp_replicated && t->cfg.sequence_parallel && t->grid->tp > 1));
+                               (p->tp_replicated && (t->cfg.sequence_parallel || p->spec.tp_partial_grad) &&
+                                                         t->grid->tp > 1));
         tri_box b = tri_ckpt_shard_box(p);
         tri_state_group g = e->group == TRI_STATE_EF_COPY ? TRI_STATE_EF_RESIDUAL : e->group;
         rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(g), p->spec.name, &b,

@@ -9,7 +9,11 @@
  * rank-local weight rows are [its NH_l q heads | its NH_kv_l k heads | their v heads], so each
  * rank's qkv row is the fused layout the attention kernel reads; o_proj is row-parallel. Which kv
  * heads a rank holds (a split of them, or a replica of the one its q heads read when tp > NH_kv)
- * is the model's choice; the layer sees NH_l and NH_kv_l heads of HS. */
+ * is the model's choice; the layer sees NH_l and NH_kv_l heads of HS.
+ * Qwen3's attention (Hugging Face's Qwen3Attention) adds, when the weights hold q_norm and k_norm,
+ * a per-head RMSNorm of every q and k head after the projections and before the rotary embedding
+ * (tri_op_rmsnorm_heads_forward: q_norm(q_proj(x).view(..., head_dim)), k_norm likewise); the
+ * projections' output is then kept (qkv_in) for the norm's backward. */
 #ifndef TRIDENT_LAYERS_LLAMA_ATTENTION_H
 #define TRIDENT_LAYERS_LLAMA_ATTENTION_H
 
@@ -20,13 +24,17 @@ typedef struct tri_llama_attention_weights {
     tri_tensor qkv_b;   /* (C_l + 2 C_kv_l) or absent */
     tri_tensor o_w;     /* (C, C_l) */
     tri_tensor o_b;     /* (C) or absent */
+    tri_tensor q_norm;  /* (HS) Qwen3's q_norm, or absent (no per-head norm) */
+    tri_tensor k_norm;  /* (HS) k_norm, present with q_norm */
 } tri_llama_attention_weights;
 
 /* Saved for backward, per micro-batch. */
 typedef struct tri_llama_attention_acts {
-    tri_tensor qkv;     /* (B, T, C_l + 2 C_kv_l), q and k rotated */
+    tri_tensor qkv;     /* (B, T, C_l + 2 C_kv_l), q and k (normalised, then) rotated */
     tri_tensor atty;    /* (B, T, C_l) */
     tri_tensor lse;     /* (B, NH_l, T) f32 */
+    tri_tensor qkv_in;  /* (B, T, C_l + 2 C_kv_l) the projections' output before the per-head norm, or absent */
+    tri_tensor qk_rstd; /* (B T, NH_l + NH_kv_l) f32 the per-head norm's rstd, or absent */
 } tri_llama_attention_acts;
 
 /* Shared by all layers and micro-batches of a stage. */
@@ -37,6 +45,7 @@ typedef struct tri_llama_attention_scratch {
     tri_tensor delta;           /* (B, NH_l, T) f32 */
     tri_tensor cos, sin;        /* (>= T, HS/2) f32 rotary tables (layers/rotary.h) */
     int64_t NH_l, NH_kv_l;      /* this rank's query and key/value heads */
+    float qk_norm_eps;          /* the per-head norm's eps (rms_norm_eps) when the weights hold q_norm */
 } tri_llama_attention_scratch;
 
 /* y(N_l, C) = the attention sub-block of x(N_l, C); fills acts. */

@@ -4,113 +4,6 @@
 
 #include "engine/device/ops/moe_router_math.h"
 
-/* ---- buffers: one walk that sizes and, given memory, places them ---- */
-
-typedef struct carver {
-    char *base;   /* NULL: only count */
-    size_t off;
-} carver;
-
-/* The next buffer of rows x cols (cols 0: a vector of rows) of dtype; rows 0: absent. */
-static tri_tensor carve(carver *cv, tri_dtype dtype, int64_t rows, int64_t cols)
-{
-    if (rows <= 0 || cols < 0)
-        return tri_tensor_none();
-    size_t bytes = (size_t)rows * (size_t)(cols ? cols : 1) * tri_dtype_size(dtype);
-    void *p = cv->base ? cv->base + cv->off : NULL;
-    cv->off += (bytes + TRI_MOE_ALIGN - 1) / TRI_MOE_ALIGN * TRI_MOE_ALIGN;
-    return cols ? tri_tensor_2d(p, dtype, rows, cols) : tri_tensor_1d(p, dtype, rows);
-}
-
-static int check_shape(const tri_moe_shape *s)
-{
-    if (s->N <= 0 || s->C <= 0 || s->E <= 0 || s->I <= 0)
-        return TRI_ERR(TRI_EINVAL,
-                       "moe: shape N %lld, C %lld, E %lld, I (moe_intermediate_size) %lld: each must be > 0",
-                       (long long)s->N, (long long)s->C, (long long)s->E, (long long)s->I);
-    if (s->E > TRI_MOE_MAX_EXPERTS)
-        return TRI_ERR(TRI_EINVAL, "moe: E (num_experts) %lld, at most %d", (long long)s->E, TRI_MOE_MAX_EXPERTS);
-    if (s->K < 1 || s->K > s->E)
-        return TRI_ERR(TRI_EINVAL, "moe: K (num_experts_per_tok) %lld, expected 1..E = %lld", (long long)s->K,
-                       (long long)s->E);
-    if (s->I_shared < 0)
-        return TRI_ERR(TRI_EINVAL, "moe: I_shared (shared_expert_intermediate_size) %lld, expected >= 0 (0: none)",
-                       (long long)s->I_shared);
-    return TRI_OK;
-}
-
-static void layout_acts(const tri_moe_shape *s, tri_moe_acts *a, carver *cv)
-{
-    int64_t N = s->N, E = s->E, K = s->K, P = s->N * s->K;
-    a->logits = carve(cv, TRI_F32, N, E);
-    a->scores = carve(cv, TRI_F32, N, E);
-    a->expert_idx = carve(cv, TRI_I32, N, K);
-    a->expert_w = carve(cv, TRI_F32, N, K);
-    a->kept_idx = carve(cv, TRI_I32, N, K);
-    a->tokens_per_expert = carve(cv, TRI_I32, E, 0);
-    a->routed_per_expert = carve(cv, TRI_I32, E, 0);
-    a->row_id_map = carve(cv, TRI_I32, N, K);
-    a->sorted_indices = carve(cv, TRI_I32, P, 0);
-    a->x_perm = carve(cv, TRI_F32, P, s->C);
-    a->gate_up = carve(cv, TRI_F32, P, 2 * s->I);
-    a->h = carve(cv, TRI_F32, P, s->I);
-    a->o = carve(cv, TRI_F32, P, s->C);
-    a->shared_gate_up = carve(cv, TRI_F32, s->I_shared ? N : 0, 2 * s->I_shared);
-    a->shared_h = carve(cv, TRI_F32, s->I_shared ? N : 0, s->I_shared);
-    a->losses = carve(cv, TRI_F32, 2, 0);
-}
-
-static void layout_scratch(const tri_moe_shape *s, tri_moe_scratch *sc, carver *cv)
-{
-    int64_t N = s->N, P = s->N * s->K;
-    sc->dlogits = carve(cv, TRI_F32, N, s->E);
-    sc->d_expert_w = carve(cv, TRI_F32, N, s->K);
-    sc->d_o = carve(cv, TRI_F32, P, s->C);
-    sc->dh = carve(cv, TRI_F32, P, s->I);
-    sc->dgate_up = carve(cv, TRI_F32, P, 2 * s->I);
-    sc->shared_dh = carve(cv, TRI_F32, s->I_shared ? N : 0, s->I_shared);
-    sc->shared_dgate_up = carve(cv, TRI_F32, s->I_shared ? N : 0, 2 * s->I_shared);
-    sc->losses = carve(cv, TRI_F32, 2, 0);
-}
-
-size_t tri_moe_acts_bytes(const tri_moe_shape *s)
-{
-    if (check_shape(s))
-        return 0;
-    tri_moe_acts a;
-    carver cv = {NULL, 0};
-    layout_acts(s, &a, &cv);
-    return cv.off;
-}
-
-size_t tri_moe_scratch_bytes(const tri_moe_shape *s)
-{
-    if (check_shape(s))
-        return 0;
-    tri_moe_scratch sc;
-    carver cv = {NULL, 0};
-    layout_scratch(s, &sc, &cv);
-    return cv.off;
-}
-
-int tri_moe_bind(const tri_moe_shape *s, tri_moe_acts *acts, void *acts_mem, tri_moe_scratch *scratch,
-                 void *scratch_mem)
-{
-    int rc = check_shape(s);
-    if (rc)
-        return rc;
-    if (!acts || !acts_mem)
-        return TRI_ERR(TRI_EINVAL, "moe: tri_moe_bind needs acts and acts_mem");
-    carver cv = {acts_mem, 0};
-    layout_acts(s, acts, &cv);
-    acts->R = 0;
-    if (scratch && scratch_mem) {
-        carver cs = {scratch_mem, 0};
-        layout_scratch(s, scratch, &cs);
-    }
-    return TRI_OK;
-}
-
 /* ---- forward and backward ---- */
 
 static bool present(tri_tensor t)
@@ -123,7 +16,7 @@ static int check_call(const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_d
                       const tri_moe_weights *w)
 {
     const tri_moe_shape *s = &cfg->shape;
-    int rc = check_shape(s);
+    int rc = tri_moe_check_shape(s);
     if (rc)
         return rc;
     if (x.dtype != TRI_F32 || y_or_dy.dtype != TRI_F32)

@@ -91,6 +91,10 @@ typedef struct tri_moe_scratch {
     tri_tensor losses;             /* (2) f32, the loss ops' scalar output in the backward */
 } tri_moe_scratch;
 
+/* TRI_OK when s is a shape the block takes (N, C, E, I positive, K in [1, E], E at most
+ * TRI_MOE_MAX_EXPERTS, I_shared >= 0); else TRI_EINVAL naming the field and value. */
+int tri_moe_check_shape(const tri_moe_shape *s);
+
 /* Bytes of device memory the activations (acts) and the scratch need for shape s, each buffer
  * aligned to TRI_MOE_ALIGN bytes: what tri_moe_bind carves, exactly (planned = allocated). 0 when s
  * is invalid (tri_moe_bind says why). */

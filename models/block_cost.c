@@ -48,6 +48,8 @@ static void params(const tri_decoder_block *b, const widths *w, double *local, d
         split += up * w->F_l;
         *whole += w->C;
     }
+    if (b->qk_norm)
+        *whole += 2.0 * (double)b->HS; /* q_norm, k_norm: their gradients summed over TP always */
     *local = split + *whole;
 }
 
@@ -61,6 +63,8 @@ static double kept(const tri_decoder_block *b, const widths *w, const tri_train_
        norms' fp32 statistics */
     double bytes = w->e * (4.0 * w->N_l * w->C + w->N * (w->Q_l + 2.0 * w->KV_l + w->Q_l + mlp * w->F_l)) +
                    4.0 * stats * w->N_l;
+    if (b->qk_norm) /* q|k|v before the per-head norm, and its fp32 rstd per head */
+        bytes += w->e * w->N * (w->Q_l + 2.0 * w->KV_l) + 4.0 * w->N * (w->NH_l + w->KV_l / (double)b->HS);
     if (l->attention == TRI_ATTENTION_FLASH)
         bytes += 4.0 * w->NH_l * w->T * w->B;             /* the rows' fp32 logsumexp */
     else if (l->recompute == TRI_RECOMPUTE_NONE)
@@ -123,6 +127,7 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
     memset(out, 0, sizeof *out);
     widths w = get_widths(b, l);
     params(b, &w, &out->params, &out->replicated);
+    out->replicated_partial = b->qk_norm ? 2.0 * (double)b->HS : 0.0;
     out->tensors = b->tensors;
     double attn = w.C * (w.Q + 2.0 * w.KV) + w.Q * w.C, norms = 2.0 * (b->norm == TRI_NORM_LAYERNORM ? 2.0 : 1.0) * w.C;
     if (b->attention_bias)

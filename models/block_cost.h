@@ -24,6 +24,8 @@ typedef struct tri_decoder_block {
     bool mlp_bias;                /* the MLP's first biases (split) and its second's (whole) */
     tri_norm_kind norm;           /* the two pre-norms: LayerNorm (weight, bias) or RMSNorm (weight) */
     bool rotary;                  /* rotary positions: fp32 (T, HS / 2) cos and sin tables */
+    bool qk_norm;                 /* Qwen3's per-head q/k RMSNorm: two (HS) weights (whole), q|k|v kept
+                                     before it, e N W_l, and its rstd, 4 N (NH_l + NH_kv_l) */
     int tensors;                  /* parameter tensors of one block, as the family lists them */
     /* A mixture of experts in place of the MLP (Mixtral, Qwen3-MoE; layers/moe.h), when sparse: a
        router (E, C) without bias, E SwiGLU experts of width I (gate and up C -> I, down I -> C), K of

@@ -1,5 +1,6 @@
 /* models/llama.h - Llama-family decoder-only transformers (Touvron et al. 2023; Llama 2 and 3,
- * SmolLM, Mistral-shaped models without sliding windows) as a model family: a pipeline stage with
+ * SmolLM, Mistral-shaped models without sliding windows; Qwen3, family "qwen3", whose attention adds a
+ * per-head RMSNorm of q and k before the rotary embedding: qk_norm) as a model family: a pipeline stage with
  * tensor, sequence, pipeline and data parallelism, written like GPT-2 (models/gpt.h) as a decoder
  * chunk (models/model_chunk.h: the passes, the buffers around the blocks) with its own block, norm
  * and embedding.
@@ -19,7 +20,8 @@
  * maps one to one): model.embed_tokens.weight (Vp, C); per layer N, model.layers.N.
  * input_layernorm.weight (C), self_attn.q_proj.weight (NH HS, C), k_proj.weight and v_proj.weight
  * (NH_kv HS, C), their .bias when attention_bias, self_attn.o_proj.weight (C, NH HS) (+ .bias),
- * post_attention_layernorm.weight (C), mlp.gate_proj.weight and mlp.up_proj.weight (F, C),
+ * post_attention_layernorm.weight (C), Qwen3's self_attn.q_norm.weight and k_norm.weight (HS, replicated
+ * over tp, each rank's gradient a part: summed over tp), mlp.gate_proj.weight and mlp.up_proj.weight (F, C),
  * mlp.down_proj.weight (C, F) (+ biases when mlp_bias); model.norm.weight (C); lm_head.weight (Vp, C)
  * unless tied. Vp pads the vocabulary as GPT-2's (tri_padded_vocab).
  *
@@ -59,7 +61,7 @@
 #define TRI_LLAMA_MAX_MLP_ONLY 256
 
 /* Which Hugging Face model a Llama config reads and writes (its "model_type"). */
-typedef enum { TRI_HF_LLAMA = 0, TRI_HF_MIXTRAL, TRI_HF_QWEN3_MOE } tri_llama_hf_style;
+typedef enum { TRI_HF_LLAMA = 0, TRI_HF_MIXTRAL, TRI_HF_QWEN3_MOE, TRI_HF_QWEN3 } tri_llama_hf_style;
 
 /* A Llama config, in Hugging Face LlamaConfig's keys (models/llama_config.c). */
 typedef struct tri_llama_config {
@@ -90,6 +92,7 @@ typedef struct tri_llama_config {
     bool norm_topk_prob;           /* renormalise the K weights (Mixtral: always true) */
     float router_aux_loss_coef;    /* Hugging Face's units (Megatron's coefficient is K times it) */
     bool output_router_logits;     /* HF adds the aux loss to the loss only when true */
+    bool qk_norm;                  /* Qwen3's per-head q/k RMSNorm (model_type "qwen3") */
     char name[128];                /* the file's base name, for logs */
 } tri_llama_config;
 
@@ -107,6 +110,8 @@ int tri_llama_config_parse(void *cfg, const char *json, const char *source);
  * and value: 0 experts, more than TRI_MOE_MAX_EXPERTS, num_experts_per_tok above them, unknown keys. */
 int tri_mixtral_config_parse(void *cfg, const char *json, const char *source);
 int tri_qwen3_moe_config_parse(void *cfg, const char *json, const char *source);
+/* The same for Qwen3Config (model_type "qwen3", qk_norm set; models/llama_family.c). */
+int tri_qwen3_config_parse(void *cfg, const char *json, const char *source);
 /* The architecture as JSON (what a checkpoint records and compares); malloc'd. */
 int tri_llama_config_to_json(const void *cfg, char **json);
 /* Parameters of the unpadded model (a tied LM head counted once). */
@@ -128,6 +133,7 @@ typedef struct tri_llama_block_weights {
     tri_tensor q_w, k_w, v_w, q_b, k_b, v_b, gate_w, up_w, gate_b, up_b;
     tri_tensor *experts;               /* sparse layers: 3E views, gate e at 2e, up e at 2e + 1, down e at 2E + e */
     tri_tensor shared_gate_w, shared_up_w;
+    /* attn.q_norm, attn.k_norm (HS): Qwen3's self_attn.q_norm.weight, k_norm.weight, when qk_norm */
 } tri_llama_block_weights;
 
 /* Views of the chunk's parameters (or their gradients); absent ones have data NULL. */
@@ -179,12 +185,14 @@ typedef struct tri_llama {
 } tri_llama;
 
 /* The family "llama" (models/model.h), and the same code as "mixtral" and "qwen3_moe" (their config
- * keys, Hub names and config.json; llama_moe.c). */
+ * keys, Hub names and config.json; llama_moe.c) and "qwen3" (Qwen3ForCausalLM: Llama's code with
+ * qk_norm, models/llama_family.c). */
 extern const tri_model_family tri_llama_family;
 extern const tri_model_family tri_mixtral_family;
 extern const tri_model_family tri_qwen3_moe_family;
+extern const tri_model_family tri_qwen3_family;
 
-/* The Llama config of a model; NULL for another family. */
+/* The Llama (or Qwen3) config of a model; NULL for another family. */
 const tri_llama_config *tri_llama_config_of(const tri_model *m);
 
 /* Descriptions of one chunk's parameters at TP size tp, in flat-buffer order (malloc'd). */

@@ -38,6 +38,10 @@ static int take_block_acts(tri_llama *m, tri_arena *ar, tri_llama_block_acts *a,
     int rc = TRI_ARENA_TAKE(ar, K, &a->ln1, ACT(m), N_l, C);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->ln1_rstd, TRI_F32, N_l);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->attn.qkv, ACT(m), B, T, m->W_l);
+    if (!rc && m->cfg.qk_norm) /* Qwen3: q|k|v before the per-head norm, its rstd per head */
+        rc = TRI_ARENA_TAKE(ar, K, &a->attn.qkv_in, ACT(m), B, T, m->W_l);
+    if (!rc && m->cfg.qk_norm)
+        rc = TRI_ARENA_TAKE(ar, K, &a->attn.qk_rstd, TRI_F32, N, m->NH_l + m->NH_kv_l);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->attn.lse, TRI_F32, B, m->NH_l, T);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->attn.atty, ACT(m), B, T, m->Q_l);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->res2, ACT(m), N_l, C);
@@ -106,6 +110,7 @@ static int take_scratch(void *self, tri_arena *ar)
     m->as.sin = m->sin;
     m->as.NH_l = m->NH_l;
     m->as.NH_kv_l = m->NH_kv_l;
+    m->as.qk_norm_eps = m->cfg.rms_norm_eps;
     m->as.full_a = m->ms.full_a = m->d.full_a;
     m->as.full_b = m->ms.full_b = m->d.full_b;
     return rc;

@@ -1,6 +1,8 @@
 /* models/llama_config.c - reading and writing Llama configs in Hugging Face LlamaConfig's keys (see
- * llama.h). Defaults are LlamaConfig's, except where a key changes the model and its absence would
- * hide a mistake: the six sizes are required. */
+ * llama.h), Qwen3Config's (model_type "qwen3": the same keys, the per-head q/k norm always on,
+ * sliding-window keys accepted while use_sliding_window is false), and the MoE configs of Mixtral and
+ * Qwen3-MoE (their experts' keys, parse_moe). Defaults are LlamaConfig's, except
+ * where a key changes the model and its absence would hide a mistake: the six sizes are required. */
 #include <cJSON.h>
 #include <float.h>
 #include <math.h>
@@ -43,8 +45,10 @@ static const fixed_key fixed_keys[] = {
 /* Each style's own keys: LlamaConfig's, MixtralConfig's, Qwen3MoeConfig's (transformers 4.51). */
 static const fixed_key llama_fixed[] = {{"pretraining_tp", 1, NULL, 1.0}};
 static const fixed_key mixtral_fixed[] = {{"router_jitter_noise", 1, NULL, 0.0}, {"sliding_window", 3, NULL, 0}};
-static const fixed_key qwen3_moe_fixed[] = {{"use_sliding_window", 4, NULL, 0}, {"sliding_window", 0, NULL, 0},
-                                            {"max_window_layers", 0, NULL, 0}};
+/* Qwen3Config's and Qwen3MoeConfig's sliding window, which Trident does not compute: use_sliding_window
+ * must be false (sliding_window and max_window_layers then change nothing, as in transformers). */
+static const fixed_key qwen3_fixed[] = {{"use_sliding_window", 4, NULL, 0}, {"sliding_window", 0, NULL, 0},
+                                        {"max_window_layers", 0, NULL, 0}};
 
 static const char *const model_keys[] = {
     "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -52,7 +56,8 @@ static const char *const model_keys[] = {
     "rope_scaling", "tie_word_embeddings", "attention_bias", "mlp_bias", "initializer_range"};
 static const char *const mixtral_keys[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
                                            "output_router_logits", "moe_shared_expert_intermediate_size"};
-static const char *const qwen3_moe_keys[] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+static const char *const qwen3_keys[] = {"layer_types"};
+static const char *const qwen3_moe_keys[] = {"layer_types", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                                              "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob",
                                              "router_aux_loss_coef", "output_router_logits",
                                              "moe_shared_expert_intermediate_size"};
@@ -64,14 +69,18 @@ typedef struct style_keys {
     size_t n_keys;
     const fixed_key *fixed;
     size_t n_fixed;
+    bool moe;     /* the experts' keys (parse_moe) */
+    bool qk_norm; /* Qwen3's per-head q/k RMSNorm, always on */
 } style_keys;
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 static const style_keys styles[] = {
-    [TRI_HF_LLAMA] = {"llama", "Llama", NULL, 0, llama_fixed, N_OF(llama_fixed)},
-    [TRI_HF_MIXTRAL] = {"mixtral", "Mixtral", mixtral_keys, N_OF(mixtral_keys), mixtral_fixed, N_OF(mixtral_fixed)},
-    [TRI_HF_QWEN3_MOE] = {"qwen3_moe", "Qwen3-MoE", qwen3_moe_keys, N_OF(qwen3_moe_keys), qwen3_moe_fixed,
-                          N_OF(qwen3_moe_fixed)},
+    [TRI_HF_LLAMA] = {"llama", "Llama", NULL, 0, llama_fixed, N_OF(llama_fixed), false, false},
+    [TRI_HF_QWEN3] = {"qwen3", "Qwen3", qwen3_keys, N_OF(qwen3_keys), qwen3_fixed, N_OF(qwen3_fixed), false, true},
+    [TRI_HF_MIXTRAL] = {"mixtral", "Mixtral", mixtral_keys, N_OF(mixtral_keys), mixtral_fixed, N_OF(mixtral_fixed),
+                        true, false},
+    [TRI_HF_QWEN3_MOE] = {"qwen3_moe", "Qwen3-MoE", qwen3_moe_keys, N_OF(qwen3_moe_keys), qwen3_fixed,
+                          N_OF(qwen3_fixed), true, true},
 };
 
 static int check_fixed(const cJSON *item, const fixed_key *f, const char *title, const char *src)
@@ -91,6 +100,22 @@ static int check_fixed(const cJSON *item, const fixed_key *f, const char *title,
                        "attention)", src, item->string, tri_config_value_text(item, v, sizeof v), title, want);
     return TRI_ERR(TRI_EINVAL, "%s: \"%s\" is %s, but Trident's %s computes only \"%s\"", src, item->string,
                    tri_config_value_text(item, v, sizeof v), title, f->str);
+}
+
+/* Qwen3's layer_types, when given: all "full_attention" (Trident computes no sliding window). */
+static int check_layer_types(const cJSON *root, const char *src)
+{
+    char v[96];
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt) && !cJSON_IsArray(lt))
+        return TRI_ERR(TRI_EINVAL, "%s: \"layer_types\" is %s, expected a list of \"full_attention\"", src,
+                       tri_config_value_text(lt, v, sizeof v));
+    int k = 0;
+    for (const cJSON *t = lt && cJSON_IsArray(lt) ? lt->child : NULL; t; t = t->next, k++)
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0)
+            return TRI_ERR(TRI_EINVAL, "%s: \"layer_types\"[%d] is %s, but Trident's Qwen3 computes only "
+                           "\"full_attention\"", src, k, tri_config_value_text(t, v, sizeof v));
+    return TRI_OK;
 }
 
 static int check_keys(const cJSON *root, const style_keys *st, const char *src)
@@ -118,7 +143,7 @@ static int check_keys(const cJSON *root, const style_keys *st, const char *src)
                            "max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling, ...%s)", src,
                            item->string, st->title, st->n_keys ? ", the experts' keys" : "");
     }
-    return TRI_OK;
+    return st->qk_norm ? check_layer_types(root, src) : TRI_OK;
 }
 
 /* An optional positive integer (absent or null: *out keeps its default). */
@@ -263,6 +288,13 @@ static int parse_moe(tri_llama_config *c, const cJSON *root, const char *src)
     return TRI_OK;
 }
 
+/* A sparse layer's MoE tensors (models/llama_moe.c lists them): the router, E experts' three
+ * matrices, the shared expert's three. */
+int tri_llama_moe_num_params(const tri_llama_config *c)
+{
+    return 1 + 3 * c->num_experts + (c->shared_expert_intermediate_size > 0 ? 3 : 0);
+}
+
 bool tri_llama_layer_is_sparse(const tri_llama_config *c, int layer)
 {
     if (c->num_experts <= 0 || c->decoder_sparse_step <= 0 || (layer + 1) % c->decoder_sparse_step != 0)
@@ -323,7 +355,8 @@ static int parse_root(tri_llama_config *c, const cJSON *root, const char *src)
     c->rms_norm_eps = (float)eps;
     c->rope_theta = theta;
     c->init_std = (float)std;
-    return c->hf_style == TRI_HF_LLAMA ? TRI_OK : parse_moe(c, root, src);
+    c->qk_norm = st->qk_norm;
+    return st->moe ? parse_moe(c, root, src) : TRI_OK;
 }
 
 static int parse_style(void *config, const char *json, const char *source, tri_llama_hf_style style)
@@ -344,6 +377,11 @@ static int parse_style(void *config, const char *json, const char *source, tri_l
 int tri_llama_config_parse(void *config, const char *json, const char *source)
 {
     return parse_style(config, json, source, TRI_HF_LLAMA);
+}
+
+int tri_qwen3_config_parse(void *config, const char *json, const char *source)
+{
+    return parse_style(config, json, source, TRI_HF_QWEN3);
 }
 
 int tri_mixtral_config_parse(void *config, const char *json, const char *source)
@@ -417,6 +455,7 @@ int64_t tri_llama_num_params(const void *config)
             KV = (int64_t)c->num_key_value_heads * c->head_dim, V = c->vocab_size;
     int64_t attn = C * (Q + 2 * KV) + Q * C + (c->attention_bias ? Q + 2 * KV + C : 0);
     int64_t mlp = 3 * C * F + (c->mlp_bias ? 2 * F + C : 0);
+    attn += c->qk_norm ? 2 * (int64_t)c->head_dim : 0; /* Qwen3's q_norm, k_norm */
     /* a sparse layer: the router (E, C), E experts of 3 C I, the shared expert's 3 C I_s */
     int64_t moe = (int64_t)c->num_experts * C + (int64_t)c->num_experts * 3 * C * c->moe_intermediate_size +
                   3 * C * (int64_t)c->shared_expert_intermediate_size;
@@ -436,14 +475,15 @@ void tri_llama_block_cost_at(const void *cfg, const tri_train_layout *l, int lay
     tri_decoder_block b = {.C = c->hidden_size, .NH = c->num_attention_heads, .NH_kv = c->num_key_value_heads,
                            .HS = c->head_dim, .F = c->intermediate_size, .gated_mlp = true,
                            .attention_bias = c->attention_bias, .mlp_bias = c->mlp_bias, .norm = TRI_NORM_RMSNORM,
-                           .rotary = true, .tensors = 9 + 4 * c->attention_bias + 3 * c->mlp_bias};
+                           .rotary = true, .qk_norm = c->qk_norm,
+                           .tensors = 9 + 4 * c->attention_bias + 3 * c->mlp_bias + 2 * c->qk_norm};
     if (tri_llama_layer_is_sparse(c, layer)) {
         b.sparse = true;
         b.E = c->num_experts;
         b.K = c->num_experts_per_tok;
         b.I = c->moe_intermediate_size;
         b.I_shared = c->shared_expert_intermediate_size;
-        b.tensors = 6 + 4 * c->attention_bias + tri_llama_moe_num_params(c);
+        b.tensors = 6 + 4 * c->attention_bias + 2 * c->qk_norm + tri_llama_moe_num_params(c);
     }
     tri_decoder_block_cost(&b, l, out);
 }

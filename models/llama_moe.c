@@ -39,11 +39,6 @@ static const char *expert_name(const tri_llama_config *c, int k)
     return c->hf_style == TRI_HF_MIXTRAL ? mixtral[k] : qwen[k];
 }
 
-int tri_llama_moe_num_params(const tri_llama_config *c)
-{
-    return 1 + 3 * c->num_experts + (c->shared_expert_intermediate_size > 0 ? 3 : 0);
-}
-
 /* Parameter j of a sparse layer's MoE group (in flat order): its name after "model.layers.<i>.",
  * its shape, and kind (-1 router, 0..2 expert gate/up/down, 3..5 shared gate/up/down), expert e. */
 static void moe_param(const tri_llama_config *c, int j, char *name, size_t cap, int64_t shape[2], int *kind, int *e)

@@ -1,7 +1,8 @@
 /* models/llama_params.c - the Llama family's parameters: one table gives each block parameter's
  * Hugging Face name, shape, tensor-parallel split, weight decay, initialisation and the field of
  * tri_llama_block_weights that views it; descriptions, global indices and views all come from it
- * (names and shapes: llama.h). Initialisation is Hugging Face's: normal(0, initializer_range) for
+ * (names and shapes: llama.h). Qwen3's q_norm and k_norm follow o_proj, as Qwen3Attention registers
+ * them. Initialisation is Hugging Face's: normal(0, initializer_range) for
  * every matrix and the embedding, ones for the norms, zeros for biases. */
 #include <stddef.h>
 #include <stdio.h>
@@ -14,10 +15,10 @@
 #include "partitioner/layout.h"
 
 /* Sizes a row's dimensions are given in. */
-typedef enum { D_C = 0, D_Q, D_KV, D_F } dim_kind;
+typedef enum { D_C = 0, D_Q, D_KV, D_F, D_HS } dim_kind;
 
 /* When a row exists. */
-typedef enum { ALWAYS = 0, IF_ATTENTION_BIAS, IF_MLP_BIAS, IF_DENSE } row_when;
+typedef enum { ALWAYS = 0, IF_ATTENTION_BIAS, IF_MLP_BIAS, IF_DENSE, IF_QK_NORM } row_when;
 
 typedef struct llama_param_row {
     const char *name;        /* after "model.layers.<i>." */
@@ -48,6 +49,8 @@ static const llama_param_row rows[] = {
     {"self_attn.v_proj.bias", 1, {D_KV}, 0, true, false, TRI_INIT_ZEROS, IF_ATTENTION_BIAS, F(v_b)},
     {"self_attn.o_proj.weight", 2, {D_C, D_Q}, 1, false, true, MAT, ALWAYS, F(attn.o_w)},
     {"self_attn.o_proj.bias", 1, {D_C}, -1, false, false, TRI_INIT_ZEROS, IF_ATTENTION_BIAS, F(attn.o_b)},
+    {"self_attn.q_norm.weight", 1, {D_HS}, -1, false, false, TRI_INIT_ONES, IF_QK_NORM, F(attn.q_norm)},
+    {"self_attn.k_norm.weight", 1, {D_HS}, -1, false, false, TRI_INIT_ONES, IF_QK_NORM, F(attn.k_norm)},
     {"post_attention_layernorm.weight", 1, {D_C}, -1, false, false, TRI_INIT_ONES, ALWAYS, F(ln2_w)},
     {"mlp.gate_proj.weight", 2, {D_F, D_C}, 0, false, true, MAT, IF_DENSE, F(gate_w)},
     {"mlp.up_proj.weight", 2, {D_F, D_C}, 0, false, true, MAT, IF_DENSE, F(up_w)},
@@ -64,7 +67,8 @@ static const llama_param_row rows[] = {
 static bool has_row(const tri_llama_config *c, const llama_param_row *r, bool sparse)
 {
     return r->when == ALWAYS || (r->when == IF_ATTENTION_BIAS && c->attention_bias) ||
-           (r->when == IF_MLP_BIAS && c->mlp_bias && !sparse) || (r->when == IF_DENSE && !sparse);
+           (r->when == IF_MLP_BIAS && c->mlp_bias && !sparse) || (r->when == IF_DENSE && !sparse) ||
+           (r->when == IF_QK_NORM && c->qk_norm);
 }
 
 /* Layer `layer`'s parameter tensors. */
@@ -133,6 +137,7 @@ static int64_t dim_size(const tri_llama_config *c, dim_kind d)
     case D_Q: return (int64_t)c->num_attention_heads * c->head_dim;
     case D_KV: return (int64_t)c->num_key_value_heads * c->head_dim;
     case D_F: return c->intermediate_size;
+    case D_HS: return c->head_dim;
     }
     return 0;
 }
@@ -157,6 +162,8 @@ static int add_block(tri_spec_list *l, const tri_llama_config *c, int layer)
             return OOM();
         if (r->kv)
             s->max_shards = c->num_key_value_heads;
+        /* the per-head norms' weights: each TP rank's gradient sums over its own heads only */
+        s->tp_partial_grad = r->when == IF_QK_NORM;
     }
     return sparse ? tri_llama_moe_add_params(l, c, layer) : TRI_OK;
 }

@@ -12,7 +12,8 @@
 #include "models/llama.h"
 
 /* The registered families: a new one is added here. */
-static const tri_model_family *const families[] = {&tri_gpt2_family, &tri_llama_family, &tri_mixtral_family};
+static const tri_model_family *const families[] = {&tri_gpt2_family, &tri_llama_family, &tri_mixtral_family,
+                                                     &tri_qwen3_family, &tri_qwen3_moe_family};
 
 const tri_model_family *tri_model_family_find(const char *type)
 {

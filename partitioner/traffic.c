@@ -66,9 +66,14 @@ void tri_ep_microbatch_traffic(const tri_transformer *m, const tri_train_layout 
 uint64_t tri_tp_step_fixed_traffic(const tri_transformer *m, const tri_layout_shape *l,
                                    const tri_stage_place *s, int elem)
 {
-    if (l->tp == 1 || !l->sequence_parallel)
+    if (l->tp == 1)
         return 0;
-    return replicated_numel(m, l, s) * (uint64_t)elem;
+    if (l->sequence_parallel)
+        return replicated_numel(m, l, s) * (uint64_t)elem;
+    /* without SP only the gradients each TP rank computes a part of (tri_param_spec.tp_partial_grad) */
+    tri_train_layout shape = tri_shape_layout(l);
+    return (uint64_t)(s->layer_end - s->layer_start) * (uint64_t)tri_transformer_block(m, &shape).replicated_partial *
+           (uint64_t)elem;
 }
 
 void tri_tp_step_traffic(const tri_transformer *m, const tri_layout_shape *l, const tri_stage_place *s,

@@ -55,8 +55,8 @@ void tri_tp_microbatch_traffic(const tri_transformer *m, const tri_layout_shape 
                                int elem, uint64_t fwd[TRI_COMM_KINDS], uint64_t bwd[TRI_COMM_KINDS]);
 
 /* All-reduce bytes once per step for the replicated parameters' gradients under sequence
- * parallelism (`elem` bytes per gradient value: 4, as gradients are fp32 in both precisions); 0
- * without it or with tp = 1. */
+ * parallelism (`elem` bytes per gradient value: 4, as gradients are fp32 in both precisions); without
+ * it only those each TP rank computes a part of (tri_block_cost.replicated_partial); 0 with tp = 1. */
 uint64_t tri_tp_step_fixed_traffic(const tri_transformer *m, const tri_layout_shape *l,
                                    const tri_stage_place *s, int elem);
 

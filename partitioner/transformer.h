@@ -31,6 +31,8 @@ typedef struct tri_block_cost {
     double params;        /* elements on one TP rank */
     double replicated;    /* of which every TP rank holds whole (norm weights, row-parallel biases):
                              their gradients are all-reduced over TP under sequence parallelism */
+    double replicated_partial; /* of those, the ones each TP rank computes a part of the gradient of
+                                  (Qwen3's q_norm, k_norm: its heads): all-reduced over TP always */
     int tensors;          /* the block's parameter tensors (the trainer's gradient-norm slots) */
     double expert_params; /* of params, the routed experts' (E / ep experts, each split over etp): their
                              gradients reduce and ZeRO shards them over the expert-data-parallel group

@@ -10,12 +10,14 @@ safetensors package here).
       huggingface_hub does; LLMC: the same weights (rounded to DTYPE) as an llm.c model file, written
       independently, so `ckpt import --format hf` then `ckpt export --format llmc` must equal it.
   write-mixtral DIR V L NH NH_KV C I T E K DTYPE SHARD_BYTES: a MixtralForCausalLM directory
-  write-llama DIR V L NH NH_KV C F T DTYPE SHARD_BYTES TIED [HEAD_DIM BIAS ROPE]
+  write-llama DIR V L NH NH_KV C F T DTYPE SHARD_BYTES TIED [HEAD_DIM BIAS ROPE FAMILY]
       DIR: config.json (LlamaConfig as transformers writes it; HEAD_DIM 0 or absent: C / NH; BIAS 1:
       attention_bias and mlp_bias; ROPE llama3: Llama 3's rope_scaling and rope_theta 500000) and the
       weights of a random LlamaForCausalLM in DTYPE under transformers' names and (out, in) shapes,
       in its state_dict order (so shards split as save_pretrained splits them); TIED 1: no
-      lm_head.weight (tie_word_embeddings, as save_pretrained drops it).
+      lm_head.weight (tie_word_embeddings, as save_pretrained drops it). FAMILY qwen3: a
+      Qwen3ForCausalLM instead (Qwen3Attention's q_norm and k_norm after o_proj; Qwen3Config's keys,
+      full attention; BIAS 1 is attention_bias only).
   compare DIR_A DIR_B
       the same tensor names, shapes and values (as float32) in both directories (one file or shards),
       and DIR_B's config.json agrees with DIR_A's on every key both have.
@@ -149,20 +151,26 @@ def write_dir(d, tensors, shard_bytes):
     return len(shards)
 
 
-def write_llama(d, V, L, NH, NKV, C, F, T, dtype, shard_bytes, tied, head_dim="0", bias="0", rope="none"):
+def write_llama(d, V, L, NH, NKV, C, F, T, dtype, shard_bytes, tied, head_dim="0", bias="0", rope="none",
+                family="llama"):
     V, L, NH, NKV, C, F, T, shard_bytes = (int(x) for x in (V, L, NH, NKV, C, F, T, shard_bytes))
     HS = int(head_dim) or C // NH
     tied, bias = tied == "1", bias == "1"
+    qwen3 = family == "qwen3"
+    mlp_bias = bias and not qwen3
     rng = np.random.default_rng(13)
     w = {"model.embed_tokens.weight": rng.normal(0, 0.02, (V, C))}
     linear = [("self_attn.q_proj", NH * HS, C, bias), ("self_attn.k_proj", NKV * HS, C, bias),
               ("self_attn.v_proj", NKV * HS, C, bias), ("self_attn.o_proj", C, NH * HS, bias),
-              ("mlp.gate_proj", F, C, bias), ("mlp.up_proj", F, C, bias), ("mlp.down_proj", C, F, bias)]
+              ("mlp.gate_proj", F, C, mlp_bias), ("mlp.up_proj", F, C, mlp_bias), ("mlp.down_proj", C, F, mlp_bias)]
     for i in range(L):  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
         for n, out, inp, b in linear:
             w[f"model.layers.{i}.{n}.weight"] = rng.normal(0, 0.02, (out, inp))
             if b:
                 w[f"model.layers.{i}.{n}.bias"] = rng.normal(0, 0.02, (out,))
+            if qwen3 and n == "self_attn.o_proj":  # Qwen3Attention: q_norm, k_norm after o_proj
+                w[f"model.layers.{i}.self_attn.q_norm.weight"] = rng.normal(1.0, 0.02, (HS,))
+                w[f"model.layers.{i}.self_attn.k_norm.weight"] = rng.normal(1.0, 0.02, (HS,))
         w[f"model.layers.{i}.input_layernorm.weight"] = rng.normal(1.0, 0.02, (C,))
         w[f"model.layers.{i}.post_attention_layernorm.weight"] = rng.normal(1.0, 0.02, (C,))
     w["model.norm.weight"] = rng.normal(1.0, 0.02, (C,))
@@ -181,6 +189,11 @@ def write_llama(d, V, L, NH, NKV, C, F, T, dtype, shard_bytes, tied, head_dim="0
               "rope_theta": 500000.0 if llama3 else 10000.0, "tie_word_embeddings": tied,
               "torch_dtype": {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype],
               "transformers_version": "4.46.0", "use_cache": True, "vocab_size": V}
+    if qwen3:  # Qwen3Config: no mlp_bias or pretraining_tp; the sliding window off
+        for k in ("mlp_bias", "pretraining_tp"):
+            del config[k]
+        config.update({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "max_window_layers": L,
+                       "sliding_window": None, "use_sliding_window": False, "transformers_version": "4.51.0"})
     open(f"{d}/config.json", "w").write(json.dumps(config, indent=2, sort_keys=True) + "\n")
     print(f"wrote {d}: {len(tensors)} tensors in {dtype}, {n_shards} file(s)")
 
@@ -339,7 +352,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(*sys.argv[2:12])
     elif sys.argv[1] == "write-llama":
-        write_llama(*sys.argv[2:17])
+        write_llama(*sys.argv[2:18])
     elif sys.argv[1] == "write-mixtral":
         write_mixtral(*sys.argv[2:14])
     elif sys.argv[1] == "compare":

@@ -7,7 +7,8 @@
 # serializes, shards as huggingface_hub splits the state_dict). Checked:
 #  1. import then `export --format hf` gives the same safetensors bytes (and index) back: F32 and
 #     F16 one file, BF16 and F32 shards, tied and untied heads, fewer key/value heads than query heads,
-#     biases, head_dim != hidden_size / heads, Llama 3 rope_scaling; the exported config.json
+#     biases, head_dim != hidden_size / heads, Llama 3 rope_scaling, a Qwen3 (q_norm, k_norm,
+#     Qwen3Config); the exported config.json
 #     agrees with the original on every key and imports again;
 #  2. the imported checkpoint holds the file's tensors: `export --dtype fp32` equals the original
 #     values under the same names (a one-to-one name mapping);
@@ -82,6 +83,15 @@ grep -q '"rope_type": "llama3"' "$tmp/hf_bias_rope_bf16/config.json" && grep -q 
   && grep -q '"architectures": \[' "$tmp/hf_bias_rope_bf16/config.json" \
   && echo "ok   the exported config.json is a LlamaConfig as transformers writes it" \
   || fail "exported config.json: $(cat "$tmp/hf_bias_rope_bf16/config.json")"
+
+# Qwen3 (Qwen3ForCausalLM): q_norm and k_norm per layer, head_dim 32 (4 x 32 != 64), attention_bias,
+# tied, in BF16 shards; its config.json is a Qwen3Config
+gen write-llama "$tmp/qwen3" "${dims[@]}" BF16 20000 1 32 1 none qwen3
+round "$tmp/qwen3" qwen3_bf16 --dtype bf16 --max-shard-size 20000
+grep -q '"model_type": "qwen3"' "$tmp/hf_qwen3_bf16/config.json" && grep -q '"Qwen3ForCausalLM"' "$tmp/hf_qwen3_bf16/config.json" \
+  && grep -q '"use_sliding_window": false' "$tmp/hf_qwen3_bf16/config.json" && ! grep -q '"mlp_bias"' "$tmp/hf_qwen3_bf16/config.json" \
+  && echo "ok   the exported Qwen3 config.json is a Qwen3Config as transformers writes it" \
+  || fail "exported Qwen3 config.json: $(cat "$tmp/hf_qwen3_bf16/config.json")"
 
 # ---- 3: accepted extras: a stored tied head equal to the embedding, rotary buffers ----
 for kind in tied-head rotary-buffer; do

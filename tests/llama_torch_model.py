@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""tests/llama_torch_model.py IN.bin OUT.bin - the whole Llama model in PyTorch (float64), the
-reference tests/test_llama_torch.c compares Trident's Llama family with.
+"""tests/llama_torch_model.py IN.bin OUT.bin - the whole Llama (or Qwen3) model in PyTorch (float64), the
+reference tests/test_llama_torch.c compares Trident's Llama and Qwen3 families with.
 
 Written from the papers and Hugging Face's documented LlamaForCausalLM math (transformers'
 modeling_llama: LlamaRMSNorm, LlamaRotaryEmbedding with _compute_llama3_parameters, rotate_half,
@@ -8,7 +8,9 @@ repeat_kv, eager causal softmax attention, LlamaMLP silu(gate) * up, tied or unt
 Trident's code. IN.bin holds "meta" (B, T, steps, AdamW beta1, beta2, eps, weight decay, clip), the
 config's numbers in "cfg" (hidden_size, intermediate_size, num_attention_heads, num_key_value_heads,
 head_dim, num_hidden_layers, vocab_size, rms_norm_eps, rope_theta, tie, attention_bias, mlp_bias,
-llama3, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings), the learning
+llama3, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings, qk_norm: Qwen3's
+per-head RMSNorm of q and k before the rotary embedding, transformers' modeling_qwen3 Qwen3Attention:
+q_norm(q_proj(x).view(..., head_dim)), k_norm likewise, with Qwen3RMSNorm = LlamaRMSNorm), the learning
 rate per step, the token windows per step, each parameter's weight-decay flag, and every parameter
 under its Hugging Face name (the embedding and head padded to Trident's vocabulary; the padding is
 kept out of the logits). OUT.bin receives the logits and loss of step 0's batch, every parameter's
@@ -27,7 +29,7 @@ from gpt2_torch_reference import reference_run  # noqa: E402
 
 CFG_KEYS = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
             "num_hidden_layers", "vocab_size", "rms_norm_eps", "rope_theta", "tie", "attention_bias",
-            "mlp_bias", "llama3", "factor", "low_freq_factor", "high_freq_factor", "original_max"]
+            "mlp_bias", "llama3", "factor", "low_freq_factor", "high_freq_factor", "original_max", "qk_norm"]
 
 
 def inv_freq_of(cfg):
@@ -86,8 +88,12 @@ def llama_forward(p, tokens, cfg, mlp=dense_mlp):
     for i in range(cfg["num_hidden_layers"]):
         pre = "model.layers.%d." % i
         z = rmsnorm(x, p[pre + "input_layernorm.weight"], eps)
-        q = linear(p, pre + "self_attn.q_proj", z).view(B, T, NH, HS).transpose(1, 2)
-        k = linear(p, pre + "self_attn.k_proj", z).view(B, T, NH_kv, HS).transpose(1, 2)
+        q = linear(p, pre + "self_attn.q_proj", z).view(B, T, NH, HS)
+        k = linear(p, pre + "self_attn.k_proj", z).view(B, T, NH_kv, HS)
+        if cfg["qk_norm"]:  # Qwen3Attention: per head, over head_dim, before the rotary embedding
+            q = rmsnorm(q, p[pre + "self_attn.q_norm.weight"], eps)
+            k = rmsnorm(k, p[pre + "self_attn.k_norm.weight"], eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = linear(p, pre + "self_attn.v_proj", z).view(B, T, NH_kv, HS).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin

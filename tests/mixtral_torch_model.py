@@ -12,7 +12,7 @@ output_router_logits (Hugging Face concatenates the layers' router logits before
 and Trident take each layer's loss, docs/moe.md). IN.bin's "cfg": llama_torch_model.py's numbers,
 then num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, the effective
 router_aux_loss_coef (0 without output_router_logits), qwen3 (1: Qwen3-MoE's names and sparse-layer
-rule, without its q/k norm), decoder_sparse_step, mlp_only_layers as a bit mask and the shared
+rule; its per-head q/k norm is llama_torch_model.py's qk_norm), decoder_sparse_step, mlp_only_layers as a bit mask and the shared
 expert's width (moe_shared_expert_intermediate_size: Megatron-Core's ungated shared expert, 0 none). The rest as tools/gpt2_torch_reference.py's
 reference_run: the objective is the LM loss plus the auxiliary loss, the reported loss the LM loss."""
 import os

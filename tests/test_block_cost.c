@@ -91,7 +91,8 @@ static void expect_params_listed(const tri_model *m, int tp)
 
 Test(block_cost, parameters_equal_the_family_list)
 {
-    const char *names[] = {"gpt2", "gpt2-tiny-byte", "llama-3.1-8b", "llama-tiny-byte", "smollm-135m"};
+    const char *names[] = {"gpt2",        "gpt2-tiny-byte", "llama-3.1-8b", "llama-tiny-byte",
+                           "smollm-135m", "qwen3-0.6b",     "qwen3-tiny-byte"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         tri_model m;
         load(&m, names[i]);

@@ -148,13 +148,15 @@ static void expect_llama_refused(const char *json, const char *must1, const char
               "\"num_hidden_layers\": 2, \"vocab_size\": 100, \"max_position_embeddings\": 32"
 
 /* The shipped Llama configs: the published parameter counts (SmolLM-135M 134.5M, Llama 3.2 1B 1.236B,
- * Llama 3.1 8B 8.030B, 70B 70.55B, 405B 405.85B) and their grouped-query shapes. */
+ * Llama 3.1 8B 8.030B, 70B 70.55B, 405B 405.85B; Qwen3-0.6B's model card gives 0.44B non-embedding,
+ * 440.47M with the per-head q/k norms, plus the tied 151,936 x 1024 embedding) and their grouped-query
+ * shapes. */
 Test(config, shipped_llama_configs_have_the_published_sizes)
 {
     struct { const char *file; int L, NH, NH_kv, HS; double params_b; } want[] = {
         {"models/smollm-135m.json", 30, 9, 3, 64, 0.1345}, {"models/llama-3.2-1b.json", 16, 32, 8, 64, 1.2358},
         {"models/llama-3.1-8b.json", 32, 32, 8, 128, 8.0303}, {"models/llama-3.1-70b.json", 80, 64, 8, 128, 70.554},
-        {"models/llama-3.1-405b.json", 126, 128, 8, 128, 405.85},
+        {"models/llama-3.1-405b.json", 126, 128, 8, 128, 405.85}, {"models/qwen3-0.6b.json", 28, 16, 8, 128, 0.59605},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         tri_model m;
@@ -199,4 +201,42 @@ Test(config, llama_refusals_name_the_key_and_value)
     expect_llama_refused("{" LLAMA ", \"tie_word_embeddings\": 1}", "tie_word_embeddings", "true or false");
     expect_llama_refused("{" LLAMA ", \"hidden_size\": 128}", "hidden_size", "more than once");
     expect_refused("{" BASE ", \"n_layer\": 4}", TRI_EINVAL, "n_layer", "more than once");
+}
+
+/* Qwen3 (model_type "qwen3"): the Llama keys with qk_norm on, Qwen3Config's sliding-window keys
+ * accepted only as full attention, refused on a Llama; its JSON reads back as a Qwen3. */
+Test(config, qwen3_keys_and_refusals)
+{
+    const char *base = "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                       "\"num_hidden_layers\": 2, \"vocab_size\": 100, \"max_position_embeddings\": 32";
+    char json[768];
+    tri_model m;
+    snprintf(json, sizeof json, "{\"model_type\": \"qwen3\", %s, \"head_dim\": 32, \"use_sliding_window\": false, "
+             "\"sliding_window\": 4096, \"max_window_layers\": 28, \"layer_types\": [\"full_attention\", "
+             "\"full_attention\"]}", base);
+    cr_assert_eq(tri_model_parse(&m, json, "q.json"), TRI_OK, "%s", tri_error_message());
+    const tri_llama_config *c = tri_llama_config_of(&m);
+    cr_assert(c && c->qk_norm && c->head_dim == 32);
+    char *back = NULL;
+    cr_assert_eq(m.family->to_json(m.cfg, &back), TRI_OK, "%s", tri_error_message());
+    tri_model m2;
+    cr_assert_eq(tri_model_parse(&m2, back, "back.json"), TRI_OK, "%s", tri_error_message());
+    cr_expect(tri_llama_config_of(&m2) && tri_llama_config_of(&m2)->qk_norm, "the JSON reads back as a Qwen3: %s",
+              back);
+    cr_expect_eq(m2.family->num_params(m2.cfg), m.family->num_params(m.cfg));
+    free(back);
+    tri_model_free(&m2);
+    tri_model_free(&m);
+    struct { const char *type, *extra, *must; } bad[] = {
+        {"qwen3", "\"use_sliding_window\": true", "\"use_sliding_window\" is true"},
+        {"qwen3", "\"layer_types\": [\"full_attention\", \"sliding_attention\"]", "\"layer_types\"[1]"},
+        {"qwen3", "\"hidden_act\": \"gelu\"", "Trident's Qwen3 computes only \"silu\""},
+        {"llama", "\"use_sliding_window\": false", "unknown key \"use_sliding_window\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(json, sizeof json, "{\"model_type\": \"%s\", %s, %s}", bad[i].type, base, bad[i].extra);
+        cr_expect_eq(tri_model_parse(&m, json, "bad.json"), TRI_EINVAL, "case %zu accepted", i);
+        cr_expect(strstr(tri_error_message(), bad[i].must) && strstr(tri_error_message(), "bad.json"),
+                  "case %zu: '%s' not in: %s", i, bad[i].must, tri_error_message());
+    }
 }

@@ -120,9 +120,11 @@ static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
     copy_rows(gu + F_l * C, c->up, rank * F_l, F_l, C);
     copy_cols(down, c->down, C, F, rank * F_l, F_l);
     tri_llama_attention_weights aw = {put(&m, tri_tensor_2d(NULL, TRI_F32, W_l, C), qkv), tri_tensor_none(),
-                                      put(&m, tri_tensor_2d(NULL, TRI_F32, C, C_l), o), tri_tensor_none()};
+                                      put(&m, tri_tensor_2d(NULL, TRI_F32, C, C_l), o), tri_tensor_none(),
+                                      tri_tensor_none(), tri_tensor_none()};
     tri_llama_attention_weights ag = {put(&m, tri_tensor_2d(NULL, TRI_F32, W_l, C), NULL), tri_tensor_none(),
-                                      put(&m, tri_tensor_2d(NULL, TRI_F32, C, C_l), NULL), tri_tensor_none()};
+                                      put(&m, tri_tensor_2d(NULL, TRI_F32, C, C_l), NULL), tri_tensor_none(),
+                                      tri_tensor_none(), tri_tensor_none()};
     tri_swiglu_mlp_weights mw = {put(&m, tri_tensor_2d(NULL, TRI_F32, 2 * F_l, C), gu), tri_tensor_none(),
                                  put(&m, tri_tensor_2d(NULL, TRI_F32, C, F_l), down), tri_tensor_none()};
     tri_swiglu_mlp_weights mg = {put(&m, tri_tensor_2d(NULL, TRI_F32, 2 * F_l, C), NULL), tri_tensor_none(),
@@ -139,13 +141,14 @@ static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
     tri_tensor dh = put(&m, tri_tensor_2d(NULL, TRI_F32, N, C), c->R), dx = put(&m, tri_tensor_2d(NULL, TRI_F32, N, C), NULL);
     tri_llama_attention_acts aa = {put(&m, tri_tensor_3d(NULL, TRI_F32, B, T, W_l), NULL),
                                    put(&m, tri_tensor_3d(NULL, TRI_F32, B, T, C_l), NULL),
-                                   put(&m, tri_tensor_3d(NULL, TRI_F32, B, r.NH_l, T), NULL)};
+                                   put(&m, tri_tensor_3d(NULL, TRI_F32, B, r.NH_l, T), NULL), tri_tensor_none(),
+                                   tri_tensor_none()};
     tri_llama_attention_scratch as = {tri_tensor_none(), tri_tensor_none(),
                                       put(&m, tri_tensor_3d(NULL, TRI_F32, B, T, W_l), NULL),
                                       put(&m, tri_tensor_3d(NULL, TRI_F32, B, T, C_l), NULL),
                                       put(&m, tri_tensor_3d(NULL, TRI_F32, B, r.NH_l, T), NULL),
                                       put(&m, tri_tensor_2d(NULL, TRI_F32, T, HS / 2), c->cos),
-                                      put(&m, tri_tensor_2d(NULL, TRI_F32, T, HS / 2), c->sin), r.NH_l, r.NH_kv_l};
+                                      put(&m, tri_tensor_2d(NULL, TRI_F32, T, HS / 2), c->sin), r.NH_l, r.NH_kv_l, 0.0f};
     tri_swiglu_mlp_acts ma = {put(&m, tri_tensor_2d(NULL, TRI_F32, N, 2 * F_l), NULL),
                               put(&m, tri_tensor_2d(NULL, TRI_F32, N, F_l), NULL)};
     tri_swiglu_mlp_scratch ms = {tri_tensor_none(), tri_tensor_none(), put(&m, tri_tensor_2d(NULL, TRI_F32, N, F_l), NULL),

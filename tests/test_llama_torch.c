@@ -9,7 +9,8 @@
  * what differs is Trident's rounding; each must agree within 1e-5 relative (per tensor:
  * max |a - b| / max |b|), the issue's bound for the CPU. The three cases cover grouped-query,
  * multi-query and multi-head attention, tied and untied heads, a head size that is not
- * hidden_size / num_attention_heads (24), Llama 3's rope_scaling, and attention and MLP biases. */
+ * hidden_size / num_attention_heads (24), Llama 3's rope_scaling, and attention and MLP biases; a
+ * fourth is a Qwen3 (per-head q_norm and k_norm: their gradients compared too). */
 #include <criterion/criterion.h>
 #include <math.h>
 
@@ -30,7 +31,7 @@ static void run_config(const char *name, const char *json)
                         k->head_dim, k->num_hidden_layers, k->vocab_size, k->rms_norm_eps, k->rope_theta,
                         k->tie_word_embeddings, k->attention_bias, k->mlp_bias, k->rope_scaling.llama3,
                         k->rope_scaling.factor, k->rope_scaling.low_freq_factor, k->rope_scaling.high_freq_factor,
-                        (double)k->rope_scaling.original_max_positions};
+                        (double)k->rope_scaling.original_max_positions, k->qk_norm};
     char scratch[96];
     snprintf(scratch, sizeof scratch, "llama_torch_%s", name); /* one per case: Criterion may run them at once */
     tu_torch_case c = {.model = &model, .script = "tests/llama_torch_model.py", .cfg = numbers,
@@ -78,4 +79,15 @@ Test(llama_torch, mha_untied_biases, .timeout = 300)
                "\"num_attention_heads\": 4, \"num_hidden_layers\": 3, \"vocab_size\": 300, "
                "\"max_position_embeddings\": 32, \"rms_norm_eps\": 1e-5, \"attention_bias\": true, "
                "\"mlp_bias\": true, \"tie_word_embeddings\": false}");
+}
+
+/* Qwen3 (model_type "qwen3"): the per-head q/k RMSNorm, grouped-query, head_dim 24 (not 64 / 4), tied,
+ * Qwen3's theta 1e6 and its full-attention sliding-window keys. */
+Test(llama_torch, qwen3_qk_norm_gqa_head_dim_24, .timeout = 300)
+{
+    run_config("qwen3", "{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+               "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 24, \"num_hidden_layers\": 2, "
+               "\"vocab_size\": 300, \"max_position_embeddings\": 32, \"rms_norm_eps\": 1e-6, "
+               "\"rope_theta\": 1000000.0, \"tie_word_embeddings\": true, \"use_sliding_window\": false, "
+               "\"sliding_window\": null, \"max_window_layers\": 2}");
 }

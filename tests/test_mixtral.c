@@ -1,13 +1,12 @@
 /* tests/test_mixtral.c - the MoE families of the Llama code: "mixtral" (MixtralForCausalLM) and the
- * MoE side of "qwen3_moe" (models/llama_moe.c, llama_config.c).
+ * "qwen3_moe" (models/llama_moe.c, llama_config.c).
  *  - config: the published shapes parse to their published parameter counts (Mixtral 8x7B
- *    46,702,792,704 = 46.7B; Qwen3-30B-A3B 30,532,110,336 without its 12,288 q/k-norm weights, which
- *    join with qk_norm: 30.5B), Qwen3's sparse-layer rule, and bad input refused naming key and value;
+ *    46,702,792,704 = 46.7B; Qwen3-30B-A3B 30,532,122,624 = 30.5B with its 12,288 q/k-norm weights), Qwen3's sparse-layer rule, and bad input refused naming key and value;
  *  - parameters: the Hub names, the flat order that makes the experts' fused views contiguous (global
  *    order = flat order), Hugging Face's state_dict order (hf_position), the JSON round trip;
  *  - the model against tests/mixtral_torch_model.py (float64 PyTorch from Hugging Face's documented
  *    math): logits, LM loss, every gradient of LM + auxiliary loss, 10 AdamW steps; a Mixtral, and
- *    Qwen3-MoE's MoE side with dense and sparse layers mixed and norm_topk_prob false. Trident runs fp32,
+ *    a Qwen3-MoE with dense and sparse layers mixed and norm_topk_prob false. Trident runs fp32,
  *    so each agrees within 1e-5 relative per tensor, test_llama_torch.c's bound: the routing is the
  *    same (top-2 of 4 with fp32 scores whose gaps are ~1e-2, rounding ~1e-7) and every sum is fp32;
  *  - layouts: pp 2 (1F1B) and dp 2 at ZeRO 1 and 3 within 1e-5 (gradients) and 1e-4 (4 AdamW steps)
@@ -70,13 +69,14 @@ Test(mixtral_config, published_shapes_count_their_parameters)
     cr_expect_eq(c->moe_intermediate_size, 768);
     cr_expect_eq(c->head_dim, 128);
     cr_expect(c->norm_topk_prob);
-    cr_expect_eq(tri_llama_num_params(c), 30532110336LL, "Qwen3-30B-A3B: %lld", (long long)tri_llama_num_params(c));
+    cr_expect(c->qk_norm);
+    cr_expect_eq(tri_llama_num_params(c), 30532122624LL, "Qwen3-30B-A3B: %lld", (long long)tri_llama_num_params(c));
     free(q);
     free(json);
     json = read_text("models/qwen3-235b-a22b.json");
     cr_assert_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, json, "qwen3-235b", &q),
                  TRI_OK, "%s", tri_error_message());
-    /* 235B: 94 layers of 128 experts of 3 x 4096 x 1536, published 235B total (q/k norms aside) */
+    /* 235B: 94 layers of 128 experts of 3 x 4096 x 1536, published 235B total */
     cr_expect(fabs((double)tri_llama_num_params(q) / 1e9 - 235.1) < 0.1, "Qwen3-235B-A22B: %lld",
               (long long)tri_llama_num_params(q));
     free(q);
@@ -255,7 +255,7 @@ static void torch_case(const tri_model *model, const char *scratch, tu_torch_err
                         k->head_dim, k->num_hidden_layers, k->vocab_size, k->rms_norm_eps, k->rope_theta,
                         k->tie_word_embeddings, k->attention_bias, k->mlp_bias, k->rope_scaling.llama3,
                         k->rope_scaling.factor, k->rope_scaling.low_freq_factor, k->rope_scaling.high_freq_factor,
-                        (double)k->rope_scaling.original_max_positions, k->num_experts, k->num_experts_per_tok,
+                        (double)k->rope_scaling.original_max_positions, k->qk_norm, k->num_experts, k->num_experts_per_tok,
                         k->moe_intermediate_size, k->norm_topk_prob,
                         k->output_router_logits ? k->router_aux_loss_coef : 0.0, k->hf_style == TRI_HF_QWEN3_MOE,
                         k->decoder_sparse_step, mask, k->shared_expert_intermediate_size};
@@ -281,7 +281,7 @@ Test(mixtral_torch, model_against_float64_reference, .timeout = 300)
     tri_model_free(&model);
 }
 
-/* Qwen3-MoE's MoE side (its q/k norm joins with qk_norm): 3 layers, layer 1 dense by mlp_only_layers,
+/* Qwen3-MoE (with Qwen3's per-head q/k norm): 3 layers, layer 1 dense by mlp_only_layers,
  * so sparse, dense, sparse in one chunk (the dense layers' intermediate_size 128, the experts' 32);
  * top-3 of 6 without renormalisation (norm_topk_prob false), untied head; with Megatron-Core's shared
  * expert (moe_shared_expert_intermediate_size 64, a Trident extension of the config). (With 4 layers the

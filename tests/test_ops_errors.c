@@ -252,6 +252,30 @@ Test(ops_errors, residual_norms)
     expect_einval(tri_op_add_rmsnorm_forward(d, res, out, rstd, a, b, w, 0.0f), op, "eps");
 }
 
+/* The per-head RMSNorm (Qwen3's q_norm / k_norm): the weights, the heads against the row width, rstd,
+ * the head counts, eps, and backward's own arguments. */
+Test(ops_errors, rmsnorm_heads)
+{
+    tri_device *d = ot_device(1);
+    tri_tensor x = m2(d, 2, 40), out = m2(d, 2, 40), r = m2(d, 2, 3), w = v1(d, 8), dq = v1(d, 8), dk = v1(d, 8);
+    const char *op = "rmsnorm_heads_forward";
+    expect_ok(tri_op_rmsnorm_heads_forward(d, out, r, x, w, w, 2, 1, 1e-6f), op);
+    expect_ok(tri_op_rmsnorm_heads_forward(d, x, r, x, w, w, 2, 1, 1e-6f), op); /* in place */
+    expect_einval(tri_op_rmsnorm_heads_forward(d, out, r, x, w, v1(d, 7), 2, 1, 1e-6f), op, "'k_w'");
+    expect_einval(tri_op_rmsnorm_heads_forward(d, out, r, x, w, as_i32(w), 2, 1, 1e-6f), op, "'k_w'");
+    expect_einval(tri_op_rmsnorm_heads_forward(d, out, m2(d, 2, 6), x, w, w, 4, 2, 1e-6f), op,
+                  "rows of 40 columns cannot hold NH 4 + NH_kv 2 heads of HS 8");
+    expect_einval(tri_op_rmsnorm_heads_forward(d, out, r, x, w, w, 1, 1, 1e-6f), op, "'rstd'");
+    expect_einval(tri_op_rmsnorm_heads_forward(d, out, r, x, w, w, 3, 0, 1e-6f), op, "NH_kv 0");
+    expect_einval(tri_op_rmsnorm_heads_forward(d, m2(d, 2, 41), r, x, w, w, 2, 1, 1e-6f), op, "'out'");
+    expect_einval(tri_op_rmsnorm_heads_forward(d, out, r, x, w, w, 2, 1, 0.0f), op, "eps");
+    op = "rmsnorm_heads_backward";
+    expect_ok(tri_op_rmsnorm_heads_backward(d, out, dq, dk, x, x, w, w, r, 2, 1), op);
+    expect_einval(tri_op_rmsnorm_heads_backward(d, out, v1(d, 9), dk, x, x, w, w, r, 2, 1), op, "'dq_w'");
+    expect_einval(tri_op_rmsnorm_heads_backward(d, out, dq, dk, m2(d, 2, 41), x, w, w, r, 2, 1), op, "'dout'");
+    expect_einval(tri_op_rmsnorm_heads_backward(d, m2(d, 3, 40), dq, dk, x, x, w, w, r, 2, 1), op, "'dinp'");
+}
+
 Test(ops_errors, attention)
 {
     tri_device *d = ot_device(1);

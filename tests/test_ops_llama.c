@@ -6,7 +6,10 @@
  * sin), each backward against central finite differences of that loop for L = sum(out * R), and the
  * contracts: rmsnorm_backward accumulates (+=) into dinp and dw, swiglu_backward overwrites
  * dgate_up (it starts NaN), rope works in place on the first n_heads heads of a row and leaves the
- * other columns (v of a qkv row) bit for bit. bf16 storage against the fp32 op rounded once. The
+ * other columns (v of a qkv row) bit for bit. The per-head RMSNorm (rmsnorm_heads_*, Qwen3's q_norm and
+ * k_norm) likewise, each head row also bit for bit rmsnorm_forward's row, its weight gradients bit for
+ * bit a host loop in the op's defined order, in place and out of place the same bits. bf16 storage
+ * against the fp32 op rounded once. The
  * rotary tables (layers/rotary.h: Hugging Face's inverse frequencies, Llama 3's rope_scaling)
  * against the same formulas in fp64.
  *
@@ -104,6 +107,129 @@ Test(ops_llama, rmsnorm)
     rmsnorm_case(5, 67, 10);
     rmsnorm_case(130, 7, 20); /* more rows than one column chunk */
     rmsnorm_case(3, 300, 30); /* a row longer than the 256 slots */
+}
+
+/* ---- per-head RMSNorm of q|k|v rows (Qwen3's q_norm / k_norm) ---- */
+
+typedef struct heads_problem {
+    int64_t N, NH, NH_kv, HS, W;
+    double *x, *qw, *kw;
+    const double *R;
+    double *out;
+} heads_problem;
+
+/* Hugging Face's Qwen3Attention: q_norm on each q head, k_norm on each k head, the rest copied. */
+static void heads_ref(heads_problem *p)
+{
+    int64_t H = p->NH + p->NH_kv;
+    for (int64_t n = 0; n < p->N; n++) {
+        for (int64_t i = H * p->HS; i < p->W; i++)
+            p->out[n * p->W + i] = p->x[n * p->W + i];
+        for (int64_t h = 0; h < H; h++) {
+            const double *x = p->x + n * p->W + h * p->HS, *w = h < p->NH ? p->qw : p->kw;
+            double ss = 0.0;
+            for (int64_t i = 0; i < p->HS; i++)
+                ss += x[i] * x[i];
+            double r = 1.0 / sqrt(ss / (double)p->HS + (double)EPS);
+            for (int64_t i = 0; i < p->HS; i++)
+                p->out[n * p->W + h * p->HS + i] = x[i] * r * w[i];
+        }
+    }
+}
+
+static double heads_loss(void *ctx)
+{
+    heads_problem *p = ctx;
+    heads_ref(p);
+    return ot_dot(p->out, p->R, (size_t)(p->N * p->W));
+}
+
+/* dw's definition order (ops_list.h): chunks of TRI_COL_CHUNK head rows n G + (h - h0), in order. */
+static void heads_dw_in_order(float *dw, const float *g, const float *x, const float *rs, const heads_problem *p,
+                              int64_t h0, int64_t G)
+{
+    int64_t H = p->NH + p->NH_kv, M = p->N * G;
+    for (int64_t j = 0; j < p->HS; j++)
+        for (int64_t c0 = 0; c0 < M; c0 += TRI_COL_CHUNK) {
+            float s = 0.0f;
+            for (int64_t m = c0; m < M && m < c0 + TRI_COL_CHUNK; m++) {
+                int64_t n = m / G, h = h0 + m % G, at = n * p->W + h * p->HS + j;
+                s += x[at] * rs[n * H + h] * g[at];
+            }
+            dw[j] += s;
+        }
+}
+
+static void rmsnorm_heads_case(int64_t N, int64_t NH, int64_t NH_kv, int64_t HS, int64_t rest, uint64_t seed)
+{
+    tri_device *d = ot_device(2);
+    int64_t H = NH + NH_kv, W = H * HS + rest;
+    size_t nx = (size_t)(N * W), nh = (size_t)HS;
+    float *x = ot_uniform(nx, -2.0f, 2.0f, seed), *qw = ot_uniform(nh, 0.5f, 1.5f, seed + 1);
+    float *kw = ot_uniform(nh, 0.5f, 1.5f, seed + 2), *R = ot_uniform(nx, -1.0f, 1.0f, seed + 3);
+    float *dq0 = ot_uniform(nh, -1.0f, 1.0f, seed + 4), *dk0 = ot_uniform(nh, -1.0f, 1.0f, seed + 5);
+    heads_problem p = {N, NH, NH_kv, HS, W, ot_widen(x, nx), ot_widen(qw, nh), ot_widen(kw, nh), ot_widen(R, nx),
+                       ot_doubles(nx)};
+    tri_tensor tx = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), x);
+    tri_tensor tq = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, HS), qw), tk = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, HS), kw);
+    tri_tensor to = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), nans(nx));
+    tri_tensor tr = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, H), nans((size_t)(N * H)));
+    cr_assert_eq(tri_op_rmsnorm_heads_forward(d, to, tr, tx, tq, tk, NH, NH_kv, EPS), TRI_OK, "%s", tri_error_message());
+    heads_ref(&p);
+    float *out = ot_read(d, to), *rs = ot_read(d, tr);
+    cr_assert(ot_close("rmsnorm_heads fwd out", out, p.out, nx, FLOOR, FWD_TOL));
+    for (int64_t n = 0; n < N; n++) /* the v columns copied bit for bit */
+        cr_assert(ot_same_bits("rmsnorm_heads fwd v columns", out + n * W + H * HS, x + n * W + H * HS, (size_t)rest));
+    /* each head row is rmsnorm_forward's row, bit for bit */
+    for (int64_t h = 0; h < H; h += H - 1) {
+        tri_tensor row = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, 1, HS), x + h * HS);
+        tri_tensor ro = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, 1, HS), NULL), rr = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, 1), NULL);
+        cr_assert_eq(tri_op_rmsnorm_forward(d, ro, rr, row, h < NH ? tq : tk, EPS), TRI_OK);
+        cr_assert(ot_same_bits("rmsnorm_heads head row vs rmsnorm_forward", ot_read(d, ro), out + h * HS, (size_t)HS));
+        cr_assert(ot_same_bits("rmsnorm_heads rstd vs rmsnorm_forward", ot_read(d, rr), rs + h, 1));
+    }
+    /* in place: the same bits */
+    tri_tensor tin = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), x);
+    cr_assert_eq(tri_op_rmsnorm_heads_forward(d, tin, tr, tin, tq, tk, NH, NH_kv, EPS), TRI_OK);
+    cr_assert(ot_same_bits("rmsnorm_heads fwd in place", ot_read(d, tin), out, nx));
+    /* backward: dinp set (it starts NaN), the weight gradients accumulate onto dq0, dk0 */
+    tri_tensor tdx = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), nans(nx));
+    tri_tensor tdq = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, HS), dq0), tdk = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, HS), dk0);
+    tri_tensor tg = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), R);
+    cr_assert_eq(tri_op_rmsnorm_heads_backward(d, tdx, tdq, tdk, tg, tx, tq, tk, tr, NH, NH_kv), TRI_OK, "%s",
+                 tri_error_message());
+    double *gx = ot_doubles(nx), *gq = ot_doubles(nh), *gk = ot_doubles(nh);
+    ot_fd_grad(gx, p.x, nx, heads_loss, &p);
+    ot_fd_grad(gq, p.qw, nh, heads_loss, &p);
+    ot_fd_grad(gk, p.kw, nh, heads_loss, &p);
+    float *dx = ot_read(d, tdx), *dq = ot_read(d, tdq), *dk = ot_read(d, tdk);
+    cr_assert(ot_close("rmsnorm_heads bwd dinp (set; v copied)", dx, gx, nx, FLOOR, BWD_TOL));
+    float *wq = ot_floats(nh), *wk = ot_floats(nh);
+    memcpy(wq, dq0, nh * sizeof(float));
+    memcpy(wk, dk0, nh * sizeof(float));
+    heads_dw_in_order(wq, R, x, rs, &p, 0, NH);
+    heads_dw_in_order(wk, R, x, rs, &p, NH, NH_kv);
+    cr_assert(ot_same_bits("rmsnorm_heads dq_w in its defined order", dq, wq, nh));
+    cr_assert(ot_same_bits("rmsnorm_heads dk_w in its defined order", dk, wk, nh));
+    for (size_t i = 0; i < nh; i++) {
+        dq[i] -= dq0[i];
+        dk[i] -= dk0[i];
+    }
+    cr_assert(ot_close("rmsnorm_heads bwd dq_w (+=)", dq, gq, nh, FLOOR, BWD_TOL));
+    cr_assert(ot_close("rmsnorm_heads bwd dk_w (+=)", dk, gk, nh, FLOOR, BWD_TOL));
+    /* in place on dout: the same bits */
+    tri_tensor tdd = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), R);
+    tri_tensor tdq2 = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, HS), dq0), tdk2 = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, HS), dk0);
+    cr_assert_eq(tri_op_rmsnorm_heads_backward(d, tdd, tdq2, tdk2, tdd, tx, tq, tk, tr, NH, NH_kv), TRI_OK);
+    cr_assert(ot_same_bits("rmsnorm_heads bwd in place", ot_read(d, tdd), dx, nx));
+    cr_assert(ot_same_bits("rmsnorm_heads bwd in place dq_w", ot_read(d, tdq2), wq, nh));
+}
+
+Test(ops_llama, rmsnorm_heads)
+{
+    rmsnorm_heads_case(3, 4, 2, 16, 32, 60);  /* grouped-query q|k|v rows */
+    rmsnorm_heads_case(40, 2, 1, 12, 12, 70); /* more head rows than one column chunk, HS not a multiple of 8 */
+    rmsnorm_heads_case(2, 1, 1, 300, 0, 80);  /* a head longer than the 256 slots, no other columns */
 }
 
 /* ---- SwiGLU ---- */

@@ -238,6 +238,13 @@ static outputs every_op(int threads)
     keep(&o, d, ln), keep(&o, d, mean), keep(&o, d, rstd), keep(&o, d, dinp), keep(&o, d, dg), keep(&o, d, db);
     OK(tri_op_rmsnorm_forward(d, ln, rstd, a, g, 1e-5f));
     OK(tri_op_rmsnorm_backward(d, dinp, dg, dout, a, g, rstd));
+    /* the per-head RMSNorm of grouped-query q|k|v rows (Qwen3's q_norm / k_norm), in place */
+    tri_tensor hq = rows_cols(d, N2, W_GQA, seed++), hg = rows_cols(d, N2, W_GQA, seed++);
+    tri_tensor hrs = rows_cols(d, N2, NH + NH_KV, seed++), hqw = vec(d, HS, seed++), hkw = vec(d, HS, seed++);
+    tri_tensor hdq = vec(d, HS, seed++), hdk = vec(d, HS, seed++);
+    OK(tri_op_rmsnorm_heads_forward(d, hq, hrs, hq, hqw, hkw, NH, NH_KV, 1e-6f));
+    OK(tri_op_rmsnorm_heads_backward(d, hg, hdq, hdk, hg, hq, hqw, hkw, hrs, NH, NH_KV));
+    keep(&o, d, hq), keep(&o, d, hg), keep(&o, d, hrs), keep(&o, d, hdq), keep(&o, d, hdk);
     OK(tri_op_gelu_forward(d, z, x));
     OK(tri_op_gelu_backward(d, y, x, z));
     tri_tensor gate_up = rows_cols(d, N2, 2 * F, seed++), dgate_up = rows_cols(d, N2, 2 * F, seed++);

@@ -288,11 +288,11 @@ Test(partitioner_model, flash_attention_activations_are_linear_in_seq_length)
 }
 
 /* The Llama family (models/llama.h): the formulas' SwiGLU, grouped-query (split and shared key/value
- * heads), RMSNorm, rotary and untied-head terms against its engine plan, fp32 and bf16, every ZeRO
+ * heads), RMSNorm, rotary, untied-head and Qwen3's per-head norm terms against its engine plan, fp32 and bf16, every ZeRO
  * stage and full recomputation. */
 Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
 {
-    const char *names[] = {"llama-tiny-byte", "smollm-135m"};
+    const char *names[] = {"llama-tiny-byte", "smollm-135m", "qwen3-tiny-byte"};
     struct { int model, tp, pp, dp; bool sp; int B, T, m, zero; tri_recompute rec; tri_precision p; } cases[] = {
         {0, 1, 1, 1, false, 4, 128, 1, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
         {0, 2, 2, 1, false, 4, 128, 4, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
@@ -302,9 +302,13 @@ Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
         {1, 3, 2, 1, false, 2, 512, 4, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16},
         {1, 1, 1, 4, false, 4, 1024, 2, 1, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16},
         {1, 3, 1, 1, true, 1, 1152, 1, 0, TRI_RECOMPUTE_FULL, TRI_PRECISION_FP32},
+        /* Qwen3: the per-head norm's kept input and rstd, its two weights */
+        {2, 1, 1, 1, false, 4, 128, 1, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {2, 4, 1, 1, true, 4, 128, 2, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16}, /* shared kv heads */
+        {2, 2, 2, 2, false, 2, 128, 4, 3, TRI_RECOMPUTE_FULL, TRI_PRECISION_FP32},
     };
-    tri_model models[2];
-    for (int i = 0; i < 2; i++) {
+    tri_model models[3];
+    for (int i = 0; i < 3; i++) {
         char path[512];
         const char *src = getenv("TRIDENT_SOURCE_DIR");
         snprintf(path, sizeof path, "%s/models/%s.json", src ? src : ".", names[i]);
@@ -315,7 +319,7 @@ Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
                                       cases[i].B, cases[i].T, cases[i].m, cases[i].zero, cases[i].rec, cases[i].p);
         cr_assert(agree_model(&models[cases[i].model], &l));
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         tri_model_free(&models[i]);
 }
 

@@ -275,6 +275,46 @@ int tri_cost_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri
     return rc;
 }
 
+/* Per-head RMSNorm: the head columns (N H HS elements) as rmsnorm's rows, the other columns copied
+ * by a second launch when out is not inp; backward: the input gradient, then per group (q, k) the
+ * chunk sums of its head rows and their finish (cuda/norms/rmsnorm_heads.cu). */
+static int rest_copy(tri_device *d, tri_tensor dst, tri_tensor src, double heads)
+{
+    double rest = numel(src) - heads;
+    if (dst.data == src.data || rest <= 0)
+        return TRI_OK;
+    return tri_cost_kernel(d, 2 * rest * esize(src), 0, 0);
+}
+
+int tri_cost_rmsnorm_heads_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor q_w,
+                                   tri_tensor k_w, int64_t NH, int64_t NH_kv, float eps)
+{
+    (void)eps;
+    double heads = (double)tri_tensor_rows(inp) * (double)(NH + NH_kv) * numel(q_w);
+    int rc = one(d, "rmsnorm_heads_forward", heads * (esize(inp) + esize(out)) + bytes(q_w) + bytes(k_w) + bytes(rstd),
+                 NORM_FWD_FLOPS * heads);
+    return rc ? rc : rest_copy(d, out, inp, heads);
+}
+
+int tri_cost_rmsnorm_heads_backward(tri_device *d, tri_tensor dinp, tri_tensor dq_w, tri_tensor dk_w, tri_tensor dout,
+                                    tri_tensor inp, tri_tensor q_w, tri_tensor k_w, tri_tensor rstd, int64_t NH,
+                                    int64_t NH_kv)
+{
+    int64_t N = tri_tensor_rows(inp), HS = tri_tensor_numel(q_w);
+    double heads = (double)N * (double)(NH + NH_kv) * (double)HS;
+    tri_cost_call(d, "rmsnorm_heads_backward");
+    int rc = TRI_OK;
+    for (int k = 0; k < 2 && !rc; k++) {
+        int64_t M = N * (k == 0 ? NH : NH_kv);
+        double e = (double)M * (double)HS, partials = 4.0 * (double)tri_col_chunks(M) * (double)HS;
+        rc = tri_cost_kernel(d, e * (esize(dout) + esize(inp)) + 4.0 * (double)M + partials, 0, 3 * e);
+        if (!rc) rc = col_finish(d, k == 0 ? dq_w : dk_w, M, HS);
+    }
+    if (!rc) rc = tri_cost_kernel(d, heads * (esize(dout) + esize(inp) + esize(dinp)) + bytes(q_w) + bytes(k_w) +
+                                         bytes(rstd), 0, NORM_BWD_FLOPS * heads);
+    return rc ? rc : rest_copy(d, dinp, dout, heads);
+}
+
 /* ---- attention ---- */
 
 /* The unfused attention's dims: qkv (B, T, 3C), att (B, NH, T, T). */

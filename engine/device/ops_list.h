@@ -113,6 +113,22 @@ TRI_OP_OPTIONAL(add_rmsnorm_forward, (tri_device *d, tri_tensor res, tri_tensor 
 /* dinp(N,C) +=, dw(C) += the gradients given dout(N,C). */
 TRI_OP(rmsnorm_backward, (tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor dout, tri_tensor inp,
                           tri_tensor w, tri_tensor rstd))
+/* Per-head RMSNorm of the fused q|k|v rows (Qwen3's q_norm / k_norm, Hugging Face's Qwen3Attention):
+ * inp(N,W) rows hold NH q heads then NH_kv k heads of HS = numel(q_w) = numel(k_w) values from column
+ * 0, then W - (NH + NH_kv) HS other columns (the v heads). Head h of row n, its "head row" r = n H + h
+ * (H = NH + NH_kv), is RMS-normalised as rmsnorm_forward's row (C = HS), with q_w for h < NH and k_w
+ * after; rstd(N,H) f32 keeps each head row's 1 / sqrt(mean(x^2) + eps). The other columns are copied
+ * (untouched when out is inp: in place; out must otherwise not overlap inp). */
+TRI_OP(rmsnorm_heads_forward, (tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor q_w,
+                               tri_tensor k_w, int64_t NH, int64_t NH_kv, float eps))
+/* dinp(N,W) = the gradient given dout(N,W) through rmsnorm_heads_forward: its q and k heads set
+ * (not accumulated) by rmsnorm_backward's row formula, the other columns copied from dout; dinp may
+ * be dout (in place). dq_w(HS) +=, dk_w(HS) += the weight gradients: each the column sum of dout x rstd
+ * over its head rows in the order r' = n NH + h (q) or n NH_kv + (h - NH) (k), in engine/core/math.h's
+ * column order (TRI_COL_CHUNK head rows a chunk, then the chunks in order). */
+TRI_OP(rmsnorm_heads_backward, (tri_device *d, tri_tensor dinp, tri_tensor dq_w, tri_tensor dk_w, tri_tensor dout,
+                                tri_tensor inp, tri_tensor q_w, tri_tensor k_w, tri_tensor rstd, int64_t NH,
+                                int64_t NH_kv))
 
 /* ---- causal multi-head self-attention core (Vaswani et al. 2017, scale 1/sqrt(HS)) ----
  * qkv(B,T,3*C_l) holds [q | k | v], each C_l = NH_l*HS wide, head h at columns h*HS of each part.

@@ -33,6 +33,9 @@ typedef struct tri_param_spec {
                                        gradient, which they sum (Llama's key/value heads when tp >
                                        num_key_value_heads, as Megatron-LM's query groups) */
     bool weight_decay;              /* AdamW decay (matrices yes; biases, layernorm no) */
+    bool tp_partial_grad;           /* replicated (split_dim -1) but each TP rank computes a part of
+                                       its gradient, which the TP group sums (Qwen3's per-head q_norm
+                                       and k_norm: a rank's gradient covers its own heads) */
     tri_init_kind init;
     float init_std;                 /* for TRI_INIT_NORMAL */
     int64_t init_rows;              /* dim-0 rows below this are initialised by `init`; rows at or

@@ -294,7 +294,7 @@ static bool compressed(const tri_chunk *st)
 
 /* Gradient reductions that make a chunk's owned gradients complete: over data-parallel replicas
  * (ZeRO: all-reduce, or reduce-scatter into the owned slices), then, on the owned pieces, over TP
- * for the replicated parameters under SP (without SP, after a compressed reduction, TP rank 0's
+ * for the replicated parameters under SP and those whose TP ranks compute parts (without SP, after a compressed reduction, TP rank 0's
  * decoding of them to the other TP ranks), over the ranks sharing a shard for the parameters split
  * into fewer shards than tp, and over the embedding group for the tied embedding
  * (in deterministic mode on the exact integer sums, converted to fp32 after all of them). */
@@ -305,8 +305,9 @@ static int sync_grads(tri_trainer *t, tri_chunk *st)
     if (!rc) rc = tri_zero_reduce_grads(&st->zero);
     for (int i = 0; i < L->n && !rc; i++) {
         const tri_param *p = &L->params[i];
-        /* under SP each TP rank saw only its sequence shard: sum the replicated parameters' parts */
-        if (t->cfg.sequence_parallel && p->tp_replicated && t->grid->tp > 1)
+        /* under SP each TP rank saw only its sequence shard (and a tp_partial_grad parameter's only
+         * its heads): sum the replicated parameters' parts */
+        if ((t->cfg.sequence_parallel || p->spec.tp_partial_grad) && p->tp_replicated && t->grid->tp > 1)
             rc = all_reduce_owned(t->grid->tp_comm, &st->zero, p);
         /* without SP every TP rank holds the whole gradient of a replicated parameter: after a
          * compressed dp reduction TP rank 0's decoding is the one all copies apply, so they stay equal */

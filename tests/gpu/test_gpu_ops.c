@@ -1510,6 +1510,56 @@ Test(gpu_ops, llama_ops_exact)
             llama_ops_exact_case(EXACT_DIMS[k][0], EXACT_DIMS[k][1], bf16, 1200 + 10 * k);
 }
 
+/* ---- per-head RMSNorm (Qwen3's q_norm / k_norm): the CPU's bits, fast and simple forms ----
+ * A warp per head row and chunked weight-gradient column sums over the head rows (cuda/norms/
+ * rmsnorm_heads.cu); HS 6 and 12 put head rows off 16-byte alignment, HS 300 past a warp's 256 slots,
+ * N 70 x 3 heads over several column chunks; out of place (the v columns copied) and in place. */
+static void rmsnorm_heads_exact_case(int64_t N, int64_t NH, int64_t NH_kv, int64_t HS, int64_t rest, int bf16,
+                                     uint64_t seed)
+{
+    int64_t H = NH + NH_kv, W = H * HS + rest;
+    both x = uniform_as(m2(N, W), -2, 2, seed, bf16), qw = uniform_as(v1(HS), 0.5f, 1.5f, seed + 1, bf16);
+    both kw = uniform_as(v1(HS), 0.5f, 1.5f, seed + 2, bf16);
+    for (int simple = 0; simple < 2; simple++) {
+        char what[160];
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        snprintf(what, sizeof what, "rmsnorm_heads_forward %s %s N %lld NH %lld NH_kv %lld HS %lld",
+                 simple ? "simple" : "fast", bf16 ? "bf16" : "fp32", (long long)N, (long long)NH, (long long)NH_kv,
+                 (long long)HS);
+        both out = make_as(m2(N, W), NULL, bf16), rstd = make(m2(N, H), NULL);
+        BOTH(tri_op_rmsnorm_heads_forward(cpu, out.c, rstd.c, x.c, qw.c, kw.c, NH, NH_kv, 1e-6f),
+             tri_op_rmsnorm_heads_forward(gpu, out.g, rstd.g, x.g, qw.g, kw.g, NH, NH_kv, 1e-6f));
+        cmp(what, out, 0.0);
+        cmp("rmsnorm_heads_forward rstd, exact", rstd, 0.0);
+        both in = uniform_as(m2(N, W), -2, 2, seed, bf16);
+        BOTH(tri_op_rmsnorm_heads_forward(cpu, in.c, rstd.c, in.c, qw.c, kw.c, NH, NH_kv, 1e-6f),
+             tri_op_rmsnorm_heads_forward(gpu, in.g, rstd.g, in.g, qw.g, kw.g, NH, NH_kv, 1e-6f));
+        cmp("rmsnorm_heads_forward in place, exact", in, 0.0);
+        both g = uniform_as(m2(N, W), -1, 1, seed + 3, bf16), dx = make_as(m2(N, W), NULL, bf16);
+        both dq = uniform_as(v1(HS), -1, 1, seed + 4, 0), dk = uniform_as(v1(HS), -1, 1, seed + 5, 0);
+        BOTH(tri_op_rmsnorm_heads_backward(cpu, dx.c, dq.c, dk.c, g.c, x.c, qw.c, kw.c, rstd.c, NH, NH_kv),
+             tri_op_rmsnorm_heads_backward(gpu, dx.g, dq.g, dk.g, g.g, x.g, qw.g, kw.g, rstd.g, NH, NH_kv));
+        cmp("rmsnorm_heads_backward dinp, exact", dx, 0.0);
+        cmp("rmsnorm_heads_backward dq_w (fp32), exact", dq, 0.0);
+        cmp("rmsnorm_heads_backward dk_w (fp32), exact", dk, 0.0);
+        BOTH(tri_op_rmsnorm_heads_backward(cpu, g.c, dq.c, dk.c, g.c, x.c, qw.c, kw.c, rstd.c, NH, NH_kv),
+             tri_op_rmsnorm_heads_backward(gpu, g.g, dq.g, dk.g, g.g, x.g, qw.g, kw.g, rstd.g, NH, NH_kv));
+        cmp("rmsnorm_heads_backward in place, exact", g, 0.0);
+        cmp("rmsnorm_heads_backward in place dq_w, exact", dq, 0.0);
+    }
+    cr_assert_eq(tri_cuda_set_simple_kernels(gpu, false), TRI_OK);
+}
+
+Test(gpu_ops, rmsnorm_heads_exact)
+{
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        rmsnorm_heads_exact_case(5, 4, 2, 16, 32, bf16, 1300);
+        rmsnorm_heads_exact_case(70, 2, 1, 6, 6, bf16, 1310);
+        rmsnorm_heads_exact_case(3, 2, 2, 12, 0, bf16, 1320);
+        rmsnorm_heads_exact_case(2, 1, 1, 300, 8, bf16, 1330);
+    }
+}
+
 /* ---- gradient compression (issue 32): the payload words and decoded values are the CPU's bits ---- */
 
 static void same_words(const char *what, tri_tensor g, tri_tensor c, int64_t n)

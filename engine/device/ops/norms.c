@@ -170,3 +170,77 @@ int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_t
     tri_widen_arg(&wd, &w, false);
     return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rmsnorm_backward, dinp, dw, dout, inp, w, rstd));
 }
+
+/* ---- per-head RMSNorm (Qwen3's q_norm / k_norm) ---- */
+
+static int check_rmsnorm_heads(const char *op, tri_tensor inp, tri_tensor q_w, tri_tensor k_w, tri_tensor rstd,
+                               int64_t NH, int64_t NH_kv)
+{
+    int64_t N = tri_tensor_rows(inp), W = tri_tensor_cols(inp), HS = tri_tensor_numel(q_w);
+    int rc = tri_need_float(op, "inp", inp);
+    if (!rc) rc = tri_need_float(op, "q_w", q_w);
+    if (!rc) rc = tri_need_float(op, "k_w", k_w);
+    if (!rc) rc = tri_need(op, "rstd", rstd, TRI_F32);
+    if (!rc && (NH < 1 || NH_kv < 1))
+        rc = TRI_ERR(TRI_EINVAL, "%s: NH %lld and NH_kv %lld must be at least 1", op, (long long)NH,
+                     (long long)NH_kv);
+    if (!rc && HS < 1)
+        rc = TRI_ERR(TRI_EINVAL, "%s: q_w is empty (it holds the head size HS)", op);
+    if (!rc) rc = tri_need_numel(op, "k_w", k_w, HS);
+    if (!rc && k_w.dtype != q_w.dtype)
+        rc = TRI_ERR(TRI_EINVAL, "%s: k_w's dtype must be q_w's", op);
+    if (!rc && (NH + NH_kv) * HS > W)
+        rc = TRI_ERR(TRI_EINVAL, "%s: inp's rows of %lld columns cannot hold NH %lld + NH_kv %lld heads of HS %lld",
+                     op, (long long)W, (long long)NH, (long long)NH_kv, (long long)HS);
+    if (!rc) rc = tri_need_numel(op, "rstd", rstd, N * (NH + NH_kv));
+    return rc;
+}
+
+int tri_op_rmsnorm_heads_forward(tri_device *d, tri_tensor out, tri_tensor rstd, tri_tensor inp, tri_tensor q_w,
+                                 tri_tensor k_w, int64_t NH, int64_t NH_kv, float eps)
+{
+    const char *op = "rmsnorm_heads_forward";
+    int rc = check_rmsnorm_heads(op, inp, q_w, k_w, rstd, NH, NH_kv);
+    if (!rc) rc = tri_need_float(op, "out", out);
+    if (!rc) rc = tri_need_matrix(op, "out", out, tri_tensor_rows(inp), tri_tensor_cols(inp));
+    if (!rc && out.data != inp.data && out.dtype != inp.dtype)
+        rc = TRI_ERR(TRI_EINVAL, "%s: out and inp must have one dtype (the other columns are copied)", op);
+    if (!rc && !(eps > 0.0f))
+        rc = TRI_ERR(TRI_EINVAL, "%s: eps %g must be positive", op, (double)eps);
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &inp, false);
+    tri_widen_arg(&wd, &out, true);
+    tri_widen_arg(&wd, &q_w, false);
+    tri_widen_arg(&wd, &k_w, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rmsnorm_heads_forward, out, rstd, inp, q_w, k_w, NH, NH_kv,
+                                                       eps));
+}
+
+int tri_op_rmsnorm_heads_backward(tri_device *d, tri_tensor dinp, tri_tensor dq_w, tri_tensor dk_w, tri_tensor dout,
+                                  tri_tensor inp, tri_tensor q_w, tri_tensor k_w, tri_tensor rstd, int64_t NH,
+                                  int64_t NH_kv)
+{
+    const char *op = "rmsnorm_heads_backward";
+    int64_t N = tri_tensor_rows(inp), W = tri_tensor_cols(inp), HS = tri_tensor_numel(q_w);
+    int rc = check_rmsnorm_heads(op, inp, q_w, k_w, rstd, NH, NH_kv);
+    if (!rc) rc = tri_need_float(op, "dinp", dinp);
+    if (!rc) rc = tri_need_float(op, "dout", dout);
+    if (!rc) rc = tri_need_float(op, "dq_w", dq_w);
+    if (!rc) rc = tri_need_float(op, "dk_w", dk_w);
+    if (!rc) rc = tri_need_matrix(op, "dinp", dinp, N, W);
+    if (!rc) rc = tri_need_matrix(op, "dout", dout, N, W);
+    if (!rc && dinp.data != dout.data && dinp.dtype != dout.dtype)
+        rc = TRI_ERR(TRI_EINVAL, "%s: dinp and dout must have one dtype (the other columns are copied)", op);
+    if (!rc) rc = tri_need_numel(op, "dq_w", dq_w, HS);
+    if (!rc) rc = tri_need_numel(op, "dk_w", dk_w, HS);
+    tri_widen wd = tri_widen_start(d, rc);
+    tri_widen_arg(&wd, &dout, false);
+    tri_widen_arg(&wd, &dinp, true);
+    tri_widen_arg(&wd, &dq_w, true);
+    tri_widen_arg(&wd, &dk_w, true);
+    tri_widen_arg(&wd, &inp, false);
+    tri_widen_arg(&wd, &q_w, false);
+    tri_widen_arg(&wd, &k_w, false);
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rmsnorm_heads_backward, dinp, dq_w, dk_w, dout, inp, q_w,
+                                                       k_w, rstd, NH, NH_kv));
+}

@@ -2,7 +2,7 @@
  *
  * Inline functions (TRI_HD: C for the CPU backend, __host__ __device__ under nvcc) that the CPU loops
  * (norms_cpu.c) and the CUDA kernels (cuda/norms/layernorm.kern.h, layernorm_fast.cuh,
- * rmsnorm.kern.h, rmsnorm_fast.cuh) both call, summing each row in engine/core/math.h's row order,
+ * rmsnorm.kern.h, rmsnorm_fast.cuh, rmsnorm_heads.kern.h, rmsnorm_heads_fast.cuh) both call, summing each row in engine/core/math.h's row order,
  * so the backends agree bit for bit and the CPU tests exercise the GPU's arithmetic. */
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_NORMS_MATH_H
 #define TRIDENT_ENGINE_DEVICE_OPS_NORMS_MATH_H
@@ -117,6 +117,51 @@ TRI_HD void tri_rmsnorm_row_backward_input_mixed(void *dx, int dx_bf16, const vo
         float dnorm = tri_load(w, w_bf16, i) * tri_load(dout, dout_bf16, i);
         tri_store(dx, dx_bf16, i, tri_load(dx, dx_bf16, i) + (dnorm - norm * dnorm_norm_mean) * rstd);
     }
+}
+
+/* ---- per-head RMSNorm of fused q|k|v rows (Qwen3's q_norm / k_norm; ops_list.h rmsnorm_heads_*) ----
+ * Head row r of rows of W columns with H = NH + NH_kv heads of HS: token r / H, head r % H, its values
+ * from column (r % H) HS; rstd(N,H) is indexed by r itself. The normalisation is
+ * tri_rmsnorm_row_forward_mixed on the head row (C = HS). */
+TRI_HD int64_t tri_head_row_at(int64_t r, int64_t H, int64_t W, int64_t HS)
+{
+    return (r / H) * W + (r % H) * HS;
+}
+
+/* The head row of weight-gradient row m of a group of G heads from head h0 (q: h0 = 0, G = NH; k:
+ * h0 = NH, G = NH_kv), m = n G + (h - h0): the order the weight gradient's column sums take. */
+TRI_HD int64_t tri_head_group_row(int64_t m, int64_t h0, int64_t G, int64_t H)
+{
+    return (m / G) * H + h0 + m % G;
+}
+
+/* dx = d rmsnorm / dx given dout for one row, set (not accumulated): tri_rmsnorm_row_backward_input_mixed's
+ * formula and order, each element's dout read before its dx is written, so dx may be dout. */
+TRI_HD void tri_rmsnorm_row_backward_set_mixed(void *dx, int dx_bf16, const void *dout, int dout_bf16, const void *x,
+                                               int x_bf16, const void *w, int w_bf16, float rstd, int64_t C)
+{
+    float acc[TRI_ROW_SLOTS];
+    tri_row_slots_zero(acc);
+    for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
+        for (int64_t s = 0, len = tri_row_slots_span(i0, C); s < len; s++) {
+            float norm = tri_load(x, x_bf16, i0 + s) * rstd;
+            acc[s] += tri_load(w, w_bf16, i0 + s) * tri_load(dout, dout_bf16, i0 + s) * norm;
+        }
+    float dnorm_norm_mean = tri_row_slots_combine(acc) / (float)C;
+    for (int64_t i = 0; i < C; i++) {
+        float norm = tri_load(x, x_bf16, i) * rstd;
+        float dnorm = tri_load(w, w_bf16, i) * tri_load(dout, dout_bf16, i);
+        tri_store(dx, dx_bf16, i, (dnorm - norm * dnorm_norm_mean) * rstd);
+    }
+}
+
+/* One term of a per-head weight gradient: column j of weight-gradient row m (tri_head_group_row),
+ * x * rstd * dout as rmsnorm's dw terms. */
+TRI_HD float tri_rmsnorm_heads_dw_term(const void *dout, int dout_bf16, const void *x, int x_bf16, const float *rstd,
+                                       int64_t m, int64_t j, int64_t h0, int64_t G, int64_t H, int64_t W, int64_t HS)
+{
+    int64_t r = tri_head_group_row(m, h0, G, H), at = tri_head_row_at(r, H, W, HS) + j;
+    return tri_load(x, x_bf16, at) * rstd[r] * tri_load(dout, dout_bf16, at);
 }
 
 #endif
