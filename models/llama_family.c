@@ -88,16 +88,21 @@ static void rope_text(const tri_llama_config *c, char *rope, size_t cap)
     }
 }
 
-/* config.json as transformers writes a LlamaConfig (json.dumps(indent=2, sort_keys=True)): every
- * key of tri_llama_config, and the fixed ones Trident computes (silu, no attention dropout). */
-static int hf_config(const void *cfg, const char *torch_dtype, char **json)
+/* config.json as transformers writes a LlamaConfig or a Qwen3Config (json.dumps(indent=2,
+ * sort_keys=True)): every key of tri_llama_config, and the fixed ones Trident computes (silu, no
+ * attention dropout). Qwen3Config has no pretraining_tp and writes mlp_bias only when on; its full
+ * attention is use_sliding_window false, so sliding_window null, and max_window_layers, which then
+ * changes nothing, the layer count. */
+static int hf_config_dense(const tri_llama_config *c, bool qwen3, const char *torch_dtype, char **json)
 {
-    const tri_llama_config *c = cfg;
-    char eps[48], theta[48], std[48], rope[640];
+    char eps[48], theta[48], std[48], rope[640], window[64] = "";
     tri_hf_float_text(eps, sizeof eps, c->rms_norm_eps, true);
     tri_hf_float_text(theta, sizeof theta, c->rope_theta, false);
     tri_hf_float_text(std, sizeof std, c->init_std, true);
     rope_text(c, rope, sizeof rope);
+    if (qwen3)
+        snprintf(window, sizeof window, "  \"max_window_layers\": %d,\n", c->num_hidden_layers);
+    const char *mlp_bias = c->mlp_bias ? "  \"mlp_bias\": true,\n" : qwen3 ? "" : "  \"mlp_bias\": false,\n";
     size_t cap = 4096;
     char *text = malloc(cap);
     if (!text)
@@ -105,7 +110,7 @@ static int hf_config(const void *cfg, const char *torch_dtype, char **json)
     snprintf(text, cap,
              "{\n"
              "  \"architectures\": [\n"
-             "    \"LlamaForCausalLM\"\n"
+             "    \"%s\"\n"
              "  ],\n"
              "  \"attention_bias\": %s,\n"
              "  \"attention_dropout\": 0.0,\n"
@@ -115,26 +120,40 @@ static int hf_config(const void *cfg, const char *torch_dtype, char **json)
              "  \"initializer_range\": %s,\n"
              "  \"intermediate_size\": %d,\n"
              "  \"max_position_embeddings\": %d,\n"
-             "  \"mlp_bias\": %s,\n"
-             "  \"model_type\": \"llama\",\n"
+             "%s%s"
+             "  \"model_type\": \"%s\",\n"
              "  \"num_attention_heads\": %d,\n"
              "  \"num_hidden_layers\": %d,\n"
              "  \"num_key_value_heads\": %d,\n"
-             "  \"pretraining_tp\": 1,\n"
+             "%s"
              "  \"rms_norm_eps\": %s,\n"
              "  \"rope_scaling\": %s,\n"
              "  \"rope_theta\": %s,\n"
+             "%s"
              "  \"tie_word_embeddings\": %s,\n"
              "  \"torch_dtype\": \"%s\",\n"
              "  \"use_cache\": true,\n"
+             "%s"
              "  \"vocab_size\": %d\n"
              "}\n",
-             c->attention_bias ? "true" : "false", c->head_dim, c->hidden_size, std, c->intermediate_size,
-             c->max_position_embeddings, c->mlp_bias ? "true" : "false", c->num_attention_heads,
-             c->num_hidden_layers, c->num_key_value_heads, eps, rope, theta,
-             c->tie_word_embeddings ? "true" : "false", torch_dtype, c->vocab_size);
+             qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM", c->attention_bias ? "true" : "false", c->head_dim,
+             c->hidden_size, std, c->intermediate_size, c->max_position_embeddings, window, mlp_bias,
+             qwen3 ? "qwen3" : "llama", c->num_attention_heads, c->num_hidden_layers, c->num_key_value_heads,
+             qwen3 ? "" : "  \"pretraining_tp\": 1,\n", eps, rope, theta, qwen3 ? "  \"sliding_window\": null,\n" : "",
+             c->tie_word_embeddings ? "true" : "false", torch_dtype, qwen3 ? "  \"use_sliding_window\": false,\n" : "",
+             c->vocab_size);
     *json = text;
     return TRI_OK;
+}
+
+static int hf_config(const void *cfg, const char *torch_dtype, char **json)
+{
+    return hf_config_dense(cfg, false, torch_dtype, json);
+}
+
+static int hf_config_qwen3(const void *cfg, const char *torch_dtype, char **json)
+{
+    return hf_config_dense(cfg, true, torch_dtype, json);
 }
 
 /* config.json as transformers writes a MixtralConfig or a Qwen3MoeConfig (sorted keys, indent 2):
@@ -196,58 +215,6 @@ static int hf_config_moe(const void *cfg, const char *torch_dtype, char **json)
                  c->num_experts_per_tok, c->num_hidden_layers, c->num_key_value_heads,
                  c->output_router_logits ? "true" : "false", eps, theta, coef,
                  c->tie_word_embeddings ? "true" : "false", torch_dtype, c->vocab_size);
-    *json = text;
-    return TRI_OK;
-}
-
-/* config.json as transformers writes a Qwen3Config: its keys (no mlp_bias or pretraining_tp, unless
- * mlp_bias is on), full attention (use_sliding_window false, so sliding_window null, and
- * max_window_layers, which then changes nothing, the layer count). */
-static int hf_config_qwen3(const void *cfg, const char *torch_dtype, char **json)
-{
-    const tri_llama_config *c = cfg;
-    char eps[48], theta[48], std[48], rope[640];
-    tri_hf_float_text(eps, sizeof eps, c->rms_norm_eps, true);
-    tri_hf_float_text(theta, sizeof theta, c->rope_theta, false);
-    tri_hf_float_text(std, sizeof std, c->init_std, true);
-    rope_text(c, rope, sizeof rope);
-    size_t cap = 4096;
-    char *text = malloc(cap);
-    if (!text)
-        return TRI_ERR(TRI_ENOMEM, "%s: out of memory for config.json", c->name);
-    snprintf(text, cap,
-             "{\n"
-             "  \"architectures\": [\n"
-             "    \"Qwen3ForCausalLM\"\n"
-             "  ],\n"
-             "  \"attention_bias\": %s,\n"
-             "  \"attention_dropout\": 0.0,\n"
-             "  \"head_dim\": %d,\n"
-             "  \"hidden_act\": \"silu\",\n"
-             "  \"hidden_size\": %d,\n"
-             "  \"initializer_range\": %s,\n"
-             "  \"intermediate_size\": %d,\n"
-             "  \"max_position_embeddings\": %d,\n"
-             "  \"max_window_layers\": %d,\n"
-             "%s"
-             "  \"model_type\": \"qwen3\",\n"
-             "  \"num_attention_heads\": %d,\n"
-             "  \"num_hidden_layers\": %d,\n"
-             "  \"num_key_value_heads\": %d,\n"
-             "  \"rms_norm_eps\": %s,\n"
-             "  \"rope_scaling\": %s,\n"
-             "  \"rope_theta\": %s,\n"
-             "  \"sliding_window\": null,\n"
-             "  \"tie_word_embeddings\": %s,\n"
-             "  \"torch_dtype\": \"%s\",\n"
-             "  \"use_cache\": true,\n"
-             "  \"use_sliding_window\": false,\n"
-             "  \"vocab_size\": %d\n"
-             "}\n",
-             c->attention_bias ? "true" : "false", c->head_dim, c->hidden_size, std, c->intermediate_size,
-             c->max_position_embeddings, c->num_hidden_layers, c->mlp_bias ? "  \"mlp_bias\": true,\n" : "",
-             c->num_attention_heads, c->num_hidden_layers, c->num_key_value_heads, eps, rope, theta,
-             c->tie_word_embeddings ? "true" : "false", torch_dtype, c->vocab_size);
     *json = text;
     return TRI_OK;
 }

@@ -8,6 +8,7 @@
 #define TRIDENT_ENGINE_DEVICE_OPS_NORMS_MATH_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/core/math.h"
@@ -97,12 +98,13 @@ TRI_HD void tri_rmsnorm_row_forward_mixed(void *out, int out_bf16, float *rstd_o
     *rstd_out = rs;
 }
 
-/* dx += d rmsnorm / dx given dout for one row: with norm = x rstd and dnorm = w dout,
- * dx = (dnorm - norm * sum(dnorm norm) / C) rstd, the sum in engine/core/math.h's row order. dw is the
- * caller's column sum of dout * norm (TRI_COL_CHUNK). */
-TRI_HD void tri_rmsnorm_row_backward_input_mixed(void *dx, int dx_bf16, const void *dout, int dout_bf16,
-                                                 const void *x, int x_bf16, const void *w, int w_bf16, float rstd,
-                                                 int64_t C)
+/* dx (+)= d rmsnorm / dx given dout for one row: with norm = x rstd and dnorm = w dout,
+ * dx = (dnorm - norm * sum(dnorm norm) / C) rstd, the sum in engine/core/math.h's row order, added to
+ * dx (accumulate) or written (each element's dout read before its dx is written, so dx may be dout).
+ * dw is the caller's column sum of dout * norm (TRI_COL_CHUNK). */
+TRI_HD void tri_rmsnorm_row_backward_mixed(void *dx, int dx_bf16, const void *dout, int dout_bf16, const void *x,
+                                           int x_bf16, const void *w, int w_bf16, float rstd, int64_t C,
+                                           bool accumulate)
 {
     float acc[TRI_ROW_SLOTS];
     tri_row_slots_zero(acc);
@@ -115,8 +117,17 @@ TRI_HD void tri_rmsnorm_row_backward_input_mixed(void *dx, int dx_bf16, const vo
     for (int64_t i = 0; i < C; i++) {
         float norm = tri_load(x, x_bf16, i) * rstd;
         float dnorm = tri_load(w, w_bf16, i) * tri_load(dout, dout_bf16, i);
-        tri_store(dx, dx_bf16, i, tri_load(dx, dx_bf16, i) + (dnorm - norm * dnorm_norm_mean) * rstd);
+        float d = (dnorm - norm * dnorm_norm_mean) * rstd;
+        tri_store(dx, dx_bf16, i, accumulate ? tri_load(dx, dx_bf16, i) + d : d);
     }
+}
+
+/* dx += the row's input gradient (tri_rmsnorm_row_backward_mixed accumulating). */
+TRI_HD void tri_rmsnorm_row_backward_input_mixed(void *dx, int dx_bf16, const void *dout, int dout_bf16,
+                                                 const void *x, int x_bf16, const void *w, int w_bf16, float rstd,
+                                                 int64_t C)
+{
+    tri_rmsnorm_row_backward_mixed(dx, dx_bf16, dout, dout_bf16, x, x_bf16, w, w_bf16, rstd, C, true);
 }
 
 /* ---- per-head RMSNorm of fused q|k|v rows (Qwen3's q_norm / k_norm; ops_list.h rmsnorm_heads_*) ----
@@ -135,24 +146,11 @@ TRI_HD int64_t tri_head_group_row(int64_t m, int64_t h0, int64_t G, int64_t H)
     return (m / G) * H + h0 + m % G;
 }
 
-/* dx = d rmsnorm / dx given dout for one row, set (not accumulated): tri_rmsnorm_row_backward_input_mixed's
- * formula and order, each element's dout read before its dx is written, so dx may be dout. */
+/* dx = the row's input gradient, set (tri_rmsnorm_row_backward_mixed writing; dx may be dout). */
 TRI_HD void tri_rmsnorm_row_backward_set_mixed(void *dx, int dx_bf16, const void *dout, int dout_bf16, const void *x,
                                                int x_bf16, const void *w, int w_bf16, float rstd, int64_t C)
 {
-    float acc[TRI_ROW_SLOTS];
-    tri_row_slots_zero(acc);
-    for (int64_t i0 = 0; i0 < C; i0 += TRI_ROW_SLOTS)
-        for (int64_t s = 0, len = tri_row_slots_span(i0, C); s < len; s++) {
-            float norm = tri_load(x, x_bf16, i0 + s) * rstd;
-            acc[s] += tri_load(w, w_bf16, i0 + s) * tri_load(dout, dout_bf16, i0 + s) * norm;
-        }
-    float dnorm_norm_mean = tri_row_slots_combine(acc) / (float)C;
-    for (int64_t i = 0; i < C; i++) {
-        float norm = tri_load(x, x_bf16, i) * rstd;
-        float dnorm = tri_load(w, w_bf16, i) * tri_load(dout, dout_bf16, i);
-        tri_store(dx, dx_bf16, i, (dnorm - norm * dnorm_norm_mean) * rstd);
-    }
+    tri_rmsnorm_row_backward_mixed(dx, dx_bf16, dout, dout_bf16, x, x_bf16, w, w_bf16, rstd, C, false);
 }
 
 /* One term of a per-head weight gradient: column j of weight-gradient row m (tri_head_group_row),
