@@ -9,7 +9,8 @@ safetensors package here).
       hub's gpt2 files), one model.safetensors or, above SHARD_BYTES, shards and an index split as
       huggingface_hub does; LLMC: the same weights (rounded to DTYPE) as an llm.c model file, written
       independently, so `ckpt import --format hf` then `ckpt export --format llmc` must equal it.
-  write-mixtral DIR V L NH NH_KV C I T E K DTYPE SHARD_BYTES: a MixtralForCausalLM directory
+  write-mixtral DIR V L NH NH_KV C I T E K DTYPE SHARD_BYTES [FAMILY]: a MixtralForCausalLM directory
+      (FAMILY qwen3_moe: a Qwen3MoeForCausalLM directory)
   write-llama DIR V L NH NH_KV C F T DTYPE SHARD_BYTES TIED [HEAD_DIM BIAS ROPE FAMILY]
       DIR: config.json (LlamaConfig as transformers writes it; HEAD_DIM 0 or absent: C / NH; BIAS 1:
       attention_bias and mlp_bias; ROPE llama3: Llama 3's rope_scaling and rope_theta 500000) and the
@@ -198,37 +199,58 @@ def write_llama(d, V, L, NH, NKV, C, F, T, dtype, shard_bytes, tied, head_dim="0
     print(f"wrote {d}: {len(tensors)} tensors in {dtype}, {n_shards} file(s)")
 
 
-def write_mixtral(d, V, L, NH, NKV, C, I, T, E, K, dtype, shard_bytes):
+def write_mixtral(d, V, L, NH, NKV, C, I, T, E, K, dtype, shard_bytes, family="mixtral"):
     """A MixtralForCausalLM directory: MixtralDecoderLayer registers self_attn, block_sparse_moe (its
-    router `gate`, then experts.J each with w1, w2, w3), then the two norms; an untied head."""
+    router `gate`, then experts.J each with w1, w2, w3), then the two norms; an untied head. FAMILY
+    qwen3_moe: a Qwen3MoeForCausalLM directory instead (Qwen3MoeAttention's q_norm and k_norm after
+    o_proj, the sparse block under mlp. with experts.J.gate_proj, up_proj, down_proj)."""
     V, L, NH, NKV, C, I, T, E, K, shard_bytes = (int(x) for x in (V, L, NH, NKV, C, I, T, E, K, shard_bytes))
+    qwen = family == "qwen3_moe"
     HS = C // NH
     rng = np.random.default_rng(17)
     w = {"model.embed_tokens.weight": rng.normal(0, 0.02, (V, C))}
+    blk, names = (("mlp.", ("gate_proj", "up_proj", "down_proj")) if qwen
+                  else ("block_sparse_moe.", ("w1", "w2", "w3")))
     for i in range(L):
         pre = f"model.layers.{i}."
         for n, out, inp in [("self_attn.q_proj", NH * HS, C), ("self_attn.k_proj", NKV * HS, C),
                             ("self_attn.v_proj", NKV * HS, C), ("self_attn.o_proj", C, NH * HS)]:
             w[f"{pre}{n}.weight"] = rng.normal(0, 0.02, (out, inp))
-        w[f"{pre}block_sparse_moe.gate.weight"] = rng.normal(0, 0.02, (E, C))
+        if qwen:
+            w[f"{pre}self_attn.q_norm.weight"] = rng.normal(1.0, 0.02, (HS,))
+            w[f"{pre}self_attn.k_norm.weight"] = rng.normal(1.0, 0.02, (HS,))
+        w[f"{pre}{blk}gate.weight"] = rng.normal(0, 0.02, (E, C))
         for e in range(E):
-            for n, shape in [("w1", (I, C)), ("w2", (C, I)), ("w3", (I, C))]:
-                w[f"{pre}block_sparse_moe.experts.{e}.{n}.weight"] = rng.normal(0, 0.02, shape)
+            for n in names:
+                shape = (C, I) if n in ("w2", "down_proj") else (I, C)
+                w[f"{pre}{blk}experts.{e}.{n}.weight"] = rng.normal(0, 0.02, shape)
         w[f"{pre}input_layernorm.weight"] = rng.normal(1.0, 0.02, (C,))
         w[f"{pre}post_attention_layernorm.weight"] = rng.normal(1.0, 0.02, (C,))
     w["model.norm.weight"] = rng.normal(1.0, 0.02, (C,))
     w["lm_head.weight"] = rng.normal(0, 0.02, (V, C))
     tensors = {n: (dtype, a.shape, raw(a, dtype)[0]) for n, a in w.items()}
     n_shards = write_dir(d, tensors, shard_bytes)
-    config = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
-              "eos_token_id": 2, "hidden_act": "silu", "hidden_size": C, "initializer_range": 0.02,
-              "intermediate_size": I, "max_position_embeddings": T, "model_type": "mixtral",
-              "num_attention_heads": NH, "num_experts_per_tok": K, "num_hidden_layers": L,
-              "num_key_value_heads": NKV, "num_local_experts": E, "output_router_logits": False,
-              "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
-              "sliding_window": None, "tie_word_embeddings": False,
-              "torch_dtype": {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype],
-              "transformers_version": "4.36.0", "use_cache": True, "vocab_size": V}
+    torch_dtype = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype]
+    if qwen:
+        config = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                  "decoder_sparse_step": 1, "head_dim": HS, "hidden_act": "silu", "hidden_size": C,
+                  "initializer_range": 0.02, "intermediate_size": 2 * I, "max_position_embeddings": T,
+                  "max_window_layers": L, "mlp_only_layers": [], "model_type": "qwen3_moe",
+                  "moe_intermediate_size": I, "norm_topk_prob": True, "num_attention_heads": NH,
+                  "num_experts": E, "num_experts_per_tok": K, "num_hidden_layers": L, "num_key_value_heads": NKV,
+                  "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None,
+                  "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": None,
+                  "tie_word_embeddings": False, "torch_dtype": torch_dtype, "transformers_version": "4.51.0",
+                  "use_cache": True, "use_sliding_window": False, "vocab_size": V}
+    else:
+        config = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+                  "eos_token_id": 2, "hidden_act": "silu", "hidden_size": C, "initializer_range": 0.02,
+                  "intermediate_size": I, "max_position_embeddings": T, "model_type": "mixtral",
+                  "num_attention_heads": NH, "num_experts_per_tok": K, "num_hidden_layers": L,
+                  "num_key_value_heads": NKV, "num_local_experts": E, "output_router_logits": False,
+                  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+                  "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": torch_dtype,
+                  "transformers_version": "4.36.0", "use_cache": True, "vocab_size": V}
     open(f"{d}/config.json", "w").write(json.dumps(config, indent=2, sort_keys=True) + "\n")
     print(f"wrote {d}: {len(tensors)} tensors in {dtype}, {n_shards} file(s)")
 
@@ -354,7 +376,7 @@ if __name__ == "__main__":
     elif sys.argv[1] == "write-llama":
         write_llama(*sys.argv[2:18])
     elif sys.argv[1] == "write-mixtral":
-        write_mixtral(*sys.argv[2:14])
+        write_mixtral(*sys.argv[2:15])
     elif sys.argv[1] == "compare":
         compare(*sys.argv[2:4])
     elif sys.argv[1] == "corrupt":

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/hf_mixtral.sh - Hugging Face Mixtral directories in and out of Trident (the "mixtral" family,
+# tests/hf_mixtral.sh - Hugging Face Mixtral and Qwen3-MoE directories in and out of Trident (the "mixtral" and
+# "qwen3_moe" families,
 # models/llama_moe.c; the Llama twin of this is tests/hf_llama.sh).
 #
 # tests/hf_files.py write-mixtral writes MixtralForCausalLM directories from the published formats
@@ -61,6 +62,14 @@ grep -q '"model_type": "mixtral"' "$tmp/hf_mixtral_f32/config.json" &&
   grep -q '"num_local_experts": 4' "$tmp/hf_mixtral_f32/config.json" &&
   grep -q '"architectures": \[' "$tmp/hf_mixtral_f32/config.json" &&
   echo "ok   the exported config.json is a MixtralConfig" || fail "exported config.json: $(cat "$tmp/hf_mixtral_f32/config.json")"
+
+# Qwen3-MoE: q_norm / k_norm after o_proj, the sparse block under mlp., Qwen3MoeConfig
+$py tests/hf_files.py write-mixtral "$tmp/q32" "${dims[@]}" F32 5000000000 qwen3_moe > /dev/null || fail "write qwen3_moe"
+round "$tmp/q32" qwen3_moe_f32 --dtype fp32
+$py tests/hf_files.py write-mixtral "$tmp/q16" "${dims[@]}" BF16 40000 qwen3_moe > /dev/null || fail "write qwen3_moe bf16"
+round "$tmp/q16" qwen3_moe_sharded_bf16 --dtype bf16 --max-shard-size 40000
+grep -q '"model_type": "qwen3_moe"' "$tmp/hf_qwen3_moe_f32/config.json" &&
+  echo "ok   the exported config.json is a Qwen3MoeConfig" || fail "exported qwen3_moe config.json"
 
 # ---- 2: fine-tune the imported weights at pp 2 ----
 out=$(mpiexec --oversubscribe --mca btl self,vader -np 2 --timeout 300 "$bin/engine_train" \
