@@ -252,12 +252,5 @@ void tri_llama_moe_shape(void *self, int *n_layers, int *n_experts)
 int tri_llama_moe_count(tri_llama *m, int l, const tri_moe_acts *a)
 {
     tri_moe_stats *s = m->d.chunk.moe_stats;
-    if (!s)
-        return TRI_OK;
-    int32_t routed[TRI_MOE_MAX_EXPERTS];
-    float losses[2];
-    int rc = tri_device_copy_to_host(m->d.dev, routed, a->routed_per_expert);
-    if (!rc) rc = tri_device_copy_to_host(m->d.dev, losses, a->losses);
-    if (!rc) rc = tri_moe_stats_add(s, m->d.opt.layer_start + l, routed, a->counts, losses[0], losses[1]);
-    return rc;
+    return s ? tri_moe_stats_stage(s, m->d.opt.layer_start + l, a->routed_per_expert, a->counts, a->losses) : TRI_OK;
 }

@@ -36,7 +36,7 @@ static int hand_rank(int rank, int size, tri_comm *world, void *arg)
     (void)size;
     hand_case *h = arg;
     tri_moe_stats *s = &h->s[rank];
-    int rc = tri_moe_stats_init(s, 3, 4); /* layers 0 and 2 sparse, 4 experts */
+    int rc = tri_moe_stats_init(s, 3, 4, NULL, 0); /* layers 0 and 2 sparse, 4 experts */
     tri_moe_stats_reset(s, 4);            /* 2 micro-batches x 2 replicas */
     for (int mb = 0; mb < 2 && !rc; mb++) {
         int32_t routed0[4] = {3 + rank, 1, 0, 4 - rank}, kept0[4] = {3, 1, 0, 3 - rank};
@@ -76,8 +76,8 @@ Test(moe_stats, account_by_hand_reduced_over_ranks)
         tri_moe_stats_free(&h.s[r]);
     }
     tri_moe_stats s;
-    cr_expect_eq(tri_moe_stats_init(&s, 0, 4), TRI_EINVAL);
-    cr_expect_eq(tri_moe_stats_init(&s, 2, 0), TRI_OK, "an empty account (dense)");
+    cr_expect_eq(tri_moe_stats_init(&s, 0, 4, NULL, 0), TRI_EINVAL);
+    cr_expect_eq(tri_moe_stats_init(&s, 2, 0, NULL, 0), TRI_OK, "an empty account (dense)");
     cr_expect_eq(tri_moe_stats_summary(&s).n_sparse, 0);
     cr_expect_eq(tri_moe_stats_add(&s, 0, NULL, NULL, 0, 0), TRI_EINVAL, "an empty account takes nothing");
     tri_error_clear();
@@ -99,7 +99,8 @@ static void make_tiny(tri_model *m, int layers)
 
 typedef struct zero_case {
     double capacity_factor;
-    tri_moe_stats s;
+    int staged_left;
+    tri_moe_stats s, out;
     int rc;
 } zero_case;
 
@@ -125,7 +126,7 @@ static int zero_router_rank(int rank, int size, tri_comm *world, void *arg)
     tri_llama *ll = model;
     int layers = 0, E = 0;
     if (!rc) chunk->model.moe_shape(chunk->model.self, &layers, &E);
-    if (!rc) rc = tri_moe_stats_init(&zc->s, layers, E);
+    if (!rc) rc = tri_moe_stats_init(&zc->s, layers, E, dev, 2); /* one micro-batch of 2 sparse layers */
     int32_t windows[ZB * (ZT + 1)];
     for (int i = 0; i < ZB * (ZT + 1); i++)
         windows[i] = (i * 7) % 100;
@@ -140,6 +141,16 @@ static int zero_router_rank(int rank, int size, tri_comm *world, void *arg)
     if (!rc) chunk->moe_stats = &zc->s;
     if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / ZN);
     if (!rc) rc = tri_chunk_backward(chunk, 0);
+    if (!rc) rc = tri_device_sync(dev);
+    if (!rc) rc = tri_moe_stats_collect(&zc->s);
+    zc->staged_left = zc->s.n_staged;
+    /* the result into a plain account (the staging is the device's memory) */
+    if (!rc) rc = tri_moe_stats_init(&zc->out, layers, E, NULL, 0);
+    if (!rc) {
+        memcpy(zc->out.sums, zc->s.sums, (size_t)(layers * 2 * E + 2) * sizeof *zc->s.sums);
+        zc->out.micro = zc->s.micro;
+    }
+    tri_moe_stats_free(&zc->s);
     if (model)
         tri_decoder_free(model);
     tri_device_destroy(dev);
@@ -153,9 +164,10 @@ Test(moe_stats, uniform_router_counts_in_closed_form)
     for (int c = 0; c < 2; c++) {
         zero_case zc = {.capacity_factor = c ? 1.0 : 0.0};
         cr_assert_eq(tri_run_thread_ranks(1, zero_router_rank, &zc), TRI_OK, "%s", tri_error_message());
-        const tri_moe_stats *s = &zc.s;
+        const tri_moe_stats *s = &zc.out;
         cr_assert_eq(s->E, 4);
         cr_assert_eq(s->n_layers, 2);
+        cr_expect_eq(zc.staged_left, 0, "collected");
         int64_t keep = c ? (ZN * 2 + 3) / 4 : ZN; /* Megatron's ceil(N K / E x 1) */
         for (int l = 0; l < 2; l++) {
             const int64_t *row = s->sums + l * 8;
@@ -170,7 +182,7 @@ Test(moe_stats, uniform_router_counts_in_closed_form)
         cr_expect(fabs(m.aux - want_aux) <= 1e-6 * want_aux, "aux %.9g, want %.9g", m.aux, want_aux);
         cr_expect(fabs(m.z - want_z) <= 1e-6 * want_z, "z %.9g, want %.9g", m.z, want_z);
         cr_expect_eq(m.drop_frac, c ? 1.0 - (double)keep / ZN : 0.0, "drop %g", m.drop_frac);
-        tri_moe_stats_free(&zc.s);
+        tri_moe_stats_free(&zc.out);
     }
 }
 

@@ -15,7 +15,7 @@ static int64_t n_sums(const tri_moe_stats *s)
     return (int64_t)s->n_layers * 2 * s->E + 2;
 }
 
-int tri_moe_stats_init(tri_moe_stats *s, int n_layers, int E)
+int tri_moe_stats_init(tri_moe_stats *s, int n_layers, int E, tri_device *dev, int records)
 {
     memset(s, 0, sizeof *s);
     if (E < 0 || (E > 0 && n_layers < 1))
@@ -29,11 +29,24 @@ int tri_moe_stats_init(tri_moe_stats *s, int n_layers, int E)
         s->E = 0;
         return TRI_ERR(TRI_ENOMEM, "moe stats: out of memory for %d layers of %d experts", n_layers, E);
     }
+    if (dev && records > 0) {
+        void *host = NULL;
+        int rc = tri_device_host_alloc(dev, &host, (size_t)records * (size_t)(2 * E + 3) * sizeof(int32_t));
+        if (rc) {
+            tri_moe_stats_free(s);
+            return rc;
+        }
+        s->dev = dev;
+        s->stage = host;
+        s->cap = records;
+    }
     return TRI_OK;
 }
 
 void tri_moe_stats_free(tri_moe_stats *s)
 {
+    if (s->dev)
+        tri_device_host_free(s->dev, s->stage);
     free(s->sums);
     memset(s, 0, sizeof *s);
 }
@@ -41,6 +54,7 @@ void tri_moe_stats_free(tri_moe_stats *s)
 void tri_moe_stats_reset(tri_moe_stats *s, int64_t micro)
 {
     s->micro = micro;
+    s->n_staged = 0;
     if (s->sums)
         memset(s->sums, 0, (size_t)n_sums(s) * sizeof *s->sums);
 }
@@ -70,6 +84,37 @@ int tri_moe_stats_add(tri_moe_stats *s, int layer, const int32_t *routed, const 
     s->sums[n_sums(s) - 2] += fa;
     s->sums[n_sums(s) - 1] += fz;
     return TRI_OK;
+}
+
+int tri_moe_stats_stage(tri_moe_stats *s, int layer, tri_tensor routed, const int32_t *kept, tri_tensor losses)
+{
+    if (s->n_staged >= s->cap || layer < 0 || layer >= s->n_layers || s->E == 0)
+        return TRI_ERR(TRI_EINVAL, "moe stats: staging layer %d as record %d of %d (layers 0..%d)", layer,
+                       s->n_staged + 1, s->cap, s->n_layers - 1);
+    if (routed.dtype != TRI_I32 || tri_tensor_numel(routed) != s->E || losses.dtype != TRI_F32 ||
+        tri_tensor_numel(losses) != 2)
+        return TRI_ERR(TRI_EINVAL, "moe stats: routed counts must be (%d) i32 and the losses (2) f32", s->E);
+    int32_t *rec = s->stage + (int64_t)s->n_staged * (2 * s->E + 3);
+    rec[0] = layer;
+    memcpy(rec + 1 + s->E, kept, (size_t)s->E * sizeof *kept);
+    int rc = tri_device_copy_to_host_async(s->dev, rec + 1, routed);
+    if (!rc) rc = tri_device_copy_to_host_async(s->dev, rec + 1 + 2 * s->E, losses);
+    if (!rc)
+        s->n_staged++;
+    return rc;
+}
+
+int tri_moe_stats_collect(tri_moe_stats *s)
+{
+    int rc = TRI_OK;
+    for (int k = 0; k < s->n_staged && !rc; k++) {
+        const int32_t *rec = s->stage + (int64_t)k * (2 * s->E + 3);
+        float l[2];
+        memcpy(l, rec + 1 + 2 * s->E, sizeof l);
+        rc = tri_moe_stats_add(s, rec[0], rec + 1, rec + 1 + s->E, l[0], l[1]);
+    }
+    s->n_staged = 0;
+    return rc;
 }
 
 int tri_moe_stats_reduce(tri_moe_stats *s, tri_comm *comm)

@@ -4,8 +4,10 @@
  * (Megatron-Core's "load_balancing_loss" / "z_loss" logging and its tokens_per_expert tracking).
  *
  * A model with experts gives the account's shape through its chunk's optional moe_shape hook
- * (engine/train/chunk.h) and adds each training micro-batch's figures in each sparse layer's
- * backward (chunk->moe_stats); the trainer resets the account at the
+ * (engine/train/chunk.h) and stages each training micro-batch's figures in each sparse layer's
+ * backward (chunk->moe_stats, tri_moe_stats_stage: the device's values copied without waiting into
+ * a page-locked record); the trainer, after the step's one wait for the device, folds the records
+ * in (tri_moe_stats_collect), so the figures cost the step no extra wait. The trainer resets the account at the
  * start of a step and, once the step's micro-batches are done, sums it over the data-parallel ranks
  * that share the routers (not under local SGD's inner steps: each replica's own) and over the
  * pipeline stages (which hold disjoint layers), so every rank holds the whole model's figures.
@@ -18,6 +20,7 @@
 #include <stdint.h>
 
 #include "engine/comm/comm.h"
+#include "engine/device/device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,11 +35,15 @@ typedef struct tri_moe_stats {
     int64_t *sums;     /* (n_layers * 2 * E + 2): per layer the selections per expert before dropping
                           (routed, E) then the kept ones (E), summed over micro-batches; then the aux
                           and z losses (summed over layers and micro-batches) in fixed point */
+    tri_device *dev;   /* the staging's owner (NULL: no staging) */
+    int32_t *stage;    /* (cap, 2E + 3) records: layer, routed (E), kept (E), aux and z (f32 bits) */
+    int n_staged, cap;
 } tri_moe_stats;
 
-/* Prepares an account for n_layers layers of E experts (E 0: an empty account, no memory).
- * TRI_EINVAL for E < 0 or n_layers < 1 with E > 0; TRI_ENOMEM. */
-int tri_moe_stats_init(tri_moe_stats *s, int n_layers, int E);
+/* Prepares an account for n_layers layers of E experts (E 0: an empty account, no memory) with
+ * room for `records` staged layer figures a step (tri_moe_stats_stage; 0: none) in dev's host
+ * staging memory. TRI_EINVAL for E < 0 or n_layers < 1 with E > 0; TRI_ENOMEM. */
+int tri_moe_stats_init(tri_moe_stats *s, int n_layers, int E, tri_device *dev, int records);
 void tri_moe_stats_free(tri_moe_stats *s);
 /* Zeroes the sums for a new step of `micro` micro-batches (over the replicas it will be summed over). */
 void tri_moe_stats_reset(tri_moe_stats *s, int64_t micro);
@@ -46,6 +53,14 @@ void tri_moe_stats_reset(tri_moe_stats *s, int64_t micro);
  * layer outside [0, n_layers). A loss that is not finite (or not below 2^31) leaves the micro-batch
  * out: a non-finite router makes the step non-finite, which the step's guard handles. */
 int tri_moe_stats_add(tri_moe_stats *s, int layer, const int32_t *routed, const int32_t *kept, float aux, float z);
+
+/* Stages one micro-batch of global layer `layer` from the device without waiting: routed (E) i32
+ * and losses (2) f32 device tensors copied into the next record, kept (E, host) copied at once.
+ * TRI_EINVAL when the step's records are used up or the layer is outside the account; device
+ * errors. The record holds its values after the device's next wait. */
+int tri_moe_stats_stage(tri_moe_stats *s, int layer, tri_tensor routed, const int32_t *kept, tri_tensor losses);
+/* After a wait for the device: adds every staged record (tri_moe_stats_add) and empties the staging. */
+int tri_moe_stats_collect(tri_moe_stats *s);
 
 /* Sums the account over comm (host all-reduce, i64; collective: every rank of comm calls it with an
  * account of the same shape). NULL or a comm of one rank: nothing. */

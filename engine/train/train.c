@@ -155,7 +155,8 @@ static int start_moe_stats(tri_trainer *t)
         return TRI_OK;
     int layers = 0, E = 0;
     m->moe_shape(m->self, &layers, &E);
-    int rc = tri_moe_stats_init(&t->moe, layers, E);
+    /* room for every sparse layer of the rank's chunks in every micro-batch of a step */
+    int rc = tri_moe_stats_init(&t->moe, layers, E, t->dev, t->cfg.n_micro * layers);
     for (int c = 0; c < t->v && !rc && E > 0; c++)
         t->chunks[c]->moe_stats = &t->moe;
     return rc;
@@ -338,13 +339,15 @@ static int sync_grads(tri_trainer *t, tri_chunk *st)
     return rc ? rc : tri_zero_finish_grads(&st->zero);
 }
 
-/* The step's MoE figures (engine/train/moe_stats.h) summed over the replicas that share the
- * routers (the step's own) and over the stages (disjoint layers): the same on every rank. */
-static int reduce_moe_stats(tri_trainer *t)
+/* After a wait for the device: the step's MoE figures (engine/train/moe_stats.h), staged by the
+ * sparse layers' backwards, folded in and summed over the replicas that share the routers (the
+ * step's own) and over the stages (disjoint layers): the same on every rank. */
+static int finish_moe_stats(tri_trainer *t)
 {
     if (t->moe.E == 0)
         return TRI_OK;
-    int rc = step_replicas(t) > 1 ? tri_moe_stats_reduce(&t->moe, t->grid->dp_comm) : TRI_OK;
+    int rc = tri_moe_stats_collect(&t->moe);
+    if (!rc && step_replicas(t) > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->dp_comm);
     if (!rc && t->grid->pp > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->pp_comm);
     return rc;
 }
@@ -367,7 +370,6 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
     float dloss = 1.0f / (float)(t->chunks[0]->tokens_per_mb * t->cfg.n_micro * step_replicas(t));
     tri_pipeline_io io = {.ctx = t, .load = load};
     if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, NULL);
-    if (!rc) rc = reduce_moe_stats(t);
     for (int c = 0; c < t->v && !rc; c++) {
         t->chunks[c]->zero.iteration = iter; /* a compressed dp reduction's rounding and start */
         rc = sync_grads(t, t->chunks[c]);
@@ -401,7 +403,9 @@ static int finish_loss(tri_trainer *t, double *loss)
 int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
 {
     int rc = backward(t, src, iter);
-    return rc ? rc : finish_loss(t, loss);
+    if (!rc) rc = finish_loss(t, loss);
+    if (!rc && t->moe.E > 0) rc = tri_device_sync(t->dev); /* the staged MoE figures (no norm's copy here) */
+    return rc ? rc : finish_moe_stats(t);
 }
 
 /* Deterministic mode: the squares of the gradients (rounded to 2^-TRI_FIXED_BITS) summed exactly as
@@ -535,6 +539,7 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     int rc = backward(t, src, iter);
     if (!rc) rc = tri_trainer_grad_norm(t, &norm);
     if (!rc) rc = finish_loss(t, &res->loss);
+    if (!rc) rc = finish_moe_stats(t); /* after the norm's wait */
     if (rc)
         return rc;
     res->grad_norm = norm;
