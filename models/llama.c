@@ -133,6 +133,7 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
         tri_moe_config mc = tri_llama_moe_config(m);
         rc = tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,
                               m->d.chunk.dloss * (float)m->d.N);
+        if (!rc) rc = tri_llama_moe_count(m, l, &a->moe); /* the step's figures for the logs */
     } else if (!rc) {
         rc = tri_swiglu_mlp_backward(&m->d.tp, dln, &g->mlp, dres, &a->mlp, a->ln2, &w->mlp, &m->ms);
     }
@@ -319,7 +320,8 @@ static int setup(void *self, const void *config, const tri_train_layout *run, co
     if (!rc) rc = check_consecutive(m);
     if (rc)
         return rc;
-    tri_chunk_model model = {.self = m, .take_buffers = tri_llama_take_buffers, .bind = bind};
+    tri_chunk_model model = {.self = m, .take_buffers = tri_llama_take_buffers, .bind = bind,
+                             .moe_shape = cfg->num_experts > 0 ? tri_llama_moe_shape : NULL};
     rc = tri_decoder_build(&m->d, model, dev, dp_comm);
     if (!rc && dev && L_l > 0)
         rc = fill_rotary(m);

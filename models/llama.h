@@ -224,5 +224,10 @@ void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b);
 tri_moe_config tri_llama_moe_config(const tri_llama *m);
 int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a);
 int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar);
+/* The step's MoE account (engine/train/moe_stats.h): its shape (tri_chunk_model.moe_shape), and sparse
+ * layer l's figures of the micro-batch whose activations are a (its routed counts and losses) staged
+ * in the chunk's account, without waiting, when the trainer gave one. */
+void tri_llama_moe_shape(void *self, int *n_layers, int *n_experts);
+int tri_llama_moe_count(tri_llama *m, int l, const tri_moe_acts *a);
 
 #endif

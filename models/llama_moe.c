@@ -239,3 +239,18 @@ int tri_llama_moe_losses(const tri_llama *m, int slot, double *aux, double *z)
     }
     return TRI_OK;
 }
+
+/* ---- the step's figures for the logs (engine/train/moe_stats.h) ---- */
+
+void tri_llama_moe_shape(void *self, int *n_layers, int *n_experts)
+{
+    const tri_llama *m = self;
+    *n_layers = m->cfg.num_hidden_layers;
+    *n_experts = m->cfg.num_experts;
+}
+
+int tri_llama_moe_count(tri_llama *m, int l, const tri_moe_acts *a)
+{
+    tri_moe_stats *s = m->d.chunk.moe_stats;
+    return s ? tri_moe_stats_stage(s, m->d.opt.layer_start + l, a->routed_per_expert, a->counts, a->losses) : TRI_OK;
+}

@@ -260,6 +260,16 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     rc = tri_trainer_gradients(tr, &src, 0, &j->out->grad_loss);
     if (grid->world_rank == 0)
         memcpy(j->out->tp_bytes, grid->tp_comm->bytes, sizeof j->out->tp_bytes);
+    if (!rc && grid->world_rank == 0 && tr->moe.E > 0) {
+        int64_t n = (int64_t)tr->moe.n_layers * 2 * tr->moe.E + 2;
+        if (n > TU_MAX_MOE_SUMS)
+            rc = TRI_ERR(TRI_EINVAL, "harness: a MoE account of %lld sums (at most %d)", (long long)n, TU_MAX_MOE_SUMS);
+        else
+            memcpy(j->out->moe_sums, tr->moe.sums, (size_t)n * sizeof *tr->moe.sums);
+        j->out->moe_E = tr->moe.E;
+        j->out->moe_layers = tr->moe.n_layers;
+        j->out->moe_micro = tr->moe.micro;
+    }
     if (!rc) rc = tri_trainer_grad_norm(tr, &j->out->grad_norm);
     if (!rc) rc = collect_all(&ss.model, grid, j->model, true, j->out);
     if (!rc) rc = collect_in_flight(&ss.model, tr, grid, j->out);
@@ -270,6 +280,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         if (!rc && grid->world_rank == 0) {
             j->out->losses[s] = res.loss;
             j->out->norms[s] = res.grad_norm;
+            j->out->moe[s] = tri_moe_stats_summary(&tr->moe);
             if (s == 0)
                 memcpy(j->out->dp_bytes, grid->dp_comm->bytes, sizeof j->out->dp_bytes);
         }

@@ -11,12 +11,14 @@
 
 #include "engine/comm/comm.h"
 #include "engine/train/local_sgd.h"
+#include "engine/train/moe_stats.h"
 #include "engine/train/train_layout.h"
 #include "models/config.h"
 #include "models/model.h"
 
 #define TU_MAX_PARAMS 128
 #define TU_MAX_STEPS 64
+#define TU_MAX_MOE_SUMS 512
 #define TU_MAX_PP 16
 
 typedef struct tu_layout {
@@ -72,6 +74,10 @@ typedef struct tu_result {
     int64_t bf16_checked;                   /* bf16: owned parameter elements compared, all ranks */
     int64_t bf16_stale;                     /* of them, bf16 parameters not equal to their rounded
                                                fp32 master weight after the last step */
+    int moe_E, moe_layers;                  /* world rank 0's MoE account's shape (E 0: dense) */
+    int64_t moe_micro;                      /* the gradient pass's micro-batches x replicas */
+    int64_t moe_sums[TU_MAX_MOE_SUMS];      /* the gradient pass's account, reduced (moe_stats.h) */
+    tri_moe_summary moe[TU_MAX_STEPS];      /* each update's MoE figures (world rank 0) */
 } tu_result;
 
 /* Trains `steps` AdamW steps of cfg (micro-batch B, sequence T) in `layout` on thread ranks from

@@ -7,7 +7,10 @@
 # the layout uses taking time (tp and bubble in the first run, dp in the second) and sending wire
 # bytes (tp_bytes and pp_bytes in the first, dp_bytes in the second), per-rank compute,
 # wait and memory arrays of the world size with a straggler rank inside it; the log lines carry an
-# ETA. Then tools/plot.sh must turn the file into a valid PNG (signature, IHDR size, > 10 KB).
+# ETA; a dense model's lines carry no "moe_" key. A third run (a tiny Mixtral, 4 ranks pp 2 x dp 2)
+# must log the MoE figures (docs/moe.md): aux and z losses, per sparse layer a load in [1, E/K] and
+# the largest of them as moe_load, the dropped fraction 0 dropless and in (0, 1) under a capacity
+# factor of 1, and "aux .. load .. drop" on the iteration line. Then tools/plot.sh must turn the file into a valid PNG (signature, IHDR size, > 10 KB).
 set -u
 build=$1
 src=$2
@@ -58,6 +61,8 @@ if not evals or not all(math.isfinite(e["val_loss"]) and e["val_loss"] > 0 for e
 busy_total = {f: 0.0 for f in busy}
 gathered = 0
 for l in train:
+    if any(k.startswith("moe_") for k in l):
+        errors.append("iter %s: a dense model logs MoE keys" % l.get("iter"))
     missing = [k for k in need if k not in l]
     if missing:
         errors.append("iter %s lacks %s" % (l.get("iter"), missing)); continue
@@ -96,6 +101,36 @@ PY
 train tp2pp2 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --global-batch-size 4 &&
   check tp2pp2 4 tp_s bubble_s tp_bytes pp_bytes
 train dp2 2 --zero-stage 1 && check dp2 2 dp_s dp_bytes
+
+# a tiny Mixtral: 2 sparse layers of 4 experts, top-2 (E/K = 2)
+printf '{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 257, "max_position_embeddings": 32, "num_local_experts": 4, "num_experts_per_tok": 2, "output_router_logits": true, "router_aux_loss_coef": 0.01, "tie_word_embeddings": true}' > "$tmp/moe.json"
+check_moe() { # NAME DROPS(0|1)
+  python3 - "$tmp/$1/metrics.jsonl" "$2" <<'PY' || fail "$1: MoE metrics check"
+import json, sys
+train = [json.loads(l) for l in open(sys.argv[1]) if '"kind":"train"' in l]
+drops, errors = sys.argv[2] == "1", []
+for l in train:
+    if l.get("moe_layer") != [0, 1]:
+        errors.append("iter %s: moe_layer %s, want [0, 1]" % (l.get("iter"), l.get("moe_layer"))); continue
+    loads, fr = l["moe_layer_load"], l["moe_layer_drop_frac"]
+    if not (l["moe_aux_loss"] > 0 and l["moe_z_loss"] > 0 and all(1 <= x <= 2 for x in loads) and l["moe_load"] == max(loads)):
+        errors.append("iter %d: aux %g z %g loads %s max %g" % (l["iter"], l["moe_aux_loss"], l["moe_z_loss"], loads, l["moe_load"]))
+    ok = (0 < l["moe_drop_frac"] < 1 and all(0 <= x < 1 for x in fr)) if drops else (l["moe_drop_frac"] == 0 and not any(fr))
+    if not ok:
+        errors.append("iter %d: dropped %g per layer %s (capacity %s)" % (l["iter"], l["moe_drop_frac"], fr, drops))
+for e in errors:
+    print("  " + e)
+print("ok   %s: %d train lines with the MoE figures, last aux %.4f load %.2f drop %.3f" % (sys.argv[1].split("/")[-2], len(train),
+      train[-1]["moe_aux_loss"], train[-1]["moe_load"], train[-1]["moe_drop_frac"]) if not errors and train else "  no lines or %d problem(s)" % len(errors))
+sys.exit(1 if errors or not train else 0)
+PY
+  grep -q "| aux [0-9.]* z [0-9.]* load [0-9.]* drop [0-9.]*%" "$tmp/$1.log" || fail "$1: no MoE figures on the iteration line"
+}
+run_dense=("${run[@]}")
+run=(--config "$tmp/moe.json" "${run_dense[@]:2}")
+train moe_pp2dp2 4 --pipeline-model-parallel-size 2 --global-batch-size 4 --moe-z-loss-coeff 0.001 && check_moe moe_pp2dp2 0
+train moe_capacity 2 --global-batch-size 4 --moe-z-loss-coeff 0.001 --moe-expert-capacity-factor 1 && check_moe moe_capacity 1
+run=("${run_dense[@]}")
 grep -q "straggler\|ETA" "$tmp/tp2pp2.log" && echo "ok   log: $(grep -m1 'iter      2/' "$tmp/tp2pp2.log")"
 
 # the plot tool: a real PNG (signature, IHDR chunk, width x height) of some size

@@ -4,7 +4,8 @@
  * Megatron-LM's names. Every rank validates flags, config, data and the memory plan before any
  * collective (tools/cli/validate.h), so a bad input gives one clear message (from rank 0) and a
  * non-zero exit on every rank, never a hang; after that a failure on any rank aborts all ranks.
- * Progress goes to stdout on rank 0: the plan, one line per iteration (loss, lr, grad norm,
+ * Progress goes to stdout on rank 0: the plan, one line per iteration (loss, for a model with
+ * experts its aux loss, expert load and dropped fraction (engine/train/moe_stats.h), lr, grad norm,
  * ms/iter with its split into compute and communication, tokens/s, achieved GFLOP/s by Narayanan
  * et al. 2021 eq. 3 without recomputation, ETA), validation loss at each eval interval, and a
  * sample at the end. The same figures, per-rank times and the straggler are appended as JSON lines
@@ -630,7 +631,25 @@ static int start_metrics(run *r, tri_train_metrics *tm)
     r->peak_gflops = r->a.peak_gflops > 0 ? r->a.peak_gflops
                      : tri_cli_device_peak_gflops(r->a.device, r->dev, r->a.threads,
                                                   r->L.precision == TRI_PRECISION_BF16);
-    return tri_train_metrics_init(tm, r->metrics, r->world, r->peak_gflops, r->start_iter, r->a.train_iters);
+    int rc = tri_train_metrics_init(tm, r->metrics, r->world, r->peak_gflops, r->start_iter, r->a.train_iters);
+    tm->moe = r->ss.trainer.moe.E > 0 ? &r->ss.trainer.moe : NULL;
+    return rc;
+}
+
+/* " | aux 0.0123 load 1.35 drop 0.0%" for a model with experts (the step's aux loss apart from the
+ * LM loss, plus the z-loss when on; the largest layer load; the dropped selections); "" otherwise. */
+static const char *moe_figures(const run *r, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    const tri_moe_stats *s = &r->ss.trainer.moe;
+    if (s->E == 0)
+        return buf;
+    tri_moe_summary m = tri_moe_stats_summary(s);
+    char z[32] = "";
+    if (m.z != 0)
+        snprintf(z, sizeof z, " z %.4f", m.z);
+    snprintf(buf, cap, " | aux %.4f%s load %.2f drop %.1f%%", m.aux, z, m.max_load, 100 * m.drop_frac);
+    return buf;
 }
 
 /* The throughput of a progress line: GFLOP/s on a CPU; on a GPU TFLOP/s and MFU against the card's peak. */
@@ -674,13 +693,14 @@ static const char *dp_ratio(const run *r, bool outer_sync, char *buf, size_t cap
 static void log_iteration(run *r, const tri_train_metrics *tm, int64_t iter, const tri_step_result *res,
                           const tri_step_time *t, double tps, double gflops)
 {
-    char eta[32], thr[96], ratio[48], outer[64] = "";
+    char eta[32], thr[96], ratio[48], outer[64] = "", moe[96];
     if (r->sopt.local_sgd.steps > 0)
         snprintf(outer, sizeof outer, " | %souter syncs %lld", res->outer_sync ? "synced, " : "",
                  (long long)res->outer_syncs);
-    tri_log_rank0("iter %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %8.1f ms (compute %.0f%%, tp %.0f%%, "
+    tri_log_rank0("iter %6lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %8.1f ms (compute %.0f%%, tp %.0f%%, "
                   "pp %.0f%%, bubble %.0f%%, dp %.0f%%)%s | %8.0f tok/s | %s | ETA %s%s", (long long)iter,
-                  (long long)r->a.train_iters, res->loss, (double)res->lr, res->grad_norm, t->step_s * 1e3,
+                  (long long)r->a.train_iters, res->loss, moe_figures(r, moe, sizeof moe), (double)res->lr,
+                  res->grad_norm, t->step_s * 1e3,
                   100 * t->compute_s / t->step_s, 100 * t->tp_s / t->step_s, 100 * t->pp_s / t->step_s,
                   100 * t->bubble_s / t->step_s, 100 * (t->dp_s + t->other_s) / t->step_s,
                   dp_ratio(r, res->outer_sync, ratio, sizeof ratio), tps,

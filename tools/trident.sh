@@ -3,6 +3,8 @@
 #
 #   bash tools/trident.sh train [engine_train flags]   trains the default GPT on the fortunes text
 #   bash tools/trident.sh train-llama [flags]           the same run with a tiny Llama (models/llama-tiny-byte.json)
+#   bash tools/trident.sh train-moe [flags]             a tiny Mixtral (models/moe-tiny-byte.json, 8 experts, top-2):
+#                                                       the loss falls and the expert load evens out
 #   bash tools/trident.sh test                          runs every test (what CI runs)
 #   bash tools/trident.sh bench                         runs the benchmarks
 #   bash tools/trident.sh bench-cuda [flags]            GPT-2 124M and 1.5B on a GPU: ms/iter, tokens/s, MFU and
@@ -90,6 +92,37 @@ case "$cmd" in
       --micro-batch-size 4 --global-batch-size 16 --seq-length 128 --train-iters 1000 --lr 2e-3 --min-lr 2e-4 \
       --lr-warmup-iters 30 --eval-interval 100 --log-interval 10 --save-dir runs/llama \
       --save-interval 250 --keep-last 2 "$@"
+    ;;
+  train-moe)
+    build
+    data
+    # 4 ranks: pipeline parallelism 2 x data parallelism 2 (each stage's two layers of 8 experts, top-2),
+    # one thread each. Expert parallelism will be one more flag: --expert-model-parallel-size 2 (the
+    # two dp ranks of a stage then hold 4 experts each). The iteration lines carry the aux loss, the
+    # busiest expert's load over the mean and the dropped fraction; the last lines compare the first
+    # and last logged load from runs/moe/metrics.jsonl.
+    mkdir -p runs
+    rc=0
+    mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
+      build/bin/engine_train --pipeline-model-parallel-size 2 \
+      --config models/moe-tiny-byte.json \
+      --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \
+      --micro-batch-size 4 --global-batch-size 16 --seq-length 128 --train-iters 400 --lr 3e-3 --min-lr 3e-4 \
+      --lr-warmup-iters 20 --eval-interval 100 --log-interval 10 --save-dir runs/moe \
+      --save-interval 200 --keep-last 2 "$@" || rc=$?
+    if [ -f runs/moe/metrics.jsonl ]; then
+      python3 - runs/moe/metrics.jsonl <<'PY' || true
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"moe_load"' in l]
+if rows:
+    f, l = rows[0], rows[-1]
+    for name, r in (("first", f), ("last", l)):
+        print("expert load, %s logged iteration %d: max/mean %.2f (per layer %s), aux %.4f, loss %.4f"
+              % (name, r["iter"], r["moe_load"], " ".join("%.2f" % x for x in r["moe_layer_load"]),
+                 r["moe_aux_loss"], r["loss"]))
+PY
+    fi
+    exit $rc
     ;;
   test)
     t0=$SECONDS

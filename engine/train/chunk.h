@@ -32,6 +32,7 @@
 #include "engine/core/tensor.h"
 #include "engine/device/arena.h"
 #include "engine/device/device.h"
+#include "engine/train/moe_stats.h"
 #include "engine/train/param.h"
 #include "engine/train/train_layout.h"
 #include "engine/train/zero.h"
@@ -85,6 +86,12 @@ typedef struct tri_chunk_model {
     tri_tensor (*buffer)(void *self, tri_chunk_buffer which, int slot);
     /* Optional: zeroes the model's private gradient accumulators at the start of a step. */
     int (*zero_private)(void *self);
+    /* Optional, models with experts (engine/train/moe_stats.h): the whole model's decoder layers and
+     * experts per sparse layer, the shape of the step's account (the same on every chunk). The
+     * trainer then points the chunk's moe_stats at its account, and the model's backward of each
+     * sparse layer adds that micro-batch's figures to it (in the backward, where the layer's
+     * activations are at hand also under full recomputation). */
+    void (*moe_shape)(void *self, int *n_layers, int *n_experts);
 } tri_chunk_model;
 
 /* What differs per chunk: its place in the model and the pipeline (the rest is the run's layout,
@@ -113,6 +120,8 @@ typedef struct tri_chunk {
     tri_train_layout run;         /* the run's layout (a copy) */
     tri_chunk_model model;
     float dloss;                  /* the step's, from the training forward, for the backward passes */
+    tri_moe_stats *moe_stats;     /* the trainer's account the model's sparse layers add to in their
+                                     backward (NULL: not counted; tri_chunk_model.moe_shape) */
     tri_pass *passes[TRI_PASS_LISTS];
     int n_passes[TRI_PASS_LISTS], cap_passes[TRI_PASS_LISTS];
 } tri_chunk;

@@ -146,6 +146,22 @@ static int split_replicas(tri_trainer *t)
     return tri_comm_split(t->grid->tp_comm, t->grid->tp_rank / r, t->grid->tp_rank, &t->replica_comm);
 }
 
+/* Models with experts (the chunk's moe_shape hook): the step's MoE account, which every chunk's
+ * sparse layers add to in their backward. */
+static int start_moe_stats(tri_trainer *t)
+{
+    const tri_chunk_model *m = &t->chunks[0]->model;
+    if (!m->moe_shape)
+        return TRI_OK;
+    int layers = 0, E = 0;
+    m->moe_shape(m->self, &layers, &E);
+    /* room for every sparse layer of the rank's chunks in every micro-batch of a step */
+    int rc = tri_moe_stats_init(&t->moe, layers, E, t->dev, t->cfg.n_micro * layers);
+    for (int c = 0; c < t->v && !rc && E > 0; c++)
+        t->chunks[c]->moe_stats = &t->moe;
+    return rc;
+}
+
 int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tri_grid *grid,
                        tri_device *dev, const tri_step_config *cfg, const tri_adamw_config *adamw,
                        const tri_schedule *train_sched, const tri_schedule *eval_sched)
@@ -183,6 +199,7 @@ int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tr
     if (!rc) rc = tri_pipeline_create(&t->eval_pipe, eval_sched, grid->pp_rank, grid->pp_comm, t->chunks);
     if (!rc) rc = split_replicas(t);
     if (!rc && cfg->local.steps > 0) rc = start_local_sgd(t);
+    if (!rc) rc = start_moe_stats(t);
     tri_step_graph_init(&t->graph, dev);
     if (!rc && cfg->cuda_graph)
         t->train_pipe.graph = &t->graph;
@@ -202,6 +219,7 @@ void tri_trainer_destroy(tri_trainer *t)
         tri_outer_free(&t->outer[c]);
     free(t->windows);
     t->windows = NULL;
+    tri_moe_stats_free(&t->moe);
     tri_comm_destroy(t->replica_comm);
     t->replica_comm = NULL;
     for (int c = 0; c < t->v && t->self_comm; c++) /* ZeRO's comm is the chunk's again */
@@ -321,6 +339,19 @@ static int sync_grads(tri_trainer *t, tri_chunk *st)
     return rc ? rc : tri_zero_finish_grads(&st->zero);
 }
 
+/* After a wait for the device: the step's MoE figures (engine/train/moe_stats.h), staged by the
+ * sparse layers' backwards, folded in and summed over the replicas that share the routers (the
+ * step's own) and over the stages (disjoint layers): the same on every rank. */
+static int finish_moe_stats(tri_trainer *t)
+{
+    if (t->moe.E == 0)
+        return TRI_OK;
+    int rc = tri_moe_stats_collect(&t->moe);
+    if (!rc && step_replicas(t) > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->dp_comm);
+    if (!rc && t->grid->pp > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->pp_comm);
+    return rc;
+}
+
 /* The gradients of global batch iter (tri_trainer_gradients) without waiting for the device: the
  * losses stay pending in the pipeline (finish_loss reads them). */
 static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
@@ -328,6 +359,7 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
     int rc = TRI_OK;
     t->local_bad = false;
     begin_step(t, iter);
+    tri_moe_stats_reset(&t->moe, (int64_t)t->cfg.n_micro * step_replicas(t));
     if (t->train_pipe.graph)
         tri_step_graph_begin_step(t->train_pipe.graph);
     for (int c = 0; c < t->v && !rc; c++)
@@ -371,7 +403,9 @@ static int finish_loss(tri_trainer *t, double *loss)
 int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss)
 {
     int rc = backward(t, src, iter);
-    return rc ? rc : finish_loss(t, loss);
+    if (!rc) rc = finish_loss(t, loss);
+    if (!rc && t->moe.E > 0) rc = tri_device_sync(t->dev); /* the staged MoE figures (no norm's copy here) */
+    return rc ? rc : finish_moe_stats(t);
 }
 
 /* Deterministic mode: the squares of the gradients (rounded to 2^-TRI_FIXED_BITS) summed exactly as
@@ -505,6 +539,7 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     int rc = backward(t, src, iter);
     if (!rc) rc = tri_trainer_grad_norm(t, &norm);
     if (!rc) rc = finish_loss(t, &res->loss);
+    if (!rc) rc = finish_moe_stats(t); /* after the norm's wait */
     if (rc)
         return rc;
     res->grad_norm = norm;

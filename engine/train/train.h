@@ -102,6 +102,8 @@ typedef struct tri_trainer {
     bool replicas_apart;                 /* an update since the last synchronisation (the replicas differ) */
     bool local_step;                     /* the step in progress is an inner step (no dp reduction) */
     tri_step_graph graph;                /* cfg.cuda_graph: the captured passes (train_pipe.graph) */
+    tri_moe_stats moe;                   /* models with experts: the last step's MoE figures, reduced
+                                            (engine/train/moe_stats.h); E 0 otherwise */
 } tri_trainer;
 
 /* Plans and allocates the optimizer state of the v chunks and prepares the executor for the
@@ -133,7 +135,8 @@ int64_t tri_trainer_global_batch(const tri_trainer *t);
 /* The gradients of global batch `iter` (samples [iter * global, (iter + 1) * global)) in the
  * chunks' gradient buffers, complete for this rank's optimizer ranges: summed over TP for
  * replicated parameters under SP, over the embedding group for the tied embedding, over
- * data-parallel replicas. *loss = mean token loss of the global batch, on every rank. */
+ * data-parallel replicas. *loss = mean token loss of the global batch, on every rank; for a model
+ * with experts t->moe holds the batch's MoE figures, reduced (the same on every rank). */
 int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t iter, double *loss);
 
 /* The global gradient norm: every parameter counted once, summed in the model's parameter order

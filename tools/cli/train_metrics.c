@@ -108,6 +108,24 @@ static void write_line(tri_train_metrics *m, int64_t iter, const double *v, cons
     cJSON_AddStringToObject(o, "kind", "train");
     cJSON_AddNumberToObject(o, "iter", (double)iter);
     add_numbers(o, names, v, nv);
+    if (m->moe && m->moe->E > 0) {
+        tri_moe_summary sum = tri_moe_stats_summary(m->moe);
+        cJSON_AddNumberToObject(o, "moe_aux_loss", sum.aux);
+        cJSON_AddNumberToObject(o, "moe_z_loss", sum.z);
+        cJSON_AddNumberToObject(o, "moe_load", sum.max_load);
+        cJSON_AddNumberToObject(o, "moe_drop_frac", sum.drop_frac);
+        cJSON *layer = cJSON_AddArrayToObject(o, "moe_layer"), *load = cJSON_AddArrayToObject(o, "moe_layer_load"),
+              *drop = cJSON_AddArrayToObject(o, "moe_layer_drop_frac");
+        for (int l = 0; l < m->moe->n_layers; l++) {
+            int64_t routed, kept;
+            tri_moe_stats_totals(m->moe, l, &routed, &kept);
+            if (routed == 0)
+                continue;
+            cJSON_AddItemToArray(layer, cJSON_CreateNumber(l));
+            cJSON_AddItemToArray(load, cJSON_CreateNumber(tri_moe_stats_load(m->moe, l)));
+            cJSON_AddItemToArray(drop, cJSON_CreateNumber((double)(routed - kept) / (double)routed));
+        }
+    }
     if (exchanged) {
         cJSON *ranks = cJSON_AddObjectToObject(o, "ranks");
         cJSON_AddItemToObject(ranks, "compute_s", rank_array(m->gathered, m->world->size, 0));

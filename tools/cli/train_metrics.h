@@ -11,7 +11,11 @@
  *    "tp_bytes","pp_bytes","dp_bytes" (the wire bytes rank 0 sent in that step in its tensor-,
  *    pipeline- and data-parallel groups, counted by the comms: engine/comm/comm.h "Wire bytes"),
  *    and at log intervals "ranks":{"compute_s":[..],"wait_s":[..],"mem_mib":[..]},
- *    "straggler_rank","straggler_compute_s","median_compute_s"}
+ *    "straggler_rank","straggler_compute_s","median_compute_s";
+ *    models with experts (engine/train/moe_stats.h) also "moe_aux_loss","moe_z_loss" (the step's, apart
+ *    from "loss"), "moe_load" (the largest layer's busiest-expert tokens over the mean per expert),
+ *    "moe_drop_frac" (dropped / routed selections), and per sparse layer "moe_layer" (its index),
+ *    "moe_layer_load", "moe_layer_drop_frac"}
  * Times are seconds of rank 0 (ms: milliseconds), memory MiB, mfu a fraction of the peak. */
 #ifndef TRIDENT_TOOLS_CLI_TRAIN_METRICS_H
 #define TRIDENT_TOOLS_CLI_TRAIN_METRICS_H
@@ -21,6 +25,7 @@
 #include <stdio.h>
 
 #include "engine/comm/comm.h"
+#include "engine/train/moe_stats.h"
 #include "engine/train/step_time.h"
 
 typedef struct tri_train_metrics {
@@ -32,6 +37,7 @@ typedef struct tri_train_metrics {
     tri_step_time interval;    /* summed since the last exchange */
     int steps;                 /* iterations in interval */
     float *gathered;           /* (world size, 4) */
+    const tri_moe_stats *moe;  /* the trainer's MoE account (reduced each step), or NULL: dense */
     /* the last exchange, for the log line */
     int straggler_rank;
     double straggler_compute_s, median_compute_s;
