@@ -153,21 +153,23 @@ static int dense_forward_only(tri_device *d, layer *L)
     return rc;
 }
 
-/* The best of iters runs of f in ms (one warm-up first). */
-static int best_ms(tri_device *d, layer *L, pass_fn f, int iters, double *ms)
+/* The best of iters rounds of each of the n passes in ms (one warm-up round first). The passes run in
+ * turn within a round, so a machine whose load changes during the run slows all of them alike. */
+static int best_ms(tri_device *d, layer *L, const pass_fn *f, int n, int iters, double *ms)
 {
-    double best = 1e30;
-    for (int it = 0; it <= iters; it++) {
-        double t0 = tri_now_s();
-        int rc = f(d, L);
-        if (!rc) rc = tri_device_sync(d);
-        if (rc)
-            return rc;
-        double t = (tri_now_s() - t0) * 1e3;
-        if (it > 0 && t < best)
-            best = t;
-    }
-    *ms = best;
+    for (int i = 0; i < n; i++)
+        ms[i] = 1e30;
+    for (int it = 0; it <= iters; it++)
+        for (int i = 0; i < n; i++) {
+            double t0 = tri_now_s();
+            int rc = f[i](d, L);
+            if (!rc) rc = tri_device_sync(d);
+            if (rc)
+                return rc;
+            double t = (tri_now_s() - t0) * 1e3;
+            if (it > 0 && t < ms[i])
+                ms[i] = t;
+        }
     return TRI_OK;
 }
 
@@ -202,15 +204,13 @@ static int run(tri_device *d, const bench *p)
     if (!rc) rc = take(d, &P, &L.dh, tri_tensor_2d(NULL, dt, N, F), 0, 18);
     if (!rc) rc = take(d, &P, &L.ddgu, tri_tensor_2d(NULL, dt, N, 2 * F), 0, 19);
     if (!rc) rc = take(d, &P, &L.ddh, tri_tensor_2d(NULL, dt, N, F), 0, 20);
-    double moe = 0, dense = 0, moe_f = 0, dense_f = 0, route = 0, disp = 0, expt = 0;
-    /* alternate the two so that neither gets the warmer machine */
-    if (!rc) rc = best_ms(d, &L, dense_pass, p->iters, &dense);
-    if (!rc) rc = best_ms(d, &L, moe_pass, p->iters, &moe);
-    if (!rc) rc = best_ms(d, &L, dense_forward_only, p->iters, &dense_f);
-    if (!rc) rc = best_ms(d, &L, moe_forward_only, p->iters, &moe_f);
-    if (!rc) rc = best_ms(d, &L, routing_phase, p->iters, &route);
-    if (!rc) rc = best_ms(d, &L, dispatch_phase, p->iters, &disp);
-    if (!rc) rc = best_ms(d, &L, experts_phase, p->iters, &expt);
+    /* a forward first, so that the phases run on real routing */
+    if (!rc) rc = moe_forward_only(d, &L);
+    static const pass_fn passes[7] = {dense_pass, moe_pass, dense_forward_only, moe_forward_only,
+                                      routing_phase, dispatch_phase, experts_phase};
+    double t[7] = {0};
+    if (!rc) rc = best_ms(d, &L, passes, 7, p->iters, t);
+    double dense = t[0], moe = t[1], dense_f = t[2], moe_f = t[3], route = t[4], disp = t[5], expt = t[6];
     int64_t R = L.a.R, most = 0;
     for (int64_t e = 0; e < E; e++)
         most = L.a.counts[e] > most ? L.a.counts[e] : most;
