@@ -11,17 +11,33 @@ static bool present(tri_tensor t)
     return t.data != NULL;
 }
 
-/* The checks the ops cannot make: the dtype the router needs and the config against the tensors. */
+/* w's tensor t, when present, in the block's dtype (the ops check the shapes). */
+static int need_dtype(tri_tensor t, const char *name, tri_dtype dt)
+{
+    if (present(t) && t.dtype != dt)
+        return TRI_ERR(TRI_EINVAL, "moe: %s is %s, expected the block's dtype %s (shape.dtype)", name,
+                       tri_dtype_name(t.dtype), tri_dtype_name(dt));
+    return TRI_OK;
+}
+
+/* The checks the ops cannot make: the dtypes (activations and weights in shape.dtype, the expert bias
+ * fp32 as the router's other inputs) and the config against the tensors. */
 static int check_call(const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_dy, const char *yname,
                       const tri_moe_weights *w)
 {
     const tri_moe_shape *s = &cfg->shape;
+    tri_dtype dt = s->dtype;
     int rc = tri_moe_check_shape(s);
+    if (!rc) rc = need_dtype(x, "x", dt);
+    if (!rc) rc = need_dtype(y_or_dy, yname, dt);
+    if (!rc) rc = need_dtype(w->router_w, "router_w", dt);
+    if (!rc) rc = need_dtype(w->gate_up_w, "gate_up_w", dt);
+    if (!rc) rc = need_dtype(w->down_w, "down_w", dt);
+    if (!rc) rc = need_dtype(w->shared_gate_up_w, "shared_gate_up_w", dt);
+    if (!rc) rc = need_dtype(w->shared_down_w, "shared_down_w", dt);
+    if (!rc) rc = need_dtype(w->expert_bias, "expert_bias", TRI_F32);
     if (rc)
         return rc;
-    if (x.dtype != TRI_F32 || y_or_dy.dtype != TRI_F32)
-        return TRI_ERR(TRI_EINVAL, "moe: x and %s must be fp32 (the router runs in fp32; a bf16 MoE block is not "
-                       "built), got dtypes %d and %d", yname, (int)x.dtype, (int)y_or_dy.dtype);
     if (tri_tensor_rows(x) != s->N || tri_tensor_cols(x) != s->C || tri_tensor_rows(y_or_dy) != s->N ||
         tri_tensor_cols(y_or_dy) != s->C)
         return TRI_ERR(TRI_EINVAL, "moe: x (%lld, %lld) and %s (%lld, %lld), expected (N, C) = (%lld, %lld)",
@@ -37,13 +53,34 @@ static int check_call(const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_d
     return TRI_OK;
 }
 
+/* The router linear's backward from dlogits (N, E) f32: g->router_w += dlogits^T x and dx +=
+ * dlogits Wr. fp32: two matmuls. bf16: in fp32 as Megatron-Core's router (x and Wr widened exactly,
+ * the weight gradient and the input's share summed in fp32, the share rounded once as it is added
+ * to dx). */
+static int router_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, const tri_moe_scratch *sc,
+                           tri_tensor x, const tri_moe_weights *w)
+{
+    tri_tensor none = tri_tensor_none();
+    if (x.dtype == TRI_F32) {
+        int rc = tri_op_matmul(d, g->router_w, sc->dlogits, x, none, true, false, 1.0f);
+        return rc ? rc : tri_op_matmul(d, dx, sc->dlogits, w->router_w, none, false, false, 1.0f);
+    }
+    int rc = tri_op_convert(d, sc->router_x, x);
+    if (!rc) rc = tri_op_matmul(d, g->router_w, sc->dlogits, sc->router_x, none, true, false, 1.0f);
+    if (!rc) rc = tri_op_convert(d, sc->router_w32, w->router_w);
+    if (!rc) rc = tri_op_matmul(d, sc->router_x, sc->dlogits, sc->router_w32, none, false, false, 0.0f);
+    if (!rc) rc = tri_op_add(d, dx, dx, sc->router_x);
+    return rc;
+}
+
 int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w,
                     const tri_moe_config *cfg)
 {
     const tri_moe_shape *s = &cfg->shape;
     tri_tensor none = tri_tensor_none();
     int rc = check_call(cfg, x, y, "y", w);
-    /* router: logits(N,E) = x @ Wr^T, scores, top-k, weights; capacity (dropless: a copy and the counts) */
+    /* router: logits(N,E) f32 = x @ Wr^T (bf16 x and Wr: fp32 sums into fp32), scores, top-k, weights;
+     * capacity (dropless: a copy and the counts) */
     if (!rc) rc = tri_op_matmul(d, a->logits, x, w->router_w, none, false, true, 0.0f);
     if (!rc) rc = tri_op_moe_router_forward(d, a->expert_idx, a->expert_w, a->scores, a->logits, w->expert_bias,
                                             cfg->score_func, cfg->norm_topk);
@@ -90,8 +127,12 @@ int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri
     const tri_moe_shape *s = &cfg->shape;
     tri_tensor none = tri_tensor_none();
     int rc = check_call(cfg, x, dy, "dy", w);
-    if (!rc && (dx.dtype != TRI_F32 || tri_tensor_rows(dx) != s->N || tri_tensor_cols(dx) != s->C))
-        rc = TRI_ERR(TRI_EINVAL, "moe: dx must be fp32 (N, C) = (%lld, %lld)", (long long)s->N, (long long)s->C);
+    if (!rc && (dx.dtype != s->dtype || tri_tensor_rows(dx) != s->N || tri_tensor_cols(dx) != s->C))
+        rc = TRI_ERR(TRI_EINVAL, "moe: dx must be %s (N, C) = (%lld, %lld)", tri_dtype_name(s->dtype),
+                     (long long)s->N, (long long)s->C);
+    if (!rc && s->dtype == TRI_BF16 && (!present(sc->router_x) || !present(sc->router_w32)))
+        rc = TRI_ERR(TRI_EINVAL, "moe: bf16 needs the scratch's router_x and router_w32 (bind the scratch with "
+                     "shape.dtype TRI_BF16)");
     if (!rc && present(g->shared_gate_up_w) != (s->I_shared > 0))
         rc = TRI_ERR(TRI_EINVAL, "moe: I_shared %lld but the shared expert's gradients are %s", (long long)s->I_shared,
                      s->I_shared > 0 ? "missing" : "given");
@@ -118,8 +159,7 @@ int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri
                                  cfg->aux_loss_coeff, loss_scale);
     if (!rc && cfg->z_loss_coeff != 0.0f)
         rc = tri_op_moe_z_loss(d, z, sc->dlogits, a->logits, cfg->z_loss_coeff, loss_scale);
-    if (!rc) rc = tri_op_matmul(d, g->router_w, sc->dlogits, x, none, true, false, 1.0f);
-    if (!rc) rc = tri_op_matmul(d, dx, sc->dlogits, w->router_w, none, false, false, 1.0f);
+    if (!rc) rc = router_backward(d, dx, g, sc, x, w);
     /* shared expert */
     if (!rc && s->I_shared > 0) {
         rc = tri_op_matmul(d, g->shared_down_w, dy, a->shared_h, none, true, false, 1.0f);

@@ -12,8 +12,15 @@
  * `moe_shared_expert_intermediate_size`, ungated: Qwen2-MoE's sigmoid shared_expert_gate is not
  * implemented) is added. The Switch/GShard auxiliary loss and the ST-MoE router z-loss come back as
  * scalars apart from y. Every step is a device op (docs/moe.md "The MoE block"), so the layer is
- * written once for the CPU and CUDA. fp32 only: the router ops run in fp32 (as Megatron-Core's) and
- * the layer refuses bf16 activations.
+ * written once for the CPU and CUDA. Precision (shape.dtype): fp32, or bf16 mixed precision as the
+ * dense layers run it (Micikevicius et al. 2018; Megatron-LM's --bf16): bf16 activations and weight
+ * copies, fp32 parameter gradients, every product accumulated in fp32. The router stays fp32 whatever
+ * the dtype, as Megatron-Core's (router_gating_linear casts input and weight to fp32): the logits are
+ * the bf16 x and Wr's exact products summed in fp32 into an fp32 output; scores, top-k, weights, the
+ * losses and dlogits are fp32; the router weight's gradient is dlogits^T times x widened to fp32, and
+ * the input's dlogits times Wr widened, rounded once into dx. The permutation, the experts' grouped
+ * GEMMs, SwiGLU and the combine run on bf16 rows (the combine's weights fp32, its K terms summed in
+ * fp32, rounded once).
  *
  * Letters: N tokens (B*T), C hidden, E experts, K selections per token (num_experts_per_tok),
  * I the experts' width (moe_intermediate_size), I_s the shared expert's width (0: none), R the kept
@@ -35,6 +42,7 @@
 /* What sizes every buffer of the block: the worst case is dropless, N*K permuted rows. */
 typedef struct tri_moe_shape {
     int64_t N, C, E, K, I, I_shared;
+    tri_dtype dtype;        /* activations and weight copies: TRI_F32 (0, the default) or TRI_BF16 */
 } tri_moe_shape;
 
 typedef struct tri_moe_config {
@@ -49,7 +57,8 @@ typedef struct tri_moe_config {
 
 /* The block's parameters (and, with the same layout, their gradients; expert_bias has none). */
 typedef struct tri_moe_weights {
-    tri_tensor router_w;          /* (E, C) f32, the router linear (HF gate.weight) */
+    /* all in shape.dtype but expert_bias (f32); their gradients are f32 */
+    tri_tensor router_w;          /* (E, C), the router linear (HF gate.weight) */
     tri_tensor expert_bias;       /* (E) f32 or absent: selection only (DeepSeek-V3), no gradient */
     tri_tensor gate_up_w;         /* (E, 2I, C): expert e's I gate rows (HF w1) then its I up rows (w3) */
     tri_tensor down_w;            /* (E, C, I): HF w2 */
@@ -68,7 +77,7 @@ typedef struct tri_moe_acts {
     tri_tensor routed_per_expert;  /* (E) i32, selections per expert before dropping */
     tri_tensor row_id_map;         /* (N, K) i32, permuted row of each selection, -1 dropped */
     tri_tensor sorted_indices;     /* (N*K) i32, selection n*K + k of each permuted row, -1 past R */
-    tri_tensor x_perm;             /* (N*K, C), the first R rows used */
+    tri_tensor x_perm;             /* (N*K, C) shape.dtype (so the five below), the first R rows used */
     tri_tensor gate_up;            /* (N*K, 2I) */
     tri_tensor h;                  /* (N*K, I), silu(gate) * up */
     tri_tensor o;                  /* (N*K, C), the experts' outputs */
@@ -83,16 +92,18 @@ typedef struct tri_moe_acts {
 typedef struct tri_moe_scratch {
     tri_tensor dlogits;            /* (N, E) f32 */
     tri_tensor d_expert_w;         /* (N, K) f32 */
-    tri_tensor d_o;                /* (N*K, C), then the permuted input's gradient */
+    tri_tensor d_o;                /* (N*K, C) shape.dtype (so the four below), then the permuted input's gradient */
     tri_tensor dh;                 /* (N*K, I) */
     tri_tensor dgate_up;           /* (N*K, 2I) */
     tri_tensor shared_dh;          /* (N, I_s) or absent */
     tri_tensor shared_dgate_up;    /* (N, 2 I_s) or absent */
     tri_tensor losses;             /* (2) f32, the loss ops' scalar output in the backward */
+    tri_tensor router_x;           /* bf16 only: (N, C) f32, x widened, then the router's share of dx */
+    tri_tensor router_w32;         /* bf16 only: (E, C) f32, router_w widened */
 } tri_moe_scratch;
 
 /* TRI_OK when s is a shape the block takes (N, C, E, I positive, K in [1, E], E at most
- * TRI_MOE_MAX_EXPERTS, I_shared >= 0); else TRI_EINVAL naming the field and value. */
+ * TRI_MOE_MAX_EXPERTS, I_shared >= 0, dtype fp32 or bf16); else TRI_EINVAL naming the field and value. */
 int tri_moe_check_shape(const tri_moe_shape *s);
 
 /* Bytes of device memory the activations (acts) and the scratch need for shape s, each buffer
@@ -103,20 +114,21 @@ size_t tri_moe_acts_bytes(const tri_moe_shape *s);
 size_t tri_moe_scratch_bytes(const tri_moe_shape *s);
 
 /* Points every tensor of acts (at acts_mem, tri_moe_acts_bytes long) and of scratch (at scratch_mem,
- * tri_moe_scratch_bytes long; NULL scratch or scratch_mem: skipped) at its place, fp32 / i32, shapes
+ * tri_moe_scratch_bytes long; NULL scratch or scratch_mem: skipped) at its place, dtypes and shapes
  * as the structs say. TRI_EINVAL naming the field on a shape that is not positive (I_shared >= 0), K
  * outside [1, E] or E above TRI_MOE_MAX_EXPERTS. */
 int tri_moe_bind(const tri_moe_shape *s, tri_moe_acts *acts, void *acts_mem, tri_moe_scratch *scratch,
                  void *scratch_mem);
 
-/* y(N, C) = the MoE block of x(N, C) (overwritten), fp32; fills acts, including acts->losses
+/* y(N, C) = the MoE block of x(N, C) (overwritten), both shape.dtype; fills acts, including acts->losses
  * [aux, z] (their scalars, not added to y) and acts->counts: tokens_per_expert copied to the host
  * once (tri_device_copy_to_host, after moe_permute_map: the only host wait of the pass; the backward
- * reuses it). TRI_EINVAL naming the argument on a dtype (bf16 refused), shape or config mismatch. */
+ * reuses it). TRI_EINVAL naming the argument on a dtype (x, y and the weights must be shape.dtype),
+ * shape or config mismatch. */
 int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *acts, tri_tensor x, const tri_moe_weights *w,
                     const tri_moe_config *cfg);
 
-/* dx(N, C) = the input gradient (overwritten) given dy(N, C), with the aux and z losses weighted by
+/* dx(N, C) = the input gradient (overwritten) given dy(N, C) (both shape.dtype), with the aux and z losses weighted by
  * loss_scale in the objective (1 for L = sum(y * dy) + aux + z; 1/micro-batches under gradient
  * accumulation); every parameter gradient in g accumulates (+=). Uses scratch; acts, x, w and cfg
  * as in the forward. */

@@ -32,6 +32,8 @@ int tri_moe_check_shape(const tri_moe_shape *s)
     if (s->K < 1 || s->K > s->E)
         return TRI_ERR(TRI_EINVAL, "moe: K (num_experts_per_tok) %lld, expected 1..E = %lld", (long long)s->K,
                        (long long)s->E);
+    if (s->dtype != TRI_F32 && s->dtype != TRI_BF16)
+        return TRI_ERR(TRI_EINVAL, "moe: dtype %d, expected TRI_F32 or TRI_BF16", (int)s->dtype);
     if (s->I_shared < 0)
         return TRI_ERR(TRI_EINVAL, "moe: I_shared (shared_expert_intermediate_size) %lld, expected >= 0 (0: none)",
                        (long long)s->I_shared);
@@ -41,6 +43,7 @@ int tri_moe_check_shape(const tri_moe_shape *s)
 static void layout_acts(const tri_moe_shape *s, tri_moe_acts *a, carver *cv)
 {
     int64_t N = s->N, E = s->E, K = s->K, P = s->N * s->K;
+    tri_dtype dt = s->dtype;
     a->logits = carve(cv, TRI_F32, N, E);
     a->scores = carve(cv, TRI_F32, N, E);
     a->expert_idx = carve(cv, TRI_I32, N, K);
@@ -50,26 +53,31 @@ static void layout_acts(const tri_moe_shape *s, tri_moe_acts *a, carver *cv)
     a->routed_per_expert = carve(cv, TRI_I32, E, 0);
     a->row_id_map = carve(cv, TRI_I32, N, K);
     a->sorted_indices = carve(cv, TRI_I32, P, 0);
-    a->x_perm = carve(cv, TRI_F32, P, s->C);
-    a->gate_up = carve(cv, TRI_F32, P, 2 * s->I);
-    a->h = carve(cv, TRI_F32, P, s->I);
-    a->o = carve(cv, TRI_F32, P, s->C);
-    a->shared_gate_up = carve(cv, TRI_F32, s->I_shared ? N : 0, 2 * s->I_shared);
-    a->shared_h = carve(cv, TRI_F32, s->I_shared ? N : 0, s->I_shared);
+    a->x_perm = carve(cv, dt, P, s->C);
+    a->gate_up = carve(cv, dt, P, 2 * s->I);
+    a->h = carve(cv, dt, P, s->I);
+    a->o = carve(cv, dt, P, s->C);
+    a->shared_gate_up = carve(cv, dt, s->I_shared ? N : 0, 2 * s->I_shared);
+    a->shared_h = carve(cv, dt, s->I_shared ? N : 0, s->I_shared);
     a->losses = carve(cv, TRI_F32, 2, 0);
 }
 
 static void layout_scratch(const tri_moe_shape *s, tri_moe_scratch *sc, carver *cv)
 {
     int64_t N = s->N, P = s->N * s->K;
+    tri_dtype dt = s->dtype;
+    bool bf16 = dt == TRI_BF16;
     sc->dlogits = carve(cv, TRI_F32, N, s->E);
     sc->d_expert_w = carve(cv, TRI_F32, N, s->K);
-    sc->d_o = carve(cv, TRI_F32, P, s->C);
-    sc->dh = carve(cv, TRI_F32, P, s->I);
-    sc->dgate_up = carve(cv, TRI_F32, P, 2 * s->I);
-    sc->shared_dh = carve(cv, TRI_F32, s->I_shared ? N : 0, s->I_shared);
-    sc->shared_dgate_up = carve(cv, TRI_F32, s->I_shared ? N : 0, 2 * s->I_shared);
+    sc->d_o = carve(cv, dt, P, s->C);
+    sc->dh = carve(cv, dt, P, s->I);
+    sc->dgate_up = carve(cv, dt, P, 2 * s->I);
+    sc->shared_dh = carve(cv, dt, s->I_shared ? N : 0, s->I_shared);
+    sc->shared_dgate_up = carve(cv, dt, s->I_shared ? N : 0, 2 * s->I_shared);
     sc->losses = carve(cv, TRI_F32, 2, 0);
+    /* bf16: the router's backward in fp32 (x and Wr widened; the first then holds dlogits @ Wr) */
+    sc->router_x = carve(cv, TRI_F32, bf16 ? N : 0, s->C);
+    sc->router_w32 = carve(cv, TRI_F32, bf16 ? s->E : 0, s->C);
 }
 
 size_t tri_moe_acts_bytes(const tri_moe_shape *s)

@@ -69,11 +69,11 @@ static double kept(const tri_decoder_block *b, const widths *w, const tri_train_
         bytes += 4.0 * w->NH_l * w->T * w->B;             /* the rows' fp32 logsumexp */
     else if (l->recompute == TRI_RECOMPUTE_NONE)
         bytes += w->e * w->NH_l * w->T * w->T * w->B;     /* the softmax probabilities */
-    if (b->sparse) {                                      /* layers/moe.c's activations, fp32 */
+    if (b->sparse) {                                      /* layers/moe.c's activations, in its dtype */
         tri_moe_shape ms = tri_moe_block_shape(b, l);
         bytes += (double)tri_moe_acts_bytes(&ms);
         if (ms.I_shared == 0 && b->I_shared > 0)         /* the shared expert, tensor-parallel */
-            bytes += 4.0 * w->N * 3.0 * (double)b->I_shared / w->t;
+            bytes += w->e * w->N * 3.0 * (double)b->I_shared / w->t;
     }
     return bytes;
 }
@@ -83,7 +83,8 @@ tri_moe_shape tri_moe_block_shape(const tri_decoder_block *b, const tri_train_la
     int64_t t_sp = l->sequence_parallel && l->tp > 1 ? l->tp : 1, etp = l->etp > 1 ? l->etp : 1;
     int64_t tp = l->tp > 1 ? l->tp : 1;
     tri_moe_shape s = {.N = l->B * l->T / t_sp * etp, .C = b->C, .E = b->E, .K = b->K, .I = b->I / etp,
-                       .I_shared = t_sp == 1 ? b->I_shared / tp : 0};
+                       .I_shared = t_sp == 1 ? b->I_shared / tp : 0,
+                       .dtype = l->precision == TRI_PRECISION_BF16 ? TRI_BF16 : TRI_F32};
     return s;
 }
 
@@ -157,11 +158,11 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
        backward statistics or score gradient; rotary tables */
     double mlp_work = b->sparse ? 0.0 : b->gated_mlp ? 3.0 : 1.0;
     out->work = w.e * (2.0 * w.N_l * w.C + w.N * (w.Q_l + 2.0 * w.KV_l + w.Q_l + mlp_work * w.F_l));
-    if (b->sparse) {                                       /* layers/moe.c's scratch, fp32 */
+    if (b->sparse) {                                       /* layers/moe.c's scratch, in its dtype */
         tri_moe_shape ms = tri_moe_block_shape(b, l);
         out->work += (double)tri_moe_scratch_bytes(&ms);
         if (ms.I_shared == 0 && b->I_shared > 0)
-            out->work += 4.0 * w.N * 3.0 * (double)b->I_shared / w.t;
+            out->work += w.e * w.N * 3.0 * (double)b->I_shared / w.t;
     }
     out->work += l->attention == TRI_ATTENTION_FLASH ? 4.0 * w.B * w.NH_l * w.T : w.e * w.B * w.NH_l * w.T * w.T;
     if (b->rotary)

@@ -61,8 +61,8 @@ typedef struct tri_decoder_block {
  *     active_params = attention + norms + E C + 3 C (K I + I_s) (Mixtral 8x7B: 46.7B / 12.9B);
  *   forward FLOPs: 2 N (attention weights + E C + 3 C (K I + I_s)) + 4 B T^2 Q, active parameters only;
  *   activations kept: the dense formula without the MLP's hidden tensors, plus what layers/moe.c
- *     takes for the rank's shape, tri_moe_acts_bytes(tri_moe_block_shape) (fp32: the layer runs in
- *     fp32), dropless with N_r etp K permuted rows; under sequence parallelism the shared expert runs
+ *     takes for the rank's shape, tri_moe_acts_bytes(tri_moe_block_shape) (in the layout's precision:
+ *     the router's buffers fp32, the rows bf16 under --bf16), dropless with N_r etp K permuted rows; under sequence parallelism the shared expert runs
  *     tensor-parallel outside that shape, its 4 N 3 I_s / tp bytes added; the backward's transients
  *     likewise with tri_moe_scratch_bytes (4 N 3 I_s / tp for the shared expert's gradients);
  *   TP traffic: the attention's collectives, and the MLP's only with a shared expert (the routed
@@ -78,7 +78,7 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
 /* The shape layers/moe.c takes for sparse block b on one rank under layout l (tri_moe_acts_bytes,
  * tri_moe_scratch_bytes): N_r etp tokens (N_r = B T / tp under sequence parallelism, else B T), C,
  * all E router columns, K, width I / etp, and the shared expert's I_s / tp when the rank runs it on
- * the same tokens (no sequence parallelism), else 0. */
+ * the same tokens (no sequence parallelism), else 0; dtype bf16 under l's bf16 precision, else fp32. */
 tri_moe_shape tri_moe_block_shape(const tri_decoder_block *b, const tri_train_layout *l);
 
 #endif

@@ -71,9 +71,6 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
         return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d: %s has experts (%d), and its MoE layers run on "
                        "whole experts; use --tensor-model-parallel-size 1 (expert parallelism comes next)", tp, name,
                        c->num_experts);
-    if (c->num_experts > 0 && run->precision != TRI_PRECISION_FP32)
-        return TRI_ERR(TRI_EINVAL, "--bf16: %s has experts (%d), and the MoE block runs fp32 only (drop --bf16)",
-                       name, c->num_experts);
     if (c->num_experts > 0 && ((int64_t)c->moe_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
         return TRI_ERR(TRI_EINVAL, "%s: moe_intermediate_size %d x hidden_size %d is not a multiple of %d elements, "
                        "so the experts' fused views cannot join their matrices in place", name,

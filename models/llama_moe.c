@@ -12,8 +12,8 @@
  * (E, C, I) are each one contiguous range (and an expert-parallel rank's E/ep experts, later, one
  * slice of each). The global (checkpoint) order is the same.
  *
- * The block runs fp32 and on whole experts: tensor parallelism and bf16 are refused by
- * tri_llama_check. The auxiliary and z losses enter the step's objective with weight
+ * The block runs on whole experts (tensor parallelism is refused by tri_llama_check), in fp32 or,
+ * under --bf16, on bf16 rows with an fp32 router (layers/moe.h). The auxiliary and z losses enter the step's objective with weight
  * dloss * N (dloss = d(step loss)/d(token loss), so 1/(micro-batches x data-parallel ranks): the
  * losses averaged like the LM loss, Megatron-Core's scaling), and their scalars stay in each slot's
  * block activations (acts.moe.losses = [aux, z]) for tri_llama_moe_losses to read. */
@@ -181,7 +181,8 @@ tri_moe_config tri_llama_moe_config(const tri_llama *m)
     const tri_llama_moe_options *o = &m->moe_opt;
     tri_moe_config k = {.shape = {.N = m->d.N, .C = c->hidden_size, .E = c->num_experts,
                                   .K = c->num_experts_per_tok, .I = c->moe_intermediate_size,
-                                  .I_shared = c->shared_expert_intermediate_size},
+                                  .I_shared = c->shared_expert_intermediate_size,
+                                  .dtype = tri_decoder_act_dtype(&m->d)},
                         .score_func = o->score_func, .norm_topk = c->norm_topk_prob,
                         .drop_policy = o->drop_policy, .aux_loss_coeff = o->aux_loss_coeff,
                         .z_loss_coeff = o->z_loss_coeff};

@@ -169,3 +169,4 @@ Test(memory_plan, llama_tp2_pp2_dp2_zero3) { check_json(LLAMA_JSON, 2, 2, 2, fal
 Test(memory_plan, llama_bf16_tp2_dp2_zero2) { check_json(LLAMA_JSON, 2, 1, 2, false, "1f1b", 0, 2, 2, true); }
 /* The MoE block's buffers (layers/moe.h, per sparse layer and micro-batch, and its shared scratch). */
 Test(memory_plan, mixtral_pp2_dp2_zero1) { check_json(MIXTRAL_JSON, 1, 2, 2, false, "1f1b", 0, 2, 1, false); }
+Test(memory_plan, mixtral_bf16_pp2_dp2_zero3) { check_json(MIXTRAL_JSON, 1, 2, 2, false, "1f1b", 0, 2, 3, true); }

@@ -11,7 +11,8 @@
  *    same (top-2 of 4 with fp32 scores whose gaps are ~1e-2, rounding ~1e-7) and every sum is fp32;
  *  - layouts: pp 2 (1F1B) and dp 2 at ZeRO 1 and 3 within 1e-5 (gradients) and 1e-4 (4 AdamW steps)
  *    of one rank, and bit-identical to one rank in deterministic mode (pp 2, dp 2 ZeRO 0 and 3, full
- *    recomputation); tp 2 and bf16 refused naming the flag. */
+ *    recomputation); tp 2 refused naming the flag; --bf16 tracks fp32 and its pp / dp layouts match one
+ *    rank bit for bit (deterministic mode for dp). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -483,7 +484,7 @@ Test(mixtral_layouts, moe_losses_of_a_uniform_router)
     cr_expect(fabs(lc.z - want_z) <= 1e-6 * want_z, "z %.9g, want %.9g", lc.z, want_z);
 }
 
-Test(mixtral_layouts, tensor_parallel_and_bf16_refused)
+Test(mixtral_layouts, tensor_parallel_refused)
 {
     tri_model m;
     make_tiny(&m, 2, 4, true);
@@ -492,10 +493,64 @@ Test(mixtral_layouts, tensor_parallel_and_bf16_refused)
     cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_EINVAL);
     cr_expect(strstr(tri_error_message(), "--tensor-model-parallel-size 2"), "%s", tri_error_message());
     run.tp = 1;
-    run.precision = TRI_PRECISION_BF16;
-    cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_EINVAL);
-    cr_expect(strstr(tri_error_message(), "--bf16"), "%s", tri_error_message());
-    run.precision = TRI_PRECISION_FP32;
+    run.precision = TRI_PRECISION_BF16; /* the MoE block runs bf16 (tests/test_moe_bf16.c) */
     cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_OK, "%s", tri_error_message());
+    tri_model_free(&m);
+}
+
+/* --bf16 (bf16 activations and weight copies, fp32 router, gradients and master weights; layers/moe.h):
+ * one rank tracks fp32 within bf16's rounding (tests/test_bf16.c's bounds: losses 2e-3 relative,
+ * first gradients 5e-2 of each tensor's largest, and both differ from fp32's: bf16 is in effect); pp 2
+ * splits the same computation (bit-identical without deterministic mode, as the dense bf16 layouts);
+ * dp 2 ZeRO 1 and pp 2 x dp 2 ZeRO 3 with full recomputation are bit-identical to one rank in
+ * deterministic mode (fixed-point gradient sums; a micro-batch's routing does not depend on the
+ * layout); every bf16 parameter is its rounded master weight after each update. */
+Test(mixtral_layouts, bf16_tracks_fp32_and_layouts_match_one_rank, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, 4, 4, true);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
+    tu_result fp, one, got;
+    run_layout(&m, &(tu_layout){.tp = 1}, &fp, w);
+    run_layout(&m, &(tu_layout){.bf16 = true}, &one, w);
+    double loss = 0, grad = 0;
+    for (int s = 0; s < STEPS; s++)
+        loss = fmax(loss, fabs(one.losses[s] - fp.losses[s]) / fp.losses[s]);
+    for (int i = 0; i < fp.n; i++)
+        grad = fmax(grad, tu_tensor_rel(one.grads[i], fp.grads[i], compared(&fp, i)));
+    cr_log_info("bf16 vs fp32: losses %.3g, first gradients %.3g", loss, grad);
+    cr_expect_lt(loss, 2e-3, "bf16 losses differ from fp32's by %g", loss);
+    cr_expect_gt(loss, 0.0, "bf16 gave the fp32 losses exactly: bf16 is not in effect");
+    cr_expect_lt(grad, 5e-2, "bf16 first gradients differ from fp32's by %g", grad);
+    cr_expect_gt(grad, 1e-4, "bf16 gradients within fp32 noise of fp32's: bf16 is not in effect");
+    cr_expect_gt(one.bf16_checked, 0);
+    cr_expect_eq(one.bf16_stale, 0, "%lld bf16 parameters are not their rounded master weight",
+                 (long long)one.bf16_stale);
+    tu_result_free(&one);
+    tu_result_free(&fp);
+    static const struct { const char *name; tu_layout l; tu_layout ref; } layouts[] = {
+        {"bf16 pp2 1f1b", {.pp = 2, .bf16 = true}, {.bf16 = true}},
+        {"bf16 dp2 zero1 deterministic", {.dp = 2, .zero = 1, .deterministic = true, .bf16 = true},
+         {.deterministic = true, .bf16 = true}},
+        {"bf16 pp2 dp2 zero3 recompute full deterministic",
+         {.pp = 2, .dp = 2, .zero = 3, .recompute = TRI_RECOMPUTE_FULL, .deterministic = true, .bf16 = true},
+         {.deterministic = true, .bf16 = true}},
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        const char *name = layouts[k].name;
+        run_layout(&m, &layouts[k].ref, &one, w);
+        run_layout(&m, &layouts[k].l, &got, w);
+        cr_expect(memcmp(one.losses, got.losses, sizeof one.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+                  one.losses[STEPS - 1], got.losses[STEPS - 1]);
+        cr_expect(memcmp(one.norms, got.norms, sizeof one.norms) == 0, "%s: gradient norms differ", name);
+        for (int i = 0; i < one.n; i++)
+            cr_expect(memcmp(one.weights[i], got.weights[i], (size_t)compared(&one, i) * sizeof(float)) == 0,
+                      "%s: final %s differs (relative %.2g)", name, one.names[i],
+                      tu_tensor_rel(one.weights[i], got.weights[i], compared(&one, i)));
+        cr_expect_eq(got.bf16_stale, 0, "%s: stale bf16 parameters", name);
+        tu_result_free(&got);
+        tu_result_free(&one);
+    }
+    free(w);
     tri_model_free(&m);
 }

@@ -23,7 +23,7 @@
  * measured errors). Cases: Mixtral's routing with a shared expert and both losses, an expert that
  * gets no token (an expert bias of -10 keeps it out), sigmoid with and without renormalisation,
  * capacity dropping by weight and by position, K = 1 and K = E, the buffers' sizes, the refusals
- * (bf16, K > E, missing shared weights). PyTorch (tests/moe_block_torch.py, Debian's python3-torch in
+ * (bf16 x into an fp32 block, K > E, missing shared weights). PyTorch (tests/moe_block_torch.py, Debian's python3-torch in
  * float64): Hugging Face's MixtralSparseMoeBlock and Qwen3MoeSparseMoeBlock (norm_topk_prob false)
  * on the test's weights, y and every gradient (skipped when /usr/bin/python3 has no torch). */
 #include <criterion/criterion.h>
@@ -496,13 +496,14 @@ Test(moe_block, refusals_name_the_field)
     cr_assert_eq(tri_moe_bind(&s, &a, mem, NULL, NULL), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "shared_expert_intermediate_size"), "%s", tri_error_message());
 
-    /* bf16 activations are refused; so is a shared expert's shape without its weights */
+    /* bf16 activations into an fp32 block are refused (tests/test_moe_bf16.c runs the bf16 block); so is
+     * a shared expert's shape without its weights */
     moe_case mc = {.cfg = config(4, 4, 2, 0, TRI_MOE_SOFTMAX, true), .seed = 600};
     run r;
     setup_run(&r, &mc);
     tri_tensor xb = dev_put(tri_tensor_2d(NULL, TRI_BF16, 4, 8), NULL);
     cr_assert_eq(tri_moe_forward(dev, r.y, &r.acts, xb, &r.w, &mc.cfg), TRI_EINVAL);
-    cr_assert(strstr(tri_error_message(), "fp32"), "%s", tri_error_message());
+    cr_assert(strstr(tri_error_message(), "shape.dtype"), "%s", tri_error_message());
     mc.cfg.shape.I_shared = 3;
     cr_assert_eq(tri_moe_forward(dev, r.y, &r.acts, r.x, &r.w, &mc.cfg), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "shared"), "%s", tri_error_message());

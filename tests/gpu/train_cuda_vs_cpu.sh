@@ -17,7 +17,7 @@
 #    1e-2 (a bf16 ulp of the logits) of the CPU's.
 # Both devices run the attention backend TCC_ATTENTION (default flash: the tiled kernels end to end;
 # engine_train's default on cuda, unfused, is named with TCC_ATTENTION=unfused).
-# TCC_FP32_ONLY=1 skips the bf16 runs (models that train in fp32 only: the MoE families).
+# TCC_FP32_ONLY=1 skips the bf16 runs (a model that trains in fp32 only).
 # Without a usable GPU it prints why and exits 77 (skipped). TCC_MICRO_BATCH, TCC_SEQ_LENGTH and
 # TCC_ITERS change the micro-batch (4), the sequence (128) and the iterations (10): the emulated CUDA
 # build (tests/cuda_emu/), whose kernels run on one CPU thread, runs a smaller problem; the bounds
@@ -45,7 +45,7 @@ run() { # $1 device, $2 log name, then extra flags
   [ "$(wc -l < "$T/$name.loss")" -eq "$ITERS" ] || { echo "FAIL: expected $ITERS logged iterations in $name"; exit 1; }
 }
 run cuda cuda32; run cpu cpu32
-if [ -n "${TCC_FP32_ONLY:-}" ]; then # a model that trains in fp32 only (an MoE: layers/moe.h)
+if [ -n "${TCC_FP32_ONLY:-}" ]; then # a model that trains in fp32 only
   paste "$T/cuda32.loss" "$T/cpu32.loss" | awk '
     function abs(x) { return x < 0 ? -x : x }
     { d = abs($1 - $2); if (d > m) m = d
