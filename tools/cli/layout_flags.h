@@ -13,7 +13,7 @@
 #include "partitioner/constraints.h"
 #include "tools/cli/flags.h"
 
-#define TRI_CLI_LAYOUT_FLAGS 24 /* flags tri_cli_layout_flags adds */
+#define TRI_CLI_LAYOUT_FLAGS 26 /* flags tri_cli_layout_flags adds */
 
 /* What the layout flags write: the request, and the flags whose text becomes an enum. */
 typedef struct tri_cli_layout {
