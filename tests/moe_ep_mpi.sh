@@ -52,6 +52,28 @@ print(f"ok   ep 4 on 4 ranks: losses within {worst:.2g} of one rank's ({one[0]['
 PY
 fi
 
+# checkpoints: saved at ep 4 after 2 iterations (each ep rank's experts in its own model file), resumed
+# on 1 rank and at ep 2 on 2 ranks to iteration 4: the last loss within 1e-4 of the uninterrupted run
+run save 4 --expert-model-parallel-size 4 --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
+  { tail -5 "$tmp/save.log"; fail "ep 4 save"; }
+ls "$tmp/save"/iter_*/model_tp00_pp00_ep003.h5 > /dev/null 2>&1 && echo "ok   ep rank 3 wrote its experts' model file" ||
+  fail "no model file of ep rank 3"
+for np in 1 2; do
+  cp -r "$tmp/save" "$tmp/resume$np"
+  run "resume$np" "$np" --expert-model-parallel-size "$np" --load "$tmp/resume$np" --lr-decay-iters 4 ||
+    { tail -5 "$tmp/resume$np.log"; fail "resume on $np rank(s)"; continue; }
+  run "straight$np" 1 --lr-decay-iters 4 2> /dev/null
+  /usr/bin/python3 - "$tmp/straight$np/metrics.jsonl" "$tmp/resume$np/metrics.jsonl" "$np" <<'PY' || fail "resume on $np rank(s) against the uninterrupted run"
+import json, sys
+last = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
+a, b = last(sys.argv[1]), last(sys.argv[2])
+assert a["iter"] == b["iter"] == 4, (a["iter"], b["iter"])
+d = abs(a["loss"] - b["loss"]) / a["loss"]
+assert d < 1e-4, f"{b['loss']} vs {a['loss']}"
+print(f"ok   ep 4 checkpoint resumed at ep {sys.argv[3]}: iteration 4 loss {b['loss']:.6f}, uninterrupted {a['loss']:.6f}")
+PY
+done
+
 refuse() { # name want ranks flags...
   local name=$1 want=$2 np=$3
   shift 3
