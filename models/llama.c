@@ -134,8 +134,11 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
         /* the aux and z losses weigh as the LM loss's mean over this micro-batch's N tokens */
         tri_moe_config mc = tri_llama_moe_config(m);
         float scale = m->d.chunk.dloss * (float)m->d.N;
+        tri_moe_ep_exact ex;
+        bool exact = tri_llama_moe_exact(m, l, &ex);
         rc = m->d.opt.ep > 1 ? tri_moe_ep_backward(d, m->d.opt.ep_comm, dln, &g->moe, dres, &a->moe, &a->moe_ep, a->ln2,
-                                                   &w->moe, &m->moe_scratch, &m->moe_ep_scratch, &mc, scale)
+                                                   &w->moe, &m->moe_scratch, &m->moe_ep_scratch, &mc, scale,
+                                                   exact ? &ex : NULL)
                              : tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,
                                                 scale);
     } else if (!rc) {

@@ -184,6 +184,8 @@ typedef struct tri_llama {
     tri_llama_moe_options moe_opt;
     tri_moe_scratch moe_scratch;       /* sparse layers' backward scratch, shared by all of them */
     tri_moe_ep_scratch moe_ep_scratch; /* the same under expert parallelism (d.opt.ep > 1) */
+    tri_tensor moe_exact_tmp;          /* deterministic mode under ep: f32 (E_l 3 I C), one source's expert
+                                          weight gradients before their exact sum (layers/moe_ep.h) */
 } tri_llama;
 
 /* The family "llama" (models/model.h), and the same code as "mixtral" and "qwen3_moe" (their config
@@ -223,6 +225,9 @@ int tri_llama_moe_param_index(const tri_llama_config *c, const char *suffix); /*
 /* a sparse layer's MoE tensors; under expert parallelism (ep > 1) only rank ep_rank's E/ep experts */
 int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int ep, int ep_rank);
 int tri_llama_moe_map_views(tri_llama *m, int l);
+/* Deterministic mode under expert parallelism: layer l's experts' exact sums (the ZeRO 0 int64 sums at
+ * their offsets) and scratch for tri_moe_ep_backward; false (ex untouched) otherwise. */
+bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex);
 void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b);
 tri_moe_config tri_llama_moe_config(const tri_llama *m);
 int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts);

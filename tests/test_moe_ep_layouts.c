@@ -9,10 +9,9 @@
  * gradients in another grouping than one rank's micro-batch accumulation (each a few ulps, u = 6e-8,
  * of the terms' magnitudes, over 4 micro-batch terms and 4 layers: far below 1e-5), while a token
  * sent to the wrong rank, a wrong expert slice or a gradient reduced over the wrong group changes the
- * gradients by O(1) (the test of ep 2 against its refusal-free twin: edp reductions with dp's would
- * double the experts' gradients). The expert tensors' values under ep are bit-identical to one rank's
- * per pass (tests/test_moe_ep.c); in deterministic mode the step is not bit-identical, said in
- * docs/moe.md. The refusals: ZeRO 1 with ep names both flags. */
+ * gradients by O(1) (reducing the experts over dp instead of edp fails it). In deterministic mode
+ * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank.
+ * The refusals: ZeRO 1 with ep names both flags. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -106,45 +105,49 @@ Test(moe_ep_layouts, zero1_with_ep_refused)
     tri_model_free(&m);
 }
 
-/* Deterministic mode: what is exact and what is not yet. The forward is bit-identical to one rank's
- * (each expert's GEMM batch is one source micro-batch's rows, tests/test_moe_ep.c), so the first
- * pass's loss and every gradient but the experts' are the same bits; an expert weight's gradient of
- * one pass adds the sources' GEMMs in fp32 before the exact fixed-point accumulation, where one rank
- * converts each micro-batch's GEMM on its own: the experts' gradients differ by that rounding only
- * (a few ulps of the terms, bound 1e-5 relative), and the weights after the steps follow. */
-Test(moe_ep_layouts, deterministic_mode_exact_but_the_expert_gradients, .timeout = 300)
+/* Deterministic mode: bit-identical to one rank. The forward is one rank's bits (each expert's GEMM
+ * batch is one source micro-batch's rows, tests/test_moe_ep.c); an expert weight's gradient is each
+ * source's GEMM converted to fixed point and added exactly (layers/moe_ep.h tri_moe_ep_exact), the
+ * sums one rank makes of its micro-batches' GEMMs; everything else is the dense layouts' exact path.
+ * So the first pass's loss and gradients, every step's loss and norm, and the final weights are the
+ * same bits. */
+Test(moe_ep_layouts, deterministic_bit_identical, .timeout = 300)
 {
     tri_model m;
     make_tiny(&m);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 59);
+    static const struct { const char *name; tu_layout l; } layouts[] = {
+        {"dp2 ep2", {.dp = 2, .ep = 2, .deterministic = true}},
+        {"dp4 ep4", {.dp = 4, .ep = 4, .deterministic = true}},
+        {"dp4 ep2", {.dp = 4, .ep = 2, .deterministic = true}},
+        {"pp2 dp2 ep2 recompute full", {.pp = 2, .dp = 2, .ep = 2, .recompute = TRI_RECOMPUTE_FULL,
+                                        .deterministic = true}},
+    };
     tu_result ref, got;
     cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true}, &ref, w), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 2, .ep = 2, .deterministic = true}, &got, w), TRI_OK, "%s",
-                 tri_error_message());
-    cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "loss %.17g vs %.17g",
-              got.grad_loss, ref.grad_loss);
-    int experts = 0, exact_experts = 0;
-    double worst = 0;
-    for (int i = 0; i < ref.n; i++) {
-        bool expert = strstr(ref.names[i], ".experts.") != NULL;
-        bool same = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-        if (!expert) {
-            cr_expect(same, "dp2 ep2 deterministic: gradient of %s differs (relative %.2g)", ref.names[i],
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        const char *name = layouts[k].name;
+        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
+                  got.grad_loss, ref.grad_loss);
+        cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+                  got.losses[STEPS - 1], ref.losses[STEPS - 1]);
+        cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", name);
+        int same = 0;
+        for (int i = 0; i < ref.n; i++) {
+            bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
+            bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
+            cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref.names[i],
                       tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i)));
-            continue;
+            cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref.names[i],
+                      tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i)));
+            same += g && v;
         }
-        experts++;
-        exact_experts += same;
-        double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
-        cr_expect_lt(e, 1e-5, "gradient of %s differs by %g", ref.names[i], e);
-        worst = fmax(worst, e);
+        if (getenv("TRIDENT_TEST_VERBOSE"))
+            printf("deterministic %s: %d of %d tensors bit-identical (gradients and final weights)\n", name, same,
+                   ref.n);
+        tu_result_free(&got);
     }
-    cr_log_info("deterministic dp2 ep2: %d of %d expert gradients bit-identical, the others within %.2g", exact_experts,
-                experts, worst);
-    if (getenv("TRIDENT_TEST_VERBOSE"))
-        printf("deterministic dp2 ep2: %d of %d expert gradients bit-identical, the others within %.2g\n",
-               exact_experts, experts, worst);
-    tu_result_free(&got);
     tu_result_free(&ref);
     free(w);
     tri_model_free(&m);
