@@ -182,9 +182,12 @@ static int write_local(const tri_ckpt_snapshot *s, const tri_ckpt_manifest *m, c
 
 /* ---- per-rank files and their manifest fragment ---- */
 
-static void model_name(char *out, size_t cap, int tp, int pp)
+static void model_name(char *out, size_t cap, int tp, int pp, int ep)
 {
-    snprintf(out, cap, "model_tp%02d_pp%02d.h5", tp, pp);
+    if (ep > 0) /* an expert-parallel rank's own experts */
+        snprintf(out, cap, "model_tp%02d_pp%02d_ep%03d.h5", tp, pp, ep);
+    else
+        snprintf(out, cap, "model_tp%02d_pp%02d.h5", tp, pp);
 }
 
 static void optim_name(char *out, size_t cap, int tp, int pp, int dp)
@@ -229,7 +232,7 @@ int tri_ckpt_write_rank_files(const tri_ckpt_snapshot *s, const tri_ckpt_pending
     tri_ckpt_file model = {.kind = TRI_CKPT_MODEL, .tp_rank = s->tp_rank, .pp_rank = s->pp_rank, .dp_rank = -1};
     tri_ckpt_file optim = {.kind = TRI_CKPT_OPTIM, .tp_rank = s->tp_rank, .pp_rank = s->pp_rank,
                            .dp_rank = s->optim_dp};
-    model_name(model.name, sizeof model.name, s->tp_rank, s->pp_rank);
+    model_name(model.name, sizeof model.name, s->tp_rank, s->pp_rank, s->model_ep);
     optim_name(optim.name, sizeof optim.name, s->tp_rank, s->pp_rank, s->optim_dp);
     int rc = TRI_OK;
     if (s->writes_model)
@@ -277,13 +280,15 @@ static int collect_fragments(const tri_ckpt_pending *p, tri_ckpt_manifest *m)
             for (int tp = 0; tp < p->tp && !rc; tp++)
                 for (int dp = 0; dp < p->dp && !rc; dp++) {
                     bool optim_writer = p->zero_stage > 0 || dp == 0 || per_replica;
-                    if (!optim_writer)
-                        continue;
                     char name[64], path[TRI_CKPT_PATH_MAX];
                     fragment_name(name, sizeof name, tri_grid_world_rank(p->tp, p->dp, tp, dp, pp));
+                    rc = tri_fs_join(path, sizeof path, p->tmp, name);
+                    /* at ZeRO 0 the other dp ranks write a fragment only as an expert-parallel rank's
+                     * first replica (its experts' model and optimizer files) */
+                    if (rc || (!optim_writer && !tri_fs_exists(path)))
+                        continue;
                     char *json = NULL;
                     tri_ckpt_manifest frag;
-                    rc = tri_fs_join(path, sizeof path, p->tmp, name);
                     if (!rc) rc = tri_fs_read_small(path, TRI_CKPT_MANIFEST_MAX, &json, NULL);
                     if (!rc) rc = tri_manifest_parse(&frag, json, path);
                     free(json);

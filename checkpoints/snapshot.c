@@ -173,13 +173,17 @@ int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_
     const tri_grid *g = t->grid;
     int zero_stage = t->chunks[0]->run.zero_stage;
     s->dev = t->dev;
-    s->writes_model = g->dp_rank == 0;
-    s->writes_optim = zero_stage > 0 || g->dp_rank == 0;
+    /* under expert parallelism each ep rank's first replica (edp rank 0) holds experts no other
+     * rank of its (tp, pp) stores: it writes a model file (and, at ZeRO 0, an optimizer file) too */
+    bool ep_first = g->ep > 1 && g->edp_rank == 0;
+    s->writes_model = g->dp_rank == 0 || ep_first;
+    s->writes_optim = zero_stage > 0 || g->dp_rank == 0 || ep_first;
+    s->model_ep = ep_first ? g->ep_rank : 0;
     s->tp_rank = g->tp_rank;
     s->pp_rank = g->pp_rank;
     s->dp_rank = g->dp_rank;
     s->world_rank = g->world_rank;
-    s->optim_dp = zero_stage > 0 ? g->dp_rank : 0;
+    s->optim_dp = zero_stage > 0 || ep_first ? g->dp_rank : 0;
     s->iteration = iteration;
     s->optimizer_step = t->opt[0].step;
     s->n_model = s->n_optim = s->n_local = 0;

@@ -48,6 +48,8 @@ typedef struct tri_ckpt_snapshot {
     bool writes_optim;         /* this rank writes an optimizer file (ZeRO 1-3, or dp rank 0) */
     int tp_rank, pp_rank, dp_rank, world_rank;
     int optim_dp;              /* the dp index in the optimizer file's name (0 at ZeRO 0) */
+    int model_ep;              /* expert parallelism: the ep rank whose experts its model file holds
+                                  (ep ranks > 0 write model_tp.._pp.._ep...h5; 0: the usual name) */
     int64_t iteration;
     int64_t optimizer_step;    /* the optimizer's step count */
 } tri_ckpt_snapshot;

@@ -103,7 +103,9 @@ static int block_forward(tri_llama *m, int l, tri_llama_block_acts *a, tri_tenso
                                              eps); /* res2 = x + attn, ln2 = rmsnorm(res2) */
     if (!rc && is_sparse(m, l)) {
         tri_moe_config mc = tri_llama_moe_config(m);
-        rc = tri_moe_forward(d, tmp, &a->moe, a->ln2, &w->moe, &mc);
+        rc = m->d.opt.ep > 1 ? tri_moe_ep_forward(d, m->d.opt.ep_comm, tmp, &a->moe, &a->moe_ep, &m->moe_ep_scratch,
+                                                  a->ln2, &w->moe, &mc)
+                             : tri_moe_forward(d, tmp, &a->moe, a->ln2, &w->moe, &mc);
     } else if (!rc) {
         rc = tri_swiglu_mlp_forward(&m->d.tp, tmp, &a->mlp, a->ln2, &w->mlp, &m->ms);
     }
@@ -128,8 +130,14 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
     if (!rc && is_sparse(m, l)) {
         /* the aux and z losses weigh as the LM loss's mean over this micro-batch's N tokens */
         tri_moe_config mc = tri_llama_moe_config(m);
-        rc = tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,
-                              m->d.chunk.dloss * (float)m->d.N);
+        float scale = m->d.chunk.dloss * (float)m->d.N;
+        tri_moe_ep_exact ex;
+        bool exact = tri_llama_moe_exact(m, l, &ex);
+        rc = m->d.opt.ep > 1 ? tri_moe_ep_backward(d, m->d.opt.ep_comm, dln, &g->moe, dres, &a->moe, &a->moe_ep, a->ln2,
+                                                   &w->moe, &m->moe_scratch, &m->moe_ep_scratch, &mc, scale,
+                                                   exact ? &ex : NULL)
+                             : tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,
+                                                scale);
         if (!rc) rc = tri_llama_moe_count(m, l, &a->moe); /* the step's figures for the logs */
     } else if (!rc) {
         rc = tri_swiglu_mlp_backward(&m->d.tp, dln, &g->mlp, dres, &a->mlp, a->ln2, &w->mlp, &m->ms);

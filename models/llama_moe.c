@@ -104,19 +104,30 @@ int tri_llama_moe_param_index(const tri_llama_config *c, const char *suffix)
     return -1;
 }
 
-int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer)
+/* Whether expert e (-1: not an expert) is on expert-parallel rank ep_rank of ep (E/ep consecutive each). */
+static bool local_expert(const tri_llama_config *c, int e, int ep, int ep_rank)
+{
+    int El = ep > 1 ? c->num_experts / ep : c->num_experts;
+    return e < 0 || ep <= 1 || (e >= ep_rank * El && e < (ep_rank + 1) * El);
+}
+
+int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int ep, int ep_rank)
 {
     for (int j = 0; j < tri_llama_moe_num_params(c); j++) {
         char sub[TRI_PARAM_NAME_MAX], name[2 * TRI_PARAM_NAME_MAX];
         int64_t shape[2];
         int kind, e;
         moe_param(c, j, sub, sizeof sub, shape, &kind, &e);
+        if (!local_expert(c, e, ep, ep_rank))
+            continue;
         snprintf(name, sizeof name, "model.layers.%d.%s", layer, sub);
         if (strlen(name) >= TRI_PARAM_NAME_MAX)
             return TRI_ERR(TRI_EINVAL, "llama: parameter name %s is longer than %d characters", name,
                            TRI_PARAM_NAME_MAX - 1);
-        if (!tri_spec_list_add(l, name, 2, shape, -1, true, TRI_INIT_NORMAL, c->init_std))
+        tri_param_spec *s = tri_spec_list_add(l, name, 2, shape, -1, true, TRI_INIT_NORMAL, c->init_std);
+        if (!s)
             return TRI_ERR(TRI_ENOMEM, "llama: out of memory for parameter descriptions");
+        s->expert = ep > 1 && e >= 0; /* reduced over the expert-data-parallel group */
     }
     return TRI_OK;
 }
@@ -128,7 +139,8 @@ int tri_llama_moe_map_views(tri_llama *m, int l)
     tri_decoder *d = &m->d;
     const tri_llama_config *c = &m->cfg;
     const tri_param_layout *L = &d->chunk.layout;
-    int E = c->num_experts, layer = d->opt.layer_start + l;
+    int E = c->num_experts, layer = d->opt.layer_start + l, ep = d->opt.ep, er = d->opt.ep_rank;
+    int e0 = ep > 1 ? er * (E / ep) : 0, e1 = ep > 1 ? e0 + E / ep : E; /* this rank's experts */
     tri_llama_block_weights *wb[2] = {&m->w.h[l], &m->g.h[l]};
     for (int s = 0; s < 2; s++) {
         wb[s]->experts = tri_decoder_calloc(d, 3 * (size_t)E, sizeof *wb[s]->experts);
@@ -140,6 +152,8 @@ int tri_llama_moe_map_views(tri_llama *m, int l)
         int64_t shape[2];
         int kind, e, i;
         moe_param(c, j, sub, sizeof sub, shape, &kind, &e);
+        if (!local_expert(c, e, ep, er))
+            continue;
         snprintf(name, sizeof name, "model.layers.%d.%s", layer, sub);
         if ((i = tri_layout_find(L, name)) < 0)
             return TRI_ERR(TRI_EINTERNAL, "llama: the chunk has no parameter %s", name);
@@ -153,7 +167,7 @@ int tri_llama_moe_map_views(tri_llama *m, int l)
         d->gslot[i] = slot[1];
         /* the fused views need the experts' gate/up matrices, their down matrices and the shared
          * expert's gate and up each where the previous one ends */
-        bool joined = (j >= 2 && j <= 2 * E) || (j >= 2 * E + 2 && j <= 3 * E) || j == 3 * E + 2;
+        bool joined = (j >= 2 + 2 * e0 && j <= 2 * e1) || (j >= 2 * E + 2 + e0 && j <= 2 * E + e1) || j == 3 * E + 2;
         if (joined && L->params[i - 1].offset + L->params[i - 1].numel != L->params[i].offset)
             return TRI_ERR(TRI_EINTERNAL, "llama: %s does not follow the previous parameter in the flat buffer "
                            "(the experts' fused views need them contiguous)", name);
@@ -166,9 +180,11 @@ void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l)
     const tri_llama_config *c = &m->cfg;
     int64_t C = c->hidden_size, E = c->num_experts, I = c->moe_intermediate_size,
             Is = c->shared_expert_intermediate_size;
-    tri_tensor g0 = b->experts[0], d0 = b->experts[2 * E];
-    b->moe.gate_up_w = tri_tensor_present(g0) ? tri_tensor_3d(g0.data, g0.dtype, E, 2 * I, C) : tri_tensor_none();
-    b->moe.down_w = tri_tensor_present(d0) ? tri_tensor_3d(d0.data, d0.dtype, E, C, I) : tri_tensor_none();
+    int ep = m->d.opt.ep;
+    int64_t El = ep > 1 ? E / ep : E, e0 = ep > 1 ? m->d.opt.ep_rank * El : 0; /* this rank's experts */
+    tri_tensor g0 = b->experts[2 * e0], d0 = b->experts[2 * E + e0];
+    b->moe.gate_up_w = tri_tensor_present(g0) ? tri_tensor_3d(g0.data, g0.dtype, El, 2 * I, C) : tri_tensor_none();
+    b->moe.down_w = tri_tensor_present(d0) ? tri_tensor_3d(d0.data, d0.dtype, El, C, I) : tri_tensor_none();
     b->moe.shared_gate_up_w = Is > 0 && tri_tensor_present(b->shared_gate_w)
                                   ? tri_tensor_2d(b->shared_gate_w.data, b->shared_gate_w.dtype, 2 * Is, C)
                                   : tri_tensor_none();
@@ -203,7 +219,7 @@ static int take_bytes(tri_arena *ar, tri_mem_kind kind, tri_tensor *t, size_t by
     return TRI_ARENA_TAKE(ar, kind, t, TRI_F32, (int64_t)(bytes / sizeof(float)));
 }
 
-int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a)
+int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts)
 {
     tri_moe_config k = tri_llama_moe_config(m);
     tri_tensor mem;
@@ -211,6 +227,12 @@ int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a)
     int rc = take_bytes(ar, TRI_MEM_ACTIVATIONS, &mem, tri_moe_acts_bytes(&k.shape));
     if (!rc && mem.data)
         rc = tri_moe_bind(&k.shape, a, mem.data, NULL, NULL);
+    if (!rc && m->d.opt.ep > 1) { /* the rows received from the other expert-parallel ranks */
+        tri_tensor em;
+        rc = take_bytes(ar, TRI_MEM_ACTIVATIONS, &em, tri_moe_ep_acts_bytes(&k.shape, m->d.opt.ep));
+        if (!rc && em.data)
+            rc = tri_moe_ep_bind(&k.shape, m->d.opt.ep, ep_acts, em.data, NULL, NULL);
+    }
     return rc;
 }
 
@@ -225,7 +247,46 @@ int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar)
         tri_moe_acts unused;
         rc = tri_moe_bind(&k.shape, &unused, mem.data, &m->moe_scratch, mem.data);
     }
+    if (!rc && m->d.opt.ep > 1) {
+        tri_tensor em;
+        rc = take_bytes(ar, TRI_MEM_WORKSPACE, &em, tri_moe_ep_scratch_bytes(&k.shape, m->d.opt.ep));
+        if (!rc && em.data) { /* bind carves the scratch beside a set of acts, as above */
+            tri_moe_ep_acts unused;
+            rc = tri_moe_ep_bind(&k.shape, m->d.opt.ep, &unused, em.data, &m->moe_ep_scratch, em.data);
+        }
+        int64_t El = k.shape.E / m->d.opt.ep;
+        if (!rc && m->d.run->deterministic)
+            rc = TRI_ARENA_TAKE(ar, TRI_MEM_WORKSPACE, &m->moe_exact_tmp, TRI_F32, El * 3 * k.shape.I * k.shape.C);
+    }
     return rc;
+}
+
+/* ---- deterministic mode under expert parallelism ---- */
+
+bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex)
+{
+    const tri_llama_config *c = &m->cfg;
+    const tri_zero *z = &m->d.chunk.zero;
+    if (m->d.opt.ep <= 1 || !m->d.run->deterministic || z->stage != 0 || !tri_tensor_present(z->acc))
+        return false;
+    const tri_param_layout *L = &m->d.chunk.layout;
+    int64_t E = c->num_experts, El = E / m->d.opt.ep, I = c->moe_intermediate_size, C = c->hidden_size;
+    int e0 = (int)(m->d.opt.ep_rank * El);
+    char name[2 * TRI_PARAM_NAME_MAX];
+    int layer = m->d.opt.layer_start + l, gi, di;
+    snprintf(name, sizeof name, "model.layers.%d.%sexperts.%d.%s.weight", layer, prefix(c), e0, expert_name(c, 0));
+    gi = tri_layout_find(L, name);
+    snprintf(name, sizeof name, "model.layers.%d.%sexperts.%d.%s.weight", layer, prefix(c), e0, expert_name(c, 2));
+    di = tri_layout_find(L, name);
+    if (gi < 0 || di < 0)
+        return false;
+    int64_t ngu = El * 2 * I * C, nd = El * C * I;
+    *ex = (tri_moe_ep_exact){.gate_up_acc = tri_tensor_range(z->acc, L->params[gi].offset, ngu),
+                             .down_acc = tri_tensor_range(z->acc, L->params[di].offset, nd),
+                             .gate_up_tmp = tri_tensor_range(m->moe_exact_tmp, 0, ngu),
+                             .down_tmp = tri_tensor_range(m->moe_exact_tmp, ngu, nd), .bad = z->bad,
+                             .bits = TRI_FIXED_BITS};
+    return true;
 }
 
 /* ---- the losses ---- */

@@ -189,7 +189,10 @@ int tri_decoder_build(tri_decoder *d, tri_chunk_model model, tri_device *dev, tr
     model.load_batch = load_batch;
     model.buffer = buffer;
     model.zero_private = zero_private;
-    return tri_chunk_build(&d->chunk, &model, dev, dp_comm);
+    rc = tri_chunk_build(&d->chunk, &model, dev, dp_comm);
+    if (!rc && d->opt.ep > 1) /* the experts' gradients reduce over the expert-data-parallel group */
+        tri_zero_bind_experts(&d->chunk.zero, d->opt.edp_comm);
+    return rc;
 }
 
 void tri_decoder_destroy(tri_decoder *d)

@@ -42,6 +42,15 @@ static tri_chunk_place chunk_place(const tri_model_rank *r, const tri_model_run 
                            .seed = o->seed};
     if (opt.n_slots < 1)
         opt.n_slots = 1;
+    if (r->grid) {
+        opt.ep = r->grid->ep;
+        opt.ep_rank = r->grid->ep_rank;
+        opt.ep_comm = r->grid->ep_comm;
+        opt.edp_comm = r->grid->edp_comm;
+    } else if (o->layout.ep > 1) { /* planning (no grid, no comms): the same experts and buffers */
+        opt.ep = o->layout.ep;
+        opt.ep_rank = dp_rank % o->layout.ep;
+    }
     return opt;
 }
 
@@ -162,6 +171,7 @@ int tri_session_create(tri_session *s, tri_comm *world, tri_device *dev, const t
     const tri_train_layout *l = &o->run.layout;
     int rc = tri_grid_create(&s->grid, world, l->tp, l->pp);
     s->have_grid = rc == TRI_OK;
+    if (!rc) rc = tri_grid_add_experts(&s->grid, l->ep > 1 ? l->ep : 1);
     if (!rc) rc = tri_model_rank_create(&s->model, m, &s->grid, &o->run, dev);
     s->have_model = s->have_grid && rc == TRI_OK;
     tri_step_config sc = {.n_micro = l->n_micro, .sequence_parallel = l->sequence_parallel,

@@ -59,15 +59,17 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
     for (int d = 0; d < spec->ndim; d++)
         global *= spec->shape[d];
     int pi = -1, c = holder(r, gi, &pi);
-    /* the holder stage: the pipeline rank whose chunks hold it (one stage; vote by all-reduce) */
-    int32_t stage = c >= 0 ? g->pp_rank : -1;
+    /* the holder stage: the pipeline rank whose chunks hold it (one stage; vote by all-reduce), and
+     * the lowest dp rank holding it (0 but for an expert under expert parallelism: its ep rank) */
+    int32_t v[2] = {c >= 0 ? g->pp_rank : -1, c >= 0 ? -g->dp_rank : -(1 << 30)};
     tri_device *dev = r->chunk[0]->dev;
     tri_tensor vote = {0}, buf = {0};
-    int rc = tri_device_alloc(dev, &vote.data, sizeof(int32_t));
-    vote = tri_tensor_1d(vote.data, TRI_I32, 1);
-    if (!rc) rc = tri_device_copy_from_host(dev, vote, &stage);
+    int rc = tri_device_alloc(dev, &vote.data, sizeof v);
+    vote = tri_tensor_1d(vote.data, TRI_I32, 2);
+    if (!rc) rc = tri_device_copy_from_host(dev, vote, v);
     if (!rc) rc = tri_comm_all_reduce(g->world, vote, TRI_REDUCE_MAX);
-    if (!rc) rc = tri_device_copy_to_host(dev, &stage, vote);
+    if (!rc) rc = tri_device_copy_to_host(dev, v, vote);
+    int32_t stage = v[0], holder_dp = -v[1];
     tri_device_free(dev, vote.data);
     float *global_host = calloc((size_t)global, sizeof *global_host);
     if (!global_host)
@@ -104,7 +106,7 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
         free(host);
     }
     /* broadcast the global tensor from the holder stage's first rank */
-    int root = tri_grid_world_rank(g->tp, g->dp, 0, 0, stage);
+    int root = tri_grid_world_rank(g->tp, g->dp, 0, holder_dp, stage);
     if (!rc) rc = tri_device_alloc(dev, &buf.data, (size_t)global * sizeof(float));
     buf = tri_tensor_1d(buf.data, TRI_F32, global);
     if (!rc) rc = tri_device_copy_from_host(dev, buf, global_host);
@@ -399,7 +401,8 @@ int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_l
         .recompute = (tri_recompute)l->recompute, .attention = (tri_attention_backend)l->attention,
         .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
         .first_layers = l->first_layers > 0 ? l->first_layers : -1, .last_layers = -1,
-        .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap};
+        .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap,
+        .ep = l->ep > 0 ? l->ep : 1};
     int rc = tri_cli_model_layout(m, req, out);
     if (!rc) {
         out->compression = l->compression;

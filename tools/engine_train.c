@@ -280,11 +280,15 @@ static int validate(run *r)
         return TRI_ERR(TRI_EINVAL, "--adam-freeze-step %lld with --optimizer %s: freezing the second moment is 1-bit "
                        "Adam's, for --optimizer adam only (sgd and lars keep no second moment; lamb's is not "
                        "frozen)", (long long)a->adam_freeze_step, a->optimizer);
-    if (r->L.ep > 1 || r->L.etp > 1)
-        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d --expert-tensor-parallel-size %d: engine_train "
-                       "does not run expert parallelism yet (the token exchange between expert-parallel ranks is "
-                       "a later piece, docs/moe.md); expected 1 and 1 (the partitioner plans ep > 1)", r->L.ep,
-                       r->L.etp);
+    if (r->L.etp > 1)
+        return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: engine_train does not run expert tensor "
+                       "parallelism (docs/moe.md); expected 1 (the partitioner plans it)", r->L.etp);
+    if (r->L.ep > 1 && r->L.tp > 1)
+        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --tensor-model-parallel-size %d: engine_train "
+                       "runs expert parallelism with tensor parallelism 1 only (docs/moe.md)", r->L.ep, r->L.tp);
+    if (r->L.ep > 1 && r->L.precision == TRI_PRECISION_BF16)
+        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --bf16: the expert-parallel MoE block runs "
+                       "fp32 only (docs/moe.md); the one-rank block (ep 1) takes bf16", r->L.ep);
     if (strcmp(r->L.schedule, "zb-h1") == 0)
         return TRI_ERR(TRI_EINVAL, "--pipeline-schedule zb-h1 is modelled by the partitioner only; engine_train runs "
                        "1f1b, gpipe and interleaved");

@@ -96,15 +96,15 @@ case "$cmd" in
   train-moe)
     build
     data
-    # 4 ranks: pipeline parallelism 2 x data parallelism 2 (each stage's two layers of 8 experts, top-2),
-    # one thread each. Expert parallelism will be one more flag: --expert-model-parallel-size 2 (the
-    # two dp ranks of a stage then hold 4 experts each). The iteration lines carry the aux loss, the
+    # 4 ranks: pipeline parallelism 2 x data parallelism 2 with expert parallelism 2 (each stage's two
+    # dp ranks hold 4 of each layer's 8 experts and exchange tokens by all-to-all; top-2), one thread
+    # each. The iteration lines carry the aux loss, the
     # busiest expert's load over the mean and the dropped fraction; the last lines compare the first
     # and last logged load from runs/moe/metrics.jsonl.
     mkdir -p runs
     rc=0
     mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
-      build/bin/engine_train --pipeline-model-parallel-size 2 \
+      build/bin/engine_train --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 \
       --config models/moe-tiny-byte.json \
       --train-data data/fortunes_byte_train.bin --val-data data/fortunes_byte_val.bin \
       --micro-batch-size 4 --global-batch-size 16 --seq-length 128 --train-iters 400 --lr 3e-3 --min-lr 3e-4 \

@@ -38,10 +38,13 @@ int tri_grid_create(tri_grid *g, tri_comm *world, int tp, int pp)
         return rc;
     g->tp = tp;
     g->pp = pp;
+    g->ep = 1;
     g->world = world;
     g->world_rank = world->rank;
     g->world_size = world->size;
     tri_grid_coords(world->rank, tp, g->dp, &g->tp_rank, &g->dp_rank, &g->pp_rank);
+    g->edp = g->dp;
+    g->edp_rank = g->dp_rank;
     int tp_r = g->tp_rank, dp_r = g->dp_rank, pp_r = g->pp_rank;
     bool embd = pp_r == 0 || pp_r == pp - 1;
     rc = tri_comm_split(world, dp_r + g->dp * pp_r, tp_r, &g->tp_comm);
@@ -56,8 +59,30 @@ int tri_grid_create(tri_grid *g, tri_comm *world, int tp, int pp)
     return TRI_OK;
 }
 
+int tri_grid_add_experts(tri_grid *g, int ep)
+{
+    if (ep < 1 || g->dp % ep != 0)
+        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d must be >= 1 and divide the data-parallel size "
+                       "%d (world %d / (tensor %d x pipeline %d))", ep, g->dp, g->world_size, g->tp, g->pp);
+    if (ep > 1 && g->tp > 1)
+        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --tensor-model-parallel-size %d: expert "
+                       "parallelism runs with tensor parallelism 1 only (not built)", ep, g->tp);
+    g->ep = ep;
+    g->edp = g->dp / ep;
+    g->ep_rank = g->dp_rank % ep;
+    g->edp_rank = g->dp_rank / ep;
+    if (ep == 1)
+        return TRI_OK;
+    int rc = tri_comm_split(g->dp_comm, g->edp_rank, g->ep_rank, &g->ep_comm);
+    if (!rc) rc = tri_comm_split(g->dp_comm, g->ep_rank, g->edp_rank, &g->edp_comm);
+    return rc;
+}
+
 void tri_grid_destroy(tri_grid *g)
 {
+    tri_comm_destroy(g->ep_comm);
+    tri_comm_destroy(g->edp_comm);
+    g->ep_comm = g->edp_comm = NULL;
     tri_comm_destroy(g->tp_comm);
     tri_comm_destroy(g->pp_comm);
     tri_comm_destroy(g->dp_comm);

@@ -23,6 +23,11 @@ typedef struct tri_grid {
     tri_comm *mp_comm;               /* same dp: one model replica (tp * pp ranks) */
     tri_comm *embd_comm;             /* first and last stage of one pipeline (tied embedding);
                                         NULL on middle stages; one rank when pp == 1 */
+    /* expert parallelism (tri_grid_add_experts; until then ep 1, edp dp, both comms NULL) */
+    int ep, edp;                     /* ep x edp = dp */
+    int ep_rank, edp_rank;           /* dp_rank = ep_rank + ep * edp_rank */
+    tri_comm *ep_comm;               /* same (tp, pp, edp_rank): ep adjacent dp ranks, one per expert shard */
+    tri_comm *edp_comm;              /* same (tp, pp, ep_rank): the replicas of one expert shard */
 } tri_grid;
 
 /* Checks that world_size splits into tp x pp x dp, with no communication, so every rank reaches the
@@ -35,6 +40,14 @@ int tri_grid_create(tri_grid *g, tri_comm *world, int tp, int pp);
 /* Coordinates of a world rank (pure). */
 void tri_grid_coords(int world_rank, int tp, int dp, int *tp_rank, int *dp_rank, int *pp_rank);
 int tri_grid_world_rank(int tp, int dp, int tp_rank, int dp_rank, int pp_rank);
+
+/* Collective over g->dp_comm: Megatron-Core's parallel folding with tp 1 - a stage's dp ranks regroup
+ * as ep x edp (edp = dp / ep), ep ranks adjacent (Megatron's default order, so they share a node):
+ * ep_rank = dp_rank % ep, edp_rank = dp_rank / ep; rank e of an ep group holds experts
+ * [e E/ep, (e+1) E/ep) and the edp group reduces (and ZeRO shards) those experts' gradients. ep 1
+ * splits nothing. TRI_EINVAL, nothing split, naming the flags and values, when ep < 1, ep does not
+ * divide dp, or tp > 1 (expert parallelism with tensor parallelism is not built). */
+int tri_grid_add_experts(tri_grid *g, int ep);
 
 void tri_grid_destroy(tri_grid *g);
 

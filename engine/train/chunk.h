@@ -112,6 +112,9 @@ typedef struct tri_chunk_place {
     int n_slots;                  /* activation slots: micro-batches in flight on it */
     int dp_rank;                  /* data-parallel rank (its ZeRO shard of the layout) */
     uint64_t seed;                /* initialisation */
+    int ep, ep_rank;              /* expert parallelism (tri_grid_add_experts): this rank holds experts
+                                     [ep_rank E/ep, (ep_rank+1) E/ep); ep 0 or 1: all */
+    tri_comm *ep_comm, *edp_comm; /* the grid's expert groups (not owned); NULL at ep 1 */
 } tri_chunk_place;
 
 typedef struct tri_chunk {

@@ -47,6 +47,8 @@ typedef struct tri_param_spec {
     int global_index;               /* position in the whole model's parameter list (every stage
                                        agrees), for layout-independent reductions */
     int unit;                       /* the unit it belongs to (non-decreasing in a stage's list) */
+    bool expert;                    /* an expert-parallel rank's own expert (ep > 1; docs/moe.md): its
+                                       gradient reduces over the expert-data-parallel group, not dp */
 } tri_param_spec;
 
 /* A parameter as this rank holds it. */

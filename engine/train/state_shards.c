@@ -21,9 +21,11 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);
+        /* an expert parameter (ep > 1) is stored by its ep rank's first replica, as a stage's layers */
+        bool first = p->spec.expert ? t->grid->edp_rank == 0 : dp0;
         if (list)
             list[n] = (tri_state_shard){.param = p, .group = TRI_STATE_WEIGHTS, .lo = 0, .hi = p->numel,
-                                        .holder = h, .stored = h && dp0, .collective = true, .chunk = c};
+                                        .holder = h, .stored = h && first, .collective = true, .chunk = c};
         n++;
     }
     /* the model's buffers (DeepSeek-V3's expert bias): replicated weights without optimizer state */
@@ -42,7 +44,7 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
     }
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
-        bool h = holds(t, p);
+        bool h = holds(t, p), owns = p->spec.expert && z->stage == 0 ? t->grid->edp_rank == 0 : owns_moments;
         for (int k = 0; k < tri_zero_n_owned(z); k++) {
             int64_t s, len, at;
             if (!tri_zero_owned_piece(z, k, p, &s, &len, &at))
@@ -52,7 +54,7 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
             for (int g = g0; g <= g1; g++) {
                 if (list)
                     list[n] = (tri_state_shard){.param = p, .group = (tri_state_group)g, .lo = s - p->offset,
-                                                .hi = s - p->offset + len, .holder = h, .stored = h && owns_moments,
+                                                .hi = s - p->offset + len, .holder = h, .stored = h && owns,
                                                 .chunk = c, .at = at};
                 n++;
             }

@@ -43,6 +43,11 @@ tri_step_time tri_step_time_snapshot(const tri_grid *g)
     t.tp_bytes = group_bytes(g->tp_comm, seen, 0);
     t.pp_bytes = group_bytes(g->pp_comm, seen, 1);
     t.dp_bytes = group_bytes(g->dp_comm, seen, 2);
+    /* expert parallelism's groups (NULL at ep 1): edp with dp, ep on its own */
+    t.dp_s += group_seconds(g->edp_comm, seen, 6, false, false);
+    t.dp_bytes += group_bytes(g->edp_comm, seen, 6);
+    t.ep_s = group_seconds(g->ep_comm, seen, 6, false, false);
+    t.ep_bytes = group_bytes(g->ep_comm, seen, 6);
     return t;
 }
 
@@ -51,7 +56,8 @@ tri_step_time tri_step_time_split(const tri_step_time *b, const tri_step_time *a
     tri_step_time t = {.step_s = step_s, .tp_s = a->tp_s - b->tp_s, .pp_s = a->pp_s - b->pp_s,
                        .bubble_s = a->bubble_s - b->bubble_s, .dp_s = a->dp_s - b->dp_s,
                        .other_s = a->other_s - b->other_s, .tp_bytes = a->tp_bytes - b->tp_bytes,
-                       .pp_bytes = a->pp_bytes - b->pp_bytes, .dp_bytes = a->dp_bytes - b->dp_bytes};
+                       .pp_bytes = a->pp_bytes - b->pp_bytes, .dp_bytes = a->dp_bytes - b->dp_bytes,
+                       .ep_s = a->ep_s - b->ep_s, .ep_bytes = a->ep_bytes - b->ep_bytes};
     t.compute_s = step_s - tri_step_time_wait(&t);
     if (t.compute_s < 0.0)
         t.compute_s = 0.0;
@@ -60,7 +66,7 @@ tri_step_time tri_step_time_split(const tri_step_time *b, const tri_step_time *a
 
 double tri_step_time_wait(const tri_step_time *t)
 {
-    return t->tp_s + t->pp_s + t->bubble_s + t->dp_s + t->other_s;
+    return t->tp_s + t->pp_s + t->bubble_s + t->dp_s + t->ep_s + t->other_s;
 }
 
 void tri_step_time_add(tri_step_time *a, const tri_step_time *b)
@@ -75,4 +81,6 @@ void tri_step_time_add(tri_step_time *a, const tri_step_time *b)
     a->tp_bytes += b->tp_bytes;
     a->pp_bytes += b->pp_bytes;
     a->dp_bytes += b->dp_bytes;
+    a->ep_s += b->ep_s;
+    a->ep_bytes += b->ep_bytes;
 }

@@ -7,10 +7,12 @@
  *   pp_s     blocked in pipeline-group collectives (the loss broadcast)
  *   bubble_s blocked in pipeline send/receive: waiting for the neighbour stage (the bubble of the
  *            schedule) plus the transfer itself, which on shared memory is the small part
- *   dp_s     blocked in the data-parallel group (gradient reduce-scatter/all-reduce, ZeRO gathers)
+ *   dp_s     blocked in the data-parallel group (gradient reduce-scatter/all-reduce, ZeRO gathers),
+ *            and under expert parallelism in the expert-data-parallel group (the experts' gradients)
+ *   ep_s     blocked in the expert-parallel group (the MoE token exchange and its counts; 0 at ep 1)
  *   other_s  the model-parallel, embedding and world groups (gradient norm, tied embedding)
  *   compute_s the rest of the step: step_s - all of the above (never negative)
- * so compute_s + tp_s + pp_s + bubble_s + dp_s + other_s == step_s. All values are seconds.
+ * so compute_s + tp_s + pp_s + bubble_s + dp_s + ep_s + other_s == step_s. All values are seconds.
  * Measured on the host: with the MPI and thread comms a blocked call is the wait itself; with NCCL,
  * which enqueues on a stream, the wait shows where the host next synchronises (the device's
  * time split then needs CUDA events, not done here). */
@@ -24,10 +26,11 @@ extern "C" {
 #endif
 
 typedef struct tri_step_time {
-    double step_s, compute_s, tp_s, pp_s, bubble_s, dp_s, other_s;
+    double step_s, compute_s, tp_s, pp_s, bubble_s, dp_s, other_s, ep_s;
     /* wire bytes this rank sent (engine/comm/comm.h "Wire bytes") by group: tensor-parallel,
-     * pipeline (p2p and the pipeline group's collectives), data-parallel */
-    double tp_bytes, pp_bytes, dp_bytes;
+     * pipeline (p2p and the pipeline group's collectives), data-parallel (with the
+     * expert-data-parallel group), expert-parallel (all-to-all tokens and the count exchange) */
+    double tp_bytes, pp_bytes, dp_bytes, ep_bytes;
 } tri_step_time;
 
 /* Blocked seconds and wire bytes per group so far (step_s and compute_s are left 0): a snapshot. */

@@ -424,6 +424,18 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
     return rc ? rc : finish_moe_stats(t);
 }
 
+/* Whether this rank adds p's owned pieces to the gradient norm. At stage 0 under expert parallelism
+ * an expert parameter lives on one ep rank (and its edp replicas), so the norm sums over the world
+ * with one holder of each: dp rank 0 for the other parameters, edp rank 0 for the experts. */
+static bool norm_holder(const tri_trainer *t, const tri_param *p)
+{
+    if (!p->count_in_norm)
+        return false;
+    if (t->grid->ep <= 1 || t->chunks[0]->zero.stage > 0)
+        return true;
+    return p->spec.expert ? t->grid->edp_rank == 0 : t->grid->dp_rank == 0;
+}
+
 /* Deterministic mode: the squares of the gradients (rounded to 2^-TRI_FIXED_BITS) summed exactly as
  * a multi-limb integer, so the norm does not depend on how ZeRO cut the gradients or on the order. */
 static int grad_norm_exact(tri_trainer *t, double *norm)
@@ -434,7 +446,7 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
         const tri_zero *z = &t->chunks[c]->zero;
         const tri_param_layout *L = &t->chunks[c]->layout;
         for (int i = 0; i < L->n && !rc; i++)
-            for (int k = 0; k < tri_zero_n_owned(z) && !rc && L->params[i].count_in_norm; k++) {
+            for (int k = 0; k < tri_zero_n_owned(z) && !rc && norm_holder(t, &L->params[i]); k++) {
                 int64_t s, n, at;
                 if (tri_zero_owned_piece(z, k, &L->params[i], &s, &n, &at))
                     rc = tri_op_fixed_sum_squares(t->dev, limbs, tri_zero_owned_grads(z, s, n), TRI_FIXED_BITS,
@@ -463,7 +475,7 @@ static int64_t norm_slot(const tri_trainer *t, const tri_param *p, int dp, int s
 
 tri_comm *tri_trainer_norm_comm(const tri_trainer *t)
 {
-    return t->chunks[0]->zero.stage > 0 ? t->grid->world : t->grid->mp_comm;
+    return t->chunks[0]->zero.stage > 0 || t->grid->ep > 1 ? t->grid->world : t->grid->mp_comm;
 }
 
 int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p)
@@ -498,7 +510,7 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
         const tri_chunk *st = t->chunks[c];
         for (int i = 0; i < st->layout.n; i++) {
             const tri_param *p = &st->layout.params[i];
-            for (int k = 0; k < tri_zero_n_owned(&st->zero) && p->count_in_norm; k++) {
+            for (int k = 0; k < tri_zero_n_owned(&st->zero) && norm_holder(t, p); k++) {
                 int64_t s, n, at;
                 if (!tri_zero_owned_piece(&st->zero, k, p, &s, &n, &at))
                     continue;

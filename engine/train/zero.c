@@ -186,6 +186,12 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     if (!rc && stage == 3)
         rc = take_unit_buffers(z, a, TRI_MEM_PARAMS, &z->param_bufs, &z->n_param_bufs);
     if (!rc) rc = tri_dp_compress_take(&z->comp, a, L, &run->compression, stage);
+    if (!rc && run->ep > 1 && (stage > 0 || run->overlap_grad_reduce || z->comp.on))
+        rc = TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with %s: the experts' gradients reduce over the "
+                     "expert-data-parallel group at --zero-stage 0 only, without --overlap-grad-reduce or gradient "
+                     "compression (ZeRO 1-3 over that group is not built)", run->ep,
+                     stage > 0 ? "--zero-stage > 0" : run->overlap_grad_reduce ? "--overlap-grad-reduce"
+                                                                           : "--grad-compression");
     return rc;
 }
 
@@ -193,6 +199,41 @@ void tri_zero_bind(tri_zero *z, tri_device *dev, tri_comm *dp)
 {
     z->dev = dev;
     z->dp = dp;
+}
+
+void tri_zero_bind_experts(tri_zero *z, tri_comm *edp)
+{
+    z->edp = edp;
+}
+
+/* Stage 0 under expert parallelism: each run of expert parameters (spec.expert, this rank's own
+ * experts) is all-reduced over the expert-data-parallel group, the stretches between the runs over
+ * dp. Without expert parameters (or an edp group) the whole stage in one call, as before. */
+static int all_reduce_stage(tri_zero *z, tri_tensor whole)
+{
+    const tri_param_layout *L = z->L;
+    if (!z->edp)
+        return tri_comm_all_reduce(z->dp, whole, TRI_REDUCE_SUM);
+    int rc = TRI_OK;
+    int64_t done = 0;
+    for (int i = 0; i < L->n && !rc;) {
+        if (!L->params[i].spec.expert) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < L->n && L->params[j].spec.expert)
+            j++;
+        int64_t s = L->params[i].offset, e = L->params[j - 1].offset + L->params[j - 1].numel;
+        if (s > done)
+            rc = tri_comm_all_reduce(z->dp, tri_tensor_range(whole, done, s - done), TRI_REDUCE_SUM);
+        if (!rc) rc = tri_comm_all_reduce(z->edp, tri_tensor_range(whole, s, e - s), TRI_REDUCE_SUM);
+        done = e;
+        i = j;
+    }
+    if (!rc && L->padded_numel > done)
+        rc = tri_comm_all_reduce(z->dp, tri_tensor_range(whole, done, L->padded_numel - done), TRI_REDUCE_SUM);
+    return rc;
 }
 
 void tri_zero_expect_grads(tri_zero *z, int unit, int calls)
@@ -637,7 +678,7 @@ static int reduce_units(tri_zero *z)
     if (z->comp.on && z->dp->size > 1 && !tri_dp_compress_plain(&z->comp, z->iteration))
         return compress_units(z);
     if (!z->overlap_grad_reduce && z->stage == 0)
-        return tri_comm_all_reduce(z->dp, z->deterministic ? z->acc : z->grads, TRI_REDUCE_SUM);
+        return all_reduce_stage(z, z->deterministic ? z->acc : z->grads);
     for (int u = 0; u < z->L->n_units && !rc; u++)
         rc = z->grad_started[u] ? tri_comm_wait(&z->grad_req[u]) : reduce_unit(z, u, false);
     return rc;

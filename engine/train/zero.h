@@ -84,6 +84,8 @@ typedef struct tri_zero {
     const tri_param_layout *L;
     tri_device *dev;
     tri_comm *dp;                /* the data-parallel group (NULL while planning) */
+    tri_comm *edp;               /* expert parallelism: the expert-data-parallel group that reduces the
+                                    expert parameters (spec.expert); NULL: none */
     int64_t *slice_offset;       /* per unit: where its owned slice starts in the shard buffers */
     /* parameters */
     tri_tensor params;           /* stages 0-2: (padded_numel) the whole local stage */
@@ -130,6 +132,9 @@ typedef struct tri_zero {
 int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tri_train_layout *run);
 /* After the arena is committed: the device and the data-parallel group to work with. */
 void tri_zero_bind(tri_zero *z, tri_device *dev, tri_comm *dp);
+/* Expert parallelism (docs/moe.md): the expert parameters' gradients (spec.expert) reduce over edp
+ * instead of dp (stage 0 only: tri_zero_take refuses ep > 1 at stages 1-3). */
+void tri_zero_bind_experts(tri_zero *z, tri_comm *edp);
 /* Completes whatever is in flight (ignoring errors), then frees the bookkeeping. */
 void tri_zero_destroy(tri_zero *z);
 /* With --overlap-grad-reduce at stages 0-1: unit u's gradient is complete after `calls`

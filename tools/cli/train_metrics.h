@@ -10,6 +10,8 @@
  *    "step_s","compute_s","tp_s","pp_s","bubble_s","dp_s","other_s","mem_mib","eta_s",
  *    "tp_bytes","pp_bytes","dp_bytes" (the wire bytes rank 0 sent in that step in its tensor-,
  *    pipeline- and data-parallel groups, counted by the comms: engine/comm/comm.h "Wire bytes"),
+ *    "ep_s","ep_bytes" (expert parallelism: blocked seconds and wire bytes in the expert-parallel
+ *    group, the MoE token all-to-all and its count exchange; 0 at ep 1),
  *    and at log intervals "ranks":{"compute_s":[..],"wait_s":[..],"mem_mib":[..]},
  *    "straggler_rank","straggler_compute_s","median_compute_s";
  *    models with experts (engine/train/moe_stats.h) also "moe_aux_loss","moe_z_loss" (the step's, apart

@@ -1,0 +1,308 @@
+/* layers/moe_ep.c - the MoE block with its experts spread over an expert-parallel group: the token
+ * exchange around the local experts (see moe_ep.h; docs/moe.md "Expert parallelism in the MoE
+ * block"). The router, permutation, combine, losses and shared expert call the same device ops in
+ * the same order as layers/moe.c, so a rank's tokens see the same bits as on one rank. */
+#include "layers/moe_ep.h"
+
+#include <stdlib.h>
+
+#include "engine/device/ops/moe_router_math.h"
+
+/* ---- buffers ---- */
+
+int tri_moe_ep_check(const tri_moe_shape *s, int ep)
+{
+    int rc = tri_moe_check_shape(s);
+    if (rc)
+        return rc;
+    if (ep < 1 || s->E % ep != 0)
+        return TRI_ERR(TRI_EINVAL, "moe: --expert-model-parallel-size %d must be >= 1 and divide num_experts %lld",
+                       ep, (long long)s->E);
+    return TRI_OK;
+}
+
+typedef struct carver {
+    char *base; /* NULL: only count */
+    size_t off;
+} carver;
+
+static tri_tensor carve(carver *cv, int64_t rows, int64_t cols)
+{
+    size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
+    void *p = cv->base ? cv->base + cv->off : NULL;
+    cv->off += (bytes + TRI_MOE_ALIGN - 1) / TRI_MOE_ALIGN * TRI_MOE_ALIGN;
+    return tri_tensor_2d(p, TRI_F32, rows, cols);
+}
+
+static void layout_acts(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, carver *cv)
+{
+    int64_t Pmax = ep * s->N * s->K; /* dropless worst case: every rank's selections here */
+    ea->x_recv = carve(cv, Pmax, s->C);
+    ea->gate_up = carve(cv, Pmax, 2 * s->I);
+    ea->h = carve(cv, Pmax, s->I);
+}
+
+static void layout_scratch(const tri_moe_shape *s, int ep, tri_moe_ep_scratch *es, carver *cv)
+{
+    int64_t Pmax = ep * s->N * s->K;
+    es->o_recv = carve(cv, Pmax, s->C);
+    es->dh = carve(cv, Pmax, s->I);
+    es->dgate_up = carve(cv, Pmax, 2 * s->I);
+}
+
+size_t tri_moe_ep_acts_bytes(const tri_moe_shape *s, int ep)
+{
+    if (tri_moe_ep_check(s, ep))
+        return 0;
+    tri_moe_ep_acts ea;
+    carver cv = {NULL, 0};
+    layout_acts(s, ep, &ea, &cv);
+    return cv.off;
+}
+
+size_t tri_moe_ep_scratch_bytes(const tri_moe_shape *s, int ep)
+{
+    if (tri_moe_ep_check(s, ep))
+        return 0;
+    tri_moe_ep_scratch es;
+    carver cv = {NULL, 0};
+    layout_scratch(s, ep, &es, &cv);
+    return cv.off;
+}
+
+int tri_moe_ep_bind(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, void *ea_mem, tri_moe_ep_scratch *es,
+                    void *es_mem)
+{
+    int rc = tri_moe_ep_check(s, ep);
+    if (rc)
+        return rc;
+    if (!ea || !ea_mem)
+        return TRI_ERR(TRI_EINVAL, "moe: tri_moe_ep_bind needs ea and ea_mem");
+    carver cv = {ea_mem, 0};
+    layout_acts(s, ep, ea, &cv);
+    ea->P = 0;
+    if (es && es_mem) {
+        carver cs = {es_mem, 0};
+        layout_scratch(s, ep, es, &cs);
+    }
+    return TRI_OK;
+}
+
+/* ---- the exchange ---- */
+
+/* Rows of C channels: rank q's block of `send_rows[q]` rows of in (packed in rank order) goes to q,
+ * and `recv_rows[q]` rows from q land packed in rank order in out. */
+static int exchange(tri_comm *ep, tri_tensor out, tri_tensor in, int64_t C, const int64_t *send_rows,
+                    const int64_t *recv_rows)
+{
+    int64_t sc[TRI_MOE_MAX_EXPERTS], sd[TRI_MOE_MAX_EXPERTS], rcn[TRI_MOE_MAX_EXPERTS], rd[TRI_MOE_MAX_EXPERTS];
+    for (int q = 0; q < ep->size; q++) {
+        sc[q] = send_rows[q] * C;
+        rcn[q] = recv_rows[q] * C;
+    }
+    tri_comm_displs(ep->size, sc, sd);
+    tri_comm_displs(ep->size, rcn, rd);
+    return tri_comm_all_to_all_v(ep, out, in, ep->size, sc, sd, rcn, rd);
+}
+
+/* The count matrix (rank q's tokens_per_expert in row q) summed over ep on the host, and from it
+ * what this rank sends to and receives from each rank. */
+static int exchange_counts(tri_comm *ep, const tri_moe_acts *a, tri_moe_ep_acts *ea, int64_t E)
+{
+    int n = ep->size, r = ep->rank;
+    int64_t El = E / n;
+    int64_t *m = calloc((size_t)n * (size_t)E, sizeof *m);
+    if (!m)
+        return TRI_ERR(TRI_ENOMEM, "moe: out of memory for the %d x %lld expert count matrix", n, (long long)E);
+    for (int64_t e = 0; e < E; e++)
+        m[r * E + e] = a->counts[e];
+    int rc = tri_comm_host_all_reduce(ep, m, TRI_I64, n * E, TRI_REDUCE_SUM);
+    ea->ep = n;
+    ea->rank = r;
+    ea->P = 0;
+    for (int q = 0; q < n && !rc; q++) {
+        ea->send_rows[q] = ea->recv_rows[q] = 0;
+        for (int64_t j = 0; j < El; j++) {
+            ea->send_rows[q] += a->counts[q * El + j];
+            ea->recv_counts[q * El + j] = (int32_t)m[q * E + r * El + j];
+            ea->recv_rows[q] += m[q * E + r * El + j];
+        }
+        ea->P += ea->recv_rows[q];
+    }
+    free(m);
+    return rc;
+}
+
+/* ---- forward and backward ---- */
+
+static int check_call(tri_comm *ep, const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_dy, const char *yname,
+                      const tri_moe_weights *w)
+{
+    const tri_moe_shape *s = &cfg->shape;
+    int rc = tri_moe_ep_check(s, ep->size);
+    if (rc)
+        return rc;
+    int64_t El = s->E / ep->size;
+    if (x.dtype != TRI_F32 || y_or_dy.dtype != TRI_F32)
+        return TRI_ERR(TRI_EINVAL, "moe: x and %s must be fp32 (a bf16 MoE block is not built), got dtypes %d and %d",
+                       yname, (int)x.dtype, (int)y_or_dy.dtype);
+    if (tri_tensor_rows(x) != s->N || tri_tensor_cols(x) != s->C || tri_tensor_rows(y_or_dy) != s->N ||
+        tri_tensor_cols(y_or_dy) != s->C)
+        return TRI_ERR(TRI_EINVAL, "moe: x and %s must be (N, C) = (%lld, %lld)", yname, (long long)s->N,
+                       (long long)s->C);
+    if (w->gate_up_w.ndim != 3 || w->gate_up_w.shape[0] != El || w->down_w.ndim != 3 || w->down_w.shape[0] != El)
+        return TRI_ERR(TRI_EINVAL, "moe: expert parallelism %d of %lld experts: the weights must hold E_l = %lld "
+                       "experts, got gate_up_w %lld and down_w %lld", ep->size, (long long)s->E, (long long)El,
+                       (long long)w->gate_up_w.shape[0], (long long)w->down_w.shape[0]);
+    if ((w->shared_gate_up_w.data != NULL) != (s->I_shared > 0))
+        return TRI_ERR(TRI_EINVAL, "moe: I_shared %lld but the shared expert's weights are %s", (long long)s->I_shared,
+                       s->I_shared > 0 ? "missing" : "given");
+    return TRI_OK;
+}
+
+/* Source q's rows [*row, *row + recv_rows[q]) of a (Pmax, cols) buffer. */
+static tri_tensor rows_of(tri_tensor t, int64_t row, int64_t n)
+{
+    return tri_tensor_slice0(t, row, n);
+}
+
+int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *a, tri_moe_ep_acts *ea,
+                       const tri_moe_ep_scratch *es, tri_tensor x, const tri_moe_weights *w,
+                       const tri_moe_config *cfg)
+{
+    const tri_moe_shape *s = &cfg->shape;
+    tri_tensor none = tri_tensor_none();
+    int rc = check_call(ep, cfg, x, y, "y", w);
+    /* router and the permutation into expert order: layers/moe.c's sequence */
+    if (!rc) rc = tri_op_matmul(d, a->logits, x, w->router_w, none, false, true, 0.0f);
+    if (!rc) rc = tri_op_moe_router_forward(d, a->expert_idx, a->expert_w, a->scores, a->logits, w->expert_bias,
+                                            cfg->score_func, cfg->norm_topk);
+    if (!rc) rc = tri_op_moe_router_capacity(d, a->kept_idx, a->tokens_per_expert, a->routed_per_expert,
+                                             a->expert_idx, a->expert_w, cfg->capacity, cfg->drop_policy);
+    if (!rc) rc = tri_op_moe_permute_map(d, a->row_id_map, a->sorted_indices, a->tokens_per_expert, a->kept_idx);
+    if (!rc) rc = tri_device_copy_to_host(d, a->counts, a->tokens_per_expert);
+    if (rc)
+        return rc;
+    a->R = 0;
+    for (int64_t e = 0; e < s->E; e++)
+        a->R += a->counts[e];
+    rc = tri_op_moe_permute(d, a->x_perm, x, a->sorted_indices);
+    /* dispatch: counts, then the rows to their experts' ranks */
+    if (!rc) rc = exchange_counts(ep, a, ea, s->E);
+    if (!rc) rc = exchange(ep, ea->x_recv, a->x_perm, s->C, ea->send_rows, ea->recv_rows);
+    /* the local experts, one grouped GEMM per source rank over its per-expert counts */
+    int64_t El = s->E / ep->size, row = 0;
+    for (int q = 0; q < ep->size && !rc; row += ea->recv_rows[q], q++)
+        if (ea->recv_rows[q] > 0)
+            rc = tri_op_grouped_matmul_forward(d, rows_of(ea->gate_up, row, ea->recv_rows[q]),
+                                               rows_of(ea->x_recv, row, ea->recv_rows[q]), w->gate_up_w,
+                                               &ea->recv_counts[q * El]);
+    if (!rc && ea->P > 0)
+        rc = tri_op_swiglu_forward(d, rows_of(ea->h, 0, ea->P), rows_of(ea->gate_up, 0, ea->P));
+    row = 0;
+    for (int q = 0; q < ep->size && !rc; row += ea->recv_rows[q], q++)
+        if (ea->recv_rows[q] > 0)
+            rc = tri_op_grouped_matmul_forward(d, rows_of(es->o_recv, row, ea->recv_rows[q]),
+                                               rows_of(ea->h, row, ea->recv_rows[q]), w->down_w,
+                                               &ea->recv_counts[q * El]);
+    /* combine: the outputs back to their tokens' ranks, into expert order, then the weighted sum */
+    if (!rc) rc = exchange(ep, a->o, es->o_recv, s->C, ea->recv_rows, ea->send_rows);
+    if (!rc) rc = tri_op_moe_unpermute(d, y, a->o, a->row_id_map, a->expert_w);
+    tri_tensor aux = tri_tensor_slice0(a->losses, 0, 1), z = tri_tensor_slice0(a->losses, 1, 1);
+    if (!rc) rc = tri_op_fill(d, a->losses, 0.0f);
+    if (!rc && cfg->aux_loss_coeff != 0.0f)
+        rc = tri_op_moe_aux_loss(d, aux, none, a->scores, a->routed_per_expert, s->K, cfg->score_func,
+                                 cfg->aux_loss_coeff, 0.0f);
+    if (!rc && cfg->z_loss_coeff != 0.0f)
+        rc = tri_op_moe_z_loss(d, z, none, a->logits, cfg->z_loss_coeff, 0.0f);
+    if (!rc && s->I_shared > 0) {
+        rc = tri_op_matmul(d, a->shared_gate_up, x, w->shared_gate_up_w, none, false, true, 0.0f);
+        if (!rc) rc = tri_op_swiglu_forward(d, a->shared_h, a->shared_gate_up);
+        if (!rc) rc = tri_op_matmul(d, y, a->shared_h, w->shared_down_w, none, false, true, 1.0f);
+    }
+    return rc;
+}
+
+/* One source's weight gradient of the local experts: dw += dout^T x in fp32, or with exact its GEMM
+ * alone (tmp, viewed as dw) added exactly into acc. */
+static int weight_grad(tri_device *d, tri_tensor dw, tri_tensor tmp, tri_tensor acc, const tri_moe_ep_exact *exact,
+                       tri_tensor dout, tri_tensor x, const int32_t *cnt)
+{
+    if (!exact)
+        return tri_op_grouped_matmul_backward_weight(d, dw, dout, x, cnt, 1.0f);
+    int64_t n = tri_tensor_numel(dw);
+    tri_tensor t = tri_tensor_3d(tmp.data, TRI_F32, dw.shape[0], dw.shape[1], dw.shape[2]);
+    int rc = tri_op_grouped_matmul_backward_weight(d, t, dout, x, cnt, 0.0f);
+    if (!rc) rc = tri_op_fixed_accumulate(d, tri_tensor_1d(acc.data, TRI_I64, n), tri_tensor_1d(tmp.data, TRI_F32, n),
+                                          exact->bits, exact->bad);
+    return rc;
+}
+
+int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_moe_weights *g, tri_tensor dy,
+                        const tri_moe_acts *a, const tri_moe_ep_acts *ea, tri_tensor x, const tri_moe_weights *w,
+                        const tri_moe_scratch *sc, const tri_moe_ep_scratch *es, const tri_moe_config *cfg,
+                        float loss_scale, const tri_moe_ep_exact *exact)
+{
+    const tri_moe_shape *s = &cfg->shape;
+    tri_tensor none = tri_tensor_none();
+    int rc = check_call(ep, cfg, x, dy, "dy", w);
+    if (!rc && (ea->ep != ep->size || ea->rank != ep->rank))
+        rc = TRI_ERR(TRI_EINVAL, "moe: the backward's ep group (rank %d of %d) is not the forward's (%d of %d)",
+                     ep->rank, ep->size, ea->rank, ea->ep);
+    if (!rc && (dx.dtype != TRI_F32 || tri_tensor_rows(dx) != s->N || tri_tensor_cols(dx) != s->C))
+        rc = TRI_ERR(TRI_EINVAL, "moe: dx must be fp32 (N, C) = (%lld, %lld)", (long long)s->N, (long long)s->C);
+    /* combine's backward on this rank's tokens, then the outputs' gradient to the experts' ranks */
+    if (!rc) rc = tri_op_moe_unpermute_backward(d, sc->d_o, sc->d_expert_w, dy, a->o, a->sorted_indices,
+                                                a->row_id_map, a->expert_w);
+    if (!rc) rc = exchange(ep, es->o_recv, sc->d_o, s->C, ea->send_rows, ea->recv_rows);
+    /* the local experts reversed, per source rank in rank order (the weight gradients accumulate the
+     * sources' GEMMs in that order) */
+    int64_t El = s->E / ep->size, row = 0;
+    for (int q = 0; q < ep->size && !rc; row += ea->recv_rows[q], q++) {
+        int64_t n = ea->recv_rows[q];
+        const int32_t *cnt = &ea->recv_counts[q * El];
+        if (n == 0)
+            continue;
+        rc = weight_grad(d, g->down_w, exact ? exact->down_tmp : none, exact ? exact->down_acc : none, exact,
+                         rows_of(es->o_recv, row, n), rows_of(ea->h, row, n), cnt);
+        if (!rc) rc = tri_op_grouped_matmul_backward_input(d, rows_of(es->dh, row, n), rows_of(es->o_recv, row, n),
+                                                           w->down_w, cnt, 0.0f);
+    }
+    if (!rc && ea->P > 0)
+        rc = tri_op_swiglu_backward(d, rows_of(es->dgate_up, 0, ea->P), rows_of(ea->gate_up, 0, ea->P),
+                                    rows_of(es->dh, 0, ea->P));
+    row = 0;
+    for (int q = 0; q < ep->size && !rc; row += ea->recv_rows[q], q++) {
+        int64_t n = ea->recv_rows[q];
+        const int32_t *cnt = &ea->recv_counts[q * El];
+        if (n == 0)
+            continue;
+        rc = weight_grad(d, g->gate_up_w, exact ? exact->gate_up_tmp : none, exact ? exact->gate_up_acc : none,
+                         exact, rows_of(es->dgate_up, row, n), rows_of(ea->x_recv, row, n), cnt);
+        /* o_recv is dead once the down GEMMs are done: the received rows' input gradient goes there */
+        if (!rc) rc = tri_op_grouped_matmul_backward_input(d, rows_of(es->o_recv, row, n),
+                                                           rows_of(es->dgate_up, row, n), w->gate_up_w, cnt, 0.0f);
+    }
+    /* the input gradient back to the tokens' ranks (into expert order), then layers/moe.c's tail */
+    tri_tensor dx_perm = sc->d_o;
+    if (!rc) rc = exchange(ep, dx_perm, es->o_recv, s->C, ea->recv_rows, ea->send_rows);
+    if (!rc) rc = tri_op_moe_permute_backward(d, dx, dx_perm, a->row_id_map);
+    if (!rc) rc = tri_op_moe_router_backward(d, sc->dlogits, sc->d_expert_w, a->kept_idx, a->scores, cfg->score_func,
+                                             cfg->norm_topk);
+    tri_tensor aux = tri_tensor_slice0(sc->losses, 0, 1), z = tri_tensor_slice0(sc->losses, 1, 1);
+    if (!rc && cfg->aux_loss_coeff != 0.0f)
+        rc = tri_op_moe_aux_loss(d, aux, sc->dlogits, a->scores, a->routed_per_expert, s->K, cfg->score_func,
+                                 cfg->aux_loss_coeff, loss_scale);
+    if (!rc && cfg->z_loss_coeff != 0.0f)
+        rc = tri_op_moe_z_loss(d, z, sc->dlogits, a->logits, cfg->z_loss_coeff, loss_scale);
+    if (!rc) rc = tri_op_matmul(d, g->router_w, sc->dlogits, x, none, true, false, 1.0f);
+    if (!rc) rc = tri_op_matmul(d, dx, sc->dlogits, w->router_w, none, false, false, 1.0f);
+    if (!rc && s->I_shared > 0) {
+        rc = tri_op_matmul(d, g->shared_down_w, dy, a->shared_h, none, true, false, 1.0f);
+        if (!rc) rc = tri_op_matmul(d, sc->shared_dh, dy, w->shared_down_w, none, false, false, 0.0f);
+        if (!rc) rc = tri_op_swiglu_backward(d, sc->shared_dgate_up, a->shared_gate_up, sc->shared_dh);
+        if (!rc) rc = tri_op_matmul(d, g->shared_gate_up_w, sc->shared_dgate_up, x, none, true, false, 1.0f);
+        if (!rc) rc = tri_op_matmul(d, dx, sc->shared_dgate_up, w->shared_gate_up_w, none, false, false, 1.0f);
+    }
+    return rc;
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# tests/moe_ep_mpi.sh - expert parallelism under real MPI (docs/moe.md "Expert parallelism in the
+# engine"): engine_train trains the tiny byte-level MoE (models/moe-tiny-byte.json, 8 experts, top-2)
+# for 4 iterations on 4 Open MPI ranks with --expert-model-parallel-size 4 (dp 4, each rank 2 experts)
+# and on 1 rank with the same global batch (4 micro-batches), and compares:
+#  - every iteration's loss within 1e-4 relative (the bound of tests/test_moe_ep_layouts.c: the ranks'
+#    fp32 gradients are summed in another grouping than one rank's accumulation, each a few ulps);
+#  - metrics.jsonl: ep_bytes > 0 on the 4-rank run and 0 on one rank; the expert-parallel group's
+#    blocked time ep_s is reported;
+#  - the refusals: ep with --zero-stage 1, ep with --tensor-model-parallel-size 2, ep not dividing dp,
+#    each naming its flags.
+# Usage (CTest): bash moe_ep_mpi.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1
+src=$2
+bin="$build/bin"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+failures=0
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+data=data/fortunes_byte_train.bin
+[ -f "$data" ] || { echo "SKIP: $data missing (bash tools/trident.sh data)"; exit 0; }
+common=(--config models/moe-tiny-byte.json --train-data "$data" --val-data data/fortunes_byte_val.bin
+        --train-iters 4 --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --eval-iters 1
+        --sample-length 0 --threads 1 --lr 3e-3 --log-interval 1)
+
+run() { # name ranks flags...
+  local name=$1 np=$2
+  shift 2
+  mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 300 "$bin/engine_train" \
+    "${common[@]}" --save-dir "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
+}
+
+run one 1 || { tail -5 "$tmp/one.log"; fail "one rank"; }
+run ep4 4 --expert-model-parallel-size 4 || { tail -5 "$tmp/ep4.log"; fail "4 ranks ep 4"; }
+if [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/ep4/metrics.jsonl" ]; then
+  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/ep4/metrics.jsonl" <<'PY' || fail "ep 4 against one rank"
+import json, sys
+def train(p):
+    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+one, ep = train(sys.argv[1]), train(sys.argv[2])
+assert len(one) == len(ep) == 4, (len(one), len(ep))
+worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, ep))
+assert worst < 1e-4, f"losses differ by {worst:.3g} relative: {[a['loss'] for a in one]} vs {[b['loss'] for b in ep]}"
+assert all(r["ep_bytes"] > 0 for r in ep), [r["ep_bytes"] for r in ep]
+assert all(r["ep_bytes"] == 0 for r in one), [r["ep_bytes"] for r in one]
+assert all("ep_s" in r for r in ep)
+print(f"ok   ep 4 on 4 ranks: losses within {worst:.2g} of one rank's ({one[0]['loss']:.4f} -> {one[-1]['loss']:.4f}); "
+      f"ep_bytes per step {ep[-1]['ep_bytes']:.0f}")
+PY
+fi
+
+# checkpoints: saved at ep 4 after 2 iterations (each ep rank's experts in its own model file), resumed
+# on 1 rank and at ep 2 on 2 ranks to iteration 4: the last loss within 1e-4 of the uninterrupted run
+run save 4 --expert-model-parallel-size 4 --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
+  { tail -5 "$tmp/save.log"; fail "ep 4 save"; }
+ls "$tmp/save"/iter_*/model_tp00_pp00_ep003.h5 > /dev/null 2>&1 && echo "ok   ep rank 3 wrote its experts' model file" ||
+  fail "no model file of ep rank 3"
+for np in 1 2; do
+  cp -r "$tmp/save" "$tmp/resume$np"
+  run "resume$np" "$np" --expert-model-parallel-size "$np" --load "$tmp/resume$np" --lr-decay-iters 4 ||
+    { tail -5 "$tmp/resume$np.log"; fail "resume on $np rank(s)"; continue; }
+  run "straight$np" 1 --lr-decay-iters 4 2> /dev/null
+  /usr/bin/python3 - "$tmp/straight$np/metrics.jsonl" "$tmp/resume$np/metrics.jsonl" "$np" <<'PY' || fail "resume on $np rank(s) against the uninterrupted run"
+import json, sys
+last = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
+a, b = last(sys.argv[1]), last(sys.argv[2])
+assert a["iter"] == b["iter"] == 4, (a["iter"], b["iter"])
+d = abs(a["loss"] - b["loss"]) / a["loss"]
+assert d < 1e-4, f"{b['loss']} vs {a['loss']}"
+print(f"ok   ep 4 checkpoint resumed at ep {sys.argv[3]}: iteration 4 loss {b['loss']:.6f}, uninterrupted {a['loss']:.6f}")
+PY
+done
+
+refuse() { # name want ranks flags...
+  local name=$1 want=$2 np=$3
+  shift 3
+  local out
+  out=$(mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 120 "$bin/engine_train" \
+        "${common[@]}" --save-dir "$tmp/r" "$@" 2>&1) && { fail "$name: accepted"; return; }
+  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
+}
+refuse "ep with zero 1" "--expert-model-parallel-size 2 with --zero-stage > 0" 2 --expert-model-parallel-size 2 --zero-stage 1
+refuse "ep with tp 2" "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2" 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
+refuse "etp 2" "--expert-tensor-parallel-size 2" 2 --expert-tensor-parallel-size 2
+
+[ $failures -eq 0 ] && echo "moe_ep_mpi: all checks passed" || { echo "moe_ep_mpi: $failures check(s) failed"; exit 1; }

@@ -1,0 +1,154 @@
+/* tests/test_moe_ep_layouts.c - expert parallelism in the engine (docs/moe.md "Expert parallelism in
+ * the engine"): the tiny Mixtral (4 layers, 4 experts, top-2) trained on thread ranks with
+ * --expert-model-parallel-size against one rank (tests/test_mixtral.c's layout pattern, tu_run_model):
+ * ep 2 of dp 2, ep 4 of dp 4, ep 2 of dp 4 (edp 2: the experts' gradients reduce over two replicas)
+ * and ep 2 with pp 2, at ZeRO 0. Each ep rank lists only its experts, by their Hugging Face names, and
+ * the harness collects every expert from its holder, so the comparison is tensor by tensor and name by
+ * name. Bound: as the dense layouts (tests/test_mixtral.c), 1e-5 relative on the first pass's
+ * gradients and 1e-4 on the step losses: the data-parallel all-reduce sums the replicas' fp32
+ * gradients in another grouping than one rank's micro-batch accumulation (each a few ulps, u = 6e-8,
+ * of the terms' magnitudes, over 4 micro-batch terms and 4 layers: far below 1e-5), while a token
+ * sent to the wrong rank, a wrong expert slice or a gradient reduced over the wrong group changes the
+ * gradients by O(1) (reducing the experts over dp instead of edp fails it). In deterministic mode
+ * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank.
+ * The refusals: ZeRO 1 with ep names both flags. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+#include "models/llama.h"
+#include "models/model.h"
+#include "tests/harness.h"
+#include "tests/testutil.h"
+
+#define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
+             "\"num_key_value_heads\": 2, \"num_hidden_layers\": 4, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
+             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
+             "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true}"
+
+enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };
+
+static void make_tiny(tri_model *m)
+{
+    cr_assert_eq(tri_model_parse(m, TINY, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
+}
+
+static int run_layout(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
+{
+    tu_layout lay = *l;
+    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
+    return tu_run_model(m, B, T, &lay, w, STEPS, r);
+}
+
+static int64_t compared(const tu_result *r, int i)
+{
+    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
+    return vocab ? 100 * r->cols[i] : r->numel[i];
+}
+
+Test(moe_ep_layouts, expert_parallel_matches_one_rank, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 53);
+    static const struct { const char *name; tu_layout l; } layouts[] = {
+        {"dp2 ep2", {.dp = 2, .ep = 2}},
+        {"dp4 ep4", {.dp = 4, .ep = 4}},
+        {"dp4 ep2", {.dp = 4, .ep = 2}},
+        {"pp2 dp2 ep2", {.pp = 2, .dp = 2, .ep = 2}},
+    };
+    tu_result ref, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", layouts[k].name, tri_error_message());
+        const char *name = layouts[k].name;
+        double loss = fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss, worst = 0, worst_w = 0;
+        cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got.grad_loss, ref.grad_loss);
+        cr_expect_lt(fabs(got.grad_norm - ref.grad_norm) / ref.grad_norm, 1e-5, "%s: gradient norm %.9g vs %.9g",
+                     name, got.grad_norm, ref.grad_norm);
+        cr_assert_eq(got.n, ref.n);
+        for (int i = 0; i < ref.n; i++) {
+            cr_assert_str_eq(got.names[i], ref.names[i]);
+            double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
+            cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref.names[i], e);
+            worst = fmax(worst, e);
+            double ew = tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i));
+            cr_expect_lt(ew, 1e-4, "%s: final %s differs from one rank's by %g", name, ref.names[i], ew);
+            worst_w = fmax(worst_w, ew);
+        }
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_lt(fabs(got.losses[s] - ref.losses[s]) / ref.losses[s], 1e-4, "%s: step %d loss %g vs %g", name,
+                         s + 1, got.losses[s], ref.losses[s]);
+        cr_log_info("%s: loss diff %.2g, max gradient diff %.2g, max weight diff %.2g", name, loss, worst, worst_w);
+        if (getenv("TRIDENT_TEST_VERBOSE"))
+            printf("%s: loss diff %.2g, max gradient diff %.2g, max weight diff %.2g\n", name, loss, worst, worst_w);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+Test(moe_ep_layouts, zero1_with_ep_refused)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 53);
+    tu_result got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 2, .ep = 2, .zero = 1}, &got, w), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "--expert-model-parallel-size 2 with --zero-stage") != NULL, "%s",
+              tri_error_message());
+    free(w);
+    tri_model_free(&m);
+}
+
+/* Deterministic mode: bit-identical to one rank. The forward is one rank's bits (each expert's GEMM
+ * batch is one source micro-batch's rows, tests/test_moe_ep.c); an expert weight's gradient is each
+ * source's GEMM converted to fixed point and added exactly (layers/moe_ep.h tri_moe_ep_exact), the
+ * sums one rank makes of its micro-batches' GEMMs; everything else is the dense layouts' exact path.
+ * So the first pass's loss and gradients, every step's loss and norm, and the final weights are the
+ * same bits. */
+Test(moe_ep_layouts, deterministic_bit_identical, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 59);
+    static const struct { const char *name; tu_layout l; } layouts[] = {
+        {"dp2 ep2", {.dp = 2, .ep = 2, .deterministic = true}},
+        {"dp4 ep4", {.dp = 4, .ep = 4, .deterministic = true}},
+        {"dp4 ep2", {.dp = 4, .ep = 2, .deterministic = true}},
+        {"pp2 dp2 ep2 recompute full", {.pp = 2, .dp = 2, .ep = 2, .recompute = TRI_RECOMPUTE_FULL,
+                                        .deterministic = true}},
+    };
+    tu_result ref, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true}, &ref, w), TRI_OK, "%s", tri_error_message());
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        const char *name = layouts[k].name;
+        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
+                  got.grad_loss, ref.grad_loss);
+        cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+                  got.losses[STEPS - 1], ref.losses[STEPS - 1]);
+        cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", name);
+        int same = 0;
+        for (int i = 0; i < ref.n; i++) {
+            bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
+            bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
+            cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref.names[i],
+                      tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i)));
+            cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref.names[i],
+                      tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i)));
+            same += g && v;
+        }
+        if (getenv("TRIDENT_TEST_VERBOSE"))
+            printf("deterministic %s: %d of %d tensors bit-identical (gradients and final weights)\n", name, same,
+                   ref.n);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
