@@ -9,8 +9,8 @@
  *    router of zeros (every score 1/E, ties to the lower index) picks experts 0, 1 without bias and
  *    2, 3 with the bias the update gives, and its output and every gradient equal the bias-free
  *    block's with experts 0, 1 and 2, 3 swapped (the weights use the unbiased scores);
- *  - pp 2, dp 2 (ZeRO 1) and pp 2 x dp 2 (ZeRO 1, full recomputation) equal one rank bit for bit in
- *    deterministic mode, the bias included;
+ *  - pp 2, dp 2 (ZeRO 1), pp 2 x dp 2 (ZeRO 1, full recomputation) and dp 2 x ep 2 (expert
+ *    parallelism, ZeRO 0) equal one rank bit for bit in deterministic mode, the bias included;
  *  - checkpoints: a resume (3 steps, save, 3 more) equals the uninterrupted run bit for bit (losses,
  *    the saved bias and weights), also resumed at pp 2 x dp 2; `ckpt reshard`'s path (load, save at
  *    once in another layout) carries the bias; a checkpoint saved without the bias resumes with it
@@ -110,6 +110,7 @@ Test(expert_bias, update_by_hand_selection_and_layouts_bit_identical, .timeout =
         {"pp2", {.pp = 2}},
         {"dp2 zero1", {.dp = 2, .zero = 1}},
         {"pp2 dp2 zero1 recompute full", {.pp = 2, .dp = 2, .zero = 1, .recompute = TRI_RECOMPUTE_FULL}},
+        {"dp2 ep2", {.dp = 2, .ep = 2}},
     };
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         tu_layout l = layouts[k].l;
