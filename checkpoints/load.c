@@ -81,11 +81,21 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r, bool weights_only)
     float *box = NULL;
     const tri_param *boxed = NULL;
     tri_state_group boxed_group = TRI_STATE_WEIGHTS;
+    bool warned = false;
     for (int i = 0; i < n && !rc; i++) {
         if (sh[i].group >= TRI_STATE_OUTER_ANCHOR) /* local SGD's: tri_ckpt_load_local */
             continue;
         if (weights_only && sh[i].group != TRI_STATE_WEIGHTS)
             continue;
+        /* a model buffer the checkpoint does not hold (saved before the model kept it: the expert bias
+         * of a run without it) keeps its initial value */
+        if (sh[i].buffer && tri_manifest_tensor(&r->m, sh[i].param->spec.name) < 0) {
+            if (!warned)
+                tri_log_rank0("checkpoint %s holds no %s (saved without it): it starts from its initial value",
+                              r->dir, sh[i].param->spec.name);
+            warned = true;
+            continue;
+        }
         rc = read_shard(r, &sh[i], &box, &boxed, &boxed_group);
         if (!rc) rc = tri_trainer_state_write(t, &sh[i], box + sh[i].lo);
     }

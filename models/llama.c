@@ -212,7 +212,7 @@ static tri_tensor fused(tri_tensor first, int64_t rows, int64_t cols)
 static void fuse_block(const tri_llama *m, tri_llama_block_weights *b, int l)
 {
     if (is_sparse(m, l))
-        tri_llama_moe_fuse(m, b);
+        tri_llama_moe_fuse(m, b, l);
     int64_t C = m->cfg.hidden_size;
     b->attn.qkv_w = fused(b->q_w, m->W_l, C);
     b->attn.qkv_b = fused(b->q_b, m->W_l, 0);
@@ -320,14 +320,20 @@ static int setup(void *self, const void *config, const tri_train_layout *run, co
         .aux_loss_coeff = mr->aux_loss_coeff_set ? mr->aux_loss_coeff
                           : cfg->output_router_logits ? cfg->router_aux_loss_coef * (float)cfg->num_experts_per_tok : 0,
         .z_loss_coeff = mr->z_loss_coeff, .capacity_factor = mr->capacity_factor, .drop_policy = mr->drop_policy,
-        .score_func = mr->score_func};
+        .score_func = mr->score_func, .expert_bias = mr->expert_bias && cfg->num_experts > 0,
+        .bias_update_rate = mr->bias_update_rate};
     rc = tri_llama_map_views(m);
+    if (!rc) rc = tri_llama_moe_bias_describe(m);
     if (!rc) rc = check_consecutive(m);
     if (rc)
         return rc;
     tri_chunk_model model = {.self = m, .take_buffers = tri_llama_take_buffers, .bind = bind,
-                             .moe_shape = cfg->num_experts > 0 ? tri_llama_moe_shape : NULL};
+                             .moe_shape = cfg->num_experts > 0 ? tri_llama_moe_shape : NULL,
+                             .buffers = m->moe_opt.expert_bias ? tri_llama_moe_bias_buffers : NULL,
+                             .after_update = m->moe_opt.expert_bias ? tri_llama_moe_bias_update : NULL};
     rc = tri_decoder_build(&m->d, model, dev, dp_comm);
+    if (!rc && dev && m->bias.n > 0)
+        rc = tri_op_zero(dev, m->bias.values);
     if (!rc && dev && L_l > 0)
         rc = fill_rotary(m);
     return rc;

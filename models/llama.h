@@ -168,7 +168,20 @@ typedef struct tri_llama_moe_options {
     double capacity_factor; /* --moe-expert-capacity-factor (<= 0: dropless) */
     int drop_policy;        /* --moe-token-drop-policy: TRI_MOE_DROP_PROBS (default) or _POSITION */
     int score_func;         /* TRI_MOE_SOFTMAX (Mixtral, Qwen3-MoE) */
+    bool expert_bias;       /* --moe-router-enable-expert-bias (DeepSeek-V3's e_score_correction_bias) */
+    float bias_update_rate; /* --moe-router-bias-update-rate */
 } tri_llama_moe_options;
+
+/* DeepSeek-V3's expert bias of the stage's sparse layers (models/llama_moe.c), when enabled: state
+ * beside the parameters (tri_chunk_model.buffers), no gradient, no optimizer state. */
+typedef struct tri_llama_expert_bias {
+    int n;                  /* the stage's sparse layers */
+    tri_param *desc;        /* (n) model.layers.N.mlp.gate.e_score_correction_bias, shape (E) */
+    tri_tensor *rows;       /* (n) views of values */
+    int *layer;             /* (n) the local layer of each */
+    tri_tensor values;      /* (n, E) f32, zero at the start */
+    tri_tensor counts;      /* (E) i32: a layer's step counts for moe_expert_bias_update */
+} tri_llama_expert_bias;
 
 typedef struct tri_llama {
     tri_decoder d;                     /* first: the chunk, sizes, passes, the buffers around the
@@ -186,6 +199,7 @@ typedef struct tri_llama {
     tri_moe_ep_scratch moe_ep_scratch; /* the same under expert parallelism (d.opt.ep > 1) */
     tri_tensor moe_exact_tmp;          /* deterministic mode under ep: f32 (E_l 3 I C), one source's expert
                                           weight gradients before their exact sum (layers/moe_ep.h) */
+    tri_llama_expert_bias bias;        /* the expert bias (n 0: off) */
 } tri_llama;
 
 /* The family "llama" (models/model.h), and the same code as "mixtral" and "qwen3_moe" (their config
@@ -228,7 +242,7 @@ int tri_llama_moe_map_views(tri_llama *m, int l);
 /* Deterministic mode under expert parallelism: layer l's experts' exact sums (the ZeRO 0 int64 sums at
  * their offsets) and scratch for tri_moe_ep_backward; false (ex untouched) otherwise. */
 bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex);
-void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b);
+void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l);
 tri_moe_config tri_llama_moe_config(const tri_llama *m);
 int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts);
 int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar);
@@ -237,5 +251,16 @@ int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar);
  * in the chunk's account, without waiting, when the trainer gave one. */
 void tri_llama_moe_shape(void *self, int *n_layers, int *n_experts);
 int tri_llama_moe_count(tri_llama *m, int l, const tri_moe_acts *a);
+/* The expert bias (DeepSeek-V3 §2.1.2): its descriptions (at setup, before the chunk is built), its
+ * buffers (taken with the scratch), and the chunk hooks: the entries it lists
+ * (tri_chunk_model.buffers) and its update after the optimizer step from the step's reduced kept
+ * counts (tri_chunk_model.after_update; TRI_EINVAL for a count beyond int32). */
+int tri_llama_moe_bias_describe(tri_llama *m);
+int tri_llama_moe_take_bias(tri_llama *m, tri_arena *ar);
+void tri_llama_moe_bias_buffers(void *self, const tri_param **desc, const tri_tensor **values, int *n);
+int tri_llama_moe_bias_update(void *self, const tri_moe_stats *moe);
+/* The whole model's expert-bias descriptions (one per sparse layer, shape (E)) appended to *specs (n of
+ * them, realloc'd): the checkpoint's tensor list when the bias is on. TRI_ENOMEM. */
+int tri_llama_moe_bias_specs(const tri_llama_config *c, tri_param_spec **specs, int *n);
 
 #endif

@@ -17,7 +17,9 @@
  * dloss * N (dloss = d(step loss)/d(token loss), so 1/(micro-batches x data-parallel ranks): the
  * losses averaged like the LM loss, Megatron-Core's scaling), and their scalars stay in each slot's
  * block activations (acts.moe.losses = [aux, z]) for tri_llama_moe_losses to read. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/core/status.h"
@@ -173,7 +175,7 @@ int tri_llama_moe_map_views(tri_llama *m, int l)
     return TRI_OK;
 }
 
-void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b)
+void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l)
 {
     const tri_llama_config *c = &m->cfg;
     int64_t C = c->hidden_size, E = c->num_experts, I = c->moe_intermediate_size,
@@ -187,6 +189,9 @@ void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b)
                                   ? tri_tensor_2d(b->shared_gate_w.data, b->shared_gate_w.dtype, 2 * Is, C)
                                   : tri_tensor_none();
     b->moe.expert_bias = tri_tensor_none();
+    for (int k = 0; k < m->bias.n; k++)
+        if (m->bias.layer[k] == l)
+            b->moe.expert_bias = m->bias.rows[k];
 }
 
 /* ---- the block's configuration and buffers ---- */
@@ -315,4 +320,124 @@ int tri_llama_moe_count(tri_llama *m, int l, const tri_moe_acts *a)
 {
     tri_moe_stats *s = m->d.chunk.moe_stats;
     return s ? tri_moe_stats_stage(s, m->d.opt.layer_start + l, a->routed_per_expert, a->counts, a->losses) : TRI_OK;
+}
+
+/* ---- DeepSeek-V3's expert bias (auxiliary-loss-free load balancing; Wang et al. 2024, DeepSeek-V3
+ * §2.1.2; Megatron-Core's --moe-router-enable-expert-bias) ----
+ *
+ * One fp32 value per expert and sparse layer, added to the scores for the top-k selection only
+ * (moe_router_forward's expert_bias). It has no gradient: after each applied optimizer step every
+ * rank adds rate x sign(mean load - load_e) with moe_expert_bias_update, the loads being the step's
+ * kept selections per expert summed over micro-batches, data-parallel replicas and stages (the
+ * trainer's reduced account, engine/train/moe_stats.h): the same integers on every rank, so the
+ * replicas stay identical. It is training state, listed as weights under DeepSeek-V3's Hugging Face
+ * key model.layers.N.mlp.gate.e_score_correction_bias, shape (E): saved, loaded and resharded as a
+ * replicated parameter, but outside the flat buffers, so ZeRO, the optimizer, weight decay and the
+ * gradient norm never see it (and under bf16 it stays fp32, as the router). */
+
+int tri_llama_moe_bias_describe(tri_llama *m)
+{
+    tri_llama_expert_bias *b = &m->bias;
+    memset(b, 0, sizeof *b);
+    if (!m->moe_opt.expert_bias)
+        return TRI_OK;
+    int L_l = m->d.L_l, n = 0;
+    int64_t E = m->cfg.num_experts;
+    for (int l = 0; l < L_l; l++)
+        n += tri_llama_layer_is_sparse(&m->cfg, m->d.opt.layer_start + l);
+    b->desc = tri_decoder_calloc(&m->d, (size_t)n + 1, sizeof *b->desc);
+    b->rows = tri_decoder_calloc(&m->d, (size_t)n + 1, sizeof *b->rows);
+    b->layer = tri_decoder_calloc(&m->d, (size_t)n + 1, sizeof *b->layer);
+    if (!b->desc || !b->rows || !b->layer)
+        return TRI_ERR(TRI_ENOMEM, "llama: out of memory for the expert bias");
+    for (int l = 0; l < L_l; l++) {
+        int layer = m->d.opt.layer_start + l;
+        if (!tri_llama_layer_is_sparse(&m->cfg, layer))
+            continue;
+        tri_param *p = &b->desc[b->n];
+        snprintf(p->spec.name, sizeof p->spec.name, "model.layers.%d.mlp.gate.e_score_correction_bias", layer);
+        p->spec.ndim = 1;
+        p->spec.shape[0] = p->local_shape[0] = p->spec.init_rows = E;
+        p->spec.split_dim = -1;
+        p->spec.init = TRI_INIT_ZEROS;
+        p->spec.global_index = -1; /* not a parameter: no gradient-norm slot */
+        p->numel = E;
+        p->offset = (int64_t)b->n * E; /* in values */
+        p->tp_replicated = true;
+        p->replicas = 1;
+        b->layer[b->n++] = l;
+    }
+    return TRI_OK;
+}
+
+int tri_llama_moe_take_bias(tri_llama *m, tri_arena *ar)
+{
+    tri_llama_expert_bias *b = &m->bias;
+    int64_t E = m->cfg.num_experts;
+    if (b->n == 0)
+        return TRI_OK;
+    int rc = TRI_ARENA_TAKE(ar, TRI_MEM_PARAMS, &b->values, TRI_F32, (int64_t)b->n, E);
+    if (!rc) rc = TRI_ARENA_TAKE(ar, TRI_MEM_WORKSPACE, &b->counts, TRI_I32, E);
+    for (int k = 0; k < b->n && !rc; k++)
+        b->rows[k] = b->values.data ? tri_tensor_range(b->values, k * E, E) : tri_tensor_none();
+    return rc;
+}
+
+void tri_llama_moe_bias_buffers(void *self, const tri_param **desc, const tri_tensor **values, int *n)
+{
+    const tri_llama *m = self;
+    *desc = m->bias.desc;
+    *values = m->bias.rows;
+    *n = m->bias.n;
+}
+
+int tri_llama_moe_bias_update(void *self, const tri_moe_stats *moe)
+{
+    tri_llama *m = self;
+    const tri_llama_expert_bias *b = &m->bias;
+    int E = moe->E;
+    if (E != m->cfg.num_experts)
+        return TRI_ERR(TRI_EINTERNAL, "llama: the step's MoE account has %d experts, the model %d", E,
+                       m->cfg.num_experts);
+    int32_t *c = malloc((size_t)E * sizeof *c);
+    int rc = c ? TRI_OK : TRI_ERR(TRI_ENOMEM, "llama: out of memory for the expert bias update");
+    for (int k = 0; k < b->n && !rc; k++) {
+        int layer = m->d.opt.layer_start + b->layer[k];
+        const int64_t *kept = moe->sums + ((int64_t)layer * 2 + 1) * E; /* after the routed (E) */
+        for (int e = 0; e < E && !rc; e++) {
+            if (kept[e] > INT32_MAX)
+                rc = TRI_ERR(TRI_EINVAL, "expert bias: layer %d expert %d kept %lld selections in one step, more "
+                             "than the update's int32 counts hold (a smaller global batch)", layer, e,
+                             (long long)kept[e]);
+            c[e] = (int32_t)kept[e];
+        }
+        if (!rc) rc = tri_device_copy_from_host(m->d.dev, b->counts, c);
+        if (!rc) rc = tri_op_moe_expert_bias_update(m->d.dev, b->rows[k], b->counts, m->moe_opt.bias_update_rate);
+    }
+    free(c);
+    return rc;
+}
+
+int tri_llama_moe_bias_specs(const tri_llama_config *c, tri_param_spec **specs, int *n)
+{
+    int add = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        add += c->num_experts > 0 && tri_llama_layer_is_sparse(c, l);
+    tri_param_spec *all = realloc(*specs, (size_t)(*n + add + 1) * sizeof *all);
+    if (!all)
+        return TRI_ERR(TRI_ENOMEM, "llama: out of memory for the expert bias's descriptions");
+    *specs = all;
+    for (int l = 0; l < c->num_hidden_layers && add > 0; l++) {
+        if (!tri_llama_layer_is_sparse(c, l))
+            continue;
+        tri_param_spec *p = &all[(*n)++];
+        memset(p, 0, sizeof *p);
+        snprintf(p->name, sizeof p->name, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+        p->ndim = 1;
+        p->shape[0] = p->init_rows = c->num_experts;
+        p->split_dim = -1;
+        p->init = TRI_INIT_ZEROS;
+        p->global_index = *n - 1;
+    }
+    return TRI_OK;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "models/llama.h"
 
 /* What a save records beyond the trainer: the model's config and parameter list, the run's settings.
  * *specs and *json are malloc'd for the caller to free. */
@@ -16,6 +17,10 @@ static int save_info(const tri_session *s, const tri_session_ckpt_run *run, int6
     *specs = NULL;
     *json = NULL;
     int rc = tri_model_all_specs(m, s->grid.tp, specs, &n);
+    /* DeepSeek-V3's expert bias, when the run keeps it: its tensors after the parameters */
+    const tri_llama_config *lc = tri_llama_config_of(m);
+    if (!rc && lc && s->trainer.chunks[0]->run.moe.expert_bias)
+        rc = tri_llama_moe_bias_specs(lc, specs, &n);
     if (!rc) rc = m->family->to_json(m->cfg, json);
     *info = (tri_ckpt_save_info){.config_json = *json, .model_name = m->name, .specs = *specs,
                                  .n_specs = n, .seed = run->seed, .lr = run->lr, .iteration = iteration,
@@ -108,6 +113,31 @@ static int compression_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur,
                    "from zero)", r->dir, tri_compression_name(a), tri_compression_name(b));
 }
 
+/* The first expert-bias tensor (model.layers.N.mlp.gate.e_score_correction_bias) the checkpoint holds, or
+ * NULL. */
+const char *tri_session_ckpt_expert_bias(const tri_ckpt_manifest *m)
+{
+    static const char tail[] = ".mlp.gate.e_score_correction_bias";
+    size_t t = sizeof tail - 1;
+    for (int i = 0; i < m->n_tensors; i++) {
+        size_t k = strlen(m->tensors[i].name);
+        if (k > t && strcmp(m->tensors[i].name + k - t, tail) == 0)
+            return m->tensors[i].name;
+    }
+    return NULL;
+}
+
+/* A checkpoint with an expert bias resumes only into a run that keeps one (else the selection would
+ * silently change); one without it starts the bias from zero (load.c). */
+static int expert_bias_resume(const tri_ckpt_reader *r, const tri_session *s)
+{
+    const char *name = tri_session_ckpt_expert_bias(&r->m);
+    if (!name || s->trainer.chunks[0]->run.moe.expert_bias)
+        return TRI_OK;
+    return TRI_ERR(TRI_EINVAL, "checkpoint %s holds DeepSeek-V3's expert bias (%s): resume it with "
+                   "--moe-router-enable-expert-bias, which this run does not have", r->dir, name);
+}
+
 int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_run *run, int64_t *iteration)
 {
     const tri_model *m = s->model.model;
@@ -129,6 +159,7 @@ int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_r
     if (!rc) rc = local_sgd_resume(&r, &cur, run->reset_outer_state, resumes, &fresh);
     bool ef = false; /* the error feedback is read */
     if (!rc) rc = compression_resume(&r, &cur, run->reset_compression_state || run->no_load_optim, resumes, &ef);
+    if (!rc) rc = expert_bias_resume(&r, s);
     rc = tri_comm_agree(s->grid.world, rc);
     if (!rc) rc = tri_ckpt_load(&s->trainer, &r, run->no_load_optim);
     for (int c = 0; c < s->trainer.v && !rc; c++)

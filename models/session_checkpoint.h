@@ -39,6 +39,10 @@ int tri_session_ckpt_save_async(tri_session *s, tri_ckpt_async *saver, const cha
  * (except at step 0: imported weights start a new run with any settings). With TRI_LR_CHECKPOINT
  * run->lr becomes the checkpoint's schedule. *iteration = the updates the checkpoint had done (the
  * next iteration's index). Collective: every rank returns the same status. */
+/* The name of the first expert-bias tensor (model.layers.N.mlp.gate.e_score_correction_bias) in a
+ * checkpoint's manifest, or NULL: a run that resumes or reshards it keeps the bias. */
+const char *tri_session_ckpt_expert_bias(const tri_ckpt_manifest *m);
+
 int tri_session_ckpt_resume(tri_session *s, const char *path, tri_session_ckpt_run *run, int64_t *iteration);
 
 #endif

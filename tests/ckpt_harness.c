@@ -31,7 +31,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     int dp = size / (l->tp * l->pp);
     tri_device *dev = NULL;
     tri_session ss;
-    tri_model model = tri_gpt_model(r->cfg);
+    tri_model model = r->model ? *r->model : tri_gpt_model(r->cfg);
     tri_session_options o = {.run = {.seed = r->seed ? r->seed : 1234}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                        .kind = (tri_optimizer_kind)l->optimizer, .momentum = 0.9f,
@@ -39,7 +39,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     o.local_sgd = l->local;
     tu_layout per_replica = *l;
     per_replica.n_micro = (int)(r->global_batch / (r->B * dp));
-    int lrc = tu_layout_resolve(r->cfg, r->B, r->T, &per_replica, size, &o.run.layout);
+    int lrc = tu_model_layout_resolve(&model, r->B, r->T, &per_replica, size, &o.run.layout);
     if (lrc)
         return lrc;
     tri_session_ckpt_run cr = {.seed = o.run.seed, .keep_last = r->keep_last, .reset_outer_state = r->reset_outer_state,

@@ -13,6 +13,7 @@
 
 typedef struct tu_ckpt_run {
     const tri_gpt_config *cfg;
+    const tri_model *model;       /* another family's model (NULL: the GPT of cfg) */
     int64_t B, T;                 /* micro-batch size, sequence length */
     tu_layout layout;             /* n_micro is derived: global batch / (B * dp) */
     int64_t global_batch;

@@ -11,6 +11,7 @@
 #include "engine/core/rng.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
+#include "engine/train/state_shards.h"
 #include "engine/train/train.h"
 #include "models/gpt.h"
 #include "models/session.h"
@@ -235,6 +236,35 @@ static void record_zero(tri_session *ss, job *j)
                               j->layout.deterministic ? 8 : 4, j->layout.bf16 ? 2 : 4, j->out->dp_expected);
 }
 
+/* The expert bias (the chunks' model buffers, engine/train/state_shards.h) of the whole model into
+ * dst (layers, E, at most TU_MAX_BIAS values; a larger model's is not recorded) on world rank 0: each stored entry read by its holder, the rest zeros, summed over the
+ * world (exact: one value per element). */
+static int collect_bias(tri_trainer *t, const tri_grid *g, float *dst)
+{
+    int E = t->moe.E, n_all = t->moe.n_layers * E;
+    if (E == 0 || n_all > TU_MAX_BIAS) /* dense, or too large to record (left zero) */
+        return TRI_OK;
+    float host[TU_MAX_BIAS] = {0};
+    tri_state_shard *sh = NULL;
+    int n = 0;
+    int rc = tri_trainer_state_shards(t, &sh, &n);
+    for (int i = 0; i < n && !rc; i++) {
+        int layer = -1;
+        if (!sh[i].buffer || !sh[i].stored || sscanf(sh[i].param->spec.name, "model.layers.%d.", &layer) != 1)
+            continue;
+        rc = tri_trainer_state_read(t, &sh[i], host + (int64_t)layer * E);
+    }
+    free(sh);
+    tri_tensor buf = {0};
+    if (!rc) rc = tri_device_alloc(t->dev, &buf.data, sizeof host);
+    buf = tri_tensor_1d(buf.data, TRI_F32, TU_MAX_BIAS);
+    if (!rc) rc = tri_device_copy_from_host(t->dev, buf, host);
+    if (!rc) rc = tri_comm_all_reduce(g->world, buf, TRI_REDUCE_SUM);
+    if (!rc && g->world_rank == 0) rc = tri_device_copy_to_host(t->dev, dst, buf);
+    tri_device_free(t->dev, buf.data);
+    return rc;
+}
+
 static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     job *j = arg;
@@ -285,7 +315,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
             j->out->moe[s] = tri_moe_stats_summary(&tr->moe);
             if (s == 0)
                 memcpy(j->out->dp_bytes, grid->dp_comm->bytes, sizeof j->out->dp_bytes);
+            for (int k = 0; s < TU_BIAS_STEPS && k < tr->moe.n_layers * tr->moe.E && k < TU_MAX_BIAS; k++)
+                j->out->moe_kept[s][k] = tr->moe.sums[(k / tr->moe.E * 2 + 1) * tr->moe.E + k % tr->moe.E];
         }
+        if (!rc && s < TU_BIAS_STEPS)
+            rc = collect_bias(tr, grid, j->out->moe_bias[s]);
     }
     if (!rc && grid->world_rank == 0)
         record_zero(&ss, j);

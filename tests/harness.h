@@ -19,6 +19,8 @@
 #define TU_MAX_PARAMS 128
 #define TU_MAX_STEPS 64
 #define TU_MAX_MOE_SUMS 512
+#define TU_BIAS_STEPS 4   /* steps whose expert bias and kept counts a result records */
+#define TU_MAX_BIAS 64    /* layers x experts of the recorded expert bias */
 #define TU_MAX_PP 16
 
 typedef struct tu_layout {
@@ -79,6 +81,9 @@ typedef struct tu_result {
     int64_t moe_micro;                      /* the gradient pass's micro-batches x replicas */
     int64_t moe_sums[TU_MAX_MOE_SUMS];      /* the gradient pass's account, reduced (moe_stats.h) */
     tri_moe_summary moe[TU_MAX_STEPS];      /* each update's MoE figures (world rank 0) */
+    float moe_bias[TU_BIAS_STEPS][TU_MAX_BIAS];   /* --moe-router-enable-expert-bias: after each of the first
+                                                     steps, (layers, E) (a dense layer's row zero) */
+    int64_t moe_kept[TU_BIAS_STEPS][TU_MAX_BIAS]; /* each of those steps' reduced kept counts (layers, E) */
 } tu_result;
 
 /* Trains `steps` AdamW steps of cfg (micro-batch B, sequence T) in `layout` on thread ranks from

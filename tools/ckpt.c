@@ -400,6 +400,7 @@ typedef struct job {
     const char *out;
     tri_train_layout layout;    /* the target layout (partitioner/constraints.h resolved it) */
     uint64_t seed;
+    bool expert_bias;           /* reshard: the source holds DeepSeek-V3's expert bias (carried) */
 } job;
 
 /* The target layout: tp x pp x dp ranks at ZeRO stage `zero` with the given schedule, a global
@@ -510,6 +511,7 @@ static int reshard_to(const args *a, const char *src, job *j, int zero)
     int64_t micro = global % (j->src.run.micro_batch * a->dp) == 0 ? j->src.run.micro_batch : 1;
     int rc = target_layout(&j->model, a->tp, a->pp, a->dp, zero, a->schedule, micro, global,
                            j->src.run.seq_length, &j->layout);
+    j->layout.moe.expert_bias = j->expert_bias; /* the bias is state: kept as it was */
     tri_model_run probe = {.layout = j->layout};
     if (!rc) rc = tri_model_rank_check(&j->model, &probe);
     if (rc)
@@ -540,6 +542,7 @@ static int reshard(const args *a, const char *src, const char *out)
     int zero = a->zero;
     rc = tri_ckpt_reader_verify_all(&r);
     if (!rc) rc = model_of(&r.m, &j.model, r.dir);
+    j.expert_bias = tri_session_ckpt_expert_bias(&r.m) != NULL;
     j.src = r.m;
     j.src.files = NULL;
     j.src.n_files = 0;

@@ -92,6 +92,16 @@ typedef struct tri_chunk_model {
      * sparse layer adds that micro-batch's figures to it (in the backward, where the layer's
      * activations are at hand also under full recomputation). */
     void (*moe_shape)(void *self, int *n_layers, int *n_experts);
+    /* Optional: state the model keeps beside its parameters, with no gradient and no optimizer state
+     * (DeepSeek-V3's expert bias): *n entries, each described as a parameter replicated over tp
+     * (spec.name the checkpoint key, local shape = global shape, numel) with its values in
+     * (*values)[k] (numel f32, on the device). The trainer lists them with the weights
+     * (engine/train/state_shards.h), so checkpoints save, load and reshard them as weights. */
+    void (*buffers)(void *self, const tri_param **desc, const tri_tensor **values, int *n);
+    /* Optional: after a step's optimizer update (not after a skipped step), with the step's MoE
+     * account reduced over the ranks that share the routers (engine/train/moe_stats.h; the same on
+     * each of them, so every replica makes the same change). */
+    int (*after_update)(void *self, const tri_moe_stats *moe);
 } tri_chunk_model;
 
 /* What differs per chunk: its place in the model and the pipeline (the rest is the run's layout,

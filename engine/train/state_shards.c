@@ -28,6 +28,20 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
                                         .holder = h, .stored = h && first, .collective = true, .chunk = c};
         n++;
     }
+    /* the model's buffers (DeepSeek-V3's expert bias): replicated weights without optimizer state */
+    const tri_param *bd = NULL;
+    const tri_tensor *bv = NULL;
+    int nb = 0;
+    if (t->chunks[c]->model.buffers)
+        t->chunks[c]->model.buffers(t->chunks[c]->model.self, &bd, &bv, &nb);
+    for (int k = 0; k < nb; k++) {
+        bool h = t->grid->tp_rank == 0;
+        if (list)
+            list[n] = (tri_state_shard){.param = &bd[k], .group = TRI_STATE_WEIGHTS, .lo = 0, .hi = bd[k].numel,
+                                        .holder = h, .stored = h && dp0, .collective = true, .buffer = true,
+                                        .chunk = c, .at = k};
+        n++;
+    }
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
         bool h = holds(t, p), owns = p->spec.expert && z->stage == 0 ? t->grid->edp_rank == 0 : owns_moments;
@@ -191,6 +205,16 @@ static tri_tensor moment(const tri_trainer *t, const tri_state_shard *s)
     return tri_tensor_range(x, s->at, s->hi - s->lo);
 }
 
+/* Model buffer entry s's values on the device. */
+static tri_tensor buffer_values(const tri_trainer *t, const tri_state_shard *s)
+{
+    const tri_param *bd = NULL;
+    const tri_tensor *bv = NULL;
+    int nb = 0;
+    t->chunks[s->chunk]->model.buffers(t->chunks[s->chunk]->model.self, &bd, &bv, &nb);
+    return tri_tensor_range(bv[s->at], s->lo, s->hi - s->lo);
+}
+
 /* Weights, or a replica's own weights (ZeRO 0: whole on every rank; reading them is local). */
 static bool weights(const tri_state_shard *s)
 {
@@ -199,6 +223,8 @@ static bool weights(const tri_state_shard *s)
 
 int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host)
 {
+    if (s->buffer)
+        return tri_device_copy_to_host(t->dev, host, buffer_values(t, s));
     if (weights(s))
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
     if (s->group == TRI_STATE_POWERSGD_Q)
@@ -212,6 +238,8 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
 
 int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const float *host)
 {
+    if (s->buffer)
+        return tri_device_copy_from_host(t->dev, buffer_values(t, s), host);
     if (weights(s))
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
     if (s->group == TRI_STATE_POWERSGD_Q)

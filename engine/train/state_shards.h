@@ -73,13 +73,15 @@ typedef struct tri_state_shard {
     bool collective;         /* reading it is collective over the data-parallel group: every rank
                                 reads every holder entry of this group in the same order */
     int chunk;               /* the model chunk holding it */
+    bool buffer;             /* a model buffer (tri_chunk_model.buffers; group weights, .at its index):
+                                state without gradient or optimizer state, read and written locally */
     int64_t at;              /* moments: the piece's offset in the chunk's optimizer state; outer
                                 groups: in the chunk's outer state; error feedback (every kind): in
                                 the residual; powersgd_q: in Q */
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
- * parameter, then, for each parameter, each owned piece's optimizer state: Adam's first and second
+ * parameter and of each of the model's buffers (tri_chunk_model.buffers), then, for each parameter, each owned piece's optimizer state: Adam's first and second
  * moment (adjacent; AdamW, LAMB) or the momentum buffer (SGD, LARS). Under local SGD then, per
  * chunk, for each parameter each piece of this dp rank's outer slices (anchor, and momentum
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and

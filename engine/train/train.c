@@ -159,6 +159,22 @@ static int start_moe_stats(tri_trainer *t)
     int rc = tri_moe_stats_init(&t->moe, layers, E, t->dev, t->cfg.n_micro * layers);
     for (int c = 0; c < t->v && !rc && E > 0; c++)
         t->chunks[c]->moe_stats = &t->moe;
+    /* the expert bias moves with the replicas' summed counts: local SGD's replicas count apart */
+    if (!rc && m->after_update && t->cfg.local.steps > 0)
+        rc = TRI_ERR(TRI_EINVAL, "--moe-router-enable-expert-bias with --local-sgd-steps %d: the expert bias is "
+                     "updated from the token counts summed over the data-parallel replicas every step, which local "
+                     "SGD's inner steps do not share (train without one of the two)", t->cfg.local.steps);
+    return rc;
+}
+
+/* After an applied update: the models' own state that follows the step (the expert bias, from the
+ * step's reduced MoE account: the same on every rank that shares it). */
+static int after_update(tri_trainer *t)
+{
+    int rc = TRI_OK;
+    for (int c = 0; c < t->v && !rc; c++)
+        if (t->chunks[c]->model.after_update)
+            rc = t->chunks[c]->model.after_update(t->chunks[c]->model.self, &t->moe);
     return rc;
 }
 
@@ -582,6 +598,8 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     float scale = t->cfg.clip_grad > 0 && norm > t->cfg.clip_grad ? (float)(t->cfg.clip_grad / norm) : 1.0f;
     if (res->action == TRI_STEP_APPLY)
         rc = apply_update(t, lr, scale);
+    if (!rc && res->action == TRI_STEP_APPLY)
+        rc = after_update(t);
     for (int c = 0; c < t->v && !rc && res->action != TRI_STEP_APPLY; c++)
         rc = tri_zero_gather_params(&t->chunks[c]->zero);
     /* local SGD: the outer synchronisation ends its window, skipped step or not (the iterations

@@ -39,6 +39,9 @@ typedef struct tri_moe_run {
     float capacity_factor;     /* --moe-expert-capacity-factor; 0: dropless */
     int drop_policy;           /* --moe-token-drop-policy: TRI_MOE_DROP_PROBS (0) or TRI_MOE_DROP_POSITION (1) */
     int score_func;            /* --moe-router-score-function: TRI_MOE_SOFTMAX (0) or TRI_MOE_SIGMOID (1) */
+    bool expert_bias;          /* --moe-router-enable-expert-bias: DeepSeek-V3's auxiliary-loss-free
+                                  balancing bias (E per sparse layer, selection only, training state) */
+    float bias_update_rate;    /* --moe-router-bias-update-rate (the flag's default 1e-3) */
 } tri_moe_run;
 
 typedef struct tri_train_layout {

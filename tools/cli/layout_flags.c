@@ -18,6 +18,7 @@ void tri_cli_layout_defaults(tri_cli_layout *l)
     l->moe_aux_loss_coeff = -1.0f;
     l->moe_drop_policy = "probs";
     l->moe_score_function = "softmax";
+    l->moe_bias_rate = 1e-3f;
 }
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
@@ -51,6 +52,8 @@ int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n)
     f[n++] = (tri_flag)FLAG("moe-expert-capacity-factor", TRI_FLAG_FLOAT, &l->moe_capacity_factor, "MoE expert capacity as a multiple of the even share N x top-k / experts; selections over it are dropped and pass through the residual (0: dropless)", 0, 1e6);
     f[n++] = (tri_flag)CHOICE("moe-token-drop-policy", &l->moe_drop_policy, "probs|position", "with a capacity, which selections an expert keeps: the largest router weights (probs) or the earliest tokens (position)");
     f[n++] = (tri_flag)CHOICE("moe-router-score-function", &l->moe_score_function, "softmax|sigmoid", "router scores: softmax (Mixtral, Qwen3-MoE) or sigmoid (DeepSeek-V3)");
+    f[n++] = (tri_flag)FLAG("moe-router-enable-expert-bias", TRI_FLAG_BOOL, &l->moe_expert_bias, "DeepSeek-V3's auxiliary-loss-free load balancing: a per-expert bias (checkpoint key model.layers.N.mlp.gate.e_score_correction_bias) added to the router scores for the top-k selection only, updated after each optimizer step by --moe-router-bias-update-rate x sign(mean load - expert load) from the step's token counts", 0, 0);
+    f[n++] = (tri_flag)FLAG("moe-router-bias-update-rate", TRI_FLAG_FLOAT, &l->moe_bias_rate, "the expert bias's step per iteration (DeepSeek-V3's gamma; needs --moe-router-enable-expert-bias)", 0, 1e6);
     return n;
 }
 
@@ -72,6 +75,12 @@ int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num
     if (cap && cap->seen && !(l->moe_capacity_factor > 0))
         return TRI_ERR(TRI_EINVAL, "--moe-expert-capacity-factor %g: a capacity factor must be positive (leave the "
                        "flag out for dropless routing)", (double)l->moe_capacity_factor);
+    const tri_flag *rate = tri_flags_find(f, nf, "moe-router-bias-update-rate");
+    if (rate && rate->seen && !l->moe_expert_bias)
+        return TRI_ERR(TRI_EINVAL, "--moe-router-bias-update-rate %g needs --moe-router-enable-expert-bias (there is no "
+                       "expert bias to update without it)", (double)l->moe_bias_rate);
+    if (rate && rate->seen && !(l->moe_bias_rate > 0))
+        return TRI_ERR(TRI_EINVAL, "--moe-router-bias-update-rate %g: the rate must be positive", (double)l->moe_bias_rate);
     int rc = tri_layout_resolve(m, r, out);
     if (!rc)
         out->moe = (tri_moe_run){.aux_loss_coeff_set = l->moe_aux_loss_coeff >= 0,
@@ -80,7 +89,8 @@ int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num
                                  .drop_policy = strcmp(l->moe_drop_policy, "position") == 0 ? TRI_MOE_DROP_POSITION
                                                                                             : TRI_MOE_DROP_PROBS,
                                  .score_func = strcmp(l->moe_score_function, "sigmoid") == 0 ? TRI_MOE_SIGMOID
-                                                                                             : TRI_MOE_SOFTMAX};
+                                                                                             : TRI_MOE_SOFTMAX,
+                                 .expert_bias = l->moe_expert_bias, .bias_update_rate = l->moe_bias_rate};
     return rc;
 }
 

@@ -13,7 +13,7 @@
 #include "partitioner/constraints.h"
 #include "tools/cli/flags.h"
 
-#define TRI_CLI_LAYOUT_FLAGS 24 /* flags tri_cli_layout_flags adds */
+#define TRI_CLI_LAYOUT_FLAGS 26 /* flags tri_cli_layout_flags adds */
 
 /* What the layout flags write: the request, and the flags whose text becomes an enum. */
 typedef struct tri_cli_layout {
@@ -25,6 +25,8 @@ typedef struct tri_cli_layout {
     float moe_aux_loss_coeff; /* --moe-aux-loss-coeff (< 0: the config's router_aux_loss_coef x top-k) */
     float moe_z_loss_coeff, moe_capacity_factor; /* --moe-z-loss-coeff, --moe-expert-capacity-factor (0: dropless) */
     const char *moe_drop_policy, *moe_score_function; /* --moe-token-drop-policy, --moe-router-score-function */
+    bool moe_expert_bias;     /* --moe-router-enable-expert-bias */
+    float moe_bias_rate;      /* --moe-router-bias-update-rate (1e-3) */
     bool gpu;                 /* the caller's: the run's device is a GPU (engine_train --device cuda, a
                                  GPU preset), where --attention-backend auto picks the measured path */
 } tri_cli_layout;
