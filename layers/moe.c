@@ -73,12 +73,11 @@ static int router_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *
     return rc;
 }
 
-int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w,
-                    const tri_moe_config *cfg)
+int tri_moe_route(tri_device *d, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w, const tri_moe_config *cfg)
 {
     const tri_moe_shape *s = &cfg->shape;
     tri_tensor none = tri_tensor_none();
-    int rc = check_call(cfg, x, y, "y", w);
+    int rc = TRI_OK;
     /* router: logits(N,E) f32 = x @ Wr^T (bf16 x and Wr: fp32 sums into fp32), scores, top-k, weights;
      * capacity (dropless: a copy and the counts) */
     if (!rc) rc = tri_op_matmul(d, a->logits, x, w->router_w, none, false, true, 0.0f);
@@ -96,11 +95,15 @@ int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, 
     for (int64_t e = 0; e < s->E; e++)
         a->R += a->counts[e];
     rc = tri_op_moe_permute(d, a->x_perm, x, a->sorted_indices);
-    /* experts: gate|up (R, 2I), SwiGLU (R, I), down (R, C), one GEMM per expert over its rows */
-    if (!rc) rc = tri_op_grouped_matmul_forward(d, a->gate_up, a->x_perm, w->gate_up_w, a->counts);
-    if (!rc && a->R > 0)
-        rc = tri_op_swiglu_forward(d, tri_tensor_slice0(a->h, 0, a->R), tri_tensor_slice0(a->gate_up, 0, a->R));
-    if (!rc) rc = tri_op_grouped_matmul_forward(d, a->o, a->h, w->down_w, a->counts);
+    return rc;
+}
+
+int tri_moe_combine(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w,
+                    const tri_moe_config *cfg)
+{
+    const tri_moe_shape *s = &cfg->shape;
+    tri_tensor none = tri_tensor_none();
+    int rc = TRI_OK;
     /* combine: y[n] = sum over the token's kept selections in k order of w * o (overwrites y) */
     if (!rc) rc = tri_op_moe_unpermute(d, y, a->o, a->row_id_map, a->expert_w);
     /* the losses' scalars, apart from y */
@@ -120,12 +123,55 @@ int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, 
     return rc;
 }
 
+int tri_moe_route_backward(tri_device *d, tri_tensor dx, tri_tensor dx_perm, const tri_moe_weights *g,
+                           tri_tensor dy, const tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w,
+                           const tri_moe_scratch *sc, const tri_moe_config *cfg, float loss_scale)
+{
+    const tri_moe_shape *s = &cfg->shape;
+    tri_tensor none = tri_tensor_none();
+    int rc = TRI_OK;
+    /* the gather's backward: dx[n] = sum of the token's kept rows in k order (overwrites dx) */
+    if (!rc) rc = tri_op_moe_permute_backward(d, dx, dx_perm, a->row_id_map);
+    /* router: dlogits from d_expert_w, then the losses' gradients added, then the linear's backward */
+    if (!rc) rc = tri_op_moe_router_backward(d, sc->dlogits, sc->d_expert_w, a->kept_idx, a->scores, cfg->score_func,
+                                             cfg->norm_topk);
+    tri_tensor aux = tri_tensor_slice0(sc->losses, 0, 1), z = tri_tensor_slice0(sc->losses, 1, 1);
+    if (!rc && cfg->aux_loss_coeff != 0.0f)
+        rc = tri_op_moe_aux_loss(d, aux, sc->dlogits, a->scores, a->routed_per_expert, s->K, cfg->score_func,
+                                 cfg->aux_loss_coeff, loss_scale);
+    if (!rc && cfg->z_loss_coeff != 0.0f)
+        rc = tri_op_moe_z_loss(d, z, sc->dlogits, a->logits, cfg->z_loss_coeff, loss_scale);
+    if (!rc) rc = router_backward(d, dx, g, sc, x, w);
+    /* shared expert */
+    if (!rc && s->I_shared > 0) {
+        rc = tri_op_matmul(d, g->shared_down_w, dy, a->shared_h, none, true, false, 1.0f);
+        if (!rc) rc = tri_op_matmul(d, sc->shared_dh, dy, w->shared_down_w, none, false, false, 0.0f);
+        if (!rc) rc = tri_op_swiglu_backward(d, sc->shared_dgate_up, a->shared_gate_up, sc->shared_dh);
+        if (!rc) rc = tri_op_matmul(d, g->shared_gate_up_w, sc->shared_dgate_up, x, none, true, false, 1.0f);
+        if (!rc) rc = tri_op_matmul(d, dx, sc->shared_dgate_up, w->shared_gate_up_w, none, false, false, 1.0f);
+    }
+    return rc;
+}
+
+int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w,
+                    const tri_moe_config *cfg)
+{
+    int rc = check_call(cfg, x, y, "y", w);
+    if (!rc) rc = tri_moe_route(d, a, x, w, cfg);
+    /* experts: gate|up (R, 2I), SwiGLU (R, I), down (R, C), one GEMM per expert over its rows */
+    if (!rc) rc = tri_op_grouped_matmul_forward(d, a->gate_up, a->x_perm, w->gate_up_w, a->counts);
+    if (!rc && a->R > 0)
+        rc = tri_op_swiglu_forward(d, tri_tensor_slice0(a->h, 0, a->R), tri_tensor_slice0(a->gate_up, 0, a->R));
+    if (!rc) rc = tri_op_grouped_matmul_forward(d, a->o, a->h, w->down_w, a->counts);
+    if (!rc) rc = tri_moe_combine(d, y, a, x, w, cfg);
+    return rc;
+}
+
 int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri_tensor dy, const tri_moe_acts *a,
                      tri_tensor x, const tri_moe_weights *w, const tri_moe_scratch *sc,
                      const tri_moe_config *cfg, float loss_scale)
 {
     const tri_moe_shape *s = &cfg->shape;
-    tri_tensor none = tri_tensor_none();
     int rc = check_call(cfg, x, dy, "dy", w);
     if (!rc && (dx.dtype != s->dtype || tri_tensor_rows(dx) != s->N || tri_tensor_cols(dx) != s->C))
         rc = TRI_ERR(TRI_EINVAL, "moe: dx must be %s (N, C) = (%lld, %lld)", tri_dtype_name(s->dtype),
@@ -148,25 +194,6 @@ int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri
     if (!rc) rc = tri_op_grouped_matmul_backward_weight(d, g->gate_up_w, sc->dgate_up, a->x_perm, a->counts, 1.0f);
     tri_tensor dx_perm = sc->d_o; /* (N*K, C): d_o is dead once the down weights' gradients are taken */
     if (!rc) rc = tri_op_grouped_matmul_backward_input(d, dx_perm, sc->dgate_up, w->gate_up_w, a->counts, 0.0f);
-    /* the gather's backward: dx[n] = sum of the token's kept rows in k order (overwrites dx) */
-    if (!rc) rc = tri_op_moe_permute_backward(d, dx, dx_perm, a->row_id_map);
-    /* router: dlogits from d_expert_w, then the losses' gradients added, then the linear's backward */
-    if (!rc) rc = tri_op_moe_router_backward(d, sc->dlogits, sc->d_expert_w, a->kept_idx, a->scores, cfg->score_func,
-                                             cfg->norm_topk);
-    tri_tensor aux = tri_tensor_slice0(sc->losses, 0, 1), z = tri_tensor_slice0(sc->losses, 1, 1);
-    if (!rc && cfg->aux_loss_coeff != 0.0f)
-        rc = tri_op_moe_aux_loss(d, aux, sc->dlogits, a->scores, a->routed_per_expert, s->K, cfg->score_func,
-                                 cfg->aux_loss_coeff, loss_scale);
-    if (!rc && cfg->z_loss_coeff != 0.0f)
-        rc = tri_op_moe_z_loss(d, z, sc->dlogits, a->logits, cfg->z_loss_coeff, loss_scale);
-    if (!rc) rc = router_backward(d, dx, g, sc, x, w);
-    /* shared expert */
-    if (!rc && s->I_shared > 0) {
-        rc = tri_op_matmul(d, g->shared_down_w, dy, a->shared_h, none, true, false, 1.0f);
-        if (!rc) rc = tri_op_matmul(d, sc->shared_dh, dy, w->shared_down_w, none, false, false, 0.0f);
-        if (!rc) rc = tri_op_swiglu_backward(d, sc->shared_dgate_up, a->shared_gate_up, sc->shared_dh);
-        if (!rc) rc = tri_op_matmul(d, g->shared_gate_up_w, sc->shared_dgate_up, x, none, true, false, 1.0f);
-        if (!rc) rc = tri_op_matmul(d, dx, sc->shared_dgate_up, w->shared_gate_up_w, none, false, false, 1.0f);
-    }
+    if (!rc) rc = tri_moe_route_backward(d, dx, dx_perm, g, dy, a, x, w, sc, cfg, loss_scale);
     return rc;
 }

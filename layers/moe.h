@@ -136,4 +136,21 @@ int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri
                      tri_tensor x, const tri_moe_weights *w, const tri_moe_scratch *scratch,
                      const tri_moe_config *cfg, float loss_scale);
 
+/* The block's stages, which tri_moe_forward / tri_moe_backward run around the experts and the
+ * expert-parallel block (layers/moe_ep.h) around its exchange, so both run one sequence of ops:
+ *   tri_moe_route: the router linear, scores, top-k and capacity, the permutation map, the counts'
+ *     one read-back (acts->counts, acts->R) and the permutation of x into expert order (acts->x_perm);
+ *   tri_moe_combine: y = the weighted sum of acts->o at each token's kept rows (overwrites y), the
+ *     losses' scalars (acts->losses), the shared expert added;
+ *   tri_moe_route_backward: once dx_perm (N*K, C) holds the permuted input's gradient and
+ *     scratch->d_expert_w the combine's weight gradient: dx (overwritten) by the gather's backward,
+ *     the router's backward with the losses' gradients (weighted by loss_scale), the router linear's
+ *     and the shared expert's gradients (accumulated into g, added to dx). */
+int tri_moe_route(tri_device *d, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w, const tri_moe_config *cfg);
+int tri_moe_combine(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w,
+                    const tri_moe_config *cfg);
+int tri_moe_route_backward(tri_device *d, tri_tensor dx, tri_tensor dx_perm, const tri_moe_weights *g,
+                           tri_tensor dy, const tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w,
+                           const tri_moe_scratch *sc, const tri_moe_config *cfg, float loss_scale);
+
 #endif

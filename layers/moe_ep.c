@@ -171,22 +171,9 @@ int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *
                        const tri_moe_config *cfg)
 {
     const tri_moe_shape *s = &cfg->shape;
-    tri_tensor none = tri_tensor_none();
     int rc = check_call(ep, cfg, x, y, "y", w);
     /* router and the permutation into expert order: layers/moe.c's sequence */
-    if (!rc) rc = tri_op_matmul(d, a->logits, x, w->router_w, none, false, true, 0.0f);
-    if (!rc) rc = tri_op_moe_router_forward(d, a->expert_idx, a->expert_w, a->scores, a->logits, w->expert_bias,
-                                            cfg->score_func, cfg->norm_topk);
-    if (!rc) rc = tri_op_moe_router_capacity(d, a->kept_idx, a->tokens_per_expert, a->routed_per_expert,
-                                             a->expert_idx, a->expert_w, cfg->capacity, cfg->drop_policy);
-    if (!rc) rc = tri_op_moe_permute_map(d, a->row_id_map, a->sorted_indices, a->tokens_per_expert, a->kept_idx);
-    if (!rc) rc = tri_device_copy_to_host(d, a->counts, a->tokens_per_expert);
-    if (rc)
-        return rc;
-    a->R = 0;
-    for (int64_t e = 0; e < s->E; e++)
-        a->R += a->counts[e];
-    rc = tri_op_moe_permute(d, a->x_perm, x, a->sorted_indices);
+    if (!rc) rc = tri_moe_route(d, a, x, w, cfg);
     /* dispatch: counts, then the rows to their experts' ranks */
     if (!rc) rc = exchange_counts(ep, a, ea, s->E);
     if (!rc) rc = exchange(ep, ea->x_recv, a->x_perm, s->C, ea->send_rows, ea->recv_rows);
@@ -207,19 +194,7 @@ int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *
                                                &ea->recv_counts[q * El]);
     /* combine: the outputs back to their tokens' ranks, into expert order, then the weighted sum */
     if (!rc) rc = exchange(ep, a->o, es->o_recv, s->C, ea->recv_rows, ea->send_rows);
-    if (!rc) rc = tri_op_moe_unpermute(d, y, a->o, a->row_id_map, a->expert_w);
-    tri_tensor aux = tri_tensor_slice0(a->losses, 0, 1), z = tri_tensor_slice0(a->losses, 1, 1);
-    if (!rc) rc = tri_op_fill(d, a->losses, 0.0f);
-    if (!rc && cfg->aux_loss_coeff != 0.0f)
-        rc = tri_op_moe_aux_loss(d, aux, none, a->scores, a->routed_per_expert, s->K, cfg->score_func,
-                                 cfg->aux_loss_coeff, 0.0f);
-    if (!rc && cfg->z_loss_coeff != 0.0f)
-        rc = tri_op_moe_z_loss(d, z, none, a->logits, cfg->z_loss_coeff, 0.0f);
-    if (!rc && s->I_shared > 0) {
-        rc = tri_op_matmul(d, a->shared_gate_up, x, w->shared_gate_up_w, none, false, true, 0.0f);
-        if (!rc) rc = tri_op_swiglu_forward(d, a->shared_h, a->shared_gate_up);
-        if (!rc) rc = tri_op_matmul(d, y, a->shared_h, w->shared_down_w, none, false, true, 1.0f);
-    }
+    if (!rc) rc = tri_moe_combine(d, y, a, x, w, cfg);
     return rc;
 }
 
@@ -286,23 +261,6 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
     /* the input gradient back to the tokens' ranks (into expert order), then layers/moe.c's tail */
     tri_tensor dx_perm = sc->d_o;
     if (!rc) rc = exchange(ep, dx_perm, es->o_recv, s->C, ea->recv_rows, ea->send_rows);
-    if (!rc) rc = tri_op_moe_permute_backward(d, dx, dx_perm, a->row_id_map);
-    if (!rc) rc = tri_op_moe_router_backward(d, sc->dlogits, sc->d_expert_w, a->kept_idx, a->scores, cfg->score_func,
-                                             cfg->norm_topk);
-    tri_tensor aux = tri_tensor_slice0(sc->losses, 0, 1), z = tri_tensor_slice0(sc->losses, 1, 1);
-    if (!rc && cfg->aux_loss_coeff != 0.0f)
-        rc = tri_op_moe_aux_loss(d, aux, sc->dlogits, a->scores, a->routed_per_expert, s->K, cfg->score_func,
-                                 cfg->aux_loss_coeff, loss_scale);
-    if (!rc && cfg->z_loss_coeff != 0.0f)
-        rc = tri_op_moe_z_loss(d, z, sc->dlogits, a->logits, cfg->z_loss_coeff, loss_scale);
-    if (!rc) rc = tri_op_matmul(d, g->router_w, sc->dlogits, x, none, true, false, 1.0f);
-    if (!rc) rc = tri_op_matmul(d, dx, sc->dlogits, w->router_w, none, false, false, 1.0f);
-    if (!rc && s->I_shared > 0) {
-        rc = tri_op_matmul(d, g->shared_down_w, dy, a->shared_h, none, true, false, 1.0f);
-        if (!rc) rc = tri_op_matmul(d, sc->shared_dh, dy, w->shared_down_w, none, false, false, 0.0f);
-        if (!rc) rc = tri_op_swiglu_backward(d, sc->shared_dgate_up, a->shared_gate_up, sc->shared_dh);
-        if (!rc) rc = tri_op_matmul(d, g->shared_gate_up_w, sc->shared_dgate_up, x, none, true, false, 1.0f);
-        if (!rc) rc = tri_op_matmul(d, dx, sc->shared_dgate_up, w->shared_gate_up_w, none, false, false, 1.0f);
-    }
+    if (!rc) rc = tri_moe_route_backward(d, dx, dx_perm, g, dy, a, x, w, sc, cfg, loss_scale);
     return rc;
 }
