@@ -22,6 +22,7 @@
 #include "engine/core/status.h"
 #include "models/llama.h"
 #include "tests/harness.h"
+#include "tests/moe_harness.h"
 #include "tests/testutil.h"
 #include "tests/torch_compare.h"
 
@@ -447,29 +448,13 @@ static int losses_rank(int rank, int size, tri_comm *world, void *arg)
     losses_case *lc = arg;
     tri_model m;
     make_tiny(&m, 2, 4, true);
-    tri_train_layout run;
     tu_layout l = {.moe = {.aux_loss_coeff_set = true, .aux_loss_coeff = 0.3f, .z_loss_coeff = 0.1f}};
-    int rc = tu_model_layout_resolve(&m, 2, 8, &l, 1, &run);
-    tri_device *dev = NULL;
-    if (!rc) rc = tri_device_cpu_create(&dev, 1);
-    void *model = NULL;
-    tri_chunk *chunk = NULL;
-    tri_chunk_place place = {.layer_start = 0, .layer_end = 2, .first = true, .last = true, .n_slots = 1, .seed = 7};
-    if (!rc) rc = tri_llama_create(&model, &chunk, m.cfg, &run, &place, dev, world, world);
-    tri_llama *ll = model;
-    int32_t windows[2 * 9];
-    for (int i = 0; i < 2 * 9; i++)
-        windows[i] = (i * 7) % 100;
-    if (!rc) rc = tri_decoder_load_batch(&ll->d, 0, windows);
-    /* a first pass binds the blocks' views (ZeRO 0 keeps them), then the routers are zeroed */
-    if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / 16);
-    for (int k = 0; k < 2 && !rc; k++)
-        rc = tri_op_fill(dev, ll->w.h[k].moe.router_w, 0.0f);
-    if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / 16);
+    tu_moe_chunk mc;
+    int rc = tu_moe_chunk_open(&mc, &m, 2, 8, &l, world);
+    tri_llama *ll = mc.ll;
+    if (!rc) rc = tri_chunk_forward(mc.chunk, 0, true, 1.0f / 16);
     if (!rc) rc = tri_llama_moe_losses(ll, 0, &lc->aux, &lc->z);
-    if (model)
-        tri_decoder_free(model);
-    tri_device_destroy(dev);
+    tu_moe_chunk_close(&mc);
     tri_model_free(&m);
     lc->rc = rc;
     return rc;

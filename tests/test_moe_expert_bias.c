@@ -26,6 +26,7 @@
 #include "models/llama.h"
 #include "tests/ckpt_harness.h"
 #include "tests/harness.h"
+#include "tests/moe_harness.h"
 
 #define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
              "\"num_key_value_heads\": 2, \"num_hidden_layers\": %d, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
@@ -156,23 +157,13 @@ static int block_rank(int rank, int size, tri_comm *world, void *arg)
     block_run *br = arg;
     tri_model m;
     make_tiny(&m, 1);
-    tri_train_layout run;
     tu_layout l = {.moe = {.expert_bias = br->bias, .bias_update_rate = RATE}};
-    int rc = tu_model_layout_resolve(&m, 2, 8, &l, 1, &run);
-    tri_device *dev = NULL;
-    if (!rc) rc = tri_device_cpu_create(&dev, 1);
-    void *model = NULL;
-    tri_chunk *chunk = NULL;
-    tri_chunk_place place = {.layer_start = 0, .layer_end = 1, .first = true, .last = true, .n_slots = 1, .seed = 7};
-    if (!rc) rc = tri_llama_create(&model, &chunk, m.cfg, &run, &place, dev, world, world);
-    tri_llama *ll = model;
-    int32_t windows[2 * 9];
-    for (int i = 0; i < 2 * 9; i++)
-        windows[i] = (i * 7) % 100;
-    if (!rc) rc = tri_decoder_load_batch(&ll->d, 0, windows);
-    if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / ZN); /* binds the views */
-    tri_llama_block_weights *bw = &ll->w.h[0];
-    if (!rc) rc = tri_op_fill(dev, bw->moe.router_w, 0.0f);
+    tu_moe_chunk mc;
+    int rc = tu_moe_chunk_open(&mc, &m, 2, 8, &l, world); /* 2 x 8 = ZN tokens, the router zeroed */
+    tri_device *dev = mc.dev;
+    tri_chunk *chunk = mc.chunk;
+    tri_llama *ll = mc.ll;
+    tri_llama_block_weights *bw = rc ? NULL : &ll->w.h[0];
     int64_t C = 64, I = 64;
     if (!rc && br->swap) { /* exchange experts e and e + 2: gate|up (2I, C) and down (C, I) blocks */
         for (int part = 0; part < 2 && !rc; part++) {
@@ -209,9 +200,7 @@ static int block_rank(int rank, int size, tri_comm *world, void *arg)
         br->grads[k] = malloc((size_t)tri_tensor_numel(gt[k]) * sizeof(float));
         rc = tri_device_copy_to_host(dev, br->grads[k], gt[k]);
     }
-    if (model)
-        tri_decoder_free(model);
-    tri_device_destroy(dev);
+    tu_moe_chunk_close(&mc);
     tri_model_free(&m);
     br->rc = rc;
     return rc;

@@ -21,6 +21,7 @@
 #include "engine/train/moe_stats.h"
 #include "models/llama.h"
 #include "tests/harness.h"
+#include "tests/moe_harness.h"
 
 TestSuite(moe_stats);
 
@@ -113,35 +114,21 @@ static int zero_router_rank(int rank, int size, tri_comm *world, void *arg)
     zero_case *zc = arg;
     tri_model m;
     make_tiny(&m, 2);
-    tri_train_layout run;
     tu_layout l = {.moe = {.aux_loss_coeff_set = true, .aux_loss_coeff = 0.3f, .z_loss_coeff = 0.1f,
                            .capacity_factor = zc->capacity_factor}};
-    int rc = tu_model_layout_resolve(&m, ZB, ZT, &l, 1, &run);
-    tri_device *dev = NULL;
-    if (!rc) rc = tri_device_cpu_create(&dev, 1);
-    void *model = NULL;
-    tri_chunk *chunk = NULL;
-    tri_chunk_place place = {.layer_start = 0, .layer_end = 2, .first = true, .last = true, .n_slots = 1, .seed = 7};
-    if (!rc) rc = tri_llama_create(&model, &chunk, m.cfg, &run, &place, dev, world, world);
-    tri_llama *ll = model;
+    tu_moe_chunk mc;
+    int rc = tu_moe_chunk_open(&mc, &m, ZB, ZT, &l, world);
+    tri_chunk *chunk = mc.chunk;
     int layers = 0, E = 0;
     if (!rc) chunk->model.moe_shape(chunk->model.self, &layers, &E);
-    if (!rc) rc = tri_moe_stats_init(&zc->s, layers, E, dev, 2); /* one micro-batch of 2 sparse layers */
-    int32_t windows[ZB * (ZT + 1)];
-    for (int i = 0; i < ZB * (ZT + 1); i++)
-        windows[i] = (i * 7) % 100;
-    if (!rc) rc = tri_decoder_load_batch(&ll->d, 0, windows);
-    /* a first pass binds the blocks' views (ZeRO 0 keeps them), then the routers are zeroed */
-    if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / ZN);
-    for (int k = 0; k < 2 && !rc; k++)
-        rc = tri_op_fill(dev, ll->w.h[k].moe.router_w, 0.0f);
+    if (!rc) rc = tri_moe_stats_init(&zc->s, layers, E, mc.dev, 2); /* one micro-batch of 2 sparse layers */
     tri_moe_stats_reset(&zc->s, 1);
     if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / ZN);
     if (!rc) rc = tri_chunk_backward(chunk, 0); /* no account given: nothing counted */
     if (!rc) chunk->moe_stats = &zc->s;
     if (!rc) rc = tri_chunk_forward(chunk, 0, true, 1.0f / ZN);
     if (!rc) rc = tri_chunk_backward(chunk, 0);
-    if (!rc) rc = tri_device_sync(dev);
+    if (!rc) rc = tri_device_sync(mc.dev);
     if (!rc) rc = tri_moe_stats_collect(&zc->s);
     zc->staged_left = zc->s.n_staged;
     /* the result into a plain account (the staging is the device's memory) */
@@ -151,9 +138,7 @@ static int zero_router_rank(int rank, int size, tri_comm *world, void *arg)
         zc->out.micro = zc->s.micro;
     }
     tri_moe_stats_free(&zc->s);
-    if (model)
-        tri_decoder_free(model);
-    tri_device_destroy(dev);
+    tu_moe_chunk_close(&mc);
     tri_model_free(&m);
     zc->rc = rc;
     return rc;
