@@ -34,32 +34,8 @@ gen() { $py "$src/tests/hf_files.py" "$@" > /dev/null || fail "hf_files.py $*"; 
 # V L NH NH_KV C F T: C, head_dim 16 x 4 heads and F multiples of 64 for the fused views at tp 2
 dims=(300 2 4 2 64 128 64)
 
-# round DIR NAME [export flags...]: import DIR, export it with the flags and compare the bytes;
-# export fp32 and compare the values and the config.
-round() {
-  local dir=$1 name=$2
-  shift 2
-  rm -rf "$tmp/ck_$name" "$tmp/hf_$name" "$tmp/fp32_$name"
-  "$bin/ckpt" import --format hf "$dir" "$tmp/ck_$name" > "$tmp/import_$name.log" 2>&1 ||
-    { tail -3 "$tmp/import_$name.log"; fail "$name: ckpt import --format hf"; return; }
-  "$bin/ckpt" export --quiet --format hf "$@" "$tmp/ck_$name" "$tmp/hf_$name" > "$tmp/export_$name.log" 2>&1 ||
-    { tail -3 "$tmp/export_$name.log"; fail "$name: export --format hf"; return; }
-  local same=1 n=0
-  for f in "$dir"/*.safetensors "$dir"/model.safetensors.index.json; do
-    [ -f "$f" ] || continue
-    n=$((n + 1))
-    cmp -s "$f" "$tmp/hf_$name/$(basename "$f")" || { same=0; echo "     differs: $(basename "$f")"; }
-  done
-  [ "$(ls "$tmp/hf_$name" | grep -c safetensors)" = "$(ls "$dir" | grep -c safetensors)" ] || same=0
-  [ $same = 1 ] && echo "ok   $name: import -> export --format hf $*: the same $n file(s), byte for byte" \
-    || fail "$name: export --format hf differs from the imported files"
-  "$bin/ckpt" export --quiet --format hf --dtype fp32 "$tmp/ck_$name" "$tmp/fp32_$name" > /dev/null 2>&1 &&
-    out=$($py "$src/tests/hf_files.py" compare "$dir" "$tmp/fp32_$name" 2>&1) &&
-    out2=$($py "$src/tests/hf_files.py" compare "$dir" "$tmp/hf_$name" 2>&1) &&
-    "$bin/ckpt" import --format hf "$tmp/hf_$name" "$tmp/ck2_$name" > /dev/null 2>&1 &&
-    echo "ok   $name: the checkpoint holds the file's values under the same names; config.json agrees and reads back" \
-    || fail "$name: values or config differ: $out ${out2:-}"
-}
+# round DIR NAME [export flags...] (tests/hf_round.sh)
+source "$src/tests/hf_round.sh"
 
 # ---- 1, 2: layouts, dtypes, heads ----
 gen write-llama "$tmp/tied" "${dims[@]}" F32 5000000000 1
