@@ -292,7 +292,7 @@ Test(partitioner_model, flash_attention_activations_are_linear_in_seq_length)
  * stage and full recomputation. */
 Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
 {
-    const char *names[] = {"llama-tiny-byte", "smollm-135m", "qwen3-tiny-byte"};
+    const char *names[] = {"llama-tiny-byte", "smollm-135m", "qwen3-tiny-byte", "moe-tiny-byte"};
     struct { int model, tp, pp, dp; bool sp; int B, T, m, zero; tri_recompute rec; tri_precision p; } cases[] = {
         {0, 1, 1, 1, false, 4, 128, 1, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
         {0, 2, 2, 1, false, 4, 128, 4, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
@@ -306,9 +306,13 @@ Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
         {2, 1, 1, 1, false, 4, 128, 1, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
         {2, 4, 1, 1, true, 4, 128, 2, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16}, /* shared kv heads */
         {2, 2, 2, 2, false, 2, 128, 4, 3, TRI_RECOMPUTE_FULL, TRI_PRECISION_FP32},
+        /* the tiny Mixtral (ep 1): the MoE block's buffers (layers/moe_buffers.c) in place of the MLP's */
+        {3, 1, 1, 1, false, 4, 128, 1, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {3, 1, 2, 2, false, 4, 128, 4, 1, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {3, 1, 2, 2, false, 2, 128, 4, 3, TRI_RECOMPUTE_FULL, TRI_PRECISION_BF16},
     };
-    tri_model models[3];
-    for (int i = 0; i < 3; i++) {
+    tri_model models[4];
+    for (int i = 0; i < 4; i++) {
         char path[512];
         const char *src = getenv("TRIDENT_SOURCE_DIR");
         snprintf(path, sizeof path, "%s/models/%s.json", src ? src : ".", names[i]);
@@ -319,7 +323,7 @@ Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
                                       cases[i].B, cases[i].T, cases[i].m, cases[i].zero, cases[i].rec, cases[i].p);
         cr_assert(agree_model(&models[cases[i].model], &l));
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         tri_model_free(&models[i]);
 }
 
