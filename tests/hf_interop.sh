@@ -28,8 +28,10 @@ fail() { echo "FAIL $1"; failures=$((failures + 1)); }
 gen() { $py "$src/tests/hf_files.py" "$@" > /dev/null || fail "hf_files.py $*"; }
 dims=(257 2 4 32 64) # V L NH C T
 
-# round DIR LLMC NAME [export flags...]: import DIR, export llmc and hf; compare.
-round() {
+# round_llmc DIR LLMC NAME [export flags...]: import DIR, export llmc and hf (tests/hf_round.sh
+# hf_export_same); compare.
+source "$src/tests/hf_round.sh"
+round_llmc() {
   local dir=$1 llmc=$2 name=$3
   shift 3
   rm -rf "$tmp/ck_$name" "$tmp/hf_$name"
@@ -38,41 +40,29 @@ round() {
   "$bin/ckpt" export --quiet --format llmc "$tmp/ck_$name" "$tmp/$name.bin" || { fail "$name: export llmc"; return; }
   cmp -s "$llmc" "$tmp/$name.bin" && echo "ok   $name: import -> export --format llmc equals the llm.c file of the same weights" \
     || fail "$name: the llm.c export differs from the independently written file"
-  if [ $# -gt 0 ]; then
-    "$bin/ckpt" export --quiet --format hf "$@" "$tmp/ck_$name" "$tmp/hf_$name" > "$tmp/export_$name.log" 2>&1 ||
-      { tail -3 "$tmp/export_$name.log"; fail "$name: export --format hf"; return; }
-    local same=1 n=0
-    for f in "$dir"/*.safetensors "$dir"/model.safetensors.index.json; do
-      [ -f "$f" ] || continue
-      n=$((n + 1))
-      cmp -s "$f" "$tmp/hf_$name/$(basename "$f")" || { same=0; echo "     differs: $(basename "$f")"; }
-    done
-    [ "$(ls "$tmp/hf_$name" | grep -c safetensors)" = "$(ls "$dir" | grep -c safetensors)" ] || same=0
-    [ $same = 1 ] && echo "ok   $name: import -> export --format hf $*: the same $n file(s), byte for byte" \
-      || fail "$name: export --format hf differs from the imported files"
-  fi
+  [ $# -eq 0 ] || hf_export_same "$dir" "$name" "$@"
 }
 
 # ---- 1, 2: one file and shards, three dtypes, both name styles ----
 gen write "$tmp/f32" "$tmp/f32.bin" "${dims[@]}" F32 5000000000 1
-round "$tmp/f32" "$tmp/f32.bin" f32 --dtype fp32
+round_llmc "$tmp/f32" "$tmp/f32.bin" f32 --dtype fp32
 gen write "$tmp/bf16" "$tmp/bf16.bin" "${dims[@]}" BF16 5000000000 1
-round "$tmp/bf16" "$tmp/bf16.bin" bf16 --dtype bf16
+round_llmc "$tmp/bf16" "$tmp/bf16.bin" bf16 --dtype bf16
 gen write "$tmp/f16" "$tmp/f16.bin" "${dims[@]}" F16 5000000000 1
-round "$tmp/f16" "$tmp/f16.bin" f16 --dtype fp16
+round_llmc "$tmp/f16" "$tmp/f16.bin" f16 --dtype fp16
 # shards of at most 20,000 bytes: wte (32,896 bytes) gets one of its own, as huggingface_hub splits
 gen write "$tmp/sh32" "$tmp/sh32.bin" "${dims[@]}" F32 20000 1
 [ -f "$tmp/sh32/model.safetensors.index.json" ] && [ "$(ls "$tmp/sh32" | grep -c 'of-')" -gt 3 ] || fail "no shards written"
-round "$tmp/sh32" "$tmp/sh32.bin" sharded_f32 --max-shard-size 20000
+round_llmc "$tmp/sh32" "$tmp/sh32.bin" sharded_f32 --max-shard-size 20000
 gen write "$tmp/sh16" "$tmp/sh16.bin" "${dims[@]}" BF16 20000 1
-round "$tmp/sh16" "$tmp/sh16.bin" sharded_bf16 --dtype bf16 --max-shard-size 20KB
+round_llmc "$tmp/sh16" "$tmp/sh16.bin" sharded_bf16 --dtype bf16 --max-shard-size 20KB
 # the hub's gpt2 files carry no "transformer." prefix
 gen write "$tmp/hub" "$tmp/hub.bin" "${dims[@]}" F32 5000000000 0
-round "$tmp/hub" "$tmp/hub.bin" unprefixed
+round_llmc "$tmp/hub" "$tmp/hub.bin" unprefixed
 # older files carry the causal-mask buffer h.<i>.attn.bias: skipped
 mkdir -p "$tmp/mask" && cp "$tmp/f32/config.json" "$tmp/mask/"
 $py "$src/tests/hf_files.py" corrupt mask-buffer "$tmp/f32/model.safetensors" "$tmp/mask/model.safetensors"
-round "$tmp/mask" "$tmp/f32.bin" mask_buffer
+round_llmc "$tmp/mask" "$tmp/f32.bin" mask_buffer
 grep -q "attn_pdrop 0.1 dropped" "$tmp/import_f32.log" && echo "ok   dropout of the config reported and dropped" \
   || fail "the config's dropout was not reported: $(cat "$tmp/import_f32.log")"
 
