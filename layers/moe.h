@@ -102,6 +102,16 @@ typedef struct tri_moe_scratch {
     tri_tensor router_w32;         /* bf16 only: (E, C) f32, router_w widened */
 } tri_moe_scratch;
 
+/* One walk that sizes buffers and, given memory, places them (layers/moe_buffers.c, and the
+ * expert-parallel block's in moe_ep.c): tri_moe_carve returns the next buffer of rows x cols (cols 0:
+ * a vector of rows) of dtype at base + off (data NULL while base is NULL: only counting) and advances
+ * off by its bytes rounded up to TRI_MOE_ALIGN; rows 0: an absent tensor, nothing taken. */
+typedef struct tri_moe_carver {
+    char *base; /* NULL: only count */
+    size_t off;
+} tri_moe_carver;
+tri_tensor tri_moe_carve(tri_moe_carver *cv, tri_dtype dtype, int64_t rows, int64_t cols);
+
 /* TRI_OK when s is a shape the block takes (N, C, E, I positive, K in [1, E], E at most
  * TRI_MOE_MAX_EXPERTS, I_shared >= 0, dtype fp32 or bf16); else TRI_EINVAL naming the field and value. */
 int tri_moe_check_shape(const tri_moe_shape *s);

@@ -5,13 +5,7 @@
 
 /* ---- buffers: one walk that sizes and, given memory, places them ---- */
 
-typedef struct carver {
-    char *base;   /* NULL: only count */
-    size_t off;
-} carver;
-
-/* The next buffer of rows x cols (cols 0: a vector of rows) of dtype; rows 0: absent. */
-static tri_tensor carve(carver *cv, tri_dtype dtype, int64_t rows, int64_t cols)
+tri_tensor tri_moe_carve(tri_moe_carver *cv, tri_dtype dtype, int64_t rows, int64_t cols)
 {
     if (rows <= 0 || cols < 0)
         return tri_tensor_none();
@@ -40,44 +34,44 @@ int tri_moe_check_shape(const tri_moe_shape *s)
     return TRI_OK;
 }
 
-static void layout_acts(const tri_moe_shape *s, tri_moe_acts *a, carver *cv)
+static void layout_acts(const tri_moe_shape *s, tri_moe_acts *a, tri_moe_carver *cv)
 {
     int64_t N = s->N, E = s->E, K = s->K, P = s->N * s->K;
     tri_dtype dt = s->dtype;
-    a->logits = carve(cv, TRI_F32, N, E);
-    a->scores = carve(cv, TRI_F32, N, E);
-    a->expert_idx = carve(cv, TRI_I32, N, K);
-    a->expert_w = carve(cv, TRI_F32, N, K);
-    a->kept_idx = carve(cv, TRI_I32, N, K);
-    a->tokens_per_expert = carve(cv, TRI_I32, E, 0);
-    a->routed_per_expert = carve(cv, TRI_I32, E, 0);
-    a->row_id_map = carve(cv, TRI_I32, N, K);
-    a->sorted_indices = carve(cv, TRI_I32, P, 0);
-    a->x_perm = carve(cv, dt, P, s->C);
-    a->gate_up = carve(cv, dt, P, 2 * s->I);
-    a->h = carve(cv, dt, P, s->I);
-    a->o = carve(cv, dt, P, s->C);
-    a->shared_gate_up = carve(cv, dt, s->I_shared ? N : 0, 2 * s->I_shared);
-    a->shared_h = carve(cv, dt, s->I_shared ? N : 0, s->I_shared);
-    a->losses = carve(cv, TRI_F32, 2, 0);
+    a->logits = tri_moe_carve(cv, TRI_F32, N, E);
+    a->scores = tri_moe_carve(cv, TRI_F32, N, E);
+    a->expert_idx = tri_moe_carve(cv, TRI_I32, N, K);
+    a->expert_w = tri_moe_carve(cv, TRI_F32, N, K);
+    a->kept_idx = tri_moe_carve(cv, TRI_I32, N, K);
+    a->tokens_per_expert = tri_moe_carve(cv, TRI_I32, E, 0);
+    a->routed_per_expert = tri_moe_carve(cv, TRI_I32, E, 0);
+    a->row_id_map = tri_moe_carve(cv, TRI_I32, N, K);
+    a->sorted_indices = tri_moe_carve(cv, TRI_I32, P, 0);
+    a->x_perm = tri_moe_carve(cv, dt, P, s->C);
+    a->gate_up = tri_moe_carve(cv, dt, P, 2 * s->I);
+    a->h = tri_moe_carve(cv, dt, P, s->I);
+    a->o = tri_moe_carve(cv, dt, P, s->C);
+    a->shared_gate_up = tri_moe_carve(cv, dt, s->I_shared ? N : 0, 2 * s->I_shared);
+    a->shared_h = tri_moe_carve(cv, dt, s->I_shared ? N : 0, s->I_shared);
+    a->losses = tri_moe_carve(cv, TRI_F32, 2, 0);
 }
 
-static void layout_scratch(const tri_moe_shape *s, tri_moe_scratch *sc, carver *cv)
+static void layout_scratch(const tri_moe_shape *s, tri_moe_scratch *sc, tri_moe_carver *cv)
 {
     int64_t N = s->N, P = s->N * s->K;
     tri_dtype dt = s->dtype;
     bool bf16 = dt == TRI_BF16;
-    sc->dlogits = carve(cv, TRI_F32, N, s->E);
-    sc->d_expert_w = carve(cv, TRI_F32, N, s->K);
-    sc->d_o = carve(cv, dt, P, s->C);
-    sc->dh = carve(cv, dt, P, s->I);
-    sc->dgate_up = carve(cv, dt, P, 2 * s->I);
-    sc->shared_dh = carve(cv, dt, s->I_shared ? N : 0, s->I_shared);
-    sc->shared_dgate_up = carve(cv, dt, s->I_shared ? N : 0, 2 * s->I_shared);
-    sc->losses = carve(cv, TRI_F32, 2, 0);
+    sc->dlogits = tri_moe_carve(cv, TRI_F32, N, s->E);
+    sc->d_expert_w = tri_moe_carve(cv, TRI_F32, N, s->K);
+    sc->d_o = tri_moe_carve(cv, dt, P, s->C);
+    sc->dh = tri_moe_carve(cv, dt, P, s->I);
+    sc->dgate_up = tri_moe_carve(cv, dt, P, 2 * s->I);
+    sc->shared_dh = tri_moe_carve(cv, dt, s->I_shared ? N : 0, s->I_shared);
+    sc->shared_dgate_up = tri_moe_carve(cv, dt, s->I_shared ? N : 0, 2 * s->I_shared);
+    sc->losses = tri_moe_carve(cv, TRI_F32, 2, 0);
     /* bf16: the router's backward in fp32 (x and Wr widened; the first then holds dlogits @ Wr) */
-    sc->router_x = carve(cv, TRI_F32, bf16 ? N : 0, s->C);
-    sc->router_w32 = carve(cv, TRI_F32, bf16 ? s->E : 0, s->C);
+    sc->router_x = tri_moe_carve(cv, TRI_F32, bf16 ? N : 0, s->C);
+    sc->router_w32 = tri_moe_carve(cv, TRI_F32, bf16 ? s->E : 0, s->C);
 }
 
 size_t tri_moe_acts_bytes(const tri_moe_shape *s)
@@ -85,7 +79,7 @@ size_t tri_moe_acts_bytes(const tri_moe_shape *s)
     if (tri_moe_check_shape(s))
         return 0;
     tri_moe_acts a;
-    carver cv = {NULL, 0};
+    tri_moe_carver cv = {NULL, 0};
     layout_acts(s, &a, &cv);
     return cv.off;
 }
@@ -95,7 +89,7 @@ size_t tri_moe_scratch_bytes(const tri_moe_shape *s)
     if (tri_moe_check_shape(s))
         return 0;
     tri_moe_scratch sc;
-    carver cv = {NULL, 0};
+    tri_moe_carver cv = {NULL, 0};
     layout_scratch(s, &sc, &cv);
     return cv.off;
 }
@@ -108,11 +102,11 @@ int tri_moe_bind(const tri_moe_shape *s, tri_moe_acts *acts, void *acts_mem, tri
         return rc;
     if (!acts || !acts_mem)
         return TRI_ERR(TRI_EINVAL, "moe: tri_moe_bind needs acts and acts_mem");
-    carver cv = {acts_mem, 0};
+    tri_moe_carver cv = {acts_mem, 0};
     layout_acts(s, acts, &cv);
     acts->R = 0;
     if (scratch && scratch_mem) {
-        carver cs = {scratch_mem, 0};
+        tri_moe_carver cs = {scratch_mem, 0};
         layout_scratch(s, scratch, &cs);
     }
     return TRI_OK;

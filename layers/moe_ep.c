@@ -21,33 +21,20 @@ int tri_moe_ep_check(const tri_moe_shape *s, int ep)
     return TRI_OK;
 }
 
-typedef struct carver {
-    char *base; /* NULL: only count */
-    size_t off;
-} carver;
-
-static tri_tensor carve(carver *cv, int64_t rows, int64_t cols)
-{
-    size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
-    void *p = cv->base ? cv->base + cv->off : NULL;
-    cv->off += (bytes + TRI_MOE_ALIGN - 1) / TRI_MOE_ALIGN * TRI_MOE_ALIGN;
-    return tri_tensor_2d(p, TRI_F32, rows, cols);
-}
-
-static void layout_acts(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, carver *cv)
+static void layout_acts(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, tri_moe_carver *cv)
 {
     int64_t Pmax = ep * s->N * s->K; /* dropless worst case: every rank's selections here */
-    ea->x_recv = carve(cv, Pmax, s->C);
-    ea->gate_up = carve(cv, Pmax, 2 * s->I);
-    ea->h = carve(cv, Pmax, s->I);
+    ea->x_recv = tri_moe_carve(cv, TRI_F32, Pmax, s->C);
+    ea->gate_up = tri_moe_carve(cv, TRI_F32, Pmax, 2 * s->I);
+    ea->h = tri_moe_carve(cv, TRI_F32, Pmax, s->I);
 }
 
-static void layout_scratch(const tri_moe_shape *s, int ep, tri_moe_ep_scratch *es, carver *cv)
+static void layout_scratch(const tri_moe_shape *s, int ep, tri_moe_ep_scratch *es, tri_moe_carver *cv)
 {
     int64_t Pmax = ep * s->N * s->K;
-    es->o_recv = carve(cv, Pmax, s->C);
-    es->dh = carve(cv, Pmax, s->I);
-    es->dgate_up = carve(cv, Pmax, 2 * s->I);
+    es->o_recv = tri_moe_carve(cv, TRI_F32, Pmax, s->C);
+    es->dh = tri_moe_carve(cv, TRI_F32, Pmax, s->I);
+    es->dgate_up = tri_moe_carve(cv, TRI_F32, Pmax, 2 * s->I);
 }
 
 size_t tri_moe_ep_acts_bytes(const tri_moe_shape *s, int ep)
@@ -55,7 +42,7 @@ size_t tri_moe_ep_acts_bytes(const tri_moe_shape *s, int ep)
     if (tri_moe_ep_check(s, ep))
         return 0;
     tri_moe_ep_acts ea;
-    carver cv = {NULL, 0};
+    tri_moe_carver cv = {NULL, 0};
     layout_acts(s, ep, &ea, &cv);
     return cv.off;
 }
@@ -65,7 +52,7 @@ size_t tri_moe_ep_scratch_bytes(const tri_moe_shape *s, int ep)
     if (tri_moe_ep_check(s, ep))
         return 0;
     tri_moe_ep_scratch es;
-    carver cv = {NULL, 0};
+    tri_moe_carver cv = {NULL, 0};
     layout_scratch(s, ep, &es, &cv);
     return cv.off;
 }
@@ -78,11 +65,11 @@ int tri_moe_ep_bind(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, void *e
         return rc;
     if (!ea || !ea_mem)
         return TRI_ERR(TRI_EINVAL, "moe: tri_moe_ep_bind needs ea and ea_mem");
-    carver cv = {ea_mem, 0};
+    tri_moe_carver cv = {ea_mem, 0};
     layout_acts(s, ep, ea, &cv);
     ea->P = 0;
     if (es && es_mem) {
-        carver cs = {es_mem, 0};
+        tri_moe_carver cs = {es_mem, 0};
         layout_scratch(s, ep, es, &cs);
     }
     return TRI_OK;
