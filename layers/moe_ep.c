@@ -1,7 +1,8 @@
 /* layers/moe_ep.c - the MoE block with its experts spread over an expert-parallel group: the token
  * exchange around the local experts (see moe_ep.h; docs/moe.md "Expert parallelism in the MoE
  * block"). The router, permutation, combine, losses and shared expert call the same device ops in
- * the same order as layers/moe.c, so a rank's tokens see the same bits as on one rank. */
+ * the same order as layers/moe.c, so a rank's tokens see the same bits as on one rank, in fp32 and
+ * in bf16 (the buffers and the rows on the wire in shape.dtype). */
 #include "layers/moe_ep.h"
 
 #include <stdlib.h>

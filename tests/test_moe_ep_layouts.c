@@ -10,7 +10,8 @@
  * of the terms' magnitudes, over 4 micro-batch terms and 4 layers: far below 1e-5), while a token
  * sent to the wrong rank, a wrong expert slice or a gradient reduced over the wrong group changes the
  * gradients by O(1) (reducing the experts over dp instead of edp fails it). In deterministic mode
- * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank.
+ * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank,
+ * and so are dp 2 ep 2 and pp 2 x dp 2 ep 2 under --bf16 against one rank's bf16 run.
  * The refusals: ZeRO 1 with ep names both flags. */
 #include <criterion/criterion.h>
 #include <math.h>
