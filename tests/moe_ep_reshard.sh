@@ -2,17 +2,18 @@
 # tests/moe_ep_reshard.sh - `ckpt reshard` across expert parallelism (docs/moe.md "Expert parallelism in
 # the engine", Checkpoints) under real MPI: engine_train trains the tiny byte-level MoE
 # (models/moe-tiny-byte.json, 8 experts, top-2) in --deterministic-mode (every layout bit-identical to
-# one rank, tests/test_moe_ep_layouts.c), saving at ep 4 on 4 ranks after 2 iterations; then
-#  - ckpt inspect names the ep; ckpt reshard (source ep from the manifest) to pp 2 x dp 2 ep 2, to
-#    dp 4 ep 2 (edp 2), to one rank (ep 1) and to dp 2 ep 1; each resumed in its layout to iteration 4
-#    has the uninterrupted one-rank run's losses of iterations 3 and 4 bit for bit;
+# one rank, tests/test_moe_ep_layouts.c) at ep 4 on 4 ranks for 4 iterations (one rank's losses bit
+# for bit), saving at iteration 2; then
+#  - ckpt inspect names the ep; ckpt reshard of step 2 (source ep from the manifest) to pp 2 x dp 2
+#    ep 2, to dp 4 ep 2 (edp 2) and to one rank (ep 1); each resumed in its layout to iteration 4 has
+#    the uninterrupted one-rank run's losses of iterations 3 and 4 bit for bit;
 #  - ckpt merge of the ep 4 checkpoint holds the ep 1 reshard's tensors (h5diff: equal values), and
 #    its virtual-dataset index reads the same as the merge (the ep ranks' files included);
 #  - ckpt export --format hf of the ep 4 checkpoint is the ep 1 reshard's export byte for byte;
 #  - the same with --moe-router-enable-expert-bias, saved at ep 2 on 2 ranks, resharded to ep 1 and
 #    resumed (DeepSeek-V3's e_score_correction_bias carried);
-#  - bf16 at ep 4 on 4 ranks: one rank's bf16 losses bit for bit, ep_bytes about half the fp32 run's;
-#    its ep 4 checkpoint resharded to ep 1 resumes to the uninterrupted bf16 run's losses;
+#  - bf16 at ep 4 on 4 ranks: one rank's bf16 losses bit for bit, ep_bytes about half the fp32 run's
+#    over the same iterations; its step-2 checkpoint resharded to ep 1 resumes to the same losses;
 #  - refusals, nothing written: a target ep not dividing num_experts (3 of 8) or the dp (4 over dp 2),
 #    each naming --expert-model-parallel-size.
 # Usage (CTest): bash moe_ep_reshard.sh BUILD_DIR SOURCE_DIR
@@ -52,7 +53,8 @@ print(f"ok   {sys.argv[3]}: iterations 3, 4 losses {b[3]!r}, {b[4]!r}, the unint
 PY
 }
 
-# reshard_resume NAME RANKS "RESHARD FLAGS" "TRAIN FLAGS" REF: reshard $tmp/SRC, resume in that layout
+# reshard_resume NAME RANKS "RESHARD FLAGS" "TRAIN FLAGS" REF SRC: reshard SRC (a run or step directory)
+# into $tmp/NAME, resume there in that layout to iteration 4, compare with REF's losses
 reshard_resume() {
   local name=$1 np=$2 rflags=$3 tflags=$4 ref=$5 srcck=$6
   # shellcheck disable=SC2086
@@ -64,32 +66,34 @@ reshard_resume() {
 }
 
 run straight 1 --train-iters 4 --save-dir "$tmp/straight"
-run save 4 --train-iters 2 --save-interval 2 --save-dir "$tmp/save" --expert-model-parallel-size 4
-"$bin/ckpt" inspect "$tmp/save" 2>&1 | grep -q "expert parallel 4" && echo "ok   ckpt inspect: expert parallel 4" ||
+run save 4 --train-iters 4 --save-interval 2 --save-dir "$tmp/save" --expert-model-parallel-size 4
+step2="$tmp/save/iter_0000002"
+from="ep 4 (no reshard)"
+same_losses "$tmp/straight/metrics.jsonl" "$tmp/save/metrics.jsonl" "ep 4 on 4 ranks"
+"$bin/ckpt" inspect "$step2" 2>&1 | grep -q "expert parallel 4" && echo "ok   ckpt inspect: expert parallel 4" ||
   fail "ckpt inspect does not name the ep"
 
 from="ep 4"
 reshard_resume pp2_dp2_ep2 4 "--pipeline-model-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2" \
-  "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2" "$tmp/straight" "$tmp/save"
+  "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2" "$tmp/straight" "$step2"
 reshard_resume dp4_ep2 4 "--data-parallel-size 4 --expert-model-parallel-size 2" "--expert-model-parallel-size 2" \
-  "$tmp/straight" "$tmp/save"
-reshard_resume ep1 1 "--expert-model-parallel-size 1" "" "$tmp/straight" "$tmp/save"
-reshard_resume dp2_ep1 2 "--data-parallel-size 2 --expert-model-parallel-size 1" "" "$tmp/straight" "$tmp/save"
+  "$tmp/straight" "$step2"
+reshard_resume ep1 1 "--expert-model-parallel-size 1" "" "$tmp/straight" "$step2"
 grep -q "ep 4, ZeRO 0) to tp 1 x pp 2 x dp 2, ep 2" "$tmp/reshard_pp2_dp2_ep2.log" &&
   echo "ok   reshard read the source's ep 4 from its manifest" || fail "reshard's source ep"
 ls "$tmp/pp2_dp2_ep2"/iter_0000002/model_tp00_pp01_ep001.h5 > /dev/null 2>&1 ||
   fail "the pp 2 x ep 2 reshard wrote no model file for pp rank 1's ep rank 1"
 
 # merge, the index and the HF export of the ep 4 checkpoint against the ep 1 reshard's (both step 2)
-"$bin/ckpt" reshard --quiet --expert-model-parallel-size 1 "$tmp/save" "$tmp/one" > /dev/null 2>&1 || fail "reshard to ep 1"
-"$bin/ckpt" merge --quiet "$tmp/save" "$tmp/m4.h5" > /dev/null 2>&1 && "$bin/ckpt" merge --quiet "$tmp/one" "$tmp/m1.h5" \
+"$bin/ckpt" reshard --quiet --expert-model-parallel-size 1 "$step2" "$tmp/one" > /dev/null 2>&1 || fail "reshard to ep 1"
+"$bin/ckpt" merge --quiet "$step2" "$tmp/m4.h5" > /dev/null 2>&1 && "$bin/ckpt" merge --quiet "$tmp/one" "$tmp/m1.h5" \
   > /dev/null 2>&1 || fail "ckpt merge of an ep checkpoint"
 # (the root's "manifest" attribute names each source's layout: left out)
 h5diff -q --exclude-attribute / "$tmp/m4.h5" "$tmp/m1.h5" && h5diff -q --exclude-attribute / "$tmp/m1.h5" "$tmp/m4.h5" &&
   echo "ok   ckpt merge: the ep 4 checkpoint's tensors equal the ep 1 reshard's" || fail "merged ep 4 != merged ep 1"
-(cd / && $py "$src/tests/ckpt_check.py" vds "$tmp/save/iter_0000002/index.h5" "$tmp/m4.h5") > /dev/null 2>&1 &&
+(cd / && $py "$src/tests/ckpt_check.py" vds "$step2/index.h5" "$tmp/m4.h5") > /dev/null 2>&1 &&
   echo "ok   the ep 4 checkpoint's virtual-dataset index reads as its merge" || fail "ep 4 index.h5"
-"$bin/ckpt" export --quiet --format hf "$tmp/save" "$tmp/hf4" > /dev/null 2>&1 &&
+"$bin/ckpt" export --quiet --format hf "$step2" "$tmp/hf4" > /dev/null 2>&1 &&
   "$bin/ckpt" export --quiet --format hf "$tmp/one" "$tmp/hf1" > /dev/null 2>&1 || fail "export --format hf"
 n=0
 for f in "$tmp"/hf1/*.safetensors "$tmp"/hf1/model.safetensors.index.json "$tmp"/hf1/config.json; do
@@ -106,17 +110,13 @@ run bstraight 1 --train-iters 4 --save-dir "$tmp/bstraight" "${bias[@]}"
 run bsave 2 --train-iters 2 --save-interval 2 --save-dir "$tmp/bsave" --expert-model-parallel-size 2 "${bias[@]}"
 from="ep 2 with the bias"
 reshard_resume bias_ep1 1 "--expert-model-parallel-size 1" "${bias[*]}" "$tmp/bstraight" "$tmp/bsave"
-reshard_resume bias_dp4_ep4 4 "--data-parallel-size 4 --expert-model-parallel-size 4" \
-  "--expert-model-parallel-size 4 ${bias[*]}" "$tmp/bstraight" "$tmp/bsave"
 
 # bf16 (--bf16: the rows travel in bf16, fp32 master weights and moments): ep 4 on 4 ranks against one
-# rank, bit for bit in deterministic mode; saved at ep 4, resharded to ep 1 and resumed; ep_bytes
-# against the fp32 run's (the token rows half the bytes; the routing differs a little, so printed)
+# rank, bit for bit in deterministic mode; its step 2 resharded to ep 1 and resumed; ep_bytes against
+# the fp32 ep 4 run's (the token rows half the bytes; the routing differs a little, so a range)
 run bf16_straight 1 --train-iters 4 --save-dir "$tmp/bf16_straight" --bf16
-run bf16_ep4 4 --train-iters 4 --save-dir "$tmp/bf16_ep4" --bf16 --expert-model-parallel-size 4
-run bf16_save 4 --train-iters 2 --save-interval 2 --save-dir "$tmp/bf16_save" --bf16 --expert-model-parallel-size 4
-run f32_ep4 4 --train-iters 4 --save-dir "$tmp/f32_ep4" --expert-model-parallel-size 4
-$py - "$tmp/bf16_straight/metrics.jsonl" "$tmp/bf16_ep4/metrics.jsonl" "$tmp/f32_ep4/metrics.jsonl" \
+run bf16_ep4 4 --train-iters 4 --save-interval 2 --save-dir "$tmp/bf16_ep4" --bf16 --expert-model-parallel-size 4
+$py - "$tmp/bf16_straight/metrics.jsonl" "$tmp/bf16_ep4/metrics.jsonl" "$tmp/save/metrics.jsonl" \
   "$tmp/straight/metrics.jsonl" <<'PY' || fail "bf16 ep 4 against one rank"
 import json, sys
 train = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
@@ -130,13 +130,13 @@ print(f"ok   bf16 ep 4 on 4 ranks: the 4 losses one rank's bit for bit ({one[0][
       f"ep_bytes {ep[-1]['ep_bytes']:.0f} per step, {ratio:.3f} of fp32's")
 PY
 from="bf16 ep 4"
-reshard_resume bf16_ep1 1 "--expert-model-parallel-size 1" "--bf16" "$tmp/bf16_straight" "$tmp/bf16_save"
+reshard_resume bf16_ep1 1 "--expert-model-parallel-size 1" "--bf16" "$tmp/bf16_straight" "$tmp/bf16_ep4/iter_0000002"
 
 refuse() { # name want flags...
   local name=$1 want=$2
   shift 2
   local out
-  out=$("$bin/ckpt" reshard --quiet "$@" "$tmp/save" "$tmp/refused" 2>&1) && { fail "$name: accepted"; return; }
+  out=$("$bin/ckpt" reshard --quiet "$@" "$step2" "$tmp/refused" 2>&1) && { fail "$name: accepted"; return; }
   [ -e "$tmp/refused" ] && fail "$name: wrote $tmp/refused"
   grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
 }
