@@ -295,6 +295,13 @@ Test(moe_ep, refusals)
     sd.w.gate_up_w.shape[0] = 3;
     cr_assert_eq(tri_moe_ep_forward(d, solo, sd.y, &sd.acts, &sd.ea, &sd.es, sd.x, &sd.w, &cfg), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "E_l = 6") != NULL, "%s", tri_error_message());
+    /* moe.c's checks: fp32 tensors under a bf16 shape are refused, naming the tensor and the dtype */
+    sd.w.gate_up_w.shape[0] = 6;
+    tri_moe_config bf = cfg;
+    bf.shape.dtype = TRI_BF16;
+    cr_assert_eq(tri_moe_ep_forward(d, solo, sd.y, &sd.acts, &sd.ea, &sd.es, sd.x, &sd.w, &bf), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "x is f32, expected the block's dtype bf16") != NULL, "%s",
+              tri_error_message());
     tri_comm_destroy(solo);
     tri_thread_group_destroy(grp);
     free(h.wr), free(h.wgu), free(h.wd), free(h.x[0]), free(h.dy[0]);
