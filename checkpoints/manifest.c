@@ -90,6 +90,8 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
     cJSON_AddStringToObject(layout, "schedule", r->schedule);
     cJSON_AddBoolToObject(layout, "sequence_parallel", r->sequence_parallel);
     cJSON_AddBoolToObject(layout, "deterministic", r->deterministic);
+    if (r->ep > 1) /* only then: dense and ep 1 manifests stay as they were */
+        cJSON_AddNumberToObject(layout, "expert_model_parallel_size", r->ep);
     cJSON *batch = cJSON_AddObjectToObject(root, "batch");
     cJSON_AddNumberToObject(batch, "micro_batch", (double)r->micro_batch);
     cJSON_AddNumberToObject(batch, "global_batch", (double)r->global_batch);
@@ -418,6 +420,9 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
         rc = bad(p, "deterministic", "must be true or false");
     if (!rc)
         r->deterministic = cJSON_IsTrue(det);
+    r->ep = 1; /* optional: absent in dense, ep 1 and older checkpoints */
+    if (!rc && cJSON_GetObjectItemCaseSensitive(layout, "expert_model_parallel_size"))
+        get_int(p, layout, "expert_model_parallel_size", 1, 1 << 20, &r->ep, &rc);
     get_i64(p, batch, "micro_batch", 1, MAX_DIM, &r->micro_batch, &rc);
     get_i64(p, batch, "global_batch", 1, MAX_DIM, &r->global_batch, &rc);
     get_i64(p, batch, "seq_length", 1, MAX_DIM, &r->seq_length, &rc);

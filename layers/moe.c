@@ -20,10 +20,8 @@ static int need_dtype(tri_tensor t, const char *name, tri_dtype dt)
     return TRI_OK;
 }
 
-/* The checks the ops cannot make: the dtypes (activations and weights in shape.dtype, the expert bias
- * fp32 as the router's other inputs) and the config against the tensors. */
-static int check_call(const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_dy, const char *yname,
-                      const tri_moe_weights *w)
+int tri_moe_check_call(const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_dy, const char *yname,
+                       const tri_moe_weights *w)
 {
     const tri_moe_shape *s = &cfg->shape;
     tri_dtype dt = s->dtype;
@@ -51,6 +49,23 @@ static int check_call(const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_d
         return TRI_ERR(TRI_EINVAL, "moe: drop_policy %d, expected TRI_MOE_DROP_PROBS or TRI_MOE_DROP_POSITION",
                        cfg->drop_policy);
     return TRI_OK;
+}
+
+int tri_moe_check_backward(const tri_moe_config *cfg, tri_tensor dx, const tri_moe_weights *g, tri_tensor dy,
+                           tri_tensor x, const tri_moe_weights *w, const tri_moe_scratch *sc)
+{
+    const tri_moe_shape *s = &cfg->shape;
+    int rc = tri_moe_check_call(cfg, x, dy, "dy", w);
+    if (!rc && (dx.dtype != s->dtype || tri_tensor_rows(dx) != s->N || tri_tensor_cols(dx) != s->C))
+        rc = TRI_ERR(TRI_EINVAL, "moe: dx must be %s (N, C) = (%lld, %lld)", tri_dtype_name(s->dtype),
+                     (long long)s->N, (long long)s->C);
+    if (!rc && s->dtype == TRI_BF16 && (!present(sc->router_x) || !present(sc->router_w32)))
+        rc = TRI_ERR(TRI_EINVAL, "moe: bf16 needs the scratch's router_x and router_w32 (bind the scratch with "
+                     "shape.dtype TRI_BF16)");
+    if (!rc && present(g->shared_gate_up_w) != (s->I_shared > 0))
+        rc = TRI_ERR(TRI_EINVAL, "moe: I_shared %lld but the shared expert's gradients are %s", (long long)s->I_shared,
+                     s->I_shared > 0 ? "missing" : "given");
+    return rc;
 }
 
 /* The router linear's backward from dlogits (N, E) f32: g->router_w += dlogits^T x and dx +=
@@ -156,7 +171,7 @@ int tri_moe_route_backward(tri_device *d, tri_tensor dx, tri_tensor dx_perm, con
 int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w,
                     const tri_moe_config *cfg)
 {
-    int rc = check_call(cfg, x, y, "y", w);
+    int rc = tri_moe_check_call(cfg, x, y, "y", w);
     if (!rc) rc = tri_moe_route(d, a, x, w, cfg);
     /* experts: gate|up (R, 2I), SwiGLU (R, I), down (R, C), one GEMM per expert over its rows */
     if (!rc) rc = tri_op_grouped_matmul_forward(d, a->gate_up, a->x_perm, w->gate_up_w, a->counts);
@@ -171,17 +186,7 @@ int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri
                      tri_tensor x, const tri_moe_weights *w, const tri_moe_scratch *sc,
                      const tri_moe_config *cfg, float loss_scale)
 {
-    const tri_moe_shape *s = &cfg->shape;
-    int rc = check_call(cfg, x, dy, "dy", w);
-    if (!rc && (dx.dtype != s->dtype || tri_tensor_rows(dx) != s->N || tri_tensor_cols(dx) != s->C))
-        rc = TRI_ERR(TRI_EINVAL, "moe: dx must be %s (N, C) = (%lld, %lld)", tri_dtype_name(s->dtype),
-                     (long long)s->N, (long long)s->C);
-    if (!rc && s->dtype == TRI_BF16 && (!present(sc->router_x) || !present(sc->router_w32)))
-        rc = TRI_ERR(TRI_EINVAL, "moe: bf16 needs the scratch's router_x and router_w32 (bind the scratch with "
-                     "shape.dtype TRI_BF16)");
-    if (!rc && present(g->shared_gate_up_w) != (s->I_shared > 0))
-        rc = TRI_ERR(TRI_EINVAL, "moe: I_shared %lld but the shared expert's gradients are %s", (long long)s->I_shared,
-                     s->I_shared > 0 ? "missing" : "given");
+    int rc = tri_moe_check_backward(cfg, dx, g, dy, x, w, sc);
     /* combine's backward: d_o (R, C) = w * dy at each selection's row, d_expert_w = dot(dy, o) */
     if (!rc) rc = tri_op_moe_unpermute_backward(d, sc->d_o, sc->d_expert_w, dy, a->o, a->sorted_indices,
                                                 a->row_id_map, a->expert_w);

@@ -24,7 +24,7 @@
  *
  * Letters: N tokens (B*T), C hidden, E experts, K selections per token (num_experts_per_tok),
  * I the experts' width (moe_intermediate_size), I_s the shared expert's width (0: none), R the kept
- * selections (N*K less the dropped ones). Expert parallelism (E_l = E / ep) is built on this later. */
+ * selections (N*K less the dropped ones). Expert parallelism (E_l = E / ep, fp32 or bf16) is layers/moe_ep.h, on this block's stages. */
 #ifndef TRIDENT_LAYERS_MOE_H
 #define TRIDENT_LAYERS_MOE_H
 
@@ -145,6 +145,17 @@ int tri_moe_forward(tri_device *d, tri_tensor y, tri_moe_acts *acts, tri_tensor 
 int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri_tensor dy, const tri_moe_acts *acts,
                      tri_tensor x, const tri_moe_weights *w, const tri_moe_scratch *scratch,
                      const tri_moe_config *cfg, float loss_scale);
+
+/* The checks the ops cannot make, shared by tri_moe_forward / _backward and the expert-parallel block
+ * (layers/moe_ep.c): tri_moe_check_call: the shape (tri_moe_check_shape), the dtypes (x, y_or_dy -
+ * named yname - and the weights in shape.dtype, the expert bias fp32), x and y_or_dy (N, C), the shared
+ * expert's weights present iff I_shared > 0, the drop policy; tri_moe_check_backward: that with dy,
+ * plus dx (N, C) in shape.dtype, the bf16 router scratch (router_x, router_w32) bound under bf16 and
+ * the shared expert's gradients present iff I_shared > 0. TRI_OK, else TRI_EINVAL naming the field. */
+int tri_moe_check_call(const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_dy, const char *yname,
+                       const tri_moe_weights *w);
+int tri_moe_check_backward(const tri_moe_config *cfg, tri_tensor dx, const tri_moe_weights *g, tri_tensor dy,
+                           tri_tensor x, const tri_moe_weights *w, const tri_moe_scratch *sc);
 
 /* The block's stages, which tri_moe_forward / tri_moe_backward run around the experts and the
  * expert-parallel block (layers/moe_ep.h) around its exchange, so both run one sequence of ops:

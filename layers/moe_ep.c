@@ -1,7 +1,8 @@
 /* layers/moe_ep.c - the MoE block with its experts spread over an expert-parallel group: the token
  * exchange around the local experts (see moe_ep.h; docs/moe.md "Expert parallelism in the MoE
  * block"). The router, permutation, combine, losses and shared expert call the same device ops in
- * the same order as layers/moe.c, so a rank's tokens see the same bits as on one rank. */
+ * the same order as layers/moe.c, so a rank's tokens see the same bits as on one rank, in fp32 and
+ * in bf16 (the buffers and the rows on the wire in shape.dtype). */
 #include "layers/moe_ep.h"
 
 #include <stdlib.h>
@@ -24,17 +25,17 @@ int tri_moe_ep_check(const tri_moe_shape *s, int ep)
 static void layout_acts(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, tri_moe_carver *cv)
 {
     int64_t Pmax = ep * s->N * s->K; /* dropless worst case: every rank's selections here */
-    ea->x_recv = tri_moe_carve(cv, TRI_F32, Pmax, s->C);
-    ea->gate_up = tri_moe_carve(cv, TRI_F32, Pmax, 2 * s->I);
-    ea->h = tri_moe_carve(cv, TRI_F32, Pmax, s->I);
+    ea->x_recv = tri_moe_carve(cv, s->dtype, Pmax, s->C);
+    ea->gate_up = tri_moe_carve(cv, s->dtype, Pmax, 2 * s->I);
+    ea->h = tri_moe_carve(cv, s->dtype, Pmax, s->I);
 }
 
 static void layout_scratch(const tri_moe_shape *s, int ep, tri_moe_ep_scratch *es, tri_moe_carver *cv)
 {
     int64_t Pmax = ep * s->N * s->K;
-    es->o_recv = tri_moe_carve(cv, TRI_F32, Pmax, s->C);
-    es->dh = tri_moe_carve(cv, TRI_F32, Pmax, s->I);
-    es->dgate_up = tri_moe_carve(cv, TRI_F32, Pmax, 2 * s->I);
+    es->o_recv = tri_moe_carve(cv, s->dtype, Pmax, s->C);
+    es->dh = tri_moe_carve(cv, s->dtype, Pmax, s->I);
+    es->dgate_up = tri_moe_carve(cv, s->dtype, Pmax, 2 * s->I);
 }
 
 size_t tri_moe_ep_acts_bytes(const tri_moe_shape *s, int ep)
@@ -122,28 +123,19 @@ static int exchange_counts(tri_comm *ep, const tri_moe_acts *a, tri_moe_ep_acts 
 
 /* ---- forward and backward ---- */
 
-static int check_call(tri_comm *ep, const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_dy, const char *yname,
-                      const tri_moe_weights *w)
+/* layers/moe.c's checks (shape, dtypes, (N, C), the shared expert) plus the experts' count: the
+ * weights hold this rank's E_l = E / ep experts. */
+static int check_experts(tri_comm *ep, const tri_moe_config *cfg, const tri_moe_weights *w)
 {
     const tri_moe_shape *s = &cfg->shape;
     int rc = tri_moe_ep_check(s, ep->size);
     if (rc)
         return rc;
     int64_t El = s->E / ep->size;
-    if (x.dtype != TRI_F32 || y_or_dy.dtype != TRI_F32)
-        return TRI_ERR(TRI_EINVAL, "moe: x and %s must be fp32 (a bf16 MoE block is not built), got dtypes %d and %d",
-                       yname, (int)x.dtype, (int)y_or_dy.dtype);
-    if (tri_tensor_rows(x) != s->N || tri_tensor_cols(x) != s->C || tri_tensor_rows(y_or_dy) != s->N ||
-        tri_tensor_cols(y_or_dy) != s->C)
-        return TRI_ERR(TRI_EINVAL, "moe: x and %s must be (N, C) = (%lld, %lld)", yname, (long long)s->N,
-                       (long long)s->C);
     if (w->gate_up_w.ndim != 3 || w->gate_up_w.shape[0] != El || w->down_w.ndim != 3 || w->down_w.shape[0] != El)
         return TRI_ERR(TRI_EINVAL, "moe: expert parallelism %d of %lld experts: the weights must hold E_l = %lld "
                        "experts, got gate_up_w %lld and down_w %lld", ep->size, (long long)s->E, (long long)El,
                        (long long)w->gate_up_w.shape[0], (long long)w->down_w.shape[0]);
-    if ((w->shared_gate_up_w.data != NULL) != (s->I_shared > 0))
-        return TRI_ERR(TRI_EINVAL, "moe: I_shared %lld but the shared expert's weights are %s", (long long)s->I_shared,
-                       s->I_shared > 0 ? "missing" : "given");
     return TRI_OK;
 }
 
@@ -158,7 +150,8 @@ int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *
                        const tri_moe_config *cfg)
 {
     const tri_moe_shape *s = &cfg->shape;
-    int rc = check_call(ep, cfg, x, y, "y", w);
+    int rc = tri_moe_check_call(cfg, x, y, "y", w);
+    if (!rc) rc = check_experts(ep, cfg, w);
     /* router and the permutation into expert order: layers/moe.c's sequence */
     if (!rc) rc = tri_moe_route(d, a, x, w, cfg);
     /* dispatch: counts, then the rows to their experts' ranks */
@@ -207,12 +200,11 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
 {
     const tri_moe_shape *s = &cfg->shape;
     tri_tensor none = tri_tensor_none();
-    int rc = check_call(ep, cfg, x, dy, "dy", w);
+    int rc = tri_moe_check_backward(cfg, dx, g, dy, x, w, sc);
+    if (!rc) rc = check_experts(ep, cfg, w);
     if (!rc && (ea->ep != ep->size || ea->rank != ep->rank))
         rc = TRI_ERR(TRI_EINVAL, "moe: the backward's ep group (rank %d of %d) is not the forward's (%d of %d)",
                      ep->rank, ep->size, ea->rank, ea->ep);
-    if (!rc && (dx.dtype != TRI_F32 || tri_tensor_rows(dx) != s->N || tri_tensor_cols(dx) != s->C))
-        rc = TRI_ERR(TRI_EINVAL, "moe: dx must be fp32 (N, C) = (%lld, %lld)", (long long)s->N, (long long)s->C);
     /* combine's backward on this rank's tokens, then the outputs' gradient to the experts' ranks */
     if (!rc) rc = tri_op_moe_unpermute_backward(d, sc->d_o, sc->d_expert_w, dy, a->o, a->sorted_indices,
                                                 a->row_id_map, a->expert_w);

@@ -22,8 +22,11 @@
  * plus the count matrix's host all-reduce; nothing else waits for the device.
  *
  * Buffers: the rows a rank receives are at most ep N K (every rank's tokens routed to it, dropless),
- * so the received rows' buffers are sized for that worst case. Letters as in moe.h; P the rows this
- * rank receives. */
+ * so the received rows' buffers are sized for that worst case. Precision as moe.h's shape.dtype: under
+ * bf16 (Megatron-LM's --bf16) the received rows, their gate|up, h and outputs and their gradients are
+ * bf16, so the rows travel in bf16 (half fp32's bytes on the wire); the router, the count matrix
+ * (int64, host) and the experts' weight gradients (fp32, and the exact sums) are as at fp32. Letters
+ * as in moe.h; P the rows this rank receives. */
 #ifndef TRIDENT_LAYERS_MOE_EP_H
 #define TRIDENT_LAYERS_MOE_EP_H
 
@@ -32,7 +35,8 @@
 
 /* Kept from the forward for the backward (beside tri_moe_acts, per layer and micro-batch). */
 typedef struct tri_moe_ep_acts {
-    tri_tensor x_recv;    /* (ep N K, C): the P rows received, by source, local expert, token order */
+    tri_tensor x_recv;    /* (ep N K, C) shape.dtype (so the two below): the P rows received, by source,
+                             local expert, token order */
     tri_tensor gate_up;   /* (ep N K, 2I) */
     tri_tensor h;         /* (ep N K, I), silu(gate) * up */
     int ep, rank;         /* the group's size and this rank's index in it when the forward ran */
@@ -44,7 +48,7 @@ typedef struct tri_moe_ep_acts {
 
 /* Backward-only buffers (reusable across layers). */
 typedef struct tri_moe_ep_scratch {
-    tri_tensor o_recv;    /* (ep N K, C): the experts' outputs, in the backward their gradient, then
+    tri_tensor o_recv;    /* (ep N K, C) shape.dtype (so the two below): the experts' outputs, in the backward their gradient, then
                              the received rows' input gradient */
     tri_tensor dh;        /* (ep N K, I) */
     tri_tensor dgate_up;  /* (ep N K, 2I) */
@@ -74,9 +78,10 @@ int tri_moe_ep_bind(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, void *e
 /* y(N, C) = the MoE block of x(N, C) with the experts spread over ep (rank r holds experts
  * [r E_l, (r+1) E_l)): w->router_w (E, C) whole, w->gate_up_w (E_l, 2I, C) and w->down_w (E_l, C, I)
  * this rank's experts; cfg->shape.E the whole model's E. Collective over ep (every rank calls it for
- * the same layer; ranks may route different N-token batches of the same shape). Fills acts (router,
- * permutation, counts, o) as tri_moe_forward does and ea; uses es->o_recv. TRI_EINVAL naming the
- * argument on a shape, dtype or expert count that does not fit (before anything is sent). */
+ * the same layer; ranks may route different N-token batches of the same shape). x, y and the weights in
+ * cfg->shape.dtype (fp32 or bf16, as tri_moe_forward). Fills acts (router, permutation, counts, o) as
+ * tri_moe_forward does and ea; uses es->o_recv. TRI_EINVAL naming the argument on a shape, dtype or
+ * expert count that does not fit (tri_moe_check_call's checks, then E_l; before anything is sent). */
 int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *acts, tri_moe_ep_acts *ea,
                        const tri_moe_ep_scratch *es, tri_tensor x, const tri_moe_weights *w,
                        const tri_moe_config *cfg);

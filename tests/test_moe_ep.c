@@ -12,8 +12,10 @@
  * start at 0.25, so the += is checked). The all-to-all bytes each rank sends are checked against a
  * direct count from the reference's per-expert counts: the forward's dispatch sends the rows it routes
  * to other ranks' experts, its combine the rows other ranks routed to its experts, and the backward
- * the same again: 2 x (out + in) x C x 4 bytes. Cases: ep 2 with a shared expert and both losses; ep 4 with capacity dropping
- * by weight and an expert the bias keeps empty (segments of no rows); the refusals. */
+ * the same again: 2 x (out + in) x C x 4 bytes (2 bytes a value under bf16: the rows travel in the block's dtype).
+ * Cases: ep 2 with a shared expert and both losses; ep 4 with capacity dropping by weight and an
+ * expert the bias keeps empty (segments of no rows); both again in bf16 (inputs and weights rounded
+ * to bf16 on both sides, the reference one rank's bf16 block); the bf16 buffers' bytes; the refusals. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,15 +54,21 @@ static tri_tensor put(tri_device *d, tri_tensor shape, const float *host)
     return ot_tensor(d, shape, host);
 }
 
-static tri_tensor filled(tri_device *d, tri_tensor shape, float v)
+/* shape's elements all v, stored as dtype (the gradients f32, the outputs the block's dtype) */
+static tri_tensor filled_as(tri_device *d, tri_dtype dt, tri_tensor shape, float v)
 {
     int64_t n = tri_tensor_numel(shape);
     float *h = malloc(sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n; i++)
         h[i] = v;
-    tri_tensor t = put(d, shape, h);
+    tri_tensor t = ot_tensor_as(d, dt, shape, h);
     free(h);
     return t;
+}
+
+static tri_tensor filled(tri_device *d, tri_tensor shape, float v)
+{
+    return filled_as(d, TRI_F32, shape, v);
 }
 
 /* The host weights every side shares, and the inputs of micro-batch / rank q. */
@@ -82,17 +90,19 @@ static void make_side(side *sd, tri_device *d, const tri_moe_config *cfg, const 
 {
     const tri_moe_shape *s = &cfg->shape;
     int64_t N = s->N, C = s->C, E = s->E, I = s->I, Is = s->I_shared;
+    tri_dtype dt = s->dtype; /* activations and weights; gradients and the expert bias f32 */
     sd->dev = d;
-    sd->x = put(d, tri_tensor_2d(NULL, TRI_F32, N, C), h->x[q]);
-    sd->dy = put(d, tri_tensor_2d(NULL, TRI_F32, N, C), h->dy[q]);
-    sd->y = filled(d, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
-    sd->dx = filled(d, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
-    sd->w.router_w = put(d, tri_tensor_2d(NULL, TRI_F32, E, C), h->wr);
+    sd->x = ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, N, C), h->x[q]);
+    sd->dy = ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, N, C), h->dy[q]);
+    sd->y = filled_as(d, dt, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
+    sd->dx = filled_as(d, dt, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
+    sd->w.router_w = ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, E, C), h->wr);
     sd->w.expert_bias = h->bias ? put(d, tri_tensor_1d(NULL, TRI_F32, E), h->bias) : tri_tensor_none();
-    sd->w.gate_up_w = put(d, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), h->wgu + e0 * 2 * I * C);
-    sd->w.down_w = put(d, tri_tensor_3d(NULL, TRI_F32, El, C, I), h->wd + e0 * C * I);
-    sd->w.shared_gate_up_w = Is ? put(d, tri_tensor_2d(NULL, TRI_F32, 2 * Is, C), h->sgu) : tri_tensor_none();
-    sd->w.shared_down_w = Is ? put(d, tri_tensor_2d(NULL, TRI_F32, C, Is), h->sd) : tri_tensor_none();
+    sd->w.gate_up_w = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), h->wgu + e0 * 2 * I * C);
+    sd->w.down_w = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, El, C, I), h->wd + e0 * C * I);
+    sd->w.shared_gate_up_w = Is ? ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, 2 * Is, C), h->sgu)
+                                : tri_tensor_none();
+    sd->w.shared_down_w = Is ? ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, C, Is), h->sd) : tri_tensor_none();
     sd->g.router_w = filled(d, tri_tensor_2d(NULL, TRI_F32, E, C), 0.25f);
     sd->g.expert_bias = tri_tensor_none();
     sd->g.gate_up_w = filled(d, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), 0.25f);
@@ -193,9 +203,13 @@ static void run_case(tri_moe_config cfg, int ep, bool bias)
         for (int p = 0; p < ep; p++)
             for (int64_t e = q * El; e < (q + 1) * El && p != q; e++)
                 in += ref[p].acts.counts[e];
-        cr_assert_eq(c->a2a_bytes[q], (uint64_t)(2 * (out + in) * C * 4),
-                     "rank %d: %llu all-to-all bytes, expected 2 x (%lld out + %lld in) x C x 4", q,
-                     (unsigned long long)c->a2a_bytes[q], (long long)out, (long long)in);
+        int64_t esz = s->dtype == TRI_BF16 ? 2 : 4; /* the rows travel in the block's dtype */
+        cr_assert_eq(c->a2a_bytes[q], (uint64_t)(2 * (out + in) * C * esz),
+                     "rank %d: %llu all-to-all bytes, expected 2 x (%lld out + %lld in) x C x %lld", q,
+                     (unsigned long long)c->a2a_bytes[q], (long long)out, (long long)in, (long long)esz);
+        if (s->dtype == TRI_BF16) /* every row of every exchange is bf16 (the buffers' dtype) */
+            cr_assert(r->ea.x_recv.dtype == TRI_BF16 && r->es.o_recv.dtype == TRI_BF16 && r->ea.h.dtype == TRI_BF16,
+                      "rank %d: the received rows are not bf16", q);
         cr_assert_gt(out + in, 0, "rank %d exchanged no rows: the case does not test the exchange", q);
     }
     for (int q = 0; q < ep; q++)
@@ -227,6 +241,35 @@ Test(moe_ep, ep4_sigmoid_top3)
     run_case(cfg, 4, false);
 }
 
+/* bf16 mixed precision (the rows on the wire in bf16, the router fp32): the same promise, bit for
+ * bit against one rank's bf16 block, and half the bytes per row. */
+Test(moe_ep, bf16_ep2_shared_expert_and_losses)
+{
+    tri_moe_config cfg = {.shape = {.N = 24, .C = 16, .E = 8, .K = 2, .I = 12, .I_shared = 8, .dtype = TRI_BF16},
+                          .score_func = TRI_MOE_SOFTMAX, .norm_topk = true, .aux_loss_coeff = 0.02f,
+                          .z_loss_coeff = 0.001f};
+    run_case(cfg, 2, false);
+}
+
+Test(moe_ep, bf16_ep4_capacity_and_an_empty_expert)
+{
+    tri_moe_config cfg = {.shape = {.N = 16, .C = 16, .E = 8, .K = 2, .I = 12, .I_shared = 0, .dtype = TRI_BF16},
+                          .score_func = TRI_MOE_SOFTMAX, .norm_topk = true, .drop_policy = TRI_MOE_DROP_PROBS,
+                          .aux_loss_coeff = 0.01f};
+    cfg.capacity = tri_moe_capacity(16, 2, 8, 1.0);
+    run_case(cfg, 4, true);
+}
+
+Test(moe_ep, bf16_buffers_half_of_fp32)
+{
+    tri_moe_shape s = {.N = 16, .C = 64, .E = 8, .K = 2, .I = 64}, b = s;
+    b.dtype = TRI_BF16;
+    /* three (ep N K, *) buffers each: C + 2I + I columns, 4 or 2 bytes, 256-byte aligned (exact here) */
+    cr_assert_eq(tri_moe_ep_acts_bytes(&s, 4), (size_t)(4 * 16 * 2) * (64 + 3 * 64) * 4);
+    cr_assert_eq(tri_moe_ep_acts_bytes(&b, 4), tri_moe_ep_acts_bytes(&s, 4) / 2);
+    cr_assert_eq(tri_moe_ep_scratch_bytes(&b, 4), tri_moe_ep_scratch_bytes(&s, 4) / 2);
+}
+
 Test(moe_ep, refusals)
 {
     tri_moe_shape s = {.N = 4, .C = 8, .E = 6, .K = 2, .I = 4};
@@ -252,6 +295,13 @@ Test(moe_ep, refusals)
     sd.w.gate_up_w.shape[0] = 3;
     cr_assert_eq(tri_moe_ep_forward(d, solo, sd.y, &sd.acts, &sd.ea, &sd.es, sd.x, &sd.w, &cfg), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "E_l = 6") != NULL, "%s", tri_error_message());
+    /* moe.c's checks: fp32 tensors under a bf16 shape are refused, naming the tensor and the dtype */
+    sd.w.gate_up_w.shape[0] = 6;
+    tri_moe_config bf = cfg;
+    bf.shape.dtype = TRI_BF16;
+    cr_assert_eq(tri_moe_ep_forward(d, solo, sd.y, &sd.acts, &sd.ea, &sd.es, sd.x, &sd.w, &bf), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "x is f32, expected the block's dtype bf16") != NULL, "%s",
+              tri_error_message());
     tri_comm_destroy(solo);
     tri_thread_group_destroy(grp);
     free(h.wr), free(h.wgu), free(h.wd), free(h.x[0]), free(h.dy[0]);

@@ -10,7 +10,8 @@
  * of the terms' magnitudes, over 4 micro-batch terms and 4 layers: far below 1e-5), while a token
  * sent to the wrong rank, a wrong expert slice or a gradient reduced over the wrong group changes the
  * gradients by O(1) (reducing the experts over dp instead of edp fails it). In deterministic mode
- * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank.
+ * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank,
+ * and so are dp 2 ep 2 and pp 2 x dp 2 ep 2 under --bf16 against one rank's bf16 run.
  * The refusals: ZeRO 1 with ep names both flags. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -135,6 +136,59 @@ Test(moe_ep_layouts, deterministic_bit_identical, .timeout = 300)
         cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", name);
         int same = 0;
         for (int i = 0; i < ref.n; i++) {
+            bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
+            bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
+            cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref.names[i],
+                      tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i)));
+            cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref.names[i],
+                      tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i)));
+            same += g && v;
+        }
+        if (getenv("TRIDENT_TEST_VERBOSE"))
+            printf("deterministic %s: %d of %d tensors bit-identical (gradients and final weights)\n", name, same,
+                   ref.n);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+/* bf16 mixed precision (--bf16: bf16 activations and weight copies, fp32 gradients, master weights and
+ * moments) under expert parallelism: the rows travel in bf16 (layers/moe_ep.h). In deterministic mode
+ * the bf16 path is bit-identical to one rank's bf16 run for the same reasons as the fp32 path: each
+ * expert's GEMM batch is one source micro-batch's bf16 rows (the same bits as one rank's), its weight
+ * gradient goes through the fixed-point sums per source, and the rest is the dense layouts' exact
+ * bf16 path. So the first pass's loss and gradients, the step losses and norms and the final (fp32
+ * master) weights are the same bits. The bf16 run must differ from the fp32 one (it did round). */
+Test(moe_ep_layouts, bf16_deterministic_bit_identical, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
+    static const struct { const char *name; tu_layout l; } layouts[] = {
+        {"bf16 dp2 ep2", {.dp = 2, .ep = 2, .deterministic = true, .bf16 = true}},
+        {"bf16 pp2 dp2 ep2", {.pp = 2, .dp = 2, .ep = 2, .deterministic = true, .bf16 = true}},
+    };
+    tu_result ref, got, f32;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true, .bf16 = true}, &ref, w), TRI_OK, "%s",
+                 tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true}, &f32, w), TRI_OK, "%s", tri_error_message());
+    cr_assert(ref.grad_loss != f32.grad_loss, "the bf16 run's loss %.17g is the fp32 run's: nothing rounded",
+              ref.grad_loss);
+    tu_result_free(&f32);
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        const char *name = layouts[k].name;
+        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
+                  got.grad_loss, ref.grad_loss);
+        cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+                  got.losses[STEPS - 1], ref.losses[STEPS - 1]);
+        cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", name);
+        int same = 0;
+        cr_assert_eq(got.n, ref.n);
+        for (int i = 0; i < ref.n; i++) {
+            cr_assert_str_eq(got.names[i], ref.names[i]);
             bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
             bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
             cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref.names[i],

@@ -266,8 +266,9 @@ static void expect_same_tensors(const char *a, const char *b, const char *what)
                                         "model.layers.1.mlp.gate.e_score_correction_bias",
                                         "model.layers.3.mlp.gate.e_score_correction_bias",
                                         "model.layers.2.block_sparse_moe.gate.weight",
-                                        "model.layers.3.block_sparse_moe.experts.1.w2.weight"};
-    static const int64_t numel[] = {E, E, E, E * 64, 64 * 64};
+                                        "model.layers.3.block_sparse_moe.experts.1.w2.weight",
+                                        "model.layers.1.block_sparse_moe.experts.3.w1.weight"};
+    static const int64_t numel[] = {E, E, E, E * 64, 64 * 64, 64 * 64};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
         float *x = saved(a, names[k]), *y = saved(b, names[k]);
         cr_expect(memcmp(x, y, (size_t)numel[k] * sizeof *x) == 0, "%s: %s differs", what, names[k]);
@@ -345,6 +346,71 @@ Test(expert_bias, resume_reshard_and_old_checkpoints, .timeout = 300)
     cr_expect(strstr(tri_error_message(), "--moe-router-enable-expert-bias") != NULL, "message: %s",
               tri_error_message());
     tri_error_clear();
+
+    tri_fs_remove_tree(root);
+    free(root);
+    free(w);
+    tri_model_free(&m);
+}
+
+/* The bias under expert parallelism (dp 2 x ep 2; each ep rank saves its experts in its own file, the
+ * bias is replicated): the step's kept counts are the whole batch's (every rank routes its tokens over
+ * all E experts and the trainer's account sums them over the stage's dp ranks, i.e. over ep and edp),
+ * so after 3 steps the saved bias is one rank's bit for bit; an ep 2 checkpoint resumes at ep 2 and
+ * on one rank to the uninterrupted run's losses, bias and weights; ckpt reshard's path (load, save at
+ * once) carries the bias from one rank to ep 2 and from ep 2 to one rank. Deterministic mode: bits. */
+Test(expert_bias, ep2_resume_and_reshard, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, LAYERS);
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, 100, 79);
+    char *root = tu_ckpt_tmpdir("expert-bias-ep");
+    char full[4200], part[4200], ep_a[4200], ep_b[4200], to_ep[4200], from_ep[4200];
+    snprintf(full, sizeof full, "%s/full", root);
+    snprintf(part, sizeof part, "%s/part", root);
+    snprintf(ep_a, sizeof ep_a, "%s/ep_a", root);
+    snprintf(ep_b, sizeof ep_b, "%s/ep_b", root);
+    snprintf(to_ep, sizeof to_ep, "%s/to_ep", root);
+    snprintf(from_ep, sizeof from_ep, "%s/from_ep", root);
+    tu_layout one = {0}, ep2 = {.dp = 2, .ep = 2};
+
+    tu_ckpt_run a = bias_run(&m, w, one, true, 6, NULL, full);
+    cr_assert_eq(tu_ckpt_train(&a), TRI_OK, "%s", tri_error_message());
+    tu_ckpt_run p = bias_run(&m, w, one, true, 3, NULL, part);
+    cr_assert_eq(tu_ckpt_train(&p), TRI_OK, "%s", tri_error_message());
+    /* 3 steps at dp 2 ep 2 (twice: one copy resumes at ep 2, the other on one rank) */
+    tu_ckpt_run e1 = bias_run(&m, w, ep2, true, 3, NULL, ep_a), e2 = bias_run(&m, w, ep2, true, 3, NULL, ep_b);
+    cr_assert_eq(tu_ckpt_train(&e1), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_ckpt_train(&e2), TRI_OK, "%s", tri_error_message());
+    cr_expect(memcmp(e1.losses, a.losses, 3 * sizeof *a.losses) == 0, "ep 2: losses differ from one rank's");
+    float *b1 = saved(part, "model.layers.0.mlp.gate.e_score_correction_bias");
+    float *b2 = saved(ep_a, "model.layers.0.mlp.gate.e_score_correction_bias");
+    bool nonzero = false;
+    for (int e = 0; e < E; e++)
+        nonzero |= b1[e] != 0.0f;
+    cr_expect(nonzero, "the bias after 3 steps is zero: the case does not test the update");
+    cr_expect(memcmp(b1, b2, E * sizeof *b1) == 0, "ep 2 bias after 3 steps: %g %g %g %g, one rank's %g %g %g %g",
+              b2[0], b2[1], b2[2], b2[3], b1[0], b1[1], b1[2], b1[3]);
+    free(b1);
+    free(b2);
+    expect_same_tensors(part, ep_a, "3 steps at dp 2 ep 2");
+
+    /* resumed at ep 2 and on one rank */
+    tu_ckpt_run r1 = bias_run(&m, w, ep2, true, 6, ep_a, ep_a), r2 = bias_run(&m, w, one, true, 6, ep_b, ep_b);
+    cr_assert_eq(tu_ckpt_train(&r1), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_ckpt_train(&r2), TRI_OK, "%s", tri_error_message());
+    cr_expect(r1.start == 3 && r2.start == 3);
+    cr_expect(memcmp(r1.losses, a.losses + 3, 3 * sizeof *a.losses) == 0, "ep 2 resume at ep 2: losses differ");
+    cr_expect(memcmp(r2.losses, a.losses + 3, 3 * sizeof *a.losses) == 0, "ep 2 resume on one rank: losses differ");
+    expect_same_tensors(full, ep_a, "ep 2 resumed at ep 2");
+    expect_same_tensors(full, ep_b, "ep 2 resumed on one rank");
+
+    /* reshard's path both ways */
+    tu_ckpt_run s1 = bias_run(&m, w, ep2, true, 6, full, to_ep), s2 = bias_run(&m, w, one, true, 6, ep_a, from_ep);
+    cr_assert_eq(tu_ckpt_train(&s1), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_ckpt_train(&s2), TRI_OK, "%s", tri_error_message());
+    expect_same_tensors(full, to_ep, "reshard one rank -> ep 2");
+    expect_same_tensors(full, from_ep, "reshard ep 2 -> one rank");
 
     tri_fs_remove_tree(root);
     free(root);

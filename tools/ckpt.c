@@ -4,10 +4,12 @@
  *                                layout, every file's SHA-256 status, every tensor's shape, dtype,
  *                                norms of weights and Adam moments, and checksum status
  *   ckpt reshard --tensor-model-parallel-size T --pipeline-model-parallel-size P
- *                --data-parallel-size D [--zero-stage Z] SRC OUT
+ *                --data-parallel-size D [--zero-stage Z] [--expert-model-parallel-size EP] SRC OUT
  *                                SRC rewritten for another layout as the run directory OUT (the
  *                                T x P x D ranks run as threads of this process: each loads its
- *                                shard from SRC exactly as a resumed run would, then they save)
+ *                                shard from SRC exactly as a resumed run would, then they save);
+ *                                a MoE checkpoint's experts go from the source's ep (its manifest)
+ *                                to EP ranks of E / EP experts each, keyed by name (any ep -> any ep)
  *   ckpt merge SRC OUT.h5        one HDF5 file with full tensors (weights, exp_avg/, exp_avg_sq/ or
  *                                momentum_buffer/ for SGD and LARS)
  *   ckpt export --format safetensors|llmc SRC OUT
@@ -59,7 +61,7 @@
 #include "tools/cli/train_metrics.h"
 
 typedef struct args {
-    int tp, pp, dp, zero;
+    int tp, pp, dp, zero, ep; /* reshard's target layout (zero, ep -1: the checkpoint's) */
     const char *format, *schedule, *dtype, *max_shard_size;
     int64_t seed;
     bool quiet, force;
@@ -218,9 +220,12 @@ static int inspect(const char *path)
     printf("model %s: %s\n", m->model_name, m->config_json);
     printf("iteration %lld, consumed samples %lld, optimizer step %lld\n", (long long)m->iteration,
            (long long)m->consumed_samples, (long long)m->optimizer_step);
-    printf("layout: tp %d x pp %d x dp %d, ZeRO %d, schedule %s (%d chunk%s per rank)%s%s\n", run->tp, run->pp,
+    char eps[48] = "";
+    if (run->ep > 1)
+        snprintf(eps, sizeof eps, ", expert parallel %d", run->ep);
+    printf("layout: tp %d x pp %d x dp %d, ZeRO %d, schedule %s (%d chunk%s per rank)%s%s%s\n", run->tp, run->pp,
            run->dp, run->zero_stage, run->schedule, run->v, run->v == 1 ? "" : "s",
-           run->sequence_parallel ? ", sequence parallel" : "", run->deterministic ? ", deterministic mode" : "");
+           run->sequence_parallel ? ", sequence parallel" : "", run->deterministic ? ", deterministic mode" : "", eps);
     printf("batch: micro %lld, global %lld, sequence %lld; seed %llu (counter-based RNG: no other state)\n",
            (long long)run->micro_batch, (long long)run->global_batch, (long long)run->seq_length,
            (unsigned long long)run->seed);
@@ -403,13 +408,13 @@ typedef struct job {
     bool expert_bias;           /* reshard: the source holds DeepSeek-V3's expert bias (carried) */
 } job;
 
-/* The target layout: tp x pp x dp ranks at ZeRO stage `zero` with the given schedule, a global
+/* The target layout: tp x pp x dp ranks (experts over ep of them) at ZeRO stage `zero` with the given schedule, a global
  * batch and sequence length of the source run, micro-batches of `micro`, through the one
  * validator the other tools use. */
-static int target_layout(const tri_model *model, int tp, int pp, int dp, int zero, const char *schedule,
+static int target_layout(const tri_model *model, int tp, int pp, int dp, int ep, int zero, const char *schedule,
                          int64_t micro, int64_t global, int64_t T, tri_train_layout *out)
 {
-    tri_layout_request req = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .micro_batch = micro,
+    tri_layout_request req = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .ep = ep, .micro_batch = micro,
                               .global_batch = global, .seq_length = T, .zero_stage = zero, .schedule = schedule,
                               .first_layers = -1, .last_layers = -1};
     tri_transformer dims = tri_model_dims(model);
@@ -509,16 +514,18 @@ static int reshard_to(const args *a, const char *src, job *j, int zero)
         return TRI_ERR(TRI_EINVAL, "--data-parallel-size %d does not divide the checkpoint's global batch %lld",
                        a->dp, (long long)global);
     int64_t micro = global % (j->src.run.micro_batch * a->dp) == 0 ? j->src.run.micro_batch : 1;
-    int rc = target_layout(&j->model, a->tp, a->pp, a->dp, zero, a->schedule, micro, global,
+    int src_ep = j->src.run.ep > 1 ? j->src.run.ep : 1, ep = a->ep < 0 ? src_ep : a->ep;
+    /* the validator names --expert-model-parallel-size when it does not divide num_experts or the dp */
+    int rc = target_layout(&j->model, a->tp, a->pp, a->dp, ep, zero, a->schedule, micro, global,
                            j->src.run.seq_length, &j->layout);
     j->layout.moe.expert_bias = j->expert_bias; /* the bias is state: kept as it was */
     tri_model_run probe = {.layout = j->layout};
     if (!rc) rc = tri_model_rank_check(&j->model, &probe);
     if (rc)
         return rc;
-    fprintf(stderr, "resharding %s (tp %d x pp %d x dp %d, ZeRO %d) to tp %d x pp %d x dp %d, ZeRO %d on %d thread "
-            "ranks\n", src, j->src.run.tp, j->src.run.pp, j->src.run.dp, j->src.run.zero_stage, a->tp, a->pp, a->dp,
-            zero, a->tp * a->pp * a->dp);
+    fprintf(stderr, "resharding %s (tp %d x pp %d x dp %d, ep %d, ZeRO %d) to tp %d x pp %d x dp %d, ep %d, ZeRO %d on "
+            "%d thread ranks\n", src, j->src.run.tp, j->src.run.pp, j->src.run.dp, src_ep, j->src.run.zero_stage,
+            a->tp, a->pp, a->dp, ep, zero, a->tp * a->pp * a->dp);
     return tri_run_thread_ranks(a->tp * a->pp * a->dp, run_rank, j);
 }
 
@@ -589,7 +596,7 @@ static int import_weights(const args *a, const char *src, const char *out)
     if (!hf)
         fprintf(stderr, " (padded %d)", padded);
     fprintf(stderr, ", %lld positions\n", (long long)d.n_positions);
-    rc = target_layout(&j.model, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
+    rc = target_layout(&j.model, 1, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
     if (!rc) rc = tri_run_thread_ranks(1, run_rank, &j);
     char *json = NULL;
     if (!rc) rc = w.model.family->to_json(w.model.cfg, &json);
@@ -617,6 +624,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &a->pp, "reshard: pipeline-parallel size", 1, 4096);
     f[n++] = (tri_flag)FLAG("data-parallel-size", TRI_FLAG_INT, &a->dp, "reshard: data-parallel size", 1, 4096);
     f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero, "reshard: ZeRO stage (-1: the checkpoint's)", -1, 3);
+    f[n++] = (tri_flag)FLAG("expert-model-parallel-size", TRI_FLAG_INT, &a->ep, "reshard: expert-parallel size of a MoE checkpoint, dividing num_experts and the data-parallel size (-1: the checkpoint's; dense: 1)", -1, 4096);
     f[n++] = (tri_flag)((tri_flag){"pipeline-schedule", TRI_FLAG_CHOICE, &a->schedule, "reshard: pipeline schedule",
                                    0, 0, "1f1b|gpipe", false});
     f[n++] = (tri_flag)((tri_flag){"format", TRI_FLAG_CHOICE, &a->format, "export/import: file format", 0, 0,
@@ -636,7 +644,8 @@ static int make_flags(args *a, tri_flag *f)
 static const char *usage_text =
     "Inspects and converts Trident checkpoints, offline on one CPU process.\n"
     "  ckpt inspect DIR                      metadata, files and tensors of DIR's latest step (or step DIR)\n"
-    "  ckpt reshard --tensor-model-parallel-size T --pipeline-model-parallel-size P --data-parallel-size D SRC OUT\n"
+    "  ckpt reshard --tensor-model-parallel-size T --pipeline-model-parallel-size P --data-parallel-size D\n"
+    "               [--zero-stage Z] [--expert-model-parallel-size EP] SRC OUT\n"
     "  ckpt merge SRC OUT.h5                 one HDF5 file with the full tensors\n"
     "  ckpt export --format safetensors|llmc SRC OUT\n"
     "  ckpt export --format hf [--dtype fp32|bf16|fp16] [--max-shard-size 5GB] SRC DIR (a Hugging Face model directory)\n"
@@ -646,7 +655,7 @@ static const char *usage_text =
 int main(int argc, char **argv)
 {
     tri_cli_passive_openmp(argv);
-    args a = {.tp = 1, .pp = 1, .dp = 1, .zero = -1, .format = "safetensors", .schedule = "1f1b", .seed = 1234,
+    args a = {.tp = 1, .pp = 1, .dp = 1, .zero = -1, .ep = -1, .format = "safetensors", .schedule = "1f1b", .seed = 1234,
               .dtype = "fp32"};
     tri_flag flags[16];
     int nflags = make_flags(&a, flags);

@@ -286,9 +286,6 @@ static int validate(run *r)
     if (r->L.ep > 1 && r->L.tp > 1)
         return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --tensor-model-parallel-size %d: engine_train "
                        "runs expert parallelism with tensor parallelism 1 only (docs/moe.md)", r->L.ep, r->L.tp);
-    if (r->L.ep > 1 && r->L.precision == TRI_PRECISION_BF16)
-        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --bf16: the expert-parallel MoE block runs "
-                       "fp32 only (docs/moe.md); the one-rank block (ep 1) takes bf16", r->L.ep);
     if (strcmp(r->L.schedule, "zb-h1") == 0)
         return TRI_ERR(TRI_EINVAL, "--pipeline-schedule zb-h1 is modelled by the partitioner only; engine_train runs "
                        "1f1b, gpipe and interleaved");
