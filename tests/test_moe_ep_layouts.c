@@ -2,7 +2,10 @@
  * the engine"): the tiny Mixtral (4 layers, 4 experts, top-2) trained on thread ranks with
  * --expert-model-parallel-size against one rank (tests/test_mixtral.c's layout pattern, tu_run_model):
  * ep 2 of dp 2, ep 4 of dp 4, ep 2 of dp 4 (edp 2: the experts' gradients reduce over two replicas)
- * and ep 2 with pp 2, at ZeRO 0. Each ep rank lists only its experts, by their Hugging Face names, and
+ * and ep 2 with pp 2, at ZeRO 0; and ZeRO 1, 2 and 3 over the expert-data-parallel group (dp 2 ep 2,
+ * dp 4 ep 2 at each stage, pp 2 x dp 2 ep 2 at stage 3, and dp 4 ep 2 at stages 1 and 3 with
+ * --overlap-grad-reduce and --overlap-param-gather: the experts' parts of each block unit are
+ * reduce-scattered, updated and all-gathered over edp, the rest over dp). Each ep rank lists only its experts, by their Hugging Face names, and
  * the harness collects every expert from its holder, so the comparison is tensor by tensor and name by
  * name. Bound: as the dense layouts (tests/test_mixtral.c), 1e-5 relative on the first pass's
  * gradients and 1e-4 on the step losses: the data-parallel all-reduce sums the replicas' fp32
@@ -11,7 +14,7 @@
  * sent to the wrong rank, a wrong expert slice or a gradient reduced over the wrong group changes the
  * gradients by O(1) (reducing the experts over dp instead of edp fails it). In deterministic mode
  * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank.
- * The refusals: ZeRO 1 with ep names both flags. */
+ * The refusal: gradient compression with ep names both. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +62,15 @@ Test(moe_ep_layouts, expert_parallel_matches_one_rank, .timeout = 300)
         {"dp4 ep4", {.dp = 4, .ep = 4}},
         {"dp4 ep2", {.dp = 4, .ep = 2}},
         {"pp2 dp2 ep2", {.pp = 2, .dp = 2, .ep = 2}},
+        {"dp2 ep2 zero1", {.dp = 2, .ep = 2, .zero = 1}},
+        {"dp4 ep2 zero1", {.dp = 4, .ep = 2, .zero = 1}},
+        {"dp2 ep2 zero2", {.dp = 2, .ep = 2, .zero = 2}},
+        {"dp4 ep2 zero2", {.dp = 4, .ep = 2, .zero = 2}},
+        {"dp2 ep2 zero3", {.dp = 2, .ep = 2, .zero = 3}},
+        {"dp4 ep2 zero3", {.dp = 4, .ep = 2, .zero = 3}},
+        {"pp2 dp2 ep2 zero3", {.pp = 2, .dp = 2, .ep = 2, .zero = 3}},
+        {"dp4 ep2 zero1 overlap", {.dp = 4, .ep = 2, .zero = 1, .overlap = true}},
+        {"dp4 ep2 zero3 overlap", {.dp = 4, .ep = 2, .zero = 3, .overlap = true}},
     };
     tu_result ref, got;
     cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
@@ -92,14 +104,16 @@ Test(moe_ep_layouts, expert_parallel_matches_one_rank, .timeout = 300)
     tri_model_free(&m);
 }
 
-Test(moe_ep_layouts, zero1_with_ep_refused)
+Test(moe_ep_layouts, compression_with_ep_refused)
 {
     tri_model m;
     make_tiny(&m);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 53);
     tu_result got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 2, .ep = 2, .zero = 1}, &got, w), TRI_EINVAL);
-    cr_assert(strstr(tri_error_message(), "--expert-model-parallel-size 2 with --zero-stage") != NULL, "%s",
+    tu_layout l = {.dp = 2, .ep = 2, .zero = 1, .compression = tri_compression_defaults()};
+    l.compression.kind = TRI_COMPRESS_1BIT;
+    cr_assert_eq(run_layout(&m, &l, &got, w), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "--expert-model-parallel-size 2 with gradient compression") != NULL, "%s",
               tri_error_message());
     free(w);
     tri_model_free(&m);
@@ -122,6 +136,15 @@ Test(moe_ep_layouts, deterministic_bit_identical, .timeout = 300)
         {"dp4 ep2", {.dp = 4, .ep = 2, .deterministic = true}},
         {"pp2 dp2 ep2 recompute full", {.pp = 2, .dp = 2, .ep = 2, .recompute = TRI_RECOMPUTE_FULL,
                                         .deterministic = true}},
+        {"dp2 ep2 zero1", {.dp = 2, .ep = 2, .zero = 1, .deterministic = true}},
+        {"dp4 ep2 zero1", {.dp = 4, .ep = 2, .zero = 1, .deterministic = true}},
+        {"dp2 ep2 zero2", {.dp = 2, .ep = 2, .zero = 2, .deterministic = true}},
+        {"dp4 ep2 zero2", {.dp = 4, .ep = 2, .zero = 2, .deterministic = true}},
+        {"dp2 ep2 zero3", {.dp = 2, .ep = 2, .zero = 3, .deterministic = true}},
+        {"dp4 ep2 zero3", {.dp = 4, .ep = 2, .zero = 3, .deterministic = true}},
+        {"pp2 dp2 ep2 zero3", {.pp = 2, .dp = 2, .ep = 2, .zero = 3, .deterministic = true}},
+        {"dp4 ep2 zero2 overlap", {.dp = 4, .ep = 2, .zero = 2, .overlap = true, .deterministic = true}},
+        {"dp4 ep2 zero3 overlap", {.dp = 4, .ep = 2, .zero = 3, .overlap = true, .deterministic = true}},
     };
     tu_result ref, got;
     cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true}, &ref, w), TRI_OK, "%s", tri_error_message());

@@ -70,8 +70,9 @@ typedef struct tri_zero_buffer {
     bool prefetched;     /* parameters: all-gathered ahead of use (overlap), not used yet */
     bool reducing;       /* gradients: its reduce-scatter is in flight (overlap) */
     uint64_t ticket;     /* gradients: when the reduction started (they complete in that order) */
-    tri_comm_request req;
-    tri_tensor tmp;      /* gradients: (len / dp) the reduce-scatter's result (i64 when deterministic) */
+    tri_comm_request req[TRI_UNIT_MAX_PARTS]; /* one per part of the held unit */
+    tri_tensor tmp;      /* gradients: (the unit's owned slices) the reduce-scatters' results, part after
+                            part (i64 when deterministic) */
     tri_tensor fixed;    /* deterministic gradients: i64 (len) the bucket in fixed point */
 } tri_zero_buffer;
 
@@ -86,7 +87,7 @@ typedef struct tri_zero {
     tri_comm *dp;                /* the data-parallel group (NULL while planning) */
     tri_comm *edp;               /* expert parallelism: the expert-data-parallel group that reduces the
                                     expert parameters (spec.expert); NULL: none */
-    int64_t *slice_offset;       /* per unit: where its owned slice starts in the shard buffers */
+    int64_t *slice_offset;       /* per part: where its owned slice starts in the shard buffers */
     /* parameters */
     tri_tensor params;           /* stages 0-2: (padded_numel) the whole local stage */
     tri_tensor param_shard;      /* stage 3: (shard_numel) the owned slices, unit after unit */
@@ -95,7 +96,7 @@ typedef struct tri_zero {
     /* gradients */
     tri_tensor grads;            /* stages 0-1: (padded_numel) */
     tri_tensor grad_shard;       /* stages 2-3: (shard_numel) */
-    tri_tensor reduce_tmp;       /* stages 2-3 without overlap: (largest unit / dp) a reduce-scatter's result */
+    tri_tensor reduce_tmp;       /* stages 2-3 without overlap: (largest unit's owned slices) a reduce-scatter's result */
     /* whole-unit buffers: [0, TRI_ZERO_POOL) shared, then one per unit larger than the shared ones */
     int n_param_bufs, n_grad_bufs;
     tri_zero_buffer *param_bufs, *grad_bufs;
@@ -103,11 +104,14 @@ typedef struct tri_zero {
     /* deterministic mode */
     tri_tensor acc;              /* i64 exact sums: (padded_numel) at stages 0-1, (shard_numel) above */
     tri_tensor acc_bucket;       /* stages 2-3 without overlap: i64 (largest unit) a bucket in fixed point */
-    tri_tensor acc_tmp;          /* stages 2-3 without overlap: i64 (largest unit / dp) a reduce-scatter's result */
+    tri_tensor acc_tmp;          /* stages 2-3 without overlap: i64 (largest unit's owned slices) a reduce-scatter's result */
+    bool fixed_per_bucket;       /* deterministic stages 2-3 with expert parts: each gradient buffer has its own
+                                    fixed-point bucket, zeroed when taken, so the experts' exact sums
+                                    (tri_zero_exact_sums) go in during the pass */
     tri_tensor bad;              /* f32 (1): contributions outside the fixed-point range */
     /* overlap: what is in flight */
-    tri_comm_request *grad_req;  /* per unit: stages 0-1, its gradient reduction */
-    tri_comm_request *param_req; /* per unit: stages 1-2, its parameter all-gather */
+    tri_comm_request *grad_req;  /* per part: stages 0-1, its gradient reduction */
+    tri_comm_request *param_req; /* per part: stages 1-2, its parameter all-gather */
     int *grad_calls;             /* per unit: tri_zero_grads_done calls so far this step */
     int *grad_calls_per_step;    /* per unit: the calls that complete its gradient (0: unknown) */
     bool *grad_started;          /* per unit: its reduction has started this step */
@@ -132,8 +136,8 @@ typedef struct tri_zero {
 int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tri_train_layout *run);
 /* After the arena is committed: the device and the data-parallel group to work with. */
 void tri_zero_bind(tri_zero *z, tri_device *dev, tri_comm *dp);
-/* Expert parallelism (docs/moe.md): the expert parameters' gradients (spec.expert) reduce over edp
- * instead of dp (stage 0 only: tri_zero_take refuses ep > 1 at stages 1-3). */
+/* Expert parallelism (docs/moe.md): the expert parts (spec.expert) are reduced, sharded and gathered
+ * over edp instead of dp, at every stage (see the top comment). */
 void tri_zero_bind_experts(tri_zero *z, tri_comm *edp);
 /* Completes whatever is in flight (ignoring errors), then frees the bookkeeping. */
 void tri_zero_destroy(tri_zero *z);
@@ -158,6 +162,14 @@ int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat);
  * once its last user is done. Stages 0-1: nothing. */
 int tri_zero_grads_done(tri_zero *z, int unit);
 
+/* Deterministic mode: the int64 fixed-point sums (2^-TRI_FIXED_BITS units) that unit u's gradients of
+ * the current pass go into, as one view of u->len elements (element i: flat offset u->start + i), for
+ * a pass that adds some gradients exactly itself (the experts' per-source GEMMs under expert
+ * parallelism, layers/moe_ep.h tri_moe_ep_exact) instead of writing them into tri_zero_grads's fp32
+ * view: stages 0-1 the stage's sums, stages 2-3 the held bucket's fixed-point buffer, reduced with it
+ * over each part's group. Valid while the unit's gradients are taken. TRI_EINVAL when not
+ * deterministic or (stages 2-3) the unit is not taken or has no expert part. */
+int tri_zero_exact_sums(const tri_zero *z, int unit, tri_tensor *acc);
 /* Zeroes every gradient this rank keeps (start of a step); their fill is skipped when the last
  * update zeroed them already (z->grads_zeroed), the rest (exact sums, counters) is reset as always. */
 int tri_zero_zero_grads(tri_zero *z);
