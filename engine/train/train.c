@@ -426,7 +426,9 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
 
 /* Whether this rank adds p's owned pieces to the gradient norm. At stage 0 under expert parallelism
  * an expert parameter lives on one ep rank (and its edp replicas), so the norm sums over the world
- * with one holder of each: dp rank 0 for the other parameters, edp rank 0 for the experts. */
+ * with one holder of each: dp rank 0 for the other parameters, edp rank 0 for the experts. At stages
+ * 1-3 every owned slice is one rank's (over dp, or over edp for an expert part): each rank counts its
+ * own. */
 static bool norm_holder(const tri_trainer *t, const tri_param *p)
 {
     if (!p->count_in_norm)

@@ -41,6 +41,24 @@
  * Per parameter: 2 + 4 + 12 bytes at stage 0, 2 + 4 + 12/dp at stage 1, 2 + (4 + 12)/dp at stage
  * 2, (2 + 4 + 12)/dp at stage 3 (plus the whole-unit buffers).
  *
+ * Expert parallelism (docs/moe.md; Megatron-Core's distributed optimizer with parallel folding):
+ * an ep rank's own experts (spec.expert) are replicated over the expert-data-parallel group edp =
+ * dp / ep only, everything else over dp. A unit is therefore cut into parts (engine/train/param.h
+ * tri_param_part: a sparse block's dense part, its experts, the dense part after) and everything
+ * above acts per part on the part's group: the reduce-scatter / all-reduce of its gradients, the
+ * all-gather of its parameters, its owned slice (len / group size, at the rank's index in that group)
+ * and so the optimizer's owned ranges (one per part), the master weights laid out as they are, the
+ * gradient norm's pieces and the checkpoint shards. Why parts of one unit rather than the experts as
+ * a unit of their own: the model keeps asking for a block as one flat unit (its passes, views and
+ * buffers do not change, nor do dense layouts: a unit without expert parameters is one part), and a
+ * block's two groups move in the same step, so overlap and prefetch need no new ordering (each buffer
+ * carries one request per part). In deterministic mode the experts' exact per-source sums
+ * (layers/moe_ep.h tri_moe_ep_exact) go where the unit's exact sums are (tri_zero_exact_sums): the
+ * stage's int64 sums at stages 0-1; at stages 2-3 the pass's int64 bucket, which then has a buffer
+ * of its own per gradient buffer, zeroed when taken, and is reduce-scattered part by part (the
+ * experts over edp). Gradient compression with ep stays refused (the compressors code whole units
+ * over dp).
+ *
  * Whole-unit buffers (stage 3's gathered parameters, stage 2-3's gradient buckets) come from a
  * pool of two buffers sized for the largest block, plus a buffer of its own for any larger unit
  * (the embedding): the largest unit must exist whole while it is used, as in FSDP. */
