@@ -555,7 +555,8 @@ static int retire(tri_zero *z, tri_zero_buffer *b)
 {
     const tri_param_unit *u = &z->L->units[b->unit];
     int rc = wait_parts(b->req, u->n_parts);
-    for (int j = 0, at = 0; j < u->n_parts && !rc; j++) {
+    int64_t at = 0; /* where part j's slice sits in b->tmp */
+    for (int j = 0; j < u->n_parts && !rc; j++) {
         int k = u->first_part + j;
         int64_t n = slice_len(z, k);
         tri_tensor mine = tri_tensor_range(b->tmp, at, n);
@@ -563,7 +564,7 @@ static int retire(tri_zero *z, tri_zero_buffer *b)
             rc = tri_op_add_i64(z->dev, tri_tensor_range(z->acc, z->slice_offset[k], n), mine);
         else
             rc = tri_op_axpy(z->dev, tri_tensor_range(z->grad_shard, z->slice_offset[k], n), 1.0f, mine);
-        at += (int)n;
+        at += n;
     }
     b->reducing = false;
     b->refs = 0;
@@ -604,12 +605,13 @@ static int reduce_bucket(tri_zero *z, tri_zero_buffer *b)
         if (!rc) rc = tri_op_fixed_accumulate(z->dev, fixed, src, TRI_FIXED_BITS, z->bad);
         src = fixed;
     }
-    for (int j = 0, at = 0; j < u->n_parts && !rc; j++) {
+    int64_t at = 0; /* where part j's slice goes in b->tmp */
+    for (int j = 0; j < u->n_parts && !rc; j++) {
         int k = u->first_part + j;
         tri_tensor dst = tri_tensor_range(b->tmp, at, slice_len(z, k));
         rc = z->overlap_grad_reduce ? tri_comm_reduce_scatter_start(part_comm(z, k), dst, in_unit(z, src, k), &b->req[j])
                                     : tri_comm_reduce_scatter(part_comm(z, k), dst, in_unit(z, src, k));
-        at += (int)slice_len(z, k);
+        at += slice_len(z, k);
     }
     b->reducing = true;
     b->refs = 0;
