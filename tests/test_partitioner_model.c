@@ -333,8 +333,11 @@ Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
  * optimizer state of every stage agree within 1% at ZeRO 0, 1, 2 and 3 (measured: within 0.01%, the
  * engine's alignment padding, each part rounded to dp x 64 elements; the ZeRO 2-3 whole-unit buffers
  * are the largest block's, its experts included). Sharding the rank's experts (4 layers x 4 experts x
- * 3 C I = 1.57M elements at ep 2) over dp instead would put the ZeRO 1 optimizer 46% low. The
- * activation and receive-buffer categories at ep > 1 are not compared here. */
+ * 3 C I = 1.57M elements at ep 2) over dp instead would put the ZeRO 1 optimizer 46% low. At ZeRO 2-3
+ * the comm buffers too (within 0.03%): they are dominated by the reduce-scatter's result, the largest
+ * unit's owned slices, a sparse block's experts over edp (it was 47% low as len / dp). The activation
+ * and receive-buffer categories at ep > 1 are not compared here, nor the comm at ZeRO 0-1 (a few
+ * hundred bytes of gradient-norm slots). */
 Test(partitioner_model, mixtral_ep_model_states_agree_with_the_engine_plan)
 {
     char path[512];
@@ -358,7 +361,9 @@ Test(partitioner_model, mixtral_ep_model_states_agree_with_the_engine_plan)
                      tri_error_message());
         cr_assert(p.from_engine_plan);
         for (int s = 0; s < p.pp; s++)
-            for (int k = TRI_MEM_PARAMS; k <= TRI_MEM_OPTIMIZER; k++) {
+            for (int k = TRI_MEM_PARAMS; k <= TRI_MEM_COMM; k++) {
+                if (k == TRI_MEM_ACTIVATIONS || (k == TRI_MEM_COMM && cases[i].zero < 2))
+                    continue;
                 double off = p.model_mem[s][k] / p.mem[s][k] - 1.0;
                 cr_expect(fabs(off) <= 0.01, "moe-tiny-byte pp %d dp %d ep %d zero %d stage %d %s: formulas %.0f, "
                           "engine plan %.0f (%+.2f%%)", pp, dp, cases[i].ep, cases[i].zero, s, kinds[k],
