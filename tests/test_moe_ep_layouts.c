@@ -13,7 +13,8 @@
  * of the terms' magnitudes, over 4 micro-batch terms and 4 layers: far below 1e-5), while a token
  * sent to the wrong rank, a wrong expert slice or a gradient reduced over the wrong group changes the
  * gradients by O(1) (reducing the experts over dp instead of edp fails it). In deterministic mode
- * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank.
+ * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank, and
+ * so is LAMB (its trust ratios from the owned pieces) at dp 4 ep 2 ZeRO 1 and dp 2 ep 2 ZeRO 3.
  * The refusal: gradient compression with ep names both. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "engine/train/optimizer.h"
 #include "models/llama.h"
 #include "models/model.h"
 #include "tests/harness.h"
@@ -119,6 +121,33 @@ Test(moe_ep_layouts, compression_with_ep_refused)
     tri_model_free(&m);
 }
 
+/* Runs layout l and expects it bit-identical to ref: the first pass's loss and gradients, every step's
+ * loss and norm, the final weights. */
+static void expect_bit_identical(const tri_model *m, const char *name, const tu_layout *l, const tu_result *ref,
+                                 const int32_t *w)
+{
+    tu_result got;
+    cr_assert_eq(run_layout(m, l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+    cr_expect(memcmp(&ref->grad_loss, &got.grad_loss, sizeof ref->grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
+              got.grad_loss, ref->grad_loss);
+    cr_expect(memcmp(ref->losses, got.losses, sizeof ref->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+              got.losses[STEPS - 1], ref->losses[STEPS - 1]);
+    cr_expect(memcmp(ref->norms, got.norms, sizeof ref->norms) == 0, "%s: gradient norms differ", name);
+    int same = 0;
+    for (int i = 0; i < ref->n; i++) {
+        bool g = memcmp(ref->grads[i], got.grads[i], (size_t)compared(ref, i) * sizeof(float)) == 0;
+        bool v = memcmp(ref->weights[i], got.weights[i], (size_t)compared(ref, i) * sizeof(float)) == 0;
+        cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref->names[i],
+                  tu_tensor_rel(got.grads[i], ref->grads[i], compared(ref, i)));
+        cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref->names[i],
+                  tu_tensor_rel(got.weights[i], ref->weights[i], compared(ref, i)));
+        same += g && v;
+    }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("deterministic %s: %d of %d tensors bit-identical (gradients and final weights)\n", name, same, ref->n);
+    tu_result_free(&got);
+}
+
 /* Deterministic mode: bit-identical to one rank. The forward is one rank's bits (each expert's GEMM
  * batch is one source micro-batch's rows, tests/test_moe_ep.c); an expert weight's gradient is each
  * source's GEMM converted to fixed point and added exactly (layers/moe_ep.h tri_moe_ep_exact), the
@@ -146,31 +175,32 @@ Test(moe_ep_layouts, deterministic_bit_identical, .timeout = 300)
         {"dp4 ep2 zero2 overlap", {.dp = 4, .ep = 2, .zero = 2, .overlap = true, .deterministic = true}},
         {"dp4 ep2 zero3 overlap", {.dp = 4, .ep = 2, .zero = 3, .overlap = true, .deterministic = true}},
     };
-    tu_result ref, got;
+    tu_result ref;
     cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true}, &ref, w), TRI_OK, "%s", tri_error_message());
-    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
-        const char *name = layouts[k].name;
-        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
-        cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
-                  got.grad_loss, ref.grad_loss);
-        cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
-                  got.losses[STEPS - 1], ref.losses[STEPS - 1]);
-        cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", name);
-        int same = 0;
-        for (int i = 0; i < ref.n; i++) {
-            bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-            bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-            cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref.names[i],
-                      tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i)));
-            cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref.names[i],
-                      tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i)));
-            same += g && v;
-        }
-        if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("deterministic %s: %d of %d tensors bit-identical (gradients and final weights)\n", name, same,
-                   ref.n);
-        tu_result_free(&got);
-    }
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++)
+        expect_bit_identical(&m, layouts[k].name, &layouts[k].l, &ref, w);
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+/* LAMB's trust ratios (engine/train/trust_ratio.c) take every tensor's weight and update norms from the
+ * owned pieces: under ZeRO over edp an expert's pieces are its edp group's slices, so the ratios, and
+ * with them the steps, stay one rank's bits. */
+Test(moe_ep_layouts, deterministic_lamb_bit_identical, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
+    tu_result ref;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true, .optimizer = TRI_OPT_LAMB}, &ref, w), TRI_OK,
+                 "%s", tri_error_message());
+    expect_bit_identical(&m, "lamb dp4 ep2 zero1",
+                         &(tu_layout){.dp = 4, .ep = 2, .zero = 1, .deterministic = true, .optimizer = TRI_OPT_LAMB},
+                         &ref, w);
+    expect_bit_identical(&m, "lamb dp2 ep2 zero3",
+                         &(tu_layout){.dp = 2, .ep = 2, .zero = 3, .deterministic = true, .optimizer = TRI_OPT_LAMB},
+                         &ref, w);
     tu_result_free(&ref);
     free(w);
     tri_model_free(&m);
