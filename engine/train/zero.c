@@ -128,9 +128,25 @@ static int64_t largest_unit(const tri_param_layout *L)
     return largest;
 }
 
+/* The owned slices (elements) of the units gradient buffer i may hold: a shared one (i < TRI_ZERO_POOL)
+ * any unit up to pool_len, one of its own that unit (take_unit_buffers gives them in unit order).
+ * len / dp without expert parts. */
+static int64_t buffer_slice(const tri_zero *z, int i)
+{
+    int64_t slice = 0;
+    for (int u = 0, big = 0; u < z->L->n_units; u++) {
+        bool own = z->L->units[u].len > z->pool_len;
+        if (i < TRI_ZERO_POOL ? !own : own && big++ == i - TRI_ZERO_POOL)
+            slice = unit_slice_len(z, u) > slice ? unit_slice_len(z, u) : slice;
+    }
+    return slice;
+}
+
 /* Where each gradient bucket's reduce-scatter lands (tmp) and, in deterministic mode, the bucket in
  * fixed point (fixed): without overlap one shared pair serves every bucket (a reduction completes
- * before the next starts); with overlap each bucket has its own, as several are in flight. */
+ * before the next starts); with overlap each bucket has its own, as several are in flight. With
+ * expert parts in deterministic mode (fixed_per_bucket) each bucket has its own fixed buffer in any
+ * case: the experts' exact sums are written into it during the pass, while other buckets are held. */
 static int take_reduce_buffers(tri_zero *z, tri_arena *a, int64_t largest_slice)
 {
     tri_dtype dtype = z->deterministic ? TRI_I64 : TRI_F32;
@@ -147,21 +163,9 @@ static int take_reduce_buffers(tri_zero *z, tri_arena *a, int64_t largest_slice)
             z->reduce_tmp = tmp;
         }
     }
-    /* the owned slices of the units a buffer may hold: the shared ones any unit up to pool_len, a
-     * unit's own buffer that unit (len / dp without expert parts) */
-    int64_t pool_slice = 0;
-    for (int u = 0; u < z->L->n_units; u++)
-        if (z->L->units[u].len <= z->pool_len && unit_slice_len(z, u) > pool_slice)
-            pool_slice = unit_slice_len(z, u);
-    for (int i = 0, big = 0; i < z->n_grad_bufs && !rc; i++) {
+    for (int i = 0; i < z->n_grad_bufs && !rc; i++) {
         tri_zero_buffer *b = &z->grad_bufs[i];
-        int64_t len = tri_tensor_numel(b->t), slice = pool_slice;
-        for (int u = 0; i >= TRI_ZERO_POOL && u < z->L->n_units; u++)
-            if (z->L->units[u].len > z->pool_len && big++ == i - TRI_ZERO_POOL) {
-                slice = unit_slice_len(z, u);
-                break;
-            }
-        big = 0;
+        int64_t len = tri_tensor_numel(b->t), slice = buffer_slice(z, i);
         b->tmp = tmp;
         b->fixed = fixed;
         if (z->fixed_per_bucket)
