@@ -14,7 +14,8 @@
  * sent to the wrong rank, a wrong expert slice or a gradient reduced over the wrong group changes the
  * gradients by O(1) (reducing the experts over dp instead of edp fails it). In deterministic mode
  * every layout above (and pp 2 x dp 2 ep 2 with full recomputation) is bit-identical to one rank, and
- * so is LAMB (its trust ratios from the owned pieces) at dp 4 ep 2 ZeRO 1 and dp 2 ep 2 ZeRO 3.
+ * so is LAMB (its trust ratios from the owned pieces) at dp 4 ep 2 ZeRO 1 and dp 2 ep 2 ZeRO 3, and
+ * the interleaved schedule (two model chunks a rank) at pp 2 x dp 2 ep 2 ZeRO 2.
  * The refusal: gradient compression with ep names both. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -174,6 +175,8 @@ Test(moe_ep_layouts, deterministic_bit_identical, .timeout = 300)
         {"pp2 dp2 ep2 zero3", {.pp = 2, .dp = 2, .ep = 2, .zero = 3, .deterministic = true}},
         {"dp4 ep2 zero2 overlap", {.dp = 4, .ep = 2, .zero = 2, .overlap = true, .deterministic = true}},
         {"dp4 ep2 zero3 overlap", {.dp = 4, .ep = 2, .zero = 3, .overlap = true, .deterministic = true}},
+        {"pp2 interleaved dp2 ep2 zero2", {.pp = 2, .dp = 2, .ep = 2, .zero = 2, .schedule = "interleaved",
+                                           .layers_per_virtual_stage = 1, .deterministic = true}},
     };
     tu_result ref;
     cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true}, &ref, w), TRI_OK, "%s", tri_error_message());
