@@ -11,8 +11,8 @@
 #    --overlap-grad-reduce --overlap-param-gather against one rank, the same bound; a checkpoint saved
 #    there after 2 iterations (each rank's ZeRO shards: experts' slices by their edp owner) resumes on
 #    1 rank (ZeRO 0) and on 2 ranks ep 2 ZeRO 1 to the uninterrupted run's iteration-4 loss;
-#  - the refusals: ep with --grad-compression, ep with --tensor-model-parallel-size 2, etp 2, each
-#    naming its flags.
+#  - the refusals: ep with --grad-compression, ep with --tensor-model-parallel-size 2, etp 2, ep with
+#    --local-sgd-steps, each naming its flags.
 # Usage (CTest): bash moe_ep_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
@@ -126,5 +126,6 @@ refuse() { # name want ranks flags...
 refuse "ep with compression" "--expert-model-parallel-size 2 with gradient compression" 2 --expert-model-parallel-size 2 --grad-compression 1bit
 refuse "ep with tp 2" "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2" 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
 refuse "etp 2" "--expert-tensor-parallel-size 2" 2 --expert-tensor-parallel-size 2
+refuse "ep with local SGD" "--local-sgd-steps 2 with --expert-model-parallel-size 2" 2 --expert-model-parallel-size 2 --local-sgd-steps 2
 
 [ $failures -eq 0 ] && echo "moe_ep_mpi: all checks passed" || { echo "moe_ep_mpi: $failures check(s) failed"; exit 1; }

@@ -95,6 +95,13 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
 static int start_local_sgd(tri_trainer *t)
 {
     int rc = tri_local_sgd_check(&t->cfg.local, t->chunks[0]->zero.stage);
+    /* the outer step averages whole units over dp, where an ep rank's experts are other ep ranks'
+     * other experts, and the inner steps would still reduce the experts over edp */
+    if (!rc && t->grid->ep > 1)
+        rc = TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --expert-model-parallel-size %d: local SGD's outer "
+                     "synchronisation averages each data-parallel replica's whole units, while expert parallelism "
+                     "gives the ep ranks different experts (not built; train without one of the two)",
+                     t->cfg.local.steps, t->grid->ep);
     if (!rc) rc = tri_comm_split(t->grid->dp_comm, t->grid->dp_rank, 0, &t->self_comm);
     return rc ? rc : tri_trainer_outer_reset(t);
 }
