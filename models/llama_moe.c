@@ -267,7 +267,7 @@ bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex)
 {
     const tri_llama_config *c = &m->cfg;
     const tri_zero *z = &m->d.chunk.zero;
-    if (m->d.opt.ep <= 1 || !m->d.run->deterministic || z->stage != 0 || !tri_tensor_present(z->acc))
+    if (m->d.opt.ep <= 1 || !m->d.run->deterministic || !tri_tensor_present(z->acc))
         return false;
     const tri_param_layout *L = &m->d.chunk.layout;
     int64_t E = c->num_experts, El = E / m->d.opt.ep, I = c->moe_intermediate_size, C = c->hidden_size;
@@ -278,11 +278,12 @@ bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex)
     gi = tri_layout_find(L, name);
     snprintf(name, sizeof name, "model.layers.%d.%sexperts.%d.%s.weight", layer, prefix(c), e0, expert_name(c, 2));
     di = tri_layout_find(L, name);
-    if (gi < 0 || di < 0)
+    tri_tensor acc; /* the block unit's exact sums: the stage's at ZeRO 0-1, the pass's bucket at 2-3 */
+    if (gi < 0 || di < 0 || tri_zero_exact_sums(z, L->params[gi].spec.unit, &acc) != TRI_OK)
         return false;
-    int64_t ngu = El * 2 * I * C, nd = El * C * I;
-    *ex = (tri_moe_ep_exact){.gate_up_acc = tri_tensor_range(z->acc, L->params[gi].offset, ngu),
-                             .down_acc = tri_tensor_range(z->acc, L->params[di].offset, nd),
+    int64_t base = L->units[L->params[gi].spec.unit].start, ngu = El * 2 * I * C, nd = El * C * I;
+    *ex = (tri_moe_ep_exact){.gate_up_acc = tri_tensor_range(acc, L->params[gi].offset - base, ngu),
+                             .down_acc = tri_tensor_range(acc, L->params[di].offset - base, nd),
                              .gate_up_tmp = tri_tensor_range(m->moe_exact_tmp, 0, ngu),
                              .down_tmp = tri_tensor_range(m->moe_exact_tmp, ngu, nd), .bad = z->bad,
                              .bits = TRI_FIXED_BITS};

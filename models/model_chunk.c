@@ -96,6 +96,10 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
     int rc = tri_layout_create(&layout, specs, n, tp, tp_rank, run->dp, opt->dp_rank);
     if (rc)
         return rc;
+    if (run->ep > 1 && (rc = tri_layout_set_experts(&layout, run->ep)) != TRI_OK) {
+        tri_layout_destroy(&layout);
+        return rc;
+    }
     tri_chunk_begin(&d->chunk, run, opt, shape->n_global_params, &layout); /* it owns the layout now */
     d->has_chunk = true;
     d->run = &d->chunk.run;

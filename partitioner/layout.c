@@ -50,49 +50,78 @@ int tri_layout_unit_of(const tri_param_layout *L, int64_t at)
     return -1;
 }
 
+/* Closes the open part (and with `unit` the open unit) at off, padding it to unit_align. */
+static void close_part(tri_param_layout *L, int64_t *off, int64_t unit_align, bool unit)
+{
+    tri_param_part *p = &L->parts[L->n_parts - 1];
+    p->len = round_up(*off - p->start, unit_align);
+    *off = p->start + p->len;
+    if (unit) {
+        tri_param_unit *u = &L->units[L->n_units - 1];
+        u->len = *off - u->start;
+    }
+}
+
 int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, int tp, int tp_rank,
                       int dp, int dp_rank)
 {
     memset(L, 0, sizeof *L);
     L->params = calloc((size_t)(n > 0 ? n : 1), sizeof *L->params);
     L->units = calloc((size_t)(n > 0 ? n : 1), sizeof *L->units);
-    if (!L->params || !L->units) {
+    L->parts = calloc((size_t)(n > 0 ? n : 1), sizeof *L->parts);
+    if (!L->params || !L->units || !L->parts) {
         tri_layout_destroy(L);
         return TRI_ERR(TRI_ENOMEM, "layout: out of memory for %d parameters", n);
     }
     L->n = n;
-    L->dp = dp;
-    L->dp_rank = dp_rank;
+    L->dp = L->edp = dp;
+    L->dp_rank = L->edp_rank = dp_rank;
     int64_t off = 0, unit_align = (int64_t)dp * TRI_LAYOUT_ALIGN;
     for (int i = 0; i < n; i++) {
         int rc = place(&L->params[i], &specs[i], tp, tp_rank);
         if (!rc && i > 0 && specs[i].unit < specs[i - 1].unit)
             rc = TRI_ERR(TRI_EINVAL, "layout: parameter %s is in unit %d after unit %d", specs[i].name,
                          specs[i].unit, specs[i - 1].unit);
+        bool new_unit = i == 0 || specs[i].unit != specs[i - 1].unit;
+        bool new_part = new_unit || specs[i].expert != specs[i - 1].expert;
+        if (!rc && new_part && !new_unit && L->units[L->n_units - 1].n_parts == TRI_UNIT_MAX_PARTS)
+            rc = TRI_ERR(TRI_EINVAL, "layout: unit %d alternates expert and other parameters more than %d times "
+                         "(at %s)", specs[i].unit, TRI_UNIT_MAX_PARTS, specs[i].name);
         if (rc) {
             tri_layout_destroy(L);
             return rc;
         }
-        if (i == 0 || specs[i].unit != specs[i - 1].unit) {
-            if (L->n_units > 0) { /* close the previous unit */
-                tri_param_unit *u = &L->units[L->n_units - 1];
-                u->len = round_up(off - u->start, unit_align);
-                off = u->start + u->len;
-            }
-            L->units[L->n_units++] = (tri_param_unit){.first = i, .start = off};
+        if (new_part && L->n_parts > 0) /* close the previous part (and unit) */
+            close_part(L, &off, unit_align, new_unit);
+        if (new_unit)
+            L->units[L->n_units++] = (tri_param_unit){.first = i, .start = off, .first_part = L->n_parts};
+        if (new_part) {
+            L->parts[L->n_parts++] = (tri_param_part){.unit = L->n_units - 1, .start = off, .expert = specs[i].expert};
+            L->units[L->n_units - 1].n_parts++;
         }
         L->units[L->n_units - 1].count++;
         L->params[i].offset = off;
         L->numel += L->params[i].numel;
         off = round_up(off + L->params[i].numel, TRI_LAYOUT_ALIGN);
     }
-    if (L->n_units > 0) {
-        tri_param_unit *u = &L->units[L->n_units - 1];
-        u->len = round_up(off - u->start, unit_align);
-        off = u->start + u->len;
-    }
+    if (L->n_parts > 0)
+        close_part(L, &off, unit_align, true);
     L->padded_numel = off;
     L->shard_numel = off / dp;
+    return TRI_OK;
+}
+
+int tri_layout_set_experts(tri_param_layout *L, int ep)
+{
+    if (ep < 1 || L->dp % ep != 0)
+        return TRI_ERR(TRI_EINVAL, "layout: --expert-model-parallel-size %d does not divide the data-parallel "
+                       "size %d", ep, L->dp);
+    /* Megatron-Core's folding at tp 1: ep ranks adjacent, edp_rank = dp_rank / ep (engine/comm/grid.c) */
+    L->edp = L->dp / ep;
+    L->edp_rank = L->dp_rank / ep;
+    L->shard_numel = 0;
+    for (int k = 0; k < L->n_parts; k++)
+        L->shard_numel += tri_part_slice_len(L, k);
     return TRI_OK;
 }
 
@@ -100,9 +129,11 @@ void tri_layout_destroy(tri_param_layout *L)
 {
     free(L->params);
     free(L->units);
+    free(L->parts);
     L->params = NULL;
     L->units = NULL;
-    L->n = L->n_units = 0;
+    L->parts = NULL;
+    L->n = L->n_units = L->n_parts = 0;
 }
 
 int tri_layout_find(const tri_param_layout *L, const char *name)

@@ -18,6 +18,10 @@
 int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, int tp, int tp_rank,
                       int dp, int dp_rank);
 void tri_layout_destroy(tri_param_layout *L);
+/* Expert parallelism (ep > 1): the expert parts (tri_param_part) are sharded over the
+ * expert-data-parallel group of dp / ep ranks (this rank dp_rank / ep: the grid's folding at tp 1),
+ * which sets L->edp, L->edp_rank and this rank's shard_numel. TRI_EINVAL when ep does not divide dp. */
+int tri_layout_set_experts(tri_param_layout *L, int ep);
 
 /* Index of the parameter called `name`, or -1. */
 int tri_layout_find(const tri_param_layout *L, const char *name);

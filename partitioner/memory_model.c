@@ -148,6 +148,19 @@ static double unit_buffers(const tri_transformer *m, const tri_train_layout *l, 
     return 2.0 * pool + big;
 }
 
+/* Elements of a rank's owned slices of a unit of `len` elements, the largest (ZeRO 2-3's reduce-scatter
+ * result, engine/train/zero.c take_reduce_buffers): len / dp, but for a sparse block, whose routed
+ * experts are a part of their own sharded over the expert-data-parallel group (engine/train/param.h
+ * tri_param_part). */
+static double largest_slice(const tri_transformer *m, const tri_train_layout *l, double len)
+{
+    double dp = l->dp > 1 ? l->dp : 1;
+    tri_block_cost b = tri_transformer_block(m, l);
+    if (b.expert_params <= 0 || len != b.params)
+        return len / dp;
+    return (len - b.expert_params) / dp + b.expert_params / tri_expert_dp(l);
+}
+
 void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
                         int pp_rank, const int *in_flight, double bytes[TRI_MEM_KINDS])
 {
@@ -173,8 +186,8 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
         bytes[TRI_MEM_PARAMS] += params + (z >= 3 && sharded ? e * units : 0.0);
         bytes[TRI_MEM_GRADS] += grads + (z >= 2 && sharded ? 4.0 * units : 0.0);
         bytes[TRI_MEM_OPTIMIZER] += opt;
-        if (z >= 2 && sharded)
-            bytes[TRI_MEM_COMM] += 4.0 * largest / dp;
+        if (z >= 2 && sharded) /* the largest unit's owned slices: a sparse block's experts over edp */
+            bytes[TRI_MEM_COMM] += 4.0 * largest_slice(m, l, largest);
         if (place->first && place->last && z < 2 && !l->deterministic && !m->untied_head)
             bytes[TRI_MEM_GRADS] += 4.0 * d.V_l * d.h; /* the LM head's own fp32 share of wte's gradient */
         bytes[TRI_MEM_ACTIVATIONS] += in_flight[c] * tri_mem_chunk_activations(m, l, place);

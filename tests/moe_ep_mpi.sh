@@ -7,8 +7,12 @@
 #    fp32 gradients are summed in another grouping than one rank's accumulation, each a few ulps);
 #  - metrics.jsonl: ep_bytes > 0 on the 4-rank run and 0 on one rank; the expert-parallel group's
 #    blocked time ep_s is reported;
-#  - the refusals: ep with --zero-stage 1, ep with --tensor-model-parallel-size 2, ep not dividing dp,
-#    each naming its flags.
+#  - ZeRO 3 over the expert-data-parallel group: 4 ranks ep 2 (edp 2) --zero-stage 3 with
+#    --overlap-grad-reduce --overlap-param-gather against one rank, the same bound; a checkpoint saved
+#    there after 2 iterations (each rank's ZeRO shards: experts' slices by their edp owner) resumes on
+#    1 rank (ZeRO 0) and on 2 ranks ep 2 ZeRO 1 to the uninterrupted run's iteration-4 loss;
+#  - the refusals: ep with --grad-compression, ep with --tensor-model-parallel-size 2, etp 2, ep with
+#    --local-sgd-steps, each naming its flags.
 # Usage (CTest): bash moe_ep_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
@@ -52,6 +56,22 @@ print(f"ok   ep 4 on 4 ranks: losses within {worst:.2g} of one rank's ({one[0]['
 PY
 fi
 
+# ZeRO 3 over edp (dp 4 ep 2), with the overlaps, against one rank
+run z3 4 --expert-model-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
+  { tail -5 "$tmp/z3.log"; fail "4 ranks ep 2 ZeRO 3"; }
+if [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/z3/metrics.jsonl" ]; then
+  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/z3/metrics.jsonl" <<'PY' || fail "ep 2 ZeRO 3 against one rank"
+import json, sys
+def train(p):
+    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+one, z3 = train(sys.argv[1]), train(sys.argv[2])
+assert len(one) == len(z3) == 4, (len(one), len(z3))
+worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, z3))
+assert worst < 1e-4, f"losses differ by {worst:.3g} relative: {[a['loss'] for a in one]} vs {[b['loss'] for b in z3]}"
+print(f"ok   ep 2 ZeRO 3 (overlapped) on 4 ranks: losses within {worst:.2g} of one rank's")
+PY
+fi
+
 # checkpoints: saved at ep 4 after 2 iterations (each ep rank's experts in its own model file), resumed
 # on 1 rank and at ep 2 on 2 ranks to iteration 4: the last loss within 1e-4 of the uninterrupted run
 run save 4 --expert-model-parallel-size 4 --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
@@ -74,6 +94,27 @@ print(f"ok   ep 4 checkpoint resumed at ep {sys.argv[3]}: iteration 4 loss {b['l
 PY
 done
 
+# a ZeRO 3 checkpoint at dp 4 ep 2 resumed on 1 rank (ZeRO 0) and on 2 ranks at ep 2 ZeRO 1
+run savez3 4 --expert-model-parallel-size 2 --zero-stage 3 --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
+  { tail -5 "$tmp/savez3.log"; fail "ep 2 ZeRO 3 save"; }
+for np in 1 2; do
+  cp -r "$tmp/savez3" "$tmp/resumez3_$np"
+  zero=$([ "$np" = 1 ] && echo 0 || echo 1)
+  run "resumez3_$np" "$np" --expert-model-parallel-size "$np" --zero-stage "$zero" --load "$tmp/resumez3_$np" \
+    --lr-decay-iters 4 || { tail -5 "$tmp/resumez3_$np.log"; fail "ZeRO 3 checkpoint resumed on $np rank(s)"; continue; }
+  [ -f "$tmp/straight1/metrics.jsonl" ] || run straight1 1 --lr-decay-iters 4 2> /dev/null
+  /usr/bin/python3 - "$tmp/straight1/metrics.jsonl" "$tmp/resumez3_$np/metrics.jsonl" "$np" "$zero" <<'PY' || fail "ZeRO 3 checkpoint resumed on $np rank(s) against the uninterrupted run"
+import json, sys
+last = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
+a, b = last(sys.argv[1]), last(sys.argv[2])
+assert a["iter"] == b["iter"] == 4, (a["iter"], b["iter"])
+d = abs(a["loss"] - b["loss"]) / a["loss"]
+assert d < 1e-4, f"{b['loss']} vs {a['loss']}"
+print(f"ok   dp 4 ep 2 ZeRO 3 checkpoint resumed on {sys.argv[3]} rank(s) (ep {sys.argv[3]}, ZeRO {sys.argv[4]}): "
+      f"iteration 4 loss {b['loss']:.9f}, uninterrupted {a['loss']:.9f}")
+PY
+done
+
 refuse() { # name want ranks flags...
   local name=$1 want=$2 np=$3
   shift 3
@@ -82,8 +123,9 @@ refuse() { # name want ranks flags...
         "${common[@]}" --save-dir "$tmp/r" "$@" 2>&1) && { fail "$name: accepted"; return; }
   grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
 }
-refuse "ep with zero 1" "--expert-model-parallel-size 2 with --zero-stage > 0" 2 --expert-model-parallel-size 2 --zero-stage 1
+refuse "ep with compression" "--expert-model-parallel-size 2 with gradient compression" 2 --expert-model-parallel-size 2 --grad-compression 1bit
 refuse "ep with tp 2" "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2" 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
 refuse "etp 2" "--expert-tensor-parallel-size 2" 2 --expert-tensor-parallel-size 2
+refuse "ep with local SGD" "--local-sgd-steps 2 with --expert-model-parallel-size 2" 2 --expert-model-parallel-size 2 --local-sgd-steps 2
 
 [ $failures -eq 0 ] && echo "moe_ep_mpi: all checks passed" || { echo "moe_ep_mpi: $failures check(s) failed"; exit 1; }

@@ -193,11 +193,13 @@ static int init_unit(tri_chunk *c, int u)
                                       host + (c->layout.params[i].offset - unit->start));
     } else if (c->zero.stage < 3) {
         rc = tri_device_copy_from_host(c->dev, tri_tensor_range(c->zero.params, unit->start, unit->len), host);
-    } else {
-        int64_t start, len, local;
-        tri_zero_owned(&c->zero, u, &start, &len, &local);
-        rc = tri_device_copy_from_host(c->dev, tri_zero_owned_params(&c->zero, start, len),
-                                       host + (start - unit->start));
+    } else { /* the owned slice of each of its parts (engine/train/param.h tri_param_part) */
+        for (int k = unit->first_part; k < unit->first_part + unit->n_parts && !rc; k++) {
+            int64_t start, len, local;
+            tri_zero_owned(&c->zero, k, &start, &len, &local);
+            rc = tri_device_copy_from_host(c->dev, tri_zero_owned_params(&c->zero, start, len),
+                                           host + (start - unit->start));
+        }
     }
     free(host);
     return rc;
@@ -250,6 +252,7 @@ void tri_chunk_destroy(tri_chunk *c)
     tri_arena_release(&c->arena);
     free(c->layout.params);
     free(c->layout.units);
+    free(c->layout.parts);
     for (int l = 0; l < TRI_PASS_LISTS; l++)
         free(c->passes[l]);
     memset(c, 0, sizeof *c);

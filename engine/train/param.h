@@ -72,7 +72,22 @@ typedef struct tri_param {
 typedef struct tri_param_unit {
     int first, count;          /* parameters [first, first + count) */
     int64_t start, len;        /* flat range; len is a multiple of dp * TRI_LAYOUT_ALIGN */
+    int first_part, n_parts;   /* its parts [first_part, first_part + n_parts) (see tri_param_part) */
 } tri_param_unit;
+
+/* A part of a unit: a run of its parameters sharded over one group. Expert parallelism (docs/moe.md)
+ * shards an ep rank's own experts (spec.expert) over the expert-data-parallel group (edp ranks, this
+ * rank edp_rank) and everything else over dp, as Megatron-Core's distributed optimizer does; so a
+ * sparse block's unit is cut where spec.expert changes (the dense part before the experts, the
+ * experts, the dense part after), each part padded to a multiple of dp * TRI_LAYOUT_ALIGN (edp
+ * divides dp). Without expert parameters every unit is one part, the unit itself. */
+typedef struct tri_param_part {
+    int unit;
+    int64_t start, len;        /* flat range inside the unit; len a multiple of dp * TRI_LAYOUT_ALIGN */
+    bool expert;               /* sharded over edp; else over dp */
+} tri_param_part;
+
+#define TRI_UNIT_MAX_PARTS 8   /* parts per unit (a sparse block has 3) */
 
 /* How one micro-batch uses a unit: how often its parameters are read and its gradients written in
  * the forward and in the backward (the chunk's passes say: tri_chunk_unit_uses; the traffic model,
@@ -95,16 +110,36 @@ typedef struct tri_param_layout {
     tri_param *params;
     int n_units;
     tri_param_unit *units;
+    int n_parts;
+    tri_param_part *parts;  /* the units' parts, unit after unit */
     int64_t numel;          /* local parameter elements (without padding) */
     int64_t padded_numel;   /* length of the flat buffers: the sum of the units' lengths */
     int dp, dp_rank;
-    int64_t shard_numel;    /* elements each dp rank owns: padded_numel / dp */
+    int edp, edp_rank;      /* the expert-data-parallel group that shards expert parts (dp, dp_rank
+                               without expert parallelism; tri_layout_set_experts) */
+    int64_t shard_numel;    /* elements each rank owns: the sum of its parts' slices (padded_numel / dp
+                               without expert parts) */
 } tri_param_layout;
 
 /* Data-parallel rank r's slice of unit u: [tri_unit_slice(u, dp, r), + u->len / dp). */
 static inline int64_t tri_unit_slice(const tri_param_unit *u, int dp, int r)
 {
     return u->start + (int64_t)r * (u->len / dp);
+}
+
+/* The size of the group that shards part k (edp for an expert part, else dp), and this rank's slice
+ * of it: [tri_part_slice(L, k), + tri_part_slice_len(L, k)). */
+static inline int tri_part_group(const tri_param_layout *L, int k)
+{
+    return L->parts[k].expert ? L->edp : L->dp;
+}
+static inline int64_t tri_part_slice_len(const tri_param_layout *L, int k)
+{
+    return L->parts[k].len / tri_part_group(L, k);
+}
+static inline int64_t tri_part_slice(const tri_param_layout *L, int k)
+{
+    return L->parts[k].start + (int64_t)(L->parts[k].expert ? L->edp_rank : L->dp_rank) * tri_part_slice_len(L, k);
 }
 
 /* Fills `host` (the local shard, param->numel floats) with the parameter's initial values. Element

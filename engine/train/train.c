@@ -95,6 +95,13 @@ static int take_trainer_buffers(tri_trainer *t, const tri_adamw_config *adamw)
 static int start_local_sgd(tri_trainer *t)
 {
     int rc = tri_local_sgd_check(&t->cfg.local, t->chunks[0]->zero.stage);
+    /* the outer step averages whole units over dp, where an ep rank's experts are other ep ranks'
+     * other experts, and the inner steps would still reduce the experts over edp */
+    if (!rc && t->grid->ep > 1)
+        rc = TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --expert-model-parallel-size %d: local SGD's outer "
+                     "synchronisation averages each data-parallel replica's whole units, while expert parallelism "
+                     "gives the ep ranks different experts (not built; train without one of the two)",
+                     t->cfg.local.steps, t->grid->ep);
     if (!rc) rc = tri_comm_split(t->grid->dp_comm, t->grid->dp_rank, 0, &t->self_comm);
     return rc ? rc : tri_trainer_outer_reset(t);
 }
@@ -426,7 +433,9 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
 
 /* Whether this rank adds p's owned pieces to the gradient norm. At stage 0 under expert parallelism
  * an expert parameter lives on one ep rank (and its edp replicas), so the norm sums over the world
- * with one holder of each: dp rank 0 for the other parameters, edp rank 0 for the experts. */
+ * with one holder of each: dp rank 0 for the other parameters, edp rank 0 for the experts. At stages
+ * 1-3 every owned slice is one rank's (over dp, or over edp for an expert part): each rank counts its
+ * own. */
 static bool norm_holder(const tri_trainer *t, const tri_param *p)
 {
     if (!p->count_in_norm)

@@ -6,25 +6,59 @@
 
 #include "engine/core/status.h"
 
-static int64_t slice_len(const tri_zero *z, int u)
+/* Part k (engine/train/param.h tri_param_part): this rank's slice of it, and the group that shards it. */
+static int64_t slice_len(const tri_zero *z, int k)
 {
-    return z->L->units[u].len / z->L->dp;
+    return tri_part_slice_len(z->L, k);
 }
 
-static int64_t owned_start(const tri_zero *z, int u)
+static int64_t owned_start(const tri_zero *z, int k)
 {
-    return tri_unit_slice(&z->L->units[u], z->L->dp, z->L->dp_rank);
+    return tri_part_slice(z->L, k);
 }
 
-/* The position of flat offset `at` (inside this rank's slice of its unit) in the shard buffers. */
+static tri_comm *part_comm(const tri_zero *z, int k)
+{
+    return z->L->parts[k].expert && z->edp ? z->edp : z->dp;
+}
+
+/* Unit u's part k as a range of a whole-unit buffer (which starts at the unit's start). */
+static tri_tensor in_unit(const tri_zero *z, tri_tensor unit_buf, int k)
+{
+    const tri_param_part *p = &z->L->parts[k];
+    return tri_tensor_range(unit_buf, p->start - z->L->units[p->unit].start, p->len);
+}
+
+/* The elements this rank owns of unit u: the sum of its parts' slices. */
+static int64_t unit_slice_len(const tri_zero *z, int u)
+{
+    const tri_param_unit *un = &z->L->units[u];
+    int64_t n = 0;
+    for (int k = un->first_part; k < un->first_part + un->n_parts; k++)
+        n += slice_len(z, k);
+    return n;
+}
+
+/* The position of flat offset `at` (inside this rank's slice of its part) in the shard buffers. */
 static int64_t local_of(const tri_zero *z, int64_t at)
 {
-    for (int u = 0; u < z->L->n_units; u++) {
-        int64_t s = owned_start(z, u);
-        if (at >= s && at < s + slice_len(z, u))
-            return z->slice_offset[u] + (at - s);
+    for (int k = 0; k < z->L->n_parts; k++) {
+        int64_t s = owned_start(z, k);
+        if (at >= s && at < s + slice_len(z, k))
+            return z->slice_offset[k] + (at - s);
     }
     return -1;
+}
+
+/* Waits for the requests of a unit's parts (every one, the first error returned). */
+static int wait_parts(tri_comm_request *req, int n)
+{
+    int rc = TRI_OK;
+    for (int j = 0; j < n; j++) {
+        int r = tri_comm_wait(&req[j]);
+        rc = rc ? rc : r;
+    }
+    return rc;
 }
 
 static int take_1d(tri_arena *a, tri_mem_kind kind, tri_tensor *t, int64_t n)
@@ -68,7 +102,7 @@ static int take_unit_buffers(tri_zero *z, tri_arena *a, tri_mem_kind kind, tri_z
         (*bufs)[i].unit = -1;
         (*bufs)[i].refs = 0;
         (*bufs)[i].prefetched = (*bufs)[i].reducing = false;
-        (*bufs)[i].req = (tri_comm_request){0};
+        memset((*bufs)[i].req, 0, sizeof (*bufs)[i].req);
     }
     return rc;
 }
@@ -94,9 +128,25 @@ static int64_t largest_unit(const tri_param_layout *L)
     return largest;
 }
 
+/* The owned slices (elements) of the units gradient buffer i may hold: a shared one (i < TRI_ZERO_POOL)
+ * any unit up to pool_len, one of its own that unit (take_unit_buffers gives them in unit order).
+ * len / dp without expert parts. */
+static int64_t buffer_slice(const tri_zero *z, int i)
+{
+    int64_t slice = 0;
+    for (int u = 0, big = 0; u < z->L->n_units; u++) {
+        bool own = z->L->units[u].len > z->pool_len;
+        if (i < TRI_ZERO_POOL ? !own : own && big++ == i - TRI_ZERO_POOL)
+            slice = unit_slice_len(z, u) > slice ? unit_slice_len(z, u) : slice;
+    }
+    return slice;
+}
+
 /* Where each gradient bucket's reduce-scatter lands (tmp) and, in deterministic mode, the bucket in
  * fixed point (fixed): without overlap one shared pair serves every bucket (a reduction completes
- * before the next starts); with overlap each bucket has its own, as several are in flight. */
+ * before the next starts); with overlap each bucket has its own, as several are in flight. With
+ * expert parts in deterministic mode (fixed_per_bucket) each bucket has its own fixed buffer in any
+ * case: the experts' exact sums are written into it during the pass, while other buckets are held. */
 static int take_reduce_buffers(tri_zero *z, tri_arena *a, int64_t largest_slice)
 {
     tri_dtype dtype = z->deterministic ? TRI_I64 : TRI_F32;
@@ -104,7 +154,7 @@ static int take_reduce_buffers(tri_zero *z, tri_arena *a, int64_t largest_slice)
     int rc = TRI_OK;
     if (!z->overlap_grad_reduce) {
         rc = tri_arena_take(a, TRI_MEM_COMM, &tmp, dtype, 1, (int64_t[]){largest_slice > 0 ? largest_slice : 1});
-        if (!rc && z->deterministic)
+        if (!rc && z->deterministic && !z->fixed_per_bucket)
             rc = take_1d_i64(a, TRI_MEM_COMM, &fixed, largest_unit(z->L));
         if (z->deterministic) {
             z->acc_tmp = tmp;
@@ -115,13 +165,15 @@ static int take_reduce_buffers(tri_zero *z, tri_arena *a, int64_t largest_slice)
     }
     for (int i = 0; i < z->n_grad_bufs && !rc; i++) {
         tri_zero_buffer *b = &z->grad_bufs[i];
-        int64_t len = tri_tensor_numel(b->t);
+        int64_t len = tri_tensor_numel(b->t), slice = buffer_slice(z, i);
         b->tmp = tmp;
         b->fixed = fixed;
-        if (!z->overlap_grad_reduce)
+        if (z->fixed_per_bucket)
+            rc = take_1d_i64(a, TRI_MEM_COMM, &b->fixed, len);
+        if (!z->overlap_grad_reduce || rc)
             continue;
-        rc = tri_arena_take(a, TRI_MEM_COMM, &b->tmp, dtype, 1, (int64_t[]){len / z->L->dp > 0 ? len / z->L->dp : 1});
-        if (!rc && z->deterministic)
+        rc = tri_arena_take(a, TRI_MEM_COMM, &b->tmp, dtype, 1, (int64_t[]){slice > 0 ? slice : 1});
+        if (!rc && z->deterministic && !z->fixed_per_bucket)
             rc = take_1d_i64(a, TRI_MEM_COMM, &b->fixed, len);
     }
     return rc;
@@ -130,12 +182,12 @@ static int take_reduce_buffers(tri_zero *z, tri_arena *a, int64_t largest_slice)
 /* Per-unit bookkeeping of the operations in flight (allocated once: takes run twice). */
 static int alloc_tracking(tri_zero *z)
 {
-    int n = z->L->n_units > 0 ? z->L->n_units : 1;
+    int n = z->L->n_units > 0 ? z->L->n_units : 1, np = z->L->n_parts > 0 ? z->L->n_parts : 1;
     if (z->slice_offset)
         return TRI_OK;
-    z->slice_offset = calloc((size_t)n, sizeof *z->slice_offset);
-    z->grad_req = calloc((size_t)n, sizeof *z->grad_req);
-    z->param_req = calloc((size_t)n, sizeof *z->param_req);
+    z->slice_offset = calloc((size_t)np, sizeof *z->slice_offset);
+    z->grad_req = calloc((size_t)np, sizeof *z->grad_req);
+    z->param_req = calloc((size_t)np, sizeof *z->param_req);
     z->grad_calls = calloc((size_t)n, sizeof *z->grad_calls);
     z->grad_calls_per_step = calloc((size_t)n, sizeof *z->grad_calls_per_step);
     z->grad_started = calloc((size_t)n, sizeof *z->grad_started);
@@ -160,11 +212,16 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     if (rc)
         return rc;
     int64_t off = 0, largest_slice = 0;
-    for (int u = 0; u < L->n_units; u++) {
-        z->slice_offset[u] = off;
-        off += L->units[u].len / L->dp;
-        largest_slice = L->units[u].len / L->dp > largest_slice ? L->units[u].len / L->dp : largest_slice;
+    for (int k = 0; k < L->n_parts; k++) {
+        z->slice_offset[k] = off;
+        off += slice_len(z, k);
     }
+    for (int u = 0; u < L->n_units; u++)
+        largest_slice = unit_slice_len(z, u) > largest_slice ? unit_slice_len(z, u) : largest_slice;
+    bool experts = false;
+    for (int k = 0; k < L->n_parts; k++)
+        experts |= L->parts[k].expert;
+    z->fixed_per_bucket = z->deterministic && run->zero_stage >= 2 && experts;
     z->pool_len = pool_length(L);
     z->params = z->param_shard = z->grads = z->grad_shard = z->reduce_tmp = tri_tensor_none();
     z->acc = z->acc_bucket = z->acc_tmp = z->bad = z->master = tri_tensor_none();
@@ -186,12 +243,10 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     if (!rc && stage == 3)
         rc = take_unit_buffers(z, a, TRI_MEM_PARAMS, &z->param_bufs, &z->n_param_bufs);
     if (!rc) rc = tri_dp_compress_take(&z->comp, a, L, &run->compression, stage);
-    if (!rc && run->ep > 1 && (stage > 0 || run->overlap_grad_reduce || z->comp.on))
-        rc = TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with %s: the experts' gradients reduce over the "
-                     "expert-data-parallel group at --zero-stage 0 only, without --overlap-grad-reduce or gradient "
-                     "compression (ZeRO 1-3 over that group is not built)", run->ep,
-                     stage > 0 ? "--zero-stage > 0" : run->overlap_grad_reduce ? "--overlap-grad-reduce"
-                                                                           : "--grad-compression");
+    if (!rc && run->ep > 1 && z->comp.on)
+        rc = TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with gradient compression: a compressor codes "
+                     "and exchanges whole units over dp, while a sparse block's experts reduce over the "
+                     "expert-data-parallel group (not built)", run->ep);
     return rc;
 }
 
@@ -206,33 +261,23 @@ void tri_zero_bind_experts(tri_zero *z, tri_comm *edp)
     z->edp = edp;
 }
 
-/* Stage 0 under expert parallelism: each run of expert parameters (spec.expert, this rank's own
- * experts) is all-reduced over the expert-data-parallel group, the stretches between the runs over
- * dp. Without expert parameters (or an edp group) the whole stage in one call, as before. */
+/* Stage 0 without overlap: the whole stage all-reduced over dp in one call; under expert parallelism
+ * each run of consecutive parts with the same group in one call (the experts over edp, the
+ * stretches between over dp). */
 static int all_reduce_stage(tri_zero *z, tri_tensor whole)
 {
     const tri_param_layout *L = z->L;
     if (!z->edp)
         return tri_comm_all_reduce(z->dp, whole, TRI_REDUCE_SUM);
     int rc = TRI_OK;
-    int64_t done = 0;
-    for (int i = 0; i < L->n && !rc;) {
-        if (!L->params[i].spec.expert) {
-            i++;
-            continue;
-        }
-        int j = i;
-        while (j < L->n && L->params[j].spec.expert)
+    for (int k = 0; k < L->n_parts && !rc;) {
+        int j = k;
+        while (j < L->n_parts && L->parts[j].expert == L->parts[k].expert)
             j++;
-        int64_t s = L->params[i].offset, e = L->params[j - 1].offset + L->params[j - 1].numel;
-        if (s > done)
-            rc = tri_comm_all_reduce(z->dp, tri_tensor_range(whole, done, s - done), TRI_REDUCE_SUM);
-        if (!rc) rc = tri_comm_all_reduce(z->edp, tri_tensor_range(whole, s, e - s), TRI_REDUCE_SUM);
-        done = e;
-        i = j;
+        int64_t s = L->parts[k].start, e = L->parts[j - 1].start + L->parts[j - 1].len;
+        rc = tri_comm_all_reduce(part_comm(z, k), tri_tensor_range(whole, s, e - s), TRI_REDUCE_SUM);
+        k = j;
     }
-    if (!rc && L->padded_numel > done)
-        rc = tri_comm_all_reduce(z->dp, tri_tensor_range(whole, done, L->padded_numel - done), TRI_REDUCE_SUM);
     return rc;
 }
 
@@ -280,7 +325,7 @@ static tri_zero_buffer *prefetched(tri_zero *z, int unit)
 /* Completes a prefetch that will not be used, freeing its buffer. */
 static int drop_prefetch(tri_zero_buffer *b)
 {
-    int rc = tri_comm_wait(&b->req);
+    int rc = wait_parts(b->req, TRI_UNIT_MAX_PARTS);
     b->prefetched = false;
     b->unit = -1;
     return rc;
@@ -345,27 +390,39 @@ static int progress(tri_zero *z)
 {
     bool done;
     int rc = TRI_OK;
-    for (int u = 0; u < z->L->n_units && !rc; u++) {
-        rc = tri_comm_test(&z->grad_req[u], &done);
-        if (!rc) rc = tri_comm_test(&z->param_req[u], &done);
+    for (int k = 0; k < z->L->n_parts && !rc; k++) {
+        rc = tri_comm_test(&z->grad_req[k], &done);
+        if (!rc) rc = tri_comm_test(&z->param_req[k], &done);
     }
     for (int i = 0; i < z->n_grad_bufs && !rc; i++)
-        rc = tri_comm_test(&z->grad_bufs[i].req, &done);
+        for (int j = 0; j < TRI_UNIT_MAX_PARTS && !rc; j++)
+            rc = tri_comm_test(&z->grad_bufs[i].req[j], &done);
     for (int i = 0; i < z->n_param_bufs && !rc; i++)
-        rc = tri_comm_test(&z->param_bufs[i].req, &done);
+        for (int j = 0; j < TRI_UNIT_MAX_PARTS && !rc; j++)
+            rc = tri_comm_test(&z->param_bufs[i].req[j], &done);
     return rc;
 }
 
 /* ---- parameters ---- */
 
-static tri_tensor whole_params(const tri_zero *z, int unit)
+/* Stage 3: this rank's slice of part k. */
+static tri_tensor shard_params(const tri_zero *z, int k)
 {
-    return tri_tensor_range(z->params, z->L->units[unit].start, z->L->units[unit].len);
+    return tri_tensor_range(z->param_shard, z->slice_offset[k], slice_len(z, k));
 }
 
-static tri_tensor shard_params(const tri_zero *z, int unit)
+/* Stage 3: all-gathers unit u's parts into buffer b (started non-blocking into b->req when `async`). */
+static int gather_parts(tri_zero *z, tri_zero_buffer *b, int unit, bool async)
 {
-    return tri_tensor_range(z->param_shard, z->slice_offset[unit], slice_len(z, unit));
+    const tri_param_unit *u = &z->L->units[unit];
+    tri_tensor whole = tri_tensor_range(b->t, 0, u->len);
+    int rc = TRI_OK;
+    for (int j = 0; j < u->n_parts && !rc; j++) {
+        int k = u->first_part + j;
+        rc = async ? tri_comm_all_gather_start(part_comm(z, k), in_unit(z, whole, k), shard_params(z, k), &b->req[j])
+                   : tri_comm_all_gather(part_comm(z, k), in_unit(z, whole, k), shard_params(z, k));
+    }
+    return rc;
 }
 
 /* Stage 3: starts gathering unit v into a free buffer, unless it is held or no buffer is free. */
@@ -376,8 +433,7 @@ static int prefetch(tri_zero *z, int v)
     tri_zero_buffer *b = free_buffer(z, z->param_bufs, z->n_param_bufs, v);
     if (!b)
         return TRI_OK;
-    int rc = tri_comm_all_gather_start(z->dp, tri_tensor_range(b->t, 0, z->L->units[v].len), shard_params(z, v),
-                                       &b->req);
+    int rc = gather_parts(z, b, v, true);
     if (!rc) {
         b->unit = v;
         b->prefetched = true;
@@ -422,12 +478,12 @@ static int gather_unit(tri_zero *z, int unit, tri_tensor *flat)
         b->prefetched = false;
         b->refs = 1;
         z->prefetches_used++;
-        rc = tri_comm_wait(&b->req);
+        rc = wait_parts(b->req, TRI_UNIT_MAX_PARTS);
     } else {
         rc = acquire(z, z->param_bufs, z->n_param_bufs, unit, &b);
         if (rc)
             return rc;
-        rc = tri_comm_all_gather(z->dp, tri_tensor_range(b->t, 0, u->len), shard_params(z, unit));
+        rc = gather_parts(z, b, unit, false);
     }
     *flat = tri_tensor_range(b->t, 0, u->len);
     if (!rc) rc = gathered(z, unit);
@@ -444,7 +500,7 @@ int tri_zero_params(tri_zero *z, int unit, tri_tensor *flat)
         return rc;
     if (z->stage < 3) {
         *flat = tri_tensor_range(z->params, u->start, u->len);
-        return tri_comm_wait(&z->param_req[unit]);
+        return wait_parts(&z->param_req[u->first_part], u->n_parts);
     }
     tri_zero_buffer *b = held(z->param_bufs, z->n_param_bufs, unit);
     if (b) {
@@ -491,22 +547,29 @@ int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat)
         return rc;
     *flat = tri_tensor_range(b->t, 0, u->len);
     rc = tri_op_fill(z->dev, *flat, 0.0f);
+    if (!rc && z->fixed_per_bucket) /* the experts' exact sums come in during the pass */
+        rc = tri_op_zero(z->dev, tri_tensor_range(b->fixed, 0, u->len));
     if (rc)
         release(z->grad_bufs, z->n_grad_bufs, unit);
     return rc;
 }
 
-/* Stages 2-3: completes bucket b's reduce-scatter and adds this rank's slice to its owned sums. */
+/* Stages 2-3: completes bucket b's reduce-scatters and adds this rank's slices to its owned sums. */
 static int retire(tri_zero *z, tri_zero_buffer *b)
 {
-    int unit = b->unit;
-    int64_t n = slice_len(z, unit);
-    int rc = tri_comm_wait(&b->req);
-    tri_tensor mine = tri_tensor_range(b->tmp, 0, n);
-    if (!rc && z->deterministic)
-        rc = tri_op_add_i64(z->dev, tri_tensor_range(z->acc, z->slice_offset[unit], n), mine);
-    else if (!rc)
-        rc = tri_op_axpy(z->dev, tri_tensor_range(z->grad_shard, z->slice_offset[unit], n), 1.0f, mine);
+    const tri_param_unit *u = &z->L->units[b->unit];
+    int rc = wait_parts(b->req, u->n_parts);
+    int64_t at = 0; /* where part j's slice sits in b->tmp */
+    for (int j = 0; j < u->n_parts && !rc; j++) {
+        int k = u->first_part + j;
+        int64_t n = slice_len(z, k);
+        tri_tensor mine = tri_tensor_range(b->tmp, at, n);
+        if (z->deterministic)
+            rc = tri_op_add_i64(z->dev, tri_tensor_range(z->acc, z->slice_offset[k], n), mine);
+        else
+            rc = tri_op_axpy(z->dev, tri_tensor_range(z->grad_shard, z->slice_offset[k], n), 1.0f, mine);
+        at += n;
+    }
     b->reducing = false;
     b->refs = 0;
     b->unit = -1;
@@ -532,20 +595,28 @@ static int retire_until(tri_zero *z, uint64_t ticket)
 }
 
 /* Stages 2-3: reduce-scatters bucket b (unit u's gradients of one pass, converted to fixed point in
- * deterministic mode); started non-blocking with overlap, else completed at once. */
+ * deterministic mode), each part over its group into its place in b->tmp; started non-blocking with
+ * overlap, else completed at once. */
 static int reduce_bucket(tri_zero *z, tri_zero_buffer *b)
 {
-    int64_t len = z->L->units[b->unit].len, n = slice_len(z, b->unit);
-    tri_tensor src = tri_tensor_range(b->t, 0, len), dst = tri_tensor_range(b->tmp, 0, n);
+    const tri_param_unit *u = &z->L->units[b->unit];
+    tri_tensor src = tri_tensor_range(b->t, 0, u->len);
     int rc = TRI_OK;
     if (z->deterministic) {
-        tri_tensor fixed = tri_tensor_range(b->fixed, 0, len);
-        rc = tri_op_zero(z->dev, fixed);
+        tri_tensor fixed = tri_tensor_range(b->fixed, 0, u->len);
+        if (!z->fixed_per_bucket) /* (else zeroed when taken, and holding the experts' exact sums) */
+            rc = tri_op_zero(z->dev, fixed);
         if (!rc) rc = tri_op_fixed_accumulate(z->dev, fixed, src, TRI_FIXED_BITS, z->bad);
         src = fixed;
     }
-    if (!rc) rc = z->overlap_grad_reduce ? tri_comm_reduce_scatter_start(z->dp, dst, src, &b->req)
-                                         : tri_comm_reduce_scatter(z->dp, dst, src);
+    int64_t at = 0; /* where part j's slice goes in b->tmp */
+    for (int j = 0; j < u->n_parts && !rc; j++) {
+        int k = u->first_part + j;
+        tri_tensor dst = tri_tensor_range(b->tmp, at, slice_len(z, k));
+        rc = z->overlap_grad_reduce ? tri_comm_reduce_scatter_start(part_comm(z, k), dst, in_unit(z, src, k), &b->req[j])
+                                    : tri_comm_reduce_scatter(part_comm(z, k), dst, in_unit(z, src, k));
+        at += slice_len(z, k);
+    }
     b->reducing = true;
     b->refs = 0;
     b->ticket = z->next_ticket++;
@@ -558,21 +629,27 @@ static int reduce_bucket(tri_zero *z, tri_zero_buffer *b)
     return z->overlap_grad_reduce ? TRI_OK : retire(z, b);
 }
 
-/* Stages 0-1: unit u's gradients (or exact sums) reduced over dp - all-reduced at stage 0,
- * reduce-scattered in place into the owned slice at stage 1 - non-blocking when `async`. */
+/* Stages 0-1: unit u's gradients (or exact sums) reduced over each part's group - all-reduced at
+ * stage 0, reduce-scattered in place into the owned slice at stage 1 - non-blocking when `async`. */
 static int reduce_unit(tri_zero *z, int unit, bool async)
 {
     const tri_param_unit *u = &z->L->units[unit];
     tri_tensor base = z->deterministic ? z->acc : z->grads;
-    tri_tensor whole = tri_tensor_range(base, u->start, u->len);
-    tri_tensor mine = tri_tensor_range(base, owned_start(z, unit), slice_len(z, unit));
+    int rc = TRI_OK;
     z->grad_started[unit] = true;
     z->started_grad_reductions += async;
-    if (z->stage == 0)
-        return async ? tri_comm_all_reduce_start(z->dp, whole, TRI_REDUCE_SUM, &z->grad_req[unit])
-                     : tri_comm_all_reduce(z->dp, whole, TRI_REDUCE_SUM);
-    return async ? tri_comm_reduce_scatter_start(z->dp, mine, whole, &z->grad_req[unit])
-                 : tri_comm_reduce_scatter(z->dp, mine, whole);
+    for (int k = u->first_part; k < u->first_part + u->n_parts && !rc; k++) {
+        tri_tensor whole = tri_tensor_range(base, z->L->parts[k].start, z->L->parts[k].len);
+        tri_tensor mine = tri_tensor_range(base, owned_start(z, k), slice_len(z, k));
+        tri_comm *c = part_comm(z, k);
+        if (z->stage == 0)
+            rc = async ? tri_comm_all_reduce_start(c, whole, TRI_REDUCE_SUM, &z->grad_req[k])
+                       : tri_comm_all_reduce(c, whole, TRI_REDUCE_SUM);
+        else
+            rc = async ? tri_comm_reduce_scatter_start(c, mine, whole, &z->grad_req[k])
+                       : tri_comm_reduce_scatter(c, mine, whole);
+    }
+    return rc;
 }
 
 int tri_zero_grads_done(tri_zero *z, int unit)
@@ -602,6 +679,23 @@ int tri_zero_grads_done(tri_zero *z, int unit)
     return rc;
 }
 
+int tri_zero_exact_sums(const tri_zero *z, int unit, tri_tensor *acc)
+{
+    const tri_param_unit *u = &z->L->units[unit];
+    if (!z->deterministic)
+        return TRI_ERR(TRI_EINVAL, "zero: unit %d's exact sums asked for outside --deterministic-mode", unit);
+    if (z->stage < 2) {
+        *acc = tri_tensor_range(z->acc, u->start, u->len);
+        return TRI_OK;
+    }
+    tri_zero_buffer *b = z->fixed_per_bucket ? held(z->grad_bufs, z->n_grad_bufs, unit) : NULL;
+    if (!b)
+        return TRI_ERR(TRI_EINVAL, "zero: unit %d's exact sums asked for at --zero-stage %d while its gradients "
+                       "are not taken (or it has no expert part)", unit, z->stage);
+    *acc = tri_tensor_range(b->fixed, 0, u->len);
+    return TRI_OK;
+}
+
 int tri_zero_zero_grads(tri_zero *z)
 {
     /* (stage 1-2 all-gathers started after the last update stay in flight: the forward waits) */
@@ -626,9 +720,9 @@ int tri_zero_finish_grads(tri_zero *z)
     int rc = TRI_OK;
     if (!z->deterministic)
         return rc;
-    for (int u = 0; u < z->L->n_units && !rc; u++) {
+    for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
         int64_t start, len, local;
-        tri_zero_owned(z, u, &start, &len, &local);
+        tri_zero_owned(z, k, &start, &len, &local);
         rc = tri_op_fixed_to_float(z->dev, tri_zero_owned_grads(z, start, len), tri_zero_owned_sums(z, start, len),
                                    TRI_FIXED_BITS);
     }
@@ -654,8 +748,9 @@ static int compress_units(tri_zero *z)
                                        tri_tensor_range(z->acc, u->start, u->len), TRI_FIXED_BITS);
         if (!rc) rc = tri_dp_compress_unit(&z->comp, z->dev, z->dp, z->grads, unit, z->iteration);
         if (!rc && z->deterministic) {
-            tri_tensor mine = tri_tensor_range(z->acc, owned_start(z, unit), slice_len(z, unit));
-            tri_tensor sum = tri_tensor_range(z->grads, owned_start(z, unit), slice_len(z, unit));
+            /* (a compressed unit is one part: compression is refused with expert parts) */
+            tri_tensor mine = tri_tensor_range(z->acc, owned_start(z, u->first_part), slice_len(z, u->first_part));
+            tri_tensor sum = tri_tensor_range(z->grads, owned_start(z, u->first_part), slice_len(z, u->first_part));
             if (z->stage == 0) {
                 mine = tri_tensor_range(z->acc, u->start, u->len);
                 sum = tri_tensor_range(z->grads, u->start, u->len);
@@ -680,7 +775,8 @@ static int reduce_units(tri_zero *z)
     if (!z->overlap_grad_reduce && z->stage == 0)
         return all_reduce_stage(z, z->deterministic ? z->acc : z->grads);
     for (int u = 0; u < z->L->n_units && !rc; u++)
-        rc = z->grad_started[u] ? tri_comm_wait(&z->grad_req[u]) : reduce_unit(z, u, false);
+        rc = z->grad_started[u] ? wait_parts(&z->grad_req[z->L->units[u].first_part], z->L->units[u].n_parts)
+                                : reduce_unit(z, u, false);
     return rc;
 }
 
@@ -706,10 +802,11 @@ int tri_zero_reduce_grads(tri_zero *z)
 int tri_zero_gather_params(tri_zero *z)
 {
     int rc = TRI_OK;
-    for (int u = 0; (z->stage == 1 || z->stage == 2) && u < z->L->n_units && !rc; u++) {
-        tri_tensor mine = tri_tensor_range(z->params, owned_start(z, u), slice_len(z, u));
-        rc = z->overlap_param_gather ? tri_comm_all_gather_start(z->dp, whole_params(z, u), mine, &z->param_req[u])
-                                     : tri_comm_all_gather(z->dp, whole_params(z, u), mine);
+    for (int k = 0; (z->stage == 1 || z->stage == 2) && k < z->L->n_parts && !rc; k++) {
+        tri_tensor mine = tri_tensor_range(z->params, owned_start(z, k), slice_len(z, k));
+        tri_tensor whole = tri_tensor_range(z->params, z->L->parts[k].start, z->L->parts[k].len);
+        rc = z->overlap_param_gather ? tri_comm_all_gather_start(part_comm(z, k), whole, mine, &z->param_req[k])
+                                     : tri_comm_all_gather(part_comm(z, k), whole, mine);
         z->started_param_gathers += z->overlap_param_gather;
     }
     return rc;
@@ -718,10 +815,10 @@ int tri_zero_gather_params(tri_zero *z)
 int tri_zero_sync(tri_zero *z)
 {
     int rc = TRI_OK, r;
-    for (int u = 0; u < z->L->n_units; u++) {
-        r = tri_comm_wait(&z->param_req[u]);
+    for (int k = 0; k < z->L->n_parts; k++) {
+        r = tri_comm_wait(&z->param_req[k]);
         rc = rc ? rc : r;
-        r = tri_comm_wait(&z->grad_req[u]);
+        r = tri_comm_wait(&z->grad_req[k]);
         rc = rc ? rc : r;
     }
     for (int i = 0; i < z->n_param_bufs; i++)
@@ -748,7 +845,8 @@ int tri_zero_read_param(tri_zero *z, const tri_param *p, bool grads, float *host
                                : tri_zero_owned_params(z, p->offset, p->numel);
         return tri_device_copy_to_host(z->dev, host, src);
     }
-    /* sharded: each dp rank contributes the pieces it owns, the others are zero, summed over dp */
+    /* sharded: each rank of p's group (dp; edp for an ep rank's own expert) contributes the pieces it
+     * owns, the others are zero, summed over that group */
     tri_tensor buf = {0};
     rc = tri_device_alloc(z->dev, &buf.data, (size_t)p->numel * sizeof(float));
     buf = tri_tensor_1d(buf.data, TRI_F32, p->numel);
@@ -759,7 +857,7 @@ int tri_zero_read_param(tri_zero *z, const tri_param *p, bool grads, float *host
             rc = tri_op_copy(z->dev, tri_tensor_range(buf, s - p->offset, n),
                              grads ? tri_zero_owned_grads(z, s, n) : tri_zero_owned_params(z, s, n));
     }
-    if (!rc) rc = tri_comm_all_reduce(z->dp, buf, TRI_REDUCE_SUM);
+    if (!rc) rc = tri_comm_all_reduce(p->spec.expert && z->edp ? z->edp : z->dp, buf, TRI_REDUCE_SUM);
     if (!rc) rc = tri_device_copy_to_host(z->dev, host, buf);
     tri_device_free(z->dev, buf.data);
     return rc;
@@ -806,12 +904,12 @@ int tri_zero_write_param(tri_zero *z, const tri_param *p, const float *host)
 
 int tri_zero_n_owned(const tri_zero *z)
 {
-    return z->L->n_units;
+    return z->L->n_parts;
 }
 
 void tri_zero_owned(const tri_zero *z, int k, int64_t *start, int64_t *len, int64_t *local)
 {
-    const tri_param_unit *u = &z->L->units[k];
+    const tri_param_part *u = &z->L->parts[k];
     if (z->stage == 0) {
         *start = *local = u->start;
         *len = u->len;

@@ -41,6 +41,24 @@
  * Per parameter: 2 + 4 + 12 bytes at stage 0, 2 + 4 + 12/dp at stage 1, 2 + (4 + 12)/dp at stage
  * 2, (2 + 4 + 12)/dp at stage 3 (plus the whole-unit buffers).
  *
+ * Expert parallelism (docs/moe.md; Megatron-Core's distributed optimizer with parallel folding):
+ * an ep rank's own experts (spec.expert) are replicated over the expert-data-parallel group edp =
+ * dp / ep only, everything else over dp. A unit is therefore cut into parts (engine/train/param.h
+ * tri_param_part: a sparse block's dense part, its experts, the dense part after) and everything
+ * above acts per part on the part's group: the reduce-scatter / all-reduce of its gradients, the
+ * all-gather of its parameters, its owned slice (len / group size, at the rank's index in that group)
+ * and so the optimizer's owned ranges (one per part), the master weights laid out as they are, the
+ * gradient norm's pieces and the checkpoint shards. Why parts of one unit rather than the experts as
+ * a unit of their own: the model keeps asking for a block as one flat unit (its passes, views and
+ * buffers do not change, nor do dense layouts: a unit without expert parameters is one part), and a
+ * block's two groups move in the same step, so overlap and prefetch need no new ordering (each buffer
+ * carries one request per part). In deterministic mode the experts' exact per-source sums
+ * (layers/moe_ep.h tri_moe_ep_exact) go where the unit's exact sums are (tri_zero_exact_sums): the
+ * stage's int64 sums at stages 0-1; at stages 2-3 the pass's int64 bucket, which then has a buffer
+ * of its own per gradient buffer, zeroed when taken, and is reduce-scattered part by part (the
+ * experts over edp). Gradient compression with ep stays refused (the compressors code whole units
+ * over dp).
+ *
  * Whole-unit buffers (stage 3's gathered parameters, stage 2-3's gradient buckets) come from a
  * pool of two buffers sized for the largest block, plus a buffer of its own for any larger unit
  * (the embedding): the largest unit must exist whole while it is used, as in FSDP. */
@@ -70,8 +88,9 @@ typedef struct tri_zero_buffer {
     bool prefetched;     /* parameters: all-gathered ahead of use (overlap), not used yet */
     bool reducing;       /* gradients: its reduce-scatter is in flight (overlap) */
     uint64_t ticket;     /* gradients: when the reduction started (they complete in that order) */
-    tri_comm_request req;
-    tri_tensor tmp;      /* gradients: (len / dp) the reduce-scatter's result (i64 when deterministic) */
+    tri_comm_request req[TRI_UNIT_MAX_PARTS]; /* one per part of the held unit */
+    tri_tensor tmp;      /* gradients: (the unit's owned slices) the reduce-scatters' results, part after
+                            part (i64 when deterministic) */
     tri_tensor fixed;    /* deterministic gradients: i64 (len) the bucket in fixed point */
 } tri_zero_buffer;
 
@@ -86,7 +105,7 @@ typedef struct tri_zero {
     tri_comm *dp;                /* the data-parallel group (NULL while planning) */
     tri_comm *edp;               /* expert parallelism: the expert-data-parallel group that reduces the
                                     expert parameters (spec.expert); NULL: none */
-    int64_t *slice_offset;       /* per unit: where its owned slice starts in the shard buffers */
+    int64_t *slice_offset;       /* per part: where its owned slice starts in the shard buffers */
     /* parameters */
     tri_tensor params;           /* stages 0-2: (padded_numel) the whole local stage */
     tri_tensor param_shard;      /* stage 3: (shard_numel) the owned slices, unit after unit */
@@ -95,7 +114,7 @@ typedef struct tri_zero {
     /* gradients */
     tri_tensor grads;            /* stages 0-1: (padded_numel) */
     tri_tensor grad_shard;       /* stages 2-3: (shard_numel) */
-    tri_tensor reduce_tmp;       /* stages 2-3 without overlap: (largest unit / dp) a reduce-scatter's result */
+    tri_tensor reduce_tmp;       /* stages 2-3 without overlap: (largest unit's owned slices) a reduce-scatter's result */
     /* whole-unit buffers: [0, TRI_ZERO_POOL) shared, then one per unit larger than the shared ones */
     int n_param_bufs, n_grad_bufs;
     tri_zero_buffer *param_bufs, *grad_bufs;
@@ -103,11 +122,14 @@ typedef struct tri_zero {
     /* deterministic mode */
     tri_tensor acc;              /* i64 exact sums: (padded_numel) at stages 0-1, (shard_numel) above */
     tri_tensor acc_bucket;       /* stages 2-3 without overlap: i64 (largest unit) a bucket in fixed point */
-    tri_tensor acc_tmp;          /* stages 2-3 without overlap: i64 (largest unit / dp) a reduce-scatter's result */
+    tri_tensor acc_tmp;          /* stages 2-3 without overlap: i64 (largest unit's owned slices) a reduce-scatter's result */
+    bool fixed_per_bucket;       /* deterministic stages 2-3 with expert parts: each gradient buffer has its own
+                                    fixed-point bucket, zeroed when taken, so the experts' exact sums
+                                    (tri_zero_exact_sums) go in during the pass */
     tri_tensor bad;              /* f32 (1): contributions outside the fixed-point range */
     /* overlap: what is in flight */
-    tri_comm_request *grad_req;  /* per unit: stages 0-1, its gradient reduction */
-    tri_comm_request *param_req; /* per unit: stages 1-2, its parameter all-gather */
+    tri_comm_request *grad_req;  /* per part: stages 0-1, its gradient reduction */
+    tri_comm_request *param_req; /* per part: stages 1-2, its parameter all-gather */
     int *grad_calls;             /* per unit: tri_zero_grads_done calls so far this step */
     int *grad_calls_per_step;    /* per unit: the calls that complete its gradient (0: unknown) */
     bool *grad_started;          /* per unit: its reduction has started this step */
@@ -132,8 +154,8 @@ typedef struct tri_zero {
 int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tri_train_layout *run);
 /* After the arena is committed: the device and the data-parallel group to work with. */
 void tri_zero_bind(tri_zero *z, tri_device *dev, tri_comm *dp);
-/* Expert parallelism (docs/moe.md): the expert parameters' gradients (spec.expert) reduce over edp
- * instead of dp (stage 0 only: tri_zero_take refuses ep > 1 at stages 1-3). */
+/* Expert parallelism (docs/moe.md): the expert parts (spec.expert) are reduced, sharded and gathered
+ * over edp instead of dp, at every stage (see the top comment). */
 void tri_zero_bind_experts(tri_zero *z, tri_comm *edp);
 /* Completes whatever is in flight (ignoring errors), then frees the bookkeeping. */
 void tri_zero_destroy(tri_zero *z);
@@ -158,6 +180,14 @@ int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat);
  * once its last user is done. Stages 0-1: nothing. */
 int tri_zero_grads_done(tri_zero *z, int unit);
 
+/* Deterministic mode: the int64 fixed-point sums (2^-TRI_FIXED_BITS units) that unit u's gradients of
+ * the current pass go into, as one view of u->len elements (element i: flat offset u->start + i), for
+ * a pass that adds some gradients exactly itself (the experts' per-source GEMMs under expert
+ * parallelism, layers/moe_ep.h tri_moe_ep_exact) instead of writing them into tri_zero_grads's fp32
+ * view: stages 0-1 the stage's sums, stages 2-3 the held bucket's fixed-point buffer, reduced with it
+ * over each part's group. Valid while the unit's gradients are taken. TRI_EINVAL when not
+ * deterministic or (stages 2-3) the unit is not taken or has no expert part. */
+int tri_zero_exact_sums(const tri_zero *z, int unit, tri_tensor *acc);
 /* Zeroes every gradient this rank keeps (start of a step); their fill is skipped when the last
  * update zeroed them already (z->grads_zeroed), the rest (exact sums, counters) is reset as always. */
 int tri_zero_zero_grads(tri_zero *z);
