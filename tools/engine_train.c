@@ -283,9 +283,6 @@ static int validate(run *r)
     if (r->L.etp > 1)
         return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: engine_train does not run expert tensor "
                        "parallelism (docs/moe.md); expected 1 (the partitioner plans it)", r->L.etp);
-    if (r->L.ep > 1 && r->L.tp > 1)
-        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --tensor-model-parallel-size %d: engine_train "
-                       "runs expert parallelism with tensor parallelism 1 only (docs/moe.md)", r->L.ep, r->L.tp);
     if (r->L.ep > 1 && r->L.precision == TRI_PRECISION_BF16)
         return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --bf16: the expert-parallel MoE block runs "
                        "fp32 only (docs/moe.md); the one-rank block (ep 1) takes bf16", r->L.ep);
