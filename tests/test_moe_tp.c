@@ -4,8 +4,9 @@
  * (tu_run_model) at tp 2 SP (ep 1: every TP rank routes its own 4 of the 8 tokens through the
  * replicated router and all experts; the router's and experts' gradients sum over tp and dp),
  * tp 2 SP x dp 2 with ep 2 (the ep group is a TP pair, the edp group the dp pair), tp 2 SP x dp 2 with
- * ep 4 (the ep group spans both tp and dp; edp 1), tp 2 SP with pp 2, and tp 2 SP x dp 2 ZeRO 1 at ep 1,
- * against one rank.
+ * ep 4 (the ep group spans both tp and dp; edp 1), tp 2 SP with pp 2, and tp 2 SP x dp 2 ZeRO 1 at ep 1
+ * (ZeRO shards the experts like the norms: reduce-scattered over dp, then summed over tp), against
+ * one rank; --bf16 at tp 2 SP against fp32.
  *
  * Bounds (as tests/test_moe_ep_layouts.c and the dense layouts): 1e-5 relative on the first pass's
  * loss and gradients, 1e-4 on the step losses and the weights after 4 AdamW steps, and every weight
@@ -27,6 +28,10 @@
  * recomputation are bit-identical to tp 2 SP at ep 1 (first-pass loss and gradients, step losses and
  * norms, final weights): an expert's GEMM batch is one sequence shard's rows on every layout, and the
  * gradients are exact fixed-point sums.
+ *
+ * The step's MoE account (routed and kept counts per layer and expert) equals one rank's integers in
+ * every layout, and with DeepSeek-V3's expert bias on, tp 2 SP x dp 2 ep 2 moves the bias exactly as
+ * one rank does (the kept counts summed over tp, dp and pp).
  *
  * Checkpoints: saved at tp 2 SP x dp 2 ep 2 after 3 steps (every expert stored once, by its ep rank's
  * edp rank 0, whichever TP rank that is), resumed on one rank to step 6: the resumed losses equal one
@@ -53,7 +58,7 @@
              "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
              "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true%s}"
 
-enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };
+enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4, SEED_BF16 = 61 };
 
 static void make_tiny(tri_model *m, const char *extra)
 {
@@ -115,6 +120,16 @@ Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
             worst_w = fmax(worst_w, ew);
             worst_d = fmax(worst_d, drift);
         }
+        /* the step's MoE account (engine/train/moe_stats.h), summed over tp as well as dp and pp: the
+         * routed and kept counts are one rank's integers; the aux loss (fixed point 2^-32) within 1e-5 */
+        int counts = ref.moe_layers * 2 * ref.moe_E;
+        cr_expect_eq(got.moe_micro, ref.moe_micro, "%s: account over %lld micro-batches, one rank's %lld", name,
+                     (long long)got.moe_micro, (long long)ref.moe_micro);
+        cr_expect(counts > 0 && memcmp(got.moe_sums, ref.moe_sums, (size_t)counts * sizeof *ref.moe_sums) == 0,
+                  "%s: the routed and kept counts differ from one rank's", name);
+        double aux = (double)got.moe_sums[counts], aux1 = (double)ref.moe_sums[counts];
+        cr_expect_lt(fabs(aux - aux1) / aux1, 1e-5, "%s: the account's aux loss %.9g vs one rank's %.9g", name, aux,
+                     aux1);
         for (int s = 0; s < STEPS; s++) {
             double e = fabs(got.losses[s] - ref.losses[s]) / ref.losses[s];
             cr_expect_lt(e, 1e-4, "%s: step %d loss %g vs %g", name, s + 1, got.losses[s], ref.losses[s]);
@@ -167,6 +182,72 @@ Test(moe_tp, deterministic_bit_identical_to_tp2, .timeout = 300)
         tu_result_free(&got);
     }
     tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+/* --bf16 at tp 2 SP (ep 1; ep > 1 with bf16 is piece C's): tracks fp32 one rank within
+ * tests/test_mixtral.c's bf16 bounds (losses 2e-3 relative, first gradients 5e-2 of each tensor's
+ * largest) on its batches (seed 61), and every bf16 parameter is its rounded master weight after each
+ * update. The batches matter: bf16's rounding of the router's input can flip a near-tie of the top-2
+ * and send a token to another expert, an O(1) change of that expert's gradient (seed 79: 0.49 on one
+ * expert's w1, the same for bf16 on one rank: bf16 routing, not tp). */
+Test(moe_tp, bf16_tp2_tracks_fp32, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, SEED_BF16);
+    tu_result fp, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &fp, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .bf16 = true}, &got, w), TRI_OK, "%s",
+                 tri_error_message());
+    double loss = 0, grad = 0;
+    for (int s = 0; s < STEPS; s++)
+        loss = fmax(loss, fabs(got.losses[s] - fp.losses[s]) / fp.losses[s]);
+    for (int i = 0; i < fp.n; i++) {
+        double e = tu_tensor_rel(got.grads[i], fp.grads[i], compared(&fp, i));
+        if (getenv("TRIDENT_TEST_VERBOSE") && e > 1e-2)
+            printf("  %s: %.3g\n", fp.names[i], e);
+        grad = fmax(grad, e);
+    }
+    cr_expect_lt(loss, 2e-3, "bf16 tp2 sp losses differ from fp32's by %g", loss);
+    cr_expect_gt(loss, 0.0, "bf16 gave the fp32 losses exactly: bf16 is not in effect");
+    cr_expect_lt(grad, 5e-2, "bf16 tp2 sp first gradients differ from fp32's by %g", grad);
+    cr_expect_gt(got.bf16_checked, 0);
+    cr_expect_eq(got.bf16_stale, 0, "%lld bf16 parameters are not their rounded master weight",
+                 (long long)got.bf16_stale);
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("bf16 tp2 sp vs fp32 one rank: losses %.2g, first gradients %.2g\n", loss, grad);
+    tu_result_free(&fp);
+    tu_result_free(&got);
+    free(w);
+    tri_model_free(&m);
+}
+
+/* DeepSeek-V3's expert bias moves by the kept counts summed over every rank that routed (now tp too):
+ * the same integers as one rank's, so the same bias after each step, bit for bit. */
+Test(moe_tp, expert_bias_counts_over_tp, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 73);
+    tri_moe_run bias = {.expert_bias = true, .bias_update_rate = 0.01f};
+    tu_result ref, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.moe = bias}, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .ep = 2, .moe = bias}, &got, w), TRI_OK,
+                 "%s", tri_error_message());
+    int n = ref.moe_layers * ref.moe_E, moved = 0;
+    for (int s = 0; s < TU_BIAS_STEPS && s < STEPS; s++) {
+        cr_expect(memcmp(got.moe_kept[s], ref.moe_kept[s], (size_t)n * sizeof **ref.moe_kept) == 0,
+                  "step %d: kept counts differ from one rank's", s + 1);
+        cr_expect(memcmp(got.moe_bias[s], ref.moe_bias[s], (size_t)n * sizeof **ref.moe_bias) == 0,
+                  "step %d: the expert bias differs from one rank's", s + 1);
+        for (int i = 0; i < n; i++)
+            moved += ref.moe_bias[s][i] != 0.0f;
+    }
+    cr_expect_gt(moved, 0, "the bias never moved");
+    tu_result_free(&ref);
+    tu_result_free(&got);
     free(w);
     tri_model_free(&m);
 }
