@@ -11,8 +11,8 @@
  *    same (top-2 of 4 with fp32 scores whose gaps are ~1e-2, rounding ~1e-7) and every sum is fp32;
  *  - layouts: pp 2 (1F1B) and dp 2 at ZeRO 1 and 3 within 1e-5 (gradients) and 1e-4 (4 AdamW steps)
  *    of one rank, and bit-identical to one rank in deterministic mode (pp 2, dp 2 ZeRO 0 and 3, full
- *    recomputation); tp 2 without --sequence-parallel refused naming the rule; --bf16 tracks fp32 and its pp / dp layouts match one
- *    rank bit for bit (deterministic mode for dp). */
+ *    recomputation); tp 2 without --sequence-parallel refused naming the rule; --bf16 tracks fp32
+ *    and its pp / dp layouts match one rank bit for bit (deterministic mode for dp). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>

@@ -32,13 +32,13 @@
  * every layout, and with DeepSeek-V3's expert bias on, tp 2 SP x dp 2 ep 2 moves the bias exactly as
  * one rank does (the kept counts summed over tp, dp and pp).
  *
- * Checkpoints: saved at tp 2 SP x dp 2 ep 2 after 3 steps (every expert stored once, by its ep rank's
+ * Checkpoints: saved at tp 2 SP x dp 2 ep 2 after 3 steps (every expert in it, stored by its ep rank's
  * edp rank 0, whichever TP rank that is), resumed on one rank to step 6: the resumed losses equal one
  * rank's uninterrupted run within the bounds above.
  *
  * Refusals: tp 2 without --sequence-parallel (Megatron's rule, named by the one validator), ep not
  * dividing tp x dp, a shared expert with tp 2, ZeRO 1 with tp 2 (ZeRO over the experts' tp x dp
- * group is not built; sharding them over dp alone trains exactly but allocate tp times the
+ * group is not built; sharding them over dp alone trains exactly but allocates tp times the
  * experts' optimizer state the partitioner plans). */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -102,7 +102,8 @@ Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         const char *name = layouts[k].name;
         cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
-        double loss = fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss, worst = 0, worst_w = 0, worst_l = 0, worst_d = 0;
+        double loss = fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss;
+        double worst = 0, worst_w = 0, worst_l = 0, worst_d = 0;
         cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got.grad_loss, ref.grad_loss);
         cr_expect_lt(fabs(got.grad_norm - ref.grad_norm) / ref.grad_norm, 1e-5, "%s: gradient norm %.9g vs %.9g",
                      name, got.grad_norm, ref.grad_norm);
@@ -326,7 +327,7 @@ Test(moe_tp, refusals)
     tri_model s;
     make_tiny(&s, ", \"moe_shared_expert_intermediate_size\": 64");
     expect_refused(&s, (tu_layout){.tp = 2, .sp = true},
-                   "--tensor-model-parallel-size 2: tiny-mixtral has a shared expert (moe_shared_expert_intermediate_size "
-                   "64)");
+                   "--tensor-model-parallel-size 2: tiny-mixtral has a shared expert "
+                   "(moe_shared_expert_intermediate_size 64)");
     tri_model_free(&s);
 }
