@@ -50,9 +50,6 @@ static int check_call(const tri_moe_config *cfg, tri_tensor x, tri_tensor y_or_d
     if (cfg->capacity > 0 && cfg->drop_policy != TRI_MOE_DROP_PROBS && cfg->drop_policy != TRI_MOE_DROP_POSITION)
         return TRI_ERR(TRI_EINVAL, "moe: drop_policy %d, expected TRI_MOE_DROP_PROBS or TRI_MOE_DROP_POSITION",
                        cfg->drop_policy);
-    if (s->sp > 1 && !cfg->sp_comm)
-        return TRI_ERR(TRI_EINVAL, "moe: shape.sp %lld (sequence parallelism) needs cfg->sp_comm, the group whose "
-                       "routed counts the aux loss sums", (long long)s->sp);
     return TRI_OK;
 }
 
@@ -100,6 +97,9 @@ int tri_moe_route(tri_device *d, tri_moe_acts *a, tri_tensor x, const tri_moe_we
 {
     const tri_moe_shape *s = &cfg->shape;
     tri_tensor none = tri_tensor_none();
+    if (s->sp > 1 && !cfg->sp_comm) /* both blocks route here */
+        return TRI_ERR(TRI_EINVAL, "moe: shape.sp %lld (sequence parallelism) needs cfg->sp_comm, the group whose "
+                       "routed counts the aux loss sums", (long long)s->sp);
     int rc = TRI_OK;
     /* router: logits(N,E) f32 = x @ Wr^T (bf16 x and Wr: fp32 sums into fp32), scores, top-k, weights;
      * capacity (dropless: a copy and the counts) */

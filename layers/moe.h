@@ -158,8 +158,10 @@ int tri_moe_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *g, tri
 
 /* The block's stages, which tri_moe_forward / tri_moe_backward run around the experts and the
  * expert-parallel block (layers/moe_ep.h) around its exchange, so both run one sequence of ops:
- *   tri_moe_route: the router linear, scores, top-k and capacity, the permutation map, the counts'
- *     one read-back (acts->counts, acts->R) and the permutation of x into expert order (acts->x_perm);
+ *   tri_moe_route: the router linear, scores, top-k and capacity (at shape.sp > 1 with the aux loss on,
+ *     the routed counts summed over cfg->sp_comm into acts->routed_global; TRI_EINVAL without the
+ *     comm), the permutation map, the counts' one read-back (acts->counts, acts->R) and the
+ *     permutation of x into expert order (acts->x_perm);
  *   tri_moe_combine: y = the weighted sum of acts->o at each token's kept rows (overwrites y), the
  *     losses' scalars (acts->losses), the shared expert added;
  *   tri_moe_route_backward: once dx_perm (N*K, C) holds the permuted input's gradient and
