@@ -88,10 +88,33 @@ static int router_backward(tri_device *d, tri_tensor dx, const tri_moe_weights *
     return rc;
 }
 
+/* The losses' coefficients and counts on this rank: under sequence parallelism (shape.sp > 1) each
+ * rank's aux loss is coeff E / (K (sp N)^2) sum_e c_e(whole sequence) sum_{its n} p_ne and its z-loss
+ * coeff / (sp N) sum_{its n} lse_n^2, so the group's sum is one rank's loss over all sp N tokens
+ * (Megatron-Core's switch_load_balancing_loss_func with total_num_tokens = sp N). */
+static float aux_coeff(const tri_moe_config *cfg)
+{
+    float sp = cfg->shape.sp > 1 ? (float)cfg->shape.sp : 1.0f;
+    return cfg->aux_loss_coeff / (sp * sp);
+}
+
+static float z_coeff(const tri_moe_config *cfg)
+{
+    return cfg->shape.sp > 1 ? cfg->z_loss_coeff / (float)cfg->shape.sp : cfg->z_loss_coeff;
+}
+
+static tri_tensor aux_counts(const tri_moe_acts *a, const tri_moe_config *cfg)
+{
+    return cfg->shape.sp > 1 ? a->routed_global : a->routed_per_expert;
+}
+
 int tri_moe_route(tri_device *d, tri_moe_acts *a, tri_tensor x, const tri_moe_weights *w, const tri_moe_config *cfg)
 {
     const tri_moe_shape *s = &cfg->shape;
     tri_tensor none = tri_tensor_none();
+    if (s->sp > 1 && !cfg->sp_comm) /* both blocks route here */
+        return TRI_ERR(TRI_EINVAL, "moe: shape.sp %lld (sequence parallelism) needs cfg->sp_comm, the group whose "
+                       "routed counts the aux loss sums", (long long)s->sp);
     int rc = TRI_OK;
     /* router: logits(N,E) f32 = x @ Wr^T (bf16 x and Wr: fp32 sums into fp32), scores, top-k, weights;
      * capacity (dropless: a copy and the counts) */
@@ -100,6 +123,12 @@ int tri_moe_route(tri_device *d, tri_moe_acts *a, tri_tensor x, const tri_moe_we
                                             cfg->score_func, cfg->norm_topk);
     if (!rc) rc = tri_op_moe_router_capacity(d, a->kept_idx, a->tokens_per_expert, a->routed_per_expert,
                                              a->expert_idx, a->expert_w, cfg->capacity, cfg->drop_policy);
+    /* sequence parallelism: the aux loss's f counts the whole sequence's selections (integers: the
+     * same sum in any order) */
+    if (!rc && s->sp > 1 && cfg->aux_loss_coeff != 0.0f) {
+        rc = tri_op_copy(d, a->routed_global, a->routed_per_expert);
+        if (!rc) rc = tri_comm_all_reduce(cfg->sp_comm, a->routed_global, TRI_REDUCE_SUM);
+    }
     /* dispatch: the counting sort of the kept selections by expert, then the one read-back of the
      * counts the grouped GEMM needs on the host (forward and backward use this copy) */
     if (!rc) rc = tri_op_moe_permute_map(d, a->row_id_map, a->sorted_indices, a->tokens_per_expert, a->kept_idx);
@@ -125,10 +154,10 @@ int tri_moe_combine(tri_device *d, tri_tensor y, tri_moe_acts *a, tri_tensor x, 
     tri_tensor aux = tri_tensor_slice0(a->losses, 0, 1), z = tri_tensor_slice0(a->losses, 1, 1);
     if (!rc) rc = tri_op_fill(d, a->losses, 0.0f);
     if (!rc && cfg->aux_loss_coeff != 0.0f)
-        rc = tri_op_moe_aux_loss(d, aux, none, a->scores, a->routed_per_expert, s->K, cfg->score_func,
-                                 cfg->aux_loss_coeff, 0.0f);
+        rc = tri_op_moe_aux_loss(d, aux, none, a->scores, aux_counts(a, cfg), s->K, cfg->score_func, aux_coeff(cfg),
+                                 0.0f);
     if (!rc && cfg->z_loss_coeff != 0.0f)
-        rc = tri_op_moe_z_loss(d, z, none, a->logits, cfg->z_loss_coeff, 0.0f);
+        rc = tri_op_moe_z_loss(d, z, none, a->logits, z_coeff(cfg), 0.0f);
     /* shared expert: y += down_s(silu(gate_s x) * up_s x) */
     if (!rc && s->I_shared > 0) {
         rc = tri_op_matmul(d, a->shared_gate_up, x, w->shared_gate_up_w, none, false, true, 0.0f);
@@ -152,10 +181,10 @@ int tri_moe_route_backward(tri_device *d, tri_tensor dx, tri_tensor dx_perm, con
                                              cfg->norm_topk);
     tri_tensor aux = tri_tensor_slice0(sc->losses, 0, 1), z = tri_tensor_slice0(sc->losses, 1, 1);
     if (!rc && cfg->aux_loss_coeff != 0.0f)
-        rc = tri_op_moe_aux_loss(d, aux, sc->dlogits, a->scores, a->routed_per_expert, s->K, cfg->score_func,
-                                 cfg->aux_loss_coeff, loss_scale);
+        rc = tri_op_moe_aux_loss(d, aux, sc->dlogits, a->scores, aux_counts(a, cfg), s->K, cfg->score_func,
+                                 aux_coeff(cfg), loss_scale);
     if (!rc && cfg->z_loss_coeff != 0.0f)
-        rc = tri_op_moe_z_loss(d, z, sc->dlogits, a->logits, cfg->z_loss_coeff, loss_scale);
+        rc = tri_op_moe_z_loss(d, z, sc->dlogits, a->logits, z_coeff(cfg), loss_scale);
     if (!rc) rc = router_backward(d, dx, g, sc, x, w);
     /* shared expert */
     if (!rc && s->I_shared > 0) {

@@ -34,6 +34,7 @@
 
 #include "engine/core/status.h"
 #include "engine/core/tensor.h"
+#include "engine/comm/comm.h"
 #include "engine/device/device.h"
 
 /* The host array of per-expert counts lives in the activations: at most this many experts. */
@@ -43,6 +44,8 @@
 typedef struct tri_moe_shape {
     int64_t N, C, E, K, I, I_shared;
     tri_dtype dtype;        /* activations and weight copies: TRI_F32 (0, the default) or TRI_BF16 */
+    int64_t sp;             /* sequence parallelism: N is this rank's shard of sp x N tokens (the tensor-
+                               parallel group under --sequence-parallel); 0 or 1: none */
 } tri_moe_shape;
 
 typedef struct tri_moe_config {
@@ -53,6 +56,11 @@ typedef struct tri_moe_config {
     int drop_policy;        /* TRI_MOE_DROP_PROBS or TRI_MOE_DROP_POSITION (with a capacity) */
     float aux_loss_coeff;   /* Megatron's --moe-aux-loss-coeff (HF's router_aux_loss_coef times K); 0 off */
     float z_loss_coeff;     /* --moe-z-loss-coeff; 0 off */
+    /* shape.sp > 1: the sequence-parallel group (not owned). The aux loss takes f from the routed counts
+     * summed over it (acts->routed_global) and P from this rank's tokens, and both losses are weighed
+     * as shares of the whole sequence's (coefficients / sp^2 and / sp), so the group's losses and
+     * gradients sum to one rank's over all sp N tokens (Megatron-Core's sequence_partition_group) */
+    tri_comm *sp_comm;
 } tri_moe_config;
 
 /* The block's parameters (and, with the same layout, their gradients; expert_bias has none). */
@@ -84,6 +92,8 @@ typedef struct tri_moe_acts {
     tri_tensor shared_gate_up;     /* (N, 2 I_s) or absent */
     tri_tensor shared_h;           /* (N, I_s) or absent */
     tri_tensor losses;             /* (2) f32: [aux loss, z-loss] of this pass (0 when off) */
+    tri_tensor routed_global;      /* (E) i32, routed_per_expert summed over the sequence-parallel group
+                                      (shape.sp > 1 only; else absent) */
     int64_t R;                     /* kept selections */
     int32_t counts[TRI_MOE_MAX_EXPERTS]; /* host copy of tokens_per_expert (read back once a pass) */
 } tri_moe_acts;
@@ -159,8 +169,10 @@ int tri_moe_check_backward(const tri_moe_config *cfg, tri_tensor dx, const tri_m
 
 /* The block's stages, which tri_moe_forward / tri_moe_backward run around the experts and the
  * expert-parallel block (layers/moe_ep.h) around its exchange, so both run one sequence of ops:
- *   tri_moe_route: the router linear, scores, top-k and capacity, the permutation map, the counts'
- *     one read-back (acts->counts, acts->R) and the permutation of x into expert order (acts->x_perm);
+ *   tri_moe_route: the router linear, scores, top-k and capacity (at shape.sp > 1 with the aux loss on,
+ *     the routed counts summed over cfg->sp_comm into acts->routed_global; TRI_EINVAL without the
+ *     comm), the permutation map, the counts' one read-back (acts->counts, acts->R) and the
+ *     permutation of x into expert order (acts->x_perm);
  *   tri_moe_combine: y = the weighted sum of acts->o at each token's kept rows (overwrites y), the
  *     losses' scalars (acts->losses), the shared expert added;
  *   tri_moe_route_backward: once dx_perm (N*K, C) holds the permuted input's gradient and

@@ -54,6 +54,7 @@ static void layout_acts(const tri_moe_shape *s, tri_moe_acts *a, tri_moe_carver 
     a->shared_gate_up = tri_moe_carve(cv, dt, s->I_shared ? N : 0, 2 * s->I_shared);
     a->shared_h = tri_moe_carve(cv, dt, s->I_shared ? N : 0, s->I_shared);
     a->losses = tri_moe_carve(cv, TRI_F32, 2, 0);
+    a->routed_global = tri_moe_carve(cv, TRI_I32, s->sp > 1 ? E : 0, 0);
 }
 
 static void layout_scratch(const tri_moe_shape *s, tri_moe_scratch *sc, tri_moe_carver *cv)

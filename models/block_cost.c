@@ -84,7 +84,7 @@ tri_moe_shape tri_moe_block_shape(const tri_decoder_block *b, const tri_train_la
     int64_t tp = l->tp > 1 ? l->tp : 1;
     tri_moe_shape s = {.N = l->B * l->T / t_sp * etp, .C = b->C, .E = b->E, .K = b->K, .I = b->I / etp,
                        .I_shared = t_sp == 1 ? b->I_shared / tp : 0,
-                       .dtype = l->precision == TRI_PRECISION_BF16 ? TRI_BF16 : TRI_F32};
+                       .dtype = l->precision == TRI_PRECISION_BF16 ? TRI_BF16 : TRI_F32, .sp = t_sp};
     return s;
 }
 

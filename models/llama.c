@@ -67,10 +67,20 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
                        c->intermediate_size, name, tp);
     if (run->attention != TRI_ATTENTION_FLASH)
         return TRI_ERR(TRI_EINVAL, "--attention-backend unfused: %s (a Llama) runs on the fused attention only", name);
-    if (c->num_experts > 0 && tp > 1)
-        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d: %s has experts (%d), and its MoE layers run on "
-                       "whole experts; use --tensor-model-parallel-size 1 (expert parallelism comes next)", tp, name,
+    /* tp > 1 without --sequence-parallel: refused by tri_layout_check_model (partitioner/constraints.c);
+     * under SP each TP rank routes its own N / tp tokens through whole experts (docs/moe.md) */
+    /* ZeRO shards the experts over their expert-data-parallel group, at ep 1 the stage's tp x dp ranks
+     * (Megatron-Core; partitioner/memory_model.c tri_expert_dp plans so): not built (docs/moe.md) */
+    if (c->num_experts > 0 && tp > 1 && run->zero_stage > 0)
+        return TRI_ERR(TRI_EINVAL, "--zero-stage %d with --tensor-model-parallel-size %d: %s has experts (%d), which "
+                       "ZeRO would shard over the expert-data-parallel group (tensor x data-parallel ranks), not "
+                       "built; use --zero-stage 0 with tensor parallelism", run->zero_stage, tp, name,
                        c->num_experts);
+    if (c->num_experts > 0 && tp > 1 && c->shared_expert_intermediate_size > 0)
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d: %s has a shared expert "
+                       "(moe_shared_expert_intermediate_size %d), which would be a tensor-parallel SwiGLU under "
+                       "sequence parallelism (not built); use --tensor-model-parallel-size 1 or a config without it",
+                       tp, name, c->shared_expert_intermediate_size);
     if (c->num_experts > 0 && ((int64_t)c->moe_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
         return TRI_ERR(TRI_EINVAL, "%s: moe_intermediate_size %d x hidden_size %d is not a multiple of %d elements, "
                        "so the experts' fused views cannot join their matrices in place", name,

@@ -38,7 +38,9 @@
  * the layers tri_llama_layer_is_sparse names run layers/moe.h's block in place of the SwiGLU MLP,
  * as Hugging Face's MixtralForCausalLM ("mixtral") and Qwen3MoeForCausalLM ("qwen3_moe", its MoE
  * side); their parameters carry the Hub's per-expert names, in the flat order the block's fused
- * views need. fp32 and tp 1 only for now.
+ * views need. fp32 or bf16; at tp > 1 only under --sequence-parallel, each TP rank routing its own
+ * N_l tokens through the replicated router and whole experts (docs/moe.md "MoE with tensor
+ * parallelism").
  *
  * Shapes: B micro-batch, T sequence, N = B T rows, N_l = N / tp under sequence parallelism (else N),
  * C hidden_size, HS head_dim, NH_l = NH / tp, NH_kv_l the rank's key/value heads, Q_l = NH_l HS,

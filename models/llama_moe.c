@@ -12,7 +12,8 @@
  * (E, C, I) are each one contiguous range (and an expert-parallel rank's E/ep experts, later, one
  * slice of each). The global (checkpoint) order is the same.
  *
- * The block runs on whole experts (tensor parallelism is refused by tri_llama_check), in fp32 or,
+ * The block runs on whole experts (etp 1; with tp > 1 under --sequence-parallel, Megatron-Core's rule,
+ * each TP rank routes its own N / tp tokens through the replicated router and experts), in fp32 or,
  * under --bf16, on bf16 rows with an fp32 router (layers/moe.h). The auxiliary and z losses enter the step's objective with weight
  * dloss * N (dloss = d(step loss)/d(token loss), so 1/(micro-batches x data-parallel ranks): the
  * losses averaged like the LM loss, Megatron-Core's scaling), and their scalars stay in each slot's
@@ -200,13 +201,15 @@ tri_moe_config tri_llama_moe_config(const tri_llama *m)
 {
     const tri_llama_config *c = &m->cfg;
     const tri_llama_moe_options *o = &m->moe_opt;
-    tri_moe_config k = {.shape = {.N = m->d.N, .C = c->hidden_size, .E = c->num_experts,
+    /* under sequence parallelism (required with tp > 1) each TP rank routes its own N_l = N / tp tokens */
+    int64_t sp = m->d.run->sequence_parallel && m->d.run->tp > 1 ? m->d.run->tp : 1;
+    tri_moe_config k = {.shape = {.N = m->d.N_l, .sp = sp, .C = c->hidden_size, .E = c->num_experts,
                                   .K = c->num_experts_per_tok, .I = c->moe_intermediate_size,
                                   .I_shared = c->shared_expert_intermediate_size,
                                   .dtype = tri_decoder_act_dtype(&m->d)},
                         .score_func = o->score_func, .norm_topk = c->norm_topk_prob,
                         .drop_policy = o->drop_policy, .aux_loss_coeff = o->aux_loss_coeff,
-                        .z_loss_coeff = o->z_loss_coeff};
+                        .z_loss_coeff = o->z_loss_coeff, .sp_comm = sp > 1 ? m->d.tp.comm : NULL};
     k.capacity = o->capacity_factor > 0 ? tri_moe_capacity(k.shape.N, k.shape.K, k.shape.E, o->capacity_factor) : 0;
     return k;
 }

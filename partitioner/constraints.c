@@ -133,7 +133,8 @@ static bool etp_ok(int64_t etp, const void *p)
 
 /* Expert parallelism, Megatron-Core's parallel folding: within a stage the tp x dp ranks regroup as
  * etp x ep x edp for the experts (edp = tp dp / (etp ep), a positive integer); each ep rank holds
- * E / ep experts; K <= E. A dense model (n_experts 0) takes ep = etp = 1 only. */
+ * E / ep experts; K <= E; tp > 1 needs sequence parallelism. A dense model (n_experts 0) takes
+ * ep = etp = 1 only. */
 static int check_experts(const tri_transformer *m, int tp, int dp, int ep, int etp, bool sequence_parallel, ctx *cx,
                          char *near, int cap)
 {
@@ -152,10 +153,12 @@ static int check_experts(const tri_transformer *m, int tp, int dp, int ep, int e
     if (m->experts_per_tok < 1 || m->experts_per_tok > m->n_experts)
         return TRI_ERR(TRI_EINVAL, "num_experts_per_tok %lld: expected 1..num_experts %lld (each token's top-k "
                        "experts are distinct)", (long long)m->experts_per_tok, (long long)m->n_experts);
-    if (ep > 1 && tp > 1 && !sequence_parallel)
-        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --tensor-model-parallel-size %d needs "
-                       "--sequence-parallel (each tensor-parallel rank routes its own sequence shard; Megatron-Core's "
-                       "rule)", ep, tp);
+    /* Megatron-LM's arguments.py: "When using MoE and tensor parallelism, sequence parallelism must be
+     * used" - the router and the experts (etp 1) see each TP rank's own N / tp tokens */
+    if (tp > 1 && !sequence_parallel)
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d with a mixture-of-experts model (num_experts "
+                       "%lld) needs --sequence-parallel (each tensor-parallel rank routes its own sequence shard "
+                       "through the router and the experts; Megatron-Core's rule)", tp, (long long)m->n_experts);
     int64_t ranks = (int64_t)tp * dp;
     cx->a = ranks;
     cx->b = etp;

@@ -59,9 +59,13 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
     for (int d = 0; d < spec->ndim; d++)
         global *= spec->shape[d];
     int pi = -1, c = holder(r, gi, &pi);
-    /* the holder stage: the pipeline rank whose chunks hold it (one stage; vote by all-reduce), and
-     * the lowest dp rank holding it (0 but for an expert under expert parallelism: its ep rank) */
-    int32_t v[2] = {c >= 0 ? g->pp_rank : -1, c >= 0 ? -g->dp_rank : -(1 << 30)};
+    /* the root (vote by all-reduce): the lowest world rank among the holders' TP rank 0 (one stage
+     * holds it; dp rank 0 but for an expert under expert parallelism: its ep rank) */
+    /* an expert under expert parallelism is whole on its ep rank, which with tp > 1 may be any TP rank
+     * (folding over tp x dp): its lowest holder is the root, its TP peers hold other experts */
+    bool whole = c >= 0 && r->chunk[c]->layout.params[pi].spec.expert;
+    int32_t v[2] = {0, c >= 0 ? -(whole ? g->world_rank : tri_grid_world_rank(g->tp, g->dp, 0, g->dp_rank, g->pp_rank))
+                           : -(1 << 30)};
     tri_device *dev = r->chunk[0]->dev;
     tri_tensor vote = {0}, buf = {0};
     int rc = tri_device_alloc(dev, &vote.data, sizeof v);
@@ -69,14 +73,15 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
     if (!rc) rc = tri_device_copy_from_host(dev, vote, v);
     if (!rc) rc = tri_comm_all_reduce(g->world, vote, TRI_REDUCE_MAX);
     if (!rc) rc = tri_device_copy_to_host(dev, v, vote);
-    int32_t stage = v[0], holder_dp = -v[1];
+    int32_t root = -v[1];
     tri_device_free(dev, vote.data);
     float *global_host = calloc((size_t)global, sizeof *global_host);
     if (!global_host)
         return TRI_ERR(TRI_ENOMEM, "harness: no memory");
     if (!rc && c >= 0) {
         const tri_param *p = &r->chunk[c]->layout.params[pi];
-        int64_t total = p->numel * g->tp;
+        int tp = whole ? 1 : g->tp;
+        int64_t total = p->numel * tp;
         float *host = malloc((size_t)total * sizeof *host);
         tri_tensor mine = {0};
         rc = tri_device_alloc(dev, &buf.data, (size_t)total * sizeof(float));
@@ -86,15 +91,15 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
         if (!rc) rc = tri_device_alloc(dev, &mine.data, (size_t)p->numel * sizeof(float));
         mine = tri_tensor_1d(mine.data, TRI_F32, p->numel);
         if (!rc) rc = tri_device_copy_from_host(dev, mine, host);
-        if (!rc) rc = tri_comm_all_gather(g->tp_comm, buf, mine);
+        if (!rc) rc = whole ? tri_op_copy(dev, buf, mine) : tri_comm_all_gather(g->tp_comm, buf, mine);
         tri_device_free(dev, mine.data);
         if (!rc) rc = tri_device_copy_to_host(dev, host, buf);
         /* a replicated parameter's TP copies are one tensor: every rank's weights the same bits */
-        for (int k = 1; !rc && !grads && p->tp_replicated && k < g->tp; k++)
+        for (int k = 1; !rc && !grads && p->tp_replicated && k < tp; k++)
             if (memcmp(host, host + k * p->numel, (size_t)p->numel * sizeof *host) != 0)
                 rc = TRI_ERR(TRI_EINVAL, "harness: the TP copies of replicated parameter %s differ (tp rank %d "
                              "against 0)", spec->name, k);
-        for (int k = 0; !rc && k < (p->tp_replicated ? 1 : g->tp); k++)
+        for (int k = 0; !rc && k < (p->tp_replicated ? 1 : tp); k++)
             tri_shard_place(p, k, host + k * p->numel, global_host);
         /* vocabulary padding rows (at or beyond init_rows) stay zero */
         int64_t row = spec->ndim > 0 ? global / spec->shape[0] : 0;
@@ -105,8 +110,7 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
         tri_device_free(dev, buf.data);
         free(host);
     }
-    /* broadcast the global tensor from the holder stage's first rank */
-    int root = tri_grid_world_rank(g->tp, g->dp, 0, holder_dp, stage);
+    /* broadcast the global tensor from the root */
     if (!rc) rc = tri_device_alloc(dev, &buf.data, (size_t)global * sizeof(float));
     buf = tri_tensor_1d(buf.data, TRI_F32, global);
     if (!rc) rc = tri_device_copy_from_host(dev, buf, global_host);

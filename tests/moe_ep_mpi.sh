@@ -11,8 +11,12 @@
 #    --overlap-grad-reduce --overlap-param-gather against one rank, the same bound; a checkpoint saved
 #    there after 2 iterations (each rank's ZeRO shards: experts' slices by their edp owner) resumes on
 #    1 rank (ZeRO 0) and on 2 ranks ep 2 ZeRO 1 to the uninterrupted run's iteration-4 loss;
-#  - the refusals: ep with --grad-compression, ep with --tensor-model-parallel-size 2, etp 2, ep with
-#    --local-sgd-steps, each naming its flags.
+#  - ep folded over tp x dp (docs/moe.md "MoE with tensor parallelism"): 4 ranks at
+#    --tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2 (dp 2; each ep
+#    pair is a TP pair) against one rank, the same bound; a checkpoint saved there after 2 iterations
+#    resumes on one rank to the uninterrupted run's iteration-4 loss;
+#  - the refusals: ep with --grad-compression, ep with --local-sgd-steps, tp 2 without
+#    --sequence-parallel, ep not dividing tp x dp, etp 2, each naming its flags.
 # Usage (CTest): bash moe_ep_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
@@ -39,8 +43,14 @@ run() { # name ranks flags...
 
 run one 1 || { tail -5 "$tmp/one.log"; fail "one rank"; }
 run ep4 4 --expert-model-parallel-size 4 || { tail -5 "$tmp/ep4.log"; fail "4 ranks ep 4"; }
-if [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/ep4/metrics.jsonl" ]; then
-  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/ep4/metrics.jsonl" <<'PY' || fail "ep 4 against one rank"
+tp2ep2=(--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2)
+run tp2ep2 4 "${tp2ep2[@]}" || { tail -5 "$tmp/tp2ep2.log"; fail "4 ranks tp 2 sp ep 2"; }
+# ZeRO 3 over edp (dp 4 ep 2), with the overlaps
+run z3 4 --expert-model-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
+  { tail -5 "$tmp/z3.log"; fail "4 ranks ep 2 ZeRO 3"; }
+for name in ep4 tp2ep2 z3; do
+  [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/$name/metrics.jsonl" ] || continue
+  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/$name/metrics.jsonl" "$name" <<'PY' || fail "$name against one rank"
 import json, sys
 def train(p):
     return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
@@ -51,26 +61,11 @@ assert worst < 1e-4, f"losses differ by {worst:.3g} relative: {[a['loss'] for a 
 assert all(r["ep_bytes"] > 0 for r in ep), [r["ep_bytes"] for r in ep]
 assert all(r["ep_bytes"] == 0 for r in one), [r["ep_bytes"] for r in one]
 assert all("ep_s" in r for r in ep)
-print(f"ok   ep 4 on 4 ranks: losses within {worst:.2g} of one rank's ({one[0]['loss']:.4f} -> {one[-1]['loss']:.4f}); "
-      f"ep_bytes per step {ep[-1]['ep_bytes']:.0f}")
+print(f"ok   {sys.argv[3]} on 4 ranks: losses within {worst:.2g} of one rank's ({one[0]['loss']:.4f} -> "
+      f"{one[-1]['loss']:.4f}); ep_bytes per step {ep[-1]['ep_bytes']:.0f}")
 PY
-fi
+done
 
-# ZeRO 3 over edp (dp 4 ep 2), with the overlaps, against one rank
-run z3 4 --expert-model-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
-  { tail -5 "$tmp/z3.log"; fail "4 ranks ep 2 ZeRO 3"; }
-if [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/z3/metrics.jsonl" ]; then
-  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/z3/metrics.jsonl" <<'PY' || fail "ep 2 ZeRO 3 against one rank"
-import json, sys
-def train(p):
-    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
-one, z3 = train(sys.argv[1]), train(sys.argv[2])
-assert len(one) == len(z3) == 4, (len(one), len(z3))
-worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, z3))
-assert worst < 1e-4, f"losses differ by {worst:.3g} relative: {[a['loss'] for a in one]} vs {[b['loss'] for b in z3]}"
-print(f"ok   ep 2 ZeRO 3 (overlapped) on 4 ranks: losses within {worst:.2g} of one rank's")
-PY
-fi
 
 # checkpoints: saved at ep 4 after 2 iterations (each ep rank's experts in its own model file), resumed
 # on 1 rank and at ep 2 on 2 ranks to iteration 4: the last loss within 1e-4 of the uninterrupted run
@@ -115,6 +110,26 @@ print(f"ok   dp 4 ep 2 ZeRO 3 checkpoint resumed on {sys.argv[3]} rank(s) (ep {s
 PY
 done
 
+# a checkpoint saved at tp 2 sp ep 2 (the experts of ep rank 1 held by TP rank 1) resumes on one rank
+run tpsave 4 "${tp2ep2[@]}" --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
+  { tail -5 "$tmp/tpsave.log"; fail "tp 2 sp ep 2 save"; }
+ls "$tmp/tpsave"/iter_*/model_tp01_pp00_ep001.h5 > /dev/null 2>&1 &&
+  echo "ok   tp 2 sp ep 2: TP rank 1 (ep rank 1) wrote its experts' model file" || fail "no model file of ep rank 1"
+cp -r "$tmp/tpsave" "$tmp/tpresume"
+if run tpresume 1 --load "$tmp/tpresume" --lr-decay-iters 4 && [ -f "$tmp/straight1/metrics.jsonl" ]; then
+  /usr/bin/python3 - "$tmp/straight1/metrics.jsonl" "$tmp/tpresume/metrics.jsonl" <<'PY' || fail "tp 2 sp ep 2 resume against the uninterrupted run"
+import json, sys
+last = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
+a, b = last(sys.argv[1]), last(sys.argv[2])
+assert a["iter"] == b["iter"] == 4, (a["iter"], b["iter"])
+d = abs(a["loss"] - b["loss"]) / a["loss"]
+assert d < 1e-4, f"{b['loss']} vs {a['loss']}"
+print(f"ok   tp 2 sp ep 2 checkpoint resumed on 1 rank: iteration 4 loss {b['loss']:.6f}, uninterrupted {a['loss']:.6f}")
+PY
+else
+  tail -5 "$tmp/tpresume.log"; fail "tp 2 sp ep 2 resume on 1 rank"
+fi
+
 refuse() { # name want ranks flags...
   local name=$1 want=$2 np=$3
   shift 3
@@ -124,7 +139,8 @@ refuse() { # name want ranks flags...
   grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
 }
 refuse "ep with compression" "--expert-model-parallel-size 2 with gradient compression" 2 --expert-model-parallel-size 2 --grad-compression 1bit
-refuse "ep with tp 2" "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2" 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
+refuse "tp 2 without sp" "--tensor-model-parallel-size 2 with a mixture-of-experts model (num_experts 8) needs --sequence-parallel" 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
+refuse "ep not dividing tp x dp" "--expert-tensor-parallel-size 1 x --expert-model-parallel-size 8 = 8 does not divide a pipeline stage's tp x dp = 2 x 2 = 4 ranks" 4 "${tp2ep2[@]:0:3}" --expert-model-parallel-size 8
 refuse "etp 2" "--expert-tensor-parallel-size 2" 2 --expert-tensor-parallel-size 2
 refuse "ep with local SGD" "--local-sgd-steps 2 with --expert-model-parallel-size 2" 2 --expert-model-parallel-size 2 --local-sgd-steps 2
 

@@ -1,8 +1,9 @@
 /* tests/test_grid_experts.c - the expert-parallel groups of the process grid (engine/comm/grid.h,
- * tri_grid_add_experts) on thread ranks: Megatron-Core's parallel folding with tp 1, ep adjacent dp
- * ranks per ep group and the edp group across them, checked by the world ranks each group holds
- * (every member's world rank summed and maxed over the group, against the closed form), and the
- * refusals naming the flags. */
+ * tri_grid_add_experts) on thread ranks: Megatron-Core's parallel folding, a stage's tp x dp ranks
+ * (s = tp_rank + tp dp_rank) regrouped as ep adjacent ranks per ep group and the edp group across
+ * them, at tp 1 (the dp ranks) and tp 2 (ep within tp, ep spanning tp and dp, ep 1 whose edp is the
+ * whole stage), checked by the world ranks each group holds (every member's world rank summed and
+ * maxed over the group, against the closed form), and the refusals naming the flags. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -30,26 +31,28 @@ static int rank_fn(int rank, int size, tri_comm *world, void *arg)
     if (!rc) rc = tri_grid_add_experts(&g, k->ep);
     if (rc)
         return rc;
-    int ep = k->ep, edp = g.dp / ep, e = g.dp_rank % ep, f = g.dp_rank / ep;
-    if (g.ep != ep || g.edp != edp || g.ep_rank != e || g.edp_rank != f || g.ep_comm->size != ep ||
-        g.edp_comm->size != edp || g.ep_comm->rank != e || g.edp_comm->rank != f)
+    int ep = k->ep, st = g.tp_rank + g.tp * g.dp_rank, edp = g.tp * g.dp / ep, e = st % ep, f = st / ep;
+    if (g.ep != ep || g.edp != edp || g.ep_rank != e || g.edp_rank != f || g.edp_comm->size != edp ||
+        g.edp_comm->rank != f || (ep > 1 ? g.ep_comm->size != ep || g.ep_comm->rank != e : g.ep_comm != NULL))
         rc = TRI_ERR(TRI_EINTERNAL, "rank %d: ep %d/%d rank %d/%d, edp %d/%d rank %d/%d", rank, g.ep, ep, g.ep_rank, e,
                      g.edp, edp, g.edp_rank, f);
-    /* the ep group: dp ranks f ep .. f ep + ep - 1 of this (tp, pp) */
+    /* the ep group: stage ranks f ep .. f ep + ep - 1 of this pp */
     int64_t s, m, want_s = 0, want_m = 0;
     for (int j = 0; j < ep; j++) {
-        int64_t w = tri_grid_world_rank(g.tp, g.dp, g.tp_rank, f * ep + j, g.pp_rank);
+        int r = f * ep + j;
+        int64_t w = tri_grid_world_rank(g.tp, g.dp, r % g.tp, r / g.tp, g.pp_rank);
         want_s += w;
         want_m = w > want_m ? w : want_m;
     }
-    if (!rc) rc = members(g.ep_comm, rank, &s, &m);
-    if (!rc && (s != want_s || m != want_m))
+    if (!rc && ep > 1) rc = members(g.ep_comm, rank, &s, &m);
+    if (!rc && ep > 1 && (s != want_s || m != want_m))
         rc = TRI_ERR(TRI_EINTERNAL, "rank %d: ep group world ranks sum %lld max %lld, expected %lld %lld", rank,
                      (long long)s, (long long)m, (long long)want_s, (long long)want_m);
-    /* the edp group: dp ranks e, e + ep, ... */
+    /* the edp group: stage ranks e, e + ep, ... */
     want_s = want_m = 0;
     for (int j = 0; j < edp; j++) {
-        int64_t w = tri_grid_world_rank(g.tp, g.dp, g.tp_rank, e + j * ep, g.pp_rank);
+        int r = e + j * ep;
+        int64_t w = tri_grid_world_rank(g.tp, g.dp, r % g.tp, r / g.tp, g.pp_rank);
         want_s += w;
         want_m = w > want_m ? w : want_m;
     }
@@ -80,17 +83,47 @@ Test(grid_experts, ep2_of_dp6)
     cr_assert_eq(tri_run_thread_ranks(6, rank_fn, &k), TRI_OK, "%s", tri_error_message());
 }
 
+/* tp 2 x dp 2: ep 2 is the tp pair (ep_rank = tp_rank), edp the dp pair */
+Test(grid_experts, ep2_of_tp2_dp2)
+{
+    grid_case k = {2, 1, 2};
+    cr_assert_eq(tri_run_thread_ranks(4, rank_fn, &k), TRI_OK, "%s", tri_error_message());
+}
+
+/* tp 2 x dp 2 x pp 2: ep 4 spans both tp ranks of both dp replicas of each stage (edp 1) */
+Test(grid_experts, ep4_of_tp2_dp2_with_pp2)
+{
+    grid_case k = {2, 2, 4};
+    cr_assert_eq(tri_run_thread_ranks(8, rank_fn, &k), TRI_OK, "%s", tri_error_message());
+}
+
+/* tp 2 x dp 3: ep 3 groups ranks across tp and dp ((0,0) (1,0) (0,1) and the rest), edp 2 */
+Test(grid_experts, ep3_of_tp2_dp3)
+{
+    grid_case k = {2, 1, 3};
+    cr_assert_eq(tri_run_thread_ranks(6, rank_fn, &k), TRI_OK, "%s", tri_error_message());
+}
+
+/* tp 2 x dp 2, ep 1: no ep group; the experts' edp group is the whole stage (tp x dp) */
+Test(grid_experts, ep1_of_tp2_dp2)
+{
+    grid_case k = {2, 1, 1};
+    cr_assert_eq(tri_run_thread_ranks(4, rank_fn, &k), TRI_OK, "%s", tri_error_message());
+}
+
 static int refuse_fn(int rank, int size, tri_comm *world, void *arg)
 {
     const grid_case *k = arg;
     tri_grid g;
     int rc = tri_grid_create(&g, world, k->tp, k->pp);
     int got = rc ? rc : tri_grid_add_experts(&g, k->ep);
-    const char *want = k->tp > 1 ? "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2"
-                                 : "--expert-model-parallel-size 3 must be >= 1 and divide the data-parallel size 4";
+    const char *want = k->tp > 1 ? "--expert-model-parallel-size 3 must be >= 1 and divide a pipeline stage's "
+                                   "tensor x data-parallel ranks 2 x 2 = 4"
+                                 : "--expert-model-parallel-size 3 must be >= 1 and divide a pipeline stage's "
+                                   "tensor x data-parallel ranks 1 x 4 = 4";
     rc = got == TRI_EINVAL && strstr(tri_error_message(), want) ? TRI_OK
                                                                 : TRI_ERR(TRI_EINTERNAL, "rank %d: got %d", rank, got);
-    if (!rc && (g.ep_comm || g.edp_comm))
+    if (!rc && (g.ep_comm || g.edp_comm || g.stage_comm))
         rc = TRI_ERR(TRI_EINTERNAL, "rank %d: a refused ep split groups", rank);
     (void)size;
     tri_grid_destroy(&g);
@@ -101,6 +134,6 @@ Test(grid_experts, refusals)
 {
     grid_case k = {1, 1, 3};
     cr_assert_eq(tri_run_thread_ranks(4, refuse_fn, &k), TRI_OK, "%s", tri_error_message());
-    grid_case t = {2, 1, 2};
+    grid_case t = {2, 1, 3};
     cr_assert_eq(tri_run_thread_ranks(4, refuse_fn, &t), TRI_OK, "%s", tri_error_message());
 }

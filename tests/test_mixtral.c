@@ -11,8 +11,8 @@
  *    same (top-2 of 4 with fp32 scores whose gaps are ~1e-2, rounding ~1e-7) and every sum is fp32;
  *  - layouts: pp 2 (1F1B) and dp 2 at ZeRO 1 and 3 within 1e-5 (gradients) and 1e-4 (4 AdamW steps)
  *    of one rank, and bit-identical to one rank in deterministic mode (pp 2, dp 2 ZeRO 0 and 3, full
- *    recomputation); tp 2 refused naming the flag; --bf16 tracks fp32 and its pp / dp layouts match one
- *    rank bit for bit (deterministic mode for dp). */
+ *    recomputation); tp 2 without --sequence-parallel refused naming the rule; --bf16 tracks fp32
+ *    and its pp / dp layouts match one rank bit for bit (deterministic mode for dp). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -469,14 +469,19 @@ Test(mixtral_layouts, moe_losses_of_a_uniform_router)
     cr_expect(fabs(lc.z - want_z) <= 1e-6 * want_z, "z %.9g, want %.9g", lc.z, want_z);
 }
 
-Test(mixtral_layouts, tensor_parallel_refused)
+/* tp 2 needs --sequence-parallel (Megatron's rule; the layouts: tests/test_moe_tp.c) */
+Test(mixtral_layouts, tensor_parallel_without_sequence_parallel_refused)
 {
     tri_model m;
     make_tiny(&m, 2, 4, true);
     tri_chunk_place place = {.layer_start = 0, .layer_end = 2, .first = true, .last = true, .n_slots = 1};
     tri_train_layout run = {.tp = 2, .pp = 1, .dp = 1, .B = 1, .T = 8, .attention = TRI_ATTENTION_FLASH};
     cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_EINVAL);
-    cr_expect(strstr(tri_error_message(), "--tensor-model-parallel-size 2"), "%s", tri_error_message());
+    cr_expect(strstr(tri_error_message(), "--tensor-model-parallel-size 2 with a mixture-of-experts model "
+                                          "(num_experts 4) needs --sequence-parallel"), "%s", tri_error_message());
+    run.sequence_parallel = true;
+    cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_OK, "%s", tri_error_message());
+    run.sequence_parallel = false;
     run.tp = 1;
     run.precision = TRI_PRECISION_BF16; /* the MoE block runs bf16 (tests/test_moe_bf16.c) */
     cr_expect_eq(tri_llama_check(m.cfg, &run, &place), TRI_OK, "%s", tri_error_message());

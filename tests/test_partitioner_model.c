@@ -310,6 +310,9 @@ Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
         {3, 1, 1, 1, false, 4, 128, 1, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
         {3, 1, 2, 2, false, 4, 128, 4, 1, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
         {3, 1, 2, 2, false, 2, 128, 4, 3, TRI_RECOMPUTE_FULL, TRI_PRECISION_BF16},
+        /* tp 2 under sequence parallelism: each rank routes N / tp tokens (the shape's sp, routed_global) */
+        {3, 2, 1, 2, true, 4, 128, 2, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {3, 2, 2, 1, true, 2, 128, 4, 0, TRI_RECOMPUTE_FULL, TRI_PRECISION_BF16},
     };
     tri_model models[4];
     for (int i = 0; i < 4; i++) {

@@ -189,7 +189,7 @@ Test(partitioner_moe, sequence_parallel_rank_shape_and_tp_traffic)
     tri_block_cost b;
     tri_decoder_block_cost(&mm.sparse, &l, &b);
     double N = (double)(B * T), N_l = N / tp, q = (double)NH * HS / tp, kv = (double)KV * HS / tp;
-    tri_moe_shape s = {.N = B * T / tp, .C = C, .E = 8, .K = 2, .I = 48, .I_shared = 0};
+    tri_moe_shape s = {.N = B * T / tp, .C = C, .E = 8, .K = 2, .I = 48, .I_shared = 0, .sp = tp};
     double kept = 4.0 * (4.0 * N_l * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * 2.0 * N_l + 4.0 * (NH / tp) * T * B +
                   (double)tri_moe_acts_bytes(&s) + 4.0 * N * 3.0 * 32 / tp;
     cr_expect_eq(b.kept, kept, "kept %.0f, expected %.0f", b.kept, kept);
@@ -296,8 +296,11 @@ Test(partitioner_moe, layout_rules_of_expert_parallelism)
             "nearest valid expert-model-parallel sizes: 2");
     refused(&m, 4, 1, 2, 3, false, "--expert-tensor-parallel-size 3 x --expert-model-parallel-size 2",
             "valid expert-tensor-parallel sizes: 2");
-    refused(&m, 8, 2, 2, 1, false, "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2 needs",
-            "--sequence-parallel");
+    refused(&m, 8, 2, 2, 1, false, "--tensor-model-parallel-size 2 with a mixture-of-experts model (num_experts 8) "
+            "needs", "--sequence-parallel");
+    /* Megatron's rule holds at ep 1 too: MoE with tp > 1 needs sequence parallelism */
+    refused(&m, 2, 2, 1, 1, false, "--tensor-model-parallel-size 2 with a mixture-of-experts model (num_experts 8) "
+            "needs", "--sequence-parallel");
     mm.sparse.K = 9;
     m.experts_per_tok = 9;
     refused(&m, 2, 1, 1, 1, false, "num_experts_per_tok 9", "num_experts 8");

@@ -283,9 +283,6 @@ static int validate(run *r)
     if (r->L.etp > 1)
         return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: engine_train does not run expert tensor "
                        "parallelism (docs/moe.md); expected 1 (the partitioner plans it)", r->L.etp);
-    if (r->L.ep > 1 && r->L.tp > 1)
-        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --tensor-model-parallel-size %d: engine_train "
-                       "runs expert parallelism with tensor parallelism 1 only (docs/moe.md)", r->L.ep, r->L.tp);
     if (strcmp(r->L.schedule, "zb-h1") == 0)
         return TRI_ERR(TRI_EINVAL, "--pipeline-schedule zb-h1 is modelled by the partitioner only; engine_train runs "
                        "1f1b, gpipe and interleaved");

@@ -61,20 +61,26 @@ int tri_grid_create(tri_grid *g, tri_comm *world, int tp, int pp)
 
 int tri_grid_add_experts(tri_grid *g, int ep)
 {
-    if (ep < 1 || g->dp % ep != 0)
-        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d must be >= 1 and divide the data-parallel size "
-                       "%d (world %d / (tensor %d x pipeline %d))", ep, g->dp, g->world_size, g->tp, g->pp);
-    if (ep > 1 && g->tp > 1)
-        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with --tensor-model-parallel-size %d: expert "
-                       "parallelism runs with tensor parallelism 1 only (not built)", ep, g->tp);
+    int ranks = g->tp * g->dp; /* a stage's */
+    if (ep < 1 || ranks % ep != 0)
+        return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d must be >= 1 and divide a pipeline stage's "
+                       "tensor x data-parallel ranks %d x %d = %d (parallel folding: they regroup as ep x "
+                       "expert-data-parallel; world %d / pipeline %d)", ep, g->tp, g->dp, ranks, g->world_size, g->pp);
+    int s = g->tp_rank + g->tp * g->dp_rank; /* the rank within its stage, Megatron's order */
     g->ep = ep;
-    g->edp = g->dp / ep;
-    g->ep_rank = g->dp_rank % ep;
-    g->edp_rank = g->dp_rank / ep;
-    if (ep == 1)
-        return TRI_OK;
-    int rc = tri_comm_split(g->dp_comm, g->edp_rank, g->ep_rank, &g->ep_comm);
-    if (!rc) rc = tri_comm_split(g->dp_comm, g->ep_rank, g->edp_rank, &g->edp_comm);
+    g->edp = ranks / ep;
+    g->ep_rank = s % ep;
+    g->edp_rank = s / ep;
+    if (g->tp == 1) { /* the stage is the dp comm: today's groups */
+        if (ep == 1)
+            return TRI_OK;
+        int rc = tri_comm_split(g->dp_comm, g->edp_rank, g->ep_rank, &g->ep_comm);
+        if (!rc) rc = tri_comm_split(g->dp_comm, g->ep_rank, g->edp_rank, &g->edp_comm);
+        return rc;
+    }
+    int rc = tri_comm_split(g->world, g->pp_rank, s, &g->stage_comm);
+    if (!rc && ep > 1) rc = tri_comm_split(g->stage_comm, g->edp_rank, g->ep_rank, &g->ep_comm);
+    if (!rc) rc = tri_comm_split(g->stage_comm, g->ep_rank, g->edp_rank, &g->edp_comm);
     return rc;
 }
 
@@ -82,7 +88,8 @@ void tri_grid_destroy(tri_grid *g)
 {
     tri_comm_destroy(g->ep_comm);
     tri_comm_destroy(g->edp_comm);
-    g->ep_comm = g->edp_comm = NULL;
+    tri_comm_destroy(g->stage_comm);
+    g->ep_comm = g->edp_comm = g->stage_comm = NULL;
     tri_comm_destroy(g->tp_comm);
     tri_comm_destroy(g->pp_comm);
     tri_comm_destroy(g->dp_comm);

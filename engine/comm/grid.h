@@ -23,11 +23,15 @@ typedef struct tri_grid {
     tri_comm *mp_comm;               /* same dp: one model replica (tp * pp ranks) */
     tri_comm *embd_comm;             /* first and last stage of one pipeline (tied embedding);
                                         NULL on middle stages; one rank when pp == 1 */
-    /* expert parallelism (tri_grid_add_experts; until then ep 1, edp dp, both comms NULL) */
-    int ep, edp;                     /* ep x edp = dp */
-    int ep_rank, edp_rank;           /* dp_rank = ep_rank + ep * edp_rank */
-    tri_comm *ep_comm;               /* same (tp, pp, edp_rank): ep adjacent dp ranks, one per expert shard */
-    tri_comm *edp_comm;              /* same (tp, pp, ep_rank): the replicas of one expert shard */
+    /* expert parallelism (tri_grid_add_experts; until then ep 1, edp dp, the comms below NULL) */
+    int ep, edp;                     /* ep x edp = tp x dp (a stage's ranks) */
+    int ep_rank, edp_rank;           /* tp_rank + tp * dp_rank = ep_rank + ep * edp_rank */
+    tri_comm *ep_comm;               /* same (pp, edp_rank): ep adjacent ranks of a stage, one per expert
+                                        shard; NULL at ep 1 */
+    tri_comm *edp_comm;              /* same (pp, ep_rank): the replicas of one expert shard; NULL at ep 1
+                                        with tp 1 (then dp) */
+    tri_comm *stage_comm;            /* same pp: a stage's tp x dp ranks, ranked tp_rank + tp * dp_rank;
+                                        built with tp > 1 only (at tp 1 dp_comm is the stage) */
 } tri_grid;
 
 /* Checks that world_size splits into tp x pp x dp, with no communication, so every rank reaches the
@@ -41,12 +45,16 @@ int tri_grid_create(tri_grid *g, tri_comm *world, int tp, int pp);
 void tri_grid_coords(int world_rank, int tp, int dp, int *tp_rank, int *dp_rank, int *pp_rank);
 int tri_grid_world_rank(int tp, int dp, int tp_rank, int dp_rank, int pp_rank);
 
-/* Collective over g->dp_comm: Megatron-Core's parallel folding with tp 1 - a stage's dp ranks regroup
- * as ep x edp (edp = dp / ep), ep ranks adjacent (Megatron's default order, so they share a node):
- * ep_rank = dp_rank % ep, edp_rank = dp_rank / ep; rank e of an ep group holds experts
- * [e E/ep, (e+1) E/ep) and the edp group reduces (and ZeRO shards) those experts' gradients. ep 1
- * splits nothing. TRI_EINVAL, nothing split, naming the flags and values, when ep < 1, ep does not
- * divide dp, or tp > 1 (expert parallelism with tensor parallelism is not built). */
+/* Collective over the stage (g->dp_comm at tp 1, else over the world for the stage comm):
+ * Megatron-Core's parallel folding with expert tensor parallelism 1 (Liu et al. 2025, "MoE Parallel
+ * Folding"; Megatron-Core's RankGenerator "tp-ep-dp" order for the experts) - a stage's tp x dp ranks,
+ * numbered s = tp_rank + tp * dp_rank (Megatron's order, tp fastest), regroup as ep x edp
+ * (edp = tp dp / ep), ep ranks adjacent: ep_rank = s % ep, edp_rank = s / ep; rank e of an ep group
+ * holds experts [e E/ep, (e+1) E/ep) and the edp group reduces those experts' gradients. At tp 1 the
+ * groups are the dp comm's (s = dp_rank), as before; ep 1 with tp 1 splits nothing; ep 1 with tp > 1
+ * builds edp_comm = the stage (tp x dp). TRI_EINVAL, nothing split, naming the flags and values, when
+ * ep < 1 or ep does not divide tp x dp. (MoE with tp > 1 also needs --sequence-parallel: the
+ * model's rule, partitioner/constraints.c.) */
 int tri_grid_add_experts(tri_grid *g, int ep);
 
 void tri_grid_destroy(tri_grid *g);

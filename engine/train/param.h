@@ -48,7 +48,8 @@ typedef struct tri_param_spec {
                                        agrees), for layout-independent reductions */
     int unit;                       /* the unit it belongs to (non-decreasing in a stage's list) */
     bool expert;                    /* an expert-parallel rank's own expert (ep > 1; docs/moe.md): its
-                                       gradient reduces over the expert-data-parallel group, not dp */
+                                       gradient reduces over the expert-data-parallel group (which at
+                                       tp > 1 spans TP ranks), not over dp nor over tp */
 } tri_param_spec;
 
 /* A parameter as this rank holds it. */

@@ -8,6 +8,10 @@
 /* Whether this TP rank's shard of p is the one kept (see holder). */
 static bool holds(const tri_trainer *t, const tri_param *p)
 {
+    /* an expert (ep > 1) is whole on its ep rank, which may be any TP rank (folding over tp x dp):
+     * every TP rank holds its own experts, and edp rank 0 stores them (add_chunk) */
+    if (p->spec.expert)
+        return !p->spec.tied_copy;
     return !p->spec.tied_copy && (!p->tp_replicated || t->grid->tp_rank == 0) &&
            (p->replicas <= 1 || t->grid->tp_rank % p->replicas == 0);
 }

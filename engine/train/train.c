@@ -348,7 +348,8 @@ static int sync_grads(tri_trainer *t, tri_chunk *st)
         const tri_param *p = &L->params[i];
         /* under SP each TP rank saw only its sequence shard (and a tp_partial_grad parameter's only
          * its heads): sum the replicated parameters' parts */
-        if ((t->cfg.sequence_parallel || p->spec.tp_partial_grad) && p->tp_replicated && t->grid->tp > 1)
+        if ((t->cfg.sequence_parallel || p->spec.tp_partial_grad) && p->tp_replicated && t->grid->tp > 1 &&
+            !p->spec.expert) /* an expert (ep > 1): reduced over its edp group, which spans tp (zero.c) */
             rc = all_reduce_owned(t->grid->tp_comm, &st->zero, p);
         /* without SP every TP rank holds the whole gradient of a replicated parameter: after a
          * compressed dp reduction TP rank 0's decoding is the one all copies apply, so they stay equal */
@@ -371,6 +372,8 @@ static int finish_moe_stats(tri_trainer *t)
         return TRI_OK;
     int rc = tri_moe_stats_collect(&t->moe);
     if (!rc && step_replicas(t) > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->dp_comm);
+    /* sequence parallelism: each TP rank routed its own tokens, and its losses are its shares */
+    if (!rc && t->cfg.sequence_parallel && t->grid->tp > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->tp_comm);
     if (!rc && t->grid->pp > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->pp_comm);
     return rc;
 }
@@ -438,6 +441,10 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
  * own. */
 static bool norm_holder(const tri_trainer *t, const tri_param *p)
 {
+    /* an expert is replicated over tp (count_in_norm: tp rank 0) but at ep > 1 with tp > 1 its ep rank
+     * may be any tp rank: its one holder is its edp rank 0 */
+    if (p->spec.expert && t->grid->ep > 1 && t->chunks[0]->zero.stage == 0)
+        return !p->spec.tied_copy && t->grid->edp_rank == 0;
     if (!p->count_in_norm)
         return false;
     if (t->grid->ep <= 1 || t->chunks[0]->zero.stage > 0)

@@ -1,0 +1,333 @@
+/* tests/test_moe_tp.c - MoE with tensor parallelism under sequence parallelism, and expert parallelism
+ * folded over tp x dp (docs/moe.md "MoE with tensor parallelism"; Megatron-Core's parallel folding,
+ * Liu et al. 2025, etp 1): the tiny Mixtral (4 layers, 4 experts, top-2, aux loss on) on thread ranks
+ * (tu_run_model) at tp 2 SP (ep 1: every TP rank routes its own 4 of the 8 tokens through the
+ * replicated router and all experts; the router's and experts' gradients sum over tp and dp),
+ * tp 2 SP x dp 2 with ep 2 (the ep group is a TP pair, the edp group the dp pair), tp 2 SP x dp 2 with
+ * ep 4 (the ep group spans both tp and dp; edp 1) and tp 2 SP with pp 2, all at ZeRO 0, against one
+ * rank; --bf16 at tp 2 SP against fp32.
+ *
+ * Bounds (as tests/test_moe_ep_layouts.c and the dense layouts): 1e-5 relative on the first pass's
+ * loss and gradients, 1e-4 on the step losses and the weights after 4 AdamW steps, and every weight
+ * element within AdamW's drift bound (tu_adamw_drift_bound at lr 1e-3: AdamW's normalised step turns
+ * a near-zero gradient's rounding into up to a full step, which is where the weights' differences
+ * come from: largest in layer 3's o_proj, 6.8e-5 relative, 6e-4 of the bound). Under tp the
+ * attention's GEMMs split their columns and rows and the row-parallel outputs are summed over two
+ * ranks, the router's and experts' gradients are summed over the sequence shards (two partial GEMMs
+ * of 4 rows each) instead of one 8-row GEMM, and the aux loss's sums over tokens run in two shards:
+ * each a few ulps (u = 6e-8) of the terms' magnitudes per layer, over 4 layers and 4 micro-batch terms,
+ * far below 1e-5; while a token routed twice or not at all, the aux loss's f taken from one shard's
+ * counts, a router gradient not summed over tp, or an expert gradient summed over the wrong group
+ * changes the gradients by O(1e-2) or more (checked by hand: dropping the counts' all-reduce
+ * gives relative gradient errors of about 2e-2).
+ *
+ * Deterministic mode: the dense layouts promise bit-identity across layouts of the same tp
+ * (tests/test_deterministic.c with_tensor_parallelism: tp 2 vs tp 2 pp 2 dp 2), since tp changes the
+ * GEMM shapes; so here tp 2 SP dp 2 ep 2, tp 2 SP dp 2 ep 4 and tp 2 SP pp 2 dp 2 ep 2 with full
+ * recomputation are bit-identical to tp 2 SP at ep 1 (first-pass loss and gradients, step losses and
+ * norms, final weights): an expert's GEMM batch is one sequence shard's rows on every layout, and the
+ * gradients are exact fixed-point sums.
+ *
+ * The step's MoE account (routed and kept counts per layer and expert) equals one rank's integers in
+ * every layout, and with DeepSeek-V3's expert bias on, tp 2 SP x dp 2 ep 2 moves the bias exactly as
+ * one rank does (the kept counts summed over tp, dp and pp).
+ *
+ * Checkpoints: saved at tp 2 SP x dp 2 ep 2 after 3 steps (every expert in it, stored by its ep rank's
+ * edp rank 0, whichever TP rank that is), resumed on one rank to step 6: the resumed losses equal one
+ * rank's uninterrupted run within the bounds above.
+ *
+ * Refusals: tp 2 without --sequence-parallel (Megatron's rule, named by the one validator), ep not
+ * dividing tp x dp, a shared expert with tp 2, ZeRO 1 with tp 2 (ZeRO over the experts' tp x dp
+ * group is not built; sharding them over dp alone trains exactly but allocates tp times the
+ * experts' optimizer state the partitioner plans). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/fsutil.h"
+#include "engine/core/status.h"
+#include "models/llama.h"
+#include "models/model.h"
+#include "tests/ckpt_harness.h"
+#include "tests/harness.h"
+#include "tests/testutil.h"
+
+#define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
+             "\"num_key_value_heads\": 2, \"num_hidden_layers\": 4, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
+             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
+             "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true%s}"
+
+enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4, SEED_BF16 = 61 };
+
+static void make_tiny(tri_model *m, const char *extra)
+{
+    char json[1024];
+    snprintf(json, sizeof json, TINY, extra);
+    cr_assert_eq(tri_model_parse(m, json, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
+}
+
+static int run_layout(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
+{
+    tu_layout lay = *l;
+    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
+    return tu_run_model(m, B, T, &lay, w, STEPS, r);
+}
+
+static int64_t compared(const tu_result *r, int i)
+{
+    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
+    return vocab ? 100 * r->cols[i] : r->numel[i];
+}
+
+typedef struct named_layout {
+    const char *name;
+    tu_layout l;
+} named_layout;
+
+Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
+    static const named_layout layouts[] = {
+        {"tp2 sp", {.tp = 2, .sp = true}},
+        {"tp2 sp dp2 ep2", {.tp = 2, .dp = 2, .sp = true, .ep = 2}},
+        {"tp2 sp dp2 ep4", {.tp = 2, .dp = 2, .sp = true, .ep = 4}},
+        {"tp2 sp pp2", {.tp = 2, .pp = 2, .sp = true}},
+    };
+    tu_result ref, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        const char *name = layouts[k].name;
+        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        double loss = fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss;
+        double worst = 0, worst_w = 0, worst_l = 0, worst_d = 0;
+        cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got.grad_loss, ref.grad_loss);
+        cr_expect_lt(fabs(got.grad_norm - ref.grad_norm) / ref.grad_norm, 1e-5, "%s: gradient norm %.9g vs %.9g",
+                     name, got.grad_norm, ref.grad_norm);
+        cr_assert_eq(got.n, ref.n);
+        for (int i = 0; i < ref.n; i++) {
+            cr_assert_str_eq(got.names[i], ref.names[i]);
+            double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
+            cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref.names[i], e);
+            worst = fmax(worst, e);
+            double ew = tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i));
+            cr_expect_lt(ew, 1e-4, "%s: final %s differs from one rank's by %g", name, ref.names[i], ew);
+            double drift = tu_adamw_drift_ratio(got.weights[i], ref.weights[i], compared(&ref, i), 1e-3, 0.9, 0.95, 1,
+                                                STEPS);
+            cr_expect_leq(drift, 1.0, "%s: final %s drifts %.3g of AdamW's bound", name, ref.names[i], drift);
+            worst_w = fmax(worst_w, ew);
+            worst_d = fmax(worst_d, drift);
+        }
+        /* the step's MoE account (engine/train/moe_stats.h), summed over tp as well as dp and pp: the
+         * routed and kept counts are one rank's integers; the aux loss (fixed point 2^-32) within 1e-5 */
+        int counts = ref.moe_layers * 2 * ref.moe_E;
+        cr_expect_eq(got.moe_micro, ref.moe_micro, "%s: account over %lld micro-batches, one rank's %lld", name,
+                     (long long)got.moe_micro, (long long)ref.moe_micro);
+        cr_expect(counts > 0 && memcmp(got.moe_sums, ref.moe_sums, (size_t)counts * sizeof *ref.moe_sums) == 0,
+                  "%s: the routed and kept counts differ from one rank's", name);
+        double aux = (double)got.moe_sums[counts], aux1 = (double)ref.moe_sums[counts];
+        cr_expect_lt(fabs(aux - aux1) / aux1, 1e-5, "%s: the account's aux loss %.9g vs one rank's %.9g", name, aux,
+                     aux1);
+        for (int s = 0; s < STEPS; s++) {
+            double e = fabs(got.losses[s] - ref.losses[s]) / ref.losses[s];
+            cr_expect_lt(e, 1e-4, "%s: step %d loss %g vs %g", name, s + 1, got.losses[s], ref.losses[s]);
+            worst_l = fmax(worst_l, e);
+        }
+        if (getenv("TRIDENT_TEST_VERBOSE"))
+            printf("%s: first loss diff %.2g, max gradient diff %.2g, max step-loss diff %.2g, max weight diff "
+                   "%.2g (AdamW drift %.2g of its bound)\n", name, loss, worst, worst_l, worst_w, worst_d);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+Test(moe_tp, deterministic_bit_identical_to_tp2, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 67);
+    static const named_layout layouts[] = {
+        {"tp2 sp dp2 ep2", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .deterministic = true}},
+        {"tp2 sp dp2 ep4", {.tp = 2, .dp = 2, .sp = true, .ep = 4, .deterministic = true}},
+        {"tp2 sp pp2 dp2 ep2 recompute full", {.tp = 2, .pp = 2, .dp = 2, .sp = true, .ep = 2,
+                                               .recompute = TRI_RECOMPUTE_FULL, .deterministic = true}},
+    };
+    tu_result ref, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .deterministic = true}, &ref, w), TRI_OK, "%s",
+                 tri_error_message());
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        const char *name = layouts[k].name;
+        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
+                  got.grad_loss, ref.grad_loss);
+        cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+                  got.losses[STEPS - 1], ref.losses[STEPS - 1]);
+        cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", name);
+        int same = 0;
+        for (int i = 0; i < ref.n; i++) {
+            bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
+            bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
+            cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref.names[i],
+                      tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i)));
+            cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref.names[i],
+                      tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i)));
+            same += g && v;
+        }
+        if (getenv("TRIDENT_TEST_VERBOSE"))
+            printf("deterministic %s vs tp2 sp: %d of %d tensors bit-identical\n", name, same, ref.n);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
+
+/* --bf16 at tp 2 SP (ep 1; ep > 1 with bf16 is piece C's): tracks fp32 one rank within
+ * tests/test_mixtral.c's bf16 bounds (losses 2e-3 relative, first gradients 5e-2 of each tensor's
+ * largest) on its batches (seed 61), and every bf16 parameter is its rounded master weight after each
+ * update. The batches matter: bf16's rounding of the router's input can flip a near-tie of the top-2
+ * and send a token to another expert, an O(1) change of that expert's gradient (seed 79: 0.49 on one
+ * expert's w1, the same for bf16 on one rank: bf16 routing, not tp). */
+Test(moe_tp, bf16_tp2_tracks_fp32, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, SEED_BF16);
+    tu_result fp, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &fp, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .bf16 = true}, &got, w), TRI_OK, "%s",
+                 tri_error_message());
+    double loss = 0, grad = 0;
+    for (int s = 0; s < STEPS; s++)
+        loss = fmax(loss, fabs(got.losses[s] - fp.losses[s]) / fp.losses[s]);
+    for (int i = 0; i < fp.n; i++) {
+        double e = tu_tensor_rel(got.grads[i], fp.grads[i], compared(&fp, i));
+        if (getenv("TRIDENT_TEST_VERBOSE") && e > 1e-2)
+            printf("  %s: %.3g\n", fp.names[i], e);
+        grad = fmax(grad, e);
+    }
+    cr_expect_lt(loss, 2e-3, "bf16 tp2 sp losses differ from fp32's by %g", loss);
+    cr_expect_gt(loss, 0.0, "bf16 gave the fp32 losses exactly: bf16 is not in effect");
+    cr_expect_lt(grad, 5e-2, "bf16 tp2 sp first gradients differ from fp32's by %g", grad);
+    cr_expect_gt(got.bf16_checked, 0);
+    cr_expect_eq(got.bf16_stale, 0, "%lld bf16 parameters are not their rounded master weight",
+                 (long long)got.bf16_stale);
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("bf16 tp2 sp vs fp32 one rank: losses %.2g, first gradients %.2g\n", loss, grad);
+    tu_result_free(&fp);
+    tu_result_free(&got);
+    free(w);
+    tri_model_free(&m);
+}
+
+/* DeepSeek-V3's expert bias moves by the kept counts summed over every rank that routed (now tp too):
+ * the same integers as one rank's, so the same bias after each step, bit for bit. */
+Test(moe_tp, expert_bias_counts_over_tp, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 73);
+    tri_moe_run bias = {.expert_bias = true, .bias_update_rate = 0.01f};
+    tu_result ref, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.moe = bias}, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .ep = 2, .moe = bias}, &got, w), TRI_OK,
+                 "%s", tri_error_message());
+    int n = ref.moe_layers * ref.moe_E, moved = 0;
+    for (int s = 0; s < TU_BIAS_STEPS && s < STEPS; s++) {
+        cr_expect(memcmp(got.moe_kept[s], ref.moe_kept[s], (size_t)n * sizeof **ref.moe_kept) == 0,
+                  "step %d: kept counts differ from one rank's", s + 1);
+        cr_expect(memcmp(got.moe_bias[s], ref.moe_bias[s], (size_t)n * sizeof **ref.moe_bias) == 0,
+                  "step %d: the expert bias differs from one rank's", s + 1);
+        for (int i = 0; i < n; i++)
+            moved += ref.moe_bias[s][i] != 0.0f;
+    }
+    cr_expect_gt(moved, 0, "the bias never moved");
+    tu_result_free(&ref);
+    tu_result_free(&got);
+    free(w);
+    tri_model_free(&m);
+}
+
+static tu_ckpt_run ckpt_run(const tri_model *m, const int32_t *w, tu_layout l, int64_t until, const char *load,
+                            const char *save)
+{
+    return (tu_ckpt_run){.model = m, .B = B, .T = T, .layout = l, .global_batch = GLOBAL, .windows = w,
+                         .until = until, .load = load, .save_dir = save};
+}
+
+Test(moe_tp, checkpoint_at_tp2_ep2_resumes_on_one_rank, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, 100, 71);
+    char *root = tu_ckpt_tmpdir("moe-tp");
+    char full[4200], part[4200];
+    snprintf(full, sizeof full, "%s/full", root);
+    snprintf(part, sizeof part, "%s/part", root);
+    tu_layout one = {0}, folded = {.tp = 2, .dp = 2, .sp = true, .ep = 2};
+    tu_ckpt_run a = ckpt_run(&m, w, one, 6, NULL, full);
+    cr_assert_eq(tu_ckpt_train(&a), TRI_OK, "%s", tri_error_message());
+    tu_ckpt_run b1 = ckpt_run(&m, w, folded, 3, NULL, part);
+    cr_assert_eq(tu_ckpt_train(&b1), TRI_OK, "%s", tri_error_message());
+    /* every expert of a layer is in the checkpoint once, from whichever TP rank held it */
+    for (int e = 0; e < 4; e++) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.1.block_sparse_moe.experts.%d.w2.weight", e);
+        int64_t n = 0;
+        float *x = tu_ckpt_tensor(part, TRI_CKPT_MODEL, -1, NULL, name, &n);
+        cr_assert(x, "%s: %s", name, tri_error_message());
+        cr_expect_eq(n, 64 * 64, "%s: %lld elements", name, (long long)n);
+        free(x);
+    }
+    tu_ckpt_run b2 = ckpt_run(&m, w, one, 6, part, NULL);
+    cr_assert_eq(tu_ckpt_train(&b2), TRI_OK, "%s", tri_error_message());
+    cr_expect_eq(b2.start, 3);
+    double worst = 0;
+    for (int s = 0; s < 3; s++) {
+        double e = fabs(b2.losses[s] - a.losses[3 + s]) / a.losses[3 + s];
+        cr_expect_lt(e, 1e-4, "resumed step %d: loss %.9g vs one rank's %.9g", 4 + s, b2.losses[s], a.losses[3 + s]);
+        worst = fmax(worst, e);
+    }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("saved at tp2 sp dp2 ep2, resumed on one rank: steps 4-6 within %.2g of one rank's (%.6f -> %.6f)\n",
+               worst, a.losses[3], a.losses[5]);
+    tri_fs_remove_tree(root);
+    free(root);
+    free(w);
+    tri_model_free(&m);
+}
+
+static void expect_refused(const tri_model *m, tu_layout l, const char *want)
+{
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 53);
+    tu_result got;
+    cr_expect_eq(run_layout(m, &l, &got, w), TRI_EINVAL, "expected a refusal naming \"%s\"", want);
+    cr_expect(strstr(tri_error_message(), want) != NULL, "got \"%s\", expected \"%s\"", tri_error_message(), want);
+    free(w);
+}
+
+Test(moe_tp, refusals)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    expect_refused(&m, (tu_layout){.tp = 2},
+                   "--tensor-model-parallel-size 2 with a mixture-of-experts model (num_experts 4) needs "
+                   "--sequence-parallel");
+    expect_refused(&m, (tu_layout){.tp = 2, .sp = true, .dp = 1, .ep = 4},
+                   "--expert-tensor-parallel-size 1 x --expert-model-parallel-size 4 = 4 does not divide a pipeline "
+                   "stage's tp x dp = 2 x 1 = 2 ranks");
+    expect_refused(&m, (tu_layout){.tp = 2, .sp = true, .dp = 2, .zero = 1},
+                   "--zero-stage 1 with --tensor-model-parallel-size 2: tiny-mixtral has experts (4)");
+    tri_model_free(&m);
+    tri_model s;
+    make_tiny(&s, ", \"moe_shared_expert_intermediate_size\": 64");
+    expect_refused(&s, (tu_layout){.tp = 2, .sp = true},
+                   "--tensor-model-parallel-size 2: tiny-mixtral has a shared expert "
+                   "(moe_shared_expert_intermediate_size 64)");
+    tri_model_free(&s);
+}
