@@ -46,6 +46,10 @@ typedef struct tri_moe_shape {
     tri_dtype dtype;        /* activations and weight copies: TRI_F32 (0, the default) or TRI_BF16 */
     int64_t sp;             /* sequence parallelism: N is this rank's shard of sp x N tokens (the tensor-
                                parallel group under --sequence-parallel); 0 or 1: none */
+    int64_t capacity;       /* the most selections an expert keeps of these N tokens (tri_moe_capacity
+                               of --moe-expert-capacity-factor, as tri_moe_config.capacity); <= 0
+                               dropless. Sizes the rows an expert-parallel rank receives
+                               (layers/moe_ep.h tri_moe_ep_max_rows); the one-rank buffers keep N K */
 } tri_moe_shape;
 
 typedef struct tri_moe_config {

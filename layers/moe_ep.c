@@ -22,9 +22,20 @@ int tri_moe_ep_check(const tri_moe_shape *s, int ep)
     return TRI_OK;
 }
 
+int64_t tri_moe_ep_max_rows(const tri_moe_shape *s, int ep)
+{
+    if (tri_moe_ep_check(s, ep))
+        return 0;
+    int64_t El = s->E / ep;
+    int64_t per_source = s->N * (s->K < El ? s->K : El);    /* dropless: each token at most min(K, E_l) here */
+    if (s->capacity > 0 && El * s->capacity < per_source)  /* each local expert at most capacity a source */
+        per_source = El * s->capacity;
+    return ep * per_source;
+}
+
 static void layout_acts(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, tri_moe_carver *cv)
 {
-    int64_t Pmax = ep * s->N * s->K; /* dropless worst case: every rank's selections here */
+    int64_t Pmax = tri_moe_ep_max_rows(s, ep);
     ea->x_recv = tri_moe_carve(cv, s->dtype, Pmax, s->C);
     ea->gate_up = tri_moe_carve(cv, s->dtype, Pmax, 2 * s->I);
     ea->h = tri_moe_carve(cv, s->dtype, Pmax, s->I);
@@ -32,7 +43,7 @@ static void layout_acts(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, tri
 
 static void layout_scratch(const tri_moe_shape *s, int ep, tri_moe_ep_scratch *es, tri_moe_carver *cv)
 {
-    int64_t Pmax = ep * s->N * s->K;
+    int64_t Pmax = tri_moe_ep_max_rows(s, ep);
     es->o_recv = tri_moe_carve(cv, s->dtype, Pmax, s->C);
     es->dh = tri_moe_carve(cv, s->dtype, Pmax, s->I);
     es->dgate_up = tri_moe_carve(cv, s->dtype, Pmax, 2 * s->I);
@@ -95,8 +106,9 @@ static int exchange(tri_comm *ep, tri_tensor out, tri_tensor in, int64_t C, cons
 
 /* The count matrix (rank q's tokens_per_expert in row q) summed over ep on the host, and from it
  * what this rank sends to and receives from each rank. */
-static int exchange_counts(tri_comm *ep, const tri_moe_acts *a, tri_moe_ep_acts *ea, int64_t E)
+static int exchange_counts(tri_comm *ep, const tri_moe_acts *a, tri_moe_ep_acts *ea, const tri_moe_shape *s)
 {
+    int64_t E = s->E;
     int n = ep->size, r = ep->rank;
     int64_t El = E / n;
     int64_t *m = calloc((size_t)n * (size_t)E, sizeof *m);
@@ -118,6 +130,9 @@ static int exchange_counts(tri_comm *ep, const tri_moe_acts *a, tri_moe_ep_acts 
         ea->P += ea->recv_rows[q];
     }
     free(m);
+    if (!rc && ea->P > tri_moe_ep_max_rows(s, n)) /* the buffers' bound (check_call keeps it) */
+        rc = TRI_ERR(TRI_EINTERNAL, "moe: ep rank %d receives %lld rows, more than the %lld its buffers hold", r,
+                     (long long)ea->P, (long long)tri_moe_ep_max_rows(s, n));
     return rc;
 }
 
@@ -136,6 +151,10 @@ static int check_experts(tri_comm *ep, const tri_moe_config *cfg, const tri_moe_
         return TRI_ERR(TRI_EINVAL, "moe: expert parallelism %d of %lld experts: the weights must hold E_l = %lld "
                        "experts, got gate_up_w %lld and down_w %lld", ep->size, (long long)s->E, (long long)El,
                        (long long)w->gate_up_w.shape[0], (long long)w->down_w.shape[0]);
+    if (s->capacity > 0 && (cfg->capacity <= 0 || cfg->capacity > s->capacity))
+        return TRI_ERR(TRI_EINVAL, "moe: the ep buffers hold capacity %lld rows an expert and source (shape.capacity) "
+                       "but the routing keeps %lld (capacity, <= 0 dropless): set shape.capacity to the capacity or "
+                       "<= 0", (long long)s->capacity, (long long)cfg->capacity);
     return TRI_OK;
 }
 
@@ -155,7 +174,7 @@ int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *
     /* router and the permutation into expert order: layers/moe.c's sequence */
     if (!rc) rc = tri_moe_route(d, a, x, w, cfg);
     /* dispatch: counts, then the rows to their experts' ranks */
-    if (!rc) rc = exchange_counts(ep, a, ea, s->E);
+    if (!rc) rc = exchange_counts(ep, a, ea, s);
     if (!rc) rc = exchange(ep, ea->x_recv, a->x_perm, s->C, ea->send_rows, ea->recv_rows);
     /* the local experts, one grouped GEMM per source rank over its per-expert counts */
     int64_t El = s->E / ep->size, row = 0;

@@ -21,12 +21,16 @@
  * back to the host once per layer and pass (the forward's tokens_per_expert read, as on one rank)
  * plus the count matrix's host all-reduce; nothing else waits for the device.
  *
- * Buffers: the rows a rank receives are at most ep N K (every rank's tokens routed to it, dropless),
- * so the received rows' buffers are sized for that worst case. Precision as moe.h's shape.dtype: under
- * bf16 (Megatron-LM's --bf16) the received rows, their gate|up, h and outputs and their gradients are
- * bf16, so the rows travel in bf16 (half fp32's bytes on the wire); the router, the count matrix
- * (int64, host) and the experts' weight gradients (fp32, and the exact sums) are as at fp32. Letters
- * as in moe.h; P the rows this rank receives. */
+ * Buffers: the received rows' buffers are sized for the most rows a rank can receive,
+ * tri_moe_ep_max_rows: from each of the ep sources at most N min(K, E_l) rows (a token selects an
+ * expert once, so at most min(K, E_l) of its K copies come here: dropless, every source's tokens
+ * routed to this rank's experts) and, with a capacity, at most E_l capacity rows (Megatron's token
+ * dropping bounds each expert's rows per source). The partitioner plans the same function
+ * (models/block_cost.c). Precision as moe.h's
+ * shape.dtype: under bf16 (Megatron-LM's --bf16) the received rows, their gate|up, h and outputs
+ * and their gradients are bf16, so the rows travel in bf16 (half fp32's bytes on the wire); the
+ * router, the count matrix (int64, host) and the experts' weight gradients (fp32, and the exact
+ * sums) are as at fp32. Letters as in moe.h; P the rows this rank receives. */
 #ifndef TRIDENT_LAYERS_MOE_EP_H
 #define TRIDENT_LAYERS_MOE_EP_H
 
@@ -35,10 +39,10 @@
 
 /* Kept from the forward for the backward (beside tri_moe_acts, per layer and micro-batch). */
 typedef struct tri_moe_ep_acts {
-    tri_tensor x_recv;    /* (ep N K, C) shape.dtype (so the two below): the P rows received, by source,
-                             local expert, token order */
-    tri_tensor gate_up;   /* (ep N K, 2I) */
-    tri_tensor h;         /* (ep N K, I), silu(gate) * up */
+    tri_tensor x_recv;    /* (Pmax, C) shape.dtype (so the two below): the P rows received, by source, local expert, token order;
+                             Pmax = tri_moe_ep_max_rows */
+    tri_tensor gate_up;   /* (Pmax, 2I) */
+    tri_tensor h;         /* (Pmax, I), silu(gate) * up */
     int ep, rank;         /* the group's size and this rank's index in it when the forward ran */
     int64_t P;            /* rows received */
     int64_t send_rows[TRI_MOE_MAX_EXPERTS];  /* per ep rank: rows sent to it (ep <= E) */
@@ -48,10 +52,10 @@ typedef struct tri_moe_ep_acts {
 
 /* Backward-only buffers (reusable across layers). */
 typedef struct tri_moe_ep_scratch {
-    tri_tensor o_recv;    /* (ep N K, C) shape.dtype (so the two below): the experts' outputs, in the backward their gradient, then
+    tri_tensor o_recv;    /* (Pmax, C) shape.dtype (so the two below): the experts' outputs, in the backward their gradient, then
                              the received rows' input gradient */
-    tri_tensor dh;        /* (ep N K, I) */
-    tri_tensor dgate_up;  /* (ep N K, 2I) */
+    tri_tensor dh;        /* (Pmax, I) */
+    tri_tensor dgate_up;  /* (Pmax, 2I) */
 } tri_moe_ep_scratch;
 
 /* Deterministic mode (engine/train/zero.h): the experts' weight gradients are added exactly, one
@@ -67,6 +71,10 @@ typedef struct tri_moe_ep_exact {
 /* TRI_OK when s (E the whole model's experts) can run on an ep group of `ep` ranks: the shape is
  * valid (tri_moe_check_shape) and ep >= 1 divides E; else TRI_EINVAL naming the values. */
 int tri_moe_ep_check(const tri_moe_shape *s, int ep);
+/* The most rows (of C channels) a rank of an ep group receives in one exchange for shape s:
+ * ep min(N min(K, E_l), E_l capacity) with E_l = E / ep (capacity <= 0: dropless, ep N min(K, E_l)).
+ * What the engine's buffers hold and the partitioner plans; 0 when tri_moe_ep_check refuses. */
+int64_t tri_moe_ep_max_rows(const tri_moe_shape *s, int ep);
 /* Bytes of the ep activations and of the ep scratch for shape s on ep ranks, each buffer aligned to
  * TRI_MOE_ALIGN: what tri_moe_ep_bind carves. 0 when tri_moe_ep_check refuses. */
 size_t tri_moe_ep_acts_bytes(const tri_moe_shape *s, int ep);
@@ -81,7 +89,8 @@ int tri_moe_ep_bind(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, void *e
  * the same layer; ranks may route different N-token batches of the same shape). x, y and the weights in
  * cfg->shape.dtype (fp32 or bf16, as tri_moe_forward). Fills acts (router, permutation, counts, o) as
  * tri_moe_forward does and ea; uses es->o_recv. TRI_EINVAL naming the argument on a shape, dtype or
- * expert count that does not fit (tri_moe_check_call's checks, then E_l; before anything is sent). */
+ * expert count that does not fit (tri_moe_check_call's checks, then E_l), or a cfg->capacity the
+ * buffers of cfg->shape.capacity do not hold (before anything is sent). */
 int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *acts, tri_moe_ep_acts *ea,
                        const tri_moe_ep_scratch *es, tri_tensor x, const tri_moe_weights *w,
                        const tri_moe_config *cfg);

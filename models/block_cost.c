@@ -1,7 +1,11 @@
 /* models/block_cost.c - what a decoder block costs (see block_cost.h). */
 #include "models/block_cost.h"
 
+#include <math.h>
 #include <string.h>
+
+#include "engine/device/arena.h"
+#include "layers/moe_ep.h"
 
 /* The widths of one TP rank (as doubles). */
 typedef struct widths {
@@ -72,6 +76,8 @@ static double kept(const tri_decoder_block *b, const widths *w, const tri_train_
     if (b->sparse) {                                      /* layers/moe.c's activations, in its dtype */
         tri_moe_shape ms = tri_moe_block_shape(b, l);
         bytes += (double)tri_moe_acts_bytes(&ms);
+        if (l->ep > 1)                                     /* the rows received from the ep group */
+            bytes += (double)tri_moe_ep_acts_bytes(&ms, l->ep);
         if (ms.I_shared == 0 && b->I_shared > 0)         /* the shared expert, tensor-parallel */
             bytes += w->e * w->N * 3.0 * (double)b->I_shared / w->t;
     }
@@ -85,6 +91,8 @@ tri_moe_shape tri_moe_block_shape(const tri_decoder_block *b, const tri_train_la
     tri_moe_shape s = {.N = l->B * l->T / t_sp * etp, .C = b->C, .E = b->E, .K = b->K, .I = b->I / etp,
                        .I_shared = t_sp == 1 ? b->I_shared / tp : 0,
                        .dtype = l->precision == TRI_PRECISION_BF16 ? TRI_BF16 : TRI_F32, .sp = t_sp};
+    if (l->moe.capacity_factor > 0) /* models/llama_moe.c tri_llama_moe_config's capacity */
+        s.capacity = tri_moe_capacity(s.N, s.K, s.E, l->moe.capacity_factor);
     return s;
 }
 
@@ -97,6 +105,7 @@ static void moe_cost(const tri_decoder_block *b, const widths *w, const tri_trai
     out->expert_params = E / ep * 3.0 * C * I / etp;
     out->params += E * C + 3.0 * C * Is / w->t + out->expert_params;
     out->replicated += E * C;                              /* the router, whole on every TP rank */
+    out->buffers = l->moe.expert_bias ? 4.0 * E : 0.0;     /* the expert bias, fp32, replicated */
     double rows = w->N_l * K;                              /* the rank's N_r K dispatched rows */
     out->ep_fwd[TRI_COMM_ALL_TO_ALL] = 2.0 * rows * C * (ep - 1.0) / ep;  /* dispatch and combine */
     out->ep_bwd[TRI_COMM_ALL_TO_ALL] = out->ep_fwd[TRI_COMM_ALL_TO_ALL];
@@ -161,6 +170,13 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
     if (b->sparse) {                                       /* layers/moe.c's scratch, in its dtype */
         tri_moe_shape ms = tri_moe_block_shape(b, l);
         out->work += (double)tri_moe_scratch_bytes(&ms);
+        if (l->ep > 1) {                                   /* the received rows' backward (moe_ep.h) */
+            out->work += (double)tri_moe_ep_scratch_bytes(&ms, l->ep);
+            if (l->deterministic)                          /* one source's expert GEMMs (tri_moe_ep_exact) */
+                out->work += 4.0 * (double)(ms.E / l->ep) * 3.0 * (double)ms.I * (double)ms.C;
+        }
+        if (l->moe.expert_bias)                            /* the bias update's counts, E int32, one take */
+            out->work += ceil(4.0 * (double)b->E / TRI_ARENA_ALIGN) * TRI_ARENA_ALIGN;
         if (ms.I_shared == 0 && b->I_shared > 0)
             out->work += w.e * w.N * 3.0 * (double)b->I_shared / w.t;
     }

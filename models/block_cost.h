@@ -65,6 +65,12 @@ typedef struct tri_decoder_block {
  *     the router's buffers fp32, the rows bf16 under --bf16), dropless with N_r etp K permuted rows; under sequence parallelism the shared expert runs
  *     tensor-parallel outside that shape, its 4 N 3 I_s / tp bytes added; the backward's transients
  *     likewise with tri_moe_scratch_bytes (4 N 3 I_s / tp for the shared expert's gradients);
+ *     under ep > 1 the received rows' buffers the engine takes, tri_moe_ep_acts_bytes (kept) and
+ *     tri_moe_ep_scratch_bytes (transients) for tri_moe_ep_max_rows rows: dropless the worst case ep N_r
+ *     min(K, E_l), with --moe-expert-capacity-factor (the shape's capacity) at most ep E_l capacity; in
+ *     deterministic mode the fp32 copy of one source's expert GEMMs, 4 E_l 3 I C (transients);
+ *   the expert bias (--moe-router-enable-expert-bias): 4 E bytes a sparse layer (buffers, beside the
+ *     parameters, no gradient or optimizer state) and its E int32 counts (one arena take, transients);
  *   TP traffic: the attention's collectives, and the MLP's only with a shared expert (the routed
  *     experts' tokens are the rank's own, Megatron-Core's alltoall dispatcher);
  *   EP traffic (ep_fwd / ep_bwd), in expectation under uniform routing: each rank sends the
@@ -78,7 +84,9 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
 /* The shape layers/moe.c takes for sparse block b on one rank under layout l (tri_moe_acts_bytes,
  * tri_moe_scratch_bytes): N_r etp tokens (N_r = B T / tp under sequence parallelism, else B T), C,
  * all E router columns, K, width I / etp, and the shared expert's I_s / tp when the rank runs it on
- * the same tokens (no sequence parallelism), else 0; dtype bf16 under l's bf16 precision, else fp32. */
+ * the same tokens (no sequence parallelism), else 0; dtype bf16 under l's bf16 precision, else fp32;
+ * capacity tri_moe_capacity of l->moe.capacity_factor over those tokens (0: dropless), as the engine's
+ * tri_llama_moe_config. */
 tri_moe_shape tri_moe_block_shape(const tri_decoder_block *b, const tri_train_layout *l);
 
 #endif

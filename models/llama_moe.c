@@ -211,6 +211,7 @@ tri_moe_config tri_llama_moe_config(const tri_llama *m)
                         .drop_policy = o->drop_policy, .aux_loss_coeff = o->aux_loss_coeff,
                         .z_loss_coeff = o->z_loss_coeff, .sp_comm = sp > 1 ? m->d.tp.comm : NULL};
     k.capacity = o->capacity_factor > 0 ? tri_moe_capacity(k.shape.N, k.shape.K, k.shape.E, o->capacity_factor) : 0;
+    k.shape.capacity = k.capacity; /* bounds the rows an ep rank receives (tri_moe_ep_max_rows) */
     return k;
 }
 

@@ -1,6 +1,7 @@
 /* partitioner/memory_model.c - bytes per memory category from formulas (see memory_model.h). */
 #include "partitioner/memory_model.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Sizes of one layout, as doubles: the model's ends' (the block's are its family's, tri_block_cost). */
@@ -173,7 +174,8 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
         const tri_stage_place *place = &plan->chunks[c * plan->pp + pp_rank];
         double psi = tri_mem_chunk_params(m, l, place, plan->n_chunks);
         /* the routed experts' share: ZeRO shards it over the expert-data-parallel group */
-        double psi_e = tri_transformer_blocks(m, l, place->layer_start, place->layer_end).expert_params;
+        tri_block_cost blocks = tri_transformer_blocks(m, l, place->layer_start, place->layer_end);
+        double psi_e = blocks.expert_params;
         double params, grads, opt, largest, ep_params, ep_grads, ep_opt;
         tri_mem_model_states(psi - psi_e, l->dp, z, l->precision, &params, &grads, &opt);
         tri_mem_model_states(psi_e, tri_expert_dp(l), z, l->precision, &ep_params, &ep_grads, &ep_opt);
@@ -186,6 +188,8 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, con
         bytes[TRI_MEM_PARAMS] += params + (z >= 3 && sharded ? e * units : 0.0);
         bytes[TRI_MEM_GRADS] += grads + (z >= 2 && sharded ? 4.0 * units : 0.0);
         bytes[TRI_MEM_OPTIMIZER] += opt;
+        /* the expert bias: no gradient, no optimizer state; the chunk's layers in one arena take */
+        bytes[TRI_MEM_PARAMS] += ceil(blocks.buffers / TRI_ARENA_ALIGN) * TRI_ARENA_ALIGN;
         if (z >= 2 && sharded) /* the largest unit's owned slices: a sparse block's experts over edp */
             bytes[TRI_MEM_COMM] += 4.0 * largest_slice(m, l, largest);
         if (place->first && place->last && z < 2 && !l->deterministic && !m->untied_head)

@@ -82,6 +82,7 @@ static int try_options(const tri_transformer *m, const tri_cluster *c, const tri
             tri_train_layout l;
             if (tri_layout_resolve(m, req, &l) != TRI_OK)
                 continue;
+            l.moe = sp->moe;
             if (z > 0 && l.dp == 1)
                 continue;   /* ZeRO without data parallelism is ZeRO 0 */
             st->valid++;

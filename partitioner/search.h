@@ -26,6 +26,8 @@ typedef struct tri_search_space {
     int max_tp;                /* largest tensor-parallel size (usually GPUs per node) */
     int64_t max_micro_batch;
     int max_v;                 /* largest number of model chunks per rank */
+    tri_moe_run moe;           /* the MoE options every candidate keeps (--moe-expert-capacity-factor
+                                  bounds the rows an expert-parallel rank receives; zeroed: dropless) */
 } tri_search_space;
 
 typedef struct tri_search_entry {

@@ -46,6 +46,7 @@ tri_block_cost tri_transformer_blocks(const tri_transformer *m, const tri_train_
         s.replicated += b.replicated;
         s.tensors += b.tensors;
         s.expert_params += b.expert_params;
+        s.buffers += b.buffers;
         s.total_params += b.total_params;
         s.active_params += b.active_params;
         s.fwd_flops += b.fwd_flops;

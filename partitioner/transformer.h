@@ -37,6 +37,9 @@ typedef struct tri_block_cost {
     double expert_params; /* of params, the routed experts' (E / ep experts, each split over etp): their
                              gradients reduce and ZeRO shards them over the expert-data-parallel group
                              (edp = tp dp / (etp ep)), not over dp; 0 for a dense block */
+    double buffers;       /* bytes of model state kept beside the parameters, fp32, with no gradient
+                             or optimizer state (the expert bias under --moe-router-enable-expert-bias:
+                             4 E a sparse layer, replicated on every rank) */
     double total_params;  /* the whole block's parameters, all ranks together */
     double active_params; /* of which one token goes through (a mixture of experts: attention, router,
                              K routed experts and the shared expert); = total_params for a dense block */

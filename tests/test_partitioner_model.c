@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "layers/moe_ep.h"
 #include "models/config.h"
 #include "models/gpt.h"
 #include "models/preview.h"
@@ -406,5 +407,121 @@ Test(partitioner_model, llama_flops_are_6n_plus_attention)
     double head = 6.0 * tokens * C * V;
     double rec = tri_iteration_flops(&m, B, T, true);
     cr_expect(fabs((rec - head) / (got - head) - 4.0 / 3.0) < 1e-12, "recomputation: %.6e vs %.6e", rec, got);
+    tri_model_free(&model);
+}
+
+/* The tiny Mixtral under expert parallelism (ep 2, ZeRO 0: what engine_train runs): every category
+ * within 5% as above, and what expert parallelism changes exactly: against the same layout at ep 1,
+ * each category moves by the same bytes in the formulas as in the engine's plan (the experts' states
+ * halve; the received rows' buffers, layers/moe_ep.h tri_moe_ep_max_rows, are added to the
+ * activations and the workspace), dropless and with a capacity factor, which bounds the received rows
+ * (layers/moe_ep.h). The expert bias (E fp32 a sparse layer, and its E int32 counts once per chunk)
+ * moves the parameters and the workspace by the same bytes in both too. */
+typedef struct mem_pp {
+    double formula[2][TRI_MEM_KINDS], plan[2][TRI_MEM_KINDS];  /* [pp rank][category] */
+    int pp;
+} mem_pp;
+
+static mem_pp plan_both(const tri_model *model, const tri_train_layout *l)
+{
+    cr_assert(agree_model(model, l));
+    tri_transformer m = tri_model_dims(model);
+    tri_cluster c = cpu_cluster(l->tp * l->pp * l->dp);
+    tri_preview p;
+    cr_assert_eq(tri_preview_create(&p, &m, l, &c, tri_model_preview_plan, (void *)model), TRI_OK, "%s",
+                 tri_error_message());
+    mem_pp out = {.pp = p.pp};
+    cr_assert(p.pp <= 2);
+    for (int r = 0; r < p.pp; r++)
+        for (int k = 0; k < TRI_MEM_KINDS; k++) {
+            out.formula[r][k] = p.model_mem[r][k];
+            out.plan[r][k] = p.mem[r][k];
+        }
+    tri_preview_destroy(&p);
+    return out;
+}
+
+/* a's categories minus b's agree between the formulas and the plan to the byte; returns the activation
+   and workspace moves of stage 0 (the plan's) in moved[0], moved[1] */
+static void same_moves(const char *what, const mem_pp *a, const mem_pp *b, double moved[2])
+{
+    for (int r = 0; r < a->pp; r++)
+        for (int k = 0; k < TRI_MEM_KINDS; k++) {
+            double f = a->formula[r][k] - b->formula[r][k], e = a->plan[r][k] - b->plan[r][k];
+            cr_expect(fabs(f - e) <= 0.5, "%s stage %d %s: the formulas move %.0f bytes, the engine's plan %.0f",
+                      what, r, kinds[k], f, e);
+        }
+    moved[0] = a->plan[0][TRI_MEM_ACTIVATIONS] - b->plan[0][TRI_MEM_ACTIVATIONS];
+    moved[1] = a->plan[0][TRI_MEM_WORKSPACE] - b->plan[0][TRI_MEM_WORKSPACE];
+}
+
+Test(partitioner_model, moe_expert_parallel_formulas_equal_the_engine_plan)
+{
+    char path[512];
+    const char *src = getenv("TRIDENT_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/models/moe-tiny-byte.json", src ? src : ".");
+    tri_model model;
+    cr_assert_eq(tri_model_load(&model, path), TRI_OK, "%s", tri_error_message());
+    tri_transformer m = tri_model_dims(&model);
+    const int64_t C = 128, E = 8, K = 2, I = 256;
+    struct { int pp, dp, ep; int64_t B, T; int n_micro; float cf; bool bias; } cases[] = {
+        {1, 2, 2, 4, 64, 2, 0.0f, false},  /* dp 2 ep 2, dropless */
+        {2, 2, 2, 2, 64, 4, 0.0f, false},  /* pp 2 x dp 2 ep 2 */
+        {1, 4, 4, 4, 64, 1, 0.0f, false},  /* ep 4: E_l 2 = K, still ep N K */
+        {1, 2, 2, 4, 64, 2, 1.0f, false},  /* a capacity factor bounds the received rows */
+        {2, 2, 2, 2, 64, 4, 1.5f, false},
+        {1, 2, 2, 4, 64, 2, 0.0f, true},   /* the expert bias */
+        {2, 2, 2, 2, 64, 4, 1.0f, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tri_layout_request r = {.num_gpus = cases[i].pp * cases[i].dp, .tp = 1, .pp = cases[i].pp,
+                                .ep = cases[i].ep, .micro_batch = cases[i].B,
+                                .global_batch = cases[i].B * cases[i].n_micro * cases[i].dp,
+                                .seq_length = cases[i].T, .precision = TRI_PRECISION_FP32, .cpu = true,
+                                .first_layers = -1, .last_layers = -1};
+        tri_train_layout l;
+        cr_assert_eq(tri_layout_resolve(&m, &r, &l), TRI_OK, "%s", tri_error_message());
+        l.moe.capacity_factor = cases[i].cf;
+        l.moe.expert_bias = cases[i].bias;
+        l.moe.bias_update_rate = cases[i].bias ? 1e-3f : 0.0f;
+        tri_train_layout one = l, plain = l;
+        one.ep = 1;
+        plain.moe.expert_bias = false;
+        char what[128];
+        snprintf(what, sizeof what, "pp %d dp %d ep %d capacity factor %g%s", l.pp, l.dp, l.ep, (double)cases[i].cf,
+                 cases[i].bias ? " with the expert bias" : "");
+        mem_pp at_ep = plan_both(&model, &l), at_one = plan_both(&model, &one);
+        double moved[2];
+        same_moves(what, &at_ep, &at_one, moved);
+        /* the received rows' buffers by hand (layers/moe_ep.c: x, gate|up, h kept; o, dh, dgate|up
+           scratch; fp32, each 64-byte aligned, these sizes already are): per sparse layer and micro-batch
+           in flight, and one scratch per chunk */
+        int64_t N = cases[i].B * cases[i].T, El = E / l.ep;
+        int64_t cap = cases[i].cf > 0 ? tri_moe_capacity(N, K, E, cases[i].cf) : 0;
+        int64_t per_src = N * (K < El ? K : El);
+        if (cap > 0 && El * cap < per_src)
+            per_src = El * cap;
+        int64_t rows = l.ep * per_src;
+        double layers = 4.0 / l.pp, ep_scratch = 4.0 * rows * (C + 3 * I);
+        cr_expect_eq(tri_moe_ep_max_rows(&(tri_moe_shape){.N = N, .C = C, .E = E, .K = K, .I = I, .capacity = cap},
+                                         l.ep), rows, "%s", what);
+        /* at ep 1 none of these exist: the activations move by the kept rows (x, gate|up, h) of each
+           layer and micro-batch in flight, the workspace by the scratch (ZeRO 0, not deterministic) */
+        cr_expect(moved[1] == ep_scratch, "%s: the ep scratch %.0f bytes, by hand %.0f", what, moved[1], ep_scratch);
+        double per_slot = 4.0 * rows * (C + 3 * I) * layers;
+        cr_expect(fmod(moved[0], per_slot) == 0.0 && moved[0] > 0, "%s: the ep activations %.0f bytes, a multiple "
+                  "of %.0f (x, gate|up, h of %lld rows in %g layers)", what, moved[0], per_slot, (long long)rows,
+                  layers);
+        if (cases[i].bias) {
+            mem_pp without = plan_both(&model, &plain);
+            same_moves(what, &at_ep, &without, moved);
+            /* one arena take each (TRI_ARENA_ALIGN bytes at the least): E int32 counts, (layers, E) fp32 */
+            double counts = ceil(4.0 * E / TRI_ARENA_ALIGN) * TRI_ARENA_ALIGN;
+            double values = ceil(4.0 * E * layers / TRI_ARENA_ALIGN) * TRI_ARENA_ALIGN;
+            cr_expect(moved[1] == counts, "%s: the bias's counts %.0f bytes, by hand %.0f", what, moved[1], counts);
+            double bias = at_ep.plan[0][TRI_MEM_PARAMS] - without.plan[0][TRI_MEM_PARAMS];
+            cr_expect(bias == values, "%s: the bias %.0f bytes, by hand %.0f", what, bias, values);
+        }
+    }
     tri_model_free(&model);
 }

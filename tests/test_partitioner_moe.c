@@ -16,6 +16,7 @@
 
 #include "engine/core/status.h"
 #include "layers/moe.h"
+#include "layers/moe_ep.h"
 #include "models/block_cost.h"
 #include "models/model.h"
 #include "partitioner/constraints.h"
@@ -160,6 +161,10 @@ Test(partitioner_moe, activations_are_what_the_moe_layer_allocates)
                                .I_shared = mm.sparse.I_shared};
             size_t acts = tri_moe_acts_bytes(&s), scratch = tri_moe_scratch_bytes(&s);
             cr_assert_gt(acts, 0);
+            if (ep_etp[i][0] > 1) { /* the rows received from the ep group (layers/moe_ep.h) */
+                acts += tri_moe_ep_acts_bytes(&s, ep_etp[i][0]);
+                scratch += tri_moe_ep_scratch_bytes(&s, ep_etp[i][0]);
+            }
             double q = (double)NH * HS, kv = (double)KV * HS;
             double kept = 4.0 * (4.0 * N * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * 2.0 * N + 4.0 * NH * T * B +
                           (double)acts;
@@ -174,6 +179,60 @@ Test(partitioner_moe, activations_are_what_the_moe_layer_allocates)
                       "the rank's shape"); /* fields: the struct has padding after dtype */
         }
     }
+}
+
+/* The rows an ep rank receives at most (layers/moe_ep.h tri_moe_ep_max_rows), by hand: from each of ep
+ * sources N min(K, E_l) dropless (a token sends one copy to each of its K distinct experts, so at most
+ * E_l of them land on one rank), E_l capacity with a capacity, whichever is less; and the sparse block
+ * plans exactly the buffers of that many rows, the deterministic mode's fp32 copy of one source's expert
+ * GEMMs (E_l 3 I C) and the expert bias (E fp32 a layer, replicated; its E int32 counts once a chunk, one
+ * arena take). */
+Test(partitioner_moe, expert_parallel_receive_buffers_follow_the_capacity)
+{
+    struct { int64_t N, E, K; int ep; int64_t cap, rows; } cases[] = {
+        {64, 8, 2, 2, 0, 2 * 64 * 2},     /* dropless: every source's N K */
+        {64, 8, 2, 8, 0, 8 * 64},         /* E_l 1 < K: one copy of each token */
+        {64, 8, 4, 4, 0, 4 * 64 * 2},     /* E_l 2 < K 4 */
+        {64, 8, 2, 2, 16, 2 * 4 * 16},    /* the capacity binds: E_l 4 x 16 < N K 128 */
+        {64, 8, 2, 2, 40, 2 * 64 * 2},    /* it does not: 4 x 40 > 128 */
+        {64, 8, 2, 4, 100, 4 * 64 * 2},   /* capacity above N */
+        {64, 8, 2, 1, 16, 8 * 16},        /* ep 1: the E experts' capacities */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tri_moe_shape s = {.N = cases[i].N, .C = 16, .E = cases[i].E, .K = cases[i].K, .I = 8,
+                           .capacity = cases[i].cap};
+        cr_expect_eq(tri_moe_ep_max_rows(&s, cases[i].ep), cases[i].rows, "N %lld E %lld K %lld ep %d capacity %lld: "
+                     "%lld rows, by hand %lld", (long long)s.N, (long long)s.E, (long long)s.K, cases[i].ep,
+                     (long long)s.capacity, (long long)tri_moe_ep_max_rows(&s, cases[i].ep), (long long)cases[i].rows);
+        /* x, gate|up, h kept and o, dh, dgate|up scratch, fp32 (sizes already 64-byte multiples) */
+        cr_expect_eq(tri_moe_ep_acts_bytes(&s, cases[i].ep), (size_t)(4 * cases[i].rows * (16 + 3 * 8)));
+        cr_expect_eq(tri_moe_ep_scratch_bytes(&s, cases[i].ep), (size_t)(4 * cases[i].rows * (16 + 3 * 8)));
+    }
+    tri_moe_shape bad = {.N = 64, .C = 16, .E = 8, .K = 2, .I = 8};
+    cr_expect_eq(tri_moe_ep_max_rows(&bad, 3), 0, "ep 3 does not divide 8 experts");
+
+    moe_model mm;
+    const int64_t C = 64, E = 8, K = 2, I = 48, B = 2, T = 32, N = B * T;
+    moe_dims(&mm, 2, C, 4, 2, 16, E, K, I, 0, 256, 1);
+    tri_train_layout l = {.tp = 1, .pp = 1, .dp = 4, .ep = 4, .etp = 1, .B = B, .T = T};
+    tri_block_cost dropless, capped, det, bias;
+    tri_decoder_block_cost(&mm.sparse, &l, &dropless);
+    l.moe.capacity_factor = 1.0f;   /* capacity N K / E = 16 an expert, E_l 2: 32 rows a source, not 64 */
+    tri_decoder_block_cost(&mm.sparse, &l, &capped);
+    double rows_saved = 4.0 * (N * 2 - 2 * 16);
+    cr_expect_eq(dropless.kept - capped.kept, 4.0 * rows_saved * (C + 3 * I), "kept: x, gate|up, h of the rows saved");
+    cr_expect_eq(dropless.work - capped.work, 4.0 * rows_saved * (C + 3 * I), "work: o, dh, dgate|up");
+    l.moe.capacity_factor = 0.0f;
+    l.deterministic = true;
+    tri_decoder_block_cost(&mm.sparse, &l, &det);
+    cr_expect_eq(det.work - dropless.work, 4.0 * (E / 4) * 3 * I * C, "one source's expert GEMMs, fp32");
+    l.deterministic = false;
+    l.moe.expert_bias = true;
+    tri_decoder_block_cost(&mm.sparse, &l, &bias);
+    cr_expect_eq(bias.buffers, 4.0 * E, "the bias, E fp32");
+    cr_expect_eq(dropless.buffers, 0.0);
+    cr_expect_eq(bias.work - dropless.work, 256.0, "E int32 counts, one 256-byte arena take");
+    cr_expect_eq(bias.params, dropless.params, "the bias is no parameter");
 }
 
 /* Under tp 2 with sequence parallelism a rank routes its N / tp tokens; the tensor-parallel shared
@@ -191,7 +250,7 @@ Test(partitioner_moe, sequence_parallel_rank_shape_and_tp_traffic)
     double N = (double)(B * T), N_l = N / tp, q = (double)NH * HS / tp, kv = (double)KV * HS / tp;
     tri_moe_shape s = {.N = B * T / tp, .C = C, .E = 8, .K = 2, .I = 48, .I_shared = 0, .sp = tp};
     double kept = 4.0 * (4.0 * N_l * C + N * (2.0 * q + 2.0 * kv)) + 4.0 * 2.0 * N_l + 4.0 * (NH / tp) * T * B +
-                  (double)tri_moe_acts_bytes(&s) + 4.0 * N * 3.0 * 32 / tp;
+                  (double)tri_moe_acts_bytes(&s) + (double)tri_moe_ep_acts_bytes(&s, 2) + 4.0 * N * 3.0 * 32 / tp;
     cr_expect_eq(b.kept, kept, "kept %.0f, expected %.0f", b.kept, kept);
     cr_expect_eq(b.tp_fwd[TRI_COMM_ALL_GATHER], 2.0 * N * C, "attention and shared expert inputs");
     cr_expect_eq(b.ep_fwd[TRI_COMM_ALL_TO_ALL], 2.0 * N_l * 2 * C * 1 / 2, "the rank's N / tp tokens, K 2, ep 2");
@@ -337,7 +396,12 @@ Test(partitioner_moe, expert_states_shard_over_the_expert_data_parallel_group)
 }
 
 /* The search enumerates ep: an 8-expert model too large for one rank's expert copy fits with ep. */
-Test(partitioner_moe, search_picks_an_expert_parallel_size)
+/* Mixtral 8x7B on 16 H100s. Dropless, an ep rank's receive buffers are planned for the worst case
+ * (tri_moe_ep_max_rows: every source's tokens routed to its experts, ep N min(K, E_l) rows, as the
+ * engine allocates), which at Mixtral's size costs more than expert parallelism saves: the search keeps
+ * ep 1. With a capacity factor (Megatron's token dropping) each expert takes at most its capacity from
+ * each source, the buffers shrink to about f N K, and the best layout is expert-parallel. */
+static tri_search_entry mixtral_search(float capacity_factor, long *considered)
 {
     moe_model mm;
     tri_transformer m = moe_dims(&mm, 32, 4096, 32, 8, 128, 8, 2, 14336, 0, 32000, 1);   /* Mixtral 8x7B */
@@ -345,20 +409,30 @@ Test(partitioner_moe, search_picks_an_expert_parallel_size)
     tri_cluster c = {.hw = hw, .num_gpus = 16, .gpus_per_node = 8, .eff = hw->eff};
     tri_search_space sp = {.base = {.num_gpus = 16, .global_batch = 64, .seq_length = 4096,
                                     .precision = TRI_PRECISION_BF16},
-                           .max_tp = 8, .max_micro_batch = 1, .max_v = 1};
+                           .max_tp = 8, .max_micro_batch = 1, .max_v = 1,
+                           .moe = {.capacity_factor = capacity_factor}};
     tri_search_entry best[10];
     int n = 0;
     tri_search_stats st;
     cr_assert_eq(tri_search_layouts(&m, &c, &sp, NULL, NULL, best, 10, &n, &st), TRI_OK, "%s", tri_error_message());
     cr_assert_gt(n, 0);
-    int with_ep = 0;
-    for (int i = 0; i < n; i++)
-        with_ep += best[i].layout.ep > 1;
-    cr_expect_gt(with_ep, 0, "no expert-parallel layout among the %d best", n);
-    cr_expect_gt(best[0].layout.ep, 1, "the best layout is expert-parallel");
-    cr_log_info("Mixtral 8x7B on 16 H100s: %ld layouts considered; best tp %d pp %d dp %d ep %d zero %d sp %d "
-                "recompute %s: %.3f s, MFU %.1f%%, EP %.3g GB per step", st.considered, best[0].layout.tp,
-                best[0].layout.pp, best[0].layout.dp, best[0].layout.ep, best[0].layout.zero_stage,
-                best[0].layout.sequence_parallel, tri_recompute_name(best[0].layout.recompute),
-                best[0].time.iteration_s, 100 * best[0].time.mfu, best[0].time.ep_bytes / 1e9);
+    *considered = st.considered;
+    cr_log_info("Mixtral 8x7B on 16 H100s, capacity factor %g: %ld layouts considered; best tp %d pp %d dp %d ep %d "
+                "zero %d sp %d recompute %s: %.3f s, MFU %.1f%%, EP %.3g GB per step", (double)capacity_factor,
+                st.considered, best[0].layout.tp, best[0].layout.pp, best[0].layout.dp, best[0].layout.ep,
+                best[0].layout.zero_stage, best[0].layout.sequence_parallel,
+                tri_recompute_name(best[0].layout.recompute), best[0].time.iteration_s, 100 * best[0].time.mfu,
+                best[0].time.ep_bytes / 1e9);
+    return best[0];
+}
+
+Test(partitioner_moe, search_picks_an_expert_parallel_size)
+{
+    long considered;
+    tri_search_entry dropless = mixtral_search(0.0f, &considered);
+    cr_expect_eq(dropless.layout.ep, 1, "dropless: the worst-case receive buffers make ep %d the best",
+                 dropless.layout.ep);
+    tri_search_entry capped = mixtral_search(1.0f, &considered);
+    cr_expect_gt(capped.layout.ep, 1, "capacity factor 1: the best layout is expert-parallel");
+    cr_expect_float_eq(capped.layout.moe.capacity_factor, 1.0f, 0.0f, "the candidates keep the capacity factor");
 }

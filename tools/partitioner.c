@@ -267,10 +267,10 @@ static int dp_sweep(const tri_transformer *m, const tri_train_layout *l, const t
 }
 
 static int search(const args *a, const tri_model *model, const tri_transformer *m, const tri_cluster *c,
-                  const tri_layout_request *req, const tri_report_info *info)
+                  const tri_layout_request *req, const tri_moe_run *moe, const tri_report_info *info)
 {
     tri_search_space space = {.base = *req, .max_tp = a->max_tp > 0 ? a->max_tp : c->gpus_per_node,
-                              .max_micro_batch = a->max_micro_batch, .max_v = 8};
+                              .max_micro_batch = a->max_micro_batch, .max_v = 8, .moe = *moe};
     tri_search_entry *best = calloc((size_t)a->top, sizeof *best);
     if (!best)
         return TRI_ERR(TRI_ENOMEM, "out of memory");
@@ -302,12 +302,12 @@ static int preview(args *a, tri_flag *flags, int nf, const tri_model *model)
     tri_report_info info = {.model_name = tri_model_name(model),
                             .n_params = (double)model->family->num_params(model->cfg),
                             .gemm_source = gemm_source};
-    tri_train_layout l;
+    tri_train_layout l = {0};
     a->layout.req.cpu = hw->cpu;
     a->layout.gpu = !hw->cpu;
     rc = tri_cli_layout_resolve(&a->layout, flags, nf, a->num_gpus, &m, &l);
     if (a->search) /* the search tries its own layouts around the request; it needs none valid */
-        return search(a, model, &m, &c, &a->layout.req, &info);
+        return search(a, model, &m, &c, &a->layout.req, &l.moe, &info);
     if (!rc)
         rc = dp_method(a, flags, nf, &l, &c);
     if (!rc && a->calibrate)

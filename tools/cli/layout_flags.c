@@ -82,8 +82,8 @@ int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num
     if (rate && rate->seen && !(l->moe_bias_rate > 0))
         return TRI_ERR(TRI_EINVAL, "--moe-router-bias-update-rate %g: the rate must be positive", (double)l->moe_bias_rate);
     int rc = tri_layout_resolve(m, r, out);
-    if (!rc)
-        out->moe = (tri_moe_run){.aux_loss_coeff_set = l->moe_aux_loss_coeff >= 0,
+    /* also when the layout is refused: partitioner --search tries its own around the request */
+    out->moe = (tri_moe_run){.aux_loss_coeff_set = l->moe_aux_loss_coeff >= 0,
                                  .aux_loss_coeff = l->moe_aux_loss_coeff >= 0 ? l->moe_aux_loss_coeff : 0,
                                  .z_loss_coeff = l->moe_z_loss_coeff, .capacity_factor = l->moe_capacity_factor,
                                  .drop_policy = strcmp(l->moe_drop_policy, "position") == 0 ? TRI_MOE_DROP_POSITION
