@@ -96,7 +96,7 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
     int rc = tri_layout_create(&layout, specs, n, tp, tp_rank, run->dp, opt->dp_rank);
     if (rc)
         return rc;
-    if (run->ep > 1 && (rc = tri_layout_set_experts(&layout, run->ep)) != TRI_OK) {
+    if (run->ep > 1 && (rc = tri_layout_set_experts(&layout, run->ep, tp, tp_rank)) != TRI_OK) {
         tri_layout_destroy(&layout);
         return rc;
     }

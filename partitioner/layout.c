@@ -111,17 +111,21 @@ int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, i
     return TRI_OK;
 }
 
-int tri_layout_set_experts(tri_param_layout *L, int ep)
+int tri_layout_set_experts(tri_param_layout *L, int ep, int tp, int tp_rank)
 {
-    if (ep < 1 || L->dp % ep != 0)
-        return TRI_ERR(TRI_EINVAL, "layout: --expert-model-parallel-size %d does not divide the data-parallel "
-                       "size %d", ep, L->dp);
-    /* Megatron-Core's folding at tp 1: ep ranks adjacent, edp_rank = dp_rank / ep (engine/comm/grid.c) */
-    L->edp = L->dp / ep;
-    L->edp_rank = L->dp_rank / ep;
+    if (ep < 1 || tp < 1 || (tp * L->dp) % ep != 0)
+        return TRI_ERR(TRI_EINVAL, "layout: --expert-model-parallel-size %d does not divide a stage's tp x dp = "
+                       "%d x %d ranks", ep, tp, L->dp);
+    /* Megatron-Core's folding: a stage's ranks s = tp_rank + tp dp_rank, ep ranks adjacent, edp_rank = s / ep */
+    L->edp = tp * L->dp / ep;
+    L->edp_rank = (tp_rank + tp * L->dp_rank) / ep;
     L->shard_numel = 0;
-    for (int k = 0; k < L->n_parts; k++)
+    for (int k = 0; k < L->n_parts; k++) {
+        if (L->parts[k].len % tri_part_group(L, k) != 0)
+            return TRI_ERR(TRI_EINVAL, "layout: an expert part of %lld elements does not divide over the %d ranks of "
+                           "the expert-data-parallel group", (long long)L->parts[k].len, L->edp);
         L->shard_numel += tri_part_slice_len(L, k);
+    }
     return TRI_OK;
 }
 

@@ -19,9 +19,10 @@ int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, i
                       int dp, int dp_rank);
 void tri_layout_destroy(tri_param_layout *L);
 /* Expert parallelism (ep > 1): the expert parts (tri_param_part) are sharded over the
- * expert-data-parallel group of dp / ep ranks (this rank dp_rank / ep: the grid's folding at tp 1),
- * which sets L->edp, L->edp_rank and this rank's shard_numel. TRI_EINVAL when ep does not divide dp. */
-int tri_layout_set_experts(tri_param_layout *L, int ep);
+ * expert-data-parallel group of tp dp / ep ranks, the grid's folding (engine/comm/grid.h): the stage's
+ * rank s = tp_rank + tp dp_rank is edp rank s / ep. Sets L->edp, L->edp_rank and this rank's
+ * shard_numel. TRI_EINVAL when ep does not divide tp x dp or an expert part does not divide by edp. */
+int tri_layout_set_experts(tri_param_layout *L, int ep, int tp, int tp_rank);
 
 /* Index of the parameter called `name`, or -1. */
 int tri_layout_find(const tri_param_layout *L, const char *name);

@@ -82,7 +82,7 @@ Test(layout_parts, every_element_has_one_owner_in_its_group)
         for (int r = 0; r < dp; r++) {
             tri_param_layout L;
             cr_assert_eq(tri_layout_create(&L, s, n, 1, 0, dp, r), TRI_OK, "%s", tri_error_message());
-            cr_assert_eq(tri_layout_set_experts(&L, ep), TRI_OK, "%s", tri_error_message());
+            cr_assert_eq(tri_layout_set_experts(&L, ep, 1, 0), TRI_OK, "%s", tri_error_message());
             cr_expect_eq(L.edp, dp / ep);
             cr_expect_eq(L.edp_rank, r / ep);
             if (!owners) {
@@ -139,8 +139,9 @@ Test(layout_parts, refusals_name_the_values)
     int n = sparse_specs(s, true);
     tri_param_layout L;
     cr_assert_eq(tri_layout_create(&L, s, n, 1, 0, 4, 0), TRI_OK, "%s", tri_error_message());
-    cr_expect_eq(tri_layout_set_experts(&L, 3), TRI_EINVAL);
-    cr_expect(strstr(tri_error_message(), "--expert-model-parallel-size 3 does not divide the data-parallel size 4"),
+    cr_expect_eq(tri_layout_set_experts(&L, 3, 1, 0), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(),
+                     "--expert-model-parallel-size 3 does not divide a stage's tp x dp = 1 x 4 ranks"),
               "%s", tri_error_message());
     tri_layout_destroy(&L);
     /* a unit alternating expert and other parameters more than TRI_UNIT_MAX_PARTS times */

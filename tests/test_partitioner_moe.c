@@ -397,10 +397,11 @@ Test(partitioner_moe, expert_states_shard_over_the_expert_data_parallel_group)
 
 /* The search enumerates ep: an 8-expert model too large for one rank's expert copy fits with ep. */
 /* Mixtral 8x7B on 16 H100s. Dropless, an ep rank's receive buffers are planned for the worst case
- * (tri_moe_ep_max_rows: every source's tokens routed to its experts, ep N min(K, E_l) rows, as the
- * engine allocates), which at Mixtral's size costs more than expert parallelism saves: the search keeps
- * ep 1. With a capacity factor (Megatron's token dropping) each expert takes at most its capacity from
- * each source, the buffers shrink to about f N K, and the best layout is expert-parallel. */
+ * (tri_moe_ep_max_rows: every source's tokens routed to its experts, ep N_r min(K, E_l) rows, as the
+ * engine allocates, N_r = N / tp the tokens a rank routes under sequence parallelism): folded over the
+ * tensor-parallel ranks (tp 8 ep 8) the worst case is N rows, and the best layout is expert-parallel
+ * over tp. With a capacity factor (Megatron's token dropping) each expert takes at most its capacity
+ * from each source, the buffers shrink to about f N_r K, and a faster layout folds ep over tp and dp. */
 static tri_search_entry mixtral_search(float capacity_factor, long *considered)
 {
     moe_model mm;
@@ -430,9 +431,12 @@ Test(partitioner_moe, search_picks_an_expert_parallel_size)
 {
     long considered;
     tri_search_entry dropless = mixtral_search(0.0f, &considered);
-    cr_expect_eq(dropless.layout.ep, 1, "dropless: the worst-case receive buffers make ep %d the best",
-                 dropless.layout.ep);
+    cr_expect(dropless.layout.ep > dropless.layout.dp && dropless.layout.sequence_parallel,
+              "dropless: the best layout folds ep over the tensor-parallel ranks (got tp %d dp %d ep %d sp %d)",
+              dropless.layout.tp, dropless.layout.dp, dropless.layout.ep, dropless.layout.sequence_parallel);
     tri_search_entry capped = mixtral_search(1.0f, &considered);
     cr_expect_gt(capped.layout.ep, 1, "capacity factor 1: the best layout is expert-parallel");
+    cr_expect_lt(capped.time.iteration_s, dropless.time.iteration_s,
+                 "capacity factor 1: the smaller receive buffers admit a faster layout");
     cr_expect_float_eq(capped.layout.moe.capacity_factor, 1.0f, 0.0f, "the candidates keep the capacity factor");
 }
