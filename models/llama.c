@@ -85,7 +85,8 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
         return TRI_ERR(TRI_EINVAL, "%s: moe_intermediate_size %d x hidden_size %d is not a multiple of %d elements, "
                        "so the experts' fused views cannot join their matrices in place", name,
                        c->moe_intermediate_size, c->hidden_size, TRI_LAYOUT_ALIGN);
-    if (c->num_experts > 0 && ((int64_t)c->shared_expert_intermediate_size / tp * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
+    int64_t shared_l = c->shared_expert_intermediate_size / tp; /* a TP rank's shared-expert rows */
+    if (c->num_experts > 0 && shared_l * c->hidden_size % TRI_LAYOUT_ALIGN != 0)
         return TRI_ERR(TRI_EINVAL, "%s: at --tensor-model-parallel-size %d moe_shared_expert_intermediate_size %d / %d "
                        "x hidden_size %d is not a multiple of %d elements, so the shared expert's gate|up view "
                        "cannot join them in place", name, tp, c->shared_expert_intermediate_size, tp,
