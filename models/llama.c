@@ -76,19 +76,21 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
                        "ZeRO would shard over the expert-data-parallel group (tensor x data-parallel ranks), not "
                        "built; use --zero-stage 0 with tensor parallelism", run->zero_stage, tp, name,
                        c->num_experts);
-    if (c->num_experts > 0 && tp > 1 && c->shared_expert_intermediate_size > 0)
-        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d: %s has a shared expert "
-                       "(moe_shared_expert_intermediate_size %d), which would be a tensor-parallel SwiGLU under "
-                       "sequence parallelism (not built); use --tensor-model-parallel-size 1 or a config without it",
-                       tp, name, c->shared_expert_intermediate_size);
+    /* the shared expert at tp > 1 is a tensor-parallel SwiGLU (llama_moe.c): I_s / tp rows each */
+    if (c->num_experts > 0 && c->shared_expert_intermediate_size % tp != 0)
+        return TRI_ERR(TRI_EINVAL, "moe_shared_expert_intermediate_size %d of %s is not divisible by "
+                       "--tensor-model-parallel-size %d (the shared expert splits over the tensor-parallel ranks)",
+                       c->shared_expert_intermediate_size, name, tp);
     if (c->num_experts > 0 && ((int64_t)c->moe_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
         return TRI_ERR(TRI_EINVAL, "%s: moe_intermediate_size %d x hidden_size %d is not a multiple of %d elements, "
                        "so the experts' fused views cannot join their matrices in place", name,
                        c->moe_intermediate_size, c->hidden_size, TRI_LAYOUT_ALIGN);
-    if (c->num_experts > 0 && ((int64_t)c->shared_expert_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
-        return TRI_ERR(TRI_EINVAL, "%s: moe_shared_expert_intermediate_size %d x hidden_size %d is not a multiple of "
-                       "%d elements, so the shared expert's gate|up view cannot join them in place", name,
-                       c->shared_expert_intermediate_size, c->hidden_size, TRI_LAYOUT_ALIGN);
+    int64_t shared_l = c->shared_expert_intermediate_size / tp; /* a TP rank's shared-expert rows */
+    if (c->num_experts > 0 && shared_l * c->hidden_size % TRI_LAYOUT_ALIGN != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: at --tensor-model-parallel-size %d moe_shared_expert_intermediate_size %d / %d "
+                       "x hidden_size %d is not a multiple of %d elements, so the shared expert's gate|up view "
+                       "cannot join them in place", name, tp, c->shared_expert_intermediate_size, tp,
+                       c->hidden_size, TRI_LAYOUT_ALIGN);
     return check_fused(c, tp);
 }
 
@@ -111,11 +113,17 @@ static int block_forward(tri_llama *m, int l, tri_llama_block_acts *a, tri_tenso
     if (!rc) rc = tri_llama_attention_forward(&m->d.tp, tmp, &a->attn, a->ln1, &w->attn, &m->as);
     if (!rc) rc = tri_op_add_rmsnorm_forward(d, a->res2, a->ln2, a->ln2_rstd, x, tmp, w->ln2_w,
                                              eps); /* res2 = x + attn, ln2 = rmsnorm(res2) */
+    if (!rc && is_sparse(m, l) && tri_llama_moe_shared_tp_width(m) > 0) {
+        /* the tensor-parallel shared expert (llama_moe.c) into res3, free until the block's sum below */
+        rc = tri_swiglu_mlp_forward(&m->d.tp, a->res3, &a->shared_mlp, a->ln2, &w->shared_mlp, &m->shared_ms);
+    }
     if (!rc && is_sparse(m, l)) {
         tri_moe_config mc = tri_llama_moe_config(m);
         rc = m->d.opt.ep > 1 ? tri_moe_ep_forward(d, m->d.opt.ep_comm, tmp, &a->moe, &a->moe_ep, &m->moe_ep_scratch,
                                                   a->ln2, &w->moe, &mc)
                              : tri_moe_forward(d, tmp, &a->moe, a->ln2, &w->moe, &mc);
+        if (!rc && tri_llama_moe_shared_tp_width(m) > 0)
+            rc = tri_op_add(d, tmp, tmp, a->res3); /* routed + shared, as the block's y at tp 1 */
     } else if (!rc) {
         rc = tri_swiglu_mlp_forward(&m->d.tp, tmp, &a->mlp, a->ln2, &w->mlp, &m->ms);
     }
@@ -149,6 +157,11 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
                              : tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,
                                                 scale);
         if (!rc) rc = tri_llama_moe_count(m, l, &a->moe); /* the step's figures for the logs */
+        if (!rc && tri_llama_moe_shared_tp_width(m) > 0) { /* the shared expert's dx into tmp, free here */
+            rc = tri_swiglu_mlp_backward(&m->d.tp, m->d.tmp, &g->shared_mlp, dres, &a->shared_mlp, a->ln2,
+                                         &w->shared_mlp, &m->shared_ms);
+            if (!rc) rc = tri_op_add(d, dln, dln, m->d.tmp);
+        }
     } else if (!rc) {
         rc = tri_swiglu_mlp_backward(&m->d.tp, dln, &g->mlp, dres, &a->mlp, a->ln2, &w->mlp, &m->ms);
     }

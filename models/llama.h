@@ -135,6 +135,8 @@ typedef struct tri_llama_block_weights {
     tri_tensor q_w, k_w, v_w, q_b, k_b, v_b, gate_w, up_w, gate_b, up_b;
     tri_tensor *experts;               /* sparse layers: 3E views, gate e at 2e, up e at 2e + 1, down e at 2E + e */
     tri_tensor shared_gate_w, shared_up_w;
+    tri_swiglu_mlp_weights shared_mlp; /* tp > 1 (sequence parallel): the shared expert as the dense MLP,
+                                          gate_up_w (2 I_s / tp, C), down_w (C, I_s / tp); moe's absent */
     /* attn.q_norm, attn.k_norm (HS): Qwen3's self_attn.q_norm.weight, k_norm.weight, when qk_norm */
 } tri_llama_block_weights;
 
@@ -154,6 +156,7 @@ typedef struct tri_llama_block_acts {
     tri_swiglu_mlp_acts mlp;           /* gate_up (N, 2 F_l), h (N, F_l) */
     tri_moe_acts moe;                  /* sparse layers, instead of mlp (layers/moe.h) */
     tri_moe_ep_acts moe_ep;            /* sparse layers under expert parallelism (layers/moe_ep.h) */
+    tri_swiglu_mlp_acts shared_mlp;    /* tp > 1: the shared expert's gate_up (N, 2 I_s / tp), h (N, I_s / tp) */
     tri_tensor res3;                   /* (N_l, C) block output */
 } tri_llama_block_acts;
 
@@ -199,6 +202,7 @@ typedef struct tri_llama {
     tri_llama_moe_options moe_opt;
     tri_moe_scratch moe_scratch;       /* sparse layers' backward scratch, shared by all of them */
     tri_moe_ep_scratch moe_ep_scratch; /* the same under expert parallelism (d.opt.ep > 1) */
+    tri_swiglu_mlp_scratch shared_ms;  /* tp > 1: the shared expert's dh (N, I_s / tp), dgate_up (N, 2 I_s / tp) */
     tri_tensor moe_exact_tmp;          /* deterministic mode under ep: f32 (E_l 3 I C), one source's expert
                                           weight gradients before their exact sum (layers/moe_ep.h) */
     tri_llama_expert_bias bias;        /* the expert bias (n 0: off) */
@@ -248,6 +252,11 @@ void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l);
 tri_moe_config tri_llama_moe_config(const tri_llama *m);
 int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts);
 int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar);
+/* The shared expert under tensor parallelism (tp > 1, sequence parallel): each TP rank's width I_s / tp,
+ * 0 when the shared expert is absent or runs inside the MoE block (tp 1). Its kept activations
+ * gate_up (N, 2 I_s / tp) and h (N, I_s / tp) (N the gathered tokens, as the dense MLP's). */
+int64_t tri_llama_moe_shared_tp_width(const tri_llama *m);
+int tri_llama_moe_take_shared_acts(tri_llama *m, tri_arena *ar, tri_swiglu_mlp_acts *a);
 /* The step's MoE account (engine/train/moe_stats.h): its shape (tri_chunk_model.moe_shape), and sparse
  * layer l's figures of the micro-batch whose activations are a (its routed counts and losses) staged
  * in the chunk's account, without waiting, when the trainer gave one. */

@@ -17,7 +17,13 @@
  * under --bf16, on bf16 rows with an fp32 router (layers/moe.h). The auxiliary and z losses enter the step's objective with weight
  * dloss * N (dloss = d(step loss)/d(token loss), so 1/(micro-batches x data-parallel ranks): the
  * losses averaged like the LM loss, Megatron-Core's scaling), and their scalars stay in each slot's
- * block activations (acts.moe.losses = [aux, z]) for tri_llama_moe_losses to read. */
+ * block activations (acts.moe.losses = [aux, z]) for tri_llama_moe_losses to read.
+ *
+ * The shared expert at tp > 1 (sequence parallel) is Megatron-Core's SharedExpertMLP: a tensor-parallel
+ * SwiGLU run as the dense Llama's MLP (layers/swiglu_mlp.h: all-gather of the sequence shard,
+ * column-parallel gate|up of I_s / tp rows each, row-parallel down, reduce-scatter), its parameters
+ * split over tp as mlp.gate_proj/up_proj (rows) and down_proj (columns); the MoE block then runs
+ * without it (I_shared 0) and llama.c adds the two outputs. At tp 1 it stays inside the block. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,7 +131,9 @@ int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int la
         if (strlen(name) >= TRI_PARAM_NAME_MAX)
             return TRI_ERR(TRI_EINVAL, "llama: parameter name %s is longer than %d characters", name,
                            TRI_PARAM_NAME_MAX - 1);
-        tri_param_spec *s = tri_spec_list_add(l, name, 2, shape, -1, true, TRI_INIT_NORMAL, c->init_std);
+        /* the shared expert splits over tp as the dense MLP (llama_params.c): gate/up by rows, down by columns */
+        int split = kind == 3 || kind == 4 ? 0 : kind == 5 ? 1 : -1;
+        tri_param_spec *s = tri_spec_list_add(l, name, 2, shape, split, true, TRI_INIT_NORMAL, c->init_std);
         if (!s)
             return TRI_ERR(TRI_ENOMEM, "llama: out of memory for parameter descriptions");
         s->expert = ep > 1 && e >= 0; /* reduced over the expert-data-parallel group */
@@ -141,6 +149,7 @@ int tri_llama_moe_map_views(tri_llama *m, int l)
     const tri_llama_config *c = &m->cfg;
     const tri_param_layout *L = &d->chunk.layout;
     int E = c->num_experts, layer = d->opt.layer_start + l, ep = d->opt.ep, er = d->opt.ep_rank;
+    bool shared_tp = tri_llama_moe_shared_tp_width(m) > 0; /* the shared expert outside the block */
     int e0 = ep > 1 ? er * (E / ep) : 0, e1 = ep > 1 ? e0 + E / ep : E; /* this rank's experts */
     tri_llama_block_weights *wb[2] = {&m->w.h[l], &m->g.h[l]};
     for (int s = 0; s < 2; s++) {
@@ -162,7 +171,8 @@ int tri_llama_moe_map_views(tri_llama *m, int l)
         for (int s = 0; s < 2; s++) {
             tri_llama_block_weights *b = wb[s];
             slot[s] = kind < 0 ? &b->moe.router_w : kind < 2 ? &b->experts[2 * e + kind] : kind == 2 ? &b->experts[2 * E + e]
-                    : kind == 3 ? &b->shared_gate_w : kind == 4 ? &b->shared_up_w : &b->moe.shared_down_w;
+                    : kind == 3 ? &b->shared_gate_w : kind == 4 ? &b->shared_up_w
+                    : shared_tp ? &b->shared_mlp.down_w : &b->moe.shared_down_w;
         }
         d->wslot[i] = slot[0];
         d->gslot[i] = slot[1];
@@ -186,9 +196,12 @@ void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l)
     tri_tensor g0 = b->experts[2 * e0], d0 = b->experts[2 * E + e0];
     b->moe.gate_up_w = tri_tensor_present(g0) ? tri_tensor_3d(g0.data, g0.dtype, El, 2 * I, C) : tri_tensor_none();
     b->moe.down_w = tri_tensor_present(d0) ? tri_tensor_3d(d0.data, d0.dtype, El, C, I) : tri_tensor_none();
-    b->moe.shared_gate_up_w = Is > 0 && tri_tensor_present(b->shared_gate_w)
-                                  ? tri_tensor_2d(b->shared_gate_w.data, b->shared_gate_w.dtype, 2 * Is, C)
-                                  : tri_tensor_none();
+    int64_t Is_l = tri_llama_moe_shared_tp_width(m);
+    tri_tensor sgu = Is > 0 && tri_tensor_present(b->shared_gate_w)
+                         ? tri_tensor_2d(b->shared_gate_w.data, b->shared_gate_w.dtype, 2 * (Is_l > 0 ? Is_l : Is), C)
+                         : tri_tensor_none();
+    b->moe.shared_gate_up_w = Is_l > 0 ? tri_tensor_none() : sgu;
+    b->shared_mlp.gate_up_w = Is_l > 0 ? sgu : tri_tensor_none(); /* this rank's I_s / tp gate rows, then up */
     b->moe.expert_bias = tri_tensor_none();
     for (int k = 0; k < m->bias.n; k++)
         if (m->bias.layer[k] == l)
@@ -205,7 +218,8 @@ tri_moe_config tri_llama_moe_config(const tri_llama *m)
     int64_t sp = m->d.run->sequence_parallel && m->d.run->tp > 1 ? m->d.run->tp : 1;
     tri_moe_config k = {.shape = {.N = m->d.N_l, .sp = sp, .C = c->hidden_size, .E = c->num_experts,
                                   .K = c->num_experts_per_tok, .I = c->moe_intermediate_size,
-                                  .I_shared = c->shared_expert_intermediate_size,
+                                  .I_shared = tri_llama_moe_shared_tp_width(m) > 0 ? 0
+                                                                                   : c->shared_expert_intermediate_size,
                                   .dtype = tri_decoder_act_dtype(&m->d)},
                         .score_func = o->score_func, .norm_topk = c->norm_topk_prob,
                         .drop_policy = o->drop_policy, .aux_loss_coeff = o->aux_loss_coeff,
@@ -213,6 +227,24 @@ tri_moe_config tri_llama_moe_config(const tri_llama *m)
     k.capacity = o->capacity_factor > 0 ? tri_moe_capacity(k.shape.N, k.shape.K, k.shape.E, o->capacity_factor) : 0;
     k.shape.capacity = k.capacity; /* bounds the rows an ep rank receives (tri_moe_ep_max_rows) */
     return k;
+}
+
+int64_t tri_llama_moe_shared_tp_width(const tri_llama *m)
+{
+    int tp = m->d.run->tp;
+    return tp > 1 ? m->cfg.shared_expert_intermediate_size / tp : 0;
+}
+
+int tri_llama_moe_take_shared_acts(tri_llama *m, tri_arena *ar, tri_swiglu_mlp_acts *a)
+{
+    int64_t Is_l = tri_llama_moe_shared_tp_width(m), N = m->d.N;
+    tri_dtype act = tri_decoder_act_dtype(&m->d);
+    memset(a, 0, sizeof *a);
+    if (Is_l == 0)
+        return TRI_OK;
+    int rc = TRI_ARENA_TAKE(ar, TRI_MEM_ACTIVATIONS, &a->gate_up, act, N, 2 * Is_l);
+    if (!rc) rc = TRI_ARENA_TAKE(ar, TRI_MEM_ACTIVATIONS, &a->h, act, N, Is_l);
+    return rc;
 }
 
 /* Bytes rounded to whole fp32 elements (tri_moe_*_bytes are multiples of TRI_MOE_ALIGN). */
@@ -245,7 +277,17 @@ int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar)
     tri_moe_config k = tri_llama_moe_config(m);
     tri_tensor mem;
     memset(&m->moe_scratch, 0, sizeof m->moe_scratch);
-    int rc = take_bytes(ar, TRI_MEM_WORKSPACE, &mem, tri_moe_scratch_bytes(&k.shape));
+    memset(&m->shared_ms, 0, sizeof m->shared_ms);
+    int64_t Is_l = tri_llama_moe_shared_tp_width(m), N = m->d.N;
+    int rc = TRI_OK;
+    if (Is_l > 0) { /* the tensor-parallel shared expert's backward, its SP buffers the decoder's */
+        rc = TRI_ARENA_TAKE(ar, TRI_MEM_WORKSPACE, &m->shared_ms.dh, tri_decoder_act_dtype(&m->d), N, Is_l);
+        if (!rc) rc = TRI_ARENA_TAKE(ar, TRI_MEM_WORKSPACE, &m->shared_ms.dgate_up, tri_decoder_act_dtype(&m->d), N,
+                                     2 * Is_l);
+        m->shared_ms.full_a = m->d.full_a;
+        m->shared_ms.full_b = m->d.full_b;
+    }
+    if (!rc) rc = take_bytes(ar, TRI_MEM_WORKSPACE, &mem, tri_moe_scratch_bytes(&k.shape));
     if (!rc && mem.data) {
         /* tri_moe_bind carves scratch beside a set of acts: a set laid over the same memory and dropped */
         tri_moe_acts unused;

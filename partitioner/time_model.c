@@ -95,14 +95,15 @@ enum { UNIT_BLOCK = 0, UNIT_TABLE, UNIT_POSITIONS, UNIT_VECTOR };
  * backward reach it (partitioner/dp_overlap.h). */
 typedef struct unit_place {
     int chunk, kind;
+    bool expert;   /* a sparse block's routed experts (ep > 1): reduced and gathered over edp, not dp */
     double fwd_use, fwd_done, bwd_use, bwd_done;
 } unit_place;
 
 /* A unit spanning [a, b] of its chunk's forward matmul work (fractions): the backward runs it mirrored. */
 static void place_span(unit_place *p, int chunk, int kind, double a, double b)
 {
-    *p = (unit_place){.chunk = chunk, .kind = kind, .fwd_use = a, .fwd_done = b, .bwd_use = 1.0 - b,
-                      .bwd_done = 1.0 - a};
+    *p = (unit_place){.chunk = chunk, .kind = kind, .expert = false, .fwd_use = a, .fwd_done = b,
+                      .bwd_use = 1.0 - b, .bwd_done = 1.0 - a};
 }
 
 /* The units of parameters of rank r's chunks and how a pass uses them, as the engine's model
@@ -113,14 +114,18 @@ static void place_span(unit_place *p, int chunk, int kind, double a, double b)
  * own, read and written in the loss's fused forward, and the embedding then a plain unit; rotary
  * positions have no table. *n units into a malloc'd array, or NULL; when place is not NULL it
  * receives a malloc'd array of where each unit sits (lookups at the forward's start, the blocks by
- * their elements, the final norm, the head's matmul at the end). */
+ * their elements, the final norm, the head's matmul at the end). Under expert parallelism (ep > 1) a
+ * sparse block is two units over the same span, as engine/train/param.h cuts its parts where
+ * spec.expert changes: the rest of the block (over dp) and its routed experts (unit_place.expert, over
+ * the expert-data-parallel group, tri_expert_dp); the rest's parts on either side of the experts are
+ * one unit here (the same bytes and uses). */
 static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
                                  int r, int *n, unit_place **place)
 {
     int cap = 0;
     for (int c = 0; c < plan->v; c++) {
         const tri_stage_place *pl = &plan->chunks[c * plan->pp + r];
-        cap += pl->layer_end - pl->layer_start + 4;
+        cap += 2 * (pl->layer_end - pl->layer_start) + 4;
     }
     tri_unit_uses *u = malloc((size_t)cap * sizeof *u);
     unit_place *at = place ? malloc((size_t)cap * sizeof *at) : NULL;
@@ -173,9 +178,16 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
         }
         for (int b = pl->layer_start; b < pl->layer_end; b++) {
             double a0 = W > 0 ? (double)(b - pl->layer_start) * (double)block_len / W : 0.0;
+            int64_t experts = l->ep > 1 ? (int64_t)tri_transformer_block_at(m, l, b).expert_params : 0;
             place_span(AT(*n), c, UNIT_BLOCK, a0, W > 0 ? a0 + (double)block_len / W : 0.0);
             u[*n] = plain;
-            u[(*n)++].len = block_len;
+            u[(*n)++].len = block_len - experts;
+            if (experts > 0) {
+                place_span(AT(*n), c, UNIT_BLOCK, a0, W > 0 ? a0 + (double)block_len / W : 0.0);
+                AT(*n)->expert = true;
+                u[*n] = plain;
+                u[(*n)++].len = experts;
+            }
         }
         if (pl->last && tri_final_norm_params(m) > 0) {
             place_span(AT(*n), c, UNIT_VECTOR, blocks_end, blocks_end);
@@ -193,22 +205,43 @@ static tri_unit_uses *rank_units(const tri_transformer *m, const tri_train_layou
     return u;
 }
 
-int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
-                        double bytes[TRI_COMM_KINDS])
+/* The step's data-parallel payload bytes of rank r's units of one group (time_model.h
+ * tri_time_dp_traffic): expert false the units reduced over dp, true the routed experts' over edp
+ * (without the loss's all-reduce, which goes over dp). */
+static int group_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
+                         bool expert, double bytes[TRI_COMM_KINDS])
 {
-    int n_units = 0;
-    tri_unit_uses *units = rank_units(m, l, plan, r, &n_units, NULL);
+    int n_units = 0, n = 0;
+    unit_place *at = NULL;
+    tri_unit_uses *units = rank_units(m, l, plan, r, &n_units, &at);
     if (!units)
         return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
+    for (int k = 0; k < n_units; k++) /* this group's units, in order */
+        if (at[k].expert == expert)
+            units[n++] = units[k];
     uint64_t b[TRI_COMM_KINDS];
+    int size = expert ? tri_expert_dp(l) : l->dp;
     /* gradients are reduced as fp32 in both precisions, parameters gathered in the model's dtype
        (bf16: 2 bytes; engine/train/zero.c, partitioner/traffic.h) */
-    tri_dp_step_traffic_sized(units, n_units, l->zero_stage, l->n_micro, l->dp, 4,
-                              tri_precision_bytes(l->precision), b);
+    tri_dp_step_traffic_sized(units, n, l->zero_stage, l->n_micro, size, 4, tri_precision_bytes(l->precision), b);
     free(units);
+    free(at);
+    if (expert && size > 1)
+        b[TRI_COMM_ALL_REDUCE] -= 8; /* the loss's, counted once with the dp group's */
     for (int k = 0; k < TRI_COMM_KINDS; k++)
         bytes[k] = (double)b[k];
     return TRI_OK;
+}
+
+int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
+                        double bytes[TRI_COMM_KINDS])
+{
+    double e[TRI_COMM_KINDS];
+    int rc = group_traffic(m, l, plan, r, false, bytes);
+    if (!rc) rc = group_traffic(m, l, plan, r, true, e);
+    for (int k = 0; k < TRI_COMM_KINDS && !rc; k++)
+        bytes[k] += e[k];
+    return rc;
 }
 
 /* Bytes the optimizer step streams per parameter of the shard (time_model.h). */
@@ -286,11 +319,13 @@ static double codec_bytes(const tri_transformer *m, const tri_train_layout *l, c
 }
 
 /* Rank r's units as the overlap simulation takes them (partitioner/dp_overlap.h), with their
- * reduction and all-gather times at bandwidth bw under c's data-parallel method, and the step's
+ * reduction and all-gather times at bandwidth bw under c's data-parallel method (the routed experts'
+ * units over the expert-data-parallel group at bandwidth bw_e, its ring factor), and the step's
  * bytes sent, codec time and stream total into out (local SGD: one synchronisation / H). *n_units
  * into a malloc'd array, or NULL. */
 static tri_dp_unit *dp_units(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
-                             const tri_stage_plan *plan, int r, double bw, int *n_units, tri_time_result *out)
+                             const tri_stage_plan *plan, int r, double bw_dp, double bw_e, int *n_units,
+                             tri_time_result *out)
 {
     unit_place *at = NULL;
     tri_unit_uses *uses = rank_units(m, l, plan, r, n_units, &at);
@@ -301,37 +336,41 @@ static tri_dp_unit *dp_units(const tri_transformer *m, const tri_train_layout *l
         return NULL;
     }
     const tri_compression *cz = &c->dp.compression;
-    bool compressed = cz->kind != TRI_COMPRESS_NONE && l->dp > 1;
     int H = c->dp.local_sgd_steps > 1 ? c->dp.local_sgd_steps : 1, z = l->zero_stage, pb = tri_precision_bytes(l->precision);
-    double D = l->dp, mem_rate = tri_cluster_mem_bw(c) * c->eff.memory;
+    double mem_rate = tri_cluster_mem_bw(c) * c->eff.memory;
+    /* the two groups: dp, and the experts' edp (the same layout with dp = edp for the helpers) */
+    tri_train_layout le = *l;
+    le.dp = tri_expert_dp(l);
     out->dp_sent_bytes = out->dp_grad_sent_bytes = out->dp_sent_uncompressed = out->dp_codec_s = 0.0;
     out->dp_comm_s = 0.0;
     for (int k = 0; k < *n_units; k++) {
         const tri_unit_uses *x = &uses[k];
         const unit_place *p = &at[k];
-        double len = (double)x->len;
+        const tri_train_layout *g = p->expert ? &le : l; /* the unit's group */
+        double len = (double)x->len, D = g->dp, bw = p->expert ? bw_e : bw_dp;
+        bool compressed = cz->kind != TRI_COMPRESS_NONE && g->dp > 1;
         u[k] = (tri_dp_unit){.chunk = p->chunk, .fwd_reads = x->fwd_reads, .bwd_reads = x->bwd_reads,
                              .fwd_writes = x->fwd_writes, .bwd_writes = x->bwd_writes, .fwd_use = p->fwd_use,
                              .bwd_use = p->bwd_use, .fwd_done = p->fwd_done, .bwd_done = p->bwd_done};
-        if (l->dp == 1)
+        if (g->dp == 1)
             continue;
         if (H > 1) { /* local SGD's synchronisation: anchor all-gather, deltas' reduction, parameter all-gather (fp32) */
-            double ag = tri_collective_seconds(TRI_COMM_ALL_GATHER, 4.0 * len, l->dp, bw);
-            double delta = unit_sent(m, l, cz, p->kind, x->len, 1, compressed), plain = unit_sent(m, l, cz, p->kind, x->len, 1, false);
+            double ag = tri_collective_seconds(TRI_COMM_ALL_GATHER, 4.0 * len, g->dp, bw);
+            double delta = unit_sent(m, g, cz, p->kind, x->len, 1, compressed), plain = unit_sent(m, g, cz, p->kind, x->len, 1, false);
             double wire_ag = 2.0 * (D - 1.0) / D * 4.0 * len;
             out->dp_grad_sent_bytes += delta / H;
             out->dp_sent_bytes += (delta + wire_ag) / H;
             out->dp_sent_uncompressed += (plain + wire_ag) / H;
             out->dp_comm_s += (2.0 * ag + delta / bw) / H;
             if (compressed)
-                out->dp_codec_s += codec_bytes(m, l, cz, p->kind, x->len, 1) / mem_rate / H;
+                out->dp_codec_s += codec_bytes(m, g, cz, p->kind, x->len, 1) / mem_rate / H;
             continue;
         }
-        double grad = unit_sent(m, l, cz, p->kind, x->len, z, compressed), plain = unit_sent(m, l, cz, p->kind, x->len, z, false);
+        double grad = unit_sent(m, g, cz, p->kind, x->len, z, compressed), plain = unit_sent(m, g, cz, p->kind, x->len, z, false);
         u[k].reduce_s = compressed ? grad / bw
                                    : tri_collective_seconds(z == 0 ? TRI_COMM_ALL_REDUCE : TRI_COMM_REDUCE_SCATTER,
-                                                            4.0 * len, l->dp, bw);
-        u[k].gather_s = z >= 1 ? tri_collective_seconds(TRI_COMM_ALL_GATHER, len * pb, l->dp, bw) : 0.0;
+                                                            4.0 * len, g->dp, bw);
+        u[k].gather_s = z >= 1 ? tri_collective_seconds(TRI_COMM_ALL_GATHER, len * pb, g->dp, bw) : 0.0;
         double reductions = z >= 2 ? (double)l->n_micro * (x->fwd_writes + x->bwd_writes) : 1.0;
         double gathers = z == 3 ? (double)l->n_micro * (x->fwd_reads + x->bwd_reads) : z >= 1 ? 1.0 : 0.0;
         double wire_ag = gathers * (D - 1.0) / D * len * pb;
@@ -340,16 +379,28 @@ static tri_dp_unit *dp_units(const tri_transformer *m, const tri_train_layout *l
         out->dp_sent_uncompressed += reductions * plain + wire_ag;
         out->dp_comm_s += reductions * u[k].reduce_s + gathers * u[k].gather_s;
         if (compressed)
-            out->dp_codec_s += reductions * codec_bytes(m, l, cz, p->kind, x->len, z) / mem_rate;
+            out->dp_codec_s += reductions * codec_bytes(m, g, cz, p->kind, x->len, z) / mem_rate;
     }
     if (l->dp > 1) { /* the loss's all-reduce, every step */
+        double D = l->dp;
         out->dp_sent_bytes += 2.0 * (D - 1.0) / D * 8.0;
         out->dp_sent_uncompressed += 2.0 * (D - 1.0) / D * 8.0;
-        out->dp_comm_s += tri_collective_seconds(TRI_COMM_ALL_REDUCE, 8.0, l->dp, bw);
+        out->dp_comm_s += tri_collective_seconds(TRI_COMM_ALL_REDUCE, 8.0, l->dp, bw_dp);
     }
     free(uses);
     free(at);
     return u;
+}
+
+/* Bandwidth of the expert-data-parallel group (tri_expert_dp ranks): within a stage numbered
+ * s = tp_rank + tp dp_rank (tp fastest, as the dp group's stride tp says) its ranks are etp x ep apart
+ * (Megatron-Core's parallel folding, engine/comm/grid.c tri_grid_add_experts), so it stays on a node
+ * while etp ep edp = tp dp fits one. */
+static double expert_bw(const tri_cluster *c, const tri_train_layout *l)
+{
+    int ep = l->ep > 1 ? l->ep : 1, etp = l->etp > 1 ? l->etp : 1;
+    bool inter;
+    return group_bw(c, ep * etp, tri_expert_dp(l), &inter);
 }
 
 /* The data-parallel options against the layout: TRI_EINVAL naming the flag and value. */
@@ -386,18 +437,24 @@ static int per_step(const tri_transformer *m, const tri_train_layout *l, const t
     int rc = tri_time_dp_method_check(&c->dp, l);
     if (rc)
         return rc;
-    double psi = tri_time_rank_params(m, l, plan, r), dp_bytes[TRI_COMM_KINDS];
-    rc = tri_time_dp_traffic(m, l, plan, r, dp_bytes);
+    double psi = tri_time_rank_params(m, l, plan, r), dp_bytes[TRI_COMM_KINDS], e_bytes[TRI_COMM_KINDS];
+    rc = group_traffic(m, l, plan, r, false, dp_bytes);
+    if (!rc) rc = group_traffic(m, l, plan, r, true, e_bytes);
     if (rc)
         return rc;
-    double bw = group_bw(c, l->tp, l->dp, &out->dp_inter_node), t = 0.0;
-    out->dp_bytes = 0.0;
+    /* the dp group and the experts' edp group, each at its ring factor and link */
+    double bw = group_bw(c, l->tp, l->dp, &out->dp_inter_node), bw_e = expert_bw(c, l), t = 0.0;
+    int edp = tri_expert_dp(l);
+    out->dp_bytes = out->dp_expert_bytes = out->dp_expert_s = 0.0;
     for (int k = 0; k < TRI_COMM_KINDS; k++) {
-        t += tri_collective_seconds(k, dp_bytes[k], l->dp, bw);
-        out->dp_bytes += dp_bytes[k];
+        double te = tri_collective_seconds(k, e_bytes[k], edp, bw_e);
+        t += tri_collective_seconds(k, dp_bytes[k], l->dp, bw) + te;
+        out->dp_expert_s += c->eff.dp_exposed * te;
+        out->dp_bytes += dp_bytes[k] + e_bytes[k];
+        out->dp_expert_bytes += e_bytes[k];
     }
     int n_units = 0;
-    tri_dp_unit *units = dp_units(m, l, c, plan, r, bw, &n_units, out);
+    tri_dp_unit *units = dp_units(m, l, c, plan, r, bw, bw_e, &n_units, out);
     if (!units)
         return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
     free(units);
@@ -437,7 +494,7 @@ static int simulated_dp(const tri_transformer *m, const tri_train_layout *l, con
     for (int r = 0; r < plan->pp; r++) {
         tri_time_result scratch = *out;
         int n_units = 0;
-        tri_dp_unit *units = dp_units(m, l, c, plan, r, bw, &n_units, &scratch);
+        tri_dp_unit *units = dp_units(m, l, c, plan, r, bw, expert_bw(c, l), &n_units, &scratch);
         if (!units)
             return TRI_ERR(TRI_ENOMEM, "time model: out of memory");
         tri_dp_overlap ov, bl;

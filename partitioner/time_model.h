@@ -91,6 +91,10 @@ typedef struct tri_time_result {
     double dp_comm_s;              /* every dp operation on its comm stream, before any overlap */
     double dp_codec_s;             /* compressors' encode + decode (in dp_s) */
     double dp_stall_s;             /* overlap: its compute waiting for parameter all-gathers (in dp_s) */
+    double dp_expert_bytes;        /* of dp_bytes, the routed experts' (ep > 1): over the expert-data-
+                                      parallel group (tri_expert_dp), 0 when that is one rank */
+    double dp_expert_s;            /* their exposed share of the plain (not simulated) dp time: each
+                                      collective at edp's ring factor and its ranks' link (etp ep apart) */
     bool dp_overlap_simulated;     /* dp_s from the rank timelines (partitioner/dp_overlap.h) */
     double dp_blocking_s;          /* simulated: the same timelines with every dp operation blocking
                                       (the latest rank's end, which may be another rank than the
@@ -128,7 +132,9 @@ int tri_time_model_calibrate_gemm(const tri_transformer *m, const tri_train_layo
 /* bytes[kind] of data-parallel traffic in one step on pipeline rank r: partitioner/traffic.h's
  * tri_dp_step_traffic (the engine's own count) over the rank's units of parameters as the engine
  * uses them (models/gpt.c, tri_gpt_unit_uses): fp32 gradients, parameters in the layout's
- * precision. TRI_ENOMEM. */
+ * precision; payload bytes of both groups together: under expert parallelism the routed experts'
+ * units over the expert-data-parallel group (tri_expert_dp; none when it is one rank), the rest over
+ * dp. TRI_ENOMEM. */
 int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
                         double bytes[TRI_COMM_KINDS]);
 

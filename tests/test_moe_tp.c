@@ -37,7 +37,7 @@
  * rank's uninterrupted run within the bounds above.
  *
  * Refusals: tp 2 without --sequence-parallel (Megatron's rule, named by the one validator), ep not
- * dividing tp x dp, a shared expert with tp 2, ZeRO 1 with tp 2 (ZeRO over the experts' tp x dp
+ * dividing tp x dp, ZeRO 1 with tp 2 (ZeRO over the experts' tp x dp
  * group is not built; sharding them over dp alone trains exactly but allocates tp times the
  * experts' optimizer state the partitioner plans). */
 #include <criterion/criterion.h>
@@ -324,10 +324,4 @@ Test(moe_tp, refusals)
     expect_refused(&m, (tu_layout){.tp = 2, .sp = true, .dp = 2, .zero = 1},
                    "--zero-stage 1 with --tensor-model-parallel-size 2: tiny-mixtral has experts (4)");
     tri_model_free(&m);
-    tri_model s;
-    make_tiny(&s, ", \"moe_shared_expert_intermediate_size\": 64");
-    expect_refused(&s, (tu_layout){.tp = 2, .sp = true},
-                   "--tensor-model-parallel-size 2: tiny-mixtral has a shared expert "
-                   "(moe_shared_expert_intermediate_size 64)");
-    tri_model_free(&s);
 }

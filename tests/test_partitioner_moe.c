@@ -8,7 +8,8 @@
  * backward bytes are what layers/moe.c allocates (tri_moe_acts_bytes / tri_moe_scratch_bytes) for
  * the rank's shape; the all-to-all volume equals a direct count over a uniform routing; a dense layer
  * among sparse ones (Qwen3-MoE's decoder_sparse_step) plans exactly; the validator refuses each
- * broken rule naming it, its flag and values; ZeRO shards expert state over edp; the search picks an ep. */
+ * broken rule naming it, its flag and values; ZeRO shards expert state over edp, and the data-parallel
+ * time takes the experts' collectives over edp; the search picks an ep. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include "partitioner/hardware.h"
 #include "partitioner/memory_model.h"
 #include "partitioner/search.h"
+#include "partitioner/time_model.h"
 #include "partitioner/traffic.h"
 #include "tests/testutil.h"
 
@@ -393,6 +395,88 @@ Test(partitioner_moe, expert_states_shard_over_the_expert_data_parallel_group)
     double opt = 8.0 * (psi - psi_e) / 8 + 8.0 * psi_e / 2;   /* dp 8, edp 8 / 4 = 2 */
     cr_expect_eq(bytes[TRI_MEM_OPTIMIZER], opt, "optimizer %.0f, expected %.0f", bytes[TRI_MEM_OPTIMIZER], opt);
     tri_stage_plan_free(&plan);
+}
+
+/* The data-parallel time of the expert gradients (partitioner/time_model.c): the engine reduces,
+ * reduce-scatters and all-gathers a sparse block's routed experts over the expert-data-parallel group
+ * (engine/train/param.h's parts), so the time model takes them as a second group of units: each
+ * collective at edp's ring factor (edp - 1) / edp and its ranks' link, the rest over dp at dp's; the
+ * byte count stays payload bytes. By hand, 4 layers of C 64, E 8, I 32 on one node of H100s, dp 4 at
+ * ZeRO 0, 1 and 3, fp32 (gradients and gathered parameters 4 bytes): at ep 4 = dp (edp 1) the experts
+ * move nothing (0 s, and the step's bytes are the rest's); at ep 2 (edp 2) their all-reduce costs
+ * 2 (1/2) 4 P_e / bw where dp's ring factor would have charged 2 (3/4) 4 P_e / bw (1.5x); the dp part
+ * is 2 (3/4) (4 (P - P_e) + 8) / bw (the 8-byte loss all-reduce over dp). ZeRO 1: a reduce-scatter
+ * and an all-gather of each group; ZeRO 3: per micro-batch one reduce-scatter per gradient write and
+ * an all-gather per read (2 and 2 for a block). The overlap stream's total (dp_comm_s, the units the
+ * simulation takes) equals the same sum. */
+static double dp_time_case(const tri_transformer *m, int dp, int ep, int zero, int n_micro, tri_time_result *out,
+                           double *psi, double *psi_e, double *bw)
+{
+    tri_layout_request r = {.num_gpus = dp, .tp = 1, .pp = 1, .ep = ep, .micro_batch = 1, .seq_length = 64,
+                            .global_batch = dp * n_micro, .zero_stage = zero, .first_layers = -1,
+                            .last_layers = -1};
+    tri_train_layout l;
+    cr_assert_eq(tri_layout_resolve(m, &r, &l), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(l.n_micro, n_micro);
+    tri_stage_plan plan;
+    tri_layout_shape shape = tri_train_layout_shape(&l);
+    tri_stage_options so = {.v = 1, .first_layers = -1, .last_layers = -1};
+    cr_assert_eq(tri_stage_split(&plan, m, &shape, &so), TRI_OK, "%s", tri_error_message());
+    const tri_hardware *hw = tri_hardware_find("h100-sxm");
+    tri_cluster c = {.hw = hw, .num_gpus = dp, .gpus_per_node = 8, .eff = hw->eff};
+    memset(out, 0, sizeof *out);
+    tri_time_model_quick(m, &l, &c, &plan, out);
+    *psi = tri_time_rank_params(m, &l, &plan, 0);
+    *psi_e = tri_transformer_blocks(m, &l, 0, (int)m->n_layer).expert_params;
+    *bw = hw->intra_bw * c.eff.intra;
+    tri_stage_plan_free(&plan);
+    return c.eff.dp_exposed;
+}
+
+Test(partitioner_moe, expert_gradients_reduce_over_the_expert_data_parallel_group)
+{
+    moe_model mm;
+    tri_transformer m = moe_dims(&mm, 4, 64, 4, 4, 16, 8, 2, 32, 0, 256, 1);
+    tri_time_result t;
+    double P, Pe, bw;
+    /* ep = dp = 4: edp 1, the experts move nothing */
+    double x = dp_time_case(&m, 4, 4, 0, 1, &t, &P, &Pe, &bw);
+    cr_assert_eq(Pe, 4.0 * 2 * 3 * 64 * 32, "4 layers of E / ep = 2 experts");
+    double rest = 4.0 * (P - Pe) + 8.0;
+    cr_expect_eq(t.dp_expert_s, 0.0);
+    cr_expect_eq(t.dp_expert_bytes, 0.0);
+    cr_expect_eq(t.dp_bytes, rest, "dp bytes %.0f, the non-expert ones %.0f", t.dp_bytes, rest);
+    cr_expect_float_eq(t.dp_s, x * 2.0 * 0.75 * rest / bw, 1e-12 * t.dp_s, "dp %.9g s", t.dp_s);
+    /* ep 2 dp 4: edp 2 */
+    x = dp_time_case(&m, 4, 2, 0, 1, &t, &P, &Pe, &bw);
+    cr_assert_eq(Pe, 4.0 * 4 * 3 * 64 * 32, "4 layers of E / ep = 4 experts");
+    rest = 4.0 * (P - Pe) + 8.0;
+    double e_s = 2.0 * 0.5 * 4.0 * Pe / bw, dp_ring = 2.0 * 0.75 * 4.0 * Pe / bw, rest_s = 2.0 * 0.75 * rest / bw;
+    cr_expect_eq(t.dp_bytes, rest + 4.0 * Pe, "payload bytes: every gradient once");
+    cr_expect_eq(t.dp_expert_bytes, 4.0 * Pe);
+    cr_expect_float_eq(t.dp_expert_s, x * e_s, 1e-12 * e_s, "experts %.9g s, by hand %.9g", t.dp_expert_s, x * e_s);
+    cr_expect_float_eq(t.dp_s, x * (rest_s + e_s), 1e-12 * t.dp_s, "dp %.9g s, by hand %.9g", t.dp_s,
+                       x * (rest_s + e_s));
+    cr_expect_float_eq(t.dp_comm_s, rest_s + e_s, 1e-12 * t.dp_comm_s, "the overlap stream %.9g s", t.dp_comm_s);
+    cr_expect_gt(fabs(t.dp_s - x * (rest_s + dp_ring)), 1e-3 * t.dp_s, "dp's ring factor would have given the same");
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("ep 2 dp 4 ZeRO 0: dp %.4g us of which experts %.4g us (at dp's ring factor %.4g us)\n", 1e6 * t.dp_s,
+               1e6 * t.dp_expert_s, 1e6 * x * dp_ring);
+    /* ZeRO 1: reduce-scatter and all-gather of each group (parameters fp32) */
+    x = dp_time_case(&m, 4, 2, 1, 1, &t, &P, &Pe, &bw);
+    e_s = 2.0 * 0.5 * 4.0 * Pe / bw;
+    rest_s = 2.0 * 0.75 * 4.0 * (P - Pe) / bw + 2.0 * 0.75 * 8.0 / bw;
+    cr_expect_float_eq(t.dp_expert_s, x * e_s, 1e-12 * e_s, "ZeRO 1 experts %.9g s, by hand %.9g", t.dp_expert_s,
+                       x * e_s);
+    cr_expect_float_eq(t.dp_s, x * (rest_s + e_s), 1e-12 * t.dp_s, "ZeRO 1 dp %.9g s", t.dp_s);
+    cr_expect_float_eq(t.dp_comm_s, rest_s + e_s, 1e-12 * t.dp_comm_s, "ZeRO 1 stream %.9g s", t.dp_comm_s);
+    /* ZeRO 3, 2 micro-batches: a block's unit is written once (backward) and read twice (forward and
+       backward) per micro-batch: 2 reduce-scatters and 4 all-gathers of the experts over edp */
+    x = dp_time_case(&m, 4, 2, 3, 2, &t, &P, &Pe, &bw);
+    e_s = (2.0 * 0.5 + 4.0 * 0.5) * 4.0 * Pe / bw;
+    cr_expect_float_eq(t.dp_expert_s, x * e_s, 1e-12 * e_s, "ZeRO 3 experts %.9g s, by hand %.9g", t.dp_expert_s,
+                       x * e_s);
+    cr_expect_eq(t.dp_expert_bytes, (2.0 + 4.0) * 4.0 * Pe);
 }
 
 /* The search enumerates ep: an 8-expert model too large for one rank's expert copy fits with ep. */
