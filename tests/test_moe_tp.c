@@ -42,10 +42,11 @@
  * ranks at tp 2 dp 2: more than dp), everything else over dp: tp 2 SP x dp 2 at ep 1 and ep 2, ZeRO 1,
  * 2 and 3, and tp 2 SP x pp 2 at ZeRO 3 against one rank within the bounds above, and in deterministic
  * mode bit-identical to tp 2 SP at ZeRO 0 (AdamW, and LAMB whose trust ratios sum the experts' slices
- * on both TP ranks). Summing the experts over dp and then tp as well as over edp doubles their
- * gradients; sharding them over dp (the layout's dp slices) leaves half of each expert un-updated:
- * either fails by O(1). A checkpoint saved at tp 2 SP x dp 2 ep 2 ZeRO 3 resumes on one rank and at
- * tp 1 dp 2 ep 2 ZeRO 1.
+ * on both TP ranks). Checked by hand: also all-reducing the experts over tp (the SP path) as well as
+ * over edp fails every layout (gradients off by 1 to 5.5 relative); the stage-1 fused update that
+ * zeroes the whole gradient buffer at dp 1 (tp 2 pp 2, edp 2) fails it (weights off by 7e-2); stage 0
+ * at dp 1 without the experts' edp reduction fails it (gradients off by 1). A checkpoint saved at
+ * tp 2 SP x dp 2 ep 2 ZeRO 3 resumes on one rank and at tp 1 dp 2 ep 2 ZeRO 1.
  *
  * Refusals: tp 2 without --sequence-parallel (Megatron's rule, named by the one validator), ep not
  * dividing tp x dp, a shared expert with tp 2, local SGD at tp 2 (the experts reduce over tp x dp). */
