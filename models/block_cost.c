@@ -211,8 +211,9 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
         }
     }
     /* the gathered N x C inputs: the attention's, and the MLP's unless the routed experts alone
-       replace it */
+       replace it (traffic); the decoder takes both N x C gather buffers under SP whatever the MLP
+       (models/model_chunk.c take_scratch: full_a, full_b) */
     double split_mlps = !b->sparse || b->I_shared > 0 ? 2.0 : 1.0;
-    out->comm = w.t_sp > 1 ? split_mlps * w.e * w.N * w.C : 0.0;
+    out->comm = w.t_sp > 1 ? 2.0 * w.e * w.N * w.C : 0.0;
     tp_traffic(&w, l->tp, w.t_sp > 1, split_mlps / 2.0, out->tp_fwd, out->tp_bwd);
 }

@@ -69,13 +69,8 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
         return TRI_ERR(TRI_EINVAL, "--attention-backend unfused: %s (a Llama) runs on the fused attention only", name);
     /* tp > 1 without --sequence-parallel: refused by tri_layout_check_model (partitioner/constraints.c);
      * under SP each TP rank routes its own N / tp tokens through whole experts (docs/moe.md) */
-    /* ZeRO shards the experts over their expert-data-parallel group, at ep 1 the stage's tp x dp ranks
-     * (Megatron-Core; partitioner/memory_model.c tri_expert_dp plans so): not built (docs/moe.md) */
-    if (c->num_experts > 0 && tp > 1 && run->zero_stage > 0)
-        return TRI_ERR(TRI_EINVAL, "--zero-stage %d with --tensor-model-parallel-size %d: %s has experts (%d), which "
-                       "ZeRO would shard over the expert-data-parallel group (tensor x data-parallel ranks), not "
-                       "built; use --zero-stage 0 with tensor parallelism", run->zero_stage, tp, name,
-                       c->num_experts);
+    /* ZeRO 1-3 shard the experts over their expert-data-parallel group, at tp > 1 tp dp / ep ranks of the
+     * stage (the experts are marked spec.expert there at any ep: tri_llama_moe_add_params) */
     /* the shared expert at tp > 1 is a tensor-parallel SwiGLU (llama_moe.c): I_s / tp rows each */
     if (c->num_experts > 0 && c->shared_expert_intermediate_size % tp != 0)
         return TRI_ERR(TRI_EINVAL, "moe_shared_expert_intermediate_size %d of %s is not divisible by "

@@ -242,8 +242,9 @@ int tri_llama_map_views(tri_llama *m);
 int tri_llama_take_buffers(void *self, tri_arena *a);
 int tri_llama_moe_num_params(const tri_llama_config *c);             /* a sparse layer's MoE tensors */
 int tri_llama_moe_param_index(const tri_llama_config *c, const char *suffix); /* -1: not one */
-/* a sparse layer's MoE tensors; under expert parallelism (ep > 1) only rank ep_rank's E/ep experts */
-int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int ep, int ep_rank);
+/* a sparse layer's MoE tensors; under expert parallelism (ep > 1) only rank ep_rank's E/ep experts; the
+ * experts are marked spec.expert (sharded over the expert-data-parallel group) at ep > 1 or tp > 1 */
+int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int tp, int ep, int ep_rank);
 int tri_llama_moe_map_views(tri_llama *m, int l);
 /* Deterministic mode under expert parallelism: layer l's experts' exact sums (the ZeRO 0 int64 sums at
  * their offsets) and scratch for tri_moe_ep_backward; false (ex untouched) otherwise. */

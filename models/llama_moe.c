@@ -118,7 +118,7 @@ static bool local_expert(const tri_llama_config *c, int e, int ep, int ep_rank)
     return e < 0 || ep <= 1 || (e >= ep_rank * El && e < (ep_rank + 1) * El);
 }
 
-int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int ep, int ep_rank)
+int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int tp, int ep, int ep_rank)
 {
     for (int j = 0; j < tri_llama_moe_num_params(c); j++) {
         char sub[TRI_PARAM_NAME_MAX], name[2 * TRI_PARAM_NAME_MAX];
@@ -136,7 +136,9 @@ int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int la
         tri_param_spec *s = tri_spec_list_add(l, name, 2, shape, split, true, TRI_INIT_NORMAL, c->init_std);
         if (!s)
             return TRI_ERR(TRI_ENOMEM, "llama: out of memory for parameter descriptions");
-        s->expert = ep > 1 && e >= 0; /* reduced over the expert-data-parallel group */
+        /* reduced (and ZeRO-sharded) over the expert-data-parallel group: at ep > 1 the ep rank's own
+         * experts, at tp > 1 (any ep) also, as the group then spans TP ranks (edp = tp dp / ep) */
+        s->expert = (ep > 1 || tp > 1) && e >= 0;
     }
     return TRI_OK;
 }

@@ -144,7 +144,7 @@ static int64_t dim_size(const tri_llama_config *c, dim_kind d)
 
 #define OOM() TRI_ERR(TRI_ENOMEM, "llama: out of memory for parameter descriptions")
 
-static int add_block(tri_spec_list *l, const tri_llama_config *c, int layer, const tri_chunk_place *opt)
+static int add_block(tri_spec_list *l, const tri_llama_config *c, int layer, int tp, const tri_chunk_place *opt)
 {
     bool sparse = tri_llama_layer_is_sparse(c, layer);
     for (int j = 0; j < N_ROWS; j++) {
@@ -165,7 +165,7 @@ static int add_block(tri_spec_list *l, const tri_llama_config *c, int layer, con
         /* the per-head norms' weights: each TP rank's gradient sums over its own heads only */
         s->tp_partial_grad = r->when == IF_QK_NORM;
     }
-    return sparse ? tri_llama_moe_add_params(l, c, layer, opt->ep, opt->ep_rank) : TRI_OK;
+    return sparse ? tri_llama_moe_add_params(l, c, layer, tp, opt->ep, opt->ep_rank) : TRI_OK;
 }
 
 /* The embedding (first stage) or a last stage's copy of it as the tied LM head. */
@@ -196,7 +196,7 @@ int tri_llama_param_specs(const void *config, int tp, const tri_chunk_place *opt
         l.unit++;
     }
     for (int k = 0; k < opt->layer_end - opt->layer_start && !rc; k++) {
-        rc = add_block(&l, c, opt->layer_start + k, opt);
+        rc = add_block(&l, c, opt->layer_start + k, tp, opt);
         l.unit++;
     }
     if (!rc && opt->last) {

@@ -243,8 +243,8 @@ int tri_model_rank_plan(const tri_model *m, const tri_model_run *o, int tp_rank,
         free(specs);
         if (!rc)
             lp[made++] = &layouts[c];
-        if (!rc && l->ep > 1) /* the experts' parts are sharded over edp */
-            rc = tri_layout_set_experts(&layouts[c], l->ep, l->tp, tp_rank);
+        if (!rc && tri_layout_has_experts(&layouts[c])) /* the experts' parts are sharded over edp */
+            rc = tri_layout_set_experts(&layouts[c], l->ep > 1 ? l->ep : 1, l->tp, tp_rank);
     }
     size_t trainer[TRI_MEM_KINDS];
     if (!rc) rc = tri_trainer_plan(lp, r.v, m->family->num_param_tensors(m->cfg), l->tp, l->zero_stage, NULL, trainer);

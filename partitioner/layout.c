@@ -50,11 +50,12 @@ int tri_layout_unit_of(const tri_param_layout *L, int64_t at)
     return -1;
 }
 
-/* Closes the open part (and with `unit` the open unit) at off, padding it to unit_align. */
-static void close_part(tri_param_layout *L, int64_t *off, int64_t unit_align, bool unit)
+/* Closes the open part (and with `unit` the open unit) at off, padding it to unit_align, an expert
+ * part to expert_align (a multiple of unit_align that every expert-data-parallel size divides). */
+static void close_part(tri_param_layout *L, int64_t *off, int64_t unit_align, int64_t expert_align, bool unit)
 {
     tri_param_part *p = &L->parts[L->n_parts - 1];
-    p->len = round_up(*off - p->start, unit_align);
+    p->len = round_up(*off - p->start, p->expert ? expert_align : unit_align);
     *off = p->start + p->len;
     if (unit) {
         tri_param_unit *u = &L->units[L->n_units - 1];
@@ -77,6 +78,8 @@ int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, i
     L->dp = L->edp = dp;
     L->dp_rank = L->edp_rank = dp_rank;
     int64_t off = 0, unit_align = (int64_t)dp * TRI_LAYOUT_ALIGN;
+    /* edp = tp dp / ep divides tp dp for every ep (parallel folding), which exceeds dp at tp > 1 */
+    int64_t expert_align = (int64_t)tp * unit_align;
     for (int i = 0; i < n; i++) {
         int rc = place(&L->params[i], &specs[i], tp, tp_rank);
         if (!rc && i > 0 && specs[i].unit < specs[i - 1].unit)
@@ -92,7 +95,7 @@ int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, i
             return rc;
         }
         if (new_part && L->n_parts > 0) /* close the previous part (and unit) */
-            close_part(L, &off, unit_align, new_unit);
+            close_part(L, &off, unit_align, expert_align, new_unit);
         if (new_unit)
             L->units[L->n_units++] = (tri_param_unit){.first = i, .start = off, .first_part = L->n_parts};
         if (new_part) {
@@ -105,7 +108,7 @@ int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, i
         off = round_up(off + L->params[i].numel, TRI_LAYOUT_ALIGN);
     }
     if (L->n_parts > 0)
-        close_part(L, &off, unit_align, true);
+        close_part(L, &off, unit_align, expert_align, true);
     L->padded_numel = off;
     L->shard_numel = off / dp;
     return TRI_OK;
@@ -127,6 +130,14 @@ int tri_layout_set_experts(tri_param_layout *L, int ep, int tp, int tp_rank)
         L->shard_numel += tri_part_slice_len(L, k);
     }
     return TRI_OK;
+}
+
+bool tri_layout_has_experts(const tri_param_layout *L)
+{
+    for (int k = 0; k < L->n_parts; k++)
+        if (L->parts[k].expert)
+            return true;
+    return false;
 }
 
 void tri_layout_destroy(tri_param_layout *L)

@@ -18,11 +18,15 @@
 int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, int tp, int tp_rank,
                       int dp, int dp_rank);
 void tri_layout_destroy(tri_param_layout *L);
-/* Expert parallelism (ep > 1): the expert parts (tri_param_part) are sharded over the
- * expert-data-parallel group of tp dp / ep ranks, the grid's folding (engine/comm/grid.h): the stage's
- * rank s = tp_rank + tp dp_rank is edp rank s / ep. Sets L->edp, L->edp_rank and this rank's
- * shard_numel. TRI_EINVAL when ep does not divide tp x dp or an expert part does not divide by edp. */
+/* Expert parallelism (ep > 1, or any ep at tp > 1): the expert parts (tri_param_part) are sharded
+ * over the expert-data-parallel group of tp dp / ep ranks, the grid's folding (engine/comm/grid.h):
+ * the stage's rank s = tp_rank + tp dp_rank is edp rank s / ep (at ep 1 and tp > 1 the whole stage).
+ * tri_layout_create pads expert parts to tp dp TRI_LAYOUT_ALIGN elements, which every edp divides.
+ * Sets L->edp, L->edp_rank and this rank's shard_numel. TRI_EINVAL when ep does not divide tp x dp
+ * or an expert part does not divide by edp. */
 int tri_layout_set_experts(tri_param_layout *L, int ep, int tp, int tp_rank);
+/* Whether any part of L is an expert part (spec.expert): then tri_layout_set_experts applies. */
+bool tri_layout_has_experts(const tri_param_layout *L);
 
 /* Index of the parameter called `name`, or -1. */
 int tri_layout_find(const tri_param_layout *L, const char *name);

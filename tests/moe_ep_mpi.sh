@@ -14,7 +14,8 @@
 #  - ep folded over tp x dp (docs/moe.md "MoE with tensor parallelism"): 4 ranks at
 #    --tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2 (dp 2; each ep
 #    pair is a TP pair) against one rank, the same bound; a checkpoint saved there after 2 iterations
-#    resumes on one rank to the uninterrupted run's iteration-4 loss;
+#    resumes on one rank to the uninterrupted run's iteration-4 loss; the same at --zero-stage 3 (the
+#    experts sharded over their expert-data-parallel pairs, which span the TP ranks), the same bound;
 #  - the refusals: ep with --grad-compression, ep with --local-sgd-steps, tp 2 without
 #    --sequence-parallel, ep not dividing tp x dp, etp 2, each naming its flags.
 # Usage (CTest): bash moe_ep_mpi.sh BUILD_DIR SOURCE_DIR
@@ -48,7 +49,9 @@ run tp2ep2 4 "${tp2ep2[@]}" || { tail -5 "$tmp/tp2ep2.log"; fail "4 ranks tp 2 s
 # ZeRO 3 over edp (dp 4 ep 2), with the overlaps
 run z3 4 --expert-model-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
   { tail -5 "$tmp/z3.log"; fail "4 ranks ep 2 ZeRO 3"; }
-for name in ep4 tp2ep2 z3; do
+# ZeRO 3 at tp 2 sp ep 2: the experts' slices over their edp pairs, which span the TP ranks
+run tp2z3 4 "${tp2ep2[@]}" --zero-stage 3 || { tail -5 "$tmp/tp2z3.log"; fail "4 ranks tp 2 sp ep 2 ZeRO 3"; }
+for name in ep4 tp2ep2 z3 tp2z3; do
   [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/$name/metrics.jsonl" ] || continue
   /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/$name/metrics.jsonl" "$name" <<'PY' || fail "$name against one rank"
 import json, sys

@@ -1,7 +1,8 @@
 /* tests/test_layout_parts.c - a unit's parts (engine/train/param.h tri_param_part, partitioner/layout.c):
  * under expert parallelism the layout cuts a unit where spec.expert changes, pads each part to a
- * multiple of dp x TRI_LAYOUT_ALIGN, and tri_layout_set_experts shards the expert parts over the
- * expert-data-parallel group (edp = dp / ep, this rank dp_rank / ep) and the rest over dp. Checked by
+ * multiple of dp x TRI_LAYOUT_ALIGN (an expert part of tp x dp x TRI_LAYOUT_ALIGN), and
+ * tri_layout_set_experts shards the expert parts over the expert-data-parallel group (edp = tp dp / ep,
+ * this rank (tp_rank + tp dp_rank) / ep; at tp 1 dp / ep and dp_rank / ep) and the rest over dp. Checked by
  * hand-computed offsets, by every element of every part being owned by exactly one rank of its group
  * (the slices of all ranks counted element by element), and by a layout without expert parameters
  * being the one-part-per-unit layout it always was. Pure planning: no device, no comm. */
@@ -110,6 +111,75 @@ Test(layout_parts, every_element_has_one_owner_in_its_group)
             }
         free(owners);
     }
+}
+
+/* At tp > 1 the expert-data-parallel group folds over the stage's tp x dp ranks (edp = tp dp / ep, here
+ * tp 2 dp 2: edp 4 at ep 1, more than dp), so an expert part is padded to tp dp x TRI_LAYOUT_ALIGN = 256
+ * elements, the other parts to dp x TRI_LAYOUT_ALIGN = 128 as before; every element of an expert part
+ * has one owner among the ranks of its edp group (per ep index), every other element one owner among
+ * each TP rank's dp ranks. A dense layout at tp 2 is the tp 1 one. */
+Test(layout_parts, expert_parts_divide_by_edp_above_dp)
+{
+    tri_param_spec s[8];
+    int n = sparse_specs(s, true), tp = 2, dp = 2;
+    tri_param_layout L;
+    cr_assert_eq(tri_layout_create(&L, s, n, tp, 0, dp, 0), TRI_OK, "%s", tri_error_message());
+    /* wte [0, 1024); router [1024, 1152); experts [1152, 1920) (320 + 200 = 520 padded to 768, a multiple
+     * of 256, where dp 2 alone pads to 640); shared [1920, 2048); norm [2048, 2176) */
+    int64_t want_start[5] = {0, 1024, 1152, 1920, 2048}, want_len[5] = {1024, 128, 768, 128, 128};
+    for (int k = 0; k < 5; k++) {
+        cr_expect_eq(L.parts[k].start, want_start[k], "part %d starts at %lld", k, (long long)L.parts[k].start);
+        cr_expect_eq(L.parts[k].len, want_len[k], "part %d has %lld elements", k, (long long)L.parts[k].len);
+    }
+    cr_expect_eq(L.padded_numel, 2176);
+    tri_layout_destroy(&L);
+    for (int ep = 1; ep <= 2; ep++) {
+        int edp = tp * dp / ep, owners[2][2176] = {{0}}, dense[2][2176] = {{0}};
+        for (int t = 0; t < tp; t++)
+            for (int r = 0; r < dp; r++) {
+                cr_assert_eq(tri_layout_create(&L, s, n, tp, t, dp, r), TRI_OK, "%s", tri_error_message());
+                cr_assert_eq(tri_layout_set_experts(&L, ep, tp, t), TRI_OK, "%s", tri_error_message());
+                int stage_rank = t + tp * r;
+                cr_expect_eq(L.edp, edp);
+                cr_expect_eq(L.edp_rank, stage_rank / ep);
+                int64_t mine = 0;
+                for (int k = 0; k < L.n_parts; k++) {
+                    int64_t at = tri_part_slice(&L, k), len = tri_part_slice_len(&L, k);
+                    cr_expect_eq(len, L.parts[k].len / (L.parts[k].expert ? edp : dp));
+                    mine += len;
+                    for (int64_t i = at; i < at + len; i++) {
+                        if (L.parts[k].expert)
+                            owners[stage_rank % ep][i]++;
+                        else
+                            dense[t][i]++;
+                    }
+                }
+                cr_expect_eq(L.shard_numel, mine);
+                tri_layout_destroy(&L);
+            }
+        for (int64_t i = 0; i < 2176; i++) {
+            bool expert = i >= 1152 && i < 1920;
+            for (int e = 0; e < ep; e++)
+                if (owners[e][i] != (expert ? 1 : 0))
+                    cr_assert_fail("ep %d: expert element %lld of ep index %d has %d owners", ep, (long long)i, e,
+                                   owners[e][i]);
+            for (int t = 0; t < tp; t++)
+                if (dense[t][i] != (expert ? 0 : 1))
+                    cr_assert_fail("ep %d: element %lld has %d owners on TP rank %d", ep, (long long)i, dense[t][i], t);
+        }
+    }
+    /* dense: the tp 1 layout */
+    tri_param_layout D1, D2;
+    n = sparse_specs(s, false);
+    cr_assert_eq(tri_layout_create(&D1, s, n, 1, 0, dp, 1), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_layout_create(&D2, s, n, tp, 1, dp, 1), TRI_OK, "%s", tri_error_message());
+    cr_expect_eq(D2.padded_numel, D1.padded_numel);
+    cr_expect_eq(D2.shard_numel, D1.shard_numel);
+    for (int i = 0; i < n; i++)
+        cr_expect_eq(D2.params[i].offset, D1.params[i].offset);
+    cr_expect(!tri_layout_has_experts(&D2));
+    tri_layout_destroy(&D1);
+    tri_layout_destroy(&D2);
 }
 
 /* Without expert parameters the layout is what it always was: one part per unit, equal to it. */

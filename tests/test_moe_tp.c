@@ -2,10 +2,11 @@
  * folded over tp x dp (docs/moe.md "MoE with tensor parallelism"; Megatron-Core's parallel folding,
  * Liu et al. 2025, etp 1): the tiny Mixtral (4 layers, 4 experts, top-2, aux loss on) on thread ranks
  * (tu_run_model) at tp 2 SP (ep 1: every TP rank routes its own 4 of the 8 tokens through the
- * replicated router and all experts; the router's and experts' gradients sum over tp and dp),
+ * replicated router and all experts; the router's gradient sums over dp then tp, the experts' over
+ * the expert-data-parallel group, here the stage's tp x dp ranks),
  * tp 2 SP x dp 2 with ep 2 (the ep group is a TP pair, the edp group the dp pair), tp 2 SP x dp 2 with
- * ep 4 (the ep group spans both tp and dp; edp 1) and tp 2 SP with pp 2, all at ZeRO 0, against one
- * rank; --bf16 at tp 2 SP against fp32.
+ * ep 4 (the ep group spans both tp and dp; edp 1) and tp 2 SP with pp 2 at ZeRO 0, and ZeRO 1-3
+ * (below), against one rank; --bf16 at tp 2 SP against fp32.
  *
  * Bounds (as tests/test_moe_ep_layouts.c and the dense layouts): 1e-5 relative on the first pass's
  * loss and gradients, 1e-4 on the step losses and the weights after 4 AdamW steps, and every weight
@@ -36,10 +37,19 @@
  * edp rank 0, whichever TP rank that is), resumed on one rank to step 6: the resumed losses equal one
  * rank's uninterrupted run within the bounds above.
  *
+ * ZeRO 1-3 (docs/moe.md "ZeRO 1-3 at tp > 1"): the experts' gradients, optimizer state and (stage 3)
+ * weights shard over the expert-data-parallel group of tp dp / ep ranks (at ep 1 the whole stage, 4
+ * ranks at tp 2 dp 2: more than dp), everything else over dp: tp 2 SP x dp 2 at ep 1 and ep 2, ZeRO 1,
+ * 2 and 3, and tp 2 SP x pp 2 at ZeRO 3 against one rank within the bounds above, and in deterministic
+ * mode bit-identical to tp 2 SP at ZeRO 0 (AdamW, and LAMB whose trust ratios sum the experts' slices
+ * on both TP ranks). Checked by hand: also all-reducing the experts over tp (the SP path) as well as
+ * over edp fails every layout (gradients off by 1 to 5.5 relative); the stage-1 fused update that
+ * zeroes the whole gradient buffer at dp 1 (tp 2 pp 2, edp 2) fails it (weights off by 7e-2); stage 0
+ * at dp 1 without the experts' edp reduction fails it (gradients off by 1). A checkpoint saved at
+ * tp 2 SP x dp 2 ep 2 ZeRO 3 resumes on one rank and at tp 1 dp 2 ep 2 ZeRO 1.
+ *
  * Refusals: tp 2 without --sequence-parallel (Megatron's rule, named by the one validator), ep not
- * dividing tp x dp, ZeRO 1 with tp 2 (ZeRO over the experts' tp x dp
- * group is not built; sharding them over dp alone trains exactly but allocates tp times the
- * experts' optimizer state the partitioner plans). */
+ * dividing tp x dp, local SGD at tp 2 (the experts reduce over tp x dp). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -48,6 +58,7 @@
 
 #include "checkpoints/fsutil.h"
 #include "engine/core/status.h"
+#include "engine/train/optimizer.h"
 #include "models/llama.h"
 #include "models/model.h"
 #include "tests/ckpt_harness.h"
@@ -96,6 +107,16 @@ Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
         {"tp2 sp dp2 ep2", {.tp = 2, .dp = 2, .sp = true, .ep = 2}},
         {"tp2 sp dp2 ep4", {.tp = 2, .dp = 2, .sp = true, .ep = 4}},
         {"tp2 sp pp2", {.tp = 2, .pp = 2, .sp = true}},
+        /* ZeRO over the expert-data-parallel group: at ep 1 the stage's 4 ranks (edp 4 > dp 2), at ep 2
+         * the 2 ranks s = tp_rank + 2 dp_rank of the same s % 2, at pp 2 (dp 1) the TP pair (edp 2) */
+        {"tp2 sp dp2 zero1", {.tp = 2, .dp = 2, .sp = true, .zero = 1}},
+        {"tp2 sp dp2 zero2", {.tp = 2, .dp = 2, .sp = true, .zero = 2}},
+        {"tp2 sp dp2 zero3", {.tp = 2, .dp = 2, .sp = true, .zero = 3}},
+        {"tp2 sp dp2 ep2 zero1", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 1}},
+        {"tp2 sp dp2 ep2 zero2", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 2}},
+        {"tp2 sp dp2 ep2 zero3 overlap", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 3, .overlap = true}},
+        {"tp2 sp pp2 zero1", {.tp = 2, .pp = 2, .sp = true, .zero = 1}},
+        {"tp2 sp pp2 zero3", {.tp = 2, .pp = 2, .sp = true, .zero = 3}},
     };
     tu_result ref, got;
     cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
@@ -146,23 +167,16 @@ Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
     tri_model_free(&m);
 }
 
-Test(moe_tp, deterministic_bit_identical_to_tp2, .timeout = 300)
+/* Runs each layout and expects it bit-identical to ref_layout: first-pass loss, every gradient, the
+ * step losses and norms, the final weights. */
+static void expect_bit_identical(const tri_model *m, const int32_t *w, tu_layout ref_layout,
+                                 const named_layout *layouts, size_t n)
 {
-    tri_model m;
-    make_tiny(&m, "");
-    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 67);
-    static const named_layout layouts[] = {
-        {"tp2 sp dp2 ep2", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .deterministic = true}},
-        {"tp2 sp dp2 ep4", {.tp = 2, .dp = 2, .sp = true, .ep = 4, .deterministic = true}},
-        {"tp2 sp pp2 dp2 ep2 recompute full", {.tp = 2, .pp = 2, .dp = 2, .sp = true, .ep = 2,
-                                               .recompute = TRI_RECOMPUTE_FULL, .deterministic = true}},
-    };
     tu_result ref, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .deterministic = true}, &ref, w), TRI_OK, "%s",
-                 tri_error_message());
-    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+    cr_assert_eq(run_layout(m, &ref_layout, &ref, w), TRI_OK, "%s", tri_error_message());
+    for (size_t k = 0; k < n; k++) {
         const char *name = layouts[k].name;
-        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_assert_eq(run_layout(m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
         cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
                   got.grad_loss, ref.grad_loss);
         cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
@@ -179,10 +193,54 @@ Test(moe_tp, deterministic_bit_identical_to_tp2, .timeout = 300)
             same += g && v;
         }
         if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("deterministic %s vs tp2 sp: %d of %d tensors bit-identical\n", name, same, ref.n);
+            printf("deterministic %s vs tp2 sp zero 0: %d of %d tensors bit-identical\n", name, same, ref.n);
         tu_result_free(&got);
     }
     tu_result_free(&ref);
+}
+
+Test(moe_tp, deterministic_bit_identical_to_tp2, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 67);
+    static const named_layout layouts[] = {
+        {"tp2 sp dp2 ep2", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .deterministic = true}},
+        {"tp2 sp dp2 ep4", {.tp = 2, .dp = 2, .sp = true, .ep = 4, .deterministic = true}},
+        {"tp2 sp pp2 dp2 ep2 recompute full", {.tp = 2, .pp = 2, .dp = 2, .sp = true, .ep = 2,
+                                               .recompute = TRI_RECOMPUTE_FULL, .deterministic = true}},
+        /* ZeRO 1-3 over the expert-data-parallel group keep the promise: the same exact sums, cut
+         * into other slices */
+        {"tp2 sp dp2 zero1", {.tp = 2, .dp = 2, .sp = true, .zero = 1, .deterministic = true}},
+        {"tp2 sp dp2 zero2 overlap", {.tp = 2, .dp = 2, .sp = true, .zero = 2, .overlap = true, .deterministic = true}},
+        {"tp2 sp dp2 zero3", {.tp = 2, .dp = 2, .sp = true, .zero = 3, .deterministic = true}},
+        {"tp2 sp dp2 ep2 zero1", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 1, .deterministic = true}},
+        {"tp2 sp dp2 ep2 zero2", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 2, .deterministic = true}},
+        {"tp2 sp dp2 ep2 zero3 overlap", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 3, .overlap = true,
+                                          .deterministic = true}},
+        {"tp2 sp pp2 zero3", {.tp = 2, .pp = 2, .sp = true, .zero = 3, .deterministic = true}},
+    };
+    expect_bit_identical(&m, w, (tu_layout){.tp = 2, .sp = true, .deterministic = true}, layouts,
+                         sizeof layouts / sizeof *layouts);
+    free(w);
+    tri_model_free(&m);
+}
+
+/* LAMB's trust ratios over the owned pieces: at tp 2 an expert part's slices are on every rank of the
+ * stage (TP rank 1's too), each counted once in the whole-tensor sums (tri_trainer_norm_holder). */
+Test(moe_tp, deterministic_lamb_zero_over_edp, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 67);
+    static const named_layout layouts[] = {
+        {"lamb tp2 sp dp2 zero1", {.tp = 2, .dp = 2, .sp = true, .zero = 1, .optimizer = TRI_OPT_LAMB,
+                                   .deterministic = true}},
+        {"lamb tp2 sp dp2 ep2 zero3", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 3, .optimizer = TRI_OPT_LAMB,
+                                       .deterministic = true}},
+    };
+    expect_bit_identical(&m, w, (tu_layout){.tp = 2, .sp = true, .optimizer = TRI_OPT_LAMB, .deterministic = true},
+                         layouts, sizeof layouts / sizeof *layouts);
     free(w);
     tri_model_free(&m);
 }
@@ -302,6 +360,49 @@ Test(moe_tp, checkpoint_at_tp2_ep2_resumes_on_one_rank, .timeout = 300)
     tri_model_free(&m);
 }
 
+/* ZeRO 3 at tp 2 SP x dp 2 ep 2: the experts' weights and moments in slices over their edp pairs (each
+ * stored by its owner, whichever TP rank), the rest over dp; resumed on one rank (ZeRO 0) and at tp 1
+ * dp 2 ep 2 ZeRO 1 (other edp groups, other slices): steps 4-6 within the bounds above of one rank's
+ * uninterrupted run. */
+Test(moe_tp, checkpoint_at_tp2_ep2_zero3_resumes_elsewhere, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m, "");
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, 100, 71);
+    char *root = tu_ckpt_tmpdir("moe-tp-zero3");
+    char full[4200], part[4200];
+    snprintf(full, sizeof full, "%s/full", root);
+    snprintf(part, sizeof part, "%s/part", root);
+    tu_layout one = {0}, folded = {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 3};
+    tu_ckpt_run a = ckpt_run(&m, w, one, 6, NULL, full);
+    cr_assert_eq(tu_ckpt_train(&a), TRI_OK, "%s", tri_error_message());
+    tu_ckpt_run b1 = ckpt_run(&m, w, folded, 3, NULL, part);
+    cr_assert_eq(tu_ckpt_train(&b1), TRI_OK, "%s", tri_error_message());
+    static const struct {
+        const char *name;
+        tu_layout l;
+    } resumes[] = {{"one rank", {0}}, {"tp1 dp2 ep2 zero1", {.dp = 2, .ep = 2, .zero = 1}}};
+    for (size_t k = 0; k < sizeof resumes / sizeof *resumes; k++) {
+        tu_ckpt_run b2 = ckpt_run(&m, w, resumes[k].l, 6, part, NULL);
+        cr_assert_eq(tu_ckpt_train(&b2), TRI_OK, "%s: %s", resumes[k].name, tri_error_message());
+        cr_expect_eq(b2.start, 3);
+        double worst = 0;
+        for (int s = 0; s < 3; s++) {
+            double e = fabs(b2.losses[s] - a.losses[3 + s]) / a.losses[3 + s];
+            cr_expect_lt(e, 1e-4, "%s: resumed step %d: loss %.9g vs one rank's %.9g", resumes[k].name, 4 + s,
+                         b2.losses[s], a.losses[3 + s]);
+            worst = fmax(worst, e);
+        }
+        if (getenv("TRIDENT_TEST_VERBOSE"))
+            printf("saved at tp2 sp dp2 ep2 zero3, resumed at %s: steps 4-6 within %.2g of one rank's (%.9f -> "
+                   "%.9f)\n", resumes[k].name, worst, a.losses[3], a.losses[5]);
+    }
+    tri_fs_remove_tree(root);
+    free(root);
+    free(w);
+    tri_model_free(&m);
+}
+
 static void expect_refused(const tri_model *m, tu_layout l, const char *want)
 {
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 53);
@@ -321,7 +422,9 @@ Test(moe_tp, refusals)
     expect_refused(&m, (tu_layout){.tp = 2, .sp = true, .dp = 1, .ep = 4},
                    "--expert-tensor-parallel-size 1 x --expert-model-parallel-size 4 = 4 does not divide a pipeline "
                    "stage's tp x dp = 2 x 1 = 2 ranks");
-    expect_refused(&m, (tu_layout){.tp = 2, .sp = true, .dp = 2, .zero = 1},
-                   "--zero-stage 1 with --tensor-model-parallel-size 2: tiny-mixtral has experts (4)");
+    /* the experts reduce over tp x dp at ep 1 too: compression and local SGD code whole units over dp */
+    tri_local_sgd_config local = {.steps = 2, .outer = TRI_OUTER_NESTEROV, .outer_lr = 0.7f, .outer_momentum = 0.9f};
+    expect_refused(&m, (tu_layout){.tp = 2, .sp = true, .dp = 2, .local = local},
+                   "--local-sgd-steps 2 with --expert-model-parallel-size 1 (--tensor-model-parallel-size 2)");
     tri_model_free(&m);
 }

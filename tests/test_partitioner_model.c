@@ -314,6 +314,9 @@ Test(partitioner_model, llama_formulas_agree_with_the_engine_plan)
         /* tp 2 under sequence parallelism: each rank routes N / tp tokens (the shape's sp, routed_global) */
         {3, 2, 1, 2, true, 4, 128, 2, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
         {3, 2, 2, 1, true, 2, 128, 4, 0, TRI_RECOMPUTE_FULL, TRI_PRECISION_BF16},
+        /* ZeRO at tp 2: the experts sharded over the stage's tp x dp ranks, the rest over dp */
+        {3, 2, 1, 2, true, 4, 128, 2, 1, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {3, 2, 2, 2, true, 2, 128, 4, 3, TRI_RECOMPUTE_FULL, TRI_PRECISION_BF16},
     };
     tri_model models[4];
     for (int i = 0; i < 4; i++) {
@@ -350,16 +353,20 @@ Test(partitioner_model, mixtral_ep_model_states_agree_with_the_engine_plan)
     tri_model model;
     cr_assert_eq(tri_model_load(&model, path), TRI_OK, "%s", tri_error_message());
     tri_transformer m = tri_model_dims(&model);
-    struct { int pp, dp, ep, zero; } cases[] = {{1, 4, 2, 0}, {1, 4, 2, 1}, {1, 4, 2, 2}, {1, 4, 2, 3},
-                                                {2, 2, 2, 3}, {1, 4, 4, 1}};
+    /* and at tp 2 under sequence parallelism (ep 1: edp = the stage's 4 ranks; ep 2: edp 2), where the
+     * engine pads an expert part to tp dp x 64 elements */
+    struct { int tp, pp, dp, ep, zero; } cases[] = {{1, 1, 4, 2, 0}, {1, 1, 4, 2, 1}, {1, 1, 4, 2, 2}, {1, 1, 4, 2, 3},
+                                                    {1, 2, 2, 2, 3}, {1, 1, 4, 4, 1}, {2, 1, 2, 1, 1}, {2, 1, 2, 1, 3},
+                                                    {2, 1, 2, 2, 1}, {2, 1, 2, 2, 3}, {2, 2, 2, 2, 3}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int pp = cases[i].pp, dp = cases[i].dp;
-        tri_layout_request r = {.num_gpus = pp * dp, .tp = 1, .pp = pp, .ep = cases[i].ep, .micro_batch = 2,
+        int tp = cases[i].tp, pp = cases[i].pp, dp = cases[i].dp;
+        tri_layout_request r = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .ep = cases[i].ep, .micro_batch = 2,
                                 .global_batch = 2 * 4 * dp, .seq_length = 64, .zero_stage = cases[i].zero,
-                                .precision = TRI_PRECISION_FP32, .cpu = true, .first_layers = -1, .last_layers = -1};
+                                .sequence_parallel = tp > 1, .precision = TRI_PRECISION_FP32, .cpu = true,
+                                .first_layers = -1, .last_layers = -1};
         tri_train_layout l;
         cr_assert_eq(tri_layout_resolve(&m, &r, &l), TRI_OK, "%s", tri_error_message());
-        tri_cluster c = cpu_cluster(pp * dp);
+        tri_cluster c = cpu_cluster(tp * pp * dp);
         tri_preview p;
         cr_assert_eq(tri_preview_create(&p, &m, &l, &c, tri_model_preview_plan, (void *)&model), TRI_OK, "%s",
                      tri_error_message());
@@ -369,12 +376,12 @@ Test(partitioner_model, mixtral_ep_model_states_agree_with_the_engine_plan)
                 if (k == TRI_MEM_ACTIVATIONS || (k == TRI_MEM_COMM && cases[i].zero < 2))
                     continue;
                 double off = p.model_mem[s][k] / p.mem[s][k] - 1.0;
-                cr_expect(fabs(off) <= 0.01, "moe-tiny-byte pp %d dp %d ep %d zero %d stage %d %s: formulas %.0f, "
-                          "engine plan %.0f (%+.2f%%)", pp, dp, cases[i].ep, cases[i].zero, s, kinds[k],
+                cr_expect(fabs(off) <= 0.01, "moe-tiny-byte tp %d pp %d dp %d ep %d zero %d stage %d %s: formulas "
+                          "%.0f, engine plan %.0f (%+.2f%%)", tp, pp, dp, cases[i].ep, cases[i].zero, s, kinds[k],
                           p.model_mem[s][k], p.mem[s][k], 100 * off);
                 if (getenv("TRIDENT_TEST_VERBOSE"))
-                    printf("pp %d dp %d ep %d zero %d stage %d %-9s formulas %9.0f plan %9.0f (%+.2f%%)\n", pp, dp,
-                           cases[i].ep, cases[i].zero, s, kinds[k], p.model_mem[s][k], p.mem[s][k], 100 * off);
+                    printf("tp %d pp %d dp %d ep %d zero %d stage %d %-9s formulas %9.0f plan %9.0f (%+.2f%%)\n", tp,
+                           pp, dp, cases[i].ep, cases[i].zero, s, kinds[k], p.model_mem[s][k], p.mem[s][k], 100 * off);
             }
         tri_preview_destroy(&p);
     }

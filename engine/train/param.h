@@ -47,9 +47,10 @@ typedef struct tri_param_spec {
     int global_index;               /* position in the whole model's parameter list (every stage
                                        agrees), for layout-independent reductions */
     int unit;                       /* the unit it belongs to (non-decreasing in a stage's list) */
-    bool expert;                    /* an expert-parallel rank's own expert (ep > 1; docs/moe.md): its
-                                       gradient reduces over the expert-data-parallel group (which at
-                                       tp > 1 spans TP ranks), not over dp nor over tp */
+    bool expert;                    /* a routed expert under expert parallelism or tensor parallelism
+                                       (ep > 1 or tp > 1; docs/moe.md): its gradient reduces over the
+                                       expert-data-parallel group (which at tp > 1 spans TP ranks), not
+                                       over dp nor over tp */
 } tri_param_spec;
 
 /* A parameter as this rank holds it. */
@@ -80,11 +81,13 @@ typedef struct tri_param_unit {
  * shards an ep rank's own experts (spec.expert) over the expert-data-parallel group (edp ranks, this
  * rank edp_rank) and everything else over dp, as Megatron-Core's distributed optimizer does; so a
  * sparse block's unit is cut where spec.expert changes (the dense part before the experts, the
- * experts, the dense part after), each part padded to a multiple of dp * TRI_LAYOUT_ALIGN (edp
- * divides dp). Without expert parameters every unit is one part, the unit itself. */
+ * experts, the dense part after), each part padded to a multiple of dp * TRI_LAYOUT_ALIGN, an expert
+ * part to tp * dp * TRI_LAYOUT_ALIGN (edp = tp dp / ep divides it, and exceeds dp at tp > 1 and ep <
+ * tp). Without expert parameters every unit is one part, the unit itself. */
 typedef struct tri_param_part {
     int unit;
-    int64_t start, len;        /* flat range inside the unit; len a multiple of dp * TRI_LAYOUT_ALIGN */
+    int64_t start, len;        /* flat range inside the unit; len a multiple of dp * TRI_LAYOUT_ALIGN
+                                  (tp * dp * TRI_LAYOUT_ALIGN for an expert part) */
     bool expert;               /* sharded over edp; else over dp */
 } tri_param_part;
 

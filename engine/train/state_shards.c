@@ -8,8 +8,9 @@
 /* Whether this TP rank's shard of p is the one kept (see holder). */
 static bool holds(const tri_trainer *t, const tri_param *p)
 {
-    /* an expert (ep > 1) is whole on its ep rank, which may be any TP rank (folding over tp x dp):
-     * every TP rank holds its own experts, and edp rank 0 stores them (add_chunk) */
+    /* an expert (ep > 1, or tp > 1 at any ep) is whole on its ep rank, which may be any TP rank (folding
+     * over tp x dp): every TP rank holds its own experts, and edp rank 0 stores them (add_chunk); at
+     * ZeRO 1-3 each edp rank stores its slice of their moments */
     if (p->spec.expert)
         return !p->spec.tied_copy;
     return !p->spec.tied_copy && (!p->tp_replicated || t->grid->tp_rank == 0) &&
@@ -25,7 +26,7 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);
-        /* an expert parameter (ep > 1) is stored by its ep rank's first replica, as a stage's layers */
+        /* an expert parameter (ep > 1 or tp > 1) is stored by its ep rank's first replica, as a stage's layers */
         bool first = p->spec.expert ? t->grid->edp_rank == 0 : dp0;
         if (list)
             list[n] = (tri_state_shard){.param = p, .group = TRI_STATE_WEIGHTS, .lo = 0, .hi = p->numel,

@@ -97,11 +97,12 @@ static int start_local_sgd(tri_trainer *t)
     int rc = tri_local_sgd_check(&t->cfg.local, t->chunks[0]->zero.stage);
     /* the outer step averages whole units over dp, where an ep rank's experts are other ep ranks'
      * other experts, and the inner steps would still reduce the experts over edp */
-    if (!rc && t->grid->ep > 1)
-        rc = TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --expert-model-parallel-size %d: local SGD's outer "
-                     "synchronisation averages each data-parallel replica's whole units, while expert parallelism "
-                     "gives the ep ranks different experts (not built; train without one of the two)",
-                     t->cfg.local.steps, t->grid->ep);
+    if (!rc && (t->grid->ep > 1 || t->chunks[0]->zero.edp))
+        rc = TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --expert-model-parallel-size %d "
+                     "(--tensor-model-parallel-size %d): local SGD's outer synchronisation averages each "
+                     "data-parallel replica's whole units, while the experts reduce over the expert-data-parallel "
+                     "group, which spans the ep ranks (different experts) and at tp > 1 the TP ranks (not built; "
+                     "train without one of the two)", t->cfg.local.steps, t->grid->ep, t->grid->tp);
     if (!rc) rc = tri_comm_split(t->grid->dp_comm, t->grid->dp_rank, 0, &t->self_comm);
     return rc ? rc : tri_trainer_outer_reset(t);
 }
@@ -349,7 +350,7 @@ static int sync_grads(tri_trainer *t, tri_chunk *st)
         /* under SP each TP rank saw only its sequence shard (and a tp_partial_grad parameter's only
          * its heads): sum the replicated parameters' parts */
         if ((t->cfg.sequence_parallel || p->spec.tp_partial_grad) && p->tp_replicated && t->grid->tp > 1 &&
-            !p->spec.expert) /* an expert (ep > 1): reduced over its edp group, which spans tp (zero.c) */
+            !p->spec.expert) /* an expert (ep > 1 or tp > 1): reduced over its edp group, which spans tp (zero.c) */
             rc = all_reduce_owned(t->grid->tp_comm, &st->zero, p);
         /* without SP every TP rank holds the whole gradient of a replicated parameter: after a
          * compressed dp reduction TP rank 0's decoding is the one all copies apply, so they stay equal */
@@ -439,12 +440,16 @@ int tri_trainer_gradients(tri_trainer *t, const tri_batch_source *src, int64_t i
  * with one holder of each: dp rank 0 for the other parameters, edp rank 0 for the experts. At stages
  * 1-3 every owned slice is one rank's (over dp, or over edp for an expert part): each rank counts its
  * own. */
-static bool norm_holder(const tri_trainer *t, const tri_param *p)
+bool tri_trainer_norm_holder(const tri_trainer *t, const tri_param *p)
 {
     /* an expert is replicated over tp (count_in_norm: tp rank 0) but at ep > 1 with tp > 1 its ep rank
      * may be any tp rank: its one holder is its edp rank 0 */
     if (p->spec.expert && t->grid->ep > 1 && t->chunks[0]->zero.stage == 0)
         return !p->spec.tied_copy && t->grid->edp_rank == 0;
+    /* at stages 1-3 an expert part's slices are owned by its edp ranks, which at tp > 1 span the TP
+     * ranks: each counts its own (count_in_norm would keep TP rank 0's only) */
+    if (p->spec.expert && t->chunks[0]->zero.stage > 0)
+        return !p->spec.tied_copy;
     if (!p->count_in_norm)
         return false;
     if (t->grid->ep <= 1 || t->chunks[0]->zero.stage > 0)
@@ -462,7 +467,7 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
         const tri_zero *z = &t->chunks[c]->zero;
         const tri_param_layout *L = &t->chunks[c]->layout;
         for (int i = 0; i < L->n && !rc; i++)
-            for (int k = 0; k < tri_zero_n_owned(z) && !rc && norm_holder(t, &L->params[i]); k++) {
+            for (int k = 0; k < tri_zero_n_owned(z) && !rc && tri_trainer_norm_holder(t, &L->params[i]); k++) {
                 int64_t s, n, at;
                 if (tri_zero_owned_piece(z, k, &L->params[i], &s, &n, &at))
                     rc = tri_op_fixed_sum_squares(t->dev, limbs, tri_zero_owned_grads(z, s, n), TRI_FIXED_BITS,
@@ -526,7 +531,7 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
         const tri_chunk *st = t->chunks[c];
         for (int i = 0; i < st->layout.n; i++) {
             const tri_param *p = &st->layout.params[i];
-            for (int k = 0; k < tri_zero_n_owned(&st->zero) && norm_holder(t, p); k++) {
+            for (int k = 0; k < tri_zero_n_owned(&st->zero) && tri_trainer_norm_holder(t, p); k++) {
                 int64_t s, n, at;
                 if (!tri_zero_owned_piece(&st->zero, k, p, &s, &n, &at))
                     continue;

@@ -128,6 +128,10 @@ int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p);
 /* The ranks whose partial sums make whole tensors' norms: the world under ZeRO (pieces are cut over
  * dp too), else the model-parallel group (data-parallel replicas hold the same values). */
 tri_comm *tri_trainer_norm_comm(const tri_trainer *t);
+/* Whether this rank adds p's owned pieces to the whole-tensor sums (gradient norm, trust ratios): one
+ * holder of each value summed over tri_trainer_norm_comm (TP rank 0 of a replicated tensor; an expert
+ * part's every edp rank at ZeRO 1-3, its edp rank 0 at ZeRO 0 under ep > 1; docs/moe.md). */
+bool tri_trainer_norm_holder(const tri_trainer *t, const tri_param *p);
 
 /* Global batch size in samples: micro-batch size x micro-batches x dp. */
 int64_t tri_trainer_global_batch(const tri_trainer *t);

@@ -15,7 +15,8 @@ static tri_trust_hparams hparams(const tri_trainer *t, float grad_scale)
 }
 
 /* Calls fn(ctx, chunk, param, q, piece) for q = 0 (the weights) then q = 1 (the gradient or LAMB's
- * direction) over every owned piece of every counted parameter with a trust ratio, each parameter's
+ * direction) over every owned piece of every counted parameter (tri_trainer_norm_holder: an expert's
+ * slices on every edp rank, which at tp > 1 spans TP ranks) with a trust ratio, each parameter's
  * pieces consecutive. */
 typedef int (*piece_fn)(void *ctx, int c, const tri_param *p, int q, tri_tensor x);
 
@@ -28,7 +29,7 @@ static int each_piece(const tri_trainer *t, piece_fn fn, void *ctx)
             const tri_param_layout *L = &t->chunks[c]->layout;
             for (int i = 0; i < L->n && !rc; i++) {
                 const tri_param *p = &L->params[i];
-                if (!p->count_in_norm || !p->spec.weight_decay)
+                if (!tri_trainer_norm_holder(t, p) || !p->spec.weight_decay)
                     continue;
                 for (int k = 0; k < tri_zero_n_owned(z) && !rc; k++) {
                     int64_t s, n, at;

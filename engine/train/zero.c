@@ -243,10 +243,11 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     if (!rc && stage == 3)
         rc = take_unit_buffers(z, a, TRI_MEM_PARAMS, &z->param_bufs, &z->n_param_bufs);
     if (!rc) rc = tri_dp_compress_take(&z->comp, a, L, &run->compression, stage);
-    if (!rc && run->ep > 1 && z->comp.on)
-        rc = TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with gradient compression: a compressor codes "
-                     "and exchanges whole units over dp, while a sparse block's experts reduce over the "
-                     "expert-data-parallel group (not built)", run->ep);
+    if (!rc && experts && z->comp.on)
+        rc = TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with gradient compression (at "
+                     "--tensor-model-parallel-size %d): a compressor codes and exchanges whole units over dp, while a "
+                     "sparse block's experts reduce over the expert-data-parallel group (not built)",
+                     run->ep > 1 ? run->ep : 1, run->tp > 1 ? run->tp : 1);
     return rc;
 }
 
@@ -794,7 +795,8 @@ int tri_zero_reduce_grads(tri_zero *z)
         return rc;
     if (z->stage >= 2)
         return retire_until(z, UINT64_MAX);
-    if (z->stage == 1 || z->deterministic || z->dp->size > 1)
+    /* (the experts' group can be larger than dp: at tp > 1 and dp 1 it is the TP ranks) */
+    if (z->stage == 1 || z->deterministic || z->dp->size > 1 || (z->edp && z->edp->size > 1))
         rc = reduce_units(z);
     return rc;
 }
@@ -953,7 +955,8 @@ tri_tensor tri_zero_owned_model(const tri_zero *z, int64_t start, int64_t len)
 
 bool tri_zero_update_zeroes_grads(const tri_zero *z)
 {
-    return (z->stage != 1 || z->L->dp == 1) && !z->comp.on;
+    /* (stage 1 owns the whole stage only when neither dp nor the experts' group shards it) */
+    return (z->stage != 1 || (z->L->dp == 1 && z->L->edp == 1)) && !z->comp.on;
 }
 
 int tri_zero_publish_owned(const tri_zero *z)
