@@ -81,6 +81,20 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
                        "(moe_shared_expert_intermediate_size %d), which would be a tensor-parallel SwiGLU under "
                        "sequence parallelism (not built); use --tensor-model-parallel-size 1 or a config without it",
                        tp, name, c->shared_expert_intermediate_size);
+    /* expert tensor parallelism (layers/moe_etp.h): each expert's I in etp slices, at ZeRO 0 */
+    int etp = run->etp > 1 ? run->etp : 1;
+    if (etp > 1 && c->num_experts == 0)
+        return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: %s has no experts", etp, name);
+    if (etp > 1 && run->zero_stage > 0)
+        return TRI_ERR(TRI_EINVAL, "--zero-stage %d with --expert-tensor-parallel-size %d: sharding the expert slices' "
+                       "optimizer state over the expert-data-parallel group is not built; use --zero-stage 0",
+                       run->zero_stage, etp);
+    if (etp > 1 && (c->moe_intermediate_size % etp != 0 ||
+                    ((int64_t)c->moe_intermediate_size / etp * c->hidden_size) % TRI_LAYOUT_ALIGN != 0))
+        return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: %s's moe_intermediate_size %d must divide by it and "
+                       "a slice's (moe_intermediate_size / %d) x hidden_size %d elements be a multiple of %d (the "
+                       "experts' fused views)", etp, name, c->moe_intermediate_size, etp, c->hidden_size,
+                       TRI_LAYOUT_ALIGN);
     if (c->num_experts > 0 && ((int64_t)c->moe_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
         return TRI_ERR(TRI_EINVAL, "%s: moe_intermediate_size %d x hidden_size %d is not a multiple of %d elements, "
                        "so the experts' fused views cannot join their matrices in place", name,
@@ -113,9 +127,11 @@ static int block_forward(tri_llama *m, int l, tri_llama_block_acts *a, tri_tenso
                                              eps); /* res2 = x + attn, ln2 = rmsnorm(res2) */
     if (!rc && is_sparse(m, l)) {
         tri_moe_config mc = tri_llama_moe_config(m);
-        rc = m->d.opt.ep > 1 ? tri_moe_ep_forward(d, m->d.opt.ep_comm, tmp, &a->moe, &a->moe_ep, &m->moe_ep_scratch,
-                                                  a->ln2, &w->moe, &mc)
-                             : tri_moe_forward(d, tmp, &a->moe, a->ln2, &w->moe, &mc);
+        rc = m->d.opt.etp > 1 ? tri_moe_etp_forward(d, m->d.opt.ep_comm, m->d.opt.etp_comm, tmp, &a->moe, &a->moe_etp,
+                                                    &m->moe_etp_scratch, a->ln2, &w->moe, &mc)
+             : m->d.opt.ep > 1 ? tri_moe_ep_forward(d, m->d.opt.ep_comm, tmp, &a->moe, &a->moe_ep, &m->moe_ep_scratch,
+                                                    a->ln2, &w->moe, &mc)
+                               : tri_moe_forward(d, tmp, &a->moe, a->ln2, &w->moe, &mc);
     } else if (!rc) {
         rc = tri_swiglu_mlp_forward(&m->d.tp, tmp, &a->mlp, a->ln2, &w->mlp, &m->ms);
     }
@@ -143,7 +159,11 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
         float scale = m->d.chunk.dloss * (float)m->d.N;
         tri_moe_ep_exact ex;
         bool exact = tri_llama_moe_exact(m, l, &ex);
-        rc = m->d.opt.ep > 1 ? tri_moe_ep_backward(d, m->d.opt.ep_comm, dln, &g->moe, dres, &a->moe, &a->moe_ep, a->ln2,
+        rc = m->d.opt.etp > 1
+                 ? tri_moe_etp_backward(d, m->d.opt.ep_comm, m->d.opt.etp_comm, dln, &g->moe, dres, &a->moe, &a->moe_etp,
+                                        a->ln2, &w->moe, &m->moe_scratch, &m->moe_etp_scratch, &mc, scale,
+                                        exact ? &ex : NULL)
+             : m->d.opt.ep > 1 ? tri_moe_ep_backward(d, m->d.opt.ep_comm, dln, &g->moe, dres, &a->moe, &a->moe_ep, a->ln2,
                                                    &w->moe, &m->moe_scratch, &m->moe_ep_scratch, &mc, scale,
                                                    exact ? &ex : NULL)
                              : tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,

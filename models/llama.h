@@ -54,7 +54,7 @@
 #include "engine/train/chunk.h"
 #include "layers/cross_entropy.h"
 #include "layers/llama_attention.h"
-#include "layers/moe_ep.h"
+#include "layers/moe_etp.h"
 #include "layers/rotary.h"
 #include "layers/swiglu_mlp.h"
 #include "models/model.h"
@@ -154,6 +154,7 @@ typedef struct tri_llama_block_acts {
     tri_swiglu_mlp_acts mlp;           /* gate_up (N, 2 F_l), h (N, F_l) */
     tri_moe_acts moe;                  /* sparse layers, instead of mlp (layers/moe.h) */
     tri_moe_ep_acts moe_ep;            /* sparse layers under expert parallelism (layers/moe_ep.h) */
+    tri_moe_etp_acts moe_etp;          /* sparse layers under expert tensor parallelism (layers/moe_etp.h) */
     tri_tensor res3;                   /* (N_l, C) block output */
 } tri_llama_block_acts;
 
@@ -199,6 +200,7 @@ typedef struct tri_llama {
     tri_llama_moe_options moe_opt;
     tri_moe_scratch moe_scratch;       /* sparse layers' backward scratch, shared by all of them */
     tri_moe_ep_scratch moe_ep_scratch; /* the same under expert parallelism (d.opt.ep > 1) */
+    tri_moe_etp_scratch moe_etp_scratch; /* and under expert tensor parallelism (d.opt.etp > 1) */
     tri_tensor moe_exact_tmp;          /* deterministic mode under ep: f32 (E_l 3 I C), one source's expert
                                           weight gradients before their exact sum (layers/moe_ep.h) */
     tri_llama_expert_bias bias;        /* the expert bias (n 0: off) */
@@ -240,13 +242,18 @@ int tri_llama_moe_num_params(const tri_llama_config *c);             /* a sparse
 int tri_llama_moe_param_index(const tri_llama_config *c, const char *suffix); /* -1: not one */
 /* a sparse layer's MoE tensors; under expert parallelism (ep > 1) only rank ep_rank's E/ep experts */
 int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int ep, int ep_rank);
+/* the same with expert tensor parallelism: each expert tensor the I / etp slice etp_rank (gate_proj and
+ * up_proj split along dim 0, down_proj along dim 1; Hugging Face names and global shapes unchanged) */
+int tri_llama_moe_add_params_etp(tri_spec_list *l, const tri_llama_config *c, int layer, int ep, int ep_rank, int etp,
+                                 int etp_rank);
 int tri_llama_moe_map_views(tri_llama *m, int l);
 /* Deterministic mode under expert parallelism: layer l's experts' exact sums (the ZeRO 0 int64 sums at
  * their offsets) and scratch for tri_moe_ep_backward; false (ex untouched) otherwise. */
 bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex);
 void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l);
 tri_moe_config tri_llama_moe_config(const tri_llama *m);
-int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts);
+int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts,
+                            tri_moe_etp_acts *etp_acts);
 int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar);
 /* The step's MoE account (engine/train/moe_stats.h): its shape (tri_chunk_model.moe_shape), and sparse
  * layer l's figures of the micro-batch whose activations are a (its routed counts and losses) staged

@@ -96,7 +96,9 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
     int rc = tri_layout_create(&layout, specs, n, tp, tp_rank, run->dp, opt->dp_rank);
     if (rc)
         return rc;
-    if (run->ep > 1 && (rc = tri_layout_set_experts(&layout, run->ep, tp, tp_rank)) != TRI_OK) {
+    if ((run->ep > 1 || run->etp > 1) &&
+        (rc = tri_layout_set_experts_etp(&layout, run->ep > 1 ? run->ep : 1, run->etp > 1 ? run->etp : 1, tp,
+                                         tp_rank)) != TRI_OK) {
         tri_layout_destroy(&layout);
         return rc;
     }
@@ -194,7 +196,7 @@ int tri_decoder_build(tri_decoder *d, tri_chunk_model model, tri_device *dev, tr
     model.buffer = buffer;
     model.zero_private = zero_private;
     rc = tri_chunk_build(&d->chunk, &model, dev, dp_comm);
-    if (!rc && d->opt.ep > 1) /* the experts' gradients reduce over the expert-data-parallel group */
+    if (!rc && (d->opt.ep > 1 || d->opt.etp > 1)) /* the experts' gradients reduce over the expert-data-parallel group */
         tri_zero_bind_experts(&d->chunk.zero, d->opt.edp_comm);
     return rc;
 }

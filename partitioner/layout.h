@@ -23,6 +23,9 @@ void tri_layout_destroy(tri_param_layout *L);
  * rank s = tp_rank + tp dp_rank is edp rank s / ep. Sets L->edp, L->edp_rank and this rank's
  * shard_numel. TRI_EINVAL when ep does not divide tp x dp or an expert part does not divide by edp. */
 int tri_layout_set_experts(tri_param_layout *L, int ep, int tp, int tp_rank);
+/* The same with expert tensor parallelism etp (tri_layout_set_experts is etp 1): edp = tp dp / (etp ep),
+ * edp_rank = s / (etp ep) (engine/comm/grid.h tri_grid_add_experts_etp). */
+int tri_layout_set_experts_etp(tri_param_layout *L, int ep, int etp, int tp, int tp_rank);
 
 /* Index of the parameter called `name`, or -1. */
 int tri_layout_find(const tri_param_layout *L, const char *name);

@@ -50,6 +50,9 @@ typedef struct tri_param_spec {
     bool expert;                    /* an expert-parallel rank's own expert (ep > 1; docs/moe.md): its
                                        gradient reduces over the expert-data-parallel group (which at
                                        tp > 1 spans TP ranks), not over dp nor over tp */
+    int etp, etp_rank;              /* etp > 1: an expert tensor split along split_dim over the
+                                       expert-tensor-parallel group (etp ranks, this one etp_rank)
+                                       instead of tp (layers/moe_etp.h); 0 or 1: as split_dim says */
 } tri_param_spec;
 
 /* A parameter as this rank holds it. */

@@ -443,11 +443,11 @@ static bool norm_holder(const tri_trainer *t, const tri_param *p)
 {
     /* an expert is replicated over tp (count_in_norm: tp rank 0) but at ep > 1 with tp > 1 its ep rank
      * may be any tp rank: its one holder is its edp rank 0 */
-    if (p->spec.expert && t->grid->ep > 1 && t->chunks[0]->zero.stage == 0)
+    if (p->spec.expert && (t->grid->ep > 1 || t->grid->etp > 1) && t->chunks[0]->zero.stage == 0)
         return !p->spec.tied_copy && t->grid->edp_rank == 0;
     if (!p->count_in_norm)
         return false;
-    if (t->grid->ep <= 1 || t->chunks[0]->zero.stage > 0)
+    if ((t->grid->ep <= 1 && t->grid->etp <= 1) || t->chunks[0]->zero.stage > 0)
         return true;
     return p->spec.expert ? t->grid->edp_rank == 0 : t->grid->dp_rank == 0;
 }
