@@ -6,6 +6,7 @@
  *   tp 2 SP etp 2 (ep 1: the etp group is the TP pair, each routing its own 4 tokens),
  *   tp 2 SP x dp 2 etp 2 ep 2 (4 ranks: etp the TP pairs, ep across dp, edp 1),
  *   dp 4 etp 2 ep 2 (tp 1: etp and ep over the dp ranks),
+ *   dp 2 etp 2 (tp 1, ep 1: the etp pair is the dp pair, so the gradient norm sums over the world),
  * at ZeRO 0 against one rank.
  *
  * Bounds (as tests/test_moe_tp.c, whose reasoning carries over): 1e-5 relative on the first pass's loss
@@ -80,6 +81,7 @@ Test(moe_etp_layouts, expert_tensor_parallel_matches_one_rank, .timeout = 300)
         {"tp2 sp etp2", {.tp = 2, .sp = true, .etp = 2}},
         {"tp2 sp dp2 etp2 ep2", {.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2}},
         {"dp4 etp2 ep2", {.dp = 4, .etp = 2, .ep = 2}},
+        {"dp2 etp2", {.dp = 2, .etp = 2}},
     };
     tu_result ref, got;
     cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());

@@ -102,6 +102,11 @@ static int start_local_sgd(tri_trainer *t)
                      "synchronisation averages each data-parallel replica's whole units, while expert parallelism "
                      "gives the ep ranks different experts (not built; train without one of the two)",
                      t->cfg.local.steps, t->grid->ep);
+    if (!rc && t->grid->etp > 1) /* the same: the etp ranks' slices are different tensors' parts */
+        rc = TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --expert-tensor-parallel-size %d: local SGD's outer "
+                     "synchronisation averages each data-parallel replica's whole units, while expert tensor "
+                     "parallelism gives the etp ranks different slices of the experts (not built)",
+                     t->cfg.local.steps, t->grid->etp);
     if (!rc) rc = tri_comm_split(t->grid->dp_comm, t->grid->dp_rank, 0, &t->self_comm);
     return rc ? rc : tri_trainer_outer_reset(t);
 }
@@ -491,7 +496,9 @@ static int64_t norm_slot(const tri_trainer *t, const tri_param *p, int dp, int s
 
 tri_comm *tri_trainer_norm_comm(const tri_trainer *t)
 {
-    return t->chunks[0]->zero.stage > 0 || t->grid->ep > 1 ? t->grid->world : t->grid->mp_comm;
+    /* expert tensor parallelism: the etp ranks of one replica may be other dp ranks (tp 1), each with
+     * its own slices: the norm sums over the world with one holder of each (norm_holder) */
+    return t->chunks[0]->zero.stage > 0 || t->grid->ep > 1 || t->grid->etp > 1 ? t->grid->world : t->grid->mp_comm;
 }
 
 int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p)

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tests/moe_etp_mpi.sh - expert tensor parallelism under real MPI (docs/moe.md "Expert tensor
+# parallelism"): engine_train trains the tiny byte-level MoE (models/moe-tiny-byte.json, 8 experts of
+# width 256, top-2) for 4 iterations and compares with one rank (the same global batch):
+#  - 4 ranks --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2
+#    --expert-model-parallel-size 2 (etp the TP pairs, ep across dp) and 2 ranks dp 2 etp 2 (tp 1, ep 1):
+#    every iteration's loss within 1e-4 relative (tests/test_moe_etp_layouts.c's bound), ep_bytes > 0
+#    (the etp group's all-gathers and reduce-scatters, and the ep all-to-alls);
+#  - a checkpoint saved at dp 2 etp 2 after 2 iterations (each rank's slices as boxes of the Hugging Face
+#    tensors, the two etp ranks' model files) resumes on 1 rank (etp 1) to the uninterrupted run's
+#    iteration-4 loss within 1e-4;
+#  - the refusals: etp 2 with --zero-stage 1, etp 3 not dividing the stage's ranks.
+# About 10 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1
+src=$2
+bin="$build/bin"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+failures=0
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+data=data/fortunes_byte_train.bin
+[ -f "$data" ] || { echo "SKIP: $data missing (bash tools/trident.sh data)"; exit 0; }
+common=(--config models/moe-tiny-byte.json --train-data "$data" --val-data data/fortunes_byte_val.bin
+        --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --eval-iters 1
+        --sample-length 0 --threads 1 --lr 3e-3 --log-interval 1 --lr-decay-iters 4)
+
+run() { # name ranks flags...
+  local name=$1 np=$2
+  shift 2
+  mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 300 "$bin/engine_train" \
+    "${common[@]}" --save-dir "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
+}
+
+compare() { # name: its metrics against one rank's
+  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/$1/metrics.jsonl" "$1" <<'PY' || fail "$1 against one rank"
+import json, sys
+def train(p):
+    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+one, got = train(sys.argv[1]), train(sys.argv[2])
+assert len(one) == len(got) == 4, (len(one), len(got))
+worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, got))
+assert worst < 1e-4, f"losses differ by {worst:.3g}: {[a['loss'] for a in one]} vs {[b['loss'] for b in got]}"
+assert all(r["ep_bytes"] > 0 for r in got), [r["ep_bytes"] for r in got]
+print(f"ok   {sys.argv[3]}: losses within {worst:.2g} of one rank's ({one[0]['loss']:.4f} -> {one[-1]['loss']:.4f}); "
+      f"ep_bytes per step {got[-1]['ep_bytes']:.0f}")
+PY
+}
+
+run one 1 --train-iters 4 || { tail -5 "$tmp/one.log"; fail "one rank"; }
+run tp2etp2ep2 4 --train-iters 4 --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2 \
+  --expert-model-parallel-size 2 || { tail -5 "$tmp/tp2etp2ep2.log"; fail "4 ranks tp 2 sp etp 2 ep 2"; }
+run dp2etp2 2 --train-iters 4 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/dp2etp2.log"; fail "2 ranks etp 2"; }
+for name in tp2etp2ep2 dp2etp2; do
+  [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/$name/metrics.jsonl" ] && compare "$name"
+done
+
+# a checkpoint saved at dp 2 etp 2 after 2 iterations, resumed on one rank
+run save 2 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/save.log"; fail "etp 2 save"; }
+ls "$tmp/save"/iter_*/model_tp00_pp00_ep001.h5 > /dev/null 2>&1 && echo "ok   etp rank 1 wrote its slices' model file" ||
+  fail "no model file of etp rank 1"
+if run resume 1 --train-iters 4 --load "$tmp/save"; then
+  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/resume/metrics.jsonl" <<'PY' || fail "etp 2 checkpoint resumed on 1 rank"
+import json, sys
+def last(p):
+    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
+a, b = last(sys.argv[1]), last(sys.argv[2])
+assert a["iter"] == b["iter"] == 4, (a["iter"], b["iter"])
+e = abs(a["loss"] - b["loss"]) / a["loss"]
+assert e < 1e-4, f"iteration 4: resumed {b['loss']} vs uninterrupted {a['loss']}"
+print(f"ok   etp 2 checkpoint resumed on 1 rank: iteration 4 loss {b['loss']:.9f}, uninterrupted {a['loss']:.9f}")
+PY
+else
+  tail -5 "$tmp/resume.log"; fail "etp 2 resume on 1 rank"
+fi
+
+refuse() { # name want ranks flags...
+  local name=$1 want=$2 np=$3
+  shift 3
+  local out
+  out=$(mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 120 "$bin/engine_train" \
+        "${common[@]}" --train-iters 1 --save-dir "$tmp/r" "$@" 2>&1) && { fail "$name: accepted"; return; }
+  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
+}
+refuse "etp 2 with ZeRO 1" "--zero-stage 1 with --expert-tensor-parallel-size 2" 2 --expert-tensor-parallel-size 2 --zero-stage 1
+refuse "etp 3 on 4 ranks" "--expert-tensor-parallel-size 3" 4 --expert-tensor-parallel-size 3
+
+[ $failures -eq 0 ] && echo "moe_etp_mpi: all checks passed" || { echo "moe_etp_mpi: $failures check(s) failed"; exit 1; }
