@@ -23,7 +23,8 @@
  * Deterministic mode: the promise of the dense tp layouts (bit-identical across layouts of the same tp):
  * tp 2 SP x dp 2 etp 2 ep 2 and tp 2 SP x pp 2 etp 2 with full recomputation are bit-identical to tp 2 SP
  * etp 2 (ep 1): every expert GEMM batch is one sequence shard's rows for one slice in each, the partial
- * sums are added in etp order, the gradients are exact fixed-point sums.
+ * sums are added in etp order, the gradients are exact fixed-point sums. The same under --bf16 (tp 2 SP
+ * x dp 2 etp 2 ep 2 against tp 2 SP etp 2), whose losses stay within 2e-3 of the fp32 run's.
  *
  * Checkpoints: saved at tp 2 SP etp 2 after 3 steps (each rank stores its slices as boxes of the Hugging
  * Face tensors), resumed on one rank (etp 1: the slices joined by name and box) to step 6 within 1e-4
@@ -160,6 +161,27 @@ Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 30
                             &got, w),
                  TRI_OK, "%s", tri_error_message());
     expect_identical(&got, &ref, "tp2 sp pp2 etp2 full recompute");
+    tu_result_free(&got);
+    tu_result_free(&ref);
+    /* bf16 (the gathered rows, the slices' outputs and the partial sums in bf16): the same promise */
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .deterministic = true, .bf16 = true}, &ref,
+                            w),
+                 TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .deterministic = true,
+                                             .bf16 = true},
+                            &got, w),
+                 TRI_OK, "%s", tri_error_message());
+    expect_identical(&got, &ref, "bf16 tp2 sp dp2 etp2 ep2");
+    /* and within bf16's rounding of the fp32 run at the same layout: losses within 2e-3 relative
+     * (tests/test_bf16.c's bound, which tests/test_mixtral.c holds a bf16 Mixtral to) */
+    tu_result f32;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2}, &f32, w), TRI_OK, "%s",
+                 tri_error_message());
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_lt(fabs(ref.losses[s] - f32.losses[s]) / f32.losses[s], 2e-3, "bf16 step %d loss %g vs fp32 %g",
+                     s + 1, ref.losses[s], f32.losses[s]);
+    cr_expect(ref.losses[0] != f32.losses[0], "the bf16 run gave the fp32 loss: bf16 not in effect");
+    tu_result_free(&f32);
     tu_result_free(&got);
     tu_result_free(&ref);
     free(w);
