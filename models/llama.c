@@ -81,14 +81,10 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
                        "(moe_shared_expert_intermediate_size %d), which would be a tensor-parallel SwiGLU under "
                        "sequence parallelism (not built); use --tensor-model-parallel-size 1 or a config without it",
                        tp, name, c->shared_expert_intermediate_size);
-    /* expert tensor parallelism (layers/moe_etp.h): each expert's I in etp slices, at ZeRO 0 */
+    /* expert tensor parallelism (layers/moe_etp.h): each expert's I in etp slices (ZeRO over edp as for ep) */
     int etp = run->etp > 1 ? run->etp : 1;
     if (etp > 1 && c->num_experts == 0)
         return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: %s has no experts", etp, name);
-    if (etp > 1 && run->zero_stage > 0)
-        return TRI_ERR(TRI_EINVAL, "--zero-stage %d with --expert-tensor-parallel-size %d: sharding the expert slices' "
-                       "optimizer state over the expert-data-parallel group is not built; use --zero-stage 0",
-                       run->zero_stage, etp);
     if (etp > 1 && (c->moe_intermediate_size % etp != 0 ||
                     ((int64_t)c->moe_intermediate_size / etp * c->hidden_size) % TRI_LAYOUT_ALIGN != 0))
         return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: %s's moe_intermediate_size %d must divide by it and "

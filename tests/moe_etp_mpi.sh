@@ -9,8 +9,12 @@
 #  - a checkpoint saved at dp 2 etp 2 after 2 iterations (each rank's slices as boxes of the Hugging Face
 #    tensors, the two etp ranks' model files) resumes on 1 rank (etp 1) to the uninterrupted run's
 #    iteration-4 loss within 1e-4;
-#  - the refusals: etp 2 with --zero-stage 1, etp 3 not dividing the stage's ranks.
-# About 10 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
+#  - ZeRO 3 over the expert-data-parallel group with the slices: 4 ranks dp 4 etp 2 --zero-stage 3
+#    --overlap-grad-reduce --overlap-param-gather against one rank, the same bound; a checkpoint saved
+#    there after 2 iterations resumes on 1 rank (ZeRO 0, etp 1) to the uninterrupted iteration-4 loss;
+#  - the refusals: ZeRO 1 with etp 2 at tp 2 (ZeRO at tp > 1 with a MoE model, not built), etp 3 not
+#    dividing the stage's ranks.
+# About 8 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
 src=$2
@@ -53,7 +57,9 @@ run one 1 --train-iters 4 || { tail -5 "$tmp/one.log"; fail "one rank"; }
 run tp2etp2ep2 4 --train-iters 4 --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2 \
   --expert-model-parallel-size 2 || { tail -5 "$tmp/tp2etp2ep2.log"; fail "4 ranks tp 2 sp etp 2 ep 2"; }
 run dp2etp2 2 --train-iters 4 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/dp2etp2.log"; fail "2 ranks etp 2"; }
-for name in tp2etp2ep2 dp2etp2; do
+run z3 4 --train-iters 4 --expert-tensor-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
+  { tail -5 "$tmp/z3.log"; fail "4 ranks etp 2 ZeRO 3"; }
+for name in tp2etp2ep2 dp2etp2 z3; do
   [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/$name/metrics.jsonl" ] && compare "$name"
 done
 
@@ -61,20 +67,27 @@ done
 run save 2 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/save.log"; fail "etp 2 save"; }
 ls "$tmp/save"/iter_*/model_tp00_pp00_ep001.h5 > /dev/null 2>&1 && echo "ok   etp rank 1 wrote its slices' model file" ||
   fail "no model file of etp rank 1"
-if run resume 1 --train-iters 4 --load "$tmp/save"; then
-  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/resume/metrics.jsonl" <<'PY' || fail "etp 2 checkpoint resumed on 1 rank"
+resume_check() { # save-dir-name what: resume on one rank (ZeRO 0, etp 1) to iteration 4
+  if run "resume_$1" 1 --train-iters 4 --load "$tmp/$1"; then
+    /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/resume_$1/metrics.jsonl" "$2" <<'PY' || fail "$2 resumed on 1 rank"
 import json, sys
-def last(p):
-    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
-a, b = last(sys.argv[1]), last(sys.argv[2])
+def train(p):
+    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+a, b, first = train(sys.argv[1])[-1], train(sys.argv[2])[-1], train(sys.argv[2])[0]
+assert first["iter"] == 3, f"the resumed run started at iteration {first['iter']}, not 3 (nothing loaded?)"
 assert a["iter"] == b["iter"] == 4, (a["iter"], b["iter"])
 e = abs(a["loss"] - b["loss"]) / a["loss"]
 assert e < 1e-4, f"iteration 4: resumed {b['loss']} vs uninterrupted {a['loss']}"
-print(f"ok   etp 2 checkpoint resumed on 1 rank: iteration 4 loss {b['loss']:.9f}, uninterrupted {a['loss']:.9f}")
+print(f"ok   {sys.argv[3]} resumed on 1 rank: iteration 4 loss {b['loss']:.9f}, uninterrupted {a['loss']:.9f}")
 PY
-else
-  tail -5 "$tmp/resume.log"; fail "etp 2 resume on 1 rank"
-fi
+  else
+    tail -5 "$tmp/resume_$1.log"; fail "$2 resume on 1 rank"
+  fi
+}
+resume_check save "dp 2 etp 2 checkpoint"
+run savez3 4 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 --zero-stage 3 ||
+  { tail -5 "$tmp/savez3.log"; fail "etp 2 ZeRO 3 save"; }
+resume_check savez3 "dp 4 etp 2 ZeRO 3 checkpoint"
 
 refuse() { # name want ranks flags...
   local name=$1 want=$2 np=$3
@@ -84,7 +97,8 @@ refuse() { # name want ranks flags...
         "${common[@]}" --train-iters 1 --save-dir "$tmp/r" "$@" 2>&1) && { fail "$name: accepted"; return; }
   grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
 }
-refuse "etp 2 with ZeRO 1" "--zero-stage 1 with --expert-tensor-parallel-size 2" 2 --expert-tensor-parallel-size 2 --zero-stage 1
+refuse "etp 2 with ZeRO 1 at tp 2" "--zero-stage 1 with --tensor-model-parallel-size 2" 2 --expert-tensor-parallel-size 2 \
+  --tensor-model-parallel-size 2 --sequence-parallel --zero-stage 1
 refuse "etp 3 on 4 ranks" "--expert-tensor-parallel-size 3" 4 --expert-tensor-parallel-size 3
 
 [ $failures -eq 0 ] && echo "moe_etp_mpi: all checks passed" || { echo "moe_etp_mpi: $failures check(s) failed"; exit 1; }

@@ -7,7 +7,8 @@
  *   tp 2 SP x dp 2 etp 2 ep 2 (4 ranks: etp the TP pairs, ep across dp, edp 1),
  *   dp 4 etp 2 ep 2 (tp 1: etp and ep over the dp ranks),
  *   dp 2 etp 2 (tp 1, ep 1: the etp pair is the dp pair, so the gradient norm sums over the world),
- * at ZeRO 0 against one rank.
+ * at ZeRO 0, and at tp 1 with ZeRO 1-3 over the expert-data-parallel group (dp 4 etp 2 ep 2 ZeRO 1,
+ * dp 4 etp 2 ZeRO 3, dp 4 etp 2 ZeRO 2 with both overlaps), against one rank.
  *
  * Bounds (as tests/test_moe_tp.c, whose reasoning carries over): 1e-5 relative on the first pass's loss
  * and every gradient, 1e-4 on the step losses, and each final weight after 4 AdamW steps within AdamW's
@@ -23,12 +24,14 @@
  * Deterministic mode: the promise of the dense tp layouts (bit-identical across layouts of the same tp):
  * tp 2 SP x dp 2 etp 2 ep 2 and tp 2 SP x pp 2 etp 2 with full recomputation are bit-identical to tp 2 SP
  * etp 2 (ep 1): every expert GEMM batch is one sequence shard's rows for one slice in each, the partial
- * sums are added in etp order, the gradients are exact fixed-point sums. The same under --bf16 (tp 2 SP
+ * sums are added in etp order, the gradients are exact fixed-point sums. At tp 1: dp 4 etp 2 ep 2 ZeRO 1 and
+ * dp 4 etp 2 ZeRO 3 with both overlaps are bit-identical to dp 2 etp 2 (ZeRO 0). The same under --bf16 (tp 2 SP
  * x dp 2 etp 2 ep 2 against tp 2 SP etp 2), whose losses stay within 2e-3 of the fp32 run's.
  *
  * Checkpoints: saved at tp 2 SP etp 2 after 3 steps (each rank stores its slices as boxes of the Hugging
  * Face tensors), resumed on one rank (etp 1: the slices joined by name and box) to step 6 within 1e-4
- * of the uninterrupted one-rank run. Refusals: ZeRO 1 with etp 2, etp x ep not dividing tp x dp. */
+ * of the uninterrupted one-rank run. Refusals: ZeRO 1 with etp 2 at tp 2 (ZeRO with a MoE model at tp > 1
+ * is not built), etp x ep not dividing tp x dp. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -83,6 +86,9 @@ Test(moe_etp_layouts, expert_tensor_parallel_matches_one_rank, .timeout = 300)
         {"tp2 sp dp2 etp2 ep2", {.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2}},
         {"dp4 etp2 ep2", {.dp = 4, .etp = 2, .ep = 2}},
         {"dp2 etp2", {.dp = 2, .etp = 2}},
+        {"dp4 etp2 ep2 zero1", {.dp = 4, .etp = 2, .ep = 2, .zero = 1}},
+        {"dp4 etp2 zero3", {.dp = 4, .etp = 2, .zero = 3}},
+        {"dp4 etp2 zero2 overlap", {.dp = 4, .etp = 2, .zero = 2, .overlap = true}},
     };
     tu_result ref, got;
     cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
@@ -163,6 +169,19 @@ Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 30
     expect_identical(&got, &ref, "tp2 sp pp2 etp2 full recompute");
     tu_result_free(&got);
     tu_result_free(&ref);
+    /* at tp 1: ZeRO over the expert-data-parallel group with the slices (1 and 3, with the overlaps) */
+    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 2, .etp = 2, .deterministic = true}, &ref, w), TRI_OK, "%s",
+                 tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 4, .etp = 2, .ep = 2, .zero = 1, .deterministic = true}, &got, w),
+                 TRI_OK, "%s", tri_error_message());
+    expect_identical(&got, &ref, "dp4 etp2 ep2 zero1");
+    tu_result_free(&got);
+    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 4, .etp = 2, .zero = 3, .overlap = true, .deterministic = true},
+                            &got, w),
+                 TRI_OK, "%s", tri_error_message());
+    expect_identical(&got, &ref, "dp4 etp2 zero3 overlap");
+    tu_result_free(&got);
+    tu_result_free(&ref);
     /* bf16 (the gathered rows, the slices' outputs and the partial sums in bf16): the same promise */
     cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .deterministic = true, .bf16 = true}, &ref,
                             w),
@@ -231,8 +250,9 @@ Test(moe_etp_layouts, refusals)
     make_tiny(&m);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
     tu_result r;
-    cr_expect_eq(run_layout(&m, &(tu_layout){.dp = 2, .etp = 2, .zero = 1}, &r, w), TRI_EINVAL);
-    cr_expect(strstr(tri_error_message(), "--zero-stage 1 with --expert-tensor-parallel-size 2") != NULL, "%s",
+    /* ZeRO with a MoE model at tp > 1 (piece E's), here with etp */
+    cr_expect_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .zero = 1}, &r, w), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--zero-stage 1 with --tensor-model-parallel-size 2") != NULL, "%s",
               tri_error_message());
     cr_expect_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .ep = 2}, &r, w), TRI_EINVAL);
     free(w);
