@@ -14,7 +14,7 @@
 #    there after 2 iterations resumes on 1 rank (ZeRO 0, etp 1) to the uninterrupted iteration-4 loss;
 #  - the refusals: ZeRO 1 with etp 2 at tp 2 (ZeRO at tp > 1 with a MoE model, not built), etp 3 not
 #    dividing the stage's ranks.
-# About 8 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
+# About 19 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
 src=$2
