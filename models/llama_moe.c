@@ -12,8 +12,10 @@
  * (E, C, I) are each one contiguous range (and an expert-parallel rank's E/ep experts, later, one
  * slice of each). The global (checkpoint) order is the same.
  *
- * The block runs on whole experts (etp 1; with tp > 1 under --sequence-parallel, Megatron-Core's rule,
- * each TP rank routes its own N / tp tokens through the replicated router and experts), in fp32 or,
+ * The block runs on whole experts at etp 1 (with tp > 1 under --sequence-parallel, Megatron-Core's rule,
+ * each TP rank routes its own N / tp tokens through the replicated router and experts) and on each
+ * expert's I / etp slice under --expert-tensor-parallel-size (layers/moe_etp.h: gate/up rows and down
+ * columns split over the etp group, tri_param_spec.etp), in fp32 or,
  * under --bf16, on bf16 rows with an fp32 router (layers/moe.h). The auxiliary and z losses enter the step's objective with weight
  * dloss * N (dloss = d(step loss)/d(token loss), so 1/(micro-batches x data-parallel ranks): the
  * losses averaged like the LM loss, Megatron-Core's scaling), and their scalars stay in each slot's
