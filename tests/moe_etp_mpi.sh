@@ -12,9 +12,11 @@
 #  - ZeRO 3 over the expert-data-parallel group with the slices: 4 ranks dp 4 etp 2 --zero-stage 3
 #    --overlap-grad-reduce --overlap-param-gather against one rank, the same bound; a checkpoint saved
 #    there after 2 iterations resumes on 1 rank (ZeRO 0, etp 1) to the uninterrupted iteration-4 loss;
+#  - ckpt reshard of a tp 2 SP etp 2 ep 2 checkpoint to one rank: ckpt merge of both equal (h5diff), and the
+#    one-rank checkpoint resumes at dp 2 etp 2 to the uninterrupted iteration-4 loss;
 #  - the refusals: ZeRO 1 with etp 2 at tp 2 (ZeRO at tp > 1 with a MoE model, not built), etp 3 not
 #    dividing the stage's ranks.
-# About 19 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
+# About 10 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
 src=$2
@@ -88,6 +90,33 @@ resume_check save "dp 2 etp 2 checkpoint"
 run savez3 4 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 --zero-stage 3 ||
   { tail -5 "$tmp/savez3.log"; fail "etp 2 ZeRO 3 save"; }
 resume_check savez3 "dp 4 etp 2 ZeRO 3 checkpoint"
+
+# ckpt reshard of a tp 2 SP etp 2 ep 2 checkpoint to one rank (the slices joined by box): its merge holds
+# the source's tensors, and it resumes at dp 2 etp 2 (the engine cuts the slices by box on load)
+run savetp 4 --train-iters 2 --save-interval 2 --tensor-model-parallel-size 2 --sequence-parallel \
+  --expert-tensor-parallel-size 2 --expert-model-parallel-size 2 || { tail -5 "$tmp/savetp.log"; fail "tp 2 etp 2 ep 2 save"; }
+if "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --expert-model-parallel-size 1 --data-parallel-size 1 \
+     "$tmp/savetp/iter_0000002" "$tmp/onetp" > "$tmp/reshard.log" 2>&1 &&
+   "$bin/ckpt" merge --quiet "$tmp/savetp/iter_0000002" "$tmp/m_etp.h5" > /dev/null 2>&1 &&
+   "$bin/ckpt" merge --quiet "$tmp/onetp/iter_0000002" "$tmp/m_one.h5" > /dev/null 2>&1; then
+  h5diff -q --exclude-attribute / "$tmp/m_etp.h5" "$tmp/m_one.h5" && h5diff -q --exclude-attribute / "$tmp/m_one.h5" "$tmp/m_etp.h5" &&
+    echo "ok   ckpt reshard of a tp 2 etp 2 ep 2 checkpoint to one rank: the merged tensors equal" ||
+    fail "the resharded checkpoint's tensors differ from the etp checkpoint's"
+  run resume_onetp 2 --train-iters 4 --load "$tmp/onetp" --expert-tensor-parallel-size 2 ||
+    { tail -5 "$tmp/resume_onetp.log"; fail "the resharded checkpoint at dp 2 etp 2"; }
+  cp "$tmp/resume_onetp/metrics.jsonl" "$tmp/onetp.metrics" 2> /dev/null
+  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/onetp.metrics" <<'PY' || fail "one-rank reshard resumed at dp 2 etp 2"
+import json, sys
+train = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+a, b = train(sys.argv[1])[-1], train(sys.argv[2])
+assert b[0]["iter"] == 3 and b[-1]["iter"] == 4, [r["iter"] for r in b]
+e = abs(a["loss"] - b[-1]["loss"]) / a["loss"]
+assert e < 1e-4, f"{b[-1]['loss']} vs {a['loss']}"
+print(f"ok   the one-rank reshard resumed at dp 2 etp 2: iteration 4 loss {b[-1]['loss']:.9f}, uninterrupted {a['loss']:.9f}")
+PY
+else
+  tail -3 "$tmp/reshard.log"; fail "ckpt reshard / merge of an etp checkpoint"
+fi
 
 refuse() { # name want ranks flags...
   local name=$1 want=$2 np=$3
