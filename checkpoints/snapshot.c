@@ -175,10 +175,12 @@ int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_
     s->dev = t->dev;
     /* under expert parallelism each ep rank's first replica (edp rank 0) holds experts no other
      * rank of its (tp, pp) stores: it writes a model file (and, at ZeRO 0, an optimizer file) too */
-    bool ep_first = g->ep > 1 && g->edp_rank == 0;
+    bool ep_first = (g->ep > 1 || g->etp > 1) && g->edp_rank == 0;
     s->writes_model = g->dp_rank == 0 || ep_first;
     s->writes_optim = zero_stage > 0 || g->dp_rank == 0 || ep_first;
-    s->model_ep = ep_first ? g->ep_rank : 0;
+    /* the file's index: the ep rank, and under expert tensor parallelism the (etp, ep) slice holder, so
+     * two etp ranks of one (tp, pp) never write one name */
+    s->model_ep = ep_first ? g->ep_rank + (g->etp > 1 ? g->ep * g->etp_rank : 0) : 0;
     s->tp_rank = g->tp_rank;
     s->pp_rank = g->pp_rank;
     s->dp_rank = g->dp_rank;

@@ -91,8 +91,8 @@ int tri_moe_ep_bind(const tri_moe_shape *s, int ep, tri_moe_ep_acts *ea, void *e
 
 /* Rows of C channels: rank q's block of `send_rows[q]` rows of in (packed in rank order) goes to q,
  * and `recv_rows[q]` rows from q land packed in rank order in out. */
-static int exchange(tri_comm *ep, tri_tensor out, tri_tensor in, int64_t C, const int64_t *send_rows,
-                    const int64_t *recv_rows)
+int tri_moe_ep_exchange(tri_comm *ep, tri_tensor out, tri_tensor in, int64_t C, const int64_t *send_rows,
+                        const int64_t *recv_rows)
 {
     int64_t sc[TRI_MOE_MAX_EXPERTS], sd[TRI_MOE_MAX_EXPERTS], rcn[TRI_MOE_MAX_EXPERTS], rd[TRI_MOE_MAX_EXPERTS];
     for (int q = 0; q < ep->size; q++) {
@@ -175,7 +175,7 @@ int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *
     if (!rc) rc = tri_moe_route(d, a, x, w, cfg);
     /* dispatch: counts, then the rows to their experts' ranks */
     if (!rc) rc = exchange_counts(ep, a, ea, s);
-    if (!rc) rc = exchange(ep, ea->x_recv, a->x_perm, s->C, ea->send_rows, ea->recv_rows);
+    if (!rc) rc = tri_moe_ep_exchange(ep, ea->x_recv, a->x_perm, s->C, ea->send_rows, ea->recv_rows);
     /* the local experts, one grouped GEMM per source rank over its per-expert counts */
     int64_t El = s->E / ep->size, row = 0;
     for (int q = 0; q < ep->size && !rc; row += ea->recv_rows[q], q++)
@@ -192,15 +192,15 @@ int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *
                                                rows_of(ea->h, row, ea->recv_rows[q]), w->down_w,
                                                &ea->recv_counts[q * El]);
     /* combine: the outputs back to their tokens' ranks, into expert order, then the weighted sum */
-    if (!rc) rc = exchange(ep, a->o, es->o_recv, s->C, ea->recv_rows, ea->send_rows);
+    if (!rc) rc = tri_moe_ep_exchange(ep, a->o, es->o_recv, s->C, ea->recv_rows, ea->send_rows);
     if (!rc) rc = tri_moe_combine(d, y, a, x, w, cfg);
     return rc;
 }
 
 /* One source's weight gradient of the local experts: dw += dout^T x in fp32, or with exact its GEMM
  * alone (tmp, viewed as dw) added exactly into acc. */
-static int weight_grad(tri_device *d, tri_tensor dw, tri_tensor tmp, tri_tensor acc, const tri_moe_ep_exact *exact,
-                       tri_tensor dout, tri_tensor x, const int32_t *cnt)
+int tri_moe_ep_weight_grad(tri_device *d, tri_tensor dw, tri_tensor tmp, tri_tensor acc, const tri_moe_ep_exact *exact,
+                           tri_tensor dout, tri_tensor x, const int32_t *cnt)
 {
     if (!exact)
         return tri_op_grouped_matmul_backward_weight(d, dw, dout, x, cnt, 1.0f);
@@ -227,7 +227,7 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
     /* combine's backward on this rank's tokens, then the outputs' gradient to the experts' ranks */
     if (!rc) rc = tri_op_moe_unpermute_backward(d, sc->d_o, sc->d_expert_w, dy, a->o, a->sorted_indices,
                                                 a->row_id_map, a->expert_w);
-    if (!rc) rc = exchange(ep, es->o_recv, sc->d_o, s->C, ea->send_rows, ea->recv_rows);
+    if (!rc) rc = tri_moe_ep_exchange(ep, es->o_recv, sc->d_o, s->C, ea->send_rows, ea->recv_rows);
     /* the local experts reversed, per source rank in rank order (the weight gradients accumulate the
      * sources' GEMMs in that order) */
     int64_t El = s->E / ep->size, row = 0;
@@ -236,7 +236,7 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
         const int32_t *cnt = &ea->recv_counts[q * El];
         if (n == 0)
             continue;
-        rc = weight_grad(d, g->down_w, exact ? exact->down_tmp : none, exact ? exact->down_acc : none, exact,
+        rc = tri_moe_ep_weight_grad(d, g->down_w, exact ? exact->down_tmp : none, exact ? exact->down_acc : none, exact,
                          rows_of(es->o_recv, row, n), rows_of(ea->h, row, n), cnt);
         if (!rc) rc = tri_op_grouped_matmul_backward_input(d, rows_of(es->dh, row, n), rows_of(es->o_recv, row, n),
                                                            w->down_w, cnt, 0.0f);
@@ -250,7 +250,7 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
         const int32_t *cnt = &ea->recv_counts[q * El];
         if (n == 0)
             continue;
-        rc = weight_grad(d, g->gate_up_w, exact ? exact->gate_up_tmp : none, exact ? exact->gate_up_acc : none,
+        rc = tri_moe_ep_weight_grad(d, g->gate_up_w, exact ? exact->gate_up_tmp : none, exact ? exact->gate_up_acc : none,
                          exact, rows_of(es->dgate_up, row, n), rows_of(ea->x_recv, row, n), cnt);
         /* o_recv is dead once the down GEMMs are done: the received rows' input gradient goes there */
         if (!rc) rc = tri_op_grouped_matmul_backward_input(d, rows_of(es->o_recv, row, n),
@@ -258,7 +258,7 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
     }
     /* the input gradient back to the tokens' ranks (into expert order), then layers/moe.c's tail */
     tri_tensor dx_perm = sc->d_o;
-    if (!rc) rc = exchange(ep, dx_perm, es->o_recv, s->C, ea->recv_rows, ea->send_rows);
+    if (!rc) rc = tri_moe_ep_exchange(ep, dx_perm, es->o_recv, s->C, ea->recv_rows, ea->send_rows);
     if (!rc) rc = tri_moe_route_backward(d, dx, dx_perm, g, dy, a, x, w, sc, cfg, loss_scale);
     return rc;
 }

@@ -103,4 +103,14 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
                         const tri_moe_scratch *scratch, const tri_moe_ep_scratch *es, const tri_moe_config *cfg,
                         float loss_scale, const tri_moe_ep_exact *exact);
 
+/* The exchange's two steps, shared with the expert-tensor-parallel block (layers/moe_etp.h):
+ * tri_moe_ep_exchange sends rank q the block of send_rows[q] rows (of C values) of `in` (packed in rank
+ * order) and receives recv_rows[q] rows from q packed in rank order into `out` (one all_to_all_v);
+ * tri_moe_ep_weight_grad adds one source's grouped weight GEMM dout^T x (per-expert counts cnt) into dw
+ * in fp32, or with exact (non-NULL) writes it to tmp (f32, viewed as dw) and adds it into acc exactly. */
+int tri_moe_ep_exchange(tri_comm *ep, tri_tensor out, tri_tensor in, int64_t C, const int64_t *send_rows,
+                        const int64_t *recv_rows);
+int tri_moe_ep_weight_grad(tri_device *d, tri_tensor dw, tri_tensor tmp, tri_tensor acc, const tri_moe_ep_exact *exact,
+                           tri_tensor dout, tri_tensor x, const int32_t *cnt);
+
 #endif

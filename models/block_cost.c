@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "engine/device/arena.h"
-#include "layers/moe_ep.h"
+#include "layers/moe_etp.h"
 
 /* The widths of one TP rank (as doubles). */
 typedef struct widths {
@@ -76,7 +76,9 @@ static double kept(const tri_decoder_block *b, const widths *w, const tri_train_
     if (b->sparse) {                                      /* layers/moe.c's activations, in its dtype */
         tri_moe_shape ms = tri_moe_block_shape(b, l);
         bytes += (double)tri_moe_acts_bytes(&ms);
-        if (l->ep > 1)                                     /* the rows received from the ep group */
+        if (l->etp > 1)                                    /* the etp group's gathered rows (moe_etp.h) */
+            bytes += (double)tri_moe_etp_acts_bytes(&ms, l->ep > 1 ? l->ep : 1, l->etp);
+        else if (l->ep > 1)                                /* the rows received from the ep group */
             bytes += (double)tri_moe_ep_acts_bytes(&ms, l->ep);
         if (ms.I_shared == 0 && b->I_shared > 0)         /* the shared expert, tensor-parallel */
             bytes += w->e * w->N * 3.0 * (double)b->I_shared / w->t;
@@ -88,7 +90,7 @@ tri_moe_shape tri_moe_block_shape(const tri_decoder_block *b, const tri_train_la
 {
     int64_t t_sp = l->sequence_parallel && l->tp > 1 ? l->tp : 1, etp = l->etp > 1 ? l->etp : 1;
     int64_t tp = l->tp > 1 ? l->tp : 1;
-    tri_moe_shape s = {.N = l->B * l->T / t_sp * etp, .C = b->C, .E = b->E, .K = b->K, .I = b->I / etp,
+    tri_moe_shape s = {.N = l->B * l->T / t_sp, .C = b->C, .E = b->E, .K = b->K, .I = b->I / etp,
                        .I_shared = t_sp == 1 ? b->I_shared / tp : 0,
                        .dtype = l->precision == TRI_PRECISION_BF16 ? TRI_BF16 : TRI_F32, .sp = t_sp};
     if (l->moe.capacity_factor > 0) /* models/llama_moe.c tri_llama_moe_config's capacity */
@@ -170,7 +172,12 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
     if (b->sparse) {                                       /* layers/moe.c's scratch, in its dtype */
         tri_moe_shape ms = tri_moe_block_shape(b, l);
         out->work += (double)tri_moe_scratch_bytes(&ms);
-        if (l->ep > 1) {                                   /* the received rows' backward (moe_ep.h) */
+        if (l->etp > 1) {                                  /* the gathered rows' backward (moe_etp.h) */
+            int ep = l->ep > 1 ? l->ep : 1;
+            out->work += (double)tri_moe_etp_scratch_bytes(&ms, ep, l->etp);
+            if (l->deterministic)                          /* one block's slice GEMMs (tri_moe_ep_exact) */
+                out->work += 4.0 * (double)(ms.E / ep) * 3.0 * (double)ms.I * (double)ms.C;
+        } else if (l->ep > 1) {                                   /* the received rows' backward (moe_ep.h) */
             out->work += (double)tri_moe_ep_scratch_bytes(&ms, l->ep);
             if (l->deterministic)                          /* one source's expert GEMMs (tri_moe_ep_exact) */
                 out->work += 4.0 * (double)(ms.E / l->ep) * 3.0 * (double)ms.I * (double)ms.C;

@@ -62,13 +62,16 @@ typedef struct tri_decoder_block {
  *   forward FLOPs: 2 N (attention weights + E C + 3 C (K I + I_s)) + 4 B T^2 Q, active parameters only;
  *   activations kept: the dense formula without the MLP's hidden tensors, plus what layers/moe.c
  *     takes for the rank's shape, tri_moe_acts_bytes(tri_moe_block_shape) (in the layout's precision:
- *     the router's buffers fp32, the rows bf16 under --bf16), dropless with N_r etp K permuted rows; under sequence parallelism the shared expert runs
+ *     the router's buffers fp32, the rows bf16 under --bf16; the shape's I is the slice I / etp), dropless
+ *     with N_r K permuted rows; under sequence parallelism the shared expert runs
  *     tensor-parallel outside that shape, its 4 N 3 I_s / tp bytes added; the backward's transients
  *     likewise with tri_moe_scratch_bytes (4 N 3 I_s / tp for the shared expert's gradients);
  *     under ep > 1 the received rows' buffers the engine takes, tri_moe_ep_acts_bytes (kept) and
  *     tri_moe_ep_scratch_bytes (transients) for tri_moe_ep_max_rows rows: dropless the worst case ep N_r
  *     min(K, E_l), with --moe-expert-capacity-factor (the shape's capacity) at most ep E_l capacity; in
- *     deterministic mode the fp32 copy of one source's expert GEMMs, 4 E_l 3 I C (transients);
+ *     deterministic mode the fp32 copy of one source's expert GEMMs, 4 E_l 3 I C (transients); under
+ *     etp > 1 instead the etp group's buffers, tri_moe_etp_acts_bytes / _scratch_bytes for
+ *     etp tri_moe_ep_max_rows rows (layers/moe_etp.h), and in deterministic mode 4 E_l 3 (I / etp) C;
  *   the expert bias (--moe-router-enable-expert-bias): 4 E bytes a sparse layer (buffers, beside the
  *     parameters, no gradient or optimizer state) and its E int32 counts (one arena take, transients);
  *   TP traffic: the attention's collectives, and the MLP's only with a shared expert (the routed

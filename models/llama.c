@@ -76,6 +76,16 @@ int tri_llama_check(const void *config, const tri_train_layout *run, const tri_c
         return TRI_ERR(TRI_EINVAL, "moe_shared_expert_intermediate_size %d of %s is not divisible by "
                        "--tensor-model-parallel-size %d (the shared expert splits over the tensor-parallel ranks)",
                        c->shared_expert_intermediate_size, name, tp);
+    /* expert tensor parallelism (layers/moe_etp.h): each expert's I in etp slices (ZeRO over edp as for ep) */
+    int etp = run->etp > 1 ? run->etp : 1;
+    if (etp > 1 && c->num_experts == 0)
+        return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: %s has no experts", etp, name);
+    if (etp > 1 && (c->moe_intermediate_size % etp != 0 ||
+                    ((int64_t)c->moe_intermediate_size / etp * c->hidden_size) % TRI_LAYOUT_ALIGN != 0))
+        return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: %s's moe_intermediate_size %d must divide by it and "
+                       "a slice's (moe_intermediate_size / %d) x hidden_size %d elements be a multiple of %d (the "
+                       "experts' fused views)", etp, name, c->moe_intermediate_size, etp, c->hidden_size,
+                       TRI_LAYOUT_ALIGN);
     if (c->num_experts > 0 && ((int64_t)c->moe_intermediate_size * c->hidden_size) % TRI_LAYOUT_ALIGN != 0)
         return TRI_ERR(TRI_EINVAL, "%s: moe_intermediate_size %d x hidden_size %d is not a multiple of %d elements, "
                        "so the experts' fused views cannot join their matrices in place", name,
@@ -114,9 +124,11 @@ static int block_forward(tri_llama *m, int l, tri_llama_block_acts *a, tri_tenso
     }
     if (!rc && is_sparse(m, l)) {
         tri_moe_config mc = tri_llama_moe_config(m);
-        rc = m->d.opt.ep > 1 ? tri_moe_ep_forward(d, m->d.opt.ep_comm, tmp, &a->moe, &a->moe_ep, &m->moe_ep_scratch,
-                                                  a->ln2, &w->moe, &mc)
-                             : tri_moe_forward(d, tmp, &a->moe, a->ln2, &w->moe, &mc);
+        rc = m->d.opt.etp > 1 ? tri_moe_etp_forward(d, m->d.opt.ep_comm, m->d.opt.etp_comm, tmp, &a->moe, &a->moe_etp,
+                                                    &m->moe_etp_scratch, a->ln2, &w->moe, &mc)
+             : m->d.opt.ep > 1 ? tri_moe_ep_forward(d, m->d.opt.ep_comm, tmp, &a->moe, &a->moe_ep, &m->moe_ep_scratch,
+                                                    a->ln2, &w->moe, &mc)
+                               : tri_moe_forward(d, tmp, &a->moe, a->ln2, &w->moe, &mc);
         if (!rc && tri_llama_moe_shared_tp_width(m) > 0)
             rc = tri_op_add(d, tmp, tmp, a->res3); /* routed + shared, as the block's y at tp 1 */
     } else if (!rc) {
@@ -146,7 +158,11 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
         float scale = m->d.chunk.dloss * (float)m->d.N;
         tri_moe_ep_exact ex;
         bool exact = tri_llama_moe_exact(m, l, &ex);
-        rc = m->d.opt.ep > 1 ? tri_moe_ep_backward(d, m->d.opt.ep_comm, dln, &g->moe, dres, &a->moe, &a->moe_ep, a->ln2,
+        rc = m->d.opt.etp > 1
+                 ? tri_moe_etp_backward(d, m->d.opt.ep_comm, m->d.opt.etp_comm, dln, &g->moe, dres, &a->moe, &a->moe_etp,
+                                        a->ln2, &w->moe, &m->moe_scratch, &m->moe_etp_scratch, &mc, scale,
+                                        exact ? &ex : NULL)
+             : m->d.opt.ep > 1 ? tri_moe_ep_backward(d, m->d.opt.ep_comm, dln, &g->moe, dres, &a->moe, &a->moe_ep, a->ln2,
                                                    &w->moe, &m->moe_scratch, &m->moe_ep_scratch, &mc, scale,
                                                    exact ? &ex : NULL)
                              : tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,

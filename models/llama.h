@@ -54,7 +54,7 @@
 #include "engine/train/chunk.h"
 #include "layers/cross_entropy.h"
 #include "layers/llama_attention.h"
-#include "layers/moe_ep.h"
+#include "layers/moe_etp.h"
 #include "layers/rotary.h"
 #include "layers/swiglu_mlp.h"
 #include "models/model.h"
@@ -157,6 +157,7 @@ typedef struct tri_llama_block_acts {
     tri_moe_acts moe;                  /* sparse layers, instead of mlp (layers/moe.h) */
     tri_moe_ep_acts moe_ep;            /* sparse layers under expert parallelism (layers/moe_ep.h) */
     tri_swiglu_mlp_acts shared_mlp;    /* tp > 1: the shared expert's gate_up (N, 2 I_s / tp), h (N, I_s / tp) */
+    tri_moe_etp_acts moe_etp;          /* sparse layers under expert tensor parallelism (layers/moe_etp.h) */
     tri_tensor res3;                   /* (N_l, C) block output */
 } tri_llama_block_acts;
 
@@ -203,6 +204,7 @@ typedef struct tri_llama {
     tri_moe_scratch moe_scratch;       /* sparse layers' backward scratch, shared by all of them */
     tri_moe_ep_scratch moe_ep_scratch; /* the same under expert parallelism (d.opt.ep > 1) */
     tri_swiglu_mlp_scratch shared_ms;  /* tp > 1: the shared expert's dh (N, I_s / tp), dgate_up (N, 2 I_s / tp) */
+    tri_moe_etp_scratch moe_etp_scratch; /* and under expert tensor parallelism (d.opt.etp > 1) */
     tri_tensor moe_exact_tmp;          /* deterministic mode under ep: f32 (E_l 3 I C), one source's expert
                                           weight gradients before their exact sum (layers/moe_ep.h) */
     tri_llama_expert_bias bias;        /* the expert bias (n 0: off) */
@@ -242,16 +244,20 @@ int tri_llama_map_views(tri_llama *m);
 int tri_llama_take_buffers(void *self, tri_arena *a);
 int tri_llama_moe_num_params(const tri_llama_config *c);             /* a sparse layer's MoE tensors */
 int tri_llama_moe_param_index(const tri_llama_config *c, const char *suffix); /* -1: not one */
-/* a sparse layer's MoE tensors; under expert parallelism (ep > 1) only rank ep_rank's E/ep experts; the
- * experts are marked spec.expert (sharded over the expert-data-parallel group) at ep > 1 or tp > 1 */
-int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int tp, int ep, int ep_rank);
+/* a sparse layer's MoE tensors; under expert parallelism (ep > 1) only rank ep_rank's E/ep experts;
+ * under expert tensor parallelism (etp > 1) each expert tensor the I / etp slice etp_rank (gate_proj and
+ * up_proj split along dim 0, down_proj along dim 1; Hugging Face names and global shapes unchanged). The
+ * experts are marked spec.expert (sharded over the expert-data-parallel group) at ep, etp or tp > 1 */
+int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int tp, int ep, int ep_rank,
+                             int etp, int etp_rank);
 int tri_llama_moe_map_views(tri_llama *m, int l);
 /* Deterministic mode under expert parallelism: layer l's experts' exact sums (the ZeRO 0 int64 sums at
  * their offsets) and scratch for tri_moe_ep_backward; false (ex untouched) otherwise. */
 bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex);
 void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l);
 tri_moe_config tri_llama_moe_config(const tri_llama *m);
-int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts);
+int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts,
+                            tri_moe_etp_acts *etp_acts);
 int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar);
 /* The shared expert under tensor parallelism (tp > 1, sequence parallel): each TP rank's width I_s / tp,
  * 0 when the shared expert is absent or runs inside the MoE block (tp 1). Its kept activations

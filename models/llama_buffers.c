@@ -51,7 +51,7 @@ static int take_block_acts(tri_llama *m, tri_arena *ar, tri_llama_block_acts *a,
     bool dense = l >= 0 ? !sparse : any_layer(m, false);
     if (!rc && dense) rc = TRI_ARENA_TAKE(ar, K, &a->mlp.gate_up, ACT(m), N, 2 * m->F_l);
     if (!rc && dense) rc = TRI_ARENA_TAKE(ar, K, &a->mlp.h, ACT(m), N, m->F_l);
-    if (!rc && sparse) rc = tri_llama_moe_take_acts(m, ar, &a->moe, &a->moe_ep);
+    if (!rc && sparse) rc = tri_llama_moe_take_acts(m, ar, &a->moe, &a->moe_ep, &a->moe_etp);
     if (!rc && sparse) rc = tri_llama_moe_take_shared_acts(m, ar, &a->shared_mlp); /* tp > 1 only */
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &a->res3, ACT(m), N_l, C);
     return rc;

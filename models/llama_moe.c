@@ -12,8 +12,10 @@
  * (E, C, I) are each one contiguous range (and an expert-parallel rank's E/ep experts, later, one
  * slice of each). The global (checkpoint) order is the same.
  *
- * The block runs on whole experts (etp 1; with tp > 1 under --sequence-parallel, Megatron-Core's rule,
- * each TP rank routes its own N / tp tokens through the replicated router and experts), in fp32 or,
+ * The block runs on whole experts at etp 1 (with tp > 1 under --sequence-parallel, Megatron-Core's rule,
+ * each TP rank routes its own N / tp tokens through the replicated router and experts) and on each
+ * expert's I / etp slice under --expert-tensor-parallel-size (layers/moe_etp.h: gate/up rows and down
+ * columns split over the etp group, tri_param_spec.etp), in fp32 or,
  * under --bf16, on bf16 rows with an fp32 router (layers/moe.h). The auxiliary and z losses enter the step's objective with weight
  * dloss * N (dloss = d(step loss)/d(token loss), so 1/(micro-batches x data-parallel ranks): the
  * losses averaged like the LM loss, Megatron-Core's scaling), and their scalars stay in each slot's
@@ -118,7 +120,8 @@ static bool local_expert(const tri_llama_config *c, int e, int ep, int ep_rank)
     return e < 0 || ep <= 1 || (e >= ep_rank * El && e < (ep_rank + 1) * El);
 }
 
-int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int tp, int ep, int ep_rank)
+int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int tp, int ep, int ep_rank,
+                             int etp, int etp_rank)
 {
     for (int j = 0; j < tri_llama_moe_num_params(c); j++) {
         char sub[TRI_PARAM_NAME_MAX], name[2 * TRI_PARAM_NAME_MAX];
@@ -137,13 +140,24 @@ int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int la
         if (!s)
             return TRI_ERR(TRI_ENOMEM, "llama: out of memory for parameter descriptions");
         /* reduced (and ZeRO-sharded) over the expert-data-parallel group: at ep > 1 the ep rank's own
-         * experts, at tp > 1 (any ep) also, as the group then spans TP ranks (edp = tp dp / ep) */
-        s->expert = (ep > 1 || tp > 1) && e >= 0;
+         * experts, at tp > 1 (any ep) also, as the group then spans TP ranks (edp = tp dp / (etp ep)) */
+        s->expert = (ep > 1 || etp > 1 || tp > 1) && e >= 0;
+        if (etp > 1 && e >= 0) { /* Megatron-Core's expert tensor parallelism: gate/up column-, down row-parallel */
+            s->split_dim = kind == 2 ? 1 : 0; /* along I: (I, C) rows, (C, I) columns */
+            s->etp = etp;
+            s->etp_rank = etp_rank;
+        }
     }
     return TRI_OK;
 }
 
 /* ---- views ---- */
+
+/* The expert-tensor-parallel size (1 without): each expert's I is split in this many slices. */
+static int64_t etp_of(const tri_llama *m)
+{
+    return m->d.opt.etp > 1 ? m->d.opt.etp : 1;
+}
 
 int tri_llama_moe_map_views(tri_llama *m, int l)
 {
@@ -191,7 +205,7 @@ int tri_llama_moe_map_views(tri_llama *m, int l)
 void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l)
 {
     const tri_llama_config *c = &m->cfg;
-    int64_t C = c->hidden_size, E = c->num_experts, I = c->moe_intermediate_size,
+    int64_t C = c->hidden_size, E = c->num_experts, I = c->moe_intermediate_size / etp_of(m),
             Is = c->shared_expert_intermediate_size;
     int ep = m->d.opt.ep;
     int64_t El = ep > 1 ? E / ep : E, e0 = ep > 1 ? m->d.opt.ep_rank * El : 0; /* this rank's experts */
@@ -219,7 +233,7 @@ tri_moe_config tri_llama_moe_config(const tri_llama *m)
     /* under sequence parallelism (required with tp > 1) each TP rank routes its own N_l = N / tp tokens */
     int64_t sp = m->d.run->sequence_parallel && m->d.run->tp > 1 ? m->d.run->tp : 1;
     tri_moe_config k = {.shape = {.N = m->d.N_l, .sp = sp, .C = c->hidden_size, .E = c->num_experts,
-                                  .K = c->num_experts_per_tok, .I = c->moe_intermediate_size,
+                                  .K = c->num_experts_per_tok, .I = c->moe_intermediate_size / etp_of(m),
                                   .I_shared = tri_llama_moe_shared_tp_width(m) > 0 ? 0
                                                                                    : c->shared_expert_intermediate_size,
                                   .dtype = tri_decoder_act_dtype(&m->d)},
@@ -257,7 +271,8 @@ static int take_bytes(tri_arena *ar, tri_mem_kind kind, tri_tensor *t, size_t by
     return TRI_ARENA_TAKE(ar, kind, t, TRI_F32, (int64_t)(bytes / sizeof(float)));
 }
 
-int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts)
+int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts,
+                            tri_moe_etp_acts *etp_acts)
 {
     tri_moe_config k = tri_llama_moe_config(m);
     tri_tensor mem;
@@ -265,7 +280,13 @@ int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_mo
     int rc = take_bytes(ar, TRI_MEM_ACTIVATIONS, &mem, tri_moe_acts_bytes(&k.shape));
     if (!rc && mem.data)
         rc = tri_moe_bind(&k.shape, a, mem.data, NULL, NULL);
-    if (!rc && m->d.opt.ep > 1) { /* the rows received from the other expert-parallel ranks */
+    if (!rc && etp_of(m) > 1) { /* the etp group's gathered rows (layers/moe_etp.h) */
+        tri_tensor em;
+        int ep = m->d.opt.ep > 1 ? m->d.opt.ep : 1;
+        rc = take_bytes(ar, TRI_MEM_ACTIVATIONS, &em, tri_moe_etp_acts_bytes(&k.shape, ep, (int)etp_of(m)));
+        if (!rc && em.data)
+            rc = tri_moe_etp_bind(&k.shape, ep, (int)etp_of(m), etp_acts, em.data, NULL, NULL);
+    } else if (!rc && m->d.opt.ep > 1) { /* the rows received from the other expert-parallel ranks */
         tri_tensor em;
         rc = take_bytes(ar, TRI_MEM_ACTIVATIONS, &em, tri_moe_ep_acts_bytes(&k.shape, m->d.opt.ep));
         if (!rc && em.data)
@@ -295,7 +316,20 @@ int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar)
         tri_moe_acts unused;
         rc = tri_moe_bind(&k.shape, &unused, mem.data, &m->moe_scratch, mem.data);
     }
-    if (!rc && m->d.opt.ep > 1) {
+    if (!rc && etp_of(m) > 1) {
+        tri_tensor em;
+        int ep = m->d.opt.ep > 1 ? m->d.opt.ep : 1;
+        rc = take_bytes(ar, TRI_MEM_WORKSPACE, &em, tri_moe_etp_scratch_bytes(&k.shape, ep, (int)etp_of(m)));
+        if (!rc && em.data) { /* bind carves the scratch beside a set of acts, as below */
+            tri_moe_etp_acts *unused = malloc(sizeof *unused);
+            rc = unused ? tri_moe_etp_bind(&k.shape, ep, (int)etp_of(m), unused, em.data, &m->moe_etp_scratch, em.data)
+                        : TRI_ERR(TRI_ENOMEM, "llama: out of memory");
+            free(unused);
+        }
+        if (!rc && m->d.run->deterministic)
+            rc = TRI_ARENA_TAKE(ar, TRI_MEM_WORKSPACE, &m->moe_exact_tmp, TRI_F32,
+                                k.shape.E / ep * 3 * k.shape.I * k.shape.C);
+    } else if (!rc && m->d.opt.ep > 1) {
         tri_tensor em;
         rc = take_bytes(ar, TRI_MEM_WORKSPACE, &em, tri_moe_ep_scratch_bytes(&k.shape, m->d.opt.ep));
         if (!rc && em.data) { /* bind carves the scratch beside a set of acts, as above */
@@ -315,11 +349,12 @@ bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex)
 {
     const tri_llama_config *c = &m->cfg;
     const tri_zero *z = &m->d.chunk.zero;
-    if (m->d.opt.ep <= 1 || !m->d.run->deterministic || !tri_tensor_present(z->acc))
+    if ((m->d.opt.ep <= 1 && etp_of(m) <= 1) || !m->d.run->deterministic || !tri_tensor_present(z->acc))
         return false;
     const tri_param_layout *L = &m->d.chunk.layout;
-    int64_t E = c->num_experts, El = E / m->d.opt.ep, I = c->moe_intermediate_size, C = c->hidden_size;
-    int e0 = (int)(m->d.opt.ep_rank * El);
+    int ep = m->d.opt.ep > 1 ? m->d.opt.ep : 1;
+    int64_t E = c->num_experts, El = E / ep, I = c->moe_intermediate_size / etp_of(m), C = c->hidden_size;
+    int e0 = (int)(ep > 1 ? m->d.opt.ep_rank * El : 0);
     char name[2 * TRI_PARAM_NAME_MAX];
     int layer = m->d.opt.layer_start + l, gi, di;
     snprintf(name, sizeof name, "model.layers.%d.%sexperts.%d.%s.weight", layer, prefix(c), e0, expert_name(c, 0));

@@ -165,7 +165,9 @@ static int add_block(tri_spec_list *l, const tri_llama_config *c, int layer, int
         /* the per-head norms' weights: each TP rank's gradient sums over its own heads only */
         s->tp_partial_grad = r->when == IF_QK_NORM;
     }
-    return sparse ? tri_llama_moe_add_params(l, c, layer, tp, opt->ep, opt->ep_rank) : TRI_OK;
+    return sparse ? tri_llama_moe_add_params(l, c, layer, tp, opt->ep, opt->ep_rank, opt->etp > 1 ? opt->etp : 1,
+                                             opt->etp_rank)
+                  : TRI_OK;
 }
 
 /* The embedding (first stage) or a last stage's copy of it as the tied LM head. */

@@ -96,9 +96,10 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
     int rc = tri_layout_create(&layout, specs, n, tp, tp_rank, run->dp, opt->dp_rank);
     if (rc)
         return rc;
-    /* the experts' parts (ep > 1, or tp > 1 at any ep) are sharded over the expert-data-parallel group */
+    /* the experts' parts (ep or etp > 1, or tp > 1 at any ep) are sharded over the expert-data-parallel group */
     if (tri_layout_has_experts(&layout) &&
-        (rc = tri_layout_set_experts(&layout, run->ep > 1 ? run->ep : 1, tp, tp_rank)) != TRI_OK) {
+        (rc = tri_layout_set_experts_etp(&layout, run->ep > 1 ? run->ep : 1, run->etp > 1 ? run->etp : 1, tp,
+                                         tp_rank)) != TRI_OK) {
         tri_layout_destroy(&layout);
         return rc;
     }

@@ -47,9 +47,15 @@ static tri_chunk_place chunk_place(const tri_model_rank *r, const tri_model_run 
         opt.ep_rank = r->grid->ep_rank;
         opt.ep_comm = r->grid->ep_comm;
         opt.edp_comm = r->grid->edp_comm;
-    } else if (o->layout.ep > 1) { /* planning (no grid, no comms): the same experts and buffers */
-        opt.ep = o->layout.ep;
-        opt.ep_rank = dp_rank % o->layout.ep;
+        opt.etp = r->grid->etp;
+        opt.etp_rank = r->grid->etp_rank;
+        opt.etp_comm = r->grid->etp_comm;
+    } else if (o->layout.ep > 1 || o->layout.etp > 1) { /* planning (no grid, no comms): the same sizes */
+        int etp = o->layout.etp > 1 ? o->layout.etp : 1;
+        opt.ep = o->layout.ep > 1 ? o->layout.ep : 1;
+        opt.ep_rank = dp_rank / etp % opt.ep;
+        opt.etp = etp;
+        opt.etp_rank = dp_rank % etp;
     }
     return opt;
 }
@@ -171,7 +177,7 @@ int tri_session_create(tri_session *s, tri_comm *world, tri_device *dev, const t
     const tri_train_layout *l = &o->run.layout;
     int rc = tri_grid_create(&s->grid, world, l->tp, l->pp);
     s->have_grid = rc == TRI_OK;
-    if (!rc) rc = tri_grid_add_experts(&s->grid, l->ep > 1 ? l->ep : 1);
+    if (!rc) rc = tri_grid_add_experts_etp(&s->grid, l->ep > 1 ? l->ep : 1, l->etp > 1 ? l->etp : 1);
     if (!rc) rc = tri_model_rank_create(&s->model, m, &s->grid, &o->run, dev);
     s->have_model = s->have_grid && rc == TRI_OK;
     tri_step_config sc = {.n_micro = l->n_micro, .sequence_parallel = l->sequence_parallel,
@@ -244,7 +250,8 @@ int tri_model_rank_plan(const tri_model *m, const tri_model_run *o, int tp_rank,
         if (!rc)
             lp[made++] = &layouts[c];
         if (!rc && tri_layout_has_experts(&layouts[c])) /* the experts' parts are sharded over edp */
-            rc = tri_layout_set_experts(&layouts[c], l->ep > 1 ? l->ep : 1, l->tp, tp_rank);
+            rc = tri_layout_set_experts_etp(&layouts[c], l->ep > 1 ? l->ep : 1, l->etp > 1 ? l->etp : 1, l->tp,
+                                            tp_rank);
     }
     size_t trainer[TRI_MEM_KINDS];
     if (!rc) rc = tri_trainer_plan(lp, r.v, m->family->num_param_tensors(m->cfg), l->tp, l->zero_stage, NULL, trainer);

@@ -15,6 +15,13 @@ static int place(tri_param *p, const tri_param_spec *s, int tp, int tp_rank)
 {
     p->spec = *s;
     p->numel = 1;
+    if (s->etp > 1) { /* an expert slice: split over the etp group, whatever tp is */
+        tp = s->etp;
+        tp_rank = s->etp_rank;
+        if (s->split_dim < 0 || s->max_shards > 0)
+            return TRI_ERR(TRI_EINVAL, "parameter %s: an expert-tensor-parallel slice needs a split dimension and "
+                           "no max_shards", s->name);
+    }
     p->tp_replicated = s->split_dim < 0 || tp == 1;
     /* shards along split_dim: tp, or max_shards each held by tp / max_shards consecutive ranks */
     int shards = s->max_shards > 0 && s->max_shards < tp ? s->max_shards : tp;
@@ -116,12 +123,18 @@ int tri_layout_create(tri_param_layout *L, const tri_param_spec *specs, int n, i
 
 int tri_layout_set_experts(tri_param_layout *L, int ep, int tp, int tp_rank)
 {
-    if (ep < 1 || tp < 1 || (tp * L->dp) % ep != 0)
-        return TRI_ERR(TRI_EINVAL, "layout: --expert-model-parallel-size %d does not divide a stage's tp x dp = "
-                       "%d x %d ranks", ep, tp, L->dp);
-    /* Megatron-Core's folding: a stage's ranks s = tp_rank + tp dp_rank, ep ranks adjacent, edp_rank = s / ep */
-    L->edp = tp * L->dp / ep;
-    L->edp_rank = (tp_rank + tp * L->dp_rank) / ep;
+    return tri_layout_set_experts_etp(L, ep, 1, tp, tp_rank);
+}
+
+int tri_layout_set_experts_etp(tri_param_layout *L, int ep, int etp, int tp, int tp_rank)
+{
+    if (ep < 1 || etp < 1 || tp < 1 || (tp * L->dp) % (ep * etp) != 0)
+        return TRI_ERR(TRI_EINVAL, "layout: --expert-tensor-parallel-size %d x --expert-model-parallel-size %d does "
+                       "not divide a stage's tp x dp = %d x %d ranks", etp, ep, tp, L->dp);
+    /* Megatron-Core's folding: a stage's ranks s = tp_rank + tp dp_rank, etp fastest, then ep:
+     * edp_rank = s / (etp ep) */
+    L->edp = tp * L->dp / (ep * etp);
+    L->edp_rank = (tp_rank + tp * L->dp_rank) / (ep * etp);
     L->shard_numel = 0;
     for (int k = 0; k < L->n_parts; k++) {
         if (L->parts[k].len % tri_part_group(L, k) != 0)

@@ -27,6 +27,9 @@ void tri_layout_destroy(tri_param_layout *L);
 int tri_layout_set_experts(tri_param_layout *L, int ep, int tp, int tp_rank);
 /* Whether any part of L is an expert part (spec.expert): then tri_layout_set_experts applies. */
 bool tri_layout_has_experts(const tri_param_layout *L);
+/* The same with expert tensor parallelism etp (tri_layout_set_experts is etp 1): edp = tp dp / (etp ep),
+ * edp_rank = s / (etp ep) (engine/comm/grid.h tri_grid_add_experts_etp). */
+int tri_layout_set_experts_etp(tri_param_layout *L, int ep, int etp, int tp, int tp_rank);
 
 /* Index of the parameter called `name`, or -1. */
 int tri_layout_find(const tri_param_layout *L, const char *name);

@@ -80,7 +80,9 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
         return TRI_ERR(TRI_ENOMEM, "harness: no memory");
     if (!rc && c >= 0) {
         const tri_param *p = &r->chunk[c]->layout.params[pi];
-        int tp = whole ? 1 : g->tp;
+        /* an expert-tensor-parallel slice: the etp group's slices joined along the split dimension */
+        bool sliced = whole && p->spec.etp > 1;
+        int tp = sliced ? p->spec.etp : whole ? 1 : g->tp;
         int64_t total = p->numel * tp;
         float *host = malloc((size_t)total * sizeof *host);
         tri_tensor mine = {0};
@@ -91,7 +93,9 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
         if (!rc) rc = tri_device_alloc(dev, &mine.data, (size_t)p->numel * sizeof(float));
         mine = tri_tensor_1d(mine.data, TRI_F32, p->numel);
         if (!rc) rc = tri_device_copy_from_host(dev, mine, host);
-        if (!rc) rc = whole ? tri_op_copy(dev, buf, mine) : tri_comm_all_gather(g->tp_comm, buf, mine);
+        if (!rc) rc = sliced  ? tri_comm_all_gather(g->etp_comm, buf, mine)
+                      : whole ? tri_op_copy(dev, buf, mine)
+                              : tri_comm_all_gather(g->tp_comm, buf, mine);
         tri_device_free(dev, mine.data);
         if (!rc) rc = tri_device_copy_to_host(dev, host, buf);
         /* a replicated parameter's TP copies are one tensor: every rank's weights the same bits */
@@ -406,7 +410,7 @@ int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_l
         .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
         .first_layers = l->first_layers > 0 ? l->first_layers : -1, .last_layers = -1,
         .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap,
-        .ep = l->ep > 0 ? l->ep : 1};
+        .ep = l->ep > 0 ? l->ep : 1, .etp = l->etp > 0 ? l->etp : 1};
     int rc = tri_cli_model_layout(m, req, out);
     if (!rc) {
         out->compression = l->compression;

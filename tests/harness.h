@@ -47,6 +47,7 @@ typedef struct tu_layout {
                                   (tri_adamw_config.unfused_update) */
     tri_moe_run moe;           /* the --moe-* flags (zeroed: the config's, dropless) */
     int ep;                    /* --expert-model-parallel-size (0 or 1: none) */
+    int etp;                   /* --expert-tensor-parallel-size (0 or 1: none) */
 } tu_layout;
 
 typedef struct tu_result {

@@ -17,7 +17,7 @@
 #    resumes on one rank to the uninterrupted run's iteration-4 loss; the same at --zero-stage 3 (the
 #    experts sharded over their expert-data-parallel pairs, which span the TP ranks), the same bound;
 #  - the refusals: ep with --grad-compression, ep with --local-sgd-steps, tp 2 without
-#    --sequence-parallel, ep not dividing tp x dp, etp 2, each naming its flags.
+#    --sequence-parallel, ep not dividing tp x dp, each naming its flags (etp > 1: tests/moe_etp_mpi.sh).
 # Usage (CTest): bash moe_ep_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
@@ -144,7 +144,6 @@ refuse() { # name want ranks flags...
 refuse "ep with compression" "--expert-model-parallel-size 2 with gradient compression" 2 --expert-model-parallel-size 2 --grad-compression 1bit
 refuse "tp 2 without sp" "--tensor-model-parallel-size 2 with a mixture-of-experts model (num_experts 8) needs --sequence-parallel" 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
 refuse "ep not dividing tp x dp" "--expert-tensor-parallel-size 1 x --expert-model-parallel-size 8 = 8 does not divide a pipeline stage's tp x dp = 2 x 2 = 4 ranks" 4 "${tp2ep2[@]:0:3}" --expert-model-parallel-size 8
-refuse "etp 2" "--expert-tensor-parallel-size 2" 2 --expert-tensor-parallel-size 2
 refuse "ep with local SGD" "--local-sgd-steps 2 with --expert-model-parallel-size 2" 2 --expert-model-parallel-size 2 --local-sgd-steps 2
 
 [ $failures -eq 0 ] && echo "moe_ep_mpi: all checks passed" || { echo "moe_ep_mpi: $failures check(s) failed"; exit 1; }

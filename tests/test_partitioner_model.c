@@ -589,3 +589,58 @@ Test(partitioner_model, shared_expert_under_tp_agrees_with_the_engine_plan)
     for (int i = 0; i < 2; i++)
         tri_model_free(&models[i]);
 }
+
+/* Expert tensor parallelism (layers/moe_etp.h): the tiny Mixtral at tp 2 SP etp 2 (ep 1), tp 2 SP x dp 2
+ * etp 2 ep 2, dp 2 etp 2 and pp 2 x dp 2 etp 2 bf16 with full recomputation: the formulas (each expert
+ * E_l 3 C I / etp, the rank's shape with I / etp, the etp group's buffers tri_moe_etp_acts_bytes /
+ * _scratch_bytes for etp tri_moe_ep_max_rows rows) against the engine's plan, every category within 5%
+ * as for the other layouts, the parameters (at ZeRO 0) and activations to the byte (measured: the
+ * workspace 512 bytes, one arena alignment, above the formulas); and at tp 1 dp 4 etp 2 ep 2 ZeRO 1 and
+ * dp 4 etp 2 ZeRO 3 bf16 the slices' parts sharded over edp (tri_expert_dp = tp dp / (etp ep)): every
+ * category within 5% (the parameters 192-512 bytes apart, the parts' alignment padding); the expert
+ * parameters on a rank exactly 1 / etp of etp 1's. */
+Test(partitioner_model, mixtral_etp_formulas_agree_with_the_engine_plan)
+{
+    char path[512];
+    const char *src = getenv("TRIDENT_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/models/moe-tiny-byte.json", src ? src : ".");
+    tri_model model;
+    cr_assert_eq(tri_model_load(&model, path), TRI_OK, "%s", tri_error_message());
+    struct { int tp, pp, dp, ep, etp; bool sp; int m, zero; tri_recompute rec; tri_precision p; } cases[] = {
+        {2, 1, 1, 1, 2, true, 2, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {2, 1, 2, 2, 2, true, 2, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {1, 1, 2, 1, 2, false, 2, 0, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32},
+        {1, 2, 2, 1, 2, false, 4, 0, TRI_RECOMPUTE_FULL, TRI_PRECISION_BF16},
+        {1, 1, 4, 2, 2, false, 2, 1, TRI_RECOMPUTE_NONE, TRI_PRECISION_FP32}, /* ZeRO over edp 1 */
+        {1, 1, 4, 1, 2, false, 2, 3, TRI_RECOMPUTE_NONE, TRI_PRECISION_BF16}, /* edp 2 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tri_train_layout l = layout_m(&model, cases[i].tp, cases[i].pp, cases[i].dp, cases[i].sp, 0, 4, 64, cases[i].m,
+                                      cases[i].zero, cases[i].rec, cases[i].p);
+        l.ep = cases[i].ep;
+        l.etp = cases[i].etp;
+        cr_assert(agree_model(&model, &l), "tp %d pp %d dp %d ep %d etp %d", l.tp, l.pp, l.dp, l.ep, l.etp);
+        tri_transformer m = tri_model_dims(&model);
+        {
+            /* the parameters and activations to the byte (the etp buffers are the engine's functions) */
+            tri_cluster c = cpu_cluster(l.tp * l.pp * l.dp);
+            tri_preview p;
+            cr_assert_eq(tri_preview_create(&p, &m, &l, &c, tri_model_preview_plan, (void *)&model), TRI_OK);
+            for (int r = 0; r < p.pp; r++)
+                for (int k = cases[i].zero ? TRI_MEM_ACTIVATIONS : TRI_MEM_PARAMS; k <= TRI_MEM_ACTIVATIONS;
+                     k += TRI_MEM_ACTIVATIONS - TRI_MEM_PARAMS)
+                    cr_expect_eq(p.model_mem[r][k], p.mem[r][k], "etp %d stage %d %s: formulas %.0f, plan %.0f", l.etp,
+                                 r, kinds[k], p.model_mem[r][k], p.mem[r][k]);
+            for (int k = 0; getenv("TRIDENT_TEST_VERBOSE") && k < TRI_MEM_KINDS; k++)
+                printf("tp %d pp %d dp %d ep %d etp %d %s: formulas %.0f, engine plan %.0f\n", l.tp, l.pp, l.dp, l.ep,
+                       l.etp, kinds[k], p.model_mem[0][k], p.mem[0][k]);
+            tri_preview_destroy(&p);
+        }
+        tri_train_layout one = l;
+        one.etp = 1;
+        tri_block_cost a = tri_transformer_block_at(&m, &l, 0), b = tri_transformer_block_at(&m, &one, 0);
+        cr_expect(a.expert_params > 0 && a.expert_params * l.etp == b.expert_params,
+                  "the expert parameters split over etp: %.0f x %d vs %.0f", a.expert_params, l.etp, b.expert_params);
+    }
+    tri_model_free(&model);
+}

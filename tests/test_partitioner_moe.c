@@ -17,7 +17,7 @@
 
 #include "engine/core/status.h"
 #include "layers/moe.h"
-#include "layers/moe_ep.h"
+#include "layers/moe_etp.h"
 #include "models/block_cost.h"
 #include "models/model.h"
 #include "partitioner/constraints.h"
@@ -159,11 +159,14 @@ Test(partitioner_moe, activations_are_what_the_moe_layer_allocates)
             tri_block_cost b;
             tri_decoder_block_cost(&mm.sparse, &l, &b);
             double N = (double)(B * T), etp = ep_etp[i][1];
-            tri_moe_shape s = {.N = B * T * ep_etp[i][1], .C = C, .E = 8, .K = 2, .I = 48 / ep_etp[i][1],
+            tri_moe_shape s = {.N = B * T, .C = C, .E = 8, .K = 2, .I = 48 / ep_etp[i][1],
                                .I_shared = mm.sparse.I_shared};
             size_t acts = tri_moe_acts_bytes(&s), scratch = tri_moe_scratch_bytes(&s);
             cr_assert_gt(acts, 0);
-            if (ep_etp[i][0] > 1) { /* the rows received from the ep group (layers/moe_ep.h) */
+            if (ep_etp[i][1] > 1) { /* the etp group's gathered rows (layers/moe_etp.h) */
+                acts += tri_moe_etp_acts_bytes(&s, ep_etp[i][0], ep_etp[i][1]);
+                scratch += tri_moe_etp_scratch_bytes(&s, ep_etp[i][0], ep_etp[i][1]);
+            } else if (ep_etp[i][0] > 1) { /* the rows received from the ep group (layers/moe_ep.h) */
                 acts += tri_moe_ep_acts_bytes(&s, ep_etp[i][0]);
                 scratch += tri_moe_ep_scratch_bytes(&s, ep_etp[i][0]);
             }

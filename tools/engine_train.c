@@ -280,9 +280,6 @@ static int validate(run *r)
         return TRI_ERR(TRI_EINVAL, "--adam-freeze-step %lld with --optimizer %s: freezing the second moment is 1-bit "
                        "Adam's, for --optimizer adam only (sgd and lars keep no second moment; lamb's is not "
                        "frozen)", (long long)a->adam_freeze_step, a->optimizer);
-    if (r->L.etp > 1)
-        return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d: engine_train does not run expert tensor "
-                       "parallelism (docs/moe.md); expected 1 (the partitioner plans it)", r->L.etp);
     if (strcmp(r->L.schedule, "zb-h1") == 0)
         return TRI_ERR(TRI_EINVAL, "--pipeline-schedule zb-h1 is modelled by the partitioner only; engine_train runs "
                        "1f1b, gpipe and interleaved");

@@ -39,6 +39,7 @@ int tri_grid_create(tri_grid *g, tri_comm *world, int tp, int pp)
     g->tp = tp;
     g->pp = pp;
     g->ep = 1;
+    g->etp = 1;
     g->world = world;
     g->world_rank = world->rank;
     g->world_size = world->size;
@@ -84,8 +85,38 @@ int tri_grid_add_experts(tri_grid *g, int ep)
     return rc;
 }
 
+int tri_grid_add_experts_etp(tri_grid *g, int ep, int etp)
+{
+    int ranks = g->tp * g->dp; /* a stage's */
+    if (etp == 1)
+        return tri_grid_add_experts(g, ep);
+    if (etp < 1 || ep < 1 || ranks % ((int64_t)etp * ep) != 0)
+        return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d x --expert-model-parallel-size %d must be >= 1 "
+                       "and divide a pipeline stage's tensor x data-parallel ranks %d x %d = %d (parallel folding: "
+                       "they regroup as etp x ep x expert-data-parallel)", etp, ep, g->tp, g->dp, ranks);
+    int s = g->tp_rank + g->tp * g->dp_rank; /* the rank within its stage, Megatron's order */
+    g->etp = etp;
+    g->ep = ep;
+    g->edp = ranks / (etp * ep);
+    g->etp_rank = s % etp;
+    g->ep_rank = s / etp % ep;
+    g->edp_rank = s / (etp * ep);
+    int rc = TRI_OK;
+    tri_comm *stage = g->dp_comm; /* at tp 1 the stage, ranked s */
+    if (g->tp > 1) {
+        rc = tri_comm_split(g->world, g->pp_rank, s, &g->stage_comm);
+        stage = g->stage_comm;
+    }
+    if (!rc) rc = tri_comm_split(stage, s / etp, g->etp_rank, &g->etp_comm);
+    if (!rc && ep > 1) rc = tri_comm_split(stage, g->etp_rank + etp * g->edp_rank, g->ep_rank, &g->ep_comm);
+    if (!rc) rc = tri_comm_split(stage, g->etp_rank + etp * g->ep_rank, g->edp_rank, &g->edp_comm);
+    return rc;
+}
+
 void tri_grid_destroy(tri_grid *g)
 {
+    tri_comm_destroy(g->etp_comm);
+    g->etp_comm = NULL;
     tri_comm_destroy(g->ep_comm);
     tri_comm_destroy(g->edp_comm);
     tri_comm_destroy(g->stage_comm);

@@ -32,6 +32,10 @@ typedef struct tri_grid {
                                         with tp 1 (then dp) */
     tri_comm *stage_comm;            /* same pp: a stage's tp x dp ranks, ranked tp_rank + tp * dp_rank;
                                         built with tp > 1 only (at tp 1 dp_comm is the stage) */
+    /* expert tensor parallelism (tri_grid_add_experts_etp; etp 1, etp_rank 0, etp_comm NULL without) */
+    int etp, etp_rank;               /* etp x ep x edp = tp x dp */
+    tri_comm *etp_comm;              /* same (pp, s / etp): etp adjacent ranks of a stage that split each of
+                                        their experts' SwiGLU over I; NULL at etp 1 */
 } tri_grid;
 
 /* Checks that world_size splits into tp x pp x dp, with no communication, so every rank reaches the
@@ -56,6 +60,17 @@ int tri_grid_world_rank(int tp, int dp, int tp_rank, int dp_rank, int pp_rank);
  * ep < 1 or ep does not divide tp x dp. (MoE with tp > 1 also needs --sequence-parallel: the
  * model's rule, partitioner/constraints.c.) */
 int tri_grid_add_experts(tri_grid *g, int ep);
+
+/* tri_grid_add_experts with expert tensor parallelism etp (--expert-tensor-parallel-size; etp 1 is
+ * tri_grid_add_experts(g, ep), the same groups): Megatron-Core's RankGenerator order "tp-ep-dp" for
+ * the experts with etp in the tp slot, etp fastest, then ep - the stage rank s = tp_rank + tp dp_rank
+ * gives etp_rank = s % etp, ep_rank = (s / etp) % ep, edp_rank = s / (etp ep); etp_comm holds the etp
+ * ranks s / etp alike (adjacent), ep_comm the ep ranks of the same (etp_rank, edp_rank) (stride etp),
+ * edp_comm the same (etp_rank, ep_rank) (stride etp ep): the replicas of one expert slice. Split from
+ * the dp comm at tp 1, else from stage_comm. Collective over the stage; TRI_EINVAL, nothing split,
+ * naming --expert-tensor-parallel-size, --expert-model-parallel-size and the stage's ranks when
+ * etp < 1, ep < 1 or etp x ep does not divide tp x dp. */
+int tri_grid_add_experts_etp(tri_grid *g, int ep, int etp);
 
 void tri_grid_destroy(tri_grid *g);
 

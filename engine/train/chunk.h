@@ -115,6 +115,9 @@ typedef struct tri_chunk_place {
     int ep, ep_rank;              /* expert parallelism (tri_grid_add_experts): this rank holds experts
                                      [ep_rank E/ep, (ep_rank+1) E/ep); ep 0 or 1: all */
     tri_comm *ep_comm, *edp_comm; /* the grid's expert groups (not owned); NULL at ep 1 */
+    int etp, etp_rank;            /* expert tensor parallelism (tri_grid_add_experts_etp): this rank holds the
+                                     I / etp slice etp_rank of each of its experts; 0 or 1: whole */
+    tri_comm *etp_comm;           /* the grid's etp group (not owned); NULL at etp 1 */
 } tri_chunk_place;
 
 typedef struct tri_chunk {

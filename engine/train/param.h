@@ -51,6 +51,9 @@ typedef struct tri_param_spec {
                                        (ep > 1 or tp > 1; docs/moe.md): its gradient reduces over the
                                        expert-data-parallel group (which at tp > 1 spans TP ranks), not
                                        over dp nor over tp */
+    int etp, etp_rank;              /* etp > 1: an expert tensor split along split_dim over the
+                                       expert-tensor-parallel group (etp ranks, this one etp_rank)
+                                       instead of tp (layers/moe_etp.h); 0 or 1: as split_dim says */
 } tri_param_spec;
 
 /* A parameter as this rank holds it. */

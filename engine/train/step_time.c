@@ -48,6 +48,9 @@ tri_step_time tri_step_time_snapshot(const tri_grid *g)
     t.dp_bytes += group_bytes(g->edp_comm, seen, 6);
     t.ep_s = group_seconds(g->ep_comm, seen, 6, false, false);
     t.ep_bytes = group_bytes(g->ep_comm, seen, 6);
+    /* expert tensor parallelism's group (NULL at etp 1): the experts' all-gather and reduce-scatter */
+    t.ep_s += group_seconds(g->etp_comm, seen, 6, false, false);
+    t.ep_bytes += group_bytes(g->etp_comm, seen, 6);
     return t;
 }
 

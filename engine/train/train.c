@@ -103,6 +103,11 @@ static int start_local_sgd(tri_trainer *t)
                      "data-parallel replica's whole units, while the experts reduce over the expert-data-parallel "
                      "group, which spans the ep ranks (different experts) and at tp > 1 the TP ranks (not built; "
                      "train without one of the two)", t->cfg.local.steps, t->grid->ep, t->grid->tp);
+    if (!rc && t->grid->etp > 1) /* the same: the etp ranks' slices are different tensors' parts */
+        rc = TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --expert-tensor-parallel-size %d: local SGD's outer "
+                     "synchronisation averages each data-parallel replica's whole units, while expert tensor "
+                     "parallelism gives the etp ranks different slices of the experts (not built)",
+                     t->cfg.local.steps, t->grid->etp);
     if (!rc) rc = tri_comm_split(t->grid->dp_comm, t->grid->dp_rank, 0, &t->self_comm);
     return rc ? rc : tri_trainer_outer_reset(t);
 }
@@ -444,7 +449,7 @@ bool tri_trainer_norm_holder(const tri_trainer *t, const tri_param *p)
 {
     /* an expert is replicated over tp (count_in_norm: tp rank 0) but at ep > 1 with tp > 1 its ep rank
      * may be any tp rank: its one holder is its edp rank 0 */
-    if (p->spec.expert && t->grid->ep > 1 && t->chunks[0]->zero.stage == 0)
+    if (p->spec.expert && (t->grid->ep > 1 || t->grid->etp > 1) && t->chunks[0]->zero.stage == 0)
         return !p->spec.tied_copy && t->grid->edp_rank == 0;
     /* at stages 1-3 an expert part's slices are owned by its edp ranks, which at tp > 1 span the TP
      * ranks: each counts its own (count_in_norm would keep TP rank 0's only) */
@@ -452,7 +457,7 @@ bool tri_trainer_norm_holder(const tri_trainer *t, const tri_param *p)
         return !p->spec.tied_copy;
     if (!p->count_in_norm)
         return false;
-    if (t->grid->ep <= 1 || t->chunks[0]->zero.stage > 0)
+    if ((t->grid->ep <= 1 && t->grid->etp <= 1) || t->chunks[0]->zero.stage > 0)
         return true;
     return p->spec.expert ? t->grid->edp_rank == 0 : t->grid->dp_rank == 0;
 }
@@ -496,7 +501,9 @@ static int64_t norm_slot(const tri_trainer *t, const tri_param *p, int dp, int s
 
 tri_comm *tri_trainer_norm_comm(const tri_trainer *t)
 {
-    return t->chunks[0]->zero.stage > 0 || t->grid->ep > 1 ? t->grid->world : t->grid->mp_comm;
+    /* expert tensor parallelism: the etp ranks of one replica may be other dp ranks (tp 1), each with
+     * its own slices: the norm sums over the world with one holder of each (norm_holder) */
+    return t->chunks[0]->zero.stage > 0 || t->grid->ep > 1 || t->grid->etp > 1 ? t->grid->world : t->grid->mp_comm;
 }
 
 int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p)

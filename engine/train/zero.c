@@ -248,6 +248,10 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
                      "--tensor-model-parallel-size %d): a compressor codes and exchanges whole units over dp, while a "
                      "sparse block's experts reduce over the expert-data-parallel group (not built)",
                      run->ep > 1 ? run->ep : 1, run->tp > 1 ? run->tp : 1);
+    if (!rc && run->etp > 1 && z->comp.on)
+        rc = TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d with gradient compression: a compressor codes "
+                     "and exchanges whole units over dp, while the expert slices reduce over the expert-data-parallel "
+                     "group (not built)", run->etp);
     return rc;
 }
 

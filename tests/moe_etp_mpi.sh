@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# tests/moe_etp_mpi.sh - expert tensor parallelism under real MPI (docs/moe.md "Expert tensor
+# parallelism"): engine_train trains the tiny byte-level MoE (models/moe-tiny-byte.json, 8 experts of
+# width 256, top-2) for 4 iterations and compares with one rank (the same global batch):
+#  - 4 ranks --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2
+#    --expert-model-parallel-size 2 (etp the TP pairs, ep across dp) and 2 ranks dp 2 etp 2 (tp 1, ep 1):
+#    every iteration's loss within 1e-4 relative (tests/test_moe_etp_layouts.c's bound), ep_bytes > 0
+#    (the etp group's all-gathers and reduce-scatters, and the ep all-to-alls);
+#  - a checkpoint saved at dp 2 etp 2 after 2 iterations (each rank's slices as boxes of the Hugging Face
+#    tensors, the two etp ranks' model files) resumes on 1 rank (etp 1) to the uninterrupted run's
+#    iteration-4 loss within 1e-4;
+#  - ZeRO 3 over the expert-data-parallel group with the slices: 4 ranks dp 4 etp 2 --zero-stage 3
+#    --overlap-grad-reduce --overlap-param-gather against one rank, the same bound; a checkpoint saved
+#    there after 2 iterations resumes on 1 rank (ZeRO 0, etp 1) to the uninterrupted iteration-4 loss;
+#  - ckpt reshard of a tp 2 SP etp 2 ep 2 checkpoint to one rank: ckpt merge of both equal (h5diff), and the
+#    one-rank checkpoint resumes at dp 2 etp 2 to the uninterrupted iteration-4 loss;
+#  - the refusals: ZeRO 1 with etp 2 at tp 2 (ZeRO at tp > 1 with a MoE model, not built), etp 3 not
+#    dividing the stage's ranks.
+# About 10 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1
+src=$2
+bin="$build/bin"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+failures=0
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+data=data/fortunes_byte_train.bin
+[ -f "$data" ] || { echo "SKIP: $data missing (bash tools/trident.sh data)"; exit 0; }
+common=(--config models/moe-tiny-byte.json --train-data "$data" --val-data data/fortunes_byte_val.bin
+        --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --eval-iters 1
+        --sample-length 0 --threads 1 --lr 3e-3 --log-interval 1 --lr-decay-iters 4)
+
+run() { # name ranks flags...
+  local name=$1 np=$2
+  shift 2
+  mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 300 "$bin/engine_train" \
+    "${common[@]}" --save-dir "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
+}
+
+compare() { # name: its metrics against one rank's
+  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/$1/metrics.jsonl" "$1" <<'PY' || fail "$1 against one rank"
+import json, sys
+def train(p):
+    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+one, got = train(sys.argv[1]), train(sys.argv[2])
+assert len(one) == len(got) == 4, (len(one), len(got))
+worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, got))
+assert worst < 1e-4, f"losses differ by {worst:.3g}: {[a['loss'] for a in one]} vs {[b['loss'] for b in got]}"
+assert all(r["ep_bytes"] > 0 for r in got), [r["ep_bytes"] for r in got]
+print(f"ok   {sys.argv[3]}: losses within {worst:.2g} of one rank's ({one[0]['loss']:.4f} -> {one[-1]['loss']:.4f}); "
+      f"ep_bytes per step {got[-1]['ep_bytes']:.0f}")
+PY
+}
+
+run one 1 --train-iters 4 || { tail -5 "$tmp/one.log"; fail "one rank"; }
+run tp2etp2ep2 4 --train-iters 4 --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2 \
+  --expert-model-parallel-size 2 || { tail -5 "$tmp/tp2etp2ep2.log"; fail "4 ranks tp 2 sp etp 2 ep 2"; }
+run dp2etp2 2 --train-iters 4 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/dp2etp2.log"; fail "2 ranks etp 2"; }
+run z3 4 --train-iters 4 --expert-tensor-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
+  { tail -5 "$tmp/z3.log"; fail "4 ranks etp 2 ZeRO 3"; }
+for name in tp2etp2ep2 dp2etp2 z3; do
+  [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/$name/metrics.jsonl" ] && compare "$name"
+done
+
+# a checkpoint saved at dp 2 etp 2 after 2 iterations, resumed on one rank
+run save 2 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/save.log"; fail "etp 2 save"; }
+ls "$tmp/save"/iter_*/model_tp00_pp00_ep001.h5 > /dev/null 2>&1 && echo "ok   etp rank 1 wrote its slices' model file" ||
+  fail "no model file of etp rank 1"
+resume_check() { # save-dir-name what: resume on one rank (ZeRO 0, etp 1) to iteration 4
+  if run "resume_$1" 1 --train-iters 4 --load "$tmp/$1"; then
+    /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/resume_$1/metrics.jsonl" "$2" <<'PY' || fail "$2 resumed on 1 rank"
+import json, sys
+def train(p):
+    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+a, b, first = train(sys.argv[1])[-1], train(sys.argv[2])[-1], train(sys.argv[2])[0]
+assert first["iter"] == 3, f"the resumed run started at iteration {first['iter']}, not 3 (nothing loaded?)"
+assert a["iter"] == b["iter"] == 4, (a["iter"], b["iter"])
+e = abs(a["loss"] - b["loss"]) / a["loss"]
+assert e < 1e-4, f"iteration 4: resumed {b['loss']} vs uninterrupted {a['loss']}"
+print(f"ok   {sys.argv[3]} resumed on 1 rank: iteration 4 loss {b['loss']:.9f}, uninterrupted {a['loss']:.9f}")
+PY
+  else
+    tail -5 "$tmp/resume_$1.log"; fail "$2 resume on 1 rank"
+  fi
+}
+resume_check save "dp 2 etp 2 checkpoint"
+run savez3 4 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 --zero-stage 3 ||
+  { tail -5 "$tmp/savez3.log"; fail "etp 2 ZeRO 3 save"; }
+resume_check savez3 "dp 4 etp 2 ZeRO 3 checkpoint"
+
+# ckpt reshard of a tp 2 SP etp 2 ep 2 checkpoint to one rank (the slices joined by box): its merge holds
+# the source's tensors, and it resumes at dp 2 etp 2 (the engine cuts the slices by box on load)
+run savetp 4 --train-iters 2 --save-interval 2 --tensor-model-parallel-size 2 --sequence-parallel \
+  --expert-tensor-parallel-size 2 --expert-model-parallel-size 2 || { tail -5 "$tmp/savetp.log"; fail "tp 2 etp 2 ep 2 save"; }
+if "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --expert-model-parallel-size 1 --data-parallel-size 1 \
+     "$tmp/savetp/iter_0000002" "$tmp/onetp" > "$tmp/reshard.log" 2>&1 &&
+   "$bin/ckpt" merge --quiet "$tmp/savetp/iter_0000002" "$tmp/m_etp.h5" > /dev/null 2>&1 &&
+   "$bin/ckpt" merge --quiet "$tmp/onetp/iter_0000002" "$tmp/m_one.h5" > /dev/null 2>&1; then
+  h5diff -q --exclude-attribute / "$tmp/m_etp.h5" "$tmp/m_one.h5" && h5diff -q --exclude-attribute / "$tmp/m_one.h5" "$tmp/m_etp.h5" &&
+    echo "ok   ckpt reshard of a tp 2 etp 2 ep 2 checkpoint to one rank: the merged tensors equal" ||
+    fail "the resharded checkpoint's tensors differ from the etp checkpoint's"
+  run resume_onetp 2 --train-iters 4 --load "$tmp/onetp" --expert-tensor-parallel-size 2 ||
+    { tail -5 "$tmp/resume_onetp.log"; fail "the resharded checkpoint at dp 2 etp 2"; }
+  cp "$tmp/resume_onetp/metrics.jsonl" "$tmp/onetp.metrics" 2> /dev/null
+  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/onetp.metrics" <<'PY' || fail "one-rank reshard resumed at dp 2 etp 2"
+import json, sys
+train = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+a, b = train(sys.argv[1])[-1], train(sys.argv[2])
+assert b[0]["iter"] == 3 and b[-1]["iter"] == 4, [r["iter"] for r in b]
+e = abs(a["loss"] - b[-1]["loss"]) / a["loss"]
+assert e < 1e-4, f"{b[-1]['loss']} vs {a['loss']}"
+print(f"ok   the one-rank reshard resumed at dp 2 etp 2: iteration 4 loss {b[-1]['loss']:.9f}, uninterrupted {a['loss']:.9f}")
+PY
+else
+  tail -3 "$tmp/reshard.log"; fail "ckpt reshard / merge of an etp checkpoint"
+fi
+
+refuse() { # name want ranks flags...
+  local name=$1 want=$2 np=$3
+  shift 3
+  local out
+  out=$(mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 120 "$bin/engine_train" \
+        "${common[@]}" --train-iters 1 --save-dir "$tmp/r" "$@" 2>&1) && { fail "$name: accepted"; return; }
+  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
+}
+refuse "etp 2 with ZeRO 1 at tp 2" "--zero-stage 1 with --tensor-model-parallel-size 2" 2 --expert-tensor-parallel-size 2 \
+  --tensor-model-parallel-size 2 --sequence-parallel --zero-stage 1
+refuse "etp 3 on 4 ranks" "--expert-tensor-parallel-size 3" 4 --expert-tensor-parallel-size 3
+
+[ $failures -eq 0 ] && echo "moe_etp_mpi: all checks passed" || { echo "moe_etp_mpi: $failures check(s) failed"; exit 1; }

@@ -1,0 +1,259 @@
+/* tests/test_moe_etp_layouts.c - expert tensor parallelism in the whole model (docs/moe.md "Expert tensor
+ * parallelism"; Megatron-Core's --expert-tensor-parallel-size and parallel folding, Liu et al. 2025):
+ * the tiny Mixtral (4 layers, 4 experts, top-2, moe_intermediate_size 64, aux loss on) on thread ranks
+ * (tu_run_model), each expert's SwiGLU split in etp slices of I / etp (gate_proj / w1 and up_proj / w3
+ * rows, down_proj / w2 columns; the Hugging Face names and global shapes unchanged):
+ *   tp 2 SP etp 2 (ep 1: the etp group is the TP pair, each routing its own 4 tokens),
+ *   tp 2 SP x dp 2 etp 2 ep 2 (4 ranks: etp the TP pairs, ep across dp, edp 1),
+ *   dp 4 etp 2 ep 2 (tp 1: etp and ep over the dp ranks),
+ *   dp 2 etp 2 (tp 1, ep 1: the etp pair is the dp pair, so the gradient norm sums over the world),
+ * at ZeRO 0, and at tp 1 with ZeRO 1-3 over the expert-data-parallel group (dp 4 etp 2 ep 2 ZeRO 1,
+ * dp 4 etp 2 ZeRO 3, dp 4 etp 2 ZeRO 2 with both overlaps), against one rank.
+ *
+ * Bounds (as tests/test_moe_tp.c, whose reasoning carries over): 1e-5 relative on the first pass's loss
+ * and every gradient, 1e-4 on the step losses, and each final weight after 4 AdamW steps within AdamW's
+ * drift bound (tu_adamw_drift_bound at lr 1e-3: its normalised step turns a near-zero gradient's
+ * rounding into up to a full step), with 1e-3 relative as a coarse check beside it (measured: 2.5e-4,
+ * layer 3's o_proj at dp 4 etp 2 ep 2, 0.23% of the drift bound; tp 2 SP etp 2 4.7e-5). What etp adds to tp / dp's split sums: the down projection's sum over
+ * I = 64 runs as etp partial sums of 32 terms added in etp order, and the input gradient's over 2I the
+ * same; each a few ulps (u = 6e-8) of the terms' magnitudes per layer (tests/test_moe_etp.c bounds the
+ * block's differences from float64: at most 1% of the first-order bound there), far below 1e-5; a slice
+ * placed at the wrong offset, a missing partial sum, or an expert gradient reduced over the wrong group
+ * changes outputs or gradients by O(1) relative (the block test fails on a dropped partial).
+ *
+ * Deterministic mode: the promise of the dense tp layouts (bit-identical across layouts of the same tp):
+ * tp 2 SP x dp 2 etp 2 ep 2 and tp 2 SP x pp 2 etp 2 with full recomputation are bit-identical to tp 2 SP
+ * etp 2 (ep 1): every expert GEMM batch is one sequence shard's rows for one slice in each, the partial
+ * sums are added in etp order, the gradients are exact fixed-point sums. At tp 1: dp 4 etp 2 ep 2 ZeRO 1 and
+ * dp 4 etp 2 ZeRO 3 with both overlaps are bit-identical to dp 2 etp 2 (ZeRO 0). The same under --bf16 (tp 2 SP
+ * x dp 2 etp 2 ep 2 against tp 2 SP etp 2), whose losses stay within 2e-3 of the fp32 run's.
+ *
+ * Checkpoints: saved at tp 2 SP etp 2 after 3 steps (each rank stores its slices as boxes of the Hugging
+ * Face tensors), resumed on one rank (etp 1: the slices joined by name and box) to step 6 within 1e-4
+ * of the uninterrupted one-rank run. Refusals: ZeRO 1 with etp 2 at tp 2 (ZeRO with a MoE model at tp > 1
+ * is not built), etp x ep not dividing tp x dp. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/fsutil.h"
+#include "engine/core/status.h"
+#include "models/llama.h"
+#include "models/model.h"
+#include "tests/ckpt_harness.h"
+#include "tests/harness.h"
+#include "tests/testutil.h"
+
+#define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
+             "\"num_key_value_heads\": 2, \"num_hidden_layers\": 4, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
+             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
+             "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true}"
+
+enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };
+
+static void make_tiny(tri_model *m)
+{
+    cr_assert_eq(tri_model_parse(m, TINY, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
+}
+
+static int run_layout(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
+{
+    tu_layout lay = *l;
+    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
+    return tu_run_model(m, B, T, &lay, w, STEPS, r);
+}
+
+static int64_t compared(const tu_result *r, int i)
+{
+    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
+    return vocab ? 100 * r->cols[i] : r->numel[i];
+}
+
+typedef struct named_layout {
+    const char *name;
+    tu_layout l;
+} named_layout;
+
+Test(moe_etp_layouts, expert_tensor_parallel_matches_one_rank, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
+    static const named_layout layouts[] = {
+        {"tp2 sp etp2", {.tp = 2, .sp = true, .etp = 2}},
+        {"tp2 sp dp2 etp2 ep2", {.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2}},
+        {"dp4 etp2 ep2", {.dp = 4, .etp = 2, .ep = 2}},
+        {"dp2 etp2", {.dp = 2, .etp = 2}},
+        {"dp4 etp2 ep2 zero1", {.dp = 4, .etp = 2, .ep = 2, .zero = 1}},
+        {"dp4 etp2 zero3", {.dp = 4, .etp = 2, .zero = 3}},
+        {"dp4 etp2 zero2 overlap", {.dp = 4, .etp = 2, .zero = 2, .overlap = true}},
+    };
+    tu_result ref, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        const char *name = layouts[k].name;
+        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        double worst = 0, worst_w = 0, worst_l = 0, worst_d = 0;
+        cr_expect_lt(fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss, 1e-5, "%s: loss %.9g vs one rank's %.9g",
+                     name, got.grad_loss, ref.grad_loss);
+        cr_expect_lt(fabs(got.grad_norm - ref.grad_norm) / ref.grad_norm, 1e-5, "%s: gradient norm %.9g vs %.9g",
+                     name, got.grad_norm, ref.grad_norm);
+        cr_assert_eq(got.n, ref.n);
+        for (int i = 0; i < ref.n; i++) {
+            cr_assert_str_eq(got.names[i], ref.names[i]);
+            double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
+            cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref.names[i], e);
+            double ew = tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i));
+            cr_expect_lt(ew, 1e-3, "%s: final %s differs from one rank's by %g", name, ref.names[i], ew);
+            double drift = tu_adamw_drift_ratio(got.weights[i], ref.weights[i], compared(&ref, i), 1e-3, 0.9, 0.95, 1,
+                                                STEPS);
+            cr_expect_leq(drift, 1.0, "%s: final %s drifts %.3g of AdamW's bound", name, ref.names[i], drift);
+            worst = fmax(worst, e), worst_w = fmax(worst_w, ew), worst_d = fmax(worst_d, drift);
+        }
+        int counts = ref.moe_layers * 2 * ref.moe_E;
+        cr_expect(counts > 0 && memcmp(got.moe_sums, ref.moe_sums, (size_t)counts * sizeof *ref.moe_sums) == 0,
+                  "%s: the routed and kept counts differ from one rank's", name);
+        for (int s = 0; s < STEPS; s++) {
+            double e = fabs(got.losses[s] - ref.losses[s]) / ref.losses[s];
+            cr_expect_lt(e, 1e-4, "%s: step %d loss %g vs %g", name, s + 1, got.losses[s], ref.losses[s]);
+            worst_l = fmax(worst_l, e);
+        }
+        if (getenv("TRIDENT_TEST_VERBOSE"))
+            printf("%s: first loss diff %.2g, max gradient diff %.2g, max step-loss diff %.2g, max weight diff %.2g "
+                   "(%.2g of AdamW's drift bound)\n", name, fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss, worst,
+                   worst_l, worst_w, worst_d);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+}
+
+static void expect_identical(const tu_result *a, const tu_result *b, const char *name)
+{
+    cr_expect(memcmp(&a->grad_loss, &b->grad_loss, sizeof a->grad_loss) == 0, "%s: first loss %.17g vs %.17g", name,
+              a->grad_loss, b->grad_loss);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect(a->losses[s] == b->losses[s] && a->norms[s] == b->norms[s], "%s: step %d loss %.17g / %.17g", name,
+                  s + 1, a->losses[s], b->losses[s]);
+    cr_assert_eq(a->n, b->n);
+    int same = 0;
+    for (int i = 0; i < a->n; i++) {
+        size_t bytes = (size_t)a->numel[i] * sizeof(float);
+        bool g = memcmp(a->grads[i], b->grads[i], bytes) == 0, wt = memcmp(a->weights[i], b->weights[i], bytes) == 0;
+        cr_expect(g && wt, "%s: %s's %s differ", name, a->names[i], g ? "weights" : "gradients");
+        same += g && wt;
+    }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("%s: %d of %d tensors bit-identical\n", name, same, a->n);
+}
+
+Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
+    tu_result ref, got;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .deterministic = true}, &ref, w), TRI_OK,
+                 "%s", tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .deterministic = true},
+                            &got, w),
+                 TRI_OK, "%s", tri_error_message());
+    expect_identical(&got, &ref, "tp2 sp dp2 etp2 ep2");
+    tu_result_free(&got);
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .pp = 2, .sp = true, .etp = 2, .deterministic = true,
+                                             .recompute = TRI_RECOMPUTE_FULL},
+                            &got, w),
+                 TRI_OK, "%s", tri_error_message());
+    expect_identical(&got, &ref, "tp2 sp pp2 etp2 full recompute");
+    tu_result_free(&got);
+    tu_result_free(&ref);
+    /* at tp 1: ZeRO over the expert-data-parallel group with the slices (1 and 3, with the overlaps) */
+    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 2, .etp = 2, .deterministic = true}, &ref, w), TRI_OK, "%s",
+                 tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 4, .etp = 2, .ep = 2, .zero = 1, .deterministic = true}, &got, w),
+                 TRI_OK, "%s", tri_error_message());
+    expect_identical(&got, &ref, "dp4 etp2 ep2 zero1");
+    tu_result_free(&got);
+    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 4, .etp = 2, .zero = 3, .overlap = true, .deterministic = true},
+                            &got, w),
+                 TRI_OK, "%s", tri_error_message());
+    expect_identical(&got, &ref, "dp4 etp2 zero3 overlap");
+    tu_result_free(&got);
+    tu_result_free(&ref);
+    /* bf16 (the gathered rows, the slices' outputs and the partial sums in bf16): the same promise */
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .deterministic = true, .bf16 = true}, &ref,
+                            w),
+                 TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .deterministic = true,
+                                             .bf16 = true},
+                            &got, w),
+                 TRI_OK, "%s", tri_error_message());
+    expect_identical(&got, &ref, "bf16 tp2 sp dp2 etp2 ep2");
+    /* and within bf16's rounding of the fp32 run at the same layout: losses within 2e-3 relative
+     * (tests/test_bf16.c's bound, which tests/test_mixtral.c holds a bf16 Mixtral to) */
+    tu_result f32;
+    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2}, &f32, w), TRI_OK, "%s",
+                 tri_error_message());
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_lt(fabs(ref.losses[s] - f32.losses[s]) / f32.losses[s], 2e-3, "bf16 step %d loss %g vs fp32 %g",
+                     s + 1, ref.losses[s], f32.losses[s]);
+    cr_expect(ref.losses[0] != f32.losses[0], "the bf16 run gave the fp32 loss: bf16 not in effect");
+    tu_result_free(&f32);
+    tu_result_free(&got);
+    tu_result_free(&ref);
+    free(w);
+}
+
+static tu_ckpt_run ckpt_run(const tri_model *m, const int32_t *w, tu_layout l, int64_t until, const char *load,
+                            const char *save)
+{
+    return (tu_ckpt_run){.model = m, .B = B, .T = T, .layout = l, .global_batch = GLOBAL, .windows = w,
+                         .until = until, .load = load, .save_dir = save};
+}
+
+Test(moe_etp_layouts, checkpoint_at_etp2_resumes_on_one_rank, .timeout = 300)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, 100, 71);
+    char *root = tu_ckpt_tmpdir("moe-etp");
+    char full[4200], part[4200];
+    snprintf(full, sizeof full, "%s/full", root);
+    snprintf(part, sizeof part, "%s/part", root);
+    tu_layout one = {0}, sliced = {.tp = 2, .sp = true, .etp = 2};
+    tu_ckpt_run a = ckpt_run(&m, w, one, 6, NULL, full);
+    cr_assert_eq(tu_ckpt_train(&a), TRI_OK, "%s", tri_error_message());
+    tu_ckpt_run b1 = ckpt_run(&m, w, sliced, 3, NULL, part);
+    cr_assert_eq(tu_ckpt_train(&b1), TRI_OK, "%s", tri_error_message());
+    tu_ckpt_run b2 = ckpt_run(&m, w, one, 6, part, NULL);
+    cr_assert_eq(tu_ckpt_train(&b2), TRI_OK, "%s", tri_error_message());
+    cr_expect_eq(b2.start, 3);
+    double worst = 0;
+    for (int s = 0; s < 3; s++) {
+        double e = fabs(b2.losses[s] - a.losses[3 + s]) / a.losses[3 + s];
+        cr_expect_lt(e, 1e-4, "resumed step %d: loss %.9g vs one rank's %.9g", 4 + s, b2.losses[s], a.losses[3 + s]);
+        worst = fmax(worst, e);
+    }
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("saved at tp2 sp etp2, resumed on one rank: steps 4-6 within %.2g of one rank's (%.6f -> %.6f)\n",
+               worst, a.losses[3], a.losses[5]);
+    tri_fs_remove_tree(root);
+    free(root);
+    free(w);
+}
+
+Test(moe_etp_layouts, refusals)
+{
+    tri_model m;
+    make_tiny(&m);
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
+    tu_result r;
+    /* ZeRO with a MoE model at tp > 1 (piece E's), here with etp */
+    cr_expect_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .zero = 1}, &r, w), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "--zero-stage 1 with --tensor-model-parallel-size 2") != NULL, "%s",
+              tri_error_message());
+    cr_expect_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .ep = 2}, &r, w), TRI_EINVAL);
+    free(w);
+}
