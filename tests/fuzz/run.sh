@@ -43,7 +43,7 @@ hdf5_inc="-I/usr/include/hdf5/serial"
 hdf5_lib="-L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5"
 sources() {
   case $1 in
-    config) echo "models/config.c models/llama_config.c models/block_cost.c models/config_file.c layers/moe_buffers.c \
+    config) echo "models/config.c models/llama_config.c models/block_cost.c models/config_file.c layers/moe_buffers.c layers/moe_ep_buffers.c \
                   engine/core/status.c engine/core/file.c engine/core/tensor.c \
                   partitioner/transformer.c engine/train/train_layout.c" ;;
     token_file) echo "engine/data/token_file.c engine/core/status.c engine/core/file.c" ;;
