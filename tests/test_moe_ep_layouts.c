@@ -29,31 +29,14 @@
 #include "models/llama.h"
 #include "models/model.h"
 #include "tests/harness.h"
+#include "tests/moe_layouts.h"
 #include "tests/testutil.h"
 
-#define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
-             "\"num_key_value_heads\": 2, \"num_hidden_layers\": 4, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
-             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
-             "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true}"
-
-enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };
+enum { B = TU_MOE_B, T = TU_MOE_T, GLOBAL = TU_MOE_GLOBAL, STEPS = TU_MOE_STEPS };
 
 static void make_tiny(tri_model *m)
 {
-    cr_assert_eq(tri_model_parse(m, TINY, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
-}
-
-static int run_layout(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
-{
-    tu_layout lay = *l;
-    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
-    return tu_run_model(m, B, T, &lay, w, STEPS, r);
-}
-
-static int64_t compared(const tu_result *r, int i)
-{
-    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
-    return vocab ? 100 * r->cols[i] : r->numel[i];
+    cr_assert_eq(tu_moe_tiny(m, ""), TRI_OK, "%s", tri_error_message());
 }
 
 Test(moe_ep_layouts, expert_parallel_matches_one_rank, .timeout = 300)
@@ -77,30 +60,15 @@ Test(moe_ep_layouts, expert_parallel_matches_one_rank, .timeout = 300)
         {"dp4 ep2 zero3 overlap", {.dp = 4, .ep = 2, .zero = 3, .overlap = true}},
     };
     tu_result ref, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
-        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", layouts[k].name, tri_error_message());
+        cr_assert_eq(tu_moe_run(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", layouts[k].name, tri_error_message());
         const char *name = layouts[k].name;
-        double loss = fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss, worst = 0, worst_w = 0;
-        cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got.grad_loss, ref.grad_loss);
-        cr_expect_lt(fabs(got.grad_norm - ref.grad_norm) / ref.grad_norm, 1e-5, "%s: gradient norm %.9g vs %.9g",
-                     name, got.grad_norm, ref.grad_norm);
-        cr_assert_eq(got.n, ref.n);
-        for (int i = 0; i < ref.n; i++) {
-            cr_assert_str_eq(got.names[i], ref.names[i]);
-            double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
-            cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref.names[i], e);
-            worst = fmax(worst, e);
-            double ew = tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i));
-            cr_expect_lt(ew, 1e-4, "%s: final %s differs from one rank's by %g", name, ref.names[i], ew);
-            worst_w = fmax(worst_w, ew);
-        }
-        for (int s = 0; s < STEPS; s++)
-            cr_expect_lt(fabs(got.losses[s] - ref.losses[s]) / ref.losses[s], 1e-4, "%s: step %d loss %g vs %g", name,
-                         s + 1, got.losses[s], ref.losses[s]);
-        cr_log_info("%s: loss diff %.2g, max gradient diff %.2g, max weight diff %.2g", name, loss, worst, worst_w);
-        if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("%s: loss diff %.2g, max gradient diff %.2g, max weight diff %.2g\n", name, loss, worst, worst_w);
+        tu_moe_diff d;
+        char why[256];
+        cr_assert_eq(tu_moe_diff_of(&got, &ref, &d), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_expect(tu_moe_close(&d, 1e-4, why, sizeof why), "%s against one rank: %s", name, why);
+        tu_moe_diff_log(name, &d);
         tu_result_free(&got);
     }
     tu_result_free(&ref);
@@ -116,7 +84,7 @@ Test(moe_ep_layouts, compression_with_ep_refused)
     tu_result got;
     tu_layout l = {.dp = 2, .ep = 2, .zero = 1, .compression = tri_compression_defaults()};
     l.compression.kind = TRI_COMPRESS_1BIT;
-    cr_assert_eq(run_layout(&m, &l, &got, w), TRI_EINVAL);
+    cr_assert_eq(tu_moe_run(&m, &l, &got, w), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "--expert-model-parallel-size 2 with gradient compression") != NULL, "%s",
               tri_error_message());
     free(w);
@@ -129,24 +97,9 @@ static void expect_bit_identical(const tri_model *m, const char *name, const tu_
                                  const int32_t *w)
 {
     tu_result got;
-    cr_assert_eq(run_layout(m, l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
-    cr_expect(memcmp(&ref->grad_loss, &got.grad_loss, sizeof ref->grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
-              got.grad_loss, ref->grad_loss);
-    cr_expect(memcmp(ref->losses, got.losses, sizeof ref->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
-              got.losses[STEPS - 1], ref->losses[STEPS - 1]);
-    cr_expect(memcmp(ref->norms, got.norms, sizeof ref->norms) == 0, "%s: gradient norms differ", name);
-    int same = 0;
-    for (int i = 0; i < ref->n; i++) {
-        bool g = memcmp(ref->grads[i], got.grads[i], (size_t)compared(ref, i) * sizeof(float)) == 0;
-        bool v = memcmp(ref->weights[i], got.weights[i], (size_t)compared(ref, i) * sizeof(float)) == 0;
-        cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref->names[i],
-                  tu_tensor_rel(got.grads[i], ref->grads[i], compared(ref, i)));
-        cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref->names[i],
-                  tu_tensor_rel(got.weights[i], ref->weights[i], compared(ref, i)));
-        same += g && v;
-    }
-    if (getenv("TRIDENT_TEST_VERBOSE"))
-        printf("deterministic %s: %d of %d tensors bit-identical (gradients and final weights)\n", name, same, ref->n);
+    cr_assert_eq(tu_moe_run(m, l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+    char why[256];
+    cr_expect(tu_moe_identical(name, &got, ref, why, sizeof why), "%s: %s", name, why);
     tu_result_free(&got);
 }
 
@@ -180,7 +133,7 @@ Test(moe_ep_layouts, deterministic_bit_identical, .timeout = 300)
                                            .layers_per_virtual_stage = 1, .deterministic = true}},
     };
     tu_result ref;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true}, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.deterministic = true}, &ref, w), TRI_OK, "%s", tri_error_message());
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++)
         expect_bit_identical(&m, layouts[k].name, &layouts[k].l, &ref, w);
     tu_result_free(&ref);
@@ -197,7 +150,7 @@ Test(moe_ep_layouts, deterministic_lamb_bit_identical, .timeout = 300)
     make_tiny(&m);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
     tu_result ref;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true, .optimizer = TRI_OPT_LAMB}, &ref, w), TRI_OK,
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.deterministic = true, .optimizer = TRI_OPT_LAMB}, &ref, w), TRI_OK,
                  "%s", tri_error_message());
     expect_bit_identical(&m, "lamb dp4 ep2 zero1",
                          &(tu_layout){.dp = 4, .ep = 2, .zero = 1, .deterministic = true, .optimizer = TRI_OPT_LAMB},
@@ -227,35 +180,17 @@ Test(moe_ep_layouts, bf16_deterministic_bit_identical, .timeout = 300)
         {"bf16 pp2 dp2 ep2", {.pp = 2, .dp = 2, .ep = 2, .deterministic = true, .bf16 = true}},
     };
     tu_result ref, got, f32;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true, .bf16 = true}, &ref, w), TRI_OK, "%s",
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.deterministic = true, .bf16 = true}, &ref, w), TRI_OK, "%s",
                  tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.deterministic = true}, &f32, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.deterministic = true}, &f32, w), TRI_OK, "%s", tri_error_message());
     cr_assert(ref.grad_loss != f32.grad_loss, "the bf16 run's loss %.17g is the fp32 run's: nothing rounded",
               ref.grad_loss);
     tu_result_free(&f32);
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         const char *name = layouts[k].name;
-        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
-        cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
-                  got.grad_loss, ref.grad_loss);
-        cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
-                  got.losses[STEPS - 1], ref.losses[STEPS - 1]);
-        cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", name);
-        int same = 0;
-        cr_assert_eq(got.n, ref.n);
-        for (int i = 0; i < ref.n; i++) {
-            cr_assert_str_eq(got.names[i], ref.names[i]);
-            bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-            bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-            cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref.names[i],
-                      tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i)));
-            cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref.names[i],
-                      tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i)));
-            same += g && v;
-        }
-        if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("deterministic %s: %d of %d tensors bit-identical (gradients and final weights)\n", name, same,
-                   ref.n);
+        cr_assert_eq(tu_moe_run(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        char why[256];
+        cr_expect(tu_moe_identical(name, &got, &ref, why, sizeof why), "%s: %s", name, why);
         tu_result_free(&got);
     }
     tu_result_free(&ref);

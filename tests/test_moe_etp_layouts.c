@@ -45,44 +45,22 @@
 #include "models/model.h"
 #include "tests/ckpt_harness.h"
 #include "tests/harness.h"
+#include "tests/moe_layouts.h"
 #include "tests/testutil.h"
 
-#define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
-             "\"num_key_value_heads\": 2, \"num_hidden_layers\": 4, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
-             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
-             "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true}"
-
-enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4 };
+enum { B = TU_MOE_B, T = TU_MOE_T, GLOBAL = TU_MOE_GLOBAL, STEPS = TU_MOE_STEPS };
 
 static void make_tiny(tri_model *m)
 {
-    cr_assert_eq(tri_model_parse(m, TINY, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_tiny(m, ""), TRI_OK, "%s", tri_error_message());
 }
-
-static int run_layout(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
-{
-    tu_layout lay = *l;
-    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
-    return tu_run_model(m, B, T, &lay, w, STEPS, r);
-}
-
-static int64_t compared(const tu_result *r, int i)
-{
-    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
-    return vocab ? 100 * r->cols[i] : r->numel[i];
-}
-
-typedef struct named_layout {
-    const char *name;
-    tu_layout l;
-} named_layout;
 
 Test(moe_etp_layouts, expert_tensor_parallel_matches_one_rank, .timeout = 300)
 {
     tri_model m;
     make_tiny(&m);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
-    static const named_layout layouts[] = {
+    static const tu_named_layout layouts[] = {
         {"tp2 sp etp2", {.tp = 2, .sp = true, .etp = 2}},
         {"tp2 sp dp2 etp2 ep2", {.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2}},
         {"dp4 etp2 ep2", {.dp = 4, .etp = 2, .ep = 2}},
@@ -92,39 +70,18 @@ Test(moe_etp_layouts, expert_tensor_parallel_matches_one_rank, .timeout = 300)
         {"dp4 etp2 zero2 overlap", {.dp = 4, .etp = 2, .zero = 2, .overlap = true}},
     };
     tu_result ref, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         const char *name = layouts[k].name;
-        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
-        double worst = 0, worst_w = 0, worst_l = 0, worst_d = 0;
-        cr_expect_lt(fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss, 1e-5, "%s: loss %.9g vs one rank's %.9g",
-                     name, got.grad_loss, ref.grad_loss);
-        cr_expect_lt(fabs(got.grad_norm - ref.grad_norm) / ref.grad_norm, 1e-5, "%s: gradient norm %.9g vs %.9g",
-                     name, got.grad_norm, ref.grad_norm);
-        cr_assert_eq(got.n, ref.n);
-        for (int i = 0; i < ref.n; i++) {
-            cr_assert_str_eq(got.names[i], ref.names[i]);
-            double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
-            cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref.names[i], e);
-            double ew = tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i));
-            cr_expect_lt(ew, 1e-3, "%s: final %s differs from one rank's by %g", name, ref.names[i], ew);
-            double drift = tu_adamw_drift_ratio(got.weights[i], ref.weights[i], compared(&ref, i), 1e-3, 0.9, 0.95, 1,
-                                                STEPS);
-            cr_expect_leq(drift, 1.0, "%s: final %s drifts %.3g of AdamW's bound", name, ref.names[i], drift);
-            worst = fmax(worst, e), worst_w = fmax(worst_w, ew), worst_d = fmax(worst_d, drift);
-        }
+        cr_assert_eq(tu_moe_run(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        tu_moe_diff d;
+        char why[256];
+        cr_assert_eq(tu_moe_diff_of(&got, &ref, &d), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_expect(tu_moe_close(&d, 1e-3, why, sizeof why), "%s against one rank: %s", name, why);
+        tu_moe_diff_log(name, &d);
         int counts = ref.moe_layers * 2 * ref.moe_E;
         cr_expect(counts > 0 && memcmp(got.moe_sums, ref.moe_sums, (size_t)counts * sizeof *ref.moe_sums) == 0,
                   "%s: the routed and kept counts differ from one rank's", name);
-        for (int s = 0; s < STEPS; s++) {
-            double e = fabs(got.losses[s] - ref.losses[s]) / ref.losses[s];
-            cr_expect_lt(e, 1e-4, "%s: step %d loss %g vs %g", name, s + 1, got.losses[s], ref.losses[s]);
-            worst_l = fmax(worst_l, e);
-        }
-        if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("%s: first loss diff %.2g, max gradient diff %.2g, max step-loss diff %.2g, max weight diff %.2g "
-                   "(%.2g of AdamW's drift bound)\n", name, fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss, worst,
-                   worst_l, worst_w, worst_d);
         tu_result_free(&got);
     }
     tu_result_free(&ref);
@@ -133,21 +90,8 @@ Test(moe_etp_layouts, expert_tensor_parallel_matches_one_rank, .timeout = 300)
 
 static void expect_identical(const tu_result *a, const tu_result *b, const char *name)
 {
-    cr_expect(memcmp(&a->grad_loss, &b->grad_loss, sizeof a->grad_loss) == 0, "%s: first loss %.17g vs %.17g", name,
-              a->grad_loss, b->grad_loss);
-    for (int s = 0; s < STEPS; s++)
-        cr_expect(a->losses[s] == b->losses[s] && a->norms[s] == b->norms[s], "%s: step %d loss %.17g / %.17g", name,
-                  s + 1, a->losses[s], b->losses[s]);
-    cr_assert_eq(a->n, b->n);
-    int same = 0;
-    for (int i = 0; i < a->n; i++) {
-        size_t bytes = (size_t)a->numel[i] * sizeof(float);
-        bool g = memcmp(a->grads[i], b->grads[i], bytes) == 0, wt = memcmp(a->weights[i], b->weights[i], bytes) == 0;
-        cr_expect(g && wt, "%s: %s's %s differ", name, a->names[i], g ? "weights" : "gradients");
-        same += g && wt;
-    }
-    if (getenv("TRIDENT_TEST_VERBOSE"))
-        printf("%s: %d of %d tensors bit-identical\n", name, same, a->n);
+    char why[256];
+    cr_expect(tu_moe_identical(name, a, b, why, sizeof why), "%s: %s", name, why);
 }
 
 Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 300)
@@ -156,26 +100,26 @@ Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 30
     make_tiny(&m);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
     tu_result ref, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .deterministic = true}, &ref, w), TRI_OK,
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .deterministic = true}, &ref, w), TRI_OK,
                  "%s", tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .deterministic = true},
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .deterministic = true},
                             &got, w),
                  TRI_OK, "%s", tri_error_message());
     expect_identical(&got, &ref, "tp2 sp dp2 etp2 ep2");
     tu_result_free(&got);
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .pp = 2, .sp = true, .etp = 2, .deterministic = true,
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .pp = 2, .sp = true, .etp = 2, .deterministic = true,
                                              .recompute = TRI_RECOMPUTE_FULL},
                             &got, w),
                  TRI_OK, "%s", tri_error_message());
     expect_identical(&got, &ref, "tp2 sp pp2 etp2 full recompute");
     tu_result_free(&got);
     /* at tp 2: ZeRO over the expert-data-parallel group (tp dp / (etp ep) ranks) with the slices */
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .zero = 1, .deterministic = true},
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .zero = 1, .deterministic = true},
                             &got, w),
                  TRI_OK, "%s", tri_error_message());
     expect_identical(&got, &ref, "tp2 sp dp2 etp2 zero1");
     tu_result_free(&got);
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .zero = 3,
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .zero = 3,
                                              .overlap = true, .deterministic = true},
                             &got, w),
                  TRI_OK, "%s", tri_error_message());
@@ -183,23 +127,23 @@ Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 30
     tu_result_free(&got);
     tu_result_free(&ref);
     /* at tp 1: ZeRO over the expert-data-parallel group with the slices (1 and 3, with the overlaps) */
-    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 2, .etp = 2, .deterministic = true}, &ref, w), TRI_OK, "%s",
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.dp = 2, .etp = 2, .deterministic = true}, &ref, w), TRI_OK, "%s",
                  tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 4, .etp = 2, .ep = 2, .zero = 1, .deterministic = true}, &got, w),
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.dp = 4, .etp = 2, .ep = 2, .zero = 1, .deterministic = true}, &got, w),
                  TRI_OK, "%s", tri_error_message());
     expect_identical(&got, &ref, "dp4 etp2 ep2 zero1");
     tu_result_free(&got);
-    cr_assert_eq(run_layout(&m, &(tu_layout){.dp = 4, .etp = 2, .zero = 3, .overlap = true, .deterministic = true},
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.dp = 4, .etp = 2, .zero = 3, .overlap = true, .deterministic = true},
                             &got, w),
                  TRI_OK, "%s", tri_error_message());
     expect_identical(&got, &ref, "dp4 etp2 zero3 overlap");
     tu_result_free(&got);
     tu_result_free(&ref);
     /* bf16 (the gathered rows, the slices' outputs and the partial sums in bf16): the same promise */
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .deterministic = true, .bf16 = true}, &ref,
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .deterministic = true, .bf16 = true}, &ref,
                             w),
                  TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .deterministic = true,
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .etp = 2, .ep = 2, .deterministic = true,
                                              .bf16 = true},
                             &got, w),
                  TRI_OK, "%s", tri_error_message());
@@ -207,7 +151,7 @@ Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 30
     /* and within bf16's rounding of the fp32 run at the same layout: losses within 2e-3 relative
      * (tests/test_bf16.c's bound, which tests/test_mixtral.c holds a bf16 Mixtral to) */
     tu_result f32;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2}, &f32, w), TRI_OK, "%s",
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2}, &f32, w), TRI_OK, "%s",
                  tri_error_message());
     for (int s = 0; s < STEPS; s++)
         cr_expect_lt(fabs(ref.losses[s] - f32.losses[s]) / f32.losses[s], 2e-3, "bf16 step %d loss %g vs fp32 %g",
@@ -217,13 +161,6 @@ Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 30
     tu_result_free(&got);
     tu_result_free(&ref);
     free(w);
-}
-
-static tu_ckpt_run ckpt_run(const tri_model *m, const int32_t *w, tu_layout l, int64_t until, const char *load,
-                            const char *save)
-{
-    return (tu_ckpt_run){.model = m, .B = B, .T = T, .layout = l, .global_batch = GLOBAL, .windows = w,
-                         .until = until, .load = load, .save_dir = save};
 }
 
 Test(moe_etp_layouts, checkpoint_at_etp2_resumes_on_one_rank, .timeout = 300)
@@ -236,22 +173,16 @@ Test(moe_etp_layouts, checkpoint_at_etp2_resumes_on_one_rank, .timeout = 300)
     snprintf(full, sizeof full, "%s/full", root);
     snprintf(part, sizeof part, "%s/part", root);
     tu_layout one = {0}, sliced = {.tp = 2, .sp = true, .etp = 2};
-    tu_ckpt_run a = ckpt_run(&m, w, one, 6, NULL, full);
+    tu_ckpt_run a = tu_moe_ckpt_run(&m, w, one, 6, NULL, full);
     cr_assert_eq(tu_ckpt_train(&a), TRI_OK, "%s", tri_error_message());
-    tu_ckpt_run b1 = ckpt_run(&m, w, sliced, 3, NULL, part);
+    tu_ckpt_run b1 = tu_moe_ckpt_run(&m, w, sliced, 3, NULL, part);
     cr_assert_eq(tu_ckpt_train(&b1), TRI_OK, "%s", tri_error_message());
-    tu_ckpt_run b2 = ckpt_run(&m, w, one, 6, part, NULL);
+    tu_ckpt_run b2 = tu_moe_ckpt_run(&m, w, one, 6, part, NULL);
     cr_assert_eq(tu_ckpt_train(&b2), TRI_OK, "%s", tri_error_message());
     cr_expect_eq(b2.start, 3);
-    double worst = 0;
-    for (int s = 0; s < 3; s++) {
-        double e = fabs(b2.losses[s] - a.losses[3 + s]) / a.losses[3 + s];
-        cr_expect_lt(e, 1e-4, "resumed step %d: loss %.9g vs one rank's %.9g", 4 + s, b2.losses[s], a.losses[3 + s]);
-        worst = fmax(worst, e);
-    }
-    if (getenv("TRIDENT_TEST_VERBOSE"))
-        printf("saved at tp2 sp etp2, resumed on one rank: steps 4-6 within %.2g of one rank's (%.6f -> %.6f)\n",
-               worst, a.losses[3], a.losses[5]);
+    const char *what = "saved at tp2 sp etp2, resumed on one rank";
+    double worst = tu_moe_resume_diff(what, &b2, &a);
+    cr_expect_lt(worst, 1e-4, "%s: steps 4-6 differ from the uninterrupted run's by %g", what, worst);
     tri_fs_remove_tree(root);
     free(root);
     free(w);
@@ -264,6 +195,6 @@ Test(moe_etp_layouts, refusals)
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
     tu_result r;
     /* etp x ep = 4 does not divide a stage of tp 2 x dp 1 */
-    cr_expect_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .ep = 2}, &r, w), TRI_EINVAL);
+    cr_expect_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .ep = 2}, &r, w), TRI_EINVAL);
     free(w);
 }

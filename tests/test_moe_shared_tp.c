@@ -37,53 +37,31 @@
 #include "models/model.h"
 #include "tests/ckpt_harness.h"
 #include "tests/harness.h"
+#include "tests/moe_layouts.h"
 #include "tests/testutil.h"
 
-#define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
-             "\"num_key_value_heads\": 2, \"num_hidden_layers\": 4, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
-             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
-             "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true, " \
-             "\"moe_shared_expert_intermediate_size\": %d}"
-
-enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4, I_S = 64 };
+enum { B = TU_MOE_B, T = TU_MOE_T, GLOBAL = TU_MOE_GLOBAL, STEPS = TU_MOE_STEPS };
+enum { I_S = 64 };
 
 static void make_tiny(tri_model *m, int shared)
 {
-    char json[1024];
-    snprintf(json, sizeof json, TINY, shared);
-    cr_assert_eq(tri_model_parse(m, json, "tiny-mixtral-shared"), TRI_OK, "%s", tri_error_message());
+    char extra[64];
+    snprintf(extra, sizeof extra, ", \"moe_shared_expert_intermediate_size\": %d", shared);
+    cr_assert_eq(tu_moe_tiny(m, extra), TRI_OK, "%s", tri_error_message());
 }
-
-static int run_layout(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
-{
-    tu_layout lay = *l;
-    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
-    return tu_run_model(m, B, T, &lay, w, STEPS, r);
-}
-
-static int64_t compared(const tu_result *r, int i)
-{
-    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
-    return vocab ? 100 * r->cols[i] : r->numel[i];
-}
-
-typedef struct named_layout {
-    const char *name;
-    tu_layout l;
-} named_layout;
 
 Test(moe_shared_tp, shared_expert_under_tp_matches_one_rank, .timeout = 300)
 {
     tri_model m;
     make_tiny(&m, I_S);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 83);
-    static const named_layout layouts[] = {
+    static const tu_named_layout layouts[] = {
         {"tp2 sp", {.tp = 2, .sp = true}},
         {"tp2 sp dp2 ep2", {.tp = 2, .dp = 2, .sp = true, .ep = 2}},
         {"tp2 sp pp2 recompute full", {.tp = 2, .pp = 2, .sp = true, .recompute = TRI_RECOMPUTE_FULL}},
     };
     tu_result ref, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
     int shared = 0;
     for (int i = 0; i < ref.n; i++)
         if (strstr(ref.names[i], "shared_expert.")) {
@@ -96,37 +74,12 @@ Test(moe_shared_tp, shared_expert_under_tp_matches_one_rank, .timeout = 300)
     cr_assert_eq(shared, 3 * 4, "one rank lists %d shared-expert tensors, expected 3 x 4 layers", shared);
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         const char *name = layouts[k].name;
-        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
-        double loss = fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss;
-        double worst = 0, worst_s = 0, worst_w = 0, worst_l = 0, worst_d = 0;
-        cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got.grad_loss, ref.grad_loss);
-        cr_expect_lt(fabs(got.grad_norm - ref.grad_norm) / ref.grad_norm, 1e-5, "%s: gradient norm %.9g vs %.9g",
-                     name, got.grad_norm, ref.grad_norm);
-        cr_assert_eq(got.n, ref.n);
-        for (int i = 0; i < ref.n; i++) {
-            cr_assert_str_eq(got.names[i], ref.names[i]);
-            double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
-            cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref.names[i], e);
-            worst = fmax(worst, e);
-            if (strstr(ref.names[i], "shared_expert."))
-                worst_s = fmax(worst_s, e);
-            double ew = tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i));
-            cr_expect_lt(ew, 1e-4, "%s: final %s differs from one rank's by %g", name, ref.names[i], ew);
-            double drift = tu_adamw_drift_ratio(got.weights[i], ref.weights[i], compared(&ref, i), 1e-3, 0.9, 0.95, 1,
-                                                STEPS);
-            cr_expect_leq(drift, 1.0, "%s: final %s drifts %.3g of AdamW's bound", name, ref.names[i], drift);
-            worst_w = fmax(worst_w, ew);
-            worst_d = fmax(worst_d, drift);
-        }
-        for (int s = 0; s < STEPS; s++) {
-            double e = fabs(got.losses[s] - ref.losses[s]) / ref.losses[s];
-            cr_expect_lt(e, 1e-4, "%s: step %d loss %g vs %g", name, s + 1, got.losses[s], ref.losses[s]);
-            worst_l = fmax(worst_l, e);
-        }
-        if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("%s: first loss diff %.2g, max gradient diff %.2g (shared expert %.2g), max step-loss diff %.2g, "
-                   "max weight diff %.2g (AdamW drift %.2g of its bound)\n", name, loss, worst, worst_s, worst_l,
-                   worst_w, worst_d);
+        cr_assert_eq(tu_moe_run(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        tu_moe_diff d;
+        char why[256];
+        cr_assert_eq(tu_moe_diff_of(&got, &ref, &d), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_expect(tu_moe_close(&d, 1e-4, why, sizeof why), "%s against one rank: %s", name, why);
+        tu_moe_diff_log(name, &d);
         tu_result_free(&got);
     }
     tu_result_free(&ref);
@@ -143,8 +96,8 @@ Test(moe_shared_tp, the_shared_expert_changes_the_loss, .timeout = 120)
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 83);
     tu_result a, b;
     tu_layout tp2 = {.tp = 2, .sp = true};
-    cr_assert_eq(run_layout(&with, &tp2, &a, w), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(run_layout(&without, &tp2, &b, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&with, &tp2, &a, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&without, &tp2, &b, w), TRI_OK, "%s", tri_error_message());
     cr_expect_gt(fabs(a.grad_loss - b.grad_loss) / b.grad_loss, 1e-4, "the shared expert moved the loss by %g only",
                  fabs(a.grad_loss - b.grad_loss) / b.grad_loss);
     tu_result_free(&a);
@@ -160,27 +113,12 @@ Test(moe_shared_tp, deterministic_bit_identical_to_tp2, .timeout = 300)
     make_tiny(&m, I_S);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 89);
     tu_result ref, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .deterministic = true}, &ref, w), TRI_OK, "%s",
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true, .deterministic = true}, &ref, w), TRI_OK, "%s",
                  tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .ep = 2, .deterministic = true}, &got, w),
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .ep = 2, .deterministic = true}, &got, w),
                  TRI_OK, "%s", tri_error_message());
-    cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "loss %.17g vs %.17g", got.grad_loss,
-              ref.grad_loss);
-    cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "losses differ: %.17g vs %.17g",
-              got.losses[STEPS - 1], ref.losses[STEPS - 1]);
-    int same = 0;
-    for (int i = 0; i < ref.n; i++) {
-        bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-        bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-        cr_expect(g, "gradient of %s differs (relative %.2g)", ref.names[i],
-                  tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i)));
-        cr_expect(v, "final %s differs (relative %.2g)", ref.names[i],
-                  tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i)));
-        same += g && v;
-    }
-    if (getenv("TRIDENT_TEST_VERBOSE"))
-        printf("deterministic tp2 sp dp2 ep2 vs tp2 sp (shared expert): %d of %d tensors bit-identical\n", same,
-               ref.n);
+    char why[256];
+    cr_expect(tu_moe_identical("tp2 sp dp2 ep2 vs tp2 sp (shared expert)", &got, &ref, why, sizeof why), "%s", why);
     tu_result_free(&ref);
     tu_result_free(&got);
     free(w);
@@ -200,14 +138,14 @@ Test(moe_shared_tp, bf16_tp2_tracks_fp32, .timeout = 300)
     make_tiny(&m, I_S);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 83);
     tu_result fp, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &fp, w), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .bf16 = true}, &got, w), TRI_OK, "%s",
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 1}, &fp, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true, .bf16 = true}, &got, w), TRI_OK, "%s",
                  tri_error_message());
     double loss = 0, grad = 0;
     for (int s = 0; s < STEPS; s++)
         loss = fmax(loss, fabs(got.losses[s] - fp.losses[s]) / fp.losses[s]);
     for (int i = 0; i < fp.n; i++)
-        grad = fmax(grad, tu_tensor_rel(got.grads[i], fp.grads[i], compared(&fp, i)));
+        grad = fmax(grad, tu_tensor_rel(got.grads[i], fp.grads[i], tu_moe_compared(&fp, i)));
     cr_expect_lt(loss, 2e-3, "bf16 tp2 sp losses differ from fp32's by %g", loss);
     cr_expect_gt(loss, 0.0, "bf16 gave the fp32 losses exactly: bf16 is not in effect");
     cr_expect_lt(grad, 5e-2, "bf16 tp2 sp first gradients differ from fp32's by %g", grad);
@@ -222,13 +160,6 @@ Test(moe_shared_tp, bf16_tp2_tracks_fp32, .timeout = 300)
     tri_model_free(&m);
 }
 
-static tu_ckpt_run ckpt_run(const tri_model *m, const int32_t *w, tu_layout l, int64_t until, const char *load,
-                            const char *save)
-{
-    return (tu_ckpt_run){.model = m, .B = B, .T = T, .layout = l, .global_batch = GLOBAL, .windows = w,
-                         .until = until, .load = load, .save_dir = save};
-}
-
 Test(moe_shared_tp, checkpoint_at_tp2_resumes_on_one_rank, .timeout = 300)
 {
     tri_model m;
@@ -239,9 +170,9 @@ Test(moe_shared_tp, checkpoint_at_tp2_resumes_on_one_rank, .timeout = 300)
     snprintf(full, sizeof full, "%s/full", root);
     snprintf(part, sizeof part, "%s/part", root);
     tu_layout one = {0}, tp2 = {.tp = 2, .sp = true};
-    tu_ckpt_run a = ckpt_run(&m, w, one, 6, NULL, full);
+    tu_ckpt_run a = tu_moe_ckpt_run(&m, w, one, 6, NULL, full);
     cr_assert_eq(tu_ckpt_train(&a), TRI_OK, "%s", tri_error_message());
-    tu_ckpt_run b1 = ckpt_run(&m, w, tp2, 3, NULL, part);
+    tu_ckpt_run b1 = tu_moe_ckpt_run(&m, w, tp2, 3, NULL, part);
     cr_assert_eq(tu_ckpt_train(&b1), TRI_OK, "%s", tri_error_message());
     /* the shared expert's tensors are whole in the checkpoint under their Hugging Face names */
     static const char *const kind[] = {"gate_proj", "up_proj", "down_proj"};
@@ -254,18 +185,12 @@ Test(moe_shared_tp, checkpoint_at_tp2_resumes_on_one_rank, .timeout = 300)
         cr_expect_eq(n, 64 * I_S, "%s: %lld elements", name, (long long)n);
         free(x);
     }
-    tu_ckpt_run b2 = ckpt_run(&m, w, one, 6, part, NULL);
+    tu_ckpt_run b2 = tu_moe_ckpt_run(&m, w, one, 6, part, NULL);
     cr_assert_eq(tu_ckpt_train(&b2), TRI_OK, "%s", tri_error_message());
     cr_expect_eq(b2.start, 3);
-    double worst = 0;
-    for (int s = 0; s < 3; s++) {
-        double e = fabs(b2.losses[s] - a.losses[3 + s]) / a.losses[3 + s];
-        cr_expect_lt(e, 1e-4, "resumed step %d: loss %.9g vs one rank's %.9g", 4 + s, b2.losses[s], a.losses[3 + s]);
-        worst = fmax(worst, e);
-    }
-    if (getenv("TRIDENT_TEST_VERBOSE"))
-        printf("saved at tp2 sp with the shared expert, resumed on one rank: steps 4-6 within %.2g (%.6f -> %.6f)\n",
-               worst, a.losses[3], a.losses[5]);
+    const char *what = "saved at tp2 sp with the shared expert, resumed on one rank";
+    double worst = tu_moe_resume_diff(what, &b2, &a);
+    cr_expect_lt(worst, 1e-4, "%s: steps 4-6 differ from the uninterrupted run's by %g", what, worst);
     tri_fs_remove_tree(root);
     free(root);
     free(w);
@@ -278,8 +203,8 @@ Test(moe_shared_tp, refusals)
     make_tiny(&m, 65);
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 53);
     tu_result got;
-    cr_expect_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true}, &got, w), TRI_EINVAL);
-    cr_expect(strstr(tri_error_message(), "moe_shared_expert_intermediate_size 65 of tiny-mixtral-shared is not "
+    cr_expect_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true}, &got, w), TRI_EINVAL);
+    cr_expect(strstr(tri_error_message(), "moe_shared_expert_intermediate_size 65 of tiny-mixtral is not "
                                           "divisible by --tensor-model-parallel-size 2") != NULL,
               "got \"%s\"", tri_error_message());
     tri_model_free(&m);

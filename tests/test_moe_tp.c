@@ -63,46 +63,23 @@
 #include "models/model.h"
 #include "tests/ckpt_harness.h"
 #include "tests/harness.h"
+#include "tests/moe_layouts.h"
 #include "tests/testutil.h"
 
-#define TINY "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, " \
-             "\"num_key_value_heads\": 2, \"num_hidden_layers\": 4, \"vocab_size\": 100, \"max_position_embeddings\": 16, " \
-             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, " \
-             "\"router_aux_loss_coef\": 0.02, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true%s}"
-
-enum { B = 1, T = 8, GLOBAL = 8, STEPS = 4, SEED_BF16 = 61 };
+enum { B = TU_MOE_B, T = TU_MOE_T, GLOBAL = TU_MOE_GLOBAL, STEPS = TU_MOE_STEPS };
+enum { SEED_BF16 = 61 };
 
 static void make_tiny(tri_model *m, const char *extra)
 {
-    char json[1024];
-    snprintf(json, sizeof json, TINY, extra);
-    cr_assert_eq(tri_model_parse(m, json, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_tiny(m, extra), TRI_OK, "%s", tri_error_message());
 }
-
-static int run_layout(const tri_model *m, const tu_layout *l, tu_result *r, const int32_t *w)
-{
-    tu_layout lay = *l;
-    lay.n_micro = lay.n_micro > 0 ? lay.n_micro : GLOBAL / (B * (l->dp > 0 ? l->dp : 1));
-    return tu_run_model(m, B, T, &lay, w, STEPS, r);
-}
-
-static int64_t compared(const tu_result *r, int i)
-{
-    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
-    return vocab ? 100 * r->cols[i] : r->numel[i];
-}
-
-typedef struct named_layout {
-    const char *name;
-    tu_layout l;
-} named_layout;
 
 Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
 {
     tri_model m;
     make_tiny(&m, "");
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 61);
-    static const named_layout layouts[] = {
+    static const tu_named_layout layouts[] = {
         {"tp2 sp", {.tp = 2, .sp = true}},
         {"tp2 sp dp2 ep2", {.tp = 2, .dp = 2, .sp = true, .ep = 2}},
         {"tp2 sp dp2 ep4", {.tp = 2, .dp = 2, .sp = true, .ep = 4}},
@@ -119,29 +96,15 @@ Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
         {"tp2 sp pp2 zero3", {.tp = 2, .pp = 2, .sp = true, .zero = 3}},
     };
     tu_result ref, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 1}, &ref, w), TRI_OK, "%s", tri_error_message());
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         const char *name = layouts[k].name;
-        cr_assert_eq(run_layout(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
-        double loss = fabs(got.grad_loss - ref.grad_loss) / ref.grad_loss;
-        double worst = 0, worst_w = 0, worst_l = 0, worst_d = 0;
-        cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got.grad_loss, ref.grad_loss);
-        cr_expect_lt(fabs(got.grad_norm - ref.grad_norm) / ref.grad_norm, 1e-5, "%s: gradient norm %.9g vs %.9g",
-                     name, got.grad_norm, ref.grad_norm);
-        cr_assert_eq(got.n, ref.n);
-        for (int i = 0; i < ref.n; i++) {
-            cr_assert_str_eq(got.names[i], ref.names[i]);
-            double e = tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i));
-            cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref.names[i], e);
-            worst = fmax(worst, e);
-            double ew = tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i));
-            cr_expect_lt(ew, 1e-4, "%s: final %s differs from one rank's by %g", name, ref.names[i], ew);
-            double drift = tu_adamw_drift_ratio(got.weights[i], ref.weights[i], compared(&ref, i), 1e-3, 0.9, 0.95, 1,
-                                                STEPS);
-            cr_expect_leq(drift, 1.0, "%s: final %s drifts %.3g of AdamW's bound", name, ref.names[i], drift);
-            worst_w = fmax(worst_w, ew);
-            worst_d = fmax(worst_d, drift);
-        }
+        cr_assert_eq(tu_moe_run(&m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        tu_moe_diff d;
+        char why[256];
+        cr_assert_eq(tu_moe_diff_of(&got, &ref, &d), TRI_OK, "%s: %s", name, tri_error_message());
+        cr_expect(tu_moe_close(&d, 1e-4, why, sizeof why), "%s against one rank: %s", name, why);
+        tu_moe_diff_log(name, &d);
         /* the step's MoE account (engine/train/moe_stats.h), summed over tp as well as dp and pp: the
          * routed and kept counts are one rank's integers; the aux loss (fixed point 2^-32) within 1e-5 */
         int counts = ref.moe_layers * 2 * ref.moe_E;
@@ -152,14 +115,6 @@ Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
         double aux = (double)got.moe_sums[counts], aux1 = (double)ref.moe_sums[counts];
         cr_expect_lt(fabs(aux - aux1) / aux1, 1e-5, "%s: the account's aux loss %.9g vs one rank's %.9g", name, aux,
                      aux1);
-        for (int s = 0; s < STEPS; s++) {
-            double e = fabs(got.losses[s] - ref.losses[s]) / ref.losses[s];
-            cr_expect_lt(e, 1e-4, "%s: step %d loss %g vs %g", name, s + 1, got.losses[s], ref.losses[s]);
-            worst_l = fmax(worst_l, e);
-        }
-        if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("%s: first loss diff %.2g, max gradient diff %.2g, max step-loss diff %.2g, max weight diff "
-                   "%.2g (AdamW drift %.2g of its bound)\n", name, loss, worst, worst_l, worst_w, worst_d);
         tu_result_free(&got);
     }
     tu_result_free(&ref);
@@ -170,30 +125,15 @@ Test(moe_tp, tensor_and_expert_parallel_match_one_rank, .timeout = 300)
 /* Runs each layout and expects it bit-identical to ref_layout: first-pass loss, every gradient, the
  * step losses and norms, the final weights. */
 static void expect_bit_identical(const tri_model *m, const int32_t *w, tu_layout ref_layout,
-                                 const named_layout *layouts, size_t n)
+                                 const tu_named_layout *layouts, size_t n)
 {
     tu_result ref, got;
-    cr_assert_eq(run_layout(m, &ref_layout, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(m, &ref_layout, &ref, w), TRI_OK, "%s", tri_error_message());
     for (size_t k = 0; k < n; k++) {
         const char *name = layouts[k].name;
-        cr_assert_eq(run_layout(m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
-        cr_expect(memcmp(&ref.grad_loss, &got.grad_loss, sizeof ref.grad_loss) == 0, "%s: loss %.17g vs %.17g", name,
-                  got.grad_loss, ref.grad_loss);
-        cr_expect(memcmp(ref.losses, got.losses, sizeof ref.losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
-                  got.losses[STEPS - 1], ref.losses[STEPS - 1]);
-        cr_expect(memcmp(ref.norms, got.norms, sizeof ref.norms) == 0, "%s: gradient norms differ", name);
-        int same = 0;
-        for (int i = 0; i < ref.n; i++) {
-            bool g = memcmp(ref.grads[i], got.grads[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-            bool v = memcmp(ref.weights[i], got.weights[i], (size_t)compared(&ref, i) * sizeof(float)) == 0;
-            cr_expect(g, "%s: gradient of %s differs (relative %.2g)", name, ref.names[i],
-                      tu_tensor_rel(got.grads[i], ref.grads[i], compared(&ref, i)));
-            cr_expect(v, "%s: final %s differs (relative %.2g)", name, ref.names[i],
-                      tu_tensor_rel(got.weights[i], ref.weights[i], compared(&ref, i)));
-            same += g && v;
-        }
-        if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("deterministic %s vs tp2 sp zero 0: %d of %d tensors bit-identical\n", name, same, ref.n);
+        cr_assert_eq(tu_moe_run(m, &layouts[k].l, &got, w), TRI_OK, "%s: %s", name, tri_error_message());
+        char why[256];
+        cr_expect(tu_moe_identical(name, &got, &ref, why, sizeof why), "%s: %s", name, why);
         tu_result_free(&got);
     }
     tu_result_free(&ref);
@@ -204,7 +144,7 @@ Test(moe_tp, deterministic_bit_identical_to_tp2, .timeout = 300)
     tri_model m;
     make_tiny(&m, "");
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 67);
-    static const named_layout layouts[] = {
+    static const tu_named_layout layouts[] = {
         {"tp2 sp dp2 ep2", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .deterministic = true}},
         {"tp2 sp dp2 ep4", {.tp = 2, .dp = 2, .sp = true, .ep = 4, .deterministic = true}},
         {"tp2 sp pp2 dp2 ep2 recompute full", {.tp = 2, .pp = 2, .dp = 2, .sp = true, .ep = 2,
@@ -233,7 +173,7 @@ Test(moe_tp, deterministic_lamb_zero_over_edp, .timeout = 300)
     tri_model m;
     make_tiny(&m, "");
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 67);
-    static const named_layout layouts[] = {
+    static const tu_named_layout layouts[] = {
         {"lamb tp2 sp dp2 zero1", {.tp = 2, .dp = 2, .sp = true, .zero = 1, .optimizer = TRI_OPT_LAMB,
                                    .deterministic = true}},
         {"lamb tp2 sp dp2 ep2 zero3", {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 3, .optimizer = TRI_OPT_LAMB,
@@ -257,14 +197,14 @@ Test(moe_tp, bf16_tp2_tracks_fp32, .timeout = 300)
     make_tiny(&m, "");
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, SEED_BF16);
     tu_result fp, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 1}, &fp, w), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .sp = true, .bf16 = true}, &got, w), TRI_OK, "%s",
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 1}, &fp, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true, .bf16 = true}, &got, w), TRI_OK, "%s",
                  tri_error_message());
     double loss = 0, grad = 0;
     for (int s = 0; s < STEPS; s++)
         loss = fmax(loss, fabs(got.losses[s] - fp.losses[s]) / fp.losses[s]);
     for (int i = 0; i < fp.n; i++) {
-        double e = tu_tensor_rel(got.grads[i], fp.grads[i], compared(&fp, i));
+        double e = tu_tensor_rel(got.grads[i], fp.grads[i], tu_moe_compared(&fp, i));
         if (getenv("TRIDENT_TEST_VERBOSE") && e > 1e-2)
             printf("  %s: %.3g\n", fp.names[i], e);
         grad = fmax(grad, e);
@@ -292,8 +232,8 @@ Test(moe_tp, expert_bias_counts_over_tp, .timeout = 300)
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 73);
     tri_moe_run bias = {.expert_bias = true, .bias_update_rate = 0.01f};
     tu_result ref, got;
-    cr_assert_eq(run_layout(&m, &(tu_layout){.moe = bias}, &ref, w), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(run_layout(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .ep = 2, .moe = bias}, &got, w), TRI_OK,
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.moe = bias}, &ref, w), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .dp = 2, .sp = true, .ep = 2, .moe = bias}, &got, w), TRI_OK,
                  "%s", tri_error_message());
     int n = ref.moe_layers * ref.moe_E, moved = 0;
     for (int s = 0; s < TU_BIAS_STEPS && s < STEPS; s++) {
@@ -311,13 +251,6 @@ Test(moe_tp, expert_bias_counts_over_tp, .timeout = 300)
     tri_model_free(&m);
 }
 
-static tu_ckpt_run ckpt_run(const tri_model *m, const int32_t *w, tu_layout l, int64_t until, const char *load,
-                            const char *save)
-{
-    return (tu_ckpt_run){.model = m, .B = B, .T = T, .layout = l, .global_batch = GLOBAL, .windows = w,
-                         .until = until, .load = load, .save_dir = save};
-}
-
 Test(moe_tp, checkpoint_at_tp2_ep2_resumes_on_one_rank, .timeout = 300)
 {
     tri_model m;
@@ -328,9 +261,9 @@ Test(moe_tp, checkpoint_at_tp2_ep2_resumes_on_one_rank, .timeout = 300)
     snprintf(full, sizeof full, "%s/full", root);
     snprintf(part, sizeof part, "%s/part", root);
     tu_layout one = {0}, folded = {.tp = 2, .dp = 2, .sp = true, .ep = 2};
-    tu_ckpt_run a = ckpt_run(&m, w, one, 6, NULL, full);
+    tu_ckpt_run a = tu_moe_ckpt_run(&m, w, one, 6, NULL, full);
     cr_assert_eq(tu_ckpt_train(&a), TRI_OK, "%s", tri_error_message());
-    tu_ckpt_run b1 = ckpt_run(&m, w, folded, 3, NULL, part);
+    tu_ckpt_run b1 = tu_moe_ckpt_run(&m, w, folded, 3, NULL, part);
     cr_assert_eq(tu_ckpt_train(&b1), TRI_OK, "%s", tri_error_message());
     /* every expert of a layer is in the checkpoint once, from whichever TP rank held it */
     for (int e = 0; e < 4; e++) {
@@ -342,18 +275,12 @@ Test(moe_tp, checkpoint_at_tp2_ep2_resumes_on_one_rank, .timeout = 300)
         cr_expect_eq(n, 64 * 64, "%s: %lld elements", name, (long long)n);
         free(x);
     }
-    tu_ckpt_run b2 = ckpt_run(&m, w, one, 6, part, NULL);
+    tu_ckpt_run b2 = tu_moe_ckpt_run(&m, w, one, 6, part, NULL);
     cr_assert_eq(tu_ckpt_train(&b2), TRI_OK, "%s", tri_error_message());
     cr_expect_eq(b2.start, 3);
-    double worst = 0;
-    for (int s = 0; s < 3; s++) {
-        double e = fabs(b2.losses[s] - a.losses[3 + s]) / a.losses[3 + s];
-        cr_expect_lt(e, 1e-4, "resumed step %d: loss %.9g vs one rank's %.9g", 4 + s, b2.losses[s], a.losses[3 + s]);
-        worst = fmax(worst, e);
-    }
-    if (getenv("TRIDENT_TEST_VERBOSE"))
-        printf("saved at tp2 sp dp2 ep2, resumed on one rank: steps 4-6 within %.2g of one rank's (%.6f -> %.6f)\n",
-               worst, a.losses[3], a.losses[5]);
+    const char *what = "saved at tp2 sp dp2 ep2, resumed on one rank";
+    double worst = tu_moe_resume_diff(what, &b2, &a);
+    cr_expect_lt(worst, 1e-4, "%s: steps 4-6 differ from the uninterrupted run's by %g", what, worst);
     tri_fs_remove_tree(root);
     free(root);
     free(w);
@@ -374,28 +301,21 @@ Test(moe_tp, checkpoint_at_tp2_ep2_zero3_resumes_elsewhere, .timeout = 300)
     snprintf(full, sizeof full, "%s/full", root);
     snprintf(part, sizeof part, "%s/part", root);
     tu_layout one = {0}, folded = {.tp = 2, .dp = 2, .sp = true, .ep = 2, .zero = 3};
-    tu_ckpt_run a = ckpt_run(&m, w, one, 6, NULL, full);
+    tu_ckpt_run a = tu_moe_ckpt_run(&m, w, one, 6, NULL, full);
     cr_assert_eq(tu_ckpt_train(&a), TRI_OK, "%s", tri_error_message());
-    tu_ckpt_run b1 = ckpt_run(&m, w, folded, 3, NULL, part);
+    tu_ckpt_run b1 = tu_moe_ckpt_run(&m, w, folded, 3, NULL, part);
     cr_assert_eq(tu_ckpt_train(&b1), TRI_OK, "%s", tri_error_message());
     static const struct {
         const char *name;
         tu_layout l;
     } resumes[] = {{"one rank", {0}}, {"tp1 dp2 ep2 zero1", {.dp = 2, .ep = 2, .zero = 1}}};
     for (size_t k = 0; k < sizeof resumes / sizeof *resumes; k++) {
-        tu_ckpt_run b2 = ckpt_run(&m, w, resumes[k].l, 6, part, NULL);
+        tu_ckpt_run b2 = tu_moe_ckpt_run(&m, w, resumes[k].l, 6, part, NULL);
         cr_assert_eq(tu_ckpt_train(&b2), TRI_OK, "%s: %s", resumes[k].name, tri_error_message());
         cr_expect_eq(b2.start, 3);
-        double worst = 0;
-        for (int s = 0; s < 3; s++) {
-            double e = fabs(b2.losses[s] - a.losses[3 + s]) / a.losses[3 + s];
-            cr_expect_lt(e, 1e-4, "%s: resumed step %d: loss %.9g vs one rank's %.9g", resumes[k].name, 4 + s,
-                         b2.losses[s], a.losses[3 + s]);
-            worst = fmax(worst, e);
-        }
-        if (getenv("TRIDENT_TEST_VERBOSE"))
-            printf("saved at tp2 sp dp2 ep2 zero3, resumed at %s: steps 4-6 within %.2g of one rank's (%.9f -> "
-                   "%.9f)\n", resumes[k].name, worst, a.losses[3], a.losses[5]);
+        double worst = tu_moe_resume_diff(resumes[k].name, &b2, &a);
+        cr_expect_lt(worst, 1e-4, "saved at tp2 sp dp2 ep2 zero3, resumed at %s: steps 4-6 differ by %g",
+                     resumes[k].name, worst);
     }
     tri_fs_remove_tree(root);
     free(root);
@@ -407,7 +327,7 @@ static void expect_refused(const tri_model *m, tu_layout l, const char *want)
 {
     int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, T, 100, 53);
     tu_result got;
-    cr_expect_eq(run_layout(m, &l, &got, w), TRI_EINVAL, "expected a refusal naming \"%s\"", want);
+    cr_expect_eq(tu_moe_run(m, &l, &got, w), TRI_EINVAL, "expected a refusal naming \"%s\"", want);
     cr_expect(strstr(tri_error_message(), want) != NULL, "got \"%s\", expected \"%s\"", tri_error_message(), want);
     free(w);
 }
