@@ -22,65 +22,35 @@
 set -u
 build=$1
 src=$2
-bin="$build/bin"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-data=data/fortunes_byte_train.bin
-[ -f "$data" ] || { echo "SKIP: $data missing (bash tools/trident.sh data)"; exit 0; }
-common=(--config models/moe-tiny-byte.json --train-data "$data" --val-data data/fortunes_byte_val.bin
-        --train-iters 4 --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --eval-iters 1
-        --sample-length 0 --threads 1 --lr 3e-3 --log-interval 1)
+# shellcheck source=tests/lib/moe_mpi.sh
+source "$src/tests/lib/moe_mpi.sh"
+common+=(--train-iters 4)
 
-run() { # name ranks flags...
-  local name=$1 np=$2
-  shift 2
-  mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 300 "$bin/engine_train" \
-    "${common[@]}" --save-dir "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
-}
-
-run one 1 || { tail -5 "$tmp/one.log"; fail "one rank"; }
-run ep4 4 --expert-model-parallel-size 4 || { tail -5 "$tmp/ep4.log"; fail "4 ranks ep 4"; }
+moe_run one 1 || { tail -5 "$tmp/one.log"; fail "one rank"; }
+moe_run ep4 4 --expert-model-parallel-size 4 || { tail -5 "$tmp/ep4.log"; fail "4 ranks ep 4"; }
 tp2ep2=(--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2)
-run tp2ep2 4 "${tp2ep2[@]}" || { tail -5 "$tmp/tp2ep2.log"; fail "4 ranks tp 2 sp ep 2"; }
+moe_run tp2ep2 4 "${tp2ep2[@]}" || { tail -5 "$tmp/tp2ep2.log"; fail "4 ranks tp 2 sp ep 2"; }
 # ZeRO 3 over edp (dp 4 ep 2), with the overlaps
-run z3 4 --expert-model-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
+moe_run z3 4 --expert-model-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
   { tail -5 "$tmp/z3.log"; fail "4 ranks ep 2 ZeRO 3"; }
 # ZeRO 3 at tp 2 sp ep 2: the experts' slices over their edp pairs, which span the TP ranks
-run tp2z3 4 "${tp2ep2[@]}" --zero-stage 3 || { tail -5 "$tmp/tp2z3.log"; fail "4 ranks tp 2 sp ep 2 ZeRO 3"; }
-for name in ep4 tp2ep2 z3 tp2z3; do
-  [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/$name/metrics.jsonl" ] || continue
-  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/$name/metrics.jsonl" "$name" <<'PY' || fail "$name against one rank"
-import json, sys
-def train(p):
-    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
-one, ep = train(sys.argv[1]), train(sys.argv[2])
-assert len(one) == len(ep) == 4, (len(one), len(ep))
-worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, ep))
-assert worst < 1e-4, f"losses differ by {worst:.3g} relative: {[a['loss'] for a in one]} vs {[b['loss'] for b in ep]}"
-assert all(r["ep_bytes"] > 0 for r in ep), [r["ep_bytes"] for r in ep]
-assert all(r["ep_bytes"] == 0 for r in one), [r["ep_bytes"] for r in one]
-assert all("ep_s" in r for r in ep)
-print(f"ok   {sys.argv[3]} on 4 ranks: losses within {worst:.2g} of one rank's ({one[0]['loss']:.4f} -> "
-      f"{one[-1]['loss']:.4f}); ep_bytes per step {ep[-1]['ep_bytes']:.0f}")
-PY
-done
+moe_run tp2z3 4 "${tp2ep2[@]}" --zero-stage 3 || { tail -5 "$tmp/tp2z3.log"; fail "4 ranks tp 2 sp ep 2 ZeRO 3"; }
+for name in ep4 tp2ep2 z3 tp2z3; do moe_against_one "$name"; done
+/usr/bin/python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1])]; assert all(x["ep_bytes"] == 0 for x in r if x.get("kind") == "train")' \
+  "$tmp/one/metrics.jsonl" && echo "ok   one rank: ep_bytes 0" || fail "one rank's ep_bytes"
 
 
 # checkpoints: saved at ep 4 after 2 iterations (each ep rank's experts in its own model file), resumed
 # on 1 rank and at ep 2 on 2 ranks to iteration 4: the last loss within 1e-4 of the uninterrupted run
-run save 4 --expert-model-parallel-size 4 --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
+moe_run save 4 --expert-model-parallel-size 4 --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
   { tail -5 "$tmp/save.log"; fail "ep 4 save"; }
 ls "$tmp/save"/iter_*/model_tp00_pp00_ep003.h5 > /dev/null 2>&1 && echo "ok   ep rank 3 wrote its experts' model file" ||
   fail "no model file of ep rank 3"
 for np in 1 2; do
   cp -r "$tmp/save" "$tmp/resume$np"
-  run "resume$np" "$np" --expert-model-parallel-size "$np" --load "$tmp/resume$np" --lr-decay-iters 4 ||
+  moe_run "resume$np" "$np" --expert-model-parallel-size "$np" --load "$tmp/resume$np" --lr-decay-iters 4 ||
     { tail -5 "$tmp/resume$np.log"; fail "resume on $np rank(s)"; continue; }
-  run "straight$np" 1 --lr-decay-iters 4 2> /dev/null
+  moe_run "straight$np" 1 --lr-decay-iters 4 2> /dev/null
   /usr/bin/python3 - "$tmp/straight$np/metrics.jsonl" "$tmp/resume$np/metrics.jsonl" "$np" <<'PY' || fail "resume on $np rank(s) against the uninterrupted run"
 import json, sys
 last = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
@@ -93,14 +63,14 @@ PY
 done
 
 # a ZeRO 3 checkpoint at dp 4 ep 2 resumed on 1 rank (ZeRO 0) and on 2 ranks at ep 2 ZeRO 1
-run savez3 4 --expert-model-parallel-size 2 --zero-stage 3 --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
+moe_run savez3 4 --expert-model-parallel-size 2 --zero-stage 3 --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
   { tail -5 "$tmp/savez3.log"; fail "ep 2 ZeRO 3 save"; }
 for np in 1 2; do
   cp -r "$tmp/savez3" "$tmp/resumez3_$np"
   zero=$([ "$np" = 1 ] && echo 0 || echo 1)
-  run "resumez3_$np" "$np" --expert-model-parallel-size "$np" --zero-stage "$zero" --load "$tmp/resumez3_$np" \
+  moe_run "resumez3_$np" "$np" --expert-model-parallel-size "$np" --zero-stage "$zero" --load "$tmp/resumez3_$np" \
     --lr-decay-iters 4 || { tail -5 "$tmp/resumez3_$np.log"; fail "ZeRO 3 checkpoint resumed on $np rank(s)"; continue; }
-  [ -f "$tmp/straight1/metrics.jsonl" ] || run straight1 1 --lr-decay-iters 4 2> /dev/null
+  [ -f "$tmp/straight1/metrics.jsonl" ] || moe_run straight1 1 --lr-decay-iters 4 2> /dev/null
   /usr/bin/python3 - "$tmp/straight1/metrics.jsonl" "$tmp/resumez3_$np/metrics.jsonl" "$np" "$zero" <<'PY' || fail "ZeRO 3 checkpoint resumed on $np rank(s) against the uninterrupted run"
 import json, sys
 last = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
@@ -114,12 +84,12 @@ PY
 done
 
 # a checkpoint saved at tp 2 sp ep 2 (the experts of ep rank 1 held by TP rank 1) resumes on one rank
-run tpsave 4 "${tp2ep2[@]}" --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
+moe_run tpsave 4 "${tp2ep2[@]}" --train-iters 2 --save-interval 2 --lr-decay-iters 4 ||
   { tail -5 "$tmp/tpsave.log"; fail "tp 2 sp ep 2 save"; }
 ls "$tmp/tpsave"/iter_*/model_tp01_pp00_ep001.h5 > /dev/null 2>&1 &&
   echo "ok   tp 2 sp ep 2: TP rank 1 (ep rank 1) wrote its experts' model file" || fail "no model file of ep rank 1"
 cp -r "$tmp/tpsave" "$tmp/tpresume"
-if run tpresume 1 --load "$tmp/tpresume" --lr-decay-iters 4 && [ -f "$tmp/straight1/metrics.jsonl" ]; then
+if moe_run tpresume 1 --load "$tmp/tpresume" --lr-decay-iters 4 && [ -f "$tmp/straight1/metrics.jsonl" ]; then
   /usr/bin/python3 - "$tmp/straight1/metrics.jsonl" "$tmp/tpresume/metrics.jsonl" <<'PY' || fail "tp 2 sp ep 2 resume against the uninterrupted run"
 import json, sys
 last = lambda p: [r for r in map(json.loads, open(p)) if r.get("kind") == "train"][-1]
@@ -133,17 +103,9 @@ else
   tail -5 "$tmp/tpresume.log"; fail "tp 2 sp ep 2 resume on 1 rank"
 fi
 
-refuse() { # name want ranks flags...
-  local name=$1 want=$2 np=$3
-  shift 3
-  local out
-  out=$(mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 120 "$bin/engine_train" \
-        "${common[@]}" --save-dir "$tmp/r" "$@" 2>&1) && { fail "$name: accepted"; return; }
-  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
-}
-refuse "ep with compression" "--expert-model-parallel-size 2 with gradient compression" 2 --expert-model-parallel-size 2 --grad-compression 1bit
-refuse "tp 2 without sp" "--tensor-model-parallel-size 2 with a mixture-of-experts model (num_experts 8) needs --sequence-parallel" 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
-refuse "ep not dividing tp x dp" "--expert-tensor-parallel-size 1 x --expert-model-parallel-size 8 = 8 does not divide a pipeline stage's tp x dp = 2 x 2 = 4 ranks" 4 "${tp2ep2[@]:0:3}" --expert-model-parallel-size 8
-refuse "ep with local SGD" "--local-sgd-steps 2 with --expert-model-parallel-size 2" 2 --expert-model-parallel-size 2 --local-sgd-steps 2
+moe_refuse "ep with compression" "--expert-model-parallel-size 2 with gradient compression" 2 --expert-model-parallel-size 2 --grad-compression 1bit
+moe_refuse "tp 2 without sp" "--tensor-model-parallel-size 2 with a mixture-of-experts model (num_experts 8) needs --sequence-parallel" 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
+moe_refuse "ep not dividing tp x dp" "--expert-tensor-parallel-size 1 x --expert-model-parallel-size 8 = 8 does not divide a pipeline stage's tp x dp = 2 x 2 = 4 ranks" 4 "${tp2ep2[@]:0:3}" --expert-model-parallel-size 8
+moe_refuse "ep with local SGD" "--local-sgd-steps 2 with --expert-model-parallel-size 2" 2 --expert-model-parallel-size 2 --local-sgd-steps 2
 
-[ $failures -eq 0 ] && echo "moe_ep_mpi: all checks passed" || { echo "moe_ep_mpi: $failures check(s) failed"; exit 1; }
+moe_done moe_ep_mpi

@@ -20,25 +20,16 @@
 set -u
 build=$1
 src=$(cd "$2" && pwd)
-bin="$build/bin"
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-data=data/fortunes_byte_train.bin
-[ -f "$data" ] || { echo "SKIP: $data missing (bash tools/trident.sh data)"; exit 0; }
-common=(--config models/moe-tiny-byte.json --train-data "$data" --val-data data/fortunes_byte_val.bin
-        --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --eval-iters 1 --sample-length 0 --threads 1
-        --lr 3e-3 --log-interval 1 --lr-decay-iters 4 --deterministic-mode)
+# shellcheck source=tests/lib/moe_mpi.sh
+source "$src/tests/lib/moe_mpi.sh"
+common+=(--lr-decay-iters 4 --deterministic-mode)
 
 run() { # name ranks flags...
   local name=$1 np=$2
   shift 2
-  mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 300 "$bin/engine_train" \
-    "${common[@]}" "$@" > "$tmp/$name.log" 2>&1 || { tail -5 "$tmp/$name.log"; fail "$name"; return 1; }
+  mpiexec "${mpirun_flags[@]}" -np "$np" "$bin/engine_train" "${common[@]}" "$@" > "$tmp/$name.log" 2>&1 ||
+    { tail -5 "$tmp/$name.log"; fail "$name"; return 1; }
 }
 
 # same_losses REF GOT WHAT: iterations 3 and 4 of two metrics.jsonl files, bit for bit (17 digits)
@@ -143,4 +134,4 @@ refuse() { # name want flags...
 refuse "ep 3 of 8 experts" "--expert-model-parallel-size 3 does not divide num_experts 8" --expert-model-parallel-size 3
 refuse "ep 4 over dp 2" "--expert-model-parallel-size 4" --expert-model-parallel-size 4 --data-parallel-size 2
 
-[ $failures -eq 0 ] && echo "moe_ep_reshard: all checks passed" || { echo "moe_ep_reshard: $failures check(s) failed"; exit 1; }
+moe_done moe_ep_reshard

@@ -19,57 +19,24 @@
 set -u
 build=$1
 src=$2
-bin="$build/bin"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-data=data/fortunes_byte_train.bin
-[ -f "$data" ] || { echo "SKIP: $data missing (bash tools/trident.sh data)"; exit 0; }
-common=(--config models/moe-tiny-byte.json --train-data "$data" --val-data data/fortunes_byte_val.bin
-        --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --eval-iters 1
-        --sample-length 0 --threads 1 --lr 3e-3 --log-interval 1 --lr-decay-iters 4)
+# shellcheck source=tests/lib/moe_mpi.sh
+source "$src/tests/lib/moe_mpi.sh"
+common+=(--lr-decay-iters 4)
 
-run() { # name ranks flags...
-  local name=$1 np=$2
-  shift 2
-  mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 300 "$bin/engine_train" \
-    "${common[@]}" --save-dir "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
-}
-
-compare() { # name: its metrics against one rank's
-  /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/$1/metrics.jsonl" "$1" <<'PY' || fail "$1 against one rank"
-import json, sys
-def train(p):
-    return [r for r in map(json.loads, open(p)) if r.get("kind") == "train"]
-one, got = train(sys.argv[1]), train(sys.argv[2])
-assert len(one) == len(got) == 4, (len(one), len(got))
-worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, got))
-assert worst < 1e-4, f"losses differ by {worst:.3g}: {[a['loss'] for a in one]} vs {[b['loss'] for b in got]}"
-assert all(r["ep_bytes"] > 0 for r in got), [r["ep_bytes"] for r in got]
-print(f"ok   {sys.argv[3]}: losses within {worst:.2g} of one rank's ({one[0]['loss']:.4f} -> {one[-1]['loss']:.4f}); "
-      f"ep_bytes per step {got[-1]['ep_bytes']:.0f}")
-PY
-}
-
-run one 1 --train-iters 4 || { tail -5 "$tmp/one.log"; fail "one rank"; }
-run tp2etp2ep2 4 --train-iters 4 --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2 \
+moe_run one 1 --train-iters 4 || { tail -5 "$tmp/one.log"; fail "one rank"; }
+moe_run tp2etp2ep2 4 --train-iters 4 --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2 \
   --expert-model-parallel-size 2 || { tail -5 "$tmp/tp2etp2ep2.log"; fail "4 ranks tp 2 sp etp 2 ep 2"; }
-run dp2etp2 2 --train-iters 4 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/dp2etp2.log"; fail "2 ranks etp 2"; }
-run z3 4 --train-iters 4 --expert-tensor-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
+moe_run dp2etp2 2 --train-iters 4 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/dp2etp2.log"; fail "2 ranks etp 2"; }
+moe_run z3 4 --train-iters 4 --expert-tensor-parallel-size 2 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather ||
   { tail -5 "$tmp/z3.log"; fail "4 ranks etp 2 ZeRO 3"; }
-for name in tp2etp2ep2 dp2etp2 z3; do
-  [ -f "$tmp/one/metrics.jsonl" ] && [ -f "$tmp/$name/metrics.jsonl" ] && compare "$name"
-done
+for name in tp2etp2ep2 dp2etp2 z3; do moe_against_one "$name"; done
 
 # a checkpoint saved at dp 2 etp 2 after 2 iterations, resumed on one rank
-run save 2 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/save.log"; fail "etp 2 save"; }
+moe_run save 2 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/save.log"; fail "etp 2 save"; }
 ls "$tmp/save"/iter_*/model_tp00_pp00_ep001.h5 > /dev/null 2>&1 && echo "ok   etp rank 1 wrote its slices' model file" ||
   fail "no model file of etp rank 1"
 resume_check() { # save-dir-name what: resume on one rank (ZeRO 0, etp 1) to iteration 4
-  if run "resume_$1" 1 --train-iters 4 --load "$tmp/$1"; then
+  if moe_run "resume_$1" 1 --train-iters 4 --load "$tmp/$1"; then
     /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/resume_$1/metrics.jsonl" "$2" <<'PY' || fail "$2 resumed on 1 rank"
 import json, sys
 def train(p):
@@ -86,13 +53,13 @@ PY
   fi
 }
 resume_check save "dp 2 etp 2 checkpoint"
-run savez3 4 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 --zero-stage 3 ||
+moe_run savez3 4 --train-iters 2 --save-interval 2 --expert-tensor-parallel-size 2 --zero-stage 3 ||
   { tail -5 "$tmp/savez3.log"; fail "etp 2 ZeRO 3 save"; }
 resume_check savez3 "dp 4 etp 2 ZeRO 3 checkpoint"
 
 # ckpt reshard of a tp 2 SP etp 2 ep 2 checkpoint to one rank (the slices joined by box): its merge holds
 # the source's tensors, and it resumes at dp 2 etp 2 (the engine cuts the slices by box on load)
-run savetp 4 --train-iters 2 --save-interval 2 --tensor-model-parallel-size 2 --sequence-parallel \
+moe_run savetp 4 --train-iters 2 --save-interval 2 --tensor-model-parallel-size 2 --sequence-parallel \
   --expert-tensor-parallel-size 2 --expert-model-parallel-size 2 || { tail -5 "$tmp/savetp.log"; fail "tp 2 etp 2 ep 2 save"; }
 if "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --expert-model-parallel-size 1 --data-parallel-size 1 \
      "$tmp/savetp/iter_0000002" "$tmp/onetp" > "$tmp/reshard.log" 2>&1 &&
@@ -101,7 +68,7 @@ if "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --expert-model-par
   h5diff -q --exclude-attribute / "$tmp/m_etp.h5" "$tmp/m_one.h5" && h5diff -q --exclude-attribute / "$tmp/m_one.h5" "$tmp/m_etp.h5" &&
     echo "ok   ckpt reshard of a tp 2 etp 2 ep 2 checkpoint to one rank: the merged tensors equal" ||
     fail "the resharded checkpoint's tensors differ from the etp checkpoint's"
-  run resume_onetp 2 --train-iters 4 --load "$tmp/onetp" --expert-tensor-parallel-size 2 ||
+  moe_run resume_onetp 2 --train-iters 4 --load "$tmp/onetp" --expert-tensor-parallel-size 2 ||
     { tail -5 "$tmp/resume_onetp.log"; fail "the resharded checkpoint at dp 2 etp 2"; }
   cp "$tmp/resume_onetp/metrics.jsonl" "$tmp/onetp.metrics" 2> /dev/null
   /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/onetp.metrics" <<'PY' || fail "one-rank reshard resumed at dp 2 etp 2"
@@ -117,14 +84,6 @@ else
   tail -3 "$tmp/reshard.log"; fail "ckpt reshard / merge of an etp checkpoint"
 fi
 
-refuse() { # name want ranks flags...
-  local name=$1 want=$2 np=$3
-  shift 3
-  local out
-  out=$(mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 120 "$bin/engine_train" \
-        "${common[@]}" --train-iters 1 --save-dir "$tmp/r" "$@" 2>&1) && { fail "$name: accepted"; return; }
-  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
-}
-refuse "etp 3 on 4 ranks" "--expert-tensor-parallel-size 3" 4 --expert-tensor-parallel-size 3
+moe_refuse "etp 3 on 4 ranks" "--expert-tensor-parallel-size 3" 4 --expert-tensor-parallel-size 3
 
-[ $failures -eq 0 ] && echo "moe_etp_mpi: all checks passed" || { echo "moe_etp_mpi: $failures check(s) failed"; exit 1; }
+moe_done moe_etp_mpi
