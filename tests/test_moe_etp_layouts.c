@@ -86,6 +86,7 @@ Test(moe_etp_layouts, expert_tensor_parallel_matches_one_rank, .timeout = 300)
     }
     tu_result_free(&ref);
     free(w);
+    tri_model_free(&m);
 }
 
 static void expect_identical(const tu_result *a, const tu_result *b, const char *name)
@@ -161,6 +162,7 @@ Test(moe_etp_layouts, deterministic_bit_identical_at_the_same_etp, .timeout = 30
     tu_result_free(&got);
     tu_result_free(&ref);
     free(w);
+    tri_model_free(&m);
 }
 
 Test(moe_etp_layouts, checkpoint_at_etp2_resumes_on_one_rank, .timeout = 300)
@@ -186,6 +188,7 @@ Test(moe_etp_layouts, checkpoint_at_etp2_resumes_on_one_rank, .timeout = 300)
     tri_fs_remove_tree(root);
     free(root);
     free(w);
+    tri_model_free(&m);
 }
 
 Test(moe_etp_layouts, refusals)
@@ -197,4 +200,5 @@ Test(moe_etp_layouts, refusals)
     /* etp x ep = 4 does not divide a stage of tp 2 x dp 1 */
     cr_expect_eq(tu_moe_run(&m, &(tu_layout){.tp = 2, .sp = true, .etp = 2, .ep = 2}, &r, w), TRI_EINVAL);
     free(w);
+    tri_model_free(&m);
 }

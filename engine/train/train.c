@@ -232,6 +232,8 @@ int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tr
     tri_step_graph_init(&t->graph, dev);
     if (!rc && cfg->cuda_graph)
         t->train_pipe.graph = &t->graph;
+    if (rc) /* a refusal after the buffers (local SGD's, the MoE account's): nothing stays allocated */
+        tri_trainer_destroy(t);
     return rc;
 }
 
