@@ -108,6 +108,37 @@ bool tu_moe_close(const tu_moe_diff *d, double weight_bound, char *why, size_t l
     return false;
 }
 
+bool tu_moe_bf16_tracks(const char *name, const tu_result *got, const tu_result *fp, char *why, size_t len)
+{
+    bool verbose = getenv("TRIDENT_TEST_VERBOSE") != NULL;
+    double loss = 0, grad = 0;
+    for (int s = 0; s < TU_MOE_STEPS; s++)
+        loss = fmax(loss, fabs(got->losses[s] - fp->losses[s]) / fp->losses[s]);
+    for (int i = 0; i < fp->n; i++) {
+        double e = tu_tensor_rel(got->grads[i], fp->grads[i], tu_moe_compared(fp, i));
+        if (verbose && e > 1e-2)
+            printf("  %s: %s %.3g\n", name, fp->names[i], e);
+        grad = fmax(grad, e);
+    }
+    if (verbose)
+        printf("%s vs fp32: losses %.2g, first gradients %.2g\n", name, loss, grad);
+    if (!(loss < 2e-3))
+        snprintf(why, len, "the losses differ from fp32's by %g", loss);
+    else if (!(loss > 0.0))
+        snprintf(why, len, "bf16 gave the fp32 losses exactly: bf16 is not in effect");
+    else if (!(grad < 5e-2))
+        snprintf(why, len, "the first gradients differ from fp32's by %g", grad);
+    else if (got->bf16_checked <= 0)
+        snprintf(why, len, "no bf16 parameter was checked against its master weight");
+    else if (got->bf16_stale != 0)
+        snprintf(why, len, "%lld bf16 parameters are not their rounded master weight", (long long)got->bf16_stale);
+    else {
+        snprintf(why, len, "within the bounds");
+        return true;
+    }
+    return false;
+}
+
 void tu_moe_diff_log(const char *name, const tu_moe_diff *d)
 {
     if (getenv("TRIDENT_TEST_VERBOSE"))

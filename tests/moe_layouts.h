@@ -53,6 +53,12 @@ int tu_moe_diff_of(const tu_result *got, const tu_result *ref, tu_moe_diff *d);
  * pass's loss, gradient norm and every gradient, weight_bound on every final weight, AdamW's drift bound
  * (ratio <= 1), 1e-4 on the step losses. false: the first bound broken, with its tensor, in why. */
 bool tu_moe_close(const tu_moe_diff *d, double weight_bound, char *why, size_t len);
+/* Whether a --bf16 run got tracks the fp32 run fp within tests/test_mixtral.c's bf16 bounds: every
+ * step's loss within 2e-3 relative but not the same (bf16 in effect), every first-pass gradient within
+ * 5e-2 of its tensor's largest, and every bf16 parameter checked its rounded master weight. false: the
+ * first bound broken in why (with TRIDENT_TEST_VERBOSE the figures and the tensors above 1e-2 printed
+ * under name). */
+bool tu_moe_bf16_tracks(const char *name, const tu_result *got, const tu_result *fp, char *why, size_t len);
 /* With TRIDENT_TEST_VERBOSE set: one line of d's figures under name. */
 void tu_moe_diff_log(const char *name, const tu_moe_diff *d);
 
