@@ -107,8 +107,9 @@ Test(constraints_cp, experts_fold_cp_into_the_stage)
             "nearest valid expert-model-parallel sizes: 4");
 }
 
-/* --context-parallel-size and --cp-comm-type are layout flags (both CLIs, in -h); an unknown comm type
-   is refused by the parser naming the flag, the value and the choices */
+/* --context-parallel-size and --cp-comm-type are layout flags (both CLIs, in -h); --attention-backend
+   auto takes the fused core under cp; an unknown comm type is refused by the parser naming the flag,
+   the value and the choices */
 Test(constraints_cp, flags_parse_and_resolve)
 {
     tri_model m;
@@ -129,6 +130,13 @@ Test(constraints_cp, flags_parse_and_resolve)
     cr_expect_eq(out.cp, 2);
     cr_expect_eq(out.dp, 2);
     cr_expect_eq(out.cp_comm_type, TRI_CP_COMM_ALL_GATHER);
+    /* --attention-backend auto on a GPU is the unfused core for GPT-2, but the fused one under cp */
+    cl.gpu = true;
+    cr_assert_eq(tri_cli_layout_resolve(&cl, f, n, 4, &dims, &out), TRI_OK, "%s", tri_error_message());
+    cr_expect_eq(out.attention, TRI_ATTENTION_FLASH);
+    cl.req.cp = 1;
+    cr_assert_eq(tri_cli_layout_resolve(&cl, f, n, 4, &dims, &out), TRI_OK, "%s", tri_error_message());
+    cr_expect_eq(out.attention, TRI_ATTENTION_UNFUSED);
     tri_cli_layout_defaults(&cl);
     n = tri_cli_layout_flags(&cl, f, 0);
     char *bad[] = {"test", "--cp-comm-type", "ring"};

@@ -169,9 +169,9 @@ Test(partitioner_cp, search_proposes_cp_for_a_long_sequence)
     cr_assert_gt(n, 0, "no layout fits at any cp (%ld valid, %ld screened)", st.valid, st.screened);
     cr_expect_gt(best[0].layout.cp, 1);
     cr_expect(best[0].max_bytes <= tri_cluster_usable_bytes(&c));
-    cr_log_info("Llama 3 8B at 131072 tokens on %d H100s: best tp %d cp %d pp %d dp %d zero %d recompute %s: %.3f s, "
-                "MFU %.1f%%, max %.1f GB, cp %.3f s (%.3g GB)", SEARCH_GPUS, best[0].layout.tp, best[0].layout.cp,
-                best[0].layout.pp, best[0].layout.dp, best[0].layout.zero_stage,
+    cr_log_info("Llama 3 8B at 131072 tokens on %d H100s: best tp %d cp %d pp %d dp %d sp %d zero %d recompute %s: "
+                "%.3f s, MFU %.1f%%, max %.1f GB, cp %.3f s (%.3g GB)", SEARCH_GPUS, best[0].layout.tp, best[0].layout.cp,
+                best[0].layout.pp, best[0].layout.dp, best[0].layout.sequence_parallel, best[0].layout.zero_stage,
                 tri_recompute_name(best[0].layout.recompute), best[0].time.iteration_s, 100 * best[0].time.mfu,
                 best[0].max_bytes / 1e9, best[0].time.cp_s, best[0].time.cp_bytes / 1e9);
 }

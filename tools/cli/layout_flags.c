@@ -73,8 +73,8 @@ int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num
                                                             : TRI_RECOMPUTE_NONE;
     r->precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32;
     r->attention = strcmp(l->attention, "unfused") == 0 ? TRI_ATTENTION_UNFUSED
-                   : strcmp(l->attention, "flash") == 0 ? TRI_ATTENTION_FLASH
-                                                        : tri_cli_attention_auto(l->gpu, m);
+                   : strcmp(l->attention, "flash") == 0 || r->cp > 1 ? TRI_ATTENTION_FLASH /* auto: cp needs it */
+                                                                   : tri_cli_attention_auto(l->gpu, m);
     const tri_flag *cap = tri_flags_find(f, nf, "moe-expert-capacity-factor");
     if (cap && cap->seen && !(l->moe_capacity_factor > 0))
         return TRI_ERR(TRI_EINVAL, "--moe-expert-capacity-factor %g: a capacity factor must be positive (leave the "

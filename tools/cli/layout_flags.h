@@ -42,7 +42,8 @@ int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n);
 /* Resolves the parsed flags for num_gpus ranks of model m into *out (partitioner/constraints.h):
  * TRI_EINVAL with the rule's message. f (nf flags) tells whether --pipeline-schedule was given (else
  * the schedule follows --num-layers-per-virtual-pipeline-stage). --attention-backend auto resolves
- * with tri_cli_attention_auto. */
+ * with tri_cli_attention_auto, and to the fused core with --context-parallel-size > 1 (the only one
+ * that merges key/value blocks). */
 int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num_gpus, const tri_transformer *m,
                            tri_train_layout *out);
 
