@@ -119,6 +119,72 @@ static int check_tp_pp(const tri_transformer *m, const tri_layout_request *r, ct
     return TRI_OK;
 }
 
+static bool cp_ok(int64_t cp, const void *p)
+{
+    const ctx *c = p;
+    return c->r->num_gpus % (c->r->tp * c->r->pp * cp) == 0;
+}
+
+/* --context-parallel-size against the ranks (before the batch, which needs dp). */
+static int check_cp_ranks(const tri_layout_request *r, int cp, ctx *cx, char *near, int cap)
+{
+    if (cp < 1)
+        return TRI_ERR(TRI_EINVAL, "--context-parallel-size %d: must be >= 1; nearest valid: 1", cp);
+    int64_t mp = (int64_t)r->tp * cp * r->pp;
+    if (r->num_gpus % mp != 0) {
+        tri_nearest_valid(cp, 1, r->num_gpus, cp_ok, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d x --context-parallel-size %d x "
+                       "--pipeline-model-parallel-size %d = %lld does not divide the %d ranks (--num-gpus, or "
+                       "mpirun -np; data-parallel size = ranks / (tp x cp x pp)); nearest valid context-parallel "
+                       "sizes: %s", r->tp, cp, r->pp, (long long)mp, r->num_gpus, near);
+    }
+    return TRI_OK;
+}
+
+#define CP_TILE 64 /* the fused attention's tile rows, TRI_FLASH_BR = TRI_FLASH_BC (attention_math.h) */
+
+/* The sequence split of context parallelism (Megatron-Core's 2 cp chunks, rank i holding chunks i and
+ * 2cp-1-i) and what it needs of the attention and of sequence parallelism. */
+static int check_cp_sequence(const tri_transformer *m, const tri_layout_request *r, int cp, ctx *cx, char *near,
+                             int cap)
+{
+    const char *type = r->cp_comm_type ? r->cp_comm_type : "p2p";
+    if (strcmp(type, "p2p") != 0 && strcmp(type, "all_gather") != 0)
+        return TRI_ERR(TRI_EINVAL, "--cp-comm-type %s: expected p2p (the key/value ring) or all_gather (key/value "
+                       "gathered once per layer), Megatron-Core's names; nearest valid: p2p, all_gather", type);
+    if (cp == 1)
+        return TRI_OK;
+    if (r->attention == TRI_ATTENTION_UNFUSED)
+        return TRI_ERR(TRI_EINVAL, "--context-parallel-size %d needs the fused attention: --attention-backend "
+                       "unfused has no block merge (context parallelism merges key/value blocks by their "
+                       "log-sum-exp); nearest valid: --attention-backend flash, or --context-parallel-size 1", cp);
+    int64_t T = r->seq_length;
+    if (T % (2 * cp) != 0) {
+        cx->a = 2 * cp * CP_TILE;
+        tri_nearest_valid(T, 1, m->n_positions, multiple_of_a, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--seq-length %lld does not split into 2 x --context-parallel-size %d = %d "
+                       "chunks (cp rank i holds chunks i and 2cp-1-i); nearest valid (chunks of a multiple of "
+                       "%d rows): %s", (long long)T, cp, 2 * cp, CP_TILE, near);
+    }
+    if (T / (2 * cp) % CP_TILE != 0) {
+        cx->a = 2 * cp * CP_TILE;
+        tri_nearest_valid(T, 1, m->n_positions, multiple_of_a, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--seq-length %lld with --context-parallel-size %d: each of the 2 x cp chunks "
+                       "has %lld rows, expected a multiple of the fused attention's %d-row tile (chunk boundaries "
+                       "on tile boundaries), i.e. seq-length a multiple of 2 x cp x %d = %d; nearest valid: %s",
+                       (long long)T, cp, (long long)(T / (2 * cp)), CP_TILE, CP_TILE, 2 * cp * CP_TILE, near);
+    }
+    if (r->sequence_parallel && r->tp > 1 && T / cp % r->tp != 0) {
+        cx->a = (int64_t)2 * cp * CP_TILE * r->tp;
+        tri_nearest_valid(T, 1, m->n_positions, multiple_of_a, cx, near, cap);
+        return TRI_ERR(TRI_EINVAL, "--sequence-parallel with --context-parallel-size %d needs a rank's %lld local "
+                       "rows (--seq-length %lld / cp) divisible by --tensor-model-parallel-size %d (sequence "
+                       "parallelism splits them over tp); nearest valid seq-length: %s", cp,
+                       (long long)(T / cp), (long long)T, r->tp, near);
+    }
+    return TRI_OK;
+}
+
 static bool ep_ok(int64_t ep, const void *p)
 {
     const ctx *c = p;  /* a = the stage's tp x dp ranks, b = etp */
@@ -135,8 +201,8 @@ static bool etp_ok(int64_t etp, const void *p)
  * etp x ep x edp for the experts (edp = tp dp / (etp ep), a positive integer); each ep rank holds
  * E / ep experts; K <= E; tp > 1 needs sequence parallelism. A dense model (n_experts 0) takes
  * ep = etp = 1 only. */
-static int check_experts(const tri_transformer *m, int tp, int dp, int ep, int etp, bool sequence_parallel, ctx *cx,
-                         char *near, int cap)
+static int check_experts(const tri_transformer *m, int tp, int cp, int dp, int ep, int etp, bool sequence_parallel,
+                         ctx *cx, char *near, int cap)
 {
     if (ep < 1 || etp < 1)
         return TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d and --expert-tensor-parallel-size %d must be "
@@ -159,7 +225,12 @@ static int check_experts(const tri_transformer *m, int tp, int dp, int ep, int e
         return TRI_ERR(TRI_EINVAL, "--tensor-model-parallel-size %d with a mixture-of-experts model (num_experts "
                        "%lld) needs --sequence-parallel (each tensor-parallel rank routes its own sequence shard "
                        "through the router and the experts; Megatron-Core's rule)", tp, (long long)m->n_experts);
-    int64_t ranks = (int64_t)tp * dp;
+    int64_t ranks = (int64_t)tp * cp * dp;
+    char stage[96]; /* the stage's ranks in words: under context parallelism cp folds in with dp */
+    if (cp > 1)
+        snprintf(stage, sizeof stage, "tp x cp x dp = %d x %d x %d = %lld", tp, cp, dp, (long long)ranks);
+    else
+        snprintf(stage, sizeof stage, "tp x dp = %d x %d = %lld", tp, dp, (long long)ranks);
     cx->a = ranks;
     cx->b = etp;
     if (m->n_experts % ep != 0) {
@@ -172,16 +243,16 @@ static int check_experts(const tri_transformer *m, int tp, int dp, int ep, int e
         if (ranks % etp == 0) {
             tri_nearest_valid(ep, 1, m->n_experts, ep_ok, cx, near, cap);
             return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d x --expert-model-parallel-size %d = %d "
-                           "does not divide a pipeline stage's tp x dp = %d x %d = %lld ranks (parallel folding: "
+                           "does not divide a pipeline stage's %s ranks (parallel folding: "
                            "they regroup as etp x ep x expert-data-parallel); nearest valid expert-model-parallel "
-                           "sizes: %s", etp, ep, etp * ep, tp, dp, (long long)ranks, near);
+                           "sizes: %s", etp, ep, etp * ep, stage, near);
         }
         cx->b = ep;
         tri_nearest_valid(etp, 1, ranks, etp_ok, cx, near, cap);
         return TRI_ERR(TRI_EINVAL, "--expert-tensor-parallel-size %d x --expert-model-parallel-size %d = %d does "
-                       "not divide a pipeline stage's tp x dp = %d x %d = %lld ranks (parallel folding: they "
+                       "not divide a pipeline stage's %s ranks (parallel folding: they "
                        "regroup as etp x ep x expert-data-parallel); nearest valid expert-tensor-parallel sizes: "
-                       "%s", etp, ep, etp * ep, tp, dp, (long long)ranks, near);
+                       "%s", etp, ep, etp * ep, stage, near);
     }
     return TRI_OK;
 }
@@ -279,17 +350,20 @@ static int check_schedule(const tri_transformer *m, const tri_layout_request *r,
 
 int tri_layout_check_model(const tri_transformer *m, const tri_train_layout *l)
 {
-    int pp = l->pp > 0 ? l->pp : 1, dp = l->dp > 0 ? l->dp : 1; /* sizes these rules do not concern */
-    tri_layout_request r = {.num_gpus = l->tp * pp * dp, .tp = l->tp, .pp = pp, .micro_batch = l->B,
-                            .global_batch = 0, .seq_length = l->T, .sequence_parallel = l->sequence_parallel};
+    int pp = l->pp > 0 ? l->pp : 1, dp = l->dp > 0 ? l->dp : 1, cp = tri_layout_cp(l); /* sizes these rules do not concern */
+    tri_layout_request r = {.num_gpus = l->tp * cp * pp * dp, .tp = l->tp, .pp = pp, .cp = cp, .micro_batch = l->B,
+                            .global_batch = 0, .seq_length = l->T, .sequence_parallel = l->sequence_parallel,
+                            .attention = l->attention, .cp_comm_type = tri_cp_comm_type_name(l->cp_comm_type)};
     char near[160];
     int64_t global = 0;
     ctx cx = {.m = m, .r = &r};
     int rc = check_tp_pp(m, &r, &cx, near, sizeof near);
+    if (!rc) rc = check_cp_ranks(&r, cp, &cx, near, sizeof near);
     if (!rc) rc = check_batch(m, &r, dp, &cx, near, sizeof near, &global);
     if (!rc) rc = check_sequence_parallel(m, &r, &cx, near, sizeof near);
-    if (!rc) rc = check_experts(m, l->tp, dp, l->ep > 0 ? l->ep : 1, l->etp > 0 ? l->etp : 1, l->sequence_parallel, &cx, near,
-                                 sizeof near);
+    if (!rc) rc = check_cp_sequence(m, &r, cp, &cx, near, sizeof near);
+    if (!rc) rc = check_experts(m, l->tp, cp, dp, l->ep > 0 ? l->ep : 1, l->etp > 0 ? l->etp : 1, l->sequence_parallel,
+                                &cx, near, sizeof near);
     return rc;
 }
 
@@ -298,15 +372,18 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
     memset(out, 0, sizeof *out);
     char near[160];
     ctx cx = {.m = m, .r = r};
+    int cp = r->cp == 0 ? 1 : r->cp;
     int rc = check_tp_pp(m, r, &cx, near, sizeof near);
+    if (!rc) rc = check_cp_ranks(r, cp, &cx, near, sizeof near);
     if (rc)
         return rc;
-    int dp = r->num_gpus / (r->tp * r->pp);
+    int dp = r->num_gpus / (r->tp * cp * r->pp);
     int64_t global = 0;
     rc = check_batch(m, r, dp, &cx, near, sizeof near, &global);
     if (!rc) rc = check_sequence_parallel(m, r, &cx, near, sizeof near);
+    if (!rc) rc = check_cp_sequence(m, r, cp, &cx, near, sizeof near);
     int ep = r->ep > 0 ? r->ep : 1, etp = r->etp > 0 ? r->etp : 1;
-    if (!rc) rc = check_experts(m, r->tp, dp, ep, etp, r->sequence_parallel, &cx, near, sizeof near);
+    if (!rc) rc = check_experts(m, r->tp, cp, dp, ep, etp, r->sequence_parallel, &cx, near, sizeof near);
     if (rc)
         return rc;
     if (r->zero_stage < 0 || r->zero_stage > 3)
@@ -332,7 +409,9 @@ int tri_layout_resolve(const tri_transformer *m, const tri_layout_request *r, tr
     if (rc)
         return rc;
     tri_stage_plan_free(&plan);
-    *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .ep = ep, .etp = etp,
+    *out = (tri_train_layout){.tp = r->tp, .pp = r->pp, .dp = dp, .cp = cp, .ep = ep, .etp = etp,
+                              .cp_comm_type = r->cp_comm_type && strcmp(r->cp_comm_type, "all_gather") == 0
+                                                  ? TRI_CP_COMM_ALL_GATHER : TRI_CP_COMM_P2P,
                               .v = v, .sequence_parallel = r->sequence_parallel,
                               .B = r->micro_batch, .T = r->seq_length, .global_batch = global,
                               .n_micro = n_micro, .zero_stage = r->zero_stage, .recompute = r->recompute,

@@ -21,6 +21,13 @@
  *     --expert-tensor-parallel-size etp): only for a mixture-of-experts model (m->n_experts > 0),
  *     n_experts divisible by ep, etp x ep divides tp x dp (the stage's ranks regroup as etp x ep x
  *     edp for the experts), num_experts_per_tok <= n_experts, ep > 1 with tp > 1 needs sequence-parallel;
+ *   context parallelism (--context-parallel-size cp, --cp-comm-type; docs/context_parallel.md): cp >= 1
+ *     and tp x cp x pp divides the ranks (dp = ranks / (tp x cp x pp)); --cp-comm-type p2p or
+ *     all_gather; with cp > 1: seq-length divisible by 2 x cp (the chunks) and each chunk Tc = T / (2
+ *     cp) a multiple of the fused attention's 64-row tile (TRI_FLASH_BR), so seq-length a multiple of
+ *     2 x cp x 64; the fused attention (the unfused backend has no block merge); with sequence
+ *     parallelism the local rows T / cp divisible by tp; a mixture of experts folds tp x cp x dp as
+ *     etp x ep x edp;
  *   zb-h1 and gpipe take no interleaving (bf16 runs on every preset: the CPU backend computes it
  *   in fp32).
  * For a number that fails, the message lists the closest valid numbers below and above it, e.g.
@@ -41,6 +48,8 @@ extern "C" {
 typedef struct tri_layout_request {
     int num_gpus;
     int tp, pp;
+    int cp;                         /* --context-parallel-size (0 taken as 1) */
+    const char *cp_comm_type;       /* --cp-comm-type: "p2p" (NULL: p2p) or "all_gather" */
     int ep, etp;                    /* expert-model / expert-tensor-parallel sizes (0 taken as 1) */
     int layers_per_virtual_stage;   /* 0: no interleaving */
     int64_t micro_batch, global_batch, seq_length;   /* global_batch 0: micro_batch x dp */

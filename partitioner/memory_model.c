@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "partitioner/context_parallel.h"
+
 /* Sizes of one layout, as doubles: the model's ends' (the block's are its family's, tri_block_cost). */
 typedef struct dims {
     double h, t_sp, N, N_l, V_l;
@@ -73,7 +75,7 @@ static void chunk_buffers(const tri_transformer *m, const tri_train_layout *l, c
 
 int tri_expert_dp(const tri_train_layout *l)
 {
-    int tp = l->tp > 1 ? l->tp : 1, dp = l->dp > 1 ? l->dp : 1;
+    int tp = l->tp > 1 ? l->tp : 1, dp = (l->dp > 1 ? l->dp : 1) * tri_layout_cp(l); /* cp folds into edp */
     int ep = l->ep > 1 ? l->ep : 1, etp = l->etp > 1 ? l->etp : 1;
     return tp * dp / (ep * etp) > 1 ? tp * dp / (ep * etp) : 1;
 }
@@ -162,10 +164,18 @@ static double largest_slice(const tri_transformer *m, const tri_train_layout *l,
     return (len - b.expert_params) / dp + b.expert_params / tri_expert_dp(l);
 }
 
-void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
+void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l_cp, const tri_stage_plan *plan,
                         int pp_rank, const int *in_flight, double bytes[TRI_MEM_KINDS])
 {
     memset(bytes, 0, TRI_MEM_KINDS * sizeof *bytes);
+    /* context parallelism: the rank's T_l = T / cp rows, ZeRO over dp x cp, and the attention's cp
+       scratch (the backward's buffer, which holds the forward's), once per rank */
+    int64_t cp_fwd, cp_bwd;
+    tri_cp_dims cpd = tri_cp_dims_of(m, l_cp);
+    tri_cp_scratch_bytes(&cpd, &cp_fwd, &cp_bwd);
+    bytes[TRI_MEM_COMM] += (double)cp_bwd;
+    tri_train_layout local = tri_layout_cp_local(l_cp);
+    const tri_train_layout *l = &local;
     dims d = get_dims(m, l);
     double e = elem_bytes(l), dp = l->dp > 1 ? l->dp : 1, recompute = tri_transformer_block(m, l).recompute;
     int z = l->zero_stage;

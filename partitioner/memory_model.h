@@ -83,11 +83,13 @@ void tri_mem_model_states(double psi, int dp, int zero, tri_precision p, double 
                           double *optimizer);
 
 /* bytes[kind] of pipeline rank pp_rank under plan (its chunks c * pp + pp_rank), keeping
- * in_flight[c] micro-batches in local chunk c (c < plan->v). */
+ * in_flight[c] micro-batches in local chunk c (c < plan->v). Under context parallelism (l->cp > 1) the
+ * rank's micro-batches have T / cp rows, ZeRO shards over dp x cp (tri_layout_cp_local) and the
+ * attention's cp scratch (tri_cp_scratch_bytes, the backward's) is one TRI_MEM_COMM buffer. */
 void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
                         int pp_rank, const int *in_flight, double bytes[TRI_MEM_KINDS]);
 
-/* The expert-data-parallel size of layout l (Megatron-Core's parallel folding): edp = tp dp / (etp
+/* The expert-data-parallel size of layout l (Megatron-Core's parallel folding): edp = tp cp dp / (etp
  * ep), at least 1. The routed experts' gradients reduce and ZeRO shards their parameters, gradients
  * and optimizer state over it (the dense parameters' over dp). */
 int tri_expert_dp(const tri_train_layout *l);

@@ -81,7 +81,9 @@ int tri_preview_create(tri_preview *p, const tri_transformer *m, const tri_train
         memcpy(p->mem[r], p->model_mem[r], sizeof p->mem[r]);
     }
     free(chunk);
-    if (!rc && engine_plan) /* the engine plans every layout it runs: fp32 and bf16 alike */
+    /* the engine plans every layout it runs: fp32 and bf16 alike; not context parallelism yet (the
+       formulas then: docs/context_parallel.md "Left") */
+    if (!rc && engine_plan && tri_layout_cp(l) == 1)
         rc = engine_memory(p, engine_plan, ctx);
     if (rc) {
         tri_preview_destroy(p);
@@ -116,7 +118,7 @@ void tri_preview_destroy(tri_preview *p)
 
 void tri_preview_stage_ranks(const tri_preview *p, int r, int *lo, int *hi, int *node_lo, int *node_hi)
 {
-    tri_stage_world_ranks(r, p->layout.tp, p->layout.dp, lo, hi);
+    tri_stage_world_ranks(r, p->layout.tp, p->layout.dp * tri_layout_cp(&p->layout), lo, hi); /* tp x cp x dp a stage */
     int g = p->cluster.gpus_per_node > 0 ? p->cluster.gpus_per_node : 1;
     *node_lo = *lo / g;
     *node_hi = *hi / g;

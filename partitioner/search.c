@@ -109,13 +109,14 @@ static int try_options(const tri_transformer *m, const tri_cluster *c, const tri
     return rc;
 }
 
-/* Schedules and micro-batch sizes for one (tp, pp). */
-static int try_tp_pp(const tri_transformer *m, const tri_cluster *c, const tri_search_space *sp, int tp, int pp,
-                     pool *p, tri_search_stats *st)
+/* Schedules and micro-batch sizes for one (tp, cp, pp). */
+static int try_tp_pp(const tri_transformer *m, const tri_cluster *c, const tri_search_space *sp, int tp, int cp,
+                     int pp, pool *p, tri_search_stats *st)
 {
-    int dp = c->num_gpus / (tp * pp);
+    int dp = c->num_gpus / (tp * cp * pp);
     tri_layout_request req = sp->base;
     req.tp = tp;
+    req.cp = cp;
     req.pp = pp;
     req.first_layers = req.last_layers = -1;
     if (req.global_batch % dp != 0)
@@ -133,11 +134,11 @@ static int try_tp_pp(const tri_transformer *m, const tri_cluster *c, const tri_s
             req.layers_per_virtual_stage = v > 1 ? (int)(m->n_layer / ((int64_t)pp * v)) : 0;
             for (int s = 0; s < (tp > 1 ? 2 : 1) && !rc; s++) {
                 req.sequence_parallel = s == 1;
-                /* expert parallelism: each ep dividing the experts and the stage's tp x dp ranks
+                /* expert parallelism: each ep dividing the experts and the stage's tp x cp x dp ranks
                    (etp 1); the layout rules refuse the rest */
-                int64_t max_ep = m->n_experts > 0 ? m->n_experts : 1;
-                for (int64_t ep = 1; ep <= max_ep && ep <= (int64_t)tp * dp && !rc; ep++) {
-                    if (max_ep % ep != 0 || ((int64_t)tp * dp) % ep != 0)
+                int64_t max_ep = m->n_experts > 0 ? m->n_experts : 1, stage = (int64_t)tp * cp * dp;
+                for (int64_t ep = 1; ep <= max_ep && ep <= stage && !rc; ep++) {
+                    if (max_ep % ep != 0 || stage % ep != 0)
                         continue;
                     req.ep = (int)ep;
                     req.etp = 1;
@@ -169,9 +170,18 @@ int tri_search_layouts(const tri_transformer *m, const tri_cluster *c, const tri
     for (int tp = 1; tp <= space->max_tp && tp <= c->num_gpus && !rc; tp++) {
         if (!tri_layout_tp_fits_heads(m, tp) || c->num_gpus % tp != 0)
             continue;
-        for (int pp = 1; pp <= c->num_gpus / tp && pp <= m->n_layer && !rc; pp++)
-            if ((c->num_gpus / tp) % pp == 0)
-                rc = try_tp_pp(m, c, space, tp, pp, &p, stats);
+        /* context parallelism: cp 1 first, then the divisors of the rest whose 2 cp chunks of the
+           sequence are whole tiles (the layout rules refuse the others anyway) */
+        int max_cp = space->max_cp > 1 ? space->max_cp : 1;
+        int64_t T = space->base.seq_length;
+        for (int cp = 1; cp <= max_cp && cp <= c->num_gpus / tp && !rc; cp++) {
+            if ((c->num_gpus / tp) % cp != 0 || (cp > 1 && T % (2 * cp * 64) != 0))
+                continue;
+            int rest = c->num_gpus / (tp * cp);
+            for (int pp = 1; pp <= rest && pp <= m->n_layer && !rc; pp++)
+                if (rest % pp == 0)
+                    rc = try_tp_pp(m, c, space, tp, cp, pp, &p, stats);
+        }
     }
     /* exact previews of the screened pool; keep what fits */
     int kept = 0;

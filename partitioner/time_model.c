@@ -7,6 +7,7 @@
 
 #include "engine/core/status.h"
 #include "engine/train/local_sgd.h"
+#include "partitioner/context_parallel.h"
 #include "partitioner/dp_overlap.h"
 #include "partitioner/flops.h"
 #include "partitioner/memory_model.h"
@@ -35,16 +36,48 @@ static double sum_bytes(const uint64_t bytes[TRI_COMM_KINDS])
     return t;
 }
 
-tri_chunk_time tri_time_chunk(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
+/* Exposed context-parallel seconds of one micro-batch through `layers` layers, forward and backward
+ * (context_parallel.h); *bytes: their traffic (payload). The attention core per layer and rank:
+ * core_flops / (tp cp) at the gemm rate forward, twice that backward. */
+static void cp_chunk_time(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c, double layers,
+                          double *fwd_s, double *bwd_s, double *bytes)
+{
+    *fwd_s = *bwd_s = *bytes = 0.0;
+    int cp = tri_layout_cp(l);
+    if (cp == 1)
+        return;
+    tri_cp_dims d = tri_cp_dims_of(m, l);
+    uint64_t fwd[TRI_COMM_KINDS], bwd[TRI_COMM_KINDS];
+    int steps;
+    tri_cp_layer_traffic(&d, fwd, bwd, &steps);
+    bool inter;
+    double bw = group_bw(c, l->tp, cp, &inter);
+    double attn = tri_transformer_block(m, l).core_flops / ((double)l->tp * cp) /
+                  (tri_cluster_peak(c, l->precision) * c->eff.gemm);
+    *fwd_s = layers * tri_cp_exposed_seconds(&d, fwd, bw, attn);
+    *bwd_s = layers * tri_cp_exposed_seconds(&d, bwd, bw, 2.0 * attn);
+    *bytes = layers * (sum_bytes(fwd) + sum_bytes(bwd));
+    if (l->recompute == TRI_RECOMPUTE_FULL) { /* the recomputed forward exchanges key/value again */
+        *bwd_s += *fwd_s;
+        *bytes += layers * sum_bytes(fwd);
+    }
+}
+
+tri_chunk_time tri_time_chunk(const tri_transformer *m, const tri_train_layout *l_in, const tri_cluster *c,
                               const tri_stage_plan *plan, int g)
 {
     tri_chunk_time t;
     const tri_stage_place *place = &plan->chunks[g];
-    double layers = place->layer_end - place->layer_start;
-    double flop_rate = tri_cluster_peak(c, l->precision) * c->eff.gemm;
+    double layers = place->layer_end - place->layer_start, cp = tri_layout_cp(l_in);
+    double flop_rate = tri_cluster_peak(c, l_in->precision) * c->eff.gemm;
     double mem_rate = tri_cluster_mem_bw(c) * c->eff.memory;
-    double F = plan->costs[g].flops;
-    double R = layers * tri_block_recompute_flops(m, l->B, l->T, l->tp, tri_layout_recomputes(l));
+    /* a cp rank computes 1 / cp of the micro-batch's FLOPs (the plan's, over T rows) */
+    double F = plan->costs[g].flops / cp;
+    double R = layers * tri_block_recompute_flops(m, l_in->B, l_in->T, l_in->tp, tri_layout_recomputes(l_in)) / cp;
+    double cp_bytes;
+    cp_chunk_time(m, l_in, c, layers, &t.fwd_cp, &t.bwd_cp, &cp_bytes);
+    tri_train_layout local = tri_layout_cp_local(l_in); /* the rank's T_l rows */
+    const tri_train_layout *l = &local;
     /* elementwise traffic: the activations kept without recomputation, moved 4x (6x with full) */
     tri_train_layout kept = *l;
     kept.recompute = TRI_RECOMPUTE_NONE;
@@ -233,9 +266,11 @@ static int group_traffic(const tri_transformer *m, const tri_train_layout *l, co
     return TRI_OK;
 }
 
-int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan, int r,
+int tri_time_dp_traffic(const tri_transformer *m, const tri_train_layout *l_cp, const tri_stage_plan *plan, int r,
                         double bytes[TRI_COMM_KINDS])
 {
+    tri_train_layout dpl = tri_layout_cp_local(l_cp); /* the gradients' group: dp x cp */
+    const tri_train_layout *l = &dpl;
     double e[TRI_COMM_KINDS];
     int rc = group_traffic(m, l, plan, r, false, bytes);
     if (!rc) rc = group_traffic(m, l, plan, r, true, e);
@@ -522,7 +557,8 @@ static int simulated_dp(const tri_transformer *m, const tri_train_layout *l, con
 static void throughput(const tri_transformer *m, const tri_train_layout *l, const tri_cluster *c,
                        tri_time_result *out)
 {
-    out->iteration_s = out->compute_s + out->tp_s + out->ep_s + out->bubble_s + out->pp_s + out->dp_s + out->optimizer_s;
+    out->iteration_s = out->compute_s + out->tp_s + out->ep_s + out->cp_s + out->bubble_s + out->pp_s + out->dp_s +
+                       out->optimizer_s;
     out->model_flops = tri_iteration_flops(m, l->global_batch, l->T, false);
     out->hw_flops = tri_iteration_hw_flops(m, l->global_batch, l->T, tri_layout_recomputes(l));
     double peak = tri_cluster_peak(c, l->precision);
@@ -543,12 +579,13 @@ static int chunk_times(const tri_transformer *m, const tri_train_layout *l, cons
     out->fwd_s = out->bwd_s = 0.0;
     for (int g = 0; g < n; g++) {
         (*times)[g] = tri_time_chunk(m, l, c, plan, g);
-        out->fwd_s += ((*times)[g].fwd_compute + (*times)[g].fwd_tp + (*times)[g].fwd_ep) / n;
-        out->bwd_s += ((*times)[g].bwd_compute + (*times)[g].bwd_tp + (*times)[g].bwd_ep) / n;
+        out->fwd_s += ((*times)[g].fwd_compute + (*times)[g].fwd_tp + (*times)[g].fwd_ep + (*times)[g].fwd_cp) / n;
+        out->bwd_s += ((*times)[g].bwd_compute + (*times)[g].bwd_tp + (*times)[g].bwd_ep + (*times)[g].bwd_cp) / n;
     }
-    tri_layout_shape shape = tri_train_layout_shape(l);
+    tri_train_layout local = tri_layout_cp_local(l); /* the message is a rank's T_l rows */
+    tri_layout_shape shape = tri_train_layout_shape(&local);
     double bytes = (double)tri_pp_message_bytes(m, &shape, tri_precision_bytes(l->precision));
-    out->pp_inter_node = l->pp > 1 && (double)l->tp * l->dp * l->pp > c->gpus_per_node;
+    out->pp_inter_node = l->pp > 1 && (double)l->tp * tri_layout_cp(l) * l->dp * l->pp > c->gpus_per_node;
     double bw = out->pp_inter_node ? tri_cluster_inter_bw(c) * c->eff.inter : c->hw->intra_bw * c->eff.intra;
     out->p2p_message_s = l->pp > 1 ? bytes / bw : 0.0;
     out->pp_bytes = l->pp > 1 ? 2.0 * bytes * l->n_micro * plan->v : 0.0;
@@ -557,27 +594,36 @@ static int chunk_times(const tri_transformer *m, const tri_train_layout *l, cons
     out->tp_inter_node = inter;
     group_bw(c, l->etp > 1 ? l->etp : 1, l->ep > 1 ? l->ep : 1, &inter);
     out->ep_inter_node = inter;
+    group_bw(c, l->tp, tri_layout_cp(l), &inter);
+    out->cp_inter_node = inter;
     return TRI_OK;
 }
 
 /* Compute and TP time of pipeline rank r per iteration, from the exact chunk times. */
 static void rank_split(const tri_stage_plan *plan, const tri_chunk_time *times, int m_micro, int r,
-                       double *compute, double *tp, double *ep)
+                       double *compute, double *tp, double *ep, double *cp)
 {
-    *compute = *tp = *ep = 0.0;
+    *compute = *tp = *ep = *cp = 0.0;
     for (int c = 0; c < plan->v; c++) {
         const tri_chunk_time *t = &times[c * plan->pp + r];
         *compute += m_micro * (t->fwd_compute + t->bwd_compute);
         *tp += m_micro * (t->fwd_tp + t->bwd_tp);
         *ep += m_micro * (t->fwd_ep + t->bwd_ep);
+        *cp += m_micro * (t->fwd_cp + t->bwd_cp);
     }
 }
 
-static void tp_bytes_of_rank(const tri_transformer *m, const tri_train_layout *l, const tri_stage_plan *plan,
-                             int r, tri_time_result *out)
+static void tp_bytes_of_rank(const tri_transformer *m, const tri_train_layout *l_in, const tri_stage_plan *plan,
+                             int r, const tri_cluster *cl, tri_time_result *out)
 {
+    tri_train_layout local = tri_layout_cp_local(l_in); /* a rank's T_l rows */
+    const tri_train_layout *l = &local;
     tri_layout_shape shape = tri_train_layout_shape(l);
     for (int c = 0; c < plan->v; c++) {
+        const tri_stage_place *pl = &plan->chunks[c * plan->pp + r];
+        double cf, cb, cbytes;
+        cp_chunk_time(m, l_in, cl, pl->layer_end - pl->layer_start, &cf, &cb, &cbytes);
+        out->cp_bytes += l->n_micro * cbytes;
         uint64_t fwd[TRI_COMM_KINDS], bwd[TRI_COMM_KINDS];
         tri_tp_microbatch_traffic(m, &shape, &plan->chunks[c * plan->pp + r], tri_precision_bytes(l->precision),
                                   fwd, bwd);
@@ -608,8 +654,8 @@ int tri_time_model_run(const tri_transformer *m, const tri_train_layout *l, cons
     }
     double mean = out->fwd_s + out->bwd_s;
     for (int g = 0; g < n; g++)
-        scale[g] = mean > 0 ? (times[g].fwd_compute + times[g].fwd_tp + times[g].fwd_ep + times[g].bwd_compute +
-                               times[g].bwd_tp + times[g].bwd_ep) / mean
+        scale[g] = mean > 0 ? (times[g].fwd_compute + times[g].fwd_tp + times[g].fwd_ep + times[g].fwd_cp +
+                               times[g].bwd_compute + times[g].bwd_tp + times[g].bwd_ep + times[g].bwd_cp) / mean
                             : 1.0;
     tri_sim_costs costs = {.fwd = out->fwd_s, .bwd = out->bwd_s, .bwd_input = out->bwd_s / 2,
                            .bwd_weight = out->bwd_s / 2, .comm = 0.0, .chunk_scale = scale};
@@ -624,23 +670,25 @@ int tri_time_model_run(const tri_transformer *m, const tri_train_layout *l, cons
         for (int r = 1; r < plan->pp; r++)
             if (timed.busy[r] > timed.busy[r_max])
                 r_max = r;
-        double compute, tp, ep;
-        rank_split(plan, times, l->n_micro, r_max, &compute, &tp, &ep);
-        double busy = timed.busy[r_max], exact = compute + tp + ep;
+        double compute, tp, ep, cpt;
+        rank_split(plan, times, l->n_micro, r_max, &compute, &tp, &ep, &cpt);
+        double busy = timed.busy[r_max], exact = compute + tp + ep + cpt;
         out->busiest_rank = r_max;
         out->compute_s = exact > 0 ? busy * compute / exact : 0.0;
         out->tp_s = exact > 0 ? busy * tp / exact : 0.0;
         out->ep_s = exact > 0 ? busy * ep / exact : 0.0;
+        out->cp_s = exact > 0 ? busy * cpt / exact : 0.0;
         out->makespan_no_comm_s = quiet.makespan;
         out->makespan_s = timed.makespan;
         out->bubble_s = quiet.makespan > busy ? quiet.makespan - busy : 0.0;
         out->pp_s = timed.makespan > quiet.makespan ? timed.makespan - quiet.makespan : 0.0;
         out->bubble_fraction = timed.bubble;
         out->simulated = true;
-        tp_bytes_of_rank(m, l, plan, r_max, out);
-        rc = per_step(m, l, c, plan, r_max, out);
-        if (!rc && overlap_simulated(l, c))
-            rc = simulated_dp(m, l, c, plan, s, &timed, out);
+        tp_bytes_of_rank(m, l, plan, r_max, c, out);
+        tri_train_layout dpl = tri_layout_cp_local(l); /* the gradients' group: dp x cp */
+        rc = per_step(m, &dpl, c, plan, r_max, out);
+        if (!rc && overlap_simulated(&dpl, c))
+            rc = simulated_dp(m, &dpl, c, plan, s, &timed, out);
         throughput(m, l, c, out);
     }
     if (!rc && sim)
@@ -661,16 +709,17 @@ void tri_time_model_quick(const tri_transformer *m, const tri_train_layout *l, c
     if (chunk_times(m, l, c, plan, &times, out))
         return;
     int r_max = 0;
-    double best = -1.0, compute = 0.0, tp = 0.0, ep = 0.0;
+    double best = -1.0, compute = 0.0, tp = 0.0, ep = 0.0, cpt = 0.0;
     for (int r = 0; r < plan->pp; r++) {
-        double cr, tr, er;
-        rank_split(plan, times, l->n_micro, r, &cr, &tr, &er);
-        if (cr + tr + er > best) {
-            best = cr + tr + er;
+        double cr, tr, er, pr;
+        rank_split(plan, times, l->n_micro, r, &cr, &tr, &er, &pr);
+        if (cr + tr + er + pr > best) {
+            best = cr + tr + er + pr;
             r_max = r;
             compute = cr;
             tp = tr;
             ep = er;
+            cpt = pr;
         }
     }
     double pair = out->fwd_s + out->bwd_s, p = plan->pp;
@@ -678,14 +727,16 @@ void tri_time_model_quick(const tri_transformer *m, const tri_train_layout *l, c
     out->compute_s = compute;
     out->tp_s = tp;
     out->ep_s = ep;
+    out->cp_s = cpt;
     if (l->schedule && strcmp(l->schedule, "zb-h1") == 0)
         out->bubble_s = (p - 1.0) * (out->fwd_s + out->bwd_s / 2);
     else
         out->bubble_s = (p - 1.0) / plan->v * pair;
     out->pp_s = 2.0 * (p - 1.0) * out->p2p_message_s;
-    out->bubble_fraction = out->bubble_s / (out->bubble_s + compute + tp + ep);
-    tp_bytes_of_rank(m, l, plan, r_max, out);
-    if (per_step(m, l, c, plan, r_max, out) != TRI_OK)
+    out->bubble_fraction = out->bubble_s / (out->bubble_s + compute + tp + ep + cpt);
+    tp_bytes_of_rank(m, l, plan, r_max, c, out);
+    tri_train_layout dpl = tri_layout_cp_local(l); /* the gradients' group: dp x cp */
+    if (per_step(m, &dpl, c, plan, r_max, out) != TRI_OK)
         out->dp_s = 1e300;   /* out of memory: rank it last */
     throughput(m, l, c, out);
     free(times);

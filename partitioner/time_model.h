@@ -15,11 +15,17 @@
  *             forward and backward, again under full recomputation): the bytes sent over the ep
  *             group's bandwidth (ep ranks at stride etp: NVLink when etp x ep fits a node), all of
  *             it exposed (the experts wait for their tokens); the etp group's gathers as rings.
+ *   CP comm   context parallelism (cp > 1; partitioner/context_parallel.h): a rank computes 1 / cp of
+ *             the chunk's FLOPs (the causal work balanced by the 2 cp chunks) over T_l = T / cp rows
+ *             (activations, TP/EP/PP messages of T_l rows); per layer the key/value exchange of
+ *             tri_cp_layer_traffic over the cp group (ranks tp apart), all_gather fully exposed, p2p
+ *             exposed per ring step as max(0, transfer - that step's attention); again under full
+ *             recomputation. The data-parallel group is then dp x cp (gradients and ZeRO).
  * These give each chunk's forward and backward op time. The pipeline schedule is then simulated
  * (partitioner/simulate.h) with the mean forward and backward and each chunk's total as its
  * chunk_scale, once without and once with the p2p message time (tri_pp_message_bytes over
  * NVLink, or InfiniBand when the pipeline spans nodes). For the busiest pipeline rank:
- *   compute + TP + EP  its busy time, split by the shares above;
+ *   compute + TP + EP + CP  its busy time, split by the shares above;
  *   bubble        the simulated makespan without message time minus its busy time;
  *   PP            what the message time adds to the makespan;
  * and after the pipeline, once per step:
@@ -69,12 +75,14 @@ typedef struct tri_chunk_time {
     double fwd_tp, bwd_tp;             /* exposed tensor-parallel communication */
     double fwd_ep, bwd_ep;             /* expert-parallel all-to-alls (blocking: the experts wait for
                                           their tokens), at the ep group's bandwidth */
+    double fwd_cp, bwd_cp;             /* exposed context-parallel key/value communication
+                                          (partitioner/context_parallel.h) */
 } tri_chunk_time;
 
 typedef struct tri_time_result {
     double iteration_s;
     /* the iteration split for the busiest pipeline rank (they sum to iteration_s) */
-    double compute_s, tp_s, ep_s, bubble_s, pp_s, dp_s, optimizer_s;
+    double compute_s, tp_s, ep_s, cp_s, bubble_s, pp_s, dp_s, optimizer_s;
     int busiest_rank;
     double bubble_fraction;        /* the simulator's 1 - sum(busy) / (pp x makespan), with messages */
     double makespan_s, makespan_no_comm_s;
@@ -84,6 +92,8 @@ typedef struct tri_time_result {
     double tokens_per_s, model_tflops_per_gpu, mfu, hfu;
     double tp_bytes, pp_bytes, dp_bytes;  /* per step, on the busiest rank (payload convention, traffic.h) */
     double ep_bytes;               /* expert-parallel bytes per step on the busiest rank (traffic.h) */
+    double cp_bytes;               /* context-parallel key/value bytes per step on the busiest rank (payload
+                                      convention; partitioner/context_parallel.h) */
     /* data parallelism (see "DP" above) on the busiest rank, per step */
     double dp_sent_bytes;          /* what it puts on the wire (ring volumes; compressed payloads) */
     double dp_grad_sent_bytes;     /* of which the gradient reductions (local SGD: the deltas') */
@@ -99,7 +109,7 @@ typedef struct tri_time_result {
     double dp_blocking_s;          /* simulated: the same timelines with every dp operation blocking
                                       (the latest rank's end, which may be another rank than the
                                       busiest one the share model charges) */
-    bool tp_inter_node, pp_inter_node, dp_inter_node, ep_inter_node;
+    bool tp_inter_node, pp_inter_node, dp_inter_node, ep_inter_node, cp_inter_node;
     bool simulated;                /* false: the closed-form bubble (tri_time_model_quick) */
 } tri_time_result;
 

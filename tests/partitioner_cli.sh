@@ -154,6 +154,19 @@ PY
 rows=$(grep -cE '^[0-9]+ ' "$tmp/search.txt")
 if [ "$rows" -eq 10 ]; then ok "--search prints the top ten"; else fail "--search printed $rows rows:"; cat "$tmp/search.txt"; fi
 
+# ---- context parallelism: the layout line, the CP comm line of the time split, the JSON's fields
+# (docs/context_parallel.md); a search over cp puts the cp column in its table ----
+cp=(--config models/llama-3.1-8b.json --hardware h100-sxm --num-gpus 16 --tensor-model-parallel-size 4
+    --context-parallel-size 4 --sequence-parallel --seq-length 131072 --micro-batch-size 1 --global-batch-size 16 --bf16)
+"$bin" "${cp[@]}" > "$tmp/cp.txt" 2>&1 || fail "cp preview"; "$bin" "${cp[@]}" --json > "$tmp/cp.json" 2>&1 || fail "cp json"
+if grep -qF "layout: tp 4 x cp 4 (p2p, 32768 rows a rank) x pp 1 x dp 1" "$tmp/cp.txt" && grep -qE "^  CP comm .* GB per rank" "$tmp/cp.txt" &&
+   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); s=json.dumps(d); assert "\"context_parallel_size\": 4" in s and "cp_bytes_per_step" in s and "cp_comm_s" in s' "$tmp/cp.json" &&
+   "$bin" "${cp[@]}" --search --top 3 | grep -qE "^rank +tp +cp +pp"; then
+  ok "cp: layout line, CP comm in the time split, JSON fields, the search's cp column"
+else
+  fail "cp preview:"; head -20 "$tmp/cp.txt"
+fi
+
 # ---- bad input ----
 # expect NAME TEXT [flags...]: exit status 1, TEXT in the one error line, nothing on stdout
 expect() {

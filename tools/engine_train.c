@@ -270,6 +270,11 @@ static int validate(run *r)
     rc = tri_cli_layout_resolve(&a->layout, r->flags, r->nflags, r->world->size, &dims, &r->L);
     if (rc)
         return rc;
+    /* after the validator's rules, so a bad cp gets its rule's message (docs/context_parallel.md "Left") */
+    if (r->L.cp > 1)
+        return TRI_ERR(TRI_EINVAL, "--context-parallel-size %d: context parallelism is not wired into the training "
+                       "loop yet (the grid, the flags, the validator and the partitioner's plan are; run "
+                       "--context-parallel-size 1, or plan it with the partitioner)", r->L.cp);
     a->compression.start_iter_given = tri_flags_find(r->flags, r->nflags, "grad-compression-start-iter")->seen;
     a->compression.powersgd_start_iter_given = tri_flags_find(r->flags, r->nflags, "powersgd-start-iter")->seen;
     rc = tri_cli_compression_resolve(&a->compression, r->L.dp, r->L.zero_stage, (uint64_t)a->seed,

@@ -46,7 +46,7 @@ typedef struct args {
     const char *config, *hardware, *timeline, *calibrate;
     int num_gpus, gpus_per_node, cpu_cores;
     tri_cli_layout layout;     /* the layout flags engine_train shares (tools/cli/layout_flags.h) */
-    int top, max_tp, max_micro_batch;
+    int top, max_tp, max_micro_batch, max_cp;
     bool json, search, sweep;
     float gemm, memory, intra, inter, tp_exposed, dp_exposed;
     /* data parallelism over slow links (engine_train's flags and defaults, engine/train/grad_compression.h) */
@@ -57,7 +57,7 @@ typedef struct args {
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
 #define CHOICE(name, dst, choices, help) {name, TRI_FLAG_CHOICE, dst, help, 0, 0, choices, false}
-#define N_FLAGS 60
+#define N_FLAGS 72
 
 static int make_flags(args *a, tri_flag *f)
 {
@@ -73,6 +73,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("search", TRI_FLAG_BOOL, &a->search, "rank every layout that fits by predicted throughput", 0, 0);
     f[n++] = (tri_flag)FLAG("top", TRI_FLAG_INT, &a->top, "--search: layouts printed", 1, 1000);
     f[n++] = (tri_flag)FLAG("search-max-tp", TRI_FLAG_INT, &a->max_tp, "--search: largest tp (0: GPUs per node)", 0, 1 << 20);
+    f[n++] = (tri_flag)FLAG("search-max-cp", TRI_FLAG_INT, &a->max_cp, "--search: largest context-parallel size (0: every divisor of the GPUs; 1: none)", 0, 1 << 20);
     f[n++] = (tri_flag)FLAG("search-max-micro-batch", TRI_FLAG_INT, &a->max_micro_batch, "--search: largest micro-batch size", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("calibrate", TRI_FLAG_STRING, &a->calibrate, "engine_train metrics.jsonl of a run of this layout: sets the gemm fraction", 0, 0);
     f[n++] = (tri_flag)FLAG("gemm-efficiency", TRI_FLAG_FLOAT, &a->gemm, "fraction of the dense peak the matmuls reach (default: the preset's)", 1e-6, 1);
@@ -270,7 +271,8 @@ static int search(const args *a, const tri_model *model, const tri_transformer *
                   const tri_layout_request *req, const tri_moe_run *moe, const tri_report_info *info)
 {
     tri_search_space space = {.base = *req, .max_tp = a->max_tp > 0 ? a->max_tp : c->gpus_per_node,
-                              .max_micro_batch = a->max_micro_batch, .max_v = 8, .moe = *moe};
+                              .max_micro_batch = a->max_micro_batch, .max_v = 8,
+                              .max_cp = a->max_cp > 0 ? a->max_cp : c->num_gpus, .moe = *moe};
     tri_search_entry *best = calloc((size_t)a->top, sizeof *best);
     if (!best)
         return TRI_ERR(TRI_ENOMEM, "out of memory");

@@ -16,6 +16,11 @@ const char *tri_attention_backend_name(tri_attention_backend a)
     return a == TRI_ATTENTION_UNFUSED ? "unfused" : "flash";
 }
 
+const char *tri_cp_comm_type_name(tri_cp_comm_type t)
+{
+    return t == TRI_CP_COMM_ALL_GATHER ? "all_gather" : "p2p";
+}
+
 tri_recompute tri_layout_recomputes(const tri_train_layout *l)
 {
     if (l->recompute == TRI_RECOMPUTE_SELECTIVE && l->attention == TRI_ATTENTION_FLASH)

@@ -28,6 +28,10 @@ typedef enum { TRI_PRECISION_FP32 = 0, TRI_PRECISION_BF16 } tri_precision;
  * kept) or the materialised softmax (its reference twin; Megatron-LM's --attention-backend
  * flash / unfused). */
 typedef enum { TRI_ATTENTION_FLASH = 0, TRI_ATTENTION_UNFUSED } tri_attention_backend;
+/* How context-parallel attention moves key/value (Megatron-Core's --cp-comm-type, docs/context_parallel.md):
+ * p2p = a ring passing (B, T_l, 2 C_kv_l) blocks while the previous block computes (the default, zero);
+ * all_gather = key/value gathered once per layer (Llama 3's choice with grouped-query attention). */
+typedef enum { TRI_CP_COMM_P2P = 0, TRI_CP_COMM_ALL_GATHER } tri_cp_comm_type;
 
 /* The MoE block's training options that change the model (Megatron-Core's --moe-* flags; models with
  * experts read them, docs/moe.md "The MoE families"). Zeroed: the config's auxiliary-loss
@@ -49,6 +53,10 @@ typedef struct tri_train_layout {
     int ep, etp;               /* expert-parallel and expert-tensor-parallel sizes (Megatron-Core's
                                   parallel folding: a stage's tp x dp ranks regroup as etp x ep x edp for
                                   the experts, edp = tp dp / (etp ep)); 1 (or 0, unset) for none */
+    int cp;                    /* context-parallel size (--context-parallel-size; 1, or 0 unset: none): each
+                                  sequence of T rows split in 2 cp chunks, cp rank i holding chunks i and
+                                  2cp-1-i (T_l = T / cp local rows); world = tp x cp x pp x dp */
+    tri_cp_comm_type cp_comm_type; /* --cp-comm-type (zeroed: p2p) */
     int v;                     /* model chunks per pipeline rank (> 1 only with "interleaved") */
     bool sequence_parallel;
     int64_t B, T;              /* micro-batch size, sequence length */
@@ -72,6 +80,14 @@ typedef struct tri_train_layout {
 const char *tri_recompute_name(tri_recompute r);
 const char *tri_precision_name(tri_precision p);
 const char *tri_attention_backend_name(tri_attention_backend a);
+/* "p2p", "all_gather". */
+const char *tri_cp_comm_type_name(tri_cp_comm_type t);
+
+/* The layout's context-parallel size: l->cp, 1 when unset (0). */
+static inline int tri_layout_cp(const tri_train_layout *l)
+{
+    return l->cp > 1 ? l->cp : 1;
+}
 
 /* What the layout actually recomputes: its recompute choice, except that selective recomputation
  * with the fused attention reruns nothing (the fused core stores no softmax to drop; its backward

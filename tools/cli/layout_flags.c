@@ -9,12 +9,13 @@
 void tri_cli_layout_defaults(tri_cli_layout *l)
 {
     memset(l, 0, sizeof *l);
-    l->req = (tri_layout_request){.num_gpus = 1, .tp = 1, .pp = 1, .ep = 1, .etp = 1, .micro_batch = 4,
+    l->req = (tri_layout_request){.num_gpus = 1, .tp = 1, .pp = 1, .cp = 1, .ep = 1, .etp = 1, .micro_batch = 4,
                                   .global_batch = 0,
                                   .seq_length = 64, .first_layers = -1, .last_layers = -1};
     l->schedule = "1f1b";
     l->recompute = "none";
     l->attention = "auto";
+    l->cp_comm_type = "p2p";
     l->moe_aux_loss_coeff = -1.0f;
     l->moe_drop_policy = "probs";
     l->moe_score_function = "softmax";
@@ -28,7 +29,9 @@ int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n)
 {
     tri_layout_request *r = &l->req;
     f[n++] = (tri_flag)FLAG("tensor-model-parallel-size", TRI_FLAG_INT, &r->tp, "tensor-parallel size (tp): divides n_head and the ranks", 1, 1 << 20);
-    f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &r->pp, "pipeline-parallel size (pp); data-parallel size dp = ranks / (tp x pp)", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("pipeline-model-parallel-size", TRI_FLAG_INT, &r->pp, "pipeline-parallel size (pp); data-parallel size dp = ranks / (tp x cp x pp)", 1, 1 << 20);
+    f[n++] = (tri_flag)FLAG("context-parallel-size", TRI_FLAG_INT, &r->cp, "context-parallel size (cp): each sequence is cut in 2 x cp chunks of seq-length / (2 cp) rows (a multiple of 64), cp rank i holding chunks i and 2cp-1-i (Megatron-Core's split); ranks ordered tp-cp-dp-pp; needs the fused attention", 1, 1 << 20);
+    f[n++] = (tri_flag)CHOICE("cp-comm-type", &l->cp_comm_type, "p2p|all_gather", "context-parallel key/value exchange: p2p = a ring passing key/value blocks while the previous block computes; all_gather = key/value gathered once per layer (Llama 3's choice with grouped-query attention)");
     f[n++] = (tri_flag)FLAG("expert-model-parallel-size", TRI_FLAG_INT, &r->ep, "expert-parallel size (ep; mixture-of-experts models): each ep rank holds num_experts / ep experts; a stage's tp x dp ranks regroup as etp x ep x expert-data-parallel (Megatron-Core's parallel folding)", 1, 1 << 20);
     f[n++] = (tri_flag)FLAG("expert-tensor-parallel-size", TRI_FLAG_INT, &r->etp, "expert tensor-parallel size (etp): splits each expert's width; etp x ep divides tp x dp", 1, 1 << 20);
     f[n++] = (tri_flag)CHOICE("pipeline-schedule", &l->schedule, "1f1b|gpipe|interleaved|zb-h1", "pipeline schedule (Narayanan et al. 2021; zb-h1, Qi et al. 2023, is modelled by the partitioner only); interleaved when --num-layers-per-virtual-pipeline-stage is given");
@@ -63,14 +66,15 @@ int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num
     tri_layout_request *r = &l->req;
     const tri_flag *sched = tri_flags_find(f, nf, "pipeline-schedule");
     r->num_gpus = num_gpus;
+    r->cp_comm_type = l->cp_comm_type;
     r->schedule = sched && sched->seen ? l->schedule : NULL;
     r->recompute = strcmp(l->recompute, "full") == 0        ? TRI_RECOMPUTE_FULL
                    : strcmp(l->recompute, "selective") == 0 ? TRI_RECOMPUTE_SELECTIVE
                                                             : TRI_RECOMPUTE_NONE;
     r->precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32;
     r->attention = strcmp(l->attention, "unfused") == 0 ? TRI_ATTENTION_UNFUSED
-                   : strcmp(l->attention, "flash") == 0 ? TRI_ATTENTION_FLASH
-                                                        : tri_cli_attention_auto(l->gpu, m);
+                   : strcmp(l->attention, "flash") == 0 || r->cp > 1 ? TRI_ATTENTION_FLASH /* auto: cp needs it */
+                                                                   : tri_cli_attention_auto(l->gpu, m);
     const tri_flag *cap = tri_flags_find(f, nf, "moe-expert-capacity-factor");
     if (cap && cap->seen && !(l->moe_capacity_factor > 0))
         return TRI_ERR(TRI_EINVAL, "--moe-expert-capacity-factor %g: a capacity factor must be positive (leave the "

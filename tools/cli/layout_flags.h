@@ -13,7 +13,7 @@
 #include "partitioner/constraints.h"
 #include "tools/cli/flags.h"
 
-#define TRI_CLI_LAYOUT_FLAGS 26 /* flags tri_cli_layout_flags adds */
+#define TRI_CLI_LAYOUT_FLAGS 28 /* flags tri_cli_layout_flags adds */
 
 /* What the layout flags write: the request, and the flags whose text becomes an enum. */
 typedef struct tri_cli_layout {
@@ -21,6 +21,7 @@ typedef struct tri_cli_layout {
     const char *schedule;     /* --pipeline-schedule */
     const char *recompute;    /* --recompute-granularity */
     const char *attention;    /* --attention-backend: auto, flash or unfused */
+    const char *cp_comm_type; /* --cp-comm-type: p2p (default) or all_gather */
     bool bf16;                /* --bf16 */
     float moe_aux_loss_coeff; /* --moe-aux-loss-coeff (< 0: the config's router_aux_loss_coef x top-k) */
     float moe_z_loss_coeff, moe_capacity_factor; /* --moe-z-loss-coeff, --moe-expert-capacity-factor (0: dropless) */
@@ -31,7 +32,7 @@ typedef struct tri_cli_layout {
                                  GPU preset), where --attention-backend auto picks the measured path */
 } tri_cli_layout;
 
-/* Defaults: tp = pp = ep = etp = 1, micro-batch 4, sequence 64, global batch 0 (one micro-batch per replica),
+/* Defaults: tp = cp = pp = ep = etp = 1 (--cp-comm-type p2p), micro-batch 4, sequence 64, global batch 0 (one micro-batch per replica),
  * ZeRO 0, 1f1b, no recomputation, fp32, balanced stages. A CLI may change them before parsing. */
 void tri_cli_layout_defaults(tri_cli_layout *l);
 
@@ -41,7 +42,8 @@ int tri_cli_layout_flags(tri_cli_layout *l, tri_flag *f, int n);
 /* Resolves the parsed flags for num_gpus ranks of model m into *out (partitioner/constraints.h):
  * TRI_EINVAL with the rule's message. f (nf flags) tells whether --pipeline-schedule was given (else
  * the schedule follows --num-layers-per-virtual-pipeline-stage). --attention-backend auto resolves
- * with tri_cli_attention_auto. */
+ * with tri_cli_attention_auto, and to the fused core with --context-parallel-size > 1 (the only one
+ * that merges key/value blocks). */
 int tri_cli_layout_resolve(tri_cli_layout *l, const tri_flag *f, int nf, int num_gpus, const tri_transformer *m,
                            tri_train_layout *out);
 

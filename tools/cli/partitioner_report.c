@@ -84,8 +84,12 @@ static void print_header(FILE *f, const tri_preview *p, const tri_report_info *i
     char experts[96] = "";
     if (l->ep > 1 || l->etp > 1)
         snprintf(experts, sizeof experts, "; experts: etp %d x ep %d x edp %d", l->etp, l->ep, tri_expert_dp(l));
-    fprintf(f, "layout: tp %d x pp %d x dp %d%s%s; %s; micro-batch %lld x seq %lld, %d micro-batches per replica, "
-            "global batch %lld (%lld tokens); ZeRO %d; recompute %s; %s attention; %s\n", l->tp, l->pp, l->dp,
+    char cp[96] = ""; /* context parallelism: tp x cp x pp x dp ranks */
+    if (tri_layout_cp(l) > 1)
+        snprintf(cp, sizeof cp, " x cp %d (%s, %lld rows a rank)", l->cp, tri_cp_comm_type_name(l->cp_comm_type),
+                 (long long)(l->T / l->cp));
+    fprintf(f, "layout: tp %d%s x pp %d x dp %d%s%s; %s; micro-batch %lld x seq %lld, %d micro-batches per replica, "
+            "global batch %lld (%lld tokens); ZeRO %d; recompute %s; %s attention; %s\n", l->tp, cp, l->pp, l->dp,
             l->sequence_parallel ? " (sequence parallel)" : "", experts, sched, (long long)l->B, (long long)l->T, l->n_micro,
             (long long)l->global_batch, (long long)(l->global_batch * l->T), l->zero_stage,
             tri_recompute_name(l->recompute), tri_attention_backend_name(l->attention),
@@ -237,6 +241,12 @@ static void print_time(FILE *f, const tri_preview *p, const tri_report_info *in)
     if (l->ep > 1 || l->etp > 1)
         fprintf(f, "  %-10s %#10.4g s %5.1f%%  %.4g GB per rank over %s (all-to-all dispatch and combine, uniform "
                 "routing)\n", "EP comm", t->ep_s, 100 * t->ep_s / T, t->ep_bytes / 1e9, link_name_of(c, t->ep_inter_node));
+    if (tri_layout_cp(l) > 1)
+        fprintf(f, "  %-10s %#10.4g s %5.1f%%  %.4g GB per rank over %s (key/value %s, %s)\n", "CP comm", t->cp_s,
+                100 * t->cp_s / T, t->cp_bytes / 1e9, link_name_of(c, t->cp_inter_node),
+                tri_cp_comm_type_name(l->cp_comm_type),
+                l->cp_comm_type == TRI_CP_COMM_P2P ? "exposed: max(0, transfer - block attention) a ring step"
+                                                    : "all exposed");
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  simulated bubble %.1f%% of the pipeline (closed form (p-1)/(v m+p-1) "
             "%.1f%%)\n", "bubble", t->bubble_s, 100 * t->bubble_s / T, 100 * t->bubble_fraction, 100 * closed);
     fprintf(f, "  %-10s %#10.4g s %5.1f%%  %.4g GB per rank over %s, %.3g ms a message\n", "PP comm", t->pp_s,
@@ -291,6 +301,8 @@ static cJSON *layout_json(const tri_train_layout *l)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "tensor_model_parallel_size", l->tp);
+    cJSON_AddNumberToObject(o, "context_parallel_size", tri_layout_cp(l));
+    cJSON_AddStringToObject(o, "cp_comm_type", tri_cp_comm_type_name(l->cp_comm_type));
     cJSON_AddNumberToObject(o, "pipeline_model_parallel_size", l->pp);
     cJSON_AddNumberToObject(o, "data_parallel_size", l->dp);
     cJSON_AddNumberToObject(o, "expert_model_parallel_size", l->ep > 1 ? l->ep : 1);
@@ -352,6 +364,7 @@ static void add_time(cJSON *o, const tri_time_result *t)
     cJSON_AddNumberToObject(o, "compute_s", t->compute_s);
     cJSON_AddNumberToObject(o, "tp_comm_s", t->tp_s);
     cJSON_AddNumberToObject(o, "ep_comm_s", t->ep_s);
+    cJSON_AddNumberToObject(o, "cp_comm_s", t->cp_s);
     cJSON_AddNumberToObject(o, "bubble_s", t->bubble_s);
     cJSON_AddNumberToObject(o, "pp_comm_s", t->pp_s);
     cJSON_AddNumberToObject(o, "dp_comm_s", t->dp_s);
@@ -478,6 +491,7 @@ int tri_report_json(FILE *f, const tri_preview *p, const tri_report_info *in, co
     cJSON_AddNumberToObject(o, "tp_bytes_per_step", p->time.tp_bytes);
     cJSON_AddNumberToObject(o, "pp_bytes_per_step", p->time.pp_bytes);
     cJSON_AddNumberToObject(o, "ep_bytes_per_step", p->time.ep_bytes);
+    cJSON_AddNumberToObject(o, "cp_bytes_per_step", p->time.cp_bytes);
     cJSON_AddNumberToObject(o, "dp_bytes_per_step", p->time.dp_bytes);
     if (dp_extra(p))
         cJSON_AddItemToObject(o, "data_parallel", dp_json(p));
@@ -497,13 +511,13 @@ void tri_report_search_text(FILE *f, const tri_search_entry *e, int n, const tri
         fprintf(f, "no layout fits: try more GPUs, a smaller global batch or --bf16\n");
         return;
     }
-    fprintf(f, "%-4s %3s %3s %3s %3s %2s %3s %3s %4s %-10s %3s %9s %11s %8s %6s %10s %s\n", "rank", "tp", "pp", "dp",
-            "ep", "v", "mb", "sp", "zero", "recompute", "", "time(s)", "tokens/s", "TFLOP/s", "MFU", "max mem", "memory from");
+    fprintf(f, "%-4s %3s %3s %3s %3s %3s %2s %3s %3s %4s %-10s %3s %9s %11s %8s %6s %10s %s\n", "rank", "tp", "cp", "pp",
+            "dp", "ep", "v", "mb", "sp", "zero", "recompute", "", "time(s)", "tokens/s", "TFLOP/s", "MFU", "max mem", "memory from");
     for (int i = 0; i < n; i++) {
         const tri_train_layout *l = &e[i].layout;
         char mem[32];
-        fprintf(f, "%-4d %3d %3d %3d %3d %2d %3lld %3s %4d %-10s %3s %9.4g %11.0f %8.4g %5.1f%% %10s %s\n", i + 1,
-                l->tp, l->pp, l->dp, l->ep > 1 ? l->ep : 1, l->v, (long long)l->B, l->sequence_parallel ? "on" : "off", l->zero_stage,
+        fprintf(f, "%-4d %3d %3d %3d %3d %3d %2d %3lld %3s %4d %-10s %3s %9.4g %11.0f %8.4g %5.1f%% %10s %s\n", i + 1,
+                l->tp, tri_layout_cp(l), l->pp, l->dp, l->ep > 1 ? l->ep : 1, l->v, (long long)l->B, l->sequence_parallel ? "on" : "off", l->zero_stage,
                 tri_recompute_name(l->recompute), "", e[i].time.iteration_s, e[i].time.tokens_per_s,
                 e[i].time.model_tflops_per_gpu, 100 * e[i].time.mfu, tri_format_bytes(e[i].max_bytes, mem, sizeof mem),
                 e[i].from_engine_plan ? "engine plan" : "formulas");

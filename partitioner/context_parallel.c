@@ -1,0 +1,73 @@
+/* partitioner/context_parallel.c - context parallelism's scratch and traffic (see context_parallel.h). */
+#include "partitioner/context_parallel.h"
+
+#include <string.h>
+
+#include "partitioner/hardware.h"
+#include "partitioner/train_layout.h"
+
+tri_cp_dims tri_cp_dims_of(const tri_transformer *m, const tri_train_layout *l)
+{
+    int64_t tp = l->tp > 1 ? l->tp : 1, HS = m->n_embd / m->n_head;
+    int64_t kv = (m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * HS;
+    int64_t kv_l = kv / tp > HS ? kv / tp : HS;
+    return (tri_cp_dims){.B = l->B, .T = l->T, .cp = tri_layout_cp(l), .C_l = m->n_embd / tp, .C_kv_l = kv_l,
+                         .NH_l = m->n_head / tp, .e = tri_precision_bytes(l->precision), .type = l->cp_comm_type,
+                         .deterministic = l->deterministic};
+}
+
+void tri_cp_scratch_bytes(const tri_cp_dims *d, int64_t *fwd, int64_t *bwd)
+{
+    *fwd = *bwd = 0;
+    if (d->cp <= 1)
+        return;
+    int64_t e = d->e, kv = d->B * d->T * 2 * d->C_kv_l;  /* (B, T, 2 C_kv_l) */
+    int64_t kv_l = kv / d->cp;                           /* (B, T_l, 2 C_kv_l) */
+    if (d->type == TRI_CP_COMM_ALL_GATHER) {
+        *fwd = e * kv;                                   /* the gathered k|v */
+        *bwd = e * kv + 4 * kv;                          /* and the f32 dk|dv partials */
+        if (d->deterministic)                            /* gathered q, dout; lse, delta (B, NH_l, T) f32 */
+            *bwd += 2 * e * d->B * d->T * d->C_l + 2 * 4 * d->B * d->NH_l * d->T;
+    } else {
+        *fwd = 2 * e * kv_l;                             /* two k|v blocks in flight */
+        *bwd = 2 * e * kv_l + 4 * kv_l;                  /* and the travelling f32 dk|dv block */
+    }
+}
+
+void tri_cp_layer_traffic(const tri_cp_dims *d, uint64_t fwd[TRI_COMM_KINDS], uint64_t bwd[TRI_COMM_KINDS],
+                          int *steps)
+{
+    memset(fwd, 0, TRI_COMM_KINDS * sizeof *fwd);
+    memset(bwd, 0, TRI_COMM_KINDS * sizeof *bwd);
+    *steps = 0;
+    if (d->cp <= 1)
+        return;
+    uint64_t e = (uint64_t)d->e, kv = (uint64_t)(d->B * d->T * 2 * d->C_kv_l), kv_l = kv / (uint64_t)d->cp;
+    if (d->type == TRI_CP_COMM_ALL_GATHER) {
+        fwd[TRI_COMM_ALL_GATHER] = e * kv;
+        bwd[TRI_COMM_ALL_GATHER] = e * kv;
+        bwd[TRI_COMM_REDUCE_SCATTER] = 4 * kv;
+        if (d->deterministic)
+            bwd[TRI_COMM_ALL_GATHER] += (uint64_t)(2 * d->e * d->B * d->T * d->C_l + 2 * 4 * d->B * d->NH_l * d->T);
+        return;
+    }
+    *steps = d->cp - 1;
+    fwd[TRI_COMM_P2P] = (uint64_t)(d->cp - 1) * e * kv_l;
+    bwd[TRI_COMM_P2P] = (uint64_t)(d->cp - 1) * (e + 4) * kv_l;
+}
+
+double tri_cp_exposed_seconds(const tri_cp_dims *d, const uint64_t bytes[TRI_COMM_KINDS], double bw, double attn_s)
+{
+    if (d->cp <= 1)
+        return 0.0;
+    if (d->type == TRI_CP_COMM_ALL_GATHER) {
+        double t = 0.0;
+        for (int k = 0; k < TRI_COMM_KINDS; k++)
+            t += tri_collective_seconds(k, (double)bytes[k], d->cp, bw);
+        return t;
+    }
+    int steps = d->cp - 1;
+    double transfer = tri_collective_seconds(TRI_COMM_P2P, (double)bytes[TRI_COMM_P2P] / steps, 2, bw);
+    double compute = attn_s / d->cp;
+    return steps * (transfer > compute ? transfer - compute : 0.0);
+}

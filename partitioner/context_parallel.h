@@ -1,0 +1,97 @@
+/* partitioner/context_parallel.h - what context parallelism costs a rank: its scratch buffers and the
+ * key/value traffic of each --cp-comm-type, per layer and micro-batch (docs/context_parallel.md, "The
+ * grid, the flags and the plan").
+ *
+ * Context parallelism (Megatron-Core's --context-parallel-size; Liu et al. 2023 "Ring Attention"; Llama 3,
+ * Dubey et al. 2024 §3.3.2, for the all-gather form) cuts each sequence of T rows in 2 cp chunks of
+ * Tc = T / (2 cp); cp rank i holds chunks i and 2cp-1-i, T_l = T / cp local rows. Everything but the
+ * attention core is row-local, so a rank's activations, matmul FLOPs and tp/pp/ep messages are those of
+ * a micro-batch of T_l rows (tri_layout_cp_local); the causal attention's FLOPs split evenly over the cp
+ * ranks by the 2cp-chunk balance (each rank: 1 / cp of the whole), so total FLOPs and MFU do not change.
+ * Notation per rank: e bytes an activation value, C_l = NH_l HS query width, C_kv_l the key/value width
+ * on the TP rank (KV / tp, at least one head), NH_l query heads.
+ *
+ * Scratch (tri_cp_scratch_bytes; shared by the stage's layers, once per rank; the engine allocates
+ * through it in the next wave, so planned == allocated):
+ *   all_gather  forward: the gathered k|v, e B T 2 C_kv_l; backward: the same gathered k|v and an f32
+ *               4 B T 2 C_kv_l of dk|dv partials for the reduce-scatter; deterministic mode also gathers
+ *               q and dout (e B T C_l each) and the rows' lse and delta (4 B NH_l T each) so each k|v
+ *               block's gradient sums its query rows in the order of the run without cp;
+ *   p2p         forward: two k|v blocks in flight, 2 e B T_l 2 C_kv_l (double buffering); backward the
+ *               same plus an f32 dk|dv block travelling the ring, 4 B T_l 2 C_kv_l.
+ *   The backward buffer holds the forward's (they are never live together): one buffer of the
+ *   backward's size is planned (TRI_MEM_COMM).
+ * Traffic per layer and micro-batch on one rank (tri_cp_layer_traffic, engine/comm/comm.h's payload
+ * convention: all-gather and reduce-scatter the full buffer, p2p the bytes sent):
+ *   all_gather  forward: all-gather of e B T 2 C_kv_l (each rank receives (cp-1) B T_l 2 C_kv_l elements);
+ *               backward: the same all-gather and a reduce-scatter of the f32 partials 4 B T 2 C_kv_l
+ *               (deterministic: plus all-gathers of q, dout, lse and delta); all of it exposed;
+ *   p2p         forward: cp - 1 ring steps, each sending one k|v block e B T_l 2 C_kv_l to the next rank
+ *               (and receiving one); backward: cp - 1 steps of the k|v block and the f32 dk|dv block
+ *               ((e + 4) B T_l 2 C_kv_l); each step's transfer overlaps the previous block's attention,
+ *               exposed = max(0, transfer - block compute) per step (tri_cp_exposed_seconds). */
+#ifndef TRIDENT_PARTITIONER_CONTEXT_PARALLEL_H
+#define TRIDENT_PARTITIONER_CONTEXT_PARALLEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/comm/comm.h"
+#include "engine/train/train_layout.h"
+#include "partitioner/transformer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The attention's shape on one rank, what the scratch and the traffic depend on. */
+typedef struct tri_cp_dims {
+    int64_t B, T;        /* micro-batch, the whole sequence (T_l = T / cp local rows) */
+    int cp;              /* context-parallel size (>= 1) */
+    int64_t C_l, C_kv_l; /* query and key/value widths on the TP rank */
+    int64_t NH_l;        /* query heads on the TP rank */
+    int e;               /* bytes of an activation value (4 fp32, 2 bf16) */
+    tri_cp_comm_type type;
+    bool deterministic;  /* --deterministic-mode */
+} tri_cp_dims;
+
+/* The dims of model m's attention under layout l (C_kv_l: KV / tp, at least one head). */
+tri_cp_dims tri_cp_dims_of(const tri_transformer *m, const tri_train_layout *l);
+
+/* Bytes of the context-parallel scratch of one rank (see the top comment): *fwd the forward's, *bwd the
+ * backward's (which holds the forward's); both 0 at cp 1. */
+void tri_cp_scratch_bytes(const tri_cp_dims *d, int64_t *fwd, int64_t *bwd);
+
+/* Context-parallel traffic of one layer and micro-batch on one rank, bytes per kind (payload convention),
+ * forward and backward apart; 0 at cp 1. *steps: ring steps a pass (p2p: cp - 1; all_gather: 0). */
+void tri_cp_layer_traffic(const tri_cp_dims *d, uint64_t fwd[TRI_COMM_KINDS], uint64_t bwd[TRI_COMM_KINDS],
+                          int *steps);
+
+/* Exposed seconds of one layer's context-parallel communication in one pass: all_gather all of its
+ * collectives' ring time over cp ranks at bandwidth bw; p2p steps x max(0, step transfer - step compute),
+ * where a step moves bytes / steps at bw and computes attn_s / cp (attn_s: the rank's attention core of the
+ * layer in that pass). */
+double tri_cp_exposed_seconds(const tri_cp_dims *d, const uint64_t bytes[TRI_COMM_KINDS], double bw, double attn_s);
+
+/* The rank's view of layout l: micro-batches of T_l = T / cp rows, the data-parallel group dp x cp (the
+ * gradients reduce and ZeRO shards over it, as in Megatron-Core), the global batch counted in T_l-row
+ * sequences (the same tokens), cp 1 (idempotent; l itself at cp 1). Row-local costs (activations,
+ * matmuls, tp/pp/ep messages) and the data-parallel ones of the rank are those of this layout; the
+ * attention's FLOPs and key/value exchange are not (tri_cp_*, and 1 / cp of the whole layout's FLOPs). */
+static inline tri_train_layout tri_layout_cp_local(const tri_train_layout *l)
+{
+    tri_train_layout x = *l;
+    if (l->cp > 1) {
+        x.T = l->T / l->cp;
+        x.dp = l->dp * l->cp;
+        x.global_batch = l->global_batch * l->cp;
+        x.cp = 1;
+    }
+    return x;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
