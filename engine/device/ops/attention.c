@@ -6,7 +6,8 @@
  * key/value heads for the fused ops) from the shapes of qkv, the probabilities or the row
  * statistics, and out; an empty batch or sequence returns before any backend sees it. The CPU
  * loops are attention_cpu.c and flash_cpu.c; the CUDA ones cuda/attention/ (attention.cu, flash.cu,
- * flash_mma.cu, rope.cu). */
+ * flash_mma.cu, flash_kv.cu, rope.cu). The split-sequence forms (flash_attention_kv_*, _delta,
+ * _merge, copy_columns) serve context parallelism (layers/cp_attention.c). */
 #include "engine/device/ops_internal.h"
 
 /* ---- attention ---- */
