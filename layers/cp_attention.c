@@ -12,15 +12,13 @@ tri_flash_rows tri_cp_local_rows(int cp, int cp_rank, int64_t T_l)
     return r;
 }
 
-int tri_cp_check(const tri_cp *cp, const tri_cp_shape *s)
+/* The rules that need no comm: cp, its rank, the chunk length, the comm type, the dtype. */
+static int check_layout(const tri_cp *cp, const tri_cp_shape *s)
 {
     int64_t T_l = s->local.T;
     if (cp->cp < 1 || cp->cp_rank < 0 || cp->cp_rank >= cp->cp)
         return TRI_ERR(TRI_EINVAL, "context parallel: cp %d and cp rank %d: cp must be >= 1 and the rank in [0, cp)",
                        cp->cp, cp->cp_rank);
-    if (!cp->comm || cp->comm->size != cp->cp)
-        return TRI_ERR(TRI_EINVAL, "context parallel: the cp group has %d ranks, cp is %d (cp must divide the ranks "
-                       "and the group be its cp ranks)", cp->comm ? cp->comm->size : 0, cp->cp);
     if (T_l % 2 != 0 || (T_l / 2) % TRI_FLASH_BC != 0)
         return TRI_ERR(TRI_EINVAL, "context parallel: seq-length %lld at cp %d gives chunks of Tc = T / (2 cp) = "
                        "%lld%s rows: Tc must be a whole multiple of %d (the fused attention's tile)",
@@ -33,6 +31,17 @@ int tri_cp_check(const tri_cp *cp, const tri_cp_shape *s)
                        "all_gather or --deterministic-mode");
     if (s->dtype != TRI_F32 && s->dtype != TRI_BF16)
         return TRI_ERR(TRI_EINVAL, "context parallel: activations %s, expected f32 or bf16", tri_dtype_name(s->dtype));
+    return TRI_OK;
+}
+
+int tri_cp_check(const tri_cp *cp, const tri_cp_shape *s)
+{
+    int rc = check_layout(cp, s);
+    if (rc)
+        return rc;
+    if (!cp->comm || cp->comm->size != cp->cp)
+        return TRI_ERR(TRI_EINVAL, "context parallel: the cp group has %d ranks, cp is %d (cp must divide the ranks "
+                       "and the group be its cp ranks)", cp->comm ? cp->comm->size : 0, cp->cp);
     return TRI_OK;
 }
 
@@ -50,7 +59,7 @@ static cp_sizes sizes_of(const tri_cp *cp, tri_flash_dims f)
 
 int tri_cp_scratch_numel(const tri_cp *cp, const tri_cp_shape *s, int64_t *act_n, int64_t *f32_n)
 {
-    int rc = tri_cp_check(cp, s);
+    int rc = check_layout(cp, s);
     if (rc)
         return rc;
     cp_sizes z = sizes_of(cp, s->local);
@@ -128,7 +137,8 @@ static int check_call(const char *fn, const tri_cp *cp, tri_tensor qkv, tri_tens
     s->local = tri_flash_dims_of(qkv, atty, lse);
     s->dtype = qkv.dtype;
     int64_t act_n, f32_n;
-    int rc = tri_cp_scratch_numel(cp, s, &act_n, &f32_n);
+    int rc = tri_cp_check(cp, s);
+    if (!rc) rc = tri_cp_scratch_numel(cp, s, &act_n, &f32_n);
     if (rc)
         return rc;
     if (scratch->act.dtype != qkv.dtype || tri_tensor_numel(scratch->act) < act_n ||

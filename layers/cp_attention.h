@@ -77,7 +77,9 @@ typedef struct tri_cp_scratch {
  * deterministic mode (the ring is not built yet). */
 int tri_cp_check(const tri_cp *cp, const tri_cp_shape *s);
 
-/* The scratch's element counts (the maxima over the passes above); TRI_EINVAL as tri_cp_check. */
+/* The scratch's element counts (the maxima over the passes above). Needs no comm (cp->comm may be
+ * NULL: the partitioner plans these numbers through models/); refusals as tri_cp_check's but the
+ * group's size. */
 int tri_cp_scratch_numel(const tri_cp *cp, const tri_cp_shape *s, int64_t *act_n, int64_t *f32_n);
 
 /* atty(B, T_l, C_l) and lse(B, NH_l, T_l) f32 of the local queries of qkv(B, T_l, W = C_l + 2 C_kv)

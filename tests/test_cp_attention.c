@@ -430,11 +430,7 @@ static void run_cp(shape g, int cp, tri_cp_comm_type type, bool det, tri_dtype d
         r->dqkv = ot_tensor_as(r->dev, dt, tri_tensor_3d(NULL, TRI_F32, g.B, Tl, W), NULL);
         tri_cp ctx = {NULL, cp, q, type, det};
         tri_cp_shape s = {{g.B, Tl, g.NH, g.NH_kv, g.HS}, dt};
-        int64_t an, fn;
-        cr_assert_eq(tri_cp_scratch_numel(&ctx, &s, &an, &fn), TRI_EINVAL); /* no comm yet */
-        tri_comm dummy = {0}; /* the numbers need only the group's size */
-        dummy.size = cp;
-        ctx.comm = &dummy;
+        int64_t an, fn; /* the numbers need no comm (the partitioner's plan) */
         cr_assert_eq(tri_cp_scratch_numel(&ctx, &s, &an, &fn), TRI_OK, "%s", tri_error_message());
         r->sc.act = ot_tensor_as(r->dev, dt, tri_tensor_1d(NULL, TRI_F32, an), NULL);
         r->sc.f32 = ot_tensor(r->dev, tri_tensor_1d(NULL, TRI_F32, fn), NULL);
@@ -498,6 +494,48 @@ Test(cp_attention, deterministic_is_one_rank_bit_for_bit)
     run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_ALL_GATHER, true, TRI_F32); /* Tc 64, GQA */
     run_cp((shape){2, 1024, 2, 2, 8}, 4, TRI_CP_P2P, true, TRI_F32);        /* Tc 128, MHA */
     run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_ALL_GATHER, true, TRI_BF16);
+}
+
+/* cp 1 is today's layout: both algorithms give the fused op's bits (the gathers and the
+ * reduce-scatter of one rank move nothing). */
+Test(cp_attention, cp1_is_the_fused_op)
+{
+    run_cp((shape){2, 256, 4, 2, 16}, 1, TRI_CP_ALL_GATHER, true, TRI_F32);
+    run_cp((shape){2, 256, 4, 2, 16}, 1, TRI_CP_ALL_GATHER, false, TRI_F32);
+}
+
+typedef struct short_case {
+    tri_tensor qkv, out, lse;
+    tri_cp_scratch sc;
+    tri_device *d;
+} short_case;
+
+static int short_fn(int rank, int size, tri_comm *comm, void *arg)
+{
+    short_case *c = arg;
+    tri_cp cp = {comm, size, rank, TRI_CP_ALL_GATHER, false};
+    return tri_cp_attention_forward(c->d, &cp, c->out, c->lse, c->qkv, &c->sc);
+}
+
+/* A scratch one element short of tri_cp_scratch_numel is refused before any communication. */
+Test(cp_attention, refuses_short_scratch)
+{
+    shape g = {1, 128, 2, 2, 8};
+    tri_cp cp = {NULL, 1, 0, TRI_CP_ALL_GATHER, false};
+    tri_cp_shape s = {{1, 128, 2, 2, 8}, TRI_F32};
+    int64_t an, fn;
+    cr_assert_eq(tri_cp_scratch_numel(&cp, &s, &an, &fn), TRI_OK, "%s", tri_error_message());
+    short_case c;
+    c.d = ot_device(1);
+    c.qkv = ot_tensor(c.d, tri_tensor_3d(NULL, TRI_F32, 1, 128, width(g)), ot_uniform((size_t)(128 * width(g)), -1, 1, 4));
+    c.out = ot_tensor(c.d, tri_tensor_3d(NULL, TRI_F32, 1, 128, cols(g)), NULL);
+    c.lse = ot_tensor(c.d, tri_tensor_3d(NULL, TRI_F32, 1, 2, 128), NULL);
+    c.sc.act = ot_tensor(c.d, tri_tensor_1d(NULL, TRI_F32, an - 1), NULL);
+    c.sc.f32 = ot_tensor(c.d, tri_tensor_1d(NULL, TRI_F32, fn), NULL);
+    cr_assert_eq(tri_run_thread_ranks(1, short_fn, &c), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "tri_cp_scratch_numel"), "%s", tri_error_message());
+    c.sc.act = ot_tensor(c.d, tri_tensor_1d(NULL, TRI_F32, an), NULL);
+    cr_assert_eq(tri_run_thread_ranks(1, short_fn, &c), TRI_OK, "%s", tri_error_message());
 }
 
 Test(cp_attention, all_gather_within_derived_bound)
