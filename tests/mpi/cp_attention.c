@@ -220,6 +220,9 @@ static int run_case(tri_comm *world, tri_cp_comm_type type, bool det, tri_dtype 
     }
     free(hq), free(hg), free(ro), free(rl), free(rdq), free(sq), free(sg), free(lq), free(lg);
     free(go), free(gl), free(gdq), free(wo), free(wl), free(wdq);
+    tri_tensor all[] = {qkv, dout, out, lse, delta, dqkv, cq, cg, co, cl, cd, cdq, sc.act, sc.f32};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tri_device_free(d, all[i].data);
     tri_device_destroy(d);
     return fails;
 }
