@@ -73,6 +73,8 @@ typedef struct tri_ckpt_run {
     int tp, pp, dp, zero_stage, v;  /* layout; v = model chunks per pipeline rank */
     int ep;                         /* --expert-model-parallel-size (layout's "expert_model_parallel_size",
                                        written only when > 1; absent, as in every older checkpoint: 1) */
+    int etp;                        /* --expert-tensor-parallel-size (layout's "expert_tensor_parallel_size",
+                                       written only when > 1; absent, as in every older checkpoint: 1) */
     char schedule[32];
     bool sequence_parallel;
     bool deterministic;             /* exact fixed-point sums: bit-identical across pp, dp, ZeRO */

@@ -29,6 +29,7 @@ void tri_ckpt_run_of(const tri_trainer *t, uint64_t seed, const tri_lr_schedule 
     run->pp = t->grid->pp;
     run->dp = t->grid->dp;
     run->ep = t->grid->ep > 1 ? t->grid->ep : 1;
+    run->etp = t->grid->etp > 1 ? t->grid->etp : 1;
     run->zero_stage = t->chunks[0]->zero.stage;
     run->v = t->v;
     snprintf(run->schedule, sizeof run->schedule, "%s", t->train_sched->name);

@@ -511,7 +511,8 @@ tri_transformer tri_llama_dims(const void *cfg)
                          .final_norm = TRI_NORM_RMSNORM, .untied_head = !c->tie_word_embeddings,
                          .fused_attention_only = true, .block_cost = tri_llama_block_cost,
                          .block_cost_at = tri_llama_block_cost_at, .n_experts = c->num_experts,
-                         .experts_per_tok = c->num_experts_per_tok, .cfg = c};
+                         .experts_per_tok = c->num_experts_per_tok,
+                         .expert_ffn = c->num_experts > 0 ? c->moe_intermediate_size : 0, .cfg = c};
     if (c->num_experts > 0)
         snprintf(m.block_text, sizeof m.block_text, " (%d key/value), head size %d, %d SwiGLU experts of %d, top-%d",
                  c->num_key_value_heads, c->head_dim, c->num_experts, c->moe_intermediate_size,

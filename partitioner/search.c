@@ -134,15 +134,21 @@ static int try_tp_pp(const tri_transformer *m, const tri_cluster *c, const tri_s
             req.layers_per_virtual_stage = v > 1 ? (int)(m->n_layer / ((int64_t)pp * v)) : 0;
             for (int s = 0; s < (tp > 1 ? 2 : 1) && !rc; s++) {
                 req.sequence_parallel = s == 1;
-                /* expert parallelism: each ep dividing the experts and the stage's tp x cp x dp ranks
-                   (etp 1); the layout rules refuse the rest */
-                int64_t max_ep = m->n_experts > 0 ? m->n_experts : 1, stage = (int64_t)tp * cp * dp;
-                for (int64_t ep = 1; ep <= max_ep && ep <= stage && !rc; ep++) {
-                    if (max_ep % ep != 0 || stage % ep != 0)
+                /* expert parallelism: each ep dividing the experts and the stage's tp x cp x dp ranks,
+                   and each expert-tensor-parallel size etp dividing tp x cp x dp / ep and the experts'
+                   moe_intermediate_size (Megatron's usual etp is 1 or tp; the time model ranks them);
+                   the layout rules and the family's check (the slices' alignment) refuse the rest */
+                int64_t max_ep = m->n_experts > 0 ? m->n_experts : 1, ranks = (int64_t)tp * cp * dp;
+                for (int64_t ep = 1; ep <= max_ep && ep <= ranks && !rc; ep++) {
+                    if (max_ep % ep != 0 || ranks % ep != 0)
                         continue;
                     req.ep = (int)ep;
-                    req.etp = 1;
-                    rc = try_options(m, c, sp, &req, p, st);
+                    for (int64_t etp = 1; etp <= ranks / ep && !rc; etp++) {
+                        if ((ranks / ep) % etp != 0 || (etp > 1 && (m->expert_ffn <= 0 || m->expert_ffn % etp != 0)))
+                            continue;
+                        req.etp = (int)etp;
+                        rc = try_options(m, c, sp, &req, p, st);
+                    }
                 }
             }
         }

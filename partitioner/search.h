@@ -6,9 +6,11 @@
  * and interleaved 1F1B with every v that divides the layers, up to max_v), ZeRO stages 0-3 (with
  * dp > 1), recomputation none / selective / full, sequence parallelism (tp > 1) and, for a
  * mixture-of-experts model, the expert-parallel size ep (divisors of the experts and of the stage's
- * tp x dp ranks, expert-tensor-parallel size 1) and the context-parallel size cp (divisors of the
- * ranks up to max_cp, cp 1 first, with the base request's --cp-comm-type; a long sequence that does
- * not fit at cp 1 fits at the cp that divides its activations enough). Every candidate
+ * tp x cp x dp ranks) with the expert-tensor-parallel size etp (divisors of tp x cp x dp / ep that
+ * divide the experts' moe_intermediate_size, tri_transformer.expert_ffn; 1 when not stated), and the
+ * context-parallel size cp (divisors of the ranks up to max_cp, cp 1 first, with the base request's
+ * --cp-comm-type; a long sequence that does not fit at cp 1 fits at the cp that divides its
+ * activations enough). Every candidate
  * passes partitioner/constraints.h's rules. Screening is by formulas (memory_model.h with
  * closed-form in-flight counts, within a 10% margin, and time_model.h's closed-form bubble); the
  * best screened candidates (20 per result asked for, at least 200) are then previewed exactly (partitioner/preview.h: the engine's plan

@@ -78,6 +78,8 @@ typedef struct tri_transformer {
     int64_t n_kv_head;          /* key/value heads (0: n_head): the TP rule of grouped-query attention */
     int64_t n_experts;          /* E of its mixture-of-experts blocks (0: dense): expert parallelism's rules */
     int64_t experts_per_tok;    /* K, the experts each token goes through */
+    int64_t expert_ffn;         /* I, each routed expert's intermediate size (moe_intermediate_size; 0:
+                                   dense or not stated): the search's expert-tensor-parallel sizes divide it */
     /* the ends */
     bool position_table;        /* a learned (n_positions, C) table on the first chunk (GPT-2); false:
                                    rotary positions, no table */

@@ -70,7 +70,7 @@ reshard_resume pp2_dp2_ep2 4 "--pipeline-model-parallel-size 2 --data-parallel-s
 reshard_resume dp4_ep2 4 "--data-parallel-size 4 --expert-model-parallel-size 2" "--expert-model-parallel-size 2" \
   "$tmp/straight" "$step2"
 reshard_resume ep1 1 "--expert-model-parallel-size 1" "" "$tmp/straight" "$step2"
-grep -q "ep 4, ZeRO 0) to tp 1 x pp 2 x dp 2, ep 2" "$tmp/reshard_pp2_dp2_ep2.log" &&
+grep -q "ep 4, etp 1, ZeRO 0) to tp 1 x pp 2 x dp 2, ep 2, etp 1" "$tmp/reshard_pp2_dp2_ep2.log" &&
   echo "ok   reshard read the source's ep 4 from its manifest" || fail "reshard's source ep"
 ls "$tmp/pp2_dp2_ep2"/iter_0000002/model_tp00_pp01_ep001.h5 > /dev/null 2>&1 ||
   fail "the pp 2 x ep 2 reshard wrote no model file for pp rank 1's ep rank 1"

@@ -68,6 +68,9 @@ if "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --expert-model-par
   h5diff -q --exclude-attribute / "$tmp/m_etp.h5" "$tmp/m_one.h5" && h5diff -q --exclude-attribute / "$tmp/m_one.h5" "$tmp/m_etp.h5" &&
     echo "ok   ckpt reshard of a tp 2 etp 2 ep 2 checkpoint to one rank: the merged tensors equal" ||
     fail "the resharded checkpoint's tensors differ from the etp checkpoint's"
+  grep -q "does not fold into tp x dp = 1 x 1 over ep 1: resharding to etp 1" "$tmp/reshard.log" &&
+    echo "ok   reshard without --expert-tensor-parallel-size: the checkpoint's etp 2 does not fold into one rank, etp 1" ||
+    fail "reshard's note on the checkpoint's etp"
   moe_run resume_onetp 2 --train-iters 4 --load "$tmp/onetp" --expert-tensor-parallel-size 2 ||
     { tail -5 "$tmp/resume_onetp.log"; fail "the resharded checkpoint at dp 2 etp 2"; }
   cp "$tmp/resume_onetp/metrics.jsonl" "$tmp/onetp.metrics" 2> /dev/null

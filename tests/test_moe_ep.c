@@ -22,6 +22,7 @@
 
 #include "engine/device/ops/moe_router_math.h"
 #include "layers/moe_ep.h"
+#include "tests/moe_block_harness.h"
 #include "tests/opsutil.h"
 #include "tests/testutil.h"
 
@@ -30,16 +31,7 @@
 
 TestSuite(moe_ep, .fini = ot_teardown);
 
-/* One rank's (or one reference micro-batch's) tensors. */
-typedef struct side {
-    tri_device *dev;
-    tri_tensor x, dy, y, dx;
-    tri_moe_weights w, g;
-    tri_moe_acts acts;
-    tri_moe_scratch sc;
-    tri_moe_ep_acts ea;
-    tri_moe_ep_scratch es;
-} side;
+typedef tu_moe_side side; /* tests/moe_block_harness.h */
 
 typedef struct ep_case {
     tri_moe_config cfg;
@@ -49,75 +41,29 @@ typedef struct ep_case {
     uint64_t a2a_bytes[MAXR];
 } ep_case;
 
-static tri_tensor put(tri_device *d, tri_tensor shape, const float *host)
-{
-    return ot_tensor(d, shape, host);
-}
-
-/* shape's elements all v, stored as dtype (the gradients f32, the outputs the block's dtype) */
-static tri_tensor filled_as(tri_device *d, tri_dtype dt, tri_tensor shape, float v)
-{
-    int64_t n = tri_tensor_numel(shape);
-    float *h = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = v;
-    tri_tensor t = ot_tensor_as(d, dt, shape, h);
-    free(h);
-    return t;
-}
-
-static tri_tensor filled(tri_device *d, tri_tensor shape, float v)
-{
-    return filled_as(d, TRI_F32, shape, v);
-}
-
 /* The host weights every side shares, and the inputs of micro-batch / rank q. */
 typedef struct host_data {
     float *wr, *wgu, *wd, *sgu, *sd, *bias;
     float *x[MAXR], *dy[MAXR];
 } host_data;
 
-static float *rnd(int64_t n, float lo, float hi, uint64_t seed)
-{
-    float *h = malloc(sizeof(float) * (size_t)n);
-    tu_fill_uniform(h, (size_t)n, lo, hi, seed);
-    return h;
-}
-
 /* Buffers of one side on device d holding experts [e0, e0 + El) of the host weights. */
 static void make_side(side *sd, tri_device *d, const tri_moe_config *cfg, const host_data *h, int q, int64_t e0,
                       int64_t El, int ep)
 {
     const tri_moe_shape *s = &cfg->shape;
-    int64_t N = s->N, C = s->C, E = s->E, I = s->I, Is = s->I_shared;
+    int64_t C = s->C, E = s->E, I = s->I, Is = s->I_shared;
     tri_dtype dt = s->dtype; /* activations and weights; gradients and the expert bias f32 */
-    sd->dev = d;
-    sd->x = ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, N, C), h->x[q]);
-    sd->dy = ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, N, C), h->dy[q]);
-    sd->y = filled_as(d, dt, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
-    sd->dx = filled_as(d, dt, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
+    tu_moe_side_io(sd, d, s, h->x[q], h->dy[q]);
     sd->w.router_w = ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, E, C), h->wr);
-    sd->w.expert_bias = h->bias ? put(d, tri_tensor_1d(NULL, TRI_F32, E), h->bias) : tri_tensor_none();
+    sd->w.expert_bias = h->bias ? ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, E), h->bias) : tri_tensor_none();
     sd->w.gate_up_w = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), h->wgu + e0 * 2 * I * C);
     sd->w.down_w = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, El, C, I), h->wd + e0 * C * I);
     sd->w.shared_gate_up_w = Is ? ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, 2 * Is, C), h->sgu)
                                 : tri_tensor_none();
     sd->w.shared_down_w = Is ? ot_tensor_as(d, dt, tri_tensor_2d(NULL, TRI_F32, C, Is), h->sd) : tri_tensor_none();
-    sd->g.router_w = filled(d, tri_tensor_2d(NULL, TRI_F32, E, C), 0.25f);
-    sd->g.expert_bias = tri_tensor_none();
-    sd->g.gate_up_w = filled(d, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), 0.25f);
-    sd->g.down_w = filled(d, tri_tensor_3d(NULL, TRI_F32, El, C, I), 0.25f);
-    sd->g.shared_gate_up_w = Is ? filled(d, tri_tensor_2d(NULL, TRI_F32, 2 * Is, C), 0.25f) : tri_tensor_none();
-    sd->g.shared_down_w = Is ? filled(d, tri_tensor_2d(NULL, TRI_F32, C, Is), 0.25f) : tri_tensor_none();
-    tri_tensor am = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_acts_bytes(s) / 4)), NULL);
-    tri_tensor sm = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_scratch_bytes(s) / 4)), NULL);
-    OK(tri_moe_bind(s, &sd->acts, am.data, &sd->sc, sm.data));
-    if (ep > 0) {
-        tri_tensor em = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_ep_acts_bytes(s, ep) / 4)), NULL);
-        tri_tensor esm =
-            ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_ep_scratch_bytes(s, ep) / 4)), NULL);
-        OK(tri_moe_ep_bind(s, ep, &sd->ea, em.data, &sd->es, esm.data));
-    }
+    tu_moe_side_grads(sd, s, El, 0.25f);
+    OK(tu_moe_side_bind(sd, s, ep, 0));
 }
 
 static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
@@ -148,18 +94,18 @@ static void run_case(tri_moe_config cfg, int ep, bool bias)
     const tri_moe_shape *s = &cfg.shape;
     int64_t N = s->N, C = s->C, E = s->E, I = s->I, Is = s->I_shared, El = E / ep;
     host_data h = {0};
-    h.wr = rnd(E * C, -0.5f, 0.5f, 11);
-    h.wgu = rnd(E * 2 * I * C, -0.3f, 0.3f, 12);
-    h.wd = rnd(E * C * I, -0.3f, 0.3f, 13);
-    h.sgu = Is ? rnd(2 * Is * C, -0.3f, 0.3f, 14) : NULL;
-    h.sd = Is ? rnd(C * Is, -0.3f, 0.3f, 15) : NULL;
+    h.wr = tu_moe_uniform(E * C, -0.5f, 0.5f, 11);
+    h.wgu = tu_moe_uniform(E * 2 * I * C, -0.3f, 0.3f, 12);
+    h.wd = tu_moe_uniform(E * C * I, -0.3f, 0.3f, 13);
+    h.sgu = Is ? tu_moe_uniform(2 * Is * C, -0.3f, 0.3f, 14) : NULL;
+    h.sd = Is ? tu_moe_uniform(C * Is, -0.3f, 0.3f, 15) : NULL;
     if (bias) {
         h.bias = calloc((size_t)E, sizeof(float));
         h.bias[E - 2] = -10.0f; /* expert E-2 gets no token: empty groups and segments */
     }
     for (int q = 0; q < ep; q++) {
-        h.x[q] = rnd(N * C, -1.0f, 1.0f, 100 + (uint64_t)q);
-        h.dy[q] = rnd(N * C, -1.0f, 1.0f, 200 + (uint64_t)q);
+        h.x[q] = tu_moe_uniform(N * C, -1.0f, 1.0f, 100 + (uint64_t)q);
+        h.dy[q] = tu_moe_uniform(N * C, -1.0f, 1.0f, 200 + (uint64_t)q);
     }
     /* the reference: one device, all experts, the ranks' batches as micro-batches in order */
     tri_device *rd = ot_device(1);
@@ -282,8 +228,9 @@ Test(moe_ep, refusals)
     tri_device *d = ot_device(1);
     tri_moe_config cfg = {.shape = s, .score_func = TRI_MOE_SOFTMAX};
     host_data h = {0};
-    h.wr = rnd(6 * 8, -1, 1, 1), h.wgu = rnd(6 * 8 * 8, -1, 1, 2), h.wd = rnd(6 * 8 * 4, -1, 1, 3);
-    h.x[0] = rnd(4 * 8, -1, 1, 4), h.dy[0] = rnd(4 * 8, -1, 1, 5);
+    h.wr = tu_moe_uniform(6 * 8, -1, 1, 1), h.wgu = tu_moe_uniform(6 * 8 * 8, -1, 1, 2);
+    h.wd = tu_moe_uniform(6 * 8 * 4, -1, 1, 3);
+    h.x[0] = tu_moe_uniform(4 * 8, -1, 1, 4), h.dy[0] = tu_moe_uniform(4 * 8, -1, 1, 5);
     side sd;
     make_side(&sd, d, &cfg, &h, 0, 0, 6, 1); /* all 6 experts, on a group of 3 (E_l 2) */
     tri_thread_group *grp;

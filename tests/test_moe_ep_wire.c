@@ -25,6 +25,7 @@
 #include "layers/moe_ep.h"
 #include "models/block_cost.h"
 #include "partitioner/traffic.h"
+#include "tests/moe_block_harness.h"
 #include "tests/opsutil.h"
 #include "tests/testutil.h"
 
@@ -33,15 +34,7 @@
 
 TestSuite(moe_ep_wire, .fini = ot_teardown);
 
-typedef struct side {
-    tri_device *dev;
-    tri_tensor x, dy, y, dx;
-    tri_moe_weights w, g;
-    tri_moe_acts acts;
-    tri_moe_scratch sc;
-    tri_moe_ep_acts ea;
-    tri_moe_ep_scratch es;
-} side;
+typedef tu_moe_side side; /* tests/moe_block_harness.h */
 
 typedef struct wire_case {
     tri_moe_config cfg;
@@ -51,17 +44,6 @@ typedef struct wire_case {
     int rc[MAXR];
     char msg[MAXR][512];       /* each rank's error message (ranks are threads) */
 } wire_case;
-
-static tri_tensor filled(tri_device *d, tri_tensor shape, float v)
-{
-    int64_t n = tri_tensor_numel(shape);
-    float *h = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = v;
-    tri_tensor t = ot_tensor(d, shape, h);
-    free(h);
-    return t;
-}
 
 /* x (N, C): the first E channels pick experts (t + k) mod M, k < K, of token t (M = E: balanced; M =
  * E_l: every token to rank 0's experts, and when E_l < K the remaining picks to the lowest experts of
@@ -80,36 +62,24 @@ static void make_side(side *sd, const tri_moe_config *cfg, int ep, int q, int64_
 {
     const tri_moe_shape *s = &cfg->shape;
     int64_t N = s->N, C = s->C, E = s->E, K = s->K, I = s->I, Is = s->I_shared, El = E / ep;
-    tri_device *d = sd->dev = ot_device(1);
+    tri_device *d = ot_device(1);
     float *x = routed_x(N, C, E, K, M, 100 + (uint64_t)q), *router = calloc((size_t)(E * C), sizeof(float));
-    float *dy = malloc(sizeof(float) * (size_t)(N * C)), *wgu = malloc(sizeof(float) * (size_t)(El * 2 * I * C));
-    float *wd = malloc(sizeof(float) * (size_t)(El * C * I));
+    float *dy = tu_moe_uniform(N * C, -1.0f, 1.0f, 200 + (uint64_t)q);
+    float *wgu = tu_moe_uniform(El * 2 * I * C, -0.3f, 0.3f, 300 + (uint64_t)q);
+    float *wd = tu_moe_uniform(El * C * I, -0.3f, 0.3f, 400 + (uint64_t)q);
     for (int64_t e = 0; e < E; e++)
         router[e * C + e] = 1.0f;
-    tu_fill_uniform(dy, (size_t)(N * C), -1.0f, 1.0f, 200 + (uint64_t)q);
-    tu_fill_uniform(wgu, (size_t)(El * 2 * I * C), -0.3f, 0.3f, 300 + (uint64_t)q);
-    tu_fill_uniform(wd, (size_t)(El * C * I), -0.3f, 0.3f, 400 + (uint64_t)q);
-    sd->x = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), x);
-    sd->dy = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), dy);
-    sd->y = filled(d, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
-    sd->dx = filled(d, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
+    tu_moe_side_io(sd, d, s, x, dy);
     sd->w.router_w = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, E, C), router);
-    sd->w.expert_bias = sd->g.expert_bias = tri_tensor_none();
+    sd->w.expert_bias = tri_tensor_none();
     sd->w.gate_up_w = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), wgu);
     sd->w.down_w = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, El, C, I), wd);
-    sd->w.shared_gate_up_w = Is ? filled(d, tri_tensor_2d(NULL, TRI_F32, 2 * Is, C), 0.01f) : tri_tensor_none();
-    sd->w.shared_down_w = Is ? filled(d, tri_tensor_2d(NULL, TRI_F32, C, Is), 0.01f) : tri_tensor_none();
-    sd->g.router_w = filled(d, tri_tensor_2d(NULL, TRI_F32, E, C), 0.0f);
-    sd->g.gate_up_w = filled(d, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), 0.0f);
-    sd->g.down_w = filled(d, tri_tensor_3d(NULL, TRI_F32, El, C, I), 0.0f);
-    sd->g.shared_gate_up_w = Is ? filled(d, tri_tensor_2d(NULL, TRI_F32, 2 * Is, C), 0.0f) : tri_tensor_none();
-    sd->g.shared_down_w = Is ? filled(d, tri_tensor_2d(NULL, TRI_F32, C, Is), 0.0f) : tri_tensor_none();
-    tri_tensor am = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_acts_bytes(s) / 4)), NULL);
-    tri_tensor sm = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_scratch_bytes(s) / 4)), NULL);
-    OK(tri_moe_bind(s, &sd->acts, am.data, &sd->sc, sm.data));
-    tri_tensor em = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_ep_acts_bytes(s, ep) / 4)), NULL);
-    tri_tensor esm = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_ep_scratch_bytes(s, ep) / 4)), NULL);
-    OK(tri_moe_ep_bind(s, ep, &sd->ea, em.data, &sd->es, esm.data));
+    sd->w.shared_gate_up_w = Is ? tu_moe_filled(d, TRI_F32, tri_tensor_2d(NULL, TRI_F32, 2 * Is, C), 0.01f)
+                                : tri_tensor_none();
+    sd->w.shared_down_w = Is ? tu_moe_filled(d, TRI_F32, tri_tensor_2d(NULL, TRI_F32, C, Is), 0.01f)
+                             : tri_tensor_none();
+    tu_moe_side_grads(sd, s, El, 0.0f);
+    OK(tu_moe_side_bind(sd, s, ep, 0));
     free(x), free(router), free(dy), free(wgu), free(wd);
 }
 

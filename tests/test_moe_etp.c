@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "layers/moe_etp.h"
+#include "tests/moe_block_harness.h"
 #include "tests/opsutil.h"
 #include "tests/testutil.h"
 
@@ -41,15 +42,7 @@
 
 TestSuite(moe_etp, .fini = ot_teardown);
 
-typedef struct side {
-    tri_device *dev;
-    tri_tensor x, dy, y, dx;
-    tri_moe_weights w, g;
-    tri_moe_acts acts;
-    tri_moe_scratch sc;
-    tri_moe_etp_acts ea;
-    tri_moe_etp_scratch es;
-} side;
+typedef tu_moe_side side; /* tests/moe_block_harness.h */
 
 typedef struct etp_case {
     tri_moe_config cfg; /* the slice's (I / etp) */
@@ -62,36 +55,14 @@ typedef struct host_data {
     float *x[MAXR], *dy[MAXR];
 } host_data;
 
-static float *rnd(int64_t n, float lo, float hi, uint64_t seed)
-{
-    float *h = malloc(sizeof(float) * (size_t)n);
-    tu_fill_uniform(h, (size_t)n, lo, hi, seed);
-    return h;
-}
-
-static tri_tensor filled(tri_device *d, tri_tensor shape, float v)
-{
-    int64_t n = tri_tensor_numel(shape);
-    float *h = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = v;
-    tri_tensor t = ot_tensor(d, shape, h);
-    free(h);
-    return t;
-}
-
 /* Side q on device d: experts [e0, e0 + El) of the host weights, slice t of T (T 1: whole experts);
  * cfg's shape.I is the slice width. etp_bind: bind the etp buffers for (ep, T). */
 static void make_side(side *sd, tri_device *d, const tri_moe_config *cfg, const host_data *h, int q, int64_t e0,
                       int64_t El, int t, int T, int I_full, int ep, bool etp_bind)
 {
     const tri_moe_shape *s = &cfg->shape;
-    int64_t N = s->N, C = s->C, E = s->E, I = s->I;
-    sd->dev = d;
-    sd->x = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), h->x[q]);
-    sd->dy = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), h->dy[q]);
-    sd->y = filled(d, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
-    sd->dx = filled(d, tri_tensor_2d(NULL, TRI_F32, N, C), 0.0f);
+    int64_t C = s->C, E = s->E, I = s->I;
+    tu_moe_side_io(sd, d, s, h->x[q], h->dy[q]);
     sd->w.router_w = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, E, C), h->wr);
     sd->w.expert_bias = sd->w.shared_gate_up_w = sd->w.shared_down_w = tri_tensor_none();
     float *gu = malloc(sizeof(float) * (size_t)(El * 2 * I * C)), *dn = malloc(sizeof(float) * (size_t)(El * C * I));
@@ -106,23 +77,11 @@ static void make_side(side *sd, tri_device *d, const tri_moe_config *cfg, const 
             for (int64_t i = 0; i < I; i++)
                 dn[(e * C + c) * I + i] = D[c * I_full + t * I + i];
     }
-    (void)T;
     sd->w.gate_up_w = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), gu);
     sd->w.down_w = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, El, C, I), dn);
     free(gu), free(dn);
-    sd->g.router_w = filled(d, tri_tensor_2d(NULL, TRI_F32, E, C), 0.25f);
-    sd->g.expert_bias = sd->g.shared_gate_up_w = sd->g.shared_down_w = tri_tensor_none();
-    sd->g.gate_up_w = filled(d, tri_tensor_3d(NULL, TRI_F32, El, 2 * I, C), 0.25f);
-    sd->g.down_w = filled(d, tri_tensor_3d(NULL, TRI_F32, El, C, I), 0.25f);
-    tri_tensor am = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_acts_bytes(s) / 4)), NULL);
-    tri_tensor sm = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_scratch_bytes(s) / 4)), NULL);
-    OK(tri_moe_bind(s, &sd->acts, am.data, &sd->sc, sm.data));
-    if (etp_bind) {
-        tri_tensor em = ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_etp_acts_bytes(s, ep, T) / 4)), NULL);
-        tri_tensor esm =
-            ot_tensor(d, tri_tensor_1d(NULL, TRI_F32, (int64_t)(tri_moe_etp_scratch_bytes(s, ep, T) / 4)), NULL);
-        OK(tri_moe_etp_bind(s, ep, T, &sd->ea, em.data, &sd->es, esm.data));
-    }
+    tu_moe_side_grads(sd, s, El, 0.25f);
+    OK(tu_moe_side_bind(sd, s, ep, etp_bind ? T : 0));
 }
 
 static int rank_fn(int rank, int size, tri_comm *world, void *arg)
@@ -133,10 +92,10 @@ static int rank_fn(int rank, int size, tri_comm *world, void *arg)
     (void)size;
     int rc = tri_comm_split(world, rank / c->etp, rank % c->etp, &etp);
     if (!rc) rc = tri_comm_split(world, rank % c->etp, rank / c->etp, &ep);
-    if (!rc) rc = tri_moe_etp_forward(sd->dev, ep, etp, sd->y, &sd->acts, &sd->ea, &sd->es, sd->x, &sd->w, &c->cfg);
+    if (!rc) rc = tri_moe_etp_forward(sd->dev, ep, etp, sd->y, &sd->acts, &sd->ta, &sd->ts, sd->x, &sd->w, &c->cfg);
     if (!rc)
-        rc = tri_moe_etp_backward(sd->dev, ep, etp, sd->dx, &sd->g, sd->dy, &sd->acts, &sd->ea, sd->x, &sd->w,
-                                  &sd->sc, &sd->es, &c->cfg, 0.5f, NULL);
+        rc = tri_moe_etp_backward(sd->dev, ep, etp, sd->dx, &sd->g, sd->dy, &sd->acts, &sd->ta, sd->x, &sd->w,
+                                  &sd->sc, &sd->ts, &c->cfg, 0.5f, NULL);
     tri_comm_destroy(ep);
     tri_comm_destroy(etp);
     return rc;
@@ -171,12 +130,12 @@ static void run_case(int64_t N, int64_t C, int64_t E, int64_t K, int64_t I, int 
     tri_moe_config sl = full;
     sl.shape.I = Is;
     host_data h = {0};
-    h.wr = rnd(E * C, -0.5f, 0.5f, 11);
-    h.wgu = rnd(E * 2 * I * C, -0.3f, 0.3f, 12);
-    h.wd = rnd(E * C * I, -0.3f, 0.3f, 13);
+    h.wr = tu_moe_uniform(E * C, -0.5f, 0.5f, 11);
+    h.wgu = tu_moe_uniform(E * 2 * I * C, -0.3f, 0.3f, 12);
+    h.wd = tu_moe_uniform(E * C * I, -0.3f, 0.3f, 13);
     for (int q = 0; q < R; q++) {
-        h.x[q] = rnd(N * C, -1.0f, 1.0f, 100 + (uint64_t)q);
-        h.dy[q] = rnd(N * C, -1.0f, 1.0f, 200 + (uint64_t)q);
+        h.x[q] = tu_moe_uniform(N * C, -1.0f, 1.0f, 100 + (uint64_t)q);
+        h.dy[q] = tu_moe_uniform(N * C, -1.0f, 1.0f, 200 + (uint64_t)q);
     }
     /* one rank, whole experts, the ranks' batches as micro-batches */
     tri_device *rd = ot_device(1);
@@ -391,19 +350,20 @@ Test(moe_etp, buffers_and_refusals)
     tri_device *d = ot_device(1);
     tri_moe_config cfg = {.shape = {.N = 4, .C = 8, .E = 4, .K = 2, .I = 4}, .score_func = TRI_MOE_SOFTMAX};
     host_data h = {0};
-    h.wr = rnd(4 * 8, -1, 1, 1), h.wgu = rnd(4 * 16 * 8, -1, 1, 2), h.wd = rnd(4 * 8 * 8, -1, 1, 3);
-    h.x[0] = rnd(4 * 8, -1, 1, 4), h.dy[0] = rnd(4 * 8, -1, 1, 5);
+    h.wr = tu_moe_uniform(4 * 8, -1, 1, 1), h.wgu = tu_moe_uniform(4 * 16 * 8, -1, 1, 2);
+    h.wd = tu_moe_uniform(4 * 8 * 8, -1, 1, 3);
+    h.x[0] = tu_moe_uniform(4 * 8, -1, 1, 4), h.dy[0] = tu_moe_uniform(4 * 8, -1, 1, 5);
     side sd;
     make_side(&sd, d, &cfg, &h, 0, 0, 4, 0, 2, 8, 1, true); /* slice 0 of I 8: I' 4 */
     tri_thread_group *grp;
     tri_comm *solo;
     OK(tri_thread_group_create(&grp, 1, 10.0));
     OK(tri_comm_thread_create(&solo, grp, 0));
-    OK(tri_moe_etp_forward(d, NULL, solo, sd.y, &sd.acts, &sd.ea, &sd.es, sd.x, &sd.w, &cfg)); /* a group of 1 */
-    cr_assert_eq(tri_moe_etp_forward(d, NULL, NULL, sd.y, &sd.acts, &sd.ea, &sd.es, sd.x, &sd.w, &cfg), TRI_EINVAL);
+    OK(tri_moe_etp_forward(d, NULL, solo, sd.y, &sd.acts, &sd.ta, &sd.ts, sd.x, &sd.w, &cfg)); /* a group of 1 */
+    cr_assert_eq(tri_moe_etp_forward(d, NULL, NULL, sd.y, &sd.acts, &sd.ta, &sd.ts, sd.x, &sd.w, &cfg), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "needs its etp comm") != NULL, "%s", tri_error_message());
     sd.w.down_w.shape[2] = 8;
-    cr_assert_eq(tri_moe_etp_forward(d, NULL, solo, sd.y, &sd.acts, &sd.ea, &sd.es, sd.x, &sd.w, &cfg), TRI_EINVAL);
+    cr_assert_eq(tri_moe_etp_forward(d, NULL, solo, sd.y, &sd.acts, &sd.ta, &sd.ts, sd.x, &sd.w, &cfg), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "with I the slice 4") != NULL, "%s", tri_error_message());
     tri_comm_destroy(solo);
     tri_thread_group_destroy(grp);

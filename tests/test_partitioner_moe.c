@@ -9,7 +9,7 @@
  * the rank's shape; the all-to-all volume equals a direct count over a uniform routing; a dense layer
  * among sparse ones (Qwen3-MoE's decoder_sparse_step) plans exactly; the validator refuses each
  * broken rule naming it, its flag and values; ZeRO shards expert state over edp, and the data-parallel
- * time takes the experts' collectives over edp; the search picks an ep. */
+ * time takes the experts' collectives over edp; the search picks an ep, and an etp > 1 where it pays. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,7 +59,7 @@ static tri_transformer moe_dims(moe_model *mm, int64_t L, int64_t C, int64_t NH,
                                      .E = E, .K = K, .I = I};
     mm->sparse_step = step;
     return (tri_transformer){.n_layer = L, .n_head = NH, .n_embd = C, .vocab_size = V, .n_positions = 32768,
-                             .n_kv_head = NH_kv, .n_experts = E, .experts_per_tok = K,
+                             .n_kv_head = NH_kv, .n_experts = E, .experts_per_tok = K, .expert_ffn = I,
                              .final_norm = TRI_NORM_RMSNORM, .untied_head = true, .fused_attention_only = true,
                              .block_cost = block, .block_cost_at = block_at, .cfg = mm};
 }
@@ -490,11 +490,16 @@ Test(partitioner_moe, expert_gradients_reduce_over_the_expert_data_parallel_grou
  * engine allocates, N_r = N / tp the tokens a rank routes under sequence parallelism): folded over the
  * tensor-parallel ranks (tp 8 ep 8) the worst case is N rows, and the best layout is expert-parallel
  * over tp. With a capacity factor (Megatron's token dropping) each expert takes at most its capacity
- * from each source, the buffers shrink to about f N_r K, and a faster layout folds ep over tp and dp. */
-static tri_search_entry mixtral_search(float capacity_factor, long *considered)
+ * from each source, the buffers shrink to about f N_r K, and a faster layout folds ep over tp and dp.
+ * etp false: the search as it was before etp (moe_intermediate_size unstated: etp 1 only); the best
+ * layouts (up to 10) into all when given. */
+static tri_search_entry mixtral_search_etp(float capacity_factor, bool etp, long *considered, tri_search_entry *all,
+                                           int *n_all)
 {
     moe_model mm;
     tri_transformer m = moe_dims(&mm, 32, 4096, 32, 8, 128, 8, 2, 14336, 0, 32000, 1);   /* Mixtral 8x7B */
+    if (!etp)
+        m.expert_ffn = 0; /* moe_intermediate_size not stated: the search keeps etp 1 */
     const tri_hardware *hw = tri_hardware_find("h100-sxm");
     tri_cluster c = {.hw = hw, .num_gpus = 16, .gpus_per_node = 8, .eff = hw->eff};
     tri_search_space sp = {.base = {.num_gpus = 16, .global_batch = 64, .seq_length = 4096,
@@ -507,25 +512,60 @@ static tri_search_entry mixtral_search(float capacity_factor, long *considered)
     cr_assert_eq(tri_search_layouts(&m, &c, &sp, NULL, NULL, best, 10, &n, &st), TRI_OK, "%s", tri_error_message());
     cr_assert_gt(n, 0);
     *considered = st.considered;
-    cr_log_info("Mixtral 8x7B on 16 H100s, capacity factor %g: %ld layouts considered; best tp %d pp %d dp %d ep %d "
-                "zero %d sp %d recompute %s: %.3f s, MFU %.1f%%, EP %.3g GB per step", (double)capacity_factor,
-                st.considered, best[0].layout.tp, best[0].layout.pp, best[0].layout.dp, best[0].layout.ep,
-                best[0].layout.zero_stage, best[0].layout.sequence_parallel,
-                tri_recompute_name(best[0].layout.recompute), best[0].time.iteration_s, 100 * best[0].time.mfu,
-                best[0].time.ep_bytes / 1e9);
+    if (all) {
+        memcpy(all, best, sizeof best);
+        *n_all = n;
+    }
+    cr_log_info("Mixtral 8x7B on 16 H100s, capacity factor %g, etp %s: %ld layouts considered; best tp %d pp %d dp %d "
+                "ep %d etp %d zero %d sp %d recompute %s: %.3f s, MFU %.1f%%, EP %.3g GB per step",
+                (double)capacity_factor, etp ? "searched" : "1", st.considered, best[0].layout.tp, best[0].layout.pp,
+                best[0].layout.dp, best[0].layout.ep, best[0].layout.etp, best[0].layout.zero_stage,
+                best[0].layout.sequence_parallel, tri_recompute_name(best[0].layout.recompute),
+                best[0].time.iteration_s, 100 * best[0].time.mfu, best[0].time.ep_bytes / 1e9);
     return best[0];
 }
 
 Test(partitioner_moe, search_picks_an_expert_parallel_size)
 {
     long considered;
-    tri_search_entry dropless = mixtral_search(0.0f, &considered);
+    tri_search_entry dropless = mixtral_search_etp(0.0f, false, &considered, NULL, NULL); /* etp 1: the ep choice */
     cr_expect(dropless.layout.ep > dropless.layout.dp && dropless.layout.sequence_parallel,
               "dropless: the best layout folds ep over the tensor-parallel ranks (got tp %d dp %d ep %d sp %d)",
               dropless.layout.tp, dropless.layout.dp, dropless.layout.ep, dropless.layout.sequence_parallel);
-    tri_search_entry capped = mixtral_search(1.0f, &considered);
+    tri_search_entry capped = mixtral_search_etp(1.0f, false, &considered, NULL, NULL);
     cr_expect_gt(capped.layout.ep, 1, "capacity factor 1: the best layout is expert-parallel");
     cr_expect_lt(capped.time.iteration_s, dropless.time.iteration_s,
                  "capacity factor 1: the smaller receive buffers admit a faster layout");
     cr_expect_float_eq(capped.layout.moe.capacity_factor, 1.0f, 0.0f, "the candidates keep the capacity factor");
+}
+
+/* The search enumerates etp over the divisors of tp x dp / ep that divide moe_intermediate_size
+ * (tri_transformer.expert_ffn). Dropless, an ep rank's receive buffers hold the worst case (ep N_r
+ * min(K, E_l) rows, above), while etp's hold etp N_r K at ep 1 - the expected N K rows of the stage's
+ * sequence shards - and split each expert's weights as ep does: the time model ranks etp > 1 first
+ * (what Megatron-Core's etp = tp does), faster than every layout the etp-1 search finds. With a capacity
+ * factor of 1 the ep buffers are the expectation too, and the best layout is no slower than before. */
+Test(partitioner_moe, search_picks_an_expert_tensor_parallel_size)
+{
+    long considered, considered1;
+    tri_search_entry all[10];
+    int n = 0;
+    tri_search_entry best = mixtral_search_etp(0.0f, true, &considered, all, &n);
+    tri_search_entry only1 = mixtral_search_etp(0.0f, false, &considered1, NULL, NULL);
+    cr_expect_gt(considered, considered1, "etp adds candidates (%ld against %ld)", considered, considered1);
+    cr_expect_eq(only1.layout.etp, 1);
+    cr_expect_gt(best.layout.etp, 1, "dropless: the best layout splits the experts over etp (got tp %d dp %d ep %d "
+                 "etp %d)", best.layout.tp, best.layout.dp, best.layout.ep, best.layout.etp);
+    cr_expect_lt(best.time.iteration_s, only1.time.iteration_s, "etp %d: %.4f s against the etp-1 search's %.4f s",
+                 best.layout.etp, best.time.iteration_s, only1.time.iteration_s);
+    for (int i = 0; i < n; i++) {
+        const tri_train_layout *l = &all[i].layout;
+        int ranks = l->tp * l->dp;
+        cr_expect(l->etp >= 1 && 14336 % l->etp == 0 && ranks % (l->ep * l->etp) == 0,
+                  "candidate %d: etp %d x ep %d over tp %d x dp %d, I 14336", i, l->etp, l->ep, l->tp, l->dp);
+    }
+    tri_search_entry capped = mixtral_search_etp(1.0f, true, &considered, NULL, NULL);
+    tri_search_entry capped1 = mixtral_search_etp(1.0f, false, &considered1, NULL, NULL);
+    cr_expect_leq(capped.time.iteration_s, capped1.time.iteration_s, "capacity factor 1: %.4f s against %.4f s",
+                  capped.time.iteration_s, capped1.time.iteration_s);
 }

@@ -4,12 +4,15 @@
  *                                layout, every file's SHA-256 status, every tensor's shape, dtype,
  *                                norms of weights and Adam moments, and checksum status
  *   ckpt reshard --tensor-model-parallel-size T --pipeline-model-parallel-size P
- *                --data-parallel-size D [--zero-stage Z] [--expert-model-parallel-size EP] SRC OUT
+ *                --data-parallel-size D [--zero-stage Z] [--expert-model-parallel-size EP]
+ *                [--expert-tensor-parallel-size ETP] SRC OUT
  *                                SRC rewritten for another layout as the run directory OUT (the
  *                                T x P x D ranks run as threads of this process: each loads its
  *                                shard from SRC exactly as a resumed run would, then they save);
  *                                a MoE checkpoint's experts go from the source's ep (its manifest)
- *                                to EP ranks of E / EP experts each, keyed by name (any ep -> any ep)
+ *                                to EP ranks of E / EP experts each, keyed by name (any ep -> any ep),
+ *                                each expert's moe_intermediate_size in ETP slices (any etp -> any etp;
+ *                                the files a training run at that layout writes)
  *   ckpt merge SRC OUT.h5        one HDF5 file with full tensors (weights, exp_avg/, exp_avg_sq/ or
  *                                momentum_buffer/ for SGD and LARS)
  *   ckpt export --format safetensors|llmc SRC OUT
@@ -61,7 +64,7 @@
 #include "tools/cli/train_metrics.h"
 
 typedef struct args {
-    int tp, pp, dp, zero, ep; /* reshard's target layout (zero, ep -1: the checkpoint's) */
+    int tp, pp, dp, zero, ep, etp; /* reshard's target layout (zero, ep, etp -1: the checkpoint's) */
     const char *format, *schedule, *dtype, *max_shard_size;
     int64_t seed;
     bool quiet, force;
@@ -220,9 +223,10 @@ static int inspect(const char *path)
     printf("model %s: %s\n", m->model_name, m->config_json);
     printf("iteration %lld, consumed samples %lld, optimizer step %lld\n", (long long)m->iteration,
            (long long)m->consumed_samples, (long long)m->optimizer_step);
-    char eps[48] = "";
-    if (run->ep > 1)
-        snprintf(eps, sizeof eps, ", expert parallel %d", run->ep);
+    char eps[96] = "";
+    int n_eps = run->ep > 1 ? snprintf(eps, sizeof eps, ", expert parallel %d", run->ep) : 0;
+    if (run->etp > 1)
+        snprintf(eps + n_eps, sizeof eps - (size_t)n_eps, ", expert tensor parallel %d", run->etp);
     printf("layout: tp %d x pp %d x dp %d, ZeRO %d, schedule %s (%d chunk%s per rank)%s%s%s\n", run->tp, run->pp,
            run->dp, run->zero_stage, run->schedule, run->v, run->v == 1 ? "" : "s",
            run->sequence_parallel ? ", sequence parallel" : "", run->deterministic ? ", deterministic mode" : "", eps);
@@ -408,14 +412,16 @@ typedef struct job {
     bool expert_bias;           /* reshard: the source holds DeepSeek-V3's expert bias (carried) */
 } job;
 
-/* The target layout: tp x pp x dp ranks (experts over ep of them) at ZeRO stage `zero` with the given schedule, a global
- * batch and sequence length of the source run, micro-batches of `micro`, through the one
- * validator the other tools use. */
-static int target_layout(const tri_model *model, int tp, int pp, int dp, int ep, int zero, const char *schedule,
-                         int64_t micro, int64_t global, int64_t T, tri_train_layout *out)
+/* The target layout: tp x pp x dp ranks (experts over ep of them, each expert in etp slices; sequence
+ * parallelism at tp > 1 when `sp`) at ZeRO stage `zero` with the given schedule, a global batch and
+ * sequence length of the source run, micro-batches of `micro`, through the one validator the other
+ * tools use (it names --expert-tensor-parallel-size when etp x ep does not divide tp x dp). */
+static int target_layout(const tri_model *model, int tp, int pp, int dp, int ep, int etp, bool sp, int zero,
+                         const char *schedule, int64_t micro, int64_t global, int64_t T, tri_train_layout *out)
 {
-    tri_layout_request req = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .ep = ep, .micro_batch = micro,
-                              .global_batch = global, .seq_length = T, .zero_stage = zero, .schedule = schedule,
+    tri_layout_request req = {.num_gpus = tp * pp * dp, .tp = tp, .pp = pp, .ep = ep, .etp = etp,
+                              .sequence_parallel = sp, .micro_batch = micro, .global_batch = global,
+                              .seq_length = T, .zero_stage = zero, .schedule = schedule,
                               .first_layers = -1, .last_layers = -1};
     tri_transformer dims = tri_model_dims(model);
     return tri_layout_resolve(&dims, &req, out);
@@ -515,17 +521,30 @@ static int reshard_to(const args *a, const char *src, job *j, int zero)
                        a->dp, (long long)global);
     int64_t micro = global % (j->src.run.micro_batch * a->dp) == 0 ? j->src.run.micro_batch : 1;
     int src_ep = j->src.run.ep > 1 ? j->src.run.ep : 1, ep = a->ep < 0 ? src_ep : a->ep;
-    /* the validator names --expert-model-parallel-size when it does not divide num_experts or the dp */
-    int rc = target_layout(&j->model, a->tp, a->pp, a->dp, ep, zero, a->schedule, micro, global,
+    int src_etp = j->src.run.etp > 1 ? j->src.run.etp : 1, etp = a->etp < 0 ? src_etp : a->etp;
+    /* not asked: the checkpoint's etp where it folds into the target's stage (etp x ep dividing tp x dp),
+     * else whole experts (etp 1), as before etp was recorded */
+    if (a->etp < 0 && etp > 1 && ((int64_t)a->tp * a->dp) % ((int64_t)etp * ep) != 0) {
+        fprintf(stderr, "note: the checkpoint's expert tensor parallelism (etp %d) does not fold into tp x dp = %d x "
+                "%d over ep %d: resharding to etp 1 (--expert-tensor-parallel-size chooses)\n", etp, a->tp, a->dp, ep);
+        etp = 1;
+    }
+    /* a MoE model at tp > 1 runs with sequence parallelism (Megatron-Core's rule), a dense one as its source */
+    bool sp = a->tp > 1 && (j->src.run.sequence_parallel || tri_model_dims(&j->model).n_experts > 0);
+    /* the validator names --expert-model-parallel-size when it does not divide num_experts or the dp,
+     * and --expert-tensor-parallel-size when etp x ep does not divide tp x dp; the family's check
+     * (tri_model_rank_check) names it when it does not divide moe_intermediate_size */
+    int rc = target_layout(&j->model, a->tp, a->pp, a->dp, ep, etp, sp, zero, a->schedule, micro, global,
                            j->src.run.seq_length, &j->layout);
     j->layout.moe.expert_bias = j->expert_bias; /* the bias is state: kept as it was */
+    j->layout.deterministic = j->src.run.deterministic; /* recorded as the source's, as a run there would */
     tri_model_run probe = {.layout = j->layout};
     if (!rc) rc = tri_model_rank_check(&j->model, &probe);
     if (rc)
         return rc;
-    fprintf(stderr, "resharding %s (tp %d x pp %d x dp %d, ep %d, ZeRO %d) to tp %d x pp %d x dp %d, ep %d, ZeRO %d on "
-            "%d thread ranks\n", src, j->src.run.tp, j->src.run.pp, j->src.run.dp, src_ep, j->src.run.zero_stage,
-            a->tp, a->pp, a->dp, ep, zero, a->tp * a->pp * a->dp);
+    fprintf(stderr, "resharding %s (tp %d x pp %d x dp %d, ep %d, etp %d, ZeRO %d) to tp %d x pp %d x dp %d, ep %d, "
+            "etp %d, ZeRO %d on %d thread ranks\n", src, j->src.run.tp, j->src.run.pp, j->src.run.dp, src_ep, src_etp,
+            j->src.run.zero_stage, a->tp, a->pp, a->dp, ep, etp, zero, a->tp * a->pp * a->dp);
     return tri_run_thread_ranks(a->tp * a->pp * a->dp, run_rank, j);
 }
 
@@ -596,7 +615,7 @@ static int import_weights(const args *a, const char *src, const char *out)
     if (!hf)
         fprintf(stderr, " (padded %d)", padded);
     fprintf(stderr, ", %lld positions\n", (long long)d.n_positions);
-    rc = target_layout(&j.model, 1, 1, 1, 1, 0, NULL, 1, 1, 1, &j.layout);
+    rc = target_layout(&j.model, 1, 1, 1, 1, 1, false, 0, NULL, 1, 1, 1, &j.layout);
     if (!rc) rc = tri_run_thread_ranks(1, run_rank, &j);
     char *json = NULL;
     if (!rc) rc = w.model.family->to_json(w.model.cfg, &json);
@@ -625,6 +644,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("data-parallel-size", TRI_FLAG_INT, &a->dp, "reshard: data-parallel size", 1, 4096);
     f[n++] = (tri_flag)FLAG("zero-stage", TRI_FLAG_INT, &a->zero, "reshard: ZeRO stage (-1: the checkpoint's)", -1, 3);
     f[n++] = (tri_flag)FLAG("expert-model-parallel-size", TRI_FLAG_INT, &a->ep, "reshard: expert-parallel size of a MoE checkpoint, dividing num_experts and the data-parallel size (-1: the checkpoint's; dense: 1)", -1, 4096);
+    f[n++] = (tri_flag)FLAG("expert-tensor-parallel-size", TRI_FLAG_INT, &a->etp, "reshard: expert-tensor-parallel size of a MoE checkpoint: each expert's moe_intermediate_size in etp slices, etp x ep dividing tp x dp (-1: the checkpoint's where it divides, else 1; dense: 1)", -1, 4096);
     f[n++] = (tri_flag)((tri_flag){"pipeline-schedule", TRI_FLAG_CHOICE, &a->schedule, "reshard: pipeline schedule",
                                    0, 0, "1f1b|gpipe", false});
     f[n++] = (tri_flag)((tri_flag){"format", TRI_FLAG_CHOICE, &a->format, "export/import: file format", 0, 0,
@@ -645,7 +665,7 @@ static const char *usage_text =
     "Inspects and converts Trident checkpoints, offline on one CPU process.\n"
     "  ckpt inspect DIR                      metadata, files and tensors of DIR's latest step (or step DIR)\n"
     "  ckpt reshard --tensor-model-parallel-size T --pipeline-model-parallel-size P --data-parallel-size D\n"
-    "               [--zero-stage Z] [--expert-model-parallel-size EP] SRC OUT\n"
+    "               [--zero-stage Z] [--expert-model-parallel-size EP] [--expert-tensor-parallel-size ETP] SRC OUT\n"
     "  ckpt merge SRC OUT.h5                 one HDF5 file with the full tensors\n"
     "  ckpt export --format safetensors|llmc SRC OUT\n"
     "  ckpt export --format hf [--dtype fp32|bf16|fp16] [--max-shard-size 5GB] SRC DIR (a Hugging Face model directory)\n"
@@ -655,7 +675,7 @@ static const char *usage_text =
 int main(int argc, char **argv)
 {
     tri_cli_passive_openmp(argv);
-    args a = {.tp = 1, .pp = 1, .dp = 1, .zero = -1, .ep = -1, .format = "safetensors", .schedule = "1f1b", .seed = 1234,
+    args a = {.tp = 1, .pp = 1, .dp = 1, .zero = -1, .ep = -1, .etp = -1, .format = "safetensors", .schedule = "1f1b", .seed = 1234,
               .dtype = "fp32"};
     tri_flag flags[16];
     int nflags = make_flags(&a, flags);

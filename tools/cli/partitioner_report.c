@@ -511,13 +511,15 @@ void tri_report_search_text(FILE *f, const tri_search_entry *e, int n, const tri
         fprintf(f, "no layout fits: try more GPUs, a smaller global batch or --bf16\n");
         return;
     }
-    fprintf(f, "%-4s %3s %3s %3s %3s %3s %2s %3s %3s %4s %-10s %3s %9s %11s %8s %6s %10s %s\n", "rank", "tp", "cp", "pp",
-            "dp", "ep", "v", "mb", "sp", "zero", "recompute", "", "time(s)", "tokens/s", "TFLOP/s", "MFU", "max mem", "memory from");
+    fprintf(f, "%-4s %3s %3s %3s %3s %3s %3s %2s %3s %3s %4s %-10s %3s %9s %11s %8s %6s %10s %s\n", "rank", "tp", "cp",
+            "pp", "dp", "ep", "etp", "v", "mb", "sp", "zero", "recompute", "", "time(s)", "tokens/s", "TFLOP/s", "MFU",
+            "max mem", "memory from");
     for (int i = 0; i < n; i++) {
         const tri_train_layout *l = &e[i].layout;
         char mem[32];
-        fprintf(f, "%-4d %3d %3d %3d %3d %3d %2d %3lld %3s %4d %-10s %3s %9.4g %11.0f %8.4g %5.1f%% %10s %s\n", i + 1,
-                l->tp, tri_layout_cp(l), l->pp, l->dp, l->ep > 1 ? l->ep : 1, l->v, (long long)l->B, l->sequence_parallel ? "on" : "off", l->zero_stage,
+        fprintf(f, "%-4d %3d %3d %3d %3d %3d %3d %2d %3lld %3s %4d %-10s %3s %9.4g %11.0f %8.4g %5.1f%% %10s %s\n", i + 1,
+                l->tp, tri_layout_cp(l), l->pp, l->dp, l->ep > 1 ? l->ep : 1, l->etp > 1 ? l->etp : 1, l->v,
+                (long long)l->B, l->sequence_parallel ? "on" : "off", l->zero_stage,
                 tri_recompute_name(l->recompute), "", e[i].time.iteration_s, e[i].time.tokens_per_s,
                 e[i].time.model_tflops_per_gpu, 100 * e[i].time.mfu, tri_format_bytes(e[i].max_bytes, mem, sizeof mem),
                 e[i].from_engine_plan ? "engine plan" : "formulas");
