@@ -9,14 +9,15 @@ static tri_tensor rows_of(tri_tensor qkv)
     return tri_tensor_2d(qkv.data, qkv.dtype, qkv.shape[0] * qkv.shape[1], qkv.shape[2]);
 }
 
-/* Rotary embedding on the q and k heads of every qkv row (positions t of (B, T) rows). */
+/* Rotary embedding on the q and k heads of every qkv row, at the rows' global positions: t of (B, T)
+ * rows, or this rank's chunks' under context parallelism (s->seq; a zeroed seq: T = qkv's rows). */
 static int rotate(const tri_tp *tp, tri_tensor qkv, const tri_llama_attention_scratch *s, bool backward)
 {
-    int64_t T = qkv.shape[1];
+    tri_seq q = s->seq.cp > 1 ? s->seq : (tri_seq){.T = qkv.shape[1], .cp = 1};
     tri_tensor rows = rows_of(qkv);
     int64_t heads = s->NH_l + s->NH_kv_l;
-    return backward ? tri_op_rope_backward(tp->dev, rows, s->cos, s->sin, heads, T, 0)
-                    : tri_op_rope_forward(tp->dev, rows, s->cos, s->sin, heads, T, 0);
+    return backward ? tri_op_rope_backward(tp->dev, rows, s->cos, s->sin, heads, q.T, 0, q.cp, q.cp_rank)
+                    : tri_op_rope_forward(tp->dev, rows, s->cos, s->sin, heads, q.T, 0, q.cp, q.cp_rank);
 }
 
 int tri_llama_attention_forward(const tri_tp *tp, tri_tensor y, tri_llama_attention_acts *a, tri_tensor x,

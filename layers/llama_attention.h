@@ -43,9 +43,11 @@ typedef struct tri_llama_attention_scratch {
     tri_tensor dqkv;            /* (B, T, C_l + 2 C_kv_l) */
     tri_tensor datty;           /* (B, T, C_l) */
     tri_tensor delta;           /* (B, NH_l, T) f32 */
-    tri_tensor cos, sin;        /* (>= T, HS/2) f32 rotary tables (layers/rotary.h) */
+    tri_tensor cos, sin;        /* (>= seq.T, HS/2) f32 rotary tables (layers/rotary.h) */
     int64_t NH_l, NH_kv_l;      /* this rank's query and key/value heads */
     float qk_norm_eps;          /* the per-head norm's eps (rms_norm_eps) when the weights hold q_norm */
+    tri_seq seq;                /* the rows' sequences: (B, T) rows are positions t of T (zeroed: the same), or
+                                   under context parallelism this rank's two chunks of seq.T (global positions) */
 } tri_llama_attention_scratch;
 
 /* y(N_l, C) = the attention sub-block of x(N_l, C); fills acts. */

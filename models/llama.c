@@ -293,10 +293,11 @@ static int check_consecutive(const tri_llama *m)
     return TRI_OK;
 }
 
-/* The rotary tables cos, sin (T, HS/2) of the config's theta and scaling (layers/rotary.h). */
+/* The rotary tables cos, sin (T, HS/2) of the config's theta and scaling (layers/rotary.h); T the whole
+ * sequence's (under context parallelism a rank's rows sit at global positions up to T). */
 static int fill_rotary(tri_llama *m)
 {
-    int64_t T = m->d.run->T, half = m->HS / 2;
+    int64_t T = m->d.seq.T, half = m->HS / 2;
     float *inv = malloc((size_t)half * sizeof *inv), *c = malloc((size_t)(T * half) * sizeof *c),
           *s = malloc((size_t)(T * half) * sizeof *s);
     int rc = inv && c && s ? TRI_OK : TRI_ERR(TRI_ENOMEM, "llama: out of memory for the rotary tables");

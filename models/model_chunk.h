@@ -75,6 +75,8 @@ typedef struct tri_decoder {
     int64_t C;                       /* the residual stream's width */
     int64_t vocab_size, Vp, V_l, vocab_start;  /* real vocab, padded, its shard, the shard's first id */
     int64_t N, N_l;
+    tri_seq seq;                     /* the whole sequence and this rank's chunks of it (context parallelism:
+                                        N = B T_l rows, T_l = seq.T / seq.cp) */
     int L_l;                         /* blocks on this stage */
     /* units (-1: not on this stage), which the family's map of its parameters sets: the token
      * embedding and a position table (first stage), the first block, the final norm and the LM head
@@ -170,8 +172,10 @@ void tri_decoder_free(void *model);
  * params / grads, which hold the unit's elements in its flat layout. */
 void tri_decoder_bind(void *self, int unit, tri_tensor params, tri_tensor grads);
 
-/* Copies B windows of T + 1 tokens (host) into slot's tokens, the first T of each, and targets, the
- * last T. TRI_ENOMEM or the copy's error. */
+/* Copies B windows of T + 1 tokens (host; T = seq.T, the whole sequence) into slot's tokens, the first
+ * T of each, and targets, the last T; under context parallelism only this rank's rows, chunk cp_rank
+ * then chunk 2cp-1-cp_rank of each window (their tokens at positions p, targets at p + 1). TRI_ENOMEM or
+ * the copy's error. */
 int tri_decoder_load_batch(tri_decoder *d, int slot, const int32_t *windows);
 
 /* Runs one pass (engine/train/chunk.h) on the micro-batch in slot: the embedding and its backward,

@@ -270,11 +270,21 @@ static int validate(run *r)
     rc = tri_cli_layout_resolve(&a->layout, r->flags, r->nflags, r->world->size, &dims, &r->L);
     if (rc)
         return rc;
-    /* after the validator's rules, so a bad cp gets its rule's message (docs/context_parallel.md "Left") */
-    if (r->L.cp > 1)
-        return TRI_ERR(TRI_EINVAL, "--context-parallel-size %d: context parallelism is not wired into the training "
-                       "loop yet (the grid, the flags, the validator and the partitioner's plan are; run "
-                       "--context-parallel-size 1, or plan it with the partitioner)", r->L.cp);
+    /* after the validator's rules, so a bad cp gets its rule's message: what the engine does not run
+     * under cp yet (docs/context_parallel.md, "cp in the training engine", Left) */
+    if (r->L.cp > 1 && r->L.cp_comm_type == TRI_CP_COMM_P2P && !r->L.deterministic)
+        return TRI_ERR(TRI_EINVAL, "--context-parallel-size %d with --cp-comm-type p2p: the p2p ring is not built yet "
+                       "(use --cp-comm-type all_gather, or --deterministic-mode, whose exact backward gathers for "
+                       "both types)", r->L.cp);
+    if (r->L.cp > 1 && a->compression.kind && strcmp(a->compression.kind, "none") != 0)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression %s with --context-parallel-size %d: the compressed reduction "
+                       "runs over the dp group, while under cp the gradients reduce over dp x cp (not built; "
+                       "train without one of the two)", a->compression.kind, r->L.cp);
+    if (r->L.cp > 1 && a->sample_length > 0) { /* generation runs whole sequences on one rank */
+        tri_log_rank0("--context-parallel-size %d: no sample at the end (generation does not split the sequence; "
+                      "--sample-length %d ignored)", r->L.cp, a->sample_length);
+        a->sample_length = 0;
+    }
     a->compression.start_iter_given = tri_flags_find(r->flags, r->nflags, "grad-compression-start-iter")->seen;
     a->compression.powersgd_start_iter_given = tri_flags_find(r->flags, r->nflags, "powersgd-start-iter")->seen;
     rc = tri_cli_compression_resolve(&a->compression, r->L.dp, r->L.zero_stage, (uint64_t)a->seed,
