@@ -571,3 +571,47 @@ Test(ops_errors, adamw)
     expect_einval(tri_op_adamw(d, p, g, m, v, &hp), "adamw", "step");
     expect_einval(tri_op_adamw_multi(d, pieces, 2, &hp), "adamw_multi piece 0", "step");
 }
+
+/* The split-sequence attention ops (context parallelism): each refusal names its argument. */
+Test(ops_errors, flash_attention_kv)
+{
+    tri_device *d = ot_device(1);
+    const int64_t B = 2, T = 128, NH = 2, CH = 8; /* HS 4, one key/value head: W = 8 + 8 */
+    tri_tensor qkv = f32(d, tri_tensor_3d(NULL, TRI_F32, B, T, CH + 8));
+    tri_tensor kv = f32(d, tri_tensor_3d(NULL, TRI_F32, B, 2 * T, 8));
+    tri_tensor out = f32(d, tri_tensor_3d(NULL, TRI_F32, B, T, CH));
+    tri_tensor lse = f32(d, tri_tensor_3d(NULL, TRI_F32, B, NH, T)), delta = f32(d, tri_tensor_3d(NULL, TRI_F32, B, NH, T));
+    tri_tensor dqkv = f32(d, tri_tensor_3d(NULL, TRI_F32, B, T, CH + 8));
+    tri_tensor dkv = f32(d, tri_tensor_3d(NULL, TRI_F32, B, 2 * T, 8));
+    tri_flash_rows qr = {64, 0, 192}, kr = tri_flash_rows_whole(2 * T), q_odd = {40, 0, 192}, k_off = {256, 8, 264};
+    const char *op = "flash_attention_kv_forward";
+    expect_ok(tri_op_flash_attention_kv_forward(d, out, lse, qkv, kv, qr, kr), op);
+    expect_einval(tri_op_flash_attention_kv_forward(d, out, lse, qkv, as_i32(kv), qr, kr), op, "'kv'");
+    expect_einval(tri_op_flash_attention_kv_forward(d, out, lse, qkv, f32(d, tri_tensor_3d(NULL, TRI_F32, B, T, 6)),
+                                                    qr, kr), op, "kv");
+    expect_einval(tri_op_flash_attention_kv_forward(d, out, lse, qkv, kv, q_odd, kr), op, "qrows");
+    expect_einval(tri_op_flash_attention_kv_forward(d, out, lse, qkv, kv, qr, k_off), op, "krows");
+    expect_einval(tri_op_flash_attention_kv_forward(d, out, as_i32(lse), qkv, kv, qr, kr), op, "'lse'");
+    op = "flash_attention_delta";
+    expect_ok(tri_op_flash_attention_delta(d, delta, out, out), op);
+    expect_einval(tri_op_flash_attention_delta(d, as_i32(delta), out, out), op, "'delta'");
+    expect_einval(tri_op_flash_attention_delta(d, delta, out, v1(d, 5)), op, "out");
+    op = "flash_attention_kv_backward_dq";
+    expect_ok(tri_op_flash_attention_kv_backward_dq(d, dqkv, out, qkv, kv, lse, delta, qr, kr, false), op);
+    expect_einval(tri_op_flash_attention_kv_backward_dq(d, v1(d, 5), out, qkv, kv, lse, delta, qr, kr, false), op,
+                  "'dqkv'");
+    expect_einval(tri_op_flash_attention_kv_backward_dq(d, dqkv, out, qkv, kv, lse, v1(d, 5), qr, kr, false), op,
+                  "'delta'");
+    op = "flash_attention_kv_backward_dkv";
+    expect_ok(tri_op_flash_attention_kv_backward_dkv(d, dkv, out, qkv, kv, lse, delta, qr, kr, false), op);
+    expect_einval(tri_op_flash_attention_kv_backward_dkv(d, v1(d, 5), out, qkv, kv, lse, delta, qr, kr, false), op,
+                  "'dkv'");
+    op = "flash_attention_merge";
+    expect_ok(tri_op_flash_attention_merge(d, out, lse, out, delta), op);
+    expect_einval(tri_op_flash_attention_merge(d, out, lse, v1(d, 5), delta), op, "'out2'");
+    expect_einval(tri_op_flash_attention_merge(d, out, lse, out, as_i32(delta)), op, "'lse2'");
+    op = "copy_columns";
+    expect_ok(tri_op_copy_columns(d, dkv, 0, kv, 0, 8), op);
+    expect_einval(tri_op_copy_columns(d, dkv, 1, kv, 0, 8), op, "dst");
+    expect_einval(tri_op_copy_columns(d, dkv, 0, qkv, 0, 8), op, "rows");
+}

@@ -319,6 +319,15 @@ static outputs every_op(int threads)
         OK(tri_op_flash_attention_forward(d, ao, lse, fq));
         OK(tri_op_flash_attention_backward(d, dfq, delta, dao, fq, ao, lse));
         keep(&o, d, ao), keep(&o, d, lse), keep(&o, d, dfq), keep(&o, d, delta);
+        /* the split-sequence ops: the queries one chunk at 64, the keys (fq's own) at 0 */
+        tri_flash_rows qr = {T2, 64, 64 + T2}, kr = tri_flash_rows_whole(T2);
+        OK(tri_op_flash_attention_kv_forward(d, ao, lse, fq, fq, qr, kr));
+        OK(tri_op_flash_attention_delta(d, delta, dao, ao));
+        OK(tri_op_flash_attention_kv_backward_dq(d, dfq, dao, fq, fq, lse, delta, qr, kr, true));
+        OK(tri_op_flash_attention_kv_backward_dkv(d, dfq, dao, fq, fq, lse, delta, qr, kr, false));
+        OK(tri_op_flash_attention_merge(d, ao, lse, dao, delta));
+        OK(tri_op_copy_columns(d, dfq, 0, fq, Wq - 8, 8));
+        keep(&o, d, ao), keep(&o, d, lse), keep(&o, d, dfq), keep(&o, d, delta);
     }
     /* embeddings (token ids past the shard), cross-entropy (padded vocabulary), AdamW */
     int32_t *ids = ot_ints((size_t)N2), *targets = ot_ints((size_t)N2);

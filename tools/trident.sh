@@ -147,7 +147,7 @@ PY
     build_tree build-asan Debug "$other_march" -DTRIDENT_CUDA=OFF
     t_asan_build=$((SECONDS - t2))
     t3=$SECONDS
-    # (release_only: the two tests tests/CMakeLists.txt names, whose code paths other tests cover under
+    # (release_only: the tests tests/CMakeLists.txt names, whose code paths other tests cover under
     # the sanitizers)
     (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only')
     t_asan=$((SECONDS - t3))

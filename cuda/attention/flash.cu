@@ -40,6 +40,20 @@ static int check_head(const char *op, tri_flash_dims f)
     return TRI_OK;
 }
 
+/* delta = rowsum(dout * out) per (b, h, t): the fast kernel (the same bits, coalesced:
+ * flash_delta_fast.cuh) or the simple twin. Only f.B, f.T, f.NH and f.HS are read. */
+static int launch_delta(tri_cuda *cu, tri_tensor delta, tri_tensor dout, tri_tensor out, tri_flash_dims f)
+{
+    int64_t rows = f.B * f.NH * f.T;
+    if (!cu->simple && f.HS <= TRI_DELTA_MAX_HS)
+        return TRI_CUDA_LAUNCH(flash_backward_delta_fast_kernel,
+                               tri_row_blocks((rows + TRI_DELTA_ROWS - 1) / TRI_DELTA_ROWS), TRI_DELTA_THREADS,
+                               cu->stream, tri_fp(delta), tri_data(dout), tri_is_bf16(dout), tri_data(out),
+                               tri_is_bf16(out), f);
+    return TRI_CUDA_LAUNCH_N(flash_backward_delta_kernel, rows, cu->stream, tri_fp(delta), tri_data(dout),
+                             tri_is_bf16(dout), tri_data(out), tri_is_bf16(out), f);
+}
+
 extern "C" int tri_cuda_flash_attention_forward(tri_device *dev, tri_tensor out, tri_tensor lse, tri_tensor qkv)
 {
     tri_cuda *cu = tri_cuda_of(dev);
@@ -60,15 +74,7 @@ extern "C" int tri_cuda_flash_attention_backward(tri_device *dev, tri_tensor dqk
     tri_flash_dims f = tri_flash_dims_of(qkv, dout, lse);
     int64_t rows = f.B * f.NH * f.T, kv_rows = f.B * f.NH_kv * f.T;
     int rc = check_head("flash_attention_backward", f);
-    if (rc)
-        return rc;
-    if (!cu->simple && f.HS <= TRI_DELTA_MAX_HS) /* the same bits, coalesced (flash_delta_fast.cuh) */
-        rc = TRI_CUDA_LAUNCH(flash_backward_delta_fast_kernel, tri_row_blocks((rows + TRI_DELTA_ROWS - 1) / TRI_DELTA_ROWS),
-                             TRI_DELTA_THREADS, cu->stream, tri_fp(delta), tri_data(dout), tri_is_bf16(dout),
-                             tri_data(out), tri_is_bf16(out), f);
-    else
-        rc = TRI_CUDA_LAUNCH_N(flash_backward_delta_kernel, rows, cu->stream, tri_fp(delta), tri_data(dout),
-                               tri_is_bf16(dout), tri_data(out), tri_is_bf16(out), f);
+    if (!rc) rc = launch_delta(cu, delta, dout, out, f);
     if (rc)
         return rc;
     if (tiled_path(cu, f, qkv, dout, dqkv, true))
@@ -81,4 +87,11 @@ extern "C" int tri_cuda_flash_attention_backward(tri_device *dev, tri_tensor dqk
                                     tri_data(dout), tri_is_bf16(dout), tri_data(qkv), tri_is_bf16(qkv), tri_fp(lse),
                                     tri_fp(delta), f);
     return rc;
+}
+
+/* flash_attention_delta: the backward's first step alone (context parallelism gathers it). */
+extern "C" int tri_cuda_flash_attention_delta(tri_device *dev, tri_tensor delta, tri_tensor dout, tri_tensor out)
+{
+    tri_flash_dims f = {delta.shape[0], delta.shape[2], delta.shape[1], delta.shape[1], dout.shape[2] / delta.shape[1]};
+    return launch_delta(tri_cuda_of(dev), delta, dout, out, f);
 }

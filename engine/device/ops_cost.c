@@ -413,6 +413,69 @@ int tri_cost_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor
     return rc;
 }
 
+/* The context-parallel forms: the tile pairs a (B, NH) problem of Tq query rows against Tk keys
+ * visits, priced as the whole rectangle (an upper bound: causal blocks skip about half of the
+ * diagonal ones; the cp partitioner plans the exact traffic, not these FLOPs). */
+static double flash_kv_product_flops(tri_flash_dims f, int64_t Tk)
+{
+    double nq = (double)((f.T + TRI_FLASH_BR - 1) / TRI_FLASH_BR), nk = (double)((Tk + TRI_FLASH_BC - 1) / TRI_FLASH_BC);
+    return 2.0 * (double)(f.B * f.NH) * nq * nk * TRI_FLASH_BR * TRI_FLASH_BC * (double)f.HS;
+}
+
+int tri_cost_flash_attention_kv_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv, tri_tensor kv,
+                                        tri_flash_rows qrows, tri_flash_rows krows)
+{
+    (void)qrows, (void)krows;
+    double flops = 2 * flash_kv_product_flops(tri_flash_dims_of(qkv, out, lse), kv.shape[1]);
+    bool tc = qkv.dtype == TRI_BF16;
+    tri_cost_call(d, "flash_attention_kv_forward");
+    return tri_cost_kernel(d, bytes(qkv) + bytes(kv) + bytes(out) + bytes(lse), tc ? flops : 0, tc ? 0 : flops);
+}
+
+int tri_cost_flash_attention_delta(tri_device *d, tri_tensor delta, tri_tensor dout, tri_tensor out)
+{
+    return one(d, "flash_attention_delta", bytes(dout) + bytes(out) + bytes(delta), 2 * numel(out));
+}
+
+/* dq: three products a tile pair (S, dP, dS k); dk, dv: four (S, dP, P^T dout, dS^T q). */
+static int flash_kv_pass(tri_device *d, const char *name, tri_tensor grad, tri_tensor dout, tri_tensor qkv,
+                         tri_tensor kv, tri_tensor lse, tri_tensor delta, double products)
+{
+    double p = products * flash_kv_product_flops(tri_flash_dims_of(qkv, dout, lse), kv.shape[1]);
+    bool tc = qkv.dtype == TRI_BF16;
+    tri_cost_call(d, name);
+    return tri_cost_kernel(d, bytes(qkv) + bytes(kv) + bytes(dout) + bytes(lse) + bytes(delta) + bytes(grad),
+                           tc ? p : 0, tc ? 0 : p);
+}
+
+int tri_cost_flash_attention_kv_backward_dq(tri_device *d, tri_tensor dqkv, tri_tensor dout, tri_tensor qkv,
+                                            tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                            tri_flash_rows krows, bool accumulate)
+{
+    (void)qrows, (void)krows, (void)accumulate;
+    return flash_kv_pass(d, "flash_attention_kv_backward_dq", dqkv, dout, qkv, kv, lse, delta, 3);
+}
+
+int tri_cost_flash_attention_kv_backward_dkv(tri_device *d, tri_tensor dkv, tri_tensor dout, tri_tensor qkv,
+                                             tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                             tri_flash_rows krows, bool accumulate)
+{
+    (void)qrows, (void)krows, (void)accumulate;
+    return flash_kv_pass(d, "flash_attention_kv_backward_dkv", dkv, dout, qkv, kv, lse, delta, 4);
+}
+
+int tri_cost_flash_attention_merge(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor out2, tri_tensor lse2)
+{
+    return one(d, "flash_attention_merge", 2 * bytes(out) + bytes(out2) + 2 * bytes(lse) + bytes(lse2), 3 * numel(out));
+}
+
+int tri_cost_copy_columns(tri_device *d, tri_tensor dst, int64_t dst_col, tri_tensor src, int64_t src_col, int64_t n)
+{
+    (void)dst_col, (void)src_col;
+    double rows = (double)tri_tensor_rows(dst);
+    return one(d, "copy_columns", rows * (double)n * (esize(dst) + esize(src)), 0);
+}
+
 /* In place on the first n_heads heads of each row; the cos / sin tables read once. */
 static int rope(tri_device *d, const char *name, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads)
 {

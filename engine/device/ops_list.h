@@ -153,6 +153,46 @@ TRI_OP(flash_attention_forward, (tri_device *d, tri_tensor out, tri_tensor lse, 
 TRI_OP(flash_attention_backward, (tri_device *d, tri_tensor dqkv, tri_tensor delta, tri_tensor dout, tri_tensor qkv,
                                   tri_tensor out, tri_tensor lse))
 
+/* ---- fused attention across a split sequence (context parallelism: layers/cp_attention.c) ----
+ * The ops above with queries and keys/values in different buffers at global positions
+ * (tri_flash_rows, engine/device/ops/attention_math.h: one chunk, or a cp rank's two), causal by
+ * global position. Queries: the q columns of qkv(B,T,C_l + 2 C_kv) (its k, v columns unread); keys
+ * and values: the last 2 C_kv columns (k heads, then v heads) of kv(B,Tk,Wk), Wk >= 2 C_kv (a packed
+ * (B,Tk,2 C_kv) buffer, or a gathered qkv). out, dout (B,T,C_l); lse, delta (B,NH_l,T) f32. A split
+ * chunk length (Tc < rows) is a multiple of 64 and the key chunks start at multiples of 64, so the
+ * key tiles sit at absolute multiples of TRI_FLASH_BC: a query row meets the key tiles in ascending
+ * global order exactly as in flash_attention_forward over the whole sequence, and the bits are its
+ * bits (qrows = krows = tri_flash_rows_whole(T) and kv = qkv is that op). */
+/* out, lse of the queries against the given keys only: a row that sees no key gets out 0 and lse
+ * -inf (the partial result a ring merges with flash_attention_merge). */
+TRI_OP(flash_attention_kv_forward, (tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv, tri_tensor kv,
+                                    tri_flash_rows qrows, tri_flash_rows krows))
+/* delta(B,NH_l,T) f32 = each row's dout . out over the head's columns, left to right (Dao 2023
+ * Algorithm 2's D; the first step of flash_attention_backward). */
+TRI_OP(flash_attention_delta, (tri_device *d, tri_tensor delta, tri_tensor dout, tri_tensor out))
+/* The dq pass: the q columns of dqkv (qkv's shape; other columns untouched) = (accumulate: +=) the
+ * gradient through the given keys, per query row the key tiles ascending. Accumulating over key
+ * blocks in ascending order gives the bits of one call over them all. */
+TRI_OP(flash_attention_kv_backward_dq, (tri_device *d, tri_tensor dqkv, tri_tensor dout, tri_tensor qkv, tri_tensor kv,
+                                        tri_tensor lse, tri_tensor delta, tri_flash_rows qrows, tri_flash_rows krows,
+                                        bool accumulate))
+/* The dk, dv pass: the last 2 C_kv columns of dkv (kv's shape; other columns untouched) = (accumulate:
+ * +=) the gradient from the given queries, per key tile the group's query heads in order, for each
+ * the query tiles ascending; key tiles no query reaches get 0 (or are left, accumulating). With
+ * one query head per key/value head, accumulating over query blocks in ascending order gives the
+ * bits of one call (grouped-query attention sums head by head, so blocks interleave differently). */
+TRI_OP(flash_attention_kv_backward_dkv, (tri_device *d, tri_tensor dkv, tri_tensor dout, tri_tensor qkv,
+                                         tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                         tri_flash_rows krows, bool accumulate))
+/* In place: out, lse (B,T,C_l), (B,NH_l,T) <- the merge of (out, lse) and (out2, lse2), two partial
+ * attentions of the same queries over disjoint keys, per row by tri_flash_merge_weights (fixed
+ * order: out w1 + out2 w2; rows -inf in both stay 0, -inf). */
+TRI_OP(flash_attention_merge, (tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor out2, tri_tensor lse2))
+/* dst(N, Wd) columns [dst_col, dst_col + n) = src(N, Ws) columns [src_col, src_col + n), per row,
+ * converted as convert (fp32 -> bf16 nearest even, same dtype copied bit for bit). Packs the k|v
+ * columns of a qkv buffer and unpacks their gradients (context parallelism). */
+TRI_OP(copy_columns, (tri_device *d, tri_tensor dst, int64_t dst_col, tri_tensor src, int64_t src_col, int64_t n))
+
 /* ---- rotary position embedding (Su et al. 2021), Hugging Face's rotate_half convention ----
  * In place on x(N, W): the first n_heads heads of HS = 2 cos.cols columns of each row (q then k of
  * a qkv row) are rotated, pair (i, i + HS/2) by the angle of frequency i at the row's position

@@ -1446,6 +1446,79 @@ Test(gpu_ops, flash_attention_empty_batch_or_sequence)
     cr_assert_eq(ot_flash_empty_cases(gpu, mem), TRI_OK, "%s", tri_error_message());
 }
 
+/* ---- fused attention across a split sequence (context parallelism) ----
+ * The CUDA twins of the kv ops (cuda/attention/flash_kv.kern.h: a thread per row, dot products left
+ * to right) against the CPU backend's sgemm-tiled loops: a cp rank's two query chunks (cp 2 rank 0:
+ * global chunks 0 and 3 of 64 rows) against keys of the whole sequence, packed (B, T, 2 C_kv) or a
+ * gathered qkv, grouped-query and multi-head; only the summation order differs, TOL (fp32) and
+ * BF16_TOL as the flash ops above. The merge and the column copy are row arithmetic in both (the
+ * merge's logf and expf: TOL; the copy: bit for bit). Today's problem through the kv forward takes
+ * the tiled kernels (the fast path) and must give flash_attention_forward's bits on the GPU. */
+static void flash_kv_case(int64_t B, int64_t NH, int64_t NH_kv, int64_t HS, int bf16, bool packed, uint64_t seed)
+{
+    int64_t Tc = 64, Tl = 2 * Tc, T = 4 * Tc, C = NH * HS, KV = 2 * NH_kv * HS, W = C + KV, Wk = packed ? KV : W;
+    tri_flash_rows qr = {Tc, 0, 3 * Tc}, kr = tri_flash_rows_whole(T);
+    both qkv = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, W), -2, 2, seed, bf16);
+    both kv = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, T, Wk), -2, 2, seed + 1, bf16);
+    both out = make_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, C), NULL, bf16);
+    both lse = make(tri_tensor_3d(NULL, TRI_F32, B, NH, Tl), NULL), delta = make(tri_tensor_3d(NULL, TRI_F32, B, NH, Tl), NULL);
+    both dout = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, C), -1, 1, seed + 2, bf16);
+    both dqkv = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, W), -1, 1, seed + 3, bf16);
+    both dkv = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, T, Wk), -1, 1, seed + 4, 0);
+    double tol = bf16 ? BF16_TOL : TOL;
+    char what[128];
+    BOTH(tri_op_flash_attention_kv_forward(cpu, out.c, lse.c, qkv.c, kv.c, qr, kr),
+         tri_op_flash_attention_kv_forward(gpu, out.g, lse.g, qkv.g, kv.g, qr, kr));
+    snprintf(what, sizeof what, "flash_kv out (%s, NH %lld/%lld HS %lld%s)", bf16 ? "bf16" : "fp32", (long long)NH,
+             (long long)NH_kv, (long long)HS, packed ? ", packed kv" : "");
+    cmp(what, out, tol);
+    cmp("flash_kv lse", lse, bf16 ? 1e-3 : TOL);
+    BOTH(tri_op_flash_attention_delta(cpu, delta.c, dout.c, out.c), tri_op_flash_attention_delta(gpu, delta.g, dout.g, out.g));
+    cmp("flash_attention_delta", delta, bf16 ? BF16_TOL : TOL);
+    for (int acc = 0; acc < 2; acc++) {
+        BOTH(tri_op_flash_attention_kv_backward_dq(cpu, dqkv.c, dout.c, qkv.c, kv.c, lse.c, delta.c, qr, kr, acc),
+             tri_op_flash_attention_kv_backward_dq(gpu, dqkv.g, dout.g, qkv.g, kv.g, lse.g, delta.g, qr, kr, acc));
+        snprintf(what, sizeof what, "flash_kv dq%s (%s)", acc ? " accumulated" : "", bf16 ? "bf16" : "fp32");
+        cmp(what, dqkv, tol);
+        BOTH(tri_op_flash_attention_kv_backward_dkv(cpu, dkv.c, dout.c, qkv.c, kv.c, lse.c, delta.c, qr, kr, acc),
+             tri_op_flash_attention_kv_backward_dkv(gpu, dkv.g, dout.g, qkv.g, kv.g, lse.g, delta.g, qr, kr, acc));
+        snprintf(what, sizeof what, "flash_kv dk, dv%s (%s, f32 dkv)", acc ? " accumulated" : "", bf16 ? "bf16" : "fp32");
+        cmp(what, dkv, tol);
+    }
+    /* merge: lse2 -inf on every third row (a block the row does not see) */
+    both out2 = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, C), -1, 1, seed + 5, bf16);
+    float *l2 = ot_uniform((size_t)(B * NH * Tl), -3, 3, seed + 6);
+    for (int64_t i = 0; i < B * NH * Tl; i += 3)
+        l2[i] = -INFINITY;
+    both lse2 = make(tri_tensor_3d(NULL, TRI_F32, B, NH, Tl), l2);
+    BOTH(tri_op_flash_attention_merge(cpu, out.c, lse.c, out2.c, lse2.c),
+         tri_op_flash_attention_merge(gpu, out.g, lse.g, out2.g, lse2.g));
+    cmp("flash_attention_merge out", out, bf16 ? BF16_TOL : TOL);
+    cmp("flash_attention_merge lse", lse, TOL);
+    /* copy_columns: k|v of qkv into a packed buffer, converted to the other dtype */
+    both packed_kv = make_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, KV), NULL, !bf16);
+    BOTH(tri_op_copy_columns(cpu, packed_kv.c, 0, qkv.c, C, KV), tri_op_copy_columns(gpu, packed_kv.g, 0, qkv.g, C, KV));
+    cmp("copy_columns", packed_kv, 0.0);
+}
+
+Test(gpu_ops, flash_attention_kv_ops)
+{
+    flash_kv_case(2, 4, 2, 16, 0, true, 1500);  /* GQA, packed k|v */
+    flash_kv_case(1, 2, 2, 32, 0, false, 1510); /* MHA, a gathered qkv as kv */
+    flash_kv_case(2, 4, 1, 16, 1, true, 1520);  /* bf16, one key/value head */
+    /* today's problem through the kv forward: the tiled kernels, flash_attention_forward's bits */
+    int64_t B = 1, T = 130, NH = 2, HS = 64, W = 3 * NH * HS;
+    both qkv = uniform(tri_tensor_3d(NULL, TRI_F32, B, T, W), -2, 2, 1530);
+    both out = make(tri_tensor_3d(NULL, TRI_F32, B, T, NH * HS), NULL), lse = make(tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
+    both out1 = make(tri_tensor_3d(NULL, TRI_F32, B, T, NH * HS), NULL), lse1 = make(tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
+    tri_flash_rows all = tri_flash_rows_whole(T);
+    cr_assert_eq(tri_op_flash_attention_forward(gpu, out.g, lse.g, qkv.g), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_op_flash_attention_kv_forward(gpu, out1.g, lse1.g, qkv.g, qkv.g, all, all), TRI_OK, "%s",
+                 tri_error_message());
+    cr_assert(ot_same_bits("kv forward, today's problem", gpu_read(gpu, out1.g), gpu_read(gpu, out.g), (size_t)(T * NH * HS)));
+    cr_assert(ot_same_bits("kv forward lse, today's problem", gpu_read(gpu, lse1.g), gpu_read(gpu, lse.g), (size_t)(T * NH)));
+}
+
 /* ---- the Llama family's ops: the same bits as the CPU backend, fast and simple forms ----
  * RMSNorm's fast kernels sum their rows in engine/core/math.h's order across the lanes and dw in
  * chunks (as layernorm above); SwiGLU and the rotary embedding are element-wise with math.h's

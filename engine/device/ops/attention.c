@@ -6,7 +6,8 @@
  * key/value heads for the fused ops) from the shapes of qkv, the probabilities or the row
  * statistics, and out; an empty batch or sequence returns before any backend sees it. The CPU
  * loops are attention_cpu.c and flash_cpu.c; the CUDA ones cuda/attention/ (attention.cu, flash.cu,
- * flash_mma.cu, rope.cu). */
+ * flash_mma.cu, flash_kv.cu, rope.cu). The split-sequence forms (flash_attention_kv_*, _delta,
+ * _merge, copy_columns) serve context parallelism (layers/cp_attention.c). */
 #include "engine/device/ops_internal.h"
 
 /* ---- attention ---- */
@@ -117,6 +118,168 @@ int tri_op_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor d
     tri_widen_arg(&w, &qkv, false);
     tri_widen_arg(&w, &out, false);
     return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, flash_attention_backward, dqkv, delta, dout, qkv, out, lse));
+}
+
+/* ---- fused attention across a split sequence ---- */
+
+/* rows of a buffer of n rows: positions non-negative; a split (Tc < n) at a multiple of 64; key
+ * chunks (`key`) at multiples of 64 (the tiles' absolute places). */
+static int check_rows(const char *op, const char *name, tri_flash_rows r, int64_t n, bool key)
+{
+    bool split = r.Tc < n;
+    if (r.Tc < 0 || r.pos0 < 0 || (split && r.pos1 < 0) || (split && r.Tc % TRI_FLASH_BR != 0) ||
+        (key && (r.pos0 % TRI_FLASH_BC != 0 || (split && r.pos1 % TRI_FLASH_BC != 0))))
+        return TRI_ERR(TRI_EINVAL, "%s: %s {Tc %lld, pos0 %lld, pos1 %lld} of %lld rows: positions must be >= 0, a "
+                       "split chunk length (Tc < rows) a multiple of %d%s", op, name, (long long)r.Tc,
+                       (long long)r.pos0, (long long)r.pos1, (long long)n, TRI_FLASH_BR,
+                       key ? " and the key chunks' positions multiples of 64" : "");
+    return TRI_OK;
+}
+
+/* The queries' side as check_flash, and kv (B, Tk, Wk) with Wk >= 2 C_kv; both row descriptions. */
+static int check_flash_kv(const char *op, tri_tensor out, const char *out_name, tri_tensor stats,
+                          const char *stats_name, tri_tensor qkv, tri_tensor kv, tri_flash_rows qrows,
+                          tri_flash_rows krows)
+{
+    char x[96], y[96];
+    int rc = check_flash(op, out, out_name, stats, stats_name, qkv);
+    if (!rc) rc = tri_need_float(op, "kv", kv);
+    if (rc)
+        return rc;
+    int64_t kvw = qkv.shape[2] - tri_tensor_cols(out);
+    if (kv.ndim != 3 || kv.shape[0] != qkv.shape[0] || kv.shape[2] < kvw)
+        return TRI_ERR(TRI_EINVAL, "%s: kv %s must be (B, Tk, Wk) with B of qkv %s and Wk >= 2 C_kv = %lld", op,
+                       TRI_DESC(kv, x), TRI_DESC(qkv, y), (long long)kvw);
+    rc = check_rows(op, "qrows", qrows, qkv.shape[1], false);
+    if (!rc) rc = check_rows(op, "krows", krows, kv.shape[1], true);
+    return rc;
+}
+
+int tri_op_flash_attention_kv_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv, tri_tensor kv,
+                                      tri_flash_rows qrows, tri_flash_rows krows)
+{
+    const char *op = "flash_attention_kv_forward";
+    int rc = check_flash_kv(op, out, "out", lse, "lse", qkv, kv, qrows, krows);
+    if (rc || tri_tensor_numel(qkv) == 0) /* Tk 0 runs: every row sees no key */
+        return rc;
+    tri_widen w = tri_widen_start(d, rc);
+    tri_widen_arg(&w, &out, true);
+    tri_widen_arg(&w, &qkv, false);
+    tri_widen_arg(&w, &kv, false);
+    return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, flash_attention_kv_forward, out, lse, qkv, kv, qrows, krows));
+}
+
+int tri_op_flash_attention_delta(tri_device *d, tri_tensor delta, tri_tensor dout, tri_tensor out)
+{
+    const char *op = "flash_attention_delta";
+    char x[96], y[96], z[96];
+    int rc = tri_need(op, "delta", delta, TRI_F32);
+    if (!rc) rc = tri_need_float(op, "dout", dout);
+    if (!rc) rc = tri_need_float(op, "out", out);
+    if (rc)
+        return rc;
+    if (delta.ndim != 3 || dout.ndim != 3 || tri_tensor_numel(out) != tri_tensor_numel(dout) ||
+        dout.shape[0] != delta.shape[0] || dout.shape[1] != delta.shape[2] || delta.shape[1] == 0 ||
+        dout.shape[2] % delta.shape[1] != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: delta %s must be (B, NH_l, T) for dout %s and out %s (B, T, C_l), C_l %% NH_l "
+                       "== 0", op, TRI_DESC(delta, x), TRI_DESC(dout, y), TRI_DESC(out, z));
+    if (tri_tensor_numel(delta) == 0)
+        return TRI_OK;
+    tri_widen w = tri_widen_start(d, rc);
+    tri_widen_arg(&w, &dout, false);
+    tri_widen_arg(&w, &out, false);
+    return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, flash_attention_delta, delta, dout, out));
+}
+
+/* The backward passes' common checks: grad is dqkv (qkv's numel) or dkv (kv's numel). */
+static int check_flash_kv_backward(const char *op, tri_tensor grad, const char *grad_name, int64_t numel,
+                                   tri_tensor dout, tri_tensor qkv, tri_tensor kv, tri_tensor lse, tri_tensor delta,
+                                   tri_flash_rows qrows, tri_flash_rows krows)
+{
+    int rc = check_flash_kv(op, dout, "dout", lse, "lse", qkv, kv, qrows, krows);
+    if (!rc) rc = tri_need(op, "delta", delta, TRI_F32);
+    if (!rc) rc = tri_need_numel(op, "delta", delta, tri_tensor_numel(lse));
+    if (!rc) rc = tri_need_float(op, grad_name, grad);
+    if (!rc) rc = tri_need_numel(op, grad_name, grad, numel);
+    return rc;
+}
+
+int tri_op_flash_attention_kv_backward_dq(tri_device *d, tri_tensor dqkv, tri_tensor dout, tri_tensor qkv,
+                                          tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                          tri_flash_rows krows, bool accumulate)
+{
+    const char *op = "flash_attention_kv_backward_dq";
+    int rc = check_flash_kv_backward(op, dqkv, "dqkv", tri_tensor_numel(qkv), dout, qkv, kv, lse, delta, qrows, krows);
+    if (rc || tri_tensor_numel(qkv) == 0) /* Tk 0 runs: no gradient, dq zeroed unless accumulating */
+        return rc;
+    tri_widen w = tri_widen_start(d, rc);
+    tri_widen_arg(&w, &dqkv, true);
+    tri_widen_arg(&w, &dout, false);
+    tri_widen_arg(&w, &qkv, false);
+    tri_widen_arg(&w, &kv, false);
+    return tri_widen_end(&w, w.rc ? 0
+                                  : TRI_DISPATCH(d, flash_attention_kv_backward_dq, dqkv, dout, qkv, kv, lse, delta,
+                                                 qrows, krows, accumulate));
+}
+
+int tri_op_flash_attention_kv_backward_dkv(tri_device *d, tri_tensor dkv, tri_tensor dout, tri_tensor qkv,
+                                           tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                           tri_flash_rows krows, bool accumulate)
+{
+    const char *op = "flash_attention_kv_backward_dkv";
+    int rc = check_flash_kv_backward(op, dkv, "dkv", tri_tensor_numel(kv), dout, qkv, kv, lse, delta, qrows, krows);
+    if (rc || tri_tensor_numel(kv) == 0) /* no query (T 0) runs: dkv zeroed unless accumulating */
+        return rc;
+    tri_widen w = tri_widen_start(d, rc);
+    tri_widen_arg(&w, &dkv, true);
+    tri_widen_arg(&w, &dout, false);
+    tri_widen_arg(&w, &qkv, false);
+    tri_widen_arg(&w, &kv, false);
+    return tri_widen_end(&w, w.rc ? 0
+                                  : TRI_DISPATCH(d, flash_attention_kv_backward_dkv, dkv, dout, qkv, kv, lse, delta,
+                                                 qrows, krows, accumulate));
+}
+
+int tri_op_flash_attention_merge(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor out2, tri_tensor lse2)
+{
+    const char *op = "flash_attention_merge";
+    char x[96], y[96];
+    int rc = tri_need_float(op, "out", out);
+    if (!rc) rc = tri_need_float(op, "out2", out2);
+    if (!rc) rc = tri_need(op, "lse", lse, TRI_F32);
+    if (!rc) rc = tri_need(op, "lse2", lse2, TRI_F32);
+    if (!rc) rc = tri_need_numel(op, "out2", out2, tri_tensor_numel(out));
+    if (!rc) rc = tri_need_numel(op, "lse2", lse2, tri_tensor_numel(lse));
+    if (rc)
+        return rc;
+    if (out.ndim != 3 || lse.ndim != 3 || lse.shape[0] != out.shape[0] || lse.shape[2] != out.shape[1] ||
+        lse.shape[1] == 0 || out.shape[2] % lse.shape[1] != 0)
+        return TRI_ERR(TRI_EINVAL, "%s: out %s must be (B, T, C_l) and lse %s (B, NH_l, T) with C_l %% NH_l == 0", op,
+                       TRI_DESC(out, x), TRI_DESC(lse, y));
+    if (tri_tensor_numel(out) == 0)
+        return TRI_OK;
+    tri_widen w = tri_widen_start(d, rc);
+    tri_widen_arg(&w, &out, true);
+    tri_widen_arg(&w, &out2, false);
+    return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, flash_attention_merge, out, lse, out2, lse2));
+}
+
+int tri_op_copy_columns(tri_device *d, tri_tensor dst, int64_t dst_col, tri_tensor src, int64_t src_col, int64_t n)
+{
+    const char *op = "copy_columns";
+    char x[96], y[96];
+    int rc = tri_need_float(op, "dst", dst);
+    if (!rc) rc = tri_need_float(op, "src", src);
+    if (rc)
+        return rc;
+    int64_t N = tri_tensor_rows(dst), Wd = tri_tensor_cols(dst), Ws = tri_tensor_cols(src);
+    if (tri_tensor_rows(src) != N || n < 0 || dst_col < 0 || src_col < 0 || dst_col + n > Wd || src_col + n > Ws)
+        return TRI_ERR(TRI_EINVAL, "%s: columns [%lld, %lld) of dst %s and [%lld, %lld) of src %s: the rows must agree "
+                       "and the columns lie inside each", op, (long long)dst_col, (long long)(dst_col + n),
+                       TRI_DESC(dst, x), (long long)src_col, (long long)(src_col + n), TRI_DESC(src, y));
+    if (N == 0 || n == 0)
+        return TRI_OK;
+    return TRI_DISPATCH(d, copy_columns, dst, dst_col, src, src_col, n);
 }
 
 /* ---- rotary position embedding ---- */

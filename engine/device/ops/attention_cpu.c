@@ -100,6 +100,65 @@ int tri_cpu_flash_attention_backward(tri_device *d, tri_tensor dqkv, tri_tensor 
     return TRI_OK;
 }
 
+/* ---- fused attention across a split sequence (engine/device/ops/flash_cpu.c) ---- */
+
+int tri_cpu_flash_attention_kv_forward(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor qkv, tri_tensor kv,
+                                       tri_flash_rows qrows, tri_flash_rows krows)
+{
+    tri_cpu_flash_kv_forward(nthreads(d), fp(out), fp(lse), fp(qkv), fp(kv), kv.shape[1], kv.shape[2], qrows, krows,
+                             tri_flash_dims_of(qkv, out, lse));
+    return TRI_OK;
+}
+
+int tri_cpu_flash_attention_delta(tri_device *d, tri_tensor delta, tri_tensor dout, tri_tensor out)
+{
+    tri_flash_dims f = {delta.shape[0], delta.shape[2], delta.shape[1], delta.shape[1], dout.shape[2] / delta.shape[1]};
+    tri_cpu_flash_delta(nthreads(d), fp(delta), fp(dout), fp(out), f);
+    return TRI_OK;
+}
+
+int tri_cpu_flash_attention_kv_backward_dq(tri_device *d, tri_tensor dqkv, tri_tensor dout, tri_tensor qkv,
+                                           tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                           tri_flash_rows krows, bool accumulate)
+{
+    tri_cpu_flash_kv_backward_dq(nthreads(d), fp(dqkv), fp(delta), fp(dout), fp(qkv), fp(kv), fp(lse), kv.shape[1],
+                                 kv.shape[2], qrows, krows, tri_flash_dims_of(qkv, dout, lse), accumulate);
+    return TRI_OK;
+}
+
+int tri_cpu_flash_attention_kv_backward_dkv(tri_device *d, tri_tensor dkv, tri_tensor dout, tri_tensor qkv,
+                                            tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                            tri_flash_rows krows, bool accumulate)
+{
+    tri_cpu_flash_kv_backward_dkv(nthreads(d), fp(dkv), fp(delta), fp(dout), fp(qkv), fp(kv), fp(lse), kv.shape[1],
+                                  kv.shape[2], qrows, krows, tri_flash_dims_of(qkv, dout, lse), accumulate);
+    return TRI_OK;
+}
+
+int tri_cpu_flash_attention_merge(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor out2, tri_tensor lse2)
+{
+    tri_flash_dims f = {lse.shape[0], lse.shape[2], lse.shape[1], lse.shape[1], out.shape[2] / lse.shape[1]};
+    tri_cpu_flash_merge(nthreads(d), fp(out), fp(lse), fp(out2), fp(lse2), f);
+    return TRI_OK;
+}
+
+/* Row by row through tri_load / tri_store: the convert op's rounding, bits kept for equal dtypes. */
+static void copy_columns_loop(tri_tensor dst, int64_t dst_col, tri_tensor src, int64_t src_col, int64_t n)
+{
+    int64_t N = tri_tensor_rows(dst), Wd = tri_tensor_cols(dst), Ws = tri_tensor_cols(src);
+    int db = dst.dtype == TRI_BF16, sb = src.dtype == TRI_BF16;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t i = 0; i < n; i++)
+            tri_store(dst.data, db, r * Wd + dst_col + i, tri_load(src.data, sb, r * Ws + src_col + i));
+}
+
+int tri_cpu_copy_columns(tri_device *d, tri_tensor dst, int64_t dst_col, tri_tensor src, int64_t src_col, int64_t n)
+{
+    TRI_ON_THREADS(nthreads(d), copy_columns_loop(dst, dst_col, src, src_col, n));
+    return TRI_OK;
+}
+
 /* ---- rotary position embedding ---- */
 
 /* Rotates (backward: rotates back) the first n_heads heads of every row of x in place. */

@@ -134,6 +134,48 @@ TRI_HD int64_t tri_flash_kv_head(tri_flash_dims d, int64_t h)
     return h / (d.NH / d.NH_kv);
 }
 
+/* ---- fused attention across a split sequence (context parallelism) ----
+ * Where the rows of a query or key/value buffer sit in the global sequence: rows [0, Tc) at global
+ * positions pos0.., rows [Tc, rows) at pos1.. (Megatron-Core's two chunks of a cp rank: chunk i,
+ * then chunk 2cp-1-i). Causality is by global position: a query at p sees the keys at j <= p.
+ * One chunk (today's op): Tc >= the rows, pos0 = 0. The ops keep key tiles at absolute multiples of
+ * TRI_FLASH_BC (pos0, pos1 and a split Tc multiples of 64), so a query row meets the same key tiles
+ * in the same ascending order however the sequence is cut, which makes the cut bit-identical. */
+typedef struct tri_flash_rows {
+    int64_t Tc, pos0, pos1;
+} tri_flash_rows;
+
+/* The rows of a buffer of T rows as one chunk at global position 0 (today's op). */
+TRI_HD tri_flash_rows tri_flash_rows_whole(int64_t T)
+{
+    tri_flash_rows r = {T, 0, T};
+    return r;
+}
+
+/* Global position of local row t. */
+TRI_HD int64_t tri_flash_pos(tri_flash_rows r, int64_t t)
+{
+    return t < r.Tc ? r.pos0 + t : r.pos1 + (t - r.Tc);
+}
+
+/* Merge of two partial attentions of one row over disjoint key sets (the ring's online softmax,
+ * Milakov & Gimelshein 2018): lse = log(e^lse1 + e^lse2), out = out1 e^(lse1-lse) + out2
+ * e^(lse2-lse), computed as m = max, lse = m + log(e^(lse1-m) + e^(lse2-m)); a row that saw no key
+ * in either part (both -inf) gets lse -inf and weights 0. Sets *w1, *w2 and returns lse. */
+TRI_HD float tri_flash_merge_weights(float lse1, float lse2, float *w1, float *w2)
+{
+    float m = lse1 > lse2 ? lse1 : lse2;
+    if (m == -INFINITY) {
+        *w1 = 0.0f, *w2 = 0.0f;
+        return -INFINITY;
+    }
+    float e1 = lse1 == -INFINITY ? 0.0f : tri_expf(lse1 - m), e2 = lse2 == -INFINITY ? 0.0f : tri_expf(lse2 - m);
+    float lse = m + logf(e1 + e2);
+    *w1 = lse1 == -INFINITY ? 0.0f : tri_expf(lse1 - lse);
+    *w2 = lse2 == -INFINITY ? 0.0f : tri_expf(lse2 - lse);
+    return lse;
+}
+
 TRI_HD float tri_flash_row_update(float *s, int64_t n, float *m, float *l)
 {
     float mx = *m;
@@ -152,10 +194,11 @@ TRI_HD float tri_flash_row_update(float *s, int64_t n, float *m, float *l)
     return alpha;
 }
 
-/* The row's logsumexp after its last tile (natural log). */
+/* The row's logsumexp after its last tile (natural log); -inf for a row that saw no key (l 0: a
+ * query before every key of a block, only under context parallelism). */
 TRI_HD float tri_flash_lse(float m, float l)
 {
-    return m + logf(l);
+    return l == 0.0f ? -INFINITY : m + logf(l);
 }
 
 #endif

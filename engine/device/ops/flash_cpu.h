@@ -6,6 +6,7 @@
 #ifndef TRIDENT_ENGINE_DEVICE_OPS_FLASH_CPU_H
 #define TRIDENT_ENGINE_DEVICE_OPS_FLASH_CPU_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/core/math.h"
@@ -23,5 +24,23 @@ void tri_cpu_flash_forward(int threads, float *out, float *lse, const float *qkv
  * for any thread count and no two threads write one element. */
 void tri_cpu_flash_backward(int threads, float *dqkv, float *delta, const float *dout, const float *qkv,
                             const float *out, const float *lse, tri_flash_dims d);
+
+/* The context-parallel forms (engine/device/ops_list.h flash_attention_kv_*): queries from the q
+ * columns of qkv (B,T,W) at positions qr, keys and values from the last 2 NH_kv HS columns of kv
+ * (B,Tk,Wk) at positions kr; the loops above run on them (today's op is qr = kr whole, kv = qkv). */
+void tri_cpu_flash_kv_forward(int threads, float *out, float *lse, const float *qkv, const float *kv, int64_t Tk,
+                              int64_t Wk, tri_flash_rows qr, tri_flash_rows kr, tri_flash_dims d);
+/* delta(B,NH,T) = rows' dout . out, per head left to right. */
+void tri_cpu_flash_delta(int threads, float *delta, const float *dout, const float *out, tri_flash_dims d);
+/* dq columns of dqkv (qkv's layout) = (+=) the gradient through the keys of kv. */
+void tri_cpu_flash_kv_backward_dq(int threads, float *dqkv, const float *delta, const float *dout,
+                                  const float *qkv, const float *kv, const float *lse, int64_t Tk, int64_t Wk,
+                                  tri_flash_rows qr, tri_flash_rows kr, tri_flash_dims d, bool accumulate);
+/* dk, dv columns of dkv (kv's layout) = (+=) the gradient from the queries of qkv. */
+void tri_cpu_flash_kv_backward_dkv(int threads, float *dkv, const float *delta, const float *dout,
+                                   const float *qkv, const float *kv, const float *lse, int64_t Tk, int64_t Wk,
+                                   tri_flash_rows qr, tri_flash_rows kr, tri_flash_dims d, bool accumulate);
+/* out, lse <- the log-sum-exp merge of (out, lse) and (out2, lse2), per row tri_flash_merge_weights. */
+void tri_cpu_flash_merge(int threads, float *out, float *lse, const float *out2, const float *lse2, tri_flash_dims d);
 
 #endif
