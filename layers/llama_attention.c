@@ -29,7 +29,8 @@ int tri_llama_attention_forward(const tri_tp *tp, tri_tensor y, tri_llama_attent
         rc = tri_op_rmsnorm_heads_forward(tp->dev, rows_of(a->qkv), a->qk_rstd, rows_of(a->qkv_in), w->q_norm,
                                           w->k_norm, s->NH_l, s->NH_kv_l, s->qk_norm_eps);
     if (!rc) rc = rotate(tp, a->qkv, s, false);
-    if (!rc) rc = tri_op_flash_attention_forward(tp->dev, a->atty, a->lse, a->qkv);
+    if (!rc) rc = tri_cp_active(s->cp) ? tri_cp_attention_forward(tp->dev, s->cp, a->atty, a->lse, a->qkv, &s->cps)
+                                       : tri_op_flash_attention_forward(tp->dev, a->atty, a->lse, a->qkv);
     if (!rc) rc = tri_row_linear_forward(tp, y, a->atty, w->o_w, w->o_b, s->full_a);
     return rc;
 }
@@ -39,7 +40,10 @@ int tri_llama_attention_backward(const tri_tp *tp, tri_tensor dx, const tri_llam
                                  const tri_llama_attention_weights *w, const tri_llama_attention_scratch *s)
 {
     int rc = tri_row_linear_backward(tp, s->datty, g->o_w, g->o_b, dy, s->full_a, a->atty, w->o_w);
-    if (!rc) rc = tri_op_flash_attention_backward(tp->dev, s->dqkv, s->delta, s->datty, a->qkv, a->atty, a->lse);
+    if (!rc) rc = tri_cp_active(s->cp) ? tri_cp_attention_backward(tp->dev, s->cp, s->dqkv, s->delta, s->datty, a->qkv,
+                                                                   a->atty, a->lse, &s->cps)
+                                       : tri_op_flash_attention_backward(tp->dev, s->dqkv, s->delta, s->datty, a->qkv,
+                                                                         a->atty, a->lse);
     if (!rc) rc = rotate(tp, s->dqkv, s, true);
     if (!rc && tri_tensor_present(w->q_norm)) /* through the per-head norm, in place */
         rc = tri_op_rmsnorm_heads_backward(tp->dev, rows_of(s->dqkv), g->q_norm, g->k_norm, rows_of(s->dqkv),

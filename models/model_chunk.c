@@ -91,6 +91,8 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
     if (d->seq.cp > 1 && d->seq.T != run->T * d->seq.cp)
         return TRI_ERR(TRI_EINTERNAL, "%s: a local layout of %lld rows for a sequence of %lld over cp %d", d->family,
                        (long long)run->T, (long long)d->seq.T, d->seq.cp);
+    d->cp = (tri_cp){.comm = opt->cp_comm, .cp = d->seq.cp, .cp_rank = d->seq.cp_rank, .type = run->cp_comm_type,
+                     .deterministic = run->deterministic};
     d->N_l = tri_tp_rows(&d->tp, d->N);
     d->L_l = opt->layer_end - opt->layer_start;
     d->unit_embed = d->unit_pos = d->unit_block0 = d->unit_norm = d->unit_head = -1;
@@ -411,6 +413,21 @@ int tri_decoder_take_buffers(tri_decoder *d, void *self, const tri_decoder_buffe
     }
     if (!rc) rc = take_scratch(d, a);
     if (!rc) rc = b->scratch(self, a);
+    return rc;
+}
+
+int tri_decoder_take_cp_scratch(tri_decoder *d, tri_arena *a, int64_t NH_l, int64_t NH_kv_l, int64_t HS,
+                                tri_cp_scratch *s)
+{
+    s->act = s->f32 = tri_tensor_none();
+    if (d->cp.cp <= 1)
+        return TRI_OK;
+    tri_cp_shape shape = {.local = {.B = d->run->B, .T = d->run->T, .NH = NH_l, .NH_kv = NH_kv_l, .HS = HS},
+                          .dtype = tri_decoder_act_dtype(d)};
+    int64_t act_n, f32_n;
+    int rc = tri_cp_scratch_numel(&d->cp, &shape, &act_n, &f32_n);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &s->act, shape.dtype, act_n);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &s->f32, TRI_F32, f32_n);
     return rc;
 }
 
