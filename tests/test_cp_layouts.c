@@ -15,9 +15,9 @@
  *    position (a wrong chunk order moves 64 rows' position embeddings or rotary angles), a loss scaled by
  *    the local instead of the global token count (x cp), a gradient not summed over the cp ranks (x 1/cp
  *    of the rows), keys of another rank's chunk not seen or seen acausally; each changes the loss or
- *    gradients by 1e-2 or more (checked by hand: loading chunks i and i+1 instead of i and 2cp-1-i moves
- *    the cp 2 loss by 3e-3 relative and the gradients by 0.1 to 1; reducing over dp_comm instead of
- *    dp x cp halves every gradient);
+ *    gradients by 1e-4 or more (checked by hand at cp 2 on GPT-2: loading rows [i T_l, (i+1) T_l) instead of
+ *    chunks i and 2cp-1-i moves the first loss by 4.1e-4 relative and the gradients by 0.16 to 1.1;
+ *    building the chunks on dp_comm instead of dp x cp moves the gradients by 0.33 to 0.99);
  *  - the losses of 3 AdamW steps within 1e-4 relative, and every final weight element within AdamW's
  *    drift bound (tu_adamw_drift_ratio <= 1: a near-zero gradient whose sign flips with the sum order
  *    moves a weight by up to a whole normalised step, which no tighter bound can exclude);
