@@ -153,9 +153,10 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
         rc = block_forward(m, l, a, x);
     }
     if (!rc && is_sparse(m, l)) {
-        /* the aux and z losses weigh as the LM loss's mean over this micro-batch's N tokens */
+        /* the aux and z losses weigh as the LM loss's mean over this micro-batch's N tokens (under cp
+         * the whole micro-batch's cp N: each cp rank's losses are shares of one micro-batch's) */
         tri_moe_config mc = tri_llama_moe_config(m);
-        float scale = m->d.chunk.dloss * (float)m->d.N;
+        float scale = m->d.chunk.dloss * (float)(m->d.N * m->d.seq.cp);
         tri_moe_ep_exact ex;
         bool exact = tri_llama_moe_exact(m, l, &ex);
         rc = m->d.opt.etp > 1

@@ -46,6 +46,7 @@ static tri_chunk_place chunk_place(const tri_model_rank *r, const tri_model_run 
                            .layer_end = pl->layer_end, .first = pl->first, .last = pl->last,
                            .dp_rank = cp_rank + cp * dp_rank, .seed = o->seed, .cp = cp, .cp_rank = cp_rank,
                            .seq_T = o->layout.T, .cp_comm = r->grid ? r->grid->cp_comm : NULL};
+    opt.tokens_comm = r->tokens_comm ? r->tokens_comm : opt.cp_comm;
     if (opt.n_slots < 1)
         opt.n_slots = 1;
     if (r->grid) {
@@ -127,6 +128,10 @@ int tri_model_rank_create(tri_model_rank *r, const tri_model *m, const tri_grid 
         return rc;
     r->v = r->plan.v;
     rc = make_schedules(r, o);
+    /* cp with tp: the tp x cp ranks of one micro-batch's tokens, ranked tp_rank + tp cp_rank (collective
+     * over the world; every rank has the same cp and tp) */
+    if (!rc && g->cp > 1 && g->tp > 1)
+        rc = tri_comm_split(g->world, g->dp_rank + g->dp * g->pp_rank, g->tp_rank + g->tp * g->cp_rank, &r->tokens_comm);
     if (!rc) rc = create_chunks(r, g, o, dev);
     if (!rc) rc = tri_pipeline_create(&r->sample_pipe, &r->sample, g->pp_rank, g->pp_comm, r->chunk);
     if (rc)
@@ -141,6 +146,7 @@ void tri_model_rank_destroy(tri_model_rank *r)
     for (int c = 0; c < TRI_MAX_CHUNKS; c++)
         if (r->impl[c])
             r->model->family->destroy(r->impl[c]);
+    tri_comm_destroy(r->tokens_comm);
     tri_schedule_free(&r->train);
     tri_schedule_free(&r->eval);
     tri_schedule_free(&r->sample);

@@ -40,6 +40,8 @@ typedef struct tri_model_rank {
     const tri_grid *grid;
     const int32_t *sample_windows;       /* what the sampling pipeline loads */
     int sample_slot[TRI_MAX_CHUNKS];     /* where each chunk got it */
+    tri_comm *tokens_comm;               /* cp > 1 and tp > 1: the tp x cp ranks of one micro-batch's tokens
+                                            (tri_chunk_place.tokens_comm), owned; else NULL */
 } tri_model_rank;
 
 /* Checks what the model needs beyond the layout rules (partitioner/constraints.h resolved the

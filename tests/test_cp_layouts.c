@@ -194,3 +194,37 @@ Test(cp_layouts, llama_deterministic_across_dp_and_pp, .timeout = 300)
     deterministic_across_dp_pp(&m);
     tri_model_free(&m);
 }
+
+/* A mixture of experts composes: the MoE block is row-local, its experts fold cp into the
+ * expert-data-parallel group (edp = tp cp dp / (etp ep), Megatron-Core's folding). The tiny Mixtral (4
+ * experts, top-2, auxiliary loss on) at cp 2 with ep 1 (every rank all experts, their gradients over
+ * dp x cp), ep 2 (each cp rank 2 experts, its tokens exchanged over the ep group) and tp 2 SP (the aux
+ * loss's group tp x cp), against one rank within the bounds above: the routing is the same decisions on
+ * the same rows, and the aux loss takes its counts over the micro-batch's tp x cp ranks and weighs as
+ * one micro-batch's (checked by hand: each cp rank's aux loss over its own chunks' counts moves the
+ * router's gradient by 2.2e-2 relative). */
+Test(cp_layouts, mixtral_matches_one_rank, .timeout = 300)
+{
+    tri_model m;
+    const char *json = "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2, "
+                       "\"vocab_size\": 100, \"max_position_embeddings\": 256, \"num_local_experts\": 4, "
+                       "\"num_experts_per_tok\": 2, \"output_router_logits\": true}";
+    cr_assert_eq(tri_model_parse(&m, json, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, 256, V, 79);
+    tu_result ref, got;
+    run(&m, 256, (tu_layout){0}, w, &ref);
+    const named moe[] = {
+        {"mixtral cp 2", 256, {.cp = 2}},
+        {"mixtral cp 2 ep 2", 256, {.cp = 2, .ep = 2}},
+        {"mixtral cp 2 x tp 2 sp", 256, {.cp = 2, .tp = 2, .sp = true}},
+    };
+    for (size_t k = 0; k < sizeof moe / sizeof *moe; k++) {
+        run(&m, 256, moe[k].l, w, &got);
+        expect_close(&ref, &got, moe[k].name);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}

@@ -125,6 +125,9 @@ typedef struct tri_chunk_place {
                                      2cp-1-cp_rank of every sequence; 0 or 1: none */
     int64_t seq_T;                /* cp > 1: the whole sequence's length T */
     tri_comm *cp_comm;            /* the grid's cp group (not owned); NULL at cp 1 */
+    tri_comm *tokens_comm;        /* cp > 1: the ranks sharing one micro-batch's tokens, the sequence-parallel
+                                     tp x cp of the same (dp, pp) (cp_comm at tp 1; the MoE aux loss's
+                                     counts, Megatron-Core's tp-cp group); not owned; NULL at cp 1 */
 } tri_chunk_place;
 
 typedef struct tri_chunk {
