@@ -13,7 +13,8 @@
 #  - deterministic mode at cp 2 x dp 2 against cp 2 alone: the same losses to the last printed digit of
 #    metrics.jsonl (the fixed-point sums over dp x cp);
 #  - the refusals before any communication: --cp-comm-type p2p without --deterministic-mode (the ring
-#    is not built), cp with --grad-compression, cp with --local-sgd-steps, each naming its flags.
+#    is not built), cp with --grad-compression, cp with --local-sgd-steps, cp with --save-interval
+#    (checkpoints under cp are not built), each naming its flags.
 # Usage (CTest): bash cp_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
@@ -88,4 +89,6 @@ against det_cp2 det_cp2_dp2 0
 refuse p2p "the p2p ring is not built yet" 2 --context-parallel-size 2
 refuse compression "--grad-compression" 2 --context-parallel-size 2 "${ag[@]}" --grad-compression qsgd
 refuse local_sgd "--local-sgd-steps" 2 --context-parallel-size 2 "${ag[@]}" --local-sgd-steps 2
+refuse checkpoints "--save-interval with --context-parallel-size 2: checkpoints under context parallelism" 2 \
+  --context-parallel-size 2 "${ag[@]}" --save-interval 1 --save-dir "$tmp/refused_ckpt"
 [ "$failures" -eq 0 ] && echo "cp_mpi: all checks passed" || { echo "cp_mpi: $failures check(s) failed"; exit 1; }

@@ -280,6 +280,12 @@ static int validate(run *r)
         return TRI_ERR(TRI_EINVAL, "--grad-compression %s with --context-parallel-size %d: the compressed reduction "
                        "runs over the dp group, while under cp the gradients reduce over dp x cp (not built; "
                        "train without one of the two)", a->compression.kind, r->L.cp);
+    /* the checkpoint files are named and owned per (tp, pp, dp) coordinate, which the cp ranks share */
+    if (r->L.cp > 1 && (a->save_interval > 0 || a->load))
+        return TRI_ERR(TRI_EINVAL, "%s with --context-parallel-size %d: checkpoints under context parallelism are "
+                       "not built yet (the cp ranks of a (tp, pp, dp) coordinate would write one file); train "
+                       "without it, or at --context-parallel-size 1", a->save_interval > 0 ? "--save-interval" : "--load",
+                       r->L.cp);
     if (r->L.cp > 1 && a->sample_length > 0) { /* generation runs whole sequences on one rank */
         tri_log_rank0("--context-parallel-size %d: no sample at the end (generation does not split the sequence; "
                       "--sample-length %d ignored)", r->L.cp, a->sample_length);
