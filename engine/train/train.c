@@ -12,7 +12,7 @@
 /* The data-parallel replicas whose gradients are averaged (Megatron-Core's data-parallel group with
  * context parallelism, docs/context_parallel.md): dp x cp ranks of the same (tp, pp), which hold the same
  * parameters and see different rows (cp ranks: other chunks of the same sequences); at cp 1 the dp group.
- * Their number, this rank's place among them (cp_rank + cp dp_rank) and their comm. */
+ * Their number and this rank's place among them (cp_rank + cp dp_rank); their comm is the grid's dp_cp_comm. */
 static int grad_replicas(const tri_grid *g)
 {
     return g->dp * (g->cp > 1 ? g->cp : 1);
