@@ -375,6 +375,14 @@ Test(gpu_ops, embeddings)
     cmp("embedding_backward (+=)", dwte, TOL);
     BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, T, 5, 1, 0), tri_op_position_backward(gpu, dwpe.g, g.g, T, 5, 1, 0));
     cmp("position_backward (+=)", dwpe, TOL);
+    /* context parallelism: each rank of cp 4 over T 40 (chunks of 5 rows), an SP offset of 3 rows */
+    for (int r = 0; r < 4; r++) {
+        BOTH(tri_op_position_forward(cpu, out.c, wpe.c, 40, 3, 4, r), tri_op_position_forward(gpu, out.g, wpe.g, 40, 3, 4, r));
+        cmp("position_forward cp 4 (+=)", out, TOL);
+        BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, 40, 3, 4, r),
+             tri_op_position_backward(gpu, dwpe.g, g.g, 40, 3, 4, r));
+        cmp("position_backward cp 4 (+=)", dwpe, TOL);
+    }
 }
 
 /* Both forms (warp per row, simple twins): the max is exact and the sum of exponentials follows
@@ -1561,6 +1569,13 @@ static void llama_ops_exact_case(int64_t N, int64_t C, int bf16, uint64_t seed)
             cmp("rope_forward, exact", r, 0.0);
             BOTH(tri_op_rope_backward(cpu, r.c, cs.c, sn.c, heads, 5, 1, 1, 0), tri_op_rope_backward(gpu, r.g, cs.g, sn.g, heads, 5, 1, 1, 0));
             cmp("rope_backward, exact", r, 0.0);
+            /* context parallelism: rank 1 of cp 2 over T 4 (chunks 1 and 2 of one row each) */
+            BOTH(tri_op_rope_forward(cpu, r.c, cs.c, sn.c, heads, 4, 1, 2, 1),
+                 tri_op_rope_forward(gpu, r.g, cs.g, sn.g, heads, 4, 1, 2, 1));
+            cmp("rope_forward cp 2 rank 1, exact", r, 0.0);
+            BOTH(tri_op_rope_backward(cpu, r.c, cs.c, sn.c, heads, 4, 1, 2, 1),
+                 tri_op_rope_backward(gpu, r.g, cs.g, sn.g, heads, 4, 1, 2, 1));
+            cmp("rope_backward cp 2 rank 1, exact", r, 0.0);
         }
         if (C % 64 == 0 && N >= 5) { /* HS 64: the fast kernel's 16-byte path */
             both cs64 = uniform(m2(P, 32), -1, 1, seed + 9), sn64 = uniform(m2(P, 32), -1, 1, seed + 10);
