@@ -2,7 +2,8 @@
  * the training engine"): GPT-2 and the tiny Llama (grouped-query attention) train on thread ranks
  * (tests/harness.h tu_run_model) with each sequence cut in 2 cp chunks (cp rank i: chunks i and
  * 2cp-1-i), against one rank on the same global batches:
- *   cp 2, cp 4, cp 2 x tp 2 with sequence parallelism, cp 2 x pp 2 (1F1B), cp 2 x dp 2 at ZeRO 3,
+ *   cp 2, cp 4, cp 2 x tp 2 with sequence parallelism, cp 2 x pp 2 (1F1B), cp 2 x dp 2 at ZeRO 3, cp 2
+ *   with full recomputation (the block's forward, cp attention included, again in the backward),
  * with --cp-comm-type all_gather (layers/cp_attention.h).
  *
  * What must hold and why (the bounds are those of the other layout tests, derived there and here):
@@ -120,6 +121,7 @@ static const named LAYOUTS[] = {
     {"cp 2 x tp 2 sp", 256, {.cp = 2, .tp = 2, .sp = true}},
     {"cp 2 x pp 2", 256, {.cp = 2, .pp = 2}},
     {"cp 2 x dp 2 ZeRO 3", 256, {.cp = 2, .dp = 2, .zero = 3}},
+    {"cp 2 full recomputation", 256, {.cp = 2, .recompute = TRI_RECOMPUTE_FULL}},
 };
 
 static void close_to_one_rank(const tri_model *m)
