@@ -5,6 +5,8 @@
 
 int tri_attention_core_forward(const tri_tp *tp, tri_attention_acts *a, const tri_attention_scratch *s)
 {
+    if (tri_cp_active(s->cp))
+        return tri_cp_attention_forward(tp->dev, s->cp, a->atty, a->lse, a->qkv, &s->cps);
     if (s->flash)
         return tri_op_flash_attention_forward(tp->dev, a->atty, a->lse, a->qkv);
     return tri_op_attention_forward(tp->dev, a->atty, a->att, a->qkv);
@@ -25,7 +27,9 @@ int tri_attention_backward(const tri_tp *tp, tri_tensor dx, const tri_attention_
 {
     int rc = tri_row_linear_backward(tp, s->datty, g->proj_w, g->proj_b, dy, s->full_a, a->atty,
                                      w->proj_w);
-    if (!rc && s->flash)
+    if (!rc && tri_cp_active(s->cp))
+        rc = tri_cp_attention_backward(tp->dev, s->cp, s->dqkv, s->delta, s->datty, a->qkv, a->atty, a->lse, &s->cps);
+    else if (!rc && s->flash)
         rc = tri_op_flash_attention_backward(tp->dev, s->dqkv, s->delta, s->datty, a->qkv, a->atty, a->lse);
     else if (!rc)
         rc = tri_op_attention_backward(tp->dev, s->dqkv, s->datt, s->datty, a->qkv, a->att);

@@ -9,6 +9,7 @@
 #ifndef TRIDENT_LAYERS_ATTENTION_H
 #define TRIDENT_LAYERS_ATTENTION_H
 
+#include "layers/cp_attention.h"
 #include "layers/parallel.h"
 
 typedef struct tri_attention_weights {
@@ -34,6 +35,10 @@ typedef struct tri_attention_scratch {
     tri_tensor delta;           /* (B, NH_l, T) f32 (flash) */
     tri_tensor datty;           /* (B, T, C_l) */
     bool flash;                 /* the fused core (layout's TRI_ATTENTION_FLASH) */
+    const tri_cp *cp;           /* context parallelism (cp > 1; NULL or cp 1: none): the (B, T, ...) rows are
+                                   this rank's two chunks of each sequence and the fused core runs across the
+                                   cp group (layers/cp_attention.h); the validator refuses the unfused one */
+    tri_cp_scratch cps;         /* its scratch (tri_cp_scratch_numel), shared by the stage's layers */
 } tri_attention_scratch;
 
 /* The attention core alone, in the form s->flash picks: atty from qkv, saving att or lse. */

@@ -23,10 +23,10 @@ static int check_layout(const tri_cp *cp, const tri_cp_shape *s)
         return TRI_ERR(TRI_EINVAL, "context parallel: seq-length %lld at cp %d gives chunks of Tc = T / (2 cp) = "
                        "%lld%s rows: Tc must be a whole multiple of %d (the fused attention's tile)",
                        (long long)(T_l * cp->cp), cp->cp, (long long)(T_l / 2), T_l % 2 ? ".5" : "", TRI_FLASH_BC);
-    if (cp->type != TRI_CP_P2P && cp->type != TRI_CP_ALL_GATHER)
+    if (cp->type != TRI_CP_COMM_P2P && cp->type != TRI_CP_COMM_ALL_GATHER)
         return TRI_ERR(TRI_EINVAL, "context parallel: comm type %d is neither p2p (%d) nor all_gather (%d)",
-                       (int)cp->type, TRI_CP_P2P, TRI_CP_ALL_GATHER);
-    if (cp->type == TRI_CP_P2P && !cp->deterministic)
+                       (int)cp->type, TRI_CP_COMM_P2P, TRI_CP_COMM_ALL_GATHER);
+    if (cp->type == TRI_CP_COMM_P2P && !cp->deterministic)
         return TRI_ERR(TRI_ENOTSUP, "context parallel: --cp-comm-type p2p (the ring) is not built yet; use "
                        "all_gather or --deterministic-mode");
     if (s->dtype != TRI_F32 && s->dtype != TRI_BF16)
@@ -62,13 +62,8 @@ int tri_cp_scratch_numel(const tri_cp *cp, const tri_cp_shape *s, int64_t *act_n
     int rc = check_layout(cp, s);
     if (rc)
         return rc;
-    cp_sizes z = sizes_of(cp, s->local);
-    int64_t kv = z.B * z.T_l * z.KV * (1 + 2 * z.cp); /* kv_l, kv_r, kv_g */
-    int64_t det = z.B * z.T * (2 * z.W + 2 * z.C);     /* qkv_r, qkv_g, dout_r, dout_g */
-    int64_t dkv = z.B * z.T_l * z.KV * (1 + 2 * z.cp); /* dkv_g, dkv_r, dkv_l */
-    int64_t stat = 3 * z.B * z.NH * z.T;               /* stat_r, lse_g, delta_g */
-    *act_n = cp->deterministic && det > kv ? det : kv;
-    *f32_n = cp->deterministic ? stat : dkv;
+    int64_t fwd_n; /* the counts shared with the partitioner's plan (engine/device/ops/attention_math.h) */
+    tri_cp_scratch_counts(s->local, cp->cp, cp->deterministic, act_n, f32_n, &fwd_n);
     return TRI_OK;
 }
 

@@ -36,12 +36,10 @@
 
 #include "engine/comm/comm.h"
 #include "engine/device/device.h"
+#include "engine/train/train_layout.h"
 
-/* --cp-comm-type (Megatron-Core's names). */
-typedef enum tri_cp_comm_type {
-    TRI_CP_P2P = 0,
-    TRI_CP_ALL_GATHER = 1,
-} tri_cp_comm_type;
+/* --cp-comm-type: the layout's tri_cp_comm_type (engine/train/train_layout.h: TRI_CP_COMM_P2P,
+ * TRI_CP_COMM_ALL_GATHER), one type for the layout and the layer. */
 
 /* One rank's view of its context-parallel group: comm is the cp group (cp ranks, this one cp_rank);
  * deterministic: --deterministic-mode (the owner-computes backward, bit-identical to one rank). */
@@ -91,6 +89,12 @@ int tri_cp_attention_forward(tri_device *d, const tri_cp *cp, tri_tensor atty, t
  * atty and lse; delta(B, NH_l, T_l) f32 receives the local rows' dout . out. Collective. */
 int tri_cp_attention_backward(tri_device *d, const tri_cp *cp, tri_tensor dqkv, tri_tensor delta, tri_tensor datty,
                               tri_tensor qkv, tri_tensor atty, tri_tensor lse, const tri_cp_scratch *scratch);
+
+/* Whether cp asks for the cross-rank attention (present and cp > 1); NULL or cp 1: the local fused core. */
+static inline bool tri_cp_active(const tri_cp *cp)
+{
+    return cp && cp->cp > 1;
+}
 
 /* The rows of cp rank r's local sequence (its two chunks' global positions), for the kv ops. */
 tri_flash_rows tri_cp_local_rows(int cp, int cp_rank, int64_t T_l);

@@ -9,16 +9,17 @@
 
 #include "layers/parallel.h"
 
-/* out(N_l, C) = sum over TP of wte_l[tokens] + wpe[position]; tokens (N = B*T) i32, wte (V_l, C),
+/* out(N_l, C) = sum over TP of wte_l[tokens] + wpe[position]; tokens (N = B*T_l) i32, wte (V_l, C),
  * wpe (n_positions, C), or absent (tri_tensor_none: no position embedding, as Llama's rotary
- * models). Scratch: partial (N, C) under SP. */
+ * models). A row's position is its global one in seq (engine/device/ops/positions_math.h; row % T
+ * without context parallelism). Scratch: partial (N, C) under SP. */
 int tri_embedding_forward(const tri_tp *tp, tri_tensor out, tri_tensor tokens, tri_tensor wte,
-                          tri_tensor wpe, int64_t vocab_start, int64_t T, tri_tensor partial);
+                          tri_tensor wpe, int64_t vocab_start, tri_seq seq, tri_tensor partial);
 
 /* dwte += rows of gather(dout) for the tokens in this shard; dwpe += dout rows by position (under
  * SP a partial sum over this shard's rows; dwpe absent: none). dout (N_l, C); scratch dout_full (N, C)
  * under SP. */
 int tri_embedding_backward(const tri_tp *tp, tri_tensor dwte, tri_tensor dwpe, tri_tensor dout,
-                           tri_tensor tokens, int64_t vocab_start, int64_t T, tri_tensor dout_full);
+                           tri_tensor tokens, int64_t vocab_start, tri_seq seq, tri_tensor dout_full);
 
 #endif

@@ -17,6 +17,7 @@
 #ifndef TRIDENT_LAYERS_LLAMA_ATTENTION_H
 #define TRIDENT_LAYERS_LLAMA_ATTENTION_H
 
+#include "layers/cp_attention.h"
 #include "layers/parallel.h"
 
 typedef struct tri_llama_attention_weights {
@@ -43,9 +44,14 @@ typedef struct tri_llama_attention_scratch {
     tri_tensor dqkv;            /* (B, T, C_l + 2 C_kv_l) */
     tri_tensor datty;           /* (B, T, C_l) */
     tri_tensor delta;           /* (B, NH_l, T) f32 */
-    tri_tensor cos, sin;        /* (>= T, HS/2) f32 rotary tables (layers/rotary.h) */
+    tri_tensor cos, sin;        /* (>= seq.T, HS/2) f32 rotary tables (layers/rotary.h) */
     int64_t NH_l, NH_kv_l;      /* this rank's query and key/value heads */
     float qk_norm_eps;          /* the per-head norm's eps (rms_norm_eps) when the weights hold q_norm */
+    tri_seq seq;                /* the rows' sequences: (B, T) rows are positions t of T (zeroed: the same), or
+                                   under context parallelism this rank's two chunks of seq.T (global positions) */
+    const tri_cp *cp;           /* context parallelism (cp > 1; NULL: none): the fused core across the cp
+                                   group (layers/cp_attention.h) */
+    tri_cp_scratch cps;         /* its scratch, shared by the stage's layers */
 } tri_llama_attention_scratch;
 
 /* y(N_l, C) = the attention sub-block of x(N_l, C); fills acts. */

@@ -24,6 +24,15 @@ typedef struct tri_tp {
     bool sp;           /* sequence parallelism */
 } tri_tp;
 
+/* Where a rank's token rows sit in their sequences. A micro-batch's rows are (B, T_l) with T_l = T / cp:
+ * the whole sequences at cp 1; under context parallelism (docs/context_parallel.md) chunks cp_rank and
+ * 2cp-1-cp_rank of each sequence of T tokens (engine/device/ops/positions_math.h maps a row to its
+ * global position). */
+typedef struct tri_seq {
+    int64_t T;         /* the whole sequence's length */
+    int cp, cp_rank;   /* context-parallel size (1: none) and this rank's place in it */
+} tri_seq;
+
 static inline int tri_tp_size(const tri_tp *tp)
 {
     return tp->comm->size;

@@ -103,6 +103,9 @@ static int take_scratch(void *self, tri_arena *ar)
         rc = TRI_ARENA_TAKE(ar, K, &m->as.datt, ACT(m), B, m->NH_l, T, T);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->as.datty, ACT(m), B, T, m->C_l);
     if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->ms.dh, ACT(m), N, 4 * m->C_l);
+    /* context parallelism: the attention across the cp group (GPT-2: as many key/value heads as query heads) */
+    if (!rc) rc = tri_decoder_take_cp_scratch(&m->d, ar, m->NH_l, m->NH_l, m->C_l / m->NH_l, &m->as.cps);
+    m->as.cp = m->d.cp.cp > 1 ? &m->d.cp : NULL;
     m->as.full_a = m->ms.full_a = m->d.full_a;
     m->as.full_b = m->ms.full_b = m->d.full_b;
     return rc;

@@ -153,9 +153,10 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
         rc = block_forward(m, l, a, x);
     }
     if (!rc && is_sparse(m, l)) {
-        /* the aux and z losses weigh as the LM loss's mean over this micro-batch's N tokens */
+        /* the aux and z losses weigh as the LM loss's mean over this micro-batch's N tokens (under cp
+         * the whole micro-batch's cp N: each cp rank's losses are shares of one micro-batch's) */
         tri_moe_config mc = tri_llama_moe_config(m);
-        float scale = m->d.chunk.dloss * (float)m->d.N;
+        float scale = m->d.chunk.dloss * (float)(m->d.N * m->d.seq.cp);
         tri_moe_ep_exact ex;
         bool exact = tri_llama_moe_exact(m, l, &ex);
         rc = m->d.opt.etp > 1
@@ -293,10 +294,11 @@ static int check_consecutive(const tri_llama *m)
     return TRI_OK;
 }
 
-/* The rotary tables cos, sin (T, HS/2) of the config's theta and scaling (layers/rotary.h). */
+/* The rotary tables cos, sin (T, HS/2) of the config's theta and scaling (layers/rotary.h); T the whole
+ * sequence's (under context parallelism a rank's rows sit at global positions up to T). */
 static int fill_rotary(tri_llama *m)
 {
-    int64_t T = m->d.run->T, half = m->HS / 2;
+    int64_t T = m->d.seq.T, half = m->HS / 2;
     float *inv = malloc((size_t)half * sizeof *inv), *c = malloc((size_t)(T * half) * sizeof *c),
           *s = malloc((size_t)(T * half) * sizeof *s);
     int rc = inv && c && s ? TRI_OK : TRI_ERR(TRI_ENOMEM, "llama: out of memory for the rotary tables");

@@ -105,9 +105,14 @@ static int take_scratch(void *self, tri_arena *ar)
         if (!rc && dense) rc = TRI_ARENA_TAKE(ar, K, &m->ms.dgate_up, ACT(m), N, 2 * m->F_l);
         if (!rc && any_layer(m, true)) rc = tri_llama_moe_take_scratch(m, ar);
         if (!rc && any_layer(m, true)) rc = tri_llama_moe_take_bias(m, ar);
-        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->cos, TRI_F32, T, m->HS / 2);
-        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->sin, TRI_F32, T, m->HS / 2);
+        /* the whole sequence's positions (context parallelism: this rank's chunks are any of them) */
+        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->cos, TRI_F32, m->d.seq.T, m->HS / 2);
+        if (!rc) rc = TRI_ARENA_TAKE(ar, K, &m->sin, TRI_F32, m->d.seq.T, m->HS / 2);
+        /* context parallelism: the attention across the cp group */
+        if (!rc) rc = tri_decoder_take_cp_scratch(&m->d, ar, m->NH_l, m->NH_kv_l, m->HS, &m->as.cps);
     }
+    m->as.cp = m->d.cp.cp > 1 ? &m->d.cp : NULL;
+    m->as.seq = m->d.seq;
     m->as.cos = m->cos;
     m->as.sin = m->sin;
     m->as.NH_l = m->NH_l;

@@ -230,8 +230,11 @@ tri_moe_config tri_llama_moe_config(const tri_llama *m)
 {
     const tri_llama_config *c = &m->cfg;
     const tri_llama_moe_options *o = &m->moe_opt;
-    /* under sequence parallelism (required with tp > 1) each TP rank routes its own N_l = N / tp tokens */
-    int64_t sp = m->d.run->sequence_parallel && m->d.run->tp > 1 ? m->d.run->tp : 1;
+    /* under sequence parallelism (required with tp > 1) each TP rank routes its own N_l = N / tp tokens, and
+     * under context parallelism each cp rank its chunks': the aux loss's group is tp x cp (Megatron-Core's
+     * tp-cp group), the micro-batch's sp N_l tokens */
+    int64_t tp_sp = m->d.run->sequence_parallel && m->d.run->tp > 1 ? m->d.run->tp : 1, sp = tp_sp * m->d.seq.cp;
+    tri_comm *sp_comm = m->d.seq.cp > 1 ? m->d.opt.tokens_comm : tp_sp > 1 ? m->d.tp.comm : NULL;
     tri_moe_config k = {.shape = {.N = m->d.N_l, .sp = sp, .C = c->hidden_size, .E = c->num_experts,
                                   .K = c->num_experts_per_tok, .I = c->moe_intermediate_size / etp_of(m),
                                   .I_shared = tri_llama_moe_shared_tp_width(m) > 0 ? 0
@@ -239,7 +242,7 @@ tri_moe_config tri_llama_moe_config(const tri_llama *m)
                                   .dtype = tri_decoder_act_dtype(&m->d)},
                         .score_func = o->score_func, .norm_topk = c->norm_topk_prob,
                         .drop_policy = o->drop_policy, .aux_loss_coeff = o->aux_loss_coeff,
-                        .z_loss_coeff = o->z_loss_coeff, .sp_comm = sp > 1 ? m->d.tp.comm : NULL};
+                        .z_loss_coeff = o->z_loss_coeff, .sp_comm = sp > 1 ? sp_comm : NULL};
     k.capacity = o->capacity_factor > 0 ? tri_moe_capacity(k.shape.N, k.shape.K, k.shape.E, o->capacity_factor) : 0;
     k.shape.capacity = k.capacity; /* bounds the rows an ep rank receives (tri_moe_ep_max_rows) */
     return k;

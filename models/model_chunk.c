@@ -8,6 +8,7 @@
 
 #include "engine/core/math.h"
 #include "engine/core/status.h"
+#include "engine/device/ops/positions_math.h"
 #include "layers/embedding.h"
 #include "partitioner/constraints.h"
 #include "partitioner/layout.h"
@@ -85,6 +86,13 @@ int tri_decoder_begin(tri_decoder *d, const tri_decoder_shape *shape, const tri_
     d->V_l = d->Vp / tp;
     d->vocab_start = d->V_l * tp_rank;
     d->N = run->B * run->T;
+    d->seq = (tri_seq){.T = opt->cp > 1 ? opt->seq_T : run->T, .cp = opt->cp > 1 ? opt->cp : 1,
+                       .cp_rank = opt->cp > 1 ? opt->cp_rank : 0};
+    if (d->seq.cp > 1 && d->seq.T != run->T * d->seq.cp)
+        return TRI_ERR(TRI_EINTERNAL, "%s: a local layout of %lld rows for a sequence of %lld over cp %d", d->family,
+                       (long long)run->T, (long long)d->seq.T, d->seq.cp);
+    d->cp = (tri_cp){.comm = opt->cp_comm, .cp = d->seq.cp, .cp_rank = d->seq.cp_rank, .type = run->cp_comm_type,
+                     .deterministic = run->deterministic};
     d->N_l = tri_tp_rows(&d->tp, d->N);
     d->L_l = opt->layer_end - opt->layer_start;
     d->unit_embed = d->unit_pos = d->unit_block0 = d->unit_norm = d->unit_head = -1;
@@ -274,14 +282,22 @@ void tri_decoder_bind(void *self, int u, tri_tensor pflat, tri_tensor gflat)
 
 int tri_decoder_load_batch(tri_decoder *d, int slot, const int32_t *windows)
 {
-    int64_t B = d->run->B, T = d->run->T;
+    int64_t B = d->run->B, T = d->run->T, W = d->seq.T + 1; /* T: the local rows, W: a window */
     tri_device *dev = d->dev;
     int32_t *buf = malloc((size_t)(2 * B * T) * sizeof *buf);
     if (!buf)
         return TRI_ERR(TRI_ENOMEM, "out of memory loading a batch");
     for (int64_t b = 0; b < B; b++) {
-        memcpy(buf + b * T, windows + b * (T + 1), (size_t)T * sizeof *buf);
-        memcpy(buf + B * T + b * T, windows + b * (T + 1) + 1, (size_t)T * sizeof *buf);
+        if (d->seq.cp <= 1) {
+            memcpy(buf + b * T, windows + b * W, (size_t)T * sizeof *buf);
+            memcpy(buf + B * T + b * T, windows + b * W + 1, (size_t)T * sizeof *buf);
+            continue;
+        }
+        for (int64_t t = 0; t < T; t++) { /* local row t of sequence b: its global position */
+            int64_t p = tri_seq_position(d->seq.T, t, d->seq.cp, d->seq.cp_rank);
+            buf[b * T + t] = windows[b * W + p];
+            buf[B * T + b * T + t] = windows[b * W + p + 1];
+        }
     }
     int rc = tri_device_copy_from_host(dev, d->slots[slot].tokens, buf);
     if (!rc) rc = tri_device_copy_from_host(dev, d->slots[slot].targets, buf + B * T);
@@ -303,7 +319,7 @@ int tri_decoder_run(void *self, const tri_pass *p, int slot, bool train, float d
     switch (p->kind) {
     case TRI_DECODER_EMBEDDING:
         return tri_embedding_forward(&d->tp, io->x_in, io->tokens, *d->embed, view_or_none(d->pos), d->vocab_start,
-                                     d->run->T, d->full_a);
+                                     d->seq, d->full_a);
     case TRI_DECODER_BLOCK:
         return f->block_forward(self, p->index, slot);
     case TRI_DECODER_HEAD:
@@ -314,7 +330,7 @@ int tri_decoder_run(void *self, const tri_pass *p, int slot, bool train, float d
         return f->block_backward(self, p->index, slot);
     case TRI_DECODER_EMBEDDING_BACKWARD:
         return tri_embedding_backward(&d->tp, *d->embed_grad, view_or_none(d->pos_grad), io->dres, io->tokens,
-                                      d->vocab_start, d->run->T, d->full_a);
+                                      d->vocab_start, d->seq, d->full_a);
     case TRI_DECODER_GRAD_FROM_NEXT:
         return tri_op_copy(d->dev, d->slots[slot].dres, d->slots[slot].grad_out);
     case TRI_DECODER_TIED_GRAD: {
@@ -397,6 +413,21 @@ int tri_decoder_take_buffers(tri_decoder *d, void *self, const tri_decoder_buffe
     }
     if (!rc) rc = take_scratch(d, a);
     if (!rc) rc = b->scratch(self, a);
+    return rc;
+}
+
+int tri_decoder_take_cp_scratch(tri_decoder *d, tri_arena *a, int64_t NH_l, int64_t NH_kv_l, int64_t HS,
+                                tri_cp_scratch *s)
+{
+    s->act = s->f32 = tri_tensor_none();
+    if (d->cp.cp <= 1)
+        return TRI_OK;
+    tri_cp_shape shape = {.local = {.B = d->run->B, .T = d->run->T, .NH = NH_l, .NH_kv = NH_kv_l, .HS = HS},
+                          .dtype = tri_decoder_act_dtype(d)};
+    int64_t act_n, f32_n;
+    int rc = tri_cp_scratch_numel(&d->cp, &shape, &act_n, &f32_n);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &s->act, shape.dtype, act_n);
+    if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &s->f32, TRI_F32, f32_n);
     return rc;
 }
 

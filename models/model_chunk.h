@@ -17,6 +17,7 @@
 #include "engine/device/device.h"
 #include "engine/train/chunk.h"
 #include "engine/train/param.h"
+#include "layers/cp_attention.h"
 #include "layers/cross_entropy.h"
 #include "layers/parallel.h"
 #include "partitioner/transformer.h"
@@ -75,6 +76,9 @@ typedef struct tri_decoder {
     int64_t C;                       /* the residual stream's width */
     int64_t vocab_size, Vp, V_l, vocab_start;  /* real vocab, padded, its shard, the shard's first id */
     int64_t N, N_l;
+    tri_seq seq;                     /* the whole sequence and this rank's chunks of it (context parallelism:
+                                        N = B T_l rows, T_l = seq.T / seq.cp) */
+    tri_cp cp;                       /* the attention's cp group (layers/cp_attention.h; cp 1: none) */
     int L_l;                         /* blocks on this stage */
     /* units (-1: not on this stage), which the family's map of its parameters sets: the token
      * embedding and a position table (first stage), the first block, the final norm and the LM head
@@ -170,8 +174,16 @@ void tri_decoder_free(void *model);
  * params / grads, which hold the unit's elements in its flat layout. */
 void tri_decoder_bind(void *self, int unit, tri_tensor params, tri_tensor grads);
 
-/* Copies B windows of T + 1 tokens (host) into slot's tokens, the first T of each, and targets, the
- * last T. TRI_ENOMEM or the copy's error. */
+/* Context parallelism's attention scratch (cp > 1; else *s absent, nothing taken): one buffer of each
+ * dtype shared by the stage's layers, sized by tri_cp_scratch_numel for this rank's (B, T_l) rows,
+ * NH_l query and NH_kv_l key/value heads of HS (the counts the partitioner plans, TRI_MEM_COMM). */
+int tri_decoder_take_cp_scratch(tri_decoder *d, tri_arena *a, int64_t NH_l, int64_t NH_kv_l, int64_t HS,
+                                tri_cp_scratch *s);
+
+/* Copies B windows of T + 1 tokens (host; T = seq.T, the whole sequence) into slot's tokens, the first
+ * T of each, and targets, the last T; under context parallelism only this rank's rows, chunk cp_rank
+ * then chunk 2cp-1-cp_rank of each window (their tokens at positions p, targets at p + 1). TRI_ENOMEM or
+ * the copy's error. */
 int tri_decoder_load_batch(tri_decoder *d, int slot, const int32_t *windows);
 
 /* Runs one pass (engine/train/chunk.h) on the micro-batch in slot: the embedding and its backward,

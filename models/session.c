@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "partitioner/context_parallel.h"
 #include "partitioner/forward_schedule.h"
 #include "partitioner/layout.h"
 #include "partitioner/pipeline_schedules.h"
@@ -31,15 +32,21 @@ static int make_train_schedule(tri_schedule *s, const tri_train_layout *l, int v
     return tri_schedule_make(s, schedule_name(l), l->pp, v, l->n_micro);
 }
 
-/* The options of local chunk c on pipeline rank pp_rank: its layers and its activation slots. */
-static tri_chunk_place chunk_place(const tri_model_rank *r, const tri_model_run *o, int pp_rank, int dp_rank, int c)
+/* The options of local chunk c on pipeline rank pp_rank: its layers and its activation slots; under
+ * context parallelism (cp_rank of cp; the grid's cp_comm) its chunks of each sequence, and dp_rank its rank
+ * in dp x cp (cp_rank + cp dp_rank: ZeRO's shard over the dp x cp replicas). */
+static tri_chunk_place chunk_place(const tri_model_rank *r, const tri_model_run *o, int pp_rank, int dp_rank,
+                                   int cp_rank, int c)
 {
+    int cp = o->layout.cp > 1 ? o->layout.cp : 1;
     const tri_stage_place *pl = &r->plan.chunks[tri_sched_global_chunk(&r->train, pp_rank, c)];
     int slots = tri_sched_slots_needed(&r->train, pp_rank, c);
     int eval_slots = tri_sched_slots_needed(&r->eval, pp_rank, c);
     tri_chunk_place opt = {.n_slots = slots > eval_slots ? slots : eval_slots, .layer_start = pl->layer_start,
-                           .layer_end = pl->layer_end, .first = pl->first, .last = pl->last, .dp_rank = dp_rank,
-                           .seed = o->seed};
+                           .layer_end = pl->layer_end, .first = pl->first, .last = pl->last,
+                           .dp_rank = cp_rank + cp * dp_rank, .seed = o->seed, .cp = cp, .cp_rank = cp_rank,
+                           .seq_T = o->layout.T, .cp_comm = r->grid ? r->grid->cp_comm : NULL};
+    opt.tokens_comm = r->tokens_comm ? r->tokens_comm : opt.cp_comm;
     if (opt.n_slots < 1)
         opt.n_slots = 1;
     if (r->grid) {
@@ -53,9 +60,9 @@ static tri_chunk_place chunk_place(const tri_model_rank *r, const tri_model_run 
     } else if (o->layout.ep > 1 || o->layout.etp > 1) { /* planning (no grid, no comms): the same sizes */
         int etp = o->layout.etp > 1 ? o->layout.etp : 1;
         opt.ep = o->layout.ep > 1 ? o->layout.ep : 1;
-        opt.ep_rank = dp_rank / etp % opt.ep;
+        opt.ep_rank = opt.dp_rank / etp % opt.ep; /* tp 1: the stage rank s = cp_rank + cp dp_rank */
         opt.etp = etp;
-        opt.etp_rank = dp_rank % etp;
+        opt.etp_rank = opt.dp_rank % etp;
     }
     return opt;
 }
@@ -97,8 +104,9 @@ static int create_chunks(tri_model_rank *r, const tri_grid *g, const tri_model_r
     const tri_model *m = r->model;
     int rc = TRI_OK;
     for (int c = 0; c < r->v && !rc; c++) {
-        tri_chunk_place place = chunk_place(r, o, g->pp_rank, g->dp_rank, c);
-        rc = m->family->create(&r->impl[c], &r->chunk[c], m->cfg, &r->layout, &place, dev, g->tp_comm, g->dp_comm);
+        tri_chunk_place place = chunk_place(r, o, g->pp_rank, g->dp_rank, g->cp_rank, c);
+        /* the replicated parameters' gradients reduce, and ZeRO shards, over dp x cp (dp_comm at cp 1) */
+        rc = m->family->create(&r->impl[c], &r->chunk[c], m->cfg, &r->local, &place, dev, g->tp_comm, g->dp_cp_comm);
     }
     return rc;
 }
@@ -110,14 +118,20 @@ int tri_model_rank_create(tri_model_rank *r, const tri_model *m, const tri_grid 
     r->model = m;
     r->grid = g;
     r->layout = o->layout;
-    if (g->tp != r->layout.tp || g->pp != r->layout.pp || g->dp != r->layout.dp)
-        return TRI_ERR(TRI_EINTERNAL, "session: a grid of tp %d x pp %d x dp %d for a layout of %d x %d x %d", g->tp,
-                       g->pp, g->dp, r->layout.tp, r->layout.pp, r->layout.dp);
+    r->local = tri_layout_cp_local(&o->layout);
+    int cp = r->layout.cp > 1 ? r->layout.cp : 1;
+    if (g->tp != r->layout.tp || g->pp != r->layout.pp || g->dp != r->layout.dp || g->cp != cp)
+        return TRI_ERR(TRI_EINTERNAL, "session: a grid of tp %d x cp %d x pp %d x dp %d for a layout of %d x %d x %d x %d",
+                       g->tp, g->cp, g->pp, g->dp, r->layout.tp, cp, r->layout.pp, r->layout.dp);
     int rc = make_plan(m, &r->layout, &r->plan);
     if (rc)
         return rc;
     r->v = r->plan.v;
     rc = make_schedules(r, o);
+    /* cp with tp: the tp x cp ranks of one micro-batch's tokens, ranked tp_rank + tp cp_rank (collective
+     * over the world; every rank has the same cp and tp) */
+    if (!rc && g->cp > 1 && g->tp > 1)
+        rc = tri_comm_split(g->world, g->dp_rank + g->dp * g->pp_rank, g->tp_rank + g->tp * g->cp_rank, &r->tokens_comm);
     if (!rc) rc = create_chunks(r, g, o, dev);
     if (!rc) rc = tri_pipeline_create(&r->sample_pipe, &r->sample, g->pp_rank, g->pp_comm, r->chunk);
     if (rc)
@@ -132,6 +146,7 @@ void tri_model_rank_destroy(tri_model_rank *r)
     for (int c = 0; c < TRI_MAX_CHUNKS; c++)
         if (r->impl[c])
             r->model->family->destroy(r->impl[c]);
+    tri_comm_destroy(r->tokens_comm);
     tri_schedule_free(&r->train);
     tri_schedule_free(&r->eval);
     tri_schedule_free(&r->sample);
@@ -175,7 +190,7 @@ int tri_session_create(tri_session *s, tri_comm *world, tri_device *dev, const t
 {
     memset(s, 0, sizeof *s);
     const tri_train_layout *l = &o->run.layout;
-    int rc = tri_grid_create(&s->grid, world, l->tp, l->pp);
+    int rc = tri_grid_create_cp(&s->grid, world, l->tp, l->cp > 1 ? l->cp : 1, l->pp);
     s->have_grid = rc == TRI_OK;
     if (!rc) rc = tri_grid_add_experts_etp(&s->grid, l->ep > 1 ? l->ep : 1, l->etp > 1 ? l->etp : 1);
     if (!rc) rc = tri_model_rank_create(&s->model, m, &s->grid, &o->run, dev);
@@ -222,12 +237,15 @@ static int chunk_plan(const tri_model *m, const tri_train_layout *l, const tri_c
 int tri_model_rank_plan(const tri_model *m, const tri_model_run *o, int tp_rank, int pp_rank, int dp_rank,
                         size_t bytes[TRI_MEM_KINDS])
 {
-    const tri_train_layout *l = &o->layout;
+    tri_train_layout local = tri_layout_cp_local(&o->layout);
+    const tri_train_layout *l = &local; /* the rank's view: T / cp rows, dp x cp replicas */
+    int cp = o->layout.cp > 1 ? o->layout.cp : 1;
     tri_model_rank r;
     memset(&r, 0, sizeof r);
     memset(bytes, 0, TRI_MEM_KINDS * sizeof *bytes);
     r.model = m;
-    r.layout = *l;
+    r.layout = o->layout;
+    r.local = local;
     int rc = make_plan(m, l, &r.plan);
     if (rc)
         return rc;
@@ -237,7 +255,7 @@ int tri_model_rank_plan(const tri_model *m, const tri_model_run *o, int tp_rank,
     const tri_param_layout *lp[TRI_MAX_CHUNKS];
     int made = 0;
     for (int c = 0; c < r.v && !rc; c++) {
-        tri_chunk_place place = chunk_place(&r, o, pp_rank, dp_rank, c);
+        tri_chunk_place place = chunk_place(&r, o, pp_rank, dp_rank / cp, dp_rank % cp, c);
         size_t chunk[TRI_MEM_KINDS];
         rc = chunk_plan(m, l, &place, tp_rank, chunk);
         for (int k = 0; k < TRI_MEM_KINDS && !rc; k++)

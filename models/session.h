@@ -31,12 +31,17 @@ typedef struct tri_model_rank {
     void *impl[TRI_MAX_CHUNKS];          /* the family's chunks (tri_gpt for gpt2) */
     tri_chunk *chunk[TRI_MAX_CHUNKS];    /* their engine sides */
     tri_stage_plan plan;                 /* placement of the whole model */
-    tri_train_layout layout;             /* the run's (the chunks keep copies) */
+    tri_train_layout layout;             /* the run's */
+    tri_train_layout local;              /* what the chunks build (they keep copies): the run's, or under
+                                            context parallelism its rank's view (tri_layout_cp_local: T / cp
+                                            rows a sequence, dp x cp replicas) */
     tri_schedule train, eval, sample;    /* sample: forward-only, one micro-batch */
     tri_pipeline sample_pipe;
     const tri_grid *grid;
     const int32_t *sample_windows;       /* what the sampling pipeline loads */
     int sample_slot[TRI_MAX_CHUNKS];     /* where each chunk got it */
+    tri_comm *tokens_comm;               /* cp > 1 and tp > 1: the tp x cp ranks of one micro-batch's tokens
+                                            (tri_chunk_place.tokens_comm), owned; else NULL */
 } tri_model_rank;
 
 /* Checks what the model needs beyond the layout rules (partitioner/constraints.h resolved the
@@ -60,7 +65,8 @@ void tri_model_rank_memory(const tri_model_rank *r, size_t bytes[TRI_MEM_KINDS])
 
 /* The bytes per memory category that world rank (tp_rank, pp_rank, dp_rank) of the layout would
  * allocate for its model chunks and its trainer (the same plan tri_session_create allocates),
- * computed without allocating or communicating: the partitioner's memory prediction. */
+ * computed without allocating or communicating: the partitioner's memory prediction. Under context
+ * parallelism dp_rank is the rank in dp x cp, cp_rank + cp dp_rank (the grid's dp_cp_comm rank). */
 int tri_model_rank_plan(const tri_model *m, const tri_model_run *o, int tp_rank, int pp_rank, int dp_rank,
                         size_t bytes[TRI_MEM_KINDS]);
 

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "engine/device/ops/attention_math.h"
 #include "partitioner/hardware.h"
 #include "partitioner/train_layout.h"
 
@@ -23,12 +24,16 @@ void tri_cp_scratch_bytes(const tri_cp_dims *d, int64_t *fwd, int64_t *bwd)
         return;
     int64_t e = d->e, kv = d->B * d->T * 2 * d->C_kv_l;  /* (B, T, 2 C_kv_l) */
     int64_t kv_l = kv / d->cp;                           /* (B, T_l, 2 C_kv_l) */
-    if (d->type == TRI_CP_COMM_ALL_GATHER) {
-        *fwd = e * kv;                                   /* the gathered k|v */
-        *bwd = e * kv + 4 * kv;                          /* and the f32 dk|dv partials */
-        if (d->deterministic)                            /* gathered q, dout; lse, delta (B, NH_l, T) f32 */
-            *bwd += 2 * e * d->B * d->T * d->C_l + 2 * 4 * d->B * d->NH_l * d->T;
-    } else {
+    if (d->type == TRI_CP_COMM_ALL_GATHER || d->deterministic) {
+        /* the engine's layer (layers/cp_attention.h; deterministic mode runs its exact backward for both
+         * types): the counts it allocates, from the one function both use */
+        int64_t HS = d->NH_l > 0 ? d->C_l / d->NH_l : 1;
+        tri_flash_dims local = {.B = d->B, .T = d->T / d->cp, .NH = d->NH_l, .NH_kv = d->C_kv_l / HS, .HS = HS};
+        int64_t act_n, f32_n, fwd_n;
+        tri_cp_scratch_counts(local, d->cp, d->deterministic, &act_n, &f32_n, &fwd_n);
+        *fwd = e * fwd_n;
+        *bwd = e * act_n + 4 * f32_n;
+    } else { /* the ring (not built yet) */
         *fwd = 2 * e * kv_l;                             /* two k|v blocks in flight */
         *bwd = 2 * e * kv_l + 4 * kv_l;                  /* and the travelling f32 dk|dv block */
     }

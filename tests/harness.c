@@ -64,7 +64,8 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
     /* an expert under expert parallelism is whole on its ep rank, which with tp > 1 may be any TP rank
      * (folding over tp x dp): its lowest holder is the root, its TP peers hold other experts */
     bool whole = c >= 0 && r->chunk[c]->layout.params[pi].spec.expert;
-    int32_t v[2] = {0, c >= 0 ? -(whole ? g->world_rank : tri_grid_world_rank(g->tp, g->dp, 0, g->dp_rank, g->pp_rank))
+    int32_t v[2] = {0, c >= 0 ? -(whole ? g->world_rank
+                                        : tri_grid_world_rank_cp(g->tp, g->cp, g->dp, 0, 0, g->dp_rank, g->pp_rank))
                            : -(1 << 30)};
     tri_device *dev = r->chunk[0]->dev;
     tri_tensor vote = {0}, buf = {0};
@@ -240,7 +241,7 @@ static void record_zero(tri_session *ss, job *j)
             n += m->layout.n_units;
         }
     }
-    tri_dp_step_traffic_sized(uses, n, j->layout.zero, j->layout.n_micro, ss->grid.dp,
+    tri_dp_step_traffic_sized(uses, n, j->layout.zero, j->layout.n_micro, ss->grid.dp * ss->grid.cp,
                               j->layout.deterministic ? 8 : 4, j->layout.bf16 ? 2 : 4, j->out->dp_expected);
 }
 
@@ -315,14 +316,14 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (!rc) rc = collect_in_flight(&ss.model, tr, grid, j->out);
     for (int s = 0; s < j->steps && !rc; s++) {
         tri_step_result res;
-        tri_comm_reset_counters(grid->dp_comm);
+        tri_comm_reset_counters(grid->dp_cp_comm);
         rc = tri_trainer_step(tr, &src, s, 1e-3f, &res);
         if (!rc && grid->world_rank == 0) {
             j->out->losses[s] = res.loss;
             j->out->norms[s] = res.grad_norm;
             j->out->moe[s] = tri_moe_stats_summary(&tr->moe);
             if (s == 0)
-                memcpy(j->out->dp_bytes, grid->dp_comm->bytes, sizeof j->out->dp_bytes);
+                memcpy(j->out->dp_bytes, grid->dp_cp_comm->bytes, sizeof j->out->dp_bytes);
             for (int k = 0; s < TU_BIAS_STEPS && k < tr->moe.n_layers * tr->moe.E && k < TU_MAX_BIAS; k++)
                 j->out->moe_kept[s][k] = tr->moe.sums[(k / tr->moe.E * 2 + 1) * tr->moe.E + k % tr->moe.E];
         }
@@ -353,6 +354,8 @@ static job make_job(const tri_model *model, int64_t B, int64_t T, const tu_layou
         j.layout.tp = 1;
     if (j.layout.dp < 1)
         j.layout.dp = 1;
+    if (j.layout.cp < 1)
+        j.layout.cp = 1;
     return j;
 }
 
@@ -360,7 +363,7 @@ int tu_run_model(const tri_model *model, int64_t B, int64_t T, const tu_layout *
                  int steps, tu_result *out)
 {
     job j = make_job(model, B, T, layout, windows, steps, out);
-    return tri_run_thread_ranks(j.layout.tp * j.layout.pp * j.layout.dp, run_rank, &j);
+    return tri_run_thread_ranks(j.layout.tp * j.layout.cp * j.layout.pp * j.layout.dp, run_rank, &j);
 }
 
 int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
@@ -401,7 +404,7 @@ const float *tu_result_grad(const tu_result *r, const char *name, int *index)
 int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_layout *l, int world,
                             tri_train_layout *out)
 {
-    int tp = l->tp > 0 ? l->tp : 1, pp = l->pp > 0 ? l->pp : 1, dp = world / (tp * pp);
+    int tp = l->tp > 0 ? l->tp : 1, pp = l->pp > 0 ? l->pp : 1, cp = l->cp > 0 ? l->cp : 1, dp = world / (tp * cp * pp);
     tri_layout_request req = {
         .num_gpus = world, .tp = tp, .pp = pp, .layers_per_virtual_stage = l->layers_per_virtual_stage,
         .micro_batch = B, .global_batch = B * (l->n_micro > 0 ? l->n_micro : 1) * dp, .seq_length = T,
@@ -410,7 +413,8 @@ int tu_model_layout_resolve(const tri_model *m, int64_t B, int64_t T, const tu_l
         .precision = l->bf16 ? TRI_PRECISION_BF16 : TRI_PRECISION_FP32,
         .first_layers = l->first_layers > 0 ? l->first_layers : -1, .last_layers = -1,
         .deterministic = l->deterministic, .overlap_grad_reduce = l->overlap, .overlap_param_gather = l->overlap,
-        .ep = l->ep > 0 ? l->ep : 1, .etp = l->etp > 0 ? l->etp : 1};
+        .ep = l->ep > 0 ? l->ep : 1, .etp = l->etp > 0 ? l->etp : 1, .cp = cp,
+        .cp_comm_type = l->cp_comm_type ? l->cp_comm_type : "all_gather"};
     int rc = tri_cli_model_layout(m, req, out);
     if (!rc) {
         out->compression = l->compression;

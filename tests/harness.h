@@ -24,7 +24,10 @@
 #define TU_MAX_PP 16
 
 typedef struct tu_layout {
-    int tp, pp;                /* dp = world / (tp * pp) */
+    int tp, pp;                /* dp = world / (tp * cp * pp) */
+    int cp;                    /* --context-parallel-size (0 or 1: none) */
+    const char *cp_comm_type;  /* --cp-comm-type (NULL: all_gather here, the one built without
+                                  deterministic mode) */
     int dp;                    /* 0 or 1: no data parallelism */
     bool sp;
     int n_micro;               /* micro-batches per step and replica (>= 1) */
@@ -87,7 +90,8 @@ typedef struct tu_result {
     int64_t moe_kept[TU_BIAS_STEPS][TU_MAX_BIAS]; /* each of those steps' reduced kept counts (layers, E) */
 } tu_result;
 
-/* Trains `steps` AdamW steps of cfg (micro-batch B, sequence T) in `layout` on thread ranks from
+/* Trains `steps` AdamW steps of cfg (micro-batch B, sequence T) in `layout` on thread ranks (tp cp pp dp of
+ * them) from
  * the same initial weights (seed 1234), after one gradient-only pass on batch 0. windows holds the
  * token windows of every global batch, (steps * global batch, T + 1); global batch k is rows
  * [k * B * n_micro * dp, ...). Returns a status (the failing rank's message via tri_error_message). */

@@ -489,19 +489,19 @@ static void run_cp(shape g, int cp, tri_cp_comm_type type, bool det, tri_dtype d
 
 Test(cp_attention, deterministic_is_one_rank_bit_for_bit)
 {
-    run_cp((shape){2, 256, 4, 4, 16}, 2, TRI_CP_ALL_GATHER, true, TRI_F32); /* Tc 64, MHA */
-    run_cp((shape){2, 512, 4, 2, 16}, 2, TRI_CP_P2P, true, TRI_F32);        /* Tc 128, GQA */
-    run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_ALL_GATHER, true, TRI_F32); /* Tc 64, GQA */
-    run_cp((shape){2, 1024, 2, 2, 8}, 4, TRI_CP_P2P, true, TRI_F32);        /* Tc 128, MHA */
-    run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_ALL_GATHER, true, TRI_BF16);
+    run_cp((shape){2, 256, 4, 4, 16}, 2, TRI_CP_COMM_ALL_GATHER, true, TRI_F32); /* Tc 64, MHA */
+    run_cp((shape){2, 512, 4, 2, 16}, 2, TRI_CP_COMM_P2P, true, TRI_F32);        /* Tc 128, GQA */
+    run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_COMM_ALL_GATHER, true, TRI_F32); /* Tc 64, GQA */
+    run_cp((shape){2, 1024, 2, 2, 8}, 4, TRI_CP_COMM_P2P, true, TRI_F32);        /* Tc 128, MHA */
+    run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_COMM_ALL_GATHER, true, TRI_BF16);
 }
 
 /* cp 1 is today's layout: both algorithms give the fused op's bits (the gathers and the
  * reduce-scatter of one rank move nothing). */
 Test(cp_attention, cp1_is_the_fused_op)
 {
-    run_cp((shape){2, 256, 4, 2, 16}, 1, TRI_CP_ALL_GATHER, true, TRI_F32);
-    run_cp((shape){2, 256, 4, 2, 16}, 1, TRI_CP_ALL_GATHER, false, TRI_F32);
+    run_cp((shape){2, 256, 4, 2, 16}, 1, TRI_CP_COMM_ALL_GATHER, true, TRI_F32);
+    run_cp((shape){2, 256, 4, 2, 16}, 1, TRI_CP_COMM_ALL_GATHER, false, TRI_F32);
 }
 
 typedef struct short_case {
@@ -513,7 +513,7 @@ typedef struct short_case {
 static int short_fn(int rank, int size, tri_comm *comm, void *arg)
 {
     short_case *c = arg;
-    tri_cp cp = {comm, size, rank, TRI_CP_ALL_GATHER, false};
+    tri_cp cp = {comm, size, rank, TRI_CP_COMM_ALL_GATHER, false};
     return tri_cp_attention_forward(c->d, &cp, c->out, c->lse, c->qkv, &c->sc);
 }
 
@@ -521,7 +521,7 @@ static int short_fn(int rank, int size, tri_comm *comm, void *arg)
 Test(cp_attention, refuses_short_scratch)
 {
     shape g = {1, 128, 2, 2, 8};
-    tri_cp cp = {NULL, 1, 0, TRI_CP_ALL_GATHER, false};
+    tri_cp cp = {NULL, 1, 0, TRI_CP_COMM_ALL_GATHER, false};
     tri_cp_shape s = {{1, 128, 2, 2, 8}, TRI_F32};
     int64_t an, fn;
     cr_assert_eq(tri_cp_scratch_numel(&cp, &s, &an, &fn), TRI_OK, "%s", tri_error_message());
@@ -540,10 +540,10 @@ Test(cp_attention, refuses_short_scratch)
 
 Test(cp_attention, all_gather_within_derived_bound)
 {
-    run_cp((shape){2, 256, 4, 4, 16}, 2, TRI_CP_ALL_GATHER, false, TRI_F32);
-    run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_ALL_GATHER, false, TRI_F32);
-    run_cp((shape){2, 1024, 2, 1, 8}, 4, TRI_CP_ALL_GATHER, false, TRI_F32);
-    run_cp((shape){2, 512, 4, 2, 16}, 2, TRI_CP_ALL_GATHER, false, TRI_BF16);
+    run_cp((shape){2, 256, 4, 4, 16}, 2, TRI_CP_COMM_ALL_GATHER, false, TRI_F32);
+    run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_COMM_ALL_GATHER, false, TRI_F32);
+    run_cp((shape){2, 1024, 2, 1, 8}, 4, TRI_CP_COMM_ALL_GATHER, false, TRI_F32);
+    run_cp((shape){2, 512, 4, 2, 16}, 2, TRI_CP_COMM_ALL_GATHER, false, TRI_BF16);
 }
 
 Test(cp_attention, refuses_bad_layouts)
@@ -551,7 +551,7 @@ Test(cp_attention, refuses_bad_layouts)
     tri_comm dummy = {0};
     dummy.size = 4;
     tri_cp_shape s = {{2, 96, 4, 2, 16}, TRI_F32}; /* T_l 96: Tc 48 */
-    tri_cp cp = {&dummy, 4, 1, TRI_CP_ALL_GATHER, false};
+    tri_cp cp = {&dummy, 4, 1, TRI_CP_COMM_ALL_GATHER, false};
     int64_t a, f;
     cr_assert_eq(tri_cp_scratch_numel(&cp, &s, &a, &f), TRI_EINVAL);
     cr_assert(strstr(tri_error_message(), "seq-length 384 at cp 4 gives chunks of Tc = T / (2 cp) = 48"), "%s",
@@ -564,7 +564,7 @@ Test(cp_attention, refuses_bad_layouts)
     cp.cp_rank = 4;
     cr_assert_eq(tri_cp_check(&cp, &s), TRI_EINVAL);
     cp.cp_rank = 1;
-    cp.type = TRI_CP_P2P;
+    cp.type = TRI_CP_COMM_P2P;
     cr_assert_eq(tri_cp_check(&cp, &s), TRI_ENOTSUP);
     cr_assert(strstr(tri_error_message(), "p2p"), "%s", tri_error_message());
     cp.deterministic = true;

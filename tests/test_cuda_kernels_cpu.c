@@ -810,14 +810,14 @@ Test(cuda_kernels_cpu, rope)
         for (int backward = 0; backward < 2; backward++) {
             void *x = host_as(ot_uniform(nx, -2.0f, 2.0f, 202), nx, bf16), *want = host_copy(x, nx, bf16);
             tri_tensor tw = tri_tensor_2d(want, dt(bf16), N, W);
-            cr_assert_eq(backward ? tri_op_rope_backward(d, tw, tc, ts, n_heads, T, row0)
-                                  : tri_op_rope_forward(d, tw, tc, ts, n_heads, T, row0), TRI_OK);
+            cr_assert_eq(backward ? tri_op_rope_backward(d, tw, tc, ts, n_heads, T, row0, 1, 0)
+                                  : tri_op_rope_forward(d, tw, tc, ts, n_heads, T, row0, 1, 0), TRI_OK);
             shape s[N_SHAPES];
             shapes_for(N * n_heads * half, s);
             for (int k = 0; k < N_SHAPES; k++) {
                 void *kx = gtyped(nx, bf16, x);
                 const float *kc = gfloats((size_t)(P * half), cs), *ks = gfloats((size_t)(P * half), sn);
-                TRI_LAUNCH(rope_kernel, s[k].grid, s[k].block, kx, bf16, kc, ks, N, W, n_heads, half, T, row0, backward);
+                TRI_LAUNCH(rope_kernel, s[k].grid, s[k].block, kx, bf16, kc, ks, N, W, n_heads, half, T, row0, 1, 0, backward);
                 same_typed(backward ? "rope_kernel backward" : "rope_kernel forward", kx, want, nx, bf16);
                 check_guards_and_free("rope");
             }
@@ -988,8 +988,8 @@ static void embeddings_case(tri_device *d, const int64_t dims[4], int z, emb_pre
                                           tri_tensor_2d(wte, dt(p.wte), V_l, C), vocab_start), TRI_OK);
     cr_assert_eq(tri_op_embedding_backward(d, tri_tensor_2d(dwte, dt(p.dwte), V_l, C), tg, tt, vocab_start), TRI_OK);
     cr_assert_eq(tri_op_position_forward(d, tri_tensor_2d(pout, dt(p.pout), N, C),
-                                         tri_tensor_2d(wpe, dt(p.wpe), T, C), T, row0), TRI_OK);
-    cr_assert_eq(tri_op_position_backward(d, tri_tensor_2d(dwpe, dt(p.dwpe), T, C), tg, T, row0), TRI_OK);
+                                         tri_tensor_2d(wpe, dt(p.wpe), T, C), T, row0, 1, 0), TRI_OK);
+    cr_assert_eq(tri_op_position_backward(d, tri_tensor_2d(dwpe, dt(p.dwpe), T, C), tg, T, row0, 1, 0), TRI_OK);
     shape el[N_SHAPES], cols[N_SHAPES];
     shapes_for(N * C, el);
     shapes_for(C, cols);
@@ -1027,9 +1027,9 @@ static void embeddings_case(tri_device *d, const int64_t dims[4], int z, emb_pre
         TRI_LAUNCH(embedding_backward_links_kernel, el[k].grid, el[k].block, kdwte2, p.dwte, kg, p.dout, kt, next,
                    first, N, C, V_l, vocab_start);
         same_typed("embedding_backward_links_kernel vs embedding_backward_kernel", kdwte2, kdwte, vc, p.dwte);
-        TRI_LAUNCH(position_forward_kernel, el[k].grid, el[k].block, kp, p.pout, kwpe, p.wpe, N, C, T, row0);
+        TRI_LAUNCH(position_forward_kernel, el[k].grid, el[k].block, kp, p.pout, kwpe, p.wpe, N, C, T, row0, 1, 0);
         same_typed("position_forward_kernel", kp, pout, nc, p.pout);
-        TRI_LAUNCH(position_backward_kernel, cols[k].grid, cols[k].block, kdwpe, p.dwpe, kg, p.dout, N, C, T, row0);
+        TRI_LAUNCH(position_backward_kernel, cols[k].grid, cols[k].block, kdwpe, p.dwpe, kg, p.dout, N, C, T, row0, 1, 0);
         same_typed("position_backward_kernel", kdwpe, dwpe, tc, p.dwpe);
         check_guards_and_free("embeddings");
     }
@@ -1048,6 +1048,100 @@ Test(cuda_kernels_cpu, embeddings)
     for (size_t q = 0; q < sizeof precs / sizeof *precs; q++)
         for (int z = 0; z < 4; z++)
             embeddings_case(d, dims[z], z, precs[q]);
+}
+
+/* ---- positions under context parallelism (engine/device/ops/positions_math.h) ----
+ * Local row r of cp rank i's (B, T_l) rows is row t = r % T_l of its sequence; written out by hand
+ * here (chunk i's Tc positions, then chunk 2cp-1-i's), not through the function under test. The CPU
+ * position and rotary ops must add / rotate at exactly those positions (fp32 adds of one table row:
+ * exact), the simple kernels must give the CPU's bits, and the cp ranks' positions must cover every
+ * position of a sequence once. */
+static int64_t naive_position(int64_t T, int cp, int i, int64_t r)
+{
+    int64_t T_l = T / cp, Tc = T_l / 2, t = r % T_l;
+    int64_t chunks[2] = {i, 2 * cp - 1 - i};
+    return chunks[t / Tc] * Tc + t % Tc;
+}
+
+Test(cuda_kernels_cpu, positions_cp)
+{
+    tri_device *d = cpu();
+    const int64_t T = 16, C = 5, B = 2, half = 4, W = 2 * half * 2;
+    for (int cp = 1; cp <= 4; cp *= 2) {
+        int64_t T_l = T / cp;
+        int *seen = calloc((size_t)T, sizeof *seen);
+        for (int i = 0; i < cp; i++)
+            for (int64_t row0 = 0; row0 <= 3; row0 += 3) { /* row0 3: a sequence-parallel shard's offset */
+                int64_t N = B * T_l - row0;
+                size_t nc = (size_t)(N * C), tc = (size_t)(T * C);
+                float *wpe = ot_uniform(tc, -1.0f, 1.0f, 300), *o0 = ot_uniform(nc, -1.0f, 1.0f, 301);
+                float *g = ot_uniform(nc, -1.0f, 1.0f, 302), *dw0 = ot_uniform(tc, -1.0f, 1.0f, 303);
+                float *out = host_copy(o0, nc, 0), *dwpe = host_copy(dw0, tc, 0);
+                cr_assert_eq(tri_op_position_forward(d, tri_tensor_2d(out, TRI_F32, N, C), tri_tensor_2d(wpe, TRI_F32, T, C),
+                                                     T, row0, cp, i), TRI_OK, "%s", tri_error_message());
+                cr_assert_eq(tri_op_position_backward(d, tri_tensor_2d(dwpe, TRI_F32, T, C), tri_tensor_2d(g, TRI_F32, N, C),
+                                                      T, row0, cp, i), TRI_OK, "%s", tri_error_message());
+                /* the naive reference: forward exactly, backward in row order (the op's promise) */
+                float *dref = host_copy(dw0, tc, 0);
+                for (int64_t n = 0; n < N; n++) {
+                    int64_t p = naive_position(T, cp, i, row0 + n);
+                    if (row0 == 0 && n < T_l)
+                        seen[p]++;
+                    for (int64_t j = 0; j < C; j++) {
+                        cr_assert_eq(out[n * C + j], o0[n * C + j] + wpe[p * C + j], "cp %d rank %d row %lld", cp, i,
+                                     (long long)n);
+                        dref[p * C + j] += g[n * C + j];
+                    }
+                }
+                cr_assert(memcmp(dref, dwpe, tc * sizeof(float)) == 0, "position_backward cp %d rank %d row0 %lld", cp,
+                          i, (long long)row0);
+                /* the simple kernels: the CPU's bits */
+                shape el[N_SHAPES], cols[N_SHAPES];
+                shapes_for(N * C, el);
+                shapes_for(T * C, cols);
+                for (int k = 0; k < N_SHAPES; k++) {
+                    void *kp = gtyped(nc, 0, o0), *kdw = gtyped(tc, 0, dw0);
+                    const void *kwpe = gtyped(tc, 0, wpe), *kg = gtyped(nc, 0, g);
+                    TRI_LAUNCH(position_forward_kernel, el[k].grid, el[k].block, kp, 0, kwpe, 0, N, C, T, row0, cp, i);
+                    same_typed("position_forward_kernel cp", kp, out, nc, 0);
+                    TRI_LAUNCH(position_backward_kernel, cols[k].grid, cols[k].block, kdw, 0, kg, 0, N, C, T, row0, cp, i);
+                    same_typed("position_backward_kernel cp", kdw, dwpe, tc, 0);
+                    check_guards_and_free("positions cp");
+                }
+                /* rotary: rotating at the naive positions through the cp 1 op (one row at a time, its
+                 * position as row0) gives the cp op's bits, and the simple kernel gives them too */
+                size_t nx = (size_t)(N * W);
+                float *cs = ot_uniform((size_t)(T * half), -1.0f, 1.0f, 304), *sn = ot_uniform((size_t)(T * half), -1.0f,
+                                                                                              1.0f, 305);
+                tri_tensor tcs = tri_tensor_2d(cs, TRI_F32, T, half), tsn = tri_tensor_2d(sn, TRI_F32, T, half);
+                float *x = ot_uniform(nx, -2.0f, 2.0f, 306), *want = host_copy(x, nx, 0), *got = host_copy(x, nx, 0);
+                for (int64_t n = 0; n < N; n++)
+                    cr_assert_eq(tri_op_rope_forward(d, tri_tensor_2d(want + n * W, TRI_F32, 1, W), tcs, tsn, 2, T,
+                                                     naive_position(T, cp, i, row0 + n), 1, 0), TRI_OK);
+                cr_assert_eq(tri_op_rope_forward(d, tri_tensor_2d(got, TRI_F32, N, W), tcs, tsn, 2, T, row0, cp, i),
+                             TRI_OK, "%s", tri_error_message());
+                cr_assert(memcmp(want, got, nx * sizeof(float)) == 0, "rope_forward cp %d rank %d", cp, i);
+                shape s[N_SHAPES];
+                shapes_for(N * 2 * half, s);
+                for (int k = 0; k < N_SHAPES; k++) {
+                    void *kx = gtyped(nx, 0, x);
+                    const float *kc = gfloats((size_t)(T * half), cs), *ks = gfloats((size_t)(T * half), sn);
+                    TRI_LAUNCH(rope_kernel, s[k].grid, s[k].block, kx, 0, kc, ks, N, W, 2, half, T, row0, cp, i, 0);
+                    same_typed("rope_kernel cp", kx, got, nx, 0);
+                    check_guards_and_free("rope cp");
+                }
+            }
+        for (int64_t p = 0; p < T; p++) /* each position once a sequence over the cp ranks */
+            cr_assert_eq(seen[p], 1, "cp %d: position %lld held %d times", cp, (long long)p, seen[p]);
+        free(seen);
+    }
+    /* a split that does not cut into 2 cp chunks, or a rank outside the group: refused, naming the values */
+    float buf[64] = {0};
+    tri_tensor o = tri_tensor_2d(buf, TRI_F32, 2, 4), w = tri_tensor_2d(buf + 8, TRI_F32, 12, 4);
+    cr_assert_eq(tri_op_position_forward(d, o, w, 12, 0, 4, 0), TRI_EINVAL);
+    cr_assert(strstr(tri_error_message(), "cp 4") != NULL, "%s", tri_error_message());
+    cr_assert_eq(tri_op_position_forward(d, o, w, 12, 0, 2, 2), TRI_EINVAL);
+    tri_error_clear();
 }
 
 /* ---- cross-entropy: logits and dlogits fp32 or bf16; maxes, stats, losses fp32 ---- */

@@ -527,19 +527,27 @@ Test(fast_kernels_cpu, llama_elementwise_same_bits_as_twins)
         }
     /* half, n_heads, W (columns of x, at least 2 half n_heads) */
     const int64_t shapes[][3] = {{4, 3, 24}, {32, 2, 128}, {32, 2, 131}, {64, 3, 400}, {12, 1, 24}};
+    /* (T, cp, cp_rank): whole sequences, and context parallelism's chunks (positions_math.h) */
+    static const int seqs[][3] = {{4, 1, 0}, {8, 2, 0}, {8, 2, 1}, {16, 4, 2}};
     for (size_t z = 0; z < sizeof shapes / sizeof *shapes; z++)
+        for (size_t q = 0; q < sizeof seqs / sizeof *seqs; q++)
         for (int bf = 0; bf < 2; bf++)
             for (int backward = 0; backward < 2; backward++) {
-                int64_t half = shapes[z][0], heads = shapes[z][1], W = shapes[z][2], N = 9, T = 4, row0 = 3, P = 5;
-                char what[96];
-                snprintf(what, sizeof what, "rope half %lld heads %lld W %lld %s%s", (long long)half, (long long)heads,
-                         (long long)W, bf ? "bf16" : "fp32", backward ? " backward" : "");
+                int64_t half = shapes[z][0], heads = shapes[z][1], W = shapes[z][2], N = 9, T = seqs[q][0], row0 = 3,
+                        P = T + 1;
+                int cp = seqs[q][1], cp_rank = seqs[q][2];
+                char what[128];
+                snprintf(what, sizeof what, "rope half %lld heads %lld W %lld T %lld cp %d rank %d %s%s",
+                         (long long)half, (long long)heads, (long long)W, (long long)T, cp, cp_rank, bf ? "bf16" : "fp32",
+                         backward ? " backward" : "");
                 float *cs = (float *)rand_typed((size_t)(P * half), 0, -1.0f, 1.0f, 2400 + z);
                 float *sn = (float *)rand_typed((size_t)(P * half), 0, -1.0f, 1.0f, 2410 + z);
                 void *x0 = rand_typed((size_t)(N * W), bf, -2.0f, 2.0f, 2420 + z);
                 void *x1 = copy_of(x0, (size_t)(N * W), bf), *x2 = copy_of(x0, (size_t)(N * W), bf);
-                TRI_LAUNCH(rope_kernel, 1, 1, x1, bf, cs, sn, N, W, heads, half, T, row0, backward);
-                tri_emu_launch(4, 64, [&] { rope_fast_kernel(x2, bf, cs, sn, N, W, heads, half, T, row0, backward); });
+                TRI_LAUNCH(rope_kernel, 1, 1, x1, bf, cs, sn, N, W, heads, half, T, row0, cp, cp_rank, backward);
+                tri_emu_launch(4, 64, [&] {
+                    rope_fast_kernel(x2, bf, cs, sn, N, W, heads, half, T, row0, cp, cp_rank, backward);
+                });
                 same(what, x2, x1, (size_t)(N * W), bf);
             }
 }

@@ -148,7 +148,8 @@ static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
                                       put(&m, tri_tensor_3d(NULL, TRI_F32, B, T, C_l), NULL),
                                       put(&m, tri_tensor_3d(NULL, TRI_F32, B, r.NH_l, T), NULL),
                                       put(&m, tri_tensor_2d(NULL, TRI_F32, T, HS / 2), c->cos),
-                                      put(&m, tri_tensor_2d(NULL, TRI_F32, T, HS / 2), c->sin), r.NH_l, r.NH_kv_l, 0.0f};
+                                      put(&m, tri_tensor_2d(NULL, TRI_F32, T, HS / 2), c->sin), r.NH_l, r.NH_kv_l, 0.0f,
+                                      {.T = T, .cp = 1}, NULL, {tri_tensor_none(), tri_tensor_none()}};
     tri_swiglu_mlp_acts ma = {put(&m, tri_tensor_2d(NULL, TRI_F32, N, 2 * F_l), NULL),
                               put(&m, tri_tensor_2d(NULL, TRI_F32, N, F_l), NULL)};
     tri_swiglu_mlp_scratch ms = {tri_tensor_none(), tri_tensor_none(), put(&m, tri_tensor_2d(NULL, TRI_F32, N, F_l), NULL),

@@ -8,7 +8,11 @@
  *    equals, category by category, what its arenas allocated, and
  *  - after two training steps the device's measured peak is within 5% of the planned total (in
  *    fact equal: every buffer comes from the planned arenas).
- * Five of the layouts again with a Llama (models/llama.h), one with a Mixtral (its MoE layers). Every rank's second step also waits for its
+ * Five of the layouts again with a Llama (models/llama.h), one with a Mixtral (its MoE layers).
+ * Context parallelism (docs/context_parallel.md): cp 2 alone, with tp 2 SP, with dp 2 at ZeRO 3 in
+ * deterministic mode (the exact backward's larger scratch), bf16, and a Llama at cp 2 x pp 2, at T 256
+ * (chunks of 64): the chunks' local layout and the attention's scratch (layers/cp_attention.h, planned
+ * through the same count function as the partitioner's tri_cp_scratch_bytes) planned as allocated. Every rank's second step also waits for its
  * device exactly once (tri_device.waits: the gradient norm's copy; the losses are read after it). */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -28,6 +32,8 @@ typedef struct mem_case {
     int zero;
     bool bf16;
     tri_gpt_config cfg;
+    int cp;                     /* --context-parallel-size (0: none; then T 256) */
+    bool det;                   /* --deterministic-mode */
     int moe_reads;              /* host reads of a step beyond the one: the MoE block's count read-back, one per
                                    sparse layer and micro-batch forward (layers/moe.h) */
     tri_model llama;            /* a Llama (models/llama.h) when its family is set, else cfg's GPT */
@@ -50,8 +56,9 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     tri_session_options o = {.run = {.seed = 1}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tu_layout l = {.tp = c->tp, .pp = c->pp, .sp = c->sp, .n_micro = c->micro, .schedule = c->schedule,
-                   .layers_per_virtual_stage = c->per_chunk, .zero = c->zero, .bf16 = c->bf16};
-    int rc = tu_model_layout_resolve(&m, 2, 8, &l, size, &o.run.layout);
+                   .layers_per_virtual_stage = c->per_chunk, .zero = c->zero, .bf16 = c->bf16, .cp = c->cp,
+                   .deterministic = c->det};
+    int rc = tu_model_layout_resolve(&m, 2, c->cp > 1 ? 256 : 8, &l, size, &o.run.layout);
     if (rc)
         return rc;
     rc = tri_device_cpu_create(&dev, 1);
@@ -61,7 +68,9 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         return rc;
     }
     size_t planned[TRI_MEM_KINDS], model[TRI_MEM_KINDS], total = 0;
-    rc = tri_model_rank_plan(&m, &o.run, ss.grid.tp_rank, ss.grid.pp_rank, ss.grid.dp_rank, planned);
+    /* the rank in dp x cp (the dp rank at cp 1) */
+    rc = tri_model_rank_plan(&m, &o.run, ss.grid.tp_rank, ss.grid.pp_rank, ss.grid.cp_rank + ss.grid.cp * ss.grid.dp_rank,
+                             planned);
     tri_model_rank_memory(&ss.model, model);
     for (int k = 0; k < TRI_MEM_KINDS && !rc; k++) {
         size_t have = model[k] + ss.trainer.arena.by_kind[k];
@@ -75,9 +84,11 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
         tri_step_result res;
         uint64_t waits = dev->waits;
         rc = tri_trainer_step(&ss.trainer, &src, s, 1e-3f, &res);
-        if (!rc && s == 1 && dev->waits - waits != 1 + (uint64_t)c->moe_reads && !c->failure[0])
+        /* deterministic mode also reads the chunk's non-finite flag before the norm's limbs (train.c) */
+        int want = 1 + c->moe_reads + (c->det ? 1 : 0);
+        if (!rc && s == 1 && dev->waits - waits != (uint64_t)want && !c->failure[0])
             snprintf(c->failure, sizeof c->failure, "rank %d: a step waited for the device %llu times (want %d)", rank,
-                     (unsigned long long)(dev->waits - waits), 1 + c->moe_reads);
+                     (unsigned long long)(dev->waits - waits), want);
     }
     double off = total ? ((double)dev->peak_bytes - (double)total) / (double)total : 1.0;
     if (!rc && (off > 0.05 || off < -0.05) && !c->failure[0])
@@ -113,6 +124,26 @@ static void check_json(const char *json, int tp, int pp, int dp, bool sp, const 
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
     cr_expect(!c.failure[0], "%s%s tp %d pp %d dp %d %s ZeRO %d: %s", llama ? "llama " : "", bf16 ? "bf16" : "fp32",
               tp, pp, dp, schedule, zero, c.failure);
+}
+
+static const char *const LLAMA_CP_JSON =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"num_hidden_layers\": 8, \"vocab_size\": 100, \"max_position_embeddings\": 256}";
+
+/* cp 2 (T 256), tp x cp x dp x pp thread ranks. */
+static void check_cp(const char *json, int tp, int pp, int dp, bool sp, int zero, bool det, bool bf16)
+{
+    mem_case c = {.tp = tp, .pp = pp, .dp = dp, .sp = sp, .schedule = "1f1b", .micro = 2, .zero = zero, .bf16 = bf16,
+                  .cfg = tu_tiny_config(), .cp = 2, .det = det};
+    c.cfg.n_layer = 8;
+    c.cfg.n_positions = 256;
+    if (json)
+        cr_assert_eq(tri_model_parse(&c.llama, json, "tiny-llama"), TRI_OK, "%s", tri_error_message());
+    int rc = tri_run_thread_ranks(tp * 2 * pp * dp, run_rank, &c);
+    tri_model_free(&c.llama);
+    cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
+    cr_expect(!c.failure[0], "%scp 2 tp %d pp %d dp %d ZeRO %d%s%s: %s", json ? "llama " : "", tp, pp, dp, zero,
+              det ? " deterministic" : "", bf16 ? " bf16" : "", c.failure);
 }
 
 static void check_precision(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro,
@@ -170,3 +201,9 @@ Test(memory_plan, llama_bf16_tp2_dp2_zero2) { check_json(LLAMA_JSON, 2, 1, 2, fa
 /* The MoE block's buffers (layers/moe.h, per sparse layer and micro-batch, and its shared scratch). */
 Test(memory_plan, mixtral_pp2_dp2_zero1) { check_json(MIXTRAL_JSON, 1, 2, 2, false, "1f1b", 0, 2, 1, false); }
 Test(memory_plan, mixtral_bf16_pp2_dp2_zero3) { check_json(MIXTRAL_JSON, 1, 2, 2, false, "1f1b", 0, 2, 3, true); }
+
+Test(memory_plan, cp2) { check_cp(NULL, 1, 1, 1, false, 0, false, false); }
+Test(memory_plan, cp2_tp2_sp) { check_cp(NULL, 2, 1, 1, true, 1, false, false); }
+Test(memory_plan, cp2_dp2_zero3_deterministic) { check_cp(NULL, 1, 1, 2, false, 3, true, false); }
+Test(memory_plan, cp2_bf16) { check_cp(NULL, 1, 1, 1, false, 0, false, true); }
+Test(memory_plan, llama_cp2_pp2) { check_cp(LLAMA_CP_JSON, 1, 2, 1, false, 0, false, false); }

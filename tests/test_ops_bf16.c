@@ -577,9 +577,9 @@ Test(ops_bf16, position_forward_backward)
             dwpe[((row0 + n) % T) * C + j] += dout[n * C + j];
         }
     tri_tensor tout = ot_put_bf16(d, ot_m2(N, C), out0), tdwpe = ot_put_bf16(d, ot_m2(P, C), dwpe0);
-    cr_assert_eq(tri_op_position_forward(d, tout, ot_put_bf16(d, ot_m2(P, C), wpe), T, row0), TRI_OK);
+    cr_assert_eq(tri_op_position_forward(d, tout, ot_put_bf16(d, ot_m2(P, C), wpe), T, row0, 1, 0), TRI_OK);
     cr_assert(within_ulps("bf16 position fwd (+=)", ot_read(d, tout), out, no, ULP_TOL));
-    cr_assert_eq(tri_op_position_backward(d, tdwpe, ot_put_bf16(d, ot_m2(N, C), dout), T, row0), TRI_OK);
+    cr_assert_eq(tri_op_position_backward(d, tdwpe, ot_put_bf16(d, ot_m2(N, C), dout), T, row0, 1, 0), TRI_OK);
     cr_assert(within_norm("bf16 position bwd (+=)", ot_read(d, tdwpe), dwpe, nw, NORM_TOL));
 }
 

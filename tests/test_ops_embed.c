@@ -150,14 +150,14 @@ Test(ops_embed, position_wraps_and_accumulates)
 
         tri_tensor twpe = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, n_pos, C), wpe);
         tri_tensor tout = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), out0);
-        cr_assert_eq(tri_op_position_forward(d, tout, twpe, T, row0), TRI_OK);
+        cr_assert_eq(tri_op_position_forward(d, tout, twpe, T, row0, 1, 0), TRI_OK);
         pos_ref(&p);
         cr_assert(ot_close(k ? "position fwd (+=) row0 9" : "position fwd (+=) row0 3",
                            ot_read(d, tout), p.out, no, FLOOR, FWD_TOL));
 
         tri_tensor tdout = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, C), R);
         tri_tensor tdwpe = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, n_pos, C), dwpe0);
-        cr_assert_eq(tri_op_position_backward(d, tdwpe, tdout, T, row0), TRI_OK);
+        cr_assert_eq(tri_op_position_backward(d, tdwpe, tdout, T, row0, 1, 0), TRI_OK);
         double *g = ot_doubles(nw);
         ot_fd_grad(g, p.wpe, nw, pos_loss, &p);
         for (size_t i = 0; i < nw; i++)

@@ -435,18 +435,18 @@ Test(ops_errors, embeddings)
     expect_einval(tri_op_embedding_backward(d, wte, m2(d, N - 1, C), tokens, 0), op, "'dout'");
 
     op = "position_forward";
-    expect_ok(tri_op_position_forward(d, out, wpe, T, 0), op);
-    expect_einval(tri_op_position_forward(d, as_i32(out), wpe, T, 0), op, "'out'");
-    expect_einval(tri_op_position_forward(d, out, none, T, 0), op, "'wpe'");
-    expect_einval(tri_op_position_forward(d, out, m2(d, n_pos, C + 1), T, 0), op, "wpe");
-    expect_einval(tri_op_position_forward(d, out, wpe, n_pos + 1, 0), op, "T 9");
-    expect_einval(tri_op_position_forward(d, out, wpe, T, -1), op, "row0 -1");
+    expect_ok(tri_op_position_forward(d, out, wpe, T, 0, 1, 0), op);
+    expect_einval(tri_op_position_forward(d, as_i32(out), wpe, T, 0, 1, 0), op, "'out'");
+    expect_einval(tri_op_position_forward(d, out, none, T, 0, 1, 0), op, "'wpe'");
+    expect_einval(tri_op_position_forward(d, out, m2(d, n_pos, C + 1), T, 0, 1, 0), op, "wpe");
+    expect_einval(tri_op_position_forward(d, out, wpe, n_pos + 1, 0, 1, 0), op, "T 9");
+    expect_einval(tri_op_position_forward(d, out, wpe, T, -1, 1, 0), op, "row0 -1");
 
     op = "position_backward";
-    expect_ok(tri_op_position_backward(d, wpe, dout, T, 0), op);
-    expect_einval(tri_op_position_backward(d, as_i32(wpe), dout, T, 0), op, "'dwpe'");
-    expect_einval(tri_op_position_backward(d, wpe, none, T, 0), op, "'dout'");
-    expect_einval(tri_op_position_backward(d, wpe, wide, T, 0), op, "dout");
+    expect_ok(tri_op_position_backward(d, wpe, dout, T, 0, 1, 0), op);
+    expect_einval(tri_op_position_backward(d, as_i32(wpe), dout, T, 0, 1, 0), op, "'dwpe'");
+    expect_einval(tri_op_position_backward(d, wpe, none, T, 0, 1, 0), op, "'dout'");
+    expect_einval(tri_op_position_backward(d, wpe, wide, T, 0, 1, 0), op, "dout");
 }
 
 Test(ops_errors, cross_entropy)

@@ -334,7 +334,7 @@ Test(ops_llama, rope)
     tri_tensor tx = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), x);
     tri_tensor tc = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, P, half), cs);
     tri_tensor ts = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, P, half), sn);
-    cr_assert_eq(tri_op_rope_forward(d, tx, tc, ts, n_heads, T, row0), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_op_rope_forward(d, tx, tc, ts, n_heads, T, row0, 1, 0), TRI_OK, "%s", tri_error_message());
     rope_ref(&p);
     float *got = ot_read(d, tx);
     cr_assert(ot_close("rope fwd", got, p.out, nx, FLOOR, FWD_TOL));
@@ -342,13 +342,13 @@ Test(ops_llama, rope)
         cr_assert(memcmp(got + n * W + n_heads * HS, x + n * W + n_heads * HS, (size_t)HS * sizeof *x) == 0);
     /* backward in place from R: dL/dx */
     tri_tensor tg = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, W), R);
-    cr_assert_eq(tri_op_rope_backward(d, tg, tc, ts, n_heads, T, row0), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_op_rope_backward(d, tg, tc, ts, n_heads, T, row0, 1, 0), TRI_OK, "%s", tri_error_message());
     double *want = ot_doubles(nx);
     ot_fd_grad(want, p.x, nx, rope_loss, &p);
     cr_assert(ot_close("rope bwd", ot_read(d, tg), want, nx, FLOOR, BWD_TOL));
     /* a table shorter than T is refused */
     tri_tensor short_c = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, 4, half), cs);
-    cr_assert_neq(tri_op_rope_forward(d, tx, short_c, short_c, n_heads, T, row0), TRI_OK);
+    cr_assert_neq(tri_op_rope_forward(d, tx, short_c, short_c, n_heads, T, row0, 1, 0), TRI_OK);
     cr_assert(strstr(tri_error_message(), "cos") != NULL, "%s", tri_error_message());
 }
 

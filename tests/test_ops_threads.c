@@ -93,7 +93,7 @@ static float *position_backward(int threads)
 {
     tri_device *d = ot_device(threads);
     tri_tensor dwpe = rows_cols(d, n_pos, C, 15), dout = rows_cols(d, N, C, 16);
-    cr_assert_eq(tri_op_position_backward(d, dwpe, dout, T, 3), TRI_OK);
+    cr_assert_eq(tri_op_position_backward(d, dwpe, dout, T, 3, 1, 0), TRI_OK);
     return ot_read(d, dwpe);
 }
 
@@ -287,8 +287,8 @@ static outputs every_op(int threads)
     /* rotary embedding on the first NH - 1 heads, starting at position 3 */
     tri_tensor cs = rows_cols(d, T2, HS / 2, seed++), sn = rows_cols(d, T2, HS / 2, seed++);
     tri_tensor rot = rows_cols(d, N2, C2, seed++), drot = rows_cols(d, N2, C2, seed++);
-    OK(tri_op_rope_forward(d, rot, cs, sn, NH - 1, T2, 3));
-    OK(tri_op_rope_backward(d, drot, cs, sn, NH - 1, T2, 3));
+    OK(tri_op_rope_forward(d, rot, cs, sn, NH - 1, T2, 3, 1, 0));
+    OK(tri_op_rope_backward(d, drot, cs, sn, NH - 1, T2, 3, 1, 0));
     keep(&o, d, rot), keep(&o, d, drot);
     /* attention: unfused (B, NH, T, T) and fused, the fused one grouped-query too */
     tri_tensor qkv = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, B2, T2, 3 * C2),
@@ -338,9 +338,9 @@ static outputs every_op(int threads)
     tri_tensor wte = rows_cols(d, V, C2, seed++), dwte = rows_cols(d, V, C2, seed++);
     tri_tensor wpe = rows_cols(d, T2, C2, seed++), dwpe = rows_cols(d, T2, C2, seed++);
     OK(tri_op_embedding_forward(d, ln, tok, wte, 0));
-    OK(tri_op_position_forward(d, ln, wpe, T2, 0));
+    OK(tri_op_position_forward(d, ln, wpe, T2, 0, 1, 0));
     OK(tri_op_embedding_backward(d, dwte, dout, tok, 0));
-    OK(tri_op_position_backward(d, dwpe, dout, T2, 0));
+    OK(tri_op_position_backward(d, dwpe, dout, T2, 0, 1, 0));
     keep(&o, d, ln), keep(&o, d, dwte), keep(&o, d, dwpe);
     tri_tensor logits = rows_cols(d, N2, V, seed++), dlogits = rows_cols(d, N2, V, seed++);
     tri_tensor maxes = vec(d, N2, seed++), stats = rows_cols(d, N2, 2, seed++), losses = vec(d, N2, seed++);

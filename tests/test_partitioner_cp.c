@@ -42,12 +42,21 @@ Test(partitioner_cp, scratch_by_hand)
     int64_t f, b;
     tri_cp_dims d = small(TRI_CP_COMM_ALL_GATHER, false);
     tri_cp_scratch_bytes(&d, &f, &b);
-    /* gathered k|v (2, 1024, 256) fp32 = 2 MiB; backward + the f32 dk|dv partials, as large */
-    cr_expect_eq(f, 2 * 1024 * 256 * 4);
-    cr_expect_eq(b, 2 * 2 * 1024 * 256 * 4);
-    d.deterministic = true; /* + q, dout (2, 1024, 256) and lse, delta (2, 4, 1024) f32 */
+    /* the engine's layer (layers/cp_attention.h), k|v 2 C_kv = 256 columns: its own block kv_l (2, 256, 256),
+     * the gathered blocks in rank order kv_r (4, 2, 256, 256) and in global order kv_g (2, 1024, 256):
+     * 131072 + 524288 + 524288 = 1179648 fp32 values = 4.5 MiB; the backward adds the f32 dk|dv
+     * partials dkv_g, dkv_r, dkv_l of the same three shapes: 9 MiB */
+    cr_expect_eq(f, 1179648 * 4);
+    cr_expect_eq(b, 2 * 1179648 * 4);
+    /* deterministic: qkv_r (4, 2, 256, 512), qkv_g (2, 1024, 512), dout_r (4, 2, 256, 256), dout_g (2, 1024,
+     * 256) = 2 x 1048576 + 2 x 524288 = 3145728 values (more than the k|v's, which share them), and f32
+     * stat_r (4, 2, 4, 256), lse_g and delta_g (2, 4, 1024): 3 x 8192 */
+    d.deterministic = true;
     tri_cp_scratch_bytes(&d, &f, &b);
-    cr_expect_eq(b, 4194304 + 2 * 2097152 + 2 * 32768);
+    cr_expect_eq(b, 3145728 * 4 + 3 * 8192 * 4);
+    d.type = TRI_CP_COMM_P2P; /* deterministic mode runs the same exact backward for p2p */
+    tri_cp_scratch_bytes(&d, &f, &b);
+    cr_expect_eq(b, 3145728 * 4 + 3 * 8192 * 4);
     d = small(TRI_CP_COMM_P2P, false); /* blocks (2, 256, 256): 131072 values */
     tri_cp_scratch_bytes(&d, &f, &b);
     cr_expect_eq(f, 2 * 131072 * 4);

@@ -270,11 +270,27 @@ static int validate(run *r)
     rc = tri_cli_layout_resolve(&a->layout, r->flags, r->nflags, r->world->size, &dims, &r->L);
     if (rc)
         return rc;
-    /* after the validator's rules, so a bad cp gets its rule's message (docs/context_parallel.md "Left") */
-    if (r->L.cp > 1)
-        return TRI_ERR(TRI_EINVAL, "--context-parallel-size %d: context parallelism is not wired into the training "
-                       "loop yet (the grid, the flags, the validator and the partitioner's plan are; run "
-                       "--context-parallel-size 1, or plan it with the partitioner)", r->L.cp);
+    /* after the validator's rules, so a bad cp gets its rule's message: what the engine does not run
+     * under cp yet (docs/context_parallel.md, "cp in the training engine", Left) */
+    if (r->L.cp > 1 && r->L.cp_comm_type == TRI_CP_COMM_P2P && !r->L.deterministic)
+        return TRI_ERR(TRI_EINVAL, "--context-parallel-size %d with --cp-comm-type p2p: the p2p ring is not built yet "
+                       "(use --cp-comm-type all_gather, or --deterministic-mode, whose exact backward gathers for "
+                       "both types)", r->L.cp);
+    if (r->L.cp > 1 && a->compression.kind && strcmp(a->compression.kind, "none") != 0)
+        return TRI_ERR(TRI_EINVAL, "--grad-compression %s with --context-parallel-size %d: the compressed reduction "
+                       "runs over the dp group, while under cp the gradients reduce over dp x cp (not built; "
+                       "train without one of the two)", a->compression.kind, r->L.cp);
+    /* the checkpoint files are named and owned per (tp, pp, dp) coordinate, which the cp ranks share */
+    if (r->L.cp > 1 && (a->save_interval > 0 || a->load))
+        return TRI_ERR(TRI_EINVAL, "%s with --context-parallel-size %d: checkpoints under context parallelism are "
+                       "not built yet (the cp ranks of a (tp, pp, dp) coordinate would write one file); train "
+                       "without it, or at --context-parallel-size 1", a->save_interval > 0 ? "--save-interval" : "--load",
+                       r->L.cp);
+    if (r->L.cp > 1 && a->sample_length > 0) { /* generation runs whole sequences on one rank */
+        tri_log_rank0("--context-parallel-size %d: no sample at the end (generation does not split the sequence; "
+                      "--sample-length %d ignored)", r->L.cp, a->sample_length);
+        a->sample_length = 0;
+    }
     a->compression.start_iter_given = tri_flags_find(r->flags, r->nflags, "grad-compression-start-iter")->seen;
     a->compression.powersgd_start_iter_given = tri_flags_find(r->flags, r->nflags, "powersgd-start-iter")->seen;
     rc = tri_cli_compression_resolve(&a->compression, r->L.dp, r->L.zero_stage, (uint64_t)a->seed,
@@ -454,11 +470,23 @@ static void print_plan(run *r)
                   tri_model_name(&r->model), (int)d.n_layer, (int)d.n_head, d.block_text, (int)d.n_embd,
                   tri_model_vocab_size(&r->model), (long long)tri_model_padded_vocab(&r->model, L->tp),
                   (double)r->model.family->num_params(r->model.cfg) / 1e6);
-    tri_log_rank0("layout: %d ranks = tp %d x pp %d x dp %d%s, ZeRO stage %d; micro-batch %lld x seq %lld, %d "
-                  "micro-batches (%s), global batch %lld sequences (%lld tokens)", r->world->size, L->tp, L->pp,
+    char cp_part[32] = ""; /* "x cp N" only under context parallelism: the line without it is unchanged */
+    if (L->cp > 1)
+        snprintf(cp_part, sizeof cp_part, " x cp %d", L->cp);
+    tri_log_rank0("layout: %d ranks = tp %d%s x pp %d x dp %d%s, ZeRO stage %d; micro-batch %lld x seq %lld, %d "
+                  "micro-batches (%s), global batch %lld sequences (%lld tokens)", r->world->size, L->tp,
+                  cp_part, L->pp,
                   L->dp, L->sequence_parallel ? " (sequence parallel)" : "", L->zero_stage, (long long)L->B,
                   (long long)L->T, L->n_micro, r->ss.model.train.name, (long long)L->global_batch,
                   (long long)L->global_batch * L->T);
+    if (L->cp > 1) /* docs/context_parallel.md, "cp in the training engine" */
+        tri_log_rank0("context parallel: cp %d (--cp-comm-type %s%s), each sequence in %d chunks of %lld tokens, "
+                      "%lld rows a rank (chunks i and %d-i); gradients and ZeRO over dp x cp = %d ranks",
+                      L->cp, L->cp_comm_type == TRI_CP_COMM_ALL_GATHER ? "all_gather" : "p2p",
+                      L->cp_comm_type == TRI_CP_COMM_P2P ? ": the ring is not built, deterministic mode's exact "
+                                                           "all-gather backward runs" : "",
+                      2 * L->cp, (long long)(L->T / (2 * L->cp)), (long long)(L->T / L->cp), 2 * L->cp - 1,
+                      L->dp * L->cp);
     tri_log_rank0("attention: %s%s; recompute %s%s", L->attention == TRI_ATTENTION_FLASH
                       ? "flash (fused causal attention, FlashAttention-2: no T x T matrix stored)"
                       : "unfused (the T x T softmax materialised)",
@@ -868,9 +896,10 @@ static int train_loop(run *r)
         /* what world rank 0 sent over its data-parallel group, as the comm counted it (payload) */
         uint64_t dp_bytes = 0;
         for (int k = 0; k < TRI_COMM_KINDS; k++)
-            dp_bytes += r->ss.grid.dp_comm->bytes[k];
-        tri_log_rank0("data-parallel traffic: %.3f MB sent by rank 0 over dp in %lld iterations (%.3f MB per "
-                      "iteration)%s", (double)dp_bytes / 1e6, (long long)(a->train_iters - r->start_iter),
+            dp_bytes += r->ss.grid.dp_cp_comm->bytes[k]; /* the gradients' group: dp x cp (dp at cp 1) */
+        tri_log_rank0("data-parallel traffic: %.3f MB sent by rank 0 over dp%s in %lld iterations (%.3f MB per "
+                      "iteration)%s", (double)dp_bytes / 1e6, r->L.cp > 1 ? " x cp" : "",
+                      (long long)(a->train_iters - r->start_iter),
                       (double)dp_bytes / 1e6 / (double)(a->train_iters - r->start_iter),
                       r->sopt.local_sgd.steps > 0 ? "; local SGD's outer synchronisations included" : "");
     }

@@ -15,19 +15,7 @@
 #ifndef TRIDENT_CUDA_ATTENTION_FLASH_KERN_H
 #define TRIDENT_CUDA_ATTENTION_FLASH_KERN_H
 
-#include "cuda/kernels/shim.h"
-#include "engine/device/ops/attention_math.h"
-
-#define TRI_FLASH_MAX_HS 256
-
-/* q_t . k_j * scale for query element offset q and key element offset k of qkv. */
-TRI_HD float tri_flash_score(const void *qkv, int qkv_bf16, int64_t q, int64_t k, int64_t HS, float scale)
-{
-    float s = 0.0f;
-    for (int64_t i = 0; i < HS; i++)
-        s += tri_load(qkv, qkv_bf16, q + i) * tri_load(qkv, qkv_bf16, k + i);
-    return s * scale;
-}
+#include "cuda/attention/flash_score.h"
 
 /* a thread per query row r = (b*NH + h)*T + t */
 TRI_KERNEL flash_forward_kernel(void *out, int out_bf16, float *lse, const void *qkv, int qkv_bf16, tri_flash_dims d)

@@ -13,7 +13,7 @@
 #ifndef TRIDENT_CUDA_ATTENTION_FLASH_KV_KERN_H
 #define TRIDENT_CUDA_ATTENTION_FLASH_KV_KERN_H
 
-#include "cuda/attention/flash.kern.h"
+#include "cuda/attention/flash_score.h" /* not flash.kern.h: its kernels are flash.cu's */
 
 /* The split problem: queries' dims d (d.T query rows), the key buffer's rows and width, the rows'
  * global positions. */

@@ -8,25 +8,25 @@
 #include "cuda/launch.cuh"
 
 static int rope(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T, int64_t row0,
-                int backward)
+                int cp, int cp_rank, int backward)
 {
     tri_cuda *cu = tri_cuda_of(d);
     int64_t N = tri_tensor_rows(x), W = tri_tensor_cols(x), half = tri_tensor_cols(cos);
     if (cu->simple)
         return TRI_CUDA_LAUNCH_N(rope_kernel, N * n_heads * half, cu->stream, tri_data(x), tri_is_bf16(x), tri_fp(cos),
-                                 tri_fp(sin), N, W, n_heads, half, T, row0, backward);
+                                 tri_fp(sin), N, W, n_heads, half, T, row0, cp, cp_rank, backward);
     return TRI_CUDA_LAUNCH_STRIDED(rope_fast_kernel, tri_row_blocks(N), TRI_BLOCK, cu->stream, tri_data(x),
-                                   tri_is_bf16(x), tri_fp(cos), tri_fp(sin), N, W, n_heads, half, T, row0, backward);
+                                   tri_is_bf16(x), tri_fp(cos), tri_fp(sin), N, W, n_heads, half, T, row0, cp, cp_rank, backward);
 }
 
 extern "C" int tri_cuda_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads,
-                                     int64_t T, int64_t row0)
+                                     int64_t T, int64_t row0, int cp, int cp_rank)
 {
-    return rope(d, x, cos, sin, n_heads, T, row0, 0);
+    return rope(d, x, cos, sin, n_heads, T, row0, cp, cp_rank, 0);
 }
 
 extern "C" int tri_cuda_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads,
-                                      int64_t T, int64_t row0)
+                                      int64_t T, int64_t row0, int cp, int cp_rank)
 {
-    return rope(d, dx, cos, sin, n_heads, T, row0, 1);
+    return rope(d, dx, cos, sin, n_heads, T, row0, cp, cp_rank, 1);
 }

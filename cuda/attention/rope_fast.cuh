@@ -11,14 +11,14 @@
 
 #include "cuda/warp.cuh"
 #include "engine/device/ops/attention_math.h"
-
+#include "engine/device/ops/positions_math.h"
 __global__ void rope_fast_kernel(void *x, int x_bf16, const float *cos, const float *sin, int64_t N, int64_t W,
-                                 int64_t n_heads, int64_t half, int64_t T, int64_t row0, int backward)
+                                 int64_t n_heads, int64_t half, int64_t T, int64_t row0, int cp, int cp_rank,
+                                 int backward)
 {
     int64_t groups = (half + 7) / 8; /* 8-frequency groups of a head */
     float a[8] = {0}, b[8] = {0}, c[8] = {0}, s[8] = {0};
-    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-        int64_t pos = (row0 + n) % T;
+    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {        int64_t pos = tri_seq_position(T, row0 + n, cp, cp_rank); /* positions_math.h: both backends */
         const float *cr = cos + pos * half, *sr = sin + pos * half;
         bool vt = tri_aligned16(cr) && tri_aligned16(sr);
         for (int64_t j = threadIdx.x; j < n_heads * groups; j += blockDim.x) {

@@ -56,17 +56,17 @@ extern "C" int tri_cuda_embedding_backward(tri_device *d, tri_tensor dwte, tri_t
 }
 
 extern "C" int tri_cuda_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T,
-                                         int64_t row0)
+                                         int64_t row0, int cp, int cp_rank)
 {
     int64_t N = tri_tensor_rows(out), C = tri_tensor_cols(out);
     return TRI_CUDA_LAUNCH_N(position_forward_kernel, N * C, tri_cuda_of(d)->stream, tri_data(out),
-                             tri_is_bf16(out), tri_data(wpe), tri_is_bf16(wpe), N, C, T, row0);
+                             tri_is_bf16(out), tri_data(wpe), tri_is_bf16(wpe), N, C, T, row0, cp, cp_rank);
 }
 
 extern "C" int tri_cuda_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
-                                          int64_t row0)
+                                          int64_t row0, int cp, int cp_rank)
 {
     int64_t N = tri_tensor_rows(dout), C = tri_tensor_cols(dout);
     return TRI_CUDA_LAUNCH_N(position_backward_kernel, T * C, tri_cuda_of(d)->stream, tri_data(dwpe),
-                             tri_is_bf16(dwpe), tri_data(dout), tri_is_bf16(dout), N, C, T, row0);
+                             tri_is_bf16(dwpe), tri_data(dout), tri_is_bf16(dout), N, C, T, row0, cp, cp_rank);
 }

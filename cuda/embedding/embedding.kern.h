@@ -13,7 +13,7 @@
 #define TRIDENT_CUDA_EMBEDDING_EMBEDDING_KERN_H
 
 #include "cuda/kernels/shim.h"
-
+#include "engine/device/ops/positions_math.h"
 /* out(N,C)[n] = wte(V_l,C)[tokens[n] - vocab_start] when that row is in the shard, else 0 */
 TRI_KERNEL embedding_forward_kernel(void *out, int out_bf16, const int32_t *tokens, const void *wte,
                                     int wte_bf16, int64_t N, int64_t C, int64_t V_l, int64_t vocab_start)
@@ -80,30 +80,33 @@ TRI_KERNEL embedding_backward_links_kernel(void *dwte, int dwte_bf16, const void
     }
 }
 
-/* out(N,C)[n] += wpe[(row0 + n) % T] */
+/* out(N,C)[n] += wpe[pos(row0 + n)], pos = tri_seq_position (engine/device/ops/positions_math.h: (row0 + n) % T
+ * at cp 1, the global position of a local row under context parallelism) */
 TRI_KERNEL position_forward_kernel(void *out, int out_bf16, const void *wpe, int wpe_bf16, int64_t N,
-                                   int64_t C, int64_t T, int64_t row0)
+                                   int64_t C, int64_t T, int64_t row0, int cp, int cp_rank)
 {
     for (int64_t i = TRI_GLOBAL_ID; i < N * C; i += TRI_GLOBAL_STRIDE) {
-        int64_t n = i / C, j = i % C;
-        tri_store(out, out_bf16, i, tri_load(out, out_bf16, i) + tri_load(wpe, wpe_bf16, ((row0 + n) % T) * C + j));
+        int64_t n = i / C, j = i % C, pos = tri_seq_position(T, row0 + n, cp, cp_rank);
+        tri_store(out, out_bf16, i, tri_load(out, out_bf16, i) + tri_load(wpe, wpe_bf16, pos * C + j));
     }
 }
 
-/* dwpe[(row0 + n) % T] += dout(N,C)[n]: each element (p, j), one thread, sums the rows
- * n = n0, n0 + T, ... (n0 = (p - row0) mod T) in order from dwpe[p][j] and stores once (elements are
+/* dwpe[pos(row0 + n)] += dout(N,C)[n]: each element (p, j), one thread, finds p's row t of a local
+ * sequence of T_l = T / cp rows (tri_seq_local_row; none: another cp rank's position) and sums the rows
+ * n = n0, n0 + T_l, ... (n0 = (t - row0) mod T_l) in order from dwpe[p][j] and stores once (elements are
  * independent, so a thread per element, neighbours along j, gives the bits of any other split);
- * positions no row reaches are left untouched */
+ * positions no row reaches are left untouched. At cp 1, t = p and T_l = T: the mapping without cp. */
 TRI_KERNEL position_backward_kernel(void *dwpe, int dwpe_bf16, const void *dout, int dout_bf16, int64_t N,
-                                    int64_t C, int64_t T, int64_t row0)
+                                    int64_t C, int64_t T, int64_t row0, int cp, int cp_rank)
 {
+    int64_t T_l = cp > 1 ? T / cp : T;
     for (int64_t idx = TRI_GLOBAL_ID; idx < T * C; idx += TRI_GLOBAL_STRIDE) {
-        int64_t p = idx / C, j = idx % C;
-        int64_t n0 = (p - row0 % T + T) % T;
-        if (n0 >= N)
+        int64_t p = idx / C, j = idx % C, t = tri_seq_local_row(T, p, cp, cp_rank);
+        int64_t n0 = (t - row0 % T_l + T_l) % T_l;
+        if (t < 0 || n0 >= N)
             continue;
         float acc = tri_load(dwpe, dwpe_bf16, p * C + j);
-        for (int64_t n = n0; n < N; n += T)
+        for (int64_t n = n0; n < N; n += T_l)
             acc += tri_load(dout, dout_bf16, n * C + j);
         tri_store(dwpe, dwpe_bf16, p * C + j, acc);
     }

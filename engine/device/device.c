@@ -59,6 +59,14 @@ int tri_need_matrix(const char *op, const char *arg, tri_tensor t, int64_t rows,
     return TRI_OK;
 }
 
+int tri_check_seq_split(const char *op, int64_t T, int cp, int cp_rank)
+{
+    if (cp < 1 || cp_rank < 0 || cp_rank >= cp || (cp > 1 && T % (2 * (int64_t)cp) != 0))
+        return TRI_ERR(TRI_EINVAL, "%s: context-parallel rank %d of cp %d over T %lld positions: expected cp >= 1, "
+                       "0 <= cp_rank < cp and T divisible by 2 cp (the chunks)", op, cp_rank, cp, (long long)T);
+    return TRI_OK;
+}
+
 /* Adds one timed call of op `name` (a string literal: slots compare by pointer, then by text). */
 static void profile_add(tri_device *d, const char *name, double seconds)
 {

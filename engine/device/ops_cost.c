@@ -484,16 +484,16 @@ static int rope(tri_device *d, const char *name, tri_tensor x, tri_tensor cos, t
 }
 
 int tri_cost_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                          int64_t row0)
+                          int64_t row0, int cp, int cp_rank)
 {
-    (void)T, (void)row0;
+    (void)T, (void)row0, (void)cp, (void)cp_rank;
     return rope(d, "rope_forward", x, cos, sin, n_heads);
 }
 
 int tri_cost_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                           int64_t row0)
+                           int64_t row0, int cp, int cp_rank)
 {
-    (void)T, (void)row0;
+    (void)T, (void)row0, (void)cp, (void)cp_rank;
     return rope(d, "rope_backward", dx, cos, sin, n_heads);
 }
 
@@ -665,17 +665,19 @@ int tri_cost_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout,
     return rc ? rc : tri_cost_kernel(d, update + 8.0 * (double)N, 0, numel(dout));
 }
 
-int tri_cost_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+int tri_cost_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0, int cp,
+                              int cp_rank)
 {
-    (void)row0;
+    (void)row0, (void)cp, (void)cp_rank;
     int64_t N = tri_tensor_rows(out);
     double rows = (double)(N < T ? N : T);
     return one(d, "position_forward", 2 * bytes(out) + rows * (double)tri_tensor_cols(wpe) * esize(wpe), numel(out));
 }
 
-int tri_cost_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0)
+int tri_cost_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0, int cp,
+                               int cp_rank)
 {
-    (void)row0;
+    (void)row0, (void)cp, (void)cp_rank;
     int64_t N = tri_tensor_rows(dout);
     double rows = (double)(N < T ? N : T);
     return one(d, "position_backward", bytes(dout) + 2 * rows * (double)tri_tensor_cols(dwpe) * esize(dwpe),

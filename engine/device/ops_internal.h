@@ -25,6 +25,9 @@ int tri_need_float(const char *op, const char *arg, tri_tensor t);
 int tri_need_numel(const char *op, const char *arg, tri_tensor t, int64_t numel);
 /* t a matrix view (rows, cols) (any dims, rows = all but the last). */
 int tri_need_matrix(const char *op, const char *arg, tri_tensor t, int64_t rows, int64_t cols);
+/* A sequence of T positions split over cp context-parallel ranks (engine/device/ops/positions_math.h):
+ * cp >= 1, 0 <= cp_rank < cp, and T divisible by 2 cp when cp > 1. */
+int tri_check_seq_split(const char *op, int64_t T, int cp, int cp_rank);
 
 /* ---- dispatch ---- */
 /* The profile's clock around one op: start, then end with the op's status (which it returns, or the

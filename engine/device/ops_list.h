@@ -196,12 +196,14 @@ TRI_OP(copy_columns, (tri_device *d, tri_tensor dst, int64_t dst_col, tri_tensor
 /* ---- rotary position embedding (Su et al. 2021), Hugging Face's rotate_half convention ----
  * In place on x(N, W): the first n_heads heads of HS = 2 cos.cols columns of each row (q then k of
  * a qkv row) are rotated, pair (i, i + HS/2) by the angle of frequency i at the row's position
- * (row0 + n) % T, whose cosine and sine are cos, sin (positions >= T, HS/2) f32. */
+ * tri_seq_position(T, row0 + n, cp, cp_rank) (engine/device/ops/positions_math.h: (row0 + n) % T at cp 1;
+ * under context parallelism the global position of local row row0 + n of cp rank cp_rank's two
+ * chunks), whose cosine and sine are cos, sin (positions >= T, HS/2) f32. */
 TRI_OP(rope_forward, (tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                      int64_t row0))
+                      int64_t row0, int cp, int cp_rank))
 /* dx in place: the gradient through the rotation (the rotation by minus the angle). */
 TRI_OP(rope_backward, (tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                       int64_t row0))
+                       int64_t row0, int cp, int cp_rank))
 
 /* ---- GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 ---- */
 TRI_OP(gelu_forward, (tri_device *d, tri_tensor out, tri_tensor inp))
@@ -276,10 +278,14 @@ TRI_OP(moe_expert_bias_update, (tri_device *d, tri_tensor expert_bias, tri_tenso
 TRI_OP(embedding_forward, (tri_device *d, tri_tensor out, tri_tensor tokens, tri_tensor wte, int64_t vocab_start))
 /* dwte(V_l,C) += dout rows of the tokens inside this shard. */
 TRI_OP(embedding_backward, (tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens, int64_t vocab_start))
-/* out(N,C) += wpe[(row0 + n) % T]: row n of out is token row0 + n of a (B*T)-row batch. */
-TRI_OP(position_forward, (tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0))
-/* dwpe(n_positions,C) row (row0 + n) % T += dout(N,C) row n. */
-TRI_OP(position_backward, (tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0))
+/* out(N,C) += wpe[pos(row0 + n)]: row n of out is local row row0 + n of a (B, T / cp)-row batch, at global
+ * position pos(r) = tri_seq_position(T, r, cp, cp_rank) (engine/device/ops/positions_math.h; (row0 + n) % T
+ * at cp 1). cp >= 1, 0 <= cp_rank < cp, T divisible by 2 cp when cp > 1. */
+TRI_OP(position_forward, (tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0, int cp,
+                          int cp_rank))
+/* dwpe(n_positions,C) row pos(row0 + n) += dout(N,C) row n, rows in order. */
+TRI_OP(position_backward, (tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0, int cp,
+                           int cp_rank))
 
 /* ---- softmax cross-entropy in vocab-parallel pieces (Megatron's VocabParallelCrossEntropy) ----
  * logits(N,V_l) is a vocab shard starting at global id vocab_start; only its first V_valid

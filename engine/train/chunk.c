@@ -16,7 +16,7 @@ void tri_chunk_begin(tri_chunk *c, const tri_train_layout *run, const tri_chunk_
     c->last = place->last;
     c->n_slots = place->n_slots;
     c->tokens_per_mb = run->B * run->T;
-    c->window = run->T + 1;
+    c->window = (place->cp > 1 ? place->seq_T : run->T) + 1; /* cp: the whole window, cut by the model */
     c->samples_per_mb = run->B;
     c->n_micro = run->n_micro;
     c->n_global_params = n_global_params;

@@ -110,7 +110,8 @@ typedef struct tri_chunk_place {
     int layer_start, layer_end;   /* its blocks [start, end) */
     bool first, last;             /* holds the embedding / the head and loss */
     int n_slots;                  /* activation slots: micro-batches in flight on it */
-    int dp_rank;                  /* data-parallel rank (its ZeRO shard of the layout) */
+    int dp_rank;                  /* data-parallel rank (its ZeRO shard of the layout); under context
+                                     parallelism the rank in dp x cp, cp_rank + cp dp_rank */
     uint64_t seed;                /* initialisation */
     int ep, ep_rank;              /* expert parallelism (tri_grid_add_experts): this rank holds experts
                                      [ep_rank E/ep, (ep_rank+1) E/ep); ep 0 or 1: all */
@@ -118,13 +119,23 @@ typedef struct tri_chunk_place {
     int etp, etp_rank;            /* expert tensor parallelism (tri_grid_add_experts_etp): this rank holds the
                                      I / etp slice etp_rank of each of its experts; 0 or 1: whole */
     tri_comm *etp_comm;           /* the grid's etp group (not owned); NULL at etp 1 */
+    int cp, cp_rank;              /* context parallelism (docs/context_parallel.md): the run's layout is then
+                                     the rank's local one (tri_layout_cp_local: T_l = seq_T / cp rows a
+                                     sequence, dp x cp replicas), and this rank holds chunks cp_rank and
+                                     2cp-1-cp_rank of every sequence; 0 or 1: none */
+    int64_t seq_T;                /* cp > 1: the whole sequence's length T */
+    tri_comm *cp_comm;            /* the grid's cp group (not owned); NULL at cp 1 */
+    tri_comm *tokens_comm;        /* cp > 1: the ranks sharing one micro-batch's tokens, the sequence-parallel
+                                     tp x cp of the same (dp, pp) (cp_comm at tp 1; the MoE aux loss's
+                                     counts, Megatron-Core's tp-cp group); not owned; NULL at cp 1 */
 } tri_chunk_place;
 
 typedef struct tri_chunk {
     bool first, last;
     int n_slots;
     int64_t tokens_per_mb;        /* B * T */
-    int64_t window;               /* T + 1: tokens per sample read from the data */
+    int64_t window;               /* T + 1: tokens per sample read from the data (the whole sequence's
+                                     T under context parallelism; a rank keeps its chunks' rows) */
     int64_t samples_per_mb;       /* B */
     int n_micro;
     int n_global_params;

@@ -22,7 +22,8 @@ static int add_chunk(const tri_trainer *t, int c, tri_state_shard *list, int n)
 {
     const tri_param_layout *L = &t->chunks[c]->layout;
     const tri_zero *z = &t->chunks[c]->zero;
-    bool dp0 = t->grid->dp_rank == 0, owns_moments = z->stage > 0 || dp0;
+    /* the first of the dp x cp replicas (the layout's rank: cp_rank + cp dp_rank; dp_rank at cp 1) */
+    bool dp0 = L->dp_rank == 0, owns_moments = z->stage > 0 || dp0;
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);

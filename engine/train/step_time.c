@@ -33,16 +33,17 @@ static double group_bytes(const tri_comm *c, const tri_comm *const *seen, int n_
 tri_step_time tri_step_time_snapshot(const tri_grid *g)
 {
     tri_step_time t = {0};
-    const tri_comm *seen[6] = {g->tp_comm, g->pp_comm, g->dp_comm, g->mp_comm, g->embd_comm, g->world};
+    /* the gradients' group: dp x cp (dp_comm itself at cp 1) */
+    const tri_comm *seen[6] = {g->tp_comm, g->pp_comm, g->dp_cp_comm, g->mp_comm, g->embd_comm, g->world};
     t.tp_s = group_seconds(g->tp_comm, seen, 0, false, false);
     t.bubble_s = group_seconds(g->pp_comm, seen, 1, true, false);
     t.pp_s = group_seconds(g->pp_comm, seen, 1, false, true);
-    t.dp_s = group_seconds(g->dp_comm, seen, 2, false, false);
+    t.dp_s = group_seconds(g->dp_cp_comm, seen, 2, false, false);
     t.other_s = group_seconds(g->mp_comm, seen, 3, false, false) + group_seconds(g->embd_comm, seen, 4, false, false) +
                 group_seconds(g->world, seen, 5, false, false);
     t.tp_bytes = group_bytes(g->tp_comm, seen, 0);
     t.pp_bytes = group_bytes(g->pp_comm, seen, 1);
-    t.dp_bytes = group_bytes(g->dp_comm, seen, 2);
+    t.dp_bytes = group_bytes(g->dp_cp_comm, seen, 2);
     /* expert parallelism's groups (NULL at ep 1): edp with dp, ep on its own */
     t.dp_s += group_seconds(g->edp_comm, seen, 6, false, false);
     t.dp_bytes += group_bytes(g->edp_comm, seen, 6);

@@ -9,6 +9,20 @@
 #include "engine/core/status.h"
 #include "engine/train/trust_ratio.h"
 
+/* The data-parallel replicas whose gradients are averaged (Megatron-Core's data-parallel group with
+ * context parallelism, docs/context_parallel.md): dp x cp ranks of the same (tp, pp), which hold the same
+ * parameters and see different rows (cp ranks: other chunks of the same sequences); at cp 1 the dp group.
+ * Their number and this rank's place among them (cp_rank + cp dp_rank); their comm is the grid's dp_cp_comm. */
+static int grad_replicas(const tri_grid *g)
+{
+    return g->dp * (g->cp > 1 ? g->cp : 1);
+}
+
+static int grad_replica_rank(const tri_grid *g)
+{
+    return g->cp_rank + (g->cp > 1 ? g->cp : 1) * g->dp_rank;
+}
+
 /* Elements of optimizer state a rank keeps for a stage: all of it without ZeRO, its shard with. */
 static int64_t owned_numel(const tri_param_layout *L, int zero_stage)
 {
@@ -103,6 +117,10 @@ static int start_local_sgd(tri_trainer *t)
                      "data-parallel replica's whole units, while the experts reduce over the expert-data-parallel "
                      "group, which spans the ep ranks (different experts) and at tp > 1 the TP ranks (not built; "
                      "train without one of the two)", t->cfg.local.steps, t->grid->ep, t->grid->tp);
+    if (!rc && t->grid->cp > 1) /* the outer step averages over dp, where the cp ranks hold one replica */
+        rc = TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --context-parallel-size %d: local SGD's inner steps keep "
+                     "each data-parallel replica's gradients apart, while a replica's cp ranks must still sum theirs "
+                     "every step (not built; train without one of the two)", t->cfg.local.steps, t->grid->cp);
     if (!rc && t->grid->etp > 1) /* the same: the etp ranks' slices are different tensors' parts */
         rc = TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d with --expert-tensor-parallel-size %d: local SGD's outer "
                      "synchronisation averages each data-parallel replica's whole units, while expert tensor "
@@ -255,16 +273,17 @@ void tri_trainer_destroy(tri_trainer *t)
     t->replica_comm = NULL;
     for (int c = 0; c < t->v && t->self_comm; c++) /* ZeRO's comm is the chunk's again */
         if (t->chunks[c]->zero.dp == t->self_comm)
-            t->chunks[c]->zero.dp = t->grid->dp_comm;
+            t->chunks[c]->zero.dp = t->grid->dp_cp_comm;
     tri_comm_destroy(t->self_comm);
     t->self_comm = NULL;
 }
 
-/* Replicas whose gradients are averaged into one step: dp, or 1 for local SGD's inner steps (each
- * replica's own). */
+/* Replicas whose gradients are averaged into one step: dp x cp (each rank's T / cp rows of its
+ * sequences count as one replica's share: the loss's scale and sum below make the mean over all T
+ * tokens of every sequence), or 1 for local SGD's inner steps (each replica's own; cp 1 there). */
 static int step_replicas(const tri_trainer *t)
 {
-    return t->local_step ? 1 : t->grid->dp;
+    return t->local_step ? 1 : grad_replicas(t->grid);
 }
 
 /* Local SGD: whether update iter + 1 is an inner step; ZeRO's data-parallel group is then this rank
@@ -275,9 +294,10 @@ static void begin_step(tri_trainer *t, int64_t iter)
         return;
     t->local_step = tri_local_sgd_inner(&t->cfg.local, iter + 1);
     for (int c = 0; c < t->v; c++)
-        t->chunks[c]->zero.dp = t->local_step ? t->self_comm : t->grid->dp_comm;
+        t->chunks[c]->zero.dp = t->local_step ? t->self_comm : t->grid->dp_cp_comm;
 }
 
+/* Sequences (of the whole T) a step: the cp ranks of a replica share theirs. */
 int64_t tri_trainer_global_batch(const tri_trainer *t)
 {
     return t->chunks[0]->samples_per_mb * t->cfg.n_micro * t->grid->dp;
@@ -295,14 +315,15 @@ static int load(void *ctx, int chunk, int mb, int slot)
 }
 
 /* The loss sum (fixed point, engine/train/pipeline.h) of the last stage's micro-batches, broadcast to
- * every stage and summed over data-parallel replicas (replicas > 1; 1: this replica's alone):
+ * every stage and summed over the dp x cp replicas (replicas > 1; 1: this replica's alone; a cp rank's
+ * sum is over its chunks' tokens, so the cp ranks' sums make the sequences' whole):
  * exact integer arithmetic, so the loss is the same bits in every layout. Returns the sum in loss
  * units. */
 static int share_loss(tri_trainer *t, int64_t fixed, int replicas, double *sum)
 {
     int rc = TRI_OK;
     if (t->grid->pp > 1) rc = tri_comm_host_broadcast(t->grid->pp_comm, &fixed, TRI_I64, 1, t->grid->pp - 1);
-    if (!rc && replicas > 1) rc = tri_comm_host_all_reduce(t->grid->dp_comm, &fixed, TRI_I64, 1, TRI_REDUCE_SUM);
+    if (!rc && replicas > 1) rc = tri_comm_host_all_reduce(t->grid->dp_cp_comm, &fixed, TRI_I64, 1, TRI_REDUCE_SUM);
     *sum = ldexp((double)fixed, -TRI_LOSS_BITS);
     return rc;
 }
@@ -379,7 +400,7 @@ static int finish_moe_stats(tri_trainer *t)
     if (t->moe.E == 0)
         return TRI_OK;
     int rc = tri_moe_stats_collect(&t->moe);
-    if (!rc && step_replicas(t) > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->dp_comm);
+    if (!rc && step_replicas(t) > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->dp_cp_comm);
     /* sequence parallelism: each TP rank routed its own tokens, and its losses are its shares */
     if (!rc && t->cfg.sequence_parallel && t->grid->tp > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->tp_comm);
     if (!rc && t->grid->pp > 1) rc = tri_moe_stats_reduce(&t->moe, t->grid->pp_comm);
@@ -461,7 +482,7 @@ bool tri_trainer_norm_holder(const tri_trainer *t, const tri_param *p)
         return false;
     if ((t->grid->ep <= 1 && t->grid->etp <= 1) || t->chunks[0]->zero.stage > 0)
         return true;
-    return p->spec.expert ? t->grid->edp_rank == 0 : t->grid->dp_rank == 0;
+    return p->spec.expert ? t->grid->edp_rank == 0 : grad_replica_rank(t->grid) == 0;
 }
 
 /* Deterministic mode: the squares of the gradients (rounded to 2^-TRI_FIXED_BITS) summed exactly as
@@ -498,7 +519,8 @@ static int grad_norm_exact(tri_trainer *t, double *norm)
 /* The slot of parameter p's sum of squares in norm_slots (see below). */
 static int64_t norm_slot(const tri_trainer *t, const tri_param *p, int dp, int stage)
 {
-    return ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp + (stage > 0 ? t->grid->dp_rank : 0);
+    return ((int64_t)p->spec.global_index * t->grid->tp + t->grid->tp_rank) * dp +
+           (stage > 0 ? grad_replica_rank(t->grid) : 0);
 }
 
 tri_comm *tri_trainer_norm_comm(const tri_trainer *t)
@@ -511,7 +533,7 @@ tri_comm *tri_trainer_norm_comm(const tri_trainer *t)
 int64_t tri_trainer_norm_slot(const tri_trainer *t, const tri_param *p)
 {
     int stage = t->chunks[0]->zero.stage;
-    return norm_slot(t, p, stage > 0 ? t->grid->dp : 1, stage);
+    return norm_slot(t, p, stage > 0 ? grad_replicas(t->grid) : 1, stage);
 }
 
 /* The sum of squares of each counted parameter (over the pieces this rank owns) lands in its own
@@ -524,7 +546,7 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
     if (t->chunks[0]->zero.deterministic)
         return grad_norm_exact(t, norm);
     int64_t nslots = tri_tensor_numel(t->norm_slots);
-    int stage = t->chunks[0]->zero.stage, dp = stage > 0 ? t->grid->dp : 1;
+    int stage = t->chunks[0]->zero.stage, dp = stage > 0 ? grad_replicas(t->grid) : 1;
     float *slots = calloc((size_t)nslots, sizeof *slots);
     if (!slots)
         return TRI_ERR(TRI_ENOMEM, "trainer: out of memory for the gradient norm");
@@ -660,7 +682,7 @@ int tri_trainer_eval(tri_trainer *t, const tri_batch_source *src, int n_batches,
         rc = tri_pipeline_run(&t->eval_pipe, &io, false, 0.0f, &s);
         fixed += s;
     }
-    if (!rc) rc = share_loss(t, fixed, t->grid->dp, &total);
-    *loss = total / (double)(t->chunks[0]->tokens_per_mb * m * (int64_t)n_batches * t->grid->dp);
+    if (!rc) rc = share_loss(t, fixed, grad_replicas(t->grid), &total);
+    *loss = total / (double)(t->chunks[0]->tokens_per_mb * m * (int64_t)n_batches * grad_replicas(t->grid));
     return rc;
 }

@@ -369,12 +369,20 @@ Test(gpu_ops, embeddings)
     both dwte = uniform(tri_tensor_2d(NULL, TRI_F32, V_l, C), -1, 1, 83), dwpe = uniform(tri_tensor_2d(NULL, TRI_F32, T, C), -1, 1, 84);
     BOTH(tri_op_embedding_forward(cpu, out.c, t.c, wte.c, vocab_start), tri_op_embedding_forward(gpu, out.g, t.g, wte.g, vocab_start));
     cmp("embedding_forward", out, 0.0);
-    BOTH(tri_op_position_forward(cpu, out.c, wpe.c, T, 5), tri_op_position_forward(gpu, out.g, wpe.g, T, 5));
+    BOTH(tri_op_position_forward(cpu, out.c, wpe.c, T, 5, 1, 0), tri_op_position_forward(gpu, out.g, wpe.g, T, 5, 1, 0));
     cmp("position_forward (+=)", out, TOL);
     BOTH(tri_op_embedding_backward(cpu, dwte.c, g.c, t.c, vocab_start), tri_op_embedding_backward(gpu, dwte.g, g.g, t.g, vocab_start));
     cmp("embedding_backward (+=)", dwte, TOL);
-    BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, T, 5), tri_op_position_backward(gpu, dwpe.g, g.g, T, 5));
+    BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, T, 5, 1, 0), tri_op_position_backward(gpu, dwpe.g, g.g, T, 5, 1, 0));
     cmp("position_backward (+=)", dwpe, TOL);
+    /* context parallelism: each rank of cp 4 over T 40 (chunks of 5 rows), an SP offset of 3 rows */
+    for (int r = 0; r < 4; r++) {
+        BOTH(tri_op_position_forward(cpu, out.c, wpe.c, 40, 3, 4, r), tri_op_position_forward(gpu, out.g, wpe.g, 40, 3, 4, r));
+        cmp("position_forward cp 4 (+=)", out, TOL);
+        BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, 40, 3, 4, r),
+             tri_op_position_backward(gpu, dwpe.g, g.g, 40, 3, 4, r));
+        cmp("position_backward cp 4 (+=)", dwpe, TOL);
+    }
 }
 
 /* Both forms (warp per row, simple twins): the max is exact and the sum of exponentials follows
@@ -997,7 +1005,7 @@ Test(gpu_ops, embeddings_bf16)
     both out = make_as(m2(N, C), NULL, 1), g = uniform_as(m2(N, C), -1, 1, 82, 1);
     BOTH(tri_op_embedding_forward(cpu, out.c, t.c, wte.c, vocab_start), tri_op_embedding_forward(gpu, out.g, t.g, wte.g, vocab_start));
     cmp("embedding_forward bf16", out, 0.0);
-    BOTH(tri_op_position_forward(cpu, out.c, wpe.c, T, 5), tri_op_position_forward(gpu, out.g, wpe.g, T, 5));
+    BOTH(tri_op_position_forward(cpu, out.c, wpe.c, T, 5, 1, 0), tri_op_position_forward(gpu, out.g, wpe.g, T, 5, 1, 0));
     cmp("position_forward bf16 (+=)", out, BF16_TOL);
     for (int grad_bf16 = 0; grad_bf16 < 2; grad_bf16++) {
         both dwte = uniform_as(m2(V_l, C), -1, 1, 83, grad_bf16), dwpe = uniform_as(m2(T, C), -1, 1, 84, grad_bf16);
@@ -1005,7 +1013,7 @@ Test(gpu_ops, embeddings_bf16)
              tri_op_embedding_backward(gpu, dwte.g, g.g, t.g, vocab_start));
         cmp(grad_bf16 ? "embedding_backward bf16 (+=, rounds per repeat)" : "embedding_backward fp32 += bf16", dwte,
             grad_bf16 ? BF16_TOL : TOL);
-        BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, T, 5), tri_op_position_backward(gpu, dwpe.g, g.g, T, 5));
+        BOTH(tri_op_position_backward(cpu, dwpe.c, g.c, T, 5, 1, 0), tri_op_position_backward(gpu, dwpe.g, g.g, T, 5, 1, 0));
         cmp(grad_bf16 ? "position_backward bf16 (+=)" : "position_backward fp32 += bf16", dwpe, grad_bf16 ? BF16_TOL : TOL);
     }
 }
@@ -1557,19 +1565,26 @@ static void llama_ops_exact_case(int64_t N, int64_t C, int bf16, uint64_t seed)
         }
         if (heads > 0 && N >= 5) {
             both r = uniform_as(m2(N, C), -2, 2, seed + 8, bf16);
-            BOTH(tri_op_rope_forward(cpu, r.c, cs.c, sn.c, heads, 5, 1), tri_op_rope_forward(gpu, r.g, cs.g, sn.g, heads, 5, 1));
+            BOTH(tri_op_rope_forward(cpu, r.c, cs.c, sn.c, heads, 5, 1, 1, 0), tri_op_rope_forward(gpu, r.g, cs.g, sn.g, heads, 5, 1, 1, 0));
             cmp("rope_forward, exact", r, 0.0);
-            BOTH(tri_op_rope_backward(cpu, r.c, cs.c, sn.c, heads, 5, 1), tri_op_rope_backward(gpu, r.g, cs.g, sn.g, heads, 5, 1));
+            BOTH(tri_op_rope_backward(cpu, r.c, cs.c, sn.c, heads, 5, 1, 1, 0), tri_op_rope_backward(gpu, r.g, cs.g, sn.g, heads, 5, 1, 1, 0));
             cmp("rope_backward, exact", r, 0.0);
+            /* context parallelism: rank 1 of cp 2 over T 4 (chunks 1 and 2 of one row each) */
+            BOTH(tri_op_rope_forward(cpu, r.c, cs.c, sn.c, heads, 4, 1, 2, 1),
+                 tri_op_rope_forward(gpu, r.g, cs.g, sn.g, heads, 4, 1, 2, 1));
+            cmp("rope_forward cp 2 rank 1, exact", r, 0.0);
+            BOTH(tri_op_rope_backward(cpu, r.c, cs.c, sn.c, heads, 4, 1, 2, 1),
+                 tri_op_rope_backward(gpu, r.g, cs.g, sn.g, heads, 4, 1, 2, 1));
+            cmp("rope_backward cp 2 rank 1, exact", r, 0.0);
         }
         if (C % 64 == 0 && N >= 5) { /* HS 64: the fast kernel's 16-byte path */
             both cs64 = uniform(m2(P, 32), -1, 1, seed + 9), sn64 = uniform(m2(P, 32), -1, 1, seed + 10);
             both r = uniform_as(m2(N, C), -2, 2, seed + 11, bf16);
-            BOTH(tri_op_rope_forward(cpu, r.c, cs64.c, sn64.c, C / 64, 5, 1),
-                 tri_op_rope_forward(gpu, r.g, cs64.g, sn64.g, C / 64, 5, 1));
+            BOTH(tri_op_rope_forward(cpu, r.c, cs64.c, sn64.c, C / 64, 5, 1, 1, 0),
+                 tri_op_rope_forward(gpu, r.g, cs64.g, sn64.g, C / 64, 5, 1, 1, 0));
             cmp("rope_forward HS 64, exact", r, 0.0);
-            BOTH(tri_op_rope_backward(cpu, r.c, cs64.c, sn64.c, C / 64, 5, 1),
-                 tri_op_rope_backward(gpu, r.g, cs64.g, sn64.g, C / 64, 5, 1));
+            BOTH(tri_op_rope_backward(cpu, r.c, cs64.c, sn64.c, C / 64, 5, 1, 1, 0),
+                 tri_op_rope_backward(gpu, r.g, cs64.g, sn64.g, C / 64, 5, 1, 1, 0));
             cmp("rope_backward HS 64, exact", r, 0.0);
         }
     }

@@ -240,9 +240,9 @@ int main(int argc, char **argv)
         tri_cp_comm_type type;
         bool det;
         tri_dtype dt;
-    } cases[] = {{"deterministic p2p f32", TRI_CP_P2P, true, TRI_F32},
-                 {"deterministic all_gather bf16", TRI_CP_ALL_GATHER, true, TRI_BF16},
-                 {"all_gather f32", TRI_CP_ALL_GATHER, false, TRI_F32}};
+    } cases[] = {{"deterministic p2p f32", TRI_CP_COMM_P2P, true, TRI_F32},
+                 {"deterministic all_gather bf16", TRI_CP_COMM_ALL_GATHER, true, TRI_BF16},
+                 {"all_gather f32", TRI_CP_COMM_ALL_GATHER, false, TRI_F32}};
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int mine_fails = run_case(world, cases[i].type, cases[i].det, cases[i].dt) > 0, any = 0;

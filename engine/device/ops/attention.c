@@ -285,7 +285,7 @@ int tri_op_copy_columns(tri_device *d, tri_tensor dst, int64_t dst_col, tri_tens
 /* ---- rotary position embedding ---- */
 
 static int check_rope(const char *op, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                      int64_t row0)
+                      int64_t row0, int cp, int cp_rank)
 {
     char a[96], b[96];
     int rc = tri_need_float(op, "x", x);
@@ -303,21 +303,21 @@ static int check_rope(const char *op, tri_tensor x, tri_tensor cos, tri_tensor s
     if (T < 1 || T > tri_tensor_rows(cos) || row0 < 0)
         return TRI_ERR(TRI_EINVAL, "%s: positions up to T %lld (row0 %lld) need that many rows of cos %s", op,
                        (long long)T, (long long)row0, TRI_DESC(cos, a));
-    return TRI_OK;
+    return tri_check_seq_split(op, T, cp, cp_rank);
 }
 
 int tri_op_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                        int64_t row0)
+                        int64_t row0, int cp, int cp_rank)
 {
-    tri_widen wd = tri_widen_start(d, check_rope("rope_forward", x, cos, sin, n_heads, T, row0));
+    tri_widen wd = tri_widen_start(d, check_rope("rope_forward", x, cos, sin, n_heads, T, row0, cp, cp_rank));
     tri_widen_arg(&wd, &x, true);
-    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rope_forward, x, cos, sin, n_heads, T, row0));
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rope_forward, x, cos, sin, n_heads, T, row0, cp, cp_rank));
 }
 
 int tri_op_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                         int64_t row0)
+                         int64_t row0, int cp, int cp_rank)
 {
-    tri_widen wd = tri_widen_start(d, check_rope("rope_backward", dx, cos, sin, n_heads, T, row0));
+    tri_widen wd = tri_widen_start(d, check_rope("rope_backward", dx, cos, sin, n_heads, T, row0, cp, cp_rank));
     tri_widen_arg(&wd, &dx, true);
-    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rope_backward, dx, cos, sin, n_heads, T, row0));
+    return tri_widen_end(&wd, wd.rc ? 0 : TRI_DISPATCH(d, rope_backward, dx, cos, sin, n_heads, T, row0, cp, cp_rank));
 }

@@ -13,6 +13,7 @@
 #include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
 #include "engine/device/ops/flash_cpu.h"
+#include "engine/device/ops/positions_math.h"
 
 /* ---- attention: per (batch, head), scores = q k^T * scale, causal softmax, out = att v ---- */
 
@@ -162,14 +163,14 @@ int tri_cpu_copy_columns(tri_device *d, tri_tensor dst, int64_t dst_col, tri_ten
 
 /* Rotates (backward: rotates back) the first n_heads heads of every row of x in place. */
 static void rope_loop(tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T, int64_t row0,
-                      bool backward)
+                      int cp, int cp_rank, bool backward)
 {
     int64_t N = tri_tensor_rows(x), W = tri_tensor_cols(x), half = tri_tensor_cols(cos), HS = 2 * half;
     float *v = fp(x);
     const float *c = fp(cos), *s = fp(sin);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
-        int64_t pos = (row0 + n) % T;
+        int64_t pos = tri_seq_position(T, row0 + n, cp, cp_rank);
         for (int64_t h = 0; h < n_heads; h++)
             for (int64_t i = 0; i < half; i++) {
                 float *a = v + n * W + h * HS + i;
@@ -182,15 +183,15 @@ static void rope_loop(tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_he
 }
 
 int tri_cpu_rope_forward(tri_device *d, tri_tensor x, tri_tensor cos, tri_tensor sin, int64_t n_heads, int64_t T,
-                         int64_t row0)
+                         int64_t row0, int cp, int cp_rank)
 {
-    TRI_ON_THREADS(nthreads(d), rope_loop(x, cos, sin, n_heads, T, row0, false));
+    TRI_ON_THREADS(nthreads(d), rope_loop(x, cos, sin, n_heads, T, row0, cp, cp_rank, false));
     return TRI_OK;
 }
 
 int tri_cpu_rope_backward(tri_device *d, tri_tensor dx, tri_tensor cos, tri_tensor sin, int64_t n_heads,
-                          int64_t T, int64_t row0)
+                          int64_t T, int64_t row0, int cp, int cp_rank)
 {
-    TRI_ON_THREADS(nthreads(d), rope_loop(dx, cos, sin, n_heads, T, row0, true));
+    TRI_ON_THREADS(nthreads(d), rope_loop(dx, cos, sin, n_heads, T, row0, cp, cp_rank, true));
     return TRI_OK;
 }

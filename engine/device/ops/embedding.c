@@ -39,7 +39,7 @@ int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, t
 
 /* x is out (forward) or dout (backward), wpe is wpe or dwpe: x_name and wpe_name say which. */
 static int check_position(const char *op, tri_tensor x, const char *x_name, tri_tensor wpe,
-                          const char *wpe_name, int64_t T, int64_t row0)
+                          const char *wpe_name, int64_t T, int64_t row0, int cp, int cp_rank)
 {
     int rc = tri_need_float(op, x_name, x);
     if (!rc) rc = tri_need_float(op, wpe_name, wpe);
@@ -50,21 +50,24 @@ static int check_position(const char *op, tri_tensor x, const char *x_name, tri_
         return TRI_ERR(TRI_EINVAL, "%s: %s %s, %s %s, T %lld, row0 %lld do not fit", op, x_name,
                        TRI_DESC(x, a), wpe_name, TRI_DESC(wpe, b), (long long)T, (long long)row0);
     }
-    return TRI_OK;
+    return tri_check_seq_split(op, T, cp, cp_rank);
 }
 
-int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0, int cp,
+                            int cp_rank)
 {
-    tri_widen w = tri_widen_start(d, check_position("position_forward", out, "out", wpe, "wpe", T, row0));
+    tri_widen w = tri_widen_start(d, check_position("position_forward", out, "out", wpe, "wpe", T, row0, cp, cp_rank));
     tri_widen_arg(&w, &out, true);
     tri_widen_arg(&w, &wpe, false);
-    return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, position_forward, out, wpe, T, row0));
+    return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, position_forward, out, wpe, T, row0, cp, cp_rank));
 }
 
-int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0)
+int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0, int cp,
+                             int cp_rank)
 {
-    tri_widen w = tri_widen_start(d, check_position("position_backward", dout, "dout", dwpe, "dwpe", T, row0));
+    tri_widen w = tri_widen_start(d, check_position("position_backward", dout, "dout", dwpe, "dwpe", T, row0, cp,
+                                                    cp_rank));
     tri_widen_arg(&w, &dwpe, true);
     tri_widen_arg(&w, &dout, false);
-    return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, position_backward, dwpe, dout, T, row0));
+    return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, position_backward, dwpe, dout, T, row0, cp, cp_rank));
 }

@@ -7,6 +7,7 @@
 
 #include "engine/device/cpu_ops.h"
 #include "engine/device/cpu_threads.h"
+#include "engine/device/ops/positions_math.h"
 
 /* ---- token embedding ---- */
 
@@ -62,27 +63,28 @@ int tri_cpu_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, 
 
 /* ---- position embedding ---- */
 
-static void position_forward_loop(tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+static void position_forward_loop(tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0, int cp, int cp_rank)
 {
     int64_t N = tri_tensor_rows(out), C = tri_tensor_cols(out);
     float *o = fp(out);
     const float *w = fp(wpe);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
-        const float *row = w + ((row0 + n) % T) * C;
+        const float *row = w + tri_seq_position(T, row0 + n, cp, cp_rank) * C;
         for (int64_t j = 0; j < C; j++)
             o[n * C + j] += row[j];
     }
 }
 
-int tri_cpu_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0)
+int tri_cpu_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64_t T, int64_t row0, int cp,
+                             int cp_rank)
 {
-    TRI_ON_THREADS(nthreads(d), position_forward_loop(out, wpe, T, row0));
+    TRI_ON_THREADS(nthreads(d), position_forward_loop(out, wpe, T, row0, cp, cp_rank));
     return TRI_OK;
 }
 
-static void position_backward_loop(tri_tensor dwpe, tri_tensor dout, int64_t T,
-                                 int64_t row0)
+static void position_backward_loop(tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0, int cp,
+                                   int cp_rank)
 {
     int64_t N = tri_tensor_rows(dout), C = tri_tensor_cols(dout);
     const float *g = fp(dout);
@@ -91,16 +93,16 @@ static void position_backward_loop(tri_tensor dwpe, tri_tensor dout, int64_t T,
     for (int64_t j0 = 0; j0 < C; j0 += TRI_CPU_COL_BLOCK) {
         int64_t j1 = j0 + TRI_CPU_COL_BLOCK < C ? j0 + TRI_CPU_COL_BLOCK : C;
         for (int64_t n = 0; n < N; n++) {
-            float *row = dw + ((row0 + n) % T) * C;
+            float *row = dw + tri_seq_position(T, row0 + n, cp, cp_rank) * C;
             for (int64_t j = j0; j < j1; j++)
                 row[j] += g[n * C + j];
         }
     }
 }
 
-int tri_cpu_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T,
-                              int64_t row0)
+int tri_cpu_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0, int cp,
+                              int cp_rank)
 {
-    TRI_ON_THREADS(nthreads(d), position_backward_loop(dwpe, dout, T, row0));
+    TRI_ON_THREADS(nthreads(d), position_backward_loop(dwpe, dout, T, row0, cp, cp_rank));
     return TRI_OK;
 }

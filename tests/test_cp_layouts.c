@@ -1,0 +1,232 @@
+/* tests/test_cp_layouts.c - context parallelism in the training engine (docs/context_parallel.md, "cp in
+ * the training engine"): GPT-2 and the tiny Llama (grouped-query attention) train on thread ranks
+ * (tests/harness.h tu_run_model) with each sequence cut in 2 cp chunks (cp rank i: chunks i and
+ * 2cp-1-i), against one rank on the same global batches:
+ *   cp 2, cp 4, cp 2 x tp 2 with sequence parallelism, cp 2 x pp 2 (1F1B), cp 2 x dp 2 at ZeRO 3, cp 2
+ *   with full recomputation (the block's forward, cp attention included, again in the backward),
+ * with --cp-comm-type all_gather (layers/cp_attention.h).
+ *
+ * What must hold and why (the bounds are those of the other layout tests, derived there and here):
+ *  - the first pass's loss and every gradient within 1e-5 relative (max |a - b| / max |b| per tensor)
+ *    of one rank's. Under cp a rank's row-local work is the same arithmetic on fewer rows; what changes
+ *    is the order of fp32 sums: a weight gradient is two GEMMs over T / cp rows each summed over dp x cp
+ *    (instead of one over T rows), and the all_gather backward's dk|dv are cp partials reduce-scattered
+ *    (layers/cp_attention.h). Each is a few ulps (u = 6e-8) of the terms' magnitude per layer; over 4 layers
+ *    and two passes that stays below 1e-6 relative. What cp gets wrong instead is O(1): a row at the wrong
+ *    position (a wrong chunk order moves 64 rows' position embeddings or rotary angles), a loss scaled by
+ *    the local instead of the global token count (x cp), a gradient not summed over the cp ranks (x 1/cp
+ *    of the rows), keys of another rank's chunk not seen or seen acausally; each changes the loss or
+ *    gradients by 1e-4 or more (checked by hand at cp 2 on GPT-2: loading rows [i T_l, (i+1) T_l) instead of
+ *    chunks i and 2cp-1-i moves the first loss by 4.1e-4 relative and the gradients by 0.16 to 1.1;
+ *    building the chunks on dp_comm instead of dp x cp moves the gradients by 0.33 to 0.99);
+ *  - the losses of 3 AdamW steps within 1e-4 relative, and every final weight element within AdamW's
+ *    drift bound (tu_adamw_drift_ratio <= 1: a near-zero gradient whose sign flips with the sum order
+ *    moves a weight by up to a whole normalised step, which no tighter bound can exclude);
+ *  - deterministic mode: cp 2 x dp 2 at ZeRO 3 and cp 2 x pp 2 bit-identical (losses, norms, final
+ *    weights) to cp 2 alone - the fixed-point gradient sums over dp x cp (engine/train/zero.h) do not
+ *    depend on how the replicas and stages are cut. Bit-identity to the run without cp is not reached
+ *    (docs/context_parallel.md, Left): a weight gradient is rounded per micro-batch GEMM before its exact
+ *    sum, and under cp that GEMM runs over a rank's T / cp rows. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core/status.h"
+#include "models/gpt.h"
+#include "models/model.h"
+#include "tests/harness.h"
+
+/* T 256: cp 2 chunks of 64 rows (the fused attention's tile, the validator's rule); cp 4 needs T 512 */
+enum { B = 1, GLOBAL = 2, STEPS = 3, V = 100 };
+
+static tri_model gpt_model(tri_gpt_config *cfg)
+{
+    *cfg = tu_tiny_config(); /* 4 layers, 12 heads of 4, n_embd 48 */
+    cfg->n_positions = 512;
+    return tri_gpt_model(cfg);
+}
+
+static void llama_model(tri_model *m)
+{
+    const char *json = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 4, "
+                       "\"vocab_size\": 100, \"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, "
+                       "\"tie_word_embeddings\": false}";
+    cr_assert_eq(tri_model_parse(m, json, "tiny-llama"), TRI_OK, "%s", tri_error_message());
+}
+
+static void run(const tri_model *m, int64_t T, tu_layout l, const int32_t *w, tu_result *r)
+{
+    int dp = l.dp > 0 ? l.dp : 1;
+    l.n_micro = GLOBAL / (B * dp);
+    cr_assert_eq(tu_run_model(m, B, T, &l, w, STEPS, r), TRI_OK, "%s", tri_error_message());
+}
+
+/* The real vocabulary's rows of the embedding and head (the padding depends on tp). */
+static int64_t compared(const tu_result *r, int i)
+{
+    const char *n = r->names[i];
+    bool vocab = strcmp(n, "wte") == 0 || strcmp(n, "model.embed_tokens.weight") == 0 || strcmp(n, "lm_head.weight") == 0;
+    return vocab ? V * r->cols[i] : r->numel[i];
+}
+
+static void expect_close(const tu_result *ref, const tu_result *got, const char *name)
+{
+    double loss = fabs(got->grad_loss - ref->grad_loss) / ref->grad_loss, worst = 0.0, worst_step = 0.0, drift = 0.0;
+    const char *worst_name = "";
+    cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got->grad_loss, ref->grad_loss);
+    cr_assert_eq(got->n, ref->n, "%s: %d parameters vs %d", name, got->n, ref->n);
+    for (int i = 0; i < ref->n; i++) {
+        cr_assert_str_eq(got->names[i], ref->names[i]);
+        double e = tu_tensor_rel(got->grads[i], ref->grads[i], compared(ref, i));
+        cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref->names[i], e);
+        if (e > worst)
+            worst = e, worst_name = ref->names[i];
+        double d = tu_adamw_drift_ratio(got->weights[i], ref->weights[i], compared(ref, i), 1e-3, 0.9, 0.95, 1, STEPS);
+        cr_expect_leq(d, 1.0, "%s: final %s beyond AdamW's drift bound (ratio %g)", name, ref->names[i], d);
+        drift = fmax(drift, d);
+    }
+    for (int s = 0; s < STEPS; s++) {
+        double e = fabs(got->losses[s] - ref->losses[s]) / ref->losses[s];
+        worst_step = fmax(worst_step, e);
+        cr_expect_lt(e, 1e-4, "%s: step %d loss %.9g vs one rank's %.9g", name, s + 1, got->losses[s], ref->losses[s]);
+    }
+    cr_log_info("%s: loss diff %.2g, max gradient diff %.2g (%s), max step-loss diff %.2g, weight drift ratio %.2g",
+                name, loss, worst, worst_name, worst_step, drift);
+}
+
+static void expect_same(const tu_result *a, const tu_result *b, const char *name)
+{
+    cr_expect(a->grad_loss == b->grad_loss, "%s: first loss %.17g vs %.17g", name, a->grad_loss, b->grad_loss);
+    cr_expect(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
+              a->losses[STEPS - 1], b->losses[STEPS - 1]);
+    cr_expect(memcmp(a->norms, b->norms, sizeof a->norms) == 0, "%s: gradient norms differ", name);
+    for (int i = 0; i < a->n; i++)
+        cr_expect(memcmp(a->weights[i], b->weights[i], (size_t)compared(a, i) * sizeof(float)) == 0,
+                  "%s: final %s differs (relative %.2g)", name, a->names[i],
+                  tu_tensor_rel(a->weights[i], b->weights[i], compared(a, i)));
+}
+
+typedef struct named {
+    const char *name;
+    int64_t T;
+    tu_layout l;
+} named;
+
+static const named LAYOUTS[] = {
+    {"cp 2", 256, {.cp = 2}},
+    {"cp 4", 512, {.cp = 4}},
+    {"cp 2 x tp 2 sp", 256, {.cp = 2, .tp = 2, .sp = true}},
+    {"cp 2 x pp 2", 256, {.cp = 2, .pp = 2}},
+    {"cp 2 x dp 2 ZeRO 3", 256, {.cp = 2, .dp = 2, .zero = 3}},
+    {"cp 2 full recomputation", 256, {.cp = 2, .recompute = TRI_RECOMPUTE_FULL}},
+};
+
+static void close_to_one_rank(const tri_model *m)
+{
+    int32_t *w256 = tu_make_windows((int64_t)STEPS * GLOBAL, 256, V, 71);
+    int32_t *w512 = tu_make_windows((int64_t)STEPS * GLOBAL, 512, V, 71);
+    tu_result ref[2], got;
+    run(m, 256, (tu_layout){0}, w256, &ref[0]);
+    run(m, 512, (tu_layout){0}, w512, &ref[1]);
+    for (size_t k = 0; k < sizeof LAYOUTS / sizeof *LAYOUTS; k++) {
+        bool long_seq = LAYOUTS[k].T == 512;
+        run(m, LAYOUTS[k].T, LAYOUTS[k].l, long_seq ? w512 : w256, &got);
+        expect_close(&ref[long_seq], &got, LAYOUTS[k].name);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref[0]);
+    tu_result_free(&ref[1]);
+    free(w256);
+    free(w512);
+}
+
+Test(cp_layouts, gpt2_matches_one_rank, .timeout = 300)
+{
+    tri_gpt_config cfg;
+    tri_model m = gpt_model(&cfg);
+    close_to_one_rank(&m);
+}
+
+Test(cp_layouts, llama_gqa_matches_one_rank, .timeout = 300)
+{
+    tri_model m;
+    llama_model(&m);
+    close_to_one_rank(&m);
+    tri_model_free(&m);
+}
+
+/* Deterministic mode: the dp x cp exact sums make dp, ZeRO and pp invisible at cp 2. */
+static void deterministic_across_dp_pp(const tri_model *m)
+{
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, 256, V, 73);
+    tu_result ref, got;
+    run(m, 256, (tu_layout){.cp = 2, .deterministic = true}, w, &ref);
+    const named same[] = {
+        {"deterministic cp 2 x dp 2 ZeRO 3", 256, {.cp = 2, .dp = 2, .zero = 3, .deterministic = true}},
+        {"deterministic cp 2 x pp 2", 256, {.cp = 2, .pp = 2, .deterministic = true}},
+    };
+    for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
+        run(m, 256, same[k].l, w, &got);
+        expect_same(&ref, &got, same[k].name);
+        tu_result_free(&got);
+    }
+    /* and still one rank's run within the bounds above */
+    tu_result one;
+    run(m, 256, (tu_layout){.deterministic = true}, w, &one);
+    expect_close(&one, &ref, "deterministic cp 2 vs one rank");
+    tu_result_free(&one);
+    tu_result_free(&ref);
+    free(w);
+}
+
+Test(cp_layouts, gpt2_deterministic_across_dp_and_pp, .timeout = 300)
+{
+    tri_gpt_config cfg;
+    tri_model m = gpt_model(&cfg);
+    deterministic_across_dp_pp(&m);
+}
+
+Test(cp_layouts, llama_deterministic_across_dp_and_pp, .timeout = 300)
+{
+    tri_model m;
+    llama_model(&m);
+    deterministic_across_dp_pp(&m);
+    tri_model_free(&m);
+}
+
+/* A mixture of experts composes: the MoE block is row-local, its experts fold cp into the
+ * expert-data-parallel group (edp = tp cp dp / (etp ep), Megatron-Core's folding). The tiny Mixtral (4
+ * experts, top-2, auxiliary loss on) at cp 2 with ep 1 (every rank all experts, their gradients over
+ * dp x cp), ep 2 (each cp rank 2 experts, its tokens exchanged over the ep group) and tp 2 SP (the aux
+ * loss's group tp x cp), against one rank within the bounds above: the routing is the same decisions on
+ * the same rows, and the aux loss takes its counts over the micro-batch's tp x cp ranks and weighs as
+ * one micro-batch's (checked by hand: each cp rank's aux loss over its own chunks' counts moves the
+ * router's gradient by 2.2e-2 relative). */
+Test(cp_layouts, mixtral_matches_one_rank, .timeout = 300)
+{
+    tri_model m;
+    const char *json = "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"intermediate_size\": 64, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2, "
+                       "\"vocab_size\": 100, \"max_position_embeddings\": 256, \"num_local_experts\": 4, "
+                       "\"num_experts_per_tok\": 2, \"output_router_logits\": true}";
+    cr_assert_eq(tri_model_parse(&m, json, "tiny-mixtral"), TRI_OK, "%s", tri_error_message());
+    int32_t *w = tu_make_windows((int64_t)STEPS * GLOBAL, 256, V, 79);
+    tu_result ref, got;
+    run(&m, 256, (tu_layout){0}, w, &ref);
+    const named moe[] = {
+        {"mixtral cp 2", 256, {.cp = 2}},
+        {"mixtral cp 2 ep 2", 256, {.cp = 2, .ep = 2}},
+        {"mixtral cp 2 x tp 2 sp", 256, {.cp = 2, .tp = 2, .sp = true}},
+    };
+    for (size_t k = 0; k < sizeof moe / sizeof *moe; k++) {
+        run(&m, 256, moe[k].l, w, &got);
+        expect_close(&ref, &got, moe[k].name);
+        tu_result_free(&got);
+    }
+    tu_result_free(&ref);
+    free(w);
+    tri_model_free(&m);
+}
