@@ -128,6 +128,38 @@ TRI_HD int64_t tri_flash_v_at(tri_flash_dims d, int64_t b, int64_t t, int64_t g)
     return (b * d.T + t) * tri_flash_width(d) + (d.NH + d.NH_kv + g) * d.HS;
 }
 
+/* Elements of layers/cp_attention.h's scratch for a rank's local problem `local` (T = T_l rows) on cp
+ * ranks: *act_n of the activations' dtype (forward and all_gather backward: kv_l, kv_r, kv_g of 2 C_kv
+ * columns; deterministic backward: qkv_r, qkv_g, dout_r, dout_g when larger) and *f32_n f32
+ * (all_gather backward: dkv_g, dkv_r, dkv_l; deterministic: stat_r, lse_g, delta_g). *fwd_act_n: the
+ * forward's part of act. One function for the layer (tri_cp_scratch_numel) and the partitioner's plan
+ * (partitioner/context_parallel.h tri_cp_scratch_bytes), so planned == allocated. */
+static inline void tri_cp_scratch_counts(tri_flash_dims local, int64_t cp, int deterministic, int64_t *act_n,
+                                         int64_t *f32_n, int64_t *fwd_act_n)
+{
+    int64_t B = local.B, T_l = local.T, T = T_l * cp, KV = 2 * local.NH_kv * local.HS, C = local.NH * local.HS;
+    int64_t W = (local.NH + 2 * local.NH_kv) * local.HS;
+    int64_t kv = B * T_l * KV * (1 + 2 * cp); /* kv_l, kv_r, kv_g */
+    int64_t det = B * T * (2 * W + 2 * C);    /* qkv_r, qkv_g, dout_r, dout_g */
+    *act_n = deterministic && det > kv ? det : kv;
+    *f32_n = deterministic ? 3 * B * local.NH * T : kv; /* stat_r, lse_g, delta_g / dkv_g, dkv_r, dkv_l */
+    *fwd_act_n = kv;
+}
+
+/* The same for the p2p ring (layers/cp_attention.c, not deterministic): act kv_a, kv_b (B, T_l, 2 C_kv)
+ * (the block in hand and the one arriving) and o2 (B, T_l, C_l) (a block's partial out); f32 the
+ * larger of the forward's l2 (B, NH_l, T_l) (its lse) and the backward's dkv_a, dkv_b (B, T_l, 2 C_kv)
+ * (the f32 dk|dv accumulator in hand and the one arriving). *fwd_act_n, *fwd_f32_n: the forward's. */
+static inline void tri_cp_ring_scratch_counts(tri_flash_dims local, int64_t *act_n, int64_t *f32_n,
+                                              int64_t *fwd_act_n, int64_t *fwd_f32_n)
+{
+    int64_t B = local.B, T_l = local.T, KV = 2 * local.NH_kv * local.HS, C = local.NH * local.HS;
+    int64_t blocks = 2 * B * T_l * KV, part = B * local.NH * T_l;
+    *act_n = *fwd_act_n = blocks + B * T_l * C;
+    *fwd_f32_n = part;
+    *f32_n = blocks > part ? blocks : part;
+}
+
 /* The key/value head query head h reads. */
 TRI_HD int64_t tri_flash_kv_head(tri_flash_dims d, int64_t h)
 {
