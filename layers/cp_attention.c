@@ -207,9 +207,10 @@ static int forward_ring(tri_device *d, const tri_cp *cp, const cp_sizes *z, tri_
 }
 
 /* Backward: the k|v block and its f32 dk|dv accumulator travel together. Step s, block of rank j:
- * the block is passed on (started first, overlapping the whole step); dq += the block's share
- * (overlapping the dk|dv accumulator's arrival from rank i - 1); then the accumulator += the local
- * queries' share and is passed on, overlapping the next step's dq. After the last step each
+ * the block is passed on (started first, overlapping the whole step); one pass
+ * (flash_attention_kv_backward) adds the block's share to dq and writes the local queries' share of
+ * the block's dk, dv into dkv_loc, overlapping the accumulator's arrival from rank i - 1; then the
+ * accumulator += dkv_loc and is passed on, overlapping the next step. After the last step each
  * accumulator, with every rank's share, is one hop before its owner: the last pass returns it, and
  * the owner unpacks it into dqkv's k|v columns. dq accumulates in dqkv's dtype, own block first. */
 static int backward_ring(tri_device *d, const tri_cp *cp, const cp_sizes *z, tri_tensor dqkv, tri_tensor delta,
@@ -220,8 +221,9 @@ static int backward_ring(tri_device *d, const tri_cp *cp, const cp_sizes *z, tri
     tri_tensor kv[2], dkv[2];
     kv[0] = carve(scratch->act, &at, z->B, z->T_l, z->KV);
     kv[1] = carve(scratch->act, &at, z->B, z->T_l, z->KV);
-    dkv[0] = carve(scratch->f32, &fat, z->B, z->T_l, z->KV);
+    dkv[0] = carve(scratch->f32, &fat, z->B, z->T_l, z->KV); /* the accumulator in hand / arriving */
     dkv[1] = carve(scratch->f32, &fat, z->B, z->T_l, z->KV);
+    tri_tensor dkv_loc = carve(scratch->f32, &fat, z->B, z->T_l, z->KV); /* this rank's share of a block */
     tri_comm_request kreq = {0}, dreq = {0};
     int rc = tri_op_copy_columns(d, kv[0], 0, qkv, z->C, z->KV);
     for (int s = 0; s < cp->cp && !rc; s++) {
@@ -229,12 +231,14 @@ static int backward_ring(tri_device *d, const tri_cp *cp, const cp_sizes *z, tri
         tri_flash_rows rows = tri_cp_local_rows(cp->cp, (cp->cp_rank - s + cp->cp) % cp->cp, z->T_l);
         if (s + 1 < cp->cp)
             rc = ring_start(cp, cur, kv[(s + 1) % 2], TAG_KV, &kreq);
+        /* the own block's share starts the accumulator; later shares go to dkv_loc, zeroed (the op's
+           one accumulate flag is dq's) */
+        if (!rc && s > 0) rc = tri_op_fill(d, dkv_loc, 0.0f);
         if (!rc)
-            rc = tri_op_flash_attention_kv_backward_dq(d, dqkv, datty, qkv, s == 0 ? qkv : cur, lse, delta, mine,
-                                                       rows, s > 0);
+            rc = tri_op_flash_attention_kv_backward(d, dqkv, s == 0 ? acc : dkv_loc, datty, qkv, cur, lse, delta, mine,
+                                                    rows, s > 0);
         if (!rc) rc = tri_comm_wait(&dreq); /* acc: the accumulator of this block, from rank i - 1 */
-        if (!rc)
-            rc = tri_op_flash_attention_kv_backward_dkv(d, acc, datty, qkv, cur, lse, delta, mine, rows, s > 0);
+        if (!rc && s > 0) rc = tri_op_add(d, acc, acc, dkv_loc);
         if (!rc) rc = ring_start(cp, acc, dkv[(s + 1) % 2], TAG_DKV, &dreq);
         int rw = tri_comm_wait(&kreq);
         rc = rc ? rc : rw;
@@ -275,8 +279,7 @@ static int backward_all_gather(tri_device *d, const tri_cp *cp, const cp_sizes *
     tri_tensor dkv_r = carve(scratch->f32, &at, z->cp * z->B, z->T_l, z->KV);
     tri_tensor dkv_l = carve(scratch->f32, &at, z->B, z->T_l, z->KV);
     int rc = gather_kv(d, cp, z, qkv, scratch->act, &kv_g);
-    if (!rc) rc = tri_op_flash_attention_kv_backward_dq(d, dqkv, datty, qkv, kv_g, lse, delta, mine, all, false);
-    if (!rc) rc = tri_op_flash_attention_kv_backward_dkv(d, dkv_g, datty, qkv, kv_g, lse, delta, mine, all, false);
+    if (!rc) rc = tri_op_flash_attention_kv_backward(d, dqkv, dkv_g, datty, qkv, kv_g, lse, delta, mine, all, false);
     if (!rc) rc = reorder_rows(d, dkv_r, dkv_g, z, z->KV, false);
     if (!rc) rc = tri_comm_reduce_scatter(cp->comm, tri_tensor_flat(dkv_l), tri_tensor_flat(dkv_r));
     if (!rc) rc = tri_op_copy_columns(d, dqkv, z->C, dkv_l, 0, z->KV);

@@ -79,8 +79,8 @@ typedef struct tri_cp_shape {
  *   f32, deterministic backward: stat_r (cp, B, NH_l, T_l), lse_g and delta_g (B, NH_l, T);
  *   ring (p2p, not deterministic; tri_cp_ring_scratch_counts): act kv_a, kv_b (B, T_l, 2 C_kv) (the
  *     block in hand and the one arriving), o2 (B, T_l, C_l) (a block's partial out); f32 forward l2
- *     (B, NH_l, T_l) (its lse), backward dkv_a, dkv_b (B, T_l, 2 C_kv) (the accumulator in hand and
- *     the one arriving). */
+ *     (B, NH_l, T_l) (its lse), backward dkv_a, dkv_b, dkv_loc (B, T_l, 2 C_kv) (the accumulator in
+ *     hand, the one arriving, this rank's share of the block in hand). */
 typedef struct tri_cp_scratch {
     tri_tensor act, f32;
 } tri_cp_scratch;

@@ -20,8 +20,9 @@
  *               forward's and the gathered qkv and dout, rank-major and global, e B T (2 W + 2 C_l);
  *               f32 the gathered stats, lse and delta, 4 x 3 B NH_l T;
  *   p2p (ring)  forward: two k|v blocks in flight and a block's partial out, e (2 kv_l + B T_l C_l), and
- *               its partial lse 4 B NH_l T_l; backward: the two blocks and two f32 dk|dv accumulators
- *               (the one in hand, the one arriving), 4 x 2 kv_l (f32 the larger of the two passes').
+ *               its partial lse 4 B NH_l T_l; backward: the two blocks, two f32 dk|dv accumulators (the
+ *               one in hand, the one arriving) and the rank's share of a block, 4 x 3 kv_l (f32 the
+ *               larger of the two passes').
  *   The backward buffer holds the forward's (they are never live together): one buffer of the
  *   backward's size is planned (TRI_MEM_COMM).
  * Traffic per layer and micro-batch on one rank (tri_cp_layer_traffic, engine/comm/comm.h's payload

@@ -264,6 +264,11 @@ static void special_case(shape s, int threads)
     cr_assert_eq(tri_op_flash_attention_kv_backward_dq(d, dqkv, dout, qkv, qkv, lse, delta, all, all, false), TRI_OK);
     cr_assert_eq(tri_op_flash_attention_kv_backward_dkv(d, dqkv, dout, qkv, qkv, lse, delta, all, all, false), TRI_OK);
     same_bits("dq, dk, dv by the two passes", ot_read(d, dqkv), rdq, nq);
+    /* the one-pass op (dq into dqkv's q columns, dk, dv into its k|v columns): the same bits */
+    cr_assert_eq(tri_op_fill(d, dqkv, NAN), TRI_OK);
+    cr_assert_eq(tri_op_flash_attention_kv_backward(d, dqkv, dqkv, dout, qkv, qkv, lse, delta, all, all, false), TRI_OK,
+                 "%s", tri_error_message());
+    same_bits("dq, dk, dv by the one-pass kv op", ot_read(d, dqkv), rdq, nq);
     if (T % 64 != 0 || T < 128)
         return;
     /* keys in two blocks [0, 64), [64, T) (dq accumulated), queries in two ([0, 64), [64, T): dk, dv) */
@@ -280,6 +285,22 @@ static void special_case(shape s, int threads)
     float *got = ot_read(d, dqkv);
     for (int64_t r = 0; r < s.B * T; r++)
         same_bits("dq over two key blocks", got + r * W, rdq + r * W, (size_t)C);
+    /* the one-pass op accumulating into buffers that hold values, keys [64, T) at their positions: the
+       two passes' bits (one pass per (b, key/value head) on 1 thread, the two passes where fewer such
+       tasks than threads exist) */
+    {
+        float *h1 = ot_uniform(nq, -1.0f, 1.0f, 9), *h2 = ot_uniform((size_t)(s.B * n2 * W), -1.0f, 1.0f, 10);
+        tri_tensor aq = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, s.B, T, W), h1);
+        tri_tensor ak = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, s.B, n2, W), h2);
+        tri_tensor bq = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, s.B, T, W), h1);
+        tri_tensor bk = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, s.B, n2, W), h2);
+        cr_assert_eq(tri_op_flash_attention_kv_backward_dq(d, aq, dout, qkv, tk2, lse, delta, all, r2, true), TRI_OK);
+        cr_assert_eq(tri_op_flash_attention_kv_backward_dkv(d, ak, dout, qkv, tk2, lse, delta, all, r2, true), TRI_OK);
+        cr_assert_eq(tri_op_flash_attention_kv_backward(d, bq, bk, dout, qkv, tk2, lse, delta, all, r2, true), TRI_OK,
+                     "%s", tri_error_message());
+        same_bits("one-pass kv op dq (accumulating, keys [64, T))", ot_read(d, bq), ot_read(d, aq), nq);
+        same_bits("one-pass kv op dk, dv (accumulating)", ot_read(d, bk), ot_read(d, ak), (size_t)(s.B * n2 * W));
+    }
     /* queries [0, 64) then [64, T) into dk, dv of all keys: the one call's bits for multi-head
      * attention (under grouped-query attention one call sums head by head, each over all its query
      * tiles, so blocks of queries interleave the heads differently) */

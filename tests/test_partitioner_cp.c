@@ -58,12 +58,12 @@ Test(partitioner_cp, scratch_by_hand)
     tri_cp_scratch_bytes(&d, &f, &b);
     cr_expect_eq(b, 3145728 * 4 + 3 * 8192 * 4);
     /* the ring: k|v blocks (2, 256, 256) of 131072 values, two in flight, and a block's partial out
-       (2, 256, 256) and lse (2, 4, 256) f32; the backward's two f32 dk|dv accumulators (131072 each)
-       reuse the f32 part */
+       (2, 256, 256) and lse (2, 4, 256) f32; the backward's two f32 dk|dv accumulators and the rank's
+       share of a block (131072 each) reuse the f32 part */
     d = small(TRI_CP_COMM_P2P, false);
     tri_cp_scratch_bytes(&d, &f, &b);
     cr_expect_eq(f, (2 * 131072 + 131072) * 4 + 2048 * 4);
-    cr_expect_eq(b, (2 * 131072 + 131072) * 4 + 2 * 131072 * 4);
+    cr_expect_eq(b, (2 * 131072 + 131072) * 4 + 3 * 131072 * 4);
     d.cp = 1;
     tri_cp_scratch_bytes(&d, &f, &b);
     cr_expect(f == 0 && b == 0);
@@ -139,8 +139,9 @@ Test(partitioner_cp, a_rank_holds_and_computes_its_share)
     int64_t f, bw;
     tri_cp_dims d = tri_cp_dims_of(&GPT, &two);
     tri_cp_scratch_bytes(&d, &f, &bw);
-    /* the ring: two (B, T_l, 2C) blocks and the partial out (B, T_l, C), e bytes; two f32 accumulators */
-    cr_expect_eq(bw, 4 * (2 * (2 * 1024 * 512) + 2 * 1024 * 256) + 4 * 2 * (2 * 1024 * 512));
+    /* the ring: two (B, T_l, 2C) blocks and the partial out (B, T_l, C), e bytes; two f32 accumulators
+       and the rank's share of a block */
+    cr_expect_eq(bw, 4 * (2 * (2 * 1024 * 512) + 2 * 1024 * 256) + 4 * 3 * (2 * 1024 * 512));
     tri_mem_model_rank(&GPT, &z_cp, &plan, 0, &slots, zc);
     tri_mem_model_rank(&GPT, &z_dp, &plan, 0, &slots, zd);
     for (int k = TRI_MEM_PARAMS; k <= TRI_MEM_OPTIMIZER; k++)
