@@ -338,6 +338,43 @@ static int nccl_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tenso
     return TRI_OK;
 }
 
+/* Batched p2p left in flight: ncclSend/ncclRecv grouped on the communication stream after the
+ * compute stream's work so far, with the request's own event, which the compute stream waits for
+ * only at tri_comm_wait: the ring's next block travels while the device computes. */
+static int nccl_p2p_start(tri_comm *c, const tri_p2p *ops, int count, void **handle)
+{
+    nccl_impl *n = impl_of(c);
+    nccl_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return TRI_ERR(TRI_ENOMEM, "nccl p2p: out of memory");
+    int rc = TRI_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    if (!rc) rc = begin(n);
+    if (!rc) {
+        rc = TRI_NCCL(n, ncclGroupStart());
+        for (int i = 0; i < count && !rc; i++) {
+            const tri_p2p *o = &ops[i];
+            size_t k = (size_t)tri_tensor_numel(o->t);
+            rc = o->send ? TRI_NCCL(n, ncclSend(o->t.data, k, nccl_type(o->t.dtype), o->peer, n->comm, n->stream))
+                         : TRI_NCCL(n, ncclRecv(o->t.data, k, nccl_type(o->t.dtype), o->peer, n->comm, n->stream));
+        }
+        /* the group is closed even after an error, so NCCL's group state stays balanced */
+        int rc_end = TRI_NCCL(n, ncclGroupEnd());
+        rc = rc ? rc : rc_end;
+    }
+    if (!rc) rc = TRI_CUDA(cudaEventRecord(r->done, n->stream));
+    if (!rc && (n->pending_since == 0 || cudaEventQuery(n->done) == cudaSuccess))
+        n->pending_since = tri_now_s();
+    if (!rc) rc = TRI_CUDA(cudaEventRecord(n->done, n->stream));
+    if (rc) {
+        if (r->done)
+            cudaEventDestroy(r->done);
+        free(r);
+        return rc;
+    }
+    *handle = r;
+    return TRI_OK;
+}
+
 static int nccl_wait(tri_comm *c, void *handle)
 {
     nccl_request *r = handle;
@@ -530,6 +567,7 @@ static const tri_comm_ops nccl_ops = {
     .local_copy = nccl_local_copy,
     .host_collective = nccl_host_collective,
     .start = nccl_start,
+    .p2p_start = nccl_p2p_start,
     .wait = nccl_wait,
     .test = nccl_test,
 };

@@ -1,6 +1,8 @@
 /* layers/cp_attention.c - attention over a context-parallel group (see cp_attention.h): the
- * all-gather forward, the all_gather and the deterministic (owner computes) backward, on the
- * device's kv ops (engine/device/ops_list.h) and the comm's all-gather and reduce-scatter only. */
+ * all-gather forward, the all_gather and the deterministic (owner computes) backward, and the p2p
+ * ring (Liu et al. 2023, Ring Attention, in Megatron-Core's form with the two-chunk balance), on the
+ * device's kv ops (engine/device/ops_list.h) and the comm's all-gather, reduce-scatter and
+ * non-blocking p2p only. */
 #include "layers/cp_attention.h"
 
 #include "engine/core/status.h"
@@ -26,9 +28,6 @@ static int check_layout(const tri_cp *cp, const tri_cp_shape *s)
     if (cp->type != TRI_CP_COMM_P2P && cp->type != TRI_CP_COMM_ALL_GATHER)
         return TRI_ERR(TRI_EINVAL, "context parallel: comm type %d is neither p2p (%d) nor all_gather (%d)",
                        (int)cp->type, TRI_CP_COMM_P2P, TRI_CP_COMM_ALL_GATHER);
-    if (cp->type == TRI_CP_COMM_P2P && !cp->deterministic)
-        return TRI_ERR(TRI_ENOTSUP, "context parallel: --cp-comm-type p2p (the ring) is not built yet; use "
-                       "all_gather or --deterministic-mode");
     if (s->dtype != TRI_F32 && s->dtype != TRI_BF16)
         return TRI_ERR(TRI_EINVAL, "context parallel: activations %s, expected f32 or bf16", tri_dtype_name(s->dtype));
     return TRI_OK;
@@ -43,6 +42,13 @@ int tri_cp_check(const tri_cp *cp, const tri_cp_shape *s)
         return TRI_ERR(TRI_EINVAL, "context parallel: the cp group has %d ranks, cp is %d (cp must divide the ranks "
                        "and the group be its cp ranks)", cp->comm ? cp->comm->size : 0, cp->cp);
     return TRI_OK;
+}
+
+/* Whether this context runs the ring (p2p without deterministic mode; deterministic mode keeps the
+ * owner-computes algorithm for both comm types). */
+static bool ring(const tri_cp *cp)
+{
+    return cp->type == TRI_CP_COMM_P2P && !cp->deterministic && cp->cp > 1;
 }
 
 /* Sizes of the local problem. */
@@ -62,8 +68,11 @@ int tri_cp_scratch_numel(const tri_cp *cp, const tri_cp_shape *s, int64_t *act_n
     int rc = check_layout(cp, s);
     if (rc)
         return rc;
-    int64_t fwd_n; /* the counts shared with the partitioner's plan (engine/device/ops/attention_math.h) */
-    tri_cp_scratch_counts(s->local, cp->cp, cp->deterministic, act_n, f32_n, &fwd_n);
+    int64_t fwd_n, fwd_f32_n; /* the counts shared with the partitioner's plan (engine/device/ops/attention_math.h) */
+    if (ring(cp))
+        tri_cp_ring_scratch_counts(s->local, act_n, f32_n, &fwd_n, &fwd_f32_n);
+    else
+        tri_cp_scratch_counts(s->local, cp->cp, cp->deterministic, act_n, f32_n, &fwd_n);
     return TRI_OK;
 }
 
@@ -144,6 +153,102 @@ static int check_call(const char *fn, const tri_cp *cp, tri_tensor qkv, tri_tens
     return TRI_OK;
 }
 
+/* ---- the ring (p2p, not deterministic) ----
+ * cp - 1 steps. At step s rank i holds the k|v block of rank j = (i - s) mod cp (its local rows, at
+ * j's two chunks' global positions) and, while computing against it, passes it on to rank i + 1 and
+ * receives the next from rank i - 1 (tri_comm_p2p_start; the wait is the exposed time). The kv ops
+ * skip the fully masked work by the rows' global positions: a block from j < i meets only chunk j
+ * (its chunk 2cp-1-j lies after every local query), a block from j > i meets only the local second
+ * chunk (the local chunk i lies before both of j's chunks: those rows get lse -inf, no tile), and
+ * the own block is causal; no masked tile is computed. */
+
+enum { TAG_KV = 1, TAG_DKV = 2 };
+
+/* Starts passing `send` to the next rank and receiving `recv` from the previous one. */
+static int ring_start(const tri_cp *cp, tri_tensor send, tri_tensor recv, int tag, tri_comm_request *req)
+{
+    int n = cp->cp;
+    tri_p2p ops[2] = {
+        {.send = true, .peer = (cp->cp_rank + 1) % n, .tag = tag, .t = tri_tensor_flat(send)},
+        {.send = false, .peer = (cp->cp_rank + n - 1) % n, .tag = tag, .t = tri_tensor_flat(recv)},
+    };
+    return tri_comm_p2p_start(cp->comm, ops, 2, req);
+}
+
+/* Forward: the own block first (causal), then the blocks of ranks i-1, i-2, ...; each block's
+ * partial (o2, l2) merged into (atty, lse) by the log-sum-exp (flash_attention_merge). */
+static int forward_ring(tri_device *d, const tri_cp *cp, const cp_sizes *z, tri_tensor atty, tri_tensor lse,
+                        tri_tensor qkv, const tri_cp_scratch *scratch)
+{
+    tri_flash_rows mine = tri_cp_local_rows(cp->cp, cp->cp_rank, z->T_l);
+    int64_t at = 0, fat = 0;
+    tri_tensor kv[2];
+    kv[0] = carve(scratch->act, &at, z->B, z->T_l, z->KV);        /* the block in hand / arriving */
+    kv[1] = carve(scratch->act, &at, z->B, z->T_l, z->KV);
+    tri_tensor o2 = carve(scratch->act, &at, z->B, z->T_l, z->C); /* a block's partial out */
+    tri_tensor l2 = carve(scratch->f32, &fat, z->B, z->NH, z->T_l); /* and lse */
+    tri_comm_request req = {0};
+    int rc = tri_op_copy_columns(d, kv[0], 0, qkv, z->C, z->KV);
+    for (int s = 0; s < cp->cp && !rc; s++) {
+        tri_tensor cur = kv[s % 2];
+        if (s + 1 < cp->cp)
+            rc = ring_start(cp, cur, kv[(s + 1) % 2], TAG_KV, &req);
+        int j = (cp->cp_rank - s + cp->cp) % cp->cp;
+        if (!rc && s == 0)
+            rc = tri_op_flash_attention_kv_forward(d, atty, lse, qkv, qkv, mine, mine);
+        if (!rc && s > 0)
+            rc = tri_op_flash_attention_kv_forward(d, o2, l2, qkv, cur, mine, tri_cp_local_rows(cp->cp, j, z->T_l));
+        if (!rc && s > 0)
+            rc = tri_op_flash_attention_merge(d, atty, lse, o2, l2);
+        int rw = tri_comm_wait(&req);
+        rc = rc ? rc : rw;
+    }
+    return rc;
+}
+
+/* Backward: the k|v block and its f32 dk|dv accumulator travel together. Step s, block of rank j:
+ * the block is passed on (started first, overlapping the whole step); one pass
+ * (flash_attention_kv_backward) adds the block's share to dq and writes the local queries' share of
+ * the block's dk, dv into dkv_loc, overlapping the accumulator's arrival from rank i - 1; then the
+ * accumulator += dkv_loc and is passed on, overlapping the next step. After the last step each
+ * accumulator, with every rank's share, is one hop before its owner: the last pass returns it, and
+ * the owner unpacks it into dqkv's k|v columns. dq accumulates in dqkv's dtype, own block first. */
+static int backward_ring(tri_device *d, const tri_cp *cp, const cp_sizes *z, tri_tensor dqkv, tri_tensor delta,
+                         tri_tensor datty, tri_tensor qkv, tri_tensor lse, const tri_cp_scratch *scratch)
+{
+    tri_flash_rows mine = tri_cp_local_rows(cp->cp, cp->cp_rank, z->T_l);
+    int64_t at = 0, fat = 0;
+    tri_tensor kv[2], dkv[2];
+    kv[0] = carve(scratch->act, &at, z->B, z->T_l, z->KV);
+    kv[1] = carve(scratch->act, &at, z->B, z->T_l, z->KV);
+    dkv[0] = carve(scratch->f32, &fat, z->B, z->T_l, z->KV); /* the accumulator in hand / arriving */
+    dkv[1] = carve(scratch->f32, &fat, z->B, z->T_l, z->KV);
+    tri_tensor dkv_loc = carve(scratch->f32, &fat, z->B, z->T_l, z->KV); /* this rank's share of a block */
+    tri_comm_request kreq = {0}, dreq = {0};
+    int rc = tri_op_copy_columns(d, kv[0], 0, qkv, z->C, z->KV);
+    for (int s = 0; s < cp->cp && !rc; s++) {
+        tri_tensor cur = kv[s % 2], acc = dkv[s % 2];
+        tri_flash_rows rows = tri_cp_local_rows(cp->cp, (cp->cp_rank - s + cp->cp) % cp->cp, z->T_l);
+        if (s + 1 < cp->cp)
+            rc = ring_start(cp, cur, kv[(s + 1) % 2], TAG_KV, &kreq);
+        /* the own block's share starts the accumulator; later shares go to dkv_loc, zeroed (the op's
+           one accumulate flag is dq's) */
+        if (!rc && s > 0) rc = tri_op_fill(d, dkv_loc, 0.0f);
+        if (!rc)
+            rc = tri_op_flash_attention_kv_backward(d, dqkv, s == 0 ? acc : dkv_loc, datty, qkv, cur, lse, delta, mine,
+                                                    rows, s > 0);
+        if (!rc) rc = tri_comm_wait(&dreq); /* acc: the accumulator of this block, from rank i - 1 */
+        if (!rc && s > 0) rc = tri_op_add(d, acc, acc, dkv_loc);
+        if (!rc) rc = ring_start(cp, acc, dkv[(s + 1) % 2], TAG_DKV, &dreq);
+        int rw = tri_comm_wait(&kreq);
+        rc = rc ? rc : rw;
+    }
+    int rw = tri_comm_wait(&dreq); /* the own block's accumulator, home */
+    rc = rc ? rc : rw;
+    if (!rc) rc = tri_op_copy_columns(d, dqkv, z->C, dkv[cp->cp % 2], 0, z->KV);
+    return rc;
+}
+
 int tri_cp_attention_forward(tri_device *d, const tri_cp *cp, tri_tensor atty, tri_tensor lse, tri_tensor qkv,
                              const tri_cp_scratch *scratch)
 {
@@ -152,6 +257,8 @@ int tri_cp_attention_forward(tri_device *d, const tri_cp *cp, tri_tensor atty, t
     if (rc)
         return rc;
     cp_sizes z = sizes_of(cp, s.local);
+    if (ring(cp))
+        return forward_ring(d, cp, &z, atty, lse, qkv, scratch);
     tri_tensor kv_g;
     rc = gather_kv(d, cp, &z, qkv, scratch->act, &kv_g);
     if (!rc)
@@ -172,8 +279,7 @@ static int backward_all_gather(tri_device *d, const tri_cp *cp, const cp_sizes *
     tri_tensor dkv_r = carve(scratch->f32, &at, z->cp * z->B, z->T_l, z->KV);
     tri_tensor dkv_l = carve(scratch->f32, &at, z->B, z->T_l, z->KV);
     int rc = gather_kv(d, cp, z, qkv, scratch->act, &kv_g);
-    if (!rc) rc = tri_op_flash_attention_kv_backward_dq(d, dqkv, datty, qkv, kv_g, lse, delta, mine, all, false);
-    if (!rc) rc = tri_op_flash_attention_kv_backward_dkv(d, dkv_g, datty, qkv, kv_g, lse, delta, mine, all, false);
+    if (!rc) rc = tri_op_flash_attention_kv_backward(d, dqkv, dkv_g, datty, qkv, kv_g, lse, delta, mine, all, false);
     if (!rc) rc = reorder_rows(d, dkv_r, dkv_g, z, z->KV, false);
     if (!rc) rc = tri_comm_reduce_scatter(cp->comm, tri_tensor_flat(dkv_l), tri_tensor_flat(dkv_r));
     if (!rc) rc = tri_op_copy_columns(d, dqkv, z->C, dkv_l, 0, z->KV);
@@ -218,6 +324,8 @@ int tri_cp_attention_backward(tri_device *d, const tri_cp *cp, tri_tensor dqkv, 
     if (rc)
         return rc;
     cp_sizes z = sizes_of(cp, s.local);
+    if (ring(cp))
+        return backward_ring(d, cp, &z, dqkv, delta, datty, qkv, lse, scratch);
     return cp->deterministic ? backward_owner(d, cp, &z, dqkv, delta, datty, qkv, lse, scratch)
                              : backward_all_gather(d, cp, &z, dqkv, delta, datty, qkv, lse, scratch);
 }

@@ -1,6 +1,6 @@
 /* layers/cp_attention.h - causal self-attention over a sequence split across the ranks of a
  * context-parallel group (Megatron-Core's --context-parallel-size; Llama 3's all-gather attention,
- * Dubey et al. 2024 §3.3.2; Liu et al. 2023 Ring Attention for the ring the next wave adds).
+ * Dubey et al. 2024 §3.3.2; Liu et al. 2023 Ring Attention for the p2p ring).
  *
  * Layout: the T tokens of each sequence are cut into 2 cp chunks of Tc = T / (2 cp) rows; cp rank i
  * holds chunks i and 2cp-1-i, in that order, as its local sequence of T_l = 2 Tc rows (causal work
@@ -23,11 +23,22 @@
  *     dout, lse and delta of every rank all-gathered into global order; dq of the local queries
  *     against all keys (key tiles ascending), dk, dv of the local keys against all queries (the
  *     group's heads in order, query tiles ascending): the one-rank bits.
- *   p2p (the ring, Megatron's default) without deterministic mode: not built yet, refused.
- * Bytes each rank sends per layer (elements x dtype size; all-gather counts (cp-1)/cp of the
- * gathered buffer as sent by each rank's ring share, as comm.c counts): forward B T_l 2 C_kv;
- * backward all_gather B T_l 2 C_kv + the f32 reduce-scatter of B T 2 C_kv; deterministic
- * B T_l (W + C_l) + 2 B NH_l T_l f32. */
+ *   p2p (the ring, Megatron's default) without deterministic mode (Liu et al. 2023, Megatron-Core's
+ *     form): cp - 1 steps passing the k|v block in hand (B, T_l, 2 C_kv) to rank i + 1 with
+ *     tri_comm_p2p_start while computing the local queries against it (flash_attention_kv_forward,
+ *     partials merged by flash_attention_merge, own block first, then ranks i-1, i-2, ...); fully
+ *     masked tiles are skipped by the blocks' global rows. Backward: the block and its f32 dk|dv
+ *     accumulator travel together (dq accumulated per block, the accumulator's share added and
+ *     passed on, overlapping the next block's dq); a last hop returns each accumulator to its owner.
+ *     out, lse, dq and dk, dv differ from one rank by the order of the merges and sums (a bound,
+ *     tests/test_cp_attention.c). Deterministic mode keeps the all-gather forward and the
+ *     owner-computes backward for p2p too.
+ * Bytes each rank sends per layer, wire (elements x dtype size; all-gather counts (cp-1)/cp of the
+ * gathered buffer as sent by each rank's ring share, as comm.c counts): forward (all_gather and
+ * deterministic) B T_l 2 C_kv; backward all_gather B T_l 2 C_kv + the f32 reduce-scatter of B T 2 C_kv;
+ * deterministic B T_l (W + C_l) + 2 B NH_l T_l f32; the ring forward (cp - 1) B T_l 2 C_kv, backward
+ * (cp - 1) B T_l 2 C_kv + cp B T_l 2 C_kv f32. The payload (tri_comm_bytes) is
+ * partitioner/context_parallel.h's tri_cp_layer_traffic exactly. */
 #ifndef TRIDENT_LAYERS_CP_ATTENTION_H
 #define TRIDENT_LAYERS_CP_ATTENTION_H
 
@@ -65,14 +76,17 @@ typedef struct tri_cp_shape {
  *   act, deterministic backward: qkv_r (cp, B, T_l, W), qkv_g (B, T, W), dout_r (cp, B, T_l, C_l),
  *     dout_g (B, T, C_l);
  *   f32, all_gather backward: dkv_g (B, T, 2 C_kv), dkv_r (cp, B, T_l, 2 C_kv), dkv_l (B, T_l, 2 C_kv);
- *   f32, deterministic backward: stat_r (cp, B, NH_l, T_l), lse_g and delta_g (B, NH_l, T). */
+ *   f32, deterministic backward: stat_r (cp, B, NH_l, T_l), lse_g and delta_g (B, NH_l, T);
+ *   ring (p2p, not deterministic; tri_cp_ring_scratch_counts): act kv_a, kv_b (B, T_l, 2 C_kv) (the
+ *     block in hand and the one arriving), o2 (B, T_l, C_l) (a block's partial out); f32 forward l2
+ *     (B, NH_l, T_l) (its lse), backward dkv_a, dkv_b, dkv_loc (B, T_l, 2 C_kv) (the accumulator in
+ *     hand, the one arriving, this rank's share of the block in hand). */
 typedef struct tri_cp_scratch {
     tri_tensor act, f32;
 } tri_cp_scratch;
 
 /* TRI_EINVAL naming the rule and values: cp < 1, cp_rank outside [0, cp), the comm's size not cp,
- * T_l odd or Tc = T_l / 2 not a multiple of 64, an unknown comm type; TRI_ENOTSUP: p2p without
- * deterministic mode (the ring is not built yet). */
+ * T_l odd or Tc = T_l / 2 not a multiple of 64, an unknown comm type. */
 int tri_cp_check(const tri_cp *cp, const tri_cp_shape *s);
 
 /* The scratch's element counts (the maxima over the passes above). Needs no comm (cp->comm may be

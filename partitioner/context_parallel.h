@@ -11,25 +11,32 @@
  * Notation per rank: e bytes an activation value, C_l = NH_l HS query width, C_kv_l the key/value width
  * on the TP rank (KV / tp, at least one head), NH_l query heads.
  *
- * Scratch (tri_cp_scratch_bytes; shared by the stage's layers, once per rank; the engine allocates
- * through it in the next wave, so planned == allocated):
- *   all_gather  forward: the gathered k|v, e B T 2 C_kv_l; backward: the same gathered k|v and an f32
- *               4 B T 2 C_kv_l of dk|dv partials for the reduce-scatter; deterministic mode also gathers
- *               q and dout (e B T C_l each) and the rows' lse and delta (4 B NH_l T each) so each k|v
- *               block's gradient sums its query rows in the order of the run without cp;
- *   p2p         forward: two k|v blocks in flight, 2 e B T_l 2 C_kv_l (double buffering); backward the
- *               same plus an f32 dk|dv block travelling the ring, 4 B T_l 2 C_kv_l.
+ * Scratch (tri_cp_scratch_bytes; shared by the stage's layers, once per rank): exactly the two flat
+ * buffers layers/cp_attention.c carves (tri_cp_scratch_numel x e and x 4; tests/test_cp_attention.c
+ * checks bytes == formula), KV = 2 C_kv_l, W = C_l + KV, kv_l = B T_l KV:
+ *   all_gather  forward: the local, rank-major and global-order k|v, e (1 + 2 cp) kv_l; backward: the
+ *               same and the f32 dk|dv partials in the same three forms, 4 (1 + 2 cp) kv_l;
+ *   deterministic (both comm types: the owner-computes backward): the act buffer is the larger of the
+ *               forward's and the gathered qkv and dout, rank-major and global, e B T (2 W + 2 C_l);
+ *               f32 the gathered stats, lse and delta, 4 x 3 B NH_l T;
+ *   p2p (ring)  forward: two k|v blocks in flight and a block's partial out, e (2 kv_l + B T_l C_l), and
+ *               its partial lse 4 B NH_l T_l; backward: the two blocks, two f32 dk|dv accumulators (the
+ *               one in hand, the one arriving) and the rank's share of a block, 4 x 3 kv_l (f32 the
+ *               larger of the two passes').
  *   The backward buffer holds the forward's (they are never live together): one buffer of the
  *   backward's size is planned (TRI_MEM_COMM).
  * Traffic per layer and micro-batch on one rank (tri_cp_layer_traffic, engine/comm/comm.h's payload
  * convention: all-gather and reduce-scatter the full buffer, p2p the bytes sent):
  *   all_gather  forward: all-gather of e B T 2 C_kv_l (each rank receives (cp-1) B T_l 2 C_kv_l elements);
- *               backward: the same all-gather and a reduce-scatter of the f32 partials 4 B T 2 C_kv_l
- *               (deterministic: plus all-gathers of q, dout, lse and delta); all of it exposed;
- *   p2p         forward: cp - 1 ring steps, each sending one k|v block e B T_l 2 C_kv_l to the next rank
- *               (and receiving one); backward: cp - 1 steps of the k|v block and the f32 dk|dv block
- *               ((e + 4) B T_l 2 C_kv_l); each step's transfer overlaps the previous block's attention,
- *               exposed = max(0, transfer - block compute) per step (tri_cp_exposed_seconds). */
+ *               backward: the same all-gather and a reduce-scatter of the f32 partials 4 B T 2 C_kv_l;
+ *               all of it exposed;
+ *   deterministic (both comm types): forward as all_gather; backward all-gathers of qkv and dout,
+ *               e B T (W + C_l), and of lse and delta, 2 x 4 B NH_l T; all exposed;
+ *   p2p         forward: cp - 1 ring steps, each sending one k|v block e kv_l to the next rank (and
+ *               receiving one); backward: the k|v block cp - 1 times and the f32 dk|dv accumulator
+ *               after each of the cp steps (the last hop returns it to its owner), (cp-1) e kv_l +
+ *               cp 4 kv_l; each step's transfer overlaps the block's attention, exposed =
+ *               max(0, transfer - block compute) per step (tri_cp_exposed_seconds). */
 #ifndef TRIDENT_PARTITIONER_CONTEXT_PARALLEL_H
 #define TRIDENT_PARTITIONER_CONTEXT_PARALLEL_H
 

@@ -338,6 +338,7 @@ const cc_check cc_checks[] = {
     {"p2p_tags", cc_p2p_tags},
     {"p2p_pipeline", cc_p2p_pipeline},
     {"p2p_mismatch", cc_p2p_mismatch},
+    {"p2p_nonblocking", cc_p2p_nonblocking},
     {"split", cc_split},
     {"barrier", cc_barrier},
     {"counters", cc_counters},

@@ -54,6 +54,11 @@ int cc_p2p_pipeline(tri_comm *c);
 /* A receive larger or smaller than the message: the receiver gets TRI_ECOMM naming p2p, the sender
  * completes, and the pair can go on exchanging messages. */
 int cc_p2p_mismatch(tri_comm *c);
+/* tri_comm_p2p_start: context parallelism's double-buffered ring (4 rounds, the block in hand read
+ * while the next travels) beside a reverse ring and a blocking batch, completed by test and wait:
+ * values from the right ranks, bytes counted at the start, requests cleared, a refused start
+ * (peer = self) counting nothing and leaving no request. */
+int cc_p2p_nonblocking(tri_comm *c);
 /* Colors and keys, reversed keys, equal keys (parent order), color < 0 (NULL), nested splits, and a
  * split of a one-rank comm: sizes, ranks and members (gathered through the new comm). */
 int cc_split(tri_comm *c);

@@ -253,3 +253,82 @@ int cc_p2p_mismatch(tri_comm *c)
         rc = tri_comm_barrier(c);
     return cc_verdict_end(&v, rc);
 }
+
+int cc_p2p_nonblocking(tri_comm *c)
+{
+    /* Context parallelism's ring (layers/cp_attention.c): each round passes buffer round % 2 to the
+     * next rank and receives the other from the previous one, left in flight while the rank checks
+     * the block in hand; beside it a reverse ring (tag 2) is in flight too, with a blocking batch
+     * among the started ones. The reverse ring completes by polling tri_comm_test, the forward one
+     * by tri_comm_wait. */
+    enum { N = 41, ROUNDS = 4 };
+    cc_verdict v = cc_verdict_start("p2p nonblocking", c);
+    int rc = TRI_OK;
+    int S = c->size, next = (c->rank + 1) % S, prev = (c->rank + S - 1) % S;
+    cc_buf buf[2] = {cc_buf_make(TRI_F32, 1, N), cc_buf_make(TRI_F32, 1, N)};
+    cc_buf rs = cc_buf_make(TRI_I32, 1, 3), rr = cc_buf_make(TRI_I32, 1, 3);
+    cc_buf bs = cc_buf_make(TRI_I32, 1, 5), br = cc_buf_make(TRI_I32, 1, 5);
+    cc_fill(buf[0].t, 600, c->rank, 0); /* round 0 holds the own block */
+    for (int round = 0; round < ROUNDS && !rc && S > 1; round++) {
+        tri_tensor cur = buf[round % 2].t, nxt = buf[(round + 1) % 2].t;
+        cc_fill_const(nxt, CC_JUNK);
+        cc_fill(rs.t, 610 + round, c->rank, 0);
+        cc_fill_const(rr.t, CC_JUNK);
+        tri_p2p ring[2] = {cc_send_to(next, cur), cc_recv_from(prev, nxt)};
+        tri_p2p back[2] = {cc_send_to(prev, rs.t), cc_recv_from(next, rr.t)};
+        back[0].tag = back[1].tag = 2;
+        tri_comm_request req[2];
+        cc_snapshot before = cc_snap(c);
+        rc = tri_comm_p2p_start(c, ring, 2, &req[0]);
+        if (!rc) rc = tri_comm_p2p_start(c, back, 2, &req[1]);
+        if (!rc) /* counted at the start: two calls, the bytes each sends */
+            cc_expect_counted(&v, c, &before, TRI_COMM_P2P, 2, (uint64_t)(N * 4 + 3 * 4), "p2p_start counted");
+        ring[0] = back[0] = cc_recv_from(next, rr.t); /* the ops themselves may be reused at once */
+        /* a blocking batch among the started ones (i32, tag 0 forward: on 2 ranks it follows the ring's
+           message to the same peer with the same tag, so only the posting order matches them) */
+        cc_fill(bs.t, 620 + round, c->rank, 0);
+        cc_fill_const(br.t, CC_JUNK);
+        tri_p2p blk[2] = {cc_send_to(next, bs.t), cc_recv_from(prev, br.t)};
+        if (!rc) rc = tri_comm_p2p(c, blk, 2);
+        /* "compute" on the block in hand while the next travels: it must hold its sender's values */
+        int from = (c->rank - round + S * ROUNDS) % S;
+        if (!rc)
+            cc_expect_from(&v, cur, 600, from, 0, "p2p nonblocking: the block in hand");
+        bool done = false;
+        for (long k = 0; !rc && !done; k++) {
+            rc = tri_comm_test(&req[1], &done);
+            if (k > 100000000L) {
+                cc_fail(&v, "rank %d: tri_comm_test never reported the p2p batch done", c->rank);
+                break;
+            }
+        }
+        if (!rc && tri_comm_pending(&req[1]))
+            cc_fail(&v, "rank %d: a p2p batch tested done is still pending", c->rank);
+        int rw = tri_comm_wait(&req[0]);
+        rc = rc ? rc : rw;
+        if (!rc && tri_comm_pending(&req[0]))
+            cc_fail(&v, "rank %d: a p2p batch pending after its wait", c->rank);
+        if (!rc) rc = tri_comm_wait(&req[0]); /* cleared: nothing to do */
+        if (!rc) {
+            cc_expect_from(&v, nxt, 600, (from + S - 1) % S, 0, "p2p nonblocking: the block received");
+            cc_expect_guards(&v, &buf[(round + 1) % 2], "p2p nonblocking");
+            cc_expect_from(&v, rr.t, 610 + round, next, 0, "p2p nonblocking: the reverse ring (tested)");
+            cc_expect_from(&v, br.t, 620 + round, prev, 0, "p2p nonblocking: the blocking batch among them");
+            cc_expect_from(&v, cur, 600, from, 0, "p2p nonblocking: send buffer changed");
+        }
+    }
+    /* a refused start (peer = self) leaves a cleared request, nothing counted */
+    tri_comm_request bad;
+    tri_p2p self = cc_send_to(c->rank, rs.t);
+    cc_snapshot before = cc_snap(c);
+    cc_expect_status(&v, tri_comm_p2p_start(c, &self, 1, &bad), TRI_EINVAL, "p2p", "p2p_start to itself");
+    cc_expect_counted(&v, c, &before, TRI_COMM_KINDS, 0, 0, "refused p2p_start");
+    if (tri_comm_pending(&bad))
+        cc_fail(&v, "rank %d: a refused p2p start left a pending request", c->rank);
+    cc_expect_status(&v, tri_comm_p2p_start(c, NULL, 0, &bad), TRI_OK, "", "an empty p2p_start");
+    if (tri_comm_pending(&bad))
+        cc_fail(&v, "rank %d: an empty p2p start left a pending request", c->rank);
+    cc_buf_free(&buf[0]), cc_buf_free(&buf[1]), cc_buf_free(&rs), cc_buf_free(&rr), cc_buf_free(&bs);
+    cc_buf_free(&br);
+    return cc_verdict_end(&v, rc);
+}

@@ -12,8 +12,8 @@
 #  - the data-parallel line counts the gradient traffic over dp x cp (> 0 MB at cp 4, dp 1);
 #  - deterministic mode at cp 2 x dp 2 against cp 2 alone: the same losses to the last printed digit of
 #    metrics.jsonl (the fixed-point sums over dp x cp);
-#  - the refusals before any communication: --cp-comm-type p2p without --deterministic-mode (the ring
-#    is not built), cp with --grad-compression, cp with --local-sgd-steps, cp with --save-interval
+#  - the Llama at cp 4 with the p2p ring (--cp-comm-type p2p, the default) within the same bound;
+#  - the refusals before any communication: cp with --grad-compression, cp with --local-sgd-steps, cp with --save-interval
 #    (checkpoints under cp are not built), each naming its flags.
 # Usage (CTest): bash cp_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
@@ -86,7 +86,9 @@ run det_cp2 2 gpt --context-parallel-size 2 --deterministic-mode --global-batch-
 run det_cp2_dp2 4 gpt --context-parallel-size 2 --deterministic-mode --global-batch-size 2 --zero-stage 3
 against det_cp2 det_cp2_dp2 0
 
-refuse p2p "the p2p ring is not built yet" 2 --context-parallel-size 2
+# the p2p ring (--cp-comm-type p2p, the default): merges partial outputs in another order than one rank
+run llama_cp4_p2p 4 llama --context-parallel-size 4
+against llama_one llama_cp4_p2p 1e-4
 refuse compression "--grad-compression" 2 --context-parallel-size 2 "${ag[@]}" --grad-compression qsgd
 refuse local_sgd "--local-sgd-steps" 2 --context-parallel-size 2 "${ag[@]}" --local-sgd-steps 2
 refuse checkpoints "--save-interval with --context-parallel-size 2: checkpoints under context parallelism" 2 \

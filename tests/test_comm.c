@@ -80,6 +80,7 @@ Test(comm, p2p_fifo) { check_all_sizes(cc_p2p_fifo, "p2p fifo"); }
 Test(comm, p2p_tags) { check_all_sizes(cc_p2p_tags, "p2p tags"); }
 Test(comm, p2p_pipeline) { check_all_sizes(cc_p2p_pipeline, "p2p pipeline"); }
 Test(comm, p2p_mismatch) { check_all_sizes(cc_p2p_mismatch, "p2p mismatch"); }
+Test(comm, p2p_nonblocking) { check_all_sizes(cc_p2p_nonblocking, "p2p non-blocking"); }
 Test(comm, split) { check_all_sizes(cc_split, "split"); }
 Test(comm, barrier_waits) { check_all_sizes(cc_barrier, "barrier"); }
 Test(comm, counters) { check_all_sizes(cc_counters, "counters"); }

@@ -67,6 +67,7 @@ Test(comm_staged, p2p_fifo) { staged_all_sizes(cc_p2p_fifo, "p2p fifo"); }
 Test(comm_staged, p2p_tags) { staged_all_sizes(cc_p2p_tags, "p2p tags"); }
 Test(comm_staged, p2p_pipeline) { staged_all_sizes(cc_p2p_pipeline, "p2p pipeline"); }
 Test(comm_staged, p2p_mismatch) { staged_all_sizes(cc_p2p_mismatch, "p2p mismatch"); }
+Test(comm_staged, p2p_nonblocking) { staged_all_sizes(cc_p2p_nonblocking, "p2p non-blocking"); }
 Test(comm_staged, split) { staged_all_sizes(cc_split, "split"); }
 Test(comm_staged, counters) { staged_all_sizes(cc_counters, "counters"); }
 Test(comm_staged, arg_checks) { staged_all_sizes(cc_arg_checks, "argument checks"); }

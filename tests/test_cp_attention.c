@@ -30,6 +30,7 @@
 #include "engine/core/math.h"
 #include "engine/device/device.h"
 #include "layers/cp_attention.h"
+#include "partitioner/context_parallel.h"
 #include "tests/opsutil.h"
 
 TestSuite(cp_attention, .fini = ot_teardown);
@@ -86,12 +87,15 @@ static void naive_forward(shape s, const float *qkv, const int64_t *qpos, int64_
 }
 
 /* fp64 magnitudes of the terms of dk and dv over the whole causal sequence (qkv (B, T, W), one
- * chunk): A_dk[j] = sum_t |dS_tj q_t| / sqrt(HS), A_dv[j] = sum_t |P_tj dout_t| over the group's heads. */
-static void naive_dkv_magnitudes(shape s, const float *qkv, const float *dout, double *adkv)
+ * chunk): A_dk[j] = sum_t |dS_tj q_t| / sqrt(HS), A_dv[j] = sum_t |P_tj dout_t| over the group's heads;
+ * adq (B, T, C) if not NULL: A_dq[t] = sum_j |dS_tj k_j| / sqrt(HS). */
+static void naive_dkv_magnitudes(shape s, const float *qkv, const float *dout, double *adkv, double *adq)
 {
     int64_t T = s.T, HS = s.HS, C = cols(s), W = width(s), rep = s.NH / s.NH_kv;
     double scale = 1.0 / sqrt((double)HS), *p = malloc((size_t)T * sizeof *p), *dp = malloc((size_t)T * sizeof *dp);
     memset(adkv, 0, (size_t)(s.B * T * 2 * s.NH_kv * HS) * sizeof *adkv);
+    if (adq)
+        memset(adq, 0, (size_t)(s.B * T * C) * sizeof *adq);
     for (int64_t b = 0; b < s.B; b++)
         for (int64_t h = 0; h < s.NH; h++)
             for (int64_t t = 0; t < T; t++) {
@@ -121,6 +125,8 @@ static void naive_dkv_magnitudes(shape s, const float *qkv, const float *dout, d
                     for (int64_t i = 0; i < HS; i++) {
                         a[g * HS + i] += fabs(ds * q[i]);
                         a[(s.NH_kv + g) * HS + i] += fabs(p[j] * go[i]);
+                        if (adq)
+                            adq[(b * T + t) * C + h * HS + i] += fabs(ds * qkv[(b * T + j) * W + kofs + i]);
                     }
                 }
             }
@@ -258,6 +264,11 @@ static void special_case(shape s, int threads)
     cr_assert_eq(tri_op_flash_attention_kv_backward_dq(d, dqkv, dout, qkv, qkv, lse, delta, all, all, false), TRI_OK);
     cr_assert_eq(tri_op_flash_attention_kv_backward_dkv(d, dqkv, dout, qkv, qkv, lse, delta, all, all, false), TRI_OK);
     same_bits("dq, dk, dv by the two passes", ot_read(d, dqkv), rdq, nq);
+    /* the one-pass op (dq into dqkv's q columns, dk, dv into its k|v columns): the same bits */
+    cr_assert_eq(tri_op_fill(d, dqkv, NAN), TRI_OK);
+    cr_assert_eq(tri_op_flash_attention_kv_backward(d, dqkv, dqkv, dout, qkv, qkv, lse, delta, all, all, false), TRI_OK,
+                 "%s", tri_error_message());
+    same_bits("dq, dk, dv by the one-pass kv op", ot_read(d, dqkv), rdq, nq);
     if (T % 64 != 0 || T < 128)
         return;
     /* keys in two blocks [0, 64), [64, T) (dq accumulated), queries in two ([0, 64), [64, T): dk, dv) */
@@ -274,6 +285,22 @@ static void special_case(shape s, int threads)
     float *got = ot_read(d, dqkv);
     for (int64_t r = 0; r < s.B * T; r++)
         same_bits("dq over two key blocks", got + r * W, rdq + r * W, (size_t)C);
+    /* the one-pass op accumulating into buffers that hold values, keys [64, T) at their positions: the
+       two passes' bits (one pass per (b, key/value head) on 1 thread, the two passes where fewer such
+       tasks than threads exist) */
+    {
+        float *h1 = ot_uniform(nq, -1.0f, 1.0f, 9), *h2 = ot_uniform((size_t)(s.B * n2 * W), -1.0f, 1.0f, 10);
+        tri_tensor aq = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, s.B, T, W), h1);
+        tri_tensor ak = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, s.B, n2, W), h2);
+        tri_tensor bq = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, s.B, T, W), h1);
+        tri_tensor bk = ot_tensor(d, tri_tensor_3d(NULL, TRI_F32, s.B, n2, W), h2);
+        cr_assert_eq(tri_op_flash_attention_kv_backward_dq(d, aq, dout, qkv, tk2, lse, delta, all, r2, true), TRI_OK);
+        cr_assert_eq(tri_op_flash_attention_kv_backward_dkv(d, ak, dout, qkv, tk2, lse, delta, all, r2, true), TRI_OK);
+        cr_assert_eq(tri_op_flash_attention_kv_backward(d, bq, bk, dout, qkv, tk2, lse, delta, all, r2, true), TRI_OK,
+                     "%s", tri_error_message());
+        same_bits("one-pass kv op dq (accumulating, keys [64, T))", ot_read(d, bq), ot_read(d, aq), nq);
+        same_bits("one-pass kv op dk, dv (accumulating)", ot_read(d, bk), ot_read(d, ak), (size_t)(s.B * n2 * W));
+    }
     /* queries [0, 64) then [64, T) into dk, dv of all keys: the one call's bits for multi-head
      * attention (under grouped-query attention one call sums head by head, each over all its query
      * tiles, so blocks of queries interleave the heads differently) */
@@ -355,6 +382,7 @@ Test(cp_attention, ops_refuse_misplaced_chunks)
 typedef struct rank_side {
     tri_device *dev;
     tri_tensor qkv, dout, atty, lse, dqkv, delta;
+    tri_tensor atty1, lse1; /* the one-rank forward's rows, fed to the ring's backward */
     tri_cp_scratch sc;
 } rank_side;
 
@@ -366,17 +394,33 @@ typedef struct cp_case {
     tri_dtype dt;
     rank_side rank[MAXCP];
     uint64_t sent[MAXCP];
+    uint64_t payload[MAXCP][TRI_COMM_KINDS]; /* tri_comm_bytes of both passes, per kind */
 } cp_case;
+
+/* The ring's results depend on the order of its merges and sums; to bound its backward against one
+ * rank's by the order of additions alone, it is fed the one-rank forward's out and lse (the same
+ * P and dS terms), and its own forward is checked against fp64. */
+static bool is_ring(const cp_case *c)
+{
+    return c->type == TRI_CP_COMM_P2P && !c->deterministic && c->cp > 1;
+}
 
 static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
 {
     cp_case *c = arg;
     rank_side *r = &c->rank[rank];
     tri_cp cp = {comm, size, rank, c->type, c->deterministic};
-    uint64_t before = comm->wire[TRI_COMM_ALL_GATHER] + comm->wire[TRI_COMM_REDUCE_SCATTER];
+    uint64_t before = tri_comm_wire_bytes(comm, TRI_COMM_KINDS), pay[TRI_COMM_KINDS];
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        pay[k] = tri_comm_bytes(comm, (tri_comm_kind)k);
+    bool feed = is_ring(c);
     int rc = tri_cp_attention_forward(r->dev, &cp, r->atty, r->lse, r->qkv, &r->sc);
-    if (!rc) rc = tri_cp_attention_backward(r->dev, &cp, r->dqkv, r->delta, r->dout, r->qkv, r->atty, r->lse, &r->sc);
-    c->sent[rank] = comm->wire[TRI_COMM_ALL_GATHER] + comm->wire[TRI_COMM_REDUCE_SCATTER] - before;
+    if (!rc)
+        rc = tri_cp_attention_backward(r->dev, &cp, r->dqkv, r->delta, r->dout, r->qkv, feed ? r->atty1 : r->atty,
+                                       feed ? r->lse1 : r->lse, &r->sc);
+    c->sent[rank] = tri_comm_wire_bytes(comm, TRI_COMM_KINDS) - before;
+    for (int k = 0; k < TRI_COMM_KINDS; k++)
+        c->payload[rank][k] = tri_comm_bytes(comm, (tri_comm_kind)k) - pay[k];
     return rc;
 }
 
@@ -428,28 +472,68 @@ static void run_cp(shape g, int cp, tri_cp_comm_type type, bool det, tri_dtype d
         r->lse = ot_tensor(r->dev, tri_tensor_3d(NULL, TRI_F32, g.B, g.NH, Tl), NULL);
         r->delta = ot_tensor(r->dev, tri_tensor_3d(NULL, TRI_F32, g.B, g.NH, Tl), NULL);
         r->dqkv = ot_tensor_as(r->dev, dt, tri_tensor_3d(NULL, TRI_F32, g.B, Tl, W), NULL);
+        r->atty1 = ot_tensor_as(r->dev, dt, tri_tensor_3d(NULL, TRI_F32, g.B, Tl, C), local_rows(ro, g, cp, q, C));
+        r->lse1 = ot_tensor(r->dev, tri_tensor_3d(NULL, TRI_F32, g.B, g.NH, Tl), local_stats(rl, g, cp, q));
         tri_cp ctx = {NULL, cp, q, type, det};
         tri_cp_shape s = {{g.B, Tl, g.NH, g.NH_kv, g.HS}, dt};
         int64_t an, fn; /* the numbers need no comm (the partitioner's plan) */
         cr_assert_eq(tri_cp_scratch_numel(&ctx, &s, &an, &fn), TRI_OK, "%s", tri_error_message());
         r->sc.act = ot_tensor_as(r->dev, dt, tri_tensor_1d(NULL, TRI_F32, an), NULL);
         r->sc.f32 = ot_tensor(r->dev, tri_tensor_1d(NULL, TRI_F32, fn), NULL);
+        /* the partitioner plans exactly what the layer carves */
+        tri_cp_dims pd = {.B = g.B, .T = g.T, .cp = cp, .C_l = C, .C_kv_l = g.NH_kv * g.HS, .NH_l = g.NH,
+                          .e = (int)tri_dtype_size(dt), .type = type, .deterministic = det};
+        int64_t pf, pb;
+        tri_cp_scratch_bytes(&pd, &pf, &pb);
+        cr_assert_eq(pb, cp > 1 ? an * (int64_t)tri_dtype_size(dt) + 4 * fn : 0,
+                     "cp %d: planned scratch %lld bytes, the layer carves %lld + %lld f32 elements", cp, (long long)pb,
+                     (long long)an, (long long)fn);
     }
     cr_assert_eq(tri_run_thread_ranks(cp, rank_fn, c), TRI_OK, "%s", tri_error_message());
-    double *adkv = NULL;
+    double *adkv = NULL, *adq = NULL, *nout = NULL, *nlse = NULL;
+    bool ringed = is_ring(c);
     if (!det) {
         adkv = ot_doubles((size_t)(g.B * g.T * KV));
-        naive_dkv_magnitudes(g, hqr, hgr, adkv);
+        adq = ringed ? ot_doubles((size_t)(g.B * g.T * C)) : NULL;
+        naive_dkv_magnitudes(g, hqr, hgr, adkv, adq);
+    }
+    if (ringed) { /* fp64 of the whole sequence, from the inputs as stored */
+        int64_t *pos = calloc((size_t)g.T, sizeof *pos);
+        for (int64_t t = 0; t < g.T; t++)
+            pos[t] = t;
+        nout = ot_doubles((size_t)(g.B * g.T * C));
+        nlse = ot_doubles((size_t)(g.B * g.NH * g.T));
+        naive_forward(g, hqr, pos, g.T, hqr, W, pos, g.T, nout, nlse);
+        free(pos);
     }
     int64_t rep = g.NH / g.NH_kv, N = rep * g.T + 4;
     double worst = 0.0;
     for (int q = 0; q < cp; q++) {
         rank_side *r = &c->rank[q];
         char what[96];
-        snprintf(what, sizeof what, "cp %d rank %d atty", cp, q);
-        same_bits(what, ot_read(r->dev, r->atty), local_rows(ro, g, cp, q, C), (size_t)(g.B * Tl * C));
-        snprintf(what, sizeof what, "cp %d rank %d lse", cp, q);
-        same_bits(what, ot_read(r->dev, r->lse), local_stats(rl, g, cp, q), (size_t)(g.B * g.NH * Tl));
+        if (ringed) {
+            /* the ring's forward against fp64: test_flash_attention's derived FP32_TOL, plus in bf16 the
+               roundings of the partials: the own block's out, then per merge the block's partial and the
+               merged out, 2 cp - 1 roundings of at most 2^-9 of a value <= max |out| */
+            int64_t Tc = Tl / 2, n = g.B * Tl * C, ns = g.B * g.NH * Tl;
+            double *wo = ot_doubles((size_t)n), *wl = ot_doubles((size_t)ns);
+            for (int64_t row = 0; row < g.B * Tl; row++) {
+                int64_t b = row / Tl, t = row % Tl, gt = t < Tc ? q * Tc + t : (2 * cp - 1 - q) * Tc + t - Tc;
+                memcpy(wo + row * C, nout + (b * g.T + gt) * C, (size_t)C * sizeof *wo);
+                for (int64_t h = 0; h < g.NH; h++)
+                    wl[(b * g.NH + h) * Tl + t] = nlse[(b * g.NH + h) * g.T + gt];
+            }
+            snprintf(what, sizeof what, "cp %d rank %d atty (ring)", cp, q);
+            close_norm(what, ot_read(r->dev, r->atty), wo, (size_t)n,
+                       FP32_TOL + (dt == TRI_BF16 ? (2.0 * cp - 1) * 0x1p-9 : 0.0));
+            snprintf(what, sizeof what, "cp %d rank %d lse (ring)", cp, q);
+            close_norm(what, ot_read(r->dev, r->lse), wl, (size_t)ns, FP32_TOL);
+        } else {
+            snprintf(what, sizeof what, "cp %d rank %d atty", cp, q);
+            same_bits(what, ot_read(r->dev, r->atty), local_rows(ro, g, cp, q, C), (size_t)(g.B * Tl * C));
+            snprintf(what, sizeof what, "cp %d rank %d lse", cp, q);
+            same_bits(what, ot_read(r->dev, r->lse), local_stats(rl, g, cp, q), (size_t)(g.B * g.NH * Tl));
+        }
         float *got = ot_read(r->dev, r->dqkv), *want = local_rows(rdq, g, cp, q, W);
         if (det) {
             snprintf(what, sizeof what, "cp %d rank %d dqkv (deterministic)", cp, q);
@@ -457,10 +541,24 @@ static void run_cp(shape g, int cp, tri_cp_comm_type type, bool det, tri_dtype d
             continue;
         }
         for (int64_t row = 0; row < g.B * Tl; row++) {
-            snprintf(what, sizeof what, "cp %d rank %d dq (all_gather)", cp, q);
-            same_bits(what, got + row * W, want + row * W, (size_t)C);
             int64_t b = row / Tl, t = row % Tl, Tc = Tl / 2;
             int64_t gt = t < Tc ? q * Tc + t : (2 * cp - 1 - q) * Tc + t - Tc;
+            if (!ringed) {
+                snprintf(what, sizeof what, "cp %d rank %d dq (all_gather)", cp, q);
+                same_bits(what, got + row * W, want + row * W, (size_t)C);
+            }
+            for (int64_t i = 0; i < C && ringed; i++) {
+                /* the ring sums dq's terms block by block (own block, then ranks i-1, i-2, ...): the same
+                   f32 terms in another order, 2 N u A; in bf16 each of the cp accumulations rounds the
+                   partial sum (<= A) once, and the one rank rounds its result once */
+                double a = adq[(b * g.T + gt) * C + i], e = fabs((double)got[row * W + i] - want[row * W + i]);
+                double tol = 2.0 * (double)N * 0x1p-24 * a;
+                if (dt == TRI_BF16)
+                    tol += (cp + 1) * 0x1p-8 * a;
+                worst = a > 0 && e / a > worst ? e / a : worst;
+                cr_assert(e <= tol, "cp %d rank %d dq[%lld, %lld] = %.9g, one rank %.9g: |diff| %.3g > %.3g (ring)", cp,
+                          q, (long long)row, (long long)i, got[row * W + i], want[row * W + i], e, tol);
+            }
             for (int64_t i = 0; i < KV; i++) {
                 double a = adkv[(b * g.T + gt) * KV + i], e = fabs((double)got[row * W + C + i] - want[row * W + C + i]);
                 double tol = 2.0 * (double)N * 0x1p-24 * a;
@@ -476,14 +574,27 @@ static void run_cp(shape g, int cp, tri_cp_comm_type type, bool det, tri_dtype d
     if (getenv("TRIDENT_TEST_VERBOSE"))
         fprintf(stderr, "cp %d %s %s: all_gather dk/dv worst |diff| / A %.3g (bound 2 N u = %.3g)\n", cp,
                 det ? "deterministic" : "all_gather", dt == TRI_BF16 ? "bf16" : "f32", worst, 2.0 * N * 0x1p-24);
-    /* bytes each rank sent, as cp_attention.h states */
+    /* wire bytes each rank sent, as cp_attention.h states */
     uint64_t es = tri_dtype_size(dt), cpu = (uint64_t)cp;
     uint64_t fwd = (uint64_t)(g.B * Tl * KV) * es * (cpu - 1);
     uint64_t bwd = det ? ((uint64_t)(g.B * Tl * (W + C)) * es + 2 * (uint64_t)(g.B * g.NH * Tl) * 4) * (cpu - 1)
                        : (uint64_t)(g.B * Tl * KV) * es * (cpu - 1) + (uint64_t)(g.B * Tl * KV) * 4 * (cpu - 1);
+    if (ringed)
+        bwd = (uint64_t)(g.B * Tl * KV) * es * (cpu - 1) + (uint64_t)(g.B * Tl * KV) * 4 * cpu;
     for (int q = 0; q < cp; q++)
         cr_assert_eq(c->sent[q], fwd + bwd, "cp %d rank %d sent %llu bytes, expected %llu", cp, q,
                      (unsigned long long)c->sent[q], (unsigned long long)(fwd + bwd));
+    /* payload bytes per kind: exactly the partitioner's tri_cp_layer_traffic */
+    tri_cp_dims pd = {.B = g.B, .T = g.T, .cp = cp, .C_l = C, .C_kv_l = g.NH_kv * g.HS, .NH_l = g.NH,
+                      .e = (int)es, .type = type, .deterministic = det};
+    uint64_t pf[TRI_COMM_KINDS], pb[TRI_COMM_KINDS];
+    int steps;
+    tri_cp_layer_traffic(&pd, pf, pb, &steps);
+    for (int q = 0; q < cp; q++)
+        for (int k = 0; k < TRI_COMM_KINDS; k++)
+            cr_assert_eq(c->payload[q][k], pf[k] + pb[k], "cp %d rank %d: %s payload %llu bytes, planned %llu", cp, q,
+                         tri_comm_kind_name((tri_comm_kind)k), (unsigned long long)c->payload[q][k],
+                         (unsigned long long)(pf[k] + pb[k]));
     free(c);
 }
 
@@ -546,6 +657,17 @@ Test(cp_attention, all_gather_within_derived_bound)
     run_cp((shape){2, 512, 4, 2, 16}, 2, TRI_CP_COMM_ALL_GATHER, false, TRI_BF16);
 }
 
+/* The p2p ring: forward against fp64, backward (from the one-rank forward's out and lse) within the
+ * order-of-addition bounds of one rank, bytes and scratch exactly as planned. */
+Test(cp_attention, p2p_ring_within_derived_bound)
+{
+    run_cp((shape){2, 256, 4, 4, 16}, 2, TRI_CP_COMM_P2P, false, TRI_F32);  /* Tc 64, MHA */
+    run_cp((shape){2, 512, 4, 2, 16}, 2, TRI_CP_COMM_P2P, false, TRI_BF16); /* Tc 128, GQA */
+    run_cp((shape){2, 512, 4, 2, 16}, 4, TRI_CP_COMM_P2P, false, TRI_F32);  /* Tc 64, GQA */
+    run_cp((shape){2, 1024, 2, 1, 8}, 4, TRI_CP_COMM_P2P, false, TRI_F32);  /* Tc 128, GQA 2/1 */
+    run_cp((shape){2, 1024, 2, 2, 8}, 4, TRI_CP_COMM_P2P, false, TRI_BF16); /* Tc 128, MHA */
+}
+
 Test(cp_attention, refuses_bad_layouts)
 {
     tri_comm dummy = {0};
@@ -564,9 +686,8 @@ Test(cp_attention, refuses_bad_layouts)
     cp.cp_rank = 4;
     cr_assert_eq(tri_cp_check(&cp, &s), TRI_EINVAL);
     cp.cp_rank = 1;
-    cp.type = TRI_CP_COMM_P2P;
-    cr_assert_eq(tri_cp_check(&cp, &s), TRI_ENOTSUP);
-    cr_assert(strstr(tri_error_message(), "p2p"), "%s", tri_error_message());
+    cp.type = TRI_CP_COMM_P2P; /* the ring, in either mode */
+    cr_assert_eq(tri_cp_check(&cp, &s), TRI_OK, "%s", tri_error_message());
     cp.deterministic = true;
     cr_assert_eq(tri_cp_check(&cp, &s), TRI_OK, "%s", tri_error_message());
 }

@@ -606,6 +606,12 @@ Test(ops_errors, flash_attention_kv)
     expect_ok(tri_op_flash_attention_kv_backward_dkv(d, dkv, out, qkv, kv, lse, delta, qr, kr, false), op);
     expect_einval(tri_op_flash_attention_kv_backward_dkv(d, v1(d, 5), out, qkv, kv, lse, delta, qr, kr, false), op,
                   "'dkv'");
+    op = "flash_attention_kv_backward";
+    expect_ok(tri_op_flash_attention_kv_backward(d, dqkv, dkv, out, qkv, kv, lse, delta, qr, kr, false), op);
+    expect_einval(tri_op_flash_attention_kv_backward(d, v1(d, 5), dkv, out, qkv, kv, lse, delta, qr, kr, false), op,
+                  "'dqkv'");
+    expect_einval(tri_op_flash_attention_kv_backward(d, dqkv, v1(d, 5), out, qkv, kv, lse, delta, qr, kr, false), op,
+                  "'dkv'");
     op = "flash_attention_merge";
     expect_ok(tri_op_flash_attention_merge(d, out, lse, out, delta), op);
     expect_einval(tri_op_flash_attention_merge(d, out, lse, v1(d, 5), delta), op, "'out2'");

@@ -325,6 +325,7 @@ static outputs every_op(int threads)
         OK(tri_op_flash_attention_delta(d, delta, dao, ao));
         OK(tri_op_flash_attention_kv_backward_dq(d, dfq, dao, fq, fq, lse, delta, qr, kr, true));
         OK(tri_op_flash_attention_kv_backward_dkv(d, dfq, dao, fq, fq, lse, delta, qr, kr, false));
+        OK(tri_op_flash_attention_kv_backward(d, dfq, dfq, dao, fq, fq, lse, delta, qr, kr, true));
         OK(tri_op_flash_attention_merge(d, ao, lse, dao, delta));
         OK(tri_op_copy_columns(d, dfq, 0, fq, Wq - 8, 8));
         keep(&o, d, ao), keep(&o, d, lse), keep(&o, d, dfq), keep(&o, d, delta);

@@ -57,10 +57,13 @@ Test(partitioner_cp, scratch_by_hand)
     d.type = TRI_CP_COMM_P2P; /* deterministic mode runs the same exact backward for p2p */
     tri_cp_scratch_bytes(&d, &f, &b);
     cr_expect_eq(b, 3145728 * 4 + 3 * 8192 * 4);
-    d = small(TRI_CP_COMM_P2P, false); /* blocks (2, 256, 256): 131072 values */
+    /* the ring: k|v blocks (2, 256, 256) of 131072 values, two in flight, and a block's partial out
+       (2, 256, 256) and lse (2, 4, 256) f32; the backward's two f32 dk|dv accumulators and the rank's
+       share of a block (131072 each) reuse the f32 part */
+    d = small(TRI_CP_COMM_P2P, false);
     tri_cp_scratch_bytes(&d, &f, &b);
-    cr_expect_eq(f, 2 * 131072 * 4);
-    cr_expect_eq(b, 2 * 131072 * 4 + 131072 * 4);
+    cr_expect_eq(f, (2 * 131072 + 131072) * 4 + 2048 * 4);
+    cr_expect_eq(b, (2 * 131072 + 131072) * 4 + 3 * 131072 * 4);
     d.cp = 1;
     tri_cp_scratch_bytes(&d, &f, &b);
     cr_expect(f == 0 && b == 0);
@@ -82,12 +85,24 @@ Test(partitioner_cp, traffic_and_exposure_by_hand)
     tri_cp_layer_traffic(&d, f, b, &steps);
     cr_expect_eq(steps, 3);
     cr_expect_eq(f[TRI_COMM_P2P], 3u * 131072 * 4);       /* cp-1 k|v blocks sent */
-    cr_expect_eq(b[TRI_COMM_P2P], 3u * 131072 * (4 + 4)); /* and the f32 dk|dv block */
+    /* the k|v block 3 times, its f32 dk|dv accumulator after each of the 4 steps (the last returns it) */
+    cr_expect_eq(b[TRI_COMM_P2P], 3u * 131072 * 4 + 4u * 131072 * 4);
     cr_expect_eq(f[TRI_COMM_ALL_GATHER] + b[TRI_COMM_REDUCE_SCATTER], 0u);
     /* a step sends 524288 B (0.524288 ms at 1 GB/s) and computes attn / cp: 1 ms of attention leaves
        0.274288 ms a step exposed, 3 steps; 4 ms hides it all */
     cr_expect_float_eq(tri_cp_exposed_seconds(&d, f, 1e9, 1e-3), 3 * (524288e-9 - 0.25e-3), 1e-15);
     cr_expect_eq(tri_cp_exposed_seconds(&d, f, 1e9, 4e-3), 0.0);
+    /* deterministic mode, both types: the all-gather forward (2 MiB) and the owner-computes backward's
+       gathers of qkv and dout (2, 1024, 512 + 256) fp32 and lse, delta (2, 4, 1024) f32; all exposed */
+    for (int t = 0; t < 2; t++) {
+        d = small(t ? TRI_CP_COMM_P2P : TRI_CP_COMM_ALL_GATHER, true);
+        tri_cp_layer_traffic(&d, f, b, &steps);
+        cr_expect_eq(steps, 0);
+        cr_expect_eq(f[TRI_COMM_ALL_GATHER], 2097152u);
+        cr_expect_eq(b[TRI_COMM_ALL_GATHER], 2u * 1024 * 768 * 4 + 2u * 2 * 4 * 1024 * 4);
+        cr_expect_eq(f[TRI_COMM_P2P] + b[TRI_COMM_P2P] + b[TRI_COMM_REDUCE_SCATTER], 0u);
+        cr_expect_float_eq(tri_cp_exposed_seconds(&d, f, 1e9, 1.0), 0.75 * 2097152 / 1e9, 1e-15);
+    }
 }
 
 static tri_train_layout resolve(int gpus, int tp, int cp, int pp, int64_t T, int zero)
@@ -124,7 +139,9 @@ Test(partitioner_cp, a_rank_holds_and_computes_its_share)
     int64_t f, bw;
     tri_cp_dims d = tri_cp_dims_of(&GPT, &two);
     tri_cp_scratch_bytes(&d, &f, &bw);
-    cr_expect_eq(bw, 2 * 4 * (2 * 1024 * 512) + 4 * (2 * 1024 * 512)); /* p2p: 2 e + 4 bytes a (B, T_l, 2C) value */
+    /* the ring: two (B, T_l, 2C) blocks and the partial out (B, T_l, C), e bytes; two f32 accumulators
+       and the rank's share of a block */
+    cr_expect_eq(bw, 4 * (2 * (2 * 1024 * 512) + 2 * 1024 * 256) + 4 * 3 * (2 * 1024 * 512));
     tri_mem_model_rank(&GPT, &z_cp, &plan, 0, &slots, zc);
     tri_mem_model_rank(&GPT, &z_dp, &plan, 0, &slots, zd);
     for (int k = TRI_MEM_PARAMS; k <= TRI_MEM_OPTIMIZER; k++)
@@ -141,7 +158,7 @@ Test(partitioner_cp, a_rank_holds_and_computes_its_share)
     cr_expect_eq(p2.time.model_flops, p1.time.model_flops);
     /* per step: one micro-batch, 4 layers of the p2p traffic (hand: 1 step of (2, 1024, 512) fp32
        forward, k|v + dk|dv backward) */
-    cr_expect_float_eq(p2.time.cp_bytes, 4.0 * (4.0 * 1048576 + 8.0 * 1048576), 1e-6);
+    cr_expect_float_eq(p2.time.cp_bytes, 4.0 * (4.0 * 1048576 + 12.0 * 1048576), 1e-6);
     cr_expect(p2.time.cp_s >= 0 && p1.time.cp_s == 0 && p1.time.cp_bytes == 0);
     double parts = p2.time.compute_s + p2.time.tp_s + p2.time.ep_s + p2.time.cp_s + p2.time.bubble_s + p2.time.pp_s +
                    p2.time.dp_s + p2.time.optimizer_s;

@@ -272,10 +272,6 @@ static int validate(run *r)
         return rc;
     /* after the validator's rules, so a bad cp gets its rule's message: what the engine does not run
      * under cp yet (docs/context_parallel.md, "cp in the training engine", Left) */
-    if (r->L.cp > 1 && r->L.cp_comm_type == TRI_CP_COMM_P2P && !r->L.deterministic)
-        return TRI_ERR(TRI_EINVAL, "--context-parallel-size %d with --cp-comm-type p2p: the p2p ring is not built yet "
-                       "(use --cp-comm-type all_gather, or --deterministic-mode, whose exact backward gathers for "
-                       "both types)", r->L.cp);
     if (r->L.cp > 1 && a->compression.kind && strcmp(a->compression.kind, "none") != 0)
         return TRI_ERR(TRI_EINVAL, "--grad-compression %s with --context-parallel-size %d: the compressed reduction "
                        "runs over the dp group, while under cp the gradients reduce over dp x cp (not built; "
@@ -483,8 +479,8 @@ static void print_plan(run *r)
         tri_log_rank0("context parallel: cp %d (--cp-comm-type %s%s), each sequence in %d chunks of %lld tokens, "
                       "%lld rows a rank (chunks i and %d-i); gradients and ZeRO over dp x cp = %d ranks",
                       L->cp, L->cp_comm_type == TRI_CP_COMM_ALL_GATHER ? "all_gather" : "p2p",
-                      L->cp_comm_type == TRI_CP_COMM_P2P ? ": the ring is not built, deterministic mode's exact "
-                                                           "all-gather backward runs" : "",
+                      L->deterministic ? "; deterministic mode: every rank's keys, values and gradients gathered, "
+                                         "each rank computing its own rows' gradients exactly" : "",
                       2 * L->cp, (long long)(L->T / (2 * L->cp)), (long long)(L->T / L->cp), 2 * L->cp - 1,
                       L->dp * L->cp);
     tri_log_rank0("attention: %s%s; recompute %s%s", L->attention == TRI_ATTENTION_FLASH

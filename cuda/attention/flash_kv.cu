@@ -86,6 +86,17 @@ extern "C" int tri_cuda_flash_attention_kv_backward_dkv(tri_device *dev, tri_ten
                              tri_data(kv), tri_is_bf16(kv), tri_fp(lse), tri_fp(delta), p, accumulate ? 1 : 0);
 }
 
+/* The simple twin of the one-pass backward: the dq pass's kernel, then the dk, dv pass's (a thread per
+ * row each, recomputing P and dS; the CPU's one pass gives the same results as its two passes). */
+extern "C" int tri_cuda_flash_attention_kv_backward(tri_device *dev, tri_tensor dqkv, tri_tensor dkv, tri_tensor dout,
+                                                    tri_tensor qkv, tri_tensor kv, tri_tensor lse, tri_tensor delta,
+                                                    tri_flash_rows qrows, tri_flash_rows krows, bool accumulate)
+{
+    int rc = tri_cuda_flash_attention_kv_backward_dq(dev, dqkv, dout, qkv, kv, lse, delta, qrows, krows, accumulate);
+    return rc ? rc
+              : tri_cuda_flash_attention_kv_backward_dkv(dev, dkv, dout, qkv, kv, lse, delta, qrows, krows, accumulate);
+}
+
 extern "C" int tri_cuda_flash_attention_merge(tri_device *dev, tri_tensor out, tri_tensor lse, tri_tensor out2,
                                               tri_tensor lse2)
 {

@@ -238,9 +238,11 @@ int tri_comm_broadcast(tri_comm *c, tri_tensor x, int root)
     return timed(c, TRI_COMM_BROADCAST, t0, c->ops->broadcast(c, x, root));
 }
 
-int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
+/* Checks a p2p batch and counts what this rank sends; *skip for an empty batch. */
+static int prepare_p2p(tri_comm *c, const tri_p2p *ops, int n, bool *skip)
 {
     size_t sent = 0;
+    *skip = false;
     if (n < 0 || (n > 0 && !ops))
         return TRI_ERR(TRI_EINVAL, "comm p2p: a batch of %d ops%s", n, n > 0 ? " without the ops" : "");
     for (int i = 0; i < n; i++) {
@@ -255,11 +257,41 @@ int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
         if (ops[i].send)
             sent += tri_tensor_bytes(ops[i].t);
     }
-    if (n == 0)
+    if (n == 0) {
+        *skip = true;
         return TRI_OK;
+    }
     count(c, TRI_COMM_P2P, sent);
+    return TRI_OK;
+}
+
+int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n)
+{
+    bool skip = false;
+    int rc = prepare_p2p(c, ops, n, &skip);
+    if (rc || skip)
+        return rc;
     double t0 = tri_now_s();
     return timed(c, TRI_COMM_P2P, t0, c->ops->p2p(c, ops, n));
+}
+
+int tri_comm_p2p_start(tri_comm *c, const tri_p2p *ops, int n, tri_comm_request *req)
+{
+    bool skip = false;
+    *req = (tri_comm_request){0};
+    int rc = prepare_p2p(c, ops, n, &skip);
+    if (rc || skip)
+        return rc;
+    double t0 = tri_now_s();
+    if (!c->ops->p2p_start)
+        return timed(c, TRI_COMM_P2P, t0, c->ops->p2p(c, ops, n));
+    rc = c->ops->p2p_start(c, ops, n, &req->handle);
+    if (!rc && req->handle) {
+        req->c = c;
+        req->seq = c->seq;
+        req->kind = TRI_COMM_P2P;
+    }
+    return timed(c, TRI_COMM_P2P, t0, rc);
 }
 
 static tri_comm_watch *watch_of(tri_comm *c)

@@ -125,6 +125,10 @@ typedef struct tri_comm_ops {
                  void **handle);
     int (*wait)(tri_comm *c, void *handle);
     int (*test)(tri_comm *c, void *handle, bool *done);
+    /* Optional non-blocking p2p: posts the checked batch (ops may be freed on return; the tensors'
+     * buffers belong to the comm until the wait), giving a handle that wait / test complete as a
+     * collective's. NULL: the wrapper runs the blocking p2p at the start. */
+    int (*p2p_start)(tri_comm *c, const tri_p2p *ops, int n, void **handle);
     /* Required when the comm's buffers are device memory (device_buffers): all_reduce (with op) or
      * broadcast (from root) of `host`, a tensor in host memory, through the comm's own device
      * scratch (outside any planned memory). */
@@ -181,6 +185,17 @@ bool tri_comm_pending(const tri_comm_request *req);
 /* Runs n sends and receives together; returns when all are complete. Messages between two ranks
  * match in the order they were posted, so a send-forward/recv-backward pair needs no ordering trick. */
 int tri_comm_p2p(tri_comm *c, const tri_p2p *ops, int n);
+/* Non-blocking form of tri_comm_p2p: the same checks and byte counts (at the start); the batch is
+ * posted and completes at tri_comm_wait(req) (or a tri_comm_test that says done). Until then the
+ * send tensors must not be written nor the receive tensors read. ops itself may be reused at once.
+ * Several batches may be in flight on a comm; messages between two ranks still match in posting
+ * order. MPI: MPI_Isend/Irecv, completed by the polling Waitall; NCCL: grouped send/recv on the
+ * comm's stream with its own event, which the compute stream waits for only at the wait; thread
+ * ranks: the sends are posted at the start and the peers copy them out whenever they wait (so the
+ * transfer overlaps the sender's work), the receives complete at the wait; staged: sends copied
+ * down at the start, the inner comm's non-blocking p2p, receives copied up at the wait. The wait's
+ * seconds count under TRI_COMM_P2P (the exposed time). */
+int tri_comm_p2p_start(tri_comm *c, const tri_p2p *ops, int n, tri_comm_request *req);
 /* ---- all-to-all with variable counts (engine/comm/comm_a2a.c) ----
  * Expert parallelism sends each token's hidden state to the rank holding its expert and back
  * (GShard, Lepikhin et al. 2020; Megatron-Core's MoEAlltoAllTokenDispatcher): MPI_Alltoallv's

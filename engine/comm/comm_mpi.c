@@ -286,6 +286,12 @@ static bool overlaps(const void *a, size_t an, const void *b, size_t bn)
  * the output on completion. */
 typedef struct mpi_request {
     MPI_Request req;
+    /* a p2p batch (tri_comm_p2p_start): its n requests, statuses, ops and element counts */
+    int n;
+    MPI_Request *reqs;
+    MPI_Status *st;
+    tri_p2p *ops;
+    int *counts;
     const char *call, *op;
     uint64_t seq;
     void *move_dst;
@@ -352,9 +358,14 @@ static int mpi_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor
     return TRI_OK;
 }
 
+static int mpi_p2p_wait(tri_comm *c, mpi_request *r);
+static int mpi_p2p_test(tri_comm *c, mpi_request *r, bool *done);
+
 static int mpi_wait(tri_comm *c, void *handle)
 {
     mpi_request *r = handle;
+    if (r->reqs)
+        return mpi_p2p_wait(c, r);
     int err = MPI_SUCCESS, rc = wait_all(c, 1, &r->req, NULL, r->op, r->seq, &err);
     if (rc) {
         free(r); /* the job is being torn down: the MPI request is abandoned */
@@ -365,8 +376,9 @@ static int mpi_wait(tri_comm *c, void *handle)
 
 static int mpi_test(tri_comm *c, void *handle, bool *done)
 {
-    (void)c;
     mpi_request *r = handle;
+    if (r->reqs)
+        return mpi_p2p_test(c, r, done);
     int flag = 0, err = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
     *done = flag || err != MPI_SUCCESS;
     return *done ? complete(r, err) : TRI_OK;
@@ -444,32 +456,82 @@ static int p2p_verdict(tri_comm *c, const tri_p2p *ops, const int *counts, MPI_S
     return TRI_OK;
 }
 
-static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
+static void p2p_free(mpi_request *r)
 {
-    MPI_Request *req = calloc((size_t)n, sizeof *req);
-    MPI_Status *st = calloc((size_t)n, sizeof *st);
-    int *counts = calloc((size_t)n, sizeof *counts);
-    int rc = req && st && counts ? TRI_OK : TRI_ERR(TRI_ENOMEM, "mpi p2p: out of memory");
-    for (int i = 0; i < n && !rc; i++) /* every count is checked before anything is posted */
-        rc = count_of(ops[i].t, "p2p", &counts[i]);
+    free(r->reqs);
+    free(r->st);
+    free(r->ops);
+    free(r->counts);
+    free(r);
+}
+
+/* Posts a batch: MPI_Isend / MPI_Irecv for each op, every count checked before anything is posted;
+ * completed by mpi_wait (polling MPI_Testall) or mpi_test. */
+static int mpi_p2p_start(tri_comm *c, const tri_p2p *ops, int n, void **handle)
+{
+    mpi_request *r = calloc(1, sizeof *r);
+    if (r) {
+        r->reqs = calloc((size_t)n, sizeof *r->reqs);
+        r->st = calloc((size_t)n, sizeof *r->st);
+        r->ops = malloc((size_t)n * sizeof *r->ops);
+        r->counts = calloc((size_t)n, sizeof *r->counts);
+    }
+    int rc = r && r->reqs && r->st && r->ops && r->counts ? TRI_OK : TRI_ERR(TRI_ENOMEM, "mpi p2p: out of memory");
+    if (rc) {
+        if (r)
+            p2p_free(r);
+        return rc;
+    }
+    r->n = n;
+    r->call = "MPI_Testall";
+    r->op = "p2p";
+    r->seq = c->seq;
+    memcpy(r->ops, ops, (size_t)n * sizeof *ops);
+    for (int i = 0; i < n && !rc; i++)
+        rc = count_of(ops[i].t, "p2p", &r->counts[i]);
     int posted = 0;
     for (; posted < n && !rc; posted++) {
         const tri_p2p *o = &ops[posted];
         if (o->send)
-            rc = TRI_MPI(MPI_Isend(o->t.data, counts[posted], mpi_type(c, o->t.dtype), o->peer, o->tag,
-                                   comm_of(c), &req[posted]));
+            rc = TRI_MPI(MPI_Isend(o->t.data, r->counts[posted], mpi_type(c, o->t.dtype), o->peer, o->tag,
+                                   comm_of(c), &r->reqs[posted]));
         else
-            rc = TRI_MPI(MPI_Irecv(o->t.data, counts[posted], mpi_type(c, o->t.dtype), o->peer, o->tag,
-                                   comm_of(c), &req[posted]));
+            rc = TRI_MPI(MPI_Irecv(o->t.data, r->counts[posted], mpi_type(c, o->t.dtype), o->peer, o->tag,
+                                   comm_of(c), &r->reqs[posted]));
     }
-    int err = MPI_SUCCESS;
-    if (!rc) rc = wait_all(c, n, req, st, "p2p", c->seq, &err);
+    if (rc) { /* requests already posted are abandoned: the job is being torn down */
+        p2p_free(r);
+        return rc;
+    }
+    *handle = r;
+    return TRI_OK;
+}
+
+static int mpi_p2p_wait(tri_comm *c, mpi_request *r)
+{
+    int err = MPI_SUCCESS, rc = wait_all(c, r->n, r->reqs, r->st, r->op, r->seq, &err);
     if (!rc)
-        rc = p2p_verdict(c, ops, counts, st, n, err);
-    free(req);
-    free(st);
-    free(counts);
+        rc = p2p_verdict(c, r->ops, r->counts, r->st, r->n, err);
+    p2p_free(r);
     return rc;
+}
+
+static int mpi_p2p_test(tri_comm *c, mpi_request *r, bool *done)
+{
+    int flag = 0, err = MPI_Testall(r->n, r->reqs, &flag, r->st);
+    *done = flag || err != MPI_SUCCESS;
+    if (!*done)
+        return TRI_OK;
+    int rc = p2p_verdict(c, r->ops, r->counts, r->st, r->n, err);
+    p2p_free(r);
+    return rc;
+}
+
+static int mpi_p2p(tri_comm *c, const tri_p2p *ops, int n)
+{
+    void *handle = NULL;
+    int rc = mpi_p2p_start(c, ops, n, &handle);
+    return rc ? rc : mpi_p2p_wait(c, handle);
 }
 
 /* counts[r] or displs[r] as MPI's int; TRI_EINVAL above INT_MAX (an int would wrap). */
@@ -586,6 +648,7 @@ static const tri_comm_ops mpi_ops = {
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,
     .p2p = mpi_p2p,
+    .p2p_start = mpi_p2p_start,
     .all_to_all_v = mpi_all_to_all_v,
     .split = mpi_split,
     .barrier = mpi_barrier,

@@ -8,9 +8,11 @@
  * rounded once), and meets again before anyone reuses a buffer. All-to-all with variable counts
  * posts each rank's count arrays too, so a pair of ranks disagreeing on a count is TRI_EINVAL on every
  * rank (MPI would truncate or leave a block short). Point-to-point messages go through
- * per-(sender, receiver) FIFO queues: a batch posts all its sends, completes all its receives by
- * copying from matching posted sends (a receive of the wrong size takes the message and fails, as in
- * MPI), then waits until its own sends have been consumed (so send buffers may be reused on return).
+ * per-(sender, receiver) FIFO queues: a batch posts all its sends and its receives, completes its
+ * receives by copying from matching posted sends, in the order receives were posted (a receive of
+ * the wrong size takes the message and fails, as in MPI), then waits until its own sends have been
+ * consumed (so send buffers may be reused on return). A non-blocking batch (tri_comm_p2p_start)
+ * returns after posting; the peers copy its sends out whenever they complete their receives.
  * Every wait gives up after the group's timeout or when any rank aborts, so a failing test reports
  * instead of hanging. */
 #include "engine/comm/comm.h"
@@ -83,10 +85,13 @@ struct tri_thread_group {
     shared *world;
 };
 
+struct posted;
+
 typedef struct thread_comm {
     shared *sh;
     int world_rank;
     unsigned long entered;        /* collectives this rank has entered on this comm */
+    struct posted *posted;        /* this rank's p2p receives in flight, in posting order */
 } thread_comm;
 
 static const tri_comm_ops thread_ops;
@@ -411,70 +416,194 @@ static message **first_with_tag(message **q, int tag)
     return NULL;
 }
 
-static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
+/* A p2p batch in flight: the ops (copied), this rank's posted send messages, its posted receives
+ * and which of them have completed. The sends sit in the queues from the start; a peer copies one
+ * out whenever it completes the matching receive, so the transfer overlaps whatever this rank does
+ * meanwhile. Receives are matched as MPI matches them: in the order they were posted, across the
+ * batches in flight (a receive posted earlier takes the older message with its tag, whichever
+ * batch is waited for first): every rank keeps its posted receives in one list (thread_comm). */
+typedef struct posted {
+    struct posted *next;
+    struct p2p_batch *b;
+    int i;                        /* the op in b */
+} posted;
+
+typedef struct p2p_batch {
+    int n;
+    tri_p2p *ops;
+    message *mine;   /* (n): the send messages (unused for receives) */
+    posted *recv;    /* (n): the receive records (unused for sends) */
+    bool *got;       /* (n): receive completed */
+    int mismatch;    /* the first size mismatch (the message is consumed anyway) */
+} p2p_batch;
+
+static void batch_free(p2p_batch *b)
+{
+    if (!b)
+        return;
+    free(b->ops);
+    free(b->mine);
+    free(b->recv);
+    free(b->got);
+    free(b);
+}
+
+static thread_comm *tc_of(tri_comm *c)
+{
+    return (thread_comm *)c->impl;
+}
+
+static int thread_p2p_start(tri_comm *c, const tri_p2p *ops, int n, void **handle)
 {
     shared *s = sh_of(c);
-    int rc = TRI_OK;
-    message *mine = calloc((size_t)n, sizeof *mine);
-    if (!mine)
+    p2p_batch *b = calloc(1, sizeof *b);
+    if (b) {
+        b->n = n;
+        b->ops = malloc((size_t)n * sizeof *b->ops);
+        b->mine = calloc((size_t)n, sizeof *b->mine);
+        b->recv = calloc((size_t)n, sizeof *b->recv);
+        b->got = calloc((size_t)n, sizeof *b->got);
+    }
+    if (!b || !b->ops || !b->mine || !b->recv || !b->got) {
+        batch_free(b);
         return TRI_ERR(TRI_ENOMEM, "thread comm p2p: out of memory");
-    struct timespec until = deadline(s->timeout_s);
+    }
+    memcpy(b->ops, ops, (size_t)n * sizeof *ops);
+    /* post receives at the tail of this rank's list (only this rank's thread touches it) */
+    posted **tail = &tc_of(c)->posted;
+    while (*tail)
+        tail = &(*tail)->next;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].send)
+            continue;
+        b->recv[i] = (posted){.b = b, .i = i};
+        *tail = &b->recv[i];
+        tail = &b->recv[i].next;
+    }
     pthread_mutex_lock(&s->mu);
     /* post sends at the tail of queue[me -> peer] */
     for (int i = 0; i < n; i++) {
         if (!ops[i].send)
             continue;
-        mine[i].buf = ops[i].t.data;
-        mine[i].bytes = tri_tensor_bytes(ops[i].t);
-        mine[i].tag = ops[i].tag;
+        b->mine[i].buf = ops[i].t.data;
+        b->mine[i].bytes = tri_tensor_bytes(ops[i].t);
+        b->mine[i].tag = ops[i].tag;
         message **q = &s->queue[c->rank * s->size + ops[i].peer];
         while (*q)
             q = &(*q)->next;
-        *q = &mine[i];
+        *q = &b->mine[i];
     }
     pthread_cond_broadcast(&s->cv);
-    /* Complete receives in order. A receive whose size differs from the message is an error, but
-     * it still takes the message (as an MPI receive does), so the sender completes and later
-     * messages between the pair keep matching in order. */
-    int mismatch = TRI_OK;
-    for (int i = 0; i < n && rc == TRI_OK; i++) {
-        if (ops[i].send)
+    pthread_mutex_unlock(&s->mu);
+    *handle = b;
+    return TRI_OK;
+}
+
+/* Completes every posted receive of this rank whose message has arrived, in posting order (mutex
+ * held). A receive whose size differs from the message is an error of its batch, but it still
+ * takes the message (as an MPI receive does), so the sender completes and later messages between
+ * the pair keep matching in order. */
+static void match_receives(tri_comm *c)
+{
+    shared *s = sh_of(c);
+    for (posted **r = &tc_of(c)->posted; *r;) {
+        p2p_batch *b = (*r)->b;
+        const tri_p2p *o = &b->ops[(*r)->i];
+        message **q = first_with_tag(&s->queue[o->peer * s->size + c->rank], o->tag);
+        if (!q) {
+            r = &(*r)->next;
             continue;
-        message **q = NULL;
-        while (rc == TRI_OK && !(q = first_with_tag(&s->queue[ops[i].peer * s->size + c->rank], ops[i].tag)))
-            rc = wait_locked(s, &until, "p2p receive");
-        if (rc)
-            break;
+        }
         message *m = *q;
-        if (m->bytes == tri_tensor_bytes(ops[i].t))
-            memcpy(ops[i].t.data, m->buf, m->bytes);
-        else if (!mismatch)
-            mismatch = TRI_ERR(TRI_ECOMM, "thread comm p2p: rank %d sent %zu bytes, rank %d expects %zu "
-                               "(tag %d)", ops[i].peer, m->bytes, c->rank, tri_tensor_bytes(ops[i].t),
-                               ops[i].tag);
+        if (m->bytes == tri_tensor_bytes(o->t))
+            memcpy(o->t.data, m->buf, m->bytes);
+        else if (!b->mismatch)
+            b->mismatch = TRI_ERR(TRI_ECOMM, "thread comm p2p: rank %d sent %zu bytes, rank %d expects %zu "
+                                  "(tag %d)", o->peer, m->bytes, c->rank, tri_tensor_bytes(o->t), o->tag);
         *q = m->next;
         m->consumed = 1;
+        b->got[(*r)->i] = true;
+        *r = (*r)->next;
         pthread_cond_broadcast(&s->cv);
     }
-    /* wait until every send of this batch has been received */
-    for (int i = 0; i < n && rc == TRI_OK; i++)
-        while (ops[i].send && !mine[i].consumed && rc == TRI_OK)
-            rc = wait_locked(s, &until, "p2p send");
-    if (rc) {
-        /* unlink our unconsumed sends so no peer reads freed memory */
-        for (int i = 0; i < n; i++) {
-            if (!ops[i].send || mine[i].consumed)
-                continue;
-            message **q = &s->queue[c->rank * s->size + ops[i].peer];
-            while (*q && *q != &mine[i])
-                q = &(*q)->next;
-            if (*q)
-                *q = mine[i].next;
+}
+
+/* Advances batch b (mutex held) until its receives have completed and its sends were received.
+ * block: wait for what is missing (until the deadline), else return with *done false at the first
+ * thing not ready. On failure the batch's unconsumed sends and pending receives are withdrawn so no
+ * peer reads, and no later match writes, freed memory. */
+static int batch_progress(tri_comm *c, p2p_batch *b, bool block, bool *done)
+{
+    shared *s = sh_of(c);
+    struct timespec until = deadline(s->timeout_s);
+    int rc = TRI_OK;
+    *done = false;
+    for (int i = 0; i < b->n && rc == TRI_OK; i++) {
+        if (b->ops[i].send)
+            continue;
+        match_receives(c);
+        while (rc == TRI_OK && !b->got[i]) {
+            if (!block)
+                return TRI_OK;
+            rc = wait_locked(s, &until, "p2p receive");
+            if (!rc)
+                match_receives(c);
         }
     }
+    for (int i = 0; i < b->n && rc == TRI_OK; i++)
+        while (b->ops[i].send && !b->mine[i].consumed && rc == TRI_OK) {
+            if (!block)
+                return TRI_OK;
+            rc = wait_locked(s, &until, "p2p send");
+        }
+    if (rc) {
+        for (int i = 0; i < b->n; i++) {
+            if (!b->ops[i].send || b->mine[i].consumed)
+                continue;
+            message **q = &s->queue[c->rank * s->size + b->ops[i].peer];
+            while (*q && *q != &b->mine[i])
+                q = &(*q)->next;
+            if (*q)
+                *q = b->mine[i].next;
+        }
+        for (posted **r = &tc_of(c)->posted; *r;)
+            if ((*r)->b == b)
+                *r = (*r)->next;
+            else
+                r = &(*r)->next;
+    }
+    *done = true;
+    return rc ? rc : b->mismatch;
+}
+
+/* The thread comm's handles are p2p batches (its collectives have no start). */
+static int thread_wait(tri_comm *c, void *handle)
+{
+    shared *s = sh_of(c);
+    bool done = false;
+    pthread_mutex_lock(&s->mu);
+    int rc = batch_progress(c, handle, true, &done);
     pthread_mutex_unlock(&s->mu);
-    free(mine);
-    return rc ? rc : mismatch;
+    batch_free(handle);
+    return rc;
+}
+
+static int thread_test(tri_comm *c, void *handle, bool *done)
+{
+    shared *s = sh_of(c);
+    pthread_mutex_lock(&s->mu);
+    int rc = batch_progress(c, handle, false, done);
+    pthread_mutex_unlock(&s->mu);
+    if (*done)
+        batch_free(handle);
+    return rc;
+}
+
+static int thread_p2p(tri_comm *c, const tri_p2p *ops, int n)
+{
+    void *handle = NULL;
+    int rc = thread_p2p_start(c, ops, n, &handle);
+    return rc ? rc : thread_wait(c, handle);
 }
 
 static int thread_barrier(tri_comm *c)
@@ -568,6 +697,9 @@ static const tri_comm_ops thread_ops = {
     .all_gather = thread_all_gather,
     .broadcast = thread_broadcast,
     .p2p = thread_p2p,
+    .p2p_start = thread_p2p_start,
+    .wait = thread_wait,
+    .test = thread_test,
     .all_to_all_v = thread_all_to_all_v,
     .split = thread_split,
     .barrier = thread_barrier,

@@ -464,6 +464,19 @@ int tri_cost_flash_attention_kv_backward_dkv(tri_device *d, tri_tensor dkv, tri_
     return flash_kv_pass(d, "flash_attention_kv_backward_dkv", dkv, dout, qkv, kv, lse, delta, 4);
 }
 
+/* One pass: five products a tile pair (S, dP once; P^T dout, dS^T q, dS k). */
+int tri_cost_flash_attention_kv_backward(tri_device *d, tri_tensor dqkv, tri_tensor dkv, tri_tensor dout,
+                                         tri_tensor qkv, tri_tensor kv, tri_tensor lse, tri_tensor delta,
+                                         tri_flash_rows qrows, tri_flash_rows krows, bool accumulate)
+{
+    (void)qrows, (void)krows, (void)accumulate;
+    double p = 5 * flash_kv_product_flops(tri_flash_dims_of(qkv, dout, lse), kv.shape[1]);
+    bool tc = qkv.dtype == TRI_BF16;
+    tri_cost_call(d, "flash_attention_kv_backward");
+    return tri_cost_kernel(d, bytes(qkv) + bytes(kv) + bytes(dout) + bytes(lse) + bytes(delta) + bytes(dqkv) +
+                                  bytes(dkv), tc ? p : 0, tc ? 0 : p);
+}
+
 int tri_cost_flash_attention_merge(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor out2, tri_tensor lse2)
 {
     return one(d, "flash_attention_merge", 2 * bytes(out) + bytes(out2) + 2 * bytes(lse) + bytes(lse2), 3 * numel(out));

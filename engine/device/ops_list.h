@@ -184,6 +184,15 @@ TRI_OP(flash_attention_kv_backward_dq, (tri_device *d, tri_tensor dqkv, tri_tens
 TRI_OP(flash_attention_kv_backward_dkv, (tri_device *d, tri_tensor dkv, tri_tensor dout, tri_tensor qkv,
                                          tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
                                          tri_flash_rows krows, bool accumulate))
+/* Both passes in one (the dq pass's and the dk, dv pass's results, each as its pass documents; the
+ * same accumulate for both): per (b, key/value head) the key tiles ascending, each tile's P and dS
+ * computed once for dq and dk, dv (FlashAttention-2's one-pass backward; the passes above recompute
+ * them, about 1.4x the work). The CPU gives the two passes' bits (each output element receives the
+ * same sgemm calls in the same order) and runs them instead when fewer (b, key/value head) tasks
+ * than threads exist; the CUDA simple twin runs the two passes' kernels. */
+TRI_OP(flash_attention_kv_backward, (tri_device *d, tri_tensor dqkv, tri_tensor dkv, tri_tensor dout, tri_tensor qkv,
+                                     tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                     tri_flash_rows krows, bool accumulate))
 /* In place: out, lse (B,T,C_l), (B,NH_l,T) <- the merge of (out, lse) and (out2, lse2), two partial
  * attentions of the same queries over disjoint keys, per row by tri_flash_merge_weights (fixed
  * order: out w1 + out2 w2; rows -inf in both stay 0, -inf). */

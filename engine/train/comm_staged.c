@@ -126,6 +126,87 @@ static int staged_p2p(tri_comm *c, const tri_p2p *ops, int n)
     return rc;
 }
 
+/* A p2p batch in flight: its own host buffer (several batches may be in flight), the host ops
+ * and the device receives to copy up at the wait. */
+typedef struct staged_batch {
+    int n;
+    void *host;
+    tri_p2p *hops;     /* (n): the ops over host memory */
+    tri_p2p *ops;      /* (n): the caller's ops over device memory */
+    tri_comm_request inner;
+} staged_batch;
+
+static void batch_free(staged_batch *b)
+{
+    free(b->host);
+    free(b->hops);
+    free(b->ops);
+    free(b);
+}
+
+/* Sends copied down now, the inner comm's non-blocking p2p on host buffers. */
+static int staged_p2p_start(tri_comm *c, const tri_p2p *ops, int n, void **handle)
+{
+    staged *s = of(c);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += (tri_tensor_bytes(ops[i].t) + 15) / 16 * 16;
+    staged_batch *b = calloc(1, sizeof *b);
+    if (b) {
+        b->n = n;
+        b->host = malloc(total ? total : 1);
+        b->hops = calloc((size_t)n, sizeof *b->hops);
+        b->ops = malloc((size_t)n * sizeof *b->ops);
+    }
+    if (!b || !b->host || !b->hops || !b->ops) {
+        if (b)
+            batch_free(b);
+        return TRI_ERR(TRI_ENOMEM, "staged comm: out of host memory for a batch of %d p2p ops", n);
+    }
+    memcpy(b->ops, ops, (size_t)n * sizeof *ops);
+    int rc = TRI_OK;
+    size_t at = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        b->hops[i] = ops[i];
+        b->hops[i].t = on_host(ops[i].t, (char *)b->host + at);
+        at += (tri_tensor_bytes(ops[i].t) + 15) / 16 * 16;
+        if (ops[i].send)
+            rc = tri_device_copy_to_host(s->dev, b->hops[i].t.data, ops[i].t);
+    }
+    if (!rc) rc = tri_comm_p2p_start(s->inner, b->hops, n, &b->inner);
+    if (rc) {
+        batch_free(b);
+        return rc;
+    }
+    *handle = b;
+    return TRI_OK;
+}
+
+/* The staged comm's handles are p2p batches (its collectives start blocking): the inner batch
+ * completed, the receives copied up. */
+static int staged_wait(tri_comm *c, void *handle)
+{
+    staged_batch *b = handle;
+    int rc = tri_comm_wait(&b->inner);
+    for (int i = 0; i < b->n && !rc; i++)
+        if (!b->ops[i].send)
+            rc = tri_device_copy_from_host(of(c)->dev, b->ops[i].t, b->hops[i].t.data);
+    batch_free(b);
+    return rc;
+}
+
+static int staged_test(tri_comm *c, void *handle, bool *done)
+{
+    staged_batch *b = handle;
+    int rc = tri_comm_test(&b->inner, done);
+    if (rc) {
+        *done = true;
+        batch_free(b);
+        return rc;
+    }
+    return *done ? staged_wait(c, handle) : TRI_OK;
+}
+
 /* in copied down whole, the inner comm's all-to-all into a second host buffer, and only the received
  * blocks copied up (the rest of out is left as it was, as the operation promises). */
 static int staged_all_to_all_v(tri_comm *c, tri_tensor out, tri_tensor in, const int64_t *send_counts,
@@ -206,6 +287,9 @@ static const tri_comm_ops STAGED_OPS = {
     .all_gather = staged_all_gather,
     .broadcast = staged_broadcast,
     .p2p = staged_p2p,
+    .p2p_start = staged_p2p_start,
+    .wait = staged_wait,
+    .test = staged_test,
     .all_to_all_v = staged_all_to_all_v,
     .split = staged_split,
     .barrier = staged_barrier,

@@ -7,8 +7,9 @@
  * buffer, runs the inner comm's operation on host buffers, and copies the result back
  * (Megatron-LM's gloo fallback does the same for CPU groups). Results are the inner comm's bit for
  * bit: the same host values go through the same operation (all-to-all with variable counts copies
- * back only the blocks it received, leaving the rest of its output as it was). Non-blocking starts run blocking (the
- * staging copies would serialise them anyway). Slower than NCCL by the two copies and host-side
+ * back only the blocks it received, leaving the rest of its output as it was). Non-blocking collective starts run blocking (the
+ * staging copies would serialise them anyway); a non-blocking p2p copies its sends down at the start,
+ * leaves the inner comm's p2p in flight and copies the receives up at the wait (the ring's overlap). Slower than NCCL by the two copies and host-side
  * reductions; for correctness runs and small layouts, never chosen silently (engine_train says so).
  * The staging buffers grow to the largest operation and are kept (outside the planned memory). */
 #ifndef TRIDENT_ENGINE_TRAIN_COMM_STAGED_H

@@ -1493,6 +1493,15 @@ static void flash_kv_case(int64_t B, int64_t NH, int64_t NH_kv, int64_t HS, int 
         snprintf(what, sizeof what, "flash_kv dk, dv%s (%s, f32 dkv)", acc ? " accumulated" : "", bf16 ? "bf16" : "fp32");
         cmp(what, dkv, tol);
     }
+    /* the one-pass op (CUDA: its simple twin, the two passes' kernels) against the CPU's one pass */
+    for (int acc = 0; acc < 2; acc++) {
+        BOTH(tri_op_flash_attention_kv_backward(cpu, dqkv.c, dkv.c, dout.c, qkv.c, kv.c, lse.c, delta.c, qr, kr, acc),
+             tri_op_flash_attention_kv_backward(gpu, dqkv.g, dkv.g, dout.g, qkv.g, kv.g, lse.g, delta.g, qr, kr, acc));
+        snprintf(what, sizeof what, "flash_kv one-pass dq%s (%s)", acc ? " accumulated" : "", bf16 ? "bf16" : "fp32");
+        cmp(what, dqkv, tol);
+        snprintf(what, sizeof what, "flash_kv one-pass dk, dv%s (%s)", acc ? " accumulated" : "", bf16 ? "bf16" : "fp32");
+        cmp(what, dkv, tol);
+    }
     /* merge: lse2 -inf on every third row (a block the row does not see) */
     both out2 = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, C), -1, 1, seed + 5, bf16);
     float *l2 = ot_uniform((size_t)(B * NH * Tl), -3, 3, seed + 6);

@@ -10,7 +10,11 @@
  * - all_gather (f32): atty, lse and dq bit for bit, dk and dv within 2 N u A per element (as
  *   tests/test_cp_attention.c derives it: the same f32 terms added in another order; MPI's
  *   reduce-scatter chooses its own order of the cp partials);
- * - the wire bytes counted under all_gather and reduce_scatter are cp_attention.h's formula.
+ * - p2p, the ring (f32 and bf16): atty and lse within twice the fused attention's derived
+ *   normalised tolerance of one rank's (each is within it of the exact result), and, fed the one-rank
+ *   forward's out and lse (the same P and dS terms), dq and dk, dv within 2 N u A per element (the
+ *   ring's order of blocks; bf16: plus the roundings of dq's cp accumulations and one more);
+ * - the wire bytes counted under all_gather, reduce_scatter and p2p are cp_attention.h's formula.
  *
  * Usage: mpiexec -n N cp_attention (CTest runs N = 2 and 4). Exit status 0 only if every case passed
  * on every rank; a call failing unexpectedly aborts the job. */
@@ -95,8 +99,9 @@ static float *mine(const float *x, int64_t T, int64_t X, int cp, int q, int stat
     return out;
 }
 
-/* fp64 sums of the magnitudes of dk's and dv's terms (B, T, KV), as tests/test_cp_attention.c. */
-static double *magnitudes(const float *qkv, const float *dout, int64_t T)
+/* fp64 sums of the magnitudes of dk's and dv's terms (B, T, KV), as tests/test_cp_attention.c; adq
+ * (B, T, C) if not NULL: those of dq's terms. */
+static double *magnitudes(const float *qkv, const float *dout, int64_t T, double *adq)
 {
     double *a = calloc((size_t)(B * T * KV), sizeof *a), *p = malloc((size_t)T * sizeof *p),
            *dp = malloc((size_t)T * sizeof *dp), scale = 1.0 / sqrt((double)HS);
@@ -128,12 +133,29 @@ static double *magnitudes(const float *qkv, const float *dout, int64_t T)
                     for (int64_t i = 0; i < HS; i++) {
                         aj[g * HS + i] += fabs(ds * q[i]);
                         aj[(NH_KV + g) * HS + i] += fabs(p[j] * go[i]);
+                        if (adq)
+                            adq[(b * T + t) * C + h * HS + i] += fabs(ds * qkv[(b * T + j) * W + ko + i]);
                     }
                 }
             }
     free(p);
     free(dp);
     return a;
+}
+
+/* max |got - want| <= tol max |want| (normalised, as tests/test_flash_attention.c measures). */
+static int near(const char *what, const float *got, const float *want, size_t n, double tol, int rank)
+{
+    double top = 0.0, diff = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        top = fabs(want[i]) > top ? fabs(want[i]) : top;
+        diff = e > diff || e != e ? e : diff;
+    }
+    if (diff <= tol * top)
+        return 0;
+    fprintf(stderr, "cp_attention: rank %d: %s normalised difference %.3g > %.3g\n", rank, what, diff / top, tol);
+    return 1;
 }
 
 static int differ(const char *what, const float *got, const float *want, size_t n, int rank)
@@ -182,37 +204,61 @@ static int run_case(tri_comm *world, tri_cp_comm_type type, bool det, tri_dtype 
         die("tri_cp_scratch_numel", rc);
     tri_cp_scratch sc = {dev(d, dt, 1, 1, an, NULL), dev(d, TRI_F32, 1, 1, fn, NULL)};
     sc.act = tri_tensor_flat(sc.act), sc.f32 = tri_tensor_flat(sc.f32);
-    uint64_t before = world->wire[TRI_COMM_ALL_GATHER] + world->wire[TRI_COMM_REDUCE_SCATTER];
+    bool ring = type == TRI_CP_COMM_P2P && !det;
+    float *wo = mine(ro, T, C, cp, q, 0), *wl = mine(rl, T, 1, cp, q, 1), *wdq = mine(rdq, T, W, cp, q, 0);
+    /* the ring's backward runs from the one-rank forward's rows (its own forward is checked apart) */
+    tri_tensor fo = ring ? dev(d, dt, B, Tl, C, wo) : co, fl = ring ? dev(d, TRI_F32, B, NH, Tl, wl) : cl;
+    uint64_t before = tri_comm_wire_bytes(world, TRI_COMM_KINDS);
     rc = tri_cp_attention_forward(d, &ctx, co, cl, cq, &sc);
-    if (!rc) rc = tri_cp_attention_backward(d, &ctx, cdq, cd, cg, cq, co, cl, &sc);
+    if (!rc) rc = tri_cp_attention_backward(d, &ctx, cdq, cd, cg, cq, fo, fl, &sc);
     if (rc)
         die("cp attention", rc);
-    uint64_t sent = world->wire[TRI_COMM_ALL_GATHER] + world->wire[TRI_COMM_REDUCE_SCATTER] - before;
+    uint64_t sent = tri_comm_wire_bytes(world, TRI_COMM_KINDS) - before;
     float *go = host(d, co), *gl = host(d, cl), *gdq = host(d, cdq);
-    float *wo = mine(ro, T, C, cp, q, 0), *wl = mine(rl, T, 1, cp, q, 1), *wdq = mine(rdq, T, W, cp, q, 0);
-    fails += differ("atty", go, wo, (size_t)(B * Tl * C), q);
-    fails += differ("lse", gl, wl, (size_t)(B * NH * Tl), q);
+    if (ring) { /* each within 1e-5 (test_flash_attention's fp32 derivation) of the exact result, plus in
+                   bf16 the 2 cp - 1 roundings of the partials and the one rank's own */
+        double tol = 2e-5 + (dt == TRI_BF16 ? 2.0 * cp * 0x1p-9 : 0.0);
+        fails += near("atty (ring)", go, wo, (size_t)(B * Tl * C), tol, q);
+        fails += near("lse (ring)", gl, wl, (size_t)(B * NH * Tl), 2e-5, q);
+    } else {
+        fails += differ("atty", go, wo, (size_t)(B * Tl * C), q);
+        fails += differ("lse", gl, wl, (size_t)(B * NH * Tl), q);
+    }
     if (det) {
         fails += differ("dqkv", gdq, wdq, (size_t)(B * Tl * W), q);
     } else {
-        double *a = magnitudes(sq, sg, T), N = (double)(NH / NH_KV * T + 4);
+        double *adq = ring ? calloc((size_t)(B * T * C), sizeof *adq) : NULL;
+        double *a = magnitudes(sq, sg, T, adq), N = (double)(NH / NH_KV * T + 4);
         for (int64_t r = 0; r < B * Tl; r++) {
-            fails += differ("dq", gdq + r * W, wdq + r * W, C, q) ? 1 : 0;
             int64_t b = r / Tl, t = r % Tl, gt = t < TC ? q * TC + t : (2 * cp - 1 - q) * TC + t - TC;
+            if (!ring)
+                fails += differ("dq", gdq + r * W, wdq + r * W, C, q) ? 1 : 0;
+            for (int64_t i = 0; i < C && ring; i++) {
+                double aq = adq[(b * T + gt) * C + i], e = fabs((double)gdq[r * W + i] - wdq[r * W + i]);
+                double tol = 2.0 * N * 0x1p-24 * aq + (dt == TRI_BF16 ? (cp + 1) * 0x1p-8 * aq : 0.0);
+                if (e > tol && fails++ == 0)
+                    fprintf(stderr, "cp_attention: rank %d: dq[%lld, %lld] differs by %.3g > %.3g (ring)\n", q,
+                            (long long)r, (long long)i, e, tol);
+            }
             for (int64_t i = 0; i < KV; i++) {
                 double e = fabs((double)gdq[r * W + C + i] - wdq[r * W + C + i]);
                 double tol = 2.0 * N * 0x1p-24 * a[(b * T + gt) * KV + i];
+                if (dt == TRI_BF16) /* rounded once to bf16 on both sides */
+                    tol += 2.0 * 0x1p-8 * fabs((double)wdq[r * W + C + i]);
                 if (e > tol && fails++ == 0)
                     fprintf(stderr, "cp_attention: rank %d: dk|dv[%lld, %lld] differs by %.3g > %.3g\n", q,
                             (long long)r, (long long)i, e, tol);
             }
         }
         free(a);
+        free(adq);
     }
     uint64_t es = tri_dtype_size(dt), k = (uint64_t)(cp - 1);
     uint64_t want = (uint64_t)(B * Tl * KV) * es * k +
                     (det ? ((uint64_t)(B * Tl * (W + C)) * es + 2 * (uint64_t)(B * NH * Tl) * 4) * k
                          : (uint64_t)(B * Tl * KV) * (es + 4) * k);
+    if (ring) /* the k|v block cp - 1 times each pass, the f32 dk|dv accumulator cp times */
+        want = (uint64_t)(B * Tl * KV) * (2 * es * k + 4 * (k + 1));
     if (sent != want) {
         fprintf(stderr, "cp_attention: rank %d: sent %llu wire bytes, expected %llu\n", q, (unsigned long long)sent,
                 (unsigned long long)want);
@@ -223,6 +269,10 @@ static int run_case(tri_comm *world, tri_cp_comm_type type, bool det, tri_dtype 
     tri_tensor all[] = {qkv, dout, out, lse, delta, dqkv, cq, cg, co, cl, cd, cdq, sc.act, sc.f32};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         tri_device_free(d, all[i].data);
+    if (ring) {
+        tri_device_free(d, fo.data);
+        tri_device_free(d, fl.data);
+    }
     tri_device_destroy(d);
     return fails;
 }
@@ -242,7 +292,9 @@ int main(int argc, char **argv)
         tri_dtype dt;
     } cases[] = {{"deterministic p2p f32", TRI_CP_COMM_P2P, true, TRI_F32},
                  {"deterministic all_gather bf16", TRI_CP_COMM_ALL_GATHER, true, TRI_BF16},
-                 {"all_gather f32", TRI_CP_COMM_ALL_GATHER, false, TRI_F32}};
+                 {"all_gather f32", TRI_CP_COMM_ALL_GATHER, false, TRI_F32},
+                 {"p2p ring f32", TRI_CP_COMM_P2P, false, TRI_F32},
+                 {"p2p ring bf16", TRI_CP_COMM_P2P, false, TRI_BF16}};
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int mine_fails = run_case(world, cases[i].type, cases[i].det, cases[i].dt) > 0, any = 0;

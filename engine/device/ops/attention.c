@@ -240,6 +240,30 @@ int tri_op_flash_attention_kv_backward_dkv(tri_device *d, tri_tensor dkv, tri_te
                                                  qrows, krows, accumulate));
 }
 
+int tri_op_flash_attention_kv_backward(tri_device *d, tri_tensor dqkv, tri_tensor dkv, tri_tensor dout, tri_tensor qkv,
+                                       tri_tensor kv, tri_tensor lse, tri_tensor delta, tri_flash_rows qrows,
+                                       tri_flash_rows krows, bool accumulate)
+{
+    const char *op = "flash_attention_kv_backward";
+    int rc = check_flash_kv_backward(op, dqkv, "dqkv", tri_tensor_numel(qkv), dout, qkv, kv, lse, delta, qrows, krows);
+    if (!rc) rc = tri_need_float(op, "dkv", dkv);
+    if (!rc) rc = tri_need_numel(op, "dkv", dkv, tri_tensor_numel(kv));
+    if (rc || tri_tensor_numel(qkv) == 0 || tri_tensor_numel(kv) == 0) /* an empty side: each pass alone */
+        return rc ? rc
+                  : tri_tensor_numel(qkv) == 0
+                        ? tri_op_flash_attention_kv_backward_dkv(d, dkv, dout, qkv, kv, lse, delta, qrows, krows, accumulate)
+                        : tri_op_flash_attention_kv_backward_dq(d, dqkv, dout, qkv, kv, lse, delta, qrows, krows, accumulate);
+    tri_widen w = tri_widen_start(d, rc);
+    tri_widen_arg(&w, &dqkv, true);
+    tri_widen_arg(&w, &dkv, true);
+    tri_widen_arg(&w, &dout, false);
+    tri_widen_arg(&w, &qkv, false);
+    tri_widen_arg(&w, &kv, false);
+    return tri_widen_end(&w, w.rc ? 0
+                                  : TRI_DISPATCH(d, flash_attention_kv_backward, dqkv, dkv, dout, qkv, kv, lse, delta,
+                                                 qrows, krows, accumulate));
+}
+
 int tri_op_flash_attention_merge(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor out2, tri_tensor lse2)
 {
     const char *op = "flash_attention_merge";

@@ -135,6 +135,15 @@ int tri_cpu_flash_attention_kv_backward_dkv(tri_device *d, tri_tensor dkv, tri_t
     return TRI_OK;
 }
 
+int tri_cpu_flash_attention_kv_backward(tri_device *d, tri_tensor dqkv, tri_tensor dkv, tri_tensor dout,
+                                        tri_tensor qkv, tri_tensor kv, tri_tensor lse, tri_tensor delta,
+                                        tri_flash_rows qrows, tri_flash_rows krows, bool accumulate)
+{
+    tri_cpu_flash_kv_backward(nthreads(d), fp(dqkv), fp(dkv), fp(delta), fp(dout), fp(qkv), fp(kv), fp(lse), kv.shape[1],
+                              kv.shape[2], qrows, krows, tri_flash_dims_of(qkv, dout, lse), accumulate);
+    return TRI_OK;
+}
+
 int tri_cpu_flash_attention_merge(tri_device *d, tri_tensor out, tri_tensor lse, tri_tensor out2, tri_tensor lse2)
 {
     tri_flash_dims f = {lse.shape[0], lse.shape[2], lse.shape[1], lse.shape[1], out.shape[2] / lse.shape[1]};

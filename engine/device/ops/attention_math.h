@@ -146,6 +146,21 @@ static inline void tri_cp_scratch_counts(tri_flash_dims local, int64_t cp, int d
     *fwd_act_n = kv;
 }
 
+/* The same for the p2p ring (layers/cp_attention.c, not deterministic): act kv_a, kv_b (B, T_l, 2 C_kv)
+ * (the block in hand and the one arriving) and o2 (B, T_l, C_l) (a block's partial out); f32 the
+ * larger of the forward's l2 (B, NH_l, T_l) (its lse) and the backward's dkv_a, dkv_b, dkv_loc
+ * (B, T_l, 2 C_kv) (the f32 dk|dv accumulator in hand, the one arriving, and this rank's share of
+ * the block in hand). *fwd_act_n, *fwd_f32_n: the forward's. */
+static inline void tri_cp_ring_scratch_counts(tri_flash_dims local, int64_t *act_n, int64_t *f32_n,
+                                              int64_t *fwd_act_n, int64_t *fwd_f32_n)
+{
+    int64_t B = local.B, T_l = local.T, KV = 2 * local.NH_kv * local.HS, C = local.NH * local.HS;
+    int64_t block = B * T_l * KV, part = B * local.NH * T_l;
+    *act_n = *fwd_act_n = 2 * block + B * T_l * C;
+    *fwd_f32_n = part;
+    *f32_n = 3 * block > part ? 3 * block : part;
+}
+
 /* The key/value head query head h reads. */
 TRI_HD int64_t tri_flash_kv_head(tri_flash_dims d, int64_t h)
 {

@@ -406,6 +406,64 @@ void tri_cpu_flash_kv_backward_dkv(int threads, float *dkv, const float *delta, 
     TRI_ON_THREADS(threads, dkv_loop(dkv, delta, dout, qkv, kv, lse, &p, accumulate));
 }
 
+/* Both passes in one: a task per (b, key/value head); for each of the group's query heads in order,
+ * the key chunks in order and in each the key tiles ascending, the query tiles ascending that reach
+ * the tile: P and dS once per tile pair for dk, dv and dq. Each dq row receives its key tiles
+ * ascending and each dk, dv row its heads in order, each's query tiles ascending: the sgemm calls
+ * of the two passes in the same order, so the same bits. */
+static void kv_backward_one_pass(float *dq, float *dkv, const float *delta, const float *dout, const float *qbuf,
+                                 const float *kvbuf, const float *lse, const flash_prob *p, bool accumulate)
+{
+    int64_t T = p->d.T, Tk = p->Tk, HS = p->d.HS, NH_kv = p->d.NH_kv, rep = p->d.NH / NH_kv;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp for schedule(dynamic)
+    for (int64_t bg = 0; bg < p->d.B * NH_kv; bg++) {
+        int64_t b = bg / NH_kv, g = bg % NH_kv;
+        float pb[BR * BC], ds[BR * BC];
+        if (!accumulate) {
+            zero_columns(dkv + k_at(p, b, 0, g), Tk, p->Wk, HS);
+            zero_columns(dkv + v_at(p, b, 0, g), Tk, p->Wk, HS);
+        }
+        for (int64_t h = g * rep; h < (g + 1) * rep; h++) { /* the group's query heads, in order */
+            head_grads x = head_of(dq, dkv, delta, dout, qbuf, kvbuf, lse, p, b, h);
+            if (!accumulate)
+                zero_columns(x.dq, T, x.ldq, HS);
+            for (int64_t c = 0; c < Tk; c = chunk_end(p->kr, c, Tk))
+                for (int64_t j0 = c, end = chunk_end(p->kr, c, Tk); j0 < end; j0 += BC) {
+                    int64_t nc = min64(BC, end - j0);
+                    for (int64_t i0 = 0; i0 < T; i0 += BR) {
+                        int64_t nr = min64(BR, T - i0);
+                        if (!tile_meets(&x, i0, nr, j0))
+                            continue;
+                        tile_grads(pb, ds, &x, i0, nr, j0, nc, HS, scale);
+                        tile_dkv(&x, pb, ds, i0, nr, j0, nc, HS, scale);
+                        tile_dq(&x, ds, i0, nr, j0, nc, HS, scale);
+                    }
+                }
+        }
+    }
+}
+
+static void kv_backward_loops(int threads, float *dq, float *dkv, const float *delta, const float *dout,
+                              const float *qbuf, const float *kvbuf, const float *lse, const flash_prob *p,
+                              bool accumulate)
+{
+    if (p->d.B * p->d.NH_kv >= threads) {
+        kv_backward_one_pass(dq, dkv, delta, dout, qbuf, kvbuf, lse, p, accumulate);
+        return;
+    }
+    dq_loop(dq, delta, dout, qbuf, kvbuf, lse, p, accumulate);
+    dkv_loop(dkv, delta, dout, qbuf, kvbuf, lse, p, accumulate);
+}
+
+void tri_cpu_flash_kv_backward(int threads, float *dqkv, float *dkv, const float *delta, const float *dout,
+                               const float *qkv, const float *kv, const float *lse, int64_t Tk, int64_t Wk,
+                               tri_flash_rows qr, tri_flash_rows kr, tri_flash_dims d, bool accumulate)
+{
+    flash_prob p = prob_of(d, Tk, Wk, qr, kr);
+    TRI_ON_THREADS(threads, kv_backward_loops(threads, dqkv, dkv, delta, dout, qkv, kv, lse, &p, accumulate));
+}
+
 /* ---- merge ---- */
 
 static void merge_loop(float *out, float *lse, const float *out2, const float *lse2, tri_flash_dims d)

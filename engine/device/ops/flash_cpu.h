@@ -40,6 +40,11 @@ void tri_cpu_flash_kv_backward_dq(int threads, float *dqkv, const float *delta, 
 void tri_cpu_flash_kv_backward_dkv(int threads, float *dkv, const float *delta, const float *dout,
                                    const float *qkv, const float *kv, const float *lse, int64_t Tk, int64_t Wk,
                                    tri_flash_rows qr, tri_flash_rows kr, tri_flash_dims d, bool accumulate);
+/* Both: dq columns of dqkv and dk, dv columns of dkv (+=), one pass per (b, key/value head) when there
+ * are at least as many such tasks as threads, else the two passes above (the same bits). */
+void tri_cpu_flash_kv_backward(int threads, float *dqkv, float *dkv, const float *delta, const float *dout,
+                               const float *qkv, const float *kv, const float *lse, int64_t Tk, int64_t Wk,
+                               tri_flash_rows qr, tri_flash_rows kr, tri_flash_dims d, bool accumulate);
 /* out, lse <- the log-sum-exp merge of (out, lse) and (out2, lse2), per row tri_flash_merge_weights. */
 void tri_cpu_flash_merge(int threads, float *out, float *lse, const float *out2, const float *lse2, tri_flash_dims d);
 
