@@ -25,6 +25,14 @@
  *             S^T = K_w Q^T, dP^T = V_w dout^T, P = exp(S - lse), dS = P (dP - delta),
  *             dV_w += P^T dout, dK_w += dS^T Q (fragments kept in registers);
  *   dq        a block per query tile, key tiles 0..diagonal ascending: dQ_w += dS K.
+ * The problem is cuda/attention/flash_cut.h's: the queries and the keys/values in their own
+ * buffers (row widths W, Wk; today's problem: one qkv) at global positions (one chunk or a cp
+ * rank's two a side, context parallelism), causal by global position; "the diagonal" above is
+ * then, per tile, the last key tile (or first query tile) the mask lets through, and the tiles
+ * past it are skipped (flash_key_tiles_of, flash_query_tiles_of). A query tile that sees no key
+ * writes out 0 and lse -inf; the backward passes may accumulate into their gradient, dk and dv may
+ * be stored fp32 beside bf16 operands. On today's problem the arithmetic is the one before the cut
+ * (the same bits, checked against the previous bodies).
  * No atomics: every output element is summed by one warp, over tiles in a fixed order, so the
  * backward is deterministic. The bf16 form rounds P and dS to bf16 before their products (as
  * FlashAttention-2 does; the fp32 form keeps them fp32, in the score buffers); the scores, sums and
