@@ -179,7 +179,8 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
         delta[(size_t)r] = acc;
     }
     tri_mma_emu_launch(tiles, B * NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dkv_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f), tiles);
+        flash_backward_dkv_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f),
+                                           tiles);
     });
     tri_mma_emu_launch(tiles, B * NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
         flash_backward_dq_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f), tiles);
@@ -447,7 +448,8 @@ static void cut_case(const char *name, int64_t B, int64_t NH, int64_t NH_kv, cut
         c.accumulate = acc;
         /* the reference: the CPU ops from the same starting gradients */
         tri_tensor tdq = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, W), dq0);
-        tri_tensor tdk = ot_tensor_as(d, sizeof(GK) == 2 ? TRI_BF16 : TRI_F32, tri_tensor_3d(NULL, TRI_F32, B, Tk, Wk), dk0);
+        tri_tensor tdk =
+            ot_tensor_as(d, sizeof(GK) == 2 ? TRI_BF16 : TRI_F32, tri_tensor_3d(NULL, TRI_F32, B, Tk, Wk), dk0);
         cr_assert_eq(tri_op_flash_attention_kv_backward_dq(d, tdq, tg, tq, tk, tl, td, s.qr, s.kr, acc), TRI_OK, "%s",
                      tri_error_message());
         cr_assert_eq(tri_op_flash_attention_kv_backward_dkv(d, tdk, tg, tq, tk, tl, td, s.qr, s.kr, acc), TRI_OK,

@@ -51,7 +51,7 @@ static int put(tri_device *d, tri_tensor *t, tri_tensor shape, void **mem, uint6
 
 /* tensors of one timed problem: q|k|v (B, T_l, W), kv (B, Tk, 2 C_kv), out, dout (B, T_l, C),
  * dqkv (B, T_l, W), dkv (kv's shape), lse, delta (B, NH, T_l) */
-enum { QKV, KV, OUT, DOUT, DQKV, DKV, LSE, DELTA, N_T };
+enum { T_QKV, T_KV, T_OUT, T_DOUT, T_DQKV, T_DKV, T_LSE, T_DELTA, N_T };
 
 /* Best ms of `iters` forward + backward after one warm-up: the uncut ops (cut false) or the kv ops
  * of rows qr against the gathered keys. */
@@ -63,17 +63,19 @@ static int time_pass(tri_device *d, const tri_tensor *t, bool cut, tri_flash_row
         int rc = tri_device_sync(d);
         double t0 = tri_now_s();
         if (!cut) {
-            if (!rc) rc = tri_op_flash_attention_forward(d, t[OUT], t[LSE], t[QKV]);
-            if (!rc) rc = tri_op_flash_attention_backward(d, t[DQKV], t[DELTA], t[DOUT], t[QKV], t[OUT], t[LSE]);
+            if (!rc) rc = tri_op_flash_attention_forward(d, t[T_OUT], t[T_LSE], t[T_QKV]);
+            if (!rc)
+                rc = tri_op_flash_attention_backward(d, t[T_DQKV], t[T_DELTA], t[T_DOUT], t[T_QKV], t[T_OUT],
+                                                     t[T_LSE]);
         } else {
-            if (!rc) rc = tri_op_flash_attention_kv_forward(d, t[OUT], t[LSE], t[QKV], t[KV], qr, kr);
-            if (!rc) rc = tri_op_flash_attention_delta(d, t[DELTA], t[DOUT], t[OUT]);
+            if (!rc) rc = tri_op_flash_attention_kv_forward(d, t[T_OUT], t[T_LSE], t[T_QKV], t[T_KV], qr, kr);
+            if (!rc) rc = tri_op_flash_attention_delta(d, t[T_DELTA], t[T_DOUT], t[T_OUT]);
             if (!rc)
-                rc = tri_op_flash_attention_kv_backward_dq(d, t[DQKV], t[DOUT], t[QKV], t[KV], t[LSE], t[DELTA], qr,
-                                                           kr, false);
+                rc = tri_op_flash_attention_kv_backward_dq(d, t[T_DQKV], t[T_DOUT], t[T_QKV], t[T_KV], t[T_LSE],
+                                                           t[T_DELTA], qr, kr, false);
             if (!rc)
-                rc = tri_op_flash_attention_kv_backward_dkv(d, t[DKV], t[DOUT], t[QKV], t[KV], t[LSE], t[DELTA], qr,
-                                                            kr, false);
+                rc = tri_op_flash_attention_kv_backward_dkv(d, t[T_DKV], t[T_DOUT], t[T_QKV], t[T_KV], t[T_LSE],
+                                                            t[T_DELTA], qr, kr, false);
         }
         if (!rc) rc = tri_device_sync(d);
         if (rc)
@@ -93,14 +95,14 @@ static int run(tri_device *d, tri_dtype dt, bool dkv_f32, int64_t B, int64_t NH,
     int64_t C = NH * HS, KV = 2 * NH_kv * HS, W = C + KV;
     tri_tensor t[N_T];
     void *mem[N_T] = {0};
-    int rc = put(d, &t[QKV], tri_tensor_3d(NULL, dt, B, T_l, W), &mem[QKV], 1);
-    if (!rc && cut) rc = put(d, &t[KV], tri_tensor_3d(NULL, dt, B, Tk, KV), &mem[KV], 2);
-    if (!rc) rc = put(d, &t[OUT], tri_tensor_3d(NULL, dt, B, T_l, C), &mem[OUT], 3);
-    if (!rc) rc = put(d, &t[DOUT], tri_tensor_3d(NULL, dt, B, T_l, C), &mem[DOUT], 4);
-    if (!rc) rc = put(d, &t[DQKV], tri_tensor_3d(NULL, dt, B, T_l, W), &mem[DQKV], 5);
-    if (!rc && cut) rc = put(d, &t[DKV], tri_tensor_3d(NULL, dkv_f32 ? TRI_F32 : dt, B, Tk, KV), &mem[DKV], 6);
-    if (!rc) rc = put(d, &t[LSE], tri_tensor_3d(NULL, TRI_F32, B, NH, T_l), &mem[LSE], 7);
-    if (!rc) rc = put(d, &t[DELTA], tri_tensor_3d(NULL, TRI_F32, B, NH, T_l), &mem[DELTA], 8);
+    int rc = put(d, &t[T_QKV], tri_tensor_3d(NULL, dt, B, T_l, W), &mem[T_QKV], 1);
+    if (!rc && cut) rc = put(d, &t[T_KV], tri_tensor_3d(NULL, dt, B, Tk, KV), &mem[T_KV], 2);
+    if (!rc) rc = put(d, &t[T_OUT], tri_tensor_3d(NULL, dt, B, T_l, C), &mem[T_OUT], 3);
+    if (!rc) rc = put(d, &t[T_DOUT], tri_tensor_3d(NULL, dt, B, T_l, C), &mem[T_DOUT], 4);
+    if (!rc) rc = put(d, &t[T_DQKV], tri_tensor_3d(NULL, dt, B, T_l, W), &mem[T_DQKV], 5);
+    if (!rc && cut) rc = put(d, &t[T_DKV], tri_tensor_3d(NULL, dkv_f32 ? TRI_F32 : dt, B, Tk, KV), &mem[T_DKV], 6);
+    if (!rc) rc = put(d, &t[T_LSE], tri_tensor_3d(NULL, TRI_F32, B, NH, T_l), &mem[T_LSE], 7);
+    if (!rc) rc = put(d, &t[T_DELTA], tri_tensor_3d(NULL, TRI_F32, B, NH, T_l), &mem[T_DELTA], 8);
     if (!rc) rc = time_pass(d, t, cut, qr, kr, iters, ms);
     for (int i = 0; i < N_T; i++)
         if (mem[i])
@@ -171,8 +173,8 @@ int main(int argc, char **argv)
             rc = run(d, dt, dkv_f32, B, NH, NH_kv, HS, 2 * Tc, T, true, qr, all, iters, &ms);
             if (!rc)
                 printf("  cp %lld rank 0 (2 x %lld rows vs %lld keys): %.3f ms, %.3f of uncut (ideal %.3f); tiled "
-                       "kv calls %lld of %d\n", (long long)cp, (long long)Tc, (long long)T, ms, ms / uncut, 1.0 / (double)cp,
-                       (long long)(tri_cuda_flash_kv_tiled_calls(d) - calls0), 3 * (iters + 1));
+                       "kv calls %lld of %d\n", (long long)cp, (long long)Tc, (long long)T, ms, ms / uncut,
+                       1.0 / (double)cp, (long long)(tri_cuda_flash_kv_tiled_calls(d) - calls0), 3 * (iters + 1));
         }
         free(cs);
     }

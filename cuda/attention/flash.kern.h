@@ -15,10 +15,9 @@
 #ifndef TRIDENT_CUDA_ATTENTION_FLASH_KERN_H
 #define TRIDENT_CUDA_ATTENTION_FLASH_KERN_H
 
+#include "cuda/attention/flash_twin_limits.h" /* TRI_FLASH_MAX_HS */
 #include "cuda/kernels/shim.h"
 #include "engine/device/ops/attention_math.h"
-
-#define TRI_FLASH_MAX_HS 256
 
 /* q_t . k_j * scale for query element offset q and key element offset k of qkv. */
 TRI_HD float tri_flash_score(const void *qkv, int qkv_bf16, int64_t q, int64_t k, int64_t HS, float scale)

@@ -57,12 +57,12 @@ static tri_flash_mma_cut cut_of(tri_flash_kv p, bool accumulate)
     return c;
 }
 
-/* Whether the tiled kernels take problem p with the n tensors t (its global operands; t[0] the
- * output, which may be fp32 beside bf16 others where f32_out allows): not
- * the simple switch; all bf16 (the tensor cores) or all fp32 (the CUDA cores), on 16-byte
- * boundaries, with rows of whole 16-byte units (the tile copies); a head size they are built for;
- * each side one chunk or chunks of whole tiles; B * NH within a grid's y dimension; their shared
- * memory within this device's opt-in limit. */
+/* Whether the tiled kernels take problem p with the n tensors t (its global operands, t[0] the
+ * output): not the simple switch; all bf16 (the tensor cores) or all fp32 (the CUDA cores), the
+ * output also fp32 beside bf16 where f32_out allows (dk, dv); on 16-byte boundaries, with rows of
+ * whole 16-byte units (the tile copies); a head size they are built for; each side one chunk or
+ * chunks of whole tiles; B * NH within a grid's y dimension; their shared memory within this
+ * device's opt-in limit. */
 static bool tiled_kv(const tri_cuda *cu, tri_flash_kv p, const tri_tensor *t, int n, bool backward, bool f32_out)
 {
     bool bf16 = tri_is_bf16(t[1]), ok = !cu->simple;
@@ -142,8 +142,8 @@ extern "C" int tri_cuda_flash_attention_kv_backward_dkv(tri_device *dev, tri_ten
         return TRI_OK;
     if (tiled_kv(cu, p, ts, 4, true, true)) {
         cu->flash_kv_tiled++;
-        return tri_flash_mma_kv_backward_dkv(cu->stream, tri_is_bf16(qkv), !tri_is_bf16(dkv), dkv.data, tri_fp(delta), dout.data,
-                                             qkv.data, kv.data, tri_fp(lse), cut_of(p, accumulate));
+        return tri_flash_mma_kv_backward_dkv(cu->stream, tri_is_bf16(qkv), !tri_is_bf16(dkv), dkv.data, tri_fp(delta),
+                                             dout.data, qkv.data, kv.data, tri_fp(lse), cut_of(p, accumulate));
     }
     return TRI_CUDA_LAUNCH_N(flash_kv_backward_dkv_kernel, p.d.B * p.d.NH_kv * p.Tk, cu->stream, tri_data(dkv),
                              tri_is_bf16(dkv), tri_data(dout), tri_is_bf16(dout), tri_data(qkv), tri_is_bf16(qkv),

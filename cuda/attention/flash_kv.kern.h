@@ -13,7 +13,9 @@
 #ifndef TRIDENT_CUDA_ATTENTION_FLASH_KV_KERN_H
 #define TRIDENT_CUDA_ATTENTION_FLASH_KV_KERN_H
 
-#include "cuda/attention/flash.kern.h"
+#include "cuda/attention/flash_twin_limits.h"
+#include "cuda/kernels/shim.h"
+#include "engine/device/ops/attention_math.h"
 
 /* The split problem: queries' dims d (d.T query rows), the key buffer's rows and width, the rows'
  * global positions. */
