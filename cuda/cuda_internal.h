@@ -52,6 +52,7 @@ typedef struct tri_cuda {
     int upload_next;              /* the slot the next small upload takes (round robin) */
     tri_cuda_watch watch[TRI_CUDA_MAX_WATCHES];
     int n_watch;
+    int64_t flash_kv_tiled;       /* calls of the kv attention ops that took the tiled kernels (tests) */
 } tri_cuda;
 
 static inline tri_cuda *tri_cuda_of(tri_device *d)

@@ -45,6 +45,11 @@ int tri_cuda_set_simple_kernels(tri_device *d, bool simple);
 int tri_cuda_causal_softmax_rows(tri_device *d, tri_tensor att, int64_t T);
 int tri_cuda_causal_softmax_rows_backward(tri_device *d, tri_tensor datt, tri_tensor att, int64_t T);
 
+/* How many calls of the context-parallel attention ops (flash_attention_kv_forward, _kv_backward_dq,
+ * _kv_backward_dkv) on d took the tiled kernels (cuda/attention/flash_mma.cu) rather than their
+ * simple twins: the GPU tests assert which path ran. */
+int64_t tri_cuda_flash_kv_tiled_calls(tri_device *d);
+
 /* out(bf16, n) = in(f32, n) rounded to nearest even; out(f32) = in(bf16) widened. Queued on d's
  * stream like the ops. TRI_EINVAL on dtype or size mismatch. */
 int tri_cuda_float_to_bf16(tri_device *d, tri_tensor out, tri_tensor in);

@@ -167,7 +167,7 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
     G *out = go.data() + GUARD, *dqkv = gdq.data() + GUARD;
     const G *q = gq.data() + GUARD, *g = gg.data() + GUARD;
     tri_mma_emu_launch(tiles, B * NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_forward_mma_body<P, HS>(smem, out, lse.data(), q, f, tiles);
+        flash_forward_mma_body<P, HS>(smem, out, lse.data(), q, q, tri_flash_mma_whole(f), tiles);
     });
     check_guards("out", go, no);
     /* delta = rowsum(dout * out), as flash_backward_delta_kernel computes it (left to right) */
@@ -179,10 +179,11 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
         delta[(size_t)r] = acc;
     }
     tri_mma_emu_launch(tiles, B * NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dkv_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, lse.data(), f, tiles);
+        flash_backward_dkv_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f),
+                                           tiles);
     });
     tri_mma_emu_launch(tiles, B * NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dq_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, lse.data(), f, tiles);
+        flash_backward_dq_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f), tiles);
     });
     check_guards("dqkv", gdq, nq);
 
@@ -281,7 +282,8 @@ static void softmax_bits(int64_t i0, int64_t j0, int64_t nc, int64_t T, uint64_t
             }
         TRI_MMA_SYNC_BLOCK();
         int warp = TRI_MMA_TID / 32;
-        online_softmax<P, HS>(p + warp * WROWS * S::LP, s + warp * WROWS * S::LS, sm, sl, sa, i0, j0, nc, T, scale);
+        online_softmax<P, HS>(p + warp * WROWS * S::LP, s + warp * WROWS * S::LS, sm, sl, sa, i0, i0, j0, nc, T,
+                              scale);
         TRI_MMA_SYNC_BLOCK();
         if (TRI_MMA_TID == 0)
             for (int r = 0; r < TILE; r++) {
@@ -354,4 +356,241 @@ Test(flash_mma_cpu, cp_async_emulation)
     });
     for (int l = 0; l < lanes; l++)
         cr_assert_eq(fails[(size_t)l], 0, "lane %d: check mask %#x", l, fails[(size_t)l]);
+}
+
+/* ---- a cut sequence (context parallelism): the kv forms of the bodies ----
+ * The bodies with queries and keys in their own buffers at global positions (cuda/attention/
+ * flash_cut.h), against the CPU backend's flash_attention_kv_forward, _kv_backward_dq and
+ * _kv_backward_dkv on the same tensors, with the CPU's lse and delta fed to both backward passes
+ * (each pass is compared on its own). Problems: a cp rank's two query chunks (cp 2 rank 0: global
+ * chunks 0 and 3; cp 4 rank 1: chunks 1 and 6) against the gathered sequence (a qkv buffer as kv,
+ * or a packed (B, Tk, 2 C_kv) one), against one key block at an offset (one chunk, or another
+ * rank's pair as the ring passes it: fully masked tiles skipped, rows that see no key out 0 and lse
+ * -inf), and one-chunk sides with partial tiles (a key block of 100 rows, queries of 70 past it).
+ * The backward passes run overwriting and accumulating (dq, dkv start as random values); the
+ * columns an op does not own (dq: k, v; dkv: q of a gathered qkv) and the guards around every
+ * buffer must keep their bits. Tolerances: the ones above (the same arithmetic, only the tiles'
+ * order of keys per query block and the buffers differ); lse -inf exactly where the CPU has it.
+ * Mutations checked by hand (the bodies compiled with the change, this suite run): the causal test
+ * on local rows instead of global positions in probabilities fails dq (normalised 0.68 bf16, 1.02
+ * fp32 at cp 2; 0.84 with partial tiles); chunk 1's query tiles counted from chunk 0's first tile
+ * (flash_query_row) fails dk, dv (0.58 to 0.61: key tiles that miss their queries). Two changes
+ * no value can show, by design: dropping the key padding test (j < Tk: padding keys are zero-filled,
+ * so their dS times k adds 0) and not skipping chunk 0's fully masked key tiles (a tile with no
+ * visible key leaves m, l and the output as they were); the skipping is checked by the tile
+ * arithmetic instead (cut_tile_lists below). */
+#define NO_KEY_POS (1 << 30)
+
+struct cut_sides {
+    int64_t T, Tk;         /* query rows, key rows */
+    tri_flash_rows qr, kr; /* their global positions */
+    bool packed;           /* kv a packed (B, Tk, 2 C_kv) buffer (else a qkv-wide one) */
+};
+
+static bool close_lse(const char *what, const float *got, const float *want, size_t n)
+{
+    std::vector<float> g(got, got + n), w(want, want + n);
+    for (size_t i = 0; i < n; i++) {
+        bool gi = isinf(g[i]) && g[i] < 0, wi = isinf(w[i]) && w[i] < 0;
+        cr_assert_eq(gi, wi, "%s: row %zu lse %.9g, want %.9g", what, i, got[i], want[i]);
+        if (gi)
+            g[i] = w[i] = 0.0f;
+    }
+    return close_norm(what, g.data(), w.data(), n, LSE_TOL);
+}
+
+template <class P, int HS, class GK = typename P::global>
+static void cut_case(const char *name, int64_t B, int64_t NH, int64_t NH_kv, cut_sides s, uint64_t seed)
+{
+    typedef typename P::global G; /* GK: dk, dv's storage (fp32 beside bf16: the all_gather partials) */
+    const bool bf16 = sizeof(G) == 2;
+    const double tol = bf16 ? FLASH_MMA_TOL : FP32_TOL;
+    tri_flash_dims f = {B, s.T, NH, NH_kv, HS};
+    int64_t T = s.T, Tk = s.Tk, C = NH * HS, KV = 2 * NH_kv * HS, W = C + KV, Wk = s.packed ? KV : W;
+    tri_flash_mma_cut c = {f, W, Tk, Wk, s.qr, s.kr, 0};
+    size_t nq = (size_t)(B * T * W), nk = (size_t)(B * Tk * Wk), no = (size_t)(B * T * C), nr = (size_t)(B * NH * T);
+    float *(*gen)(size_t, float, float, uint64_t) = bf16 ? ot_bf16_uniform : ot_uniform;
+    float *qkv = gen(nq, -3.0f, 3.0f, seed), *kv = gen(nk, -3.0f, 3.0f, seed + 1);
+    float *dout = gen(no, -1.0f, 1.0f, seed + 2), *dq0 = gen(nq, -1.0f, 1.0f, seed + 3);
+    float *dk0 = gen(nk, -1.0f, 1.0f, seed + 4);
+
+    tri_device *d = ot_device(2);
+    tri_dtype dt = bf16 ? TRI_BF16 : TRI_F32;
+    tri_tensor tq = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, W), qkv);
+    tri_tensor tk = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, Tk, Wk), kv);
+    tri_tensor to = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, C), NULL);
+    tri_tensor tg = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, C), dout);
+    tri_tensor tl = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
+    tri_tensor td = ot_put_f32(d, tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
+    cr_assert_eq(tri_op_flash_attention_kv_forward(d, to, tl, tq, tk, s.qr, s.kr), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_op_flash_attention_delta(d, td, tg, to), TRI_OK, "%s", tri_error_message());
+    float *want_out = ot_read(d, to), *want_lse = ot_read(d, tl), *delta = ot_read(d, td);
+
+    std::vector<G> gq = guarded<G>(nq, qkv), gk = guarded<G>(nk, kv), gg = guarded<G>(no, dout),
+                   go = guarded<G>(no, NULL);
+    std::vector<float> lse(nr + 2 * GUARD, NAN);
+    const G *q = gq.data() + GUARD, *k = gk.data() + GUARD, *g = gg.data() + GUARD;
+    int64_t qtiles = (T + TILE - 1) / TILE, ktiles = (Tk + TILE - 1) / TILE;
+    tri_mma_emu_launch(qtiles, B * NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+        flash_forward_mma_body<P, HS>(smem, go.data() + GUARD, lse.data() + GUARD, q, k, c, qtiles);
+    });
+    check_guards("out", go, no);
+    char what[200];
+    snprintf(what, sizeof what, "%s %s out (NH %lld/%lld HS %d)", bf16 ? "bf16" : "fp32", name, (long long)NH,
+             (long long)NH_kv, HS);
+    cr_assert(close_norm(what, widen(go, no).data(), want_out, no, tol));
+    snprintf(what, sizeof what, "%s %s lse", bf16 ? "bf16" : "fp32", name);
+    cr_assert(close_lse(what, lse.data() + GUARD, want_lse, nr));
+    for (size_t i = 0; i < GUARD; i++)
+        cr_assert(isnan(lse[i]) && isnan(lse[GUARD + nr + i]), "lse written outside");
+
+    for (int acc = 0; acc < 2; acc++) {
+        c.accumulate = acc;
+        /* the reference: the CPU ops from the same starting gradients */
+        tri_tensor tdq = ot_tensor_as(d, dt, tri_tensor_3d(NULL, TRI_F32, B, T, W), dq0);
+        tri_tensor tdk =
+            ot_tensor_as(d, sizeof(GK) == 2 ? TRI_BF16 : TRI_F32, tri_tensor_3d(NULL, TRI_F32, B, Tk, Wk), dk0);
+        cr_assert_eq(tri_op_flash_attention_kv_backward_dq(d, tdq, tg, tq, tk, tl, td, s.qr, s.kr, acc), TRI_OK, "%s",
+                     tri_error_message());
+        cr_assert_eq(tri_op_flash_attention_kv_backward_dkv(d, tdk, tg, tq, tk, tl, td, s.qr, s.kr, acc), TRI_OK,
+                     "%s", tri_error_message());
+        float *want_dq = ot_read(d, tdq), *want_dk = ot_read(d, tdk);
+        std::vector<G> gdq = guarded<G>(nq, dq0), start_dq = gdq;
+        std::vector<GK> gdk = guarded<GK>(nk, dk0), start_dk = gdk;
+        const float *pl = want_lse, *pd = delta; /* the CPU's statistics for both */
+        tri_mma_emu_launch(ktiles, B * NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+            flash_backward_dkv_mma_body<P, HS, GK>(smem, gdk.data() + GUARD, pd, g, q, k, pl, c, ktiles);
+        });
+        tri_mma_emu_launch(qtiles, B * NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+            flash_backward_dq_mma_body<P, HS>(smem, gdq.data() + GUARD, pd, g, q, k, pl, c, qtiles);
+        });
+        check_guards("dq", gdq, nq);
+        check_guards("dkv", gdk, nk);
+        /* columns an op does not own keep their bits */
+        for (size_t i = 0; i < nq; i++)
+            if ((int64_t)(i % (size_t)W) >= C)
+                cr_assert_eq(elems<G>::bits(gdq[GUARD + i]), elems<G>::bits(start_dq[GUARD + i]), "dq col %lld written",
+                             (long long)(i % (size_t)W));
+        for (size_t i = 0; i < nk; i++)
+            if ((int64_t)(i % (size_t)Wk) < Wk - KV)
+                cr_assert_eq(elems<GK>::bits(gdk[GUARD + i]), elems<GK>::bits(start_dk[GUARD + i]), "dkv col written");
+        snprintf(what, sizeof what, "%s %s dq%s", bf16 ? "bf16" : "fp32", name, acc ? " accumulated" : "");
+        cr_assert(close_norm(what, widen(gdq, nq).data(), want_dq, nq, tol));
+        snprintf(what, sizeof what, "%s %s dk, dv%s%s", bf16 ? "bf16" : "fp32", name, acc ? " accumulated" : "",
+                 sizeof(GK) != sizeof(G) ? " (fp32 dkv)" : "");
+        cr_assert(close_norm(what, widen(gdk, nk).data(), want_dk, nk, tol));
+    }
+}
+
+/* cp rank i of cp: global chunks i and 2 cp - 1 - i of Tc rows */
+static tri_flash_rows rank_rows(int64_t Tc, int64_t cp, int64_t i)
+{
+    tri_flash_rows r = {Tc, i * Tc, (2 * cp - 1 - i) * Tc};
+    return r;
+}
+
+template <class P, int HS>
+static void cp_cases(int64_t NH, int64_t NH_kv, uint64_t seed)
+{
+    const int64_t Tc = 64;
+    tri_flash_rows all = tri_flash_rows_whole(4 * Tc), r0 = rank_rows(Tc, 2, 0), r1 = rank_rows(Tc, 2, 1);
+    /* two query chunks against the gathered sequence (all_gather), packed and as a qkv */
+    cut_case<P, HS>("cp 2 rank 0 vs gathered, packed", 1, NH, NH_kv, {2 * Tc, 4 * Tc, r0, all, true}, seed);
+    cut_case<P, HS>("cp 2 rank 1 vs gathered qkv", 2, NH, NH_kv, {2 * Tc, 4 * Tc, r1, all, false}, seed + 10);
+    /* a ring step: rank 0's queries against rank 1's pair (chunk 0 sees nothing of chunks 1, 2) */
+    cut_case<P, HS>("cp 2 rank 0 vs rank 1's block", 1, NH, NH_kv, {2 * Tc, 2 * Tc, r0, r1, true}, seed + 20);
+    /* one key chunk at an offset (global chunk 2) */
+    tri_flash_rows one = {Tc, 2 * Tc, 3 * Tc};
+    cut_case<P, HS>("cp 2 rank 1 vs chunk 2", 1, NH, NH_kv, {2 * Tc, Tc, r1, one, false}, seed + 30);
+}
+
+Test(flash_mma_cpu, cut_sequence_bf16)
+{
+    cp_cases<tri_flash_bf16_mma, 64>(4, 2, 2000); /* grouped-query */
+    cp_cases<tri_flash_bf16_mma, 64>(2, 2, 2100); /* multi-head */
+}
+
+Test(flash_mma_cpu, cut_sequence_fp32)
+{
+    cp_cases<tri_flash_fp32_simt, 64>(4, 1, 2200);
+    cp_cases<tri_flash_fp32_simt, 32>(2, 2, 2300);
+}
+
+/* cp 4 rank 1 (chunks 1 and 6 of 8) against the gathered sequence, head size 128, two tiles a chunk */
+Test(flash_mma_cpu, cut_sequence_cp4)
+{
+    const int64_t Tc = 128;
+    cut_case<tri_flash_bf16_mma, 128>("cp 4 rank 1 vs gathered", 1, 2, 1, {2 * Tc, 8 * Tc, rank_rows(Tc, 4, 1),
+                                      tri_flash_rows_whole(8 * Tc), true}, 2400);
+    /* dk, dv stored fp32 beside bf16 operands (the all_gather backward's partials) */
+    cut_case<tri_flash_bf16_mma, 64, float>("cp 4 rank 2 vs gathered", 1, 4, 2, {Tc, 4 * Tc, rank_rows(Tc / 2, 4, 2),
+                                            tri_flash_rows_whole(4 * Tc), true}, 2410);
+}
+
+/* One-chunk sides with partial tiles: a key block of 100 rows at 0 (its last tile 36 rows) against
+ * 70 queries at 64 (tiles of 64 and 6 rows, straddling the keys' end) and at 128 (past every key:
+ * the padding rows of the partial key tile must stay masked) */
+Test(flash_mma_cpu, cut_partial_tiles)
+{
+    tri_flash_rows k = {100, 0, 100}, q64 = {70, 64, 134}, q128 = {70, 128, 198};
+    cut_case<tri_flash_bf16_mma, 64>("partial, queries at 64", 1, 2, 1, {70, 100, q64, k, true}, 2500);
+    cut_case<tri_flash_fp32_simt, 64>("partial, queries at 128", 2, 2, 2, {70, 100, q128, k, false}, 2510);
+    cut_case<tri_flash_fp32_simt, 96>("partial, queries at 64", 1, 4, 2, {70, 100, q64, k, true}, 2520);
+}
+
+/* The tile lists (flash_key_tiles_of, flash_query_tiles_of) against a brute-force count: a query
+ * tile meets exactly the key tiles, in local order, that hold a key at or before one of its rows'
+ * global positions (the fully masked ones skipped, none of the others), and a key tile exactly the
+ * query tiles that reach it. Skipping cannot change a value (a tile with no visible key is a no-op
+ * in the bodies), so this is what checks it. */
+static void tile_lists(tri_flash_rows qr, int64_t T, tri_flash_rows kr, int64_t Tk)
+{
+    tri_flash_dims f = {1, T, 1, 1, 64};
+    tri_flash_mma_cut c = {f, 3 * 64, Tk, 128, qr, kr, 0};
+    auto sees = [&](int64_t i0, int64_t j0) { /* query tile i0 and key tile j0 share a visible pair */
+        for (int64_t t = i0; t < i0 + TILE && t < T; t++)
+            for (int64_t j = j0; j < j0 + TILE && j < Tk; j++)
+                if (tri_flash_pos(kr, j) <= tri_flash_pos(qr, t))
+                    return true;
+        return false;
+    };
+    for (int64_t i0 = 0; i0 < T; i0 += TILE) {
+        int64_t nr = T - i0 < TILE ? T - i0 : TILE;
+        flash_key_tiles kt = flash_key_tiles_of(c, tri_flash_pos(qr, i0) + nr - 1);
+        std::vector<int64_t> want, got;
+        for (int64_t j0 = 0; j0 < Tk; j0 += TILE)
+            if (sees(i0, j0))
+                want.push_back(j0);
+        for (int64_t u = 0; u < kt.n; u++)
+            got.push_back(flash_key_row(kt, u));
+        cr_assert(got == want, "query tile %lld: %zu key tiles, want %zu", (long long)i0, got.size(), want.size());
+    }
+    for (int64_t j0 = 0; j0 < Tk; j0 += TILE) {
+        flash_query_tiles qt = flash_query_tiles_of(c, tri_flash_pos(kr, j0));
+        std::vector<int64_t> want, got;
+        for (int64_t i0 = 0; i0 < T; i0 += TILE)
+            if (sees(i0, j0))
+                want.push_back(i0);
+        for (int64_t v = 0; v < qt.m0 + qt.m1; v++)
+            got.push_back(flash_query_row(qt, v));
+        cr_assert(got == want, "key tile %lld: %zu query tiles, want %zu", (long long)j0, got.size(), want.size());
+    }
+}
+
+Test(flash_mma_cpu, cut_tile_lists)
+{
+    for (int64_t cp = 1; cp <= 4; cp *= 2)
+        for (int64_t Tc = 64; Tc <= 192; Tc += 64)
+            for (int64_t i = 0; i < cp; i++) {
+                int64_t T = 2 * cp * Tc;
+                tile_lists(rank_rows(Tc, cp, i), 2 * Tc, tri_flash_rows_whole(T), T); /* against all keys */
+                for (int64_t j = 0; j < cp; j++)
+                    tile_lists(rank_rows(Tc, cp, i), 2 * Tc, rank_rows(Tc, cp, j), 2 * Tc); /* a ring step */
+                tri_flash_rows one = {Tc, (2 * cp - 1 - i) * Tc, 2 * cp * Tc};
+                tile_lists(rank_rows(Tc, cp, i), 2 * Tc, one, Tc); /* one key chunk */
+            }
+    tri_flash_rows k = {100, 0, 100}, q64 = {70, 64, 134}, q128 = {70, 128, 198};
+    tile_lists(q64, 70, k, 100);
+    tile_lists(q128, 70, k, 100);
+    tile_lists(tri_flash_rows_whole(200), 200, tri_flash_rows_whole(200), 200); /* today's: 0 .. the diagonal */
 }

@@ -3,15 +3,18 @@
  * _kv_backward_dkv, flash_attention_merge and copy_columns (flash_attention_delta is flash.cu's
  * first backward step, launched there).
  *
- * The simple twins of cuda/attention/flash_kv.kern.h run every problem. The fast path is taken
- * where the problem is today's (one chunk at position 0, kv the same buffer as qkv): the forward
- * then is flash_attention_forward (the tiled kernels of flash_mma.cu). Not built yet: the tiled
- * kernels with row offsets and two buffers (the MMA bodies take one qkv and positions from 0), so a
- * cut sequence runs the twins (a thread per row: correct, not fast). */
+ * Two forms: the tiled kernels of cuda/attention/flash_mma.cu (the fast path: bf16 on the tensor
+ * cores, fp32 on the CUDA cores; queries and keys in their own buffers at global positions, fully
+ * masked tiles skipped, cuda/attention/flash_cut.h) where they take the problem (tiled_kv below),
+ * else the simple twins of cuda/attention/flash_kv.kern.h (a thread per row), which the simple
+ * switch also selects. Today's problem through the kv ops runs the same tiled launches as
+ * flash_attention_forward / _backward, so it gives their bits. */
 #include <math.h>
 
 #include "cuda/device_cuda.h"
 #include "cuda/attention/flash_kv.kern.h"
+#include "cuda/attention/flash_mma.h"
+#include "cuda/warp.cuh"
 #include "cuda/launch.cuh"
 #include "engine/device/ops/attention_math.h"
 
@@ -41,6 +44,43 @@ static bool whole(tri_flash_rows r, int64_t n)
     return r.Tc >= n && r.pos0 == 0;
 }
 
+static tri_flash_mma_cut cut_of(tri_flash_kv p, bool accumulate)
+{
+    tri_flash_mma_cut c;
+    c.d = p.d;
+    c.W = tri_flash_width(p.d);
+    c.Tk = p.Tk;
+    c.Wk = p.Wk;
+    c.qr = p.qr;
+    c.kr = p.kr;
+    c.accumulate = accumulate ? 1 : 0;
+    return c;
+}
+
+/* Whether the tiled kernels take problem p with the n tensors t (its global operands, t[0] the
+ * output): not the simple switch; all bf16 (the tensor cores) or all fp32 (the CUDA cores), the
+ * output also fp32 beside bf16 where f32_out allows (dk, dv); on 16-byte boundaries, with rows of
+ * whole 16-byte units (the tile copies); a head size they are built for; each side one chunk or
+ * chunks of whole tiles; B * NH within a grid's y dimension; their shared memory within this
+ * device's opt-in limit. */
+static bool tiled_kv(const tri_cuda *cu, tri_flash_kv p, const tri_tensor *t, int n, bool backward, bool f32_out)
+{
+    bool bf16 = tri_is_bf16(t[1]), ok = !cu->simple;
+    size_t e = bf16 ? 2 : 4;
+    ok = ok && (tri_is_bf16(t[0]) == bf16 || (f32_out && bf16 && t[0].dtype == TRI_F32));
+    for (int i = 0; i < n; i++)
+        ok = ok && (i == 0 || tri_is_bf16(t[i]) == bf16) && tri_aligned16_host(t[i].data);
+    return ok && tri_flash_width(p.d) * e % 16 == 0 && p.Wk * e % 16 == 0 && tri_flash_mma_supports(p.d.HS) &&
+           tri_flash_mma_rows_ok(p.qr, p.d.T) && tri_flash_mma_rows_ok(p.kr, p.Tk) && p.d.B * p.d.NH <= 65535 &&
+           tri_flash_mma_smem_bytes(p.d.HS, bf16, backward) <= cu->smem_optin;
+}
+
+/* The calls of the kv ops that took the tiled kernels, per device (tests assert the path). */
+extern "C" int64_t tri_cuda_flash_kv_tiled_calls(tri_device *dev)
+{
+    return tri_cuda_of(dev)->flash_kv_tiled;
+}
+
 extern "C" int tri_cuda_flash_attention_kv_forward(tri_device *dev, tri_tensor out, tri_tensor lse, tri_tensor qkv,
                                                    tri_tensor kv, tri_flash_rows qrows, tri_flash_rows krows)
 {
@@ -49,6 +89,14 @@ extern "C" int tri_cuda_flash_attention_kv_forward(tri_device *dev, tri_tensor o
     int rc = check_head("flash_attention_kv_forward", p.d);
     if (rc)
         return rc;
+    tri_tensor ts[3] = {out, qkv, kv};
+    if (p.d.B * p.d.NH * p.d.T == 0)
+        return TRI_OK;
+    if (tiled_kv(cu, p, ts, 3, false, false)) {
+        cu->flash_kv_tiled++;
+        return tri_flash_mma_kv_forward(cu->stream, tri_is_bf16(out), out.data, tri_fp(lse), qkv.data, kv.data,
+                                        cut_of(p, false));
+    }
     if (kv.data == qkv.data && kv.dtype == qkv.dtype && p.Tk == p.d.T && p.Wk == tri_flash_width(p.d) &&
         whole(qrows, p.d.T) && whole(krows, p.Tk))
         return tri_cuda_flash_attention_forward(dev, out, lse, qkv);
@@ -66,6 +114,14 @@ extern "C" int tri_cuda_flash_attention_kv_backward_dq(tri_device *dev, tri_tens
     int rc = check_head("flash_attention_kv_backward_dq", p.d);
     if (rc)
         return rc;
+    tri_tensor ts[4] = {dqkv, dout, qkv, kv};
+    if (p.d.B * p.d.NH * p.d.T == 0)
+        return TRI_OK;
+    if (tiled_kv(cu, p, ts, 4, true, false)) {
+        cu->flash_kv_tiled++;
+        return tri_flash_mma_kv_backward_dq(cu->stream, tri_is_bf16(dqkv), dqkv.data, tri_fp(delta), dout.data,
+                                            qkv.data, kv.data, tri_fp(lse), cut_of(p, accumulate));
+    }
     return TRI_CUDA_LAUNCH_N(flash_kv_backward_dq_kernel, p.d.B * p.d.NH * p.d.T, cu->stream, tri_data(dqkv),
                              tri_is_bf16(dqkv), tri_data(dout), tri_is_bf16(dout), tri_data(qkv), tri_is_bf16(qkv),
                              tri_data(kv), tri_is_bf16(kv), tri_fp(lse), tri_fp(delta), p, accumulate ? 1 : 0);
@@ -81,6 +137,14 @@ extern "C" int tri_cuda_flash_attention_kv_backward_dkv(tri_device *dev, tri_ten
     int rc = check_head("flash_attention_kv_backward_dkv", p.d);
     if (rc)
         return rc;
+    tri_tensor ts[4] = {dkv, dout, qkv, kv};
+    if (p.d.B * p.d.NH_kv * p.Tk == 0)
+        return TRI_OK;
+    if (tiled_kv(cu, p, ts, 4, true, true)) {
+        cu->flash_kv_tiled++;
+        return tri_flash_mma_kv_backward_dkv(cu->stream, tri_is_bf16(qkv), !tri_is_bf16(dkv), dkv.data, tri_fp(delta),
+                                             dout.data, qkv.data, kv.data, tri_fp(lse), cut_of(p, accumulate));
+    }
     return TRI_CUDA_LAUNCH_N(flash_kv_backward_dkv_kernel, p.d.B * p.d.NH_kv * p.Tk, cu->stream, tri_data(dkv),
                              tri_is_bf16(dkv), tri_data(dout), tri_is_bf16(dout), tri_data(qkv), tri_is_bf16(qkv),
                              tri_data(kv), tri_is_bf16(kv), tri_fp(lse), tri_fp(delta), p, accumulate ? 1 : 0);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/attention/flash_cut.h"
 #include "engine/core/math.h"
 #include "engine/device/ops/attention_math.h"
 
@@ -27,5 +28,23 @@ int tri_flash_mma_forward(cudaStream_t stream, bool bf16, void *out, float *lse,
  * dout and qkv all bf16 (bf16 true) or all fp32. Errors as the forward's. */
 int tri_flash_mma_backward(cudaStream_t stream, bool bf16, void *dqkv, const float *delta, const void *dout,
                            const void *qkv, const float *lse, tri_flash_dims d);
+
+/* The cut-sequence forms (context parallelism; engine/device/ops_list.h's flash_attention_kv_*): the
+ * problem c (cuda/attention/flash_cut.h: queries q (B, T, c.W) against the keys and values of kv (B,
+ * c.Tk, c.Wk) at the global positions c.qr, c.kr; both sides tri_flash_mma_rows_ok). out (B,T,NH*HS),
+ * lse (B,NH,T) fp32; rows that see no key get out 0 and lse -inf. dq: the q columns of dq (q's
+ * layout), dkv: the last 2 NH_kv HS columns of dkv (kv's layout; fp32 beside
+ * bf16 operands with dkv_f32), overwritten or, with
+ * c.accumulate, added to (tiles that meet nothing left as they are). All global tensors bf16 (bf16
+ * true) or all fp32, on 16-byte boundaries, the row widths c.W, c.Wk (and so every head's column)
+ * whole 16-byte units. tri_flash_mma_forward / _backward are these with tri_flash_mma_whole(d)
+ * (their bits: the same launches). Errors as the forward's. */
+int tri_flash_mma_kv_forward(cudaStream_t stream, bool bf16, void *out, float *lse, const void *q, const void *kv,
+                             tri_flash_mma_cut c);
+int tri_flash_mma_kv_backward_dq(cudaStream_t stream, bool bf16, void *dq, const float *delta, const void *dout,
+                                 const void *q, const void *kv, const float *lse, tri_flash_mma_cut c);
+int tri_flash_mma_kv_backward_dkv(cudaStream_t stream, bool bf16, bool dkv_f32, void *dkv, const float *delta,
+                                  const void *dout, const void *q, const void *kv, const float *lse,
+                                  tri_flash_mma_cut c);
 
 #endif

@@ -25,6 +25,14 @@
  *             S^T = K_w Q^T, dP^T = V_w dout^T, P = exp(S - lse), dS = P (dP - delta),
  *             dV_w += P^T dout, dK_w += dS^T Q (fragments kept in registers);
  *   dq        a block per query tile, key tiles 0..diagonal ascending: dQ_w += dS K.
+ * The problem is cuda/attention/flash_cut.h's: the queries and the keys/values in their own
+ * buffers (row widths W, Wk; today's problem: one qkv) at global positions (one chunk or a cp
+ * rank's two a side, context parallelism), causal by global position; "the diagonal" above is
+ * then, per tile, the last key tile (or first query tile) the mask lets through, and the tiles
+ * past it are skipped (flash_key_tiles_of, flash_query_tiles_of). A query tile that sees no key
+ * writes out 0 and lse -inf; the backward passes may accumulate into their gradient, dk and dv may
+ * be stored fp32 beside bf16 operands. On today's problem the arithmetic is the one before the cut
+ * (the same bits, checked against the previous bodies).
  * No atomics: every output element is summed by one warp, over tiles in a fixed order, so the
  * backward is deterministic. The bf16 form rounds P and dS to bf16 before their products (as
  * FlashAttention-2 does; the fp32 form keeps them fp32, in the score buffers); the scores, sums and
@@ -37,6 +45,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/attention/flash_cut.h"
 #include "cuda/kernels/mma_shim.h"
 #include "engine/core/math.h"
 #include "engine/device/ops/attention_math.h"
@@ -83,6 +92,21 @@ struct tri_flash_fp32_simt {
     TRI_MMA_STATIC elem round(float x) { return x; }
     TRI_MMA_STATIC void store16(elem *p, const float *v) { tri_sfrag_store4(p, v); }
     TRI_MMA_STATIC global to_global(float x) { return x; }
+};
+
+/* A gradient's storage type: bf16 bits or fp32 (dk, dv may be fp32 beside bf16 operands: the
+ * all_gather backward's partials, layers/cp_attention.c). */
+template <class GO>
+struct flash_out;
+template <>
+struct flash_out<uint16_t> {
+    TRI_MMA_STATIC uint16_t to(float x) { return tri_float_to_bf16(x); }
+    TRI_MMA_STATIC float from(uint16_t x) { return tri_bf16_to_float(x); }
+};
+template <>
+struct flash_out<float> {
+    TRI_MMA_STATIC float to(float x) { return x; }
+    TRI_MMA_STATIC float from(float x) { return x; }
 };
 
 /* ---- shared-memory layout and index functions ----
@@ -268,10 +292,11 @@ TRI_MMA_DEV void accumulate_p_times(typename P::acc (&acc)[HS / 16], const typen
 }
 
 /* Writes a warp's WROWS x HS fp32 accumulator rows (staged row-major in stage, row stride LSTAGE)
- * times `mul` to dst (row stride ld) for rows whose global index row0 + r < T. */
-template <class P, int HS>
-TRI_MMA_DEV void store_rows(typename P::global *dst, int64_t ld, float *stage, typename P::acc (&acc)[HS / 16],
-                            float mul, int64_t row0, int64_t T)
+ * times `mul` to dst (row stride ld) for rows whose index row0 + r < T; add: dst's value plus
+ * them (one rounding to the output type), as the ops' accumulate flag. */
+template <class P, int HS, class GO>
+TRI_MMA_DEV void store_rows(GO *dst, int64_t ld, float *stage, typename P::acc (&acc)[HS / 16], float mul, int64_t row0,
+                            int64_t T, bool add)
 {
     constexpr int LST = flash_strides<P, HS>::LSTAGE;
     int lane = TRI_MMA_TID % 32;
@@ -282,16 +307,90 @@ TRI_MMA_DEV void store_rows(typename P::global *dst, int64_t ld, float *stage, t
     TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++) {
         flash_rc e = flash_rows_rc(lane, step, HS);
-        if (row0 + e.r < T)
-            dst[e.r * ld + e.c] = P::to_global(stage[flash_at(e, LST)] * mul);
+        if (row0 + e.r < T) {
+            float x = stage[flash_at(e, LST)] * mul;
+            dst[e.r * ld + e.c] = flash_out<GO>::to(add ? flash_out<GO>::from(dst[e.r * ld + e.c]) + x : x);
+        }
     }
     TRI_MMA_SYNC_WARP();
 }
 
-/* Keys of tile j0 (nc rows) that query t sees. */
+/* Keys of tile j0 (nc rows) that query t sees (global positions). */
 TRI_MMA_DEV int64_t visible_keys(int64_t t, int64_t j0, int64_t nc)
 {
     return t < j0 ? 0 : (t - j0 + 1 < nc ? t - j0 + 1 : nc);
+}
+
+/* ---- the tiles a tile meets (cuda/attention/flash_cut.h's problem) ----
+ * Chunk c (0 or 1) of a side of n rows: its first local row, its rows and its global position. */
+struct flash_chunk {
+    int64_t row, n, pos;
+};
+
+TRI_MMA_DEV flash_chunk flash_chunk_of(tri_flash_rows r, int64_t n, int c)
+{
+    int64_t n0 = r.Tc < n ? r.Tc : n;
+    flash_chunk k = {c ? n0 : 0, c ? n - n0 : n0, c ? r.pos1 : r.pos0};
+    return k;
+}
+
+/* Tiles of key chunk k that a query at global position `last` or before reaches: its first ones
+ * (the rest are fully masked and skipped). */
+TRI_MMA_DEV int64_t flash_tiles_upto(flash_chunk k, int64_t last)
+{
+    int64_t nt = (k.n + TILE - 1) / TILE, v = last < k.pos ? 0 : (last - k.pos) / TILE + 1;
+    return v < nt ? v : nt;
+}
+
+/* The first tile of query chunk k whose last row is at or past global position `first` (the tiles
+ * before it see no key from `first` on); its tile count when none is. */
+TRI_MMA_DEV int64_t flash_tiles_before(flash_chunk k, int64_t first)
+{
+    int64_t nt = (k.n + TILE - 1) / TILE;
+    if (first >= k.pos + k.n)
+        return nt;
+    return first <= k.pos ? 0 : (first - k.pos) / TILE;
+}
+
+/* The key tiles a query tile whose last row is at global position `last` meets, in the ops' order
+ * (key chunk 0's, then chunk 1's, each ascending): n of them, n0 in chunk 0; tile u starts at local
+ * key row flash_key_row(tiles, u). Today's problem: tiles 0 .. the diagonal. */
+struct flash_key_tiles {
+    int64_t n0, n, row1;
+};
+
+TRI_MMA_DEV int64_t flash_key_row(flash_key_tiles k, int64_t u)
+{
+    return u < k.n0 ? u * TILE : k.row1 + (u - k.n0) * TILE;
+}
+
+TRI_MMA_DEV flash_key_tiles flash_key_tiles_of(const tri_flash_mma_cut &c, int64_t last)
+{
+    flash_chunk k0 = flash_chunk_of(c.kr, c.Tk, 0), k1 = flash_chunk_of(c.kr, c.Tk, 1);
+    int64_t n0 = flash_tiles_upto(k0, last);
+    flash_key_tiles t = {n0, n0 + flash_tiles_upto(k1, last), k1.row};
+    return t;
+}
+
+/* The query tiles of one head a key tile whose first row is at global position `first` meets, in
+ * the ops' order (query chunk 0's, then chunk 1's, each ascending): m0 + m1 of them, the ones of
+ * chunk c from its tile f_c on; tile v starts at local query row flash_query_row(tiles, v). Today's problem: the
+ * diagonal tile and those after it. */
+struct flash_query_tiles {
+    int64_t f0, m0, f1, m1, row1;
+};
+
+TRI_MMA_DEV int64_t flash_query_row(flash_query_tiles q, int64_t v)
+{
+    return v < q.m0 ? (q.f0 + v) * TILE : q.row1 + (q.f1 + v - q.m0) * TILE;
+}
+
+TRI_MMA_DEV flash_query_tiles flash_query_tiles_of(const tri_flash_mma_cut &c, int64_t first)
+{
+    flash_chunk q0 = flash_chunk_of(c.qr, c.d.T, 0), q1 = flash_chunk_of(c.qr, c.d.T, 1);
+    int64_t f0 = flash_tiles_before(q0, first), f1 = flash_tiles_before(q1, first);
+    flash_query_tiles t = {f0, (q0.n + TILE - 1) / TILE - f0, f1, (q1.n + TILE - 1) / TILE - f1, q1.row};
+    return t;
 }
 
 /* Shared memory of the forward kernel (byte offsets): three (TILE, HS) operand tiles, the warps'
@@ -312,8 +411,9 @@ struct fwd_layout {
                             bytes = double_buffered ? single + 2 * tile : single;
 };
 
-/* The online softmax of the warp's WROWS score rows sw (fp32, row stride LS) against key tile j0 (nc
- * keys), on all 32 lanes: lane l takes row l % WROWS, the columns of half l / WROWS
+/* The online softmax of the warp's WROWS score rows sw (fp32, row stride LS) of query tile i0 (local
+ * rows; rows at or past T are padding) at global position qp0 against the key tile at global
+ * position j0 (nc keys), on all 32 lanes: lane l takes row l % WROWS, the columns of half l / WROWS
  * (flash_softmax_rc), read in 16-byte pieces into registers. It computes tri_flash_row_update's
  * values in that function's order, bit for bit: each visible score scaled; the row max, each half's
  * by the same comparison from m (low half) or -inf (high half), then the high half's if greater
@@ -324,14 +424,14 @@ struct fwd_layout {
  * 16-byte pieces: in place when P overwrites the scores (a lane writes only what it read). */
 template <class P, int HS>
 TRI_MMA_DEV void online_softmax(typename P::elem *pw, float *sw, float *sm, float *sl, float *sa, int64_t i0,
-                                int64_t j0, int64_t nc, int64_t T, float scale)
+                                int64_t qp0, int64_t j0, int64_t nc, int64_t T, float scale)
 {
     typedef flash_strides<P, HS> S;
     constexpr int HALF = TILE / 2, PER = 16 / (int)sizeof(typename P::elem);
     int warp = TRI_MMA_TID / 32, lane = TRI_MMA_TID % 32, high = lane / WROWS;
     flash_rc first = flash_softmax_rc(lane, 0, 4);
     int r = warp * WROWS + first.r;
-    int64_t t = i0 + r, n = t < T ? visible_keys(t, j0, nc) : 0, own = n - first.c; /* visible in this half */
+    int64_t t = i0 + r, n = t < T ? visible_keys(qp0 + r, j0, nc) : 0, own = n - first.c; /* visible in this half */
     float e[HALF];
     TRI_MMA_UNROLL
     for (int u = 0; u < HALF / 4; u++) {
@@ -379,7 +479,8 @@ TRI_MMA_DEV void online_softmax(typename P::elem *pw, float *sw, float *sm, floa
 
 template <class P, int HS>
 TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global *out, float *lse,
-                                        const typename P::global *qkv, tri_flash_dims d, int64_t n_tiles)
+                                        const typename P::global *q, const typename P::global *kv,
+                                        tri_flash_mma_cut c, int64_t n_tiles)
 {
     typedef fwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
@@ -389,22 +490,26 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     int warp = TRI_MMA_TID / 32, lane = TRI_MMA_TID % 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *ow = (float *)(smem + L::o) + warp * WROWS * S::LO;
     E *pw = (E *)(smem + L::p) + warp * WROWS * S::LP;
-    int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d);
+    tri_flash_dims d = c.d;
+    int64_t T = d.T, Tk = c.Tk, C = d.NH * HS, W = c.W, Wk = c.Wk;
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
-    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE;
-    const typename P::global *qb = qkv + tri_flash_q_at(d, b, 0, h), *kb = qkv + tri_flash_k_at(d, b, 0, g),
-                             *vb = qkv + tri_flash_v_at(d, b, 0, g);
+    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = tri_flash_pos(c.qr, i0);
+    const typename P::global *qb = q + b * T * W + h * HS, *kb = kv + b * Tk * Wk + tri_flash_mma_k_col(c, g),
+                             *vb = kb + d.NH_kv * HS;
     float scale = 1.0f / sqrtf((float)HS);
-    int64_t n_kv = i0 / TILE + 1; /* key tiles 0 .. the diagonal */
+    flash_key_tiles kt = flash_key_tiles_of(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
+    int64_t n_kv = kt.n;
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
-        int64_t j0 = t * TILE, nc = T - j0 < TILE ? T - j0 : TILE;
-        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::k1 : L::k)), kb + j0 * W, W, nc);
-        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::v1 : L::v)), vb + j0 * W, W, nc);
+        int64_t j0 = flash_key_row(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::k1 : L::k)), kb + j0 * Wk, Wk, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::v1 : L::v)), vb + j0 * Wk, Wk, nc);
     };
 
-    issue_tile<P, HS>(sq, qb + i0 * W, W, nr);
-    issue(0);
-    tri_mma_cp_async_commit();
+    if (n_kv > 0) { /* else the rows see no key: out 0, lse -inf */
+        issue_tile<P, HS>(sq, qb + i0 * W, W, nr);
+        issue(0);
+        tri_mma_cp_async_commit();
+    }
     TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++)
         ow[flash_at(flash_rows_rc(lane, step, HS), S::LO)] = 0.0f;
@@ -413,7 +518,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
         sl[TRI_MMA_TID] = 0.0f;
     }
     for (int64_t t = 0; t < n_kv; t++) {
-        int64_t j0 = t * TILE, nc = T - j0 < TILE ? T - j0 : TILE;
+        int64_t j0 = flash_key_row(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE, kp0 = tri_flash_pos(c.kr, j0);
         TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to is no longer read */
         tile_pipeline<L::double_buffered>(t, n_kv, issue);
         TRI_MMA_SYNC_BLOCK(); /* tile t's k and v (and at t = 0 q) have landed, from every lane */
@@ -423,7 +528,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
             const E *cv = (const E *)(smem + (second ? L::v1 : L::v));
             rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, ck);
             TRI_MMA_SYNC_WARP();
-            online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, j0, nc, T, scale);
+            online_softmax<P, HS>(pw, sw, sm, sl, sa, i0, qp0, kp0, nc, T, scale);
             TRI_MMA_SYNC_WARP();
             TRI_MMA_ROLLED
             for (int step = 0; step < WROWS * HS / 32; step++) {
@@ -442,13 +547,15 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
             TRI_MMA_SYNC_WARP();
         });
     }
+    if (n_kv == 0)
+        TRI_MMA_SYNC_BLOCK(); /* the rows' l, set by other warps' lanes, is seen (else the loop's barriers) */
     int64_t row0 = i0 + warp * WROWS;
     TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++) {
         flash_rc e = flash_rows_rc(lane, step, HS);
+        float l = sl[warp * WROWS + e.r];
         if (row0 + e.r < T)
-            out[(b * T + row0 + e.r) * C + h * HS + e.c] =
-                P::to_global(ow[flash_at(e, S::LO)] / sl[warp * WROWS + e.r]);
+            out[(b * T + row0 + e.r) * C + h * HS + e.c] = P::to_global(l == 0.0f ? 0.0f : ow[flash_at(e, S::LO)] / l);
     }
     if (lane < WROWS && row0 + lane < T)
         lse[bh * T + row0 + lane] = tri_flash_lse(sm[warp * WROWS + lane], sl[warp * WROWS + lane]);
@@ -488,11 +595,13 @@ TRI_MMA_DEV void load_stats(float *slse, float *sdelta, const float *lse, const 
 
 /* P and dS of a warp's WROWS x TILE block (row stride LP) from its scores s and dp (fp32, row stride
  * LS, scaled here), for query t and key j of element (a, c): transposed (a key, c query) in the
- * dk/dv kernel. Each lane writes only the elements it read, so p_out and ds_out may be s and dp. */
+ * dk/dv kernel. a0, c0: the block's first row and column as local rows of their buffers (query rows
+ * at or past T and key rows at or past Tk are padding), ap0, cp0 as global positions (the causal
+ * mask). Each lane writes only the elements it read, so p_out and ds_out may be s and dp. */
 template <class P, int HS>
 TRI_MMA_DEV void probabilities(typename P::elem *p_out, typename P::elem *ds_out, const float *s, const float *dp,
-                               const float *slse, const float *sdelta, int64_t a0, int64_t c0, bool keys_are_rows,
-                               int64_t T, float scale)
+                               const float *slse, const float *sdelta, int64_t a0, int64_t ap0, int64_t c0,
+                               int64_t cp0, bool keys_are_rows, int64_t T, int64_t Tk, float scale)
 {
     typedef flash_strides<P, HS> S;
     int lane = TRI_MMA_TID % 32;
@@ -502,8 +611,9 @@ TRI_MMA_DEV void probabilities(typename P::elem *p_out, typename P::elem *ds_out
         int a = e.r, c = e.c, es = flash_at(e, S::LS), ep = flash_at(e, S::LP);
         int qi = keys_are_rows ? c : (int)(a0 % TILE) + a;      /* row of the query tile's stats */
         int64_t t = keys_are_rows ? c0 + c : a0 + a, j = keys_are_rows ? a0 + a : c0 + c;
+        int64_t tp = keys_are_rows ? cp0 + c : ap0 + a, jp = keys_are_rows ? ap0 + a : cp0 + c;
         float p = 0.0f, ds = 0.0f;
-        if (t < T && j <= t) {
+        if (t < T && j < Tk && jp <= tp) {
             p = tri_expf(s[es] * scale - slse[qi]);
             ds = p * (dp[es] - sdelta[qi]);
         }
@@ -513,10 +623,11 @@ TRI_MMA_DEV void probabilities(typename P::elem *p_out, typename P::elem *ds_out
     }
 }
 
-template <class P, int HS>
-TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::global *dqkv, const float *delta,
-                                             const typename P::global *dout, const typename P::global *qkv,
-                                             const float *lse, tri_flash_dims d, int64_t n_tiles)
+template <class P, int HS, class GO = typename P::global>
+TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, GO *dkv, const float *delta,
+                                             const typename P::global *dout, const typename P::global *q,
+                                             const typename P::global *kv, const float *lse, tri_flash_mma_cut c,
+                                             int64_t n_tiles)
 {
     typedef bwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
@@ -527,62 +638,81 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, typename P::gl
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
     E *pw = (E *)(smem + L::p) + warp * WROWS * S::LP, *dsw = (E *)(smem + L::ds) + warp * WROWS * S::LP;
     (void)n_tiles; /* a block per key tile: the grid says how many */
-    int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d), rep = d.NH / d.NH_kv;
+    tri_flash_dims d = c.d;
+    int64_t T = d.T, Tk = c.Tk, C = d.NH * HS, W = c.W, Wk = c.Wk, rep = d.NH / d.NH_kv;
     int64_t j0 = TRI_MMA_BX * TILE, bg = TRI_MMA_BY, b = bg / d.NH_kv, g = bg % d.NH_kv;
-    int64_t nc = T - j0 < TILE ? T - j0 : TILE;
+    int64_t nc = Tk - j0 < TILE ? Tk - j0 : TILE, kp0 = tri_flash_pos(c.kr, j0);
     float scale = 1.0f / sqrtf((float)HS);
-    /* the group's query heads in order, each with its query tiles from the diagonal on: tile t of
-     * n_q; (h, i0) its head and query tile, (nh, ni0) the next one's */
-    int64_t n_q = rep * ((T - j0 + TILE - 1) / TILE), t = 0, h = g * rep, i0 = j0, nh = h, ni0 = i0;
-    auto issue = [&](int64_t u) { /* query tile u (t or t + 1)'s q and dout into buffer u % 2 */
-        int64_t hu = u == t ? h : nh, iu = u == t ? i0 : ni0, nr = T - iu < TILE ? T - iu : TILE;
-        issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t2b : L::t2)), qkv + tri_flash_q_at(d, b, iu, hu), W, nr);
+    GO *dkb = dkv + (b * Tk + j0) * Wk + tri_flash_mma_k_col(c, g);
+    const typename P::global *kb = kv + (b * Tk + j0) * Wk + tri_flash_mma_k_col(c, g);
+    /* the group's query heads in order, each with its query tiles that reach the key tile (today's
+     * problem: from the diagonal on): tile t of n_q is head g rep + t / per, tile t % per of qt */
+    flash_query_tiles qt = flash_query_tiles_of(c, kp0);
+    int64_t per = qt.m0 + qt.m1, n_q = rep * per;
+    auto issue = [&](int64_t u) { /* query tile u's q and dout into buffer u % 2 */
+        int64_t hu = g * rep + u / per, iu = flash_query_row(qt, u % per), nr = T - iu < TILE ? T - iu : TILE;
+        issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t2b : L::t2)), q + (b * T + iu) * W + hu * HS, W, nr);
         issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t3b : L::t3)), dout + (b * T + iu) * C + hu * HS, C, nr);
     };
 
-    issue_tile<P, HS>(sk, qkv + tri_flash_k_at(d, b, j0, g), W, nc);
-    issue_tile<P, HS>(sv, qkv + tri_flash_v_at(d, b, j0, g), W, nc);
-    issue(0);
-    tri_mma_cp_async_commit();
+    if (n_q > 0) { /* else no query sees these keys: dk, dv 0 (or left, accumulating) */
+        issue_tile<P, HS>(sk, kb, Wk, nc);
+        issue_tile<P, HS>(sv, kb + d.NH_kv * HS, Wk, nc);
+        issue(0);
+        tri_mma_cp_async_commit();
+    }
     typename P::acc dk[HS / 16], dv[HS / 16];
     TRI_MMA_UNROLL
     for (int n = 0; n < HS / 16; n++) {
         tri_mma_fill(dk[n], 0.0f);
         tri_mma_fill(dv[n], 0.0f);
     }
-    for (h = g * rep; h < (g + 1) * rep; h++)
-        for (i0 = j0; i0 < T; i0 += TILE, t++) {
-            int64_t nr = T - i0 < TILE ? T - i0 : TILE;
-            nh = i0 + TILE < T ? h : h + 1;
-            ni0 = i0 + TILE < T ? i0 + TILE : j0;
-            TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to, and the stats, are no longer read */
-            tile_pipeline<L::double_buffered>(t, n_q, issue);
-            load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
-            TRI_MMA_SYNC_BLOCK(); /* query tile t (and at t = 0 k, v) landed, from every lane */
-            on_buffer<L::double_buffered>(t, [&](auto buf) {
-                constexpr bool second = decltype(buf)::index == 1;
-                const E *cq = (const E *)(smem + (second ? L::t2b : L::t2));
-                const E *cdo = (const E *)(smem + (second ? L::t3b : L::t3));
-                rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, cq);   /* S^T: keys x queries */
-                rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, cdo); /* dP^T */
-                TRI_MMA_SYNC_WARP();
-                probabilities<P, HS>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, i0, true, T, scale);
-                TRI_MMA_SYNC_WARP();
-                accumulate_p_times<P, HS>(dv, pw, cdo);
-                accumulate_p_times<P, HS>(dk, dsw, cq);
-            });
-        }
+    for (int64_t t = 0; t < n_q; t++) {
+        int64_t h = g * rep + t / per, i0 = flash_query_row(qt, t % per), nr = T - i0 < TILE ? T - i0 : TILE;
+        int64_t qp0 = tri_flash_pos(c.qr, i0);
+        TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to, and the stats, are no longer read */
+        tile_pipeline<L::double_buffered>(t, n_q, issue);
+        load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
+        TRI_MMA_SYNC_BLOCK(); /* query tile t (and at t = 0 k, v) landed, from every lane */
+        on_buffer<L::double_buffered>(t, [&](auto buf) {
+            constexpr bool second = decltype(buf)::index == 1;
+            const E *cq = (const E *)(smem + (second ? L::t2b : L::t2));
+            const E *cdo = (const E *)(smem + (second ? L::t3b : L::t3));
+            rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, cq);   /* S^T: keys x queries */
+            rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, cdo); /* dP^T */
+            TRI_MMA_SYNC_WARP();
+            probabilities<P, HS>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, kp0 + warp * WROWS, i0, qp0,
+                                 true, T, Tk, scale);
+            TRI_MMA_SYNC_WARP();
+            accumulate_p_times<P, HS>(dv, pw, cdo);
+            accumulate_p_times<P, HS>(dk, dsw, cq);
+        });
+    }
     TRI_MMA_SYNC_BLOCK(); /* the score buffers become the output stage */
+    if (n_q == 0 && c.accumulate)
+        return;
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
     int64_t row0 = j0 + warp * WROWS;
-    store_rows<P, HS>(dqkv + tri_flash_k_at(d, b, row0, g), W, stage, dk, scale, row0, T);
-    store_rows<P, HS>(dqkv + tri_flash_v_at(d, b, row0, g), W, stage, dv, 1.0f, row0, T);
+    bool add = c.accumulate != 0;
+    store_rows<P, HS, GO>(dkb + warp * WROWS * Wk, Wk, stage, dk, scale, row0, Tk, add);
+    store_rows<P, HS, GO>(dkb + warp * WROWS * Wk + d.NH_kv * HS, Wk, stage, dv, 1.0f, row0, Tk, add);
+}
+
+/* dk, dv stored fp32 (operands of precision P): the all_gather backward's partials */
+template <class P, int HS>
+TRI_MMA_DEV void flash_backward_dkv_f32_mma_body(unsigned char *smem, float *dkv, const float *delta,
+                                                 const typename P::global *dout, const typename P::global *q,
+                                                 const typename P::global *kv, const float *lse, tri_flash_mma_cut c,
+                                                 int64_t n_tiles)
+{
+    flash_backward_dkv_mma_body<P, HS, float>(smem, dkv, delta, dout, q, kv, lse, c, n_tiles);
 }
 
 template <class P, int HS>
-TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::global *dqkv, const float *delta,
-                                            const typename P::global *dout, const typename P::global *qkv,
-                                            const float *lse, tri_flash_dims d, int64_t n_tiles)
+TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::global *dq, const float *delta,
+                                            const typename P::global *dout, const typename P::global *q,
+                                            const typename P::global *kv, const float *lse, tri_flash_mma_cut c,
+                                            int64_t n_tiles)
 {
     typedef bwd_layout<P, HS> L;
     typedef flash_strides<P, HS> S;
@@ -592,28 +722,33 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
     int warp = TRI_MMA_TID / 32;
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
     E *dsw = (E *)(smem + L::ds) + warp * WROWS * S::LP;
-    int64_t T = d.T, C = d.NH * HS, W = tri_flash_width(d);
+    tri_flash_dims d = c.d;
+    int64_t T = d.T, Tk = c.Tk, C = d.NH * HS, W = c.W, Wk = c.Wk;
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
-    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE;
+    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = tri_flash_pos(c.qr, i0);
     float scale = 1.0f / sqrtf((float)HS);
-    int64_t n_kv = i0 / TILE + 1; /* key tiles 0 .. the diagonal */
+    const typename P::global *kb = kv + b * Tk * Wk + tri_flash_mma_k_col(c, g);
+    flash_key_tiles kt = flash_key_tiles_of(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
+    int64_t n_kv = kt.n;
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
-        int64_t j0 = t * TILE, nc = T - j0 < TILE ? T - j0 : TILE;
-        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t2b : L::t2)), qkv + tri_flash_k_at(d, b, j0, g), W, nc);
-        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t3b : L::t3)), qkv + tri_flash_v_at(d, b, j0, g), W, nc);
+        int64_t j0 = flash_key_row(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t2b : L::t2)), kb + j0 * Wk, Wk, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t3b : L::t3)), kb + j0 * Wk + d.NH_kv * HS, Wk, nc);
     };
 
-    issue_tile<P, HS>(sq, qkv + tri_flash_q_at(d, b, i0, h), W, nr);
-    issue_tile<P, HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
-    issue(0);
-    tri_mma_cp_async_commit();
+    if (n_kv > 0) { /* else the rows see no key: dq 0 (or left, accumulating) */
+        issue_tile<P, HS>(sq, q + (b * T + i0) * W + h * HS, W, nr);
+        issue_tile<P, HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
+        issue(0);
+        tri_mma_cp_async_commit();
+    }
     load_stats(slse, sdelta, lse, delta, bh * T + i0, nr);
-    typename P::acc dq[HS / 16];
+    typename P::acc acc[HS / 16];
     TRI_MMA_UNROLL
     for (int n = 0; n < HS / 16; n++)
-        tri_mma_fill(dq[n], 0.0f);
+        tri_mma_fill(acc[n], 0.0f);
     for (int64_t t = 0; t < n_kv; t++) {
-        int64_t j0 = t * TILE;
+        int64_t j0 = flash_key_row(kt, t), kp0 = tri_flash_pos(c.kr, j0);
         TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to is no longer read */
         tile_pipeline<L::double_buffered>(t, n_kv, issue);
         TRI_MMA_SYNC_BLOCK(); /* key tile t (and at t = 0 q, dout) landed, from every lane */
@@ -624,15 +759,19 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
             rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, ck);   /* S: queries x keys */
             rows_times_rows_t<P, HS>(dpw, sdo + warp * WROWS * S::LD, cv); /* dP */
             TRI_MMA_SYNC_WARP();
-            probabilities<P, HS>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, j0, false, T, scale);
+            probabilities<P, HS>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, qp0 + warp * WROWS, j0, kp0,
+                                 false, T, Tk, scale);
             TRI_MMA_SYNC_WARP();
-            accumulate_p_times<P, HS>(dq, dsw, ck);
+            accumulate_p_times<P, HS>(acc, dsw, ck);
         });
     }
     TRI_MMA_SYNC_BLOCK();
+    if (n_kv == 0 && c.accumulate)
+        return;
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
     int64_t row0 = i0 + warp * WROWS;
-    store_rows<P, HS>(dqkv + tri_flash_q_at(d, b, row0, h), W, stage, dq, scale, row0, T);
+    store_rows<P, HS, typename P::global>(dq + (b * T + row0) * W + h * HS, W, stage, acc, scale, row0, T,
+                                          c.accumulate != 0);
 }
 
 #endif

@@ -16,6 +16,8 @@
 #     a line per shape with the fields bench/cuda/attention.sh reads (T, HS, the fused ms), the shape
 #     that --tokens asks for, and the unfused path timed, or refused by --unfused-limit-gb.
 #  5. --predict (the kernel-time model) on the tiny GPT-2: the table's rows sum to its total.
+#  6. bench_cuda_cp_attention (bench/cuda/cp_attention.sh's program) at T 512, cp 2 and 4: the uncut
+#     line, a line per cp with every kv call on the tiled kernels, and --simple with none.
 set -u
 bench=$1/bench_cuda_train
 attention=$1/bench_cuda_attention
@@ -107,6 +109,19 @@ grep -qE "^trident B 2 NH 12 T 32 HS 64 \| fp32 $fused \| unfused not run \(its 
 awk '/^trident / && !($13 > 0) {bad = 1} END {exit bad}' "$tmp/att.log" ||
   fail "a fused time attention.sh would read is not positive"
 
+# 6. bench_cuda_cp_attention: the cut-sequence kv ops on the tiled kernels (and the twins with --simple)
+cp_att=$1/bench_cuda_cp_attention
+"$cp_att" --seq-lengths 512 --context-parallel-sizes 2,4 --num-attention-heads 4 --num-query-groups 2 \
+  --head-size 64 --iters 1 > "$tmp/cp.log" 2>&1 || fail "bench_cuda_cp_attention exited $? ($(tail -3 "$tmp/cp.log"))"
+"$cp_att" --seq-lengths 256 --context-parallel-sizes 2 --num-attention-heads 2 --num-query-groups 1 \
+  --head-size 64 --iters 1 --simple --fp32 --dkv-f32 >> "$tmp/cp.log" 2>&1 ||
+  fail "bench_cuda_cp_attention --simple exited $? ($(tail -3 "$tmp/cp.log"))"
+grep -qE "^T 512 B 1 NH 4/2 HS 64 bf16 \| uncut forward \+ backward $num ms$" "$tmp/cp.log" ||
+  fail "bench_cuda_cp_attention: no uncut line"
+[ "$(grep -cE "^  cp [24] rank 0 .* tiled kv calls 6 of 6$" "$tmp/cp.log")" = 2 ] ||
+  fail "bench_cuda_cp_attention: not every kv call tiled at cp 2 and 4"
+grep -qE "^  cp 2 rank 0 .* tiled kv calls 0 of 6$" "$tmp/cp.log" || fail "bench_cuda_cp_attention --simple took the tiled kernels"
+
 # 5. --predict (the kernel-time model, no GPU): the per-op table's rows sum to the predicted step (each
 #    row rounded to 0.5 us),
 #    the matmuls are 12 L + 3 calls, and the 2026-11-27 op set has an adamw per parameter
@@ -123,7 +138,7 @@ grep -qE "^gpt2 .*\| +$num ms/iter predicted \|" "$tmp/predict.log" || fail "--p
 
 if [ $failures -ne 0 ]; then
   echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log" "$tmp/compare.log" "$tmp/att.log" \
-    "$tmp/predict.log"
+    "$tmp/predict.log" "$tmp/cp.log"
   exit 1
 fi
 echo "bench_cuda_train on the emulated backend: GPT-2 bf16 profiled ($line);"

@@ -1455,15 +1455,23 @@ Test(gpu_ops, flash_attention_empty_batch_or_sequence)
 }
 
 /* ---- fused attention across a split sequence (context parallelism) ----
- * The CUDA twins of the kv ops (cuda/attention/flash_kv.kern.h: a thread per row, dot products left
- * to right) against the CPU backend's sgemm-tiled loops: a cp rank's two query chunks (cp 2 rank 0:
- * global chunks 0 and 3 of 64 rows) against keys of the whole sequence, packed (B, T, 2 C_kv) or a
- * gathered qkv, grouped-query and multi-head; only the summation order differs, TOL (fp32) and
- * BF16_TOL as the flash ops above. The merge and the column copy are row arithmetic in both (the
- * merge's logf and expf: TOL; the copy: bit for bit). Today's problem through the kv forward takes
- * the tiled kernels (the fast path) and must give flash_attention_forward's bits on the GPU. */
+ * The kv ops on the GPU against the CPU backend's sgemm-tiled loops: a cp rank's two query chunks
+ * (cp 2 rank 0: global chunks 0 and 3 of 64 rows) against keys of the whole sequence, packed (B, T,
+ * 2 C_kv) or a gathered qkv, grouped-query and multi-head. Two paths, and the test asserts which ran
+ * (tri_cuda_flash_kv_tiled_calls): head size 16 takes the simple twins (cuda/attention/
+ * flash_kv.kern.h: a thread per row, dot products left to right: TOL fp32, BF16_TOL bf16); head
+ * sizes 32 and 64 with the operands of one precision (dk, dv of a packed kv fp32 beside bf16, as
+ * the all_gather backward's partials, or bf16 into a gathered qkv's shape) take the tiled kernels
+ * (cuda/attention/flash_mma.cu: the tensor cores' order in bf16 with P and dS rounded to bf16,
+ * FLASH_MMA_TOL as flash_attention_mma; the CUDA cores' fmaf order in fp32, TOL). The merge and the
+ * column copy are row arithmetic in both (the merge's logf and expf: TOL; the copy: bit for bit).
+ * Today's problem through the kv ops takes the same tiled launches as flash_attention_forward and
+ * _backward and must give their bits on the GPU. */
 static void flash_kv_case(int64_t B, int64_t NH, int64_t NH_kv, int64_t HS, int bf16, bool packed, uint64_t seed)
 {
+    /* the tiled kernels: a head size they are built for (32, 64, 80, 96, 128; not 16) */
+    bool tiled = HS != 16;
+    int64_t calls0 = tri_cuda_flash_kv_tiled_calls(gpu);
     int64_t Tc = 64, Tl = 2 * Tc, T = 4 * Tc, C = NH * HS, KV = 2 * NH_kv * HS, W = C + KV, Wk = packed ? KV : W;
     tri_flash_rows qr = {Tc, 0, 3 * Tc}, kr = tri_flash_rows_whole(T);
     both qkv = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, W), -2, 2, seed, bf16);
@@ -1472,8 +1480,10 @@ static void flash_kv_case(int64_t B, int64_t NH, int64_t NH_kv, int64_t HS, int 
     both lse = make(tri_tensor_3d(NULL, TRI_F32, B, NH, Tl), NULL), delta = make(tri_tensor_3d(NULL, TRI_F32, B, NH, Tl), NULL);
     both dout = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, C), -1, 1, seed + 2, bf16);
     both dqkv = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, Tl, W), -1, 1, seed + 3, bf16);
-    both dkv = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, T, Wk), -1, 1, seed + 4, 0);
-    double tol = bf16 ? BF16_TOL : TOL;
+    /* dk, dv fp32 with a packed kv (the all_gather backward's partials), else the operands' dtype */
+    bool dkv_bf16 = bf16 && !packed;
+    both dkv = uniform_as(tri_tensor_3d(NULL, TRI_F32, B, T, Wk), -1, 1, seed + 4, dkv_bf16);
+    double tol = bf16 ? (tiled ? FLASH_MMA_TOL : BF16_TOL) : TOL;
     char what[128];
     BOTH(tri_op_flash_attention_kv_forward(cpu, out.c, lse.c, qkv.c, kv.c, qr, kr),
          tri_op_flash_attention_kv_forward(gpu, out.g, lse.g, qkv.g, kv.g, qr, kr));
@@ -1490,9 +1500,13 @@ static void flash_kv_case(int64_t B, int64_t NH, int64_t NH_kv, int64_t HS, int 
         cmp(what, dqkv, tol);
         BOTH(tri_op_flash_attention_kv_backward_dkv(cpu, dkv.c, dout.c, qkv.c, kv.c, lse.c, delta.c, qr, kr, acc),
              tri_op_flash_attention_kv_backward_dkv(gpu, dkv.g, dout.g, qkv.g, kv.g, lse.g, delta.g, qr, kr, acc));
-        snprintf(what, sizeof what, "flash_kv dk, dv%s (%s, f32 dkv)", acc ? " accumulated" : "", bf16 ? "bf16" : "fp32");
+        snprintf(what, sizeof what, "flash_kv dk, dv%s (%s, %s dkv)", acc ? " accumulated" : "", bf16 ? "bf16" : "fp32",
+                 dkv_bf16 ? "bf16" : "f32");
         cmp(what, dkv, tol);
     }
+    /* the forward, two dq and two dkv calls: all tiled, or none */
+    cr_assert_eq(tri_cuda_flash_kv_tiled_calls(gpu) - calls0, tiled ? 5 : 0, "HS %lld: %lld kv calls took the tiled "
+                 "kernels", (long long)HS, (long long)(tri_cuda_flash_kv_tiled_calls(gpu) - calls0));
     /* the one-pass op (CUDA: its simple twin, the two passes' kernels) against the CPU's one pass */
     for (int acc = 0; acc < 2; acc++) {
         BOTH(tri_op_flash_attention_kv_backward(cpu, dqkv.c, dkv.c, dout.c, qkv.c, kv.c, lse.c, delta.c, qr, kr, acc),
@@ -1520,10 +1534,14 @@ static void flash_kv_case(int64_t B, int64_t NH, int64_t NH_kv, int64_t HS, int 
 
 Test(gpu_ops, flash_attention_kv_ops)
 {
-    flash_kv_case(2, 4, 2, 16, 0, true, 1500);  /* GQA, packed k|v */
-    flash_kv_case(1, 2, 2, 32, 0, false, 1510); /* MHA, a gathered qkv as kv */
-    flash_kv_case(2, 4, 1, 16, 1, true, 1520);  /* bf16, one key/value head */
-    /* today's problem through the kv forward: the tiled kernels, flash_attention_forward's bits */
+    flash_kv_case(2, 4, 2, 16, 0, true, 1500);  /* the twins: GQA, packed k|v */
+    flash_kv_case(2, 4, 1, 16, 1, true, 1520);  /* the twins: bf16, one key/value head */
+    flash_kv_case(1, 2, 2, 32, 0, false, 1510); /* the tiled kernels: MHA, a gathered qkv as kv */
+    flash_kv_case(2, 4, 2, 64, 0, true, 1540);  /* fp32 GQA, packed k|v */
+    flash_kv_case(1, 2, 2, 64, 1, false, 1550); /* bf16 MHA, a gathered qkv (bf16 dkv) */
+    flash_kv_case(1, 4, 1, 64, 1, true, 1560);  /* bf16, one key/value head (fp32 dkv) */
+    /* today's problem through the kv ops: the tiled kernels, flash_attention_forward's and
+     * _backward's bits (dq and dk, dv into one dqkv, as the fused backward writes it) */
     int64_t B = 1, T = 130, NH = 2, HS = 64, W = 3 * NH * HS;
     both qkv = uniform(tri_tensor_3d(NULL, TRI_F32, B, T, W), -2, 2, 1530);
     both out = make(tri_tensor_3d(NULL, TRI_F32, B, T, NH * HS), NULL), lse = make(tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
@@ -1534,6 +1552,19 @@ Test(gpu_ops, flash_attention_kv_ops)
                  tri_error_message());
     cr_assert(ot_same_bits("kv forward, today's problem", gpu_read(gpu, out1.g), gpu_read(gpu, out.g), (size_t)(T * NH * HS)));
     cr_assert(ot_same_bits("kv forward lse, today's problem", gpu_read(gpu, lse1.g), gpu_read(gpu, lse.g), (size_t)(T * NH)));
+    both dout = uniform(tri_tensor_3d(NULL, TRI_F32, B, T, NH * HS), -1, 1, 1531);
+    both dqkv = make(tri_tensor_3d(NULL, TRI_F32, B, T, W), NULL), dqkv1 = make(tri_tensor_3d(NULL, TRI_F32, B, T, W), NULL);
+    both delta = make(tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL), delta1 = make(tri_tensor_3d(NULL, TRI_F32, B, NH, T), NULL);
+    cr_assert_eq(tri_op_flash_attention_backward(gpu, dqkv.g, delta.g, dout.g, qkv.g, out.g, lse.g), TRI_OK, "%s",
+                 tri_error_message());
+    int64_t calls0 = tri_cuda_flash_kv_tiled_calls(gpu);
+    cr_assert_eq(tri_op_flash_attention_delta(gpu, delta1.g, dout.g, out.g), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_op_flash_attention_kv_backward_dkv(gpu, dqkv1.g, dout.g, qkv.g, qkv.g, lse.g, delta1.g, all, all,
+                                                        false), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_op_flash_attention_kv_backward_dq(gpu, dqkv1.g, dout.g, qkv.g, qkv.g, lse.g, delta1.g, all, all,
+                                                       false), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_cuda_flash_kv_tiled_calls(gpu) - calls0, 2, "today's backward through the kv ops: tiled");
+    cr_assert(ot_same_bits("kv backward, today's problem", gpu_read(gpu, dqkv1.g), gpu_read(gpu, dqkv.g), (size_t)(T * W)));
 }
 
 /* ---- the Llama family's ops: the same bits as the CPU backend, fast and simple forms ----
