@@ -67,9 +67,7 @@ static void run(const tri_model *m, int64_t T, tu_layout l, const int32_t *w, tu
 /* The real vocabulary's rows of the embedding and head (the padding depends on tp). */
 static int64_t compared(const tu_result *r, int i)
 {
-    const char *n = r->names[i];
-    bool vocab = strcmp(n, "wte") == 0 || strcmp(n, "model.embed_tokens.weight") == 0 || strcmp(n, "lm_head.weight") == 0;
-    return vocab ? V * r->cols[i] : r->numel[i];
+    return tu_result_compared(r, i, V);
 }
 
 static void expect_close(const tu_result *ref, const tu_result *got, const char *name)
@@ -99,14 +97,9 @@ static void expect_close(const tu_result *ref, const tu_result *got, const char 
 
 static void expect_same(const tu_result *a, const tu_result *b, const char *name)
 {
+    char why[256];
     cr_expect(a->grad_loss == b->grad_loss, "%s: first loss %.17g vs %.17g", name, a->grad_loss, b->grad_loss);
-    cr_expect(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
-              a->losses[STEPS - 1], b->losses[STEPS - 1]);
-    cr_expect(memcmp(a->norms, b->norms, sizeof a->norms) == 0, "%s: gradient norms differ", name);
-    for (int i = 0; i < a->n; i++)
-        cr_expect(memcmp(a->weights[i], b->weights[i], (size_t)compared(a, i) * sizeof(float)) == 0,
-                  "%s: final %s differs (relative %.2g)", name, a->names[i],
-                  tu_tensor_rel(a->weights[i], b->weights[i], compared(a, i)));
+    cr_expect(tu_results_same(a, b, V, why, sizeof why), "%s: %s", name, why);
 }
 
 typedef struct named {

@@ -57,8 +57,7 @@ static void run(const tri_model *m, const tu_layout *l, tu_result *r, const int3
  * padding depends on tp). */
 static int64_t compared(const tu_result *r, int i)
 {
-    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
-    return vocab ? 100 * r->cols[i] : r->numel[i];
+    return tu_result_compared(r, i, 100);
 }
 
 static void expect_close(const tu_result *ref, const tu_result *got, const char *name)
@@ -85,13 +84,8 @@ static void expect_close(const tu_result *ref, const tu_result *got, const char 
 
 static void expect_same(const tu_result *a, const tu_result *b, const char *name)
 {
-    cr_expect(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
-              a->losses[STEPS - 1], b->losses[STEPS - 1]);
-    cr_expect(memcmp(a->norms, b->norms, sizeof a->norms) == 0, "%s: gradient norms differ", name);
-    for (int i = 0; i < a->n; i++)
-        cr_expect(memcmp(a->weights[i], b->weights[i], (size_t)compared(a, i) * sizeof(float)) == 0,
-                  "%s: final %s differs (relative %.2g)", name, a->names[i],
-                  tu_tensor_rel(a->weights[i], b->weights[i], compared(a, i)));
+    char why[256];
+    cr_expect(tu_results_same(a, b, 100, why, sizeof why), "%s: %s", name, why);
 }
 
 typedef struct named_layout {
