@@ -1,0 +1,20 @@
+/* bench/cuda/device_fill.h - the GPU benches' operands: a device tensor of uniform [-1, 1) values.
+ *
+ * bench/cuda/attention_cuda.c and cp_attention_cuda.c time ops on random operands; this is the one
+ * allocate-and-fill both use (the values are engine/core/rng.h's counter-based uniforms, so a
+ * bench's inputs are the same on every run and every device). */
+#ifndef TRI_BENCH_CUDA_DEVICE_FILL_H
+#define TRI_BENCH_CUDA_DEVICE_FILL_H
+
+#include <stdint.h>
+
+#include "engine/device/device.h"
+
+/* Allocates shape's bytes on d into *mem and fills them with 2 u - 1, u = tri_rng_uniform(seed, 0, i)
+ * for element i (rounded to bf16 when shape.dtype is TRI_BF16, else f32); *t = shape viewing *mem.
+ * who names the bench in the error message. Returns TRI_OK, the device's error, or TRI_ENOMEM (host
+ * staging); on an error after the allocation *mem is still set (the caller frees it). */
+int tri_bench_device_uniform(tri_device *d, tri_tensor *t, tri_tensor shape, void **mem, uint64_t seed,
+                             const char *who);
+
+#endif
