@@ -57,6 +57,20 @@ static void llama_model(tri_model *m)
     cr_assert_eq(tri_model_parse(m, json, "tiny-llama"), TRI_OK, "%s", tri_error_message());
 }
 
+/* check(m) on the small GPT-2 (llama false) or the tiny Llama */
+static void on_model(bool llama, void (*check)(const tri_model *m))
+{
+    tri_gpt_config cfg;
+    tri_model m;
+    if (llama)
+        llama_model(&m);
+    else
+        m = gpt_model(&cfg);
+    check(&m);
+    if (llama)
+        tri_model_free(&m);
+}
+
 static void run(const tri_model *m, int64_t T, tu_layout l, const int32_t *w, tu_result *r)
 {
     int dp = l.dp > 0 ? l.dp : 1;
@@ -138,17 +152,12 @@ static void close_to_one_rank(const tri_model *m)
 
 Test(cp_layouts, gpt2_matches_one_rank, .timeout = 300)
 {
-    tri_gpt_config cfg;
-    tri_model m = gpt_model(&cfg);
-    close_to_one_rank(&m);
+    on_model(false, close_to_one_rank);
 }
 
 Test(cp_layouts, llama_gqa_matches_one_rank, .timeout = 300)
 {
-    tri_model m;
-    llama_model(&m);
-    close_to_one_rank(&m);
-    tri_model_free(&m);
+    on_model(true, close_to_one_rank);
 }
 
 /* Deterministic mode: the dp x cp exact sums make dp, ZeRO and pp invisible at cp 2. */
@@ -177,17 +186,12 @@ static void deterministic_across_dp_pp(const tri_model *m)
 
 Test(cp_layouts, gpt2_deterministic_across_dp_and_pp, .timeout = 300)
 {
-    tri_gpt_config cfg;
-    tri_model m = gpt_model(&cfg);
-    deterministic_across_dp_pp(&m);
+    on_model(false, deterministic_across_dp_pp);
 }
 
 Test(cp_layouts, llama_deterministic_across_dp_and_pp, .timeout = 300)
 {
-    tri_model m;
-    llama_model(&m);
-    deterministic_across_dp_pp(&m);
-    tri_model_free(&m);
+    on_model(true, deterministic_across_dp_pp);
 }
 
 /* A mixture of experts composes: the MoE block is row-local, its experts fold cp into the
