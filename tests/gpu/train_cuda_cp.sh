@@ -14,12 +14,8 @@
 set -uo pipefail
 BIN=${1:?usage: train_cuda_cp.sh BIN_DIR SOURCE_DIR}
 SRC=${2:?usage}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 # shellcheck source=tests/lib/gpu_train.sh
 source "$SRC/tests/lib/gpu_train.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-[ -f "$SRC/data/fortunes_byte_train.bin" ] || { echo "SKIP: $SRC/data/fortunes_byte_train.bin missing"; exit 77; }
 echo '{"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 257, "n_positions": 256}' \
   > "$T/gpt.json"
 echo '{"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
