@@ -78,35 +78,18 @@ static void run(const tri_model *m, int64_t T, tu_layout l, const int32_t *w, tu
     cr_assert_eq(tu_run_model(m, B, T, &l, w, STEPS, r), TRI_OK, "%s", tri_error_message());
 }
 
-/* The real vocabulary's rows of the embedding and head (the padding depends on tp). */
-static int64_t compared(const tu_result *r, int i)
-{
-    return tu_result_compared(r, i, V);
-}
-
 static void expect_close(const tu_result *ref, const tu_result *got, const char *name)
 {
-    double loss = fabs(got->grad_loss - ref->grad_loss) / ref->grad_loss, worst = 0.0, worst_step = 0.0, drift = 0.0;
-    const char *worst_name = "";
-    cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got->grad_loss, ref->grad_loss);
-    cr_assert_eq(got->n, ref->n, "%s: %d parameters vs %d", name, got->n, ref->n);
-    for (int i = 0; i < ref->n; i++) {
-        cr_assert_str_eq(got->names[i], ref->names[i]);
-        double e = tu_tensor_rel(got->grads[i], ref->grads[i], compared(ref, i));
-        cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref->names[i], e);
-        if (e > worst)
-            worst = e, worst_name = ref->names[i];
-        double d = tu_adamw_drift_ratio(got->weights[i], ref->weights[i], compared(ref, i), 1e-3, 0.9, 0.95, 1, STEPS);
-        cr_expect_leq(d, 1.0, "%s: final %s beyond AdamW's drift bound (ratio %g)", name, ref->names[i], d);
-        drift = fmax(drift, d);
-    }
-    for (int s = 0; s < STEPS; s++) {
-        double e = fabs(got->losses[s] - ref->losses[s]) / ref->losses[s];
-        worst_step = fmax(worst_step, e);
-        cr_expect_lt(e, 1e-4, "%s: step %d loss %.9g vs one rank's %.9g", name, s + 1, got->losses[s], ref->losses[s]);
-    }
+    tu_result_gap g;
+    cr_assert_eq(tu_result_gap_of(ref, got, V, 1e-3, &g), TRI_OK, "%s: %s", name, tri_error_message());
+    cr_expect_lt(g.loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got->grad_loss, ref->grad_loss);
+    cr_expect_lt(g.grad, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref->names[g.grad_at], g.grad);
+    cr_expect_leq(g.drift, 1.0, "%s: final %s beyond AdamW's drift bound (ratio %g)", name, ref->names[g.drift_at],
+                  g.drift);
+    cr_expect_lt(g.step, 1e-4, "%s: step %d loss %.9g vs one rank's %.9g", name, g.step_at + 1, got->losses[g.step_at],
+                 ref->losses[g.step_at]);
     cr_log_info("%s: loss diff %.2g, max gradient diff %.2g (%s), max step-loss diff %.2g, weight drift ratio %.2g",
-                name, loss, worst, worst_name, worst_step, drift);
+                name, g.loss, g.grad, ref->names[g.grad_at], g.step, g.drift);
 }
 
 static void expect_same(const tu_result *a, const tu_result *b, const char *name)
