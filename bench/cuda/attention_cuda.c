@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/cuda/device_fill.h"
+#include "bench/cuda/bench_device.h"
 #include "cuda/device_cuda.h"
 #include "engine/core/clock.h"
 #include "engine/core/status.h"
@@ -113,13 +113,9 @@ int main(int argc, char **argv)
                         "Fused causal attention on a GPU, bf16 (or fp32): ms per forward + backward, TFLOP/s, against the unfused path.");
         return rc ? 2 : 0;
     }
-    const char *why = "";
-    if (!tri_cuda_available(&why)) {
-        fprintf(stderr, "bench_cuda_attention: no usable CUDA device: %s\n", why);
-        return 1;
-    }
     tri_device *d = NULL;
-    rc = tri_device_cuda_create(&d, 0);
+    if (tri_bench_cuda_open("bench_cuda_attention", &d))
+        return 1;
     char *hs = rc ? NULL : strdup(hs_list), *s1 = NULL;
     for (char *h = hs ? strtok_r(hs, ",", &s1) : NULL; h && !rc; h = strtok_r(NULL, ",", &s1)) {
         char *ts = strdup(t_list), *s2 = NULL;

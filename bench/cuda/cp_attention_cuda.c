@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/cuda/device_fill.h"
+#include "bench/cuda/bench_device.h"
 #include "cuda/device_cuda.h"
 #include "engine/core/clock.h"
 #include "engine/core/status.h"
@@ -119,14 +119,10 @@ int main(int argc, char **argv)
                         "against the uncut fused attention.");
         return rc ? 2 : 0;
     }
-    const char *why = "";
-    if (!tri_cuda_available(&why)) {
-        fprintf(stderr, "bench_cuda_cp_attention: no usable CUDA device: %s\n", why);
-        return 1;
-    }
     tri_device *d = NULL;
-    rc = tri_device_cuda_create(&d, 0);
-    if (!rc) rc = tri_cuda_set_simple_kernels(d, simple);
+    if (tri_bench_cuda_open("bench_cuda_cp_attention", &d))
+        return 1;
+    rc = tri_cuda_set_simple_kernels(d, simple);
     tri_dtype dt = fp32 ? TRI_F32 : TRI_BF16;
     char *ts = rc ? NULL : strdup(t_list), *s1 = NULL;
     for (char *tt = ts ? strtok_r(ts, ",", &s1) : NULL; tt && !rc; tt = strtok_r(NULL, ",", &s1)) {

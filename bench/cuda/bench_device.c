@@ -1,8 +1,11 @@
-/* bench/cuda/device_fill.c - the GPU benches' operands: a device tensor of uniform [-1, 1) values
- * (device_fill.h). */
-#include "bench/cuda/device_fill.h"
+/* bench/cuda/bench_device.c - what the GPU op benches share: their device and their random operands
+ * (bench_device.h). */
+#include "bench/cuda/bench_device.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+
+#include "cuda/device_cuda.h"
 
 #include "engine/core/math.h"
 #include "engine/core/rng.h"
@@ -32,4 +35,19 @@ int tri_bench_device_uniform(tri_device *d, tri_tensor *t, tri_tensor shape, voi
     free(h);
     free(f);
     return rc;
+}
+
+int tri_bench_cuda_open(const char *who, tri_device **d)
+{
+    const char *why = "";
+    *d = NULL;
+    if (!tri_cuda_available(&why)) {
+        fprintf(stderr, "%s: no usable CUDA device: %s\n", who, why);
+        return 1;
+    }
+    if (tri_device_cuda_create(d, 0) != TRI_OK) {
+        fprintf(stderr, "%s: %s\n", who, tri_error_message());
+        return 1;
+    }
+    return 0;
 }
