@@ -231,22 +231,29 @@ static int nccl_broadcast(tri_comm *c, tri_tensor x, int root)
     return end(n, rc);
 }
 
-static int nccl_p2p(tri_comm *c, const tri_p2p *ops, int count)
+/* ops as one NCCL group of ncclSend/ncclRecv on the communication stream (the body of the blocking
+ * and the in-flight batched p2p); the group is closed even after an error, so NCCL's group state
+ * stays balanced. */
+static int grouped_p2p(nccl_impl *n, const tri_p2p *ops, int count)
 {
-    nccl_impl *n = impl_of(c);
-    int rc = begin(n);
-    if (rc)
-        return rc;
-    rc = TRI_NCCL(n, ncclGroupStart());
+    int rc = TRI_NCCL(n, ncclGroupStart());
     for (int i = 0; i < count && !rc; i++) {
         const tri_p2p *o = &ops[i];
         size_t k = (size_t)tri_tensor_numel(o->t);
         rc = o->send ? TRI_NCCL(n, ncclSend(o->t.data, k, nccl_type(o->t.dtype), o->peer, n->comm, n->stream))
                      : TRI_NCCL(n, ncclRecv(o->t.data, k, nccl_type(o->t.dtype), o->peer, n->comm, n->stream));
     }
-    /* the group is closed even after an error, so NCCL's group state stays balanced */
     int rc_end = TRI_NCCL(n, ncclGroupEnd());
-    return end(n, rc ? rc : rc_end);
+    return rc ? rc : rc_end;
+}
+
+static int nccl_p2p(tri_comm *c, const tri_p2p *ops, int count)
+{
+    nccl_impl *n = impl_of(c);
+    int rc = begin(n);
+    if (rc)
+        return rc;
+    return end(n, grouped_p2p(n, ops, count));
 }
 
 /* All-to-all with variable counts as NCCL documents it ("Point-to-point communication", all-to-allv):
@@ -305,6 +312,26 @@ static int enqueue(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor i
                                      n->stream));
 }
 
+/* The end of a non-blocking start whose work (status rc) is enqueued on the communication stream:
+ * records r's event after it and hands r out as *handle, or frees r and returns the error. n->done marks
+ * the comm stream's last operation, so the watch's time-out covers this one too (the compute stream
+ * does not wait for it: only tri_comm_wait orders it before later ops). */
+static int in_flight(nccl_impl *n, nccl_request *r, int rc, void **handle)
+{
+    if (!rc) rc = TRI_CUDA(cudaEventRecord(r->done, n->stream));
+    if (!rc && (n->pending_since == 0 || cudaEventQuery(n->done) == cudaSuccess))
+        n->pending_since = tri_now_s();
+    if (!rc) rc = TRI_CUDA(cudaEventRecord(n->done, n->stream));
+    if (rc) {
+        if (r->done)
+            cudaEventDestroy(r->done);
+        free(r);
+        return rc;
+    }
+    *handle = r;
+    return TRI_OK;
+}
+
 static int nccl_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tensor in, tri_reduce_op op,
                       void **handle)
 {
@@ -322,20 +349,7 @@ static int nccl_start(tri_comm *c, tri_comm_kind kind, tri_tensor out, tri_tenso
     int rc = TRI_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
     if (!rc) rc = begin(n);
     if (!rc) rc = enqueue(c, kind, out, in, op);
-    if (!rc) rc = TRI_CUDA(cudaEventRecord(r->done, n->stream));
-    /* n->done marks the comm stream's last operation, so the watch's time-out covers this one too
-     * (the compute stream does not wait for it: only tri_comm_wait orders it before later ops) */
-    if (!rc && (n->pending_since == 0 || cudaEventQuery(n->done) == cudaSuccess))
-        n->pending_since = tri_now_s();
-    if (!rc) rc = TRI_CUDA(cudaEventRecord(n->done, n->stream));
-    if (rc) {
-        if (r->done)
-            cudaEventDestroy(r->done);
-        free(r);
-        return rc;
-    }
-    *handle = r;
-    return TRI_OK;
+    return in_flight(n, r, rc, handle);
 }
 
 /* Batched p2p left in flight: ncclSend/ncclRecv grouped on the communication stream after the
@@ -349,30 +363,8 @@ static int nccl_p2p_start(tri_comm *c, const tri_p2p *ops, int count, void **han
         return TRI_ERR(TRI_ENOMEM, "nccl p2p: out of memory");
     int rc = TRI_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
     if (!rc) rc = begin(n);
-    if (!rc) {
-        rc = TRI_NCCL(n, ncclGroupStart());
-        for (int i = 0; i < count && !rc; i++) {
-            const tri_p2p *o = &ops[i];
-            size_t k = (size_t)tri_tensor_numel(o->t);
-            rc = o->send ? TRI_NCCL(n, ncclSend(o->t.data, k, nccl_type(o->t.dtype), o->peer, n->comm, n->stream))
-                         : TRI_NCCL(n, ncclRecv(o->t.data, k, nccl_type(o->t.dtype), o->peer, n->comm, n->stream));
-        }
-        /* the group is closed even after an error, so NCCL's group state stays balanced */
-        int rc_end = TRI_NCCL(n, ncclGroupEnd());
-        rc = rc ? rc : rc_end;
-    }
-    if (!rc) rc = TRI_CUDA(cudaEventRecord(r->done, n->stream));
-    if (!rc && (n->pending_since == 0 || cudaEventQuery(n->done) == cudaSuccess))
-        n->pending_since = tri_now_s();
-    if (!rc) rc = TRI_CUDA(cudaEventRecord(n->done, n->stream));
-    if (rc) {
-        if (r->done)
-            cudaEventDestroy(r->done);
-        free(r);
-        return rc;
-    }
-    *handle = r;
-    return TRI_OK;
+    if (!rc) rc = grouped_p2p(n, ops, count);
+    return in_flight(n, r, rc, handle);
 }
 
 static int nccl_wait(tri_comm *c, void *handle)

@@ -1,6 +1,7 @@
 /* tests/ckpt_harness.c - train, save and resume a small GPT on thread ranks (see ckpt_harness.h). */
 #include "tests/ckpt_harness.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,4 +136,47 @@ float *tu_ckpt_tensor(const char *dir, tri_ckpt_file_kind kind, int dp, const ch
     }
     tri_ckpt_reader_close(&r);
     return buf;
+}
+
+int tu_ckpt_compare(const char *a_dir, const char *b_dir, int first, int last, tu_ckpt_diff *d)
+{
+    tri_ckpt_reader a, b;
+    *d = (tu_ckpt_diff){.identical = true};
+    int rc = tri_ckpt_reader_open(&a, a_dir);
+    if (rc)
+        return rc;
+    rc = tri_ckpt_reader_open(&b, b_dir);
+    if (rc) {
+        tri_ckpt_reader_close(&a);
+        return rc;
+    }
+    if (a.m.n_tensors != b.m.n_tensors || a.m.run.adamw.kind != b.m.run.adamw.kind)
+        rc = TRI_ERR(TRI_EINVAL, "tu_ckpt_compare: %s has %d tensors (optimizer %d), %s %d (optimizer %d)", a_dir,
+                     a.m.n_tensors, (int)a.m.run.adamw.kind, b_dir, b.m.n_tensors, (int)b.m.run.adamw.kind);
+    bool adam = tri_optimizer_has_moments(a.m.run.adamw.kind);
+    const char *groups[3] = {NULL, adam ? TRI_CKPT_EXP_AVG : TRI_CKPT_MOMENTUM, TRI_CKPT_EXP_AVG_SQ};
+    for (int t = 0; t < a.m.n_tensors && !rc; t++)
+        for (int g = 0; g < (adam ? 3 : 2) && !rc; g++) {
+            float *x = NULL, *y = NULL; /* (n) the tensor in a, in b */
+            const char *name = a.m.tensors[t].name;
+            rc = tri_ckpt_read_tensor(&a, groups[g], name, &x);
+            if (!rc) rc = tri_ckpt_read_tensor(&b, groups[g], name, &y);
+            if (!rc) {
+                int64_t n = 1;
+                for (int k = 0; k < a.m.tensors[t].ndim; k++)
+                    n *= a.m.tensors[t].shape[k];
+                double rel = tu_tensor_rel(x, y, n);
+                if (g == 0) {
+                    d->weights = fmax(d->weights, rel);
+                    d->drift = fmax(d->drift, tu_adamw_drift_ratio(x, y, n, 1e-3, 0.9, 0.95, first, last));
+                } else
+                    d->moments = fmax(d->moments, rel);
+                d->identical = d->identical && memcmp(x, y, (size_t)n * sizeof *x) == 0;
+            }
+            free(x);
+            free(y);
+        }
+    tri_ckpt_reader_close(&a);
+    tri_ckpt_reader_close(&b);
+    return rc;
 }

@@ -45,4 +45,15 @@ char *tu_ckpt_tmpdir(const char *tag);
 float *tu_ckpt_tensor(const char *dir, tri_ckpt_file_kind kind, int dp, const char *group, const char *name,
                       int64_t *n);
 
+/* Two checkpoints' every tensor compared: the weights and the optimizer's state (exp_avg and exp_avg_sq,
+ * or momentum_buffer for SGD and LARS). */
+typedef struct tu_ckpt_diff {
+    double weights, moments; /* worst per-tensor relative difference (tu_tensor_rel) */
+    double drift;            /* worst weight difference over what AdamW can explain from update `first` to
+                                `last` at lr <= 1e-3 (tu_adamw_drift_ratio) */
+    bool identical;          /* every weight and moment bit-identical */
+} tu_ckpt_diff;
+/* Compares checkpoint dirs a and b (their final state) into *d; TRI_EINVAL if their tensor counts or
+ * optimizers differ, the reader's error otherwise. */
+int tu_ckpt_compare(const char *a_dir, const char *b_dir, int first, int last, tu_ckpt_diff *d);
 #endif

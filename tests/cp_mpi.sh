@@ -28,17 +28,8 @@
 set -u
 build=$1
 src=$2
-bin="$build/bin"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src" || exit 1
-# shellcheck source=tests/lib/mpirun_flags.sh
-source "$src/tests/lib/mpirun_flags.sh"
-export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-data=data/fortunes_byte_train.bin
-[ -f "$data" ] || { echo "SKIP: $data missing (bash tools/trident.sh data)"; exit 0; }
+# shellcheck source=tests/lib/mpi_train.sh
+source "$src/tests/lib/mpi_train.sh"
 echo '{"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 257, "n_positions": 512}' \
   > "$tmp/gpt.json"
 echo '{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -51,8 +42,7 @@ common=(--train-data "$data" --val-data data/fortunes_byte_val.bin --seq-length 
 run() { # name ranks config flags...: trains into $tmp/name (log $tmp/name.log)
   local name=$1 np=$2 cfg=$3
   shift 3
-  mpiexec "${mpirun_flags[@]}" -np "$np" "$bin/engine_train" --config "$tmp/$cfg.json" "${common[@]}" \
-    --save-dir "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1 || { tail -5 "$tmp/$name.log"; fail "$name"; }
+  train_run "$name" "$np" --config "$tmp/$cfg.json" "$@" || { tail -5 "$tmp/$name.log"; fail "$name"; }
 }
 
 against() { # ref name bound
@@ -73,10 +63,7 @@ PY
 refuse() { # name want ranks flags...
   local name=$1 want=$2 np=$3
   shift 3
-  local out
-  out=$(mpiexec "${mpirun_flags[@]}" -np "$np" "$bin/engine_train" --config "$tmp/gpt.json" "${common[@]}" \
-        --train-iters 1 "$@" 2>&1) && { fail "$name: accepted"; return; }
-  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
+  train_refuse "$name" "$want" "$np" --config "$tmp/gpt.json" "$@"
 }
 
 ag=(--cp-comm-type all_gather)
@@ -174,4 +161,4 @@ cp_bytes gpt_cp2_tp2 4 gpt 2 all_gather 0 2 "${ag[@]}"
 cp_bytes llama_cp4_p2p 4 llama 4 p2p 0 1 --cp-comm-type p2p
 cp_bytes gpt_cp2_full 2 gpt 2 p2p 1 1 --cp-comm-type p2p --recompute-granularity full
 cp_bytes det_cp2 2 gpt 2 det 0 1 --deterministic-mode
-[ "$failures" -eq 0 ] && echo "cp_mpi: all checks passed" || { echo "cp_mpi: $failures check(s) failed"; exit 1; }
+train_done cp_mpi

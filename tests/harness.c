@@ -477,6 +477,61 @@ double tu_adamw_drift_ratio(const float *a, const float *b, int64_t n, double lr
     return diff / bound;
 }
 
+int64_t tu_result_compared(const tu_result *r, int i, int64_t vocab)
+{
+    const char *n = r->names[i];
+    bool vocab_rows = strcmp(n, "wte") == 0 || strcmp(n, "model.embed_tokens.weight") == 0 ||
+                      strcmp(n, "lm_head.weight") == 0;
+    return vocab_rows ? vocab * r->cols[i] : r->numel[i];
+}
+
+bool tu_results_same(const tu_result *a, const tu_result *b, int64_t vocab, char *why, size_t why_size)
+{
+    if (memcmp(a->losses, b->losses, sizeof a->losses) != 0) {
+        snprintf(why, why_size, "losses differ: %.17g vs %.17g", a->losses[a->steps - 1], b->losses[b->steps - 1]);
+        return false;
+    }
+    if (memcmp(a->norms, b->norms, sizeof a->norms) != 0) {
+        snprintf(why, why_size, "gradient norms differ");
+        return false;
+    }
+    for (int i = 0; i < a->n; i++) {
+        int64_t n = tu_result_compared(a, i, vocab);
+        if (memcmp(a->weights[i], b->weights[i], (size_t)n * sizeof(float)) != 0) {
+            snprintf(why, why_size, "final %s differs (relative %.2g)", a->names[i],
+                     tu_tensor_rel(a->weights[i], b->weights[i], n));
+            return false;
+        }
+    }
+    return true;
+}
+
+int tu_result_gap_of(const tu_result *ref, const tu_result *got, int64_t vocab, double lr, tu_result_gap *g)
+{
+    *g = (tu_result_gap){.loss = fabs(got->grad_loss - ref->grad_loss) / ref->grad_loss};
+    if (got->n != ref->n)
+        return TRI_ERR(TRI_EINVAL, "tu_result_gap_of: %d parameters vs the reference's %d", got->n, ref->n);
+    for (int i = 0; i < ref->n; i++) {
+        if (strcmp(got->names[i], ref->names[i]) != 0)
+            return TRI_ERR(TRI_EINVAL, "tu_result_gap_of: parameter %d is %s, the reference's %s", i, got->names[i],
+                           ref->names[i]);
+        int64_t n = tu_result_compared(ref, i, vocab);
+        double e = tu_tensor_rel(got->grads[i], ref->grads[i], n);
+        if (e > g->grad)
+            g->grad = e, g->grad_at = i;
+        double d = lr > 0 ? tu_adamw_drift_ratio(got->weights[i], ref->weights[i], n, lr, 0.9, 0.95, 1, ref->steps)
+                          : 0.0;
+        if (d > g->drift)
+            g->drift = d, g->drift_at = i;
+    }
+    for (int s = 0; s < ref->steps; s++) {
+        double e = fabs(got->losses[s] - ref->losses[s]) / ref->losses[s];
+        if (e > g->step)
+            g->step = e, g->step_at = s;
+    }
+    return TRI_OK;
+}
+
 double tu_tensor_rel(const float *a, const float *b, int64_t n)
 {
     double diff = 0.0, ref = 0.0;

@@ -118,6 +118,30 @@ tri_gpt_config tu_tiny_config(void);
 /* Deterministic learnable token windows (n, T + 1) for vocab V. Caller frees. */
 int32_t *tu_make_windows(int64_t n, int64_t T, int V, uint64_t seed);
 
+/* Elements of r's parameter i that layouts must agree on: the real vocabulary's vocab rows (vocab x cols) of
+ * the embedding and head (wte, model.embed_tokens.weight, lm_head.weight: their padding depends on tp),
+ * every element (r->numel[i]) of the others. */
+int64_t tu_result_compared(const tu_result *r, int i, int64_t vocab);
+/* Whether a and b trained the same bits: every step's loss and gradient norm and every final weight over
+ * tu_result_compared(a, i, vocab) elements. If not, writes the first difference into why (why_size bytes):
+ * what differs and, for a weight, its relative difference (tu_tensor_rel). */
+bool tu_results_same(const tu_result *a, const tu_result *b, int64_t vocab, char *why, size_t why_size);
+
+/* How far run got is from run ref (the same model, steps and batches in another layout). */
+typedef struct tu_result_gap {
+    double loss;          /* the gradient pass's loss, relative to ref's */
+    double grad;          /* the worst gradient's tu_tensor_rel over tu_result_compared elements */
+    int grad_at;          /* its parameter */
+    double step;          /* the worst step loss, relative to ref's */
+    int step_at;          /* its step (0-based) */
+    double drift;         /* the worst final weight's tu_adamw_drift_ratio (0 when not asked) */
+    int drift_at;         /* its parameter */
+} tu_result_gap;
+/* The gaps of got from ref into *g, the real vocabulary being vocab rows; the weights' drift ratio against
+ * AdamW (betas 0.9, 0.95) at learning rate lr over updates 1..ref->steps when lr > 0. TRI_EINVAL if the
+ * runs' parameters (count, names) differ. */
+int tu_result_gap_of(const tu_result *ref, const tu_result *got, int64_t vocab, double lr, tu_result_gap *g);
+
 /* max |a - b| / max |b| over n elements (b: a float64 reference, e.g. PyTorch's) */
 double tu_tensor_rel(const float *a, const float *b, int64_t n);
 double tu_tensor_rel_f64(const float *a, const double *b, int64_t n);

@@ -17,14 +17,10 @@
 set -u
 build=$1
 src=$2
-bin="$build/bin"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src" || exit 1
+# shellcheck source=tests/lib/script_setup.sh
+source "$src/tests/lib/script_setup.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 py=/usr/bin/python3
-failures=0
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
 # V L NH NH_KV C I T E K
 dims=(300 2 4 2 64 64 64 4 2)
 

@@ -84,16 +84,7 @@ h5diff -q --exclude-attribute / "$tmp/m4.h5" "$tmp/m1.h5" && h5diff -q --exclude
   echo "ok   ckpt merge: the ep 4 checkpoint's tensors equal the ep 1 reshard's" || fail "merged ep 4 != merged ep 1"
 (cd / && $py "$src/tests/ckpt_check.py" vds "$step2/index.h5" "$tmp/m4.h5") > /dev/null 2>&1 &&
   echo "ok   the ep 4 checkpoint's virtual-dataset index reads as its merge" || fail "ep 4 index.h5"
-"$bin/ckpt" export --quiet --format hf "$step2" "$tmp/hf4" > /dev/null 2>&1 &&
-  "$bin/ckpt" export --quiet --format hf "$tmp/one" "$tmp/hf1" > /dev/null 2>&1 || fail "export --format hf"
-n=0
-for f in "$tmp"/hf1/*.safetensors "$tmp"/hf1/model.safetensors.index.json "$tmp"/hf1/config.json; do
-  [ -f "$f" ] || continue
-  n=$((n + 1))
-  cmp -s "$f" "$tmp/hf4/$(basename "$f")" || fail "HF export of ep 4: $(basename "$f") differs from ep 1's"
-done
-[ $n -ge 2 ] && echo "ok   export --format hf of the ep 4 checkpoint: $n files byte-identical to the ep 1 reshard's" ||
-  fail "the HF export wrote $n files"
+moe_same_hf_export "$step2" "the ep 4 checkpoint" "$tmp/one" "the ep 1 reshard"
 
 # the expert bias (replicated; carried by reshard), saved at ep 2
 bias=(--moe-router-enable-expert-bias --moe-router-bias-update-rate 0.01)

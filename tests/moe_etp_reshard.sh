@@ -106,17 +106,8 @@ reshard_resume b_to_one 1 "--data-parallel-size 1 --expert-model-parallel-size 1
   "$tmp/b/iter_0000002" && losses b resume_b_to_one "dp 4 etp 2 ep 2 resharded to one rank (etp 1), resumed" 1e-4
 
 # the Hugging Face export of the etp 2 ep 2 checkpoint against the etp 1 reshard's (the same weights)
-"$bin/ckpt" export --quiet --format hf "$tmp/b/iter_0000002" "$tmp/hf_etp2" > /dev/null 2>&1 &&
-  "$bin/ckpt" export --quiet --format hf "$tmp/b_to_one/iter_0000002" "$tmp/hf_one" > /dev/null 2>&1 ||
-  fail "export --format hf"
-n=0
-for f in "$tmp"/hf_one/*.safetensors "$tmp"/hf_one/model.safetensors.index.json "$tmp"/hf_one/config.json; do
-  [ -f "$f" ] || continue
-  n=$((n + 1))
-  cmp -s "$f" "$tmp/hf_etp2/$(basename "$f")" || fail "HF export of etp 2: $(basename "$f") differs from etp 1's"
-done
-[ $n -ge 2 ] && echo "ok   export --format hf of the etp 2 ep 2 checkpoint: $n files byte-identical to the etp 1 reshard's" ||
-  fail "the HF export wrote $n files"
+moe_same_hf_export "$tmp/b/iter_0000002" "the etp 2 ep 2 checkpoint" "$tmp/b_to_one/iter_0000002" \
+  "the etp 1 reshard"
 
 refuse() { # name want src flags...
   local name=$1 want=$2 srcck=$3

@@ -37,46 +37,13 @@
 
 enum { B = 1, T = 8, GLOBAL = 8, HALF = 10 };
 
-typedef struct diff {
-    double weights, moments;   /* worst per-tensor relative difference */
-    double drift;              /* worst weight difference over what AdamW can explain (harness.h) */
-    bool identical;            /* every weight and moment bit-identical */
-} diff;
+typedef tu_ckpt_diff diff;
 
-/* Compares every tensor (weights and the optimizer's state: exp_avg and exp_avg_sq, or
- * momentum_buffer for SGD and LARS) of two checkpoints. */
+/* Every tensor of two checkpoints (tu_ckpt_compare); the runs compared share the state of iteration HALF. */
 static diff compare(const char *a_dir, const char *b_dir)
 {
-    tri_ckpt_reader a, b;
-    diff d = {.identical = true};
-    cr_assert_eq(tri_ckpt_reader_open(&a, a_dir), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(tri_ckpt_reader_open(&b, b_dir), TRI_OK, "%s", tri_error_message());
-    cr_assert_eq(a.m.n_tensors, b.m.n_tensors);
-    cr_assert_eq(a.m.run.adamw.kind, b.m.run.adamw.kind);
-    bool adam = tri_optimizer_has_moments(a.m.run.adamw.kind);
-    const char *groups[3] = {NULL, adam ? TRI_CKPT_EXP_AVG : TRI_CKPT_MOMENTUM, TRI_CKPT_EXP_AVG_SQ};
-    for (int t = 0; t < a.m.n_tensors; t++)
-        for (int g = 0; g < (adam ? 3 : 2); g++) {
-            float *x = NULL, *y = NULL;
-            const char *name = a.m.tensors[t].name;
-            cr_assert_eq(tri_ckpt_read_tensor(&a, groups[g], name, &x), TRI_OK, "%s", tri_error_message());
-            cr_assert_eq(tri_ckpt_read_tensor(&b, groups[g], name, &y), TRI_OK, "%s", tri_error_message());
-            int64_t n = 1;
-            for (int k = 0; k < a.m.tensors[t].ndim; k++)
-                n *= a.m.tensors[t].shape[k];
-            double rel = tu_tensor_rel(x, y, n);
-            if (g == 0) {
-                d.weights = fmax(d.weights, rel);
-                /* the runs compared share the state of iteration HALF; lr <= 1e-3 after it */
-                d.drift = fmax(d.drift, tu_adamw_drift_ratio(x, y, n, 1e-3, 0.9, 0.95, HALF + 1, TU_CKPT_TOTAL));
-            } else
-                d.moments = fmax(d.moments, rel);
-            d.identical = d.identical && memcmp(x, y, (size_t)n * sizeof *x) == 0;
-            free(x);
-            free(y);
-        }
-    tri_ckpt_reader_close(&a);
-    tri_ckpt_reader_close(&b);
+    diff d;
+    cr_assert_eq(tu_ckpt_compare(a_dir, b_dir, HALF + 1, TU_CKPT_TOTAL, &d), TRI_OK, "%s", tri_error_message());
     return d;
 }
 

@@ -57,6 +57,20 @@ static void llama_model(tri_model *m)
     cr_assert_eq(tri_model_parse(m, json, "tiny-llama"), TRI_OK, "%s", tri_error_message());
 }
 
+/* check(m) on the small GPT-2 (llama false) or the tiny Llama */
+static void on_model(bool llama, void (*check)(const tri_model *m))
+{
+    tri_gpt_config cfg;
+    tri_model m;
+    if (llama)
+        llama_model(&m);
+    else
+        m = gpt_model(&cfg);
+    check(&m);
+    if (llama)
+        tri_model_free(&m);
+}
+
 static void run(const tri_model *m, int64_t T, tu_layout l, const int32_t *w, tu_result *r)
 {
     int dp = l.dp > 0 ? l.dp : 1;
@@ -64,49 +78,25 @@ static void run(const tri_model *m, int64_t T, tu_layout l, const int32_t *w, tu
     cr_assert_eq(tu_run_model(m, B, T, &l, w, STEPS, r), TRI_OK, "%s", tri_error_message());
 }
 
-/* The real vocabulary's rows of the embedding and head (the padding depends on tp). */
-static int64_t compared(const tu_result *r, int i)
-{
-    const char *n = r->names[i];
-    bool vocab = strcmp(n, "wte") == 0 || strcmp(n, "model.embed_tokens.weight") == 0 || strcmp(n, "lm_head.weight") == 0;
-    return vocab ? V * r->cols[i] : r->numel[i];
-}
-
 static void expect_close(const tu_result *ref, const tu_result *got, const char *name)
 {
-    double loss = fabs(got->grad_loss - ref->grad_loss) / ref->grad_loss, worst = 0.0, worst_step = 0.0, drift = 0.0;
-    const char *worst_name = "";
-    cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got->grad_loss, ref->grad_loss);
-    cr_assert_eq(got->n, ref->n, "%s: %d parameters vs %d", name, got->n, ref->n);
-    for (int i = 0; i < ref->n; i++) {
-        cr_assert_str_eq(got->names[i], ref->names[i]);
-        double e = tu_tensor_rel(got->grads[i], ref->grads[i], compared(ref, i));
-        cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref->names[i], e);
-        if (e > worst)
-            worst = e, worst_name = ref->names[i];
-        double d = tu_adamw_drift_ratio(got->weights[i], ref->weights[i], compared(ref, i), 1e-3, 0.9, 0.95, 1, STEPS);
-        cr_expect_leq(d, 1.0, "%s: final %s beyond AdamW's drift bound (ratio %g)", name, ref->names[i], d);
-        drift = fmax(drift, d);
-    }
-    for (int s = 0; s < STEPS; s++) {
-        double e = fabs(got->losses[s] - ref->losses[s]) / ref->losses[s];
-        worst_step = fmax(worst_step, e);
-        cr_expect_lt(e, 1e-4, "%s: step %d loss %.9g vs one rank's %.9g", name, s + 1, got->losses[s], ref->losses[s]);
-    }
+    tu_result_gap g;
+    cr_assert_eq(tu_result_gap_of(ref, got, V, 1e-3, &g), TRI_OK, "%s: %s", name, tri_error_message());
+    cr_expect_lt(g.loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got->grad_loss, ref->grad_loss);
+    cr_expect_lt(g.grad, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref->names[g.grad_at], g.grad);
+    cr_expect_leq(g.drift, 1.0, "%s: final %s beyond AdamW's drift bound (ratio %g)", name, ref->names[g.drift_at],
+                  g.drift);
+    cr_expect_lt(g.step, 1e-4, "%s: step %d loss %.9g vs one rank's %.9g", name, g.step_at + 1, got->losses[g.step_at],
+                 ref->losses[g.step_at]);
     cr_log_info("%s: loss diff %.2g, max gradient diff %.2g (%s), max step-loss diff %.2g, weight drift ratio %.2g",
-                name, loss, worst, worst_name, worst_step, drift);
+                name, g.loss, g.grad, ref->names[g.grad_at], g.step, g.drift);
 }
 
 static void expect_same(const tu_result *a, const tu_result *b, const char *name)
 {
+    char why[256];
     cr_expect(a->grad_loss == b->grad_loss, "%s: first loss %.17g vs %.17g", name, a->grad_loss, b->grad_loss);
-    cr_expect(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
-              a->losses[STEPS - 1], b->losses[STEPS - 1]);
-    cr_expect(memcmp(a->norms, b->norms, sizeof a->norms) == 0, "%s: gradient norms differ", name);
-    for (int i = 0; i < a->n; i++)
-        cr_expect(memcmp(a->weights[i], b->weights[i], (size_t)compared(a, i) * sizeof(float)) == 0,
-                  "%s: final %s differs (relative %.2g)", name, a->names[i],
-                  tu_tensor_rel(a->weights[i], b->weights[i], compared(a, i)));
+    cr_expect(tu_results_same(a, b, V, why, sizeof why), "%s: %s", name, why);
 }
 
 typedef struct named {
@@ -145,17 +135,12 @@ static void close_to_one_rank(const tri_model *m)
 
 Test(cp_layouts, gpt2_matches_one_rank, .timeout = 300)
 {
-    tri_gpt_config cfg;
-    tri_model m = gpt_model(&cfg);
-    close_to_one_rank(&m);
+    on_model(false, close_to_one_rank);
 }
 
 Test(cp_layouts, llama_gqa_matches_one_rank, .timeout = 300)
 {
-    tri_model m;
-    llama_model(&m);
-    close_to_one_rank(&m);
-    tri_model_free(&m);
+    on_model(true, close_to_one_rank);
 }
 
 /* Deterministic mode: the dp x cp exact sums make dp, ZeRO and pp invisible at cp 2. */
@@ -184,17 +169,12 @@ static void deterministic_across_dp_pp(const tri_model *m)
 
 Test(cp_layouts, gpt2_deterministic_across_dp_and_pp, .timeout = 300)
 {
-    tri_gpt_config cfg;
-    tri_model m = gpt_model(&cfg);
-    deterministic_across_dp_pp(&m);
+    on_model(false, deterministic_across_dp_pp);
 }
 
 Test(cp_layouts, llama_deterministic_across_dp_and_pp, .timeout = 300)
 {
-    tri_model m;
-    llama_model(&m);
-    deterministic_across_dp_pp(&m);
-    tri_model_free(&m);
+    on_model(true, deterministic_across_dp_pp);
 }
 
 /* A mixture of experts composes: the MoE block is row-local, its experts fold cp into the

@@ -53,45 +53,22 @@ static void run(const tri_model *m, const tu_layout *l, tu_result *r, const int3
     cr_assert_eq(tu_run_model(m, B, T, &lay, w, STEPS, r), TRI_OK, "%s", tri_error_message());
 }
 
-/* Elements of parameter i to compare: the real vocabulary's rows of the embedding and head (the
- * padding depends on tp). */
-static int64_t compared(const tu_result *r, int i)
-{
-    bool vocab = strcmp(r->names[i], "model.embed_tokens.weight") == 0 || strcmp(r->names[i], "lm_head.weight") == 0;
-    return vocab ? 100 * r->cols[i] : r->numel[i];
-}
-
 static void expect_close(const tu_result *ref, const tu_result *got, const char *name)
 {
-    double loss = fabs(got->grad_loss - ref->grad_loss) / ref->grad_loss, worst = 0.0, worst_step = 0.0;
-    const char *worst_name = "";
-    cr_expect_lt(loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got->grad_loss, ref->grad_loss);
-    cr_assert_eq(got->n, ref->n, "%s: %d parameters vs %d", name, got->n, ref->n);
-    for (int i = 0; i < ref->n; i++) {
-        cr_assert_str_eq(got->names[i], ref->names[i]);
-        double e = tu_tensor_rel(got->grads[i], ref->grads[i], compared(ref, i));
-        cr_expect_lt(e, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref->names[i], e);
-        if (e > worst)
-            worst = e, worst_name = ref->names[i];
-    }
-    for (int s = 0; s < STEPS; s++) {
-        double e = fabs(got->losses[s] - ref->losses[s]) / ref->losses[s];
-        worst_step = fmax(worst_step, e);
-        cr_expect_lt(e, 1e-4, "%s: step %d loss %g vs one rank's %g", name, s + 1, got->losses[s], ref->losses[s]);
-    }
-    cr_log_info("%s: loss diff %.2g, max gradient diff %.2g (%s), max step-loss diff %.2g", name, loss, worst,
-                worst_name, worst_step);
+    tu_result_gap g;
+    cr_assert_eq(tu_result_gap_of(ref, got, 100, 0.0, &g), TRI_OK, "%s: %s", name, tri_error_message());
+    cr_expect_lt(g.loss, 1e-5, "%s: loss %.9g vs one rank's %.9g", name, got->grad_loss, ref->grad_loss);
+    cr_expect_lt(g.grad, 1e-5, "%s: gradient of %s differs from one rank's by %g", name, ref->names[g.grad_at], g.grad);
+    cr_expect_lt(g.step, 1e-4, "%s: step %d loss %g vs one rank's %g", name, g.step_at + 1, got->losses[g.step_at],
+                 ref->losses[g.step_at]);
+    cr_log_info("%s: loss diff %.2g, max gradient diff %.2g (%s), max step-loss diff %.2g", name, g.loss, g.grad,
+                ref->names[g.grad_at], g.step);
 }
 
 static void expect_same(const tu_result *a, const tu_result *b, const char *name)
 {
-    cr_expect(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s: losses differ: %.17g vs %.17g", name,
-              a->losses[STEPS - 1], b->losses[STEPS - 1]);
-    cr_expect(memcmp(a->norms, b->norms, sizeof a->norms) == 0, "%s: gradient norms differ", name);
-    for (int i = 0; i < a->n; i++)
-        cr_expect(memcmp(a->weights[i], b->weights[i], (size_t)compared(a, i) * sizeof(float)) == 0,
-                  "%s: final %s differs (relative %.2g)", name, a->names[i],
-                  tu_tensor_rel(a->weights[i], b->weights[i], compared(a, i)));
+    char why[256];
+    cr_expect(tu_results_same(a, b, 100, why, sizeof why), "%s: %s", name, why);
 }
 
 typedef struct named_layout {

@@ -12,10 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/cuda/bench_device.h"
 #include "cuda/device_cuda.h"
 #include "engine/core/clock.h"
-#include "engine/core/math.h"
-#include "engine/core/rng.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "tools/cli/flags.h"
@@ -24,29 +23,10 @@ typedef struct att_shape {
     int64_t B, NH, T, HS;
 } att_shape;
 
+/* A device tensor of `shape` filled with uniform [-1, 1) values (bf16 or f32 as shape.dtype). */
 static int put(tri_device *d, tri_tensor *t, tri_tensor shape, void **mem, uint64_t seed)
 {
-    size_t n = (size_t)tri_tensor_numel(shape), bytes = n * tri_dtype_size(shape.dtype);
-    int rc = tri_device_alloc(d, mem, bytes);
-    if (rc)
-        return rc;
-    *t = shape;
-    t->data = *mem;
-    uint16_t *h = malloc(n * sizeof *h);
-    float *f = malloc(n * sizeof *f);
-    if (!h || !f) {
-        free(h);
-        free(f);
-        return TRI_ERR(TRI_ENOMEM, "bench_cuda_attention: out of host memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        f[i] = 2.0f * (float)tri_rng_uniform(seed, 0, i) - 1.0f;
-        h[i] = tri_float_to_bf16(f[i]);
-    }
-    rc = tri_device_copy_from_host(d, *t, shape.dtype == TRI_BF16 ? (void *)h : (void *)f);
-    free(h);
-    free(f);
-    return rc;
+    return tri_bench_device_uniform(d, t, shape, mem, seed, "bench_cuda_attention");
 }
 
 /* Best ms of `iters` forward + backward of one form after one warm-up. */
@@ -133,13 +113,9 @@ int main(int argc, char **argv)
                         "Fused causal attention on a GPU, bf16 (or fp32): ms per forward + backward, TFLOP/s, against the unfused path.");
         return rc ? 2 : 0;
     }
-    const char *why = "";
-    if (!tri_cuda_available(&why)) {
-        fprintf(stderr, "bench_cuda_attention: no usable CUDA device: %s\n", why);
-        return 1;
-    }
     tri_device *d = NULL;
-    rc = tri_device_cuda_create(&d, 0);
+    if (tri_bench_cuda_open("bench_cuda_attention", &d))
+        return 1;
     char *hs = rc ? NULL : strdup(hs_list), *s1 = NULL;
     for (char *h = hs ? strtok_r(hs, ",", &s1) : NULL; h && !rc; h = strtok_r(NULL, ",", &s1)) {
         char *ts = strdup(t_list), *s2 = NULL;

@@ -15,10 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/cuda/bench_device.h"
 #include "cuda/device_cuda.h"
 #include "engine/core/clock.h"
-#include "engine/core/math.h"
-#include "engine/core/rng.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "tools/cli/flags.h"
@@ -26,27 +25,7 @@
 /* A device tensor of `shape` filled with uniform [-1, 1) values (bf16 or f32 as shape.dtype). */
 static int put(tri_device *d, tri_tensor *t, tri_tensor shape, void **mem, uint64_t seed)
 {
-    size_t n = (size_t)tri_tensor_numel(shape), bytes = n * tri_dtype_size(shape.dtype);
-    int rc = tri_device_alloc(d, mem, bytes);
-    if (rc)
-        return rc;
-    *t = shape;
-    t->data = *mem;
-    uint16_t *h = malloc(n * sizeof *h);
-    float *f = malloc(n * sizeof *f);
-    if (!h || !f) {
-        free(h);
-        free(f);
-        return TRI_ERR(TRI_ENOMEM, "bench_cuda_cp_attention: out of host memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        f[i] = 2.0f * (float)tri_rng_uniform(seed, 0, i) - 1.0f;
-        h[i] = tri_float_to_bf16(f[i]);
-    }
-    rc = tri_device_copy_from_host(d, *t, shape.dtype == TRI_BF16 ? (void *)h : (void *)f);
-    free(h);
-    free(f);
-    return rc;
+    return tri_bench_device_uniform(d, t, shape, mem, seed, "bench_cuda_cp_attention");
 }
 
 /* tensors of one timed problem: q|k|v (B, T_l, W), kv (B, Tk, 2 C_kv), out, dout (B, T_l, C),
@@ -140,14 +119,10 @@ int main(int argc, char **argv)
                         "against the uncut fused attention.");
         return rc ? 2 : 0;
     }
-    const char *why = "";
-    if (!tri_cuda_available(&why)) {
-        fprintf(stderr, "bench_cuda_cp_attention: no usable CUDA device: %s\n", why);
-        return 1;
-    }
     tri_device *d = NULL;
-    rc = tri_device_cuda_create(&d, 0);
-    if (!rc) rc = tri_cuda_set_simple_kernels(d, simple);
+    if (tri_bench_cuda_open("bench_cuda_cp_attention", &d))
+        return 1;
+    rc = tri_cuda_set_simple_kernels(d, simple);
     tri_dtype dt = fp32 ? TRI_F32 : TRI_BF16;
     char *ts = rc ? NULL : strdup(t_list), *s1 = NULL;
     for (char *tt = ts ? strtok_r(ts, ",", &s1) : NULL; tt && !rc; tt = strtok_r(NULL, ",", &s1)) {

@@ -14,10 +14,8 @@
 set -uo pipefail
 BIN=${1:?usage: train_cuda_cp.sh BIN_DIR SOURCE_DIR}
 SRC=${2:?usage}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-[ -f "$SRC/data/fortunes_byte_train.bin" ] || { echo "SKIP: $SRC/data/fortunes_byte_train.bin missing"; exit 77; }
+# shellcheck source=tests/lib/gpu_train.sh
+source "$SRC/tests/lib/gpu_train.sh"
 echo '{"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 257, "n_positions": 256}' \
   > "$T/gpt.json"
 echo '{"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
@@ -29,15 +27,7 @@ A=(--train-data "$SRC/data/fortunes_byte_train.bin" --val-data "$SRC/data/fortun
 run() { # name ranks config flags...
   local name=$1 np=$2 cfg=$3
   shift 3
-  mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 300 "$BIN/engine_train" \
-    --config "$T/$cfg.json" "${A[@]}" --save-dir "$T/$name" "$@" > "$T/$name.log" 2>&1 && return 0
-  if grep -qiE "no CUDA device|no usable CUDA" "$T/$name.log"; then
-    echo "SKIP: $(grep -iE 'no CUDA device|no usable CUDA' "$T/$name.log" | head -1)"
-    exit 77
-  fi
-  tail -5 "$T/$name.log"
-  echo "FAIL: $name"
-  exit 1
+  gpu_train "$name" "$np" --config "$T/$cfg.json" "${A[@]}" "$@"
 }
 fails=0
 for cfg in gpt llama; do

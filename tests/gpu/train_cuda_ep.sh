@@ -11,10 +11,8 @@
 set -uo pipefail
 BIN=${1:?usage: train_cuda_ep.sh BIN_DIR SOURCE_DIR}
 SRC=${2:?usage}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-[ -f "$SRC/data/fortunes_byte_train.bin" ] || { echo "SKIP: $SRC/data/fortunes_byte_train.bin missing"; exit 77; }
+# shellcheck source=tests/lib/gpu_train.sh
+source "$SRC/tests/lib/gpu_train.sh"
 A=(--config "$SRC/models/moe-tiny-byte.json" --train-data "$SRC/data/fortunes_byte_train.bin"
    --val-data "$SRC/data/fortunes_byte_val.bin" --seq-length 32 --micro-batch-size 2 --global-batch-size 8
    --train-iters 2 --eval-iters 1 --sample-length 0 --threads 1 --lr 3e-3 --log-interval 1
@@ -22,15 +20,7 @@ A=(--config "$SRC/models/moe-tiny-byte.json" --train-data "$SRC/data/fortunes_by
 run() { # name ranks flags...
   local name=$1 np=$2
   shift 2
-  mpiexec --oversubscribe --mca btl self,vader --bind-to none -np "$np" --timeout 300 "$BIN/engine_train" \
-    "${A[@]}" --save-dir "$T/$name" "$@" > "$T/$name.log" 2>&1 && return 0
-  if grep -qiE "no CUDA device|no usable CUDA" "$T/$name.log"; then
-    echo "SKIP: $(grep -iE 'no CUDA device|no usable CUDA' "$T/$name.log" | head -1)"
-    exit 77
-  fi
-  tail -5 "$T/$name.log"
-  echo "FAIL: $name"
-  exit 1
+  gpu_train "$name" "$np" "${A[@]}" "$@"
 }
 run one 1
 run ep2 2 --expert-model-parallel-size 2

@@ -3,8 +3,8 @@
 # moe_etp_mpi.sh, moe_shared_tp_mpi.sh, moe_ep_reshard.sh) after `build=$1 src=$2`: what each of them
 # set up alike.
 #
-# Sets bin, tmp (removed at exit), failures and fail NAME (counts a failed check), mpirun's flags
-# (tests/lib/mpirun_flags.sh), and `common`: engine_train's flags for the tiny byte-level MoE config
+# Sets what tests/lib/mpi_train.sh sets (bin, tmp, fail, mpirun's flags, data; SKIP without the data) and
+# `common`: engine_train's flags for the tiny byte-level MoE config
 # $moe_config (models/moe-tiny-byte.json unless set before sourcing) on the fortunes data, 32-token
 # sequences, global batch 8 of micro-batches of 2, one thread a rank. Exits 0 with SKIP when the data
 # is missing. Then:
@@ -12,26 +12,18 @@
 #   moe_against_one NAME          $tmp/NAME's losses against $tmp/one's: as many iterations, each within
 #                                 1e-4 relative (the ranks' fp32 sums grouped otherwise, a few ulps
 #                                 each), ep_bytes > 0 and ep_s on every line
-bin="$build/bin"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$src" || exit 1
-# shellcheck source=tests/lib/mpirun_flags.sh
-source "$src/tests/lib/mpirun_flags.sh"
-export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-data=data/fortunes_byte_train.bin
-[ -f "$data" ] || { echo "SKIP: $data missing (bash tools/trident.sh data)"; exit 0; }
+#   moe_refuse NAME WANT RANKS FLAGS...  engine_train must refuse, naming WANT
+#   moe_same_hf_export CKPT WHAT REF_CKPT REF_WHAT
+#                                 `ckpt export --format hf` of both checkpoints: the same files byte for byte
+#   moe_done SCRIPT               the verdict
+# shellcheck source=tests/lib/mpi_train.sh
+source "$src/tests/lib/mpi_train.sh"
 common=(--config "${moe_config:-models/moe-tiny-byte.json}" --train-data "$data" --val-data data/fortunes_byte_val.bin
         --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --eval-iters 1 --sample-length 0 --threads 1
         --lr 3e-3 --log-interval 1)
 
 moe_run() { # name ranks flags...
-  local name=$1 np=$2
-  shift 2
-  mpiexec "${mpirun_flags[@]}" -np "$np" "$bin/engine_train" "${common[@]}" --save-dir "$tmp/$name" "$@" \
-    > "$tmp/$name.log" 2>&1
+  train_run "$@"
 }
 
 moe_against_one() { # name
@@ -51,14 +43,24 @@ PY
 }
 
 moe_refuse() { # name want ranks flags...: engine_train must refuse, naming want
-  local name=$1 want=$2 np=$3
-  shift 3
-  local out
-  out=$(mpiexec "${mpirun_flags[@]}" -np "$np" "$bin/engine_train" "${common[@]}" --train-iters 1 \
-        --save-dir "$tmp/refused" "$@" 2>&1) && { fail "$name: accepted"; return; }
-  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
+  train_refuse "$@"
+}
+
+moe_same_hf_export() { # ckpt what ref_ckpt ref_what: `ckpt export --format hf` of both, file for file
+  moe_hf_exports=$((${moe_hf_exports:-0} + 1))
+  local got="$tmp/hf_export_$moe_hf_exports" ref="$tmp/hf_export_${moe_hf_exports}_ref"
+  "$bin/ckpt" export --quiet --format hf "$1" "$got" > /dev/null 2>&1 &&
+    "$bin/ckpt" export --quiet --format hf "$3" "$ref" > /dev/null 2>&1 || { fail "export --format hf"; return; }
+  local n=0 f
+  for f in "$ref"/*.safetensors "$ref"/model.safetensors.index.json "$ref"/config.json; do
+    [ -f "$f" ] || continue
+    n=$((n + 1))
+    cmp -s "$f" "$got/$(basename "$f")" || fail "HF export of $2: $(basename "$f") differs from $4's"
+  done
+  [ $n -ge 2 ] && echo "ok   export --format hf of $2: $n files byte-identical to $4's" ||
+    fail "the HF export wrote $n files"
 }
 
 moe_done() { # script name: the verdict
-  [ "$failures" -eq 0 ] && echo "$1: all checks passed" || { echo "$1: $failures check(s) failed"; exit 1; }
+  train_done "$1"
 }
