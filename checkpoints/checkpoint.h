@@ -16,6 +16,10 @@
  * exp_avg_sq/<name>: the flat range of the TP shard the rank owns under ZeRO, with attributes
  * global_shape, shard_offset, shard_shape and local_range. At ZeRO 0 every data-parallel rank
  * owns everything and only dp rank 0 writes. The fp32 master weights are the model weights.
+ * Under context parallelism (cp > 1) the cp ranks of a (tp, dp, pp) coordinate hold the same parameters
+ * and ZeRO shards over dp x cp, so "dp" above is the rank in dp x cp, cp_rank + cp dp_rank (the layout's
+ * rank; dp_rank at cp 1): its rank 0 writes the model files, each ZeRO shard its optimizer file, and the
+ * manifest records context_parallel_size. Loading reads boxes, so any cp resumes any checkpoint.
  *
  * A save writes SAVE_DIR/iter_N.tmp, fsyncs every file, writes the manifest last, renames the
  * directory into place and only then replaces `latest`; --keep-last K removes older steps after

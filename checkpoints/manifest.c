@@ -94,6 +94,8 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         cJSON_AddNumberToObject(layout, "expert_model_parallel_size", r->ep);
     if (r->etp > 1) /* likewise: etp 1 manifests stay as they were */
         cJSON_AddNumberToObject(layout, "expert_tensor_parallel_size", r->etp);
+    if (r->cp > 1) /* likewise: cp 1 manifests stay as they were */
+        cJSON_AddNumberToObject(layout, "context_parallel_size", r->cp);
     cJSON *batch = cJSON_AddObjectToObject(root, "batch");
     cJSON_AddNumberToObject(batch, "micro_batch", (double)r->micro_batch);
     cJSON_AddNumberToObject(batch, "global_batch", (double)r->global_batch);
@@ -428,6 +430,9 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
     r->etp = 1; /* optional: absent at etp 1 and in older checkpoints */
     if (!rc && cJSON_GetObjectItemCaseSensitive(layout, "expert_tensor_parallel_size"))
         get_int(p, layout, "expert_tensor_parallel_size", 1, 1 << 20, &r->etp, &rc);
+    r->cp = 1; /* optional: absent at cp 1 and in older checkpoints */
+    if (!rc && cJSON_GetObjectItemCaseSensitive(layout, "context_parallel_size"))
+        get_int(p, layout, "context_parallel_size", 1, 1 << 20, &r->cp, &rc);
     get_i64(p, batch, "micro_batch", 1, MAX_DIM, &r->micro_batch, &rc);
     get_i64(p, batch, "global_batch", 1, MAX_DIM, &r->global_batch, &rc);
     get_i64(p, batch, "seq_length", 1, MAX_DIM, &r->seq_length, &rc);

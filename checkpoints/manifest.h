@@ -75,6 +75,10 @@ typedef struct tri_ckpt_run {
                                        written only when > 1; absent, as in every older checkpoint: 1) */
     int etp;                        /* --expert-tensor-parallel-size (layout's "expert_tensor_parallel_size",
                                        written only when > 1; absent, as in every older checkpoint: 1) */
+    int cp;                         /* --context-parallel-size (layout's "context_parallel_size", written only
+                                       when > 1; absent, as in every older checkpoint: 1). The files' dp
+                                       index is the rank in dp x cp (cp_rank + cp dp_rank): the cp ranks are
+                                       replicas of the parameters and ZeRO shards over dp x cp */
     char schedule[32];
     bool sequence_parallel;
     bool deterministic;             /* exact fixed-point sums: bit-identical across pp, dp, ZeRO */

@@ -30,6 +30,7 @@ void tri_ckpt_run_of(const tri_trainer *t, uint64_t seed, const tri_lr_schedule 
     run->dp = t->grid->dp;
     run->ep = t->grid->ep > 1 ? t->grid->ep : 1;
     run->etp = t->grid->etp > 1 ? t->grid->etp : 1;
+    run->cp = t->grid->cp > 1 ? t->grid->cp : 1;
     run->zero_stage = t->chunks[0]->zero.stage;
     run->v = t->v;
     snprintf(run->schedule, sizeof run->schedule, "%s", t->train_sched->name);
@@ -458,7 +459,7 @@ int tri_ckpt_pending_begin(tri_ckpt_pending *p, tri_trainer *t, const char *save
     p->keep_last = info->keep_last;
     p->tp = g->tp;
     p->pp = g->pp;
-    p->dp = g->dp;
+    p->dp = g->dp * (g->cp > 1 ? g->cp : 1); /* the files' replicas: dp x cp (checkpoint.h) */
     p->zero_stage = t->chunks[0]->zero.stage;
     p->lead = g->world_rank == 0;
     tri_ckpt_step_name(info->iteration, p->name, sizeof p->name);

@@ -26,7 +26,7 @@ typedef struct tri_ckpt_pending {
     char tmp[TRI_CKPT_PATH_MAX];      /* SAVE_DIR/iter_N.tmp */
     int64_t iteration;
     int keep_last;
-    int tp, pp, dp, zero_stage;       /* the layout, to collect the fragments */
+    int tp, pp, dp, zero_stage;       /* the layout, to collect the fragments (dp: the replicas, dp x cp) */
     bool lead;                        /* world rank 0: publishes */
 } tri_ckpt_pending;
 

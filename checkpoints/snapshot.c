@@ -176,16 +176,20 @@ int tri_ckpt_snapshot_take(tri_ckpt_snapshot *s, tri_trainer *t, const tri_ckpt_
     /* under expert parallelism each ep rank's first replica (edp rank 0) holds experts no other
      * rank of its (tp, pp) stores: it writes a model file (and, at ZeRO 0, an optimizer file) too */
     bool ep_first = (g->ep > 1 || g->etp > 1) && g->edp_rank == 0;
-    s->writes_model = g->dp_rank == 0 || ep_first;
-    s->writes_optim = zero_stage > 0 || g->dp_rank == 0 || ep_first;
+    /* the replica rank: under context parallelism the cp ranks of a (tp, dp, pp) coordinate hold the same
+     * parameters and ZeRO shards over dp x cp (the layout's rank), so the files are indexed by the rank in
+     * dp x cp and only its rank 0 writes the model file; at cp 1 it is the dp rank */
+    int rep = g->cp > 1 ? g->cp_rank + g->cp * g->dp_rank : g->dp_rank;
+    s->writes_model = rep == 0 || ep_first;
+    s->writes_optim = zero_stage > 0 || rep == 0 || ep_first;
     /* the file's index: the ep rank, and under expert tensor parallelism the (etp, ep) slice holder, so
      * two etp ranks of one (tp, pp) never write one name */
     s->model_ep = ep_first ? g->ep_rank + (g->etp > 1 ? g->ep * g->etp_rank : 0) : 0;
     s->tp_rank = g->tp_rank;
     s->pp_rank = g->pp_rank;
-    s->dp_rank = g->dp_rank;
+    s->dp_rank = rep;
     s->world_rank = g->world_rank;
-    s->optim_dp = zero_stage > 0 || ep_first ? g->dp_rank : 0;
+    s->optim_dp = zero_stage > 0 || ep_first ? rep : 0;
     s->iteration = iteration;
     s->optimizer_step = t->opt[0].step;
     s->n_model = s->n_optim = s->n_local = 0;

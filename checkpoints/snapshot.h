@@ -46,7 +46,7 @@ typedef struct tri_ckpt_snapshot {
     bool writes_outer;         /* local SGD: this rank writes its outer file (every dp rank) */
     bool writes_model;         /* this rank writes its (tp, pp) model file (dp rank 0) */
     bool writes_optim;         /* this rank writes an optimizer file (ZeRO 1-3, or dp rank 0) */
-    int tp_rank, pp_rank, dp_rank, world_rank;
+    int tp_rank, pp_rank, dp_rank, world_rank; /* dp_rank: the replica rank in dp x cp, cp_rank + cp dp_rank */
     int optim_dp;              /* the dp index in the optimizer file's name (0 at ZeRO 0) */
     int model_ep;              /* expert parallelism: the ep rank whose experts its model file holds
                                   (ep ranks > 0 write model_tp.._pp.._ep...h5; 0: the usual name) */

@@ -208,6 +208,11 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l_cp, 
         bytes[TRI_MEM_ACTIVATIONS] += recompute;   /* one block's recomputation, once per chunk */
         double comm, work;
         chunk_buffers(m, l, place, in_flight[c], &comm, &work);
+        /* the rotary tables (fp32 cos and sin, (T, HS / 2) each, a chunk with layers) hold the whole
+           sequence's positions, a cp rank's chunks being any of them (models/llama_buffers.c): the block's
+           cost counts the rank's T_l rows, the other T - T_l rows here */
+        if (!m->position_table && l_cp->cp > 1 && place->layer_end > place->layer_start)
+            work += 4.0 * (double)(l_cp->T - l->T) * (double)(m->n_embd / m->n_head);
         bytes[TRI_MEM_COMM] += comm;
         bytes[TRI_MEM_WORKSPACE] += work;
     }

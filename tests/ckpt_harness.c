@@ -28,7 +28,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
 {
     tu_ckpt_run *r = arg;
     const tu_layout *l = &r->layout;
-    int dp = size / (l->tp * l->pp);
+    int dp = size / (l->tp * (l->cp > 1 ? l->cp : 1) * l->pp); /* the replicas of a sequence: dp (cp splits it) */
     tri_device *dev = NULL;
     tri_session ss;
     tri_model model = r->model ? *r->model : tri_gpt_model(r->cfg);
@@ -95,9 +95,11 @@ int tu_ckpt_train(tu_ckpt_run *r)
         l->pp = 1;
     if (l->dp < 1)
         l->dp = 1;
+    if (l->cp < 1)
+        l->cp = 1;
     memset(r->losses, 0, sizeof r->losses);
     r->start = 0;
-    return tri_run_thread_ranks(l->tp * l->pp * l->dp, run_rank, r);
+    return tri_run_thread_ranks(l->tp * l->cp * l->pp * l->dp, run_rank, r);
 }
 
 char *tu_ckpt_tmpdir(const char *tag)

@@ -15,7 +15,7 @@ typedef struct tu_ckpt_run {
     const tri_gpt_config *cfg;
     const tri_model *model;       /* another family's model (NULL: the GPT of cfg) */
     int64_t B, T;                 /* micro-batch size, sequence length */
-    tu_layout layout;             /* n_micro is derived: global batch / (B * dp) */
+    tu_layout layout;             /* n_micro is derived: global batch / (B * dp); ranks tp x cp x pp x dp */
     int64_t global_batch;
     const int32_t *windows;       /* (TU_CKPT_TOTAL * global_batch, T + 1) token windows */
     uint64_t seed;                /* 0: 1234 */

@@ -52,8 +52,8 @@ train = [l for l in lines if l["kind"] == "train"]
 evals = [l for l in lines if l["kind"] == "eval"]
 errors = []
 need = ["iter", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", "mfu", "step_s", "compute_s",
-        "tp_s", "pp_s", "bubble_s", "dp_s", "other_s", "mem_mib", "eta_s", "tp_bytes", "pp_bytes", "dp_bytes"]
-parts = ["compute_s", "tp_s", "pp_s", "bubble_s", "dp_s", "other_s"]
+        "tp_s", "pp_s", "bubble_s", "dp_s", "other_s", "mem_mib", "eta_s", "tp_bytes", "pp_bytes", "dp_bytes", "cp_s", "cp_bytes"]
+parts = ["compute_s", "tp_s", "pp_s", "bubble_s", "dp_s", "other_s", "cp_s"]
 if [l["iter"] for l in train] != list(range(1, 7)):
     errors.append("iterations %s, expected 1..6" % [l["iter"] for l in train])
 if not evals or not all(math.isfinite(e["val_loss"]) and e["val_loss"] > 0 for e in evals):

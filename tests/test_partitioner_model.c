@@ -644,3 +644,70 @@ Test(partitioner_model, mixtral_etp_formulas_agree_with_the_engine_plan)
     }
     tri_model_free(&model);
 }
+
+/* Context parallelism (docs/context_parallel.md): the tiny Llama at cp 2 and cp 4 (T 512: chunks of 128 and
+ * 64 rows), alone, with tp 2 and sequence parallelism, with pp 2, dp 2 at ZeRO 3 and full recomputation,
+ * all_gather and the p2p ring's deterministic backward (the engine's cp layouts; p2p without deterministic
+ * mode keeps the ring's formulas in the preview). The rank's view is T / cp rows (tri_layout_cp_local), but
+ * the rotary tables hold the whole sequence's positions, as the engine allocates them (models/llama_buffers.c:
+ * a cp rank's chunks are any of them): with the tables at T / cp rows the workspace was 4 (T - T / cp) HS
+ * bytes short a chunk (tp 2 x cp 2 at T 256: 0.11% of the total). Every category of every stage equals the
+ * engine's plan within what the formulas leave to it elsewhere (5%, or 1% of the total), and the workspace's
+ * difference is exactly the one of the same layout at cp 1 (measured: 512 bytes, the trainer's one-float
+ * takes, each aligned, which the formulas leave out at every cp): cp adds nothing to it. */
+Test(partitioner_model, llama_cp_formulas_agree_with_the_engine_plan)
+{
+    /* the tiny Llama of tests/test_cp_layouts.c: 4 heads of 16, 2 key/value heads, 512 positions */
+    const char *json = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 4, "
+                       "\"vocab_size\": 257, \"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, "
+                       "\"tie_word_embeddings\": false}";
+    tri_model model;
+    cr_assert_eq(tri_model_parse(&model, json, "tiny-llama"), TRI_OK, "%s", tri_error_message());
+    tri_transformer m = tri_model_dims(&model);
+    struct { int cp, tp, pp, dp; bool sp, det; int zero; tri_recompute rec; const char *type; } cases[] = {
+        {2, 1, 1, 1, false, false, 0, TRI_RECOMPUTE_NONE, "all_gather"},
+        {4, 1, 1, 1, false, false, 0, TRI_RECOMPUTE_NONE, "all_gather"},
+        {2, 2, 1, 1, true, false, 1, TRI_RECOMPUTE_NONE, "all_gather"},
+        {2, 1, 2, 1, false, false, 0, TRI_RECOMPUTE_NONE, "all_gather"},
+        {2, 1, 1, 2, false, false, 3, TRI_RECOMPUTE_FULL, "all_gather"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tri_preview p, p1; /* the layout, and the same at cp 1 */
+        for (int one = 0; one < 2; one++) {
+            int cp = one ? 1 : cases[i].cp, n = cp * cases[i].tp * cases[i].pp * cases[i].dp;
+            tri_layout_request r = {.num_gpus = n, .tp = cases[i].tp, .pp = cases[i].pp, .cp = cp,
+                                    .cp_comm_type = cases[i].type, .micro_batch = 1, .global_batch = 2 * cases[i].dp,
+                                    .seq_length = 512, .sequence_parallel = cases[i].sp, .zero_stage = cases[i].zero,
+                                    .recompute = cases[i].rec, .deterministic = cases[i].det, .cpu = true,
+                                    .first_layers = -1, .last_layers = -1};
+            tri_train_layout l;
+            cr_assert_eq(tri_layout_resolve(&m, &r, &l), TRI_OK, "%s", tri_error_message());
+            tri_cluster c = cpu_cluster(n);
+            cr_assert_eq(tri_preview_create(one ? &p1 : &p, &m, &l, &c, tri_model_preview_plan, &model), TRI_OK, "%s",
+                         tri_error_message());
+            cr_assert((one ? &p1 : &p)->from_engine_plan, "cp %d: the engine plans this layout", cp);
+        }
+        for (int s = 0; s < p.pp; s++) {
+            double off = (p.model_total[s] - p.total[s]) / p.total[s];
+            cr_expect(fabs(off) <= 0.05, "cp %d tp %d pp %d dp %d stage %d: formulas %.0f, plan %.0f", cases[i].cp,
+                      cases[i].tp, cases[i].pp, cases[i].dp, s, p.model_total[s], p.total[s]);
+            for (int k = 0; k < TRI_MEM_KINDS; k++) {
+                double d = fabs(p.model_mem[s][k] - p.mem[s][k]);
+                cr_expect(d <= 0.05 * p.mem[s][k] || d <= 0.01 * p.total[s],
+                          "cp %d tp %d pp %d dp %d stage %d %s: formulas %.0f, engine plan %.0f", cases[i].cp,
+                          cases[i].tp, cases[i].pp, cases[i].dp, s, kinds[k], p.model_mem[s][k], p.mem[s][k]);
+            }
+            double ws = p.mem[s][TRI_MEM_WORKSPACE] - p.model_mem[s][TRI_MEM_WORKSPACE];
+            double ws1 = p1.mem[s][TRI_MEM_WORKSPACE] - p1.model_mem[s][TRI_MEM_WORKSPACE];
+            cr_expect_eq(ws, ws1, "cp %d tp %d pp %d dp %d stage %d: the workspace formulas %.0f bytes under the "
+                         "engine plan, at cp 1 %.0f", cases[i].cp, cases[i].tp, cases[i].pp, cases[i].dp, s, ws, ws1);
+            cr_log_info("llama cp %d tp %d pp %d dp %d stage %d: formulas %+.4f%% of the engine plan, workspace "
+                        "%.0f bytes under it (cp 1: %.0f)", cases[i].cp, cases[i].tp, cases[i].pp, cases[i].dp, s,
+                        100 * off, ws, ws1);
+        }
+        tri_preview_destroy(&p);
+        tri_preview_destroy(&p1);
+    }
+    tri_model_free(&model);
+}

@@ -227,8 +227,11 @@ static int inspect(const char *path)
     int n_eps = run->ep > 1 ? snprintf(eps, sizeof eps, ", expert parallel %d", run->ep) : 0;
     if (run->etp > 1)
         snprintf(eps + n_eps, sizeof eps - (size_t)n_eps, ", expert tensor parallel %d", run->etp);
-    printf("layout: tp %d x pp %d x dp %d, ZeRO %d, schedule %s (%d chunk%s per rank)%s%s%s\n", run->tp, run->pp,
-           run->dp, run->zero_stage, run->schedule, run->v, run->v == 1 ? "" : "s",
+    char cps[96] = ""; /* the optimizer files' dp index is the rank in dp x cp (checkpoint manifest.h) */
+    if (run->cp > 1)
+        snprintf(cps, sizeof cps, " x cp %d (files indexed by the rank in dp x cp = %d)", run->cp, run->dp * run->cp);
+    printf("layout: tp %d x pp %d x dp %d%s, ZeRO %d, schedule %s (%d chunk%s per rank)%s%s%s\n", run->tp, run->pp,
+           run->dp, cps, run->zero_stage, run->schedule, run->v, run->v == 1 ? "" : "s",
            run->sequence_parallel ? ", sequence parallel" : "", run->deterministic ? ", deterministic mode" : "", eps);
     printf("batch: micro %lld, global %lld, sequence %lld; seed %llu (counter-based RNG: no other state)\n",
            (long long)run->micro_batch, (long long)run->global_batch, (long long)run->seq_length,

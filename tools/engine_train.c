@@ -276,12 +276,6 @@ static int validate(run *r)
         return TRI_ERR(TRI_EINVAL, "--grad-compression %s with --context-parallel-size %d: the compressed reduction "
                        "runs over the dp group, while under cp the gradients reduce over dp x cp (not built; "
                        "train without one of the two)", a->compression.kind, r->L.cp);
-    /* the checkpoint files are named and owned per (tp, pp, dp) coordinate, which the cp ranks share */
-    if (r->L.cp > 1 && (a->save_interval > 0 || a->load))
-        return TRI_ERR(TRI_EINVAL, "%s with --context-parallel-size %d: checkpoints under context parallelism are "
-                       "not built yet (the cp ranks of a (tp, pp, dp) coordinate would write one file); train "
-                       "without it, or at --context-parallel-size 1", a->save_interval > 0 ? "--save-interval" : "--load",
-                       r->L.cp);
     if (r->L.cp > 1 && a->sample_length > 0) { /* generation runs whole sequences on one rank */
         tri_log_rank0("--context-parallel-size %d: no sample at the end (generation does not split the sequence; "
                       "--sample-length %d ignored)", r->L.cp, a->sample_length);
@@ -717,16 +711,18 @@ static const char *dp_ratio(const run *r, bool outer_sync, char *buf, size_t cap
 static void log_iteration(run *r, const tri_train_metrics *tm, int64_t iter, const tri_step_result *res,
                           const tri_step_time *t, double tps, double gflops)
 {
-    char eta[32], thr[96], ratio[48], outer[64] = "", moe[96];
+    char eta[32], thr[96], ratio[48], outer[64] = "", moe[96], cp[32] = "";
+    if (r->L.cp > 1) /* the exposed context-parallel communication (step_time.h cp_s) */
+        snprintf(cp, sizeof cp, ", cp %.0f%%", 100 * t->cp_s / t->step_s);
     if (r->sopt.local_sgd.steps > 0)
         snprintf(outer, sizeof outer, " | %souter syncs %lld", res->outer_sync ? "synced, " : "",
                  (long long)res->outer_syncs);
     tri_log_rank0("iter %6lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %8.1f ms (compute %.0f%%, tp %.0f%%, "
-                  "pp %.0f%%, bubble %.0f%%, dp %.0f%%)%s | %8.0f tok/s | %s | ETA %s%s", (long long)iter,
+                  "pp %.0f%%, bubble %.0f%%, dp %.0f%%%s)%s | %8.0f tok/s | %s | ETA %s%s", (long long)iter,
                   (long long)r->a.train_iters, res->loss, moe_figures(r, moe, sizeof moe), (double)res->lr,
                   res->grad_norm, t->step_s * 1e3,
                   100 * t->compute_s / t->step_s, 100 * t->tp_s / t->step_s, 100 * t->pp_s / t->step_s,
-                  100 * t->bubble_s / t->step_s, 100 * (t->dp_s + t->other_s) / t->step_s,
+                  100 * t->bubble_s / t->step_s, 100 * (t->dp_s + t->other_s) / t->step_s, cp,
                   dp_ratio(r, res->outer_sync, ratio, sizeof ratio), tps,
                   throughput(r, gflops, thr, sizeof thr),
                   tri_format_duration(tri_train_metrics_eta(tm, iter), eta, sizeof eta), outer);

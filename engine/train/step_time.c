@@ -52,6 +52,10 @@ tri_step_time tri_step_time_snapshot(const tri_grid *g)
     /* expert tensor parallelism's group (NULL at etp 1): the experts' all-gather and reduce-scatter */
     t.ep_s += group_seconds(g->etp_comm, seen, 6, false, false);
     t.ep_bytes += group_bytes(g->etp_comm, seen, 6);
+    /* context parallelism's group (NULL at cp 1): its payload bytes, the partitioner's cp traffic */
+    t.cp_s = group_seconds(g->cp_comm, seen, 6, false, false);
+    for (int k = 0; g->cp_comm && k < TRI_COMM_KINDS; k++)
+        t.cp_bytes += (double)tri_comm_bytes(g->cp_comm, (tri_comm_kind)k);
     return t;
 }
 
@@ -61,7 +65,8 @@ tri_step_time tri_step_time_split(const tri_step_time *b, const tri_step_time *a
                        .bubble_s = a->bubble_s - b->bubble_s, .dp_s = a->dp_s - b->dp_s,
                        .other_s = a->other_s - b->other_s, .tp_bytes = a->tp_bytes - b->tp_bytes,
                        .pp_bytes = a->pp_bytes - b->pp_bytes, .dp_bytes = a->dp_bytes - b->dp_bytes,
-                       .ep_s = a->ep_s - b->ep_s, .ep_bytes = a->ep_bytes - b->ep_bytes};
+                       .ep_s = a->ep_s - b->ep_s, .ep_bytes = a->ep_bytes - b->ep_bytes,
+                       .cp_s = a->cp_s - b->cp_s, .cp_bytes = a->cp_bytes - b->cp_bytes};
     t.compute_s = step_s - tri_step_time_wait(&t);
     if (t.compute_s < 0.0)
         t.compute_s = 0.0;
@@ -70,7 +75,7 @@ tri_step_time tri_step_time_split(const tri_step_time *b, const tri_step_time *a
 
 double tri_step_time_wait(const tri_step_time *t)
 {
-    return t->tp_s + t->pp_s + t->bubble_s + t->dp_s + t->ep_s + t->other_s;
+    return t->tp_s + t->pp_s + t->bubble_s + t->dp_s + t->ep_s + t->cp_s + t->other_s;
 }
 
 void tri_step_time_add(tri_step_time *a, const tri_step_time *b)
@@ -87,4 +92,6 @@ void tri_step_time_add(tri_step_time *a, const tri_step_time *b)
     a->dp_bytes += b->dp_bytes;
     a->ep_s += b->ep_s;
     a->ep_bytes += b->ep_bytes;
+    a->cp_s += b->cp_s;
+    a->cp_bytes += b->cp_bytes;
 }

@@ -10,9 +10,13 @@
  *   dp_s     blocked in the data-parallel group (gradient reduce-scatter/all-reduce, ZeRO gathers),
  *            and under expert parallelism in the expert-data-parallel group (the experts' gradients)
  *   ep_s     blocked in the expert-parallel group (the MoE token exchange and its counts; 0 at ep 1)
+ *   cp_s     blocked in the context-parallel group (docs/context_parallel.md): the exposed cp
+ *            communication, the attention's all-gathers and reduce-scatters and the p2p ring's waits
+ *            (an asynchronous transfer counts its start and its wait, not what overlaps the block
+ *            compute); 0 at cp 1
  *   other_s  the model-parallel, embedding and world groups (gradient norm, tied embedding)
  *   compute_s the rest of the step: step_s - all of the above (never negative)
- * so compute_s + tp_s + pp_s + bubble_s + dp_s + ep_s + other_s == step_s. All values are seconds.
+ * so compute_s + tp_s + pp_s + bubble_s + dp_s + ep_s + cp_s + other_s == step_s. All values are seconds.
  * Measured on the host: with the MPI and thread comms a blocked call is the wait itself; with NCCL,
  * which enqueues on a stream, the wait shows where the host next synchronises (the device's
  * time split then needs CUDA events, not done here). */
@@ -31,6 +35,10 @@ typedef struct tri_step_time {
      * pipeline (p2p and the pipeline group's collectives), data-parallel (with the
      * expert-data-parallel group), expert-parallel (all-to-all tokens and the count exchange) */
     double tp_bytes, pp_bytes, dp_bytes, ep_bytes;
+    /* context parallelism (grid's cp_comm; 0 at cp 1): blocked seconds, and the payload bytes this rank
+     * sent (engine/comm/comm.h's payload convention, partitioner/context_parallel.h's
+     * tri_cp_layer_traffic: all-gathers and reduce-scatters count the full buffer, p2p the bytes sent) */
+    double cp_s, cp_bytes;
 } tri_step_time;
 
 /* Blocked seconds and wire bytes per group so far (step_s and compute_s are left 0): a snapshot. */

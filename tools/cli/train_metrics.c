@@ -162,11 +162,12 @@ int tri_train_metrics_step(tri_train_metrics *m, int64_t iter, double loss, doub
     static const char *const names[] = {"loss", "lr", "grad_norm", "ms", "tokens_per_s", "gflops", "mfu",
                                         "step_s", "compute_s", "tp_s", "pp_s", "bubble_s", "dp_s",
                                         "other_s", "mem_mib", "eta_s", "tp_bytes", "pp_bytes", "dp_bytes",
-                                        "ep_s", "ep_bytes"};
+                                        "ep_s", "ep_bytes", "cp_s", "cp_bytes"};
     double v[] = {loss, lr, grad_norm, dt * 1e3, tokens / dt, flops / dt / 1e9,
                   m->peak_flops > 0 ? flops / dt / m->peak_flops : 0.0, t->step_s, t->compute_s, t->tp_s,
                   t->pp_s, t->bubble_s, t->dp_s, t->other_s, (double)mem_peak_bytes / 1048576.0,
-                  tri_train_metrics_eta(m, iter), t->tp_bytes, t->pp_bytes, t->dp_bytes, t->ep_s, t->ep_bytes};
+                  tri_train_metrics_eta(m, iter), t->tp_bytes, t->pp_bytes, t->dp_bytes, t->ep_s, t->ep_bytes,
+                  t->cp_s, t->cp_bytes};
     write_line(m, iter, v, names, (int)(sizeof v / sizeof *v), exchange_now);
     return TRI_OK;
 }

@@ -12,6 +12,9 @@
  *    pipeline- and data-parallel groups, counted by the comms: engine/comm/comm.h "Wire bytes"),
  *    "ep_s","ep_bytes" (expert parallelism: blocked seconds and wire bytes in the expert-parallel
  *    group, the MoE token all-to-all and its count exchange; 0 at ep 1),
+ *    "cp_s","cp_bytes" (context parallelism: blocked seconds in the cp group, the exposed cp
+ *    communication, and the payload bytes rank 0 sent in it, equal to the partitioner's
+ *    tri_cp_layer_traffic summed over the step; 0 at cp 1),
  *    and at log intervals "ranks":{"compute_s":[..],"wait_s":[..],"mem_mib":[..]},
  *    "straggler_rank","straggler_compute_s","median_compute_s";
  *    models with experts (engine/train/moe_stats.h) also "moe_aux_loss","moe_z_loss" (the step's, apart
