@@ -47,6 +47,21 @@ print(max(p for p, _ in rows), max(m for _, m in rows), max(abs(m - p) for p, m 
 PY
 }
 
+extrapolate() { # CP T -> step seconds at T from the measured points of CP: least squares a + b T + c T^2
+  python3 - "$tsv" "$1" "$2" <<'PY'
+import sys
+pts = [(float(r[1]) / 1024, float(r[5])) for r in (l.rstrip("\n").split("\t") for l in open(sys.argv[1]))
+       if len(r) == 7 and r[0] == sys.argv[2] and r[6] == "measured"]
+A = [[sum(x ** (i + j) for x, _ in pts) for j in range(3)] + [sum(y * x ** i for x, y in pts)] for i in range(3)]
+for i in range(3):                                     # Gauss-Jordan on the 3 x 3 normal equations
+    A[i] = [v / A[i][i] for v in A[i]]
+    for k in range(3):
+        if k != i: A[k] = [vk - A[k][i] * vi for vk, vi in zip(A[k], A[i])]
+X = float(sys.argv[3]) / 1024
+print("%.1f" % (A[0][3] + A[1][3] * X + A[2][3] * X * X))
+PY
+}
+
 for cp in 1 2 4; do
   for T in 4096 8192 16384 32768 65536; do
     log="$tmp/cp${cp}_$T.log"
@@ -64,16 +79,7 @@ for cp in 1 2 4; do
         --context-parallel-size "$cp" --cp-comm-type p2p --tensor-model-parallel-size 1 \
         --pipeline-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 1 --seq-length "$T" --json |
         python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["stages"][0]["memory_bytes"]["total"] / 2**20))')
-      s=$(awk -v cp="$cp" -v T="$T" -F'\t' '
-        $1 == cp && $7 == "measured" { n++; x[n] = $2 / 1024; y[n] = $6 }
-        END { # least squares y = a + b x + c x^2 (x in k tokens) through the measured points
-          for (i = 1; i <= n; i++) { s0++; s1 += x[i]; s2 += x[i]^2; s3 += x[i]^3; s4 += x[i]^4
-                                     t0 += y[i]; t1 += x[i] * y[i]; t2 += x[i]^2 * y[i] }
-          d = s0 * (s2 * s4 - s3 * s3) - s1 * (s1 * s4 - s3 * s2) + s2 * (s1 * s3 - s2 * s2)
-          a = (t0 * (s2 * s4 - s3 * s3) - s1 * (t1 * s4 - s3 * t2) + s2 * (t1 * s3 - s2 * t2)) / d
-          b = (s0 * (t1 * s4 - t2 * s3) - t0 * (s1 * s4 - s3 * s2) + s2 * (s1 * t2 - t1 * s2)) / d
-          c = (s0 * (s2 * t2 - s3 * t1) - s1 * (s1 * t2 - s3 * t0) + t0 * (s1 * s3 - s2 * s2)) / d
-          X = T / 1024; printf "%.1f", a + b * X + c * X * X }' "$tsv")
+      s=$(extrapolate "$cp" "$T")
       kind=extrapolated
     fi
     if [ "$kind" = measured ]; then
