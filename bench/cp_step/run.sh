@@ -12,13 +12,14 @@
 #     4 layers x bench_cp_attention's p2p forward + backward at the same shape, cp 2 (the attention with
 #     its exposed comm, measured in this run; the issue's target <= 0.20);
 #   - the cp bytes rank 0 sent a step (cp_bytes; cp_mpi.sh checks them against the partitioner).
-#   bash bench/cp_step/run.sh [ITERS [ROUNDS]]     (defaults 3 iterations a run, 2 rounds: one, cp2, one, cp2)
+#   bash bench/cp_step/run.sh [ITERS [ROUNDS [SEQ]]]   (defaults 3 iterations a run, 2 rounds: one, cp2, one, cp2; 8192)
 # The machine may be shared: the runs alternate, the best of each counts, the load average is printed.
 # Registered in `bash tools/trident.sh bench`. Not a test: no threshold.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters=${1:-3}
 rounds=${2:-2}
+T=${3:-8192}
 bin=${TRIDENT_BUILD:-build}/bin
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun_timeout=${mpirun_timeout:-1800}
@@ -27,9 +28,9 @@ source tests/lib/mpirun_flags.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -f data/fortunes_byte_train.bin ] || { echo "bench_cp_step: data/fortunes_byte_*.bin missing (bash tools/trident.sh data)" >&2; exit 1; }
-echo "cp step: tiny Llama, T 8192, micro-batch 1, fp32; $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cp step: tiny Llama, T $T, micro-batch 1, fp32; $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 common=(--config models/llama-tiny-byte-64k.json --train-data data/fortunes_byte_train.bin
-        --val-data data/fortunes_byte_val.bin --seq-length 8192 --micro-batch-size 1 --global-batch-size 1
+        --val-data data/fortunes_byte_val.bin --seq-length "$T" --micro-batch-size 1 --global-batch-size 1
         --train-iters "$iters" --eval-iters 1 --sample-length 0 --log-interval 1)
 for r in $(seq "$rounds"); do
   OMP_NUM_THREADS=2 mpiexec "${mpirun_flags[@]/OMP_NUM_THREADS=1/OMP_NUM_THREADS=2}" -np 1 "$bin/engine_train" \
@@ -38,7 +39,7 @@ for r in $(seq "$rounds"); do
     --context-parallel-size 2 --cp-comm-type p2p --save-dir "$tmp/cp2$r" > "$tmp/cp2$r.log" 2>&1 ||
     { tail -5 "$tmp/cp2$r.log"; exit 1; }
 done
-OMP_NUM_THREADS=1 "$bin/bench_cp_attention" --seq-length 8192 --context-parallel-size 2 --threads 2 --modes p2p \
+OMP_NUM_THREADS=1 "$bin/bench_cp_attention" --seq-length "$T" --context-parallel-size 2 --threads 2 --modes p2p \
   --iters 2 > "$tmp/attn.log" || { cat "$tmp/attn.log"; exit 1; }
 python3 - "$tmp" "$rounds" <<'PY'
 import json, re, sys
