@@ -19,14 +19,15 @@ set logscale x 2
 set logscale y 2
 set xlabel "seq-length (k tokens)"
 set xtics (4, 8, 16, 32, 64)
+set xrange [3.6:72]
 set key top left
 set grid
 set ylabel "peak memory per rank (MiB: the plan, = measured where trained)"
-plot for [cp in "1 2 4"] "$tmp/cp".cp.".dat" using 1:2 with linespoints pt 7 title "cp ".cp
+plot for [cp in "1 2 4"] "$tmp/cp".cp.".dat" using 1:2 with linespoints pt 7 lc (cp+0) title "cp ".cp
 set ylabel "step time (s; open: extrapolated)"
-plot for [cp in "1 2 4"] "$tmp/cp".cp.".dat" using 1:(\$4 ? \$3 : 1/0) with points pt 7 lc cp title "cp ".cp." measured", \
-     for [cp in "1 2 4"] "$tmp/cp".cp.".dat" using 1:3 with lines lc cp dt 2 notitle, \
-     for [cp in "1 2 4"] "$tmp/cp".cp.".dat" using 1:(\$4 ? 1/0 : \$3) with points pt 6 lc cp notitle
+plot for [cp in "1 2 4"] "$tmp/cp".cp.".dat" using 1:(\$4 > 0.5 ? \$3 : 1/0) with points pt 7 lc (cp+0) title "cp ".cp." measured", \
+     for [cp in "1 2 4"] "$tmp/cp".cp.".dat" using 1:3 with lines lc (cp+0) dt 2 notitle, \
+     for [cp in "1 2 4"] "$tmp/cp".cp.".dat" using 1:(\$4 > 0.5 ? 1/0 : \$3) with points pt 6 lc (cp+0) notitle
 unset multiplot
 GP
 echo "plot: $png"
