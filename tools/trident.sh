@@ -167,6 +167,8 @@ PY
     # ZeRO step time with and without overlap needs real MPI ranks (non-blocking collectives)
     mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
       build/bin/bench_zero --step-time
+    # context parallelism over the whole training step (engine_train on 1 and 2 Open MPI ranks)
+    bash bench/cp_step/run.sh
     ;;
   bench-cuda)
     build
