@@ -182,7 +182,7 @@ static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
     double t0 = tri_now_s();
     if (!rc) rc = tri_moe_ep_forward(s->dev, comm, s->y, &s->a, &s->ea, &s->es, s->x, &s->w, &s->cfg);
     if (!rc) rc = tri_moe_ep_backward(s->dev, comm, s->dx, &s->g, s->dy, &s->a, &s->ea, s->x, &s->w, &s->sc, &s->es,
-                                      &s->cfg, 1.0f, NULL);
+                                      &s->cfg, 1.0f);
     if (!rc) rc = tri_device_sync(s->dev);
     if (!rc) rc = tri_comm_barrier(comm); /* the round ends with the slowest rank */
     if (rank == 0)

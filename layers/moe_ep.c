@@ -119,28 +119,12 @@ int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *
     return rc;
 }
 
-/* One source's weight gradient of the local experts: dw += dout^T x in fp32, or with exact its GEMM
- * alone (tmp, viewed as dw) added exactly into acc. */
-int tri_moe_ep_weight_grad(tri_device *d, tri_tensor dw, tri_tensor tmp, tri_tensor acc, const tri_moe_ep_exact *exact,
-                           tri_tensor dout, tri_tensor x, const int32_t *cnt)
-{
-    if (!exact)
-        return tri_op_grouped_matmul_backward_weight(d, dw, dout, x, cnt, 1.0f);
-    int64_t n = tri_tensor_numel(dw);
-    tri_tensor t = tri_tensor_3d(tmp.data, TRI_F32, dw.shape[0], dw.shape[1], dw.shape[2]);
-    int rc = tri_op_grouped_matmul_backward_weight(d, t, dout, x, cnt, 0.0f);
-    if (!rc) rc = tri_op_fixed_accumulate(d, tri_tensor_1d(acc.data, TRI_I64, n), tri_tensor_1d(tmp.data, TRI_F32, n),
-                                          exact->bits, exact->bad);
-    return rc;
-}
-
 int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_moe_weights *g, tri_tensor dy,
                         const tri_moe_acts *a, const tri_moe_ep_acts *ea, tri_tensor x, const tri_moe_weights *w,
                         const tri_moe_scratch *sc, const tri_moe_ep_scratch *es, const tri_moe_config *cfg,
-                        float loss_scale, const tri_moe_ep_exact *exact)
+                        float loss_scale)
 {
     const tri_moe_shape *s = &cfg->shape;
-    tri_tensor none = tri_tensor_none();
     int rc = tri_moe_check_backward(cfg, dx, g, dy, x, w, sc);
     if (!rc) rc = check_experts(ep, cfg, w);
     if (!rc && (ea->ep != ep->size || ea->rank != ep->rank))
@@ -158,8 +142,8 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
         const int32_t *cnt = &ea->recv_counts[q * El];
         if (n == 0)
             continue;
-        rc = tri_moe_ep_weight_grad(d, g->down_w, exact ? exact->down_tmp : none, exact ? exact->down_acc : none, exact,
-                         rows_of(es->o_recv, row, n), rows_of(ea->h, row, n), cnt);
+        rc = tri_op_grouped_matmul_backward_weight(d, g->down_w, rows_of(es->o_recv, row, n), rows_of(ea->h, row, n),
+                                                    cnt, 1.0f);
         if (!rc) rc = tri_op_grouped_matmul_backward_input(d, rows_of(es->dh, row, n), rows_of(es->o_recv, row, n),
                                                            w->down_w, cnt, 0.0f);
     }
@@ -172,8 +156,8 @@ int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_mo
         const int32_t *cnt = &ea->recv_counts[q * El];
         if (n == 0)
             continue;
-        rc = tri_moe_ep_weight_grad(d, g->gate_up_w, exact ? exact->gate_up_tmp : none, exact ? exact->gate_up_acc : none,
-                         exact, rows_of(es->dgate_up, row, n), rows_of(ea->x_recv, row, n), cnt);
+        rc = tri_op_grouped_matmul_backward_weight(d, g->gate_up_w, rows_of(es->dgate_up, row, n),
+                                                    rows_of(ea->x_recv, row, n), cnt, 1.0f);
         /* o_recv is dead once the down GEMMs are done: the received rows' input gradient goes there */
         if (!rc) rc = tri_op_grouped_matmul_backward_input(d, rows_of(es->o_recv, row, n),
                                                            rows_of(es->dgate_up, row, n), w->gate_up_w, cnt, 0.0f);

@@ -58,16 +58,6 @@ typedef struct tri_moe_ep_scratch {
     tri_tensor dgate_up;  /* (Pmax, 2I) */
 } tri_moe_ep_scratch;
 
-/* Deterministic mode (engine/train/zero.h): the experts' weight gradients are added exactly, one
- * source rank's GEMM at a time, into int64 fixed-point sums (2^-bits units) - the sums one rank makes
- * of its micro-batches' GEMMs - instead of += in fp32. */
-typedef struct tri_moe_ep_exact {
-    tri_tensor gate_up_acc, down_acc; /* i64, E_l 2I C and E_l C I elements: the sums */
-    tri_tensor gate_up_tmp, down_tmp; /* f32, the same sizes: one source's GEMM */
-    tri_tensor bad;                   /* f32 (1): contributions outside the fixed-point range */
-    int bits;
-} tri_moe_ep_exact;
-
 /* TRI_OK when s (E the whole model's experts) can run on an ep group of `ep` ranks: the shape is
  * valid (tri_moe_check_shape) and ep >= 1 divides E; else TRI_EINVAL naming the values. */
 int tri_moe_ep_check(const tri_moe_shape *s, int ep);
@@ -96,21 +86,17 @@ int tri_moe_ep_forward(tri_device *d, tri_comm *ep, tri_tensor y, tri_moe_acts *
                        const tri_moe_config *cfg);
 
 /* dx(N, C) (overwritten) and every parameter gradient in g (+=; the experts' as this rank's E_l)
- * given dy, as tri_moe_backward; collective over ep. exact (NULL: none): the experts' weight
- * gradients go into its fixed-point sums instead, g's expert tensors untouched. */
+ * given dy, as tri_moe_backward; collective over ep. In deterministic mode (g's tensors int64 exact
+ * sums, engine/device/ops/exact_grads.c) each source rank's expert GEMM is rounded once. */
 int tri_moe_ep_backward(tri_device *d, tri_comm *ep, tri_tensor dx, const tri_moe_weights *g, tri_tensor dy,
                         const tri_moe_acts *acts, const tri_moe_ep_acts *ea, tri_tensor x, const tri_moe_weights *w,
                         const tri_moe_scratch *scratch, const tri_moe_ep_scratch *es, const tri_moe_config *cfg,
-                        float loss_scale, const tri_moe_ep_exact *exact);
+                        float loss_scale);
 
 /* The exchange's two steps, shared with the expert-tensor-parallel block (layers/moe_etp.h):
  * tri_moe_ep_exchange sends rank q the block of send_rows[q] rows (of C values) of `in` (packed in rank
- * order) and receives recv_rows[q] rows from q packed in rank order into `out` (one all_to_all_v);
- * tri_moe_ep_weight_grad adds one source's grouped weight GEMM dout^T x (per-expert counts cnt) into dw
- * in fp32, or with exact (non-NULL) writes it to tmp (f32, viewed as dw) and adds it into acc exactly. */
+ * order) and receives recv_rows[q] rows from q packed in rank order into `out` (one all_to_all_v). */
 int tri_moe_ep_exchange(tri_comm *ep, tri_tensor out, tri_tensor in, int64_t C, const int64_t *send_rows,
                         const int64_t *recv_rows);
-int tri_moe_ep_weight_grad(tri_device *d, tri_tensor dw, tri_tensor tmp, tri_tensor acc, const tri_moe_ep_exact *exact,
-                           tri_tensor dout, tri_tensor x, const int32_t *cnt);
 
 #endif

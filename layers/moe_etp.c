@@ -187,10 +187,9 @@ int tri_moe_etp_forward(tri_device *d, tri_comm *ep, tri_comm *etp, tri_tensor y
 int tri_moe_etp_backward(tri_device *d, tri_comm *ep, tri_comm *etp, tri_tensor dx, const tri_moe_weights *g,
                          tri_tensor dy, const tri_moe_acts *a, const tri_moe_etp_acts *ea, tri_tensor x,
                          const tri_moe_weights *w, const tri_moe_scratch *sc, const tri_moe_etp_scratch *es,
-                         const tri_moe_config *cfg, float loss_scale, const tri_moe_ep_exact *exact)
+                         const tri_moe_config *cfg, float loss_scale)
 {
     const tri_moe_shape *s = &cfg->shape;
-    tri_tensor none = tri_tensor_none();
     if (ep && ep->size == 1)
         ep = NULL;
     int rc = tri_moe_check_backward(cfg, dx, g, dy, x, w, sc);
@@ -213,9 +212,8 @@ int tri_moe_etp_backward(tri_device *d, tri_comm *ep, tri_comm *etp, tri_tensor 
         const int32_t *cnt;
         int64_t n = block_rows(ea, s->E, b, &cnt);
         if (n > 0) {
-            rc = tri_moe_ep_weight_grad(d, g->down_w, exact ? exact->down_tmp : none, exact ? exact->down_acc : none,
-                                        exact, tri_tensor_slice0(es->o_g, row, n), tri_tensor_slice0(ea->h, row, n),
-                                        cnt);
+            rc = tri_op_grouped_matmul_backward_weight(d, g->down_w, tri_tensor_slice0(es->o_g, row, n),
+                                                        tri_tensor_slice0(ea->h, row, n), cnt, 1.0f);
             if (!rc) rc = tri_op_grouped_matmul_backward_input(d, tri_tensor_slice0(es->dh, row, n),
                                                                tri_tensor_slice0(es->o_g, row, n), w->down_w, cnt, 0.0f);
         }
@@ -229,9 +227,8 @@ int tri_moe_etp_backward(tri_device *d, tri_comm *ep, tri_comm *etp, tri_tensor 
         const int32_t *cnt;
         int64_t n = block_rows(ea, s->E, b, &cnt);
         if (n > 0) {
-            rc = tri_moe_ep_weight_grad(d, g->gate_up_w, exact ? exact->gate_up_tmp : none,
-                                        exact ? exact->gate_up_acc : none, exact,
-                                        tri_tensor_slice0(es->dgate_up, row, n), tri_tensor_slice0(ea->x_g, row, n), cnt);
+            rc = tri_op_grouped_matmul_backward_weight(d, g->gate_up_w, tri_tensor_slice0(es->dgate_up, row, n),
+                                                        tri_tensor_slice0(ea->x_g, row, n), cnt, 1.0f);
             /* o_g is dead once the down GEMMs are done: the slice's partial input gradient goes there */
             if (!rc) rc = tri_op_grouped_matmul_backward_input(d, tri_tensor_slice0(es->o_g, row, n),
                                                                tri_tensor_slice0(es->dgate_up, row, n), w->gate_up_w,

@@ -87,6 +87,6 @@ int tri_moe_etp_forward(tri_device *d, tri_comm *ep, tri_comm *etp, tri_tensor y
 int tri_moe_etp_backward(tri_device *d, tri_comm *ep, tri_comm *etp, tri_tensor dx, const tri_moe_weights *g,
                          tri_tensor dy, const tri_moe_acts *acts, const tri_moe_etp_acts *ea, tri_tensor x,
                          const tri_moe_weights *w, const tri_moe_scratch *scratch, const tri_moe_etp_scratch *es,
-                         const tri_moe_config *cfg, float loss_scale, const tri_moe_ep_exact *exact);
+                         const tri_moe_config *cfg, float loss_scale);
 
 #endif

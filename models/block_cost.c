@@ -175,12 +175,8 @@ void tri_decoder_block_cost(const tri_decoder_block *b, const tri_train_layout *
         if (l->etp > 1) {                                  /* the gathered rows' backward (moe_etp.h) */
             int ep = l->ep > 1 ? l->ep : 1;
             out->work += (double)tri_moe_etp_scratch_bytes(&ms, ep, l->etp);
-            if (l->deterministic)                          /* one block's slice GEMMs (tri_moe_ep_exact) */
-                out->work += 4.0 * (double)(ms.E / ep) * 3.0 * (double)ms.I * (double)ms.C;
         } else if (l->ep > 1) {                                   /* the received rows' backward (moe_ep.h) */
             out->work += (double)tri_moe_ep_scratch_bytes(&ms, l->ep);
-            if (l->deterministic)                          /* one source's expert GEMMs (tri_moe_ep_exact) */
-                out->work += 4.0 * (double)(ms.E / l->ep) * 3.0 * (double)ms.I * (double)ms.C;
         }
         if (l->moe.expert_bias)                            /* the bias update's counts, E int32, one take */
             out->work += ceil(4.0 * (double)b->E / TRI_ARENA_ALIGN) * TRI_ARENA_ALIGN;

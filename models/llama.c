@@ -157,15 +157,11 @@ static int block_backward(tri_llama *m, int l, const tri_llama_block_acts *kept,
          * the whole micro-batch's cp N: each cp rank's losses are shares of one micro-batch's) */
         tri_moe_config mc = tri_llama_moe_config(m);
         float scale = m->d.chunk.dloss * (float)(m->d.N * m->d.seq.cp);
-        tri_moe_ep_exact ex;
-        bool exact = tri_llama_moe_exact(m, l, &ex);
         rc = m->d.opt.etp > 1
                  ? tri_moe_etp_backward(d, m->d.opt.ep_comm, m->d.opt.etp_comm, dln, &g->moe, dres, &a->moe, &a->moe_etp,
-                                        a->ln2, &w->moe, &m->moe_scratch, &m->moe_etp_scratch, &mc, scale,
-                                        exact ? &ex : NULL)
+                                        a->ln2, &w->moe, &m->moe_scratch, &m->moe_etp_scratch, &mc, scale)
              : m->d.opt.ep > 1 ? tri_moe_ep_backward(d, m->d.opt.ep_comm, dln, &g->moe, dres, &a->moe, &a->moe_ep, a->ln2,
-                                                   &w->moe, &m->moe_scratch, &m->moe_ep_scratch, &mc, scale,
-                                                   exact ? &ex : NULL)
+                                                   &w->moe, &m->moe_scratch, &m->moe_ep_scratch, &mc, scale)
                              : tri_moe_backward(d, dln, &g->moe, dres, &a->moe, a->ln2, &w->moe, &m->moe_scratch, &mc,
                                                 scale);
         if (!rc) rc = tri_llama_moe_count(m, l, &a->moe); /* the step's figures for the logs */

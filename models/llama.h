@@ -205,8 +205,6 @@ typedef struct tri_llama {
     tri_moe_ep_scratch moe_ep_scratch; /* the same under expert parallelism (d.opt.ep > 1) */
     tri_swiglu_mlp_scratch shared_ms;  /* tp > 1: the shared expert's dh (N, I_s / tp), dgate_up (N, 2 I_s / tp) */
     tri_moe_etp_scratch moe_etp_scratch; /* and under expert tensor parallelism (d.opt.etp > 1) */
-    tri_tensor moe_exact_tmp;          /* deterministic mode under ep: f32 (E_l 3 I C), one source's expert
-                                          weight gradients before their exact sum (layers/moe_ep.h) */
     tri_llama_expert_bias bias;        /* the expert bias (n 0: off) */
 } tri_llama;
 
@@ -251,9 +249,6 @@ int tri_llama_moe_param_index(const tri_llama_config *c, const char *suffix); /*
 int tri_llama_moe_add_params(tri_spec_list *l, const tri_llama_config *c, int layer, int tp, int ep, int ep_rank,
                              int etp, int etp_rank);
 int tri_llama_moe_map_views(tri_llama *m, int l);
-/* Deterministic mode under expert parallelism: layer l's experts' exact sums (the ZeRO 0 int64 sums at
- * their offsets) and scratch for tri_moe_ep_backward; false (ex untouched) otherwise. */
-bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex);
 void tri_llama_moe_fuse(const tri_llama *m, tri_llama_block_weights *b, int l);
 tri_moe_config tri_llama_moe_config(const tri_llama *m);
 int tri_llama_moe_take_acts(tri_llama *m, tri_arena *ar, tri_moe_acts *a, tri_moe_ep_acts *ep_acts,

@@ -329,9 +329,6 @@ int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar)
                         : TRI_ERR(TRI_ENOMEM, "llama: out of memory");
             free(unused);
         }
-        if (!rc && m->d.run->deterministic)
-            rc = TRI_ARENA_TAKE(ar, TRI_MEM_WORKSPACE, &m->moe_exact_tmp, TRI_F32,
-                                k.shape.E / ep * 3 * k.shape.I * k.shape.C);
     } else if (!rc && m->d.opt.ep > 1) {
         tri_tensor em;
         rc = take_bytes(ar, TRI_MEM_WORKSPACE, &em, tri_moe_ep_scratch_bytes(&k.shape, m->d.opt.ep));
@@ -339,41 +336,8 @@ int tri_llama_moe_take_scratch(tri_llama *m, tri_arena *ar)
             tri_moe_ep_acts unused;
             rc = tri_moe_ep_bind(&k.shape, m->d.opt.ep, &unused, em.data, &m->moe_ep_scratch, em.data);
         }
-        int64_t El = k.shape.E / m->d.opt.ep;
-        if (!rc && m->d.run->deterministic)
-            rc = TRI_ARENA_TAKE(ar, TRI_MEM_WORKSPACE, &m->moe_exact_tmp, TRI_F32, El * 3 * k.shape.I * k.shape.C);
     }
     return rc;
-}
-
-/* ---- deterministic mode under expert parallelism ---- */
-
-bool tri_llama_moe_exact(tri_llama *m, int l, tri_moe_ep_exact *ex)
-{
-    const tri_llama_config *c = &m->cfg;
-    const tri_zero *z = &m->d.chunk.zero;
-    if ((m->d.opt.ep <= 1 && etp_of(m) <= 1) || !m->d.run->deterministic || !tri_tensor_present(z->acc))
-        return false;
-    const tri_param_layout *L = &m->d.chunk.layout;
-    int ep = m->d.opt.ep > 1 ? m->d.opt.ep : 1;
-    int64_t E = c->num_experts, El = E / ep, I = c->moe_intermediate_size / etp_of(m), C = c->hidden_size;
-    int e0 = (int)(ep > 1 ? m->d.opt.ep_rank * El : 0);
-    char name[2 * TRI_PARAM_NAME_MAX];
-    int layer = m->d.opt.layer_start + l, gi, di;
-    snprintf(name, sizeof name, "model.layers.%d.%sexperts.%d.%s.weight", layer, prefix(c), e0, expert_name(c, 0));
-    gi = tri_layout_find(L, name);
-    snprintf(name, sizeof name, "model.layers.%d.%sexperts.%d.%s.weight", layer, prefix(c), e0, expert_name(c, 2));
-    di = tri_layout_find(L, name);
-    tri_tensor acc; /* the block unit's exact sums: the stage's at ZeRO 0-1, the pass's bucket at 2-3 */
-    if (gi < 0 || di < 0 || tri_zero_exact_sums(z, L->params[gi].spec.unit, &acc) != TRI_OK)
-        return false;
-    int64_t base = L->units[L->params[gi].spec.unit].start, ngu = El * 2 * I * C, nd = El * C * I;
-    *ex = (tri_moe_ep_exact){.gate_up_acc = tri_tensor_range(acc, L->params[gi].offset - base, ngu),
-                             .down_acc = tri_tensor_range(acc, L->params[di].offset - base, nd),
-                             .gate_up_tmp = tri_tensor_range(m->moe_exact_tmp, 0, ngu),
-                             .down_tmp = tri_tensor_range(m->moe_exact_tmp, ngu, nd), .bad = z->bad,
-                             .bits = TRI_FIXED_BITS};
-    return true;
 }
 
 /* ---- the losses ---- */

@@ -75,7 +75,7 @@ static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
     int rc = tri_moe_ep_forward(sd->dev, comm, sd->y, &sd->acts, &sd->ea, &sd->es, sd->x, &sd->w, &c->cfg);
     if (!rc)
         rc = tri_moe_ep_backward(sd->dev, comm, sd->dx, &sd->g, sd->dy, &sd->acts, &sd->ea, sd->x, &sd->w, &sd->sc,
-                                 &sd->es, &c->cfg, 0.5f, NULL);
+                                 &sd->es, &c->cfg, 0.5f);
     c->a2a_bytes[rank] = comm->bytes[TRI_COMM_ALL_TO_ALL] - before;
     return rc;
 }

@@ -93,7 +93,7 @@ static int rank_fn(int rank, int size, tri_comm *comm, void *arg)
     c->received[rank] = sd->ea.P;
     if (!rc)
         rc = tri_moe_ep_backward(sd->dev, comm, sd->dx, &sd->g, sd->dy, &sd->acts, &sd->ea, sd->x, &sd->w, &sd->sc,
-                                 &sd->es, &c->cfg, 1.0f, NULL);
+                                 &sd->es, &c->cfg, 1.0f);
     c->a2a[rank] = comm->bytes[TRI_COMM_ALL_TO_ALL] - before;
     c->rc[rank] = rc;
     if (rc)

@@ -95,7 +95,7 @@ static int rank_fn(int rank, int size, tri_comm *world, void *arg)
     if (!rc) rc = tri_moe_etp_forward(sd->dev, ep, etp, sd->y, &sd->acts, &sd->ta, &sd->ts, sd->x, &sd->w, &c->cfg);
     if (!rc)
         rc = tri_moe_etp_backward(sd->dev, ep, etp, sd->dx, &sd->g, sd->dy, &sd->acts, &sd->ta, sd->x, &sd->w,
-                                  &sd->sc, &sd->ts, &c->cfg, 0.5f, NULL);
+                                  &sd->sc, &sd->ts, &c->cfg, 0.5f);
     tri_comm_destroy(ep);
     tri_comm_destroy(etp);
     return rc;

@@ -157,11 +157,26 @@ struct tri_device {
     bool queued;
     uint64_t waits;
     bool capturing;          /* between tri_device_capture_begin and _end */
+    /* Exact weight gradients (deterministic mode, engine/device/ops/exact_grads.c): a gradient
+     * argument of dtype i64 receives fixed-point sums through this scratch; set by the trainer around
+     * each pass (tri_device_set_exact_grads). */
+    struct {
+        tri_tensor scratch;  /* f32 (>= the largest gradient one op writes) the chunk's fp32 gradient */
+        tri_tensor bad;      /* f32 (1): contributions outside the fixed-point range, counted */
+        int bits;            /* fraction bits of the fixed point (engine/train/zero.h TRI_FIXED_BITS) */
+    } exact;
 };
 
 /* The CPU backend: OpenBLAS sgemm for every matmul, OpenMP loops elsewhere, `threads` threads
  * (0 = OpenMP's default). Returns TRI_ENOMEM on failure. */
 int tri_device_cpu_create(tri_device **out, int threads);
+
+/* Deterministic mode: where ops that are given an int64 gradient (exact fixed-point sums, 2^-bits
+ * units) compute each 64-row chunk's fp32 gradient (scratch, f32, at least as long as the largest such
+ * gradient) before adding it exactly, and where they count contributions that do not fit (bad, f32
+ * (1)). See engine/device/ops/exact_grads.c. An absent scratch turns it off (int64 gradients are then
+ * refused). TRI_EINVAL for a wrong dtype or bits outside [0, 60]. */
+int tri_device_set_exact_grads(tri_device *d, tri_tensor scratch, tri_tensor bad, int bits);
 
 /* Destroys any backend's device (NULL is ignored). */
 void tri_device_destroy(tri_device *d);

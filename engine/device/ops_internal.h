@@ -29,6 +29,24 @@ int tri_need_matrix(const char *op, const char *arg, tri_tensor t, int64_t rows,
  * cp >= 1, 0 <= cp_rank < cp, and T divisible by 2 cp when cp > 1. */
 int tri_check_seq_split(const char *op, int64_t T, int cp, int cp_rank);
 
+/* ---- exact weight gradients (deterministic mode; engine/device/ops/exact_grads.c) ----
+ * An op whose parameter-gradient arguments are int64 adds them as exact fixed-point sums, one fp32
+ * contribution per chunk of rows. */
+#define TRI_EXACT_MAX_GRADS 4
+/* The rows [r0, r0 + n) of t seen as an (n, cols) matrix (rows: every dimension but the last). */
+tri_tensor tri_rows_view(tri_tensor t, int64_t r0, int64_t n);
+/* *exact: whether the present gradients among grads[0 .. n) are int64; TRI_EINVAL naming op when
+ * int64 and floating ones are mixed. */
+int tri_exact_grads_check(const char *op, const tri_tensor *grads, int n, bool *exact);
+/* One chunk: the op's fp32 gradients of rows [r0, r0 + n) added into tmp[i] (zeroed, shaped as
+ * grads[i]; absent where grads[i] is). */
+typedef int (*tri_exact_chunk_fn)(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp);
+/* Runs fn over N rows in chunks of `chunk` rows (0: all N at once) and adds each chunk's gradients
+ * exactly into grads[i] (int64, absent ones skipped) with the device's exact scratch and bits
+ * (tri_device_set_exact_grads). TRI_EINVAL naming op when the scratch is not set or too short. */
+int tri_exact_grads_rows(tri_device *d, const char *op, int64_t N, int64_t chunk, tri_tensor *grads, int n,
+                         tri_exact_chunk_fn fn, void *ctx);
+
 /* ---- dispatch ---- */
 /* The profile's clock around one op: start, then end with the op's status (which it returns, or the
  * sync's failure). */

@@ -70,7 +70,7 @@ static int release(tri_chunk *c, int u, bool grads)
  * unit released whatever fails. */
 static int run_pass(tri_chunk *c, const tri_pass *p, int slot, bool train, float dloss)
 {
-    int rc = TRI_OK, got = 0;
+    int rc = tri_zero_exact_grads(&c->zero), got = 0; /* deterministic mode: this chunk's scratch */
     for (; got < p->n_units && !rc; got++)
         if ((rc = acquire(c, p->unit[got], p->grads[got])) != TRI_OK)
             break;

@@ -92,7 +92,9 @@ static int take_unit_buffers(tri_zero *z, tri_arena *a, tri_mem_kind kind, tri_z
     }
     *n = TRI_ZERO_POOL + big;
     int rc = TRI_OK, k = 0;
-    tri_dtype dtype = kind == TRI_MEM_PARAMS && z->bf16 ? TRI_BF16 : TRI_F32;
+    /* parameters: the model's dtype; gradients fp32, or in deterministic mode the pass's exact sums
+       (int64, written per 64-row chunk by the ops: engine/device/ops/exact_grads.c) */
+    tri_dtype dtype = kind == TRI_MEM_PARAMS ? (z->bf16 ? TRI_BF16 : TRI_F32) : z->deterministic ? TRI_I64 : TRI_F32;
     for (; k < TRI_ZERO_POOL && !rc; k++)
         rc = tri_arena_take(a, kind, &(*bufs)[k].t, dtype, 1, (int64_t[]){z->pool_len > 0 ? z->pool_len : 1});
     for (int u = 0; u < L->n_units && !rc; u++)
@@ -142,39 +144,27 @@ static int64_t buffer_slice(const tri_zero *z, int i)
     return slice;
 }
 
-/* Where each gradient bucket's reduce-scatter lands (tmp) and, in deterministic mode, the bucket in
- * fixed point (fixed): without overlap one shared pair serves every bucket (a reduction completes
- * before the next starts); with overlap each bucket has its own, as several are in flight. With
- * expert parts in deterministic mode (fixed_per_bucket) each bucket has its own fixed buffer in any
- * case: the experts' exact sums are written into it during the pass, while other buckets are held. */
+/* Where each gradient bucket's reduce-scatter lands (tmp; int64 in deterministic mode, as the
+ * buckets): without overlap one shared buffer serves every bucket (a reduction completes before the
+ * next starts); with overlap each bucket has its own, as several are in flight. */
 static int take_reduce_buffers(tri_zero *z, tri_arena *a, int64_t largest_slice)
 {
     tri_dtype dtype = z->deterministic ? TRI_I64 : TRI_F32;
-    tri_tensor tmp = tri_tensor_none(), fixed = tri_tensor_none();
+    tri_tensor tmp = tri_tensor_none();
     int rc = TRI_OK;
     if (!z->overlap_grad_reduce) {
         rc = tri_arena_take(a, TRI_MEM_COMM, &tmp, dtype, 1, (int64_t[]){largest_slice > 0 ? largest_slice : 1});
-        if (!rc && z->deterministic && !z->fixed_per_bucket)
-            rc = take_1d_i64(a, TRI_MEM_COMM, &fixed, largest_unit(z->L));
-        if (z->deterministic) {
+        if (z->deterministic)
             z->acc_tmp = tmp;
-            z->acc_bucket = fixed;
-        } else {
+        else
             z->reduce_tmp = tmp;
-        }
     }
     for (int i = 0; i < z->n_grad_bufs && !rc; i++) {
         tri_zero_buffer *b = &z->grad_bufs[i];
-        int64_t len = tri_tensor_numel(b->t), slice = buffer_slice(z, i);
+        int64_t slice = buffer_slice(z, i);
         b->tmp = tmp;
-        b->fixed = fixed;
-        if (z->fixed_per_bucket)
-            rc = take_1d_i64(a, TRI_MEM_COMM, &b->fixed, len);
-        if (!z->overlap_grad_reduce || rc)
-            continue;
-        rc = tri_arena_take(a, TRI_MEM_COMM, &b->tmp, dtype, 1, (int64_t[]){slice > 0 ? slice : 1});
-        if (!rc && z->deterministic && !z->fixed_per_bucket)
-            rc = take_1d_i64(a, TRI_MEM_COMM, &b->fixed, len);
+        if (z->overlap_grad_reduce)
+            rc = tri_arena_take(a, TRI_MEM_COMM, &b->tmp, dtype, 1, (int64_t[]){slice > 0 ? slice : 1});
     }
     return rc;
 }
@@ -221,10 +211,9 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     bool experts = false;
     for (int k = 0; k < L->n_parts; k++)
         experts |= L->parts[k].expert;
-    z->fixed_per_bucket = z->deterministic && run->zero_stage >= 2 && experts;
     z->pool_len = pool_length(L);
     z->params = z->param_shard = z->grads = z->grad_shard = z->reduce_tmp = tri_tensor_none();
-    z->acc = z->acc_bucket = z->acc_tmp = z->bad = z->master = tri_tensor_none();
+    z->acc = z->acc_tmp = z->exact_tmp = z->bad = z->master = tri_tensor_none();
     int stage = run->zero_stage;
     rc = stage < 3 ? take_1d_model(z, a, TRI_MEM_PARAMS, &z->params, L->padded_numel)
                    : take_1d_model(z, a, TRI_MEM_PARAMS, &z->param_shard, L->shard_numel);
@@ -239,6 +228,8 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     if (!rc && z->deterministic) {
         rc = take_1d_i64(a, TRI_MEM_GRADS, &z->acc, stage < 2 ? L->padded_numel : L->shard_numel);
         if (!rc) rc = take_1d(a, TRI_MEM_WORKSPACE, &z->bad, 1);
+        /* a chunk's fp32 gradient before its exact add (tri_zero_exact_grads): as long as a unit */
+        if (!rc) rc = take_1d(a, TRI_MEM_WORKSPACE, &z->exact_tmp, largest_unit(L));
     }
     if (!rc && stage == 3)
         rc = take_unit_buffers(z, a, TRI_MEM_PARAMS, &z->param_bufs, &z->n_param_bufs);
@@ -551,9 +542,7 @@ int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat)
     if (rc)
         return rc;
     *flat = tri_tensor_range(b->t, 0, u->len);
-    rc = tri_op_fill(z->dev, *flat, 0.0f);
-    if (!rc && z->fixed_per_bucket) /* the experts' exact sums come in during the pass */
-        rc = tri_op_zero(z->dev, tri_tensor_range(b->fixed, 0, u->len));
+    rc = tri_op_zero(z->dev, *flat);
     if (rc)
         release(z->grad_bufs, z->n_grad_bufs, unit);
     return rc;
@@ -599,7 +588,7 @@ static int retire_until(tri_zero *z, uint64_t ticket)
     }
 }
 
-/* Stages 2-3: reduce-scatters bucket b (unit u's gradients of one pass, converted to fixed point in
+/* Stages 2-3: reduce-scatters bucket b (unit u's gradients of one pass, exact int64 sums in
  * deterministic mode), each part over its group into its place in b->tmp; started non-blocking with
  * overlap, else completed at once. */
 static int reduce_bucket(tri_zero *z, tri_zero_buffer *b)
@@ -607,13 +596,6 @@ static int reduce_bucket(tri_zero *z, tri_zero_buffer *b)
     const tri_param_unit *u = &z->L->units[b->unit];
     tri_tensor src = tri_tensor_range(b->t, 0, u->len);
     int rc = TRI_OK;
-    if (z->deterministic) {
-        tri_tensor fixed = tri_tensor_range(b->fixed, 0, u->len);
-        if (!z->fixed_per_bucket) /* (else zeroed when taken, and holding the experts' exact sums) */
-            rc = tri_op_zero(z->dev, fixed);
-        if (!rc) rc = tri_op_fixed_accumulate(z->dev, fixed, src, TRI_FIXED_BITS, z->bad);
-        src = fixed;
-    }
     int64_t at = 0; /* where part j's slice goes in b->tmp */
     for (int j = 0; j < u->n_parts && !rc; j++) {
         int k = u->first_part + j;
@@ -670,10 +652,9 @@ int tri_zero_grads_done(tri_zero *z, int unit)
         }
         if (z->stage >= 2)
             return reduce_bucket(z, b);
-        /* deterministic stages 0-1: the pass's bucket added exactly to the whole stage's sums */
+        /* deterministic stages 0-1: the pass's exact sums added to the whole stage's */
         const tri_param_unit *u = &z->L->units[unit];
-        rc = tri_op_fixed_accumulate(z->dev, tri_tensor_range(z->acc, u->start, u->len),
-                                     tri_tensor_range(b->t, 0, u->len), TRI_FIXED_BITS, z->bad);
+        rc = tri_op_add_i64(z->dev, tri_tensor_range(z->acc, u->start, u->len), tri_tensor_range(b->t, 0, u->len));
         release(z->grad_bufs, z->n_grad_bufs, unit);
     }
     /* stages 0-1 with overlap: the unit's last pass of the step starts its reduction (a compressed
@@ -684,21 +665,10 @@ int tri_zero_grads_done(tri_zero *z, int unit)
     return rc;
 }
 
-int tri_zero_exact_sums(const tri_zero *z, int unit, tri_tensor *acc)
+int tri_zero_exact_grads(tri_zero *z)
 {
-    const tri_param_unit *u = &z->L->units[unit];
-    if (!z->deterministic)
-        return TRI_ERR(TRI_EINVAL, "zero: unit %d's exact sums asked for outside --deterministic-mode", unit);
-    if (z->stage < 2) {
-        *acc = tri_tensor_range(z->acc, u->start, u->len);
-        return TRI_OK;
-    }
-    tri_zero_buffer *b = z->fixed_per_bucket ? held(z->grad_bufs, z->n_grad_bufs, unit) : NULL;
-    if (!b)
-        return TRI_ERR(TRI_EINVAL, "zero: unit %d's exact sums asked for at --zero-stage %d while its gradients "
-                       "are not taken (or it has no expert part)", unit, z->stage);
-    *acc = tri_tensor_range(b->fixed, 0, u->len);
-    return TRI_OK;
+    return tri_device_set_exact_grads(z->dev, z->deterministic ? z->exact_tmp : tri_tensor_none(), z->bad,
+                                      TRI_FIXED_BITS);
 }
 
 int tri_zero_zero_grads(tri_zero *z)

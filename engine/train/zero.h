@@ -14,12 +14,15 @@
  *   stage 3  as stage 2, and the parameters live only as the owned slices: a unit is all-gathered
  *            into a buffer just before use and released after.
  *
- * Deterministic mode: every pass writes its gradients into a bucket (at any stage), which is then
- * converted to fixed point (int64, 2^-TRI_FIXED_BITS units, engine/core/math.h) and added exactly:
- * into the whole stage's int64 sums at stages 0-1, or reduce-scattered as int64 into the owned
- * slices at stages 2-3. Integer sums do not depend on their order or grouping, so the gradients are
- * the same bits in every layout that differs in pp, dp, ZeRO stage or micro-batch count, and from
- * run to run; they become fp32 once, at the end of the step.
+ * Deterministic mode: every pass writes its gradients into a bucket (at any stage) of exact int64
+ * fixed-point sums (2^-TRI_FIXED_BITS units, engine/core/math.h): the ops that write a parameter's
+ * gradient add it one 64-row chunk of their rows at a time, each chunk's fp32 result rounded once
+ * (engine/device/ops/exact_grads.c, through the chunk's scratch exact_tmp). The bucket is then added
+ * into the whole stage's int64 sums at stages 0-1, or reduce-scattered as int64 into the owned slices
+ * at stages 2-3. Integer sums do not depend on their order or grouping, and the chunks are the same
+ * 64 positions of a sequence in every layout, so the gradients are the same bits in every layout that
+ * differs in pp, dp, cp, ZeRO stage or micro-batch count, and from run to run; they become fp32 once,
+ * at the end of the step.
  *
  * Overlap (Megatron-LM's --overlap-grad-reduce and --overlap-param-gather; Rajbhandari et al.
  * 2020 §7): with overlap_grad_reduce a reduction is started non-blocking (engine/comm/comm.h) where it
@@ -52,11 +55,9 @@
  * a unit of their own: the model keeps asking for a block as one flat unit (its passes, views and
  * buffers do not change, nor do dense layouts: a unit without expert parameters is one part), and a
  * block's two groups move in the same step, so overlap and prefetch need no new ordering (each buffer
- * carries one request per part). In deterministic mode the experts' exact per-source sums
- * (layers/moe_ep.h tri_moe_ep_exact) go where the unit's exact sums are (tri_zero_exact_sums): the
- * stage's int64 sums at stages 0-1; at stages 2-3 the pass's int64 bucket, which then has a buffer
- * of its own per gradient buffer, zeroed when taken, and is reduce-scattered part by part (the
- * experts over edp). Gradient compression with ep stays refused (the compressors code whole units
+ * carries one request per part). In deterministic mode the experts' grouped GEMMs add their
+ * gradients into the pass's int64 bucket like every other op (each call rounded once), and the bucket
+ * is reduced part by part (the experts over edp). Gradient compression with ep stays refused (the compressors code whole units
  * over dp).
  *
  * Whole-unit buffers (stage 3's gathered parameters, stage 2-3's gradient buckets) come from a
@@ -91,7 +92,6 @@ typedef struct tri_zero_buffer {
     tri_comm_request req[TRI_UNIT_MAX_PARTS]; /* one per part of the held unit */
     tri_tensor tmp;      /* gradients: (the unit's owned slices) the reduce-scatters' results, part after
                             part (i64 when deterministic) */
-    tri_tensor fixed;    /* deterministic gradients: i64 (len) the bucket in fixed point */
 } tri_zero_buffer;
 
 typedef struct tri_zero {
@@ -121,11 +121,9 @@ typedef struct tri_zero {
     int64_t pool_len;            /* length of the shared buffers */
     /* deterministic mode */
     tri_tensor acc;              /* i64 exact sums: (padded_numel) at stages 0-1, (shard_numel) above */
-    tri_tensor acc_bucket;       /* stages 2-3 without overlap: i64 (largest unit) a bucket in fixed point */
     tri_tensor acc_tmp;          /* stages 2-3 without overlap: i64 (largest unit's owned slices) a reduce-scatter's result */
-    bool fixed_per_bucket;       /* deterministic stages 2-3 with expert parts: each gradient buffer has its own
-                                    fixed-point bucket, zeroed when taken, so the experts' exact sums
-                                    (tri_zero_exact_sums) go in during the pass */
+    tri_tensor exact_tmp;        /* f32 (largest unit): a 64-row chunk's gradient before its exact add
+                                    (engine/device/ops/exact_grads.c, set on the device per pass) */
     tri_tensor bad;              /* f32 (1): contributions outside the fixed-point range */
     /* overlap: what is in flight */
     tri_comm_request *grad_req;  /* per part: stages 0-1, its gradient reduction */
@@ -180,14 +178,10 @@ int tri_zero_grads(tri_zero *z, int unit, tri_tensor *flat);
  * once its last user is done. Stages 0-1: nothing. */
 int tri_zero_grads_done(tri_zero *z, int unit);
 
-/* Deterministic mode: the int64 fixed-point sums (2^-TRI_FIXED_BITS units) that unit u's gradients of
- * the current pass go into, as one view of u->len elements (element i: flat offset u->start + i), for
- * a pass that adds some gradients exactly itself (the experts' per-source GEMMs under expert
- * parallelism, layers/moe_ep.h tri_moe_ep_exact) instead of writing them into tri_zero_grads's fp32
- * view: stages 0-1 the stage's sums, stages 2-3 the held bucket's fixed-point buffer, reduced with it
- * over each part's group. Valid while the unit's gradients are taken. TRI_EINVAL when not
- * deterministic or (stages 2-3) the unit is not taken or has no expert part. */
-int tri_zero_exact_sums(const tri_zero *z, int unit, tri_tensor *acc);
+/* Deterministic mode: makes the device's exact scratch (tri_device_set_exact_grads) this chunk's,
+ * before a pass writes gradients (the int64 views tri_zero_grads gives); outside deterministic mode it
+ * clears it. TRI_OK or the device's error. */
+int tri_zero_exact_grads(tri_zero *z);
 /* Zeroes every gradient this rank keeps (start of a step); their fill is skipped when the last
  * update zeroed them already (z->grads_zeroed), the rest (exact sums, counters) is reset as always. */
 int tri_zero_zero_grads(tri_zero *z);

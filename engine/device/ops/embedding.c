@@ -21,10 +21,36 @@ int tri_op_embedding_forward(tri_device *d, tri_tensor out, tri_tensor tokens, t
     return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, embedding_forward, out, tokens, wte, vocab_start));
 }
 
+/* ---- exact weight gradients (exact_grads.c): the rows in chunks of 64 ---- */
+
+typedef struct embed_rows {
+    tri_tensor dout, tokens;
+    int64_t vocab_start, T, row0;
+    int cp, cp_rank;
+} embed_rows;
+
+static int embedding_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp)
+{
+    const embed_rows *a = ctx;
+    return tri_op_embedding_backward(d, tmp[0], tri_rows_view(a->dout, r0, n), tri_tensor_range(a->tokens, r0, n),
+                                     a->vocab_start);
+}
+
+static int position_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp)
+{
+    const embed_rows *a = ctx;
+    return tri_op_position_backward(d, tmp[0], tri_rows_view(a->dout, r0, n), a->T, a->row0 + r0, a->cp, a->cp_rank);
+}
+
 int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, tri_tensor tokens,
                               int64_t vocab_start)
 {
     const char *op = "embedding_backward";
+    if (dwte.dtype == TRI_I64 && tri_tensor_present(dwte)) {
+        embed_rows a = {.dout = dout, .tokens = tokens, .vocab_start = vocab_start};
+        int rc = tri_need(op, "tokens", tokens, TRI_I32);
+        return rc ? rc : tri_exact_grads_rows(d, op, tri_tensor_numel(tokens), TRI_COL_CHUNK, &dwte, 1, embedding_chunk, &a);
+    }
     int rc = tri_need(op, "tokens", tokens, TRI_I32);
     if (!rc) rc = tri_need_float(op, "dwte", dwte);
     if (!rc) rc = tri_need_float(op, "dout", dout);
@@ -65,6 +91,11 @@ int tri_op_position_forward(tri_device *d, tri_tensor out, tri_tensor wpe, int64
 int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, int64_t T, int64_t row0, int cp,
                              int cp_rank)
 {
+    if (dwpe.dtype == TRI_I64 && tri_tensor_present(dwpe)) {
+        embed_rows a = {.dout = dout, .T = T, .row0 = row0, .cp = cp, .cp_rank = cp_rank};
+        return tri_exact_grads_rows(d, "position_backward", tri_tensor_rows(dout), TRI_COL_CHUNK, &dwpe, 1,
+                                    position_chunk, &a);
+    }
     tri_widen w = tri_widen_start(d, check_position("position_backward", dout, "dout", dwpe, "dwpe", T, row0, cp,
                                                     cp_rank));
     tri_widen_arg(&w, &dwpe, true);

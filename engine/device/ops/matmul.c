@@ -10,10 +10,41 @@
 
 /* ---- matmul ---- */
 
+/* Exact weight gradients (exact_grads.c): c i64 += a^T b per chunk of a's and b's rows. */
+typedef struct matmul_rows {
+    tri_tensor a, b;
+    bool grouped;
+    const int32_t *counts;
+} matmul_rows;
+
+static int matmul_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp)
+{
+    const matmul_rows *m = ctx;
+    if (m->grouped) /* the experts: the call's rows at once (exact_grads.c) */
+        return tri_op_grouped_matmul_backward_weight(d, tmp[0], m->a, m->b, m->counts, 0.0f);
+    return tri_op_matmul(d, tmp[0], tri_rows_view(m->a, r0, n), tri_rows_view(m->b, r0, n), tri_tensor_none(), true,
+                         false, 0.0f);
+}
+
+static int matmul_exact(tri_device *d, const char *op, tri_tensor c, matmul_rows m, bool trans_a, bool trans_b,
+                        float beta)
+{
+    char x[96], y[96];
+    if (!trans_a || trans_b || beta != 1.0f)
+        return TRI_ERR(TRI_EINVAL, "%s: an int64 c (exact gradient sums) takes c += a^T b (trans_a, not trans_b, beta "
+                       "1), got trans_a %d trans_b %d beta %g", op, trans_a, trans_b, (double)beta);
+    if (!m.grouped && tri_tensor_rows(m.a) != tri_tensor_rows(m.b))
+        return TRI_ERR(TRI_EINVAL, "%s: inner dimensions differ: a %s^T, b %s", op, TRI_DESC(m.a, x), TRI_DESC(m.b, y));
+    int64_t chunk = m.grouped ? 0 : TRI_COL_CHUNK;
+    return tri_exact_grads_rows(d, op, tri_tensor_rows(m.a), chunk, &c, 1, matmul_chunk, &m);
+}
+
 int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
                   bool trans_a, bool trans_b, float beta)
 {
     char x[96], y[96];
+    if (c.dtype == TRI_I64 && tri_tensor_present(c) && !tri_tensor_present(bias))
+        return matmul_exact(d, "matmul", c, (matmul_rows){.a = a, .b = b}, trans_a, trans_b, beta);
     int rc = tri_need_float("matmul", "a", a);
     if (!rc) rc = tri_need_float("matmul", "b", b);
     if (!rc) rc = tri_need_float("matmul", "c", c);
@@ -38,6 +69,16 @@ int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_t
     }
     if (rc || M == 0 || N == 0)
         return rc;
+    /* deterministic mode (the device's exact gradients set): the rows of c in chunks of 64, so that
+       each row is computed by a GEMM of the same shape in every layout (a BLAS or cuBLASLt may round
+       a row differently by the call's row count: edge kernels, algorithm choice) */
+    if (!trans_a && M > TRI_COL_CHUNK && tri_tensor_present(d->exact.scratch)) {
+        for (int64_t r0 = 0; r0 < M && !rc; r0 += TRI_COL_CHUNK) {
+            int64_t n = M - r0 < TRI_COL_CHUNK ? M - r0 : TRI_COL_CHUNK;
+            rc = tri_op_matmul(d, tri_rows_view(c, r0, n), tri_rows_view(a, r0, n), b, bias, false, trans_b, beta);
+        }
+        return rc;
+    }
     tri_widen w = tri_widen_start(d, rc);
     tri_widen_arg(&w, &c, true);
     tri_widen_arg(&w, &a, false);
@@ -46,8 +87,16 @@ int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_t
     return tri_widen_end(&w, w.rc ? 0 : TRI_DISPATCH(d, matmul, c, a, b, bias, trans_a, trans_b, beta));
 }
 
+static int bias_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp)
+{
+    return tri_op_bias_backward(d, tmp[0], tri_rows_view(*(const tri_tensor *)ctx, r0, n));
+}
+
 int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 {
+    if (dbias.dtype == TRI_I64 && tri_tensor_present(dbias)) /* exact sums per 64 rows (exact_grads.c) */
+        return tri_exact_grads_rows(d, "bias_backward", tri_tensor_rows(dout), TRI_COL_CHUNK, &dbias, 1, bias_chunk,
+                                    &dout);
     int rc = tri_need_float("bias_backward", "dbias", dbias);
     if (!rc) rc = tri_need_float("bias_backward", "dout", dout);
     if (!rc) rc = tri_need_numel("bias_backward", "dbias", dbias, tri_tensor_cols(dout));
@@ -133,6 +182,9 @@ int tri_op_grouped_matmul_backward_weight(tri_device *d, tri_tensor dw, tri_tens
                                           const int32_t *counts, float beta)
 {
     const char *op = "grouped_matmul_backward_weight";
+    if (dw.dtype == TRI_I64 && tri_tensor_present(dw)) /* the call's GEMM added exactly (exact_grads.c) */
+        return matmul_exact(d, op, dw, (matmul_rows){.a = dout, .b = x, .grouped = true, .counts = counts}, true, false,
+                            beta);
     int64_t G, N_out, C, P = tri_tensor_rows(dout);
     int rc = tri_need_float(op, "dout", dout);
     if (!rc) rc = tri_need_float(op, "x", x);

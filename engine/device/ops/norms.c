@@ -81,13 +81,51 @@ int tri_op_add_layernorm_forward(tri_device *d, tri_tensor res, tri_tensor out, 
     return TRI_DISPATCH(d, add_layernorm_forward, res, out, mean, rstd, a, b, w, bias);
 }
 
+/* ---- exact weight gradients (exact_grads.c): the norms' rows in chunks of 64 ---- */
+
+typedef struct norm_rows {
+    tri_tensor dinp, dout, inp, w, mean, rstd, k_w;
+    int64_t NH, NH_kv;
+} norm_rows;
+
+static int layernorm_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp)
+{
+    const norm_rows *a = ctx;
+    return tri_op_layernorm_backward(d, tri_rows_view(a->dinp, r0, n), tmp[0], tmp[1], tri_rows_view(a->dout, r0, n),
+                                     tri_rows_view(a->inp, r0, n), a->w, tri_tensor_range(a->mean, r0, n),
+                                     tri_tensor_range(a->rstd, r0, n));
+}
+
+static int rmsnorm_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp)
+{
+    const norm_rows *a = ctx;
+    return tri_op_rmsnorm_backward(d, tri_rows_view(a->dinp, r0, n), tmp[0], tri_rows_view(a->dout, r0, n),
+                                   tri_rows_view(a->inp, r0, n), a->w, tri_tensor_range(a->rstd, r0, n));
+}
+
+static int rmsnorm_heads_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp)
+{
+    const norm_rows *a = ctx;
+    int64_t H = a->NH + a->NH_kv;
+    return tri_op_rmsnorm_heads_backward(d, tri_rows_view(a->dinp, r0, n), tmp[0], tmp[1], tri_rows_view(a->dout, r0, n),
+                                         tri_rows_view(a->inp, r0, n), a->w, a->k_w,
+                                         tri_tensor_range(a->rstd, r0 * H, n * H), a->NH, a->NH_kv);
+}
+
 int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_tensor db,
                               tri_tensor dout, tri_tensor inp, tri_tensor w, tri_tensor mean,
                               tri_tensor rstd)
 {
     const char *op = "layernorm_backward";
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
-    int rc = check_layernorm(op, inp, w, dw, "dw", mean, rstd);
+    tri_tensor grads[2] = {dw, db};
+    bool exact;
+    int rc = tri_exact_grads_check(op, grads, 2, &exact);
+    if (!rc && exact) {
+        norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = w, .mean = mean, .rstd = rstd};
+        return tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, grads, 2, layernorm_chunk, &a);
+    }
+    if (!rc) rc = check_layernorm(op, inp, w, dw, "dw", mean, rstd);
     if (!rc) rc = tri_need_float(op, "db", db);
     if (!rc) rc = tri_need_numel(op, "db", db, C);
     if (!rc) rc = tri_need_float(op, "dinp", dinp);
@@ -155,6 +193,10 @@ int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_t
 {
     const char *op = "rmsnorm_backward";
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
+    if (dw.dtype == TRI_I64 && tri_tensor_present(dw)) {
+        norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = w, .rstd = rstd};
+        return tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, &dw, 1, rmsnorm_chunk, &a);
+    }
     int rc = check_rmsnorm(op, inp, w, rstd);
     if (!rc) rc = tri_need_float(op, "dinp", dinp);
     if (!rc) rc = tri_need_float(op, "dw", dw);
@@ -222,7 +264,16 @@ int tri_op_rmsnorm_heads_backward(tri_device *d, tri_tensor dinp, tri_tensor dq_
 {
     const char *op = "rmsnorm_heads_backward";
     int64_t N = tri_tensor_rows(inp), W = tri_tensor_cols(inp), HS = tri_tensor_numel(q_w);
-    int rc = check_rmsnorm_heads(op, inp, q_w, k_w, rstd, NH, NH_kv);
+    tri_tensor grads[2] = {dq_w, dk_w};
+    bool exact;
+    int rc = tri_exact_grads_check(op, grads, 2, &exact);
+    if (!rc && exact) {
+        rc = check_rmsnorm_heads(op, inp, q_w, k_w, rstd, NH, NH_kv); /* (rstd's rows are sliced per chunk) */
+        norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = q_w, .k_w = k_w, .rstd = rstd, .NH = NH,
+                       .NH_kv = NH_kv};
+        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, grads, 2, rmsnorm_heads_chunk, &a);
+    }
+    if (!rc) rc = check_rmsnorm_heads(op, inp, q_w, k_w, rstd, NH, NH_kv);
     if (!rc) rc = tri_need_float(op, "dinp", dinp);
     if (!rc) rc = tri_need_float(op, "dout", dout);
     if (!rc) rc = tri_need_float(op, "dq_w", dq_w);
