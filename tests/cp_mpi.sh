@@ -10,8 +10,9 @@
 #    tests/test_cp_layouts.c: the ranks' fp32 gradients are summed in another grouping, a few ulps each;
 #    a wrong chunk or a loss scaled by the local token count moves the first loss by 4e-4 or more);
 #  - the data-parallel line counts the gradient traffic over dp x cp (> 0 MB at cp 4, dp 1);
-#  - deterministic mode at cp 2 x dp 2 against cp 2 alone: the same losses to the last printed digit of
-#    metrics.jsonl (the fixed-point sums over dp x cp);
+#  - deterministic mode: cp 2, cp 4 and cp 2 x dp 2 (ZeRO 3) against one rank: the same losses to the last
+#    printed digit of metrics.jsonl (docs/context_parallel.md, "Deterministic mode: the same bits as
+#    without cp");
 #  - the Llama at cp 4 with the p2p ring (--cp-comm-type p2p, the default) within the same bound;
 #  - the refusals before any communication: cp with --grad-compression, cp with --local-sgd-steps, each
 #    naming its flags;
@@ -78,9 +79,13 @@ run llama_cp2_tp2 4 llama --context-parallel-size 2 --tensor-model-parallel-size
 run llama_cp4 4 llama --context-parallel-size 4 "${ag[@]}"
 against llama_one llama_cp2_tp2 1e-4
 against llama_one llama_cp4 1e-4
+run det_one 1 gpt --deterministic-mode --global-batch-size 2
 run det_cp2 2 gpt --context-parallel-size 2 --deterministic-mode --global-batch-size 2
 run det_cp2_dp2 4 gpt --context-parallel-size 2 --deterministic-mode --global-batch-size 2 --zero-stage 3
+run det_cp4 4 gpt --context-parallel-size 4 --deterministic-mode --global-batch-size 2
 against det_cp2 det_cp2_dp2 0
+against det_one det_cp2 0
+against det_one det_cp4 0
 
 # the p2p ring (--cp-comm-type p2p, the default): merges partial outputs in another order than one rank
 run llama_cp4_p2p 4 llama --context-parallel-size 4
