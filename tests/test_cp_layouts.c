@@ -24,7 +24,8 @@
  *    moves a weight by up to a whole normalised step, which no tighter bound can exclude);
  *  - deterministic mode: bit-identical (first loss, step losses, norms, final weights) to the run at the
  *    same tp without cp - cp 2 and cp 4 alone, cp 2 with tp 2 (with and without sequence parallelism),
- *    with pp 2, with dp 2 at ZeRO 3, and with --cp-comm-type p2p - because nothing a rank computes
+ *    with pp 2, with dp 2 at ZeRO 0-3 (ZeRO 2 with overlapped reductions), and with --cp-comm-type p2p -
+ *    because nothing a rank computes
  *    depends on how many rows it holds: every matmul runs its rows in chunks of 64 (the same GEMM shape
  *    in every layout), every parameter gradient is added exactly (int64 fixed point) one 64-row chunk of
  *    positions at a time (engine/device/ops/exact_grads.c), the attention's exact backward gathers the
@@ -169,6 +170,10 @@ static void deterministic_as_without_cp(const tri_model *m)
         {{"deterministic cp 2", 256, {.cp = 2, .deterministic = true}}, 0},
         {{"deterministic cp 2 p2p", 256, {.cp = 2, .cp_comm_type = "p2p", .deterministic = true}}, 0},
         {{"deterministic cp 2 x dp 2 ZeRO 3", 256, {.cp = 2, .dp = 2, .zero = 3, .deterministic = true}}, 0},
+        {{"deterministic cp 2 x dp 2 ZeRO 0", 256, {.cp = 2, .dp = 2, .deterministic = true}}, 0},
+        {{"deterministic cp 2 x dp 2 ZeRO 1", 256, {.cp = 2, .dp = 2, .zero = 1, .deterministic = true}}, 0},
+        {{"deterministic cp 2 x dp 2 ZeRO 2 overlapped", 256,
+          {.cp = 2, .dp = 2, .zero = 2, .overlap = true, .deterministic = true}}, 0},
         {{"deterministic cp 2 x pp 2", 256, {.cp = 2, .pp = 2, .deterministic = true}}, 0},
         {{"deterministic cp 4", 512, {.cp = 4, .deterministic = true}}, 1},
         {{"deterministic cp 2 x tp 2 sp", 256, {.cp = 2, .tp = 2, .sp = true, .deterministic = true}}, 2},
