@@ -11,6 +11,7 @@
 #include "engine/core/rng.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
+#include "engine/train/comm_staged.h"
 #include "engine/train/state_shards.h"
 #include "engine/train/train.h"
 #include "models/gpt.h"
@@ -289,8 +290,19 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (lrc)
         return lrc;
     int rc = tri_device_cpu_create(&dev, 1);
+    tri_comm *staged = NULL; /* layout.staged: owns a split of the thread comm */
+    if (!rc && j->layout.staged) {
+        tri_comm *inner = NULL;
+        rc = tri_comm_split(world, 0, rank, &inner);
+        if (!rc) rc = tri_comm_staged_create(&staged, inner, dev);
+        if (rc)
+            tri_comm_destroy(inner);
+        else
+            world = staged;
+    }
     if (!rc) rc = tri_session_create(&ss, world, dev, j->model, &o);
     if (rc) {
+        tri_comm_destroy(staged);
         tri_device_destroy(dev);
         return rc;
     }
@@ -335,7 +347,10 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     if (!rc && j->layout.bf16)
         rc = check_bf16_params(&ss.model, grid, j->out);
     if (!rc) rc = collect_all(&ss.model, grid, j->model, false, j->out);
+    if (grid->world_rank == 0)
+        j->out->staged = (grid->cp_comm ? grid->cp_comm : grid->world)->device_buffers;
     tri_session_destroy(&ss);
+    tri_comm_destroy(staged);
     tri_device_destroy(dev);
     return rc;
 }

@@ -51,6 +51,9 @@ typedef struct tu_layout {
     tri_moe_run moe;           /* the --moe-* flags (zeroed: the config's, dropless) */
     int ep;                    /* --expert-model-parallel-size (0 or 1: none) */
     int etp;                   /* --expert-tensor-parallel-size (0 or 1: none) */
+    bool staged;               /* the world comm is a staged comm (engine/train/comm_staged.h) over the
+                                  thread comm and the rank's CPU device, as for ranks sharing a GPU:
+                                  every collective and p2p through host staging buffers */
 } tu_layout;
 
 typedef struct tu_result {
@@ -78,6 +81,8 @@ typedef struct tu_result {
     uint64_t prefetches_used;               /* world rank 0's stage 3 all-gathers started ahead and used */
     bool grads_zeroed;                      /* world rank 0's first chunk: the last update zeroed the
                                                gradients in its own pass (tri_op_adamw_fused_multi) */
+    bool staged;                            /* world rank 0's cp comm (its world at cp 1) took device
+                                               buffers: the run's comms were staged comms */
     int64_t bf16_checked;                   /* bf16: owned parameter elements compared, all ranks */
     int64_t bf16_stale;                     /* of them, bf16 parameters not equal to their rounded
                                                fp32 master weight after the last step */

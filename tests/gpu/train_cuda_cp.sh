@@ -9,7 +9,11 @@
 # position kernel at local instead of global positions moves the first loss by 4e-4 or more). On the
 # emulated build (tests/cuda_emu, label cpu) this runs the backend's host code and kernels for cp: the
 # position and rotary kernels (fast and simple twins), the split-sequence attention kernels and the
-# device-buffer all-gather and reduce-scatter of the cp group.
+# device-buffer all-gather and reduce-scatter of the cp group. Then both in bf16 at cp 2 with
+# --cp-comm-type p2p against one bf16 rank, within 1e-3 (tests/test_cp_compose.c's bound for the ring in
+# bf16): the ring's non-blocking p2p on device buffers; where the 2 ranks share one device (the emulated
+# build, a one-GPU machine) engine_train's staged MPI comm carries it (comm_staged.h), the staged comm
+# end to end on one GPU.
 # Usage: train_cuda_cp.sh BIN_DIR SOURCE_DIR (BIN_DIR holds an engine_train built with the CUDA backend)
 set -uo pipefail
 BIN=${1:?usage: train_cuda_cp.sh BIN_DIR SOURCE_DIR}
@@ -30,17 +34,26 @@ run() { # name ranks config flags...
   gpu_train "$name" "$np" --config "$T/$cfg.json" "${A[@]}" "$@"
 }
 fails=0
+compare() { # one cp bound what: every iteration's loss of run cp within bound (relative) of run one's
+  /usr/bin/python3 - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" "$3" "$4" <<'PY' || fails=$((fails + 1))
+import json, sys
+train = lambda p: [r["loss"] for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+one, cp, bound, what = train(sys.argv[1]), train(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+assert len(one) == len(cp) == 3, (one, cp)
+worst = max(abs(a - b) / a for a, b in zip(one, cp))
+assert worst < bound, f"{what} {cp} vs one rank {one}: {worst:.3g} (bound {bound})"
+print(f"ok   cuda {what} on 2 ranks: losses within {worst:.2g} of one rank's ({one[0]:.4f} -> {one[-1]:.4f})")
+PY
+}
 for cfg in gpt llama; do
   run "${cfg}_one" 1 "$cfg"
   run "${cfg}_cp2" 2 "$cfg" --context-parallel-size 2 --cp-comm-type all_gather
-  /usr/bin/python3 - "$T/${cfg}_one/metrics.jsonl" "$T/${cfg}_cp2/metrics.jsonl" "$cfg" <<'PY' || fails=$((fails + 1))
-import json, sys
-train = lambda p: [r["loss"] for r in map(json.loads, open(p)) if r.get("kind") == "train"]
-one, cp = train(sys.argv[1]), train(sys.argv[2])
-assert len(one) == len(cp) == 3, (one, cp)
-worst = max(abs(a - b) / a for a, b in zip(one, cp))
-assert worst < 1e-4, f"{sys.argv[3]} cp 2 {cp} vs one rank {one}"
-print(f"ok   cuda {sys.argv[3]} cp 2 on 2 ranks: losses within {worst:.2g} of one rank's ({one[0]:.4f} -> {one[-1]:.4f})")
-PY
+  compare "${cfg}_one" "${cfg}_cp2" 1e-4 "$cfg cp 2"
+  # bf16 through the ring (p2p_start on device buffers; the 2 ranks share the device, so the staged MPI
+  # comm) against one bf16 rank: the ring rounds its block outputs and dq to bf16 before combining them,
+  # tests/test_cp_compose.c's bf16 bound for it (test_bf16's tp class), 1e-3
+  run "${cfg}_one_bf16" 1 "$cfg" --bf16
+  run "${cfg}_cp2_p2p_bf16" 2 "$cfg" --bf16 --context-parallel-size 2 --cp-comm-type p2p
+  compare "${cfg}_one_bf16" "${cfg}_cp2_p2p_bf16" 1e-3 "$cfg bf16 cp 2 p2p"
 done
 [ "$fails" -eq 0 ] || { echo "FAIL: $fails comparison(s)"; exit 1; }
