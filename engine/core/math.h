@@ -246,10 +246,21 @@ TRI_HD double tri_chunks_total(const double *part, int64_t n_chunks)
  * grouping of them (micro-batches, data-parallel ranks, ZeRO shards) gives the same bits. */
 #define TRI_FIXED_LIMIT 4611686018427387904.0 /* 2^62: headroom for sums of up to 2 values */
 
+/* 2^e as a double, for |e| <= 1022: built from its exponent bits, so the conversions below multiply
+ * (exact: a power of two) instead of calling ldexp per element (10x slower on the CPU, and the same
+ * value). */
+TRI_HD double tri_pow2(int e)
+{
+    uint64_t u = (uint64_t)(1023 + e) << 52;
+    double v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 /* *out = round(x * 2^bits); returns 0 (and *out = 0) when x is not finite or out of range. */
 TRI_HD int tri_fixed_from_float(float x, int bits, int64_t *out)
 {
-    double v = ldexp((double)x, bits);
+    double v = (double)x * tri_pow2(bits);
     if (!(v > -TRI_FIXED_LIMIT && v < TRI_FIXED_LIMIT)) {
         *out = 0;
         return 0;
@@ -267,7 +278,7 @@ TRI_HD int64_t tri_fixed_add(int64_t a, int64_t b)
 
 TRI_HD float tri_fixed_to_float(int64_t a, int bits)
 {
-    return (float)ldexp((double)a, -bits);
+    return (float)((double)a * tri_pow2(-bits));
 }
 
 /* w (192-bit unsigned, little-endian words) += the exact sum of round(x[i] * 2^bits)^2 over
