@@ -44,39 +44,16 @@
 #include "engine/core/status.h"
 #include "models/gpt.h"
 #include "models/model.h"
+#include "tests/cp_models.h"
 #include "tests/harness.h"
 
 /* T 256: cp 2 chunks of 64 rows (the fused attention's tile, the validator's rule); cp 4 needs T 512 */
 enum { B = 1, GLOBAL = 2, STEPS = 3, V = 100 };
 
-static tri_model gpt_model(tri_gpt_config *cfg)
-{
-    *cfg = tu_tiny_config(); /* 4 layers, 12 heads of 4, n_embd 48 */
-    cfg->n_positions = 512;
-    return tri_gpt_model(cfg);
-}
-
-static void llama_model(tri_model *m)
-{
-    const char *json = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, "
-                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 4, "
-                       "\"vocab_size\": 100, \"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, "
-                       "\"tie_word_embeddings\": false}";
-    cr_assert_eq(tri_model_parse(m, json, "tiny-llama"), TRI_OK, "%s", tri_error_message());
-}
-
-/* check(m) on the small GPT-2 (llama false) or the tiny Llama */
+/* check(m) on the small GPT-2 (llama false) or the tiny Llama (tests/cp_models.h) */
 static void on_model(bool llama, void (*check)(const tri_model *m))
 {
-    tri_gpt_config cfg;
-    tri_model m;
-    if (llama)
-        llama_model(&m);
-    else
-        m = gpt_model(&cfg);
-    check(&m);
-    if (llama)
-        tri_model_free(&m);
+    cr_assert_eq(tu_on_cp_model(llama, check), TRI_OK, "%s", tri_error_message());
 }
 
 static void run(const tri_model *m, int64_t T, tu_layout l, const int32_t *w, tu_result *r)
