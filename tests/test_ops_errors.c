@@ -621,3 +621,102 @@ Test(ops_errors, flash_attention_kv)
     expect_einval(tri_op_copy_columns(d, dkv, 1, kv, 0, 8), op, "dst");
     expect_einval(tri_op_copy_columns(d, dkv, 0, qkv, 0, 8), op, "rows");
 }
+
+/* int64 zeros of a shape: exact gradients (deterministic mode). */
+static tri_tensor i64s(tri_device *d, tri_tensor shape)
+{
+    shape.dtype = TRI_I64;
+    return ot_tensor(d, shape, ot_doubles((size_t)tri_tensor_numel(shape)));
+}
+
+/* Exact weight gradients (deterministic mode, engine/device/ops/exact_grads.c): an int64 gradient
+ * needs the device's exact scratch (the message names the setter), one long enough for the op's
+ * gradients; an op's gradients are all int64 or all floating; matmul's int64 c is only c += a^T b;
+ * the setter takes an f32 scratch, an f32 bad (1) and bits in [0, 60]; and the arguments the exact
+ * path cuts into 64-row views are checked whole first (a view cannot tell a short tensor). */
+Test(ops_errors, exact_grads)
+{
+    tri_device *d = ot_device(1);
+    tri_tensor x = m2(d, N, C), dout = m2(d, N, C), dinp = m2(d, N, C), w = v1(d, C), mean = v1(d, N), rstd = v1(d, N);
+    tri_tensor dw = i64s(d, tri_tensor_1d(NULL, TRI_I64, C)), db = i64s(d, tri_tensor_1d(NULL, TRI_I64, C));
+    tri_tensor cw = i64s(d, tri_tensor_2d(NULL, TRI_I64, C, C)), out = m2(d, N, OC), dbias = i64s(d, ot_v1(OC));
+    tri_tensor tokens = i32(d, N), dwte = i64s(d, ot_m2(V_l, C)), dwpe = i64s(d, ot_m2(8, C)), none = tri_tensor_none();
+    tri_tensor hx = m2(d, 2, 40), hr = m2(d, 2, 3), hw = v1(d, 8), dq = i64s(d, ot_v1(8)), dk = i64s(d, ot_v1(8));
+    tri_tensor xp = m2(d, 2 * N, C), dp = m2(d, 2 * N, OC), gw = i64s(d, tri_tensor_3d(NULL, TRI_I64, 3, OC, C));
+    const int32_t counts[3] = {4, 0, 5};
+    const char *set = "tri_device_set_exact_grads";
+
+    /* no scratch set */
+    expect_einval(tri_op_matmul(d, cw, x, x, none, true, false, 1.0f), "matmul", set);
+    expect_einval(tri_op_bias_backward(d, dbias, out), "bias_backward", set);
+    expect_einval(tri_op_layernorm_backward(d, dinp, dw, db, dout, x, w, mean, rstd), "layernorm_backward", set);
+    expect_einval(tri_op_rmsnorm_backward(d, dinp, dw, dout, x, w, rstd), "rmsnorm_backward", set);
+    expect_einval(tri_op_rmsnorm_heads_backward(d, m2(d, 2, 40), dq, dk, hx, hx, hw, hw, hr, 2, 1),
+                  "rmsnorm_heads_backward", set);
+    expect_einval(tri_op_embedding_backward(d, dwte, dout, tokens, 0), "embedding_backward", set);
+    expect_einval(tri_op_position_backward(d, dwpe, dout, 3, 0, 1, 0), "position_backward", set);
+    expect_einval(tri_op_grouped_matmul_backward_weight(d, gw, dp, xp, counts, 1.0f), "grouped_matmul_backward_weight",
+                  set);
+
+    /* the setter's arguments */
+    tri_tensor scratch = v1(d, 3 * OC * C), bad = v1(d, 1);
+    expect_einval(tri_device_set_exact_grads(d, as_i32(scratch), bad, 44), "set_exact_grads", "'scratch'");
+    expect_einval(tri_device_set_exact_grads(d, scratch, v1(d, 2), 44), "set_exact_grads", "'bad'");
+    expect_einval(tri_device_set_exact_grads(d, scratch, none, 44), "set_exact_grads", "'bad'");
+    expect_einval(tri_device_set_exact_grads(d, scratch, bad, 61), "set_exact_grads", "61 fraction bits");
+    expect_einval(tri_device_set_exact_grads(d, scratch, bad, -1), "set_exact_grads", "-1 fraction bits");
+
+    /* a scratch shorter than the op's gradients (2 C = 8 for layernorm's dw and db) */
+    expect_ok(tri_device_set_exact_grads(d, v1(d, C + 1), bad, 44), "set_exact_grads");
+    expect_einval(tri_op_layernorm_backward(d, dinp, dw, db, dout, x, w, mean, rstd), "layernorm_backward",
+                  "exact scratch");
+    expect_einval(tri_op_matmul(d, cw, x, x, none, true, false, 1.0f), "matmul", "exact scratch");
+
+    /* with a scratch: each op's valid call, then one argument changed */
+    expect_ok(tri_device_set_exact_grads(d, scratch, bad, 44), "set_exact_grads");
+    expect_ok(tri_op_layernorm_backward(d, dinp, dw, db, dout, x, w, mean, rstd), "layernorm_backward");
+    expect_einval(tri_op_layernorm_backward(d, dinp, dw, v1(d, C), dout, x, w, mean, rstd), "layernorm_backward",
+                  "all be int64");
+    expect_einval(tri_op_layernorm_backward(d, dinp, dw, db, m2(d, N - 1, C), x, w, mean, rstd),
+                  "layernorm_backward", "'dout'");
+    expect_einval(tri_op_layernorm_backward(d, m2(d, N - 1, C), dw, db, dout, x, w, mean, rstd),
+                  "layernorm_backward", "'dinp'");
+    expect_einval(tri_op_layernorm_backward(d, dinp, dw, db, dout, x, w, v1(d, N - 1), rstd), "layernorm_backward",
+                  "'mean'");
+    expect_einval(tri_op_layernorm_backward(d, dinp, i64s(d, ot_v1(C + 1)), db, dout, x, w, mean, rstd),
+                  "layernorm_backward", "'dw'");
+
+    expect_ok(tri_op_rmsnorm_backward(d, dinp, dw, dout, x, w, rstd), "rmsnorm_backward");
+    expect_einval(tri_op_rmsnorm_backward(d, dinp, dw, m2(d, N - 1, C), x, w, rstd), "rmsnorm_backward", "'dout'");
+    expect_einval(tri_op_rmsnorm_backward(d, dinp, dw, dout, x, w, v1(d, N - 1)), "rmsnorm_backward", "'rstd'");
+
+    {
+        const char *op = "rmsnorm_heads_backward";
+        expect_ok(tri_op_rmsnorm_heads_backward(d, m2(d, 2, 40), dq, dk, hx, hx, hw, hw, hr, 2, 1), op);
+        expect_einval(tri_op_rmsnorm_heads_backward(d, m2(d, 2, 40), dq, v1(d, 8), hx, hx, hw, hw, hr, 2, 1), op,
+                      "all be int64");
+        expect_einval(tri_op_rmsnorm_heads_backward(d, m2(d, 2, 40), dq, dk, m2(d, 1, 40), hx, hw, hw, hr, 2, 1), op,
+                      "'dout'");
+    }
+
+    expect_ok(tri_op_matmul(d, cw, x, x, none, true, false, 1.0f), "matmul");
+    expect_einval(tri_op_matmul(d, cw, x, x, none, true, true, 1.0f), "matmul", "trans_b 1");
+    expect_einval(tri_op_matmul(d, cw, x, x, none, true, false, 0.0f), "matmul", "beta 0");
+    expect_einval(tri_op_matmul(d, cw, x, x, none, false, false, 1.0f), "matmul", "trans_a 0");
+    expect_einval(tri_op_matmul(d, cw, x, m2(d, N - 1, C), none, true, false, 1.0f), "matmul", "inner dimensions");
+    expect_einval(tri_op_matmul(d, i64s(d, ot_m2(C, C + 1)), x, x, none, true, false, 1.0f), "matmul", "'c'");
+
+    expect_ok(tri_op_bias_backward(d, dbias, out), "bias_backward");
+    expect_einval(tri_op_bias_backward(d, i64s(d, ot_v1(OC + 1)), out), "bias_backward", "'dbias'");
+
+    expect_ok(tri_op_embedding_backward(d, dwte, dout, tokens, 0), "embedding_backward");
+    expect_einval(tri_op_embedding_backward(d, dwte, m2(d, N - 1, C), tokens, 0), "embedding_backward", "'dout'");
+    expect_einval(tri_op_embedding_backward(d, dwte, dout, as_f32(tokens), 0), "embedding_backward", "'tokens'");
+
+    expect_ok(tri_op_position_backward(d, dwpe, dout, 3, 0, 1, 0), "position_backward");
+    expect_einval(tri_op_position_backward(d, dwpe, dout, 9, 0, 1, 0), "position_backward", "T 9");
+
+    expect_ok(tri_op_grouped_matmul_backward_weight(d, gw, dp, xp, counts, 1.0f), "grouped_matmul_backward_weight");
+    expect_einval(tri_op_grouped_matmul_backward_weight(d, gw, dp, xp, counts, 0.0f), "grouped_matmul_backward_weight",
+                  "beta 0");
+}

@@ -725,6 +725,81 @@ static tri_tensor m2(int64_t r, int64_t c)
     return tri_tensor_2d(NULL, TRI_F32, r, c);
 }
 
+/* ---- exact weight gradients (deterministic mode, engine/device/ops/exact_grads.c) ----
+ * An int64 gradient is added per 64-row chunk as the op's own fp32 result rounded to 2^-44. The chunks
+ * run the ops' fp32 kernels on row views, and the ops below follow engine/core/math.h's column order on
+ * both backends, so each chunk's fp32 result, and hence the int64 sum, is the CPU's bits (matmul is not
+ * here: cuBLASLt's order differs). N 200: three whole chunks and a partial one; a NaN in dout row 70
+ * (chunk 1) is counted into bad and left out on both. */
+static void exact_grads_case(int bf16)
+{
+    const int bits = 44;
+    int64_t N = 200, C = 48, V = 20, T = 96, Tcp = 256, HS = 16, NH = 3, NH_kv = 1, W = (NH + NH_kv) * HS + 16;
+    both scratch = make(tri_tensor_1d(NULL, TRI_F32, Tcp * C), NULL);
+    float zero = 0.0f;
+    both bad = make(tri_tensor_1d(NULL, TRI_F32, 1), &zero);
+    cr_assert_eq(tri_device_set_exact_grads(cpu, scratch.c, bad.c, bits), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_device_set_exact_grads(gpu, scratch.g, bad.g, bits), TRI_OK, "%s", tri_error_message());
+    int64_t *z = (int64_t *)ot_ints((size_t)(2 * Tcp * C));
+    float *hg = ot_uniform((size_t)(N * C), -1, 1, 1400), *hgw = ot_uniform((size_t)(N * W), -1, 1, 1408);
+    hg[70 * C + 5] = hgw[70 * W + 5] = NAN;
+    both g = make_as(m2(N, C), hg, bf16), gw = make_as(m2(N, W), hgw, bf16);
+    both x = uniform_as(m2(N, C), -2, 2, 1401, bf16), xw = uniform_as(m2(N, W), -2, 2, 1402, bf16);
+    both w = uniform_as(v1(C), 0.5f, 1.5f, 1403, bf16), hw = uniform_as(v1(HS), 0.5f, 1.5f, 1404, bf16);
+    both mean = uniform(v1(N), -0.5f, 0.5f, 1405), rstd = uniform(v1(N), 0.5f, 2, 1406);
+    both rstd_h = uniform(v1(N * (NH + NH_kv)), 0.5f, 2, 1407);
+    both dx = make_as(m2(N, C), NULL, bf16), dxw = make_as(m2(N, W), NULL, bf16);
+    int32_t *tok = ot_ints((size_t)N);
+    for (int64_t r = 0; r < N; r++)
+        tok[r] = (int32_t)(7 + (r * 7 + r / 5) % (V + 6));
+    both tokens = make(tri_tensor_1d(NULL, TRI_I32, N), tok);
+    tri_tensor a_c[2], a_g[2];
+#define I64S(i, n) (a_c[i] = i64_on(cpu, n, z), a_g[i] = i64_on(gpu, n, z))
+    I64S(0, C), I64S(1, C);
+    BOTH(tri_op_layernorm_backward(cpu, dx.c, a_c[0], a_c[1], g.c, x.c, w.c, mean.c, rstd.c),
+         tri_op_layernorm_backward(gpu, dx.g, a_g[0], a_g[1], g.g, x.g, w.g, mean.g, rstd.g));
+    same_i64("exact layernorm_backward dw", a_g[0], a_c[0], C);
+    same_i64("exact layernorm_backward db", a_g[1], a_c[1], C);
+    I64S(0, C);
+    BOTH(tri_op_rmsnorm_backward(cpu, dx.c, a_c[0], g.c, x.c, w.c, rstd.c),
+         tri_op_rmsnorm_backward(gpu, dx.g, a_g[0], g.g, x.g, w.g, rstd.g));
+    same_i64("exact rmsnorm_backward dw", a_g[0], a_c[0], C);
+    I64S(0, HS), I64S(1, HS);
+    BOTH(tri_op_rmsnorm_heads_backward(cpu, dxw.c, a_c[0], a_c[1], gw.c, xw.c, hw.c, hw.c, rstd_h.c, NH, NH_kv),
+         tri_op_rmsnorm_heads_backward(gpu, dxw.g, a_g[0], a_g[1], gw.g, xw.g, hw.g, hw.g, rstd_h.g, NH, NH_kv));
+    same_i64("exact rmsnorm_heads_backward dq_w", a_g[0], a_c[0], HS);
+    same_i64("exact rmsnorm_heads_backward dk_w", a_g[1], a_c[1], HS);
+    I64S(0, C);
+    BOTH(tri_op_bias_backward(cpu, a_c[0], g.c), tri_op_bias_backward(gpu, a_g[0], g.g));
+    same_i64("exact bias_backward", a_g[0], a_c[0], C);
+    I64S(0, V * C);
+    a_c[0] = tri_tensor_reshape(a_c[0], 2, (int64_t[]){V, C}), a_g[0] = tri_tensor_reshape(a_g[0], 2, (int64_t[]){V, C});
+    BOTH(tri_op_embedding_backward(cpu, a_c[0], g.c, tokens.c, 10), tri_op_embedding_backward(gpu, a_g[0], g.g, tokens.g, 10));
+    same_i64("exact embedding_backward", a_g[0], a_c[0], V * C);
+    I64S(0, T * C);
+    a_c[0] = tri_tensor_reshape(a_c[0], 2, (int64_t[]){T, C}), a_g[0] = tri_tensor_reshape(a_g[0], 2, (int64_t[]){T, C});
+    BOTH(tri_op_position_backward(cpu, a_c[0], g.c, T, 37, 1, 0), tri_op_position_backward(gpu, a_g[0], g.g, T, 37, 1, 0));
+    same_i64("exact position_backward row0 37", a_g[0], a_c[0], T * C);
+    I64S(0, Tcp * C);
+    a_c[0] = tri_tensor_reshape(a_c[0], 2, (int64_t[]){Tcp, C});
+    a_g[0] = tri_tensor_reshape(a_g[0], 2, (int64_t[]){Tcp, C});
+    BOTH(tri_op_position_backward(cpu, a_c[0], g.c, Tcp, 128, 2, 1), tri_op_position_backward(gpu, a_g[0], g.g, Tcp, 128, 2, 1));
+    same_i64("exact position_backward cp 2", a_g[0], a_c[0], Tcp * C);
+#undef I64S
+    /* the NaN: one element (column 5, chunk 1) of each of the 8 gradients (rmsnorm_heads: dq_w, head 0;
+       embedding: token 17's row) */
+    cmp("exact gradients' bad count", bad, 0.0);
+    cr_assert_eq(gpu_read(cpu, bad.c)[0], 8.0f, "bad %g, expected 8", (double)gpu_read(cpu, bad.c)[0]);
+    cr_assert_eq(tri_device_set_exact_grads(cpu, tri_tensor_none(), bad.c, bits), TRI_OK);
+    cr_assert_eq(tri_device_set_exact_grads(gpu, tri_tensor_none(), bad.g, bits), TRI_OK);
+}
+
+Test(gpu_ops, exact_grads_bit_for_bit)
+{
+    exact_grads_case(0);
+    exact_grads_case(1);
+}
+
 Test(gpu_ops, elementwise_bf16)
 {
     int64_t n = 100003;

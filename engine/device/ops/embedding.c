@@ -49,6 +49,8 @@ int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, t
     if (dwte.dtype == TRI_I64 && tri_tensor_present(dwte)) {
         embed_rows a = {.dout = dout, .tokens = tokens, .vocab_start = vocab_start};
         int rc = tri_need(op, "tokens", tokens, TRI_I32);
+        if (!rc) rc = tri_need_float(op, "dout", dout); /* (the chunks' views cannot tell a short dout) */
+        if (!rc) rc = tri_need_matrix(op, "dout", dout, tri_tensor_numel(tokens), tri_tensor_cols(dwte));
         return rc ? rc : tri_exact_grads_rows(d, op, tri_tensor_numel(tokens), TRI_COL_CHUNK, &dwte, 1, embedding_chunk, &a);
     }
     int rc = tri_need(op, "tokens", tokens, TRI_I32);

@@ -88,6 +88,17 @@ typedef struct norm_rows {
     int64_t NH, NH_kv;
 } norm_rows;
 
+/* The exact path's checks of the arguments it cuts into rows: the chunks' own calls see row views,
+ * which cannot tell a tensor shorter than the rows (they would read past it). dinp and dout (N, C). */
+static int check_exact_rows(const char *op, tri_tensor dinp, tri_tensor dout, int64_t N, int64_t C)
+{
+    int rc = tri_need_float(op, "dinp", dinp);
+    if (!rc) rc = tri_need_float(op, "dout", dout);
+    if (!rc) rc = tri_need_matrix(op, "dinp", dinp, N, C);
+    if (!rc) rc = tri_need_matrix(op, "dout", dout, N, C);
+    return rc;
+}
+
 static int layernorm_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp)
 {
     const norm_rows *a = ctx;
@@ -123,7 +134,9 @@ int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri
     int rc = tri_exact_grads_check(op, grads, 2, &exact);
     if (!rc && exact) {
         norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = w, .mean = mean, .rstd = rstd};
-        return tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, grads, 2, layernorm_chunk, &a);
+        rc = check_layernorm(op, inp, w, w, "w", mean, rstd); /* (dw, db: by the chunks' calls) */
+        if (!rc) rc = check_exact_rows(op, dinp, dout, N, C);
+        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, grads, 2, layernorm_chunk, &a);
     }
     if (!rc) rc = check_layernorm(op, inp, w, dw, "dw", mean, rstd);
     if (!rc) rc = tri_need_float(op, "db", db);
@@ -195,7 +208,9 @@ int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_t
     int64_t N = tri_tensor_rows(inp), C = tri_tensor_cols(inp);
     if (dw.dtype == TRI_I64 && tri_tensor_present(dw)) {
         norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = w, .rstd = rstd};
-        return tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, &dw, 1, rmsnorm_chunk, &a);
+        int rc = check_rmsnorm(op, inp, w, rstd);
+        if (!rc) rc = check_exact_rows(op, dinp, dout, N, C);
+        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, &dw, 1, rmsnorm_chunk, &a);
     }
     int rc = check_rmsnorm(op, inp, w, rstd);
     if (!rc) rc = tri_need_float(op, "dinp", dinp);
@@ -269,6 +284,7 @@ int tri_op_rmsnorm_heads_backward(tri_device *d, tri_tensor dinp, tri_tensor dq_
     int rc = tri_exact_grads_check(op, grads, 2, &exact);
     if (!rc && exact) {
         rc = check_rmsnorm_heads(op, inp, q_w, k_w, rstd, NH, NH_kv); /* (rstd's rows are sliced per chunk) */
+        if (!rc) rc = check_exact_rows(op, dinp, dout, N, W);
         norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = q_w, .k_w = k_w, .rstd = rstd, .NH = NH,
                        .NH_kv = NH_kv};
         return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, grads, 2, rmsnorm_heads_chunk, &a);
