@@ -194,14 +194,22 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l_cp, 
         opt += ep_opt;
         double units = unit_buffers(m, l, place, plan->n_chunks, &largest);
         /* gathered parameters are the model's dtype, gradient buckets and their reduce-scatter
-         * result fp32 (engine/train/zero.c take_unit_buffers, take_reduce_buffers) */
+         * result fp32 (engine/train/zero.c take_unit_buffers, take_reduce_buffers); in deterministic
+         * mode the buckets exist at every stage and hold int64 exact sums, as do the reduce-scatter's
+         * result and the stage's sums beside the fp32 gradients (as long as them), and a unit-long
+         * fp32 scratch takes a 64-row chunk's gradient before its exact add (engine/device/ops/
+         * exact_grads.c) */
+        bool det = l->deterministic;
+        double bucket = det ? 8.0 : 4.0;
         bytes[TRI_MEM_PARAMS] += params + (z >= 3 && sharded ? e * units : 0.0);
-        bytes[TRI_MEM_GRADS] += grads + (z >= 2 && sharded ? 4.0 * units : 0.0);
+        bytes[TRI_MEM_GRADS] += grads + (det || (z >= 2 && sharded) ? bucket * units : 0.0) + (det ? 2.0 * grads : 0.0);
         bytes[TRI_MEM_OPTIMIZER] += opt;
+        if (det)
+            bytes[TRI_MEM_WORKSPACE] += 4.0 * largest + TRI_ARENA_ALIGN; /* and the non-finite count */
         /* the expert bias: no gradient, no optimizer state; the chunk's layers in one arena take */
         bytes[TRI_MEM_PARAMS] += ceil(blocks.buffers / TRI_ARENA_ALIGN) * TRI_ARENA_ALIGN;
         if (z >= 2 && sharded) /* the largest unit's owned slices: a sparse block's experts over edp */
-            bytes[TRI_MEM_COMM] += 4.0 * largest_slice(m, l, largest);
+            bytes[TRI_MEM_COMM] += bucket * largest_slice(m, l, largest);
         if (place->first && place->last && z < 2 && !l->deterministic && !m->untied_head)
             bytes[TRI_MEM_GRADS] += 4.0 * d.V_l * d.h; /* the LM head's own fp32 share of wte's gradient */
         bytes[TRI_MEM_ACTIVATIONS] += in_flight[c] * tri_mem_chunk_activations(m, l, place);

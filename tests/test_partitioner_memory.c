@@ -8,8 +8,8 @@
  * partitioner CLI makes it (tri_preview_create with the engine's plan, models/preview.h), then
  * every rank trains two steps on thread ranks and its device's measured peak (dev->peak_bytes) must
  * equal its stage's predicted total to the byte (every engine buffer comes from the planned arenas,
- * DESIGN.md §7), and be within 5% of the formulas' total (partitioner/memory_model.h) too (but for
- * the deterministic mode, whose fixed-point buffers the formulas leave out). The CPU backend's
+ * DESIGN.md §7), and be within 5% of the formulas' total (partitioner/memory_model.h) too (the
+ * deterministic mode's int64 buckets and sums and its exact scratch included). The CPU backend's
  * transient fp32 copies of bf16 arguments (engine/device/device.c, widen) come from the backend's
  * allocator outside the measured device memory, as a GPU with native bf16 needs none. */
 #include <criterion/criterion.h>
@@ -67,7 +67,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     int r = ss.grid.pp_rank;
     double measured = (double)dev->peak_bytes;
     double off_formula = measured / c->formulas[r] - 1;
-    bool formula_bad = fabs(off_formula) > 0.05 && !c->l.deterministic;  /* formulas leave its buffers out */
+    bool formula_bad = fabs(off_formula) > 0.05;
     /* every engine buffer comes from the planned arenas (DESIGN.md §7): the peak is the plan, to the byte */
     if (!rc && (measured != c->predicted[r] || formula_bad) && !c->failure[0])
         snprintf(c->failure, sizeof c->failure, "rank %d (stage %d): measured peak %.0f bytes, predicted %.0f "
@@ -189,6 +189,10 @@ Test(partitioner_memory, tp2_pp2_sp_full) { check_r(2, 2, 1, true, "1f1b", 0, 2,
 Test(partitioner_memory, dp2_zero1_deterministic)
 {
     check_layout((mem_layout){1, 2, 2, false, "1f1b", 0, 2, 64, 4, 1, TRI_RECOMPUTE_NONE, true, false, false});
+}
+Test(partitioner_memory, tp2_dp2_zero3_deterministic)
+{
+    check_layout((mem_layout){2, 1, 2, false, "1f1b", 0, 2, 64, 2, 3, TRI_RECOMPUTE_NONE, true, false, false});
 }
 Test(partitioner_memory, bf16_one_rank) { check_bf16(1, 1, 1, false, 4, 64, 1, 0, TRI_RECOMPUTE_NONE); }
 Test(partitioner_memory, bf16_tp2_pp2) { check_bf16(2, 2, 1, false, 4, 128, 4, 0, TRI_RECOMPUTE_NONE); }
