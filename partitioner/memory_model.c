@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "partitioner/context_parallel.h"
+#include "partitioner/layout.h"
 
 /* Sizes of one layout, as doubles: the model's ends' (the block's are its family's, tri_block_cost). */
 typedef struct dims {
@@ -204,8 +205,10 @@ void tri_mem_model_rank(const tri_transformer *m, const tri_train_layout *l_cp, 
         bytes[TRI_MEM_PARAMS] += params + (z >= 3 && sharded ? e * units : 0.0);
         bytes[TRI_MEM_GRADS] += grads + (det || (z >= 2 && sharded) ? bucket * units : 0.0) + (det ? 2.0 * grads : 0.0);
         bytes[TRI_MEM_OPTIMIZER] += opt;
-        if (det)
-            bytes[TRI_MEM_WORKSPACE] += 4.0 * largest + TRI_ARENA_ALIGN; /* and the non-finite count */
+        if (det) { /* the unit padded as the layout pads it (partitioner/layout.h), and the non-finite count */
+            double unit = dp * TRI_LAYOUT_ALIGN, padded = ceil(largest / unit) * unit;
+            bytes[TRI_MEM_WORKSPACE] += ceil(4.0 * padded / TRI_ARENA_ALIGN) * TRI_ARENA_ALIGN + TRI_ARENA_ALIGN;
+        }
         /* the expert bias: no gradient, no optimizer state; the chunk's layers in one arena take */
         bytes[TRI_MEM_PARAMS] += ceil(blocks.buffers / TRI_ARENA_ALIGN) * TRI_ARENA_ALIGN;
         if (z >= 2 && sharded) /* the largest unit's owned slices: a sparse block's experts over edp */

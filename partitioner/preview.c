@@ -81,11 +81,10 @@ int tri_preview_create(tri_preview *p, const tri_transformer *m, const tri_train
         memcpy(p->mem[r], p->model_mem[r], sizeof p->mem[r]);
     }
     free(chunk);
-    /* the engine plans every layout it runs: fp32 and bf16 alike, context parallelism with the layer it
-       has (all_gather, or deterministic mode's exact backward); the p2p ring's formulas otherwise
-       (docs/context_parallel.md "Left") */
-    bool engine_runs = tri_layout_cp(l) == 1 || l->cp_comm_type == TRI_CP_COMM_ALL_GATHER || l->deterministic;
-    if (!rc && engine_plan && engine_runs)
+    /* the engine plans every layout it runs: fp32 and bf16 alike, context parallelism with either comm
+       type (the p2p ring's blocks in flight and accumulators, all_gather's gathered sequence,
+       deterministic mode's exact backward) */
+    if (!rc && engine_plan)
         rc = engine_memory(p, engine_plan, ctx);
     if (rc) {
         tri_preview_destroy(p);

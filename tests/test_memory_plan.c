@@ -9,7 +9,8 @@
  *  - after two training steps the device's measured peak is within 5% of the planned total (in
  *    fact equal: every buffer comes from the planned arenas).
  * Five of the layouts again with a Llama (models/llama.h), one with a Mixtral (its MoE layers).
- * Context parallelism (docs/context_parallel.md): cp 2 alone, with tp 2 SP, with dp 2 at ZeRO 3 in
+ * Context parallelism (docs/context_parallel.md): the p2p ring at cp 2 (GPT-2 fp32; Llama tp 2 SP bf16),
+ * and with --cp-comm-type all_gather cp 2 alone, with tp 2 SP, with dp 2 at ZeRO 3 in
  * deterministic mode (the exact backward's larger scratch), bf16, and a Llama at cp 2 x pp 2, at T 256
  * (chunks of 64): the chunks' local layout and the attention's scratch (layers/cp_attention.h, planned
  * through the same count function as the partitioner's tri_cp_scratch_bytes) planned as allocated. Every rank's second step also waits for its
@@ -34,6 +35,7 @@ typedef struct mem_case {
     tri_gpt_config cfg;
     int cp;                     /* --context-parallel-size (0: none; then T 256) */
     bool det;                   /* --deterministic-mode */
+    const char *cp_comm;        /* --cp-comm-type (NULL: all_gather) */
     int moe_reads;              /* host reads of a step beyond the one: the MoE block's count read-back, one per
                                    sparse layer and micro-batch forward (layers/moe.h) */
     tri_model llama;            /* a Llama (models/llama.h) when its family is set, else cfg's GPT */
@@ -57,7 +59,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tu_layout l = {.tp = c->tp, .pp = c->pp, .sp = c->sp, .n_micro = c->micro, .schedule = c->schedule,
                    .layers_per_virtual_stage = c->per_chunk, .zero = c->zero, .bf16 = c->bf16, .cp = c->cp,
-                   .deterministic = c->det};
+                   .deterministic = c->det, .cp_comm_type = c->cp_comm};
     int rc = tu_model_layout_resolve(&m, 2, c->cp > 1 ? 256 : 8, &l, size, &o.run.layout);
     if (rc)
         return rc;
@@ -130,11 +132,12 @@ static const char *const LLAMA_CP_JSON =
     "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
     "\"num_key_value_heads\": 2, \"num_hidden_layers\": 8, \"vocab_size\": 100, \"max_position_embeddings\": 256}";
 
-/* cp 2 (T 256), tp x cp x dp x pp thread ranks. */
-static void check_cp(const char *json, int tp, int pp, int dp, bool sp, int zero, bool det, bool bf16)
+/* cp 2 (T 256), tp x cp x dp x pp thread ranks, all_gather (comm NULL) or the p2p ring. */
+static void check_cp_comm(const char *json, int tp, int pp, int dp, bool sp, int zero, bool det, bool bf16,
+                          const char *comm)
 {
     mem_case c = {.tp = tp, .pp = pp, .dp = dp, .sp = sp, .schedule = "1f1b", .micro = 2, .zero = zero, .bf16 = bf16,
-                  .cfg = tu_tiny_config(), .cp = 2, .det = det};
+                  .cfg = tu_tiny_config(), .cp = 2, .det = det, .cp_comm = comm};
     c.cfg.n_layer = 8;
     c.cfg.n_positions = 256;
     if (json)
@@ -144,6 +147,11 @@ static void check_cp(const char *json, int tp, int pp, int dp, bool sp, int zero
     cr_assert_eq(rc, TRI_OK, "%s", tri_error_message());
     cr_expect(!c.failure[0], "%scp 2 tp %d pp %d dp %d ZeRO %d%s%s: %s", json ? "llama " : "", tp, pp, dp, zero,
               det ? " deterministic" : "", bf16 ? " bf16" : "", c.failure);
+}
+
+static void check_cp(const char *json, int tp, int pp, int dp, bool sp, int zero, bool det, bool bf16)
+{
+    check_cp_comm(json, tp, pp, dp, sp, zero, det, bf16, NULL);
 }
 
 static void check_precision(int tp, int pp, int dp, bool sp, const char *schedule, int per_chunk, int micro,
@@ -207,3 +215,6 @@ Test(memory_plan, cp2_tp2_sp) { check_cp(NULL, 2, 1, 1, true, 1, false, false); 
 Test(memory_plan, cp2_dp2_zero3_deterministic) { check_cp(NULL, 1, 1, 2, false, 3, true, false); }
 Test(memory_plan, cp2_bf16) { check_cp(NULL, 1, 1, 1, false, 0, false, true); }
 Test(memory_plan, llama_cp2_pp2) { check_cp(LLAMA_CP_JSON, 1, 2, 1, false, 0, false, false); }
+/* the p2p ring (two k|v blocks in flight, the f32 accumulators: layers/cp_attention.h) */
+Test(memory_plan, cp2_p2p) { check_cp_comm(NULL, 1, 1, 1, false, 0, false, false, "p2p"); }
+Test(memory_plan, llama_cp2_tp2_sp_p2p_bf16) { check_cp_comm(LLAMA_CP_JSON, 2, 1, 1, true, 1, false, true, "p2p"); }

@@ -647,8 +647,7 @@ Test(partitioner_model, mixtral_etp_formulas_agree_with_the_engine_plan)
 
 /* Context parallelism (docs/context_parallel.md): the tiny Llama at cp 2 and cp 4 (T 512: chunks of 128 and
  * 64 rows), alone, with tp 2 and sequence parallelism, with pp 2, dp 2 at ZeRO 3 and full recomputation,
- * all_gather and the p2p ring's deterministic backward (the engine's cp layouts; p2p without deterministic
- * mode keeps the ring's formulas in the preview). The rank's view is T / cp rows (tri_layout_cp_local), but
+ * all_gather, the p2p ring, and deterministic mode (whose buffers the formulas hold too). The rank's view is T / cp rows (tri_layout_cp_local), but
  * the rotary tables hold the whole sequence's positions, as the engine allocates them (models/llama_buffers.c:
  * a cp rank's chunks are any of them): with the tables at T / cp rows the workspace was 4 (T - T / cp) HS
  * bytes short a chunk (tp 2 x cp 2 at T 256: 0.11% of the total). Every category of every stage equals the
@@ -671,6 +670,10 @@ Test(partitioner_model, llama_cp_formulas_agree_with_the_engine_plan)
         {2, 2, 1, 1, true, false, 1, TRI_RECOMPUTE_NONE, "all_gather"},
         {2, 1, 2, 1, false, false, 0, TRI_RECOMPUTE_NONE, "all_gather"},
         {2, 1, 1, 2, false, false, 3, TRI_RECOMPUTE_FULL, "all_gather"},
+        {2, 1, 1, 1, false, false, 0, TRI_RECOMPUTE_NONE, "p2p"},
+        {4, 1, 1, 1, false, false, 0, TRI_RECOMPUTE_NONE, "p2p"},
+        {2, 2, 1, 1, true, false, 1, TRI_RECOMPUTE_NONE, "p2p"},
+        {2, 1, 1, 2, false, true, 3, TRI_RECOMPUTE_NONE, "p2p"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tri_preview p, p1; /* the layout, and the same at cp 1 */
