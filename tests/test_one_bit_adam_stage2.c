@@ -263,3 +263,241 @@ static void stage2_matches_algorithm1(int D)
 
 Test(one_bit_adam_stage2, exchange_and_update_equal_algorithm1_dp2) { stage2_matches_algorithm1(2); }
 Test(one_bit_adam_stage2, exchange_and_update_equal_algorithm1_dp4) { stage2_matches_algorithm1(4); }
+
+/* ---- training: the warm-up is plain AdamW, then the momentum is compressed ---- */
+
+static tri_compression comp(tri_compression_kind kind, tri_compression_reduce reduce, int64_t start)
+{
+    tri_compression c = tri_compression_defaults();
+    c.kind = kind;
+    c.reduce = reduce;
+    c.block_size = 64;
+    c.topk_fraction = 0.25f;
+    c.seed = 3;
+    c.start_iter = start;
+    return c;
+}
+
+static tu_layout onebit_layout(int tp, int pp, int dp, bool sp, tri_compression_kind kind,
+                               tri_compression_reduce reduce, int64_t freeze)
+{
+    return (tu_layout){.tp = tp, .pp = pp, .dp = dp, .sp = sp, .n_micro = 2, .zero = 0,
+                       .compression = comp(kind, reduce, freeze), .adam_freeze_step = freeze, .onebit_adam = true};
+}
+
+static bool same_weights(const tu_result *a, const tu_result *b)
+{
+    for (int i = 0; i < a->n; i++)
+        if (memcmp(a->weights[i], b->weights[i], (size_t)a->numel[i] * 4) != 0)
+            return false;
+    return true;
+}
+
+static void warmup_then_momentum(tri_compression_kind kind, tri_compression_reduce reduce, int dp)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    enum { B = 1, T = 8, K = 2, N_STEPS = 5 };
+    int32_t *w = tu_make_windows((int64_t)N_STEPS * 16, T, cfg.vocab_size, 41);
+    tu_layout ob = onebit_layout(1, 1, dp, false, kind, reduce, K);
+    tu_layout plain = {.tp = 1, .pp = 1, .dp = dp, .n_micro = 2}; /* AdamW, fp32 reduction, never frozen */
+    tu_layout grad = ob; /* the gradient compressed after the same freeze (the path before --onebit-adam) */
+    grad.onebit_adam = false;
+    const char *name = tri_compression_name(kind);
+    tu_result ro, rp, rg, rok, rpk;
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &ob, w, N_STEPS, &ro), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &plain, w, N_STEPS, &rp), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &grad, w, N_STEPS, &rg), TRI_OK, "%s", tri_error_message());
+    /* losses[s]: the loss before update s; updates 1..K are plain AdamW */
+    for (int s = 0; s <= K; s++)
+        cr_expect_eq(ro.losses[s], rp.losses[s], "%s dp %d: loss %d %.17g, plain AdamW %.17g", name, dp, s,
+                     ro.losses[s], rp.losses[s]);
+    for (int s = K + 1; s < N_STEPS; s++) {
+        cr_expect_neq(ro.losses[s], rp.losses[s], "%s dp %d: loss %d is plain AdamW's: stage 2 did not start", name,
+                      dp, s);
+        cr_expect_neq(ro.losses[s], rg.losses[s], "%s dp %d: loss %d is the compressed gradient's", name, dp, s);
+        cr_expect(isfinite(ro.losses[s]) && fabs(ro.losses[s] - rp.losses[s]) < 0.05 * rp.losses[s],
+                  "%s dp %d: loss %d %.6g strays from plain AdamW's %.6g", name, dp, s, ro.losses[s], rp.losses[s]);
+    }
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &ob, w, K, &rok), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tu_run_gpt(&cfg, B, T, &plain, w, K, &rpk), TRI_OK, "%s", tri_error_message());
+    cr_expect(same_weights(&rok, &rpk), "%s dp %d: the weights after the %d warm-up updates are not AdamW's", name,
+              dp, K);
+    cr_expect(!same_weights(&ro, &rp), "%s dp %d: the weights after stage 2 are AdamW's", name, dp);
+    tu_result_free(&ro);
+    tu_result_free(&rp);
+    tu_result_free(&rg);
+    tu_result_free(&rok);
+    tu_result_free(&rpk);
+    free(w);
+}
+
+Test(one_bit_adam_stage2, warmup_is_plain_adamw_then_the_momentum_is_compressed, .timeout = 300)
+{
+    warmup_then_momentum(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
+    warmup_then_momentum(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_TWO_PHASE, 4);
+    warmup_then_momentum(TRI_COMPRESS_QSGD, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
+    warmup_then_momentum(TRI_COMPRESS_TOPK, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
+}
+
+/* tp 2 x dp 2 (with and without SP: each TP rank compresses its own unit, whose blocks of 100 mix a
+ * replicated parameter with the rank's own shards, so TP rank 0's m is given to the copies of
+ * replicated parameters; the harness refuses copies that differ, as it does without that copy) and pp 2 x dp 2
+ * (the tied embedding's two stages get the first stage's m) train through stage 2. */
+Test(one_bit_adam_stage2, composes_with_tp_and_pp, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    enum { B = 1, T = 8, K = 2, N_STEPS = 5 };
+    int32_t *w = tu_make_windows((int64_t)N_STEPS * 16, T, cfg.vocab_size, 42);
+    struct { int tp, pp; bool sp; } ls[] = {{2, 1, false}, {2, 1, true}, {1, 2, false}};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
+        tu_layout ob = onebit_layout(ls[i].tp, ls[i].pp, 2, ls[i].sp, TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER,
+                                     K);
+        ob.compression.block_size = 100; /* blocks straddle parameters (64-aligned): TP ranks' scales differ */
+        tu_layout plain = {.tp = ls[i].tp, .pp = ls[i].pp, .dp = 2, .sp = ls[i].sp, .n_micro = 2};
+        tu_result ro, rp;
+        cr_assert_eq(tu_run_gpt(&cfg, B, T, &ob, w, N_STEPS, &ro), TRI_OK, "tp %d pp %d sp %d: %s", ls[i].tp,
+                     ls[i].pp, ls[i].sp, tri_error_message());
+        cr_assert_eq(tu_run_gpt(&cfg, B, T, &plain, w, N_STEPS, &rp), TRI_OK, "%s", tri_error_message());
+        for (int s = 0; s <= K; s++)
+            cr_expect_eq(ro.losses[s], rp.losses[s], "tp %d pp %d sp %d: warm-up loss %d differs", ls[i].tp, ls[i].pp,
+                         ls[i].sp, s);
+        for (int s = K + 1; s < N_STEPS; s++)
+            cr_expect(ro.losses[s] != rp.losses[s] && fabs(ro.losses[s] - rp.losses[s]) < 0.05 * rp.losses[s],
+                      "tp %d pp %d sp %d: stage-2 loss %d %.9g vs AdamW %.9g", ls[i].tp, ls[i].pp, ls[i].sp, s,
+                      ro.losses[s], rp.losses[s]);
+        tu_result_free(&ro);
+        tu_result_free(&rp);
+    }
+    free(w);
+}
+
+/* ---- the refusals name the flags ---- */
+
+static void refused(tu_layout l, const char *a, const char *b)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows(32, 8, cfg.vocab_size, 43);
+    tu_result r;
+    int rc = tu_run_gpt(&cfg, 1, 8, &l, w, 2, &r);
+    const char *msg = tri_error_message();
+    cr_expect_eq(rc, TRI_EINVAL, "expected a refusal naming %s and %s; got %d: %s", a, b, rc, msg);
+    cr_expect(strstr(msg, a) && strstr(msg, b), "the refusal names neither %s nor %s: %s", a, b, msg);
+    if (rc == TRI_OK)
+        tu_result_free(&r);
+    free(w);
+}
+
+Test(one_bit_adam_stage2, refusals_name_the_flags, .timeout = 120)
+{
+    tu_layout ok = onebit_layout(1, 1, 2, false, TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
+    tu_layout l = ok;
+    l.zero = 1;
+    refused(l, "--onebit-adam", "--zero-stage 1");
+    l = ok;
+    l.adam_freeze_step = 0;
+    l.compression.start_iter = 0;
+    refused(l, "--onebit-adam", "--adam-freeze-step 0");
+    l = ok;
+    l.compression = comp(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
+    l.compression.powersgd_start_iter = 2;
+    refused(l, "--onebit-adam", "--grad-compression powersgd");
+    l = ok;
+    l.compression = tri_compression_defaults();
+    refused(l, "--onebit-adam", "--grad-compression none");
+    l = ok;
+    l.compression.start_iter = 1;
+    refused(l, "--grad-compression-start-iter 1", "--adam-freeze-step 2");
+    l = ok;
+    l.deterministic = true;
+    refused(l, "--onebit-adam", "--deterministic-mode");
+    l = ok;
+    l.optimizer = TRI_OPT_LAMB;
+    refused(l, "--onebit-adam", "--optimizer lamb");
+    l = ok;
+    l.local = (tri_local_sgd_config){.steps = 4, .outer = TRI_OUTER_AVERAGE, .outer_lr = 1.0f};
+    refused(l, "--onebit-adam", "--local-sgd-steps 4");
+}
+
+/* ---- checkpoints: saved in stage 2 and resumed, bit for bit ---- */
+
+enum { CB = 1, CT = 8, CGLOBAL = 4, CHALF = 10, CFREEZE = 4 };
+
+static tu_ckpt_run ckpt_run(const tri_gpt_config *cfg, const int32_t *w, tri_compression_reduce reduce)
+{
+    tu_layout l = onebit_layout(1, 1, 2, false, TRI_COMPRESS_1BIT, reduce, CFREEZE);
+    l.compression.seed = 1234;
+    return (tu_ckpt_run){.cfg = cfg, .B = CB, .T = CT, .layout = l, .global_batch = CGLOBAL, .windows = w,
+                         .until = TU_CKPT_TOTAL};
+}
+
+static void same_tensor(const char *a, const char *b, tri_ckpt_file_kind kind, int dp, const char *group,
+                        const char *name, const char *what)
+{
+    int64_t n = 0, m = 0;
+    float *x = tu_ckpt_tensor(a, kind, dp, group, name, &n), *y = tu_ckpt_tensor(b, kind, dp, group, name, &m);
+    cr_assert(x && y, "%s %s: %s", group ? group : "weights", name, tri_error_message());
+    cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final %s %s (dp %d) differs", what,
+              group ? group : "weights", name, dp);
+    free(x);
+    free(y);
+}
+
+static void resumes_bit_for_bit(tri_compression_reduce reduce)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * CGLOBAL, CT, cfg.vocab_size, 44);
+    char *dir = tu_ckpt_tmpdir(reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? "onebit-2ph" : "onebit");
+    char ref_dir[4200], mid[4300], ref_final[4300], out[4300], fin[4400];
+    snprintf(ref_dir, sizeof ref_dir, "%s/uninterrupted", dir);
+    snprintf(mid, sizeof mid, "%s/iter_%07d", ref_dir, CHALF);
+    snprintf(ref_final, sizeof ref_final, "%s/iter_%07d", ref_dir, TU_CKPT_TOTAL);
+    tu_ckpt_run ref = ckpt_run(&cfg, w, reduce);
+    ref.save_dir = ref_dir;
+    ref.save_interval = CHALF;
+    cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
+
+    snprintf(out, sizeof out, "%s/resumed", dir);
+    tu_ckpt_run r = ckpt_run(&cfg, w, reduce);
+    r.load = mid;
+    r.save_dir = out;
+    cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "resume: %s", tri_error_message());
+    cr_assert_eq(r.start, CHALF);
+    for (int k = 0; k < TU_CKPT_TOTAL - CHALF; k++)
+        cr_expect(r.losses[k] == ref.losses[CHALF + k], "iteration %d loss %.17g, uninterrupted %.17g", CHALF + k + 1,
+                  r.losses[k], ref.losses[CHALF + k]);
+    snprintf(fin, sizeof fin, "%s/iter_%07d", out, TU_CKPT_TOTAL);
+    const char *names[] = {"wte", "h.0.attn.c_attn.w", "ln_f.w"};
+    for (int i = 0; i < 3; i++) {
+        same_tensor(fin, ref_final, TRI_CKPT_MODEL, -1, NULL, names[i], "resumed");
+        for (int dp = 0; dp < 2; dp++) {
+            same_tensor(fin, ref_final, TRI_CKPT_REPLICA, dp, "error_feedback", names[i], "resumed");
+            if (reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
+                same_tensor(fin, ref_final, TRI_CKPT_REPLICA, dp, "server_error_feedback", names[i], "resumed");
+        }
+    }
+    /* without the residuals the run is another one: they carry the equality */
+    tu_ckpt_run z = ckpt_run(&cfg, w, reduce);
+    z.load = mid;
+    z.reset_compression_state = true;
+    cr_assert_eq(tu_ckpt_train(&z), TRI_OK, "reset: %s", tri_error_message());
+    int differ = 0;
+    for (int k = 0; k < TU_CKPT_TOTAL - CHALF; k++)
+        differ += z.losses[k] != ref.losses[CHALF + k];
+    cr_expect_gt(differ, 0, "resumed without the momentum's residuals, the losses are the uninterrupted run's");
+    /* resumed without --onebit-adam: refused naming it */
+    tu_ckpt_run g = ckpt_run(&cfg, w, reduce);
+    g.layout.onebit_adam = false;
+    g.load = mid;
+    cr_expect_eq(tu_ckpt_train(&g), TRI_EINVAL, "a --onebit-adam checkpoint resumed without it");
+    cr_expect(strstr(tri_error_message(), "--onebit-adam") && strstr(tri_error_message(), "--no-load-optim"),
+              "the refusal: %s", tri_error_message());
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
+
+Test(one_bit_adam_stage2, resumes_bit_for_bit, .timeout = 300) { resumes_bit_for_bit(TRI_COMPRESS_REDUCE_ALLGATHER); }
+Test(one_bit_adam_stage2, two_phase_resumes_bit_for_bit, .timeout = 300)
+{
+    resumes_bit_for_bit(TRI_COMPRESS_REDUCE_TWO_PHASE);
+}

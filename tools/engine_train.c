@@ -34,6 +34,7 @@
 #include "engine/data/dataloader.h"
 #include "engine/device/device.h"
 #include "engine/train/fault.h"
+#include "engine/train/onebit_adam.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/step_time.h"
 #include "engine/train/train.h"
@@ -295,6 +296,14 @@ static int validate(run *r)
         tri_log_rank0("warning: --onebit-adam with dp 1: there is no data-parallel exchange; running AdamW with the "
                       "frozen variance");
         a->onebit_adam = false;
+    }
+    if (a->onebit_adam) { /* refused before anything starts (the trainer checks the same) */
+        tri_adamw_config oc = {.freeze_step = a->adam_freeze_step, .onebit_adam = true};
+        rc = tri_optimizer_parse(a->optimizer, &oc.kind);
+        if (!rc) rc = tri_onebit_adam_check(&oc, &r->L.compression, r->L.zero_stage,
+                                            a->local_sgd_steps > 1 ? a->local_sgd_steps : 0, r->L.deterministic, r->L.cp);
+        if (rc)
+            return rc;
     }
     if (a->adam_freeze_step > 0 && strcmp(a->optimizer, "adam") != 0)
         return TRI_ERR(TRI_EINVAL, "--adam-freeze-step %lld with --optimizer %s: freezing the second moment is 1-bit "
