@@ -380,6 +380,12 @@ int tri_ckpt_check_resume(const tri_ckpt_manifest *s, const tri_ckpt_run *cur, t
                        "--adam-freeze-step %lld: the second moment it holds was frozen (or not) by the first (resume "
                        "with the same value, or pass --no-load-optim to start the optimizer state fresh)", dir,
                        (long long)a->adamw.freeze_step, (long long)cur->adamw.freeze_step);
+    if (a->adamw.kind == TRI_OPT_ADAM && a->adamw.onebit_adam != cur->adamw.onebit_adam)
+        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved %s --onebit-adam; this run is %s it: after the freeze the "
+                       "state it holds (the error-feedback residuals) compresses the %s, not the %s (resume with the "
+                       "same setting, or pass --no-load-optim to start the optimizer state fresh)", dir,
+                       a->adamw.onebit_adam ? "with" : "without", cur->adamw.onebit_adam ? "with" : "without",
+                       a->adamw.onebit_adam ? "momentum" : "gradient", a->adamw.onebit_adam ? "gradient" : "momentum");
     return TRI_OK;
 }
 

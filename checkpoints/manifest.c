@@ -129,6 +129,8 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         cJSON_AddNumberToObject(opt, "lars_eta", r->adamw.lars_eta);
     if (r->adamw.kind == TRI_OPT_ADAM && r->adamw.freeze_step > 0) /* only then (absent: 0, never frozen) */
         cJSON_AddNumberToObject(opt, "freeze_step", (double)r->adamw.freeze_step);
+    if (r->adamw.kind == TRI_OPT_ADAM && r->adamw.onebit_adam) /* only then (absent: false) */
+        cJSON_AddBoolToObject(opt, "onebit_adam", true);
     cJSON_AddStringToObject(opt, "master_weights", "model");
     if (r->local.steps > 0) { /* only then: other manifests stay as they were */
         cJSON *ls = cJSON_AddObjectToObject(root, "local_sgd");
@@ -489,6 +491,11 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
         get_float(p, opt, "lars_eta", &r->adamw.lars_eta, &rc);
     if (!rc && r->adamw.kind == TRI_OPT_ADAM && cJSON_GetObjectItemCaseSensitive(opt, "freeze_step"))
         get_i64(p, opt, "freeze_step", 0, MAX_DIM, &r->adamw.freeze_step, &rc); /* optional: absent is 0 */
+    const cJSON *onebit = cJSON_GetObjectItemCaseSensitive(opt, "onebit_adam"); /* optional: absent is false */
+    if (!rc && onebit && !cJSON_IsBool(onebit))
+        rc = bad(p, "onebit_adam", "must be true or false");
+    if (!rc && onebit)
+        r->adamw.onebit_adam = cJSON_IsTrue(onebit);
     /* local SGD's state: optional (absent in every other checkpoint) */
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "local_sgd");
     if (!rc && ls) {

@@ -36,7 +36,8 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     tri_session_options o = {.run = {.seed = r->seed ? r->seed : 1234}, .clip_grad = 1.0f,
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                        .kind = (tri_optimizer_kind)l->optimizer, .momentum = 0.9f,
-                                       .lars_eta = 0.02f}};
+                                       .lars_eta = 0.02f, .freeze_step = l->adam_freeze_step,
+                                       .onebit_adam = l->onebit_adam}};
     o.local_sgd = l->local;
     tu_layout per_replica = *l;
     per_replica.n_micro = (int)(r->global_batch / (r->B * dp));

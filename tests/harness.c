@@ -284,6 +284,7 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                        .kind = (tri_optimizer_kind)j->layout.optimizer, .momentum = 0.9f,
                                        .lars_eta = 0.02f, .freeze_step = j->layout.adam_freeze_step,
+                                       .onebit_adam = j->layout.onebit_adam,
                                        .unfused_update = j->layout.unfused_update}};
     o.local_sgd = j->layout.local;
     int lrc = tu_model_layout_resolve(j->model, j->B, j->T, &j->layout, size, &o.run.layout);

@@ -46,6 +46,7 @@ typedef struct tu_layout {
                                   LARS with eta 0.02 */
     tri_compression compression; /* --grad-compression and its options (zeroed: none) */
     int64_t adam_freeze_step;  /* --adam-freeze-step (0: off; AdamW only) */
+    bool onebit_adam;          /* --onebit-adam (1-bit Adam's compression stage after the freeze) */
     bool unfused_update;       /* AdamW's update, bf16 publish and gradient zeroing as separate passes
                                   (tri_adamw_config.unfused_update) */
     tri_moe_run moe;           /* the --moe-* flags (zeroed: the config's, dropless) */

@@ -7,7 +7,8 @@
 # run's numbers; resumed with --adam-freeze-step 4 it is refused naming both values and
 # --no-load-optim, which then starts the optimizer state fresh. The flags' bad values (negative,
 # --adam-freeze-step with --optimizer sgd or lamb, disagreeing PowerSGD starts) are rows of
-# tests/bad_inputs.tsv.
+# tests/bad_inputs.tsv. --onebit-adam (1-bit Adam's stage 2) on 2 MPI ranks resumes past the freeze
+# bit for bit and a resume without it is refused.
 set -u
 build=$1
 src=$2
@@ -52,5 +53,28 @@ refused "resume with another --adam-freeze-step" "$tmp/other.log" "saved with --
 "$bin" "${base[@]}" --train-iters 6 --adam-freeze-step 4 --load "$tmp/fz_other" --save-dir "$tmp/fz_other" --no-load-optim \
   > "$tmp/fresh.log" 2>&1 && echo "ok   --no-load-optim: another --adam-freeze-step resumes with fresh optimizer state" ||
   fail "--no-load-optim with another --adam-freeze-step" "$tmp/fresh.log"
+
+# ---- --onebit-adam (stage 2: the momentum compressed) on 2 MPI ranks: resumed past the freeze bit for
+# bit (the residuals of the momentum in each dp rank's replica file), the flag in the manifest, and a
+# resume without it refused ----
+source "$src/tests/lib/mpirun_flags.sh"
+ob=(--train-iters 8 --grad-compression 1bit --adam-freeze-step 2 --onebit-adam)
+mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${base[@]}" "${ob[@]}" --save-dir "$tmp/ob_all" > "$tmp/ob_all.log" 2>&1 ||
+  fail "--onebit-adam run" "$tmp/ob_all.log"
+mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${base[@]}" "${ob[@]}" --save-dir "$tmp/ob" --save-interval 4 --exit-interval 4 \
+  > "$tmp/ob1.log" 2>&1 || fail "--onebit-adam run to 4" "$tmp/ob1.log"
+grep -rqE '"onebit_adam":[[:space:]]*true' "$tmp/ob" || fail "no onebit_adam in the checkpoint's manifest"
+cp -r "$tmp/ob" "$tmp/ob_other"
+mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${base[@]}" "${ob[@]}" --load "$tmp/ob" --save-dir "$tmp/ob" > "$tmp/ob2.log" 2>&1 ||
+  fail "--onebit-adam resume" "$tmp/ob2.log"
+if [ "$(numbers "$tmp/ob")" = "$(numbers "$tmp/ob_all")" ] && [ -n "$(numbers "$tmp/ob")" ]; then
+  echo "ok   --onebit-adam on 2 ranks: stopped at 4 (stage 2 from 3) and resumed, the uninterrupted run's numbers"
+else
+  fail "--onebit-adam: the resumed run's numbers differ from the uninterrupted run's"
+fi
+mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${base[@]}" --train-iters 8 --grad-compression 1bit --adam-freeze-step 2 \
+  --load "$tmp/ob_other" --save-dir "$tmp/ob_other" > "$tmp/ob3.log" 2>&1 &&
+  fail "a --onebit-adam checkpoint resumed without it" "$tmp/ob3.log"
+refused "resume without --onebit-adam" "$tmp/ob3.log" "saved with --onebit-adam" "--no-load-optim"
 echo "one_bit_adam_cli: $failures failure(s)"
 exit $((failures > 0))

@@ -34,6 +34,7 @@
 #include "engine/data/dataloader.h"
 #include "engine/device/device.h"
 #include "engine/train/fault.h"
+#include "engine/train/onebit_adam.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/step_time.h"
 #include "engine/train/train.h"
@@ -64,6 +65,7 @@ typedef struct args {
     float lr, min_lr, weight_decay, clip_grad, beta1, beta2, eps;
     float sgd_momentum, lars_eta;               /* --optimizer sgd / lars */
     int64_t adam_freeze_step;                   /* --adam-freeze-step: 0 off (1-bit Adam's freeze_step) */
+    bool onebit_adam;                           /* --onebit-adam: 1-bit Adam's compression stage after the freeze */
     bool sgd_nesterov, no_load_optim;
     int eval_interval, eval_iters, log_interval, sample_length, sample_top_k, save_interval, keep_last;
     float sample_temperature, memory_budget_gb, peak_gflops;
@@ -134,6 +136,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("adam-beta2", TRI_FLAG_FLOAT, &a->beta2, "AdamW and LAMB beta2", 0, 0.999999);
     f[n++] = (tri_flag)FLAG("adam-eps", TRI_FLAG_FLOAT, &a->eps, "AdamW and LAMB epsilon", 1e-30, 1);
     f[n++] = (tri_flag)FLAG("adam-freeze-step", TRI_FLAG_INT64, &a->adam_freeze_step, "AdamW only: after N optimizer steps (from iteration N on, 0-based, when no step is skipped) the second moment v stops updating, v and its bias correction 1 - beta2^N held, m continuing: 1-bit Adam's two stages (Tang et al. 2021 §3, DeepSpeed's freeze_step). Error feedback compensates a compressor only when the update is linear in the gradient, which Adam's v is not: 1-bit Adam gives --grad-compression-start-iter the same N (Tang et al.: 15-25% of training; on fortunes the warm-up alone did better, docs/grad-compression.md). 0: never frozen (plain AdamW)", 0, 1e12);
+    f[n++] = (tri_flag)FLAG("onebit-adam", TRI_FLAG_BOOL, &a->onebit_adam, "1-bit Adam as Tang et al. 2021 run it (Algorithm 1; DeepSpeed's OnebitAdam): with --adam-freeze-step N and --grad-compression 1bit|qsgd|topk, updates 1..N are plain AdamW on the full-precision reduction (the compressor's start is N: leave --grad-compression-start-iter unset or give N), then the gradients are not reduced: each worker clips its own gradient, updates the momentum with it, and the momentum is all-reduced compressed with error feedback (worker and, with --grad-compression-reduce two-phase, server residuals), the update using the frozen v. ZeRO 0 only; composes with tp, pp, bf16; not with --deterministic-mode, local SGD or cp. dp 1: ignored (frozen AdamW)", 0, 0);
     f[n++] = (tri_flag)FLAG("sgd-momentum", TRI_FLAG_FLOAT, &a->sgd_momentum, "SGD and LARS momentum mu (buf = mu buf + update)", 0, 0.999999);
     f[n++] = (tri_flag)FLAG("sgd-nesterov", TRI_FLAG_BOOL, &a->sgd_nesterov, "SGD and LARS: Nesterov momentum (step with update + mu buf)", 0, 0);
     f[n++] = (tri_flag)FLAG("lars-eta", TRI_FLAG_FLOAT, &a->lars_eta, "LARS trust coefficient eta (You et al. 2017: 0.001)", 1e-12, 1e6);
@@ -287,6 +290,21 @@ static int validate(run *r)
                                      &r->L.compression);
     if (rc)
         return rc;
+    if (a->onebit_adam && r->L.dp > 1 && !a->compression.start_iter_given)
+        r->L.compression.start_iter = a->adam_freeze_step; /* the warm-up ends at the freeze */
+    if (a->onebit_adam && r->L.dp <= 1) {
+        tri_log_rank0("warning: --onebit-adam with dp 1: there is no data-parallel exchange; running AdamW with the "
+                      "frozen variance");
+        a->onebit_adam = false;
+    }
+    if (a->onebit_adam) { /* refused before anything starts (the trainer checks the same) */
+        tri_adamw_config oc = {.freeze_step = a->adam_freeze_step, .onebit_adam = true};
+        rc = tri_optimizer_parse(a->optimizer, &oc.kind);
+        if (!rc) rc = tri_onebit_adam_check(&oc, &r->L.compression, r->L.zero_stage,
+                                            a->local_sgd_steps > 1 ? a->local_sgd_steps : 0, r->L.deterministic, r->L.cp);
+        if (rc)
+            return rc;
+    }
     if (a->adam_freeze_step > 0 && strcmp(a->optimizer, "adam") != 0)
         return TRI_ERR(TRI_EINVAL, "--adam-freeze-step %lld with --optimizer %s: freezing the second moment is 1-bit "
                        "Adam's, for --optimizer adam only (sgd and lars keep no second moment; lamb's is not "
@@ -399,7 +417,7 @@ static int setup(run *r)
     r->sopt.adamw = (tri_adamw_config){.beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
                                        .weight_decay = a->weight_decay, .momentum = a->sgd_momentum,
                                        .nesterov = a->sgd_nesterov, .lars_eta = a->lars_eta,
-                                       .freeze_step = a->adam_freeze_step};
+                                       .freeze_step = a->adam_freeze_step, .onebit_adam = a->onebit_adam};
     int orc = tri_optimizer_parse(a->optimizer, &r->sopt.adamw.kind);
     if (orc)
         return orc;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/dp_methods/plot.sh DIR - validation loss against tokens for the standard runs in DIR
-# (bench/dp_methods/run.sh; with the 1-bit Adam runs 1bit-adam, adam-freeze, 1bit-warm; other files
-# there are left out), into DIR/val-loss.png with gnuplot.
+# (bench/dp_methods/run.sh; with the 1-bit Adam runs 1bit-adam, adam-freeze, 1bit-warm,
+# 1bit-adam-stage2 and its -f5 and -two-phase variants; other files there are left out), into
+# DIR/val-loss.png with gnuplot.
 # Tokens = iteration x global batch x sequence length; the global batch is 16 sequences, 64 for a
 # run named *gbs64* (run.sh).
 set -euo pipefail
@@ -10,7 +11,7 @@ command -v gnuplot >/dev/null || { echo "plot: gnuplot not found (apt-get instal
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 plots=()
-for r in none 1bit qsgd topk powersgd powersgd-rank16 localsgd-h16 diloco-h16 lamb-gbs64 1bit-adam adam-freeze 1bit-warm; do
+for r in none 1bit qsgd topk powersgd powersgd-rank16 localsgd-h16 diloco-h16 lamb-gbs64 1bit-adam adam-freeze 1bit-warm 1bit-adam-stage2 1bit-adam-stage2-f5 1bit-adam-stage2-two-phase; do
   f="$dir/$r.jsonl"
   [ -f "$f" ] || continue
   gbs=16

@@ -13,6 +13,11 @@
 #   1bit-adam   1-bit Adam's two stages (Tang et al. 2021): the plain fp32 reduction and AdamW for the first
 #               fifth of the iterations, then AdamW's second moment frozen and 1bit compression with error
 #               feedback (--grad-compression-start-iter = --adam-freeze-step = iters / 5; run it by name)
+#   1bit-adam-stage2  1-bit Adam as Tang et al. run it (Algorithm 1, --onebit-adam): plain AdamW on the fp32
+#               reduction for the first fifth, then v frozen and the momentum (each worker's own, from its own
+#               gradient) all-reduced 1bit-compressed with error feedback instead of the gradient (by name)
+#   1bit-adam-stage2-two-phase  the same with --grad-compression-reduce two-phase (server error feedback; by name)
+#   1bit-adam-stage2-f5  1bit-adam-stage2 with the warm-up and freeze at a twentieth of the iterations (by name)
 #   adam-freeze AdamW with v frozen after iters / 5, uncompressed: what the freeze alone costs (by name)
 #   1bit-warm   1bit after an uncompressed fifth, v never frozen: what the warm-up alone does (by name)
 #   localsgd-h16   16 local steps, then the replicas' parameters averaged (--outer-optimizer average)
@@ -51,6 +56,9 @@ flags_of() {
     1bit|qsgd|topk) echo "${base[*]} --grad-compression $1" ;;
     1bit-two-phase) echo "${base[*]} --grad-compression 1bit --grad-compression-reduce two-phase" ;;
     1bit-adam) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5)) --adam-freeze-step $((iters / 5))" ;;
+    1bit-adam-stage2) echo "${base[*]} --grad-compression 1bit --adam-freeze-step $((iters / 5)) --onebit-adam" ;;
+    1bit-adam-stage2-f5) echo "${base[*]} --grad-compression 1bit --adam-freeze-step $((iters / 20)) --onebit-adam" ;;
+    1bit-adam-stage2-two-phase) echo "$(flags_of 1bit-adam-stage2) --grad-compression-reduce two-phase" ;;
     adam-freeze) echo "${base[*]} --adam-freeze-step $((iters / 5))" ;;
     1bit-warm) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5))" ;;
     powersgd) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4" ;;

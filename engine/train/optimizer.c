@@ -126,6 +126,24 @@ static tri_adamw_hparams adam_hparams(const tri_optimizer *o, float lr, float gr
                                .freeze_step = o->cfg.kind == TRI_OPT_ADAM ? o->cfg.freeze_step : 0};
 }
 
+bool tri_optimizer_onebit_stage(const tri_optimizer *o, const tri_zero *z)
+{
+    return o->cfg.kind == TRI_OPT_ADAM && o->cfg.onebit_adam && o->cfg.freeze_step > 0 &&
+           o->step >= o->cfg.freeze_step && z->comp.on;
+}
+
+/* AdamW's settings for the update on z: in 1-bit Adam's compression stage the gradient buffer holds
+ * the averaged momentum, taken as m by beta1 0 (m = 0 m + 1 g = g exactly for a finite m; bc1 =
+ * 1 - 0^t = 1: Algorithm 1 of Tang et al. has no first-moment bias correction, and at beta1 0.9
+ * 1 - beta1^t rounds to 1 in fp32 from t = 166 on anyway). */
+static tri_adamw_hparams step_hparams(const tri_optimizer *o, const tri_zero *z, float lr, float grad_scale)
+{
+    tri_adamw_hparams hp = adam_hparams(o, lr, grad_scale);
+    if (tri_optimizer_onebit_stage(o, z))
+        hp.beta1 = 0.0f;
+    return hp;
+}
+
 int tri_optimizer_lamb_direction(tri_device *d, tri_optimizer *o, const tri_zero *z, float grad_scale)
 {
     tri_adamw_piece *pieces = NULL;
@@ -146,7 +164,7 @@ static int adamw_fused(tri_device *d, tri_optimizer *o, tri_zero *z, float lr, f
 {
     tri_adamw_piece *pieces = NULL;
     tri_tensor *models = NULL;
-    tri_adamw_hparams hp = adam_hparams(o, lr, grad_scale);
+    tri_adamw_hparams hp = step_hparams(o, z, lr, grad_scale);
     int n = 0, rc = adamw_pieces(o, z, &pieces, z->bf16 ? &models : NULL, &n);
     if (!rc) rc = tri_op_adamw_fused_multi(d, pieces, models, n, &hp);
     free(pieces);
@@ -175,7 +193,7 @@ int tri_optimizer_step(tri_device *d, tri_optimizer *o, tri_zero *z, float lr, f
     /* every owned piece of every parameter in one call (a few launches on a GPU) */
     if (o->cfg.kind == TRI_OPT_ADAM) {
         tri_adamw_piece *pieces = NULL;
-        tri_adamw_hparams hp = adam_hparams(o, lr, grad_scale);
+        tri_adamw_hparams hp = step_hparams(o, z, lr, grad_scale);
         rc = adamw_pieces(o, z, &pieces, NULL, &n);
         if (!rc) rc = tri_op_adamw_multi(d, pieces, n, &hp);
         free(pieces);

@@ -36,6 +36,9 @@ typedef struct tri_adamw_config {
     float lars_eta;           /* LARS trust coefficient */
     int64_t freeze_step;      /* AdamW: 0, or v frozen after this many steps (1-bit Adam's freeze_step,
                                  Tang et al. 2021 §3; tri_adamw_hparams.freeze_step) */
+    bool onebit_adam;         /* AdamW with freeze_step > 0 and a compressor over dp > 1: after the
+                                 freeze the optimizer owns the dp exchange, 1-bit Adam's compression
+                                 stage (engine/train/onebit_adam.h, --onebit-adam) */
     bool unfused_update;      /* AdamW: the update, the bf16 publish and the gradient zeroing as three
                                  passes even where one fused pass may do them (the same bits; tests
                                  compare the two) */
@@ -65,6 +68,12 @@ int tri_optimizer_reset(tri_device *d, tri_optimizer *o);
 /* LAMB's first phase on every owned range (tri_op_lamb_direction_multi): m and v updated, the owned
  * gradients overwritten with the update direction r, ready for the per-tensor norms. */
 int tri_optimizer_lamb_direction(tri_device *d, tri_optimizer *o, const tri_zero *z, float grad_scale);
+
+/* Whether the next update is 1-bit Adam's compression stage (engine/train/onebit_adam.h): AdamW with
+ * onebit_adam, a compressor on over dp > 1 (z->comp.on) and freeze_step updates done. The owned
+ * gradients then hold the averaged momentum (tri_onebit_adam_exchange), and tri_optimizer_step takes
+ * it as m (beta1 0: m = the gradient buffer, no first-moment bias correction, v frozen). */
+bool tri_optimizer_onebit_stage(const tri_optimizer *o, const tri_zero *z);
 
 /* One update of every owned range, gradients first multiplied by grad_scale (clipping), in one
  * multi-tensor call (each parameter's weight decay per piece): AdamW, SGD, LARS, or LAMB's second

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/core/status.h"
+#include "engine/train/onebit_adam.h"
 #include "engine/train/trust_ratio.h"
 
 /* The data-parallel replicas whose gradients are averaged (Megatron-Core's data-parallel group with
@@ -159,6 +160,20 @@ int tri_trainer_outer_sync(tri_trainer *t)
     return rc;
 }
 
+/* 1-bit Adam (engine/train/onebit_adam.h): the refusals; in the compression stage ZeRO's
+ * data-parallel group is this rank alone during the backward pass (the gradients stay the
+ * worker's own), so the self comm is split here. */
+static int start_onebit_adam(tri_trainer *t)
+{
+    const tri_zero *z = &t->chunks[0]->zero;
+    int rc = tri_onebit_adam_check(&t->opt[0].cfg, &z->comp.c, z->stage, t->cfg.local.steps, z->deterministic,
+                                   t->grid->cp);
+    if (!rc && t->grid->ep > 1) /* compression refuses ep > 1 already; said here for the record */
+        rc = TRI_ERR(TRI_EINVAL, "--onebit-adam with --expert-model-parallel-size %d (not built)", t->grid->ep);
+    if (!rc && z->comp.on) rc = tri_comm_split(t->grid->dp_comm, t->grid->dp_rank, 0, &t->self_comm);
+    return rc;
+}
+
 /* The comm of the TP ranks sharing a shard (tri_param.replicas > 1), split from the TP group: every
  * TP rank of a stage holds the same parameters, so all of a group split, or none. */
 static int split_replicas(tri_trainer *t)
@@ -246,6 +261,7 @@ int tri_trainer_create(tri_trainer *t, tri_chunk *const *chunks, int v, const tr
     if (!rc) rc = tri_pipeline_create(&t->eval_pipe, eval_sched, grid->pp_rank, grid->pp_comm, t->chunks);
     if (!rc) rc = split_replicas(t);
     if (!rc && cfg->local.steps > 0) rc = start_local_sgd(t);
+    if (!rc && adamw->onebit_adam) rc = start_onebit_adam(t);
     if (!rc) rc = start_moe_stats(t);
     tri_step_graph_init(&t->graph, dev);
     if (!rc && cfg->cuda_graph)
@@ -290,6 +306,11 @@ static int step_replicas(const tri_trainer *t)
  * alone, else (synchronous warm-up steps) the data-parallel group. */
 static void begin_step(tri_trainer *t, int64_t iter)
 {
+    /* 1-bit Adam's compression stage: no dp reduction of the gradients (the optimizer exchanges the
+     * momentum); ZeRO's group is the dp group again after the backward pass (backward) */
+    t->onebit_step = t->opt[0].cfg.onebit_adam && tri_optimizer_onebit_stage(&t->opt[0], &t->chunks[0]->zero);
+    for (int c = 0; c < t->v && t->opt[0].cfg.onebit_adam && t->self_comm; c++)
+        t->chunks[c]->zero.dp = t->onebit_step ? t->self_comm : t->grid->dp_cp_comm;
     if (t->cfg.local.steps == 0)
         return;
     t->local_step = tri_local_sgd_inner(&t->cfg.local, iter + 1);
@@ -426,8 +447,12 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
     tri_pipeline_io io = {.ctx = t, .load = load};
     if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, NULL);
     for (int c = 0; c < t->v && !rc; c++) {
-        t->chunks[c]->zero.iteration = iter; /* a compressed dp reduction's rounding and start */
+        /* a compressed dp reduction's rounding and start; 1-bit Adam counts both in updates, as the
+         * freeze does (a skipped step advances neither) */
+        t->chunks[c]->zero.iteration = t->opt[c].cfg.onebit_adam ? t->opt[c].step : iter;
         rc = sync_grads(t, t->chunks[c]);
+        if (t->onebit_step)
+            t->chunks[c]->zero.dp = t->grid->dp_cp_comm; /* the momentum exchange's group */
         if (rc == TRI_ENONFINITE && t->guard) {
             /* deterministic mode found non-finite contributions on this rank: the guard's agreement
              * decides for every rank, so this rank goes on through the same collectives */
@@ -593,6 +618,27 @@ int tri_trainer_grad_norm(tri_trainer *t, double *norm)
     return rc;
 }
 
+/* 1-bit Adam's compression stage on chunk c: the momentum exchanged (tri_onebit_adam_exchange, the
+ * worker's gradient clipped by scale), then every copy of a parameter given the first copy's m, so
+ * the copies stay equal (each compressed its own unit): TP rank 0's for TP-replicated parameters,
+ * the shard's first TP rank's for shared shards, the first stage's for the tied embedding. */
+static int onebit_exchange(tri_trainer *t, int c, float scale)
+{
+    tri_chunk *st = t->chunks[c];
+    const tri_param_layout *L = &st->layout;
+    int rc = tri_onebit_adam_exchange(t->dev, &t->opt[c], &st->zero, scale);
+    for (int i = 0; i < L->n && !rc; i++) {
+        const tri_param *p = &L->params[i];
+        if (p->tp_replicated && t->grid->tp > 1)
+            rc = broadcast_owned(t->grid->tp_comm, &st->zero, p);
+        if (!rc && p->replicas > 1)
+            rc = broadcast_owned(t->replica_comm, &st->zero, p);
+        if (!rc && p->spec.tied && t->grid->embd_comm)
+            rc = broadcast_owned(t->grid->embd_comm, &st->zero, p);
+    }
+    return rc;
+}
+
 /* The optimizer's update of every chunk, then the parameters gathered again. LAMB first turns the
  * owned gradients into its directions; LARS and LAMB then need every tensor's trust ratio, over all
  * chunks and ranks at once (engine/train/trust_ratio.h), before any chunk updates. */
@@ -605,7 +651,11 @@ static int apply_update(tri_trainer *t, float lr, float scale)
     if (!rc && tri_optimizer_has_trust_ratio(kind))
         rc = tri_trainer_trust_ratios(t, scale);
     for (int c = 0; c < t->v && !rc; c++) {
-        rc = tri_optimizer_step(t->dev, &t->opt[c], &t->chunks[c]->zero, lr, scale, t->trust_ratios);
+        /* 1-bit Adam: the buffer then holds the averaged momentum, the clipping applied before */
+        if (t->onebit_step)
+            rc = onebit_exchange(t, c, scale);
+        if (!rc) rc = tri_optimizer_step(t->dev, &t->opt[c], &t->chunks[c]->zero, lr, t->onebit_step ? 1.0f : scale,
+                                         t->trust_ratios);
         if (!rc) rc = tri_zero_gather_params(&t->chunks[c]->zero);
     }
     return rc;
@@ -622,6 +672,10 @@ int tri_trainer_step(tri_trainer *t, const tri_batch_source *src, int64_t iter, 
     if (!rc) rc = finish_moe_stats(t); /* after the norm's wait */
     if (rc)
         return rc;
+    /* 1-bit Adam's compression stage: the gradients are this replica's own (divided by dp), and it
+     * clips its own, as DeepSpeed's OnebitAdam does: the norm of the replica's gradient */
+    if (t->onebit_step)
+        norm *= (double)grad_replicas(t->grid);
     res->grad_norm = norm;
     res->lr = lr;
     res->action = TRI_STEP_APPLY;

@@ -95,12 +95,16 @@ typedef struct tri_trainer {
     tri_trainer_hook after_grads;        /* optional: the fault-injection seam (below) */
     void *after_grads_ctx;
     /* local SGD (cfg.local.steps > 0, engine/train/local_sgd.h) */
-    tri_comm *self_comm;                 /* this rank alone: ZeRO's data-parallel group during inner steps */
+    tri_comm *self_comm;                 /* this rank alone: ZeRO's data-parallel group during inner steps
+                                            (and 1-bit Adam's compression stage) */
     tri_outer_state outer[TRI_MAX_CHUNKS]; /* per chunk: this dp rank's slice of the anchor and momentum */
     tri_tensor outer_scratch;            /* (largest unit's tri_outer_scratch_numel) f32 */
     int64_t outer_syncs;                 /* outer synchronisations so far */
     bool replicas_apart;                 /* an update since the last synchronisation (the replicas differ) */
     bool local_step;                     /* the step in progress is an inner step (no dp reduction) */
+    bool onebit_step;                    /* the step in progress is 1-bit Adam's compression stage (the
+                                            optimizer exchanges the momentum; self_comm during the
+                                            backward pass; engine/train/onebit_adam.h) */
     tri_step_graph graph;                /* cfg.cuda_graph: the captured passes (train_pipe.graph) */
     tri_moe_stats moe;                   /* models with experts: the last step's MoE figures, reduced
                                             (engine/train/moe_stats.h); E 0 otherwise */
