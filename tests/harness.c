@@ -501,6 +501,16 @@ int64_t tu_result_compared(const tu_result *r, int i, int64_t vocab)
     return vocab_rows ? vocab * r->cols[i] : r->numel[i];
 }
 
+bool tu_weights_same(const tu_result *a, const tu_result *b)
+{
+    if (a->n != b->n || a->n == 0)
+        return false;
+    for (int i = 0; i < a->n; i++)
+        if (a->numel[i] != b->numel[i] || memcmp(a->weights[i], b->weights[i], (size_t)a->numel[i] * 4) != 0)
+            return false;
+    return true;
+}
+
 bool tu_results_same(const tu_result *a, const tu_result *b, int64_t vocab, char *why, size_t why_size)
 {
     if (memcmp(a->losses, b->losses, sizeof a->losses) != 0) {

@@ -167,14 +167,6 @@ typedef struct fused_case {
     bool fused;            /* the fused pass is valid there (tri_zero_update_zeroes_grads, AdamW) */
 } fused_case;
 
-static bool same_weights(const tu_result *a, const tu_result *b)
-{
-    for (int i = 0; i < a->n; i++)
-        if (memcmp(a->weights[i], b->weights[i], (size_t)a->numel[i] * 4) != 0)
-            return false;
-    return a->n == b->n && a->n > 0;
-}
-
 Test(adamw_fused, training_fused_equals_separate_passes, .timeout = 300)
 {
     tri_gpt_config cfg = tu_tiny_config();
@@ -212,7 +204,7 @@ Test(adamw_fused, training_fused_equals_separate_passes, .timeout = 300)
         for (int s = 0; s < STEPS; s++)
             cr_expect_eq(rf.losses[s], rs.losses[s], "%s: loss %d %.17g vs %.17g", cases[c].name, s, rf.losses[s],
                          rs.losses[s]);
-        cr_expect(same_weights(&rf, &rs), "%s: the weights differ from the separate passes'", cases[c].name);
+        cr_expect(tu_weights_same(&rf, &rs), "%s: the weights differ from the separate passes'", cases[c].name);
         cr_expect_eq(rf.bf16_stale, 0, "%s: %lld bf16 weights are not their master rounded", cases[c].name,
                      (long long)rf.bf16_stale);
         tu_result_free(&rf);

@@ -45,14 +45,6 @@ static tri_compression compressor(tri_compression_kind kind, tri_compression_red
     return c;
 }
 
-static bool same_weights(const tu_result *a, const tu_result *b)
-{
-    for (int i = 0; i < a->n; i++)
-        if (memcmp(a->weights[i], b->weights[i], (size_t)a->numel[i] * 4) != 0)
-            return false;
-    return true;
-}
-
 /* ---- the warm-up stage is the uncompressed run, bit for bit, then compression starts ---- */
 
 static void plain_then_compressed(tri_compression_kind kind, tri_compression_reduce reduce, int zero)
@@ -78,8 +70,8 @@ static void plain_then_compressed(tri_compression_kind kind, tri_compression_red
     /* the weights after K updates: the uncompressed run's bits */
     cr_assert_eq(tu_run_gpt(&cfg, B, T, &comp, w, K, &rck), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tu_run_gpt(&cfg, B, T, &none, w, K, &rnk), TRI_OK, "%s", tri_error_message());
-    cr_expect(same_weights(&rck, &rnk), "%s zero %d: weights after %d plain iterations differ", name, zero, K);
-    cr_expect(!same_weights(&rc, &rn), "%s zero %d: weights after %d iterations equal the uncompressed run's", name,
+    cr_expect(tu_weights_same(&rck, &rnk), "%s zero %d: weights after %d plain iterations differ", name, zero, K);
+    cr_expect(!tu_weights_same(&rc, &rn), "%s zero %d: weights after %d iterations equal the uncompressed run's", name,
               zero, STEPS);
     tu_result_free(&rc);
     tu_result_free(&rn);
@@ -199,7 +191,7 @@ Test(one_bit_adam, deterministic_zero0_equals_zero1)
     for (int s = 0; s < STEPS; s++)
         cr_expect_eq(ra.losses[s], rz.losses[s], "step %d: ZeRO 0 %.17g vs ZeRO 1 %.17g", s, ra.losses[s],
                      rz.losses[s]);
-    cr_expect(same_weights(&ra, &rz), "ZeRO 0 and ZeRO 1 weights differ");
+    cr_expect(tu_weights_same(&ra, &rz), "ZeRO 0 and ZeRO 1 weights differ");
     /* the freeze acts: from update 1 on the step differs from AdamW's */
     cr_expect_eq(ra.losses[1], ru.losses[1]);
     cr_expect_neq(ra.losses[STEPS - 1], ru.losses[STEPS - 1], "the frozen run equals plain AdamW");
@@ -226,7 +218,7 @@ Test(one_bit_adam, frozen_adamw_layouts_equal_one_rank)
         for (int s = 0; s < STEPS; s++)
             cr_expect_eq(rk.losses[s], r1.losses[s], "layout %d step %d: %.17g vs one rank %.17g", k, s, rk.losses[s],
                          r1.losses[s]);
-        cr_expect(same_weights(&rk, &r1), "layout %d: weights differ from one rank's", k);
+        cr_expect(tu_weights_same(&rk, &r1), "layout %d: weights differ from one rank's", k);
         tu_result_free(&rk);
     }
     tu_result_free(&r1);

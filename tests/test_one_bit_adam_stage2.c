@@ -285,14 +285,6 @@ static tu_layout onebit_layout(int tp, int pp, int dp, bool sp, tri_compression_
                        .compression = comp(kind, reduce, freeze), .adam_freeze_step = freeze, .onebit_adam = true};
 }
 
-static bool same_weights(const tu_result *a, const tu_result *b)
-{
-    for (int i = 0; i < a->n; i++)
-        if (memcmp(a->weights[i], b->weights[i], (size_t)a->numel[i] * 4) != 0)
-            return false;
-    return true;
-}
-
 static void warmup_then_momentum(tri_compression_kind kind, tri_compression_reduce reduce, int dp)
 {
     tri_gpt_config cfg = tu_tiny_config();
@@ -320,9 +312,9 @@ static void warmup_then_momentum(tri_compression_kind kind, tri_compression_redu
     }
     cr_assert_eq(tu_run_gpt(&cfg, B, T, &ob, w, K, &rok), TRI_OK, "%s", tri_error_message());
     cr_assert_eq(tu_run_gpt(&cfg, B, T, &plain, w, K, &rpk), TRI_OK, "%s", tri_error_message());
-    cr_expect(same_weights(&rok, &rpk), "%s dp %d: the weights after the %d warm-up updates are not AdamW's", name,
+    cr_expect(tu_weights_same(&rok, &rpk), "%s dp %d: the weights after the %d warm-up updates are not AdamW's", name,
               dp, K);
-    cr_expect(!same_weights(&ro, &rp), "%s dp %d: the weights after stage 2 are AdamW's", name, dp);
+    cr_expect(!tu_weights_same(&ro, &rp), "%s dp %d: the weights after stage 2 are AdamW's", name, dp);
     tu_result_free(&ro);
     tu_result_free(&rp);
     tu_result_free(&rg);
