@@ -12,6 +12,7 @@
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "engine/train/comm_staged.h"
+#include "engine/train/grad_compression.h"
 #include "engine/train/state_shards.h"
 #include "engine/train/train.h"
 #include "models/gpt.h"
@@ -499,6 +500,18 @@ int64_t tu_result_compared(const tu_result *r, int i, int64_t vocab)
     bool vocab_rows = strcmp(n, "wte") == 0 || strcmp(n, "model.embed_tokens.weight") == 0 ||
                       strcmp(n, "lm_head.weight") == 0;
     return vocab_rows ? vocab * r->cols[i] : r->numel[i];
+}
+
+tri_compression tu_small_compressor(tri_compression_kind kind, tri_compression_reduce reduce, int64_t start)
+{
+    tri_compression c = tri_compression_defaults();
+    c.kind = kind;
+    c.reduce = reduce;
+    c.block_size = 64;
+    c.topk_fraction = 0.25f;
+    c.seed = 3;
+    c.start_iter = start;
+    return c;
 }
 
 bool tu_weights_same(const tu_result *a, const tu_result *b)

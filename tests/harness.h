@@ -132,6 +132,9 @@ int64_t tu_result_compared(const tu_result *r, int i, int64_t vocab);
  * tu_result_compared(a, i, vocab) elements. If not, writes the first difference into why (why_size bytes):
  * what differs and, for a weight, its relative difference (tu_tensor_rel). */
 bool tu_results_same(const tu_result *a, const tu_result *b, int64_t vocab, char *why, size_t why_size);
+/* The compression tests' compressor: kind, reduce and start iteration over tri_compression_defaults,
+ * with the small model's settings (blocks of 64 elements, top-k 25%, seed 3). */
+tri_compression tu_small_compressor(tri_compression_kind kind, tri_compression_reduce reduce, int64_t start);
 /* Whether a and b hold the same final weights, every element of every tensor bit for bit (padding rows
  * included), and at least one tensor. */
 bool tu_weights_same(const tu_result *a, const tu_result *b);

@@ -33,18 +33,6 @@
 #include "tests/testutil.h"
 #include "tools/cli/compression_flags.h"
 
-static tri_compression compressor(tri_compression_kind kind, tri_compression_reduce reduce, int64_t start)
-{
-    tri_compression c = tri_compression_defaults();
-    c.kind = kind;
-    c.reduce = reduce;
-    c.block_size = 64;
-    c.topk_fraction = 0.25f;
-    c.seed = 3;
-    c.start_iter = start;
-    return c;
-}
-
 /* ---- the warm-up stage is the uncompressed run, bit for bit, then compression starts ---- */
 
 static void plain_then_compressed(tri_compression_kind kind, tri_compression_reduce reduce, int zero)
@@ -53,7 +41,7 @@ static void plain_then_compressed(tri_compression_kind kind, tri_compression_red
     enum { B = 1, T = 8, K = 2, STEPS = 5 };
     int32_t *w = tu_make_windows((int64_t)STEPS * 8, T, cfg.vocab_size, 21);
     tu_layout comp = {.tp = 1, .pp = 1, .dp = 2, .n_micro = 2, .zero = zero,
-                      .compression = compressor(kind, reduce, K)};
+                      .compression = tu_small_compressor(kind, reduce, K)};
     tu_layout none = comp;
     none.compression = tri_compression_defaults();
     const char *name = tri_compression_name(kind);
@@ -118,7 +106,7 @@ static int unit_rank(int rank, int size, tri_comm *comm, void *arg)
     tri_param_unit u = {.first = 0, .count = 1, .start = 0, .len = N};
     tri_param_layout L = {.n = 1, .params = &p, .n_units = 1, .units = &u, .numel = N, .padded_numel = N,
                           .dp = size, .dp_rank = rank, .shard_numel = N / size};
-    tri_compression c = compressor(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER, START);
+    tri_compression c = tu_small_compressor(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER, START);
     tri_device *d = NULL;
     tri_dp_compress x;
     memset(&x, 0, sizeof x);
@@ -180,7 +168,7 @@ Test(one_bit_adam, deterministic_zero0_equals_zero1)
     enum { B = 1, T = 8, STEPS = 4 };
     int32_t *w = tu_make_windows((int64_t)STEPS * 8, T, cfg.vocab_size, 22);
     tu_layout a = {.tp = 1, .pp = 1, .dp = 2, .n_micro = 4, .deterministic = true, .adam_freeze_step = 1,
-                   .compression = compressor(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER, 1)};
+                   .compression = tu_small_compressor(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER, 1)};
     tu_layout z1 = a, unfrozen = a;
     z1.zero = 1;
     unfrozen.adam_freeze_step = 0;
@@ -229,7 +217,7 @@ Test(one_bit_adam, frozen_adamw_layouts_equal_one_rank)
 
 Test(one_bit_adam, bad_input_and_powersgd_spelling)
 {
-    tri_compression c = compressor(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER, -1);
+    tri_compression c = tu_small_compressor(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER, -1);
     cr_expect_eq(tri_compression_check(&c, 0), TRI_EINVAL);
     cr_expect(strstr(tri_error_message(), "--grad-compression-start-iter -1"), "%s", tri_error_message());
     c.start_iter = 5;

@@ -266,23 +266,11 @@ Test(one_bit_adam_stage2, exchange_and_update_equal_algorithm1_dp4) { stage2_mat
 
 /* ---- training: the warm-up is plain AdamW, then the momentum is compressed ---- */
 
-static tri_compression comp(tri_compression_kind kind, tri_compression_reduce reduce, int64_t start)
-{
-    tri_compression c = tri_compression_defaults();
-    c.kind = kind;
-    c.reduce = reduce;
-    c.block_size = 64;
-    c.topk_fraction = 0.25f;
-    c.seed = 3;
-    c.start_iter = start;
-    return c;
-}
-
 static tu_layout onebit_layout(int tp, int pp, int dp, bool sp, tri_compression_kind kind,
                                tri_compression_reduce reduce, int64_t freeze)
 {
     return (tu_layout){.tp = tp, .pp = pp, .dp = dp, .sp = sp, .n_micro = 2, .zero = 0,
-                       .compression = comp(kind, reduce, freeze), .adam_freeze_step = freeze, .onebit_adam = true};
+                       .compression = tu_small_compressor(kind, reduce, freeze), .adam_freeze_step = freeze, .onebit_adam = true};
 }
 
 static void warmup_then_momentum(tri_compression_kind kind, tri_compression_reduce reduce, int dp)
@@ -390,7 +378,7 @@ Test(one_bit_adam_stage2, refusals_name_the_flags, .timeout = 120)
     l.compression.start_iter = 0;
     refused(l, "--onebit-adam", "--adam-freeze-step 0");
     l = ok;
-    l.compression = comp(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
+    l.compression = tu_small_compressor(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
     l.compression.powersgd_start_iter = 2;
     refused(l, "--onebit-adam", "--grad-compression powersgd");
     l = ok;
