@@ -345,11 +345,14 @@ TRI_MMA_DEV int64_t flash_kpos(const tri_flash_mma_cut &c, int64_t j)
     return CUT ? tri_flash_pos(c.kr, j) : j;
 }
 
-/* The column of key head g in a key row (its value head at + NH_kv HS). */
+/* The element of key row j of batch b, key head g (value head g with value) in the keys' buffer (today's
+ * problem: qkv, as tri_flash_k_at / _v_at address it; written so, nvcc kept fewer registers). */
 template <bool CUT>
-TRI_MMA_DEV int64_t flash_k_col(const tri_flash_mma_cut &c, int64_t g)
+TRI_MMA_DEV int64_t flash_kv_at(const tri_flash_mma_cut &c, int64_t b, int64_t j, int64_t g, bool value)
 {
-    return CUT ? tri_flash_mma_k_col(c, g) : (c.d.NH + g) * c.d.HS;
+    if (!CUT)
+        return value ? tri_flash_v_at(c.d, b, j, g) : tri_flash_k_at(c.d, b, j, g);
+    return (b * c.Tk + j) * c.Wk + tri_flash_mma_k_col(c, g) + (value ? c.d.NH_kv * c.d.HS : 0);
 }
 
 /* ---- the tiles a tile meets ----
@@ -537,8 +540,9 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     int64_t T = d.T, Tk = CUT ? c.Tk : T, C = d.NH * HS, W = CUT ? c.W : tri_flash_width(d), Wk = CUT ? c.Wk : W;
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
     int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = flash_qpos<CUT>(c, i0);
-    const typename P::global *qb = q + b * T * W + h * HS, *kb = kv + b * Tk * Wk + flash_k_col<CUT>(c, g),
-                             *vb = kb + d.NH_kv * HS;
+    const typename P::global *qb = q + b * T * W + h * HS, *kvs = CUT ? kv : q; /* today's problem: kv is q */
+    const typename P::global *kb = kvs + flash_kv_at<CUT>(c, b, 0, g, false),
+                             *vb = kvs + flash_kv_at<CUT>(c, b, 0, g, true);
     float scale = 1.0f / sqrtf((float)HS);
     flash_key_tiles kt = flash_key_tiles_of<CUT>(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
     int64_t n_kv = kt.n;
@@ -596,10 +600,11 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++) {
         flash_rc e = flash_rows_rc(lane, step, HS);
-        float l = sl[warp * WROWS + e.r];
-        if (row0 + e.r < T)
+        if (row0 + e.r < T) {
+            float l = sl[warp * WROWS + e.r];
             out[(b * T + row0 + e.r) * C + h * HS + e.c] =
                 P::to_global(CUT && l == 0.0f ? 0.0f : ow[flash_at(e, S::LO)] / l);
+        }
     }
     if (lane < WROWS && row0 + lane < T)
         lse[bh * T + row0 + lane] = tri_flash_lse(sm[warp * WROWS + lane], sl[warp * WROWS + lane]);
@@ -687,8 +692,7 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, GO *dkv, const
     int64_t rep = d.NH / d.NH_kv, j0 = TRI_MMA_BX * TILE, bg = TRI_MMA_BY, b = bg / d.NH_kv, g = bg % d.NH_kv;
     int64_t nc = Tk - j0 < TILE ? Tk - j0 : TILE, kp0 = flash_kpos<CUT>(c, j0);
     float scale = 1.0f / sqrtf((float)HS);
-    GO *dkb = dkv + (b * Tk + j0) * Wk + flash_k_col<CUT>(c, g);
-    const typename P::global *kb = kv + (b * Tk + j0) * Wk + flash_k_col<CUT>(c, g);
+    const typename P::global *kvs = CUT ? kv : q; /* today's problem: kv is q */
     /* the group's query heads in order, each with its query tiles that reach the key tile (today's
      * problem: from the diagonal on): tile t of n_q, head h and tile v of qt; (nh, nv) the next one's */
     flash_query_tiles qt = flash_query_tiles_of<CUT>(c, kp0);
@@ -701,8 +705,8 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, GO *dkv, const
     };
 
     if (!CUT || n_q > 0) { /* else no query sees these keys: dk, dv 0 (or left, accumulating) */
-        issue_tile<P, HS>(sk, kb, Wk, nc);
-        issue_tile<P, HS>(sv, kb + d.NH_kv * HS, Wk, nc);
+        issue_tile<P, HS>(sk, kvs + flash_kv_at<CUT>(c, b, j0, g, false), Wk, nc);
+        issue_tile<P, HS>(sv, kvs + flash_kv_at<CUT>(c, b, j0, g, true), Wk, nc);
         issue(0);
         tri_mma_cp_async_commit();
     }
@@ -741,8 +745,8 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, GO *dkv, const
         return;
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
     int64_t row0 = j0 + warp * WROWS;
-    store_rows<P, HS, GO>(dkb + warp * WROWS * Wk, Wk, stage, dk, scale, row0, Tk, add);
-    store_rows<P, HS, GO>(dkb + warp * WROWS * Wk + d.NH_kv * HS, Wk, stage, dv, 1.0f, row0, Tk, add);
+    store_rows<P, HS, GO>(dkv + flash_kv_at<CUT>(c, b, row0, g, false), Wk, stage, dk, scale, row0, Tk, add);
+    store_rows<P, HS, GO>(dkv + flash_kv_at<CUT>(c, b, row0, g, true), Wk, stage, dv, 1.0f, row0, Tk, add);
 }
 
 template <class P, int HS, bool CUT>
@@ -764,13 +768,13 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
     int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = flash_qpos<CUT>(c, i0);
     float scale = 1.0f / sqrtf((float)HS);
-    const typename P::global *kb = kv + b * Tk * Wk + flash_k_col<CUT>(c, g);
+    const typename P::global *kvs = CUT ? kv : q; /* today's problem: kv is q */
     flash_key_tiles kt = flash_key_tiles_of<CUT>(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
     int64_t n_kv = kt.n;
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
         int64_t j0 = flash_key_row<CUT>(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
-        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t2b : L::t2)), kb + j0 * Wk, Wk, nc);
-        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t3b : L::t3)), kb + j0 * Wk + d.NH_kv * HS, Wk, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t2b : L::t2)), kvs + flash_kv_at<CUT>(c, b, j0, g, false), Wk, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t3b : L::t3)), kvs + flash_kv_at<CUT>(c, b, j0, g, true), Wk, nc);
     };
 
     if (!CUT || n_kv > 0) { /* else the rows see no key: dq 0 (or left, accumulating) */
