@@ -2,10 +2,12 @@
  *
  * The kernel bodies (and their description) are cuda/attention/flash_mma.kern.h, shared with the CPU
  * emulation that tests them (tests/test_flash_mma_cpu.cpp); here each is a __global__ function per
- * precision (bf16 on the tensor cores, fp32 on the CUDA cores) and head size, each taking the problem of
- * cuda/attention/flash_cut.h (today's uncut one, or a cut sequence's queries against keys in their
- * own buffer at global positions: context parallelism's kv ops), with its dynamic
- * shared memory (above 48 KiB: opted in per kernel before each launch). The emulated CUDA build
+ * precision (bf16 on the tensor cores, fp32 on the CUDA cores), head size and form, each taking the
+ * problem of cuda/attention/flash_cut.h: the uncut form (CUT false) for today's problem, which
+ * tri_flash_mma_forward / _backward and the kv ops on that problem launch (whole_problem), the cut
+ * form for a cut sequence's queries against keys in their own buffer at global positions (context
+ * parallelism's kv ops); each with its dynamic shared memory (above 48 KiB: opted in per kernel
+ * before each launch, FLASH_LAUNCH). The emulated CUDA build
  * (tests/cuda_emu/) runs the same bodies through mma_shim.h's launch instead. */
 #include <math.h>
 

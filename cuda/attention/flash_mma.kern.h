@@ -31,8 +31,10 @@
  * then, per tile, the last key tile (or first query tile) the mask lets through, and the tiles
  * past it are skipped (flash_key_tiles_of, flash_query_tiles_of). A query tile that sees no key
  * writes out 0 and lse -inf; the backward passes may accumulate into their gradient, dk and dv may
- * be stored fp32 beside bf16 operands. On today's problem the arithmetic is the one before the cut
- * (the same bits, checked against the previous bodies).
+ * be stored fp32 beside bf16 operands. Each body has two instantiations (template argument CUT,
+ * "the problem's two forms" below): the cut one for that problem, and today's problem alone with the
+ * arithmetic of before the cut, which the everyday kernels run; both give the previous bodies' bits
+ * on today's problem.
  * No atomics: every output element is summed by one warp, over tiles in a fixed order, so the
  * backward is deterministic. The bf16 form rounds P and dS to bf16 before their products (as
  * FlashAttention-2 does; the fp32 form keeps them fp32, in the score buffers); the scores, sums and
@@ -545,7 +547,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
                              *vb = kvs + flash_kv_at<CUT>(c, b, 0, g, true);
     float scale = 1.0f / sqrtf((float)HS);
     flash_key_tiles kt = flash_key_tiles_of<CUT>(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
-    int64_t n_kv = kt.n;
+    int64_t n_kv = CUT ? kt.n : i0 / TILE + 1; /* the same count; so written, no spill at HS 32 on sm_80 */
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
         int64_t j0 = flash_key_row<CUT>(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
         issue_tile<P, HS>((E *)(smem + (t % 2 ? L::k1 : L::k)), kb + j0 * Wk, Wk, nc);
