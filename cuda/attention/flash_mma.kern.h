@@ -547,7 +547,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
                              *vb = kvs + flash_kv_at<CUT>(c, b, 0, g, true);
     float scale = 1.0f / sqrtf((float)HS);
     flash_key_tiles kt = flash_key_tiles_of<CUT>(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
-    int64_t n_kv = CUT ? kt.n : i0 / TILE + 1; /* the same count; so written, no spill at HS 32 on sm_80 */
+    int64_t n_kv = kt.n;
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
         int64_t j0 = flash_key_row<CUT>(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
         issue_tile<P, HS>((E *)(smem + (t % 2 ? L::k1 : L::k)), kb + j0 * Wk, Wk, nc);
