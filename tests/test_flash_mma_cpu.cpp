@@ -132,6 +132,36 @@ static std::vector<float> widen(const std::vector<G> &v, size_t n)
     return f;
 }
 
+/* The kernels' cut instantiation (CUT true, the kv ops' general one) on today's problem gives the
+ * uncut one's bits (out, lse and dqkv, from the same delta), as flash_mma.cu's choice of the uncut
+ * kernels for it promises. */
+template <class P, int HS, class G>
+static void same_as_cut(tri_flash_dims f, const G *q, const G *g, const std::vector<G> &go,
+                        const std::vector<float> &lse, const std::vector<float> &delta, const std::vector<G> &gdq)
+{
+    int64_t C = f.NH * f.HS, W = tri_flash_width(f), tiles = (f.T + TILE - 1) / TILE;
+    size_t nq = (size_t)(f.B * f.T * W), no = (size_t)(f.B * f.T * C), nr = (size_t)(f.B * f.NH * f.T);
+    std::vector<G> co = guarded<G>(no, NULL), cdq = guarded<G>(nq, NULL);
+    std::vector<float> clse(nr, NAN);
+    tri_flash_mma_cut c = tri_flash_mma_whole(f);
+    tri_mma_emu_launch(tiles, f.B * f.NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+        flash_forward_mma_body<P, HS, true>(smem, co.data() + GUARD, clse.data(), q, q, c, tiles);
+    });
+    tri_mma_emu_launch(tiles, f.B * f.NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+        flash_backward_dkv_mma_body<P, HS, true>(smem, cdq.data() + GUARD, delta.data(), g, q, q, lse.data(), c, tiles);
+    });
+    tri_mma_emu_launch(tiles, f.B * f.NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
+        flash_backward_dq_mma_body<P, HS, true>(smem, cdq.data() + GUARD, delta.data(), g, q, q, lse.data(), c, tiles);
+    });
+    for (size_t i = 0; i < no; i++)
+        cr_assert_eq(elems<G>::bits(co[GUARD + i]), elems<G>::bits(go[GUARD + i]), "out[%zu]: cut and uncut differ", i);
+    for (size_t i = 0; i < nr; i++)
+        cr_assert_eq(memcmp(&clse[i], &lse[i], sizeof(float)), 0, "lse[%zu]: cut and uncut differ", i);
+    for (size_t i = 0; i < nq; i++)
+        cr_assert_eq(elems<G>::bits(cdq[GUARD + i]), elems<G>::bits(gdq[GUARD + i]), "dqkv[%zu]: cut and uncut differ",
+                     i);
+}
+
 /* One problem through the kernels of precision P (tri_flash_bf16_mma or tri_flash_fp32_simt) and
  * through the CPU backend. */
 template <class P, int HS>
@@ -167,7 +197,7 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
     G *out = go.data() + GUARD, *dqkv = gdq.data() + GUARD;
     const G *q = gq.data() + GUARD, *g = gg.data() + GUARD;
     tri_mma_emu_launch(tiles, B * NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_forward_mma_body<P, HS>(smem, out, lse.data(), q, q, tri_flash_mma_whole(f), tiles);
+        flash_forward_mma_body<P, HS, false>(smem, out, lse.data(), q, q, tri_flash_mma_whole(f), tiles);
     });
     check_guards("out", go, no);
     /* delta = rowsum(dout * out), as flash_backward_delta_kernel computes it (left to right) */
@@ -179,13 +209,15 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
         delta[(size_t)r] = acc;
     }
     tri_mma_emu_launch(tiles, B * NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dkv_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f),
-                                           tiles);
+        flash_backward_dkv_mma_body<P, HS, false>(smem, dqkv, delta.data(), g, q, q, lse.data(),
+                                                  tri_flash_mma_whole(f), tiles);
     });
     tri_mma_emu_launch(tiles, B * NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dq_mma_body<P, HS>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f), tiles);
+        flash_backward_dq_mma_body<P, HS, false>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f),
+                                                 tiles);
     });
     check_guards("dqkv", gdq, nq);
+    same_as_cut<P, HS>(f, q, g, go, lse, delta, gdq);
 
     char what[160];
     snprintf(what, sizeof what, "%s out (B %lld T %lld NH %lld/%lld HS %d)", form, (long long)B, (long long)T,
@@ -432,7 +464,7 @@ static void cut_case(const char *name, int64_t B, int64_t NH, int64_t NH_kv, cut
     const G *q = gq.data() + GUARD, *k = gk.data() + GUARD, *g = gg.data() + GUARD;
     int64_t qtiles = (T + TILE - 1) / TILE, ktiles = (Tk + TILE - 1) / TILE;
     tri_mma_emu_launch(qtiles, B * NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_forward_mma_body<P, HS>(smem, go.data() + GUARD, lse.data() + GUARD, q, k, c, qtiles);
+        flash_forward_mma_body<P, HS, true>(smem, go.data() + GUARD, lse.data() + GUARD, q, k, c, qtiles);
     });
     check_guards("out", go, no);
     char what[200];
@@ -459,10 +491,10 @@ static void cut_case(const char *name, int64_t B, int64_t NH, int64_t NH_kv, cut
         std::vector<GK> gdk = guarded<GK>(nk, dk0), start_dk = gdk;
         const float *pl = want_lse, *pd = delta; /* the CPU's statistics for both */
         tri_mma_emu_launch(ktiles, B * NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-            flash_backward_dkv_mma_body<P, HS, GK>(smem, gdk.data() + GUARD, pd, g, q, k, pl, c, ktiles);
+            flash_backward_dkv_mma_body<P, HS, true, GK>(smem, gdk.data() + GUARD, pd, g, q, k, pl, c, ktiles);
         });
         tri_mma_emu_launch(qtiles, B * NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-            flash_backward_dq_mma_body<P, HS>(smem, gdq.data() + GUARD, pd, g, q, k, pl, c, qtiles);
+            flash_backward_dq_mma_body<P, HS, true>(smem, gdq.data() + GUARD, pd, g, q, k, pl, c, qtiles);
         });
         check_guards("dq", gdq, nq);
         check_guards("dkv", gdk, nk);
@@ -543,6 +575,7 @@ Test(flash_mma_cpu, cut_partial_tiles)
  * global positions (the fully masked ones skipped, none of the others), and a key tile exactly the
  * query tiles that reach it. Skipping cannot change a value (a tile with no visible key is a no-op
  * in the bodies), so this is what checks it. */
+template <bool CUT = true>
 static void tile_lists(tri_flash_rows qr, int64_t T, tri_flash_rows kr, int64_t Tk)
 {
     tri_flash_dims f = {1, T, 1, 1, 64};
@@ -556,23 +589,23 @@ static void tile_lists(tri_flash_rows qr, int64_t T, tri_flash_rows kr, int64_t 
     };
     for (int64_t i0 = 0; i0 < T; i0 += TILE) {
         int64_t nr = T - i0 < TILE ? T - i0 : TILE;
-        flash_key_tiles kt = flash_key_tiles_of(c, tri_flash_pos(qr, i0) + nr - 1);
+        flash_key_tiles kt = flash_key_tiles_of<CUT>(c, tri_flash_pos(qr, i0) + nr - 1);
         std::vector<int64_t> want, got;
         for (int64_t j0 = 0; j0 < Tk; j0 += TILE)
             if (sees(i0, j0))
                 want.push_back(j0);
         for (int64_t u = 0; u < kt.n; u++)
-            got.push_back(flash_key_row(kt, u));
+            got.push_back(flash_key_row<CUT>(kt, u));
         cr_assert(got == want, "query tile %lld: %zu key tiles, want %zu", (long long)i0, got.size(), want.size());
     }
     for (int64_t j0 = 0; j0 < Tk; j0 += TILE) {
-        flash_query_tiles qt = flash_query_tiles_of(c, tri_flash_pos(kr, j0));
+        flash_query_tiles qt = flash_query_tiles_of<CUT>(c, tri_flash_pos(kr, j0));
         std::vector<int64_t> want, got;
         for (int64_t i0 = 0; i0 < T; i0 += TILE)
             if (sees(i0, j0))
                 want.push_back(i0);
         for (int64_t v = 0; v < qt.m0 + qt.m1; v++)
-            got.push_back(flash_query_row(qt, v));
+            got.push_back(flash_query_row<CUT>(qt, v));
         cr_assert(got == want, "key tile %lld: %zu query tiles, want %zu", (long long)j0, got.size(), want.size());
     }
 }
@@ -592,5 +625,9 @@ Test(flash_mma_cpu, cut_tile_lists)
     tri_flash_rows k = {100, 0, 100}, q64 = {70, 64, 134}, q128 = {70, 128, 198};
     tile_lists(q64, 70, k, 100);
     tile_lists(q128, 70, k, 100);
-    tile_lists(tri_flash_rows_whole(200), 200, tri_flash_rows_whole(200), 200); /* today's: 0 .. the diagonal */
+    /* today's: 0 .. the diagonal, in both instantiations (the uncut one's lists know only this problem) */
+    for (int64_t T : {1, 63, 64, 65, 130, 200}) {
+        tile_lists<true>(tri_flash_rows_whole(T), T, tri_flash_rows_whole(T), T);
+        tile_lists<false>(tri_flash_rows_whole(T), T, tri_flash_rows_whole(T), T);
+    }
 }

@@ -81,22 +81,38 @@ extern "C" int64_t tri_cuda_flash_kv_tiled_calls(tri_device *dev)
     return tri_cuda_of(dev)->flash_kv_tiled;
 }
 
+/* Where a kv op goes (every op's prologue, kv_path below): an error (rc), nothing to do (done), the
+ * tiled kernels (tiled, counted) or the simple twins. */
+typedef struct {
+    int rc;
+    bool done, tiled;
+} kv_route;
+
+/* The route of op's problem p with `items` outputs (rows of the op's kernels; none: done) and the n
+ * tensors t as tiled_kv takes them. */
+static kv_route kv_path(tri_cuda *cu, const char *op, tri_flash_kv p, int64_t items, const tri_tensor *t, int n,
+                        bool backward, bool f32_out)
+{
+    kv_route r = {check_head(op, p.d), false, false};
+    r.done = r.rc != TRI_OK || items == 0;
+    r.tiled = !r.done && tiled_kv(cu, p, t, n, backward, f32_out);
+    if (r.tiled)
+        cu->flash_kv_tiled++;
+    return r;
+}
+
 extern "C" int tri_cuda_flash_attention_kv_forward(tri_device *dev, tri_tensor out, tri_tensor lse, tri_tensor qkv,
                                                    tri_tensor kv, tri_flash_rows qrows, tri_flash_rows krows)
 {
     tri_cuda *cu = tri_cuda_of(dev);
     tri_flash_kv p = problem_of(qkv, out, lse, kv, qrows, krows);
-    int rc = check_head("flash_attention_kv_forward", p.d);
-    if (rc)
-        return rc;
     tri_tensor ts[3] = {out, qkv, kv};
-    if (p.d.B * p.d.NH * p.d.T == 0)
-        return TRI_OK;
-    if (tiled_kv(cu, p, ts, 3, false, false)) {
-        cu->flash_kv_tiled++;
+    kv_route r = kv_path(cu, "flash_attention_kv_forward", p, p.d.B * p.d.NH * p.d.T, ts, 3, false, false);
+    if (r.done)
+        return r.rc;
+    if (r.tiled)
         return tri_flash_mma_kv_forward(cu->stream, tri_is_bf16(out), out.data, tri_fp(lse), qkv.data, kv.data,
                                         cut_of(p, false));
-    }
     if (kv.data == qkv.data && kv.dtype == qkv.dtype && p.Tk == p.d.T && p.Wk == tri_flash_width(p.d) &&
         whole(qrows, p.d.T) && whole(krows, p.Tk))
         return tri_cuda_flash_attention_forward(dev, out, lse, qkv);
@@ -111,17 +127,13 @@ extern "C" int tri_cuda_flash_attention_kv_backward_dq(tri_device *dev, tri_tens
 {
     tri_cuda *cu = tri_cuda_of(dev);
     tri_flash_kv p = problem_of(qkv, dout, lse, kv, qrows, krows);
-    int rc = check_head("flash_attention_kv_backward_dq", p.d);
-    if (rc)
-        return rc;
     tri_tensor ts[4] = {dqkv, dout, qkv, kv};
-    if (p.d.B * p.d.NH * p.d.T == 0)
-        return TRI_OK;
-    if (tiled_kv(cu, p, ts, 4, true, false)) {
-        cu->flash_kv_tiled++;
+    kv_route r = kv_path(cu, "flash_attention_kv_backward_dq", p, p.d.B * p.d.NH * p.d.T, ts, 4, true, false);
+    if (r.done)
+        return r.rc;
+    if (r.tiled)
         return tri_flash_mma_kv_backward_dq(cu->stream, tri_is_bf16(dqkv), dqkv.data, tri_fp(delta), dout.data,
                                             qkv.data, kv.data, tri_fp(lse), cut_of(p, accumulate));
-    }
     return TRI_CUDA_LAUNCH_N(flash_kv_backward_dq_kernel, p.d.B * p.d.NH * p.d.T, cu->stream, tri_data(dqkv),
                              tri_is_bf16(dqkv), tri_data(dout), tri_is_bf16(dout), tri_data(qkv), tri_is_bf16(qkv),
                              tri_data(kv), tri_is_bf16(kv), tri_fp(lse), tri_fp(delta), p, accumulate ? 1 : 0);
@@ -134,17 +146,13 @@ extern "C" int tri_cuda_flash_attention_kv_backward_dkv(tri_device *dev, tri_ten
 {
     tri_cuda *cu = tri_cuda_of(dev);
     tri_flash_kv p = problem_of(qkv, dout, lse, kv, qrows, krows);
-    int rc = check_head("flash_attention_kv_backward_dkv", p.d);
-    if (rc)
-        return rc;
     tri_tensor ts[4] = {dkv, dout, qkv, kv};
-    if (p.d.B * p.d.NH_kv * p.Tk == 0)
-        return TRI_OK;
-    if (tiled_kv(cu, p, ts, 4, true, true)) {
-        cu->flash_kv_tiled++;
+    kv_route r = kv_path(cu, "flash_attention_kv_backward_dkv", p, p.d.B * p.d.NH_kv * p.Tk, ts, 4, true, true);
+    if (r.done)
+        return r.rc;
+    if (r.tiled)
         return tri_flash_mma_kv_backward_dkv(cu->stream, tri_is_bf16(qkv), !tri_is_bf16(dkv), dkv.data, tri_fp(delta),
                                              dout.data, qkv.data, kv.data, tri_fp(lse), cut_of(p, accumulate));
-    }
     return TRI_CUDA_LAUNCH_N(flash_kv_backward_dkv_kernel, p.d.B * p.d.NH_kv * p.Tk, cu->stream, tri_data(dkv),
                              tri_is_bf16(dkv), tri_data(dout), tri_is_bf16(dout), tri_data(qkv), tri_is_bf16(qkv),
                              tri_data(kv), tri_is_bf16(kv), tri_fp(lse), tri_fp(delta), p, accumulate ? 1 : 0);

@@ -37,8 +37,9 @@ int tri_flash_mma_backward(cudaStream_t stream, bool bf16, void *dqkv, const flo
  * bf16 operands with dkv_f32), overwritten or, with
  * c.accumulate, added to (tiles that meet nothing left as they are). All global tensors bf16 (bf16
  * true) or all fp32, on 16-byte boundaries, the row widths c.W, c.Wk (and so every head's column)
- * whole 16-byte units. tri_flash_mma_forward / _backward are these with tri_flash_mma_whole(d)
- * (their bits: the same launches). Errors as the forward's. */
+ * whole 16-byte units. tri_flash_mma_forward / _backward are these with tri_flash_mma_whole(d);
+ * today's problem (q == kv, tri_flash_mma_whole's fields, not accumulating) takes the kernels' uncut
+ * instantiation, anything else the cut one (their bits: the same launches). Errors as the forward's. */
 int tri_flash_mma_kv_forward(cudaStream_t stream, bool bf16, void *out, float *lse, const void *q, const void *kv,
                              tri_flash_mma_cut c);
 int tri_flash_mma_kv_backward_dq(cudaStream_t stream, bool bf16, void *dq, const float *delta, const void *dout,

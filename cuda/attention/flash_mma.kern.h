@@ -31,8 +31,10 @@
  * then, per tile, the last key tile (or first query tile) the mask lets through, and the tiles
  * past it are skipped (flash_key_tiles_of, flash_query_tiles_of). A query tile that sees no key
  * writes out 0 and lse -inf; the backward passes may accumulate into their gradient, dk and dv may
- * be stored fp32 beside bf16 operands. On today's problem the arithmetic is the one before the cut
- * (the same bits, checked against the previous bodies).
+ * be stored fp32 beside bf16 operands. Each body has two instantiations (template argument CUT,
+ * "the problem's two forms" below): the cut one for that problem, and today's problem alone with the
+ * arithmetic of before the cut, which the everyday kernels run; both give the previous bodies' bits
+ * on today's problem.
  * No atomics: every output element is summed by one warp, over tiles in a fixed order, so the
  * backward is deterministic. The bf16 form rounds P and dS to bf16 before their products (as
  * FlashAttention-2 does; the fp32 form keeps them fp32, in the score buffers); the scores, sums and
@@ -321,7 +323,41 @@ TRI_MMA_DEV int64_t visible_keys(int64_t t, int64_t j0, int64_t nc)
     return t < j0 ? 0 : (t - j0 + 1 < nc ? t - j0 + 1 : nc);
 }
 
-/* ---- the tiles a tile meets (cuda/attention/flash_cut.h's problem) ----
+/* ---- the problem's two forms ----
+ * Each body is instantiated twice, by its template argument CUT: true for cuda/attention/flash_cut.h's
+ * problem as it comes (queries and keys in their own buffers at global positions, two chunks a side,
+ * fully masked tiles skipped, the gradient overwritten or added to: context parallelism's kv ops),
+ * false for today's problem only (tri_flash_mma_whole: one qkv, one chunk at 0 on both sides,
+ * overwritten), where the helpers below reduce to the plain arithmetic of before the cut (a local
+ * row is its own position, key tiles 0 .. the diagonal, query tiles from the diagonal on) and the
+ * bodies' cut-only steps drop out at compile time, so the kernels of every training run
+ * (tri_flash_mma_forward / _backward) keep their registers (docs/context_parallel.md). On today's
+ * problem both give the same bits (tests/test_flash_mma_cpu.cpp). */
+
+/* Global positions of query row i and key row j. */
+template <bool CUT>
+TRI_MMA_DEV int64_t flash_qpos(const tri_flash_mma_cut &c, int64_t i)
+{
+    return CUT ? tri_flash_pos(c.qr, i) : i;
+}
+
+template <bool CUT>
+TRI_MMA_DEV int64_t flash_kpos(const tri_flash_mma_cut &c, int64_t j)
+{
+    return CUT ? tri_flash_pos(c.kr, j) : j;
+}
+
+/* The element of key row j of batch b, key head g (value head g with value) in the keys' buffer (today's
+ * problem: qkv, as tri_flash_k_at / _v_at address it; written so, nvcc kept fewer registers). */
+template <bool CUT>
+TRI_MMA_DEV int64_t flash_kv_at(const tri_flash_mma_cut &c, int64_t b, int64_t j, int64_t g, bool value)
+{
+    if (!CUT)
+        return value ? tri_flash_v_at(c.d, b, j, g) : tri_flash_k_at(c.d, b, j, g);
+    return (b * c.Tk + j) * c.Wk + tri_flash_mma_k_col(c, g) + (value ? c.d.NH_kv * c.d.HS : 0);
+}
+
+/* ---- the tiles a tile meets ----
  * Chunk c (0 or 1) of a side of n rows: its first local row, its rows and its global position. */
 struct flash_chunk {
     int64_t row, n, pos;
@@ -359,13 +395,19 @@ struct flash_key_tiles {
     int64_t n0, n, row1;
 };
 
+template <bool CUT>
 TRI_MMA_DEV int64_t flash_key_row(flash_key_tiles k, int64_t u)
 {
-    return u < k.n0 ? u * TILE : k.row1 + (u - k.n0) * TILE;
+    return !CUT || u < k.n0 ? u * TILE : k.row1 + (u - k.n0) * TILE;
 }
 
+template <bool CUT>
 TRI_MMA_DEV flash_key_tiles flash_key_tiles_of(const tri_flash_mma_cut &c, int64_t last)
 {
+    if (!CUT) {
+        flash_key_tiles w = {last / TILE + 1, last / TILE + 1, 0};
+        return w;
+    }
     flash_chunk k0 = flash_chunk_of(c.kr, c.Tk, 0), k1 = flash_chunk_of(c.kr, c.Tk, 1);
     int64_t n0 = flash_tiles_upto(k0, last);
     flash_key_tiles t = {n0, n0 + flash_tiles_upto(k1, last), k1.row};
@@ -380,13 +422,19 @@ struct flash_query_tiles {
     int64_t f0, m0, f1, m1, row1;
 };
 
+template <bool CUT>
 TRI_MMA_DEV int64_t flash_query_row(flash_query_tiles q, int64_t v)
 {
-    return v < q.m0 ? (q.f0 + v) * TILE : q.row1 + (q.f1 + v - q.m0) * TILE;
+    return !CUT || v < q.m0 ? (q.f0 + v) * TILE : q.row1 + (q.f1 + v - q.m0) * TILE;
 }
 
+template <bool CUT>
 TRI_MMA_DEV flash_query_tiles flash_query_tiles_of(const tri_flash_mma_cut &c, int64_t first)
 {
+    if (!CUT) {
+        flash_query_tiles w = {first / TILE, (c.d.T + TILE - 1) / TILE - first / TILE, 0, 0, 0};
+        return w;
+    }
     flash_chunk q0 = flash_chunk_of(c.qr, c.d.T, 0), q1 = flash_chunk_of(c.qr, c.d.T, 1);
     int64_t f0 = flash_tiles_before(q0, first), f1 = flash_tiles_before(q1, first);
     flash_query_tiles t = {f0, (q0.n + TILE - 1) / TILE - f0, f1, (q1.n + TILE - 1) / TILE - f1, q1.row};
@@ -477,7 +525,7 @@ TRI_MMA_DEV void online_softmax(typename P::elem *pw, float *sw, float *sm, floa
         P::store16(pw + flash_at(flash_softmax_rc(lane, u, PER), S::LP), e + PER * u);
 }
 
-template <class P, int HS>
+template <class P, int HS, bool CUT>
 TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global *out, float *lse,
                                         const typename P::global *q, const typename P::global *kv,
                                         tri_flash_mma_cut c, int64_t n_tiles)
@@ -491,21 +539,22 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *ow = (float *)(smem + L::o) + warp * WROWS * S::LO;
     E *pw = (E *)(smem + L::p) + warp * WROWS * S::LP;
     tri_flash_dims d = c.d;
-    int64_t T = d.T, Tk = c.Tk, C = d.NH * HS, W = c.W, Wk = c.Wk;
+    int64_t T = d.T, Tk = CUT ? c.Tk : T, C = d.NH * HS, W = CUT ? c.W : tri_flash_width(d), Wk = CUT ? c.Wk : W;
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
-    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = tri_flash_pos(c.qr, i0);
-    const typename P::global *qb = q + b * T * W + h * HS, *kb = kv + b * Tk * Wk + tri_flash_mma_k_col(c, g),
-                             *vb = kb + d.NH_kv * HS;
+    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = flash_qpos<CUT>(c, i0);
+    const typename P::global *qb = q + b * T * W + h * HS, *kvs = CUT ? kv : q; /* today's problem: kv is q */
+    const typename P::global *kb = kvs + flash_kv_at<CUT>(c, b, 0, g, false),
+                             *vb = kvs + flash_kv_at<CUT>(c, b, 0, g, true);
     float scale = 1.0f / sqrtf((float)HS);
-    flash_key_tiles kt = flash_key_tiles_of(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
+    flash_key_tiles kt = flash_key_tiles_of<CUT>(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
     int64_t n_kv = kt.n;
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
-        int64_t j0 = flash_key_row(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
+        int64_t j0 = flash_key_row<CUT>(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
         issue_tile<P, HS>((E *)(smem + (t % 2 ? L::k1 : L::k)), kb + j0 * Wk, Wk, nc);
         issue_tile<P, HS>((E *)(smem + (t % 2 ? L::v1 : L::v)), vb + j0 * Wk, Wk, nc);
     };
 
-    if (n_kv > 0) { /* else the rows see no key: out 0, lse -inf */
+    if (!CUT || n_kv > 0) { /* else the rows see no key: out 0, lse -inf */
         issue_tile<P, HS>(sq, qb + i0 * W, W, nr);
         issue(0);
         tri_mma_cp_async_commit();
@@ -518,7 +567,7 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
         sl[TRI_MMA_TID] = 0.0f;
     }
     for (int64_t t = 0; t < n_kv; t++) {
-        int64_t j0 = flash_key_row(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE, kp0 = tri_flash_pos(c.kr, j0);
+        int64_t j0 = flash_key_row<CUT>(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE, kp0 = flash_kpos<CUT>(c, j0);
         TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to is no longer read */
         tile_pipeline<L::double_buffered>(t, n_kv, issue);
         TRI_MMA_SYNC_BLOCK(); /* tile t's k and v (and at t = 0 q) have landed, from every lane */
@@ -547,15 +596,17 @@ TRI_MMA_DEV void flash_forward_mma_body(unsigned char *smem, typename P::global 
             TRI_MMA_SYNC_WARP();
         });
     }
-    if (n_kv == 0)
+    if (CUT && n_kv == 0)
         TRI_MMA_SYNC_BLOCK(); /* the rows' l, set by other warps' lanes, is seen (else the loop's barriers) */
     int64_t row0 = i0 + warp * WROWS;
     TRI_MMA_ROLLED
     for (int step = 0; step < WROWS * HS / 32; step++) {
         flash_rc e = flash_rows_rc(lane, step, HS);
-        float l = sl[warp * WROWS + e.r];
-        if (row0 + e.r < T)
-            out[(b * T + row0 + e.r) * C + h * HS + e.c] = P::to_global(l == 0.0f ? 0.0f : ow[flash_at(e, S::LO)] / l);
+        if (row0 + e.r < T) {
+            float l = sl[warp * WROWS + e.r];
+            out[(b * T + row0 + e.r) * C + h * HS + e.c] =
+                P::to_global(CUT && l == 0.0f ? 0.0f : ow[flash_at(e, S::LO)] / l);
+        }
     }
     if (lane < WROWS && row0 + lane < T)
         lse[bh * T + row0 + lane] = tri_flash_lse(sm[warp * WROWS + lane], sl[warp * WROWS + lane]);
@@ -598,7 +649,7 @@ TRI_MMA_DEV void load_stats(float *slse, float *sdelta, const float *lse, const 
  * dk/dv kernel. a0, c0: the block's first row and column as local rows of their buffers (query rows
  * at or past T and key rows at or past Tk are padding), ap0, cp0 as global positions (the causal
  * mask). Each lane writes only the elements it read, so p_out and ds_out may be s and dp. */
-template <class P, int HS>
+template <class P, int HS, bool CUT>
 TRI_MMA_DEV void probabilities(typename P::elem *p_out, typename P::elem *ds_out, const float *s, const float *dp,
                                const float *slse, const float *sdelta, int64_t a0, int64_t ap0, int64_t c0,
                                int64_t cp0, bool keys_are_rows, int64_t T, int64_t Tk, float scale)
@@ -613,7 +664,7 @@ TRI_MMA_DEV void probabilities(typename P::elem *p_out, typename P::elem *ds_out
         int64_t t = keys_are_rows ? c0 + c : a0 + a, j = keys_are_rows ? a0 + a : c0 + c;
         int64_t tp = keys_are_rows ? cp0 + c : ap0 + a, jp = keys_are_rows ? ap0 + a : cp0 + c;
         float p = 0.0f, ds = 0.0f;
-        if (t < T && j < Tk && jp <= tp) {
+        if (CUT ? t < T && j < Tk && jp <= tp : t < T && j <= t) {
             p = tri_expf(s[es] * scale - slse[qi]);
             ds = p * (dp[es] - sdelta[qi]);
         }
@@ -623,7 +674,7 @@ TRI_MMA_DEV void probabilities(typename P::elem *p_out, typename P::elem *ds_out
     }
 }
 
-template <class P, int HS, class GO = typename P::global>
+template <class P, int HS, bool CUT, class GO = typename P::global>
 TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, GO *dkv, const float *delta,
                                              const typename P::global *dout, const typename P::global *q,
                                              const typename P::global *kv, const float *lse, tri_flash_mma_cut c,
@@ -639,25 +690,25 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, GO *dkv, const
     E *pw = (E *)(smem + L::p) + warp * WROWS * S::LP, *dsw = (E *)(smem + L::ds) + warp * WROWS * S::LP;
     (void)n_tiles; /* a block per key tile: the grid says how many */
     tri_flash_dims d = c.d;
-    int64_t T = d.T, Tk = c.Tk, C = d.NH * HS, W = c.W, Wk = c.Wk, rep = d.NH / d.NH_kv;
-    int64_t j0 = TRI_MMA_BX * TILE, bg = TRI_MMA_BY, b = bg / d.NH_kv, g = bg % d.NH_kv;
-    int64_t nc = Tk - j0 < TILE ? Tk - j0 : TILE, kp0 = tri_flash_pos(c.kr, j0);
+    int64_t T = d.T, Tk = CUT ? c.Tk : T, C = d.NH * HS, W = CUT ? c.W : tri_flash_width(d), Wk = CUT ? c.Wk : W;
+    int64_t rep = d.NH / d.NH_kv, j0 = TRI_MMA_BX * TILE, bg = TRI_MMA_BY, b = bg / d.NH_kv, g = bg % d.NH_kv;
+    int64_t nc = Tk - j0 < TILE ? Tk - j0 : TILE, kp0 = flash_kpos<CUT>(c, j0);
     float scale = 1.0f / sqrtf((float)HS);
-    GO *dkb = dkv + (b * Tk + j0) * Wk + tri_flash_mma_k_col(c, g);
-    const typename P::global *kb = kv + (b * Tk + j0) * Wk + tri_flash_mma_k_col(c, g);
+    const typename P::global *kvs = CUT ? kv : q; /* today's problem: kv is q */
     /* the group's query heads in order, each with its query tiles that reach the key tile (today's
-     * problem: from the diagonal on): tile t of n_q is head g rep + t / per, tile t % per of qt */
-    flash_query_tiles qt = flash_query_tiles_of(c, kp0);
-    int64_t per = qt.m0 + qt.m1, n_q = rep * per;
-    auto issue = [&](int64_t u) { /* query tile u's q and dout into buffer u % 2 */
-        int64_t hu = g * rep + u / per, iu = flash_query_row(qt, u % per), nr = T - iu < TILE ? T - iu : TILE;
+     * problem: from the diagonal on): tile t of n_q, head h and tile v of qt; (nh, nv) the next one's */
+    flash_query_tiles qt = flash_query_tiles_of<CUT>(c, kp0);
+    int64_t per = qt.m0 + qt.m1, n_q = rep * per, t = 0, h = g * rep, v = 0, nh = h, nv = v;
+    auto issue = [&](int64_t u) { /* query tile u (t or t + 1)'s q and dout into buffer u % 2 */
+        int64_t hu = u == t ? h : nh, iu = flash_query_row<CUT>(qt, u == t ? v : nv);
+        int64_t nr = T - iu < TILE ? T - iu : TILE;
         issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t2b : L::t2)), q + (b * T + iu) * W + hu * HS, W, nr);
         issue_tile<P, HS>((E *)(smem + (u % 2 ? L::t3b : L::t3)), dout + (b * T + iu) * C + hu * HS, C, nr);
     };
 
-    if (n_q > 0) { /* else no query sees these keys: dk, dv 0 (or left, accumulating) */
-        issue_tile<P, HS>(sk, kb, Wk, nc);
-        issue_tile<P, HS>(sv, kb + d.NH_kv * HS, Wk, nc);
+    if (!CUT || n_q > 0) { /* else no query sees these keys: dk, dv 0 (or left, accumulating) */
+        issue_tile<P, HS>(sk, kvs + flash_kv_at<CUT>(c, b, j0, g, false), Wk, nc);
+        issue_tile<P, HS>(sv, kvs + flash_kv_at<CUT>(c, b, j0, g, true), Wk, nc);
         issue(0);
         tri_mma_cp_async_commit();
     }
@@ -667,48 +718,40 @@ TRI_MMA_DEV void flash_backward_dkv_mma_body(unsigned char *smem, GO *dkv, const
         tri_mma_fill(dk[n], 0.0f);
         tri_mma_fill(dv[n], 0.0f);
     }
-    for (int64_t t = 0; t < n_q; t++) {
-        int64_t h = g * rep + t / per, i0 = flash_query_row(qt, t % per), nr = T - i0 < TILE ? T - i0 : TILE;
-        int64_t qp0 = tri_flash_pos(c.qr, i0);
-        TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to, and the stats, are no longer read */
-        tile_pipeline<L::double_buffered>(t, n_q, issue);
-        load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
-        TRI_MMA_SYNC_BLOCK(); /* query tile t (and at t = 0 k, v) landed, from every lane */
-        on_buffer<L::double_buffered>(t, [&](auto buf) {
-            constexpr bool second = decltype(buf)::index == 1;
-            const E *cq = (const E *)(smem + (second ? L::t2b : L::t2));
-            const E *cdo = (const E *)(smem + (second ? L::t3b : L::t3));
-            rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, cq);   /* S^T: keys x queries */
-            rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, cdo); /* dP^T */
-            TRI_MMA_SYNC_WARP();
-            probabilities<P, HS>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, kp0 + warp * WROWS, i0, qp0,
-                                 true, T, Tk, scale);
-            TRI_MMA_SYNC_WARP();
-            accumulate_p_times<P, HS>(dv, pw, cdo);
-            accumulate_p_times<P, HS>(dk, dsw, cq);
-        });
-    }
+    for (h = g * rep; h < (g + 1) * rep; h++)
+        for (v = 0; v < per; v++, t++) {
+            int64_t i0 = flash_query_row<CUT>(qt, v), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = flash_qpos<CUT>(c, i0);
+            nh = v + 1 < per ? h : h + 1;
+            nv = v + 1 < per ? v + 1 : 0;
+            TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to, and the stats, are no longer read */
+            tile_pipeline<L::double_buffered>(t, n_q, issue);
+            load_stats(slse, sdelta, lse, delta, (b * d.NH + h) * T + i0, nr);
+            TRI_MMA_SYNC_BLOCK(); /* query tile t (and at t = 0 k, v) landed, from every lane */
+            on_buffer<L::double_buffered>(t, [&](auto buf) {
+                constexpr bool second = decltype(buf)::index == 1;
+                const E *cq = (const E *)(smem + (second ? L::t2b : L::t2));
+                const E *cdo = (const E *)(smem + (second ? L::t3b : L::t3));
+                rows_times_rows_t<P, HS>(sw, sk + warp * WROWS * S::LD, cq);   /* S^T: keys x queries */
+                rows_times_rows_t<P, HS>(dpw, sv + warp * WROWS * S::LD, cdo); /* dP^T */
+                TRI_MMA_SYNC_WARP();
+                probabilities<P, HS, CUT>(pw, dsw, sw, dpw, slse, sdelta, j0 + warp * WROWS, kp0 + warp * WROWS, i0,
+                                          qp0, true, T, Tk, scale);
+                TRI_MMA_SYNC_WARP();
+                accumulate_p_times<P, HS>(dv, pw, cdo);
+                accumulate_p_times<P, HS>(dk, dsw, cq);
+            });
+        }
     TRI_MMA_SYNC_BLOCK(); /* the score buffers become the output stage */
-    if (n_q == 0 && c.accumulate)
+    bool add = CUT && c.accumulate != 0;
+    if (n_q == 0 && add)
         return;
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
     int64_t row0 = j0 + warp * WROWS;
-    bool add = c.accumulate != 0;
-    store_rows<P, HS, GO>(dkb + warp * WROWS * Wk, Wk, stage, dk, scale, row0, Tk, add);
-    store_rows<P, HS, GO>(dkb + warp * WROWS * Wk + d.NH_kv * HS, Wk, stage, dv, 1.0f, row0, Tk, add);
+    store_rows<P, HS, GO>(dkv + flash_kv_at<CUT>(c, b, row0, g, false), Wk, stage, dk, scale, row0, Tk, add);
+    store_rows<P, HS, GO>(dkv + flash_kv_at<CUT>(c, b, row0, g, true), Wk, stage, dv, 1.0f, row0, Tk, add);
 }
 
-/* dk, dv stored fp32 (operands of precision P): the all_gather backward's partials */
-template <class P, int HS>
-TRI_MMA_DEV void flash_backward_dkv_f32_mma_body(unsigned char *smem, float *dkv, const float *delta,
-                                                 const typename P::global *dout, const typename P::global *q,
-                                                 const typename P::global *kv, const float *lse, tri_flash_mma_cut c,
-                                                 int64_t n_tiles)
-{
-    flash_backward_dkv_mma_body<P, HS, float>(smem, dkv, delta, dout, q, kv, lse, c, n_tiles);
-}
-
-template <class P, int HS>
+template <class P, int HS, bool CUT>
 TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::global *dq, const float *delta,
                                             const typename P::global *dout, const typename P::global *q,
                                             const typename P::global *kv, const float *lse, tri_flash_mma_cut c,
@@ -723,20 +766,20 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
     float *sw = (float *)(smem + L::s) + warp * WROWS * S::LS, *dpw = (float *)(smem + L::dp) + warp * WROWS * S::LS;
     E *dsw = (E *)(smem + L::ds) + warp * WROWS * S::LP;
     tri_flash_dims d = c.d;
-    int64_t T = d.T, Tk = c.Tk, C = d.NH * HS, W = c.W, Wk = c.Wk;
+    int64_t T = d.T, Tk = CUT ? c.Tk : T, C = d.NH * HS, W = CUT ? c.W : tri_flash_width(d), Wk = CUT ? c.Wk : W;
     int64_t i0 = (n_tiles - 1 - TRI_MMA_BX) * TILE, bh = TRI_MMA_BY, b = bh / d.NH, h = bh % d.NH;
-    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = tri_flash_pos(c.qr, i0);
+    int64_t g = tri_flash_kv_head(d, h), nr = T - i0 < TILE ? T - i0 : TILE, qp0 = flash_qpos<CUT>(c, i0);
     float scale = 1.0f / sqrtf((float)HS);
-    const typename P::global *kb = kv + b * Tk * Wk + tri_flash_mma_k_col(c, g);
-    flash_key_tiles kt = flash_key_tiles_of(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
+    const typename P::global *kvs = CUT ? kv : q; /* today's problem: kv is q */
+    flash_key_tiles kt = flash_key_tiles_of<CUT>(c, qp0 + nr - 1); /* today's problem: 0 .. the diagonal */
     int64_t n_kv = kt.n;
     auto issue = [&](int64_t t) { /* key tile t's k and v into buffer t % 2 */
-        int64_t j0 = flash_key_row(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
-        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t2b : L::t2)), kb + j0 * Wk, Wk, nc);
-        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t3b : L::t3)), kb + j0 * Wk + d.NH_kv * HS, Wk, nc);
+        int64_t j0 = flash_key_row<CUT>(kt, t), nc = Tk - j0 < TILE ? Tk - j0 : TILE;
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t2b : L::t2)), kvs + flash_kv_at<CUT>(c, b, j0, g, false), Wk, nc);
+        issue_tile<P, HS>((E *)(smem + (t % 2 ? L::t3b : L::t3)), kvs + flash_kv_at<CUT>(c, b, j0, g, true), Wk, nc);
     };
 
-    if (n_kv > 0) { /* else the rows see no key: dq 0 (or left, accumulating) */
+    if (!CUT || n_kv > 0) { /* else the rows see no key: dq 0 (or left, accumulating) */
         issue_tile<P, HS>(sq, q + (b * T + i0) * W + h * HS, W, nr);
         issue_tile<P, HS>(sdo, dout + (b * T + i0) * C + h * HS, C, nr);
         issue(0);
@@ -748,7 +791,7 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
     for (int n = 0; n < HS / 16; n++)
         tri_mma_fill(acc[n], 0.0f);
     for (int64_t t = 0; t < n_kv; t++) {
-        int64_t j0 = flash_key_row(kt, t), kp0 = tri_flash_pos(c.kr, j0);
+        int64_t j0 = flash_key_row<CUT>(kt, t), kp0 = flash_kpos<CUT>(c, j0);
         TRI_MMA_SYNC_BLOCK(); /* the buffer the next copies go to is no longer read */
         tile_pipeline<L::double_buffered>(t, n_kv, issue);
         TRI_MMA_SYNC_BLOCK(); /* key tile t (and at t = 0 q, dout) landed, from every lane */
@@ -759,19 +802,19 @@ TRI_MMA_DEV void flash_backward_dq_mma_body(unsigned char *smem, typename P::glo
             rows_times_rows_t<P, HS>(sw, sq + warp * WROWS * S::LD, ck);   /* S: queries x keys */
             rows_times_rows_t<P, HS>(dpw, sdo + warp * WROWS * S::LD, cv); /* dP */
             TRI_MMA_SYNC_WARP();
-            probabilities<P, HS>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, qp0 + warp * WROWS, j0, kp0,
-                                 false, T, Tk, scale);
+            probabilities<P, HS, CUT>(NULL, dsw, sw, dpw, slse, sdelta, i0 + warp * WROWS, qp0 + warp * WROWS, j0,
+                                      kp0, false, T, Tk, scale);
             TRI_MMA_SYNC_WARP();
             accumulate_p_times<P, HS>(acc, dsw, ck);
         });
     }
     TRI_MMA_SYNC_BLOCK();
-    if (n_kv == 0 && c.accumulate)
+    bool add = CUT && c.accumulate != 0;
+    if (n_kv == 0 && add)
         return;
     float *stage = (float *)(smem + L::s) + warp * WROWS * S::LSTAGE;
     int64_t row0 = i0 + warp * WROWS;
-    store_rows<P, HS, typename P::global>(dq + (b * T + row0) * W + h * HS, W, stage, acc, scale, row0, T,
-                                          c.accumulate != 0);
+    store_rows<P, HS, typename P::global>(dq + (b * T + row0) * W + h * HS, W, stage, acc, scale, row0, T, add);
 }
 
 #endif
