@@ -24,7 +24,13 @@
  * The wrapper of a row takes exactly the slot's params (device.c checks and dispatches them), so
  * the wrapper declarations are generated too; wrappers that are not a slot (tri_op_zero,
  * tri_op_copy) are declared by hand in device.h. Rows are grouped by op family, in the order of the
- * family files (engine/device/ops/). Shapes and dtypes follow device.h's conventions. */
+ * family files (engine/device/ops/). Shapes and dtypes follow device.h's conventions.
+ *
+ * Deterministic mode: the parameter-gradient arguments of matmul (c += a^T b), bias_backward,
+ * layernorm_backward, rmsnorm_backward, rmsnorm_heads_backward, grouped_matmul_backward_weight,
+ * embedding_backward and position_backward may be int64 exact fixed-point sums instead of float: the
+ * wrapper then adds the op's fp32 result one 64-row chunk at a time (engine/device/ops/exact_grads.c,
+ * tri_device_set_exact_grads); the slots only ever see float. */
 #ifndef TRI_OP_OPTIONAL
 #define TRI_OP_OPTIONAL(name, params) TRI_OP(name, params)
 #endif
