@@ -38,14 +38,16 @@ tri_tensor tri_rows_view(tri_tensor t, int64_t r0, int64_t n);
 /* *exact: whether the present gradients among grads[0 .. n) are int64; TRI_EINVAL naming op when
  * int64 and floating ones are mixed. */
 int tri_exact_grads_check(const char *op, const tri_tensor *grads, int n, bool *exact);
-/* One chunk: the op's fp32 gradients of rows [r0, r0 + n) added into tmp[i] (zeroed, shaped as
- * grads[i]; absent where grads[i] is). */
+/* One chunk: the op's fp32 gradients of rows [r0, r0 + n) added into tmp[i] (zeroed unless the
+ * chunk overwrites, shaped as grads[i]; absent where grads[i] is). */
 typedef int (*tri_exact_chunk_fn)(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri_tensor *tmp);
 /* Runs fn over N rows in chunks of `chunk` rows (0: all N at once) and adds each chunk's gradients
  * exactly into grads[i] (int64, absent ones skipped) with the device's exact scratch and bits
- * (tri_device_set_exact_grads). TRI_EINVAL naming op when the scratch is not set or too short. */
-int tri_exact_grads_rows(tri_device *d, const char *op, int64_t N, int64_t chunk, tri_tensor *grads, int n,
-                         tri_exact_chunk_fn fn, void *ctx);
+ * (tri_device_set_exact_grads). The scratch is zeroed before each chunk unless `overwrites` says fn
+ * writes every element of tmp (a GEMM with beta 0). TRI_EINVAL naming op when the scratch is not set
+ * or too short. */
+int tri_exact_grads_rows(tri_device *d, const char *op, int64_t N, int64_t chunk, bool overwrites, tri_tensor *grads,
+                         int n, tri_exact_chunk_fn fn, void *ctx);
 
 /* ---- dispatch ---- */
 /* The profile's clock around one op: start, then end with the op's status (which it returns, or the

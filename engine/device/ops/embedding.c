@@ -51,7 +51,8 @@ int tri_op_embedding_backward(tri_device *d, tri_tensor dwte, tri_tensor dout, t
         int rc = tri_need(op, "tokens", tokens, TRI_I32);
         if (!rc) rc = tri_need_float(op, "dout", dout); /* (the chunks' views cannot tell a short dout) */
         if (!rc) rc = tri_need_matrix(op, "dout", dout, tri_tensor_numel(tokens), tri_tensor_cols(dwte));
-        return rc ? rc : tri_exact_grads_rows(d, op, tri_tensor_numel(tokens), TRI_COL_CHUNK, &dwte, 1, embedding_chunk, &a);
+        return rc ? rc : tri_exact_grads_rows(d, op, tri_tensor_numel(tokens), TRI_COL_CHUNK, false, &dwte, 1,
+                                              embedding_chunk, &a);
     }
     int rc = tri_need(op, "tokens", tokens, TRI_I32);
     if (!rc) rc = tri_need_float(op, "dwte", dwte);
@@ -95,7 +96,7 @@ int tri_op_position_backward(tri_device *d, tri_tensor dwpe, tri_tensor dout, in
 {
     if (dwpe.dtype == TRI_I64 && tri_tensor_present(dwpe)) {
         embed_rows a = {.dout = dout, .T = T, .row0 = row0, .cp = cp, .cp_rank = cp_rank};
-        return tri_exact_grads_rows(d, "position_backward", tri_tensor_rows(dout), TRI_COL_CHUNK, &dwpe, 1,
+        return tri_exact_grads_rows(d, "position_backward", tri_tensor_rows(dout), TRI_COL_CHUNK, false, &dwpe, 1,
                                     position_chunk, &a);
     }
     tri_widen w = tri_widen_start(d, check_position("position_backward", dout, "dout", dwpe, "dwpe", T, row0, cp,

@@ -7,9 +7,9 @@
  * would be per pass, and context parallelism (a pass holding T / cp of a sequence's rows) would change
  * them. So every op that writes a parameter's gradient, when that gradient is given as int64, computes
  * it per chunk of TRI_COL_CHUNK = 64 rows of its inputs - the chunk's fp32 gradient into the device's
- * exact scratch (zeroed first), with the op's own fp32 arithmetic on the chunk's row views - and adds
- * each chunk's result exactly (tri_op_fixed_accumulate). A chunk of 64 rows is 64 consecutive positions
- * of one sequence whenever the rows a rank holds come in whole 64-row pieces of global positions (the
+ * exact scratch (zeroed first, unless the chunk's GEMM overwrites it with beta 0), with the op's own
+ * fp32 arithmetic on the chunk's row views - and adds each chunk's result exactly
+ * (tri_op_fixed_accumulate). A chunk of 64 rows is 64 consecutive positions of one sequence whenever the rows a rank holds come in whole 64-row pieces of global positions (the
  * cp validator's rule: chunks of T / (2 cp) rows, multiples of 64), so the set of terms, and hence the
  * bits, do not depend on cp, dp, pp, ZeRO or the micro-batch count.
  *
@@ -61,8 +61,8 @@ int tri_exact_grads_check(const char *op, const tri_tensor *grads, int n, bool *
     return TRI_OK;
 }
 
-int tri_exact_grads_rows(tri_device *d, const char *op, int64_t N, int64_t chunk, tri_tensor *grads, int n,
-                         tri_exact_chunk_fn fn, void *ctx)
+int tri_exact_grads_rows(tri_device *d, const char *op, int64_t N, int64_t chunk, bool overwrites, tri_tensor *grads,
+                         int n, tri_exact_chunk_fn fn, void *ctx)
 {
     char x[96];
     int64_t need = 0;
@@ -90,7 +90,8 @@ int tri_exact_grads_rows(tri_device *d, const char *op, int64_t N, int64_t chunk
     int rc = TRI_OK;
     for (int64_t r0 = 0; r0 < N && !rc; r0 += step) {
         int64_t rows = N - r0 < step ? N - r0 : step;
-        rc = tri_op_fill(d, tri_tensor_range(d->exact.scratch, 0, need), 0.0f);
+        if (!overwrites)
+            rc = tri_op_fill(d, tri_tensor_range(d->exact.scratch, 0, need), 0.0f);
         if (!rc) rc = fn(d, ctx, r0, rows, tmp);
         for (int i = 0; i < n && !rc; i++)
             if (tri_tensor_present(grads[i]))

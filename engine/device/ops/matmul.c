@@ -36,7 +36,7 @@ static int matmul_exact(tri_device *d, const char *op, tri_tensor c, matmul_rows
     if (!m.grouped && tri_tensor_rows(m.a) != tri_tensor_rows(m.b))
         return TRI_ERR(TRI_EINVAL, "%s: inner dimensions differ: a %s^T, b %s", op, TRI_DESC(m.a, x), TRI_DESC(m.b, y));
     int64_t chunk = m.grouped ? 0 : TRI_COL_CHUNK;
-    return tri_exact_grads_rows(d, op, tri_tensor_rows(m.a), chunk, &c, 1, matmul_chunk, &m);
+    return tri_exact_grads_rows(d, op, tri_tensor_rows(m.a), chunk, !m.grouped, &c, 1, matmul_chunk, &m);
 }
 
 int tri_op_matmul(tri_device *d, tri_tensor c, tri_tensor a, tri_tensor b, tri_tensor bias,
@@ -95,8 +95,8 @@ static int bias_chunk(tri_device *d, void *ctx, int64_t r0, int64_t n, const tri
 int tri_op_bias_backward(tri_device *d, tri_tensor dbias, tri_tensor dout)
 {
     if (dbias.dtype == TRI_I64 && tri_tensor_present(dbias)) /* exact sums per 64 rows (exact_grads.c) */
-        return tri_exact_grads_rows(d, "bias_backward", tri_tensor_rows(dout), TRI_COL_CHUNK, &dbias, 1, bias_chunk,
-                                    &dout);
+        return tri_exact_grads_rows(d, "bias_backward", tri_tensor_rows(dout), TRI_COL_CHUNK, false, &dbias, 1,
+                                    bias_chunk, &dout);
     int rc = tri_need_float("bias_backward", "dbias", dbias);
     if (!rc) rc = tri_need_float("bias_backward", "dout", dout);
     if (!rc) rc = tri_need_numel("bias_backward", "dbias", dbias, tri_tensor_cols(dout));

@@ -136,7 +136,7 @@ int tri_op_layernorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri
         norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = w, .mean = mean, .rstd = rstd};
         rc = check_layernorm(op, inp, w, w, "w", mean, rstd); /* (dw, db: by the chunks' calls) */
         if (!rc) rc = check_exact_rows(op, dinp, dout, N, C);
-        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, grads, 2, layernorm_chunk, &a);
+        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, false, grads, 2, layernorm_chunk, &a);
     }
     if (!rc) rc = check_layernorm(op, inp, w, dw, "dw", mean, rstd);
     if (!rc) rc = tri_need_float(op, "db", db);
@@ -210,7 +210,7 @@ int tri_op_rmsnorm_backward(tri_device *d, tri_tensor dinp, tri_tensor dw, tri_t
         norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = w, .rstd = rstd};
         int rc = check_rmsnorm(op, inp, w, rstd);
         if (!rc) rc = check_exact_rows(op, dinp, dout, N, C);
-        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, &dw, 1, rmsnorm_chunk, &a);
+        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, false, &dw, 1, rmsnorm_chunk, &a);
     }
     int rc = check_rmsnorm(op, inp, w, rstd);
     if (!rc) rc = tri_need_float(op, "dinp", dinp);
@@ -287,7 +287,7 @@ int tri_op_rmsnorm_heads_backward(tri_device *d, tri_tensor dinp, tri_tensor dq_
         if (!rc) rc = check_exact_rows(op, dinp, dout, N, W);
         norm_rows a = {.dinp = dinp, .dout = dout, .inp = inp, .w = q_w, .k_w = k_w, .rstd = rstd, .NH = NH,
                        .NH_kv = NH_kv};
-        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, grads, 2, rmsnorm_heads_chunk, &a);
+        return rc ? rc : tri_exact_grads_rows(d, op, N, TRI_COL_CHUNK, false, grads, 2, rmsnorm_heads_chunk, &a);
     }
     if (!rc) rc = check_rmsnorm_heads(op, inp, q_w, k_w, rstd, NH, NH_kv);
     if (!rc) rc = tri_need_float(op, "dinp", dinp);
