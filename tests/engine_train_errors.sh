@@ -3,7 +3,7 @@
 #
 # Each case must exit non-zero, print one error line naming the file, field or value, and never
 # crash (no sanitizer report, no signal). Run against the Release and the ASan/UBSan builds. The
-# cases written out below come first; then the table tests/bad_inputs.tsv (140 rows, 20 of them
+# cases written out below come first; then the table tests/bad_inputs.tsv (141 rows, 21 of them
 # under mpirun with 2-4 ranks), each of which must also be refused before anything starts (no plan
 # printed) and end on its own: a rank left waiting in a collective would hang until mpirun's
 # --timeout (300 s) kills the job, which the check recognises. (No bound in seconds: rows run four

@@ -10,6 +10,9 @@
  *     frozen-v AdamW element) bit for bit: the arithmetic is the same fp32 operations in the same
  *     order (C11 without FMA contraction), so any difference is a defect. Clipping (grad_scale)
  *     applies to the worker's own gradient. Every rank holds the same m and weights.
+ *   - with PowerSGD as the compressor, the exchange is Algorithm 1 composed with the library's PowerSGD
+ *     reduction (checked against float64 in test_grad_compression): m and the residuals are, bit for
+ *     bit, what that reduction decodes from the host's u, and the weights the frozen-v update of m.
  *   - the warm-up is plain AdamW: with freeze K, the losses before updates 0..K and the weights after
  *     K updates have the bits of an uncompressed, unfrozen run; from update K + 1 on they differ,
  *     and differ from 1bit on the gradient with the same freeze (the momentum, not the gradient, is
@@ -18,7 +21,7 @@
  *     train; the harness refuses TP copies that differ, which without the copies' broadcast of m
  *     they would (each TP rank compresses its own unit).
  *   - saved in stage 2 and resumed, a run is bit-identical to the uninterrupted one (losses, weights,
- *     each dp rank's residual), allgather and two-phase; without the residuals it is not.
+ *     each dp rank's residual), allgather, two-phase and PowerSGD (its Q); without that state it is not.
  *   - the refusals name the flags. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -49,6 +52,7 @@ static const float SCALES[STEPS] = {1.0f, 0.7f, 1.0f}; /* the clipping scale of 
 
 typedef struct ref_job {
     int D;
+    tri_compression_kind kind;           /* 1bit (the host reference below) or powersgd (composed) */
     int64_t padded;                      /* the layout's padded length (every rank's) */
     bool real[MAXN];                     /* element is a parameter's (not padding) */
     float wd[MAXN];                      /* its weight decay */
@@ -56,6 +60,9 @@ typedef struct ref_job {
     float grads[STEPS][MAXD][MAXN];      /* each rank's gradient of each step (divided by D) */
     float p0[MAXN], m0[MAXN], v0[MAXN];  /* the state after the warm-up */
     float got_m[STEPS][MAXD][MAXN], got_p[STEPS][MAXD][MAXN], got_r[STEPS][MAXD][MAXN];
+    /* powersgd: each worker's u = beta1 / D m + (1 - beta1) s g on the host, then reduced by a second
+     * compressor instance as a gradient would be (tri_dp_compress_unit): the decoded sum and residual */
+    float want_m[STEPS][MAXD][MAXN], want_r[STEPS][MAXD][MAXN];
 } ref_job;
 
 static void specs(tri_param_spec *s)
@@ -91,16 +98,22 @@ static int ref_rank(int rank, int size, tri_comm *comm, void *arg)
     run.dp = size;
     run.zero_stage = 0;
     run.compression = tri_compression_defaults();
-    run.compression.kind = TRI_COMPRESS_1BIT;
+    run.compression.kind = j->kind;
     run.compression.block_size = BLOCK;
     run.compression.start_iter = FREEZE;
+    run.compression.powersgd_rank = 2;
+    run.compression.powersgd_start_iter = FREEZE;
+    run.compression.seed = 7;
     tri_adamw_config cfg = {.beta1 = B1, .beta2 = B2, .eps = EPS, .weight_decay = WD, .kind = TRI_OPT_ADAM,
                             .freeze_step = FREEZE, .onebit_adam = true, .unfused_update = false};
     tri_device *d = NULL;
     tri_zero z;
     tri_optimizer o;
+    tri_dp_compress x2; /* the same compressor, reducing the host's u as a gradient */
+    bool composed = j->kind != TRI_COMPRESS_1BIT;
     memset(&z, 0, sizeof z);
     memset(&o, 0, sizeof o);
+    memset(&x2, 0, sizeof x2);
     tri_arena a;
     tri_arena_plan(&a);
     rc = tri_device_cpu_create(&d, 1);
@@ -111,6 +124,7 @@ static int ref_rank(int rank, int size, tri_comm *comm, void *arg)
         }
         if (!rc) rc = tri_zero_take(&z, &a, &L, &run);
         if (!rc) rc = tri_optimizer_take(&o, &a, &cfg, tri_zero_owned_numel(&z));
+        if (!rc && composed) rc = tri_dp_compress_take(&x2, &a, &L, &run.compression, 0);
     }
     if (!rc) tri_zero_bind(&z, d, comm);
     if (!rc) rc = tri_optimizer_reset(d, &o);
@@ -122,6 +136,18 @@ static int ref_rank(int rank, int size, tri_comm *comm, void *arg)
     for (int st = 0; st < STEPS && !rc; st++) {
         rc = tri_device_copy_from_host(d, tri_tensor_range(z.grads, 0, L.padded_numel), j->grads[st][rank]);
         z.iteration = o.step;
+        if (!rc && composed) { /* u from this rank's m before the step, in the exchange's fp32 operations */
+            float *u = j->want_m[st][rank];
+            float sa = B1 / (float)size, sc = (1.0f - B1) * SCALES[st];
+            rc = tri_device_copy_to_host(d, u, tri_tensor_range(o.m, 0, L.padded_numel));
+            for (int64_t i = 0; i < L.padded_numel && !rc; i++) {
+                float v = sc * j->grads[st][rank][i];
+                u[i] = v + sa * u[i];
+            }
+            for (int un = 0; un < L.n_units && !rc; un++)
+                rc = tri_dp_compress_unit(&x2, d, comm, tri_tensor_1d(u, TRI_F32, L.padded_numel), un, o.step);
+            if (!rc) rc = tri_dp_compress_residual_read(&x2, d, 0, L.padded_numel, j->want_r[st][rank]);
+        }
         if (!rc && !tri_optimizer_onebit_stage(&o, &z))
             rc = TRI_ERR(TRI_EINTERNAL, "test: step %lld is not the compression stage", (long long)o.step);
         if (!rc) rc = tri_onebit_adam_exchange(d, &o, &z, SCALES[st]);
@@ -131,10 +157,19 @@ static int ref_rank(int rank, int size, tri_comm *comm, void *arg)
         if (!rc) rc = tri_dp_compress_residual_read(&z.comp, d, 0, L.padded_numel, j->got_r[st][rank]);
     }
     tri_zero_destroy(&z);
+    tri_dp_compress_free(&x2);
     tri_arena_release(&a);
     tri_device_destroy(d);
     tri_layout_destroy(&L);
     return rc;
+}
+
+/* The update of Algorithm 1 after the exchange, on the host: tri_adamw_element with beta1 0 (its m is
+ * the averaged momentum m exactly), bc1 1, v frozen with its bias correction 1 - beta2^FREEZE. */
+static float frozen_v_update(float p, float m, float v, float wd)
+{
+    float pp = p * (1.0f - LR * wd);
+    return pp - (LR / 1.0f) * m / (sqrtf(v) / sqrtf(1.0f - powf(B2, (float)FREEZE)) + EPS);
 }
 
 /* Algorithm 1's stage 2 on the host, in the library's fp32 operations and order. */
@@ -147,7 +182,7 @@ static void reference(const ref_job *j, float ref_m[STEPS][MAXN], float ref_p[ST
     memcpy(m, j->m0, sizeof m);
     memcpy(p, j->p0, sizeof p);
     memset(r, 0, sizeof r);
-    float a = B1 / (float)D, bc2 = 1.0f - powf(B2, (float)FREEZE);
+    float a = B1 / (float)D;
     for (int st = 0; st < STEPS; st++) {
         float c = (1.0f - B1) * SCALES[st];
         /* each worker: u = beta1 / D m + (1 - beta1) s g (scale, then axpy), e = r + u */
@@ -183,11 +218,8 @@ static void reference(const ref_job *j, float ref_m[STEPS][MAXN], float ref_p[ST
                     r[k][i] = 0.0f;
                 continue;
             }
-            /* tri_adamw_element with beta1 0 (m = the averaged momentum), bc1 1, v frozen */
-            float mm = 0.0f * m[i] + (1.0f - 0.0f) * sum[i];
-            m[i] = mm;
-            float pp = p[i] * (1.0f - LR * j->wd[i]);
-            p[i] = pp - (LR / 1.0f) * mm / (sqrtf(j->v0[i]) / sqrtf(bc2) + EPS);
+            m[i] = sum[i];
+            p[i] = frozen_v_update(p[i], sum[i], j->v0[i], j->wd[i]);
         }
         memcpy(ref_m[st], m, sizeof m);
         memcpy(ref_p[st], p, sizeof p);
@@ -195,12 +227,52 @@ static void reference(const ref_job *j, float ref_m[STEPS][MAXN], float ref_p[ST
     }
 }
 
-static void stage2_matches_algorithm1(int D)
+/* The update of Algorithm 1 after the exchange, on the host: tri_adamw_element with beta1 0 (m = the
+ * averaged momentum), bc1 1, v frozen at its bias correction 1 - beta2^FREEZE. */
+
+/* PowerSGD as the compressor (Algorithm 1 with C = the library's PowerSGD reduction, which
+ * test_grad_compression checks against float64): each rank's exchanged m is, bit for bit, what a
+ * second instance of the compressor decodes from the host's u = beta1 / D m + (1 - beta1) s g
+ * reduced as a gradient; the residual likewise; the weights are the frozen-v update of that m. */
+static void check_composed(const ref_job *j)
+{
+    static float p[MAXN];
+    memcpy(p, j->p0, sizeof p);
+    int64_t differ_plain = 0;
+    for (int st = 0; st < STEPS; st++) {
+        for (int64_t i = 0; i < j->padded; i++) {
+            if (!j->real[i])
+                continue;
+            /* the uncompressed sum of the workers' u, for "it did compress" */
+            float sum = B1 * (st == 0 ? j->m0[i] : j->got_m[st - 1][0][i]);
+            for (int k = 0; k < j->D; k++) {
+                cr_assert_eq(j->got_m[st][k][i], j->want_m[st][k][i], "powersgd D %d step %d rank %d: m[%lld] %.9g, "
+                             "the compressor on u %.9g", j->D, st, k, (long long)i, (double)j->got_m[st][k][i],
+                             (double)j->want_m[st][k][i]);
+                cr_assert_eq(j->got_r[st][k][i], j->want_r[st][k][i], "powersgd D %d step %d rank %d: residual[%lld]",
+                             j->D, st, k, (long long)i);
+                cr_assert_eq(j->got_m[st][k][i], j->got_m[st][0][i], "powersgd: ranks %d and 0 hold another m", k);
+                sum += (1.0f - B1) * SCALES[st] * j->grads[st][k][i];
+            }
+            differ_plain += fabsf(j->got_m[st][0][i] - sum) > 1e-3f * fabsf(sum) + 1e-7f;
+            p[i] = frozen_v_update(p[i], j->got_m[st][0][i], j->v0[i], j->wd[i]);
+            for (int k = 0; k < j->D; k++)
+                cr_assert_eq(j->got_p[st][k][i], p[i], "powersgd D %d step %d rank %d: w[%lld] %.9g, the frozen-v "
+                             "update %.9g", j->D, st, k, (long long)i, (double)j->got_p[st][k][i], (double)p[i]);
+        }
+    }
+    /* rank 2 of the 24 x 41 matrix is not exact: the momentum was compressed, not summed */
+    cr_expect_gt(differ_plain, 100, "powersgd D %d: m is the plain sum in all but %lld elements", j->D,
+                 (long long)differ_plain);
+}
+
+static void stage2_matches_algorithm1(int D, tri_compression_kind kind)
 {
     static ref_job j;
     static float ref_m[STEPS][MAXN], ref_p[STEPS][MAXN], ref_r[STEPS][MAXD][MAXN];
     memset(&j, 0, sizeof j);
     j.D = D;
+    j.kind = kind;
     tu_fill_uniform(j.p0, MAXN, -0.5f, 0.5f, 11);
     tu_fill_uniform(j.m0, MAXN, -0.02f, 0.02f, 12);
     tu_fill_uniform(j.v0, MAXN, 1e-5f, 1e-3f, 13);
@@ -234,6 +306,10 @@ static void stage2_matches_algorithm1(int D)
                     j.grads[st][k][i] = 0.0f;
         }
     cr_assert_eq(tri_run_thread_ranks(D, ref_rank, &j), TRI_OK, "%s", tri_error_message());
+    if (kind != TRI_COMPRESS_1BIT) {
+        check_composed(&j);
+        return;
+    }
     reference(&j, ref_m, ref_p, ref_r);
     int64_t checked = 0;
     for (int st = 0; st < STEPS; st++)
@@ -261,16 +337,25 @@ static void stage2_matches_algorithm1(int D)
     cr_expect_gt(differ, 1000, "D %d: ranks 0 and 1 share their residual in all but %d elements", D, differ);
 }
 
-Test(one_bit_adam_stage2, exchange_and_update_equal_algorithm1_dp2) { stage2_matches_algorithm1(2); }
-Test(one_bit_adam_stage2, exchange_and_update_equal_algorithm1_dp4) { stage2_matches_algorithm1(4); }
+Test(one_bit_adam_stage2, exchange_and_update_equal_algorithm1_dp2) { stage2_matches_algorithm1(2, TRI_COMPRESS_1BIT); }
+Test(one_bit_adam_stage2, exchange_and_update_equal_algorithm1_dp4) { stage2_matches_algorithm1(4, TRI_COMPRESS_1BIT); }
+Test(one_bit_adam_stage2, powersgd_exchange_is_algorithm1_with_powersgd)
+{
+    stage2_matches_algorithm1(2, TRI_COMPRESS_POWERSGD);
+    stage2_matches_algorithm1(4, TRI_COMPRESS_POWERSGD);
+}
 
 /* ---- training: the warm-up is plain AdamW, then the momentum is compressed ---- */
 
 static tu_layout onebit_layout(int tp, int pp, int dp, bool sp, tri_compression_kind kind,
                                tri_compression_reduce reduce, int64_t freeze)
 {
-    return (tu_layout){.tp = tp, .pp = pp, .dp = dp, .sp = sp, .n_micro = 2, .zero = 0,
-                       .compression = tu_small_compressor(kind, reduce, freeze), .adam_freeze_step = freeze, .onebit_adam = true};
+    tu_layout l = {.tp = tp, .pp = pp, .dp = dp, .sp = sp, .n_micro = 2, .zero = 0,
+                   .compression = tu_small_compressor(kind, reduce, freeze), .adam_freeze_step = freeze,
+                   .onebit_adam = true};
+    l.compression.powersgd_start_iter = freeze; /* powersgd's own start (engine_train sets it so) */
+    l.compression.powersgd_rank = 2;
+    return l;
 }
 
 static void warmup_then_momentum(tri_compression_kind kind, tri_compression_reduce reduce, int dp)
@@ -317,6 +402,7 @@ Test(one_bit_adam_stage2, warmup_is_plain_adamw_then_the_momentum_is_compressed,
     warmup_then_momentum(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_TWO_PHASE, 4);
     warmup_then_momentum(TRI_COMPRESS_QSGD, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
     warmup_then_momentum(TRI_COMPRESS_TOPK, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
+    warmup_then_momentum(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
 }
 
 /* tp 2 x dp 2 (with and without SP: each TP rank compresses its own unit, whose blocks of 100 mix a
@@ -328,10 +414,11 @@ Test(one_bit_adam_stage2, composes_with_tp_and_pp, .timeout = 300)
     tri_gpt_config cfg = tu_tiny_config();
     enum { B = 1, T = 8, K = 2, N_STEPS = 5 };
     int32_t *w = tu_make_windows((int64_t)N_STEPS * 16, T, cfg.vocab_size, 42);
-    struct { int tp, pp; bool sp; } ls[] = {{2, 1, false}, {2, 1, true}, {1, 2, false}};
+    struct { int tp, pp; bool sp; tri_compression_kind kind; } ls[] = {
+        {2, 1, false, TRI_COMPRESS_1BIT}, {2, 1, true, TRI_COMPRESS_1BIT}, {1, 2, false, TRI_COMPRESS_1BIT},
+        {2, 1, true, TRI_COMPRESS_POWERSGD}, {1, 2, false, TRI_COMPRESS_POWERSGD}};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
-        tu_layout ob = onebit_layout(ls[i].tp, ls[i].pp, 2, ls[i].sp, TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER,
-                                     K);
+        tu_layout ob = onebit_layout(ls[i].tp, ls[i].pp, 2, ls[i].sp, ls[i].kind, TRI_COMPRESS_REDUCE_ALLGATHER, K);
         ob.compression.block_size = 100; /* blocks straddle parameters (64-aligned): TP ranks' scales differ */
         tu_layout plain = {.tp = ls[i].tp, .pp = ls[i].pp, .dp = 2, .sp = ls[i].sp, .n_micro = 2};
         tu_result ro, rp;
@@ -377,10 +464,9 @@ Test(one_bit_adam_stage2, refusals_name_the_flags, .timeout = 120)
     l.adam_freeze_step = 0;
     l.compression.start_iter = 0;
     refused(l, "--onebit-adam", "--adam-freeze-step 0");
-    l = ok;
-    l.compression = tu_small_compressor(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
-    l.compression.powersgd_start_iter = 2;
-    refused(l, "--onebit-adam", "--grad-compression powersgd");
+    l = onebit_layout(1, 1, 2, false, TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER, 2);
+    l.compression.powersgd_start_iter = 3;
+    refused(l, "--powersgd-start-iter 3", "--adam-freeze-step 2");
     l = ok;
     l.compression = tri_compression_defaults();
     refused(l, "--onebit-adam", "--grad-compression none");
@@ -402,9 +488,10 @@ Test(one_bit_adam_stage2, refusals_name_the_flags, .timeout = 120)
 
 enum { CB = 1, CT = 8, CGLOBAL = 4, CHALF = 10, CFREEZE = 4 };
 
-static tu_ckpt_run ckpt_run(const tri_gpt_config *cfg, const int32_t *w, tri_compression_reduce reduce)
+static tu_ckpt_run ckpt_run(const tri_gpt_config *cfg, const int32_t *w, tri_compression_kind kind,
+                            tri_compression_reduce reduce)
 {
-    tu_layout l = onebit_layout(1, 1, 2, false, TRI_COMPRESS_1BIT, reduce, CFREEZE);
+    tu_layout l = onebit_layout(1, 1, 2, false, kind, reduce, CFREEZE);
     l.compression.seed = 1234;
     return (tu_ckpt_run){.cfg = cfg, .B = CB, .T = CT, .layout = l, .global_batch = CGLOBAL, .windows = w,
                          .until = TU_CKPT_TOTAL};
@@ -422,22 +509,26 @@ static void same_tensor(const char *a, const char *b, tri_ckpt_file_kind kind, i
     free(y);
 }
 
-static void resumes_bit_for_bit(tri_compression_reduce reduce)
+/* powersgd: Q (the power iteration's warm start) is saved and restored with the residuals; without
+ * either, the run is another one. */
+static void resumes_bit_for_bit(tri_compression_kind kind, tri_compression_reduce reduce)
 {
     tri_gpt_config cfg = tu_tiny_config();
     int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * CGLOBAL, CT, cfg.vocab_size, 44);
-    char *dir = tu_ckpt_tmpdir(reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? "onebit-2ph" : "onebit");
+    char *dir = tu_ckpt_tmpdir(kind == TRI_COMPRESS_POWERSGD              ? "onebit-powersgd"
+                               : reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? "onebit-2ph"
+                                                                         : "onebit");
     char ref_dir[4200], mid[4300], ref_final[4300], out[4300], fin[4400];
     snprintf(ref_dir, sizeof ref_dir, "%s/uninterrupted", dir);
     snprintf(mid, sizeof mid, "%s/iter_%07d", ref_dir, CHALF);
     snprintf(ref_final, sizeof ref_final, "%s/iter_%07d", ref_dir, TU_CKPT_TOTAL);
-    tu_ckpt_run ref = ckpt_run(&cfg, w, reduce);
+    tu_ckpt_run ref = ckpt_run(&cfg, w, kind, reduce);
     ref.save_dir = ref_dir;
     ref.save_interval = CHALF;
     cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
 
     snprintf(out, sizeof out, "%s/resumed", dir);
-    tu_ckpt_run r = ckpt_run(&cfg, w, reduce);
+    tu_ckpt_run r = ckpt_run(&cfg, w, kind, reduce);
     r.load = mid;
     r.save_dir = out;
     cr_assert_eq(tu_ckpt_train(&r), TRI_OK, "resume: %s", tri_error_message());
@@ -456,7 +547,7 @@ static void resumes_bit_for_bit(tri_compression_reduce reduce)
         }
     }
     /* without the residuals the run is another one: they carry the equality */
-    tu_ckpt_run z = ckpt_run(&cfg, w, reduce);
+    tu_ckpt_run z = ckpt_run(&cfg, w, kind, reduce);
     z.load = mid;
     z.reset_compression_state = true;
     cr_assert_eq(tu_ckpt_train(&z), TRI_OK, "reset: %s", tri_error_message());
@@ -465,7 +556,7 @@ static void resumes_bit_for_bit(tri_compression_reduce reduce)
         differ += z.losses[k] != ref.losses[CHALF + k];
     cr_expect_gt(differ, 0, "resumed without the momentum's residuals, the losses are the uninterrupted run's");
     /* resumed without --onebit-adam: refused naming it */
-    tu_ckpt_run g = ckpt_run(&cfg, w, reduce);
+    tu_ckpt_run g = ckpt_run(&cfg, w, kind, reduce);
     g.layout.onebit_adam = false;
     g.load = mid;
     cr_expect_eq(tu_ckpt_train(&g), TRI_EINVAL, "a --onebit-adam checkpoint resumed without it");
@@ -476,8 +567,15 @@ static void resumes_bit_for_bit(tri_compression_reduce reduce)
     free(w);
 }
 
-Test(one_bit_adam_stage2, resumes_bit_for_bit, .timeout = 300) { resumes_bit_for_bit(TRI_COMPRESS_REDUCE_ALLGATHER); }
+Test(one_bit_adam_stage2, resumes_bit_for_bit, .timeout = 300)
+{
+    resumes_bit_for_bit(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER);
+}
 Test(one_bit_adam_stage2, two_phase_resumes_bit_for_bit, .timeout = 300)
 {
-    resumes_bit_for_bit(TRI_COMPRESS_REDUCE_TWO_PHASE);
+    resumes_bit_for_bit(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_TWO_PHASE);
+}
+Test(one_bit_adam_stage2, powersgd_resumes_bit_for_bit, .timeout = 300)
+{
+    resumes_bit_for_bit(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER);
 }

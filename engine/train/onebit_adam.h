@@ -23,7 +23,14 @@
  * compressed gradient: state_shards.h error_feedback, server_error_feedback); the trainer then
  * copies TP rank 0's m to the other copies of a parameter (TP-replicated parameters, shared shards,
  * the tied embedding's two stages), and tri_optimizer_step takes the buffer as m
- * (tri_optimizer_onebit_stage). ZeRO 0 only: every worker needs the whole momentum. */
+ * (tri_optimizer_onebit_stage). ZeRO 0 only: every worker needs the whole momentum.
+ *
+ * The compressor is any of --grad-compression's: Tang et al.'s analysis needs only a compressor with
+ * bounded error and error feedback, and the paper's is 1bit. With powersgd (Vogels et al. 2019) the
+ * momentum's matrices are reduced as rank-r factors P Q^T, warm-started Q, the vectors whole; the
+ * residual is the worker's share of what the factors missed (dp_compress.h), and the decoded m is
+ * the same on every rank (P and Q all-reduced). The compressed momentum is smoother than one step's
+ * gradient, which is what lets a low rank keep the loss (docs/grad-compression.md). */
 #ifndef TRIDENT_ENGINE_TRAIN_ONEBIT_ADAM_H
 #define TRIDENT_ENGINE_TRAIN_ONEBIT_ADAM_H
 
@@ -40,9 +47,9 @@ extern "C" {
 #endif
 
 /* What --onebit-adam composes with. TRI_EINVAL naming the flag and value for: another optimizer
- * than adam, --adam-freeze-step 0, no compressor or powersgd, a --grad-compression-start-iter other
- * than the freeze step (the warm-up is the freeze), ZeRO stage > 0, local SGD, deterministic mode,
- * context parallelism. a->onebit_adam false: TRI_OK. */
+ * than adam, --adam-freeze-step 0, no compressor, a compressor start (--grad-compression-start-iter, powersgd's --powersgd-start-iter) other than the freeze step
+ * (the warm-up is the freeze), ZeRO stage > 0, local SGD, deterministic mode, context parallelism.
+ * a->onebit_adam false: TRI_OK. */
 int tri_onebit_adam_check(const tri_adamw_config *a, const tri_compression *c, int zero_stage,
                           int64_t local_sgd_steps, bool deterministic, int cp);
 
