@@ -21,6 +21,8 @@
 #   powersgd-momentum  --onebit-adam with PowerSGD rank 4 as the compressor: plain AdamW for the first fifth,
 #               then v frozen and each worker's momentum all-reduced as rank-4 factors with error feedback
 #               (by name); powersgd-momentum-f5 with the warm-up and freeze at a twentieth (by name)
+#   powersgd-warm  PowerSGD rank 4 after an uncompressed fifth (--powersgd-start-iter iters / 5), v never
+#               frozen; powersgd-warm-f5 after a twentieth (by name)
 #   adam-freeze AdamW with v frozen after iters / 5, uncompressed: what the freeze alone costs (by name)
 #   1bit-warm   1bit after an uncompressed fifth, v never frozen: what the warm-up alone does (by name)
 #   localsgd-h16   16 local steps, then the replicas' parameters averaged (--outer-optimizer average)
@@ -64,6 +66,8 @@ flags_of() {
     1bit-adam-stage2-two-phase) echo "$(flags_of 1bit-adam-stage2) --grad-compression-reduce two-phase" ;;
     powersgd-momentum) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4 --adam-freeze-step $((iters / 5)) --onebit-adam" ;;
     powersgd-momentum-f5) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4 --adam-freeze-step $((iters / 20)) --onebit-adam" ;;
+    powersgd-warm) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4 --powersgd-start-iter $((iters / 5))" ;;
+    powersgd-warm-f5) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4 --powersgd-start-iter $((iters / 20))" ;;
     adam-freeze) echo "${base[*]} --adam-freeze-step $((iters / 5))" ;;
     1bit-warm) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5))" ;;
     powersgd) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4" ;;
