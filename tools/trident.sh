@@ -147,8 +147,8 @@ PY
     build_tree build-asan Debug "$other_march" -DTRIDENT_CUDA=OFF
     t_asan_build=$((SECONDS - t2))
     t3=$SECONDS
-    # (release_only: the tests tests/CMakeLists.txt names, whose code paths other tests cover under
-    # the sanitizers)
+    # (release_only: the tests of tests/release_only.txt, every library line of which tests of this
+    # stage execute too: tools/sanitizer_coverage.sh chooses them from per-test gcov counters)
     (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only')
     t_asan=$((SECONDS - t3))
     echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s," \

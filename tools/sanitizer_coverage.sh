@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# tools/sanitizer_coverage.sh - chooses the tests the test command's sanitizer stage runs, from what
+# each test executes.
+#
+# AddressSanitizer and UBSan check the code a process executes. A test all of whose library lines
+# other tests of the sanitizer stage execute too adds arithmetic there, not checks, at 2-4x its
+# Release cost; it still runs in the Release stage. This script
+#   1. builds the sanitizer build's code (Debug, the same -march, no CUDA) with gcov's counters in
+#      place of the sanitizers (TRIDENT_COVERAGE=ON, in build-cov/);
+#   2. runs every test of the sanitizer stage once, two at a time, each writing its counters under a
+#      directory of its own (GCOV_PREFIX: every process a test starts, Open MPI's ranks too);
+#   3. hands the counters to tools/sanitizer_select.py, which keeps every test that is the only one to
+#      execute some line of the library (engine/ layers/ models/ checkpoints/ partitioner/ tools/
+#      cuda/), then adds tests, most new lines per sanitizer-build second first, until the kept set
+#      executes every line any test executes, and writes the others to tests/release_only.txt
+#      (tests/CMakeLists.txt labels them release_only).
+# Rerun it when tests or library code move much; a new test is in the sanitizer stage until then.
+#
+#   bash tools/sanitizer_coverage.sh [--tests "NAME..."] [COST_FILE]
+# --tests: rerun only these tests' counters (after changing them; the others' are kept from the last
+# run) and select again. COST_FILE: the sanitizer build's CTestCostData.txt (per-test seconds;
+# default build-asan/Testing/Temporary/CTestCostData.txt, else the coverage run's own timings).
+# About 35 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+dir=$root/build-cov
+only=""
+if [ "${1:-}" = "--tests" ]; then
+  only=$2
+  shift 2
+fi
+cost=${1:-$root/build-asan/Testing/Temporary/CTestCostData.txt}
+export PATH="$PATH:/usr/local/cuda/bin" OMP_WAIT_POLICY=PASSIVE
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+
+# the sanitizer stage's -march (tools/trident.sh other_machine): the same preprocessor paths
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+march=none
+[[ " $flags " == *" avx2 "* ]] && march=x86-64-v3
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DTRIDENT_COVERAGE=ON -DTRIDENT_CUDA=OFF \
+  -DTRIDENT_MARCH="$march" >/dev/null
+cmake --build "$dir" -j "$(nproc)" > "$dir/build.log" 2>&1 || {
+  tail -20 "$dir/build.log" >&2; echo "sanitizer_coverage: the build in $dir failed" >&2; exit 1; }
+[ -f data/fortunes_byte_train.bin ] || bash tools/prepare_fortunes.sh "$dir/bin"
+
+# the tests of the sanitizer stage, release_only ones included (this run decides them anew)
+mapfile -t tests < <(cd "$dir" && ctest -N -LE 'gpu|fuzz' | sed -n 's/^ *Test *#[0-9]*: //p')
+if [ -n "$only" ]; then
+  [ -f "$dir/cov/runs.txt" ] || { echo "sanitizer_coverage: --tests needs a whole run first" >&2; exit 1; }
+  read -ra tests <<< "$only"
+  for t in "${tests[@]}"; do
+    rm -rf "${dir:?}/cov/$t"
+    sed -i "/^$t /d" "$dir/cov/runs.txt"
+  done
+else
+  rm -rf "$dir/cov"
+  mkdir -p "$dir/cov"
+fi
+echo "sanitizer_coverage: ${#tests[@]} tests, counters under $dir/cov/"
+strip=$(awk -F/ '{print NF - 1}' <<< "$dir")   # the components of $dir's absolute path
+
+run_one() {
+  local name=$1 d=$dir/cov/$1 t0 rc=0
+  mkdir -p "$d"
+  t0=$(date +%s%N)
+  (cd "$dir" && GCOV_PREFIX=$d GCOV_PREFIX_STRIP=$strip ctest -R "^${name}\$" --output-on-failure \
+     > "$d.log" 2>&1) || rc=$?
+  echo "$name $rc $((($(date +%s%N) - t0) / 1000000))" >> "$dir/cov/runs.txt"   # milliseconds
+}
+export -f run_one
+export dir strip
+printf '%s\n' "${tests[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_one {}'
+if awk '$2 != 0 {bad = 1; print "sanitizer_coverage: " $1 " failed (log: '"$dir"'/cov/" $1 ".log)"} END {exit !bad}' \
+     "$dir/cov/runs.txt" >&2; then
+  echo "sanitizer_coverage: failed tests stay in the sanitizer stage" >&2
+fi
+
+python3 tools/sanitizer_select.py --build "$dir" --source "$root" --cost "$cost" \
+  --out tests/release_only.txt

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""tools/sanitizer_select.py - picks the sanitizer stage's tests from per-test gcov counters.
+
+Run by tools/sanitizer_coverage.sh, which leaves each test's counter files (.gcda) under
+BUILD/cov/<test>/ and one line per test in BUILD/cov/runs.txt ("name exit-status milliseconds").
+
+A test's lines are the lines of the library (the folders in LIBRARY below; tests/ is left out: a
+test's own source is its own) that some process of the test executed. The selection is a weighted
+set cover: every test that is the only one to execute some line is kept, and so is every test ALWAYS
+or ALWAYS_PREFIX name (killed processes; the ops' and kernels' own tests), every test under
+KEEP_UNDER_S seconds and every test that failed in the coverage run; then, while some line that any test executes is executed by
+no kept test, the test adding most such lines per second of the sanitizer build is added; last, kept
+tests whose every line another kept test executes are dropped again, the costliest first. The others
+go to OUT (tests/release_only.txt), each with its cost, its line count and the kept tests that execute
+most of its lines.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+LIBRARY = ("engine/", "layers/", "models/", "checkpoints/", "partitioner/", "tools/", "cuda/")
+
+# Tests kept whatever their counters say: gcov writes a process's counters at exit, and these tests'
+# processes are killed by design (SIGKILL in the middle of a save, MPI_Abort of the job), so what
+# the killed processes executed is missing from their counters.
+ALWAYS = {
+    "test_checkpoint_kill": "kills engine_train with SIGKILL mid-save (counters of the killed runs are lost)",
+}
+KERNEL_TESTS = ("an op's or kernel's own test: its sizes (partial tiles, odd widths, edge shapes) reach memory "
+                "that model-level tests executing the same lines do not")
+ALWAYS_PREFIX = {
+    "faults_": "its ranks fail or are aborted by design (counters of the aborted ranks are lost)",
+    "test_ops_": KERNEL_TESTS,
+    "test_flash_": KERNEL_TESTS,
+    "test_fast_kernels": KERNEL_TESTS,
+    "test_cuda_kernels": KERNEL_TESTS,
+}
+# Tests under this many seconds in the coverage run are kept too: they cost the sanitizer stage
+# little, and the short tests are the unit tests whose inputs are chosen for their edges.
+KEEP_UNDER_S = 2.0
+
+
+def read_costs(path):
+    """CTestCostData.txt: 'name runs seconds' lines until '---'."""
+    costs = {}
+    if not path or not os.path.exists(path):
+        return costs
+    with open(path) as f:
+        for line in f:
+            if line.startswith("---"):
+                break
+            parts = line.split()
+            if len(parts) == 3:
+                costs[parts[0]] = float(parts[2])
+    return costs
+
+
+def test_lines(build, source, name):
+    """The set of 'file:line' of the library that the test executed."""
+    root = os.path.join(build, "cov", name)
+    gcdas = []
+    for d, _, files in os.walk(root):
+        for fn in files:
+            if fn.endswith(".gcda"):
+                gcda = os.path.join(d, fn)
+                rel = os.path.relpath(gcda, root)
+                gcno = os.path.join(build, rel[:-5] + ".gcno")
+                link = gcda[:-5] + ".gcno"
+                if os.path.exists(gcno) and not os.path.exists(link):
+                    os.symlink(gcno, link)
+                gcdas.append(gcda)
+    lines = set()
+    for i in range(0, len(gcdas), 64):
+        out = subprocess.run(["gcov", "--json-format", "--stdout"] + gcdas[i:i + 64],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root,
+                             text=True, check=False).stdout
+        for row in out.splitlines():
+            if not row.startswith("{"):
+                continue
+            for f in json.loads(row).get("files", []):
+                path = os.path.relpath(os.path.realpath(f["file"]), source)
+                if not path.startswith(LIBRARY):
+                    continue
+                for ln in f["lines"]:
+                    if ln["count"] > 0:
+                        lines.add("%s:%d" % (path, ln["line_number"]))
+    return lines
+
+
+def forced_reason(name, rc, seconds):
+    if rc != 0:
+        return "failed in the coverage run (exit status %d): kept" % rc
+    if name in ALWAYS:
+        return ALWAYS[name]
+    for p, why in ALWAYS_PREFIX.items():
+        if name.startswith(p):
+            return why
+    if seconds < KEEP_UNDER_S:
+        return "short"
+    return None
+
+
+def select(lines, cost, forced):
+    owners = {}
+    for t, ls in lines.items():
+        for l in ls:
+            owners.setdefault(l, []).append(t)
+    universe = set(owners)
+    kept = set(forced)
+    kept |= {ts[0] for ts in owners.values() if len(ts) == 1}
+    covered = set().union(*(lines[t] for t in kept)) if kept else set()
+    while covered != universe:
+        best = max((t for t in lines if t not in kept),
+                   key=lambda t: (len(lines[t] - covered) / max(cost[t], 0.1), t))
+        kept.add(best)
+        covered |= lines[best]
+    count = {l: sum(1 for t in owners[l] if t in kept) for l in universe}
+    for t in sorted(kept - set(forced), key=lambda t: (-cost[t], t)):
+        if all(count[l] >= 2 for l in lines[t]):
+            kept.discard(t)
+            for l in lines[t]:
+                count[l] -= 1
+    return kept, universe
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--cost", default="")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    runs = {}
+    with open(os.path.join(a.build, "cov", "runs.txt")) as f:
+        for row in f:
+            name, rc, ms = row.split()
+            runs[name] = (int(rc), int(ms) / 1000.0)
+    asan = read_costs(a.cost)
+    cost = {t: asan.get(t, ms) for t, (_, ms) in runs.items()}
+    cost_source = ("%s (the coverage run's for tests it lacks)" % os.path.relpath(a.cost, a.source)
+                   if asan else "the coverage run's (no sanitizer-build timings given)")
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
+        got = dict(zip(runs, ex.map(lambda t: test_lines(a.build, a.source, t), runs)))
+    forced = {t: r for t in runs if (r := forced_reason(t, *runs[t]))}
+    kept, universe = select(got, cost, forced)
+    dropped = sorted(set(runs) - kept)
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=a.source, text=True,
+                            stdout=subprocess.PIPE, check=False).stdout.strip()
+    t_kept = sum(cost[t] for t in kept)
+    t_dropped = sum(cost[t] for t in dropped)
+    with open(a.out, "w") as f:
+        f.write("# tests/release_only.txt - the tests the sanitizer stage leaves to the Release stage\n")
+        f.write("# (label release_only). Written by tools/sanitizer_coverage.sh: rerun it, do not edit.\n")
+        f.write("# Every library line (%s) each of them executes is executed by a\n" % " ".join(LIBRARY))
+        f.write("# test the sanitizer stage runs, so the sanitizers check the same code without it.\n")
+        f.write("# %s, commit %s: %d tests execute %d library lines; the sanitizer stage's %d cover\n"
+                % (datetime.date.today().isoformat(), commit, len(runs), len(universe), len(kept)))
+        f.write("# them all (%.0f s); these %d (%.0f s) run in Release only.\n"
+                % (t_kept, len(dropped), t_dropped))
+        f.write("# Kept whatever their lines: the tests under %g s in the coverage run (%d); %s.\n" % (
+            KEEP_UNDER_S, sum(1 for r in forced.values() if r == "short"),
+            "; ".join("%s (%s)" % (t, r) for t, r in sorted(forced.items()) if r != "short")))
+        f.write("# Seconds: %s.\n" % cost_source)
+        f.write("# name  seconds  library-lines  kept-tests-executing-most-of-them\n")
+        for t in dropped:
+            by = sorted(kept, key=lambda k: (-len(got[t] & got[k]), k))[:3]
+            f.write("%s %.1f %d %s\n" % (t, cost[t], len(got[t]), " ".join(by)))
+    print("sanitizer_select: %d of %d tests kept (%.0f s), %d to Release only (%.0f s): %s"
+          % (len(kept), len(runs), t_kept, len(dropped), t_dropped, a.out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
