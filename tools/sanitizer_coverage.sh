@@ -8,27 +8,34 @@
 #   1. builds the sanitizer build's code (Debug, the same -march, no CUDA) with gcov's counters in
 #      place of the sanitizers (TRIDENT_COVERAGE=ON, in build-cov/);
 #   2. runs every test of the sanitizer stage once, two at a time, each writing its counters under a
-#      directory of its own (GCOV_PREFIX: every process a test starts, Open MPI's ranks too);
+#      directory of its own (GCOV_PREFIX: every process a test starts, Open MPI's ranks too), then
+#      each case of the Criterion suites that took 10 s or more on its own;
 #   3. hands the counters to tools/sanitizer_select.py, which keeps every test that is the only one to
 #      execute some line of the library (engine/ layers/ models/ checkpoints/ partitioner/ tools/
-#      cuda/), then adds tests, most new lines per sanitizer-build second first, until the kept set
+#      cuda/), then adds tests (or cases), most new lines per second first, until the kept set
 #      executes every line any test executes, and writes the others to tests/release_only.txt
-#      (tests/CMakeLists.txt labels them release_only).
+#      (tests/CMakeLists.txt labels those tests release_only, and has the suites skip those cases in
+#      the sanitizer build).
 # Rerun it when tests or library code move much; a new test is in the sanitizer stage until then.
 #
-#   bash tools/sanitizer_coverage.sh [--tests "NAME..."] [COST_FILE]
+#   bash tools/sanitizer_coverage.sh [--tests "NAME..." | --cases] [COST_FILE]
 # --tests: rerun only these tests' counters (after changing them; the others' are kept from the last
-# run) and select again. COST_FILE: the sanitizer build's CTestCostData.txt (per-test seconds;
-# default build-asan/Testing/Temporary/CTestCostData.txt, else the coverage run's own timings).
-# About 35 minutes on 2 cores.
+# run) and select again. --cases: only the case-by-case pass (below) and the selection.
+# COST_FILE: the sanitizer build's CTestCostData.txt (per-test seconds; default
+# build-asan/Testing/Temporary/CTestCostData.txt, else the coverage run's own timings).
+# About an hour on 2 cores (35 minutes the tests, the rest their long suites' cases).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 dir=$root/build-cov
 only=""
+cases_only=0
 if [ "${1:-}" = "--tests" ]; then
   only=$2
   shift 2
+elif [ "${1:-}" = "--cases" ]; then
+  cases_only=1
+  shift
 fi
 cost=${1:-$root/build-asan/Testing/Temporary/CTestCostData.txt}
 export PATH="$PATH:/usr/local/cuda/bin" OMP_WAIT_POLICY=PASSIVE
@@ -48,7 +55,9 @@ cmake --build "$dir" -j "$(nproc)" > "$dir/build.log" 2>&1 || {
 
 # the tests of the sanitizer stage, release_only ones included (this run decides them anew)
 mapfile -t tests < <(cd "$dir" && ctest -N -LE 'gpu|fuzz' | sed -n 's/^ *Test *#[0-9]*: //p')
-if [ -n "$only" ]; then
+if ((cases_only)); then
+  mapfile -t tests < <(awk '{print $1}' "$dir/cov/runs.txt")
+elif [ -n "$only" ]; then
   [ -f "$dir/cov/runs.txt" ] || { echo "sanitizer_coverage: --tests needs a whole run first" >&2; exit 1; }
   read -ra tests <<< "$only"
   for t in "${tests[@]}"; do
@@ -72,11 +81,40 @@ run_one() {
 }
 export -f run_one
 export dir strip
-printf '%s\n' "${tests[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_one {}'
+((cases_only)) || printf '%s\n' "${tests[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_one {}'
 if awk '$2 != 0 {bad = 1; print "sanitizer_coverage: " $1 " failed (log: '"$dir"'/cov/" $1 ".log)"} END {exit !bad}' \
      "$dir/cov/runs.txt" >&2; then
   echo "sanitizer_coverage: failed tests stay in the sanitizer stage" >&2
 fi
+
+# A Criterion suite that ran 10 s or more is also run case by case (CRITERION_TEST_PATTERN), so the
+# selection can leave single cases to the Release stage: tests/CMakeLists.txt then runs that suite in
+# the sanitizer build with a pattern that skips them.
+run_case() {
+  local name=${1% *} case=${1#* } d t0 rc=0
+  d=$dir/cov/cases/$name@${case//\//@}
+  mkdir -p "$d"
+  t0=$(date +%s%N)
+  (cd "$dir" && CRITERION_TEST_PATTERN=$case GCOV_PREFIX=$d GCOV_PREFIX_STRIP=$strip \
+     ctest -R "^${name}\$" --output-on-failure > "$d.log" 2>&1) || rc=$?
+  echo "$name $case $rc $((($(date +%s%N) - t0) / 1000000))" >> "$dir/cov/cases.txt"
+}
+export -f run_case
+mkdir -p "$dir/cov/cases"
+touch "$dir/cov/cases.txt"
+cases=()
+for t in "${tests[@]}"; do
+  ms=$(awk -v t="$t" '$1 == t {print $3}' "$dir/cov/runs.txt")
+  exe=$(find "$dir/tests" -maxdepth 2 -type f -executable -name "$t" | head -1)
+  [ -n "$exe" ] && [ "${ms:-0}" -ge 10000 ] || continue
+  rm -rf "${dir:?}/cov/cases/$t@"*
+  sed -i "/^$t /d" "$dir/cov/cases.txt"
+  while read -r c; do cases+=("$t $c"); done < <("$exe" --list 2>/dev/null |
+    awk '/^[A-Za-z0-9_]+: [0-9]+ tests?$/ {s = $1; sub(":", "", s); next}
+         {n = $NF; if (s != "" && n ~ /^[A-Za-z0-9_]+$/) print s "/" n}')
+done
+echo "sanitizer_coverage: ${#cases[@]} cases of the long Criterion suites, one at a time"
+printf '%s\n' "${cases[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_case "{}"'
 
 python3 tools/sanitizer_select.py --build "$dir" --source "$root" --cost "$cost" \
   --out tests/release_only.txt

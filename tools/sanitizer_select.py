@@ -2,7 +2,10 @@
 """tools/sanitizer_select.py - picks the sanitizer stage's tests from per-test gcov counters.
 
 Run by tools/sanitizer_coverage.sh, which leaves each test's counter files (.gcda) under
-BUILD/cov/<test>/ and one line per test in BUILD/cov/runs.txt ("name exit-status milliseconds").
+BUILD/cov/<test>/ and one line per test in BUILD/cov/runs.txt ("name exit-status milliseconds"), and
+for the long Criterion suites each case's under BUILD/cov/cases/<test>@<suite>@<case>/, listed in
+BUILD/cov/cases.txt ("name suite/case exit-status milliseconds"). A suite run case by case enters the
+selection as its cases ("test:suite/case"), unless a rule below keeps it whole.
 
 A test's lines are the lines of the library (the folders in LIBRARY below; tests/ is left out: a
 test's own source is its own) that some process of the test executed. The selection is a weighted
@@ -59,9 +62,9 @@ def read_costs(path):
     return costs
 
 
-def test_lines(build, source, name):
-    """The set of 'file:line' of the library that the test executed."""
-    root = os.path.join(build, "cov", name)
+def test_lines(build, source, rel):
+    """The set of 'file:line' of the library that the processes counted under cov/REL executed."""
+    root = os.path.join(build, "cov", rel)
     gcdas = []
     for d, _, files in os.walk(root):
         for fn in files:
@@ -127,6 +130,27 @@ def select(lines, cost, forced):
     return kept, universe
 
 
+def read_units(build):
+    """The units of the selection: {unit: (counter directory under cov/, exit status, seconds)}.
+    A whole test is its name; a suite that cov/cases.txt ran case by case is replaced by its cases,
+    named 'test:suite/case'."""
+    units = {}
+    with open(os.path.join(build, "cov", "runs.txt")) as f:
+        for row in f:
+            name, rc, ms = row.split()
+            units[name] = (name, int(rc), int(ms) / 1000.0)
+    split = {}
+    path = os.path.join(build, "cov", "cases.txt")
+    if os.path.exists(path):
+        with open(path) as f:
+            for row in f:
+                name, case, rc, ms = row.split()
+                if name in units:
+                    split.setdefault(name, {})["%s:%s" % (name, case)] = (
+                        "cases/%s@%s" % (name, case.replace("/", "@")), int(rc), int(ms) / 1000.0)
+    return units, split
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", required=True)
@@ -135,44 +159,63 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
-    runs = {}
-    with open(os.path.join(a.build, "cov", "runs.txt")) as f:
-        for row in f:
-            name, rc, ms = row.split()
-            runs[name] = (int(rc), int(ms) / 1000.0)
+    whole, split = read_units(a.build)
     asan = read_costs(a.cost)
-    cost = {t: asan.get(t, ms) for t, (_, ms) in runs.items()}
-    cost_source = ("%s (the coverage run's for tests it lacks)" % os.path.relpath(a.cost, a.source)
+    cost_source = ("%s, a case's scaled from its suite's (the coverage run's for tests it lacks)"
+                   % os.path.relpath(a.cost, a.source)
                    if asan else "the coverage run's (no sanitizer-build timings given)")
+    forced, units, cost = {}, {}, {}
+    for t, (rel, rc, sec) in whole.items():
+        why = forced_reason(t, rc, sec)
+        scale = asan[t] / sec if t in asan and sec > 0 else 1.0
+        if t in split and not why:
+            for c, (crel, crc, csec) in split[t].items():
+                units[c], cost[c] = crel, csec * scale
+                if crc != 0:
+                    forced[c] = "failed in the coverage run (exit status %d): kept" % crc
+        else:
+            units[t], cost[t] = rel, asan.get(t, sec)
+            if why:
+                forced[t] = why
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
-        got = dict(zip(runs, ex.map(lambda t: test_lines(a.build, a.source, t), runs)))
-    forced = {t: r for t in runs if (r := forced_reason(t, *runs[t]))}
+        got = dict(zip(units, ex.map(lambda u: test_lines(a.build, a.source, units[u]), units)))
     kept, universe = select(got, cost, forced)
-    dropped = sorted(set(runs) - kept)
+    dropped = sorted(set(units) - kept)
+    # a split suite none of whose cases is kept is left to Release whole
+    for t in split:
+        cs = [c for c in units if c.startswith(t + ":")]
+        if cs and all(c in dropped for c in cs):
+            dropped = [d for d in dropped if d not in cs] + [t]
+            got[t] = set().union(*(got[c] for c in cs))
+            cost[t] = sum(cost[c] for c in cs)
+    dropped.sort()
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=a.source, text=True,
                             stdout=subprocess.PIPE, check=False).stdout.strip()
-    t_kept = sum(cost[t] for t in kept)
-    t_dropped = sum(cost[t] for t in dropped)
+    t_kept = sum(cost[u] for u in kept)
+    t_dropped = sum(cost[u] for u in dropped)
+    n_cases = sum(len(c) for c in split.values())
     with open(a.out, "w") as f:
-        f.write("# tests/release_only.txt - the tests the sanitizer stage leaves to the Release stage\n")
-        f.write("# (label release_only). Written by tools/sanitizer_coverage.sh: rerun it, do not edit.\n")
-        f.write("# Every library line (%s) each of them executes is executed by a\n" % " ".join(LIBRARY))
-        f.write("# test the sanitizer stage runs, so the sanitizers check the same code without it.\n")
-        f.write("# %s, commit %s: %d tests execute %d library lines; the sanitizer stage's %d cover\n"
-                % (datetime.date.today().isoformat(), commit, len(runs), len(universe), len(kept)))
-        f.write("# them all (%.0f s); these %d (%.0f s) run in Release only.\n"
-                % (t_kept, len(dropped), t_dropped))
+        f.write("# tests/release_only.txt - the tests, and the cases of Criterion suites (TEST:suite/case),\n")
+        f.write("# that the sanitizer stage leaves to the Release stage. Written by tools/sanitizer_coverage.sh:\n")
+        f.write("# rerun it, do not edit. Every library line (%s) each of them\n" % " ".join(LIBRARY))
+        f.write("# executes is executed by what the sanitizer stage runs, so the sanitizers check the same\n")
+        f.write("# code without it. A whole test gets the label release_only; a suite with cases here runs\n")
+        f.write("# the others in the sanitizer build (tests/CMakeLists.txt: CRITERION_TEST_PATTERN).\n")
+        f.write("# %s, commit %s: %d tests (%d suites split into %d cases) execute %d library lines; the\n"
+                % (datetime.date.today().isoformat(), commit, len(whole), len(split), n_cases, len(universe)))
+        f.write("# sanitizer stage's %d units cover them all (%.0f s); these %d (%.0f s) run in Release only.\n"
+                % (len(kept), t_kept, len(dropped), t_dropped))
         f.write("# Kept whatever their lines: the tests under %g s in the coverage run (%d); %s.\n" % (
             KEEP_UNDER_S, sum(1 for r in forced.values() if r == "short"),
             "; ".join("%s (%s)" % (t, r) for t, r in sorted(forced.items()) if r != "short")))
         f.write("# Seconds: %s.\n" % cost_source)
-        f.write("# name  seconds  library-lines  kept-tests-executing-most-of-them\n")
+        f.write("# name  seconds  library-lines  kept-units-executing-most-of-them\n")
         for t in dropped:
             by = sorted(kept, key=lambda k: (-len(got[t] & got[k]), k))[:3]
             f.write("%s %.1f %d %s\n" % (t, cost[t], len(got[t]), " ".join(by)))
-    print("sanitizer_select: %d of %d tests kept (%.0f s), %d to Release only (%.0f s): %s"
-          % (len(kept), len(runs), t_kept, len(dropped), t_dropped, a.out))
+    print("sanitizer_select: %d of %d units kept (%.0f s), %d to Release only (%.0f s): %s"
+          % (len(kept), len(units), t_kept, len(dropped), t_dropped, a.out))
 
 
 if __name__ == "__main__":
