@@ -71,17 +71,23 @@ fi
 echo "sanitizer_coverage: ${#tests[@]} tests, counters under $dir/cov/"
 strip=$(awk -F/ '{print NF - 1}' <<< "$dir")   # the components of $dir's absolute path
 
-run_one() {
-  local name=$1 d=$dir/cov/$1 t0 rc=0
+# run_unit NAME [SUITE/CASE]: one test, or one case of a Criterion suite, with its counters under a
+# directory of its own; appends "NAME [SUITE/CASE] STATUS MILLISECONDS" to cov/runs.txt (cov/cases.txt)
+run_unit() {
+  local name=$1 case=${2:-} d=$dir/cov/$1 list=$dir/cov/runs.txt t0 rc=0
+  if [ -n "$case" ]; then
+    d=$dir/cov/cases/$name@${case//\//@}
+    list=$dir/cov/cases.txt
+  fi
   mkdir -p "$d"
   t0=$(date +%s%N)
-  (cd "$dir" && GCOV_PREFIX=$d GCOV_PREFIX_STRIP=$strip ctest -R "^${name}\$" --output-on-failure \
-     > "$d.log" 2>&1) || rc=$?
-  echo "$name $rc $((($(date +%s%N) - t0) / 1000000))" >> "$dir/cov/runs.txt"   # milliseconds
+  (cd "$dir" && env ${case:+"CRITERION_TEST_PATTERN=$case"} GCOV_PREFIX="$d" GCOV_PREFIX_STRIP="$strip" \
+     ctest -R "^${name}\$" --output-on-failure > "$d.log" 2>&1) || rc=$?
+  echo "$name${case:+ $case} $rc $((($(date +%s%N) - t0) / 1000000))" >> "$list"   # milliseconds
 }
-export -f run_one
+export -f run_unit
 export dir strip
-((cases_only)) || printf '%s\n' "${tests[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_one {}'
+((cases_only)) || printf '%s\n' "${tests[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_unit {}'
 if awk '$2 != 0 {bad = 1; print "sanitizer_coverage: " $1 " failed (log: '"$dir"'/cov/" $1 ".log)"} END {exit !bad}' \
      "$dir/cov/runs.txt" >&2; then
   echo "sanitizer_coverage: failed tests stay in the sanitizer stage" >&2
@@ -90,16 +96,6 @@ fi
 # A Criterion suite that ran 10 s or more is also run case by case (CRITERION_TEST_PATTERN), so the
 # selection can leave single cases to the Release stage: tests/CMakeLists.txt then runs that suite in
 # the sanitizer build with a pattern that skips them.
-run_case() {
-  local name=${1% *} case=${1#* } d t0 rc=0
-  d=$dir/cov/cases/$name@${case//\//@}
-  mkdir -p "$d"
-  t0=$(date +%s%N)
-  (cd "$dir" && CRITERION_TEST_PATTERN=$case GCOV_PREFIX=$d GCOV_PREFIX_STRIP=$strip \
-     ctest -R "^${name}\$" --output-on-failure > "$d.log" 2>&1) || rc=$?
-  echo "$name $case $rc $((($(date +%s%N) - t0) / 1000000))" >> "$dir/cov/cases.txt"
-}
-export -f run_case
 mkdir -p "$dir/cov/cases"
 touch "$dir/cov/cases.txt"
 cases=()
@@ -114,7 +110,7 @@ for t in "${tests[@]}"; do
          {n = $NF; if (s != "" && n ~ /^[A-Za-z0-9_]+$/) print s "/" n}')
 done
 echo "sanitizer_coverage: ${#cases[@]} cases of the long Criterion suites, one at a time"
-printf '%s\n' "${cases[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_case "{}"'
+printf '%s\n' "${cases[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_unit {}'
 
 python3 tools/sanitizer_select.py --build "$dir" --source "$root" --cost "$cost" \
   --out tests/release_only.txt
