@@ -227,9 +227,6 @@ static void reference(const ref_job *j, float ref_m[STEPS][MAXN], float ref_p[ST
     }
 }
 
-/* The update of Algorithm 1 after the exchange, on the host: tri_adamw_element with beta1 0 (m = the
- * averaged momentum), bc1 1, v frozen at its bias correction 1 - beta2^FREEZE. */
-
 /* PowerSGD as the compressor (Algorithm 1 with C = the library's PowerSGD reduction, which
  * test_grad_compression checks against float64): each rank's exchanged m is, bit for bit, what a
  * second instance of the compressor decodes from the host's u = beta1 / D m + (1 - beta1) s g

@@ -290,10 +290,12 @@ static int validate(run *r)
                                      &r->L.compression);
     if (rc)
         return rc;
-    if (a->onebit_adam && r->L.dp > 1 && !a->compression.start_iter_given)
-        r->L.compression.start_iter = a->adam_freeze_step; /* the warm-up ends at the freeze */
-    if (a->onebit_adam && r->L.dp > 1 && !a->compression.powersgd_start_iter_given)
-        r->L.compression.powersgd_start_iter = a->adam_freeze_step; /* powersgd's start, likewise */
+    if (a->onebit_adam && r->L.dp > 1) { /* the warm-up ends at the freeze: the compressor's start */
+        if (!a->compression.start_iter_given)
+            r->L.compression.start_iter = a->adam_freeze_step;
+        if (!a->compression.powersgd_start_iter_given)
+            r->L.compression.powersgd_start_iter = a->adam_freeze_step;
+    }
     if (a->onebit_adam && r->L.dp <= 1) {
         tri_log_rank0("warning: --onebit-adam with dp 1: there is no data-parallel exchange; running AdamW with the "
                       "frozen variance");

@@ -20,11 +20,12 @@ int tri_onebit_adam_check(const tri_adamw_config *a, const tri_compression *c, i
     if (c->kind == TRI_COMPRESS_NONE)
         return TRI_ERR(TRI_EINVAL, "--onebit-adam with --grad-compression none: the compression stage all-reduces "
                        "the momentum compressed (give 1bit, qsgd, topk or powersgd)");
-    if (tri_compression_start_iter(c) != a->freeze_step)
+    int64_t start = tri_compression_start_iter(c);
+    if (start != a->freeze_step)
         return TRI_ERR(TRI_EINVAL, "--onebit-adam with --%s %lld and --adam-freeze-step %lld: the full-precision "
                        "warm-up ends at the freeze (give the same N, or leave the start unset)",
                        c->kind == TRI_COMPRESS_POWERSGD ? "powersgd-start-iter" : "grad-compression-start-iter",
-                       (long long)tri_compression_start_iter(c), (long long)a->freeze_step);
+                       (long long)start, (long long)a->freeze_step);
     if (zero_stage != 0)
         return TRI_ERR(TRI_EINVAL, "--onebit-adam with --zero-stage %d: every worker updates the whole momentum "
                        "with its own gradient before the exchange, which a sharded optimizer state does not keep "

@@ -47,9 +47,9 @@ extern "C" {
 #endif
 
 /* What --onebit-adam composes with. TRI_EINVAL naming the flag and value for: another optimizer
- * than adam, --adam-freeze-step 0, no compressor, a compressor start (--grad-compression-start-iter, powersgd's --powersgd-start-iter) other than the freeze step
- * (the warm-up is the freeze), ZeRO stage > 0, local SGD, deterministic mode, context parallelism.
- * a->onebit_adam false: TRI_OK. */
+ * than adam, --adam-freeze-step 0, no compressor, a compressor start (--grad-compression-start-iter,
+ * powersgd's --powersgd-start-iter) other than the freeze step (the warm-up is the freeze), ZeRO
+ * stage > 0, local SGD, deterministic mode, context parallelism. a->onebit_adam false: TRI_OK. */
 int tri_onebit_adam_check(const tri_adamw_config *a, const tri_compression *c, int zero_stage,
                           int64_t local_sgd_steps, bool deterministic, int cp);
 
