@@ -2,7 +2,7 @@
 # tests/engine_train_mpi.sh BUILD_DIR SOURCE_DIR - engine_train under mpirun with tensor parallelism.
 #
 # A tp = 2 run (and tp = 2 with sequence parallelism) trains and reports the same first loss as
-# tp = 1; with --deterministic-mode runs differing in pp, dp and ZeRO stage log identical numbers; layouts the model or world size cannot take are refused by every rank with the same
+# tp = 1; a cp = 2 run the same losses within 1e-4; with --deterministic-mode runs differing in pp, dp and ZeRO stage log identical numbers; layouts the model or world size cannot take are refused by every rank with the same
 # message and a non-zero exit, before any collective (no rank hangs).
 set -u
 build=$1
@@ -47,6 +47,34 @@ for schedule in 1f1b gpipe; do
     echo "ok   tp=2 pp=2 $schedule: first loss $got = tp=1's; $(grep -c '^  stage' <<<"$out") stages placed"
   fi
 done
+
+# context parallelism: cp 2 (2 ranks, each sequence in 4 chunks of 64 rows) against one rank on the
+# same sequences: every iteration's loss within 1e-4 relative (the bound of tests/cp_mpi.sh: the cp
+# ranks' gradients summed in another grouping), the layout and context-parallel lines, and a
+# validation at iteration 2 in the middle of the run (--eval-interval 2)
+cp_run=("${run[@]}" --seq-length 256 --micro-batch-size 1 --eval-interval 2)
+if "$bin" "${cp_run[@]}" --threads 1 --save-dir "$tmp/cp1" > "$tmp/cp1.log" 2>&1 &&
+   mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${cp_run[@]}" --context-parallel-size 2 --save-dir "$tmp/cp2" \
+     > "$tmp/cp2.log" 2>&1; then
+  if grep -q "^layout: 2 ranks = tp 1 x cp 2 x pp 1" "$tmp/cp2.log" &&
+     grep -q "^context parallel: cp 2 (--cp-comm-type p2p), each sequence in 4 chunks of 64 tokens" "$tmp/cp2.log" &&
+     grep -q "^validation at iteration 2:" "$tmp/cp2.log" &&
+     /usr/bin/python3 - "$tmp/cp1/metrics.jsonl" "$tmp/cp2/metrics.jsonl" <<'PY'; then
+import json, sys
+rows = lambda p: [r["loss"] for r in map(json.loads, open(p)) if r.get("kind") == "train"]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+assert len(a) == len(b) == 3, (a, b)
+worst = max(abs(x - y) / x for x, y in zip(a, b))
+assert worst <= 1e-4, f"losses differ by {worst:.3g}: {a} vs {b}"
+PY
+    echo "ok   cp=2: 3 losses within 1e-4 of one rank's, the context-parallel line, a validation at iteration 2"
+  else
+    echo "FAIL cp=2: lines or losses"; tail -8 "$tmp/cp2.log"; failures=$((failures + 1))
+  fi
+else
+  echo "FAIL cp=2 (or its one-rank reference) did not train"; tail -5 "$tmp/cp1.log" "$tmp/cp2.log"
+  failures=$((failures + 1))
+fi
 
 # deterministic mode: runs that differ in pp, dp and ZeRO stage log the same losses and grad norms
 # to the last bit (metrics.jsonl holds them at full double precision): 1 rank = pp2 x dp2 ZeRO-3,

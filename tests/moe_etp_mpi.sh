@@ -14,7 +14,8 @@
 #    there after 2 iterations resumes on 1 rank (ZeRO 0, etp 1) to the uninterrupted iteration-4 loss;
 #  - ckpt reshard of a tp 2 SP etp 2 ep 2 checkpoint to one rank: ckpt merge of both equal (h5diff), and the
 #    one-rank checkpoint resumes at dp 2 etp 2 to the uninterrupted iteration-4 loss;
-#  - the refusal: etp 3 not dividing the stage's ranks.
+#  - the refusals: etp 3 not dividing the stage's ranks; a reshard of that checkpoint to etp 4 x ep 2
+#    over dp 4 (8 not dividing 4), nothing written.
 # About 10 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
@@ -86,6 +87,16 @@ PY
 else
   tail -3 "$tmp/reshard.log"; fail "ckpt reshard / merge of an etp checkpoint"
 fi
+
+# a target layout the checkpoint's experts cannot take is refused before anything is written (as
+# moe_etp_reshard.sh's dp-only source; here the tp 2 SP etp 2 ep 2 one, whose ep 2 the target keeps)
+out=$("$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --data-parallel-size 4 \
+      --expert-tensor-parallel-size 4 "$tmp/savetp/iter_0000002" "$tmp/refused" 2>&1) &&
+  fail "reshard to etp 4 x ep 2 over dp 4: accepted"
+[ -e "$tmp/refused" ] && fail "the refused reshard wrote $tmp/refused"
+grep -qF -- "--expert-tensor-parallel-size 4 x --expert-model-parallel-size 2 = 8 does not divide" <<<"$out" &&
+  echo "ok   reshard to etp 4 x ep 2 over dp 4 refused, nothing written" ||
+  { echo "$out" | tail -3; fail "the refused reshard's message"; }
 
 moe_refuse "etp 3 on 4 ranks" "--expert-tensor-parallel-size 3" 4 --expert-tensor-parallel-size 3
 

@@ -4,8 +4,9 @@
  * dimensions (with the manifest updated, so only the dataset checks can catch it), another model's
  * checkpoint (by config, and by a tensor shape with the config check passed), an unknown format
  * version, a directory that is no checkpoint, names that would leave the directory (`latest` and a
- * manifest file name), and a run with another seed. Each is refused with a status and a message
- * naming the file and the dataset or field. Also: --keep-last keeps the newest steps only. */
+ * manifest file name), a manifest.sha256 of the wrong form or digest, and a run with another seed.
+ * Each is refused with a status and a message naming the file and the dataset or field. Also:
+ * --keep-last keeps the newest steps only. */
 #include <criterion/criterion.h>
 #include <hdf5.h>
 #include <stdio.h>
@@ -241,6 +242,48 @@ Test(checkpoint_errors, file_name_leaving_the_directory)
     cr_assert_eq(tri_manifest_write(&m, step), TRI_OK);
     tri_manifest_free(&m);
     expect_refused(run_dir, &cfg, (const char *[]){"manifest.json", "../../model_tp00_pp00.h5", "not a plain file name"}, 3);
+}
+
+/* manifest.sha256 must be exactly "<64 lowercase hex>  manifest.json\n" and match the manifest: a
+ * line naming another file, an uppercase digest and a digest of other bytes are each refused. */
+Test(checkpoint_errors, manifest_checksum_file)
+{
+    char *sum = NULL;
+    size_t n = 0;
+    cr_assert_eq(tri_fs_read_small(path_in(step, TRI_CKPT_MANIFEST_SUM), 256, &sum, &n), TRI_OK);
+    cr_assert_eq(n, 64 + strlen("  " TRI_CKPT_MANIFEST "\n"));
+    char bad[160];
+    struct {
+        const char *what, *want;
+    } cases[] = {{"another file", "expected one line '<sha256>  manifest.json'"},
+                 {"uppercase", "the digest is not 64 lowercase hex digits"},
+                 {"another digest", "the manifest is corrupt"}};
+    for (int i = 0; i < 3; i++) {
+        if (i == 0)
+            snprintf(bad, sizeof bad, "%.64s  manifest.jsn\n", sum);
+        else
+            snprintf(bad, sizeof bad, "%s", sum);
+        if (i == 1) { /* the digest's first letter in upper case */
+            char *c = bad;
+            while (c < bad + 64 && !(*c >= 'a' && *c <= 'f'))
+                c++;
+            cr_assert(c < bad + 64, "the digest %.64s has no letter", bad);
+            *c = (char)(*c - 'a' + 'A');
+        }
+        if (i == 2)
+            bad[0] = bad[0] == '0' ? '1' : '0';
+        cr_assert_eq(tri_fs_write_atomic(step, TRI_CKPT_MANIFEST_SUM, bad, strlen(bad)), TRI_OK);
+        tri_ckpt_manifest m;
+        cr_expect_eq(tri_manifest_read(&m, step), TRI_ECORRUPT, "%s: accepted", cases[i].what);
+        const char *msg = tri_error_message();
+        cr_expect(strstr(msg, TRI_CKPT_MANIFEST_SUM) && strstr(msg, cases[i].want), "%s: %s", cases[i].what, msg);
+        expect_refused(run_dir, &cfg, (const char *[]){TRI_CKPT_MANIFEST_SUM, cases[i].want}, 2);
+    }
+    cr_assert_eq(tri_fs_write_atomic(step, TRI_CKPT_MANIFEST_SUM, sum, n), TRI_OK); /* and intact again */
+    tri_ckpt_manifest m;
+    cr_expect_eq(tri_manifest_read(&m, step), TRI_OK, "%s", tri_error_message());
+    tri_manifest_free(&m);
+    free(sum);
 }
 
 Test(checkpoint_errors, another_seed)
