@@ -2,8 +2,9 @@
 # tests/engine_train_mpi.sh BUILD_DIR SOURCE_DIR - engine_train under mpirun with tensor parallelism.
 #
 # A tp = 2 run (and tp = 2 with sequence parallelism) trains and reports the same first loss as
-# tp = 1; a cp = 2 run the same losses within 1e-4; with --deterministic-mode runs differing in pp, dp and ZeRO stage log identical numbers; layouts the model or world size cannot take are refused by every rank with the same
-# message and a non-zero exit, before any collective (no rank hangs).
+# tp = 1; a cp = 2 run the same losses within 1e-4; with --deterministic-mode runs differing in pp, dp
+# and ZeRO stage log identical numbers; layouts the model or world size cannot take are refused by
+# every rank with the same message and a non-zero exit, before any collective (no rank hangs).
 set -u
 build=$1
 src=$2

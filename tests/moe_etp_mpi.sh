@@ -90,13 +90,9 @@ fi
 
 # a target layout the checkpoint's experts cannot take is refused before anything is written (as
 # moe_etp_reshard.sh's dp-only source; here the tp 2 SP etp 2 ep 2 one, whose ep 2 the target keeps)
-out=$("$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --data-parallel-size 4 \
-      --expert-tensor-parallel-size 4 "$tmp/savetp/iter_0000002" "$tmp/refused" 2>&1) &&
-  fail "reshard to etp 4 x ep 2 over dp 4: accepted"
-[ -e "$tmp/refused" ] && fail "the refused reshard wrote $tmp/refused"
-grep -qF -- "--expert-tensor-parallel-size 4 x --expert-model-parallel-size 2 = 8 does not divide" <<<"$out" &&
-  echo "ok   reshard to etp 4 x ep 2 over dp 4 refused, nothing written" ||
-  { echo "$out" | tail -3; fail "the refused reshard's message"; }
+moe_reshard_refuse "reshard to etp 4 x ep 2 over dp 4" \
+  "--expert-tensor-parallel-size 4 x --expert-model-parallel-size 2 = 8 does not divide" \
+  "$tmp/savetp/iter_0000002" --tensor-model-parallel-size 1 --data-parallel-size 4 --expert-tensor-parallel-size 4
 
 moe_refuse "etp 3 on 4 ranks" "--expert-tensor-parallel-size 3" 4 --expert-tensor-parallel-size 3
 

@@ -109,21 +109,13 @@ reshard_resume b_to_one 1 "--data-parallel-size 1 --expert-model-parallel-size 1
 moe_same_hf_export "$tmp/b/iter_0000002" "the etp 2 ep 2 checkpoint" "$tmp/b_to_one/iter_0000002" \
   "the etp 1 reshard"
 
-refuse() { # name want src flags...
-  local name=$1 want=$2 srcck=$3
-  shift 3
-  local out
-  out=$("$bin/ckpt" reshard --quiet "$@" "$srcck" "$tmp/refused" 2>&1) && { fail "$name: accepted"; return; }
-  [ -e "$tmp/refused" ] && fail "$name: wrote $tmp/refused"
-  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
-}
-refuse "etp 4 x ep 2 over dp 4" "--expert-tensor-parallel-size 4 x --expert-model-parallel-size 2 = 8 does not divide" \
+moe_reshard_refuse "etp 4 x ep 2 over dp 4" "--expert-tensor-parallel-size 4 x --expert-model-parallel-size 2 = 8 does not divide" \
   "$tmp/b" --data-parallel-size 4 --expert-tensor-parallel-size 4
 # a variant whose experts are 138 wide (2 x 69): etp 2 divides it, etp 4 does not
 $py -c "import json,sys; c=json.load(open('models/moe-tiny-byte.json')); c['intermediate_size']=138; json.dump(c,open(sys.argv[1],'w'))" \
   "$tmp/i138.json"
 if moe_run i138 1 --train-iters 1 --save-interval 1 --config "$tmp/i138.json"; then
-  refuse "etp 4 of moe_intermediate_size 138" "moe_intermediate_size 138 must divide by it" \
+  moe_reshard_refuse "etp 4 of moe_intermediate_size 138" "moe_intermediate_size 138 must divide by it" \
     "$tmp/i138" --data-parallel-size 4 --expert-tensor-parallel-size 4
 else
   tail -3 "$tmp/i138.log"; fail "the 138-wide variant"

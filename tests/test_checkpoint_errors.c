@@ -244,41 +244,41 @@ Test(checkpoint_errors, file_name_leaving_the_directory)
     expect_refused(run_dir, &cfg, (const char *[]){"manifest.json", "../../model_tp00_pp00.h5", "not a plain file name"}, 3);
 }
 
+/* `text` as manifest.sha256 must be refused, by tri_manifest_read and by a load, naming the file and want */
+static void expect_checksum_refused(const char *text, const char *want)
+{
+    cr_assert_eq(tri_fs_write_atomic(step, TRI_CKPT_MANIFEST_SUM, text, strlen(text)), TRI_OK);
+    tri_ckpt_manifest m;
+    cr_expect_eq(tri_manifest_read(&m, step), TRI_ECORRUPT, "accepted: %s", text);
+    const char *msg = tri_error_message();
+    cr_expect(strstr(msg, TRI_CKPT_MANIFEST_SUM) && strstr(msg, want), "%s: %s", text, msg);
+    expect_refused(run_dir, &cfg, (const char *[]){TRI_CKPT_MANIFEST_SUM, want}, 2);
+}
+
 /* manifest.sha256 must be exactly "<64 lowercase hex>  manifest.json\n" and match the manifest: a
  * line naming another file, an uppercase digest and a digest of other bytes are each refused. */
 Test(checkpoint_errors, manifest_checksum_file)
 {
-    char *sum = NULL;
+    char *sum = NULL, bad[160];
     size_t n = 0;
     cr_assert_eq(tri_fs_read_small(path_in(step, TRI_CKPT_MANIFEST_SUM), 256, &sum, &n), TRI_OK);
     cr_assert_eq(n, 64 + strlen("  " TRI_CKPT_MANIFEST "\n"));
-    char bad[160];
-    struct {
-        const char *what, *want;
-    } cases[] = {{"another file", "expected one line '<sha256>  manifest.json'"},
-                 {"uppercase", "the digest is not 64 lowercase hex digits"},
-                 {"another digest", "the manifest is corrupt"}};
-    for (int i = 0; i < 3; i++) {
-        if (i == 0)
-            snprintf(bad, sizeof bad, "%.64s  manifest.jsn\n", sum);
-        else
-            snprintf(bad, sizeof bad, "%s", sum);
-        if (i == 1) { /* the digest's first letter in upper case */
-            char *c = bad;
-            while (c < bad + 64 && !(*c >= 'a' && *c <= 'f'))
-                c++;
-            cr_assert(c < bad + 64, "the digest %.64s has no letter", bad);
-            *c = (char)(*c - 'a' + 'A');
-        }
-        if (i == 2)
-            bad[0] = bad[0] == '0' ? '1' : '0';
-        cr_assert_eq(tri_fs_write_atomic(step, TRI_CKPT_MANIFEST_SUM, bad, strlen(bad)), TRI_OK);
-        tri_ckpt_manifest m;
-        cr_expect_eq(tri_manifest_read(&m, step), TRI_ECORRUPT, "%s: accepted", cases[i].what);
-        const char *msg = tri_error_message();
-        cr_expect(strstr(msg, TRI_CKPT_MANIFEST_SUM) && strstr(msg, cases[i].want), "%s: %s", cases[i].what, msg);
-        expect_refused(run_dir, &cfg, (const char *[]){TRI_CKPT_MANIFEST_SUM, cases[i].want}, 2);
-    }
+
+    snprintf(bad, sizeof bad, "%.64s  manifest.jsn\n", sum);
+    expect_checksum_refused(bad, "expected one line '<sha256>  manifest.json'");
+
+    snprintf(bad, sizeof bad, "%s", sum); /* the digest's first letter in upper case */
+    char *c = bad;
+    while (c < bad + 64 && !(*c >= 'a' && *c <= 'f'))
+        c++;
+    cr_assert(c < bad + 64, "the digest %.64s has no letter", bad);
+    *c = (char)(*c - 'a' + 'A');
+    expect_checksum_refused(bad, "the digest is not 64 lowercase hex digits");
+
+    snprintf(bad, sizeof bad, "%s", sum); /* another digest */
+    bad[0] = bad[0] == '0' ? '1' : '0';
+    expect_checksum_refused(bad, "the manifest is corrupt");
+
     cr_assert_eq(tri_fs_write_atomic(step, TRI_CKPT_MANIFEST_SUM, sum, n), TRI_OK); /* and intact again */
     tri_ckpt_manifest m;
     cr_expect_eq(tri_manifest_read(&m, step), TRI_OK, "%s", tri_error_message());

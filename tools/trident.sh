@@ -39,23 +39,24 @@ build_tree() {
   fi
 }
 
-# TRIDENT_CUDA_ARCHS: the GPU generations nvcc compiles the kernels for. Default: sm_80 and sm_90
-# where a GPU is visible; on a machine without one, where the CUDA backend is only compiled (none of
-# it can run), sm_90 alone: the same source paths checked in half of nvcc's time (cuda/CMakeLists.txt).
-# Binaries that travel to GPUs say so: TRIDENT_CUDA_ARCHS="80;90" (and TRIDENT_MARCH, above).
-cuda_archs() {
+# TRIDENT_CUDA_ARCHS: the GPU generations nvcc compiles the kernels for. Where a GPU is visible,
+# CMakeLists.txt's default (sm_80 and sm_90; -U drops what an earlier configure cached); on a machine
+# without one, where the CUDA backend is only compiled (none of it can run), sm_90 alone: the same
+# source paths checked in half of nvcc's time (cuda/CMakeLists.txt). Binaries that travel to GPUs say
+# so: TRIDENT_CUDA_ARCHS="80;90" (and TRIDENT_MARCH, above). Prints the cmake argument.
+cuda_archs_arg() {
   if [ -n "${TRIDENT_CUDA_ARCHS:-}" ]; then
-    echo "$TRIDENT_CUDA_ARCHS"
+    echo "-DTRIDENT_CUDA_ARCHS=$TRIDENT_CUDA_ARCHS"
   elif nvidia-smi -L > /dev/null 2>&1; then
-    echo "80;90"
+    echo "-UTRIDENT_CUDA_ARCHS"
   else
-    echo "90"
+    echo "-DTRIDENT_CUDA_ARCHS=90"
   fi
 }
 
 build() {
   bash tools/install_deps.sh
-  build_tree build Release "$march" -DTRIDENT_CUDA_ARCHS="$(cuda_archs)"
+  build_tree build Release "$march" "$(cuda_archs_arg)"
 }
 
 # The suite's second run stands in for another machine of the kind: a portable -march (what a binary

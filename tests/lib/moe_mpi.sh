@@ -13,6 +13,8 @@
 #                                 1e-4 relative (the ranks' fp32 sums grouped otherwise, a few ulps
 #                                 each), ep_bytes > 0 and ep_s on every line
 #   moe_refuse NAME WANT RANKS FLAGS...  engine_train must refuse, naming WANT
+#   moe_reshard_refuse NAME WANT SRC FLAGS...  `ckpt reshard FLAGS SRC` must refuse, naming WANT, and
+#                                 write nothing
 #   moe_same_hf_export CKPT WHAT REF_CKPT REF_WHAT
 #                                 `ckpt export --format hf` of both checkpoints: the same files byte for byte
 #   moe_done SCRIPT               the verdict
@@ -44,6 +46,15 @@ PY
 
 moe_refuse() { # name want ranks flags...: engine_train must refuse, naming want
   train_refuse "$@"
+}
+
+moe_reshard_refuse() { # name want src flags...: ckpt reshard must refuse, naming want, writing nothing
+  local name=$1 want=$2 srcck=$3
+  shift 3
+  local out
+  out=$("$bin/ckpt" reshard --quiet "$@" "$srcck" "$tmp/refused" 2>&1) && { fail "$name: accepted"; return; }
+  [ -e "$tmp/refused" ] && fail "$name: wrote $tmp/refused"
+  grep -qF -- "$want" <<<"$out" && echo "ok   $name refused: $want" || { echo "$out" | tail -3; fail "$name: message"; }
 }
 
 moe_same_hf_export() { # ckpt what ref_ckpt ref_what: `ckpt export --format hf` of both, file for file
