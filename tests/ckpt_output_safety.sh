@@ -34,9 +34,10 @@ run="$tmp/src/run"
 "$bin/ckpt" export --quiet --format llmc "$run" "$tmp/src/gpt2.bin" > /dev/null 2>&1 || fail "export llmc (source)"
 step="$run/$(cat "$run/latest")"
 
-# every file's SHA-256 and every symlink's target under the sources
-state() { (cd "$tmp/src" && find . -type f -exec sha256sum {} + | sort -k 2 && find . -type l -printf '%p -> %l\n' \
-           | sort && find . -type d | sort); }
+# every file's SHA-256, every symlink's target and every directory under the sources (one walk: this
+# runs after each of the ~250 commands)
+state() { find "$tmp/src" \( -type f -exec sha256sum {} + \) -o \( -type l -printf 'link %p -> %l\n' \) \
+            -o \( -type d -printf 'dir %p\n' \) | LC_ALL=C sort; }
 state > "$tmp/state.before"
 
 mkdir -p "$tmp/links"
