@@ -5,7 +5,9 @@
 #  1. DiLoCo (--local-sgd-steps 4 --outer-optimizer nesterov) on 4 ranks, tp 2 x dp 2, deterministic,
 #     12 iterations, saving at 6 (inside a window: the replicas differ); resuming from iteration 6
 #     gives the same losses and validation loss as the uninterrupted run, and the final model,
-#     outer-state and replica files are the same bits (h5diff).
+#     outer-state and replica files are the same bits (h5diff). The first run names its own save
+#     directory as --load (empty: a warning, a start from scratch); the resumed one takes the
+#     learning-rate schedule from the checkpoint (--use-checkpoint-opt_param-scheduler).
 #  2. The iteration line counts the synchronisations and metrics.jsonl has an "outer_sync" line at
 #     iterations 4, 8 and 12.
 #  3. Resuming that checkpoint with another --local-sgd-steps is refused naming both; with
@@ -33,8 +35,13 @@ fail() { echo "FAIL $1"; [ -n "${2:-}" ] && tail -5 "$2"; failures=$((failures +
 numbers() { grep '"train"' "$1/metrics.jsonl" | grep -oE '"(iter|loss)":[-0-9.e+]+' | paste -sd' '; }
 
 # ---- 1. a save inside a window resumes bit for bit ----
-"${run[@]}" --save-dir "$tmp/a" > "$tmp/a.log" 2>&1 || fail "uninterrupted run" "$tmp/a.log"
-"${run[@]}" --save-dir "$tmp/b" --load "$tmp/a/iter_0000006" > "$tmp/b.log" 2>&1 || fail "resumed run" "$tmp/b.log"
+# (the first run loads and saves one directory, as a job that restarts itself does: it starts from
+# scratch with a warning; the resumed run takes the schedule from the checkpoint, the same one)
+"${run[@]}" --save-dir "$tmp/a" --load "$tmp/a" > "$tmp/a.log" 2>&1 || fail "uninterrupted run" "$tmp/a.log"
+grep -q "warning: --load $tmp/a holds no checkpoint yet" "$tmp/a.log" || fail "no warning for an empty --load" "$tmp/a.log"
+"${run[@]}" --save-dir "$tmp/b" --load "$tmp/a/iter_0000006" --use-checkpoint-opt_param-scheduler \
+  > "$tmp/b.log" 2>&1 || fail "resumed run" "$tmp/b.log"
+grep -q "learning-rate schedule from the checkpoint" "$tmp/b.log" || fail "the schedule was not the checkpoint's" "$tmp/b.log"
 want=$(numbers "$tmp/a" | grep -oE '"iter":([7-9]|1[0-2]) "loss":[-0-9.e+]+' | paste -sd' ')
 got=$(numbers "$tmp/b" | grep -oE '"iter":([7-9]|1[0-2]) "loss":[-0-9.e+]+' | paste -sd' ')
 [ -n "$want" ] && [ "$want" = "$got" ] || fail "resumed losses differ: '$got' vs '$want'"

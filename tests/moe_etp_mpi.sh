@@ -16,15 +16,19 @@
 #    one-rank checkpoint resumes at dp 2 etp 2 to the uninterrupted iteration-4 loss;
 #  - the refusals: etp 3 not dividing the stage's ranks; a reshard of that checkpoint to etp 4 x ep 2
 #    over dp 4 (8 not dividing 4), nothing written.
+# Every run adds the router z-loss (--moe-z-loss-coeff, through the etp layouts' gradients too); the
+# iteration line must show it.
 # About 10 s. Usage (CTest): bash moe_etp_mpi.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
 src=$2
 # shellcheck source=tests/lib/moe_mpi.sh
 source "$src/tests/lib/moe_mpi.sh"
-common+=(--lr-decay-iters 4)
+common+=(--lr-decay-iters 4 --moe-z-loss-coeff 1e-3)
 
 moe_run one 1 --train-iters 4 || { tail -5 "$tmp/one.log"; fail "one rank"; }
+grep -qE "aux [0-9.]+ z [0-9.]+ load" "$tmp/one.log" && echo "ok   the iteration line shows the z-loss" ||
+  { grep -m1 "aux" "$tmp/one.log"; fail "no z-loss on the iteration line"; }
 moe_run tp2etp2ep2 4 --train-iters 4 --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2 \
   --expert-model-parallel-size 2 || { tail -5 "$tmp/tp2etp2ep2.log"; fail "4 ranks tp 2 sp etp 2 ep 2"; }
 moe_run dp2etp2 2 --train-iters 4 --expert-tensor-parallel-size 2 || { tail -5 "$tmp/dp2etp2.log"; fail "2 ranks etp 2"; }

@@ -127,6 +127,21 @@ Test(mixtral_config, qwen3_sparse_layers_and_json_round_trip)
     cr_expect(memcmp(back, q, sizeof(tri_llama_config)) == 0, "the JSON round trip changed the config: %s", out);
     free(out);
     free(back);
+    /* and through the Qwen3MoeConfig config.json an export writes (the name aside, which the file
+     * does not carry) */
+    cr_assert_eq(tri_qwen3_moe_family.hf_config(c, "bfloat16", &out), TRI_OK, "%s", tri_error_message());
+    cr_expect(strstr(out, "\"model_type\": \"qwen3_moe\"") && strstr(out, "\"Qwen3MoeForCausalLM\"") &&
+                  strstr(out, "\"torch_dtype\": \"bfloat16\"") &&
+                  strstr(out, "\"mlp_only_layers\": [\n    3\n  ]"),
+              "%s", out);
+    cr_assert_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, out, "config.json", &back),
+                 TRI_OK, "%s: %s", tri_error_message(), out);
+    tri_llama_config a = *c, b = *(const tri_llama_config *)back;
+    memset(a.name, 0, sizeof a.name);
+    memset(b.name, 0, sizeof b.name);
+    cr_expect(memcmp(&a, &b, sizeof a) == 0, "config.json does not read back as the config: %s", out);
+    free(out);
+    free(back);
     free(q);
 }
 
