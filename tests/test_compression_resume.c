@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
 #include "checkpoints/fsutil.h"
@@ -28,6 +27,7 @@
 #include "models/gpt.h"
 #include "tests/ckpt_harness.h"
 #include "tests/harness.h"
+#include "tests/testutil.h"
 
 enum { B = 1, T = 8, GLOBAL = 4, HALF = 10 };
 
@@ -97,20 +97,10 @@ static void residuals_per_rank(const char *dir, const char *group)
 /* Runs r with stderr (where tri_log's warnings go) captured into buf (cap bytes, NUL-terminated). */
 static int train_capturing(tu_ckpt_run *r, char *buf, size_t cap)
 {
-    char path[] = "/tmp/trident-stderr-XXXXXX";
-    int fd = mkstemp(path), saved = dup(2);
-    cr_assert(fd >= 0 && saved >= 0, "cannot capture stderr");
-    fflush(stderr);
-    dup2(fd, 2);
+    tu_capture c;
+    tu_stderr_capture(&c);
     int rc = tu_ckpt_train(r);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t n = read(fd, buf, cap - 1);
-    buf[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
+    tu_stderr_release(&c, buf, cap);
     return rc;
 }
 

@@ -6,16 +6,15 @@
  * Byte identity with files written by the reference libraries, every refusal of a damaged file and
  * the export are tests/hf_interop.sh's. */
 #include <criterion/criterion.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
 #include "checkpoints/safetensors.h"
 #include "engine/core/status.h"
+#include "models/gpt_formats.h"
 #include "models/hf.h"
 #include "models/host_weights.h"
 #include "models/model.h"
@@ -63,9 +62,9 @@ static void make_files(files *f)
 }
 
 /* Writes DIR/config.json (CONFIG plus `extra` keys) and the tensors of f but `skip` (NULL: none),
- * without the "transformer." prefix when `hub`: one model.safetensors, or with shards > 0 that many
- * model-0000i-of-0000n.safetensors (tensor k in shard k % shards) and their index, in which
- * `mismap` (NULL: none) is mapped to the first shard whatever holds it. */
+ * without the "transformer." prefix (TRI_GPT_HF_PREFIX) when `hub`: one model.safetensors, or with
+ * shards > 0 that many model-0000i-of-0000n.safetensors (tensor k in shard k % shards) and their
+ * index, in which `mismap` (NULL: none) is mapped to the first shard whatever holds it. */
 static void write_dir(const char *dir, const files *f, const char *extra, bool hub, const char *skip, int shards,
                       const char *mismap)
 {
@@ -82,8 +81,9 @@ static void write_dir(const char *dir, const files *f, const char *extra, bool h
         if (skip && strcmp(f->e[i].name, skip) == 0)
             continue;
         e[n] = f->e[i];
-        if (hub && strncmp(e[n].name, "transformer.", 12) == 0)
-            memmove(e[n].name, e[n].name + 12, strlen(e[n].name + 12) + 1);
+        size_t prefix = strlen(TRI_GPT_HF_PREFIX);
+        if (hub && strncmp(e[n].name, TRI_GPT_HF_PREFIX, prefix) == 0)
+            memmove(e[n].name, e[n].name + prefix, strlen(e[n].name + prefix) + 1);
         shard_of[n] = shards > 0 ? n % shards : 0;
         n++;
     }
@@ -115,22 +115,10 @@ static void write_dir(const char *dir, const files *f, const char *extra, bool h
 /* tri_hf_read(dir) with stderr captured into err (cap bytes); returns its status. */
 static int read_capturing(const char *dir, tri_host_weights *w, char *err, size_t cap)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s.stderr", dir);
-    fflush(stderr);
-    int saved = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    cr_assert(saved >= 0 && fd >= 0, "%s", path);
-    dup2(fd, 2);
-    close(fd);
+    tu_capture c;
+    tu_stderr_capture(&c);
     int rc = tri_hf_read(dir, w);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    FILE *f = fopen(path, "r");
-    size_t got = f ? fread(err, 1, cap - 1, f) : 0;
-    err[got] = '\0';
-    if (f)
-        fclose(f);
+    tu_stderr_release(&c, err, cap);
     return rc;
 }
 
@@ -213,13 +201,14 @@ Test(hf_read, index_mapping_a_tensor_to_another_shard_refused)
     snprintf(dir, sizeof dir, "%s/bad", scratch);
     /* with 2 shards, tensor k is in shard k % 2 + 1: move an odd one's entry to shard 1 */
     int k = (f.n - 1) % 2 == 1 ? f.n - 1 : f.n - 2;
-    const char *moved = f.e[k].name + strlen("transformer.");
+    const char *moved = f.e[k].name + strlen(TRI_GPT_HF_PREFIX);
     write_dir(dir, &f, "", true, NULL, 2, moved);
     tri_host_weights w = {0};
     cr_expect_eq(tri_hf_read(dir, &w), TRI_ECORRUPT);
     char want[512];
-    snprintf(want, sizeof want, "model.safetensors.index.json: tensor %s is mapped to model-00001-of-00002.safetensors, "
-             "which does not hold it", moved);
+    snprintf(want, sizeof want,
+             "model.safetensors.index.json: tensor %s is mapped to model-00001-of-00002.safetensors, which does "
+             "not hold it", moved);
     cr_expect(strstr(tri_error_message(), want), "want '%s', got %s", want, tri_error_message());
     cr_expect_eq(w.n, 0);
 }

@@ -67,6 +67,37 @@ const char *tu_scratch_dir(const char *name)
     return buf;
 }
 
+/* ---- stderr ---- */
+
+#include <unistd.h>
+
+void tu_stderr_capture(tu_capture *c)
+{
+    snprintf(c->path, sizeof c->path, "/tmp/trident-stderr-XXXXXX");
+    c->fd = mkstemp(c->path);
+    c->saved = dup(2);
+    fflush(stderr);
+    if (c->fd >= 0 && c->saved >= 0)
+        dup2(c->fd, 2);
+}
+
+void tu_stderr_release(tu_capture *c, char *buf, size_t cap)
+{
+    fflush(stderr);
+    ssize_t n = -1;
+    if (c->saved >= 0) {
+        dup2(c->saved, 2);
+        close(c->saved);
+    }
+    if (c->fd >= 0) {
+        lseek(c->fd, 0, SEEK_SET);
+        n = read(c->fd, buf, cap - 1);
+        close(c->fd);
+        unlink(c->path);
+    }
+    buf[n > 0 ? n : 0] = '\0';
+}
+
 /* ---- record files ---- */
 
 #include <string.h>

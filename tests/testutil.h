@@ -17,6 +17,16 @@ const char *tu_binary_path(const char *rel);
 /* A fresh empty directory under the build tree's test scratch area (static buffer). */
 const char *tu_scratch_dir(const char *name);
 
+/* Captures this process's stderr (fd 2, where tri_log's warnings go) into a temporary file between
+ * tu_stderr_capture and tu_stderr_release, which restores it and copies what was written (at most
+ * cap - 1 bytes, NUL-terminated) into buf. */
+typedef struct tu_capture {
+    int saved, fd;
+    char path[32];
+} tu_capture;
+void tu_stderr_capture(tu_capture *c);
+void tu_stderr_release(tu_capture *c, char *buf, size_t cap);
+
 #endif
 
 /* ---- record files shared with tools/gpt2_torch_reference.py ----

@@ -144,26 +144,11 @@ PY
     build
     data
     t_build=$((SECONDS - t0))
-    # The sanitizer tree builds beside the Release suite, in its own process group at the lowest
-    # priority: the suite's tests often wait (Open MPI's start-up, ranks blocked in a timeout, sleeps)
-    # and left the two cores idle a quarter of the time; the build takes that time, and what it has
-    # left when the suite ends finishes before the sanitizer suite starts. (Beside the Release build
-    # instead it gained nothing: a build keeps both cores busy.)
-    read -r other_march other_blas < <(other_machine)
-    echo "trident: the sanitizer run builds with -march=$other_march and runs OpenBLAS's $other_blas kernels"
-    mkdir -p build-asan
-    rm -f build-asan/.built_at
-    export -f build_tree
-    setsid nice -n 19 bash -c 'set -euo pipefail; build_tree build-asan Debug "$1" -DTRIDENT_CUDA=OFF
-      date +%s > build-asan/.built_at' _ "$other_march" &
-    asan_build=$!
-    trap 'kill -- -"$asan_build" 2> /dev/null || true' EXIT
-    asan_t0=$(date +%s)
-    # Release: three tests at a time on two cores. Many of its tests wait and left the cores idle 22%
-    # of the time; a third slot fills part of it (measured here: 351 s -> 306 s). The sanitizer suite
-    # keeps its cores busy already (92%; 3 at a time measured 559-563 s against 546-571 s).
-    # faults_rank_failure, whose timing bound needs the machine, runs alone in both (RUN_SERIAL; the
-    # low-priority build beside it yields the CPU to it). Every other bound is a generous timeout.
+    # Release: three tests at a time on two cores. Many of its tests wait (Open MPI's start-up, ranks
+    # blocked in a timeout, sleeps) and left the cores idle 22% of the time; a third slot fills it
+    # (measured here: 351 s -> 306 s). The sanitizer suite keeps its cores busy already (92%; 3 at a
+    # time measured 559-563 s against 546-571 s). faults_rank_failure, whose timing bound needs the
+    # machine, runs alone in both (RUN_SERIAL); every other bound is a generous timeout.
     t1=$SECONDS
     (cd build && ctest --output-on-failure -j 3 -LE gpu && ctest --output-on-failure -L gpu)
     t_release=$((SECONDS - t1))
@@ -171,19 +156,18 @@ PY
     # label's harnesses carry their own sanitizers and already ran above. Without the CUDA backend:
     # its code cannot run without a GPU (the gpu label is skipped) and nvcc's host code is not
     # instrumented, so it would only add build time.
+    read -r other_march other_blas < <(other_machine)
+    echo "trident: the sanitizer run builds with -march=$other_march and runs OpenBLAS's $other_blas kernels"
     t2=$SECONDS
-    wait "$asan_build"
-    trap - EXIT
+    build_tree build-asan Debug "$other_march" -DTRIDENT_CUDA=OFF
     t_asan_build=$((SECONDS - t2))
-    t_asan_all=$(($(cat build-asan/.built_at) - asan_t0))
     t3=$SECONDS
     # (release_only: the tests of tests/release_only.txt, every library line of which tests of this
     # stage execute too: tools/sanitizer_coverage.sh chooses them from per-test gcov counters)
     (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only')
     t_asan=$((SECONDS - t3))
-    echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s" \
-      "(the sanitizer build beside it: ${t_asan_all} s), the sanitizer build's remainder ${t_asan_build} s," \
-      "sanitizer suite ${t_asan} s; total $((SECONDS - t0)) s"
+    echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s," \
+      "sanitizer build ${t_asan_build} s, sanitizer suite ${t_asan} s; total $((SECONDS - t0)) s"
     ;;
   valgrind)
     bash tools/install_deps.sh
