@@ -161,6 +161,7 @@ Test(hf_read, hub_names_prefixed_names_and_shards_read_the_same)
     /* and they are the values written (the token embedding is stored untransposed) */
     int k = tri_host_weights_find(&a, "wte");
     cr_assert_geq(k, 0);
+    cr_assert_str_eq(f.e[k].name, "transformer.wte.weight", "the weights are not in the files' (global) order");
     float want[11 * 8];
     cr_assert_eq(f.e[k].shape[0] * f.e[k].shape[1], 11 * 8);
     fill(f.e[k].ctx, &f.e[k], want);
