@@ -33,9 +33,7 @@ typedef struct files {
 /* Tensor e's values: a function of its seed and position, exact in every dtype read as F32. */
 static int fill(void *ctx, const tri_st_entry *e, float *buf)
 {
-    int64_t seed = *(const int64_t *)ctx, n = 1;
-    for (int d = 0; d < e->ndim; d++)
-        n *= e->shape[d];
+    int64_t seed = *(const int64_t *)ctx, n = (int64_t)(tri_st_entry_bytes(e) / sizeof(float));
     for (int64_t i = 0; i < n; i++)
         buf[i] = (float)((seed * 7919 + i * 31) % 1000) / 1024.0f - 0.5f;
     return TRI_OK;
@@ -128,11 +126,8 @@ static void expect_same_weights(const tri_host_weights *a, const tri_host_weight
     cr_assert_eq(a->n, f->n);
     cr_assert_eq(b->n, f->n);
     for (int i = 0; i < f->n; i++) {
-        int64_t numel = 1;
-        for (int d = 0; d < f->e[i].ndim; d++)
-            numel *= f->e[i].shape[d];
         cr_expect_str_eq(a->names[i], b->names[i]);
-        cr_expect(memcmp(a->data[i], b->data[i], (size_t)numel * sizeof(float)) == 0, "%s differs", a->names[i]);
+        cr_expect(memcmp(a->data[i], b->data[i], tri_st_entry_bytes(&f->e[i])) == 0, "%s differs", a->names[i]);
     }
 }
 

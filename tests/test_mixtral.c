@@ -44,6 +44,24 @@ static char *read_text(const char *path)
 
 TestSuite(mixtral_config);
 
+/* The config.json family f writes for cfg (as torch_dtype) reads back, with parse, as cfg (the name
+ * aside, which the file does not carry); returns the text (malloc'd) for further checks. */
+static char *expect_hf_config_reads_back(const tri_model_family *f, int (*parse)(void *, const char *, const char *),
+                                         const tri_llama_config *cfg, const char *torch_dtype)
+{
+    char *json = NULL;
+    void *back = NULL;
+    cr_assert_eq(f->hf_config(cfg, torch_dtype, &json), TRI_OK, "%s", tri_error_message());
+    cr_assert_eq(tri_model_config_new(f, parse, json, "config.json", &back), TRI_OK, "%s: %s", tri_error_message(),
+                 json);
+    tri_llama_config a = *cfg, b = *(const tri_llama_config *)back;
+    memset(a.name, 0, sizeof a.name);
+    memset(b.name, 0, sizeof b.name);
+    cr_expect(memcmp(&a, &b, sizeof a) == 0, "config.json does not read back as the config: %s", json);
+    free(back);
+    return json;
+}
+
 Test(mixtral_config, published_shapes_count_their_parameters)
 {
     char *json = read_text("models/mixtral-8x7b.json");
@@ -127,21 +145,13 @@ Test(mixtral_config, qwen3_sparse_layers_and_json_round_trip)
     cr_expect(memcmp(back, q, sizeof(tri_llama_config)) == 0, "the JSON round trip changed the config: %s", out);
     free(out);
     free(back);
-    /* and through the Qwen3MoeConfig config.json an export writes (the name aside, which the file
-     * does not carry) */
-    cr_assert_eq(tri_qwen3_moe_family.hf_config(c, "bfloat16", &out), TRI_OK, "%s", tri_error_message());
+    /* and through the Qwen3MoeConfig config.json an export writes */
+    out = expect_hf_config_reads_back(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, c, "bfloat16");
     cr_expect(strstr(out, "\"model_type\": \"qwen3_moe\"") && strstr(out, "\"Qwen3MoeForCausalLM\"") &&
                   strstr(out, "\"torch_dtype\": \"bfloat16\"") &&
                   strstr(out, "\"mlp_only_layers\": [\n    3\n  ]"),
               "%s", out);
-    cr_assert_eq(tri_model_config_new(&tri_qwen3_moe_family, tri_qwen3_moe_config_parse, out, "config.json", &back),
-                 TRI_OK, "%s: %s", tri_error_message(), out);
-    tri_llama_config a = *c, b = *(const tri_llama_config *)back;
-    memset(a.name, 0, sizeof a.name);
-    memset(b.name, 0, sizeof b.name);
-    cr_expect(memcmp(&a, &b, sizeof a) == 0, "config.json does not read back as the config: %s", out);
     free(out);
-    free(back);
     free(q);
 }
 
@@ -243,17 +253,7 @@ Test(mixtral_config, hub_names_flat_order_and_state_dict_order)
     for (int i = 0; i < n; i++)
         cr_expect_str_eq(specs[i].name, hf[i], "state_dict %d", i);
     free(specs);
-    char *cfg = NULL;
-    cr_assert_eq(tri_mixtral_family.hf_config(m.cfg, "float32", &cfg), TRI_OK);
-    void *back = NULL;
-    cr_assert_eq(tri_model_config_new(&tri_mixtral_family, tri_mixtral_config_parse, cfg, "config.json", &back), TRI_OK,
-                 "%s: %s", tri_error_message(), cfg);
-    tri_llama_config a = *(const tri_llama_config *)m.cfg, b = *(const tri_llama_config *)back;
-    memset(a.name, 0, sizeof a.name);
-    memset(b.name, 0, sizeof b.name);
-    cr_expect(memcmp(&a, &b, sizeof a) == 0, "config.json does not read back as the config: %s", cfg);
-    free(back);
-    free(cfg);
+    free(expect_hf_config_reads_back(&tri_mixtral_family, tri_mixtral_config_parse, m.cfg, "float32"));
     tri_model_free(&m);
 }
 
