@@ -52,16 +52,14 @@ int tri_ckpt_state_groups(const tri_ckpt_manifest *m, const char *groups[3])
 /* The values of shard e from the checkpoint: the box of its TP shard in group's tensors (read once
  * per parameter and group into *box, a buffer of the whole shard kept while its pieces follow), then
  * its range. */
-static int read_shard(tri_ckpt_reader *r, const tri_state_shard *e, float **box, const tri_param **boxed,
-                      tri_state_group *boxed_group)
+static int read_shard(tri_ckpt_reader *r, const tri_state_shard *e, float **box, int64_t *cap,
+                      const tri_param **boxed, tri_state_group *boxed_group)
 {
     const tri_param *p = e->param;
     if (*boxed == p && *boxed_group == e->group)
         return TRI_OK;
-    free(*box);
     *boxed = NULL;
-    *box = malloc((size_t)p->numel * sizeof **box);
-    if (!*box)
+    if (!tri_ckpt_grow(box, cap, p->numel))
         return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
     tri_box b = tri_ckpt_shard_box(p);
     int rc = e->group == TRI_STATE_WEIGHTS ? check_shape(r, p) : TRI_OK;
@@ -79,6 +77,7 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r, bool weights_only)
     int n = 0;
     int rc = tri_trainer_state_shards(t, &sh, &n);
     float *box = NULL;
+    int64_t cap = 0;
     const tri_param *boxed = NULL;
     tri_state_group boxed_group = TRI_STATE_WEIGHTS;
     bool warned = false;
@@ -96,7 +95,7 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r, bool weights_only)
             warned = true;
             continue;
         }
-        rc = read_shard(r, &sh[i], &box, &boxed, &boxed_group);
+        rc = read_shard(r, &sh[i], &box, &cap, &boxed, &boxed_group);
         if (!rc) rc = tri_trainer_state_write(t, &sh[i], box + sh[i].lo);
     }
     free(box);
@@ -131,6 +130,7 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
     if (!rc) rc = replica_plan(t, r, &replicas);
     if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
     float *box = NULL;
+    int64_t cap = 0;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
         bool replica = e->group >= TRI_STATE_REPLICA_WEIGHTS;
@@ -138,9 +138,7 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
             continue; /* (the error feedback, the outer one included: tri_ckpt_load_compression) */
         /* the TP shard's box from the outer files (any layout) or this replica's own files */
         const tri_param *p = e->param;
-        free(box);
-        box = malloc((size_t)p->numel * sizeof *box);
-        if (!box)
+        if (!tri_ckpt_grow(&box, &cap, p->numel))
             rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
         tri_box b = tri_ckpt_shard_box(p);
         if (!rc) rc = tri_ckpt_read_box_in(r, replica ? TRI_CKPT_REPLICA : TRI_CKPT_OUTER, replica ? t->grid->dp_rank : -1,
@@ -273,15 +271,15 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                  s->compression.powersgd_rank, rank);
     if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
     float *box = NULL;
+    int64_t cap = 0;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
         /* the outer reduction's residual only from a checkpoint of local SGD (one without it leaves
          * it zero; a fresh outer state resets it after this) */
         if (e->group < TRI_STATE_EF_RESIDUAL || (e->group == TRI_STATE_OUTER_EF_RESIDUAL && s->local.steps == 0))
             continue;
-        free(box);
-        box = malloc((size_t)(e->hi > e->param->numel ? e->hi : e->param->numel) * sizeof *box);
-        rc = box ? load_entry(t, r, e, &plan, box, &own, &fresh_q)
+        rc = tri_ckpt_grow(&box, &cap, e->hi > e->param->numel ? e->hi : e->param->numel)
+                 ? load_entry(t, r, e, &plan, box, &own, &fresh_q)
                  : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
     }
     free(box);

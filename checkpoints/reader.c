@@ -137,6 +137,7 @@ void tri_ckpt_reader_close(tri_ckpt_reader *r)
             H5Fclose(r->h5[i]);
     free(r->h5);
     free(r->verified);
+    free(r->scratch);
     tri_manifest_free(&r->m);
     memset(r, 0, sizeof *r);
 }
@@ -200,6 +201,18 @@ int tri_ckpt_read_box(tri_ckpt_reader *r, const char *group, const char *name, c
     return tri_ckpt_read_box_in(r, group ? TRI_CKPT_OPTIM : TRI_CKPT_MODEL, -1, group, name, want, dst);
 }
 
+float *tri_ckpt_grow(float **buf, int64_t *cap, int64_t n)
+{
+    if (n > *cap || !*buf) {
+        free(*buf);
+        *cap = n > 0 ? n : 1;
+        *buf = malloc((size_t)*cap * sizeof **buf);
+        if (!*buf)
+            *cap = 0;
+    }
+    return *buf;
+}
+
 int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_rank, const char *group,
                          const char *name, const tri_box *want, float *dst)
 {
@@ -226,7 +239,7 @@ int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_ran
                 continue;
             char path[TRI_CKPT_PATH_MAX], dset[TRI_CKPT_NAME_MAX + TRI_PARAM_NAME_MAX];
             int64_t len = pc->hi - pc->lo;
-            float *buf = malloc((size_t)len * sizeof *buf);
+            float *buf = tri_ckpt_grow(&r->scratch, &r->scratch_n, len);
             if (!buf)
                 return TRI_ERR(TRI_ENOMEM, "checkpoint %s: out of memory for %s", r->dir, name);
             snprintf(dset, sizeof dset, "%s%s%s", group ? group : "", group ? "/" : "", name);
@@ -236,7 +249,6 @@ int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_ran
                                             : tri_h5_read_f32(r->h5[f], path, dset, 1, &len, buf);
             if (!rc)
                 got += tri_box_copy(&pc->box, pc->lo, pc->hi, buf, want, dst, ten->shape);
-            free(buf);
         }
     }
     if (!rc && got != need)

@@ -35,6 +35,8 @@ typedef struct tri_ckpt_reader {
     hid_t *h5;                       /* per manifest file: open handle or -1 */
     tri_ckpt_progress_fn progress;   /* optional: called as files are verified */
     void *progress_ctx;
+    float *scratch;                  /* one stored piece at a time (tri_ckpt_read_box_in), reused */
+    int64_t scratch_n;               /* its capacity in elements */
 } tri_ckpt_reader;
 
 /* The step directory `path` names: path itself when it holds a manifest, else the step its
@@ -55,6 +57,12 @@ int tri_ckpt_probe(const char *path, bool *found);
 /* "iter_%07lld" and its inverse (-1 when name is not exactly "iter_<1..18 digits>"). */
 void tri_ckpt_step_name(int64_t iteration, char *out, size_t cap);
 int64_t tri_ckpt_parse_step_name(const char *name);
+
+/* *buf holding at least n floats (capacity *cap, both 0/NULL at first): kept when large enough, else
+ * replaced (contents not kept). Loads read tensor after tensor through one such buffer instead of an
+ * allocation each: a block of a tensor's size is a fresh mapping, its pages faulted in afresh, in
+ * glibc's default set-up and under AddressSanitizer. Returns *buf, NULL when out of memory. */
+float *tri_ckpt_grow(float **buf, int64_t *cap, int64_t n);
 
 /* Resolves path, reads and verifies the manifest. */
 int tri_ckpt_reader_open(tri_ckpt_reader *r, const char *path);

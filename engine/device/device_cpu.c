@@ -8,23 +8,29 @@
  * OpenMP parallel region when there is one thread). Sums over rows that feed parameter gradients
  * (bias, layernorm and embedding backward) are parallel over column blocks with rows in order, and
  * full reductions use a fixed number of chunks, so every result is the same for any thread count. */
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE (Linux) */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "engine/core/status.h"
 #include "engine/device/cpu_ops.h"
 #include "engine/device/device.h"
 
 #define ALIGNMENT 64
+#define HUGE_PAGE ((size_t)2 << 20)
 
 /* ---- memory ---- */
 
 static int cpu_alloc(tri_device *d, void **ptr, size_t bytes)
 {
-    size_t rounded = (bytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
-    *ptr = aligned_alloc(ALIGNMENT, rounded);
+    size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : ALIGNMENT;
+    size_t rounded = (bytes + align - 1) / align * align;
+    *ptr = aligned_alloc(align, rounded);
     if (!*ptr)
         return TRI_ERR(TRI_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
+    if (align == HUGE_PAGE)
+        (void)madvise(*ptr, rounded, MADV_HUGEPAGE);
     return TRI_OK;
 }
 
