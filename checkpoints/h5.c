@@ -50,9 +50,20 @@ static const char *os_cause(char *cause)
     return cause;
 }
 
+/* HDF5 hands a freed block back to malloc when its free list holds more than the list's limit (64 KiB
+ * by default), and so frees the metadata cache every open file gets (a calloc'd block over 1 MiB) at
+ * every close: each file opened or created after it maps and faults in fresh pages (glibc's default
+ * set-up maps blocks above 128 KiB afresh, AddressSanitizer every large block). Unlimited lists keep
+ * the blocks of the files a process has had open at once, for the next ones. */
+static void keep_free_blocks(void)
+{
+    H5set_free_list_limits(-1, -1, -1, -1, -1, -1);
+}
+
 int tri_h5_create(const char *path, hid_t *file)
 {
     tri_h5_quiet();
+    keep_free_blocks();
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0) {
         H5Pclose(fapl);
@@ -71,6 +82,7 @@ int tri_h5_create(const char *path, hid_t *file)
 int tri_h5_open(const char *path, hid_t *file)
 {
     tri_h5_quiet();
+    keep_free_blocks();
     *file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (*file < 0)
         return TRI_ERR(TRI_ECORRUPT, "%s: libhdf5 cannot open it as an HDF5 file", path);
