@@ -2,8 +2,10 @@
  *
  * cuda/attention/flash_mma.kern.h holds the bodies of the kernels the CUDA backend launches for bf16
  * attention on the tensor cores (WMMA) and for fp32 attention on the CUDA cores (the shim's SIMT
- * fragments) (cuda/attention/flash_mma.cu); cuda/kernels/mma_shim.h's emulation runs them here as written:
- * every block as 128 lanes with barriers for __syncthreads and __syncwarp, WMMA fragments as
+ * fragments) (cuda/attention/flash_mma.cu); cuda/kernels/mma_shim.h's emulation runs them here as written,
+ * launched by the emulated CUDA build's own flash_mma.cu and flash_mma_cut.cu (tests/cuda_emu/: the
+ * launchers the backend calls, so the kernels are compiled once, there, not again here): every block
+ * as 128 lanes with barriers for __syncthreads and __syncwarp, WMMA fragments as
  * whole 16 x 16 tiles (SIMT fragments as on a GPU: each lane its own elements), shared memory
  * filled with NaN bytes first. The forward, dk/dv and dq kernels are compared with the CPU
  * backend's flash ops on the same tensors (bf16: its fp32 copies, rounded once), for head sizes
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "cuda/attention/flash_mma.kern.h"
+#include "cuda/attention/flash_mma.h"
 extern "C" {
 #include "engine/device/device.h"
 #include "engine/device/ops/attention_math.h"
@@ -132,27 +135,24 @@ static std::vector<float> widen(const std::vector<G> &v, size_t n)
     return f;
 }
 
-/* The kernels' cut instantiation (CUT true, the kv ops' general one) on today's problem gives the
- * uncut one's bits (out, lse and dqkv, from the same delta), as flash_mma.cu's choice of the uncut
- * kernels for it promises. */
-template <class P, int HS, class G>
+/* The kernels' cut instantiation (CUT true, the kv ops' general one: tri_flash_mma_cut_*) on today's
+ * problem gives the uncut one's bits (out, lse and dqkv, from the same delta), as flash_mma.cu's
+ * choice of the uncut kernels for it promises. */
+template <class G>
 static void same_as_cut(tri_flash_dims f, const G *q, const G *g, const std::vector<G> &go,
                         const std::vector<float> &lse, const std::vector<float> &delta, const std::vector<G> &gdq)
 {
-    int64_t C = f.NH * f.HS, W = tri_flash_width(f), tiles = (f.T + TILE - 1) / TILE;
+    int64_t C = f.NH * f.HS, W = tri_flash_width(f);
     size_t nq = (size_t)(f.B * f.T * W), no = (size_t)(f.B * f.T * C), nr = (size_t)(f.B * f.NH * f.T);
     std::vector<G> co = guarded<G>(no, NULL), cdq = guarded<G>(nq, NULL);
     std::vector<float> clse(nr, NAN);
     tri_flash_mma_cut c = tri_flash_mma_whole(f);
-    tri_mma_emu_launch(tiles, f.B * f.NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_forward_mma_body<P, HS, true>(smem, co.data() + GUARD, clse.data(), q, q, c, tiles);
-    });
-    tri_mma_emu_launch(tiles, f.B * f.NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dkv_mma_body<P, HS, true>(smem, cdq.data() + GUARD, delta.data(), g, q, q, lse.data(), c, tiles);
-    });
-    tri_mma_emu_launch(tiles, f.B * f.NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dq_mma_body<P, HS, true>(smem, cdq.data() + GUARD, delta.data(), g, q, q, lse.data(), c, tiles);
-    });
+    const bool bf16 = sizeof(G) == 2;
+    cr_assert_eq(tri_flash_mma_cut_forward(NULL, bf16, co.data() + GUARD, clse.data(), q, q, c), TRI_OK);
+    cr_assert_eq(tri_flash_mma_cut_backward_dkv(NULL, bf16, false, cdq.data() + GUARD, delta.data(), g, q, q,
+                                                lse.data(), c), TRI_OK);
+    cr_assert_eq(tri_flash_mma_cut_backward_dq(NULL, bf16, cdq.data() + GUARD, delta.data(), g, q, q, lse.data(), c),
+                 TRI_OK);
     for (size_t i = 0; i < no; i++)
         cr_assert_eq(elems<G>::bits(co[GUARD + i]), elems<G>::bits(go[GUARD + i]), "out[%zu]: cut and uncut differ", i);
     for (size_t i = 0; i < nr; i++)
@@ -172,7 +172,7 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
     const double tol = bf16 ? FLASH_MMA_TOL : FP32_TOL;
     const char *form = bf16 ? "mma bf16" : "simt fp32";
     tri_flash_dims f = {B, T, NH, NH_kv, HS};
-    int64_t C = NH * HS, W = tri_flash_width(f), rows = B * NH * T, tiles = (T + TILE - 1) / TILE;
+    int64_t C = NH * HS, W = tri_flash_width(f), rows = B * NH * T;
     size_t nq = (size_t)(B * T * W), no = (size_t)(B * T * C), nr = (size_t)rows;
     float *qkv = bf16 ? ot_bf16_uniform(nq, -3.0f, 3.0f, seed) : ot_uniform(nq, -3.0f, 3.0f, seed);
     float *dout = bf16 ? ot_bf16_uniform(no, -1.0f, 1.0f, seed + 1) : ot_uniform(no, -1.0f, 1.0f, seed + 1);
@@ -196,9 +196,7 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
     std::vector<float> lse(nr, NAN), delta(nr, NAN);
     G *out = go.data() + GUARD, *dqkv = gdq.data() + GUARD;
     const G *q = gq.data() + GUARD, *g = gg.data() + GUARD;
-    tri_mma_emu_launch(tiles, B * NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_forward_mma_body<P, HS, false>(smem, out, lse.data(), q, q, tri_flash_mma_whole(f), tiles);
-    });
+    cr_assert_eq(tri_flash_mma_forward(NULL, bf16, out, lse.data(), q, f), TRI_OK, "%s", tri_error_message());
     check_guards("out", go, no);
     /* delta = rowsum(dout * out), as flash_backward_delta_kernel computes it (left to right) */
     for (int64_t r = 0; r < rows; r++) {
@@ -208,16 +206,11 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NH_kv, uint64_t s
             acc += elems<G>::to(g[o + i]) * elems<G>::to(out[o + i]);
         delta[(size_t)r] = acc;
     }
-    tri_mma_emu_launch(tiles, B * NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dkv_mma_body<P, HS, false>(smem, dqkv, delta.data(), g, q, q, lse.data(),
-                                                  tri_flash_mma_whole(f), tiles);
-    });
-    tri_mma_emu_launch(tiles, B * NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_backward_dq_mma_body<P, HS, false>(smem, dqkv, delta.data(), g, q, q, lse.data(), tri_flash_mma_whole(f),
-                                                 tiles);
-    });
+    /* dk, dv, then dq */
+    cr_assert_eq(tri_flash_mma_backward(NULL, bf16, dqkv, delta.data(), g, q, lse.data(), f), TRI_OK, "%s",
+                 tri_error_message());
     check_guards("dqkv", gdq, nq);
-    same_as_cut<P, HS>(f, q, g, go, lse, delta, gdq);
+    same_as_cut(f, q, g, go, lse, delta, gdq);
 
     char what[160];
     snprintf(what, sizeof what, "%s out (B %lld T %lld NH %lld/%lld HS %d)", form, (long long)B, (long long)T,
@@ -462,10 +455,7 @@ static void cut_case(const char *name, int64_t B, int64_t NH, int64_t NH_kv, cut
                    go = guarded<G>(no, NULL);
     std::vector<float> lse(nr + 2 * GUARD, NAN);
     const G *q = gq.data() + GUARD, *k = gk.data() + GUARD, *g = gg.data() + GUARD;
-    int64_t qtiles = (T + TILE - 1) / TILE, ktiles = (Tk + TILE - 1) / TILE;
-    tri_mma_emu_launch(qtiles, B * NH, THREADS, fwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-        flash_forward_mma_body<P, HS, true>(smem, go.data() + GUARD, lse.data() + GUARD, q, k, c, qtiles);
-    });
+    cr_assert_eq(tri_flash_mma_cut_forward(NULL, bf16, go.data() + GUARD, lse.data() + GUARD, q, k, c), TRI_OK);
     check_guards("out", go, no);
     char what[200];
     snprintf(what, sizeof what, "%s %s out (NH %lld/%lld HS %d)", bf16 ? "bf16" : "fp32", name, (long long)NH,
@@ -490,12 +480,9 @@ static void cut_case(const char *name, int64_t B, int64_t NH, int64_t NH_kv, cut
         std::vector<G> gdq = guarded<G>(nq, dq0), start_dq = gdq;
         std::vector<GK> gdk = guarded<GK>(nk, dk0), start_dk = gdk;
         const float *pl = want_lse, *pd = delta; /* the CPU's statistics for both */
-        tri_mma_emu_launch(ktiles, B * NH_kv, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-            flash_backward_dkv_mma_body<P, HS, true, GK>(smem, gdk.data() + GUARD, pd, g, q, k, pl, c, ktiles);
-        });
-        tri_mma_emu_launch(qtiles, B * NH, THREADS, bwd_layout<P, HS>::bytes, [&](unsigned char *smem) {
-            flash_backward_dq_mma_body<P, HS, true>(smem, gdq.data() + GUARD, pd, g, q, k, pl, c, qtiles);
-        });
+        cr_assert_eq(tri_flash_mma_cut_backward_dkv(NULL, bf16, sizeof(GK) != sizeof(G), gdk.data() + GUARD, pd, g, q,
+                                                    k, pl, c), TRI_OK);
+        cr_assert_eq(tri_flash_mma_cut_backward_dq(NULL, bf16, gdq.data() + GUARD, pd, g, q, k, pl, c), TRI_OK);
         check_guards("dq", gdq, nq);
         check_guards("dkv", gdk, nk);
         /* columns an op does not own keep their bits */

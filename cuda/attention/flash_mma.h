@@ -48,4 +48,15 @@ int tri_flash_mma_kv_backward_dkv(cudaStream_t stream, bool bf16, bool dkv_f32, 
                                   const void *dout, const void *q, const void *kv, const float *lse,
                                   tri_flash_mma_cut c);
 
+/* The cut form's launches (flash_mma_cut.cu), whatever the problem: the kv ops above take them for
+ * any problem but today's whole one; tests/test_flash_mma_cpu.cpp also runs them on that one, whose
+ * bits they must give as the uncut form does. Arguments and errors as the kv ops'. */
+int tri_flash_mma_cut_forward(cudaStream_t stream, bool bf16, void *out, float *lse, const void *q, const void *kv,
+                              tri_flash_mma_cut c);
+int tri_flash_mma_cut_backward_dq(cudaStream_t stream, bool bf16, void *dq, const float *delta, const void *dout,
+                                  const void *q, const void *kv, const float *lse, tri_flash_mma_cut c);
+int tri_flash_mma_cut_backward_dkv(cudaStream_t stream, bool bf16, bool dkv_f32, void *dkv, const float *delta,
+                                   const void *dout, const void *q, const void *kv, const float *lse,
+                                   tri_flash_mma_cut c);
+
 #endif

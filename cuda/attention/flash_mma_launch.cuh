@@ -146,15 +146,4 @@ static int dq_hs(cudaStream_t s, void *dq, const float *delta, const void *dout,
 
 #define NO_KERNEL TRI_ERR(TRI_ENOTSUP, "flash attention: no tiled kernel for head size %lld", (long long)HS)
 
-
-/* The cut form's launches (flash_mma_cut.cu): the kv ops of tri_flash_mma_kv_* for a problem that is not
- * today's whole one. */
-int tri_flash_mma_cut_forward(cudaStream_t stream, bool bf16, void *out, float *lse, const void *q, const void *kv,
-                              tri_flash_mma_cut c);
-int tri_flash_mma_cut_backward_dq(cudaStream_t stream, bool bf16, void *dq, const float *delta, const void *dout,
-                                  const void *q, const void *kv, const float *lse, tri_flash_mma_cut c);
-int tri_flash_mma_cut_backward_dkv(cudaStream_t stream, bool bf16, bool dkv_f32, void *dkv, const float *delta,
-                                   const void *dout, const void *q, const void *kv, const float *lse,
-                                   tri_flash_mma_cut c);
-
 #endif
