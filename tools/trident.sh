@@ -32,7 +32,7 @@ march=${TRIDENT_MARCH:-native}
 # The generator of a new tree: Ninja where it is installed (tools/install_deps.sh installs it), else
 # CMake's Makefiles. Make runs CMake itself per target and per file (dependency scans, progress
 # lines), process starts that are dear on these VMs: with Ninja and lld (CMakeLists.txt) the Release
-# build took 344 s and 681 CPU-s against 441 s and 864 with Make and ld.bfd (docs/test-suite.md).
+# build took 305 s and 604 CPU-s against 441 s and 864 with Make and ld.bfd (docs/test-suite.md).
 # A tree already configured keeps its generator (CMake refuses to switch one).
 generator_args() {
   if [ ! -f "$1/CMakeCache.txt" ] && command -v ninja > /dev/null 2>&1; then
