@@ -578,16 +578,9 @@ static void torch_case(const char *model, bool norm, uint64_t seed)
     tu_run(cmd);
 }
 
-static bool have_torch(void)
-{
-    /* finds the package without importing it (an import costs 1.5 CPU-s) */
-    return tu_run("/usr/bin/python3 -c 'import importlib.util, sys; "
-                  "sys.exit(importlib.util.find_spec(\"torch\") is None)' >/dev/null 2>&1") == 0;
-}
-
 Test(moe_block, against_pytorch_hf_sparse_moe_blocks, .timeout = 120)
 {
-    if (!have_torch())
+    if (!tu_have_torch())
         cr_skip_test("/usr/bin/python3 has no torch (Debian's python3-torch): the PyTorch comparison is skipped");
     torch_case("mixtral", true, 700);
     torch_case("qwen3_moe", false, 710);

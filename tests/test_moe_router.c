@@ -709,16 +709,9 @@ static void torch_case(const char *model, int sig, int norm, int with_bias, uint
     tu_run(cmd);
 }
 
-static bool have_torch(void)
-{
-    /* finds the package without importing it (an import costs 1.5 CPU-s) */
-    return tu_run("/usr/bin/python3 -c 'import importlib.util, sys; "
-                  "sys.exit(importlib.util.find_spec(\"torch\") is None)' >/dev/null 2>&1") == 0;
-}
-
 Test(moe_router, against_pytorch_hf_routing, .timeout = 120)
 {
-    if (!have_torch())
+    if (!tu_have_torch())
         cr_skip_test("/usr/bin/python3 has no torch (Debian's python3-torch): the PyTorch comparison is skipped");
     torch_case("mixtral", 0, 1, 0, 201);
     torch_case("qwen3_moe", 0, 0, 0, 202);

@@ -192,3 +192,9 @@ int tu_run(const char *cmd)
         return -1;
     return (st >> 8) & 0xff;
 }
+
+bool tu_have_torch(void)
+{
+    return tu_run("/usr/bin/python3 -c 'import importlib.util, sys; "
+                  "sys.exit(importlib.util.find_spec(\"torch\") is None)' >/dev/null 2>&1") == 0;
+}

@@ -2,6 +2,7 @@
 #ifndef TRIDENT_TESTS_TESTUTIL_H
 #define TRIDENT_TESTS_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,3 +58,7 @@ void tu_rec_free(tu_records *recs);
 
 /* Runs a command line with /bin/sh; returns its exit status (or -1). */
 int tu_run(const char *cmd);
+
+/* Whether Debian's /usr/bin/python3 has PyTorch (python3-torch) for the reference checks: looks for the
+ * package without importing it (an import costs 1.5 CPU-s). */
+bool tu_have_torch(void);
