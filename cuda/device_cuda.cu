@@ -17,6 +17,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "cuda/device_cuda.h"
+#include "engine/core/log.h"
 
 extern "C" int tri_cuda_check(cudaError_t err, const char *call, const char *file, int line)
 {
@@ -342,6 +343,12 @@ extern "C" int tri_device_cuda_create(tri_device **out, int ordinal)
         free(d);
         return tri_error_context(rc, "creating CUDA device %d", ordinal);
     }
+#if defined(TRI_CUDA_UNOPTIMIZED)
+    /* a compile-check build (TRIDENT_CUDA_UNOPTIMIZED, CMakeLists.txt) met a GPU: right, but slow */
+    tri_log("warning: this build's CUDA kernels were compiled without optimization (nvcc -G: "
+            "TRIDENT_CUDA_UNOPTIMIZED=ON, tools/trident.sh's compile check on a machine without a GPU); "
+            "they compute the same results slowly: for speed, build with -DTRIDENT_CUDA_UNOPTIMIZED=OFF");
+#endif
     d->ops = &cuda_ops;
     d->impl = c;
     d->ordinal = ordinal;
