@@ -18,6 +18,7 @@
 #define TRIDENT_TESTS_CUDA_EMU_CUBLASLT_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,7 +233,13 @@ static inline float tri_emu_lt_at(const void *x, cublasLtMatrixLayout_t l, int32
     return tri_load(x, l->type == CUDA_R_16BF, e);
 }
 
-/* The product, computed at once (cublasLtMatmul checks the arguments first). */
+/* The product, computed at once (cublasLtMatmul checks the arguments first). Each element of D is
+ * its k-ordered sum of op(A)[i][k] op(B)[k][j] in double, rounded once: the products of floats are
+ * exact in double, so only that order defines the bits. The loops keep it and vectorise across the
+ * row's n independent sums: op(A) is widened to an (m, ka) and op(B) to a (ka, n) row-major
+ * double copy per batch member, and row i's sums advance together, four k at a time in k's order
+ * (C's left-to-right additions; the naive loop over (i, j)
+ * with two layout lookups per product spent 3/4 of an emulated training's time; same bits). */
 static inline void tri_emu_lt_run(tri_emu_lt_desc d, float a, const void *A, tri_emu_lt_layout la, const void *B,
                                   tri_emu_lt_layout lb, float b, const void *C, tri_emu_lt_layout lc, void *D,
                                   tri_emu_lt_layout ld)
@@ -241,19 +248,45 @@ static inline void tri_emu_lt_run(tri_emu_lt_desc d, float a, const void *A, tri
     int64_t m = (int64_t)ld.rows, n = (int64_t)ld.cols;
     int64_t ka = (int64_t)(d.transa == CUBLAS_OP_T ? la.rows : la.cols);
     bool bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS;
-    for (int64_t z = 0; z < ld.batch; z++)
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t i = 0; i < m; i++) {
-                double s = 0.0;
-                for (int64_t k = 0; k < ka; k++)
-                    s += (double)tri_emu_lt_at(A, &la, d.transa, z, i, k) * tri_emu_lt_at(B, &lb, d.transb, z, k, j);
-                float v = a * (float)s;
+    double *opa = (double *)malloc((size_t)(m * ka + ka * n + n) * sizeof(double) + 1); /* (m, ka) */
+    double *opb = opa + m * ka;                                                         /* (ka, n) */
+    double *row = opb + ka * n;                                                         /* (n) */
+    if (!opa) { /* the emulation's own scratch (as cuda_emu.h's lane stacks): the test cannot go on */
+        fprintf(stderr, "cuda_emu: cublasLtMatmul cannot allocate its %lld x %lld x %lld scratch\n", (long long)m,
+                (long long)ka, (long long)n);
+        abort();
+    }
+    for (int64_t z = 0; z < ld.batch; z++) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t k = 0; k < ka; k++)
+                opa[i * ka + k] = tri_emu_lt_at(A, &la, d.transa, z, i, k);
+        for (int64_t k = 0; k < ka; k++)
+            for (int64_t j = 0; j < n; j++)
+                opb[k * n + j] = tri_emu_lt_at(B, &lb, d.transb, z, k, j);
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j++)
+                row[j] = 0.0;
+            const double *ai = opa + i * ka;
+            int64_t k = 0;
+            for (; k + 4 <= ka; k += 4) { /* four terms per pass over the row, added in k's order */
+                const double *b0 = opb + k * n, *b1 = b0 + n, *b2 = b1 + n, *b3 = b2 + n;
+                for (int64_t j = 0; j < n; j++)
+                    row[j] = row[j] + ai[k] * b0[j] + ai[k + 1] * b1[j] + ai[k + 2] * b2[j] + ai[k + 3] * b3[j];
+            }
+            for (; k < ka; k++)
+                for (int64_t j = 0; j < n; j++)
+                    row[j] += ai[k] * opb[k * n + j];
+            for (int64_t j = 0; j < n; j++) {
+                float v = a * (float)row[j];
                 if (b != 0.0f)
                     v += b * tri_emu_lt_at(C, &lc, CUBLAS_OP_N, z, i, j);
                 if (bias)
                     v += tri_load(d.bias, d.bias_type == CUDA_R_16BF, i);
                 tri_store(D, ld.type == CUDA_R_16BF, z * ld.stride + i + j * ld.ld, v);
             }
+        }
+    }
+    free(opa);
 }
 
 /* Checks the arguments, then computes the product on stream: at once, or recorded while the stream
