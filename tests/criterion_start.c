@@ -13,8 +13,6 @@
  * (tests/CMakeLists.txt, trident_criterion): the dynamic linker binds libgit2's calls to these, which
  * load nothing and report success (an empty chain; libgit2 also carries on after a failed load).
  * Trident's own code never calls mbedTLS (SHA-256 of checkpoints is OpenSSL's). */
-#include <stddef.h>
-
 /* mbedtls/x509_crt.h: int mbedtls_x509_crt_parse_file(mbedtls_x509_crt *chain, const char *path)
  * and _parse_path(chain, path); 0 (or, for _path, the number of files that failed): success. */
 int mbedtls_x509_crt_parse_file(void *chain, const char *path);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 static void leak_check_at_exit(void)
 {
@@ -36,7 +37,7 @@ static int bss_huge_pages(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     (void)data;
-    const uintptr_t page = 4096, window = (uintptr_t)2 << 20;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), window = (uintptr_t)2 << 20;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || ph->p_memsz <= ph->p_filesz)

@@ -164,10 +164,11 @@ PY
     # Release: three tests at a time on two cores. Many of its tests wait (Open MPI's start-up, ranks
     # blocked in a timeout, sleeps) and left the cores idle 22% of the time; a third slot fills it
     # (measured here: 351 s -> 306 s). The sanitizer suite keeps its cores busy already (92%; 3 at a
-    # time measured 559-563 s against 546-571 s). faults_rank_failure, whose bound on the survivors'
-    # reports needs the cores, runs alone in both (RUN_SERIAL); every other bound is a generous timeout.
+    # time measured 559-563 s against 546-571 s). The tests labelled run_alone (faults_rank_failure,
+    # whose bound on the survivors' reports needs the cores) run alone in both (RUN_SERIAL); every other
+    # bound is a generous timeout.
     t1=$SECONDS
-    (cd build && ctest --output-on-failure -j 3 -LE gpu -E '^faults_rank_failure$' && ctest --output-on-failure -L gpu)
+    (cd build && ctest --output-on-failure -j 3 -LE 'gpu|run_alone' && ctest --output-on-failure -L gpu)
     t_release=$((SECONDS - t1))
     # the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (Debug build); the fuzz
     # label's harnesses carry their own sanitizers and already ran above. Without the CUDA backend:
@@ -175,8 +176,8 @@ PY
     # instrumented, so it would only add build time.
     read -r other_march other_blas < <(other_machine)
     echo "trident: the sanitizer run builds with -march=$other_march and runs OpenBLAS's $other_blas kernels"
-    # The sanitizer build starts at the lowest priority (nice 19) beside the Release build's
-    # faults_rank_failure, which runs 25-28 s on 0.45 of the two cores (its survivors wait out a
+    # The sanitizer build starts at the lowest priority (nice 19) beside the Release build's run_alone
+    # tests: faults_rank_failure runs 25-28 s on 0.45 of the two cores (its survivors wait out a
     # timeout four times): the build takes the idle time, and the test's ranks, at normal priority,
     # take the cores whenever they run (beside such a build its reports came 4.04-4.11 s after the
     # fault, alone 4.03-4.09 s; bound 6 s: docs/test-suite.md).
@@ -184,7 +185,7 @@ PY
     (renice -n 19 -p "$BASHPID" > /dev/null || true; build_tree build-asan Debug "$other_march" -DTRIDENT_CUDA=OFF) &
     asan_build=$!
     serial_rc=0
-    (cd build && ctest --output-on-failure -R '^faults_rank_failure$') || serial_rc=$?
+    (cd build && ctest --output-on-failure -L run_alone) || serial_rc=$?
     t_serial=$((SECONDS - t2))
     asan_rc=0
     wait "$asan_build" || asan_rc=$?
@@ -196,7 +197,7 @@ PY
     (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only')
     t_asan=$((SECONDS - t3))
     echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s" \
-      "+ faults_rank_failure beside the sanitizer build ${t_serial} s, sanitizer build ${t_asan_build} s (from its" \
+      "+ run_alone tests beside the sanitizer build ${t_serial} s, sanitizer build ${t_asan_build} s (from its" \
       "start), sanitizer suite ${t_asan} s; total $((SECONDS - t0)) s"
     ;;
   valgrind)
