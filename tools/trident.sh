@@ -165,10 +165,10 @@ PY
     # blocked in a timeout, sleeps) and left the cores idle 22% of the time; a third slot fills it
     # (measured here: 351 s -> 306 s). The sanitizer suite keeps its cores busy already (92%; 3 at a
     # time measured 559-563 s against 546-571 s). The tests labelled run_alone (faults_rank_failure,
-    # whose bound on the survivors' reports needs the cores) run alone in both (RUN_SERIAL); every other
-    # bound is a generous timeout.
+    # whose bound on the survivors' reports needs the cores) run with no other test at their priority
+    # in both: below, beside work at nice 19; every other bound is a generous timeout.
     t1=$SECONDS
-    (cd build && ctest --output-on-failure -j 3 -LE 'gpu|run_alone' && ctest --output-on-failure -L gpu)
+    (cd build && ctest --output-on-failure -j 3 -LE 'gpu|run_alone')
     t_release=$((SECONDS - t1))
     # the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (Debug build); the fuzz
     # label's harnesses carry their own sanitizers and already ran above. Without the CUDA backend:
@@ -184,8 +184,10 @@ PY
     t2=$SECONDS
     (renice -n 19 -p "$BASHPID" > /dev/null || true; build_tree build-asan Debug "$other_march" -DTRIDENT_CUDA=OFF) &
     asan_build=$!
+    # Then the gpu label (the CUDA backend's tests, one at a time; where no GPU is visible each only
+    # reports that it skips, 8 s of mostly waiting), also beside the build.
     serial_rc=0
-    (cd build && ctest --output-on-failure -L run_alone) || serial_rc=$?
+    (cd build && ctest --output-on-failure -L run_alone && ctest --output-on-failure -L gpu) || serial_rc=$?
     t_serial=$((SECONDS - t2))
     asan_rc=0
     wait "$asan_build" || asan_rc=$?
@@ -194,10 +196,27 @@ PY
     t3=$SECONDS
     # (release_only: the tests of tests/release_only.txt, every library line of which tests of this
     # stage execute too: tools/sanitizer_coverage.sh chooses them from per-test gcov counters)
-    (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only')
+    # The run_alone tests start first, at normal priority, and the rest of the suite beside them at
+    # nice 19 (the same arrangement as the sanitizer build's start above): run last and alone, as
+    # RUN_SERIAL would, faults_rank_failure left 1.5 of the two cores idle for ~27 s. The run_alone
+    # tests are run from build-asan/tests, where they are defined, so that the two CTest runs keep
+    # their logs and timings apart (each writes Testing/ where it starts); their output is printed
+    # after the rest's.
+    asan_select='gpu|fuzz|release_only'
+    (renice -n 19 -p "$BASHPID" > /dev/null || true
+     cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE "$asan_select|run_alone") &
+    asan_rest=$!
+    alone_rc=0
+    (cd build-asan/tests && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -L run_alone -LE "$asan_select") \
+      > build-asan/run_alone.log 2>&1 || alone_rc=$?
+    rest_rc=0
+    wait "$asan_rest" || rest_rc=$?
+    echo "trident: the sanitizer suite's run_alone tests (run beside the rest):"
+    cat build-asan/run_alone.log
+    [ "$alone_rc" -eq 0 ] && [ "$rest_rc" -eq 0 ] || exit 1
     t_asan=$((SECONDS - t3))
     echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s" \
-      "+ run_alone tests beside the sanitizer build ${t_serial} s, sanitizer build ${t_asan_build} s (from its" \
+      "+ run_alone and gpu tests beside the sanitizer build ${t_serial} s, sanitizer build ${t_asan_build} s (from its" \
       "start), sanitizer suite ${t_asan} s; total $((SECONDS - t0)) s"
     ;;
   valgrind)
