@@ -165,8 +165,9 @@ PY
     # blocked in a timeout, sleeps) and left the cores idle 22% of the time; a third slot fills it
     # (measured here: 351 s -> 306 s). The sanitizer suite keeps its cores busy already (92%; 3 at a
     # time measured 559-563 s against 546-571 s). The tests labelled run_alone (faults_rank_failure,
-    # whose bound on the survivors' reports needs the cores) run with no other test at their priority
-    # in both: below, beside work at nice 19; every other bound is a generous timeout.
+    # whose bound on the survivors' reports needs the cores) run with no other test at their priority:
+    # here beside the sanitizer build at nice 19 (below), in the sanitizer suite last and alone
+    # (RUN_SERIAL); every other bound is a generous timeout.
     t1=$SECONDS
     (cd build && ctest --output-on-failure -j 3 -LE 'gpu|run_alone')
     t_release=$((SECONDS - t1))
@@ -196,24 +197,9 @@ PY
     t3=$SECONDS
     # (release_only: the tests of tests/release_only.txt, every library line of which tests of this
     # stage execute too: tools/sanitizer_coverage.sh chooses them from per-test gcov counters)
-    # The run_alone tests start first, at normal priority, and the rest of the suite beside them at
-    # nice 19 (the same arrangement as the sanitizer build's start above): run last and alone, as
-    # RUN_SERIAL would, faults_rank_failure left 1.5 of the two cores idle for ~27 s. The run_alone
-    # tests are run from build-asan/tests, where they are defined, so that the two CTest runs keep
-    # their logs and timings apart (each writes Testing/ where it starts); their output is printed
-    # after the rest's.
-    asan_select='gpu|fuzz|release_only'
-    (renice -n 19 -p "$BASHPID" > /dev/null || true
-     cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE "$asan_select|run_alone") &
-    asan_rest=$!
-    alone_rc=0
-    (cd build-asan/tests && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -L run_alone -LE "$asan_select") \
-      > build-asan/run_alone.log 2>&1 || alone_rc=$?
-    rest_rc=0
-    wait "$asan_rest" || rest_rc=$?
-    echo "trident: the sanitizer suite's run_alone tests (run beside the rest):"
-    cat build-asan/run_alone.log
-    [ "$alone_rc" -eq 0 ] && [ "$rest_rc" -eq 0 ] || exit 1
+    # (the run_alone tests last and alone, RUN_SERIAL: run first beside the rest at nice 19 they
+    # saved nothing measurable, docs/test-suite.md)
+    (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only')
     t_asan=$((SECONDS - t3))
     echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s" \
       "+ run_alone and gpu tests beside the sanitizer build ${t_serial} s, sanitizer build ${t_asan_build} s (from its" \
