@@ -11,7 +11,9 @@
  * of the kind a fault costs 11-15 us (docs/test-suite.md): 30-40 ms at the exit of every worker. So
  * at start-up the large .bss ranges are marked MADV_HUGEPAGE: a read of a 2 MiB window nothing has
  * written then maps the kernel's huge zero page in one fault. What the check scans and finds is the
- * same. */
+ * same. libasan writes into its two whole windows before this constructor runs, so they stay on 4 KiB
+ * pages: ~1,650 faults a scan remain there and in the partial windows (collapsing the written windows
+ * cost more CPU than it saved: docs/test-suite.md, "Tried and not kept"). */
 #ifdef __SANITIZE_ADDRESS__
 #define _GNU_SOURCE
 #include <link.h>

@@ -195,10 +195,10 @@ PY
     t_asan_build=$((SECONDS - t2))
     [ "$serial_rc" -eq 0 ] && [ "$asan_rc" -eq 0 ] || exit 1 # ctest or build_tree said what failed
     t3=$SECONDS
-    # (release_only: the tests of tests/release_only.txt, every library line of which tests of this
-    # stage execute too: tools/sanitizer_coverage.sh chooses them from per-test gcov counters)
-    # (the run_alone tests last and alone, RUN_SERIAL: run first beside the rest at nice 19 they
-    # saved nothing measurable, docs/test-suite.md)
+    # release_only: the tests of tests/release_only.txt, every library line of which tests of this
+    # stage execute too (tools/sanitizer_coverage.sh chooses them from per-test gcov counters). The
+    # run_alone tests run last and alone here (RUN_SERIAL): started first beside the rest at nice 19
+    # they saved nothing measurable (docs/test-suite.md).
     (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only')
     t_asan=$((SECONDS - t3))
     echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s" \
