@@ -104,7 +104,8 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r);
  * reads its residual (error_feedback) resharded from any layout; every other copy
  * (error_feedback_copy: sequence-parallel replicated parameters at tp > 1, shared shards, the tied
  * embedding's copy at pp > 1, whose gradients are summed after the dp reduction) and PowerSGD's Q
- * (powersgd_q, from dp rank 0's file) are read from the file of this rank's own (tp, pp), so only
+ * (powersgd_q, and under local SGD the outer reduction's outer_powersgd_q, from dp rank 0's file)
+ * are read from the file of this rank's own (tp, pp), so only
  * at the checkpoint's tp and pp, from a checkpoint whose manifest says it holds them, and for Q with
  * the same --powersgd-rank. Otherwise a copy gets the holder's residual and Q is drawn afresh, each
  * with a warning naming why (such a resume is not bit-identical). Collective over the world; every

@@ -190,38 +190,45 @@ static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool 
                  "tp %d x pp %d)", s->tp, s->pp, what, t->grid->tp, t->grid->pp);
 }
 
+/* PowerSGD's Q of a matrix: the gradients' reduction's or local SGD's outer reduction's. */
+static bool q_group(tri_state_group g)
+{
+    return g == TRI_STATE_POWERSGD_Q || g == TRI_STATE_OUTER_POWERSGD_Q;
+}
+
 /* Entry e (a copy's residual or a matrix's Q) from the file of its own (tp, pp) rank (Q: dp rank 0's,
  * the same bits on every dp rank; residuals: this dp rank's) into box (e's hi floats), *found. */
 static int read_own(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, float *box, bool *found)
 {
     const tri_grid *g = t->grid;
     tri_box b = tri_ckpt_shard_box(e->param);
-    int dp = e->group == TRI_STATE_POWERSGD_Q ? 0 : g->dp_rank;
+    int dp = q_group(e->group) ? 0 : g->dp_rank;
     return tri_ckpt_read_own(r, TRI_CKPT_REPLICA, g->tp_rank, g->pp_rank, dp, tri_state_group_name(e->group),
                              e->param->spec.name, &b, e->hi - e->lo, box, found);
 }
 
-/* What this rank's own compression state can come from: "" when the copies' residuals (copies) and
- * Q (q) are read from its own files, else why not. */
+/* What this rank's own compression state can come from: "" when the copies' residuals (copies), Q
+ * (q) and the outer reduction's Q (outer_q) are read from its own files, else why not. */
 typedef struct own_plan {
-    char copies[256], q[256];
+    char copies[256], q[256], outer_q[256];
 } own_plan;
 
 /* Compression entry e (a holder's residual, a copy's, a server residual, or a matrix's Q) from the
  * checkpoint into the trainer, through box (room for e's TP shard and Q). A copy not read from its
  * own file gets the holder's residual (counted in *own when its residual is its own; so does a
  * non-holder's server residual, which is stored once); a Q not read keeps the fresh draw (counted in
- * *fresh_q). */
+ * fresh_q[0], the outer reduction's in fresh_q[1]). */
 static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
-                      int *own, int *fresh_q)
+                      int *own, int fresh_q[2])
 {
     const tri_param *p = e->param;
-    bool found = false;
+    bool found = false, outer_q = e->group == TRI_STATE_OUTER_POWERSGD_Q;
     int rc = TRI_OK;
-    if ((e->group == TRI_STATE_EF_COPY && !plan->copies[0]) || (e->group == TRI_STATE_POWERSGD_Q && !plan->q[0]))
+    if ((e->group == TRI_STATE_EF_COPY && !plan->copies[0]) || (e->group == TRI_STATE_POWERSGD_Q && !plan->q[0]) ||
+        (outer_q && !plan->outer_q[0]))
         rc = read_own(t, r, e, box, &found);
-    if (!rc && e->group == TRI_STATE_POWERSGD_Q) {
-        *fresh_q += !found;
+    if (!rc && q_group(e->group)) {
+        fresh_q[outer_q] += !found;
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
     bool server = e->group == TRI_STATE_EF_SERVER_RESIDUAL;
@@ -247,7 +254,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     const tri_ckpt_run *s = &r->m.run;
     tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
     tri_state_shard *sh = NULL;
-    int n = 0, own = 0, fresh_q = 0;
+    int n = 0, own = 0, fresh_q[2] = {0, 0};
     tri_compression_reduce red = t->chunks[0]->zero.comp.c.reduce;
     int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur && s->compression.reduce == red
                  ? TRI_OK
@@ -265,21 +272,26 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     own_plan plan;
     own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", plan.copies, sizeof plan.copies);
     own_state_plan(t, r, r->m.powersgd_q, "PowerSGD's Q", plan.q, sizeof plan.q);
+    own_state_plan(t, r, r->m.outer_powersgd_q, "the outer reduction's PowerSGD Q", plan.outer_q,
+                   sizeof plan.outer_q);
     int rank = t->chunks[0]->zero.comp.c.powersgd_rank;
-    if (!plan.q[0] && cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != rank)
-        snprintf(plan.q, sizeof plan.q, "it was saved with --powersgd-rank %d (this run has %d)",
-                 s->compression.powersgd_rank, rank);
+    if (cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != rank)
+        for (int k = 0; k < 2; k++)
+            if (!(k ? plan.outer_q : plan.q)[0])
+                snprintf(k ? plan.outer_q : plan.q, sizeof plan.q, "it was saved with --powersgd-rank %d (this run "
+                         "has %d)", s->compression.powersgd_rank, rank);
     if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
     float *box = NULL;
     int64_t cap = 0;
     for (int i = 0; i < n && !rc; i++) {
         const tri_state_shard *e = &sh[i];
-        /* the outer reduction's residual only from a checkpoint of local SGD (one without it leaves
-         * it zero; a fresh outer state resets it after this) */
-        if (e->group < TRI_STATE_EF_RESIDUAL || (e->group == TRI_STATE_OUTER_EF_RESIDUAL && s->local.steps == 0))
+        /* the outer reduction's residual and Q only from a checkpoint of local SGD (one without it
+         * leaves the residual zero and Q drawn; a fresh outer state resets both after this) */
+        bool outer = e->group == TRI_STATE_OUTER_EF_RESIDUAL || e->group == TRI_STATE_OUTER_POWERSGD_Q;
+        if (e->group < TRI_STATE_EF_RESIDUAL || (outer && s->local.steps == 0))
             continue;
         rc = tri_ckpt_grow(&box, &cap, e->hi > e->param->numel ? e->hi : e->param->numel)
-                 ? load_entry(t, r, e, &plan, box, &own, &fresh_q)
+                 ? load_entry(t, r, e, &plan, box, &own, fresh_q)
                  : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
     }
     free(box);
@@ -289,10 +301,14 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                 "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "
                 "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, own,
                 plan.copies[0] ? plan.copies : "two-phase's server residual is stored once, or this rank's shard was not found");
-    if (!rc && fresh_q > 0 && t->grid->dp_rank == 0)
-        tri_log("warning: checkpoint %s: PowerSGD's Q of %d matrix(es) of this rank is drawn afresh from the seeded "
-                "RNG (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, fresh_q,
-                plan.q[0] ? plan.q : "not found for this rank's shard");
+    for (int k = 0; k < 2 && !rc; k++) {
+        const char *why = k ? plan.outer_q : plan.q;
+        if (fresh_q[k] > 0 && t->grid->dp_rank == 0)
+            tri_log("warning: checkpoint %s: %s Q of %d matrix(es) of this rank is drawn afresh from the seeded "
+                    "RNG (%s), so this resume is not bit-identical to an uninterrupted run", r->dir,
+                    k ? "the outer reduction's PowerSGD" : "PowerSGD's", fresh_q[k],
+                    why[0] ? why : "not found for this rank's shard");
+    }
     return tri_comm_agree(t->grid->world, rc);
 }
 

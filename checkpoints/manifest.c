@@ -158,15 +158,20 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
             cJSON_AddStringToObject(gc, "reduce", tri_compression_reduce_name(c->reduce));
         bool outer = r->local.steps > 0; /* local SGD: the outer reduction's residual too */
         char state[200];
-        snprintf(state, sizeof state, "error_feedback%s%s per dp rank (replica files)%s",
+        snprintf(state, sizeof state, "error_feedback%s%s per dp rank (replica files)%s%s",
                  two_phase ? " and server_error_feedback" : "", outer ? " and outer_error_feedback" : "",
-                 m->powersgd_q ? "; powersgd_q per (tp, pp) from dp rank 0" : "");
+                 m->powersgd_q ? "; powersgd_q" : "", m->outer_powersgd_q ? " and outer_powersgd_q" : "");
+        if (m->powersgd_q)
+            snprintf(state + strlen(state), sizeof state - strlen(state), " per (tp, pp) from dp rank 0");
         cJSON_AddStringToObject(gc, "state", state);
         /* optional (absent in older checkpoints: false): every copy's own residual is held
-         * (error_feedback_copy), PowerSGD's Q is held (powersgd_q) */
+         * (error_feedback_copy), PowerSGD's Q is held (powersgd_q), and under local SGD the outer
+         * reduction's (outer_powersgd_q) */
         cJSON_AddBoolToObject(gc, "residual_copies", m->residual_copies);
         if (c->kind == TRI_COMPRESS_POWERSGD)
             cJSON_AddBoolToObject(gc, "powersgd_q", m->powersgd_q);
+        if (c->kind == TRI_COMPRESS_POWERSGD && outer)
+            cJSON_AddBoolToObject(gc, "outer_powersgd_q", m->outer_powersgd_q);
     }
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     for (int i = 0; i < m->n_tensors; i++) {
@@ -530,9 +535,9 @@ static int parse_run(const parser *p, const cJSON *root, tri_ckpt_manifest *m)
         get_float(p, gc, "topk_fraction", &c->topk_fraction, &rc);
         get_int(p, gc, "powersgd_rank", 1, 1 << 30, &c->powersgd_rank, &rc);
         get_i64(p, gc, "powersgd_start_iter", 0, MAX_DIM, &c->powersgd_start_iter, &rc);
-        static const char *const flags[2] = {"residual_copies", "powersgd_q"};
-        bool *dst[2] = {&m->residual_copies, &m->powersgd_q};
-        for (int f = 0; f < 2 && !rc; f++) { /* optional: absent in older checkpoints (false) */
+        static const char *const flags[3] = {"residual_copies", "powersgd_q", "outer_powersgd_q"};
+        bool *dst[3] = {&m->residual_copies, &m->powersgd_q, &m->outer_powersgd_q};
+        for (int f = 0; f < 3 && !rc; f++) { /* optional: absent in older checkpoints (false) */
             const cJSON *b = cJSON_GetObjectItemCaseSensitive(gc, flags[f]);
             if (b && !cJSON_IsBool(b))
                 rc = bad(p, flags[f], "must be true or false");

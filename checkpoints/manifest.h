@@ -108,6 +108,8 @@ typedef struct tri_ckpt_manifest {
                                        (error_feedback_copy; false in older checkpoints) */
     bool powersgd_q;                /* powersgd: each matrix's Q is held (powersgd_q; false in older
                                        checkpoints, whose resumes draw it afresh) */
+    bool outer_powersgd_q;          /* powersgd under local SGD: the outer reduction's Q is held too
+                                       (outer_powersgd_q; false in older checkpoints) */
     int n_tensors;
     tri_ckpt_tensor *tensors;       /* in the model's global order */
     int n_files;

@@ -437,6 +437,7 @@ static int make_base(const tri_trainer *t, const tri_ckpt_save_info *info, tri_c
     m->replicas_equal = !t->replicas_apart;
     m->residual_copies = m->run.compression.kind != TRI_COMPRESS_NONE;
     m->powersgd_q = m->run.compression.kind == TRI_COMPRESS_POWERSGD;
+    m->outer_powersgd_q = m->powersgd_q && m->run.local.steps > 0;
     m->tensors = calloc((size_t)(info->n_specs > 0 ? info->n_specs : 1), sizeof *m->tensors);
     if (!m->tensors || !m->config_json)
         return TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory");

@@ -12,7 +12,9 @@
  * every dp rank, is read from dp rank 0's file by any dp rank, which the dp 2 resumes exercise). The
  * two-phase reduction (--grad-compression-reduce two-phase) adds each dp rank's server residual
  * (group server_error_feedback), resumed bit for bit the same way; resuming it with the all-gather
- * (or the reverse) is refused naming both unless reset. */
+ * (or the reverse) is refused naming both unless reset. Under local SGD / DiLoCo the compressed outer
+ * reduction's own residual (outer_error_feedback) and PowerSGD's Q of it (outer_powersgd_q) resume
+ * the same way. */
 #include <cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -32,6 +34,7 @@
 enum { B = 1, T = 8, GLOBAL = 4, HALF = 10 };
 
 static tri_compression_reduce reduce_of_runs; /* the reduction comp_run gives (allgather unless set) */
+static bool local_of_runs;                    /* the runs are DiLoCo's (the compressor reduces the outer step) */
 
 static tu_ckpt_run comp_run(const tri_gpt_config *cfg, const int32_t *w, tu_layout l, tri_compression_kind kind)
 {
@@ -66,9 +69,12 @@ static void same_final(const char *a, const char *b, const char *what)
         cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final %s differs", what, names[i]);
         free(x);
         free(y);
+        const char *groups[2] = {"error_feedback", reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE ? "server_error_feedback"
+                                                   : local_of_runs                                  ? "outer_error_feedback"
+                                                                                                    : NULL};
         for (int dp = 0; dp < 2; dp++)
-            for (int g = 0; g < (reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE ? 2 : 1); g++) {
-                const char *group = g ? "server_error_feedback" : "error_feedback";
+            for (int g = 0; g < 2 && groups[g]; g++) {
+                const char *group = groups[g];
                 x = tensor(a, TRI_CKPT_REPLICA, dp, group, names[i], &n);
                 y = tensor(b, TRI_CKPT_REPLICA, dp, group, names[i], &m);
                 cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final %s of %s on dp %d differs",
@@ -154,7 +160,7 @@ static void resumes_bit_for_bit_in(tri_compression_kind kind, tu_layout l, const
     ref.save_dir = ref_dir;
     ref.save_interval = HALF;
     cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
-    residuals_per_rank(mid, "error_feedback");
+    residuals_per_rank(mid, local_of_runs ? "outer_error_feedback" : "error_feedback");
     if (reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE)
         residuals_per_rank(mid, "server_error_feedback");
 
@@ -242,6 +248,19 @@ Test(compression_resume, powersgd_q_resumes_bit_for_bit, .timeout = 300)
 {
     resumes_bit_for_bit_in(TRI_COMPRESS_POWERSGD, (tu_layout){.tp = 1, .pp = 1, .dp = 2}, "powersgd_q",
                            "PowerSGD's Q");
+}
+
+/* DiLoCo (H 4, Nesterov) whose outer synchronisation reduces the replicas' change through PowerSGD:
+ * the outer reduction's Q is warm-started from one outer step to the next (engine/train/local_sgd.h),
+ * so it is saved (outer_powersgd_q) and read back; the save at HALF falls inside the third window,
+ * after two compressed outer steps. */
+Test(compression_resume, outer_powersgd_q_resumes_bit_for_bit, .timeout = 300)
+{
+    local_of_runs = true;
+    tu_layout l = {.tp = 1, .pp = 1, .dp = 2};
+    l.local = (tri_local_sgd_config){.steps = 4, .outer = TRI_OUTER_NESTEROV, .outer_lr = 0.7f, .outer_momentum = 0.9f,
+                                     .final_iter = TU_CKPT_TOTAL};
+    resumes_bit_for_bit_in(TRI_COMPRESS_POWERSGD, l, "outer_powersgd_q", "the outer reduction's PowerSGD Q");
 }
 
 /* pp 2: the last stage's tied embedding is a copy whose gradient (the LM head's) is its own until the

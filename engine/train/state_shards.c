@@ -74,7 +74,8 @@ const char *tri_state_group_name(tri_state_group g)
     static const char *const names[TRI_STATE_GROUPS] = {
         NULL, "exp_avg", "exp_avg_sq", "momentum_buffer", "outer_anchor", "outer_momentum", "replica_weights",
         "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer", "error_feedback",
-        "server_error_feedback", "outer_error_feedback", "error_feedback_copy", "powersgd_q"};
+        "server_error_feedback", "outer_error_feedback", "error_feedback_copy", "powersgd_q",
+        "outer_powersgd_q"};
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
@@ -134,7 +135,7 @@ static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
  * two-phase the server residual's, adjacent (the same flat offset: tri_dp_compress_server_read maps
  * it to the chunk); under local SGD the outer reduction's residual of the parameter next (the same
  * layout; both stored by the holder); then, under PowerSGD, each matrix parameter's Q, every copy's,
- * stored by dp rank 0. */
+ * stored by dp rank 0, and under local SGD the outer reduction's Q after them (outer_powersgd_q). */
 static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int n)
 {
     const tri_param_layout *L = &t->chunks[c]->layout;
@@ -158,23 +159,34 @@ static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int 
             n++;
         }
     }
-    for (int i = 0; i < L->n; i++) {
-        int64_t at, len;
-        if (!tri_dp_compress_q_range(x, i, &at, &len))
-            continue;
-        if (list)
-            list[n] = (tri_state_shard){.param = &L->params[i], .group = TRI_STATE_POWERSGD_Q, .lo = 0, .hi = len,
-                                        .holder = holds(t, &L->params[i]), .stored = t->grid->dp_rank == 0,
-                                        .chunk = c, .at = at};
-        n++;
+    const tri_dp_compress *q_of[2] = {x, t->cfg.local.steps > 0 ? &t->outer[c].comp : NULL};
+    for (int k = 0; k < 2 && q_of[k]; k++) {
+        for (int i = 0; i < L->n; i++) {
+            int64_t at, len;
+            if (!tri_dp_compress_q_range(q_of[k], i, &at, &len))
+                continue;
+            if (list)
+                list[n] = (tri_state_shard){.param = &L->params[i],
+                                            .group = k ? TRI_STATE_OUTER_POWERSGD_Q : TRI_STATE_POWERSGD_Q, .lo = 0,
+                                            .hi = len, .holder = holds(t, &L->params[i]),
+                                            .stored = t->grid->dp_rank == 0, .chunk = c, .at = at};
+            n++;
+        }
     }
     return n;
 }
 
-/* The compressed reduction an error-feedback entry belongs to: the gradients' or the outer one. */
+/* The compressed reduction an error-feedback or Q entry belongs to: the gradients' or the outer one. */
 static tri_dp_compress *residual_owner(tri_trainer *t, const tri_state_shard *s)
 {
-    return s->group == TRI_STATE_OUTER_EF_RESIDUAL ? &t->outer[s->chunk].comp : &t->chunks[s->chunk]->zero.comp;
+    bool outer = s->group == TRI_STATE_OUTER_EF_RESIDUAL || s->group == TRI_STATE_OUTER_POWERSGD_Q;
+    return outer ? &t->outer[s->chunk].comp : &t->chunks[s->chunk]->zero.comp;
+}
+
+/* PowerSGD's Q of the gradients' or of the outer reduction. */
+static bool q_entry(const tri_state_shard *s)
+{
+    return s->group == TRI_STATE_POWERSGD_Q || s->group == TRI_STATE_OUTER_POWERSGD_Q;
 }
 
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n)
@@ -233,8 +245,8 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
         return tri_device_copy_to_host(t->dev, host, buffer_values(t, s));
     if (weights(s))
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
-    if (s->group == TRI_STATE_POWERSGD_Q)
-        return tri_dp_compress_q_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
+    if (q_entry(s))
+        return tri_dp_compress_q_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
         return tri_dp_compress_server_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)
@@ -248,8 +260,8 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
         return tri_device_copy_from_host(t->dev, buffer_values(t, s), host);
     if (weights(s))
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
-    if (s->group == TRI_STATE_POWERSGD_Q)
-        return tri_dp_compress_q_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
+    if (q_entry(s))
+        return tri_dp_compress_q_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
         return tri_dp_compress_server_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)

@@ -52,6 +52,9 @@ typedef enum tri_state_group {
                                      PowerSGDState.q_memory_dict): all-reduced, so the same bits on every
                                      dp rank, stored once per (tp, pp) shard by dp rank 0 in its replica
                                      file, every copy's own (holder or not) */
+    TRI_STATE_OUTER_POWERSGD_Q,   /* local SGD with --grad-compression powersgd: the compressed outer
+                                     reduction's own Q^T of a matrix parameter, warm-started from one outer
+                                     step to the next; laid out and stored like powersgd_q */
     TRI_STATE_GROUPS
 } tri_state_group;
 
@@ -68,8 +71,9 @@ typedef struct tri_state_shard {
                                 last stage's tied copy of the embedding) */
     bool stored;             /* holder, and this data-parallel rank stores it (weights: dp rank 0;
                                 moments: the owner under ZeRO 1-3, dp rank 0 at ZeRO 0; local SGD's
-                                groups and the error feedback: every dp rank); the two per-copy
-                                groups (error_feedback_copy, powersgd_q) are stored by non-holders too */
+                                groups and the error feedback: every dp rank); the per-copy groups
+                                (error_feedback_copy, powersgd_q, outer_powersgd_q) are stored by
+                                non-holders too */
     bool collective;         /* reading it is collective over the data-parallel group: every rank
                                 reads every holder entry of this group in the same order */
     int chunk;               /* the model chunk holding it */
@@ -77,7 +81,7 @@ typedef struct tri_state_shard {
                                 state without gradient or optimizer state, read and written locally */
     int64_t at;              /* moments: the piece's offset in the chunk's optimizer state; outer
                                 groups: in the chunk's outer state; error feedback (every kind): in
-                                the residual; powersgd_q: in Q */
+                                the residual; powersgd_q, outer_powersgd_q: in its reduction's Q */
 } tri_state_shard;
 
 /* Every shard of state this rank holds, for each model chunk in order: first the weights of each
@@ -89,8 +93,9 @@ typedef struct tri_state_shard {
  * then, per chunk, each parameter's error-feedback residual (.at: its flat offset; the holder's
  * TRI_STATE_EF_RESIDUAL, another copy's TRI_STATE_EF_COPY), with two-phase its server residual and
  * under local SGD its outer residual after it (adjacent), and, under PowerSGD, each matrix
- * parameter's Q (.at: its offset in Q, [lo, hi) = [0, rank x cols)). *shards is malloc'd (n of
- * them). TRI_ENOMEM. */
+ * parameter's Q (.at: its offset in Q, [lo, hi) = [0, rank x cols)), then under local SGD each
+ * matrix parameter's Q of the outer reduction (TRI_STATE_OUTER_POWERSGD_Q, the same layout).
+ * *shards is malloc'd (n of them). TRI_ENOMEM. */
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n);
 
 /* Entry s's values (hi - lo floats) into host; for a collective entry every data-parallel rank
