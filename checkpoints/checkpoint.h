@@ -103,13 +103,14 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r);
  * differ); TRI_EINVAL naming both compressors, or both dp, otherwise. The holder of each TP shard
  * reads its residual (error_feedback) resharded from any layout; every other copy
  * (error_feedback_copy: sequence-parallel replicated parameters at tp > 1, shared shards, the tied
- * embedding's copy at pp > 1, whose gradients are summed after the dp reduction) and PowerSGD's Q
- * (powersgd_q, and under local SGD the outer reduction's outer_powersgd_q, from dp rank 0's file)
- * are read from the file of this rank's own (tp, pp), so only
- * at the checkpoint's tp and pp, from a checkpoint whose manifest says it holds them, and for Q with
- * the same --powersgd-rank. Otherwise a copy gets the holder's residual and Q is drawn afresh, each
- * with a warning naming why (such a resume is not bit-identical). Collective over the world; every
- * rank gets the same status. */
+ * embedding's copy at pp > 1, whose gradients are summed after the dp reduction) is read from the
+ * file of this rank's own (tp, pp), so only at the checkpoint's tp and pp; PowerSGD's Q (powersgd_q,
+ * and under local SGD the outer reduction's outer_powersgd_q, from dp rank 0's files) is a matrix's
+ * own and the same at any pp, so it is read at the checkpoint's tp from the file of whichever
+ * pipeline rank saved the matrix; both only from a checkpoint whose manifest says it holds them,
+ * and Q with the same --powersgd-rank. Otherwise a copy gets the holder's residual and Q is drawn
+ * afresh, each with a warning naming why (such a resume is not bit-identical). Collective over the
+ * world; every rank gets the same status. */
 int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r);
 
 /* The box of parameter p's TP shard in its global index space (vocabulary padding included). */

@@ -176,16 +176,18 @@ static int merge_server(tri_ckpt_reader *r, int dp_rank, int dp, const tri_param
 }
 
 /* Why this run cannot take the checkpoint's per-rank compression state (copies' residuals or
- * PowerSGD's Q), into why; "" when it can: they belong to the saving rank's shard, so the same tp and
- * pp (dp is the same here), and the group held at all (older checkpoints hold neither). */
-static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool held, const char *what, char *why,
-                           size_t cap)
+ * PowerSGD's Q), into why; "" when it can: they belong to the saving rank's TP shard, so the same tp
+ * (dp is the same here) and, for the copies' residuals (any_pp false), the same pp, and the group
+ * held at all (older checkpoints hold neither). A Q is a matrix's own and the same at any pp (its TP
+ * shard is), so it is read from whichever pipeline rank's file holds the matrix (read_q). */
+static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool held, const char *what, bool any_pp,
+                           char *why, size_t cap)
 {
     const tri_ckpt_run *s = &r->m.run;
     why[0] = '\0';
     if (!held)
         snprintf(why, cap, "the checkpoint predates %s in checkpoints", what);
-    else if (s->tp != t->grid->tp || s->pp != t->grid->pp)
+    else if (s->tp != t->grid->tp || (!any_pp && s->pp != t->grid->pp))
         snprintf(why, cap, "it was saved at tp %d x pp %d and %s belongs to the saving rank's shard (this run has "
                  "tp %d x pp %d)", s->tp, s->pp, what, t->grid->tp, t->grid->pp);
 }
@@ -196,19 +198,38 @@ static bool q_group(tri_state_group g)
     return g == TRI_STATE_POWERSGD_Q || g == TRI_STATE_OUTER_POWERSGD_Q;
 }
 
-/* Entry e (a copy's residual or a matrix's Q) from the file of its own (tp, pp) rank (Q: dp rank 0's,
- * the same bits on every dp rank; residuals: this dp rank's) into box (e's hi floats), *found. */
-static int read_own(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, float *box, bool *found)
+/* Entry e (a copy's residual or a matrix's Q) from the file of the (tp, pp) rank that saved it, pp
+ * (Q: dp rank 0's, the same bits on every dp rank; residuals: this dp rank's) into box (e's hi
+ * floats), *found. */
+static int read_own_at(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, int pp, float *box, bool *found)
 {
     const tri_grid *g = t->grid;
     tri_box b = tri_ckpt_shard_box(e->param);
     int dp = q_group(e->group) ? 0 : g->dp_rank;
-    return tri_ckpt_read_own(r, TRI_CKPT_REPLICA, g->tp_rank, g->pp_rank, dp, tri_state_group_name(e->group),
+    return tri_ckpt_read_own(r, TRI_CKPT_REPLICA, g->tp_rank, pp, dp, tri_state_group_name(e->group),
                              e->param->spec.name, &b, e->hi - e->lo, box, found);
 }
 
+/* A matrix's Q: from this rank's own (tp, pp) file at the saved pp; at another pp from the first
+ * pipeline rank's file that holds it, searched from the first stage for a holder and from the last
+ * for a copy (the tied embedding's, on the last stage). *holders_q: a tied copy took its holder's Q
+ * (the checkpoint, saved at pp 1, holds no copy's own). */
+static int read_q(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, float *box, bool *found,
+                  int *holders_q)
+{
+    int pp = r->m.run.pp;
+    if (pp == t->grid->pp)
+        return read_own_at(t, r, e, t->grid->pp_rank, box, found);
+    int rc = TRI_OK;
+    *found = false;
+    for (int k = 0; k < pp && !*found && !rc; k++)
+        rc = read_own_at(t, r, e, e->holder ? k : pp - 1 - k, box, found);
+    *holders_q += *found && !e->holder && e->param->spec.tied_copy && pp == 1;
+    return rc;
+}
+
 /* What this rank's own compression state can come from: "" when the copies' residuals (copies), Q
- * (q) and the outer reduction's Q (outer_q) are read from its own files, else why not. */
+ * (q) and the outer reduction's Q (outer_q) are read from the saving ranks' files, else why not. */
 typedef struct own_plan {
     char copies[256], q[256], outer_q[256];
 } own_plan;
@@ -217,16 +238,18 @@ typedef struct own_plan {
  * checkpoint into the trainer, through box (room for e's TP shard and Q). A copy not read from its
  * own file gets the holder's residual (counted in *own when its residual is its own; so does a
  * non-holder's server residual, which is stored once); a Q not read keeps the fresh draw (counted in
- * fresh_q[0], the outer reduction's in fresh_q[1]). */
+ * fresh_q[0], the outer reduction's in fresh_q[1]); a tied copy's Q taken from its holder is counted
+ * in *holders_q. */
 static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
-                      int *own, int fresh_q[2])
+                      int *own, int fresh_q[2], int *holders_q)
 {
     const tri_param *p = e->param;
     bool found = false, outer_q = e->group == TRI_STATE_OUTER_POWERSGD_Q;
     int rc = TRI_OK;
-    if ((e->group == TRI_STATE_EF_COPY && !plan->copies[0]) || (e->group == TRI_STATE_POWERSGD_Q && !plan->q[0]) ||
-        (outer_q && !plan->outer_q[0]))
-        rc = read_own(t, r, e, box, &found);
+    if (e->group == TRI_STATE_EF_COPY && !plan->copies[0])
+        rc = read_own_at(t, r, e, t->grid->pp_rank, box, &found);
+    if ((e->group == TRI_STATE_POWERSGD_Q && !plan->q[0]) || (outer_q && !plan->outer_q[0]))
+        rc = read_q(t, r, e, box, &found, holders_q);
     if (!rc && q_group(e->group)) {
         fresh_q[outer_q] += !found;
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
@@ -254,7 +277,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     const tri_ckpt_run *s = &r->m.run;
     tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
     tri_state_shard *sh = NULL;
-    int n = 0, own = 0, fresh_q[2] = {0, 0};
+    int n = 0, own = 0, fresh_q[2] = {0, 0}, holders_q = 0;
     tri_compression_reduce red = t->chunks[0]->zero.comp.c.reduce;
     int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur && s->compression.reduce == red
                  ? TRI_OK
@@ -270,9 +293,9 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                      "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
                      tri_compression_name(s->compression.kind), s->dp, s->dp, t->grid->dp);
     own_plan plan;
-    own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", plan.copies, sizeof plan.copies);
-    own_state_plan(t, r, r->m.powersgd_q, "PowerSGD's Q", plan.q, sizeof plan.q);
-    own_state_plan(t, r, r->m.outer_powersgd_q, "the outer reduction's PowerSGD Q", plan.outer_q,
+    own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", false, plan.copies, sizeof plan.copies);
+    own_state_plan(t, r, r->m.powersgd_q, "PowerSGD's Q", true, plan.q, sizeof plan.q);
+    own_state_plan(t, r, r->m.outer_powersgd_q, "the outer reduction's PowerSGD Q", true, plan.outer_q,
                    sizeof plan.outer_q);
     int rank = t->chunks[0]->zero.comp.c.powersgd_rank;
     if (cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != rank)
@@ -291,7 +314,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         if (e->group < TRI_STATE_EF_RESIDUAL || (outer && s->local.steps == 0))
             continue;
         rc = tri_ckpt_grow(&box, &cap, e->hi > e->param->numel ? e->hi : e->param->numel)
-                 ? load_entry(t, r, e, &plan, box, &own, fresh_q)
+                 ? load_entry(t, r, e, &plan, box, &own, fresh_q, &holders_q)
                  : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
     }
     free(box);
@@ -301,6 +324,9 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                 "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "
                 "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, own,
                 plan.copies[0] ? plan.copies : "two-phase's server residual is stored once, or this rank's shard was not found");
+    if (!rc && holders_q > 0 && t->grid->dp_rank == 0)
+        tri_log("warning: checkpoint %s: %d PowerSGD Q(s) of the tied embedding's copy on the last stage start "
+                "from its holder's: the checkpoint was saved at pp 1, where there is no copy", r->dir, holders_q);
     for (int k = 0; k < 2 && !rc; k++) {
         const char *why = k ? plan.outer_q : plan.q;
         if (fresh_q[k] > 0 && t->grid->dp_rank == 0)

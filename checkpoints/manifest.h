@@ -37,7 +37,8 @@
  * writes "replica" files too, holding error_feedback/ (each dp rank's residual, the whole TP shard),
  * error_feedback_copy/ (the residual of each copy this rank holds that is not the stored one: read
  * back by the same (tp, pp, dp) rank only) and, under PowerSGD, powersgd_q/ (each matrix's Q^T,
- * rank x cols of the local shard, in dp rank 0's file: read back by any dp rank of the same (tp, pp)). */
+ * rank x cols of the local shard, in dp rank 0's file: read back by any dp rank of the same tp rank,
+ * at any pp, from the file of the stage that saved the matrix; under local SGD outer_powersgd_q/ too). */
 typedef enum {
     TRI_CKPT_MODEL = 0, TRI_CKPT_OPTIM = 1, TRI_CKPT_OTHER = 2, TRI_CKPT_OUTER = 3, TRI_CKPT_REPLICA = 4
 } tri_ckpt_file_kind;

@@ -5,7 +5,7 @@
 # iteration 3 in the same layout it logs the very same losses for iterations 4-6; resumed at tp 1 x
 # dp 2 after `ckpt reshard` within 1e-5 (resharding on load: tests/test_checkpoint.c). A PowerSGD run
 # at pp 2 x dp 2 resharded to its own layout resumes bit for bit (the copies' residuals and Q carried);
-# resharded to pp 1 its Q is dropped with a warning. `ckpt inspect` shows
+# resharded to pp 1 every matrix keeps its Q (read from the stage that saved it). `ckpt inspect` shows
 # every file and tensor verified; `ckpt merge` equals h5py's view of the virtual-dataset index;
 # `ckpt export --format safetensors` is read back by hand with numpy; an llm.c model file goes
 # through `ckpt import` and `ckpt export --format llmc` bit for bit and fine-tunes; a flipped byte
@@ -64,8 +64,8 @@ d=$(close "$tmp/c.losses" "$tmp/a.losses") && echo "ok   ckpt reshard to tp 1 x 
 
 # a compressed run's own state through ckpt reshard (pp 2 x dp 2, PowerSGD from iteration 1): the
 # tied embedding's copy residual and Q are carried with tp and pp unchanged (the resume after the
-# reshard logs the saving run's very losses), and dropped with a warning naming the saving layout
-# at pp 1 (their values belong to the saving rank's shard)
+# reshard logs the saving run's very losses); at pp 1 there is no copy, and each matrix's Q (the
+# same at any pp: its TP shard is) is carried from the stage that saved it, without a warning
 prun=("${run[@]}" --pipeline-model-parallel-size 2 --grad-compression powersgd --powersgd-start-iter 1)
 out=$("${mpirun[@]}" -np 4 "${prun[@]}" --save-dir "$tmp/p" --save-interval 3 2>&1) || { echo "$out" | tail -5; fail "powersgd run"; }
 losses "$tmp/p" > "$tmp/p.losses"
@@ -81,9 +81,17 @@ else
 fi
 "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 \
   "$tmp/p/iter_0000003" "$tmp/r" > "$tmp/reshard_r.log" 2>&1 || { cat "$tmp/reshard_r.log"; fail "ckpt reshard powersgd to pp 1"; }
-grep -q "PowerSGD's Q of .* drawn afresh .*saved at tp 1 x pp 2" "$tmp/reshard_r.log" \
-  && echo "ok   powersgd resharded to pp 1: Q dropped with a warning naming tp 1 x pp 2" \
-  || { cat "$tmp/reshard_r.log"; fail "powersgd reshard to pp 1: no warning about Q"; }
+q_same=1
+for m in h.0.attn.c_attn.w h.3.mlp.c_proj.w; do # a matrix of each stage of the pp 2 save
+  saved=$(ls "$tmp"/p/iter_0000003/replica_tp00_pp0*_dp000.h5 | while read -r f; do
+            h5ls "$f/powersgd_q/$m" > /dev/null 2>&1 && echo "$f"; done)
+  h5diff -q "$saved" "$tmp/r/iter_0000003/replica_tp00_pp00_dp000.h5" "/powersgd_q/$m" > /dev/null 2>&1 || q_same=0
+done
+if ! grep -q "PowerSGD's Q" "$tmp/reshard_r.log" && [ "$q_same" = 1 ]; then
+  echo "ok   powersgd resharded to pp 1: each matrix's Q carried from the stage that saved it, no warning"
+else
+  cat "$tmp/reshard_r.log"; fail "powersgd reshard to pp 1: Q not carried (h5diff of powersgd_q: $q_same)"
+fi
 
 # inspect, merge, index, safetensors
 "$bin/ckpt" inspect "$tmp/a" > "$tmp/inspect.txt" 2>&1 || { cat "$tmp/inspect.txt"; fail "ckpt inspect"; }

@@ -250,17 +250,58 @@ Test(compression_resume, powersgd_q_resumes_bit_for_bit, .timeout = 300)
                            "PowerSGD's Q");
 }
 
-/* DiLoCo (H 4, Nesterov) whose outer synchronisation reduces the replicas' change through PowerSGD:
- * the outer reduction's Q is warm-started from one outer step to the next (engine/train/local_sgd.h),
+/* DiLoCo (H 4, Nesterov) at dp 2 whose outer synchronisation reduces the replicas' change through
+ * PowerSGD, in deterministic mode, at pp. */
+static tu_layout diloco(int pp)
+{
+    tu_layout l = {.tp = 1, .pp = pp, .dp = 2, .deterministic = true};
+    l.local = (tri_local_sgd_config){.steps = 4, .outer = TRI_OUTER_NESTEROV, .outer_lr = 0.7f, .outer_momentum = 0.9f,
+                                     .final_iter = TU_CKPT_TOTAL};
+    return l;
+}
+
+/* The outer reduction's Q is warm-started from one outer step to the next (engine/train/local_sgd.h),
  * so it is saved (outer_powersgd_q) and read back; the save at HALF falls inside the third window,
  * after two compressed outer steps. */
 Test(compression_resume, outer_powersgd_q_resumes_bit_for_bit, .timeout = 300)
 {
     local_of_runs = true;
-    tu_layout l = {.tp = 1, .pp = 1, .dp = 2};
-    l.local = (tri_local_sgd_config){.steps = 4, .outer = TRI_OUTER_NESTEROV, .outer_lr = 0.7f, .outer_momentum = 0.9f,
-                                     .final_iter = TU_CKPT_TOTAL};
-    resumes_bit_for_bit_in(TRI_COMPRESS_POWERSGD, l, "outer_powersgd_q", "the outer reduction's PowerSGD Q");
+    resumes_bit_for_bit_in(TRI_COMPRESS_POWERSGD, diloco(1), "outer_powersgd_q", "the outer reduction's PowerSGD Q");
+}
+
+/* A matrix's Q is the same at any pp (its TP shard is), so a resume at another pp reads it from the
+ * file of the pipeline rank that saved the matrix: DiLoCo with a PowerSGD outer reduction saved at
+ * pp 1 and resumed at pp 2 is the uninterrupted pp 1 run to the bit (pp changes no bit of it in
+ * deterministic mode: local_sgd/outer_powersgd_pp_inside_same_bits), no Q drawn afresh. (The last
+ * stage's tied copy of the embedding, which pp 1 does not have, starts from its holder's residual
+ * and Q, with warnings; under local SGD it takes its holder's decoded change, so they do not show.) */
+Test(compression_resume, outer_powersgd_q_resumes_at_another_pp, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 43);
+    char *dir = tu_ckpt_tmpdir("outer-q-pp");
+    char mid[4300], log[16384];
+    snprintf(mid, sizeof mid, "%s/iter_%07d", dir, HALF);
+    tu_ckpt_run ref = comp_run(&cfg, w, diloco(1), TRI_COMPRESS_POWERSGD);
+    ref.save_dir = dir;
+    ref.save_interval = HALF;
+    cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
+    tu_ckpt_run r = comp_run(&cfg, w, diloco(2), TRI_COMPRESS_POWERSGD);
+    r.load = mid;
+    cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "pp 2: %s", tri_error_message());
+    cr_expect(!strstr(log, "drawn afresh") && strstr(log, "2 PowerSGD Q(s) of the tied embedding's copy"),
+              "the resume at pp 2: %s", log);
+    cr_expect_eq(losses_differ(&r, &ref), 0, "resumed at pp 2, the losses part from the uninterrupted pp 1 run's");
+    /* without it (an older checkpoint) the same resume warns and parts from it */
+    drop_manifest_key(mid, "outer_powersgd_q");
+    tu_ckpt_run o = comp_run(&cfg, w, diloco(2), TRI_COMPRESS_POWERSGD);
+    o.load = mid;
+    cr_assert_eq(train_capturing(&o, log, sizeof log), TRI_OK, "older checkpoint: %s", tri_error_message());
+    cr_expect(strstr(log, "the outer reduction's PowerSGD Q") && strstr(log, "drawn afresh"), "%s", log);
+    cr_expect_gt(losses_differ(&o, &ref), 0, "a fresh outer Q gave the uninterrupted losses");
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
 }
 
 /* pp 2: the last stage's tied embedding is a copy whose gradient (the LM head's) is its own until the
@@ -286,9 +327,9 @@ Test(compression_resume, onebit_tp2_sp_resumes_bit_for_bit, .timeout = 300)
                            "error-feedback residual");
 }
 
-/* Another tp or pp: the residuals are resharded (the holder's for every copy) and Q, the local
- * shard's, is drawn afresh: both said in a warning naming the saving layout; so is Q under another
- * --powersgd-rank. */
+/* Another tp: the residuals are resharded (the holder's for every copy) and Q, the local TP shard's,
+ * is drawn afresh: both said in a warning naming the saving layout; so is Q under another
+ * --powersgd-rank. Another pp alone keeps every matrix's Q (read from the saving stage's file). */
 Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
 {
     tri_gpt_config cfg = tu_tiny_config();
@@ -312,6 +353,12 @@ Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
     k.until = 6;
     cr_assert_eq(train_capturing(&k, log, sizeof log), TRI_OK, "rank 2: %s", tri_error_message());
     cr_expect(strstr(log, "drawn afresh") && strstr(log, "--powersgd-rank 4 (this run has 2)"), "%s", log);
+    /* pp 1: the tied copy is gone, and every Q is found at the stage that saved it */
+    tu_ckpt_run p1 = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 2}, TRI_COMPRESS_POWERSGD);
+    p1.load = mid;
+    p1.until = 6;
+    cr_assert_eq(train_capturing(&p1, log, sizeof log), TRI_OK, "pp 1: %s", tri_error_message());
+    cr_expect(!strstr(log, "PowerSGD's Q"), "pp 1 did not take every Q: %s", log);
     tri_fs_remove_tree(dir);
     free(dir);
     free(w);
