@@ -44,6 +44,14 @@ Test(compression_bytes, payloads_by_hand)
     c = with(TRI_COMPRESS_POWERSGD); /* rank 4 */
     cr_assert_eq(tri_compression_payload_bytes(&c, 768, 3072), 4 * 4 * (768 + 3072));
     cr_assert_eq(tri_compression_payload_bytes(&c, 1, 768), 4 * 768, "a vector goes uncompressed");
+    /* only where the factors hold less than half the matrix (PyTorch's min_compression_rate 2): GPT-2's
+     * stacked q, k, v bias (3 x 768) has fewer rows than the rank and goes whole; 16 x 16 at rank 4
+     * (factors 128 of 256 elements) is the first size that does not compress, 17 x 17 (136 of 289) does */
+    cr_assert_eq(tri_compression_payload_bytes(&c, 3, 768), 4 * 3 * 768, "a 3 x 768 bias goes uncompressed");
+    cr_assert_not(tri_powersgd_compresses(&c, 3, 768));
+    cr_assert_eq(tri_compression_payload_bytes(&c, 16, 16), 4 * 256);
+    cr_assert_eq(tri_compression_payload_bytes(&c, 17, 17), 4 * 4 * 34);
+    cr_assert(tri_powersgd_compresses(&c, 17, 17) && !tri_powersgd_compresses(&c, 16, 16));
     c = with(TRI_COMPRESS_NONE);
     cr_assert_eq(tri_compression_payload_bytes(&c, 3, 5), 60);
 }

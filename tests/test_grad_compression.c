@@ -452,6 +452,32 @@ Test(grad_compression, powersgd_against_float64_power_step)
                      (unsigned long long)want);
 }
 
+/* A matrix whose rank-r factors would not be under half its size (rank 8 of 8 x 24: 2 x 8 x 32 >= 192)
+ * is all-reduced whole like a vector (tri_powersgd_compresses): the exact sum up to fp32 rounding of
+ * four terms, and the plain all-reduce's bytes. (Rank 8 of 8 rows would otherwise orthonormalise a
+ * full basis, and any rank above 8 a row of rounding noise scaled up to norm 1.) */
+Test(grad_compression, powersgd_small_matrix_reduced_whole)
+{
+    static red_job j;
+    memset(&j, 0, sizeof j);
+    j.c = tri_compression_defaults();
+    j.c.kind = TRI_COMPRESS_POWERSGD;
+    j.c.powersgd_rank = ROWS;
+    j.c.powersgd_start_iter = 0;
+    cr_assert_eq(tri_run_thread_ranks(RANKS, reduce_rank, &j), TRI_OK, "%s", tri_error_message());
+    for (int i = 0; i < ROWS * COLS; i++) {
+        double s = 0.0;
+        for (int r = 0; r < RANKS; r++)
+            s += j.grads[r][i];
+        for (int r = 0; r < RANKS; r++)
+            cr_expect_leq(fabs((double)j.result[r][i] - s), 4 * ldexp(4.0, -24), "rank %d element %d", r, i);
+    }
+    uint64_t want = (uint64_t)tri_compression_sent_bytes(&j.c, 1, ROWS * COLS + VEC, RANKS, 0, false);
+    for (int r = 0; r < RANKS; r++)
+        cr_expect_eq(j.wire[r], want, "rank %d: %llu wire bytes, plain %llu", r, (unsigned long long)j.wire[r],
+                     (unsigned long long)want);
+}
+
 /* ---- compressed training: equal across layouts where the math promises it ----
  * Deterministic mode makes each rank's local gradient exact (the same bits at either ZeRO stage);
  * compression then acts on the same bits per unit and decodes in rank order (stage 1 its owned slice

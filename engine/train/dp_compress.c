@@ -9,12 +9,13 @@
 #include "engine/core/status.h"
 #include "engine/device/ops/compress_math.h"
 
-/* A parameter PowerSGD compresses: two or more dimensions and more than one row. */
-static bool is_matrix(const tri_param *p, int64_t *rows, int64_t *cols)
+/* A parameter PowerSGD compresses: two or more dimensions (rows: all but the last, of this rank's
+ * shard) whose rank-r factors are smaller than it (tri_powersgd_compresses). */
+static bool is_matrix(const tri_compression *c, const tri_param *p, int64_t *rows, int64_t *cols)
 {
     *cols = p->spec.ndim >= 2 ? p->local_shape[p->spec.ndim - 1] : p->numel;
     *rows = *cols > 0 ? p->numel / *cols : 0;
-    return p->spec.ndim >= 2 && *rows > 1;
+    return p->spec.ndim >= 2 && tri_powersgd_compresses(c, *rows, *cols);
 }
 
 /* Words of one rank's payload for a unit of n elements (1bit, qsgd, topk). */
@@ -35,7 +36,7 @@ static int64_t powersgd_offsets(tri_dp_compress *x)
             int64_t rows, cols;
             const tri_param *p = &L->params[i];
             x->p_at[i] = pl;
-            if (is_matrix(p, &rows, &cols)) {
+            if (is_matrix(&x->c, p, &rows, &cols)) {
                 x->q_at[i] = q;
                 q += r * cols;
                 pl += r * rows;
@@ -366,7 +367,7 @@ static int init_q(tri_dp_compress *x, tri_device *dev)
     int rc = TRI_OK;
     for (int i = 0; i < L->n && !rc; i++) {
         int64_t rows, cols, r = x->c.powersgd_rank;
-        if (x->q_at[i] < 0 || !is_matrix(&L->params[i], &rows, &cols))
+        if (x->q_at[i] < 0 || !is_matrix(&x->c, &L->params[i], &rows, &cols))
             continue;
         float *host = malloc((size_t)(r * cols) * sizeof *host);
         if (!host)
@@ -388,7 +389,7 @@ bool tri_dp_compress_q_range(const tri_dp_compress *x, int i, int64_t *at, int64
 {
     int64_t rows, cols;
     if (!x->on || x->c.kind != TRI_COMPRESS_POWERSGD || !x->q_at || i < 0 || i >= x->L->n || x->q_at[i] < 0 ||
-        !is_matrix(&x->L->params[i], &rows, &cols))
+        !is_matrix(&x->c, &x->L->params[i], &rows, &cols))
         return false;
     *at = x->q_at[i];
     *n = x->c.powersgd_rank * cols;
@@ -427,7 +428,7 @@ static void matrix_views(const tri_dp_compress *x, int i, tri_tensor t, int64_t 
 {
     const tri_param *p = &x->L->params[i];
     int64_t rows, cols, r = x->c.powersgd_rank;
-    is_matrix(p, &rows, &cols);
+    is_matrix(&x->c, p, &rows, &cols);
     *m = tri_tensor_2d(tri_tensor_range(t, p->offset - base, p->numel).data, TRI_F32, rows, cols);
     *pt = tri_tensor_2d(tri_tensor_range(x->p, x->p_at[i], r * rows).data, TRI_F32, r, rows);
     *qt = tri_tensor_2d(tri_tensor_range(x->q, x->q_at[i], r * cols).data, TRI_F32, r, cols);

@@ -18,11 +18,12 @@
  *                      gradient = D(c_s of each chunk): the same bits on every rank.
  *   (every kind)       for the iterations before tri_compression_start_iter the plain reduction,
  *                      residual untouched (PyTorch's powerSGD_hook; 1-bit Adam's warm-up stage)
- *   powersgd           e = g + r; per matrix parameter
- *                      M (rows x cols) P^T = Q^T M^T, all-reduced (with the unit's vectors, sent
- *                      whole), rows orthonormalised, Q^T = P^T M, all-reduced (Q kept as the next
- *                      step's warm start), gradient = P Q^T, r = e - P Q^T / dp (the local share of
- *                      the average's error; vectors keep no residual).
+ *   powersgd           e = g + r; per matrix parameter whose factors are under half its size
+ *                      (tri_powersgd_compresses) M (rows x cols) P^T = Q^T M^T, all-reduced (with
+ *                      the unit's vectors and smaller matrices, sent whole), rows orthonormalised,
+ *                      Q^T = P^T M, all-reduced (Q kept as the next step's warm start), gradient =
+ *                      P Q^T, r = e - P Q^T / dp (the local share of the average's error; what is
+ *                      sent whole keeps no residual).
  * Everything goes through device and comm ops, so it runs unchanged on CPU and CUDA. Deterministic
  * mode: the rank's exact fixed-point sums are converted to fp32 first, compressed, and the decoded
  * sum (rank order, the same on every rank) converted back into the exact sums, so the layouts

@@ -97,6 +97,11 @@ int tri_compression_check(const tri_compression *c, int zero_stage)
     return TRI_OK;
 }
 
+bool tri_powersgd_compresses(const tri_compression *c, int64_t rows, int64_t cols)
+{
+    return rows > 1 && cols > 1 && 2 * (int64_t)c->powersgd_rank * (rows + cols) < rows * cols;
+}
+
 int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, int64_t cols)
 {
     int64_t n = rows * cols;
@@ -108,7 +113,7 @@ int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, in
     case TRI_COMPRESS_TOPK:
         return 8 * (int64_t)ceil((double)c->topk_fraction * (double)n);
     case TRI_COMPRESS_POWERSGD:
-        return rows > 1 ? 4 * (int64_t)c->powersgd_rank * (rows + cols) : 4 * n;
+        return tri_powersgd_compresses(c, rows, cols) ? 4 * (int64_t)c->powersgd_rank * (rows + cols) : 4 * n;
     default:
         return 4 * n;
     }

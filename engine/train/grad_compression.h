@@ -119,9 +119,16 @@ int tri_compression_reduce_parse(const char *name);
  * warns and runs uncompressed). */
 int tri_compression_check(const tri_compression *c, int zero_stage);
 
+/* Whether PowerSGD replaces a rows x cols gradient by its rank-r factors: only when they hold less
+ * than half its elements, 2 r (rows + cols) < rows cols (PyTorch's powerSGD_hook, _should_compress
+ * with its default min_compression_rate 2). So a vector (rows 1) and a matrix with fewer rows or
+ * columns than r (GPT-2's stacked q, k, v bias, 3 x C) are reduced whole, and a compressed matrix
+ * has r <= min(rows, cols): r orthonormal columns of P exist. */
+bool tri_powersgd_compresses(const tri_compression *c, int64_t rows, int64_t cols);
+
 /* Bytes of one rank's payload for a bucket of n elements (1bit, qsgd, topk), or for one matrix
- * gradient of rows x cols (powersgd: P and Q, fp32, counted together; a vector, rows == 1, is its
- * 4 * cols bytes). kind none: 4 * n (fp32). */
+ * gradient of rows x cols (powersgd: P and Q, fp32, counted together, where tri_powersgd_compresses;
+ * otherwise, a vector (rows == 1) among them, its 4 * rows * cols bytes). kind none: 4 * n (fp32). */
 int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, int64_t cols);
 
 /* Two-phase: the elements of each of the D chunks of a unit of n elements, whole blocks of

@@ -30,7 +30,9 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "1 + ceil(log2(s + 1)))", 0, 1 << 20, NULL, false};
     t[n++] = (tri_flag){"topk-fraction", TRI_FLAG_FLOAT, &f->topk_fraction,
                         "fraction of each bucket's entries topk sends, in (0, 1]", -1e9, 1e9, NULL, false};
-    t[n++] = (tri_flag){"powersgd-rank", TRI_FLAG_INT, &f->powersgd_rank, "PowerSGD's approximation rank", 0,
+    t[n++] = (tri_flag){"powersgd-rank", TRI_FLAG_INT, &f->powersgd_rank, "PowerSGD's approximation rank r of each matrix gradient "
+                        "(rows x cols) whose factors are under half its size, 2 r (rows + cols) < rows cols; "
+                        "vectors and smaller matrices go whole (PyTorch's min_compression_rate 2)", 0,
                         1 << 20, NULL, false};
     t[n++] = (tri_flag){"powersgd-start-iter", TRI_FLAG_INT64, &f->powersgd_start_iter,
                         "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter; "
