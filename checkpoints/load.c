@@ -192,12 +192,6 @@ static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool 
                  "tp %d x pp %d)", s->tp, s->pp, what, t->grid->tp, t->grid->pp);
 }
 
-/* PowerSGD's Q of a matrix: the gradients' reduction's or local SGD's outer reduction's. */
-static bool q_group(tri_state_group g)
-{
-    return g == TRI_STATE_POWERSGD_Q || g == TRI_STATE_OUTER_POWERSGD_Q;
-}
-
 /* Entry e (a copy's residual or a matrix's Q) from the file of the (tp, pp) rank that saved it, pp
  * (Q: dp rank 0's, the same bits on every dp rank; residuals: this dp rank's) into box (e's hi
  * floats), *found. */
@@ -205,7 +199,7 @@ static int read_own_at(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard
 {
     const tri_grid *g = t->grid;
     tri_box b = tri_ckpt_shard_box(e->param);
-    int dp = q_group(e->group) ? 0 : g->dp_rank;
+    int dp = tri_state_group_is_q(e->group) ? 0 : g->dp_rank;
     return tri_ckpt_read_own(r, TRI_CKPT_REPLICA, g->tp_rank, pp, dp, tri_state_group_name(e->group),
                              e->param->spec.name, &b, e->hi - e->lo, box, found);
 }
@@ -228,10 +222,11 @@ static int read_q(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, 
     return rc;
 }
 
-/* What this rank's own compression state can come from: "" when the copies' residuals (copies), Q
- * (q) and the outer reduction's Q (outer_q) are read from the saving ranks' files, else why not. */
+/* What this rank's own compression state can come from: "" when the copies' residuals (copies) and
+ * Q (q[0] the gradient reduction's, q[1] the outer reduction's) are read from the saving ranks'
+ * files, else why not. */
 typedef struct own_plan {
-    char copies[256], q[256], outer_q[256];
+    char copies[256], q[2][256];
 } own_plan;
 
 /* Compression entry e (a holder's residual, a copy's, a server residual, or a matrix's Q) from the
@@ -244,14 +239,14 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
                       int *own, int fresh_q[2], int *holders_q)
 {
     const tri_param *p = e->param;
-    bool found = false, outer_q = e->group == TRI_STATE_OUTER_POWERSGD_Q;
+    bool found = false, q = tri_state_group_is_q(e->group), outer = tri_state_group_is_outer_compression(e->group);
     int rc = TRI_OK;
     if (e->group == TRI_STATE_EF_COPY && !plan->copies[0])
         rc = read_own_at(t, r, e, t->grid->pp_rank, box, &found);
-    if ((e->group == TRI_STATE_POWERSGD_Q && !plan->q[0]) || (outer_q && !plan->outer_q[0]))
+    if (q && !plan->q[outer][0])
         rc = read_q(t, r, e, box, &found, holders_q);
-    if (!rc && q_group(e->group)) {
-        fresh_q[outer_q] += !found;
+    if (!rc && q) {
+        fresh_q[outer] += !found;
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
     bool server = e->group == TRI_STATE_EF_SERVER_RESIDUAL;
@@ -294,15 +289,14 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                      tri_compression_name(s->compression.kind), s->dp, s->dp, t->grid->dp);
     own_plan plan;
     own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", false, plan.copies, sizeof plan.copies);
-    own_state_plan(t, r, r->m.powersgd_q, "PowerSGD's Q", true, plan.q, sizeof plan.q);
-    own_state_plan(t, r, r->m.outer_powersgd_q, "the outer reduction's PowerSGD Q", true, plan.outer_q,
-                   sizeof plan.outer_q);
+    static const char *const q_name[2] = {"PowerSGD's Q", "the outer reduction's PowerSGD Q"};
+    own_state_plan(t, r, r->m.powersgd_q, q_name[0], true, plan.q[0], sizeof plan.q[0]);
+    own_state_plan(t, r, r->m.outer_powersgd_q, q_name[1], true, plan.q[1], sizeof plan.q[1]);
     int rank = t->chunks[0]->zero.comp.c.powersgd_rank;
-    if (cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != rank)
-        for (int k = 0; k < 2; k++)
-            if (!(k ? plan.outer_q : plan.q)[0])
-                snprintf(k ? plan.outer_q : plan.q, sizeof plan.q, "it was saved with --powersgd-rank %d (this run "
-                         "has %d)", s->compression.powersgd_rank, rank);
+    for (int k = 0; k < 2 && cur == TRI_COMPRESS_POWERSGD && s->compression.powersgd_rank != rank; k++)
+        if (!plan.q[k][0])
+            snprintf(plan.q[k], sizeof plan.q[k], "it was saved with --powersgd-rank %d (this run has %d)",
+                     s->compression.powersgd_rank, rank);
     if (!rc) rc = tri_trainer_state_shards(t, &sh, &n);
     float *box = NULL;
     int64_t cap = 0;
@@ -310,8 +304,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         const tri_state_shard *e = &sh[i];
         /* the outer reduction's residual and Q only from a checkpoint of local SGD (one without it
          * leaves the residual zero and Q drawn; a fresh outer state resets both after this) */
-        bool outer = e->group == TRI_STATE_OUTER_EF_RESIDUAL || e->group == TRI_STATE_OUTER_POWERSGD_Q;
-        if (e->group < TRI_STATE_EF_RESIDUAL || (outer && s->local.steps == 0))
+        if (e->group < TRI_STATE_EF_RESIDUAL || (tri_state_group_is_outer_compression(e->group) && s->local.steps == 0))
             continue;
         rc = tri_ckpt_grow(&box, &cap, e->hi > e->param->numel ? e->hi : e->param->numel)
                  ? load_entry(t, r, e, &plan, box, &own, fresh_q, &holders_q)
@@ -327,14 +320,11 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     if (!rc && holders_q > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: %d PowerSGD Q(s) of the tied embedding's copy on the last stage start "
                 "from its holder's: the checkpoint was saved at pp 1, where there is no copy", r->dir, holders_q);
-    for (int k = 0; k < 2 && !rc; k++) {
-        const char *why = k ? plan.outer_q : plan.q;
+    for (int k = 0; k < 2 && !rc; k++)
         if (fresh_q[k] > 0 && t->grid->dp_rank == 0)
-            tri_log("warning: checkpoint %s: %s Q of %d matrix(es) of this rank is drawn afresh from the seeded "
-                    "RNG (%s), so this resume is not bit-identical to an uninterrupted run", r->dir,
-                    k ? "the outer reduction's PowerSGD" : "PowerSGD's", fresh_q[k],
-                    why[0] ? why : "not found for this rank's shard");
-    }
+            tri_log("warning: checkpoint %s: %s of %d matrix(es) of this rank is drawn afresh from the seeded RNG "
+                    "(%s), so this resume is not bit-identical to an uninterrupted run", r->dir, q_name[k], fresh_q[k],
+                    plan.q[k][0] ? plan.q[k] : "not found for this rank's shard");
     return tri_comm_agree(t->grid->world, rc);
 }
 

@@ -79,6 +79,16 @@ const char *tri_state_group_name(tri_state_group g)
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
+bool tri_state_group_is_q(tri_state_group g)
+{
+    return g == TRI_STATE_POWERSGD_Q || g == TRI_STATE_OUTER_POWERSGD_Q;
+}
+
+bool tri_state_group_is_outer_compression(tri_state_group g)
+{
+    return g == TRI_STATE_OUTER_EF_RESIDUAL || g == TRI_STATE_OUTER_POWERSGD_Q;
+}
+
 /* Local SGD: this dp rank's slice of unit u ([*start, + *n) flat, at *at in the outer state). */
 static void outer_slice(const tri_param_layout *L, int u, int64_t *start, int64_t *n, int64_t *at)
 {
@@ -179,14 +189,7 @@ static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int 
 /* The compressed reduction an error-feedback or Q entry belongs to: the gradients' or the outer one. */
 static tri_dp_compress *residual_owner(tri_trainer *t, const tri_state_shard *s)
 {
-    bool outer = s->group == TRI_STATE_OUTER_EF_RESIDUAL || s->group == TRI_STATE_OUTER_POWERSGD_Q;
-    return outer ? &t->outer[s->chunk].comp : &t->chunks[s->chunk]->zero.comp;
-}
-
-/* PowerSGD's Q of the gradients' or of the outer reduction. */
-static bool q_entry(const tri_state_shard *s)
-{
-    return s->group == TRI_STATE_POWERSGD_Q || s->group == TRI_STATE_OUTER_POWERSGD_Q;
+    return tri_state_group_is_outer_compression(s->group) ? &t->outer[s->chunk].comp : &t->chunks[s->chunk]->zero.comp;
 }
 
 int tri_trainer_state_shards(const tri_trainer *t, tri_state_shard **shards, int *n)
@@ -245,7 +248,7 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
         return tri_device_copy_to_host(t->dev, host, buffer_values(t, s));
     if (weights(s))
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
-    if (q_entry(s))
+    if (tri_state_group_is_q(s->group))
         return tri_dp_compress_q_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
         return tri_dp_compress_server_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
@@ -260,7 +263,7 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
         return tri_device_copy_from_host(t->dev, buffer_values(t, s), host);
     if (weights(s))
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
-    if (q_entry(s))
+    if (tri_state_group_is_q(s->group))
         return tri_dp_compress_q_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
         return tri_dp_compress_server_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);

@@ -62,6 +62,14 @@ typedef enum tri_state_group {
  * the weights, which live in the model files). */
 const char *tri_state_group_name(tri_state_group g);
 
+/* PowerSGD's Q of a matrix: the gradient reduction's (powersgd_q) or local SGD's outer reduction's
+ * (outer_powersgd_q). */
+bool tri_state_group_is_q(tri_state_group g);
+
+/* State of local SGD's compressed outer reduction (outer_error_feedback, outer_powersgd_q), not of
+ * the gradient reduction. */
+bool tri_state_group_is_outer_compression(tri_state_group g);
+
 typedef struct tri_state_shard {
     const tri_param *param;  /* name, global shape, this rank's TP shard (global_offset, local_shape) */
     tri_state_group group;
