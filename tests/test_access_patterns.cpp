@@ -15,7 +15,8 @@
  * tile buffers fit the A100's 163 KiB. The embedding backward's token-links sort
  * (cuda/embedding/token_links_fast.cuh) is checked the same way through tri_links_slot and
  * tri_links_pair_lo; the MoE counting sort and scan (cuda/moe/dispatch_fast.cuh) through
- * tri_moe_warp_slot, tri_moe_run_at and tri_moe_scan_slot. The row kernels (norms, softmax,
+ * tri_moe_warp_slot, tri_moe_run_at and tri_moe_scan_slot; the top-k emission's staged chunk
+ * (cuda/compress/topk_fast.cuh) through tri_topk_slot, tri_topk_load_at and tri_topk_run_at. The row kernels (norms, softmax,
  * classifier, the MoE row copies) and the column
  * sums (cuda/matmul/colsum_index.h) go through the sector check too, below. With
  * TRIDENT_TEST_VERBOSE=1 it prints each access's worst degree. */
@@ -29,6 +30,7 @@
 #include <string>
 
 #include "cuda/attention/flash_mma.kern.h"
+#include "cuda/compress/topk_fast.cuh"
 #include "cuda/crossentropy/crossentropy_fast.cuh"
 #include "cuda/embedding/token_links_fast.cuh"
 #include "cuda/matmul/colsum_index.h"
@@ -744,4 +746,46 @@ Test(access_patterns, moe_counting_sort)
         }
     }
     cr_assert_eq(worst_scan, 1, "moe scan: a shared access is %d-way", worst_scan);
+}
+
+/* ---- the top-k emission's staged chunk (cuda/compress/topk_fast.cuh) ----
+ * compress_topk_emit_kernel loads a chunk a round at a time, thread t at tri_topk_load_at(t, r)
+ * (consecutive floats of e: whole sectors), into tri_topk_slot of it, then each thread walks its run
+ * of TRI_TOPK_PER_THREAD elements at tri_topk_slot(tri_topk_run_at(t, j)). Both shared accesses
+ * are 1-way; without the padding word every 32 the runs' reads would be 16-way (lanes 2 apart on
+ * one bank). The scans of the threads' int64 counts (t - d) read consecutive 8-byte words. */
+Test(access_patterns, topk_emission)
+{
+    int worst = 0, unpadded = 0;
+    for (int w = 0; w < TRI_TOPK_THREADS / 32; w++) {
+        for (int r = 0; r < TRI_TOPK_PER_THREAD; r++) {
+            tri_warp_access st = tri_access(4), ld = tri_access(4);
+            for (int l = 0; l < 32; l++) {
+                int p = tri_topk_load_at(32 * w + l, r);
+                tri_access_set(st, l, (uint64_t)tri_topk_slot(p) * 4u);
+                tri_access_set(ld, l, (uint64_t)p * 4u);
+            }
+            worst = std::max(worst, tri_bank_conflict_degree(st));
+            cr_assert(tri_global_sectors(ld).whole(), "top-k: a warp's chunk load uses partial sectors");
+        }
+        for (int j = 0; j < TRI_TOPK_PER_THREAD; j++) {
+            tri_warp_access rd = tri_access(4), raw = tri_access(4);
+            for (int l = 0; l < 32; l++) {
+                int p = tri_topk_run_at(32 * w + l, j);
+                tri_access_set(rd, l, (uint64_t)tri_topk_slot(p) * 4u);
+                tri_access_set(raw, l, (uint64_t)p * 4u);
+            }
+            worst = std::max(worst, tri_bank_conflict_degree(rd));
+            unpadded = std::max(unpadded, tri_bank_conflict_degree(raw));
+        }
+        for (int d = 1; d < TRI_TOPK_THREADS; d <<= 1) {
+            tri_warp_access a = tri_access(8);
+            for (int l = 0; l < 32; l++)
+                if (32 * w + l >= d)
+                    tri_access_set(a, l, (uint64_t)(32 * w + l - d) * 8u);
+            worst = std::max(worst, tri_bank_conflict_degree(a));
+        }
+    }
+    cr_assert_eq(worst, 1, "top-k emission: a shared access is %d-way", worst);
+    cr_assert_eq(unpadded, 16, "top-k emission: the runs' reads unpadded would be %d-way, not 16", unpadded);
 }

@@ -8,7 +8,7 @@
  * rotary embedding a block per row; the embedding backward's token links, a bitonic tile sort in
  * shared memory and merge passes, against the O(N^2) scan they replace; the MoE capacity's sort
  * against its O((NK)^2) twin, the MoE counting sort a warp per chunk and its scan a block, the MoE
- * row copies a warp per row)
+ * row copies a warp per row; the top-k selection's radix select over blocks against the CPU's loop)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as lanes (fibers)
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
@@ -53,6 +53,8 @@
 #include "cuda/embedding/embedding.kern.h"
 #include "cuda/embedding/token_links_fast.cuh"
 #include "cuda/moe/capacity_fast.cuh"
+#include "cuda/compress/compress.kern.h"
+#include "cuda/compress/topk_fast.cuh"
 #include "cuda/moe/dispatch.kern.h"
 #include "cuda/moe/dispatch_fast.cuh"
 #include "cuda/moe/router.kern.h"
@@ -813,4 +815,73 @@ Test(fast_kernels_cpu, moe_dispatch_same_as_twin)
             rows_case(9, 3, 5, bf, off, 13);
             rows_case(7, 2, 1, bf, off, 14);
         }
+}
+
+/* ---- top-k selection: the device radix select against the CPU's loop ----
+ * cuda/compress/topk_fast.cuh's launches (four histogram passes, each followed by its choice, the
+ * chunks' counts, their two scans, the emission) must give tri_compress_topk_select's payload word
+ * for word, and so must the twin (compress_topk_select_kernel, the same loop on one thread): random
+ * values (k 1, 1%, a half, n), magnitudes on a grid of three values with random signs (T's ties
+ * straddle chunks, taken from the lower index), zeros and -0 (T 0), NaN and infinities (NaN's key is
+ * the largest), denormals, n 1, one chunk, one chunk and one, under the backend's grids and one
+ * block each (the loops turn). The payload starts 0x5a5a5a5a, so a pair nobody writes fails. */
+static void topk_case(const char *what, const float *e, int64_t n, int64_t k)
+{
+    int32_t *want = ot_ints((size_t)(2 * k)), *twin = ot_ints((size_t)(2 * k));
+    tri_compress_topk_select(e, n, k, want);
+    TRI_LAUNCH(compress_topk_select_kernel, 1, 1, twin, e, n, k);
+    cr_assert(memcmp(twin, want, (size_t)(2 * k) * 4) == 0, "%s k %lld: the twin's payload differs", what,
+              (long long)k);
+    int64_t nch = tri_topk_chunks(n);
+    for (int one_block = 0; one_block < 2; one_block++) {
+        int64_t G = one_block ? 1 : tri_topk_hist_grid(n), grid = one_block ? 1 : nch;
+        int64_t *scratch = (int64_t *)(void *)ot_ints((size_t)(2 * (4 + 2 * nch) + 2)), *state, *counts;
+        state = (int64_t *)(((uintptr_t)scratch + 7) & ~(uintptr_t)7);
+        counts = state + 4;
+        uint32_t *part = (uint32_t *)ot_ints((size_t)(256 * G));
+        int32_t *got = ot_ints((size_t)(2 * k));
+        memset(got, 0x5a, (size_t)(2 * k) * 4);
+        for (int shift = TRI_TOPK_FIRST_SHIFT; shift >= 0; shift -= 8) {
+            tri_emu_launch((unsigned)G, TRI_TOPK_THREADS, [&] { compress_topk_hist_kernel(part, e, n, state, shift); });
+            tri_emu_launch(1, TRI_TOPK_THREADS, [&] { compress_topk_digit_kernel(state, part, G, shift, k); });
+        }
+        tri_emu_launch((unsigned)grid, TRI_TOPK_THREADS, [&] { compress_topk_count_kernel(counts, e, n, nch, state); });
+        tri_emu_launch(1, TRI_TOPK_SCAN_THREADS, [&] { compress_topk_scan_kernel(counts, nch); });
+        tri_emu_launch(1, TRI_TOPK_SCAN_THREADS, [&] { compress_topk_scan_kernel(counts + nch, nch); });
+        tri_emu_launch((unsigned)grid, TRI_TOPK_THREADS,
+                       [&] { compress_topk_emit_kernel(got, e, n, nch, state, counts); });
+        for (int64_t j = 0; j < 2 * k; j++)
+            cr_assert_eq(got[j], want[j], "%s k %lld%s: payload word %lld is %d, the CPU's %d", what, (long long)k,
+                         one_block ? " (one block)" : "", (long long)j, got[j], want[j]);
+    }
+}
+
+Test(fast_kernels_cpu, topk_select_same_as_cpu)
+{
+    /* the shared slots: one chunk's load and the threads' runs each cover every slot once */
+    cr_assert_eq(tri_topk_slot(31), 31);
+    cr_assert_eq(tri_topk_slot(32), 33);
+    cr_assert_eq(tri_topk_run_at(3, 5), 3 * TRI_TOPK_PER_THREAD + 5);
+    int64_t n = 3 * TRI_TOPK_CHUNK + 5;
+    float *u = ot_uniform((size_t)n, -1, 1, 31), *grid3 = ot_floats((size_t)n), *zeros = ot_floats((size_t)n);
+    float *odd = ot_floats((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float m = u[i] < -0.33f ? 0.25f : (u[i] < 0.33f ? 0.5f : 1.0f);
+        grid3[i] = (i * 7919) % 3 == 0 ? -m : m;
+        zeros[i] = i % 5 == 0 ? -0.0f : (i % 97 == 3 ? 1e-3f * (float)(i % 11) : 0.0f);
+        odd[i] = i % 1000 == 7 ? NAN : (i % 1500 == 8 ? -INFINITY : (i % 9 == 0 ? 1e-41f * (float)(i % 7) : u[i]));
+    }
+    odd[n - 1] = INFINITY;
+    const int64_t ks[] = {1, n / 100, n / 2, n};
+    for (int j = 0; j < 4; j++) {
+        topk_case("uniform", u, n, ks[j]);
+        topk_case("three magnitudes", grid3, n, ks[j]);
+    }
+    topk_case("three magnitudes", grid3, n, n / 3 + 17); /* T 0.5: ties straddle chunks */
+    topk_case("zeros and -0", zeros, n, 200);             /* T 0: the first zeros by index */
+    topk_case("NaN, infinities, denormals", odd, n, 20);
+    topk_case("NaN, infinities, denormals", odd, n, n / 2);
+    topk_case("n 1", u, 1, 1);
+    topk_case("one chunk", u, TRI_TOPK_CHUNK, 41);
+    topk_case("one chunk and one", grid3, TRI_TOPK_CHUNK + 1, TRI_TOPK_CHUNK / 2);
 }

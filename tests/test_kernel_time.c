@@ -13,6 +13,9 @@
  *   the MoE capacity by the same sort of 8-byte keys (expert and weight read: 16 NK bytes with the
  *     keys), its merges, then a thread per key (12 NK bytes, log2 NK + 1 compares) and per expert:
  *     3 + ceil(log2(ceil(NK / 4096))) launches;
+ *   the top-k selection's radix select (cuda/compress/topk_fast.cuh): four passes, each a histogram over
+ *     e (4 n bytes, 1 KiB of counts a block written, one block per 4096 elements up to 512) and
+ *     the choice reading them, then the chunks' counts, two scans and the emission: 12 launches;
  *   the roofline: max(FLOPs / (peak x gemm), bytes / (bandwidth x memory)) + 4 us, whichever bound;
  *   a GPT-2 step: the matmuls' FLOPs 6 B T (12 L C^2 + C V_padded) in 12 L + 3 calls; one AdamW and
  *     one sum of squares per parameter tensor in the 2026-11-27 op set, one multi-tensor launch each
@@ -136,6 +139,36 @@ Test(kernel_time, moe_capacity_sort)
         tri_device_free(d, pk);
         tri_device_free(d, pt);
         tri_device_free(d, pr);
+    }
+    tri_device_destroy(d);
+}
+
+Test(kernel_time, topk_radix_select)
+{
+    tri_device *d = cost_device(true);
+    /* n, k; chunks of 4096; histogram blocks (at most 512) */
+    const struct {
+        int64_t n, k, chunks, blocks;
+    } cases[] = {{3000, 30, 1, 1}, {600 * 4096 + 1, 24577, 601, 512}};
+    for (size_t z = 0; z < sizeof cases / sizeof *cases; z++) {
+        int64_t n = cases[z].n, k = cases[z].k;
+        double N = (double)n, part = 1024.0 * (double)cases[z].blocks, counts = 16.0 * (double)cases[z].chunks;
+        void *pe = alloc(d, (size_t)(4 * n)), *pp = alloc(d, (size_t)(8 * k));
+        tri_device_cost_clear(d);
+        cr_assert_eq(tri_op_compress_topk_pack(d, tri_tensor_1d(pp, TRI_I32, 2 * k), tri_tensor_1d(pe, TRI_F32, n)),
+                     TRI_OK, "%s", tri_error_message());
+        const tri_kernel_cost *kc = kernels(d, 12);
+        for (int pass = 0; pass < 4; pass++) {
+            cr_assert_str_eq(kc[2 * pass].op, "compress_topk_pack");
+            cr_assert_float_eq(kc[2 * pass].bytes, 4.0 * N + part, 0.0, "n %g: histogram pass %d", N, pass);
+            cr_assert_float_eq(kc[2 * pass + 1].bytes, part, 0.0, "n %g: choice %d", N, pass);
+        }
+        cr_assert_float_eq(kc[8].bytes, 4.0 * N + counts, 0.0, "n %g: the chunks' counts", N);
+        cr_assert_float_eq(kc[9].bytes, counts, 0.0, "n %g: a scan", N);
+        cr_assert_float_eq(kc[10].bytes, counts, 0.0, "n %g: a scan", N);
+        cr_assert_float_eq(kc[11].bytes, 4.0 * N + counts + 8.0 * (double)k, 0.0, "n %g: the emission", N);
+        tri_device_free(d, pe);
+        tri_device_free(d, pp);
     }
     tri_device_destroy(d);
 }

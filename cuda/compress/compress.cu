@@ -1,12 +1,10 @@
 /* cuda/compress/compress.cu - the gradient compressors on the GPU: launches of the simple kernels
  * of cuda/compress/compress.kern.h (1bit and qsgd packing, decode-add, which is also the
- * error-feedback update, the top-k scatter-add, Gram-Schmidt), tested against the CPU backend
- * through the emulated build. Top-k selection runs on the host for now (the tensor is copied to
- * the host, selected by compress_math.h's radix select, and the payload copied back): a device
- * radix select is future work. */
-#include <stdlib.h>
-
+ * error-feedback update, the top-k scatter-add, Gram-Schmidt) and of the top-k selection's fast form
+ * (cuda/compress/topk_fast.cuh: compress_math.h's radix select over blocks, no host sync; its twin
+ * the same loop on one thread), tested against the CPU backend through the emulated build. */
 #include "cuda/compress/compress.kern.h"
+#include "cuda/compress/topk_fast.cuh"
 #include "cuda/launch.cuh"
 
 static int pack(tri_device *d, tri_tensor payload, tri_tensor e, int block, int levels, uint64_t seed,
@@ -40,21 +38,36 @@ extern "C" int tri_cuda_compress_unpack_add(tri_device *d, tri_tensor out, tri_t
                              m, (const int32_t *)payload.data, n, first, block, levels, alpha);
 }
 
+/* The fast selection (topk_fast.cuh) of k of e(n) into payload, its scratch in the workspace. */
+static int topk_fast(tri_cuda *cu, int32_t *payload, const float *e, int64_t n, int64_t k)
+{
+    int64_t nch = tri_topk_chunks(n), G = tri_topk_hist_grid(n), grid = nch < TRI_MAX_BLOCKS ? nch : TRI_MAX_BLOCKS;
+    int64_t *state = (int64_t *)cu->workspace, *counts = state + 4;
+    uint32_t *part = (uint32_t *)(counts + 2 * nch);
+    int rc = TRI_OK;
+    for (int shift = TRI_TOPK_FIRST_SHIFT; !rc && shift >= 0; shift -= 8) {
+        rc = TRI_CUDA_LAUNCH(compress_topk_hist_kernel, G, TRI_TOPK_THREADS, cu->stream, part, e, n,
+                             (const int64_t *)state, shift);
+        if (!rc) rc = TRI_CUDA_LAUNCH(compress_topk_digit_kernel, 1, TRI_TOPK_THREADS, cu->stream, state,
+                                      (const uint32_t *)part, G, shift, k);
+    }
+    if (!rc) rc = TRI_CUDA_LAUNCH_STRIDED(compress_topk_count_kernel, grid, TRI_TOPK_THREADS, cu->stream, counts, e, n,
+                                          nch, (const int64_t *)state);
+    if (!rc) rc = TRI_CUDA_LAUNCH(compress_topk_scan_kernel, 1, TRI_TOPK_SCAN_THREADS, cu->stream, counts, nch);
+    if (!rc) rc = TRI_CUDA_LAUNCH(compress_topk_scan_kernel, 1, TRI_TOPK_SCAN_THREADS, cu->stream, counts + nch, nch);
+    if (!rc) rc = TRI_CUDA_LAUNCH_STRIDED(compress_topk_emit_kernel, grid, TRI_TOPK_THREADS, cu->stream, payload, e, n,
+                                          nch, (const int64_t *)state, (const int64_t *)counts);
+    return rc;
+}
+
 extern "C" int tri_cuda_compress_topk_pack(tri_device *d, tri_tensor payload, tri_tensor e)
 {
+    tri_cuda *cu = tri_cuda_of(d);
     int64_t n = tri_tensor_numel(e), k = tri_tensor_numel(payload) / 2;
-    float *host = (float *)malloc((size_t)n * sizeof(float));
-    int32_t *out = (int32_t *)malloc((size_t)(2 * k) * sizeof(int32_t));
-    int rc = host && out ? TRI_OK : TRI_ERR(TRI_ENOMEM, "compress_topk_pack: host memory for %lld elements",
-                                            (long long)n);
-    if (!rc) rc = tri_device_copy_to_host(d, host, e);
-    if (!rc) {
-        tri_compress_topk_select(host, n, k, out);
-        rc = tri_device_copy_from_host(d, payload, out);
-    }
-    free(host);
-    free(out);
-    return rc;
+    int32_t *out = (int32_t *)payload.data;
+    if (!cu->simple && (size_t)tri_topk_scratch_bytes(n) <= cu->workspace_bytes)
+        return topk_fast(cu, out, tri_fp(e), n, k);
+    return TRI_CUDA_LAUNCH(compress_topk_select_kernel, 1, 1, cu->stream, out, (const float *)tri_fp(e), n, k);
 }
 
 extern "C" int tri_cuda_compress_topk_unpack_add(tri_device *d, tri_tensor out, tri_tensor payload, int64_t first,

@@ -1,6 +1,6 @@
 /* cuda/compress/compress.kern.h - simple kernels of the gradient compressors (CUDA and C): a thread
- * per block scale, per payload word, per decoded element, per top-k pair, and one thread per
- * matrix for Gram-Schmidt, each calling engine/device/ops/compress_math.h's functions as the CPU
+ * per block scale, per payload word, per decoded element, per top-k pair, and one thread for a
+ * top-k selection (the fast form: cuda/compress/topk_fast.cuh) and for a matrix's Gram-Schmidt, each calling engine/device/ops/compress_math.h's functions as the CPU
  * loops do, so the payloads are the CPU backend's bits. Dependent passes (the scales before the
  * words that read them) are separate launches. */
 #ifndef TRIDENT_CUDA_COMPRESS_COMPRESS_KERN_H
@@ -43,6 +43,13 @@ TRI_KERNEL compress_topk_unpack_add_kernel(float *out, int64_t m, const int32_t 
         if (idx >= 0 && idx < m)
             out[idx] = out[idx] + alpha * tri_compress_word_float(payload[2 * j + 1]);
     }
+}
+
+/* payload(2k) = the top-k payload of e(n): compress_math.h's whole selection on one thread */
+TRI_KERNEL compress_topk_select_kernel(int32_t *payload, const float *e, int64_t n, int64_t k)
+{
+    if (TRI_GLOBAL_ID == 0)
+        tri_compress_topk_select(e, n, k, payload);
 }
 
 /* Gram-Schmidt on x's r rows of n (one thread) */

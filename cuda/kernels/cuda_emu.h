@@ -511,6 +511,13 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int k)
     return tri_emu_xchg()[b][w][lane ^ (unsigned)k];
 }
 
+/* atomicAdd on a 32-bit word (shared or global memory): returns the old value. A builtin atomic,
+ * so that lanes as OS threads add safely too (fibers switch only at barriers). */
+static inline unsigned atomicAdd(unsigned *p, unsigned v)
+{
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
 /* The same over a one-dimensional grid: <<<grid, block>>>. */
 static inline void tri_emu_launch(unsigned grid, unsigned block, const std::function<void()> &kernel)
 {

@@ -49,4 +49,33 @@ static inline int tri_links_merges(int64_t N)
     return m;
 }
 
+/* The device top-k selection (cuda/compress/topk_fast.cuh): blocks of TRI_TOPK_THREADS threads;
+ * the histogram passes use at most TRI_TOPK_MAX_GRID blocks (each writes its 256 counts, which the
+ * next launch adds in block order); the emission walks chunks of TRI_TOPK_CHUNK elements, a block a
+ * chunk, TRI_TOPK_PER_THREAD consecutive elements a thread. */
+#define TRI_TOPK_THREADS 256
+#define TRI_TOPK_PER_THREAD 16
+#define TRI_TOPK_CHUNK (TRI_TOPK_THREADS * TRI_TOPK_PER_THREAD)
+#define TRI_TOPK_MAX_GRID 512
+
+/* Chunks of the emission over n elements. */
+static inline int64_t tri_topk_chunks(int64_t n)
+{
+    return (n + TRI_TOPK_CHUNK - 1) / TRI_TOPK_CHUNK;
+}
+
+/* Blocks of a histogram pass over n elements: a chunk's worth a block, 1 to TRI_TOPK_MAX_GRID. */
+static inline int64_t tri_topk_hist_grid(int64_t n)
+{
+    int64_t g = tri_topk_chunks(n);
+    return g < 1 ? 1 : (g > TRI_TOPK_MAX_GRID ? TRI_TOPK_MAX_GRID : g);
+}
+
+/* Scratch bytes of a selection over n elements: the select's state (4 int64), the chunks' counts
+ * (2 int64 a chunk), the histogram blocks' counts (256 uint32 a block). */
+static inline int64_t tri_topk_scratch_bytes(int64_t n)
+{
+    return 8 * (4 + 2 * tri_topk_chunks(n)) + 4 * 256 * tri_topk_hist_grid(n);
+}
+
 #endif

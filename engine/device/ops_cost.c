@@ -955,11 +955,23 @@ int tri_cost_compress_unpack_add(tri_device *d, tri_tensor out, tri_tensor paylo
     return one(d, "compress_unpack_add", 2 * bytes(out) + bytes(payload), 3 * numel(out));
 }
 
+/* The device radix select (cuda/compress/topk_fast.cuh): four histogram passes over e (each
+ * block's 256 counts written, then added by one block), the chunks' counts, their two scans and
+ * the emission (e read again, the payload written). */
 int tri_cost_compress_topk_pack(tri_device *d, tri_tensor payload, tri_tensor e)
 {
-    /* host selection: the copies and five passes over e on the host are not a kernel; counted as
-     * one kernel's traffic so the plan sees the op */
-    return one(d, "compress_topk_pack", 5 * bytes(e) + bytes(payload), 5 * numel(e));
+    int64_t n = tri_tensor_numel(e);
+    double N = numel(e), part = 1024.0 * (double)tri_topk_hist_grid(n), counts = 16.0 * (double)tri_topk_chunks(n);
+    tri_cost_call(d, "compress_topk_pack");
+    int rc = TRI_OK;
+    for (int pass = 0; pass < 4 && !rc; pass++) {
+        rc = tri_cost_kernel(d, bytes(e) + part, 0, 2 * N);
+        if (!rc) rc = tri_cost_kernel(d, part, 0, part / 4);
+    }
+    if (!rc) rc = tri_cost_kernel(d, bytes(e) + counts, 0, 2 * N);
+    for (int scan = 0; scan < 2 && !rc; scan++)
+        rc = tri_cost_kernel(d, counts, 0, counts / 16);
+    return rc ? rc : tri_cost_kernel(d, bytes(e) + counts + bytes(payload), 0, 4 * N);
 }
 
 int tri_cost_compress_topk_unpack_add(tri_device *d, tri_tensor out, tri_tensor payload, int64_t first, float alpha)

@@ -438,7 +438,7 @@ TRI_OP(compress_unpack_add, (tri_device *d, tri_tensor out, tri_tensor payload, 
                              int levels, float alpha))
 /* payload i32 (2k) = the top-k payload of e f32 (n), k = numel(payload) / 2 in [1, n]: the k largest
  * |e_i| as (index, value bits) pairs in index order, ties towards the lower index
- * (tri_compress_topk_select; the CUDA backend selects on the host). */
+ * (compress_math.h's radix select; the CUDA backend selects on the device, cuda/compress/topk_fast.cuh). */
 TRI_OP(compress_topk_pack, (tri_device *d, tri_tensor payload, tri_tensor e))
 /* out f32 (m)[idx - first] += alpha * value for every pair of a top-k payload i32 (2k) whose index
  * idx is in [first, first + m) (indices are distinct, so pairs are independent). */

@@ -37,6 +37,7 @@
 #include "cuda/device_cuda.h"
 #include "engine/core/math.h"
 #include "engine/device/ops/attention_math.h"
+#include "engine/device/launch_shapes.h"
 #include "engine/device/ops/compress_math.h"
 #include "layers/moe.h"
 #include "tests/gpu/gpuutil.h"
@@ -1775,6 +1776,39 @@ static void same_words(const char *what, tri_tensor g, tri_tensor c, int64_t n)
                      (unsigned)b[i]);
 }
 
+/* The top-k selection in both GPU forms (cuda/compress/topk_fast.cuh's radix select over blocks,
+ * and its twin on one thread) against the CPU: a view off 16-byte alignment into its buffer, sizes
+ * of one chunk and one, of many histogram blocks (more than TRI_TOPK_MAX_GRID chunks on a GPU),
+ * magnitudes on a grid of three values (T's ties straddle chunks), zeros and -0, NaN. */
+static void topk_exact_case(const char *what, int64_t n, int kind, int64_t k, uint64_t seed)
+{
+    float *x = ot_uniform((size_t)n + 1, -1, 1, seed);
+    for (int64_t i = 0; i <= n; i++) {
+        float m = fabsf(x[i]) < 0.33f ? 0.25f : (fabsf(x[i]) < 0.67f ? 0.5f : 1.0f);
+        if (kind == 1)
+            x[i] = x[i] < 0 ? -m : m;
+        else if (kind == 2)
+            x[i] = i % 7 == 0 ? -0.0f : (i % 101 == 5 ? NAN : (i % 3 == 0 ? x[i] : 0.0f));
+    }
+    both buf = make(tri_tensor_1d(NULL, TRI_F32, n + 1), x), tk = make(tri_tensor_1d(NULL, TRI_I32, 2 * k), NULL);
+    both e = view(buf, 1, n);
+    BOTH(tri_op_compress_topk_pack(cpu, tk.c, e.c), tri_op_compress_topk_pack(gpu, tk.g, e.g));
+    same_words(what, tk.g, tk.c, 2 * k);
+}
+
+static void topk_exact_cases(void)
+{
+    for (int simple = 1; simple >= 0; simple--) {
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        topk_exact_case("compress_topk_pack: one chunk and one", TRI_TOPK_CHUNK + 1, 0, 77, 140);
+        topk_exact_case("compress_topk_pack: three magnitudes", 3 * TRI_TOPK_CHUNK + 9, 1, TRI_TOPK_CHUNK + 3, 141);
+        topk_exact_case("compress_topk_pack: zeros, -0, NaN", 2 * TRI_TOPK_CHUNK + 5, 2, TRI_TOPK_CHUNK, 142);
+#if !defined(TRI_CUDA_EMULATED) /* a GPU: more chunks than histogram blocks, the twin over 2.3M elements */
+        topk_exact_case("compress_topk_pack: many blocks", 567 * TRI_TOPK_CHUNK + 1, 1, 23000, 143);
+#endif
+    }
+}
+
 Test(gpu_ops, compress_exact)
 {
     int64_t n = 10007; /* odd: a partial block, a partial word, codes straddling words */
@@ -1802,6 +1836,7 @@ Test(gpu_ops, compress_exact)
     both tk = make(tri_tensor_1d(NULL, TRI_I32, 2 * k), NULL);
     BOTH(tri_op_compress_topk_pack(cpu, tk.c, e.c), tri_op_compress_topk_pack(gpu, tk.g, e.g));
     same_words("compress_topk_pack", tk.g, tk.c, 2 * k);
+    topk_exact_cases();
     both out = uniform(v1(5000), -1, 1, 133);
     BOTH(tri_op_compress_topk_unpack_add(cpu, out.c, tk.c, 3000, -1.0f),
          tri_op_compress_topk_unpack_add(gpu, out.g, tk.g, 3000, -1.0f));

@@ -199,41 +199,76 @@ TRI_HD uint32_t tri_compress_abs_key(float x)
     return u & 0x7fffffffu;
 }
 
-/* Top-k selection on the host (both backends; the CUDA backend copies e to the host for it): the
- * payload (2k words) of the k largest |e_i| of e (n elements), ties towards the lower index, in
- * index order. A radix select on the magnitude keys finds the k-th largest key T in four passes of
- * 8 bits; one pass then emits every element above T and the first (in index order) of those equal
- * to T until k are taken. */
-static inline void tri_compress_topk_select(const float *e, int64_t n, int64_t k, int32_t *payload)
+/* Top-k selection (Aji & Heafield 2017), the definition both backends compute: the payload (2k
+ * words) of the k largest |e_i| of e (n elements), ties towards the lower index, in index order
+ * (NaN's key is above every number's). A radix select on the magnitude keys finds the k-th largest
+ * key T in four passes of 8 bits, each counting the keys that still match T's digits found so far
+ * (tri_compress_topk_matches) by their next digit and taking digits from the top while they hold
+ * fewer keys than are still wanted (tri_compress_topk_digit); then every element above T and the
+ * first `want` (in index order) of those equal to T are taken, element i at the payload position
+ * tri_compress_topk_place gives from the elements above T and equal to T before it. The CPU loop
+ * (tri_compress_topk_select) and the CUDA kernels (the simple twin a thread running this loop, the
+ * fast form cuda/compress/topk_fast.cuh's passes over blocks) make the same payload: the selection
+ * is unique, so any order of counting gives it. */
+#define TRI_TOPK_FIRST_SHIFT 24 /* the first pass's digit: bits 31..24 (bit 31, the sign, is 0) */
+
+/* Whether key's digits above `shift` are the select's prefix so far (every key in the first pass). */
+TRI_HD int tri_compress_topk_matches(uint32_t key, uint32_t prefix, int shift)
+{
+    return shift == TRI_TOPK_FIRST_SHIFT || (key >> (shift + 8)) == (prefix >> (shift + 8));
+}
+
+/* One pass's choice: hist[d] the matching keys whose digit at `shift` is d. Takes the digits from 255
+ * down while they hold fewer keys than *want (all of them are in the top k), subtracting them from
+ * *want, and sets T's digit at `shift` in *prefix to the digit where the k-th largest lies. */
+TRI_HD void tri_compress_topk_digit(const int64_t *hist, int shift, uint32_t *prefix, int64_t *want)
+{
+    int d = 255;
+    while (d > 0 && hist[d] < *want) {
+        *want -= hist[d];
+        d--;
+    }
+    *prefix |= (uint32_t)d << shift;
+}
+
+/* The payload position of an element of key `key` given T, the number `want` of elements equal to T
+ * that are taken, and the elements above T and equal to T before it in index order; -1 when it is
+ * not taken. The positions of the taken elements are 0..k-1 in index order. */
+TRI_HD int64_t tri_compress_topk_place(uint32_t key, uint32_t T, int64_t want, int64_t above, int64_t ties)
+{
+    if (key > T)
+        return above + (ties < want ? ties : want);
+    return key == T && ties < want ? above + ties : -1;
+}
+
+/* The CPU's selection (also the CUDA backend's simple twin, one thread): k in [1, n]. */
+TRI_HD void tri_compress_topk_select(const float *e, int64_t n, int64_t k, int32_t *payload)
 {
     if (k <= 0)
         return;
-    uint32_t prefix = 0, mask = 0;
-    int64_t want = k; /* elements still to take among those matching prefix under mask */
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        int64_t hist[256] = {0};
+    uint32_t prefix = 0;
+    int64_t want = k; /* elements still to take among those matching the prefix */
+    for (int shift = TRI_TOPK_FIRST_SHIFT; shift >= 0; shift -= 8) {
+        int64_t hist[256];
+        for (int d = 0; d < 256; d++)
+            hist[d] = 0;
         for (int64_t i = 0; i < n; i++) {
             uint32_t key = tri_compress_abs_key(e[i]);
-            if ((key & mask) == prefix)
+            if (tri_compress_topk_matches(key, prefix, shift))
                 hist[(key >> shift) & 255u]++;
         }
-        int d = 255;
-        while (d > 0 && hist[d] < want) {
-            want -= hist[d];
-            d--;
-        }
-        prefix |= (uint32_t)d << shift;
-        mask |= 255u << shift;
+        tri_compress_topk_digit(hist, shift, &prefix, &want);
     }
-    /* prefix is T; `want` of the elements equal to T are taken, the rest above T */
-    int64_t out = 0, ties = 0;
-    for (int64_t i = 0; i < n && out < k; i++) {
+    int64_t above = 0, ties = 0; /* prefix is T */
+    for (int64_t i = 0; i < n; i++) {
         uint32_t key = tri_compress_abs_key(e[i]);
-        if (key > prefix || (key == prefix && ties++ < want)) {
-            payload[2 * out] = (int32_t)(uint32_t)i;
-            payload[2 * out + 1] = tri_compress_float_word(e[i]);
-            out++;
+        int64_t at = tri_compress_topk_place(key, prefix, want, above, ties);
+        if (at >= 0) {
+            payload[2 * at] = (int32_t)(uint32_t)i;
+            payload[2 * at + 1] = tri_compress_float_word(e[i]);
         }
+        above += key > prefix;
+        ties += key == prefix;
     }
 }
 
