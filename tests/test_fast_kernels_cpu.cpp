@@ -8,7 +8,8 @@
  * rotary embedding a block per row; the embedding backward's token links, a bitonic tile sort in
  * shared memory and merge passes, against the O(N^2) scan they replace; the MoE capacity's sort
  * against its O((NK)^2) twin, the MoE counting sort a warp per chunk and its scan a block, the MoE
- * row copies a warp per row; the top-k selection's radix select over blocks against the CPU's loop)
+ * row copies a warp per row; the top-k selection's radix select over blocks against the CPU's loop; PowerSGD's Gram-Schmidt a
+ * block a matrix)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as lanes (fibers)
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
@@ -55,6 +56,7 @@
 #include "cuda/moe/capacity_fast.cuh"
 #include "cuda/compress/compress.kern.h"
 #include "cuda/compress/topk_fast.cuh"
+#include "cuda/compress/gram_schmidt_fast.cuh"
 #include "cuda/moe/dispatch.kern.h"
 #include "cuda/moe/dispatch_fast.cuh"
 #include "cuda/moe/router.kern.h"
@@ -884,4 +886,66 @@ Test(fast_kernels_cpu, topk_select_same_as_cpu)
     topk_case("n 1", u, 1, 1);
     topk_case("one chunk", u, TRI_TOPK_CHUNK, 41);
     topk_case("one chunk and one", grid3, TRI_TOPK_CHUNK + 1, TRI_TOPK_CHUNK / 2);
+}
+
+/* ---- PowerSGD's Gram-Schmidt: a block a matrix against the CPU's loop ----
+ * orthonormalize_rows_fast_kernel (thread t: slot t of each dot product, the slots halved in shared
+ * memory) must give tri_orthonormalize_rows's bits, and so must the twin (one thread): rows shorter
+ * than the block, of exactly one block, of a block and one, of several turns of the loop, one row,
+ * more rows than columns (rank 4 of 3: the fourth row is rounding noise normalised), a zero row (it
+ * stays zero: the epsilon). x starts from the same values for each form. */
+static void gram_schmidt_case(int64_t r, int64_t n, bool zero_row, uint64_t seed)
+{
+    float *x0 = ot_uniform((size_t)(r * n), -1, 1, seed);
+    if (zero_row)
+        memset(x0 + (r - 1) * n, 0, (size_t)n * 4);
+    size_t m = (size_t)(r * n);
+    float *want = (float *)copy_of(x0, m, 0), *twin = (float *)copy_of(x0, m, 0), *got = (float *)copy_of(x0, m, 0);
+    tri_orthonormalize_rows(want, r, n);
+    TRI_LAUNCH(orthonormalize_rows_kernel, 1, 1, twin, r, n);
+    tri_emu_launch(1, TRI_GS_SLOTS, [&] { orthonormalize_rows_fast_kernel(got, r, n); });
+    char what[96];
+    snprintf(what, sizeof what, "gram-schmidt r %lld n %lld%s (twin)", (long long)r, (long long)n,
+             zero_row ? ", a zero row" : "");
+    same(what, twin, want, m, 0);
+    snprintf(what, sizeof what, "gram-schmidt r %lld n %lld%s (block)", (long long)r, (long long)n,
+             zero_row ? ", a zero row" : "");
+    same(what, got, want, m, 0);
+}
+
+/* out[t] = the block total of acc(TRI_GS_SLOTS) as thread t sees it */
+__global__ void gs_total_probe_kernel(double *out, const double *acc)
+{
+    __shared__ double part[TRI_GS_SLOTS];
+    int t = (int)threadIdx.x;
+    out[t] = tri_gs_block_total(part, acc[t], t);
+}
+
+Test(fast_kernels_cpu, gram_schmidt_same_bits_as_cpu)
+{
+    /* the block's total in tri_gs_halve's order, which random rows (their double sums rounded to
+     * float) cannot tell from another: slots 1, 2^-53, 0, 2^-53, 0, ... sum to 1 + 2^-52 by halving
+     * (slot 1 + slot 3 first) and to 1 in index order (each 2^-53 a tie rounded to even) */
+    double acc[TRI_GS_SLOTS] = {1.0, 0x1p-53, 0.0, 0x1p-53}, halved[TRI_GS_SLOTS], out[TRI_GS_SLOTS];
+    memcpy(halved, acc, sizeof acc);
+    cr_assert_eq(tri_gs_halve(halved), 1.0 + 0x1p-52);
+    tri_emu_launch(1, TRI_GS_SLOTS, [&] { gs_total_probe_kernel(out, acc); });
+    for (int t = 0; t < TRI_GS_SLOTS; t++)
+        cr_assert_eq(out[t], 1.0 + 0x1p-52, "thread %d's block total %.17g", t, out[t]);
+
+    /* the slot order on a hand-worked case of TRI_GS_SLOTS + 1 elements: products 1, -1, 0, ..., 0,
+     * 2^-60. The last joins slot 0, where 1 + 2^-60 rounds to 1, and the halving then adds -1: 0.
+     * Index order would give (1 - 1) + 2^-60. */
+    float a[TRI_GS_SLOTS + 1], b[TRI_GS_SLOTS + 1];
+    for (int i = 0; i <= TRI_GS_SLOTS; i++)
+        a[i] = b[i] = 0.0f;
+    a[0] = 1.0f, b[0] = 1.0f, a[1] = 1.0f, b[1] = -1.0f, a[TRI_GS_SLOTS] = 0x1p-30f, b[TRI_GS_SLOTS] = 0x1p-30f;
+    cr_assert_eq(tri_gs_dot(a, b, TRI_GS_SLOTS + 1), 0.0, "slot 0 holds 1 + 2^-60 = 1, slot 1 -1");
+    gram_schmidt_case(4, 777, false, 51);
+    gram_schmidt_case(1, 1, false, 52);
+    gram_schmidt_case(4, TRI_GS_SLOTS, false, 53);
+    gram_schmidt_case(2, TRI_GS_SLOTS + 1, true, 54);
+    gram_schmidt_case(3, 5000, false, 55);
+    gram_schmidt_case(4, 3, false, 56);
+    gram_schmidt_case(8, 300, true, 57);
 }

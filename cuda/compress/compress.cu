@@ -1,9 +1,11 @@
 /* cuda/compress/compress.cu - the gradient compressors on the GPU: launches of the simple kernels
  * of cuda/compress/compress.kern.h (1bit and qsgd packing, decode-add, which is also the
- * error-feedback update, the top-k scatter-add, Gram-Schmidt) and of the top-k selection's fast form
- * (cuda/compress/topk_fast.cuh: compress_math.h's radix select over blocks, no host sync; its twin
- * the same loop on one thread), tested against the CPU backend through the emulated build. */
+ * error-feedback update, the top-k scatter-add, Gram-Schmidt) and of the fast forms of the top-k
+ * selection (cuda/compress/topk_fast.cuh: compress_math.h's radix select over blocks, no host sync)
+ * and of Gram-Schmidt (cuda/compress/gram_schmidt_fast.cuh: a block a matrix), whose twins run the
+ * CPU's loop on one thread; tested against the CPU backend through the emulated build. */
 #include "cuda/compress/compress.kern.h"
+#include "cuda/compress/gram_schmidt_fast.cuh"
 #include "cuda/compress/topk_fast.cuh"
 #include "cuda/launch.cuh"
 
@@ -80,7 +82,9 @@ extern "C" int tri_cuda_compress_topk_unpack_add(tri_device *d, tri_tensor out, 
 
 extern "C" int tri_cuda_orthonormalize_rows(tri_device *d, tri_tensor x)
 {
-    int64_t n = x.shape[x.ndim - 1];
-    return TRI_CUDA_LAUNCH(orthonormalize_rows_kernel, 1, 1, tri_cuda_of(d)->stream, tri_fp(x),
-                           n > 0 ? tri_tensor_numel(x) / n : 0, n);
+    tri_cuda *cu = tri_cuda_of(d);
+    int64_t n = x.shape[x.ndim - 1], r = n > 0 ? tri_tensor_numel(x) / n : 0;
+    if (!cu->simple)
+        return TRI_CUDA_LAUNCH(orthonormalize_rows_fast_kernel, 1, TRI_GS_SLOTS, cu->stream, tri_fp(x), r, n);
+    return TRI_CUDA_LAUNCH(orthonormalize_rows_kernel, 1, 1, cu->stream, tri_fp(x), r, n);
 }

@@ -52,7 +52,7 @@ TRI_KERNEL compress_topk_select_kernel(int32_t *payload, const float *e, int64_t
         tri_compress_topk_select(e, n, k, payload);
 }
 
-/* Gram-Schmidt on x's r rows of n (one thread) */
+/* Gram-Schmidt on x's r rows of n (one thread; the fast form: cuda/compress/gram_schmidt_fast.cuh) */
 TRI_KERNEL orthonormalize_rows_kernel(float *x, int64_t r, int64_t n)
 {
     if (TRI_GLOBAL_ID == 0)

@@ -443,8 +443,8 @@ TRI_OP(compress_topk_pack, (tri_device *d, tri_tensor payload, tri_tensor e))
 /* out f32 (m)[idx - first] += alpha * value for every pair of a top-k payload i32 (2k) whose index
  * idx is in [first, first + m) (indices are distinct, so pairs are independent). */
 TRI_OP(compress_topk_unpack_add, (tri_device *d, tri_tensor out, tri_tensor payload, int64_t first, float alpha))
-/* x f32 (r, n): its rows orthonormalised by Gram-Schmidt in row order (tri_orthonormalize_rows;
- * PowerSGD's P). */
+/* x f32 (r, n): its rows orthonormalised by Gram-Schmidt in row order (tri_orthonormalize_rows:
+ * its dot products over compress_math.h's TRI_GS_SLOTS slots; PowerSGD's P). */
 TRI_OP(orthonormalize_rows, (tri_device *d, tri_tensor x))
 
 #undef TRI_OP

@@ -1841,9 +1841,19 @@ Test(gpu_ops, compress_exact)
     BOTH(tri_op_compress_topk_unpack_add(cpu, out.c, tk.c, 3000, -1.0f),
          tri_op_compress_topk_unpack_add(gpu, out.g, tk.g, 3000, -1.0f));
     cr_assert(ot_same_bits("compress_topk_unpack_add", gpu_read(gpu, out.g), gpu_read(cpu, out.c), 5000));
-    both p = uniform(m2(4, 777), -1, 1, 134);
-    BOTH(tri_op_orthonormalize_rows(cpu, p.c), tri_op_orthonormalize_rows(gpu, p.g));
-    cr_assert(ot_same_bits("orthonormalize_rows", gpu_read(gpu, p.g), gpu_read(cpu, p.c), 4 * 777));
+    /* Gram-Schmidt in both forms (a block a matrix, gram_schmidt_fast.cuh; its twin one thread) */
+    const int64_t gs[][2] = {{4, 777}, {2, TRI_GS_SLOTS + 1}, {4, 3}, {4, 50304}};
+    for (int simple = 1; simple >= 0; simple--) {
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, simple), TRI_OK);
+        for (int z = 0; z < 4; z++) {
+            both p = uniform(m2(gs[z][0], gs[z][1]), -1, 1, 134 + (uint64_t)z);
+            BOTH(tri_op_orthonormalize_rows(cpu, p.c), tri_op_orthonormalize_rows(gpu, p.g));
+            cr_assert(ot_same_bits("orthonormalize_rows", gpu_read(gpu, p.g), gpu_read(cpu, p.c),
+                                   (size_t)(gs[z][0] * gs[z][1])),
+                      "orthonormalize_rows %lld x %lld (%s)", (long long)gs[z][0], (long long)gs[z][1],
+                      simple ? "twin" : "a block");
+        }
+    }
 }
 
 /* ---- the MoE router (issue 33): every output the CPU's bits (one math, moe_router_math.h) ---- */

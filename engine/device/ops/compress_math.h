@@ -165,27 +165,56 @@ TRI_HD float tri_compress_decode(const int32_t *payload, int64_t n, int64_t i, i
                               levels > 0 ? tri_qsgd_shrink(block, levels) : 1.0f);
 }
 
+/* Slots of Gram-Schmidt's dot products (tri_gs_dot): a block of this many threads sums one on the
+ * GPU (cuda/compress/gram_schmidt_fast.cuh), a thread a slot. */
+#define TRI_GS_SLOTS 1024
+
+/* slot[0] = the sum of slot(TRI_GS_SLOTS) by halving: slot s += slot s + h for h = TRI_GS_SLOTS / 2,
+ * ..., 1 (s < h). */
+TRI_HD double tri_gs_halve(double *slot)
+{
+    for (int h = TRI_GS_SLOTS / 2; h > 0; h >>= 1)
+        for (int s = 0; s < h; s++)
+            slot[s] += slot[s + h];
+    return slot[0];
+}
+
+/* a(n) . b(n) in double: product i (exact in double) added to slot i % TRI_GS_SLOTS, each slot in
+ * index order from 0, then the slots by tri_gs_halve. */
+TRI_HD double tri_gs_dot(const float *a, const float *b, int64_t n)
+{
+    double slot[TRI_GS_SLOTS];
+    for (int s = 0; s < TRI_GS_SLOTS; s++)
+        slot[s] = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        slot[i % TRI_GS_SLOTS] += (double)a[i] * (double)b[i];
+    return tri_gs_halve(slot);
+}
+
+/* The factor that normalises a row of squared norm ss: 1 / (||x|| + 1e-8), PyTorch's powerSGD_hook's
+ * epsilon, so a zero row stays finite. */
+TRI_HD float tri_gs_inv_norm(double ss)
+{
+    return 1.0f / ((float)sqrt(ss) + 1e-8f);
+}
+
 /* Gram-Schmidt on the rows of x (r rows of n, row-major), in row order: row j loses its projections
- * on rows 0..j-1 (dot products in double, in index order), then is divided by its norm + 1e-8
- * (PyTorch's powerSGD_hook's epsilon, so a zero row stays finite). PowerSGD's orthogonalisation
- * (Vogels et al. 2019, Algorithm 1) on P^T. */
+ * on rows 0..j-1 (d = (float) tri_gs_dot, then x_j[i] - d x_k[i]), then is multiplied by
+ * tri_gs_inv_norm of its tri_gs_dot with itself. PowerSGD's orthogonalisation (Vogels et al. 2019,
+ * Algorithm 1; modified Gram-Schmidt as PyTorch's powerSGD_hook) on P^T. The dot products' slot order
+ * lets a block of threads compute them (until 2026-12-01 they were summed in index order, which held
+ * the GPU to one thread a matrix). */
 TRI_HD void tri_orthonormalize_rows(float *x, int64_t r, int64_t n)
 {
     for (int64_t j = 0; j < r; j++) {
         float *xj = x + j * n;
         for (int64_t k = 0; k < j; k++) {
             const float *xk = x + k * n;
-            double dot = 0.0;
-            for (int64_t i = 0; i < n; i++)
-                dot += (double)xj[i] * (double)xk[i];
-            float d = (float)dot;
+            float d = (float)tri_gs_dot(xj, xk, n);
             for (int64_t i = 0; i < n; i++)
                 xj[i] = xj[i] - d * xk[i];
         }
-        double ss = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            ss += (double)xj[i] * (double)xj[i];
-        float inv = 1.0f / ((float)sqrt(ss) + 1e-8f);
+        float inv = tri_gs_inv_norm(tri_gs_dot(xj, xj, n));
         for (int64_t i = 0; i < n; i++)
             xj[i] = xj[i] * inv;
     }
