@@ -32,14 +32,6 @@ static bool tiled_path(const tri_cuda *cu, tri_flash_dims f, tri_tensor a, tri_t
            tri_flash_mma_smem_bytes(f.HS, bf16, backward) <= cu->smem_optin;
 }
 
-static int check_head(const char *op, tri_flash_dims f)
-{
-    if (f.HS > TRI_FLASH_MAX_HS)
-        return TRI_ERR(TRI_ENOTSUP, "%s: head size %lld is above the CUDA kernels' %d", op, (long long)f.HS,
-                       TRI_FLASH_MAX_HS);
-    return TRI_OK;
-}
-
 /* delta = rowsum(dout * out) per (b, h, t): the fast kernel (the same bits, coalesced:
  * flash_delta_fast.cuh) or the simple twin. Only f.B, f.T, f.NH and f.HS are read. */
 static int launch_delta(tri_cuda *cu, tri_tensor delta, tri_tensor dout, tri_tensor out, tri_flash_dims f)
@@ -58,7 +50,7 @@ extern "C" int tri_cuda_flash_attention_forward(tri_device *dev, tri_tensor out,
 {
     tri_cuda *cu = tri_cuda_of(dev);
     tri_flash_dims f = tri_flash_dims_of(qkv, out, lse);
-    int rc = check_head("flash_attention_forward", f);
+    int rc = tri_flash_check_head("flash_attention_forward", f);
     if (rc)
         return rc;
     if (tiled_path(cu, f, qkv, out, out, false))
@@ -73,7 +65,7 @@ extern "C" int tri_cuda_flash_attention_backward(tri_device *dev, tri_tensor dqk
     tri_cuda *cu = tri_cuda_of(dev);
     tri_flash_dims f = tri_flash_dims_of(qkv, dout, lse);
     int64_t rows = f.B * f.NH * f.T, kv_rows = f.B * f.NH_kv * f.T;
-    int rc = check_head("flash_attention_backward", f);
+    int rc = tri_flash_check_head("flash_attention_backward", f);
     if (!rc) rc = launch_delta(cu, delta, dout, out, f);
     if (rc)
         return rc;

@@ -30,14 +30,6 @@ static tri_flash_kv problem_of(tri_tensor qkv, tri_tensor out, tri_tensor lse, t
     return p;
 }
 
-static int check_head(const char *op, tri_flash_dims f)
-{
-    if (f.HS > TRI_FLASH_MAX_HS)
-        return TRI_ERR(TRI_ENOTSUP, "%s: head size %lld is above the CUDA kernels' %d", op, (long long)f.HS,
-                       TRI_FLASH_MAX_HS);
-    return TRI_OK;
-}
-
 /* Today's problem: one chunk at 0 on both sides, the keys the queries' own buffer. */
 static bool whole(tri_flash_rows r, int64_t n)
 {
@@ -93,7 +85,7 @@ typedef struct {
 static kv_route kv_path(tri_cuda *cu, const char *op, tri_flash_kv p, int64_t items, const tri_tensor *t, int n,
                         bool backward, bool f32_out)
 {
-    kv_route r = {check_head(op, p.d), false, false};
+    kv_route r = {tri_flash_check_head(op, p.d), false, false};
     r.done = r.rc != TRI_OK || items == 0;
     r.tiled = !r.done && tiled_kv(cu, p, t, n, backward, f32_out);
     if (r.tiled)

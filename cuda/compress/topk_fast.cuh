@@ -109,8 +109,8 @@ __global__ void __launch_bounds__(TRI_TOPK_THREADS)
     }
 }
 
-/* counts[c], counts[nch + c]: chunk c of the nch (tri_topk_chunks(n)) of e(n), its elements above T and equal to T (state's prefix,
- * complete after the four passes). A block a chunk (TRI_TOPK_THREADS), any grid. */
+/* counts[c], counts[nch + c]: chunk c of the nch (tri_topk_chunks(n)) of e(n), its elements above T
+ * and equal to T (state's prefix, complete after the four passes). A block a chunk (TRI_TOPK_THREADS), any grid. */
 __global__ void __launch_bounds__(TRI_TOPK_THREADS)
     compress_topk_count_kernel(int64_t *counts, const float *e, int64_t n, int64_t nch, const int64_t *state)
 {

@@ -6,18 +6,19 @@
 #include "cuda/fixed/fixed.kern.h"
 #include "cuda/launch.cuh"
 
-#define MIN_CHUNK 4096
+#define FIXED_MIN_CHUNK 4096
 
-static int64_t chunk_for(int64_t n, int64_t max_chunks)
+static int64_t fixed_chunk_for(int64_t n, int64_t max_chunks)
 {
     int64_t chunk = (n + max_chunks - 1) / max_chunks;
-    return chunk < MIN_CHUNK ? MIN_CHUNK : chunk;
+    return chunk < FIXED_MIN_CHUNK ? FIXED_MIN_CHUNK : chunk;
 }
 
 extern "C" int tri_cuda_fixed_accumulate(tri_device *d, tri_tensor acc, tri_tensor x, int bits, tri_tensor bad)
 {
     tri_cuda *c = tri_cuda_of(d);
-    int64_t n = tri_tensor_numel(x), chunk = chunk_for(n, TRI_CUDA_MAX_PARTIALS), n_chunks = (n + chunk - 1) / chunk;
+    int64_t n = tri_tensor_numel(x), chunk = fixed_chunk_for(n, TRI_CUDA_MAX_PARTIALS);
+    int64_t n_chunks = (n + chunk - 1) / chunk;
     int rc = TRI_CUDA_LAUNCH_N(fixed_accumulate_kernel, n, c->stream, (int64_t *)acc.data, tri_fp(x), bits, n);
     if (!rc) rc = TRI_CUDA_LAUNCH_N(fixed_bad_partial_kernel, n_chunks, c->stream, c->partials, tri_fp(x), bits, n,
                                     chunk, n_chunks);
@@ -41,7 +42,7 @@ extern "C" int tri_cuda_add_i64(tri_device *d, tri_tensor y, tri_tensor x)
 extern "C" int tri_cuda_fixed_sum_squares(tri_device *d, tri_tensor limbs, tri_tensor x, int bits, tri_tensor bad)
 {
     tri_cuda *c = tri_cuda_of(d);
-    int64_t n = tri_tensor_numel(x), chunk = chunk_for(n, TRI_CUDA_MAX_PARTIALS / 4);
+    int64_t n = tri_tensor_numel(x), chunk = fixed_chunk_for(n, TRI_CUDA_MAX_PARTIALS / 4);
     int64_t n_chunks = (n + chunk - 1) / chunk;
     uint64_t *words = (uint64_t *)c->partials;
     int rc = TRI_CUDA_LAUNCH_N(fixed_sumsq_partial_kernel, n_chunks, c->stream, words, tri_fp(x), bits, n, chunk,
