@@ -1,6 +1,6 @@
 /* bench/grad_compression.c - what each data-parallel gradient compressor costs against what it saves
  * on the wire (issue 32): the encode + decode time per million gradient elements on this device
- * (the CPU backend), measured in this run, beside the time of sending the bytes one rank sends
+ * (--device cpu, the default, or cuda: the same ops on the GPU's kernels), measured in this run, beside the time of sending the bytes one rank sends
  * (tri_compression_sent_bytes, the ring volumes of engine/comm/comm.h) at 25 and 100 Gb/s, so the
  * break-even is visible: a compressor pays at a bandwidth when its compute plus its (smaller) send
  * time is below the plain fp32 reduction's send time.
@@ -15,8 +15,9 @@
  * of its chunk, adds its residual, encodes and keeps its residual, and every chunk is decoded once.
  * The baseline is the plain reduction (ZeRO 0: all-reduce of 4N bytes). The last column is the
  * break-even: the bandwidth below which the compressor's saved send time exceeds its compute
- * (8 (plain - sent) / (encode + decode)). Usage:
- *   bench_grad_compression [--elements N] [--dp D] [--reps R] */
+ * (8 (plain - sent) / (encode + decode)). Every buffer is the device's; the D gathered payloads are
+ * device copies of this rank's. Usage:
+ *   bench_grad_compression [--elements N] [--dp D] [--reps R] [--device cpu|cuda] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "engine/device/device.h"
 #include "engine/device/ops/compress_math.h"
 #include "engine/train/grad_compression.h"
+#include "tools/cli/backend.h"
 
 static double now(void)
 {
@@ -73,7 +75,7 @@ static int once(bench *b, const tri_compression *c)
     else
         rc = tri_op_compress_qsgd_pack(d, pay, r, c->block_size, levels, 1, 2);
     for (int k = 0; k < b->dp && !rc; k++) /* the gathered payloads: copies of this one */
-        memcpy(b->all + k * words, b->pay, (size_t)words * 4);
+        rc = tri_op_copy(d, tri_tensor_1d(b->all + k * words, TRI_I32, words), pay);
     if (!rc) rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(d, r, pay, 0, -1.0f)
                                                : tri_op_compress_unpack_add(d, r, pay, n, 0, c->block_size, levels, -1.0f);
     if (!rc) rc = tri_op_fill(d, out, 0.0f);
@@ -134,10 +136,22 @@ static int once_two_phase(bench *b, const tri_compression *c)
     return rc;
 }
 
+/* A zeroed device buffer of n 4-byte words into *p; false (and a message) when it cannot be had. */
+static bool take(bench *b, void **p, int64_t n)
+{
+    if (tri_device_alloc(b->d, p, (size_t)n * 4) != TRI_OK ||
+        tri_op_zero(b->d, tri_tensor_1d(*p, TRI_I32, n)) != TRI_OK) {
+        fprintf(stderr, "bench_grad_compression: %s\n", tri_error_message());
+        return false;
+    }
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     bench b = {.n = 1 << 22, .dp = 4};
     int reps = 5;
+    const char *device = "cpu";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--elements") == 0)
             b.n = atoll(argv[i + 1]);
@@ -145,8 +159,11 @@ int main(int argc, char **argv)
             b.dp = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0)
             reps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--device") == 0)
+            device = argv[i + 1];
         else {
-            fprintf(stderr, "bench_grad_compression: unknown flag %s (--elements N, --dp D, --reps R)\n", argv[i]);
+            fprintf(stderr, "bench_grad_compression: unknown flag %s (--elements N, --dp D, --reps R, --device "
+                    "cpu|cuda)\n", argv[i]);
             return 2;
         }
     }
@@ -157,27 +174,37 @@ int main(int argc, char **argv)
     b.cols = 1024;
     b.rows = b.n / b.cols;
     b.n = b.rows * b.cols;
-    if (tri_device_cpu_create(&b.d, 0) != TRI_OK) {
+    if (tri_cli_device_create(device, 0, &b.d) != TRI_OK) {
         fprintf(stderr, "bench_grad_compression: %s\n", tri_error_message());
         return 1;
     }
-    size_t fl = (size_t)b.n * sizeof(float);
-    b.g = malloc(fl), b.r = calloc(1, fl), b.out = calloc(1, fl), b.approx = malloc(fl);
-    b.pay = malloc(2 * fl), b.all = malloc((size_t)b.dp * 2 * fl);
-    b.p = calloc((size_t)(64 * b.rows), sizeof(float)), b.q = malloc((size_t)(64 * b.cols) * sizeof(float));
-    if (!b.g || !b.r || !b.out || !b.approx || !b.pay || !b.all || !b.p || !b.q) {
+    void *g, *r, *out, *approx, *pay, *all, *p, *q;
+    if (!take(&b, &g, b.n) || !take(&b, &r, b.n) || !take(&b, &out, b.n) || !take(&b, &approx, b.n) ||
+        !take(&b, &pay, 2 * b.n) || !take(&b, &all, (int64_t)b.dp * 2 * b.n) || !take(&b, &p, 64 * b.rows) ||
+        !take(&b, &q, 64 * b.cols))
+        return 1;
+    b.g = g, b.r = r, b.out = out, b.approx = approx, b.pay = pay, b.all = all, b.p = p, b.q = q;
+    float *host = malloc((size_t)b.n * sizeof(float));
+    if (!host) {
         fprintf(stderr, "bench_grad_compression: out of memory for %lld elements\n", (long long)b.n);
         return 1;
     }
     uint64_t s = 12345;
     for (int64_t i = 0; i < b.n; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        b.g[i] = (float)((double)(s >> 40) / 16777216.0 - 0.5) * 1e-3f;
+        host[i] = (float)((double)(s >> 40) / 16777216.0 - 0.5) * 1e-3f;
     }
+    int rc = tri_device_copy_from_host(b.d, tri_tensor_1d(b.g, TRI_F32, b.n), host);
     for (int64_t i = 0; i < 64 * b.cols; i++)
-        b.q[i] = (float)((i * 7919) % 101) / 101.0f - 0.5f;
-    printf("gradient compression on the CPU backend: a bucket of %lld fp32 elements (powersgd: %lld x %lld), dp %d, "
-           "%d reps (the fastest)\n", (long long)b.n, (long long)b.rows, (long long)b.cols, b.dp, reps);
+        host[i] = (float)((i * 7919) % 101) / 101.0f - 0.5f;
+    if (!rc) rc = tri_device_copy_from_host(b.d, tri_tensor_1d(b.q, TRI_F32, 64 * b.cols), host);
+    free(host);
+    if (rc) {
+        fprintf(stderr, "bench_grad_compression: %s\n", tri_error_message());
+        return 1;
+    }
+    printf("gradient compression on the %s backend: a bucket of %lld fp32 elements (powersgd: %lld x %lld), dp %d, "
+           "%d reps (the fastest)\n", device, (long long)b.n, (long long)b.rows, (long long)b.cols, b.dp, reps);
     printf("%-10s %12s %8s %11s %12s %13s %9s %9s %14s\n", "compressor", "enc+dec ms/M", "ratio", "sent B/elem",
            "send@25 ms/M", "send@100 ms/M", "total@25", "total@100", "pays below Gb/s");
     const char *names[] = {"none", "1bit", "qsgd", "topk", "powersgd", "1bit 2ph", "qsgd 2ph", "topk 2ph"};
@@ -194,7 +221,7 @@ int main(int argc, char **argv)
             best = 1e30;
             for (int rep = 0; rep < reps; rep++) {
                 double t0 = now();
-                int rc = c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? once_two_phase(&b, &c) : once(&b, &c);
+                rc = c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? once_two_phase(&b, &c) : once(&b, &c);
                 if (rc != TRI_OK || tri_device_sync(b.d) != TRI_OK) {
                     fprintf(stderr, "bench_grad_compression: %s: %s\n", names[k], tri_error_message());
                     return 1;
@@ -217,7 +244,9 @@ int main(int argc, char **argv)
     printf("2ph: --grad-compression-reduce two-phase (1-bit Adam's compressed allreduce: bytes constant in dp)\n");
     printf("total@B: the plain reduction's send time over this compressor's encode + decode + send time at B Gb/s "
            "(above 1x the compressor pays; compute and network not overlapped)\n");
-    free(b.g), free(b.r), free(b.out), free(b.approx), free(b.pay), free(b.all), free(b.p), free(b.q);
+    void *bufs[] = {g, r, out, approx, pay, all, p, q};
+    for (int i = 0; i < 8; i++)
+        tri_device_free(b.d, bufs[i]);
     tri_device_destroy(b.d);
     return 0;
 }

@@ -18,7 +18,8 @@
 #   3. flash against unfused on GPT-2 124M bf16 (B 8, T 1024): both losses, then both speeds, the
 #      same with --enable-cuda-graph, and the fused attention against PyTorch's SDPA on its shapes;
 #   4. GPT-2 124M against the PyTorch peer in the same command (Trident's default attention);
-#   5. mpi_gpt_parallel on 2 ranks sharing the GPU (the staged MPI comm);
+#   5. mpi_gpt_parallel on 2 ranks sharing the GPU (the staged MPI comm); the compressors' encode +
+#      decode per million elements on the GPU (bench_grad_compression --device cuda);
 #   6. compute-sanitizer racecheck and initcheck on the attention tests (small shapes);
 #   7. the per-op profile of GPT-2 124M bf16 (what the kernel-time model is checked against);
 #   8. GPT-2 1.5B bf16 at the largest micro-batch that fits 80 GB, last.
@@ -52,6 +53,8 @@ BIN=bin timeout "$(tmo 60)" bash bench/cuda/compare.sh --models gpt2 --iters 10 
 el "mpi_gpt_parallel, 2 ranks sharing the GPU (staged MPI comm)"
 timeout "$(tmo 40)" "$MPIRUN" --oversubscribe -np 2 bin/mpi_gpt_parallel > "$O/mpi_gpt_parallel.log" 2>&1
 echo "rc=$?"; grep -E 'passed|FAIL|failed' "$O/mpi_gpt_parallel.log" | tail -3
+el "bench: gradient compression encode + decode on the GPU (2^24 elements, dp 4; against sending at 25 and 100 Gb/s)"
+timeout "$(tmo 30)" bin/bench_grad_compression --device cuda --elements 16777216 --reps 3 2>&1 | tail -12
 for tool in racecheck initcheck; do
   el "compute-sanitizer $tool on the attention tests"
   timeout "$(tmo 40)" compute-sanitizer --tool "$tool" --target-processes all --print-limit 10 bin/test_gpu_ops --jobs 1 \

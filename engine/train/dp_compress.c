@@ -9,12 +9,18 @@
 #include "engine/core/status.h"
 #include "engine/device/ops/compress_math.h"
 
-/* A parameter PowerSGD compresses: two or more dimensions (rows: all but the last, of this rank's
- * shard) whose rank-r factors are smaller than it (tri_powersgd_compresses). */
-static bool is_matrix(const tri_compression *c, const tri_param *p, int64_t *rows, int64_t *cols)
+/* The matrix view of this rank's shard of p: cols its last dimension, rows all the others. */
+static void matrix_dims(const tri_param *p, int64_t *rows, int64_t *cols)
 {
     *cols = p->spec.ndim >= 2 ? p->local_shape[p->spec.ndim - 1] : p->numel;
     *rows = *cols > 0 ? p->numel / *cols : 0;
+}
+
+/* A parameter PowerSGD compresses: two or more dimensions whose rank-r factors are smaller than its
+ * matrix (tri_powersgd_compresses). Decided once, in powersgd_offsets: q_at[i] >= 0 says so after. */
+static bool is_matrix(const tri_compression *c, const tri_param *p, int64_t *rows, int64_t *cols)
+{
+    matrix_dims(p, rows, cols);
     return p->spec.ndim >= 2 && tri_powersgd_compresses(c, *rows, *cols);
 }
 
@@ -367,8 +373,9 @@ static int init_q(tri_dp_compress *x, tri_device *dev)
     int rc = TRI_OK;
     for (int i = 0; i < L->n && !rc; i++) {
         int64_t rows, cols, r = x->c.powersgd_rank;
-        if (x->q_at[i] < 0 || !is_matrix(&x->c, &L->params[i], &rows, &cols))
+        if (x->q_at[i] < 0)
             continue;
+        matrix_dims(&L->params[i], &rows, &cols);
         float *host = malloc((size_t)(r * cols) * sizeof *host);
         if (!host)
             return TRI_ERR(TRI_ENOMEM, "powersgd: out of memory for Q of %s", L->params[i].spec.name);
@@ -388,9 +395,9 @@ static int init_q(tri_dp_compress *x, tri_device *dev)
 bool tri_dp_compress_q_range(const tri_dp_compress *x, int i, int64_t *at, int64_t *n)
 {
     int64_t rows, cols;
-    if (!x->on || x->c.kind != TRI_COMPRESS_POWERSGD || !x->q_at || i < 0 || i >= x->L->n || x->q_at[i] < 0 ||
-        !is_matrix(&x->c, &x->L->params[i], &rows, &cols))
+    if (!x->on || x->c.kind != TRI_COMPRESS_POWERSGD || !x->q_at || i < 0 || i >= x->L->n || x->q_at[i] < 0)
         return false;
+    matrix_dims(&x->L->params[i], &rows, &cols);
     *at = x->q_at[i];
     *n = x->c.powersgd_rank * cols;
     return true;
@@ -428,7 +435,7 @@ static void matrix_views(const tri_dp_compress *x, int i, tri_tensor t, int64_t 
 {
     const tri_param *p = &x->L->params[i];
     int64_t rows, cols, r = x->c.powersgd_rank;
-    is_matrix(&x->c, p, &rows, &cols);
+    matrix_dims(p, &rows, &cols);
     *m = tri_tensor_2d(tri_tensor_range(t, p->offset - base, p->numel).data, TRI_F32, rows, cols);
     *pt = tri_tensor_2d(tri_tensor_range(x->p, x->p_at[i], r * rows).data, TRI_F32, r, rows);
     *qt = tri_tensor_2d(tri_tensor_range(x->q, x->q_at[i], r * cols).data, TRI_F32, r, cols);

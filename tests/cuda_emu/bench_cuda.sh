@@ -18,6 +18,7 @@
 #  5. --predict (the kernel-time model) on the tiny GPT-2: the table's rows sum to its total.
 #  6. bench_cuda_cp_attention (bench/cuda/cp_attention.sh's program) at T 512, cp 2 and 4: the uncut
 #     line, a line per cp with every kv call on the tiled kernels, and --simple with none.
+#  7. bench_grad_compression --device cuda on 64 Ki elements: a row per compressor.
 set -u
 bench=$1/bench_cuda_train
 attention=$1/bench_cuda_attention
@@ -136,9 +137,20 @@ grep -qE '^matmul +51 ' "$tmp/predict.log" || fail "--predict: not 51 matmul cal
 grep -qE '^adamw +52 ' "$tmp/predict.log" || fail "--predict --op-set 2026-11-27: not 52 adamw calls"
 grep -qE "^gpt2 .*\| +$num ms/iter predicted \|" "$tmp/predict.log" || fail "--predict: no predicted step line"
 
+# 7. bench_grad_compression --device cuda (bench/cuda/gpu_check.sh's compression step) on 64 Ki elements:
+#    a row per compressor and two-phase form, each with its timings and a finite break-even
+"$1/bench_grad_compression" --device cuda --elements 65536 --dp 2 --reps 1 > "$tmp/compress.log" 2>&1 ||
+  fail "bench_grad_compression --device cuda exited $? ($(tail -3 "$tmp/compress.log"))"
+head -1 "$tmp/compress.log" | grep -q "^gradient compression on the cuda backend: a bucket of 65536 fp32" ||
+  fail "bench_grad_compression: the header does not name the cuda backend: $(head -1 "$tmp/compress.log")"
+for c in 1bit qsgd topk powersgd "1bit 2ph" "qsgd 2ph" "topk 2ph"; do
+  grep -qE "^$c +$num +${num}x +$num +$num +$num +${num}x +${num}x +$num$" "$tmp/compress.log" ||
+    fail "bench_grad_compression: no row for $c"
+done
+
 if [ $failures -ne 0 ]; then
   echo "$failures failure(s); the logs:"; cat "$tmp/gpt.log" "$tmp/llama.log" "$tmp/compare.log" "$tmp/att.log" \
-    "$tmp/predict.log" "$tmp/cp.log"
+    "$tmp/predict.log" "$tmp/cp.log" "$tmp/compress.log"
   exit 1
 fi
 echo "bench_cuda_train on the emulated backend: GPT-2 bf16 profiled ($line);"
