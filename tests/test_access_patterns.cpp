@@ -15,7 +15,7 @@
  * tile buffers fit the A100's 163 KiB. The embedding backward's token-links sort
  * (cuda/embedding/token_links_fast.cuh) is checked the same way through tri_links_slot and
  * tri_links_pair_lo; the MoE counting sort and scan (cuda/moe/dispatch_fast.cuh) through
- * tri_moe_warp_slot, tri_moe_run_at and tri_moe_scan_slot; the top-k emission's staged chunk
+ * tri_moe_warp_slot, tri_moe_run_at and tri_block_scan_slot; the top-k emission's staged chunk
  * (cuda/compress/topk_fast.cuh) through tri_topk_slot, tri_topk_load_at and tri_topk_run_at. The row kernels (norms, softmax,
  * classifier, the MoE row copies) and the column
  * sums (cuda/matmul/colsum_index.h) go through the sector check too, below. With
@@ -695,13 +695,28 @@ Test(access_patterns, column_sums)
                 odd.worst_sectors, odd.worst_min);
 }
 
+/* The worst bank conflict of the block scan's steps (cuda/kernels/block_scan.cuh) for warp w of a
+ * block of `threads`, words of `bytes`: each active lane at tri_block_scan_slot(t, d). */
+static int block_scan_degree(int w, int threads, unsigned bytes)
+{
+    int worst = 0;
+    for (int d = 1; d < threads; d <<= 1) {
+        tri_warp_access a = tri_access((int)bytes);
+        for (int l = 0; l < 32; l++)
+            if (32 * w + l >= d)
+                tri_access_set(a, l, (uint64_t)tri_block_scan_slot(32 * w + l, d) * bytes);
+        worst = std::max(worst, tri_bank_conflict_degree(a));
+    }
+    return worst;
+}
+
 /* ---- the MoE counting sort (cuda/moe/dispatch_fast.cuh) ----
  * moe_sort_fast_kernel, per warp w of a block: each lane stores its expert at tri_moe_warp_slot(w,
  * lane) (4-byte words, consecutive: 1-way), then all lanes read the same slot j together (a
  * broadcast: 1-way), and the warp's running counts are set and copied out at tri_moe_run_at(w, e, E)
  * for e = lane, lane + 32, ... (consecutive: 1-way; the adds of a step's last lanes go where the
  * experts send them, so they are not asserted). moe_scan_fast_kernel: thread t at its word t and at
- * tri_moe_scan_slot(t, d) for every distance d (consecutive words of the active lanes: 1-way); its
+ * tri_block_scan_slot(t, d) for every distance d (consecutive words of the active lanes: 1-way); its
  * tile of counts loaded and stored a thread a word, consecutive (whole sectors). */
 Test(access_patterns, moe_counting_sort)
 {
@@ -737,13 +752,7 @@ Test(access_patterns, moe_counting_sort)
         }
         worst_scan = std::max(worst_scan, tri_bank_conflict_degree(own));
         cr_assert(tri_global_sectors(tile).whole(), "moe scan: a warp's count load or store uses partial sectors");
-        for (int d = 1; d < TRI_MOE_SCAN_THREADS; d <<= 1) {
-            tri_warp_access a = tri_access(4);
-            for (int l = 0; l < 32; l++)
-                if (32 * w + l >= d)
-                    tri_access_set(a, l, (uint64_t)tri_moe_scan_slot(32 * w + l, d) * 4u);
-            worst_scan = std::max(worst_scan, tri_bank_conflict_degree(a));
-        }
+        worst_scan = std::max(worst_scan, block_scan_degree(w, TRI_MOE_SCAN_THREADS, 4));
     }
     cr_assert_eq(worst_scan, 1, "moe scan: a shared access is %d-way", worst_scan);
 }
@@ -753,38 +762,27 @@ Test(access_patterns, moe_counting_sort)
  * (consecutive floats of e: whole sectors), into tri_topk_slot of it, then each thread walks its run
  * of TRI_TOPK_PER_THREAD elements at tri_topk_slot(tri_topk_run_at(t, j)). Both shared accesses
  * are 1-way; without the padding word every 32 the runs' reads would be 16-way (lanes 2 apart on
- * one bank). The scans of the threads' int64 counts (t - d) read consecutive 8-byte words. */
+ * one bank). The scans of the threads' int64 counts (tri_block_scan_slot) read consecutive 8-byte
+ * words. */
 Test(access_patterns, topk_emission)
 {
     int worst = 0, unpadded = 0;
     for (int w = 0; w < TRI_TOPK_THREADS / 32; w++) {
-        for (int r = 0; r < TRI_TOPK_PER_THREAD; r++) {
-            tri_warp_access st = tri_access(4), ld = tri_access(4);
-            for (int l = 0; l < 32; l++) {
-                int p = tri_topk_load_at(32 * w + l, r);
-                tri_access_set(st, l, (uint64_t)tri_topk_slot(p) * 4u);
-                tri_access_set(ld, l, (uint64_t)p * 4u);
+        for (int k = 0; k < TRI_TOPK_PER_THREAD; k++)
+            for (int runs = 0; runs < 2; runs++) { /* round k of the load, then element k of the runs */
+                tri_warp_access slots = tri_access(4), plain = tri_access(4);
+                for (int l = 0; l < 32; l++) {
+                    int p = runs ? tri_topk_run_at(32 * w + l, k) : tri_topk_load_at(32 * w + l, k);
+                    tri_access_set(slots, l, (uint64_t)tri_topk_slot(p) * 4u);
+                    tri_access_set(plain, l, (uint64_t)p * 4u);
+                }
+                worst = std::max(worst, tri_bank_conflict_degree(slots));
+                if (runs)
+                    unpadded = std::max(unpadded, tri_bank_conflict_degree(plain));
+                else
+                    cr_assert(tri_global_sectors(plain).whole(), "top-k: a warp's chunk load uses partial sectors");
             }
-            worst = std::max(worst, tri_bank_conflict_degree(st));
-            cr_assert(tri_global_sectors(ld).whole(), "top-k: a warp's chunk load uses partial sectors");
-        }
-        for (int j = 0; j < TRI_TOPK_PER_THREAD; j++) {
-            tri_warp_access rd = tri_access(4), raw = tri_access(4);
-            for (int l = 0; l < 32; l++) {
-                int p = tri_topk_run_at(32 * w + l, j);
-                tri_access_set(rd, l, (uint64_t)tri_topk_slot(p) * 4u);
-                tri_access_set(raw, l, (uint64_t)p * 4u);
-            }
-            worst = std::max(worst, tri_bank_conflict_degree(rd));
-            unpadded = std::max(unpadded, tri_bank_conflict_degree(raw));
-        }
-        for (int d = 1; d < TRI_TOPK_THREADS; d <<= 1) {
-            tri_warp_access a = tri_access(8);
-            for (int l = 0; l < 32; l++)
-                if (32 * w + l >= d)
-                    tri_access_set(a, l, (uint64_t)(32 * w + l - d) * 8u);
-            worst = std::max(worst, tri_bank_conflict_degree(a));
-        }
+        worst = std::max(worst, block_scan_degree(w, TRI_TOPK_THREADS, 8));
     }
     cr_assert_eq(worst, 1, "top-k emission: a shared access is %d-way", worst);
     cr_assert_eq(unpadded, 16, "top-k emission: the runs' reads unpadded would be %d-way, not 16", unpadded);

@@ -9,7 +9,7 @@
  * shared memory and merge passes, against the O(N^2) scan they replace; the MoE capacity's sort
  * against its O((NK)^2) twin, the MoE counting sort a warp per chunk and its scan a block, the MoE
  * row copies a warp per row; the top-k selection's radix select over blocks against the CPU's loop; PowerSGD's Gram-Schmidt a
- * block a matrix)
+ * block a matrix; 1bit's and qsgd's block scales a warp a block, 1bit's sign words by ballots)
  * are compiled here as C++ against cuda/kernels/cuda_emu.h, which runs each block as lanes (fibers)
  * with barriers for __syncthreads and __syncwarp and a shuffle through a per-warp buffer. They must
  * give the CPU backend's bits (tolerance 0): the design makes every fast kernel compute the simple
@@ -56,6 +56,7 @@
 #include "cuda/moe/capacity_fast.cuh"
 #include "cuda/compress/compress.kern.h"
 #include "cuda/compress/topk_fast.cuh"
+#include "cuda/compress/compress_fast.cuh"
 #include "cuda/compress/gram_schmidt_fast.cuh"
 #include "cuda/moe/dispatch.kern.h"
 #include "cuda/moe/dispatch_fast.cuh"
@@ -948,4 +949,84 @@ Test(fast_kernels_cpu, gram_schmidt_same_bits_as_cpu)
     gram_schmidt_case(3, 5000, false, 55);
     gram_schmidt_case(4, 3, false, 56);
     gram_schmidt_case(8, 300, true, 57);
+}
+
+/* ---- 1bit and qsgd: the block scales a warp a block, 1bit's sign words by ballots ----
+ * compress_scale_fast_kernel and compress_sign_words_fast_kernel must write the simple twins' words
+ * (compress_scale_kernel, compress_pack_kernel; tests/test_cuda_kernels_cpu.c holds those to the
+ * CPU backend): blocks of 256, 100, 33 and 1 elements, n with a partial block and a partial word, a
+ * block longer than a warp's pass and one shorter, -0 (not negative), NaN and infinities; both
+ * launch shapes (the backend's and one block: the loops turn). The payload starts 0x5a5a5a5a. The
+ * emulation's double shuffle and ballot are checked on their own first. */
+__global__ void warp_probe_kernel(double *sum, uint32_t *votes, const double *v)
+{
+    int t = (int)threadIdx.x;
+    double acc = v[t];
+    for (int k = 16; k > 0; k >>= 1)
+        acc += __shfl_xor_sync(TRI_WARP_FULL, acc, k);
+    sum[t] = acc;
+    votes[t] = __ballot_sync(TRI_WARP_FULL, t % 3 == 0 || t == 31);
+}
+
+static void sign_case(int64_t n, int block, int levels, uint64_t seed)
+{
+    float *e = ot_uniform((size_t)n, -1, 1, seed);
+    for (int64_t i = 0; i < n; i += 37)
+        e[i] = i % 74 ? -0.0f : 0.0f;
+    if (n > 50)
+        e[7] = NAN, e[41] = -INFINITY, e[n - 1] = INFINITY;
+    int64_t nb = tri_compress_blocks(n, block), words = tri_compress_words(n, block, levels);
+    int32_t *want = ot_ints((size_t)words);
+    TRI_LAUNCH(compress_scale_kernel, tri_grid_for(nb, TRI_BLOCK), TRI_BLOCK, want, e, n, block, levels);
+    TRI_LAUNCH(compress_pack_kernel, tri_grid_for(words - nb, TRI_BLOCK), TRI_BLOCK, want, e, n, block, levels,
+               (uint64_t)9, (uint64_t)4);
+    for (int one_block = 0; one_block < 2; one_block++) {
+        int32_t *got = ot_ints((size_t)words);
+        memset(got, 0x5a, (size_t)words * 4);
+        unsigned g1 = one_block ? 1u : (unsigned)((nb + TRI_ROWS_PER_BLOCK - 1) / TRI_ROWS_PER_BLOCK);
+        tri_emu_launch(g1, 32 * TRI_ROWS_PER_BLOCK, [&] { compress_scale_fast_kernel(got, e, n, block, levels); });
+        if (levels == 0) {
+            int64_t nw = words - nb;
+            unsigned g2 = one_block ? 1u : (unsigned)((nw + 32 * TRI_ROWS_PER_BLOCK - 1) / (32 * TRI_ROWS_PER_BLOCK));
+            tri_emu_launch(g2, 32 * TRI_ROWS_PER_BLOCK, [&] { compress_sign_words_fast_kernel(got, e, n, block); });
+        }
+        int64_t check = levels == 0 ? words : nb; /* qsgd's codes keep the twin */
+        for (int64_t j = 0; j < check; j++)
+            cr_assert_eq(got[j], want[j], "n %lld block %d levels %d%s: word %lld is %08x, the twin's %08x", (long long)n,
+                         block, levels, one_block ? " (one block)" : "", (long long)j, (unsigned)got[j],
+                         (unsigned)want[j]);
+    }
+}
+
+Test(fast_kernels_cpu, compress_pack_same_bits_as_twins)
+{
+    double v[32], sum[32];
+    uint32_t votes[32];
+    for (int t = 0; t < 32; t++)
+        v[t] = t == 0 ? 1.0 : (t == 8 || t == 24 ? 0x1p-53 : 0.0);
+    tri_emu_launch(1, 32, [&] { warp_probe_kernel(sum, votes, v); });
+    for (int t = 0; t < 32; t++) {
+        /* halving: lanes 8 and 24 meet first (2^-52), then lane 0's 1: 1 + 2^-52; in index order each
+         * 2^-53 would round away against 1 */
+        cr_assert_eq(sum[t], 1.0 + 0x1p-52, "lane %d's double shuffle sum %.17g", t, sum[t]);
+        cr_assert_eq(votes[t], 0x80000000u | 0x49249249u, "lane %d's ballot %08x", t, votes[t]);
+    }
+    /* the slot order where fp32 sees it: a block of 64 holding 1 and 2^-24 (slot 0) and 2^-53 twice
+     * (slot 1). Index order absorbs each 2^-53 (ties to even) and ends on 1 + 2^-24 exactly, whose
+     * mean rounds (a tie) to 1/64; the slots keep 2^-52 beside it, and the mean rounds up. */
+    float blk[64] = {0};
+    blk[0] = 1.0f, blk[32] = 0x1p-24f, blk[1] = blk[33] = 0x1p-53f;
+    float want_scale = (1.0f + 0x1p-23f) / 64.0f;
+    cr_assert_eq(tri_compress_block_scale(blk, 64, 0, 64, 0), want_scale, "the CPU's scale in slot order");
+    int32_t word = 0;
+    tri_emu_launch(1, 32, [&] { compress_scale_fast_kernel(&word, blk, 64, 64, 0); });
+    cr_assert_eq(tri_compress_word_float(word), want_scale, "the warp's scale %.9g", tri_compress_word_float(word));
+    const int blocks[] = {256, 100, 33, 1};
+    for (int k = 0; k < 4; k++) {
+        sign_case(10007, blocks[k], 0, 60 + (uint64_t)k);
+        sign_case(10007, blocks[k], 7, 70 + (uint64_t)k);
+    }
+    sign_case(31, 256, 0, 80);        /* one partial word, one short block */
+    sign_case(32 * 33 + 5, 64, 0, 81); /* 34 words: a warp's 32 and two */
+    sign_case(9000, 256, 2, 82);
 }

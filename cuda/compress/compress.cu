@@ -1,10 +1,13 @@
 /* cuda/compress/compress.cu - the gradient compressors on the GPU: launches of the simple kernels
  * of cuda/compress/compress.kern.h (1bit and qsgd packing, decode-add, which is also the
- * error-feedback update, the top-k scatter-add, Gram-Schmidt) and of the fast forms of the top-k
- * selection (cuda/compress/topk_fast.cuh: compress_math.h's radix select over blocks, no host sync)
- * and of Gram-Schmidt (cuda/compress/gram_schmidt_fast.cuh: a block a matrix), whose twins run the
- * CPU's loop on one thread; tested against the CPU backend through the emulated build. */
+ * error-feedback update, the top-k scatter-add, the top-k selection and Gram-Schmidt on one thread)
+ * and, unless the simple switch is on, of their fast forms: the block scales and 1bit's sign words
+ * (cuda/compress/compress_fast.cuh: a warp a block, ballots), the top-k selection
+ * (cuda/compress/topk_fast.cuh: compress_math.h's radix select over blocks, no host sync) and
+ * Gram-Schmidt (cuda/compress/gram_schmidt_fast.cuh: a block a matrix). Tested against the CPU
+ * backend, both forms, through the emulated build. */
 #include "cuda/compress/compress.kern.h"
+#include "cuda/compress/compress_fast.cuh"
 #include "cuda/compress/gram_schmidt_fast.cuh"
 #include "cuda/compress/topk_fast.cuh"
 #include "cuda/launch.cuh"
@@ -13,12 +16,17 @@ static int pack(tri_device *d, tri_tensor payload, tri_tensor e, int block, int 
                 uint64_t stream)
 {
     tri_cuda *cu = tri_cuda_of(d);
+    int32_t *pay = (int32_t *)payload.data;
     int64_t n = tri_tensor_numel(e), nb = tri_compress_blocks(n, block), nw = tri_compress_words(n, block, levels) - nb;
-    int rc = TRI_CUDA_LAUNCH_N(compress_scale_kernel, nb, cu->stream, (int32_t *)payload.data, tri_fp(e), n, block,
-                               levels);
-    if (!rc) rc = TRI_CUDA_LAUNCH_N(compress_pack_kernel, nw, cu->stream, (int32_t *)payload.data, tri_fp(e), n,
-                                    block, levels, seed, stream);
-    return rc;
+    int rc = cu->simple ? TRI_CUDA_LAUNCH_N(compress_scale_kernel, nb, cu->stream, pay, tri_fp(e), n, block, levels)
+                        : TRI_CUDA_LAUNCH_STRIDED(compress_scale_fast_kernel, tri_warp_grid(nb), 32 * TRI_ROWS_PER_BLOCK,
+                                                  cu->stream, pay, tri_fp(e), n, block, levels);
+    if (rc)
+        return rc;
+    if (!cu->simple && levels == 0) /* 1bit's signs: compress_fast.cuh, 32 words a warp */
+        return TRI_CUDA_LAUNCH_STRIDED(compress_sign_words_fast_kernel, tri_warp_grid((nw + 31) / 32),
+                                       32 * TRI_ROWS_PER_BLOCK, cu->stream, pay, tri_fp(e), n, block);
+    return TRI_CUDA_LAUNCH_N(compress_pack_kernel, nw, cu->stream, pay, tri_fp(e), n, block, levels, seed, stream);
 }
 
 extern "C" int tri_cuda_compress_sign_pack(tri_device *d, tri_tensor payload, tri_tensor e, int block)

@@ -29,6 +29,7 @@
 
 #include <stdint.h>
 
+#include "cuda/kernels/block_scan.cuh"
 #include "cuda/kernels/shim.h"
 #include "engine/device/launch_shapes.h"
 #include "engine/device/ops/compress_math.h"
@@ -145,29 +146,13 @@ __global__ void __launch_bounds__(TRI_TOPK_THREADS)
     }
 }
 
-/* x(m) := its exclusive scan, in index order. One block of TRI_TOPK_SCAN_THREADS: tiles loaded
- * coalesced, a Hillis-Steele scan of each in shared memory (Hillis and Steele 1986), a carry from
- * tile to tile (integers: any order's sums). */
+/* x(m) := its exclusive scan, in index order (cuda/kernels/block_scan.cuh: tiles of the block's
+ * words, a carry from tile to tile; integers, so any order's sums). One block of
+ * TRI_TOPK_SCAN_THREADS. */
 __global__ void __launch_bounds__(TRI_TOPK_SCAN_THREADS) compress_topk_scan_kernel(int64_t *x, int64_t m)
 {
     __shared__ int64_t part[TRI_TOPK_SCAN_THREADS];
-    const int t = (int)threadIdx.x;
-    int64_t carry = 0;
-    for (int64_t base = 0; base < m; base += TRI_TOPK_SCAN_THREADS) {
-        int64_t i = base + t, v = i < m ? x[i] : 0;
-        part[t] = v;
-        __syncthreads();
-        for (int d = 1; d < TRI_TOPK_SCAN_THREADS; d <<= 1) {
-            int64_t add = t >= d ? part[t - d] : 0;
-            __syncthreads();
-            part[t] += add;
-            __syncthreads();
-        }
-        if (i < m)
-            x[i] = carry + part[t] - v;
-        carry += part[TRI_TOPK_SCAN_THREADS - 1];
-        __syncthreads(); /* the tile's total is read before the next tile overwrites part */
-    }
+    tri_block_exclusive_scan(x, m, part, (int)threadIdx.x, TRI_TOPK_SCAN_THREADS);
 }
 
 /* payload(2k): every taken element of chunk c of e(n) at tri_compress_topk_place, from offsets (the
@@ -200,14 +185,8 @@ __global__ void __launch_bounds__(TRI_TOPK_THREADS)
         }
         above[t] = a;
         ties[t] = q;
-        __syncthreads();
-        for (int d = 1; d < TRI_TOPK_THREADS; d <<= 1) { /* inclusive scans of both */
-            int64_t xa = t >= d ? above[t - d] : 0, xq = t >= d ? ties[t - d] : 0;
-            __syncthreads();
-            above[t] += xa;
-            ties[t] += xq;
-            __syncthreads();
-        }
+        tri_block_scan(above, t, TRI_TOPK_THREADS);
+        tri_block_scan(ties, t, TRI_TOPK_THREADS);
         int64_t A = offsets[c] + above[t] - a, Q = offsets[nch + c] + ties[t] - q;
         for (int j = 0; j < TRI_TOPK_PER_THREAD; j++) {
             int p = tri_topk_run_at(t, j);

@@ -17,9 +17,9 @@
  * switch of stacks, so it checks the lanes' stacks as any other.) Either way
  * a kernel's `__shared__` arrays can be function statics: one block at a time uses them, and a
  * block finds the last one's values there, as a GPU block may find garbage, so a kernel
- * that reads shared memory before writing it is wrong in both. __shfl_xor_sync goes through a
- * per-warp exchange buffer and a warp barrier: every lane of the warp must call it, as the full
- * mask the kernels pass promises. The vector types are plain structs read through casts, as
+ * that reads shared memory before writing it is wrong in both. __shfl_xor_sync (float, double) and
+ * __ballot_sync go through a per-warp exchange buffer and a warp barrier: every lane of the warp
+ * must call them, as the full mask the kernels pass promises. The vector types are plain structs read through casts, as
  * on a GPU (the test builds with -fno-strict-aliasing). Only the names the kernels use are here.
  * Included instead of the CUDA headers, never with them (under nvcc the real ones apply). */
 #ifndef TRIDENT_CUDA_KERNELS_CUDA_EMU_H
@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
@@ -73,7 +74,7 @@ static thread_local unsigned tri_emu_shfl_turn; /* which of the two buffers this
 /* The running block's barriers and the warps' shuffle buffers (two, used in turn). */
 struct tri_emu_block {
     pthread_barrier_t block, warp[32];
-    float xchg[2][32][32];
+    uint64_t xchg[2][32][32]; /* each lane's word: a float's, a double's or a vote's bits */
 };
 static thread_local tri_emu_block *tri_emu_cur;
 
@@ -89,7 +90,7 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
 }
 
 /* The running block's shuffle buffers. */
-static inline float (*tri_emu_xchg(void))[32][32]
+static inline uint64_t (*tri_emu_xchg(void))[32][32]
 {
     return tri_emu_cur->xchg;
 }
@@ -313,7 +314,7 @@ struct tri_emu_fibers {
     char *stacks = nullptr;
     unsigned cap = 0, cur = 0;
     const std::function<void()> *kernel = nullptr;
-    float xchg[2][32][32];
+    uint64_t xchg[2][32][32]; /* each lane's word: a float's, a double's or a vote's bits */
 #if defined(TRI_EMU_ASAN)
     const void *sched_bottom = nullptr; /* the scheduler's stack, as AddressSanitizer knows it */
     size_t sched_size = 0;
@@ -417,7 +418,7 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
 }
 
 /* The launching thread's shuffle buffers. */
-static inline float (*tri_emu_xchg(void))[32][32]
+static inline uint64_t (*tri_emu_xchg(void))[32][32]
 {
     return tri_emu_fib.xchg;
 }
@@ -499,16 +500,47 @@ static inline void tri_emu_launch_2d(unsigned grid_x, unsigned grid_y, unsigned 
 
 #endif
 
-/* v of lane (this lane ^ k) of this warp. Successive shuffles alternate between two buffers, so one
- * warp barrier each suffices: a lane can write a buffer again only two shuffles later, after the
- * next shuffle's barrier, which every lane reaches only after reading this one. */
-static inline float __shfl_xor_sync(unsigned mask, float v, int k)
+/* Publishes this lane's word and returns the buffer of its warp's 32 words, once all have published.
+ * Successive exchanges (shuffles, votes) alternate between two buffers, so one warp barrier each
+ * suffices: a lane can write a buffer again only two exchanges later, after the next exchange's
+ * barrier, which every lane reaches only after reading this one. Words move as bits (memcpy), so a
+ * NaN's payload survives as on a GPU. */
+static inline const uint64_t *tri_emu_exchange(unsigned mask, uint64_t word)
 {
     unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, b = tri_emu_shfl_turn;
     tri_emu_shfl_turn ^= 1u;
-    tri_emu_xchg()[b][w][lane] = v;
+    tri_emu_xchg()[b][w][lane] = word;
     __syncwarp(mask);
-    return tri_emu_xchg()[b][w][lane ^ (unsigned)k];
+    return tri_emu_xchg()[b][w];
+}
+
+/* v of lane (this lane ^ k) of this warp. */
+static inline float __shfl_xor_sync(unsigned mask, float v, int k)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u = (uint32_t)tri_emu_exchange(mask, u)[(threadIdx.x % 32) ^ (unsigned)k];
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static inline double __shfl_xor_sync(unsigned mask, double v, int k)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    u = tri_emu_exchange(mask, u)[(threadIdx.x % 32) ^ (unsigned)k];
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* Bit l set when lane l's pred is non-zero (every lane of the warp votes, as the full mask says). */
+static inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+    const uint64_t *votes = tri_emu_exchange(mask, pred != 0);
+    unsigned bits = 0;
+    for (unsigned l = 0; l < 32; l++)
+        bits |= (unsigned)(votes[l] != 0) << l;
+    return bits;
 }
 
 /* atomicAdd on a 32-bit word (shared or global memory): returns the old value. A builtin atomic,

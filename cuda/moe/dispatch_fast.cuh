@@ -9,7 +9,7 @@
  *     expert). NK reads and 32 NK shared compares, E <= TRI_MOE_FAST_MAX_E (run's 32 KiB a block);
  *   - the scan of the E x chunks counts, a block of TRI_MOE_SCAN_THREADS (the twin: one thread): tiles
  *     of the flat (expert, chunk) array loaded coalesced, a Hillis-Steele scan of each tile in shared
- *     memory (Hillis and Steele 1986), a carry from tile to tile; integers, so any order's sums;
+ *     memory (cuda/kernels/block_scan.cuh), a carry from tile to tile; integers, so any order's sums;
  *   - the permutation, the combine and their backwards, a warp per row in whole-sector accesses
  *     (cuda/warp.cuh tri_row_load8 / tri_row_store8: the row kernels' lane map, 8 elements a lane a pass
  *     as two runs of 4; the twins: a thread per element),
@@ -17,11 +17,12 @@
  *   - the combine weight's gradient, a warp per selection, the dot in engine/core/math.h's row order
  *     across the lanes (cuda/warp.cuh: lane l holds slots 4l .. 4l+3 and 128+4l .. 128+4l+3, read in
  *     whole-sector accesses of 512 (fp32) or 256 bytes (bf16); tri_warp_row_sum's tree).
- * The shared indices are tri_moe_warp_slot, tri_moe_run_at and tri_moe_scan_slot, which
+ * The shared indices are tri_moe_warp_slot, tri_moe_run_at and the scan's tri_block_scan_slot, which
  * tests/test_access_patterns.cpp enumerates for a warp (with the row copies' global sectors). */
 #ifndef TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
 #define TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
 
+#include "cuda/kernels/block_scan.cuh"
 #include "cuda/warp.cuh"
 #include "engine/device/ops/moe_dispatch_math.h"
 
@@ -68,12 +69,6 @@ TRI_HD int tri_moe_warp_slot(int w, int l)
 TRI_HD int tri_moe_run_at(int w, int64_t e, int64_t E)
 {
     return (int)(w * E + e);
-}
-
-/* Thread t's word of the scan's tile, and the word it adds at distance d (t >= d). */
-TRI_HD int tri_moe_scan_slot(int t, int d)
-{
-    return t - d;
 }
 
 /* This lane's rank among the lanes of its warp's step with expert e (those before it), and whether
@@ -141,24 +136,7 @@ __global__ void __launch_bounds__(TRI_MOE_SCAN_THREADS)
 {
     __shared__ int32_t part[TRI_MOE_SCAN_THREADS];
     const int t = (int)threadIdx.x;
-    int64_t M = E * nch;
-    int32_t carry = 0;
-    for (int64_t base = 0; base < M; base += TRI_MOE_SCAN_THREADS) {
-        int64_t i = base + t;
-        int32_t v = i < M ? counts[i] : 0;
-        part[t] = v;
-        __syncthreads();
-        for (int d = 1; d < TRI_MOE_SCAN_THREADS; d <<= 1) {
-            int32_t add = t >= d ? part[tri_moe_scan_slot(t, d)] : 0;
-            __syncthreads();
-            part[t] += add;
-            __syncthreads();
-        }
-        if (i < M)
-            counts[i] = carry + part[t] - v;
-        carry += part[TRI_MOE_SCAN_THREADS - 1];
-        __syncthreads(); /* the tile's total is read before the next tile overwrites part */
-    }
+    int32_t carry = tri_block_exclusive_scan(counts, E * nch, part, t, TRI_MOE_SCAN_THREADS);
     for (int64_t e = t; e < E; e += TRI_MOE_SCAN_THREADS)
         tokens_per_expert[e] = nch ? (e + 1 < E ? counts[(e + 1) * nch] : carry) - counts[e * nch] : 0;
 }

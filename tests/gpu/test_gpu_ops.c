@@ -1814,22 +1814,24 @@ Test(gpu_ops, compress_exact)
     int64_t n = 10007; /* odd: a partial block, a partial word, codes straddling words */
     both e = uniform(v1(n), -1, 1, 130);
     const int levels[] = {0, 7, 2}, blocks[] = {256, 100, 33};
-    for (int k = 0; k < 3; k++) {
-        int64_t words = tri_compress_words(n, blocks[k], levels[k]);
+    for (int k = 0; k < 6; k++) { /* the twins (k < 3), then the fast scales and sign words */
+        cr_assert_eq(tri_cuda_set_simple_kernels(gpu, k < 3), TRI_OK);
+        const int lv = levels[k % 3], bs = blocks[k % 3];
+        int64_t words = tri_compress_words(n, bs, lv);
         both pay = make(tri_tensor_1d(NULL, TRI_I32, words), NULL);
-        if (levels[k] == 0)
-            BOTH(tri_op_compress_sign_pack(cpu, pay.c, e.c, blocks[k]), tri_op_compress_sign_pack(gpu, pay.g, e.g, blocks[k]));
+        if (lv == 0)
+            BOTH(tri_op_compress_sign_pack(cpu, pay.c, e.c, bs), tri_op_compress_sign_pack(gpu, pay.g, e.g, bs));
         else
-            BOTH(tri_op_compress_qsgd_pack(cpu, pay.c, e.c, blocks[k], levels[k], 9, 4),
-                 tri_op_compress_qsgd_pack(gpu, pay.g, e.g, blocks[k], levels[k], 9, 4));
-        same_words(levels[k] ? "compress_qsgd_pack" : "compress_sign_pack", pay.g, pay.c, words);
+            BOTH(tri_op_compress_qsgd_pack(cpu, pay.c, e.c, bs, lv, 9, 4),
+                 tri_op_compress_qsgd_pack(gpu, pay.g, e.g, bs, lv, 9, 4));
+        same_words(lv ? "compress_qsgd_pack" : "compress_sign_pack", pay.g, pay.c, words);
         /* decode-add of a slice, and the error-feedback form (alpha -1) over the whole */
         both out = uniform(v1(n - 500), -1, 1, 131), r = uniform(v1(n), -1, 1, 132);
-        BOTH(tri_op_compress_unpack_add(cpu, out.c, pay.c, n, 500, blocks[k], levels[k], 1.0f),
-             tri_op_compress_unpack_add(gpu, out.g, pay.g, n, 500, blocks[k], levels[k], 1.0f));
+        BOTH(tri_op_compress_unpack_add(cpu, out.c, pay.c, n, 500, bs, lv, 1.0f),
+             tri_op_compress_unpack_add(gpu, out.g, pay.g, n, 500, bs, lv, 1.0f));
         cr_assert(ot_same_bits("compress_unpack_add", gpu_read(gpu, out.g), gpu_read(cpu, out.c), (size_t)(n - 500)));
-        BOTH(tri_op_compress_unpack_add(cpu, r.c, pay.c, n, 0, blocks[k], levels[k], -1.0f),
-             tri_op_compress_unpack_add(gpu, r.g, pay.g, n, 0, blocks[k], levels[k], -1.0f));
+        BOTH(tri_op_compress_unpack_add(cpu, r.c, pay.c, n, 0, bs, lv, -1.0f),
+             tri_op_compress_unpack_add(gpu, r.g, pay.g, n, 0, bs, lv, -1.0f));
         cr_assert(ot_same_bits("compress_unpack_add (residual)", gpu_read(gpu, r.g), gpu_read(cpu, r.c), (size_t)n));
     }
     int64_t k = 101;

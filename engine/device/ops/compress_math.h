@@ -15,7 +15,8 @@
  *   topk (Aji & Heafield 2017; Stich et al. 2018): k (index, value) pairs, the index a uint32 in
  *     [0, n), the value the fp32 bits, in ascending index order: the k largest |e_i|, ties broken
  *     towards the lower index.
- * The block sums (mean |e|, the norm) are taken in index order in double and rounded once to fp32.
+ * The block sums (mean |e|, the norm) are taken in double over 32 slots (tri_compress_block_scale)
+ * and rounded once to fp32.
  * qsgd's stochastic rounding draws u in [0, 1) from a counter-based hash of (seed, stream, i) and
  * rounds the level p = |e_i| / ||e_b|| * s up when u < p - floor(p), so E[l] = p and
  * E[norm * l / s] = |e_i| (unbiased before the shrink factor). */
@@ -66,15 +67,41 @@ TRI_HD int32_t tri_compress_float_word(float f)
     return w;
 }
 
-/* Block b's scale of e (n elements): 1bit (levels 0) the mean |e|, qsgd the l2 norm; in index
- * order in double, rounded once. */
+/* Slots of a block's sum (tri_compress_block_scale): a warp's lanes, one a slot, on the GPU. */
+#define TRI_COMPRESS_SLOTS 32
+
+/* Element x's term of its block's sum: |x| for 1bit (levels 0), x^2 for qsgd; exact in double. */
+TRI_HD double tri_compress_term(float x, int levels)
+{
+    return levels <= 0 ? fabs((double)x) : (double)x * (double)x;
+}
+
+/* A block's scale from the sum s of its m elements' terms: 1bit the mean |e|, qsgd the l2 norm;
+ * rounded once to fp32. */
+TRI_HD float tri_compress_scale_of(double s, int64_t m, int levels)
+{
+    return levels <= 0 ? (float)(s / (double)m) : (float)sqrt(s);
+}
+
+/* Block b's scale of e (n elements): its terms in double over TRI_COMPRESS_SLOTS slots (element lo + i
+ * in slot i % 32, each slot in index order), the slots added by halving (slot s += slot s + h for h =
+ * 16, 8, 4, 2, 1), then tri_compress_scale_of. The order a warp sums in (cuda/compress/
+ * compress_fast.cuh: lane l a slot, then shuffles xor 16 .. 1); until 2026-12-01 the sum ran in index
+ * order, which held the GPU to a thread a block. */
 TRI_HD float tri_compress_block_scale(const float *e, int64_t n, int64_t b, int block, int levels)
 {
     int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
-    double s = 0.0;
-    for (int64_t i = lo; i < hi; i++)
-        s += levels <= 0 ? fabs((double)e[i]) : (double)e[i] * (double)e[i];
-    return levels <= 0 ? (float)(s / (double)(hi - lo)) : (float)sqrt(s);
+    double slot[TRI_COMPRESS_SLOTS];
+    for (int j = 0; j < TRI_COMPRESS_SLOTS; j++) {
+        double acc = 0.0;
+        for (int64_t i = lo + j; i < hi; i += TRI_COMPRESS_SLOTS)
+            acc += tri_compress_term(e[i], levels);
+        slot[j] = acc;
+    }
+    for (int h = TRI_COMPRESS_SLOTS / 2; h > 0; h >>= 1)
+        for (int j = 0; j < h; j++)
+            slot[j] += slot[j + h];
+    return tri_compress_scale_of(slot[0], hi - lo, levels);
 }
 
 /* A uniform float in [0, 1) (24 bits) from (seed, stream, i): splitmix64's finaliser over a mix. */
