@@ -1,6 +1,7 @@
 /* bench/grad_compression.c - what each data-parallel gradient compressor costs against what it saves
  * on the wire (issue 32): the encode + decode time per million gradient elements on this device
- * (--device cpu, the default, or cuda: the same ops on the GPU's kernels), measured in this run, beside the time of sending the bytes one rank sends
+ * (--device cpu, the default, or cuda: the same ops on the GPU's kernels), measured in this run,
+ * beside the time of sending the bytes one rank sends
  * (tri_compression_sent_bytes, the ring volumes of engine/comm/comm.h) at 25 and 100 Gb/s, so the
  * break-even is visible: a compressor pays at a bandwidth when its compute plus its (smaller) send
  * time is below the plain fp32 reduction's send time.
