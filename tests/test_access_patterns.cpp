@@ -695,7 +695,7 @@ Test(access_patterns, column_sums)
                 odd.worst_sectors, odd.worst_min);
 }
 
-/* The worst bank conflict of the block scan's steps (cuda/kernels/block_scan.cuh) for warp w of a
+/* The worst bank conflict of the block scan's steps (cuda/kernels/block_reduce.cuh) for warp w of a
  * block of `threads`, words of `bytes`: each active lane at tri_block_scan_slot(t, d). */
 static int block_scan_degree(int w, int threads, unsigned bytes)
 {

@@ -924,12 +924,12 @@ __global__ void gs_total_probe_kernel(double *out, const double *acc)
 
 Test(fast_kernels_cpu, gram_schmidt_same_bits_as_cpu)
 {
-    /* the block's total in tri_gs_halve's order, which random rows (their double sums rounded to
+    /* the block's total in tri_slots_halve's order, which random rows (their double sums rounded to
      * float) cannot tell from another: slots 1, 2^-53, 0, 2^-53, 0, ... sum to 1 + 2^-52 by halving
      * (slot 1 + slot 3 first) and to 1 in index order (each 2^-53 a tie rounded to even) */
     double acc[TRI_GS_SLOTS] = {1.0, 0x1p-53, 0.0, 0x1p-53}, halved[TRI_GS_SLOTS], out[TRI_GS_SLOTS];
     memcpy(halved, acc, sizeof acc);
-    cr_assert_eq(tri_gs_halve(halved), 1.0 + 0x1p-52);
+    cr_assert_eq(tri_slots_halve(halved, TRI_GS_SLOTS), 1.0 + 0x1p-52);
     tri_emu_launch(1, TRI_GS_SLOTS, [&] { gs_total_probe_kernel(out, acc); });
     for (int t = 0; t < TRI_GS_SLOTS; t++)
         cr_assert_eq(out[t], 1.0 + 0x1p-52, "thread %d's block total %.17g", t, out[t]);

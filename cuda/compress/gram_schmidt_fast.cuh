@@ -2,7 +2,7 @@
  * block of TRI_GS_SLOTS threads a matrix (CUDA, and C++ on the CPU through cuda/kernels/cuda_emu.h),
  * in engine/device/ops/compress_math.h's order, so the CPU's bits: thread t owns slot t of every dot
  * product (elements t, t + TRI_GS_SLOTS, ... in index order, coalesced across the block), the slots
- * are added in shared memory by tri_gs_halve's halving, and each row update and scaling is the CPU's
+ * are added in shared memory by tri_slots_halve's halving (cuda/kernels/block_reduce.cuh), and each row update and scaling is the CPU's
  * expression on thread t's own elements. A thread reads back only elements it wrote itself, so the
  * only barriers are the shared sums'. The simple twin is compress.kern.h's one thread a matrix; the
  * block form does r (r + 1) / 2 dot products of n / TRI_GS_SLOTS steps a thread instead of n. */
@@ -12,23 +12,16 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/kernels/block_reduce.cuh"
 #include "cuda/kernels/shim.h"
 #include "engine/device/ops/compress_math.h"
 
-/* The sum of the block's slots (thread t's acc in slot t) by tri_gs_halve's steps, returned to
- * every thread; part is free again on return. */
+/* The sum of the block's slots (thread t's acc in slot t) by tri_slots_halve's steps
+ * (cuda/kernels/block_reduce.cuh), returned to every thread; part is free again on return. */
 __device__ __forceinline__ double tri_gs_block_total(double *part, double acc, int t)
 {
     part[t] = acc;
-    __syncthreads();
-    for (int h = TRI_GS_SLOTS / 2; h > 0; h >>= 1) {
-        if (t < h)
-            part[t] += part[t + h];
-        __syncthreads();
-    }
-    double total = part[0];
-    __syncthreads(); /* every thread has read the total before part is written again */
-    return total;
+    return tri_block_halve(part, t, TRI_GS_SLOTS);
 }
 
 /* x(r, n): its rows orthonormalised (tri_orthonormalize_rows). One block of TRI_GS_SLOTS threads. */

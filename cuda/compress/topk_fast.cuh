@@ -29,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "cuda/kernels/block_scan.cuh"
+#include "cuda/kernels/block_reduce.cuh"
 #include "cuda/kernels/shim.h"
 #include "engine/device/launch_shapes.h"
 #include "engine/device/ops/compress_math.h"
@@ -130,23 +130,16 @@ __global__ void __launch_bounds__(TRI_TOPK_THREADS)
         }
         above[t] = a;
         ties[t] = q;
-        __syncthreads();
-        for (int d = TRI_TOPK_THREADS / 2; d > 0; d >>= 1) {
-            if (t < d) {
-                above[t] += above[t + d];
-                ties[t] += ties[t + d];
-            }
-            __syncthreads();
-        }
+        int32_t total_above = tri_block_halve(above, t, TRI_TOPK_THREADS);
+        int32_t total_ties = tri_block_halve(ties, t, TRI_TOPK_THREADS);
         if (t == 0) {
-            counts[c] = above[0];
-            counts[nch + c] = ties[0];
+            counts[c] = total_above;
+            counts[nch + c] = total_ties;
         }
-        __syncthreads(); /* the totals are read before the next chunk overwrites them */
     }
 }
 
-/* x(m) := its exclusive scan, in index order (cuda/kernels/block_scan.cuh: tiles of the block's
+/* x(m) := its exclusive scan, in index order (cuda/kernels/block_reduce.cuh: tiles of the block's
  * words, a carry from tile to tile; integers, so any order's sums). One block of
  * TRI_TOPK_SCAN_THREADS. */
 __global__ void __launch_bounds__(TRI_TOPK_SCAN_THREADS) compress_topk_scan_kernel(int64_t *x, int64_t m)

@@ -1,12 +1,14 @@
 /* cuda/elementwise/reduce_fast.cuh - the fast chunk totals of sum_squares, count_nonfinite and their
  * multi-tensor form (CUDA, and C++ on the CPU through cuda/kernels/cuda_emu.h): a block of
  * TRI_CHUNK_SLOTS threads adds the chunk sums of one reduction in engine/core/math.h's order
- * (tri_chunks_total: a thread per slot, chunks in order, then a tree in shared memory), the bits of
+ * (tri_chunks_total: a thread per slot, chunks in order, then cuda/kernels/block_reduce.cuh's
+ * tree in shared memory), the bits of
  * the one-thread twins of cuda/elementwise/reduce.kern.h. */
 #ifndef TRIDENT_CUDA_ELEMENTWISE_REDUCE_FAST_CUH
 #define TRIDENT_CUDA_ELEMENTWISE_REDUCE_FAST_CUH
 
 #include "cuda/elementwise/reduce.kern.h"
+#include "cuda/kernels/block_reduce.cuh"
 
 /* *out += (float)tri_chunks_total(partial, n_chunks) by a block of TRI_CHUNK_SLOTS threads (acc: its
  * shared slots; the block leaves synchronised, so acc may be reused at once) */
@@ -25,15 +27,9 @@ __device__ void block_finish(float *out, double *acc, const double *partial, int
     for (; c < n_chunks; c += TRI_CHUNK_SLOTS)
         a += partial[c];
     acc[s] = a;
-    __syncthreads();
-    for (int k = TRI_CHUNK_SLOTS / 2; k >= 1; k /= 2) {
-        if (s < k)
-            acc[s] += acc[s + k];
-        __syncthreads();
-    }
+    double total = tri_block_halve(acc, s, TRI_CHUNK_SLOTS);
     if (s == 0)
-        *out += (float)acc[0];
-    __syncthreads();
+        *out += (float)total;
 }
 
 /* out[0] += (float)tri_chunks_total(partial, n_chunks), one block of TRI_CHUNK_SLOTS threads */

@@ -9,7 +9,7 @@
  *     expert). NK reads and 32 NK shared compares, E <= TRI_MOE_FAST_MAX_E (run's 32 KiB a block);
  *   - the scan of the E x chunks counts, a block of TRI_MOE_SCAN_THREADS (the twin: one thread): tiles
  *     of the flat (expert, chunk) array loaded coalesced, a Hillis-Steele scan of each tile in shared
- *     memory (cuda/kernels/block_scan.cuh), a carry from tile to tile; integers, so any order's sums;
+ *     memory (cuda/kernels/block_reduce.cuh), a carry from tile to tile; integers, so any order's sums;
  *   - the permutation, the combine and their backwards, a warp per row in whole-sector accesses
  *     (cuda/warp.cuh tri_row_load8 / tri_row_store8: the row kernels' lane map, 8 elements a lane a pass
  *     as two runs of 4; the twins: a thread per element),
@@ -22,7 +22,7 @@
 #ifndef TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
 #define TRIDENT_CUDA_MOE_DISPATCH_FAST_CUH
 
-#include "cuda/kernels/block_scan.cuh"
+#include "cuda/kernels/block_reduce.cuh"
 #include "cuda/warp.cuh"
 #include "engine/device/ops/moe_dispatch_math.h"
 

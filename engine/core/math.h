@@ -228,6 +228,18 @@ TRI_HD double tri_count_nonfinite_range(const float *x, int64_t lo, int64_t hi)
  * CPU the same loops; the chunking itself depends only on the element count. */
 #define TRI_CHUNK_SLOTS 256
 
+/* slot[0] = the sum of slot(slots) (a power of two; overwritten) by halving: slot s += slot s + k
+ * for k = slots / 2, ..., 1 (s < k). The tree a block of `slots` GPU threads adds its slots by
+ * (cuda/kernels/block_reduce.cuh tri_block_halve); also the compressors' block scales and
+ * Gram-Schmidt's dot products (engine/device/ops/compress_math.h). */
+TRI_HD double tri_slots_halve(double *slot, int slots)
+{
+    for (int k = slots / 2; k >= 1; k /= 2)
+        for (int s = 0; s < k; s++)
+            slot[s] += slot[s + k];
+    return slot[0];
+}
+
 TRI_HD double tri_chunks_total(const double *part, int64_t n_chunks)
 {
     double acc[TRI_CHUNK_SLOTS];
@@ -235,10 +247,7 @@ TRI_HD double tri_chunks_total(const double *part, int64_t n_chunks)
         acc[s] = 0.0;
     for (int64_t c = 0; c < n_chunks; c++)
         acc[c % TRI_CHUNK_SLOTS] += part[c];
-    for (int k = TRI_CHUNK_SLOTS / 2; k >= 1; k /= 2)
-        for (int s = 0; s < k; s++)
-            acc[s] += acc[s + k];
-    return acc[0];
+    return tri_slots_halve(acc, TRI_CHUNK_SLOTS);
 }
 
 /* ---- fixed point: exact, order-independent sums (deterministic mode) ----

@@ -84,8 +84,8 @@ TRI_HD float tri_compress_scale_of(double s, int64_t m, int levels)
 }
 
 /* Block b's scale of e (n elements): its terms in double over TRI_COMPRESS_SLOTS slots (element lo + i
- * in slot i % 32, each slot in index order), the slots added by halving (slot s += slot s + h for h =
- * 16, 8, 4, 2, 1), then tri_compress_scale_of. The order a warp sums in (cuda/compress/
+ * in slot i % 32, each slot in index order), the slots added by engine/core/math.h's tri_slots_halve,
+ * then tri_compress_scale_of. The order a warp sums in (cuda/compress/
  * compress_fast.cuh: lane l a slot, then shuffles xor 16 .. 1); until 2026-12-01 the sum ran in index
  * order, which held the GPU to a thread a block. */
 TRI_HD float tri_compress_block_scale(const float *e, int64_t n, int64_t b, int block, int levels)
@@ -98,10 +98,7 @@ TRI_HD float tri_compress_block_scale(const float *e, int64_t n, int64_t b, int 
             acc += tri_compress_term(e[i], levels);
         slot[j] = acc;
     }
-    for (int h = TRI_COMPRESS_SLOTS / 2; h > 0; h >>= 1)
-        for (int j = 0; j < h; j++)
-            slot[j] += slot[j + h];
-    return tri_compress_scale_of(slot[0], hi - lo, levels);
+    return tri_compress_scale_of(tri_slots_halve(slot, TRI_COMPRESS_SLOTS), hi - lo, levels);
 }
 
 /* A uniform float in [0, 1) (24 bits) from (seed, stream, i): splitmix64's finaliser over a mix. */
@@ -196,18 +193,8 @@ TRI_HD float tri_compress_decode(const int32_t *payload, int64_t n, int64_t i, i
  * GPU (cuda/compress/gram_schmidt_fast.cuh), a thread a slot. */
 #define TRI_GS_SLOTS 1024
 
-/* slot[0] = the sum of slot(TRI_GS_SLOTS) by halving: slot s += slot s + h for h = TRI_GS_SLOTS / 2,
- * ..., 1 (s < h). */
-TRI_HD double tri_gs_halve(double *slot)
-{
-    for (int h = TRI_GS_SLOTS / 2; h > 0; h >>= 1)
-        for (int s = 0; s < h; s++)
-            slot[s] += slot[s + h];
-    return slot[0];
-}
-
 /* a(n) . b(n) in double: product i (exact in double) added to slot i % TRI_GS_SLOTS, each slot in
- * index order from 0, then the slots by tri_gs_halve. */
+ * index order from 0, then the slots by tri_slots_halve (engine/core/math.h). */
 TRI_HD double tri_gs_dot(const float *a, const float *b, int64_t n)
 {
     double slot[TRI_GS_SLOTS];
@@ -215,7 +202,7 @@ TRI_HD double tri_gs_dot(const float *a, const float *b, int64_t n)
         slot[s] = 0.0;
     for (int64_t i = 0; i < n; i++)
         slot[i % TRI_GS_SLOTS] += (double)a[i] * (double)b[i];
-    return tri_gs_halve(slot);
+    return tri_slots_halve(slot, TRI_GS_SLOTS);
 }
 
 /* The factor that normalises a row of squared norm ss: 1 / (||x|| + 1e-8), PyTorch's powerSGD_hook's
