@@ -278,7 +278,7 @@ Test(gpt2, round_trip_of_arbitrary_bytes)
     tri_tokenizer *tok = gpt2();
     char bytes[20000];
     for (size_t i = 0; i < sizeof bytes; i++)
-        bytes[i] = (char)(tri_rng_uniform(5, 3, i) * 256);
+        bytes[i] = (char)(unsigned char)(tri_rng_uniform(5, 3, i) * 256); /* 0..255: in unsigned char's range */
     expect_round_trip(tok, bytes, sizeof bytes);
     const char odd[] = "ok \xff\xfe bad \xc3 cut \xe6\x97 mid \x00 nul \xed\xa0\x80 surrogate";
     expect_round_trip(tok, odd, sizeof odd - 1);

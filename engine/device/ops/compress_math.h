@@ -119,8 +119,9 @@ TRI_HD uint32_t tri_compress_code(float x, float scale, int levels, uint64_t see
     if (levels <= 0)
         return neg;
     uint32_t l = 0;
-    if (scale > 0.0f) {
-        float p = fabsf(x) / scale * (float)levels;
+    float p = scale > 0.0f ? fabsf(x) / scale * (float)levels : 0.0f;
+    if (p > 0.0f) { /* false for NaN (an infinite x over its block's infinite scale): level 0, what x86's
+                     * and the GPU's conversions gave before; casting NaN to an integer is undefined */
         float f = floorf(p);
         l = (uint32_t)f + (tri_compress_uniform(seed, stream, i) < p - f);
         if (l > (uint32_t)levels)
