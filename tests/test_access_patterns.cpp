@@ -16,7 +16,8 @@
  * (cuda/embedding/token_links_fast.cuh) is checked the same way through tri_links_slot and
  * tri_links_pair_lo; the MoE counting sort and scan (cuda/moe/dispatch_fast.cuh) through
  * tri_moe_warp_slot, tri_moe_run_at and tri_block_scan_slot; the top-k emission's staged chunk
- * (cuda/compress/topk_fast.cuh) through tri_topk_slot, tri_topk_load_at and tri_topk_run_at. The row kernels (norms, softmax,
+ * (cuda/compress/topk_fast.cuh) through tri_topk_slot, tri_topk_load_at and tri_topk_run_at; qsgd's
+ * staged codes (cuda/compress/compress_fast.cuh) through tri_qsgd_slot. The row kernels (norms, softmax,
  * classifier, the MoE row copies) and the column
  * sums (cuda/matmul/colsum_index.h) go through the sector check too, below. With
  * TRIDENT_TEST_VERBOSE=1 it prints each access's worst degree. */
@@ -30,6 +31,7 @@
 #include <string>
 
 #include "cuda/attention/flash_mma.kern.h"
+#include "cuda/compress/compress_fast.cuh"
 #include "cuda/compress/topk_fast.cuh"
 #include "cuda/crossentropy/crossentropy_fast.cuh"
 #include "cuda/embedding/token_links_fast.cuh"
@@ -786,4 +788,46 @@ Test(access_patterns, topk_emission)
     }
     cr_assert_eq(worst, 1, "top-k emission: a shared access is %d-way", worst);
     cr_assert_eq(unpadded, 16, "top-k emission: the runs' reads unpadded would be %d-way, not 16", unpadded);
+}
+
+/* ---- qsgd's staged codes (cuda/compress/compress_fast.cuh) ----
+ * compress_qsgd_words_fast_kernel: the warp whose 32 words start at w0 writes code i at
+ * tri_qsgd_slot(i, w0, bits), lane l the codes first + l + 32 k; then lane j reads its word's codes,
+ * (w0 + j) 32 / bits + m for m = 0, 1, ..., 32 / bits apart across the lanes. At every code width of
+ * --qsgd-levels (2 to 22 bits) and word offsets that start the warp's first code mid-word, both are
+ * at most 2-way (1-way where bits divides 32); unpadded, the reads at 2 bits would be 16-way. */
+Test(access_patterns, qsgd_staged_codes)
+{
+    int worst_pow2 = 0, worst = 0, unpadded = 0;
+    for (int bits = 2; bits <= 22; bits++)
+        for (int64_t w0 = 0; w0 < 32 * 8; w0 += 32) {
+            int64_t first = w0 * 32 / bits, last = ((w0 + 32) * 32 - 1) / bits;
+            cr_assert_leq(tri_qsgd_slot(last, w0, bits), TRI_QSGD_WARP_SLOTS - 1, "bits %d: the codes overflow", bits);
+            int degree = 0;
+            for (int64_t k = 0; first + 32 * k <= last; k++) {
+                tri_warp_access a = tri_access(4);
+                for (int l = 0; l < 32 && first + l + 32 * k <= last; l++)
+                    tri_access_set(a, l, (uint64_t)tri_qsgd_slot(first + l + 32 * k, w0, bits) * 4u);
+                degree = std::max(degree, tri_bank_conflict_degree(a));
+            }
+            for (int m = 0; m <= 32 / bits + 1; m++) { /* lane j's codes: those of bits 32 (w0 + j) .. + 31 */
+                tri_warp_access a = tri_access(4), plain = tri_access(4);
+                for (int j = 0; j < 32; j++) {
+                    int64_t i = (w0 + j) * 32 / bits + m;
+                    if (i > ((w0 + j) * 32 + 31) / bits)
+                        continue;
+                    tri_access_set(a, j, (uint64_t)tri_qsgd_slot(i, w0, bits) * 4u);
+                    tri_access_set(plain, j, (uint64_t)(i - first) * 4u);
+                }
+                degree = std::max(degree, tri_bank_conflict_degree(a));
+                if (bits == 2)
+                    unpadded = std::max(unpadded, tri_bank_conflict_degree(plain));
+            }
+            if (32 % bits == 0)
+                worst_pow2 = std::max(worst_pow2, degree);
+            worst = std::max(worst, degree);
+        }
+    cr_assert_eq(worst_pow2, 1, "qsgd staged codes at 2, 4, 8 or 16 bits: a shared access is %d-way", worst_pow2);
+    cr_assert_leq(worst, 2, "qsgd staged codes: a shared access is %d-way", worst);
+    cr_assert_eq(unpadded, 16, "qsgd staged codes: the 2-bit reads unpadded would be %d-way, not 16", unpadded);
 }

@@ -951,8 +951,10 @@ Test(fast_kernels_cpu, gram_schmidt_same_bits_as_cpu)
     gram_schmidt_case(8, 300, true, 57);
 }
 
-/* ---- 1bit and qsgd: the block scales a warp a block, 1bit's sign words by ballots ----
- * compress_scale_fast_kernel and compress_sign_words_fast_kernel must write the simple twins' words
+/* ---- 1bit and qsgd: the block scales a warp a block, 1bit's sign words by ballots, qsgd's codes
+ * staged a warp ----
+ * compress_scale_fast_kernel, compress_sign_words_fast_kernel and compress_qsgd_words_fast_kernel
+ * must write the simple twins' words
  * (compress_scale_kernel, compress_pack_kernel; tests/test_cuda_kernels_cpu.c holds those to the
  * CPU backend): blocks of 256, 100, 33 and 1 elements, n with a partial block and a partial word, a
  * block longer than a warp's pass and one shorter, -0 (not negative), NaN and infinities; both
@@ -985,13 +987,15 @@ static void sign_case(int64_t n, int block, int levels, uint64_t seed)
         memset(got, 0x5a, (size_t)words * 4);
         unsigned g1 = one_block ? 1u : (unsigned)((nb + TRI_ROWS_PER_BLOCK - 1) / TRI_ROWS_PER_BLOCK);
         tri_emu_launch(g1, 32 * TRI_ROWS_PER_BLOCK, [&] { compress_scale_fast_kernel(got, e, n, block, levels); });
-        if (levels == 0) {
-            int64_t nw = words - nb;
-            unsigned g2 = one_block ? 1u : (unsigned)((nw + 32 * TRI_ROWS_PER_BLOCK - 1) / (32 * TRI_ROWS_PER_BLOCK));
+        int64_t nw = words - nb;
+        unsigned g2 = one_block ? 1u : (unsigned)((nw + 32 * TRI_ROWS_PER_BLOCK - 1) / (32 * TRI_ROWS_PER_BLOCK));
+        if (levels == 0)
             tri_emu_launch(g2, 32 * TRI_ROWS_PER_BLOCK, [&] { compress_sign_words_fast_kernel(got, e, n, block); });
-        }
-        int64_t check = levels == 0 ? words : nb; /* qsgd's codes keep the twin */
-        for (int64_t j = 0; j < check; j++)
+        else
+            tri_emu_launch(g2, 32 * TRI_ROWS_PER_BLOCK, [&] {
+                compress_qsgd_words_fast_kernel(got, e, n, block, levels, (uint64_t)9, (uint64_t)4);
+            });
+        for (int64_t j = 0; j < words; j++)
             cr_assert_eq(got[j], want[j], "n %lld block %d levels %d%s: word %lld is %08x, the twin's %08x", (long long)n,
                          block, levels, one_block ? " (one block)" : "", (long long)j, (unsigned)got[j],
                          (unsigned)want[j]);
@@ -1029,4 +1033,12 @@ Test(fast_kernels_cpu, compress_pack_same_bits_as_twins)
     sign_case(31, 256, 0, 80);        /* one partial word, one short block */
     sign_case(32 * 33 + 5, 64, 0, 81); /* 34 words: a warp's 32 and two */
     sign_case(9000, 256, 2, 82);
+    /* qsgd at every code width class: 2 bits (one level: a warp's most codes), 3 and 5 (codes straddle
+     * words), 4, 8, 9, 22 (one code over two words) */
+    const int levels[] = {1, 3, 7, 15, 100, 255, 1 << 20}; /* --qsgd-levels at most 2^20 */
+    for (int k = 0; k < 7; k++) {
+        sign_case(10007, 256, levels[k], 90 + (uint64_t)k);
+        sign_case(333, 33, levels[k], 100 + (uint64_t)k); /* fewer than a warp's 32 words */
+    }
+    sign_case(1, 1, 3, 110);
 }

@@ -85,7 +85,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)CHOICE("grad-compression", &a->compression, "none|1bit|qsgd|topk|powersgd", "data-parallel gradient compressor with error feedback, as engine_train (ZeRO 0-1 only): its bytes replace the reduction's, its encode + decode is charged as memory-bound passes");
     f[n++] = (tri_flag)CHOICE("grad-compression-reduce", &a->reduce, "allgather|two-phase", "1bit, qsgd, topk: all-gather every rank's payload ((dp - 1) payloads sent per rank) or two-phase (1-bit Adam's compressed allreduce: about 2 payloads per rank whatever dp), as engine_train");
     f[n++] = (tri_flag)FLAG("compression-block-size", TRI_FLAG_INT, &a->block_size, "1bit, qsgd: elements per scale", 0, 1 << 30);
-    f[n++] = (tri_flag)FLAG("qsgd-levels", TRI_FLAG_INT, &a->qsgd_levels, "qsgd: quantization levels s", 0, 1 << 30);
+    f[n++] = (tri_flag)FLAG("qsgd-levels", TRI_FLAG_INT, &a->qsgd_levels, "qsgd: quantization levels s", 0, 1 << 20);
     f[n++] = (tri_flag)FLAG("topk-fraction", TRI_FLAG_FLOAT, &a->topk_fraction, "topk: fraction of each bucket's elements sent, in (0, 1]", 0, 1e9);
     f[n++] = (tri_flag)FLAG("powersgd-rank", TRI_FLAG_INT, &a->powersgd_rank, "powersgd: rank of each matrix's approximation", 0, 1 << 20);
     f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: one data-parallel synchronisation every H iterations (ZeRO 0), its bytes and time charged 1/H a step", -(1 << 30), 1 << 30);

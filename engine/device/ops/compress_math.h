@@ -130,6 +130,15 @@ TRI_HD uint32_t tri_compress_code(float x, float scale, int levels, uint64_t see
     return (l << 1) | neg;
 }
 
+/* The bits of element i's code (`bits` a code) that fall in the stream's word starting at bit bit0: the
+ * code shifted to its place, or, when it started in the previous word, its upper bits. A word is the
+ * OR of its elements' placed codes. */
+TRI_HD uint32_t tri_compress_place(uint64_t code, int64_t i, int bits, int64_t bit0)
+{
+    int64_t at = i * bits - bit0; /* negative: the code started in the previous word */
+    return (uint32_t)(at >= 0 ? code << at : code >> -at);
+}
+
 /* Word w of the bit stream of e (n elements) whose block scales are `scales`. */
 TRI_HD uint32_t tri_compress_stream_word(const float *e, const int32_t *scales, int64_t n, int64_t w, int block,
                                          int levels, uint64_t seed, uint64_t stream)
@@ -145,10 +154,7 @@ TRI_HD uint32_t tri_compress_stream_word(const float *e, const int32_t *scales, 
             next += block;
             scale = tri_compress_word_float(scales[b]);
         }
-        uint64_t code = tri_compress_code(e[i], scale, levels, seed, stream, i);
-        int64_t at = i * bits - bit0; /* may be negative: the code started in the previous word */
-        uint64_t placed = at >= 0 ? code << at : code >> -at;
-        word |= (uint32_t)placed;
+        word |= tri_compress_place(tri_compress_code(e[i], scale, levels, seed, stream, i), i, bits, bit0);
     }
     return word;
 }
