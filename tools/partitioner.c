@@ -36,6 +36,7 @@
 #include "partitioner/preview.h"
 #include "partitioner/search.h"
 #include "partitioner/timeline_svg.h"
+#include "tools/cli/compression_flags.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
 #include "tools/cli/metrics.h"
@@ -49,10 +50,11 @@ typedef struct args {
     int top, max_tp, max_micro_batch, max_cp;
     bool json, search, sweep;
     float gemm, memory, intra, inter, tp_exposed, dp_exposed;
-    /* data parallelism over slow links (engine_train's flags and defaults, engine/train/grad_compression.h) */
-    const char *compression, *reduce;
-    int block_size, qsgd_levels, powersgd_rank, local_sgd_steps;
-    float topk_fraction, inter_node_gbps;
+    /* data parallelism over slow links: the compression flags that set the bytes, engine_train's table
+     * and defaults (tools/cli/compression_flags.h) */
+    tri_cli_compression comp;
+    int local_sgd_steps;
+    float inter_node_gbps;
 } args;
 
 #define FLAG(name, kind, dst, help, lo, hi) {name, kind, dst, help, lo, hi, NULL, false}
@@ -82,12 +84,8 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("inter-node-efficiency", TRI_FLAG_FLOAT, &a->inter, "fraction of InfiniBand bandwidth collectives reach", 1e-6, 1);
     f[n++] = (tri_flag)FLAG("tp-comm-exposed", TRI_FLAG_FLOAT, &a->tp_exposed, "share of TP communication not overlapped", 0, 1);
     f[n++] = (tri_flag)FLAG("dp-comm-exposed", TRI_FLAG_FLOAT, &a->dp_exposed, "share of data-parallel communication not overlapped (default: all without --overlap-grad-reduce / --overlap-param-gather, else simulated against each stage's timeline; given, it replaces the simulation)", 0, 1);
-    f[n++] = (tri_flag)CHOICE("grad-compression", &a->compression, "none|1bit|qsgd|topk|powersgd", "data-parallel gradient compressor with error feedback, as engine_train (ZeRO 0-1 only): its bytes replace the reduction's, its encode + decode is charged as memory-bound passes");
-    f[n++] = (tri_flag)CHOICE("grad-compression-reduce", &a->reduce, "allgather|two-phase", "1bit, qsgd, topk: all-gather every rank's payload ((dp - 1) payloads sent per rank) or two-phase (1-bit Adam's compressed allreduce: about 2 payloads per rank whatever dp), as engine_train");
-    f[n++] = (tri_flag)FLAG("compression-block-size", TRI_FLAG_INT, &a->block_size, "1bit, qsgd: elements per scale", 0, 1 << 30);
-    f[n++] = (tri_flag)FLAG("qsgd-levels", TRI_FLAG_INT, &a->qsgd_levels, "qsgd: quantization levels s", 0, 1 << 20);
-    f[n++] = (tri_flag)FLAG("topk-fraction", TRI_FLAG_FLOAT, &a->topk_fraction, "topk: fraction of each bucket's elements sent, in (0, 1]", 0, 1e9);
-    f[n++] = (tri_flag)FLAG("powersgd-rank", TRI_FLAG_INT, &a->powersgd_rank, "powersgd: rank of each matrix's approximation", 0, 1 << 20);
+    n = tri_cli_compression_wire_flags(&a->comp, f, n); /* its bytes replace the reduction's; encode + decode
+                                                        * charged as memory-bound passes */
     f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: one data-parallel synchronisation every H iterations (ZeRO 0), its bytes and time charged 1/H a step", -(1 << 30), 1 << 30);
     f[n++] = (tri_flag)FLAG("inter-node-bandwidth", TRI_FLAG_FLOAT, &a->inter_node_gbps, "Gb/s per GPU between nodes, replacing the preset's (0: the preset's, e.g. 400 for h100-sxm; data parallelism crosses nodes when tp x dp > GPUs per node)", 0, 1e6);
     f[n++] = (tri_flag)FLAG("dp-bandwidth-sweep", TRI_FLAG_BOOL, &a->sweep, "also predict the step for every --grad-compression (and local SGD with --local-sgd-steps) at 10, 25, 100 and 400 Gb/s between nodes: when compression pays", 0, 0);
@@ -105,13 +103,7 @@ static void defaults(args *a)
     a->num_gpus = 1;
     a->top = 10;
     a->max_micro_batch = 16;
-    a->compression = "none";
-    a->reduce = "allgather";
-    tri_compression d = tri_compression_defaults();
-    a->block_size = d.block_size;
-    a->qsgd_levels = d.qsgd_levels;
-    a->topk_fraction = d.topk_fraction;
-    a->powersgd_rank = d.powersgd_rank;
+    tri_cli_compression_defaults(&a->comp);
 }
 
 static bool seen(const tri_flag *f, int n, const char *name)
@@ -135,12 +127,7 @@ static tri_cluster make_cluster(const args *a, const tri_flag *f, int nf, const 
     c.dp_exposed_given = seen(f, nf, "dp-comm-exposed");
     if (seen(f, nf, "inter-node-bandwidth")) c.inter_bw = a->inter_node_gbps * 1e9 / 8.0;
     c.dp.compression = tri_compression_defaults();
-    c.dp.compression.kind = (tri_compression_kind)tri_compression_parse(a->compression);
-    c.dp.compression.reduce = (tri_compression_reduce)tri_compression_reduce_parse(a->reduce);
-    c.dp.compression.block_size = a->block_size;
-    c.dp.compression.qsgd_levels = a->qsgd_levels;
-    c.dp.compression.topk_fraction = a->topk_fraction;
-    c.dp.compression.powersgd_rank = a->powersgd_rank;
+    (void)tri_cli_compression_fields(&a->comp, &c.dp.compression); /* the names: the flags' choices */
     c.dp.local_sgd_steps = a->local_sgd_steps;
     return c;
 }

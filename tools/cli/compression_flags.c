@@ -14,7 +14,7 @@ void tri_cli_compression_defaults(tri_cli_compression *f)
                                .powersgd_start_iter = d.powersgd_start_iter, .start_iter = d.start_iter};
 }
 
-int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
+int tri_cli_compression_wire_flags(tri_cli_compression *f, tri_flag *t, int n)
 {
     t[n++] = (tri_flag){"grad-compression", TRI_FLAG_CHOICE, &f->kind,
                         "compress the data-parallel gradient reduction, with error feedback (the residual of "
@@ -34,6 +34,19 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "(rows x cols) whose factors are under half its size, 2 r (rows + cols) < rows cols; "
                         "vectors and smaller matrices go whole (PyTorch's min_compression_rate 2)", 0,
                         1 << 20, NULL, false};
+    t[n++] = (tri_flag){"grad-compression-reduce", TRI_FLAG_CHOICE, &f->reduce,
+                        "how 1bit, qsgd and topk payloads cross the data-parallel group: allgather (every rank's "
+                        "payload to every rank: bytes per rank grow as dp - 1 payloads) or two-phase (1-bit Adam's "
+                        "compressed allreduce, Tang et al. 2021, DeepSpeed's compressed_allreduce: each rank sums and "
+                        "re-compresses one chunk, with its own server error feedback, then the chunks are "
+                        "all-gathered: about 2 payloads per rank whatever dp; the sum is then compressed twice)",
+                        0, 0, "allgather|two-phase", false};
+    return n;
+}
+
+int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
+{
+    n = tri_cli_compression_wire_flags(f, t, n);
     t[n++] = (tri_flag){"powersgd-start-iter", TRI_FLAG_INT64, &f->powersgd_start_iter,
                         "iterations reduced uncompressed before PowerSGD starts (PyTorch's start_powerSGD_iter; "
                         "PowerSGD's spelling of --grad-compression-start-iter; iterations, not reductions: with "
@@ -45,13 +58,6 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "warm-up stage (Tang et al. 2021, who freeze Adam's v at the same N: --adam-freeze-step; "
                         "15-25% of training). For powersgd it sets --powersgd-start-iter (both given: they must "
                         "agree)", 0, 1e12, NULL, false};
-    t[n++] = (tri_flag){"grad-compression-reduce", TRI_FLAG_CHOICE, &f->reduce,
-                        "how 1bit, qsgd and topk payloads cross the data-parallel group: allgather (every rank's "
-                        "payload to every rank: bytes per rank grow as dp - 1 payloads) or two-phase (1-bit Adam's "
-                        "compressed allreduce, Tang et al. 2021, DeepSpeed's compressed_allreduce: each rank sums and "
-                        "re-compresses one chunk, with its own server error feedback, then the chunks are "
-                        "all-gathered: about 2 payloads per rank whatever dp; the sum is then compressed twice)",
-                        0, 0, "allgather|two-phase", false};
     t[n++] = (tri_flag){"reset-compression-state", TRI_FLAG_BOOL, &f->reset_state,
                         "on resume, start the error-feedback residuals from zero (local SGD's outer residual too) "
                         "and draw PowerSGD's Q afresh (checkpoints hold them: the residuals per dp rank, Q per "
@@ -60,24 +66,32 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
     return n;
 }
 
-int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_stage, uint64_t seed,
-                                tri_compression *out)
+int tri_cli_compression_fields(const tri_cli_compression *f, tri_compression *c)
 {
-    tri_compression c = tri_compression_defaults();
     int kind = tri_compression_parse(f->kind);
     if (kind < 0)
         return TRI_ERR(TRI_EINVAL, "--grad-compression %s: unknown compressor (none|1bit|qsgd|topk|powersgd)",
                        f->kind ? f->kind : "(null)");
-    c.kind = (tri_compression_kind)kind;
     int reduce = tri_compression_reduce_parse(f->reduce);
     if (reduce < 0)
         return TRI_ERR(TRI_EINVAL, "--grad-compression-reduce %s: unknown reduction (allgather|two-phase)",
                        f->reduce ? f->reduce : "(null)");
-    c.reduce = (tri_compression_reduce)reduce;
-    c.block_size = f->block_size;
-    c.qsgd_levels = f->qsgd_levels;
-    c.topk_fraction = f->topk_fraction;
-    c.powersgd_rank = f->powersgd_rank;
+    c->kind = (tri_compression_kind)kind;
+    c->reduce = (tri_compression_reduce)reduce;
+    c->block_size = f->block_size;
+    c->qsgd_levels = f->qsgd_levels;
+    c->topk_fraction = f->topk_fraction;
+    c->powersgd_rank = f->powersgd_rank;
+    return TRI_OK;
+}
+
+int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_stage, uint64_t seed,
+                                tri_compression *out)
+{
+    tri_compression c = tri_compression_defaults();
+    int rc = tri_cli_compression_fields(f, &c);
+    if (rc)
+        return rc;
     c.powersgd_start_iter = f->powersgd_start_iter;
     c.start_iter = f->start_iter;
     if (c.kind == TRI_COMPRESS_POWERSGD && f->start_iter_given && f->powersgd_start_iter_given &&
@@ -91,7 +105,7 @@ int tri_cli_compression_resolve(const tri_cli_compression *f, int dp, int zero_s
         c.start_iter = c.powersgd_start_iter;
     }
     c.seed = seed;
-    int rc = tri_compression_check(&c, zero_stage);
+    rc = tri_compression_check(&c, zero_stage);
     if (rc)
         return rc;
     if (c.kind != TRI_COMPRESS_NONE && dp == 1) {

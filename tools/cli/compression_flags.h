@@ -1,5 +1,5 @@
 /* tools/cli/compression_flags.h - engine_train's flags of the compressed data-parallel gradient
- * reduction (engine/train/grad_compression.h, engine/train/dp_compress.h): --grad-compression
+ * reduction (those that set its bytes are the partitioner's too: one table, one set of defaults) (engine/train/grad_compression.h, engine/train/dp_compress.h): --grad-compression
  * none|1bit|qsgd|topk|powersgd, --compression-block-size, --qsgd-levels, --topk-fraction,
  * --powersgd-rank, --powersgd-start-iter, --grad-compression-reduce allgather|two-phase, and
  * --reset-compression-state (resume a checkpoint
@@ -29,8 +29,16 @@ typedef struct tri_cli_compression {
 
 /* grad_compression.h's defaults, kind none. */
 void tri_cli_compression_defaults(tri_cli_compression *f);
-/* Appends the flags to table t at n; returns the new count. */
+/* Appends the flags that set what crosses the wire (--grad-compression, --grad-compression-reduce,
+ * --compression-block-size, --qsgd-levels, --topk-fraction, --powersgd-rank), which the partitioner
+ * takes too, to table t at n; returns the new count. */
+int tri_cli_compression_wire_flags(tri_cli_compression *f, tri_flag *t, int n);
+/* Appends all of engine_train's flags (the wire flags, then the start iterations and
+ * --reset-compression-state) to table t at n; returns the new count. */
 int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n);
+/* The wire flags' fields into c (the names parsed; TRI_EINVAL naming an unknown one); the rest of c is
+ * left as it is. No check against the layout: tri_compression_check. */
+int tri_cli_compression_fields(const tri_cli_compression *f, tri_compression *c);
 /* The compression the flags ask for, checked against the ZeRO stage (TRI_EINVAL naming the flag and
  * value). --grad-compression-start-iter N applies to every compressor; for powersgd it is another
  * spelling of --powersgd-start-iter (given alone it sets it; both given with different values:
