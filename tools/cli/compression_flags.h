@@ -1,5 +1,6 @@
 /* tools/cli/compression_flags.h - engine_train's flags of the compressed data-parallel gradient
- * reduction (those that set its bytes are the partitioner's too: one table, one set of defaults) (engine/train/grad_compression.h, engine/train/dp_compress.h): --grad-compression
+ * reduction (engine/train/grad_compression.h, engine/train/dp_compress.h; those that set its bytes
+ * are the partitioner's too: one table, one set of defaults): --grad-compression
  * none|1bit|qsgd|topk|powersgd, --compression-block-size, --qsgd-levels, --topk-fraction,
  * --powersgd-rank, --powersgd-start-iter, --grad-compression-reduce allgather|two-phase, and
  * --reset-compression-state (resume a checkpoint
