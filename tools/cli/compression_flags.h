@@ -3,9 +3,9 @@
  * are the partitioner's too: one table, one set of defaults): --grad-compression
  * none|1bit|qsgd|topk|powersgd, --compression-block-size, --qsgd-levels, --topk-fraction,
  * --powersgd-rank, --powersgd-start-iter, --grad-compression-reduce allgather|two-phase, and
- * --reset-compression-state (resume a checkpoint
- * saved with another compressor or dp, starting the error feedback from zero instead of loading it
- * from the checkpoint; PowerSGD's Q is never checkpointed). */
+ * --reset-compression-state (resume a checkpoint saved with another compressor, reduction or dp,
+ * starting the error-feedback residuals from zero and PowerSGD's Q afresh instead of loading them
+ * from the checkpoint, which holds both). */
 #ifndef TRIDENT_TOOLS_CLI_COMPRESSION_FLAGS_H
 #define TRIDENT_TOOLS_CLI_COMPRESSION_FLAGS_H
 
