@@ -2,10 +2,10 @@
  * of cuda/compress/compress.kern.h (1bit and qsgd packing, decode-add, which is also the
  * error-feedback update, the top-k scatter-add, the top-k selection and Gram-Schmidt on one thread)
  * and, unless the simple switch is on, of their fast forms: the block scales, 1bit's sign words and
- * qsgd's code words (cuda/compress/compress_fast.cuh: a warp a block, ballots, codes staged a warp), the top-k selection
- * (cuda/compress/topk_fast.cuh: compress_math.h's radix select over blocks, no host sync) and
- * Gram-Schmidt (cuda/compress/gram_schmidt_fast.cuh: a block a matrix). Tested against the CPU
- * backend, both forms, through the emulated build. */
+ * qsgd's code words (cuda/compress/compress_fast.cuh: a warp a block, ballots, codes staged a warp),
+ * the top-k selection (cuda/compress/topk_fast.cuh: compress_math.h's radix select over blocks, no
+ * host sync) and Gram-Schmidt (cuda/compress/gram_schmidt_fast.cuh: a block a matrix). Tested
+ * against the CPU backend, both forms, through the emulated build. */
 #include "cuda/compress/compress.kern.h"
 #include "cuda/compress/compress_fast.cuh"
 #include "cuda/compress/gram_schmidt_fast.cuh"
@@ -23,13 +23,13 @@ static int pack(tri_device *d, tri_tensor payload, tri_tensor e, int block, int 
                                                   cu->stream, pay, tri_fp(e), n, block, levels);
     if (rc)
         return rc;
-    if (!cu->simple && levels == 0) /* 1bit's signs: compress_fast.cuh, 32 words a warp */
-        return TRI_CUDA_LAUNCH_STRIDED(compress_sign_words_fast_kernel, tri_warp_grid((nw + 31) / 32),
-                                       32 * TRI_ROWS_PER_BLOCK, cu->stream, pay, tri_fp(e), n, block);
-    if (!cu->simple) /* qsgd's codes: compress_fast.cuh, 32 words a warp */
-        return TRI_CUDA_LAUNCH_STRIDED(compress_qsgd_words_fast_kernel, tri_warp_grid((nw + 31) / 32),
-                                       32 * TRI_ROWS_PER_BLOCK, cu->stream, pay, tri_fp(e), n, block, levels, seed,
-                                       stream);
+    if (!cu->simple) { /* 1bit's signs or qsgd's codes: compress_fast.cuh, 32 words a warp */
+        int64_t grid = tri_warp_grid((nw + 31) / 32);
+        return levels == 0 ? TRI_CUDA_LAUNCH_STRIDED(compress_sign_words_fast_kernel, grid, 32 * TRI_ROWS_PER_BLOCK,
+                                                     cu->stream, pay, tri_fp(e), n, block)
+                           : TRI_CUDA_LAUNCH_STRIDED(compress_qsgd_words_fast_kernel, grid, 32 * TRI_ROWS_PER_BLOCK,
+                                                     cu->stream, pay, tri_fp(e), n, block, levels, seed, stream);
+    }
     return TRI_CUDA_LAUNCH_N(compress_pack_kernel, nw, cu->stream, pay, tri_fp(e), n, block, levels, seed, stream);
 }
 
