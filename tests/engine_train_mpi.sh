@@ -10,6 +10,7 @@ build=$1
 src=$2
 bin="$build/bin/engine_train"
 source "$src/tests/lib/mpirun_flags.sh"
+source "$src/tests/lib/sections.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -20,47 +21,54 @@ run=(--config models/gpt2-tiny-byte.json --micro-batch-size 4 --seq-length 32 --
 
 first_loss() { grep -m1 -oE 'iter +1/[0-9]+ \| loss [0-9.]+' <<<"$1" | awk '{print $NF}'; }
 
-one=$("$bin" "${run[@]}" --threads 1 2>&1) || { echo "FAIL tp=1 run:"; echo "$one" | tail -5; exit 1; }
-want=$(first_loss "$one")
-for extra in "" "--sequence-parallel"; do
-  out=$(mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${run[@]}" --tensor-model-parallel-size 2 $extra 2>&1)
-  rc=$?
-  got=$(first_loss "$out")
-  if [ $rc -ne 0 ] || [ -z "$got" ] || ! grep -q "trained 3 iterations" <<<"$out"; then
-    echo "FAIL tp=2 $extra: status $rc"; echo "$out" | tail -8; failures=$((failures + 1))
-  elif [ "$got" != "$want" ]; then
-    echo "FAIL tp=2 $extra: first loss $got, tp=1 gave $want"; failures=$((failures + 1))
-  else
-    echo "ok   tp=2 $extra: first loss $got = tp=1's"
-  fi
-done
+if section tensor_parallel || section pipeline_schedules; then
+  one=$("$bin" "${run[@]}" --threads 1 2>&1) || { echo "FAIL tp=1 run:"; echo "$one" | tail -5; exit 1; }
+  want=$(first_loss "$one")
+fi
+if section tensor_parallel; then
+  for extra in "" "--sequence-parallel"; do
+    out=$(mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${run[@]}" --tensor-model-parallel-size 2 $extra 2>&1)
+    rc=$?
+    got=$(first_loss "$out")
+    if [ $rc -ne 0 ] || [ -z "$got" ] || ! grep -q "trained 3 iterations" <<<"$out"; then
+      echo "FAIL tp=2 $extra: status $rc"; echo "$out" | tail -8; failures=$((failures + 1))
+    elif [ "$got" != "$want" ]; then
+      echo "FAIL tp=2 $extra: first loss $got, tp=1 gave $want"; failures=$((failures + 1))
+    else
+      echo "ok   tp=2 $extra: first loss $got = tp=1's"
+    fi
+  done
+fi
 
 # pipeline: tp 2 x pp 2 (4 ranks) on the same global batch of 4 sequences in micro-batches of 2
-for schedule in 1f1b gpipe; do
-  out=$(mpirun "${mpirun_flags[@]}" -np 4 "$bin" "${run[@]}" --tensor-model-parallel-size 2 \
-        --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 4 --pipeline-schedule $schedule 2>&1)
-  rc=$?
-  got=$(first_loss "$out")
-  if [ $rc -ne 0 ] || ! grep -q "trained 3 iterations" <<<"$out" || [ "$got" != "$want" ]; then
-    echo "FAIL tp=2 pp=2 $schedule: status $rc, first loss '$got' (tp=1: $want)"; echo "$out" | tail -8
-    failures=$((failures + 1))
-  else
-    echo "ok   tp=2 pp=2 $schedule: first loss $got = tp=1's; $(grep -c '^  stage' <<<"$out") stages placed"
-  fi
-done
+if section pipeline_schedules; then
+  for schedule in 1f1b gpipe; do
+    out=$(mpirun "${mpirun_flags[@]}" -np 4 "$bin" "${run[@]}" --tensor-model-parallel-size 2 \
+          --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 4 --pipeline-schedule $schedule 2>&1)
+    rc=$?
+    got=$(first_loss "$out")
+    if [ $rc -ne 0 ] || ! grep -q "trained 3 iterations" <<<"$out" || [ "$got" != "$want" ]; then
+      echo "FAIL tp=2 pp=2 $schedule: status $rc, first loss '$got' (tp=1: $want)"; echo "$out" | tail -8
+      failures=$((failures + 1))
+    else
+      echo "ok   tp=2 pp=2 $schedule: first loss $got = tp=1's; $(grep -c '^  stage' <<<"$out") stages placed"
+    fi
+  done
+fi
 
 # context parallelism: cp 2 (2 ranks, each sequence in 4 chunks of 64 rows) against one rank on the
 # same sequences: every iteration's loss within 1e-4 relative (the bound of tests/cp_mpi.sh: the cp
 # ranks' gradients summed in another grouping), the layout and context-parallel lines, and a
 # validation at iteration 2 in the middle of the run (--eval-interval 2)
-cp_run=("${run[@]}" --seq-length 256 --micro-batch-size 1 --eval-interval 2)
-if "$bin" "${cp_run[@]}" --threads 1 --save-dir "$tmp/cp1" > "$tmp/cp1.log" 2>&1 &&
-   mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${cp_run[@]}" --context-parallel-size 2 --save-dir "$tmp/cp2" \
-     > "$tmp/cp2.log" 2>&1; then
-  if grep -q "^layout: 2 ranks = tp 1 x cp 2 x pp 1" "$tmp/cp2.log" &&
-     grep -q "^context parallel: cp 2 (--cp-comm-type p2p), each sequence in 4 chunks of 64 tokens" "$tmp/cp2.log" &&
-     grep -q "^validation at iteration 2:" "$tmp/cp2.log" &&
-     /usr/bin/python3 - "$tmp/cp1/metrics.jsonl" "$tmp/cp2/metrics.jsonl" <<'PY'; then
+if section context_parallel; then
+  cp_run=("${run[@]}" --seq-length 256 --micro-batch-size 1 --eval-interval 2)
+  if "$bin" "${cp_run[@]}" --threads 1 --save-dir "$tmp/cp1" > "$tmp/cp1.log" 2>&1 &&
+     mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${cp_run[@]}" --context-parallel-size 2 --save-dir "$tmp/cp2" \
+       > "$tmp/cp2.log" 2>&1; then
+    if grep -q "^layout: 2 ranks = tp 1 x cp 2 x pp 1" "$tmp/cp2.log" &&
+       grep -q "^context parallel: cp 2 (--cp-comm-type p2p), each sequence in 4 chunks of 64 tokens" "$tmp/cp2.log" &&
+       grep -q "^validation at iteration 2:" "$tmp/cp2.log" &&
+       /usr/bin/python3 - "$tmp/cp1/metrics.jsonl" "$tmp/cp2/metrics.jsonl" <<'PY'; then
 import json, sys
 rows = lambda p: [r["loss"] for r in map(json.loads, open(p)) if r.get("kind") == "train"]
 a, b = rows(sys.argv[1]), rows(sys.argv[2])
@@ -68,13 +76,14 @@ assert len(a) == len(b) == 3, (a, b)
 worst = max(abs(x - y) / x for x, y in zip(a, b))
 assert worst <= 1e-4, f"losses differ by {worst:.3g}: {a} vs {b}"
 PY
-    echo "ok   cp=2: 3 losses within 1e-4 of one rank's, the context-parallel line, a validation at iteration 2"
+      echo "ok   cp=2: 3 losses within 1e-4 of one rank's, the context-parallel line, a validation at iteration 2"
+    else
+      echo "FAIL cp=2: lines or losses"; tail -8 "$tmp/cp2.log"; failures=$((failures + 1))
+    fi
   else
-    echo "FAIL cp=2: lines or losses"; tail -8 "$tmp/cp2.log"; failures=$((failures + 1))
+    echo "FAIL cp=2 (or its one-rank reference) did not train"; tail -5 "$tmp/cp1.log" "$tmp/cp2.log"
+    failures=$((failures + 1))
   fi
-else
-  echo "FAIL cp=2 (or its one-rank reference) did not train"; tail -5 "$tmp/cp1.log" "$tmp/cp2.log"
-  failures=$((failures + 1))
 fi
 
 # deterministic mode: runs that differ in pp, dp and ZeRO stage log the same losses and grad norms
@@ -99,12 +108,14 @@ det_same() { # A B
     echo "ok   deterministic: $1 and $2 log identical numbers: $a"
   fi
 }
-det_run one 1
-det_run pp2dp2z3 4 --pipeline-model-parallel-size 2 --zero-stage 3
-det_run tp2 2 --tensor-model-parallel-size 2
-det_run tp2pp2dp2z3 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 3
-det_same one pp2dp2z3
-det_same tp2 tp2pp2dp2z3
+if section deterministic_layouts; then
+  det_run one 1
+  det_run pp2dp2z3 4 --pipeline-model-parallel-size 2 --zero-stage 3
+  det_run tp2 2 --tensor-model-parallel-size 2
+  det_run tp2pp2dp2z3 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 3
+  det_same one pp2dp2z3
+  det_same tp2 tp2pp2dp2z3
+fi
 
 # refuse NAME NP TEXT [flags]: the job exits non-zero on its own with TEXT printed once (every rank
 # reaches the verdict without communicating; rank 0 reports it). "On its own", not "within N s",
@@ -126,15 +137,17 @@ refuse() {
     echo "ok   $name: $np ranks, once: '$(grep -m1 -F -- "$want" <<<"$out")'"
   fi
 }
-printf '{"n_layer": 2, "n_head": 3, "n_embd": 48, "vocab_size": 257, "n_positions": 64}' > "$tmp/nh3.json"
-refuse "world not divisible by tp" 3 "--tensor-model-parallel-size 2 does not divide the 3 ranks" --tensor-model-parallel-size 2
-refuse "n_head not divisible" 2 "--tensor-model-parallel-size 2 does not divide n_head 3" --tensor-model-parallel-size 2 --config "$tmp/nh3.json"
-# (n_embd not divisible by tp cannot occur once n_head divides both n_embd and tp; the config check
-#  refuses n_embd % n_head != 0 first)
-refuse "seq-length with SP" 2 "--sequence-parallel needs --seq-length 31 divisible by --tensor-model-parallel-size 2" --tensor-model-parallel-size 2 --sequence-parallel --seq-length 31
-refuse "n_layer < pp" 8 "--pipeline-model-parallel-size 8 exceeds n_layer 4" --pipeline-model-parallel-size 8
-refuse "global batch not divisible" 2 "--global-batch-size 6 is not a multiple of --micro-batch-size 4 x data-parallel size 2" --global-batch-size 6
-refuse "interleaved layers not divisible" 2 "--num-layers-per-virtual-pipeline-stage 3: n_layer 4 must divide by --pipeline-model-parallel-size 2" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 3 --global-batch-size 8
-refuse "interleaved micro-batches" 2 "to be a multiple of --pipeline-model-parallel-size 2" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 12
+if section layout_refusals; then
+  printf '{"n_layer": 2, "n_head": 3, "n_embd": 48, "vocab_size": 257, "n_positions": 64}' > "$tmp/nh3.json"
+  refuse "world not divisible by tp" 3 "--tensor-model-parallel-size 2 does not divide the 3 ranks" --tensor-model-parallel-size 2
+  refuse "n_head not divisible" 2 "--tensor-model-parallel-size 2 does not divide n_head 3" --tensor-model-parallel-size 2 --config "$tmp/nh3.json"
+  # (n_embd not divisible by tp cannot occur once n_head divides both n_embd and tp; the config check
+  #  refuses n_embd % n_head != 0 first)
+  refuse "seq-length with SP" 2 "--sequence-parallel needs --seq-length 31 divisible by --tensor-model-parallel-size 2" --tensor-model-parallel-size 2 --sequence-parallel --seq-length 31
+  refuse "n_layer < pp" 8 "--pipeline-model-parallel-size 8 exceeds n_layer 4" --pipeline-model-parallel-size 8
+  refuse "global batch not divisible" 2 "--global-batch-size 6 is not a multiple of --micro-batch-size 4 x data-parallel size 2" --global-batch-size 6
+  refuse "interleaved layers not divisible" 2 "--num-layers-per-virtual-pipeline-stage 3: n_layer 4 must divide by --pipeline-model-parallel-size 2" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 3 --global-batch-size 8
+  refuse "interleaved micro-batches" 2 "to be a multiple of --pipeline-model-parallel-size 2" --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 12
+fi
 echo "engine_train_mpi: $failures failure(s)"
 exit $((failures > 0))

@@ -9,18 +9,20 @@
 #      place of the sanitizers (TRIDENT_COVERAGE=ON, in build-cov/);
 #   2. runs every test of the sanitizer stage once, two at a time, each writing its counters under a
 #      directory of its own (GCOV_PREFIX: every process a test starts, Open MPI's ranks too), then
-#      each case of the Criterion suites that took 10 s or more on its own;
+#      each case of the Criterion suites, and each section of the script tests
+#      (tests/lib/sections.sh), that took 10 s or more on its own;
 #   3. hands the counters to tools/sanitizer_select.py, which keeps every test that is the only one to
 #      execute some line of the library (engine/ layers/ models/ checkpoints/ partitioner/ tools/
-#      cuda/), then adds tests (or cases), most new lines per second first, until the kept set
-#      executes every line any test executes, and writes the others to tests/release_only.txt
-#      (tests/CMakeLists.txt labels those tests release_only, and has the suites skip those cases in
-#      the sanitizer build).
+#      cuda/), then adds tests (or cases, or sections), most new lines per second first, until the
+#      kept set executes every line any test executes, and writes the others to
+#      tests/release_only.txt (tests/CMakeLists.txt labels those tests release_only, and has the
+#      suites skip those cases, and the scripts those sections, in the sanitizer build).
 # Rerun it when tests or library code move much; a new test is in the sanitizer stage until then.
 #
 #   bash tools/sanitizer_coverage.sh [--tests "NAME..." | --cases] [COST_FILE]
 # --tests: rerun only these tests' counters (after changing them; the others' are kept from the last
-# run) and select again. --cases: only the case-by-case pass (below) and the selection.
+# run) and select again. --cases: only the case-by-case and section-by-section pass (below) and the
+# selection.
 # COST_FILE: the sanitizer build's CTestCostData.txt (per-test seconds; default
 # build-asan/Testing/Temporary/CTestCostData.txt, else the coverage run's own timings).
 # About an hour on 2 cores (35 minutes the tests, the rest their long suites' cases).
@@ -71,17 +73,19 @@ fi
 echo "sanitizer_coverage: ${#tests[@]} tests, counters under $dir/cov/"
 strip=$(awk -F/ '{print NF - 1}' <<< "$dir")   # the components of $dir's absolute path
 
-# run_unit NAME [SUITE/CASE]: one test, or one case of a Criterion suite, with its counters under a
-# directory of its own; appends "NAME [SUITE/CASE] STATUS MILLISECONDS" to cov/runs.txt (cov/cases.txt)
+# run_unit NAME [SUITE/CASE | SECTION]: one test, one case of a Criterion suite or one section of a
+# script test, with its counters under a directory of its own; appends "NAME [SUITE/CASE | SECTION]
+# STATUS MILLISECONDS" to cov/runs.txt (cov/cases.txt)
 run_unit() {
-  local name=$1 case=${2:-} d=$dir/cov/$1 list=$dir/cov/runs.txt t0 rc=0
+  local name=$1 case=${2:-} d=$dir/cov/$1 list=$dir/cov/runs.txt t0 rc=0 only=()
   if [ -n "$case" ]; then
     d=$dir/cov/cases/$name@${case//\//@}
     list=$dir/cov/cases.txt
+    if [[ $case == */* ]]; then only=("CRITERION_TEST_PATTERN=$case"); else only=("TRIDENT_TEST_SECTIONS=$case"); fi
   fi
   mkdir -p "$d"
   t0=$(date +%s%N)
-  (cd "$dir" && env ${case:+"CRITERION_TEST_PATTERN=$case"} GCOV_PREFIX="$d" GCOV_PREFIX_STRIP="$strip" \
+  (cd "$dir" && env "${only[@]}" GCOV_PREFIX="$d" GCOV_PREFIX_STRIP="$strip" \
      ctest -R "^${name}\$" --output-on-failure > "$d.log" 2>&1) || rc=$?
   echo "$name${case:+ $case} $rc $((($(date +%s%N) - t0) / 1000000))" >> "$list"   # milliseconds
 }
@@ -93,23 +97,30 @@ if awk '$2 != 0 {bad = 1; print "sanitizer_coverage: " $1 " failed (log: '"$dir"
   echo "sanitizer_coverage: failed tests stay in the sanitizer stage" >&2
 fi
 
-# A Criterion suite that ran 10 s or more is also run case by case (CRITERION_TEST_PATTERN), so the
-# selection can leave single cases to the Release stage: tests/CMakeLists.txt then runs that suite in
-# the sanitizer build with a pattern that skips them.
+# A Criterion suite that ran 10 s or more is also run case by case (CRITERION_TEST_PATTERN), and a
+# script test with sections section by section (TRIDENT_TEST_SECTIONS), so the selection can leave
+# single cases or sections to the Release stage: tests/CMakeLists.txt then runs that suite with a
+# pattern that skips them, or that script with TRIDENT_TEST_SKIP_SECTIONS, in the sanitizer build.
 mkdir -p "$dir/cov/cases"
 touch "$dir/cov/cases.txt"
 cases=()
 for t in "${tests[@]}"; do
   ms=$(awk -v t="$t" '$1 == t {print $3}' "$dir/cov/runs.txt")
+  [ "${ms:-0}" -ge 10000 ] || continue
   exe=$(find "$dir/tests" -maxdepth 2 -type f -executable -name "$t" | head -1)
-  [ -n "$exe" ] && [ "${ms:-0}" -ge 10000 ] || continue
+  script=$(cd "$dir" && ctest -N -V -R "^$t\$" | sed -n 's/.*Test command: [^ ]*bash "\([^"]*\.sh\)".*/\1/p' | head -1)
+  [ -n "$exe" ] || { [ -n "$script" ] && grep -q '^ *if section ' "$script"; } || continue
   rm -rf "${dir:?}/cov/cases/$t@"*
   sed -i "/^$t /d" "$dir/cov/cases.txt"
-  while read -r c; do cases+=("$t $c"); done < <("$exe" --list 2>/dev/null |
-    awk '/^[A-Za-z0-9_]+: [0-9]+ tests?$/ {s = $1; sub(":", "", s); next}
-         {n = $NF; if (s != "" && n ~ /^[A-Za-z0-9_]+$/) print s "/" n}')
+  if [ -n "$exe" ]; then
+    while read -r c; do cases+=("$t $c"); done < <("$exe" --list 2>/dev/null |
+      awk '/^[A-Za-z0-9_]+: [0-9]+ tests?$/ {s = $1; sub(":", "", s); next}
+           {n = $NF; if (s != "" && n ~ /^[A-Za-z0-9_]+$/) print s "/" n}')
+  else # the names the script's `section NAME` calls spell out (tests/lib/sections.sh)
+    while read -r c; do cases+=("$t $c"); done < <(grep -oE '(if|\|\|) section [a-z0-9_]+' "$script" | awk '{print $3}' | sort -u)
+  fi
 done
-echo "sanitizer_coverage: ${#cases[@]} cases of the long Criterion suites, one at a time"
+echo "sanitizer_coverage: ${#cases[@]} cases of the long Criterion suites and sections of the long scripts, one at a time"
 printf '%s\n' "${cases[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_unit {}'
 
 python3 tools/sanitizer_select.py --build "$dir" --source "$root" --cost "$cost" \

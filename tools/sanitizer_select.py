@@ -4,8 +4,10 @@
 Run by tools/sanitizer_coverage.sh, which leaves each test's counter files (.gcda) under
 BUILD/cov/<test>/ and one line per test in BUILD/cov/runs.txt ("name exit-status milliseconds"), and
 for the long Criterion suites each case's under BUILD/cov/cases/<test>@<suite>@<case>/, listed in
-BUILD/cov/cases.txt ("name suite/case exit-status milliseconds"). A suite run case by case enters the
-selection as its cases ("test:suite/case"), unless a rule below keeps it whole.
+BUILD/cov/cases.txt ("name suite/case exit-status milliseconds"), and for the long script tests each
+section's (tests/lib/sections.sh) under BUILD/cov/cases/<test>@<section>/ ("name section ..."). A
+suite run case by case enters the selection as its cases ("test:suite/case"), a script run section by
+section as its sections ("test:section"), unless a rule below keeps it whole.
 
 A test's lines are the lines of the library (the folders in LIBRARY below; tests/ is left out: a
 test's own source is its own) that some process of the test executed. The selection is a weighted
@@ -196,13 +198,15 @@ def main():
     t_dropped = sum(cost[u] for u in dropped)
     n_cases = sum(len(c) for c in split.values())
     with open(a.out, "w") as f:
-        f.write("# tests/release_only.txt - the tests, and the cases of Criterion suites (TEST:suite/case),\n")
-        f.write("# that the sanitizer stage leaves to the Release stage. Written by tools/sanitizer_coverage.sh:\n")
+        f.write("# tests/release_only.txt - the tests, the cases of Criterion suites (TEST:suite/case) and the\n")
+        f.write("# sections of script tests (TEST:section, tests/lib/sections.sh) that the sanitizer stage\n")
+        f.write("# leaves to the Release stage. Written by tools/sanitizer_coverage.sh:\n")
         f.write("# rerun it, do not edit. Every library line (%s) each of them\n" % " ".join(LIBRARY))
         f.write("# executes is executed by what the sanitizer stage runs, so the sanitizers check the same\n")
         f.write("# code without it. A whole test gets the label release_only; a suite with cases here runs\n")
-        f.write("# the others in the sanitizer build (tests/CMakeLists.txt: CRITERION_TEST_PATTERN).\n")
-        f.write("# %s, commit %s: %d tests (%d suites split into %d cases) execute %d library lines; the\n"
+        f.write("# the others in the sanitizer build (tests/CMakeLists.txt: CRITERION_TEST_PATTERN), a\n")
+        f.write("# script with sections here its other sections (TRIDENT_TEST_SKIP_SECTIONS).\n")
+        f.write("# %s, commit %s: %d tests (%d split into %d cases or sections) execute %d library lines; the\n"
                 % (datetime.date.today().isoformat(), commit, len(whole), len(split), n_cases, len(universe)))
         f.write("# sanitizer stage's %d units cover them all (%.0f s); these %d (%.0f s) run in Release only.\n"
                 % (len(kept), t_kept, len(dropped), t_dropped))
