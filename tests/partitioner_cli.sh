@@ -37,6 +37,21 @@ got = tuple(l[k] for k in ("tensor_model_parallel_size", "pipeline_model_paralle
                             "micro_batch_size", "seq_length", "global_batch_size"))
 assert got == (1, 1, 1, 4, 64, 4), l
 PY
+# every flag both CLIs take is one definition (tools/cli/layout_flags.h, compression_flags.h,
+# local_sgd_flags.h): the same help line, default and choices in both -h lists; --config's example
+# model is each tool's own
+OMPI_MCA_ess_singleton_isolated=1 "$build/bin/engine_train" -h > "$tmp/train_help.txt" 2>&1
+"$bin" -h > "$tmp/help.txt" 2>&1
+python3 - "$tmp/help.txt" "$tmp/train_help.txt" <<'PY' && ok "the flags both CLIs take read the same in both -h lists" || fail "-h lists differ"
+import re, sys
+def flags(p):
+    return {m.group(1): l for l in open(p) for m in [re.match(r"  (--[a-z0-9-]+)", l)] if m}
+a, b = flags(sys.argv[1]), flags(sys.argv[2])
+shared = sorted(set(a) & set(b) - {"--config"})
+assert len(shared) >= 30, shared
+diff = [k for k in shared if a[k] != b[k]]
+assert not diff, "\n".join("partitioner: %sengine_train: %s" % (a[k], b[k]) for k in diff)
+PY
 
 # ---- the README's CPU run ----
 readme=(--num-gpus 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 4

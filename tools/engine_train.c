@@ -51,6 +51,7 @@
 #include "tools/cli/fault.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
+#include "tools/cli/local_sgd_flags.h"
 #include "tools/cli/outputs.h"
 #include "tools/cli/train_metrics.h"
 #include "tools/cli/validate.h"
@@ -75,11 +76,7 @@ typedef struct args {
     float exit_duration_mins;
     bool quiet;
     bool exit_on_missing_checkpoint, override_scheduler, use_checkpoint_scheduler, async_save;
-    int local_sgd_steps;                        /* local SGD / DiLoCo (engine/train/local_sgd.h) */
-    const char *outer_optimizer;                /* NULL: not given (average when H > 1) */
-    float outer_lr, outer_momentum;             /* outer_lr NAN: the outer optimizer's default */
-    int64_t local_sgd_warmup_iters;
-    bool reset_outer_state;
+    tri_cli_local_sgd local_sgd;                /* local SGD / DiLoCo (engine/train/local_sgd.h) */
     tri_cli_compression compression;            /* tools/cli/compression_flags.h */
     bool cuda_graph;                            /* --enable-cuda-graph (engine/train/step_graph.h) */
 } args;
@@ -172,12 +169,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("skip-nonfinite", TRI_FLAG_INT, &a->skip_nonfinite, "skip up to K steps in a row whose loss or gradients are not finite on some rank (no update on any rank); the next one stops the run (0: stop at the first)", 0, 1 << 30);
     f[n++] = (tri_flag)FLAG("skip-loss-spike-zscore", TRI_FLAG_FLOAT, &a->spike_zscore, "skip the update of a step whose loss is more than Z standard deviations above the mean of the last --loss-spike-window losses (0: off)", 0, 1e6);
     f[n++] = (tri_flag)FLAG("loss-spike-window", TRI_FLAG_INT, &a->spike_window, "losses of applied steps the spike z-score is measured against", 2, 1 << 20);
-    f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: each data-parallel replica runs H inner steps on its share of every global batch with no data-parallel communication (its own gradient norm for clipping, its own loss in the log), then one outer synchronisation averages the replicas' parameter change (1: synchronous data parallelism, unless --outer-optimizer is given). Iterations and the learning-rate schedule count inner steps; the last iteration always synchronises; an --eval-interval between synchronisations reports the mean of the replicas' losses. ZeRO stage 0 only (each replica keeps its whole AdamW state, never averaged); composes with tp, pp, sequence parallelism, bf16 (fp32 anchor and deltas), recomputation and deterministic mode. With --grad-compression the outer synchronisation's reduction of the parameter change goes through that compressor, with an error-feedback residual of its own (per replica, checkpointed) and, for powersgd, a Q warm-started across outer steps; the --local-sgd-warmup-iters synchronous steps compress their gradients as a compressed synchronous run does", -1000000, 1 << 30);
-    f[n++] = (tri_flag)CHOICE("outer-optimizer", &a->outer_optimizer, "average|nesterov", "local SGD's outer step on the replicas' mean parameter change delta (anchor - parameters): average moves the anchor by outer-lr x delta (outer lr 1: parameter averaging, Lin et al. 2020); nesterov is PyTorch's SGD with Nesterov momentum on delta, as DiLoCo (Douillard et al. 2023). Default average; giving it turns local SGD on even at --local-sgd-steps 1");
-    f[n++] = (tri_flag)FLAG("outer-lr", TRI_FLAG_FLOAT, &a->outer_lr, "outer learning rate, > 0 (default: 1 for average, DiLoCo's 0.7 for nesterov)", -1e9, 1e9);
-    f[n++] = (tri_flag)FLAG("outer-momentum", TRI_FLAG_FLOAT, &a->outer_momentum, "Nesterov momentum of the outer step, in [0, 1) (DiLoCo's 0.9; nesterov only)", -1e9, 1e9);
-    f[n++] = (tri_flag)FLAG("local-sgd-warmup-iters", TRI_FLAG_INT64, &a->local_sgd_warmup_iters, "local SGD: the first W iterations are synchronous data parallelism, local steps and the anchor start after them (post-local SGD, Lin et al. 2020; DiLoCo starts from a trained model)", -1e12, 1e12);
-    f[n++] = (tri_flag)FLAG("reset-outer-state", TRI_FLAG_BOOL, &a->reset_outer_state, "on resume, start local SGD's outer state afresh (anchor = the loaded weights, momentum zero; without local SGD: drop the checkpoint's) instead of refusing a checkpoint saved with other --local-sgd-steps / --outer-optimizer", 0, 0);
+    n = tri_cli_local_sgd_flags(&a->local_sgd, f, n);
     f[n++] = (tri_flag)FLAG("quiet", TRI_FLAG_BOOL, &a->quiet, "no per-iteration lines (summary only)", 0, 0);
     return n;
 }
@@ -218,36 +210,19 @@ static void defaults(args *a)
     a->comm_timeout = 300.0f;
     a->comm = "auto";
     a->spike_window = 50;
-    a->local_sgd_steps = 1;
-    a->outer_lr = NAN;
-    a->outer_momentum = 0.9f;
+    tri_cli_local_sgd_defaults(&a->local_sgd);
 }
 
-/* --local-sgd-steps and the outer optimizer's flags into the session's config (steps 0: off). */
+/* --local-sgd-steps and the outer optimizer's flags into the session's config (steps 0: off), with the
+ * two refusals that concern other flags. */
 static int local_sgd_options(run *r)
 {
-    args *a = &r->a;
+    const args *a = &r->a;
     tri_local_sgd_config *c = &r->sopt.local_sgd;
-    memset(c, 0, sizeof *c);
-    if (a->local_sgd_steps < 1)
-        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation "
-                       "(1: synchronous data parallelism)", a->local_sgd_steps);
-    if (a->local_sgd_steps == 1 && !a->outer_optimizer) {
-        if (!isnan(a->outer_lr) || a->local_sgd_warmup_iters != 0)
-            return TRI_ERR(TRI_EINVAL, "--%s needs local SGD (--local-sgd-steps H > 1 or --outer-optimizer)",
-                           !isnan(a->outer_lr) ? "outer-lr" : "local-sgd-warmup-iters");
-        return TRI_OK; /* --reset-outer-state here drops a checkpoint's local SGD state */
-    }
-    int rc = tri_outer_kind_parse(a->outer_optimizer ? a->outer_optimizer : "average", &c->outer);
-    if (rc)
+    int rc = tri_cli_local_sgd_resolve(&a->local_sgd, a->train_iters, r->L.zero_stage, c);
+    if (rc || c->steps == 0)
         return rc;
-    c->steps = a->local_sgd_steps;
-    c->outer_lr = !isnan(a->outer_lr) ? a->outer_lr : c->outer == TRI_OUTER_NESTEROV ? 0.7f : 1.0f;
-    c->outer_momentum = a->outer_momentum;
-    c->final_iter = a->train_iters;
-    c->warmup_iters = a->local_sgd_warmup_iters;
-    rc = tri_local_sgd_check(c, r->L.zero_stage);
-    if (!rc && r->L.compression.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
+    if (r->L.compression.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
         rc = TRI_ERR(TRI_EINVAL, "--grad-compression-reduce two-phase with --local-sgd-steps %d: the outer "
                      "synchronisation reduces the replicas' parameter change at ZeRO 1's form (each rank decodes "
                      "its anchor slice), which the all-gather reduction already gives; use --grad-compression-reduce "
@@ -305,7 +280,7 @@ static int validate(run *r)
         tri_adamw_config oc = {.freeze_step = a->adam_freeze_step, .onebit_adam = true};
         rc = tri_optimizer_parse(a->optimizer, &oc.kind);
         if (!rc) rc = tri_onebit_adam_check(&oc, &r->L.compression, r->L.zero_stage,
-                                            a->local_sgd_steps > 1 ? a->local_sgd_steps : 0, r->L.deterministic, r->L.cp);
+                                            a->local_sgd.steps > 1 ? a->local_sgd.steps : 0, r->L.deterministic, r->L.cp);
         if (rc)
             return rc;
     }
@@ -566,7 +541,7 @@ static int evaluate(run *r, int64_t iter)
 static tri_session_ckpt_run ckpt_run(const run *r)
 {
     return (tri_session_ckpt_run){.seed = (uint64_t)r->a.seed, .lr = r->lr, .keep_last = r->a.keep_last,
-                                  .reset_outer_state = r->a.reset_outer_state,
+                                  .reset_outer_state = r->a.local_sgd.reset_outer_state,
                                   .reset_compression_state = r->a.compression.reset_state,
                                   .no_load_optim = r->a.no_load_optim,
                               .lr_source = r->a.use_checkpoint_scheduler ? TRI_LR_CHECKPOINT

@@ -39,6 +39,7 @@
 #include "tools/cli/compression_flags.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
+#include "tools/cli/local_sgd_flags.h"
 #include "tools/cli/metrics.h"
 #include "tools/cli/outputs.h"
 #include "tools/cli/partitioner_report.h"
@@ -50,10 +51,10 @@ typedef struct args {
     int top, max_tp, max_micro_batch, max_cp;
     bool json, search, sweep;
     float gemm, memory, intra, inter, tp_exposed, dp_exposed;
-    /* data parallelism over slow links: the compression flags that set the bytes, engine_train's table
-     * and defaults (tools/cli/compression_flags.h) */
+    /* data parallelism over slow links: the compression flags that set the bytes and --local-sgd-steps,
+     * engine_train's table and defaults (tools/cli/compression_flags.h, tools/cli/local_sgd_flags.h) */
     tri_cli_compression comp;
-    int local_sgd_steps;
+    tri_cli_local_sgd local_sgd;
     float inter_node_gbps;
 } args;
 
@@ -86,7 +87,7 @@ static int make_flags(args *a, tri_flag *f)
     f[n++] = (tri_flag)FLAG("dp-comm-exposed", TRI_FLAG_FLOAT, &a->dp_exposed, "share of data-parallel communication not overlapped (default: all without --overlap-grad-reduce / --overlap-param-gather, else simulated against each stage's timeline; given, it replaces the simulation)", 0, 1);
     n = tri_cli_compression_wire_flags(&a->comp, f, n); /* its bytes replace the reduction's; encode + decode
                                                         * charged as memory-bound passes */
-    f[n++] = (tri_flag)FLAG("local-sgd-steps", TRI_FLAG_INT, &a->local_sgd_steps, "local SGD / DiLoCo: one data-parallel synchronisation every H iterations (ZeRO 0), its bytes and time charged 1/H a step", -(1 << 30), 1 << 30);
+    n = tri_cli_local_sgd_steps_flag(&a->local_sgd, f, n);
     f[n++] = (tri_flag)FLAG("inter-node-bandwidth", TRI_FLAG_FLOAT, &a->inter_node_gbps, "Gb/s per GPU between nodes, replacing the preset's (0: the preset's, e.g. 400 for h100-sxm; data parallelism crosses nodes when tp x dp > GPUs per node)", 0, 1e6);
     f[n++] = (tri_flag)FLAG("dp-bandwidth-sweep", TRI_FLAG_BOOL, &a->sweep, "also predict the step for every --grad-compression (and local SGD with --local-sgd-steps) at 10, 25, 100 and 400 Gb/s between nodes: when compression pays", 0, 0);
     return n;
@@ -104,6 +105,7 @@ static void defaults(args *a)
     a->top = 10;
     a->max_micro_batch = 16;
     tri_cli_compression_defaults(&a->comp);
+    tri_cli_local_sgd_defaults(&a->local_sgd);
 }
 
 static bool seen(const tri_flag *f, int n, const char *name)
@@ -128,7 +130,7 @@ static tri_cluster make_cluster(const args *a, const tri_flag *f, int nf, const 
     if (seen(f, nf, "inter-node-bandwidth")) c.inter_bw = a->inter_node_gbps * 1e9 / 8.0;
     c.dp.compression = tri_compression_defaults();
     (void)tri_cli_compression_fields(&a->comp, &c.dp.compression); /* the names: the flags' choices */
-    c.dp.local_sgd_steps = a->local_sgd_steps;
+    c.dp.local_sgd_steps = a->local_sgd.steps;
     return c;
 }
 
@@ -197,15 +199,13 @@ static int write_timeline(const args *a, const tri_preview *p, const char *model
     return rc;
 }
 
-/* The data-parallel flags against the layout: H < 1 given, a compressor's fields or ZeRO stage
+/* The data-parallel flags against the layout: H < 1, a compressor's fields or ZeRO stage
  * (tri_time_dp_method_check); compression or local SGD with dp 1 warns and is ignored, as
  * engine_train does. */
-static int dp_method(const args *a, const tri_flag *f, int nf, const tri_train_layout *l, tri_cluster *c)
+static int dp_method(const args *a, const tri_train_layout *l, tri_cluster *c)
 {
-    if (seen(f, nf, "local-sgd-steps") && a->local_sgd_steps < 1)
-        return TRI_ERR(TRI_EINVAL, "--local-sgd-steps %d: expected H >= 1 inner steps per outer synchronisation",
-                       a->local_sgd_steps);
-    int rc = tri_time_dp_method_check(&c->dp, l);
+    int rc = tri_cli_local_sgd_steps_check(a->local_sgd.steps);
+    if (!rc) rc = tri_time_dp_method_check(&c->dp, l);
     if (rc)
         return rc;
     if (l->dp == 1 && (c->dp.compression.kind != TRI_COMPRESS_NONE || c->dp.local_sgd_steps > 1)) {
@@ -298,7 +298,7 @@ static int preview(args *a, tri_flag *flags, int nf, const tri_model *model)
     if (a->search) /* the search tries its own layouts around the request; it needs none valid */
         return search(a, model, &m, &c, &a->layout.req, &l.moe, &info);
     if (!rc)
-        rc = dp_method(a, flags, nf, &l, &c);
+        rc = dp_method(a, &l, &c);
     if (!rc && a->calibrate)
         rc = calibrate(a, &m, &l, &c, gemm_source, sizeof gemm_source);
     if (rc)
