@@ -27,17 +27,8 @@ cd "$src"
 run=("$bin/engine_train" --config models/gpt2-tiny-byte.json --micro-batch-size 2 --global-batch-size 4
      --seq-length 32 --train-iters 6 --eval-iters 1 --sample-length 0 --quiet)
 
-# losses of iterations 4-6 from a run directory's metrics.jsonl, one per line
-losses() { $py -c "
-import json,sys
-for l in open(sys.argv[1]):
-    o=json.loads(l)
-    if o['kind']=='train' and o['iter']>3: print(repr(o['loss']))" "$1/metrics.jsonl"; }
-close() { $py -c "
-import sys
-a=[float(x) for x in open(sys.argv[1])]; b=[float(x) for x in open(sys.argv[2])]
-assert len(a)==len(b)==3, (a, b)
-d=max(abs(x-y)/abs(y) for x,y in zip(a,b)); print('%.3g' % d); sys.exit(0 if d<=1e-5 else 1)" "$1" "$2"; }
+# losses, close, reshard_resume
+source "$src/tests/lib/resume_losses.sh"
 
 # the saving run (tp 2 x pp 2) that four sections start from
 if section resume || section reshard || section inspect_merge_export || section flipped_byte; then
@@ -62,12 +53,7 @@ fi
 
 # another layout, offline: ckpt reshard to tp 1 x dp 2 (ZeRO 1), resumed under mpirun
 if section reshard; then
-  "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 \
-    --zero-stage 1 "$tmp/a/iter_0000003" "$tmp/c" > "$tmp/reshard.log" 2>&1 || { cat "$tmp/reshard.log"; fail "ckpt reshard"; }
-  out=$("${mpirun[@]}" -np 2 "${run[@]}" --save-dir "$tmp/c" --load "$tmp/c" 2>&1) || { echo "$out" | tail -5; fail "resume after reshard"; }
-  losses "$tmp/c" > "$tmp/c.losses"
-  d=$(close "$tmp/c.losses" "$tmp/a.losses") && echo "ok   ckpt reshard to tp 1 x dp 2, ZeRO 1: losses within $d" \
-    || fail "after ckpt reshard: losses differ by $d"
+  reshard_resume "$tmp/a" "$tmp/c"
 fi
 
 # a compressed run's own state through ckpt reshard (pp 2 x dp 2, PowerSGD from iteration 1): the

@@ -63,12 +63,7 @@ grep -q "attn_pdrop 0.1 dropped" "$tmp/import_f32.log" && echo "ok   dropout of 
   || fail "the config's dropout was not reported: $(cat "$tmp/import_f32.log")"
 
 # ---- 3: fine-tune the imported weights in another layout ----
-out=$(mpiexec --oversubscribe --mca btl self,vader -np 4 --timeout 300 "$bin/engine_train" \
-      --config "$tmp/ck_f32/config.json" --load "$tmp/ck_f32" --save-dir "$tmp/ck_f32" \
-      --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --train-iters 2 --seq-length 32 \
-      --eval-iters 1 --sample-length 0 --threads 1 2>&1)
-grep -q "resumed from .* at iteration 0" <<<"$out" && grep -q "trained 2 iterations" <<<"$out" \
-  && echo "ok   fine-tuned the imported weights at tp 2 x pp 2" || { echo "$out" | tail -5; fail "fine-tuning at tp 2 x pp 2"; }
+fine_tune f32 "weights at tp 2 x pp 2" 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 
 # ---- 4: refusals ----
 # refused KIND NEEDLE...: the corrupted single file is refused, naming the file and NEEDLE

@@ -93,12 +93,7 @@ fi
 
 # ---- 4: fine-tune the imported weights in another layout ----
 if section fine_tune; then
-  out=$(mpiexec --oversubscribe --mca btl self,vader -np 4 --timeout 300 "$bin/engine_train" \
-        --config "$tmp/ck_tied_f32/config.json" --load "$tmp/ck_tied_f32" --save-dir "$tmp/ck_tied_f32" \
-        --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --train-iters 2 --seq-length 32 \
-        --eval-iters 1 --sample-length 0 --threads 1 2>&1)
-  grep -q "resumed from .* at iteration 0" <<<"$out" && grep -q "trained 2 iterations" <<<"$out" \
-    && echo "ok   fine-tuned the imported Llama at tp 2 x pp 2" || { echo "$out" | tail -5; fail "fine-tuning at tp 2 x pp 2"; }
+  fine_tune tied_f32 "Llama at tp 2 x pp 2" 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 fi
 
 # ---- 5: refusals ----

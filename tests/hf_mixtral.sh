@@ -47,12 +47,7 @@ grep -q '"model_type": "qwen3_moe"' "$tmp/hf_qwen3_moe_f32/config.json" &&
   echo "ok   the exported config.json is a Qwen3MoeConfig" || fail "exported qwen3_moe config.json"
 
 # ---- 2: fine-tune the imported weights at pp 2 ----
-out=$(mpiexec --oversubscribe --mca btl self,vader -np 2 --timeout 300 "$bin/engine_train" \
-      --config "$tmp/ck_mixtral_f32/config.json" --load "$tmp/ck_mixtral_f32" --save-dir "$tmp/ck_mixtral_f32" \
-      --pipeline-model-parallel-size 2 --train-iters 2 --seq-length 32 --eval-iters 1 --sample-length 0 \
-      --threads 1 2>&1)
-grep -q "resumed from .* at iteration 0" <<<"$out" && grep -q "trained 2 iterations" <<<"$out" \
-  && echo "ok   fine-tuned the imported Mixtral at pp 2" || { echo "$out" | tail -5; fail "fine-tuning at pp 2"; }
+fine_tune mixtral_f32 "Mixtral at pp 2" 2 --pipeline-model-parallel-size 2
 
 # ---- 3: the expert count of the files against the config's ----
 # experts E_CONFIG NEEDLE: the 4-expert files under a config of E_CONFIG experts are refused with NEEDLE

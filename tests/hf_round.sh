@@ -1,6 +1,6 @@
 # tests/hf_round.sh - sourced by the Hugging Face directory tests (hf_llama.sh, hf_mixtral.sh,
-# hf_interop.sh): the round trip they check. Needs $bin (the build's bin/), $tmp (a scratch directory), $py, $src
-# and a fail function.
+# hf_interop.sh): the round trip they check, and the fine-tuning of an import. Needs $bin (the
+# build's bin/), $tmp (a scratch directory), $py, $src and a fail function.
 
 # hf_export_same DIR NAME [export flags...]: exports checkpoint $tmp/ck_NAME with the flags into
 # $tmp/hf_NAME and compares its safetensors files (and shard index) with DIR's, byte for byte;
@@ -36,4 +36,17 @@ round() {
     "$bin/ckpt" import --format hf "$tmp/hf_$name" "$tmp/ck2_$name" > /dev/null 2>&1 &&
     echo "ok   $name: the checkpoint holds the file's values under the same names; config.json agrees and reads back" \
     || fail "$name: values or config differ: ${out:-} ${out2:-}"
+}
+
+# fine_tune NAME WHAT NP [engine_train flags...]: the imported checkpoint $tmp/ck_NAME trains 2
+# iterations on NP ranks in the layout the flags give, resuming at iteration 0
+fine_tune() {
+  local name=$1 what=$2 np=$3
+  shift 3
+  local out
+  out=$(mpiexec --oversubscribe --mca btl self,vader -np "$np" --timeout 300 "$bin/engine_train" \
+        --config "$tmp/ck_$name/config.json" --load "$tmp/ck_$name" --save-dir "$tmp/ck_$name" "$@" \
+        --train-iters 2 --seq-length 32 --eval-iters 1 --sample-length 0 --threads 1 2>&1)
+  grep -q "resumed from .* at iteration 0" <<<"$out" && grep -q "trained 2 iterations" <<<"$out" \
+    && echo "ok   fine-tuned the imported $what" || { echo "$out" | tail -5; fail "fine-tuning the imported $what"; }
 }

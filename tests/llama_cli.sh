@@ -32,17 +32,8 @@ JSON
 run=("$bin/engine_train" --config "$tmp/llama.json" --micro-batch-size 2 --global-batch-size 4 --seq-length 32
      --train-iters 6 --eval-iters 1 --sample-length 0 --lr 3e-3 --quiet)
 
-# losses of iterations 4-6 from a run directory's metrics.jsonl, one per line
-losses() { $py -c "
-import json,sys
-for l in open(sys.argv[1]):
-    o=json.loads(l)
-    if o['kind']=='train' and o['iter']>3: print(repr(o['loss']))" "$1/metrics.jsonl"; }
-close() { $py -c "
-import sys
-a=[float(x) for x in open(sys.argv[1])]; b=[float(x) for x in open(sys.argv[2])]
-assert len(a)==len(b)==3, (a, b)
-d=max(abs(x-y)/abs(y) for x,y in zip(a,b)); print('%.3g' % d); sys.exit(0 if d<=1e-5 else 1)" "$1" "$2"; }
+# losses, close, reshard_resume
+source "$src/tests/lib/resume_losses.sh"
 # resume SRC_STEP_DIR DST NP FLAGS...: DST starts from a copy of step 3 of SRC
 resume() {
   local from=$1 dst=$2 np=$3
@@ -68,12 +59,7 @@ cmp -s "$tmp/a.losses" "$tmp/b.losses" && [ -s "$tmp/b.losses" ] \
 resume "$tmp/a" "$tmp/c" 4 --tensor-model-parallel-size 4
 d=$(close "$tmp/c.losses" "$tmp/a.losses") && echo "ok   resumed at tp 4 (key/value heads shared by 2 ranks): losses within $d" \
   || fail "resume at tp 4: losses differ by $d"
-"$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 \
-  --zero-stage 1 "$tmp/a/iter_0000003" "$tmp/r" > "$tmp/reshard.log" 2>&1 || { cat "$tmp/reshard.log"; fail "ckpt reshard"; }
-out=$("${mpirun[@]}" -np 2 "${run[@]}" --save-dir "$tmp/r" --load "$tmp/r" 2>&1) || { echo "$out" | tail -5; fail "resume after reshard"; }
-losses "$tmp/r" > "$tmp/r.losses"
-d=$(close "$tmp/r.losses" "$tmp/a.losses") && echo "ok   ckpt reshard to tp 1 x dp 2, ZeRO 1: losses within $d" \
-  || fail "after ckpt reshard: losses differ by $d"
+reshard_resume "$tmp/a" "$tmp/r"
 
 # 3. deterministic: another pipeline, data-parallel and ZeRO layout at the same tp, the same bits
 out=$("${mpirun[@]}" -np 4 "${run[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
