@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <functional>
 #include <vector>
@@ -194,15 +195,23 @@ static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr
     return cudaSuccess;
 }
 
-/* 256-byte aligned as cudaMalloc's, filled with 0xff bytes (NaN floats, bf16 NaN, -1 integers). */
+/* 256-byte aligned as cudaMalloc's, filled with 0xff bytes (NaN floats, bf16 NaN, -1 integers). A
+ * block of 2 MiB or more starts on a 2 MiB boundary and asks for transparent huge pages, as the CPU
+ * backend's blocks do (engine/device/device_cpu.c): the fill then faults it in 2 MiB at a time, where
+ * 4 KiB pages cost every emulated device ~10,000 first touches for its cuBLASLt workspace and upload
+ * staging alone (docs/test-suite.md). The size is not rounded beyond 256 bytes, so AddressSanitizer
+ * still sees a kernel that reads or writes past the block. */
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     if (tri_emu_capture_refuses())
         return cudaErrorStreamCaptureUnsupported;
-    size_t n = (bytes + 255) / 256 * 256;
-    *p = aligned_alloc(256, n ? n : 256);
-    if (!*p)
+    size_t n = (bytes + 255) / 256 * 256, huge = (size_t)2 << 20;
+    if (posix_memalign(p, n >= huge ? huge : 256, n ? n : 256) != 0) {
+        *p = NULL;
         return cudaErrorMemoryAllocation;
+    }
+    if (n >= huge)
+        (void)madvise(*p, n, MADV_HUGEPAGE);
     memset(*p, 0xff, n);
     return cudaSuccess;
 }
