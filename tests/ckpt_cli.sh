@@ -27,28 +27,18 @@ cd "$src"
 run=("$bin/engine_train" --config models/gpt2-tiny-byte.json --micro-batch-size 2 --global-batch-size 4
      --seq-length 32 --train-iters 6 --eval-iters 1 --sample-length 0 --quiet)
 
-# losses, close, reshard_resume
+# losses, close, save_run, resume, same_losses, reshard_resume
 source "$src/tests/lib/resume_losses.sh"
 
 # the saving run (tp 2 x pp 2) that four sections start from
 if section resume || section reshard || section inspect_merge_export || section flipped_byte; then
-  out=$("${mpirun[@]}" -np 4 "${run[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
-        --save-dir "$tmp/a" --save-interval 3 2>&1) || { echo "$out" | tail -5; fail "the saving run"; }
-  losses "$tmp/a" > "$tmp/a.losses"
-  [ "$(cat "$tmp/a/latest" 2>/dev/null)" = iter_0000006 ] || fail "latest is not iter_0000006"
+  save_run "$tmp/a"
 fi
 
 # same layout, from iteration 3: bit-identical losses (metrics hold every digit)
 if section resume; then
-  mkdir -p "$tmp/b" && echo iter_0000003 > "$tmp/b/latest" && cp -r "$tmp/a/iter_0000003" "$tmp/b/"
-  out=$("${mpirun[@]}" -np 4 "${run[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
-        --save-dir "$tmp/b" --load "$tmp/b" 2>&1) || { echo "$out" | tail -5; fail "resume in the same layout"; }
-  losses "$tmp/b" > "$tmp/b.losses"
-  if cmp -s "$tmp/a.losses" "$tmp/b.losses" && [ -s "$tmp/b.losses" ]; then
-    echo "ok   resume at tp 2 x pp 2: losses of iterations 4-6 bit-identical"
-  else
-    fail "resume at tp 2 x pp 2: $(tr '\n' ' ' < "$tmp/b.losses") vs $(tr '\n' ' ' < "$tmp/a.losses")"
-  fi
+  resume "$tmp/a" "$tmp/b" 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+  same_losses "$tmp/a" "$tmp/b" "resume at tp 2 x pp 2"
 fi
 
 # another layout, offline: ckpt reshard to tp 1 x dp 2 (ZeRO 1), resumed under mpirun

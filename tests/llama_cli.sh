@@ -32,28 +32,14 @@ JSON
 run=("$bin/engine_train" --config "$tmp/llama.json" --micro-batch-size 2 --global-batch-size 4 --seq-length 32
      --train-iters 6 --eval-iters 1 --sample-length 0 --lr 3e-3 --quiet)
 
-# losses, close, reshard_resume
+# losses, close, save_run, resume, same_losses, reshard_resume
 source "$src/tests/lib/resume_losses.sh"
-# resume SRC_STEP_DIR DST NP FLAGS...: DST starts from a copy of step 3 of SRC
-resume() {
-  local from=$1 dst=$2 np=$3
-  shift 3
-  mkdir -p "$dst" && echo iter_0000003 > "$dst/latest" && cp -r "$from/iter_0000003" "$dst/"
-  "${mpirun[@]}" -np "$np" "${run[@]}" --save-dir "$dst" --load "$dst" "$@" > "$dst.log" 2>&1 ||
-    { tail -5 "$dst.log"; fail "resume into $dst ($*)"; }
-  losses "$dst" > "$dst.losses"
-}
 
-out=$("${mpirun[@]}" -np 4 "${run[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
-      --save-dir "$tmp/a" --save-interval 3 2>&1) || { echo "$out" | tail -5; fail "the saving run"; }
-losses "$tmp/a" > "$tmp/a.losses"
-[ "$(cat "$tmp/a/latest" 2>/dev/null)" = iter_0000006 ] || fail "latest is not iter_0000006"
+save_run "$tmp/a"
 
 # 1. same layout
 resume "$tmp/a" "$tmp/b" 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
-cmp -s "$tmp/a.losses" "$tmp/b.losses" && [ -s "$tmp/b.losses" ] \
-  && echo "ok   resume at tp 2 x pp 2: losses of iterations 4-6 bit-identical" \
-  || fail "resume at tp 2 x pp 2: $(tr '\n' ' ' < "$tmp/b.losses") vs $(tr '\n' ' ' < "$tmp/a.losses")"
+same_losses "$tmp/a" "$tmp/b" "resume at tp 2 x pp 2"
 
 # 2. tp 4 on load (key/value heads shared), and tp 1 x dp 2 after an offline reshard
 resume "$tmp/a" "$tmp/c" 4 --tensor-model-parallel-size 4
@@ -62,13 +48,9 @@ d=$(close "$tmp/c.losses" "$tmp/a.losses") && echo "ok   resumed at tp 4 (key/va
 reshard_resume "$tmp/a" "$tmp/r"
 
 # 3. deterministic: another pipeline, data-parallel and ZeRO layout at the same tp, the same bits
-out=$("${mpirun[@]}" -np 4 "${run[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
-      --deterministic-mode --save-dir "$tmp/d" --save-interval 3 2>&1) || { echo "$out" | tail -5; fail "deterministic run"; }
-losses "$tmp/d" > "$tmp/d.losses"
+save_run "$tmp/d" --deterministic-mode
 resume "$tmp/d" "$tmp/e" 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --zero-stage 2 --deterministic-mode
-cmp -s "$tmp/d.losses" "$tmp/e.losses" && [ -s "$tmp/e.losses" ] \
-  && echo "ok   deterministic: resumed at tp 2 x dp 2 ZeRO 2 from tp 2 x pp 2, bit-identical" \
-  || fail "deterministic resume: $(tr '\n' ' ' < "$tmp/e.losses") vs $(tr '\n' ' ' < "$tmp/d.losses")"
+same_losses "$tmp/d" "$tmp/e" "deterministic: resumed at tp 2 x dp 2 ZeRO 2 from tp 2 x pp 2"
 
 # 4. inspect and merge
 "$bin/ckpt" inspect "$tmp/a" > "$tmp/inspect.txt" 2>&1 || { cat "$tmp/inspect.txt"; fail "ckpt inspect"; }
