@@ -37,13 +37,14 @@ static int fill(void *ctx, int64_t first, int64_t n, int32_t *w)
     return TRI_OK;
 }
 
-/* The chunk of this rank holding global parameter `gi` (not a tied copy), or -1. */
-static int holder(const tri_model_rank *r, int gi, int *param)
+/* The chunk of this rank holding global parameter `gi` (copy: its tied copy, the LM head's wte on
+ * the last stage; else the parameter itself), or -1. */
+static int holder(const tri_model_rank *r, int gi, bool copy, int *param)
 {
     for (int c = 0; c < r->v; c++) {
         const tri_param_layout *L = &r->chunk[c]->layout;
         for (int i = 0; i < L->n; i++)
-            if (L->params[i].spec.global_index == gi && !L->params[i].spec.tied_copy) {
+            if (L->params[i].spec.global_index == gi && L->params[i].spec.tied_copy == copy) {
                 *param = i;
                 return c;
             }
@@ -53,14 +54,15 @@ static int holder(const tri_model_rank *r, int gi, int *param)
 
 /* Gathers global parameter gi from `flat` buffers (params or grads) to world rank 0: its holder
  * stage all-gathers the TP shards and places them, then broadcasts over the world from the
- * holder's (tp 0, dp 0) rank; *dst (malloc'd) receives it on world rank 0. */
-static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grads, const tri_param_spec *spec,
-                   float **dst)
+ * holder's (tp 0, dp 0) rank; *dst (malloc'd) receives it on world rank 0. copy: the stage holding
+ * its tied copy instead (*dst NULL on every rank when no stage does). */
+static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grads, bool copy,
+                   const tri_param_spec *spec, float **dst)
 {
     int64_t global = 1;
     for (int d = 0; d < spec->ndim; d++)
         global *= spec->shape[d];
-    int pi = -1, c = holder(r, gi, &pi);
+    int pi = -1, c = holder(r, gi, copy, &pi);
     /* the root (vote by all-reduce): the lowest world rank among the holders' TP rank 0 (one stage
      * holds it; dp rank 0 but for an expert under expert parallelism: its ep rank) */
     /* an expert under expert parallelism is whole on its ep rank, which with tp > 1 may be any TP rank
@@ -78,6 +80,9 @@ static int collect(const tri_model_rank *r, const tri_grid *g, int gi, bool grad
     if (!rc) rc = tri_device_copy_to_host(dev, v, vote);
     int32_t root = -v[1];
     tri_device_free(dev, vote.data);
+    *dst = NULL;
+    if (rc || root == 1 << 30) /* no stage holds it (a tied copy at pp 1) */
+        return rc;
     float *global_host = calloc((size_t)global, sizeof *global_host);
     if (!global_host)
         return TRI_ERR(TRI_ENOMEM, "harness: no memory");
@@ -137,17 +142,26 @@ static int collect_all(const tri_model_rank *r, const tri_grid *g, const tri_mod
 {
     tri_param_spec *specs = NULL;
     int n = 0;
-    int rc = tri_model_all_specs(model, g->tp, &specs, &n);
+    int rc = tri_model_all_specs(model, g->tp, &specs, &n), differs = 0; /* global index + 1 */
     for (int i = 0; i < n && !rc; i++) {
-        float *t = NULL;
-        rc = collect(r, g, specs[i].global_index, grads, &specs[i], &t);
-        if (rc || g->world_rank != 0)
+        float *t = NULL, *copy = NULL;
+        int64_t numel = 1;
+        for (int d = 0; d < specs[i].ndim; d++)
+            numel *= specs[i].shape[d];
+        rc = collect(r, g, specs[i].global_index, grads, false, &specs[i], &t);
+        /* a tied copy's weights (the last stage's wte) are the holder's, bit for bit (world rank 0
+         * compares; the verdict waits for the loop's end, whose collectives every rank runs) */
+        if (!rc && !grads) rc = collect(r, g, specs[i].global_index, false, true, &specs[i], &copy);
+        if (!rc && t && copy && !differs && memcmp(t, copy, (size_t)numel * sizeof *t) != 0)
+            differs = specs[i].global_index + 1;
+        free(copy);
+        if (rc || g->world_rank != 0) {
+            free(t);
             continue;
+        }
         int k = specs[i].global_index;
         snprintf(out->names[k], sizeof out->names[k], "%s", specs[i].name);
-        out->numel[k] = 1;
-        for (int d = 0; d < specs[i].ndim; d++)
-            out->numel[k] *= specs[i].shape[d];
+        out->numel[k] = numel;
         out->rows[k] = specs[i].shape[0];
         out->cols[k] = out->numel[k] / specs[i].shape[0];
         if (grads)
@@ -156,6 +170,9 @@ static int collect_all(const tri_model_rank *r, const tri_grid *g, const tri_mod
             out->weights[k] = t;
         out->n = n;
     }
+    for (int i = 0; i < n && !rc && differs; i++)
+        if (specs[i].global_index == differs - 1)
+            rc = TRI_ERR(TRI_EINVAL, "harness: the tied copy of %s differs from the parameter", specs[i].name);
     free(specs);
     return rc;
 }

@@ -100,7 +100,10 @@ typedef struct tu_result {
  * them) from
  * the same initial weights (seed 1234), after one gradient-only pass on batch 0. windows holds the
  * token windows of every global batch, (steps * global batch, T + 1); global batch k is rows
- * [k * B * n_micro * dp, ...). Returns a status (the failing rank's message via tri_error_message). */
+ * [k * B * n_micro * dp, ...). Returns a status (the failing rank's message via tri_error_message).
+ * The final weights must be one tensor per parameter: a run whose TP copies of a replicated
+ * parameter, or whose tied copy (the last stage's wte) and parameter, differ in any bit fails, as
+ * does one with a nonzero vocabulary padding row. */
 int tu_run_gpt(const tri_gpt_config *cfg, int64_t B, int64_t T, const tu_layout *layout,
                const int32_t *windows, int steps, tu_result *out);
 /* The same for a model of any family (models/model.h). */

@@ -18,8 +18,9 @@
  *     and differ from 1bit on the gradient with the same freeze (the momentum, not the gradient, is
  *     compressed).
  *   - tp 2 x dp 2 (with and without sequence parallelism) and pp 2 x dp 2 (the tied embedding)
- *     train; the harness refuses TP copies that differ, which without the copies' broadcast of m
- *     they would (each TP rank compresses its own unit).
+ *     train; the harness refuses TP copies, and a tied copy and its parameter, that differ, which
+ *     without the copies' broadcast of m they would (each TP rank and each stage compresses its own
+ *     unit: without the tied embedding's broadcast the pp 2 run fails on wte).
  *   - saved in stage 2 and resumed, a run is bit-identical to the uninterrupted one (losses, weights,
  *     each dp rank's residual), allgather, two-phase and PowerSGD (its Q); without that state it is not.
  *   - the refusals name the flags. */
@@ -405,7 +406,8 @@ Test(one_bit_adam_stage2, warmup_is_plain_adamw_then_the_momentum_is_compressed,
 /* tp 2 x dp 2 (with and without SP: each TP rank compresses its own unit, whose blocks of 100 mix a
  * replicated parameter with the rank's own shards, so TP rank 0's m is given to the copies of
  * replicated parameters; the harness refuses copies that differ, as it does without that copy) and pp 2 x dp 2
- * (the tied embedding's two stages get the first stage's m) train through stage 2. */
+ * (the tied embedding's two stages get the first stage's m; the harness refuses a last-stage copy of
+ * wte that differs from the first stage's) train through stage 2. */
 Test(one_bit_adam_stage2, composes_with_tp_and_pp, .timeout = 300)
 {
     tri_gpt_config cfg = tu_tiny_config();
