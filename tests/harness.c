@@ -150,7 +150,9 @@ static int collect_all(const tri_model_rank *r, const tri_grid *g, const tri_mod
             numel *= specs[i].shape[d];
         rc = collect(r, g, specs[i].global_index, grads, false, &specs[i], &t);
         /* a tied copy's weights (the last stage's wte) are the holder's, bit for bit (world rank 0
-         * compares; the verdict waits for the loop's end, whose collectives every rank runs) */
+         * compares; the verdict waits for the loop's end, whose collectives every rank runs). Every
+         * parameter is asked: the model's global specs do not mark the tied one (spec.tied is the
+         * stages' layout's), and one that has no copy costs a single vote */
         if (!rc && !grads) rc = collect(r, g, specs[i].global_index, false, true, &specs[i], &copy);
         if (!rc && t && copy && !differs && memcmp(t, copy, (size_t)numel * sizeof *t) != 0)
             differs = specs[i].global_index + 1;
