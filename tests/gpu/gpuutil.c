@@ -47,21 +47,6 @@ bool gpu_probe(char *why, size_t cap)
     return false;
 }
 
-int gpu_criterion_main(int argc, char **argv)
-{
-    char why[512];
-    if (!gpu_probe(why, sizeof why)) {
-        printf("SKIP: no usable CUDA device: %s\n", why);
-        return GPU_SKIP;
-    }
-    struct criterion_test_set *tests = criterion_initialize();
-    int result = 0;
-    if (criterion_handle_args(argc, argv, true))
-        result = !criterion_run_all_tests(tests);
-    criterion_finalize(tests);
-    return result;
-}
-
 bool gpu_close(const char *what, const float *got, const float *want, size_t n, double tol)
 {
     double diff = 0.0, ref = 0.0;

@@ -9,8 +9,10 @@
 #ifndef TRIDENT_TESTS_GPU_GPUUTIL_H
 #define TRIDENT_TESTS_GPU_GPUUTIL_H
 
+#include <criterion/criterion.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "engine/device/device.h"
 
@@ -20,8 +22,28 @@
  * why (cap bytes) receives the reason when not. */
 bool gpu_probe(char *why, size_t cap);
 
-/* Criterion main that skips (GPU_SKIP) without a usable GPU, else runs the suites. */
-int gpu_criterion_main(int argc, char **argv);
+/* A suite's main (`int main(int argc, char **argv) { return gpu_criterion_main(argc, argv); }`):
+ * skips (GPU_SKIP) without a usable GPU, else runs the suites. Inlined into main on purpose: Criterion's
+ * sandbox (BoxFort's bxfi_exe_patch_main) starts each test's worker process by copying its 16-byte
+ * trampoline over the first bytes of main, whatever main's length. A main of one call is 11 bytes at
+ * -O1 (16 at -O2 only through the alignment padding after it), so the copy overwrote the start of the
+ * function after it: AddressSanitizer's destructor of the suite's globals, which then crashed every
+ * worker at exit (docs/test-suite.md). With the body inlined, main is far longer than 16 bytes at
+ * every level. */
+static inline __attribute__((always_inline)) int gpu_criterion_main(int argc, char **argv)
+{
+    char why[512];
+    if (!gpu_probe(why, sizeof why)) {
+        printf("SKIP: no usable CUDA device: %s\n", why);
+        return GPU_SKIP;
+    }
+    struct criterion_test_set *tests = criterion_initialize();
+    int result = 0;
+    if (criterion_handle_args(argc, argv, true))
+        result = !criterion_run_all_tests(tests);
+    criterion_finalize(tests);
+    return result;
+}
 
 /* Normalised error of got against want (n floats): max |got - want| / max |want| (max |want| floored
  * at 1e-30). Prints it with TRIDENT_TEST_VERBOSE=1 or when above tol; returns whether <= tol. */
