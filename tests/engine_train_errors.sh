@@ -3,14 +3,17 @@
 #
 # Each case must exit non-zero, print one error line naming the file, field or value, and never
 # crash (no sanitizer report, no signal). Run against the Release and the ASan/UBSan builds. The
-# cases written out below come first; then the table tests/bad_inputs.tsv (141 rows, 21 of them
+# cases written out below come first; then the table tests/bad_inputs.tsv (143 rows, 23 of them
 # under mpirun with 2-4 ranks), each of which must also be refused before anything starts (no plan
 # printed) and end on its own: a rank left waiting in a collective would hang until mpirun's
 # --timeout (300 s) kills the job, which the check recognises. (No bound in seconds: rows run four
 # at a time, and under the sanitizers on 2 cores a 4-rank refusal has taken over 60 s.)
+# Sections (tests/lib/sections.sh): written_cases, each row of the table (row_NAME), device_cuda,
+# good_run; the fixtures are made for all.
 set -u
 build=$1
 src=$2
+source "$src/tests/lib/sections.sh"
 bin="$build/bin/engine_train"
 tok="$build/bin/tokenize"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -71,34 +74,36 @@ expect() {
 ok_data=(--train-data "$tmp/good.bin" --val-data "$tmp/good.bin")
 cfg=(--config "$tmp/tiny.json")
 
-# configs
-printf '{"n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/missing.json"
-printf '{"n_layer": -1, "n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/negative.json"
-printf '{"n_layer": 1, "n_head": 2.5, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/fraction.json"
-printf '{"n_layer": 1, "n_head": "two", "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/string.json"
-printf '{"n_layer": 1, "n_head": 2, "n_embd": 16' > "$tmp/broken.json"
-expect "config missing field"     "missing.json: missing required key \"n_layer\"" --config "$tmp/missing.json" "${ok_data[@]}" "${common[@]}"
-expect "config negative field"    "negative.json: \"n_layer\" is -1" --config "$tmp/negative.json" "${ok_data[@]}" "${common[@]}"
-expect "config non-integer field" "fraction.json: \"n_head\" is 2.5" --config "$tmp/fraction.json" "${ok_data[@]}" "${common[@]}"
-expect "config string field"      "string.json: \"n_head\" is \"two\"" --config "$tmp/string.json" "${ok_data[@]}" "${common[@]}"
-expect "config broken JSON"       "broken.json: invalid JSON" --config "$tmp/broken.json" "${ok_data[@]}" "${common[@]}"
-expect "config missing file"      "nope.json" --config "$tmp/nope.json" "${ok_data[@]}" "${common[@]}"
-# token files
-expect "tokens wrong magic"   "magic.bin" "${cfg[@]}" --train-data "$tmp/magic.bin" --val-data "$tmp/good.bin" "${common[@]}"
-expect "tokens truncated"     "truncated.bin" "${cfg[@]}" --train-data "$tmp/truncated.bin" --val-data "$tmp/good.bin" "${common[@]}"
-expect "tokens id >= vocab"   "vocab" --config "$tmp/v100.json" "${ok_data[@]}" "${common[@]}"
-expect "tokens missing file"  "absent.bin" "${cfg[@]}" --train-data "$tmp/absent.bin" --val-data "$tmp/good.bin" "${common[@]}"
-# flags
-expect "seq-length > n_positions" "--seq-length 32: must be in [1, n_positions 16]" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --seq-length 32
-expect "unknown flag"          "unknown flag --no-such-flag" "${cfg[@]}" "${ok_data[@]}" --no-such-flag 3
-expect "non-numeric value"     "--lr fast: expected a finite number" "${cfg[@]}" "${ok_data[@]}" --lr fast
-expect "negative batch"        "--micro-batch-size -2: expected an integer in" "${cfg[@]}" "${ok_data[@]}" --micro-batch-size -2
-expect "min-lr above lr"       "--min-lr" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr 1e-4 --min-lr 1e-3
-expect "global batch divisibility" "--global-batch-size 3 is not a multiple of --micro-batch-size 2" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --micro-batch-size 2 --global-batch-size 3
-expect "tokenizer vs vocab"    "has vocab_size 100" --config "$tmp/v100.json" --train-data "$tmp/u_train.bin" --val-data "$tmp/u_train.bin" "${common[@]}" --tokenizer-type ByteLevel --sample-length 4
-expect "sequence parallel without tp" "--sequence-parallel needs" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --sequence-parallel
-expect "warm-up past the decay" "--lr-warmup-iters 5 must be below the end of the decay, 1" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr-warmup-iters 5
-expect "bad choice"            "--lr-decay-style sideways: expected one of cosine|linear|constant" "${cfg[@]}" "${ok_data[@]}" --lr-decay-style sideways
+if section written_cases; then
+  # configs
+  printf '{"n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/missing.json"
+  printf '{"n_layer": -1, "n_head": 2, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/negative.json"
+  printf '{"n_layer": 1, "n_head": 2.5, "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/fraction.json"
+  printf '{"n_layer": 1, "n_head": "two", "n_embd": 16, "vocab_size": 257, "n_positions": 16}' > "$tmp/string.json"
+  printf '{"n_layer": 1, "n_head": 2, "n_embd": 16' > "$tmp/broken.json"
+  expect "config missing field"     "missing.json: missing required key \"n_layer\"" --config "$tmp/missing.json" "${ok_data[@]}" "${common[@]}"
+  expect "config negative field"    "negative.json: \"n_layer\" is -1" --config "$tmp/negative.json" "${ok_data[@]}" "${common[@]}"
+  expect "config non-integer field" "fraction.json: \"n_head\" is 2.5" --config "$tmp/fraction.json" "${ok_data[@]}" "${common[@]}"
+  expect "config string field"      "string.json: \"n_head\" is \"two\"" --config "$tmp/string.json" "${ok_data[@]}" "${common[@]}"
+  expect "config broken JSON"       "broken.json: invalid JSON" --config "$tmp/broken.json" "${ok_data[@]}" "${common[@]}"
+  expect "config missing file"      "nope.json" --config "$tmp/nope.json" "${ok_data[@]}" "${common[@]}"
+  # token files
+  expect "tokens wrong magic"   "magic.bin" "${cfg[@]}" --train-data "$tmp/magic.bin" --val-data "$tmp/good.bin" "${common[@]}"
+  expect "tokens truncated"     "truncated.bin" "${cfg[@]}" --train-data "$tmp/truncated.bin" --val-data "$tmp/good.bin" "${common[@]}"
+  expect "tokens id >= vocab"   "vocab" --config "$tmp/v100.json" "${ok_data[@]}" "${common[@]}"
+  expect "tokens missing file"  "absent.bin" "${cfg[@]}" --train-data "$tmp/absent.bin" --val-data "$tmp/good.bin" "${common[@]}"
+  # flags
+  expect "seq-length > n_positions" "--seq-length 32: must be in [1, n_positions 16]" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --seq-length 32
+  expect "unknown flag"          "unknown flag --no-such-flag" "${cfg[@]}" "${ok_data[@]}" --no-such-flag 3
+  expect "non-numeric value"     "--lr fast: expected a finite number" "${cfg[@]}" "${ok_data[@]}" --lr fast
+  expect "negative batch"        "--micro-batch-size -2: expected an integer in" "${cfg[@]}" "${ok_data[@]}" --micro-batch-size -2
+  expect "min-lr above lr"       "--min-lr" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr 1e-4 --min-lr 1e-3
+  expect "global batch divisibility" "--global-batch-size 3 is not a multiple of --micro-batch-size 2" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --micro-batch-size 2 --global-batch-size 3
+  expect "tokenizer vs vocab"    "has vocab_size 100" --config "$tmp/v100.json" --train-data "$tmp/u_train.bin" --val-data "$tmp/u_train.bin" "${common[@]}" --tokenizer-type ByteLevel --sample-length 4
+  expect "sequence parallel without tp" "--sequence-parallel needs" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --sequence-parallel
+  expect "warm-up past the decay" "--lr-warmup-iters 5 must be below the end of the decay, 1" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --lr-warmup-iters 5
+  expect "bad choice"            "--lr-decay-style sideways: expected one of cosine|linear|constant" "${cfg[@]}" "${ok_data[@]}" --lr-decay-style sideways
+fi
 
 # ---- the table of bad inputs (tests/bad_inputs.tsv): each refused before any collective, with one
 # error line holding the expected text, no crash, nothing started (no plan printed). Multi-rank
@@ -151,11 +156,9 @@ check_row() {
     echo "ok   table $name ($ranks rank$([ "$ranks" -gt 1 ] && echo s), $secs s): $err_line"
   fi
 }
-rows=()
-while IFS= read -r line; do
-  case $line in ''|'#'*) continue ;; esac
-  rows+=("$line")
-done < "$src/tests/bad_inputs.tsv"
+# each row is a section of its own (row_NAME)
+table_rows "$src/tests/bad_inputs.tsv" || exit 1
+rows=("${table_rows_out[@]}")
 # most of a refused run is MPI start-up: run 4 rows at a time, then check them in order
 running=0
 for i in "${!rows[@]}"; do
@@ -172,25 +175,29 @@ done
 echo "bad inputs table: $table_cases cases"
 
 # --device cuda: trains where a GPU is usable; elsewhere one clear error line, exit 1, no crash
-out=$("$bin" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --device cuda 2>&1)
-rc=$?
-if [ $rc -eq 0 ]; then
-  echo "ok   device cuda: trained (a GPU is usable here)"
-elif [ $rc -ge 128 ] || grep -qE "Sanitizer|runtime error|Segmentation|core dumped" <<<"$out"; then
-  echo "FAIL device cuda: crashed (status $rc):"; echo "$out" | head -20; failures=$((failures + 1))
-elif [ $rc -ne 1 ] || [ "$(grep -c 'error' <<<"$out")" -ne 1 ] || ! grep -qE "error: (no CUDA device|--device cuda: this build has no CUDA backend)" <<<"$out"; then
-  echo "FAIL device cuda: expected one clear error line and status 1, got status $rc:"; echo "$out" | head -5
-  failures=$((failures + 1))
-else
-  echo "ok   device cuda: $(grep -m1 'error' <<<"$out")"
+if section device_cuda; then
+  out=$("$bin" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --device cuda 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "ok   device cuda: trained (a GPU is usable here)"
+  elif [ $rc -ge 128 ] || grep -qE "Sanitizer|runtime error|Segmentation|core dumped" <<<"$out"; then
+    echo "FAIL device cuda: crashed (status $rc):"; echo "$out" | head -20; failures=$((failures + 1))
+  elif [ $rc -ne 1 ] || [ "$(grep -c 'error' <<<"$out")" -ne 1 ] || ! grep -qE "error: (no CUDA device|--device cuda: this build has no CUDA backend)" <<<"$out"; then
+    echo "FAIL device cuda: expected one clear error line and status 1, got status $rc:"; echo "$out" | head -5
+    failures=$((failures + 1))
+  else
+    echo "ok   device cuda: $(grep -m1 'error' <<<"$out")"
+  fi
 fi
 
 # and a good run completes
-out=$("$bin" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --train-iters 3 2>&1)
-if [ $? -ne 0 ] || ! grep -q "trained 3 iterations" <<<"$out"; then
-  echo "FAIL good run:"; echo "$out" | tail -5; failures=$((failures + 1))
-else
-  echo "ok   good run: $(grep 'trained' <<<"$out")"
+if section good_run; then
+  out=$("$bin" "${cfg[@]}" "${ok_data[@]}" "${common[@]}" --train-iters 3 2>&1)
+  if [ $? -ne 0 ] || ! grep -q "trained 3 iterations" <<<"$out"; then
+    echo "FAIL good run:"; echo "$out" | tail -5; failures=$((failures + 1))
+  else
+    echo "ok   good run: $(grep 'trained' <<<"$out")"
+  fi
 fi
 echo "engine_train_errors: $failures failure(s)"
 exit $((failures > 0))

@@ -226,6 +226,22 @@ Test(config, qwen3_keys_and_refusals)
     cr_expect_eq(m2.family->num_params(m2.cfg), m.family->num_params(m.cfg));
     free(back);
     tri_model_free(&m2);
+    /* the config.json an export writes is a Qwen3Config as transformers writes it (no "mlp_bias", no
+     * "pretraining_tp", full attention in every layer) and reads back as the same config */
+    char *hf = NULL;
+    cr_assert_eq(m.family->hf_config(m.cfg, "bfloat16", &hf), TRI_OK, "%s", tri_error_message());
+    const char *want[] = {"\"model_type\": \"qwen3\"", "\"Qwen3ForCausalLM\"", "\"use_sliding_window\": false",
+                          "\"sliding_window\": null", "\"max_window_layers\": 2,", "\"torch_dtype\": \"bfloat16\""};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(strstr(hf, want[i]), "%s not in the exported config.json: %s", want[i], hf);
+    cr_expect(!strstr(hf, "mlp_bias") && !strstr(hf, "pretraining_tp"), "a Llama key in Qwen3's config.json: %s", hf);
+    cr_assert_eq(tri_model_parse(&m2, hf, "config.json"), TRI_OK, "%s: %s", tri_error_message(), hf);
+    tri_llama_config a = *c, b = *tri_llama_config_of(&m2);
+    memset(a.name, 0, sizeof a.name);
+    memset(b.name, 0, sizeof b.name);
+    cr_expect(memcmp(&a, &b, sizeof a) == 0, "config.json does not read back as the config: %s", hf);
+    free(hf);
+    tri_model_free(&m2);
     tri_model_free(&m);
     struct { const char *type, *extra, *must; } bad[] = {
         {"qwen3", "\"use_sliding_window\": true", "\"use_sliding_window\" is true"},

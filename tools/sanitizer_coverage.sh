@@ -10,7 +10,7 @@
 #   2. runs every test of the sanitizer stage once, two at a time, each writing its counters under a
 #      directory of its own (GCOV_PREFIX: every process a test starts, Open MPI's ranks too), then
 #      each case of the Criterion suites, and each section of the script tests
-#      (tests/lib/sections.sh), that took 10 s or more on its own;
+#      (tests/lib/sections.sh), that took 5 s or more on its own;
 #   3. hands the counters to tools/sanitizer_select.py, which keeps every test that is the only one to
 #      execute some line of the library (engine/ layers/ models/ checkpoints/ partitioner/ tools/
 #      cuda/), then adds tests (or cases, or sections), most new lines per second first, until the
@@ -23,10 +23,13 @@
 # --tests: rerun only these tests' counters (after changing them; the others' are kept from the last
 # run) and select again. --cases: only the case-by-case and section-by-section pass (below) and the
 # selection.
-# COST_FILE: the sanitizer build's CTestCostData.txt (per-test seconds; default
-# build-asan/Testing/Temporary/CTestCostData.txt, else the coverage run's own timings).
-# About 50 minutes on 2 cores (2026-12-02: 41 the build, the tests and the long suites' cases; 6
-# the long scripts' sections).
+# COST_FILE: per-test seconds of one run of the sanitizer suite with the current
+# tests/release_only.txt ("name runs seconds" lines; default
+# build-asan/Testing/Temporary/CTestCostData.txt, else the coverage run's own timings). CTest
+# averages that file over its runs, so after runs of another selection write one from a run's
+# output instead: sed -E -n 's/.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\1 1 \2/p' LOG > FILE.
+# About 40 minutes on 2 cores (2026-12-02: about 5 the build; 36 the tests, the cases and sections of
+# those that took 5 s or more, and the selection).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -98,7 +101,7 @@ if awk '$2 != 0 {bad = 1; print "sanitizer_coverage: " $1 " failed (log: '"$dir"
   echo "sanitizer_coverage: failed tests stay in the sanitizer stage" >&2
 fi
 
-# A Criterion suite that ran 10 s or more is also run case by case (CRITERION_TEST_PATTERN), and a
+# A Criterion suite that ran 5 s or more is also run case by case (CRITERION_TEST_PATTERN), and a
 # script test with sections section by section (TRIDENT_TEST_SECTIONS), so the selection can leave
 # single cases or sections to the Release stage: tests/CMakeLists.txt then runs that suite with a
 # pattern that skips them, or that script with TRIDENT_TEST_SKIP_SECTIONS, in the sanitizer build.
@@ -107,7 +110,7 @@ touch "$dir/cov/cases.txt"
 cases=()
 for t in "${tests[@]}"; do
   ms=$(awk -v t="$t" '$1 == t {print $3}' "$dir/cov/runs.txt")
-  [ "${ms:-0}" -ge 10000 ] || continue
+  [ "${ms:-0}" -ge 5000 ] || continue
   exe=$(find "$dir/tests" -maxdepth 2 -type f -executable -name "$t" | head -1)
   script=$(cd "$dir" && ctest -N -V -R "^$t\$" | sed -n 's/.*Test command: [^ ]*bash "\([^"]*\.sh\)".*/\1/p' | head -1)
   [ -n "$exe" ] || { [ -n "$script" ] && grep -q '^ *if section ' "$script"; } || continue
@@ -117,12 +120,33 @@ for t in "${tests[@]}"; do
     while read -r c; do cases+=("$t $c"); done < <("$exe" --list 2>/dev/null |
       awk '/^[A-Za-z0-9_]+: [0-9]+ tests?$/ {s = $1; sub(":", "", s); next}
            {n = $NF; if (s != "" && n ~ /^[A-Za-z0-9_]+$/) print s "/" n}')
-  else # the names the script's `section NAME` calls spell out (tests/lib/sections.sh)
+  else # the names the script's `section NAME` calls spell out, and a section per row of each table
+    # it reads with `table_rows "$src/PATH"` (tests/lib/sections.sh)
     while read -r c; do cases+=("$t $c"); done < <(grep -oE '(if|\|\|) section [a-z0-9_]+' "$script" | awk '{print $3}' | sort -u)
+    while read -r table; do
+      while read -r c; do cases+=("$t $c"); done < <(bash -c 'source tests/lib/sections.sh; table_sections "$1"' _ "$table")
+    done < <(grep -oE 'table_rows "\$src/[^"]+"' "$script" | sed 's/^table_rows "\$src\///; s/"$//')
   fi
 done
 echo "sanitizer_coverage: ${#cases[@]} cases of the long Criterion suites and sections of the long scripts, one at a time"
 printf '%s\n' "${cases[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_unit {}'
+
+# Each split test once more with no case or section (a Criterion pattern and a section name that
+# match none), its counters thrown away: its start-up and the fixtures every case or section makes,
+# which each unit's time above includes once. tools/sanitizer_select.py charges a unit only what it
+# adds to that (cov/bases.txt, "name milliseconds").
+run_base() {
+  local t0
+  t0=$(date +%s%N)
+  (cd "$dir" && env CRITERION_TEST_PATTERN=trident_no_case TRIDENT_TEST_SECTIONS=trident_no_section \
+     GCOV_PREFIX="$dir/cov/bases/$1" GCOV_PREFIX_STRIP="$strip" ctest -R "^${1}\$" > /dev/null 2>&1) || true
+  echo "$1 $((($(date +%s%N) - t0) / 1000000))" >> "$dir/cov/bases.txt"
+}
+export -f run_base
+split_tests=$(printf '%s\n' "${cases[@]}" | awk '{print $1}' | sort -u)
+for t in $split_tests; do sed -i "/^$t /d" "$dir/cov/bases.txt" 2>/dev/null || true; done
+[ -z "$split_tests" ] || printf '%s\n' $split_tests | xargs -P "$(nproc)" -I{} bash -c 'run_base {}'
+rm -rf "$dir/cov/bases"
 
 python3 tools/sanitizer_select.py --build "$dir" --source "$root" --cost "$cost" \
   --out tests/release_only.txt

@@ -132,6 +132,29 @@ def select(lines, cost, forced):
     return kept, universe
 
 
+def read_bases(build):
+    """cov/bases.txt: {split test: seconds it took with no case or section run} (its start-up and
+    fixtures, which each of its units' times includes)."""
+    bases = {}
+    path = os.path.join(build, "cov", "bases.txt")
+    if os.path.exists(path):
+        with open(path) as f:
+            for row in f:
+                parts = row.split()
+                if len(parts) == 2:
+                    bases[parts[0]] = int(parts[1]) / 1000.0
+    return bases
+
+
+def read_previous(path):
+    """The units the current OUT leaves to Release (what the sanitizer build ran without when it
+    measured the seconds of COST_FILE)."""
+    if not os.path.exists(path):
+        return set()
+    with open(path) as f:
+        return {row.split()[0] for row in f if row[:1].isalnum()}
+
+
 def read_units(build):
     """The units of the selection: {unit: (counter directory under cov/, exit status, seconds)}.
     A whole test is its name; a suite that cov/cases.txt ran case by case is replaced by its cases,
@@ -153,6 +176,41 @@ def read_units(build):
     return units, split
 
 
+def unit_costs(whole, split, asan, bases, previous):
+    """The units of the selection with their seconds in the sanitizer build and the forced ones:
+    ({unit: counter directory}, {unit: seconds}, {unit: why kept}). A split test's unit costs what
+    it adds to the test's start-up and fixtures (BASES) in the coverage run, times the test's
+    sanitizer/coverage ratio."""
+    # COST_FILE timed what the sanitizer build ran of each test: all of it, or (a split test) its
+    # start-up and the units the previous OUT kept; a test it did not run (left to Release, or new)
+    # is charged its coverage-run time times the median sanitizer/coverage ratio of those it ran
+    adds, ran = {}, {}
+    for t, (rel, rc, sec) in whole.items():
+        base = bases.get(t, 0.0)
+        adds[t] = {c: max(csec - base, 0.05) for c, (_, _, csec) in split.get(t, {}).items()}
+        ran[t] = sec
+        if t in previous:
+            ran[t] = 0.0
+        elif any(c in previous for c in adds[t]):
+            ran[t] = base + sum(v for c, v in adds[t].items() if c not in previous)
+    ratios = sorted(asan[t] / ran[t] for t in whole if t in asan and ran[t] > 0)
+    median = ratios[len(ratios) // 2] if ratios else 1.0
+    forced, units, cost = {}, {}, {}
+    for t, (rel, rc, sec) in whole.items():
+        why = forced_reason(t, rc, sec)
+        scale = asan[t] / ran[t] if t in asan and ran[t] > 0 else median
+        if t in split and not why:
+            for c, (crel, crc, csec) in split[t].items():
+                units[c], cost[c] = crel, adds[t][c] * scale
+                if crc != 0:
+                    forced[c] = "failed in the coverage run (exit status %d): kept" % crc
+        else:
+            units[t], cost[t] = rel, asan[t] if t in asan and ran[t] == sec else sec * scale
+            if why:
+                forced[t] = why
+    return units, cost, forced
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", required=True)
@@ -163,22 +221,11 @@ def main():
 
     whole, split = read_units(a.build)
     asan = read_costs(a.cost)
-    cost_source = ("%s, a case's scaled from its suite's (the coverage run's for tests it lacks)"
+    cost_source = ("%s; a case's or section's, what it adds to its test's start-up and fixtures in the "
+                   "coverage run, scaled by its test's sanitizer/coverage ratio (the median ratio for tests it lacks)"
                    % os.path.relpath(a.cost, a.source)
                    if asan else "the coverage run's (no sanitizer-build timings given)")
-    forced, units, cost = {}, {}, {}
-    for t, (rel, rc, sec) in whole.items():
-        why = forced_reason(t, rc, sec)
-        scale = asan[t] / sec if t in asan and sec > 0 else 1.0
-        if t in split and not why:
-            for c, (crel, crc, csec) in split[t].items():
-                units[c], cost[c] = crel, csec * scale
-                if crc != 0:
-                    forced[c] = "failed in the coverage run (exit status %d): kept" % crc
-        else:
-            units[t], cost[t] = rel, asan.get(t, sec)
-            if why:
-                forced[t] = why
+    units, cost, forced = unit_costs(whole, split, asan, read_bases(a.build), read_previous(a.out))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
         got = dict(zip(units, ex.map(lambda u: test_lines(a.build, a.source, units[u]), units)))
     kept, universe = select(got, cost, forced)
