@@ -218,6 +218,8 @@ def main():
     ap.add_argument("--cost", default="")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    # gcov names the sources absolutely; a relative --source would match none of them
+    a.build, a.source = os.path.abspath(a.build), os.path.abspath(a.source)
 
     whole, split = read_units(a.build)
     asan = read_costs(a.cost)
