@@ -6,7 +6,9 @@
  * order it starts them (one comm op at a time), against the compute that remains:
  *   gradients, with overlap_grad_reduce: at ZeRO 0-1 a unit's all-reduce / reduce-scatter starts as
  *     soon as its last writing pass of the step has finished (the last micro-batch's backward of its
- *     chunk, or the fused LM head's forward); at ZeRO 2-3 each pass's bucket is reduce-scattered as
+ *     chunk, or the fused LM head's forward), a compressed reduction's exchanges too (their bytes as
+ *     one operation; the engine starts the second exchange when the next unit is done, and the
+ *     codec's passes are charged apart, exposed); at ZeRO 2-3 each pass's bucket is reduce-scattered as
  *     soon as that pass has written it. Without the flag they block after the pipeline.
  *   parameters, with overlap_param_gather: at ZeRO 1-2 every unit's all-gather starts after the
  *     update, in the units' order (units[] is the rank's units in the engine's order), and the next

@@ -165,9 +165,9 @@ static int bytes_rank(int rank, int size, tri_comm *comm, void *arg)
     for (int i = 0; i < LEN; i++)
         g[i] = (float)((i * 7 + rank * 3) % 11) - 5.0f;
     int rc = tri_device_cpu_create(&d, 1);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0, false);
     if (!rc) rc = tri_arena_commit(&a, d);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0, false);
     uint64_t before = tri_comm_wire_bytes(comm, TRI_COMM_KINDS);
     if (!rc) rc = tri_dp_compress_unit(&x, d, comm, tri_tensor_1d(g, TRI_F32, LEN), 0, 0);
     j->wire[rank] = tri_comm_wire_bytes(comm, TRI_COMM_KINDS) - before;

@@ -295,9 +295,9 @@ static int reduce_rank(int rank, int size, tri_comm *comm, void *arg)
     tri_arena a;
     tri_arena_plan(&a);
     int rc = tri_device_cpu_create(&d, 1);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &f.L, &j->c, j->stage);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &f.L, &j->c, j->stage, false);
     if (!rc) rc = tri_arena_commit(&a, d);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &f.L, &j->c, j->stage);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &f.L, &j->c, j->stage, false);
     float *g = j->grads[rank];
     rank_grads(g, rank);
     float buf[256];
@@ -517,6 +517,102 @@ static void same_bits(tri_compression_kind kind)
     tu_result_free(&rz);
     tu_result_free(&rn);
     free(w);
+}
+
+/* ---- --overlap-grad-reduce with a compressor: each unit's reduction started as the backward completes
+ * it (engine/train/zero.c start_compressed) is the same ops in the same order per unit as the
+ * reduction at the end of the backward, so the same bits (thread ranks sum in rank order, as the
+ * all-gathers' decoding does). Checked at ZeRO 0 and 1, with pp 2 (units complete between pipeline
+ * messages), in deterministic mode (the exact sums made fp32 at the start, written back at the
+ * finish) and at tp 2 with sequence parallelism, bf16 and full recomputation, for every kind and
+ * two-phase; the reductions really were started non-blocking. */
+static void expect_overlap_same(const tri_gpt_config *cfg, const int32_t *w, int steps, tu_layout lay, const char *what)
+{
+    enum { B = 1, T = 8 };
+    tu_layout ovl = lay;
+    lay.overlap = false;
+    ovl.overlap = true;
+    tu_result rp, ro;
+    cr_assert_eq(tu_run_gpt(cfg, B, T, &lay, w, steps, &rp), TRI_OK, "%s: %s", what, tri_error_message());
+    cr_assert_eq(tu_run_gpt(cfg, B, T, &ovl, w, steps, &ro), TRI_OK, "%s: %s", what, tri_error_message());
+    for (int s = 0; s < steps; s++)
+        cr_expect_eq(rp.losses[s], ro.losses[s], "%s step %d: %.9g without overlap, %.9g with", what, s, rp.losses[s],
+                     ro.losses[s]);
+    for (int i = 0; i < rp.n; i++)
+        cr_expect_eq(memcmp(rp.weights[i], ro.weights[i], (size_t)rp.numel[i] * 4), 0, "%s: weights of %s", what,
+                     rp.names[i]);
+    cr_expect_eq(rp.overlap_started, 0, "%s", what);
+    cr_expect_gt(ro.overlap_started, 0, "%s: nothing started non-blocking", what);
+    tu_result_free(&rp);
+    tu_result_free(&ro);
+}
+
+static void overlap_same_bits(tri_compression_kind kind, tri_compression_reduce reduce)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    enum { STEPS = 3 };
+    int32_t *w = tu_make_windows((int64_t)STEPS * 8, 8, cfg.vocab_size, 12);
+    tri_compression c = tri_compression_defaults();
+    c.kind = kind;
+    c.reduce = reduce;
+    c.powersgd_start_iter = 1; /* the first step plain, overlapped as without a compressor */
+    c.block_size = 64;
+    c.seed = 5;
+    const tu_layout layouts[] = {
+        {.tp = 1, .pp = 1, .dp = 2, .n_micro = 2, .compression = c},
+        {.tp = 1, .pp = 1, .dp = 2, .n_micro = 2, .zero = 1, .compression = c},
+        {.tp = 1, .pp = 2, .dp = 2, .n_micro = 4, .zero = 1, .compression = c},
+        {.tp = 1, .pp = 1, .dp = 2, .n_micro = 2, .deterministic = true, .compression = c},
+        {.tp = 1, .pp = 2, .dp = 2, .n_micro = 4, .zero = 1, .deterministic = true, .compression = c},
+        {.tp = 2, .pp = 1, .dp = 2, .n_micro = 2, .zero = 1, .sp = true, .bf16 = true,
+         .recompute = TRI_RECOMPUTE_FULL, .compression = c},
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s, layout %zu", tri_compression_name(kind), k);
+        expect_overlap_same(&cfg, w, STEPS, layouts[k], what);
+    }
+    free(w);
+}
+
+/* The same with the methods that bind the dp group to the rank alone for some steps (nothing is
+ * started then): local SGD after a synchronous compressed warm-up step (the outer reduction itself
+ * compressed, blocking), and 1-bit Adam (its warm-up step plain and overlapped, then the momentum
+ * exchange). */
+Test(grad_compression, overlap_with_local_sgd_and_onebit_adam, .timeout = 120)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    enum { STEPS = 4 };
+    int32_t *w = tu_make_windows((int64_t)STEPS * 8, 8, cfg.vocab_size, 13);
+    tri_compression c = tri_compression_defaults();
+    c.kind = TRI_COMPRESS_1BIT;
+    c.block_size = 64;
+    tu_layout local = {.tp = 1, .pp = 1, .dp = 2, .n_micro = 2, .compression = c,
+                       .local = {.steps = 2, .outer = TRI_OUTER_NESTEROV, .outer_lr = 0.7f, .outer_momentum = 0.9f,
+                                 .warmup_iters = 1}};
+    expect_overlap_same(&cfg, w, STEPS, local, "local SGD");
+    c.start_iter = 1;
+    tu_layout onebit = {.tp = 1, .pp = 1, .dp = 2, .n_micro = 2, .compression = c, .adam_freeze_step = 1,
+                        .onebit_adam = true};
+    expect_overlap_same(&cfg, w, STEPS, onebit, "1-bit Adam");
+    free(w);
+}
+
+Test(grad_compression, overlap_bit_identical_1bit, .timeout = 120)
+{
+    overlap_same_bits(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_ALLGATHER);
+}
+Test(grad_compression, overlap_bit_identical_qsgd_two_phase, .timeout = 120)
+{
+    overlap_same_bits(TRI_COMPRESS_QSGD, TRI_COMPRESS_REDUCE_TWO_PHASE);
+}
+Test(grad_compression, overlap_bit_identical_topk, .timeout = 120)
+{
+    overlap_same_bits(TRI_COMPRESS_TOPK, TRI_COMPRESS_REDUCE_ALLGATHER);
+}
+Test(grad_compression, overlap_bit_identical_powersgd, .timeout = 120)
+{
+    overlap_same_bits(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER);
 }
 
 Test(grad_compression, layouts_bit_identical_1bit) { same_bits(TRI_COMPRESS_1BIT); }

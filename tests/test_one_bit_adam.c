@@ -113,9 +113,9 @@ static int unit_rank(int rank, int size, tri_comm *comm, void *arg)
     tri_arena a;
     tri_arena_plan(&a);
     int rc = tri_device_cpu_create(&d, 1);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &c, 0);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &c, 0, false);
     if (!rc) rc = tri_arena_commit(&a, d);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &c, 0);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &c, 0, false);
     float buf[N];
     rank_grads(j->plain[rank], rank, 0);
     if (!rc) rc = tri_comm_all_reduce(comm, tri_tensor_1d(j->plain[rank], TRI_F32, N), TRI_REDUCE_SUM);

@@ -125,7 +125,7 @@ static int ref_rank(int rank, int size, tri_comm *comm, void *arg)
         }
         if (!rc) rc = tri_zero_take(&z, &a, &L, &run);
         if (!rc) rc = tri_optimizer_take(&o, &a, &cfg, tri_zero_owned_numel(&z));
-        if (!rc && composed) rc = tri_dp_compress_take(&x2, &a, &L, &run.compression, 0);
+        if (!rc && composed) rc = tri_dp_compress_take(&x2, &a, &L, &run.compression, 0, false);
     }
     if (!rc) tri_zero_bind(&z, d, comm);
     if (!rc) rc = tri_optimizer_reset(d, &o);

@@ -99,9 +99,9 @@ static int run_rank(int rank, int size, tri_comm *comm, void *arg)
     tri_arena a;
     tri_arena_plan(&a);
     int rc = tri_device_cpu_create(&d, 1);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &f.L, &j->c, j->stage);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &f.L, &j->c, j->stage, false);
     if (!rc) rc = tri_arena_commit(&a, d);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &f.L, &j->c, j->stage);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &f.L, &j->c, j->stage, false);
     float buf[N], zeros[N] = {0};
     for (int s = 0; s < j->steps && !rc; s++) {
         rank_grads(buf, rank, s);

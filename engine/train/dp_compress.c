@@ -30,14 +30,16 @@ static int64_t payload_words(const tri_compression *c, int64_t n)
     return tri_compression_payload_bytes(c, 1, n) / 4;
 }
 
-/* PowerSGD's per-parameter offsets in q and p; returns the largest unit's p length. */
+/* PowerSGD's per-parameter offsets in q and p (p_at: within its unit's P^T, which starts at
+ * p_base[u]); returns p's length: the largest unit's P^T, or with overlap the units' together. */
 static int64_t powersgd_offsets(tri_dp_compress *x)
 {
     const tri_param_layout *L = x->L;
-    int64_t r = x->c.powersgd_rank, q = 0, largest = 0;
+    int64_t r = x->c.powersgd_rank, q = 0, largest = 0, total = 0;
     for (int u = 0; u < L->n_units; u++) {
         const tri_param_unit *un = &L->units[u];
         int64_t pl = 0;
+        x->p_base[u] = x->overlap ? total : 0;
         for (int i = un->first; i < un->first + un->count; i++) {
             int64_t rows, cols;
             const tri_param *p = &L->params[i];
@@ -52,17 +54,36 @@ static int64_t powersgd_offsets(tri_dp_compress *x)
             }
         }
         largest = pl > largest ? pl : largest;
+        total += pl;
     }
     x->q_numel = q;
-    return largest;
+    return x->overlap ? total : largest;
 }
 
-/* Two-phase: the chunk payloads (D per unit, each at the longest chunk's words), the server's
- * buffers and residual (the longest chunk of each unit: server_error_feedback, optimizer memory). */
-static int take_two_phase(tri_dp_compress *x, tri_arena *a)
+/* Per unit, one rank's payload words (two-phase: of its longest chunk) and its slot's offset in
+ * them: each unit its own with overlap, else all at 0. Returns the slots' total words (overlap) or
+ * the largest unit's (at least 1). */
+static int64_t payload_slots(tri_dp_compress *x)
 {
     const tri_param_layout *L = x->L;
-    int64_t words = 1, longest = 1, total = 0;
+    bool two_phase = x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE;
+    int64_t total = 0, largest = 1;
+    for (int u = 0; u < L->n_units; u++) {
+        int64_t n = L->units[u].len, w = payload_words(&x->c, two_phase ? tri_compression_chunk(&x->c, n, L->dp) : n);
+        x->slot_words[u] = w;
+        x->slot_at[u] = x->overlap ? total : 0;
+        total += w;
+        largest = w > largest ? w : largest;
+    }
+    return x->overlap ? (total > 0 ? total : 1) : largest;
+}
+
+/* Two-phase: the chunk payloads (D per unit slot), the server's buffers and residual (the longest
+ * chunk of each unit: server_error_feedback, optimizer memory). */
+static int take_two_phase(tri_dp_compress *x, tri_arena *a, int64_t words)
+{
+    const tri_param_layout *L = x->L;
+    int64_t longest = 1, total = 0;
     if (!x->server_at) {
         x->server_at = calloc((size_t)(L->n_units > 0 ? L->n_units : 1), sizeof *x->server_at);
         x->ops = calloc((size_t)(2 * L->dp), sizeof *x->ops);
@@ -70,8 +91,7 @@ static int take_two_phase(tri_dp_compress *x, tri_arena *a)
             return TRI_ERR(TRI_ENOMEM, "grad compression: out of memory");
     }
     for (int u = 0; u < L->n_units; u++) {
-        int64_t chunk = tri_compression_chunk(&x->c, L->units[u].len, L->dp), w = payload_words(&x->c, chunk);
-        words = w > words ? w : words;
+        int64_t chunk = tri_compression_chunk(&x->c, L->units[u].len, L->dp);
         longest = chunk > longest ? chunk : longest;
         x->server_at[u] = total;
         total += chunk;
@@ -85,8 +105,25 @@ static int take_two_phase(tri_dp_compress *x, tri_arena *a)
     return rc;
 }
 
+/* The per-unit bookkeeping (allocated once: takes run twice). */
+static int alloc_units(tri_dp_compress *x)
+{
+    size_t n = (size_t)(x->L->n_units > 0 ? x->L->n_units : 1);
+    if (x->req)
+        return TRI_OK;
+    x->slot_at = calloc(n, sizeof *x->slot_at);
+    x->slot_words = calloc(n, sizeof *x->slot_words);
+    x->p_base = calloc(n, sizeof *x->p_base);
+    x->req = calloc(n, sizeof *x->req);
+    x->phase = calloc(n, sizeof *x->phase);
+    x->iter_of = calloc(n, sizeof *x->iter_of);
+    if (!x->slot_at || !x->slot_words || !x->p_base || !x->req || !x->phase || !x->iter_of)
+        return TRI_ERR(TRI_ENOMEM, "grad compression: out of memory");
+    return TRI_OK;
+}
+
 int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layout *L, const tri_compression *c,
-                         int stage)
+                         int stage, bool overlap)
 {
     int rc = tri_compression_check(c, stage);
     if (rc)
@@ -94,11 +131,13 @@ int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layou
     x->c = *c;
     x->L = L;
     x->stage = stage;
+    x->overlap = overlap;
     x->on = c->kind != TRI_COMPRESS_NONE && L->dp > 1;
     x->residual = x->send = x->gathered = x->q = x->p = tri_tensor_none();
     x->recv = x->server_send = x->server_sum = x->server_residual = tri_tensor_none();
-    if (!x->on)
-        return TRI_OK;
+    rc = alloc_units(x); /* (also off: the reduction then is the plain one) */
+    if (rc || !x->on)
+        return rc;
     rc = TRI_ARENA_TAKE(a, TRI_MEM_OPTIMIZER, &x->residual, TRI_F32, L->padded_numel);
     if (rc)
         return rc;
@@ -114,13 +153,9 @@ int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layou
         if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->p, TRI_F32, pl > 0 ? pl : 1);
         return rc;
     }
-    int64_t words = 1;
-    for (int u = 0; u < L->n_units; u++) {
-        int64_t w = payload_words(c, L->units[u].len);
-        words = w > words ? w : words;
-    }
+    int64_t words = payload_slots(x);
     if (c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
-        return take_two_phase(x, a);
+        return take_two_phase(x, a, words);
     rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->send, TRI_I32, words);
     if (!rc) rc = TRI_ARENA_TAKE(a, TRI_MEM_COMM, &x->gathered, TRI_I32, (int64_t)L->dp * words);
     return rc;
@@ -128,6 +163,12 @@ int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layou
 
 void tri_dp_compress_free(tri_dp_compress *x)
 {
+    free(x->slot_at);
+    free(x->slot_words);
+    free(x->p_base);
+    free(x->req);
+    free(x->phase);
+    free(x->iter_of);
     free(x->q_at);
     free(x->p_at);
     free(x->server_at);
@@ -219,26 +260,46 @@ bool tri_dp_compress_plain(const tri_dp_compress *x, int64_t iter)
     return !x->on || iter < tri_compression_start_iter(&x->c);
 }
 
+/* One collective of unit u's reduction: blocking, or started on the unit's request (`async`). */
+static int all_reduce(tri_dp_compress *x, tri_comm *dp, tri_tensor t, int unit, bool async)
+{
+    return async ? tri_comm_all_reduce_start(dp, t, TRI_REDUCE_SUM, &x->req[unit])
+                 : tri_comm_all_reduce(dp, t, TRI_REDUCE_SUM);
+}
+
+static int all_gather(tri_dp_compress *x, tri_comm *dp, tri_tensor out, tri_tensor in, int unit, bool async)
+{
+    return async ? tri_comm_all_gather_start(dp, out, in, &x->req[unit]) : tri_comm_all_gather(dp, out, in);
+}
+
+/* Unit u's slot in a payload buffer holding `per` payloads a unit (1: send and server_send of the
+ * all-gather kinds; D: gathered, recv, two-phase's send). */
+static tri_tensor slot(const tri_dp_compress *x, tri_tensor buf, int unit, int64_t per)
+{
+    return tri_tensor_range(buf, per * x->slot_at[unit], per * x->slot_words[unit]);
+}
+
 /* The plain reduction of one unit (the iterations before tri_compression_start_iter): all-reduce at stage 0,
  * reduce-scatter into the owned slice at stage 1. */
-static int plain_unit(tri_dp_compress *x, tri_comm *dp, tri_tensor whole, int unit)
+static int plain_unit(tri_dp_compress *x, tri_comm *dp, tri_tensor whole, int unit, bool async)
 {
     const tri_param_unit *u = &x->L->units[unit];
     if (x->stage == 0)
-        return tri_comm_all_reduce(dp, whole, TRI_REDUCE_SUM);
+        return all_reduce(x, dp, whole, unit, async);
     tri_tensor mine = tri_tensor_range(whole, (int64_t)dp->rank * (u->len / dp->size), u->len / dp->size);
-    return tri_comm_reduce_scatter(dp, mine, whole);
+    return async ? tri_comm_reduce_scatter_start(dp, mine, whole, &x->req[unit]) : tri_comm_reduce_scatter(dp, mine, whole);
 }
 
-/* 1bit, qsgd, topk: pack e (in r), r -= D(own payload), all-gather, decode the sum in rank order. */
-static int gather_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, tri_tensor r, int unit,
-                       int64_t iter)
+/* 1bit, qsgd, topk, first exchange: pack e (in r) into the unit's send slot, all-gather the payloads,
+ * r -= D(own payload). */
+static int gather_first(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor r, int unit, int64_t iter,
+                        bool async)
 {
     const tri_param_unit *u = &x->L->units[unit];
     const tri_compression *c = &x->c;
-    int64_t n = u->len, words = payload_words(c, n);
+    int64_t n = u->len;
     int levels = c->kind == TRI_COMPRESS_QSGD ? c->qsgd_levels : 0, block = c->block_size;
-    tri_tensor send = tri_tensor_range(x->send, 0, words), all = tri_tensor_range(x->gathered, 0, dp->size * words);
+    tri_tensor send = slot(x, x->send, unit, 1), all = slot(x, x->gathered, unit, dp->size);
     int rc;
     if (c->kind == TRI_COMPRESS_TOPK)
         rc = tri_op_compress_topk_pack(dev, send, r);
@@ -249,14 +310,25 @@ static int gather_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_te
         rc = tri_op_compress_qsgd_pack(dev, send, r, block, levels, c->seed,
                                        tri_rng_hash64(tri_rng_hash64((uint64_t)iter) ^ ((uint64_t)dp->rank << 48) ^
                                                       (uint64_t)x->L->params[u->first].spec.global_index));
-    if (!rc) rc = tri_comm_all_gather(dp, all, send);
-    /* the residual: e minus what this rank's payload decodes to */
+    if (!rc) rc = all_gather(x, dp, all, send, unit, async);
+    /* the residual: e minus what this rank's payload decodes to (the send slot is only read while
+     * in flight) */
     if (!rc) rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(dev, r, send, 0, -1.0f)
                                                : tri_op_compress_unpack_add(dev, r, send, n, 0, block, levels, -1.0f);
-    /* the sum of the decoded payloads over the whole unit (stage 0) or the owned slice (stage 1) */
+    return rc;
+}
+
+/* 1bit, qsgd, topk, once the all-gather is complete: the sum of the decoded payloads, in rank order,
+ * over the whole unit (stage 0) or the owned slice (stage 1). */
+static int gather_last(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit)
+{
+    const tri_compression *c = &x->c;
+    int64_t n = x->L->units[unit].len, words = x->slot_words[unit];
+    int levels = c->kind == TRI_COMPRESS_QSGD ? c->qsgd_levels : 0, block = c->block_size;
+    tri_tensor all = slot(x, x->gathered, unit, dp->size);
     int64_t first = x->stage == 0 ? 0 : (int64_t)dp->rank * (n / dp->size), m = x->stage == 0 ? n : n / dp->size;
     tri_tensor out = tri_tensor_range(g, first, m);
-    if (!rc) rc = tri_op_fill(dev, out, 0.0f);
+    int rc = tri_op_fill(dev, out, 0.0f);
     for (int k = 0; k < dp->size && !rc; k++) {
         tri_tensor pk = tri_tensor_range(all, (int64_t)k * words, words);
         rc = c->kind == TRI_COMPRESS_TOPK ? tri_op_compress_topk_unpack_add(dev, out, pk, first, 1.0f)
@@ -295,19 +367,30 @@ static int64_t chunk_len(int64_t n, int64_t chunk, int j)
     return lo < n ? (n - lo < chunk ? n - lo : chunk) : 0;
 }
 
-/* Two-phase's server step on unit u's chunk of this rank (len elements from flat offset at): s = the
- * D payloads (slot k of `from(k)`, `words` apart) decoded in rank order, + r_s; c_s = C(s) into
- * server_send; r_s = s - D(c_s), zero on the padding. */
-static int server_step(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, int64_t at, int64_t len,
-                       int64_t words, uint64_t stream)
+/* The qsgd rounding streams of two-phase: the workers' (as the all-gather's, then per chunk) and
+ * the server's, apart from every worker's. */
+static uint64_t two_phase_stream(const tri_dp_compress *x, int unit, int64_t iter, int rank, bool server)
 {
-    int64_t wl = payload_words(&x->c, len);
-    tri_tensor s = tri_tensor_range(x->server_sum, 0, len), cs = tri_tensor_range(x->server_send, 0, wl);
+    uint64_t unit_id = (uint64_t)x->L->params[x->L->units[unit].first].spec.global_index;
+    uint64_t it = tri_rng_hash64((uint64_t)iter);
+    return server ? tri_rng_hash64(it ^ 0x5e7e5e7e5e7eull ^ (unit_id << 20) ^ (uint64_t)rank)
+                  : tri_rng_hash64(it ^ ((uint64_t)rank << 48) ^ unit_id);
+}
+
+/* Two-phase's server step on unit u's chunk of this rank (len elements from flat offset at): s = the
+ * D payloads (slot k of the unit's send slots for this rank's own, of its recv slots for the
+ * others', `words` apart) decoded in rank order, + r_s; c_s = C(s) into the unit's server_send slot;
+ * r_s = s - D(c_s), zero on the padding. */
+static int server_step(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, int64_t at, int64_t len,
+                       uint64_t stream)
+{
+    int64_t wl = payload_words(&x->c, len), words = x->slot_words[unit];
+    tri_tensor send = slot(x, x->send, unit, dp->size), recv = slot(x, x->recv, unit, dp->size);
+    tri_tensor s = tri_tensor_range(x->server_sum, 0, len), cs = tri_tensor_range(slot(x, x->server_send, unit, 1), 0, wl);
     tri_tensor rs = tri_tensor_range(x->server_residual, x->server_at[unit], len);
     int rc = tri_op_fill(dev, s, 0.0f);
     for (int k = 0; k < dp->size && !rc; k++) /* this rank's own payload stayed in its send slot */
-        rc = unpack_add(x, dev, s, tri_tensor_range(k == dp->rank ? x->send : x->recv, (int64_t)k * words, wl), len,
-                        0, 1.0f);
+        rc = unpack_add(x, dev, s, tri_tensor_range(k == dp->rank ? send : recv, (int64_t)k * words, wl), len, 0, 1.0f);
     if (!rc) rc = tri_op_add(dev, s, s, rs);
     if (!rc) rc = pack(x, dev, cs, s, stream);
     if (!rc) rc = tri_op_copy(dev, rs, s);
@@ -316,45 +399,60 @@ static int server_step(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int un
     return rc;
 }
 
-/* Two-phase (see dp_compress.h) over unit u: g its gradient, r its residual holding e = g + r. */
-static int two_phase_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, tri_tensor r, int unit,
-                          int64_t iter)
+/* Two-phase (see dp_compress.h) over unit u, first exchange: r holds e = g + r; the worker's chunk
+ * payloads into the unit's send slots, r -= their decoding (error feedback); phase 1: chunk j's
+ * payload to rank j, rank k's payload of this rank's chunk into recv slot k. */
+static int two_phase_first(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor r, int unit, int64_t iter,
+                           bool async)
 {
-    const tri_param_unit *u = &x->L->units[unit];
     int D = dp->size, me = dp->rank, n_ops = 0;
-    int64_t n = u->len, chunk = tri_compression_chunk(&x->c, n, D), words = payload_words(&x->c, chunk);
-    /* the qsgd rounding streams: as the all-gather's, then per chunk; the server's apart from every
-     * worker's */
-    uint64_t unit_id = (uint64_t)x->L->params[u->first].spec.global_index, it = tri_rng_hash64((uint64_t)iter);
-    uint64_t worker = tri_rng_hash64(it ^ ((uint64_t)me << 48) ^ unit_id),
-             server = tri_rng_hash64(it ^ 0x5e7e5e7e5e7eull ^ (unit_id << 20) ^ (uint64_t)me);
+    int64_t n = x->L->units[unit].len, chunk = tri_compression_chunk(&x->c, n, D), words = x->slot_words[unit];
+    tri_tensor send = slot(x, x->send, unit, D), recv = slot(x, x->recv, unit, D);
+    uint64_t worker = two_phase_stream(x, unit, iter, me, false);
     int rc = TRI_OK;
-    /* worker: chunk j's payload into send slot j, r -= its decoding (error feedback) */
     for (int j = 0; j < D && !rc && chunk_len(n, chunk, j) > 0; j++) {
         int64_t len = chunk_len(n, chunk, j);
-        tri_tensor pj = tri_tensor_range(x->send, (int64_t)j * words, payload_words(&x->c, len));
+        tri_tensor pj = tri_tensor_range(send, (int64_t)j * words, payload_words(&x->c, len));
         tri_tensor ej = tri_tensor_range(r, (int64_t)j * chunk, len);
         rc = pack(x, dev, pj, ej, tri_rng_hash64(worker + (uint64_t)j));
         if (!rc) rc = unpack_add(x, dev, ej, pj, len, 0, -1.0f);
     }
-    /* phase 1: chunk j's payload to rank j; rank k's payload of this rank's chunk into recv slot k */
     for (int k = 0; k < D; k++) {
         if (k == me)
             continue;
         x->ops[n_ops++] = (tri_p2p){.send = true, .peer = k, .tag = 32,
-                                    .t = tri_tensor_range(x->send, (int64_t)k * words, words)};
+                                    .t = tri_tensor_range(send, (int64_t)k * words, words)};
         x->ops[n_ops++] = (tri_p2p){.send = false, .peer = k, .tag = 32,
-                                    .t = tri_tensor_range(x->recv, (int64_t)k * words, words)};
+                                    .t = tri_tensor_range(recv, (int64_t)k * words, words)};
     }
-    if (!rc) rc = tri_comm_p2p(dp, x->ops, n_ops);
-    /* server: this rank's chunk summed, with its residual, re-compressed (an empty chunk: nothing) */
-    if (!rc && chunk_len(n, chunk, me) > 0)
-        rc = server_step(x, dev, dp, unit, u->start + (int64_t)me * chunk, chunk_len(n, chunk, me), words, server);
-    /* phase 2: every rank's re-compressed chunk; the unit (stage 0) or the owned slice (stage 1) decoded */
-    tri_tensor all = tri_tensor_range(x->gathered, 0, (int64_t)D * words);
-    if (!rc) rc = tri_comm_all_gather(dp, all, tri_tensor_range(x->server_send, 0, words));
+    if (!rc) rc = async ? tri_comm_p2p_start(dp, x->ops, n_ops, &x->req[unit]) : tri_comm_p2p(dp, x->ops, n_ops);
+    return rc;
+}
+
+/* Two-phase, second exchange (phase 1 complete): the server step on this rank's chunk (an empty
+ * chunk: nothing), then phase 2's all-gather of every rank's re-compressed chunk. */
+static int two_phase_second(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, bool async)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    int D = dp->size, me = dp->rank;
+    int64_t n = u->len, chunk = tri_compression_chunk(&x->c, n, D);
+    int rc = TRI_OK;
+    if (chunk_len(n, chunk, me) > 0)
+        rc = server_step(x, dev, dp, unit, u->start + (int64_t)me * chunk, chunk_len(n, chunk, me),
+                         two_phase_stream(x, unit, x->iter_of[unit], me, true));
+    if (!rc) rc = all_gather(x, dp, slot(x, x->gathered, unit, D), slot(x, x->server_send, unit, 1), unit, async);
+    return rc;
+}
+
+/* Two-phase, once phase 2 is complete: the unit (stage 0) or the owned slice (stage 1) decoded from
+ * every chunk's re-compressed sum. */
+static int two_phase_last(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit)
+{
+    int D = dp->size, me = dp->rank;
+    int64_t n = x->L->units[unit].len, chunk = tri_compression_chunk(&x->c, n, D), words = x->slot_words[unit];
+    tri_tensor all = slot(x, x->gathered, unit, D);
     int64_t first = x->stage == 0 ? 0 : (int64_t)me * (n / D), m = x->stage == 0 ? n : n / D;
-    if (!rc) rc = tri_op_fill(dev, tri_tensor_range(g, first, m), 0.0f);
+    int rc = tri_op_fill(dev, tri_tensor_range(g, first, m), 0.0f);
     for (int j = 0; j < D && !rc; j++) {
         int64_t c0 = (int64_t)j * chunk, clen = chunk_len(n, chunk, j);
         int64_t a = first > c0 ? first : c0, b = first + m < c0 + clen ? first + m : c0 + clen;
@@ -428,62 +526,108 @@ int tri_dp_compress_q_write(tri_dp_compress *x, tri_device *dev, int64_t at, int
     return rc ? rc : tri_device_copy_from_host(dev, tri_tensor_range(x->q, at, n), host);
 }
 
-/* The views of matrix parameter i: M (rows x cols) of t, P^T (r x rows), Q^T (r x cols); t holds
- * the stage's flat layout from flat offset `base` on (0: the whole buffer, u->start: one unit's). */
-static void matrix_views(const tri_dp_compress *x, int i, tri_tensor t, int64_t base, tri_tensor *m, tri_tensor *pt,
-                         tri_tensor *qt)
+/* The views of matrix parameter i of unit u: M (rows x cols) of t, P^T (r x rows), Q^T (r x cols); t
+ * holds the stage's flat layout from flat offset `base` on (0: the whole buffer, u->start: one
+ * unit's). */
+static void matrix_views(const tri_dp_compress *x, int unit, int i, tri_tensor t, int64_t base, tri_tensor *m,
+                         tri_tensor *pt, tri_tensor *qt)
 {
     const tri_param *p = &x->L->params[i];
     int64_t rows, cols, r = x->c.powersgd_rank;
     matrix_dims(p, &rows, &cols);
     *m = tri_tensor_2d(tri_tensor_range(t, p->offset - base, p->numel).data, TRI_F32, rows, cols);
-    *pt = tri_tensor_2d(tri_tensor_range(x->p, x->p_at[i], r * rows).data, TRI_F32, r, rows);
+    *pt = tri_tensor_2d(tri_tensor_range(x->p, x->p_base[unit] + x->p_at[i], r * rows).data, TRI_F32, r, rows);
     *qt = tri_tensor_2d(tri_tensor_range(x->q, x->q_at[i], r * cols).data, TRI_F32, r, cols);
 }
 
-/* PowerSGD over unit u (see dp_compress.h); g is the unit's gradient (len elements), the residual
- * the stage's whole buffer. */
-static int powersgd_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit)
+/* Unit u's P^T and its vectors, as one range of p. */
+static tri_tensor unit_p(const tri_dp_compress *x, int unit)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    int last = u->first + u->count - 1;
+    const tri_param *p = &x->L->params[last];
+    int64_t rows, cols;
+    matrix_dims(p, &rows, &cols);
+    int64_t len = x->p_at[last] + (x->q_at[last] >= 0 ? x->c.powersgd_rank * rows : p->numel);
+    return tri_tensor_range(x->p, x->p_base[unit], len);
+}
+
+/* Unit u's Q^T of its matrices, as one range of q ([0, 0) without one). */
+static tri_tensor unit_q(const tri_dp_compress *x, int unit)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    int64_t lo = -1, hi = -1;
+    for (int i = u->first; i < u->first + u->count; i++) {
+        int64_t rows, cols;
+        if (x->q_at[i] < 0)
+            continue;
+        matrix_dims(&x->L->params[i], &rows, &cols);
+        lo = lo < 0 ? x->q_at[i] : lo;
+        hi = x->q_at[i] + x->c.powersgd_rank * cols;
+    }
+    return tri_tensor_range(x->q, lo < 0 ? 0 : lo, hi - lo);
+}
+
+/* PowerSGD over unit u (see dp_compress.h), first exchange: P^T = Q^T M^T of every matrix (M = e, in
+ * the residual), the vectors and smaller matrices copied beside them from g (the unit's gradient),
+ * all of it all-reduced. */
+static int powersgd_first(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit, bool async)
 {
     const tri_param_layout *L = x->L;
     const tri_param_unit *u = &L->units[unit];
     int rc = x->q_ready ? TRI_OK : init_q(x, dev);
-    int first = u->first, last = u->first + u->count;
-    int64_t p_len = 0, q_lo = -1, q_hi = -1;
     tri_tensor m, pt, qt;
-    for (int i = first; i < last && !rc; i++) {
+    for (int i = u->first; i < u->first + u->count && !rc; i++) {
         const tri_param *p = &L->params[i];
         if (x->q_at[i] >= 0) {
-            matrix_views(x, i, x->residual, 0, &m, &pt, &qt);
+            matrix_views(x, unit, i, x->residual, 0, &m, &pt, &qt);
             rc = tri_op_matmul(dev, pt, qt, m, tri_tensor_none(), false, true, 0.0f); /* P^T = Q^T M^T */
-            p_len = x->p_at[i] + tri_tensor_numel(pt);
-            q_lo = q_lo < 0 ? x->q_at[i] : q_lo;
-            q_hi = x->q_at[i] + tri_tensor_numel(qt);
         } else {
-            tri_tensor v = tri_tensor_range(x->p, x->p_at[i], p->numel);
+            tri_tensor v = tri_tensor_range(x->p, x->p_base[unit] + x->p_at[i], p->numel);
             rc = tri_op_copy(dev, v, tri_tensor_range(g, p->offset - u->start, p->numel));
-            p_len = x->p_at[i] + p->numel;
         }
     }
-    if (!rc && p_len > 0) rc = tri_comm_all_reduce(dp, tri_tensor_range(x->p, 0, p_len), TRI_REDUCE_SUM);
-    for (int i = first; i < last && !rc; i++) {
+    tri_tensor all = unit_p(x, unit);
+    if (!rc && tri_tensor_numel(all) > 0) rc = all_reduce(x, dp, all, unit, async);
+    return rc;
+}
+
+/* PowerSGD, second exchange (P's all-reduce complete): P's rows orthonormalised, Q^T = P^T M,
+ * all-reduced (kept as the next step's warm start). */
+static int powersgd_second(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, bool async)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    tri_tensor m, pt, qt;
+    int rc = TRI_OK;
+    for (int i = u->first; i < u->first + u->count && !rc; i++) {
         if (x->q_at[i] < 0)
             continue;
-        matrix_views(x, i, x->residual, 0, &m, &pt, &qt);
+        matrix_views(x, unit, i, x->residual, 0, &m, &pt, &qt);
         rc = tri_op_orthonormalize_rows(dev, pt);
         if (!rc) rc = tri_op_matmul(dev, qt, pt, m, tri_tensor_none(), false, false, 0.0f); /* Q^T = P^T M */
     }
-    if (!rc && q_hi > q_lo) rc = tri_comm_all_reduce(dp, tri_tensor_range(x->q, q_lo, q_hi - q_lo), TRI_REDUCE_SUM);
-    for (int i = first; i < last && !rc; i++) {
+    tri_tensor q = unit_q(x, unit);
+    if (!rc && tri_tensor_numel(q) > 0) rc = all_reduce(x, dp, q, unit, async);
+    return rc;
+}
+
+/* PowerSGD, once Q's all-reduce is complete: each matrix's gradient P Q^T and residual e - P Q^T /
+ * dp; the vectors' sums copied back, with no residual. */
+static int powersgd_last(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit)
+{
+    const tri_param_layout *L = x->L;
+    const tri_param_unit *u = &L->units[unit];
+    int rc = TRI_OK;
+    for (int i = u->first; i < u->first + u->count && !rc; i++) {
         const tri_param *p = &L->params[i];
         tri_tensor gi = tri_tensor_range(g, p->offset - u->start, p->numel), ri = tri_tensor_range(x->residual, p->offset, p->numel);
         if (x->q_at[i] < 0) {
-            rc = tri_op_copy(dev, gi, tri_tensor_range(x->p, x->p_at[i], p->numel));
+            rc = tri_op_copy(dev, gi, tri_tensor_range(x->p, x->p_base[unit] + x->p_at[i], p->numel));
             if (!rc) rc = tri_op_fill(dev, ri, 0.0f);
             continue;
         }
-        tri_tensor gm;
-        matrix_views(x, i, g, u->start, &gm, &pt, &qt);
+        tri_tensor gm, pt, qt;
+        matrix_views(x, unit, i, g, u->start, &gm, &pt, &qt);
         rc = tri_op_matmul(dev, gm, pt, qt, tri_tensor_none(), true, false, 0.0f); /* G = P Q^T */
         if (!rc) rc = tri_op_axpy(dev, ri, -1.0f / (float)dp->size, gi);             /* r = e - G / dp */
     }
@@ -496,29 +640,110 @@ int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_
     return tri_dp_compress_reduce(x, dev, dp, tri_tensor_range(grads, u->start, u->len), unit, iter);
 }
 
-int tri_dp_compress_reduce(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit, int64_t iter)
+/* g has unit u's length: TRI_EINVAL naming both otherwise. */
+static int check_len(const tri_dp_compress *x, tri_tensor g, int unit)
 {
     const tri_param_unit *u = &x->L->units[unit];
-    if (tri_tensor_numel(g) != u->len)
-        return TRI_ERR(TRI_EINVAL, "compressed dp reduction of unit %d: %lld elements given, the unit has %lld", unit,
-                       (long long)tri_tensor_numel(g), (long long)u->len);
+    if (tri_tensor_numel(g) == u->len)
+        return TRI_OK;
+    return TRI_ERR(TRI_EINVAL, "compressed dp reduction of unit %d: %lld elements given, the unit has %lld", unit,
+                   (long long)tri_tensor_numel(g), (long long)u->len);
+}
+
+int tri_dp_compress_start(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit, int64_t iter,
+                          bool async)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    int rc = check_len(x, g, unit);
+    if (!rc && x->phase[unit] != 0)
+        rc = TRI_ERR(TRI_EINTERNAL, "compressed dp reduction of unit %d started twice", unit);
+    if (rc)
+        return rc;
     uint64_t before = tri_comm_wire_bytes(dp, TRI_COMM_KINDS);
     x->last_plain += (uint64_t)tri_compression_sent_bytes(&x->c, 1, u->len, dp->size, x->stage, false);
-    int rc;
+    x->iter_of[unit] = iter;
+    x->phase[unit] = 1;
     if (tri_dp_compress_plain(x, iter)) {
-        rc = plain_unit(x, dp, g, unit);
+        rc = plain_unit(x, dp, g, unit, async);
     } else {
         tri_tensor r = tri_tensor_range(x->residual, u->start, u->len);
         rc = make_ready(x, dev);
         if (!rc) rc = tri_op_add(dev, r, r, g); /* e = g + r, kept in r */
-        if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD              ? powersgd_unit(x, dev, dp, g, unit)
-                      : x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? two_phase_unit(x, dev, dp, g, r, unit, iter)
-                                                                     : gather_unit(x, dev, dp, g, r, unit, iter);
-        if (!rc) rc = tri_dp_compress_zero_padding(x, dev, unit, x->residual, 0, u->start, u->start + u->len);
-        if (!rc) rc = zero_vocab_padding(x, dev, unit, g);
+        if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD              ? powersgd_first(x, dev, dp, g, unit, async)
+                      : x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? two_phase_first(x, dev, dp, r, unit, iter, async)
+                                                                     : gather_first(x, dev, dp, r, unit, iter, async);
     }
     x->last_sent += tri_comm_wire_bytes(dp, TRI_COMM_KINDS) - before;
+    if (rc) /* nothing more of it runs (a collective it started is drained with the others) */
+        x->phase[unit] = 0;
     return rc;
+}
+
+int tri_dp_compress_advance(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, bool async)
+{
+    if (x->phase[unit] != 1)
+        return TRI_OK;
+    x->phase[unit] = 2;
+    bool second = x->c.kind == TRI_COMPRESS_POWERSGD || x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE;
+    if (!second || tri_dp_compress_plain(x, x->iter_of[unit]))
+        return TRI_OK;
+    uint64_t before = tri_comm_wire_bytes(dp, TRI_COMM_KINDS);
+    int rc = tri_comm_wait(&x->req[unit]);
+    if (!rc) rc = x->c.kind == TRI_COMPRESS_POWERSGD ? powersgd_second(x, dev, dp, unit, async)
+                                                     : two_phase_second(x, dev, dp, unit, async);
+    x->last_sent += tri_comm_wire_bytes(dp, TRI_COMM_KINDS) - before;
+    return rc;
+}
+
+int tri_dp_compress_finish(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit)
+{
+    const tri_param_unit *u = &x->L->units[unit];
+    int rc = check_len(x, g, unit);
+    if (!rc && x->phase[unit] == 0)
+        rc = TRI_ERR(TRI_EINTERNAL, "compressed dp reduction of unit %d finished but never started", unit);
+    if (!rc) rc = tri_dp_compress_advance(x, dev, dp, unit, false);
+    int w = tri_comm_wait(&x->req[unit]);
+    rc = rc ? rc : w;
+    x->phase[unit] = 0;
+    if (rc || tri_dp_compress_plain(x, x->iter_of[unit]))
+        return rc;
+    rc = x->c.kind == TRI_COMPRESS_POWERSGD              ? powersgd_last(x, dev, dp, g, unit)
+         : x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE ? two_phase_last(x, dev, dp, g, unit)
+                                                        : gather_last(x, dev, dp, g, unit);
+    if (!rc) rc = tri_dp_compress_zero_padding(x, dev, unit, x->residual, 0, u->start, u->start + u->len);
+    if (!rc) rc = zero_vocab_padding(x, dev, unit, g);
+    return rc;
+}
+
+bool tri_dp_compress_in_flight(const tri_dp_compress *x, int unit)
+{
+    return x->phase && x->phase[unit] != 0;
+}
+
+int tri_dp_compress_progress(tri_dp_compress *x)
+{
+    int rc = TRI_OK;
+    bool done;
+    for (int u = 0; x->req && u < x->L->n_units && !rc; u++)
+        rc = tri_comm_test(&x->req[u], &done);
+    return rc;
+}
+
+int tri_dp_compress_drain(tri_dp_compress *x)
+{
+    int rc = TRI_OK;
+    for (int u = 0; x->req && u < x->L->n_units; u++) {
+        int w = tri_comm_wait(&x->req[u]);
+        rc = rc ? rc : w;
+        x->phase[u] = 0;
+    }
+    return rc;
+}
+
+int tri_dp_compress_reduce(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit, int64_t iter)
+{
+    int rc = tri_dp_compress_start(x, dev, dp, g, unit, iter, false);
+    return rc ? rc : tri_dp_compress_finish(x, dev, dp, g, unit);
 }
 
 /* This rank's chunk of the unit holding flat offset `at`: its flat range [*lo, *hi) and its offset

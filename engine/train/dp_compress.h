@@ -1,6 +1,7 @@
 /* engine/train/dp_compress.h - the compressed data-parallel gradient reduction that replaces ZeRO's
  * plain one (engine/train/zero.c, stages 0-1) when a compressor is chosen: its state and buffers, and
- * the reduction of one unit's gradient. The options, wire formats and byte counts are
+ * the reduction of one unit's gradient, at once or in three calls that overlap the backward pass
+ * (--overlap-grad-reduce: tri_dp_compress_start, _advance, _finish). The options, wire formats and byte counts are
  * engine/train/grad_compression.h's; the element arithmetic engine/device/ops/compress_math.h's.
  *
  * Per unit (one dp-reduction bucket of len elements, the unit's flat range), with g this rank's
@@ -78,12 +79,25 @@ typedef struct tri_dp_compress {
     tri_p2p *ops;             /* 2 (dp - 1) sends and receives of phase 1 */
     /* the last step's reduction, for the log: wire bytes sent, and what the plain reduction sends */
     uint64_t last_sent, last_plain;
+    /* each unit's exchange in flight (tri_dp_compress_start ... _finish); with overlap every unit has
+     * its own payload slots and P^T, so all of them can be in flight at once */
+    bool overlap;
+    int64_t *slot_at;         /* per unit: its slot's offset in the payload buffers (0 without overlap),
+                                 in units of slot_words (send, recv and gathered hold D slots a unit) */
+    int64_t *slot_words;      /* per unit: one rank's payload of it (two-phase: of its longest chunk) */
+    int64_t *p_base;          /* powersgd, per unit: its P^T's offset in p (0 without overlap) */
+    tri_comm_request *req;    /* per unit: its collective in flight */
+    unsigned char *phase;     /* per unit: 0 idle, 1 first exchange started, 2 second exchange started */
+    int64_t *iter_of;         /* per unit: the iteration its reduction was started for */
 } tri_dp_compress;
 
 /* Takes the buffers (planning or real arena, like every take) for compression c at ZeRO stage over
- * layout L; nothing when c is none or L->dp is 1. TRI_EINVAL from tri_compression_check. */
+ * layout L; nothing when c is none or L->dp is 1. With `overlap` (--overlap-grad-reduce) every unit
+ * gets its own payload slots and P^T (the sum over units instead of the largest unit's), so that
+ * each unit's reduction can be started as the backward pass completes it. TRI_EINVAL from
+ * tri_compression_check. */
 int tri_dp_compress_take(tri_dp_compress *x, tri_arena *a, const tri_param_layout *L, const tri_compression *c,
-                         int stage);
+                         int stage, bool overlap);
 void tri_dp_compress_free(tri_dp_compress *x);
 /* A fresh start: the residual is zeroed and Q initialised at the next compressed step. */
 void tri_dp_compress_reset(tri_dp_compress *x);
@@ -92,6 +106,30 @@ void tri_dp_compress_reset(tri_dp_compress *x);
  * (0-based): at stage 0 every rank gets the whole sum, at stage 1 its owned slice. Collective over
  * dp. */
 int tri_dp_compress_unit(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor grads, int unit, int64_t iter);
+/* The same reduction in three calls, so that its exchanges overlap other work (--overlap-grad-reduce,
+ * engine/train/zero.c). The ops and their order on the unit are tri_dp_compress_unit's, so the
+ * results are its bits wherever the comm's non-blocking collective sums as its blocking one (always
+ * for 1bit, qsgd and top-k, whose exchanges are all-gathers and p2p; PowerSGD's all-reduces at dp 2).
+ *   start    error feedback, encoding, and the first exchange started: the payloads' all-gather
+ *            (1bit, qsgd, topk), phase 1's p2p (two-phase), P's all-reduce (powersgd), or the plain
+ *            reduction (before tri_compression_start_iter); non-blocking when `async`.
+ *   advance  the second exchange, once the first is complete (it waits for it): two-phase's server
+ *            step and phase-2 all-gather, PowerSGD's orthonormalisation, Q = M^T P and Q's all-reduce;
+ *            nothing for the other kinds or a unit already advanced.
+ *   finish   advances if not yet (blocking), waits, decodes the sum into the unit's gradient.
+ * Every rank must make the same calls in the same order (they are collective over dp). g is the
+ * unit's range of grads in each call (len elements). */
+int tri_dp_compress_start(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit, int64_t iter,
+                          bool async);
+int tri_dp_compress_advance(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, bool async);
+int tri_dp_compress_finish(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit);
+/* Whether unit u's reduction is started and not finished. */
+bool tri_dp_compress_in_flight(const tri_dp_compress *x, int unit);
+/* Polls every exchange in flight (MPI progresses non-blocking collectives only inside its calls). */
+int tri_dp_compress_progress(tri_dp_compress *x);
+/* Waits for every exchange in flight and forgets the reductions (nothing decoded): before freeing. */
+int tri_dp_compress_drain(tri_dp_compress *x);
+
 /* The same on unit u's gradient g alone (f32, the unit's len elements, laid out like the unit's range
  * of the stage's flat buffers): what local SGD's outer step (engine/train/local_sgd.h) reduces, the
  * replicas' parameter change, from a scratch of one unit. Stage 1 leaves the sum in g's owned slice

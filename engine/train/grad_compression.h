@@ -50,8 +50,9 @@
  * ZeRO 2 exists to remove, and ZeRO 2-3 reduce each bucket as the backward pass completes it; with
  * compression those stages are refused (tri_compression_check). At ZeRO 1 a rank decodes only its
  * owned slice of the sum. Compression applies to the dp group only; tp and pp traffic is unchanged.
- * The reduction itself is engine/train/dp_compress.h's; with compression the dp reduction of each
- * unit runs at the end of the backward pass (--overlap-grad-reduce does not start it earlier). */
+ * The reduction itself is engine/train/dp_compress.h's; with --overlap-grad-reduce each unit's
+ * starts as the backward pass completes the unit (its first exchange non-blocking, the second once
+ * the next unit is done), else at the end of the backward pass. */
 #ifndef TRIDENT_ENGINE_TRAIN_GRAD_COMPRESSION_H
 #define TRIDENT_ENGINE_TRAIN_GRAD_COMPRESSION_H
 

@@ -14,7 +14,7 @@ int tri_outer_take(tri_outer_state *o, tri_arena *a, const tri_param_layout *L, 
     int rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->anchor, TRI_F32, 1, (int64_t[]){n > 0 ? n : 1});
     if (!rc) rc = tri_arena_take(a, TRI_MEM_OPTIMIZER, &o->momentum, TRI_F32, 1, (int64_t[]){nm > 0 ? nm : 1});
     /* the compressed reduction at its ZeRO-1 form: each rank decodes its owned slice of the mean */
-    if (!rc) rc = tri_dp_compress_take(&o->comp, a, L, compression ? compression : &none, 1);
+    if (!rc) rc = tri_dp_compress_take(&o->comp, a, L, compression ? compression : &none, 1, false);
     return rc;
 }
 

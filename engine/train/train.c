@@ -438,8 +438,13 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
     tri_moe_stats_reset(&t->moe, (int64_t)t->cfg.n_micro * step_replicas(t));
     if (t->train_pipe.graph)
         tri_step_graph_begin_step(t->train_pipe.graph);
-    for (int c = 0; c < t->v && !rc; c++)
+    for (int c = 0; c < t->v && !rc; c++) {
         rc = tri_chunk_zero_grads(t->chunks[c]);
+        /* a compressed dp reduction's rounding and start (before the backward, which starts the
+         * overlapped ones); 1-bit Adam counts both in updates, as the freeze does (a skipped step
+         * advances neither) */
+        t->chunks[c]->zero.iteration = t->opt[c].cfg.onebit_adam ? t->opt[c].step : iter;
+    }
     t->src = src;
     t->first_sample = iter * tri_trainer_global_batch(t) +
                       (int64_t)t->grid->dp_rank * t->cfg.n_micro * t->chunks[0]->samples_per_mb;
@@ -447,9 +452,6 @@ static int backward(tri_trainer *t, const tri_batch_source *src, int64_t iter)
     tri_pipeline_io io = {.ctx = t, .load = load};
     if (!rc) rc = tri_pipeline_run(&t->train_pipe, &io, true, dloss, NULL);
     for (int c = 0; c < t->v && !rc; c++) {
-        /* a compressed dp reduction's rounding and start; 1-bit Adam counts both in updates, as the
-         * freeze does (a skipped step advances neither) */
-        t->chunks[c]->zero.iteration = t->opt[c].cfg.onebit_adam ? t->opt[c].step : iter;
         rc = sync_grads(t, t->chunks[c]);
         if (t->onebit_step)
             t->chunks[c]->zero.dp = t->grid->dp_cp_comm; /* the momentum exchange's group */

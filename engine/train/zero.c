@@ -233,7 +233,7 @@ int tri_zero_take(tri_zero *z, tri_arena *a, const tri_param_layout *L, const tr
     }
     if (!rc && stage == 3)
         rc = take_unit_buffers(z, a, TRI_MEM_PARAMS, &z->param_bufs, &z->n_param_bufs);
-    if (!rc) rc = tri_dp_compress_take(&z->comp, a, L, &run->compression, stage);
+    if (!rc) rc = tri_dp_compress_take(&z->comp, a, L, &run->compression, stage, run->overlap_grad_reduce);
     if (!rc && experts && z->comp.on)
         rc = TRI_ERR(TRI_EINVAL, "--expert-model-parallel-size %d with gradient compression (at "
                      "--tensor-model-parallel-size %d): a compressor codes and exchanges whole units over dp, while a "
@@ -396,7 +396,7 @@ static int progress(tri_zero *z)
     for (int i = 0; i < z->n_param_bufs && !rc; i++)
         for (int j = 0; j < TRI_UNIT_MAX_PARTS && !rc; j++)
             rc = tri_comm_test(&z->param_bufs[i].req[j], &done);
-    return rc;
+    return rc ? rc : tri_dp_compress_progress(&z->comp);
 }
 
 /* ---- parameters ---- */
@@ -639,6 +639,51 @@ static int reduce_unit(tri_zero *z, int unit, bool async)
     return rc;
 }
 
+/* Whether this step's dp reduction is a compressed one (a compressor, dp > 1, past its start
+ * iteration). */
+static bool compressing(const tri_zero *z)
+{
+    return z->comp.on && z->dp->size > 1 && !tri_dp_compress_plain(&z->comp, z->iteration);
+}
+
+/* Deterministic stages 0-1 with a compressor: unit u's exact sums as fp32 gradients (what is
+ * compressed), and back: the decoded sum (the same bits on every rank) into the exact sums that the
+ * later reductions and tri_zero_finish_grads read, over the whole unit (stage 0) or the owned slice. */
+static int exact_to_float(tri_zero *z, int unit)
+{
+    const tri_param_unit *u = &z->L->units[unit];
+    return tri_op_fixed_to_float(z->dev, tri_tensor_range(z->grads, u->start, u->len),
+                                 tri_tensor_range(z->acc, u->start, u->len), TRI_FIXED_BITS);
+}
+
+static int float_to_exact(tri_zero *z, int unit)
+{
+    const tri_param_unit *u = &z->L->units[unit];
+    /* (a compressed unit is one part: compression is refused with expert parts) */
+    int64_t at = z->stage == 0 ? u->start : owned_start(z, u->first_part);
+    int64_t n = z->stage == 0 ? u->len : slice_len(z, u->first_part);
+    tri_tensor mine = tri_tensor_range(z->acc, at, n);
+    int rc = tri_op_zero(z->dev, mine);
+    return rc ? rc : tri_op_fixed_accumulate(z->dev, mine, tri_tensor_range(z->grads, at, n), TRI_FIXED_BITS, z->bad);
+}
+
+/* With overlap and a compressor, when the backward pass has completed unit u's gradient: the
+ * reductions started before it go on to their second exchange (PowerSGD's Q, two-phase's phase 2:
+ * their first has had a unit's backward to complete), then u's starts, its first exchange
+ * non-blocking (engine/train/dp_compress.h). The rest runs in tri_zero_reduce_grads. */
+static int start_compressed(tri_zero *z, int unit)
+{
+    const tri_param_unit *u = &z->L->units[unit];
+    int rc = TRI_OK;
+    for (int v = 0; v < z->L->n_units && !rc; v++)
+        rc = tri_dp_compress_advance(&z->comp, z->dev, z->dp, v, true);
+    if (!rc && z->deterministic) rc = exact_to_float(z, unit);
+    z->grad_started[unit] = true;
+    z->started_grad_reductions++;
+    return rc ? rc : tri_dp_compress_start(&z->comp, z->dev, z->dp, tri_tensor_range(z->grads, u->start, u->len), unit,
+                                           z->iteration, true);
+}
+
 int tri_zero_grads_done(tri_zero *z, int unit)
 {
     int rc = TRI_OK;
@@ -657,11 +702,12 @@ int tri_zero_grads_done(tri_zero *z, int unit)
         rc = tri_op_add_i64(z->dev, tri_tensor_range(z->acc, u->start, u->len), tri_tensor_range(b->t, 0, u->len));
         release(z->grad_bufs, z->n_grad_bufs, unit);
     }
-    /* stages 0-1 with overlap: the unit's last pass of the step starts its reduction (a compressed
-     * reduction runs at the end of the backward pass) */
-    if (!rc && z->overlap_grad_reduce && !z->comp.on && z->grad_calls_per_step[unit] > 0 &&
+    /* stages 0-1 with overlap: the unit's last pass of the step starts its reduction, plain or
+     * compressed (nothing while a compressor's group is this rank alone: local SGD's inner steps,
+     * 1-bit Adam's compression stage) */
+    if (!rc && z->overlap_grad_reduce && (!z->comp.on || z->dp->size > 1) && z->grad_calls_per_step[unit] > 0 &&
         ++z->grad_calls[unit] == z->grad_calls_per_step[unit])
-        rc = reduce_unit(z, unit, true);
+        rc = compressing(z) ? start_compressed(z, unit) : reduce_unit(z, unit, true);
     return rc;
 }
 
@@ -684,6 +730,10 @@ int tri_zero_zero_grads(tri_zero *z)
         z->grad_calls[u] = 0;
         z->grad_started[u] = false;
     }
+    /* the step's compressed reduction counts from here (overlap starts it in the backward); none is
+     * left in flight by a step that ended early */
+    if (!rc) rc = tri_dp_compress_drain(&z->comp);
+    z->comp.last_sent = z->comp.last_plain = 0;
     z->in_step = true;
     z->trace_pos = 0;
     z->trace_ok = true;
@@ -709,30 +759,26 @@ int tri_zero_finish_grads(tri_zero *z)
     return rc;
 }
 
-/* Stages 0-1 with a compressor: every unit through tri_dp_compress_unit, in unit order. In
- * deterministic mode the rank's exact sums of the unit become fp32 first, and the decoded sum (the
- * same bits on every rank) goes back into the exact sums that the later reductions and
- * tri_zero_finish_grads read. */
+/* Stages 0-1 with a compressor: every unit's compressed reduction, finished in unit order (those
+ * the backward started first go on to their second exchange, the others run whole now). In
+ * deterministic mode the rank's exact sums of the unit become fp32 first, and the decoded sum goes
+ * back into the exact sums (exact_to_float, float_to_exact). */
 static int compress_units(tri_zero *z)
 {
     int rc = TRI_OK;
+    for (int unit = 0; unit < z->L->n_units && !rc; unit++)
+        rc = tri_dp_compress_advance(&z->comp, z->dev, z->dp, unit, true);
     for (int unit = 0; unit < z->L->n_units && !rc; unit++) {
         const tri_param_unit *u = &z->L->units[unit];
-        if (z->deterministic)
-            rc = tri_op_fixed_to_float(z->dev, tri_tensor_range(z->grads, u->start, u->len),
-                                       tri_tensor_range(z->acc, u->start, u->len), TRI_FIXED_BITS);
-        if (!rc) rc = tri_dp_compress_unit(&z->comp, z->dev, z->dp, z->grads, unit, z->iteration);
-        if (!rc && z->deterministic) {
-            /* (a compressed unit is one part: compression is refused with expert parts) */
-            tri_tensor mine = tri_tensor_range(z->acc, owned_start(z, u->first_part), slice_len(z, u->first_part));
-            tri_tensor sum = tri_tensor_range(z->grads, owned_start(z, u->first_part), slice_len(z, u->first_part));
-            if (z->stage == 0) {
-                mine = tri_tensor_range(z->acc, u->start, u->len);
-                sum = tri_tensor_range(z->grads, u->start, u->len);
-            }
-            rc = tri_op_zero(z->dev, mine);
-            if (!rc) rc = tri_op_fixed_accumulate(z->dev, mine, sum, TRI_FIXED_BITS, z->bad);
+        tri_tensor g = tri_tensor_range(z->grads, u->start, u->len);
+        if (!tri_dp_compress_in_flight(&z->comp, unit)) {
+            if (z->deterministic)
+                rc = exact_to_float(z, unit);
+            if (!rc) rc = tri_dp_compress_start(&z->comp, z->dev, z->dp, g, unit, z->iteration, false);
         }
+        if (!rc) rc = tri_dp_compress_finish(&z->comp, z->dev, z->dp, g, unit);
+        if (!rc && z->deterministic)
+            rc = float_to_exact(z, unit);
     }
     return rc;
 }
@@ -743,9 +789,8 @@ static int compress_units(tri_zero *z)
 static int reduce_units(tri_zero *z)
 {
     int rc = TRI_OK;
-    z->comp.last_sent = z->comp.last_plain = 0;
     /* local SGD's inner steps bind z->dp to this rank alone: nothing to reduce, nothing to compress */
-    if (z->comp.on && z->dp->size > 1 && !tri_dp_compress_plain(&z->comp, z->iteration))
+    if (compressing(z))
         return compress_units(z);
     if (!z->overlap_grad_reduce && z->stage == 0)
         return all_reduce_stage(z, z->deterministic ? z->acc : z->grads);
@@ -803,6 +848,8 @@ int tri_zero_sync(tri_zero *z)
             rc = rc ? rc : r;
         }
     r = retire_until(z, UINT64_MAX);
+    rc = rc ? rc : r;
+    r = tri_dp_compress_drain(&z->comp);
     return rc ? rc : r;
 }
 

@@ -33,7 +33,9 @@
  * wait for each unit only at its first use in the next forward; stage 3 records the order of the
  * first step's all-gathers and afterwards starts each one while the previous unit is in use
  * (prefetch, as DeepSpeed's ZeRO-3 traces its modules). Every operation moves the same bytes as
- * without overlap; buffers in flight belong to the comm until completed.
+ * without overlap; buffers in flight belong to the comm until completed. A compressed reduction
+ * (stages 0-1, engine/train/dp_compress.h) starts the same way: its first exchange when the unit's
+ * last pass is done, its second when the next unit's is, its decoding in tri_zero_reduce_grads.
  *
  * Mixed precision (bf16, Megatron-LM's --bf16 with its fp32 main parameters and gradients;
  * Micikevicius et al. 2018): the parameters above (whole, shard and gathered buffers) are bf16,
