@@ -7,7 +7,9 @@
  * parallelism, pp = world (1F1B over batched NCCL p2p), dp = world without ZeRO and with ZeRO-1, -2
  * and -3 (reduce-scatter / all-gather over NCCL), ZeRO-2 with --overlap-grad-reduce and
  * --overlap-param-gather (the non-blocking collectives on the communication stream), and
- * deterministic mode at dp = world (fixed-point gradients summed as int64 over NCCL). Rank 0 then
+ * deterministic mode at dp = world (fixed-point gradients summed as int64 over NCCL), and compressed
+ * reductions (1bit two-phase at ZeRO 1, PowerSGD) with --overlap-grad-reduce against the same run
+ * without it (the same bits; PowerSGD beyond dp 2 through MPI within the tolerance). Rank 0 then
  * trains the same model alone (an NCCL comm over MPI_COMM_SELF) on the same global batches (dp x
  * n_micro micro-batches per step).
  * The per-step loss and gradient norm must agree within 1e-4 relative (only the summation order
@@ -42,6 +44,8 @@ typedef struct layout {
     int zero;            /* ZeRO stage */
     bool overlap;        /* --overlap-grad-reduce and --overlap-param-gather */
     bool deterministic;  /* fixed-point gradients: must match the one-GPU run exactly */
+    tri_compression_kind comp; /* --grad-compression (none: the plain reduction) */
+    bool two_phase;      /* --grad-compression-reduce two-phase */
 } layout;
 
 typedef struct result {
@@ -77,6 +81,13 @@ static int train(tri_device *dev, tri_comm *world, const tri_gpt_config *cfg, co
                              .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}};
     tu_layout lay = {.tp = l->tp, .pp = l->pp, .sp = l->sp, .n_micro = l->n_micro, .zero = l->zero,
                      .deterministic = l->deterministic, .overlap = l->overlap};
+    if (l->comp != TRI_COMPRESS_NONE) {
+        lay.compression = tri_compression_defaults();
+        lay.compression.kind = l->comp;
+        lay.compression.reduce = l->two_phase ? TRI_COMPRESS_REDUCE_TWO_PHASE : TRI_COMPRESS_REDUCE_ALLGATHER;
+        lay.compression.block_size = 64;
+        lay.compression.powersgd_start_iter = 1;
+    }
     int rc = tu_layout_resolve(cfg, B, T, &lay, world->size, &o.run.layout);
     if (rc)
         return rc;
@@ -190,6 +201,35 @@ int main(int argc, char **argv)
             ok = ok && ref && agree(l->name, &par, &ref->res, l->deterministic ? 0.0 : TOL);
         }
         MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        int all = 0;
+        MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (all)
+            passed++;
+        else
+            failed++;
+    }
+    /* compressed dp reductions started during the backward (--overlap-grad-reduce: the first exchange
+     * on the communication stream while the backward goes on, engine/train/zero.c start_compressed)
+     * against the same run reducing at the end of the backward: the same ops in the same stream order,
+     * so the same bits, but for PowerSGD's all-reduces beyond dp 2 through MPI (staged), whose
+     * non-blocking form may sum in another order */
+    const layout pairs[][2] = {
+        {{.name = "dp ZeRO-1 1bit two-phase", .tp = 1, .pp = 1, .n_micro = 2, .zero = 1, .comp = TRI_COMPRESS_1BIT,
+          .two_phase = true},
+         {.name = "dp ZeRO-1 1bit two-phase overlapped", .tp = 1, .pp = 1, .n_micro = 2, .zero = 1,
+          .comp = TRI_COMPRESS_1BIT, .two_phase = true, .overlap = true}},
+        {{.name = "dp PowerSGD", .tp = 1, .pp = 1, .n_micro = 2, .comp = TRI_COMPRESS_POWERSGD},
+         {.name = "dp PowerSGD overlapped", .tp = 1, .pp = 1, .n_micro = 2, .comp = TRI_COMPRESS_POWERSGD,
+          .overlap = true}},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        result blocking, overlapped;
+        int rc = train(dev, world, &cfg, &pairs[i][0], &blocking);
+        if (!rc) rc = train(dev, world, &cfg, &pairs[i][1], &overlapped);
+        if (rc)
+            fprintf(stderr, "rank %d: %s run failed: %s\n", rank, pairs[i][1].name, tri_error_message());
+        double tol = pairs[i][0].comp == TRI_COMPRESS_POWERSGD && shared && size > 2 ? TOL : 0.0;
+        int ok = rc == TRI_OK && (rank != 0 || agree(pairs[i][1].name, &overlapped, &blocking, tol));
         int all = 0;
         MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         if (all)
