@@ -98,12 +98,14 @@ int tri_dp_overlap_rank(const tri_schedule *s, const tri_sim_result *sim, int r,
     const int z = st->zero_stage, m = st->n_micro;
     const bool ovl_grad = st->overlap_grad_reduce, ovl_param = st->overlap_param_gather;
     double free_at = 0.0, shift = 0.0;
+    int pending = -1;       /* ZeRO 0-1: the unit whose second exchange waits for the next completion */
+    double pending_end = 0.0; /* when its first exchange ends */
     /* what blocks whatever the timeline: reductions without overlap_grad_reduce, gathers without
        overlap_param_gather, the tail */
     out->blocking_s = st->tail_s;
     for (int k = 0; k < n; k++) {
         int writes = u[k].fwd_writes + u[k].bwd_writes, reads = u[k].fwd_reads + u[k].bwd_reads;
-        double red = (z >= 2 ? (double)m * writes : 1.0) * u[k].reduce_s;
+        double red = (z >= 2 ? (double)m * writes : 1.0) * (u[k].reduce_s + u[k].reduce2_s);
         double gat = z == 0 ? 0.0 : (z == 3 ? (double)m * reads : 1.0) * u[k].gather_s;
         out->comm_s += red + gat;
         out->blocking_s += (ovl_grad ? 0.0 : red) + (ovl_param ? 0.0 : gat);
@@ -152,8 +154,22 @@ int tri_dp_overlap_rank(const tri_schedule *s, const tri_sim_result *sim, int r,
             stream_run(&free_at, t, x->count * w->reduce_s);
         } else {
             written[x->unit] += x->count;
-            if (written[x->unit] == m * (w->fwd_writes + w->bwd_writes))
-                stream_run(&free_at, t, w->reduce_s);
+            if (written[x->unit] != m * (w->fwd_writes + w->bwd_writes))
+                continue;
+            if (pending >= 0) { /* the compute waits for its first exchange, then starts its second */
+                if (pending_end > t) {
+                    out->stall_s += pending_end - t;
+                    shift += pending_end - t;
+                    t = pending_end;
+                }
+                stream_run(&free_at, t, u[pending].reduce2_s);
+                pending = -1;
+            }
+            double end1 = stream_run(&free_at, t, w->reduce_s);
+            if (w->reduce2_s > 0) {
+                pending = x->unit;
+                pending_end = end1;
+            }
         }
     }
     double end = 0.0;
@@ -162,6 +178,8 @@ int tri_dp_overlap_rank(const tri_schedule *s, const tri_sim_result *sim, int r,
             end = sim->end[r][i];
     out->compute_end_s = end;
     double busy_end = end + shift;
+    if (pending >= 0) /* the last unit's second exchange, after the backward */
+        stream_run(&free_at, busy_end, u[pending].reduce2_s);
     out->finish_s = (busy_end > free_at ? busy_end : free_at) + out->blocking_s;
     free(ev);
     free(ready);

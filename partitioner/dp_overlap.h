@@ -6,9 +6,11 @@
  * order it starts them (one comm op at a time), against the compute that remains:
  *   gradients, with overlap_grad_reduce: at ZeRO 0-1 a unit's all-reduce / reduce-scatter starts as
  *     soon as its last writing pass of the step has finished (the last micro-batch's backward of its
- *     chunk, or the fused LM head's forward), a compressed reduction's exchanges too (their bytes as
- *     one operation; the engine starts the second exchange when the next unit is done, and the
- *     codec's passes are charged apart, exposed); at ZeRO 2-3 each pass's bucket is reduce-scattered as
+ *     chunk, or the fused LM head's forward), a compressed reduction's first exchange too; its second
+ *     (reduce2_s) when the next unit's gradient is complete, after the compute has waited for the
+ *     first to end (the engine's tri_dp_compress_advance: a stall when the link is slower than the
+ *     backward), or after the last compute (the codec's passes are charged apart, exposed); at ZeRO
+ *     2-3 each pass's bucket is reduce-scattered as
  *     soon as that pass has written it. Without the flag they block after the pipeline.
  *   parameters, with overlap_param_gather: at ZeRO 1-2 every unit's all-gather starts after the
  *     update, in the units' order (units[] is the rank's units in the engine's order), and the next
@@ -40,7 +42,10 @@ extern "C" {
 /* One unit of parameters of a pipeline rank (engine/train/param.h: a block, a table, the final norm). */
 typedef struct tri_dp_unit {
     int chunk;                         /* local model chunk of the rank, 0..v-1 */
-    double reduce_s;                   /* seconds of one reduction of its gradient bucket */
+    double reduce_s;                   /* seconds of one reduction of its gradient bucket (compressed:
+                                          its first exchange) */
+    double reduce2_s;                  /* ZeRO 0-1 compressed: its second exchange's seconds (two-phase's
+                                          phase 2, PowerSGD's Q; 0: none) */
     double gather_s;                   /* seconds of one all-gather of its parameters (0: none) */
     int fwd_reads, bwd_reads;          /* per micro-batch (tri_unit_uses) */
     int fwd_writes, bwd_writes;
@@ -60,7 +65,8 @@ typedef struct tri_dp_stream {
 typedef struct tri_dp_overlap {
     double comm_s;                     /* every dp operation of the step, seconds on the stream */
     double blocking_s;                 /* of which not overlapped (no flag for it, or the tail) */
-    double stall_s;                    /* compute waiting for parameters not yet gathered */
+    double stall_s;                    /* compute waiting for parameters not yet gathered, or for a
+                                          compressed reduction's first exchange to end */
     double compute_end_s;              /* the rank's last compute op ends (simulated, no dp) */
     double finish_s;                   /* the rank's step ends, dp included */
 } tri_dp_overlap;

@@ -309,6 +309,24 @@ static double unit_sent(const tri_transformer *m, const tri_train_layout *l, con
     return rest > 0 ? sent + (double)tri_compression_sent_bytes(cz, 1, rest, l->dp, zero, true) : sent;
 }
 
+/* Of unit_sent's bytes, the second exchange's (tri_compression_second_bytes: two-phase's phase 2,
+ * PowerSGD's Q), matrix by matrix as unit_sent takes them. */
+static double unit_second(const tri_transformer *m, const tri_train_layout *l, const tri_compression *cz, int kind,
+                          int64_t len, bool compressed)
+{
+    if (!compressed || cz->kind != TRI_COMPRESS_POWERSGD)
+        return (double)tri_compression_second_bytes(cz, 1, len, l->dp, compressed);
+    if (kind == UNIT_VECTOR)
+        return 0.0;
+    if (kind == UNIT_TABLE || kind == UNIT_POSITIONS)
+        return (double)tri_compression_second_bytes(cz, len / m->n_embd, m->n_embd, l->dp, true);
+    tri_block_cost b = tri_transformer_block(m, l);
+    double second = 0.0;
+    for (int i = 0; i < b.n_linear; i++)
+        second += (double)tri_compression_second_bytes(cz, b.linear[i][1], b.linear[i][0], l->dp, true);
+    return second;
+}
+
 /* Memory traffic, in bytes, of compressing one bucket of len elements and decoding what the
  * reduction brings back: an estimate, each compressor taken as memory-bound passes over the
  * gradient (bench/ measures the real kernels). Encoding adds the residual to the gradient (read 2,
@@ -402,9 +420,11 @@ static tri_dp_unit *dp_units(const tri_transformer *m, const tri_train_layout *l
             continue;
         }
         double grad = unit_sent(m, g, cz, p->kind, x->len, z, compressed), plain = unit_sent(m, g, cz, p->kind, x->len, z, false);
-        u[k].reduce_s = compressed ? grad / bw
+        double second = unit_second(m, g, cz, p->kind, x->len, compressed);
+        u[k].reduce_s = compressed ? (grad - second) / bw
                                    : tri_collective_seconds(z == 0 ? TRI_COMM_ALL_REDUCE : TRI_COMM_REDUCE_SCATTER,
                                                             4.0 * len, g->dp, bw);
+        u[k].reduce2_s = second / bw;
         u[k].gather_s = z >= 1 ? tri_collective_seconds(TRI_COMM_ALL_GATHER, len * pb, g->dp, bw) : 0.0;
         double reductions = z >= 2 ? (double)l->n_micro * (x->fwd_writes + x->bwd_writes) : 1.0;
         double gathers = z == 3 ? (double)l->n_micro * (x->fwd_reads + x->bwd_reads) : z >= 1 ? 1.0 : 0.0;
@@ -412,7 +432,7 @@ static tri_dp_unit *dp_units(const tri_transformer *m, const tri_train_layout *l
         out->dp_grad_sent_bytes += reductions * grad;
         out->dp_sent_bytes += reductions * grad + wire_ag;
         out->dp_sent_uncompressed += reductions * plain + wire_ag;
-        out->dp_comm_s += reductions * u[k].reduce_s + gathers * u[k].gather_s;
+        out->dp_comm_s += reductions * (u[k].reduce_s + u[k].reduce2_s) + gathers * u[k].gather_s;
         if (compressed)
             out->dp_codec_s += reductions * codec_bytes(m, g, cz, p->kind, x->len, z) / mem_rate;
     }

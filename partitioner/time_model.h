@@ -100,7 +100,8 @@ typedef struct tri_time_result {
     double dp_sent_uncompressed;   /* dp_sent_bytes with full-precision reductions */
     double dp_comm_s;              /* every dp operation on its comm stream, before any overlap */
     double dp_codec_s;             /* compressors' encode + decode (in dp_s) */
-    double dp_stall_s;             /* overlap: its compute waiting for parameter all-gathers (in dp_s) */
+    double dp_stall_s;             /* overlap: its compute waiting for parameter all-gathers or a compressed
+                                      reduction's first exchange (in dp_s) */
     double dp_expert_bytes;        /* of dp_bytes, the routed experts' (ep > 1): over the expert-data-
                                       parallel group (tri_expert_dp), 0 when that is one rank */
     double dp_expert_s;            /* their exposed share of the plain (not simulated) dp time: each

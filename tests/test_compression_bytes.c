@@ -142,7 +142,9 @@ Test(compression_bytes, two_phase_by_hand_and_constant_in_dp)
  * single-element chunks are uneven at D 3. */
 typedef struct bytes_job {
     tri_compression c;
-    uint64_t wire[5];
+    int64_t rows;        /* 0: a vector of 1000; else a rows x (1000 / rows) matrix */
+    uint64_t wire[5];    /* counted over the whole reduction */
+    uint64_t second[5];  /* of which after the first exchange (tri_dp_compress_advance on) */
 } bytes_job;
 
 static int bytes_rank(int rank, int size, tri_comm *comm, void *arg)
@@ -151,8 +153,9 @@ static int bytes_rank(int rank, int size, tri_comm *comm, void *arg)
     enum { LEN = 1000 };
     tri_param p = {.numel = LEN};
     snprintf(p.spec.name, sizeof p.spec.name, "w");
-    p.spec.ndim = 1;
-    p.spec.shape[0] = p.local_shape[0] = LEN;
+    p.spec.ndim = j->rows > 0 ? 2 : 1;
+    p.spec.shape[0] = p.local_shape[0] = j->rows > 0 ? j->rows : LEN;
+    p.spec.shape[1] = p.local_shape[1] = j->rows > 0 ? LEN / j->rows : 0;
     tri_param_unit u = {.first = 0, .count = 1, .start = 0, .len = LEN};
     tri_param_layout L = {.n = 1, .params = &p, .n_units = 1, .units = &u, .numel = LEN, .padded_numel = LEN,
                           .dp = size, .dp_rank = rank, .shard_numel = LEN / size};
@@ -168,9 +171,14 @@ static int bytes_rank(int rank, int size, tri_comm *comm, void *arg)
     if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0, false);
     if (!rc) rc = tri_arena_commit(&a, d);
     if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0, false);
-    uint64_t before = tri_comm_wire_bytes(comm, TRI_COMM_KINDS);
-    if (!rc) rc = tri_dp_compress_unit(&x, d, comm, tri_tensor_1d(g, TRI_F32, LEN), 0, 0);
+    uint64_t before = tri_comm_wire_bytes(comm, TRI_COMM_KINDS), first = before;
+    tri_tensor t = tri_tensor_1d(g, TRI_F32, LEN);
+    if (!rc) rc = tri_dp_compress_start(&x, d, comm, t, 0, 0, false);
+    first = tri_comm_wire_bytes(comm, TRI_COMM_KINDS);
+    if (!rc) rc = tri_dp_compress_advance(&x, d, comm, 0, false);
+    if (!rc) rc = tri_dp_compress_finish(&x, d, comm, t, 0);
     j->wire[rank] = tri_comm_wire_bytes(comm, TRI_COMM_KINDS) - before;
+    j->second[rank] = tri_comm_wire_bytes(comm, TRI_COMM_KINDS) - first;
     tri_arena_release(&a);
     tri_dp_compress_free(&x);
     tri_device_destroy(d);
@@ -187,9 +195,45 @@ Test(compression_bytes, two_phase_counted_equals_formula)
             j.c.topk_fraction = 0.05f;
             cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j), TRI_OK, "%s", tri_error_message());
             uint64_t want = (uint64_t)tri_compression_sent_bytes(&j.c, 1, 1000, D, 0, true);
-            for (int r = 0; r < D; r++)
+            uint64_t second = (uint64_t)tri_compression_second_bytes(&j.c, 1, 1000, D, true);
+            for (int r = 0; r < D; r++) {
                 cr_expect_eq(j.wire[r], want, "%s D %d rank %d: counted %llu, formula %llu",
                              tri_compression_name((tri_compression_kind)kind), D, r, (unsigned long long)j.wire[r],
                              (unsigned long long)want);
+                cr_expect_eq(j.second[r], second, "%s D %d rank %d: phase 2 counted %llu, formula %llu",
+                             tri_compression_name((tri_compression_kind)kind), D, r, (unsigned long long)j.second[r],
+                             (unsigned long long)second);
+            }
         }
+}
+
+/* The exchanges' split that the partitioner's overlap simulation takes (tri_compression_second_bytes)
+ * is what the engine sends after the first: PowerSGD's Q of a 40 x 25 matrix (rank 2) and nothing
+ * for its vectors; the all-gathered 1bit payloads in one exchange. D 2 and 4: the all-reduces' ring
+ * volumes are whole bytes. */
+Test(compression_bytes, second_exchange_counted_equals_formula)
+{
+    for (int D = 2; D <= 4; D += 2) {
+        bytes_job j = {.c = with(TRI_COMPRESS_POWERSGD), .rows = 40};
+        j.c.powersgd_rank = 2;
+        j.c.powersgd_start_iter = 0;
+        cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j), TRI_OK, "%s", tri_error_message());
+        uint64_t second = (uint64_t)tri_compression_second_bytes(&j.c, 40, 25, D, true);
+        cr_expect_eq(second, (uint64_t)(2 * (D - 1) * 4 * 2 * 25 / D));
+        for (int r = 0; r < D; r++) {
+            cr_expect_eq(j.wire[r], (uint64_t)tri_compression_sent_bytes(&j.c, 40, 25, D, 0, true), "D %d", D);
+            cr_expect_eq(j.second[r], second, "PowerSGD D %d rank %d: Q counted %llu, formula %llu", D, r,
+                         (unsigned long long)j.second[r], (unsigned long long)second);
+        }
+        bytes_job v = {.c = with(TRI_COMPRESS_1BIT)};
+        cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &v), TRI_OK, "%s", tri_error_message());
+        cr_expect_eq(tri_compression_second_bytes(&v.c, 1, 1000, D, true), 0);
+        for (int r = 0; r < D; r++)
+            cr_expect_eq(v.second[r], 0, "1bit D %d rank %d: %llu after the all-gather", D, r,
+                         (unsigned long long)v.second[r]);
+    }
+    tri_compression c = with(TRI_COMPRESS_POWERSGD);
+    cr_expect_eq(tri_compression_second_bytes(&c, 1, 1000, 4, true), 0);   /* a vector */
+    cr_expect_eq(tri_compression_second_bytes(&c, 40, 25, 4, false), 0);  /* the plain iterations */
+    cr_expect_eq(tri_compression_second_bytes(&c, 40, 25, 1, true), 0);
 }

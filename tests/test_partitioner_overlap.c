@@ -92,6 +92,35 @@ Test(dp_overlap, reductions_after_the_backward_that_completes_them)
     timeline_free(&t);
 }
 
+/* A compressed reduction in two exchanges (two-phase, PowerSGD: reduce2_s), as the engine runs them
+ * (engine/train/zero.c start_compressed): the first when the unit is complete, the second when the
+ * next unit is, after the compute has waited for the first to end; the last unit's second after the
+ * backward. a complete at 2, b at 3 (the backward's end). */
+Test(dp_overlap, compressed_second_exchange_at_the_next_unit)
+{
+    timeline t;
+    one_stage(&t, 1);
+    tri_dp_unit u[2] = {unit(0.5, 0.5, 0.5, 0.0), unit(0.0, 1.0, 0.5, 0.0)};
+    u[0].reduce2_s = u[1].reduce2_s = 0.25;
+    tri_dp_stream st = {.zero_stage = 0, .n_micro = 1, .overlap_grad_reduce = true};
+    /* a first [2, 2.5]; at 3: a second [3, 3.25], b first [3.25, 3.75]; b second [3.75, 4] */
+    tri_dp_overlap o = run(&t, u, 2, st);
+    cr_expect_float_eq(o.comm_s, 1.5, 1e-12);
+    cr_expect_float_eq(o.stall_s, 0.0, 1e-12);
+    cr_expect_float_eq(o.finish_s, 4.0, 1e-12);
+    /* a's first exchange longer than the rest of the backward, [2, 3.5]: the compute waits 0.5 at 3,
+     * then a second [3.5, 3.75], b first [3.75, 4.25], b second [4.25, 4.5] */
+    u[0].reduce_s = 1.5;
+    o = run(&t, u, 2, st);
+    cr_expect_float_eq(o.stall_s, 0.5, 1e-12);
+    cr_expect_float_eq(o.finish_s, 4.5, 1e-12);
+    /* without the flag both exchanges of both units block after the compute: 1.75 + 0.75 */
+    st.overlap_grad_reduce = false;
+    o = run(&t, u, 2, st);
+    cr_expect_float_eq(o.finish_s - o.compute_end_s, 2.5, 1e-12);
+    timeline_free(&t);
+}
+
 /* ZeRO 0-1 reduce a unit once, after its LAST micro-batch's backward; ZeRO 2 every pass's bucket as
  * it is written. Two micro-batches: BWD(0) [1, 3], BWD(1) [4, 6]. */
 Test(dp_overlap, zero_stages_issue_at_their_passes)

@@ -128,6 +128,17 @@ int64_t tri_compression_chunk(const tri_compression *c, int64_t n, int dp)
     return (blocks + dp - 1) / dp * b;
 }
 
+int64_t tri_compression_second_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp, bool compressed)
+{
+    if (dp <= 1 || !compressed)
+        return 0;
+    if (c->kind == TRI_COMPRESS_POWERSGD)
+        return tri_powersgd_compresses(c, rows, cols) ? 2 * (dp - 1) * 4 * (int64_t)c->powersgd_rank * cols / dp : 0;
+    if (c->kind != TRI_COMPRESS_NONE && c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
+        return (int64_t)(dp - 1) * tri_compression_payload_bytes(c, 1, tri_compression_chunk(c, rows * cols, dp));
+    return 0;
+}
+
 int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp,
                                    int zero_stage, bool compressed)
 {

@@ -148,6 +148,12 @@ int64_t tri_compression_chunk(const tri_compression *c, int64_t n, int dp);
  * `compressed` false gives the uncompressed reduction (powersgd's first iterations). 0 when D is 1. */
 int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp,
                                    int zero_stage, bool compressed);
+/* Of those bytes, the reduction's second exchange's, which starts once the first is complete
+ * (engine/train/dp_compress.h tri_dp_compress_advance; with --overlap-grad-reduce when the next
+ * unit's gradient is): two-phase's phase-2 all-gather, (D-1) * payload(chunk); PowerSGD's Q
+ * all-reduce, 2 (D-1)/D * 4 r cols of a compressed matrix. 0 for the one-exchange reductions
+ * (none, the all-gathered payloads, the uncompressed iterations), a vector, or D 1. */
+int64_t tri_compression_second_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp, bool compressed);
 
 #ifdef __cplusplus
 }
