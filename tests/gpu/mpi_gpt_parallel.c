@@ -125,6 +125,17 @@ typedef struct reference {
     result res;
 } reference;
 
+/* One check passes when it passed on every rank. */
+static void tally(int ok, int *passed, int *failed)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all)
+        (*passed)++;
+    else
+        (*failed)++;
+}
+
 /* The comm over `mpi` for dev: NCCL, or the staged MPI comm when ranks share a GPU. */
 static int make_comm(tri_comm **out, MPI_Comm *mpi, tri_device *dev, bool shared)
 {
@@ -201,12 +212,7 @@ int main(int argc, char **argv)
             ok = ok && ref && agree(l->name, &par, &ref->res, l->deterministic ? 0.0 : TOL);
         }
         MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        int all = 0;
-        MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (all)
-            passed++;
-        else
-            failed++;
+        tally(ok, &passed, &failed);
     }
     /* compressed dp reductions started during the backward (--overlap-grad-reduce: the first exchange
      * on the communication stream while the backward goes on, engine/train/zero.c start_compressed)
@@ -229,13 +235,7 @@ int main(int argc, char **argv)
         if (rc)
             fprintf(stderr, "rank %d: %s run failed: %s\n", rank, pairs[i][1].name, tri_error_message());
         double tol = pairs[i][0].comp == TRI_COMPRESS_POWERSGD && shared && size > 2 ? TOL : 0.0;
-        int ok = rc == TRI_OK && (rank != 0 || agree(pairs[i][1].name, &overlapped, &blocking, tol));
-        int all = 0;
-        MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (all)
-            passed++;
-        else
-            failed++;
+        tally(rc == TRI_OK && (rank != 0 || agree(pairs[i][1].name, &overlapped, &blocking, tol)), &passed, &failed);
     }
     if (rank == 0)
         printf("mpi_gpt_parallel: %d passed, %d failed\n", passed, failed);
