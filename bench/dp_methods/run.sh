@@ -40,19 +40,32 @@ cd "$(dirname "$0")/../.."
 out=${1:-docs/data/dp-methods}
 shift || true
 runs=("$@")
-[ ${#runs[@]} -gt 0 ] || runs=(none 1bit qsgd topk powersgd powersgd-rank16 localsgd-h16 diloco-h16 lamb-gbs64)
 mkdir -p "$out"
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 [ -f data/fortunes_byte_train.bin ] || bash tools/prepare_fortunes.sh build/bin
 
+# DP_METHODS_OPTIMIZER=sgd runs the same methods under momentum SGD (torch.optim.SGD, momentum 0.9),
+# the optimizer of the papers of 1-bit SGD (Seide et al. 2014), QSGD, PowerSGD (Vogels et al. 2019)
+# and local SGD (Lin et al. 2020), against an uncompressed SGD run: lr 0.1 decaying to 0.01, no
+# weight decay (the uncompressed run's best of 0.03, 0.05, 0.1, 0.3 and 1: docs/dp-methods.md). Its default
+# list leaves out LAMB (its own optimizer, so the same run); the 1-bit Adam runs are refused there.
+case "${DP_METHODS_OPTIMIZER:-adam}" in
+  adam) opt=(--min-lr 2e-4); lr=2e-3 ;;
+  sgd) opt=(--optimizer sgd --weight-decay 0 --min-lr 0.01); lr=0.1 ;;
+  *) echo "dp_methods: DP_METHODS_OPTIMIZER=$DP_METHODS_OPTIMIZER is not adam or sgd" >&2; exit 1 ;;
+esac
+if [ ${#runs[@]} -eq 0 ]; then
+  runs=(none 1bit qsgd topk powersgd powersgd-rank16 localsgd-h16 diloco-h16)
+  [ "${DP_METHODS_OPTIMIZER:-adam}" = sgd ] || runs+=(lamb-gbs64)
+fi
 common=(--config models/gpt2-tiny-byte.json --train-data data/fortunes_byte_train.bin
-        --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --min-lr 2e-4 --log-interval 10)
+        --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --log-interval 10)
 # DP_METHODS_ITERS (default 300, a multiple of 12) lengthens every run alike: warm-up a tenth of it,
 # validation six times; the LAMB run keeps a quarter of the iterations at 4x the batch (validation
 # three times, warm-up over the same tokens, rounded up).
 iters=${DP_METHODS_ITERS:-300}
 (( iters % 12 == 0 )) || { echo "dp_methods: DP_METHODS_ITERS=$iters is not a multiple of 12" >&2; exit 1; }
-base=(--global-batch-size 16 --train-iters "$iters" --lr 2e-3 --lr-warmup-iters $((iters / 10)) --eval-interval $((iters / 6)))
+base=("${opt[@]}" --global-batch-size 16 --train-iters "$iters" --lr "$lr" --lr-warmup-iters $((iters / 10)) --eval-interval $((iters / 6)))
 lamb=(--global-batch-size 64 --train-iters $((iters / 4)) --lr-warmup-iters $(((iters + 39) / 40)) --eval-interval $((iters / 12)))
 
 flags_of() {
@@ -95,4 +108,4 @@ for r in "${runs[@]}"; do
   rm -rf "$dir"
 done
 bash bench/dp_methods/table.sh "$out" | tee "$out/table.md"
-bash bench/dp_methods/plot.sh "$out"
+bash bench/dp_methods/plot.sh "$out" "${DP_METHODS_OPTIMIZER:-adam}"
