@@ -312,18 +312,18 @@ static double unit_sent(const tri_transformer *m, const tri_train_layout *l, con
 /* Of unit_sent's bytes, the second exchange's (tri_compression_second_bytes: two-phase's phase 2,
  * PowerSGD's Q), matrix by matrix as unit_sent takes them. */
 static double unit_second(const tri_transformer *m, const tri_train_layout *l, const tri_compression *cz, int kind,
-                          int64_t len, bool compressed)
+                          int64_t len, int zero, bool compressed)
 {
     if (!compressed || cz->kind != TRI_COMPRESS_POWERSGD)
-        return (double)tri_compression_second_bytes(cz, 1, len, l->dp, compressed);
+        return (double)tri_compression_second_bytes(cz, 1, len, l->dp, zero, compressed);
     if (kind == UNIT_VECTOR)
         return 0.0;
     if (kind == UNIT_TABLE || kind == UNIT_POSITIONS)
-        return (double)tri_compression_second_bytes(cz, len / m->n_embd, m->n_embd, l->dp, true);
+        return (double)tri_compression_second_bytes(cz, len / m->n_embd, m->n_embd, l->dp, zero, true);
     tri_block_cost b = tri_transformer_block(m, l);
     double second = 0.0;
     for (int i = 0; i < b.n_linear; i++)
-        second += (double)tri_compression_second_bytes(cz, b.linear[i][1], b.linear[i][0], l->dp, true);
+        second += (double)tri_compression_second_bytes(cz, b.linear[i][1], b.linear[i][0], l->dp, zero, true);
     return second;
 }
 
@@ -420,7 +420,7 @@ static tri_dp_unit *dp_units(const tri_transformer *m, const tri_train_layout *l
             continue;
         }
         double grad = unit_sent(m, g, cz, p->kind, x->len, z, compressed), plain = unit_sent(m, g, cz, p->kind, x->len, z, false);
-        double second = unit_second(m, g, cz, p->kind, x->len, compressed);
+        double second = unit_second(m, g, cz, p->kind, x->len, z, compressed);
         u[k].reduce_s = compressed ? (grad - second) / bw
                                    : tri_collective_seconds(z == 0 ? TRI_COMM_ALL_REDUCE : TRI_COMM_REDUCE_SCATTER,
                                                             4.0 * len, g->dp, bw);

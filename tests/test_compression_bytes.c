@@ -5,7 +5,7 @@
  * block; qsgd ceil(log2(s + 1)) + 1 bits an element + one fp32 norm per block; topk ceil(f n) (uint32, fp32) pairs; powersgd P and Q, 4 r (rows +
  * cols) bytes, vectors 4 n. Wire (ring algorithms, D ranks): all-reduce 2 (D-1)/D S, reduce-scatter
  * (D-1)/D S, all-gather (D-1) payloads; two-phase 2 (D-1) payloads of one chunk (whole blocks,
- * ceil(blocks / D) of them). The comm layer's counted wire bytes are held against these in the
+ * ceil(blocks / D) of them; ZeRO 1: D-1 and one to each rank whose slice the chunk overlaps). The comm layer's counted wire bytes are held against these in the
  * compression engine's own tests (test_grad_compression.c; two-phase: test_two_phase.c at D = 2..5,
  * and here below on thread ranks). */
 #include <criterion/criterion.h>
@@ -113,7 +113,19 @@ Test(compression_bytes, two_phase_by_hand_and_constant_in_dp)
      * chunk payload one scale + 8 words of signs = 36 bytes, sent twice by 3 of 4 */
     cr_assert_eq(tri_compression_chunk(&one, 1000, 4), 256);
     cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 4, 0, true), 2 * 3 * 36);
-    cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 4, 1, true), 2 * 3 * 36, "ZeRO 1 the same");
+    /* ZeRO 1: each rank decodes only its slice (250 from 250 k), so chunk j (256 from 256 j) goes
+     * to rank j + 1 alone, whose slice it overlaps, and the last chunk to nobody; the busiest rank
+     * sends phase 1's 3 payloads and one */
+    for (int j = 0; j < 4; j++)
+        for (int k = 0; k < 4; k++) {
+            cr_expect_eq(tri_compression_chunk_read_by(&one, 1000, 4, 1, j, k), k == j + 1, "ZeRO 1 chunk %d rank %d", j, k);
+            cr_expect_eq(tri_compression_chunk_read_by(&one, 1000, 4, 0, j, k), k != j, "ZeRO 0 chunk %d rank %d", j, k);
+        }
+    cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 4, 1, true), (3 + 1) * 36);
+    cr_assert_eq(tri_compression_second_bytes(&one, 1, 1000, 4, 1, true), 36);
+    /* top-k's single-element chunks of 250 are the slices: at ZeRO 1 phase 2 sends nothing */
+    cr_assert_eq(tri_compression_sent_bytes(&topk, 1, 1000, 4, 1, true), 3 * tri_compression_payload_bytes(&topk, 1, 250));
+    cr_assert_eq(tri_compression_second_bytes(&topk, 1, 1000, 4, 1, true), 0);
     /* D 3: two blocks a chunk: 512, 488 and an empty third; a chunk payload 2 scales + 16 words */
     cr_assert_eq(tri_compression_chunk(&one, 1000, 3), 512);
     cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 3, 0, true), 2 * 2 * (2 * 4 + 16 * 4));
@@ -142,9 +154,11 @@ Test(compression_bytes, two_phase_by_hand_and_constant_in_dp)
  * single-element chunks are uneven at D 3. */
 typedef struct bytes_job {
     tri_compression c;
+    int stage;           /* ZeRO stage */
     int64_t rows;        /* 0: a vector of 1000; else a rows x (1000 / rows) matrix */
     uint64_t wire[5];    /* counted over the whole reduction */
     uint64_t second[5];  /* of which after the first exchange (tri_dp_compress_advance on) */
+    float out[5][1000];  /* each rank's reduced unit (ZeRO 1: its slice) */
 } bytes_job;
 
 static int bytes_rank(int rank, int size, tri_comm *comm, void *arg)
@@ -168,9 +182,9 @@ static int bytes_rank(int rank, int size, tri_comm *comm, void *arg)
     for (int i = 0; i < LEN; i++)
         g[i] = (float)((i * 7 + rank * 3) % 11) - 5.0f;
     int rc = tri_device_cpu_create(&d, 1);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0, false);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, j->stage, false);
     if (!rc) rc = tri_arena_commit(&a, d);
-    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, 0, false);
+    if (!rc) rc = tri_dp_compress_take(&x, &a, &L, &j->c, j->stage, false);
     uint64_t before = tri_comm_wire_bytes(comm, TRI_COMM_KINDS), first = before;
     tri_tensor t = tri_tensor_1d(g, TRI_F32, LEN);
     if (!rc) rc = tri_dp_compress_start(&x, d, comm, t, 0, 0, false);
@@ -179,6 +193,7 @@ static int bytes_rank(int rank, int size, tri_comm *comm, void *arg)
     if (!rc) rc = tri_dp_compress_finish(&x, d, comm, t, 0);
     j->wire[rank] = tri_comm_wire_bytes(comm, TRI_COMM_KINDS) - before;
     j->second[rank] = tri_comm_wire_bytes(comm, TRI_COMM_KINDS) - first;
+    memcpy(j->out[rank], g, sizeof g);
     tri_arena_release(&a);
     tri_dp_compress_free(&x);
     tri_device_destroy(d);
@@ -195,7 +210,7 @@ Test(compression_bytes, two_phase_counted_equals_formula)
             j.c.topk_fraction = 0.05f;
             cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j), TRI_OK, "%s", tri_error_message());
             uint64_t want = (uint64_t)tri_compression_sent_bytes(&j.c, 1, 1000, D, 0, true);
-            uint64_t second = (uint64_t)tri_compression_second_bytes(&j.c, 1, 1000, D, true);
+            uint64_t second = (uint64_t)tri_compression_second_bytes(&j.c, 1, 1000, D, 0, true);
             for (int r = 0; r < D; r++) {
                 cr_expect_eq(j.wire[r], want, "%s D %d rank %d: counted %llu, formula %llu",
                              tri_compression_name((tri_compression_kind)kind), D, r, (unsigned long long)j.wire[r],
@@ -204,6 +219,49 @@ Test(compression_bytes, two_phase_counted_equals_formula)
                              tri_compression_name((tri_compression_kind)kind), D, r, (unsigned long long)j.second[r],
                              (unsigned long long)second);
             }
+        }
+}
+
+/* At ZeRO 1 (D 2, 4, 5, which divide the 1000 elements into slices) phase 2 sends each chunk to the
+ * ranks whose slice it overlaps, by hand: blocks of 96, slices of 1000 / D.
+ *   D 2: chunks 576 + 424, slices of 500: chunk 0 to rank 1; chunk 1 lies in slice 1.
+ *   D 4: chunks of 288 from 0, 288, 576, 864; slices from 0, 250, 500, 750: chunk j to rank j + 1,
+ *        the last to nobody.
+ *   D 5: the same chunks and an empty fifth; slices from 0, 200, ..., 800: chunk 0 to 1, chunk 1
+ *        (288-576) to 2, chunk 2 (576-864) to 3 and 4, chunk 3 (864-1000) to 4.
+ * Top-k's chunks are the slices (500, 250, 200 elements): no phase 2. The formula is the busiest
+ * rank's; each rank's slice has ZeRO 0's bits. */
+Test(compression_bytes, two_phase_zero1_counted_by_hand)
+{
+    static const int D_of[3] = {2, 4, 5}, readers[3][5] = {{1, 0}, {1, 1, 1, 0}, {1, 1, 2, 1, 0}};
+    for (int kind = TRI_COMPRESS_1BIT; kind <= TRI_COMPRESS_TOPK; kind++)
+        for (int i = 0; i < 3; i++) {
+            int D = D_of[i], busiest = 0;
+            static bytes_job j, j0;
+            j = (bytes_job){.c = with((tri_compression_kind)kind), .stage = 1};
+            j.c.reduce = TRI_COMPRESS_REDUCE_TWO_PHASE;
+            j.c.block_size = 96;
+            j.c.topk_fraction = 0.05f;
+            j0 = j;
+            j0.stage = 0;
+            cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j), TRI_OK, "%s", tri_error_message());
+            cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j0), TRI_OK, "%s", tri_error_message());
+            for (int r = 0; r < D; r++) /* each rank's slice decoded from the chunks it received: ZeRO 0's bits */
+                cr_expect_eq(memcmp(&j.out[r][r * (1000 / D)], &j0.out[r][r * (1000 / D)], sizeof(float) * (1000 / D)), 0,
+                             "%s D %d rank %d: the ZeRO 1 slice differs from ZeRO 0's",
+                             tri_compression_name((tri_compression_kind)kind), D, r);
+            uint64_t chunk = (uint64_t)tri_compression_payload_bytes(&j.c, 1, tri_compression_chunk(&j.c, 1000, D));
+            for (int r = 0; r < D; r++) {
+                int R = kind == TRI_COMPRESS_TOPK ? 0 : readers[i][r];
+                busiest = R > busiest ? R : busiest;
+                cr_expect_eq(j.wire[r], (uint64_t)(D - 1 + R) * chunk, "%s D %d rank %d: counted %llu, by hand %llu",
+                             tri_compression_name((tri_compression_kind)kind), D, r, (unsigned long long)j.wire[r],
+                             (unsigned long long)((D - 1 + R) * chunk));
+                cr_expect_eq(j.second[r], (uint64_t)R * chunk, "%s D %d rank %d: phase 2 counted %llu",
+                             tri_compression_name((tri_compression_kind)kind), D, r, (unsigned long long)j.second[r]);
+            }
+            cr_expect_eq(tri_compression_sent_bytes(&j.c, 1, 1000, D, 1, true), (int64_t)((D - 1 + busiest) * chunk));
+            cr_expect_eq(tri_compression_second_bytes(&j.c, 1, 1000, D, 1, true), (int64_t)(busiest * chunk));
         }
 }
 
@@ -218,7 +276,7 @@ Test(compression_bytes, second_exchange_counted_equals_formula)
         j.c.powersgd_rank = 2;
         j.c.powersgd_start_iter = 0;
         cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j), TRI_OK, "%s", tri_error_message());
-        uint64_t second = (uint64_t)tri_compression_second_bytes(&j.c, 40, 25, D, true);
+        uint64_t second = (uint64_t)tri_compression_second_bytes(&j.c, 40, 25, D, 0, true);
         cr_expect_eq(second, (uint64_t)(2 * (D - 1) * 4 * 2 * 25 / D));
         for (int r = 0; r < D; r++) {
             cr_expect_eq(j.wire[r], (uint64_t)tri_compression_sent_bytes(&j.c, 40, 25, D, 0, true), "D %d", D);
@@ -227,13 +285,13 @@ Test(compression_bytes, second_exchange_counted_equals_formula)
         }
         bytes_job v = {.c = with(TRI_COMPRESS_1BIT)};
         cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &v), TRI_OK, "%s", tri_error_message());
-        cr_expect_eq(tri_compression_second_bytes(&v.c, 1, 1000, D, true), 0);
+        cr_expect_eq(tri_compression_second_bytes(&v.c, 1, 1000, D, 0, true), 0);
         for (int r = 0; r < D; r++)
             cr_expect_eq(v.second[r], 0, "1bit D %d rank %d: %llu after the all-gather", D, r,
                          (unsigned long long)v.second[r]);
     }
     tri_compression c = with(TRI_COMPRESS_POWERSGD);
-    cr_expect_eq(tri_compression_second_bytes(&c, 1, 1000, 4, true), 0);   /* a vector */
-    cr_expect_eq(tri_compression_second_bytes(&c, 40, 25, 4, false), 0);  /* the plain iterations */
-    cr_expect_eq(tri_compression_second_bytes(&c, 40, 25, 1, true), 0);
+    cr_expect_eq(tri_compression_second_bytes(&c, 1, 1000, 4, 0, true), 0);   /* a vector */
+    cr_expect_eq(tri_compression_second_bytes(&c, 40, 25, 4, 0, false), 0);  /* the plain iterations */
+    cr_expect_eq(tri_compression_second_bytes(&c, 40, 25, 1, 0, true), 0);
 }

@@ -3,7 +3,8 @@
  * D = 1..5 with uneven chunks (one empty at D 4), against a float64 reference of the algorithm
  * (worker error feedback, chunk j's payloads summed by rank j in rank order plus its server residual,
  * re-compressed with server error feedback, all-gathered), the same bits on every rank, ZeRO 1's
- * owned slice equal to ZeRO 0's, the wire bytes the comm counted equal to tri_compression_sent_bytes,
+ * owned slice equal to ZeRO 0's (its phase 2 sends each chunk only to the ranks whose slice it
+ * overlaps), the wire bytes the comm counted equal to tri_compression_sent_bytes (ZeRO 1: per rank),
  * the error-feedback identity over steps (what was delivered = the gradients' sum minus the worker
  * and server residuals) for every compressor, and the server residual shown to matter: dropping it
  * each step misses the bound that keeping it meets. Training in deterministic mode is bit-identical
@@ -214,6 +215,18 @@ static void reference(const tri_compression *c, int D, double want[STEPS][N], do
     }
 }
 
+/* The bytes rank r sends at ZeRO 1: phase 1's D - 1 chunk payloads, then its re-compressed chunk to
+ * each rank whose owned slice it overlaps (tri_compression_chunk_read_by; checked by hand in
+ * test_compression_bytes.c), every chunk at the longest chunk's payload size. */
+static uint64_t zero1_bytes(const tri_compression *c, int D, int r)
+{
+    int64_t chunk_bytes = tri_compression_payload_bytes(c, 1, tri_compression_chunk(c, N, D));
+    int readers = 0;
+    for (int k = 0; k < D; k++)
+        readers += tri_compression_chunk_read_by(c, N, D, 1, r, k);
+    return (uint64_t)((D - 1 + readers) * chunk_bytes);
+}
+
 static void check_against_reference(tri_compression_kind kind)
 {
     static job j0, j1;
@@ -238,13 +251,19 @@ static void check_against_reference(tri_compression_kind kind)
             continue;
         }
         reference(&j0.c, D, want, mag);
-        uint64_t bytes = (uint64_t)tri_compression_sent_bytes(&j0.c, 1, N, D, 0, true);
+        uint64_t bytes = (uint64_t)tri_compression_sent_bytes(&j0.c, 1, N, D, 0, true), busiest = 0;
+        for (int r = 0; r < D; r++)
+            busiest = zero1_bytes(&j0.c, D, r) > busiest ? zero1_bytes(&j0.c, D, r) : busiest;
+        cr_expect_eq(busiest, (uint64_t)tri_compression_sent_bytes(&j0.c, 1, N, D, 1, true),
+                     "ZeRO 1's formula is the busiest rank's");
         for (int r = 0; r < D; r++)
             for (int s = 0; s < STEPS; s++) {
                 cr_expect_eq(j0.wire[r][s], bytes, "%s D %d rank %d: %llu wire bytes, formula %llu",
                              tri_compression_name(kind), D, r, (unsigned long long)j0.wire[r][s],
                              (unsigned long long)bytes);
-                cr_expect_eq(j1.wire[r][s], bytes, "ZeRO 1 sends the same");
+                cr_expect_eq(j1.wire[r][s], zero1_bytes(&j0.c, D, r), "%s D %d rank %d: ZeRO 1 sent %llu bytes, formula %llu",
+                             tri_compression_name(kind), D, r, (unsigned long long)j1.wire[r][s],
+                             (unsigned long long)zero1_bytes(&j0.c, D, r));
                 double tol = (s + 1) * (D + 4) * ldexp(mag[s], -24);
                 for (int64_t i = 0; i < N; i++) {
                     float got = j0.out[r][s][i];

@@ -429,8 +429,29 @@ static int two_phase_first(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tr
     return rc;
 }
 
+/* Two-phase, phase 2 at ZeRO 1: this rank's re-compressed chunk to the ranks whose owned slice it
+ * overlaps, and from every rank whose chunk overlaps this rank's slice its re-compressed chunk into
+ * its slot of gathered (tri_compression_chunk_read_by): one p2p batch, where ZeRO 0 all-gathers. */
+static int gather_to_readers(tri_dp_compress *x, tri_comm *dp, int unit, bool async)
+{
+    int D = dp->size, me = dp->rank, n_ops = 0;
+    int64_t n = x->L->units[unit].len, words = x->slot_words[unit];
+    tri_tensor all = slot(x, x->gathered, unit, D), mine = slot(x, x->server_send, unit, 1);
+    for (int k = 0; k < D; k++) {
+        if (tri_compression_chunk_read_by(&x->c, n, D, x->stage, me, k))
+            x->ops[n_ops++] = (tri_p2p){.send = true, .peer = k, .tag = 33, .t = mine};
+        if (tri_compression_chunk_read_by(&x->c, n, D, x->stage, k, me))
+            x->ops[n_ops++] = (tri_p2p){.send = false, .peer = k, .tag = 33,
+                                        .t = tri_tensor_range(all, (int64_t)k * words, words)};
+    }
+    if (n_ops == 0)
+        return TRI_OK;
+    return async ? tri_comm_p2p_start(dp, x->ops, n_ops, &x->req[unit]) : tri_comm_p2p(dp, x->ops, n_ops);
+}
+
 /* Two-phase, second exchange (phase 1 complete): the server step on this rank's chunk (an empty
- * chunk: nothing), then phase 2's all-gather of every rank's re-compressed chunk. */
+ * chunk: nothing), then phase 2: the all-gather of every rank's re-compressed chunk (ZeRO 0), or
+ * each chunk to the ranks that decode it (ZeRO 1, gather_to_readers). */
 static int two_phase_second(tri_dp_compress *x, tri_device *dev, tri_comm *dp, int unit, bool async)
 {
     const tri_param_unit *u = &x->L->units[unit];
@@ -440,25 +461,28 @@ static int two_phase_second(tri_dp_compress *x, tri_device *dev, tri_comm *dp, i
     if (chunk_len(n, chunk, me) > 0)
         rc = server_step(x, dev, dp, unit, u->start + (int64_t)me * chunk, chunk_len(n, chunk, me),
                          two_phase_stream(x, unit, x->iter_of[unit], me, true));
-    if (!rc) rc = all_gather(x, dp, slot(x, x->gathered, unit, D), slot(x, x->server_send, unit, 1), unit, async);
+    if (!rc) rc = x->stage == 0 ? all_gather(x, dp, slot(x, x->gathered, unit, D), slot(x, x->server_send, unit, 1), unit, async)
+                                : gather_to_readers(x, dp, unit, async);
     return rc;
 }
 
 /* Two-phase, once phase 2 is complete: the unit (stage 0) or the owned slice (stage 1) decoded from
- * every chunk's re-compressed sum. */
+ * every chunk's re-compressed sum it overlaps (this rank's own from its server_send slot, the
+ * others' from gathered). */
 static int two_phase_last(tri_dp_compress *x, tri_device *dev, tri_comm *dp, tri_tensor g, int unit)
 {
     int D = dp->size, me = dp->rank;
     int64_t n = x->L->units[unit].len, chunk = tri_compression_chunk(&x->c, n, D), words = x->slot_words[unit];
-    tri_tensor all = slot(x, x->gathered, unit, D);
+    tri_tensor all = slot(x, x->gathered, unit, D), mine = slot(x, x->server_send, unit, 1);
     int64_t first = x->stage == 0 ? 0 : (int64_t)me * (n / D), m = x->stage == 0 ? n : n / D;
     int rc = tri_op_fill(dev, tri_tensor_range(g, first, m), 0.0f);
     for (int j = 0; j < D && !rc; j++) {
         int64_t c0 = (int64_t)j * chunk, clen = chunk_len(n, chunk, j);
         int64_t a = first > c0 ? first : c0, b = first + m < c0 + clen ? first + m : c0 + clen;
+        tri_tensor cj = j == me ? mine : tri_tensor_range(all, (int64_t)j * words, words);
         if (b > a)
-            rc = unpack_add(x, dev, tri_tensor_range(g, a, b - a),
-                            tri_tensor_range(all, (int64_t)j * words, payload_words(&x->c, clen)), clen, a - c0, 1.0f);
+            rc = unpack_add(x, dev, tri_tensor_range(g, a, b - a), tri_tensor_range(cj, 0, payload_words(&x->c, clen)),
+                            clen, a - c0, 1.0f);
     }
     return rc;
 }

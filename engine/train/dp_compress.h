@@ -15,8 +15,10 @@
  *                      c_j = C(e[chunk j]) for each chunk, r = e - D(c); phase 1: c_j to dp rank j
  *                      (one p2p batch); server (rank j, its chunk): s = sum over ranks, in rank order,
  *                      of D(c_j from that rank) + r_s, c_s = C(s), r_s = s - D(c_s) (server error
- *                      feedback, r_s this rank's own); phase 2: all-gather the D c_s; the unit's
- *                      gradient = D(c_s of each chunk): the same bits on every rank.
+ *                      feedback, r_s this rank's own); phase 2: all-gather the D c_s (ZeRO 1:
+ *                      c_s only to the ranks whose owned slice the chunk overlaps, one p2p batch,
+ *                      tri_compression_chunk_read_by); the unit's gradient (ZeRO 1: the owned slice)
+ *                      = D(c_s of each chunk): the same bits on every rank.
  *   (every kind)       for the iterations before tri_compression_start_iter the plain reduction,
  *                      residual untouched (PyTorch's powerSGD_hook; 1-bit Adam's warm-up stage)
  *   powersgd           e = g + r; per matrix parameter whose factors are under half its size
@@ -76,7 +78,7 @@ typedef struct tri_dp_compress {
     tri_tensor server_residual; /* f32 (sum over units of their chunk length): r_s, unit u's at
                                    server_at[u] */
     int64_t *server_at;       /* per unit: its chunk's offset in server_residual */
-    tri_p2p *ops;             /* 2 (dp - 1) sends and receives of phase 1 */
+    tri_p2p *ops;             /* 2 (dp - 1) sends and receives of phase 1 (and of phase 2 at ZeRO 1) */
     /* the last step's reduction, for the log: wire bytes sent, and what the plain reduction sends */
     uint64_t last_sent, last_plain;
     /* each unit's exchange in flight (tri_dp_compress_start ... _finish); with overlap every unit has

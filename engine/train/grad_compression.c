@@ -128,14 +128,40 @@ int64_t tri_compression_chunk(const tri_compression *c, int64_t n, int dp)
     return (blocks + dp - 1) / dp * b;
 }
 
-int64_t tri_compression_second_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp, bool compressed)
+bool tri_compression_chunk_read_by(const tri_compression *c, int64_t n, int dp, int zero_stage, int j, int k)
+{
+    int64_t chunk = tri_compression_chunk(c, n, dp), lo = (int64_t)j * chunk;
+    int64_t hi = lo + chunk < n ? lo + chunk : n, slice = n / dp, first = (int64_t)k * slice;
+    if (dp <= 1 || k == j || lo >= hi)
+        return false;
+    return zero_stage == 0 || (first < hi && lo < first + slice);
+}
+
+/* Two-phase's phase-2 receivers of the busiest rank (above). */
+static int most_readers(const tri_compression *c, int64_t n, int dp, int zero_stage)
+{
+    if (zero_stage == 0)
+        return dp - 1;
+    int most = 0;
+    for (int j = 0; j < dp; j++) {
+        int readers = 0;
+        for (int k = 0; k < dp; k++)
+            readers += tri_compression_chunk_read_by(c, n, dp, zero_stage, j, k);
+        most = readers > most ? readers : most;
+    }
+    return most;
+}
+
+int64_t tri_compression_second_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp, int zero_stage,
+                                     bool compressed)
 {
     if (dp <= 1 || !compressed)
         return 0;
     if (c->kind == TRI_COMPRESS_POWERSGD)
         return tri_powersgd_compresses(c, rows, cols) ? 2 * (dp - 1) * 4 * (int64_t)c->powersgd_rank * cols / dp : 0;
     if (c->kind != TRI_COMPRESS_NONE && c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
-        return (int64_t)(dp - 1) * tri_compression_payload_bytes(c, 1, tri_compression_chunk(c, rows * cols, dp));
+        return (int64_t)most_readers(c, rows * cols, dp, zero_stage) *
+               tri_compression_payload_bytes(c, 1, tri_compression_chunk(c, rows * cols, dp));
     return 0;
 }
 
@@ -151,6 +177,7 @@ int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64
     if (c->kind == TRI_COMPRESS_POWERSGD)
         return 2 * (dp - 1) * payload / dp;
     if (c->reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
-        return 2 * (int64_t)(dp - 1) * tri_compression_payload_bytes(c, 1, tri_compression_chunk(c, n, dp));
+        return (int64_t)(dp - 1) * tri_compression_payload_bytes(c, 1, tri_compression_chunk(c, n, dp)) +
+               tri_compression_second_bytes(c, rows, cols, dp, zero_stage, true);
     return (int64_t)(dp - 1) * payload;
 }

@@ -137,23 +137,36 @@ int64_t tri_compression_payload_bytes(const tri_compression *c, int64_t rows, in
  * so the last chunk may be shorter and, for n < D blocks, the last ones empty. n when D is 1. */
 int64_t tri_compression_chunk(const tri_compression *c, int64_t n, int dp);
 
+/* Two-phase, phase 2: whether dp rank k (not j) decodes chunk j of a unit of n elements, so
+ * whether server j sends k its re-compressed sum. ZeRO 0: every other rank does (an all-gather).
+ * ZeRO 1: the ranks whose owned slice of the unit (n / D elements from k n / D, engine/train/zero.c)
+ * overlaps the chunk, the only ones that read it; chunks are whole blocks, a little longer than the
+ * slices, so usually rank j + 1 alone (none for the last chunk; more where a block is long against
+ * n / D). False for k == j, an empty chunk or D 1. */
+bool tri_compression_chunk_read_by(const tri_compression *c, int64_t n, int dp, int zero_stage, int j, int k);
+
 /* Bytes one rank sends on the wire to reduce that bucket over D data-parallel ranks, with the
  * ring algorithms' volumes (NCCL's and Open MPI's for large buffers):
  *   none      all-reduce 2 (D-1)/D * 4n (ZeRO 0); reduce-scatter (D-1)/D * 4n (ZeRO 1-3)
  *   1bit, qsgd, topk   all-gather (D-1) * payload
- *             two-phase: 2 (D-1) * payload(chunk) (phase 1 sends D-1 chunk payloads, phase 2
- *             all-gathers them; every chunk travels at the longest chunk's payload size), about
- *             2 (D-1)/D * payload(n): constant in D
+ *             two-phase: (D-1 + R) * payload(chunk): phase 1 sends D-1 chunk payloads, phase 2
+ *             the rank's re-compressed chunk to its R readers (tri_compression_chunk_read_by;
+ *             every chunk travels at the longest chunk's payload size). ZeRO 0: R = D-1, 2 (D-1)
+ *             payloads, about 2 (D-1)/D * payload(n), constant in D; ZeRO 1: R is rank j's count,
+ *             and this formula takes the busiest rank's (the largest R; usually 1): about
+ *             payload(n) (D-1+1)/D, half ZeRO 0's at large D.
  *   powersgd  all-reduce of P and Q: 2 (D-1)/D * payload (vectors: 2 (D-1)/D * 4n)
  * `compressed` false gives the uncompressed reduction (powersgd's first iterations). 0 when D is 1. */
 int64_t tri_compression_sent_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp,
                                    int zero_stage, bool compressed);
 /* Of those bytes, the reduction's second exchange's, which starts once the first is complete
  * (engine/train/dp_compress.h tri_dp_compress_advance; with --overlap-grad-reduce when the next
- * unit's gradient is): two-phase's phase-2 all-gather, (D-1) * payload(chunk); PowerSGD's Q
- * all-reduce, 2 (D-1)/D * 4 r cols of a compressed matrix. 0 for the one-exchange reductions
- * (none, the all-gathered payloads, the uncompressed iterations), a vector, or D 1. */
-int64_t tri_compression_second_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp, bool compressed);
+ * unit's gradient is): two-phase's phase 2, R * payload(chunk) (above: R = D-1 at ZeRO 0, the
+ * busiest rank's readers at ZeRO 1); PowerSGD's Q all-reduce, 2 (D-1)/D * 4 r cols of a
+ * compressed matrix. 0 for the one-exchange reductions (none, the all-gathered payloads, the
+ * uncompressed iterations), a vector, or D 1. */
+int64_t tri_compression_second_bytes(const tri_compression *c, int64_t rows, int64_t cols, int dp, int zero_stage,
+                                     bool compressed);
 
 #ifdef __cplusplus
 }

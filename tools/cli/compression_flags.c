@@ -39,7 +39,8 @@ int tri_cli_compression_wire_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "payload to every rank: bytes per rank grow as dp - 1 payloads) or two-phase (1-bit Adam's "
                         "compressed allreduce, Tang et al. 2021, DeepSpeed's compressed_allreduce: each rank sums and "
                         "re-compresses one chunk, with its own server error feedback, then the chunks are "
-                        "all-gathered: about 2 payloads per rank whatever dp; the sum is then compressed twice)",
+                        "all-gathered: about 2 payloads per rank whatever dp; at ZeRO 1 each chunk goes only to the "
+                        "ranks whose slice it overlaps, about 1 payload; the sum is then compressed twice)",
                         0, 0, "allgather|two-phase", false};
     return n;
 }
