@@ -142,11 +142,14 @@ static int most_readers(const tri_compression *c, int64_t n, int dp, int zero_st
 {
     if (zero_stage == 0)
         return dp - 1;
+    int64_t chunk = tri_compression_chunk(c, n, dp), slice = n / dp;
     int most = 0;
-    for (int j = 0; j < dp; j++) {
+    for (int j = 0; j < dp && slice > 0; j++) {
+        /* only the slices from chunk j's first element's to its last's can overlap it */
+        int64_t lo = (int64_t)j * chunk, hi = lo + chunk < n ? lo + chunk : n;
         int readers = 0;
-        for (int k = 0; k < dp; k++)
-            readers += tri_compression_chunk_read_by(c, n, dp, zero_stage, j, k);
+        for (int64_t k = lo / slice; k < dp && k <= (hi - 1) / slice; k++)
+            readers += tri_compression_chunk_read_by(c, n, dp, zero_stage, j, (int)k);
         most = readers > most ? readers : most;
     }
     return most;
