@@ -2,12 +2,13 @@
  * (engine/train/grad_compression.h) against counts made by hand here, and the options' checks.
  *
  * Formats (the bit streams travel as whole 32-bit words): 1bit n sign bits + one fp32 scale per
- * block; qsgd ceil(log2(s + 1)) + 1 bits an element + one fp32 norm per block; topk ceil(f n) (uint32, fp32) pairs; powersgd P and Q, 4 r (rows +
- * cols) bytes, vectors 4 n. Wire (ring algorithms, D ranks): all-reduce 2 (D-1)/D S, reduce-scatter
- * (D-1)/D S, all-gather (D-1) payloads; two-phase 2 (D-1) payloads of one chunk (whole blocks,
- * ceil(blocks / D) of them; ZeRO 1: D-1 and one to each rank whose slice the chunk overlaps). The comm layer's counted wire bytes are held against these in the
- * compression engine's own tests (test_grad_compression.c; two-phase: test_two_phase.c at D = 2..5,
- * and here below on thread ranks). */
+ * block; qsgd ceil(log2(s + 1)) + 1 bits an element + one fp32 norm per block; topk ceil(f n)
+ * (uint32, fp32) pairs; powersgd P and Q, 4 r (rows + cols) bytes, vectors 4 n. Wire (ring
+ * algorithms, D ranks): all-reduce 2 (D-1)/D S, reduce-scatter (D-1)/D S, all-gather (D-1) payloads;
+ * two-phase 2 (D-1) payloads of one chunk (whole blocks, ceil(blocks / D) of them; ZeRO 1: D-1 and
+ * one to each rank whose slice the chunk overlaps). The comm layer's counted wire bytes are held
+ * against these in the compression engine's own tests (test_grad_compression.c; two-phase:
+ * test_two_phase.c at D = 2..5, and here below on thread ranks). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -118,13 +119,16 @@ Test(compression_bytes, two_phase_by_hand_and_constant_in_dp)
      * sends phase 1's 3 payloads and one */
     for (int j = 0; j < 4; j++)
         for (int k = 0; k < 4; k++) {
-            cr_expect_eq(tri_compression_chunk_read_by(&one, 1000, 4, 1, j, k), k == j + 1, "ZeRO 1 chunk %d rank %d", j, k);
-            cr_expect_eq(tri_compression_chunk_read_by(&one, 1000, 4, 0, j, k), k != j, "ZeRO 0 chunk %d rank %d", j, k);
+            cr_expect_eq(tri_compression_chunk_read_by(&one, 1000, 4, 1, j, k), k == j + 1, "ZeRO 1 chunk %d rank %d",
+                         j, k);
+            cr_expect_eq(tri_compression_chunk_read_by(&one, 1000, 4, 0, j, k), k != j, "ZeRO 0 chunk %d rank %d", j,
+                         k);
         }
     cr_assert_eq(tri_compression_sent_bytes(&one, 1, 1000, 4, 1, true), (3 + 1) * 36);
     cr_assert_eq(tri_compression_second_bytes(&one, 1, 1000, 4, 1, true), 36);
     /* top-k's single-element chunks of 250 are the slices: at ZeRO 1 phase 2 sends nothing */
-    cr_assert_eq(tri_compression_sent_bytes(&topk, 1, 1000, 4, 1, true), 3 * tri_compression_payload_bytes(&topk, 1, 250));
+    cr_assert_eq(tri_compression_sent_bytes(&topk, 1, 1000, 4, 1, true),
+                 3 * tri_compression_payload_bytes(&topk, 1, 250));
     cr_assert_eq(tri_compression_second_bytes(&topk, 1, 1000, 4, 1, true), 0);
     /* D 3: two blocks a chunk: 512, 488 and an empty third; a chunk payload 2 scales + 16 words */
     cr_assert_eq(tri_compression_chunk(&one, 1000, 3), 512);
@@ -246,10 +250,12 @@ Test(compression_bytes, two_phase_zero1_counted_by_hand)
             j0.stage = 0;
             cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j), TRI_OK, "%s", tri_error_message());
             cr_assert_eq(tri_run_thread_ranks(D, bytes_rank, &j0), TRI_OK, "%s", tri_error_message());
-            for (int r = 0; r < D; r++) /* each rank's slice decoded from the chunks it received: ZeRO 0's bits */
-                cr_expect_eq(memcmp(&j.out[r][r * (1000 / D)], &j0.out[r][r * (1000 / D)], sizeof(float) * (1000 / D)), 0,
+            for (int r = 0; r < D; r++) { /* each rank's slice decoded from the chunks it received: ZeRO 0's bits */
+                int64_t at = (int64_t)r * (1000 / D);
+                cr_expect_eq(memcmp(&j.out[r][at], &j0.out[r][at], sizeof(float) * (1000 / D)), 0,
                              "%s D %d rank %d: the ZeRO 1 slice differs from ZeRO 0's",
                              tri_compression_name((tri_compression_kind)kind), D, r);
+            }
             uint64_t chunk = (uint64_t)tri_compression_payload_bytes(&j.c, 1, tri_compression_chunk(&j.c, 1000, D));
             for (int r = 0; r < D; r++) {
                 int R = kind == TRI_COMPRESS_TOPK ? 0 : readers[i][r];

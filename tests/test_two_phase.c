@@ -261,9 +261,9 @@ static void check_against_reference(tri_compression_kind kind)
                 cr_expect_eq(j0.wire[r][s], bytes, "%s D %d rank %d: %llu wire bytes, formula %llu",
                              tri_compression_name(kind), D, r, (unsigned long long)j0.wire[r][s],
                              (unsigned long long)bytes);
-                cr_expect_eq(j1.wire[r][s], zero1_bytes(&j0.c, D, r), "%s D %d rank %d: ZeRO 1 sent %llu bytes, formula %llu",
-                             tri_compression_name(kind), D, r, (unsigned long long)j1.wire[r][s],
-                             (unsigned long long)zero1_bytes(&j0.c, D, r));
+                cr_expect_eq(j1.wire[r][s], zero1_bytes(&j0.c, D, r),
+                             "%s D %d rank %d: ZeRO 1 sent %llu bytes, formula %llu", tri_compression_name(kind), D, r,
+                             (unsigned long long)j1.wire[r][s], (unsigned long long)zero1_bytes(&j0.c, D, r));
                 double tol = (s + 1) * (D + 4) * ldexp(mag[s], -24);
                 for (int64_t i = 0; i < N; i++) {
                     float got = j0.out[r][s][i];

@@ -224,9 +224,11 @@ static int local_sgd_options(run *r)
         return rc;
     if (r->L.compression.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
         rc = TRI_ERR(TRI_EINVAL, "--grad-compression-reduce two-phase with --local-sgd-steps %d: the outer "
-                     "synchronisation reduces the replicas' parameter change at ZeRO 1's form (each rank decodes "
-                     "its anchor slice), which the all-gather reduction already gives; use --grad-compression-reduce "
-                     "allgather", c->steps);
+                     "synchronisation's compressed reduction runs the all-gather form only (a two-phase one would "
+                     "need a server residual of its own, kept and checkpointed beside outer_error_feedback, which "
+                     "is not built, and the synchronisation's fp32 anchor and parameter all-gathers would stay: "
+                     "docs/local-sgd.md); use --grad-compression-reduce allgather, or --grad-compression "
+                     "powersgd, whose bytes do not grow with dp", c->steps);
     if (!rc && a->spike_zscore > 0)
         rc = TRI_ERR(TRI_EINVAL, "--skip-loss-spike-zscore %g with --local-sgd-steps %d: between synchronisations "
                      "each replica has its own loss, so a spike is not one decision for every rank",

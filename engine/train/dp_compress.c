@@ -461,8 +461,10 @@ static int two_phase_second(tri_dp_compress *x, tri_device *dev, tri_comm *dp, i
     if (chunk_len(n, chunk, me) > 0)
         rc = server_step(x, dev, dp, unit, u->start + (int64_t)me * chunk, chunk_len(n, chunk, me),
                          two_phase_stream(x, unit, x->iter_of[unit], me, true));
-    if (!rc) rc = x->stage == 0 ? all_gather(x, dp, slot(x, x->gathered, unit, D), slot(x, x->server_send, unit, 1), unit, async)
-                                : gather_to_readers(x, dp, unit, async);
+    if (!rc && x->stage == 0)
+        rc = all_gather(x, dp, slot(x, x->gathered, unit, D), slot(x, x->server_send, unit, 1), unit, async);
+    else if (!rc)
+        rc = gather_to_readers(x, dp, unit, async);
     return rc;
 }
 
