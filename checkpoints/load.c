@@ -155,15 +155,17 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
 }
 
 /* Two-phase's server residual is one tensor cut across the dp ranks (each holds its chunk of every
- * unit, zero elsewhere), so the whole of it is every replica file's entry merged: box (this rank's
- * file's) takes each other rank's non-zero elements. With the saved tp and pp the chunks are the
- * same and this changes nothing; with others a rank's new chunk may lie in another rank's file. */
-static int merge_server(tri_ckpt_reader *r, int dp_rank, int dp, const tri_param *p, const tri_box *b, float *box)
+ * unit, zero elsewhere), so the whole of it is every replica file's entry merged: box (file first's)
+ * takes each other saving rank's non-zero elements. With the saved tp, pp and dp the chunks are the
+ * same and this changes nothing; with others a rank's new chunk may lie in another rank's file. The
+ * server's residual is of the reduced (mean) gradient, whatever dp, so at another dp the merged
+ * tensor is the same debt, cut by the new chunks. */
+static int merge_server(tri_ckpt_reader *r, int first, int dp, const tri_param *p, const tri_box *b, float *box)
 {
     float *other = malloc((size_t)p->numel * sizeof *other);
     int rc = other ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
     for (int k = 0; k < dp && !rc; k++) {
-        if (k == dp_rank)
+        if (k == first)
             continue;
         rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(TRI_STATE_EF_SERVER_RESIDUAL),
                                   p->spec.name, b, other);
@@ -177,7 +179,7 @@ static int merge_server(tri_ckpt_reader *r, int dp_rank, int dp, const tri_param
 
 /* Why this run cannot take the checkpoint's per-rank compression state (copies' residuals or
  * PowerSGD's Q), into why; "" when it can: they belong to the saving rank's TP shard, so the same tp
- * (dp is the same here) and, for the copies' residuals (any_pp false), the same pp, and the group
+ * (any dp: mean_of_workers) and, for the copies' residuals (any_pp false), the same pp, and the group
  * held at all (older checkpoints hold neither). A Q is a matrix's own and the same at any pp (its TP
  * shard is), so it is read from whichever pipeline rank's file holds the matrix (read_q). */
 static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool held, const char *what, bool any_pp,
@@ -193,15 +195,15 @@ static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool 
 }
 
 /* Entry e (a copy's residual or a matrix's Q) from the file of the (tp, pp) rank that saved it, pp
- * (Q: dp rank 0's, the same bits on every dp rank; residuals: this dp rank's) into box (e's hi
+ * (Q: dp rank 0's, the same bits on every dp rank; residuals: saving dp rank dp's) into box (e's hi
  * floats), *found. */
-static int read_own_at(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, int pp, float *box, bool *found)
+static int read_own_at(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, int pp, int dp, float *box,
+                       bool *found)
 {
     const tri_grid *g = t->grid;
     tri_box b = tri_ckpt_shard_box(e->param);
-    int dp = tri_state_group_is_q(e->group) ? 0 : g->dp_rank;
-    return tri_ckpt_read_own(r, TRI_CKPT_REPLICA, g->tp_rank, pp, dp, tri_state_group_name(e->group),
-                             e->param->spec.name, &b, e->hi - e->lo, box, found);
+    return tri_ckpt_read_own(r, TRI_CKPT_REPLICA, g->tp_rank, pp, tri_state_group_is_q(e->group) ? 0 : dp,
+                             tri_state_group_name(e->group), e->param->spec.name, &b, e->hi - e->lo, box, found);
 }
 
 /* A matrix's Q: from this rank's own (tp, pp) file at the saved pp; at another pp from the first
@@ -213,11 +215,11 @@ static int read_q(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, 
 {
     int pp = r->m.run.pp;
     if (pp == t->grid->pp)
-        return read_own_at(t, r, e, t->grid->pp_rank, box, found);
+        return read_own_at(t, r, e, t->grid->pp_rank, 0, box, found);
     int rc = TRI_OK;
     *found = false;
     for (int k = 0; k < pp && !*found && !rc; k++)
-        rc = read_own_at(t, r, e, e->holder ? k : pp - 1 - k, box, found);
+        rc = read_own_at(t, r, e, e->holder ? k : pp - 1 - k, 0, box, found);
     *holders_q += *found && !e->holder && e->param->spec.tied_copy && pp == 1;
     return rc;
 }
@@ -229,41 +231,86 @@ typedef struct own_plan {
     char copies[256], q[2][256];
 } own_plan;
 
+/* A worker's residual entry e (error_feedback, error_feedback_copy, outer_error_feedback) as saving
+ * dp rank k stored it, into box (room for e's TP shard; e's values at [e->lo, e->hi)): a copy's own
+ * from its file when the plan allows, else the stored copy's box (*holders set). */
+static int read_worker(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, int k,
+                       float *box, bool *holders)
+{
+    bool found = false;
+    int rc = TRI_OK;
+    if (e->group == TRI_STATE_EF_COPY && !plan->copies[0])
+        rc = read_own_at(t, r, e, t->grid->pp_rank, k, box, &found);
+    if (rc || found)
+        return rc;
+    *holders = true;
+    tri_box b = tri_ckpt_shard_box(e->param);
+    tri_state_group g = e->group == TRI_STATE_EF_COPY ? TRI_STATE_EF_RESIDUAL : e->group;
+    return tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(g), e->param->spec.name, &b, box);
+}
+
+/* At another dp, a worker's residual entry e: every saving rank's (read_worker) summed in double, in
+ * rank order, divided by this run's dp and rounded once. Each rank's gradient enters the reduction
+ * divided by dp (dp_compress.h), so what the average gradient still owes is the residuals' sum
+ * (Seide et al. 2014: nothing withheld is lost); every new rank takes an equal share of it, which
+ * keeps the sum, while the split between replicas, each saving replica's own, has no counterpart at
+ * another dp. */
+static int mean_of_workers(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan,
+                           float *box, bool *holders)
+{
+    int64_t n = e->hi - e->lo;
+    double *sum = calloc((size_t)(n > 0 ? n : 1), sizeof *sum);
+    int rc = sum ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
+    for (int k = 0; k < r->m.run.dp && !rc; k++) {
+        rc = read_worker(t, r, e, plan, k, box, holders);
+        for (int64_t i = 0; i < n && !rc; i++)
+            sum[i] += (double)box[e->lo + i];
+    }
+    for (int64_t i = 0; i < n && !rc; i++)
+        box[e->lo + i] = (float)(sum[i] / (double)t->grid->dp);
+    free(sum);
+    return rc;
+}
+
 /* Compression entry e (a holder's residual, a copy's, a server residual, or a matrix's Q) from the
  * checkpoint into the trainer, through box (room for e's TP shard and Q). A copy not read from its
  * own file gets the holder's residual (counted in *own when its residual is its own; so does a
  * non-holder's server residual, which is stored once); a Q not read keeps the fresh draw (counted in
  * fresh_q[0], the outer reduction's in fresh_q[1]); a tied copy's Q taken from its holder is counted
- * in *holders_q. */
+ * in *holders_q. At another dp a worker's residual is the saving ranks' mean (mean_of_workers), the
+ * server's is merged from every file (merge_server) and Q is dp rank 0's (the same on every rank). */
 static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
                       int *own, int fresh_q[2], int *holders_q)
 {
     const tri_param *p = e->param;
-    bool found = false, q = tri_state_group_is_q(e->group), outer = tri_state_group_is_outer_compression(e->group);
     int rc = TRI_OK;
-    if (e->group == TRI_STATE_EF_COPY && !plan->copies[0])
-        rc = read_own_at(t, r, e, t->grid->pp_rank, box, &found);
-    if (q && !plan->q[outer][0])
-        rc = read_q(t, r, e, box, &found, holders_q);
-    if (!rc && q) {
+    if (tri_state_group_is_q(e->group)) {
+        bool found = false, outer = tri_state_group_is_outer_compression(e->group);
+        if (!plan->q[outer][0])
+            rc = read_q(t, r, e, box, &found, holders_q);
+        if (rc)
+            return rc;
         fresh_q[outer] += !found;
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
-    bool server = e->group == TRI_STATE_EF_SERVER_RESIDUAL;
-    if (!rc && !found) {
-        /* the holder's (a server residual's non-holder copy too): equal for a copy without SP, shared
-         * shards or a tied copy, which sum their gradients after the dp reduction
-         * (engine/train/train.c sync_grads) */
-        *own += !e->holder && (p->spec.tied_copy || p->replicas > 1 ||
-                               (p->tp_replicated && (t->cfg.sequence_parallel || p->spec.tp_partial_grad) &&
-                                                         t->grid->tp > 1));
+    bool holders = false;
+    if (e->group == TRI_STATE_EF_SERVER_RESIDUAL) { /* stored by the holder only */
+        holders = true;
+        int first = t->grid->dp_rank < r->m.run.dp ? t->grid->dp_rank : 0;
         tri_box b = tri_ckpt_shard_box(p);
-        tri_state_group g = e->group == TRI_STATE_EF_COPY ? TRI_STATE_EF_RESIDUAL : e->group;
-        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, t->grid->dp_rank, tri_state_group_name(g), p->spec.name, &b,
-                                  box);
-        if (!rc && server)
-            rc = merge_server(r, t->grid->dp_rank, r->m.run.dp, p, &b, box);
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, first, tri_state_group_name(e->group), p->spec.name, &b, box);
+        if (!rc)
+            rc = merge_server(r, first, r->m.run.dp, p, &b, box);
+    } else if (r->m.run.dp == t->grid->dp) {
+        rc = read_worker(t, r, e, plan, t->grid->dp_rank, box, &holders);
+    } else {
+        rc = mean_of_workers(t, r, e, plan, box, &holders);
     }
+    /* a copy given the holder's: equal for a copy without SP, shared shards or a tied copy, which sum
+     * their gradients after the dp reduction (engine/train/train.c sync_grads) */
+    *own += holders && !e->holder &&
+            (p->spec.tied_copy || p->replicas > 1 ||
+             (p->tp_replicated && (t->cfg.sequence_parallel || p->spec.tp_partial_grad) && t->grid->tp > 1));
     return rc ? rc : tri_trainer_state_write(t, e, box + e->lo);
 }
 
@@ -282,11 +329,6 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                            r->dir, tri_compression_name(s->compression.kind),
                            tri_compression_reduce_name(s->compression.reduce), tri_compression_name(cur),
                            tri_compression_reduce_name(red));
-    if (!rc && s->dp != t->grid->dp)
-        rc = TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s and dp %d: each dp rank's "
-                     "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
-                     "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
-                     tri_compression_name(s->compression.kind), s->dp, s->dp, t->grid->dp);
     own_plan plan;
     own_state_plan(t, r, r->m.residual_copies, "each copy's own residual", false, plan.copies, sizeof plan.copies);
     static const char *const q_name[2] = {"PowerSGD's Q", "the outer reduction's PowerSGD Q"};
@@ -312,6 +354,11 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     }
     free(box);
     free(sh);
+    if (!rc && s->dp != t->grid->dp && t->grid->dp_rank == 0)
+        tri_log("checkpoint %s was saved at dp %d: each dp rank's error-feedback residual starts from the %d saved "
+                "ranks' sum divided by %d (what the average gradient still owes is kept; each saving replica's own "
+                "share has no counterpart at dp %d)%s", r->dir, s->dp, s->dp, t->grid->dp, t->grid->dp,
+                red == TRI_COMPRESS_REDUCE_TWO_PHASE ? "; the server residual is cut by the new chunks" : "");
     if (!rc && own > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
                 "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "

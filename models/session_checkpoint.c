@@ -87,18 +87,13 @@ static int local_sgd_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur, b
  * same --grad-compression kind and --grad-compression-reduce (its options may change); another (or
  * none on either side) is refused naming both unless reset, which starts the residuals from zero and
  * draws PowerSGD's Q afresh. A step-0
- * checkpoint binds nothing; --no-load-optim counts as reset. The residuals are per dp rank, so they
- * are read (*load, tri_ckpt_load_compression) only with the checkpoint's dp: another is refused
- * naming both unless reset (tp and pp may change). */
+ * checkpoint binds nothing; --no-load-optim counts as reset. Otherwise the state is read (*load,
+ * tri_ckpt_load_compression) into any tp, pp and dp: at another dp each rank's residual is the saved
+ * ranks' sum divided by the new dp. */
 static int compression_resume(const tri_ckpt_reader *r, const tri_ckpt_run *cur, bool reset, bool resumes, bool *load)
 {
     tri_compression_kind a = r->m.run.compression.kind, b = cur->compression.kind;
     *load = resumes && !reset && a == b && b != TRI_COMPRESS_NONE;
-    if (*load && r->m.run.dp != cur->dp)
-        return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s and dp %d: each dp rank's "
-                       "error-feedback residual is its own, so it resumes only with dp %d (this run has dp %d; tp and "
-                       "pp may change), or pass --reset-compression-state to start the residuals from zero", r->dir,
-                       tri_compression_name(a), r->m.run.dp, r->m.run.dp, cur->dp);
     tri_compression_reduce ra = r->m.run.compression.reduce, rb = cur->compression.reduce;
     if (*load && ra != rb) /* the residuals mean other things (and the server's exist only with two-phase) */
         return TRI_ERR(TRI_EINVAL, "checkpoint %s was saved with --grad-compression %s --grad-compression-reduce %s; "

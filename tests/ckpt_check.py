@@ -7,6 +7,11 @@
   vds INDEX.h5 MERGED.h5       h5py's view of the virtual-dataset index equals the merged tensors.
   write-llmc FILE V L NH C T   writes a random llm.c GPT-2 model file (version 3, wte padded to a
                                multiple of 128 rows of zeros).
+  residual-mean DATASET SRC.h5... -- DST.h5...
+                               each DST file's DATASET (an error-feedback residual resharded to
+                               another dp) is the SRC files' (the saving dp ranks', in rank order)
+                               summed in float64, divided by the number of DST files, in float32:
+                               bit for bit, and not all zero.
 """
 import json
 import struct
@@ -84,12 +89,35 @@ def write_llmc(path, V, L, NH, C, T):
     print(f"wrote {path}: V {V} (padded {Vp}), {L} layers, {NH} heads, C {C}, T {T}")
 
 
+def check_residual_mean(dataset, files):
+    import h5py
+    cut = files.index("--")
+    src, dst = files[:cut], files[cut + 1:]
+    total = None
+    for path in src:
+        with h5py.File(path, "r") as f:
+            x = f[dataset][()].astype(np.float64)
+        total = x if total is None else total + x
+    want = (total / len(dst)).astype(np.float32)
+    if not np.any(want):
+        sys.exit(f"{dataset}: the saved residuals are all zero: the check shows nothing")
+    for path in dst:
+        with h5py.File(path, "r") as f:
+            got = f[dataset][()]
+        if got.shape != want.shape or not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+            bad = int(np.count_nonzero(got != want)) if got.shape == want.shape else -1
+            sys.exit(f"{path} {dataset}: {bad} elements differ from the saved ranks' sum / {len(dst)}")
+    print(f"{dataset}: each of {len(dst)} ranks holds the {len(src)} saved ranks' sum / {len(dst)}")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "safetensors":
         check_safetensors(sys.argv[2], sys.argv[3])
     elif cmd == "vds":
         check_vds(sys.argv[2], sys.argv[3])
+    elif cmd == "residual-mean":
+        check_residual_mean(sys.argv[2], sys.argv[3:])
     elif cmd == "write-llmc":
         write_llmc(sys.argv[2], *sys.argv[3:8])
     else:

@@ -77,6 +77,16 @@ if section powersgd_reshard; then
   else
     cat "$tmp/reshard_r.log"; fail "powersgd reshard to pp 1: Q not carried (h5diff of powersgd_q: $q_same)"
   fi
+  # to dp 4: every rank's residual is the two saved ranks' sum / 4 (what the average still owes)
+  "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --data-parallel-size 4 \
+    "$tmp/p/iter_0000003" "$tmp/d4" > "$tmp/reshard_d4.log" 2>&1 || { cat "$tmp/reshard_d4.log"; fail "ckpt reshard powersgd to dp 4"; }
+  if ! grep -q warning "$tmp/reshard_d4.log" &&
+     $py "$src/tests/ckpt_check.py" residual-mean /error_feedback/h.0.attn.c_attn.w \
+       "$tmp"/p/iter_0000003/replica_tp00_pp00_dp00[01].h5 -- "$tmp"/d4/iter_0000003/replica_tp00_pp00_dp00[0-3].h5; then
+    echo "ok   powersgd resharded to dp 4: each rank's residual the saved ranks' sum / 4, no warning"
+  else
+    cat "$tmp/reshard_d4.log"; fail "powersgd reshard to dp 4: residuals not the saved ranks' mean"
+  fi
 fi
 
 # inspect, merge, index, safetensors

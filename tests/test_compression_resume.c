@@ -8,8 +8,9 @@
  * resume (--reset-compression-state), or resuming from a checkpoint that looks older (its manifest
  * without the copies or without Q: the loader then falls back, with a warning, to the stored copy's
  * residual or a fresh Q) breaks that equality. Resuming with another compressor is refused naming
- * both unless reset; another dp is refused (each replica's residual is its own; Q, the same on
- * every dp rank, is read from dp rank 0's file by any dp rank, which the dp 2 resumes exercise). The
+ * both unless reset. At another dp each rank's residual starts from the saved ranks' sum divided by
+ * the new dp (what the average gradient still owes; Q, the same on every dp rank, is read from dp
+ * rank 0's file by any dp rank, which the dp 2 resumes exercise). The
  * two-phase reduction (--grad-compression-reduce two-phase) adds each dp rank's server residual
  * (group server_error_feedback), resumed bit for bit the same way; resuming it with the all-gather
  * (or the reverse) is refused naming both unless reset. Under local SGD / DiLoCo the compressed outer
@@ -364,7 +365,7 @@ Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
     free(w);
 }
 
-Test(compression_resume, another_compressor_or_dp_refused, .timeout = 300)
+Test(compression_resume, another_compressor_refused, .timeout = 300)
 {
     tri_gpt_config cfg = tu_tiny_config();
     int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 37);
@@ -393,14 +394,6 @@ Test(compression_resume, another_compressor_or_dp_refused, .timeout = 300)
     cr_expect_eq(tu_ckpt_train(&r), TRI_EINVAL);
     cr_expect(strstr(tri_error_message(), "--grad-compression 1bit") &&
                   strstr(tri_error_message(), "--grad-compression none"), "%s", tri_error_message());
-    /* the same compressor with another dp: the residuals are per replica */
-    tu_ckpt_run d = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 4}, TRI_COMPRESS_1BIT);
-    d.load = mid;
-    d.until = 6;
-    cr_expect_eq(tu_ckpt_train(&d), TRI_EINVAL);
-    cr_expect(strstr(tri_error_message(), "dp 2") && strstr(tri_error_message(), "dp 4"), "%s", tri_error_message());
-    d.reset_compression_state = true;
-    cr_expect_eq(tu_ckpt_train(&d), TRI_OK, "dp 4 with --reset-compression-state: %s", tri_error_message());
     tri_error_clear();
     tri_fs_remove_tree(dir);
     free(dir);
@@ -464,4 +457,120 @@ Test(compression_resume, two_phase_server_residual_moves_with_the_chunks, .timeo
     tri_fs_remove_tree(dir);
     free(dir);
     free(w);
+}
+
+/* Another dp (checkpoints/load.c mean_of_workers): every rank's gradient enters the reduction divided
+ * by dp, so the average still owes the sum of the ranks' residuals; resumed at dp `to` each rank
+ * starts from that sum divided by `to`, summed in double in rank order and rounded once, which
+ * keeps it. Two-phase's server residual is of the mean gradient, one tensor cut by chunks: at
+ * another dp it is the same tensor cut by the new chunks. Saved at dp 2 and saved again at once at
+ * dp 4 (no step between), the files hold those values to the bit; the run then goes on at dp 4, and
+ * its losses differ from the same resume with the residuals reset: they carry something. A copy's
+ * own residual (the tied embedding's at pp 2) is read from each saving rank's file, not replaced by
+ * the holder's: no warning. With `local`, DiLoCo's outer reduction is the compressed one (its own
+ * residual, outer_error_feedback). */
+static void another_dp(tri_compression_reduce reduce, int pp, bool local)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 47);
+    char *dir = tu_ckpt_tmpdir("another-dp");
+    char first[4200], again[4200], mid[4300], mid2[4300], log[16384];
+    snprintf(first, sizeof first, "%s/first", dir);
+    snprintf(again, sizeof again, "%s/again", dir);
+    snprintf(mid, sizeof mid, "%s/iter_%07d", first, 4);
+    snprintf(mid2, sizeof mid2, "%s/iter_%07d", again, 4);
+    reduce_of_runs = reduce;
+    local_of_runs = local;
+    bool two_phase = reduce == TRI_COMPRESS_REDUCE_TWO_PHASE;
+    const char *group = local ? "outer_error_feedback" : "error_feedback";
+    tu_layout dp2 = local ? diloco(pp) : (tu_layout){.tp = 1, .pp = pp, .dp = 2}, dp4 = dp2;
+    dp4.dp = 4;
+    tu_ckpt_run s = comp_run(&cfg, w, dp2, TRI_COMPRESS_1BIT);
+    s.until = 4;
+    s.save_dir = first;
+    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    tu_ckpt_run r = comp_run(&cfg, w, dp4, TRI_COMPRESS_1BIT);
+    r.load = mid;
+    r.until = 4;
+    r.save_dir = again;
+    cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "dp 4: %s", tri_error_message());
+    cr_expect(strstr(log, "saved at dp 2") && strstr(log, "divided by 4") && !strstr(log, "warning"), "%s", log);
+    int64_t moved = 0; /* server elements on another rank at dp 4 */
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int64_t n = 0, m = 0, nonzero = 0;
+        float *a[2], *b[4];
+        for (int dp = 0; dp < 2; dp++)
+            a[dp] = tensor(mid, TRI_CKPT_REPLICA, dp, group, names[i], &n);
+        for (int dp = 0; dp < 4; dp++) {
+            b[dp] = tensor(mid2, TRI_CKPT_REPLICA, dp, group, names[i], &m);
+            cr_assert_eq(n, m);
+            for (int64_t k = 0; k < n; k++) {
+                float want = (float)(((double)a[0][k] + (double)a[1][k]) / 4.0);
+                nonzero += want != 0.0f;
+                cr_expect(b[dp][k] == want, "%s element %lld on dp %d: %.9g, the saved ranks' sum / 4 %.9g",
+                          names[i], (long long)k, dp, (double)b[dp][k], (double)want);
+            }
+        }
+        cr_expect_gt(nonzero, 0, "%s: no residual saved", names[i]);
+        for (int dp = 0; dp < 4; dp++)
+            free(b[dp]);
+        for (int dp = 0; dp < 2; dp++)
+            free(a[dp]);
+        if (!two_phase)
+            continue;
+        /* the server residual: the same tensor, each element on one rank */
+        for (int dp = 0; dp < 2; dp++)
+            a[dp] = tensor(mid, TRI_CKPT_REPLICA, dp, "server_error_feedback", names[i], &n);
+        for (int dp = 0; dp < 4; dp++)
+            b[dp] = tensor(mid2, TRI_CKPT_REPLICA, dp, "server_error_feedback", names[i], &m);
+        for (int64_t k = 0; k < n; k++) {
+            int held = 0, old = a[0][k] != 0.0f ? 0 : a[1][k] != 0.0f ? 1 : -1, now = -1;
+            float was = old >= 0 ? a[old][k] : 0.0f, is = 0.0f;
+            for (int dp = 0; dp < 4; dp++)
+                if (b[dp][k] != 0.0f) {
+                    held++;
+                    is = b[dp][k];
+                    now = dp;
+                }
+            cr_expect(held <= 1 && is == was, "%s server element %lld: %.9g saved, %.9g on %d dp 4 ranks", names[i],
+                      (long long)k, (double)was, (double)is, held);
+            moved += old >= 0 && now != old;
+        }
+        for (int dp = 0; dp < 4; dp++)
+            free(b[dp]);
+        for (int dp = 0; dp < 2; dp++)
+            free(a[dp]);
+    }
+    cr_expect(!two_phase || moved > 0, "no server element changed rank: the test shows nothing");
+    /* on past the next reduction: the next step's (local SGD: the next synchronisation, at 8) */
+    int steps = local ? 5 : 2;
+    tu_ckpt_run on = comp_run(&cfg, w, dp4, TRI_COMPRESS_1BIT), z = on;
+    on.load = z.load = mid;
+    on.until = z.until = 4 + steps;
+    z.reset_compression_state = true;
+    cr_assert_eq(tu_ckpt_train(&on), TRI_OK, "dp 4 on: %s", tri_error_message());
+    cr_assert_eq(tu_ckpt_train(&z), TRI_OK, "dp 4 reset: %s", tri_error_message());
+    for (int k = 0; k < steps; k++)
+        cr_expect(isfinite(on.losses[k]), "dp 4, iteration %d: loss %g", 5 + k, on.losses[k]);
+    cr_expect(on.losses[steps - 1] != z.losses[steps - 1],
+              "the carried residuals changed nothing: iteration %d loss %.17g both", 4 + steps, on.losses[steps - 1]);
+    tri_error_clear();
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
+
+Test(compression_resume, another_dp_keeps_the_residuals_sum, .timeout = 300)
+{
+    another_dp(TRI_COMPRESS_REDUCE_ALLGATHER, 2, false);
+}
+Test(compression_resume, another_dp_two_phase_server_residual_rechunked, .timeout = 300)
+{
+    another_dp(TRI_COMPRESS_REDUCE_TWO_PHASE, 1, false);
+}
+/* DiLoCo's compressed outer reduction (saved at iteration 4, its first synchronisation with H 4:
+ * replicas equal, so dp may change) keeps its own residual's sum the same way. */
+Test(compression_resume, another_dp_outer_residual, .timeout = 300)
+{
+    another_dp(TRI_COMPRESS_REDUCE_ALLGATHER, 1, true);
 }

@@ -474,24 +474,25 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     tri_session s;
     if (rank != 0)
         tri_log_set_quiet(true);
-    /* the compressed dp reduction's error feedback: per dp rank, so carried with the same dp (tp, pp
-     * may change) and a ZeRO stage that compresses; else dropped with a warning (the output records
-     * no compressor, and a resume starts the residuals from zero). What belongs to the saving rank's
+    /* the compressed dp reduction's error feedback: carried into a target whose ZeRO stage compresses
+     * and whose dp is over 1 (at another dp each rank's residual is the saved ranks' sum divided by
+     * the target's dp, tri_ckpt_load_compression); else dropped with a warning (the output records no
+     * compressor, and a resume starts the residuals from zero). What belongs to the saving rank's
      * shard (each copy's own residual, PowerSGD's Q) is carried when tp and pp stay too; otherwise the
-     * load warns (tri_ckpt_load_compression) and the output holds what a resume would start from: the
-     * stored copy's residual, and Q drawn afresh from the seeded RNG */
+     * load warns and the output holds what a resume would start from: the stored copy's residual,
+     * and Q drawn afresh from the seeded RNG */
     if (j->load && sr->compression.kind != TRI_COMPRESS_NONE) {
         tri_compression c = sr->compression;
         c.seed = sr->seed;
-        if (j->layout.dp == sr->dp && tri_compression_check(&c, j->layout.zero_stage) == TRI_OK) {
+        if (j->layout.dp > 1 && tri_compression_check(&c, j->layout.zero_stage) == TRI_OK) {
             o.run.layout.compression = c;
         } else {
             tri_error_clear();
             cr.reset_compression_state = true;
             if (rank == 0)
-                fprintf(stderr, "warning: the checkpoint's --grad-compression %s error feedback is per dp rank "
-                        "(dp %d, ZeRO %d); the target (dp %d, ZeRO %d) drops it: a resumed run starts it from "
-                        "zero\n", tri_compression_name(c.kind), sr->dp, sr->zero_stage, j->layout.dp,
+                fprintf(stderr, "warning: the checkpoint's --grad-compression %s error feedback (dp %d, ZeRO %d) "
+                        "has no compressed reduction in the target (dp %d, ZeRO %d), which drops it: a resumed run "
+                        "starts it from zero\n", tri_compression_name(c.kind), sr->dp, sr->zero_stage, j->layout.dp,
                         j->layout.zero_stage);
         }
     }

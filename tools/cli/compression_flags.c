@@ -62,8 +62,9 @@ int tri_cli_compression_flags(tri_cli_compression *f, tri_flag *t, int n)
     t[n++] = (tri_flag){"reset-compression-state", TRI_FLAG_BOOL, &f->reset_state,
                         "on resume, start the error-feedback residuals from zero (local SGD's outer residual too) "
                         "and draw PowerSGD's Q afresh (checkpoints hold them: the residuals per dp rank, Q per "
-                        "(tp, pp)) and accept a checkpoint saved with another --grad-compression, "
-                        "--grad-compression-reduce or dp (else refused)", 0, 0, NULL, false};
+                        "(tp, pp)) and accept a checkpoint saved with another --grad-compression or "
+                        "--grad-compression-reduce (else refused). Without it, a resume at another dp starts "
+                        "each rank's residual from the saved ranks' sum divided by the new dp", 0, 0, NULL, false};
     return n;
 }
 
