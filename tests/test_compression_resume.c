@@ -49,6 +49,16 @@ static tu_ckpt_run comp_run(const tri_gpt_config *cfg, const int32_t *w, tu_layo
                          .until = TU_CKPT_TOTAL};
 }
 
+/* A run in layout l trained to iteration 4 and saved there, under dir. */
+static void save_at_4(const tri_gpt_config *cfg, const int32_t *w, tu_layout l, tri_compression_kind kind,
+                      const char *dir)
+{
+    tu_ckpt_run s = comp_run(cfg, w, l, kind);
+    s.until = 4;
+    s.save_dir = dir;
+    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+}
+
 /* A whole tensor of group (NULL: the weights) from a checkpoint's files of kind (dp rank dp, -1:
  * any), asserted read. */
 static float *tensor(const char *dir, tri_ckpt_file_kind kind, int dp, const char *group, const char *name, int64_t *n)
@@ -222,10 +232,7 @@ Test(compression_resume, another_reduction_refused, .timeout = 300)
     snprintf(mid, sizeof mid, "%s/iter_%07d", dir, 4);
     tu_layout dp2 = {.tp = 1, .pp = 1, .dp = 2};
     reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
-    tu_ckpt_run s = comp_run(&cfg, w, dp2, TRI_COMPRESS_1BIT);
-    s.until = 4;
-    s.save_dir = dir;
-    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    save_at_4(&cfg, w, dp2, TRI_COMPRESS_1BIT, dir);
     reduce_of_runs = TRI_COMPRESS_REDUCE_ALLGATHER;
     tu_ckpt_run r = comp_run(&cfg, w, dp2, TRI_COMPRESS_1BIT);
     r.load = mid;
@@ -338,10 +345,7 @@ Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
     char *dir = tu_ckpt_tmpdir("powersgd-other-tp");
     char mid[4300], log[16384];
     snprintf(mid, sizeof mid, "%s/iter_%07d", dir, 4);
-    tu_ckpt_run s = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, TRI_COMPRESS_POWERSGD);
-    s.until = 4;
-    s.save_dir = dir;
-    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    save_at_4(&cfg, w, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, TRI_COMPRESS_POWERSGD, dir);
     tu_ckpt_run r = comp_run(&cfg, w, (tu_layout){.tp = 2, .pp = 1, .dp = 2, .sp = true}, TRI_COMPRESS_POWERSGD);
     r.load = mid;
     r.until = 6;
@@ -373,10 +377,7 @@ Test(compression_resume, another_compressor_refused, .timeout = 300)
     char mid[4300];
     snprintf(mid, sizeof mid, "%s/iter_%07d", dir, 4);
     tu_layout dp2 = {.tp = 1, .pp = 1, .dp = 2};
-    tu_ckpt_run s = comp_run(&cfg, w, dp2, TRI_COMPRESS_1BIT);
-    s.until = 4;
-    s.save_dir = dir;
-    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    save_at_4(&cfg, w, dp2, TRI_COMPRESS_1BIT, dir);
     /* another compressor: refused naming both; accepted with --reset-compression-state */
     tu_ckpt_run r = comp_run(&cfg, w, dp2, TRI_COMPRESS_TOPK);
     r.load = mid;
@@ -416,10 +417,7 @@ Test(compression_resume, two_phase_server_residual_moves_with_the_chunks, .timeo
     snprintf(mid, sizeof mid, "%s/iter_%07d", first, 4);
     snprintf(mid2, sizeof mid2, "%s/iter_%07d", again, 4);
     reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
-    tu_ckpt_run s = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 2}, TRI_COMPRESS_1BIT);
-    s.until = 4;
-    s.save_dir = first;
-    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    save_at_4(&cfg, w, (tu_layout){.tp = 1, .pp = 1, .dp = 2}, TRI_COMPRESS_1BIT, first);
     tu_ckpt_run r = comp_run(&cfg, w, (tu_layout){.tp = 2, .pp = 1, .dp = 2}, TRI_COMPRESS_1BIT);
     r.load = mid;
     r.until = 4;
@@ -485,10 +483,7 @@ static void another_dp(tri_compression_reduce reduce, int pp, bool local)
     const char *group = local ? "outer_error_feedback" : "error_feedback";
     tu_layout dp2 = local ? diloco(pp) : (tu_layout){.tp = 1, .pp = pp, .dp = 2}, dp4 = dp2;
     dp4.dp = 4;
-    tu_ckpt_run s = comp_run(&cfg, w, dp2, TRI_COMPRESS_1BIT);
-    s.until = 4;
-    s.save_dir = first;
-    cr_assert_eq(tu_ckpt_train(&s), TRI_OK, "save: %s", tri_error_message());
+    save_at_4(&cfg, w, dp2, TRI_COMPRESS_1BIT, first);
     tu_ckpt_run r = comp_run(&cfg, w, dp4, TRI_COMPRESS_1BIT);
     r.load = mid;
     r.until = 4;
