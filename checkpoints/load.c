@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "checkpoints/checkpoint.h"
+#include "engine/train/powersgd_q.h"
 #include "engine/train/state_shards.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
@@ -177,19 +178,18 @@ static int merge_server(tri_ckpt_reader *r, int first, int dp, const tri_param *
     return rc;
 }
 
-/* Why this run cannot take the checkpoint's per-rank compression state (copies' residuals or
- * PowerSGD's Q), into why; "" when it can: they belong to the saving rank's TP shard, so the same tp
- * (any dp: mean_of_workers) and, for the copies' residuals (any_pp false), the same pp, and the group
- * held at all (older checkpoints hold neither). A Q is a matrix's own and the same at any pp (its TP
- * shard is), so it is read from whichever pipeline rank's file holds the matrix (read_q). */
-static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool held, const char *what, bool any_pp,
+/* Why this run cannot take the checkpoint's per-rank compression state (copies' residuals, q false,
+ * or PowerSGD's Q), into why; "" when it can: the group held at all (older checkpoints hold
+ * neither) and, for the copies' residuals, which belong to the saving rank's TP shard, the same tp
+ * and pp (any dp: mean_of_workers). A Q is read at any tp and pp (read_q). */
+static void own_state_plan(const tri_trainer *t, const tri_ckpt_reader *r, bool held, const char *what, bool q,
                            char *why, size_t cap)
 {
     const tri_ckpt_run *s = &r->m.run;
     why[0] = '\0';
     if (!held)
         snprintf(why, cap, "the checkpoint predates %s in checkpoints", what);
-    else if (s->tp != t->grid->tp || (!any_pp && s->pp != t->grid->pp))
+    else if (!q && (s->tp != t->grid->tp || s->pp != t->grid->pp))
         snprintf(why, cap, "it was saved at tp %d x pp %d and %s belongs to the saving rank's shard (this run has "
                  "tp %d x pp %d)", s->tp, s->pp, what, t->grid->tp, t->grid->pp);
 }
@@ -206,23 +206,102 @@ static int read_own_at(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard
                              tri_state_group_name(e->group), e->param->spec.name, &b, e->hi - e->lo, box, found);
 }
 
-/* A matrix's Q: from this rank's own (tp, pp) file at the saved pp; at another pp from the first
- * pipeline rank's file that holds it, searched from the first stage for a holder and from the last
- * for a copy (the tied embedding's, on the last stage). *holders_q: a tied copy took its holder's Q
- * (the checkpoint, saved at pp 1, holds no copy's own). */
-static int read_q(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, float *box, bool *found,
-                  int *holders_q)
+/* The saving pipeline rank searched k-th for entry e's matrix: from the first stage for a holder,
+ * from the last for a copy (the tied embedding's, on the last stage). */
+static int search_pp(const tri_ckpt_reader *r, const tri_state_shard *e, int k)
 {
-    int pp = r->m.run.pp;
-    if (pp == t->grid->pp)
-        return read_own_at(t, r, e, t->grid->pp_rank, 0, box, found);
-    int rc = TRI_OK;
+    return e->holder ? k : r->m.run.pp - 1 - k;
+}
+
+/* Whether p's TP shard holds vocabulary padding rows only (at a larger tp the last shards of a
+ * vocabulary-parallel matrix can). */
+static bool padding_only(const tri_param *p)
+{
+    int64_t logical[TRI_MAX_DIMS];
+    tri_ckpt_logical_shape(&p->spec, logical);
+    for (int d = 0; d < p->spec.ndim; d++)
+        if (p->global_offset[d] >= logical[d])
+            return true;
+    return false;
+}
+
+/* At another tp, matrix e's Q (into box, rank x cols) from every saving TP rank's
+ * (tri_powersgd_q_reshard: the saved shards whose rows the new one meets, summed, each column from
+ * the shards that hold it), each read from the first pipeline rank's file that holds the matrix
+ * (search_pp), dp rank 0's. *found when every column is covered (or the shard is padding only). */
+static int reshard_q(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, float *box, bool *found)
+{
+    const tri_param *p = e->param;
+    int tp = r->m.run.tp, nd = p->spec.ndim, n = 0, rc = TRI_OK;
+    if (padding_only(p)) { /* its gradient is zero, so its Q does not matter: it keeps its draw */
+        *found = true;
+        return tri_trainer_state_read(t, e, box);
+    }
+    int64_t cols = p->local_shape[nd - 1], rank = cols > 0 ? (e->hi - e->lo) / cols : 0;
+    tri_q_shard *saved = calloc((size_t)tp, sizeof *saved);
+    float **data = calloc((size_t)tp, sizeof *data);
+    if (!saved || !data)
+        rc = TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for the Q of %s", p->spec.name);
+    for (int k = 0; k < tp && !rc; k++) {
+        bool got = false;
+        for (int s = 0; s < r->m.run.pp && !got && !rc; s++) {
+            tri_box b;
+            int64_t len = 0;
+            rc = tri_ckpt_read_own_shard(r, TRI_CKPT_REPLICA, k, search_pp(r, e, s), 0, tri_state_group_name(e->group),
+                                         p->spec.name, nd, &b, &data[n], &len, &got);
+            if (!rc && got && len != rank * b.shape[nd - 1])
+                rc = TRI_ERR(TRI_ECORRUPT, "checkpoint %s: the %s of %s saved by tp rank %d holds %lld floats, not "
+                             "rank %lld x %lld columns", r->dir, tri_state_group_name(e->group), p->spec.name, k,
+                             (long long)len, (long long)rank, (long long)b.shape[nd - 1]);
+            if (!rc && got) {
+                memcpy(saved[n].off, b.off, sizeof b.off);
+                memcpy(saved[n].shape, b.shape, sizeof b.shape);
+                saved[n].qt = data[n];
+                n++;
+            }
+        }
+    }
+    tri_q_shard want = {.qt = NULL};
+    tri_box b = tri_ckpt_shard_box(p);
+    memcpy(want.off, b.off, sizeof b.off);
+    memcpy(want.shape, b.shape, sizeof b.shape);
+    *found = !rc && n > 0 && tri_powersgd_q_reshard(nd, rank, saved, n, &want, box) == 0;
+    for (int k = 0; data && k < n; k++)
+        free(data[k]);
+    free(data);
+    free(saved);
+    return rc;
+}
+
+/* A matrix's Q: from this rank's own (tp, pp) file at the saved tp and pp; at another pp (the same
+ * tp) from the first pipeline rank's file that holds it (search_pp); at another tp resharded
+ * (reshard_q, counted in *resharded). *holders_q: a tied copy took its holder's Q (the checkpoint,
+ * saved at pp 1, holds no copy's own). */
+static int read_q(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, float *box, bool *found,
+                  int *holders_q, int *resharded)
+{
+    int pp = r->m.run.pp, rc = TRI_OK;
     *found = false;
-    for (int k = 0; k < pp && !*found && !rc; k++)
-        rc = read_own_at(t, r, e, e->holder ? k : pp - 1 - k, 0, box, found);
+    if (r->m.run.tp != t->grid->tp) {
+        rc = reshard_q(t, r, e, box, found);
+        *resharded += *found;
+    } else if (pp == t->grid->pp) {
+        return read_own_at(t, r, e, t->grid->pp_rank, 0, box, found);
+    } else {
+        for (int k = 0; k < pp && !*found && !rc; k++)
+            rc = read_own_at(t, r, e, search_pp(r, e, k), 0, box, found);
+    }
     *holders_q += *found && !e->holder && e->param->spec.tied_copy && pp == 1;
     return rc;
 }
+
+/* What the load of the compression state could not take as saved, for its messages: copies whose
+ * own residual was restored from the stored copy's (own), Q's drawn afresh (fresh_q[0] the gradient
+ * reduction's, [1] the outer reduction's), tied copies' Q's taken from the holder (holders_q), Q's
+ * resharded from another tp (resharded_q). */
+typedef struct load_counts {
+    int own, fresh_q[2], holders_q, resharded_q;
+} load_counts;
 
 /* What this rank's own compression state can come from: "" when the copies' residuals (copies) and
  * Q (q[0] the gradient reduction's, q[1] the outer reduction's) are read from the saving ranks'
@@ -274,23 +353,22 @@ static int mean_of_workers(tri_trainer *t, tri_ckpt_reader *r, const tri_state_s
 
 /* Compression entry e (a holder's residual, a copy's, a server residual, or a matrix's Q) from the
  * checkpoint into the trainer, through box (room for e's TP shard and Q). A copy not read from its
- * own file gets the holder's residual (counted in *own when its residual is its own; so does a
+ * own file gets the holder's residual (counted in c->own when its residual is its own; so does a
  * non-holder's server residual, which is stored once); a Q not read keeps the fresh draw (counted in
- * fresh_q[0], the outer reduction's in fresh_q[1]); a tied copy's Q taken from its holder is counted
- * in *holders_q. At another dp a worker's residual is the saving ranks' mean (mean_of_workers), the
+ * c->fresh_q). At another dp a worker's residual is the saving ranks' mean (mean_of_workers), the
  * server's is merged from every file (merge_server) and Q is dp rank 0's (the same on every rank). */
 static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
-                      int *own, int fresh_q[2], int *holders_q)
+                      load_counts *c)
 {
     const tri_param *p = e->param;
     int rc = TRI_OK;
     if (tri_state_group_is_q(e->group)) {
         bool found = false, outer = tri_state_group_is_outer_compression(e->group);
         if (!plan->q[outer][0])
-            rc = read_q(t, r, e, box, &found, holders_q);
+            rc = read_q(t, r, e, box, &found, &c->holders_q, &c->resharded_q);
         if (rc)
             return rc;
-        fresh_q[outer] += !found;
+        c->fresh_q[outer] += !found;
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
     bool holders = false;
@@ -308,7 +386,7 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
     }
     /* a copy given the holder's: equal for a copy without SP, shared shards or a tied copy, which sum
      * their gradients after the dp reduction (engine/train/train.c sync_grads) */
-    *own += holders && !e->holder &&
+    c->own += holders && !e->holder &&
             (p->spec.tied_copy || p->replicas > 1 ||
              (p->tp_replicated && (t->cfg.sequence_parallel || p->spec.tp_partial_grad) && t->grid->tp > 1));
     return rc ? rc : tri_trainer_state_write(t, e, box + e->lo);
@@ -319,7 +397,8 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     const tri_ckpt_run *s = &r->m.run;
     tri_compression_kind cur = t->chunks[0]->zero.comp.on ? t->chunks[0]->zero.comp.c.kind : TRI_COMPRESS_NONE;
     tri_state_shard *sh = NULL;
-    int n = 0, own = 0, fresh_q[2] = {0, 0}, holders_q = 0;
+    int n = 0;
+    load_counts c = {0};
     tri_compression_reduce red = t->chunks[0]->zero.comp.c.reduce;
     int rc = cur != TRI_COMPRESS_NONE && s->compression.kind == cur && s->compression.reduce == red
                  ? TRI_OK
@@ -349,7 +428,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         if (e->group < TRI_STATE_EF_RESIDUAL || (tri_state_group_is_outer_compression(e->group) && s->local.steps == 0))
             continue;
         rc = tri_ckpt_grow(&box, &cap, e->hi > e->param->numel ? e->hi : e->param->numel)
-                 ? load_entry(t, r, e, &plan, box, &own, fresh_q, &holders_q)
+                 ? load_entry(t, r, e, &plan, box, &c)
                  : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
     }
     free(box);
@@ -359,18 +438,22 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
                 "ranks' sum divided by %d (what the average gradient still owes is kept; each saving replica's own "
                 "share has no counterpart at dp %d)%s", r->dir, s->dp, s->dp, t->grid->dp, t->grid->dp,
                 red == TRI_COMPRESS_REDUCE_TWO_PHASE ? "; the server residual is cut by the new chunks" : "");
-    if (!rc && own > 0 && t->grid->dp_rank == 0)
+    if (!rc && c.resharded_q > 0 && t->grid->dp_rank == 0)
+        tri_log("checkpoint %s was saved at tp %d: PowerSGD's Q of %d matrix(es) of this rank resharded to tp %d "
+                "(engine/train/powersgd_q.h: the saved row shards' Q summed, the column shards' side by side)",
+                r->dir, s->tp, c.resharded_q, t->grid->tp);
+    if (!rc && c.own > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
                 "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "
-                "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, own,
+                "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, c.own,
                 plan.copies[0] ? plan.copies : "two-phase's server residual is stored once, or this rank's shard was not found");
-    if (!rc && holders_q > 0 && t->grid->dp_rank == 0)
+    if (!rc && c.holders_q > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: %d PowerSGD Q(s) of the tied embedding's copy on the last stage start "
-                "from its holder's: the checkpoint was saved at pp 1, where there is no copy", r->dir, holders_q);
+                "from its holder's: the checkpoint was saved at pp 1, where there is no copy", r->dir, c.holders_q);
     for (int k = 0; k < 2 && !rc; k++)
-        if (fresh_q[k] > 0 && t->grid->dp_rank == 0)
+        if (c.fresh_q[k] > 0 && t->grid->dp_rank == 0)
             tri_log("warning: checkpoint %s: %s of %d matrix(es) of this rank is drawn afresh from the seeded RNG "
-                    "(%s), so this resume is not bit-identical to an uninterrupted run", r->dir, q_name[k], fresh_q[k],
+                    "(%s), so this resume is not bit-identical to an uninterrupted run", r->dir, q_name[k], c.fresh_q[k],
                     plan.q[k][0] ? plan.q[k] : "not found for this rank's shard");
     return tri_comm_agree(t->grid->world, rc);
 }

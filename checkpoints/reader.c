@@ -258,33 +258,83 @@ int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_ran
     return rc;
 }
 
+/* The file of kind saved at (tp, pp, dp), opened, and whether it holds dataset group/name (its path
+ * and the dataset's in path and dset); *f -1 when there is no such file. */
+static int own_dataset(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
+                       const char *name, int *f, char *path, char *dset, bool *exists)
+{
+    *f = -1;
+    *exists = false;
+    for (int k = 0; k < r->m.n_files && *f < 0; k++) {
+        const tri_ckpt_file *file = &r->m.files[k];
+        if (file->kind == kind && file->tp_rank == tp && file->pp_rank == pp && file->dp_rank == dp)
+            *f = k;
+    }
+    if (*f < 0)
+        return TRI_OK;
+    snprintf(dset, TRI_CKPT_NAME_MAX + TRI_PARAM_NAME_MAX, "%s/%s", group, name);
+    int rc = open_file(r, *f, path, TRI_CKPT_PATH_MAX);
+    *exists = !rc && tri_h5_exists(r->h5[*f], dset);
+    return rc;
+}
+
+/* Dataset dset's shard attributes (ndim dimensions) and its local range. */
+static int own_attrs(tri_ckpt_reader *r, int f, const char *path, const char *dset, int ndim, int64_t *off,
+                     int64_t *shape, int64_t range[2])
+{
+    int rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "shard_offset", ndim, off);
+    if (!rc) rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "shard_shape", ndim, shape);
+    if (!rc) rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "local_range", 2, range);
+    return rc;
+}
+
 int tri_ckpt_read_own(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
                       const char *name, const tri_box *want, int64_t n, float *dst, bool *found)
 {
     *found = false;
-    int f = -1;
-    for (int k = 0; k < r->m.n_files && f < 0; k++) {
-        const tri_ckpt_file *file = &r->m.files[k];
-        if (file->kind == kind && file->tp_rank == tp && file->pp_rank == pp && file->dp_rank == dp)
-            f = k;
-    }
-    if (f < 0)
-        return TRI_OK;
+    int f;
+    bool exists;
     char path[TRI_CKPT_PATH_MAX], dset[TRI_CKPT_NAME_MAX + TRI_PARAM_NAME_MAX];
-    snprintf(dset, sizeof dset, "%s/%s", group, name);
-    int rc = open_file(r, f, path, sizeof path);
-    if (rc || !tri_h5_exists(r->h5[f], dset))
+    int rc = own_dataset(r, kind, tp, pp, dp, group, name, &f, path, dset, &exists);
+    if (rc || !exists)
         return rc;
     int64_t off[TRI_MAX_DIMS], shape[TRI_MAX_DIMS], range[2];
-    rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "shard_offset", want->ndim, off);
-    if (!rc) rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "shard_shape", want->ndim, shape);
-    if (!rc) rc = tri_h5_read_attr_i64(r->h5[f], path, dset, "local_range", 2, range);
+    rc = own_attrs(r, f, path, dset, want->ndim, off, shape, range);
     bool same = !rc && range[0] == 0 && range[1] == n;
     for (int d = 0; same && d < want->ndim; d++)
         same = off[d] == want->off[d] && shape[d] == want->shape[d];
     if (!same)
         return rc;
     rc = tri_h5_read_f32(r->h5[f], path, dset, 1, &n, dst);
+    *found = rc == TRI_OK;
+    return rc;
+}
+
+int tri_ckpt_read_own_shard(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
+                            const char *name, int ndim, tri_box *saved, float **dst, int64_t *n, bool *found)
+{
+    *found = false;
+    *dst = NULL;
+    int f;
+    bool exists;
+    char path[TRI_CKPT_PATH_MAX], dset[TRI_CKPT_NAME_MAX + TRI_PARAM_NAME_MAX];
+    int rc = own_dataset(r, kind, tp, pp, dp, group, name, &f, path, dset, &exists);
+    if (rc || !exists)
+        return rc;
+    int64_t range[2];
+    saved->ndim = ndim;
+    rc = own_attrs(r, f, path, dset, ndim, saved->off, saved->shape, range);
+    if (!rc && (range[0] != 0 || range[1] < 0))
+        rc = TRI_ERR(TRI_ECORRUPT, "checkpoint %s: %s has local_range [%lld, %lld)", path, dset, (long long)range[0],
+                     (long long)range[1]);
+    *n = rc ? 0 : range[1];
+    if (!rc && !(*dst = malloc((size_t)(*n > 0 ? *n : 1) * sizeof **dst)))
+        rc = TRI_ERR(TRI_ENOMEM, "checkpoint %s: out of memory for %s", path, dset);
+    if (!rc) rc = tri_h5_read_f32(r->h5[f], path, dset, 1, n, *dst);
+    if (rc) {
+        free(*dst);
+        *dst = NULL;
+    }
     *found = rc == TRI_OK;
     return rc;
 }

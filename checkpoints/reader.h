@@ -97,6 +97,13 @@ int tri_ckpt_read_box_in(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int dp_ran
 int tri_ckpt_read_own(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
                       const char *name, const tri_box *want, int64_t n, float *dst, bool *found);
 
+/* The same entry whatever TP shard the file holds it for: its box (ndim dimensions, from the
+ * shard_offset and shard_shape attributes) into *saved and its floats into *dst (malloc'd, *n of
+ * them; the caller frees it), *found true; *found false and TRI_OK when the file or the dataset is
+ * not there. TRI_ECORRUPT, TRI_ENOMEM. (PowerSGD's Q at another tp, checkpoints/load.c.) */
+int tri_ckpt_read_own_shard(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
+                            const char *name, int ndim, tri_box *saved, float **dst, int64_t *n, bool *found);
+
 /* The whole tensor (its logical shape) into a malloc'd buffer. */
 int tri_ckpt_read_tensor(tri_ckpt_reader *r, const char *group, const char *name, float **out);
 

@@ -335,9 +335,11 @@ Test(compression_resume, onebit_tp2_sp_resumes_bit_for_bit, .timeout = 300)
                            "error-feedback residual");
 }
 
-/* Another tp: the residuals are resharded (the holder's for every copy) and Q, the local TP shard's,
- * is drawn afresh: both said in a warning naming the saving layout; so is Q under another
- * --powersgd-rank. Another pp alone keeps every matrix's Q (read from the saving stage's file). */
+/* Another tp (and pp): the residuals are resharded (the holder's for every copy, with a warning
+ * naming the saving layout) and every matrix's Q is resharded from the saved shards' (one line, no
+ * warning: powersgd_q_resharded_across_tp checks the values); under another --powersgd-rank Q is
+ * drawn afresh with a warning naming both ranks. Another pp alone keeps every matrix's Q (read from
+ * the saving stage's file). */
 Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
 {
     tri_gpt_config cfg = tu_tiny_config();
@@ -350,7 +352,8 @@ Test(compression_resume, powersgd_other_tp_warns, .timeout = 300)
     r.load = mid;
     r.until = 6;
     cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "tp 2: %s", tri_error_message());
-    cr_expect(strstr(log, "PowerSGD's Q") && strstr(log, "tp 1 x pp 2") && strstr(log, "drawn afresh"), "%s", log);
+    cr_expect(strstr(log, "tp 1 x pp 2") && strstr(log, "saved at tp 1: PowerSGD's Q of 18 matrix(es)") &&
+                  !strstr(log, "drawn afresh"), "%s", log);
     /* the same layout with another --powersgd-rank: Q's shape changed, so drawn afresh too */
     tu_ckpt_run k = comp_run(&cfg, w, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, TRI_COMPRESS_POWERSGD);
     k.layout.compression.powersgd_rank = 2;
@@ -568,4 +571,81 @@ Test(compression_resume, another_dp_two_phase_server_residual_rechunked, .timeou
 Test(compression_resume, another_dp_outer_residual, .timeout = 300)
 {
     another_dp(TRI_COMPRESS_REDUCE_ALLGATHER, 1, true);
+}
+
+/* Matrix name's PowerSGD Q^T as tp rank tp saved it (pipeline and dp rank 0's replica file), its
+ * shard box in *b and its floats in *n; asserted found. */
+static float *saved_q(const char *dir, int tp, const char *name, tri_box *b, int64_t *n)
+{
+    tri_ckpt_reader r;
+    cr_assert_eq(tri_ckpt_reader_open(&r, dir), TRI_OK, "%s", tri_error_message());
+    int t = tri_manifest_tensor(&r.m, name);
+    cr_assert_geq(t, 0, "%s holds no %s", dir, name);
+    float *q = NULL;
+    bool found = false;
+    int rc = tri_ckpt_read_own_shard(&r, TRI_CKPT_REPLICA, tp, 0, 0, "powersgd_q", name, r.m.tensors[t].ndim, b, &q,
+                                     n, &found);
+    tri_ckpt_reader_close(&r);
+    cr_assert(rc == TRI_OK && found, "%s: no powersgd_q/%s of tp rank %d: %s", dir, name, tp, tri_error_message());
+    return q;
+}
+
+/* PowerSGD saved at tp 1, resumed at tp 2 and saved at once (no step between), then resumed at tp 1
+ * and saved at once: each Q follows engine/train/powersgd_q.h's rule, with no Q drawn afresh. The
+ * row-parallel h.0.attn.c_proj.w (TP cuts Q's rows, its columns): each tp 2 rank holds its slice of
+ * the saved Q^T's columns, and back at tp 1 the saved Q^T to the bit. The column-parallel
+ * h.0.mlp.c_fc.w (TP cuts the matrix's rows): each tp 2 rank holds the saved Q whole (its rows' P is
+ * M_shard Q), and back at tp 1 the two summed (Q = M^T P with the shards' P's stacked): twice the
+ * saved Q, to the bit. */
+Test(compression_resume, powersgd_q_resharded_across_tp, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 53);
+    char *dir = tu_ckpt_tmpdir("powersgd-q-tp");
+    char one[4200], two[4200], back[4200], at[3][4300], log[16384];
+    snprintf(one, sizeof one, "%s/tp1", dir);
+    snprintf(two, sizeof two, "%s/tp2", dir);
+    snprintf(back, sizeof back, "%s/back", dir);
+    const char *dirs[3] = {one, two, back};
+    for (int k = 0; k < 3; k++)
+        snprintf(at[k], sizeof at[k], "%s/iter_%07d", dirs[k], 4);
+    tu_layout tp1 = {.tp = 1, .pp = 1, .dp = 2}, tp2 = {.tp = 2, .pp = 1, .dp = 2};
+    save_at_4(&cfg, w, tp1, TRI_COMPRESS_POWERSGD, one);
+    for (int k = 1; k < 3; k++) {
+        tu_ckpt_run r = comp_run(&cfg, w, k == 1 ? tp2 : tp1, TRI_COMPRESS_POWERSGD);
+        r.load = at[k - 1];
+        r.until = 4;
+        r.save_dir = dirs[k];
+        cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "%s: %s", dirs[k], tri_error_message());
+        cr_expect(strstr(log, k == 1 ? "resharded to tp 2" : "resharded to tp 1") && !strstr(log, "drawn afresh"),
+                  "%s", log);
+    }
+    static const char *const mats[2] = {"h.0.attn.c_proj.w", "h.0.mlp.c_fc.w"};
+    for (int m = 0; m < 2; m++) {
+        bool cols_split = m == 0;
+        tri_box b0, b, bb;
+        int64_t n0, n, nb;
+        float *q0 = saved_q(at[0], 0, mats[m], &b0, &n0), *qb = saved_q(at[2], 0, mats[m], &bb, &nb);
+        int64_t C = b0.shape[b0.ndim - 1], rank = n0 / C;
+        for (int k = 0; k < 2; k++) { /* tp 2 */
+            float *q = saved_q(at[1], k, mats[m], &b, &n);
+            int64_t c_l = b.shape[b.ndim - 1], c0 = b.off[b.ndim - 1];
+            cr_assert_eq(n, rank * c_l);
+            cr_expect_eq(c_l, cols_split ? C / 2 : C, "%s: tp 2 shard of %lld columns", mats[m], (long long)c_l);
+            for (int64_t j = 0; j < rank; j++)
+                for (int64_t c = 0; c < c_l; c++)
+                    cr_expect_eq(q[j * c_l + c], q0[j * C + c0 + c], "%s tp rank %d Q^T[%lld][%lld]", mats[m], k,
+                                 (long long)j, (long long)c);
+            free(q);
+        }
+        cr_assert_eq(nb, n0);
+        for (int64_t i = 0; i < n0; i++)
+            cr_expect_eq(qb[i], cols_split ? q0[i] : q0[i] + q0[i], "%s back at tp 1, element %lld: %.9g, saved %.9g",
+                         mats[m], (long long)i, (double)qb[i], (double)q0[i]);
+        free(q0);
+        free(qb);
+    }
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
 }

@@ -20,6 +20,7 @@
 #include "engine/device/device.h"
 #include "engine/device/ops/compress_math.h"
 #include "engine/train/dp_compress.h"
+#include "engine/train/powersgd_q.h"
 #include "tests/harness.h"
 #include "tests/testutil.h"
 #include "tools/cli/compression_flags.h"
@@ -476,6 +477,122 @@ Test(grad_compression, powersgd_small_matrix_reduced_whole)
     for (int r = 0; r < RANKS; r++)
         cr_expect_eq(j.wire[r], want, "rank %d: %llu wire bytes, plain %llu", r, (unsigned long long)j.wire[r],
                      (unsigned long long)want);
+}
+
+/* ---- PowerSGD's Q at another TP split (engine/train/powersgd_q.h) ---- */
+
+enum { QR = 2 }; /* the rank */
+
+/* A shard box of ndim dims: the offsets and shapes given, Q^T qt (QR x shape[ndim - 1]). */
+static tri_q_shard qbox(int ndim, const int64_t *off, const int64_t *shape, const float *qt)
+{
+    tri_q_shard s = {.qt = qt};
+    for (int d = 0; d < ndim; d++) {
+        s.off[d] = off[d];
+        s.shape[d] = shape[d];
+    }
+    return s;
+}
+
+/* Rows split (a column-parallel 6 x 5 matrix): Q_k^T = P_k^T M_k per saved shard of 3 rows; at tp 1
+ * Q^T = P^T M with P the shards' P's stacked (the power iteration's next Q from the saved P's): the
+ * sum of the saved Q's, the float sum of two floats, so within 2^-24 |q_1 + q_2| of it plus each
+ * Q_k's own rounding (2^-24 |q_k|). At tp 2 again, each shard takes its parent's whole Q: bitwise. */
+Test(grad_compression, powersgd_q_rows_split_sums_and_copies)
+{
+    enum { R = 6, C = 5 };
+    double M[R][C], P[R][QR], q[2][QR][C];
+    float qf[2][QR * C], full[QR * C], half[QR * C];
+    for (int i = 0; i < R; i++) {
+        for (int c = 0; c < C; c++)
+            M[i][c] = tri_rng_normal(11, 1, (uint64_t)(i * C + c));
+        for (int j = 0; j < QR; j++)
+            P[i][j] = tri_rng_normal(11, 2, (uint64_t)(i * QR + j));
+    }
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < QR; j++)
+            for (int c = 0; c < C; c++) {
+                q[k][j][c] = 0.0;
+                for (int i = 3 * k; i < 3 * k + 3; i++)
+                    q[k][j][c] += P[i][j] * M[i][c];
+                qf[k][j * C + c] = (float)q[k][j][c];
+            }
+    tri_q_shard saved[2] = {qbox(2, (int64_t[]){0, 0}, (int64_t[]){3, C}, qf[0]),
+                            qbox(2, (int64_t[]){3, 0}, (int64_t[]){3, C}, qf[1])};
+    tri_q_shard all = qbox(2, (int64_t[]){0, 0}, (int64_t[]){R, C}, NULL);
+    cr_assert_eq(tri_powersgd_q_reshard(2, QR, saved, 2, &all, full), 0);
+    for (int j = 0; j < QR; j++)
+        for (int c = 0; c < C; c++) {
+            double exact = 0.0; /* (P^T M)[j][c] over all rows */
+            for (int i = 0; i < R; i++)
+                exact += P[i][j] * M[i][c];
+            double bound = ldexp(fabs(q[0][j][c]) + fabs(q[1][j][c]), -24) * 2.0 + 1e-300;
+            cr_expect_leq(fabs(full[j * C + c] - exact), bound, "Q^T[%d][%d] %.9g, P^T M %.17g", j, c,
+                          (double)full[j * C + c], exact);
+        }
+    for (int k = 0; k < 2; k++) {
+        tri_q_shard finer = qbox(2, (int64_t[]){3 * k, 0}, (int64_t[]){3, C}, NULL);
+        tri_q_shard one = qbox(2, (int64_t[]){0, 0}, (int64_t[]){R, C}, full);
+        cr_assert_eq(tri_powersgd_q_reshard(2, QR, &one, 1, &finer, half), 0);
+        cr_expect_eq(memcmp(half, full, sizeof half), 0, "tp 2 shard %d does not hold its parent's Q", k);
+    }
+}
+
+/* Columns split (a row-parallel 4 x 6 matrix, Q's rows are its columns): at tp 1 the saved pieces
+ * side by side (P = M Q = the sum of M_k Q_k), at tp 3 each shard its slice: bitwise, and back. */
+Test(grad_compression, powersgd_q_cols_split_concatenates_and_slices)
+{
+    enum { R = 4, C = 6 };
+    float qf[2][QR * 3], full[QR * C], third[3][QR * 2], again[QR * C];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < QR * 3; i++)
+            qf[k][i] = (float)(10 * k + i) + 0.25f;
+    tri_q_shard saved[2] = {qbox(2, (int64_t[]){0, 0}, (int64_t[]){R, 3}, qf[0]),
+                            qbox(2, (int64_t[]){0, 3}, (int64_t[]){R, 3}, qf[1])};
+    tri_q_shard all = qbox(2, (int64_t[]){0, 0}, (int64_t[]){R, C}, NULL);
+    cr_assert_eq(tri_powersgd_q_reshard(2, QR, saved, 2, &all, full), 0);
+    all.qt = full;
+    for (int j = 0; j < QR; j++)
+        for (int c = 0; c < C; c++)
+            cr_expect_eq(full[j * C + c], qf[c / 3][j * 3 + c % 3], "Q^T[%d][%d]", j, c);
+    tri_q_shard thirds[3];
+    for (int k = 0; k < 3; k++) {
+        tri_q_shard want = qbox(2, (int64_t[]){0, 2 * k}, (int64_t[]){R, 2}, NULL);
+        cr_assert_eq(tri_powersgd_q_reshard(2, QR, &all, 1, &want, third[k]), 0);
+        want.qt = third[k];
+        for (int j = 0; j < QR; j++)
+            for (int c = 0; c < 2; c++)
+                cr_expect_eq(third[k][j * 2 + c], full[j * C + 2 * k + c], "tp 3 shard %d Q^T[%d][%d]", k, j, c);
+        thirds[k] = want;
+    }
+    cr_assert_eq(tri_powersgd_q_reshard(2, QR, thirds, 3, &all, again), 0);
+    cr_expect_eq(memcmp(again, full, sizeof again), 0, "tp 3 -> tp 1 is not the tp 1 Q");
+    /* a saved piece missing: its columns uncovered, counted, left zero */
+    cr_expect_eq(tri_powersgd_q_reshard(2, QR, saved, 1, &all, again), 3);
+    for (int j = 0; j < QR; j++)
+        cr_expect(again[j * C + 4] == 0.0f && again[j * C + 1] == qf[0][j * 3 + 1], "row %d", j);
+}
+
+/* A stacked 3-D matrix (q, k, v: 3 x 8 x 5, TP splits dimension 1, rows are dimensions 0-1): at tp 4
+ * each shard meets one tp 2 shard in dimension 1 and takes its Q; at tp 1 the two summed. */
+Test(grad_compression, powersgd_q_stacked_3d_split)
+{
+    enum { C = 5 };
+    float qf[2][QR * C], got[QR * C];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < QR * C; i++)
+            qf[k][i] = (float)(k + 1) * (float)(i + 1);
+    tri_q_shard saved[2] = {qbox(3, (int64_t[]){0, 0, 0}, (int64_t[]){3, 4, C}, qf[0]),
+                            qbox(3, (int64_t[]){0, 4, 0}, (int64_t[]){3, 4, C}, qf[1])};
+    for (int k = 0; k < 4; k++) {
+        tri_q_shard want = qbox(3, (int64_t[]){0, 2 * k, 0}, (int64_t[]){3, 2, C}, NULL);
+        cr_assert_eq(tri_powersgd_q_reshard(3, QR, saved, 2, &want, got), 0);
+        cr_expect_eq(memcmp(got, qf[k / 2], sizeof got), 0, "tp 4 shard %d is not tp 2 shard %d's Q", k, k / 2);
+    }
+    tri_q_shard all = qbox(3, (int64_t[]){0, 0, 0}, (int64_t[]){3, 8, C}, NULL);
+    cr_assert_eq(tri_powersgd_q_reshard(3, QR, saved, 2, &all, got), 0);
+    for (int i = 0; i < QR * C; i++)
+        cr_expect_eq(got[i], qf[0][i] + qf[1][i], "element %d", i);
 }
 
 /* ---- compressed training: equal across layouts where the math promises it ----

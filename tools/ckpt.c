@@ -477,10 +477,10 @@ static int run_rank(int rank, int size, tri_comm *world, void *arg)
     /* the compressed dp reduction's error feedback: carried into a target whose ZeRO stage compresses
      * and whose dp is over 1 (at another dp each rank's residual is the saved ranks' sum divided by
      * the target's dp, tri_ckpt_load_compression); else dropped with a warning (the output records no
-     * compressor, and a resume starts the residuals from zero). What belongs to the saving rank's
-     * shard (each copy's own residual, PowerSGD's Q) is carried when tp and pp stay too; otherwise the
-     * load warns and the output holds what a resume would start from: the stored copy's residual,
-     * and Q drawn afresh from the seeded RNG */
+     * compressor, and a resume starts the residuals from zero). Each copy's own residual is carried
+     * when tp and pp stay too, otherwise the load warns and the output holds what a resume would start
+     * from, the stored copy's residual; PowerSGD's Q is carried into any layout (resharded at another
+     * tp, engine/train/powersgd_q.h) */
     if (j->load && sr->compression.kind != TRI_COMPRESS_NONE) {
         tri_compression c = sr->compression;
         c.seed = sr->seed;
