@@ -288,28 +288,6 @@ static int own_attrs(tri_ckpt_reader *r, int f, const char *path, const char *ds
     return rc;
 }
 
-int tri_ckpt_read_own(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
-                      const char *name, const tri_box *want, int64_t n, float *dst, bool *found)
-{
-    *found = false;
-    int f;
-    bool exists;
-    char path[TRI_CKPT_PATH_MAX], dset[TRI_CKPT_NAME_MAX + TRI_PARAM_NAME_MAX];
-    int rc = own_dataset(r, kind, tp, pp, dp, group, name, &f, path, dset, &exists);
-    if (rc || !exists)
-        return rc;
-    int64_t off[TRI_MAX_DIMS], shape[TRI_MAX_DIMS], range[2];
-    rc = own_attrs(r, f, path, dset, want->ndim, off, shape, range);
-    bool same = !rc && range[0] == 0 && range[1] == n;
-    for (int d = 0; same && d < want->ndim; d++)
-        same = off[d] == want->off[d] && shape[d] == want->shape[d];
-    if (!same)
-        return rc;
-    rc = tri_h5_read_f32(r->h5[f], path, dset, 1, &n, dst);
-    *found = rc == TRI_OK;
-    return rc;
-}
-
 int tri_ckpt_read_own_shard(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
                             const char *name, int ndim, tri_box *saved, float **dst, int64_t *n, bool *found)
 {
@@ -336,6 +314,22 @@ int tri_ckpt_read_own_shard(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp,
         *dst = NULL;
     }
     *found = rc == TRI_OK;
+    return rc;
+}
+
+int tri_ckpt_read_own(tri_ckpt_reader *r, tri_ckpt_file_kind kind, int tp, int pp, int dp, const char *group,
+                      const char *name, const tri_box *want, int64_t n, float *dst, bool *found)
+{
+    tri_box saved;
+    float *x = NULL;
+    int64_t len = 0;
+    int rc = tri_ckpt_read_own_shard(r, kind, tp, pp, dp, group, name, want->ndim, &saved, &x, &len, found);
+    *found = *found && len == n;
+    for (int d = 0; *found && d < want->ndim; d++)
+        *found = saved.off[d] == want->off[d] && saved.shape[d] == want->shape[d];
+    if (*found)
+        memcpy(dst, x, (size_t)n * sizeof *dst);
+    free(x);
     return rc;
 }
 
