@@ -98,19 +98,21 @@ int tri_ckpt_load(tri_trainer *t, tri_ckpt_reader *r, bool weights_only);
 int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r);
 
 /* The compressed dp reduction's state (engine/train/dp_compress.h) after tri_ckpt_load, from a
- * checkpoint saved with the same --grad-compression kind (its options may differ): each dp rank
- * reads its own residuals from its replica files, so dp must be the checkpoint's (tp, pp may
- * differ); TRI_EINVAL naming both compressors, or both dp, otherwise. The holder of each TP shard
- * reads its residual (error_feedback) resharded from any layout; every other copy
- * (error_feedback_copy: sequence-parallel replicated parameters at tp > 1, shared shards, the tied
- * embedding's copy at pp > 1, whose gradients are summed after the dp reduction) is read from the
- * file of this rank's own (tp, pp), so only at the checkpoint's tp and pp; PowerSGD's Q (powersgd_q,
- * and under local SGD the outer reduction's outer_powersgd_q, from dp rank 0's files) is a matrix's
- * own and the same at any pp, so it is read at the checkpoint's tp from the file of whichever
- * pipeline rank saved the matrix; both only from a checkpoint whose manifest says it holds them,
- * and Q with the same --powersgd-rank. Otherwise a copy gets the holder's residual and Q is drawn
- * afresh, each with a warning naming why (such a resume is not bit-identical). Collective over the
- * world; every rank gets the same status. */
+ * checkpoint saved with the same --grad-compression kind and --grad-compression-reduce (its options
+ * may differ; TRI_EINVAL naming both otherwise), into any layout. The holder of each TP shard reads
+ * its residual (error_feedback) resharded from any tp and pp; every other copy (error_feedback_copy,
+ * and with two-phase server_error_feedback_copy: sequence-parallel replicated parameters at tp > 1,
+ * shared shards, the tied embedding's copy at pp > 1, whose gradients are summed after the dp
+ * reduction) from the files of this rank's own (tp, pp), so only at the checkpoint's tp and pp. At
+ * the checkpoint's dp each dp rank reads its own residuals; at another each starts from the saving
+ * ranks' sum divided by the new dp (what the average gradient still owes). Two-phase's server
+ * residual is merged from every saving dp rank's file and cut by this run's chunks. PowerSGD's Q
+ * (powersgd_q, and under local SGD outer_powersgd_q, from dp rank 0's files) is read from the file
+ * of whichever pipeline rank saved the matrix, and at another tp resharded from every saving TP
+ * rank's (engine/train/powersgd_q.h); only with the same --powersgd-rank. Whatever a checkpoint
+ * does not hold (its manifest says so: an older one) falls back, a copy to the holder's residual and
+ * Q to a fresh draw, each with a warning naming why (such a resume is not bit-identical).
+ * Collective over the world; every rank gets the same status. */
 int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r);
 
 /* The box of parameter p's TP shard in its global index space (vocabulary padding included). */

@@ -155,29 +155,6 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r)
     return tri_comm_agree(t->grid->world, rc);
 }
 
-/* Two-phase's server residual is one tensor cut across the dp ranks (each holds its chunk of every
- * unit, zero elsewhere), so the whole of it is every replica file's entry merged: box (file first's)
- * takes each other saving rank's non-zero elements. With the saved tp, pp and dp the chunks are the
- * same and this changes nothing; with others a rank's new chunk may lie in another rank's file. The
- * server's residual is of the reduced (mean) gradient, whatever dp, so at another dp the merged
- * tensor is the same debt, cut by the new chunks. */
-static int merge_server(tri_ckpt_reader *r, int first, int dp, const tri_param *p, const tri_box *b, float *box)
-{
-    float *other = malloc((size_t)p->numel * sizeof *other);
-    int rc = other ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
-    for (int k = 0; k < dp && !rc; k++) {
-        if (k == first)
-            continue;
-        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(TRI_STATE_EF_SERVER_RESIDUAL),
-                                  p->spec.name, b, other);
-        for (int64_t i = 0; i < p->numel && !rc; i++)
-            if (other[i] != 0.0f)
-                box[i] = other[i];
-    }
-    free(other);
-    return rc;
-}
-
 /* Why this run cannot take the checkpoint's per-rank compression state (copies' residuals, q false,
  * or PowerSGD's Q), into why; "" when it can: the group held at all (older checkpoints hold
  * neither) and, for the copies' residuals, which belong to the saving rank's TP shard, the same tp
@@ -310,6 +287,54 @@ typedef struct own_plan {
     char copies[256], q[2][256];
 } own_plan;
 
+/* Sets box's elements to the non-zero ones (by bits: -0 too) of one saving rank's entry x (n). */
+static void take_chunks(float *box, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        if (bits != 0)
+            box[i] = x[i];
+    }
+}
+
+/* Two-phase's server residual entry e into box. It is one tensor cut across the dp ranks (each holds
+ * its chunk of every unit, +0 elsewhere), so the whole of it is every saving rank's entry merged
+ * (take_chunks). With the saved tp, pp and dp the chunks are the same and this changes nothing; with
+ * others a rank's new chunk may lie in another rank's file. The server's residual is of the reduced
+ * (mean) gradient, whatever dp, so at another dp the merged tensor is the same debt, cut by the new
+ * chunks. A non-holder copy's (server_error_feedback_copy) is merged from its own datasets in the
+ * files of its (tp, pp) when the plan allows and every saving rank's is there; otherwise from the
+ * holder's boxes (*holders set). */
+static int read_server(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
+                       bool *holders)
+{
+    const tri_param *p = e->param;
+    size_t bytes = (size_t)p->numel * sizeof *box;
+    float *one = malloc(bytes > 0 ? bytes : 1);
+    int rc = one ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+    bool found = e->group == TRI_STATE_EF_SERVER_COPY && !plan->copies[0];
+    memset(box, 0, bytes);
+    for (int k = 0; k < r->m.run.dp && found && !rc; k++) {
+        rc = read_own_at(t, r, e, t->grid->pp_rank, k, one, &found);
+        if (!rc && found)
+            take_chunks(box, one, p->numel);
+    }
+    tri_box b = tri_ckpt_shard_box(p);
+    if (!rc && !found) {
+        *holders = true;
+        memset(box, 0, bytes);
+    }
+    for (int k = 0; k < r->m.run.dp && !found && !rc; k++) {
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(TRI_STATE_EF_SERVER_RESIDUAL),
+                                  p->spec.name, &b, one);
+        if (!rc)
+            take_chunks(box, one, p->numel);
+    }
+    free(one);
+    return rc;
+}
+
 /* A worker's residual entry e (error_feedback, error_feedback_copy, outer_error_feedback) as saving
  * dp rank k stored it, into box (room for e's TP shard; e's values at [e->lo, e->hi)): a copy's own
  * from its file when the plan allows, else the stored copy's box (*holders set). */
@@ -354,9 +379,9 @@ static int mean_of_workers(tri_trainer *t, tri_ckpt_reader *r, const tri_state_s
 /* Compression entry e (a holder's residual, a copy's, a server residual, or a matrix's Q) from the
  * checkpoint into the trainer, through box (room for e's TP shard and Q). A copy not read from its
  * own file gets the holder's residual (counted in c->own when its residual is its own; so does a
- * non-holder's server residual, which is stored once); a Q not read keeps the fresh draw (counted in
+ * non-holder's server residual); a Q not read keeps the fresh draw (counted in
  * c->fresh_q). At another dp a worker's residual is the saving ranks' mean (mean_of_workers), the
- * server's is merged from every file (merge_server) and Q is dp rank 0's (the same on every rank). */
+ * server's is merged from every file (read_server) and Q is dp rank 0's (the same on every rank). */
 static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
                       load_counts *c)
 {
@@ -372,13 +397,8 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
     bool holders = false;
-    if (e->group == TRI_STATE_EF_SERVER_RESIDUAL) { /* stored by the holder only */
-        holders = true;
-        int first = t->grid->dp_rank < r->m.run.dp ? t->grid->dp_rank : 0;
-        tri_box b = tri_ckpt_shard_box(p);
-        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, first, tri_state_group_name(e->group), p->spec.name, &b, box);
-        if (!rc)
-            rc = merge_server(r, first, r->m.run.dp, p, &b, box);
+    if (e->group == TRI_STATE_EF_SERVER_RESIDUAL || e->group == TRI_STATE_EF_SERVER_COPY) {
+        rc = read_server(t, r, e, plan, box, &holders);
     } else if (r->m.run.dp == t->grid->dp) {
         rc = read_worker(t, r, e, plan, t->grid->dp_rank, box, &holders);
     } else {
@@ -446,7 +466,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
                 "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "
                 "stored copy (%s), so this resume is not bit-identical to an uninterrupted run", r->dir, c.own,
-                plan.copies[0] ? plan.copies : "two-phase's server residual is stored once, or this rank's shard was not found");
+                plan.copies[0] ? plan.copies : "this rank's shard was not found: an older checkpoint");
     if (!rc && c.holders_q > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: %d PowerSGD Q(s) of the tied embedding's copy on the last stage start "
                 "from its holder's: the checkpoint was saved at pp 1, where there is no copy", r->dir, c.holders_q);

@@ -36,9 +36,11 @@
  * replica holds it; read back by the same dp rank). A compressed dp reduction (--grad-compression)
  * writes "replica" files too, holding error_feedback/ (each dp rank's residual, the whole TP shard),
  * error_feedback_copy/ (the residual of each copy this rank holds that is not the stored one: read
- * back by the same (tp, pp, dp) rank only) and, under PowerSGD, powersgd_q/ (each matrix's Q^T,
- * rank x cols of the local shard, in dp rank 0's file: read back by any dp rank of the same tp rank,
- * at any pp, from the file of the stage that saved the matrix; under local SGD outer_powersgd_q/ too). */
+ * back by the same (tp, pp) rank only), with two-phase server_error_feedback/ and
+ * server_error_feedback_copy/ beside them, and, under PowerSGD, powersgd_q/ (each matrix's Q^T,
+ * rank x cols of the local shard, in dp rank 0's file: read back by any dp rank, at any pp from the
+ * file of the stage that saved the matrix, at another tp resharded; under local SGD
+ * outer_powersgd_q/ too). */
 typedef enum {
     TRI_CKPT_MODEL = 0, TRI_CKPT_OPTIM = 1, TRI_CKPT_OTHER = 2, TRI_CKPT_OUTER = 3, TRI_CKPT_REPLICA = 4
 } tri_ckpt_file_kind;
@@ -106,7 +108,9 @@ typedef struct tri_ckpt_manifest {
     bool replicas_equal;            /* local SGD: saved at a synchronisation (every replica's weights
                                        are the anchor; their AdamW moments still differ) */
     bool residual_copies;           /* compression: every copy's own error-feedback residual is held
-                                       (error_feedback_copy; false in older checkpoints) */
+                                       (error_feedback_copy, and with two-phase
+                                       server_error_feedback_copy, which older two-phase checkpoints
+                                       lack: then the copy falls back; false in older checkpoints) */
     bool powersgd_q;                /* powersgd: each matrix's Q is held (powersgd_q; false in older
                                        checkpoints, whose resumes draw it afresh) */
     bool outer_powersgd_q;          /* powersgd under local SGD: the outer reduction's Q is held too

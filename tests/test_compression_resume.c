@@ -12,7 +12,8 @@
  * the new dp (what the average gradient still owes; Q, the same on every dp rank, is read from dp
  * rank 0's file by any dp rank, which the dp 2 resumes exercise). The
  * two-phase reduction (--grad-compression-reduce two-phase) adds each dp rank's server residual
- * (group server_error_feedback), resumed bit for bit the same way; resuming it with the all-gather
+ * (group server_error_feedback, and a copy's own, server_error_feedback_copy), resumed bit for bit
+ * the same way; at another tp PowerSGD's Q is resharded (engine/train/powersgd_q.h); resuming it with the all-gather
  * (or the reverse) is refused naming both unless reset. Under local SGD / DiLoCo the compressed outer
  * reduction's own residual (outer_error_feedback) and PowerSGD's Q of it (outer_powersgd_q) resume
  * the same way. */
@@ -161,7 +162,8 @@ static void resumes_bit_for_bit_in(tri_compression_kind kind, tu_layout l, const
     tri_gpt_config cfg = tu_tiny_config();
     int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 31);
     char tag[64];
-    snprintf(tag, sizeof tag, "%s-tp%d-pp%d%s", tri_compression_name(kind), l.tp, l.pp, l.sp ? "-sp" : "");
+    snprintf(tag, sizeof tag, "%s%s-tp%d-pp%d%s", tri_compression_name(kind),
+             reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE ? "-two-phase" : "", l.tp, l.pp, l.sp ? "-sp" : "");
     char *dir = tu_ckpt_tmpdir(tag);
     char ref_dir[4200], mid[4300], ref_final[4300], out[4300], fin[4400];
     snprintf(ref_dir, sizeof ref_dir, "%s/uninterrupted", dir);
@@ -317,6 +319,43 @@ Test(compression_resume, outer_powersgd_q_resumes_at_another_pp, .timeout = 300)
  * its Q too (PowerSGD at pp 2). */
 Test(compression_resume, onebit_pp2_tied_copy_resumes_bit_for_bit, .timeout = 300)
 {
+    resumes_bit_for_bit_in(TRI_COMPRESS_1BIT, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, "residual_copies",
+                           "error-feedback residual");
+}
+/* Two-phase at pp 2: the tied copy's gradient is reduced over dp on its own, so its server residual
+ * is its own too (server_error_feedback_copy, in the last stage's replica files): it differs from
+ * the holder's, and with it the run resumes bit for bit; from a checkpoint without the copies (an
+ * older one) the copy falls back to the holder's with the warning, and the losses part. */
+Test(compression_resume, two_phase_pp2_tied_copy_resumes_bit_for_bit, .timeout = 300)
+{
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 59);
+    char *dir = tu_ckpt_tmpdir("two-phase-copy");
+    char mid[4300];
+    snprintf(mid, sizeof mid, "%s/iter_%07d", dir, 4);
+    save_at_4(&cfg, w, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, TRI_COMPRESS_1BIT, dir);
+    tri_ckpt_reader r;
+    cr_assert_eq(tri_ckpt_reader_open(&r, mid), TRI_OK, "%s", tri_error_message());
+    int differ = 0;
+    for (int dp = 0; dp < 2; dp++) {
+        int64_t n = 0, m = 0;
+        float *holder = tensor(mid, TRI_CKPT_REPLICA, dp, "server_error_feedback", "wte", &n), *copy = NULL;
+        tri_box b;
+        bool found = false;
+        cr_assert_eq(tri_ckpt_read_own_shard(&r, TRI_CKPT_REPLICA, 0, 1, dp, "server_error_feedback_copy", "wte", 2, &b,
+                                             &copy, &m, &found), TRI_OK, "%s", tri_error_message());
+        cr_assert(found && m >= n, "dp %d: no server_error_feedback_copy/wte of %lld floats on the last stage", dp,
+                  (long long)n); /* the shard has the vocabulary padding rows after the tensor's */
+        differ += memcmp(holder, copy, (size_t)n * sizeof *copy) != 0;
+        free(holder);
+        free(copy);
+    }
+    tri_ckpt_reader_close(&r);
+    cr_expect_eq(differ, 2, "the tied copy's server residual equals the holder's on %d dp rank(s)", 2 - differ);
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
     resumes_bit_for_bit_in(TRI_COMPRESS_1BIT, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, "residual_copies",
                            "error-feedback residual");
 }

@@ -74,8 +74,8 @@ const char *tri_state_group_name(tri_state_group g)
     static const char *const names[TRI_STATE_GROUPS] = {
         NULL, "exp_avg", "exp_avg_sq", "momentum_buffer", "outer_anchor", "outer_momentum", "replica_weights",
         "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer", "error_feedback",
-        "server_error_feedback", "outer_error_feedback", "error_feedback_copy", "powersgd_q",
-        "outer_powersgd_q"};
+        "server_error_feedback", "outer_error_feedback", "error_feedback_copy", "server_error_feedback_copy",
+        "powersgd_q", "outer_powersgd_q"};
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
@@ -143,7 +143,7 @@ static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
  * whole TP shard at its flat offset in the residual (laid out like the gradients), the holder's as
  * error_feedback and every other copy's as error_feedback_copy, each stored by every dp rank; with
  * two-phase the server residual's, adjacent (the same flat offset: tri_dp_compress_server_read maps
- * it to the chunk); under local SGD the outer reduction's residual of the parameter next (the same
+ * it to the chunk; another copy's as server_error_feedback_copy, stored so too); under local SGD the outer reduction's residual of the parameter next (the same
  * layout; both stored by the holder); then, under PowerSGD, each matrix parameter's Q, every copy's,
  * stored by dp rank 0, and under local SGD the outer reduction's Q after them (outer_powersgd_q). */
 static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int n)
@@ -162,10 +162,14 @@ static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int 
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);
         for (int g = 0; g < groups; g++) {
-            tri_state_group grp = group[g] == TRI_STATE_EF_RESIDUAL && !h ? TRI_STATE_EF_COPY : group[g];
+            tri_state_group grp = h                                        ? group[g]
+                                  : group[g] == TRI_STATE_EF_RESIDUAL        ? TRI_STATE_EF_COPY
+                                  : group[g] == TRI_STATE_EF_SERVER_RESIDUAL ? TRI_STATE_EF_SERVER_COPY
+                                                                             : group[g];
+            bool own = grp == TRI_STATE_EF_COPY || grp == TRI_STATE_EF_SERVER_COPY;
             if (list)
                 list[n] = (tri_state_shard){.param = p, .group = grp, .lo = 0, .hi = p->numel, .holder = h,
-                                            .stored = h || grp == TRI_STATE_EF_COPY, .chunk = c, .at = p->offset};
+                                            .stored = h || own, .chunk = c, .at = p->offset};
             n++;
         }
     }
@@ -250,7 +254,7 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
     if (tri_state_group_is_q(s->group))
         return tri_dp_compress_q_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
-    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
+    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL || s->group == TRI_STATE_EF_SERVER_COPY)
         return tri_dp_compress_server_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)
         return tri_dp_compress_residual_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
@@ -265,7 +269,7 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
     if (tri_state_group_is_q(s->group))
         return tri_dp_compress_q_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
-    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL)
+    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL || s->group == TRI_STATE_EF_SERVER_COPY)
         return tri_dp_compress_server_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)
         return tri_dp_compress_residual_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);

@@ -47,6 +47,10 @@ typedef enum tri_state_group {
                                      shards and the tied copy, whose gradients are summed after the dp
                                      reduction; stored by every dp rank in its own replica file and read
                                      back from that file only (not a box of the tensor: the holder's is) */
+    TRI_STATE_EF_SERVER_COPY,     /* two-phase: the server residual of such a copy (its own where its
+                                     residual is: its gradient is reduced over dp on its own), stored
+                                     and read back like error_feedback_copy, each dp rank's zero outside
+                                     its chunks */
     TRI_STATE_POWERSGD_Q,         /* PowerSGD's warm-started Q^T of a matrix parameter (fp32, rank x cols
                                      of this rank's shard, row-major: not parameter-shaped; PyTorch's
                                      PowerSGDState.q_memory_dict): all-reduced, so the same bits on every
@@ -80,7 +84,8 @@ typedef struct tri_state_shard {
     bool stored;             /* holder, and this data-parallel rank stores it (weights: dp rank 0;
                                 moments: the owner under ZeRO 1-3, dp rank 0 at ZeRO 0; local SGD's
                                 groups and the error feedback: every dp rank); the per-copy groups
-                                (error_feedback_copy, powersgd_q, outer_powersgd_q) are stored by
+                                (error_feedback_copy, server_error_feedback_copy, powersgd_q,
+                                outer_powersgd_q) are stored by
                                 non-holders too */
     bool collective;         /* reading it is collective over the data-parallel group: every rank
                                 reads every holder entry of this group in the same order */
