@@ -359,6 +359,13 @@ Test(compression_resume, two_phase_pp2_tied_copy_resumes_bit_for_bit, .timeout =
     resumes_bit_for_bit_in(TRI_COMPRESS_1BIT, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, "residual_copies",
                            "error-feedback residual");
 }
+/* The same at tp 2 with sequence parallelism: the LayerNorm copies' server residuals are their own. */
+Test(compression_resume, two_phase_tp2_sp_resumes_bit_for_bit, .timeout = 300)
+{
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    resumes_bit_for_bit_in(TRI_COMPRESS_1BIT, (tu_layout){.tp = 2, .pp = 1, .dp = 2, .sp = true}, "residual_copies",
+                           "error-feedback residual");
+}
 Test(compression_resume, powersgd_pp2_resumes_bit_for_bit, .timeout = 300)
 {
     resumes_bit_for_bit_in(TRI_COMPRESS_POWERSGD, (tu_layout){.tp = 1, .pp = 2, .dp = 2}, "powersgd_q",
