@@ -103,7 +103,9 @@ int tri_ckpt_load_local(tri_trainer *t, tri_ckpt_reader *r);
  * its residual (error_feedback) resharded from any tp and pp; every other copy (error_feedback_copy,
  * and with two-phase server_error_feedback_copy: sequence-parallel replicated parameters at tp > 1,
  * shared shards, the tied embedding's copy at pp > 1, whose gradients are summed after the dp
- * reduction) from the files of this rank's own (tp, pp), so only at the checkpoint's tp and pp. At
+ * reduction) from the files of this rank's own (tp, pp). At another tp or pp the copies whose
+ * gradients are summed each start from all saved copies' sum shared by this run's copies, the
+ * others from the holder's. At
  * the checkpoint's dp each dp rank reads its own residuals; at another each starts from the saving
  * ranks' sum divided by the new dp (what the average gradient still owes). Two-phase's server
  * residual is merged from every saving dp rank's file and cut by this run's chunks. PowerSGD's Q

@@ -136,9 +136,9 @@ static int read_q(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, 
 /* What the load of the compression state could not take as saved, for its messages: copies whose
  * own residual was restored from the stored copy's (own), Q's drawn afresh (fresh_q[0] the gradient
  * reduction's, [1] the outer reduction's), tied copies' Q's taken from the holder (holders_q), Q's
- * resharded from another tp (resharded_q). */
+ * resharded from another tp (resharded_q), residuals given their copies' shared sum (shared). */
 typedef struct load_counts {
-    int own, fresh_q[2], holders_q, resharded_q;
+    int own, fresh_q[2], holders_q, resharded_q, shared;
 } load_counts;
 
 /* What this rank's own compression state can come from: "" when the copies' residuals (copies) and
@@ -159,6 +159,92 @@ static void take_chunks(float *box, const float *x, int64_t n)
     }
 }
 
+/* ---- copies whose gradients are summed, at another tp or pp ----
+ * The tied embedding's copy on the last stage, sequence parallelism's TP-replicated parameters and
+ * shared shards each reduce their own part of the gradient over dp, and the parts are summed after
+ * the reduction (engine/train/train.c sync_grads): what they owe together is the sum of their
+ * residuals (and of their server residuals). At another tp or pp the copies are other ones, so that
+ * sum is read from every saved copy and shared equally by this run's copies. Copies that reduced
+ * equal gradients (TP-replicated without sequence parallelism) owed one residual each, the
+ * holder's. Not under 1-bit Adam, whose exchange gives every copy the first copy's momentum, so the
+ * other copies' residuals are lost in any layout. */
+
+/* How many copies in this run sum their parts of p's gradient after the dp reduction (1: none). */
+static int sharing_copies(const tri_trainer *t, const tri_param *p)
+{
+    int m = p->spec.tied ? 2 : 1;
+    if (p->tp_replicated && t->grid->tp > 1 && (t->cfg.sequence_parallel || p->spec.tp_partial_grad))
+        m *= t->grid->tp;
+    return p->replicas > 1 ? m * p->replicas : m;
+}
+
+/* Whether p's copies in the saving layout reduced equal gradients (each owed the holder's). */
+static bool saved_copies_equal(const tri_ckpt_reader *r, const tri_param *p)
+{
+    return p->spec.split_dim < 0 && !p->spec.tp_partial_grad && !r->m.run.sequence_parallel;
+}
+
+/* Whether entry e (the gradient reduction's residual or server residual, a holder's or a copy's)
+ * takes the copies' shared sum: the checkpoint holds the copies' own, the layout changed where
+ * copies are (tp or pp), and there are copies on either side. */
+static bool shares_copies_sum(const tri_trainer *t, const tri_ckpt_reader *r, const tri_state_shard *e)
+{
+    const tri_ckpt_run *s = &r->m.run;
+    tri_state_group g = e->group;
+    bool grad = g == TRI_STATE_EF_RESIDUAL || g == TRI_STATE_EF_COPY || g == TRI_STATE_EF_SERVER_RESIDUAL ||
+                g == TRI_STATE_EF_SERVER_COPY;
+    return grad && r->m.residual_copies && !t->opt[0].cfg.onebit_adam &&
+           (s->tp != t->grid->tp || s->pp != t->grid->pp) && (s->tp > 1 || s->pp > 1 || sharing_copies(t, e->param) > 1);
+}
+
+/* The sum of p's saved copies' residuals of the holder's group (error_feedback or
+ * server_error_feedback) on p's shard, into box: the holder's box and, unless the saved copies were
+ * equal, every copy's own entry (group + its _copy group, in every (tp, pp) file) of saving dp ranks
+ * [k0, k1), added in double in that order and divided by this run's sharing copies. *copies: the
+ * copies' entries found. */
+static int copies_sum(tri_trainer *t, tri_ckpt_reader *r, const tri_param *p, tri_state_group holder, int k0, int k1,
+                      float *box, int *copies)
+{
+    tri_state_group own = holder == TRI_STATE_EF_SERVER_RESIDUAL ? TRI_STATE_EF_SERVER_COPY : TRI_STATE_EF_COPY;
+    tri_box db = tri_ckpt_shard_box(p);
+    int64_t n = p->numel, limit[TRI_MAX_DIMS];
+    tri_ckpt_logical_shape(&p->spec, limit);
+    double *sum = calloc((size_t)(n > 0 ? n : 1), sizeof *sum);
+    float *one = malloc((size_t)(n > 0 ? n : 1) * sizeof *one);
+    int rc = sum && one ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
+    bool equal = saved_copies_equal(r, p);
+    for (int k = k0; k < k1 && !rc; k++) {
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(holder), p->spec.name, &db, one);
+        for (int64_t i = 0; i < n && !rc; i++)
+            sum[i] += (double)one[i];
+        for (int f = 0; f < r->m.n_files && !rc && !equal; f++) {
+            const tri_ckpt_file *file = &r->m.files[f];
+            if (file->kind != TRI_CKPT_REPLICA || file->dp_rank != k)
+                continue;
+            tri_box sb;
+            float *x = NULL;
+            int64_t len = 0;
+            bool found = false;
+            rc = tri_ckpt_read_own_shard(r, TRI_CKPT_REPLICA, file->tp_rank, file->pp_rank, k, tri_state_group_name(own),
+                                         p->spec.name, p->spec.ndim, &sb, &x, &len, &found);
+            if (!rc && found) {
+                memset(one, 0, (size_t)n * sizeof *one);
+                tri_box_copy(&sb, 0, len, x, &db, one, limit);
+                for (int64_t i = 0; i < n; i++)
+                    sum[i] += (double)one[i];
+                (*copies)++;
+            }
+            free(x);
+        }
+    }
+    int m = sharing_copies(t, p);
+    for (int64_t i = 0; i < n && !rc; i++)
+        box[i] = (float)(sum[i] / (double)m);
+    free(sum);
+    free(one);
+    return rc;
+}
+
 /* Two-phase's server residual entry e into box. It is one tensor cut across the dp ranks (each holds
  * its chunk of every unit, +0 elsewhere), so the whole of it is every saving rank's entry merged
  * (take_chunks). With the saved tp, pp and dp the chunks are the same and this changes nothing; with
@@ -168,9 +254,11 @@ static void take_chunks(float *box, const float *x, int64_t n)
  * files of its (tp, pp) when the plan allows and every saving rank's is there; otherwise from the
  * holder's boxes (*holders set). */
 static int read_server(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
-                       bool *holders)
+                       bool *holders, int *copies)
 {
     const tri_param *p = e->param;
+    if (shares_copies_sum(t, r, e)) /* every saving rank's chunks: their sum is their merge */
+        return copies_sum(t, r, p, TRI_STATE_EF_SERVER_RESIDUAL, 0, r->m.run.dp, box, copies);
     size_t bytes = (size_t)p->numel * sizeof *box;
     float *one = malloc(bytes > 0 ? bytes : 1);
     int rc = one ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
@@ -200,8 +288,10 @@ static int read_server(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard
  * dp rank k stored it, into box (room for e's TP shard; e's values at [e->lo, e->hi)): a copy's own
  * from its file when the plan allows, else the stored copy's box (*holders set). */
 static int read_worker(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, int k,
-                       float *box, bool *holders)
+                       float *box, bool *holders, int *copies)
 {
+    if (shares_copies_sum(t, r, e))
+        return copies_sum(t, r, e->param, TRI_STATE_EF_RESIDUAL, k, k + 1, box, copies);
     bool found = false;
     int rc = TRI_OK;
     if (e->group == TRI_STATE_EF_COPY && !plan->copies[0])
@@ -221,13 +311,13 @@ static int read_worker(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard
  * keeps the sum, while the split between replicas, each saving replica's own, has no counterpart at
  * another dp. */
 static int mean_of_workers(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan,
-                           float *box, bool *holders)
+                           float *box, bool *holders, int *copies)
 {
     int64_t n = e->hi - e->lo;
     double *sum = calloc((size_t)(n > 0 ? n : 1), sizeof *sum);
     int rc = sum ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
     for (int k = 0; k < r->m.run.dp && !rc; k++) {
-        rc = read_worker(t, r, e, plan, k, box, holders);
+        rc = read_worker(t, r, e, plan, k, box, holders, copies);
         for (int64_t i = 0; i < n && !rc; i++)
             sum[i] += (double)box[e->lo + i];
     }
@@ -242,7 +332,9 @@ static int mean_of_workers(tri_trainer *t, tri_ckpt_reader *r, const tri_state_s
  * own file gets the holder's residual (counted in c->own when its residual is its own; so does a
  * non-holder's server residual); a Q not read keeps the fresh draw (counted in
  * c->fresh_q). At another dp a worker's residual is the saving ranks' mean (mean_of_workers), the
- * server's is merged from every file (read_server) and Q is dp rank 0's (the same on every rank). */
+ * server's is merged from every file (read_server) and Q is dp rank 0's (the same on every rank); at
+ * another tp or pp copies that sum their gradients take their saved copies' shared sum (copies_sum,
+ * counted in c->shared). */
 static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
                       load_counts *c)
 {
@@ -258,13 +350,15 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
     bool holders = false;
+    int copies = 0;
     if (e->group == TRI_STATE_EF_SERVER_RESIDUAL || e->group == TRI_STATE_EF_SERVER_COPY) {
-        rc = read_server(t, r, e, plan, box, &holders);
+        rc = read_server(t, r, e, plan, box, &holders, &copies);
     } else if (r->m.run.dp == t->grid->dp) {
-        rc = read_worker(t, r, e, plan, t->grid->dp_rank, box, &holders);
+        rc = read_worker(t, r, e, plan, t->grid->dp_rank, box, &holders, &copies);
     } else {
-        rc = mean_of_workers(t, r, e, plan, box, &holders);
+        rc = mean_of_workers(t, r, e, plan, box, &holders, &copies);
     }
+    c->shared += copies > 0 || (shares_copies_sum(t, r, e) && sharing_copies(t, p) > 1);
     /* a copy given the holder's: equal for a copy without SP, shared shards or a tied copy, which sum
      * their gradients after the dp reduction (engine/train/train.c sync_grads) */
     c->own += holders && !e->holder &&
@@ -323,6 +417,11 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
         tri_log("checkpoint %s was saved at tp %d: PowerSGD's Q of %d matrix(es) of this rank resharded to tp %d "
                 "(engine/train/powersgd_q.h: the saved row shards' Q summed, the column shards' side by side)",
                 r->dir, s->tp, c.resharded_q, t->grid->tp);
+    if (!rc && c.shared > 0 && t->grid->dp_rank == 0)
+        tri_log("checkpoint %s was saved at tp %d x pp %d: %d error-feedback residual(s) of this rank belong to copies "
+                "that sum their gradients (the tied embedding, sequence-parallel replicated parameters, shared "
+                "shards): each starts from the saved copies' sum shared by this run's copies", r->dir, s->tp, s->pp,
+                c.shared);
     if (!rc && c.own > 0 && t->grid->dp_rank == 0)
         tri_log("warning: checkpoint %s: %d error-feedback residual(s) of this rank (sequence-parallel replicated "
                 "parameters, shared TP shards or the tied embedding's copy) are its own but are restored from the "

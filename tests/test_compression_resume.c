@@ -13,7 +13,8 @@
  * rank 0's file by any dp rank, which the dp 2 resumes exercise). The
  * two-phase reduction (--grad-compression-reduce two-phase) adds each dp rank's server residual
  * (group server_error_feedback, and a copy's own, server_error_feedback_copy), resumed bit for bit
- * the same way; at another tp PowerSGD's Q is resharded (engine/train/powersgd_q.h); resuming it with the all-gather
+ * the same way; at another tp PowerSGD's Q is resharded (engine/train/powersgd_q.h), and copies
+ * that sum their gradients share their saved residuals' sum at another tp or pp; resuming it with the all-gather
  * (or the reverse) is refused naming both unless reset. Under local SGD / DiLoCo the compressed outer
  * reduction's own residual (outer_error_feedback) and PowerSGD's Q of it (outer_powersgd_q) resume
  * the same way. */
@@ -619,21 +620,29 @@ Test(compression_resume, another_dp_outer_residual, .timeout = 300)
     another_dp(TRI_COMPRESS_REDUCE_ALLGATHER, 1, true);
 }
 
-/* Matrix name's PowerSGD Q^T as tp rank tp saved it (pipeline and dp rank 0's replica file), its
- * shard box in *b and its floats in *n; asserted found. */
-static float *saved_q(const char *dir, int tp, const char *name, tri_box *b, int64_t *n)
+/* A rank's own entry group/name (no box: a copy's residual, a Q) as the (tp, pp, dp) rank saved it,
+ * its shard box in *b and its floats in *n; asserted found. */
+static float *saved_own(const char *dir, const char *group, const char *name, int tp, int pp, int dp, tri_box *b,
+                        int64_t *n)
 {
     tri_ckpt_reader r;
     cr_assert_eq(tri_ckpt_reader_open(&r, dir), TRI_OK, "%s", tri_error_message());
     int t = tri_manifest_tensor(&r.m, name);
     cr_assert_geq(t, 0, "%s holds no %s", dir, name);
-    float *q = NULL;
+    float *x = NULL;
     bool found = false;
-    int rc = tri_ckpt_read_own_shard(&r, TRI_CKPT_REPLICA, tp, 0, 0, "powersgd_q", name, r.m.tensors[t].ndim, b, &q,
-                                     n, &found);
+    int rc = tri_ckpt_read_own_shard(&r, TRI_CKPT_REPLICA, tp, pp, dp, group, name, r.m.tensors[t].ndim, b, &x, n,
+                                     &found);
     tri_ckpt_reader_close(&r);
-    cr_assert(rc == TRI_OK && found, "%s: no powersgd_q/%s of tp rank %d: %s", dir, name, tp, tri_error_message());
-    return q;
+    cr_assert(rc == TRI_OK && found, "%s: no %s/%s of rank (tp %d, pp %d, dp %d): %s", dir, group, name, tp, pp, dp,
+              tri_error_message());
+    return x;
+}
+
+/* Matrix name's PowerSGD Q^T as tp rank tp saved it (pipeline and dp rank 0's replica file). */
+static float *saved_q(const char *dir, int tp, const char *name, tri_box *b, int64_t *n)
+{
+    return saved_own(dir, "powersgd_q", name, tp, 0, 0, b, n);
 }
 
 /* PowerSGD saved at tp 1, resumed at tp 2 and saved at once (no step between), then resumed at tp 1
@@ -690,6 +699,116 @@ Test(compression_resume, powersgd_q_resharded_across_tp, .timeout = 300)
                          mats[m], (long long)i, (double)qb[i], (double)q0[i]);
         free(q0);
         free(qb);
+    }
+    tri_fs_remove_tree(dir);
+    free(dir);
+    free(w);
+}
+
+/* Copies that sum their parts of a gradient after the dp reduction owe the sum of their residuals
+ * (checkpoints/load_compression.c copies_sum). The tied embedding at pp 2 (1bit two-phase, dp 2):
+ * resumed at pp 1 and saved at once, each dp rank's wte residual is fl(holder's + copy's) and the
+ * server residual (each saving rank's chunks summed) fl(holders' + copies'), to the bit; resumed
+ * from that at pp 2 again, the holder and the copy each hold half of it. Sequence parallelism's
+ * LayerNorm copies (tp 2, allgather) resumed at tp 1: fl(tp rank 0's + tp rank 1's). No warning. */
+Test(compression_resume, copies_share_their_sum_at_another_layout, .timeout = 300)
+{
+    tri_gpt_config cfg = tu_tiny_config();
+    int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 61);
+    char *dir = tu_ckpt_tmpdir("copies-sum");
+    static const char *const step[4] = {"pp2", "pp1", "pp2-again", "sp"};
+    char run[4][4200], at[4][4300], log[16384];
+    for (int k = 0; k < 4; k++) {
+        snprintf(run[k], sizeof run[k], "%s/%s", dir, step[k]);
+        snprintf(at[k], sizeof at[k], "%.4100s/iter_%07d", run[k], 4);
+    }
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    tu_layout pp2 = {.tp = 1, .pp = 2, .dp = 2}, pp1 = {.tp = 1, .pp = 1, .dp = 2};
+    save_at_4(&cfg, w, pp2, TRI_COMPRESS_1BIT, run[0]);
+    for (int k = 1; k < 3; k++) { /* pp 1, then pp 2 again, each saved at once */
+        tu_ckpt_run r = comp_run(&cfg, w, k == 1 ? pp1 : pp2, TRI_COMPRESS_1BIT);
+        r.load = at[k - 1];
+        r.until = 4;
+        r.save_dir = run[k];
+        cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "%s: %s", step[k], tri_error_message());
+        cr_expect(strstr(log, "sum their gradients") && !strstr(log, "warning"), "%s: %s", step[k], log);
+    }
+    int64_t n = 0, m = 0;
+    tri_box b;
+    float *server_saved = calloc(4800, sizeof *server_saved), *server_pp1 = calloc(4800, sizeof *server_pp1);
+    double *server_sum = calloc(4800, sizeof *server_sum);
+    for (int dp = 0; dp < 2; dp++) {
+        float *h = tensor(at[0], TRI_CKPT_REPLICA, dp, "error_feedback", "wte", &n);
+        float *c = saved_own(at[0], "error_feedback_copy", "wte", 0, 1, dp, &b, &m);
+        float *one = tensor(at[1], TRI_CKPT_REPLICA, dp, "error_feedback", "wte", &m);
+        float *h2 = tensor(at[2], TRI_CKPT_REPLICA, dp, "error_feedback", "wte", &m);
+        float *c2 = saved_own(at[2], "error_feedback_copy", "wte", 0, 1, dp, &b, &m);
+        cr_assert_eq(n, 4800); /* 100 x 48: the copies' entries hold the padding rows after it */
+        int differ = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float want = (float)((double)h[i] + (double)c[i]);
+            differ += want != h[i];
+            cr_expect_eq(one[i], want, "dp %d wte[%lld] at pp 1: %.9g, holder + copy %.9g", dp, (long long)i,
+                         (double)one[i], (double)want);
+            cr_expect(h2[i] == one[i] / 2 && c2[i] == one[i] / 2, "dp %d wte[%lld] at pp 2 again: %.9g and %.9g, not "
+                      "half of %.9g", dp, (long long)i, (double)h2[i], (double)c2[i], (double)one[i]);
+        }
+        cr_expect_gt(differ, 0, "dp %d: the copy's residual added nothing: the test shows nothing", dp);
+        free(h);
+        free(c);
+        free(one);
+        free(h2);
+        free(c2);
+        float *hs = tensor(at[0], TRI_CKPT_REPLICA, dp, "server_error_feedback", "wte", &n);
+        float *cs = saved_own(at[0], "server_error_feedback_copy", "wte", 0, 1, dp, &b, &m);
+        float *s1 = tensor(at[1], TRI_CKPT_REPLICA, dp, "server_error_feedback", "wte", &m);
+        for (int64_t i = 0; i < n; i++) {
+            server_sum[i] += (double)hs[i] + (double)cs[i];
+            server_pp1[i] += s1[i]; /* at most one dp rank's chunk holds it */
+            server_saved[i] += hs[i] != 0.0f || cs[i] != 0.0f;
+        }
+        free(hs);
+        free(cs);
+        free(s1);
+    }
+    int64_t held = 0;
+    for (int64_t i = 0; i < 4800; i++) {
+        held += server_saved[i] > 0.0f;
+        cr_expect_eq(server_pp1[i], (float)server_sum[i], "server wte[%lld] at pp 1: %.9g, the copies' sum %.9g",
+                     (long long)i, (double)server_pp1[i], server_sum[i]);
+    }
+    cr_expect_gt(held, 0, "no server residual saved");
+    free(server_saved);
+    free(server_pp1);
+    free(server_sum);
+    /* sequence parallelism at tp 2, resumed at tp 1 */
+    reduce_of_runs = TRI_COMPRESS_REDUCE_ALLGATHER;
+    save_at_4(&cfg, w, (tu_layout){.tp = 2, .pp = 1, .dp = 2, .sp = true}, TRI_COMPRESS_1BIT, run[3]);
+    tu_ckpt_run r = comp_run(&cfg, w, pp1, TRI_COMPRESS_1BIT);
+    char tp1[4300], tp1_at[4400];
+    snprintf(tp1, sizeof tp1, "%s/tp1", dir);
+    snprintf(tp1_at, sizeof tp1_at, "%s/iter_%07d", tp1, 4);
+    r.load = at[3];
+    r.until = 4;
+    r.save_dir = tp1;
+    cr_assert_eq(train_capturing(&r, log, sizeof log), TRI_OK, "tp 1: %s", tri_error_message());
+    cr_expect(strstr(log, "sum their gradients") && !strstr(log, "warning"), "tp 1: %s", log);
+    for (int dp = 0; dp < 2; dp++) {
+        float *h = tensor(at[3], TRI_CKPT_REPLICA, dp, "error_feedback", "ln_f.w", &n);
+        float *c = saved_own(at[3], "error_feedback_copy", "ln_f.w", 1, 0, dp, &b, &m);
+        float *one = tensor(tp1_at, TRI_CKPT_REPLICA, dp, "error_feedback", "ln_f.w", &m);
+        cr_assert(n == m && b.shape[0] == n);
+        int differ = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float want = (float)((double)h[i] + (double)c[i]);
+            differ += h[i] != c[i];
+            cr_expect_eq(one[i], want, "dp %d ln_f.w[%lld] at tp 1: %.9g, tp ranks' sum %.9g", dp, (long long)i,
+                         (double)one[i], (double)want);
+        }
+        cr_expect_gt(differ, 0, "dp %d: the two TP ranks' residuals are equal: the test shows nothing", dp);
+        free(h);
+        free(c);
+        free(one);
     }
     tri_fs_remove_tree(dir);
     free(dir);
