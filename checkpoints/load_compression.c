@@ -252,7 +252,8 @@ static int copies_sum(tri_trainer *t, tri_ckpt_reader *r, const tri_param *p, tr
  * (mean) gradient, whatever dp, so at another dp the merged tensor is the same debt, cut by the new
  * chunks. A non-holder copy's (server_error_feedback_copy) is merged from its own datasets in the
  * files of its (tp, pp) when the plan allows and every saving rank's is there; otherwise from the
- * holder's boxes (*holders set). */
+ * holder's boxes (*holders set). Local SGD's outer reduction's (outer_server_error_feedback) is the
+ * holder's, as its copies are. */
 static int read_server(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
                        bool *holders, int *copies)
 {
@@ -263,6 +264,7 @@ static int read_server(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard
     float *one = malloc(bytes > 0 ? bytes : 1);
     int rc = one ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
     bool found = e->group == TRI_STATE_EF_SERVER_COPY && !plan->copies[0];
+    tri_state_group holder = e->group == TRI_STATE_OUTER_EF_SERVER_RESIDUAL ? e->group : TRI_STATE_EF_SERVER_RESIDUAL;
     memset(box, 0, bytes);
     for (int k = 0; k < r->m.run.dp && found && !rc; k++) {
         rc = read_own_at(t, r, e, t->grid->pp_rank, k, one, &found);
@@ -275,8 +277,7 @@ static int read_server(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard
         memset(box, 0, bytes);
     }
     for (int k = 0; k < r->m.run.dp && !found && !rc; k++) {
-        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(TRI_STATE_EF_SERVER_RESIDUAL),
-                                  p->spec.name, &b, one);
+        rc = tri_ckpt_read_box_in(r, TRI_CKPT_REPLICA, k, tri_state_group_name(holder), p->spec.name, &b, one);
         if (!rc)
             take_chunks(box, one, p->numel);
     }
@@ -351,7 +352,8 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
     }
     bool holders = false;
     int copies = 0;
-    if (e->group == TRI_STATE_EF_SERVER_RESIDUAL || e->group == TRI_STATE_EF_SERVER_COPY) {
+    if (e->group == TRI_STATE_EF_SERVER_RESIDUAL || e->group == TRI_STATE_EF_SERVER_COPY ||
+        e->group == TRI_STATE_OUTER_EF_SERVER_RESIDUAL) {
         rc = read_server(t, r, e, plan, box, &holders, &copies);
     } else if (r->m.run.dp == t->grid->dp) {
         rc = read_worker(t, r, e, plan, t->grid->dp_rank, box, &holders, &copies);
@@ -360,8 +362,9 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
     }
     c->shared += copies > 0 || (shares_copies_sum(t, r, e) && sharing_copies(t, p) > 1);
     /* a copy given the holder's: equal for a copy without SP, shared shards or a tied copy, which sum
-     * their gradients after the dp reduction (engine/train/train.c sync_grads) */
-    c->own += holders && !e->holder &&
+     * their gradients after the dp reduction (engine/train/train.c sync_grads); the outer reduction's
+     * copies are equal (local SGD aligns them to the holder's) */
+    c->own += holders && !e->holder && !tri_state_group_is_outer_compression(e->group) &&
             (p->spec.tied_copy || p->replicas > 1 ||
              (p->tp_replicated && (t->cfg.sequence_parallel || p->spec.tp_partial_grad) && t->grid->tp > 1));
     return rc ? rc : tri_trainer_state_write(t, e, box + e->lo);

@@ -82,11 +82,12 @@ static void same_final(const char *a, const char *b, const char *what)
         cr_expect(n == m && memcmp(x, y, (size_t)n * sizeof *x) == 0, "%s: final %s differs", what, names[i]);
         free(x);
         free(y);
-        const char *groups[2] = {"error_feedback", reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE ? "server_error_feedback"
-                                                   : local_of_runs                                  ? "outer_error_feedback"
-                                                                                                    : NULL};
+        bool two_phase = reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE;
+        const char *groups[3] = {"error_feedback",
+                                 local_of_runs ? "outer_error_feedback" : two_phase ? "server_error_feedback" : NULL,
+                                 local_of_runs && two_phase ? "outer_server_error_feedback" : NULL};
         for (int dp = 0; dp < 2; dp++)
-            for (int g = 0; g < 2 && groups[g]; g++) {
+            for (int g = 0; g < 3 && groups[g]; g++) {
                 const char *group = groups[g];
                 x = tensor(a, TRI_CKPT_REPLICA, dp, group, names[i], &n);
                 y = tensor(b, TRI_CKPT_REPLICA, dp, group, names[i], &m);
@@ -176,7 +177,7 @@ static void resumes_bit_for_bit_in(tri_compression_kind kind, tu_layout l, const
     cr_assert_eq(tu_ckpt_train(&ref), TRI_OK, "uninterrupted: %s", tri_error_message());
     residuals_per_rank(mid, local_of_runs ? "outer_error_feedback" : "error_feedback");
     if (reduce_of_runs == TRI_COMPRESS_REDUCE_TWO_PHASE)
-        residuals_per_rank(mid, "server_error_feedback");
+        residuals_per_rank(mid, local_of_runs ? "outer_server_error_feedback" : "server_error_feedback");
 
     snprintf(out, sizeof out, "%s/resumed", dir);
     tu_ckpt_run r = comp_run(&cfg, w, l, kind);
@@ -278,6 +279,24 @@ Test(compression_resume, outer_powersgd_q_resumes_bit_for_bit, .timeout = 300)
 {
     local_of_runs = true;
     resumes_bit_for_bit_in(TRI_COMPRESS_POWERSGD, diloco(1), "outer_powersgd_q", "the outer reduction's PowerSGD Q");
+}
+
+/* DiLoCo whose outer reduction is two-phase (1bit): the outer server residual
+ * (outer_server_error_feedback) resumes bit for bit with the rest, at tp 1 and (top-k) at tp 2 with
+ * sequence parallelism, where local SGD aligns every copy's server residual to the holder's
+ * (tri_outer_step) so that the holder's, the one stored, is every copy's: top-k selects over the
+ * whole chunk, the TP rank's own shards with the copies, so without the alignment the copies'
+ * server residuals part and the resumed run with them (1bit's blocks do not straddle parameters,
+ * which start aligned, so its copies stay equal anyway). */
+Test(compression_resume, outer_two_phase_resumes_bit_for_bit, .timeout = 300)
+{
+    local_of_runs = true;
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
+    resumes_bit_for_bit_in(TRI_COMPRESS_1BIT, diloco(1), NULL, NULL);
+    tu_layout sp = diloco(1);
+    sp.tp = 2;
+    sp.sp = true;
+    resumes_bit_for_bit_in(TRI_COMPRESS_TOPK, sp, NULL, NULL);
 }
 
 /* A matrix's Q is the same at any pp (its TP shard is), so a resume at another pp reads it from the

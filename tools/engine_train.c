@@ -214,7 +214,7 @@ static void defaults(args *a)
 }
 
 /* --local-sgd-steps and the outer optimizer's flags into the session's config (steps 0: off), with the
- * two refusals that concern other flags. */
+ * refusal that concerns another flag. */
 static int local_sgd_options(run *r)
 {
     const args *a = &r->a;
@@ -222,14 +222,7 @@ static int local_sgd_options(run *r)
     int rc = tri_cli_local_sgd_resolve(&a->local_sgd, a->train_iters, r->L.zero_stage, c);
     if (rc || c->steps == 0)
         return rc;
-    if (r->L.compression.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
-        rc = TRI_ERR(TRI_EINVAL, "--grad-compression-reduce two-phase with --local-sgd-steps %d: the outer "
-                     "synchronisation's compressed reduction runs the all-gather form only (a two-phase one would "
-                     "need a server residual of its own, kept and checkpointed beside outer_error_feedback, which "
-                     "is not built, and the synchronisation's fp32 anchor and parameter all-gathers would stay: "
-                     "docs/local-sgd.md); use --grad-compression-reduce allgather, or --grad-compression "
-                     "powersgd, whose bytes do not grow with dp", c->steps);
-    if (!rc && a->spike_zscore > 0)
+    if (a->spike_zscore > 0)
         rc = TRI_ERR(TRI_EINVAL, "--skip-loss-spike-zscore %g with --local-sgd-steps %d: between synchronisations "
                      "each replica has its own loss, so a spike is not one decision for every rank",
                      (double)a->spike_zscore, c->steps);

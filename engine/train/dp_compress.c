@@ -816,6 +816,15 @@ int tri_dp_compress_server_read(tri_dp_compress *x, tri_device *dev, int64_t at,
     return tri_device_copy_to_host(dev, host + (a - at), tri_tensor_range(x->server_residual, off, b - a));
 }
 
+int tri_dp_compress_server_view(tri_dp_compress *x, int64_t at, int64_t n, tri_tensor *view)
+{
+    int64_t a = 0, b = 0, off = 0;
+    int rc = server_range(x, at, n, &a, &b, &off);
+    if (!rc)
+        *view = tri_tensor_range(x->server_residual, off, b > a ? b - a : 0);
+    return rc;
+}
+
 int tri_dp_compress_server_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host)
 {
     int64_t a = 0, b = 0, off = 0;

@@ -160,6 +160,10 @@ int tri_dp_compress_q_write(tri_dp_compress *x, tri_device *dev, int64_t at, int
  * rank's chunk is kept). TRI_EINVAL without two-phase or past the layout; device errors. */
 int tri_dp_compress_server_read(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, float *host);
 int tri_dp_compress_server_write(tri_dp_compress *x, tri_device *dev, int64_t at, int64_t n, const float *host);
+/* The server residual over the part of the flat range [at, at + n) in this rank's chunk, as a view
+ * of server_residual (*view with 0 elements when none of it is), at or after the first compressed
+ * step. TRI_EINVAL without two-phase or past the layout. (Local SGD aligns the copies' with it.) */
+int tri_dp_compress_server_view(tri_dp_compress *x, int64_t at, int64_t n, tri_tensor *view);
 
 /* Whether the units are reduced uncompressed at iteration iter: without compression, and before
  * tri_compression_start_iter (--grad-compression-start-iter, powersgd's --powersgd-start-iter). */

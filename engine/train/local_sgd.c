@@ -79,8 +79,9 @@ static int outer_update(tri_device *d, tri_tensor anchor, tri_tensor momentum, t
 }
 
 /* Compressed: the holder's decoded mean (in whole's owned slice [own, own + n)) and outer residual
- * of unit u's parameters that several TP ranks hold, broadcast over their group (see
- * tri_outer_copies). */
+ * (with two-phase its server residual too, the part in this rank's chunk, at the same offsets on
+ * every TP rank: their units are alike) of unit u's parameters that several TP ranks hold,
+ * broadcast over their group (see tri_outer_copies). */
 static int align_copies(const tri_param_layout *L, tri_outer_state *o, tri_tensor whole, int64_t own, int64_t n,
                         int u, const tri_outer_copies *copies)
 {
@@ -95,6 +96,12 @@ static int align_copies(const tri_param_layout *L, tri_outer_state *o, tri_tenso
         int64_t a = lo > own ? lo : own, b = hi < own + n ? hi : own + n;
         rc = tri_comm_broadcast(g, tri_tensor_range(o->comp.residual, p->offset, p->numel), 0);
         if (!rc && b > a) rc = tri_comm_broadcast(g, tri_tensor_range(whole, a, b - a), 0);
+        bool two_phase = o->comp.c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && o->comp.residual_ready;
+        tri_tensor server = tri_tensor_none();
+        if (!rc && two_phase)
+            rc = tri_dp_compress_server_view(&o->comp, p->offset, p->numel, &server);
+        if (!rc && two_phase && tri_tensor_numel(server) > 0)
+            rc = tri_comm_broadcast(g, server, 0);
     }
     return rc;
 }

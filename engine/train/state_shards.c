@@ -75,7 +75,7 @@ const char *tri_state_group_name(tri_state_group g)
         NULL, "exp_avg", "exp_avg_sq", "momentum_buffer", "outer_anchor", "outer_momentum", "replica_weights",
         "replica_exp_avg", "replica_exp_avg_sq", "replica_momentum_buffer", "error_feedback",
         "server_error_feedback", "outer_error_feedback", "error_feedback_copy", "server_error_feedback_copy",
-        "powersgd_q", "outer_powersgd_q"};
+        "powersgd_q", "outer_powersgd_q", "outer_server_error_feedback"};
     return g >= 0 && g < TRI_STATE_GROUPS ? names[g] : NULL;
 }
 
@@ -86,7 +86,7 @@ bool tri_state_group_is_q(tri_state_group g)
 
 bool tri_state_group_is_outer_compression(tri_state_group g)
 {
-    return g == TRI_STATE_OUTER_EF_RESIDUAL || g == TRI_STATE_OUTER_POWERSGD_Q;
+    return g == TRI_STATE_OUTER_EF_RESIDUAL || g == TRI_STATE_OUTER_POWERSGD_Q || g == TRI_STATE_OUTER_EF_SERVER_RESIDUAL;
 }
 
 /* Local SGD: this dp rank's slice of unit u ([*start, + *n) flat, at *at in the outer state). */
@@ -152,12 +152,14 @@ static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int 
     const tri_dp_compress *x = &t->chunks[c]->zero.comp;
     if (!x->on)
         return n;
-    tri_state_group group[3] = {TRI_STATE_EF_RESIDUAL};
+    tri_state_group group[4] = {TRI_STATE_EF_RESIDUAL};
     int groups = 1;
     if (x->c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE && x->c.kind != TRI_COMPRESS_POWERSGD)
         group[groups++] = TRI_STATE_EF_SERVER_RESIDUAL;
     if (t->cfg.local.steps > 0 && t->outer[c].comp.on)
         group[groups++] = TRI_STATE_OUTER_EF_RESIDUAL;
+    if (t->cfg.local.steps > 0 && t->outer[c].comp.on && t->outer[c].comp.c.reduce == TRI_COMPRESS_REDUCE_TWO_PHASE)
+        group[groups++] = TRI_STATE_OUTER_EF_SERVER_RESIDUAL;
     for (int i = 0; i < L->n; i++) {
         const tri_param *p = &L->params[i];
         bool h = holds(t, p);
@@ -254,8 +256,9 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
     if (tri_state_group_is_q(s->group))
         return tri_dp_compress_q_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
-    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL || s->group == TRI_STATE_EF_SERVER_COPY)
-        return tri_dp_compress_server_read(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
+    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL || s->group == TRI_STATE_EF_SERVER_COPY ||
+        s->group == TRI_STATE_OUTER_EF_SERVER_RESIDUAL)
+        return tri_dp_compress_server_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)
         return tri_dp_compress_residual_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     return tri_device_copy_to_host(t->dev, host, moment(t, s));
@@ -269,8 +272,9 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
     if (tri_state_group_is_q(s->group))
         return tri_dp_compress_q_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
-    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL || s->group == TRI_STATE_EF_SERVER_COPY)
-        return tri_dp_compress_server_write(&t->chunks[s->chunk]->zero.comp, t->dev, s->at, s->hi - s->lo, host);
+    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL || s->group == TRI_STATE_EF_SERVER_COPY ||
+        s->group == TRI_STATE_OUTER_EF_SERVER_RESIDUAL)
+        return tri_dp_compress_server_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)
         return tri_dp_compress_residual_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     return tri_device_copy_from_host(t->dev, moment(t, s), host);

@@ -59,6 +59,10 @@ typedef enum tri_state_group {
     TRI_STATE_OUTER_POWERSGD_Q,   /* local SGD with --grad-compression powersgd: the compressed outer
                                      reduction's own Q^T of a matrix parameter, warm-started from one outer
                                      step to the next; laid out and stored like powersgd_q */
+    TRI_STATE_OUTER_EF_SERVER_RESIDUAL, /* local SGD with --grad-compression-reduce two-phase: the
+                                     compressed outer reduction's server residual, laid out and
+                                     stored like server_error_feedback (the holder's; local SGD
+                                     aligns every copy's to it) */
     TRI_STATE_GROUPS
 } tri_state_group;
 

@@ -40,7 +40,8 @@ int tri_cli_compression_wire_flags(tri_cli_compression *f, tri_flag *t, int n)
                         "compressed allreduce, Tang et al. 2021, DeepSpeed's compressed_allreduce: each rank sums and "
                         "re-compresses one chunk, with its own server error feedback, then the chunks are "
                         "all-gathered: about 2 payloads per rank whatever dp; at ZeRO 1 each chunk goes only to the "
-                        "ranks whose slice it overlaps, about 1 payload; the sum is then compressed twice)",
+                        "ranks whose slice it overlaps, about 1 payload; the sum is then compressed twice); with "
+                        "--local-sgd-steps it reduces the outer synchronisation's parameter change",
                         0, 0, "allgather|two-phase", false};
     return n;
 }
