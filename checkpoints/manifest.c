@@ -157,9 +157,10 @@ int tri_manifest_render(const tri_ckpt_manifest *m, char **json)
         if (two_phase) /* only then: allgather manifests stay as they were (absent: allgather) */
             cJSON_AddStringToObject(gc, "reduce", tri_compression_reduce_name(c->reduce));
         bool outer = r->local.steps > 0; /* local SGD: the outer reduction's residual too */
-        char state[200];
-        snprintf(state, sizeof state, "error_feedback%s%s per dp rank (replica files)%s%s%s",
+        char state[256];
+        snprintf(state, sizeof state, "error_feedback%s%s%s per dp rank (replica files)%s%s%s",
                  two_phase ? " and server_error_feedback" : "", outer ? " and outer_error_feedback" : "",
+                 outer && two_phase ? " and outer_server_error_feedback" : "",
                  m->powersgd_q ? "; powersgd_q" : "", m->outer_powersgd_q ? " and outer_powersgd_q" : "",
                  m->powersgd_q ? " per (tp, pp) from dp rank 0" : "");
         cJSON_AddStringToObject(gc, "state", state);
