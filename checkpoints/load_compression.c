@@ -193,8 +193,9 @@ static bool shares_copies_sum(const tri_trainer *t, const tri_ckpt_reader *r, co
     tri_state_group g = e->group;
     bool grad = g == TRI_STATE_EF_RESIDUAL || g == TRI_STATE_EF_COPY || g == TRI_STATE_EF_SERVER_RESIDUAL ||
                 g == TRI_STATE_EF_SERVER_COPY;
-    return grad && r->m.residual_copies && !t->opt[0].cfg.onebit_adam &&
-           (s->tp != t->grid->tp || s->pp != t->grid->pp) && (s->tp > 1 || s->pp > 1 || sharing_copies(t, e->param) > 1);
+    bool moved = s->tp != t->grid->tp || s->pp != t->grid->pp;
+    bool copies = s->tp > 1 || s->pp > 1 || sharing_copies(t, e->param) > 1;
+    return grad && r->m.residual_copies && !t->opt[0].cfg.onebit_adam && moved && copies;
 }
 
 /* The sum of p's saved copies' residuals of the holder's group (error_feedback or
@@ -225,8 +226,8 @@ static int copies_sum(tri_trainer *t, tri_ckpt_reader *r, const tri_param *p, tr
             float *x = NULL;
             int64_t len = 0;
             bool found = false;
-            rc = tri_ckpt_read_own_shard(r, TRI_CKPT_REPLICA, file->tp_rank, file->pp_rank, k, tri_state_group_name(own),
-                                         p->spec.name, p->spec.ndim, &sb, &x, &len, &found);
+            rc = tri_ckpt_read_own_shard(r, TRI_CKPT_REPLICA, file->tp_rank, file->pp_rank, k,
+                                         tri_state_group_name(own), p->spec.name, p->spec.ndim, &sb, &x, &len, &found);
             if (!rc && found) {
                 memset(one, 0, (size_t)n * sizeof *one);
                 tri_box_copy(&sb, 0, len, x, &db, one, limit);
@@ -436,7 +437,7 @@ int tri_ckpt_load_compression(tri_trainer *t, tri_ckpt_reader *r)
     for (int k = 0; k < 2 && !rc; k++)
         if (c.fresh_q[k] > 0 && t->grid->dp_rank == 0)
             tri_log("warning: checkpoint %s: %s of %d matrix(es) of this rank is drawn afresh from the seeded RNG "
-                    "(%s), so this resume is not bit-identical to an uninterrupted run", r->dir, q_name[k], c.fresh_q[k],
-                    plan.q[k][0] ? plan.q[k] : "not found for this rank's shard");
+                    "(%s), so this resume is not bit-identical to an uninterrupted run", r->dir, q_name[k],
+                    c.fresh_q[k], plan.q[k][0] ? plan.q[k] : "not found for this rank's shard");
     return tri_comm_agree(t->grid->world, rc);
 }

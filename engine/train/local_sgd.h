@@ -38,11 +38,11 @@
  * Seide et al. 2014; Karimireddy et al. 2019) and, for PowerSGD, a Q of its own warm-started from one
  * outer step to the next (Vogels et al. 2019; the deltas of one window are matrices as gradients
  * are); with --grad-compression-reduce two-phase (1-bit Adam's compressed allreduce, Tang et al.
- * 2021 §4) a server residual of its own too. Two rules keep the state what checkpoints hold: what is not a model element (the layout's
- * padding, vocabulary padding rows) keeps no decoded mean and no residual (1bit decodes a zero as
- * +scale), so it stays zero as uncompressed; and a parameter several TP ranks hold takes its
- * holder's decoded mean and residual, and server residual (tri_outer_copies). The outer optimizer then runs on the
- * decoded mean exactly as on the plain one. The
+ * 2021 §4) a server residual of its own too. Two rules keep the state what checkpoints hold: what
+ * is not a model element (the layout's padding, vocabulary padding rows) keeps no decoded mean and
+ * no residual (1bit decodes a zero as +scale), so it stays zero as uncompressed; and a parameter
+ * several TP ranks hold takes its holder's decoded mean, residual and server residual
+ * (tri_outer_copies). The outer optimizer then runs on the decoded mean exactly as on the plain one. The
  * compressor's clock is the iteration: an outer step at update i (1-based) reduces as iteration
  * i - 1, so --powersgd-start-iter counts iterations (the outer steps within the first that many
  * iterations reduce uncompressed) and QSGD's rounding draws from the iteration's stream. The

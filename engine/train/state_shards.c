@@ -86,7 +86,8 @@ bool tri_state_group_is_q(tri_state_group g)
 
 bool tri_state_group_is_outer_compression(tri_state_group g)
 {
-    return g == TRI_STATE_OUTER_EF_RESIDUAL || g == TRI_STATE_OUTER_POWERSGD_Q || g == TRI_STATE_OUTER_EF_SERVER_RESIDUAL;
+    return g == TRI_STATE_OUTER_EF_RESIDUAL || g == TRI_STATE_OUTER_POWERSGD_Q ||
+           g == TRI_STATE_OUTER_EF_SERVER_RESIDUAL;
 }
 
 /* Local SGD: this dp rank's slice of unit u ([*start, + *n) flat, at *at in the outer state). */
@@ -143,8 +144,9 @@ static int add_local(const tri_trainer *t, int c, tri_state_shard *list, int n)
  * whole TP shard at its flat offset in the residual (laid out like the gradients), the holder's as
  * error_feedback and every other copy's as error_feedback_copy, each stored by every dp rank; with
  * two-phase the server residual's, adjacent (the same flat offset: tri_dp_compress_server_read maps
- * it to the chunk; another copy's as server_error_feedback_copy, stored so too); under local SGD the outer reduction's residual of the parameter next (the same
- * layout; both stored by the holder); then, under PowerSGD, each matrix parameter's Q, every copy's,
+ * it to the chunk; another copy's as server_error_feedback_copy, stored so too); under local SGD
+ * the outer reduction's residual of the parameter next (the same layout), and with two-phase its
+ * server residual (both stored by the holder); then, under PowerSGD, each matrix parameter's Q, every copy's,
  * stored by dp rank 0, and under local SGD the outer reduction's Q after them (outer_powersgd_q). */
 static int add_residual(const tri_trainer *t, int c, tri_state_shard *list, int n)
 {

@@ -108,8 +108,9 @@ typedef struct tri_state_shard {
  * adjacent for nesterov), and each parameter's replica weights and optimizer state (first and
  * second moment, or the momentum buffer; adjacent). With a compressed dp reduction (and dp > 1)
  * then, per chunk, each parameter's error-feedback residual (.at: its flat offset; the holder's
- * TRI_STATE_EF_RESIDUAL, another copy's TRI_STATE_EF_COPY), with two-phase its server residual and
- * under local SGD its outer residual after it (adjacent), and, under PowerSGD, each matrix
+ * TRI_STATE_EF_RESIDUAL, another copy's TRI_STATE_EF_COPY), with two-phase its server residual
+ * (another copy's TRI_STATE_EF_SERVER_COPY) and under local SGD its outer residual after it
+ * (adjacent; with two-phase then the outer server residual), and, under PowerSGD, each matrix
  * parameter's Q (.at: its offset in Q, [lo, hi) = [0, rank x cols)), then under local SGD each
  * matrix parameter's Q of the outer reduction (TRI_STATE_OUTER_POWERSGD_Q, the same layout).
  * *shards is malloc'd (n of them). TRI_ENOMEM. */
