@@ -63,6 +63,15 @@ static bool padding_only(const tri_param *p)
     return false;
 }
 
+/* The Q shard of box b (its offset and shape) with Q^T qt. */
+static tri_q_shard q_shard(const tri_box *b, const float *qt)
+{
+    tri_q_shard q = {.qt = qt};
+    memcpy(q.off, b->off, sizeof q.off);
+    memcpy(q.shape, b->shape, sizeof q.shape);
+    return q;
+}
+
 /* At another tp, matrix e's Q (into box, rank x cols) from every saving TP rank's
  * (tri_powersgd_q_reshard: the saved shards whose rows the new one meets, summed, each column from
  * the shards that hold it), each read from the first pipeline rank's file that holds the matrix
@@ -87,22 +96,20 @@ static int reshard_q(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *
             int64_t len = 0;
             rc = tri_ckpt_read_own_shard(r, TRI_CKPT_REPLICA, k, search_pp(r, e, s), 0, tri_state_group_name(e->group),
                                          p->spec.name, nd, &b, &data[n], &len, &got);
-            if (!rc && got && len != rank * b.shape[nd - 1])
+            if (!rc && got && len != rank * b.shape[nd - 1]) {
                 rc = TRI_ERR(TRI_ECORRUPT, "checkpoint %s: the %s of %s saved by tp rank %d holds %lld floats, not "
                              "rank %lld x %lld columns", r->dir, tri_state_group_name(e->group), p->spec.name, k,
                              (long long)len, (long long)rank, (long long)b.shape[nd - 1]);
+                free(data[n]); /* not counted in n */
+            }
             if (!rc && got) {
-                memcpy(saved[n].off, b.off, sizeof b.off);
-                memcpy(saved[n].shape, b.shape, sizeof b.shape);
-                saved[n].qt = data[n];
+                saved[n] = q_shard(&b, data[n]);
                 n++;
             }
         }
     }
-    tri_q_shard want = {.qt = NULL};
     tri_box b = tri_ckpt_shard_box(p);
-    memcpy(want.off, b.off, sizeof b.off);
-    memcpy(want.shape, b.shape, sizeof b.shape);
+    tri_q_shard want = q_shard(&b, NULL);
     *found = !rc && n > 0 && tri_powersgd_q_reshard(nd, rank, saved, n, &want, box) == 0;
     for (int k = 0; data && k < n; k++)
         free(data[k]);
@@ -201,10 +208,10 @@ static bool shares_copies_sum(const tri_trainer *t, const tri_ckpt_reader *r, co
 /* The sum of p's saved copies' residuals of the holder's group (error_feedback or
  * server_error_feedback) on p's shard, into box: the holder's box and, unless the saved copies were
  * equal, every copy's own entry (group + its _copy group, in every (tp, pp) file) of saving dp ranks
- * [k0, k1), added in double in that order and divided by this run's sharing copies. *copies: the
- * copies' entries found. */
+ * [k0, k1), added in double in that order and divided by this run's sharing copies. *shared is set
+ * when that changed anything: a copy's entry was found or this run has several copies. */
 static int copies_sum(tri_trainer *t, tri_ckpt_reader *r, const tri_param *p, tri_state_group holder, int k0, int k1,
-                      float *box, int *copies)
+                      float *box, bool *shared)
 {
     tri_state_group own = holder == TRI_STATE_EF_SERVER_RESIDUAL ? TRI_STATE_EF_SERVER_COPY : TRI_STATE_EF_COPY;
     tri_box db = tri_ckpt_shard_box(p);
@@ -233,12 +240,13 @@ static int copies_sum(tri_trainer *t, tri_ckpt_reader *r, const tri_param *p, tr
                 tri_box_copy(&sb, 0, len, x, &db, one, limit);
                 for (int64_t i = 0; i < n; i++)
                     sum[i] += (double)one[i];
-                (*copies)++;
+                *shared = true;
             }
             free(x);
         }
     }
     int m = sharing_copies(t, p);
+    *shared = *shared || m > 1;
     for (int64_t i = 0; i < n && !rc; i++)
         box[i] = (float)(sum[i] / (double)m);
     free(sum);
@@ -256,11 +264,11 @@ static int copies_sum(tri_trainer *t, tri_ckpt_reader *r, const tri_param *p, tr
  * holder's boxes (*holders set). Local SGD's outer reduction's (outer_server_error_feedback) is the
  * holder's, as its copies are. */
 static int read_server(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, float *box,
-                       bool *holders, int *copies)
+                       bool *holders, bool *shared)
 {
     const tri_param *p = e->param;
     if (shares_copies_sum(t, r, e)) /* every saving rank's chunks: their sum is their merge */
-        return copies_sum(t, r, p, TRI_STATE_EF_SERVER_RESIDUAL, 0, r->m.run.dp, box, copies);
+        return copies_sum(t, r, p, TRI_STATE_EF_SERVER_RESIDUAL, 0, r->m.run.dp, box, shared);
     size_t bytes = (size_t)p->numel * sizeof *box;
     float *one = malloc(bytes > 0 ? bytes : 1);
     int rc = one ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", p->spec.name);
@@ -290,10 +298,10 @@ static int read_server(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard
  * dp rank k stored it, into box (room for e's TP shard; e's values at [e->lo, e->hi)): a copy's own
  * from its file when the plan allows, else the stored copy's box (*holders set). */
 static int read_worker(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan, int k,
-                       float *box, bool *holders, int *copies)
+                       float *box, bool *holders, bool *shared)
 {
     if (shares_copies_sum(t, r, e))
-        return copies_sum(t, r, e->param, TRI_STATE_EF_RESIDUAL, k, k + 1, box, copies);
+        return copies_sum(t, r, e->param, TRI_STATE_EF_RESIDUAL, k, k + 1, box, shared);
     bool found = false;
     int rc = TRI_OK;
     if (e->group == TRI_STATE_EF_COPY && !plan->copies[0])
@@ -313,13 +321,13 @@ static int read_worker(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard
  * keeps the sum, while the split between replicas, each saving replica's own, has no counterpart at
  * another dp. */
 static int mean_of_workers(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard *e, const own_plan *plan,
-                           float *box, bool *holders, int *copies)
+                           float *box, bool *holders, bool *shared)
 {
     int64_t n = e->hi - e->lo;
     double *sum = calloc((size_t)(n > 0 ? n : 1), sizeof *sum);
     int rc = sum ? TRI_OK : TRI_ERR(TRI_ENOMEM, "checkpoint: out of memory for %s", e->param->spec.name);
     for (int k = 0; k < r->m.run.dp && !rc; k++) {
-        rc = read_worker(t, r, e, plan, k, box, holders, copies);
+        rc = read_worker(t, r, e, plan, k, box, holders, shared);
         for (int64_t i = 0; i < n && !rc; i++)
             sum[i] += (double)box[e->lo + i];
     }
@@ -351,23 +359,20 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
         c->fresh_q[outer] += !found;
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
-    bool holders = false;
-    int copies = 0;
+    bool holders = false, shared = false;
     if (e->group == TRI_STATE_EF_SERVER_RESIDUAL || e->group == TRI_STATE_EF_SERVER_COPY ||
         e->group == TRI_STATE_OUTER_EF_SERVER_RESIDUAL) {
-        rc = read_server(t, r, e, plan, box, &holders, &copies);
+        rc = read_server(t, r, e, plan, box, &holders, &shared);
     } else if (r->m.run.dp == t->grid->dp) {
-        rc = read_worker(t, r, e, plan, t->grid->dp_rank, box, &holders, &copies);
+        rc = read_worker(t, r, e, plan, t->grid->dp_rank, box, &holders, &shared);
     } else {
-        rc = mean_of_workers(t, r, e, plan, box, &holders, &copies);
+        rc = mean_of_workers(t, r, e, plan, box, &holders, &shared);
     }
-    c->shared += copies > 0 || (shares_copies_sum(t, r, e) && sharing_copies(t, p) > 1);
-    /* a copy given the holder's: equal for a copy without SP, shared shards or a tied copy, which sum
-     * their gradients after the dp reduction (engine/train/train.c sync_grads); the outer reduction's
-     * copies are equal (local SGD aligns them to the holder's) */
-    c->own += holders && !e->holder && !tri_state_group_is_outer_compression(e->group) &&
-            (p->spec.tied_copy || p->replicas > 1 ||
-             (p->tp_replicated && (t->cfg.sequence_parallel || p->spec.tp_partial_grad) && t->grid->tp > 1));
+    c->shared += shared;
+    /* a copy given the holder's: equal for a copy reducing an equal gradient; not for copies that sum
+     * their gradients after the dp reduction (sharing_copies: engine/train/train.c sync_grads); the
+     * outer reduction's copies are equal (local SGD aligns them to the holder's) */
+    c->own += holders && !e->holder && !tri_state_group_is_outer_compression(e->group) && sharing_copies(t, p) > 1;
     return rc ? rc : tri_trainer_state_write(t, e, box + e->lo);
 }
 
