@@ -5,7 +5,8 @@
 # iteration 3 in the same layout it logs the very same losses for iterations 4-6; resumed at tp 1 x
 # dp 2 after `ckpt reshard` within 1e-5 (resharding on load: tests/test_checkpoint.c). A PowerSGD run
 # at pp 2 x dp 2 resharded to its own layout resumes bit for bit (the copies' residuals and Q carried);
-# resharded to pp 1 every matrix keeps its Q (read from the stage that saved it). `ckpt inspect` shows
+# resharded to pp 1 every matrix keeps its Q (read from the stage that saved it); resharded to dp 4
+# every rank's residual is the saved ranks' sum / 4. `ckpt inspect` shows
 # every file and tensor verified; `ckpt merge` equals h5py's view of the virtual-dataset index;
 # `ckpt export --format safetensors` is read back by hand with numpy; an llm.c model file goes
 # through `ckpt import` and `ckpt export --format llmc` bit for bit and fine-tunes; a flipped byte
@@ -49,10 +50,13 @@ fi
 # a compressed run's own state through ckpt reshard (pp 2 x dp 2, PowerSGD from iteration 1): the
 # tied embedding's copy residual and Q are carried with tp and pp unchanged (the resume after the
 # reshard logs the saving run's very losses); at pp 1 there is no copy, and each matrix's Q (the
-# same at any pp: its TP shard is) is carried from the stage that saved it, without a warning
-if section powersgd_reshard; then
-  prun=("${run[@]}" --pipeline-model-parallel-size 2 --grad-compression powersgd --powersgd-start-iter 1)
+# same at any pp: its TP shard is) is carried from the stage that saved it, without a warning; at
+# dp 4 each rank's residual is the saved ranks' sum / 4. Three sections on one run (the fixture).
+prun=("${run[@]}" --pipeline-model-parallel-size 2 --grad-compression powersgd --powersgd-start-iter 1)
+if section powersgd_reshard || section powersgd_reshard_pp1 || section powersgd_reshard_dp4; then
   out=$("${mpirun[@]}" -np 4 "${prun[@]}" --save-dir "$tmp/p" --save-interval 3 2>&1) || { echo "$out" | tail -5; fail "powersgd run"; }
+fi
+if section powersgd_reshard; then
   losses "$tmp/p" > "$tmp/p.losses"
   "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
     "$tmp/p/iter_0000003" "$tmp/q" > "$tmp/reshard_q.log" 2>&1 || { cat "$tmp/reshard_q.log"; fail "ckpt reshard powersgd"; }
@@ -64,6 +68,8 @@ if section powersgd_reshard; then
   else
     fail "powersgd after ckpt reshard: $(tr '\n' ' ' < "$tmp/q.losses") vs $(tr '\n' ' ' < "$tmp/p.losses")"
   fi
+fi
+if section powersgd_reshard_pp1; then
   "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 \
     "$tmp/p/iter_0000003" "$tmp/r" > "$tmp/reshard_r.log" 2>&1 || { cat "$tmp/reshard_r.log"; fail "ckpt reshard powersgd to pp 1"; }
   q_same=1
@@ -77,7 +83,9 @@ if section powersgd_reshard; then
   else
     cat "$tmp/reshard_r.log"; fail "powersgd reshard to pp 1: Q not carried (h5diff of powersgd_q: $q_same)"
   fi
-  # to dp 4: every rank's residual is the two saved ranks' sum / 4 (what the average still owes)
+fi
+# to dp 4: every rank's residual is the two saved ranks' sum / 4 (what the average still owes)
+if section powersgd_reshard_dp4; then
   "$bin/ckpt" reshard --quiet --tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --data-parallel-size 4 \
     "$tmp/p/iter_0000003" "$tmp/d4" > "$tmp/reshard_d4.log" 2>&1 || { cat "$tmp/reshard_d4.log"; fail "ckpt reshard powersgd to dp 4"; }
   if ! grep -q warning "$tmp/reshard_d4.log" &&

@@ -123,29 +123,33 @@ fi
 # reduction at the end of the backward. Bit for bit by design: 1bit's two-phase exchange is p2p and
 # all-gathers, and PowerSGD's all-reduces at dp 2 add two numbers, in either order the same bits
 # (MPI_Iallreduce may choose another algorithm than MPI_Allreduce). Iteration 1 is PowerSGD's plain
-# one, overlapped as without a compressor.
-if section compressed_overlap; then
-  train_numbers() { /usr/bin/python3 -c '
+# one, overlapped as without a compressor. A section per compressor.
+train_numbers() { /usr/bin/python3 -c '
 import json, sys
 for r in map(json.loads, open(sys.argv[1])):
     if r.get("kind") == "train":
         print(r["iter"], repr(r["loss"]), repr(r["grad_norm"]), r["dp_bytes"])' "$1"; }
-  for kind in "1bit --grad-compression-reduce two-phase --zero-stage 1" "powersgd --powersgd-start-iter 1"; do
-    name=${kind%% *}
-    ok=1
-    for ovl in "" "--overlap-grad-reduce"; do
-      # shellcheck disable=SC2086 # the flags as words
-      mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${run[@]}" --global-batch-size 8 --grad-compression $kind $ovl \
-        --save-dir "$tmp/ovl-$name${ovl:+-on}" > "$tmp/ovl-$name${ovl:+-on}.log" 2>&1 ||
-        { echo "FAIL compressed overlap $name $ovl: status $?"; tail -5 "$tmp/ovl-$name${ovl:+-on}.log"; ok=0; }
-    done
-    a=$(train_numbers "$tmp/ovl-$name/metrics.jsonl" 2>&1); b=$(train_numbers "$tmp/ovl-$name-on/metrics.jsonl" 2>&1)
-    if [ $ok -eq 1 ] && [ "$(wc -l <<<"$a")" -eq 3 ] && [ "$a" = "$b" ]; then
-      echo "ok   compressed overlap $name: the same losses, gradient norms and dp_bytes with --overlap-grad-reduce: $(tr '\n' ';' <<<"$b")"
-    else
-      echo "FAIL compressed overlap $name: without overlap"; echo "$a"; echo "  with:"; echo "$b"; failures=$((failures + 1))
-    fi
+compressed_overlap() { # compressor and its flags, as words
+  local kind=$1 name=${1%% *} ok ovl a b
+  ok=1
+  for ovl in "" "--overlap-grad-reduce"; do
+    # shellcheck disable=SC2086 # the flags as words
+    mpirun "${mpirun_flags[@]}" -np 2 "$bin" "${run[@]}" --global-batch-size 8 --grad-compression $kind $ovl \
+      --save-dir "$tmp/ovl-$name${ovl:+-on}" > "$tmp/ovl-$name${ovl:+-on}.log" 2>&1 ||
+      { echo "FAIL compressed overlap $name $ovl: status $?"; tail -5 "$tmp/ovl-$name${ovl:+-on}.log"; ok=0; }
   done
+  a=$(train_numbers "$tmp/ovl-$name/metrics.jsonl" 2>&1); b=$(train_numbers "$tmp/ovl-$name-on/metrics.jsonl" 2>&1)
+  if [ $ok -eq 1 ] && [ "$(wc -l <<<"$a")" -eq 3 ] && [ "$a" = "$b" ]; then
+    echo "ok   compressed overlap $name: the same losses, gradient norms and dp_bytes with --overlap-grad-reduce: $(tr '\n' ';' <<<"$b")"
+  else
+    echo "FAIL compressed overlap $name: without overlap"; echo "$a"; echo "  with:"; echo "$b"; failures=$((failures + 1))
+  fi
+}
+if section compressed_overlap_1bit; then
+  compressed_overlap "1bit --grad-compression-reduce two-phase --zero-stage 1"
+fi
+if section compressed_overlap_powersgd; then
+  compressed_overlap "powersgd --powersgd-start-iter 1"
 fi
 
 # refuse NAME NP TEXT [flags]: the job exits non-zero on its own with TEXT printed once (every rank

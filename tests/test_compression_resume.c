@@ -282,17 +282,24 @@ Test(compression_resume, outer_powersgd_q_resumes_bit_for_bit, .timeout = 300)
 }
 
 /* DiLoCo whose outer reduction is two-phase (1bit): the outer server residual
- * (outer_server_error_feedback) resumes bit for bit with the rest, at tp 1 and (top-k) at tp 2 with
- * sequence parallelism, where local SGD aligns every copy's server residual to the holder's
- * (tri_outer_step) so that the holder's, the one stored, is every copy's: top-k selects over the
- * whole chunk, the TP rank's own shards with the copies, so without the alignment the copies'
- * server residuals part and the resumed run with them (1bit's blocks do not straddle parameters,
- * which start aligned, so its copies stay equal anyway). */
+ * (outer_server_error_feedback) resumes bit for bit with the rest. */
 Test(compression_resume, outer_two_phase_resumes_bit_for_bit, .timeout = 300)
 {
     local_of_runs = true;
     reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
     resumes_bit_for_bit_in(TRI_COMPRESS_1BIT, diloco(1), NULL, NULL);
+}
+
+/* The same (top-k) at tp 2 with sequence parallelism, where local SGD aligns every copy's server
+ * residual to the holder's (tri_outer_step) so that the holder's, the one stored, is every copy's:
+ * top-k selects over the whole chunk, the TP rank's own shards with the copies, so without the
+ * alignment the copies' server residuals part and the resumed run with them (1bit's blocks do not
+ * straddle parameters, which start aligned, so its copies stay equal anyway). A case of its own, so
+ * that the sanitizer stage's selection (tools/sanitizer_coverage.sh) weighs each layout alone. */
+Test(compression_resume, outer_two_phase_topk_tp2_sp_resumes_bit_for_bit, .timeout = 300)
+{
+    local_of_runs = true;
+    reduce_of_runs = TRI_COMPRESS_REDUCE_TWO_PHASE;
     tu_layout sp = diloco(1);
     sp.tp = 2;
     sp.sp = true;

@@ -874,10 +874,20 @@ Test(grad_compression, composes_with_tp_sp_pp_bf16_recompute)
     composes(TRI_COMPRESS_POWERSGD, TRI_COMPRESS_REDUCE_ALLGATHER);
 }
 
-/* the two-phase reduction (--grad-compression-reduce two-phase) in the same layouts */
-Test(grad_compression, two_phase_composes_with_tp_sp_pp_bf16_recompute)
+/* the two-phase reduction (--grad-compression-reduce two-phase) in the same layouts, a case per
+ * compressor (so that the sanitizer stage's selection, tools/sanitizer_coverage.sh, weighs each
+ * alone) */
+Test(grad_compression, two_phase_composes_1bit)
 {
     composes(TRI_COMPRESS_1BIT, TRI_COMPRESS_REDUCE_TWO_PHASE);
+}
+
+Test(grad_compression, two_phase_composes_qsgd)
+{
     composes(TRI_COMPRESS_QSGD, TRI_COMPRESS_REDUCE_TWO_PHASE);
+}
+
+Test(grad_compression, two_phase_composes_topk)
+{
     composes(TRI_COMPRESS_TOPK, TRI_COMPRESS_REDUCE_TWO_PHASE);
 }
