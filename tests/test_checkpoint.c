@@ -312,12 +312,12 @@ static void resume_case(int opt, const char *tag)
 
 Test(checkpoint, resume_sgd, .timeout = 600)
 {
-    resume_case(1, "resume-sgd");
+    resume_case(TRI_OPT_SGD, "resume-sgd");
 }
 
 Test(checkpoint, resume_lars, .timeout = 600)
 {
-    resume_case(2, "resume-lars");
+    resume_case(TRI_OPT_LARS, "resume-lars");
 }
 
 /* LAMB's resumes, then the refusals: a LAMB checkpoint resumed as SGD names both optimizers and
@@ -329,11 +329,11 @@ Test(checkpoint, resume_lamb, .timeout = 600)
     int32_t *w = tu_make_windows((int64_t)TU_CKPT_TOTAL * GLOBAL, T, cfg.vocab_size, 8);
     char *dir = tu_ckpt_tmpdir("resume-lamb");
     char lamb_step10[4300] = "";
-    resume_optimizer(&cfg, w, dir, 3, lamb_step10);
+    resume_optimizer(&cfg, w, dir, TRI_OPT_LAMB, lamb_step10);
     tu_ckpt_run r = base_run(&cfg, w);
     char out[4300];
     snprintf(out, sizeof out, "%s/lamb-as-sgd", dir);
-    r.layout = (tu_layout){.tp = 2, .pp = 2, .dp = 2, .zero = 1, .optimizer = 1};
+    r.layout = (tu_layout){.tp = 2, .pp = 2, .dp = 2, .zero = 1, .optimizer = TRI_OPT_SGD};
     r.load = lamb_step10;
     r.until = HALF + 2;
     r.save_dir = out;
