@@ -360,8 +360,7 @@ static int load_entry(tri_trainer *t, tri_ckpt_reader *r, const tri_state_shard 
         return found ? tri_trainer_state_write(t, e, box) : TRI_OK;
     }
     bool holders = false, shared = false;
-    if (e->group == TRI_STATE_EF_SERVER_RESIDUAL || e->group == TRI_STATE_EF_SERVER_COPY ||
-        e->group == TRI_STATE_OUTER_EF_SERVER_RESIDUAL) {
+    if (tri_state_group_is_server(e->group)) {
         rc = read_server(t, r, e, plan, box, &holders, &shared);
     } else if (r->m.run.dp == t->grid->dp) {
         rc = read_worker(t, r, e, plan, t->grid->dp_rank, box, &holders, &shared);

@@ -90,6 +90,11 @@ bool tri_state_group_is_outer_compression(tri_state_group g)
            g == TRI_STATE_OUTER_EF_SERVER_RESIDUAL;
 }
 
+bool tri_state_group_is_server(tri_state_group g)
+{
+    return g == TRI_STATE_EF_SERVER_RESIDUAL || g == TRI_STATE_EF_SERVER_COPY || g == TRI_STATE_OUTER_EF_SERVER_RESIDUAL;
+}
+
 /* Local SGD: this dp rank's slice of unit u ([*start, + *n) flat, at *at in the outer state). */
 static void outer_slice(const tri_param_layout *L, int u, int64_t *start, int64_t *n, int64_t *at)
 {
@@ -258,8 +263,7 @@ int tri_trainer_state_read(tri_trainer *t, const tri_state_shard *s, float *host
         return tri_zero_read_param(&t->chunks[s->chunk]->zero, s->param, false, host);
     if (tri_state_group_is_q(s->group))
         return tri_dp_compress_q_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
-    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL || s->group == TRI_STATE_EF_SERVER_COPY ||
-        s->group == TRI_STATE_OUTER_EF_SERVER_RESIDUAL)
+    if (tri_state_group_is_server(s->group))
         return tri_dp_compress_server_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)
         return tri_dp_compress_residual_read(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
@@ -274,8 +278,7 @@ int tri_trainer_state_write(tri_trainer *t, const tri_state_shard *s, const floa
         return tri_zero_write_param(&t->chunks[s->chunk]->zero, s->param, host);
     if (tri_state_group_is_q(s->group))
         return tri_dp_compress_q_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
-    if (s->group == TRI_STATE_EF_SERVER_RESIDUAL || s->group == TRI_STATE_EF_SERVER_COPY ||
-        s->group == TRI_STATE_OUTER_EF_SERVER_RESIDUAL)
+    if (tri_state_group_is_server(s->group))
         return tri_dp_compress_server_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);
     if (s->group >= TRI_STATE_EF_RESIDUAL)
         return tri_dp_compress_residual_write(residual_owner(t, s), t->dev, s->at, s->hi - s->lo, host);

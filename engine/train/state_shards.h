@@ -74,9 +74,14 @@ const char *tri_state_group_name(tri_state_group g);
  * (outer_powersgd_q). */
 bool tri_state_group_is_q(tri_state_group g);
 
-/* State of local SGD's compressed outer reduction (outer_error_feedback, outer_powersgd_q), not of
- * the gradient reduction. */
+/* State of local SGD's compressed outer reduction (outer_error_feedback, outer_powersgd_q,
+ * outer_server_error_feedback), not of the gradient reduction. */
 bool tri_state_group_is_outer_compression(tri_state_group g);
+
+/* A two-phase server residual (server_error_feedback, server_error_feedback_copy,
+ * outer_server_error_feedback): stored at a parameter's flat offset, held only over this rank's
+ * chunk (tri_dp_compress_server_read). */
+bool tri_state_group_is_server(tri_state_group g);
 
 typedef struct tri_state_shard {
     const tri_param *param;  /* name, global shape, this rank's TP shard (global_offset, local_shape) */
