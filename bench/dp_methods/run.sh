@@ -32,6 +32,9 @@
 #                  outer error feedback (engine/train/local_sgd.h)
 #   lamb-gbs64     LAMB at 4x the global batch (64 sequences, a quarter of the iterations: the same tokens), lr x2
 #                  (the square-root scaling of You et al. 2020), warm-up and validation at the same tokens
+#   lamb-gbs64-3x adamw-gbs64-3x  (by name) LAMB (lr 2e-2) and AdamW (4e-3) at 4x the batch on 3x the tokens
+#                  (three quarters of the iterations), the price the gradient noise scale puts on that batch
+#                  (noise_scale.sh, docs/optimizers.md)
 # Each run's metrics.jsonl lands in OUT_DIR/<run>.jsonl; then table.sh prints the table (final
 # validation loss, dp bytes per step and per synchronisation) and plot.sh draws validation loss
 # against tokens (OUT_DIR/val-loss.png). Takes about 2 minutes a run on 2 cores.
@@ -67,6 +70,8 @@ iters=${DP_METHODS_ITERS:-300}
 (( iters % 12 == 0 )) || { echo "dp_methods: DP_METHODS_ITERS=$iters is not a multiple of 12" >&2; exit 1; }
 base=("${opt[@]}" --global-batch-size 16 --train-iters "$iters" --lr "$lr" --lr-warmup-iters $((iters / 10)) --eval-interval $((iters / 6)))
 lamb=(--global-batch-size 64 --train-iters $((iters / 4)) --lr-warmup-iters $(((iters + 39) / 40)) --eval-interval $((iters / 12)))
+# 4x the batch on 3x the tokens, the price the gradient noise scale puts on it (noise_scale.sh)
+lamb3x=(--global-batch-size 64 --train-iters $((3 * iters / 4)) --lr-warmup-iters $((3 * ((iters + 39) / 40))) --eval-interval $((iters / 12)))
 
 flags_of() {
   case "$1" in
@@ -92,20 +97,26 @@ flags_of() {
     lamb-gbs64) echo "${lamb[*]} --lr 2e-2 --optimizer lamb --min-lr 2e-3" ;;
     lamb-gbs64-lr4e-3) echo "${lamb[*]} --lr 4e-3 --optimizer lamb --min-lr 4e-4" ;;
     adamw-gbs64) echo "${lamb[*]} --lr 4e-3 --min-lr 4e-4" ;;
+    lamb-gbs64-3x) echo "${lamb3x[*]} --lr 2e-2 --optimizer lamb --min-lr 2e-3" ;;
+    adamw-gbs64-3x) echo "${lamb3x[*]} --lr 4e-3 --min-lr 4e-4" ;;
     *) echo "dp_methods: unknown run '$1'" >&2; return 1 ;;
   esac
 }
 
+# DP_METHODS_SAVE_INTERVAL=N keeps each run's checkpoints, every N iterations and the last, in
+# OUT_DIR/<run>-run (what noise_scale.sh and lamb_pretrained.sh start from)
+save=()
+[ -z "${DP_METHODS_SAVE_INTERVAL:-}" ] || save=(--save-interval "$DP_METHODS_SAVE_INTERVAL" --keep-last 0)
 for r in "${runs[@]}"; do
   f=$(flags_of "$r")
   dir=$(mktemp -d)
   echo "== $r: $f"
   # shellcheck disable=SC2086
   mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE \
-    "${TRIDENT_BUILD:-build}/bin/engine_train" "${common[@]}" $f --save-dir "$dir" > "$out/$r.log" 2>&1 \
+    "${TRIDENT_BUILD:-build}/bin/engine_train" "${common[@]}" $f "${save[@]}" --save-dir "$dir" > "$out/$r.log" 2>&1 \
     || { echo "dp_methods: run $r failed (log: $out/$r.log)" >&2; exit 1; }
   cp "$dir/metrics.jsonl" "$out/$r.jsonl"
-  rm -rf "$dir"
+  if [ ${#save[@]} -gt 0 ]; then rm -rf "$out/$r-run"; mv "$dir" "$out/$r-run"; else rm -rf "$dir"; fi
 done
 bash bench/dp_methods/table.sh "$out" | tee "$out/table.md"
 bash bench/dp_methods/plot.sh "$out" "${DP_METHODS_OPTIMIZER:-adam}"

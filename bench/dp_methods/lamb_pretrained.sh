@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench/dp_methods/lamb_pretrained.sh STEP_DIR OUT_DIR [RUN ...] - LAMB at 4x the batch against AdamW
+# from a trained checkpoint, where the gradient noise scale has outgrown the larger batch.
+#
+# From scratch, the tiny GPT's noise scale is ~9 sequences for the first half of bench/dp_methods/
+# run.sh's recipe (noise_scale.sh), so a batch of 64 needs ~3x the tokens of a batch of 16 whatever
+# the optimizer (McCandlish et al. 2018); it grows to 40-250 sequences in the second half of the
+# 1200-iteration recipe. These runs start from STEP_DIR (the 1200-iteration recipe's iteration 600,
+# validation loss 1.90: `DP_METHODS_ITERS=1200 DP_METHODS_SAVE_INTERVAL=150 bash bench/dp_methods/run.sh
+# DIR none`, then DIR/none-run/iter_0000600) as step 0 of a new run (ckpt export --format llmc, ckpt import: the weights,
+# fresh optimizer state) and train the same 1,228,800 tokens on 4 ranks (dp 4), reading the text in
+# another order (--seed 4321):
+#   adamw-gbs16        AdamW, 600 iterations of 16 sequences, lr 1.25e-3 (the recipe's rate at
+#                      iteration 600) to 2e-4, 30 warm-up iterations for the fresh moments
+#   lamb-gbs16-lrX     LAMB at AdamW's batch: 600 iterations of 16 sequences, lr X to X / 10, 30
+#                      warm-up iterations (its best rate, times 2, is the paper's rate at 4x the batch)
+#   lamb-gbs64-lrX     LAMB, 150 iterations of 64 sequences, lr X to X / 10, 8 warm-up iterations
+#                      (the same tokens); lamb-gbs64-lr2.5e-3 is the square-root scaling of AdamW's
+#                      rate
+#   adamw-gbs64-lr2.5e-3  AdamW at the same 4x batch and the square-root-scaled rate (the control)
+# Validation every 204,800 tokens on the same 192 validation sequences (12 or 3 global batches). Each run's metrics.jsonl
+# lands in OUT_DIR/<run>.jsonl; the last lines print each run's final validation loss against
+# adamw-gbs16's (also in OUT_DIR/results.txt).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+src=${1:?usage: lamb_pretrained.sh STEP_DIR OUT_DIR [RUN ...]}
+out=${2:?usage: lamb_pretrained.sh STEP_DIR OUT_DIR [RUN ...]}
+shift 2
+runs=("$@")
+[ ${#runs[@]} -gt 0 ] || runs=(adamw-gbs16 lamb-gbs16-lr5e-3 lamb-gbs16-lr1e-2 lamb-gbs16-lr2e-2
+                                lamb-gbs64-lr2.5e-3 lamb-gbs64-lr1e-2 lamb-gbs64-lr2e-2 adamw-gbs64-lr2.5e-3)
+bin=${TRIDENT_BUILD:-build}/bin
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+mkdir -p "$out"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$bin/ckpt" export --format llmc --quiet "$src" "$tmp/w.bin" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
+flags_of() {
+  case "$1" in
+    adamw-gbs16) echo "--global-batch-size 16 --train-iters 600 --lr-warmup-iters 30 --eval-interval 100 --eval-iters 12 --lr 1.25e-3 --min-lr 2e-4" ;;
+    lamb-gbs16-lr*) x=${1#lamb-gbs16-lr}
+      echo "--global-batch-size 16 --train-iters 600 --lr-warmup-iters 30 --eval-interval 100 --eval-iters 12 --optimizer lamb --lr $x --min-lr $(awk -v x="$x" 'BEGIN { print x / 10 }')" ;;
+    lamb-gbs64-lr*) x=${1#lamb-gbs64-lr}
+      echo "--global-batch-size 64 --train-iters 150 --lr-warmup-iters 8 --eval-interval 25 --eval-iters 3 --optimizer lamb --lr $x --min-lr $(awk -v x="$x" 'BEGIN { print x / 10 }')" ;;
+    adamw-gbs64-lr*) x=${1#adamw-gbs64-lr}
+      echo "--global-batch-size 64 --train-iters 150 --lr-warmup-iters 8 --eval-interval 25 --eval-iters 3 --lr $x --min-lr $(awk -v x="$x" 'BEGIN { print x / 10 }')" ;;
+    *) echo "lamb_pretrained: unknown run '$1'" >&2; return 1 ;;
+  esac
+}
+for r in "${runs[@]}"; do
+  f=$(flags_of "$r")
+  echo "== $r: $f"
+  rm -rf "$tmp/run"
+  "$bin/ckpt" import --format llmc --quiet "$tmp/w.bin" "$tmp/run" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE \
+    "$bin/engine_train" --config models/gpt2-tiny-byte.json --train-data data/fortunes_byte_train.bin \
+    --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --log-interval 10 \
+    --sample-length 0 --seed 4321 --override-opt_param-scheduler $f \
+    --load "$tmp/run" --save-dir "$tmp/run" --save-interval 0 > "$out/$r.log" 2>&1 \
+    || { echo "lamb_pretrained: run $r failed (log: $out/$r.log)" >&2; exit 1; }
+  cp "$tmp/run/metrics.jsonl" "$out/$r.jsonl"
+done
+last() { grep '"kind":"eval"' "$1" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/'; }
+[ -f "$out/adamw-gbs16.jsonl" ] || exit 0
+v0=$(last "$out/adamw-gbs16.jsonl")
+for f in "$out"/*.jsonl; do
+  v=$(last "$f")
+  awk -v r="$(basename "$f" .jsonl)" -v v="$v" -v v0="$v0" 'BEGIN { printf "%-24s final val loss %.4f (%+.1f%% against adamw-gbs16)\n", r, v, 100 * (v - v0) / v0 }'
+done | tee "$out/results.txt"
