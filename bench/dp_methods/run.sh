@@ -104,7 +104,7 @@ flags_of() {
 }
 
 # DP_METHODS_SAVE_INTERVAL=N keeps each run's checkpoints, every N iterations and the last, in
-# OUT_DIR/<run>-run (what noise_scale.sh and lamb_pretrained.sh start from)
+# OUT_DIR/<run>-run (what noise_scale.sh and pretrained.sh start from)
 save=()
 [ -z "${DP_METHODS_SAVE_INTERVAL:-}" ] || save=(--save-interval "$DP_METHODS_SAVE_INTERVAL" --keep-last 0)
 for r in "${runs[@]}"; do

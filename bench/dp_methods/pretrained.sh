@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# bench/dp_methods/lamb_pretrained.sh STEP_DIR OUT_DIR [RUN ...] - LAMB at 4x the batch against AdamW
-# from a trained checkpoint, where the gradient noise scale has outgrown the larger batch.
+# bench/dp_methods/pretrained.sh STEP_DIR OUT_DIR [RUN ...] - the dp methods from a trained checkpoint:
+# LAMB at 4x the batch where the gradient noise scale has outgrown the larger batch, and DiLoCo,
+# local SGD and the compressors from a pretrained model as the DiLoCo paper starts (Douillard et al.
+# 2023 §3: from a model pretrained for 24k steps).
 #
 # From scratch, the tiny GPT's noise scale is ~9 sequences for the first half of bench/dp_methods/
 # run.sh's recipe (noise_scale.sh), so a batch of 64 needs ~3x the tokens of a batch of 16 whatever
@@ -18,17 +20,21 @@
 #                      (the same tokens); lamb-gbs64-lr2.5e-3 is the square-root scaling of AdamW's
 #                      rate
 #   adamw-gbs64-lr2.5e-3  AdamW at the same 4x batch and the square-root-scaled rate (the control)
+#   diloco-h16 localsgd-h16 powersgd 1bit   adamw-gbs16 with bench/dp_methods/run.sh's flags of that
+#                      method (DiLoCo: 16 local steps, outer Nesterov 0.7 / 0.9; local SGD: 16 local
+#                      steps, then the average; PowerSGD rank 4; 1bit), all with dp 4
 # Validation every 204,800 tokens on the same 192 validation sequences (12 or 3 global batches). Each run's metrics.jsonl
-# lands in OUT_DIR/<run>.jsonl; the last lines print each run's final validation loss against
-# adamw-gbs16's (also in OUT_DIR/results.txt).
+# lands in OUT_DIR/<run>.jsonl; OUT_DIR/table.md has table.sh's table against adamw-gbs16 and the
+# checkpoint's own validation loss, with each run's share of AdamW's fall from it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-src=${1:?usage: lamb_pretrained.sh STEP_DIR OUT_DIR [RUN ...]}
-out=${2:?usage: lamb_pretrained.sh STEP_DIR OUT_DIR [RUN ...]}
+src=${1:?usage: pretrained.sh STEP_DIR OUT_DIR [RUN ...]}
+out=${2:?usage: pretrained.sh STEP_DIR OUT_DIR [RUN ...]}
 shift 2
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(adamw-gbs16 lamb-gbs16-lr5e-3 lamb-gbs16-lr1e-2 lamb-gbs16-lr2e-2
-                                lamb-gbs64-lr2.5e-3 lamb-gbs64-lr1e-2 lamb-gbs64-lr2e-2 adamw-gbs64-lr2.5e-3)
+                                lamb-gbs64-lr2.5e-3 lamb-gbs64-lr1e-2 lamb-gbs64-lr2e-2 adamw-gbs64-lr2.5e-3
+                                diloco-h16 localsgd-h16 powersgd 1bit)
 bin=${TRIDENT_BUILD:-build}/bin
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 mkdir -p "$out"
@@ -44,7 +50,11 @@ flags_of() {
       echo "--global-batch-size 64 --train-iters 150 --lr-warmup-iters 8 --eval-interval 25 --eval-iters 3 --optimizer lamb --lr $x --min-lr $(awk -v x="$x" 'BEGIN { print x / 10 }')" ;;
     adamw-gbs64-lr*) x=${1#adamw-gbs64-lr}
       echo "--global-batch-size 64 --train-iters 150 --lr-warmup-iters 8 --eval-interval 25 --eval-iters 3 --lr $x --min-lr $(awk -v x="$x" 'BEGIN { print x / 10 }')" ;;
-    *) echo "lamb_pretrained: unknown run '$1'" >&2; return 1 ;;
+    diloco-h16) echo "$(flags_of adamw-gbs16) --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
+    localsgd-h16) echo "$(flags_of adamw-gbs16) --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
+    powersgd) echo "$(flags_of adamw-gbs16) --grad-compression powersgd --powersgd-rank 4" ;;
+    1bit) echo "$(flags_of adamw-gbs16) --grad-compression 1bit" ;;
+    *) echo "pretrained: unknown run '$1'" >&2; return 1 ;;
   esac
 }
 for r in "${runs[@]}"; do
@@ -58,13 +68,32 @@ for r in "${runs[@]}"; do
     --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --log-interval 10 \
     --sample-length 0 --seed 4321 --override-opt_param-scheduler $f \
     --load "$tmp/run" --save-dir "$tmp/run" --save-interval 0 > "$out/$r.log" 2>&1 \
-    || { echo "lamb_pretrained: run $r failed (log: $out/$r.log)" >&2; exit 1; }
+    || { echo "pretrained: run $r failed (log: $out/$r.log)" >&2; exit 1; }
   cp "$tmp/run/metrics.jsonl" "$out/$r.jsonl"
 done
+# the checkpoint's own validation loss on the same sequences (one step at lr 1e-30: the weights as saved)
+rm -rf "$tmp/run"
+"$bin/ckpt" import --format llmc --quiet "$tmp/w.bin" "$tmp/run" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
+mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE \
+  "$bin/engine_train" --config models/gpt2-tiny-byte.json --train-data data/fortunes_byte_train.bin \
+  --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --global-batch-size 16 \
+  --train-iters 1 --lr 1e-30 --min-lr 1e-30 --eval-interval 1 --eval-iters 12 --sample-length 0 --seed 4321 \
+  --override-opt_param-scheduler --load "$tmp/run" --save-dir "$tmp/run" --save-interval 0 > "$tmp/log" 2>&1 \
+  || { cat "$tmp/log" >&2; exit 1; }
 last() { grep '"kind":"eval"' "$1" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/'; }
+start=$(last "$tmp/run/metrics.jsonl")
 [ -f "$out/adamw-gbs16.jsonl" ] || exit 0
+# table.sh's table with adamw-gbs16 as the baseline, then each run's share of AdamW's fall from the start
+mkdir "$tmp/t"
+cp "$out"/*.jsonl "$tmp/t/"
+mv "$tmp/t/adamw-gbs16.jsonl" "$tmp/t/none.jsonl"
 v0=$(last "$out/adamw-gbs16.jsonl")
-for f in "$out"/*.jsonl; do
-  v=$(last "$f")
-  awk -v r="$(basename "$f" .jsonl)" -v v="$v" -v v0="$v0" 'BEGIN { printf "%-24s final val loss %.4f (%+.1f%% against adamw-gbs16)\n", r, v, 100 * (v - v0) / v0 }'
-done | tee "$out/results.txt"
+{
+  bash bench/dp_methods/table.sh "$tmp/t" | sed 's/^| none |/| adamw-gbs16 |/; s/| vs none |/| vs adamw-gbs16 |/'
+  echo
+  printf "Validation loss of the checkpoint itself: %.4f. Each run's share of adamw-gbs16's fall from it:\\n" "$start"
+  for f in "$out"/*.jsonl; do
+    awk -v r="$(basename "$f" .jsonl)" -v v="$(last "$f")" -v v0="$v0" -v s="$start" \
+      'BEGIN { printf "  %-24s %.1f%%\n", r, 100 * (s - v) / (s - v0) }'
+  done
+} | tee "$out/table.md"
