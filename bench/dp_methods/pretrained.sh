@@ -4,14 +4,14 @@
 # local SGD and the compressors from a pretrained model as the DiLoCo paper starts (Douillard et al.
 # 2023 §3: from a model pretrained for 24k steps).
 #
-# From scratch, the tiny GPT's noise scale is ~9 sequences for the first half of bench/dp_methods/
-# run.sh's recipe (noise_scale.sh), so a batch of 64 needs ~3x the tokens of a batch of 16 whatever
-# the optimizer (McCandlish et al. 2018); it grows to 40-250 sequences in the second half of the
+# From scratch, the tiny GPT's noise scale is ~9 sequences until bench/dp_methods/run.sh's rate
+# anneals (noise_scale.sh), so a batch of 64 needs ~3x the tokens of a batch of 16 whatever the
+# optimizer (McCandlish et al. 2018); it grows to 40-250 sequences in the second half of the
 # 1200-iteration recipe. These runs start from STEP_DIR (the 1200-iteration recipe's iteration 600,
-# validation loss 1.90: `DP_METHODS_ITERS=1200 DP_METHODS_SAVE_INTERVAL=150 bash bench/dp_methods/run.sh
-# DIR none`, then DIR/none-run/iter_0000600) as step 0 of a new run (ckpt export --format llmc, ckpt import: the weights,
-# fresh optimizer state) and train the same 1,228,800 tokens on 4 ranks (dp 4), reading the text in
-# another order (--seed 4321):
+# validation loss 1.90: `DP_METHODS_ITERS=1200 DP_METHODS_SAVE_INTERVAL=150 bash
+# bench/dp_methods/run.sh DIR none`, then DIR/none-run/iter_0000600) as step 0 of a new run (ckpt
+# export --format llmc, ckpt import: the weights, fresh optimizer state) and train the same 1,228,800
+# tokens on 4 ranks (dp 4), reading the text in another order (--seed 4321):
 #   adamw-gbs16        AdamW, 600 iterations of 16 sequences, lr 1.25e-3 (the recipe's rate at
 #                      iteration 600) to 2e-4, 30 warm-up iterations for the fresh moments
 #   lamb-gbs16-lrX     LAMB at AdamW's batch: 600 iterations of 16 sequences, lr X to X / 10, 30
@@ -23,8 +23,8 @@
 #   diloco-h16 localsgd-h16 powersgd 1bit   adamw-gbs16 with bench/dp_methods/run.sh's flags of that
 #                      method (DiLoCo: 16 local steps, outer Nesterov 0.7 / 0.9; local SGD: 16 local
 #                      steps, then the average; PowerSGD rank 4; 1bit), all with dp 4
-# Validation every 204,800 tokens on the same 192 validation sequences (12 or 3 global batches). Each run's metrics.jsonl
-# lands in OUT_DIR/<run>.jsonl; OUT_DIR/table.md has table.sh's table against adamw-gbs16 and the
+# Validation every 204,800 tokens on the same 192 validation sequences (12 or 3 global batches).
+# Each run's metrics.jsonl lands in OUT_DIR/<run>.jsonl; OUT_DIR/table.md has table.sh's table against adamw-gbs16 and the
 # checkpoint's own validation loss, with each run's share of AdamW's fall from it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
