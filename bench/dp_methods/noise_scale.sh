@@ -16,8 +16,8 @@ run=${1:?usage: noise_scale.sh RUN_DIR OUT_DIR [ITERATION ...]}
 out=${2:?usage: noise_scale.sh RUN_DIR OUT_DIR [ITERATION ...]}
 shift 2
 steps=${NOISE_STEPS:-32}
-bin=${TRIDENT_BUILD:-build}/bin
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+# shellcheck source=bench/dp_methods/from_weights.sh
+. bench/dp_methods/from_weights.sh
 mkdir -p "$out"
 its=("$@")
 if [ ${#its[@]} -eq 0 ]; then
@@ -28,17 +28,10 @@ trap 'rm -rf "$tmp"' EXIT
 for it in "${its[@]}"; do
   src=$(printf "%s/iter_%07d" "$run" "$it")
   [ -d "$src" ] || { echo "noise_scale: $src is not a saved step" >&2; exit 1; }
-  "$bin/ckpt" export --format llmc --quiet "$src" "$tmp/w.bin" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
+  export_weights "$src" "$tmp/w.bin"
   for b in 4 16 64; do
-    rm -rf "$tmp/run"
-    "$bin/ckpt" import --format llmc --quiet "$tmp/w.bin" "$tmp/run" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
-    mb=$(( b < 16 ? b / 4 : 4 ))
-    mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE \
-      "$bin/engine_train" --config models/gpt2-tiny-byte.json --train-data data/fortunes_byte_train.bin \
-      --val-data data/fortunes_byte_val.bin --micro-batch-size "$mb" --seq-length 128 --global-batch-size "$b" \
-      --train-iters "$steps" --lr 1e-30 --min-lr 1e-30 --lr-warmup-iters 0 --log-interval "$steps" \
-      --eval-interval "$steps" --eval-iters 1 --sample-length 0 --seed 4321 --override-opt_param-scheduler \
-      --load "$tmp/run" --save-dir "$tmp/run" --save-interval 0 > "$tmp/log" 2>&1 \
+    train_from "$tmp/w.bin" "$tmp/run" "$tmp/log" "${held[@]}" --micro-batch-size $(( b < 16 ? b / 4 : 4 )) \
+      --global-batch-size "$b" --train-iters "$steps" --log-interval "$steps" --eval-interval "$steps" --eval-iters 1 \
       || { cat "$tmp/log" >&2; echo "noise_scale: iteration $it, batch $b failed" >&2; exit 1; }
     cp "$tmp/run/metrics.jsonl" "$out/noise-$it-b$b.jsonl"
   done

@@ -35,12 +35,12 @@ runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(adamw-gbs16 lamb-gbs16-lr5e-3 lamb-gbs16-lr1e-2 lamb-gbs16-lr2e-2
                                 lamb-gbs64-lr2.5e-3 lamb-gbs64-lr1e-2 lamb-gbs64-lr2e-2 adamw-gbs64-lr2.5e-3
                                 diloco-h16 localsgd-h16 powersgd 1bit)
-bin=${TRIDENT_BUILD:-build}/bin
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+# shellcheck source=bench/dp_methods/from_weights.sh
+. bench/dp_methods/from_weights.sh
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$bin/ckpt" export --format llmc --quiet "$src" "$tmp/w.bin" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
+export_weights "$src" "$tmp/w.bin"
 flags_of() {
   case "$1" in
     adamw-gbs16) echo "--global-batch-size 16 --train-iters 600 --lr-warmup-iters 30 --eval-interval 100 --eval-iters 12 --lr 1.25e-3 --min-lr 2e-4" ;;
@@ -60,26 +60,14 @@ flags_of() {
 for r in "${runs[@]}"; do
   f=$(flags_of "$r")
   echo "== $r: $f"
-  rm -rf "$tmp/run"
-  "$bin/ckpt" import --format llmc --quiet "$tmp/w.bin" "$tmp/run" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
   # shellcheck disable=SC2086
-  mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE \
-    "$bin/engine_train" --config models/gpt2-tiny-byte.json --train-data data/fortunes_byte_train.bin \
-    --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --log-interval 10 \
-    --sample-length 0 --seed 4321 --override-opt_param-scheduler $f \
-    --load "$tmp/run" --save-dir "$tmp/run" --save-interval 0 > "$out/$r.log" 2>&1 \
+  train_from "$tmp/w.bin" "$tmp/run" "$out/$r.log" --micro-batch-size 4 --log-interval 10 $f \
     || { echo "pretrained: run $r failed (log: $out/$r.log)" >&2; exit 1; }
   cp "$tmp/run/metrics.jsonl" "$out/$r.jsonl"
 done
-# the checkpoint's own validation loss on the same sequences (one step at lr 1e-30: the weights as saved)
-rm -rf "$tmp/run"
-"$bin/ckpt" import --format llmc --quiet "$tmp/w.bin" "$tmp/run" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
-mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE \
-  "$bin/engine_train" --config models/gpt2-tiny-byte.json --train-data data/fortunes_byte_train.bin \
-  --val-data data/fortunes_byte_val.bin --micro-batch-size 4 --seq-length 128 --global-batch-size 16 \
-  --train-iters 1 --lr 1e-30 --min-lr 1e-30 --eval-interval 1 --eval-iters 12 --sample-length 0 --seed 4321 \
-  --override-opt_param-scheduler --load "$tmp/run" --save-dir "$tmp/run" --save-interval 0 > "$tmp/log" 2>&1 \
-  || { cat "$tmp/log" >&2; exit 1; }
+# the checkpoint's own validation loss on the same sequences (one step that holds the weights)
+train_from "$tmp/w.bin" "$tmp/run" "$tmp/log" "${held[@]}" --micro-batch-size 4 --global-batch-size 16 \
+  --train-iters 1 --eval-interval 1 --eval-iters 12 || { cat "$tmp/log" >&2; exit 1; }
 last() { grep '"kind":"eval"' "$1" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/'; }
 start=$(last "$tmp/run/metrics.jsonl")
 [ -f "$out/adamw-gbs16.jsonl" ] || exit 0
