@@ -41,15 +41,17 @@ mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export_weights "$src" "$tmp/w.bin"
+# the two shapes of the same tokens (batch, iterations, warm-up, validation every 204,800 tokens on
+# the same 192 sequences) and a peak rate decaying to a tenth
+at16="--global-batch-size 16 --train-iters 600 --lr-warmup-iters 30 --eval-interval 100 --eval-iters 12"
+at64="--global-batch-size 64 --train-iters 150 --lr-warmup-iters 8 --eval-interval 25 --eval-iters 3"
+rate() { echo "--lr $1 --min-lr $(awk -v x="$1" 'BEGIN { print x / 10 }')"; }
 flags_of() {
   case "$1" in
-    adamw-gbs16) echo "--global-batch-size 16 --train-iters 600 --lr-warmup-iters 30 --eval-interval 100 --eval-iters 12 --lr 1.25e-3 --min-lr 2e-4" ;;
-    lamb-gbs16-lr*) x=${1#lamb-gbs16-lr}
-      echo "--global-batch-size 16 --train-iters 600 --lr-warmup-iters 30 --eval-interval 100 --eval-iters 12 --optimizer lamb --lr $x --min-lr $(awk -v x="$x" 'BEGIN { print x / 10 }')" ;;
-    lamb-gbs64-lr*) x=${1#lamb-gbs64-lr}
-      echo "--global-batch-size 64 --train-iters 150 --lr-warmup-iters 8 --eval-interval 25 --eval-iters 3 --optimizer lamb --lr $x --min-lr $(awk -v x="$x" 'BEGIN { print x / 10 }')" ;;
-    adamw-gbs64-lr*) x=${1#adamw-gbs64-lr}
-      echo "--global-batch-size 64 --train-iters 150 --lr-warmup-iters 8 --eval-interval 25 --eval-iters 3 --lr $x --min-lr $(awk -v x="$x" 'BEGIN { print x / 10 }')" ;;
+    adamw-gbs16) echo "$at16 --lr 1.25e-3 --min-lr 2e-4" ;;
+    lamb-gbs16-lr*) echo "$at16 --optimizer lamb $(rate "${1#lamb-gbs16-lr}")" ;;
+    lamb-gbs64-lr*) echo "$at64 --optimizer lamb $(rate "${1#lamb-gbs64-lr}")" ;;
+    adamw-gbs64-lr*) echo "$at64 $(rate "${1#adamw-gbs64-lr}")" ;;
     diloco-h16) echo "$(flags_of adamw-gbs16) --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
     localsgd-h16) echo "$(flags_of adamw-gbs16) --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
     powersgd) echo "$(flags_of adamw-gbs16) --grad-compression powersgd --powersgd-rank 4" ;;
