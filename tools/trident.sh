@@ -40,12 +40,25 @@ generator_args() {
   fi
 }
 
-# build DIR TYPE MARCH [CMAKE ARGS]: configures and builds one tree (-Werror); fails loudly.
-build_tree() {
+# configure_tree DIR TYPE MARCH [CMAKE ARGS]: configures one tree (-Werror); starts its build.log.
+configure_tree() {
   # shellcheck disable=SC2046 # none or one word
   cmake -S . -B "$1" $(generator_args "$1") -DCMAKE_BUILD_TYPE="$2" -DTRIDENT_MARCH="$3" -DTRIDENT_WERROR=ON \
     "${@:4}" >/dev/null
-  if ! cmake --build "$1" -j "$(nproc)" > "$1/build.log" 2>&1; then
+  : > "$1/build.log"
+}
+
+# build_tree DIR TYPE MARCH [CMAKE ARGS]: configures and builds one tree; fails loudly.
+build_tree() {
+  configure_tree "$@"
+  build_targets "$1" "$2"
+}
+
+# build_targets DIR TYPE [TARGET...]: builds a configured tree (all of it, or the targets); fails loudly.
+build_targets() {
+  local targets=()
+  [ $# -gt 2 ] && targets=(--target "${@:3}")
+  if ! cmake --build "$1" -j "$(nproc)" "${targets[@]}" >> "$1/build.log" 2>&1; then
     grep -E "error|warning" "$1/build.log" | head -40 >&2
     echo "trident: the $2 build in $1 failed (full log: $1/build.log)" >&2
     exit 1
@@ -177,18 +190,31 @@ PY
     # instrumented, so it would only add build time.
     read -r other_march other_blas < <(other_machine)
     echo "trident: the sanitizer run builds with -march=$other_march and runs OpenBLAS's $other_blas kernels"
-    # The sanitizer build starts at the lowest priority (nice 19) beside the Release build's run_alone
-    # tests: faults_rank_failure runs 25-28 s on 0.45 of the two cores (its survivors wait out a
-    # timeout four times): the build takes the idle time, and the test's ranks, at normal priority,
-    # take the cores whenever they run (beside such a build its reports came 4.04-4.11 s after the
-    # fault, alone 4.03-4.09 s; bound 6 s: docs/test-suite.md).
+    # The sanitizer build runs at the lowest priority (nice 19) beside the run_alone tests of both
+    # builds: faults_rank_failure runs 25-28 s on about half of the two cores (its survivors wait out
+    # a timeout four times; /proc/stat: 52% idle while it ran alone under the sanitizers): the build
+    # takes the idle time, and the test's ranks, at normal priority, take the cores whenever they run
+    # (beside such a build its reports came 4.04-4.11 s after the fault, alone 4.03-4.09 s; bound
+    # 6 s: docs/test-suite.md). The build makes engine_train first, which is all the sanitizer
+    # build's run_alone test needs, and says so ($asan_ready); the Release build's run_alone and gpu
+    # tests run meanwhile, then the sanitizer build's run_alone test, so that only one runs at a time.
     t2=$SECONDS
-    (renice -n 19 -p "$BASHPID" > /dev/null || true; build_tree build-asan Debug "$other_march" -DTRIDENT_CUDA=OFF) &
+    asan_ready=build-asan/.engine_train_built
+    rm -f "$asan_ready"
+    (renice -n 19 -p "$BASHPID" > /dev/null || true
+     configure_tree build-asan Debug "$other_march" -DTRIDENT_CUDA=OFF
+     build_targets build-asan Debug engine_train
+     touch "$asan_ready"
+     build_targets build-asan Debug) &
     asan_build=$!
     # Then the gpu label (the CUDA backend's tests, one at a time; where no GPU is visible each only
     # reports that it skips, 8 s of mostly waiting), also beside the build.
     serial_rc=0
     (cd build && ctest --output-on-failure -L run_alone && ctest --output-on-failure -L gpu) || serial_rc=$?
+    while [ ! -e "$asan_ready" ] && kill -0 "$asan_build" 2> /dev/null; do sleep 1; done
+    if [ -e "$asan_ready" ]; then
+      (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -L run_alone) || serial_rc=$?
+    fi
     t_serial=$((SECONDS - t2))
     asan_rc=0
     wait "$asan_build" || asan_rc=$?
@@ -196,13 +222,11 @@ PY
     [ "$serial_rc" -eq 0 ] && [ "$asan_rc" -eq 0 ] || exit 1 # ctest or build_tree said what failed
     t3=$SECONDS
     # release_only: the tests of tests/release_only.txt, every library line of which tests of this
-    # stage execute too (tools/sanitizer_coverage.sh chooses them from per-test gcov counters). The
-    # run_alone tests run last and alone here (RUN_SERIAL): started first beside the rest at nice 19
-    # they saved nothing measurable (docs/test-suite.md).
-    (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only')
+    # stage execute too (tools/sanitizer_coverage.sh chooses them from per-test gcov counters).
+    (cd build-asan && OPENBLAS_CORETYPE=$other_blas ctest --output-on-failure -j 2 -LE 'gpu|fuzz|release_only|run_alone')
     t_asan=$((SECONDS - t3))
     echo "trident: stage times: install + Release build + data ${t_build} s, Release suite ${t_release} s" \
-      "+ run_alone and gpu tests beside the sanitizer build ${t_serial} s, sanitizer build ${t_asan_build} s (from its" \
+      "+ run_alone (both builds) and gpu tests beside the sanitizer build ${t_serial} s, sanitizer build ${t_asan_build} s (from its" \
       "start), sanitizer suite ${t_asan} s; total $((SECONDS - t0)) s"
     ;;
   valgrind)
