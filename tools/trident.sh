@@ -171,7 +171,14 @@ PY
     ;;
   test)
     t0=$SECONDS
-    build
+    # What the build needs first; the tests' own packages (PyTorch and the libraries it brings are
+    # most of a fresh machine's install, and dpkg unpacks on one core) beside the Release build.
+    bash tools/install_deps.sh build
+    bash tools/install_deps.sh tests &
+    deps=$!
+    # shellcheck disable=SC2046 # two words
+    build_tree build Release "$march" $(cuda_args)
+    wait "$deps" || { echo "trident: installing the tests' packages failed (above)" >&2; exit 1; }
     data
     t_build=$((SECONDS - t0))
     # Release: three tests at a time on two cores. Many of its tests wait (Open MPI's start-up, ranks
