@@ -12,8 +12,11 @@
 #   bash tools/install_deps.sh tests    the rest: what only the tests and the data step use (PyTorch and
 #                                       its libraries are most of a fresh machine's install), and the BPE
 #                                       files; `tools/trident.sh test` runs it beside the Release build
+#   bash tools/install_deps.sh --check PART   exits 1 when a package of PART (all, build, tests) is missing
 set -euo pipefail
 cd "$(dirname "$0")/.."
+check=0
+[ "${1:-}" = --check ] && { check=1; shift; }
 part=${1:-all}
 
 # clang is a build package: the configure step looks for it to register the fuzz tests
@@ -28,13 +31,16 @@ case $part in
   all) pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
   build) pkgs=("${build_pkgs[@]}") ;;
   tests) pkgs=("${test_pkgs[@]}") ;;
-  *) echo "usage: bash tools/install_deps.sh [build|tests]" >&2; exit 2 ;;
+  *) echo "usage: bash tools/install_deps.sh [--check] [build|tests]" >&2; exit 2 ;;
 esac
 
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+if [ $check -eq 1 ]; then
+  exit $((${#missing[@]} > 0))
+fi
 if ((${#missing[@]})); then
   echo "install_deps: installing ${missing[*]}"
   sudo=""

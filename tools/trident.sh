@@ -174,7 +174,9 @@ PY
     # What the build needs first; the tests' own packages (PyTorch and the libraries it brings are
     # most of a fresh machine's install, and dpkg unpacks on one core) beside the Release build.
     bash tools/install_deps.sh build
-    bash tools/install_deps.sh tests &
+    # a password prompt of sudo's comes here, not from the background job (which has no terminal)
+    if [ "$(id -u)" -ne 0 ] && ! bash tools/install_deps.sh --check tests; then sudo -v; fi
+    bash tools/install_deps.sh tests < /dev/null &
     deps=$!
     # shellcheck disable=SC2046 # two words
     build_tree build Release "$march" $(cuda_args)
