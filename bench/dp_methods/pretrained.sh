@@ -20,9 +20,9 @@
 #                      (the same tokens); lamb-gbs64-lr2.5e-3 is the square-root scaling of AdamW's
 #                      rate
 #   adamw-gbs64-lr2.5e-3  AdamW at the same 4x batch and the square-root-scaled rate (the control)
-#   diloco-h16 localsgd-h16 powersgd 1bit   adamw-gbs16 with bench/dp_methods/run.sh's flags of that
-#                      method (DiLoCo: 16 local steps, outer Nesterov 0.7 / 0.9; local SGD: 16 local
-#                      steps, then the average; PowerSGD rank 4; 1bit), all with dp 4
+#   diloco-h16 localsgd-h16 powersgd 1bit   adamw-gbs16 with the method's flags, as run.sh runs it
+#                      (methods.sh; DiLoCo: 16 local steps, outer Nesterov 0.7 / 0.9; local SGD: 16
+#                      local steps, then the average; PowerSGD rank 4; 1bit), all with dp 4
 # Validation every 204,800 tokens on the same 192 validation sequences (12 or 3 global batches).
 # Each run's metrics.jsonl lands in OUT_DIR/<run>.jsonl; OUT_DIR/table.md has table.sh's table against adamw-gbs16 and the
 # checkpoint's own validation loss, with each run's share of AdamW's fall from it.
@@ -37,6 +37,8 @@ runs=("$@")
                                 diloco-h16 localsgd-h16 powersgd 1bit)
 # shellcheck source=bench/dp_methods/from_weights.sh
 . bench/dp_methods/from_weights.sh
+# shellcheck source=bench/dp_methods/methods.sh
+. bench/dp_methods/methods.sh
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -52,10 +54,7 @@ flags_of() {
     lamb-gbs16-lr*) echo "$at16 --optimizer lamb $(rate "${1#lamb-gbs16-lr}")" ;;
     lamb-gbs64-lr*) echo "$at64 --optimizer lamb $(rate "${1#lamb-gbs64-lr}")" ;;
     adamw-gbs64-lr*) echo "$at64 $(rate "${1#adamw-gbs64-lr}")" ;;
-    diloco-h16) echo "$(flags_of adamw-gbs16) --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
-    localsgd-h16) echo "$(flags_of adamw-gbs16) --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
-    powersgd) echo "$(flags_of adamw-gbs16) --grad-compression powersgd --powersgd-rank 4" ;;
-    1bit) echo "$(flags_of adamw-gbs16) --grad-compression 1bit" ;;
+    diloco-h16|localsgd-h16|powersgd|1bit) echo "$(flags_of adamw-gbs16) $(method_flags "$1")" ;;
     *) echo "pretrained: unknown run '$1'" >&2; return 1 ;;
   esac
 }

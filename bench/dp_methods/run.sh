@@ -73,10 +73,12 @@ lamb=(--global-batch-size 64 --train-iters $((iters / 4)) --lr-warmup-iters $(((
 # 4x the batch on 3x the tokens, the price the gradient noise scale puts on it (noise_scale.sh)
 lamb3x=(--global-batch-size 64 --train-iters $((3 * iters / 4)) --lr-warmup-iters $((3 * ((iters + 39) / 40))) --eval-interval $((iters / 12)))
 
+# shellcheck source=bench/dp_methods/methods.sh
+. bench/dp_methods/methods.sh
 flags_of() {
   case "$1" in
     none) echo "${base[*]}" ;;
-    1bit|qsgd|topk) echo "${base[*]} --grad-compression $1" ;;
+    1bit|qsgd|topk|powersgd|powersgd-rank16|localsgd-h16|diloco-h16) echo "${base[*]} $(method_flags "$1")" ;;
     1bit-two-phase) echo "${base[*]} --grad-compression 1bit --grad-compression-reduce two-phase" ;;
     1bit-adam) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5)) --adam-freeze-step $((iters / 5))" ;;
     1bit-adam-stage2) echo "${base[*]} --grad-compression 1bit --adam-freeze-step $((iters / 5)) --onebit-adam" ;;
@@ -88,10 +90,6 @@ flags_of() {
     powersgd-warm-f5) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4 --powersgd-start-iter $((iters / 20))" ;;
     adam-freeze) echo "${base[*]} --adam-freeze-step $((iters / 5))" ;;
     1bit-warm) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5))" ;;
-    powersgd) echo "${base[*]} --grad-compression powersgd --powersgd-rank 4" ;;
-    powersgd-rank16) echo "${base[*]} --grad-compression powersgd --powersgd-rank 16" ;;
-    localsgd-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer average --outer-lr 1" ;;
-    diloco-h16) echo "${base[*]} --local-sgd-steps 16 --outer-optimizer nesterov --outer-lr 0.7 --outer-momentum 0.9" ;;
     diloco-h16-powersgd) echo "$(flags_of diloco-h16) --grad-compression powersgd --powersgd-rank 4" ;;
     diloco-h16-1bit) echo "$(flags_of diloco-h16) --grad-compression 1bit" ;;
     lamb-gbs64) echo "${lamb[*]} --lr 2e-2 --optimizer lamb --min-lr 2e-3" ;;
