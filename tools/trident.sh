@@ -188,8 +188,8 @@ PY
     # (measured here: 351 s -> 306 s). The sanitizer suite keeps its cores busy already (92%; 3 at a
     # time measured 559-563 s against 546-571 s). The tests labelled run_alone (faults_rank_failure,
     # whose bound on the survivors' reports needs the cores) run with no other test at their priority:
-    # here beside the sanitizer build at nice 19 (below), in the sanitizer suite last and alone
-    # (RUN_SERIAL); every other bound is a generous timeout.
+    # each build's beside the sanitizer build at nice 19 (below); every other bound is a generous
+    # timeout.
     t1=$SECONDS
     (cd build && ctest --output-on-failure -j 3 -LE 'gpu|run_alone')
     t_release=$((SECONDS - t1))
