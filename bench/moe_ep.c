@@ -38,8 +38,8 @@
 #include "layers/moe_ep.h"
 #include "models/block_cost.h"
 #include "partitioner/traffic.h"
-#include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/threads.h"
 
 #define MAX_EP 8
 

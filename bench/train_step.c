@@ -31,6 +31,7 @@
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
+#include "tools/cli/threads.h"
 
 typedef struct bench {
     const char *config, *compare_config;

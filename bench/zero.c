@@ -36,6 +36,7 @@
 #include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
+#include "tools/cli/threads.h"
 
 #define MIB (1024.0 * 1024.0)
 

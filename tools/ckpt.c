@@ -58,9 +58,9 @@
 #include "models/session.h"
 #include "models/session_checkpoint.h"
 #include "partitioner/constraints.h"
-#include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/outputs.h"
+#include "tools/cli/threads.h"
 #include "tools/cli/train_metrics.h"
 
 typedef struct args {

@@ -53,6 +53,7 @@
 #include "tools/cli/layout_flags.h"
 #include "tools/cli/local_sgd_flags.h"
 #include "tools/cli/outputs.h"
+#include "tools/cli/threads.h"
 #include "tools/cli/train_metrics.h"
 #include "tools/cli/validate.h"
 

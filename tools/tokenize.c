@@ -26,9 +26,9 @@
 #include "engine/core/status.h"
 #include "engine/data/token_file.h"
 #include "models/tokenizer.h"
-#include "tools/cli/backend.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/outputs.h"
+#include "tools/cli/threads.h"
 
 /* Inputs at least this large get a progress bar on a terminal; ... */
 #define PROGRESS_TTY_BYTES (1u << 20)

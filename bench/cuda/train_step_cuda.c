@@ -50,6 +50,7 @@
 #include "tools/cli/flags.h"
 #include "tools/cli/layout_flags.h"
 #include "tools/cli/predict.h"
+#include "tools/cli/threads.h"
 #include "tools/cli/validate.h"
 
 #ifndef TRIDENT_SOURCE_DIR

@@ -1,11 +1,8 @@
 /* tools/cli/backend.c - device backends by name (see backend.h). */
 #include "tools/cli/backend.h"
 
-#include <omp.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "engine/core/status.h"
 #include "engine/train/comm_staged.h"
@@ -34,24 +31,6 @@ static int local_rank(int *out)
     return TRI_OK;
 }
 #endif
-
-extern void openblas_set_num_threads(int num_threads);
-
-void tri_cli_passive_openmp(char **argv)
-{
-    if (getenv("OMP_WAIT_POLICY"))
-        return;
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv); /* returns only on failure: carry on with OpenMP's default */
-}
-
-void tri_cli_set_threads(int threads)
-{
-    if (threads <= 0)
-        return;
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
-}
 
 int tri_cli_device_create(const char *name, int threads, tri_device **out)
 {

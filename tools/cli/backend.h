@@ -32,12 +32,4 @@ int tri_cli_device_world(const char *name, const char *comm, tri_device *d, doub
  * ../shared/NOTES.md; 0 threads: 0, no MFU). */
 double tri_cli_device_peak_gflops(const char *name, const tri_device *d, int threads, bool bf16);
 
-/* OpenMP threads that busy-wait between loops take the cores from OpenBLAS's threads; libgomp reads
- * OMP_WAIT_POLICY only when it loads, so when it is unset this sets it to PASSIVE and re-executes
- * the program (same arguments, same process) before anything else runs. Call first in main. */
-void tri_cli_passive_openmp(char **argv);
-
-/* Sets the process-wide OpenMP and OpenBLAS thread counts. */
-void tri_cli_set_threads(int threads);
-
 #endif
