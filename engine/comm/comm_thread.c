@@ -93,6 +93,13 @@ typedef struct thread_comm {
     int world_rank;
     unsigned long entered;        /* collectives this rank has entered on this comm */
     struct posted *posted;        /* this rank's p2p receives in flight, in posting order */
+    /* The reductions' result before it is copied over the rank's own buffer (which the other ranks
+     * are still reading): kept from call to call and grown to the largest, so that a training step
+     * does not map and fault in fresh pages at every all-reduce and reduce-scatter (under
+     * AddressSanitizer every block above 128 KiB is a fresh mapping, and a freed one waits out the
+     * quarantine) */
+    void *scratch;
+    size_t scratch_bytes;
 } thread_comm;
 
 static const tri_comm_ops thread_ops;
@@ -321,11 +328,23 @@ static void reduce_into(void *dst, void *const *srcs, int n, int64_t count, tri_
 #undef REDUCE_TYPED
 #undef PLAIN_ADD
 
+/* This rank's scratch of at least `bytes` (NULL if it cannot grow). */
+static void *scratch(tri_comm *c, size_t bytes)
+{
+    thread_comm *tc = c->impl;
+    if (!tc->scratch || bytes > tc->scratch_bytes) {
+        free(tc->scratch);
+        tc->scratch = malloc(bytes ? bytes : 1);
+        tc->scratch_bytes = tc->scratch ? bytes : 0;
+    }
+    return tc->scratch;
+}
+
 static int thread_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
 {
     shared *s = sh_of(c);
     size_t bytes = tri_tensor_bytes(x);
-    void *tmp = malloc(bytes);
+    void *tmp = scratch(c, bytes);
     if (!tmp)
         return TRI_ERR(TRI_ENOMEM, "thread comm all_reduce: cannot allocate %zu bytes", bytes);
     s->inbuf[c->rank] = x.data;
@@ -336,7 +355,6 @@ static int thread_all_reduce(tri_comm *c, tri_tensor x, tri_reduce_op op)
     }
     if (!rc)
         memcpy(x.data, tmp, bytes);
-    free(tmp);
     return rc;
 }
 
@@ -345,7 +363,7 @@ static int thread_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
     shared *s = sh_of(c);
     int64_t n = tri_tensor_numel(out);
     size_t bytes = tri_tensor_bytes(out);
-    void *tmp = malloc(bytes);
+    void *tmp = scratch(c, bytes);
     if (!tmp)
         return TRI_ERR(TRI_ENOMEM, "thread comm reduce_scatter: cannot allocate %zu bytes", bytes);
     s->inbuf[c->rank] = in.data;
@@ -356,7 +374,6 @@ static int thread_reduce_scatter(tri_comm *c, tri_tensor out, tri_tensor in)
     }
     if (!rc)
         memcpy(out.data, tmp, bytes);
-    free(tmp);
     return rc;
 }
 
@@ -704,6 +721,7 @@ static void thread_abort(tri_comm *c, int code)
 static void thread_destroy(tri_comm *c)
 {
     shared_release(sh_of(c));
+    free(((thread_comm *)c->impl)->scratch);
     free(c->impl);
     free(c);
 }
