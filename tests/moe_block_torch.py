@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""tests/moe_block_torch.py MODEL IN OUT - Hugging Face's sparse MoE block in PyTorch (float64), the
-reference tests/test_moe_block.c compares Trident's MoE block (layers/moe.h) with.
+"""tests/moe_block_torch.py MODEL IN OUT [MODEL IN OUT ...] - Hugging Face's sparse MoE block in
+PyTorch (float64), the reference tests/test_moe_block.c compares Trident's MoE block (layers/moe.h)
+with.
 
 Written from Hugging Face's documented MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock forward, not
 from Trident's code: router_logits = gate(x); routing_weights = softmax(router_logits, dim=1,
@@ -40,8 +41,7 @@ def sparse_moe_block(x, gate, w1, w3, w2, top_k, norm_topk_prob):
     return final
 
 
-def main():
-    model, inp, out = sys.argv[1], sys.argv[2], sys.argv[3]
+def run(model, inp, out):
     r = read_records(inp)
     N, C, E, K, I, norm = (int(v) for v in r["meta"])
     if model == "mixtral":
@@ -54,6 +54,15 @@ def main():
     (y * g).sum().backward()
     write_records(out, [("y", y.detach().numpy()), ("dx", x.grad.numpy()), ("d_gate", gate.grad.numpy()),
                         ("d_gate_up", gate_up.grad.numpy()), ("d_down", down.grad.numpy())])
+
+
+def main():
+    # MODEL IN OUT, repeated: one process for several comparisons (importing torch is most of a run)
+    args = sys.argv[1:]
+    if not args or len(args) % 3:
+        sys.exit("usage: %s MODEL IN OUT [MODEL IN OUT ...]" % sys.argv[0])
+    for i in range(0, len(args), 3):
+        run(*args[i:i + 3])
 
 
 if __name__ == "__main__":

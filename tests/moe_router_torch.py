@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""tests/moe_router_torch.py MODEL IN OUT - the Mixture-of-Experts router in PyTorch (float64), the
-reference tests/test_moe_router.c compares Trident's router ops with.
+"""tests/moe_router_torch.py MODEL IN OUT [MODEL IN OUT ...] - the Mixture-of-Experts router in
+PyTorch (float64), the reference tests/test_moe_router.c compares Trident's router ops with.
 
 Written from Hugging Face's documented routing, not from Trident's code:
   mixtral     (MixtralSparseMoeBlock) softmax over all experts, top-k, renormalised to sum 1;
@@ -52,8 +52,7 @@ def route(model, logits, K, bias):
     return idx, w
 
 
-def main():
-    model, inp, out = sys.argv[1], sys.argv[2], sys.argv[3]
+def run(model, inp, out):
     r = read_records(inp)
     N, E, K, aux_coef, z_coef, with_bias = r["meta"]
     N, E, K = int(N), int(E), int(K)
@@ -69,6 +68,15 @@ def main():
     L.backward()
     write_records(out, [("idx", idx.double().numpy()), ("w", w.detach().numpy()), ("aux", aux.detach().reshape(1).numpy()),
                         ("z", z.detach().reshape(1).numpy()), ("d_logits", logits.grad.numpy())])
+
+
+def main():
+    # MODEL IN OUT, repeated: one process for several comparisons (importing torch is most of a run)
+    args = sys.argv[1:]
+    if not args or len(args) % 3:
+        sys.exit("usage: %s MODEL IN OUT [MODEL IN OUT ...]" % sys.argv[0])
+    for i in range(0, len(args), 3):
+        run(*args[i:i + 3])
 
 
 if __name__ == "__main__":

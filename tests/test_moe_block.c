@@ -511,55 +511,74 @@ Test(moe_block, refusals_name_the_field)
 
 /* ---- PyTorch (Debian's python3-torch, float64): Hugging Face's sparse MoE blocks ---- */
 
-static void torch_case(const char *model, bool norm, uint64_t seed)
-{
-    moe_case mc = {.cfg = config(11, 4, 2, 0, TRI_MOE_SOFTMAX, norm), .seed = seed};
-    const tri_moe_shape *S = &mc.cfg.shape;
-    int64_t N = S->N, C = S->C, E = S->E, K = S->K, I = S->I;
+/* One model's comparison with tests/moe_block_torch.py: our block's forward and backward, the float64
+ * loop's y and bounds, and the script's input and output files. */
+typedef struct torch_job {
+    const char *model;
+    moe_case mc;
     run r;
-    setup_run(&r, &mc);
-    moe64 m = ref_of(&r, &mc);
-    double *y64 = ot_doubles((size_t)(N * C)), *bound = ot_doubles((size_t)(N * C)), aux, z;
+    double *y64, *bound;
+    char dir[32], in[64], out[64];
+} torch_job;
+
+/* Runs our block and the float64 loop, and writes the script's input. */
+static void torch_prepare(torch_job *j, const char *model, bool norm, uint64_t seed)
+{
+    *j = (torch_job){.model = model, .mc = {.cfg = config(11, 4, 2, 0, TRI_MOE_SOFTMAX, norm), .seed = seed}};
+    const tri_moe_shape *S = &j->mc.cfg.shape;
+    int64_t N = S->N, C = S->C, E = S->E, K = S->K, I = S->I;
+    run *r = &j->r;
+    setup_run(r, &j->mc);
+    moe64 m = ref_of(r, &j->mc);
+    j->y64 = ot_doubles((size_t)(N * C));
+    j->bound = ot_doubles((size_t)(N * C));
+    double aux, z;
     int *kept = malloc(sizeof(int) * (size_t)(N * K));
-    forward64(&m, y64, &aux, &z, kept, bound, NULL, NULL);
+    forward64(&m, j->y64, &aux, &z, kept, j->bound, NULL, NULL);
     free(kept);
 
-    char dir[] = "/tmp/trident-moe-block-XXXXXX", in[256], out[300], cmd[1024];
-    cr_assert(mkdtemp(dir), "mkdtemp");
-    snprintf(in, sizeof in, "%s/in.bin", dir);
-    snprintf(out, sizeof out, "%s/out.bin", dir);
-    FILE *f = fopen(in, "wb");
+    snprintf(j->dir, sizeof j->dir, "/tmp/trident-moe-block-XXXXXX");
+    cr_assert(mkdtemp(j->dir), "mkdtemp");
+    snprintf(j->in, sizeof j->in, "%s/in.bin", j->dir);
+    snprintf(j->out, sizeof j->out, "%s/out.bin", j->dir);
+    FILE *f = fopen(j->in, "wb");
     cr_assert(f);
     double meta[6] = {(double)N, (double)C, (double)E, (double)K, (double)I, norm};
     int64_t n6 = 6, sx[2] = {N, C}, sr[2] = {E, C}, sgu[3] = {E, 2 * I, C}, sd[3] = {E, C, I};
     cr_assert_eq(tu_rec_write(f, "meta", 1, &n6, meta), 0);
-    cr_assert_eq(tu_rec_write_f32(f, "x", 2, sx, r.hx), 0);
-    cr_assert_eq(tu_rec_write_f32(f, "gate", 2, sr, r.hwr), 0);
-    cr_assert_eq(tu_rec_write_f32(f, "gate_up", 3, sgu, r.hwgu), 0);
-    cr_assert_eq(tu_rec_write_f32(f, "down", 3, sd, r.hwd), 0);
-    cr_assert_eq(tu_rec_write_f32(f, "g", 2, sx, r.hg), 0);
+    cr_assert_eq(tu_rec_write_f32(f, "x", 2, sx, r->hx), 0);
+    cr_assert_eq(tu_rec_write_f32(f, "gate", 2, sr, r->hwr), 0);
+    cr_assert_eq(tu_rec_write_f32(f, "gate_up", 3, sgu, r->hwgu), 0);
+    cr_assert_eq(tu_rec_write_f32(f, "down", 3, sd, r->hwd), 0);
+    cr_assert_eq(tu_rec_write_f32(f, "g", 2, sx, r->hg), 0);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' %s '%s' '%s'", tu_source_path("tests/moe_block_torch.py"), model,
-             in, out);
-    cr_assert_eq(tu_run(cmd), 0, "the PyTorch reference failed: %s", cmd);
+}
+
+/* Compares ours with the script's output and removes the files. */
+static void torch_check(const torch_job *j)
+{
+    const char *model = j->model;
+    const tri_moe_shape *S = &j->mc.cfg.shape;
+    int64_t N = S->N, C = S->C, E = S->E, K = S->K, I = S->I;
+    const run *r = &j->r;
     tu_records ref;
-    cr_assert_eq(tu_rec_read(out, &ref), 0, "cannot read %s", out);
+    cr_assert_eq(tu_rec_read(j->out, &ref), 0, "cannot read %s", j->out);
     const tu_record *ry = tu_rec_find(&ref, "y");
     cr_assert(ry, "%s: y is missing", model);
-    float *gy = ot_read(dev, r.y);
+    float *gy = ot_read(dev, r->y);
     for (int64_t i = 0; i < N * C; i++) {
-        cr_assert_leq(fabs(ry->data[i] - y64[i]), 1e-12, "%s: torch y[%lld] %.15g, our fp64 loop %.15g", model,
-                      (long long)i, ry->data[i], y64[i]);
-        cr_assert_leq(fabs(gy[i] - ry->data[i]), bound[i], "%s: y[%lld] %.9g, torch %.9g", model, (long long)i, gy[i],
-                      ry->data[i]);
+        cr_assert_leq(fabs(ry->data[i] - j->y64[i]), 1e-12, "%s: torch y[%lld] %.15g, our fp64 loop %.15g", model,
+                      (long long)i, ry->data[i], j->y64[i]);
+        cr_assert_leq(fabs(gy[i] - ry->data[i]), j->bound[i], "%s: y[%lld] %.9g, torch %.9g", model, (long long)i,
+                      gy[i], ry->data[i]);
     }
     double tol = 64.0 * (double)(C + I + K + E) * U;
     struct {
         const char *name;
         tri_tensor got;
         float start;
-    } gr[] = {{"dx", r.dx, 0.0f}, {"d_gate", r.gw.router_w, G0}, {"d_gate_up", r.gw.gate_up_w, G0},
-              {"d_down", r.gw.down_w, G0}};
+    } gr[] = {{"dx", r->dx, 0.0f}, {"d_gate", r->gw.router_w, G0}, {"d_gate_up", r->gw.gate_up_w, G0},
+              {"d_down", r->gw.down_w, G0}};
     for (size_t t = 0; t < sizeof gr / sizeof gr[0]; t++) {
         const tu_record *rg = tu_rec_find(&ref, gr[t].name);
         cr_assert(rg, "%s: %s is missing", model, gr[t].name);
@@ -574,7 +593,8 @@ static void torch_case(const char *model, bool norm, uint64_t seed)
                           model, gr[t].name, i, (double)got[i] - gr[t].start, rg->data[i]);
     }
     tu_rec_free(&ref);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", j->dir);
     tu_run(cmd);
 }
 
@@ -582,6 +602,15 @@ Test(moe_block, against_pytorch_hf_sparse_moe_blocks, .timeout = 120)
 {
     if (!tu_have_torch())
         cr_skip_test("/usr/bin/python3 has no torch (Debian's python3-torch): the PyTorch comparison is skipped");
-    torch_case("mixtral", true, 700);
-    torch_case("qwen3_moe", false, 710);
+    torch_job jobs[2];
+    torch_prepare(&jobs[0], "mixtral", true, 700);
+    torch_prepare(&jobs[1], "qwen3_moe", false, 710);
+    /* one PyTorch process for both (importing torch is most of a run: 1.9 CPU-s) */
+    char cmd[4096];
+    int n = snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s'", tu_source_path("tests/moe_block_torch.py"));
+    for (int i = 0; i < 2; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " %s '%s' '%s'", jobs[i].model, jobs[i].in, jobs[i].out);
+    cr_assert_eq(tu_run(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    for (int i = 0; i < 2; i++)
+        torch_check(&jobs[i]);
 }

@@ -641,26 +641,40 @@ Test(moe_router, refusals_name_the_argument)
 
 /* ---- PyTorch (Debian's python3-torch, float64): Hugging Face's routing and aux loss ---- */
 
-/* One case: our forward, backward (d_expert_w = R) and losses against tests/moe_router_torch.py. HF's
- * load_balancing_loss_func is K times Megatron's (its f_e sums to K), so our aux coefficient is a K. */
-static void torch_case(const char *model, int sig, int norm, int with_bias, uint64_t seed)
+/* One model's comparison with tests/moe_router_torch.py: our forward, backward (d_expert_w = R) and
+ * losses, and the script's input and output files. HF's load_balancing_loss_func is K times
+ * Megatron's (its f_e sums to K), so our aux coefficient is a K. */
+typedef struct torch_job {
+    const char *model;
+    int sig;
+    int64_t N, E;
+    int K;
+    router_case c;
+    float *got_dl, *got_losses;
+    char dir[32], in[64], out[64];
+} torch_job;
+
+/* Runs our ops and writes the script's input. */
+static void torch_prepare(torch_job *j, const char *model, int sig, int norm, int with_bias, uint64_t seed)
 {
     tri_device *d = dev();
     int64_t N = 29, E = 8;
     int K = 2;
     double a = 0.02, zc = 0.001;
-    router_case c = {.N = N, .E = E, .K = K, .sig = sig, .norm = norm,
-                     .logits = ot_uniform((size_t)(N * E), -2, 2, seed)};
+    *j = (torch_job){.model = model, .sig = sig, .N = N, .E = E, .K = K,
+                     .c = {.N = N, .E = E, .K = K, .sig = sig, .norm = norm,
+                           .logits = ot_uniform((size_t)(N * E), -2, 2, seed)}};
+    router_case *c = &j->c;
     float *bias = with_bias ? ot_uniform((size_t)E, -0.3f, 0.3f, seed + 1) : NULL;
-    c.bias = bias;
-    run_forward(&c);
+    c->bias = bias;
+    run_forward(c);
     float *R = ot_uniform((size_t)(N * K), -1, 1, seed + 2);
     int32_t counts[8] = {0};
     for (int64_t i = 0; i < N * K; i++)
-        counts[c.idx[i]]++;
-    tri_tensor logits = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, E), c.logits);
-    tri_tensor scores = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, E), c.scores);
-    tri_tensor idx = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, N, K), c.idx);
+        counts[c->idx[i]]++;
+    tri_tensor logits = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, E), c->logits);
+    tri_tensor scores = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, E), c->scores);
+    tri_tensor idx = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, N, K), c->idx);
     tri_tensor dw = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, K), R);
     tri_tensor dl = ot_tensor(d, tri_tensor_2d(NULL, TRI_F32, N, E), NULL);
     tri_tensor cnt = ot_tensor(d, tri_tensor_1d(NULL, TRI_I32, E), counts);
@@ -671,41 +685,48 @@ static void torch_case(const char *model, int sig, int norm, int with_bias, uint
     if (!sig) /* HF's aux loss is defined on the softmax probabilities */
         OK(tri_op_moe_aux_loss(d, aux, dl, scores, cnt, K, fn, (float)(a * K), 1.0f));
     OK(tri_op_moe_z_loss(d, z, dl, logits, (float)zc, 1.0f));
-    float *got_dl = ot_read(d, dl), *got_losses = ot_read(d, losses);
+    j->got_dl = ot_read(d, dl);
+    j->got_losses = ot_read(d, losses);
 
-    char dir[] = "/tmp/trident-moe-router-XXXXXX", in[256], out[300], cmd[1024];
-    cr_assert(mkdtemp(dir), "mkdtemp");
-    snprintf(in, sizeof in, "%s/in.bin", dir);
-    snprintf(out, sizeof out, "%s/out.bin", dir);
-    FILE *f = fopen(in, "wb");
+    snprintf(j->dir, sizeof j->dir, "/tmp/trident-moe-router-XXXXXX");
+    cr_assert(mkdtemp(j->dir), "mkdtemp");
+    snprintf(j->in, sizeof j->in, "%s/in.bin", j->dir);
+    snprintf(j->out, sizeof j->out, "%s/out.bin", j->dir);
+    FILE *f = fopen(j->in, "wb");
     cr_assert(f);
     double meta[6] = {(double)N, (double)E, K, a, zc, with_bias};
     int64_t n6 = 6, sl[2] = {N, E}, sr[2] = {N, K}, se = E;
     cr_assert_eq(tu_rec_write(f, "meta", 1, &n6, meta), 0);
-    cr_assert_eq(tu_rec_write_f32(f, "logits", 2, sl, c.logits), 0);
+    cr_assert_eq(tu_rec_write_f32(f, "logits", 2, sl, c->logits), 0);
     cr_assert_eq(tu_rec_write_f32(f, "R", 2, sr, R), 0);
     if (bias)
         cr_assert_eq(tu_rec_write_f32(f, "bias", 1, &se, bias), 0);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' %s '%s' '%s'", tu_source_path("tests/moe_router_torch.py"), model,
-             in, out);
-    cr_assert_eq(tu_run(cmd), 0, "the PyTorch reference failed: %s", cmd);
+}
+
+/* Compares ours with the script's output and removes the files. */
+static void torch_check(const torch_job *j)
+{
+    const char *model = j->model;
+    int64_t N = j->N, E = j->E;
+    int K = j->K;
     tu_records ref;
-    cr_assert_eq(tu_rec_read(out, &ref), 0, "cannot read %s", out);
+    cr_assert_eq(tu_rec_read(j->out, &ref), 0, "cannot read %s", j->out);
     const tu_record *ridx = tu_rec_find(&ref, "idx"), *rw = tu_rec_find(&ref, "w"), *rdl = tu_rec_find(&ref, "d_logits");
     const tu_record *raux = tu_rec_find(&ref, "aux"), *rz = tu_rec_find(&ref, "z");
     cr_assert(ridx && rw && rdl && raux && rz, "%s: a record is missing", model);
     for (int64_t i = 0; i < N * K; i++)
-        cr_assert_eq(c.idx[i], (int32_t)ridx->data[i], "%s: selection %lld", model, (long long)i);
-    cr_assert(ot_close(model, c.w, rw->data, (size_t)(N * K), 1e-3, rel(E)), "%s: weights", model);
-    cr_assert(ot_close(model, got_dl, rdl->data, (size_t)(N * E), 1e-2, rel(E)), "%s: d_logits", model);
-    if (!sig)
-        cr_assert(fabs(got_losses[0] - raux->data[0]) <= rel(E) * fabs(raux->data[0]), "%s: aux %.9g, HF %.9g", model,
-                  got_losses[0], raux->data[0]);
-    cr_assert(fabs(got_losses[1] - rz->data[0]) <= rel(E) * fabs(rz->data[0]), "%s: z %.9g, torch %.9g", model,
-              got_losses[1], rz->data[0]);
+        cr_assert_eq(j->c.idx[i], (int32_t)ridx->data[i], "%s: selection %lld", model, (long long)i);
+    cr_assert(ot_close(model, j->c.w, rw->data, (size_t)(N * K), 1e-3, rel(E)), "%s: weights", model);
+    cr_assert(ot_close(model, j->got_dl, rdl->data, (size_t)(N * E), 1e-2, rel(E)), "%s: d_logits", model);
+    if (!j->sig)
+        cr_assert(fabs(j->got_losses[0] - raux->data[0]) <= rel(E) * fabs(raux->data[0]), "%s: aux %.9g, HF %.9g",
+                  model, j->got_losses[0], raux->data[0]);
+    cr_assert(fabs(j->got_losses[1] - rz->data[0]) <= rel(E) * fabs(rz->data[0]), "%s: z %.9g, torch %.9g", model,
+              j->got_losses[1], rz->data[0]);
     tu_rec_free(&ref);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", j->dir);
     tu_run(cmd);
 }
 
@@ -713,7 +734,16 @@ Test(moe_router, against_pytorch_hf_routing, .timeout = 120)
 {
     if (!tu_have_torch())
         cr_skip_test("/usr/bin/python3 has no torch (Debian's python3-torch): the PyTorch comparison is skipped");
-    torch_case("mixtral", 0, 1, 0, 201);
-    torch_case("qwen3_moe", 0, 0, 0, 202);
-    torch_case("deepseek_v3", 1, 1, 1, 203);
+    torch_job jobs[3];
+    torch_prepare(&jobs[0], "mixtral", 0, 1, 0, 201);
+    torch_prepare(&jobs[1], "qwen3_moe", 0, 0, 0, 202);
+    torch_prepare(&jobs[2], "deepseek_v3", 1, 1, 1, 203);
+    /* one PyTorch process for the three (importing torch is most of a run: 1.9 CPU-s) */
+    char cmd[4096];
+    int n = snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s'", tu_source_path("tests/moe_router_torch.py"));
+    for (int i = 0; i < 3; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " %s '%s' '%s'", jobs[i].model, jobs[i].in, jobs[i].out);
+    cr_assert_eq(tu_run(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    for (int i = 0; i < 3; i++)
+        torch_check(&jobs[i]);
 }
