@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from gpt2_torch_reference import read_records, write_records  # noqa: E402
+from gpt2_torch_reference import read_records, run_jobs, write_records  # noqa: E402
 
 
 def load_balancing_loss_func(gate_logits, num_experts, top_k):
@@ -70,14 +70,5 @@ def run(model, inp, out):
                         ("z", z.detach().reshape(1).numpy()), ("d_logits", logits.grad.numpy())])
 
 
-def main():
-    # MODEL IN OUT, repeated: one process for several comparisons (importing torch is most of a run)
-    args = sys.argv[1:]
-    if not args or len(args) % 3:
-        sys.exit("usage: %s MODEL IN OUT [MODEL IN OUT ...]" % sys.argv[0])
-    for i in range(0, len(args), 3):
-        run(*args[i:i + 3])
-
-
 if __name__ == "__main__":
-    main()
+    run_jobs(run, sys.argv[1:])

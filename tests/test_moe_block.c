@@ -521,8 +521,8 @@ typedef struct torch_job {
     char dir[32], in[64], out[64];
 } torch_job;
 
-/* Runs our block and the float64 loop, and writes the script's input. */
-static void torch_prepare(torch_job *j, const char *model, bool norm, uint64_t seed)
+/* Runs our block and the float64 loop, and writes the script's input; *arg: the script's arguments for it. */
+static void torch_prepare(torch_job *j, tu_torch_job *arg, const char *model, bool norm, uint64_t seed)
 {
     *j = (torch_job){.model = model, .mc = {.cfg = config(11, 4, 2, 0, TRI_MOE_SOFTMAX, norm), .seed = seed}};
     const tri_moe_shape *S = &j->mc.cfg.shape;
@@ -552,6 +552,7 @@ static void torch_prepare(torch_job *j, const char *model, bool norm, uint64_t s
     cr_assert_eq(tu_rec_write_f32(f, "down", 3, sd, r->hwd), 0);
     cr_assert_eq(tu_rec_write_f32(f, "g", 2, sx, r->hg), 0);
     fclose(f);
+    *arg = (tu_torch_job){model, j->in, j->out};
 }
 
 /* Compares ours with the script's output and removes the files. */
@@ -603,14 +604,12 @@ Test(moe_block, against_pytorch_hf_sparse_moe_blocks, .timeout = 120)
     if (!tu_have_torch())
         cr_skip_test("/usr/bin/python3 has no torch (Debian's python3-torch): the PyTorch comparison is skipped");
     torch_job jobs[2];
-    torch_prepare(&jobs[0], "mixtral", true, 700);
-    torch_prepare(&jobs[1], "qwen3_moe", false, 710);
-    /* one PyTorch process for both (importing torch is most of a run: 1.9 CPU-s) */
+    tu_torch_job args[2]; /* one script run for all (tu_torch_jobs) */
+    torch_prepare(&jobs[0], &args[0], "mixtral", true, 700);
+    torch_prepare(&jobs[1], &args[1], "qwen3_moe", false, 710);
     char cmd[4096];
-    int n = snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s'", tu_source_path("tests/moe_block_torch.py"));
-    for (int i = 0; i < 2; i++)
-        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " %s '%s' '%s'", jobs[i].model, jobs[i].in, jobs[i].out);
-    cr_assert_eq(tu_run(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    cr_assert_eq(tu_torch_jobs("tests/moe_block_torch.py", args, 2, cmd, sizeof cmd), 0,
+                 "the PyTorch reference failed: %s", cmd);
     for (int i = 0; i < 2; i++)
         torch_check(&jobs[i]);
 }

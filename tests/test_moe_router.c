@@ -654,8 +654,9 @@ typedef struct torch_job {
     char dir[32], in[64], out[64];
 } torch_job;
 
-/* Runs our ops and writes the script's input. */
-static void torch_prepare(torch_job *j, const char *model, int sig, int norm, int with_bias, uint64_t seed)
+/* Runs our ops and writes the script's input; *arg: the script's arguments for it. */
+static void torch_prepare(torch_job *j, tu_torch_job *arg, const char *model, int sig, int norm, int with_bias,
+                          uint64_t seed)
 {
     tri_device *d = dev();
     int64_t N = 29, E = 8;
@@ -702,6 +703,7 @@ static void torch_prepare(torch_job *j, const char *model, int sig, int norm, in
     if (bias)
         cr_assert_eq(tu_rec_write_f32(f, "bias", 1, &se, bias), 0);
     fclose(f);
+    *arg = (tu_torch_job){model, j->in, j->out};
 }
 
 /* Compares ours with the script's output and removes the files. */
@@ -735,15 +737,13 @@ Test(moe_router, against_pytorch_hf_routing, .timeout = 120)
     if (!tu_have_torch())
         cr_skip_test("/usr/bin/python3 has no torch (Debian's python3-torch): the PyTorch comparison is skipped");
     torch_job jobs[3];
-    torch_prepare(&jobs[0], "mixtral", 0, 1, 0, 201);
-    torch_prepare(&jobs[1], "qwen3_moe", 0, 0, 0, 202);
-    torch_prepare(&jobs[2], "deepseek_v3", 1, 1, 1, 203);
-    /* one PyTorch process for the three (importing torch is most of a run: 1.9 CPU-s) */
+    tu_torch_job args[3]; /* one script run for all (tu_torch_jobs) */
+    torch_prepare(&jobs[0], &args[0], "mixtral", 0, 1, 0, 201);
+    torch_prepare(&jobs[1], &args[1], "qwen3_moe", 0, 0, 0, 202);
+    torch_prepare(&jobs[2], &args[2], "deepseek_v3", 1, 1, 1, 203);
     char cmd[4096];
-    int n = snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s'", tu_source_path("tests/moe_router_torch.py"));
-    for (int i = 0; i < 3; i++)
-        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " %s '%s' '%s'", jobs[i].model, jobs[i].in, jobs[i].out);
-    cr_assert_eq(tu_run(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    cr_assert_eq(tu_torch_jobs("tests/moe_router_torch.py", args, 3, cmd, sizeof cmd), 0,
+                 "the PyTorch reference failed: %s", cmd);
     for (int i = 0; i < 3; i++)
         torch_check(&jobs[i]);
 }

@@ -59,6 +59,17 @@ void tu_rec_free(tu_records *recs);
 /* Runs a command line with /bin/sh; returns its exit status (or -1). */
 int tu_run(const char *cmd);
 
+/* One comparison of a PyTorch reference script: its MODEL IN OUT arguments. */
+typedef struct tu_torch_job {
+    const char *model, *in, *out;
+} tu_torch_job;
+
+/* Runs "/usr/bin/python3 SCRIPT MODEL IN OUT ..." once for the n jobs (SCRIPT relative to the source
+ * tree; tools/gpt2_torch_reference.py's run_jobs): importing torch, 1.9 CPU-s here, is most of a
+ * script's run. Writes the command line into cmd (cmd_len bytes) for the caller's message; returns its
+ * exit status (tu_run), or -1 when the command does not fit. */
+int tu_torch_jobs(const char *script, const tu_torch_job *jobs, int n, char *cmd, size_t cmd_len);
+
 /* Whether Debian's /usr/bin/python3 has PyTorch (python3-torch) for the reference checks: looks for the
  * package without importing it (an import costs 1.5 CPU-s). */
 bool tu_have_torch(void);

@@ -58,6 +58,15 @@ def write_records(path, records):
             f.write(arr.tobytes())
 
 
+def run_jobs(run, args):
+    """Calls run(model, inp, out) for each MODEL IN OUT triple of args: one process, and one import of
+    torch (most of a reference script's run), for several comparisons."""
+    if not args or len(args) % 3:
+        sys.exit("usage: %s MODEL IN OUT [MODEL IN OUT ...]" % sys.argv[0])
+    for i in range(0, len(args), 3):
+        run(*args[i:i + 3])
+
+
 def gpt_forward(p, tokens, cfg):
     """Logits (B, T, V) of the real vocabulary for tokens (B, T)."""
     L, NH, C, V = cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"]
