@@ -78,7 +78,6 @@ lamb3x=(--global-batch-size 64 --train-iters $((3 * iters / 4)) --lr-warmup-iter
 flags_of() {
   case "$1" in
     none) echo "${base[*]}" ;;
-    1bit|qsgd|topk|powersgd|powersgd-rank16|localsgd-h16|diloco-h16) echo "${base[*]} $(method_flags "$1")" ;;
     1bit-two-phase) echo "${base[*]} --grad-compression 1bit --grad-compression-reduce two-phase" ;;
     1bit-adam) echo "${base[*]} --grad-compression 1bit --grad-compression-start-iter $((iters / 5)) --adam-freeze-step $((iters / 5))" ;;
     1bit-adam-stage2) echo "${base[*]} --grad-compression 1bit --adam-freeze-step $((iters / 5)) --onebit-adam" ;;
@@ -97,7 +96,10 @@ flags_of() {
     adamw-gbs64) echo "${lamb[*]} --lr 4e-3 --min-lr 4e-4" ;;
     lamb-gbs64-3x) echo "${lamb3x[*]} --lr 2e-2 --optimizer lamb --min-lr 2e-3" ;;
     adamw-gbs64-3x) echo "${lamb3x[*]} --lr 4e-3 --min-lr 4e-4" ;;
-    *) echo "dp_methods: unknown run '$1'" >&2; return 1 ;;
+    *) # a method of methods.sh on the base run
+      local m
+      m=$(method_flags "$1") || { echo "dp_methods: unknown run '$1'" >&2; return 1; }
+      echo "${base[*]} $m" ;;
   esac
 }
 
