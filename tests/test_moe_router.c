@@ -646,10 +646,7 @@ Test(moe_router, refusals_name_the_argument)
  * Megatron's (its f_e sums to K), so our aux coefficient is a K. */
 typedef struct torch_job {
     const char *model;
-    int sig;
-    int64_t N, E;
-    int K;
-    router_case c;
+    router_case c; /* its N, E, K and score function */
     float *got_dl, *got_losses;
     char dir[32], in[64], out[64];
 } torch_job;
@@ -662,7 +659,7 @@ static void torch_prepare(torch_job *j, tu_torch_job *arg, const char *model, in
     int64_t N = 29, E = 8;
     int K = 2;
     double a = 0.02, zc = 0.001;
-    *j = (torch_job){.model = model, .sig = sig, .N = N, .E = E, .K = K,
+    *j = (torch_job){.model = model,
                      .c = {.N = N, .E = E, .K = K, .sig = sig, .norm = norm,
                            .logits = ot_uniform((size_t)(N * E), -2, 2, seed)}};
     router_case *c = &j->c;
@@ -710,8 +707,8 @@ static void torch_prepare(torch_job *j, tu_torch_job *arg, const char *model, in
 static void torch_check(const torch_job *j)
 {
     const char *model = j->model;
-    int64_t N = j->N, E = j->E;
-    int K = j->K;
+    int64_t N = j->c.N, E = j->c.E;
+    int K = j->c.K;
     tu_records ref;
     cr_assert_eq(tu_rec_read(j->out, &ref), 0, "cannot read %s", j->out);
     const tu_record *ridx = tu_rec_find(&ref, "idx"), *rw = tu_rec_find(&ref, "w"), *rdl = tu_rec_find(&ref, "d_logits");
@@ -721,7 +718,7 @@ static void torch_check(const torch_job *j)
         cr_assert_eq(j->c.idx[i], (int32_t)ridx->data[i], "%s: selection %lld", model, (long long)i);
     cr_assert(ot_close(model, j->c.w, rw->data, (size_t)(N * K), 1e-3, rel(E)), "%s: weights", model);
     cr_assert(ot_close(model, j->got_dl, rdl->data, (size_t)(N * E), 1e-2, rel(E)), "%s: d_logits", model);
-    if (!j->sig)
+    if (!j->c.sig)
         cr_assert(fabs(j->got_losses[0] - raux->data[0]) <= rel(E) * fabs(raux->data[0]), "%s: aux %.9g, HF %.9g",
                   model, j->got_losses[0], raux->data[0]);
     cr_assert(fabs(j->got_losses[1] - rz->data[0]) <= rel(E) * fabs(rz->data[0]), "%s: z %.9g, torch %.9g", model,
