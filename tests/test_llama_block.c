@@ -270,9 +270,9 @@ static void run_case(int tp, int64_t NH_kv, uint64_t seed)
     cr_assert_eq(tu_rec_write_f32(f, "up_w", 2, sf, c.up), 0);
     cr_assert_eq(tu_rec_write_f32(f, "down_w", 2, sd, c.down), 0);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", tu_source_path("tests/llama_torch_reference.py"), in,
-             outp);
-    cr_assert_eq(tu_run(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    const char *args[] = {in, outp};
+    cr_assert_eq(tu_torch_run("tests/llama_torch_reference.py", args, 2, cmd, sizeof cmd), 0,
+                 "the PyTorch reference failed: %s", cmd);
     tu_records ref;
     cr_assert_eq(tu_rec_read(outp, &ref), 0, "cannot read %s", outp);
     char what[64];

@@ -192,19 +192,3 @@ int tu_run(const char *cmd)
         return -1;
     return (st >> 8) & 0xff;
 }
-
-int tu_torch_jobs(const char *script, const tu_torch_job *jobs, int n, char *cmd, size_t cmd_len)
-{
-    int used = snprintf(cmd, cmd_len, "/usr/bin/python3 '%s'", tu_source_path(script));
-    for (int i = 0; i < n && used >= 0 && (size_t)used < cmd_len; i++)
-        used += snprintf(cmd + used, cmd_len - (size_t)used, " %s '%s' '%s'", jobs[i].model, jobs[i].in, jobs[i].out);
-    if (used < 0 || (size_t)used >= cmd_len)
-        return -1;
-    return tu_run(cmd);
-}
-
-bool tu_have_torch(void)
-{
-    return tu_run("/usr/bin/python3 -c 'import importlib.util, sys; "
-                  "sys.exit(importlib.util.find_spec(\"torch\") is None)' >/dev/null 2>&1") == 0;
-}

@@ -59,15 +59,21 @@ void tu_rec_free(tu_records *recs);
 /* Runs a command line with /bin/sh; returns its exit status (or -1). */
 int tu_run(const char *cmd);
 
+/* Runs the PyTorch reference script SCRIPT (relative to the source tree) with its n arguments, as
+ * "/usr/bin/python3 SCRIPT ARGS..." would, and writes that command line into cmd (cmd_len bytes) for
+ * the caller's message. Through the suite's PyTorch server when TRIDENT_TORCH_SERVER names its socket
+ * (tests/torch_server.py: torch, 1.4 CPU-s to import, imported once; a fork per script), else with
+ * /usr/bin/python3 itself (tests/torch_run.c). Returns the script's exit status, or -1 (the command
+ * does not fit, or the server's child died without answering). */
+int tu_torch_run(const char *script, const char *const *args, int n, char *cmd, size_t cmd_len);
+
 /* One comparison of a PyTorch reference script: its MODEL IN OUT arguments. */
 typedef struct tu_torch_job {
     const char *model, *in, *out;
 } tu_torch_job;
 
-/* Runs "/usr/bin/python3 SCRIPT MODEL IN OUT ..." once for the n jobs (SCRIPT relative to the source
- * tree; tools/gpt2_torch_reference.py's run_jobs): importing torch, 1.9 CPU-s here, is most of a
- * script's run. Writes the command line into cmd (cmd_len bytes) for the caller's message; returns its
- * exit status (tu_run), or -1 when the command does not fit. */
+/* Runs SCRIPT once with MODEL IN OUT ... for the n jobs (at most 8; tools/gpt2_torch_reference.py's
+ * run_jobs), through tu_torch_run: one script's set-up for several comparisons. */
 int tu_torch_jobs(const char *script, const tu_torch_job *jobs, int n, char *cmd, size_t cmd_len);
 
 /* Whether Debian's /usr/bin/python3 has PyTorch (python3-torch) for the reference checks: looks for the

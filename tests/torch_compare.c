@@ -181,8 +181,9 @@ static int run_case(int rank, int size, tri_comm *world, void *arg)
     snprintf(out, sizeof out, "%s/out.bin", scratch ? scratch : "");
     if (!rc && !scratch) rc = TRI_ERR(TRI_EIO, "no scratch folder %s", j->c->scratch);
     if (!rc) rc = write_input(j, chunk, in);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", tu_source_path(j->c->script), in, out);
-    if (!rc && tu_run(cmd) != 0) rc = TRI_ERR(TRI_EIO, "the PyTorch reference failed: %s", cmd);
+    const char *args[] = {in, out};
+    if (!rc && tu_torch_run(j->c->script, args, 2, cmd, sizeof cmd) != 0)
+        rc = TRI_ERR(TRI_EIO, "the PyTorch reference failed: %s", cmd);
     tu_records ref = {0};
     if (!rc && tu_rec_read(out, &ref) != 0) rc = TRI_ERR(TRI_EIO, "cannot read %s", out);
     tri_decoder *d = impl; /* a decoder family's chunk starts with its tri_decoder */

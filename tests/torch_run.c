@@ -1,0 +1,115 @@
+/* tests/torch_run.c - how a Criterion case runs a PyTorch reference script (see testutil.h).
+ *
+ * Through the suite's PyTorch server when there is one (tests/torch_server.py, the CTest fixture
+ * trident_torch: torch imported once, a fork per script; importing it costs a fresh python3 1.4 CPU-s
+ * and ~33,000 page faults), else with /usr/bin/python3 itself: a case run by hand, outside CTest,
+ * needs no server. Either way the script gets the same arguments, working directory, stdout and
+ * stderr, and its exit status is the answer. */
+#include "tests/testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define TORCH_NO_SERVER (-2)
+
+/* Appends s and its terminating NUL to msg (cap bytes, *len used); false when it does not fit. */
+static bool put_field(char *msg, size_t cap, size_t *len, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (*len + n > cap)
+        return false;
+    memcpy(msg + *len, s, n);
+    *len += n;
+    return true;
+}
+
+/* One request to the server on the socket path: "run", the working directory, the script and its
+ * arguments (NUL-separated; tests/torch_server.py) with this process's stdout and stderr. Returns
+ * the script's exit status, -1 when the server took the request but did not answer, or
+ * TORCH_NO_SERVER when none listens there (the caller runs the script itself). */
+static int server_run(const char *path, const char *script, const char *const *args, int n)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof addr.sun_path)
+        return TORCH_NO_SERVER;
+    memcpy(addr.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd < 0)
+        return TORCH_NO_SERVER;
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        close(fd);
+        return TORCH_NO_SERVER;
+    }
+    static _Thread_local char msg[1 << 15];
+    char cwd[4096];
+    size_t len = 0;
+    bool fits = getcwd(cwd, sizeof cwd) != NULL && put_field(msg, sizeof msg, &len, "run") &&
+                put_field(msg, sizeof msg, &len, cwd) && put_field(msg, sizeof msg, &len, script);
+    for (int i = 0; i < n && fits; i++)
+        fits = put_field(msg, sizeof msg, &len, args[i]);
+    if (!fits) {
+        close(fd);
+        return -1;
+    }
+    /* the fields are NUL-separated: the last one's terminator is not sent */
+    struct iovec iov = {.iov_base = msg, .iov_len = len - 1};
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(2 * sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space, .msg_controllen = sizeof ctl.space};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    const int out_err[2] = {1, 2};
+    memcpy(CMSG_DATA(c), out_err, sizeof out_err);
+    fflush(stdout);
+    fflush(stderr);
+    char reply[16];
+    ssize_t got = -1;
+    if (sendmsg(fd, &mh, 0) == (ssize_t)(len - 1))
+        got = recv(fd, reply, sizeof reply - 1, 0);
+    close(fd);
+    if (got <= 0)
+        return -1;
+    reply[got] = '\0';
+    return atoi(reply);
+}
+
+int tu_torch_run(const char *script, const char *const *args, int n, char *cmd, size_t cmd_len)
+{
+    const char *path = tu_source_path(script);
+    int used = snprintf(cmd, cmd_len, "/usr/bin/python3 '%s'", path);
+    for (int i = 0; i < n && used >= 0 && (size_t)used < cmd_len; i++)
+        used += snprintf(cmd + used, cmd_len - (size_t)used, " '%s'", args[i]);
+    if (used < 0 || (size_t)used >= cmd_len)
+        return -1;
+    const char *server = getenv("TRIDENT_TORCH_SERVER");
+    int rc = server && *server ? server_run(server, path, args, n) : TORCH_NO_SERVER;
+    return rc == TORCH_NO_SERVER ? tu_run(cmd) : rc;
+}
+
+int tu_torch_jobs(const char *script, const tu_torch_job *jobs, int n, char *cmd, size_t cmd_len)
+{
+    const char *args[3 * 8];
+    if (n > 8)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        args[3 * i] = jobs[i].model;
+        args[3 * i + 1] = jobs[i].in;
+        args[3 * i + 2] = jobs[i].out;
+    }
+    return tu_torch_run(script, args, 3 * n, cmd, cmd_len);
+}
+
+bool tu_have_torch(void)
+{
+    return tu_run("/usr/bin/python3 -c 'import importlib.util, sys; "
+                  "sys.exit(importlib.util.find_spec(\"torch\") is None)' >/dev/null 2>&1") == 0;
+}
