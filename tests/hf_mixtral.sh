@@ -20,12 +20,12 @@ src=$2
 # shellcheck source=tests/lib/script_setup.sh
 source "$src/tests/lib/script_setup.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-py=/usr/bin/python3
+py=${TRIDENT_PYTHON:-/usr/bin/python3} # CTest: tests/python_client (the suite's Python server)
 # V L NH NH_KV C I T E K
 dims=(300 2 4 2 64 64 64 4 2)
 
-# round DIR NAME [export flags...]: import, export, compare bytes, values and config (tests/hf_round.sh)
-source "$src/tests/hf_round.sh"
+# round DIR NAME [export flags...]: import, export, compare bytes, values and config (tests/lib/hf_round.sh)
+source "$src/tests/lib/hf_round.sh"
 
 # ---- 1: one file and shards ----
 $py tests/hf_files.py write-mixtral "$tmp/f32" "${dims[@]}" F32 5000000000 > /dev/null || fail "write-mixtral f32"

@@ -15,7 +15,7 @@ set -u
 build=$1
 src=$(cd "$2" && pwd)
 bin="$build/bin"
-py=/usr/bin/python3
+py=${TRIDENT_PYTHON:-/usr/bin/python3} # CTest: tests/python_client (the suite's Python server)
 source "$src/tests/lib/mpirun_flags.sh"
 mpirun=(mpirun "${mpirun_flags[@]}")
 tmp=$(mktemp -d)

@@ -59,12 +59,20 @@ void tu_rec_free(tu_records *recs);
 /* Runs a command line with /bin/sh; returns its exit status (or -1). */
 int tu_run(const char *cmd);
 
+/* Runs the script at path script (python3's way: relative to the working directory) with its n
+ * arguments on the suite's Python server, when TRIDENT_PYTHON_SERVER names its socket and it listens
+ * (tests/python_server.py: torch, numpy and h5py imported once, a fork per script; tests/python_run.c).
+ * The script writes to this process's stdout and stderr. Returns its exit status, -1 when the server's
+ * child died without answering (or the request does not fit), or TU_NO_PYTHON_SERVER when no server
+ * listens (the caller runs /usr/bin/python3 itself). */
+#define TU_NO_PYTHON_SERVER (-2)
+int tu_python_server_run(const char *script, const char *const *args, int n);
+
 /* Runs the PyTorch reference script SCRIPT (relative to the source tree) with its n arguments, as
  * "/usr/bin/python3 SCRIPT ARGS..." would, and writes that command line into cmd (cmd_len bytes) for
- * the caller's message. Through the suite's PyTorch server when TRIDENT_TORCH_SERVER names its socket
- * (tests/torch_server.py: torch, 1.4 CPU-s to import, imported once; a fork per script), else with
- * /usr/bin/python3 itself (tests/torch_run.c). Returns the script's exit status, or -1 (the command
- * does not fit, or the server's child died without answering). */
+ * the caller's message: on the suite's Python server (tu_python_server_run), else with /usr/bin/python3
+ * itself. Returns the script's exit status, or -1 (the command does not fit, or the server's child
+ * died without answering). */
 int tu_torch_run(const char *script, const char *const *args, int n, char *cmd, size_t cmd_len);
 
 /* One comparison of a PyTorch reference script: its MODEL IN OUT arguments. */

@@ -1,24 +1,26 @@
 #!/usr/bin/python3
-"""tests/torch_server.py - the suite's PyTorch reference scripts, run by forks of one process that
-imported torch once.
+"""tests/python_server.py - the suite's reference scripts (PyTorch, numpy, h5py), run by forks of
+one python3 that imported those once.
 
-  torch_server.py start SOCKET   imports torch, listens on the Unix socket SOCKET, detaches and returns
-                                 once it accepts requests (the setup of the CTest fixture trident_torch,
-                                 tests/CMakeLists.txt)
-  torch_server.py stop SOCKET    asks the server on SOCKET to exit (the fixture's cleanup)
+  python_server.py start SOCKET   imports torch, numpy and h5py, listens on the Unix socket SOCKET,
+                                  detaches and returns once it accepts requests (the setup of the
+                                  CTest fixture trident_python, tests/CMakeLists.txt)
+  python_server.py stop SOCKET    asks the server on SOCKET to exit (the fixture's cleanup)
 
-Importing torch costs 1.4 CPU-s and ~33,000 page faults on the VMs of the kind, and the suites ran
-about 20 reference scripts, each in a python3 of its own (Criterion runs each case in a new process,
-so no case can keep one). A fork of a process that has imported torch costs ~20 ms and ~600 faults.
+Importing torch costs a fresh python3 1.4 CPU-s and ~33,000 page faults on the VMs of the kind, numpy
+0.24 CPU-s, h5py 0.32; the Release suite ran 15 PyTorch reference scripts (Criterion runs each case
+in a process of its own, so no case can keep an interpreter) and ~60 numpy ones from its shell tests
+(tests/hf_files.py, tests/ckpt_check.py). A fork of a process that has imported them costs ~20 ms and
+~600 faults.
 
-A request (tests/testutil.c, tu_torch_run) is one SOCK_SEQPACKET message: "run", the working
-directory, the script and its arguments, NUL-separated, with the client's stdout and stderr as file
-descriptors (SCM_RIGHTS). A child forked for it runs the script as `/usr/bin/python3 SCRIPT ARGS...`
-would (runpy with __name__ "__main__", sys.argv, sys.path[0] the script's folder), writing to the
-client's stdout and stderr, and answers with the exit status. The scripts seed their own generators
-and the server draws no random number before it forks, so each child's numbers are a fresh
-interpreter's. A client that cannot connect runs the script itself. The server exits by itself after
-IDLE seconds without a request, so a suite stopped before its cleanup leaves no process behind.
+A request (tests/python_run.c) is one SOCK_SEQPACKET message: "run", the working directory, the
+script and its arguments, NUL-separated, with the client's stdout and stderr as file descriptors
+(SCM_RIGHTS). A child forked for it runs the script as `/usr/bin/python3 SCRIPT ARGS...` would (runpy
+with __name__ "__main__", sys.argv, sys.path[0] the script's folder), writing to the client's stdout
+and stderr, and answers with the exit status. The scripts seed their own generators and the server
+draws no random number before it forks, so each child computes what a fresh interpreter would. A
+client that cannot connect runs the script itself. The server exits by itself after IDLE seconds
+without a request, so a suite stopped before its cleanup leaves no process behind.
 """
 import os
 import runpy
@@ -97,14 +99,15 @@ def start(path):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
-        import torch  # noqa: F401 (what the children inherit)
-        import torch.nn.functional  # noqa: F401
+        import h5py  # noqa: F401 (what the children inherit)
         import numpy  # noqa: F401
+        import torch  # noqa: F401
+        import torch.nn.functional  # noqa: F401
     except ImportError as e:
-        print("torch_server: %s; the tests run their scripts with /usr/bin/python3 (and skip without torch)" % e)
+        print("python_server: %s; the tests run their scripts with /usr/bin/python3" % e)
         return 0
     if len(os.listdir("/proc/self/task")) != 1:
-        print("torch_server: importing torch started threads; the tests run their scripts with /usr/bin/python3")
+        print("python_server: the imports started threads; the tests run their scripts with /usr/bin/python3")
         return 0
     try:
         os.unlink(path)  # a server left by an earlier run keeps its own (unlinked) socket until IDLE
@@ -115,13 +118,13 @@ def start(path):
         srv.bind(path)
         srv.listen(16)
     except OSError as e:
-        print("torch_server: cannot listen on %s (%s); the tests run their scripts with /usr/bin/python3"
+        print("python_server: cannot listen on %s (%s); the tests run their scripts with /usr/bin/python3"
               % (path, e.strerror))
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
     if os.fork() != 0:
-        print("torch_server: serving on %s (pid of the server: a child of this one)" % path)
+        print("python_server: serving on %s (pid of the server: a child of this one)" % path)
         return 0
     # the server: detached from the test's session and its output pipes (CTest waits for them to close)
     os.setsid()
@@ -143,13 +146,13 @@ def stop(path):
         s.send(b"stop")
         s.recv(16)
     except OSError as e:
-        print("torch_server: no server on %s (%s)" % (path, e.strerror))
+        print("python_server: no server on %s (%s)" % (path, e.strerror))
     return 0
 
 
 def main():
     if len(sys.argv) != 3 or sys.argv[1] not in ("start", "stop"):
-        sys.exit("usage: torch_server.py start|stop SOCKET")
+        sys.exit("usage: python_server.py start|stop SOCKET")
     return start(sys.argv[2]) if sys.argv[1] == "start" else stop(sys.argv[2])
 
 

@@ -1,10 +1,11 @@
-/* tests/torch_run.c - how a Criterion case runs a PyTorch reference script (see testutil.h).
+/* tests/python_run.c - how the tests run a reference script (PyTorch, numpy, h5py; see testutil.h).
  *
- * Through the suite's PyTorch server when there is one (tests/torch_server.py, the CTest fixture
- * trident_torch: torch imported once, a fork per script; importing it costs a fresh python3 1.4 CPU-s
- * and ~33,000 page faults), else with /usr/bin/python3 itself: a case run by hand, outside CTest,
- * needs no server. Either way the script gets the same arguments, working directory, stdout and
- * stderr, and its exit status is the answer. */
+ * Through the suite's Python server when there is one (tests/python_server.py, the CTest fixture
+ * trident_python: the libraries imported once, a fork per script; importing torch costs a fresh
+ * python3 1.4 CPU-s and ~33,000 page faults), else with /usr/bin/python3 itself: a suite run by hand,
+ * outside CTest, needs no server. Either way the script gets the same arguments, working directory,
+ * stdout and stderr, and its exit status is the answer. The shell tests reach the server through
+ * tests/python_client.c. */
 #include "tests/testutil.h"
 
 #include <stdio.h>
@@ -13,8 +14,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#define TORCH_NO_SERVER (-2)
 
 /* Appends s and its terminating NUL to msg (cap bytes, *len used); false when it does not fit. */
 static bool put_field(char *msg, size_t cap, size_t *len, const char *s)
@@ -27,22 +26,21 @@ static bool put_field(char *msg, size_t cap, size_t *len, const char *s)
     return true;
 }
 
-/* One request to the server on the socket path: "run", the working directory, the script and its
- * arguments (NUL-separated; tests/torch_server.py) with this process's stdout and stderr. Returns
- * the script's exit status, -1 when the server took the request but did not answer, or
- * TORCH_NO_SERVER when none listens there (the caller runs the script itself). */
-static int server_run(const char *path, const char *script, const char *const *args, int n)
+int tu_python_server_run(const char *script, const char *const *args, int n)
 {
+    const char *path = getenv("TRIDENT_PYTHON_SERVER");
+    if (!path || !*path)
+        return TU_NO_PYTHON_SERVER;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof addr.sun_path)
-        return TORCH_NO_SERVER;
+        return TU_NO_PYTHON_SERVER;
     memcpy(addr.sun_path, path, strlen(path) + 1);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
     if (fd < 0)
-        return TORCH_NO_SERVER;
+        return TU_NO_PYTHON_SERVER;
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
         close(fd);
-        return TORCH_NO_SERVER;
+        return TU_NO_PYTHON_SERVER;
     }
     static _Thread_local char msg[1 << 15];
     char cwd[4096];
@@ -90,9 +88,8 @@ int tu_torch_run(const char *script, const char *const *args, int n, char *cmd, 
         used += snprintf(cmd + used, cmd_len - (size_t)used, " '%s'", args[i]);
     if (used < 0 || (size_t)used >= cmd_len)
         return -1;
-    const char *server = getenv("TRIDENT_TORCH_SERVER");
-    int rc = server && *server ? server_run(server, path, args, n) : TORCH_NO_SERVER;
-    return rc == TORCH_NO_SERVER ? tu_run(cmd) : rc;
+    int rc = tu_python_server_run(path, args, n);
+    return rc == TU_NO_PYTHON_SERVER ? tu_run(cmd) : rc;
 }
 
 int tu_torch_jobs(const char *script, const tu_torch_job *jobs, int n, char *cmd, size_t cmd_len)

@@ -1,4 +1,4 @@
-# tests/hf_round.sh - sourced by the Hugging Face directory tests (hf_llama.sh, hf_mixtral.sh,
+# tests/lib/hf_round.sh - sourced by the Hugging Face directory tests (hf_llama.sh, hf_mixtral.sh,
 # hf_interop.sh): the round trip they check, and the fine-tuning of an import. Needs $bin (the
 # build's bin/), $tmp (a scratch directory), $py, $src and a fail function.
 
