@@ -26,35 +26,26 @@ static bool put_field(char *msg, size_t cap, size_t *len, const char *s)
     return true;
 }
 
-int tu_python_server_run(const char *script, const char *const *args, int n)
+/* A connected socket to the server at path, or -1 when none listens there. */
+static int server_connect(const char *path)
 {
-    const char *path = getenv("TRIDENT_PYTHON_SERVER");
-    if (!path || !*path)
-        return TU_NO_PYTHON_SERVER;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof addr.sun_path)
-        return TU_NO_PYTHON_SERVER;
+        return -1;
     memcpy(addr.sun_path, path, strlen(path) + 1);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-    if (fd < 0)
-        return TU_NO_PYTHON_SERVER;
-    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
         close(fd);
-        return TU_NO_PYTHON_SERVER;
+        fd = -1;
     }
-    static _Thread_local char msg[1 << 15];
-    char cwd[4096];
-    size_t len = 0;
-    bool fits = getcwd(cwd, sizeof cwd) != NULL && put_field(msg, sizeof msg, &len, "run") &&
-                put_field(msg, sizeof msg, &len, cwd) && put_field(msg, sizeof msg, &len, script);
-    for (int i = 0; i < n && fits; i++)
-        fits = put_field(msg, sizeof msg, &len, args[i]);
-    if (!fits) {
-        close(fd);
-        return -1;
-    }
-    /* the fields are NUL-separated: the last one's terminator is not sent */
-    struct iovec iov = {.iov_base = msg, .iov_len = len - 1};
+    return fd;
+}
+
+/* Sends the request msg (len bytes) with this process's stdout and stderr attached (SCM_RIGHTS);
+ * returns whether the whole message went. */
+static bool send_with_output(int fd, char *msg, size_t len)
+{
+    struct iovec iov = {.iov_base = msg, .iov_len = len};
     union {
         struct cmsghdr h;
         char space[CMSG_SPACE(2 * sizeof(int))];
@@ -69,10 +60,24 @@ int tu_python_server_run(const char *script, const char *const *args, int n)
     memcpy(CMSG_DATA(c), out_err, sizeof out_err);
     fflush(stdout);
     fflush(stderr);
-    char reply[16];
-    ssize_t got = -1;
-    if (sendmsg(fd, &mh, 0) == (ssize_t)(len - 1))
-        got = recv(fd, reply, sizeof reply - 1, 0);
+    return sendmsg(fd, &mh, 0) == (ssize_t)len;
+}
+
+int tu_python_server_run(const char *script, const char *const *args, int n)
+{
+    const char *path = getenv("TRIDENT_PYTHON_SERVER");
+    int fd = path && *path ? server_connect(path) : -1;
+    if (fd < 0)
+        return TU_NO_PYTHON_SERVER;
+    static _Thread_local char msg[1 << 15];
+    char cwd[4096], reply[16];
+    size_t len = 0;
+    bool fits = getcwd(cwd, sizeof cwd) != NULL && put_field(msg, sizeof msg, &len, "run") &&
+                put_field(msg, sizeof msg, &len, cwd) && put_field(msg, sizeof msg, &len, script);
+    for (int i = 0; i < n && fits; i++)
+        fits = put_field(msg, sizeof msg, &len, args[i]);
+    /* the fields are NUL-separated: the last one's terminator is not sent */
+    ssize_t got = fits && send_with_output(fd, msg, len - 1) ? recv(fd, reply, sizeof reply - 1, 0) : -1;
     close(fd);
     if (got <= 0)
         return -1;
