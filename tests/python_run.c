@@ -99,15 +99,17 @@ int tu_torch_run(const char *script, const char *const *args, int n, char *cmd, 
 
 int tu_torch_jobs(const char *script, const tu_torch_job *jobs, int n, char *cmd, size_t cmd_len)
 {
-    const char *args[3 * 8];
-    if (n > 8)
+    const char **args = malloc(sizeof *args * 3 * (size_t)(n > 0 ? n : 1));
+    if (!args)
         return -1;
     for (int i = 0; i < n; i++) {
         args[3 * i] = jobs[i].model;
         args[3 * i + 1] = jobs[i].in;
         args[3 * i + 2] = jobs[i].out;
     }
-    return tu_torch_run(script, args, 3 * n, cmd, cmd_len);
+    int rc = tu_torch_run(script, args, 3 * n, cmd, cmd_len);
+    free(args);
+    return rc;
 }
 
 bool tu_have_torch(void)

@@ -80,8 +80,8 @@ typedef struct tu_torch_job {
     const char *model, *in, *out;
 } tu_torch_job;
 
-/* Runs SCRIPT once with MODEL IN OUT ... for the n jobs (at most 8; tools/gpt2_torch_reference.py's
- * run_jobs), through tu_torch_run: one script's set-up for several comparisons. */
+/* Runs SCRIPT once with MODEL IN OUT ... for the n jobs (tools/gpt2_torch_reference.py's run_jobs),
+ * through tu_torch_run: one script's set-up for several comparisons. */
 int tu_torch_jobs(const char *script, const tu_torch_job *jobs, int n, char *cmd, size_t cmd_len);
 
 /* Whether Debian's /usr/bin/python3 has PyTorch (python3-torch) for the reference checks: looks for the
