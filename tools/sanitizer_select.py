@@ -253,7 +253,7 @@ def main():
         f.write("# rerun it, do not edit. Every library line (%s) each of them\n" % " ".join(LIBRARY))
         f.write("# executes is executed by what the sanitizer stage runs, so the sanitizers check the same\n")
         f.write("# code without it. A whole test gets the label release_only; a suite with cases here runs\n")
-        f.write("# the others in the sanitizer build (tests/CMakeLists.txt: CRITERION_TEST_PATTERN), a\n")
+        f.write("# the others in the sanitizer build (tests/CMakeLists.txt: TRIDENT_SKIP_CASES), a\n")
         f.write("# script with sections here its other sections (TRIDENT_TEST_SKIP_SECTIONS).\n")
         f.write("# %s, commit %s: %d tests (%d split into %d cases or sections) execute %d library lines; the\n"
                 % (datetime.date.today().isoformat(), commit, len(whole), len(split), n_cases, len(universe)))

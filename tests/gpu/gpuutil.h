@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "engine/device/device.h"
+#include "tests/criterion_main.h"
 
 #define GPU_SKIP 77
 
@@ -23,13 +24,14 @@
 bool gpu_probe(char *why, size_t cap);
 
 /* A suite's main (`int main(int argc, char **argv) { return gpu_criterion_main(argc, argv); }`):
- * skips (GPU_SKIP) without a usable GPU, else runs the suites. Inlined into main on purpose: Criterion's
- * sandbox (BoxFort's bxfi_exe_patch_main) starts each test's worker process by copying its 16-byte
- * trampoline over the first bytes of main, whatever main's length. A main of one call is 11 bytes at
- * -O1 (16 at -O2 only through the alignment padding after it), so the copy overwrote the start of the
- * function after it: AddressSanitizer's destructor of the suite's globals, which then crashed every
- * worker at exit (docs/test-suite.md). With the body inlined, main is far longer than 16 bytes at
- * every level. */
+ * skips (GPU_SKIP) without a usable GPU, else runs the suites as every Criterion executable's main
+ * does (tests/criterion_main.h: the cases TRIDENT_SKIP_CASES names skipped). Inlined into main on
+ * purpose: Criterion's sandbox (BoxFort's bxfi_exe_patch_main) starts each test's worker process by
+ * copying its 16-byte trampoline over the first bytes of main, whatever main's length. A main of one
+ * call is 11 bytes at -O1 (16 at -O2 only through the alignment padding after it), so the copy
+ * overwrote the start of the function after it: AddressSanitizer's destructor of the suite's
+ * globals, which then crashed every worker at exit (docs/test-suite.md). With the body inlined, main
+ * is far longer than 16 bytes at every level. */
 static inline __attribute__((always_inline)) int gpu_criterion_main(int argc, char **argv)
 {
     char why[512];
@@ -37,12 +39,7 @@ static inline __attribute__((always_inline)) int gpu_criterion_main(int argc, ch
         printf("SKIP: no usable CUDA device: %s\n", why);
         return GPU_SKIP;
     }
-    struct criterion_test_set *tests = criterion_initialize();
-    int result = 0;
-    if (criterion_handle_args(argc, argv, true))
-        result = !criterion_run_all_tests(tests);
-    criterion_finalize(tests);
-    return result;
+    return tu_criterion_run(argc, argv);
 }
 
 /* Normalised error of got against want (n floats): max |got - want| / max |want| (max |want| floored
