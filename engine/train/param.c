@@ -9,11 +9,13 @@ static void init_run(const tri_param_spec *s, uint64_t seed, uint64_t stream, in
                      float *host)
 {
     live = live < 0 ? 0 : live > n ? n : live;
-    if (s->init == TRI_INIT_NORMAL)
+    int64_t j = 0;
+    if (s->init == TRI_INIT_NORMAL) {
         tri_rng_normal_floats(seed, stream, (uint64_t)g, live, s->init_std, host);
-    for (int64_t j = 0; j < n; j++)
-        if (j >= live || s->init != TRI_INIT_NORMAL)
-            host[j] = j < live && s->init == TRI_INIT_ONES ? 1.0f : 0.0f;
+        j = live;
+    }
+    for (; j < n; j++)
+        host[j] = j < live && s->init == TRI_INIT_ONES ? 1.0f : 0.0f;
 }
 
 /* The local shard is a set of runs along the last dimension, each a range of consecutive global flat
