@@ -1,6 +1,6 @@
 /* tests/test_rng.c - the initial weights in bulk are the scalar draws' floats, bit for bit.
  *
- * tri_rng_normal_floats (engine/core/rng_normal_floats.c) takes glibc's vector log and cos where they
+ * tri_rng_normal_floats (engine/core/rng.c) takes glibc's vector log and cos where they
  * settle the float and the scalar Box-Muller elsewhere; tri_param_init_host draws a shard's runs
  * along its last dimension with it. Both are compared here against the element-by-element
  * definition, (float)(tri_rng_normal(seed, stream, index) * std), over millions of draws, scales

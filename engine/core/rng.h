@@ -22,7 +22,7 @@ double tri_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 double tri_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
 /* out[i] = (float)(tri_rng_normal(seed, stream, first + i) * scale) for i < n, bit for bit, about 3x
  * faster on AVX2 machines (glibc's vector log and cos where they settle the float:
- * engine/core/rng_normal_floats.c). */
+ * engine/core/rng.c). */
 void tri_rng_normal_floats(uint64_t seed, uint64_t stream, uint64_t first, int64_t n, double scale, float *out);
 
 /* Sequential generator: state advances by one per draw. */
