@@ -337,7 +337,8 @@ Test(ops_errors, gelu)
 Test(ops_errors, moe_dispatch_and_grouped_matmul)
 {
     tri_device *d = ot_device(1);
-    enum { K = 2, E = 3, P = N * K };
+    enum { K = 2, E = 3 };
+    const int64_t P = N * K; /* N is a const object, not a constant expression (C11 6.6) */
     tri_tensor idx = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, N, K), ot_ints(P));
     tri_tensor rows = ot_tensor(d, tri_tensor_2d(NULL, TRI_I32, N, K), ot_ints(P)), sorted = i32(d, P), tpe = i32(d, E);
     tri_tensor x = m2(d, N, C), xp = m2(d, P, C), w = m2(d, N, K), dw = m2(d, N, K), short3 = v1(d, 3);
