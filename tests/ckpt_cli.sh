@@ -14,16 +14,11 @@
 set -u
 build=$1
 src=$(cd "$2" && pwd)
-bin="$build/bin"
-py=${TRIDENT_PYTHON:-/usr/bin/python3} # CTest: tests/python_client (the suite's Python server)
+# shellcheck source=tests/lib/script_setup.sh
+source "$src/tests/lib/script_setup.sh"
 source "$src/tests/lib/mpirun_flags.sh"
 source "$src/tests/lib/sections.sh"
 mpirun=(mpirun "${mpirun_flags[@]}")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-cd "$src"
 [ -f data/fortunes_byte_train.bin ] || { echo "FAIL: data/fortunes_byte_*.bin missing (tools/prepare_fortunes.sh)"; exit 1; }
 run=("$bin/engine_train" --config models/gpt2-tiny-byte.json --micro-batch-size 2 --global-batch-size 4
      --seq-length 32 --train-iters 6 --eval-iters 1 --sample-length 0 --quiet)

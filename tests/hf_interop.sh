@@ -20,7 +20,6 @@ src=$2
 # shellcheck source=tests/lib/script_setup.sh
 source "$src/tests/lib/script_setup.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-py=${TRIDENT_PYTHON:-/usr/bin/python3} # CTest: tests/python_client (the suite's Python server)
 gen() { $py "$src/tests/hf_files.py" "$@" > /dev/null || fail "hf_files.py $*"; }
 dims=(257 2 4 32 64) # V L NH C T
 

@@ -26,7 +26,6 @@ src=$2
 source "$src/tests/lib/script_setup.sh"
 source "$src/tests/lib/sections.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-py=${TRIDENT_PYTHON:-/usr/bin/python3} # CTest: tests/python_client (the suite's Python server)
 gen() { $py "$src/tests/hf_files.py" "$@" > /dev/null || fail "hf_files.py $*"; }
 # V L NH NH_KV C F T: C, head_dim 16 x 4 heads and F multiples of 64 for the fused views at tp 2
 dims=(300 2 4 2 64 128 64)

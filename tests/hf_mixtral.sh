@@ -20,7 +20,6 @@ src=$2
 # shellcheck source=tests/lib/script_setup.sh
 source "$src/tests/lib/script_setup.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-py=${TRIDENT_PYTHON:-/usr/bin/python3} # CTest: tests/python_client (the suite's Python server)
 # V L NH NH_KV C I T E K
 dims=(300 2 4 2 64 64 64 4 2)
 

@@ -14,15 +14,10 @@
 set -u
 build=$1
 src=$(cd "$2" && pwd)
-bin="$build/bin"
-py=${TRIDENT_PYTHON:-/usr/bin/python3} # CTest: tests/python_client (the suite's Python server)
+# shellcheck source=tests/lib/script_setup.sh
+source "$src/tests/lib/script_setup.sh"
 source "$src/tests/lib/mpirun_flags.sh"
 mpirun=(mpirun "${mpirun_flags[@]}")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-cd "$src"
 [ -f data/fortunes_byte_train.bin ] || { echo "FAIL: data/fortunes_byte_*.bin missing (tools/prepare_fortunes.sh)"; exit 1; }
 cat > "$tmp/llama.json" <<'JSON'
 {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,

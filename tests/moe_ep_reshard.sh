@@ -20,7 +20,6 @@
 set -u
 build=$1
 src=$(cd "$2" && pwd)
-py=${TRIDENT_PYTHON:-/usr/bin/python3} # CTest: tests/python_client (the suite's Python server)
 # shellcheck source=tests/lib/moe_mpi.sh
 source "$src/tests/lib/moe_mpi.sh"
 common+=(--lr-decay-iters 4 --deterministic-mode)
