@@ -61,7 +61,8 @@ static inline tri_cuda *tri_cuda_of(tri_device *d)
 }
 
 /* Records a failed CUDA runtime / cuBLASLt call ("call failed: name: message") as TRI_EDEVICE
- * (TRI_ENOMEM for allocation failures); TRI_OK on success. */
+ * (TRI_ENOMEM for allocation failures) and resets the thread's last CUDA error, so that the next
+ * launch's check does not report it again; TRI_OK on success. */
 int tri_cuda_check(cudaError_t err, const char *call, const char *file, int line);
 int tri_cublas_check(cublasStatus_t st, const char *call, const char *file, int line);
 #define TRI_CUDA(call) tri_cuda_check((call), #call, __FILE__, __LINE__)

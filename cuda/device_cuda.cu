@@ -23,6 +23,13 @@ extern "C" int tri_cuda_check(cudaError_t err, const char *call, const char *fil
 {
     if (err == cudaSuccess)
         return TRI_OK;
+    /* The runtime also keeps a failed call's error as this thread's last error until cudaGetLastError
+     * reads it, and every launch is checked through cudaGetLastError (cuda/launch.cuh): left there,
+     * this error would come back as the next launch's (on an H200: a capture that ended invalid made
+     * the next capture's first launch fail). Reported here, it is reset here; an error that sticks
+     * to the context (a kernel's fault) is not reset by this and comes back from every call, as it
+     * must. */
+    (void)cudaGetLastError();
     int code = err == cudaErrorMemoryAllocation ? TRI_ENOMEM : TRI_EDEVICE;
     return tri_error_set(code, file, line, "%s failed: %s: %s", call, cudaGetErrorName(err),
                          cudaGetErrorString(err));

@@ -27,13 +27,15 @@
 
 #else /* the emulated CUDA build (tests/cuda_emu/): the launch runs at once, as blocks of threads */
 
-/* A launch CUDA would refuse (an empty grid, a block of 0 or over 1024 threads) fails as there; a
- * valid one runs at once, or is recorded when stream is capturing (tests/cuda_emu/cuda_runtime.h). */
+/* A launch CUDA would refuse (an empty grid, a block of 0 or over 1024 threads) fails as there, its
+ * error kept as the thread's last error for the cudaGetLastError that follows every launch (as a GPU
+ * reports a launch); a valid one runs at once, or is recorded when stream is capturing
+ * (tests/cuda_emu/cuda_runtime.h). */
 static inline cudaError_t tri_emu_cuda_launch(int64_t grid, int64_t block, cudaStream_t stream,
                                               std::function<void()> kernel)
 {
     if (grid < 1 || grid > 2147483647 || block < 1 || block > 1024)
-        return cudaErrorInvalidValue;
+        return tri_emu_error(cudaErrorInvalidValue);
     unsigned g = (unsigned)grid, b = (unsigned)block;
     tri_emu_enqueue(stream, [g, b, kernel] { tri_emu_launch(g, b, kernel); });
     return cudaSuccess;
@@ -53,9 +55,10 @@ static inline int64_t tri_emu_grid_cap(int64_t grid, int64_t cap)
     return grid < cap ? grid : cap;
 }
 
+/* checked as on a GPU: through cudaGetLastError, which also returns an earlier call's unreset error */
 #define TRI_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                          \
-    tri_cuda_check(tri_emu_cuda_launch((grid), (block), (stream), tri_emu_bind(kernel, __VA_ARGS__)), \
-                   "launch of " #kernel, __FILE__, __LINE__)
+    ((void)tri_emu_cuda_launch((grid), (block), (stream), tri_emu_bind(kernel, __VA_ARGS__)),      \
+     tri_cuda_check(cudaGetLastError(), "launch of " #kernel, __FILE__, __LINE__))
 
 /* The simple kernels stride over their n items (cuda/kernels/shim.h), so any grid gives their
  * result: the emulation runs at most 8 blocks of one warp, which makes the loops turn and keeps

@@ -80,13 +80,13 @@ static int flash_launch(void (*kernel)(K...), const char *name, size_t bytes, in
     flash_launch(kernel<FLASH_UNPAREN targs>, #kernel, bytes, rows, y, s, __VA_ARGS__)
 #else
 /* the emulated CUDA build (tests/cuda_emu/): the kernel's body on mma_shim.h's emulated blocks, whose
- * shared memory starts as NaN bytes */
+ * shared memory starts as NaN bytes; checked through cudaGetLastError as on a GPU */
 template <class F, class... A>
 static int flash_launch(F body, size_t bytes, int64_t rows, int64_t y, cudaStream_t s, A... args)
 {
     int64_t tiles = (rows + TILE - 1) / TILE;
     tri_mma_emu_launch(tiles, y, THREADS, bytes, s, tri_mma_emu_bind(body, args..., tiles));
-    return TRI_OK;
+    return FLASH_CHECK(cudaGetLastError(), "launch of a tiled attention kernel");
 }
 
 #define FLASH_LAUNCH(kernel, body, targs, bytes, rows, y, s, ...)                                  \

@@ -158,9 +158,24 @@ static inline const char *cudaGetErrorString(cudaError_t e)
     }
 }
 
+/* The last error of this thread's runtime calls (cudaGetLastError): as CUDA's runtime, every call
+ * that fails records its error there, not only a launch, until cudaGetLastError returns and resets
+ * it. So a failed call whose error the code reported without resetting it shows again as the next
+ * launch's error (cuda/launch.cuh checks each launch with cudaGetLastError), here as on a GPU. */
+inline thread_local cudaError_t tri_emu_last_error = cudaSuccess;
+
+static inline cudaError_t tri_emu_error(cudaError_t e)
+{
+    if (e != cudaSuccess)
+        tri_emu_last_error = e;
+    return e;
+}
+
 static inline cudaError_t cudaGetLastError(void)
 {
-    return cudaSuccess;
+    cudaError_t e = tri_emu_last_error;
+    tri_emu_last_error = cudaSuccess;
+    return e;
 }
 
 static inline cudaError_t cudaGetDeviceCount(int *count)
@@ -171,13 +186,13 @@ static inline cudaError_t cudaGetDeviceCount(int *count)
 
 static inline cudaError_t cudaSetDevice(int ordinal)
 {
-    return ordinal == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+    return tri_emu_error(ordinal == 0 ? cudaSuccess : cudaErrorInvalidDevice);
 }
 
 static inline cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int ordinal)
 {
     if (ordinal != 0)
-        return cudaErrorInvalidDevice;
+        return tri_emu_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", TRI_EMU_DEVICE_NAME);
     p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
@@ -190,7 +205,7 @@ static inline cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int 
 static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int ordinal)
 {
     if (ordinal != 0)
-        return cudaErrorInvalidDevice;
+        return tri_emu_error(cudaErrorInvalidDevice);
     *value = attr == cudaDevAttrClockRate ? 1000000 : 232448;
     return cudaSuccess;
 }
@@ -204,11 +219,11 @@ static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     if (tri_emu_capture_refuses())
-        return cudaErrorStreamCaptureUnsupported;
+        return tri_emu_error(cudaErrorStreamCaptureUnsupported);
     size_t n = (bytes + 255) / 256 * 256, huge = (size_t)2 << 20;
     if (posix_memalign(p, n >= huge ? huge : 256, n ? n : 256) != 0) {
         *p = NULL;
-        return cudaErrorMemoryAllocation;
+        return tri_emu_error(cudaErrorMemoryAllocation);
     }
     if (n >= huge)
         (void)madvise(*p, n, MADV_HUGEPAGE);
@@ -219,7 +234,7 @@ static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 static inline cudaError_t cudaFree(void *p)
 {
     if (tri_emu_capture_refuses())
-        return cudaErrorStreamCaptureUnsupported;
+        return tri_emu_error(cudaErrorStreamCaptureUnsupported);
     free(p);
     return cudaSuccess;
 }
@@ -232,7 +247,7 @@ static inline cudaError_t cudaMallocHost(void **p, size_t bytes)
 static inline cudaError_t cudaFreeHost(void *p)
 {
     if (tri_emu_capture_refuses())
-        return cudaErrorStreamCaptureUnsupported;
+        return tri_emu_error(cudaErrorStreamCaptureUnsupported);
     free(p);
     return cudaSuccess;
 }
@@ -259,7 +274,7 @@ static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned fl
 {
     (void)flags;
     *s = (cudaStream_t)calloc(1, sizeof **s);
-    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+    return tri_emu_error(*s ? cudaSuccess : cudaErrorMemoryAllocation);
 }
 
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
@@ -272,20 +287,20 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     (void)s;
-    return tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    return tri_emu_error(tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
 }
 
 static inline cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     (void)s;
-    return tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    return tri_emu_error(tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
 }
 
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 {
     (void)flags;
     *e = (cudaEvent_t)calloc(1, sizeof **e);
-    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+    return tri_emu_error(*e ? cudaSuccess : cudaErrorMemoryAllocation);
 }
 
 static inline cudaError_t cudaEventDestroy(cudaEvent_t e)
@@ -305,13 +320,13 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 static inline cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     (void)e;
-    return tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    return tri_emu_error(tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
 }
 
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     (void)e;
-    return tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    return tri_emu_error(tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
 }
 
 /* ---- stream capture and graphs (the top comment says what is emulated) ---- */
@@ -321,7 +336,7 @@ static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptu
 {
     (void)mode; /* every mode is emulated as thread-local: the mode cuda/ asks for */
     if (s->capture || tri_emu_capturing)
-        return cudaErrorIllegalState;
+        return tri_emu_error(cudaErrorIllegalState);
     s->capture = new tri_emu_graph;
     s->invalidated = false;
     tri_emu_capturing = s;
@@ -334,12 +349,12 @@ static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *grap
 {
     *graph = NULL;
     if (!s->capture || tri_emu_capturing != s)
-        return cudaErrorIllegalState;
+        return tri_emu_error(cudaErrorIllegalState);
     tri_emu_capturing = nullptr;
     if (s->invalidated) {
         delete s->capture;
         s->capture = NULL;
-        return cudaErrorStreamCaptureInvalidated;
+        return tri_emu_error(cudaErrorStreamCaptureInvalidated);
     }
     *graph = s->capture;
     s->capture = NULL;
@@ -357,7 +372,7 @@ static inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptur
 static inline cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *count)
 {
     if (nodes)
-        return cudaErrorInvalidValue;
+        return tri_emu_error(cudaErrorInvalidValue);
     *count = g->nodes.size();
     return cudaSuccess;
 }
@@ -366,7 +381,7 @@ static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_
 {
     (void)flags;
     if (tri_emu_capture_refuses())
-        return cudaErrorStreamCaptureUnsupported;
+        return tri_emu_error(cudaErrorStreamCaptureUnsupported);
     *exec = new tri_emu_graph_exec{g->nodes};
     return cudaSuccess;
 }
