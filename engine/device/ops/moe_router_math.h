@@ -256,7 +256,8 @@ TRI_HD void tri_moe_aux_backward_row(float *dl, const float *s, const int32_t *c
 }
 
 /* ---- the router z-loss ----
- * lse_n = max + log(sum_e exp(l_e - max)) (index order); loss = coeff / N * sum_n lse_n^2 (squares in
+ * lse_n = max + log(sum_e exp(l_e - max)) (index order; tri_logf, which every backend shares: libm's
+ * and CUDA's logf differ in the last bit, which an H200 showed in the gradients); loss = coeff / N * sum_n lse_n^2 (squares in
  * double); dl_e += (gz lse_n) p_e with gz = tri_moe_loss_grad(coeff / N, dloss, 1), p_e = exp(l_e - max) / sum. */
 TRI_HD float tri_moe_lse_row(const float *logits, int64_t E, float *mx_out, float *sum_out)
 {
@@ -267,7 +268,7 @@ TRI_HD float tri_moe_lse_row(const float *logits, int64_t E, float *mx_out, floa
         sum += tri_expf(logits[e] - mx);
     *mx_out = mx;
     *sum_out = sum;
-    return mx + logf(sum);
+    return mx + tri_logf(sum);
 }
 
 TRI_HD void tri_moe_z_backward_row(float *dl, const float *logits, int64_t E, float gz)
