@@ -15,18 +15,21 @@
 #include "engine/device/ops/crossentropy_math.h"
 #include "engine/device/ops/norms_math.h"
 
+/* Keeps the largest relative error of got against want (the absolute error where want is 0) and its x. */
+static void track_error(double got, double want, double x, double *worst, double *at)
+{
+    double e = want == 0.0 ? fabs(got) : fabs(got - want) / fabs(want);
+    if (e > *worst) {
+        *worst = e;
+        *at = x;
+    }
+}
+
 Test(math, expf_relative_error_over_the_range)
 {
     double worst = 0.0, at = 0.0;
-    for (double x = -87.0; x <= 88.0; x += 1.0 / 4096.0) {
-        double want = exp((double)(float)x);
-        double got = tri_expf((float)x);
-        double e = fabs(got - want) / want;
-        if (e > worst) {
-            worst = e;
-            at = x;
-        }
-    }
+    for (double x = -87.0; x <= 88.0; x += 1.0 / 4096.0)
+        track_error(tri_expf((float)x), exp((double)(float)x), x, &worst, &at);
     cr_log_info("tri_expf: max relative error %.3g at x = %g", worst, at);
     cr_expect_lt(worst, 2.5e-7, "tri_expf relative error %g at %g", worst, at);
 }
@@ -40,12 +43,7 @@ Test(math, logf_relative_error_over_the_floats)
     for (uint32_t u = 1; u < 0x7f800000u; u += 4099) {
         float x;
         memcpy(&x, &u, sizeof x);
-        double want = log((double)x), got = tri_logf(x);
-        double e = want == 0.0 ? fabs(got) : fabs(got - want) / fabs(want);
-        if (e > worst) {
-            worst = e;
-            at = x;
-        }
+        track_error(tri_logf(x), log((double)x), x, &worst, &at);
     }
     cr_log_info("tri_logf: max relative error %.3g at x = %g", worst, at);
     cr_expect_lt(worst, 1.4e-7, "tri_logf relative error %g at %g", worst, at);
