@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # bench/cuda/gpu_check.sh - the whole GPU check of a packed build (../shared/gpu/README.md) in one
 # short call: at most BUDGET seconds of run time (default 300), so that one try and a rerun fit a
-# 15-minute booking with the machine's start. Pack with the portable flags, copy the scripts in,
-# run it there:
-#   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTRIDENT_MARCH=x86-64-v3 &&
-#   cmake --build build-gpu -j2 && bash ../shared/gpu/pack.sh build-gpu &&
-#   mkdir -p .gpu/bench/cuda .gpu/tests/gpu &&
-#   cp bench/cuda/{compare.sh,pytorch_gpt2.py,gpu_check.sh,attention.sh,pytorch_attention.py} .gpu/bench/cuda/ &&
-#   cp tests/gpu/train_cuda_vs_cpu.sh .gpu/tests/gpu/
+# 15-minute booking with the machine's start. Pack (bench/cuda/gpu_pack.sh: build, pack, compress
+# within the device tool's 64 MiB, copy the scripts in), then run it there:
+#   bash bench/cuda/gpu_pack.sh
 #   (device tool: carry [".gpu"])  bash .gpu/env.sh bash bench/cuda/gpu_check.sh
+# The gpu label's other scripts (tests/gpu/train_cuda_{graph,ep,cp}.sh, train_cuda_vs_cpu.sh with
+# the Llama and Mixtral configs) are packed too; train_cuda_graph.sh needs h5diff, which the GPU
+# machines lack.
 # Order, most needed first; a step that finds the budget spent gets 3 s:
 #   1. the op and model tests (test_gpu_ops, test_gpu_gpt, test_gpu_graph: fast kernels against their
 #      twins and the CPU, bit for bit where promised; the tiled attention; the multi-tensor norm and
@@ -25,6 +24,9 @@
 #   8. GPT-2 1.5B bf16 at the largest micro-batch that fits 80 GB, last.
 # Logs in $OUT (or /tmp/out); all.log holds everything printed.
 O=${OUT:-/tmp/out}; mkdir -p "$O"; exec > >(tee "$O/all.log") 2>&1
+for a in bin data; do # bench/cuda/gpu_pack.sh's archives
+  [ -d $a ] || [ ! -f $a.tar.xz ] || tar -xJf $a.tar.xz || { echo "gpu_check: unpacking $a.tar.xz failed"; exit 1; }
+done
 D=$(( $(date +%s) + ${BUDGET:-300} ))
 tmo() { local r=$(( D - $(date +%s) - 5 )); [ $r -lt 3 ] && r=3; [ $r -gt $1 ] && echo $1 || echo $r; }
 t0=$(date +%s); el() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
