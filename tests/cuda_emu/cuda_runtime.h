@@ -104,13 +104,27 @@ typedef struct tri_emu_event {
  * variable for the whole program (a C++17 inline variable), whichever source reads it. */
 inline thread_local cudaStream_t tri_emu_capturing = nullptr;
 
-/* A call CUDA refuses while this thread captures: the capture is invalidated and the call fails. */
-static inline bool tri_emu_capture_refuses(void)
+/* The last error of this thread's runtime calls (cudaGetLastError): as CUDA's runtime, every call
+ * that fails records its error there, not only a launch, until cudaGetLastError returns and resets
+ * it. So a failed call whose error the code reported without resetting it shows again as the next
+ * launch's error (cuda/launch.cuh checks each launch with cudaGetLastError), here as on a GPU. */
+inline thread_local cudaError_t tri_emu_last_error = cudaSuccess;
+
+static inline cudaError_t tri_emu_error(cudaError_t e)
+{
+    if (e != cudaSuccess)
+        tri_emu_last_error = e;
+    return e;
+}
+
+/* A call CUDA refuses while this thread captures: the capture is invalidated and the call fails with
+ * cudaErrorStreamCaptureUnsupported, kept as the thread's last error; cudaSuccess when none captures. */
+static inline cudaError_t tri_emu_capture_refusal(void)
 {
     if (!tri_emu_capturing)
-        return false;
+        return cudaSuccess;
     tri_emu_capturing->invalidated = true;
-    return true;
+    return tri_emu_error(cudaErrorStreamCaptureUnsupported);
 }
 
 /* Runs work now, or records it into the graph that stream is capturing. */
@@ -156,19 +170,6 @@ static inline const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     default: return "emulated error";
     }
-}
-
-/* The last error of this thread's runtime calls (cudaGetLastError): as CUDA's runtime, every call
- * that fails records its error there, not only a launch, until cudaGetLastError returns and resets
- * it. So a failed call whose error the code reported without resetting it shows again as the next
- * launch's error (cuda/launch.cuh checks each launch with cudaGetLastError), here as on a GPU. */
-inline thread_local cudaError_t tri_emu_last_error = cudaSuccess;
-
-static inline cudaError_t tri_emu_error(cudaError_t e)
-{
-    if (e != cudaSuccess)
-        tri_emu_last_error = e;
-    return e;
 }
 
 static inline cudaError_t cudaGetLastError(void)
@@ -218,8 +219,8 @@ static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr
  * still sees a kernel that reads or writes past the block. */
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
-    if (tri_emu_capture_refuses())
-        return tri_emu_error(cudaErrorStreamCaptureUnsupported);
+    if (cudaError_t e = tri_emu_capture_refusal())
+        return e;
     size_t n = (bytes + 255) / 256 * 256, huge = (size_t)2 << 20;
     if (posix_memalign(p, n >= huge ? huge : 256, n ? n : 256) != 0) {
         *p = NULL;
@@ -233,8 +234,8 @@ static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 
 static inline cudaError_t cudaFree(void *p)
 {
-    if (tri_emu_capture_refuses())
-        return tri_emu_error(cudaErrorStreamCaptureUnsupported);
+    if (cudaError_t e = tri_emu_capture_refusal())
+        return e;
     free(p);
     return cudaSuccess;
 }
@@ -246,8 +247,8 @@ static inline cudaError_t cudaMallocHost(void **p, size_t bytes)
 
 static inline cudaError_t cudaFreeHost(void *p)
 {
-    if (tri_emu_capture_refuses())
-        return tri_emu_error(cudaErrorStreamCaptureUnsupported);
+    if (cudaError_t e = tri_emu_capture_refusal())
+        return e;
     free(p);
     return cudaSuccess;
 }
@@ -287,13 +288,13 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     (void)s;
-    return tri_emu_error(tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+    return tri_emu_capture_refusal();
 }
 
 static inline cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     (void)s;
-    return tri_emu_error(tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+    return tri_emu_capture_refusal();
 }
 
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
@@ -320,13 +321,13 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 static inline cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     (void)e;
-    return tri_emu_error(tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+    return tri_emu_capture_refusal();
 }
 
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     (void)e;
-    return tri_emu_error(tri_emu_capture_refuses() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+    return tri_emu_capture_refusal();
 }
 
 /* ---- stream capture and graphs (the top comment says what is emulated) ---- */
@@ -380,8 +381,8 @@ static inline cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *node
 static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long flags)
 {
     (void)flags;
-    if (tri_emu_capture_refuses())
-        return tri_emu_error(cudaErrorStreamCaptureUnsupported);
+    if (cudaError_t e = tri_emu_capture_refusal())
+        return e;
     *exec = new tri_emu_graph_exec{g->nodes};
     return cudaSuccess;
 }
