@@ -15,10 +15,9 @@
 #      then the same with fp32 dk, dv (the all_gather backward's partials), and fp32 at 32k;
 #   3. the twins at a short T for the ratio of the two paths (--simple).
 # Logs in $OUT (or /tmp/out); all.log holds everything printed.
-O=${OUT:-/tmp/out}; mkdir -p "$O"; exec > >(tee "$O/all.log") 2>&1
-D=$(( $(date +%s) + ${BUDGET:-240} ))
-tmo() { local r=$(( D - $(date +%s) - 5 )); [ $r -lt 3 ] && r=3; [ $r -gt $1 ] && echo $1 || echo $r; }
-t0=$(date +%s); el() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
+: "${BUDGET:=240}" # seconds
+# shellcheck source=bench/cuda/gpu_budget.sh
+source "$(dirname "$0")/gpu_budget.sh"
 BIN=${BIN:-bin} # the packed build's binaries (bench/cuda/gpu_check.sh's layout)
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 

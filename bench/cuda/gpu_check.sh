@@ -23,13 +23,9 @@
 #   7. the per-op profile of GPT-2 124M bf16 (what the kernel-time model is checked against);
 #   8. GPT-2 1.5B bf16 at the largest micro-batch that fits 80 GB, last.
 # Logs in $OUT (or /tmp/out); all.log holds everything printed.
-O=${OUT:-/tmp/out}; mkdir -p "$O"; exec > >(tee "$O/all.log") 2>&1
-for a in bin data; do # bench/cuda/gpu_pack.sh's archives
-  [ -d $a ] || [ ! -f $a.tar.xz ] || tar -xJf $a.tar.xz || { echo "gpu_check: unpacking $a.tar.xz failed"; exit 1; }
-done
-D=$(( $(date +%s) + ${BUDGET:-300} ))
-tmo() { local r=$(( D - $(date +%s) - 5 )); [ $r -lt 3 ] && r=3; [ $r -gt $1 ] && echo $1 || echo $r; }
-t0=$(date +%s); el() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
+: "${BUDGET:=300}" # seconds
+# shellcheck source=bench/cuda/gpu_budget.sh
+source "$(dirname "$0")/gpu_budget.sh"
 MPIRUN=${MPIRUN:-mpirun}
 el setup; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for t in bin/test_gpu_ops bin/test_gpu_gpt bin/test_gpu_graph; do

@@ -24,7 +24,8 @@ tar -C .gpu -cf - bin | xz -T1 --lzma2=preset=6,dict=64MiB > .gpu/bin.tar.xz
 tar -C .gpu -cf - data | xz -T1 -6 > .gpu/data.tar.xz
 rm -rf .gpu/bin .gpu/data
 mkdir -p .gpu/bench/cuda .gpu/tests/gpu .gpu/tests/lib
-cp bench/cuda/{compare.sh,pytorch_gpt2.py,gpu_check.sh,attention.sh,pytorch_attention.py} .gpu/bench/cuda/
+cp bench/cuda/{compare.sh,pytorch_gpt2.py,gpu_budget.sh,gpu_check.sh,gpu_check_rest.sh,attention.sh,pytorch_attention.py,cp_attention.sh} \
+  .gpu/bench/cuda/
 cp tests/gpu/*.sh .gpu/tests/gpu/
 cp tests/lib/gpu_train.sh .gpu/tests/lib/
 echo "gpu_pack: .gpu/ $(du -sh .gpu | cut -f1) (the device tool carries at most 64 MiB with the tree)"
