@@ -4,16 +4,16 @@
 #   (device tool: carry [".gpu"])  bash .gpu/env.sh bash bench/cuda/gpu_check_rest.sh
 # Steps:
 #   1. compute-sanitizer memcheck over every case of test_gpu_ops (the fast kernels and their twins,
-#      the tiled attention, the MoE ops, the fused AdamW; small shapes, --jobs 1): an invalid global
-#      or shared access, a misaligned vector load or a leak of device memory is reported per case;
+#      the tiled attention, the MoE ops, the fused AdamW; small shapes, --jobs 1), test_gpu_gpt (whole
+#      training steps) and test_gpu_graph (the device graphs): an invalid global or shared access, a
+#      misaligned vector load or a leak of device memory is reported with its kernel;
 #   2. bench/cuda/cp_attention.sh: the cut-sequence attention ops on the GPU (their tests, one cp rank's
 #      time against the uncut op at T 32k and 64k, the fp32 paths, the twins);
 #   3. bench/cuda/attention.sh --fp32: the fused attention against PyTorch's SDPA in fp32;
-#   4. memcheck over test_gpu_gpt and test_gpu_graph (whole training steps, the device graphs), then
-#      racecheck and synccheck on the cut-sequence attention ops (their shared-memory tiles);
+#   4. racecheck and synccheck on the cut-sequence attention ops (their shared-memory tiles);
 #   5. memcheck over 3 bf16 iterations of engine_train --device cuda with the tiny Llama and the tiny
 #      Mixtral (RMSNorm, RoPE, SwiGLU, the MoE router, dispatch and grouped GEMMs), saving a checkpoint.
-# Arguments: the steps to run (default all), e.g. `gpu_check_rest.sh 4` for a rerun of one.
+# Arguments: the steps to run (default all), e.g. `gpu_check_rest.sh 4 5` for a rerun of two.
 # Logs in $OUT (or /tmp/out); all.log holds everything printed.
 : "${BUDGET:=560}" # seconds
 # shellcheck source=bench/cuda/gpu_budget.sh
@@ -22,13 +22,13 @@ steps=${*:-1 2 3 4 5}; want() { [[ " $steps " == *" $1 "* ]]; }
 el setup; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
 if want 1; then
-el "1. compute-sanitizer memcheck, every case of test_gpu_ops"
-timeout "$(tmo 170)" compute-sanitizer --tool memcheck --leak-check full --target-processes all --print-limit 20 \
-  bin/test_gpu_ops --jobs 1 --verbose > "$O/memcheck.log" 2>&1
-echo "rc=$?"
-grep -E 'ERROR SUMMARY|Invalid|Misaligned|leaked|Synthesis|FAIL' "$O/memcheck.log" | sort | uniq -c | head -30
-echo "cases started $(grep -c '^\[RUN \]' "$O/memcheck.log"), passed $(grep -c '^\[PASS\]' "$O/memcheck.log"), failed $(grep -c '^\[FAIL\]' "$O/memcheck.log") under memcheck; the last:"
-grep -E '^\[(RUN |PASS|FAIL)\]' "$O/memcheck.log" | tail -2
+for t in test_gpu_ops:170 test_gpu_gpt:60 test_gpu_graph:60; do
+  el "1. compute-sanitizer memcheck, every case of ${t%:*}"
+  timeout "$(tmo "${t#*:}")" compute-sanitizer --tool memcheck --leak-check full --target-processes all \
+    --print-limit 20 "bin/${t%:*}" --jobs 1 --verbose > "$O/memcheck_${t%:*}.log" 2>&1
+  echo "rc=$?"; grep -E 'ERROR SUMMARY|LEAK SUMMARY|Invalid|Misaligned|Synthesis|FAIL' "$O/memcheck_${t%:*}.log" | sort | uniq -c | head
+  echo "cases started $(grep -c '^\[RUN \]' "$O/memcheck_${t%:*}.log"), passed $(grep -c '^\[PASS\]' "$O/memcheck_${t%:*}.log")"
+done
 fi
 
 if want 2; then
@@ -43,12 +43,6 @@ BIN=bin timeout "$(tmo 40)" bash bench/cuda/attention.sh --fp32 --seq-lengths 10
 fi
 
 if want 4; then
-for t in test_gpu_gpt test_gpu_graph; do
-  el "4. compute-sanitizer memcheck, every case of $t"
-  timeout "$(tmo 100)" compute-sanitizer --tool memcheck --leak-check full --target-processes all --print-limit 20 \
-    bin/$t --jobs 1 --verbose > "$O/memcheck_$t.log" 2>&1
-  echo "rc=$?"; grep -E 'ERROR SUMMARY|LEAK SUMMARY|Invalid|Misaligned|Synthesis|FAIL' "$O/memcheck_$t.log" | sort | uniq -c | head
-done
 for tool in racecheck synccheck; do
   el "4. compute-sanitizer $tool on the cut-sequence attention ops"
   timeout "$(tmo 60)" compute-sanitizer --tool "$tool" --target-processes all --print-limit 10 bin/test_gpu_ops --jobs 1 \
