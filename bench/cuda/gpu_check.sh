@@ -55,9 +55,7 @@ el "bench: gradient compression encode + decode on the GPU (2^24 elements, dp 4;
 timeout "$(tmo 30)" bin/bench_grad_compression --device cuda --elements 16777216 --reps 3 2>&1 | tail -12
 for tool in racecheck initcheck; do
   el "compute-sanitizer $tool on the attention tests"
-  timeout "$(tmo 40)" compute-sanitizer --tool "$tool" --target-processes all --print-limit 10 bin/test_gpu_ops --jobs 1 \
-    --filter 'gpu_ops/flash_attention_fp32' > "$O/$tool.log" 2>&1
-  echo "rc=$?"; grep -E 'ERROR SUMMARY|RACE|Uninitialized|Synthesis' "$O/$tool.log" | sort | uniq -c | head
+  sanitize "$tool.log" 40 --tool "$tool" --print-limit 10 -- bin/test_gpu_ops --jobs 1 --filter 'gpu_ops/flash_attention_fp32'
 done
 el "profile: GPT-2 124M bf16, per op (Trident's default attention)"
 timeout "$(tmo 30)" bin/bench_cuda_train --models-dir models --model gpt2 --iters 5 --warmup 2 --bf16 --profile \
