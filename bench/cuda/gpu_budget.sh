@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/cuda/gpu_budget.sh - sourced by the GPU check scripts (gpu_check.sh, gpu_check_rest.sh,
 # cp_attention.sh): everything printed goes to the screen and to $O/all.log ($OUT, or /tmp/out), the
 # packed archives of bench/cuda/gpu_pack.sh are unpacked once, and each step's `timeout "$(tmo N)"`
@@ -17,7 +18,8 @@ t0=$(date +%s); el() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 sanitize() {
   local log=$1 s=$2 opts=()
   shift 2
-  while [ "$1" != -- ]; do opts+=("$1"); shift; done
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+  [ $# -gt 0 ] || { echo "sanitize $log: no -- before the program"; return 2; }
   shift
   timeout "$(tmo "$s")" compute-sanitizer "${opts[@]}" --target-processes all "$@" > "$O/$log" 2>&1
   echo "rc=$?"

@@ -62,4 +62,4 @@ timeout "$(tmo 30)" bin/bench_cuda_train --models-dir models --model gpt2 --iter
   > "$O/profile.log" 2>&1; tail -32 "$O/profile.log"
 el "bench: GPT-2 1.5B bf16, the largest micro-batch that fits 80 GB"
 BIN=bin timeout "$(tmo 90)" bash bench/cuda/compare.sh --models gpt2-xl --micro-batch-size fit --iters 3 --warmup 1 2>&1 | grep -vE '^$'
-el done
+el "done"
